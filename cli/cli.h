@@ -1,0 +1,39 @@
+/* optitpu CLI: subcommand table and small helpers shared by the subcommands.
+ * The CLI is a client of the public API only: it includes nothing but include/optitpu. */
+#ifndef OPTITPU_CLI_H
+#define OPTITPU_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "optitpu/optitpu.h"
+
+/* Exit codes. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary; /* one line for `optitpu help` */
+    const char *usage;   /* full text for `optitpu help NAME` */
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+} cli_command;
+
+/* Prints "optitpu NAME: message" and a hint to stderr; returns CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prints "optitpu NAME: <ot_last_error()>" to stderr; returns CLI_FAIL. */
+int cli_fail(const char *cmd);
+
+/* Strict number parsing: the whole string must be a number in range. */
+bool cli_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+bool cli_parse_double(const char *s, double *out);
+/* Parses a size with optional K/M/G/Ki/Mi/Gi suffix (powers of 1024 for both). */
+bool cli_parse_size(const char *s, int64_t *out);
+
+/* Installed as the library's log callback by main: prints "optitpu: level: msg" to stderr. */
+void cli_log(void *ud, ot_log_level level, const char *msg);
+
+#endif /* OPTITPU_CLI_H */

@@ -1,0 +1,74 @@
+/* optitpu — command-line entry point and subcommand dispatch. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Subcommands live in cli/cmd_*.c; add each one here. */
+static const cli_command *const commands[] = {
+    NULL, /* keeps the table non-empty; skipped below */
+};
+
+static const cli_command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i] && strcmp(commands[i]->name, name) == 0) return commands[i];
+    return NULL;
+}
+
+static void print_overview(FILE *f) {
+    fprintf(f, "optitpu %s — compile, run and profile ML optimizer steps on a pod of devices\n\n",
+            ot_version());
+    fprintf(f, "usage: optitpu [--version] [--verbose] COMMAND [ARGS...]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (commands[i]) fprintf(f, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(f, "  %-10s %s\n", "help", "show help for a command: optitpu help COMMAND");
+    fprintf(f, "\nexit codes: 0 ok, 1 failure, 2 usage error\n");
+}
+
+static int cmd_help(int argc, char **argv) {
+    if (argc < 2) {
+        print_overview(stdout);
+        return CLI_OK;
+    }
+    const cli_command *c = find_command(argv[1]);
+    if (!c) {
+        fprintf(stderr, "optitpu help: unknown command '%s'\n", argv[1]);
+        print_overview(stderr);
+        return CLI_USAGE;
+    }
+    printf("%s\n", c->usage);
+    return CLI_OK;
+}
+
+int main(int argc, char **argv) {
+    int i = 1;
+    ot_log_level level = OT_LOG_WARN;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V")) {
+            printf("optitpu %s\n", ot_version());
+            return CLI_OK;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            print_overview(stdout);
+            return CLI_OK;
+        } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
+            level = OT_LOG_DEBUG;
+        } else {
+            fprintf(stderr, "optitpu: unknown option '%s'\n(run 'optitpu help' for usage)\n",
+                    argv[i]);
+            return CLI_USAGE;
+        }
+    }
+    if (i >= argc) {
+        print_overview(stderr);
+        return CLI_USAGE;
+    }
+    ot_set_log(cli_log, NULL, level);
+    const char *name = argv[i];
+    if (!strcmp(name, "help")) return cmd_help(argc - i, argv + i);
+    const cli_command *c = find_command(name);
+    if (!c) {
+        fprintf(stderr, "optitpu: unknown command '%s'\n(run 'optitpu help' for the list)\n", name);
+        return CLI_USAGE;
+    }
+    return c->run(argc - i, argv + i);
+}

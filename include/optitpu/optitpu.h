@@ -1,0 +1,7 @@
+/* optitpu umbrella header: includes every public module. */
+#ifndef OPTITPU_OPTITPU_H
+#define OPTITPU_OPTITPU_H
+
+#include "optitpu/core.h"
+
+#endif /* OPTITPU_OPTITPU_H */

@@ -1,0 +1,176 @@
+/* The replaceable allocation hook, fault injection, aligned allocation and the arena. */
+#include "optitpu/core.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *default_realloc(void *ud, void *ptr, size_t size) {
+    (void)ud;
+    if (size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return realloc(ptr, size);
+}
+
+static ot_realloc_fn g_fn = default_realloc;
+static void *g_ud;
+static atomic_llong g_count;
+static atomic_llong g_live;
+static atomic_llong g_fail_at; /* absolute request number that starts failing; 0 = never */
+
+void ot_set_allocator(ot_realloc_fn fn, void *ud) {
+    g_fn = fn ? fn : default_realloc;
+    g_ud = fn ? ud : NULL;
+}
+
+void ot_alloc_fail_after(int64_t n) {
+    atomic_store(&g_fail_at, n > 0 ? (long long)(atomic_load(&g_count) + n) : 0);
+}
+
+int64_t ot_alloc_count(void) {
+    return atomic_load(&g_count);
+}
+
+int64_t ot_alloc_live(void) {
+    return atomic_load(&g_live);
+}
+
+static bool should_fail(void) {
+    long long k = atomic_fetch_add(&g_count, 1) + 1;
+    long long at = atomic_load(&g_fail_at);
+    return at > 0 && k >= at;
+}
+
+void *ot_malloc(size_t size) {
+    if (should_fail()) return NULL;
+    void *p = g_fn(g_ud, NULL, size ? size : 1);
+    if (p) atomic_fetch_add(&g_live, 1);
+    return p;
+}
+
+void *ot_calloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = ot_malloc(n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+void *ot_realloc(void *ptr, size_t size) {
+    if (!ptr) return ot_malloc(size);
+    if (size == 0) {
+        ot_free(ptr);
+        return NULL;
+    }
+    if (should_fail()) return NULL;
+    return g_fn(g_ud, ptr, size);
+}
+
+void ot_free(void *ptr) {
+    if (!ptr) return;
+    atomic_fetch_sub(&g_live, 1);
+    g_fn(g_ud, ptr, 0);
+}
+
+char *ot_strndup(const char *s, size_t n) {
+    size_t len = strnlen(s, n);
+    char *d = ot_malloc(len + 1);
+    if (!d) return NULL;
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+char *ot_strdup(const char *s) {
+    return ot_strndup(s, SIZE_MAX);
+}
+
+/* The original pointer is stored just before the aligned block. */
+void *ot_aligned_alloc(size_t align, size_t size) {
+    if (align < sizeof(void *) || (align & (align - 1)) != 0) return NULL;
+    if (size > SIZE_MAX - align - sizeof(void *)) return NULL;
+    char *raw = ot_malloc(size + align + sizeof(void *));
+    if (!raw) return NULL;
+    uintptr_t p = ((uintptr_t)(raw + sizeof(void *)) + align - 1) & ~(uintptr_t)(align - 1);
+    ((void **)p)[-1] = raw;
+    return (void *)p;
+}
+
+void ot_aligned_free(void *ptr) {
+    if (ptr) ot_free(((void **)ptr)[-1]);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t cap, used;
+    _Alignas(64) unsigned char data[];
+} arena_chunk;
+
+struct ot_arena {
+    arena_chunk *head;
+    size_t chunk_size;
+    size_t used;
+};
+
+ot_arena *ot_arena_new(size_t chunk_size) {
+    ot_arena *a = ot_calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->chunk_size = chunk_size ? chunk_size : 64 * 1024;
+    return a;
+}
+
+void ot_arena_free(ot_arena *a) {
+    if (!a) return;
+    for (arena_chunk *c = a->head, *n; c; c = n) {
+        n = c->next;
+        ot_aligned_free(c);
+    }
+    ot_free(a);
+}
+
+void *ot_arena_alloc(ot_arena *a, size_t size, size_t align) {
+    if (align == 0) align = 1;
+    if ((align & (align - 1)) != 0 || align > 64) return NULL;
+    arena_chunk *c = a->head;
+    if (c) {
+        size_t off = (c->used + align - 1) & ~(align - 1);
+        if (off <= c->cap && size <= c->cap - off) {
+            c->used = off + size;
+            a->used += size;
+            return c->data + off;
+        }
+    }
+    size_t cap = a->chunk_size;
+    if (size > cap) cap = size;
+    if (cap > SIZE_MAX - sizeof(arena_chunk)) return NULL;
+    c = ot_aligned_alloc(64, sizeof(arena_chunk) + cap);
+    if (!c) return NULL;
+    c->cap = cap;
+    c->used = size;
+    /* keep filling the fuller chunk: a big one-off block goes behind the current head */
+    if (a->head && size > a->chunk_size) {
+        c->next = a->head->next;
+        a->head->next = c;
+    } else {
+        c->next = a->head;
+        a->head = c;
+    }
+    a->used += size;
+    return c->data;
+}
+
+char *ot_arena_strndup(ot_arena *a, const char *s, size_t n) {
+    size_t len = strnlen(s, n);
+    char *d = ot_arena_alloc(a, len + 1, 1);
+    if (!d) return NULL;
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+size_t ot_arena_used(const ot_arena *a) {
+    return a->used;
+}

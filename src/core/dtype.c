@@ -1,0 +1,115 @@
+/* Element types, and f16/bf16 <-> f32 conversion with round-to-nearest-even. */
+#include "optitpu/core.h"
+
+#include <string.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtype_info[] = {
+    [OT_PRED] = {"pred", 1}, [OT_S8] = {"s8", 1},   [OT_S16] = {"s16", 2},
+    [OT_S32] = {"s32", 4},   [OT_S64] = {"s64", 8}, [OT_U8] = {"u8", 1},
+    [OT_U16] = {"u16", 2},   [OT_U32] = {"u32", 4}, [OT_U64] = {"u64", 8},
+    [OT_F16] = {"f16", 2},   [OT_BF16] = {"bf16", 2}, [OT_F32] = {"f32", 4},
+    [OT_F64] = {"f64", 8},
+};
+_Static_assert(sizeof(dtype_info) / sizeof(dtype_info[0]) == OT_DTYPE_COUNT,
+               "dtype table out of sync with ot_dtype");
+
+static bool valid(ot_dtype t) {
+    return t >= 0 && t < OT_DTYPE_COUNT;
+}
+
+const char *ot_dtype_name(ot_dtype t) {
+    return valid(t) ? dtype_info[t].name : "invalid";
+}
+
+size_t ot_dtype_size(ot_dtype t) {
+    return valid(t) ? dtype_info[t].size : 0;
+}
+
+ot_dtype ot_dtype_from_name(const char *name, size_t len) {
+    for (int i = 0; i < OT_DTYPE_COUNT; i++)
+        if (strlen(dtype_info[i].name) == len && memcmp(dtype_info[i].name, name, len) == 0)
+            return (ot_dtype)i;
+    return OT_DTYPE_INVALID;
+}
+
+bool ot_dtype_is_float(ot_dtype t) {
+    return t == OT_F16 || t == OT_BF16 || t == OT_F32 || t == OT_F64;
+}
+
+bool ot_dtype_is_signed_int(ot_dtype t) {
+    return t == OT_S8 || t == OT_S16 || t == OT_S32 || t == OT_S64;
+}
+
+bool ot_dtype_is_unsigned_int(ot_dtype t) {
+    return t == OT_U8 || t == OT_U16 || t == OT_U32 || t == OT_U64;
+}
+
+bool ot_dtype_is_integer(ot_dtype t) {
+    return ot_dtype_is_signed_int(t) || ot_dtype_is_unsigned_int(t);
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t ot_f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7fffu + lsb;
+    return (uint16_t)(u >> 16);
+}
+
+float ot_bf16_to_f32(uint16_t b) {
+    return bits_f32((uint32_t)b << 16);
+}
+
+uint16_t ot_f32_to_f16(float f) {
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+    if (a < 0x38800000u) {
+        /* result is subnormal or zero: value = a * 2^-24 units, round to nearest even */
+        if (a < 0x33000000u) return sign; /* < 2^-25: rounds to zero */
+        uint32_t e = a >> 23;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e; /* 14..24: bits dropped to reach 2^-24 units */
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return (uint16_t)(sign | q);
+    }
+    /* normal: rebias exponent 127 -> 15 and round the 13 dropped bits */
+    uint32_t r = a - 0x38000000u;
+    uint32_t lsb = (r >> 13) & 1u;
+    r += 0xfffu + lsb;
+    return (uint16_t)(sign | (r >> 13));
+}
+
+float ot_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu;
+    uint32_t m = h & 0x3ffu;
+    if (e == 0x1f) return bits_f32(sign | 0x7f800000u | (m << 13)); /* inf / NaN (payload kept) */
+    if (e == 0) {
+        if (m == 0) return bits_f32(sign);
+        /* subnormal: m * 2^-24 is exact in f32 */
+        float v = (float)m * 5.9604644775390625e-08f;
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}

@@ -1,0 +1,146 @@
+/* A tiny test harness: typed asserts that print both sides, test registration by listing, and a
+ * closing line "N passed, N failed" that CI reads. Each test program includes this once. */
+#ifndef OT_TEST_H
+#define OT_TEST_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optitpu/core.h"
+
+static int ot_test_failures_;   /* failures in the current test */
+static int ot_test_assertions_; /* assertions evaluated overall */
+
+#define OT_T_FAIL_(...)                                                                            \
+    do {                                                                                           \
+        fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);                                          \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fputc('\n', stderr);                                                                       \
+        ot_test_failures_++;                                                                       \
+    } while (0)
+
+#define EXPECT_TRUE(c)                                                                             \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        if (!(c)) OT_T_FAIL_("expected true: %s", #c);                                             \
+    } while (0)
+
+#define EXPECT_INT_EQ(a, b)                                                                        \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                                      \
+        if (va_ != vb_) OT_T_FAIL_("%s == %s: %lld != %lld", #a, #b, va_, vb_);                   \
+    } while (0)
+
+#define EXPECT_U64_EQ(a, b)                                                                        \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        unsigned long long va_ = (unsigned long long)(a), vb_ = (unsigned long long)(b);           \
+        if (va_ != vb_) OT_T_FAIL_("%s == %s: %llu != %llu", #a, #b, va_, vb_);                   \
+    } while (0)
+
+#define EXPECT_STR_EQ(a, b)                                                                        \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        const char *sa_ = (a), *sb_ = (b);                                                         \
+        if (!sa_ || !sb_ || strcmp(sa_, sb_) != 0)                                                 \
+            OT_T_FAIL_("%s == %s: \"%s\" != \"%s\"", #a, #b, sa_ ? sa_ : "(null)",                 \
+                       sb_ ? sb_ : "(null)");                                                      \
+    } while (0)
+
+#define EXPECT_STR_CONTAINS(hay, needle)                                                           \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        const char *h_ = (hay), *n_ = (needle);                                                    \
+        if (!h_ || !strstr(h_, n_)) OT_T_FAIL_("\"%s\" does not contain \"%s\"", h_ ? h_ : "", n_); \
+    } while (0)
+
+#define EXPECT_NEAR(a, b, tol)                                                                     \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        double va_ = (double)(a), vb_ = (double)(b), t_ = (double)(tol);                           \
+        if (!(fabs(va_ - vb_) <= t_))                                                              \
+            OT_T_FAIL_("%s ~= %s: %.17g vs %.17g (tol %g)", #a, #b, va_, vb_, t_);                 \
+    } while (0)
+
+/* Status assertions print the thread-local error message on failure. */
+#define EXPECT_OK(call)                                                                            \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        ot_status s_ = (call);                                                                     \
+        if (s_ != OT_OK) OT_T_FAIL_("%s: %s (%s)", #call, ot_status_str(s_), ot_last_error());     \
+    } while (0)
+
+#define EXPECT_STATUS(call, want)                                                                  \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        ot_status s_ = (call);                                                                     \
+        if (s_ != (want))                                                                          \
+            OT_T_FAIL_("%s: got %s, want %s (%s)", #call, ot_status_str(s_), ot_status_str(want),  \
+                       ot_last_error());                                                           \
+    } while (0)
+
+/* Aborts the current test function when the condition fails (for preconditions). */
+#define ASSERT_TRUE(c)                                                                             \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        if (!(c)) {                                                                                \
+            OT_T_FAIL_("required: %s", #c);                                                        \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define ASSERT_OK(call)                                                                            \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        ot_status s_ = (call);                                                                     \
+        if (s_ != OT_OK) {                                                                         \
+            OT_T_FAIL_("%s: %s (%s)", #call, ot_status_str(s_), ot_last_error());                  \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+typedef struct ot_test_case {
+    const char *name;
+    void (*fn)(void);
+} ot_test_case;
+
+#define OT_TEST(fn) {#fn, fn}
+
+/* Runs the listed tests (or those whose names contain argv[1]), prints one line per test and the
+ * closing "N passed, N failed" line; returns the process exit code. */
+static inline int ot_test_main(int argc, char **argv, const ot_test_case *tests, size_t n) {
+    int passed = 0, failed = 0;
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (filter && !strstr(tests[i].name, filter)) continue;
+        ot_test_failures_ = 0;
+        ot_clear_error();
+        tests[i].fn();
+        if (ot_test_failures_) {
+            failed++;
+            printf("FAIL %s\n", tests[i].name);
+        } else {
+            passed++;
+            printf("ok   %s\n", tests[i].name);
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    if (passed + failed == 0) {
+        printf("no test matched\n");
+        return 1;
+    }
+    return failed ? 1 : 0;
+}
+
+#define OT_TEST_MAIN(...)                                                                          \
+    int main(int argc, char **argv) {                                                              \
+        static const ot_test_case tests_[] = {__VA_ARGS__};                                        \
+        return ot_test_main(argc, argv, tests_, sizeof tests_ / sizeof tests_[0]);                 \
+    }
+
+#endif /* OT_TEST_H */

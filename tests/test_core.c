@@ -1,0 +1,310 @@
+/* Core: status, dtypes (f16/bf16 over all bit patterns), shapes, tensors, allocation failure
+ * injection, arena, thread pool, SHA-256 (NIST vectors). */
+#include "ot_test.h"
+
+#include <stdatomic.h>
+
+static void test_status_names(void) {
+    EXPECT_STR_EQ(ot_status_str(OT_OK), "OK");
+    EXPECT_STR_EQ(ot_status_str(OT_ERR_CORRUPT_DATA), "CORRUPT_DATA");
+    EXPECT_STR_EQ(ot_status_str(OT_ERR_OUT_OF_RANGE), "OUT_OF_RANGE");
+    EXPECT_STR_EQ(ot_status_str((ot_status)-999), "UNKNOWN_STATUS");
+    EXPECT_STR_EQ(ot_status_str((ot_status)5), "UNKNOWN_STATUS");
+    EXPECT_INT_EQ(ot_error(OT_ERR_IO, "open %s", "x.bin"), OT_ERR_IO);
+    EXPECT_STR_EQ(ot_last_error(), "IO: open x.bin");
+    ot_error_wrap(OT_ERR_IO, "loading %d", 3);
+    EXPECT_STR_EQ(ot_last_error(), "IO: loading 3: open x.bin");
+    ot_clear_error();
+    EXPECT_STR_EQ(ot_last_error(), "");
+}
+
+static void test_dtype_table(void) {
+    for (int i = 0; i < OT_DTYPE_COUNT; i++) {
+        const char *n = ot_dtype_name((ot_dtype)i);
+        EXPECT_INT_EQ(ot_dtype_from_name(n, strlen(n)), i);
+        EXPECT_TRUE(ot_dtype_size((ot_dtype)i) > 0);
+    }
+    EXPECT_INT_EQ(ot_dtype_size(OT_BF16), 2);
+    EXPECT_INT_EQ(ot_dtype_size(OT_S64), 8);
+    EXPECT_INT_EQ(ot_dtype_from_name("f32x", 4), OT_DTYPE_INVALID);
+    EXPECT_INT_EQ(ot_dtype_from_name("f32x", 3), OT_F32);
+    EXPECT_INT_EQ(ot_dtype_size(OT_DTYPE_INVALID), 0);
+    EXPECT_TRUE(ot_dtype_is_float(OT_BF16) && !ot_dtype_is_float(OT_S32));
+}
+
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float bitsf(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Every f16 bit pattern widens exactly and narrows back to itself; NaNs stay NaNs. Every
+ * rounding boundary (midpoints between neighbours, and one f32 ulp either side) rounds as the
+ * compiler's own _Float16 conversion does (round-to-nearest-even). */
+static void test_f16_all_patterns(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ot_f16_to_f32((uint16_t)h);
+        bool is_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+        if (is_nan) {
+            if (f == f || (ot_f32_to_f16(f) & 0x7fff) <= 0x7c00) bad++;
+            continue;
+        }
+        if (ot_f32_to_f16(f) != h) bad++;
+#if defined(__FLT16_MAX__)
+        if ((float)(_Float16)f != f) bad++;
+        if ((h & 0x7fff) < 0x7c00) {
+            /* midpoint towards the next larger magnitude, and its neighbours */
+            float next = ot_f16_to_f32((uint16_t)(h + 1));
+            double mid = ((double)f + (double)next) / 2;
+            float mf = (float)mid;
+            if ((double)mf == mid) {
+                float cands[3] = {mf, bitsf(fbits(mf) - 1), bitsf(fbits(mf) + 1)};
+                for (int k = 0; k < 3; k++) {
+                    _Float16 r = (_Float16)cands[k];
+                    uint16_t rb;
+                    memcpy(&rb, &r, 2);
+                    if (ot_f32_to_f16(cands[k]) != rb) bad++;
+                }
+            }
+        }
+#endif
+    }
+    EXPECT_INT_EQ(bad, 0);
+    EXPECT_INT_EQ(ot_f32_to_f16(65504.0f), 0x7bff);
+    EXPECT_INT_EQ(ot_f32_to_f16(65520.0f), 0x7c00); /* tie rounds to even: infinity */
+    EXPECT_INT_EQ(ot_f32_to_f16(65519.99f), 0x7bff);
+    EXPECT_INT_EQ(ot_f32_to_f16(-INFINITY), 0xfc00);
+    EXPECT_INT_EQ(ot_f32_to_f16(-0.0f), 0x8000);
+    EXPECT_INT_EQ(ot_f32_to_f16(1e-8f), 0x0000); /* below half the smallest subnormal */
+    EXPECT_INT_EQ(ot_f32_to_f16(5.9604645e-08f), 0x0001);
+}
+
+static void test_bf16_all_patterns(void) {
+    int bad = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        float f = ot_bf16_to_f32((uint16_t)b);
+        bool is_nan = (b & 0x7f80) == 0x7f80 && (b & 0x7f);
+        if (is_nan) {
+            if (f == f || (ot_f32_to_bf16(f) & 0x7fff) <= 0x7f80) bad++;
+            continue;
+        }
+        if (ot_f32_to_bf16(f) != b) bad++;
+        if ((b & 0x7fff) < 0x7f80) {
+            uint32_t u = (uint32_t)b << 16;
+            /* exactly halfway: ties to even */
+            uint16_t want_mid = (b & 1) ? (uint16_t)(b + 1) : (uint16_t)b;
+            if (ot_f32_to_bf16(bitsf(u | 0x8000u)) != want_mid) bad++;
+            if (ot_f32_to_bf16(bitsf(u | 0x7fffu)) != b) bad++;
+            if (ot_f32_to_bf16(bitsf(u | 0x8001u)) != (uint16_t)(b + 1)) bad++;
+        }
+    }
+    EXPECT_INT_EQ(bad, 0);
+    EXPECT_INT_EQ(ot_f32_to_bf16(INFINITY), 0x7f80);
+    EXPECT_TRUE(ot_bf16_to_f32(ot_f32_to_bf16(NAN)) != ot_bf16_to_f32(ot_f32_to_bf16(NAN)));
+}
+
+static void test_shapes(void) {
+    ot_shape s;
+    EXPECT_OK(ot_shape_make(&s, OT_F32, 2, (int64_t[]){2, 3}));
+    char buf[64];
+    ot_shape_format(&s, buf, sizeof buf);
+    EXPECT_STR_EQ(buf, "f32[2,3]");
+    int64_t n;
+    EXPECT_OK(ot_shape_nbytes(&s, &n));
+    EXPECT_INT_EQ(n, 24);
+    int64_t st[OT_MAX_RANK];
+    ot_shape_strides(&s, st);
+    EXPECT_INT_EQ(st[0], 3);
+    EXPECT_INT_EQ(st[1], 1);
+    ot_shape sc = ot_shape_scalar(OT_BF16);
+    ot_shape_format(&sc, buf, sizeof buf);
+    EXPECT_STR_EQ(buf, "bf16[]");
+    EXPECT_INT_EQ(ot_shape_format(&s, buf, 4), 8); /* truncated: reports wanted length */
+    EXPECT_STR_EQ(buf, "f32");
+
+    EXPECT_STATUS(ot_shape_make(&s, OT_F32, 9, (int64_t[9]){0}), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_shape_make(&s, OT_F32, 1, (int64_t[]){-1}), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "negative");
+    EXPECT_STATUS(ot_shape_make(&s, OT_F32, 2, (int64_t[]){INT64_MAX / 2, 3}), OT_ERR_OUT_OF_RANGE);
+    EXPECT_STATUS(ot_shape_make(&s, OT_F64, 2, (int64_t[]){1ll << 31, 1ll << 30}),
+                  OT_ERR_OUT_OF_RANGE);
+    EXPECT_STATUS(ot_shape_make(&s, (ot_dtype)77, 0, NULL), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(ot_shape_make(&s, OT_S8, 3, (int64_t[]){0, INT64_MAX, 5}));
+    EXPECT_OK(ot_shape_numel(&s, &n));
+    EXPECT_INT_EQ(n, 0);
+}
+
+static void test_tensor_and_alloc_failure(void) {
+    ot_shape s;
+    ASSERT_OK(ot_shape_make(&s, OT_F32, 1, (int64_t[]){1000}));
+    int64_t live0 = ot_alloc_live();
+    ot_tensor t;
+    EXPECT_OK(ot_tensor_alloc(&t, &s));
+    EXPECT_TRUE(((uintptr_t)t.data % OT_ALIGNMENT) == 0);
+    EXPECT_INT_EQ(t.nbytes, 4000);
+    EXPECT_TRUE(((float *)t.data)[999] == 0.0f);
+    ot_tensor_release(&t);
+    EXPECT_TRUE(t.data == NULL);
+    ot_alloc_fail_after(1);
+    EXPECT_STATUS(ot_tensor_alloc(&t, &s), OT_ERR_OUT_OF_MEMORY);
+    ot_alloc_fail_after(0);
+    EXPECT_TRUE(t.data == NULL);
+    EXPECT_INT_EQ(ot_alloc_live(), live0);
+    float buf[4];
+    ot_shape s4;
+    ASSERT_OK(ot_shape_make(&s4, OT_F32, 1, (int64_t[]){4}));
+    EXPECT_OK(ot_tensor_borrow(&t, &s4, buf));
+    EXPECT_TRUE(t.data == buf && !t.owned);
+    ot_tensor_release(&t);
+    EXPECT_STATUS(ot_tensor_borrow(&t, &s4, NULL), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(ot_calloc(SIZE_MAX / 2, 4) == NULL);
+}
+
+static void test_arena(void) {
+    for (int fail = 1; fail <= 4; fail++) { /* every allocation failure is reported, no leak */
+        int64_t live0 = ot_alloc_live();
+        ot_alloc_fail_after(fail);
+        ot_arena *a = ot_arena_new(128);
+        bool ok = a != NULL;
+        for (int i = 0; ok && i < 10; i++) ok = ot_arena_alloc(a, 100, 16) != NULL;
+        ot_alloc_fail_after(0);
+        ot_arena_free(a);
+        EXPECT_INT_EQ(ot_alloc_live(), live0);
+    }
+    ot_arena *a = ot_arena_new(256);
+    ASSERT_TRUE(a != NULL);
+    void *p1 = ot_arena_alloc(a, 10, 8);
+    void *p2 = ot_arena_alloc(a, 10, 64);
+    void *big = ot_arena_alloc(a, 10000, 64);
+    void *p3 = ot_arena_alloc(a, 8, 8);
+    EXPECT_TRUE(p1 && p2 && big && p3);
+    EXPECT_TRUE(((uintptr_t)p2 % 64) == 0 && ((uintptr_t)big % 64) == 0);
+    EXPECT_TRUE((char *)p3 > (char *)p2 && (char *)p3 < (char *)p2 + 256); /* same chunk */
+    EXPECT_STR_EQ(ot_arena_strndup(a, "hello world", 5), "hello");
+    EXPECT_TRUE(ot_arena_alloc(a, 8, 3) == NULL); /* not a power of two */
+    EXPECT_INT_EQ(ot_arena_used(a), 10 + 10 + 10000 + 8 + 6);
+    ot_arena_free(a);
+    ot_arena_free(NULL);
+}
+
+typedef struct sum_ctx {
+    const int64_t *x;
+    int64_t partial[64];
+    atomic_llong calls;
+} sum_ctx;
+
+static void sum_range(void *ctx, int64_t b, int64_t e, int ith) {
+    sum_ctx *c = ctx;
+    int64_t s = 0;
+    for (int64_t i = b; i < e; i++) s += c->x[i];
+    c->partial[ith] += s;
+    atomic_fetch_add(&c->calls, 1);
+}
+
+typedef struct barrier_ctx {
+    ot_threadpool *p;
+    atomic_int phase1;
+    int seen_all[64];
+} barrier_ctx;
+
+static void barrier_task(void *arg, int ith, int nth) {
+    barrier_ctx *c = arg;
+    atomic_fetch_add(&c->phase1, 1);
+    ot_threadpool_barrier(c->p, ith);
+    c->seen_all[ith] = atomic_load(&c->phase1) == nth;
+    ot_threadpool_barrier(c->p, ith);
+}
+
+static void test_threadpool(void) {
+    enum { N = 100003 };
+    int64_t *x = malloc(N * sizeof *x);
+    int64_t want = 0;
+    for (int64_t i = 0; i < N; i++) want += (x[i] = i * 7 % 13);
+    int sizes[] = {1, 2, 3, 8};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        ot_threadpool *p;
+        ASSERT_OK(ot_threadpool_create(sizes[k], &p));
+        EXPECT_INT_EQ(ot_threadpool_size(p), sizes[k]);
+        for (int rep = 0; rep < 50; rep++) {
+            sum_ctx c = {.x = x};
+            ot_parallel_for(p, N, 0, OT_SCHEDULE_STATIC, sum_range, &c);
+            int64_t got = 0;
+            for (int i = 0; i < 64; i++) got += c.partial[i];
+            EXPECT_INT_EQ(got, want);
+            EXPECT_TRUE(atomic_load(&c.calls) <= sizes[k]);
+            sum_ctx d = {.x = x};
+            ot_parallel_for(p, N, 1000, OT_SCHEDULE_DYNAMIC, sum_range, &d);
+            got = 0;
+            for (int i = 0; i < 64; i++) got += d.partial[i];
+            EXPECT_INT_EQ(got, want);
+            /* a one-thread pool runs the range inline in one call */
+            EXPECT_INT_EQ(atomic_load(&d.calls), sizes[k] == 1 ? 1 : (N + 999) / 1000);
+        }
+        barrier_ctx bc = {.p = p};
+        ot_threadpool_run(p, barrier_task, &bc);
+        for (int i = 0; i < sizes[k]; i++) EXPECT_TRUE(bc.seen_all[i]);
+        ot_threadpool_free(p);
+    }
+    ot_threadpool_free(NULL);
+    EXPECT_TRUE(ot_threadpool_default() != NULL);
+    /* allocation failure during creation cleans up */
+    for (int fail = 1; fail <= 8; fail++) {
+        int64_t live0 = ot_alloc_live();
+        ot_threadpool *p = NULL;
+        ot_alloc_fail_after(fail);
+        ot_status s = ot_threadpool_create(4, &p);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) {
+            ot_threadpool_free(p);
+        } else {
+            EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
+            EXPECT_TRUE(p == NULL);
+        }
+        EXPECT_INT_EQ(ot_alloc_live(), live0);
+    }
+    free(x);
+}
+
+static void hex_of(const void *data, size_t n, char out[65]) {
+    uint8_t d[32];
+    ot_sha256_digest(data, n, d);
+    ot_hex(d, 32, out);
+}
+
+static void test_sha256_nist(void) {
+    char hex[65];
+    hex_of("", 0, hex);
+    EXPECT_STR_EQ(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    hex_of("abc", 3, hex);
+    EXPECT_STR_EQ(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *m2 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    hex_of(m2, strlen(m2), hex);
+    EXPECT_STR_EQ(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    /* one million 'a', streamed in uneven pieces */
+    ot_sha256 h;
+    ASSERT_OK(ot_sha256_init(&h));
+    char buf[997];
+    memset(buf, 'a', sizeof buf);
+    size_t left = 1000000;
+    while (left) {
+        size_t k = left < sizeof buf ? left : sizeof buf;
+        EXPECT_OK(ot_sha256_update(&h, buf, k));
+        left -= k;
+    }
+    uint8_t d[32];
+    EXPECT_OK(ot_sha256_final(&h, d));
+    ot_hex(d, 32, hex);
+    EXPECT_STR_EQ(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    EXPECT_STATUS(ot_sha256_update(&h, "x", 1), OT_ERR_INVALID_ARGUMENT);
+}
+
+OT_TEST_MAIN(OT_TEST(test_status_names), OT_TEST(test_dtype_table), OT_TEST(test_f16_all_patterns),
+             OT_TEST(test_bf16_all_patterns), OT_TEST(test_shapes),
+             OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena),
+             OT_TEST(test_threadpool), OT_TEST(test_sha256_nist))
