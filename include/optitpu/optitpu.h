@@ -3,5 +3,6 @@
 #define OPTITPU_OPTITPU_H
 
 #include "optitpu/core.h"
+#include "optitpu/bench.h"
 
 #endif /* OPTITPU_OPTITPU_H */

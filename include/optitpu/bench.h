@@ -1,0 +1,81 @@
+/*
+ * optitpu bench: the machine's own limits, measured in the same run as a benchmark, and the
+ * common result format every benchmark prints.
+ *
+ *     ot_bench_limits lim;
+ *     ot_bench_limits_options o = ot_bench_limits_options_default();
+ *     o.what = OT_BENCH_LIMIT_STREAM;                 // only what this benchmark compares to
+ *     OT_CHECK(ot_bench_limits_measure(&o, &lim));
+ *     ot_bench_row r = {.bench = "optim", .case_name = "adam f32 16M", .metric = "GB/s",
+ *                       .value = ours, .baseline = "STREAM triad", .baseline_value = lim.triad_gbs};
+ *     r.ratio = r.value / r.baseline_value;
+ *     ot_bench_print(&r, json);
+ *
+ * Convention (DESIGN.md, "Benchmarks"): a readable table row, or with json one JSON object per line
+ * {"bench","case","metric","value","baseline","baseline_value","ratio"}; ratio > 1 means optitpu did
+ * better than the baseline. Figures are medians of at least 5 repetitions after a warm-up.
+ */
+#ifndef OPTITPU_BENCH_H
+#define OPTITPU_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "optitpu/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ot_bench_row {
+    const char *bench;     /* "limits", "optim", "collectives", ... */
+    const char *case_name; /* "adam f32 16M x1" */
+    const char *metric;    /* "GB/s", "s", "us/kernel" */
+    double value;
+    const char *baseline; /* NULL when the row has no baseline */
+    double baseline_value;
+    double ratio; /* oriented so that > 1 means optitpu did better; 0 when no baseline */
+} ot_bench_row;
+
+/* Prints one row to stdout: a JSON line when json is true, else an aligned table line. */
+OT_API void ot_bench_print(const ot_bench_row *r, bool json);
+/* Prints the table header (no-op when json is true). */
+OT_API void ot_bench_print_header(bool json);
+/* Median of n values (sorts v in place); NaN when n == 0. */
+OT_API double ot_bench_median(double *v, size_t n);
+
+/* Which limits to measure (bit mask). */
+enum {
+    OT_BENCH_LIMIT_MEMCPY = 1 << 0,
+    OT_BENCH_LIMIT_STREAM = 1 << 1, /* copy, scale, add, triad */
+    OT_BENCH_LIMIT_SHA256 = 1 << 2,
+    OT_BENCH_LIMIT_DISK = 1 << 3, /* sequential write+fsync, read */
+    OT_BENCH_LIMIT_ALL = 0xf,
+};
+
+typedef struct ot_bench_limits_options {
+    unsigned what;       /* OT_BENCH_LIMIT_* mask */
+    int threads;         /* STREAM threads; <= 0: the default thread pool's size */
+    size_t stream_bytes; /* bytes per STREAM array (default: far beyond the last-level cache) */
+    size_t file_bytes;   /* disk test file size */
+    int reps;            /* repetitions (best of reps for STREAM, as STREAM reports) */
+    const char *tmp_dir; /* where the disk test file goes (default: $TMPDIR or /tmp) */
+} ot_bench_limits_options;
+
+typedef struct ot_bench_limits {
+    double memcpy_gbs;
+    double copy_gbs, scale_gbs, add_gbs, triad_gbs; /* STREAM, bytes counted as STREAM does */
+    double sha256_gbs;
+    double write_fsync_gbs, read_gbs;
+    int threads;
+} ot_bench_limits;
+
+OT_API ot_bench_limits_options ot_bench_limits_options_default(void);
+/* Measures the selected limits; fields not selected are 0. */
+OT_API ot_status ot_bench_limits_measure(const ot_bench_limits_options *o, ot_bench_limits *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPTITPU_BENCH_H */
