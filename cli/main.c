@@ -4,9 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Subcommands live in cli/cmd_*.c; add each one here. */
+/* Subcommands live in cli/cmd_NAME.c, each defining `const cli_command cli_cmd_NAME`; add one
+ * extern line and one table line per command. */
+extern const cli_command cli_cmd_bench;
+
 static const cli_command *const commands[] = {
-    NULL, /* keeps the table non-empty; skipped below */
+    &cli_cmd_bench, NULL, /* keeps the table non-empty; skipped below */
 };
 
 static const cli_command *find_command(const char *name) {

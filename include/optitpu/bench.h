@@ -7,13 +7,32 @@
  *     o.what = OT_BENCH_LIMIT_STREAM;                 // only what this benchmark compares to
  *     OT_CHECK(ot_bench_limits_measure(&o, &lim));
  *     ot_bench_row r = {.bench = "optim", .case_name = "adam f32 16M", .metric = "GB/s",
- *                       .value = ours, .baseline = "STREAM triad", .baseline_value = lim.triad_gbs};
- *     r.ratio = r.value / r.baseline_value;
- *     ot_bench_print(&r, json);
+ *                       .value = ours, .baseline = "STREAM triad", .baseline_value =
+ * lim.triad_gbs}; r.ratio = r.value / r.baseline_value; ot_bench_print(&r, json);
  *
  * Convention (DESIGN.md, "Benchmarks"): a readable table row, or with json one JSON object per line
- * {"bench","case","metric","value","baseline","baseline_value","ratio"}; ratio > 1 means optitpu did
- * better than the baseline. Figures are medians of at least 5 repetitions after a warm-up.
+ * {"bench","case","metric","value","baseline","baseline_value","ratio"}; ratio > 1 means optitpu
+ * did better than the baseline. Figures are medians of at least 5 repetitions after a warm-up. A
+ * row without a baseline prints null for baseline, baseline_value and ratio; a value that is not
+ * finite prints as null.
+ *
+ * What the limits measure (each the best of `reps` timed repetitions after one warm-up, because a
+ * limit is what the machine can reach, as STREAM reports it):
+ *   memcpy      libc memcpy of stream_bytes, split statically over the threads; bytes counted
+ *               as read + written (2 x size), the same convention as STREAM copy.
+ *   STREAM      copy c=a, scale b=s*c, add c=a+b, triad a=b+s*c over three f64 arrays of
+ *               stream_bytes each (default: 4 x the last-level cache, at least 64 MiB), first
+ *               touched by the thread that later works on each part (static partition); bytes
+ *               counted as STREAM does (2 or 3 arrays per element). Results are validated.
+ *   SHA-256     one thread, OpenSSL EVP over a 64 MiB buffer (a hash stream is sequential).
+ *   disk        a temporary file in tmp_dir: write file_bytes sequentially then fsync (timed
+ *               together); then fsync + posix_fadvise(DONTNEED) to drop it from the page cache and
+ *               read it back sequentially. mincore() reports how much of the file was still in the
+ *               page cache when the read began (read_resident_frac); a read from cache is reported
+ *               as such, never as a device figure.
+ *
+ * Thread safety: ot_bench_limits_measure may run concurrently with other work but measures the
+ * machine as it is (noisy neighbours lower the figures). ot_bench_print writes to stdout.
  */
 #ifndef OPTITPU_BENCH_H
 #define OPTITPU_BENCH_H
@@ -55,10 +74,10 @@ enum {
 
 typedef struct ot_bench_limits_options {
     unsigned what;       /* OT_BENCH_LIMIT_* mask */
-    int threads;         /* STREAM threads; <= 0: the default thread pool's size */
-    size_t stream_bytes; /* bytes per STREAM array (default: far beyond the last-level cache) */
-    size_t file_bytes;   /* disk test file size */
-    int reps;            /* repetitions (best of reps for STREAM, as STREAM reports) */
+    int threads;         /* memcpy and STREAM threads; <= 0: the default thread pool's size */
+    size_t stream_bytes; /* bytes per STREAM array; 0: 4 x the last-level cache, >= 64 MiB */
+    size_t file_bytes;   /* disk test file size; 0: 256 MiB */
+    int reps;            /* timed repetitions after one warm-up (best of reps); <= 0: 5 */
     const char *tmp_dir; /* where the disk test file goes (default: $TMPDIR or /tmp) */
 } ot_bench_limits_options;
 
@@ -67,12 +86,22 @@ typedef struct ot_bench_limits {
     double copy_gbs, scale_gbs, add_gbs, triad_gbs; /* STREAM, bytes counted as STREAM does */
     double sha256_gbs;
     double write_fsync_gbs, read_gbs;
-    int threads;
+    double read_resident_frac; /* fraction of the file in the page cache when the read began */
+    int threads;               /* threads used for memcpy and STREAM */
+    int reps;
+    unsigned what;       /* what was measured (OT_BENCH_LIMIT_* mask) */
+    size_t stream_bytes; /* bytes per STREAM array (and of the memcpy source) */
+    size_t file_bytes;
+    size_t sha256_bytes;
 } ot_bench_limits;
 
 OT_API ot_bench_limits_options ot_bench_limits_options_default(void);
-/* Measures the selected limits; fields not selected are 0. */
+/* Measures the selected limits; fields not selected are 0. Allocates its buffers (freed before
+ * return, also on failure); returns OT_ERR_IO when the temporary file cannot be written or read,
+ * OT_ERR_OUT_OF_MEMORY when the arrays do not fit, OT_ERR_INTERNAL when STREAM validation fails. */
 OT_API ot_status ot_bench_limits_measure(const ot_bench_limits_options *o, ot_bench_limits *out);
+/* Prints every measured figure of `l` as rows of bench "limits" (table or JSON lines). */
+OT_API void ot_bench_limits_print(const ot_bench_limits *l, bool json);
 
 #ifdef __cplusplus
 }
