@@ -11,10 +11,13 @@
 /* Exit codes. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
+/* `optitpu NAME --help` prints `usage` (main handles it). A command with subcommands of its own
+ * (like bench) prints a subcommand's usage for `NAME SUB --help`, which is also what
+ * `optitpu help NAME SUB` runs. */
 typedef struct cli_command {
     const char *name;
-    const char *summary; /* one line for `optitpu help` */
-    const char *usage;   /* full text for `optitpu help NAME` */
+    const char *summary;               /* one line for `optitpu help` */
+    const char *usage;                 /* full text for `optitpu help NAME` */
     int (*run)(int argc, char **argv); /* argv[0] is the command name */
 } cli_command;
 

@@ -39,6 +39,16 @@ static int cmd_help(int argc, char **argv) {
         print_overview(stderr);
         return CLI_USAGE;
     }
+    if (argc > 2) {
+        /* help COMMAND SUB...: the command explains its subcommand (`COMMAND SUB --help`) */
+        static char help_flag[] = "--help";
+        char *sub[8];
+        int n = 0;
+        for (int i = 1; i < argc && n < 6; i++) sub[n++] = argv[i];
+        sub[n++] = help_flag;
+        sub[n] = NULL;
+        return c->run(n, sub);
+    }
     printf("%s\n", c->usage);
     return CLI_OK;
 }
@@ -72,6 +82,10 @@ int main(int argc, char **argv) {
     if (!c) {
         fprintf(stderr, "optitpu: unknown command '%s'\n(run 'optitpu help' for the list)\n", name);
         return CLI_USAGE;
+    }
+    if (i + 1 < argc && (!strcmp(argv[i + 1], "--help") || !strcmp(argv[i + 1], "-h"))) {
+        printf("%s\n", c->usage);
+        return CLI_OK;
     }
     return c->run(argc - i, argv + i);
 }

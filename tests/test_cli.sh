@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The CLI skeleton: --version, help, help COMMAND [SUB], exit codes (0 ok, 1 failure, 2 usage)
+# and messages that say what to do; bench limits on small sizes prints every figure as JSON.
+# Usage: test_cli.sh OPTITPU_BINARY SOURCE_DIR BUILD_DIR
+set -uo pipefail
+bin=$1
+work=$(mktemp -d "${TMPDIR:-/tmp}/optitpu-cli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+# expect NAME WANT_RC PATTERN_IN_OUTPUT -- ARGS...  (pattern: grep -E over stdout+stderr)
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  "$bin" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  cat "$work/out" "$work/err" >"$work/all"
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL $name: exit $rc, want $want (optitpu $*)"; sed 's/^/  | /' "$work/all"; failed=$((failed + 1)); return
+  fi
+  if [[ -n $pat ]] && ! grep -Eq -- "$pat" "$work/all"; then
+    echo "FAIL $name: output lacks /$pat/ (optitpu $*)"; sed 's/^/  | /' "$work/all"; failed=$((failed + 1)); return
+  fi
+  echo "ok   $name"
+  passed=$((passed + 1))
+}
+
+version=$(sed -n 's/^project(optitpu VERSION \([0-9.]*\).*/\1/p' "$2/CMakeLists.txt")
+expect version 0 "^optitpu $version\$" -- --version
+expect version_short 0 "^optitpu $version\$" -- -V
+expect help 0 "^usage: optitpu" -- help
+expect help_lists_bench 0 "^  bench " -- help
+expect help_flag 0 "exit codes: 0 ok, 1 failure, 2 usage error" -- --help
+expect help_command 0 "usage: optitpu bench NAME" -- help bench
+expect help_subcommand 0 "usage: optitpu bench limits" -- help bench limits
+expect command_help_flag 0 "usage: optitpu bench NAME" -- bench --help
+expect subcommand_help_flag 0 "--threads N" -- bench limits --help
+expect no_command 2 "usage: optitpu" --
+expect unknown_command 2 "unknown command 'frobnicate'" -- frobnicate
+expect unknown_command_hint 2 "run 'optitpu help' for the list" -- frobnicate
+expect unknown_flag 2 "unknown option '--frob'" -- --frob
+expect unknown_flag_hint 2 "run 'optitpu help' for usage" -- --frob bench
+expect help_unknown 2 "unknown command 'nosuch'" -- help nosuch
+expect bench_no_name 2 "benchmarks:" -- bench
+expect bench_unknown 2 "unknown benchmark 'nosuch'.*optitpu bench' for the list" -- bench nosuch
+expect limits_unknown_arg 2 "unknown argument '--bogus'" -- bench limits --bogus
+expect limits_unknown_arg_hint 2 "run 'optitpu help bench limits' for usage" -- bench limits --bogus
+expect limits_bad_threads 2 "--threads needs a number from 1 to 1024" -- bench limits --threads 0
+expect limits_missing_value 2 "--threads needs a number" -- bench limits --threads
+expect limits_bad_threads_text 2 "--threads needs" -- bench limits --threads two
+expect limits_bad_only 2 "--only needs a comma list" -- bench limits --only gpu
+expect limits_bad_size 2 "--stream-bytes needs a size" -- bench limits --stream-bytes 12Q
+# a runtime failure is exit 1 with the library's message
+expect limits_io_failure 1 "IO: .*cannot create a file in /nonexistent" -- \
+  bench limits --only disk --file-bytes 4M --tmp-dir /nonexistent
+
+# every figure, once each, as one JSON object per line with the seven keys
+expect limits_json 0 "" -- bench limits --json --threads 2 --reps 1 --stream-bytes 2M --file-bytes 4M
+lines=$(wc -l <"$work/out")
+if [[ $lines -ne 8 ]]; then
+  echo "FAIL limits_json_lines: $lines lines, want 8"; failed=$((failed + 1))
+else
+  echo "ok   limits_json_lines"; passed=$((passed + 1))
+fi
+bad=0
+for c in "memcpy 2 MiB" "STREAM copy" "STREAM scale" "STREAM add" "STREAM triad" "sha256" \
+         "file write\\+fsync" "file read"; do
+  grep -Eq "\"case\": \"$c" "$work/out" || { echo "  missing figure: $c"; bad=1; }
+done
+if command -v python3 >/dev/null; then
+  python3 - "$work/out" <<'PY' || bad=1
+import json, math, sys
+keys = ["bench", "case", "metric", "value", "baseline", "baseline_value", "ratio"]
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    assert list(o) == keys, o
+    assert o["bench"] == "limits" and o["metric"] == "GB/s", o
+    assert isinstance(o["value"], float) and o["value"] > 0 and math.isfinite(o["value"]), o
+PY
+else
+  grep -Evq '^\{"bench": "limits", "case": "[^"]*", "metric": "GB/s", "value": [0-9.e+-]+, "baseline": null, "baseline_value": null, "ratio": null\}$' "$work/out" && bad=1
+fi
+if [[ $bad -ne 0 ]]; then
+  echo "FAIL limits_json_figures"; sed 's/^/  | /' "$work/out"; failed=$((failed + 1))
+else
+  echo "ok   limits_json_figures"; passed=$((passed + 1))
+fi
+expect limits_table 0 "^limits +STREAM triad f64 3x2 MiB, 1 thread +GB/s" -- \
+  bench limits --only stream --threads 1 --reps 1 --stream-bytes 2M
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
