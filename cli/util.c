@@ -51,9 +51,12 @@ bool cli_parse_size(const char *s, int64_t *out) {
     double mul = 1;
     if (*end) {
         switch (*end) {
-        case 'k': case 'K': mul = 1024.0; break;
-        case 'm': case 'M': mul = 1024.0 * 1024; break;
-        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; break;
+        case 'k':
+        case 'K': mul = 1024.0; break;
+        case 'm':
+        case 'M': mul = 1024.0 * 1024; break;
+        case 'g':
+        case 'G': mul = 1024.0 * 1024 * 1024; break;
         default: return false;
         }
         end++;

@@ -32,14 +32,14 @@ static int ot_test_assertions_; /* assertions evaluated overall */
     do {                                                                                           \
         ot_test_assertions_++;                                                                     \
         long long va_ = (long long)(a), vb_ = (long long)(b);                                      \
-        if (va_ != vb_) OT_T_FAIL_("%s == %s: %lld != %lld", #a, #b, va_, vb_);                   \
+        if (va_ != vb_) OT_T_FAIL_("%s == %s: %lld != %lld", #a, #b, va_, vb_);                    \
     } while (0)
 
 #define EXPECT_U64_EQ(a, b)                                                                        \
     do {                                                                                           \
         ot_test_assertions_++;                                                                     \
         unsigned long long va_ = (unsigned long long)(a), vb_ = (unsigned long long)(b);           \
-        if (va_ != vb_) OT_T_FAIL_("%s == %s: %llu != %llu", #a, #b, va_, vb_);                   \
+        if (va_ != vb_) OT_T_FAIL_("%s == %s: %llu != %llu", #a, #b, va_, vb_);                    \
     } while (0)
 
 #define EXPECT_STR_EQ(a, b)                                                                        \
@@ -55,7 +55,8 @@ static int ot_test_assertions_; /* assertions evaluated overall */
     do {                                                                                           \
         ot_test_assertions_++;                                                                     \
         const char *h_ = (hay), *n_ = (needle);                                                    \
-        if (!h_ || !strstr(h_, n_)) OT_T_FAIL_("\"%s\" does not contain \"%s\"", h_ ? h_ : "", n_); \
+        if (!h_ || !strstr(h_, n_))                                                                \
+            OT_T_FAIL_("\"%s\" does not contain \"%s\"", h_ ? h_ : "", n_);                        \
     } while (0)
 
 #define EXPECT_NEAR(a, b, tol)                                                                     \
@@ -108,7 +109,8 @@ typedef struct ot_test_case {
     void (*fn)(void);
 } ot_test_case;
 
-#define OT_TEST(fn) {#fn, fn}
+#define OT_TEST(fn)                                                                                \
+    { #fn, fn }
 
 /* Runs the listed tests (or those whose names contain argv[1]), prints one line per test and the
  * closing "N passed, N failed" line; returns the process exit code. */

@@ -271,6 +271,149 @@ static void test_threadpool(void) {
     free(x);
 }
 
+/* ---- allocation failure in every core constructor ---------------------------------------------
+ * Each builder makes one object the way a caller would, uses it and frees it. The loop fails
+ * allocation 1, 2, ... until the builder succeeds: every failure must be OUT_OF_MEMORY (or the
+ * builder's NULL) and leave ot_alloc_live() where it was. */
+
+static ot_status build_tensor(void) {
+    ot_shape s;
+    OT_CHECK(ot_shape_make(&s, OT_F32, 2, (int64_t[]){10, 100}));
+    ot_tensor t;
+    OT_CHECK(ot_tensor_alloc(&t, &s));
+    ((float *)t.data)[999] = 1;
+    ot_tensor_release(&t);
+    return OT_OK;
+}
+
+static ot_status build_arena(void) {
+    ot_arena *a = ot_arena_new(256);
+    if (!a) return OT_ERR_OUT_OF_MEMORY;
+    ot_status rc = OT_OK;
+    for (int i = 0; i < 20 && rc == OT_OK; i++)
+        if (!ot_arena_alloc(a, (size_t)(i % 3 == 0 ? 1000 : 100), 16)) rc = OT_ERR_OUT_OF_MEMORY;
+    if (rc == OT_OK && !ot_arena_strndup(a, "a string that needs its own bytes", 100))
+        rc = OT_ERR_OUT_OF_MEMORY;
+    ot_arena_free(a);
+    return rc;
+}
+
+typedef struct count_ctx {
+    atomic_int n;
+} count_ctx;
+
+static void count_task(void *arg, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    atomic_fetch_add(&((count_ctx *)arg)->n, 1);
+}
+
+static ot_status build_threadpool(void) {
+    ot_threadpool *p;
+    OT_CHECK(ot_threadpool_create(4, &p));
+    count_ctx c;
+    atomic_init(&c.n, 0);
+    ot_threadpool_run(p, count_task, &c);
+    ot_threadpool_free(p);
+    return atomic_load(&c.n) == 4 ? OT_OK : OT_ERR_INTERNAL;
+}
+
+static ot_status build_strings(void) {
+    char *a = ot_strdup("hello");
+    char *b = ot_strndup("hello world", 5);
+    void *c = ot_aligned_alloc(64, 1000);
+    void *d = ot_calloc(10, 10);
+    void *e = ot_malloc(7);
+    ot_status rc = a && b && c && d && e ? OT_OK : OT_ERR_OUT_OF_MEMORY;
+    if (rc == OT_OK && (strcmp(a, "hello") || strcmp(b, "hello") || ((uintptr_t)c & 63)))
+        rc = OT_ERR_INTERNAL;
+    ot_free(a);
+    ot_free(b);
+    ot_aligned_free(c);
+    ot_free(d);
+    ot_free(e);
+    return rc;
+}
+
+/* Returns the number of injected failures the builder went through before it succeeded. */
+static int fail_every_allocation(const char *name, ot_status (*build)(void)) {
+    for (int n = 1; n < 1000; n++) {
+        int64_t live0 = ot_alloc_live();
+        ot_alloc_fail_after(n);
+        ot_status s = build();
+        ot_alloc_fail_after(0);
+        if (ot_alloc_live() != live0) {
+            OT_T_FAIL_("%s: %lld allocations leaked after failing allocation %d", name,
+                       (long long)(ot_alloc_live() - live0), n);
+            return n;
+        }
+        if (s == OT_OK) return n - 1;
+        if (s != OT_ERR_OUT_OF_MEMORY) {
+            OT_T_FAIL_("%s: failing allocation %d gave %s, want OUT_OF_MEMORY (%s)", name, n,
+                       ot_status_str(s), ot_last_error());
+            return n;
+        }
+    }
+    OT_T_FAIL_("%s: never succeeded", name);
+    return 0;
+}
+
+static void test_alloc_failure_every_constructor(void) {
+    EXPECT_INT_EQ(fail_every_allocation("tensor", build_tensor), 1);
+    EXPECT_TRUE(fail_every_allocation("arena", build_arena) >= 5);
+    EXPECT_TRUE(fail_every_allocation("threadpool", build_threadpool) >= 3);
+    EXPECT_INT_EQ(fail_every_allocation("strings", build_strings), 5);
+    /* a failed realloc keeps the old block */
+    char *p = ot_malloc(8);
+    ASSERT_TRUE(p != NULL);
+    memcpy(p, "1234567", 8);
+    ot_alloc_fail_after(1);
+    EXPECT_TRUE(ot_realloc(p, 1 << 20) == NULL);
+    ot_alloc_fail_after(0);
+    EXPECT_STR_EQ(p, "1234567");
+    char *q = ot_realloc(p, 1 << 20);
+    ASSERT_TRUE(q != NULL);
+    EXPECT_STR_EQ(q, "1234567");
+    ot_free(q);
+    /* the count moves on every request, failed or not */
+    int64_t c0 = ot_alloc_count();
+    ot_alloc_fail_after(1);
+    EXPECT_TRUE(ot_malloc(1) == NULL);
+    ot_alloc_fail_after(0);
+    EXPECT_INT_EQ(ot_alloc_count(), c0 + 1);
+}
+
+/* A replaced allocator sees every allocation; NULL restores libc. */
+typedef struct hook_stats {
+    int allocs, frees;
+} hook_stats;
+
+static void *counting_realloc(void *ud, void *ptr, size_t size) {
+    hook_stats *h = ud;
+    if (size == 0) {
+        h->frees++;
+        free(ptr);
+        return NULL;
+    }
+    if (!ptr) h->allocs++;
+    return realloc(ptr, size);
+}
+
+static void test_allocator_hook(void) {
+    hook_stats h = {0, 0};
+    ot_set_allocator(counting_realloc, &h);
+    ot_status s = build_tensor();
+    char *str = ot_strdup("x");
+    ot_free(str);
+    ot_set_allocator(NULL, NULL);
+    EXPECT_OK(s);
+    EXPECT_INT_EQ(h.allocs, 2);
+    EXPECT_INT_EQ(h.frees, 2);
+    char *after = ot_strdup("y"); /* libc again: the counters stay */
+    ot_free(after);
+    EXPECT_INT_EQ(h.allocs, 2);
+}
+
 static void hex_of(const void *data, size_t n, char out[65]) {
     uint8_t d[32];
     ot_sha256_digest(data, n, d);
@@ -306,5 +449,6 @@ static void test_sha256_nist(void) {
 
 OT_TEST_MAIN(OT_TEST(test_status_names), OT_TEST(test_dtype_table), OT_TEST(test_f16_all_patterns),
              OT_TEST(test_bf16_all_patterns), OT_TEST(test_shapes),
-             OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena),
-             OT_TEST(test_threadpool), OT_TEST(test_sha256_nist))
+             OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena), OT_TEST(test_threadpool),
+             OT_TEST(test_alloc_failure_every_constructor), OT_TEST(test_allocator_hook),
+             OT_TEST(test_sha256_nist))

@@ -106,9 +106,7 @@ static void stream_range(void *arg, int64_t lo, int64_t hi, int ith) {
         if (b)
             for (int64_t j = lo; j < hi; j++) b[j] = 2.0;
         break;
-    case K_MEMCPY:
-        memcpy(c + lo, a + lo, (size_t)(hi - lo) * sizeof(double));
-        break;
+    case K_MEMCPY: memcpy(c + lo, a + lo, (size_t)(hi - lo) * sizeof(double)); break;
     case K_COPY:
         for (int64_t j = lo; j < hi; j++) c[j] = a[j];
         break;

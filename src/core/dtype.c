@@ -7,10 +7,9 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[] = {
-    [OT_PRED] = {"pred", 1}, [OT_S8] = {"s8", 1},   [OT_S16] = {"s16", 2},
-    [OT_S32] = {"s32", 4},   [OT_S64] = {"s64", 8}, [OT_U8] = {"u8", 1},
-    [OT_U16] = {"u16", 2},   [OT_U32] = {"u32", 4}, [OT_U64] = {"u64", 8},
-    [OT_F16] = {"f16", 2},   [OT_BF16] = {"bf16", 2}, [OT_F32] = {"f32", 4},
+    [OT_PRED] = {"pred", 1}, [OT_S8] = {"s8", 1},   [OT_S16] = {"s16", 2},   [OT_S32] = {"s32", 4},
+    [OT_S64] = {"s64", 8},   [OT_U8] = {"u8", 1},   [OT_U16] = {"u16", 2},   [OT_U32] = {"u32", 4},
+    [OT_U64] = {"u64", 8},   [OT_F16] = {"f16", 2}, [OT_BF16] = {"bf16", 2}, [OT_F32] = {"f32", 4},
     [OT_F64] = {"f64", 8},
 };
 _Static_assert(sizeof(dtype_info) / sizeof(dtype_info[0]) == OT_DTYPE_COUNT,

@@ -174,9 +174,7 @@ static ot_status parse_descr(const char *s, size_t n, ot_dtype *dt, bool *swap) 
     }
     ot_dtype t = OT_DTYPE_INVALID;
     switch (kind) {
-    case 'b':
-        t = size == 1 ? OT_PRED : OT_DTYPE_INVALID;
-        break;
+    case 'b': t = size == 1 ? OT_PRED : OT_DTYPE_INVALID; break;
     case 'i':
         t = size == 1   ? OT_S8
             : size == 2 ? OT_S16
@@ -417,32 +415,19 @@ done:
 
 static const char *descr_of(ot_dtype t) {
     switch (t) {
-    case OT_PRED:
-        return "|b1";
-    case OT_S8:
-        return "|i1";
-    case OT_S16:
-        return "<i2";
-    case OT_S32:
-        return "<i4";
-    case OT_S64:
-        return "<i8";
-    case OT_U8:
-        return "|u1";
-    case OT_U16:
-        return "<u2";
-    case OT_U32:
-        return "<u4";
-    case OT_U64:
-        return "<u8";
-    case OT_F16:
-        return "<f2";
-    case OT_F32:
-        return "<f4";
-    case OT_F64:
-        return "<f8";
-    default:
-        return NULL;
+    case OT_PRED: return "|b1";
+    case OT_S8: return "|i1";
+    case OT_S16: return "<i2";
+    case OT_S32: return "<i4";
+    case OT_S64: return "<i8";
+    case OT_U8: return "|u1";
+    case OT_U16: return "<u2";
+    case OT_U32: return "<u4";
+    case OT_U64: return "<u8";
+    case OT_F16: return "<f2";
+    case OT_F32: return "<f4";
+    case OT_F64: return "<f8";
+    default: return NULL;
     }
 }
 

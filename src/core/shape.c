@@ -8,8 +8,7 @@ ot_status ot_shape_make(ot_shape *out, ot_dtype dtype, int rank, const int64_t *
     if (ot_dtype_size(dtype) == 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "shape: invalid dtype %d", (int)dtype);
     if (rank < 0 || rank > OT_MAX_RANK)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "shape: rank %d outside 0..%d", rank,
-                        OT_MAX_RANK);
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "shape: rank %d outside 0..%d", rank, OT_MAX_RANK);
     ot_shape s;
     memset(&s, 0, sizeof s);
     s.dtype = dtype;
@@ -51,7 +50,8 @@ ot_status ot_shape_nbytes(const ot_shape *s, int64_t *out) {
     OT_CHECK(ot_shape_numel(s, &n));
     int64_t es = (int64_t)ot_dtype_size(s->dtype);
     if (es == 0) return ot_error(OT_ERR_INVALID_ARGUMENT, "shape: invalid dtype");
-    if (n > INT64_MAX / es) return ot_error(OT_ERR_OUT_OF_RANGE, "shape: byte count overflows int64");
+    if (n > INT64_MAX / es)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "shape: byte count overflows int64");
     *out = n * es;
     return OT_OK;
 }
@@ -105,7 +105,8 @@ ot_status ot_tensor_alloc(ot_tensor *t, const ot_shape *s) {
         return ot_error(OT_ERR_OUT_OF_MEMORY, "tensor: %lld bytes do not fit in memory",
                         (long long)nb);
     void *p = ot_aligned_alloc(OT_ALIGNMENT, (size_t)nb);
-    if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "tensor: cannot allocate %lld bytes", (long long)nb);
+    if (!p)
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "tensor: cannot allocate %lld bytes", (long long)nb);
     memset(p, 0, (size_t)nb);
     t->shape = *s;
     t->data = p;

@@ -11,10 +11,22 @@
 static _Thread_local char tl_msg[OT_ERRMSG_MAX];
 
 static const char *const status_names[] = {
-    "OK",         "INVALID_ARGUMENT", "SHAPE_MISMATCH", "OUT_OF_MEMORY",
-    "NOT_FOUND",  "ALREADY_EXISTS",   "CORRUPT_DATA",   "IO",
-    "TIMEOUT",    "PEER_FAILED",      "CANCELLED",      "UNSUPPORTED_HARDWARE",
-    "UNIMPLEMENTED", "INTERNAL",      "FAILED_PRECONDITION", "OUT_OF_RANGE",
+    "OK",
+    "INVALID_ARGUMENT",
+    "SHAPE_MISMATCH",
+    "OUT_OF_MEMORY",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "CORRUPT_DATA",
+    "IO",
+    "TIMEOUT",
+    "PEER_FAILED",
+    "CANCELLED",
+    "UNSUPPORTED_HARDWARE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "FAILED_PRECONDITION",
+    "OUT_OF_RANGE",
 };
 _Static_assert(sizeof(status_names) / sizeof(status_names[0]) == 1 - OT_STATUS_MIN,
                "status name table out of sync with ot_status");

@@ -201,8 +201,8 @@ static void pfor_task(void *arg, int ith, int nth) {
     }
 }
 
-void ot_parallel_for(ot_threadpool *p, int64_t n, int64_t chunk, ot_schedule sched,
-                     ot_range_fn fn, void *ctx) {
+void ot_parallel_for(ot_threadpool *p, int64_t n, int64_t chunk, ot_schedule sched, ot_range_fn fn,
+                     void *ctx) {
     if (n <= 0) return;
     if (chunk <= 0) chunk = 1;
     if (!p || p->n == 1 || (sched == OT_SCHEDULE_DYNAMIC && n <= chunk)) {
