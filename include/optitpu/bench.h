@@ -21,9 +21,10 @@
  *   memcpy      libc memcpy of stream_bytes, split statically over the threads; bytes counted
  *               as read + written (2 x size), the same convention as STREAM copy.
  *   STREAM      copy c=a, scale b=s*c, add c=a+b, triad a=b+s*c over three f64 arrays of
- *               stream_bytes each (default: 4 x the last-level cache, at least 64 MiB), first
- *               touched by the thread that later works on each part (static partition); bytes
- *               counted as STREAM does (2 or 3 arrays per element). Results are validated.
+ *               stream_bytes each (default: 4 x the sum of the distinct last-level caches
+ *               in sysfs, at least 64 MiB), first touched by the thread that later works on
+ *               each part (static partition); bytes counted as STREAM does (2 or 3 arrays per
+ *               element). Results are validated.
  *   SHA-256     one thread, OpenSSL EVP over a 64 MiB buffer (a hash stream is sequential).
  *   disk        a temporary file in tmp_dir: write file_bytes sequentially then fsync (timed
  *               together); then fsync + posix_fadvise(DONTNEED) to drop it from the page cache and
@@ -75,7 +76,7 @@ enum {
 typedef struct ot_bench_limits_options {
     unsigned what;       /* OT_BENCH_LIMIT_* mask */
     int threads;         /* memcpy and STREAM threads; <= 0: the default thread pool's size */
-    size_t stream_bytes; /* bytes per STREAM array; 0: 4 x the last-level cache, >= 64 MiB */
+    size_t stream_bytes; /* bytes per STREAM array; 0: 4 x the last-level caches, >= 64 MiB */
     size_t file_bytes;   /* disk test file size; 0: 256 MiB */
     int reps;            /* timed repetitions after one warm-up (best of reps); <= 0: 5 */
     const char *tmp_dir; /* where the disk test file goes (default: $TMPDIR or /tmp) */

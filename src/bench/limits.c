@@ -46,29 +46,59 @@ static size_t read_size_file(const char *path) {
     return (size_t)v;
 }
 
-/* The last-level cache of the whole machine: the largest of what sysfs says for cpu0's highest
- * level times the number of separate instances, and what the C library reports (on a VM these
- * disagree; the larger one keeps the arrays out of every cache). */
+static void read_line(const char *path, char *buf, size_t n) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (!fgets(buf, (int)n, f)) buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* The last-level cache this machine's CPUs use: the sum over the distinct highest-level cache
+ * instances in sysfs (one per shared_cpu_list), as STREAM's sizing rule asks. Without sysfs, the
+ * C library's L3 size (on a VM that can be the whole host socket's, which only errs large). */
 static size_t llc_bytes(void) {
-    size_t best = 0;
-    int level_max = 0;
-    for (int idx = 0; idx < 8; idx++) {
-        char path[128];
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", idx);
-        size_t level = read_size_file(path);
-        if (level == 0) break;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", idx);
-        size_t sz = read_size_file(path);
-        if ((int)level > level_max || ((int)level == level_max && sz > best)) {
-            level_max = (int)level;
-            best = sz;
+    enum { MAX_INST = 64 };
+    char seen[MAX_INST][64];
+    int nseen = 0, level_max = 0;
+    size_t total = 0;
+    long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+    for (long cpu = 0; cpu < ncpu && cpu < 4096; cpu++) {
+        for (int idx = 0; idx < 8; idx++) {
+            char path[160], type[32], shared[64];
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index%d/level", cpu,
+                     idx);
+            size_t level = read_size_file(path);
+            if (level == 0) break;
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index%d/type", cpu,
+                     idx);
+            read_line(path, type, sizeof type);
+            if (strcmp(type, "Instruction") == 0 || (int)level < level_max) continue;
+            if ((int)level > level_max) { /* a higher level: start over */
+                level_max = (int)level;
+                nseen = 0;
+                total = 0;
+            }
+            snprintf(path, sizeof path,
+                     "/sys/devices/system/cpu/cpu%ld/cache/index%d/shared_cpu_list", cpu, idx);
+            read_line(path, shared, sizeof shared);
+            bool dup = false;
+            for (int k = 0; k < nseen && !dup; k++) dup = strcmp(seen[k], shared) == 0;
+            if (dup || nseen == MAX_INST) continue;
+            snprintf(seen[nseen++], sizeof seen[0], "%s", shared);
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index%d/size", cpu,
+                     idx);
+            total += read_size_file(path);
         }
     }
 #ifdef _SC_LEVEL3_CACHE_SIZE
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l3 > 0 && (size_t)l3 > best) best = (size_t)l3;
+    if (total == 0) {
+        long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        if (l3 > 0) total = (size_t)l3;
+    }
 #endif
-    return best;
+    return total;
 }
 
 static size_t default_stream_bytes(void) {
