@@ -7,9 +7,10 @@
 /* Subcommands live in cli/cmd_NAME.c, each defining `const cli_command cli_cmd_NAME`; add one
  * extern line and one table line per command. */
 extern const cli_command cli_cmd_bench;
+extern const cli_command cli_cmd_ntp;
 
 static const cli_command *const commands[] = {
-    &cli_cmd_bench, NULL, /* keeps the table non-empty; skipped below */
+    &cli_cmd_bench, &cli_cmd_ntp, NULL, /* keeps the table non-empty; skipped below */
 };
 
 static const cli_command *find_command(const char *name) {

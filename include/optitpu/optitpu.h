@@ -4,5 +4,6 @@
 
 #include "optitpu/core.h"
 #include "optitpu/bench.h"
+#include "optitpu/clock.h"
 
 #endif /* OPTITPU_OPTITPU_H */

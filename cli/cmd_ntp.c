@@ -1,0 +1,194 @@
+/* optitpu ntp: query an NTP server, or serve the host's clock. */
+#include "cli.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const usage =
+    "usage: optitpu ntp query HOST[:PORT] [--samples N] [--interval S] [--timeout S] [--json]\n"
+    "       optitpu ntp serve [--bind ADDR] --port P [--stratum S] [--duration S]\n"
+    "\n"
+    "query   exchanges N packets (default 4) with an NTP server and prints the offset of its\n"
+    "        clock from ours (server - local) and the round-trip delay after the RFC 5905 clock\n"
+    "        filter; every reply is validated and the dropped ones are counted.\n"
+    "        HOST is a name, an IPv4 address or [IPv6]; PORT defaults to 123.\n"
+    "        --interval S  pause between exchanges (default 1)\n"
+    "        --timeout S   wait at most S seconds for each reply (default 1)\n"
+    "        --json        one JSON object instead of the table\n"
+    "serve   answers NTP client requests with this host's wall clock until SIGINT/SIGTERM (or\n"
+    "        --duration seconds). --bind defaults to all IPv6 and IPv4 addresses; --port 0\n"
+    "        picks a free port (printed). --stratum defaults to 10.\n";
+
+static int parse_seconds_ms(const char *cmd, const char *opt, const char *v, int *ms) {
+    double d;
+    if (!cli_parse_double(v, &d) || d < 0 || d > 86400)
+        return cli_usage_error(cmd, "%s wants seconds (0..86400), got '%s'", opt, v ? v : "");
+    *ms = (int)lround(d * 1000);
+    return CLI_OK;
+}
+
+static int ntp_query(int argc, char **argv) {
+    const char *cmd = "ntp query";
+    const char *target = NULL;
+    bool json = false;
+    ot_ntp_query_options o = ot_ntp_query_options_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--samples") && i + 1 < argc) {
+            int64_t n;
+            if (!cli_parse_i64(argv[++i], 1, OT_NTP_MAX_SAMPLES, &n))
+                return cli_usage_error(cmd, "--samples wants 1..%d", OT_NTP_MAX_SAMPLES);
+            o.samples = (int)n;
+        } else if (!strcmp(a, "--interval") && i + 1 < argc) {
+            if (parse_seconds_ms(cmd, a, argv[++i], &o.interval_ms)) return CLI_USAGE;
+        } else if (!strcmp(a, "--timeout") && i + 1 < argc) {
+            if (parse_seconds_ms(cmd, a, argv[++i], &o.timeout_ms)) return CLI_USAGE;
+            if (o.timeout_ms < 1) return cli_usage_error(cmd, "--timeout must be positive");
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error(cmd, "unknown or incomplete option '%s'", a);
+        } else if (!target) {
+            target = a;
+        } else {
+            return cli_usage_error(cmd, "unexpected argument '%s'", a);
+        }
+    }
+    if (!target) return cli_usage_error(cmd, "missing HOST[:PORT]");
+    ot_ntp_query_result r;
+    ot_status s = ot_ntp_query(target, &o, &r);
+    char refid[16] = "";
+    ot_ntp_ref_id_str(&r.last_reply, refid);
+    if (json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "server", json_string(r.address[0] ? r.address : target));
+        json_object_set_new(j, "ok", json_boolean(s == OT_OK));
+        if (s != OT_OK) json_object_set_new(j, "error", json_string(ot_last_error()));
+        if (s == OT_OK) {
+            json_object_set_new(j, "offset_s", json_real(r.offset));
+            json_object_set_new(j, "delay_s", json_real(r.delay));
+            json_object_set_new(j, "jitter_s", json_real(r.jitter));
+            json_object_set_new(j, "dispersion_s", json_real(r.dispersion));
+            json_object_set_new(j, "stratum", json_integer(r.last_reply.stratum));
+            json_object_set_new(j, "leap", json_integer(r.last_reply.leap));
+            json_object_set_new(j, "precision", json_integer(r.last_reply.precision));
+            json_object_set_new(j, "ref_id", json_string(refid));
+            json_object_set_new(j, "root_delay_s",
+                                json_real(ot_ntp_short_to_s(r.last_reply.root_delay)));
+            json_object_set_new(j, "root_dispersion_s",
+                                json_real(ot_ntp_short_to_s(r.last_reply.root_dispersion)));
+        }
+        json_t *samples = json_array();
+        for (int i = 0; i < r.n_samples; i++) {
+            json_t *e = json_object();
+            json_object_set_new(e, "offset_s", json_real(r.sample[i].offset));
+            json_object_set_new(e, "delay_s", json_real(r.sample[i].delay));
+            json_array_append_new(samples, e);
+        }
+        json_object_set_new(j, "samples", samples);
+        json_object_set_new(j, "timeouts", json_integer(r.n_timeouts));
+        json_t *counts = json_object();
+        for (int v = 0; v < OT_NTP_VERDICT_COUNT; v++)
+            json_object_set_new(counts, ot_ntp_verdict_name((ot_ntp_verdict)v),
+                                json_integer((json_int_t)r.count[v]));
+        json_object_set_new(j, "packets", counts);
+        char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        if (text) printf("%s\n", text);
+        free(text);
+        json_decref(j);
+        if (s != OT_OK) fprintf(stderr, "optitpu %s: %s\n", cmd, ot_last_error());
+        return s == OT_OK ? CLI_OK : CLI_FAIL;
+    }
+    if (s != OT_OK) return cli_fail(cmd);
+    printf("server %s  stratum %d  refid %s  leap %d  precision 2^%d s\n", r.address,
+           r.last_reply.stratum, refid, r.last_reply.leap, r.last_reply.precision);
+    printf("%4s %14s %14s\n", "#", "offset (us)", "delay (us)");
+    for (int i = 0; i < r.n_samples; i++)
+        printf("%4d %+14.3f %14.3f\n", i + 1, r.sample[i].offset * 1e6, r.sample[i].delay * 1e6);
+    printf("offset %+.3f us  delay %.3f us  jitter %.3f us  dispersion %.3f us\n", r.offset * 1e6,
+           r.delay * 1e6, r.jitter * 1e6, r.dispersion * 1e6);
+    printf("packets:");
+    for (int v = 0; v < OT_NTP_VERDICT_COUNT; v++)
+        if (r.count[v])
+            printf(" %s %llu", ot_ntp_verdict_name((ot_ntp_verdict)v),
+                   (unsigned long long)r.count[v]);
+    printf("  timeouts %d\n", r.n_timeouts);
+    return CLI_OK;
+}
+
+static ot_ntp_server *volatile g_server;
+
+static void on_signal(int sig) {
+    (void)sig;
+    if (g_server) ot_ntp_server_stop(g_server); /* async-signal-safe */
+}
+
+static int ntp_serve(int argc, char **argv) {
+    const char *cmd = "ntp serve";
+    ot_ntp_server_options o = ot_ntp_server_options_default();
+    bool have_port = false;
+    int duration_ms = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int64_t v;
+        if (!strcmp(a, "--bind") && i + 1 < argc) {
+            o.bind_addr = argv[++i];
+        } else if (!strcmp(a, "--port") && i + 1 < argc) {
+            if (!cli_parse_i64(argv[++i], 0, 65535, &v))
+                return cli_usage_error(cmd, "--port wants 0..65535");
+            o.port = (int)v;
+            have_port = true;
+        } else if (!strcmp(a, "--stratum") && i + 1 < argc) {
+            if (!cli_parse_i64(argv[++i], 1, 15, &v))
+                return cli_usage_error(cmd, "--stratum wants 1..15");
+            o.stratum = (int)v;
+        } else if (!strcmp(a, "--duration") && i + 1 < argc) {
+            if (parse_seconds_ms(cmd, a, argv[++i], &duration_ms)) return CLI_USAGE;
+        } else {
+            return cli_usage_error(cmd, "unknown or incomplete option '%s'", a);
+        }
+    }
+    if (!have_port) return cli_usage_error(cmd, "--port is required");
+    ot_ntp_server *srv;
+    if (ot_ntp_server_create(&o, &srv) != OT_OK) return cli_fail(cmd);
+    g_server = srv;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    printf("serving NTP on %s port %d (stratum %d)\n", o.bind_addr ? o.bind_addr : "[::]",
+           ot_ntp_server_port(srv), o.stratum);
+    fflush(stdout);
+    ot_status s = duration_ms >= 0 ? ot_ntp_server_poll(srv, duration_ms) : ot_ntp_server_run(srv);
+    ot_ntp_server_stats st = ot_ntp_server_get_stats(srv);
+    g_server = NULL;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    fprintf(stderr,
+            "ntp serve: received %llu, answered %llu, malformed %llu, bad mode %llu, "
+            "crypto-NAK %llu\n",
+            (unsigned long long)st.received, (unsigned long long)st.answered,
+            (unsigned long long)st.malformed, (unsigned long long)st.bad_mode,
+            (unsigned long long)st.crypto_nak);
+    ot_ntp_server_free(srv);
+    return s == OT_OK ? CLI_OK : cli_fail(cmd);
+}
+
+static int cmd_ntp(int argc, char **argv) {
+    if (argc < 2) return cli_usage_error("ntp", "missing subcommand (query or serve)");
+    if (!strcmp(argv[1], "query")) return ntp_query(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return ntp_serve(argc - 1, argv + 1);
+    return cli_usage_error("ntp", "unknown subcommand '%s' (query or serve)", argv[1]);
+}
+
+const cli_command cli_cmd_ntp = {
+    .name = "ntp",
+    .summary = "NTP (RFC 5905): query a server's offset, or serve this host's clock",
+    .usage = usage,
+    .run = cmd_ntp,
+};

@@ -1,0 +1,255 @@
+/* Clock against a real peer: chrony (Debian package `chrony`).
+ *  1. chronyd runs in the foreground as an NTP server on an unprivileged loopback port with a
+ *     local reference (`local stratum 8`), never touching the system clock (-x); our client
+ *     measures it over IPv4 and IPv6: |offset| < 100 us, small positive delay, nothing dropped.
+ *  2. chronyd as a client (-Q: measure and print, never set the clock) queries our server and
+ *     accepts its replies: it prints the offset it measured ("System clock wrong by ...").
+ * Skips, saying why, only when chronyd is not installed (or, for 1, refuses to serve without
+ * root, which chronyd does by design). */
+#include "ot_test.h"
+
+#include "optitpu/clock.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_chronyd[256];
+static char g_dir[64];
+
+static bool find_chronyd(void) {
+    const char *path = getenv("PATH");
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s:/usr/sbin:/sbin:/usr/local/sbin", path ? path : "");
+    for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(g_chronyd, sizeof g_chronyd, "%s/chronyd", d);
+        if (access(g_chronyd, X_OK) == 0) return true;
+    }
+    return false;
+}
+
+static bool have_ipv6_loopback(void) {
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    if (fd < 0) return false;
+    struct sockaddr_in6 a = {0};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A currently free UDP port on both loopbacks (chronyd binds it a moment later). */
+static int free_port(void) {
+    for (int tries = 0; tries < 20; tries++) {
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        bind(fd, (struct sockaddr *)&a, sizeof a);
+        socklen_t l = sizeof a;
+        getsockname(fd, (struct sockaddr *)&a, &l);
+        close(fd);
+        int port = ntohs(a.sin_port);
+        int fd6 = socket(AF_INET6, SOCK_DGRAM, 0);
+        if (fd6 < 0) return port;
+        struct sockaddr_in6 b = {0};
+        b.sin6_family = AF_INET6;
+        b.sin6_addr = in6addr_loopback;
+        b.sin6_port = htons((uint16_t)port);
+        int rc = bind(fd6, (struct sockaddr *)&b, sizeof b);
+        int e = errno;
+        close(fd6);
+        if (rc == 0 || e == EADDRNOTAVAIL) return port;
+    }
+    return 0;
+}
+
+static void print_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) fprintf(stderr, "    | %s", line);
+    fclose(f);
+}
+
+static void stop_child(pid_t pid) {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) return;
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static void test_query_chronyd_server(void) {
+    if (geteuid() != 0) {
+        printf(
+            "  SKIP: chronyd refuses to serve NTP without root ('Not superuser'); run as root\n");
+        return;
+    }
+    int port = free_port();
+    ASSERT_TRUE(port > 0);
+    bool v6 = have_ipv6_loopback();
+    char conf[128], log[128];
+    snprintf(conf, sizeof conf, "%s/server.conf", g_dir);
+    snprintf(log, sizeof log, "%s/server.log", g_dir);
+    FILE *f = fopen(conf, "w");
+    ASSERT_TRUE(f != NULL);
+    fprintf(f,
+            "port %d\nbindaddress 127.0.0.1\n%sallow 127.0.0.1\n%slocal stratum 8\ncmdport 0\n"
+            "bindcmdaddress /\npidfile %s/chronyd.pid\ndriftfile %s/chronyd.drift\n",
+            port, v6 ? "bindaddress ::1\n" : "", v6 ? "allow ::1\n" : "", g_dir, g_dir);
+    fclose(f);
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        /* -d foreground, -x never touch the clock, -u root: keep the temp dir writable */
+        execl(g_chronyd, "chronyd", "-d", "-x", "-u", "root", "-f", conf, (char *)NULL);
+        _exit(127);
+    }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    ot_ntp_query_options q = ot_ntp_query_options_default();
+    q.samples = 1;
+    q.timeout_ms = 200;
+    ot_ntp_query_result r;
+    bool up = false;
+    for (int i = 0; i < 50 && !up; i++) { /* up to ~10 s for chronyd to start answering */
+        if (waitpid(pid, NULL, WNOHANG) == pid) break;
+        up = ot_ntp_query(addr, &q, &r) == OT_OK;
+    }
+    if (!up) {
+        fprintf(stderr, "  chronyd did not answer on %s (%s); its log:\n", addr, ot_last_error());
+        print_file(log);
+        stop_child(pid);
+        ASSERT_TRUE(up);
+    }
+    q.samples = 8;
+    q.interval_ms = 20;
+    q.timeout_ms = 1000;
+    for (int fam = 0; fam < (v6 ? 2 : 1); fam++) {
+        if (fam == 1) snprintf(addr, sizeof addr, "[::1]:%d", port);
+        ot_status s = ot_ntp_query(addr, &q, &r);
+        EXPECT_OK(s);
+        if (s != OT_OK) continue;
+        printf("  chronyd %s: offset %+.3f us, delay %.3f us, jitter %.3f us, stratum %d, %d "
+               "samples\n",
+               r.address, r.offset * 1e6, r.delay * 1e6, r.jitter * 1e6, r.last_reply.stratum,
+               r.n_samples);
+        EXPECT_INT_EQ(r.n_samples, 8);
+        EXPECT_TRUE(fabs(r.offset) < 100e-6);
+        EXPECT_TRUE(r.delay > 0 && r.delay < 0.005);
+        EXPECT_INT_EQ(r.last_reply.stratum, 8);
+        EXPECT_INT_EQ(r.last_reply.leap, 0);
+        EXPECT_INT_EQ(r.last_reply.mode, OT_NTP_MODE_SERVER);
+        EXPECT_U64_EQ(r.count[OT_NTP_ACCEPTED], 8);
+        uint64_t dropped = 0;
+        for (int v = 1; v < OT_NTP_VERDICT_COUNT; v++) dropped += r.count[v];
+        EXPECT_U64_EQ(dropped, 0);
+    }
+    stop_child(pid);
+    /* once stopped, queries fail within their timeout */
+    q.samples = 1;
+    q.timeout_ms = 200;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    EXPECT_STATUS(ot_ntp_query(addr, &q, &r), OT_ERR_TIMEOUT);
+}
+
+static void *serve_thread(void *arg) {
+    ot_ntp_server_run(arg);
+    return NULL;
+}
+
+/* Runs chronyd as a one-shot client against host:port; returns the offset it printed. */
+static bool chronyd_measure(const char *host, int port, int samples, double *offset) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "'%s' -Q %s -f /dev/null -t 20 'server %s port %d iburst minsamples %d maxsamples %d'"
+             " 'pidfile %s/client.pid' 2>&1",
+             g_chronyd, geteuid() == 0 ? "-u root" : "", host, port, samples, samples, g_dir);
+    FILE *p = popen(cmd, "r");
+    if (!p) return false;
+    char line[512], out[4096] = "";
+    bool got = false;
+    while (fgets(line, sizeof line, p)) {
+        const char *w = strstr(line, "System clock wrong by ");
+        if (w && sscanf(w, "System clock wrong by %lf seconds", offset) == 1) got = true;
+        strncat(out, line, sizeof out - strlen(out) - 1);
+    }
+    pclose(p);
+    if (!got) fprintf(stderr, "  chronyd printed no measurement:\n%s", out);
+    return got;
+}
+
+static void test_chronyd_client_accepts_our_server(void) {
+    const char *hosts[] = {"127.0.0.1", "::1"};
+    for (int h = 0; h < 2; h++) {
+        if (h == 1 && !have_ipv6_loopback()) {
+            printf("  (IPv6 loopback unavailable: IPv6 case skipped)\n");
+            continue;
+        }
+        ot_ntp_server_options o = ot_ntp_server_options_default();
+        o.bind_addr = hosts[h];
+        o.port = 0;
+        ot_ntp_server *srv;
+        ASSERT_OK(ot_ntp_server_create(&o, &srv));
+        pthread_t th;
+        pthread_create(&th, NULL, serve_thread, srv);
+        double off = 1e9;
+        int samples = h == 0 ? 4 : 1; /* chronyd decides after 3 or so replies with iburst */
+        bool ok = chronyd_measure(hosts[h], ot_ntp_server_port(srv), samples, &off);
+        ot_ntp_server_stop(srv);
+        pthread_join(th, NULL);
+        ot_ntp_server_stats st = ot_ntp_server_get_stats(srv);
+        ot_ntp_server_free(srv);
+        EXPECT_TRUE(ok);
+        printf("  chronyd client via %s: measured offset %+.6f s, %llu request(s) answered\n",
+               hosts[h], off, (unsigned long long)st.answered);
+        /* same host clock at both ends: chrony should see almost nothing */
+        EXPECT_TRUE(fabs(off) < 0.001);
+        EXPECT_TRUE(st.answered >= 1);
+        EXPECT_U64_EQ(st.malformed + st.bad_mode, 0);
+    }
+}
+
+static void remove_dir(void) {
+    const char *files[] = {"server.conf", "server.log", "chronyd.pid", "chronyd.drift",
+                           "client.pid"};
+    char p[128];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", g_dir, files[i]);
+        unlink(p);
+    }
+    rmdir(g_dir);
+}
+
+int main(int argc, char **argv) {
+    if (!find_chronyd()) {
+        printf("SKIP: chronyd not found in PATH or /usr/sbin (Debian: apt-get install chrony; "
+               "scripts/deps.sh --ci installs it)\n");
+        return 0;
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/optitpu-chrony-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    chmod(g_dir, 0755);
+    static const ot_test_case tests[] = {OT_TEST(test_query_chronyd_server),
+                                         OT_TEST(test_chronyd_client_accepts_our_server)};
+    int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+    remove_dir();
+    return rc;
+}
