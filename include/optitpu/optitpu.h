@@ -5,5 +5,6 @@
 #include "optitpu/core.h"
 #include "optitpu/bench.h"
 #include "optitpu/clock.h"
+#include "optitpu/ir.h"
 
 #endif /* OPTITPU_OPTITPU_H */

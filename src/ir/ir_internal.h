@@ -1,0 +1,102 @@
+/* IR internals shared by the ir/ sources: the module struct, name indexes, pointer maps and the
+ * sticky-error helpers. */
+#ifndef OT_IR_INTERNAL_H
+#define OT_IR_INTERNAL_H
+
+#include "optitpu/ir.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Open-addressing string -> pointer index (linear probing, tombstones). Keys are not owned. */
+typedef struct ir_name_index {
+    struct ir_name_slot {
+        const char *key; /* NULL: empty; IR_TOMB: deleted */
+        void *val;
+        uint64_t hash;
+    } * slots;
+    uint64_t cap, n, used; /* used counts live + tombstones */
+} ir_name_index;
+
+extern const char ir_tomb_[1];
+#define IR_TOMB (ir_tomb_)
+
+uint64_t ir_hash_bytes(const void *p, size_t n);
+ot_status ir_names_put(ir_name_index *x, const char *key, void *val); /* replaces existing */
+void *ir_names_get(const ir_name_index *x, const char *key, size_t len);
+void ir_names_del(ir_name_index *x, const char *key);
+void ir_names_free(ir_name_index *x);
+
+/* Pointer -> pointer map (open addressing, no deletion). */
+typedef struct ir_ptr_map {
+    struct ir_ptr_slot {
+        const void *k;
+        void *v;
+    } * slots;
+    uint64_t cap, n;
+} ir_ptr_map;
+ot_status ir_ptr_map_put(ir_ptr_map *m, const void *k, void *v);
+void *ir_ptr_map_get(const ir_ptr_map *m, const void *k);
+void ir_ptr_map_free(ir_ptr_map *m);
+
+struct ot_module {
+    char *name;
+    ot_arena *arena;
+    ot_computation **comps;
+    int ncomps, comps_cap;
+    ot_computation *entry;
+    ir_name_index comp_names;
+    int64_t next_id, next_comp_id;
+    int64_t ninstrs;
+    ot_module_config cfg;
+    int alias_cap;
+    ot_status err;
+    char errmsg[1024];
+};
+
+/* Arena helpers (NULL on failure). */
+void *ir_alloc(ot_module *m, size_t n);
+char *ir_strdup(ot_module *m, const char *s);
+char *ir_strndup(ot_module *m, const char *s, size_t n);
+void *ir_memdup(ot_module *m, const void *p, size_t n);
+
+/* Records the current ot_last_error() message as the sticky error if none is set yet, and returns
+ * the sticky status. */
+ot_status ir_record(ot_module *m, ot_status s);
+/* ot_error + ir_record. */
+ot_status ir_fail(ot_module *m, ot_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Users lists. */
+ot_status ir_users_add(ot_instr *op, ot_instr *user);
+void ir_users_remove(ot_instr *op, ot_instr *user);
+bool ir_users_contains(const ot_instr *op, const ot_instr *user);
+
+/* Deep copy of attributes into the module arena, keeping only the fields `op` uses. rank: the
+ * result rank (slice and pad configs have one entry per dimension). */
+ot_status ir_attrs_copy(ot_module *m, ot_opcode op, int rank, const ot_attrs *src, ot_attrs *dst);
+/* Deep copy of a shape (tuple elements into the arena). */
+ot_status ir_shape_copy(ot_module *m, const ot_ir_shape *src, ot_ir_shape *dst);
+
+/* Shape inference core (infer.c). */
+ot_status ir_infer(ot_module *m, ot_opcode op, ot_instr *const *ops, int n, const ot_attrs *a,
+                   ot_computation *const *called, int ncalled, const ot_ir_shape *hint,
+                   ot_ir_shape *out);
+/* Ops whose result shape comes from the hint rather than from operands. */
+bool ir_op_takes_hint(ot_opcode op);
+
+/* Instruction creation without sticky-error checks (used by ot_build, cloning and the parser):
+ * returns OT_OK and *out, or an error (message set). */
+ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
+                    const ot_attrs *attrs, ot_computation *const *called, int ncalled,
+                    const ot_ir_shape *hint, const char *name, size_t name_len, bool copy_attrs,
+                    ot_instr **out);
+ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_computation **out);
+
+/* Formatting helpers. */
+int ir_fmt_dims(char *buf, size_t n, const int64_t *d, int k);
+
+#endif /* OT_IR_INTERNAL_H */

@@ -1,0 +1,1210 @@
+/* The IR data model: modules, computations, instructions, links, name indexes and edits. */
+#include "ir_internal.h"
+
+#include <stdarg.h>
+
+const char ir_tomb_[1] = {0};
+
+/* ---------------------------------------------------------------------------------------------
+ * Hashing and indexes
+ * ------------------------------------------------------------------------------------------- */
+
+uint64_t ir_hash_bytes(const void *p, size_t n) {
+    /* FNV-1a with a final mix: names are short. */
+    const unsigned char *s = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+static ot_status names_grow(ir_name_index *x) {
+    uint64_t ncap = x->cap ? x->cap * 2 : 16;
+    while (x->n * 2 >= ncap) ncap *= 2;
+    struct ir_name_slot *ns = ot_calloc(ncap, sizeof *ns);
+    if (!ns) return ot_error(OT_ERR_OUT_OF_MEMORY, "name index: out of memory");
+    for (uint64_t i = 0; i < x->cap; i++) {
+        struct ir_name_slot *s = &x->slots[i];
+        if (!s->key || s->key == IR_TOMB) continue;
+        uint64_t j = s->hash & (ncap - 1);
+        while (ns[j].key) j = (j + 1) & (ncap - 1);
+        ns[j] = *s;
+    }
+    ot_free(x->slots);
+    x->slots = ns;
+    x->cap = ncap;
+    x->used = x->n;
+    return OT_OK;
+}
+
+ot_status ir_names_put(ir_name_index *x, const char *key, void *val) {
+    if ((x->used + 1) * 4 >= x->cap * 3) OT_CHECK(names_grow(x));
+    size_t len = strlen(key);
+    uint64_t h = ir_hash_bytes(key, len);
+    uint64_t j = h & (x->cap - 1), tomb = UINT64_MAX;
+    for (;;) {
+        struct ir_name_slot *s = &x->slots[j];
+        if (!s->key) break;
+        if (s->key == IR_TOMB) {
+            if (tomb == UINT64_MAX) tomb = j;
+        } else if (s->hash == h && strcmp(s->key, key) == 0) {
+            s->val = val;
+            s->key = key;
+            return OT_OK;
+        }
+        j = (j + 1) & (x->cap - 1);
+    }
+    if (tomb != UINT64_MAX) {
+        j = tomb;
+    } else {
+        x->used++;
+    }
+    x->slots[j].key = key;
+    x->slots[j].val = val;
+    x->slots[j].hash = h;
+    x->n++;
+    return OT_OK;
+}
+
+void *ir_names_get(const ir_name_index *x, const char *key, size_t len) {
+    if (!x->cap) return NULL;
+    uint64_t h = ir_hash_bytes(key, len);
+    uint64_t j = h & (x->cap - 1);
+    for (;;) {
+        const struct ir_name_slot *s = &x->slots[j];
+        if (!s->key) return NULL;
+        if (s->key != IR_TOMB && s->hash == h && strncmp(s->key, key, len) == 0 &&
+            s->key[len] == '\0')
+            return s->val;
+        j = (j + 1) & (x->cap - 1);
+    }
+}
+
+void ir_names_del(ir_name_index *x, const char *key) {
+    if (!x->cap) return;
+    size_t len = strlen(key);
+    uint64_t h = ir_hash_bytes(key, len);
+    uint64_t j = h & (x->cap - 1);
+    for (;;) {
+        struct ir_name_slot *s = &x->slots[j];
+        if (!s->key) return;
+        if (s->key != IR_TOMB && s->hash == h && strcmp(s->key, key) == 0) {
+            s->key = IR_TOMB;
+            s->val = NULL;
+            x->n--;
+            return;
+        }
+        j = (j + 1) & (x->cap - 1);
+    }
+}
+
+void ir_names_free(ir_name_index *x) {
+    ot_free(x->slots);
+    memset(x, 0, sizeof *x);
+}
+
+static uint64_t ptr_hash(const void *p) {
+    uint64_t h = (uint64_t)(uintptr_t)p;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+ot_status ir_ptr_map_put(ir_ptr_map *m, const void *k, void *v) {
+    if ((m->n + 1) * 2 >= m->cap) {
+        uint64_t ncap = m->cap ? m->cap * 2 : 16;
+        struct ir_ptr_slot *ns = ot_calloc(ncap, sizeof *ns);
+        if (!ns) return ot_error(OT_ERR_OUT_OF_MEMORY, "pointer map: out of memory");
+        for (uint64_t i = 0; i < m->cap; i++) {
+            if (!m->slots[i].k) continue;
+            uint64_t j = ptr_hash(m->slots[i].k) & (ncap - 1);
+            while (ns[j].k) j = (j + 1) & (ncap - 1);
+            ns[j] = m->slots[i];
+        }
+        ot_free(m->slots);
+        m->slots = ns;
+        m->cap = ncap;
+    }
+    uint64_t j = ptr_hash(k) & (m->cap - 1);
+    while (m->slots[j].k && m->slots[j].k != k) j = (j + 1) & (m->cap - 1);
+    if (!m->slots[j].k) m->n++;
+    m->slots[j].k = k;
+    m->slots[j].v = v;
+    return OT_OK;
+}
+
+void *ir_ptr_map_get(const ir_ptr_map *m, const void *k) {
+    if (!m->cap) return NULL;
+    uint64_t j = ptr_hash(k) & (m->cap - 1);
+    while (m->slots[j].k) {
+        if (m->slots[j].k == k) return m->slots[j].v;
+        j = (j + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+void ir_ptr_map_free(ir_ptr_map *m) {
+    ot_free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Arena helpers and the sticky error
+ * ------------------------------------------------------------------------------------------- */
+
+void *ir_alloc(ot_module *m, size_t n) {
+    return ot_arena_alloc(m->arena, n, 8);
+}
+
+char *ir_strndup(ot_module *m, const char *s, size_t n) {
+    char *d = ot_arena_alloc(m->arena, n + 1, 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+char *ir_strdup(ot_module *m, const char *s) {
+    return ir_strndup(m, s, strlen(s));
+}
+
+void *ir_memdup(ot_module *m, const void *p, size_t n) {
+    void *d = ot_arena_alloc(m->arena, n, 8);
+    if (d && n) memcpy(d, p, n);
+    return d;
+}
+
+ot_status ir_record(ot_module *m, ot_status s) {
+    if (s == OT_OK) return m->err;
+    if (m->err == OT_OK) {
+        m->err = s;
+        const char *msg = ot_last_error();
+        size_t cl = strlen(ot_status_str(s));
+        if (strncmp(msg, ot_status_str(s), cl) == 0 && msg[cl] == ':' && msg[cl + 1] == ' ')
+            msg += cl + 2;
+        snprintf(m->errmsg, sizeof m->errmsg, "%s", msg);
+    }
+    return m->err;
+}
+
+ot_status ir_fail(ot_module *m, ot_status code, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    ot_error(code, "%s", buf);
+    return ir_record(m, code);
+}
+
+ot_status ot_module_status(const ot_module *m) {
+    if (!m) return ot_error(OT_ERR_INVALID_ARGUMENT, "module is NULL");
+    if (m->err != OT_OK) return ot_error(m->err, "%s", m->errmsg);
+    return OT_OK;
+}
+
+ot_status ot_module_record_error(ot_module *m, ot_status err, const char *msg) {
+    if (err == OT_OK) return m->err;
+    ot_error(err, "%s", msg ? msg : "");
+    return ir_record(m, err);
+}
+
+ot_status ot_module_finalize(ot_module *m) {
+    OT_CHECK(ot_module_status(m));
+    return ot_module_verify(m);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Users lists. Each user appears once per operand however many slots it uses. Removal swaps with
+ * the last entry; an instruction with many users keeps a user -> position index so that edits
+ * stay O(1) (a scalar constant broadcast into a million consumers must not make DCE quadratic).
+ * ------------------------------------------------------------------------------------------- */
+
+#define UIDX_MIN 32
+
+typedef struct uidx {
+    uint64_t cap;
+    struct uidx_slot {
+        const ot_instr *u;
+        int64_t pos;
+    } slots[];
+} uidx;
+
+static uidx *uidx_build(const ot_instr *op, uint64_t cap) {
+    uidx *x = ot_calloc(1, sizeof *x + cap * sizeof x->slots[0]);
+    if (!x) return NULL;
+    x->cap = cap;
+    for (int i = 0; i < op->nusers; i++) {
+        uint64_t j = ptr_hash(op->users[i]) & (cap - 1);
+        while (x->slots[j].u) j = (j + 1) & (cap - 1);
+        x->slots[j].u = op->users[i];
+        x->slots[j].pos = i;
+    }
+    return x;
+}
+
+static struct uidx_slot *uidx_find(uidx *x, const ot_instr *u) {
+    uint64_t j = ptr_hash(u) & (x->cap - 1);
+    while (x->slots[j].u) {
+        if (x->slots[j].u == u) return &x->slots[j];
+        j = (j + 1) & (x->cap - 1);
+    }
+    return NULL;
+}
+
+/* Backward-shift deletion for linear probing. */
+static void uidx_erase(uidx *x, struct uidx_slot *s) {
+    uint64_t i = (uint64_t)(s - x->slots), mask = x->cap - 1;
+    uint64_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!x->slots[j].u) break;
+        uint64_t k = ptr_hash(x->slots[j].u) & mask;
+        /* move j into i when k is cyclically outside (i, j] */
+        if ((j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j))) {
+            x->slots[i] = x->slots[j];
+            i = j;
+        }
+    }
+    x->slots[i].u = NULL;
+}
+
+bool ir_users_contains(const ot_instr *op, const ot_instr *user) {
+    if (op->uidx_) return uidx_find(op->uidx_, user) != NULL;
+    for (int i = 0; i < op->nusers; i++)
+        if (op->users[i] == user) return true;
+    return false;
+}
+
+ot_status ir_users_add(ot_instr *op, ot_instr *user) {
+    if (op->nusers == op->users_cap_) {
+        int ncap = op->users_cap_ ? op->users_cap_ * 2 : 4;
+        if (ncap < 0 || op->users_cap_ > INT32_MAX / 2)
+            return ot_error(OT_ERR_OUT_OF_RANGE, "too many users of %s", op->name);
+        ot_instr **nu = ot_realloc(op->users, (size_t)ncap * sizeof *nu);
+        if (!nu) return ot_error(OT_ERR_OUT_OF_MEMORY, "users of %s: out of memory", op->name);
+        op->users = nu;
+        op->users_cap_ = ncap;
+    }
+    uidx *x = op->uidx_;
+    if (x && (uint64_t)(op->nusers + 1) * 2 > x->cap) {
+        ot_free(x);
+        op->uidx_ = NULL;
+        x = NULL;
+    }
+    if (!x && op->nusers + 1 >= UIDX_MIN) {
+        uint64_t cap = 64;
+        while (cap < (uint64_t)(op->nusers + 1) * 4) cap *= 2;
+        x = uidx_build(op, cap);
+        if (!x) return ot_error(OT_ERR_OUT_OF_MEMORY, "users of %s: out of memory", op->name);
+        op->uidx_ = x;
+    }
+    int pos = op->nusers++;
+    op->users[pos] = user;
+    if (x) {
+        uint64_t j = ptr_hash(user) & (x->cap - 1);
+        while (x->slots[j].u) j = (j + 1) & (x->cap - 1);
+        x->slots[j].u = user;
+        x->slots[j].pos = pos;
+    }
+    return OT_OK;
+}
+
+void ir_users_remove(ot_instr *op, ot_instr *user) {
+    int pos = -1;
+    uidx *x = op->uidx_;
+    if (x) {
+        struct uidx_slot *s = uidx_find(x, user);
+        if (!s) return;
+        pos = (int)s->pos;
+        uidx_erase(x, s);
+    } else {
+        for (int i = 0; i < op->nusers; i++)
+            if (op->users[i] == user) {
+                pos = i;
+                break;
+            }
+        if (pos < 0) return;
+    }
+    int last = op->nusers - 1;
+    if (pos != last) {
+        /* keep the order of the remaining users stable for small lists (deterministic printing
+         * and passes); swap with the last for large indexed ones */
+        if (!x) {
+            memmove(op->users + pos, op->users + pos + 1, (size_t)(last - pos) * sizeof *op->users);
+        } else {
+            op->users[pos] = op->users[last];
+            struct uidx_slot *s = uidx_find(x, op->users[pos]);
+            if (s) s->pos = pos;
+        }
+    }
+    op->nusers = last;
+}
+
+static void users_free(ot_instr *i) {
+    ot_free(i->users);
+    ot_free(i->uidx_);
+    i->users = NULL;
+    i->uidx_ = NULL;
+    i->nusers = i->users_cap_ = 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Modules and computations
+ * ------------------------------------------------------------------------------------------- */
+
+ot_module *ot_module_new(const char *name) {
+    ot_module *m = ot_calloc(1, sizeof *m);
+    if (!m) goto oom;
+    m->arena = ot_arena_new(256 * 1024);
+    if (!m->arena) goto oom;
+    m->name = ir_strdup(m, name ? name : "module");
+    if (!m->name) goto oom;
+    m->cfg.replica_count = 1;
+    m->cfg.num_partitions = 1;
+    return m;
+oom:
+    ot_module_free(m);
+    ot_error(OT_ERR_OUT_OF_MEMORY, "module: out of memory");
+    return NULL;
+}
+
+static void comp_free(ot_computation *c) {
+    for (ot_instr *i = c->first; i; i = i->next) users_free(i);
+    ot_free(c->params);
+    ir_name_index *x = c->names_;
+    if (x) {
+        ir_names_free(x);
+        ot_free(x);
+    }
+}
+
+void ot_module_free(ot_module *m) {
+    if (!m) return;
+    for (int i = 0; i < m->ncomps; i++) comp_free(m->comps[i]);
+    ot_free(m->comps);
+    ir_names_free(&m->comp_names);
+    ot_free((void *)m->cfg.alias);
+    ot_arena_free(m->arena);
+    ot_free(m);
+}
+
+const char *ot_module_name(const ot_module *m) {
+    return m->name;
+}
+
+int ot_module_computation_count(const ot_module *m) {
+    return m->ncomps;
+}
+
+ot_computation *ot_module_computation(const ot_module *m, int i) {
+    return i >= 0 && i < m->ncomps ? m->comps[i] : NULL;
+}
+
+ot_computation *ot_module_find_computation(const ot_module *m, const char *name) {
+    return ir_names_get(&m->comp_names, name, strlen(name));
+}
+
+ot_computation *ot_module_entry(const ot_module *m) {
+    return m->entry;
+}
+
+int64_t ot_module_instr_count(const ot_module *m) {
+    return m->ninstrs;
+}
+
+const ot_module_config *ot_module_get_config(const ot_module *m) {
+    return &m->cfg;
+}
+
+void ot_module_set_replica_count(ot_module *m, int64_t n) {
+    if (n >= 1) m->cfg.replica_count = n;
+}
+
+void ot_module_set_num_partitions(ot_module *m, int64_t n) {
+    if (n >= 1) m->cfg.num_partitions = n;
+}
+
+ot_status ot_module_add_alias(ot_module *m, const ot_io_alias *a) {
+    if (a->noutput_index < 0 || a->noutput_index > OT_MAX_RANK || a->nparam_index < 0 ||
+        a->nparam_index > OT_MAX_RANK || a->param_number < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "input_output_alias: invalid entry");
+    if (m->cfg.nalias == m->alias_cap) {
+        int ncap = m->alias_cap ? m->alias_cap * 2 : 4;
+        ot_io_alias *na = ot_realloc((void *)m->cfg.alias, (size_t)ncap * sizeof *na);
+        if (!na) return ot_error(OT_ERR_OUT_OF_MEMORY, "input_output_alias: out of memory");
+        m->cfg.alias = na;
+        m->alias_cap = ncap;
+    }
+    ((ot_io_alias *)m->cfg.alias)[m->cfg.nalias++] = *a;
+    return OT_OK;
+}
+
+ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_computation **out) {
+    *out = NULL;
+    char buf[64];
+    if (!name) {
+        snprintf(buf, sizeof buf, "computation.%lld", (long long)m->next_comp_id);
+        name = buf;
+        len = strlen(buf);
+    }
+    if (ir_names_get(&m->comp_names, name, len))
+        return ot_error(OT_ERR_ALREADY_EXISTS, "computation '%.*s' is already defined", (int)len,
+                        name);
+    if (m->ncomps == m->comps_cap) {
+        int ncap = m->comps_cap ? m->comps_cap * 2 : 8;
+        ot_computation **nc = ot_realloc(m->comps, (size_t)ncap * sizeof *nc);
+        if (!nc) return ot_error(OT_ERR_OUT_OF_MEMORY, "computation: out of memory");
+        m->comps = nc;
+        m->comps_cap = ncap;
+    }
+    ot_computation *c = ir_alloc(m, sizeof *c);
+    if (!c) return ot_error(OT_ERR_OUT_OF_MEMORY, "computation: out of memory");
+    memset(c, 0, sizeof *c);
+    c->name = ir_strndup(m, name, len);
+    c->names_ = ot_calloc(1, sizeof(ir_name_index));
+    if (!c->name || !c->names_) {
+        ot_free(c->names_);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "computation: out of memory");
+    }
+    ot_status s = ir_names_put(&m->comp_names, c->name, c);
+    if (s != OT_OK) {
+        ot_free(c->names_);
+        return s;
+    }
+    c->module = m;
+    c->id = m->next_comp_id++;
+    m->comps[m->ncomps++] = c;
+    *out = c;
+    return OT_OK;
+}
+
+ot_computation *ot_module_add_computation(ot_module *m, const char *name) {
+    if (!m || m->err) return NULL;
+    if (name && ir_names_get(&m->comp_names, name, strlen(name))) {
+        /* make a unique name, as XLA's name uniquer does */
+        char buf[256];
+        for (int64_t k = 1;; k++) {
+            snprintf(buf, sizeof buf, "%.200s.%lld", name, (long long)k);
+            if (!ir_names_get(&m->comp_names, buf, strlen(buf))) break;
+        }
+        ot_computation *c;
+        ot_status s = ir_add_computation(m, buf, strlen(buf), &c);
+        if (s) ir_record(m, s);
+        return c;
+    }
+    ot_computation *c;
+    ot_status s = ir_add_computation(m, name, name ? strlen(name) : 0, &c);
+    if (s) ir_record(m, s);
+    return c;
+}
+
+void ot_module_set_entry(ot_module *m, ot_computation *c) {
+    if (!m || !c || m->err) return;
+    if (c->module != m) {
+        ir_fail(m, OT_ERR_INVALID_ARGUMENT, "set entry: computation %s is from another module",
+                c->name);
+        return;
+    }
+    if (m->entry) m->entry->is_entry = false;
+    m->entry = c;
+    c->is_entry = true;
+}
+
+ot_computation *ot_instr_computation(const ot_instr *i) {
+    return i->parent;
+}
+
+ot_instr *ot_computation_find_instr(const ot_computation *c, const char *name) {
+    return ir_names_get(c->names_, name, strlen(name));
+}
+
+void ot_computation_set_root(ot_computation *c, ot_instr *r) {
+    if (!c || !r || c->module->err) return;
+    if (r->parent != c || r->dead_) {
+        ir_fail(c->module, OT_ERR_INVALID_ARGUMENT,
+                "set root: %s is not an instruction of computation %s", r->name, c->name);
+        return;
+    }
+    c->root = r;
+}
+
+ot_dtype ot_instr_dtype(const ot_instr *i) {
+    return i->shape.kind == OT_IR_ARRAY ? i->shape.array.dtype : OT_DTYPE_INVALID;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Instruction creation
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status params_set(ot_computation *c, int64_t number, ot_instr *p) {
+    if (number < 0 || number > 1000000)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "parameter number %lld out of range",
+                        (long long)number);
+    if (number >= c->params_cap_) {
+        int ncap = c->params_cap_ ? c->params_cap_ : 4;
+        while (ncap <= number) ncap *= 2;
+        ot_instr **np = ot_realloc(c->params, (size_t)ncap * sizeof *np);
+        if (!np) return ot_error(OT_ERR_OUT_OF_MEMORY, "parameters: out of memory");
+        for (int k = c->params_cap_; k < ncap; k++) np[k] = NULL;
+        c->params = np;
+        c->params_cap_ = ncap;
+    }
+    if (c->params[number])
+        return ot_error(OT_ERR_ALREADY_EXISTS, "parameter number %lld is already taken by %s",
+                        (long long)number, c->params[number]->name);
+    c->params[number] = p;
+    if (number >= c->nparams) c->nparams = (int)number + 1;
+    return OT_OK;
+}
+
+ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
+                    const ot_attrs *attrs, ot_computation *const *called, int ncalled,
+                    const ot_ir_shape *hint, const char *name, size_t name_len, bool copy_attrs,
+                    ot_instr **out) {
+    ot_module *m = c->module;
+    *out = NULL;
+    static const ot_attrs zero_attrs;
+    if (!attrs) attrs = &zero_attrs;
+    if ((int)op < 0 || op >= OT_OP_COUNT)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "invalid opcode %d", (int)op);
+    if (noperands < 0 || ncalled < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: negative operand count", ot_opcode_name(op));
+    for (int k = 0; k < noperands; k++) {
+        if (!operands[k])
+            return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: operand %d is NULL", ot_opcode_name(op),
+                            k);
+        if (operands[k]->parent != c || operands[k]->dead_)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "%s: operand %d (%s) is not a live instruction of computation %s",
+                            ot_opcode_name(op), k, operands[k]->name, c->name);
+    }
+    for (int k = 0; k < ncalled; k++) {
+        if (!called[k] || called[k]->module != m)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "%s: called computation %d is NULL or from another module",
+                            ot_opcode_name(op), k);
+        if (called[k] == c)
+            return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: computation %s calls itself",
+                            ot_opcode_name(op), c->name);
+    }
+    ot_ir_shape shape;
+    OT_CHECK(ir_infer(m, op, operands, noperands, attrs, called, ncalled, hint, &shape));
+
+    ot_instr *i = ir_alloc(m, sizeof *i);
+    if (!i) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
+    memset(i, 0, sizeof *i);
+    i->opcode = op;
+    i->shape = shape;
+    if (hint && hint->has_layout && hint->kind == OT_IR_ARRAY && shape.kind == OT_IR_ARRAY) {
+        i->shape.has_layout = true;
+        memcpy(i->shape.minor_to_major, hint->minor_to_major, sizeof i->shape.minor_to_major);
+    }
+    if (hint && hint->kind == OT_IR_TUPLE && shape.kind == OT_IR_TUPLE)
+        OT_CHECK(ir_shape_copy(m, hint, &i->shape)); /* keeps element layouts (equal structure) */
+    if (noperands) {
+        i->operands = ir_memdup(m, operands, (size_t)noperands * sizeof *operands);
+        if (!i->operands) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
+    }
+    i->noperands = noperands;
+    if (ncalled) {
+        i->called = ir_memdup(m, called, (size_t)ncalled * sizeof *called);
+        if (!i->called) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
+    }
+    i->ncalled = ncalled;
+    if (copy_attrs) {
+        int rank = shape.kind == OT_IR_ARRAY ? shape.array.rank : 0;
+        OT_CHECK(ir_attrs_copy(m, op, rank, attrs, &i->attrs));
+    } else {
+        i->attrs = *attrs;
+    }
+    i->id = m->next_id;
+    ir_name_index *names = c->names_;
+    char buf[64];
+    if (name) {
+        if (ir_names_get(names, name, name_len))
+            return ot_error(OT_ERR_ALREADY_EXISTS, "instruction name '%.*s' is already used in %s",
+                            (int)name_len, name, c->name);
+        i->name = ir_strndup(m, name, name_len);
+    } else {
+        snprintf(buf, sizeof buf, "%s.%lld", ot_opcode_name(op), (long long)i->id);
+        for (int k = 1; ir_names_get(names, buf, strlen(buf)); k++)
+            snprintf(buf, sizeof buf, "%s.%lld.%d", ot_opcode_name(op), (long long)i->id, k);
+        i->name = ir_strdup(m, buf);
+    }
+    if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
+    if (op == OT_OP_PARAMETER) OT_CHECK(params_set(c, attrs->index, i));
+    ot_status s = ir_names_put(names, i->name, i);
+    if (s != OT_OK) {
+        if (op == OT_OP_PARAMETER) c->params[attrs->index] = NULL;
+        return s;
+    }
+    /* users: an operand used in several slots records this user once */
+    for (int k = 0; k < noperands; k++) {
+        bool seen = false;
+        for (int j = 0; j < k && !seen; j++) seen = operands[j] == operands[k];
+        if (seen) continue;
+        s = ir_users_add(operands[k], i);
+        if (s != OT_OK) {
+            for (int j = 0; j < k; j++) ir_users_remove(operands[j], i);
+            ir_names_del(names, i->name);
+            if (op == OT_OP_PARAMETER) c->params[attrs->index] = NULL;
+            return s;
+        }
+    }
+    m->next_id++;
+    i->parent = c;
+    i->prev = c->last;
+    if (c->last)
+        c->last->next = i;
+    else
+        c->first = i;
+    c->last = i;
+    c->ninstrs++;
+    m->ninstrs++;
+    *out = i;
+    return OT_OK;
+}
+
+ot_instr *ot_build(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
+                   const ot_attrs *attrs, ot_computation *const *called, int ncalled,
+                   const ot_ir_shape *hint, const char *name) {
+    if (!c || c->module->err) return NULL;
+    ot_module *m = c->module;
+    for (int k = 0; k < noperands; k++)
+        if (!operands || !operands[k]) {
+            ir_fail(m, OT_ERR_INVALID_ARGUMENT, "%s: operand %d is NULL", ot_opcode_name(op), k);
+            return NULL;
+        }
+    for (int k = 0; k < ncalled; k++)
+        if (!called || !called[k]) {
+            ir_fail(m, OT_ERR_INVALID_ARGUMENT, "%s: called computation %d is NULL",
+                    ot_opcode_name(op), k);
+            return NULL;
+        }
+    char uniq[256];
+    if (name && ir_names_get(c->names_, name, strlen(name))) {
+        for (int64_t k = 1;; k++) {
+            snprintf(uniq, sizeof uniq, "%.200s.%lld", name, (long long)k);
+            if (!ir_names_get(c->names_, uniq, strlen(uniq))) break;
+        }
+        name = uniq;
+    }
+    ot_instr *i;
+    ot_status s = ir_create(c, op, operands, noperands, attrs, called, ncalled, hint, name,
+                            name ? strlen(name) : 0, true, &i);
+    if (s != OT_OK) {
+        ir_record(m, s);
+        return NULL;
+    }
+    return i;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Edits
+ * ------------------------------------------------------------------------------------------- */
+
+static bool has_operand(const ot_instr *u, const ot_instr *x) {
+    for (int k = 0; k < u->noperands; k++)
+        if (u->operands[k] == x) return true;
+    return false;
+}
+
+static char *shape_str(const ot_ir_shape *s, char *buf, size_t n) {
+    ot_ir_shape_format(s, buf, n);
+    return buf;
+}
+
+ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
+    if (!from || !to) return ot_error(OT_ERR_INVALID_ARGUMENT, "replace all uses: NULL");
+    if (from == to) return OT_OK;
+    if (from->dead_ || to->dead_ || from->parent != to->parent)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "replace all uses of %s with %s: both must be live instructions of one "
+                        "computation",
+                        from->name, to->name);
+    if (!ot_ir_shape_equal(&from->shape, &to->shape)) {
+        char a[256], b[256];
+        return ot_error(OT_ERR_SHAPE_MISMATCH,
+                        "replace all uses of %s %s with %s %s: shapes differ", from->name,
+                        shape_str(&from->shape, a, sizeof a), to->name,
+                        shape_str(&to->shape, b, sizeof b));
+    }
+    /* reserve room first so that a failure changes nothing */
+    int need = to->nusers + from->nusers;
+    if (need > to->users_cap_) {
+        ot_instr **nu = ot_realloc(to->users, (size_t)need * sizeof *nu);
+        if (!nu) return ot_error(OT_ERR_OUT_OF_MEMORY, "replace all uses: out of memory");
+        to->users = nu;
+        to->users_cap_ = need;
+    }
+    for (int k = 0; k < from->nusers; k++) {
+        ot_instr *u = from->users[k];
+        bool had = has_operand(u, to);
+        if (u == to) continue; /* `to` uses `from` (e.g. to = f(from)): keep that edge */
+        for (int j = 0; j < u->noperands; j++)
+            if (u->operands[j] == from) u->operands[j] = to;
+        if (!had) {
+            ot_status s = ir_users_add(to, u);
+            if (s != OT_OK) return s; /* only the user index can fail here: out of memory */
+        }
+    }
+    /* from keeps `to` as its only possible user */
+    bool to_uses_from = ir_users_contains(from, to);
+    ot_free(from->uidx_);
+    from->uidx_ = NULL;
+    from->nusers = 0;
+    if (to_uses_from) from->users[from->nusers++] = to;
+    ot_computation *c = from->parent;
+    if (c->root == from) c->root = to;
+    return OT_OK;
+}
+
+ot_status ot_instr_replace_operand(ot_instr *user, int i, ot_instr *to) {
+    if (!user || !to || i < 0 || i >= user->noperands)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "replace operand: bad arguments");
+    ot_instr *from = user->operands[i];
+    if (from == to) return OT_OK;
+    if (to->dead_ || to->parent != user->parent)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "replace operand %d of %s: %s is not a live instruction of %s", i,
+                        user->name, to->name, user->parent->name);
+    if (to == user) return ot_error(OT_ERR_INVALID_ARGUMENT, "replace operand: would be a cycle");
+    if (!ot_ir_shape_equal(&from->shape, &to->shape)) {
+        char a[256], b[256];
+        return ot_error(OT_ERR_SHAPE_MISMATCH, "replace operand %d of %s: %s is %s, %s is %s", i,
+                        user->name, from->name, shape_str(&from->shape, a, sizeof a), to->name,
+                        shape_str(&to->shape, b, sizeof b));
+    }
+    if (!has_operand(user, to)) OT_CHECK(ir_users_add(to, user));
+    user->operands[i] = to;
+    if (!has_operand(user, from)) ir_users_remove(from, user);
+    return OT_OK;
+}
+
+static void unlink_instr(ot_instr *i) {
+    ot_computation *c = i->parent;
+    for (int k = 0; k < i->noperands; k++) {
+        bool seen = false;
+        for (int j = 0; j < k && !seen; j++) seen = i->operands[j] == i->operands[k];
+        if (!seen) ir_users_remove(i->operands[k], i);
+    }
+    if (i->prev)
+        i->prev->next = i->next;
+    else
+        c->first = i->next;
+    if (i->next)
+        i->next->prev = i->prev;
+    else
+        c->last = i->prev;
+    ir_names_del(c->names_, i->name);
+    users_free(i);
+    c->ninstrs--;
+    c->module->ninstrs--;
+    i->dead_ = true;
+    i->prev = i->next = NULL;
+}
+
+ot_status ot_instr_remove(ot_instr *i) {
+    if (!i || i->dead_) return ot_error(OT_ERR_INVALID_ARGUMENT, "remove: not a live instruction");
+    if (i->nusers)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "remove %s: it still has %d user(s), e.g. %s",
+                        i->name, i->nusers, i->users[0]->name);
+    if (i->parent->root == i)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "remove %s: it is the root of %s", i->name,
+                        i->parent->name);
+    if (i->opcode == OT_OP_PARAMETER)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "remove %s: parameters cannot be removed",
+                        i->name);
+    unlink_instr(i);
+    return OT_OK;
+}
+
+ot_status ot_instr_remove_with_dead_operands(ot_instr *i) {
+    OT_CHECK(ot_instr_remove(i));
+    /* iterative worklist over the operands that lost their last user */
+    int cap = 16, n = 0;
+    ot_instr **stack = ot_malloc((size_t)cap * sizeof *stack);
+    if (!stack) return ot_error(OT_ERR_OUT_OF_MEMORY, "remove: out of memory");
+    for (int k = 0; k < i->noperands; k++) {
+        if (n == cap) {
+            ot_instr **ns = ot_realloc(stack, (size_t)(cap *= 2) * sizeof *ns);
+            if (!ns) {
+                ot_free(stack);
+                return ot_error(OT_ERR_OUT_OF_MEMORY, "remove: out of memory");
+            }
+            stack = ns;
+        }
+        stack[n++] = i->operands[k];
+    }
+    while (n) {
+        ot_instr *x = stack[--n];
+        if (x->dead_ || x->nusers || x->opcode == OT_OP_PARAMETER || x->parent->root == x ||
+            ot_instr_has_side_effect(x))
+            continue;
+        unlink_instr(x);
+        for (int k = 0; k < x->noperands; k++) {
+            if (n == cap) {
+                ot_instr **ns = ot_realloc(stack, (size_t)(cap *= 2) * sizeof *ns);
+                if (!ns) {
+                    ot_free(stack);
+                    return ot_error(OT_ERR_OUT_OF_MEMORY, "remove: out of memory");
+                }
+                stack = ns;
+            }
+            stack[n++] = x->operands[k];
+        }
+    }
+    ot_free(stack);
+    return OT_OK;
+}
+
+ot_status ot_instr_set_metadata(ot_instr *i, const ot_metadata *md) {
+    ot_module *m = i->parent->module;
+    if (!md) {
+        i->metadata = NULL;
+        return OT_OK;
+    }
+    ot_metadata *d = ir_alloc(m, sizeof *d);
+    if (!d) return ot_error(OT_ERR_OUT_OF_MEMORY, "metadata: out of memory");
+    *d = *md;
+    if ((md->op_type && !(d->op_type = ir_strdup(m, md->op_type))) ||
+        (md->op_name && !(d->op_name = ir_strdup(m, md->op_name))) ||
+        (md->source_file && !(d->source_file = ir_strdup(m, md->source_file))))
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "metadata: out of memory");
+    i->metadata = d;
+    return OT_OK;
+}
+
+ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *const *new_operands,
+                         const char *name, ot_instr **out) {
+    *out = NULL;
+    if (!dst || !src || dst->module != src->parent->module)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "clone: instruction and destination differ in module");
+    char buf[256];
+    if (!name) {
+        snprintf(buf, sizeof buf, "%.200s.clone", src->name);
+        for (int k = 1; ir_names_get(dst->names_, buf, strlen(buf)); k++)
+            snprintf(buf, sizeof buf, "%.200s.clone.%d", src->name, k);
+        name = buf;
+    }
+    if (src->opcode == OT_OP_PARAMETER && dst->params_cap_ > src->attrs.index &&
+        dst->params[src->attrs.index])
+        return ot_error(OT_ERR_ALREADY_EXISTS, "clone %s: parameter %lld exists in %s", src->name,
+                        (long long)src->attrs.index, dst->name);
+    ot_instr *i;
+    OT_CHECK(ir_create(dst, src->opcode, new_operands, src->noperands, &src->attrs, src->called,
+                       src->ncalled, &src->shape, name, strlen(name), false, &i));
+    i->metadata = src->metadata;
+    i->raw = src->raw;
+    i->nraw = src->nraw;
+    *out = i;
+    return OT_OK;
+}
+
+ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, int64_t *n) {
+    *out = NULL;
+    *n = 0;
+    int64_t cnt = c->ninstrs;
+    ot_instr **order = ot_malloc((size_t)(cnt ? cnt : 1) * sizeof *order);
+    /* DFS stack of (instr, next operand index) */
+    struct frame {
+        ot_instr *i;
+        int k;
+    } *st = ot_malloc((size_t)(cnt ? cnt : 1) * sizeof *st);
+    ir_ptr_map state = {0}; /* 1 = on stack, 2 = done */
+    ot_status s = OT_OK;
+    if (!order || !st) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "post order: out of memory");
+        goto out;
+    }
+    int64_t no = 0;
+    for (ot_instr *r = c->first; r; r = r->next) {
+        if (ir_ptr_map_get(&state, r)) continue;
+        int64_t sp = 0;
+        st[sp].i = r;
+        st[sp].k = 0;
+        sp++;
+        if ((s = ir_ptr_map_put(&state, r, (void *)1)) != OT_OK) goto out;
+        while (sp) {
+            struct frame *f = &st[sp - 1];
+            if (f->k < f->i->noperands) {
+                ot_instr *o = f->i->operands[f->k++];
+                void *stt = ir_ptr_map_get(&state, o);
+                if (stt == (void *)1) {
+                    s = ot_error(OT_ERR_INVALID_ARGUMENT, "computation %s has a cycle through %s",
+                                 c->name, o->name);
+                    goto out;
+                }
+                if (stt) continue;
+                if (sp >= cnt) {
+                    s = ot_error(OT_ERR_INTERNAL,
+                                 "post order: %s reaches an instruction outside "
+                                 "%s",
+                                 f->i->name, c->name);
+                    goto out;
+                }
+                if ((s = ir_ptr_map_put(&state, o, (void *)1)) != OT_OK) goto out;
+                st[sp].i = o;
+                st[sp].k = 0;
+                sp++;
+            } else {
+                if ((s = ir_ptr_map_put(&state, f->i, (void *)2)) != OT_OK) goto out;
+                if (no >= cnt) {
+                    s = ot_error(OT_ERR_INTERNAL, "post order: more instructions than %s lists",
+                                 c->name);
+                    goto out;
+                }
+                order[no++] = f->i;
+                sp--;
+            }
+        }
+    }
+    *out = order;
+    *n = no;
+    order = NULL;
+out:
+    ot_free(order);
+    ot_free(st);
+    ir_ptr_map_free(&state);
+    return s;
+}
+
+ot_status ot_module_post_order(const ot_module *m, ot_computation ***out, int *n) {
+    *out = NULL;
+    *n = 0;
+    int cnt = m->ncomps;
+    ot_computation **order = ot_malloc((size_t)(cnt ? cnt : 1) * sizeof *order);
+    signed char *state = ot_calloc((size_t)(cnt ? cnt : 1), 1);
+    struct cframe {
+        ot_computation *c;
+        ot_instr *i;
+        int k;
+    } *st = ot_malloc((size_t)(cnt ? cnt : 1) * sizeof *st);
+    ir_ptr_map idx = {0};
+    ot_status s = OT_OK;
+    if (!order || !state || !st) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "module post order: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < cnt; k++)
+        if ((s = ir_ptr_map_put(&idx, m->comps[k], (void *)(intptr_t)(k + 1))) != OT_OK) goto out;
+    int no = 0;
+    for (int r = 0; r < cnt; r++) {
+        if (state[r]) continue;
+        int sp = 0;
+        st[sp++] = (struct cframe){m->comps[r], m->comps[r]->first, 0};
+        state[r] = 1;
+        while (sp) {
+            struct cframe *f = &st[sp - 1];
+            ot_computation *next = NULL;
+            while (f->i && !next) {
+                if (f->k < f->i->ncalled) {
+                    next = f->i->called[f->k++];
+                } else {
+                    f->i = f->i->next;
+                    f->k = 0;
+                }
+            }
+            if (next) {
+                intptr_t j = (intptr_t)ir_ptr_map_get(&idx, next) - 1;
+                if (j < 0) {
+                    s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                                 "computation %s calls %s, which is not "
+                                 "in the module",
+                                 f->c->name, next->name);
+                    goto out;
+                }
+                if (state[j] == 1) {
+                    s = ot_error(OT_ERR_INVALID_ARGUMENT, "recursive call: %s calls %s", f->c->name,
+                                 next->name);
+                    goto out;
+                }
+                if (state[j] == 0) {
+                    state[j] = 1;
+                    st[sp++] = (struct cframe){next, next->first, 0};
+                }
+            } else {
+                intptr_t j = (intptr_t)ir_ptr_map_get(&idx, f->c) - 1;
+                state[j] = 2;
+                order[no++] = f->c;
+                sp--;
+            }
+        }
+    }
+    *out = order;
+    *n = no;
+    order = NULL;
+out:
+    ot_free(order);
+    ot_free(state);
+    ot_free(st);
+    ir_ptr_map_free(&idx);
+    return s;
+}
+
+/* Copies src's instructions into dst (empty, same or other module) in post order. map receives
+ * old -> new. Called computations are looked up in cmap (old -> new) when given. */
+static ot_status clone_body(const ot_computation *src, ot_computation *dst, ir_ptr_map *map,
+                            const ir_ptr_map *cmap) {
+    ot_instr **order = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(src, &order, &n));
+    ot_status s = OT_OK;
+    ot_module *dm = dst->module;
+    bool other = dm != src->module;
+    ot_instr *ops_small[16];
+    ot_computation *called_small[16];
+    for (int64_t k = 0; k < n && s == OT_OK; k++) {
+        const ot_instr *i = order[k];
+        ot_instr **ops = ops_small;
+        ot_computation **called = called_small;
+        if (i->noperands > 16) ops = ot_malloc((size_t)i->noperands * sizeof *ops);
+        if (i->ncalled > 16) called = ot_malloc((size_t)i->ncalled * sizeof *called);
+        if (!ops || !called) {
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "clone: out of memory");
+        } else {
+            for (int j = 0; j < i->noperands; j++) ops[j] = ir_ptr_map_get(map, i->operands[j]);
+            for (int j = 0; j < i->ncalled; j++) {
+                called[j] = i->called[j];
+                if (cmap) {
+                    ot_computation *nc = ir_ptr_map_get(cmap, i->called[j]);
+                    if (nc) called[j] = nc;
+                }
+            }
+            ot_ir_shape shape = i->shape;
+            ot_instr *ni = NULL;
+            if (other) s = ir_shape_copy(dm, &i->shape, &shape);
+            if (s == OT_OK)
+                s = ir_create(dst, i->opcode, ops, i->noperands, &i->attrs, called, i->ncalled,
+                              &shape, i->name, strlen(i->name), other, &ni);
+            if (s == OT_OK && other && i->metadata) s = ot_instr_set_metadata(ni, i->metadata);
+            if (s == OT_OK && !other) ni->metadata = i->metadata;
+            if (s == OT_OK && i->nraw) {
+                if (other) {
+                    ot_raw_attr *r = ir_alloc(dm, (size_t)i->nraw * sizeof *r);
+                    if (!r) s = ot_error(OT_ERR_OUT_OF_MEMORY, "clone: out of memory");
+                    for (int j = 0; s == OT_OK && j < i->nraw; j++) {
+                        r[j].name = ir_strdup(dm, i->raw[j].name);
+                        r[j].value = ir_strdup(dm, i->raw[j].value);
+                        if (!r[j].name || !r[j].value)
+                            s = ot_error(OT_ERR_OUT_OF_MEMORY, "clone: out of memory");
+                    }
+                    ni->raw = r;
+                } else {
+                    ni->raw = i->raw;
+                }
+                ni->nraw = i->nraw;
+            }
+            if (s == OT_OK) s = ir_ptr_map_put(map, i, ni);
+        }
+        if (ops != ops_small) ot_free(ops);
+        if (called != called_small) ot_free(called);
+    }
+    if (s == OT_OK && src->root) dst->root = ir_ptr_map_get(map, src->root);
+    ot_free(order);
+    return s;
+}
+
+ot_status ot_computation_clone(const ot_computation *src, const char *suffix,
+                               ot_computation **out) {
+    *out = NULL;
+    ot_module *m = src->module;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.400s%s", src->name, suffix ? suffix : ".clone");
+    for (int k = 1; ir_names_get(&m->comp_names, buf, strlen(buf)); k++)
+        snprintf(buf, sizeof buf, "%.400s%s.%d", src->name, suffix ? suffix : ".clone", k);
+    ot_computation *c;
+    OT_CHECK(ir_add_computation(m, buf, strlen(buf), &c));
+    ir_ptr_map map = {0};
+    ot_status s = clone_body(src, c, &map, NULL);
+    ir_ptr_map_free(&map);
+    if (s != OT_OK) {
+        /* an unused, partial computation: remove it again */
+        for (ot_instr *i = c->last, *p; i; i = p) {
+            p = i->prev;
+            users_free(i);
+        }
+        c->first = c->last = NULL;
+        c->root = NULL;
+        ot_module_remove_computation(m, c);
+        return s;
+    }
+    *out = c;
+    return OT_OK;
+}
+
+ot_status ot_module_remove_computation(ot_module *m, ot_computation *c) {
+    int idx = -1;
+    for (int k = 0; k < m->ncomps; k++)
+        if (m->comps[k] == c) idx = k;
+    if (idx < 0) return ot_error(OT_ERR_NOT_FOUND, "remove computation: not in module");
+    if (m->entry == c)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "remove computation %s: it is the entry",
+                        c->name);
+    for (int k = 0; k < m->ncomps; k++)
+        for (ot_instr *i = m->comps[k]->first; i; i = i->next)
+            for (int j = 0; j < i->ncalled; j++)
+                if (i->called[j] == c && m->comps[k] != c)
+                    return ot_error(OT_ERR_FAILED_PRECONDITION,
+                                    "remove computation %s: %s calls it", c->name, i->name);
+    m->ninstrs -= c->ninstrs;
+    comp_free(c);
+    ir_names_del(&m->comp_names, c->name);
+    memmove(m->comps + idx, m->comps + idx + 1, (size_t)(m->ncomps - idx - 1) * sizeof *m->comps);
+    m->ncomps--;
+    return OT_OK;
+}
+
+ot_status ot_module_clone(const ot_module *src, ot_module **out) {
+    *out = NULL;
+    ot_module *m = ot_module_new(src->name);
+    if (!m) return OT_ERR_OUT_OF_MEMORY;
+    ot_status s = OT_OK;
+    ir_ptr_map cmap = {0}, map = {0};
+    ot_computation **order = NULL;
+    int n = 0;
+    m->cfg.replica_count = src->cfg.replica_count;
+    m->cfg.num_partitions = src->cfg.num_partitions;
+    for (int k = 0; k < src->cfg.nalias && s == OT_OK; k++)
+        s = ot_module_add_alias(m, &src->cfg.alias[k]);
+    if (s == OT_OK && src->cfg.entry_computation_layout &&
+        !(m->cfg.entry_computation_layout = ir_strdup(m, src->cfg.entry_computation_layout)))
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "module clone: out of memory");
+    if (s == OT_OK && src->cfg.nraw) {
+        ot_raw_attr *r = ir_alloc(m, (size_t)src->cfg.nraw * sizeof *r);
+        if (!r) s = ot_error(OT_ERR_OUT_OF_MEMORY, "module clone: out of memory");
+        for (int k = 0; s == OT_OK && k < src->cfg.nraw; k++) {
+            r[k].name = ir_strdup(m, src->cfg.raw[k].name);
+            r[k].value = ir_strdup(m, src->cfg.raw[k].value);
+            if (!r[k].name || !r[k].value)
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "module clone: out of memory");
+        }
+        m->cfg.raw = r;
+        m->cfg.nraw = src->cfg.nraw;
+    }
+    if (s == OT_OK) s = ot_module_post_order(src, &order, &n);
+    for (int k = 0; k < n && s == OT_OK; k++) {
+        ot_computation *c;
+        s = ir_add_computation(m, order[k]->name, strlen(order[k]->name), &c);
+        if (s == OT_OK) s = clone_body(order[k], c, &map, &cmap);
+        if (s == OT_OK) s = ir_ptr_map_put(&cmap, order[k], c);
+        if (s == OT_OK && src->entry == order[k]) {
+            m->entry = c;
+            c->is_entry = true;
+        }
+    }
+    ot_free(order);
+    ir_ptr_map_free(&cmap);
+    ir_ptr_map_free(&map);
+    if (s != OT_OK) {
+        ot_module_free(m);
+        return s;
+    }
+    *out = m;
+    return OT_OK;
+}
