@@ -17,6 +17,10 @@ case "$san" in
   thread) sanflags="-fsanitize=thread" ;;
   *) sanflags="" ;;
 esac
+# a fuzzer build instruments the library with coverage hooks, ASan and UBSan
+if grep -q '^OT_BUILD_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
+  sanflags="-fsanitize=fuzzer-no-link,address,undefined"
+fi
 cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 cc=${cc:-cc}
 
