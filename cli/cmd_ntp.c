@@ -7,20 +7,36 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const usage =
-    "usage: optitpu ntp query HOST[:PORT] [--samples N] [--interval S] [--timeout S] [--json]\n"
-    "       optitpu ntp serve [--bind ADDR] --port P [--stratum S] [--duration S]\n"
-    "\n"
-    "query   exchanges N packets (default 4) with an NTP server and prints the offset of its\n"
-    "        clock from ours (server - local) and the round-trip delay after the RFC 5905 clock\n"
-    "        filter; every reply is validated and the dropped ones are counted.\n"
-    "        HOST is a name, an IPv4 address or [IPv6]; PORT defaults to 123.\n"
-    "        --interval S  pause between exchanges (default 1)\n"
-    "        --timeout S   wait at most S seconds for each reply (default 1)\n"
-    "        --json        one JSON object instead of the table\n"
-    "serve   answers NTP client requests with this host's wall clock until SIGINT/SIGTERM (or\n"
-    "        --duration seconds). --bind defaults to all IPv6 and IPv4 addresses; --port 0\n"
-    "        picks a free port (printed). --stratum defaults to 10.\n";
+#define QUERY_USAGE                                                                                \
+    "usage: optitpu ntp query HOST[:PORT] [--samples N] [--interval S] [--timeout S] [--json]\n"   \
+    "\n"                                                                                           \
+    "Exchanges N packets (default 4) with an NTP server and prints the offset of its clock from\n" \
+    "ours (server - local) and the round-trip delay after the RFC 5905 clock filter; every "       \
+    "reply\n"                                                                                      \
+    "is validated and the dropped ones are counted by reason. HOST is a name, an IPv4 address "    \
+    "or\n"                                                                                         \
+    "[IPv6]; PORT defaults to 123.\n"                                                              \
+    "  --samples N   exchanges, 1..64 (default 4)\n"                                               \
+    "  --interval S  pause between exchanges (default 1)\n"                                        \
+    "  --timeout S   wait at most S seconds for each reply (default 1)\n"                          \
+    "  --json        one JSON object instead of the table\n"
+
+#define SERVE_USAGE                                                                                \
+    "usage: optitpu ntp serve [--bind ADDR] --port P [--stratum S] [--duration S]\n"               \
+    "\n"                                                                                           \
+    "Answers NTP client requests with this host's wall clock until SIGINT/SIGTERM (or "            \
+    "--duration\n"                                                                                 \
+    "seconds), then prints what it received, answered and dropped.\n"                              \
+    "  --bind ADDR   address to listen on (default: all IPv6 and IPv4 addresses)\n"                \
+    "  --port P      UDP port; 0 picks a free one (printed)\n"                                     \
+    "  --stratum S   advertised stratum, 1..15 (default 10)\n"                                     \
+    "  --duration S  stop after S seconds\n"
+
+static const char *const usage = QUERY_USAGE "\n" SERVE_USAGE;
+
+static bool is_help(const char *a) {
+    return !strcmp(a, "--help") || !strcmp(a, "-h");
+}
 
 static int parse_seconds_ms(const char *cmd, const char *opt, const char *v, int *ms) {
     double d;
@@ -37,7 +53,10 @@ static int ntp_query(int argc, char **argv) {
     ot_ntp_query_options o = ot_ntp_query_options_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--json")) {
+        if (is_help(a)) {
+            printf("%s", QUERY_USAGE);
+            return CLI_OK;
+        } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "--samples") && i + 1 < argc) {
             int64_t n;
@@ -134,7 +153,10 @@ static int ntp_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int64_t v;
-        if (!strcmp(a, "--bind") && i + 1 < argc) {
+        if (is_help(a)) {
+            printf("%s", SERVE_USAGE);
+            return CLI_OK;
+        } else if (!strcmp(a, "--bind") && i + 1 < argc) {
             o.bind_addr = argv[++i];
         } else if (!strcmp(a, "--port") && i + 1 < argc) {
             if (!cli_parse_i64(argv[++i], 0, 65535, &v))

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -706,13 +707,13 @@ typedef struct spoof_peer {
     int port;
     int mode; /* 0: hostile but eventually honest; 1: DENY kiss; 2: silent; 3: falseticker */
     double ahead;
-    volatile int stop;
+    atomic_int stop;
 } spoof_peer;
 
 static void *spoof_thread(void *arg) {
     spoof_peer *p = arg;
     ot_ntp_server_options o = ot_ntp_server_options_default();
-    while (!p->stop) {
+    while (!atomic_load(&p->stop)) {
         struct pollfd pf = {p->fd, POLLIN, 0};
         if (poll(&pf, 1, 20) <= 0) continue;
         uint8_t req[512], rep[64];
@@ -762,7 +763,7 @@ static bool spoof_start(spoof_peer *p, int mode, double ahead, pthread_t *th) {
 }
 
 static void spoof_stop(spoof_peer *p, pthread_t th) {
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_join(th, NULL);
     close(p->fd);
 }

@@ -405,9 +405,12 @@ OT_API int ot_ntp_local_precision(void);
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct ot_clock_sync_options {
-    int minpoll, maxpoll;  /* poll exponent range (default 4..10: 16 s .. 17 min) */
-    int timeout_ms;        /* per exchange (default 1000) */
-    int burst;             /* exchanges per server on the first round (default 4, like iburst) */
+    int minpoll, maxpoll; /* poll exponent range (default 4..10: 16 s .. 17 min) */
+    int timeout_ms;       /* per exchange (default 1000) */
+    /* exchanges per server on the first round (default 4, like iburst). A server needs about 4
+     * samples before the dispersion of the empty filter stages lets its root distance fall under
+     * MAXDIST, so a smaller burst delays the first synchronization. */
+    int burst;
     int burst_interval_ms; /* between burst exchanges (default 500) */
     bool publish;          /* publish the offset process-wide (ot_clock_offset_ns; default true) */
 } ot_clock_sync_options;
@@ -432,7 +435,8 @@ OT_API ot_status ot_clock_sync_create(const char *const *servers, int n,
 /* Stops the thread if started, then frees. NULL is a no-op. */
 OT_API void ot_clock_sync_free(ot_clock_sync *s);
 /* One round in the calling thread: one exchange with every server (a burst on the first
- * round), filter, mitigate, publish. OT_OK when synchronized after it; otherwise the reason
+ * round), filter, mitigate, publish. Serialized with the background thread's rounds; each
+ * exchange waits at most timeout_ms. OT_OK when synchronized after it; otherwise the reason
  * (e.g. OT_ERR_TIMEOUT when no server answered, OT_ERR_FAILED_PRECONDITION without a majority). */
 OT_API ot_status ot_clock_sync_update(ot_clock_sync *s);
 /* Starts a background thread that updates every 2^poll seconds. */

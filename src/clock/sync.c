@@ -28,7 +28,8 @@ struct ot_clock_sync {
     ot_ntp_poll poll;
     bool first_round_done;
     double prev_offset;
-    pthread_mutex_t mu; /* guards est and cls for readers */
+    pthread_mutex_t update_mu; /* serializes updates (caller's thread vs background thread) */
+    pthread_mutex_t mu;        /* guards est, cls and poll for readers */
     ot_clock_estimate est;
     /* background thread */
     pthread_t thread;
@@ -112,6 +113,7 @@ ot_status ot_clock_sync_create(const char *const *servers, int n, const ot_clock
     }
     ot_ntp_poll_init(&s->poll, o.minpoll, o.maxpoll);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->update_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->est.poll = s->poll.poll;
     *out = s;
@@ -132,13 +134,23 @@ void ot_clock_sync_free(ot_clock_sync *s) {
     ot_clock_sync_stop(s);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->update_mu);
     for (int i = 0; i < s->n; i++) ot_free(s->srv[i].name);
     ot_free(s->cls);
     ot_free(s->srv);
     ot_free(s);
 }
 
+static ot_status sync_update_locked(ot_clock_sync *s);
+
 ot_status ot_clock_sync_update(ot_clock_sync *s) {
+    pthread_mutex_lock(&s->update_mu);
+    ot_status rc = sync_update_locked(s);
+    pthread_mutex_unlock(&s->update_mu);
+    return rc;
+}
+
+static ot_status sync_update_locked(ot_clock_sync *s) {
     int answered = 0;
     ot_status last_err = OT_OK;
     char last_msg[256] = "";
@@ -157,7 +169,11 @@ ot_status ot_clock_sync_update(ot_clock_sync *s) {
             char kiss[5] = "";
             if (r.last_reply.stratum == 0 && r.count[OT_NTP_KISS]) {
                 ot_ntp_kiss_code(&r.last_reply, kiss);
-                if (!strcmp(kiss, "RATE")) ot_ntp_poll_backoff(&s->poll);
+                if (!strcmp(kiss, "RATE")) {
+                    pthread_mutex_lock(&s->mu);
+                    ot_ntp_poll_backoff(&s->poll);
+                    pthread_mutex_unlock(&s->mu);
+                }
             }
             ot_log(OT_LOG_INFO, "clock sync: %s: %s", v->name, last_msg);
             continue;

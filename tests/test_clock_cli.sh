@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# optitpu ntp: serve on a free loopback port (IPv4 and IPv6), query it as a table and as JSON,
+# exit codes (0 ok, 1 no valid reply, 2 usage) and messages; the server stops on SIGTERM and
+# reports what it answered.
+# Usage: test_clock_cli.sh OPTITPU_BINARY SOURCE_DIR BUILD_DIR
+set -uo pipefail
+bin=$1
+work=$(mktemp -d "${TMPDIR:-/tmp}/optitpu-ntpcli.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+passed=0
+failed=0
+
+# expect NAME WANT_RC PATTERN_IN_OUTPUT -- ARGS...  (pattern: grep -E over stdout+stderr)
+expect() {
+  local name=$1 want=$2 pat=$3
+  shift 4
+  timeout 30 "$bin" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  cat "$work/out" "$work/err" >"$work/all"
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL $name: exit $rc, want $want (optitpu $*)"; sed 's/^/  | /' "$work/all"; failed=$((failed + 1)); return
+  fi
+  if [[ -n $pat ]] && ! grep -Eq -- "$pat" "$work/all"; then
+    echo "FAIL $name: output lacks /$pat/ (optitpu $*)"; sed 's/^/  | /' "$work/all"; failed=$((failed + 1)); return
+  fi
+  echo "ok   $name"
+  passed=$((passed + 1))
+}
+
+# start_server BIND LOG: runs `optitpu ntp serve` on a free port; sets $port and $spid
+start_server() {
+  "$bin" ntp serve --bind "$1" --port 0 --duration 60 >"$2" 2>"$2.err" &
+  spid=$!
+  pids+=("$spid")
+  port=""
+  for _ in $(seq 100); do
+    port=$(sed -n 's/^serving NTP on .* port \([0-9]*\) .*/\1/p' "$2" 2>/dev/null)
+    [[ -n $port ]] && break
+    sleep 0.05
+  done
+}
+
+expect help_lists_ntp 0 "^  ntp " -- help
+expect help_ntp 0 "usage: optitpu ntp query" -- help ntp
+expect help_ntp_serve 0 "usage: optitpu ntp serve" -- help ntp serve
+expect ntp_no_sub 2 "missing subcommand" -- ntp
+expect ntp_bad_sub 2 "unknown subcommand 'x'" -- ntp x
+expect query_no_host 2 "missing HOST" -- ntp query
+expect query_bad_samples 2 "--samples wants 1..64" -- ntp query 127.0.0.1 --samples 0
+expect query_bad_timeout 2 "--timeout wants seconds" -- ntp query 127.0.0.1 --timeout x
+expect query_bad_addr 1 "bad port" -- ntp query 127.0.0.1:99999
+expect query_bad_bracket 1 "missing '\\]'" -- ntp query '[::1:123'
+expect serve_no_port 2 "--port is required" -- ntp serve
+expect serve_bad_stratum 2 "--stratum wants 1..15" -- ntp serve --port 0 --stratum 16
+expect serve_bad_bind 1 "cannot resolve 'nope'" -- ntp serve --bind nope --port 0 --duration 0
+
+start_server 127.0.0.1 "$work/s4"
+if [[ -z $port ]]; then
+  echo "FAIL serve_v4: no port printed"; cat "$work/s4" "$work/s4.err"; failed=$((failed + 1))
+else
+  echo "ok   serve_v4 (port $port)"; passed=$((passed + 1))
+  expect query_table 0 "^offset [-+][0-9.]+ us  delay [0-9.]+ us" -- \
+    ntp query "127.0.0.1:$port" --samples 3 --interval 0.05
+  expect query_table_counts 0 "packets: accepted 3  timeouts 0" -- \
+    ntp query "127.0.0.1:$port" --samples 3 --interval 0.05
+  expect query_json 0 '^\{"server":"127.0.0.1:'"$port"'","ok":true,"offset_s":' -- \
+    ntp query "127.0.0.1:$port" --samples 2 --interval 0.05 --json
+  if command -v python3 >/dev/null; then
+    if python3 - "$work/out" <<'PY'; then
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["ok"] and abs(o["offset_s"]) < 1e-3 and 0 < o["delay_s"] < 1e-2, o
+assert o["stratum"] == 10 and o["ref_id"] == "127.127.1.1" and len(o["samples"]) == 2, o
+assert o["packets"]["accepted"] == 2 and sum(o["packets"].values()) == 2, o
+PY
+      echo "ok   query_json_fields"; passed=$((passed + 1))
+    else
+      echo "FAIL query_json_fields"; sed 's/^/  | /' "$work/out"; failed=$((failed + 1))
+    fi
+  fi
+  kill -TERM "$spid"
+  wait "$spid"
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -Eq "received 8, answered 8, malformed 0" "$work/s4.err"; then
+    echo "ok   serve_sigterm_stats"; passed=$((passed + 1))
+  else
+    echo "FAIL serve_sigterm_stats: exit $rc"; sed 's/^/  | /' "$work/s4.err"; failed=$((failed + 1))
+  fi
+  # nothing answers there now: exit 1 within the timeout, with the reason
+  expect query_dead 1 "no (valid reply|NTP server)" -- \
+    ntp query "127.0.0.1:$port" --samples 2 --interval 0 --timeout 0.2
+  expect query_dead_json 1 '"ok":false,"error":"TIMEOUT' -- \
+    ntp query "127.0.0.1:$port" --samples 1 --timeout 0.2 --json
+fi
+
+if "$bin" ntp serve --bind ::1 --port 0 --duration 0 >/dev/null 2>&1; then
+  start_server '[::1]' "$work/s6"
+  if [[ -n $port ]]; then
+    expect query_v6 0 "^server \\[::1\\]:$port  stratum 10" -- \
+      ntp query "[::1]:$port" --samples 2 --interval 0.05
+    kill -TERM "$spid"; wait "$spid"
+  else
+    echo "FAIL serve_v6: no port printed"; failed=$((failed + 1))
+  fi
+else
+  echo "ok   query_v6 (skipped: no IPv6 loopback)"
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
