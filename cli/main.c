@@ -8,9 +8,11 @@
  * extern line and one table line per command. */
 extern const cli_command cli_cmd_bench;
 extern const cli_command cli_cmd_ntp;
+extern const cli_command cli_cmd_topo;
 
 static const cli_command *const commands[] = {
     &cli_cmd_bench, &cli_cmd_ntp, NULL, /* keeps the table non-empty; skipped below */
+    &cli_cmd_topo,
 };
 
 static const cli_command *find_command(const char *name) {

@@ -6,5 +6,7 @@
 #include "optitpu/bench.h"
 #include "optitpu/clock.h"
 #include "optitpu/ir.h"
+#include "optitpu/pod.h"
+#include "optitpu/collectives.h"
 
 #endif /* OPTITPU_OPTITPU_H */
