@@ -11,7 +11,9 @@ extern const cli_command cli_cmd_ntp;
 extern const cli_command cli_cmd_topo;
 
 static const cli_command *const commands[] = {
-    &cli_cmd_bench, &cli_cmd_ntp, NULL, /* keeps the table non-empty; skipped below */
+    &cli_cmd_bench,
+    &cli_cmd_ntp,
+    NULL, /* keeps the table non-empty; skipped below */
     &cli_cmd_topo,
 };
 

@@ -33,26 +33,13 @@ static double val(int k, int r, size_t i, ot_redop op, ot_dtype dt) {
 
 static void put(void *buf, size_t i, ot_dtype dt, double v) {
     switch (dt) {
-    case OT_F32:
-        ((float *)buf)[i] = (float)v;
-        break;
-    case OT_F64:
-        ((double *)buf)[i] = v;
-        break;
-    case OT_F16:
-        ((uint16_t *)buf)[i] = ot_f32_to_f16((float)v);
-        break;
-    case OT_BF16:
-        ((uint16_t *)buf)[i] = ot_f32_to_bf16((float)v);
-        break;
-    case OT_S32:
-        ((int32_t *)buf)[i] = (int32_t)v;
-        break;
-    case OT_S64:
-        ((int64_t *)buf)[i] = (int64_t)v;
-        break;
-    default:
-        abort();
+    case OT_F32: ((float *)buf)[i] = (float)v; break;
+    case OT_F64: ((double *)buf)[i] = v; break;
+    case OT_F16: ((uint16_t *)buf)[i] = ot_f32_to_f16((float)v); break;
+    case OT_BF16: ((uint16_t *)buf)[i] = ot_f32_to_bf16((float)v); break;
+    case OT_S32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case OT_S64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: abort();
     }
 }
 
@@ -226,8 +213,7 @@ static ot_status run_suite_rank(void *ud, int rank, ot_comm *c) {
                     put(want, (size_t)r * cnt + i, cc->dt,
                         val(k, r, (size_t)rank * cnt + i, cc->op, cc->dt));
             break;
-        default:
-            break;
+        default: break;
         }
         if (cc->kind == OT_COLL_REDUCE_SCATTER) out_n = cnt;
         if (st != OT_OK) {

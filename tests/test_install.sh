@@ -33,7 +33,7 @@ libdir=$(dirname "$(find "$prefix" -name liboptitpu.a | head -1)")
 # only OT_API symbols are exported from the shared library
 nm -D --defined-only "$libdir/liboptitpu.so" | awk '{print $3}' | grep -v '^ot_' | grep -v '^_' \
   && fail "liboptitpu.so exports symbols without the ot_ prefix"
-nm -D --defined-only "$libdir/liboptitpu.so" | grep -q ' ot_npy_parse$' || fail "ot_npy_parse not exported"
+nm -D --defined-only "$libdir/liboptitpu.so" | grep ' ot_npy_parse$' >/dev/null || fail "ot_npy_parse not exported"
 
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 pkg-config --exists optitpu || fail "pkg-config cannot find optitpu"

@@ -134,8 +134,7 @@ void ot_pod_combine(void *dst, const void *src, size_t n, ot_dtype dt, ot_redop 
         else
             COMBINE_LOOP(int64_t, a < b ? a : b);
         break;
-    default:
-        OT_ASSERT(!"ot_pod_combine: not an accumulation dtype");
+    default: OT_ASSERT(!"ot_pod_combine: not an accumulation dtype");
     }
 }
 
@@ -174,8 +173,7 @@ static void divide(void *buf, size_t count, ot_dtype dt, int n) {
     case OT_S64:
         for (size_t i = 0; i < count; i++) ((int64_t *)buf)[i] /= n;
         break;
-    default:
-        OT_ASSERT(!"divide: not an accumulation dtype");
+    default: OT_ASSERT(!"divide: not an accumulation dtype");
     }
 }
 
@@ -673,14 +671,10 @@ bool ot_coll_algo_supported(const ot_comm *c, ot_coll_kind kind, ot_coll_algo al
     case OT_COLL_REDUCE:
         return true; /* the non-native ones run as an all-reduce of the full vector */
     case OT_COLL_ALLGATHER:
-    case OT_COLL_ALLTOALL:
-        return algo == OT_ALGO_RING;
-    case OT_COLL_BROADCAST:
-        return algo == OT_ALGO_RING || algo == OT_ALGO_TREE;
-    case OT_COLL_BARRIER:
-        return algo == OT_ALGO_TREE; /* dissemination (log n rounds) */
-    default:
-        return false;
+    case OT_COLL_ALLTOALL: return algo == OT_ALGO_RING;
+    case OT_COLL_BROADCAST: return algo == OT_ALGO_RING || algo == OT_ALGO_TREE;
+    case OT_COLL_BARRIER: return algo == OT_ALGO_TREE; /* dissemination (log n rounds) */
+    default: return false;
     }
 }
 
@@ -695,8 +689,7 @@ static double ar_cost(const ot_comm *c, ot_coll_algo a, double B) {
     int n = c->size;
     if (n == 1) return 0;
     switch (a) {
-    case OT_ALGO_RING:
-        return 2.0 * (n - 1) * (al + B / n * be);
+    case OT_ALGO_RING: return 2.0 * (n - 1) * (al + B / n * be);
     case OT_ALGO_HALVING_DOUBLING: {
         int p2 = 1;
         while (p2 * 2 <= n) p2 *= 2;
@@ -712,10 +705,8 @@ static double ar_cost(const ot_comm *c, ot_coll_algo a, double B) {
         int C = c->cols, R = c->rows;
         return 2.0 * (C - 1) * (al + B / C * be) + 2.0 * (R - 1) * (al + B / C / R * be);
     }
-    case OT_ALGO_DIRECT:
-        return 2.0 * ceil_log2(n) * al + B * be;
-    default:
-        return -1;
+    case OT_ALGO_DIRECT: return 2.0 * ceil_log2(n) * al + B * be;
+    default: return -1;
     }
 }
 
@@ -727,8 +718,7 @@ double ot_coll_cost_us(const ot_comm *c, ot_coll_kind kind, ot_coll_algo algo, s
     double B = (double)bytes, S = B * n; /* S: the whole vector of RS/AG/all-to-all */
     double lg = ceil_log2(n);
     switch (kind) {
-    case OT_COLL_ALLREDUCE:
-        return ar_cost(c, algo, B);
+    case OT_COLL_ALLREDUCE: return ar_cost(c, algo, B);
     case OT_COLL_REDUCE_SCATTER:
         if (algo == OT_ALGO_RING) return (n - 1) * (al + B * be);
         if (algo == OT_ALGO_DIRECT) return 2 * lg * al + B * be;
@@ -750,10 +740,8 @@ double ot_coll_cost_us(const ot_comm *c, ot_coll_kind kind, ot_coll_algo algo, s
     case OT_COLL_ALLTOALL:
         if (algo == OT_ALGO_RING) return (n - 1) * (al + B * be);
         return 2 * lg * al + S * be;
-    case OT_COLL_BARRIER:
-        return lg * al;
-    default:
-        return -1;
+    case OT_COLL_BARRIER: return lg * al;
+    default: return -1;
     }
 }
 
@@ -788,17 +776,13 @@ int ot_coll_explain(const ot_comm *c, ot_coll_kind kind, size_t bytes, char *buf
 double ot_coll_bus_factor(ot_coll_kind kind, int n) {
     if (n <= 1) return n == 1 && (kind == OT_COLL_BROADCAST || kind == OT_COLL_REDUCE) ? 1 : 0;
     switch (kind) {
-    case OT_COLL_ALLREDUCE:
-        return 2.0 * (n - 1) / n;
+    case OT_COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
     case OT_COLL_REDUCE_SCATTER:
     case OT_COLL_ALLGATHER:
-    case OT_COLL_ALLTOALL:
-        return (double)(n - 1) / n;
+    case OT_COLL_ALLTOALL: return (double)(n - 1) / n;
     case OT_COLL_BROADCAST:
-    case OT_COLL_REDUCE:
-        return 1;
-    default:
-        return 0;
+    case OT_COLL_REDUCE: return 1;
+    default: return 0;
     }
 }
 
@@ -867,18 +851,10 @@ static ot_status run_ar(ot_comm *c, ot_coll_algo algo, void *w, size_t count, ot
                dl};
     ot_status st;
     switch (algo) {
-    case OT_ALGO_HALVING_DOUBLING:
-        st = ar_hd(&A);
-        break;
-    case OT_ALGO_TREE:
-        st = ar_tree(&A);
-        break;
-    case OT_ALGO_HIER2D:
-        st = ar_hier2d(&A);
-        break;
-    default:
-        st = ar_ring(&A);
-        break;
+    case OT_ALGO_HALVING_DOUBLING: st = ar_hd(&A); break;
+    case OT_ALGO_TREE: st = ar_tree(&A); break;
+    case OT_ALGO_HIER2D: st = ar_hier2d(&A); break;
+    default: st = ar_ring(&A); break;
     }
     if (st == OT_OK && op == OT_REDOP_MEAN) divide(w, count, adt, c->size);
     return st;

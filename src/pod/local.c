@@ -21,8 +21,9 @@
 typedef struct slot {
     const void *buf;
     size_t bytes;
-    uint64_t posted;
-    uint64_t done;
+    uint64_t posted; /* under the receiver's mutex */
+    uint64_t taken;  /* under the receiver's mutex: the receiver is reading buf */
+    uint64_t done;   /* under the sender's mutex */
 } slot;
 
 struct ot_local_world {
@@ -41,12 +42,14 @@ struct ot_local_world {
     int bcount;
     uint64_t bgen;
     void **ptab;
+    int touching; /* members between a pointer exchange and the closing barrier (under bmu) */
 };
 
 typedef struct lctx {
     ot_local_world *w;
     int rank;
     bool stopped;
+    bool touching;
     uint64_t *send_seq; /* [peer] */
     uint64_t *recv_seq; /* [peer] */
 } lctx;
@@ -112,6 +115,22 @@ static ot_status check_stop(lctx *x) {
     return OT_OK;
 }
 
+/* After a failure, a posted send must not return while the receiver may still read the buffer:
+ * retract it if it was not taken, else wait for the (bounded) copy to finish. */
+static void settle_send(lctx *x, int to, uint64_t sseq) {
+    ot_local_world *w = x->w;
+    int me = x->rank, n = w->n;
+    slot *sl = &w->slots[(size_t)me * n + to];
+    pthread_mutex_lock(&w->mu[to]);
+    bool taken = sl->taken >= sseq;
+    if (!taken) sl->posted = sseq - 1;
+    pthread_mutex_unlock(&w->mu[to]);
+    if (!taken) return;
+    pthread_mutex_lock(&w->mu[me]);
+    while (sl->done < sseq) pthread_cond_wait(&w->cv[me], &w->mu[me]);
+    pthread_mutex_unlock(&w->mu[me]);
+}
+
 static ot_status l_exchange(lctx *x, int to, const void *s, size_t sb, int from, void *r, size_t rb,
                             bool reduce, ot_dtype dt, ot_redop op, uint64_t dl) {
     ot_local_world *w = x->w;
@@ -165,7 +184,10 @@ static ot_status l_exchange(lctx *x, int to, const void *s, size_t sb, int from,
         while (st == OT_OK && sl->done < sseq)
             st = wait_step(x, &w->mu[me], &w->cv[me], dl, "send completion", to);
         pthread_mutex_unlock(&w->mu[me]);
-        if (st != OT_OK) return st;
+        if (st != OT_OK) {
+            settle_send(x, to, sseq);
+            return st;
+        }
     }
     return OT_OK;
 }
@@ -181,22 +203,51 @@ static ot_status l_sendrecv_reduce(void *ctx, int to, const void *s, size_t sc, 
     return l_exchange(ctx, to, s, sc * esz, from, r, rc * esz, true, dt, op, dl);
 }
 
+/* Leaving the phase in which this member reads and writes peers' memory directly. */
+static void untouch(lctx *x) {
+    if (!x->touching) return;
+    ot_local_world *w = x->w;
+    pthread_mutex_lock(&w->bmu);
+    if (--w->touching == 0) pthread_cond_broadcast(&w->bcv);
+    pthread_mutex_unlock(&w->bmu);
+    x->touching = false;
+}
+
+/* After a failed barrier: nobody returns (and frees its buffers) while a peer may still be
+ * copying into or out of them; those copies never wait, so this is bounded. */
+static void drain_touching(ot_local_world *w) {
+    pthread_mutex_lock(&w->bmu);
+    while (w->touching > 0) pthread_cond_wait(&w->bcv, &w->bmu);
+    pthread_mutex_unlock(&w->bmu);
+}
+
+static ot_status barrier_core(lctx *x, uint64_t dl) {
+    ot_local_world *w = x->w;
+    ot_status st = check_stop(x);
+    if (st == OT_OK) {
+        pthread_mutex_lock(&w->bmu);
+        uint64_t g = w->bgen;
+        if (++w->bcount == w->n) {
+            w->bcount = 0;
+            w->bgen++;
+            pthread_cond_broadcast(&w->bcv);
+        } else {
+            while (st == OT_OK && w->bgen == g)
+                st = wait_step(x, &w->bmu, &w->bcv, dl, "barrier", -1);
+        }
+        pthread_mutex_unlock(&w->bmu);
+    }
+    if (st != OT_OK) {
+        untouch(x);
+        if (!x->stopped) drain_touching(w);
+    }
+    return st;
+}
+
 static ot_status l_barrier(void *ctx, uint64_t dl) {
     lctx *x = ctx;
-    ot_local_world *w = x->w;
-    OT_CHECK(check_stop(x));
-    pthread_mutex_lock(&w->bmu);
-    uint64_t g = w->bgen;
-    ot_status st = OT_OK;
-    if (++w->bcount == w->n) {
-        w->bcount = 0;
-        w->bgen++;
-        pthread_cond_broadcast(&w->bcv);
-    } else {
-        while (st == OT_OK && w->bgen == g) st = wait_step(x, &w->bmu, &w->bcv, dl, "barrier", -1);
-    }
-    pthread_mutex_unlock(&w->bmu);
-    return st;
+    untouch(x);
+    return barrier_core(x, dl);
 }
 
 /* Publish, barrier, copy, barrier: the table is stable while anyone copies it. */
@@ -209,8 +260,10 @@ static ot_status l_exchange_ptrs(void *ctx, void *mine, void **all, uint64_t dl)
     OT_CHECK(l_barrier(ctx, dl));
     pthread_mutex_lock(&w->bmu);
     memcpy(all, w->ptab, sizeof(void *) * (size_t)w->n);
+    w->touching++; /* before the second barrier, so nobody past it can miss this member */
     pthread_mutex_unlock(&w->bmu);
-    return l_barrier(ctx, dl);
+    x->touching = true;
+    return barrier_core(x, dl);
 }
 
 static void l_abort(void *ctx, ot_status why, const char *msg) {
