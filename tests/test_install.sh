@@ -29,7 +29,7 @@ libdir=$(dirname "$(find "$prefix" -name liboptitpu.a | head -1)")
 [[ -f $prefix/include/optitpu/optitpu.h ]] || fail "headers not installed"
 [[ -x $prefix/bin/optitpu ]] || fail "optitpu not installed"
 [[ -f $libdir/pkgconfig/optitpu.pc ]] || fail "optitpu.pc not installed"
-"$prefix/bin/optitpu" --version | grep -q "^optitpu [0-9]" || fail "installed optitpu --version"
+"$prefix/bin/optitpu" --version | grep "^optitpu [0-9]" >/dev/null || fail "installed optitpu --version"
 # only OT_API symbols are exported from the shared library
 nm -D --defined-only "$libdir/liboptitpu.so" | awk '{print $3}' | grep -v '^ot_' | grep -v '^_' \
   && fail "liboptitpu.so exports symbols without the ot_ prefix"
@@ -45,14 +45,14 @@ pkg-config --exists optitpu || fail "pkg-config cannot find optitpu"
 $cc $sanflags -o "$work/pc_shared" "$src/tests/install/consumer.c" $(pkg-config --cflags --libs optitpu) \
   -Wl,-rpath,"$libdir" || fail "pkg-config shared build"
 "$work/pc_shared" || fail "pkg-config shared consumer"
-readelf -d "$work/pc_shared" | grep -q 'liboptitpu.so' || fail "pc_shared does not use liboptitpu.so"
+readelf -d "$work/pc_shared" | grep 'liboptitpu.so' >/dev/null || fail "pc_shared does not use liboptitpu.so"
 
 # pkg-config, static: the archive by name, its dependencies from --static
 # shellcheck disable=SC2046,SC2086
 $cc $sanflags -o "$work/pc_static" "$src/tests/install/consumer.c" $(pkg-config --cflags optitpu) \
   $(pkg-config --static --libs optitpu | sed 's/-loptitpu\b/-l:liboptitpu.a/') || fail "pkg-config static build"
 "$work/pc_static" || fail "pkg-config static consumer"
-readelf -d "$work/pc_static" | grep -q 'liboptitpu.so' && fail "pc_static links liboptitpu.so"
+readelf -d "$work/pc_static" | grep 'liboptitpu.so' >/dev/null && fail "pc_static links liboptitpu.so"
 
 # find_package, shared and static
 CFLAGS="$sanflags" LDFLAGS="$sanflags" CC=$cc cmake -S "$src/tests/install" -B "$work/cm" \
@@ -61,6 +61,6 @@ CFLAGS="$sanflags" LDFLAGS="$sanflags" CC=$cc cmake -S "$src/tests/install" -B "
 cmake --build "$work/cm" >"$work/cmb.log" 2>&1 || { cat "$work/cmb.log"; fail "find_package build"; }
 "$work/cm/consumer_shared" || fail "find_package shared consumer"
 "$work/cm/consumer_static" || fail "find_package static consumer"
-readelf -d "$work/cm/consumer_shared" | grep -q 'liboptitpu.so' || fail "consumer_shared does not use liboptitpu.so"
-readelf -d "$work/cm/consumer_static" | grep -q 'liboptitpu.so' && fail "consumer_static links liboptitpu.so"
+readelf -d "$work/cm/consumer_shared" | grep 'liboptitpu.so' >/dev/null || fail "consumer_shared does not use liboptitpu.so"
+readelf -d "$work/cm/consumer_static" | grep 'liboptitpu.so' >/dev/null && fail "consumer_static links liboptitpu.so"
 echo "install test: 4 consumers built and ran (pkg-config and find_package, shared and static)"
