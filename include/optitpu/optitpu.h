@@ -8,5 +8,6 @@
 #include "optitpu/ir.h"
 #include "optitpu/pod.h"
 #include "optitpu/collectives.h"
+#include "optitpu/safetensors.h"
 
 #endif /* OPTITPU_OPTITPU_H */
