@@ -184,9 +184,9 @@ static void check_fixture(const char *file, const fx_tensor *fx, size_t n, const
 
 static void test_python_fixtures(void) {
     fx_tensor all[] = {
-        {"t_bool", OT_ST_BOOL, 2, {3, 5}, 0}, {"t_u8", OT_ST_U8, 1, {7}, 0},
-        {"t_i8", OT_ST_I8, 3, {2, 2, 2}, 0},  {"t_i16", OT_ST_I16, 2, {4, 3}, 0},
-        {"t_u16", OT_ST_U16, 2, {1, 9}, 0},   {"t_f16", OT_ST_F16, 1, {6}, 0},
+        {"t_bool", OT_ST_BOOL, 2, {3, 5}, 0},  {"t_u8", OT_ST_U8, 1, {7}, 0},
+        {"t_i8", OT_ST_I8, 3, {2, 2, 2}, 0},   {"t_i16", OT_ST_I16, 2, {4, 3}, 0},
+        {"t_u16", OT_ST_U16, 2, {1, 9}, 0},    {"t_f16", OT_ST_F16, 1, {6}, 0},
         {"t_i32", OT_ST_I32, 3, {3, 1, 2}, 0}, {"t_u32", OT_ST_U32, 1, {5}, 0},
         {"t_f32", OT_ST_F32, 3, {2, 3, 4}, 0}, {"t_f64", OT_ST_F64, 2, {3, 3}, 0},
         {"t_i64", OT_ST_I64, 1, {4}, 0},       {"t_u64", OT_ST_U64, 2, {2, 2}, 0},
@@ -286,7 +286,8 @@ static void test_truncations(void) {
         memcpy(cut, blob, n);
         ot_safetensors *st;
         ot_status s = ot_safetensors_parse(cut, n, &st);
-        if (s != OT_ERR_CORRUPT_DATA) OT_T_FAIL_("truncation to %zu bytes: %s", n, ot_status_str(s));
+        if (s != OT_ERR_CORRUPT_DATA)
+            OT_T_FAIL_("truncation to %zu bytes: %s", n, ot_status_str(s));
         free(cut);
     }
     uint8_t *ext = malloc(len + 1);
@@ -306,7 +307,8 @@ static void test_files_for_python(void) {
         int ndt;
         ot_st_dtype dts[13];
     } files[] = {
-        {"c_all_dtypes.safetensors", 13,
+        {"c_all_dtypes.safetensors",
+         13,
          {OT_ST_BOOL, OT_ST_U8, OT_ST_I8, OT_ST_I16, OT_ST_U16, OT_ST_F16, OT_ST_BF16, OT_ST_I32,
           OT_ST_U32, OT_ST_F32, OT_ST_F64, OT_ST_I64, OT_ST_U64}},
         {"c_bf16.safetensors", 1, {OT_ST_BF16}},
@@ -360,8 +362,10 @@ static void test_alloc_failures(void) {
         ot_safetensors *st = NULL;
         ot_status s = ot_safetensors_parse(blob, len, &st);
         ot_alloc_fail_after(0);
-        if (s == OT_OK) ok = true;
-        else EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
+        if (s == OT_OK)
+            ok = true;
+        else
+            EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
         ot_safetensors_free(st);
         EXPECT_INT_EQ(ot_alloc_live(), live);
     }

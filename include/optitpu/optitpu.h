@@ -9,5 +9,6 @@
 #include "optitpu/pod.h"
 #include "optitpu/collectives.h"
 #include "optitpu/safetensors.h"
+#include "optitpu/ft.h"
 
 #endif /* OPTITPU_OPTITPU_H */

@@ -122,8 +122,7 @@ OT_API uint64_t ot_safetensors_data_len(const ot_safetensors *st);
 /* A borrowed ot_tensor over a tensor's bytes (no copy), valid until ot_safetensors_free.
  * OT_ERR_NOT_FOUND for an unknown name; OT_ERR_UNIMPLEMENTED for F8 (no core dtype);
  * OT_ERR_OUT_OF_RANGE for rank > OT_MAX_RANK. */
-OT_API ot_status ot_safetensors_tensor(const ot_safetensors *st, const char *name,
-                                       ot_tensor *view);
+OT_API ot_status ot_safetensors_tensor(const ot_safetensors *st, const char *name, ot_tensor *view);
 
 /* ---------------------------------------------------------------------------------------------
  * Writing

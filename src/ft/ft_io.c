@@ -84,7 +84,9 @@ ot_status ot_ft_rename(const char *from, const char *to) {
     return OT_OK;
 }
 
-ot_status ot_ft_rmtree(const char *path) {
+/* Uses a path buffer on the stack, no allocation: it runs on failure paths, including after an
+ * allocation failure. */
+static ot_status rmtree_buf(char *path, size_t cap) {
     struct stat st;
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT) return OT_OK;
@@ -98,22 +100,32 @@ ot_status ot_ft_rmtree(const char *path) {
     DIR *d = opendir(path);
     if (!d) return ot_error(OT_ERR_IO, "opendir %s: %s", path, strerror(errno));
     ot_status rc = OT_OK;
+    size_t len = strlen(path);
     struct dirent *de;
     while (rc == OT_OK && (de = readdir(d)) != NULL) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char *child = ot_ft_join(path, de->d_name);
-        if (!child) {
-            rc = ot_error(OT_ERR_OUT_OF_MEMORY, "rmtree %s: out of memory", path);
+        size_t nl = strlen(de->d_name);
+        if (len + 1 + nl + 1 > cap) {
+            rc = ot_error(OT_ERR_IO, "rmtree %s: path too long", path);
             break;
         }
-        rc = ot_ft_rmtree(child);
-        ot_free(child);
+        path[len] = '/';
+        memcpy(path + len + 1, de->d_name, nl + 1);
+        rc = rmtree_buf(path, cap);
+        path[len] = '\0';
     }
     closedir(d);
     if (rc != OT_OK) return rc;
     if (rmdir(path) != 0 && errno != ENOENT)
         return ot_error(OT_ERR_IO, "rmdir %s: %s", path, strerror(errno));
     return OT_OK;
+}
+
+ot_status ot_ft_rmtree(const char *path) {
+    char buf[4096];
+    if (strlen(path) >= sizeof buf) return ot_error(OT_ERR_IO, "rmtree %s: path too long", path);
+    strcpy(buf, path);
+    return rmtree_buf(buf, sizeof buf);
 }
 
 ot_status ot_ft_read_small(const char *path, size_t max_len, char **out, size_t *len) {
@@ -218,10 +230,12 @@ ot_status ot_ft_write_file(const char *path, const ot_ft_seg *segs, size_t nseg,
     ot_status rc = OT_OK;
     if (sha256 && total >= OT_FT_THREADED_HASH_MIN)
         threaded = pthread_create(&th, NULL, hash_thread, &job) == 0;
-    for (size_t i = 0; rc == OT_OK && i < nseg; i++) rc = write_all(fd, path, segs[i].ptr, segs[i].len);
+    for (size_t i = 0; rc == OT_OK && i < nseg; i++)
+        rc = write_all(fd, path, segs[i].ptr, segs[i].len);
     if (rc == OT_OK && do_fsync && (injected() || fsync(fd) != 0))
         rc = ot_error(OT_ERR_IO, "fsync %s: %s", path, strerror(errno));
-    if (close(fd) != 0 && rc == OT_OK) rc = ot_error(OT_ERR_IO, "close %s: %s", path, strerror(errno));
+    if (close(fd) != 0 && rc == OT_OK)
+        rc = ot_error(OT_ERR_IO, "close %s: %s", path, strerror(errno));
     if (threaded) {
         pthread_join(th, NULL);
         if (rc == OT_OK && job.rc != OT_OK) rc = ot_error(job.rc, "%s", job.err);

@@ -22,13 +22,20 @@ static const struct {
     size_t size;
     ot_dtype core;
 } st_dtypes[] = {
-    [OT_ST_BOOL] = {"BOOL", 1, OT_PRED},          [OT_ST_U8] = {"U8", 1, OT_U8},
-    [OT_ST_I8] = {"I8", 1, OT_S8},                [OT_ST_F8_E5M2] = {"F8_E5M2", 1, OT_DTYPE_INVALID},
-    [OT_ST_F8_E4M3] = {"F8_E4M3", 1, OT_DTYPE_INVALID}, [OT_ST_I16] = {"I16", 2, OT_S16},
-    [OT_ST_U16] = {"U16", 2, OT_U16},             [OT_ST_F16] = {"F16", 2, OT_F16},
-    [OT_ST_BF16] = {"BF16", 2, OT_BF16},          [OT_ST_I32] = {"I32", 4, OT_S32},
-    [OT_ST_U32] = {"U32", 4, OT_U32},             [OT_ST_F32] = {"F32", 4, OT_F32},
-    [OT_ST_F64] = {"F64", 8, OT_F64},             [OT_ST_I64] = {"I64", 8, OT_S64},
+    [OT_ST_BOOL] = {"BOOL", 1, OT_PRED},
+    [OT_ST_U8] = {"U8", 1, OT_U8},
+    [OT_ST_I8] = {"I8", 1, OT_S8},
+    [OT_ST_F8_E5M2] = {"F8_E5M2", 1, OT_DTYPE_INVALID},
+    [OT_ST_F8_E4M3] = {"F8_E4M3", 1, OT_DTYPE_INVALID},
+    [OT_ST_I16] = {"I16", 2, OT_S16},
+    [OT_ST_U16] = {"U16", 2, OT_U16},
+    [OT_ST_F16] = {"F16", 2, OT_F16},
+    [OT_ST_BF16] = {"BF16", 2, OT_BF16},
+    [OT_ST_I32] = {"I32", 4, OT_S32},
+    [OT_ST_U32] = {"U32", 4, OT_U32},
+    [OT_ST_F32] = {"F32", 4, OT_F32},
+    [OT_ST_F64] = {"F64", 8, OT_F64},
+    [OT_ST_I64] = {"I64", 8, OT_S64},
     [OT_ST_U64] = {"U64", 8, OT_U64},
 };
 _Static_assert(sizeof st_dtypes / sizeof st_dtypes[0] == OT_ST_DTYPE_COUNT, "dtype table");
@@ -86,10 +93,14 @@ static bool utf8_valid(const uint8_t *s, size_t n, size_t *bad) {
         }
         size_t need;
         uint32_t cp, min;
-        if (c >= 0xc2 && c <= 0xdf) need = 1, cp = c & 0x1f, min = 0x80;
-        else if (c >= 0xe0 && c <= 0xef) need = 2, cp = c & 0x0f, min = 0x800;
-        else if (c >= 0xf0 && c <= 0xf4) need = 3, cp = c & 0x07, min = 0x10000;
-        else goto fail;
+        if (c >= 0xc2 && c <= 0xdf)
+            need = 1, cp = c & 0x1f, min = 0x80;
+        else if (c >= 0xe0 && c <= 0xef)
+            need = 2, cp = c & 0x0f, min = 0x800;
+        else if (c >= 0xf0 && c <= 0xf4)
+            need = 3, cp = c & 0x07, min = 0x10000;
+        else
+            goto fail;
         if (n - i - 1 < need) goto fail;
         for (size_t k = 1; k <= need; k++) {
             if ((s[i + k] & 0xc0) != 0x80) goto fail;
@@ -133,7 +144,9 @@ static ot_status parse_entry(ot_safetensors *st, const char *name, json_t *v, ot
            *jo = json_object_get(v, "data_offsets");
     if (!jd || !js || !jo)
         return ot_error(OT_ERR_CORRUPT_DATA, "safetensors: tensor '%s': missing field '%s'", name,
-                        !jd ? "dtype" : !js ? "shape" : "data_offsets");
+                        !jd   ? "dtype"
+                        : !js ? "shape"
+                              : "data_offsets");
     if (!json_is_string(jd))
         return ot_error(OT_ERR_CORRUPT_DATA, "safetensors: tensor '%s': dtype is not a string",
                         name);
@@ -182,8 +195,8 @@ static ot_status parse_metadata(ot_safetensors *st, json_t *v) {
     json_t *x;
     json_object_foreach(v, k, x) {
         if (!json_is_string(x))
-            return ot_error(OT_ERR_CORRUPT_DATA,
-                            "safetensors: __metadata__['%s'] is not a string", k);
+            return ot_error(OT_ERR_CORRUPT_DATA, "safetensors: __metadata__['%s'] is not a string",
+                            k);
         const char *s = json_string_value(x);
         char *kk = ot_arena_strndup(st->arena, k, strlen(k));
         char *vv = ot_arena_strndup(st->arena, s, json_string_length(x));
@@ -217,8 +230,8 @@ static ot_status parse_into(ot_safetensors *st) {
     json_error_t jerr;
     json_t *root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return ot_error(OT_ERR_CORRUPT_DATA, "safetensors: header JSON: %s (at byte %d)",
-                        jerr.text, jerr.position + 8);
+        return ot_error(OT_ERR_CORRUPT_DATA, "safetensors: header JSON: %s (at byte %d)", jerr.text,
+                        jerr.position + 8);
     ot_status rc = OT_OK;
     if (!json_is_object(root)) {
         rc = ot_error(OT_ERR_CORRUPT_DATA, "safetensors: header is not a JSON object");
@@ -273,8 +286,7 @@ static ot_status parse_into(ot_safetensors *st) {
             rc = ot_error(OT_ERR_CORRUPT_DATA,
                           "safetensors: tensor '%s': %llu bytes in data_offsets, shape and dtype "
                           "need %llu",
-                          t->name, (unsigned long long)(t->end - t->begin),
-                          (unsigned long long)nb);
+                          t->name, (unsigned long long)(t->end - t->begin), (unsigned long long)nb);
             goto out;
         }
     }
@@ -375,8 +387,10 @@ const ot_st_info *ot_safetensors_find(const ot_safetensors *st, const char *name
         const ot_st_info *t = &st->infos[st->by_name[mid]];
         int c = strcmp(name, t->name);
         if (c == 0) return t;
-        if (c < 0) hi = mid;
-        else lo = mid + 1;
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     return NULL;
 }
@@ -408,8 +422,9 @@ ot_status ot_safetensors_tensor(const ot_safetensors *st, const char *name, ot_t
     if (!t) return ot_error(OT_ERR_NOT_FOUND, "safetensors: no tensor named '%s'", name);
     ot_dtype dt = ot_st_dtype_to_core(t->dtype);
     if (dt == OT_DTYPE_INVALID)
-        return ot_error(OT_ERR_UNIMPLEMENTED, "safetensors: tensor '%s': dtype %s has no core dtype",
-                        name, ot_st_dtype_name(t->dtype));
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "safetensors: tensor '%s': dtype %s has no core dtype", name,
+                        ot_st_dtype_name(t->dtype));
     if (t->rank > OT_MAX_RANK)
         return ot_error(OT_ERR_OUT_OF_RANGE, "safetensors: tensor '%s': rank %d exceeds %d", name,
                         t->rank, OT_MAX_RANK);
@@ -438,8 +453,7 @@ static int cmp_str_ptr(const void *a, const void *b) {
 }
 
 static ot_status entry_nbytes(const ot_st_entry *e, uint64_t *out) {
-    if (!e->name)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "safetensors: tensor without a name");
+    if (!e->name) return ot_error(OT_ERR_INVALID_ARGUMENT, "safetensors: tensor without a name");
     if (!strcmp(e->name, "__metadata__"))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "safetensors: '__metadata__' is reserved");
     if (ot_st_dtype_size(e->dtype) == 0)
@@ -500,8 +514,8 @@ ot_status ot_safetensors_build_header(const ot_st_entry *entries, size_t n, cons
         if (!m || json_object_set_new(root, "__metadata__", m) != 0) goto oom;
         for (size_t i = 0; i < nmeta; i++) {
             if (!meta[i].key || !meta[i].value) {
-                rc = ot_error(OT_ERR_INVALID_ARGUMENT, "safetensors: metadata entry %zu is NULL",
-                              i);
+                rc =
+                    ot_error(OT_ERR_INVALID_ARGUMENT, "safetensors: metadata entry %zu is NULL", i);
                 goto fail;
             }
             if (json_object_get(m, meta[i].key)) {
@@ -647,8 +661,10 @@ ot_status ot_safetensors_write_file(const char *path, const ot_st_entry *entries
                 goto out;
             }
             char *slash = strrchr(dir, '/');
-            if (slash == dir) slash[1] = '\0';
-            else if (slash) *slash = '\0';
+            if (slash == dir)
+                slash[1] = '\0';
+            else if (slash)
+                *slash = '\0';
             rc = ot_ft_fsync_path(slash ? dir : ".");
             ot_free(dir);
         }
