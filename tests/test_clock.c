@@ -229,6 +229,23 @@ static void test_onwire_vectors(void) {
                           &s);
     EXPECT_NEAR(s.offset, -0.003, 1e-9);
     EXPECT_NEAR(s.delay, 0.020, 1e-9);
+    /* a whole exchange across the 2036 rollover: we send in era 0, the server (1 s ahead)
+     * stamps in era 1 */
+    ot_ntp_exchange x;
+    ot_ntp_exchange_init(&x);
+    uint8_t req[48], rep[48];
+    int64_t t1 = ERA1_UNIX * NS - NS / 2;
+    ot_ntp_exchange_request(&x, t1, 0, 0, req);
+    ot_ntp_server_options o = ot_ntp_server_options_default();
+    size_t n;
+    ASSERT_OK(ot_ntp_server_reply(&o, -20, req, 48, ot_ntp_ts_from_unix_ns(t1 + NS + 1000000),
+                                  ot_ntp_ts_from_unix_ns(t1 + NS + 1500000), rep, &n, NULL));
+    ot_ntp_packet p;
+    ASSERT_OK(ot_ntp_exchange_receive(&x, rep, n, t1 + 2000000, -20, &p, &s, NULL));
+    EXPECT_TRUE(p.receive_ts < p.origin_ts); /* wrapped */
+    EXPECT_NEAR(s.offset, 1.00025, 1e-8); /* ((1.001) + (0.9995)) / 2 */
+    EXPECT_NEAR(s.delay, 0.0015, 1e-8);
+    EXPECT_INT_EQ(ot_ntp_ts_to_unix_ns(p.transmit_ts, t1), t1 + NS + 1500000);
     /* a negative computed delay (clock steps) is clamped to the system precision */
     ot_ntp_sample_compute(ts_s(b, 0), ts_s(b, 0.0), ts_s(b, 0.5), ts_s(b, 0.1), -20, -10, &s);
     EXPECT_NEAR(s.delay, ldexp(1, -10), 0);
@@ -654,10 +671,38 @@ static void test_udp_client_server(void) {
         EXPECT_TRUE(r.delay > 0 && r.delay < 0.01);
         EXPECT_INT_EQ(r.last_reply.stratum, 10);
         EXPECT_U64_EQ(r.count[OT_NTP_ACCEPTED], 3);
+        /* hostile datagrams at the server: short, symmetric-active mode, control mode */
+        int fd = socket(b == 1 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_storage to = {0};
+        socklen_t tl;
+        if (b == 1) {
+            struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&to;
+            a6->sin6_family = AF_INET6;
+            a6->sin6_addr = in6addr_loopback;
+            a6->sin6_port = htons((uint16_t)port);
+            tl = sizeof *a6;
+        } else {
+            struct sockaddr_in *a4 = (struct sockaddr_in *)&to;
+            a4->sin_family = AF_INET;
+            a4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            a4->sin_port = htons((uint16_t)port);
+            tl = sizeof *a4;
+        }
+        uint8_t junk[48] = {0x21}; /* v4 symmetric active */
+        sendto(fd, "short", 5, 0, (struct sockaddr *)&to, tl);
+        sendto(fd, junk, 48, 0, (struct sockaddr *)&to, tl);
+        junk[0] = 0x26; /* v4 control */
+        sendto(fd, junk, 48, 0, (struct sockaddr *)&to, tl);
+        struct pollfd pf = {fd, POLLIN, 0};
+        EXPECT_INT_EQ(poll(&pf, 1, 200), 0); /* none of them is answered */
+        close(fd);
         ot_ntp_server_stop(srv);
         pthread_join(th, NULL);
         ot_ntp_server_stats st = ot_ntp_server_get_stats(srv);
         EXPECT_U64_EQ(st.answered, 3);
+        EXPECT_U64_EQ(st.received, 6);
+        EXPECT_U64_EQ(st.malformed, 1);
+        EXPECT_U64_EQ(st.bad_mode, 2);
         ot_ntp_server_free(srv);
     }
     /* nobody listening: bounded by the timeout, with a clear message */
