@@ -219,8 +219,9 @@ OT_API ot_status ot_ckpt_restore_latest(const char *root, const ot_ckpt_options 
                                         ot_ckpt_restore_report *rep);
 OT_API void ot_ckpt_restore_report_clear(ot_ckpt_restore_report *rep);
 
-/* Writes one file of a checkpoint (all tensors of `role`, every shard) as a single safetensors
- * file (for `optitpu ckpt export`); role NULL exports all roles, names prefixed "role/". */
+/* Writes the tensors of `role` (every shard) as one safetensors file, atomically (for `optitpu
+ * ckpt export`). Names: "name" for an unsharded role, "SHARD/name" for a sharded one; role NULL
+ * exports all roles as "role/name" or "role.SHARD/name". OT_ERR_NOT_FOUND for an unknown role. */
 OT_API ot_status ot_ckpt_export(const ot_ckpt *ck, const char *role, const char *out_path);
 
 /* ---------------------------------------------------------------------------------------------

@@ -795,6 +795,8 @@ ot_status ot_ckpt_repair(const char *root, const ot_ckpt_options *o, int64_t ste
  * Export
  * ------------------------------------------------------------------------------------------- */
 
+/* Export names: "name" for one unsharded role, "SHARD/name" for one sharded role; with all roles,
+ * "role/name" or "role.SHARD/name". */
 ot_status ot_ckpt_export(const ot_ckpt *ck, const char *role, const char *out_path) {
     size_t total = 0;
     for (size_t i = 0; i < ck->nfiles; i++)
@@ -807,32 +809,40 @@ ot_status ot_ckpt_export(const ot_ckpt *ck, const char *role, const char *out_pa
         rc = ot_error(OT_ERR_OUT_OF_MEMORY, "export: out of memory");
         goto out;
     }
-    size_t k = 0;
+    size_t k = 0, nfiles = 0;
     for (size_t i = 0; i < ck->nfiles; i++) {
-        const char *fr = ck->m->files[i].role;
-        if (role && strcmp(fr, role) != 0) continue;
+        const ot_ckpt_file_entry *fe = &ck->m->files[i];
+        if (role && strcmp(fe->role, role) != 0) continue;
+        nfiles++;
         for (size_t j = 0; j < ot_safetensors_count(ck->files[i].st); j++) {
             const ot_st_info *t = ot_safetensors_at(ck->files[i].st, j);
-            size_t nl = strlen(fr) + strlen(t->name) + 2;
+            size_t nl = strlen(fe->role) + strlen(t->name) + 32;
             names[k] = ot_malloc(nl);
             if (!names[k]) {
                 rc = ot_error(OT_ERR_OUT_OF_MEMORY, "export: out of memory");
                 goto out;
             }
-            if (role)
+            if (role && fe->shards == 1)
                 snprintf(names[k], nl, "%s", t->name);
+            else if (role)
+                snprintf(names[k], nl, "%d/%s", fe->shard, t->name);
+            else if (fe->shards == 1)
+                snprintf(names[k], nl, "%s/%s", fe->role, t->name);
             else
-                snprintf(names[k], nl, "%s/%s", fr, t->name);
+                snprintf(names[k], nl, "%s.%d/%s", fe->role, fe->shard, t->name);
             e[k] = (ot_st_entry){names[k], t->dtype, t->rank, t->dims, t->data};
             k++;
         }
     }
+    if (role && nfiles == 0) {
+        rc = ot_error(OT_ERR_NOT_FOUND, "export: %s has no role '%s'", ck->dir, role);
+        goto out;
+    }
     char stepbuf[32];
     snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)ck->m->step);
-    ot_st_kv meta[] = {{"optitpu.step", stepbuf}, {"optitpu.source", ck->dir}};
+    ot_st_kv meta[] = {{"optitpu.step", stepbuf}};
     ot_st_write_options wo = ot_st_write_options_default();
-    rc = ot_safetensors_write_file(out_path, e, k, meta, 2, &wo, NULL);
-    /* shards of one role can repeat a name: the writer reports the duplicate */
+    rc = ot_safetensors_write_file(out_path, e, k, meta, 1, &wo, NULL);
 out:
     if (names)
         for (size_t i = 0; i < total; i++) ot_free(names[i]);
