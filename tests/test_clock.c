@@ -243,7 +243,7 @@ static void test_onwire_vectors(void) {
     ot_ntp_packet p;
     ASSERT_OK(ot_ntp_exchange_receive(&x, rep, n, t1 + 2000000, -20, &p, &s, NULL));
     EXPECT_TRUE(p.receive_ts < p.origin_ts); /* wrapped */
-    EXPECT_NEAR(s.offset, 1.00025, 1e-8); /* ((1.001) + (0.9995)) / 2 */
+    EXPECT_NEAR(s.offset, 1.00025, 1e-8);    /* ((1.001) + (0.9995)) / 2 */
     EXPECT_NEAR(s.delay, 0.0015, 1e-8);
     EXPECT_INT_EQ(ot_ntp_ts_to_unix_ns(p.transmit_ts, t1), t1 + NS + 1500000);
     /* a negative computed delay (clock steps) is clamped to the system precision */
@@ -916,6 +916,70 @@ static void test_sync_rejects_falseticker(void) {
     ot_ntp_server_free(s2);
 }
 
+static void test_drift_fit(void) {
+    /* offsets of a clock running 37 ppm fast, with alternating ±2 us noise */
+    double t[8], off[8];
+    for (int i = 0; i < 8; i++) {
+        t[i] = 100 + 64.0 * i;
+        off[i] = 0.003 + 37e-6 * (t[i] - 100) + (i % 2 ? 2e-6 : -2e-6);
+    }
+    double f, at;
+    ASSERT_OK(ot_clock_fit_drift(t, off, 8, &f, &at));
+    EXPECT_NEAR(f, 37e-6, 0.2e-6);
+    EXPECT_NEAR(at, 0.003 + 37e-6 * 448, 3e-6);
+    ASSERT_OK(ot_clock_fit_drift(t, off, 2, &f, &at)); /* two points: the chord */
+    EXPECT_NEAR(f, (off[1] - off[0]) / 64, 1e-15);
+    EXPECT_STATUS(ot_clock_fit_drift(t, off, 1, &f, &at), OT_ERR_FAILED_PRECONDITION);
+    double same[3] = {5, 5, 5};
+    EXPECT_STATUS(ot_clock_fit_drift(same, off, 3, &f, &at), OT_ERR_FAILED_PRECONDITION);
+    /* the published offset follows the drift from its reference time, clamped to MAXFREQ */
+    int64_t o;
+    ot_clock_publish(1000, 100e-6, 5000000000ull);
+    EXPECT_TRUE(ot_clock_offset_at_ns(5000000000ull, &o));
+    EXPECT_INT_EQ(o, 1000);
+    ot_clock_offset_at_ns(6000000000ull, &o);
+    EXPECT_INT_EQ(o, 1000 + 100000);
+    ot_clock_offset_at_ns(4000000000ull, &o);
+    EXPECT_INT_EQ(o, 1000 - 100000);
+    ot_clock_publish(0, 0.01, 0);
+    ot_clock_offset_at_ns(1000000000ull, &o);
+    EXPECT_INT_EQ(o, 500000); /* 500 ppm */
+    ot_clock_unpublish();
+}
+
+/* Readers never see a torn (offset, frequency, reference) triple: every publication below makes
+ * offset_at(M) = 1e-4 M exactly, whatever the reference; mixing two would be off by >= 1e5 ns. */
+static atomic_int g_pub_stop;
+static void *publisher(void *arg) {
+    (void)arg;
+    for (uint64_t k = 1; !atomic_load(&g_pub_stop); k++) {
+        uint64_t ref = (k % 1000) * 1000000000ull;
+        ot_clock_publish((int64_t)(ref / 10000), 1e-4, ref);
+    }
+    return NULL;
+}
+
+static void test_publish_is_atomic(void) {
+    atomic_store(&g_pub_stop, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, publisher, NULL);
+    int bad = 0, reads = 0;
+    uint64_t end = ot_now_ns() + 50000000;
+    const uint64_t m = 777000000000ull;
+    while (ot_now_ns() < end) {
+        int64_t o;
+        if (ot_clock_offset_at_ns(m, &o)) {
+            reads++;
+            if (llabs(o - (int64_t)(m / 10000)) > 2) bad++;
+        }
+    }
+    atomic_store(&g_pub_stop, 1);
+    pthread_join(th, NULL);
+    EXPECT_INT_EQ(bad, 0);
+    EXPECT_TRUE(reads > 0);
+    ot_clock_unpublish();
+}
+
 static void test_sync_create_errors(void) {
     ot_clock_sync *cs;
     const char *servers[] = {"127.0.0.1:1", "[::1]:2", "h:3"};
@@ -948,4 +1012,5 @@ OT_TEST_MAIN(OT_TEST(test_timestamp_vectors), OT_TEST(test_packet_roundtrip),
              OT_TEST(test_cluster_prunes_outlier), OT_TEST(test_poll_adapts),
              OT_TEST(test_split_host_port), OT_TEST(test_server_reply),
              OT_TEST(test_udp_client_server), OT_TEST(test_hostile_peers),
-             OT_TEST(test_sync_rejects_falseticker), OT_TEST(test_sync_create_errors))
+             OT_TEST(test_sync_rejects_falseticker), OT_TEST(test_drift_fit),
+             OT_TEST(test_publish_is_atomic), OT_TEST(test_sync_create_errors))

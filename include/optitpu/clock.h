@@ -425,6 +425,7 @@ typedef struct ot_clock_estimate {
     int poll;                 /* current poll exponent */
     int n_survivors;
     uint64_t updated_mono_ns; /* ot_now_ns() of the last successful update */
+    double freq_ppm; /* drift of the offset (server clock rate − ours), 0 until estimated */
 } ot_clock_estimate;
 
 typedef struct ot_clock_sync ot_clock_sync;
@@ -446,12 +447,30 @@ OT_API ot_clock_estimate ot_clock_sync_estimate(const ot_clock_sync *s);
 /* The class each server received in the last mitigation (index as passed to create). */
 OT_API ot_ntp_peer_class ot_clock_sync_server_class(const ot_clock_sync *s, int i);
 
+#define OT_NTP_MAXFREQ 500e-6 /* largest drift believed, s/s (RFC 5905 MAXFREQ) */
+
+/* Least-squares line through (t[i], offset[i]), i < n (seconds): *freq is its slope (s/s) and
+ * *offset_at_last its value at t[n-1]. OT_ERR_FAILED_PRECONDITION when n < 2 or all t are equal.
+ * The sync object fits its last OT_CLOCK_DRIFT_HISTORY offsets once they span
+ * OT_CLOCK_DRIFT_MIN_SPAN seconds, so the published offset follows a drifting clock between
+ * updates instead of staying flat. */
+#define OT_CLOCK_DRIFT_HISTORY  8
+#define OT_CLOCK_DRIFT_MIN_SPAN 30.0
+OT_API ot_status ot_clock_fit_drift(const double *t, const double *offset, int n, double *freq,
+                                    double *offset_at_last);
+
 /* Process-wide synchronized offset (published by sync objects, or by hand for tests and for a
- * coordinator that learned it another way). Lock-free. */
+ * coordinator that learned it another way): offset_ns at monotonic time ref_mono_ns, changing
+ * by freq (s/s, clamped to ±OT_NTP_MAXFREQ) after it. Lock-free (a sequence lock). */
+OT_API void ot_clock_publish(int64_t offset_ns, double freq, uint64_t ref_mono_ns);
+/* ot_clock_publish(offset_ns, 0, ot_now_ns()). */
 OT_API void ot_clock_publish_offset_ns(int64_t offset_ns);
 OT_API void ot_clock_unpublish(void);
-/* false (and *offset_ns = 0) when nothing has been published. */
+/* The published offset extrapolated to now; false (and *offset_ns = 0) when nothing has been
+ * published. */
 OT_API bool ot_clock_offset_ns(int64_t *offset_ns);
+/* The same at a given ot_now_ns() reading. */
+OT_API bool ot_clock_offset_at_ns(uint64_t mono_ns, int64_t *offset_ns);
 /* ot_wall_ns() + the published offset (just the wall clock when none). */
 OT_API uint64_t ot_clock_synced_wall_ns(void);
 /* Maps an ot_now_ns() reading to the synchronized wall timeline (for merging traces). */

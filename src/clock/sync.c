@@ -27,7 +27,10 @@ struct ot_clock_sync {
     ot_ntp_peer_class *cls;
     ot_ntp_poll poll;
     bool first_round_done;
-    double prev_offset;
+    double prev_offset, prev_t; /* last system offset and when it was found */
+    double hist_t[OT_CLOCK_DRIFT_HISTORY], hist_off[OT_CLOCK_DRIFT_HISTORY]; /* oldest first */
+    int n_hist;
+    double freq;
     pthread_mutex_t update_mu; /* serializes updates (caller's thread vs background thread) */
     pthread_mutex_t mu;        /* guards est, cls and poll for readers */
     ot_clock_estimate est;
@@ -38,23 +41,84 @@ struct ot_clock_sync {
     pthread_cond_t cv;
 };
 
+/* The published offset: a sequence lock over (offset, frequency, reference time). Writers are
+ * serialized by g_write; readers retry while the sequence is odd or changed. */
+static atomic_uint g_seq;
 static atomic_llong g_offset_ns;
+static atomic_llong g_freq_ppt; /* parts per trillion */
+static atomic_ullong g_ref_mono;
 static atomic_bool g_published;
+static pthread_mutex_t g_write = PTHREAD_MUTEX_INITIALIZER;
+
+ot_status ot_clock_fit_drift(const double *t, const double *offset, int n, double *freq,
+                             double *offset_at_last) {
+    if (n < 2) return ot_error(OT_ERR_FAILED_PRECONDITION, "clock drift: %d point(s), need 2", n);
+    double mt = 0, mo = 0;
+    for (int i = 0; i < n; i++) mt += t[i], mo += offset[i];
+    mt /= n, mo /= n;
+    double sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) {
+        sxx += (t[i] - mt) * (t[i] - mt);
+        sxy += (t[i] - mt) * (offset[i] - mo);
+    }
+    if (!(sxx > 0))
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "clock drift: all points at the same time");
+    *freq = sxy / sxx;
+    *offset_at_last = mo + *freq * (t[n - 1] - mt);
+    return OT_OK;
+}
+
+void ot_clock_publish(int64_t offset_ns, double freq, uint64_t ref_mono_ns) {
+    if (!(freq == freq)) freq = 0;
+    freq = fmax(-OT_NTP_MAXFREQ, fmin(OT_NTP_MAXFREQ, freq));
+    pthread_mutex_lock(&g_write);
+    atomic_fetch_add(&g_seq, 1);
+    atomic_store(&g_offset_ns, offset_ns);
+    atomic_store(&g_freq_ppt, llround(freq * 1e12));
+    atomic_store(&g_ref_mono, ref_mono_ns);
+    atomic_store(&g_published, true);
+    atomic_fetch_add(&g_seq, 1);
+    pthread_mutex_unlock(&g_write);
+}
 
 void ot_clock_publish_offset_ns(int64_t offset_ns) {
-    atomic_store(&g_offset_ns, offset_ns);
-    atomic_store(&g_published, true);
+    ot_clock_publish(offset_ns, 0, ot_now_ns());
 }
 
 void ot_clock_unpublish(void) {
+    pthread_mutex_lock(&g_write);
+    atomic_fetch_add(&g_seq, 1);
     atomic_store(&g_published, false);
     atomic_store(&g_offset_ns, 0);
+    atomic_store(&g_freq_ppt, 0);
+    atomic_fetch_add(&g_seq, 1);
+    pthread_mutex_unlock(&g_write);
+}
+
+bool ot_clock_offset_at_ns(uint64_t mono_ns, int64_t *offset_ns) {
+    unsigned s0, s1;
+    long long off, fppt;
+    unsigned long long ref;
+    bool pub;
+    do {
+        s0 = atomic_load(&g_seq);
+        off = atomic_load(&g_offset_ns);
+        fppt = atomic_load(&g_freq_ppt);
+        ref = atomic_load(&g_ref_mono);
+        pub = atomic_load(&g_published);
+        s1 = atomic_load(&g_seq);
+    } while ((s0 & 1) || s0 != s1);
+    if (!pub) {
+        *offset_ns = 0;
+        return false;
+    }
+    double dt_ns = (double)((int64_t)mono_ns - (int64_t)ref);
+    *offset_ns = off + (int64_t)llround(dt_ns * (double)fppt * 1e-12);
+    return true;
 }
 
 bool ot_clock_offset_ns(int64_t *offset_ns) {
-    bool p = atomic_load(&g_published);
-    *offset_ns = p ? (int64_t)atomic_load(&g_offset_ns) : 0;
-    return p;
+    return ot_clock_offset_at_ns(ot_now_ns(), offset_ns);
 }
 
 uint64_t ot_clock_synced_wall_ns(void) {
@@ -65,7 +129,7 @@ uint64_t ot_clock_synced_wall_ns(void) {
 
 int64_t ot_clock_mono_to_synced_ns(uint64_t mono_ns) {
     int64_t off;
-    ot_clock_offset_ns(&off);
+    ot_clock_offset_at_ns(mono_ns, &off);
     uint64_t m0 = ot_now_ns(), w = ot_wall_ns(), m1 = ot_now_ns();
     int64_t wall_minus_mono = (int64_t)w - (int64_t)(m0 / 2 + m1 / 2 + (m0 & m1 & 1));
     return (int64_t)mono_ns + wall_minus_mono + off;
@@ -152,6 +216,7 @@ ot_status ot_clock_sync_update(ot_clock_sync *s) {
 
 static ot_status sync_update_locked(ot_clock_sync *s) {
     int answered = 0;
+    bool fresh = false; /* some server's filter took a new sample */
     ot_status last_err = OT_OK;
     char last_msg[256] = "";
     for (int i = 0; i < s->n; i++) {
@@ -185,9 +250,9 @@ static ot_status sync_update_locked(ot_clock_sync *s) {
         v->stratum = r.last_reply.stratum;
         v->leap = r.last_reply.leap;
         for (int j = 0; j < r.n_samples; j++)
-            ot_ntp_filter_add(&v->filter, r.sample[j].offset, r.sample[j].delay,
-                              r.sample[j].dispersion, (double)ot_now_ns() / 1e9,
-                              ot_ntp_local_precision());
+            fresh |= ot_ntp_filter_add(&v->filter, r.sample[j].offset, r.sample[j].delay,
+                                       r.sample[j].dispersion, (double)ot_now_ns() / 1e9,
+                                       ot_ntp_local_precision());
     }
     s->first_round_done = true;
     double now = (double)ot_now_ns() / 1e9;
@@ -211,8 +276,28 @@ static ot_status sync_update_locked(ot_clock_sync *s) {
     pthread_mutex_lock(&s->mu);
     memcpy(s->cls, cls, (size_t)s->n * sizeof *cls);
     if (ms == OT_OK) {
-        ot_ntp_poll_update(&s->poll, sys.offset - s->prev_offset, sys.jitter);
+        /* residual against what the drift model predicted for now */
+        double predicted = s->prev_offset + s->freq * (now - s->prev_t);
+        ot_ntp_poll_update(&s->poll, sys.offset - predicted, sys.jitter);
         s->prev_offset = sys.offset;
+        s->prev_t = now;
+        if (fresh) {
+            if (s->n_hist == OT_CLOCK_DRIFT_HISTORY) {
+                memmove(s->hist_t, s->hist_t + 1, (OT_CLOCK_DRIFT_HISTORY - 1) * sizeof(double));
+                memmove(s->hist_off, s->hist_off + 1,
+                        (OT_CLOCK_DRIFT_HISTORY - 1) * sizeof(double));
+                s->n_hist--;
+            }
+            s->hist_t[s->n_hist] = now;
+            s->hist_off[s->n_hist] = sys.offset;
+            s->n_hist++;
+        }
+        double freq = 0, at_last;
+        if (s->n_hist >= 4 && s->hist_t[s->n_hist - 1] - s->hist_t[0] >= OT_CLOCK_DRIFT_MIN_SPAN &&
+            ot_clock_fit_drift(s->hist_t, s->hist_off, s->n_hist, &freq, &at_last) == OT_OK)
+            freq = fmax(-OT_NTP_MAXFREQ, fmin(OT_NTP_MAXFREQ, freq));
+        s->freq = freq;
+        s->est.freq_ppm = freq * 1e6;
         s->est.synchronized = true;
         s->est.offset_ns = (int64_t)llround(sys.offset * 1e9);
         s->est.jitter_ns = (int64_t)llround(sys.jitter * 1e9);
@@ -226,7 +311,7 @@ static ot_status sync_update_locked(ot_clock_sync *s) {
     int64_t off = s->est.offset_ns;
     pthread_mutex_unlock(&s->mu);
     if (ms == OT_OK) {
-        if (s->o.publish) ot_clock_publish_offset_ns(off);
+        if (s->o.publish) ot_clock_publish(off, s->freq, s->est.updated_mono_ns);
         return OT_OK;
     }
     if (answered == 0)
