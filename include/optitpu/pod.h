@@ -146,6 +146,162 @@ OT_API void ot_mesh_coords(const ot_mesh *m, int device, int *coords);
 OT_API ot_status ot_mesh_axis_groups(const ot_mesh *m, const char *axis, int *groups, int *ngroups,
                                      int *group_size);
 
+/* ---------------------------------------------------------------------------------------------
+ * Phi-accrual failure detector (Hayashibara et al., SRDS 2004; the form used by Akka and
+ * Cassandra): from the mean and deviation of recent heartbeat inter-arrival times, phi(t) =
+ * -log10(P(a heartbeat arrives later than t)). phi 1 ~ 10% chance the device is alive and just
+ * late, phi 8 ~ 1e-8. Usable alone; the coordinator keeps one per device.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_phi_options {
+    int window;                   /* inter-arrival samples kept; default 1000 */
+    uint64_t min_std_ns;          /* floor on the deviation; default 10 ms */
+    uint64_t acceptable_pause_ns; /* added to the mean (GC pauses, scheduling); default 0 */
+    uint64_t first_interval_ns;   /* assumed interval before samples exist; default 100 ms */
+} ot_phi_options;
+
+typedef struct ot_phi_detector ot_phi_detector;
+
+OT_API ot_phi_options ot_phi_options_default(void);
+OT_API ot_status ot_phi_create(const ot_phi_options *o, ot_phi_detector **out);
+OT_API void ot_phi_free(ot_phi_detector *d);
+OT_API void ot_phi_heartbeat(ot_phi_detector *d, uint64_t now_ns);
+/* 0 before the first heartbeat. */
+OT_API double ot_phi_value(const ot_phi_detector *d, uint64_t now_ns);
+/* Mean and standard deviation of the inter-arrival window (ns). */
+OT_API void ot_phi_stats(const ot_phi_detector *d, double *mean_ns, double *std_ns);
+
+/* ---------------------------------------------------------------------------------------------
+ * Coordinator: device registry, health state machine, heartbeats, failure detection,
+ * membership epochs, channels, device selection, events.
+ *
+ *   JOINING --first heartbeat--> HEALTHY <--heartbeat-- SUSPECT
+ *   HEALTHY --phi >= suspect--> SUSPECT --phi >= fail (or mark_failed)--> FAILED
+ *   FAILED --heartbeat--> RECOVERING --recover_heartbeats in a row--> HEALTHY
+ *   RECOVERING --phi >= fail--> FAILED;  any --remove--> REMOVED (final)
+ * The members are the HEALTHY and SUSPECT devices; every change of that set bumps the epoch.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum ot_device_state {
+    OT_DEV_JOINING = 0,
+    OT_DEV_HEALTHY,
+    OT_DEV_SUSPECT,
+    OT_DEV_FAILED,
+    OT_DEV_RECOVERING,
+    OT_DEV_REMOVED,
+    OT_DEV_STATE_COUNT,
+} ot_device_state;
+
+OT_API const char *ot_device_state_name(ot_device_state s);
+
+typedef enum ot_detector_kind {
+    OT_DETECT_PHI = 0, /* phi-accrual */
+    OT_DETECT_TIMEOUT, /* suspect after timeout/2 without a heartbeat, failed after timeout */
+} ot_detector_kind;
+
+typedef struct ot_coord_options {
+    ot_clock_fn clock; /* NULL: ot_now_ns */
+    void *clock_ud;
+    ot_detector_kind detector;
+    double phi_suspect;     /* default 5 */
+    double phi_fail;        /* default 8 */
+    uint64_t timeout_ns;    /* OT_DETECT_TIMEOUT; default 1 s */
+    ot_phi_options phi;     /* per-device detector settings */
+    int recover_heartbeats; /* RECOVERING -> HEALTHY after this many; default 3 */
+} ot_coord_options;
+
+typedef enum ot_coord_event_kind {
+    OT_EVENT_JOINED = 1 << 0,
+    OT_EVENT_SUSPECT = 1 << 1,
+    OT_EVENT_FAILED = 1 << 2,
+    OT_EVENT_RECOVERED = 1 << 3,
+    OT_EVENT_REMOVED = 1 << 4,
+    OT_EVENT_EPOCH = 1 << 5, /* the member set changed */
+    OT_EVENT_ALL = 0x3f,
+} ot_coord_event_kind;
+
+typedef struct ot_coord_event {
+    ot_coord_event_kind kind;
+    int device; /* -1 for OT_EVENT_EPOCH */
+    ot_device_state from, to;
+    uint64_t epoch;   /* the epoch after the change */
+    uint64_t time_ns; /* coordinator clock */
+    double phi;       /* detector value when it fired (FAILED/SUSPECT) */
+} ot_coord_event;
+
+typedef void (*ot_coord_event_fn)(void *ud, const ot_coord_event *e);
+
+typedef struct ot_channel_stats {
+    uint64_t messages, bytes, errors;
+    uint64_t total_ns;      /* summed transfer time */
+    double mean_latency_us; /* total_ns / messages */
+    double gbytes_per_s;    /* bytes / total_ns */
+} ot_channel_stats;
+
+typedef enum ot_select_policy {
+    OT_SELECT_ROUND_ROBIN = 0, /* rotates over the healthy devices */
+    OT_SELECT_LEAST_LOADED,    /* the smallest outstanding load; ties rotate */
+    OT_SELECT_WEIGHTED,        /* smooth weighted round-robin by measured throughput */
+} ot_select_policy;
+
+typedef struct ot_coord ot_coord;
+
+OT_API ot_coord_options ot_coord_options_default(void);
+OT_API ot_status ot_coord_create(const ot_coord_options *o, ot_coord **out);
+OT_API void ot_coord_free(ot_coord *c);
+/* A new device in JOINING; name is copied. */
+OT_API ot_status ot_coord_register(ot_coord *c, const char *name, int *id);
+OT_API ot_status ot_coord_heartbeat(ot_coord *c, int id);
+/* Evaluates every detector at the current time and applies the transitions. */
+OT_API void ot_coord_tick(ot_coord *c);
+/* Declares a device failed now (e.g. a collective reported it). */
+OT_API ot_status ot_coord_mark_failed(ot_coord *c, int id);
+OT_API ot_status ot_coord_remove(ot_coord *c, int id);
+OT_API ot_device_state ot_coord_state(const ot_coord *c, int id); /* REMOVED for unknown ids */
+OT_API const char *ot_coord_name(const ot_coord *c, int id);
+OT_API double ot_coord_phi(const ot_coord *c, int id);
+OT_API uint64_t ot_coord_epoch(const ot_coord *c);
+OT_API int ot_coord_count(const ot_coord *c); /* registered devices, removed included */
+/* The members (HEALTHY or SUSPECT) in id order: writes up to cap, returns how many there are. */
+OT_API int ot_coord_members(const ot_coord *c, int *ids, int cap);
+/* Events matching mask go to fn(ud, event), in order, on the calling thread, outside the lock. */
+OT_API ot_status ot_coord_subscribe(ot_coord *c, unsigned mask, ot_coord_event_fn fn, void *ud,
+                                    int *sub);
+OT_API void ot_coord_unsubscribe(ot_coord *c, int sub);
+/* Channels: record a transfer (ok false counts an error) and read the statistics. */
+OT_API ot_status ot_coord_channel_record(ot_coord *c, int src, int dst, uint64_t bytes, uint64_t ns,
+                                         bool ok);
+OT_API ot_status ot_coord_channel_stats(const ot_coord *c, int src, int dst, ot_channel_stats *out);
+/* Load balancing over the HEALTHY devices. OT_ERR_FAILED_PRECONDITION when none is healthy. */
+OT_API ot_status ot_coord_select(ot_coord *c, ot_select_policy p, int *id);
+OT_API ot_status ot_coord_load_add(ot_coord *c, int id, int64_t delta);
+OT_API int64_t ot_coord_load(const ot_coord *c, int id);
+/* Measured throughput (any unit, > 0); kept as an exponential moving average (alpha 0.3). */
+OT_API ot_status ot_coord_report_throughput(ot_coord *c, int id, double per_s);
+OT_API double ot_coord_throughput(const ot_coord *c, int id);
+
+/* ---------------------------------------------------------------------------------------------
+ * Barriers: generation-counted, with a deadline. Participants 0..n-1 call ot_barrier_wait;
+ * the last arrival releases the generation. When a participant is declared failed, or a
+ * waiter's deadline passes, every waiter of that generation returns OT_ERR_PEER_FAILED or
+ * OT_ERR_TIMEOUT and the generation is closed; the next generation starts fresh (without failed
+ * participants until they rejoin). Thread-safe; waits block (no spinning).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_barrier ot_barrier;
+
+OT_API ot_status ot_barrier_create(int n, ot_barrier **out);
+OT_API void ot_barrier_free(ot_barrier *b);
+/* timeout_ns <= 0: wait without a deadline. *generation (may be NULL) receives the generation
+ * this call belonged to. A failed participant gets OT_ERR_FAILED_PRECONDITION. */
+OT_API ot_status ot_barrier_wait(ot_barrier *b, int participant, int64_t timeout_ns,
+                                 uint64_t *generation);
+OT_API void ot_barrier_fail(ot_barrier *b, int participant);
+OT_API void ot_barrier_rejoin(ot_barrier *b, int participant);
+OT_API uint64_t ot_barrier_generation(const ot_barrier *b);
+OT_API int ot_barrier_expected(const ot_barrier *b); /* participants not failed */
+OT_API int ot_barrier_arrived(const ot_barrier *b);  /* waiting in the current generation */
+
 #ifdef __cplusplus
 }
 #endif

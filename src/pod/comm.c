@@ -26,6 +26,8 @@ struct ot_comm {
     int *ring;   /* ring[pos] = rank */
     int *pos_of; /* rank -> ring position */
     int rows, cols;
+    bool placed; /* a topology was placed: model its links, not shared memory */
+    int diameter;
     bool aborted;
     void *work;
     size_t work_cap;
@@ -284,6 +286,8 @@ ot_status ot_comm_set_topology(ot_comm *c, const ot_topology *t) {
     }
     c->cost.alpha_us = ot_topology_link_latency_us(t);
     c->cost.gbytes_per_s = ot_topology_link_gbytes_per_s(t);
+    c->placed = true;
+    c->diameter = ot_topology_diameter(t);
     return OT_OK;
 }
 
@@ -684,28 +688,40 @@ static int ceil_log2(int n) {
     return k;
 }
 
+/* The alpha-beta model. With links (message passing, or a topology placed on the comm) a step
+ * costs alpha + bytes * beta. In shared memory (the transport can exchange pointers and no
+ * topology was placed) a "message" is a copy by the receiver, so the beta term counts the bytes
+ * every member touches: a reduction step reads both operands and writes one (3 per byte), a copy
+ * step reads and writes (2 per byte); the direct algorithm reads each byte once from its owner
+ * and writes it once to each destination (2 per byte overall) and pays for three barriers. */
 static double ar_cost(const ot_comm *c, ot_coll_algo a, double B) {
     double al = c->cost.alpha_us, be = 1.0 / (c->cost.gbytes_per_s * 1e3); /* us per byte */
     int n = c->size;
     if (n == 1) return 0;
+    bool shm = c->vt->exchange_ptrs && !c->placed;
+    double wr = shm ? 3 : 1, wc = shm ? 2 : 1;
     switch (a) {
-    case OT_ALGO_RING: return 2.0 * (n - 1) * (al + B / n * be);
+    case OT_ALGO_RING: return (n - 1) * (2 * al + (wr + wc) * B / n * be);
     case OT_ALGO_HALVING_DOUBLING: {
         int p2 = 1;
         while (p2 * 2 <= n) p2 *= 2;
-        double t = 2.0 * ceil_log2(p2) * al + 2.0 * (p2 - 1) / p2 * B * be;
-        return t + (p2 != n ? 2.0 * (al + B * be) : 0);
+        double t = ceil_log2(p2) * 2 * al + (wr + wc) * (p2 - 1) / p2 * B * be;
+        return t + (p2 != n ? 2 * al + (wr + wc) * B * be : 0);
     }
     case OT_ALGO_TREE: {
         double P = ceil(B / DEFAULT_CHUNK);
         if (P < 1) P = 1;
-        return 2.0 * (ceil_log2(n) + P - 1) * (al + B / P * be);
+        return (ceil_log2(n) + P - 1) * (2 * al + (wr + wc) * B / P * be);
     }
     case OT_ALGO_HIER2D: {
         int C = c->cols, R = c->rows;
-        return 2.0 * (C - 1) * (al + B / C * be) + 2.0 * (R - 1) * (al + B / C / R * be);
+        return (C - 1) * (2 * al + (wr + wc) * B / C * be) +
+               (R - 1) * (2 * al + (wr + wc) * B / C / R * be);
     }
-    case OT_ALGO_DIRECT: return 2.0 * ceil_log2(n) * al + B * be;
+    case OT_ALGO_DIRECT:
+        if (shm) return 3 * ceil_log2(n) * al + 2 * B * be;
+        /* over links: an all-to-all exchange whose paths share links */
+        return 3 * ceil_log2(n) * al + 2.0 * (n - 1) / n * B * be * (1 + c->diameter / 2.0);
     default: return -1;
     }
 }
