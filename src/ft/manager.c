@@ -1,6 +1,9 @@
 /* The checkpoint manager: synchronous and async saves, replication and retention after each
  * commit. */
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,6 +149,9 @@ ot_status ot_ckpt_save(ot_ckpt_manager *m, const ot_ckpt_save_args *a, ot_ckpt_s
 
 static void *async_main(void *arg) {
     ot_ckpt_manager *m = arg;
+    /* background work yields the CPU to the training step (Linux nice is per thread and
+     * inherited by the hashing threads this one starts) */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     m->job_rc = save_everything(m, &m->job, &m->job_stats);
     if (m->job_rc != OT_OK) snprintf(m->job_err, sizeof m->job_err, "%s", ot_last_error());
     return NULL;
