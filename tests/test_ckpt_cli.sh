@@ -64,5 +64,10 @@ mkdir "$root/step_00000200.tmp"
 expect verify_skips_tmp 1 "^skip .*step_00000200.tmp" -- ckpt verify "$root"
 expect ls_shows_partial 0 "^200 +partial" -- ckpt ls "$root"
 
+# the benchmark runs end to end on a small size and prints the common JSON rows
+expect bench_json 0 '^\{"bench": "ckpt", "case": "restore\+verify 16 MiB.*"ratio"' -- \
+  bench ckpt --size 16M --reps 1 --json --dir "$work"
+expect bench_usage 2 "at least 16M" -- bench ckpt --size 1M
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
