@@ -268,7 +268,9 @@ ot_status ot_ntp_query(const char *host_port, const ot_ntp_query_options *opt,
                 break;
             }
             if (pr <= 0) continue;
+            int was_refused = refused;
             int v = query_receive(fd, &x, prec, &f, out, &refused);
+            if (refused > was_refused) break; /* ICMP port unreachable: nobody will answer */
             if (v == OT_NTP_ACCEPTED) done = true;
             if (v == OT_NTP_UNSYNCHRONIZED) {
                 unsync++;
@@ -482,7 +484,8 @@ void ot_ntp_server_stop(ot_ntp_server *s) {
 
 /* Answers every datagram queued on the socket. */
 static void serve_pending(ot_ntp_server *s) {
-    for (;;) {
+    /* bounded, so a flood cannot keep run/poll from noticing ot_ntp_server_stop */
+    for (int k = 0; k < 256; k++) {
         uint8_t buf[OT_NTP_MAX_PACKET + 4];
         struct sockaddr_storage from;
         socklen_t fromlen = sizeof from;
