@@ -181,7 +181,11 @@ int main(int argc, char **argv) {
         cport = free_port();
         cpid = start_chronyd(chronyd, cport);
         bool up = false;
-        for (int i = 0; i < 50 && cpid > 0 && !up; i++) up = !isnan(min_delay_us(cport));
+        uint64_t until = ot_now_ns() + 10000000000ull; /* chronyd binds its port a moment later */
+        while (cpid > 0 && !up && ot_now_ns() < until) {
+            up = !isnan(min_delay_us(cport));
+            if (!up) usleep(50000);
+        }
         if (!up) {
             why = "chronyd did not start";
             if (cpid > 0) stop_chronyd(cpid);

@@ -137,9 +137,13 @@ static void test_query_chronyd_server(void) {
     q.timeout_ms = 200;
     ot_ntp_query_result r;
     bool up = false;
-    for (int i = 0; i < 50 && !up; i++) { /* up to ~10 s for chronyd to start answering */
+    /* up to 10 s for chronyd to start answering; until it binds, the port is unreachable and
+     * each attempt returns at once, so pace them */
+    uint64_t until = ot_now_ns() + 10000000000ull;
+    while (!up && ot_now_ns() < until) {
         if (waitpid(pid, NULL, WNOHANG) == pid) break;
         up = ot_ntp_query(addr, &q, &r) == OT_OK;
+        if (!up) usleep(50000);
     }
     if (!up && geteuid() != 0 && !log_contains(log, "chronyd version")) {
         /* unprivileged and no user namespace to be root in: chronyd cannot serve at all */
