@@ -302,6 +302,49 @@ OT_API uint64_t ot_barrier_generation(const ot_barrier *b);
 OT_API int ot_barrier_expected(const ot_barrier *b); /* participants not failed */
 OT_API int ot_barrier_arrived(const ot_barrier *b);  /* waiting in the current generation */
 
+/* ---------------------------------------------------------------------------------------------
+ * Batch coordination. A global batch of G samples is split over replicas; replica r averages
+ * its n_r samples, and weighting that mean by n_r / G before summing across replicas (the
+ * aggregator's `weight`, op SUM) gives exactly the full-batch mean gradient. With gradient
+ * accumulation, micro-batch j of size m_j gets weight m_j / G instead.
+ * ------------------------------------------------------------------------------------------- */
+
+/* counts[r] for n replicas summing to global: equal shares, or proportional to throughput
+ * (NULL: equal) by the largest-remainder method (deterministic; ties to the lower rank). */
+OT_API ot_status ot_batch_split(int64_t global, int n, const double *throughput, int64_t *counts);
+/* weights[r] = counts[r] / sum(counts). */
+OT_API ot_status ot_batch_weights(const int64_t *counts, int n, double *weights);
+/* Splits count samples into micro-batches of at most micro (the last may be smaller); sizes and
+ * weights (m_j / global) may be NULL; *nmb receives the number, which must fit in cap. */
+OT_API ot_status ot_batch_microbatches(int64_t count, int64_t micro, int64_t global,
+                                       int64_t *sizes, double *weights, int cap, int *nmb);
+
+/* ---------------------------------------------------------------------------------------------
+ * Slice scheduling: contiguous sub-meshes of a topology handed to jobs. Placement is best fit:
+ * among every position and axis order of the requested shape (wrapping around torus axes), the
+ * one whose faces touch the most occupied devices or mesh edges, so free space stays in large
+ * blocks; ties go to the lowest origin. Freeing returns the devices (free space merges by
+ * construction: it is one occupancy grid). Fragmentation = 1 - (largest free box) / (free
+ * devices), 0 when nothing or everything is free.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_slice_sched ot_slice_sched;
+
+OT_API ot_status ot_slice_sched_create(const ot_topology *t, ot_slice_sched **out);
+OT_API void ot_slice_sched_free(ot_slice_sched *s);
+/* shape: extent per axis (unused axes 1). On success *job is a new id and origin/extent (may be
+ * NULL) the placement. OT_ERR_OUT_OF_RANGE when no placement is free (the message gives the
+ * largest free box); OT_ERR_INVALID_ARGUMENT when the shape cannot fit even an empty topology. */
+OT_API ot_status ot_slice_alloc(ot_slice_sched *s, const int shape[OT_TOPO_MAX_DIMS], int *job,
+                                int origin[OT_TOPO_MAX_DIMS], int extent[OT_TOPO_MAX_DIMS]);
+OT_API ot_status ot_slice_release(ot_slice_sched *s, int job);
+OT_API int ot_slice_free_devices(const ot_slice_sched *s);
+/* The largest free axis-aligned box (not wrapping); returns its volume. */
+OT_API int ot_slice_largest_free(const ot_slice_sched *s, int extent[OT_TOPO_MAX_DIMS]);
+OT_API double ot_slice_fragmentation(const ot_slice_sched *s);
+/* The job holding a device, or -1. */
+OT_API int ot_slice_owner(const ot_slice_sched *s, int device);
+
 #ifdef __cplusplus
 }
 #endif
