@@ -922,7 +922,7 @@ def save_npy(path, a):
     a = np.asarray(a)
     if a.dtype == np.dtype(BF16):
         a = a.view(np.uint16)
-    a = np.ascontiguousarray(a)
+    a = np.array(a, order="C", copy=True)  # keeps rank 0 (ascontiguousarray would not)
     if a.dtype.byteorder == ">":
         raise ValueError("big-endian")
     np.save(path, a, allow_pickle=False)

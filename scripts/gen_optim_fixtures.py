@@ -327,7 +327,7 @@ def cases():
 
 
 def save(path, a):
-    a = np.ascontiguousarray(np.asarray(a))
+    a = np.array(a, order="C", copy=True)  # keeps rank 0 (ascontiguousarray would not)
     np.save(path, a, allow_pickle=False)
     return a
 
