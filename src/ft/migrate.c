@@ -7,12 +7,9 @@
 
 const char *ot_ft_migrate_path_name(ot_ft_migrate_path p) {
     switch (p) {
-    case OT_FT_MIGRATE_LIVE:
-        return "live";
-    case OT_FT_MIGRATE_CHECKPOINT:
-        return "checkpoint";
-    default:
-        return "none";
+    case OT_FT_MIGRATE_LIVE: return "live";
+    case OT_FT_MIGRATE_CHECKPOINT: return "checkpoint";
+    default: return "none";
     }
 }
 
