@@ -16,7 +16,9 @@
 #endif
 #define CRASH_SCALE 3
 
-static void child_loop(const char *root, unsigned seed) {
+/* Writes one byte to `ready` after each save call returns (for an async save, that call has also
+ * committed the previous step). */
+static void child_loop(const char *root, unsigned seed, int ready) {
     ot_ckpt_options o = ot_ckpt_options_default();
     o.retention.keep_last = 3;
     ot_ckpt_manager *m;
@@ -35,6 +37,7 @@ static void child_loop(const char *root, unsigned seed) {
                                                    : ot_ckpt_save(m, &s.args, NULL);
         test_state_free(&s);
         if (rc != OT_OK) _exit(4);
+        if (write(ready, "s", 1) != 1) _exit(5);
     }
 }
 
@@ -53,13 +56,30 @@ static void test_sigkill_during_saves(void) {
     int64_t last = 0, advanced = 0;
     for (int kill_no = 0; kill_no < CRASH_KILLS; kill_no++) {
         rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+        int pfd[2];
+        ASSERT_TRUE(pipe(pfd) == 0);
         pid_t pid = fork();
         ASSERT_TRUE(pid >= 0);
-        if (pid == 0) child_loop(root, (unsigned)rnd);
-        /* a random moment in the child's life: 2..40 ms, through open, saves, retention */
-        struct timespec ts = {0, (long)(2000000 + rnd % 38000000)};
+        if (pid == 0) {
+            close(pfd[0]);
+            child_loop(root, (unsigned)rnd, pfd[1]);
+        }
+        close(pfd[1]);
+        /* let the child finish kill_no % 3 save calls (so that progress does not depend on how
+         * loaded the machine is: every third kill comes after at least one new commit), then
+         * kill it at a random moment 0..20 ms later: during open, a save, retention */
+        int want = kill_no % 3;
+        for (int k = 0; k < want; k++) {
+            char c;
+            if (read(pfd[0], &c, 1) != 1) {
+                OT_T_FAIL_("kill %d: the child stopped saving", kill_no);
+                break;
+            }
+        }
+        struct timespec ts = {0, (long)(rnd % 20000000)};
         nanosleep(&ts, NULL);
         kill(pid, SIGKILL);
+        close(pfd[0]);
         int st;
         waitpid(pid, &st, 0);
         if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
