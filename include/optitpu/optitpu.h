@@ -6,6 +6,7 @@
 #include "optitpu/bench.h"
 #include "optitpu/clock.h"
 #include "optitpu/ir.h"
+#include "optitpu/exec.h"
 #include "optitpu/pod.h"
 #include "optitpu/collectives.h"
 #include "optitpu/safetensors.h"

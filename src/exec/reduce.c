@@ -1,0 +1,383 @@
+/* Reductions and windows: reduce, reduce-window, select-and-scatter, sort, topk and map. Every
+ * reduction combines in one fixed order: row-major over the reduced (or window) indices, starting
+ * from the init value, exactly as XLA's HloEvaluator does. */
+#include "exec/exec_internal.h"
+
+#define EX_MAX_VARIADIC 16
+
+/* Makes the result: one array, or a tuple of n arrays of the instruction's tuple shape. */
+static ot_status alloc_multi(const ot_instr *i, int n, ot_value *out, ot_value **leaf) {
+    OT_CHECK(ot_value_alloc_shape(out, &i->shape));
+    for (int k = 0; k < n; k++) leaf[k] = n == 1 && out->kind == OT_IR_ARRAY ? out : &out->tuple[k];
+    return OT_OK;
+}
+
+static void fill_init(ot_value *dst, const ot_value *init) {
+    size_t es = ot_dtype_size(ex_arr(dst)->dtype);
+    int64_t n = ot_shape_numel_unchecked(ex_arr(dst));
+    for (int64_t e = 0; e < n; e++) memcpy((char *)dst->array.data + e * es, init->array.data, es);
+}
+
+ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                           ot_value *out) {
+    int n = i->noperands / 2;
+    if (n > EX_MAX_VARIADIC)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "%s: reduce of more than %d inputs", EX_NAME(i),
+                        EX_MAX_VARIADIC);
+    ot_value *acc[EX_MAX_VARIADIC];
+    OT_CHECK(alloc_multi(i, n, out, acc));
+    ex_scalar_fn *fn = NULL;
+    ot_status st = ex_scalar_fn_new(x, i->called[0], &fn);
+    if (st != OT_OK) goto fail;
+    for (int k = 0; k < n; k++) fill_init(acc[k], ops[n + k]);
+    const ot_shape *is = ex_arr(ops[0]);
+    bool reduced[OT_MAX_RANK] = {false};
+    for (int k = 0; k < i->attrs.ndims; k++) reduced[i->attrs.dims[k]] = true;
+    /* output strides expressed over the input dims (0 for reduced dims) */
+    int64_t ostr_in[OT_MAX_RANK], ostr[OT_MAX_RANK];
+    ot_shape_strides(ex_arr(acc[0]), ostr);
+    for (int d = 0, od = 0; d < is->rank; d++) ostr_in[d] = reduced[d] ? 0 : ostr[od++];
+    int64_t numel = ot_shape_numel_unchecked(is), idx[OT_MAX_RANK] = {0};
+    const void *args[2 * EX_MAX_VARIADIC];
+    void *outs[EX_MAX_VARIADIC];
+    uint64_t res[EX_MAX_VARIADIC];
+    /* walking the input in row-major order visits each output's reduced indices in row-major
+     * order too, so every output element is combined in the same fixed order */
+    for (int64_t e = 0; e < numel; e++) {
+        int64_t oi = 0;
+        for (int d = 0; d < is->rank; d++) oi += idx[d] * ostr_in[d];
+        for (int k = 0; k < n; k++) {
+            size_t es = ot_dtype_size(ex_arr(acc[k])->dtype);
+            args[k] = (char *)acc[k]->array.data + oi * (int64_t)es;
+            args[n + k] = (const char *)ops[k]->array.data + e * (int64_t)es;
+            outs[k] = &res[k];
+        }
+        st = ex_scalar_fn_call(fn, args, outs);
+        if (st != OT_OK) goto fail;
+        for (int k = 0; k < n; k++) {
+            size_t es = ot_dtype_size(ex_arr(acc[k])->dtype);
+            memcpy((char *)acc[k]->array.data + oi * (int64_t)es, &res[k], es);
+        }
+        ex_next_index(idx, is->dims, is->rank);
+    }
+    ex_scalar_fn_free(fn);
+    return OT_OK;
+fail:
+    ex_scalar_fn_free(fn);
+    ot_value_release(out);
+    return st;
+}
+
+/* The input index a window element reads, or false when it falls in padding or a base-dilation
+ * hole. */
+static bool window_source(const ot_window *w, const ot_shape *is, const int64_t *o,
+                          const int64_t *k, int64_t *src) {
+    for (int d = 0; d < is->rank; d++) {
+        const ot_window_dim *wd = &w->dims[d];
+        int64_t kk = wd->reversal ? wd->size - 1 - k[d] : k[d];
+        int64_t wdil = wd->window_dilation ? wd->window_dilation : 1;
+        int64_t bdil = wd->base_dilation ? wd->base_dilation : 1;
+        int64_t p = o[d] * wd->stride + kk * wdil - wd->pad_lo;
+        if (p < 0 || p % bdil) return false;
+        p /= bdil;
+        if (p >= is->dims[d]) return false;
+        src[d] = p;
+    }
+    return true;
+}
+
+ot_status ex_kernel_reduce_window(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                                  ot_value *out) {
+    int n = i->noperands / 2;
+    if (n > EX_MAX_VARIADIC)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "%s: too many inputs", EX_NAME(i));
+    ot_value *acc[EX_MAX_VARIADIC];
+    OT_CHECK(alloc_multi(i, n, out, acc));
+    ex_scalar_fn *fn = NULL;
+    ot_status st = ex_scalar_fn_new(x, i->called[0], &fn);
+    if (st != OT_OK) goto fail;
+    const ot_window *w = i->attrs.window;
+    const ot_shape *is = ex_arr(ops[0]), *os = ex_arr(acc[0]);
+    int r = is->rank;
+    int64_t istr[OT_MAX_RANK], wdims[OT_MAX_RANK];
+    ot_shape_strides(is, istr);
+    for (int d = 0; d < r; d++) wdims[d] = w->dims[d].size;
+    int64_t on = ot_shape_numel_unchecked(os), wn = 1;
+    for (int d = 0; d < r; d++) wn *= wdims[d];
+    int64_t o[OT_MAX_RANK] = {0};
+    const void *args[2 * EX_MAX_VARIADIC];
+    void *outs[EX_MAX_VARIADIC];
+    uint64_t cur[EX_MAX_VARIADIC], res[EX_MAX_VARIADIC];
+    for (int64_t e = 0; e < on; e++) {
+        for (int k = 0; k < n; k++) {
+            size_t es = ot_dtype_size(ex_arr(acc[k])->dtype);
+            cur[k] = 0;
+            memcpy(&cur[k], ops[n + k]->array.data, es);
+        }
+        int64_t kw[OT_MAX_RANK] = {0}, src[OT_MAX_RANK];
+        for (int64_t q = 0; q < wn; q++) {
+            if (window_source(w, is, o, kw, src)) {
+                int64_t si = 0;
+                for (int d = 0; d < r; d++) si += src[d] * istr[d];
+                for (int k = 0; k < n; k++) {
+                    size_t es = ot_dtype_size(ex_arr(acc[k])->dtype);
+                    args[k] = &cur[k];
+                    args[n + k] = (const char *)ops[k]->array.data + si * (int64_t)es;
+                    outs[k] = &res[k];
+                }
+                st = ex_scalar_fn_call(fn, args, outs);
+                if (st != OT_OK) goto fail;
+                memcpy(cur, res, sizeof(uint64_t) * (size_t)n);
+            }
+            ex_next_index(kw, wdims, r);
+        }
+        for (int k = 0; k < n; k++) {
+            size_t es = ot_dtype_size(ex_arr(acc[k])->dtype);
+            memcpy((char *)acc[k]->array.data + e * (int64_t)es, &cur[k], es);
+        }
+        ex_next_index(o, os->dims, r);
+    }
+    ex_scalar_fn_free(fn);
+    return OT_OK;
+fail:
+    ex_scalar_fn_free(fn);
+    ot_value_release(out);
+    return st;
+}
+
+ot_status ex_kernel_select_and_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                                       ot_value *out) {
+    const ot_value *operand = ops[0], *source = ops[1], *init = ops[2];
+    OT_CHECK(ot_value_alloc_shape(out, &i->shape));
+    fill_init(out, init);
+    ex_scalar_fn *sel = NULL, *sca = NULL;
+    ot_status st = ex_scalar_fn_new(x, i->called[0], &sel);
+    if (st == OT_OK) st = ex_scalar_fn_new(x, i->called[1], &sca);
+    if (st != OT_OK) goto fail;
+    const ot_window *w = i->attrs.window;
+    const ot_shape *is = ex_arr(operand), *ss = ex_arr(source);
+    int r = is->rank;
+    size_t es = ot_dtype_size(is->dtype);
+    int64_t istr[OT_MAX_RANK], wdims[OT_MAX_RANK], wn = 1;
+    ot_shape_strides(is, istr);
+    for (int d = 0; d < r; d++) {
+        wdims[d] = w->dims[d].size;
+        wn *= wdims[d];
+    }
+    int64_t sn = ot_shape_numel_unchecked(ss), o[OT_MAX_RANK] = {0};
+    for (int64_t e = 0; e < sn; e++) {
+        int64_t kw[OT_MAX_RANK] = {0}, src[OT_MAX_RANK], best = -1;
+        for (int64_t q = 0; q < wn; q++) {
+            if (window_source(w, is, o, kw, src)) {
+                int64_t si = 0;
+                for (int d = 0; d < r; d++) si += src[d] * istr[d];
+                if (best < 0) {
+                    best = si;
+                } else {
+                    /* select(current, candidate) true keeps the current selection */
+                    const void *args[2] = {(const char *)operand->array.data + best * (int64_t)es,
+                                           (const char *)operand->array.data + si * (int64_t)es};
+                    bool keep;
+                    st = ex_scalar_fn_pred(sel, args, &keep);
+                    if (st != OT_OK) goto fail;
+                    if (!keep) best = si;
+                }
+            }
+            ex_next_index(kw, wdims, r);
+        }
+        if (best >= 0) {
+            uint64_t res = 0;
+            const void *args[2] = {(char *)out->array.data + best * (int64_t)es,
+                                   (const char *)source->array.data + e * (int64_t)es};
+            void *outs[1] = {&res};
+            st = ex_scalar_fn_call(sca, args, outs);
+            if (st != OT_OK) goto fail;
+            memcpy((char *)out->array.data + best * (int64_t)es, &res, es);
+        }
+        ex_next_index(o, ss->dims, r);
+    }
+    ex_scalar_fn_free(sel);
+    ex_scalar_fn_free(sca);
+    return OT_OK;
+fail:
+    ex_scalar_fn_free(sel);
+    ex_scalar_fn_free(sca);
+    ot_value_release(out);
+    return st;
+}
+
+/* ---- sort ------------------------------------------------------------------------------ */
+
+typedef struct sort_ctx {
+    ex_scalar_fn *cmp;
+    int n;
+    const ot_value *const *ops;
+    int64_t base, stride; /* element (row, k) is at base + k * stride */
+    ot_status st;
+} sort_ctx;
+
+/* less(a, b): the comparator on (a0, b0, a1, b1, ...). */
+static bool sort_less(sort_ctx *s, int64_t a, int64_t b) {
+    if (s->st != OT_OK) return false;
+    const void *args[2 * EX_MAX_VARIADIC];
+    for (int k = 0; k < s->n; k++) {
+        size_t es = ot_dtype_size(ex_arr(s->ops[k])->dtype);
+        const char *d = s->ops[k]->array.data;
+        args[2 * k] = d + (s->base + a * s->stride) * (int64_t)es;
+        args[2 * k + 1] = d + (s->base + b * s->stride) * (int64_t)es;
+    }
+    bool r = false;
+    s->st = ex_scalar_fn_pred(s->cmp, args, &r);
+    return r;
+}
+
+/* Stable bottom-up merge sort of the permutation p (len m) using tmp. */
+static void merge_sort(sort_ctx *s, int64_t *p, int64_t *tmp, int64_t m) {
+    for (int64_t width = 1; width < m; width *= 2) {
+        for (int64_t lo = 0; lo < m; lo += 2 * width) {
+            int64_t mid = lo + width < m ? lo + width : m,
+                    hi = lo + 2 * width < m ? lo + 2 * width : m;
+            int64_t a = lo, b = mid, t = lo;
+            while (a < mid && b < hi) {
+                /* take from the right only when it is strictly less: stability */
+                if (sort_less(s, p[b], p[a]))
+                    tmp[t++] = p[b++];
+                else
+                    tmp[t++] = p[a++];
+            }
+            while (a < mid) tmp[t++] = p[a++];
+            while (b < hi) tmp[t++] = p[b++];
+        }
+        memcpy(p, tmp, (size_t)m * sizeof *p);
+    }
+}
+
+ot_status ex_kernel_sort(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out) {
+    int n = i->noperands;
+    if (n > EX_MAX_VARIADIC)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "%s: sort of more than %d operands", EX_NAME(i),
+                        EX_MAX_VARIADIC);
+    ot_value *res[EX_MAX_VARIADIC];
+    OT_CHECK(alloc_multi(i, n, out, res));
+    const ot_shape *s0 = ex_arr(ops[0]);
+    int64_t dim = i->attrs.index, m = s0->rank ? s0->dims[dim] : 1;
+    int64_t str[OT_MAX_RANK];
+    ot_shape_strides(s0, str);
+    int64_t *p = ot_malloc((size_t)(m ? m : 1) * sizeof *p);
+    int64_t *tmp = ot_malloc((size_t)(m ? m : 1) * sizeof *tmp);
+    ex_scalar_fn *fn = NULL;
+    ot_status st = OT_OK;
+    if (!p || !tmp) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+        goto fail;
+    }
+    st = ex_scalar_fn_new(x, i->called[0], &fn);
+    if (st != OT_OK) goto fail;
+    int64_t numel = ot_shape_numel_unchecked(s0);
+    int64_t rows = m ? numel / m : 0;
+    int64_t outer_dims[OT_MAX_RANK], ridx[OT_MAX_RANK] = {0};
+    int ro = 0;
+    for (int d = 0; d < s0->rank; d++) outer_dims[ro++] = d == dim ? 1 : s0->dims[d];
+    sort_ctx sc = {fn, n, ops, 0, s0->rank ? str[dim] : 1, OT_OK};
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t base = 0;
+        for (int d = 0; d < s0->rank; d++) base += ridx[d] * str[d];
+        sc.base = base;
+        for (int64_t k = 0; k < m; k++) p[k] = k;
+        merge_sort(&sc, p, tmp, m);
+        if (sc.st != OT_OK) {
+            st = sc.st;
+            goto fail;
+        }
+        for (int q = 0; q < n; q++) {
+            size_t es = ot_dtype_size(ex_arr(ops[q])->dtype);
+            for (int64_t k = 0; k < m; k++)
+                memcpy((char *)res[q]->array.data + (base + k * sc.stride) * (int64_t)es,
+                       (const char *)ops[q]->array.data + (base + p[k] * sc.stride) * (int64_t)es,
+                       es);
+        }
+        ex_next_index(ridx, outer_dims, s0->rank);
+    }
+    ex_scalar_fn_free(fn);
+    ot_free(p);
+    ot_free(tmp);
+    return OT_OK;
+fail:
+    ex_scalar_fn_free(fn);
+    ot_free(p);
+    ot_free(tmp);
+    ot_value_release(out);
+    return st;
+}
+
+/* topk: along the last dimension, the k largest (or smallest) in total order, ties by lower
+ * index first; values and s32 indices. */
+ot_status ex_kernel_topk(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
+    OT_CHECK(ot_value_alloc_shape(out, &i->shape));
+    const ot_shape *s = ex_arr(ops[0]);
+    ot_dtype t = s->dtype;
+    int64_t m = s->dims[s->rank - 1], k = i->attrs.index;
+    int64_t rows = m ? ot_shape_numel_unchecked(s) / m : 0;
+    size_t es = ot_dtype_size(t);
+    bool largest = i->attrs.largest;
+    uint8_t *taken = ot_calloc((size_t)(m ? m : 1), 1);
+    if (!taken) {
+        ot_value_release(out);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const char *row = (const char *)ops[0]->array.data + r * m * (int64_t)es;
+        memset(taken, 0, (size_t)m);
+        for (int64_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            for (int64_t q = 0; q < m; q++) {
+                if (taken[q]) continue;
+                if (best < 0) {
+                    best = q;
+                    continue;
+                }
+                uint8_t better;
+                if (ot_dtype_is_float(t))
+                    ex_compare(largest ? OT_CMP_GT : OT_CMP_LT, OT_CMP_TYPE_TOTALORDER, t,
+                               row + q * (int64_t)es, row + best * (int64_t)es, &better, 1);
+                else
+                    ex_compare(largest ? OT_CMP_GT : OT_CMP_LT, OT_CMP_TYPE_DEFAULT, t,
+                               row + q * (int64_t)es, row + best * (int64_t)es, &better, 1);
+                if (better) best = q;
+            }
+            taken[best] = 1;
+            memcpy((char *)out->tuple[0].array.data + (r * k + j) * (int64_t)es,
+                   row + best * (int64_t)es, es);
+            ((int32_t *)out->tuple[1].array.data)[r * k + j] = (int32_t)best;
+        }
+    }
+    ot_free(taken);
+    return OT_OK;
+}
+
+ot_status ex_kernel_map(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out) {
+    int n = i->noperands;
+    if (n > 2 * EX_MAX_VARIADIC)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "%s: map of more than %d operands", EX_NAME(i),
+                        2 * EX_MAX_VARIADIC);
+    OT_CHECK(ot_value_alloc_shape(out, &i->shape));
+    ex_scalar_fn *fn = NULL;
+    ot_status st = ex_scalar_fn_new(x, i->called[0], &fn);
+    if (st != OT_OK) {
+        ot_value_release(out);
+        return st;
+    }
+    size_t oes = ot_dtype_size(ex_arr(out)->dtype);
+    int64_t numel = ot_shape_numel_unchecked(ex_arr(out));
+    const void *args[2 * EX_MAX_VARIADIC];
+    for (int64_t e = 0; e < numel && st == OT_OK; e++) {
+        for (int k = 0; k < n; k++)
+            args[k] = (const char *)ops[k]->array.data +
+                      e * (int64_t)ot_dtype_size(ex_arr(ops[k])->dtype);
+        void *outs[1] = {(char *)out->array.data + e * (int64_t)oes};
+        st = ex_scalar_fn_call(fn, args, outs);
+    }
+    ex_scalar_fn_free(fn);
+    if (st != OT_OK) ot_value_release(out);
+    return st;
+}

@@ -1,0 +1,758 @@
+/* Reference kernels and the evaluator: hand-computed expectations for every opcode, including
+ * edge cases (NaN, -0.0, infinities, integer overflow, empty shapes), bad inputs and
+ * allocation-failure cleanup. */
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+#include "ot_test.h"
+
+#include <math.h>
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+static ot_shape shp(ot_dtype t, int rank, const int64_t *dims) {
+    ot_shape s;
+    ot_shape_make(&s, t, rank, dims);
+    return s;
+}
+
+static ot_shape vec(ot_dtype t, int64_t n) {
+    return shp(t, 1, (int64_t[]){n});
+}
+
+static ot_value val(ot_shape s, const void *data) {
+    ot_value v;
+    ot_value_alloc_array(&v, &s);
+    if (data && v.array.nbytes) memcpy(v.array.data, data, v.array.nbytes);
+    return v;
+}
+
+/* Finalizes m and evaluates its entry on args; the module is freed. */
+static ot_status run(ot_module *m, ot_value *args, int nargs, ot_value *out) {
+    *out = ot_value_empty();
+    ot_status s = ot_module_finalize(m);
+    if (s == OT_OK) s = ot_evaluate(m, args, nargs, NULL, out);
+    ot_module_free(m);
+    for (int k = 0; k < nargs; k++) ot_value_release(&args[k]);
+    return s;
+}
+
+/* One unary op over a vector. */
+static ot_status run_unary(ot_opcode op, ot_shape in, const void *x, ot_value *out) {
+    ot_module *m = ot_module_new("u");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *p = ot_build_parameter(c, 0, in, "x");
+    ot_computation_set_root(c, ot_build_unary(c, op, p));
+    ot_module_set_entry(m, c);
+    ot_value a[1] = {val(in, x)};
+    return run(m, a, 1, out);
+}
+
+static ot_status run_binary(ot_opcode op, ot_shape in, const void *x, const void *y,
+                            ot_value *out) {
+    ot_module *m = ot_module_new("b");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *p = ot_build_parameter(c, 0, in, "x");
+    ot_instr *q = ot_build_parameter(c, 1, in, "y");
+    ot_computation_set_root(c, ot_build_binary(c, op, p, q));
+    ot_module_set_entry(m, c);
+    ot_value a[2] = {val(in, x), val(in, y)};
+    return run(m, a, 2, out);
+}
+
+static const float *F(const ot_value *v) {
+    return (const float *)v->array.data;
+}
+
+static bool same_f(float a, float b) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    return a == b && !signbit(a) == !signbit(b);
+}
+
+#define EXPECT_F(a, b)                                                                             \
+    do {                                                                                           \
+        ot_test_assertions_++;                                                                     \
+        float fa_ = (a), fb_ = (b);                                                                \
+        if (!same_f(fa_, fb_)) OT_T_FAIL_("%s == %s: %.9g != %.9g", #a, #b, fa_, fb_);             \
+    } while (0)
+
+/* A scalar binary computation (reducers, scatter updates). */
+static ot_computation *scalar_fn(ot_module *m, const char *name, ot_opcode op, ot_dtype t) {
+    ot_computation *r = ot_module_add_computation(m, name);
+    ot_instr *a = ot_build_parameter(r, 0, ot_shape_scalar(t), "a");
+    ot_instr *b = ot_build_parameter(r, 1, ot_shape_scalar(t), "b");
+    ot_computation_set_root(r, ot_build_binary(r, op, a, b));
+    return r;
+}
+
+/* ---- elementwise ----------------------------------------------------------------------- */
+
+static void test_max_min_nan_signed_zero(void) {
+    float x[] = {NAN, 1.0f, -0.0f, 0.0f, -INFINITY, 2.0f};
+    float y[] = {1.0f, NAN, 0.0f, -0.0f, 3.0f, 2.0f};
+    ot_value r;
+    ASSERT_OK(run_binary(OT_OP_MAXIMUM, vec(OT_F32, 6), x, y, &r));
+    EXPECT_TRUE(isnan(F(&r)[0]) && isnan(F(&r)[1]));
+    EXPECT_F(F(&r)[2], 0.0f);
+    EXPECT_F(F(&r)[3], 0.0f);
+    EXPECT_F(F(&r)[4], 3.0f);
+    EXPECT_F(F(&r)[5], 2.0f);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_MINIMUM, vec(OT_F32, 6), x, y, &r));
+    EXPECT_TRUE(isnan(F(&r)[0]) && isnan(F(&r)[1]));
+    EXPECT_F(F(&r)[2], -0.0f);
+    EXPECT_F(F(&r)[3], -0.0f);
+    EXPECT_F(F(&r)[4], -INFINITY);
+    ot_value_release(&r);
+}
+
+static void test_float_arith(void) {
+    float x[] = {1.0f, -1.0f, 0.0f, INFINITY, 5.5f, -7.0f};
+    float y[] = {0.0f, 0.0f, 0.0f, INFINITY, 2.0f, 3.0f};
+    ot_value r;
+    ASSERT_OK(run_binary(OT_OP_DIVIDE, vec(OT_F32, 6), x, y, &r));
+    EXPECT_F(F(&r)[0], INFINITY);
+    EXPECT_F(F(&r)[1], -INFINITY);
+    EXPECT_TRUE(isnan(F(&r)[2]) && isnan(F(&r)[3]));
+    EXPECT_F(F(&r)[4], 2.75f);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_REMAINDER, vec(OT_F32, 6), x, y, &r));
+    EXPECT_F(F(&r)[4], 1.5f);
+    EXPECT_F(F(&r)[5], -1.0f); /* sign of the dividend (fmod) */
+    EXPECT_TRUE(isnan(F(&r)[0]));
+    ot_value_release(&r);
+    float px[] = {1.0f, NAN, 2.0f, -8.0f, 0.0f, 2.0f};
+    float py[] = {NAN, 0.0f, 10.0f, 1.0f / 3.0f, -1.0f, -1.0f};
+    ASSERT_OK(run_binary(OT_OP_POWER, vec(OT_F32, 6), px, py, &r));
+    EXPECT_F(F(&r)[0], 1.0f);
+    EXPECT_F(F(&r)[1], 1.0f);
+    EXPECT_F(F(&r)[2], 1024.0f);
+    EXPECT_TRUE(isnan(F(&r)[3]));
+    EXPECT_F(F(&r)[4], INFINITY);
+    EXPECT_F(F(&r)[5], 0.5f);
+    ot_value_release(&r);
+    float ax[] = {1.0f, -1.0f, 0.0f, -0.0f, 0.0f, 1.0f};
+    float ay[] = {1.0f, -1.0f, -1.0f, -1.0f, 0.0f, 0.0f};
+    ASSERT_OK(run_binary(OT_OP_ATAN2, vec(OT_F32, 6), ax, ay, &r));
+    EXPECT_NEAR(F(&r)[0], 0.78539816, 1e-6);
+    EXPECT_NEAR(F(&r)[1], -2.3561945, 1e-6);
+    EXPECT_NEAR(F(&r)[2], 3.14159265, 1e-6);
+    EXPECT_NEAR(F(&r)[3], -3.14159265, 1e-6);
+    EXPECT_F(F(&r)[4], 0.0f);
+    ot_value_release(&r);
+}
+
+static void test_unary_float(void) {
+    float x[] = {-2.5f, -0.5f, 0.5f, 1.5f, 2.5f, -0.0f, NAN, INFINITY};
+    ot_shape s = vec(OT_F32, 8);
+    ot_value r;
+    ASSERT_OK(run_unary(OT_OP_ROUND_NEAREST_EVEN, s, x, &r));
+    float ne[] = {-2.0f, -0.0f, 0.0f, 2.0f, 2.0f, -0.0f, NAN, INFINITY};
+    for (int k = 0; k < 8; k++) EXPECT_F(F(&r)[k], ne[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_ROUND_NEAREST_AFZ, s, x, &r));
+    float afz[] = {-3.0f, -1.0f, 1.0f, 2.0f, 3.0f, -0.0f, NAN, INFINITY};
+    for (int k = 0; k < 8; k++) EXPECT_F(F(&r)[k], afz[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_SIGN, s, x, &r));
+    float sg[] = {-1.0f, -1.0f, 1.0f, 1.0f, 1.0f, -0.0f, NAN, 1.0f};
+    for (int k = 0; k < 8; k++) EXPECT_F(F(&r)[k], sg[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_FLOOR, s, x, &r));
+    EXPECT_F(F(&r)[0], -3.0f);
+    EXPECT_F(F(&r)[2], 0.0f);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_CEIL, s, x, &r));
+    EXPECT_F(F(&r)[1], -0.0f);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_ABS, s, x, &r));
+    EXPECT_F(F(&r)[5], 0.0f);
+    EXPECT_F(F(&r)[0], 2.5f);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_NEGATE, s, x, &r));
+    EXPECT_F(F(&r)[5], 0.0f);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_IS_FINITE, s, x, &r));
+    EXPECT_INT_EQ(r.array.shape.dtype, OT_PRED);
+    const uint8_t *b = r.array.data;
+    EXPECT_TRUE(b[0] == 1 && b[5] == 1 && b[6] == 0 && b[7] == 0);
+    ot_value_release(&r);
+
+    float t[] = {0.0f, 1.0f, -1.0f, 4.0f, -INFINITY, INFINITY, 100.0f, -100.0f};
+    struct {
+        ot_opcode op;
+        double (*ref)(double);
+    } fns[] = {{OT_OP_EXP, exp}, {OT_OP_EXPM1, expm1}, {OT_OP_TANH, tanh}, {OT_OP_SIN, sin},
+               {OT_OP_COS, cos}, {OT_OP_ERF, erf},     {OT_OP_CBRT, cbrt}, {OT_OP_TAN, tan},
+               {OT_OP_LOG, log}, {OT_OP_LOG1P, log1p}, {OT_OP_SQRT, sqrt}};
+    for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++) {
+        ASSERT_OK(run_unary(fns[f].op, s, t, &r));
+        for (int k = 0; k < 8; k++) {
+            double want = fns[f].ref(t[k]);
+            float got = F(&r)[k];
+            if (isnan(want))
+                EXPECT_TRUE(isnan(got));
+            else if (isinf(want) || fabs(want) > 3.4e38)
+                EXPECT_F(got, (float)want);
+            else
+                EXPECT_NEAR(got, want, 1e-6 * fmax(1.0, fabs(want)));
+        }
+        ot_value_release(&r);
+    }
+    ASSERT_OK(run_unary(OT_OP_LOGISTIC, s, t, &r));
+    EXPECT_F(F(&r)[0], 0.5f);
+    EXPECT_F(F(&r)[4], 0.0f);
+    EXPECT_F(F(&r)[5], 1.0f);
+    EXPECT_NEAR(F(&r)[1], 0.7310586, 1e-6);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_RSQRT, s, t, &r));
+    EXPECT_F(F(&r)[0], INFINITY);
+    EXPECT_F(F(&r)[3], 0.5f);
+    EXPECT_TRUE(isnan(F(&r)[2]));
+    ot_value_release(&r);
+}
+
+static void test_int_division(void) {
+    int32_t x[] = {7, -7, 7, INT32_MIN, INT32_MIN, 5, -5, 0};
+    int32_t y[] = {2, 2, 0, -1, 0, -3, 0, 0};
+    ot_value r;
+    ASSERT_OK(run_binary(OT_OP_DIVIDE, vec(OT_S32, 8), x, y, &r));
+    const int32_t *q = r.array.data;
+    int32_t wq[] = {3, -3, -1, INT32_MIN, -1, -1, -1, -1};
+    for (int k = 0; k < 8; k++) EXPECT_INT_EQ(q[k], wq[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_REMAINDER, vec(OT_S32, 8), x, y, &r));
+    q = r.array.data;
+    int32_t wr[] = {1, -1, 7, 0, INT32_MIN, 2, -5, 0};
+    for (int k = 0; k < 8; k++) EXPECT_INT_EQ(q[k], wr[k]);
+    ot_value_release(&r);
+    uint8_t ux[] = {200, 7, 0, 255};
+    uint8_t uy[] = {0, 2, 0, 16};
+    ASSERT_OK(run_binary(OT_OP_DIVIDE, vec(OT_U8, 4), ux, uy, &r));
+    const uint8_t *u = r.array.data;
+    EXPECT_INT_EQ(u[0], 255);
+    EXPECT_INT_EQ(u[1], 3);
+    EXPECT_INT_EQ(u[2], 255);
+    EXPECT_INT_EQ(u[3], 15);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_REMAINDER, vec(OT_U8, 4), ux, uy, &r));
+    u = r.array.data;
+    EXPECT_INT_EQ(u[0], 200);
+    EXPECT_INT_EQ(u[3], 15);
+    ot_value_release(&r);
+}
+
+static void test_int_overflow_and_bits(void) {
+    int8_t x[] = {127, -128, -128, 100, 3, -1};
+    int8_t y[] = {1, -1, 2, 100, 2, 3};
+    ot_value r;
+    ASSERT_OK(run_binary(OT_OP_ADD, vec(OT_S8, 6), x, y, &r));
+    const int8_t *v = r.array.data;
+    EXPECT_INT_EQ(v[0], -128);
+    EXPECT_INT_EQ(v[1], 127);
+    EXPECT_INT_EQ(v[3], -56);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_MULTIPLY, vec(OT_S8, 6), x, y, &r));
+    v = r.array.data;
+    EXPECT_INT_EQ(v[1], -128);
+    EXPECT_INT_EQ(v[2], 0);
+    EXPECT_INT_EQ(v[3], 16);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_POWER, vec(OT_S8, 6), x, y, &r));
+    v = r.array.data;
+    EXPECT_INT_EQ(v[4], 9);
+    EXPECT_INT_EQ(v[5], -1);
+    EXPECT_INT_EQ(v[1], 0); /* negative exponent: 0 unless the base is 1 */
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_ABS, vec(OT_S8, 6), x, &r));
+    v = r.array.data;
+    EXPECT_INT_EQ(v[1], -128); /* |INT_MIN| wraps */
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_NEGATE, vec(OT_S8, 6), x, &r));
+    v = r.array.data;
+    EXPECT_INT_EQ(v[1], -128);
+    EXPECT_INT_EQ(v[0], -127);
+    ot_value_release(&r);
+
+    uint32_t bx[] = {0, 1, 0xffffffffu, 0x00f00000u};
+    ASSERT_OK(run_unary(OT_OP_POPCNT, vec(OT_U32, 4), bx, &r));
+    const uint32_t *w = r.array.data;
+    EXPECT_INT_EQ(w[0], 0);
+    EXPECT_INT_EQ(w[2], 32);
+    EXPECT_INT_EQ(w[3], 4);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_CLZ, vec(OT_U32, 4), bx, &r));
+    w = r.array.data;
+    EXPECT_INT_EQ(w[0], 32);
+    EXPECT_INT_EQ(w[1], 31);
+    EXPECT_INT_EQ(w[2], 0);
+    EXPECT_INT_EQ(w[3], 8);
+    ot_value_release(&r);
+    int16_t cx[] = {0, 1, -1};
+    ASSERT_OK(run_unary(OT_OP_CLZ, vec(OT_S16, 3), cx, &r));
+    const int16_t *c16 = r.array.data;
+    EXPECT_INT_EQ(c16[0], 16);
+    EXPECT_INT_EQ(c16[1], 15);
+    EXPECT_INT_EQ(c16[2], 0);
+    ot_value_release(&r);
+    ASSERT_OK(run_unary(OT_OP_NOT, vec(OT_S16, 3), cx, &r));
+    c16 = r.array.data;
+    EXPECT_INT_EQ(c16[0], -1);
+    EXPECT_INT_EQ(c16[2], 0);
+    ot_value_release(&r);
+    uint8_t px[] = {0, 1};
+    ASSERT_OK(run_unary(OT_OP_NOT, vec(OT_PRED, 2), px, &r));
+    EXPECT_INT_EQ(((uint8_t *)r.array.data)[0], 1);
+    EXPECT_INT_EQ(((uint8_t *)r.array.data)[1], 0);
+    ot_value_release(&r);
+}
+
+static void test_shifts(void) {
+    int32_t x[] = {1, 1, -8, -8, -8, 0x40000000, 5, -1};
+    int32_t y[] = {31, 32, 1, 40, -1, 1, 0, 31};
+    ot_value r;
+    ASSERT_OK(run_binary(OT_OP_SHIFT_LEFT, vec(OT_S32, 8), x, y, &r));
+    const int32_t *v = r.array.data;
+    EXPECT_INT_EQ(v[0], INT32_MIN);
+    EXPECT_INT_EQ(v[1], 0);
+    EXPECT_INT_EQ(v[3], 0);
+    EXPECT_INT_EQ(v[4], 0);
+    EXPECT_INT_EQ(v[5], INT32_MIN);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_SHIFT_RIGHT_ARITHMETIC, vec(OT_S32, 8), x, y, &r));
+    v = r.array.data;
+    EXPECT_INT_EQ(v[2], -4);
+    EXPECT_INT_EQ(v[3], -1);
+    EXPECT_INT_EQ(v[4], -1);
+    EXPECT_INT_EQ(v[1], 0);
+    EXPECT_INT_EQ(v[7], -1);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_SHIFT_RIGHT_LOGICAL, vec(OT_S32, 8), x, y, &r));
+    v = r.array.data;
+    EXPECT_INT_EQ(v[2], 0x7ffffffc);
+    EXPECT_INT_EQ(v[3], 0);
+    EXPECT_INT_EQ(v[7], 1);
+    ot_value_release(&r);
+    uint32_t a[] = {0xffu, 0xffu, 0xffu};
+    uint32_t b[] = {0xffu, 0xf0u, 0x0fu};
+    ASSERT_OK(run_binary(OT_OP_XOR, vec(OT_U32, 3), a, b, &r));
+    EXPECT_INT_EQ(((uint32_t *)r.array.data)[1], 0x0f);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_AND, vec(OT_U32, 3), a, b, &r));
+    EXPECT_INT_EQ(((uint32_t *)r.array.data)[1], 0xf0);
+    ot_value_release(&r);
+    ASSERT_OK(run_binary(OT_OP_OR, vec(OT_U32, 3), b, b, &r));
+    EXPECT_INT_EQ(((uint32_t *)r.array.data)[2], 0x0f);
+    ot_value_release(&r);
+}
+
+static ot_status run_compare(ot_shape s, const void *x, const void *y, ot_cmp_dir d, ot_cmp_type t,
+                             ot_value *out) {
+    ot_module *m = ot_module_new("c");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *p = ot_build_parameter(c, 0, s, "x");
+    ot_instr *q = ot_build_parameter(c, 1, s, "y");
+    ot_computation_set_root(c, ot_build_compare(c, p, q, d, t));
+    ot_module_set_entry(m, c);
+    ot_value a[2] = {val(s, x), val(s, y)};
+    return run(m, a, 2, out);
+}
+
+static void test_compare(void) {
+    float x[] = {NAN, 1.0f, -0.0f, -NAN, 1.0f, -INFINITY};
+    float y[] = {NAN, NAN, 0.0f, -INFINITY, 2.0f, -INFINITY};
+    ot_value r;
+    ASSERT_OK(run_compare(vec(OT_F32, 6), x, y, OT_CMP_EQ, OT_CMP_TYPE_DEFAULT, &r));
+    const uint8_t *b = r.array.data;
+    uint8_t eq[] = {0, 0, 1, 0, 0, 1};
+    for (int k = 0; k < 6; k++) EXPECT_INT_EQ(b[k], eq[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_compare(vec(OT_F32, 6), x, y, OT_CMP_NE, OT_CMP_TYPE_FLOAT, &r));
+    b = r.array.data;
+    EXPECT_INT_EQ(b[0], 1);
+    EXPECT_INT_EQ(b[1], 1);
+    EXPECT_INT_EQ(b[2], 0);
+    ot_value_release(&r);
+    ASSERT_OK(run_compare(vec(OT_F32, 6), x, y, OT_CMP_LT, OT_CMP_TYPE_TOTALORDER, &r));
+    b = r.array.data;
+    uint8_t lt[] = {0, 1, 1, 1, 1, 0}; /* 1 < NaN; -0 < +0; -NaN < -inf */
+    for (int k = 0; k < 6; k++) EXPECT_INT_EQ(b[k], lt[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_compare(vec(OT_F32, 6), x, y, OT_CMP_EQ, OT_CMP_TYPE_TOTALORDER, &r));
+    b = r.array.data;
+    EXPECT_INT_EQ(b[0], 1); /* same NaN bits are equal in total order */
+    EXPECT_INT_EQ(b[2], 0);
+    ot_value_release(&r);
+    int32_t ix[] = {-1, 3};
+    int32_t iy[] = {1, 3};
+    ASSERT_OK(run_compare(vec(OT_S32, 2), ix, iy, OT_CMP_LT, OT_CMP_TYPE_DEFAULT, &r));
+    EXPECT_INT_EQ(((uint8_t *)r.array.data)[0], 1);
+    ot_value_release(&r);
+    uint32_t ux[] = {0xffffffffu, 3}, uy[] = {1, 3};
+    ASSERT_OK(run_compare(vec(OT_U32, 2), ux, uy, OT_CMP_LT, OT_CMP_TYPE_DEFAULT, &r));
+    EXPECT_INT_EQ(((uint8_t *)r.array.data)[0], 0);
+    EXPECT_INT_EQ(((uint8_t *)r.array.data)[1], 0);
+    ot_value_release(&r);
+    ASSERT_OK(run_compare(vec(OT_S32, 2), ix, iy, OT_CMP_GE, OT_CMP_TYPE_DEFAULT, &r));
+    EXPECT_INT_EQ(((uint8_t *)r.array.data)[1], 1);
+    ot_value_release(&r);
+}
+
+static ot_status run_convert(ot_shape in, const void *x, ot_dtype to, ot_value *out) {
+    ot_module *m = ot_module_new("cv");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *p = ot_build_parameter(c, 0, in, "x");
+    ot_computation_set_root(c, ot_build_convert(c, p, to));
+    ot_module_set_entry(m, c);
+    ot_value a[1] = {val(in, x)};
+    return run(m, a, 1, out);
+}
+
+static void test_convert(void) {
+    float x[] = {NAN, 1e10f, -1e10f, 2.9f, -2.9f, INFINITY, -0.5f, 127.5f};
+    ot_value r;
+    ASSERT_OK(run_convert(vec(OT_F32, 8), x, OT_S32, &r));
+    const int32_t *v = r.array.data;
+    int32_t want[] = {0, INT32_MAX, INT32_MIN, 2, -2, INT32_MAX, 0, 127};
+    for (int k = 0; k < 8; k++) EXPECT_INT_EQ(v[k], want[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_convert(vec(OT_F32, 8), x, OT_U8, &r));
+    const uint8_t *u = r.array.data;
+    uint8_t wu[] = {0, 255, 0, 2, 0, 255, 0, 127};
+    for (int k = 0; k < 8; k++) EXPECT_INT_EQ(u[k], wu[k]);
+    ot_value_release(&r);
+    ASSERT_OK(run_convert(vec(OT_F32, 8), x, OT_PRED, &r));
+    u = r.array.data;
+    EXPECT_INT_EQ(u[0], 1); /* NaN != 0 */
+    EXPECT_INT_EQ(u[6], 1);
+    ot_value_release(&r);
+    ASSERT_OK(run_convert(vec(OT_F32, 8), x, OT_S64, &r));
+    EXPECT_INT_EQ(((int64_t *)r.array.data)[1], 10000000000ll);
+    ot_value_release(&r);
+    /* f32 -> bf16 and f16: round to nearest even, overflow to inf, NaN kept */
+    float h[] = {1.0f + 1.0f / 256.0f,
+                 1.0f + 3.0f / 256.0f,
+                 70000.0f,
+                 NAN,
+                 -0.0f,
+                 65504.0f,
+                 65520.0f,
+                 1e-8f};
+    ASSERT_OK(run_convert(vec(OT_F32, 8), h, OT_BF16, &r));
+    const uint16_t *b = r.array.data;
+    EXPECT_INT_EQ(b[0], 0x3f80); /* tie to even: 1.0 */
+    EXPECT_INT_EQ(b[1], 0x3f82);
+    EXPECT_TRUE((b[3] & 0x7f80) == 0x7f80 && (b[3] & 0x7f));
+    EXPECT_INT_EQ(b[4], 0x8000);
+    ot_value_release(&r);
+    ASSERT_OK(run_convert(vec(OT_F32, 8), h, OT_F16, &r));
+    b = r.array.data;
+    EXPECT_INT_EQ(b[2], 0x7c00);
+    EXPECT_INT_EQ(b[5], 0x7bff);
+    EXPECT_INT_EQ(b[6], 0x7c00); /* 65520 rounds up to inf */
+    EXPECT_INT_EQ(b[7], 0x0000); /* below half the smallest subnormal */
+    ot_value_release(&r);
+    /* f64 -> f16 rounds once (no double rounding through f32) */
+    double d[] = {1.0 + 1.0 / 2048.0 + 1e-12, 2049.0};
+    ASSERT_OK(run_convert(vec(OT_F64, 2), d, OT_F16, &r));
+    b = r.array.data;
+    EXPECT_INT_EQ(b[0], 0x3c01);
+    EXPECT_INT_EQ(b[1], 0x6800); /* 2049 ties to 2048 */
+    ot_value_release(&r);
+    /* s32 -> f32 beyond 2^24, and s64 -> f32 (one rounding) */
+    int32_t i[] = {16777217, -16777219};
+    ASSERT_OK(run_convert(vec(OT_S32, 2), i, OT_F32, &r));
+    EXPECT_F(F(&r)[0], 16777216.0f);
+    EXPECT_F(F(&r)[1], -16777220.0f);
+    ot_value_release(&r);
+    int64_t l[] = {(1ll << 60) + (1ll << 36) + 1, INT64_MIN};
+    ASSERT_OK(run_convert(vec(OT_S64, 2), l, OT_F32, &r));
+    EXPECT_F(F(&r)[0], (float)((1ll << 60) + (1ll << 37)));
+    EXPECT_F(F(&r)[1], -9.223372e18f);
+    ot_value_release(&r);
+    uint64_t ul[] = {UINT64_MAX};
+    ASSERT_OK(run_convert(vec(OT_U64, 1), ul, OT_F32, &r));
+    EXPECT_F(F(&r)[0], 18446744073709551616.0f);
+    ot_value_release(&r);
+    int32_t t[] = {300, -1};
+    ASSERT_OK(run_convert(vec(OT_S32, 2), t, OT_S8, &r));
+    EXPECT_INT_EQ(((int8_t *)r.array.data)[0], 44); /* integer narrowing wraps */
+    EXPECT_INT_EQ(((int8_t *)r.array.data)[1], -1);
+    ot_value_release(&r);
+    ASSERT_OK(run_convert(vec(OT_S32, 2), t, OT_U32, &r));
+    EXPECT_U64_EQ(((uint32_t *)r.array.data)[1], 0xffffffffu);
+    ot_value_release(&r);
+}
+
+static void test_bf16_arith_rounds_once(void) {
+    /* bf16 add computed in f32, rounded once: 1 + 2^-8 ties to 1, 1 + 3*2^-8 -> 1 + 2^-6 */
+    uint16_t x[] = {0x3f80, 0x3f80, 0x7f80};
+    uint16_t y[] = {0x3b80, 0x3c40, 0xff80}; /* 2^-8, 3 * 2^-8, -inf */
+    ot_value r;
+    ASSERT_OK(run_binary(OT_OP_ADD, vec(OT_BF16, 3), x, y, &r));
+    const uint16_t *b = r.array.data;
+    EXPECT_INT_EQ(b[0], 0x3f80);
+    EXPECT_INT_EQ(b[1], 0x3f82);
+    EXPECT_TRUE((b[2] & 0x7f80) == 0x7f80 && (b[2] & 0x7f));
+    ot_value_release(&r);
+}
+
+static void test_reduce_precision(void) {
+    float x[] = {1.0f + 1.0f / 2048.0f,
+                 1.0f + 3.0f / 2048.0f,
+                 1e-6f,
+                 70000.0f,
+                 NAN,
+                 -INFINITY,
+                 -1e-30f,
+                 65504.0f};
+    ot_shape s = vec(OT_F32, 8);
+    ot_module *m = ot_module_new("rp");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *p = ot_build_parameter(c, 0, s, "x");
+    ot_computation_set_root(c, ot_build_reduce_precision(c, p, 5, 10)); /* f16 */
+    ot_module_set_entry(m, c);
+    ot_value a[1] = {val(s, x)}, r;
+    ASSERT_OK(run(m, a, 1, &r));
+    EXPECT_F(F(&r)[0], 1.0f);
+    EXPECT_F(F(&r)[1], 1.0f + 2.0f / 1024.0f);
+    EXPECT_F(F(&r)[2], 0.0f); /* below the f16 normal range: flushed to zero */
+    EXPECT_F(F(&r)[3], INFINITY);
+    EXPECT_TRUE(isnan(F(&r)[4]));
+    EXPECT_F(F(&r)[5], -INFINITY);
+    EXPECT_F(F(&r)[6], -0.0f);
+    EXPECT_F(F(&r)[7], 65504.0f);
+    ot_value_release(&r);
+}
+
+static void test_select_clamp(void) {
+    ot_shape s = vec(OT_F32, 4);
+    ot_module *m = ot_module_new("sc");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *p = ot_build_parameter(c, 0, vec(OT_PRED, 4), "p");
+    ot_instr *x = ot_build_parameter(c, 1, s, "x");
+    ot_instr *y = ot_build_parameter(c, 2, s, "y");
+    ot_instr *lo = ot_build_constant_scalar(c, OT_F32, -1.0);
+    ot_instr *hi = ot_build_constant_scalar(c, OT_F32, 1.0);
+    ot_instr *sel = ot_build_select(c, p, x, y);
+    ot_instr *cl = ot_build_clamp(c, lo, sel, hi);
+    ot_instr *outs[2] = {sel, cl};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    ot_module_set_entry(m, c);
+    uint8_t pd[] = {1, 0, 1, 0};
+    float xd[] = {5.0f, 0.0f, NAN, 0.0f}, yd[] = {0.0f, -3.0f, 0.0f, 0.25f};
+    ot_value a[3] = {val(vec(OT_PRED, 4), pd), val(s, xd), val(s, yd)}, r;
+    ASSERT_OK(run(m, a, 3, &r));
+    ASSERT_TRUE(r.kind == OT_IR_TUPLE && r.ntuple == 2);
+    EXPECT_F(F(&r.tuple[0])[0], 5.0f);
+    EXPECT_F(F(&r.tuple[0])[1], -3.0f);
+    EXPECT_F(F(&r.tuple[1])[0], 1.0f);
+    EXPECT_F(F(&r.tuple[1])[1], -1.0f);
+    EXPECT_TRUE(isnan(F(&r.tuple[1])[2]));
+    EXPECT_F(F(&r.tuple[1])[3], 0.25f);
+    ot_value_release(&r);
+}
+
+static void test_bitcast_convert_iota(void) {
+    ot_module *m = ot_module_new("bc");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *io = ot_build_iota(c, shp(OT_F32, 2, (int64_t[]){2, 3}), 1);
+    ot_instr *bc = ot_build_bitcast_convert(c, io, OT_U32);
+    ot_instr *io2 = ot_build_iota(c, shp(OT_S32, 2, (int64_t[]){2, 3}), 0);
+    ot_instr *outs[2] = {bc, io2};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    ot_module_set_entry(m, c);
+    ot_value r;
+    ASSERT_OK(run(m, NULL, 0, &r));
+    const uint32_t *u = r.tuple[0].array.data;
+    EXPECT_U64_EQ(u[0], 0);
+    EXPECT_U64_EQ(u[1], 0x3f800000u);
+    EXPECT_U64_EQ(u[5], 0x40000000u);
+    const int32_t *s = r.tuple[1].array.data;
+    EXPECT_INT_EQ(s[2], 0);
+    EXPECT_INT_EQ(s[3], 1);
+    ot_value_release(&r);
+}
+
+/* ---- bad input ------------------------------------------------------------------------- */
+
+static ot_module *axpy(void) {
+    ot_module *m = ot_module_new("axpy");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_shape v = vec(OT_F32, 3);
+    ot_instr *a = ot_build_parameter(c, 0, v, "a");
+    ot_instr *x = ot_build_parameter(c, 1, v, "x");
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_ADD, a, x));
+    ot_module_set_entry(m, c);
+    ot_module_finalize(m);
+    return m;
+}
+
+static void test_bad_args(void) {
+    ot_module *m = axpy();
+    float d[3] = {1, 2, 3};
+    ot_value a[2] = {val(vec(OT_F32, 3), d), val(vec(OT_F32, 4), NULL)}, r;
+    EXPECT_STATUS(ot_evaluate(m, a, 1, NULL, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "takes 2 arguments, got 1");
+    EXPECT_STATUS(ot_evaluate(m, a, 2, NULL, &r), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STR_CONTAINS(ot_last_error(), "parameter 1 (x) expects f32[3], got f32[4]");
+    EXPECT_INT_EQ(r.kind, OT_IR_TOKEN);
+    ot_value_release(&a[1]);
+    a[1] = val(vec(OT_S32, 3), NULL);
+    EXPECT_STATUS(ot_evaluate(m, a, 2, NULL, &r), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STR_CONTAINS(ot_last_error(), "got s32[3]");
+    ot_value_release(&a[1]);
+    ot_value_tuple(&a[1], 0);
+    EXPECT_STATUS(ot_evaluate(m, a, 2, NULL, &r), OT_ERR_SHAPE_MISMATCH);
+    ot_value_release(&a[1]);
+    a[1] = val(vec(OT_F32, 3), d);
+    ASSERT_OK(ot_evaluate(m, a, 2, NULL, &r));
+    EXPECT_F(F(&r)[2], 6.0f);
+    ot_value_release(&r);
+    EXPECT_STATUS(ot_evaluate(NULL, a, 2, NULL, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_evaluate(m, NULL, 2, NULL, &r), OT_ERR_INVALID_ARGUMENT);
+    ot_value_release(&a[0]);
+    ot_value_release(&a[1]);
+    ot_module_free(m);
+}
+
+static void test_elided_constant_and_custom_call(void) {
+    ot_module *m = ot_module_new("el");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_literal lit = {true, 0, NULL};
+    ot_attrs at;
+    memset(&at, 0, sizeof at);
+    at.literal = &lit;
+    ot_ir_shape hs = ot_ir_shape_array(vec(OT_F32, 4));
+    ot_instr *k = ot_build(c, OT_OP_CONSTANT, NULL, 0, &at, NULL, 0, &hs, "big");
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_NEGATE, k));
+    ot_module_set_entry(m, c);
+    ot_value r;
+    EXPECT_STATUS(run(m, NULL, 0, &r), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STR_CONTAINS(ot_last_error(), "constant big is elided");
+
+    m = ot_module_new("cc");
+    c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, vec(OT_F32, 2), "x");
+    ot_ir_shape cs = ot_ir_shape_array(vec(OT_F32, 2));
+    ot_computation_set_root(c, ot_build_custom_call(c, "MyKernel", &x, 1, &cs, NULL, false));
+    ot_module_set_entry(m, c);
+    ot_value a[1] = {val(vec(OT_F32, 2), NULL)};
+    EXPECT_STATUS(run(m, a, 1, &r), OT_ERR_UNIMPLEMENTED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "MyKernel");
+}
+
+/* A module with a while loop, a reduce and a dot: evaluation under allocation failures leaks
+ * nothing and fails cleanly. */
+static ot_module *loop_module(void) {
+    ot_module *m = ot_module_new("loop");
+    ot_computation *add = scalar_fn(m, "add", OT_OP_ADD, OT_F32);
+    ot_shape v = vec(OT_F32, 4);
+    ot_ir_shape st_el[2] = {ot_ir_shape_scalar(OT_S32), ot_ir_shape_array(v)};
+    (void)st_el;
+    /* cond: i < 3 */
+    ot_computation *cond = ot_module_add_computation(m, "cond");
+    ot_computation *body = ot_module_add_computation(m, "body");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, v, "x");
+    ot_instr *i0 = ot_build_constant_scalar(c, OT_S32, 0);
+    ot_instr *init_el[2] = {i0, x};
+    ot_instr *init = ot_build_tuple(c, init_el, 2);
+    ot_ir_shape tshape = init ? init->shape : ot_ir_shape_scalar(OT_S32);
+    ot_instr *cp = ot_build_parameter_ir(cond, 0, &tshape, "s");
+    ot_computation_set_root(cond, ot_build_compare(cond, ot_build_get_tuple_element(cond, cp, 0),
+                                                   ot_build_constant_scalar(cond, OT_S32, 3),
+                                                   OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+    ot_instr *bp = ot_build_parameter_ir(body, 0, &tshape, "s");
+    ot_instr *bi = ot_build_get_tuple_element(body, bp, 0);
+    ot_instr *bx = ot_build_get_tuple_element(body, bp, 1);
+    ot_instr *nb[2] = {
+        ot_build_binary(body, OT_OP_ADD, bi, ot_build_constant_scalar(body, OT_S32, 1)),
+        ot_build_binary(body, OT_OP_MULTIPLY, bx, bx)};
+    ot_computation_set_root(body, ot_build_tuple(body, nb, 2));
+    ot_instr *w = ot_build_while(c, cond, body, init);
+    ot_instr *wx = ot_build_get_tuple_element(c, w, 1);
+    ot_instr *zero = ot_build_constant_scalar(c, OT_F32, 0.0);
+    ot_instr *red = ot_build_reduce(c, &wx, &zero, 1, (int64_t[]){0}, 1, add);
+    ot_dot_dims dn;
+    memset(&dn, 0, sizeof dn);
+    dn.ncontract = 1;
+    dn.lhs_contract[0] = 0;
+    dn.rhs_contract[0] = 0;
+    ot_instr *dot = ot_build_dot(c, wx, x, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+    ot_instr *outs[3] = {red, dot, w};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 3));
+    ot_module_set_entry(m, c);
+    return m;
+}
+
+static void test_while_reduce_dot(void) {
+    ot_module *m = loop_module();
+    ASSERT_OK(ot_module_finalize(m));
+    float d[4] = {1.0f, 2.0f, -1.0f, 0.5f};
+    ot_value a[1] = {val(vec(OT_F32, 4), d)}, r;
+    ASSERT_OK(ot_evaluate(m, a, 1, NULL, &r));
+    /* x^8 = 1, 256, 1, 1/256 */
+    EXPECT_F(F(&r.tuple[0])[0], 1.0f + 256.0f + 1.0f + 1.0f / 256.0f);
+    EXPECT_F(F(&r.tuple[1])[0], 1.0f + 512.0f - 1.0f + 1.0f / 512.0f);
+    EXPECT_INT_EQ(*(int32_t *)r.tuple[2].tuple[0].array.data, 3);
+    ot_value_release(&r);
+    ot_eval_options o = ot_eval_options_default();
+    o.max_while_iterations = 2;
+    EXPECT_STATUS(ot_evaluate(m, a, 1, &o, &r), OT_ERR_OUT_OF_RANGE);
+    EXPECT_STR_CONTAINS(ot_last_error(), "more than 2 iterations");
+    ot_value_release(&a[0]);
+    ot_module_free(m);
+}
+
+static void test_alloc_failure_cleanup(void) {
+    ot_module *m = loop_module();
+    ASSERT_OK(ot_module_finalize(m));
+    float d[4] = {1.0f, 2.0f, -1.0f, 0.5f};
+    ot_value a[1] = {val(vec(OT_F32, 4), d)};
+    int64_t base = ot_alloc_live();
+    bool succeeded = false;
+    for (int64_t n = 1; n < 1000 && !succeeded; n++) {
+        ot_value r;
+        ot_alloc_fail_after(n);
+        ot_status s = ot_evaluate(m, a, 1, NULL, &r);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) {
+            succeeded = true;
+            ot_value_release(&r);
+        } else {
+            EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
+            EXPECT_INT_EQ(r.kind, OT_IR_TOKEN);
+        }
+        EXPECT_INT_EQ(ot_alloc_live(), base);
+    }
+    EXPECT_TRUE(succeeded);
+    ot_value_release(&a[0]);
+    ot_module_free(m);
+}
+
+static void test_evaluate_instr(void) {
+    ot_module *m = axpy();
+    ot_computation *c = ot_module_entry(m);
+    float d1[3] = {1, 2, 3}, d2[3] = {10, 20, 30};
+    ot_value ops[2] = {val(vec(OT_F32, 3), d1), val(vec(OT_F32, 3), d2)}, r;
+    ASSERT_OK(ot_evaluate_instr(c->root, ops, 2, NULL, &r));
+    EXPECT_F(F(&r)[1], 22.0f);
+    ot_value_release(&r);
+    EXPECT_STATUS(ot_evaluate_instr(c->root, ops, 1, NULL, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_evaluate_instr(c->params[0], NULL, 0, NULL, &r), OT_ERR_INVALID_ARGUMENT);
+    ot_value_release(&ops[1]);
+    ops[1] = val(vec(OT_F32, 2), NULL);
+    EXPECT_STATUS(ot_evaluate_instr(c->root, ops, 2, NULL, &r), OT_ERR_SHAPE_MISMATCH);
+    ot_value_release(&ops[0]);
+    ot_value_release(&ops[1]);
+    ot_module_free(m);
+}
+
+OT_TEST_MAIN(OT_TEST(test_max_min_nan_signed_zero), OT_TEST(test_float_arith),
+             OT_TEST(test_unary_float), OT_TEST(test_int_division),
+             OT_TEST(test_int_overflow_and_bits), OT_TEST(test_shifts), OT_TEST(test_compare),
+             OT_TEST(test_convert), OT_TEST(test_bf16_arith_rounds_once),
+             OT_TEST(test_reduce_precision), OT_TEST(test_select_clamp),
+             OT_TEST(test_bitcast_convert_iota), OT_TEST(test_bad_args),
+             OT_TEST(test_elided_constant_and_custom_call), OT_TEST(test_while_reduce_dot),
+             OT_TEST(test_alloc_failure_cleanup), OT_TEST(test_evaluate_instr))
