@@ -692,6 +692,7 @@ OT_API ot_status ot_computation_verify(const ot_computation *c);
 typedef struct ot_hlo_parse_options {
     const char *filename; /* used in error messages ("file:line:col: ..."); NULL: "<input>" */
     bool verify;          /* run ot_module_verify after parsing (default true) */
+    int line_offset;      /* added to reported line numbers (for a piece of a larger file) */
 } ot_hlo_parse_options;
 OT_API ot_hlo_parse_options ot_hlo_parse_options_default(void);
 
@@ -702,6 +703,12 @@ OT_API ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_o
                               ot_module **out);
 OT_API ot_status ot_hlo_parse_file(const char *path, const ot_hlo_parse_options *opts,
                                    ot_module **out);
+
+/* Files in XLA's lit style hold several modules separated by lines "// -----". Returns the
+ * length of the first piece of text[0..len) and sets *next to the offset where the next piece
+ * starts (len when there is none); *lines to the number of lines the piece and its separator
+ * span (for ot_hlo_parse_options.line_offset). */
+OT_API size_t ot_hlo_split_next(const char *text, size_t len, size_t *next, int *lines);
 
 typedef struct ot_hlo_print_options {
     bool operand_shapes; /* "add(f32[2] %a, ...)" as XLA's dumps do (default true) */

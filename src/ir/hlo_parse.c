@@ -1,0 +1,2239 @@
+/*
+ * HLO text parser: XLA's dump form (% names, operand shapes, layouts, metadata, comments,
+ * FileNames/StackFrames preambles) and JAX's as_text form, plus the lenient forms (no HloModule
+ * header, no ENTRY, no ROOT).
+ *
+ * One pass over the text. Instructions are built as soon as their operands exist (the usual
+ * case: text is in definition order); an instruction that names a later one is held back and
+ * built, in dependency order, when its computation closes. Names are found through hash indexes,
+ * so the parse is linear in the text. Every error carries file:line:col and what was expected;
+ * line and column are computed only when an error is reported.
+ */
+#include "ir_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+
+typedef struct ref {
+    const char *name;
+    size_t len;
+    const char *at;       /* the operand's text (for errors) */
+    const char *shape_at; /* its declared shape, or NULL */
+} ref;
+
+typedef struct pend {
+    const char *name; /* arena, NUL-terminated */
+    size_t nlen;
+    const char *at, *op_at;
+    ot_opcode op;
+    ot_ir_shape shape;
+    int nops;
+    int64_t ops_off; /* into P.refs */
+    ot_attrs attrs;
+    ot_computation **called;
+    int ncalled;
+    const ot_metadata *md;
+    ot_raw_attr *raw;
+    int nraw;
+    ot_instr *built;
+    uint8_t state; /* 0 waiting, 1 on the DFS stack, 2 built */
+} pend;
+
+typedef struct P {
+    const char *s, *p, *end;
+    const char *file;
+    int line_offset;
+    ot_module *m;
+    ot_arena *scratch; /* operand shapes and other parse-only data */
+    ot_status err;
+    /* current computation */
+    ot_computation *c;
+    pend *pend;
+    int64_t npend, pend_cap;
+    ref *refs;
+    int64_t nrefs, refs_cap;
+    ir_name_index pend_names; /* name -> (pend index + 1) */
+    /* operand scratch for immediate builds */
+    ot_instr **ops;
+    int ops_cap;
+} P;
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------- */
+
+static void line_col(const P *x, const char *at, int *line, int *col) {
+    int l = 1;
+    const char *ls = x->s;
+    if (at > x->end) at = x->end;
+    for (const char *q = x->s; q < at; q++)
+        if (*q == '\n') {
+            l++;
+            ls = q + 1;
+        }
+    *line = l + x->line_offset;
+    *col = (int)(at - ls) + 1;
+}
+
+static ot_status perr(P *x, const char *at, ot_status code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static ot_status perr(P *x, const char *at, ot_status code, const char *fmt, ...) {
+    if (x->err) return x->err;
+    char buf[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    int line, col;
+    line_col(x, at, &line, &col);
+    x->err = code;
+    return ot_error(code, "%s:%d:%d: %s", x->file, line, col, buf);
+}
+
+/* Wraps the current ot_last_error() detail with the location. */
+static ot_status pwrap(P *x, const char *at, ot_status code, const char *what) {
+    if (x->err) return x->err;
+    const char *msg = ot_last_error();
+    size_t cl = strlen(ot_status_str(code));
+    if (strncmp(msg, ot_status_str(code), cl) == 0 && msg[cl] == ':' && msg[cl + 1] == ' ')
+        msg += cl + 2;
+    char detail[1024];
+    snprintf(detail, sizeof detail, "%s", msg);
+    return perr(x, at, code, "%s%s%s", what ? what : "", what ? ": " : "", detail);
+}
+
+/* What the text holds at `at`, for "expected X, got Y" messages. */
+static const char *got(const P *x, const char *at, char *buf, size_t n) {
+    if (at >= x->end) return "end of input";
+    size_t k = 0;
+    while (at + k < x->end && k < 16 && at[k] != '\n') k++;
+    snprintf(buf, n, "'%.*s'", (int)k, at);
+    return buf;
+}
+
+static ot_status expected(P *x, const char *what) {
+    char g[48];
+    return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "expected %s, got %s", what,
+                got(x, x->p, g, sizeof g));
+}
+
+static ot_status oom(P *x) {
+    return perr(x, x->p, OT_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Lexing
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status skip_ws(P *x) {
+    for (;;) {
+        while (x->p < x->end && (*x->p == ' ' || *x->p == '\t' || *x->p == '\n' || *x->p == '\r' ||
+                                 *x->p == '\f' || *x->p == '\v'))
+            x->p++;
+        if (x->end - x->p >= 2 && x->p[0] == '/' && x->p[1] == '/') {
+            while (x->p < x->end && *x->p != '\n') x->p++;
+            continue;
+        }
+        if (x->end - x->p >= 2 && x->p[0] == '/' && x->p[1] == '*') {
+            const char *start = x->p;
+            x->p += 2;
+            while (x->end - x->p >= 2 && !(x->p[0] == '*' && x->p[1] == '/')) x->p++;
+            if (x->end - x->p < 2) {
+                x->p = start;
+                return perr(x, start, OT_ERR_INVALID_ARGUMENT, "unterminated /* comment");
+            }
+            x->p += 2;
+            continue;
+        }
+        return OT_OK;
+    }
+}
+
+static bool at_char(P *x, char c) {
+    return x->p < x->end && *x->p == c;
+}
+
+/* Skips whitespace and consumes c if present. */
+static bool accept(P *x, char c) {
+    if (skip_ws(x)) return false;
+    if (at_char(x, c)) {
+        x->p++;
+        return true;
+    }
+    return false;
+}
+
+static ot_status expect_char(P *x, char c) {
+    OT_CHECK(skip_ws(x));
+    if (at_char(x, c)) {
+        x->p++;
+        return OT_OK;
+    }
+    char what[8];
+    snprintf(what, sizeof what, "'%c'", c);
+    return expected(x, what);
+}
+
+static bool is_ident_start(char c) {
+    return isalpha((unsigned char)c) || c == '_' || c == '$';
+}
+
+static bool is_ident_char(char c) {
+    return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-' || c == '$';
+}
+
+/* An identifier (names keep '.', '-'); a leading '%' is dropped. */
+static ot_status ident(P *x, const char **s, size_t *n, const char *what) {
+    OT_CHECK(skip_ws(x));
+    const char *q = x->p;
+    if (q < x->end && *q == '%') q++;
+    if (q >= x->end || !(is_ident_start(*q) || isdigit((unsigned char)*q)))
+        return expected(x, what);
+    const char *st = q;
+    while (q < x->end && is_ident_char(*q)) q++;
+    /* a trailing '-' belongs to "->", not to the name */
+    while (q > st + 1 && q[-1] == '-' && q < x->end && *q == '>') q--;
+    *s = st;
+    *n = (size_t)(q - st);
+    x->p = q;
+    return OT_OK;
+}
+
+static bool word_is(const char *s, size_t n, const char *w) {
+    return strlen(w) == n && memcmp(s, w, n) == 0;
+}
+
+/* Peeks an identifier without consuming it. */
+static bool peek_word(P *x, const char *w) {
+    if (skip_ws(x)) return false;
+    size_t n = strlen(w);
+    return (size_t)(x->end - x->p) >= n && memcmp(x->p, w, n) == 0 &&
+           (x->p + n == x->end || !is_ident_char(x->p[n]));
+}
+
+static ot_status parse_int(P *x, int64_t *out) {
+    OT_CHECK(skip_ws(x));
+    const char *q = x->p;
+    bool neg = false;
+    if (q < x->end && (*q == '-' || *q == '+')) {
+        neg = *q == '-';
+        q++;
+    }
+    if (q >= x->end || !isdigit((unsigned char)*q)) return expected(x, "an integer");
+    uint64_t v = 0;
+    while (q < x->end && isdigit((unsigned char)*q)) {
+        unsigned d = (unsigned)(*q - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return perr(x, x->p, OT_ERR_OUT_OF_RANGE, "integer out of range");
+        v = v * 10 + d;
+        q++;
+    }
+    if ((!neg && v > (uint64_t)INT64_MAX) || (neg && v > (uint64_t)INT64_MAX + 1))
+        return perr(x, x->p, OT_ERR_OUT_OF_RANGE, "integer out of range");
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    x->p = q;
+    return OT_OK;
+}
+
+/* '{' [int (',' int)*] '}' into out (at most max). */
+static ot_status parse_int_list(P *x, int64_t *out, int max, int *n, const char *what) {
+    *n = 0;
+    OT_CHECK(expect_char(x, '{'));
+    if (accept(x, '}')) return OT_OK;
+    for (;;) {
+        int64_t v;
+        OT_CHECK(parse_int(x, &v));
+        if (*n >= max)
+            return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "%s has more than %d entries", what, max);
+        out[(*n)++] = v;
+        if (accept(x, '}')) return OT_OK;
+        OT_CHECK(x->err);
+        OT_CHECK(expect_char(x, ','));
+    }
+}
+
+static ot_status parse_bool(P *x, bool *out) {
+    const char *s;
+    size_t n;
+    OT_CHECK(ident(x, &s, &n, "true or false"));
+    if (word_is(s, n, "true")) {
+        *out = true;
+    } else if (word_is(s, n, "false")) {
+        *out = false;
+    } else {
+        x->p = s;
+        return expected(x, "true or false");
+    }
+    return OT_OK;
+}
+
+/* A quoted string with C escapes, into the arena. */
+static ot_status parse_string(P *x, const char **out) {
+    OT_CHECK(skip_ws(x));
+    if (!at_char(x, '"')) return expected(x, "a quoted string");
+    const char *st = x->p;
+    x->p++;
+    size_t cap = 0;
+    const char *q = x->p;
+    while (q < x->end && *q != '"') {
+        if (*q == '\\') q++;
+        q++;
+        cap++;
+    }
+    if (q >= x->end) {
+        x->p = st;
+        return perr(x, st, OT_ERR_INVALID_ARGUMENT, "unterminated string");
+    }
+    char *d = ot_arena_alloc(x->m->arena, cap + 1, 1);
+    if (!d) return oom(x);
+    size_t k = 0;
+    while (x->p < q) {
+        char ch = *x->p++;
+        if (ch == '\\' && x->p < q) {
+            char e = *x->p++;
+            switch (e) {
+            case 'n': ch = '\n'; break;
+            case 't': ch = '\t'; break;
+            case 'r': ch = '\r'; break;
+            default: ch = e; break;
+            }
+        }
+        d[k++] = ch;
+    }
+    d[k] = '\0';
+    x->p = q + 1;
+    *out = d;
+    return OT_OK;
+}
+
+/* Skips one balanced value (for attributes kept verbatim) and returns its text span. */
+static ot_status skip_value(P *x, const char **st, size_t *n) {
+    OT_CHECK(skip_ws(x));
+    const char *q = x->p;
+    *st = q;
+    int depth = 0;
+    while (q < x->end) {
+        char ch = *q;
+        if (ch == '"') {
+            q++;
+            while (q < x->end && *q != '"') {
+                if (*q == '\\') q++;
+                q++;
+            }
+            if (q >= x->end) return perr(x, *st, OT_ERR_INVALID_ARGUMENT, "unterminated string");
+            q++;
+            continue;
+        }
+        if (ch == '{' || ch == '[' || ch == '(') {
+            depth++;
+        } else if (ch == '}' || ch == ']' || ch == ')') {
+            if (depth == 0) break;
+            depth--;
+        } else if (depth == 0 &&
+                   (ch == ',' || ch == '\n' || ch == ' ' || ch == '\t' || ch == '\r')) {
+            break;
+        }
+        q++;
+    }
+    if (depth) return perr(x, *st, OT_ERR_INVALID_ARGUMENT, "unbalanced brackets in value");
+    if (q == *st) return expected(x, "a value");
+    *n = (size_t)(q - *st);
+    x->p = q;
+    return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Shapes
+ * ------------------------------------------------------------------------------------------- */
+
+static const char *const unsupported_types[] = {
+    "c64",
+    "c128",
+    "s4",
+    "u4",
+    "s2",
+    "u2",
+    "s1",
+    "u1",
+    "f8e5m2",
+    "f8e4m3fn",
+    "f8e4m3b11fnuz",
+    "f8e5m2fnuz",
+    "f8e4m3fnuz",
+    "f8e4m3",
+    "f8e3m4",
+    "f4e2m1fn",
+    "f8e8m0fnu",
+    "f6e2m3fn",
+    "f6e3m2fn",
+};
+
+static ot_status parse_shape(P *x, ot_arena *arena, ot_ir_shape *out, int depth) {
+    memset(out, 0, sizeof *out);
+    OT_CHECK(skip_ws(x));
+    if (depth > 64) return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "shape nested too deeply");
+    if (at_char(x, '(')) {
+        x->p++;
+        out->kind = OT_IR_TUPLE;
+        int cap = 0, n = 0;
+        ot_ir_shape *el = NULL;
+        if (!accept(x, ')')) {
+            OT_CHECK(x->err);
+            for (;;) {
+                if (n == cap) {
+                    int ncap = cap ? cap * 2 : 4;
+                    ot_ir_shape *ne = ot_arena_alloc(arena, (size_t)ncap * sizeof *ne, 8);
+                    if (!ne) return oom(x);
+                    if (n) memcpy(ne, el, (size_t)n * sizeof *ne);
+                    el = ne;
+                    cap = ncap;
+                }
+                OT_CHECK(parse_shape(x, arena, &el[n], depth + 1));
+                n++;
+                if (accept(x, ')')) break;
+                OT_CHECK(x->err);
+                OT_CHECK(expect_char(x, ','));
+            }
+        }
+        out->ntuple = n;
+        out->tuple = el;
+        return OT_OK;
+    }
+    const char *st = x->p, *s;
+    size_t n;
+    OT_CHECK(ident(x, &s, &n, "a shape (e.g. f32[2,3] or a tuple)"));
+    if (!at_char(x, '[')) {
+        x->p = st;
+        return expected(x, "a shape (e.g. f32[2,3] or a tuple)");
+    }
+    if (word_is(s, n, "token")) {
+        x->p++;
+        OT_CHECK(expect_char(x, ']'));
+        out->kind = OT_IR_TOKEN;
+        return OT_OK;
+    }
+    ot_dtype t = ot_dtype_from_name(s, n);
+    if (t == OT_DTYPE_INVALID) {
+        for (size_t k = 0; k < sizeof unsupported_types / sizeof unsupported_types[0]; k++)
+            if (word_is(s, n, unsupported_types[k]))
+                return perr(x, st, OT_ERR_UNIMPLEMENTED, "element type %.*s is not supported",
+                            (int)n, s);
+        return perr(x, st, OT_ERR_INVALID_ARGUMENT, "unknown element type '%.*s'", (int)n, s);
+    }
+    x->p++; /* '[' */
+    out->kind = OT_IR_ARRAY;
+    out->array.dtype = t;
+    int rank = 0;
+    if (!accept(x, ']')) {
+        OT_CHECK(x->err);
+        for (;;) {
+            OT_CHECK(skip_ws(x));
+            if (at_char(x, '?') || at_char(x, '<'))
+                return perr(x, x->p, OT_ERR_UNIMPLEMENTED,
+                            "dynamic dimensions ('?' and '<=' bounds) are not supported");
+            int64_t d;
+            OT_CHECK(parse_int(x, &d));
+            if (d < 0) return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "negative dimension");
+            if (rank >= OT_MAX_RANK)
+                return perr(x, st, OT_ERR_UNIMPLEMENTED, "rank above %d is not supported",
+                            OT_MAX_RANK);
+            out->array.dims[rank++] = d;
+            if (accept(x, ']')) break;
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, ','));
+        }
+    }
+    out->array.rank = rank;
+    int64_t nb;
+    if (ot_shape_nbytes(&out->array, &nb) != OT_OK)
+        return perr(x, st, OT_ERR_INVALID_ARGUMENT, "shape is too large (byte count overflows)");
+    /* layout: {minor_to_major[:tiling...]} */
+    if (at_char(x, '{')) {
+        x->p++;
+        int k = 0;
+        bool ok = true;
+        OT_CHECK(skip_ws(x));
+        while (!at_char(x, '}') && !at_char(x, ':')) {
+            int64_t v;
+            OT_CHECK(parse_int(x, &v));
+            if (k < OT_MAX_RANK && v >= 0 && v < rank)
+                out->minor_to_major[k] = (int8_t)v;
+            else
+                ok = false;
+            k++;
+            OT_CHECK(skip_ws(x));
+            if (at_char(x, ',')) x->p++;
+            OT_CHECK(skip_ws(x));
+        }
+        if (at_char(x, ':')) { /* tiling, memory space, ...: kept out of the IR */
+            int depth2 = 0;
+            while (x->p < x->end && !(depth2 == 0 && *x->p == '}')) {
+                if (*x->p == '(' || *x->p == '{') depth2++;
+                if (*x->p == ')' || *x->p == '}') depth2--;
+                x->p++;
+            }
+        }
+        OT_CHECK(expect_char(x, '}'));
+        if (!ok || k != rank)
+            return perr(x, st, OT_ERR_INVALID_ARGUMENT,
+                        "layout of %.*s[...] must list each of its %d dimensions once", (int)n, s,
+                        rank);
+        uint32_t seen = 0;
+        for (int i = 0; i < rank; i++) seen |= 1u << out->minor_to_major[i];
+        if (seen != (rank ? (1u << rank) - 1 : 0))
+            return perr(x, st, OT_ERR_INVALID_ARGUMENT, "layout is not a permutation");
+        out->has_layout = true;
+    }
+    return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Constants
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status store_value(P *x, const char *tok, size_t n, ot_dtype t, void *dst) {
+    char buf[80];
+    if (n >= sizeof buf) return perr(x, tok, OT_ERR_INVALID_ARGUMENT, "number too long");
+    memcpy(buf, tok, n);
+    buf[n] = '\0';
+    char *endp;
+    errno = 0;
+    if (t == OT_PRED) {
+        uint8_t v;
+        if (!strcmp(buf, "true") || !strcmp(buf, "1"))
+            v = 1;
+        else if (!strcmp(buf, "false") || !strcmp(buf, "0"))
+            v = 0;
+        else
+            return perr(x, tok, OT_ERR_INVALID_ARGUMENT, "expected true or false, got '%s'", buf);
+        memcpy(dst, &v, 1);
+        return OT_OK;
+    }
+    if (ot_dtype_is_integer(t)) {
+        bool neg = buf[0] == '-';
+        if (ot_dtype_is_unsigned_int(t)) {
+            if (neg)
+                return perr(x, tok, OT_ERR_INVALID_ARGUMENT, "negative value '%s' for %s", buf,
+                            ot_dtype_name(t));
+            unsigned long long v = strtoull(buf, &endp, 10);
+            if (*endp || errno || endp == buf)
+                return perr(x, tok, OT_ERR_INVALID_ARGUMENT, "expected an integer, got '%s'", buf);
+            size_t sz = ot_dtype_size(t);
+            if (sz < 8 && v >> (8 * sz))
+                return perr(x, tok, OT_ERR_OUT_OF_RANGE, "%s does not fit %s", buf,
+                            ot_dtype_name(t));
+            uint8_t u8 = (uint8_t)v;
+            uint16_t u16 = (uint16_t)v;
+            uint32_t u32 = (uint32_t)v;
+            uint64_t u64 = v;
+            memcpy(dst,
+                   sz == 1   ? (void *)&u8
+                   : sz == 2 ? (void *)&u16
+                   : sz == 4 ? (void *)&u32
+                             : (void *)&u64,
+                   sz);
+        } else {
+            long long v = strtoll(buf, &endp, 10);
+            if (*endp || errno || endp == buf)
+                return perr(x, tok, OT_ERR_INVALID_ARGUMENT, "expected an integer, got '%s'", buf);
+            size_t sz = ot_dtype_size(t);
+            if (sz < 8) {
+                long long lim = 1ll << (8 * sz - 1);
+                if (v < -lim || v >= lim)
+                    return perr(x, tok, OT_ERR_OUT_OF_RANGE, "%s does not fit %s", buf,
+                                ot_dtype_name(t));
+            }
+            int8_t s8 = (int8_t)v;
+            int16_t s16 = (int16_t)v;
+            int32_t s32 = (int32_t)v;
+            int64_t s64 = v;
+            memcpy(dst,
+                   sz == 1   ? (void *)&s8
+                   : sz == 2 ? (void *)&s16
+                   : sz == 4 ? (void *)&s32
+                             : (void *)&s64,
+                   sz);
+        }
+        return OT_OK;
+    }
+    double d;
+    const char *b = buf;
+    bool neg = false;
+    if (*b == '-' || *b == '+') {
+        neg = *b == '-';
+        b++;
+    }
+    if (!strncmp(b, "nan", 3) && (b[3] == '\0' || b[3] == '(')) {
+        d = neg ? -NAN : NAN;
+    } else if (!strcmp(b, "inf")) {
+        d = neg ? -INFINITY : INFINITY;
+    } else {
+        if (!isdigit((unsigned char)*b) && *b != '.')
+            return perr(x, tok, OT_ERR_INVALID_ARGUMENT, "expected a number, got '%s'", buf);
+        d = strtod(buf, &endp);
+        if (*endp || endp == buf)
+            return perr(x, tok, OT_ERR_INVALID_ARGUMENT, "expected a number, got '%s'", buf);
+    }
+    switch (t) {
+    case OT_F64: memcpy(dst, &d, 8); break;
+    case OT_F32: {
+        float f = (float)d;
+        memcpy(dst, &f, 4);
+        break;
+    }
+    case OT_F16: {
+        uint16_t h = ot_f32_to_f16((float)d);
+        memcpy(dst, &h, 2);
+        break;
+    }
+    case OT_BF16: {
+        uint16_t h = ot_f32_to_bf16((float)d);
+        memcpy(dst, &h, 2);
+        break;
+    }
+    default: return perr(x, tok, OT_ERR_INTERNAL, "bad constant dtype");
+    }
+    return OT_OK;
+}
+
+/* constant( literal ): the '(' is consumed; consumes through the matching ')'. */
+static ot_status parse_literal(P *x, const ot_ir_shape *shape, ot_literal **out) {
+    OT_CHECK(skip_ws(x));
+    ot_literal *l = ir_alloc(x->m, sizeof *l);
+    if (!l) return oom(x);
+    memset(l, 0, sizeof *l);
+    *out = l;
+    if (shape->kind != OT_IR_ARRAY) {
+        if (at_char(x, '('))
+            return perr(x, x->p, OT_ERR_UNIMPLEMENTED, "tuple constants are not supported");
+        return perr(x, x->p, OT_ERR_UNIMPLEMENTED, "constants of shape %s are not supported",
+                    shape->kind == OT_IR_TOKEN ? "token[]" : "tuple");
+    }
+    /* elided: {...} */
+    if ((size_t)(x->end - x->p) >= 5 && !memcmp(x->p, "{...}", 5)) {
+        x->p += 5;
+        l->elided = true;
+        return expect_char(x, ')');
+    }
+    /* an optional leading shape, as older printers wrote: f32[2] {1, 2} */
+    if (x->p < x->end && is_ident_start(*x->p)) {
+        const char *q = x->p;
+        while (q < x->end && is_ident_char(*q)) q++;
+        if (q < x->end && *q == '[') {
+            ot_ir_shape s2;
+            const char *st = x->p;
+            OT_CHECK(parse_shape(x, x->scratch, &s2, 0));
+            if (!ot_ir_shape_equal(&s2, shape))
+                return perr(x, st, OT_ERR_SHAPE_MISMATCH,
+                            "constant's literal shape differs from the declared shape");
+        }
+    }
+    const ot_shape *s = &shape->array;
+    int64_t numel = ot_shape_numel_unchecked(s);
+    size_t es = ot_dtype_size(s->dtype);
+    /* every element needs at least one character of text, except a splat: one bare value */
+    bool splat = x->p < x->end && *x->p != '{';
+    if (splat && numel > (1 << 24))
+        return perr(x, x->p, OT_ERR_UNIMPLEMENTED,
+                    "a one-value constant of %lld elements (above 16M elements is not supported)",
+                    (long long)numel);
+    if (!splat && numel > x->end - x->p && numel > 1)
+        return perr(x, x->p, OT_ERR_INVALID_ARGUMENT,
+                    "constant of shape with %lld elements is longer than the input",
+                    (long long)numel);
+    uint8_t *data = NULL;
+    if (numel) {
+        data = ot_arena_alloc(x->m->arena, (size_t)numel * es, 8);
+        if (!data) return oom(x);
+    }
+    int64_t k = 0;
+    int depth = 0;
+    for (;;) {
+        OT_CHECK(skip_ws(x));
+        if (x->p >= x->end) return expected(x, "')' closing the constant");
+        char ch = *x->p;
+        if (ch == '{') {
+            depth++;
+            if (depth > OT_MAX_RANK + 1)
+                return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "constant nested too deeply");
+            x->p++;
+        } else if (ch == '}') {
+            if (depth == 0) return expected(x, "a value");
+            depth--;
+            x->p++;
+        } else if (ch == ',') {
+            x->p++;
+        } else if (ch == ')') {
+            if (depth) return expected(x, "'}'");
+            x->p++;
+            break;
+        } else if (ch == '(') {
+            return perr(x, x->p, OT_ERR_UNIMPLEMENTED, "tuple constants are not supported");
+        } else {
+            const char *tok = x->p;
+            while (x->p < x->end && !strchr(",{}() \t\r\n", *x->p)) x->p++;
+            size_t n = (size_t)(x->p - tok);
+            /* nan(0x...) payloads */
+            if (x->p < x->end && *x->p == '(' && n >= 3 && !memcmp(tok + n - 3, "nan", 3)) {
+                while (x->p < x->end && *x->p != ')') x->p++;
+                if (x->p < x->end) x->p++;
+            }
+            if (n == 0) return expected(x, "a value");
+            if (k >= numel)
+                return perr(x, tok, OT_ERR_SHAPE_MISMATCH,
+                            "constant has more values than the %lld its shape holds",
+                            (long long)numel);
+            OT_CHECK(store_value(x, tok, n, s->dtype, data + (size_t)k * es));
+            k++;
+        }
+    }
+    if (k != numel) {
+        if (k == 1 && numel > 1 && splat) { /* one value for every element, as XLA accepts */
+            for (int64_t e = 1; e < numel; e++) memcpy(data + (size_t)e * es, data, es);
+            k = numel;
+        }
+    }
+    if (k != numel) {
+        return perr(x, x->p, OT_ERR_SHAPE_MISMATCH,
+                    "constant has %lld values, its shape holds %lld", (long long)k,
+                    (long long)numel);
+    }
+    l->nbytes = numel * (int64_t)es;
+    l->data = data;
+    return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Attributes
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status comp_ref(P *x, ot_computation **out) {
+    const char *s;
+    size_t n;
+    const char *at = (skip_ws(x), x->p);
+    OT_CHECK(ident(x, &s, &n, "a computation name"));
+    ot_computation *c = ir_names_get(&x->m->comp_names, s, n);
+    if (!c)
+        return perr(x, at, OT_ERR_NOT_FOUND,
+                    "unknown computation '%.*s' (computations must be defined before use)", (int)n,
+                    s);
+    if (c == x->c)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "computation '%.*s' calls itself", (int)n, s);
+    *out = c;
+    return OT_OK;
+}
+
+static ot_status comp_list(P *x, ot_computation ***out, int *n) {
+    OT_CHECK(expect_char(x, '{'));
+    int cap = 4;
+    ot_computation **l = ot_arena_alloc(x->m->arena, (size_t)cap * sizeof *l, 8);
+    if (!l) return oom(x);
+    *n = 0;
+    if (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        for (;;) {
+            if (*n == cap) {
+                ot_computation **nl = ot_arena_alloc(x->m->arena, (size_t)cap * 2 * sizeof *nl, 8);
+                if (!nl) return oom(x);
+                memcpy(nl, l, (size_t)cap * sizeof *nl);
+                l = nl;
+                cap *= 2;
+            }
+            OT_CHECK(comp_ref(x, &l[(*n)++]));
+            if (accept(x, '}')) break;
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, ','));
+        }
+    }
+    *out = l;
+    return OT_OK;
+}
+
+/* "3x3" or "1_1x0_2" style lists: k parts per group, groups separated by 'x'. */
+static ot_status x_list(P *x, int parts, int64_t out[][3], int *n, const char *what) {
+    OT_CHECK(skip_ws(x));
+    *n = 0;
+    for (;;) {
+        if (*n >= OT_MAX_RANK)
+            return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "%s has more than %d dimensions", what,
+                        OT_MAX_RANK);
+        for (int k = 0; k < parts; k++) {
+            if (k) {
+                if (!at_char(x, '_')) {
+                    if (parts == 3 && k == 2) { /* interior padding is optional */
+                        out[*n][2] = 0;
+                        break;
+                    }
+                    return expected(x, "'_'");
+                }
+                x->p++;
+            }
+            /* parse_int skips whitespace, which is fine inside these tokens */
+            OT_CHECK(parse_int(x, &out[*n][k]));
+        }
+        (*n)++;
+        if (!at_char(x, 'x')) break;
+        x->p++;
+    }
+    return OT_OK;
+}
+
+static ot_status parse_window(P *x, ot_window **out) {
+    ot_window *w = ir_alloc(x->m, sizeof *w);
+    if (!w) return oom(x);
+    memset(w, 0, sizeof *w);
+    int rank = -1;
+    bool have_size = false;
+    int64_t v[OT_MAX_RANK][3];
+    int64_t size[OT_MAX_RANK] = {0}, stride[OT_MAX_RANK], lo[OT_MAX_RANK] = {0},
+            hi[OT_MAX_RANK] = {0}, ld[OT_MAX_RANK], rd[OT_MAX_RANK], rev[OT_MAX_RANK] = {0};
+    for (int i = 0; i < OT_MAX_RANK; i++) stride[i] = ld[i] = rd[i] = 1;
+    OT_CHECK(expect_char(x, '{'));
+    while (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        const char *s, *at = x->p;
+        size_t n;
+        OT_CHECK(ident(x, &s, &n, "a window field (size, stride, pad, lhs_dilate, ...)"));
+        OT_CHECK(expect_char(x, '='));
+        int k;
+        int parts = word_is(s, n, "pad") ? 2 : 1;
+        OT_CHECK(x_list(x, parts, v, &k, "window"));
+        if (rank >= 0 && k != rank)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "window field %.*s has %d dimensions, others have %d", (int)n, s, k, rank);
+        rank = k;
+        for (int i = 0; i < k; i++) {
+            if (word_is(s, n, "size")) {
+                size[i] = v[i][0];
+                have_size = true;
+            } else if (word_is(s, n, "stride")) {
+                stride[i] = v[i][0];
+            } else if (word_is(s, n, "pad")) {
+                lo[i] = v[i][0];
+                hi[i] = v[i][1];
+            } else if (word_is(s, n, "lhs_dilate")) {
+                ld[i] = v[i][0];
+            } else if (word_is(s, n, "rhs_dilate")) {
+                rd[i] = v[i][0];
+            } else if (word_is(s, n, "rhs_reversal")) {
+                rev[i] = v[i][0];
+            } else {
+                return perr(x, at, OT_ERR_INVALID_ARGUMENT, "unknown window field '%.*s'", (int)n,
+                            s);
+            }
+        }
+    }
+    if (rank > 0 && !have_size) return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "window needs size=");
+    w->rank = rank < 0 ? 0 : rank;
+    for (int i = 0; i < w->rank; i++)
+        w->dims[i] = (ot_window_dim){size[i], stride[i], lo[i], hi[i], rd[i], ld[i], rev[i] != 0};
+    *out = w;
+    return OT_OK;
+}
+
+static ot_status parse_dim_labels(P *x, ot_conv_dims **out) {
+    OT_CHECK(skip_ws(x));
+    const char *st = x->p;
+    const char *q = x->p;
+    while (q < x->end && (isalnum((unsigned char)*q) || *q == '_' || *q == '-' || *q == '>')) q++;
+    x->p = q;
+    /* input_kernel->output */
+    const char *us = memchr(st, '_', (size_t)(q - st));
+    const char *ar = NULL;
+    for (const char *r = st; r + 1 < q; r++)
+        if (r[0] == '-' && r[1] == '>') ar = r;
+    if (!us || !ar || us > ar)
+        return perr(x, st, OT_ERR_INVALID_ARGUMENT,
+                    "expected dim_labels like b01f_01io->b01f, got '%.*s'", (int)(q - st), st);
+    const char *in = st, *kr = us + 1, *ou = ar + 2;
+    size_t ni = (size_t)(us - st), nk = (size_t)(ar - kr), no = (size_t)(q - ou);
+    if (ni != nk || ni != no || ni < 2 || ni > OT_MAX_RANK)
+        return perr(x, st, OT_ERR_INVALID_ARGUMENT,
+                    "dim_labels parts must have equal length 2..%d: '%.*s'", OT_MAX_RANK,
+                    (int)(q - st), st);
+    ot_conv_dims *d = ir_alloc(x->m, sizeof *d);
+    if (!d) return oom(x);
+    memset(d, 0, sizeof *d);
+    int ns = (int)ni - 2;
+    d->nspatial = ns;
+    int seen_i = 0, seen_k = 0, seen_o = 0;
+    for (size_t i = 0; i < ni; i++) {
+        char a = in[i], b = kr[i], c = ou[i];
+        if (a == 'b')
+            d->input_batch = (int64_t)i, seen_i |= 1;
+        else if (a == 'f')
+            d->input_feature = (int64_t)i, seen_i |= 2;
+        else if (isdigit((unsigned char)a) && a - '0' < ns)
+            d->input_spatial[a - '0'] = (int64_t)i, seen_i |= 4 << (a - '0');
+        else
+            goto bad;
+        if (b == 'i')
+            d->kernel_input_feature = (int64_t)i, seen_k |= 1;
+        else if (b == 'o')
+            d->kernel_output_feature = (int64_t)i, seen_k |= 2;
+        else if (isdigit((unsigned char)b) && b - '0' < ns)
+            d->kernel_spatial[b - '0'] = (int64_t)i, seen_k |= 4 << (b - '0');
+        else
+            goto bad;
+        if (c == 'b')
+            d->output_batch = (int64_t)i, seen_o |= 1;
+        else if (c == 'f')
+            d->output_feature = (int64_t)i, seen_o |= 2;
+        else if (isdigit((unsigned char)c) && c - '0' < ns)
+            d->output_spatial[c - '0'] = (int64_t)i, seen_o |= 4 << (c - '0');
+        else
+            goto bad;
+    }
+    int all = (4 << ns) - 1;
+    if (seen_i != all || seen_k != all || seen_o != all) goto bad;
+    *out = d;
+    return OT_OK;
+bad:
+    return perr(x, st, OT_ERR_INVALID_ARGUMENT,
+                "invalid dim_labels '%.*s' (each part needs b/f (i/o for the kernel) and the "
+                "spatial digits 0..%d once)",
+                (int)(q - st), st, ns - 1);
+}
+
+static ot_status parse_slice(P *x, int rank, ot_slice_dim **out) {
+    ot_slice_dim *sd = ir_alloc(x->m, (size_t)(rank ? rank : 1) * sizeof *sd);
+    if (!sd) return oom(x);
+    OT_CHECK(expect_char(x, '{'));
+    int k = 0;
+    if (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        for (;;) {
+            const char *at = (skip_ws(x), x->p);
+            OT_CHECK(expect_char(x, '['));
+            int64_t a, b, c = 1;
+            OT_CHECK(parse_int(x, &a));
+            OT_CHECK(expect_char(x, ':'));
+            OT_CHECK(parse_int(x, &b));
+            if (accept(x, ':')) OT_CHECK(parse_int(x, &c));
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, ']'));
+            if (k >= rank)
+                return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                            "slice has more entries than the rank %d", rank);
+            sd[k++] = (ot_slice_dim){a, b, c};
+            if (accept(x, '}')) break;
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, ','));
+        }
+    }
+    if (k != rank)
+        return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "slice has %d entries, the rank is %d", k,
+                    rank);
+    *out = sd;
+    return OT_OK;
+}
+
+static ot_status parse_replica_groups(P *x, const ot_replica_groups **out) {
+    OT_CHECK(skip_ws(x));
+    const char *at = x->p;
+    if (at_char(x, '[')) {
+        /* [G,S]<=[d0,...]T(p0,...) */
+        x->p++;
+        int64_t g, sz;
+        OT_CHECK(parse_int(x, &g));
+        OT_CHECK(expect_char(x, ','));
+        OT_CHECK(parse_int(x, &sz));
+        OT_CHECK(expect_char(x, ']'));
+        OT_CHECK(expect_char(x, '<'));
+        if (!at_char(x, '=')) return expected(x, "'<=' in an iota replica group list");
+        x->p++;
+        int64_t dims[OT_MAX_RANK], perm[OT_MAX_RANK];
+        int nd = 0, np = 0;
+        OT_CHECK(expect_char(x, '['));
+        for (;;) {
+            if (nd >= OT_MAX_RANK) return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "too many dims");
+            OT_CHECK(parse_int(x, &dims[nd++]));
+            if (accept(x, ']')) break;
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, ','));
+        }
+        if (at_char(x, 'T')) {
+            x->p++;
+            OT_CHECK(expect_char(x, '('));
+            for (;;) {
+                if (np >= OT_MAX_RANK)
+                    return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "too many dims");
+                OT_CHECK(parse_int(x, &perm[np++]));
+                if (accept(x, ')')) break;
+                OT_CHECK(x->err);
+                OT_CHECK(expect_char(x, ','));
+            }
+        }
+        const ot_replica_groups *r = ot_replica_groups_iota(x->m, g, sz, dims, nd, perm, np);
+        if (!r) {
+            ot_status s = ot_module_status(x->m);
+            x->m->err = OT_OK;
+            return pwrap(x, at, s, NULL);
+        }
+        *out = r;
+        return OT_OK;
+    }
+    OT_CHECK(expect_char(x, '{'));
+    int64_t gcap = 8, icap = 16, ng = 0, ni = 0;
+    int64_t *sizes = ot_malloc((size_t)gcap * sizeof *sizes);
+    int64_t *ids = ot_malloc((size_t)icap * sizeof *ids);
+    ot_status s = OT_OK;
+    if (!sizes || !ids) s = oom(x);
+    if (s == OT_OK && !accept(x, '}')) {
+        for (;;) {
+            if (ng == gcap) {
+                int64_t *n2 = ot_realloc(sizes, (size_t)(gcap *= 2) * sizeof *n2);
+                if (!n2) {
+                    s = oom(x);
+                    break;
+                }
+                sizes = n2;
+            }
+            int64_t before = ni;
+            if ((s = expect_char(x, '{')) != OT_OK) break;
+            if (!accept(x, '}')) {
+                for (;;) {
+                    if (ni == icap) {
+                        int64_t *n2 = ot_realloc(ids, (size_t)(icap *= 2) * sizeof *n2);
+                        if (!n2) {
+                            s = oom(x);
+                            break;
+                        }
+                        ids = n2;
+                    }
+                    if ((s = parse_int(x, &ids[ni])) != OT_OK) break;
+                    ni++;
+                    if (accept(x, '}')) break;
+                    if ((s = expect_char(x, ',')) != OT_OK) break;
+                }
+                if (s != OT_OK) break;
+            }
+            sizes[ng++] = ni - before;
+            if (accept(x, '}')) break;
+            if ((s = expect_char(x, ',')) != OT_OK) break;
+        }
+    }
+    if (s == OT_OK) s = x->err;
+    if (s == OT_OK) {
+        const ot_replica_groups *r = ot_replica_groups_make(x->m, ng, sizes, ids);
+        if (!r) {
+            s = ot_module_status(x->m);
+            x->m->err = OT_OK;
+            s = pwrap(x, at, s, NULL);
+        }
+        *out = r;
+    }
+    ot_free(sizes);
+    ot_free(ids);
+    return s;
+}
+
+static ot_status parse_pairs(P *x, ot_attrs *a) {
+    OT_CHECK(expect_char(x, '{'));
+    int cap = 8, n = 0;
+    int64_t *pr = ir_alloc(x->m, (size_t)cap * 2 * sizeof *pr);
+    if (!pr) return oom(x);
+    if (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        for (;;) {
+            if (n == cap) {
+                int64_t *np = ir_alloc(x->m, (size_t)cap * 4 * sizeof *np);
+                if (!np) return oom(x);
+                memcpy(np, pr, (size_t)n * 2 * sizeof *np);
+                pr = np;
+                cap *= 2;
+            }
+            OT_CHECK(expect_char(x, '{'));
+            OT_CHECK(parse_int(x, &pr[2 * n]));
+            OT_CHECK(expect_char(x, ','));
+            OT_CHECK(parse_int(x, &pr[2 * n + 1]));
+            OT_CHECK(expect_char(x, '}'));
+            n++;
+            if (accept(x, '}')) break;
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, ','));
+        }
+    }
+    a->pairs = pr;
+    a->npairs = n;
+    return OT_OK;
+}
+
+static ot_status parse_metadata(P *x, const ot_metadata **out) {
+    ot_metadata *md = ir_alloc(x->m, sizeof *md);
+    if (!md) return oom(x);
+    memset(md, 0, sizeof *md);
+    OT_CHECK(expect_char(x, '{'));
+    while (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        const char *s;
+        size_t n;
+        OT_CHECK(ident(x, &s, &n, "a metadata field"));
+        OT_CHECK(expect_char(x, '='));
+        if (word_is(s, n, "op_type")) {
+            OT_CHECK(parse_string(x, &md->op_type));
+        } else if (word_is(s, n, "op_name")) {
+            OT_CHECK(parse_string(x, &md->op_name));
+        } else if (word_is(s, n, "source_file")) {
+            OT_CHECK(parse_string(x, &md->source_file));
+        } else if (word_is(s, n, "source_line")) {
+            OT_CHECK(parse_int(x, &md->source_line));
+        } else {
+            const char *vs;
+            size_t vn;
+            OT_CHECK(skip_value(x, &vs, &vn)); /* other fields are not kept */
+        }
+    }
+    *out = md;
+    return OT_OK;
+}
+
+static ot_status parse_dims_field(P *x, int64_t *out, int *n, const char *what) {
+    return parse_int_list(x, out, OT_MAX_RANK, n, what);
+}
+
+/* Attributes kept verbatim: no meaning for optitpu, printed back as read. */
+static const char *const raw_attrs[] = {
+    "sharding",
+    "frontend_attributes",
+    "parameter_replication",
+    "control-predecessors",
+    "statistics",
+    "origin",
+    "schedule",
+    "custom_call_schedule",
+    "operand_layout_constraints",
+    "output_to_operand_aliasing",
+    "result_accuracy",
+    "execution_thread",
+    "async_execution_thread",
+    "is_host_transfer",
+    "inferred_dimension",
+    "replica_group_list", /* never seen from XLA; kept for symmetry */
+};
+
+static bool is_raw_attr(const char *s, size_t n) {
+    for (size_t k = 0; k < sizeof raw_attrs / sizeof raw_attrs[0]; k++)
+        if (word_is(s, n, raw_attrs[k])) return true;
+    return false;
+}
+
+static const char *const precision_names[] = {"default", "high", "highest"};
+
+typedef struct attr_state {
+    ot_dot_dims *dot;
+    ot_gather_dims *gather;
+    ot_scatter_dims *scatter;
+    bool has_to_apply, has_cond, has_body, has_true, has_false, has_branches, has_select,
+        has_scatter;
+    ot_computation *to_apply, *cond, *body, *tc, *fc, *sel, *sca;
+    ot_computation **branches;
+    int nbranches;
+    bool has_index_vector_dim;
+    int nraw, raw_cap;
+} attr_state;
+
+static bool op_in(ot_opcode op, const ot_opcode *l, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (l[i] == op) return true;
+    return false;
+}
+#define OPS(...)                                                                                   \
+    (const ot_opcode[]){__VA_ARGS__}, sizeof((const ot_opcode[]){__VA_ARGS__}) / sizeof(ot_opcode)
+
+static ot_status not_for(P *x, const char *at, const char *s, size_t n, ot_opcode op) {
+    return perr(x, at, OT_ERR_INVALID_ARGUMENT, "attribute '%.*s' does not apply to %s", (int)n, s,
+                ot_opcode_name(op));
+}
+
+static ot_status parse_attr(P *x, pend *d, attr_state *st) {
+    const char *s, *at = (skip_ws(x), x->p);
+    size_t n;
+    OT_CHECK(ident(x, &s, &n, "an attribute name"));
+    OT_CHECK(expect_char(x, '='));
+    ot_opcode op = d->op;
+    ot_attrs *a = &d->attrs;
+    int rank = d->shape.kind == OT_IR_ARRAY ? d->shape.array.rank : 0;
+#define IS(w) word_is(s, n, w)
+#define ONLY(...)                                                                                  \
+    do {                                                                                           \
+        if (!op_in(op, OPS(__VA_ARGS__))) return not_for(x, at, s, n, op);                         \
+    } while (0)
+    if (IS("metadata")) return parse_metadata(x, &d->md);
+    if (IS("backend_config")) {
+        OT_CHECK(skip_ws(x));
+        if (at_char(x, '"')) return parse_string(x, &a->backend_config);
+        const char *vs;
+        size_t vn;
+        OT_CHECK(skip_value(x, &vs, &vn));
+        a->backend_config = ir_strndup(x->m, vs, vn);
+        return a->backend_config ? OT_OK : oom(x);
+    }
+    if (IS("dimensions")) {
+        ONLY(OT_OP_BROADCAST, OT_OP_TRANSPOSE, OT_OP_REVERSE, OT_OP_REDUCE, OT_OP_MAP,
+             OT_OP_CONCATENATE, OT_OP_SORT, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER,
+             OT_OP_ALL_TO_ALL);
+        int64_t dims[OT_MAX_RANK];
+        int k;
+        OT_CHECK(parse_dims_field(x, dims, &k, "dimensions"));
+        if (op == OT_OP_CONCATENATE || op == OT_OP_SORT || op == OT_OP_ALL_GATHER ||
+            op == OT_OP_REDUCE_SCATTER || op == OT_OP_ALL_TO_ALL) {
+            if (k != 1 && !(op == OT_OP_ALL_TO_ALL && k == 0))
+                return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s takes one dimension, got %d",
+                            ot_opcode_name(op), k);
+            a->index = k ? dims[0] : -1;
+            return OT_OK;
+        }
+        a->ndims = k;
+        a->dims = ir_memdup(x->m, dims, sizeof dims);
+        return a->dims ? OT_OK : oom(x);
+    }
+    if (IS("dynamic_slice_sizes")) {
+        ONLY(OT_OP_DYNAMIC_SLICE);
+        int64_t dims[OT_MAX_RANK];
+        OT_CHECK(parse_dims_field(x, dims, &a->ndims, "dynamic_slice_sizes"));
+        a->dims = ir_memdup(x->m, dims, sizeof dims);
+        return a->dims ? OT_OK : oom(x);
+    }
+    if (IS("index")) {
+        ONLY(OT_OP_GET_TUPLE_ELEMENT);
+        return parse_int(x, &a->index);
+    }
+    if (IS("iota_dimension")) {
+        ONLY(OT_OP_IOTA);
+        return parse_int(x, &a->index);
+    }
+    if (IS("k")) {
+        ONLY(OT_OP_TOPK);
+        return parse_int(x, &a->index);
+    }
+    if (IS("largest")) {
+        ONLY(OT_OP_TOPK);
+        return parse_bool(x, &a->largest);
+    }
+    if (IS("is_stable")) {
+        ONLY(OT_OP_SORT, OT_OP_TOPK);
+        return parse_bool(x, &a->is_stable);
+    }
+    if (IS("direction")) {
+        ONLY(OT_OP_COMPARE);
+        const char *w;
+        size_t wn;
+        OT_CHECK(ident(x, &w, &wn, "a comparison direction (EQ NE LT LE GT GE)"));
+        for (int k = 0; k < OT_CMP_DIR_COUNT; k++)
+            if (word_is(w, wn, ot_cmp_dir_name((ot_cmp_dir)k))) {
+                a->cmp_dir = (ot_cmp_dir)k;
+                return OT_OK;
+            }
+        return perr(x, w, OT_ERR_INVALID_ARGUMENT,
+                    "expected a comparison direction (EQ NE LT LE GT GE), got '%.*s'", (int)wn, w);
+    }
+    if (IS("type")) {
+        ONLY(OT_OP_COMPARE);
+        const char *w;
+        size_t wn;
+        OT_CHECK(ident(x, &w, &wn, "a comparison type"));
+        for (int k = 1; k < OT_CMP_TYPE_COUNT; k++)
+            if (word_is(w, wn, ot_cmp_type_name((ot_cmp_type)k))) {
+                a->cmp_type = (ot_cmp_type)k;
+                return OT_OK;
+            }
+        return perr(x, w, OT_ERR_INVALID_ARGUMENT,
+                    "expected a comparison type (FLOAT TOTALORDER SIGNED UNSIGNED), got '%.*s'",
+                    (int)wn, w);
+    }
+    if (IS("exponent_bits")) {
+        ONLY(OT_OP_REDUCE_PRECISION);
+        int64_t v;
+        OT_CHECK(parse_int(x, &v));
+        if (v < 0 || v > 64)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "exponent_bits out of range");
+        a->exponent_bits = (int)v;
+        return OT_OK;
+    }
+    if (IS("mantissa_bits")) {
+        ONLY(OT_OP_REDUCE_PRECISION);
+        int64_t v;
+        OT_CHECK(parse_int(x, &v));
+        if (v < 0 || v > 64)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "mantissa_bits out of range");
+        a->mantissa_bits = (int)v;
+        return OT_OK;
+    }
+    if (IS("slice")) {
+        ONLY(OT_OP_SLICE);
+        ot_slice_dim *sd = NULL;
+        OT_CHECK(parse_slice(x, rank, &sd));
+        a->slice = sd;
+        return OT_OK;
+    }
+    if (IS("padding")) {
+        ONLY(OT_OP_PAD);
+        int64_t v[OT_MAX_RANK][3];
+        int k;
+        OT_CHECK(x_list(x, 3, v, &k, "padding"));
+        if (k != rank && !(rank == 0 && k == 1))
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "padding has %d dimensions, the rank is %d",
+                        k, rank);
+        ot_pad_dim *pd = ir_alloc(x->m, (size_t)(k ? k : 1) * sizeof *pd);
+        if (!pd) return oom(x);
+        for (int i = 0; i < k; i++) pd[i] = (ot_pad_dim){v[i][0], v[i][1], v[i][2]};
+        a->padding = pd;
+        return OT_OK;
+    }
+    if (IS("window")) {
+        ONLY(OT_OP_REDUCE_WINDOW, OT_OP_SELECT_AND_SCATTER, OT_OP_CONVOLUTION);
+        ot_window *w = NULL;
+        OT_CHECK(parse_window(x, &w));
+        a->window = w;
+        return OT_OK;
+    }
+    if (IS("dim_labels")) {
+        ONLY(OT_OP_CONVOLUTION);
+        ot_conv_dims *cd = NULL;
+        OT_CHECK(parse_dim_labels(x, &cd));
+        a->conv = cd;
+        return OT_OK;
+    }
+    if (IS("feature_group_count") || IS("batch_group_count")) {
+        ONLY(OT_OP_CONVOLUTION);
+        return parse_int(x, IS("feature_group_count") ? &a->feature_group_count
+                                                      : &a->batch_group_count);
+    }
+    if (IS("operand_precision")) {
+        ONLY(OT_OP_DOT, OT_OP_CONVOLUTION);
+        OT_CHECK(expect_char(x, '{'));
+        int k = 0;
+        while (!accept(x, '}')) {
+            OT_CHECK(x->err);
+            if (k) OT_CHECK(expect_char(x, ','));
+            const char *w;
+            size_t wn;
+            OT_CHECK(ident(x, &w, &wn, "a precision (default, high, highest)"));
+            int p = -1;
+            for (int j = 0; j < 3; j++)
+                if (wn == strlen(precision_names[j]) && !strncasecmp(w, precision_names[j], wn))
+                    p = j;
+            if (p < 0)
+                return perr(x, w, OT_ERR_INVALID_ARGUMENT,
+                            "expected a precision (default, high, highest), got '%.*s'", (int)wn,
+                            w);
+            if (k >= 2)
+                return perr(x, w, OT_ERR_INVALID_ARGUMENT, "operand_precision has 2 entries");
+            a->precision[k++] = (ot_precision)p;
+        }
+        a->nprecision = k;
+        return OT_OK;
+    }
+    /* dot dimension numbers */
+    if (IS("lhs_batch_dims") || IS("rhs_batch_dims") || IS("lhs_contracting_dims") ||
+        IS("rhs_contracting_dims")) {
+        ONLY(OT_OP_DOT);
+        if (!st->dot) {
+            st->dot = ir_alloc(x->m, sizeof *st->dot);
+            if (!st->dot) return oom(x);
+            memset(st->dot, 0, sizeof *st->dot);
+            st->dot->nbatch = st->dot->ncontract = -1;
+        }
+        int64_t dims[OT_MAX_RANK];
+        int k;
+        OT_CHECK(parse_dims_field(x, dims, &k, "dimension list"));
+        bool batch = IS("lhs_batch_dims") || IS("rhs_batch_dims");
+        int *cnt = batch ? &st->dot->nbatch : &st->dot->ncontract;
+        if (*cnt >= 0 && *cnt != k)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "lhs and rhs %s dimension lists differ in length",
+                        batch ? "batch" : "contracting");
+        *cnt = k;
+        int64_t *dst = IS("lhs_batch_dims")         ? st->dot->lhs_batch
+                       : IS("rhs_batch_dims")       ? st->dot->rhs_batch
+                       : IS("lhs_contracting_dims") ? st->dot->lhs_contract
+                                                    : st->dot->rhs_contract;
+        memcpy(dst, dims, (size_t)k * sizeof *dims);
+        return OT_OK;
+    }
+    /* gather / scatter dimension numbers */
+    if (IS("offset_dims") || IS("collapsed_slice_dims") || IS("start_index_map") ||
+        IS("operand_batching_dims") || IS("start_indices_batching_dims") || IS("slice_sizes")) {
+        ONLY(OT_OP_GATHER);
+        if (!st->gather) {
+            st->gather = ir_alloc(x->m, sizeof *st->gather);
+            if (!st->gather) return oom(x);
+            memset(st->gather, 0, sizeof *st->gather);
+        }
+        ot_gather_dims *g = st->gather;
+        if (IS("offset_dims"))
+            return parse_dims_field(x, g->offset_dims, &g->noffset, "offset_dims");
+        if (IS("collapsed_slice_dims"))
+            return parse_dims_field(x, g->collapsed_slice_dims, &g->ncollapsed,
+                                    "collapsed_slice_dims");
+        if (IS("start_index_map"))
+            return parse_dims_field(x, g->start_index_map, &g->nstart_index_map, "start_index_map");
+        if (IS("operand_batching_dims"))
+            return parse_dims_field(x, g->operand_batching_dims, &g->nbatching,
+                                    "operand_batching_dims");
+        if (IS("start_indices_batching_dims")) {
+            int k;
+            OT_CHECK(parse_dims_field(x, g->start_indices_batching_dims, &k,
+                                      "start_indices_batching_dims"));
+            return OT_OK;
+        }
+        return parse_dims_field(x, g->slice_sizes, &g->nslice_sizes, "slice_sizes");
+    }
+    if (IS("update_window_dims") || IS("inserted_window_dims") ||
+        IS("scatter_dims_to_operand_dims") || IS("input_batching_dims") ||
+        IS("scatter_indices_batching_dims") || IS("unique_indices")) {
+        ONLY(OT_OP_SCATTER);
+        if (!st->scatter) {
+            st->scatter = ir_alloc(x->m, sizeof *st->scatter);
+            if (!st->scatter) return oom(x);
+            memset(st->scatter, 0, sizeof *st->scatter);
+        }
+        ot_scatter_dims *g = st->scatter;
+        if (IS("update_window_dims"))
+            return parse_dims_field(x, g->update_window_dims, &g->nupdate_window,
+                                    "update_window_dims");
+        if (IS("inserted_window_dims"))
+            return parse_dims_field(x, g->inserted_window_dims, &g->ninserted,
+                                    "inserted_window_dims");
+        if (IS("scatter_dims_to_operand_dims"))
+            return parse_dims_field(x, g->scatter_dims_to_operand_dims, &g->nscatter_to_operand,
+                                    "scatter_dims_to_operand_dims");
+        if (IS("input_batching_dims"))
+            return parse_dims_field(x, g->input_batching_dims, &g->nbatching,
+                                    "input_batching_dims");
+        if (IS("unique_indices")) return parse_bool(x, &g->unique_indices);
+        int k;
+        return parse_dims_field(x, g->scatter_indices_batching_dims, &k,
+                                "scatter_indices_batching_dims");
+    }
+    if (IS("index_vector_dim") || IS("indices_are_sorted")) {
+        ONLY(OT_OP_GATHER, OT_OP_SCATTER);
+        if (op == OT_OP_GATHER && !st->gather) {
+            st->gather = ir_alloc(x->m, sizeof *st->gather);
+            if (!st->gather) return oom(x);
+            memset(st->gather, 0, sizeof *st->gather);
+        }
+        if (op == OT_OP_SCATTER && !st->scatter) {
+            st->scatter = ir_alloc(x->m, sizeof *st->scatter);
+            if (!st->scatter) return oom(x);
+            memset(st->scatter, 0, sizeof *st->scatter);
+        }
+        if (IS("index_vector_dim")) {
+            st->has_index_vector_dim = true;
+            return parse_int(x, op == OT_OP_GATHER ? &st->gather->index_vector_dim
+                                                   : &st->scatter->index_vector_dim);
+        }
+        return parse_bool(x, op == OT_OP_GATHER ? &st->gather->indices_are_sorted
+                                                : &st->scatter->indices_are_sorted);
+    }
+    /* called computations */
+    if (IS("to_apply")) {
+        ONLY(OT_OP_REDUCE, OT_OP_REDUCE_WINDOW, OT_OP_SCATTER, OT_OP_MAP, OT_OP_CALL, OT_OP_SORT,
+             OT_OP_ALL_REDUCE, OT_OP_REDUCE_SCATTER);
+        st->has_to_apply = true;
+        return comp_ref(x, &st->to_apply);
+    }
+    if (IS("calls")) {
+        ONLY(OT_OP_FUSION, OT_OP_CALL);
+        st->has_to_apply = true;
+        return comp_ref(x, &st->to_apply);
+    }
+    if (IS("kind")) {
+        ONLY(OT_OP_FUSION);
+        const char *w;
+        size_t wn;
+        OT_CHECK(ident(x, &w, &wn, "a fusion kind"));
+        static const char *const kinds[] = {"kLoop", "kInput", "kOutput", "kCustom"};
+        for (int k = 0; k < 4; k++)
+            if (word_is(w, wn, kinds[k])) {
+                a->fusion_kind = (ot_fusion_kind)k;
+                return OT_OK;
+            }
+        return perr(x, w, OT_ERR_INVALID_ARGUMENT,
+                    "expected a fusion kind (kLoop kInput kOutput kCustom), got '%.*s'", (int)wn,
+                    w);
+    }
+    if (IS("condition")) {
+        ONLY(OT_OP_WHILE);
+        st->has_cond = true;
+        return comp_ref(x, &st->cond);
+    }
+    if (IS("body")) {
+        ONLY(OT_OP_WHILE);
+        st->has_body = true;
+        return comp_ref(x, &st->body);
+    }
+    if (IS("true_computation")) {
+        ONLY(OT_OP_CONDITIONAL);
+        st->has_true = true;
+        return comp_ref(x, &st->tc);
+    }
+    if (IS("false_computation")) {
+        ONLY(OT_OP_CONDITIONAL);
+        st->has_false = true;
+        return comp_ref(x, &st->fc);
+    }
+    if (IS("branch_computations")) {
+        ONLY(OT_OP_CONDITIONAL);
+        st->has_branches = true;
+        return comp_list(x, &st->branches, &st->nbranches);
+    }
+    if (IS("select")) {
+        ONLY(OT_OP_SELECT_AND_SCATTER);
+        st->has_select = true;
+        return comp_ref(x, &st->sel);
+    }
+    if (IS("scatter")) {
+        ONLY(OT_OP_SELECT_AND_SCATTER);
+        st->has_scatter = true;
+        return comp_ref(x, &st->sca);
+    }
+    if (IS("called_computations")) {
+        ONLY(OT_OP_CUSTOM_CALL);
+        return comp_list(x, &d->called, &d->ncalled);
+    }
+    /* collectives */
+    if (IS("replica_groups")) {
+        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER, OT_OP_ALL_TO_ALL);
+        return parse_replica_groups(x, &a->groups);
+    }
+    if (IS("channel_id")) {
+        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER, OT_OP_ALL_TO_ALL,
+             OT_OP_COLLECTIVE_PERMUTE);
+        OT_CHECK(parse_int(x, &a->channel_id));
+        if (a->channel_id < 0) return perr(x, at, OT_ERR_INVALID_ARGUMENT, "negative channel_id");
+        return OT_OK;
+    }
+    if (IS("use_global_device_ids")) {
+        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER);
+        return parse_bool(x, &a->use_global_device_ids);
+    }
+    if (IS("constrain_layout")) {
+        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER, OT_OP_ALL_TO_ALL);
+        return parse_bool(x, &a->constrain_layout);
+    }
+    if (IS("source_target_pairs")) {
+        ONLY(OT_OP_COLLECTIVE_PERMUTE);
+        return parse_pairs(x, a);
+    }
+    if (IS("algorithm") && op == OT_OP_RNG_BIT_GENERATOR) {
+        const char *w;
+        size_t wn;
+        OT_CHECK(ident(x, &w, &wn, "an rng algorithm"));
+        if (word_is(w, wn, "rng_default"))
+            a->rng_algorithm = OT_RNG_DEFAULT;
+        else if (word_is(w, wn, "rng_three_fry"))
+            a->rng_algorithm = OT_RNG_THREE_FRY;
+        else if (word_is(w, wn, "rng_philox"))
+            a->rng_algorithm = OT_RNG_PHILOX;
+        else
+            return perr(x, w, OT_ERR_INVALID_ARGUMENT,
+                        "expected rng_default, rng_three_fry or rng_philox, got '%.*s'", (int)wn,
+                        w);
+        return OT_OK;
+    }
+    /* custom-call */
+    if (IS("custom_call_target")) {
+        ONLY(OT_OP_CUSTOM_CALL);
+        return parse_string(x, &a->custom_call_target);
+    }
+    if (IS("custom_call_has_side_effect")) {
+        ONLY(OT_OP_CUSTOM_CALL);
+        return parse_bool(x, &a->has_side_effect);
+    }
+    if (IS("api_version")) {
+        ONLY(OT_OP_CUSTOM_CALL);
+        const char *w;
+        size_t wn;
+        OT_CHECK(ident(x, &w, &wn, "an API_VERSION_* name"));
+        static const char *const v[] = {
+            "API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
+            "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"};
+        for (int k = 0; k < 5; k++)
+            if (word_is(w, wn, v[k])) {
+                a->api_version = k;
+                return OT_OK;
+            }
+        return perr(x, w, OT_ERR_INVALID_ARGUMENT, "unknown api_version '%.*s'", (int)wn, w);
+    }
+    /* kept verbatim */
+    if (is_raw_attr(s, n) || (IS("algorithm") && op == OT_OP_DOT)) {
+        const char *vs;
+        size_t vn;
+        OT_CHECK(skip_value(x, &vs, &vn));
+        if (st->nraw == st->raw_cap) {
+            int ncap = st->raw_cap ? st->raw_cap * 2 : 4;
+            ot_raw_attr *nr = ir_alloc(x->m, (size_t)ncap * sizeof *nr);
+            if (!nr) return oom(x);
+            if (st->nraw) memcpy(nr, d->raw, (size_t)st->nraw * sizeof *nr);
+            d->raw = nr;
+            st->raw_cap = ncap;
+        }
+        d->raw[st->nraw].name = ir_strndup(x->m, s, n);
+        d->raw[st->nraw].value = ir_strndup(x->m, vs, vn);
+        if (!d->raw[st->nraw].name || !d->raw[st->nraw].value) return oom(x);
+        st->nraw++;
+        d->nraw = st->nraw;
+        return OT_OK;
+    }
+    return perr(x, at, OT_ERR_INVALID_ARGUMENT, "unknown attribute '%.*s' for %s", (int)n, s,
+                ot_opcode_name(op));
+#undef IS
+#undef ONLY
+}
+
+/* Moves the collected called computations into the pending record, checking what each op needs. */
+static ot_status finish_attrs(P *x, pend *d, attr_state *st) {
+    ot_opcode op = d->op;
+    const char *at = d->op_at;
+    ot_computation *one[2];
+    int n = 0;
+    switch (op) {
+    case OT_OP_REDUCE:
+    case OT_OP_REDUCE_WINDOW:
+    case OT_OP_SCATTER:
+    case OT_OP_MAP:
+    case OT_OP_CALL:
+    case OT_OP_SORT:
+    case OT_OP_ALL_REDUCE:
+    case OT_OP_REDUCE_SCATTER:
+    case OT_OP_FUSION:
+        if (!st->has_to_apply)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s needs %s=", ot_opcode_name(op),
+                        op == OT_OP_FUSION ? "calls" : "to_apply");
+        one[n++] = st->to_apply;
+        break;
+    case OT_OP_WHILE:
+        if (!st->has_cond || !st->has_body)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "while needs condition= and body=");
+        one[n++] = st->cond;
+        one[n++] = st->body;
+        break;
+    case OT_OP_SELECT_AND_SCATTER:
+        if (!st->has_select || !st->has_scatter)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "select-and-scatter needs select= and scatter=");
+        one[n++] = st->sel;
+        one[n++] = st->sca;
+        break;
+    case OT_OP_CONDITIONAL:
+        if (st->has_branches) {
+            if (st->has_true || st->has_false)
+                return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                            "conditional: give branch_computations or true/false_computation");
+            d->called = st->branches;
+            d->ncalled = st->nbranches;
+            break;
+        }
+        if (!st->has_true || !st->has_false)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "conditional needs branch_computations= or true_computation= and "
+                        "false_computation=");
+        one[n++] = st->tc;
+        one[n++] = st->fc;
+        break;
+    default: break;
+    }
+    if (n) {
+        d->called = ir_memdup(x->m, one, (size_t)n * sizeof *one);
+        if (!d->called) return oom(x);
+        d->ncalled = n;
+    }
+    if (op == OT_OP_DOT) {
+        if (!st->dot) {
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "dot needs lhs_contracting_dims= and rhs_contracting_dims=");
+        }
+        if (st->dot->nbatch < 0) st->dot->nbatch = 0;
+        if (st->dot->ncontract < 0) st->dot->ncontract = 0;
+        d->attrs.dot = st->dot;
+    }
+    if (op == OT_OP_GATHER) {
+        if (!st->gather || !st->has_index_vector_dim)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "gather needs its dimension numbers (offset_dims=, collapsed_slice_dims=, "
+                        "start_index_map=, index_vector_dim=, slice_sizes=)");
+        d->attrs.gather = st->gather;
+    }
+    if (op == OT_OP_SCATTER) {
+        if (!st->scatter || !st->has_index_vector_dim)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "scatter needs its dimension numbers (update_window_dims=, "
+                        "inserted_window_dims=, scatter_dims_to_operand_dims=, index_vector_dim=)");
+        d->attrs.scatter = st->scatter;
+    }
+    if (op == OT_OP_CONVOLUTION && !d->attrs.conv)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "convolution needs dim_labels=");
+    if ((op == OT_OP_REDUCE_WINDOW || op == OT_OP_SELECT_AND_SCATTER) && !d->attrs.window)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s needs window=", ot_opcode_name(op));
+    if (op == OT_OP_SLICE && !d->attrs.slice)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "slice needs slice=");
+    if (op == OT_OP_PAD && !d->attrs.padding)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "pad needs padding=");
+    if (op == OT_OP_CUSTOM_CALL && !d->attrs.custom_call_target)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "custom-call needs custom_call_target=");
+    if (op == OT_OP_COMPARE && d->attrs.cmp_dir == (ot_cmp_dir)-1)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "compare needs direction=");
+    return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Instructions
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status check_operand_shape(P *x, const ref *r, const ot_instr *o, int k, ot_opcode op) {
+    if (!r->shape_at) return OT_OK;
+    const char *save = x->p;
+    ot_ir_shape s;
+    x->p = r->shape_at;
+    ot_status st = parse_shape(x, x->scratch, &s, 0);
+    x->p = save;
+    OT_CHECK(st);
+    if (!ot_ir_shape_equal(&s, &o->shape)) {
+        char a[256], b[256];
+        ot_ir_shape_format(&s, a, sizeof a);
+        ot_ir_shape_format(&o->shape, b, sizeof b);
+        return perr(x, r->shape_at, OT_ERR_SHAPE_MISMATCH,
+                    "operand %d of %s is written as %s but %s is %s", k, ot_opcode_name(op), a,
+                    o->name, b);
+    }
+    return OT_OK;
+}
+
+static ot_status build_pend(P *x, pend *d) {
+    if (d->nops > x->ops_cap) {
+        int ncap = d->nops * 2;
+        ot_instr **no = ot_realloc(x->ops, (size_t)ncap * sizeof *no);
+        if (!no) return oom(x);
+        x->ops = no;
+        x->ops_cap = ncap;
+    }
+    for (int k = 0; k < d->nops; k++) {
+        const ref *r = &x->refs[d->ops_off + k];
+        ot_instr *o = ir_names_get(x->c->names_, r->name, r->len);
+        if (!o)
+            return perr(x, r->at, OT_ERR_NOT_FOUND, "unknown instruction '%.*s' in %s", (int)r->len,
+                        r->name, x->c->name);
+        OT_CHECK(check_operand_shape(x, r, o, k, d->op));
+        x->ops[k] = o;
+    }
+    /* hints: dtype-only where the declared shape is checked against the inferred one */
+    ot_instr *i;
+    ot_status s = ir_create(x->c, d->op, x->ops, d->nops, &d->attrs, d->called, d->ncalled,
+                            &d->shape, d->name, d->nlen, false, &i);
+    if (s != OT_OK) {
+        char what[300];
+        snprintf(what, sizeof what, "%.*s", (int)(d->nlen > 200 ? 200 : d->nlen), d->name);
+        return pwrap(x, d->op_at, s, what);
+    }
+    i->metadata = d->md;
+    i->raw = d->raw;
+    i->nraw = d->nraw;
+    d->built = i;
+    d->state = 2;
+    return OT_OK;
+}
+
+/* Builds deferred instructions in dependency order when the computation closes. */
+static ot_status resolve_deferred(P *x) {
+    int64_t *stack = NULL;
+    int64_t cap = 0;
+    ot_status s = OT_OK;
+    for (int64_t k = 0; k < x->npend && s == OT_OK; k++) {
+        if (x->pend[k].state == 2) continue;
+        int64_t sp = 0;
+        if (cap < 16) {
+            cap = 16;
+            stack = ot_realloc(stack, (size_t)cap * sizeof *stack);
+            if (!stack) return oom(x);
+        }
+        stack[sp++] = k;
+        x->pend[k].state = 1;
+        while (sp && s == OT_OK) {
+            pend *d = &x->pend[stack[sp - 1]];
+            int64_t next = -1;
+            for (int j = 0; j < d->nops && next < 0; j++) {
+                const ref *r = &x->refs[d->ops_off + j];
+                if (ir_names_get(x->c->names_, r->name, r->len)) continue;
+                intptr_t pi = (intptr_t)ir_names_get(&x->pend_names, r->name, r->len);
+                if (!pi) {
+                    s = perr(x, r->at, OT_ERR_NOT_FOUND, "unknown instruction '%.*s' in %s",
+                             (int)r->len, r->name, x->c->name);
+                    break;
+                }
+                pend *o = &x->pend[pi - 1];
+                if (o->state == 1) {
+                    s = perr(x, r->at, OT_ERR_INVALID_ARGUMENT,
+                             "cycle: %s and %.*s depend on each other", d->name, (int)r->len,
+                             r->name);
+                    break;
+                }
+                next = pi - 1;
+            }
+            if (s != OT_OK) break;
+            if (next >= 0) {
+                if (sp == cap) {
+                    int64_t *ns = ot_realloc(stack, (size_t)(cap *= 2) * sizeof *ns);
+                    if (!ns) {
+                        s = oom(x);
+                        break;
+                    }
+                    stack = ns;
+                }
+                x->pend[next].state = 1;
+                stack[sp++] = next;
+            } else {
+                s = build_pend(x, d);
+                sp--;
+            }
+        }
+    }
+    ot_free(stack);
+    return s;
+}
+
+static ot_status grow_pend(P *x) {
+    if (x->npend < x->pend_cap) return OT_OK;
+    int64_t ncap = x->pend_cap ? x->pend_cap * 2 : 64;
+    pend *np = ot_realloc(x->pend, (size_t)ncap * sizeof *np);
+    if (!np) return oom(x);
+    x->pend = np;
+    x->pend_cap = ncap;
+    return OT_OK;
+}
+
+static ot_status grow_refs(P *x) {
+    if (x->nrefs < x->refs_cap) return OT_OK;
+    int64_t ncap = x->refs_cap ? x->refs_cap * 2 : 256;
+    ref *nr = ot_realloc(x->refs, (size_t)ncap * sizeof *nr);
+    if (!nr) return oom(x);
+    x->refs = nr;
+    x->refs_cap = ncap;
+    return OT_OK;
+}
+
+/* Parses one instruction line. *root is set when it is marked ROOT; *last receives the pending
+ * index of the instruction (or -1 when it was built at once: *built then). */
+static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pidx) {
+    *is_root = false;
+    *built = NULL;
+    *pidx = -1;
+    if (peek_word(x, "ROOT")) {
+        x->p += 4;
+        *is_root = true;
+    }
+    OT_CHECK(grow_pend(x));
+    pend *d = &x->pend[x->npend];
+    memset(d, 0, sizeof *d);
+    d->attrs.cmp_dir = (ot_cmp_dir)-1;
+    d->attrs.largest = true;
+    OT_CHECK(skip_ws(x));
+    d->at = x->p;
+    const char *nm;
+    size_t nn;
+    OT_CHECK(ident(x, &nm, &nn, "an instruction name"));
+    if (ir_names_get(x->c->names_, nm, nn) || ir_names_get(&x->pend_names, nm, nn))
+        return perr(x, nm, OT_ERR_ALREADY_EXISTS, "instruction name '%.*s' is already used in %s",
+                    (int)nn, nm, x->c->name);
+    d->name = nm;
+    d->nlen = nn;
+    OT_CHECK(expect_char(x, '='));
+    OT_CHECK(parse_shape(x, x->m->arena, &d->shape, 0));
+    OT_CHECK(skip_ws(x));
+    d->op_at = x->p;
+    const char *os;
+    size_t on;
+    OT_CHECK(ident(x, &os, &on, "an opcode"));
+    d->op = ot_opcode_from_name(os, on);
+    if (d->op == OT_OP_INVALID) {
+        if (ot_opcode_is_known_hlo(os, on))
+            return perr(x, os, OT_ERR_UNIMPLEMENTED, "opcode '%.*s' is not supported", (int)on, os);
+        return perr(x, os, OT_ERR_INVALID_ARGUMENT, "unknown opcode '%.*s'", (int)on, os);
+    }
+    OT_CHECK(expect_char(x, '('));
+    int64_t ops_off = x->nrefs;
+    int nops = 0;
+    bool deferred = false;
+    if (d->op == OT_OP_PARAMETER) {
+        OT_CHECK(parse_int(x, &d->attrs.index));
+        OT_CHECK(expect_char(x, ')'));
+    } else if (d->op == OT_OP_CONSTANT) {
+        ot_literal *l = NULL;
+        OT_CHECK(parse_literal(x, &d->shape, &l));
+        d->attrs.literal = l;
+    } else if (!accept(x, ')')) {
+        OT_CHECK(x->err);
+        for (;;) {
+            OT_CHECK(grow_refs(x));
+            ref *r = &x->refs[x->nrefs];
+            OT_CHECK(skip_ws(x));
+            r->at = x->p;
+            r->shape_at = NULL;
+            /* an operand shape: "(" or a type name followed by "[" */
+            const char *q = x->p;
+            if (q < x->end && *q == '%') q++;
+            const char *qs = q;
+            while (q < x->end && is_ident_char(*q)) q++;
+            if (x->p < x->end && (*x->p == '(' || (q > qs && q < x->end && *q == '['))) {
+                r->shape_at = x->p;
+                ot_ir_shape tmp;
+                OT_CHECK(parse_shape(x, x->scratch, &tmp, 0));
+            }
+            OT_CHECK(ident(x, &r->name, &r->len, "an operand name"));
+            if (!ir_names_get(x->c->names_, r->name, r->len)) deferred = true;
+            x->nrefs++;
+            nops++;
+            if (nops > (1 << 24))
+                return perr(x, r->at, OT_ERR_INVALID_ARGUMENT, "too many operands");
+            if (accept(x, ')')) break;
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, ','));
+        }
+    }
+    d->nops = nops;
+    d->ops_off = ops_off;
+    if (d->op == OT_OP_ALL_TO_ALL) d->attrs.index = -1; /* no dimensions=: the tuple form */
+    /* attributes */
+    attr_state st;
+    memset(&st, 0, sizeof st);
+    while (accept(x, ',')) OT_CHECK(parse_attr(x, d, &st));
+    OT_CHECK(x->err);
+    OT_CHECK(finish_attrs(x, d, &st));
+    if (d->op != OT_OP_COMPARE) d->attrs.cmp_dir = OT_CMP_EQ;
+    if (d->op != OT_OP_TOPK) d->attrs.largest = false;
+    d->name = ir_strndup(x->m, nm, nn);
+    if (!d->name) return oom(x);
+    if (!deferred) {
+        OT_CHECK(build_pend(x, d));
+        *built = d->built;
+        x->nrefs = ops_off; /* operand refs of built instructions are not kept */
+        return OT_OK;
+    }
+    OT_CHECK(ir_names_put(&x->pend_names, d->name, (void *)(intptr_t)(x->npend + 1)));
+    *pidx = x->npend++;
+    return OT_OK;
+}
+
+/* '{' instructions '}' of one computation. */
+static ot_status parse_body(P *x) {
+    OT_CHECK(expect_char(x, '{'));
+    ot_instr *root = NULL, *last = NULL;
+    int64_t root_p = -1, last_p = -1;
+    bool have_root = false;
+    x->npend = 0;
+    x->nrefs = 0;
+    ir_names_free(&x->pend_names);
+    while (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        if (x->p >= x->end) return expected(x, "'}' closing the computation");
+        bool is_root;
+        ot_instr *b;
+        int64_t pi;
+        const char *at = x->p;
+        OT_CHECK(parse_instr(x, &is_root, &b, &pi));
+        if (is_root) {
+            if (have_root)
+                return perr(x, at, OT_ERR_INVALID_ARGUMENT, "computation %s has two ROOTs",
+                            x->c->name);
+            have_root = true;
+            root = b;
+            root_p = pi;
+        }
+        last = b;
+        last_p = pi;
+    }
+    if (!last && last_p < 0)
+        return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "computation %s has no instructions",
+                    x->c->name);
+    if (x->npend) OT_CHECK(resolve_deferred(x));
+    if (have_root)
+        x->c->root = root ? root : x->pend[root_p].built;
+    else
+        x->c->root = last ? last : x->pend[last_p].built;
+    return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Module
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status parse_shape_index(P *x, int64_t *out, int *n) {
+    return parse_int_list(x, out, OT_MAX_RANK, n, "shape index");
+}
+
+static ot_status parse_alias(P *x) {
+    OT_CHECK(expect_char(x, '{'));
+    if (accept(x, '}')) return OT_OK;
+    OT_CHECK(x->err);
+    for (;;) {
+        ot_io_alias a;
+        memset(&a, 0, sizeof a);
+        const char *at = (skip_ws(x), x->p);
+        OT_CHECK(parse_shape_index(x, a.output_index, &a.noutput_index));
+        OT_CHECK(expect_char(x, ':'));
+        OT_CHECK(expect_char(x, '('));
+        OT_CHECK(parse_int(x, &a.param_number));
+        OT_CHECK(expect_char(x, ','));
+        OT_CHECK(parse_shape_index(x, a.param_index, &a.nparam_index));
+        if (accept(x, ',')) {
+            const char *w;
+            size_t wn;
+            OT_CHECK(ident(x, &w, &wn, "may-alias or must-alias"));
+            if (word_is(w, wn, "must-alias"))
+                a.must_alias = true;
+            else if (!word_is(w, wn, "may-alias"))
+                return perr(x, w, OT_ERR_INVALID_ARGUMENT,
+                            "expected may-alias or must-alias, got '%.*s'", (int)wn, w);
+        }
+        OT_CHECK(x->err);
+        OT_CHECK(expect_char(x, ')'));
+        ot_status as = ot_module_add_alias(x->m, &a);
+        if (as != OT_OK) return pwrap(x, at, as, NULL);
+        if (accept(x, '}')) return OT_OK;
+        OT_CHECK(x->err);
+        OT_CHECK(expect_char(x, ','));
+    }
+}
+
+static ot_status add_module_raw(P *x, const char *s, size_t n, const char *vs, size_t vn) {
+    ot_module_config *cfg = &x->m->cfg;
+    ot_raw_attr *r = ir_alloc(x->m, (size_t)(cfg->nraw + 1) * sizeof *r);
+    if (!r) return oom(x);
+    if (cfg->nraw) memcpy(r, cfg->raw, (size_t)cfg->nraw * sizeof *r);
+    r[cfg->nraw].name = ir_strndup(x->m, s, n);
+    r[cfg->nraw].value = ir_strndup(x->m, vs, vn);
+    if (!r[cfg->nraw].name || !r[cfg->nraw].value) return oom(x);
+    cfg->raw = r;
+    cfg->nraw++;
+    return OT_OK;
+}
+
+static ot_status parse_header(P *x) {
+    x->p += strlen("HloModule");
+    const char *s;
+    size_t n;
+    OT_CHECK(ident(x, &s, &n, "the module name"));
+    char *name = ir_strndup(x->m, s, n);
+    if (!name) return oom(x);
+    x->m->name = name;
+    if (at_char(x, ':')) x->p++; /* "HloModule name:" in some dumps */
+    while (accept(x, ',')) {
+        const char *at = (skip_ws(x), x->p);
+        OT_CHECK(ident(x, &s, &n, "a module attribute"));
+        OT_CHECK(expect_char(x, '='));
+        if (word_is(s, n, "input_output_alias")) {
+            OT_CHECK(parse_alias(x));
+        } else if (word_is(s, n, "replica_count") || word_is(s, n, "num_partitions")) {
+            int64_t v;
+            OT_CHECK(parse_int(x, &v));
+            if (v < 1 || v > (1 << 20))
+                return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%.*s %lld out of range", (int)n, s,
+                            (long long)v);
+            if (word_is(s, n, "replica_count"))
+                x->m->cfg.replica_count = v;
+            else
+                x->m->cfg.num_partitions = v;
+        } else {
+            const char *vs;
+            size_t vn;
+            OT_CHECK(skip_value(x, &vs, &vn));
+            if (word_is(s, n, "entry_computation_layout")) {
+                x->m->cfg.entry_computation_layout = ir_strndup(x->m, vs, vn);
+                if (!x->m->cfg.entry_computation_layout) return oom(x);
+            } else {
+                OT_CHECK(add_module_raw(x, s, n, vs, vn));
+            }
+        }
+    }
+    return x->err;
+}
+
+static ot_status skip_preamble_section(P *x) {
+    /* FileNames / FunctionNames / FileLocations / StackFrames: lines "N ..." */
+    while (x->p < x->end && *x->p != '\n') x->p++;
+    for (;;) {
+        OT_CHECK(skip_ws(x));
+        if (x->p >= x->end || !isdigit((unsigned char)*x->p)) return OT_OK;
+        while (x->p < x->end && *x->p != '\n') x->p++;
+    }
+}
+
+static ot_status parse_computation(P *x, ot_computation **entry) {
+    bool is_entry = false;
+    if (peek_word(x, "ENTRY")) {
+        x->p += 5;
+        is_entry = true;
+    }
+    const char *s, *at = (skip_ws(x), x->p);
+    size_t n;
+    OT_CHECK(ident(x, &s, &n, "a computation name"));
+    ot_computation *c;
+    ot_status cs = ir_add_computation(x->m, s, n, &c);
+    if (cs != OT_OK) return pwrap(x, at, cs, NULL);
+    x->c = c;
+    OT_CHECK(skip_ws(x));
+    if (at_char(x, '(')) { /* signature: names and shapes are implied by the parameters */
+        const char *vs;
+        size_t vn;
+        OT_CHECK(skip_value(x, &vs, &vn));
+    }
+    OT_CHECK(skip_ws(x));
+    if (x->end - x->p >= 2 && x->p[0] == '-' && x->p[1] == '>') {
+        x->p += 2;
+        ot_ir_shape rs;
+        OT_CHECK(parse_shape(x, x->scratch, &rs, 0));
+    }
+    OT_CHECK(parse_body(x));
+    for (int k = 0; k < c->nparams; k++)
+        if (!c->params[k])
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                        "computation %s has no parameter(%d) (parameters are numbered 0..%d)",
+                        c->name, k, c->nparams - 1);
+    while (accept(x, ',')) { /* execution_thread="..." and similar */
+        const char *an, *vs;
+        size_t ann, vn;
+        OT_CHECK(ident(x, &an, &ann, "a computation attribute"));
+        OT_CHECK(expect_char(x, '='));
+        OT_CHECK(skip_value(x, &vs, &vn));
+    }
+    OT_CHECK(x->err);
+    if (is_entry) {
+        if (*entry)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "second ENTRY computation '%.*s'", (int)n,
+                        s);
+        *entry = c;
+    }
+    return OT_OK;
+}
+
+ot_hlo_parse_options ot_hlo_parse_options_default(void) {
+    ot_hlo_parse_options o = {NULL, true, 0};
+    return o;
+}
+
+size_t ot_hlo_split_next(const char *text, size_t len, size_t *next, int *lines) {
+    int nl = 0;
+    size_t i = 0;
+    while (i < len) {
+        size_t e = i;
+        while (e < len && text[e] != '\n') e++;
+        /* a separator line: optional blanks, "// -----", optional blanks */
+        size_t a = i;
+        while (a < e && (text[a] == ' ' || text[a] == '\t')) a++;
+        size_t b = e;
+        while (b > a && (text[b - 1] == ' ' || text[b - 1] == '\t' || text[b - 1] == '\r')) b--;
+        if (b - a == 8 && memcmp(text + a, "// -----", 8) == 0) {
+            if (next) *next = e < len ? e + 1 : len;
+            if (lines) *lines = nl + 1;
+            return i;
+        }
+        nl++;
+        i = e < len ? e + 1 : len;
+    }
+    if (next) *next = len;
+    if (lines) *lines = nl;
+    return len;
+}
+
+ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options *opts,
+                       ot_module **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo parse: out is NULL");
+    *out = NULL;
+    if (!text && len) return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo parse: text is NULL");
+    ot_hlo_parse_options o = opts ? *opts : ot_hlo_parse_options_default();
+    P x;
+    memset(&x, 0, sizeof x);
+    x.s = x.p = text ? text : "";
+    x.end = x.s + len;
+    x.file = o.filename ? o.filename : "<input>";
+    x.line_offset = o.line_offset;
+    x.m = ot_module_new("module");
+    x.scratch = ot_arena_new(64 * 1024);
+    if (!x.m || !x.scratch) {
+        ot_module_free(x.m);
+        ot_arena_free(x.scratch);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "hlo parse: out of memory");
+    }
+    ot_status s = skip_ws(&x);
+    ot_computation *entry = NULL;
+    if (s == OT_OK && peek_word(&x, "HloModule")) s = parse_header(&x);
+    while (s == OT_OK) {
+        s = skip_ws(&x);
+        if (s != OT_OK || x.p >= x.end) break;
+        if (peek_word(&x, "FileNames") || peek_word(&x, "FunctionNames") ||
+            peek_word(&x, "FileLocations") || peek_word(&x, "StackFrames")) {
+            s = skip_preamble_section(&x);
+            continue;
+        }
+        if (peek_word(&x, "HloModule")) {
+            s = perr(&x, x.p, OT_ERR_INVALID_ARGUMENT,
+                     "a second HloModule header (one module per text; split files that hold "
+                     "several modules at their '// -----' lines first)");
+            break;
+        }
+        s = parse_computation(&x, &entry);
+    }
+    if (s == OT_OK && x.m->ncomps == 0)
+        s = perr(&x, x.p, OT_ERR_INVALID_ARGUMENT, "expected a computation, got end of input");
+    if (s == OT_OK) {
+        if (!entry) entry = x.m->comps[x.m->ncomps - 1]; /* lenient: the last computation */
+        x.m->entry = entry;
+        entry->is_entry = true;
+        if (o.verify) s = ot_module_verify(x.m);
+        if (s != OT_OK) s = ot_error_wrap(s, "%s", x.file);
+    }
+    ot_free(x.pend);
+    ot_free(x.refs);
+    ot_free(x.ops);
+    ir_names_free(&x.pend_names);
+    ot_arena_free(x.scratch);
+    if (s != OT_OK) {
+        ot_module_free(x.m);
+        return s;
+    }
+    *out = x.m;
+    return OT_OK;
+}
+
+ot_status ot_hlo_parse_file(const char *path, const ot_hlo_parse_options *opts, ot_module **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo parse: out is NULL");
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ot_error(OT_ERR_IO, "open %s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    ot_status s = OT_OK;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 1 << 16;
+            char *nb = ot_realloc(buf, ncap);
+            if (!nb) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "read %s: out of memory", path);
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t k = fread(buf + len, 1, cap - len, f);
+        len += k;
+        if (k == 0) {
+            if (ferror(f)) s = ot_error(OT_ERR_IO, "read %s: %s", path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    if (s == OT_OK) {
+        ot_hlo_parse_options o = opts ? *opts : ot_hlo_parse_options_default();
+        if (!o.filename) o.filename = path;
+        s = ot_hlo_parse(buf, len, &o, out);
+    }
+    ot_free(buf);
+    return s;
+}
