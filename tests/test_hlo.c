@@ -477,6 +477,31 @@ static void test_split(void) {
     EXPECT_STR_CONTAINS(ot_last_error(), "<input>:10:13: unknown opcode 'frob'");
 }
 
+static void test_mesh_groups(void) {
+    const char *t = "HloModule m, replica_count=1, num_partitions=8\n"
+                    "sum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                    "  ROOT c = f32[] add(a, b)\n}\n"
+                    "ENTRY e {\n  x = f32[4] parameter(0)\n"
+                    "  r = f32[4] all-reduce(x), channel_id=1, "
+                    "replica_groups=mesh['a'=2,'b'=4] {'a'}, use_global_device_ids=true, "
+                    "to_apply=sum\n"
+                    "  ROOT q = f32[4] all-reduce(r), channel_id=2, "
+                    "replica_groups=mesh['a'=2,'b'=4] {'b'}, use_global_device_ids=true, "
+                    "to_apply=sum\n}\n";
+    ot_module *m;
+    ASSERT_OK(ot_hlo_parse(t, strlen(t), NULL, &m));
+    const ot_instr *r = ot_computation_find_instr(ot_module_entry(m), "r");
+    const ot_replica_groups *g = r->attrs.groups;
+    EXPECT_INT_EQ(g->ngroups, 4);
+    int64_t want_a[] = {0, 4, 1, 5, 2, 6, 3, 7};
+    for (int k = 0; k < 8; k++) EXPECT_INT_EQ(g->ids[k], want_a[k]);
+    g = ot_module_entry(m)->root->attrs.groups;
+    EXPECT_INT_EQ(g->ngroups, 2);
+    for (int k = 0; k < 8; k++) EXPECT_INT_EQ(g->ids[k], k);
+    ot_module_free(m);
+    EXPECT_OK(round_trip(t, strlen(t), NULL, NULL));
+}
+
 static void test_parse_alloc_failure(void) {
     size_t len;
     char *text = read_file(OT_SOURCE_DIR "/tests/data/hlo/"
@@ -509,4 +534,4 @@ static void test_parse_alloc_failure(void) {
 OT_TEST_MAIN(OT_TEST(test_conformance), OT_TEST(test_jax_and_lenient_forms),
              OT_TEST(test_constants), OT_TEST(test_attribute_round_trip),
              OT_TEST(test_builder_round_trip), OT_TEST(test_malformed), OT_TEST(test_split),
-             OT_TEST(test_parse_alloc_failure))
+             OT_TEST(test_mesh_groups), OT_TEST(test_parse_alloc_failure))

@@ -934,9 +934,90 @@ static ot_status parse_slice(P *x, int rank, ot_slice_dim **out) {
     return OT_OK;
 }
 
+/* A quoted axis name 'name' (single quotes). */
+static ot_status axis_name(P *x, const char **s, size_t *n) {
+    OT_CHECK(skip_ws(x));
+    if (!at_char(x, '\'')) return expected(x, "a quoted axis name like 'axis_0'");
+    const char *q = ++x->p;
+    while (q < x->end && *q != '\'' && *q != '\n') q++;
+    if (q >= x->end || *q != '\'')
+        return perr(x, x->p - 1, OT_ERR_INVALID_ARGUMENT, "unterminated axis name");
+    *s = x->p;
+    *n = (size_t)(q - x->p);
+    x->p = q + 1;
+    return OT_OK;
+}
+
+/* mesh['a'=2,'b'=4] {'b'}: devices laid out row-major over the mesh; each group holds the devices
+ * that differ only along the listed axes. Expanded as the iota form that means the same. */
+static ot_status parse_mesh_groups(P *x, const char *at, const ot_replica_groups **out) {
+    x->p += 4; /* mesh */
+    OT_CHECK(expect_char(x, '['));
+    const char *names[OT_MAX_RANK];
+    size_t lens[OT_MAX_RANK];
+    int64_t dims[OT_MAX_RANK];
+    int nd = 0;
+    for (;;) {
+        if (nd >= OT_MAX_RANK) return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "too many mesh axes");
+        OT_CHECK(axis_name(x, &names[nd], &lens[nd]));
+        OT_CHECK(expect_char(x, '='));
+        OT_CHECK(parse_int(x, &dims[nd]));
+        nd++;
+        if (accept(x, ']')) break;
+        OT_CHECK(x->err);
+        OT_CHECK(expect_char(x, ','));
+    }
+    OT_CHECK(expect_char(x, '{'));
+    bool in_group[OT_MAX_RANK] = {0};
+    while (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        const char *s;
+        size_t n;
+        OT_CHECK(axis_name(x, &s, &n));
+        OT_CHECK(skip_ws(x));
+        if (at_char(x, ':'))
+            return perr(x, x->p, OT_ERR_UNIMPLEMENTED,
+                        "mesh sub-axes in replica_groups are not supported");
+        int k = -1;
+        for (int i = 0; i < nd; i++)
+            if (lens[i] == n && !memcmp(names[i], s, n)) k = i;
+        if (k < 0)
+            return perr(x, s, OT_ERR_INVALID_ARGUMENT, "axis '%.*s' is not in the mesh", (int)n, s);
+        in_group[k] = true;
+        if (!accept(x, ',')) {
+            OT_CHECK(x->err);
+            OT_CHECK(expect_char(x, '}'));
+            break;
+        }
+    }
+    int64_t perm[OT_MAX_RANK], size = 1, total = 1;
+    int np = 0;
+    for (int i = 0; i < nd; i++) {
+        if (dims[i] <= 0 || dims[i] > (1 << 24) || total > (1 << 24) / dims[i])
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "mesh axis sizes out of range");
+        total *= dims[i];
+        if (!in_group[i]) perm[np++] = i;
+    }
+    for (int i = 0; i < nd; i++)
+        if (in_group[i]) {
+            perm[np++] = i;
+            size *= dims[i];
+        }
+    const ot_replica_groups *r =
+        ot_replica_groups_iota(x->m, total / size, size, dims, nd, perm, nd);
+    if (!r) {
+        ot_status s = ot_module_status(x->m);
+        x->m->err = OT_OK;
+        return pwrap(x, at, s, NULL);
+    }
+    *out = r;
+    return OT_OK;
+}
+
 static ot_status parse_replica_groups(P *x, const ot_replica_groups **out) {
     OT_CHECK(skip_ws(x));
     const char *at = x->p;
+    if (peek_word(x, "mesh")) return parse_mesh_groups(x, at, out);
     if (at_char(x, '[')) {
         /* [G,S]<=[d0,...]T(p0,...) */
         x->p++;
