@@ -30,8 +30,9 @@
  * any monotonic timescale the caller chooses, so tests drive them with exact synthetic times.
  * Wall-clock arguments are int64 nanoseconds since the Unix epoch.
  *
- * Thread safety: the pure functions touch only their arguments. An ot_ntp_server is used by one
- * thread, except ot_ntp_server_stop (any thread, async-signal-safe). An ot_clock_sync may be read
+ * Thread safety: the pure functions touch only their arguments. An ot_ntp_server is run by one
+ * thread; ot_ntp_server_get_stats may be called from any thread, ot_ntp_server_stop from any
+ * thread or a signal handler. An ot_clock_sync may be read
  * (ot_clock_sync_estimate) from any thread while its own thread updates it. The process-wide
  * ot_clock_offset_ns / ot_clock_synced_wall_ns are lock-free.
  */

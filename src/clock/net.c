@@ -10,6 +10,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +325,7 @@ struct ot_ntp_server {
     int port;
     int precision;
     atomic_int stop;
+    pthread_mutex_t stats_mu; /* stats are read from any thread while the server runs */
     ot_ntp_server_stats stats;
 };
 
@@ -392,6 +394,7 @@ ot_status ot_ntp_server_create(const ot_ntp_server_options *opt, ot_ntp_server *
     if (!s) return ot_error(OT_ERR_OUT_OF_MEMORY, "ntp server: out of memory");
     s->fd = -1;
     s->wake[0] = s->wake[1] = -1;
+    pthread_mutex_init(&s->stats_mu, NULL);
     s->o = o;
     s->o.bind_addr = NULL;
     struct sockaddr_storage ss;
@@ -465,6 +468,7 @@ void ot_ntp_server_free(ot_ntp_server *s) {
     if (s->fd >= 0) close(s->fd);
     if (s->wake[0] >= 0) close(s->wake[0]);
     if (s->wake[1] >= 0) close(s->wake[1]);
+    pthread_mutex_destroy(&s->stats_mu);
     ot_free(s);
 }
 
@@ -473,7 +477,11 @@ int ot_ntp_server_port(const ot_ntp_server *s) {
 }
 
 ot_ntp_server_stats ot_ntp_server_get_stats(const ot_ntp_server *s) {
-    return s->stats;
+    ot_ntp_server *m = (ot_ntp_server *)s;
+    pthread_mutex_lock(&m->stats_mu);
+    ot_ntp_server_stats st = s->stats;
+    pthread_mutex_unlock(&m->stats_mu);
+    return st;
 }
 
 void ot_ntp_server_stop(ot_ntp_server *s) {
@@ -492,18 +500,25 @@ static void serve_pending(ot_ntp_server *s) {
         int64_t t2;
         ssize_t n = recv_stamped(s->fd, buf, sizeof buf, &from, &fromlen, &t2);
         if (n < 0) return; /* EAGAIN: drained (errors from ICMP are not fatal either) */
-        s->stats.received++;
         size_t len = (size_t)n > sizeof buf ? sizeof buf + 1 : (size_t)n;
         uint8_t reply[OT_NTP_PACKET_SIZE + 4];
         size_t rlen;
+        ot_ntp_server_stats d = {.received = 1};
         ot_ntp_ts t3 = ot_ntp_ts_from_unix_ns(wall_ns());
         if (ot_ntp_server_reply(&s->o, s->precision, buf, len, ot_ntp_ts_from_unix_ns(t2), t3,
-                                reply, &rlen, &s->stats) != OT_OK) {
+                                reply, &rlen, &d) != OT_OK) {
             ot_log(OT_LOG_DEBUG, "%s", ot_last_error());
-            continue;
+        } else if (sendto(s->fd, reply, rlen, 0, (struct sockaddr *)&from, fromlen) ==
+                   (ssize_t)rlen) {
+            d.answered = 1;
         }
-        if (sendto(s->fd, reply, rlen, 0, (struct sockaddr *)&from, fromlen) == (ssize_t)rlen)
-            s->stats.answered++;
+        pthread_mutex_lock(&s->stats_mu);
+        s->stats.received += d.received;
+        s->stats.answered += d.answered;
+        s->stats.malformed += d.malformed;
+        s->stats.bad_mode += d.bad_mode;
+        s->stats.crypto_nak += d.crypto_nak;
+        pthread_mutex_unlock(&s->stats_mu);
     }
 }
 
