@@ -485,6 +485,7 @@ static void test_select_no_majority(void) {
     ot_ntp_candidate two[2] = {cand(0.0, 0.01, 2), cand(0.5, 0.01, 2)};
     EXPECT_STATUS(ot_ntp_select(two, 2, 100, cls, &low, &high), OT_ERR_FAILED_PRECONDITION);
     EXPECT_STR_CONTAINS(ot_last_error(), "no majority");
+    EXPECT_TRUE(cls[0] == OT_NTP_FALSETICKER && cls[1] == OT_NTP_FALSETICKER);
     ot_ntp_candidate four[4] = {cand(0.0, 0.01, 2), cand(0.001, 0.01, 2), cand(0.5, 0.01, 2),
                                 cand(0.501, 0.01, 2)};
     EXPECT_STATUS(ot_ntp_select(four, 4, 100, cls, &low, &high), OT_ERR_FAILED_PRECONDITION);

@@ -98,6 +98,31 @@ PY
     ntp query "127.0.0.1:$port" --samples 1 --timeout 0.2 --json
 fi
 
+# ntp sync: two honest servers and one 5 s ahead (serve --offset): the skewed one is a falseticker
+expect sync_no_host 2 "missing HOST" -- ntp sync
+expect sync_bad_rounds 2 "--rounds wants 1..100" -- ntp sync 127.0.0.1 --rounds 0
+expect serve_bad_offset 2 "--offset wants seconds" -- ntp serve --port 0 --offset x
+start_server 127.0.0.1 "$work/a"; pa=$port; spa=$spid
+start_server 127.0.0.1 "$work/b"; pb=$port; spb=$spid
+"$bin" ntp serve --bind 127.0.0.1 --port 0 --offset 5 --duration 60 >"$work/c" 2>"$work/c.err" &
+spc=$!; pids+=("$spc"); pc=""
+for _ in $(seq 100); do
+  pc=$(sed -n 's/^serving NTP on .* port \([0-9]*\) .*/\1/p' "$work/c" 2>/dev/null)
+  [[ -n $pc ]] && break
+  sleep 0.05
+done
+expect skewed_server 0 "^offset \+(4999|5000)[0-9]{3}\.[0-9]+ us" -- \
+  ntp query "127.0.0.1:$pc" --samples 1
+expect sync_falseticker 0 "^127.0.0.1:$pc +falseticker +\+(4999|5000)[0-9]{3}\." -- \
+  ntp sync "127.0.0.1:$pa" "127.0.0.1:$pc" "127.0.0.1:$pb" --interval 0
+expect sync_system 0 "^system offset [-+]0\.[0-9]+ us .* survivors 2$" -- \
+  ntp sync "127.0.0.1:$pa" "127.0.0.1:$pc" "127.0.0.1:$pb" --interval 0 --rounds 2
+expect sync_no_majority 1 "no majority of the 2 fit servers" -- \
+  ntp sync "127.0.0.1:$pa" "127.0.0.1:$pc" --interval 0
+expect sync_json 0 '^\{"ok":true,"offset_s":.*"survivors":2,"servers":\[.*"class":"falseticker"' -- \
+  ntp sync "127.0.0.1:$pa" "127.0.0.1:$pc" "127.0.0.1:$pb" --interval 0 --json
+kill -TERM "$spa" "$spb" "$spc"; wait "$spa" "$spb" "$spc"
+
 if "$bin" ntp serve --bind ::1 --port 0 --duration 0 >/dev/null 2>&1; then
   start_server '[::1]' "$work/s6"
   if [[ -n $port ]]; then

@@ -280,7 +280,8 @@ typedef struct ot_ntp_system {
  * finds the intersection [low, high] agreed on by a majority (Marzullo's algorithm as modified
  * by RFC 5905 11.2.1: midpoints outside the interval count as faults). A truechimer is a fit
  * candidate whose correctness interval [θ − λ, θ + λ] overlaps [low, high].
- * OT_ERR_FAILED_PRECONDITION when no majority agrees (or none is fit); n ≤ OT_NTP_MAX_PEERS. */
+ * OT_ERR_FAILED_PRECONDITION when no majority agrees (every fit candidate is then marked
+ * FALSETICKER) or none is fit; n ≤ OT_NTP_MAX_PEERS. */
 OT_API ot_status ot_ntp_select(const ot_ntp_candidate *c, int n, double now, ot_ntp_peer_class *cls,
                                double *low, double *high);
 /* Cluster: repeatedly removes the survivor with the largest selection jitter φ while φ exceeds
@@ -362,6 +363,7 @@ typedef struct ot_ntp_server_options {
     uint32_t ref_id;       /* default 127.127.1.1 (local clock) */
     int leap;              /* advertised leap indicator (default 0) */
     double root_delay, root_dispersion; /* advertised, s (default 0 and 0.001) */
+    double offset; /* added to the served clock, s (default 0); simulates a skewed host */
 } ot_ntp_server_options;
 
 OT_API ot_ntp_server_options ot_ntp_server_options_default(void);
@@ -447,6 +449,20 @@ OT_API void ot_clock_sync_stop(ot_clock_sync *s);
 OT_API ot_clock_estimate ot_clock_sync_estimate(const ot_clock_sync *s);
 /* The class each server received in the last mitigation (index as passed to create). */
 OT_API ot_ntp_peer_class ot_clock_sync_server_class(const ot_clock_sync *s, int i);
+
+typedef struct ot_clock_server_info {
+    const char *name;             /* as passed to create; valid while the sync object lives */
+    ot_ntp_peer_class cls;        /* from the last mitigation */
+    bool valid;                   /* the clock filter holds at least one sample */
+    double offset, delay;         /* peer variables (minimum-delay sample), s */
+    double jitter, root_distance; /* s */
+    int stratum;
+    uint8_t reach; /* one bit per round, newest lowest: 1 = answered */
+} ot_clock_server_info;
+
+/* Per-server state after the last round (i as passed to create); waits for a round in progress. */
+OT_API ot_status ot_clock_sync_server_info(const ot_clock_sync *s, int i,
+                                           ot_clock_server_info *out);
 
 #define OT_NTP_MAXFREQ 500e-6 /* largest drift believed, s/s (RFC 5905 MAXFREQ) */
 

@@ -149,9 +149,13 @@ ot_status ot_ntp_select(const ot_ntp_candidate *c, int n, double now, ot_ntp_pee
         if (found > allow || !have_low || !have_high) continue;
         if (high >= low) break;
     }
-    if (2 * allow >= nfit)
+    if (2 * allow >= nfit) {
+        /* no majority: nobody can be trusted, like ntpd marking every candidate 'x' */
+        for (int i = 0; i < n; i++)
+            if (cls[i] == OT_NTP_SURVIVOR) cls[i] = OT_NTP_FALSETICKER;
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "ntp select: no majority of the %d fit servers agrees on the time", nfit);
+    }
     for (int i = 0; i < n; i++) {
         if (cls[i] != OT_NTP_SURVIVOR) continue;
         double lambda = ot_ntp_root_distance(&c[i], now);

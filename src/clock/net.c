@@ -387,6 +387,8 @@ ot_status ot_ntp_server_create(const ot_ntp_server_options *opt, ot_ntp_server *
     ot_ntp_server_options o = opt ? *opt : ot_ntp_server_options_default();
     if (o.port < 0 || o.port > 65535)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ntp server: port %d (0..65535)", o.port);
+    if (!(fabs(o.offset) <= 86400.0 * 365))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ntp server: offset must be within a year");
     if (o.stratum < 1 || o.stratum > 15)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ntp server: stratum %d (1..15)", o.stratum);
     ot_status rc = OT_OK;
@@ -500,11 +502,13 @@ static void serve_pending(ot_ntp_server *s) {
         int64_t t2;
         ssize_t n = recv_stamped(s->fd, buf, sizeof buf, &from, &fromlen, &t2);
         if (n < 0) return; /* EAGAIN: drained (errors from ICMP are not fatal either) */
+        int64_t skew = (int64_t)llround(s->o.offset * 1e9);
+        t2 += skew;
         size_t len = (size_t)n > sizeof buf ? sizeof buf + 1 : (size_t)n;
         uint8_t reply[OT_NTP_PACKET_SIZE + 4];
         size_t rlen;
         ot_ntp_server_stats d = {.received = 1};
-        ot_ntp_ts t3 = ot_ntp_ts_from_unix_ns(wall_ns());
+        ot_ntp_ts t3 = ot_ntp_ts_from_unix_ns(wall_ns() + skew);
         if (ot_ntp_server_reply(&s->o, s->precision, buf, len, ot_ntp_ts_from_unix_ns(t2), t3,
                                 reply, &rlen, &d) != OT_OK) {
             ot_log(OT_LOG_DEBUG, "%s", ot_last_error());

@@ -380,3 +380,30 @@ ot_ntp_peer_class ot_clock_sync_server_class(const ot_clock_sync *s, int i) {
     pthread_mutex_unlock(&m->mu);
     return c;
 }
+
+ot_status ot_clock_sync_server_info(const ot_clock_sync *s, int i, ot_clock_server_info *out) {
+    if (i < 0 || i >= s->n)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "clock sync: server %d of %d", i, s->n);
+    ot_clock_sync *m = (ot_clock_sync *)s;
+    pthread_mutex_lock(&m->update_mu); /* a consistent view between rounds */
+    const sync_server *v = &s->srv[i];
+    double now = (double)ot_now_ns() / 1e9;
+    ot_ntp_candidate c = {.offset = v->filter.offset,
+                          .delay = v->filter.delay,
+                          .disp = ot_ntp_filter_disp(&v->filter, now),
+                          .jitter = v->filter.jitter,
+                          .root_delay = v->root_delay,
+                          .root_disp = v->root_disp,
+                          .t = v->filter.valid ? v->filter.t : now};
+    *out = (ot_clock_server_info){.name = v->name,
+                                  .cls = s->cls[i],
+                                  .valid = v->filter.valid,
+                                  .offset = v->filter.offset,
+                                  .delay = v->filter.delay,
+                                  .jitter = v->filter.jitter,
+                                  .root_distance = ot_ntp_root_distance(&c, now),
+                                  .stratum = v->stratum,
+                                  .reach = v->reach};
+    pthread_mutex_unlock(&m->update_mu);
+    return OT_OK;
+}
