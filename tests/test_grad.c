@@ -33,7 +33,7 @@ static ot_status grad_rank(void *ud, int rank, ot_comm *c) {
     gcase *g = ud;
     ot_grad_aggregator *a;
     OT_CHECK(ot_grad_aggregator_create(c, NT, tsizes, &g->o, &a));
-    g->nb = ot_grad_bucket_count(a);
+    if (rank == 0) g->nb = ot_grad_bucket_count(a);
     float *bufs[NT];
     float store[NT][1000];
     for (int t = 0; t < NT; t++) bufs[t] = store[t];

@@ -11,6 +11,9 @@
 
 #include <math.h>
 #include <stdio.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -610,12 +613,64 @@ static void load_tile(double *accd, float *accf, int32_t *acc32, int64_t *acc64,
     if (op == OT_REDOP_MEAN) divide(acc, k, adt, n);
 }
 
-static void store_tile(void *dst, size_t i, size_t k, ot_dtype dt, const void *acc) {
-    size_t esz = ot_dtype_size(dt);
-    if (dt == OT_F16 || dt == OT_BF16)
-        narrow((char *)dst + i * esz, acc, k, dt);
+/* Large results are written with non-temporal stores: they bypass the caches (no read for
+ * ownership of the destination lines), which is what lets one pass of the direct algorithm run
+ * at memcpy speed. */
+#define STREAM_MIN_BYTES (4u << 20)
+
+static void stream_copy(void *dst, const void *src, size_t bytes) {
+#if defined(__SSE2__)
+    char *d = dst;
+    const char *s = src;
+    while (bytes && ((uintptr_t)d & 15)) *d++ = *s++, bytes--;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s);
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    for (; bytes >= 16; bytes -= 16, d += 16, s += 16)
+        _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
+    memcpy(d, s, bytes);
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
+static void stream_fence(void) {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
+/* A copy that streams when the whole transfer (total bytes) is large. */
+static void big_copy(void *dst, const void *src, size_t bytes, size_t total) {
+    if (total >= STREAM_MIN_BYTES)
+        stream_copy(dst, src, bytes);
     else
-        memcpy((char *)dst + i * esz, acc, k * esz);
+        memcpy(dst, src, bytes);
+}
+
+static void store_tile(void *dst, size_t i, size_t k, ot_dtype dt, const void *acc, bool nt) {
+    size_t esz = ot_dtype_size(dt);
+    char *d = (char *)dst + i * esz;
+    if (dt == OT_F16 || dt == OT_BF16) {
+        if (!nt) {
+            narrow(d, acc, k, dt);
+            return;
+        }
+        uint16_t tmp[TILE];
+        narrow(tmp, acc, k, dt);
+        stream_copy(d, tmp, k * esz);
+    } else if (nt) {
+        stream_copy(d, acc, k * esz);
+    } else {
+        memcpy(d, acc, k * esz);
+    }
 }
 
 static ot_status direct_exchange(ot_comm *c, const void *src, void *dst, dptr *mine, uint64_t dl) {
@@ -647,17 +702,19 @@ static ot_status direct_reduce(ot_comm *c, ot_coll_kind kind, const void *src, v
                       : adt == OT_F32 ? (void *)accf
                       : adt == OT_S32 ? (void *)acc32
                                       : (void *)acc64;
+    bool nt = count * ot_dtype_size(dt) >= STREAM_MIN_BYTES;
     for (size_t i = lo; i < lo + len; i += TILE) {
         size_t k = lo + len - i < TILE ? lo + len - i : TILE;
         load_tile(accd, accf, acc32, acc64, c->ptrs, n, i, k, dt, src_off, op);
         if (kind == OT_COLL_ALLREDUCE) {
-            for (int r = 0; r < n; r++) store_tile(((dptr *)c->ptrs[r])->dst, i, k, dt, acc);
+            for (int r = 0; r < n; r++) store_tile(((dptr *)c->ptrs[r])->dst, i, k, dt, acc, nt);
         } else if (kind == OT_COLL_REDUCE) {
-            store_tile(((dptr *)c->ptrs[root])->dst, i, k, dt, acc);
+            store_tile(((dptr *)c->ptrs[root])->dst, i, k, dt, acc, nt);
         } else {
-            store_tile(dst, i - lo, k, dt, acc);
+            store_tile(dst, i - lo, k, dt, acc, nt);
         }
     }
+    if (nt) stream_fence(); /* the stores are visible before the barrier releases the others */
     return xbarrier(c, dl);
 }
 
@@ -1016,8 +1073,9 @@ ot_status ot_comm_allgather(ot_comm *c, const void *sendbuf, void *recvbuf, size
         for (int r = 0; st == OT_OK && r < c->size; r++) {
             const void *s = ((dptr *)c->ptrs[r])->src;
             char *d = (char *)recvbuf + (size_t)r * bytes;
-            if (s != d) memcpy(d, s, bytes);
+            if (s != d) big_copy(d, s, bytes, bytes * c->size);
         }
+        stream_fence();
         if (st == OT_OK) st = xbarrier(c, dl);
     } else {
         if (sendbuf != mine) memcpy(mine, sendbuf, bytes);
@@ -1045,7 +1103,9 @@ ot_status ot_comm_broadcast(ot_comm *c, void *buf, size_t count, ot_dtype dt, in
     if (algo == OT_ALGO_DIRECT) {
         dptr me;
         st = direct_exchange(c, buf, buf, &me, dl);
-        if (st == OT_OK && c->rank != root) memcpy(buf, ((dptr *)c->ptrs[root])->src, bytes);
+        if (st == OT_OK && c->rank != root)
+            big_copy(buf, ((dptr *)c->ptrs[root])->src, bytes, bytes);
+        stream_fence();
         if (st == OT_OK) st = xbarrier(c, dl);
     } else if (algo == OT_ALGO_TREE) {
         st = tree_bcast(c, buf, bytes, root, chunk, dl);
@@ -1086,8 +1146,10 @@ ot_status ot_comm_alltoall(ot_comm *c, const void *sendbuf, void *recvbuf, size_
         dptr me;
         st = direct_exchange(c, sendbuf, recvbuf, &me, dl);
         for (int k = 0; st == OT_OK && k < n; k++)
-            memcpy((char *)recvbuf + (size_t)k * bytes,
-                   (const char *)((dptr *)c->ptrs[k])->src + (size_t)r * bytes, bytes);
+            big_copy((char *)recvbuf + (size_t)k * bytes,
+                     (const char *)((dptr *)c->ptrs[k])->src + (size_t)r * bytes, bytes,
+                     bytes * (size_t)n);
+        stream_fence();
         if (st == OT_OK) st = xbarrier(c, dl);
     } else {
         memcpy((char *)recvbuf + (size_t)r * bytes, (const char *)sendbuf + (size_t)r * bytes,

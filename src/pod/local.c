@@ -12,6 +12,7 @@
 #include "pod_internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -65,6 +66,9 @@ static void world_abort(ot_local_world *w, ot_status code, const char *fmt, ...)
         va_end(ap);
         w->acode = code;
         atomic_store(&w->aborted, 1);
+    } else {
+        /* another thread is recording its reason: wait until it is published */
+        while (!atomic_load(&w->aborted)) sched_yield();
     }
     for (int i = 0; i < w->n; i++) {
         pthread_mutex_lock(&w->mu[i]);
