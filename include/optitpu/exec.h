@@ -110,6 +110,10 @@ typedef struct ot_eval_options {
     const ot_exec_comm *comm;     /* NULL: single device */
     int64_t max_while_iterations; /* a while loop running longer fails (OUT_OF_RANGE); 0: none */
     int64_t max_call_depth;       /* nested call/while/conditional depth limit (default 256) */
+    /* false (default): f32/f64 arithmetic flushes subnormal inputs and results to signed zero,
+     * as XLA's CPU backend does (FTZ/DAZ; see docs/exec.md for which ops); true: IEEE gradual
+     * underflow everywhere, as XLA's HloEvaluator (constant folding) does. */
+    bool keep_denormals;
 } ot_eval_options;
 
 OT_API ot_eval_options ot_eval_options_default(void);

@@ -129,6 +129,32 @@ static int64_t int_max(ot_dtype t) {
     return w == 64 ? INT64_MAX : (int64_t)((1ull << (w - 1)) - 1);
 }
 
+_Thread_local bool ex_ftz = true;
+
+static inline float ftz_f(float v) {
+    return ex_ftz && v != 0 && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+
+static inline double ftz_d(double v) {
+    return ex_ftz && v != 0 && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
+}
+
+/* Ops whose f32/f64 arithmetic runs under FTZ/DAZ in XLA's CPU backend; abs, negate, copy,
+ * sign, is-finite, maximum and minimum are bit or compare/select operations and keep
+ * subnormals. */
+static bool ftz_applies(ot_opcode op) {
+    switch (op) {
+    case OT_OP_ABS:
+    case OT_OP_NEGATE:
+    case OT_OP_COPY:
+    case OT_OP_SIGN:
+    case OT_OP_IS_FINITE:
+    case OT_OP_MAXIMUM:
+    case OT_OP_MINIMUM: return false;
+    default: return true;
+    }
+}
+
 /* ---- unary ----------------------------------------------------------------------------- */
 
 static float logistic_f(float x) {
@@ -257,9 +283,12 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
             if (op == OT_OP_IS_FINITE) {
                 ((uint8_t *)y)[i] = isfinite(v) ? 1 : 0;
             } else if (ex_is_f64(in)) {
-                ex_st_f(out, y, i, unary_f64(op, v));
+                ex_st_f(out, y, i,
+                        ftz_applies(op) ? ftz_d(unary_f64(op, ftz_d(v))) : unary_f64(op, v));
             } else {
-                ex_st_f(out, y, i, unary_f32(op, (float)v));
+                ex_st_f(out, y, i,
+                        ftz_applies(op) ? ftz_f(unary_f32(op, ftz_f((float)v)))
+                                        : unary_f32(op, (float)v));
             }
         }
         return OT_OK;
@@ -413,10 +442,15 @@ ot_status ex_binary(ot_opcode op, ot_dtype t, const void *a, const void *b, void
                             ot_dtype_name(t));
         for (int64_t i = 0; i < n; i++) {
             double va = ex_ld_f(t, a, i), vb = ex_ld_f(t, b, i);
-            if (ex_is_f64(t))
-                ex_st_f(t, y, i, binary_f64(op, va, vb));
-            else
-                ex_st_f(t, y, i, binary_f32(op, (float)va, (float)vb));
+            if (!ftz_applies(op)) {
+                ex_st_f(t, y, i,
+                        ex_is_f64(t) ? binary_f64(op, va, vb)
+                                     : (double)binary_f32(op, (float)va, (float)vb));
+            } else if (ex_is_f64(t)) {
+                ex_st_f(t, y, i, ftz_d(binary_f64(op, ftz_d(va), ftz_d(vb))));
+            } else {
+                ex_st_f(t, y, i, ftz_f(binary_f32(op, ftz_f((float)va), ftz_f((float)vb))));
+            }
         }
         return OT_OK;
     }

@@ -656,7 +656,10 @@ ot_status ot_evaluate_computation(const ot_computation *c, const ot_value *args,
     const ot_value **pv = ot_calloc((size_t)(nargs ? nargs : 1), sizeof *pv);
     if (!pv) return ot_error(OT_ERR_OUT_OF_MEMORY, "evaluate: out of memory");
     for (int p = 0; p < nargs; p++) pv[p] = &args[p];
+    bool ftz = ex_ftz;
+    ex_ftz = !x.opts.keep_denormals;
     ot_status st = ex_eval_computation(&x, c, pv, nargs, result);
+    ex_ftz = ftz;
     ot_free(pv);
     return st;
 }
@@ -717,7 +720,10 @@ ot_status ot_evaluate_instr(const ot_instr *i, const ot_value *operands, int nop
     const ot_value **pv = ot_calloc((size_t)(noperands ? noperands : 1), sizeof *pv);
     if (!pv) return ot_error(OT_ERR_OUT_OF_MEMORY, "evaluate instruction: out of memory");
     for (int k = 0; k < noperands; k++) pv[k] = &operands[k];
+    bool ftz = ex_ftz;
+    ex_ftz = !x.opts.keep_denormals;
     ot_status st = ex_eval_instr(&x, i, pv, out);
+    ex_ftz = ftz;
     ot_free(pv);
     if (st == OT_OK && !ot_value_matches(out, &i->shape)) {
         ot_value_release(out);

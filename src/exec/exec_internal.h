@@ -28,6 +28,10 @@ double ex_round_format(double x, int ebits, int mbits);
 /* Mantissa bits of a float dtype (f16 10, bf16 7, f32 23, f64 52). */
 int ex_mantissa_bits(ot_dtype t);
 
+/* Flush f32/f64 subnormals to zero in arithmetic (XLA CPU's FTZ/DAZ). Set per evaluation from
+ * ot_eval_options.keep_denormals by the public entry points (thread-local; default on). */
+extern _Thread_local bool ex_ftz;
+
 /* ---- elementwise kernels over n elements (flat, same shapes) ---------------------------- */
 
 /* Unary ops abs..copy (is-finite writes pred). in: the operand dtype, out: the result dtype. */
