@@ -450,6 +450,7 @@ static void test_retention(void) {
 
 static void test_async_save(void) {
     const char *root = test_dir("ck_async");
+    ot_threadpool_default(); /* the process-wide pool the snapshot copy uses lives on */
     int64_t live = ot_alloc_live();
     ot_ckpt_manager *m;
     ASSERT_OK(ot_ckpt_open(root, NULL, &m));

@@ -162,6 +162,26 @@ static char *arena_str(ot_arena *a, const char *s) {
 }
 
 #define STAGE_ALIGN 64
+#define COPY_CHUNK  ((size_t)4 << 20)
+
+/* The snapshot copy, split into 4 MiB pieces over the default thread pool (the caller waits for
+ * this part, so it uses every core). */
+typedef struct copy_piece {
+    char *dst;
+    const char *src;
+    size_t len;
+} copy_piece;
+
+typedef struct copy_plan {
+    copy_piece *p;
+    size_t n, cap;
+} copy_plan;
+
+static void copy_range(void *ctx, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const copy_plan *plan = ctx;
+    for (int64_t i = begin; i < end; i++) memcpy(plan->p[i].dst, plan->p[i].src, plan->p[i].len);
+}
 
 /* Deep-copies a into m->job, tensors into the staging buffer. */
 static ot_status snapshot(ot_ckpt_manager *m, const ot_ckpt_save_args *a) {
@@ -191,6 +211,13 @@ static ot_status snapshot(ot_ckpt_manager *m, const ot_ckpt_save_args *a) {
     if (!sh || !ts) return ot_error(OT_ERR_OUT_OF_MEMORY, "async save: out of memory");
     char *stage = m->staging;
     size_t off = 0, k = 0;
+    copy_plan plan = {NULL, 0, 0};
+    for (size_t i = 0; i < a->nshards; i++)
+        for (size_t t = 0; t < a->shards[i].ntensors; t++)
+            plan.cap +=
+                (size_t)ot_shape_nbytes_unchecked(&a->shards[i].tensors[t].shape) / COPY_CHUNK + 1;
+    plan.p = ot_arena_alloc(ar, (plan.cap ? plan.cap : 1) * sizeof *plan.p, 8);
+    if (!plan.p) return ot_error(OT_ERR_OUT_OF_MEMORY, "async save: out of memory");
     for (size_t i = 0; i < a->nshards; i++) {
         sh[i] = a->shards[i];
         if (!(sh[i].role = arena_str(ar, a->shards[i].role)))
@@ -202,10 +229,19 @@ static ot_status snapshot(ot_ckpt_manager *m, const ot_ckpt_save_args *a) {
             ts[k] = *src;
             if (!(ts[k].name = arena_str(ar, src->name)))
                 return ot_error(OT_ERR_OUT_OF_MEMORY, "async save: out of memory");
-            if (nb) memcpy(stage + off, src->data, nb);
+            for (size_t c = 0; c < nb; c += COPY_CHUNK)
+                plan.p[plan.n++] = (copy_piece){stage + off + c, (const char *)src->data + c,
+                                                nb - c < COPY_CHUNK ? nb - c : COPY_CHUNK};
             ts[k].data = stage + off;
             off += (nb + STAGE_ALIGN - 1) & ~(size_t)(STAGE_ALIGN - 1);
         }
+    }
+    if (plan.n) {
+        ot_threadpool *pool = ot_threadpool_default();
+        if (pool)
+            ot_parallel_for(pool, (int64_t)plan.n, 1, OT_SCHEDULE_DYNAMIC, copy_range, &plan);
+        else
+            copy_range(&plan, 0, (int64_t)plan.n, 0);
     }
     j.shards = sh;
     j.pod.topology = arena_str(ar, a->pod.topology);
