@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -597,6 +599,73 @@ static void test_real_write_limit(void) {
     rm_rf(root);
 }
 
+/* A real full disk: a 512 KiB tmpfs in a private mount namespace (needs CAP_SYS_ADMIN; reported
+ * as skipped where the kernel refuses). Step 1 fits, step 2 does not: IO naming the file, ENOSPC,
+ * step 1 intact, nothing left behind. */
+static void test_tmpfs_disk_full(void) {
+    char mnt[512];
+    snprintf(mnt, sizeof mnt, "%s", test_dir("ck_tmpfs"));
+    mkdir(mnt, 0755);
+    int pfd[2];
+    ASSERT_TRUE(pipe(pfd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        char msg[700] = "";
+        int code = 0;
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("tmpfs", mnt, "tmpfs", 0, "size=512k") != 0) {
+            snprintf(msg, sizeof msg, "%s", strerror(errno));
+            code = 77;
+        } else {
+            char root[600];
+            snprintf(root, sizeof root, "%s/ckpt", mnt);
+            ot_ckpt_manager *m;
+            test_state a, b;
+            test_state_init(&a, 1, 5);
+            test_state_init(&b, 2, 20000); /* megabytes: does not fit */
+            if (ot_ckpt_open(root, NULL, &m) != OT_OK || ot_ckpt_save(m, &a.args, NULL) != OT_OK) {
+                code = 1;
+            } else {
+                code = -ot_ckpt_save(m, &b.args, NULL);
+                snprintf(msg, sizeof msg, "%s", ot_last_error());
+                ot_ckpt *ck = NULL;
+                ot_ckpt_restore_report rep;
+                if (ot_ckpt_restore_latest(root, NULL, &ck, &rep) != OT_OK ||
+                    test_state_compare(ck, 1, 5) != 0)
+                    code = 2;
+                char p2[700];
+                snprintf(p2, sizeof p2, "%s/step_00000002.tmp", root);
+                if (ot_ft_exists(p2)) code = 3;
+                ot_ckpt_free(ck);
+                ot_ckpt_restore_report_clear(&rep);
+                ot_ckpt_close(m);
+            }
+            test_state_free(&a);
+            test_state_free(&b);
+        }
+        if (write(pfd[1], msg, strlen(msg) + 1) < 0) code = 98;
+        _exit(code);
+    }
+    close(pfd[1]);
+    char msg[700] = "";
+    ssize_t r = read(pfd[0], msg, sizeof msg - 1);
+    (void)r;
+    close(pfd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    rm_rf(mnt);
+    ASSERT_TRUE(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77) {
+        printf("  skipped: cannot mount a tmpfs here (%s); test_real_write_limit covers EFBIG\n",
+               msg);
+        return;
+    }
+    EXPECT_INT_EQ(WEXITSTATUS(st), -OT_ERR_IO);
+    EXPECT_STR_CONTAINS(msg, "No space left on device");
+    EXPECT_STR_CONTAINS(msg, "step_00000002.tmp/");
+}
+
 /* ---- replication --------------------------------------------------------------------------- */
 
 static void test_replication_and_repair(void) {
@@ -864,5 +933,5 @@ OT_TEST_MAIN(OT_TEST(test_layout_and_manifest), OT_TEST(test_committed_fixture),
              OT_TEST(test_stale_tmp_removed_at_open), OT_TEST(test_manifest_parser),
              OT_TEST(test_corruption_detected), OT_TEST(test_retention), OT_TEST(test_async_save),
              OT_TEST(test_injected_io_failures), OT_TEST(test_real_write_limit),
-             OT_TEST(test_replication_and_repair), OT_TEST(test_migration), OT_TEST(test_export),
-             OT_TEST(test_alloc_failures))
+             OT_TEST(test_tmpfs_disk_full), OT_TEST(test_replication_and_repair),
+             OT_TEST(test_migration), OT_TEST(test_export), OT_TEST(test_alloc_failures))
