@@ -11,5 +11,6 @@
 #include "optitpu/collectives.h"
 #include "optitpu/safetensors.h"
 #include "optitpu/ft.h"
+#include "optitpu/compiler.h"
 
 #endif /* OPTITPU_OPTITPU_H */

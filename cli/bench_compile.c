@@ -1,0 +1,188 @@
+/* optitpu bench compile: the whole compile pipeline (verify, clone, passes, fusion, schedule,
+ * buffer assignment, executable) on generated graphs of N instructions, its scaling
+ * time(2N)/time(N) (linear is 2.0; the goal is <= 2.3, i.e. no quadratic pass), and the arena
+ * size beside the no-fragmentation lower bound (the peak of live bytes; goal <= 1.25x).
+ *
+ * The generated graph is a deep residual network with optimizer-style elementwise tails: per
+ * block a dot, a broadcast bias, an activation, an elementwise residual chain with a skip
+ * connection three blocks back, a row reduction broadcast back, and a side output every few
+ * blocks, so every pass has work: fusion (elementwise, broadcasts, reductions, multi-output),
+ * scheduling across skips, and temporaries of several sizes in the arena. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* A module of about n instructions in its entry computation. */
+static ot_module *gen_graph(int64_t n, uint64_t seed) {
+    const int64_t d = 16;
+    int64_t widths[3] = {16, 32, 64};
+    ot_shape w;
+    ot_shape_make(&w, OT_F32, 2, (int64_t[]){d, d});
+    ot_module *m = ot_module_new("bench_compile");
+    ot_computation *sum, *c;
+    ot_instr *ra, *rb;
+    sum = ot_module_add_computation(m, "sum");
+    ra = ot_build_parameter(sum, 0, ot_shape_scalar(OT_F32), "a");
+    rb = ot_build_parameter(sum, 1, ot_shape_scalar(OT_F32), "b");
+    ot_computation_set_root(sum, ot_build_binary(sum, OT_OP_ADD, ra, rb));
+    c = ot_module_add_computation(m, "main");
+    ot_module_set_entry(m, c);
+    int64_t pn = 0;
+    ot_shape hs;
+    ot_shape_make(&hs, OT_F32, 2, (int64_t[]){widths[0], d});
+    ot_instr *h = ot_build_parameter(c, pn++, hs, "x");
+    ot_instr *wt = ot_build_parameter(c, pn++, w, "w");
+    ot_instr *lr = ot_build_parameter(c, pn++, ot_shape_scalar(OT_F32), "lr");
+    ot_instr *hist[3] = {h, h, h};
+    ot_instr **outs = NULL;
+    int nouts = 0, capouts = 0;
+    ot_dot_dims dn = {0};
+    dn.ncontract = 1;
+    dn.lhs_contract[0] = 1;
+    dn.rhs_contract[0] = 0;
+    ot_instr *zero = ot_build_constant_scalar(c, OT_F32, 0);
+    for (int64_t blk = 0; ot_module_instr_count(m) < n; blk++) {
+        ot_shape s = h->shape.array;
+        ot_instr *y = ot_build_dot(c, h, wt, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+        ot_instr *bias = ot_build_broadcast(
+            c, ot_build_constant_scalar(c, OT_F32, (double)(lcg(&seed) % 100) / 100.0), s, NULL, 0);
+        y = ot_build_unary(c, OT_OP_TANH, ot_build_binary(c, OT_OP_ADD, y, bias));
+        ot_instr *skip = hist[blk % 3];
+        if (!ot_shape_equal(&skip->shape.array, &s)) skip = h;
+        ot_instr *r = ot_build_binary(c, OT_OP_ADD, y, skip);
+        r = ot_build_binary(c, OT_OP_MULTIPLY, r, ot_build_broadcast(c, lr, s, NULL, 0));
+        ot_instr *row = ot_build_reduce(c, &r, &zero, 1, (int64_t[]){1}, 1, sum);
+        ot_instr *rb2 = ot_build_broadcast(c, row, s, (int64_t[]){0}, 1);
+        h = ot_build_binary(c, OT_OP_SUBTRACT, r, rb2);
+        if (lcg(&seed) % 4 == 0) {
+            if (nouts == capouts) {
+                capouts = capouts ? capouts * 2 : 64;
+                ot_instr **no = ot_realloc(outs, (size_t)capouts * sizeof *no);
+                if (!no) break;
+                outs = no;
+            }
+            outs[nouts++] = ot_build_reduce(c, &h, &zero, 1, (int64_t[]){0, 1}, 2, sum);
+        }
+        /* change the width now and then: temporaries of several sizes */
+        if (lcg(&seed) % 16 == 0) {
+            ot_shape ns;
+            ot_shape_make(&ns, OT_F32, 2, (int64_t[]){widths[lcg(&seed) % 3], d});
+            if (ns.dims[0] != s.dims[0]) {
+                ot_instr *red = ot_build_reduce(c, &h, &zero, 1, (int64_t[]){0}, 1, sum);
+                h = ot_build_broadcast(c, red, ns, (int64_t[]){1}, 1);
+            }
+        }
+        hist[blk % 3] = h;
+    }
+    if (nouts == capouts) {
+        ot_instr **no = ot_realloc(outs, (size_t)(capouts + 1) * sizeof *no);
+        if (no) outs = no;
+    }
+    if (outs) outs[nouts++] = h;
+    ot_computation_set_root(c, outs ? ot_build_tuple(c, outs, nouts) : h);
+    ot_free(outs);
+    if (ot_module_finalize(m) != OT_OK) {
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int run_compile_bench(int argc, char **argv) {
+    const char *cmd = "bench compile";
+    bool json = false;
+    int64_t reps = 5, max_n = 1000000;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--reps")) {
+            if (!v || !cli_parse_i64(v, 1, 100, &reps))
+                return cli_usage_error(cmd, "--reps needs a number from 1 to 100");
+            i++;
+        } else if (!strcmp(argv[i], "--max")) {
+            if (!v || !cli_parse_i64(v, 2000, 4000000, &max_n))
+                return cli_usage_error(cmd, "--max needs a number from 2000 to 4000000");
+            i++;
+        } else {
+            return cli_usage_error(cmd, "unknown argument '%s'", argv[i]);
+        }
+    }
+    /* N and 2N for each size: 10k/20k, 100k/200k, 500k/1M */
+    int64_t sizes[] = {10000, 20000, 100000, 200000, 500000, 1000000};
+    double med[6] = {0};
+    bool have[6] = {false};
+    ot_bench_print_header(json);
+    for (int si = 0; si < 6; si++) {
+        int64_t n = sizes[si];
+        if (n > max_n) break;
+        ot_module *m = gen_graph(n, 42);
+        if (!m) return cli_fail(cmd);
+        int64_t ninstr = ot_module_instr_count(m);
+        double t[100];
+        ot_executable *e = NULL;
+        ot_status s = ot_compile(m, NULL, &e); /* warm-up */
+        if (s != OT_OK) {
+            ot_module_free(m);
+            return cli_fail(cmd);
+        }
+        int64_t arena = ot_executable_arena_size(e), peak = ot_executable_peak_live_bytes(e);
+        int kernels = ot_executable_kernel_count(e);
+        ot_executable_free(e);
+        for (int64_t r = 0; r < reps; r++) {
+            uint64_t t0 = ot_now_ns();
+            s = ot_compile(m, NULL, &e);
+            t[r] = (double)(ot_now_ns() - t0) / 1e9;
+            ot_executable_free(e);
+            if (s != OT_OK) {
+                ot_module_free(m);
+                return cli_fail(cmd);
+            }
+        }
+        ot_module_free(m);
+        med[si] = ot_bench_median(t, (size_t)reps);
+        have[si] = true;
+        char cs[96];
+        snprintf(cs, sizeof cs, "%lld instrs -O2 (%d kernels)", (long long)ninstr, kernels);
+        ot_bench_row row = {"compile", cs, "s", med[si], NULL, 0, 0};
+        ot_bench_print(&row, json);
+        snprintf(cs, sizeof cs, "%lld instrs arena", (long long)ninstr);
+        double ratio = peak ? (double)arena / (double)peak : 1.0;
+        ot_bench_row ar = {"compile",
+                           cs,
+                           "arena/peak live bytes",
+                           ratio,
+                           "lower bound (peak live)",
+                           1.0,
+                           ratio > 0 ? 1.0 / ratio : 0};
+        ot_bench_print(&ar, json);
+        if (si % 2 == 1 && have[si - 1]) {
+            snprintf(cs, sizeof cs, "scaling %lldk -> %lldk", (long long)(sizes[si - 1] / 1000),
+                     (long long)(n / 1000));
+            double sc = med[si] / med[si - 1];
+            ot_bench_row sr = {"compile", cs,      "time(2N)/time(N)", sc, "linear (2.0)",
+                               2.0,       2.0 / sc};
+            ot_bench_print(&sr, json);
+        }
+    }
+    return CLI_OK;
+}
+
+const cli_command cli_bench_compile = {
+    "compile",
+    "compile pipeline time on 10k..1M-instruction graphs, scaling, arena vs lower bound",
+    "usage: optitpu bench compile [--json] [--reps K] [--max N]\n"
+    "\n"
+    "Compiles generated graphs (a residual network with elementwise tails, reductions and\n"
+    "side outputs) of 10k, 20k, 100k, 200k, 500k and 1M instructions at -O2 (up to --max N),\n"
+    "median of K runs (default 5) after a warm-up. Prints the time, time(2N)/time(N) beside\n"
+    "linear scaling (goal <= 2.3), and the arena size beside the peak of live bytes (goal\n"
+    "<= 1.25x).",
+    run_compile_bench,
+};

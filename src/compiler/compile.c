@@ -1,0 +1,846 @@
+/* ot_compile: pass pipeline by options, schedule, buffer assignment (liveness + best-fit
+ * allocator over an address-ordered free list with coalescing, 64-byte alignment, in-place reuse,
+ * donation), and the executable (kernels, slots, bindings, FLOPs and bytes). */
+#include "executable_internal.h"
+
+#include <stdio.h>
+
+#define ALIGN 64
+static int64_t align_up(int64_t x) {
+    return (x + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+ot_compile_options ot_compile_options_default(void) {
+    ot_compile_options o;
+    memset(&o, 0, sizeof o);
+    o.opt_level = 2;
+    o.fusion = true;
+    o.fold_max_elements = 1 << 20;
+    o.max_fusion_io = 64;
+    o.target = "host-cpu";
+    return o;
+}
+
+const char *ot_kernel_kind_name(ot_kernel_kind k) {
+    static const char *const names[] = {"fusion", "library", "copy", "collective", "control"};
+    _Static_assert(sizeof names / sizeof names[0] == OT_KERNEL_KIND_COUNT, "kernel kind names");
+    return (int)k >= 0 && k < OT_KERNEL_KIND_COUNT ? names[k] : "<invalid>";
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+void ot_executable_free(ot_executable *e) {
+    if (!e) return;
+    ot_module_free(e->mod);
+    ot_free(e->order);
+    ot_free(e->k);
+    ot_free(e->s);
+    ot_free(e->io);
+    ot_free(e->param_slot);
+    ot_free(e->out_slot);
+    ot_pass_manager_free(e->pm);
+    ot_free(e);
+}
+
+const ot_module *ot_executable_module(const ot_executable *e) {
+    return e->mod;
+}
+int ot_executable_kernel_count(const ot_executable *e) {
+    return (int)e->nk;
+}
+const ot_kernel *ot_executable_kernel(const ot_executable *e, int i) {
+    return i >= 0 && i < e->nk ? &e->k[i] : NULL;
+}
+int ot_executable_slot_count(const ot_executable *e) {
+    return (int)e->ns;
+}
+const ot_slot *ot_executable_slot(const ot_executable *e, int i) {
+    return i >= 0 && i < e->ns ? &e->s[i] : NULL;
+}
+int ot_executable_param_count(const ot_executable *e) {
+    return e->nparams;
+}
+int ot_executable_output_count(const ot_executable *e) {
+    return e->nout;
+}
+int32_t ot_executable_param_slot(const ot_executable *e, int k) {
+    return k >= 0 && k < e->nparams ? e->param_slot[k] : -1;
+}
+int32_t ot_executable_output_slot(const ot_executable *e, int k) {
+    return k >= 0 && k < e->nout ? e->out_slot[k] : -1;
+}
+int64_t ot_executable_arena_size(const ot_executable *e) {
+    return e->arena;
+}
+int64_t ot_executable_peak_live_bytes(const ot_executable *e) {
+    return e->peak;
+}
+int64_t ot_executable_total_flops(const ot_executable *e) {
+    return e->flops;
+}
+int64_t ot_executable_total_bytes(const ot_executable *e) {
+    return e->bytes;
+}
+void ot_executable_fingerprint(const ot_executable *e, uint8_t out[32]) {
+    memcpy(out, e->fp, 32);
+}
+int ot_executable_stat_count(const ot_executable *e) {
+    return ot_pass_manager_stat_count(e->pm);
+}
+const ot_pass_stat *ot_executable_stat(const ot_executable *e, int i) {
+    return ot_pass_manager_stat(e->pm, i);
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+static ot_status add_slot(ot_executable *e, ot_slot_kind kind, const ot_shape *sh, int32_t *id) {
+    OT_CHECK(cc_grow(&e->s, &e->scap, e->ns + 1, sizeof *e->s));
+    ot_slot *s = &e->s[e->ns];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->shape = *sh;
+    s->nbytes = ot_shape_nbytes_unchecked(sh);
+    s->offset = -1;
+    s->number = -1;
+    s->alias_param = -1;
+    *id = (int32_t)e->ns++;
+    return OT_OK;
+}
+
+/* Leaves (arrays) of a shape, flattened depth first. */
+static int64_t leaf_count(const ot_ir_shape *s) {
+    if (s->kind == OT_IR_ARRAY) return 1;
+    if (s->kind == OT_IR_TOKEN) return 0;
+    int64_t n = 0;
+    for (int k = 0; k < s->ntuple; k++) n += leaf_count(&s->tuple[k]);
+    return n;
+}
+
+static void leaf_shapes(const ot_ir_shape *s, ot_shape *out, int64_t *n) {
+    if (s->kind == OT_IR_ARRAY) {
+        out[(*n)++] = s->array;
+    } else if (s->kind == OT_IR_TUPLE) {
+        for (int k = 0; k < s->ntuple; k++) leaf_shapes(&s->tuple[k], out, n);
+    }
+}
+
+static ot_kernel_kind kind_of(ot_opcode op) {
+    switch (op) {
+    case OT_OP_FUSION: return OT_KERNEL_FUSION;
+    case OT_OP_COPY:
+    case OT_OP_RESHAPE:
+    case OT_OP_BITCAST: return OT_KERNEL_COPY;
+    case OT_OP_ALL_REDUCE:
+    case OT_OP_ALL_GATHER:
+    case OT_OP_REDUCE_SCATTER:
+    case OT_OP_ALL_TO_ALL:
+    case OT_OP_COLLECTIVE_PERMUTE: return OT_KERNEL_COLLECTIVE;
+    case OT_OP_WHILE:
+    case OT_OP_CONDITIONAL:
+    case OT_OP_CALL: return OT_KERNEL_CONTROL;
+    default: return OT_KERNEL_LIBRARY;
+    }
+}
+
+static bool arith(ot_opcode op) {
+    return (ot_opcode_is_elementwise(op) && op != OT_OP_CONVERT && op != OT_OP_BITCAST_CONVERT &&
+            op != OT_OP_COPY);
+}
+
+/* Operations one instruction performs (elementwise: one per element; reduce: one per input
+ * element; dot: 2·M·N·K; convolution: 2 per multiply-add). */
+static int64_t instr_flops(const ot_instr *i) {
+    if (arith(i->opcode)) return cc_numel(i);
+    switch (i->opcode) {
+    case OT_OP_REDUCE: {
+        int64_t n = 0;
+        for (int k = 0; k < i->noperands / 2; k++) n += cc_numel(i->operands[k]);
+        return n;
+    }
+    case OT_OP_DOT: {
+        const ot_dot_dims *d = i->attrs.dot;
+        int64_t kk = 1;
+        for (int j = 0; d && j < d->ncontract; j++)
+            kk *= i->operands[0]->shape.array.dims[d->lhs_contract[j]];
+        return 2 * cc_numel(i) * kk;
+    }
+    case OT_OP_CONVOLUTION: {
+        const ot_conv_dims *d = i->attrs.conv;
+        const ot_shape *ks = &i->operands[1]->shape.array;
+        if (!d) return 0;
+        int64_t per = ks->dims[d->kernel_input_feature];
+        for (int j = 0; j < d->nspatial; j++) per *= ks->dims[d->kernel_spatial[j]];
+        return 2 * cc_numel(i) * per;
+    }
+    case OT_OP_FUSION: {
+        int64_t n = 0;
+        for (const ot_instr *x = i->called[0]->first; x; x = x->next) n += instr_flops(x);
+        return n;
+    }
+    default: return 0;
+    }
+}
+
+/* True when every path from fused parameter p to the fusion's outputs keeps the linear element
+ * index (elementwise ops, converts, reshapes, bitcasts, the root tuple): element e of an output
+ * then depends only on element e of p, so the output may overwrite p's buffer. */
+static bool param_linear(const ot_instr *p) {
+    int64_t n = cc_numel(p);
+    const ot_instr *stack[64];
+    int sp = 0;
+    stack[sp++] = p;
+    while (sp) {
+        const ot_instr *x = stack[--sp];
+        for (int u = 0; u < x->nusers; u++) {
+            const ot_instr *y = x->users[u];
+            if (y->opcode == OT_OP_TUPLE) continue;
+            bool ok = (ot_opcode_is_elementwise(y->opcode) && y->opcode != OT_OP_MAP) ||
+                      y->opcode == OT_OP_RESHAPE || y->opcode == OT_OP_BITCAST;
+            if (!ok || cc_numel(y) != n) return false;
+            if (sp == 64) return false;
+            stack[sp++] = y;
+        }
+    }
+    return true;
+}
+
+/* Whether kernel input j (slot) is only read elementwise by the kernel's instruction. */
+static bool input_linear(const ot_instr *i, const ot_slot *in, const ot_slot *out) {
+    if (in->nbytes != out->nbytes ||
+        ot_shape_numel_unchecked(&in->shape) != ot_shape_numel_unchecked(&out->shape))
+        return false;
+    if (i->opcode == OT_OP_FUSION) {
+        const ot_computation *fc = i->called[0];
+        if (i->attrs.fusion_kind != OT_FUSION_LOOP) return false;
+        for (int k = 0; k < fc->nparams; k++) {
+            if (k >= i->noperands || i->operands[k]->shape.kind != OT_IR_ARRAY) return false;
+        }
+        return true; /* refined per parameter by the caller */
+    }
+    return ot_opcode_is_elementwise(i->opcode) && i->opcode != OT_OP_MAP;
+}
+
+typedef struct fblk {
+    int64_t off, size;
+} fblk;
+
+typedef struct alloc {
+    fblk *f;
+    int64_t n, cap;
+    int64_t top, high;
+} alloc;
+
+static ot_status al_alloc(alloc *a, int64_t size, int64_t *off) {
+    int64_t best = -1;
+    for (int64_t k = 0; k < a->n; k++)
+        if (a->f[k].size >= size && (best < 0 || a->f[k].size < a->f[best].size)) best = k;
+    if (best >= 0) {
+        *off = a->f[best].off;
+        a->f[best].off += size;
+        a->f[best].size -= size;
+        if (a->f[best].size == 0) {
+            memmove(&a->f[best], &a->f[best + 1], (size_t)(a->n - best - 1) * sizeof *a->f);
+            a->n--;
+        }
+        return OT_OK;
+    }
+    /* extend at the top, starting inside a free block that touches it */
+    if (a->n && a->f[a->n - 1].off + a->f[a->n - 1].size == a->top) {
+        *off = a->f[a->n - 1].off;
+        a->n--;
+    } else {
+        *off = a->top;
+    }
+    a->top = *off + size;
+    if (a->top > a->high) a->high = a->top;
+    return OT_OK;
+}
+
+static ot_status al_free(alloc *a, int64_t off, int64_t size) {
+    if (off + size == a->top) { /* give back to the top, merging a free block below */
+        a->top = off;
+        if (a->n && a->f[a->n - 1].off + a->f[a->n - 1].size == a->top) {
+            a->top = a->f[a->n - 1].off;
+            a->n--;
+        }
+        return OT_OK;
+    }
+    int64_t lo = 0, hi = a->n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (a->f[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    bool left = lo > 0 && a->f[lo - 1].off + a->f[lo - 1].size == off;
+    bool right = lo < a->n && off + size == a->f[lo].off;
+    if (left && right) {
+        a->f[lo - 1].size += size + a->f[lo].size;
+        memmove(&a->f[lo], &a->f[lo + 1], (size_t)(a->n - lo - 1) * sizeof *a->f);
+        a->n--;
+    } else if (left) {
+        a->f[lo - 1].size += size;
+    } else if (right) {
+        a->f[lo].off = off;
+        a->f[lo].size += size;
+    } else {
+        OT_CHECK(cc_grow(&a->f, &a->cap, a->n + 1, sizeof *a->f));
+        memmove(&a->f[lo + 1], &a->f[lo], (size_t)(a->n - lo) * sizeof *a->f);
+        a->f[lo] = (fblk){off, size};
+        a->n++;
+    }
+    return OT_OK;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+typedef struct kbuild {
+    int64_t in0, nin, out0, nout; /* ranges into e->io */
+} kbuild;
+
+static ot_status push_io(ot_executable *e, int32_t v) {
+    OT_CHECK(cc_grow(&e->io, &e->iocap, e->nio + 1, sizeof *e->io));
+    e->io[e->nio++] = v;
+    return OT_OK;
+}
+
+static ot_status add_kernel(ot_executable *e, kbuild **kb, int64_t *kbcap, ot_kernel_kind kind,
+                            ot_opcode op, const ot_instr *i, const char *name) {
+    OT_CHECK(cc_grow(&e->k, &e->kcap, e->nk + 1, sizeof *e->k));
+    OT_CHECK(cc_grow(kb, kbcap, e->nk + 1, sizeof **kb));
+    ot_kernel *k = &e->k[e->nk];
+    memset(k, 0, sizeof *k);
+    k->kind = kind;
+    k->opcode = op;
+    k->instr = i;
+    k->name = name;
+    k->in_place_input = -1;
+    (*kb)[e->nk] = (kbuild){e->nio, 0, 0, 0};
+    e->nk++;
+    return OT_OK;
+}
+
+/* Builds kernels and slots from the schedule. leaves[pos] → range in lv of leaf slots. */
+static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kbuild **kbp,
+                               int64_t *kbcap) {
+    ot_computation *entry = ot_module_entry(e->mod);
+    int64_t *l0 = ot_malloc((size_t)(n ? n : 1) * sizeof *l0);
+    int64_t *ln = ot_malloc((size_t)(n ? n : 1) * sizeof *ln);
+    int32_t *lv = NULL;
+    int64_t nlv = 0, lvcap = 0;
+    ot_shape *shp = NULL;
+    int64_t shcap = 0;
+    ot_status s = OT_OK;
+    if (!l0 || !ln) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+        goto out;
+    }
+    e->nparams = entry->nparams;
+    e->param_slot = ot_malloc((size_t)(entry->nparams ? entry->nparams : 1) * sizeof(int32_t));
+    if (!e->param_slot) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+        goto out;
+    }
+    for (int64_t k = 0; k < n; k++) order[k]->mark = k;
+    for (int64_t k = 0; k < n && s == OT_OK; k++) {
+        ot_instr *i = order[k];
+        int64_t nl = leaf_count(&i->shape);
+        if ((s = cc_grow(&lv, &lvcap, nlv + nl + 1, sizeof *lv)) != OT_OK) break;
+        l0[k] = nlv;
+        ln[k] = nl;
+        switch (i->opcode) {
+        case OT_OP_PARAMETER: {
+            if (i->shape.kind != OT_IR_ARRAY) {
+                s = ot_error(OT_ERR_UNIMPLEMENTED,
+                             "compile: tuple-shaped entry parameter %s (pass arrays instead)",
+                             i->name);
+                break;
+            }
+            int32_t id;
+            if ((s = add_slot(e, OT_SLOT_PARAMETER, &i->shape.array, &id)) != OT_OK) break;
+            e->s[id].number = i->attrs.index;
+            e->param_slot[i->attrs.index] = id;
+            lv[nlv++] = id;
+            break;
+        }
+        case OT_OP_CONSTANT: {
+            if (!i->attrs.literal || i->attrs.literal->elided) {
+                s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                             "compile: constant %s has no value "
+                             "(elided)",
+                             i->name);
+                break;
+            }
+            int32_t id;
+            if ((s = add_slot(e, OT_SLOT_CONSTANT, &i->shape.array, &id)) != OT_OK) break;
+            e->s[id].data = i->attrs.literal->data;
+            lv[nlv++] = id;
+            break;
+        }
+        case OT_OP_TUPLE:
+            for (int j = 0; j < i->noperands; j++) {
+                int64_t p = i->operands[j]->mark;
+                for (int64_t q = 0; q < ln[p]; q++) lv[nlv++] = lv[l0[p] + q];
+            }
+            break;
+        case OT_OP_GET_TUPLE_ELEMENT: {
+            const ot_instr *t = i->operands[0];
+            int64_t p = t->mark, skip = 0;
+            for (int64_t j = 0; j < i->attrs.index; j++) skip += leaf_count(&t->shape.tuple[j]);
+            for (int64_t q = 0; q < nl; q++) lv[nlv++] = lv[l0[p] + skip + q];
+            break;
+        }
+        default: {
+            const char *nm = i->name;
+            if ((s = add_kernel(e, kbp, kbcap, kind_of(i->opcode), i->opcode, i, nm)) != OT_OK)
+                break;
+            kbuild *kb = &(*kbp)[e->nk - 1];
+            for (int j = 0; j < i->noperands && s == OT_OK; j++) {
+                int64_t p = i->operands[j]->mark;
+                for (int64_t q = 0; q < ln[p] && s == OT_OK; q++) s = push_io(e, lv[l0[p] + q]);
+            }
+            if (s != OT_OK) break;
+            kb->nin = e->nio - kb->in0;
+            kb->out0 = e->nio;
+            if ((s = cc_grow(&shp, &shcap, nl + 1, sizeof *shp)) != OT_OK) break;
+            int64_t ns = 0;
+            leaf_shapes(&i->shape, shp, &ns);
+            for (int64_t q = 0; q < ns && s == OT_OK; q++) {
+                int32_t id;
+                s = add_slot(e, OT_SLOT_TEMP, &shp[q], &id);
+                if (s == OT_OK) s = push_io(e, id);
+                lv[nlv++] = id;
+            }
+            kb->nout = e->nio - kb->out0;
+            e->k[e->nk - 1].flops = instr_flops(i);
+            break;
+        }
+        }
+    }
+    if (s != OT_OK) goto out;
+    /* outputs: the root's leaves; parameters, constants and repeats get a copy kernel */
+    {
+        int64_t p = entry->root->mark;
+        e->nout = (int)ln[p];
+        e->out_slot = ot_malloc((size_t)(e->nout ? e->nout : 1) * sizeof(int32_t));
+        if (!e->out_slot) {
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+            goto out;
+        }
+        for (int j = 0; j < e->nout && s == OT_OK; j++) {
+            int32_t v = lv[l0[p] + j];
+            if (e->s[v].kind == OT_SLOT_TEMP) {
+                e->s[v].kind = OT_SLOT_OUTPUT;
+                e->s[v].number = j;
+                e->out_slot[j] = v;
+                continue;
+            }
+            int32_t id;
+            ot_shape sh = e->s[v].shape;
+            if ((s = add_kernel(e, kbp, kbcap, OT_KERNEL_COPY, OT_OP_COPY, NULL, "output-copy")) !=
+                OT_OK)
+                break;
+            kbuild *kb = &(*kbp)[e->nk - 1];
+            if ((s = push_io(e, v)) != OT_OK) break;
+            kb->nin = 1;
+            kb->out0 = e->nio;
+            if ((s = add_slot(e, OT_SLOT_OUTPUT, &sh, &id)) != OT_OK) break;
+            e->s[id].number = j;
+            if ((s = push_io(e, id)) != OT_OK) break;
+            kb->nout = 1;
+            e->out_slot[j] = id;
+        }
+    }
+out:
+    ot_free(l0);
+    ot_free(ln);
+    ot_free(lv);
+    ot_free(shp);
+    return s;
+}
+
+/* Donation: output k written into parameter P's buffer. Safe in place when every reader of P
+ * runs no later than the kernel writing output k and, if that kernel reads P itself, reads it
+ * elementwise. Otherwise the kernel writes a temporary and a copy at the end moves it. */
+static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
+    const ot_module_config *cfg = ot_module_get_config(e->mod);
+    for (int a = 0; a < cfg->nalias; a++) {
+        const ot_io_alias *al = &cfg->alias[a];
+        if (al->noutput_index > 1 || al->nparam_index > 0)
+            return ot_error(OT_ERR_UNIMPLEMENTED,
+                            "compile: input/output alias into a nested tuple (output index depth "
+                            "%d, parameter index depth %d)",
+                            al->noutput_index, al->nparam_index);
+        int64_t ok_ = al->noutput_index ? al->output_index[0] : 0;
+        if (ok_ < 0 || ok_ >= e->nout || al->param_number < 0 || al->param_number >= e->nparams)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "compile: alias of parameter %lld into output %lld is out of range",
+                            (long long)al->param_number, (long long)ok_);
+        int32_t ps = e->param_slot[al->param_number], os = e->out_slot[ok_];
+        if (!ot_shape_equal(&e->s[ps].shape, &e->s[os].shape))
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "compile: donated parameter %lld and output %lld differ in shape",
+                            (long long)al->param_number, (long long)ok_);
+        for (int j = 0; j < e->nout; j++)
+            if (e->s[e->out_slot[j]].alias_param == al->param_number)
+                return ot_error(OT_ERR_INVALID_ARGUMENT,
+                                "compile: parameter %lld is donated to two outputs",
+                                (long long)al->param_number);
+        if (e->s[os].alias_param >= 0)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "compile: output %lld receives two donated parameters", (long long)ok_);
+        /* the writer of os and the last reader of ps */
+        int64_t writer = -1, last_read = -1;
+        bool writer_reads_linear = true;
+        for (int64_t k = 0; k < e->nk; k++) {
+            const kbuild *kb = &(*kbp)[k];
+            for (int64_t q = 0; q < kb->nout; q++)
+                if (e->io[kb->out0 + q] == os) writer = k;
+            for (int64_t q = 0; q < kb->nin; q++)
+                if (e->io[kb->in0 + q] == ps) last_read = k;
+        }
+        bool safe = writer >= 0 && last_read <= writer;
+        if (safe && last_read == writer) {
+            const ot_instr *wi = e->k[writer].instr;
+            const kbuild *kb = &(*kbp)[writer];
+            if (!wi) {
+                writer_reads_linear = false;
+            } else if (wi->opcode == OT_OP_FUSION && wi->attrs.fusion_kind == OT_FUSION_LOOP) {
+                for (int64_t q = 0; q < kb->nin && writer_reads_linear; q++)
+                    if (e->io[kb->in0 + q] == ps)
+                        writer_reads_linear = param_linear(wi->called[0]->params[q]);
+            } else {
+                writer_reads_linear =
+                    ot_opcode_is_elementwise(wi->opcode) && wi->opcode != OT_OP_MAP;
+            }
+            safe = writer_reads_linear;
+        }
+        e->s[os].alias_param = al->param_number;
+        if (safe) continue;
+        /* write a temporary, copy it into the donated buffer at the end */
+        int32_t tmp;
+        ot_shape sh = e->s[os].shape;
+        OT_CHECK(add_slot(e, OT_SLOT_TEMP, &sh, &tmp));
+        if (writer >= 0) {
+            const kbuild *kb = &(*kbp)[writer];
+            for (int64_t q = 0; q < kb->nout; q++)
+                if (e->io[kb->out0 + q] == os) e->io[kb->out0 + q] = tmp;
+        }
+        for (int64_t k = 0; k < e->nk; k++) {
+            const kbuild *kb = &(*kbp)[k];
+            for (int64_t q = 0; q < kb->nin; q++)
+                if (e->io[kb->in0 + q] == os) e->io[kb->in0 + q] = tmp;
+        }
+        OT_CHECK(add_kernel(e, kbp, kbcap, OT_KERNEL_COPY, OT_OP_COPY, NULL, "donation-copy"));
+        kbuild *kb = &(*kbp)[e->nk - 1];
+        OT_CHECK(push_io(e, tmp));
+        kb->nin = 1;
+        kb->out0 = e->nio;
+        OT_CHECK(push_io(e, os));
+        kb->nout = 1;
+    }
+    return OT_OK;
+}
+
+static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
+    int64_t *last = ot_malloc((size_t)(e->ns ? e->ns : 1) * sizeof *last);
+    bool *moved = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *moved);
+    alloc a = {0};
+    ot_status s = OT_OK;
+    if (!last || !moved) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "assign buffers: out of memory");
+        goto out;
+    }
+    for (int64_t v = 0; v < e->ns; v++) last[v] = -1;
+    for (int64_t k = 0; k < e->nk; k++)
+        for (int64_t q = 0; q < kb[k].nin; q++) last[e->io[kb[k].in0 + q]] = k;
+    int64_t live = 0;
+    for (int64_t k = 0; k < e->nk && s == OT_OK; k++) {
+        ot_kernel *kn = &e->k[k];
+        for (int64_t q = 0; q < kb[k].nout && s == OT_OK; q++) {
+            int32_t o = e->io[kb[k].out0 + q];
+            ot_slot *os = &e->s[o];
+            if (os->kind != OT_SLOT_TEMP) continue;
+            int64_t size = align_up(os->nbytes ? os->nbytes : 1);
+            /* in place: an input temp that dies here, read elementwise */
+            if (in_place && q == 0 && kn->instr && input_linear(kn->instr, os, os)) {
+                for (int64_t j = 0; j < kb[k].nin; j++) {
+                    int32_t v = e->io[kb[k].in0 + j];
+                    ot_slot *vs = &e->s[v];
+                    if (vs->kind != OT_SLOT_TEMP || last[v] != k || moved[v]) continue;
+                    if (!input_linear(kn->instr, vs, os)) continue;
+                    if (kn->instr->opcode == OT_OP_FUSION &&
+                        !param_linear(kn->instr->called[0]->params[j]))
+                        continue;
+                    bool twice = false; /* the same temp in two input positions */
+                    for (int64_t r = 0; r < kb[k].nin; r++)
+                        twice = twice || (r != j && e->io[kb[k].in0 + r] == v);
+                    if (twice && kn->instr->opcode == OT_OP_FUSION) continue;
+                    os->offset = vs->offset;
+                    moved[v] = true;
+                    kn->in_place_input = (int32_t)j;
+                    break;
+                }
+            }
+            if (os->offset < 0) {
+                if ((s = al_alloc(&a, size, &os->offset)) != OT_OK) break;
+                live += size;
+            }
+        }
+        if (live > e->peak) e->peak = live;
+        /* free inputs dying here and outputs nobody reads */
+        for (int64_t q = 0; q < kb[k].nin + kb[k].nout && s == OT_OK; q++) {
+            int32_t v = e->io[kb[k].in0 + q];
+            ot_slot *vs = &e->s[v];
+            bool is_out = q >= kb[k].nin;
+            if (vs->kind != OT_SLOT_TEMP || vs->offset < 0) continue;
+            if (is_out ? last[v] >= 0 : (last[v] != k || moved[v])) continue;
+            bool dup = false;
+            for (int64_t r = 0; r < q && !dup; r++) dup = e->io[kb[k].in0 + r] == v;
+            if (dup) continue;
+            s = al_free(&a, vs->offset, align_up(vs->nbytes ? vs->nbytes : 1));
+            live -= align_up(vs->nbytes ? vs->nbytes : 1);
+        }
+    }
+    e->arena = a.high;
+out:
+    ot_free(a.f);
+    ot_free(last);
+    ot_free(moved);
+    return s;
+}
+
+static ot_status finalize_kernels(ot_executable *e, const kbuild *kb) {
+    for (int64_t k = 0; k < e->nk; k++) {
+        ot_kernel *kn = &e->k[k];
+        kn->ninputs = (int)kb[k].nin;
+        kn->noutputs = (int)kb[k].nout;
+        kn->inputs = e->io + kb[k].in0;
+        kn->outputs = e->io + kb[k].out0;
+        kn->bytes_read = kn->bytes_written = 0;
+        for (int q = 0; q < kn->ninputs; q++) kn->bytes_read += e->s[kn->inputs[q]].nbytes;
+        for (int q = 0; q < kn->noutputs; q++) kn->bytes_written += e->s[kn->outputs[q]].nbytes;
+        e->flops += kn->flops;
+        e->bytes += kn->bytes_read + kn->bytes_written;
+    }
+    return OT_OK;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+typedef struct pass_ctx {
+    const ot_compile_options *o;
+} pass_ctx;
+
+static ot_status run_simplify(ot_module *m, void *ctx, bool *ch) {
+    (void)ctx;
+    return ot_pass_simplify(m, ch);
+}
+static ot_status run_cse(ot_module *m, void *ctx, bool *ch) {
+    (void)ctx;
+    return ot_pass_cse(m, ch);
+}
+static ot_status run_dce(ot_module *m, void *ctx, bool *ch) {
+    (void)ctx;
+    return ot_pass_dce(m, ch);
+}
+static ot_status run_fold(ot_module *m, void *ctx, bool *ch) {
+    return ot_pass_fold(m, ((pass_ctx *)ctx)->o->fold_max_elements, ch);
+}
+static ot_status run_fuse(ot_module *m, void *ctx, bool *ch) {
+    return ot_pass_fuse(m, ((pass_ctx *)ctx)->o->max_fusion_io, ch);
+}
+
+static const struct {
+    const char *name;
+    ot_pass_fn fn;
+} pass_table[] = {
+    {"simplify", run_simplify}, {"cse", run_cse},   {"fold", run_fold},
+    {"dce", run_dce},           {"fuse", run_fuse},
+};
+
+static bool in_list(const char *list, const char *name) {
+    if (!list) return false;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *q = strchr(p, ',');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        if (!q) break;
+        p = q + 1;
+    }
+    return false;
+}
+
+static ot_pass_fn pass_fn(const char *name, size_t len) {
+    for (size_t k = 0; k < sizeof pass_table / sizeof pass_table[0]; k++)
+        if (strlen(pass_table[k].name) == len && !strncmp(pass_table[k].name, name, len))
+            return pass_table[k].fn;
+    return NULL;
+}
+
+static ot_status check_list(const char *list, const char *what) {
+    if (!list) return OT_OK;
+    for (const char *p = list; *p;) {
+        const char *q = strchr(p, ',');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (!pass_fn(p, len))
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "%s: unknown pass '%.*s' (known: simplify, cse, fold, dce, fuse)", what,
+                            (int)len, p);
+        if (!q) break;
+        p = q + 1;
+    }
+    return OT_OK;
+}
+
+static ot_status add_pass(ot_pass_manager *pm, const ot_compile_options *o, const char *name,
+                          pass_ctx *ctx) {
+    if (in_list(o->disable_passes, name)) return OT_OK;
+    return ot_pass_manager_add(pm, name, pass_fn(name, strlen(name)), ctx);
+}
+
+static ot_status build_pipeline(ot_pass_manager *pm, const ot_compile_options *o, pass_ctx *ctx) {
+    OT_CHECK(check_list(o->passes, "passes"));
+    OT_CHECK(check_list(o->disable_passes, "disable_passes"));
+    if (o->passes) {
+        for (const char *p = o->passes; *p;) {
+            const char *q = strchr(p, ',');
+            size_t len = q ? (size_t)(q - p) : strlen(p);
+            char nm[32];
+            snprintf(nm, sizeof nm, "%.*s", (int)len, p);
+            OT_CHECK(add_pass(pm, o, nm, ctx));
+            if (!q) break;
+            p = q + 1;
+        }
+        return OT_OK;
+    }
+    if (o->opt_level <= 0) return add_pass(pm, o, "dce", ctx);
+    if (o->opt_level == 1) {
+        OT_CHECK(add_pass(pm, o, "simplify", ctx));
+        OT_CHECK(add_pass(pm, o, "cse", ctx));
+        OT_CHECK(add_pass(pm, o, "dce", ctx));
+    } else {
+        OT_CHECK(ot_pass_manager_begin_fixed_point(pm, "simplify-group", 8));
+        OT_CHECK(add_pass(pm, o, "simplify", ctx));
+        OT_CHECK(add_pass(pm, o, "cse", ctx));
+        if (cc_fold_available()) OT_CHECK(add_pass(pm, o, "fold", ctx));
+        OT_CHECK(add_pass(pm, o, "dce", ctx));
+        OT_CHECK(ot_pass_manager_end_fixed_point(pm));
+    }
+    if (o->fusion) OT_CHECK(add_pass(pm, o, "fuse", ctx));
+    return OT_OK;
+}
+
+ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_executable **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: out is NULL");
+    *out = NULL;
+    ot_compile_options o = opts ? *opts : ot_compile_options_default();
+    if (!o.target) o.target = "host-cpu";
+    if (!src) return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: module is NULL");
+    ot_computation *entry = ot_module_entry(src);
+    if (!entry)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: module has no entry computation");
+    if (!entry->root)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "no outputs declared (entry computation %s has "
+                        "no root)",
+                        entry->name);
+    if (o.opt_level < 0 || o.opt_level > 2)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: optimization level %d (0, 1 or 2)",
+                        o.opt_level);
+    OT_CHECK(ot_module_status(src));
+    OT_CHECK(ot_module_verify(src));
+    ot_executable *e = ot_calloc(1, sizeof *e);
+    if (!e) return ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    ot_instr **order = NULL;
+    int64_t norder = 0;
+    uint8_t fp[32];
+    pass_ctx ctx = {&o};
+    ot_status s = ot_module_clone(src, &e->mod);
+    if (s != OT_OK) goto fail;
+    e->pm = ot_pass_manager_new();
+    if (!e->pm) {
+        s = OT_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    ot_pass_manager_set_verify_each(e->pm, o.verify_each);
+    if (o.dump_dir && (s = ot_pass_manager_set_dump(e->pm, o.dump_dir, o.dump_after)) != OT_OK)
+        goto fail;
+    if ((s = build_pipeline(e->pm, &o, &ctx)) != OT_OK) goto fail;
+    if ((s = ot_pass_manager_run(e->pm, e->mod)) != OT_OK) goto fail;
+
+    int64_t before = ot_module_instr_count(e->mod);
+    uint64_t t0 = ot_now_ns();
+    if ((s = ot_schedule_entry(e->mod, o.opt_level >= 1, &order, &norder)) != OT_OK) goto fail;
+    ot_pass_stat st = {"schedule", 0, ot_now_ns() - t0, before, before, false};
+    if ((s = ot_pass_manager_record(e->pm, &st)) != OT_OK) goto fail;
+    if ((s = cc_fingerprint(src, &o, fp)) != OT_OK) goto fail;
+
+    t0 = ot_now_ns();
+    ot_executable *done = NULL;
+    ot_module *mod = e->mod;
+    e->mod = NULL;
+    s = cc_build_executable(mod, order, norder, &o, &done);
+    order = NULL;
+    if (s != OT_OK) goto fail;
+    done->pm = e->pm;
+    e->pm = NULL;
+    ot_executable_free(e);
+    e = done;
+    memcpy(e->fp, fp, 32);
+    st = (ot_pass_stat){"assign-buffers", 0, ot_now_ns() - t0, before, before, false};
+    if ((s = ot_pass_manager_record(e->pm, &st)) != OT_OK) goto fail;
+    if (o.arena_limit > 0 && e->arena > o.arena_limit) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY,
+                     "compile: the arena needs %lld bytes (peak of live bytes %lld), over the "
+                     "limit of %lld bytes",
+                     (long long)e->arena, (long long)e->peak, (long long)o.arena_limit);
+        goto fail;
+    }
+    *out = e;
+    return OT_OK;
+fail:
+    ot_free(order);
+    ot_executable_free(e);
+    return s;
+}
+
+static void copy_opt_str(char *buf, size_t cap, const char **p) {
+    if (!*p) return;
+    snprintf(buf, cap, "%s", *p);
+    *p = buf;
+}
+
+ot_status cc_build_executable(ot_module *m, ot_instr **order, int64_t n,
+                              const ot_compile_options *o, ot_executable **out) {
+    *out = NULL;
+    ot_executable *e = ot_calloc(1, sizeof *e);
+    if (!e) {
+        ot_module_free(m);
+        ot_free(order);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    }
+    e->mod = m;
+    e->order = order;
+    e->norder = n;
+    e->opts = *o;
+    copy_opt_str(e->target, sizeof e->target, &e->opts.target);
+    copy_opt_str(e->passes, sizeof e->passes, &e->opts.passes);
+    copy_opt_str(e->disable, sizeof e->disable, &e->opts.disable_passes);
+    e->opts.dump_dir = e->opts.dump_after = NULL;
+    kbuild *kb = NULL;
+    int64_t kbcap = 0;
+    ot_status s = build_program(e, order, n, &kb, &kbcap);
+    if (s == OT_OK) s = apply_aliases(e, &kb, &kbcap);
+    if (s == OT_OK) s = assign_buffers(e, kb, o->opt_level >= 1);
+    if (s == OT_OK) s = finalize_kernels(e, kb);
+    ot_free(kb);
+    if (s != OT_OK) {
+        ot_executable_free(e);
+        return s;
+    }
+    *out = e;
+    return OT_OK;
+}

@@ -1,0 +1,39 @@
+/* Compiler internals shared by the src/compiler sources. */
+#ifndef OT_COMPILER_INTERNAL_H
+#define OT_COMPILER_INTERNAL_H
+
+#include "optitpu/compiler.h"
+
+#include <string.h>
+
+/* Grows *p (element size sz) to hold at least need elements; *cap updated. */
+ot_status cc_grow(void *pp, int64_t *cap, int64_t need, size_t sz);
+
+/* Pointer -> int64 map (open addressing, no deletion); get returns -1 when absent. */
+typedef struct cc_ptrmap {
+    struct cc_ptrslot {
+        const void *k;
+        int64_t v;
+    } * slots;
+    uint64_t cap, n;
+} cc_ptrmap;
+ot_status cc_ptrmap_put(cc_ptrmap *m, const void *k, int64_t v);
+int64_t cc_ptrmap_get(const cc_ptrmap *m, const void *k);
+void cc_ptrmap_free(cc_ptrmap *m);
+
+/* Every computation reachable from the entry (entry included), callees first; ot_malloc'd. */
+ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n);
+
+/* Array numel of an instruction (0 for tuples/tokens). */
+int64_t cc_numel(const ot_instr *i);
+
+/* True for ops that cost a lot per element (never duplicated by fusion). */
+bool cc_is_expensive(ot_opcode op);
+
+/* Constant folding needs the reference evaluator (exec); false until it is built. */
+bool cc_fold_available(void);
+
+/* SHA-256 over the canonical encoding of the module, the options and the target. */
+ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_t out[32]);
+
+#endif

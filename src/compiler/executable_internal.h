@@ -1,0 +1,33 @@
+/* The executable's internals, shared by compile.c and serialize.c. */
+#ifndef OT_EXECUTABLE_INTERNAL_H
+#define OT_EXECUTABLE_INTERNAL_H
+
+#include "compiler_internal.h"
+
+struct ot_executable {
+    ot_module *mod;
+    ot_instr **order; /* the entry schedule */
+    int64_t norder;
+    ot_kernel *k;
+    int64_t nk, kcap;
+    ot_slot *s;
+    int64_t ns, scap;
+    int32_t *io; /* pooled kernel inputs and outputs */
+    int64_t nio, iocap;
+    int32_t *param_slot;
+    int nparams;
+    int32_t *out_slot;
+    int nout;
+    int64_t arena, peak, flops, bytes;
+    uint8_t fp[32];
+    ot_pass_manager *pm;
+    ot_compile_options opts; /* strings point into the buffers below */
+    char target[256], passes[1024], disable[1024];
+};
+
+/* Builds kernels, slots, aliasing and buffer assignment for module m (taken over: owned by the
+ * executable, or freed on failure) scheduled as order[0..n) (taken over likewise). */
+ot_status cc_build_executable(ot_module *m, ot_instr **order, int64_t n,
+                              const ot_compile_options *o, ot_executable **out);
+
+#endif

@@ -1,0 +1,543 @@
+/* Fusion: clusters are formed on positions of a post order, then each cluster is materialized
+ * once as a fusion instruction calling a fused computation.
+ *
+ * Phase 1 (producer → consumer) visits instructions users-first. A fusible instruction joins the
+ * cluster of its users when they all sit in one cluster; when it also has users outside, it joins
+ * as an extra output (multi-output) only if no outside user reaches the cluster (no cycle
+ * through an outside instruction; a bounded search, refusing when the budget runs out). A cheap
+ * instruction used by several clusters is duplicated into each; an expensive one (exp, log,
+ * divide, power, sqrt, tanh, ...) never is: it starts its own cluster.
+ * Phase 2 (siblings) merges loop clusters of one iteration space that read a common full-size
+ * input, when neither reaches the other.
+ * Legality: a member has the cluster's element count (same iteration space, reshapes included),
+ * or is smaller and feeds only broadcasts (or the reduce's init) inside the cluster; a reduce is
+ * only ever a cluster root; operands + outputs stay within max_io. */
+#include "compiler_internal.h"
+
+#include <stdio.h>
+
+enum { CL_LOOP = 0, CL_INPUT = 1 };
+enum { DFS_BUDGET = 256 };
+
+typedef struct cluster {
+    int32_t parent; /* union-find */
+    int kind;
+    int64_t iter;   /* element count of the iteration space */
+    int64_t maxpos; /* largest member position */
+    int nio;        /* operands + outputs, an upper bound */
+    int64_t nmembers;
+    int64_t first_out; /* output list (positions, linked by next_out) */
+} cluster;
+
+typedef struct dupent {
+    int32_t cluster;
+    int64_t next;
+} dupent;
+
+typedef struct fz {
+    ot_module *m;
+    ot_computation *c;
+    int max_io;
+    ot_instr **po;
+    int64_t n;
+    int32_t *cl; /* primary cluster per position, -1 none */
+    bool *small, *is_out;
+    int64_t *next_out;
+    int64_t *dup_head; /* per position: first dupent, -1 none */
+    dupent *dups;
+    int64_t ndups, dupcap;
+    cluster *cls;
+    int64_t ncls, clcap;
+    uint32_t *vis;
+    uint32_t vstamp;
+    int64_t *stack;
+    int64_t fused_count;
+} fz;
+
+static int32_t cfind(fz *f, int32_t c) {
+    while (f->cls[c].parent != c) {
+        f->cls[c].parent = f->cls[f->cls[c].parent].parent;
+        c = f->cls[c].parent;
+    }
+    return c;
+}
+
+static int64_t pos_of(const ot_instr *i) {
+    return i->mark;
+}
+
+static bool reducer_simple(const ot_instr *r) {
+    if (r->noperands != 2 || r->ncalled != 1) return false;
+    const ot_computation *red = r->called[0];
+    const ot_instr *root = red->root;
+    if (!root || red->nparams != 2 || red->ninstrs != 3 || root->noperands != 2) return false;
+    switch (root->opcode) {
+    case OT_OP_ADD:
+    case OT_OP_MULTIPLY:
+    case OT_OP_MAXIMUM:
+    case OT_OP_MINIMUM:
+    case OT_OP_AND:
+    case OT_OP_OR: break;
+    default: return false;
+    }
+    return root->operands[0]->opcode == OT_OP_PARAMETER &&
+           root->operands[1]->opcode == OT_OP_PARAMETER && root->operands[0] != root->operands[1];
+}
+
+static bool fusible(const ot_instr *i) {
+    if (i->shape.kind != OT_IR_ARRAY || ot_instr_has_side_effect(i)) return false;
+    switch (i->opcode) {
+    case OT_OP_BROADCAST:
+    case OT_OP_RESHAPE:
+    case OT_OP_BITCAST:
+    case OT_OP_CONVERT:
+    case OT_OP_IOTA: return true;
+    case OT_OP_CONSTANT: return cc_numel(i) == 1 && i->attrs.literal && !i->attrs.literal->elided;
+    case OT_OP_REDUCE: return reducer_simple(i);
+    case OT_OP_MAP: return false;
+    default: return ot_opcode_is_elementwise(i->opcode);
+    }
+}
+
+static ot_status new_cluster(fz *f, int64_t k, int kind, int64_t iter) {
+    OT_CHECK(cc_grow(&f->cls, &f->clcap, f->ncls + 1, sizeof *f->cls));
+    int32_t id = (int32_t)f->ncls++;
+    ot_instr *i = f->po[k];
+    f->cls[id] = (cluster){id, kind, iter, k, i->noperands + 1, 1, k};
+    f->cl[k] = id;
+    f->is_out[k] = true;
+    f->next_out[k] = -1;
+    return OT_OK;
+}
+
+/* True when a member (primary) of cluster `target` can be reached, following users, from any of
+ * the users of the instructions in starts[] that are outside `self` (a cluster or -1). Reports
+ * true as well when the search budget runs out (the caller then refuses). */
+static bool reaches(fz *f, ot_instr *const *starts, int64_t nstarts, int32_t self, int32_t target) {
+    int64_t maxpos = f->cls[target].maxpos, sp = 0, visited = 0;
+    if (++f->vstamp == 0) {
+        memset(f->vis, 0, (size_t)f->n * sizeof *f->vis);
+        f->vstamp = 1;
+    }
+    for (int64_t s = 0; s < nstarts; s++) {
+        ot_instr *x = starts[s];
+        for (int u = 0; u < x->nusers; u++) {
+            int64_t p = pos_of(x->users[u]);
+            if (p > maxpos || f->vis[p] == f->vstamp) continue;
+            if (self >= 0 && f->cl[p] >= 0 && cfind(f, f->cl[p]) == self) continue;
+            f->vis[p] = f->vstamp;
+            f->stack[sp++] = p;
+        }
+    }
+    while (sp) {
+        int64_t p = f->stack[--sp];
+        if (f->cl[p] >= 0 && cfind(f, f->cl[p]) == target) return true;
+        if (++visited > DFS_BUDGET) return true;
+        ot_instr *x = f->po[p];
+        for (int u = 0; u < x->nusers; u++) {
+            int64_t q = pos_of(x->users[u]);
+            if (q > maxpos || f->vis[q] == f->vstamp) continue;
+            f->vis[q] = f->vstamp;
+            f->stack[sp++] = q;
+        }
+    }
+    return false;
+}
+
+static bool in_cluster(fz *f, int64_t p, int32_t c) {
+    if (f->cl[p] >= 0 && cfind(f, f->cl[p]) == c) return true;
+    for (int64_t d = f->dup_head[p]; d >= 0; d = f->dups[d].next)
+        if (cfind(f, f->dups[d].cluster) == c) return true;
+    return false;
+}
+
+/* Whether i may become a member of c (iteration space and operand budget). */
+static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small) {
+    cluster *C = &f->cls[c];
+    int64_t n = cc_numel(i);
+    if (C->nio + i->noperands - 1 + (as_output ? 1 : 0) > f->max_io) return false;
+    if (i->opcode == OT_OP_REDUCE) return false; /* only ever a root */
+    *small = false;
+    if (n == C->iter) return true;
+    if (n > C->iter || as_output) return false;
+    /* smaller: only into broadcasts, smaller members, or a reduce's init */
+    for (int u = 0; u < i->nusers; u++) {
+        ot_instr *x = i->users[u];
+        int64_t p = pos_of(x);
+        if (!in_cluster(f, p, c)) continue;
+        if (x->opcode == OT_OP_BROADCAST || f->small[p]) continue;
+        if (x->opcode == OT_OP_REDUCE && x->operands[0] != i) continue;
+        return false;
+    }
+    *small = true;
+    return true;
+}
+
+static ot_status add_dup(fz *f, int64_t k, int32_t c) {
+    OT_CHECK(cc_grow(&f->dups, &f->dupcap, f->ndups + 1, sizeof *f->dups));
+    f->dups[f->ndups] = (dupent){c, f->dup_head[k]};
+    f->dup_head[k] = f->ndups++;
+    f->cls[c].nio += f->po[k]->noperands - 1;
+    f->cls[c].nmembers++;
+    return OT_OK;
+}
+
+static ot_status phase1(fz *f) {
+    int32_t ucl[16];
+    for (int64_t k = f->n - 1; k >= 0; k--) {
+        ot_instr *i = f->po[k];
+        if (!fusible(i)) continue;
+        if (i->opcode == OT_OP_REDUCE) {
+            OT_CHECK(new_cluster(f, k, CL_INPUT, cc_numel(i->operands[0])));
+            continue;
+        }
+        int nu = 0;
+        bool outside = f->c->root == i, many = false;
+        for (int u = 0; u < i->nusers && !many; u++) {
+            int64_t p = pos_of(i->users[u]);
+            bool any = false;
+            int32_t cands[17];
+            int nc = 0;
+            if (f->cl[p] >= 0) cands[nc++] = cfind(f, f->cl[p]);
+            for (int64_t d = f->dup_head[p]; d >= 0 && nc < 17; d = f->dups[d].next)
+                cands[nc++] = cfind(f, f->dups[d].cluster);
+            for (int q = 0; q < nc; q++) {
+                any = true;
+                bool seen = false;
+                for (int j = 0; j < nu && !seen; j++) seen = ucl[j] == cands[q];
+                if (seen) continue;
+                if (nu == 16) {
+                    many = true;
+                    break;
+                }
+                ucl[nu++] = cands[q];
+            }
+            if (!any) outside = true;
+        }
+        bool small = false;
+        if (!many && nu == 1 && can_join(f, i, ucl[0], outside, &small)) {
+            if (!outside || !reaches(f, &i, 1, ucl[0], ucl[0])) {
+                int32_t c = ucl[0];
+                f->cl[k] = c;
+                f->small[k] = small;
+                f->cls[c].nio += i->noperands - 1 + (outside ? 1 : 0);
+                f->cls[c].nmembers++;
+                if (outside) {
+                    f->is_out[k] = true;
+                    f->next_out[k] = f->cls[c].first_out;
+                    f->cls[c].first_out = k;
+                }
+                continue;
+            }
+        }
+        /* a cheap instruction whose users all sit in several clusters is duplicated into each */
+        bool dup = !cc_is_expensive(i->opcode) && !many && !outside && nu >= 2;
+        for (int j = 0; j < nu && dup; j++) {
+            bool sm = false;
+            dup = can_join(f, i, ucl[j], false, &sm) && !sm;
+        }
+        for (int j = 0; j < nu && dup; j++) OT_CHECK(add_dup(f, k, ucl[j]));
+        bool needs_own = !dup;
+        if (needs_own) OT_CHECK(new_cluster(f, k, CL_LOOP, cc_numel(i)));
+    }
+    return OT_OK;
+}
+
+/* Outputs of cluster c (its root and extra outputs) as instructions, into out (cap entries). */
+static int64_t cluster_outputs(fz *f, int32_t c, ot_instr **out, int64_t cap) {
+    int64_t n = 0;
+    for (int64_t p = f->cls[c].first_out; p >= 0 && n < cap; p = f->next_out[p])
+        out[n++] = f->po[p];
+    return n;
+}
+
+static ot_status phase2(fz *f) {
+    ot_instr *outs[64];
+    for (int64_t k = 0; k < f->n; k++) {
+        ot_instr *z = f->po[k];
+        int32_t first = -1;
+        int scanned = 0;
+        for (int u = 0; u < z->nusers && scanned < 32; u++, scanned++) {
+            int64_t p = pos_of(z->users[u]);
+            if (f->cl[p] < 0) continue;
+            int32_t c = cfind(f, f->cl[p]);
+            if (f->cls[c].kind != CL_LOOP || f->cls[c].iter != cc_numel(z) || cc_numel(z) <= 1)
+                continue;
+            if (first < 0) {
+                first = c;
+                continue;
+            }
+            if (c == first) continue;
+            cluster *A = &f->cls[first], *B = &f->cls[c];
+            if (A->nio + B->nio - 1 > f->max_io) continue;
+            int64_t na = cluster_outputs(f, first, outs, 64);
+            if (na == 64 || reaches(f, outs, na, first, c)) continue;
+            int64_t nb = cluster_outputs(f, c, outs, 64);
+            if (nb == 64 || reaches(f, outs, nb, c, first)) continue;
+            /* merge B into A: concatenate output lists */
+            int64_t *tail = &A->first_out;
+            while (*tail >= 0) tail = &f->next_out[*tail];
+            *tail = B->first_out;
+            A->nio += B->nio - 1;
+            A->nmembers += B->nmembers;
+            if (B->maxpos > A->maxpos) A->maxpos = B->maxpos;
+            B->parent = first;
+        }
+    }
+    return OT_OK;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+
+typedef struct mat {
+    int64_t *members; /* per cluster root: member positions, topo order (CSR) */
+    int64_t *start;
+    int32_t *stamp;   /* per position: cluster being materialized */
+    ot_instr **clone; /* per position */
+    int32_t *in_stamp;
+    int64_t *in_index;
+} mat;
+
+static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int64_t nm,
+                             bool *changed) {
+    ot_module *m = f->m;
+    ot_computation *entry = f->c;
+    /* a cluster of constants only stays as it is */
+    bool work = false;
+    for (int64_t j = 0; j < nm && !work; j++) work = f->po[mem[j]]->opcode != OT_OP_CONSTANT;
+    if (!work) return OT_OK;
+    for (int64_t j = 0; j < nm; j++) mt->stamp[mem[j]] = c;
+    char nm_buf[64];
+    snprintf(nm_buf, sizeof nm_buf, "fused_computation.%lld", (long long)f->fused_count++);
+    ot_computation *fc = ot_module_add_computation(m, nm_buf);
+    if (!fc)
+        return ot_module_status(m) != OT_OK ? ot_module_status(m)
+                                            : ot_error(OT_ERR_OUT_OF_MEMORY, "fusion");
+    ot_instr **inputs = NULL, **outs = NULL, **ops = NULL;
+    int64_t nin = 0, incap = 0, nout = 0, outcap = 0;
+    ot_status s = OT_OK;
+    ops = ot_malloc(8 * sizeof *ops);
+    int opcap = 8;
+    if (!ops) s = ot_error(OT_ERR_OUT_OF_MEMORY, "fusion: out of memory");
+    for (int64_t j = 0; j < nm && s == OT_OK; j++) {
+        ot_instr *x = f->po[mem[j]];
+        if (x->noperands > opcap) {
+            ot_instr **no = ot_realloc(ops, (size_t)x->noperands * sizeof *ops);
+            if (!no) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "fusion: out of memory");
+                break;
+            }
+            ops = no;
+            opcap = x->noperands;
+        }
+        for (int q = 0; q < x->noperands && s == OT_OK; q++) {
+            ot_instr *o = x->operands[q];
+            int64_t p = pos_of(o);
+            if (p >= 0 && p < f->n && f->po[p] == o && mt->stamp[p] == c) {
+                ops[q] = mt->clone[p];
+                continue;
+            }
+            /* an input: o is an original instruction or a new one (fusion / gte) */
+            int64_t key = (p >= 0 && p < f->n && f->po[p] == o) ? p : -1;
+            int64_t idx = -1;
+            if (key >= 0 && mt->in_stamp[key] == c) idx = mt->in_index[key];
+            if (key < 0)
+                for (int64_t r = 0; r < nin && idx < 0; r++)
+                    if (inputs[r] == o) idx = r;
+            if (idx < 0) {
+                s = cc_grow(&inputs, &incap, nin + 1, sizeof *inputs);
+                if (s != OT_OK) break;
+                ot_instr *prm = ot_build_parameter_ir(fc, nin, &o->shape, NULL);
+                if (!prm) {
+                    s = ot_module_status(m);
+                    break;
+                }
+                inputs[nin] = o;
+                idx = nin++;
+                if (key >= 0) {
+                    mt->in_stamp[key] = c;
+                    mt->in_index[key] = idx;
+                }
+            }
+            ops[q] = fc->params[idx];
+        }
+        if (s != OT_OK) break;
+        s = ot_instr_clone(fc, x, ops, NULL, &mt->clone[mem[j]]);
+    }
+    /* outputs: primary members with a user outside the cluster, or the entry root */
+    for (int64_t j = 0; j < nm && s == OT_OK; j++) {
+        ot_instr *x = f->po[mem[j]];
+        if (f->cl[mem[j]] < 0 || cfind(f, f->cl[mem[j]]) != c) continue; /* a duplicate */
+        bool out = entry->root == x;
+        for (int u = 0; u < x->nusers && !out; u++) {
+            int64_t p = pos_of(x->users[u]);
+            out = !(p >= 0 && p < f->n && f->po[p] == x->users[u] && mt->stamp[p] == c);
+        }
+        if (!out) continue;
+        s = cc_grow(&outs, &outcap, nout + 1, sizeof *outs);
+        if (s == OT_OK) outs[nout++] = x;
+    }
+    ot_instr *fusion = NULL;
+    if (s == OT_OK && nout == 0) s = ot_error(OT_ERR_INTERNAL, "fusion: cluster without output");
+    if (s == OT_OK) {
+        ot_instr *root;
+        if (nout == 1) {
+            root = mt->clone[pos_of(outs[0])];
+        } else {
+            ot_instr **rs = ot_malloc((size_t)nout * sizeof *rs);
+            if (!rs) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "fusion: out of memory");
+                goto done;
+            }
+            for (int64_t j = 0; j < nout; j++) rs[j] = mt->clone[pos_of(outs[j])];
+            root = ot_build_tuple(fc, rs, (int)nout);
+            ot_free(rs);
+        }
+        ot_computation_set_root(fc, root);
+        ot_attrs at = {0};
+        int kind = f->cls[c].kind;
+        at.fusion_kind = kind == CL_INPUT ? OT_FUSION_INPUT : OT_FUSION_LOOP;
+        fusion = ot_build(entry, OT_OP_FUSION, inputs, (int)nin, &at, &fc, 1, NULL, NULL);
+        if (!fusion) {
+            s = ot_module_status(m);
+            if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "fusion: builder failed");
+            goto done;
+        }
+        for (int64_t j = 0; j < nout && s == OT_OK; j++) {
+            ot_instr *to = fusion;
+            if (nout > 1) {
+                to = ot_build_get_tuple_element(entry, fusion, j);
+                if (!to) {
+                    s = ot_module_status(m);
+                    break;
+                }
+            }
+            s = ot_instr_replace_all_uses(outs[j], to);
+        }
+        /* remove the primary members, users first */
+        for (int64_t j = nm - 1; j >= 0 && s == OT_OK; j--) {
+            ot_instr *x = f->po[mem[j]];
+            if (f->cl[mem[j]] < 0 || cfind(f, f->cl[mem[j]]) != c) continue;
+            s = ot_instr_remove(x);
+        }
+        if (s == OT_OK) *changed = true;
+    }
+done:
+    ot_free(inputs);
+    ot_free(outs);
+    ot_free(ops);
+    return s;
+}
+
+ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
+    if (changed) *changed = false;
+    ot_computation *entry = ot_module_entry(m);
+    if (!entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "fuse: no entry computation");
+    fz f = {0};
+    f.m = m;
+    f.c = entry;
+    f.max_io = max_io > 0 ? max_io : 64;
+    if (f.max_io < 2) f.max_io = 2;
+    mat mt = {0};
+    ot_status s = ot_computation_post_order(entry, &f.po, &f.n);
+    if (s != OT_OK) return s;
+    int64_t n = f.n ? f.n : 1;
+    f.cl = ot_malloc((size_t)n * sizeof *f.cl);
+    f.small = ot_calloc((size_t)n, sizeof *f.small);
+    f.is_out = ot_calloc((size_t)n, sizeof *f.is_out);
+    f.next_out = ot_malloc((size_t)n * sizeof *f.next_out);
+    f.dup_head = ot_malloc((size_t)n * sizeof *f.dup_head);
+    f.vis = ot_calloc((size_t)n, sizeof *f.vis);
+    f.stack = ot_malloc((size_t)n * sizeof *f.stack);
+    int64_t *cnt = NULL, *order = NULL, *fill = NULL;
+    bool ch = false;
+    if (!f.cl || !f.small || !f.is_out || !f.next_out || !f.dup_head || !f.vis || !f.stack) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
+        goto out;
+    }
+    for (int64_t k = 0; k < f.n; k++) {
+        f.po[k]->mark = k;
+        f.cl[k] = -1;
+        f.dup_head[k] = -1;
+        f.next_out[k] = -1;
+    }
+    if ((s = phase1(&f)) != OT_OK) goto out;
+    if ((s = phase2(&f)) != OT_OK) goto out;
+    /* member lists per cluster root (CSR), in position order */
+    cnt = ot_calloc((size_t)(f.ncls + 1), sizeof *cnt);
+    int32_t *last = ot_malloc((size_t)(f.ncls ? f.ncls : 1) * sizeof *last);
+    mt.stamp = ot_malloc((size_t)n * sizeof *mt.stamp);
+    mt.in_stamp = ot_malloc((size_t)n * sizeof *mt.in_stamp);
+    mt.in_index = ot_malloc((size_t)n * sizeof *mt.in_index);
+    mt.clone = ot_calloc((size_t)n, sizeof *mt.clone);
+    if (!cnt || !last || !mt.stamp || !mt.in_stamp || !mt.in_index || !mt.clone) {
+        ot_free(last);
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
+        goto out;
+    }
+    for (int64_t k = 0; k < f.n; k++) mt.stamp[k] = mt.in_stamp[k] = -1;
+    for (int64_t c = 0; c < f.ncls; c++) last[c] = -1;
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t c = 0; c < f.ncls; c++) last[c] = -1;
+        for (int64_t k = 0; k < f.n; k++) {
+            int32_t cs[1 + 64];
+            int ncs = 0;
+            if (f.cl[k] >= 0) cs[ncs++] = cfind(&f, f.cl[k]);
+            for (int64_t d = f.dup_head[k]; d >= 0 && ncs < 65; d = f.dups[d].next)
+                cs[ncs++] = cfind(&f, f.dups[d].cluster);
+            for (int q = 0; q < ncs; q++) {
+                int32_t c = cs[q];
+                if (last[c] == (int32_t)k) continue;
+                last[c] = (int32_t)k;
+                if (pass == 0)
+                    cnt[c + 1]++;
+                else
+                    order[fill[c]++] = k;
+            }
+        }
+        if (pass == 0) {
+            for (int64_t c = 0; c < f.ncls; c++) cnt[c + 1] += cnt[c];
+            total = cnt[f.ncls];
+            order = ot_malloc((size_t)(total ? total : 1) * sizeof *order);
+            fill = ot_malloc((size_t)(f.ncls ? f.ncls : 1) * sizeof *fill);
+            if (!order || !fill) {
+                ot_free(last);
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
+                goto out;
+            }
+            for (int64_t c = 0; c < f.ncls; c++) fill[c] = cnt[c];
+        }
+    }
+    ot_free(last);
+    for (int64_t c = 0; c < f.ncls && s == OT_OK; c++) {
+        if (cfind(&f, (int32_t)c) != c) continue;
+        s = materialize(&f, &mt, (int32_t)c, order + cnt[c], cnt[c + 1] - cnt[c], &ch);
+    }
+    /* duplicated originals left without users */
+    for (int64_t k = f.n - 1; k >= 0 && s == OT_OK; k--) {
+        if (f.dup_head[k] < 0 || f.cl[k] >= 0) continue;
+        ot_instr *x = f.po[k];
+        if (x->nusers == 0 && entry->root != x) s = ot_instr_remove(x);
+    }
+out:
+    ot_free(cnt);
+    ot_free(order);
+    ot_free(fill);
+    ot_free(mt.stamp);
+    ot_free(mt.in_stamp);
+    ot_free(mt.in_index);
+    ot_free(mt.clone);
+    ot_free(f.po);
+    ot_free(f.cl);
+    ot_free(f.small);
+    ot_free(f.is_out);
+    ot_free(f.next_out);
+    ot_free(f.dup_head);
+    ot_free(f.dups);
+    ot_free(f.cls);
+    ot_free(f.vis);
+    ot_free(f.stack);
+    if (changed) *changed = ch;
+    return s;
+}

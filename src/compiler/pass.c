@@ -1,0 +1,510 @@
+/* Pass manager (named passes, fixed-point groups, statistics, verify-each, dumps), the shared
+ * helpers, dead-code elimination and common-subexpression elimination. */
+#include "compiler_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+ot_status cc_grow(void *pp, int64_t *cap, int64_t need, size_t sz) {
+    void **p = pp;
+    if (need <= *cap) return OT_OK;
+    int64_t nc = *cap ? *cap : 8;
+    while (nc < need) nc *= 2;
+    void *np = ot_realloc(*p, (size_t)nc * sz);
+    if (!np) return ot_error(OT_ERR_OUT_OF_MEMORY, "compiler: out of memory");
+    *p = np;
+    *cap = nc;
+    return OT_OK;
+}
+
+static uint64_t ptr_hash(const void *p) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+ot_status cc_ptrmap_put(cc_ptrmap *m, const void *k, int64_t v) {
+    if ((m->n + 1) * 2 > m->cap) {
+        uint64_t nc = m->cap ? m->cap * 2 : 64;
+        struct cc_ptrslot *ns = ot_calloc(nc, sizeof *ns);
+        if (!ns) return ot_error(OT_ERR_OUT_OF_MEMORY, "compiler: out of memory");
+        for (uint64_t j = 0; j < m->cap; j++) {
+            if (!m->slots[j].k) continue;
+            uint64_t p = ptr_hash(m->slots[j].k) & (nc - 1);
+            while (ns[p].k) p = (p + 1) & (nc - 1);
+            ns[p] = m->slots[j];
+        }
+        ot_free(m->slots);
+        m->slots = ns;
+        m->cap = nc;
+    }
+    uint64_t p = ptr_hash(k) & (m->cap - 1);
+    while (m->slots[p].k && m->slots[p].k != k) p = (p + 1) & (m->cap - 1);
+    if (!m->slots[p].k) m->n++;
+    m->slots[p].k = k;
+    m->slots[p].v = v;
+    return OT_OK;
+}
+
+int64_t cc_ptrmap_get(const cc_ptrmap *m, const void *k) {
+    if (!m->cap) return -1;
+    uint64_t p = ptr_hash(k) & (m->cap - 1);
+    while (m->slots[p].k) {
+        if (m->slots[p].k == k) return m->slots[p].v;
+        p = (p + 1) & (m->cap - 1);
+    }
+    return -1;
+}
+
+void cc_ptrmap_free(cc_ptrmap *m) {
+    ot_free(m->slots);
+    memset(m, 0, sizeof *m);
+}
+
+int64_t cc_numel(const ot_instr *i) {
+    if (i->shape.kind != OT_IR_ARRAY) return 0;
+    return ot_shape_numel_unchecked(&i->shape.array);
+}
+
+bool cc_is_expensive(ot_opcode op) {
+    switch (op) {
+    case OT_OP_EXP:
+    case OT_OP_EXPM1:
+    case OT_OP_LOG:
+    case OT_OP_LOG1P:
+    case OT_OP_SQRT:
+    case OT_OP_RSQRT:
+    case OT_OP_CBRT:
+    case OT_OP_TANH:
+    case OT_OP_LOGISTIC:
+    case OT_OP_SIN:
+    case OT_OP_COS:
+    case OT_OP_TAN:
+    case OT_OP_ERF:
+    case OT_OP_DIVIDE:
+    case OT_OP_REMAINDER:
+    case OT_OP_POWER:
+    case OT_OP_ATAN2:
+    case OT_OP_MAP: return true;
+    default: return false;
+    }
+}
+
+ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n) {
+    *out = NULL;
+    *n = 0;
+    ot_computation *entry = ot_module_entry(m);
+    if (!entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "module has no entry computation");
+    /* depth-first from the entry over called computations; a computation is emitted after
+     * everything it calls (callees first) */
+    int cap = ot_module_computation_count(m) + 1;
+    ot_computation **order = ot_malloc((size_t)cap * sizeof *order);
+    struct frame {
+        ot_computation *c;
+        ot_instr *i;
+        int k;
+    } *st = ot_malloc((size_t)cap * sizeof *st);
+    cc_ptrmap seen = {0};
+    ot_status s = OT_OK;
+    int no = 0, sp = 0;
+    if (!order || !st) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "compiler: out of memory");
+        goto out;
+    }
+    if ((s = cc_ptrmap_put(&seen, entry, 1)) != OT_OK) goto out;
+    st[sp++] = (struct frame){entry, entry->first, 0};
+    while (sp && s == OT_OK) {
+        struct frame *f = &st[sp - 1];
+        while (f->i && f->k >= f->i->ncalled) {
+            f->i = f->i->next;
+            f->k = 0;
+        }
+        if (!f->i) {
+            order[no++] = f->c;
+            sp--;
+            continue;
+        }
+        ot_computation *x = f->i->called[f->k++];
+        if (cc_ptrmap_get(&seen, x) >= 0) continue;
+        if (sp == cap || no == cap) {
+            s = ot_error(OT_ERR_INTERNAL, "reachable computations: more than the module holds");
+            break;
+        }
+        if ((s = cc_ptrmap_put(&seen, x, 1)) != OT_OK) break;
+        st[sp++] = (struct frame){x, x->first, 0};
+    }
+out:
+    cc_ptrmap_free(&seen);
+    ot_free(st);
+    if (s != OT_OK) {
+        ot_free(order);
+        return s;
+    }
+    *out = order;
+    *n = no;
+    return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Pass manager
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct pm_entry {
+    char *name;
+    ot_pass_fn fn; /* NULL: a group header */
+    void *ctx;
+    int group;     /* index of the group header entry, or -1 */
+    int max_iter;  /* group headers */
+    int group_end; /* group headers: one past the last member */
+} pm_entry;
+
+struct ot_pass_manager {
+    pm_entry *e;
+    int64_t n, cap;
+    int open_group; /* -1 when none */
+    bool verify_each;
+    char *dump_dir, *dump_after;
+    int dump_seq;
+    ot_pass_stat *st;
+    int64_t nst, stcap;
+};
+
+ot_pass_manager *ot_pass_manager_new(void) {
+    ot_pass_manager *pm = ot_calloc(1, sizeof *pm);
+    if (!pm) {
+        ot_error(OT_ERR_OUT_OF_MEMORY, "pass manager: out of memory");
+        return NULL;
+    }
+    pm->open_group = -1;
+    return pm;
+}
+
+void ot_pass_manager_free(ot_pass_manager *pm) {
+    if (!pm) return;
+    for (int64_t k = 0; k < pm->n; k++) ot_free(pm->e[k].name);
+    for (int64_t k = 0; k < pm->nst; k++) ot_free((char *)pm->st[k].name);
+    ot_free(pm->e);
+    ot_free(pm->st);
+    ot_free(pm->dump_dir);
+    ot_free(pm->dump_after);
+    ot_free(pm);
+}
+
+static ot_status pm_push(ot_pass_manager *pm, const char *name, ot_pass_fn fn, void *ctx,
+                         int max_iter) {
+    if (!pm || !name || !*name)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "pass manager: NULL manager or empty name");
+    OT_CHECK(cc_grow(&pm->e, &pm->cap, pm->n + 1, sizeof *pm->e));
+    char *nm = ot_strdup(name);
+    if (!nm) return ot_error(OT_ERR_OUT_OF_MEMORY, "pass manager: out of memory");
+    pm->e[pm->n] = (pm_entry){nm, fn, ctx, pm->open_group, max_iter, 0};
+    pm->n++;
+    return OT_OK;
+}
+
+ot_status ot_pass_manager_add(ot_pass_manager *pm, const char *name, ot_pass_fn fn, void *ctx) {
+    if (!fn)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "pass manager: pass '%s' has no function",
+                        name ? name : "");
+    return pm_push(pm, name, fn, ctx, 0);
+}
+
+ot_status ot_pass_manager_begin_fixed_point(ot_pass_manager *pm, const char *name,
+                                            int max_iterations) {
+    if (pm && pm->open_group >= 0)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "pass manager: fixed-point groups do not nest (group '%s' is open)",
+                        pm->e[pm->open_group].name);
+    if (max_iterations < 1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "pass manager: max_iterations must be >= 1");
+    OT_CHECK(pm_push(pm, name, NULL, NULL, max_iterations));
+    pm->open_group = (int)pm->n - 1;
+    return OT_OK;
+}
+
+ot_status ot_pass_manager_end_fixed_point(ot_pass_manager *pm) {
+    if (!pm || pm->open_group < 0)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "pass manager: no fixed-point group is open");
+    pm->e[pm->open_group].group_end = (int)pm->n;
+    pm->open_group = -1;
+    return OT_OK;
+}
+
+void ot_pass_manager_set_verify_each(ot_pass_manager *pm, bool on) {
+    if (pm) pm->verify_each = on;
+}
+
+ot_status ot_pass_manager_set_dump(ot_pass_manager *pm, const char *dir, const char *after) {
+    if (!pm) return ot_error(OT_ERR_INVALID_ARGUMENT, "pass manager is NULL");
+    char *d = dir ? ot_strdup(dir) : NULL, *a = after ? ot_strdup(after) : NULL;
+    if ((dir && !d) || (after && !a)) {
+        ot_free(d);
+        ot_free(a);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "pass manager: out of memory");
+    }
+    ot_free(pm->dump_dir);
+    ot_free(pm->dump_after);
+    pm->dump_dir = d;
+    pm->dump_after = a;
+    return OT_OK;
+}
+
+ot_status ot_pass_manager_record(ot_pass_manager *pm, const ot_pass_stat *st) {
+    OT_CHECK(cc_grow(&pm->st, &pm->stcap, pm->nst + 1, sizeof *pm->st));
+    char *nm = ot_strdup(st->name ? st->name : "");
+    if (!nm) return ot_error(OT_ERR_OUT_OF_MEMORY, "pass manager: out of memory");
+    pm->st[pm->nst] = *st;
+    pm->st[pm->nst].name = nm;
+    pm->nst++;
+    return OT_OK;
+}
+
+int ot_pass_manager_stat_count(const ot_pass_manager *pm) {
+    return pm ? (int)pm->nst : 0;
+}
+
+const ot_pass_stat *ot_pass_manager_stat(const ot_pass_manager *pm, int i) {
+    return pm && i >= 0 && i < pm->nst ? &pm->st[i] : NULL;
+}
+
+/* Writes the module's HLO text and DOT after a pass. The HLO printer and DOT export belong to
+ * the IR module; until they exist a dump request is refused up front (see ot_pass_manager_run). */
+static ot_status pm_dump(ot_pass_manager *pm, const ot_module *m, const char *pass) {
+    (void)m;
+    (void)pass;
+    pm->dump_seq++;
+    return ot_error(OT_ERR_UNIMPLEMENTED,
+                    "dump to %s: the HLO text printer and DOT export are not built yet",
+                    pm->dump_dir);
+}
+
+static ot_status pm_run_one(ot_pass_manager *pm, pm_entry *e, int iter, ot_module *m,
+                            bool *changed) {
+    ot_pass_stat st = {e->name, iter, 0, ot_module_instr_count(m), 0, false};
+    uint64_t t0 = ot_now_ns();
+    bool ch = false;
+    ot_status s = e->fn(m, e->ctx, &ch);
+    st.time_ns = ot_now_ns() - t0;
+    st.instrs_after = ot_module_instr_count(m);
+    st.changed = ch;
+    if (s != OT_OK) return ot_error_wrap(s, "pass %s", e->name);
+    OT_CHECK(ot_pass_manager_record(pm, &st));
+    if (pm->verify_each) {
+        s = ot_module_verify(m);
+        if (s != OT_OK) return ot_error_wrap(OT_ERR_INTERNAL, "after pass %s", e->name);
+    }
+    if (pm->dump_dir &&
+        (!pm->dump_after || !strcmp(pm->dump_after, "all") || !strcmp(pm->dump_after, e->name)))
+        OT_CHECK(pm_dump(pm, m, e->name));
+    *changed = *changed || ch;
+    return OT_OK;
+}
+
+ot_status ot_pass_manager_run(ot_pass_manager *pm, ot_module *m) {
+    if (!pm || !m) return ot_error(OT_ERR_INVALID_ARGUMENT, "pass manager run: NULL argument");
+    if (pm->open_group >= 0)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "pass manager: group '%s' was not ended",
+                        pm->e[pm->open_group].name);
+    if (pm->dump_dir) {
+        if (mkdir(pm->dump_dir, 0777) != 0 && errno != EEXIST)
+            return ot_error(OT_ERR_IO, "dump directory %s: %s", pm->dump_dir, strerror(errno));
+    }
+    for (int64_t k = 0; k < pm->n;) {
+        pm_entry *e = &pm->e[k];
+        if (e->fn) {
+            bool ch = false;
+            OT_CHECK(pm_run_one(pm, e, 0, m, &ch));
+            k++;
+            continue;
+        }
+        /* fixed-point group */
+        int it = 0;
+        for (; it < e->max_iter; it++) {
+            bool ch = false;
+            for (int64_t j = k + 1; j < e->group_end; j++)
+                OT_CHECK(pm_run_one(pm, &pm->e[j], it, m, &ch));
+            if (!ch) break;
+        }
+        k = e->group_end > k ? e->group_end : k + 1;
+    }
+    return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Dead-code elimination
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status dce_computation(ot_computation *c, bool *changed) {
+    ot_instr **po = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(c, &po, &n));
+    for (int64_t k = 0; k < n; k++) po[k]->mark = 0;
+    /* users come after operands in post order: walk backwards propagating liveness */
+    c->root->mark = 1;
+    for (int64_t k = n - 1; k >= 0; k--) {
+        ot_instr *i = po[k];
+        if (i->opcode == OT_OP_PARAMETER || ot_instr_has_side_effect(i)) i->mark = 1;
+        if (!i->mark) continue;
+        for (int j = 0; j < i->noperands; j++) i->operands[j]->mark = 1;
+    }
+    ot_status s = OT_OK;
+    for (int64_t k = n - 1; k >= 0 && s == OT_OK; k--) {
+        if (po[k]->mark) continue;
+        s = ot_instr_remove(po[k]);
+        if (s == OT_OK) *changed = true;
+    }
+    ot_free(po);
+    return s;
+}
+
+ot_status ot_pass_dce(ot_module *m, bool *changed) {
+    bool ch = false;
+    if (changed) *changed = false;
+    ot_computation *entry = ot_module_entry(m);
+    if (!entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "dce: no entry computation");
+    if (!entry->root)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "no outputs declared (entry computation %s has "
+                        "no root)",
+                        entry->name);
+    ot_computation **reach = NULL;
+    int nreach = 0;
+    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    ot_status s = OT_OK;
+    for (int k = nreach - 1; k >= 0 && s == OT_OK; k--) s = dce_computation(reach[k], &ch);
+    ot_free(reach);
+    OT_CHECK(s);
+    /* computations no longer reachable (a dead caller goes before its callees: a callee is
+     * removable only once nothing calls it, so repeat until nothing changes) */
+    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    cc_ptrmap live = {0};
+    for (int j = 0; j < nreach && s == OT_OK; j++) s = cc_ptrmap_put(&live, reach[j], j);
+    if (s == OT_OK && nreach < ot_module_computation_count(m)) {
+        for (bool again = true; again && s == OT_OK;) {
+            again = false;
+            for (int k = ot_module_computation_count(m) - 1; k >= 0 && s == OT_OK; k--) {
+                ot_computation *x = ot_module_computation(m, k);
+                if (cc_ptrmap_get(&live, x) >= 0) continue;
+                if (ot_module_remove_computation(m, x) == OT_OK) {
+                    again = ch = true;
+                    ot_clear_error();
+                }
+            }
+        }
+    }
+    cc_ptrmap_free(&live);
+    ot_free(reach);
+    if (changed) *changed = ch;
+    return s;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Common-subexpression elimination: one hash table per computation over (opcode, attributes,
+ * called computations, operands; commutative operands sorted by id; constant values).
+ * ------------------------------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+static bool cse_commutes(const ot_instr *i) {
+    return ot_opcode_is_commutative(i->opcode) && i->noperands == 2;
+}
+
+static uint64_t cse_hash(const ot_instr *i) {
+    uint64_t h = mix(0x1234, (uint64_t)i->opcode);
+    h = mix(h, (uint64_t)i->shape.kind);
+    if (i->shape.kind == OT_IR_ARRAY) {
+        h = mix(h, (uint64_t)i->shape.array.dtype);
+        for (int k = 0; k < i->shape.array.rank; k++) h = mix(h, (uint64_t)i->shape.array.dims[k]);
+    }
+    h = mix(h, ot_instr_attrs_hash(i));
+    if (cse_commutes(i)) {
+        uint64_t a = (uint64_t)i->operands[0]->id, b = (uint64_t)i->operands[1]->id;
+        h = mix(h, a < b ? a : b);
+        h = mix(h, a < b ? b : a);
+    } else {
+        for (int k = 0; k < i->noperands; k++) h = mix(h, (uint64_t)i->operands[k]->id);
+    }
+    for (int k = 0; k < i->ncalled; k++) h = mix(h, (uint64_t)i->called[k]->id);
+    return h;
+}
+
+static bool cse_equal(const ot_instr *a, const ot_instr *b) {
+    if (a->opcode != b->opcode || a->noperands != b->noperands || a->ncalled != b->ncalled)
+        return false;
+    if (!ot_ir_shape_equal(&a->shape, &b->shape)) return false;
+    if (a->shape.kind == OT_IR_ARRAY && a->shape.array.dtype != b->shape.array.dtype) return false;
+    if (cse_commutes(a)) {
+        bool same = a->operands[0] == b->operands[0] && a->operands[1] == b->operands[1];
+        bool swap = a->operands[0] == b->operands[1] && a->operands[1] == b->operands[0];
+        if (!same && !swap) return false;
+    } else {
+        for (int k = 0; k < a->noperands; k++)
+            if (a->operands[k] != b->operands[k]) return false;
+    }
+    for (int k = 0; k < a->ncalled; k++)
+        if (a->called[k] != b->called[k]) return false;
+    return ot_instr_attrs_equal(a, b);
+}
+
+static bool cse_candidate(const ot_instr *i) {
+    if (i->opcode == OT_OP_PARAMETER || ot_instr_has_side_effect(i)) return false;
+    if (i->opcode == OT_OP_CONSTANT && i->attrs.literal && i->attrs.literal->elided) return false;
+    return true;
+}
+
+static ot_status cse_computation(ot_computation *c, bool *changed) {
+    ot_instr **po = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(c, &po, &n));
+    uint64_t cap = 16;
+    while (cap < (uint64_t)n * 2) cap *= 2;
+    ot_instr **tab = ot_calloc(cap, sizeof *tab);
+    if (!tab) {
+        ot_free(po);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
+    }
+    ot_status s = OT_OK;
+    for (int64_t k = 0; k < n && s == OT_OK; k++) {
+        ot_instr *i = po[k];
+        if (!cse_candidate(i)) continue;
+        uint64_t h = cse_hash(i);
+        uint64_t p = h & (cap - 1);
+        ot_instr *hit = NULL;
+        while (tab[p]) {
+            if (cse_equal(tab[p], i)) {
+                hit = tab[p];
+                break;
+            }
+            p = (p + 1) & (cap - 1);
+        }
+        if (!hit) {
+            tab[p] = i;
+            continue;
+        }
+        s = ot_instr_replace_all_uses(i, hit);
+        if (s == OT_OK) s = ot_instr_remove(i);
+        if (s == OT_OK) *changed = true;
+    }
+    ot_free(tab);
+    ot_free(po);
+    return s;
+}
+
+ot_status ot_pass_cse(ot_module *m, bool *changed) {
+    bool ch = false;
+    if (changed) *changed = false;
+    ot_computation **reach = NULL;
+    int nreach = 0;
+    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    ot_status s = OT_OK;
+    for (int k = 0; k < nreach && s == OT_OK; k++) s = cse_computation(reach[k], &ch);
+    ot_free(reach);
+    if (changed) *changed = ch;
+    return s;
+}

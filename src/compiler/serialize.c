@@ -1,0 +1,1054 @@
+/* The canonical module encoding (fingerprints, executable files) and the executable file:
+ *
+ *   magic "OPTITPUX" | u32 version | u32 0 | u64 body length | SHA-256 of the body | body
+ *   body: target, options, fingerprint, module (entry in schedule order), arena, peak,
+ *         slot table, kernel table
+ *
+ * Loading checks the magic, version, length and checksum, decodes the module through the
+ * builder (every instruction re-inferred and the module verified), recomputes the program from
+ * the stored schedule, and compares it with the stored tables; any disagreement is CORRUPT_DATA
+ * naming the field. All integers little-endian. */
+#include "compiler_internal.h"
+#include "executable_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#define MAGIC          "OPTITPUX"
+#define FORMAT_VERSION 1u
+#define MAX_COUNT      (1 << 26)
+
+/* ---- writer ---- */
+
+typedef struct wb {
+    uint8_t *p;
+    int64_t n, cap;
+    ot_status err;
+    ot_sha256 *h; /* hashing mode: bytes go to the hash, not the buffer */
+} wb;
+
+static void put(wb *w, const void *d, size_t n) {
+    if (w->err || n == 0) return;
+    if (w->h) {
+        w->err = ot_sha256_update(w->h, d, n);
+        return;
+    }
+    if ((w->err = cc_grow(&w->p, &w->cap, w->n + (int64_t)n, 1)) != OT_OK) return;
+    memcpy(w->p + w->n, d, n);
+    w->n += (int64_t)n;
+}
+static void put_u8(wb *w, unsigned v) {
+    uint8_t b = (uint8_t)v;
+    put(w, &b, 1);
+}
+static void put_u32(wb *w, uint32_t v) {
+    uint8_t b[4];
+    for (int k = 0; k < 4; k++) b[k] = (uint8_t)(v >> (8 * k));
+    put(w, b, 4);
+}
+static void put_i64(wb *w, int64_t v) {
+    uint8_t b[8];
+    for (int k = 0; k < 8; k++) b[k] = (uint8_t)((uint64_t)v >> (8 * k));
+    put(w, b, 8);
+}
+static void put_str(wb *w, const char *s) {
+    if (!s) {
+        put_u32(w, 0xffffffffu);
+        return;
+    }
+    size_t n = strlen(s);
+    put_u32(w, (uint32_t)n);
+    put(w, s, n);
+}
+static void put_dims(wb *w, const int64_t *d, int n) {
+    for (int k = 0; k < n; k++) put_i64(w, d ? d[k] : 0);
+}
+
+static void put_shape(wb *w, const ot_ir_shape *s) {
+    put_u8(w, (unsigned)s->kind);
+    if (s->kind == OT_IR_ARRAY) {
+        put_u8(w, (unsigned)s->array.dtype);
+        put_u8(w, (unsigned)s->array.rank);
+        put_dims(w, s->array.dims, s->array.rank);
+    } else if (s->kind == OT_IR_TUPLE) {
+        put_u32(w, (uint32_t)s->ntuple);
+        for (int k = 0; k < s->ntuple; k++) put_shape(w, &s->tuple[k]);
+    }
+}
+
+static void put_window(wb *w, const ot_window *win) {
+    put_u8(w, (unsigned)win->rank);
+    for (int k = 0; k < win->rank; k++) {
+        const ot_window_dim *d = &win->dims[k];
+        put_i64(w, d->size);
+        put_i64(w, d->stride);
+        put_i64(w, d->pad_lo);
+        put_i64(w, d->pad_hi);
+        put_i64(w, d->window_dilation);
+        put_i64(w, d->base_dilation);
+        put_u8(w, d->reversal);
+    }
+}
+
+static void put_attrs(wb *w, const ot_instr *i) {
+    const ot_attrs *a = &i->attrs;
+    int rank = i->shape.kind == OT_IR_ARRAY ? i->shape.array.rank : 0;
+    put_i64(w, a->index);
+    put_u32(w, (uint32_t)(a->dims ? a->ndims : 0));
+    put_dims(w, a->dims, a->dims ? a->ndims : 0);
+    put_u8(w, (unsigned)a->cmp_dir);
+    put_u8(w, (unsigned)a->cmp_type);
+    put_i64(w, a->exponent_bits);
+    put_i64(w, a->mantissa_bits);
+    put_u8(w, (unsigned)(a->is_stable | a->largest << 1 | a->has_side_effect << 2 |
+                         a->use_global_device_ids << 3 | a->constrain_layout << 4));
+    put_u8(w, (unsigned)a->rng_algorithm);
+    put_u8(w, (unsigned)a->fusion_kind);
+    put_i64(w, a->channel_id);
+    put_i64(w, a->feature_group_count);
+    put_i64(w, a->batch_group_count);
+    put_u8(w, (unsigned)a->nprecision);
+    put_u8(w, (unsigned)a->precision[0]);
+    put_u8(w, (unsigned)a->precision[1]);
+    put_u8(w, a->slice != NULL);
+    for (int k = 0; a->slice && k < rank; k++) {
+        put_i64(w, a->slice[k].start);
+        put_i64(w, a->slice[k].limit);
+        put_i64(w, a->slice[k].stride);
+    }
+    put_u8(w, a->padding != NULL);
+    for (int k = 0; a->padding && k < rank; k++) {
+        put_i64(w, a->padding[k].lo);
+        put_i64(w, a->padding[k].hi);
+        put_i64(w, a->padding[k].interior);
+    }
+    put_u8(w, a->window != NULL);
+    if (a->window) put_window(w, a->window);
+    put_u8(w, a->dot != NULL);
+    if (a->dot) {
+        const ot_dot_dims *d = a->dot;
+        put_u8(w, (unsigned)d->nbatch);
+        put_u8(w, (unsigned)d->ncontract);
+        put_dims(w, d->lhs_batch, d->nbatch);
+        put_dims(w, d->rhs_batch, d->nbatch);
+        put_dims(w, d->lhs_contract, d->ncontract);
+        put_dims(w, d->rhs_contract, d->ncontract);
+    }
+    put_u8(w, a->conv != NULL);
+    if (a->conv) {
+        const ot_conv_dims *d = a->conv;
+        put_u8(w, (unsigned)d->nspatial);
+        put_i64(w, d->input_batch);
+        put_i64(w, d->input_feature);
+        put_dims(w, d->input_spatial, d->nspatial);
+        put_i64(w, d->kernel_input_feature);
+        put_i64(w, d->kernel_output_feature);
+        put_dims(w, d->kernel_spatial, d->nspatial);
+        put_i64(w, d->output_batch);
+        put_i64(w, d->output_feature);
+        put_dims(w, d->output_spatial, d->nspatial);
+    }
+    put_u8(w, a->gather != NULL);
+    if (a->gather) {
+        const ot_gather_dims *g = a->gather;
+        put_u8(w, (unsigned)g->noffset);
+        put_dims(w, g->offset_dims, g->noffset);
+        put_u8(w, (unsigned)g->ncollapsed);
+        put_dims(w, g->collapsed_slice_dims, g->ncollapsed);
+        put_u8(w, (unsigned)g->nstart_index_map);
+        put_dims(w, g->start_index_map, g->nstart_index_map);
+        put_u8(w, (unsigned)g->nbatching);
+        put_dims(w, g->operand_batching_dims, g->nbatching);
+        put_dims(w, g->start_indices_batching_dims, g->nbatching);
+        put_i64(w, g->index_vector_dim);
+        put_u8(w, (unsigned)g->nslice_sizes);
+        put_dims(w, g->slice_sizes, g->nslice_sizes);
+        put_u8(w, g->indices_are_sorted);
+    }
+    put_u8(w, a->scatter != NULL);
+    if (a->scatter) {
+        const ot_scatter_dims *g = a->scatter;
+        put_u8(w, (unsigned)g->nupdate_window);
+        put_dims(w, g->update_window_dims, g->nupdate_window);
+        put_u8(w, (unsigned)g->ninserted);
+        put_dims(w, g->inserted_window_dims, g->ninserted);
+        put_u8(w, (unsigned)g->nscatter_to_operand);
+        put_dims(w, g->scatter_dims_to_operand_dims, g->nscatter_to_operand);
+        put_u8(w, (unsigned)g->nbatching);
+        put_dims(w, g->input_batching_dims, g->nbatching);
+        put_dims(w, g->scatter_indices_batching_dims, g->nbatching);
+        put_i64(w, g->index_vector_dim);
+        put_u8(w, (unsigned)(g->indices_are_sorted | g->unique_indices << 1));
+    }
+    put_u8(w, a->groups != NULL);
+    if (a->groups) {
+        const ot_replica_groups *g = a->groups;
+        put_i64(w, g->ngroups);
+        for (int64_t k = 0; k < g->ngroups; k++) put_i64(w, g->offsets[k + 1] - g->offsets[k]);
+        int64_t nid = g->ngroups ? g->offsets[g->ngroups] : 0;
+        for (int64_t k = 0; k < nid; k++) put_i64(w, g->ids[k]);
+    }
+    put_u32(w, (uint32_t)(a->pairs ? a->npairs : 0));
+    for (int k = 0; a->pairs && k < 2 * a->npairs; k++) put_i64(w, a->pairs[k]);
+    put_str(w, a->custom_call_target);
+    put_str(w, a->backend_config);
+    put_i64(w, a->api_version);
+    put_u8(w, a->literal != NULL);
+    if (a->literal) {
+        put_u8(w, a->literal->elided);
+        put_i64(w, a->literal->elided ? 0 : a->literal->nbytes);
+        if (!a->literal->elided) put(w, a->literal->data, (size_t)a->literal->nbytes);
+    }
+}
+
+/* Encodes computations reachable from the entry, callees first; the entry's instructions in
+ * `entry_order` when given (the schedule), else in post order. */
+static ot_status put_module(wb *w, const ot_module *m, ot_instr *const *entry_order,
+                            int64_t nentry) {
+    ot_computation **comps = NULL;
+    int nc = 0;
+    OT_CHECK(cc_reachable(m, &comps, &nc));
+    cc_ptrmap cidx = {0};
+    ot_status s = OT_OK;
+    put_str(w, ot_module_name(m));
+    const ot_module_config *cfg = ot_module_get_config(m);
+    put_i64(w, cfg->replica_count);
+    put_i64(w, cfg->num_partitions);
+    put_u32(w, (uint32_t)cfg->nalias);
+    for (int k = 0; k < cfg->nalias; k++) {
+        const ot_io_alias *a = &cfg->alias[k];
+        put_u8(w, (unsigned)a->noutput_index);
+        put_dims(w, a->output_index, a->noutput_index);
+        put_i64(w, a->param_number);
+        put_u8(w, (unsigned)a->nparam_index);
+        put_dims(w, a->param_index, a->nparam_index);
+        put_u8(w, a->must_alias);
+    }
+    put_u32(w, (uint32_t)nc);
+    for (int k = 0; k < nc && s == OT_OK; k++) {
+        const ot_computation *c = comps[k];
+        s = cc_ptrmap_put(&cidx, c, k);
+        if (s != OT_OK) break;
+        ot_instr **po = NULL;
+        int64_t n = 0;
+        bool is_entry = c == ot_module_entry(m);
+        if (is_entry && entry_order) {
+            po = (ot_instr **)entry_order;
+            n = nentry;
+        } else if ((s = ot_computation_post_order(c, &po, &n)) != OT_OK) {
+            break;
+        }
+        put_str(w, c->name);
+        put_i64(w, n);
+        for (int64_t j = 0; j < n; j++) po[j]->mark = j;
+        for (int64_t j = 0; j < n; j++) {
+            const ot_instr *i = po[j];
+            put_u32(w, (uint32_t)i->opcode);
+            put_str(w, i->name);
+            put_shape(w, &i->shape);
+            put_u32(w, (uint32_t)i->noperands);
+            for (int q = 0; q < i->noperands; q++) put_i64(w, i->operands[q]->mark);
+            put_u32(w, (uint32_t)i->ncalled);
+            for (int q = 0; q < i->ncalled; q++) put_i64(w, cc_ptrmap_get(&cidx, i->called[q]));
+            put_attrs(w, i);
+        }
+        put_i64(w, c->root ? c->root->mark : -1);
+        if (!(is_entry && entry_order)) ot_free(po);
+    }
+    cc_ptrmap_free(&cidx);
+    ot_free(comps);
+    return s != OT_OK ? s : w->err;
+}
+
+static void put_options(wb *w, const ot_compile_options *o) {
+    put_str(w, o->target ? o->target : "host-cpu");
+    put_i64(w, o->opt_level);
+    put_u8(w, o->fusion);
+    put_str(w, o->passes);
+    put_str(w, o->disable_passes);
+    put_i64(w, o->fold_max_elements);
+    put_i64(w, o->max_fusion_io);
+    put_i64(w, o->arena_limit);
+}
+
+ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_t out[32]) {
+    ot_sha256 h;
+    OT_CHECK(ot_sha256_init(&h));
+    wb w = {0};
+    w.h = &h;
+    put(&w, "optitpu-fingerprint-v1", 22);
+    put_options(&w, o);
+    ot_status s = put_module(&w, m, NULL, 0);
+    if (s == OT_OK) s = w.err;
+    if (s != OT_OK) {
+        ot_sha256_final(&h, NULL); /* abandon */
+        return s;
+    }
+    return ot_sha256_final(&h, out);
+}
+
+ot_status ot_compile_fingerprint(const ot_module *m, const ot_compile_options *opts,
+                                 uint8_t out[32]) {
+    if (!m || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "fingerprint: NULL argument");
+    ot_compile_options o = opts ? *opts : ot_compile_options_default();
+    return cc_fingerprint(m, &o, out);
+}
+
+/* ---- executable files ---- */
+
+ot_status ot_executable_serialize(const ot_executable *e, void **out, size_t *out_len) {
+    if (!e || !out || !out_len)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "serialize: NULL argument");
+    *out = NULL;
+    *out_len = 0;
+    wb w = {0};
+    put(&w, MAGIC, 8);
+    put_u32(&w, FORMAT_VERSION);
+    put_u32(&w, 0);
+    put_i64(&w, 0);     /* body length, patched */
+    put(&w, e->fp, 32); /* placeholder for the checksum, patched */
+    int64_t body = w.n;
+    put_options(&w, &e->opts);
+    put(&w, e->fp, 32);
+    ot_status s = put_module(&w, e->mod, e->order, e->norder);
+    put_i64(&w, e->arena);
+    put_i64(&w, e->peak);
+    put_u32(&w, (uint32_t)e->ns);
+    for (int64_t k = 0; k < e->ns; k++) {
+        const ot_slot *sl = &e->s[k];
+        put_u8(&w, (unsigned)sl->kind);
+        put_u8(&w, (unsigned)sl->shape.dtype);
+        put_u8(&w, (unsigned)sl->shape.rank);
+        put_dims(&w, sl->shape.dims, sl->shape.rank);
+        put_i64(&w, sl->offset);
+        put_i64(&w, sl->number);
+        put_i64(&w, sl->alias_param);
+    }
+    put_u32(&w, (uint32_t)e->nk);
+    for (int64_t k = 0; k < e->nk; k++) {
+        const ot_kernel *kn = &e->k[k];
+        put_u8(&w, (unsigned)kn->kind);
+        put_u32(&w, (uint32_t)kn->opcode);
+        put_u32(&w, (uint32_t)kn->ninputs);
+        for (int q = 0; q < kn->ninputs; q++) put_u32(&w, (uint32_t)kn->inputs[q]);
+        put_u32(&w, (uint32_t)kn->noutputs);
+        for (int q = 0; q < kn->noutputs; q++) put_u32(&w, (uint32_t)kn->outputs[q]);
+        put_i64(&w, kn->in_place_input);
+        put_i64(&w, kn->flops);
+    }
+    if (s == OT_OK) s = w.err;
+    if (s != OT_OK) {
+        ot_free(w.p);
+        return s;
+    }
+    int64_t blen = w.n - body;
+    for (int k = 0; k < 8; k++) w.p[16 + k] = (uint8_t)((uint64_t)blen >> (8 * k));
+    s = ot_sha256_digest(w.p + body, (size_t)blen, w.p + 24);
+    if (s != OT_OK) {
+        ot_free(w.p);
+        return s;
+    }
+    *out = w.p;
+    *out_len = (size_t)w.n;
+    return OT_OK;
+}
+
+/* ---- reader ---- */
+
+typedef struct rb {
+    const uint8_t *p;
+    int64_t n, off;
+    ot_status err;
+    char what[160];
+} rb;
+
+static bool need(rb *r, int64_t n, const char *what) {
+    if (r->err) return false;
+    if (n < 0 || n > r->n - r->off) {
+        r->err = ot_error(OT_ERR_CORRUPT_DATA, "executable: truncated at byte %lld reading %s",
+                          (long long)r->off, what);
+        return false;
+    }
+    return true;
+}
+static const uint8_t *get(rb *r, int64_t n, const char *what) {
+    if (!need(r, n, what)) return NULL;
+    const uint8_t *p = r->p + r->off;
+    r->off += n;
+    return p;
+}
+static unsigned get_u8(rb *r, const char *what) {
+    const uint8_t *p = get(r, 1, what);
+    return p ? p[0] : 0;
+}
+static uint32_t get_u32(rb *r, const char *what) {
+    const uint8_t *p = get(r, 4, what);
+    if (!p) return 0;
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++) v |= (uint32_t)p[k] << (8 * k);
+    return v;
+}
+static int64_t get_i64(rb *r, const char *what) {
+    const uint8_t *p = get(r, 8, what);
+    if (!p) return 0;
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++) v |= (uint64_t)p[k] << (8 * k);
+    return (int64_t)v;
+}
+static bool bad(rb *r, const char *fmt, const char *what, long long v) {
+    if (!r->err) {
+        char msg[256];
+        snprintf(msg, sizeof msg, fmt, what, v);
+        r->err =
+            ot_error(OT_ERR_CORRUPT_DATA, "executable: %s (at byte %lld)", msg, (long long)r->off);
+    }
+    return false;
+}
+/* A count in [0, max]. */
+static int64_t get_count(rb *r, int64_t max, bool wide, const char *what) {
+    int64_t v = wide ? get_i64(r, what) : (int64_t)get_u32(r, what);
+    if (r->err) return 0;
+    if (v < 0 || v > max) {
+        bad(r, "%s: count %lld out of range", what, (long long)v);
+        return 0;
+    }
+    return v;
+}
+static int64_t get_small(rb *r, int64_t max, const char *what) {
+    int64_t v = get_u8(r, what);
+    if (!r->err && v > max) {
+        bad(r, "%s: %lld out of range", what, (long long)v);
+        return 0;
+    }
+    return v;
+}
+/* A string copied into buf (NUL-terminated); *is_null for the NULL marker. */
+static const char *get_str(rb *r, char *buf, size_t cap, bool *is_null, const char *what) {
+    uint32_t n = get_u32(r, what);
+    if (is_null) *is_null = false;
+    if (r->err) return NULL;
+    if (n == 0xffffffffu) {
+        if (is_null) *is_null = true;
+        return NULL;
+    }
+    if (n >= cap) {
+        bad(r, "%s: string of %lld bytes is too long", what, (long long)n);
+        return NULL;
+    }
+    const uint8_t *p = get(r, n, what);
+    if (!p) return NULL;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    if (strlen(buf) != n) {
+        bad(r, "%s: string holds a NUL byte%.0lld", what, 0);
+        return NULL;
+    }
+    return buf;
+}
+static void get_dims(rb *r, int64_t *d, int64_t n, const char *what) {
+    for (int64_t k = 0; k < n; k++) d[k] = get_i64(r, what);
+}
+
+/* Shapes decoded into the module arena through a scratch tuple pool. */
+typedef struct shpool {
+    ot_ir_shape *v;
+    int64_t n, cap;
+} shpool;
+
+static bool get_shape(rb *r, ot_ir_shape *s, int depth, shpool *pool) {
+    memset(s, 0, sizeof *s);
+    if (depth > 8) return bad(r, "%s: tuple nesting deeper than %lld", "shape", 8);
+    unsigned kind = get_u8(r, "shape kind");
+    if (r->err) return false;
+    if (kind == OT_IR_ARRAY) {
+        s->kind = OT_IR_ARRAY;
+        unsigned dt = get_u8(r, "dtype");
+        int64_t rank = get_small(r, OT_MAX_RANK, "rank");
+        if (r->err) return false;
+        if (dt >= OT_DTYPE_COUNT) return bad(r, "%s %lld is not a dtype", "dtype", (long long)dt);
+        int64_t d[OT_MAX_RANK];
+        get_dims(r, d, rank, "dimension");
+        if (r->err) return false;
+        if (ot_shape_make(&s->array, (ot_dtype)dt, (int)rank, d) != OT_OK)
+            return bad(r, "%s: bad array shape (%lld)", "shape", 0);
+        return true;
+    }
+    if (kind == OT_IR_TOKEN) {
+        s->kind = OT_IR_TOKEN;
+        return true;
+    }
+    if (kind != OT_IR_TUPLE) return bad(r, "%s kind %lld unknown", "shape", (long long)kind);
+    s->kind = OT_IR_TUPLE;
+    int64_t n = get_count(r, 4096, false, "tuple size");
+    if (r->err) return false;
+    ot_ir_shape *el = ot_calloc((size_t)(n ? n : 1), sizeof *el);
+    if (!el) {
+        r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "executable: out of memory");
+        return false;
+    }
+    if (cc_grow(&pool->v, &pool->cap, pool->n + 1, sizeof(ot_ir_shape *)) != OT_OK) {
+        ot_free(el);
+        r->err = OT_ERR_OUT_OF_MEMORY;
+        return false;
+    }
+    ((ot_ir_shape **)pool->v)[pool->n++] = el;
+    for (int64_t k = 0; k < n; k++)
+        if (!get_shape(r, &el[k], depth + 1, pool)) return false;
+    s->ntuple = (int)n;
+    s->tuple = el;
+    return true;
+}
+
+static void pool_free(shpool *p) {
+    for (int64_t k = 0; k < p->n; k++) ot_free(((ot_ir_shape **)p->v)[k]);
+    ot_free(p->v);
+    memset(p, 0, sizeof *p);
+}
+
+/* Decoded attributes with their storage. */
+typedef struct dattrs {
+    ot_attrs a;
+    int64_t dims[4096];
+    ot_slice_dim slice[OT_MAX_RANK];
+    ot_pad_dim pad[OT_MAX_RANK];
+    ot_window win;
+    ot_dot_dims dot;
+    ot_conv_dims conv;
+    ot_gather_dims gather;
+    ot_scatter_dims scatter;
+    int64_t *gsizes, *gids;
+    int64_t *pairs;
+    char target[1024], config[65536];
+    ot_literal lit;
+} dattrs;
+
+static void dattrs_clear(dattrs *d) {
+    ot_free(d->gsizes);
+    ot_free(d->gids);
+    ot_free(d->pairs);
+    d->gsizes = d->gids = d->pairs = NULL;
+}
+
+static bool get_attrs(rb *r, dattrs *d, ot_module *m, int rank) {
+    ot_attrs *a = &d->a;
+    memset(a, 0, sizeof *a);
+    a->index = get_i64(r, "index");
+    int64_t nd = get_count(r, 4096, false, "dims");
+    get_dims(r, d->dims, nd, "dims");
+    a->ndims = (int)nd;
+    a->dims = nd ? d->dims : NULL;
+    a->cmp_dir = (ot_cmp_dir)get_small(r, OT_CMP_DIR_COUNT - 1, "comparison direction");
+    a->cmp_type = (ot_cmp_type)get_small(r, OT_CMP_TYPE_COUNT - 1, "comparison type");
+    int64_t eb = get_i64(r, "exponent bits"), mb = get_i64(r, "mantissa bits");
+    if (eb < 0 || eb > 64 || mb < 0 || mb > 64) return bad(r, "%s %lld out of range", "bits", eb);
+    a->exponent_bits = (int)eb;
+    a->mantissa_bits = (int)mb;
+    unsigned fl = get_u8(r, "flags");
+    a->is_stable = fl & 1;
+    a->largest = (fl >> 1) & 1;
+    a->has_side_effect = (fl >> 2) & 1;
+    a->use_global_device_ids = (fl >> 3) & 1;
+    a->constrain_layout = (fl >> 4) & 1;
+    a->rng_algorithm = (ot_rng_algorithm)get_small(r, OT_RNG_PHILOX, "rng algorithm");
+    a->fusion_kind = (ot_fusion_kind)get_small(r, OT_FUSION_CUSTOM, "fusion kind");
+    a->channel_id = get_i64(r, "channel id");
+    a->feature_group_count = get_i64(r, "feature group count");
+    a->batch_group_count = get_i64(r, "batch group count");
+    a->nprecision = (int)get_small(r, 2, "precision count");
+    a->precision[0] = (ot_precision)get_small(r, OT_PRECISION_HIGHEST, "precision");
+    a->precision[1] = (ot_precision)get_small(r, OT_PRECISION_HIGHEST, "precision");
+    if (get_small(r, 1, "slice flag")) {
+        for (int k = 0; k < rank; k++) {
+            d->slice[k].start = get_i64(r, "slice");
+            d->slice[k].limit = get_i64(r, "slice");
+            d->slice[k].stride = get_i64(r, "slice");
+        }
+        a->slice = d->slice;
+    }
+    if (get_small(r, 1, "padding flag")) {
+        for (int k = 0; k < rank; k++) {
+            d->pad[k].lo = get_i64(r, "padding");
+            d->pad[k].hi = get_i64(r, "padding");
+            d->pad[k].interior = get_i64(r, "padding");
+        }
+        a->padding = d->pad;
+    }
+    if (get_small(r, 1, "window flag")) {
+        memset(&d->win, 0, sizeof d->win);
+        d->win.rank = (int)get_small(r, OT_MAX_RANK, "window rank");
+        for (int k = 0; k < d->win.rank; k++) {
+            ot_window_dim *x = &d->win.dims[k];
+            x->size = get_i64(r, "window");
+            x->stride = get_i64(r, "window");
+            x->pad_lo = get_i64(r, "window");
+            x->pad_hi = get_i64(r, "window");
+            x->window_dilation = get_i64(r, "window");
+            x->base_dilation = get_i64(r, "window");
+            x->reversal = get_small(r, 1, "window reversal");
+        }
+        a->window = &d->win;
+    }
+    if (get_small(r, 1, "dot flag")) {
+        ot_dot_dims *x = &d->dot;
+        memset(x, 0, sizeof *x);
+        x->nbatch = (int)get_small(r, OT_MAX_RANK, "dot batch count");
+        x->ncontract = (int)get_small(r, OT_MAX_RANK, "dot contracting count");
+        get_dims(r, x->lhs_batch, x->nbatch, "dot");
+        get_dims(r, x->rhs_batch, x->nbatch, "dot");
+        get_dims(r, x->lhs_contract, x->ncontract, "dot");
+        get_dims(r, x->rhs_contract, x->ncontract, "dot");
+        a->dot = x;
+    }
+    if (get_small(r, 1, "convolution flag")) {
+        ot_conv_dims *x = &d->conv;
+        memset(x, 0, sizeof *x);
+        x->nspatial = (int)get_small(r, OT_MAX_RANK, "spatial count");
+        x->input_batch = get_i64(r, "conv");
+        x->input_feature = get_i64(r, "conv");
+        get_dims(r, x->input_spatial, x->nspatial, "conv");
+        x->kernel_input_feature = get_i64(r, "conv");
+        x->kernel_output_feature = get_i64(r, "conv");
+        get_dims(r, x->kernel_spatial, x->nspatial, "conv");
+        x->output_batch = get_i64(r, "conv");
+        x->output_feature = get_i64(r, "conv");
+        get_dims(r, x->output_spatial, x->nspatial, "conv");
+        a->conv = x;
+    }
+    if (get_small(r, 1, "gather flag")) {
+        ot_gather_dims *g = &d->gather;
+        memset(g, 0, sizeof *g);
+        g->noffset = (int)get_small(r, OT_MAX_RANK, "gather");
+        get_dims(r, g->offset_dims, g->noffset, "gather");
+        g->ncollapsed = (int)get_small(r, OT_MAX_RANK, "gather");
+        get_dims(r, g->collapsed_slice_dims, g->ncollapsed, "gather");
+        g->nstart_index_map = (int)get_small(r, OT_MAX_RANK, "gather");
+        get_dims(r, g->start_index_map, g->nstart_index_map, "gather");
+        g->nbatching = (int)get_small(r, OT_MAX_RANK, "gather");
+        get_dims(r, g->operand_batching_dims, g->nbatching, "gather");
+        get_dims(r, g->start_indices_batching_dims, g->nbatching, "gather");
+        g->index_vector_dim = get_i64(r, "gather");
+        g->nslice_sizes = (int)get_small(r, OT_MAX_RANK, "gather");
+        get_dims(r, g->slice_sizes, g->nslice_sizes, "gather");
+        g->indices_are_sorted = get_small(r, 1, "gather");
+        a->gather = g;
+    }
+    if (get_small(r, 1, "scatter flag")) {
+        ot_scatter_dims *g = &d->scatter;
+        memset(g, 0, sizeof *g);
+        g->nupdate_window = (int)get_small(r, OT_MAX_RANK, "scatter");
+        get_dims(r, g->update_window_dims, g->nupdate_window, "scatter");
+        g->ninserted = (int)get_small(r, OT_MAX_RANK, "scatter");
+        get_dims(r, g->inserted_window_dims, g->ninserted, "scatter");
+        g->nscatter_to_operand = (int)get_small(r, OT_MAX_RANK, "scatter");
+        get_dims(r, g->scatter_dims_to_operand_dims, g->nscatter_to_operand, "scatter");
+        g->nbatching = (int)get_small(r, OT_MAX_RANK, "scatter");
+        get_dims(r, g->input_batching_dims, g->nbatching, "scatter");
+        get_dims(r, g->scatter_indices_batching_dims, g->nbatching, "scatter");
+        g->index_vector_dim = get_i64(r, "scatter");
+        unsigned f = get_small(r, 3, "scatter flags");
+        g->indices_are_sorted = f & 1;
+        g->unique_indices = (f >> 1) & 1;
+        a->scatter = g;
+    }
+    if (get_small(r, 1, "replica groups flag")) {
+        int64_t ng = get_i64(r, "replica group count");
+        if (r->err) return false;
+        if (ng < 0 || ng > (r->n - r->off) / 8)
+            return bad(r, "%s: %lld groups", "replica groups", ng);
+        d->gsizes = ot_malloc((size_t)(ng ? ng : 1) * sizeof *d->gsizes);
+        if (!d->gsizes) return (r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "out of memory")), false;
+        int64_t tot = 0;
+        for (int64_t k = 0; k < ng; k++) {
+            d->gsizes[k] = get_i64(r, "replica group size");
+            if (r->err) return false;
+            if (d->gsizes[k] < 0 || d->gsizes[k] > (r->n - r->off) / 8 - tot)
+                return bad(r, "%s size %lld out of range", "replica group", d->gsizes[k]);
+            tot += d->gsizes[k];
+        }
+        d->gids = ot_malloc((size_t)(tot ? tot : 1) * sizeof *d->gids);
+        if (!d->gids) return (r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "out of memory")), false;
+        get_dims(r, d->gids, tot, "replica ids");
+        if (r->err) return false;
+        a->groups = ot_replica_groups_make(m, ng, d->gsizes, d->gids);
+        if (!a->groups) {
+            r->err = ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: replica groups");
+            return false;
+        }
+    }
+    int64_t np = get_count(r, 1 << 20, false, "source_target_pairs");
+    if (r->err) return false;
+    if (np > (r->n - r->off) / 16) return bad(r, "%s: %lld pairs past the end", "pairs", np);
+    if (np) {
+        d->pairs = ot_malloc((size_t)np * 2 * sizeof *d->pairs);
+        if (!d->pairs) return (r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "out of memory")), false;
+        get_dims(r, d->pairs, 2 * np, "pairs");
+        a->npairs = (int)np;
+        a->pairs = d->pairs;
+    }
+    bool isnull;
+    a->custom_call_target = get_str(r, d->target, sizeof d->target, &isnull, "custom call target");
+    a->backend_config = get_str(r, d->config, sizeof d->config, &isnull, "backend config");
+    int64_t av = get_i64(r, "api version");
+    if (av < 0 || av > 16) return bad(r, "%s %lld out of range", "api version", av);
+    a->api_version = (int)av;
+    if (get_small(r, 1, "literal flag")) {
+        d->lit.elided = get_small(r, 1, "elided flag");
+        d->lit.nbytes = get_i64(r, "literal size");
+        if (r->err) return false;
+        if (d->lit.nbytes < 0 || d->lit.nbytes > r->n - r->off)
+            return bad(r, "%s: %lld bytes past the end", "literal", d->lit.nbytes);
+        d->lit.data = d->lit.elided ? NULL : get(r, d->lit.nbytes, "literal");
+        a->literal = &d->lit;
+    }
+    return !r->err;
+}
+
+static ot_status get_module(rb *r, ot_module **out, ot_instr ***entry_order, int64_t *nentry) {
+    *out = NULL;
+    *entry_order = NULL;
+    *nentry = 0;
+    char name[1024];
+    get_str(r, name, sizeof name, NULL, "module name");
+    if (r->err) return r->err;
+    ot_module *m = ot_module_new(name);
+    if (!m) return OT_ERR_OUT_OF_MEMORY;
+    dattrs *d = ot_calloc(1, sizeof *d);
+    ot_computation **comps = NULL;
+    ot_instr **ins = NULL, **ops = NULL;
+    ot_computation **called = NULL;
+    shpool pool = {0};
+    int64_t inscap = 0;
+    ot_status s = OT_OK;
+    if (!d) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "executable: out of memory");
+        goto fail;
+    }
+    int64_t rc = get_i64(r, "replica count"), npart = get_i64(r, "partition count");
+    if (!r->err && (rc < 1 || rc > (1 << 24) || npart < 1 || npart > (1 << 24)))
+        bad(r, "%s: %lld out of range", "replica or partition count", rc);
+    int64_t nal = get_count(r, 4096, false, "alias count");
+    ot_io_alias *al = NULL;
+    if (!r->err && nal) {
+        al = ot_calloc((size_t)nal, sizeof *al);
+        if (!al) {
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "executable: out of memory");
+            goto fail;
+        }
+        for (int64_t k = 0; k < nal && !r->err; k++) {
+            al[k].noutput_index = (int)get_small(r, OT_MAX_RANK, "alias output depth");
+            get_dims(r, al[k].output_index, al[k].noutput_index, "alias output index");
+            al[k].param_number = get_i64(r, "alias parameter");
+            al[k].nparam_index = (int)get_small(r, OT_MAX_RANK, "alias parameter depth");
+            get_dims(r, al[k].param_index, al[k].nparam_index, "alias parameter index");
+            al[k].must_alias = get_small(r, 1, "alias kind");
+        }
+    }
+    int64_t nc = get_count(r, 1 << 24, false, "computation count");
+    if (r->err) {
+        ot_free(al);
+        s = r->err;
+        goto fail;
+    }
+    if (nc < 1) {
+        ot_free(al);
+        bad(r, "%s: %lld computations", "module", nc);
+        s = r->err;
+        goto fail;
+    }
+    comps = ot_calloc((size_t)nc, sizeof *comps);
+    ops = ot_malloc(4096 * sizeof *ops);
+    called = ot_malloc(4096 * sizeof *called);
+    if (!comps || !ops || !called) {
+        ot_free(al);
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "executable: out of memory");
+        goto fail;
+    }
+    for (int64_t ci = 0; ci < nc && !r->err; ci++) {
+        char cname[1024];
+        get_str(r, cname, sizeof cname, NULL, "computation name");
+        int64_t n = get_count(r, (r->n - r->off) / 8, true, "instruction count");
+        if (r->err) break;
+        ot_computation *c = ot_module_add_computation(m, cname);
+        if (!c) {
+            ot_status bs = ot_module_status(m);
+            r->err = bs == OT_ERR_OUT_OF_MEMORY
+                         ? bs
+                         : ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: computation %s", cname);
+            break;
+        }
+        comps[ci] = c;
+        if (cc_grow(&ins, &inscap, n + 1, sizeof *ins) != OT_OK) {
+            r->err = OT_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        for (int64_t j = 0; j < n && !r->err; j++) {
+            uint32_t op = get_u32(r, "opcode");
+            char iname[1024];
+            get_str(r, iname, sizeof iname, NULL, "instruction name");
+            ot_ir_shape shape;
+            if (r->err || !get_shape(r, &shape, 0, &pool)) break;
+            if (op >= OT_OP_COUNT) {
+                bad(r, "%s %lld unknown", "opcode", (long long)op);
+                break;
+            }
+            int64_t no = get_count(r, 4096, false, "operand count");
+            for (int64_t q = 0; q < no && !r->err; q++) {
+                int64_t x = get_i64(r, "operand");
+                if (!r->err && (x < 0 || x >= j))
+                    bad(r, "%s index %lld out of range", "operand", x);
+                if (!r->err) ops[q] = ins[x];
+            }
+            int64_t ncl = get_count(r, 4096, false, "called count");
+            for (int64_t q = 0; q < ncl && !r->err; q++) {
+                int64_t x = get_i64(r, "called computation");
+                if (!r->err && (x < 0 || x >= ci))
+                    bad(r, "%s index %lld out of range", "called computation", x);
+                if (!r->err) called[q] = comps[x];
+            }
+            int rank = shape.kind == OT_IR_ARRAY ? shape.array.rank : 0;
+            if (r->err || !get_attrs(r, d, m, rank)) break;
+            ot_instr *i =
+                ot_build(c, (ot_opcode)op, ops, (int)no, &d->a, called, (int)ncl, &shape, iname);
+            dattrs_clear(d);
+            if (!i) {
+                ot_status bs = ot_module_status(m);
+                r->err =
+                    bs == OT_ERR_OUT_OF_MEMORY
+                        ? bs
+                        : ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: instruction %s", iname);
+                break;
+            }
+            ins[j] = i;
+        }
+        int64_t root = get_i64(r, "root");
+        if (r->err) break;
+        if (root < 0 || root >= n) {
+            bad(r, "%s index %lld out of range", "root", root);
+            break;
+        }
+        ot_computation_set_root(c, ins[root]);
+        if (ci == nc - 1) {
+            *entry_order = ot_malloc((size_t)(n ? n : 1) * sizeof **entry_order);
+            if (!*entry_order) {
+                r->err = OT_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            memcpy(*entry_order, ins, (size_t)n * sizeof *ins);
+            *nentry = n;
+        }
+    }
+    if (!r->err) {
+        ot_module_set_entry(m, comps[nc - 1]);
+        ot_module_set_replica_count(m, rc);
+        ot_module_set_num_partitions(m, npart);
+        for (int64_t k = 0; k < nal && !r->err; k++) {
+            ot_status as = ot_module_add_alias(m, &al[k]);
+            if (as == OT_ERR_OUT_OF_MEMORY)
+                r->err = as;
+            else if (as != OT_OK)
+                r->err = ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: alias %lld", (long long)k);
+        }
+    }
+    ot_free(al);
+    if (!r->err) {
+        ot_status fs = ot_module_finalize(m);
+        if (fs == OT_ERR_OUT_OF_MEMORY)
+            r->err = fs;
+        else if (fs != OT_OK)
+            r->err = ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: module does not verify");
+    }
+    s = r->err;
+fail:
+    if (d) dattrs_clear(d);
+    ot_free(d);
+    ot_free(comps);
+    ot_free(ins);
+    ot_free(ops);
+    ot_free(called);
+    pool_free(&pool);
+    if (s != OT_OK) {
+        ot_free(*entry_order);
+        *entry_order = NULL;
+        ot_module_free(m);
+        return s;
+    }
+    *out = m;
+    return OT_OK;
+}
+
+ot_status ot_executable_deserialize(const void *buf, size_t len, ot_executable **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "deserialize: out is NULL");
+    *out = NULL;
+    if (!buf && len) return ot_error(OT_ERR_INVALID_ARGUMENT, "deserialize: NULL buffer");
+    rb r = {buf, (int64_t)len, 0, OT_OK, {0}};
+    const uint8_t *mg = get(&r, 8, "magic");
+    if (!mg) return r.err;
+    if (memcmp(mg, MAGIC, 8) != 0)
+        return ot_error(OT_ERR_CORRUPT_DATA, "executable: bad magic (not an optitpu executable)");
+    uint32_t ver = get_u32(&r, "version");
+    get_u32(&r, "reserved");
+    int64_t blen = get_i64(&r, "body length");
+    const uint8_t *sum = get(&r, 32, "checksum");
+    if (r.err) return r.err;
+    if (ver != FORMAT_VERSION)
+        return ot_error(OT_ERR_CORRUPT_DATA, "executable: format version %u (this build reads %u)",
+                        ver, FORMAT_VERSION);
+    if (blen != r.n - r.off)
+        return ot_error(OT_ERR_CORRUPT_DATA,
+                        "executable: body length %lld does not match the %lld bytes present",
+                        (long long)blen, (long long)(r.n - r.off));
+    uint8_t dig[32];
+    OT_CHECK(ot_sha256_digest(r.p + r.off, (size_t)blen, dig));
+    if (memcmp(dig, sum, 32) != 0)
+        return ot_error(OT_ERR_CORRUPT_DATA, "executable: checksum mismatch (the file is damaged)");
+
+    ot_compile_options o = ot_compile_options_default();
+    char target[256], passes[1024], disable[1024];
+    bool pnull, dnull;
+    o.target = get_str(&r, target, sizeof target, NULL, "target");
+    o.opt_level = (int)get_i64(&r, "optimization level");
+    o.fusion = get_small(&r, 1, "fusion flag");
+    o.passes = get_str(&r, passes, sizeof passes, &pnull, "passes");
+    o.disable_passes = get_str(&r, disable, sizeof disable, &dnull, "disabled passes");
+    o.fold_max_elements = get_i64(&r, "fold limit");
+    o.max_fusion_io = (int)get_i64(&r, "fusion io limit");
+    o.arena_limit = get_i64(&r, "arena limit");
+    const uint8_t *fp = get(&r, 32, "fingerprint");
+    if (r.err) return r.err;
+    if (!o.target || o.opt_level < 0 || o.opt_level > 2)
+        return ot_error(OT_ERR_CORRUPT_DATA, "executable: bad options (level %d)", o.opt_level);
+    ot_executable *e = NULL;
+    ot_module *m = NULL;
+    ot_instr **order = NULL;
+    int64_t norder = 0;
+    ot_status s = get_module(&r, &m, &order, &norder);
+    if (s != OT_OK) return s;
+    s = cc_build_executable(m, order, norder, &o, &e);
+    m = NULL; /* owned by e, or freed on failure */
+    order = NULL;
+    if (s == OT_ERR_OUT_OF_MEMORY) return s;
+    if (s != OT_OK) return ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: rebuilding the program");
+    memcpy(e->fp, fp, 32);
+    /* compare with the stored tables */
+    int64_t arena = get_i64(&r, "arena size"), peak = get_i64(&r, "peak");
+    if (!r.err && (arena != e->arena || peak != e->peak))
+        r.err =
+            ot_error(OT_ERR_CORRUPT_DATA,
+                     "executable: arena %lld / peak %lld stored, %lld / %lld recomputed",
+                     (long long)arena, (long long)peak, (long long)e->arena, (long long)e->peak);
+    int64_t ns = get_count(&r, MAX_COUNT, false, "slot count");
+    if (!r.err && ns != e->ns)
+        r.err = ot_error(OT_ERR_CORRUPT_DATA, "executable: %lld slots stored, %lld recomputed",
+                         (long long)ns, (long long)e->ns);
+    for (int64_t k = 0; k < ns && !r.err; k++) {
+        const ot_slot *sl = &e->s[k];
+        unsigned kind = get_u8(&r, "slot kind"), dt = get_u8(&r, "slot dtype");
+        int64_t rank = get_small(&r, OT_MAX_RANK, "slot rank");
+        int64_t dims[OT_MAX_RANK];
+        get_dims(&r, dims, rank, "slot dims");
+        int64_t off = get_i64(&r, "slot offset"), num = get_i64(&r, "slot number"),
+                ap = get_i64(&r, "slot alias");
+        if (r.err) break;
+        bool same = kind == (unsigned)sl->kind && dt == (unsigned)sl->shape.dtype &&
+                    rank == sl->shape.rank && off == sl->offset && num == sl->number &&
+                    ap == sl->alias_param;
+        for (int q = 0; same && q < rank; q++) same = dims[q] == sl->shape.dims[q];
+        if (!same)
+            r.err =
+                ot_error(OT_ERR_CORRUPT_DATA,
+                         "executable: slot %lld differs from the recomputed program", (long long)k);
+    }
+    int64_t nk = get_count(&r, MAX_COUNT, false, "kernel count");
+    if (!r.err && nk != e->nk)
+        r.err = ot_error(OT_ERR_CORRUPT_DATA, "executable: %lld kernels stored, %lld recomputed",
+                         (long long)nk, (long long)e->nk);
+    for (int64_t k = 0; k < nk && !r.err; k++) {
+        const ot_kernel *kn = &e->k[k];
+        bool same = get_u8(&r, "kernel kind") == (unsigned)kn->kind;
+        same = get_u32(&r, "kernel opcode") == (uint32_t)kn->opcode && same;
+        int64_t ni = get_count(&r, MAX_COUNT, false, "kernel inputs");
+        same = same && ni == kn->ninputs;
+        for (int64_t q = 0; q < ni && !r.err; q++) {
+            uint32_t v = get_u32(&r, "kernel input");
+            same = same && v == (uint32_t)kn->inputs[q];
+        }
+        int64_t nout = get_count(&r, MAX_COUNT, false, "kernel outputs");
+        same = same && nout == kn->noutputs;
+        for (int64_t q = 0; q < nout && !r.err; q++) {
+            uint32_t v = get_u32(&r, "kernel output");
+            same = same && v == (uint32_t)kn->outputs[q];
+        }
+        same = get_i64(&r, "in-place input") == kn->in_place_input && same;
+        same = get_i64(&r, "kernel flops") == kn->flops && same;
+        if (!r.err && !same)
+            r.err = ot_error(OT_ERR_CORRUPT_DATA,
+                             "executable: kernel %lld differs from the recomputed program",
+                             (long long)k);
+    }
+    if (!r.err && r.off != r.n)
+        r.err = ot_error(OT_ERR_CORRUPT_DATA, "executable: %lld trailing bytes",
+                         (long long)(r.n - r.off));
+    if (r.err) {
+        ot_executable_free(e);
+        return r.err;
+    }
+    *out = e;
+    return OT_OK;
+}
+
+ot_status ot_executable_save(const ot_executable *e, const char *path) {
+    void *buf = NULL;
+    size_t len = 0;
+    OT_CHECK(ot_executable_serialize(e, &buf, &len));
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        ot_free(buf);
+        return ot_error(OT_ERR_IO, "save %s: %s", tmp, strerror(errno));
+    }
+    bool ok = fwrite(buf, 1, len, f) == len;
+    ok = fflush(f) == 0 && ok;
+    ok = fclose(f) == 0 && ok;
+    ot_free(buf);
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return ot_error(OT_ERR_IO, "save %s: %s", path, strerror(errno));
+    }
+    return OT_OK;
+}
+
+ot_status ot_executable_load(const char *path, ot_executable **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "load: out is NULL");
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ot_error(OT_ERR_IO, "load %s: %s", path, strerror(errno));
+    void *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 65536;
+            void *nb = ot_realloc(buf, nc);
+            if (!nb) {
+                ot_free(buf);
+                fclose(f);
+                return ot_error(OT_ERR_OUT_OF_MEMORY, "load %s: out of memory", path);
+            }
+            buf = nb;
+            cap = nc;
+        }
+        size_t got = fread((char *)buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        ot_free(buf);
+        return ot_error(OT_ERR_IO, "load %s: read error", path);
+    }
+    ot_status s = ot_executable_deserialize(buf, n, out);
+    ot_free(buf);
+    if (s != OT_OK) return ot_error_wrap(s, "load %s", path);
+    return OT_OK;
+}

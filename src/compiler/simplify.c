@@ -1,0 +1,247 @@
+/* Algebraic simplification. Every rule keeps results bit-identical, floats included:
+ *   x+0 → x        integers; floats only for a -0.0 constant (+0.0 would turn -0.0 into +0.0)
+ *   x-0 → x        integers; floats only for a +0.0 constant
+ *   x*1, x/1 → x   any type (NaN*1 is NaN, -0*1 is -0)
+ *   x/2^k → x*2^-k f32/f64 where 2^-k is exactly representable (both round the same real value)
+ *   -(-x) → x, not(not(x)) → x
+ *   reshape(reshape(x)) → reshape(x); reshape/transpose/broadcast/convert/slice that change
+ *   nothing → x; transpose∘transpose and broadcast∘broadcast composed into one
+ *   select(splat constant p, a, b) → a or b; select(p, a, a) → a
+ * Not applied (they change float results): x*0 → 0, x-x → 0, x+0.0 → x. */
+#include "compiler_internal.h"
+
+#include <math.h>
+
+/* The single value of a constant whose elements are all equal, or of a broadcast of one. */
+static const void *splat_value(const ot_instr *i, ot_dtype *dt) {
+    while (i->opcode == OT_OP_BROADCAST) i = i->operands[0];
+    if (i->opcode != OT_OP_CONSTANT || i->shape.kind != OT_IR_ARRAY) return NULL;
+    const ot_literal *l = i->attrs.literal;
+    if (!l || l->elided || !l->data) return NULL;
+    size_t es = ot_dtype_size(i->shape.array.dtype);
+    int64_t n = ot_shape_numel_unchecked(&i->shape.array);
+    if (es == 0 || n < 1 || l->nbytes != n * (int64_t)es) return NULL;
+    const unsigned char *d = l->data;
+    for (int64_t k = 1; k < n; k++)
+        if (memcmp(d, d + k * (int64_t)es, es) != 0) return NULL;
+    *dt = i->shape.array.dtype;
+    return d;
+}
+
+/* Value as a double (sign of zero kept); false for types with no exact double view. */
+static bool value_of(const void *p, ot_dtype t, double *out) {
+    switch (t) {
+    case OT_PRED: *out = *(const uint8_t *)p ? 1 : 0; return true;
+    case OT_S8: *out = *(const int8_t *)p; return true;
+    case OT_S16: *out = *(const int16_t *)p; return true;
+    case OT_S32: *out = *(const int32_t *)p; return true;
+    case OT_S64: *out = (double)*(const int64_t *)p; return true;
+    case OT_U8: *out = *(const uint8_t *)p; return true;
+    case OT_U16: *out = *(const uint16_t *)p; return true;
+    case OT_U32: *out = *(const uint32_t *)p; return true;
+    case OT_U64: *out = (double)*(const uint64_t *)p; return true;
+    case OT_F16: *out = ot_f16_to_f32(*(const uint16_t *)p); return true;
+    case OT_BF16: *out = ot_bf16_to_f32(*(const uint16_t *)p); return true;
+    case OT_F32: *out = *(const float *)p; return true;
+    case OT_F64: *out = *(const double *)p; return true;
+    default: return false;
+    }
+}
+
+typedef enum { V_OTHER, V_PZERO, V_NZERO, V_ONE } vclass;
+
+static vclass classify(const ot_instr *i) {
+    ot_dtype t;
+    const void *p = splat_value(i, &t);
+    double v;
+    if (!p || !value_of(p, t, &v)) return V_OTHER;
+    if (v == 1) return V_ONE;
+    if (v == 0) return signbit(v) ? V_NZERO : V_PZERO;
+    return V_OTHER;
+}
+
+static bool is_identity_perm(const int64_t *p, int n) {
+    for (int k = 0; k < n; k++)
+        if (p[k] != k) return false;
+    return true;
+}
+
+/* Builds through the sticky-error builder and turns a recorded failure into a status. */
+static ot_status built(ot_computation *c, ot_instr *x, ot_instr **out) {
+    *out = x;
+    if (x) return OT_OK;
+    ot_status s = ot_module_status(c->module);
+    return s != OT_OK ? s : ot_error(OT_ERR_INTERNAL, "simplify: builder returned NULL");
+}
+
+/* The replacement for i, or NULL when no rule applies. */
+static ot_status simplify_one(ot_instr *i, ot_instr **out) {
+    *out = NULL;
+    ot_computation *c = i->parent;
+    ot_dtype t = ot_instr_dtype(i);
+    bool is_float = t != OT_DTYPE_INVALID && ot_dtype_is_float(t);
+    ot_instr *a = i->noperands > 0 ? i->operands[0] : NULL;
+    ot_instr *b = i->noperands > 1 ? i->operands[1] : NULL;
+    switch (i->opcode) {
+    case OT_OP_ADD: {
+        vclass ca = classify(a), cb = classify(b);
+        bool bzero = is_float ? cb == V_NZERO : (cb == V_PZERO || cb == V_NZERO);
+        bool azero = is_float ? ca == V_NZERO : (ca == V_PZERO || ca == V_NZERO);
+        if (bzero)
+            *out = a;
+        else if (azero)
+            *out = b;
+        break;
+    }
+    case OT_OP_SUBTRACT: {
+        vclass cb = classify(b);
+        if (is_float ? cb == V_PZERO : (cb == V_PZERO || cb == V_NZERO)) *out = a;
+        break;
+    }
+    case OT_OP_MULTIPLY:
+        if (t == OT_PRED) break;
+        if (classify(b) == V_ONE)
+            *out = a;
+        else if (classify(a) == V_ONE)
+            *out = b;
+        break;
+    case OT_OP_DIVIDE: {
+        if (classify(b) == V_ONE) {
+            *out = a;
+            break;
+        }
+        if (t != OT_F32 && t != OT_F64) break;
+        ot_dtype bt;
+        const void *p = splat_value(b, &bt);
+        double v;
+        if (!p || !value_of(p, bt, &v) || v == 0 || !isfinite(v)) break;
+        int e;
+        double mant = frexp(v, &e);
+        if (fabs(mant) != 0.5) break; /* not a power of two */
+        double r = 1.0 / v;
+        if (t == OT_F32) {
+            float rf = (float)r;
+            if (rf == 0 || !isfinite(rf) || (double)rf != r) break;
+            if (fpclassify(rf) == FP_SUBNORMAL) break;
+        } else if (r == 0 || !isfinite(r) || fpclassify(r) == FP_SUBNORMAL) {
+            break;
+        }
+        ot_instr *k = ot_build_constant_scalar(c, t, r);
+        OT_CHECK(built(c, k, &k));
+        ot_instr *bk = k;
+        if (i->shape.array.rank > 0) {
+            bk = ot_build_broadcast(c, k, i->shape.array, NULL, 0);
+            OT_CHECK(built(c, bk, &bk));
+        }
+        ot_instr *mul = ot_build_binary(c, OT_OP_MULTIPLY, a, bk);
+        OT_CHECK(built(c, mul, out));
+        break;
+    }
+    case OT_OP_NEGATE:
+        if (a->opcode == OT_OP_NEGATE) *out = a->operands[0];
+        break;
+    case OT_OP_NOT:
+        if (a->opcode == OT_OP_NOT) *out = a->operands[0];
+        break;
+    case OT_OP_CONVERT:
+        if (ot_instr_dtype(a) == t) *out = a;
+        break;
+    case OT_OP_RESHAPE:
+    case OT_OP_BITCAST:
+        if (ot_ir_shape_equal(&a->shape, &i->shape) && ot_instr_dtype(a) == t) {
+            *out = a;
+        } else if (i->opcode == OT_OP_RESHAPE && a->opcode == OT_OP_RESHAPE &&
+                   ot_ir_shape_equal(&a->operands[0]->shape, &i->shape)) {
+            *out = a->operands[0];
+        } else if (i->opcode == OT_OP_RESHAPE && a->opcode == OT_OP_RESHAPE) {
+            ot_instr *r = ot_build_reshape(c, a->operands[0], i->shape.array);
+            OT_CHECK(built(c, r, out));
+        }
+        break;
+    case OT_OP_TRANSPOSE: {
+        const int64_t *p = i->attrs.dims;
+        int n = i->attrs.ndims;
+        if (is_identity_perm(p, n)) {
+            *out = a;
+        } else if (a->opcode == OT_OP_TRANSPOSE) {
+            /* result dim k = a's dim p[k] = x's dim q[p[k]] */
+            int64_t comp[OT_MAX_RANK];
+            for (int k = 0; k < n; k++) comp[k] = a->attrs.dims[p[k]];
+            if (is_identity_perm(comp, n)) {
+                *out = a->operands[0];
+            } else {
+                ot_instr *r = ot_build_transpose(c, a->operands[0], comp, n);
+                OT_CHECK(built(c, r, out));
+            }
+        }
+        break;
+    }
+    case OT_OP_BROADCAST: {
+        if (ot_ir_shape_equal(&a->shape, &i->shape) &&
+            is_identity_perm(i->attrs.dims, i->attrs.ndims)) {
+            *out = a;
+        } else if (a->opcode == OT_OP_BROADCAST) {
+            /* x dim k → a dim a.dims[k] → result dim i.dims[a.dims[k]] */
+            int64_t comp[OT_MAX_RANK];
+            int n = a->attrs.ndims;
+            for (int k = 0; k < n; k++) comp[k] = i->attrs.dims[a->attrs.dims[k]];
+            ot_instr *r = ot_build_broadcast(c, a->operands[0], i->shape.array, comp, n);
+            OT_CHECK(built(c, r, out));
+        }
+        break;
+    }
+    case OT_OP_SLICE: {
+        const ot_slice_dim *sd = i->attrs.slice;
+        bool full = sd != NULL && a->shape.kind == OT_IR_ARRAY;
+        for (int k = 0; full && k < a->shape.array.rank; k++)
+            full = sd[k].start == 0 && sd[k].limit == a->shape.array.dims[k] && sd[k].stride == 1;
+        if (full) *out = a;
+        break;
+    }
+    case OT_OP_SELECT: {
+        ot_instr *on_t = i->operands[1], *on_f = i->operands[2];
+        if (on_t == on_f) {
+            *out = on_t;
+            break;
+        }
+        ot_dtype pt;
+        const void *p = splat_value(a, &pt);
+        if (p && pt == OT_PRED) *out = *(const uint8_t *)p ? on_t : on_f;
+        break;
+    }
+    default: break;
+    }
+    if (*out && !ot_ir_shape_equal(&(*out)->shape, &i->shape)) *out = NULL;
+    return OT_OK;
+}
+
+static ot_status simplify_computation(ot_computation *c, bool *changed) {
+    ot_instr **po = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(c, &po, &n));
+    ot_status s = OT_OK;
+    for (int64_t k = 0; k < n && s == OT_OK; k++) {
+        ot_instr *i = po[k], *r = NULL;
+        if (ot_instr_has_side_effect(i)) continue;
+        s = simplify_one(i, &r);
+        if (s != OT_OK || !r || r == i) continue;
+        s = ot_instr_replace_all_uses(i, r);
+        if (s == OT_OK && i->nusers == 0 && c->root != i) s = ot_instr_remove(i);
+        if (s == OT_OK) *changed = true;
+    }
+    ot_free(po);
+    return s;
+}
+
+ot_status ot_pass_simplify(ot_module *m, bool *changed) {
+    bool ch = false;
+    if (changed) *changed = false;
+    ot_computation **reach = NULL;
+    int nreach = 0;
+    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    ot_status s = OT_OK;
+    for (int k = 0; k < nreach && s == OT_OK; k++) s = simplify_computation(reach[k], &ch);
+    ot_free(reach);
+    if (changed) *changed = ch;
+    return s;
+}

@@ -1,0 +1,1020 @@
+/* Compiler: pass manager, every pass on before/after cases (bad cases included), fusion
+ * legality, scheduling, buffer assignment, executables, options, serialization, fault injection,
+ * and the Adam update compiling into one multi-output in-place kernel. */
+#define _POSIX_C_SOURCE 200809L
+#include <unistd.h>
+
+#include "optitpu/compiler.h"
+#include "optitpu/ir.h"
+#include "ot_test.h"
+
+static ot_shape vec(int64_t n) {
+    ot_shape s;
+    ot_shape_make(&s, OT_F32, 1, (int64_t[]){n});
+    return s;
+}
+static ot_shape mat2(ot_dtype t, int64_t a, int64_t b) {
+    ot_shape s;
+    ot_shape_make(&s, t, 2, (int64_t[]){a, b});
+    return s;
+}
+static ot_instr *bcast(ot_computation *c, ot_instr *x, ot_shape to) {
+    return ot_build_broadcast(c, x, to, NULL, 0);
+}
+static ot_instr *fconst(ot_computation *c, double v, ot_shape to) {
+    return bcast(c, ot_build_constant_scalar(c, to.dtype, v), to);
+}
+static int count_op(const ot_computation *c, ot_opcode op) {
+    int n = 0;
+    for (const ot_instr *i = c->first; i; i = i->next) n += i->opcode == op;
+    return n;
+}
+static ot_module *new_mod(ot_computation **c) {
+    ot_module *m = ot_module_new("t");
+    *c = ot_module_add_computation(m, "main");
+    ot_module_set_entry(m, *c);
+    return m;
+}
+static ot_computation *add_reducer(ot_module *m, ot_opcode op, ot_dtype t) {
+    ot_computation *r = ot_module_add_computation(m, NULL);
+    ot_instr *a = ot_build_parameter(r, 0, ot_shape_scalar(t), "a");
+    ot_instr *b = ot_build_parameter(r, 1, ot_shape_scalar(t), "b");
+    ot_computation_set_root(r, ot_build_binary(r, op, a, b));
+    return r;
+}
+
+/* ---- pass manager ---- */
+
+static int g_calls;
+static ot_status pass_count_down(ot_module *m, void *ctx, bool *changed) {
+    (void)m;
+    int *left = ctx;
+    g_calls++;
+    *changed = *left > 0;
+    if (*left > 0) (*left)--;
+    return OT_OK;
+}
+static ot_status pass_fails(ot_module *m, void *ctx, bool *changed) {
+    (void)m;
+    (void)ctx;
+    *changed = false;
+    return ot_error(OT_ERR_INVALID_ARGUMENT, "deliberate");
+}
+
+static void test_pass_manager(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *p = ot_build_parameter(c, 0, vec(4), "p");
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_NEGATE, p));
+    ASSERT_OK(ot_module_finalize(m));
+    ot_pass_manager *pm = ot_pass_manager_new();
+    int left = 2;
+    g_calls = 0;
+    ASSERT_OK(ot_pass_manager_begin_fixed_point(pm, "group", 10));
+    EXPECT_STATUS(ot_pass_manager_begin_fixed_point(pm, "nested", 10), OT_ERR_FAILED_PRECONDITION);
+    ASSERT_OK(ot_pass_manager_add(pm, "countdown", pass_count_down, &left));
+    ASSERT_OK(ot_pass_manager_end_fixed_point(pm));
+    EXPECT_STATUS(ot_pass_manager_end_fixed_point(pm), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STATUS(ot_pass_manager_add(pm, "nofn", (ot_pass_fn)NULL, NULL), OT_ERR_INVALID_ARGUMENT);
+    ot_pass_manager_set_verify_each(pm, true);
+    ASSERT_OK(ot_pass_manager_run(pm, m));
+    EXPECT_INT_EQ(g_calls, 3); /* changed, changed, unchanged */
+    EXPECT_INT_EQ(ot_pass_manager_stat_count(pm), 3);
+    const ot_pass_stat *st = ot_pass_manager_stat(pm, 2);
+    EXPECT_STR_EQ(st->name, "countdown");
+    EXPECT_INT_EQ(st->iteration, 2);
+    EXPECT_TRUE(!st->changed);
+    EXPECT_TRUE(ot_pass_manager_stat(pm, 0)->changed);
+    EXPECT_INT_EQ(st->instrs_before, 2);
+    EXPECT_TRUE(ot_pass_manager_stat(pm, 3) == NULL);
+    ot_pass_manager_free(pm);
+
+    pm = ot_pass_manager_new();
+    ASSERT_OK(ot_pass_manager_add(pm, "broken", pass_fails, NULL));
+    EXPECT_STATUS(ot_pass_manager_run(pm, m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "broken");
+    ot_pass_manager_free(pm);
+    ot_pass_manager_free(NULL);
+    ot_module_free(m);
+}
+
+/* ---- DCE ---- */
+
+static void test_dce(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *p = ot_build_parameter(c, 0, vec(4), "p");
+    ot_instr *dead = ot_build_unary(c, OT_OP_EXP, p);
+    ot_build_unary(c, OT_OP_LOG, dead);
+    ot_build_custom_call(c, "effect", &p, 1, &(ot_ir_shape){.kind = OT_IR_TUPLE}, NULL, true);
+    ot_computation *unused = add_reducer(m, OT_OP_ADD, OT_F32);
+    (void)unused;
+    ot_instr *r = ot_build_unary(c, OT_OP_NEGATE, p);
+    ot_computation_set_root(c, r);
+    ASSERT_OK(ot_module_finalize(m));
+    EXPECT_INT_EQ(ot_module_computation_count(m), 2);
+    bool ch = false;
+    ASSERT_OK(ot_pass_dce(m, &ch));
+    EXPECT_TRUE(ch);
+    EXPECT_INT_EQ(c->ninstrs, 3); /* parameter, side-effecting custom-call, root */
+    EXPECT_INT_EQ(count_op(c, OT_OP_CUSTOM_CALL), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_EXP), 0);
+    EXPECT_INT_EQ(ot_module_computation_count(m), 1);
+    ASSERT_OK(ot_module_verify(m));
+    ASSERT_OK(ot_pass_dce(m, &ch));
+    EXPECT_TRUE(!ch);
+    ot_module_free(m);
+
+    /* no outputs declared */
+    m = ot_module_new("empty");
+    c = ot_module_add_computation(m, "main");
+    ot_module_set_entry(m, c);
+    EXPECT_STATUS(ot_pass_dce(m, &ch), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "no outputs declared");
+    ot_executable *e = NULL;
+    EXPECT_STATUS(ot_compile(m, NULL, &e), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "no outputs declared");
+    EXPECT_TRUE(e == NULL);
+    ot_module_free(m);
+}
+
+/* ---- CSE ---- */
+
+static void test_cse(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *a = ot_build_parameter(c, 0, vec(4), "a");
+    ot_instr *b = ot_build_parameter(c, 1, vec(4), "b");
+    ot_instr *x1 = ot_build_binary(c, OT_OP_ADD, a, b);
+    ot_instr *x2 = ot_build_binary(c, OT_OP_ADD, b, a);      /* commutative: same */
+    ot_instr *s1 = ot_build_binary(c, OT_OP_SUBTRACT, a, b); /* not commutative */
+    ot_instr *s2 = ot_build_binary(c, OT_OP_SUBTRACT, b, a);
+    ot_instr *k1 = ot_build_constant_scalar(c, OT_F32, 2.0);
+    ot_instr *k2 = ot_build_constant_scalar(c, OT_F32, 2.0); /* by value */
+    ot_instr *k3 = ot_build_constant_scalar(c, OT_F32, 3.0);
+    ot_instr *e1 = ot_build_custom_call(c, "rng", &a, 1, &a->shape, NULL, true);
+    ot_instr *e2 = ot_build_custom_call(c, "rng", &a, 1, &a->shape, NULL, true);
+    ot_instr *outs[] = {
+        x1, x2, s1, s2, bcast(c, k1, vec(4)), bcast(c, k2, vec(4)), bcast(c, k3, vec(4)), e1, e2};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 9));
+    ASSERT_OK(ot_module_finalize(m));
+    bool ch = false;
+    ASSERT_OK(ot_pass_cse(m, &ch));
+    EXPECT_TRUE(ch);
+    ASSERT_OK(ot_module_verify(m));
+    const ot_instr *t = c->root;
+    EXPECT_TRUE(t->operands[0] == t->operands[1]);
+    EXPECT_TRUE(t->operands[2] != t->operands[3]);
+    EXPECT_TRUE(t->operands[4] == t->operands[5]);
+    EXPECT_TRUE(t->operands[4] != t->operands[6]);
+    EXPECT_TRUE(t->operands[7] != t->operands[8]); /* side effects never merge */
+    EXPECT_INT_EQ(count_op(c, OT_OP_CUSTOM_CALL), 2);
+    EXPECT_INT_EQ(count_op(c, OT_OP_CONSTANT), 2);
+    ASSERT_OK(ot_pass_cse(m, &ch));
+    EXPECT_TRUE(!ch);
+    ot_module_free(m);
+}
+
+/* ---- algebraic simplification ---- */
+
+/* Builds root = f(x) in a fresh module, runs simplify + dce, returns the root's opcode after. */
+typedef ot_instr *(*build_fn)(ot_computation *c, ot_instr *x);
+
+static ot_opcode simplified_root(ot_dtype t, build_fn f, bool *to_param) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(t, 2, 2);
+    ot_instr *x = ot_build_parameter(c, 0, s, "x");
+    ot_computation_set_root(c, f(c, x));
+    ot_opcode op = OT_OP_INVALID;
+    if (ot_module_finalize(m) == OT_OK && ot_pass_simplify(m, NULL) == OT_OK &&
+        ot_pass_dce(m, NULL) == OT_OK && ot_module_verify(m) == OT_OK) {
+        op = c->root->opcode;
+        *to_param = c->root == x;
+    }
+    ot_module_free(m);
+    return op;
+}
+
+static ot_instr *f_add_pzero(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_ADD, x, fconst(c, 0.0, x->shape.array));
+}
+static ot_instr *f_add_nzero(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_ADD, fconst(c, -0.0, x->shape.array), x);
+}
+static ot_instr *f_sub_zero(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_SUBTRACT, x, fconst(c, 0.0, x->shape.array));
+}
+static ot_instr *f_sub_self(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_SUBTRACT, x, x);
+}
+static ot_instr *f_mul_one(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_MULTIPLY, fconst(c, 1.0, x->shape.array), x);
+}
+static ot_instr *f_mul_zero(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_MULTIPLY, x, fconst(c, 0.0, x->shape.array));
+}
+static ot_instr *f_div_four(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_DIVIDE, x, fconst(c, 4.0, x->shape.array));
+}
+static ot_instr *f_div_three(ot_computation *c, ot_instr *x) {
+    return ot_build_binary(c, OT_OP_DIVIDE, x, fconst(c, 3.0, x->shape.array));
+}
+static ot_instr *f_neg_neg(ot_computation *c, ot_instr *x) {
+    return ot_build_unary(c, OT_OP_NEGATE, ot_build_unary(c, OT_OP_NEGATE, x));
+}
+static ot_instr *f_not_not(ot_computation *c, ot_instr *x) {
+    return ot_build_unary(c, OT_OP_NOT, ot_build_unary(c, OT_OP_NOT, x));
+}
+static ot_instr *f_convert_same(ot_computation *c, ot_instr *x) {
+    return ot_build_convert(c, x, x->shape.array.dtype);
+}
+static ot_instr *f_transpose_twice(ot_computation *c, ot_instr *x) {
+    int64_t p[] = {1, 0};
+    return ot_build_transpose(c, ot_build_transpose(c, x, p, 2), p, 2);
+}
+static ot_instr *f_reshape_twice(ot_computation *c, ot_instr *x) {
+    ot_shape a, b;
+    ot_shape_make(&a, x->shape.array.dtype, 1, (int64_t[]){4});
+    ot_shape_make(&b, x->shape.array.dtype, 3, (int64_t[]){1, 2, 2});
+    return ot_build_reshape(c, ot_build_reshape(c, x, a), b);
+}
+static ot_instr *f_reshape_back(ot_computation *c, ot_instr *x) {
+    ot_shape a;
+    ot_shape_make(&a, x->shape.array.dtype, 1, (int64_t[]){4});
+    return ot_build_reshape(c, ot_build_reshape(c, x, a), x->shape.array);
+}
+static ot_instr *f_broadcast_twice(ot_computation *c, ot_instr *x) {
+    ot_shape a, b;
+    ot_shape_make(&a, x->shape.array.dtype, 3, (int64_t[]){3, 2, 2});
+    ot_shape_make(&b, x->shape.array.dtype, 4, (int64_t[]){5, 3, 2, 2});
+    return ot_build_broadcast(c, ot_build_broadcast(c, x, a, (int64_t[]){1, 2}, 2), b,
+                              (int64_t[]){1, 2, 3}, 3);
+}
+static ot_instr *f_full_slice(ot_computation *c, ot_instr *x) {
+    return ot_build_slice(c, x, (int64_t[]){0, 0}, (int64_t[]){2, 2}, (int64_t[]){1, 1});
+}
+static ot_instr *f_part_slice(ot_computation *c, ot_instr *x) {
+    return ot_build_slice(c, x, (int64_t[]){0, 0}, (int64_t[]){1, 2}, (int64_t[]){1, 1});
+}
+static ot_instr *f_select_true(ot_computation *c, ot_instr *x) {
+    ot_shape ps = x->shape.array;
+    ps.dtype = OT_PRED;
+    ot_instr *y = ot_build_unary(c, OT_OP_NEGATE, x);
+    return ot_build_select(c, bcast(c, ot_build_constant_scalar(c, OT_PRED, 1), ps), x, y);
+}
+static ot_instr *f_select_same(ot_computation *c, ot_instr *x) {
+    ot_shape ps = x->shape.array;
+    ps.dtype = OT_PRED;
+    ot_instr *pp = ot_build_compare(c, x, x, OT_CMP_LT, OT_CMP_TYPE_DEFAULT);
+    (void)ps;
+    return ot_build_select(c, pp, x, x);
+}
+
+static void test_simplify(void) {
+    bool tp = false;
+    /* float: x + (+0.0) stays (it turns -0.0 into +0.0); x + (-0.0) is x */
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_add_pzero, &tp), OT_OP_ADD);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_add_nzero, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_S32, f_add_pzero, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_sub_zero, &tp), OT_OP_PARAMETER);
+    /* x - x and x * 0 are never folded for floats (NaN, inf, -0.0) */
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_sub_self, &tp), OT_OP_SUBTRACT);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_mul_zero, &tp), OT_OP_MULTIPLY);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_mul_one, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_S32, f_mul_one, &tp), OT_OP_PARAMETER);
+    /* division by a power of two becomes a multiply; by 3 it stays; integers never */
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_div_four, &tp), OT_OP_MULTIPLY);
+    EXPECT_INT_EQ(simplified_root(OT_F64, f_div_four, &tp), OT_OP_MULTIPLY);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_div_three, &tp), OT_OP_DIVIDE);
+    EXPECT_INT_EQ(simplified_root(OT_S32, f_div_four, &tp), OT_OP_DIVIDE);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_neg_neg, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_PRED, f_not_not, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_convert_same, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_transpose_twice, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_reshape_back, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_full_slice, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_part_slice, &tp), OT_OP_SLICE);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_select_true, &tp), OT_OP_PARAMETER);
+    EXPECT_INT_EQ(simplified_root(OT_F32, f_select_same, &tp), OT_OP_PARAMETER);
+    EXPECT_TRUE(tp);
+
+    /* reshape(reshape(x)) is one reshape of x; broadcast(broadcast(x)) one broadcast of x */
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *x = ot_build_parameter(c, 0, mat2(OT_F32, 2, 2), "x");
+    ot_instr *r = f_reshape_twice(c, x);
+    ot_instr *b = f_broadcast_twice(c, x);
+    ot_instr *outs[] = {r, b};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_OK(ot_pass_simplify(m, NULL));
+    ASSERT_OK(ot_pass_dce(m, NULL));
+    ASSERT_OK(ot_module_verify(m));
+    EXPECT_INT_EQ(count_op(c, OT_OP_RESHAPE), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_BROADCAST), 1);
+    EXPECT_TRUE(c->root->operands[0]->operands[0] == x);
+    const ot_instr *bb = c->root->operands[1];
+    EXPECT_TRUE(bb->operands[0] == x);
+    EXPECT_INT_EQ(bb->attrs.dims[0], 2);
+    EXPECT_INT_EQ(bb->attrs.dims[1], 3);
+    ot_module_free(m);
+}
+
+/* ---- fusion ---- */
+
+static ot_module *compiled_fusion(ot_module *m, int max_io) {
+    if (ot_module_finalize(m) != OT_OK) return NULL;
+    if (ot_pass_fuse(m, max_io, NULL) != OT_OK) return NULL;
+    if (ot_pass_dce(m, NULL) != OT_OK) return NULL;
+    if (ot_module_verify(m) != OT_OK) return NULL;
+    return m;
+}
+
+static void test_fuse_elementwise_chain(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 8, 16);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_instr *b = ot_build_parameter(c, 1, vec(16), "b");
+    ot_instr *bb = ot_build_broadcast(c, b, s, (int64_t[]){1}, 1);
+    ot_instr *x = ot_build_binary(c, OT_OP_ADD, a, bb);
+    x = ot_build_binary(c, OT_OP_MULTIPLY, x, fconst(c, 3.0, s));
+    x = ot_build_convert(c, x, OT_F64);
+    ot_shape r = mat2(OT_F64, 16, 8);
+    x = ot_build_reshape(c, x, r);
+    ot_instr *io = ot_build_iota(c, r, 0);
+    x = ot_build_binary(c, OT_OP_ADD, x, io);
+    ot_computation_set_root(c, x);
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 1);
+    EXPECT_INT_EQ(c->ninstrs, 3); /* a, b, fusion */
+    EXPECT_INT_EQ(c->root->opcode, OT_OP_FUSION);
+    EXPECT_INT_EQ(c->root->noperands, 2);
+    EXPECT_INT_EQ(c->root->attrs.fusion_kind, OT_FUSION_LOOP);
+    ot_module_free(m);
+}
+
+static void test_fuse_never_list(void) {
+    /* dot, convolution, sort, while, side effects and collectives are never fused */
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 4, 4);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_instr *e = ot_build_unary(c, OT_OP_EXP, a);
+    ot_dot_dims dn = {0};
+    dn.ncontract = 1;
+    dn.lhs_contract[0] = 1;
+    dn.rhs_contract[0] = 0;
+    ot_instr *d = ot_build_dot(c, e, e, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+    ot_instr *n = ot_build_unary(c, OT_OP_NEGATE, d);
+    ot_computation *cmp = ot_module_add_computation(m, "cmp");
+    ot_instr *ca = ot_build_parameter(cmp, 0, ot_shape_scalar(OT_F32), "x");
+    ot_instr *cb = ot_build_parameter(cmp, 1, ot_shape_scalar(OT_F32), "y");
+    ot_computation_set_root(cmp, ot_build_compare(cmp, ca, cb, OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+    ot_instr *so = ot_build_sort(c, &n, 1, 1, false, cmp);
+    ot_instr *ab = ot_build_unary(c, OT_OP_ABS, so);
+    ot_computation *sum = add_reducer(m, OT_OP_ADD, OT_F32);
+    ot_instr *ar = ot_build_all_reduce(c, &ab, 1, NULL, 1, false, sum);
+    ot_instr *sq = ot_build_unary(c, OT_OP_SQRT, ar);
+    ot_instr *cc = ot_build_custom_call(c, "effect", &sq, 1, &sq->shape, NULL, true);
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_NEGATE, cc));
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    EXPECT_INT_EQ(count_op(c, OT_OP_DOT), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_SORT), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_ALL_REDUCE), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_CUSTOM_CALL), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 5); /* exp, negate, abs, sqrt, negate */
+    for (const ot_instr *i = c->first; i; i = i->next)
+        if (i->opcode == OT_OP_FUSION) EXPECT_INT_EQ(i->called[0]->ninstrs, 2);
+    ot_module_free(m);
+}
+
+static void test_fuse_while_not_fused(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape sc = ot_shape_scalar(OT_S32);
+    ot_computation *cond = ot_module_add_computation(m, "cond");
+    ot_instr *cp = ot_build_parameter(cond, 0, sc, "i");
+    ot_computation_set_root(cond,
+                            ot_build_compare(cond, cp, ot_build_constant_scalar(cond, OT_S32, 10),
+                                             OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+    ot_computation *body = ot_module_add_computation(m, "body");
+    ot_instr *bp = ot_build_parameter(body, 0, sc, "i");
+    ot_computation_set_root(
+        body, ot_build_binary(body, OT_OP_ADD, bp, ot_build_constant_scalar(body, OT_S32, 1)));
+    ot_instr *p = ot_build_parameter(c, 0, sc, "p");
+    ot_instr *w = ot_build_while(c, cond, body, ot_build_unary(c, OT_OP_NEGATE, p));
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_NEGATE, w));
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    EXPECT_INT_EQ(count_op(c, OT_OP_WHILE), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 2);
+    ot_module_free(m);
+}
+
+static void test_fuse_reductions(void) {
+    /* row and column reductions as fusion roots, with their elementwise producers */
+    for (int dim = 0; dim < 2; dim++) {
+        ot_computation *c;
+        ot_module *m = new_mod(&c);
+        ot_shape s = mat2(OT_F32, 8, 32);
+        ot_instr *a = ot_build_parameter(c, 0, s, "a");
+        ot_instr *sq = ot_build_binary(c, OT_OP_MULTIPLY, a, a);
+        ot_instr *init = ot_build_constant_scalar(c, OT_F32, 0);
+        ot_computation *sum = add_reducer(m, OT_OP_ADD, OT_F32);
+        int64_t dims[] = {dim};
+        ot_instr *r = ot_build_reduce(c, &sq, &init, 1, dims, 1, sum);
+        ot_computation_set_root(c, ot_build_unary(c, OT_OP_SQRT, r));
+        ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+        EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 2);
+        const ot_instr *root = c->root;
+        ASSERT_TRUE(root->opcode == OT_OP_FUSION);
+        const ot_instr *red = root->operands[0];
+        ASSERT_TRUE(red->opcode == OT_OP_FUSION);
+        EXPECT_INT_EQ(red->attrs.fusion_kind, OT_FUSION_INPUT);
+        EXPECT_INT_EQ(red->called[0]->root->opcode, OT_OP_REDUCE);
+        EXPECT_INT_EQ(red->noperands, 1); /* the init constant was fused */
+        ot_module_free(m);
+    }
+}
+
+static void test_fuse_no_duplicate_expensive(void) {
+    /* e = exp(a) feeds two reductions (two clusters): exp is computed once, never duplicated;
+     * the cheap broadcast of a scalar feeding both is duplicated into each. */
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 4, 8);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_instr *k = ot_build_parameter(c, 1, ot_shape_scalar(OT_F32), "k");
+    ot_instr *kb = bcast(c, k, s);
+    ot_instr *e = ot_build_unary(c, OT_OP_EXP, ot_build_binary(c, OT_OP_ADD, a, kb));
+    ot_instr *init = ot_build_constant_scalar(c, OT_F32, 0);
+    ot_computation *sum = add_reducer(m, OT_OP_ADD, OT_F32);
+    ot_computation *mx = add_reducer(m, OT_OP_MAXIMUM, OT_F32);
+    ot_instr *y1 = ot_build_binary(c, OT_OP_MULTIPLY, e, kb);
+    ot_instr *y2 = ot_build_binary(c, OT_OP_SUBTRACT, e, kb);
+    ot_instr *r1 = ot_build_reduce(c, &y1, &init, 1, (int64_t[]){1}, 1, sum);
+    ot_instr *r2 = ot_build_reduce(c, &y2, &init, 1, (int64_t[]){0}, 1, mx);
+    ot_instr *outs[] = {r1, r2};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    int exps = 0, bcasts = 0;
+    for (int q = 0; q < ot_module_computation_count(m); q++) {
+        const ot_computation *x = ot_module_computation(m, q);
+        exps += count_op(x, OT_OP_EXP);
+        bcasts += count_op(x, OT_OP_BROADCAST);
+    }
+    EXPECT_INT_EQ(exps, 1);
+    EXPECT_TRUE(bcasts >= 2);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 3);
+    ot_module_free(m);
+}
+
+static void test_fuse_no_cycle(void) {
+    /* x = exp(a) is used by a dot (outside) and by add(x, dot): fusing x into the add's cluster
+     * as an extra output would make a cycle through the dot. */
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 4, 4);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_instr *x = ot_build_unary(c, OT_OP_EXP, a);
+    ot_dot_dims dn = {0};
+    dn.ncontract = 1;
+    dn.lhs_contract[0] = 1;
+    dn.rhs_contract[0] = 0;
+    ot_instr *d = ot_build_dot(c, x, a, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_ADD, x, d));
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 2);
+    EXPECT_INT_EQ(count_op(c, OT_OP_DOT), 1);
+    ot_module_free(m);
+}
+
+static void test_fuse_multi_output_siblings(void) {
+    /* two independent loops over the same input merge into one multi-output fusion */
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *a = ot_build_parameter(c, 0, vec(64), "a");
+    ot_instr *b = ot_build_parameter(c, 1, vec(64), "b");
+    ot_instr *y1 = ot_build_unary(c, OT_OP_EXP, a);
+    ot_instr *y2 = ot_build_binary(c, OT_OP_MULTIPLY, a, b);
+    ot_instr *outs[] = {y1, y2};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_GET_TUPLE_ELEMENT), 2);
+    ot_module_free(m);
+}
+
+static void test_fuse_io_limit(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *acc = NULL;
+    for (int k = 0; k < 80; k++) {
+        ot_instr *p = ot_build_parameter(c, k, vec(16), NULL);
+        acc = acc ? ot_build_binary(c, OT_OP_ADD, acc, p) : p;
+    }
+    ot_computation_set_root(c, acc);
+    ASSERT_TRUE(compiled_fusion(m, 16) != NULL);
+    int nf = 0;
+    for (const ot_instr *i = c->first; i; i = i->next) {
+        if (i->opcode != OT_OP_FUSION) continue;
+        nf++;
+        EXPECT_TRUE(i->noperands + 1 <= 16);
+    }
+    EXPECT_TRUE(nf >= 6);
+    ot_module_free(m);
+}
+
+/* ---- Adam ---- */
+
+static ot_module *build_adam(int64_t n, bool alias) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = vec(n);
+    ot_instr *p = ot_build_parameter(c, 0, s, "p");
+    ot_instr *g = ot_build_parameter(c, 1, s, "g");
+    ot_instr *mm = ot_build_parameter(c, 2, s, "m");
+    ot_instr *v = ot_build_parameter(c, 3, s, "v");
+    ot_instr *lr = ot_build_parameter(c, 4, ot_shape_scalar(OT_F32), "lr");
+    ot_instr *step = ot_build_parameter(c, 5, ot_shape_scalar(OT_S32), "step");
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    ot_instr *m2 =
+        ot_build_binary(c, OT_OP_ADD, ot_build_binary(c, OT_OP_MULTIPLY, fconst(c, b1, s), mm),
+                        ot_build_binary(c, OT_OP_MULTIPLY, fconst(c, 1 - b1, s), g));
+    ot_instr *g2 = ot_build_binary(c, OT_OP_MULTIPLY, g, g);
+    ot_instr *v2 =
+        ot_build_binary(c, OT_OP_ADD, ot_build_binary(c, OT_OP_MULTIPLY, fconst(c, b2, s), v),
+                        ot_build_binary(c, OT_OP_MULTIPLY, fconst(c, 1 - b2, s), g2));
+    ot_shape sc = ot_shape_scalar(OT_F32);
+    ot_instr *t = ot_build_convert(c, step, OT_F32);
+    ot_instr *bc1 = ot_build_binary(
+        c, OT_OP_SUBTRACT, ot_build_constant_scalar(c, OT_F32, 1),
+        ot_build_binary(c, OT_OP_POWER, ot_build_constant_scalar(c, OT_F32, b1), t));
+    ot_instr *bc2 = ot_build_binary(
+        c, OT_OP_SUBTRACT, ot_build_constant_scalar(c, OT_F32, 1),
+        ot_build_binary(c, OT_OP_POWER, ot_build_constant_scalar(c, OT_F32, b2), t));
+    (void)sc;
+    ot_instr *mhat = ot_build_binary(c, OT_OP_DIVIDE, m2, bcast(c, bc1, s));
+    ot_instr *vhat = ot_build_binary(c, OT_OP_DIVIDE, v2, bcast(c, bc2, s));
+    ot_instr *den =
+        ot_build_binary(c, OT_OP_ADD, ot_build_unary(c, OT_OP_SQRT, vhat), fconst(c, eps, s));
+    ot_instr *upd = ot_build_binary(c, OT_OP_MULTIPLY, bcast(c, lr, s),
+                                    ot_build_binary(c, OT_OP_DIVIDE, mhat, den));
+    ot_instr *p2 = ot_build_binary(c, OT_OP_SUBTRACT, p, upd);
+    ot_instr *outs[] = {p2, m2, v2};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 3));
+    if (alias) {
+        int64_t pn[] = {0, 2, 3};
+        for (int k = 0; k < 3; k++) {
+            ot_io_alias a = {0};
+            a.noutput_index = 1;
+            a.output_index[0] = k;
+            a.param_number = pn[k];
+            if (ot_module_add_alias(m, &a) != OT_OK) {
+                ot_module_free(m);
+                return NULL;
+            }
+        }
+    }
+    if (ot_module_finalize(m) != OT_OK) {
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void test_adam_one_kernel_in_place(void) {
+    ot_module *m = build_adam(1 << 12, true);
+    ASSERT_TRUE(m != NULL);
+    ot_executable *e = NULL;
+    ot_compile_options o = ot_compile_options_default();
+    o.verify_each = true;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_INT_EQ(ot_executable_kernel_count(e), 1);
+    const ot_kernel *k = ot_executable_kernel(e, 0);
+    EXPECT_INT_EQ(k->kind, OT_KERNEL_FUSION);
+    EXPECT_INT_EQ(k->noutputs, 3);
+    EXPECT_INT_EQ(k->ninputs, 6);
+    EXPECT_INT_EQ(ot_executable_output_count(e), 3);
+    int64_t want[] = {0, 2, 3};
+    for (int j = 0; j < 3; j++) {
+        const ot_slot *s = ot_executable_slot(e, ot_executable_output_slot(e, j));
+        EXPECT_INT_EQ(s->kind, OT_SLOT_OUTPUT);
+        EXPECT_INT_EQ(s->alias_param, want[j]);
+        bool found = false;
+        for (int q = 0; q < k->noutputs; q++)
+            found = found || k->outputs[q] == ot_executable_output_slot(e, j);
+        EXPECT_TRUE(found);
+    }
+    EXPECT_INT_EQ(ot_executable_arena_size(e), 0);
+    EXPECT_TRUE(k->flops >= 10 * (1 << 12));
+    EXPECT_INT_EQ(k->bytes_read, 4 * 4 * (1 << 12) + 4 + 4);
+    EXPECT_INT_EQ(k->bytes_written, 3 * 4 * (1 << 12));
+    ot_executable_free(e);
+
+    /* without fusion: many kernels, still correct bindings */
+    o.fusion = false;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_TRUE(ot_executable_kernel_count(e) > 10);
+    EXPECT_TRUE(ot_executable_arena_size(e) >= ot_executable_peak_live_bytes(e));
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
+/* ---- schedule and buffers ---- */
+
+static void check_no_overlap(const ot_executable *e) {
+    /* temporaries live at the same time never overlap; offsets are 64-byte aligned */
+    int nk = ot_executable_kernel_count(e), ns = ot_executable_slot_count(e);
+    int *def = calloc((size_t)ns, sizeof *def), *last = calloc((size_t)ns, sizeof *last);
+    for (int v = 0; v < ns; v++) def[v] = last[v] = -1;
+    for (int k = 0; k < nk; k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        for (int q = 0; q < kn->noutputs; q++) def[kn->outputs[q]] = k;
+        for (int q = 0; q < kn->ninputs; q++) last[kn->inputs[q]] = k;
+    }
+    for (int a = 0; a < ns; a++) {
+        const ot_slot *sa = ot_executable_slot(e, a);
+        if (sa->kind != OT_SLOT_TEMP) continue;
+        EXPECT_INT_EQ(sa->offset % 64, 0);
+        EXPECT_TRUE(sa->offset + sa->nbytes <= ot_executable_arena_size(e));
+        int ea = last[a] > def[a] ? last[a] : def[a];
+        for (int b = a + 1; b < ns; b++) {
+            const ot_slot *sb = ot_executable_slot(e, b);
+            if (sb->kind != OT_SLOT_TEMP) continue;
+            int eb = last[b] > def[b] ? last[b] : def[b];
+            bool overlap_t = def[a] < eb && def[b] < ea; /* strictly: reuse at the boundary is
+                                                            the in-place case */
+            bool overlap_m =
+                sa->offset < sb->offset + sb->nbytes && sb->offset < sa->offset + sa->nbytes;
+            if (overlap_t && overlap_m) OT_T_FAIL_("slots %d and %d overlap", a, b);
+        }
+    }
+    free(def);
+    free(last);
+}
+
+static void test_schedule_and_buffers(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 16, 16);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_dot_dims dn = {0};
+    dn.ncontract = 1;
+    dn.lhs_contract[0] = 1;
+    dn.rhs_contract[0] = 0;
+    ot_instr *x = a, *outs[6];
+    for (int k = 0; k < 6; k++) {
+        ot_instr *y = ot_build_dot(c, x, a, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+        ot_instr *z = ot_build_unary(c, OT_OP_TANH, y);
+        outs[k] = ot_build_reduce(c, &z, (ot_instr *[]){ot_build_constant_scalar(c, OT_F32, 0)}, 1,
+                                  (int64_t[]){0, 1}, 2, add_reducer(m, OT_OP_ADD, OT_F32));
+        x = z;
+    }
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 6));
+    ASSERT_OK(ot_module_finalize(m));
+    for (int lvl = 0; lvl <= 2; lvl++) {
+        ot_compile_options o = ot_compile_options_default();
+        o.opt_level = lvl;
+        ot_executable *e = NULL;
+        ASSERT_OK(ot_compile(m, &o, &e));
+        check_no_overlap(e);
+        EXPECT_TRUE(ot_executable_arena_size(e) >= ot_executable_peak_live_bytes(e));
+        EXPECT_TRUE(ot_executable_peak_live_bytes(e) > 0);
+        EXPECT_TRUE(ot_executable_total_flops(e) >= 6 * 2 * 16 * 16 * 16);
+        /* the schedule is a topological order: every kernel input is defined earlier */
+        int ns = ot_executable_slot_count(e);
+        bool *defined = calloc((size_t)ns, 1);
+        for (int v = 0; v < ns; v++)
+            defined[v] = ot_executable_slot(e, v)->kind == OT_SLOT_PARAMETER ||
+                         ot_executable_slot(e, v)->kind == OT_SLOT_CONSTANT;
+        for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+            const ot_kernel *kn = ot_executable_kernel(e, k);
+            for (int q = 0; q < kn->ninputs; q++) EXPECT_TRUE(defined[kn->inputs[q]]);
+            for (int q = 0; q < kn->noutputs; q++) defined[kn->outputs[q]] = true;
+        }
+        free(defined);
+        /* deterministic */
+        ot_executable *e2 = NULL;
+        ASSERT_OK(ot_compile(m, &o, &e2));
+        EXPECT_INT_EQ(ot_executable_kernel_count(e2), ot_executable_kernel_count(e));
+        EXPECT_INT_EQ(ot_executable_arena_size(e2), ot_executable_arena_size(e));
+        for (int k = 0; k < ot_executable_kernel_count(e); k++)
+            EXPECT_STR_EQ(ot_executable_kernel(e, k)->name, ot_executable_kernel(e2, k)->name);
+        ot_executable_free(e2);
+        ot_executable_free(e);
+    }
+    ot_module_free(m);
+}
+
+static void test_in_place_reuse(void) {
+    /* without fusion, an elementwise op whose temp operand dies there writes over it */
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *a = ot_build_parameter(c, 0, vec(1000), "a");
+    ot_instr *x = ot_build_unary(c, OT_OP_EXP, a);
+    x = ot_build_unary(c, OT_OP_NEGATE, x);
+    x = ot_build_unary(c, OT_OP_ABS, x);
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_SQRT, x));
+    ASSERT_OK(ot_module_finalize(m));
+    ot_compile_options o = ot_compile_options_default();
+    o.fusion = false;
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_INT_EQ(ot_executable_kernel_count(e), 4);
+    EXPECT_INT_EQ(ot_executable_kernel(e, 1)->in_place_input, 0);
+    EXPECT_INT_EQ(ot_executable_arena_size(e), 4032); /* one 4000-byte buffer, aligned */
+    EXPECT_INT_EQ(ot_executable_peak_live_bytes(e), 4032);
+    check_no_overlap(e);
+    ot_executable_free(e);
+    o.opt_level = 0; /* -O0: no in-place reuse */
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_INT_EQ(ot_executable_kernel(e, 1)->in_place_input, -1);
+    check_no_overlap(e);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
+static void test_outputs_and_donation(void) {
+    /* a parameter returned directly gets a copy kernel; a donation whose writer reads the
+     * parameter non-elementwise (transpose) writes a temporary and copies at the end */
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 4, 4);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_instr *t = ot_build_transpose(c, a, (int64_t[]){1, 0}, 2);
+    ot_instr *outs[] = {t, a};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    ot_io_alias al = {0};
+    al.noutput_index = 1;
+    al.output_index[0] = 0;
+    al.param_number = 0;
+    ASSERT_OK(ot_module_add_alias(m, &al));
+    ASSERT_OK(ot_module_finalize(m));
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    int copies = 0;
+    for (int k = 0; k < ot_executable_kernel_count(e); k++)
+        copies += ot_executable_kernel(e, k)->kind == OT_KERNEL_COPY;
+    EXPECT_INT_EQ(copies, 2); /* output-copy of a, donation-copy of the transpose */
+    const ot_kernel *last = ot_executable_kernel(e, ot_executable_kernel_count(e) - 1);
+    EXPECT_STR_EQ(last->name, "donation-copy");
+    EXPECT_INT_EQ(last->outputs[0], ot_executable_output_slot(e, 0));
+    EXPECT_INT_EQ(ot_executable_slot(e, ot_executable_output_slot(e, 0))->alias_param, 0);
+    check_no_overlap(e);
+    ot_executable_free(e);
+    ot_module_free(m);
+
+    /* a donation with mismatched shapes is refused */
+    m = new_mod(&c);
+    a = ot_build_parameter(c, 0, s, "a");
+    ot_computation_set_root(c, ot_build_reshape(c, a, vec(16)));
+    ASSERT_OK(ot_module_add_alias(m, &al));
+    ASSERT_OK(ot_module_finalize(m));
+    EXPECT_STATUS(ot_compile(m, NULL, &e), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "differ in shape");
+    ot_module_free(m);
+}
+
+/* ---- options ---- */
+
+static void test_options(void) {
+    ot_module *m = build_adam(256, false);
+    ASSERT_TRUE(m != NULL);
+    ot_executable *e = NULL;
+    ot_compile_options o = ot_compile_options_default();
+    o.opt_level = 0;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    for (int k = 0; k < ot_executable_kernel_count(e); k++)
+        EXPECT_TRUE(ot_executable_kernel(e, k)->kind != OT_KERNEL_FUSION);
+    EXPECT_STR_EQ(ot_executable_stat(e, 0)->name, "dce");
+    ot_executable_free(e);
+
+    o = ot_compile_options_default();
+    o.opt_level = 1;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_INT_EQ(ot_executable_kernel_count(e), 1);
+    int n = ot_executable_stat_count(e);
+    EXPECT_STR_EQ(ot_executable_stat(e, n - 1)->name, "assign-buffers");
+    EXPECT_STR_EQ(ot_executable_stat(e, n - 2)->name, "schedule");
+    ot_executable_free(e);
+
+    o = ot_compile_options_default();
+    o.disable_passes = "fuse";
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_TRUE(ot_executable_kernel_count(e) > 1);
+    ot_executable_free(e);
+
+    o = ot_compile_options_default();
+    o.passes = "cse,dce,fuse";
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_INT_EQ(ot_executable_kernel_count(e), 1);
+    EXPECT_STR_EQ(ot_executable_stat(e, 0)->name, "cse");
+    ot_executable_free(e);
+
+    o.passes = "cse,bogus";
+    EXPECT_STATUS(ot_compile(m, &o, &e), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "bogus");
+    o = ot_compile_options_default();
+    o.opt_level = 3;
+    EXPECT_STATUS(ot_compile(m, &o, &e), OT_ERR_INVALID_ARGUMENT);
+
+    /* arena limit: fusion off makes temporaries; a tiny limit fails with the peak */
+    o = ot_compile_options_default();
+    o.fusion = false;
+    o.arena_limit = 64;
+    EXPECT_STATUS(ot_compile(m, &o, &e), OT_ERR_OUT_OF_MEMORY);
+    EXPECT_STR_CONTAINS(ot_last_error(), "peak of live bytes");
+    EXPECT_TRUE(e == NULL);
+
+    o = ot_compile_options_default();
+    o.dump_dir = "/nonexistent-dir/x";
+    EXPECT_TRUE(ot_compile(m, &o, &e) != OT_OK);
+    ot_module_free(m);
+}
+
+/* ---- serialization and fingerprints ---- */
+
+static void test_fingerprint(void) {
+    ot_module *m1 = build_adam(128, true), *m2 = build_adam(128, true), *m3 = build_adam(64, true);
+    ASSERT_TRUE(m1 && m2 && m3);
+    uint8_t a[32], b[32], c3[32], d[32];
+    ot_compile_options o = ot_compile_options_default();
+    ASSERT_OK(ot_compile_fingerprint(m1, &o, a));
+    ASSERT_OK(ot_compile_fingerprint(m2, &o, b));
+    ASSERT_OK(ot_compile_fingerprint(m3, &o, c3));
+    EXPECT_TRUE(memcmp(a, b, 32) == 0);
+    EXPECT_TRUE(memcmp(a, c3, 32) != 0);
+    o.opt_level = 1;
+    ASSERT_OK(ot_compile_fingerprint(m1, &o, d));
+    EXPECT_TRUE(memcmp(a, d, 32) != 0);
+    o = ot_compile_options_default();
+    o.target = "tpu-v4";
+    ASSERT_OK(ot_compile_fingerprint(m1, &o, d));
+    EXPECT_TRUE(memcmp(a, d, 32) != 0);
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m1, NULL, &e));
+    ot_executable_fingerprint(e, d);
+    EXPECT_TRUE(memcmp(a, d, 32) == 0);
+    ot_executable_free(e);
+    ot_module_free(m1);
+    ot_module_free(m2);
+    ot_module_free(m3);
+}
+
+static void test_serialize_roundtrip(void) {
+    int64_t live = ot_alloc_live();
+    ot_module *m = build_adam(300, true);
+    ASSERT_TRUE(m != NULL);
+    for (int lvl = 0; lvl <= 2; lvl++) {
+        ot_compile_options o = ot_compile_options_default();
+        o.opt_level = lvl;
+        ot_executable *e = NULL, *e2 = NULL;
+        ASSERT_OK(ot_compile(m, &o, &e));
+        void *buf = NULL, *buf2 = NULL;
+        size_t len = 0, len2 = 0;
+        ASSERT_OK(ot_executable_serialize(e, &buf, &len));
+        ASSERT_OK(ot_executable_deserialize(buf, len, &e2));
+        EXPECT_INT_EQ(ot_executable_kernel_count(e2), ot_executable_kernel_count(e));
+        EXPECT_INT_EQ(ot_executable_slot_count(e2), ot_executable_slot_count(e));
+        EXPECT_INT_EQ(ot_executable_arena_size(e2), ot_executable_arena_size(e));
+        EXPECT_INT_EQ(ot_executable_total_flops(e2), ot_executable_total_flops(e));
+        uint8_t f1[32], f2[32];
+        ot_executable_fingerprint(e, f1);
+        ot_executable_fingerprint(e2, f2);
+        EXPECT_TRUE(memcmp(f1, f2, 32) == 0);
+        ASSERT_OK(ot_executable_serialize(e2, &buf2, &len2));
+        EXPECT_INT_EQ(len2, len);
+        EXPECT_TRUE(len == len2 && memcmp(buf, buf2, len) == 0);
+        ot_free(buf);
+        ot_free(buf2);
+        ot_executable_free(e);
+        ot_executable_free(e2);
+    }
+    ot_module_free(m);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+}
+
+static void test_serialize_bad_files(void) {
+    int64_t live = ot_alloc_live();
+    ot_module *m = build_adam(32, true);
+    ASSERT_TRUE(m != NULL);
+    ot_executable *e = NULL, *bad = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    void *buf = NULL;
+    size_t len = 0;
+    ASSERT_OK(ot_executable_serialize(e, &buf, &len));
+    uint8_t *b = buf, *cp = malloc(len);
+
+    EXPECT_STATUS(ot_executable_deserialize(buf, 5, &bad), OT_ERR_CORRUPT_DATA);
+    EXPECT_STR_CONTAINS(ot_last_error(), "truncated");
+    memcpy(cp, b, len);
+    cp[0] = 'X';
+    EXPECT_STATUS(ot_executable_deserialize(cp, len, &bad), OT_ERR_CORRUPT_DATA);
+    EXPECT_STR_CONTAINS(ot_last_error(), "magic");
+    memcpy(cp, b, len);
+    cp[8] = 99;
+    EXPECT_STATUS(ot_executable_deserialize(cp, len, &bad), OT_ERR_CORRUPT_DATA);
+    EXPECT_STR_CONTAINS(ot_last_error(), "version");
+    EXPECT_STATUS(ot_executable_deserialize(buf, len - 1, &bad), OT_ERR_CORRUPT_DATA);
+    EXPECT_STR_CONTAINS(ot_last_error(), "length");
+    memcpy(cp, b, len);
+    cp[len / 2] ^= 0x40;
+    EXPECT_STATUS(ot_executable_deserialize(cp, len, &bad), OT_ERR_CORRUPT_DATA);
+    EXPECT_STR_CONTAINS(ot_last_error(), "checksum");
+    /* a changed body with a recomputed checksum: the stored arena no longer matches */
+    memcpy(cp, b, len);
+    size_t tail = len - 8; /* last field: flops of the last kernel */
+    cp[tail] ^= 1;
+    ASSERT_OK(ot_sha256_digest(cp + 56, len - 56, cp + 24));
+    EXPECT_STATUS(ot_executable_deserialize(cp, len, &bad), OT_ERR_CORRUPT_DATA);
+    EXPECT_STR_CONTAINS(ot_last_error(), "differs from the recomputed program");
+    EXPECT_TRUE(bad == NULL);
+    /* every truncation is refused cleanly */
+    for (size_t cut = 0; cut < len; cut += 7) {
+        ot_status s = ot_executable_deserialize(buf, cut, &bad);
+        EXPECT_INT_EQ(s, OT_ERR_CORRUPT_DATA);
+    }
+    /* file round trip */
+    char path[] = "/tmp/ot_exe_XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_TRUE(fd >= 0);
+    close(fd);
+    ASSERT_OK(ot_executable_save(e, path));
+    ASSERT_OK(ot_executable_load(path, &bad));
+    EXPECT_INT_EQ(ot_executable_kernel_count(bad), ot_executable_kernel_count(e));
+    ot_executable_free(bad);
+    bad = NULL;
+    remove(path);
+    EXPECT_STATUS(ot_executable_load(path, &bad), OT_ERR_IO);
+    free(cp);
+    ot_free(buf);
+    ot_executable_free(e);
+    ot_module_free(m);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+}
+
+/* ---- fault injection ---- */
+
+static void test_compile_alloc_failures(void) {
+    ot_module *m = build_adam(64, true);
+    ASSERT_TRUE(m != NULL);
+    int64_t live = ot_alloc_live();
+    int ok_at = 0;
+    for (int n = 1; n < 20000; n++) {
+        ot_executable *e = NULL;
+        ot_alloc_fail_after(n);
+        ot_status s = ot_compile(m, NULL, &e);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) {
+            ok_at = n;
+            ot_executable_free(e);
+            break;
+        }
+        EXPECT_TRUE(e == NULL);
+        EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+        if (s != OT_ERR_OUT_OF_MEMORY) break;
+    }
+    EXPECT_TRUE(ok_at > 1);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+    /* loading under allocation failures */
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    void *buf = NULL;
+    size_t len = 0;
+    ASSERT_OK(ot_executable_serialize(e, &buf, &len));
+    ot_executable_free(e);
+    live = ot_alloc_live();
+    ok_at = 0;
+    for (int n = 1; n < 20000; n++) {
+        ot_executable *x = NULL;
+        ot_alloc_fail_after(n);
+        ot_status s = ot_executable_deserialize(buf, len, &x);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) {
+            ok_at = n;
+            ot_executable_free(x);
+            break;
+        }
+        if (s != OT_ERR_OUT_OF_MEMORY) fprintf(stderr, "n=%d: %s\n", n, ot_last_error());
+        EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+        if (s != OT_ERR_OUT_OF_MEMORY) break;
+    }
+    EXPECT_TRUE(ok_at > 1);
+    ot_free(buf);
+    ot_module_free(m);
+}
+
+OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
+             OT_TEST(test_simplify), OT_TEST(test_fuse_elementwise_chain),
+             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
+             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_multi_output_siblings),
+             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
+             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
+             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_serialize_roundtrip), OT_TEST(test_serialize_bad_files),
+             OT_TEST(test_compile_alloc_failures))
