@@ -32,9 +32,12 @@
  *
  * Thread safety: the pure functions touch only their arguments. An ot_ntp_server is run by one
  * thread; ot_ntp_server_get_stats may be called from any thread, ot_ntp_server_stop from any
- * thread or a signal handler. An ot_clock_sync may be read
- * (ot_clock_sync_estimate) from any thread while its own thread updates it. The process-wide
- * ot_clock_offset_ns / ot_clock_synced_wall_ns are lock-free.
+ * thread or a signal handler. An ot_clock_sync may be read (ot_clock_sync_estimate, _class,
+ * _server_info) from any thread while its own thread updates it; ot_clock_sync_update calls are
+ * serialized. The process-wide ot_clock_offset_ns / ot_clock_synced_wall_ns are lock-free.
+ *
+ * Nothing here adjusts the host clock: offsets are measured and published, and readers apply
+ * them.
  */
 #ifndef OPTITPU_CLOCK_H
 #define OPTITPU_CLOCK_H

@@ -205,6 +205,9 @@ int ot_ntp_cluster(const ot_ntp_candidate *c, int n, double now, ot_ntp_peer_cla
 
 void ot_ntp_combine(const ot_ntp_candidate *c, int n, double now, const ot_ntp_peer_class *cls,
                     int sys_peer, ot_ntp_system *out) {
+    /* the weighted mean is taken relative to the system peer's offset: survivors lie within the
+     * intersection interval of each other, so the differences are small whatever the offsets */
+    double base = sys_peer >= 0 ? c[sys_peer].offset : 0;
     double y = 0, z = 0, w = 0;
     int ns = 0, nt = 0;
     for (int i = 0; i < n; i++) {
@@ -212,10 +215,10 @@ void ot_ntp_combine(const ot_ntp_candidate *c, int n, double now, const ot_ntp_p
         if (cls[i] != OT_NTP_SURVIVOR && cls[i] != OT_NTP_SYS_PEER) continue;
         ns++;
         double x = ot_ntp_root_distance(&c[i], now);
+        double d = c[i].offset - base;
         y += 1 / x;
-        z += c[i].offset / x;
-        if (sys_peer >= 0)
-            w += (c[i].offset - c[sys_peer].offset) * (c[i].offset - c[sys_peer].offset) / x;
+        z += d / x;
+        w += d * d / x;
     }
     out->n_survivors = ns;
     out->n_truechimers = nt;
@@ -226,7 +229,7 @@ void ot_ntp_combine(const ot_ntp_candidate *c, int n, double now, const ot_ntp_p
         out->root_distance = OT_NTP_MAXDISP;
         return;
     }
-    out->offset = z / y;
+    out->offset = base + z / y;
     double sel_jitter = sqrt(w / y);
     out->jitter = sqrt(sel_jitter * sel_jitter + c[sys_peer].jitter * c[sys_peer].jitter);
     out->root_distance = ot_ntp_root_distance(&c[sys_peer], now);
