@@ -4,27 +4,42 @@
  * bit-identical results. Without a hook: single-device semantics. */
 #include "exec/exec_internal.h"
 
-static int64_t my_id(const ot_exec_comm *c, bool global) {
-    if (!c) return 0;
-    return global
-               ? c->replica_id * (c->num_partitions > 0 ? c->num_partitions : 1) + c->partition_id
-               : c->replica_id;
+/* Replicas and partitions: the communicator's, or (single device) the module's own
+ * configuration, so a module built for several replicas fails clearly instead of running with
+ * wrong group sizes. */
+static void world_dims(const ot_instr *i, const ot_exec_comm *c, int64_t *replicas,
+                       int64_t *partitions) {
+    if (c) {
+        *replicas = c->replica_count > 0 ? c->replica_count : 1;
+        *partitions = c->num_partitions > 0 ? c->num_partitions : 1;
+        return;
+    }
+    const ot_module_config *cfg = ot_module_get_config(i->parent->module);
+    *replicas = cfg && cfg->replica_count > 0 ? cfg->replica_count : 1;
+    *partitions = cfg && cfg->num_partitions > 0 ? cfg->num_partitions : 1;
 }
 
-static int64_t world_size(const ot_exec_comm *c, bool global) {
-    if (!c) return 1;
-    int64_t r = c->replica_count > 0 ? c->replica_count : 1;
-    return global ? r * (c->num_partitions > 0 ? c->num_partitions : 1) : r;
+static int64_t my_id(const ot_instr *i, const ot_exec_comm *c, bool global) {
+    if (!c) return 0;
+    int64_t r, p;
+    world_dims(i, c, &r, &p);
+    return global ? c->replica_id * p + c->partition_id : c->replica_id;
+}
+
+static int64_t world_size(const ot_instr *i, const ot_exec_comm *c, bool global) {
+    int64_t r, p;
+    world_dims(i, c, &r, &p);
+    return global ? r * p : r;
 }
 
 /* The members of the group this device belongs to (ids, count) and its position in it. */
 static ot_status find_group(const ot_instr *i, const ot_exec_comm *c, int64_t *ids, int64_t cap,
                             int64_t *n, int64_t *pos) {
     bool global = i->attrs.use_global_device_ids;
-    int64_t me = my_id(c, global);
+    int64_t me = my_id(i, c, global);
     const ot_replica_groups *g = i->attrs.groups;
     if (!g || g->ngroups == 0) {
-        int64_t w = world_size(c, global);
+        int64_t w = world_size(i, c, global);
         if (w > cap) return ot_error(OT_ERR_UNIMPLEMENTED, "%s: group too large", EX_NAME(i));
         for (int64_t k = 0; k < w; k++) ids[k] = k;
         *n = w;
@@ -127,7 +142,7 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
     int64_t n = 1, pos = 0;
     if (i->opcode == OT_OP_COLLECTIVE_PERMUTE) {
         /* every device takes part; the value comes from the pair whose target is this device */
-        int64_t w = world_size(c, false), me = my_id(c, false);
+        int64_t w = world_size(i, c, false), me = my_id(i, c, false);
         if (w > MAX_GROUP) {
             st = ot_error(OT_ERR_UNIMPLEMENTED, "%s: too many devices", EX_NAME(i));
             goto done;
@@ -156,6 +171,12 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
     }
     if (i->opcode == OT_OP_ALL_TO_ALL && i->attrs.index < 0) {
         /* tuple form: operand k goes to member k; result k is member k's operand[pos] */
+        if (nops != n) {
+            st = ot_error(OT_ERR_FAILED_PRECONDITION,
+                          "%s: all-to-all has %d operands for a group of %lld devices", EX_NAME(i),
+                          nops, (long long)n);
+            goto done;
+        }
         size_t bytes = 0;
         for (int k = 0; k < nops; k++) bytes += ops[k]->array.nbytes;
         char *send = ot_malloc(bytes + 1);
@@ -192,6 +213,21 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
         if (!buf) goto oom;
         st = exchange(x, i, ids, n, src->array.data, bytes, buf);
         if (st != OT_OK) goto done;
+        int dd = (int)i->attrs.index;
+        bool fits = true;
+        if (i->opcode == OT_OP_ALL_GATHER)
+            fits = ex_arr(dst)->dims[dd] == n * s->dims[dd];
+        else if (i->opcode == OT_OP_REDUCE_SCATTER)
+            fits = s->dims[dd] % n == 0 && ex_arr(dst)->dims[dd] == s->dims[dd] / n;
+        else if (i->opcode == OT_OP_ALL_TO_ALL)
+            fits = s->dims[dd] % n == 0;
+        if (!fits) {
+            st = ot_error(OT_ERR_FAILED_PRECONDITION,
+                          "%s (%s): its shape was inferred for another group size than the %lld "
+                          "devices of this group",
+                          EX_NAME(i), ot_opcode_name(i->opcode), (long long)n);
+            goto done;
+        }
         switch (i->opcode) {
         case OT_OP_ALL_REDUCE:
             st = reduce_members(fn, s->dtype, buf, n, count, dst->array.data);
