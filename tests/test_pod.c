@@ -7,6 +7,7 @@
 #include "optitpu/collectives.h"
 #include "optitpu/pod.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -443,7 +444,74 @@ static void test_detector_fails_collective(void) {
     ot_local_world_free(p.w);
 }
 
-OT_TEST_MAIN(OT_TEST(test_phi_no_false_alarm_and_detects_stop),
+static void test_step_breakdown(void) {
+    ot_pod_trace *t;
+    ASSERT_OK(ot_pod_trace_create(&t));
+    ASSERT_OK(ot_pod_trace_record(t, 0, OT_PHASE_COMPUTE, "fwd", 1000, 1100));
+    ASSERT_OK(ot_pod_trace_record(t, 0, OT_PHASE_COMM, "allreduce", 1080, 1150));
+    ASSERT_OK(ot_pod_trace_record(t, 0, OT_PHASE_OTHER, "ckpt", 1200, 1220));
+    ASSERT_OK(ot_pod_trace_record(t, 1, OT_PHASE_COMPUTE, "fwd", 1000, 1300));
+    EXPECT_STATUS(ot_pod_trace_record(t, 0, OT_PHASE_COMM, "x", 10, 5), OT_ERR_INVALID_ARGUMENT);
+    ot_step_breakdown b;
+    ASSERT_OK(ot_pod_trace_breakdown(t, 0, 1000, 1300, &b));
+    EXPECT_NEAR(b.compute_s * 1e9, 100, 1e-6);
+    EXPECT_NEAR(b.comm_s * 1e9, 50, 1e-6); /* the overlap counts as compute */
+    EXPECT_NEAR(b.other_s * 1e9, 20, 1e-6);
+    EXPECT_NEAR(b.idle_s * 1e9, 130, 1e-6);
+    ASSERT_OK(ot_pod_trace_breakdown(t, 0, 1090, 1120, &b)); /* clipped to the window */
+    EXPECT_NEAR(b.compute_s * 1e9, 10, 1e-6);
+    EXPECT_NEAR(b.comm_s * 1e9, 20, 1e-6);
+    char *js;
+    ASSERT_OK(ot_pod_trace_to_json(t, &js));
+    json_error_t e;
+    json_t *j = json_loads(js, 0, &e);
+    ASSERT_TRUE(j != NULL);
+    EXPECT_INT_EQ(json_array_size(json_object_get(j, "traceEvents")), 4);
+    json_t *ev = json_array_get(json_object_get(j, "traceEvents"), 1);
+    EXPECT_STR_EQ(json_string_value(json_object_get(ev, "cat")), "comm");
+    EXPECT_NEAR(json_real_value(json_object_get(ev, "ts")), 0.08, 1e-9);
+    json_decref(j);
+    ot_free(js);
+    ot_pod_trace_free(t);
+}
+
+typedef struct tracerun {
+    ot_pod_trace *t;
+    uint64_t from, to;
+} tracerun;
+
+static ot_status trace_rank(void *ud, int rank, ot_comm *c) {
+    tracerun *tr = ud;
+    ot_comm_set_trace(c, tr->t, rank);
+    float x[4096];
+    for (int i = 0; i < 4096; i++) x[i] = (float)i;
+    for (int step = 0; step < 3; step++) {
+        uint64_t t0 = ot_now_ns();
+        double acc = 0;
+        for (int i = 0; i < 4096; i++) acc += x[i] * 0.5;
+        x[0] = (float)acc;
+        OT_CHECK(ot_pod_trace_record(tr->t, rank, OT_PHASE_COMPUTE, "step", t0, ot_now_ns()));
+        OT_CHECK(ot_comm_allreduce(c, x, x, 4096, OT_F32, OT_REDOP_MEAN, NULL));
+    }
+    return OT_OK;
+}
+
+static void test_collectives_record_into_trace(void) {
+    tracerun tr;
+    ASSERT_OK(ot_pod_trace_create(&tr.t));
+    tr.from = ot_now_ns();
+    ASSERT_OK(ot_local_run(2, trace_rank, &tr, NULL));
+    tr.to = ot_now_ns();
+    EXPECT_INT_EQ(ot_pod_trace_count(tr.t), 2 * 3 * 2); /* compute + allreduce, 3 steps, 2 */
+    ot_step_breakdown b;
+    ASSERT_OK(ot_pod_trace_breakdown(tr.t, 1, tr.from, tr.to, &b));
+    EXPECT_TRUE(b.comm_s > 0 && b.compute_s > 0);
+    EXPECT_NEAR(b.compute_s + b.comm_s + b.other_s + b.idle_s, b.wall_s, 1e-9);
+    ot_pod_trace_free(tr.t);
+}
+
+OT_TEST_MAIN(OT_TEST(test_step_breakdown), OT_TEST(test_collectives_record_into_trace),
+             OT_TEST(test_phi_no_false_alarm_and_detects_stop),
              OT_TEST(test_coordinator_state_machine), OT_TEST(test_timeout_detector),
              OT_TEST(test_channels_and_selection), OT_TEST(test_coordinator_alloc_failures),
              OT_TEST(test_barrier_generations), OT_TEST(test_barrier_timeout_then_next_generation),

@@ -300,6 +300,45 @@ OT_API size_t ot_grad_last_wire_bytes(const ot_grad_aggregator *a);
 OT_API ot_status ot_localsgd_sync(ot_comm *c, float *params, size_t count, int64_t step,
                                   int64_t period, const ot_coll_options *o);
 
+/* ---------------------------------------------------------------------------------------------
+ * Step-time breakdown. A trace records intervals per device — compute, communication, other —
+ * and reports how a step's wall time divides into compute, communication and idle (wall time
+ * covered by neither). Attached to a communicator, every collective records itself as
+ * communication. Exports Chrome trace JSON (opens in Perfetto). Thread-safe.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum ot_phase {
+    OT_PHASE_COMPUTE = 0,
+    OT_PHASE_COMM,
+    OT_PHASE_OTHER,
+    OT_PHASE_COUNT,
+} ot_phase;
+
+typedef struct ot_pod_trace ot_pod_trace;
+
+typedef struct ot_step_breakdown {
+    double wall_s;    /* to - from */
+    double compute_s; /* union of the compute intervals inside [from, to) */
+    double comm_s;    /* union of the communication intervals not already counted as compute */
+    double other_s;
+    double idle_s; /* wall - everything recorded */
+} ot_step_breakdown;
+
+OT_API ot_status ot_pod_trace_create(ot_pod_trace **out);
+OT_API void ot_pod_trace_free(ot_pod_trace *t);
+/* name is copied; end_ns >= start_ns (ot_now_ns clock). */
+OT_API ot_status ot_pod_trace_record(ot_pod_trace *t, int device, ot_phase phase, const char *name,
+                                     uint64_t start_ns, uint64_t end_ns);
+OT_API size_t ot_pod_trace_count(const ot_pod_trace *t);
+/* Collectives on c are recorded on `device` of t (t NULL detaches). The trace must outlive the
+ * attachment. */
+OT_API void ot_comm_set_trace(ot_comm *c, ot_pod_trace *t, int device);
+OT_API ot_status ot_pod_trace_breakdown(const ot_pod_trace *t, int device, uint64_t from_ns,
+                                        uint64_t to_ns, ot_step_breakdown *out);
+/* {"traceEvents":[{"name","cat","ph":"X","ts","dur","pid":0,"tid":device},...]}, times in
+ * microseconds from the earliest event. *out is freed with ot_free. */
+OT_API ot_status ot_pod_trace_to_json(const ot_pod_trace *t, char **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -38,6 +38,8 @@ struct ot_comm {
     size_t stage_cap;
     void **ptrs; /* size entries, for exchange_ptrs */
     ot_comm_stats stats;
+    ot_pod_trace *trace;
+    int trace_device;
 };
 
 /* ---- names ---------------------------------------------------------------------------------- */
@@ -264,6 +266,11 @@ ot_cost_params ot_comm_cost_params(const ot_comm *c) {
 bool ot_comm_aborted(const ot_comm *c) {
     return c->aborted;
 }
+void ot_comm_set_trace(ot_comm *c, ot_pod_trace *t, int device) {
+    c->trace = t;
+    c->trace_device = device;
+}
+
 void ot_comm_get_stats(const ot_comm *c, ot_comm_stats *out) {
     *out = c->stats;
 }
@@ -898,8 +905,21 @@ static ot_status begin(ot_comm *c, ot_coll_kind kind, ot_dtype dt, bool reductio
 
 static ot_status finish(ot_comm *c, ot_coll_kind kind, ot_status st, uint64_t t0, size_t count,
                         ot_dtype dt) {
+    uint64_t t1 = ot_now_ns();
     c->stats.calls[kind]++;
-    c->stats.ns[kind] += ot_now_ns() - t0;
+    c->stats.ns[kind] += t1 - t0;
+    if (c->trace) {
+        char msg[512];
+        if (st != OT_OK) snprintf(msg, sizeof msg, "%s", ot_last_error());
+        if (ot_pod_trace_record(c->trace, c->trace_device, OT_PHASE_COMM, ot_coll_kind_name(kind),
+                                t0, t1) != OT_OK &&
+            st != OT_OK) { /* keep the collective's message, not the trace's */
+            const char *m = msg, *code = ot_status_str(st);
+            size_t cl = strlen(code);
+            if (!strncmp(m, code, cl) && m[cl] == ':') m += cl + 2;
+            ot_error(st, "%s", m);
+        }
+    }
     if (st == OT_OK) {
         c->stats.bytes[kind] += (uint64_t)coll_size_bytes(kind, c->size, count, dt);
         return OT_OK;
