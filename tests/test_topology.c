@@ -74,6 +74,34 @@ static void test_ring_embeddings(void) {
     for (size_t i = 0; i < sizeof no / sizeof *no; i++) check_ring(no[i], false);
 }
 
+static void check_desc_ring(int nd, const int *dims, const bool *wrap, bool expect) {
+    ot_topology_desc d = ot_topology_desc_default();
+    d.ndims = nd;
+    for (int i = 0; i < nd; i++) d.dims[i] = dims[i], d.wrap[i] = wrap[i];
+    ot_topology *t;
+    ASSERT_OK(ot_topology_create(&d, &t));
+    int n = ot_topology_size(t), ring[64], seen[64] = {0}, bad = 0;
+    ot_status st = ot_topology_ring(t, ring);
+    EXPECT_INT_EQ(st, expect ? OT_OK : OT_ERR_FAILED_PRECONDITION);
+    for (int i = 0; st == OT_OK && i < n; i++) {
+        bad += seen[ring[i]]++ != 0;
+        bad += !ot_topology_adjacent(t, ring[i], ring[(i + 1) % n]);
+    }
+    EXPECT_INT_EQ(bad, 0);
+    ot_topology_free(t);
+}
+
+static void test_ring_search_mixed_wraparound(void) {
+    /* odd cylinders and mixed wraparound: outside the constructions, found by search */
+    check_desc_ring(2, (int[]){3, 3}, (bool[]){true, false}, true);
+    check_desc_ring(2, (int[]){3, 5}, (bool[]){false, true}, true);
+    check_desc_ring(2, (int[]){5, 3}, (bool[]){true, false}, true);
+    check_desc_ring(3, (int[]){3, 3, 3}, (bool[]){true, false, false}, true);
+    check_desc_ring(3, (int[]){3, 3, 5}, (bool[]){false, false, true}, true);
+    /* bipartite with an odd count: none, answered without searching */
+    check_desc_ring(2, (int[]){3, 5}, (bool[]){false, false}, false);
+}
+
 static void test_routes_and_hops(void) {
     ot_topology *t;
     ASSERT_OK(ot_topology_preset("torus-4x4x4", &t));
@@ -211,6 +239,7 @@ static void test_alloc_failures(void) {
     }
 }
 
-OT_TEST_MAIN(OT_TEST(test_presets), OT_TEST(test_ring_embeddings), OT_TEST(test_routes_and_hops),
+OT_TEST_MAIN(OT_TEST(test_presets), OT_TEST(test_ring_embeddings),
+             OT_TEST(test_ring_search_mixed_wraparound), OT_TEST(test_routes_and_hops),
              OT_TEST(test_slices), OT_TEST(test_logical_mesh), OT_TEST(test_export),
              OT_TEST(test_alloc_failures))

@@ -377,6 +377,75 @@ static bool ring_valid(const ot_topology *t, const int *order) {
     return ok;
 }
 
+/* A grid without an odd wrapped axis is bipartite: with an odd device count it has no
+ * Hamiltonian cycle. */
+static bool has_odd_cycle(const ot_topology *t) {
+    for (int i = 0; i < t->ndims; i++)
+        if (t->wrap[i] && t->dims[i] > 2 && t->dims[i] % 2) return true;
+    return false;
+}
+
+#define SEARCH_BUDGET 2000000
+
+/* Depth-first search for a Hamiltonian cycle from device 0, neighbours tried in Warnsdorff
+ * order (fewest unvisited onward links first), bounded by SEARCH_BUDGET steps. */
+static bool ring_search(const ot_topology *t, int *order) {
+    int n = t->size;
+    if (n < 3 || (n % 2 && !has_odd_cycle(t))) return false;
+    char *seen = ot_calloc((size_t)n, 1);
+    int *cand = ot_malloc(sizeof(int) * (size_t)n * 6);
+    int *ncand = ot_calloc((size_t)n, sizeof(int));
+    int *next = ot_calloc((size_t)n, sizeof(int));
+    bool found = false;
+    if (!seen || !cand || !ncand || !next) goto done;
+    long budget = SEARCH_BUDGET;
+    int depth = 0;
+    order[0] = 0;
+    seen[0] = 1;
+    for (;;) {
+        int v = order[depth];
+        if (next[depth] == 0) { /* first visit at this depth: rank the candidates */
+            int nb[6], k = ot_topology_neighbors(t, v, nb), m = 0;
+            int deg[6];
+            for (int i = 0; i < k; i++) {
+                if (seen[nb[i]]) continue;
+                int nb2[6], k2 = ot_topology_neighbors(t, nb[i], nb2), d = 0;
+                for (int j = 0; j < k2; j++) d += !seen[nb2[j]];
+                int at = m++;
+                while (at > 0 && deg[at - 1] > d)
+                    deg[at] = deg[at - 1], cand[depth * 6 + at] = cand[depth * 6 + at - 1], at--;
+                deg[at] = d;
+                cand[depth * 6 + at] = nb[i];
+            }
+            ncand[depth] = m;
+        }
+        if (depth == n - 1) {
+            if (ot_topology_adjacent(t, v, order[0])) {
+                found = true;
+                break;
+            }
+        } else if (next[depth] < ncand[depth]) {
+            int u = cand[depth * 6 + next[depth]++];
+            if (--budget < 0) break;
+            order[++depth] = u;
+            seen[u] = 1;
+            next[depth] = 0;
+            continue;
+        }
+        /* backtrack */
+        seen[v] = 0;
+        next[depth] = 0;
+        if (--depth < 0) break;
+        if (depth == 0) seen[0] = 1;
+    }
+done:
+    ot_free(seen);
+    ot_free(cand);
+    ot_free(ncand);
+    ot_free(next);
+    return found;
+}
+
 ot_status ot_topology_ring(const ot_topology *t, int *order) {
     if (!t || !order) return ot_error(OT_ERR_INVALID_ARGUMENT, "topology ring: NULL argument");
     int n = t->size;
@@ -443,7 +512,11 @@ ot_status ot_topology_ring(const ot_topology *t, int *order) {
             order[i] = ot_topology_id(t, c);
         }
     }
-    if (!ok || !ring_valid(t, order)) st = ring_fail(t);
+    if (!ok || !ring_valid(t, order)) {
+        /* shapes outside the constructions (odd cylinders, mixed wraparound): search */
+        ok = ring_search(t, order);
+        if (!ok || !ring_valid(t, order)) st = ring_fail(t);
+    }
     ot_free(rr);
     ot_free(layer);
     return st;
