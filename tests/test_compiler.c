@@ -2,9 +2,13 @@
  * legality, scheduling, buffer assignment, executables, options, serialization, fault injection,
  * and the Adam update compiling into one multi-output in-place kernel. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "optitpu/compiler.h"
+#include "optitpu/exec.h"
 #include "optitpu/ir.h"
 #include "ot_test.h"
 
@@ -1008,6 +1012,271 @@ static void test_compile_alloc_failures(void) {
     ot_module_free(m);
 }
 
+/* ---- constant folding ---- */
+
+static void test_fold(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *p = ot_build_parameter(c, 0, vec(4), "p");
+    float k4[4] = {1, 2, 3, 4};
+    ot_instr *a = ot_build_constant(c, vec(4), k4);
+    ot_instr *sum = ot_build_binary(c, OT_OP_ADD, a, a); /* folds: 2,4,6,8 */
+    ot_instr *sq = ot_build_unary(c, OT_OP_SQRT, sum);   /* folds next round */
+    ot_instr *init = ot_build_constant_scalar(c, OT_F32, 0);
+    ot_instr *red = ot_build_reduce(c, &a, &init, 1, (int64_t[]){0}, 1,
+                                    add_reducer(m, OT_OP_ADD, OT_F32)); /* folds: 10 */
+    ot_instr *bc = bcast(c, red, vec(4)); /* a bare broadcast: never folded */
+    ot_instr *x = ot_build_binary(c, OT_OP_MULTIPLY, p, sq);
+    ot_instr *y = ot_build_binary(c, OT_OP_ADD, x, bc);
+    ot_computation_set_root(c, y);
+    ASSERT_OK(ot_module_finalize(m));
+    bool ch = false;
+    ASSERT_OK(ot_pass_fold(m, 1 << 20, &ch));
+    EXPECT_TRUE(ch);
+    ASSERT_OK(ot_pass_fold(m, 1 << 20, &ch));
+    ASSERT_OK(ot_pass_dce(m, NULL));
+    ASSERT_OK(ot_module_verify(m));
+    EXPECT_INT_EQ(count_op(c, OT_OP_SQRT), 0);
+    EXPECT_INT_EQ(count_op(c, OT_OP_REDUCE), 0);
+    EXPECT_INT_EQ(count_op(c, OT_OP_BROADCAST), 1);
+    const ot_instr *mul = c->root->operands[0];
+    ASSERT_TRUE(mul->opcode == OT_OP_MULTIPLY && mul->operands[1]->opcode == OT_OP_CONSTANT);
+    const float *v = mul->operands[1]->attrs.literal->data;
+    EXPECT_TRUE(v[0] == sqrtf(2) && v[3] == sqrtf(8));
+    const ot_instr *b = c->root->operands[1];
+    ASSERT_TRUE(b->opcode == OT_OP_BROADCAST && b->operands[0]->opcode == OT_OP_CONSTANT);
+    EXPECT_TRUE(*(const float *)b->operands[0]->attrs.literal->data == 10.0f);
+    ot_module_free(m);
+
+    /* the size cap: a result over max_elements stays */
+    m = new_mod(&c);
+    float big[64] = {0};
+    ot_instr *k = ot_build_constant(c, vec(64), big);
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_EXP, k));
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_OK(ot_pass_fold(m, 32, &ch));
+    EXPECT_TRUE(!ch);
+    EXPECT_INT_EQ(c->root->opcode, OT_OP_EXP);
+    ASSERT_OK(ot_pass_fold(m, 64, &ch));
+    EXPECT_TRUE(ch);
+    EXPECT_INT_EQ(c->root->opcode, OT_OP_CONSTANT);
+    ot_module_free(m);
+
+    /* side effects are never folded */
+    m = new_mod(&c);
+    uint64_t st[2] = {1, 2};
+    ot_shape ss;
+    ot_shape_make(&ss, OT_U64, 1, (int64_t[]){2});
+    ot_instr *rs = ot_build_constant(c, ss, st);
+    ot_shape bits;
+    ot_shape_make(&bits, OT_U32, 1, (int64_t[]){8});
+    ot_computation_set_root(c, ot_build_rng_bit_generator(c, rs, bits, OT_RNG_PHILOX));
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_OK(ot_pass_fold(m, 1 << 20, &ch));
+    EXPECT_TRUE(!ch);
+    ot_module_free(m);
+}
+
+/* ---- HLO text in, dumps out ---- */
+
+static const char *k_hlo = "HloModule axpy\n"
+                           "\n"
+                           "ENTRY main {\n"
+                           "  a = f32[] parameter(0)\n"
+                           "  x = f32[1024] parameter(1)\n"
+                           "  y = f32[1024] parameter(2)\n"
+                           "  one = f32[] constant(1)\n"
+                           "  two = f32[] constant(2)\n"
+                           "  half = f32[] divide(one, two)\n"
+                           "  ab = f32[1024] broadcast(a), dimensions={}\n"
+                           "  ax = f32[1024] multiply(ab, x)\n"
+                           "  xa = f32[1024] multiply(x, ab)\n"
+                           "  s = f32[1024] add(ax, xa)\n"
+                           "  hb = f32[1024] broadcast(half), dimensions={}\n"
+                           "  t = f32[1024] multiply(s, hb)\n"
+                           "  ROOT r = f32[1024] add(t, y)\n"
+                           "}\n";
+
+static void test_hlo_text_and_dumps(void) {
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(k_hlo, strlen(k_hlo), NULL, &m));
+    char dir[] = "/tmp/ot_dump_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    ot_compile_options o = ot_compile_options_default();
+    o.dump_dir = dir;
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    EXPECT_INT_EQ(ot_executable_kernel_count(e), 1);
+    /* cse merged a*x and x*a; fold computed 1/2; fusion made one loop */
+    const ot_kernel *k = ot_executable_kernel(e, 0);
+    EXPECT_INT_EQ(k->ninputs, 3);
+    char *text = ot_hlo_print(ot_executable_module(e), NULL);
+    ASSERT_TRUE(text != NULL);
+    EXPECT_STR_CONTAINS(text, "fusion(");
+    EXPECT_STR_CONTAINS(text, "constant(0.5)");
+    /* the compiled module prints and parses back */
+    ot_module *back = NULL;
+    EXPECT_OK(ot_hlo_parse(text, strlen(text), NULL, &back));
+    ot_module_free(back);
+    ot_free(text);
+    ot_executable_free(e);
+    char path[256];
+    snprintf(path, sizeof path, "%s/00.simplify.hlo", dir);
+    FILE *f = fopen(path, "r");
+    EXPECT_TRUE(f != NULL);
+    if (f) fclose(f);
+    int files = 0;
+    for (int seq = 0; seq < 64; seq++) {
+        const char *names[] = {"simplify", "cse", "fold", "dce", "fuse"};
+        for (int q = 0; q < 5; q++) {
+            for (int ext = 0; ext < 2; ext++) {
+                snprintf(path, sizeof path, "%s/%02d.%s.%s", dir, seq, names[q],
+                         ext ? "dot" : "hlo");
+                if (remove(path) == 0) files++;
+            }
+        }
+    }
+    EXPECT_TRUE(files >= 10);
+    EXPECT_INT_EQ(files % 2, 0);
+    /* only after one pass */
+    o.dump_after = "fuse";
+    ASSERT_OK(ot_compile(m, &o, &e));
+    ot_executable_free(e);
+    files = 0;
+    for (int seq = 0; seq < 64; seq++) {
+        snprintf(path, sizeof path, "%s/%02d.fuse.hlo", dir, seq);
+        if (remove(path) == 0) files++;
+        snprintf(path, sizeof path, "%s/%02d.fuse.dot", dir, seq);
+        remove(path);
+    }
+    EXPECT_INT_EQ(files, 1);
+    rmdir(dir);
+    ot_module_free(m);
+}
+
+/* ---- random graphs: -O0 and -O2 evaluate identically ---- */
+
+static uint64_t rnd(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* A random graph of elementwise ops, broadcasts, reshapes and reductions over f32[4,8] and
+ * s32[4,8], with constants that give simplify and fold work (x*1, x+0, x/4, constant
+ * subexpressions) and repeated subexpressions for CSE. */
+static ot_module *random_graph(uint64_t seed) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape fs = mat2(OT_F32, 4, 8), is = mat2(OT_S32, 4, 8);
+    ot_computation *fsum = add_reducer(m, OT_OP_ADD, OT_F32);
+    ot_computation *fmax = add_reducer(m, OT_OP_MAXIMUM, OT_F32);
+    ot_computation *isum = add_reducer(m, OT_OP_ADD, OT_S32);
+    ot_instr *fv[64], *iv[64];
+    int nf = 0, ni = 0;
+    fv[nf++] = ot_build_parameter(c, 0, fs, "f0");
+    fv[nf++] = ot_build_parameter(c, 1, fs, "f1");
+    iv[ni++] = ot_build_parameter(c, 2, is, "i0");
+    iv[ni++] = ot_build_parameter(c, 3, is, "i1");
+    ot_instr *row = ot_build_parameter(c, 4, vec(8), "row");
+    static const ot_opcode fbin[] = {OT_OP_ADD,     OT_OP_SUBTRACT, OT_OP_MULTIPLY,
+                                     OT_OP_MAXIMUM, OT_OP_MINIMUM,  OT_OP_DIVIDE};
+    static const ot_opcode fun[] = {OT_OP_NEGATE, OT_OP_ABS, OT_OP_TANH, OT_OP_EXP, OT_OP_FLOOR};
+    static const ot_opcode ibin[] = {OT_OP_ADD,     OT_OP_SUBTRACT, OT_OP_MULTIPLY,
+                                     OT_OP_MAXIMUM, OT_OP_AND,      OT_OP_XOR};
+    for (int step = 0; step < 40; step++) {
+        ot_instr *a = fv[rnd(&seed) % nf], *b = fv[rnd(&seed) % nf];
+        ot_instr *ia = iv[rnd(&seed) % ni], *ib = iv[rnd(&seed) % ni];
+        ot_instr *x = NULL, *y = NULL;
+        switch (rnd(&seed) % 12) {
+        case 0: x = ot_build_binary(c, fbin[rnd(&seed) % 6], a, b); break;
+        case 1: x = ot_build_unary(c, fun[rnd(&seed) % 5], a); break;
+        case 2: x = ot_build_binary(c, OT_OP_MULTIPLY, a, fconst(c, 1.0, fs)); break;
+        case 3: x = ot_build_binary(c, OT_OP_DIVIDE, a, fconst(c, 4.0, fs)); break;
+        case 4:
+            x = ot_build_binary(c, OT_OP_ADD, a, ot_build_broadcast(c, row, fs, (int64_t[]){1}, 1));
+            break;
+        case 5: {
+            ot_instr *init = ot_build_constant_scalar(c, OT_F32, 0);
+            int64_t d = (int64_t)(rnd(&seed) % 2);
+            ot_instr *r = ot_build_reduce(c, &a, &init, 1, &d, 1, rnd(&seed) % 2 ? fsum : fmax);
+            x = ot_build_broadcast(c, r, fs, (int64_t[]){1 - d}, 1);
+            break;
+        }
+        case 6: {
+            ot_instr *p = ot_build_compare(c, a, b, OT_CMP_LT, OT_CMP_TYPE_DEFAULT);
+            x = ot_build_select(c, p, a, b);
+            break;
+        }
+        case 7: x = ot_build_convert(c, ia, OT_F32); break;
+        case 8: y = ot_build_binary(c, ibin[rnd(&seed) % 6], ia, ib); break;
+        case 9: y = ot_build_convert(c, ot_build_unary(c, OT_OP_FLOOR, a), OT_S32); break;
+        case 10: {
+            ot_instr *init = ot_build_constant_scalar(c, OT_S32, 0);
+            ot_instr *r = ot_build_reduce(c, &ia, &init, 1, (int64_t[]){0}, 1, isum);
+            y = ot_build_broadcast(c, r, is, (int64_t[]){1}, 1);
+            break;
+        }
+        default: {
+            /* a constant subexpression and a reshape round trip */
+            ot_instr *k = ot_build_binary(c, OT_OP_ADD, ot_build_constant_scalar(c, OT_F32, 0.5),
+                                          ot_build_constant_scalar(c, OT_F32, 0.25));
+            ot_instr *r = ot_build_reshape(c, a, mat2(OT_F32, 8, 4));
+            x = ot_build_binary(c, OT_OP_MULTIPLY, ot_build_reshape(c, r, fs), bcast(c, k, fs));
+            break;
+        }
+        }
+        if (x && nf < 64) fv[nf++] = x;
+        if (y && ni < 64) iv[ni++] = y;
+    }
+    ot_instr *outs[] = {fv[nf - 1], fv[nf - 2], fv[nf / 2], iv[ni - 1], iv[ni / 2]};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 5));
+    if (ot_module_finalize(m) != OT_OK) {
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void test_random_graphs_O0_O2(void) {
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        ot_module *m = random_graph(seed);
+        ASSERT_TRUE(m != NULL);
+        uint64_t s = seed * 7919;
+        ot_value args[5];
+        ot_computation *entry = ot_module_entry(m);
+        for (int k = 0; k < 5; k++) {
+            ASSERT_OK(ot_value_alloc_array(&args[k], &entry->params[k]->shape.array));
+            ot_tensor *t = &args[k].array;
+            int64_t n = ot_shape_numel_unchecked(&t->shape);
+            for (int64_t j = 0; j < n; j++) {
+                if (t->shape.dtype == OT_F32)
+                    ((float *)t->data)[j] = (float)((int)(rnd(&s) % 2001) - 1000) / 256.0f;
+                else
+                    ((int32_t *)t->data)[j] = (int32_t)(rnd(&s) % 200) - 100;
+            }
+        }
+        ot_value ref = ot_value_empty();
+        ASSERT_OK(ot_evaluate(m, args, 5, NULL, &ref));
+        for (int lvl = 0; lvl <= 2; lvl += 2) {
+            ot_compile_options o = ot_compile_options_default();
+            o.opt_level = lvl;
+            o.verify_each = true;
+            ot_executable *e = NULL;
+            ASSERT_OK(ot_compile(m, &o, &e));
+            ot_value got = ot_value_empty();
+            EXPECT_OK(ot_evaluate(ot_executable_module(e), args, 5, NULL, &got));
+            /* every rewrite is exact: bitwise equal, floats included (0 ulp) */
+            if (!ot_value_equal(&ref, &got))
+                OT_T_FAIL_("seed %llu -O%d: results differ", (unsigned long long)seed, lvl);
+            ot_value_release(&got);
+            ot_executable_free(e);
+        }
+        ot_value_release(&ref);
+        for (int k = 0; k < 5; k++) ot_value_release(&args[k]);
+        ot_module_free(m);
+    }
+}
+
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
              OT_TEST(test_simplify), OT_TEST(test_fuse_elementwise_chain),
              OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
@@ -1017,4 +1286,5 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
              OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
              OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_serialize_roundtrip), OT_TEST(test_serialize_bad_files),
-             OT_TEST(test_compile_alloc_failures))
+             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
+             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2))

@@ -733,6 +733,27 @@ static ot_status build_pipeline(ot_pass_manager *pm, const ot_compile_options *o
     return OT_OK;
 }
 
+static bool lists_in_order(const ot_module *m) {
+    for (int k = 0; k < ot_module_computation_count(m); k++) {
+        ot_computation *c = ot_module_computation(m, k);
+        int64_t pos = 0;
+        for (ot_instr *i = c->first; i; i = i->next) i->mark = pos++;
+        for (ot_instr *i = c->first; i; i = i->next)
+            for (int j = 0; j < i->noperands; j++)
+                if (i->operands[j]->mark >= i->mark) return false;
+    }
+    return true;
+}
+
+static ot_status normalize_order(ot_module **m) {
+    if (lists_in_order(*m)) return OT_OK;
+    ot_module *n = NULL;
+    OT_CHECK(ot_module_clone(*m, &n));
+    ot_module_free(*m);
+    *m = n;
+    return OT_OK;
+}
+
 ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_executable **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: out is NULL");
     *out = NULL;
@@ -771,6 +792,10 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     if ((s = build_pipeline(e->pm, &o, &ctx)) != OT_OK) goto fail;
     if ((s = ot_pass_manager_run(e->pm, e->mod)) != OT_OK) goto fail;
 
+    /* Passes append new instructions at the end of a computation's list; consumers of the
+     * executable's module (the evaluator, printers) expect definitions before uses, so the
+     * module is re-emitted in post order when a list is out of order. */
+    if ((s = normalize_order(&e->mod)) != OT_OK) goto fail;
     int64_t before = ot_module_instr_count(e->mod);
     uint64_t t0 = ot_now_ns();
     if ((s = ot_schedule_entry(e->mod, o.opt_level >= 1, &order, &norder)) != OT_OK) goto fail;

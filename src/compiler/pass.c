@@ -270,15 +270,31 @@ const ot_pass_stat *ot_pass_manager_stat(const ot_pass_manager *pm, int i) {
     return pm && i >= 0 && i < pm->nst ? &pm->st[i] : NULL;
 }
 
-/* Writes the module's HLO text and DOT after a pass. The HLO printer and DOT export belong to
- * the IR module; until they exist a dump request is refused up front (see ot_pass_manager_run). */
+static ot_status write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return ot_error(OT_ERR_IO, "dump %s: %s", path, strerror(errno));
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n;
+    ok = fclose(f) == 0 && ok;
+    return ok ? OT_OK : ot_error(OT_ERR_IO, "dump %s: write failed", path);
+}
+
+/* Writes "<dir>/<NN>.<pass>.hlo" (HLO text) and ".dot" (Graphviz, entry computation). */
 static ot_status pm_dump(ot_pass_manager *pm, const ot_module *m, const char *pass) {
-    (void)m;
-    (void)pass;
-    pm->dump_seq++;
-    return ot_error(OT_ERR_UNIMPLEMENTED,
-                    "dump to %s: the HLO text printer and DOT export are not built yet",
-                    pm->dump_dir);
+    char path[4096];
+    int seq = pm->dump_seq++;
+    char *text = ot_hlo_print(m, NULL);
+    if (!text) return ot_error(OT_ERR_OUT_OF_MEMORY, "dump after %s: out of memory", pass);
+    snprintf(path, sizeof path, "%s/%02d.%s.hlo", pm->dump_dir, seq, pass);
+    ot_status s = write_file(path, text);
+    ot_free(text);
+    if (s != OT_OK) return s;
+    char *dot = ot_ir_to_dot(m, NULL);
+    if (!dot) return ot_error(OT_ERR_OUT_OF_MEMORY, "dump after %s: out of memory", pass);
+    snprintf(path, sizeof path, "%s/%02d.%s.dot", pm->dump_dir, seq, pass);
+    s = write_file(path, dot);
+    ot_free(dot);
+    return s;
 }
 
 static ot_status pm_run_one(ot_pass_manager *pm, pm_entry *e, int iter, ot_module *m,

@@ -271,15 +271,27 @@ static void put_options(wb *w, const ot_compile_options *o) {
     put_i64(w, o->arena_limit);
 }
 
+/* SHA-256 of "optitpu-fingerprint-v2", the options that change code, the target, and the
+ * module's canonical HLO text (the printer's form, without metadata: source locations do not
+ * change code). */
 ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_t out[32]) {
+    ot_hlo_print_options po = ot_hlo_print_options_default();
+    po.metadata = false;
+    char *text = ot_hlo_print(m, &po);
+    if (!text) return ot_error(OT_ERR_OUT_OF_MEMORY, "fingerprint: out of memory");
     ot_sha256 h;
-    OT_CHECK(ot_sha256_init(&h));
+    ot_status s = ot_sha256_init(&h);
+    if (s != OT_OK) {
+        ot_free(text);
+        return s;
+    }
     wb w = {0};
     w.h = &h;
-    put(&w, "optitpu-fingerprint-v1", 22);
+    put(&w, "optitpu-fingerprint-v2", 22);
     put_options(&w, o);
-    ot_status s = put_module(&w, m, NULL, 0);
-    if (s == OT_OK) s = w.err;
+    put(&w, text, strlen(text));
+    ot_free(text);
+    s = w.err;
     if (s != OT_OK) {
         ot_sha256_final(&h, NULL); /* abandon */
         return s;

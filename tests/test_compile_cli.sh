@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# optitpu compile: kernel count, arena and lower bound, --stats (text and JSON), dumps, -o, and
+# clear errors for a bad file, an unknown pass and an arena over its limit.
+set -euo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat >"$work/adam.hlo" <<'HLO'
+HloModule adam, input_output_alias={ {0}: (0, {}, may-alias), {1}: (2, {}, may-alias), {2}: (3, {}, may-alias) }
+
+ENTRY main {
+  p = f32[1024] parameter(0)
+  g = f32[1024] parameter(1)
+  m = f32[1024] parameter(2)
+  v = f32[1024] parameter(3)
+  lr = f32[] parameter(4)
+  b1 = f32[] constant(0.9)
+  b1b = f32[1024] broadcast(b1), dimensions={}
+  c1 = f32[] constant(0.1)
+  c1b = f32[1024] broadcast(c1), dimensions={}
+  b2 = f32[] constant(0.999)
+  b2b = f32[1024] broadcast(b2), dimensions={}
+  c2 = f32[] constant(0.001)
+  c2b = f32[1024] broadcast(c2), dimensions={}
+  eps = f32[] constant(1e-08)
+  epsb = f32[1024] broadcast(eps), dimensions={}
+  mb = f32[1024] multiply(b1b, m)
+  gb = f32[1024] multiply(c1b, g)
+  m2 = f32[1024] add(mb, gb)
+  gg = f32[1024] multiply(g, g)
+  vb = f32[1024] multiply(b2b, v)
+  ggb = f32[1024] multiply(c2b, gg)
+  v2 = f32[1024] add(vb, ggb)
+  sq = f32[1024] sqrt(v2)
+  den = f32[1024] add(sq, epsb)
+  q = f32[1024] divide(m2, den)
+  lrb = f32[1024] broadcast(lr), dimensions={}
+  u = f32[1024] multiply(lrb, q)
+  p2 = f32[1024] subtract(p, u)
+  ROOT out = (f32[1024], f32[1024], f32[1024]) tuple(p2, m2, v2)
+}
+HLO
+out=$("$bin" compile "$work/adam.hlo")
+grep -q "^kernels      1 (1 fused)" <<<"$out"
+grep -q "^arena        0 bytes (lower bound: peak of live bytes 0)" <<<"$out"
+grep -q "^fingerprint  [0-9a-f]\{64\}$" <<<"$out"
+# -O0: no fusion, temporaries in the arena beside the lower bound
+out=$("$bin" compile "$work/adam.hlo" -O0 --stats)
+grep -q "^dce " <<<"$out"
+grep -q "^schedule " <<<"$out"
+grep -q "^assign-buffers " <<<"$out"
+grep -q "(0 fused)" <<<"$out"
+grep -q "lower bound: peak of live bytes [1-9]" <<<"$out"
+# JSON with stats
+json=$("$bin" compile "$work/adam.hlo" --stats --json)
+python3 - "$json" <<'PY' 2>/dev/null || grep -q '"kernels":1' <<<"$json"
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["kernels"] == 1 and d["fusions"] == 1, d
+assert d["arena_bytes"] == 0 and len(d["fingerprint"]) == 64, d
+assert [p["pass"] for p in d["passes"]][-3:] == ["fuse", "schedule", "assign-buffers"], d
+PY
+# dumps after one pass, and -o
+"$bin" compile "$work/adam.hlo" --dump-dir "$work/dump" --dump-after fuse -o "$work/adam.otx" >/dev/null
+ls "$work/dump" | grep -q "fuse.hlo"
+ls "$work/dump" | grep -q "fuse.dot"
+[[ $(ls "$work/dump" | wc -l) -eq 2 ]]
+grep -q "fusion(" "$work/dump/"*.fuse.hlo
+head -c 8 "$work/adam.otx" | grep -q OPTITPUX
+# errors
+err=$work/err
+if "$bin" compile "$work/missing.hlo" 2>"$err"; then echo "missing file accepted"; exit 1; fi
+grep -q "missing.hlo" "$err"
+if "$bin" compile "$work/adam.hlo" --passes cse,bogus 2>"$err"; then echo "bad pass accepted"; exit 1; fi
+grep -q "unknown pass 'bogus'" "$err"
+if "$bin" compile "$work/adam.hlo" -O0 --arena-limit 1K 2>"$err"; then echo "limit ignored"; exit 1; fi
+grep -q "OUT_OF_MEMORY" "$err"
+grep -q "peak of live bytes" "$err"
+printf 'HloModule bad\nENTRY e {\n  ROOT x = f32[2] add(y, y)\n}\n' >"$work/bad.hlo"
+if "$bin" compile "$work/bad.hlo" 2>"$err"; then echo "bad module accepted"; exit 1; fi
+grep -q "bad.hlo:3" "$err"
+if "$bin" compile 2>"$err"; then echo "no file accepted"; exit 1; fi
+echo "compile cli ok"
