@@ -598,6 +598,35 @@ static ot_status build_for_fault(void) {
     return s;
 }
 
+static void test_cycles_detected(void) {
+    /* an edit that closes a cycle is caught by the verifier */
+    ot_computation *c;
+    ot_instr *x;
+    ot_module *m = build_chain(&c, &x);
+    ASSERT_OK(ot_module_finalize(m));
+    ot_instr *e = x->users[0], *n = e->users[0];
+    ASSERT_OK(ot_instr_replace_operand(e, 0, n)); /* e = exp(neg(e)) */
+    EXPECT_STATUS(ot_module_verify(m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "cycle");
+    ot_module_free(m);
+    /* mutual recursion through call: a calls b, b calls a */
+    m = ot_module_new(NULL);
+    ot_computation *a = ot_module_add_computation(m, "a");
+    ot_instr *pa = ot_build_parameter(a, 0, ot_shape_scalar(OT_F32), "p");
+    ot_computation_set_root(a, pa);
+    ot_computation *b = ot_module_add_computation(m, "b");
+    ot_instr *pb = ot_build_parameter(b, 0, ot_shape_scalar(OT_F32), "p");
+    ot_computation_set_root(b, ot_build_call(b, a, &pb, 1));
+    ot_computation_set_root(a, ot_build_call(a, b, &pa, 1));
+    ot_computation *e2 = ot_module_add_computation(m, "main");
+    ot_instr *pe = ot_build_parameter(e2, 0, ot_shape_scalar(OT_F32), "p");
+    ot_computation_set_root(e2, ot_build_call(e2, a, &pe, 1));
+    ot_module_set_entry(m, e2);
+    EXPECT_STATUS(ot_module_finalize(m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "recursive call");
+    ot_module_free(m);
+}
+
 static void test_alloc_failure(void) {
     int64_t live = ot_alloc_live();
     int ok_at = 0;
@@ -618,4 +647,4 @@ static void test_alloc_failure(void) {
 OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_sticky_error),
              OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
              OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_many_users),
-             OT_TEST(test_alloc_failure))
+             OT_TEST(test_cycles_detected), OT_TEST(test_alloc_failure))

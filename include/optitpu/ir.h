@@ -33,8 +33,10 @@
  * ot_module_finalize(); after it every builder call returns NULL and does nothing. A builder call
  * given a NULL operand returns NULL. Edit and query functions return ot_status directly.
  *
- * Thread safety: a module may be read from many threads at once; any change needs exclusive
- * access. Different modules are independent.
+ * Thread safety: a module may be read from many threads at once, except that traversals
+ * (ot_computation_post_order, ot_module_verify, ot_hlo_print, the clone functions) keep a visit
+ * stamp in each instruction, so run one of those at a time per module. Any change needs
+ * exclusive access. Different modules are independent.
  */
 #ifndef OPTITPU_IR_H
 #define OPTITPU_IR_H
@@ -432,7 +434,8 @@ struct ot_instr {
     /* internal */
     int users_cap_;
     bool dead_;
-    void *uidx_; /* user -> position index, built once an instruction has many users */
+    void *uidx_;     /* user -> position index, built once an instruction has many users */
+    uint64_t visit_; /* traversal stamp (post order, verifier) */
 };
 
 struct ot_computation {

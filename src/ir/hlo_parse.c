@@ -21,7 +21,8 @@ typedef struct ref {
     const char *name;
     size_t len;
     const char *at;       /* the operand's text (for errors) */
-    const char *shape_at; /* its declared shape, or NULL */
+    const char *shape_at; /* its declared shape, still to be checked, or NULL */
+    ot_instr *resolved;   /* the instruction when it was already built */
 } ref;
 
 typedef struct pend {
@@ -184,8 +185,17 @@ static bool is_ident_start(char c) {
     return isalpha((unsigned char)c) || c == '_' || c == '$';
 }
 
-static bool is_ident_char(char c) {
-    return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-' || c == '$';
+static bool ident_chars[256];
+static _Atomic int ident_ready;
+
+static void ident_init(void) {
+    for (int c = 0; c < 256; c++)
+        ident_chars[c] = isalnum(c) || c == '_' || c == '.' || c == '-' || c == '$';
+    ident_ready = 1;
+}
+
+static inline bool is_ident_char(char c) {
+    return ident_chars[(unsigned char)c];
 }
 
 /* An identifier (names keep '.', '-'); a leading '%' is dropped. */
@@ -1769,17 +1779,22 @@ static ot_status finish_attrs(P *x, pend *d, attr_state *st) {
  * Instructions
  * ------------------------------------------------------------------------------------------- */
 
-static ot_status check_operand_shape(P *x, const ref *r, const ot_instr *o, int k, ot_opcode op) {
+/* s: the written shape (NULL: parse it again from r->shape_at). */
+static ot_status check_operand_shape(P *x, const ref *r, const ot_ir_shape *s, const ot_instr *o,
+                                     int k, ot_opcode op) {
     if (!r->shape_at) return OT_OK;
-    const char *save = x->p;
-    ot_ir_shape s;
-    x->p = r->shape_at;
-    ot_status st = parse_shape(x, x->scratch, &s, 0);
-    x->p = save;
-    OT_CHECK(st);
-    if (!ot_ir_shape_equal(&s, &o->shape)) {
+    ot_ir_shape again;
+    if (!s) {
+        const char *save = x->p;
+        x->p = r->shape_at;
+        ot_status st = parse_shape(x, x->scratch, &again, 0);
+        x->p = save;
+        OT_CHECK(st);
+        s = &again;
+    }
+    if (!ot_ir_shape_equal(s, &o->shape)) {
         char a[256], b[256];
-        ot_ir_shape_format(&s, a, sizeof a);
+        ot_ir_shape_format(s, a, sizeof a);
         ot_ir_shape_format(&o->shape, b, sizeof b);
         return perr(x, r->shape_at, OT_ERR_SHAPE_MISMATCH,
                     "operand %d of %s is written as %s but %s is %s", k, ot_opcode_name(op), a,
@@ -1798,17 +1813,20 @@ static ot_status build_pend(P *x, pend *d) {
     }
     for (int k = 0; k < d->nops; k++) {
         const ref *r = &x->refs[d->ops_off + k];
-        ot_instr *o = ir_names_get(x->c->names_, r->name, r->len);
+        ot_instr *o = r->resolved ? r->resolved : ir_names_get(x->c->names_, r->name, r->len);
         if (!o)
             return perr(x, r->at, OT_ERR_NOT_FOUND, "unknown instruction '%.*s' in %s", (int)r->len,
                         r->name, x->c->name);
-        OT_CHECK(check_operand_shape(x, r, o, k, d->op));
+        OT_CHECK(check_operand_shape(x, r, NULL, o, k, d->op));
         x->ops[k] = o;
     }
     /* hints: dtype-only where the declared shape is checked against the inferred one */
     ot_instr *i;
     ot_status s = ir_create(x->c, d->op, x->ops, d->nops, &d->attrs, d->called, d->ncalled,
                             &d->shape, d->name, d->nlen, false, &i);
+    if (s == OT_ERR_ALREADY_EXISTS && strstr(ot_last_error(), "instruction name"))
+        return perr(x, d->at, s, "instruction name '%s' is already used in %s", d->name,
+                    x->c->name);
     if (s != OT_OK) {
         char what[300];
         snprintf(what, sizeof what, "%.*s", (int)(d->nlen > 200 ? 200 : d->nlen), d->name);
@@ -1842,7 +1860,7 @@ static ot_status resolve_deferred(P *x) {
             int64_t next = -1;
             for (int j = 0; j < d->nops && next < 0; j++) {
                 const ref *r = &x->refs[d->ops_off + j];
-                if (ir_names_get(x->c->names_, r->name, r->len)) continue;
+                if (r->resolved || ir_names_get(x->c->names_, r->name, r->len)) continue;
                 intptr_t pi = (intptr_t)ir_names_get(&x->pend_names, r->name, r->len);
                 if (!pi) {
                     s = perr(x, r->at, OT_ERR_NOT_FOUND, "unknown instruction '%.*s' in %s",
@@ -1920,7 +1938,7 @@ static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pid
     const char *nm;
     size_t nn;
     OT_CHECK(ident(x, &nm, &nn, "an instruction name"));
-    if (ir_names_get(x->c->names_, nm, nn) || ir_names_get(&x->pend_names, nm, nn))
+    if (x->pend_names.n && ir_names_get(&x->pend_names, nm, nn))
         return perr(x, nm, OT_ERR_ALREADY_EXISTS, "instruction name '%.*s' is already used in %s",
                     (int)nn, nm, x->c->name);
     d->name = nm;
@@ -1957,6 +1975,8 @@ static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pid
             OT_CHECK(skip_ws(x));
             r->at = x->p;
             r->shape_at = NULL;
+            r->resolved = NULL;
+            ot_ir_shape tmp;
             /* an operand shape: "(" or a type name followed by "[" */
             const char *q = x->p;
             if (q < x->end && *q == '%') q++;
@@ -1964,11 +1984,16 @@ static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pid
             while (q < x->end && is_ident_char(*q)) q++;
             if (x->p < x->end && (*x->p == '(' || (q > qs && q < x->end && *q == '['))) {
                 r->shape_at = x->p;
-                ot_ir_shape tmp;
                 OT_CHECK(parse_shape(x, x->scratch, &tmp, 0));
             }
             OT_CHECK(ident(x, &r->name, &r->len, "an operand name"));
-            if (!ir_names_get(x->c->names_, r->name, r->len)) deferred = true;
+            r->resolved = ir_names_get(x->c->names_, r->name, r->len);
+            if (!r->resolved) {
+                deferred = true;
+            } else if (r->shape_at) { /* check the written operand shape now */
+                OT_CHECK(check_operand_shape(x, r, &tmp, r->resolved, nops, d->op));
+                r->shape_at = NULL;
+            }
             x->nrefs++;
             nops++;
             if (nops > (1 << 24))
@@ -2229,6 +2254,7 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
     *out = NULL;
     if (!text && len) return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo parse: text is NULL");
     ot_hlo_parse_options o = opts ? *opts : ot_hlo_parse_options_default();
+    if (!ident_ready) ident_init(); /* idempotent */
     P x;
     memset(&x, 0, sizeof x);
     x.s = x.p = text ? text : "";

@@ -23,6 +23,8 @@ extern const char ir_tomb_[1];
 
 uint64_t ir_hash_bytes(const void *p, size_t n);
 ot_status ir_names_put(ir_name_index *x, const char *key, void *val); /* replaces existing */
+/* Inserts key unless present: OT_ERR_ALREADY_EXISTS (no message set) when it is. */
+ot_status ir_names_insert(ir_name_index *x, const char *key, size_t len, void *val);
 void *ir_names_get(const ir_name_index *x, const char *key, size_t len);
 void ir_names_del(ir_name_index *x, const char *key);
 void ir_names_free(ir_name_index *x);
@@ -50,6 +52,8 @@ struct ot_module {
     int64_t ninstrs;
     ot_module_config cfg;
     int alias_cap;
+    struct uidx *uidx_head; /* user indexes of instructions with many users */
+    uint64_t epoch;         /* visit stamps for traversals (see ir_visit_begin) */
     ot_status err;
     char errmsg[1024];
 };

@@ -68,6 +68,32 @@ ot_status ir_names_put(ir_name_index *x, const char *key, void *val) {
     return OT_OK;
 }
 
+ot_status ir_names_insert(ir_name_index *x, const char *key, size_t len, void *val) {
+    if ((x->used + 1) * 4 >= x->cap * 3) OT_CHECK(names_grow(x));
+    uint64_t h = ir_hash_bytes(key, len);
+    uint64_t j = h & (x->cap - 1), tomb = UINT64_MAX;
+    for (;;) {
+        struct ir_name_slot *s = &x->slots[j];
+        if (!s->key) break;
+        if (s->key == IR_TOMB) {
+            if (tomb == UINT64_MAX) tomb = j;
+        } else if (s->hash == h && strncmp(s->key, key, len) == 0 && s->key[len] == '\0') {
+            return OT_ERR_ALREADY_EXISTS;
+        }
+        j = (j + 1) & (x->cap - 1);
+    }
+    if (tomb != UINT64_MAX) {
+        j = tomb;
+    } else {
+        x->used++;
+    }
+    x->slots[j].key = key;
+    x->slots[j].val = val;
+    x->slots[j].hash = h;
+    x->n++;
+    return OT_OK;
+}
+
 void *ir_names_get(const ir_name_index *x, const char *key, size_t len) {
     if (!x->cap) return NULL;
     uint64_t h = ir_hash_bytes(key, len);
@@ -225,7 +251,9 @@ ot_status ot_module_finalize(ot_module *m) {
 
 #define UIDX_MIN 32
 
+/* Indexes are heap blocks on a per-module list so the module can free them all at once. */
 typedef struct uidx {
+    struct uidx *prev, *next;
     uint64_t cap;
     struct uidx_slot {
         const ot_instr *u;
@@ -233,10 +261,27 @@ typedef struct uidx {
     } slots[];
 } uidx;
 
-static uidx *uidx_build(const ot_instr *op, uint64_t cap) {
+static void uidx_release(ot_instr *op) {
+    uidx *x = op->uidx_;
+    if (!x) return;
+    ot_module *m = op->parent->module;
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        m->uidx_head = x->next;
+    if (x->next) x->next->prev = x->prev;
+    ot_free(x);
+    op->uidx_ = NULL;
+}
+
+static uidx *uidx_build(ot_instr *op, uint64_t cap) {
     uidx *x = ot_calloc(1, sizeof *x + cap * sizeof x->slots[0]);
     if (!x) return NULL;
     x->cap = cap;
+    ot_module *m = op->parent->module;
+    x->next = m->uidx_head;
+    if (x->next) x->next->prev = x;
+    m->uidx_head = x;
     for (int i = 0; i < op->nusers; i++) {
         uint64_t j = ptr_hash(op->users[i]) & (cap - 1);
         while (x->slots[j].u) j = (j + 1) & (cap - 1);
@@ -281,18 +326,19 @@ bool ir_users_contains(const ot_instr *op, const ot_instr *user) {
 
 ot_status ir_users_add(ot_instr *op, ot_instr *user) {
     if (op->nusers == op->users_cap_) {
-        int ncap = op->users_cap_ ? op->users_cap_ * 2 : 4;
-        if (ncap < 0 || op->users_cap_ > INT32_MAX / 2)
+        /* arena-backed and grown geometrically: the old array is simply abandoned */
+        int ncap = op->users_cap_ ? op->users_cap_ * 2 : 2;
+        if (op->users_cap_ > INT32_MAX / 2)
             return ot_error(OT_ERR_OUT_OF_RANGE, "too many users of %s", op->name);
-        ot_instr **nu = ot_realloc(op->users, (size_t)ncap * sizeof *nu);
+        ot_instr **nu = ot_arena_alloc(op->parent->module->arena, (size_t)ncap * sizeof *nu, 8);
         if (!nu) return ot_error(OT_ERR_OUT_OF_MEMORY, "users of %s: out of memory", op->name);
+        if (op->nusers) memcpy(nu, op->users, (size_t)op->nusers * sizeof *nu);
         op->users = nu;
         op->users_cap_ = ncap;
     }
     uidx *x = op->uidx_;
     if (x && (uint64_t)(op->nusers + 1) * 2 > x->cap) {
-        ot_free(x);
-        op->uidx_ = NULL;
+        uidx_release(op);
         x = NULL;
     }
     if (!x && op->nusers + 1 >= UIDX_MIN) {
@@ -345,10 +391,8 @@ void ir_users_remove(ot_instr *op, ot_instr *user) {
 }
 
 static void users_free(ot_instr *i) {
-    ot_free(i->users);
-    ot_free(i->uidx_);
+    uidx_release(i);
     i->users = NULL;
-    i->uidx_ = NULL;
     i->nusers = i->users_cap_ = 0;
 }
 
@@ -373,7 +417,7 @@ oom:
 }
 
 static void comp_free(ot_computation *c) {
-    for (ot_instr *i = c->first; i; i = i->next) users_free(i);
+    /* users arrays live in the arena; user indexes are freed with the module's list */
     ot_free(c->params);
     ir_name_index *x = c->names_;
     if (x) {
@@ -385,6 +429,10 @@ static void comp_free(ot_computation *c) {
 void ot_module_free(ot_module *m) {
     if (!m) return;
     for (int i = 0; i < m->ncomps; i++) comp_free(m->comps[i]);
+    for (struct uidx *x = m->uidx_head, *n; x; x = n) {
+        n = x->next;
+        ot_free(x);
+    }
     ot_free(m->comps);
     ir_names_free(&m->comp_names);
     ot_free((void *)m->cfg.alias);
@@ -625,9 +673,6 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     ir_name_index *names = c->names_;
     char buf[64];
     if (name) {
-        if (ir_names_get(names, name, name_len))
-            return ot_error(OT_ERR_ALREADY_EXISTS, "instruction name '%.*s' is already used in %s",
-                            (int)name_len, name, c->name);
         i->name = ir_strndup(m, name, name_len);
     } else {
         snprintf(buf, sizeof buf, "%s.%lld", ot_opcode_name(op), (long long)i->id);
@@ -636,10 +681,13 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         i->name = ir_strdup(m, buf);
     }
     if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
-    if (op == OT_OP_PARAMETER) OT_CHECK(params_set(c, attrs->index, i));
-    ot_status s = ir_names_put(names, i->name, i);
-    if (s != OT_OK) {
-        if (op == OT_OP_PARAMETER) c->params[attrs->index] = NULL;
+    ot_status s = ir_names_insert(names, i->name, strlen(i->name), i);
+    if (s == OT_ERR_ALREADY_EXISTS)
+        return ot_error(OT_ERR_ALREADY_EXISTS, "instruction name '%s' is already used in %s",
+                        i->name, c->name);
+    if (s != OT_OK) return s;
+    if (op == OT_OP_PARAMETER && (s = params_set(c, attrs->index, i)) != OT_OK) {
+        ir_names_del(names, i->name);
         return s;
     }
     /* users: an operand used in several slots records this user once */
@@ -736,8 +784,9 @@ ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
     /* reserve room first so that a failure changes nothing */
     int need = to->nusers + from->nusers;
     if (need > to->users_cap_) {
-        ot_instr **nu = ot_realloc(to->users, (size_t)need * sizeof *nu);
+        ot_instr **nu = ot_arena_alloc(to->parent->module->arena, (size_t)need * sizeof *nu, 8);
         if (!nu) return ot_error(OT_ERR_OUT_OF_MEMORY, "replace all uses: out of memory");
+        if (to->nusers) memcpy(nu, to->users, (size_t)to->nusers * sizeof *nu);
         to->users = nu;
         to->users_cap_ = need;
     }
@@ -754,8 +803,7 @@ ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
     }
     /* from keeps `to` as its only possible user */
     bool to_uses_from = ir_users_contains(from, to);
-    ot_free(from->uidx_);
-    from->uidx_ = NULL;
+    uidx_release(from);
     from->nusers = 0;
     if (to_uses_from) from->users[from->nusers++] = to;
     ot_computation *c = from->parent;
@@ -909,6 +957,9 @@ ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *con
 ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, int64_t *n) {
     *out = NULL;
     *n = 0;
+    ot_module *m = c->module;
+    const uint64_t on = m->epoch + 1, done = m->epoch + 2; /* older stamps read as unvisited */
+    m->epoch += 2;
     int64_t cnt = c->ninstrs;
     ot_instr **order = ot_malloc((size_t)(cnt ? cnt : 1) * sizeof *order);
     /* DFS stack of (instr, next operand index) */
@@ -916,7 +967,6 @@ ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, in
         ot_instr *i;
         int k;
     } *st = ot_malloc((size_t)(cnt ? cnt : 1) * sizeof *st);
-    ir_ptr_map state = {0}; /* 1 = on stack, 2 = done */
     ot_status s = OT_OK;
     if (!order || !st) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "post order: out of memory");
@@ -924,36 +974,34 @@ ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, in
     }
     int64_t no = 0;
     for (ot_instr *r = c->first; r; r = r->next) {
-        if (ir_ptr_map_get(&state, r)) continue;
+        if (r->visit_ == done) continue;
         int64_t sp = 0;
         st[sp].i = r;
         st[sp].k = 0;
         sp++;
-        if ((s = ir_ptr_map_put(&state, r, (void *)1)) != OT_OK) goto out;
+        r->visit_ = on;
         while (sp) {
             struct frame *f = &st[sp - 1];
             if (f->k < f->i->noperands) {
                 ot_instr *o = f->i->operands[f->k++];
-                void *stt = ir_ptr_map_get(&state, o);
-                if (stt == (void *)1) {
+                if (o->visit_ == done) continue;
+                if (o->visit_ == on) {
                     s = ot_error(OT_ERR_INVALID_ARGUMENT, "computation %s has a cycle through %s",
                                  c->name, o->name);
                     goto out;
                 }
-                if (stt) continue;
-                if (sp >= cnt) {
+                if (o->parent != c || o->dead_ || sp >= cnt) {
                     s = ot_error(OT_ERR_INTERNAL,
-                                 "post order: %s reaches an instruction outside "
-                                 "%s",
-                                 f->i->name, c->name);
+                                 "post order: %s reaches %s, which is not a live instruction of %s",
+                                 f->i->name, o->name, c->name);
                     goto out;
                 }
-                if ((s = ir_ptr_map_put(&state, o, (void *)1)) != OT_OK) goto out;
+                o->visit_ = on;
                 st[sp].i = o;
                 st[sp].k = 0;
                 sp++;
             } else {
-                if ((s = ir_ptr_map_put(&state, f->i, (void *)2)) != OT_OK) goto out;
+                f->i->visit_ = done;
                 if (no >= cnt) {
                     s = ot_error(OT_ERR_INTERNAL, "post order: more instructions than %s lists",
                                  c->name);
@@ -970,7 +1018,6 @@ ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, in
 out:
     ot_free(order);
     ot_free(st);
-    ir_ptr_map_free(&state);
     return s;
 }
 

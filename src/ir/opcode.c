@@ -19,6 +19,7 @@ const char *ot_opcode_name(ot_opcode op) {
 /* A small perfect-enough hash: opcode names are looked up once per parsed instruction. */
 #define OPC_TABLE 256
 static int16_t opc_table[OPC_TABLE];
+static uint8_t opc_len[OT_OP_COUNT];
 static _Atomic int opc_ready;
 
 static unsigned opc_hash(const char *s, size_t n) {
@@ -32,6 +33,7 @@ static void opc_init(void) {
         unsigned h = opc_hash(opcode_names[op], strlen(opcode_names[op]));
         while (t[h] >= 0) h = (h + 1) & (OPC_TABLE - 1);
         t[h] = (int16_t)op;
+        opc_len[op] = (uint8_t)strlen(opcode_names[op]);
     }
     memcpy(opc_table, t, sizeof t);
     opc_ready = 1;
@@ -43,8 +45,7 @@ ot_opcode ot_opcode_from_name(const char *name, size_t len) {
     for (;;) {
         int op = opc_table[h];
         if (op < 0) return OT_OP_INVALID;
-        if (strlen(opcode_names[op]) == len && memcmp(opcode_names[op], name, len) == 0)
-            return (ot_opcode)op;
+        if (opc_len[op] == len && memcmp(opcode_names[op], name, len) == 0) return (ot_opcode)op;
         h = (h + 1) & (OPC_TABLE - 1);
     }
 }

@@ -3,42 +3,112 @@
  * user lists). */
 #include "ir_internal.h"
 
-typedef struct vctx {
+typedef struct vctx vctx;
+static ot_status check_call_graph(const ot_module *m, const vctx *v);
+
+struct vctx {
     const ot_module *m;
     int64_t *stamp; /* by instruction id */
     int64_t nstamp;
-} vctx;
+    /* call graph edges (caller, callee) gathered while walking the instructions */
+    const ot_computation **edges;
+    int64_t nedges, edges_cap;
+};
+
+static ot_status add_edge(vctx *v, const ot_computation *a, const ot_computation *b) {
+    if (v->nedges + 2 > v->edges_cap) {
+        int64_t ncap = v->edges_cap ? v->edges_cap * 2 : 64;
+        const ot_computation **ne = ot_realloc(v->edges, (size_t)ncap * sizeof *ne);
+        if (!ne) return ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
+        v->edges = ne;
+        v->edges_cap = ncap;
+    }
+    v->edges[v->nedges++] = a;
+    v->edges[v->nedges++] = b;
+    return OT_OK;
+}
 
 static ot_status verify_comp(vctx *v, const ot_computation *c) {
     const ot_module *m = v->m;
     if (c->module != m) return ot_error(OT_ERR_INTERNAL, "computation %s: wrong module", c->name);
-    /* list structure */
-    int64_t count = 0;
-    const ot_instr *prev = NULL;
-    for (const ot_instr *i = c->first; i; i = i->next) {
+    /* One pass in list order checks the list, the links both ways, called computations and every
+     * shape; it also notes whether the list order is topological (each operand seen before its
+     * user), which proves acyclicity without a separate depth-first search. */
+    ot_module *mm = (ot_module *)m;
+    const uint64_t seen = mm->epoch + 1;
+    mm->epoch += 2;
+    bool topo = true;
+    int64_t count = 0, pairs = 0, entries = 0;
+    int seen_params = 0;
+    ot_instr *prev = NULL;
+    for (ot_instr *u = c->first; u; u = u->next) {
         if (++count > c->ninstrs)
             return ot_error(OT_ERR_INTERNAL, "computation %s: list longer than its count %lld",
                             c->name, (long long)c->ninstrs);
-        if (i->prev != prev || i->parent != c || i->dead_)
-            return ot_error(OT_ERR_INTERNAL, "computation %s: broken list at %s", c->name, i->name);
-        if (i->id < 0 || i->id >= v->nstamp)
-            return ot_error(OT_ERR_INTERNAL, "%s: id %lld out of range", i->name, (long long)i->id);
-        if (ot_computation_find_instr(c, i->name) != i)
-            return ot_error(OT_ERR_INTERNAL, "%s: name index out of sync", i->name);
-        prev = i;
+        if (u->prev != prev || u->parent != c || u->dead_)
+            return ot_error(OT_ERR_INTERNAL, "computation %s: broken list at %s", c->name, u->name);
+        if (u->id < 0 || u->id >= v->nstamp)
+            return ot_error(OT_ERR_INTERNAL, "%s: id %lld out of range", u->name, (long long)u->id);
+        if (u->opcode == OT_OP_PARAMETER) seen_params++;
+        /* user entries: real, distinct, live users */
+        for (int k = 0; k < u->nusers; k++) {
+            const ot_instr *w = u->users[k];
+            if (!w || w->dead_ || w->parent != c)
+                return ot_error(OT_ERR_INTERNAL, "%s: user %d is not a live instruction of %s",
+                                u->name, k, c->name);
+            bool found = false;
+            for (int j = 0; j < w->noperands && !found; j++) found = w->operands[j] == u;
+            if (!found)
+                return ot_error(OT_ERR_INTERNAL, "%s lists %s as a user, which does not use it",
+                                u->name, w->name);
+            if (v->stamp[w->id] == u->id + 1)
+                return ot_error(OT_ERR_INTERNAL, "%s lists user %s twice", u->name, w->name);
+            v->stamp[w->id] = u->id + 1;
+            entries++;
+        }
+        /* operands: live, same computation; distinct (user, operand) pairs are counted */
+        for (int k = 0; k < u->noperands; k++) {
+            const ot_instr *o = u->operands[k];
+            if (!o || o->dead_ || o->parent != c)
+                return ot_error(OT_ERR_INVALID_ARGUMENT,
+                                "%s: operand %d is not a live instruction of %s", u->name, k,
+                                c->name);
+            bool dup = false;
+            for (int j = 0; j < k && !dup; j++) dup = u->operands[j] == o;
+            if (!dup) pairs++;
+            if (o->visit_ != seen) topo = false;
+        }
+        for (int k = 0; k < u->ncalled; k++) {
+            const ot_computation *cc = u->called[k];
+            if (!cc || cc->module != m || ot_module_find_computation(m, cc->name) != cc)
+                return ot_error(OT_ERR_INVALID_ARGUMENT,
+                                "%s: called computation %d is not in the module", u->name, k);
+            if (cc->is_entry)
+                return ot_error(OT_ERR_INVALID_ARGUMENT, "%s calls the entry computation %s",
+                                u->name, cc->name);
+            OT_CHECK(add_edge(v, c, cc));
+        }
+        /* shape and op invariants: infer again and compare */
+        ot_ir_shape s;
+        ot_status st = ir_infer(mm, u->opcode, u->operands, u->noperands, &u->attrs, u->called,
+                                u->ncalled, &u->shape, &s);
+        if (st != OT_OK) return ot_error_wrap(st, "verify %s in %s", u->name, c->name);
+        u->visit_ = seen;
+        prev = u;
     }
     if (count != c->ninstrs || c->last != prev)
         return ot_error(OT_ERR_INTERNAL, "computation %s: count %lld, list has %lld", c->name,
                         (long long)c->ninstrs, (long long)count);
+    const ir_name_index *names = c->names_;
+    if (!names || names->n != (uint64_t)c->ninstrs ||
+        (c->root && ot_computation_find_instr(c, c->root->name) != c->root))
+        return ot_error(OT_ERR_INTERNAL, "computation %s: name index out of sync", c->name);
     if (!c->root)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "computation %s has no root instruction", c->name);
     if (c->root->parent != c || c->root->dead_)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "computation %s: root %s is not one of its "
-                        "instructions",
-                        c->name, c->root->name);
-    /* parameters */
-    int seen_params = 0;
+                        "computation %s: root %s is not one of its instructions", c->name,
+                        c->root->name);
     for (int k = 0; k < c->nparams; k++) {
         const ot_instr *p = c->params[k];
         if (!p)
@@ -49,79 +119,32 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
             return ot_error(OT_ERR_INTERNAL, "computation %s: parameter table broken at %d",
                             c->name, k);
     }
-    /* links: each user entry is a real, distinct, live user; then counts match */
-    int64_t pairs = 0, entries = 0;
-    for (const ot_instr *o = c->first; o; o = o->next) {
-        for (int k = 0; k < o->nusers; k++) {
-            const ot_instr *u = o->users[k];
-            if (!u || u->dead_ || u->parent != c)
-                return ot_error(OT_ERR_INTERNAL, "%s: user %d is not a live instruction of %s",
-                                o->name, k, c->name);
-            bool found = false;
-            for (int j = 0; j < u->noperands && !found; j++) found = u->operands[j] == o;
-            if (!found)
-                return ot_error(OT_ERR_INTERNAL, "%s lists %s as a user, which does not use it",
-                                o->name, u->name);
-            if (v->stamp[u->id] == o->id + 1)
-                return ot_error(OT_ERR_INTERNAL, "%s lists user %s twice", o->name, u->name);
-            v->stamp[u->id] = o->id + 1;
-            entries++;
-        }
-    }
-    for (const ot_instr *u = c->first; u; u = u->next) {
-        if (u->opcode == OT_OP_PARAMETER) seen_params++;
-        for (int k = 0; k < u->noperands; k++) {
-            const ot_instr *o = u->operands[k];
-            if (!o || o->dead_ || o->parent != c)
-                return ot_error(OT_ERR_INVALID_ARGUMENT,
-                                "%s: operand %d is not a live instruction of %s", u->name, k,
-                                c->name);
-            bool dup = false;
-            for (int j = 0; j < k && !dup; j++) dup = u->operands[j] == o;
-            if (!dup) pairs++;
-        }
-        for (int k = 0; k < u->ncalled; k++) {
-            const ot_computation *cc = u->called[k];
-            if (!cc || cc->module != m || ot_module_find_computation(m, cc->name) != cc)
-                return ot_error(OT_ERR_INVALID_ARGUMENT,
-                                "%s: called computation %d is not in the module", u->name, k);
-            if (cc->is_entry)
-                return ot_error(OT_ERR_INVALID_ARGUMENT, "%s calls the entry computation %s",
-                                u->name, cc->name);
-        }
-    }
-    if (pairs != entries)
-        return ot_error(OT_ERR_INTERNAL, "computation %s: %lld operand links but %lld user entries",
-                        c->name, (long long)pairs, (long long)entries);
     if (seen_params != c->nparams)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "computation %s: %d parameter instructions, parameter table has %d",
                         c->name, seen_params, c->nparams);
-    /* acyclicity */
-    ot_instr **order = NULL;
-    int64_t n = 0;
-    OT_CHECK(ot_computation_post_order(c, &order, &n));
-    ot_free(order);
-    if (n != c->ninstrs)
-        return ot_error(OT_ERR_INTERNAL, "computation %s: post order has %lld of %lld", c->name,
-                        (long long)n, (long long)c->ninstrs);
-    /* shapes and op invariants: re-infer every instruction */
-    for (const ot_instr *i = c->first; i; i = i->next) {
-        ot_ir_shape s;
-        const ot_ir_shape *hint = &i->shape;
-        ot_status st = ir_infer((ot_module *)m, i->opcode, i->operands, i->noperands, &i->attrs,
-                                i->called, i->ncalled, hint, &s);
-        if (st != OT_OK) return ot_error_wrap(st, "verify %s in %s", i->name, c->name);
+    if (pairs != entries)
+        return ot_error(OT_ERR_INTERNAL, "computation %s: %lld operand links but %lld user entries",
+                        c->name, (long long)pairs, (long long)entries);
+    if (!topo) { /* the list is not in definition order (after edits): prove acyclicity */
+        ot_instr **order = NULL;
+        int64_t n = 0;
+        OT_CHECK(ot_computation_post_order(c, &order, &n));
+        ot_free(order);
+        if (n != c->ninstrs)
+            return ot_error(OT_ERR_INTERNAL, "computation %s: post order has %lld of %lld", c->name,
+                            (long long)n, (long long)c->ninstrs);
     }
     return OT_OK;
 }
 
 ot_status ot_computation_verify(const ot_computation *c) {
-    vctx v = {c->module, NULL, c->module->next_id};
+    vctx v = {c->module, NULL, c->module->next_id, NULL, 0, 0};
     v.stamp = ot_calloc((size_t)(v.nstamp ? v.nstamp : 1), sizeof *v.stamp);
     if (!v.stamp) return ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
     ot_status s = verify_comp(&v, c);
     ot_free(v.stamp);
+    ot_free(v.edges);
     return s;
 }
 
@@ -131,7 +154,7 @@ ot_status ot_module_verify(const ot_module *m) {
     if (!m->entry)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "module %s has no entry computation", m->name);
     int64_t total = 0;
-    vctx v = {m, NULL, m->next_id};
+    vctx v = {m, NULL, m->next_id, NULL, 0, 0};
     v.stamp = ot_calloc((size_t)(v.nstamp ? v.nstamp : 1), sizeof *v.stamp);
     if (!v.stamp) return ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
     ot_status s = OT_OK;
@@ -145,6 +168,8 @@ ot_status ot_module_verify(const ot_module *m) {
         total += c->ninstrs;
     }
     ot_free(v.stamp);
+    if (s == OT_OK) s = check_call_graph(m, &v);
+    ot_free(v.edges);
     if (s != OT_OK) return s;
     if (entries != 1 || !m->entry->is_entry)
         return ot_error(OT_ERR_INTERNAL, "module %s: %d computations marked entry", m->name,
@@ -153,10 +178,64 @@ ot_status ot_module_verify(const ot_module *m) {
         return ot_error(OT_ERR_INTERNAL,
                         "module %s: instruction count %lld, computations hold %lld", m->name,
                         (long long)m->ninstrs, (long long)total);
-    /* no recursion through called computations */
-    ot_computation **order = NULL;
-    int n = 0;
-    OT_CHECK(ot_module_post_order(m, &order, &n));
-    ot_free(order);
     return OT_OK;
+}
+
+/* No recursion through called computations: DFS over the gathered call edges. */
+static ot_status check_call_graph(const ot_module *m, const vctx *v) {
+    int n = m->ncomps;
+    if (v->nedges == 0) return OT_OK;
+    ir_ptr_map idx = {0};
+    int64_t *first = ot_calloc((size_t)n + 1, sizeof *first); /* CSR of edges by caller */
+    int64_t *adj = ot_malloc((size_t)(v->nedges / 2) * sizeof *adj);
+    signed char *state = ot_calloc((size_t)n, 1);
+    int64_t *stack = ot_malloc((size_t)n * 2 * sizeof *stack);
+    ot_status s = OT_OK;
+    if (!first || !adj || !state || !stack) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n && s == OT_OK; k++)
+        s = ir_ptr_map_put(&idx, m->comps[k], (void *)(intptr_t)(k + 1));
+    if (s != OT_OK) goto out;
+    for (int64_t e = 0; e < v->nedges; e += 2) first[(intptr_t)ir_ptr_map_get(&idx, v->edges[e])]++;
+    for (int k = 0; k < n; k++) first[k + 1] += first[k];
+    /* fill: stack[0..n) serves as the running position of each caller's block */
+    for (int k = 0; k < n; k++) stack[k] = first[k];
+    for (int64_t e = 0; e < v->nedges; e += 2) {
+        int64_t a = (intptr_t)ir_ptr_map_get(&idx, v->edges[e]) - 1;
+        adj[stack[a]++] = (intptr_t)ir_ptr_map_get(&idx, v->edges[e + 1]) - 1;
+    }
+    for (int r = 0; r < n && s == OT_OK; r++) {
+        if (state[r]) continue;
+        int64_t sp = 0;
+        stack[sp++] = r;
+        stack[sp++] = first[r];
+        state[r] = 1;
+        while (sp && s == OT_OK) {
+            int64_t c = stack[sp - 2], k = stack[sp - 1];
+            if (k < first[c + 1]) {
+                stack[sp - 1] = k + 1;
+                int64_t d = adj[k];
+                if (state[d] == 1) {
+                    s = ot_error(OT_ERR_INVALID_ARGUMENT, "recursive call: %s calls %s",
+                                 m->comps[c]->name, m->comps[d]->name);
+                } else if (state[d] == 0) {
+                    state[d] = 1;
+                    stack[sp++] = d;
+                    stack[sp++] = first[d];
+                }
+            } else {
+                state[c] = 2;
+                sp -= 2;
+            }
+        }
+    }
+out:
+    ir_ptr_map_free(&idx);
+    ot_free(first);
+    ot_free(adj);
+    ot_free(state);
+    ot_free(stack);
+    return s;
 }
