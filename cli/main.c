@@ -9,6 +9,7 @@
 extern const cli_command cli_cmd_bench;
 extern const cli_command cli_cmd_ckpt;
 extern const cli_command cli_cmd_compile;
+extern const cli_command cli_cmd_hlo;
 extern const cli_command cli_cmd_ntp;
 extern const cli_command cli_cmd_topo;
 
@@ -16,6 +17,7 @@ static const cli_command *const commands[] = {
     &cli_cmd_bench,
     &cli_cmd_ckpt,
     &cli_cmd_compile,
+    &cli_cmd_hlo,
     &cli_cmd_ntp,
     NULL, /* keeps the table non-empty; skipped below */
     &cli_cmd_topo,

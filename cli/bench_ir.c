@@ -1,11 +1,8 @@
-/* Benchmark: parse + verify + shape inference of a generated HLO module of N instructions (XLA's
- * dump form: % names, operand shapes, layouts), at N and 2N to show the growth is linear.
- *   bench_ir_parse [--json] [--n N] [--reps R]
- * Figures are medians of R repetitions (default 5) after a warm-up. The baseline is the time to
- * read the same text once with a bare scan (memchr over every line: the machine's floor for
- * touching the bytes), measured in the same run, interleaved. */
-#include "optitpu/bench.h"
-#include "optitpu/ir.h"
+/* optitpu bench ir: parse + shape inference + verify of a generated HLO module of N instructions
+ * (XLA's dump form: % names, operand shapes, layouts), at N and 2N to show the growth is linear.
+ * Figures are medians of R repetitions (default 5) after a warm-up; wall time and this process's
+ * CPU time are both reported (the CPU time is what a loaded, shared machine cannot distort). */
+#include "cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,17 +20,20 @@ static double last_cpu; /* CPU seconds of the last time_parse */
 typedef struct buf {
     char *p;
     size_t n, cap;
+    bool oom;
 } buf;
 
 static void put(buf *b, const char *s, size_t n) {
+    if (b->oom) return;
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 1 << 20;
         while (nc < b->n + n + 1) nc *= 2;
-        b->p = realloc(b->p, nc);
-        if (!b->p) {
-            fprintf(stderr, "out of memory\n");
-            exit(1);
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = true;
+            return;
         }
+        b->p = np;
         b->cap = nc;
     }
     memcpy(b->p + b->n, s, n);
@@ -171,10 +171,15 @@ static char *generate(int64_t n, size_t *len) {
         }
     }
     put(&b, "}\n", 2);
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
     *len = b.n;
     return b.p;
 }
 
+/* Seconds of one parse (+ verify); < 0 on failure (message in ot_last_error). */
 static double time_parse(const char *text, size_t len, int64_t *ninstr) {
     double c0 = cpu_now();
     uint64_t t0 = ot_now_ns();
@@ -182,10 +187,7 @@ static double time_parse(const char *text, size_t len, int64_t *ninstr) {
     ot_status s = ot_hlo_parse(text, len, NULL, &m); /* parse + infer (per op) + verify */
     uint64_t t1 = ot_now_ns();
     last_cpu = cpu_now() - c0;
-    if (s != OT_OK) {
-        fprintf(stderr, "parse failed: %s\n", ot_last_error());
-        exit(1);
-    }
+    if (s != OT_OK) return -1;
     *ninstr = ot_module_instr_count(m);
     ot_module_free(m);
     return (double)(t1 - t0) * 1e-9;
@@ -206,7 +208,7 @@ static double time_scan(const char *text, size_t len) {
     return (double)(t1 - t0) * 1e-9;
 }
 
-int main(int argc, char **argv) {
+static int run_ir_bench(int argc, char **argv) {
     bool json = false;
     int64_t n = 1000000;
     int reps = 5;
@@ -218,28 +220,41 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_ir_parse [--json] [--n N] [--reps R]\n");
-            return 2;
+            return cli_usage_error("bench ir", "unknown argument '%s'", argv[i]);
         }
-    }
-    if (n < 16 || reps < 1 || reps > 100) {
-        fprintf(stderr, "bench_ir_parse: need --n >= 16 and 1 <= --reps <= 100\n");
-        return 2;
     }
     size_t len1, len2;
     char *t1 = generate(n, &len1), *t2 = generate(2 * n, &len2);
+    if (!t1 || !t2) {
+        free(t1);
+        free(t2);
+        ot_error(OT_ERR_OUT_OF_MEMORY, "bench ir: out of memory generating the text");
+        return cli_fail("bench");
+    }
     double *a = malloc(sizeof(double) * (size_t)reps), *b = malloc(sizeof(double) * (size_t)reps);
     double *sa = malloc(sizeof(double) * (size_t)reps), *sb = malloc(sizeof(double) * (size_t)reps);
     double *ca = malloc(sizeof(double) * (size_t)reps), *cb = malloc(sizeof(double) * (size_t)reps);
     int64_t k1 = 0, k2 = 0;
-    time_parse(t1, len1, &k1); /* warm-up */
-    for (int r = 0; r < reps; r++) {
+    bool ok = time_parse(t1, len1, &k1) >= 0; /* warm-up */
+    for (int r = 0; ok && r < reps; r++) {
         sa[r] = time_scan(t1, len1);
         a[r] = time_parse(t1, len1, &k1);
         ca[r] = last_cpu;
         sb[r] = time_scan(t2, len2);
         b[r] = time_parse(t2, len2, &k2);
         cb[r] = last_cpu;
+        ok = a[r] >= 0 && b[r] >= 0;
+    }
+    if (!ok) {
+        free(a);
+        free(b);
+        free(sa);
+        free(sb);
+        free(ca);
+        free(cb);
+        free(t1);
+        free(t2);
+        return cli_fail("bench");
     }
     double ta = ot_bench_median(a, (size_t)reps), tb = ot_bench_median(b, (size_t)reps);
     double sca = ot_bench_median(sa, (size_t)reps);
@@ -274,5 +289,18 @@ int main(int argc, char **argv) {
     free(cb);
     free(t1);
     free(t2);
-    return 0;
+    return CLI_OK;
 }
+
+const cli_command cli_bench_ir = {
+    "ir",
+    "HLO text parse + shape inference + verify of a 1M-instruction module, and its scaling",
+    "usage: optitpu bench ir [--json] [--n N] [--reps R]\n"
+    "\n"
+    "Generates an HLO module of N instructions (default 1,000,000; XLA's dump form with operand\n"
+    "shapes and layouts: elementwise chains, broadcasts, compares/selects, reductions,\n"
+    "transposes) and of 2N, then times ot_hlo_parse (which infers every shape and runs the\n"
+    "verifier), median of R runs (default 5) after a warm-up. Prints wall and CPU seconds beside\n"
+    "the 2 s budget and time(2N)/time(N) beside linear growth (2.0; the goal is <= 2.2).",
+    run_ir_bench,
+};
