@@ -17,35 +17,71 @@ typedef struct acc {
     uint64_t u;
 } acc;
 
-static inline void acc_add(acc *s, acc_kind k, ot_dtype ta, const void *a, int64_t ia, ot_dtype tb,
-                           const void *b, int64_t ib) {
+/* An operand widened once to the accumulation type (float, double or int64), so the inner loops
+ * are plain multiply-adds with strides; each element converts exactly as it would one at a time. */
+static ot_status widen(const ot_value *v, acc_kind k, void **out) {
+    const ot_shape *s = ex_arr(v);
+    int64_t n = ot_shape_numel_unchecked(s);
+    size_t es = k == ACC_F32 ? 4 : 8;
+    void *p = ot_malloc((size_t)(n ? n : 1) * es);
+    if (!p)
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "dot/convolution: out of memory widening operands");
+    for (int64_t e = 0; e < n; e++) {
+        switch (k) {
+        case ACC_F32: ((float *)p)[e] = (float)ex_ld_f(s->dtype, v->array.data, e); break;
+        case ACC_F64: ((double *)p)[e] = ex_ld_f(s->dtype, v->array.data, e); break;
+        default: ((int64_t *)p)[e] = ex_ld_i(s->dtype, v->array.data, e); break;
+        }
+    }
+    *out = p;
+    return OT_OK;
+}
+
+/* s += sum over j < n of a[ia + j * sa] * b[ib + j * sb], in order j = 0, 1, ... */
+static inline void acc_strided(acc *s, acc_kind k, const void *a, int64_t ia, int64_t sa,
+                               const void *b, int64_t ib, int64_t sb, int64_t n) {
     switch (k) {
-    case ACC_F32: s->f += (float)ex_ld_f(ta, a, ia) * (float)ex_ld_f(tb, b, ib); break;
-    case ACC_F64: s->d += ex_ld_f(ta, a, ia) * ex_ld_f(tb, b, ib); break;
-    default: s->u += (uint64_t)ex_ld_i(ta, a, ia) * (uint64_t)ex_ld_i(tb, b, ib); break;
+    case ACC_F32: {
+        const float *x = (const float *)a + ia, *y = (const float *)b + ib;
+        float t = s->f;
+        for (int64_t j = 0; j < n; j++) t += x[j * sa] * y[j * sb];
+        s->f = t;
+        break;
+    }
+    case ACC_F64: {
+        const double *x = (const double *)a + ia, *y = (const double *)b + ib;
+        double t = s->d;
+        for (int64_t j = 0; j < n; j++) t += x[j * sa] * y[j * sb];
+        s->d = t;
+        break;
+    }
+    default: {
+        const int64_t *x = (const int64_t *)a + ia, *y = (const int64_t *)b + ib;
+        uint64_t t = s->u;
+        for (int64_t j = 0; j < n; j++) t += (uint64_t)x[j * sa] * (uint64_t)y[j * sb];
+        s->u = t;
+        break;
+    }
     }
 }
 
+/* Rounds the accumulator once into element i of y (dtype t), by the convert rules. */
 static inline void acc_store(const acc *s, acc_kind k, ot_dtype t, void *y, int64_t i) {
+    char *dst = (char *)y + i * (int64_t)ot_dtype_size(t);
     switch (k) {
     case ACC_F32:
         if (ot_dtype_is_float(t))
             ex_st_f(t, y, i, s->f);
         else
-            ex_st_i(t, y, i, (int64_t)s->f);
+            ex_convert(OT_F32, t, &s->f, dst, 1);
         break;
     case ACC_F64:
         if (ot_dtype_is_float(t))
             ex_st_f(t, y, i, s->d);
         else
-            ex_st_i(t, y, i, (int64_t)s->d);
+            ex_convert(OT_F64, t, &s->d, dst, 1);
         break;
-    default:
-        if (ot_dtype_is_float(t))
-            ex_st_f(t, y, i, (double)(int64_t)s->u);
-        else
-            ex_st_i(t, y, i, (int64_t)s->u);
-        break;
+    default: ex_convert(OT_S64, t, &s->u, dst, 1); break;
     }
 }
 
@@ -55,63 +91,86 @@ static bool listed(int64_t v, const int64_t *l, int n) {
     return false;
 }
 
+/* Widens v into the dimension order `order` (a permutation of its dims), row-major. */
+static ot_status widen_permuted(const ot_value *v, acc_kind k, const int64_t *order, void **out) {
+    const ot_shape *s = ex_arr(v);
+    OT_CHECK(widen(v, k, out));
+    int64_t n = ot_shape_numel_unchecked(s);
+    size_t es = k == ACC_F32 ? 4 : 8;
+    void *p = ot_malloc((size_t)(n ? n : 1) * es);
+    if (!p) {
+        ot_free(*out);
+        *out = NULL;
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "dot: out of memory");
+    }
+    int64_t nd[OT_MAX_RANK], ns[OT_MAX_RANK], dstr[OT_MAX_RANK], idx[OT_MAX_RANK] = {0};
+    for (int d = 0; d < s->rank; d++) nd[d] = s->dims[order[d]];
+    int64_t run = 1;
+    for (int d = s->rank - 1; d >= 0; d--) {
+        ns[d] = run;
+        run *= nd[d];
+    }
+    for (int d = 0; d < s->rank; d++) dstr[order[d]] = ns[d];
+    for (int64_t e = 0; e < n; e++) {
+        int64_t di = 0;
+        for (int d = 0; d < s->rank; d++) di += idx[d] * dstr[d];
+        memcpy((char *)p + di * (int64_t)es, (const char *)*out + e * (int64_t)es, es);
+        ex_next_index(idx, s->dims, s->rank);
+    }
+    ot_free(*out);
+    *out = p;
+    return OT_OK;
+}
+
 ot_status ex_kernel_dot(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     OT_CHECK(ot_value_alloc_shape(out, &i->shape));
     const ot_dot_dims *dn = i->attrs.dot;
     const ot_shape *ls = ex_arr(ops[0]), *rs = ex_arr(ops[1]), *os = ex_arr(out);
-    int64_t lstr[OT_MAX_RANK], rstr[OT_MAX_RANK];
-    ot_shape_strides(ls, lstr);
-    ot_shape_strides(rs, rstr);
-    /* contraction offsets, row-major over the contracting dims in the order listed */
-    int64_t K = 1, kd[OT_MAX_RANK];
-    for (int c = 0; c < dn->ncontract; c++) {
-        kd[c] = ls->dims[dn->lhs_contract[c]];
-        K *= kd[c];
+    /* each operand is widened into the order (batch dims, free dims, contracting dims), so
+     * element (b, f, k) sits at (b * F + f) * K + k and every dot product is a contiguous run;
+     * the contraction runs row-major over the contracting dims in the order listed */
+    int64_t lord[OT_MAX_RANK], rord[OT_MAX_RANK];
+    int nl = 0, nr = 0;
+    for (int b = 0; b < dn->nbatch; b++) {
+        lord[nl++] = dn->lhs_batch[b];
+        rord[nr++] = dn->rhs_batch[b];
     }
-    int64_t *koff = ot_malloc((size_t)(K ? 2 * K : 1) * sizeof *koff);
-    if (!koff) {
-        ot_value_release(out);
-        return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
-    }
-    int64_t kidx[OT_MAX_RANK] = {0};
-    for (int64_t k = 0; k < K; k++) {
-        int64_t lo = 0, ro = 0;
-        for (int c = 0; c < dn->ncontract; c++) {
-            lo += kidx[c] * lstr[dn->lhs_contract[c]];
-            ro += kidx[c] * rstr[dn->rhs_contract[c]];
-        }
-        koff[2 * k] = lo;
-        koff[2 * k + 1] = ro;
-        ex_next_index(kidx, kd, dn->ncontract);
-    }
-    /* free dims in order */
-    int64_t lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
-    int nlf = 0, nrf = 0;
+    int64_t LF = 1, RF = 1, K = 1;
     for (int d = 0; d < ls->rank; d++)
-        if (!listed(d, dn->lhs_batch, dn->nbatch) && !listed(d, dn->lhs_contract, dn->ncontract))
-            lfree[nlf++] = d;
-    for (int d = 0; d < rs->rank; d++)
-        if (!listed(d, dn->rhs_batch, dn->nbatch) && !listed(d, dn->rhs_contract, dn->ncontract))
-            rfree[nrf++] = d;
-    acc_kind ak = acc_for(os->dtype, ls->dtype, rs->dtype);
-    int64_t numel = ot_shape_numel_unchecked(os), idx[OT_MAX_RANK] = {0};
-    for (int64_t e = 0; e < numel; e++) {
-        int64_t lb = 0, rb = 0;
-        int d = 0;
-        for (int b = 0; b < dn->nbatch; b++, d++) {
-            lb += idx[d] * lstr[dn->lhs_batch[b]];
-            rb += idx[d] * rstr[dn->rhs_batch[b]];
+        if (!listed(d, dn->lhs_batch, dn->nbatch) && !listed(d, dn->lhs_contract, dn->ncontract)) {
+            lord[nl++] = d;
+            LF *= ls->dims[d];
         }
-        for (int f = 0; f < nlf; f++, d++) lb += idx[d] * lstr[lfree[f]];
-        for (int f = 0; f < nrf; f++, d++) rb += idx[d] * rstr[rfree[f]];
-        acc s = {0.0f, 0.0, 0};
-        for (int64_t k = 0; k < K; k++)
-            acc_add(&s, ak, ls->dtype, ops[0]->array.data, lb + koff[2 * k], rs->dtype,
-                    ops[1]->array.data, rb + koff[2 * k + 1]);
-        acc_store(&s, ak, os->dtype, out->array.data, e);
-        ex_next_index(idx, os->dims, os->rank);
+    for (int d = 0; d < rs->rank; d++)
+        if (!listed(d, dn->rhs_batch, dn->nbatch) && !listed(d, dn->rhs_contract, dn->ncontract)) {
+            rord[nr++] = d;
+            RF *= rs->dims[d];
+        }
+    for (int c = 0; c < dn->ncontract; c++) {
+        lord[nl++] = dn->lhs_contract[c];
+        rord[nr++] = dn->rhs_contract[c];
+        K *= ls->dims[dn->lhs_contract[c]];
     }
-    ot_free(koff);
+    acc_kind ak = acc_for(os->dtype, ls->dtype, rs->dtype);
+    void *lw = NULL, *rw = NULL;
+    ot_status st = widen_permuted(ops[0], ak, lord, &lw);
+    if (st == OT_OK) st = widen_permuted(ops[1], ak, rord, &rw);
+    if (st != OT_OK) {
+        ot_free(lw);
+        ot_value_release(out);
+        return st;
+    }
+    int64_t numel = ot_shape_numel_unchecked(os);
+    for (int64_t e = 0; e < numel; e++) {
+        /* output order: batch, lhs free, rhs free */
+        int64_t j = e % (RF ? RF : 1), rest = e / (RF ? RF : 1);
+        int64_t f = rest % (LF ? LF : 1), b = rest / (LF ? LF : 1);
+        acc s = {0.0f, 0.0, 0};
+        acc_strided(&s, ak, lw, (b * LF + f) * K, 1, rw, (b * RF + j) * K, 1, K);
+        acc_store(&s, ak, os->dtype, out->array.data, e);
+    }
+    ot_free(lw);
+    ot_free(rw);
     return OT_OK;
 }
 
@@ -136,6 +195,14 @@ ot_status ex_kernel_convolution(const ot_instr *i, const ot_value *const *ops, o
         kn *= kdims[s];
     }
     acc_kind ak = acc_for(os->dtype, ls->dtype, rs->dtype);
+    void *lw = NULL, *rw = NULL;
+    ot_status st = widen(ops[0], ak, &lw);
+    if (st == OT_OK) st = widen(ops[1], ak, &rw);
+    if (st != OT_OK) {
+        ot_free(lw);
+        ot_value_release(out);
+        return st;
+    }
     int64_t numel = ot_shape_numel_unchecked(os), idx[OT_MAX_RANK] = {0};
     for (int64_t e = 0; e < numel; e++) {
         int64_t ob = idx[cd->output_batch], of = idx[cd->output_feature];
@@ -166,14 +233,14 @@ ot_status ex_kernel_convolution(const ot_instr *i, const ot_value *const *ops, o
                 ro += kk * rstr[cd->kernel_spatial[sd]];
             }
             if (ok)
-                for (int64_t ic = 0; ic < Cg; ic++)
-                    acc_add(&s, ak, ls->dtype, ops[0]->array.data,
-                            lo + (fg * Cg + ic) * lstr[cd->input_feature], rs->dtype,
-                            ops[1]->array.data, ro + ic * rstr[cd->kernel_input_feature]);
+                acc_strided(&s, ak, lw, lo + fg * Cg * lstr[cd->input_feature],
+                            lstr[cd->input_feature], rw, ro, rstr[cd->kernel_input_feature], Cg);
             ex_next_index(k, kdims, ns);
         }
         acc_store(&s, ak, os->dtype, out->array.data, e);
         ex_next_index(idx, os->dims, os->rank);
     }
+    ot_free(lw);
+    ot_free(rw);
     return OT_OK;
 }
