@@ -1219,6 +1219,157 @@ def compact_json(obj):
                   lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]",
                   text) + "\n"
 
+# ---- multi-device (SPMD) cases: collectives with per-partition inputs and outputs -------------------
+
+def spmd_cases(outdir):
+    """Writes jax_spmd/<case>/ and returns the index entries.
+
+    Each program is partitioned over 8 host devices (mesh 2x4, axes ('data', 'model')). The file
+    module.spmd.hlo is XLA's per-partition program after SPMD partitioning and the CPU pipeline
+    (num_partitions=8; collectives with replica_groups / source_target_pairs over partition ids);
+    module.hlo is JAX's global program before partitioning (parse only). Row p of every input and
+    expected file is the shard partition p holds. Inputs are multiples of 1/8 (small), so every
+    float sum is exact in any order and all comparisons are exact."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    try:
+        from jax import shard_map
+    except ImportError:
+        from jax.experimental.shard_map import shard_map
+    devs = jax.devices()
+    assert len(devs) == 8 and [d.id for d in devs] == list(range(8))
+    mesh = Mesh(np.array(devs).reshape(2, 4), ("data", "model"))
+    entries = []
+
+    def shards(arr):
+        by_dev = sorted(arr.addressable_shards, key=lambda sh: sh.device.id)
+        return np.stack([np.asarray(sh.data) for sh in by_dev])
+
+    def emit(name, jf, args, in_specs, ref, note):
+        d = os.path.join(outdir, name)
+        os.makedirs(d)
+        placed = [jax.device_put(a, NamedSharding(mesh, sp)) for a, sp in zip(args, in_specs)]
+        low = jf.lower(*placed)
+        comp = low.compile()
+        hlo, spmd_text = low.as_text(dialect="hlo"), comp.as_text()
+        if "num_partitions=8" not in spmd_text:
+            raise RuntimeError(f"{name}: not an 8-partition program")
+        outs = jax.tree_util.tree_leaves(comp(*placed))
+        with open(os.path.join(d, "module.hlo"), "w") as f:
+            f.write(hlo)
+        with open(os.path.join(d, "module.spmd.hlo"), "w") as f:
+            f.write(spmd_text)
+        ent = {"name": name, "partitions": 8, "mesh": {"shape": [2, 4], "axes": ["data", "model"],
+                                                       "partition_of_mesh_index": "4*data+model"},
+               "module": "module.hlo", "module_spmd": "module.spmd.hlo",
+               "ops": opcodes(spmd_text), "inputs": [], "outputs": [], "tolerance": EXACT,
+               "note": note}
+        for i, (a, pl) in enumerate(zip(args, placed)):
+            sh = shards(pl)
+            save_npy(os.path.join(d, f"input_{i}.npy"), sh)
+            e = tensor_entry(f"input_{i}.npy", sh)
+            e["global_shape"] = list(np.shape(a))
+            ent["inputs"].append(e)
+        for j, o in enumerate(outs):
+            sh = shards(o)
+            save_npy(os.path.join(d, f"expected_{j}.npy"), sh)
+            ent["outputs"].append(tensor_entry(f"expected_{j}.npy", sh))
+        # the per-partition result must equal an independent numpy model of the collective
+        want = ref(*[shards(pl) for pl in placed])
+        want = want if isinstance(want, (list, tuple)) else [want]
+        for j, (o, w) in enumerate(zip(outs, want)):
+            msg = check(shards(o), np.asarray(w).astype(shards(o).dtype), EXACT)
+            if msg:
+                raise RuntimeError(f"{name}: output {j} differs from the numpy model: {msg}")
+        entries.append(ent)
+        print(f"spmd {name}", flush=True)
+
+    def sm(f, in_specs, out_specs):
+        return jax.jit(shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=False))
+
+    r = rng_for("spmd")
+    a = (r.integers(-64, 64, (8, 8)) / 8).astype(np.float32)
+    b = (r.integers(-64, 64, (8, 12)) / 8).astype(np.float32)
+    ai = r.integers(-1000, 1000, (8, 8)).astype(np.int32)
+    full = P("data", "model")
+    # partition p = 4*data + model holds block (p // 4, p % 4) of a 2x4 grid of blocks
+    grp_model = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    grp_data = [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+    def in_groups(x, groups, fn):
+        out = [None] * 8
+        for g in groups:
+            red = fn(np.stack([x[p] for p in g]))
+            for p in g:
+                out[p] = red
+        return np.stack(out)
+
+    emit("all_reduce_sum_model", sm(lambda v: lax.psum(v, "model"), (full,), full), [a], [full],
+         lambda x: in_groups(x, grp_model, lambda s: s.sum(0)),
+         "all-reduce over replica_groups {{0,1,2,3},{4,5,6,7}}")
+    emit("all_reduce_sum_all", sm(lambda v: lax.psum(v, ("data", "model")), (full,), full), [a],
+         [full], lambda x: in_groups(x, [list(range(8))], lambda s: s.sum(0)),
+         "all-reduce over all 8 partitions")
+    emit("all_reduce_max_data", sm(lambda v: lax.pmax(v, "data"), (full,), full), [a], [full],
+         lambda x: in_groups(x, grp_data, lambda s: s.max(0)),
+         "all-reduce max over replica_groups {{0,4},{1,5},{2,6},{3,7}}")
+    emit("all_reduce_min_s32", sm(lambda v: lax.pmin(v, "model"), (full,), full), [ai], [full],
+         lambda x: in_groups(x, grp_model, lambda s: s.min(0)), "s32 all-reduce min")
+    emit("all_reduce_sum_s32", sm(lambda v: lax.psum(v, ("data", "model")), (full,), full), [ai],
+         [full], lambda x: in_groups(x, [list(range(8))], lambda s: s.sum(0)), "s32 all-reduce sum")
+    emit("all_gather_model", sm(lambda v: lax.all_gather(v, "model", axis=1, tiled=True), (full,),
+                                P("data", None)), [a], [full],
+         lambda x: in_groups(x, grp_model, lambda s: np.concatenate(list(s), axis=1)),
+         "all-gather along dimension 1 within each model group")
+    emit("all_gather_data_stacked", sm(lambda v: lax.all_gather(v, "data", axis=0), (full,),
+                                       P(None, None, "model")), [a], [full],
+         lambda x: in_groups(x, grp_data, lambda s: s), "untiled all-gather: a new leading axis")
+    emit("reduce_scatter_model",
+         sm(lambda v: lax.psum_scatter(v, "model", scatter_dimension=1, tiled=True), (P("data"),),
+            full), [b], [P("data")],
+         lambda x: np.stack([np.split(sum(x[q] for q in grp_model[p // 4]), 4, axis=1)[p % 4]
+                             for p in range(8)]),
+         "reduce-scatter: sum over the model group, partition k keeps column block k")
+    emit("all_to_all_model",
+         sm(lambda v: lax.all_to_all(v, "model", 0, 1, tiled=True), (P(None, "model"),),
+            P("model", None)), [a], [P(None, "model")],
+         lambda x: np.stack([np.concatenate([np.split(x[q], 4, axis=0)[p % 4]
+                                             for q in grp_model[p // 4]], axis=1)
+                             for p in range(8)]),
+         "all-to-all: split dimension 0 in 4, send piece k to group member k, concat along 1")
+    perm = [(k, (k + 1) % 4) for k in range(4)]
+    emit("collective_permute_ring", sm(lambda v: lax.ppermute(v, "model", perm), (full,), full),
+         [a], [full],
+         lambda x: np.stack([x[(p // 4) * 4 + (p % 4 - 1) % 4] for p in range(8)]),
+         "collective-permute: each partition receives from its left neighbour in the model ring")
+    emit("collective_permute_partial",
+         sm(lambda v: lax.ppermute(v, "data", [(0, 1)]), (full,), full), [a], [full],
+         lambda x: np.stack([x[p - 4] if p >= 4 else np.zeros_like(x[p]) for p in range(8)]),
+         "partitions that receive nothing get zeros")
+    emit("partition_id_axis_index",
+         sm(lambda v: v * 10 + lax.axis_index("model") + 100 * lax.axis_index("data"), (full,),
+            full), [ai], [full],
+         lambda x: np.stack([x[p] * 10 + (p % 4) + 100 * (p // 4) for p in range(8)]),
+         "axis_index lowers through partition-id")
+
+    def dp_step(w, xb):
+        g = jax.grad(lambda ww: jnp.sum((xb @ ww) ** 2) / 8)(w)
+        return w - 0.125 * lax.pmean(g, ("data", "model"))
+
+    xb = (r.integers(-8, 8, (16, 4)) / 8).astype(np.float32)
+    w0 = (r.integers(-8, 8, (4, 3)) / 8).astype(np.float32)
+
+    def dp_ref(w, x):
+        out = []
+        gs = [2 * x[p].T @ (x[p] @ w[p]) / 8 for p in range(8)]
+        gm = sum(gs) / 8
+        return np.stack([w[p] - 0.125 * gm for p in range(8)])
+
+    emit("data_parallel_sgd_step", sm(dp_step, (P(), P(("data", "model"))), P()), [w0, xb],
+         [P(), P(("data", "model"))], dp_ref,
+         "replicated weights, batch split 8 ways, gradient mean all-reduce, SGD step")
+    return entries
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -1262,6 +1413,11 @@ def main():
     for name, text in sorted(hlo_only_modules().items()):
         with open(os.path.join(hdir, f"{name}.hlo"), "w") as f:
             f.write(text)
+    sdir = os.path.join(args.out, "jax_spmd")
+    if os.path.isdir(sdir):
+        shutil.rmtree(sdir)
+    os.makedirs(sdir)
+    spmd_index = spmd_cases(sdir)
     import optax
     meta = {
         "format": "optitpu-jax-corpus/1",
@@ -1279,6 +1435,11 @@ def main():
     }
     with open(os.path.join(jdir, "cases.json"), "w") as f:
         f.write(compact_json(meta))
+    smeta = {k: v for k, v in meta.items() if k not in ("cases", "tolerance_rule")}
+    smeta["format"] = "optitpu-jax-spmd-corpus/1"
+    smeta["cases"] = spmd_index
+    with open(os.path.join(sdir, "cases.json"), "w") as f:
+        f.write(compact_json(smeta))
     print(f"{len(index)} cases", flush=True)
 
 

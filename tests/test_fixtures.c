@@ -1,10 +1,10 @@
 /* Fixtures made by the peer scripts (scripts/gen_jax_corpus.py, scripts/gen_optim_fixtures.py):
  * every index parses with jansson and has the documented fields (tests/data/README.md,
  * tests/data/optim/README.md); every .npy it names loads with ot_npy_read_file with the recorded
- * dtype and shape (bf16 stored as uint16 bit patterns); cross-references hold (VJP grads match
- * their inputs, trajectories have one row per step, skipped mixed-precision steps leave the
- * parameters unchanged). The checker itself refuses broken entries with a message naming the
- * problem. */
+ * dtype and shape (bf16 stored as uint16 bit patterns); SPMD files have one row per partition;
+ * cross-references hold (VJP grads match their inputs, trajectories have one row per step, skipped
+ * mixed-precision steps leave the parameters unchanged). The checker itself refuses broken entries
+ * with a message naming the problem. */
 #include "ot_test.h"
 
 #include <dirent.h>
@@ -342,6 +342,70 @@ static void test_jax_corpus_values(void) {
     ot_tensor_release(&t);
 }
 
+/* ---- multi-device (SPMD) corpus
+ * -------------------------------------------------------------------- */
+
+static void test_jax_spmd_index(void) {
+    int64_t live = ot_alloc_live();
+    json_t *root = load_json(DATA_DIR "jax_spmd/cases.json");
+    ASSERT_TRUE(root != NULL);
+    EXPECT_STR_EQ(json_string_value(json_object_get(root, "format")), "optitpu-jax-spmd-corpus/1");
+    const json_t *cases = json_object_get(root, "cases");
+    EXPECT_TRUE(json_array_size(cases) >= 10);
+    checker c = {0};
+    size_t i;
+    json_t *cs;
+    int collectives = 0;
+    json_array_foreach(cases, i, cs) {
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        json_int_t parts = json_integer_value(json_object_get(cs, "partitions"));
+        if (!name || parts < 2) {
+            problem(&c, "case %zu: needs name and partitions >= 2", i);
+            continue;
+        }
+        char dir[512], path[1024], head[64], what[600];
+        snprintf(dir, sizeof dir, DATA_DIR "jax_spmd/%s", name);
+        const char *mods[] = {"module", "module_spmd"};
+        for (size_t m = 0; m < 2; m++) {
+            const char *f = json_string_value(json_object_get(cs, mods[m]));
+            snprintf(path, sizeof path, "%s/%s", dir, f ? f : "");
+            if (!f || !read_head(path, head, sizeof head) || strncmp(head, "HloModule ", 10) != 0)
+                problem(&c, "%s: %s missing or not HLO text", name, mods[m]);
+        }
+        check_tolerance(&c, json_object_get(cs, "tolerance"), name);
+        size_t k;
+        json_t *op;
+        json_array_foreach(json_object_get(cs, "ops"), k, op) {
+            const char *o = json_string_value(op);
+            if (o && (!strncmp(o, "all-", 4) || !strcmp(o, "reduce-scatter") ||
+                      !strcmp(o, "collective-permute") || !strcmp(o, "partition-id"))) {
+                collectives++;
+                break;
+            }
+        }
+        const char *lists[] = {"inputs", "outputs"};
+        for (size_t l = 0; l < 2; l++) {
+            const json_t *arr = json_object_get(cs, lists[l]);
+            if (!json_array_size(arr)) problem(&c, "%s: no %s", name, lists[l]);
+            json_t *e;
+            json_array_foreach(arr, k, e) {
+                snprintf(what, sizeof what, "%s %s %zu", name, lists[l], k);
+                ot_tensor t = {0};
+                if (check_tensor(&c, dir, e, what, &t) &&
+                    (t.shape.rank < 1 || t.shape.dims[0] != parts))
+                    problem(&c, "%s: leading axis is not the %lld partitions", what,
+                            (long long)parts);
+                ot_tensor_release(&t);
+            }
+        }
+    }
+    if (c.problems) fprintf(stderr, "  %d problems; first: %s\n", c.problems, c.err);
+    EXPECT_INT_EQ(c.problems, 0);
+    EXPECT_INT_EQ(collectives, (int)json_array_size(cases)); /* every case talks across devices */
+    json_decref(root);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+}
+
 /* ---- parser-only HLO ----------------------------------------------------------------------------
  */
 
@@ -575,4 +639,5 @@ static void test_checker_refuses(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_jax_corpus_index), OT_TEST(test_jax_corpus_values),
-             OT_TEST(test_hlo_jax_dir), OT_TEST(test_optim_index), OT_TEST(test_checker_refuses))
+             OT_TEST(test_jax_spmd_index), OT_TEST(test_hlo_jax_dir), OT_TEST(test_optim_index),
+             OT_TEST(test_checker_refuses))
