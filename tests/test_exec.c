@@ -263,6 +263,21 @@ static void test_int_overflow_and_bits(void) {
     EXPECT_INT_EQ(v[5], -1);
     EXPECT_INT_EQ(v[1], 0); /* negative exponent: 0 unless the base is 1 */
     ot_value_release(&r);
+    /* XLA CPU uses the low 6 exponent bits: 3^64 -> 3^0 = 1 (s32), -1^-1 -> 0, 1^-5 -> 1 */
+    int32_t pb[] = {3, 3, -1, 1, 2, -2};
+    int32_t pe[] = {64, 65, -1, -5, 31, 3};
+    ASSERT_OK(run_binary(OT_OP_POWER, vec(OT_S32, 6), pb, pe, &r));
+    const int32_t *pv = r.array.data;
+    int32_t pw[] = {1, 3, 0, 1, INT32_MIN, -8};
+    for (int k = 0; k < 6; k++) EXPECT_INT_EQ(pv[k], pw[k]);
+    ot_value_release(&r);
+    uint8_t ub[] = {2, 1, 3}, ue[] = {200, 255, 5}; /* 200 and 255 have the sign bit set */
+    ASSERT_OK(run_binary(OT_OP_POWER, vec(OT_U8, 3), ub, ue, &r));
+    const uint8_t *uv = r.array.data;
+    EXPECT_INT_EQ(uv[0], 0);
+    EXPECT_INT_EQ(uv[1], 1);
+    EXPECT_INT_EQ(uv[2], 243);
+    ot_value_release(&r);
     ASSERT_OK(run_unary(OT_OP_ABS, vec(OT_S8, 6), x, &r));
     v = r.array.data;
     EXPECT_INT_EQ(v[1], -128); /* |INT_MIN| wraps */

@@ -347,19 +347,22 @@ static double binary_f64(ot_opcode op, double a, double b) {
     }
 }
 
-/* Integer power by squaring (wrapping), XLA's evaluator rule for negative exponents. */
+/* Integer power as XLA's CPU backend emits it (ElementalIrEmitter::EmitIntegerPow): square and
+ * multiply over the low 6 bits of the exponent only (2^64 overflows anyway), wrapping; when the
+ * exponent is negative as a signed number the result is 1 for base 1, else 0. */
 static int64_t int_pow(ot_dtype t, int64_t a, int64_t b) {
-    if (a == 1 || b == 0) return 1;
     if (t == OT_PRED) return a || !b;
-    if (ot_dtype_is_signed_int(t) && b < 0) return 0;
-    uint64_t base = (uint64_t)a, e = (uint64_t)b, r = 1;
-    if (ot_dtype_is_unsigned_int(t) && bit_width(t) < 64) e &= (1ull << bit_width(t)) - 1;
-    while (e) {
+    int w = bit_width(t);
+    uint64_t mask = w == 64 ? ~0ull : (1ull << w) - 1;
+    uint64_t base = (uint64_t)a, e = (uint64_t)b & mask, r = 1;
+    for (int k = 0; k < 6; k++) {
         if (e & 1) r *= base;
         base *= base;
         e >>= 1;
     }
-    return (int64_t)r;
+    bool neg = ((uint64_t)b >> (w - 1)) & 1; /* the sign bit of the exponent's type */
+    if (!neg) return (int64_t)r;
+    return ((uint64_t)a & mask) == 1 ? 1 : 0;
 }
 
 static int64_t binary_int(ot_opcode op, ot_dtype t, int64_t a, int64_t b) {
