@@ -534,8 +534,10 @@ static void test_bad_arguments(void) {
 
 static void test_cost_model(void) {
     ot_local_world *w;
-    ot_comm *c;
+    ot_comm *c, *c2;
     ASSERT_OK(probe_comm(8, &w, &c));
+    EXPECT_STATUS(ot_local_world_comm(w, 0, &c2), OT_ERR_ALREADY_EXISTS);
+    EXPECT_STATUS(ot_local_world_comm(w, 8, &c2), OT_ERR_INVALID_ARGUMENT);
     char buf[1024];
     ot_coll_explain(c, OT_COLL_ALLREDUCE, 64 << 20, buf, sizeof buf);
     EXPECT_STR_CONTAINS(buf, "<- chosen");

@@ -236,7 +236,8 @@ OT_API ot_status ot_local_world_create(int n, ot_local_world **out);
 /* Frees the shared state; every communicator of the world must be freed first. */
 OT_API void ot_local_world_free(ot_local_world *w);
 OT_API int ot_local_world_size(const ot_local_world *w);
-/* A communicator for device `rank` (call once per rank; any thread). */
+/* A communicator for device `rank`: once per rank and world (OT_ERR_ALREADY_EXISTS after that,
+ * also after the first was freed — its message counters cannot restart); any thread. */
 OT_API ot_status ot_local_world_comm(ot_local_world *w, int rank, ot_comm **out);
 /* Declares device `rank` failed (what a failure detector or a process supervisor does): every
  * member waiting in a collective returns OT_ERR_PEER_FAILED, now and later. Thread-safe. */

@@ -44,6 +44,7 @@ struct ot_local_world {
     uint64_t bgen;
     void **ptab;
     int touching; /* members between a pointer exchange and the closing barrier (under bmu) */
+    bool *issued; /* a communicator was handed out for this rank (under bmu) */
 };
 
 typedef struct lctx {
@@ -306,9 +307,10 @@ ot_status ot_local_world_create(int n, ot_local_world **out) {
     w->slots = ot_calloc((size_t)n * (size_t)n, sizeof *w->slots);
     w->stop_after = ot_calloc((size_t)n, sizeof *w->stop_after);
     w->ptab = ot_calloc((size_t)n, sizeof(void *));
-    if (!w->mu || !w->cv || !w->slots || !w->stop_after || !w->ptab) {
+    w->issued = ot_calloc((size_t)n, sizeof(bool));
+    if (!w->mu || !w->cv || !w->slots || !w->stop_after || !w->ptab || !w->issued) {
         ot_free(w->mu), ot_free(w->cv), ot_free(w->slots), ot_free(w->stop_after);
-        ot_free(w->ptab), ot_free(w);
+        ot_free(w->ptab), ot_free(w->issued), ot_free(w);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "local world: out of memory");
     }
     pthread_condattr_t ca;
@@ -337,6 +339,7 @@ void ot_local_world_free(ot_local_world *w) {
     pthread_mutex_destroy(&w->bmu);
     pthread_cond_destroy(&w->bcv);
     ot_free(w->mu), ot_free(w->cv), ot_free(w->slots), ot_free(w->stop_after), ot_free(w->ptab);
+    ot_free(w->issued);
     ot_free(w);
 }
 
@@ -356,11 +359,27 @@ ot_status ot_local_world_comm(ot_local_world *w, int rank, ot_comm **out) {
         ot_free(x), ot_free(seq);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "local world comm: out of memory");
     }
+    /* message sequence numbers live in the communicator: one per rank, ever */
+    pthread_mutex_lock(&w->bmu);
+    bool dup = w->issued[rank];
+    w->issued[rank] = true;
+    pthread_mutex_unlock(&w->bmu);
+    if (dup) {
+        ot_free(x), ot_free(seq);
+        return ot_error(OT_ERR_ALREADY_EXISTS,
+                        "local world comm: rank %d already has a communicator in this world", rank);
+    }
     x->w = w;
     x->rank = rank;
     x->send_seq = seq;
     x->recv_seq = seq + w->n;
-    OT_CHECK(ot_comm_create(&local_vt, x, rank, w->n, out));
+    ot_status st = ot_comm_create(&local_vt, x, rank, w->n, out);
+    if (st != OT_OK) { /* x was released by ot_comm_create */
+        pthread_mutex_lock(&w->bmu);
+        w->issued[rank] = false;
+        pthread_mutex_unlock(&w->bmu);
+        return st;
+    }
     /* Rough host figures for the cost model: a condition-variable hand-off of a few
      * microseconds, a copy at a few GB/s per thread. */
     ot_comm_set_cost_params(*out, (ot_cost_params){.alpha_us = 5.0, .gbytes_per_s = 5.0});
