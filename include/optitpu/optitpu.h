@@ -11,6 +11,7 @@
 #include "optitpu/collectives.h"
 #include "optitpu/safetensors.h"
 #include "optitpu/ft.h"
+#include "optitpu/mpi.h"
 #include "optitpu/compiler.h"
 
 #endif /* OPTITPU_OPTITPU_H */

@@ -1,0 +1,848 @@
+/* The pod over Open MPI: the "mpi" transport of the communicator vtable (point-to-point with
+ * deadlines), the measured choice between MPI's own all-reduce and ours, hierarchical all-reduce
+ * over K local devices per process, and the bootstrap (device ids, topology, rank 0's
+ * coordinator, heartbeats, membership, barriers with deadlines).
+ *
+ * Every MPI call goes through one check that turns a non-success code into an ot_status with
+ * MPI's error string; every communicator created here carries MPI_ERRORS_RETURN, so a failure
+ * comes back to us instead of aborting the job. Waiting is MPI_Test polling against an absolute
+ * deadline (sched_yield between polls: the machine may be oversubscribed). */
+#include "optitpu/mpi.h"
+
+#include "mpi_internal.h"
+#include "pod/pod_internal.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_NS (60LL * 1000 * 1000 * 1000)
+#define TAG_P2P            7
+#define TAG_HEARTBEAT      11
+#define MAX_MSG            (1u << 30) /* bytes per MPI message (counts are int) */
+
+bool ot_mpi_available(void) {
+    return true;
+}
+
+/* ---- errors --------------------------------------------------------------------------------- */
+
+static ot_status mpi_fail(int rc, const char *what) {
+    char s[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) len = snprintf(s, sizeof s, "code %d", rc);
+    s[len < (int)sizeof s ? len : (int)sizeof s - 1] = 0;
+    return ot_error(OT_ERR_IO, "mpi: %s: %s", what, s);
+}
+
+#define MPI_TRY(call, what)                                                                        \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) return mpi_fail(rc_, what);                                        \
+    } while (0)
+
+/* Waits for n point-to-point requests until the deadline; on timeout cancels them. */
+static ot_status wait_all(int n, MPI_Request *rq, uint64_t dl, const char *what) {
+    for (unsigned spin = 0;; spin++) {
+        int done = 0;
+        int rc = MPI_Testall(n, rq, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+        if (done) return OT_OK;
+        if (ot_now_ns() > dl) {
+            for (int i = 0; i < n; i++)
+                if (rq[i] != MPI_REQUEST_NULL) {
+                    MPI_Cancel(&rq[i]);
+                    MPI_Request_free(&rq[i]);
+                }
+            return ot_error(OT_ERR_TIMEOUT, "mpi: %s: deadline passed", what);
+        }
+        if (spin > 64) sched_yield();
+    }
+}
+
+/* A non-blocking collective may be neither cancelled nor freed while active (MPI 3.1, 5.12), so
+ * one whose deadline passed is kept here and completed later (when the late members arrive) or
+ * abandoned when its communicator is freed. */
+#define MAX_PENDING 16
+typedef struct pending_set {
+    MPI_Request rq[MAX_PENDING];
+    int n;
+} pending_set;
+
+static void pending_reap(pending_set *p) {
+    for (int i = 0; i < p->n;) {
+        int done = 0;
+        if (MPI_Test(&p->rq[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done)
+            p->rq[i] = p->rq[--p->n];
+        else
+            i++;
+    }
+}
+
+static ot_status wait_coll(pending_set *p, MPI_Request *rq, uint64_t dl, const char *what) {
+    pending_reap(p);
+    for (unsigned spin = 0;; spin++) {
+        int done = 0;
+        int rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+        if (done) return OT_OK;
+        if (ot_now_ns() > dl) {
+            if (p->n < MAX_PENDING) p->rq[p->n++] = *rq;
+            return ot_error(OT_ERR_TIMEOUT, "mpi: %s: deadline passed", what);
+        }
+        if (spin > 64) sched_yield();
+    }
+}
+
+static void pending_drain(pending_set *p, uint64_t dl) {
+    while (p->n && ot_now_ns() < dl) {
+        pending_reap(p);
+        sched_yield();
+    }
+}
+
+/* ---- the transport -------------------------------------------------------------------------- */
+
+typedef struct mpictx {
+    MPI_Comm comm;
+    int rank, size;
+    bool aborted;
+    char why[256];
+    void *stage; /* receive staging of sendrecv_reduce: grown, touched once, reused */
+    size_t stage_cap;
+    pending_set pending;
+} mpictx;
+
+static ot_status grow_touched(void **buf, size_t *cap, size_t bytes, const char *what) {
+    if (*cap >= bytes && *buf) return OT_OK;
+    size_t nc = *cap ? *cap : 1u << 16;
+    while (nc < bytes) nc *= 2;
+    void *p = ot_aligned_alloc(64, nc);
+    if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "mpi: %s of %zu bytes", what, nc);
+    memset(p, 0, nc); /* fault every page in now, never inside a collective */
+    ot_aligned_free(*buf);
+    *buf = p;
+    *cap = nc;
+    return OT_OK;
+}
+
+static ot_status mpi_sendrecv(void *ctx, int to, const void *sbuf, size_t sbytes, int from,
+                              void *rbuf, size_t rbytes, uint64_t dl) {
+    mpictx *x = ctx;
+    if (x->aborted)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "mpi: transport aborted (%s)", x->why);
+    /* split into messages of at most MAX_MSG bytes; a zero-byte message is still one message */
+    size_t ns = to >= 0 ? (sbytes + MAX_MSG - 1) / MAX_MSG : 0;
+    size_t nr = from >= 0 ? (rbytes + MAX_MSG - 1) / MAX_MSG : 0;
+    if (to >= 0 && ns == 0) ns = 1;
+    if (from >= 0 && nr == 0) nr = 1;
+    size_t np = ns > nr ? ns : nr;
+    for (size_t j = 0; j < np; j++) {
+        MPI_Request rq[2];
+        int n = 0;
+        if (j < nr) {
+            size_t off = j * MAX_MSG, len = rbytes - off < MAX_MSG ? rbytes - off : MAX_MSG;
+            if (rbytes == 0) off = len = 0;
+            MPI_TRY(
+                MPI_Irecv((char *)rbuf + off, (int)len, MPI_BYTE, from, TAG_P2P, x->comm, &rq[n++]),
+                "MPI_Irecv");
+        }
+        if (j < ns) {
+            size_t off = j * MAX_MSG, len = sbytes - off < MAX_MSG ? sbytes - off : MAX_MSG;
+            if (sbytes == 0) off = len = 0;
+            int rc = MPI_Isend((const char *)sbuf + off, (int)len, MPI_BYTE, to, TAG_P2P, x->comm,
+                               &rq[n++]);
+            if (rc != MPI_SUCCESS) {
+                if (n == 2) {
+                    MPI_Cancel(&rq[0]);
+                    MPI_Request_free(&rq[0]);
+                }
+                return mpi_fail(rc, "MPI_Isend");
+            }
+        }
+        OT_CHECK(wait_all(n, rq, dl, "sendrecv"));
+    }
+    return OT_OK;
+}
+
+static ot_status mpi_sendrecv_reduce(void *ctx, int to, const void *sbuf, size_t scount, int from,
+                                     void *rbuf, size_t rcount, ot_dtype dt, ot_redop op,
+                                     uint64_t dl) {
+    mpictx *x = ctx;
+    size_t esz = ot_dtype_size(dt);
+    if (from >= 0) OT_CHECK(grow_touched(&x->stage, &x->stage_cap, rcount * esz, "staging"));
+    OT_CHECK(mpi_sendrecv(ctx, to, sbuf, scount * esz, from, from >= 0 ? x->stage : NULL,
+                          from >= 0 ? rcount * esz : 0, dl));
+    if (from >= 0) ot_pod_combine(rbuf, x->stage, rcount, dt, op);
+    return OT_OK;
+}
+
+static ot_status mpi_barrier_dl(pending_set *p, MPI_Comm comm, uint64_t dl) {
+    MPI_Request rq;
+    MPI_TRY(MPI_Ibarrier(comm, &rq), "MPI_Ibarrier");
+    return wait_coll(p, &rq, dl, "barrier");
+}
+
+static ot_status mpi_tbarrier(void *ctx, uint64_t dl) {
+    mpictx *x = ctx;
+    if (x->aborted)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "mpi: transport aborted (%s)", x->why);
+    return mpi_barrier_dl(&x->pending, x->comm, dl);
+}
+
+/* A failure seen here: this rank stops using the transport. Open MPI gives no way to interrupt
+ * the peers' pending receives from outside; they fail at their own deadline (or the whole job
+ * ends when a process died), which the launcher turns into a restart. */
+static void mpi_abort(void *ctx, ot_status why, const char *msg) {
+    mpictx *x = ctx;
+    x->aborted = true;
+    snprintf(x->why, sizeof x->why, "%s: %s", ot_status_str(why), msg ? msg : "");
+}
+
+static void mpi_ctx_free(void *ctx) {
+    mpictx *x = ctx;
+    if (!x) return;
+    pending_drain(&x->pending, ot_now_ns() + 1000000000ull);
+    if (x->comm != MPI_COMM_NULL) MPI_Comm_free(&x->comm);
+    ot_aligned_free(x->stage);
+    ot_free(x);
+}
+
+static const ot_comm_vtable mpi_vt = {"mpi",        mpi_sendrecv, mpi_sendrecv_reduce, NULL,
+                                      mpi_tbarrier, mpi_abort,    mpi_ctx_free};
+
+/* ---- the job -------------------------------------------------------------------------------- */
+
+struct ot_mpi {
+    MPI_Comm world; /* dup of MPI_COMM_WORLD: native collectives, barriers, membership */
+    MPI_Comm hb;    /* dup: heartbeats */
+    int rank, size, K;
+    bool we_init;
+    int64_t timeout_ns;
+    ot_comm *comm; /* processes, transport "mpi" */
+    ot_topology *topo;
+    /* local devices */
+    ot_local_world *lw;
+    ot_comm **lcomm;
+    void **lwork; /* per local device: accumulation-dtype staging */
+    size_t *lwork_cap;
+    void *lroot; /* local device 0: the reduced vector */
+    size_t lroot_cap;
+    ot_status lstatus; /* leader's MPI status, read by the others after the broadcast */
+    /* native staging (f16/bf16, MEAN) */
+    void *nstage;
+    size_t nstage_cap;
+    /* model */
+    ot_cost_params p2p, native;
+    /* coordinator (rank 0) */
+    ot_coord *coord;
+    uint64_t hb_seq;
+    MPI_Request hb_req;
+    uint64_t hb_buf;
+    pending_set pending; /* timed-out collectives on world */
+};
+
+ot_mpi_options ot_mpi_options_default(void) {
+    ot_mpi_options o = {.local_devices = 1,
+                        .topology = NULL,
+                        .timeout_ns = DEFAULT_TIMEOUT_NS,
+                        .heartbeat_fail_s = 10.0};
+    return o;
+}
+
+static ot_status dup_comm(MPI_Comm from, MPI_Comm *out, const char *what) {
+    *out = MPI_COMM_NULL;
+    MPI_TRY(MPI_Comm_dup(from, out), what);
+    int rc = MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+    if (rc != MPI_SUCCESS) {
+        MPI_Comm_free(out);
+        return mpi_fail(rc, "MPI_Comm_set_errhandler");
+    }
+    return OT_OK;
+}
+
+void ot_mpi_free(ot_mpi *m) {
+    if (!m) return;
+    if (m->hb_req != MPI_REQUEST_NULL) {
+        MPI_Cancel(&m->hb_req);
+        MPI_Request_free(&m->hb_req);
+    }
+    ot_comm_free(m->comm);
+    for (int i = 0; m->lcomm && i < m->K; i++) ot_comm_free(m->lcomm[i]);
+    ot_local_world_free(m->lw);
+    for (int i = 0; m->lwork && i < m->K; i++) ot_aligned_free(m->lwork[i]);
+    ot_free(m->lwork);
+    ot_free(m->lwork_cap);
+    ot_free(m->lcomm);
+    ot_aligned_free(m->lroot);
+    ot_aligned_free(m->nstage);
+    ot_topology_free(m->topo);
+    ot_coord_free(m->coord);
+    pending_drain(&m->pending, ot_now_ns() + 1000000000ull);
+    if (m->hb != MPI_COMM_NULL) MPI_Comm_free(&m->hb);
+    if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
+    bool fin = m->we_init;
+    ot_free(m);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (fin && !finalized) MPI_Finalize();
+}
+
+ot_status ot_mpi_init(const ot_mpi_options *o, ot_mpi **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi init: NULL output");
+    *out = NULL;
+    ot_mpi_options d = o ? *o : ot_mpi_options_default();
+    if (d.local_devices < 1 || d.local_devices > 256)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi init: local_devices %d outside 1..256",
+                        d.local_devices);
+    int inited = 0;
+    MPI_TRY(MPI_Initialized(&inited), "MPI_Initialized");
+    bool we_init = false;
+    if (!inited) {
+        int provided = 0;
+        MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+        we_init = true;
+        if (provided < MPI_THREAD_SERIALIZED) {
+            MPI_Finalize();
+            return ot_error(OT_ERR_FAILED_PRECONDITION,
+                            "mpi init: the MPI library gives thread level %d, need "
+                            "MPI_THREAD_SERIALIZED",
+                            provided);
+        }
+    }
+    ot_status st;
+    ot_mpi *m = ot_calloc(1, sizeof *m);
+    if (!m) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "mpi init: out of memory");
+        if (we_init) MPI_Finalize();
+        return st;
+    }
+    m->world = m->hb = MPI_COMM_NULL;
+    m->hb_req = MPI_REQUEST_NULL;
+    m->we_init = we_init;
+    m->K = d.local_devices;
+    m->timeout_ns = d.timeout_ns > 0 ? d.timeout_ns : DEFAULT_TIMEOUT_NS;
+    m->p2p = m->native = (ot_cost_params){.alpha_us = 5.0, .gbytes_per_s = 5.0};
+    OT_CHECK_GOTO(dup_comm(MPI_COMM_WORLD, &m->world, "MPI_Comm_dup"), st, fail);
+    OT_CHECK_GOTO(dup_comm(MPI_COMM_WORLD, &m->hb, "MPI_Comm_dup"), st, fail);
+    MPI_Comm_rank(m->world, &m->rank);
+    MPI_Comm_size(m->world, &m->size);
+
+    /* the process transport */
+    mpictx *x = ot_calloc(1, sizeof *x);
+    if (!x) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "mpi init: out of memory");
+        goto fail;
+    }
+    x->rank = m->rank, x->size = m->size;
+    x->comm = MPI_COMM_NULL;
+    st = dup_comm(MPI_COMM_WORLD, &x->comm, "MPI_Comm_dup");
+    if (st != OT_OK) {
+        ot_free(x);
+        goto fail;
+    }
+    OT_CHECK_GOTO(ot_comm_create(&mpi_vt, x, m->rank, m->size, &m->comm), st, fail);
+    ot_comm_set_timeout(m->comm, m->timeout_ns);
+    ot_comm_set_cost_params(m->comm, m->p2p);
+
+    /* the pod topology over P*K devices */
+    int ndev = m->size * m->K;
+    char name[64];
+    if (d.topology)
+        snprintf(name, sizeof name, "%s", d.topology);
+    else
+        snprintf(name, sizeof name, "ring-%d", ndev);
+    OT_CHECK_GOTO(ot_topology_preset(name, &m->topo), st, fail);
+    if (ot_topology_size(m->topo) != ndev) {
+        st = ot_error(OT_ERR_SHAPE_MISMATCH,
+                      "mpi init: topology %s has %d devices, the job has %d processes x %d local "
+                      "devices = %d",
+                      name, ot_topology_size(m->topo), m->size, m->K, ndev);
+        goto fail;
+    }
+
+    /* local devices */
+    m->lcomm = ot_calloc((size_t)m->K, sizeof *m->lcomm);
+    m->lwork = ot_calloc((size_t)m->K, sizeof *m->lwork);
+    m->lwork_cap = ot_calloc((size_t)m->K, sizeof *m->lwork_cap);
+    if (!m->lcomm || !m->lwork || !m->lwork_cap) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "mpi init: out of memory");
+        goto fail;
+    }
+    OT_CHECK_GOTO(ot_local_world_create(m->K, &m->lw), st, fail);
+    for (int i = 0; i < m->K; i++) {
+        OT_CHECK_GOTO(ot_local_world_comm(m->lw, i, &m->lcomm[i]), st, fail);
+        ot_comm_set_timeout(m->lcomm[i], m->timeout_ns);
+    }
+
+    /* rank 0 coordinates: every global device registered, failure by timeout */
+    if (m->rank == 0) {
+        ot_coord_options co = ot_coord_options_default();
+        co.detector = OT_DETECT_TIMEOUT;
+        co.timeout_ns = (uint64_t)(d.heartbeat_fail_s > 0 ? d.heartbeat_fail_s * 1e9 : 10e9);
+        OT_CHECK_GOTO(ot_coord_create(&co, &m->coord), st, fail);
+        for (int r = 0; r < m->size; r++)
+            for (int l = 0; l < m->K; l++) {
+                char dn[64];
+                int id;
+                snprintf(dn, sizeof dn, "rank%d:dev%d", r, l);
+                OT_CHECK_GOTO(ot_coord_register(m->coord, dn, &id), st, fail);
+            }
+    }
+    OT_CHECK_GOTO(mpi_barrier_dl(&m->pending, m->world, ot_now_ns() + (uint64_t)m->timeout_ns), st,
+                  fail);
+    *out = m;
+    return OT_OK;
+fail:
+    m->we_init = false; /* keep MPI up so the caller can report */
+    ot_mpi_free(m);
+    return st;
+}
+
+int ot_mpi_rank(const ot_mpi *m) {
+    return m->rank;
+}
+int ot_mpi_size(const ot_mpi *m) {
+    return m->size;
+}
+int ot_mpi_local_devices(const ot_mpi *m) {
+    return m->K;
+}
+int ot_mpi_global_device(const ot_mpi *m, int rank, int local) {
+    if (rank < 0 || rank >= m->size || local < 0 || local >= m->K) return -1;
+    return rank * m->K + local;
+}
+int ot_mpi_device_process(const ot_mpi *m, int device) {
+    if (device < 0 || device >= m->size * m->K) return -1;
+    return device / m->K;
+}
+const ot_topology *ot_mpi_topology(const ot_mpi *m) {
+    return m->topo;
+}
+ot_comm *ot_mpi_comm(ot_mpi *m) {
+    return m->comm;
+}
+ot_comm *ot_mpi_local_comm(ot_mpi *m, int local) {
+    return local >= 0 && local < m->K ? m->lcomm[local] : NULL;
+}
+ot_coord *ot_mpi_coord(ot_mpi *m) {
+    return m->coord;
+}
+
+/* ---- algorithms and the model --------------------------------------------------------------- */
+
+static const char *const algo_names[] = {"auto", "native", "ring", "halving_doubling", "tree"};
+_Static_assert(sizeof algo_names / sizeof *algo_names == OT_MPI_ALGO_COUNT, "algo names");
+
+const char *ot_mpi_algo_name(ot_mpi_algo a) {
+    return a >= 0 && a < OT_MPI_ALGO_COUNT ? algo_names[a] : "?";
+}
+int ot_mpi_algo_from_name(const char *s) {
+    for (int i = 0; s && i < OT_MPI_ALGO_COUNT; i++)
+        if (!strcmp(algo_names[i], s)) return i;
+    return -1;
+}
+
+ot_mpi_coll_options ot_mpi_coll_options_default(void) {
+    ot_mpi_coll_options o = {
+        .algo = OT_MPI_ALGO_AUTO, .timeout_ns = 0, .chunk_bytes = 0, .allow_unordered = false};
+    return o;
+}
+
+static MPI_Datatype mpi_dtype(ot_dtype dt) {
+    switch (dt) {
+    case OT_F32: return MPI_FLOAT;
+    case OT_F64: return MPI_DOUBLE;
+    case OT_S32: return MPI_INT32_T;
+    case OT_S64: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static MPI_Op mpi_op(ot_redop op) {
+    switch (op) {
+    case OT_REDOP_SUM:
+    case OT_REDOP_MEAN: return MPI_SUM;
+    case OT_REDOP_PROD: return MPI_PROD;
+    case OT_REDOP_MAX: return MPI_MAX;
+    default: return MPI_MIN;
+    }
+}
+
+static ot_coll_algo coll_algo(ot_mpi_algo a) {
+    return a == OT_MPI_ALGO_HALVING_DOUBLING ? OT_ALGO_HALVING_DOUBLING
+           : a == OT_MPI_ALGO_TREE           ? OT_ALGO_TREE
+                                             : OT_ALGO_RING;
+}
+
+static ot_dtype acc_dtype(ot_dtype dt) {
+    return dt == OT_F16 || dt == OT_BF16 ? OT_F32 : dt;
+}
+
+double ot_mpi_cost_us(const ot_mpi *m, ot_mpi_algo a, size_t count, ot_dtype dt) {
+    if (!ot_coll_dtype_supported(dt)) return -1;
+    size_t bytes = count * ot_dtype_size(acc_dtype(dt));
+    if (a == OT_MPI_ALGO_NATIVE) {
+        if (m->size == 1) return 0;
+        /* the fitted line of a whole MPI_Iallreduce */
+        return m->native.alpha_us + (double)bytes / (m->native.gbytes_per_s * 1e3);
+    }
+    if (a <= OT_MPI_ALGO_AUTO || a >= OT_MPI_ALGO_COUNT) return -1;
+    return ot_coll_cost_us(m->comm, OT_COLL_ALLREDUCE, coll_algo(a), bytes);
+}
+
+ot_mpi_algo ot_mpi_choose(const ot_mpi *m, size_t count, ot_dtype dt, ot_redop op,
+                          const ot_mpi_coll_options *o) {
+    if (o && o->algo != OT_MPI_ALGO_AUTO) return o->algo;
+    bool unordered_ok = op == OT_REDOP_MAX || op == OT_REDOP_MIN || dt == OT_S32 || dt == OT_S64 ||
+                        (o && o->allow_unordered);
+    ot_mpi_algo best = OT_MPI_ALGO_RING;
+    double bc = -1;
+    for (int a = OT_MPI_ALGO_NATIVE; a < OT_MPI_ALGO_COUNT; a++) {
+        if (a == OT_MPI_ALGO_NATIVE && !unordered_ok) continue;
+        double t = ot_mpi_cost_us(m, (ot_mpi_algo)a, count, dt);
+        if (t >= 0 && (bc < 0 || t < bc)) bc = t, best = (ot_mpi_algo)a;
+    }
+    return best;
+}
+
+void ot_mpi_model(const ot_mpi *m, ot_cost_params *p2p, ot_cost_params *native) {
+    if (p2p) *p2p = m->p2p;
+    if (native) *native = m->native;
+}
+
+/* Fits alpha + bytes * beta through two (bytes, us) points; keeps both positive. */
+static ot_cost_params fit(double b0, double t0, double b1, double t1) {
+    double beta = (t1 - t0) / (b1 - b0); /* us per byte */
+    if (!(beta > 1e-9)) beta = 1e-9;
+    double alpha = t0 - beta * b0;
+    if (alpha < 0.1) alpha = 0.1;
+    ot_cost_params p = {.alpha_us = alpha, .gbytes_per_s = 1.0 / (beta * 1e3)};
+    return p;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+ot_status ot_mpi_calibrate(ot_mpi *m) {
+    if (!m) return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi calibrate: NULL");
+    if (m->size == 1) return OT_OK;
+    enum { SMALL = 8, LARGE = 1 << 20, NREP = 5 };
+    ot_status st = OT_OK;
+    void *a = ot_aligned_alloc(64, LARGE), *b = ot_aligned_alloc(64, LARGE);
+    if (!a || !b) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "mpi calibrate: out of memory");
+        goto done;
+    }
+    memset(a, 1, LARGE);
+    memset(b, 0, LARGE);
+    int right = (m->rank + 1) % m->size, left = (m->rank - 1 + m->size) % m->size;
+    const size_t sizes[2] = {SMALL, LARGE};
+    double p2p[2], nat[2];
+    uint64_t dl = ot_now_ns() + (uint64_t)m->timeout_ns;
+    for (int s = 0; s < 2; s++) {
+        double tp[NREP], tn[NREP];
+        for (int r = -1; r < NREP; r++) { /* r == -1: warm-up */
+            OT_CHECK_GOTO(mpi_barrier_dl(&m->pending, m->world, dl), st, done);
+            uint64_t t0 = ot_now_ns();
+            MPI_Request rq[2];
+            int rc = MPI_Irecv(b, (int)sizes[s], MPI_BYTE, left, TAG_P2P, m->world, &rq[0]);
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Isend(a, (int)sizes[s], MPI_BYTE, right, TAG_P2P, m->world, &rq[1]);
+            if (rc != MPI_SUCCESS) {
+                st = mpi_fail(rc, "calibrate sendrecv");
+                goto done;
+            }
+            OT_CHECK_GOTO(wait_all(2, rq, dl, "calibrate"), st, done);
+            uint64_t t1 = ot_now_ns();
+            OT_CHECK_GOTO(mpi_barrier_dl(&m->pending, m->world, dl), st, done);
+            uint64_t t2 = ot_now_ns();
+            MPI_Request ar;
+            rc = MPI_Iallreduce(a, b, (int)(sizes[s] / 4 ? sizes[s] / 4 : 1), MPI_FLOAT, MPI_SUM,
+                                m->world, &ar);
+            if (rc != MPI_SUCCESS) {
+                st = mpi_fail(rc, "calibrate MPI_Iallreduce");
+                goto done;
+            }
+            OT_CHECK_GOTO(wait_coll(&m->pending, &ar, dl, "calibrate"), st, done);
+            uint64_t t3 = ot_now_ns();
+            if (r >= 0) tp[r] = (double)(t1 - t0) / 1e3, tn[r] = (double)(t3 - t2) / 1e3;
+        }
+        qsort(tp, NREP, sizeof *tp, cmp_double);
+        qsort(tn, NREP, sizeof *tn, cmp_double);
+        p2p[s] = tp[NREP / 2];
+        nat[s] = tn[NREP / 2];
+    }
+    /* the slowest rank's figures, so every rank holds the same model */
+    double v[4] = {p2p[0], p2p[1], nat[0], nat[1]}, w[4];
+    int rc = MPI_Allreduce(v, w, 4, MPI_DOUBLE, MPI_MAX, m->world);
+    if (rc != MPI_SUCCESS) {
+        st = mpi_fail(rc, "calibrate MPI_Allreduce");
+        goto done;
+    }
+    m->p2p = fit(SMALL, w[0], LARGE, w[1]);
+    m->native = fit(SMALL, w[2], LARGE, w[3]);
+    ot_comm_set_cost_params(m->comm, m->p2p);
+done:
+    ot_aligned_free(a);
+    ot_aligned_free(b);
+    return st;
+}
+
+/* ---- all-reduce ----------------------------------------------------------------------------- */
+
+static void widen(float *dst, const void *src, size_t n, ot_dtype dt) {
+    const uint16_t *s = src;
+    if (dt == OT_F16)
+        for (size_t i = 0; i < n; i++) dst[i] = ot_f16_to_f32(s[i]);
+    else
+        for (size_t i = 0; i < n; i++) dst[i] = ot_bf16_to_f32(s[i]);
+}
+
+static void narrow(void *dst, const float *src, size_t n, ot_dtype dt) {
+    uint16_t *d = dst;
+    if (dt == OT_F16)
+        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_f16(src[i]);
+    else
+        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_bf16(src[i]);
+}
+
+static void divide(void *buf, size_t count, ot_dtype dt, int n) {
+    switch (dt) {
+    case OT_F32:
+        for (size_t i = 0; i < count; i++) ((float *)buf)[i] /= (float)n;
+        break;
+    case OT_F64:
+        for (size_t i = 0; i < count; i++) ((double *)buf)[i] /= (double)n;
+        break;
+    case OT_S32:
+        for (size_t i = 0; i < count; i++) ((int32_t *)buf)[i] /= n;
+        break;
+    default:
+        for (size_t i = 0; i < count; i++) ((int64_t *)buf)[i] /= n;
+        break;
+    }
+}
+
+static ot_status native_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t count,
+                                  ot_dtype dt, ot_redop op, uint64_t dl) {
+    ot_dtype adt = acc_dtype(dt);
+    size_t aesz = ot_dtype_size(adt);
+    void *w = recvbuf;
+    const void *s = sendbuf;
+    if (adt != dt) {
+        OT_CHECK(grow_touched(&m->nstage, &m->nstage_cap, count * aesz, "native staging"));
+        w = m->nstage;
+        widen(w, sendbuf, count, dt);
+        s = w;
+    }
+    if (count > (size_t)INT32_MAX)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "mpi: native all-reduce of %zu elements (max %d)",
+                        count, INT32_MAX);
+    MPI_Request rq;
+    MPI_TRY(MPI_Iallreduce(s == w ? MPI_IN_PLACE : s, w, (int)count, mpi_dtype(adt), mpi_op(op),
+                           m->world, &rq),
+            "MPI_Iallreduce");
+    OT_CHECK(wait_coll(&m->pending, &rq, dl, "native all-reduce"));
+    if (op == OT_REDOP_MEAN) divide(w, count, adt, m->size);
+    if (adt != dt) narrow(recvbuf, w, count, dt);
+    return OT_OK;
+}
+
+ot_status ot_mpi_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t count, ot_dtype dt,
+                           ot_redop op, const ot_mpi_coll_options *o) {
+    if (!m || (count && (!sendbuf || !recvbuf)))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi allreduce: NULL argument");
+    if (!ot_coll_dtype_supported(dt))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi allreduce: dtype %s is not reducible",
+                        ot_dtype_name(dt));
+    if (op < 0 || op >= OT_REDOP_COUNT)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi allreduce: invalid op %d", (int)op);
+    if (o && (o->algo < 0 || o->algo >= OT_MPI_ALGO_COUNT))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi allreduce: invalid algorithm %d",
+                        (int)o->algo);
+    ot_mpi_algo a = ot_mpi_choose(m, count, dt, op, o);
+    int64_t to = o && o->timeout_ns > 0 ? o->timeout_ns : m->timeout_ns;
+    if (a == OT_MPI_ALGO_NATIVE) {
+        if (count == 0) return OT_OK;
+        if (ot_comm_aborted(m->comm))
+            return ot_error(OT_ERR_FAILED_PRECONDITION, "mpi allreduce: communicator aborted");
+        return native_allreduce(m, sendbuf, recvbuf, count, dt, op, ot_now_ns() + (uint64_t)to);
+    }
+    ot_coll_options co = ot_coll_options_default();
+    co.algo = coll_algo(a);
+    co.timeout_ns = to;
+    /* pipelining chunk: large enough that the per-message cost is ~5% of the transfer */
+    size_t chunk = o && o->chunk_bytes
+                       ? o->chunk_bytes
+                       : (size_t)(20.0 * m->p2p.alpha_us * m->p2p.gbytes_per_s * 1e3);
+    if (chunk < (64u << 10)) chunk = 64u << 10;
+    if (chunk > (8u << 20)) chunk = 8u << 20;
+    co.chunk_bytes = chunk;
+    return ot_comm_allreduce(m->comm, sendbuf, recvbuf, count, dt, op, &co);
+}
+
+ot_status ot_mpi_allreduce_plain(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t count,
+                                 ot_dtype dt, ot_redop op) {
+    if (!m || (count && (!sendbuf || !recvbuf)))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi allreduce_plain: NULL argument");
+    if (mpi_dtype(dt) == MPI_DATATYPE_NULL || op == OT_REDOP_MEAN || op < 0 || op >= OT_REDOP_COUNT)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "mpi allreduce_plain: %s/%s has no MPI equivalent (f32, f64, s32, s64 "
+                        "with sum, prod, max, min)",
+                        ot_dtype_name(dt), ot_redop_name(op));
+    if (count > (size_t)INT32_MAX)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "mpi allreduce_plain: %zu elements", count);
+    MPI_TRY(MPI_Allreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, (int)count,
+                          mpi_dtype(dt), mpi_op(op), m->world),
+            "MPI_Allreduce");
+    return OT_OK;
+}
+
+/* ---- hierarchical --------------------------------------------------------------------------- */
+
+ot_status ot_mpi_hier_allreduce(ot_mpi *m, int local, const void *sendbuf, void *recvbuf,
+                                size_t count, ot_dtype dt, ot_redop op, int64_t timeout_ns) {
+    if (!m || local < 0 || local >= m->K || (count && (!sendbuf || !recvbuf)))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi hier allreduce: bad argument");
+    if (!ot_coll_dtype_supported(dt) || op < 0 || op >= OT_REDOP_COUNT)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi hier allreduce: %s/%d is not reducible",
+                        ot_dtype_name(dt), (int)op);
+    if (count == 0) return OT_OK;
+    ot_dtype adt = acc_dtype(dt);
+    size_t aesz = ot_dtype_size(adt), bytes = count * aesz;
+    ot_redop cop = op == OT_REDOP_MEAN ? OT_REDOP_SUM : op;
+    ot_coll_options lo = ot_coll_options_default();
+    lo.timeout_ns = timeout_ns > 0 ? timeout_ns : m->timeout_ns;
+    ot_comm *lc = m->lcomm[local];
+    /* my contribution in the accumulation dtype */
+    OT_CHECK(grow_touched(&m->lwork[local], &m->lwork_cap[local], bytes, "local staging"));
+    void *w = m->lwork[local];
+    if (adt == dt)
+        memcpy(w, sendbuf, bytes);
+    else
+        widen(w, sendbuf, count, dt);
+    if (local == 0) OT_CHECK(grow_touched(&m->lroot, &m->lroot_cap, bytes, "local root staging"));
+    /* 1. through shared memory onto local device 0 (the others wait in the reduce until the
+     *    root's buffer exists: the reduce exchanges pointers first) */
+    OT_CHECK(ot_comm_reduce(lc, w, local == 0 ? m->lroot : NULL, count, adt, cop, 0, &lo));
+    /* 2. across processes */
+    void *res = local == 0 ? m->lroot : w;
+    ot_status st = OT_OK;
+    if (local == 0) {
+        ot_mpi_coll_options mo = ot_mpi_coll_options_default();
+        mo.timeout_ns = lo.timeout_ns;
+        st = ot_mpi_allreduce(m, m->lroot, m->lroot, count, adt, cop, &mo);
+        m->lstatus = st;
+        if (st != OT_OK) {
+            /* tell the local devices instead of leaving them in the broadcast */
+            ot_local_world_fail(m->lw, 0);
+            return st;
+        }
+    }
+    /* 3. back to every local device */
+    st = ot_comm_broadcast(lc, res, count, adt, 0, &lo);
+    if (st != OT_OK) return st;
+    if (op == OT_REDOP_MEAN) divide(res, count, adt, m->size * m->K);
+    if (adt == dt)
+        memcpy(recvbuf, res, bytes);
+    else
+        narrow(recvbuf, res, count, dt);
+    return OT_OK;
+}
+
+/* ---- bootstrap ------------------------------------------------------------------------------ */
+
+ot_status ot_mpi_barrier(ot_mpi *m, int64_t timeout_ns) {
+    if (!m) return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi barrier: NULL");
+    int64_t to = timeout_ns > 0 ? timeout_ns : m->timeout_ns;
+    return mpi_barrier_dl(&m->pending, m->world, ot_now_ns() + (uint64_t)to);
+}
+
+static void record_heartbeat(ot_mpi *m, int rank) {
+    for (int l = 0; l < m->K; l++) ot_coord_heartbeat(m->coord, rank * m->K + l);
+}
+
+ot_status ot_mpi_heartbeat(ot_mpi *m) {
+    if (!m) return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi heartbeat: NULL");
+    if (m->rank == 0) {
+        record_heartbeat(m, 0);
+        return OT_OK;
+    }
+    if (m->hb_req != MPI_REQUEST_NULL) { /* the previous one still in flight: skip this beat */
+        int done = 0;
+        MPI_TRY(MPI_Test(&m->hb_req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+        if (!done) return OT_OK;
+    }
+    m->hb_buf = ++m->hb_seq;
+    MPI_TRY(MPI_Isend(&m->hb_buf, 1, MPI_UINT64_T, 0, TAG_HEARTBEAT, m->hb, &m->hb_req),
+            "MPI_Isend heartbeat");
+    return OT_OK;
+}
+
+ot_status ot_mpi_poll(ot_mpi *m) {
+    if (!m) return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi poll: NULL");
+    if (m->rank != 0) return OT_OK;
+    for (;;) {
+        int flag = 0;
+        MPI_Status s;
+        MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, TAG_HEARTBEAT, m->hb, &flag, &s), "MPI_Iprobe");
+        if (!flag) break;
+        uint64_t seq;
+        MPI_TRY(
+            MPI_Recv(&seq, 1, MPI_UINT64_T, s.MPI_SOURCE, TAG_HEARTBEAT, m->hb, MPI_STATUS_IGNORE),
+            "MPI_Recv heartbeat");
+        record_heartbeat(m, s.MPI_SOURCE);
+    }
+    ot_coord_tick(m->coord);
+    return OT_OK;
+}
+
+ot_status ot_mpi_membership(ot_mpi *m, uint64_t *epoch, bool *alive, int64_t timeout_ns) {
+    if (!m) return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi membership: NULL");
+    int64_t to = timeout_ns > 0 ? timeout_ns : m->timeout_ns;
+    uint64_t dl = ot_now_ns() + (uint64_t)to;
+    size_t n = 1 + (size_t)m->size;
+    uint64_t *msg = ot_calloc(n, sizeof *msg);
+    if (!msg) return ot_error(OT_ERR_OUT_OF_MEMORY, "mpi membership: out of memory");
+    ot_status st = OT_OK;
+    if (m->rank == 0) {
+        st = ot_mpi_poll(m);
+        msg[0] = ot_coord_epoch(m->coord);
+        for (int r = 0; r < m->size; r++) {
+            /* a process is a member when all its devices are */
+            bool ok = true;
+            for (int l = 0; l < m->K; l++) {
+                ot_device_state s = ot_coord_state(m->coord, r * m->K + l);
+                ok = ok && (s == OT_DEV_HEALTHY || s == OT_DEV_SUSPECT);
+            }
+            msg[1 + r] = ok;
+        }
+    }
+    if (st == OT_OK) {
+        MPI_Request rq;
+        int rc = MPI_Ibcast(msg, (int)n, MPI_UINT64_T, 0, m->world, &rq);
+        st = rc == MPI_SUCCESS ? wait_coll(&m->pending, &rq, dl, "membership")
+                               : mpi_fail(rc, "MPI_Ibcast");
+    }
+    if (st == OT_OK) {
+        if (epoch) *epoch = msg[0];
+        for (int r = 0; alive && r < m->size; r++) alive[r] = msg[1 + r] != 0;
+    }
+    ot_free(msg);
+    return st;
+}
+
+/* ---- internal hooks (mpi_internal.h) -------------------------------------------------------- */
+
+MPI_Comm ot_mpi_world_comm(const ot_mpi *m) {
+    return m->world;
+}
+
+ot_status ot_mpi_status(int rc, const char *what) {
+    return rc == MPI_SUCCESS ? OT_OK : mpi_fail(rc, what);
+}

@@ -1,0 +1,459 @@
+/* The MPI communicator, run by tests/test_mpi_np2.sh and test_mpi_np4.sh under mpirun (and
+ * alone as a one-process job). Every collective x op x dtype x algorithm over MPI against the
+ * naive reference; all-reduce results bit-identical on every rank and equal to the in-process
+ * transport running the same algorithm; MPI's own all-reduce and the measured choice; the
+ * hierarchical all-reduce over K local devices per process; MPI errors as ot_status with MPI's
+ * message; barriers with deadlines; heartbeats and membership epochs led by rank 0. */
+#include "ot_test.h"
+
+#include "mpi/mpi_internal.h"
+#include "optitpu/collectives.h"
+#include "optitpu/mpi.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+static ot_mpi *M;
+static int R, P;
+
+static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t h = a * 0x9E3779B1u ^ (b + 0x7F4A7C15u) * 0x85EBCA77u ^ (c + 1) * 0xC2B2AE3Du;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    return h;
+}
+
+/* exact in every dtype: quarters in [-2, 2] (floats), integers in [-1000, 1000] */
+static double val(int k, int r, size_t i, ot_redop op, ot_dtype dt) {
+    uint32_t h = hash3((uint32_t)k, (uint32_t)r, (uint32_t)i);
+    if (op == OT_REDOP_PROD) {
+        static const double f[] = {0.5, 1, 2, -1, -0.5, 1};
+        static const double n[] = {1, -1, 2, -2, 1, 0};
+        return ot_dtype_is_float(dt) ? f[h % 6] : n[h % 6];
+    }
+    if (ot_dtype_is_float(dt)) return (double)((int)(h % 17) - 8) / 4.0;
+    return (double)((int)(h % 2001) - 1000);
+}
+
+static void put(void *buf, size_t i, ot_dtype dt, double v) {
+    switch (dt) {
+    case OT_F32: ((float *)buf)[i] = (float)v; break;
+    case OT_F64: ((double *)buf)[i] = v; break;
+    case OT_F16: ((uint16_t *)buf)[i] = ot_f32_to_f16((float)v); break;
+    case OT_BF16: ((uint16_t *)buf)[i] = ot_f32_to_bf16((float)v); break;
+    case OT_S32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case OT_S64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: abort();
+    }
+}
+
+static void fill(void *buf, int k, int r, size_t n, ot_redop op, ot_dtype dt) {
+    for (size_t i = 0; i < n; i++) put(buf, i, dt, val(k, r, i, op, dt));
+}
+
+/* the naive reference over members 0..n-1 (rank order; values are exact so every order agrees) */
+static double ref(int k, int n, size_t i, ot_redop op, ot_dtype dt) {
+    double acc = 0;
+    for (int r = 0; r < n; r++) {
+        double v = val(k, r, i, op, dt);
+        if (r == 0)
+            acc = v;
+        else if (op == OT_REDOP_SUM || op == OT_REDOP_MEAN)
+            acc += v;
+        else if (op == OT_REDOP_PROD)
+            acc *= v;
+        else if (op == OT_REDOP_MAX)
+            acc = v > acc ? v : acc;
+        else
+            acc = v < acc ? v : acc;
+    }
+    if (op == OT_REDOP_MEAN) acc = ot_dtype_is_float(dt) ? acc / n : (double)((int64_t)acc / n);
+    return acc;
+}
+
+/* every rank holds the same bytes: compare a digest with everybody's */
+static bool same_on_all_ranks(const void *buf, size_t bytes) {
+    uint8_t d[32];
+    ot_sha256_digest(buf, bytes, d);
+    uint8_t *all = malloc(32 * (size_t)P);
+    MPI_Allgather(d, 32, MPI_BYTE, all, 32, MPI_BYTE, ot_mpi_world_comm(M));
+    bool ok = true;
+    for (int r = 0; r < P; r++) ok = ok && !memcmp(all + 32 * r, d, 32);
+    free(all);
+    return ok;
+}
+
+static const ot_dtype DTS[] = {OT_F32, OT_F64, OT_F16, OT_BF16, OT_S32, OT_S64};
+static const size_t SIZES[] = {0, 1, 7, 1001};
+
+/* ---- the in-process twin: the same algorithm over the local transport ---- */
+
+static void fill_round(float *x, int r, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(hash3(9, (uint32_t)r, (uint32_t)i) % 100000) * 1.37e-3f + 1e-7f * (float)r;
+}
+
+typedef struct twin {
+    bool rounding; /* fill_round instead of the exact values */
+    int k;
+    ot_redop op;
+    ot_dtype dt;
+    size_t n;
+    ot_coll_algo algo;
+    void *out; /* rank 0's result */
+} twin;
+
+static ot_status twin_rank(void *ud, int rank, ot_comm *c) {
+    twin *t = ud;
+    size_t bytes = t->n * ot_dtype_size(t->dt);
+    void *b = malloc(bytes ? bytes : 1);
+    if (t->rounding)
+        fill_round(b, rank, t->n);
+    else
+        fill(b, t->k, rank, t->n, t->op, t->dt);
+    ot_coll_options o = ot_coll_options_default();
+    o.algo = t->algo;
+    ot_status st = ot_comm_allreduce(c, b, b, t->n, t->dt, t->op, &o);
+    if (rank == 0 && st == OT_OK) memcpy(t->out, b, bytes);
+    free(b);
+    return st;
+}
+
+static void test_allreduce_every_algo_op_dtype(void) {
+    ot_comm *c = ot_mpi_comm(M);
+    const ot_coll_algo algos[] = {OT_ALGO_RING, OT_ALGO_HALVING_DOUBLING, OT_ALGO_TREE};
+    int k = 0, mismatches = 0;
+    for (size_t a = 0; a < 3; a++)
+        for (int op = 0; op < OT_REDOP_COUNT; op++)
+            for (size_t d = 0; d < sizeof DTS / sizeof *DTS; d++)
+                for (size_t s = 0; s < sizeof SIZES / sizeof *SIZES; s++, k++) {
+                    ot_dtype dt = DTS[d];
+                    size_t n = SIZES[s], esz = ot_dtype_size(dt);
+                    char *send = malloc(n * esz + 1), *recv = malloc(n * esz + 1);
+                    char *want = malloc(n * esz + 1), *tw = malloc(n * esz + 1);
+                    fill(send, k, R, n, (ot_redop)op, dt);
+                    for (size_t i = 0; i < n; i++) put(want, i, dt, ref(k, P, i, (ot_redop)op, dt));
+                    ot_coll_options o = ot_coll_options_default();
+                    o.algo = algos[a];
+                    o.chunk_bytes = 64; /* many pipeline pieces even at these sizes */
+                    bool inplace = s % 2;
+                    if (inplace) memcpy(recv, send, n * esz);
+                    EXPECT_OK(
+                        ot_comm_allreduce(c, inplace ? recv : send, recv, n, dt, (ot_redop)op, &o));
+                    if (n && memcmp(recv, want, n * esz)) {
+                        if (mismatches++ < 5)
+                            OT_T_FAIL_("allreduce %s %s %s n=%zu differs from the reference",
+                                       ot_coll_algo_name(algos[a]), ot_redop_name(op),
+                                       ot_dtype_name(dt), n);
+                    }
+                    EXPECT_TRUE(same_on_all_ranks(recv, n * esz));
+                    /* the in-process transport, same algorithm, same member count */
+                    twin t = {false, k, (ot_redop)op, dt, n, algos[a], tw};
+                    EXPECT_OK(ot_local_run(P, twin_rank, &t, NULL));
+                    if (n && memcmp(recv, tw, n * esz) && mismatches++ < 5)
+                        OT_T_FAIL_("allreduce %s %s %s n=%zu differs from in-process",
+                                   ot_coll_algo_name(algos[a]), ot_redop_name(op),
+                                   ot_dtype_name(dt), n);
+                    free(send), free(recv), free(want), free(tw);
+                }
+    EXPECT_INT_EQ(mismatches, 0);
+}
+
+/* a float sum whose rounding depends on the order: still bit-identical everywhere and equal to
+ * the in-process run of the same algorithm */
+static void test_allreduce_rounding_matches_in_process(void) {
+    size_t n = 100003;
+    float *x = malloc(n * 4), *tw = malloc(n * 4);
+    const ot_coll_algo algos[] = {OT_ALGO_RING, OT_ALGO_HALVING_DOUBLING, OT_ALGO_TREE};
+    for (int a = 0; a < 3; a++) {
+        fill_round(x, R, n);
+        ot_coll_options o = ot_coll_options_default();
+        o.algo = algos[a];
+        EXPECT_OK(ot_comm_allreduce(ot_mpi_comm(M), x, x, n, OT_F32, OT_REDOP_SUM, &o));
+        EXPECT_TRUE(same_on_all_ranks(x, n * 4));
+        twin t = {true, 0, OT_REDOP_SUM, OT_F32, n, algos[a], tw};
+        EXPECT_OK(ot_local_run(P, twin_rank, &t, NULL));
+        EXPECT_TRUE(!memcmp(x, tw, n * 4));
+    }
+    free(x), free(tw);
+}
+
+/* the other collectives over MPI against the reference */
+static void test_other_collectives(void) {
+    ot_comm *c = ot_mpi_comm(M);
+    int k = 1000, bad = 0;
+    for (size_t d = 0; d < sizeof DTS / sizeof *DTS; d++)
+        for (size_t s = 0; s < sizeof SIZES / sizeof *SIZES; s++, k++) {
+            ot_dtype dt = DTS[d];
+            size_t n = SIZES[s], esz = ot_dtype_size(dt), tot = n * (size_t)P;
+            char *send = malloc(tot * esz + 1), *recv = malloc(tot * esz + 1);
+            char *want = malloc(tot * esz + 1);
+            ot_coll_options o = ot_coll_options_default();
+            o.chunk_bytes = 64;
+            for (int op = 0; op < OT_REDOP_COUNT; op++) {
+                /* reduce-scatter: rank r's input is the full vector of P blocks */
+                fill(send, k + op, R, tot, (ot_redop)op, dt);
+                for (size_t i = 0; i < n; i++)
+                    put(want, i, dt, ref(k + op, P, (size_t)R * n + i, (ot_redop)op, dt));
+                for (int a = 0; a < 2; a++) {
+                    o.algo = a ? OT_ALGO_HALVING_DOUBLING : OT_ALGO_RING;
+                    EXPECT_OK(ot_comm_reduce_scatter(c, send, recv, n, dt, (ot_redop)op, &o));
+                    if (n && memcmp(recv, want, n * esz)) bad++;
+                }
+                /* reduce to root P-1 (tree and ring) */
+                fill(send, k + op, R, n, (ot_redop)op, dt);
+                for (size_t i = 0; i < n; i++)
+                    put(want, i, dt, ref(k + op, P, i, (ot_redop)op, dt));
+                for (int a = 0; a < 2; a++) {
+                    o.algo = a ? OT_ALGO_TREE : OT_ALGO_RING;
+                    memset(recv, 0, n * esz + 1);
+                    EXPECT_OK(ot_comm_reduce(c, send, recv, n, dt, (ot_redop)op, P - 1, &o));
+                    if (R == P - 1 && n && memcmp(recv, want, n * esz)) bad++;
+                }
+            }
+            o.algo = OT_ALGO_AUTO;
+            /* all-gather */
+            fill(send, k, R, n, OT_REDOP_SUM, dt);
+            for (int r = 0; r < P; r++) fill(want + (size_t)r * n * esz, k, r, n, OT_REDOP_SUM, dt);
+            EXPECT_OK(ot_comm_allgather(c, send, recv, n, dt, &o));
+            if (n && memcmp(recv, want, tot * esz)) bad++;
+            /* broadcast from the last rank, ring and tree */
+            for (int a = 0; a < 2; a++) {
+                o.algo = a ? OT_ALGO_TREE : OT_ALGO_RING;
+                fill(recv, k, R, n, OT_REDOP_SUM, dt);
+                fill(want, k, P - 1, n, OT_REDOP_SUM, dt);
+                EXPECT_OK(ot_comm_broadcast(c, recv, n, dt, P - 1, &o));
+                if (n && memcmp(recv, want, n * esz)) bad++;
+            }
+            /* all-to-all: block j of rank i -> block i of rank j */
+            o.algo = OT_ALGO_AUTO;
+            for (int j = 0; j < P; j++)
+                fill(send + (size_t)j * n * esz, k * 31 + j, R, n, OT_REDOP_SUM, dt);
+            for (int i = 0; i < P; i++)
+                fill(want + (size_t)i * n * esz, k * 31 + R, i, n, OT_REDOP_SUM, dt);
+            EXPECT_OK(ot_comm_alltoall(c, send, recv, n, dt, &o));
+            if (n && memcmp(recv, want, tot * esz)) bad++;
+            free(send), free(recv), free(want);
+        }
+    EXPECT_OK(ot_comm_barrier(c, NULL));
+    EXPECT_INT_EQ(bad, 0);
+}
+
+/* ot_mpi_allreduce: every algorithm, MPI's own included; the measured choice */
+static void test_mpi_allreduce_algorithms(void) {
+    ASSERT_OK(ot_mpi_calibrate(M));
+    ot_cost_params p2p, nat;
+    ot_mpi_model(M, &p2p, &nat);
+    EXPECT_TRUE(p2p.alpha_us > 0 && p2p.gbytes_per_s > 0);
+    EXPECT_TRUE(nat.alpha_us > 0 && nat.gbytes_per_s > 0);
+    int bad = 0, k = 2000;
+    for (int a = OT_MPI_ALGO_AUTO; a < OT_MPI_ALGO_COUNT; a++)
+        for (int op = 0; op < OT_REDOP_COUNT; op++)
+            for (size_t d = 0; d < sizeof DTS / sizeof *DTS; d++, k++) {
+                ot_dtype dt = DTS[d];
+                size_t n = 333, esz = ot_dtype_size(dt);
+                char *x = malloc(n * esz), *want = malloc(n * esz);
+                fill(x, k, R, n, (ot_redop)op, dt);
+                for (size_t i = 0; i < n; i++) put(want, i, dt, ref(k, P, i, (ot_redop)op, dt));
+                ot_mpi_coll_options o = ot_mpi_coll_options_default();
+                o.algo = (ot_mpi_algo)a;
+                EXPECT_OK(ot_mpi_allreduce(M, x, x, n, dt, (ot_redop)op, &o));
+                if (memcmp(x, want, n * esz)) bad++;
+                EXPECT_TRUE(same_on_all_ranks(x, n * esz));
+                free(x), free(want);
+            }
+    EXPECT_INT_EQ(bad, 0);
+    /* AUTO never picks MPI's unordered all-reduce for a float sum unless allowed */
+    for (size_t n = 1; n <= (64u << 20); n *= 16)
+        EXPECT_TRUE(ot_mpi_choose(M, n, OT_F32, OT_REDOP_SUM, NULL) != OT_MPI_ALGO_NATIVE);
+    EXPECT_TRUE(ot_mpi_cost_us(M, OT_MPI_ALGO_NATIVE, 1000, OT_F32) >= 0);
+    EXPECT_TRUE(ot_mpi_cost_us(M, OT_MPI_ALGO_RING, 1000, OT_U8) < 0);
+    /* the plain baseline */
+    int32_t v[3] = {R, 1, -R}, w[3];
+    EXPECT_OK(ot_mpi_allreduce_plain(M, v, w, 3, OT_S32, OT_REDOP_SUM));
+    EXPECT_INT_EQ(w[0], P * (P - 1) / 2);
+    EXPECT_INT_EQ(w[1], P);
+    EXPECT_STATUS(ot_mpi_allreduce_plain(M, v, w, 3, OT_S32, OT_REDOP_MEAN),
+                  OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_mpi_allreduce(M, v, w, 3, OT_U8, OT_REDOP_SUM, NULL), OT_ERR_INVALID_ARGUMENT);
+}
+
+/* hierarchical: K local device threads per process */
+typedef struct hctx {
+    int local;
+    ot_dtype dt;
+    ot_redop op;
+    size_t n;
+    int k;
+    void *out;
+    ot_status st;
+} hctx;
+
+static void *hier_thread(void *p) {
+    hctx *h = p;
+    int K = ot_mpi_local_devices(M);
+    size_t esz = ot_dtype_size(h->dt);
+    h->out = malloc(h->n * esz + 1);
+    int g = ot_mpi_global_device(M, R, h->local);
+    fill(h->out, h->k, g, h->n, h->op, h->dt);
+    (void)K;
+    h->st = ot_mpi_hier_allreduce(M, h->local, h->out, h->out, h->n, h->dt, h->op, 0);
+    return NULL;
+}
+
+static void test_hier_allreduce(void) {
+    int K = ot_mpi_local_devices(M);
+    ASSERT_TRUE(K == 2);
+    EXPECT_INT_EQ(ot_mpi_global_device(M, R, 1), R * K + 1);
+    EXPECT_INT_EQ(ot_mpi_device_process(M, R * K + 1), R);
+    EXPECT_INT_EQ(ot_mpi_device_process(M, P * K), -1);
+    EXPECT_INT_EQ(ot_topology_size(ot_mpi_topology(M)), P * K);
+    int bad = 0, k = 3000;
+    for (int op = 0; op < OT_REDOP_COUNT; op++)
+        for (size_t d = 0; d < sizeof DTS / sizeof *DTS; d++)
+            for (size_t s = 0; s < sizeof SIZES / sizeof *SIZES; s++, k++) {
+                ot_dtype dt = DTS[d];
+                size_t n = SIZES[s], esz = ot_dtype_size(dt);
+                pthread_t th[2];
+                hctx h[2];
+                for (int l = 0; l < K; l++) {
+                    h[l] = (hctx){l, dt, (ot_redop)op, n, k, NULL, OT_OK};
+                    pthread_create(&th[l], NULL, hier_thread, &h[l]);
+                }
+                for (int l = 0; l < K; l++) pthread_join(th[l], NULL);
+                char *want = malloc(n * esz + 1);
+                for (size_t i = 0; i < n; i++) put(want, i, dt, ref(k, P * K, i, (ot_redop)op, dt));
+                for (int l = 0; l < K; l++) {
+                    EXPECT_OK(h[l].st);
+                    if (n && memcmp(h[l].out, want, n * esz)) bad++;
+                    if (l == 0) EXPECT_TRUE(same_on_all_ranks(h[l].out, n * esz));
+                    free(h[l].out);
+                }
+                free(want);
+            }
+    EXPECT_INT_EQ(bad, 0);
+}
+
+/* an MPI error comes back as an ot_status carrying MPI's message (the job keeps running) */
+static void test_mpi_errors_return(void) {
+    MPI_Comm w = ot_mpi_world_comm(M);
+    int eh_rc = 0;
+    MPI_Errhandler eh;
+    MPI_Comm_get_errhandler(w, &eh);
+    eh_rc = eh == MPI_ERRORS_RETURN;
+    MPI_Errhandler_free(&eh);
+    EXPECT_TRUE(eh_rc);
+    int x = 0;
+    int rc = MPI_Send(&x, 1, MPI_INT, P + 5, 0, w); /* no such rank */
+    EXPECT_TRUE(rc != MPI_SUCCESS);
+    EXPECT_STATUS(ot_mpi_status(rc, "MPI_Send"), OT_ERR_IO);
+    EXPECT_STR_CONTAINS(ot_last_error(), "MPI_Send");
+    char s[MPI_MAX_ERROR_STRING];
+    int len;
+    MPI_Error_string(rc, s, &len);
+    EXPECT_STR_CONTAINS(ot_last_error(), s);
+    EXPECT_OK(ot_mpi_status(MPI_SUCCESS, "nothing"));
+}
+
+/* a barrier whose deadline passes returns TIMEOUT; the late ranks still complete theirs */
+static void test_barrier_deadline(void) {
+    EXPECT_OK(ot_mpi_barrier(M, 0));
+    if (P > 1) {
+        if (R == 0) {
+            uint64_t t0 = ot_now_ns();
+            EXPECT_STATUS(ot_mpi_barrier(M, 100 * 1000 * 1000), OT_ERR_TIMEOUT);
+            EXPECT_TRUE(ot_now_ns() - t0 < 2000ull * 1000 * 1000);
+        } else {
+            usleep(400 * 1000);
+            EXPECT_OK(ot_mpi_barrier(M, 0)); /* matches rank 0's timed-out one */
+        }
+    }
+    EXPECT_OK(ot_mpi_barrier(M, 0));
+}
+
+/* rank 0 leads: heartbeats feed its coordinator; a silent process leaves the membership */
+static void test_heartbeats_and_membership(void) {
+    ot_mpi_options mo = ot_mpi_options_default();
+    mo.heartbeat_fail_s = 0.5;
+    ot_mpi *m;
+    ASSERT_OK(ot_mpi_init(&mo, &m));
+    EXPECT_TRUE((R == 0) == (ot_mpi_coord(m) != NULL));
+    bool *alive = calloc((size_t)P, 1);
+    uint64_t e0 = 0, e1 = 0;
+    EXPECT_OK(ot_mpi_heartbeat(m));
+    EXPECT_OK(ot_mpi_barrier(m, 0));
+    usleep(20000);
+    EXPECT_OK(ot_mpi_membership(m, &e0, alive, 0));
+    for (int r = 0; r < P; r++) EXPECT_TRUE(alive[r]);
+    /* the last rank goes quiet for a while; the others keep beating */
+    int quiet = P - 1;
+    for (int i = 0; i < 10; i++) {
+        if (R != quiet || quiet == 0) EXPECT_OK(ot_mpi_heartbeat(m));
+        if (R == 0) EXPECT_OK(ot_mpi_poll(m));
+        usleep(100 * 1000);
+    }
+    EXPECT_OK(ot_mpi_membership(m, &e1, alive, 0));
+    if (P > 1) {
+        EXPECT_TRUE(!alive[quiet]);
+        EXPECT_TRUE(e1 > e0);
+        for (int r = 0; r < quiet; r++) EXPECT_TRUE(alive[r]);
+    }
+    free(alive);
+    ot_mpi_free(m);
+}
+
+static void test_init_bad_options(void) {
+    ot_mpi_options mo = ot_mpi_options_default();
+    mo.local_devices = 0;
+    ot_mpi *m = (ot_mpi *)1;
+    EXPECT_STATUS(ot_mpi_init(&mo, &m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(m == NULL);
+    mo = ot_mpi_options_default();
+    mo.topology = "torus-3x3"; /* 9 devices: never P processes x 1 for P in 1, 2, 4 */
+    int64_t live = ot_alloc_live();
+    EXPECT_STATUS(ot_mpi_init(&mo, &m), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STR_CONTAINS(ot_last_error(), "torus-3x3");
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+    EXPECT_TRUE(ot_mpi_available());
+}
+
+/* Under LeakSanitizer: Open MPI's own allocations (kept until exit by design) are not ours. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) {
+    return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:mca_\n"
+           "leak:libhwloc\nleak:libevent\nleak:libpmix\nleak:libucp\nleak:libucs\n";
+}
+
+int main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    ot_mpi_options mo = ot_mpi_options_default();
+    mo.local_devices = 2;
+    mo.timeout_ns = 30LL * 1000 * 1000 * 1000;
+    if (ot_mpi_init(&mo, &M) != OT_OK) {
+        fprintf(stderr, "ot_mpi_init: %s\n", ot_last_error());
+        return 1;
+    }
+    R = ot_mpi_rank(M);
+    P = ot_mpi_size(M);
+    static const ot_test_case tests[] = {
+        OT_TEST(test_init_bad_options),
+        OT_TEST(test_mpi_errors_return),
+        OT_TEST(test_allreduce_every_algo_op_dtype),
+        OT_TEST(test_allreduce_rounding_matches_in_process),
+        OT_TEST(test_other_collectives),
+        OT_TEST(test_mpi_allreduce_algorithms),
+        OT_TEST(test_hier_allreduce),
+        OT_TEST(test_barrier_deadline),
+        OT_TEST(test_heartbeats_and_membership),
+    };
+    /* only rank 0 prints the per-test lines; every rank's failures count */
+    if (R != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+    int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof *tests);
+    int worst = 0;
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, ot_mpi_world_comm(M));
+    ot_mpi_free(M);
+    MPI_Finalize();
+    return worst;
+}

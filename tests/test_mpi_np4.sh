@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The MPI communicator tests (tests/test_mpi.c) with 4 processes, oversubscribed.
+set -euo pipefail
+build=$3
+source "$(dirname "$0")/mpi_env.sh"
+mpi_skip_unless_built "$build"
+timeout 300 mpirun --oversubscribe -np 4 "$build/test_mpi"
