@@ -87,7 +87,12 @@ if hasattr(torch.optim, "Adafactor"):
 
 def run_torch(spec, p0, grads, dtype):
     params = [torch.nn.Parameter(torch.tensor(p0[k], dtype=dtype)) for k in NAMES]
-    opt = TORCH[spec["optimizer"]](params, **spec["hyperparams"], foreach=False)
+    if spec.get("param_groups"):
+        by_name = dict(zip(NAMES, params))
+        groups = [dict(g, params=[by_name[k] for k in g["params"]]) for g in spec["param_groups"]]
+        opt = TORCH[spec["optimizer"]](groups, **spec["hyperparams"], foreach=False)
+    else:
+        opt = TORCH[spec["optimizer"]](params, **spec["hyperparams"], foreach=False)
     lrs = spec.get("_lr_table")
     base_lr = spec["hyperparams"]["lr"]
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lrs[t] / base_lr) if lrs else None
@@ -97,6 +102,8 @@ def run_torch(spec, p0, grads, dtype):
     for t in range(STEPS):
         for p, k in zip(params, NAMES):
             p.grad = torch.tensor(grads[k][t], dtype=dtype)
+        if spec.get("clip_value"):
+            torch.nn.utils.clip_grad_value_(params, spec["clip_value"], foreach=False)
         if spec.get("clip_global_norm"):
             torch.nn.utils.clip_grad_norm_(params, spec["clip_global_norm"], foreach=False)
         lr_used.append(opt.param_groups[0]["lr"])
@@ -131,11 +138,17 @@ def run_optax(spec, p0, grads, dtype):
             hp[k] = dict(MASK)
     fn = getattr(optax, spec["optimizer"])
     tx = fn(**hp)
+    if spec.get("lookahead"):
+        tx = optax.lookahead(tx, **spec["lookahead"])
     if spec.get("add_decayed_weights"):
         tx = optax.chain(optax.add_decayed_weights(spec["add_decayed_weights"]), tx)
     if spec.get("clip_global_norm"):
         tx = optax.chain(optax.clip_by_global_norm(spec["clip_global_norm"]), tx)
+    if spec.get("clip_value"):
+        tx = optax.chain(optax.clip(spec["clip_value"]), tx)
     params = {k: jnp.asarray(p0[k], dtype) for k in NAMES}
+    if spec.get("lookahead"):
+        params = optax.LookaheadParams.init_synced(params)
     st = tx.init(params)
 
     @jax.jit
@@ -151,7 +164,11 @@ def run_optax(spec, p0, grads, dtype):
         params, st = step(params, st, g)
         lr_used.append(float(lrs[t]) if lrs else float(spec["hyperparams"][lr_key]))
         for k in NAMES:
-            traj[k].append(np.asarray(params[k]))
+            if spec.get("lookahead"):
+                traj[k].append(np.asarray(params.fast[k]))
+                state.setdefault(f"slow_{k}", []).append(np.asarray(params.slow[k]))
+            else:
+                traj[k].append(np.asarray(params[k]))
         for path, leaf in jax.tree_util.tree_flatten_with_path(st)[0]:
             name = re.sub(r"[^A-Za-z0-9]+", "_", jax.tree_util.keystr(path)).strip("_")
             state.setdefault(name, []).append(np.asarray(leaf))
@@ -284,6 +301,10 @@ def cases():
     if "adafactor" in TORCH:
         T("torch_adafactor", "adafactor", {"lr": 1e-2, "beta2_decay": -0.8, "eps": [None, 1e-3],
                                            "d": 1.0, "weight_decay": 1e-2})
+    T("torch_adam_clip_value", "adam", {"lr": 1e-2}, clip_value=0.5)
+    T("torch_adamw_param_groups", "adamw", {"lr": 1e-2, "weight_decay": 0.1},
+      param_groups=[{"params": ["matrix", "tensor3"]},
+                    {"params": ["scalar", "vector"], "lr": 5e-3, "weight_decay": 0.0}])
     T("torch_amp_f16_gradscaler_adam", "adam", {"lr": 1e-2}, mixed_precision="f16",
       scaler={"init_scale": 2.0 ** 16, "growth_factor": 2.0, "backoff_factor": 0.5,
               "growth_interval": 10}, clip_global_norm=CLIP)
@@ -319,11 +340,116 @@ def cases():
       clip_global_norm=CLIP, lr_schedule=S)
     O("optax_lion", "lion", {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.99, "weight_decay": 1e-2},
       lr_schedule=S)
+    O("optax_adam_clip_value", "adam", {"learning_rate": 1e-2}, clip_value=0.5)
+    O("optax_lookahead_adam", "adam", {"learning_rate": 1e-2},
+      lookahead={"sync_period": 5, "slow_step_size": 0.5})
     O("optax_adafactor", "adafactor",
       {"learning_rate": 1e-2, "min_dim_size_to_factor": 2, "decay_rate": 0.8,
        "decay_offset": 0, "multiply_by_parameter_scale": True, "clipping_threshold": 1.0,
        "momentum": None, "eps": 1e-30, "factored": True})
     return c
+
+
+# ------------------------------------------------------------------------------------------------
+# Learning-rate schedules on their own: lr at steps 0..SCHED_STEPS-1
+# ------------------------------------------------------------------------------------------------
+
+SCHED_STEPS = 200
+
+
+def torch_schedules():
+    S = torch.optim.lr_scheduler
+    out = {}
+
+    def run(name, make, params, base_lr=0.1):
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([p], lr=base_lr)
+        sch = make(opt)
+        lrs = []
+        for _ in range(SCHED_STEPS):
+            lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sch.step()
+        out[name] = (np.asarray(lrs, np.float64), dict(params, base_lr=base_lr))
+
+    run("torch_step", lambda o: S.StepLR(o, step_size=30, gamma=0.5),
+        {"class": "StepLR", "step_size": 30, "gamma": 0.5})
+    run("torch_multistep", lambda o: S.MultiStepLR(o, milestones=[50, 120, 160], gamma=0.2),
+        {"class": "MultiStepLR", "milestones": [50, 120, 160], "gamma": 0.2})
+    run("torch_exponential", lambda o: S.ExponentialLR(o, gamma=0.98),
+        {"class": "ExponentialLR", "gamma": 0.98})
+    run("torch_linear_warmup", lambda o: S.LinearLR(o, start_factor=0.1, end_factor=1.0,
+                                                    total_iters=20),
+        {"class": "LinearLR", "start_factor": 0.1, "end_factor": 1.0, "total_iters": 20})
+    run("torch_cosine", lambda o: S.CosineAnnealingLR(o, T_max=SCHED_STEPS, eta_min=1e-3),
+        {"class": "CosineAnnealingLR", "T_max": SCHED_STEPS, "eta_min": 1e-3,
+         "note": "torch updates this one recursively (its 'chainable form'), not in closed form"})
+    run("torch_cosine_warm_restarts",
+        lambda o: S.CosineAnnealingWarmRestarts(o, T_0=50, T_mult=2, eta_min=1e-3),
+        {"class": "CosineAnnealingWarmRestarts", "T_0": 50, "T_mult": 2, "eta_min": 1e-3})
+    run("torch_onecycle",
+        lambda o: S.OneCycleLR(o, max_lr=0.1, total_steps=SCHED_STEPS, pct_start=0.3,
+                               anneal_strategy="cos", cycle_momentum=False, div_factor=25.0,
+                               final_div_factor=1e4),
+        {"class": "OneCycleLR", "max_lr": 0.1, "total_steps": SCHED_STEPS, "pct_start": 0.3,
+         "anneal_strategy": "cos", "div_factor": 25.0, "final_div_factor": 1e4,
+         "three_phase": False})
+    run("torch_polynomial", lambda o: S.PolynomialLR(o, total_iters=150, power=2.0),
+        {"class": "PolynomialLR", "total_iters": 150, "power": 2.0})
+    run("torch_warmup_then_cosine",
+        lambda o: S.SequentialLR(o, [S.LinearLR(o, start_factor=0.01, total_iters=10),
+                                     S.CosineAnnealingLR(o, T_max=SCHED_STEPS - 10, eta_min=0.0)],
+                                 milestones=[10]),
+        {"class": "SequentialLR", "schedulers": [
+            {"class": "LinearLR", "start_factor": 0.01, "end_factor": 1.0, "total_iters": 10},
+            {"class": "CosineAnnealingLR", "T_max": SCHED_STEPS - 10, "eta_min": 0.0}],
+         "milestones": [10]})
+    return out
+
+
+def optax_schedules():
+    out = {}
+    defs = {
+        "optax_constant": (optax.constant_schedule, {"value": 0.1}),
+        "optax_piecewise_constant": (optax.piecewise_constant_schedule,
+                                     {"init_value": 0.1,
+                                      "boundaries_and_scales": {50: 0.2, 120: 0.2, 160: 0.2}}),
+        "optax_exponential_decay": (optax.exponential_decay,
+                                    {"init_value": 0.1, "transition_steps": 10,
+                                     "decay_rate": 0.8, "transition_begin": 5}),
+        "optax_exponential_decay_staircase": (optax.exponential_decay,
+                                              {"init_value": 0.1, "transition_steps": 10,
+                                               "decay_rate": 0.8, "staircase": True,
+                                               "end_value": 0.01}),
+        "optax_linear": (optax.linear_schedule, {"init_value": 0.01, "end_value": 0.1,
+                                                 "transition_steps": 20}),
+        "optax_warmup_cosine_decay": (optax.warmup_cosine_decay_schedule,
+                                      {"init_value": 0.0, "peak_value": 0.1, "warmup_steps": 10,
+                                       "decay_steps": SCHED_STEPS, "end_value": 1e-3}),
+        "optax_sgdr": (optax.sgdr_schedule, {"cosine_kwargs": [
+            {"init_value": 0.0, "peak_value": 0.1, "warmup_steps": 5, "decay_steps": 50,
+             "end_value": 1e-3},
+            {"init_value": 0.0, "peak_value": 0.05, "warmup_steps": 5, "decay_steps": 70,
+             "end_value": 1e-3},
+            {"init_value": 0.0, "peak_value": 0.025, "warmup_steps": 5, "decay_steps": 80,
+             "end_value": 1e-3}]}),
+        "optax_cosine_onecycle": (optax.cosine_onecycle_schedule,
+                                  {"transition_steps": SCHED_STEPS, "peak_value": 0.1,
+                                   "pct_start": 0.3, "div_factor": 25.0,
+                                   "final_div_factor": 1e4}),
+        "optax_polynomial": (optax.polynomial_schedule,
+                             {"init_value": 0.1, "end_value": 0.001, "power": 2.0,
+                              "transition_steps": 150, "transition_begin": 10}),
+    }
+    with jax.enable_x64(True):
+        for name, (fn, kw) in defs.items():
+            f = fn(**kw)
+            vals = np.asarray([float(f(jnp.asarray(t, jnp.int64))) for t in range(SCHED_STEPS)])
+            desc = {"function": f"optax.{fn.__name__}",
+                    **{k: ({str(b): v for b, v in val.items()} if isinstance(val, dict) else val)
+                       for k, val in kw.items()}}
+            out[name] = (vals, desc)
+    return out
 
 
 def save(path, a):
@@ -375,6 +501,11 @@ def write_case(spec, outdir, p0, grads):
             "convention": "torch.nn.utils.clip_grad_norm_: g *= min(1, max_norm/(norm+1e-6))"
             if spec["framework"] == "torch" else
             "optax.clip_by_global_norm: g *= max_norm/norm when norm > max_norm"}
+    if spec.get("clip_value"):
+        ent["clip_value"] = {
+            "max_abs": spec["clip_value"],
+            "convention": "each gradient element clamped to [-v, v] before the optimizer "
+                          "(torch.nn.utils.clip_grad_value_ / optax.clip)"}
     ent["files"] = {}
     mp = spec.get("mixed_precision")
     if spec["framework"] == "torch" and mp == "f16":
@@ -465,6 +596,13 @@ def main():
         ent = write_case(spec, out, p0, grads)
         index["cases"].append(ent)
         print(spec["name"], ent.get("f32_vs_f64", {}).get("max_rel", ""), flush=True)
+    os.makedirs(os.path.join(out, "schedules"), exist_ok=True)
+    index["schedules"] = []
+    for name, (vals, desc) in {**torch_schedules(), **optax_schedules()}.items():
+        fn = f"schedules/{name}.npy"
+        e = entry(fn, save(os.path.join(out, fn), vals))
+        index["schedules"].append({"name": name, "framework": name.split("_")[0],
+                                   "definition": desc, "lr": e})
     text = json.dumps(index, indent=1)
     text = re.sub(r"\[\s*((?:-?[0-9.e+-]+,\s*)*-?[0-9.e+-]+)\s*\]",
                   lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text)

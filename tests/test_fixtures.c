@@ -552,6 +552,30 @@ static void test_optim_index(void) {
             ot_tensor_release(&m);
         }
     }
+    /* schedules: lr per step, finite and non-negative */
+    const json_t *scheds = json_object_get(root, "schedules");
+    EXPECT_TRUE(json_array_size(scheds) >= 15);
+    json_array_foreach(scheds, ci, cs) {
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        char what[300];
+        snprintf(what, sizeof what, "schedule %s", name ? name : "?");
+        if (!name || !json_is_object(json_object_get(cs, "definition"))) {
+            problem(&c, "%s: needs name and definition", what);
+            continue;
+        }
+        ot_tensor t = {0};
+        if (check_tensor(&c, DATA_DIR "optim", json_object_get(cs, "lr"), what, &t)) {
+            if (t.shape.dtype != OT_F64 || t.shape.rank != 1 || t.shape.dims[0] < steps)
+                problem(&c, "%s: lr must be f64 [>= %lld]", what, (long long)steps);
+            else
+                for (int64_t k = 0; k < t.shape.dims[0]; k++)
+                    if (!(((const double *)t.data)[k] >= 0.0)) {
+                        problem(&c, "%s: lr[%lld] is negative or NaN", what, (long long)k);
+                        break;
+                    }
+        }
+        ot_tensor_release(&t);
+    }
     if (c.problems) fprintf(stderr, "  %d problems; first: %s\n", c.problems, c.err);
     EXPECT_INT_EQ(c.problems, 0);
     EXPECT_TRUE(torch_n >= 15 && optax_n >= 15);
