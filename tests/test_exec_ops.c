@@ -614,9 +614,11 @@ static void test_rng_known_answers(void) {
     ot_instr *s2 = ot_build_parameter(c, 0, SHP(OT_U64, 2), "s2");
     ot_instr *s3 = ot_build_parameter(c, 1, SHP(OT_U64, 3), "s3");
     ot_instr *tf = ot_build_rng_bit_generator(c, s2, SHP(OT_U32, 2), OT_RNG_THREE_FRY);
+    /* u32[2,3] splits along dim 0: (0, j) and (1, j) are the two words of counter j */
+    ot_instr *tf23 = ot_build_rng_bit_generator(c, s2, SHP(OT_U32, 2, 3), OT_RNG_THREE_FRY);
     ot_instr *ph = ot_build_rng_bit_generator(c, s3, SHP(OT_U32, 4), OT_RNG_PHILOX);
-    ot_instr *outs[2] = {tf, ph};
-    ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    ot_instr *outs[3] = {tf, ph, tf23};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 3));
     ot_module_set_entry(m, c);
     ot_value a[2] = {val(SHP(OT_U64, 2), (uint64_t[]){0, 0}),
                      val(SHP(OT_U64, 3), (uint64_t[]){0, UINT64_MAX, 0})},
@@ -627,6 +629,10 @@ static void test_rng_known_answers(void) {
     EXPECT_U64_EQ(t[0], 0x6b200159u);
     EXPECT_U64_EQ(t[1], 0x99ba4efeu);
     EXPECT_U64_EQ(((uint64_t *)r.tuple[0].tuple[0].array.data)[1], 1);
+    const uint32_t *t23 = r.tuple[2].tuple[1].array.data;
+    EXPECT_U64_EQ(t23[0], 0x6b200159u);
+    EXPECT_U64_EQ(t23[3], 0x99ba4efeu);
+    EXPECT_U64_EQ(((uint64_t *)r.tuple[2].tuple[0].array.data)[1], 3);
     /* philox counter (2^64 - 1, 0) then carries into the high word */
     const uint64_t *ns = r.tuple[1].tuple[0].array.data;
     EXPECT_U64_EQ(ns[1], 0);

@@ -1,14 +1,15 @@
 /* rng-bit-generator: XLA's counter-based generators, bit for bit as XLA's RngBitGeneratorExpander
  * builds them (xla/client/lib/prng.cc): three-fry 2x32 (20 rounds) and philox 4x32 (10 rounds).
  *
- * State: s[0] is the key. three-fry: s[1] is a 64-bit counter; 32-bit outputs take the two words
- * of counter s[1] + j as elements 2j and 2j + 1 (ceil(n/2) counters); a 64-bit output uses counter
- * s[1] + i and joins the two words (low, high). The new state is [s[0], s[1] + counters used].
- * philox: the 128-bit counter is (low = s[1], high = s[2]) for a u64[3] state and (low = s[1], high
- * = s[0]) for a u64[2] state (what XLA's expansion reads); each counter gives four 32-bit words in
- * order; 64-bit outputs take consecutive word pairs (low, high). The new state advances the counter
- * by the number used (for a u64[2] state only its low word is kept). DEFAULT runs as PHILOX (XLA's
- * CPU choice). */
+ * State: s[0] is the key. three-fry: s[1] is a 64-bit counter; a 32-bit output is split in two
+ * along its first even dimension (else its largest, XLA's SplitShapeIntoHalves): index 2h + w of
+ * that dimension is word w of counter s[1] + (row-major index in the half shape); a 64-bit output
+ * uses counter s[1] + i and joins the two words (low, high). The new state is [s[0], s[1] +
+ * counters used]. philox: the 128-bit counter is (low = s[1], high = s[2]) for a u64[3] state and
+ * (low = s[1], high = s[0]) for a u64[2] state (what XLA's expansion reads); each counter gives
+ * four 32-bit words in order; 64-bit outputs take consecutive word pairs (low, high). The new state
+ * advances the counter by the number used (for a u64[2] state only its low word is kept). DEFAULT
+ * runs as PHILOX (XLA's CPU choice). */
 #include "exec/exec_internal.h"
 
 static inline uint32_t rotl32(uint32_t v, int r) {
@@ -84,15 +85,39 @@ ot_status ex_kernel_rng(const ot_instr *i, const ot_value *const *ops, ot_value 
             }
             o[1] = ctr + (uint64_t)n;
         } else {
-            int64_t half = (n + 1) / 2;
-            for (int64_t e = 0; e < half; e++) {
-                uint64_t c = ctr + (uint64_t)e;
-                uint32_t w[2];
-                threefry2x32(k0, k1, (uint32_t)c, (uint32_t)(c >> 32), w);
-                store_word(bits, 2 * e, w[0]);
-                if (2 * e + 1 < n) store_word(bits, 2 * e + 1, w[1]);
+            /* XLA splits the shape in two along its first even dimension (else its largest):
+             * the element at index i_s = 2h + w of that dimension is word w of the counter at
+             * the half shape's row-major index with h in place of i_s */
+            const ot_shape *bs = ex_arr(bits);
+            int r = bs->rank, sd = -1;
+            for (int d = 0; d < r && sd < 0; d++)
+                if (bs->dims[d] % 2 == 0) sd = d;
+            if (sd < 0)
+                for (int d = 0; d < r; d++)
+                    if (sd < 0 || bs->dims[d] > bs->dims[sd]) sd = d;
+            int64_t half[OT_MAX_RANK], hstr[OT_MAX_RANK], hn = 1, idx[OT_MAX_RANK] = {0};
+            for (int d = 0; d < r; d++) half[d] = d == sd ? (bs->dims[d] + 1) / 2 : bs->dims[d];
+            for (int d = r - 1; d >= 0; d--) {
+                hstr[d] = hn;
+                hn *= half[d];
             }
-            o[1] = ctr + (uint64_t)half;
+            for (int64_t e = 0; e < n; e++) {
+                int64_t ci = 0, w = 0;
+                for (int d = 0; d < r; d++) {
+                    int64_t v = idx[d];
+                    if (d == sd) {
+                        w = v % 2;
+                        v /= 2;
+                    }
+                    ci += v * hstr[d];
+                }
+                uint64_t c = ctr + (uint64_t)ci;
+                uint32_t wd[2];
+                threefry2x32(k0, k1, (uint32_t)c, (uint32_t)(c >> 32), wd);
+                store_word(bits, e, wd[w]);
+                ex_next_index(idx, bs->dims, r);
+            }
+            o[1] = ctr + (uint64_t)(r == 0 ? 1 : hn);
         }
         return OT_OK;
     }
