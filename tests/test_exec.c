@@ -745,6 +745,45 @@ static void test_alloc_failure_cleanup(void) {
     ot_module_free(m);
 }
 
+/* A tuple that is both the root and read by its only get-tuple-element user keeps its elements
+ * (the evaluator moves elements out of a dying tuple, never out of the root). */
+static void test_tuple_root_and_gte(void) {
+    ot_module *m = ot_module_new("t");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, vec(OT_F32, 2), "x");
+    ot_instr *el[2] = {x, ot_build_unary(c, OT_OP_NEGATE, x)};
+    ot_instr *t = ot_build_tuple(c, el, 2);
+    ot_instr *g = ot_build_get_tuple_element(c, t, 1);
+    ot_instr *el2[2] = {g, g};
+    ot_build_tuple(c, el2, 2); /* dead: not needed by the root */
+    ot_computation_set_root(c, t);
+    ot_module_set_entry(m, c);
+    float d[2] = {1, -2};
+    ot_value a[1] = {val(vec(OT_F32, 2), d)}, r;
+    ASSERT_OK(run(m, a, 1, &r));
+    ASSERT_TRUE(r.kind == OT_IR_TUPLE && r.ntuple == 2);
+    ASSERT_TRUE(r.tuple[1].kind == OT_IR_ARRAY);
+    EXPECT_F(F(&r.tuple[1])[1], 2.0f);
+    ot_value_release(&r);
+
+    /* the same with the get-tuple-element reachable from the root */
+    m = ot_module_new("t2");
+    c = ot_module_add_computation(m, "main");
+    x = ot_build_parameter(c, 0, vec(OT_F32, 2), "x");
+    ot_instr *e2[2] = {x, ot_build_unary(c, OT_OP_NEGATE, x)};
+    t = ot_build_tuple(c, e2, 2);
+    g = ot_build_get_tuple_element(c, t, 1);
+    ot_instr *e3[2] = {t, g};
+    ot_computation_set_root(c, ot_build_tuple(c, e3, 2));
+    ot_module_set_entry(m, c);
+    a[0] = val(vec(OT_F32, 2), d);
+    ASSERT_OK(run(m, a, 1, &r));
+    ASSERT_TRUE(r.tuple[0].kind == OT_IR_TUPLE && r.tuple[0].tuple[1].kind == OT_IR_ARRAY);
+    EXPECT_F(F(&r.tuple[0].tuple[1])[0], -1.0f);
+    EXPECT_F(F(&r.tuple[1])[0], -1.0f);
+    ot_value_release(&r);
+}
+
 static void test_evaluate_instr(void) {
     ot_module *m = axpy();
     ot_computation *c = ot_module_entry(m);
@@ -770,4 +809,5 @@ OT_TEST_MAIN(OT_TEST(test_max_min_nan_signed_zero), OT_TEST(test_float_arith),
              OT_TEST(test_reduce_precision), OT_TEST(test_select_clamp),
              OT_TEST(test_bitcast_convert_iota), OT_TEST(test_bad_args),
              OT_TEST(test_elided_constant_and_custom_call), OT_TEST(test_while_reduce_dot),
-             OT_TEST(test_alloc_failure_cleanup), OT_TEST(test_evaluate_instr))
+             OT_TEST(test_alloc_failure_cleanup), OT_TEST(test_evaluate_instr),
+             OT_TEST(test_tuple_root_and_gte))

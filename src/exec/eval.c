@@ -127,7 +127,8 @@ ot_status ex_eval_computation(ex_ctx *x, const ot_computation *c, const ot_value
             st = ot_value_copy(&vals[q], args[pn]);
         } else {
             for (int o = 0; o < i->noperands; o++) ops[o] = &vals[pos_of(&ci, i->operands[o])];
-            if (i->opcode == OT_OP_GET_TUPLE_ELEMENT && uses[pos_of(&ci, i->operands[0])] == 1 &&
+            int64_t op0 = i->noperands ? pos_of(&ci, i->operands[0]) : -1;
+            if (i->opcode == OT_OP_GET_TUPLE_ELEMENT && op0 != root_pos && uses[op0] == 1 &&
                 ops[0]->kind == OT_IR_TUPLE && i->attrs.index >= 0 &&
                 i->attrs.index < ops[0]->ntuple) {
                 /* the tuple's last use: move the element out instead of copying it */
