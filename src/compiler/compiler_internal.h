@@ -24,6 +24,10 @@ void cc_ptrmap_free(cc_ptrmap *m);
 /* Every computation reachable from the entry (entry included), callees first; ot_malloc'd. */
 ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n);
 
+/* ot_computation_post_order's order (same traversal), with the instructions' mark fields as
+ * the visit state instead of a hash map; marks are clobbered. */
+ot_status cc_post_order(const ot_computation *c, ot_instr ***out, int64_t *n);
+
 /* Array numel of an instruction (0 for tuples/tokens). */
 int64_t cc_numel(const ot_instr *i);
 

@@ -89,7 +89,7 @@ ot_status ot_pass_fold(ot_module *m, int64_t max_elements, bool *changed) {
     for (int c = 0; c < nreach && s == OT_OK; c++) {
         ot_instr **po = NULL;
         int64_t n = 0;
-        s = ot_computation_post_order(reach[c], &po, &n);
+        s = cc_post_order(reach[c], &po, &n);
         for (int64_t k = 0; k < n && s == OT_OK; k++) {
             if (!foldable(po[k], max_elements)) continue;
             bool f = false;

@@ -439,7 +439,7 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     f.max_io = max_io > 0 ? max_io : 64;
     if (f.max_io < 2) f.max_io = 2;
     mat mt = {0};
-    ot_status s = ot_computation_post_order(entry, &f.po, &f.n);
+    ot_status s = cc_post_order(entry, &f.po, &f.n);
     if (s != OT_OK) return s;
     int64_t n = f.n ? f.n : 1;
     f.cl = ot_malloc((size_t)n * sizeof *f.cl);

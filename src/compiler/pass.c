@@ -64,6 +64,62 @@ void cc_ptrmap_free(cc_ptrmap *m) {
     memset(m, 0, sizeof *m);
 }
 
+ot_status cc_post_order(const ot_computation *c, ot_instr ***out, int64_t *n) {
+    *out = NULL;
+    *n = 0;
+    int64_t cnt = c->ninstrs ? c->ninstrs : 1;
+    ot_instr **order = ot_malloc((size_t)cnt * sizeof *order);
+    struct pframe {
+        ot_instr *i;
+        int k;
+    } *st = ot_malloc((size_t)cnt * sizeof *st);
+    if (!order || !st) {
+        ot_free(order);
+        ot_free(st);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "post order: out of memory");
+    }
+    for (ot_instr *i = c->first; i; i = i->next) i->mark = 0;
+    int64_t no = 0;
+    ot_status s = OT_OK;
+    for (ot_instr *r = c->first; r && s == OT_OK; r = r->next) {
+        if (r->mark) continue;
+        int64_t sp = 0;
+        st[sp++] = (struct pframe){r, 0};
+        r->mark = 1;
+        while (sp) {
+            struct pframe *f = &st[sp - 1];
+            if (f->k < f->i->noperands) {
+                ot_instr *o = f->i->operands[f->k++];
+                if (o->parent != c) {
+                    s = ot_error(OT_ERR_INTERNAL, "post order: %s uses %s from another computation",
+                                 f->i->name, o->name);
+                    break;
+                }
+                if (o->mark == 1) {
+                    s = ot_error(OT_ERR_INVALID_ARGUMENT, "computation %s has a cycle through %s",
+                                 c->name, o->name);
+                    break;
+                }
+                if (o->mark == 2) continue;
+                o->mark = 1;
+                st[sp++] = (struct pframe){o, 0};
+            } else {
+                f->i->mark = 2;
+                order[no++] = f->i;
+                sp--;
+            }
+        }
+    }
+    ot_free(st);
+    if (s != OT_OK) {
+        ot_free(order);
+        return s;
+    }
+    *out = order;
+    *n = no;
+    return OT_OK;
+}
+
 int64_t cc_numel(const ot_instr *i) {
     if (i->shape.kind != OT_IR_ARRAY) return 0;
     return ot_shape_numel_unchecked(&i->shape.array);
@@ -356,7 +412,7 @@ ot_status ot_pass_manager_run(ot_pass_manager *pm, ot_module *m) {
 static ot_status dce_computation(ot_computation *c, bool *changed) {
     ot_instr **po = NULL;
     int64_t n = 0;
-    OT_CHECK(ot_computation_post_order(c, &po, &n));
+    OT_CHECK(cc_post_order(c, &po, &n));
     for (int64_t k = 0; k < n; k++) po[k]->mark = 0;
     /* users come after operands in post order: walk backwards propagating liveness */
     c->root->mark = 1;
@@ -477,7 +533,7 @@ static bool cse_candidate(const ot_instr *i) {
 static ot_status cse_computation(ot_computation *c, bool *changed) {
     ot_instr **po = NULL;
     int64_t n = 0;
-    OT_CHECK(ot_computation_post_order(c, &po, &n));
+    OT_CHECK(cc_post_order(c, &po, &n));
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2) cap *= 2;
     ot_instr **tab = ot_calloc(cap, sizeof *tab);

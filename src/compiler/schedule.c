@@ -81,7 +81,7 @@ ot_status ot_schedule_entry(const ot_module *m, bool minimize_memory, ot_instr *
     if (!c) return ot_error(OT_ERR_INVALID_ARGUMENT, "schedule: no entry computation");
     ot_instr **po = NULL;
     int64_t np = 0;
-    OT_CHECK(ot_computation_post_order(c, &po, &np));
+    OT_CHECK(cc_post_order(c, &po, &np));
     if (!minimize_memory || np == 0) {
         *order = po;
         *n = np;

@@ -235,7 +235,7 @@ static ot_status put_module(wb *w, const ot_module *m, ot_instr *const *entry_or
         if (is_entry && entry_order) {
             po = (ot_instr **)entry_order;
             n = nentry;
-        } else if ((s = ot_computation_post_order(c, &po, &n)) != OT_OK) {
+        } else if ((s = cc_post_order(c, &po, &n)) != OT_OK) {
             break;
         }
         put_str(w, c->name);

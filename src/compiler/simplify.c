@@ -218,7 +218,7 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
 static ot_status simplify_computation(ot_computation *c, bool *changed) {
     ot_instr **po = NULL;
     int64_t n = 0;
-    OT_CHECK(ot_computation_post_order(c, &po, &n));
+    OT_CHECK(cc_post_order(c, &po, &n));
     ot_status s = OT_OK;
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
         ot_instr *i = po[k], *r = NULL;
