@@ -952,6 +952,11 @@ static void test_serialize_bad_files(void) {
     bad = NULL;
     remove(path);
     EXPECT_STATUS(ot_executable_load(path, &bad), OT_ERR_IO);
+    /* a well-formed body with values no writer produces (found by the fuzzer) */
+    EXPECT_STATUS(ot_executable_load(OT_SOURCE_DIR "/tests/data/compiler/noncanonical.otx", &bad),
+                  OT_ERR_CORRUPT_DATA);
+    EXPECT_STR_CONTAINS(ot_last_error(), "canonical");
+    EXPECT_TRUE(bad == NULL);
     free(cp);
     ot_free(buf);
     ot_executable_free(e);

@@ -1004,6 +1004,19 @@ ot_status ot_executable_deserialize(const void *buf, size_t len, ot_executable *
         ot_executable_free(e);
         return r.err;
     }
+    /* only the canonical form is accepted: bits and fields a writer never sets (unused attribute
+     * fields, flag bits, duplicate names the builder would rename) make it CORRUPT_DATA */
+    void *again = NULL;
+    size_t alen = 0;
+    ot_status s2 = ot_executable_serialize(e, &again, &alen);
+    if (s2 == OT_OK && (alen != len || memcmp(again, buf, len) != 0))
+        s2 = ot_error(OT_ERR_CORRUPT_DATA,
+                      "executable: not in canonical form (it holds values no writer produces)");
+    ot_free(again);
+    if (s2 != OT_OK) {
+        ot_executable_free(e);
+        return s2;
+    }
     *out = e;
     return OT_OK;
 }
