@@ -1,7 +1,10 @@
 /* dot_general and general convolution, the reference way: one output element at a time,
  * accumulating in a fixed order in f32 (f16, bf16, f32), f64 (f64) or 64-bit wrapping integers,
- * then rounding once to the result dtype. */
+ * then rounding once to the result dtype. Under FTZ/DAZ (the default, as XLA's CPU backend)
+ * subnormal f32/f64 inputs read as zero and a subnormal result is flushed. */
 #include "exec/exec_internal.h"
+
+#include <float.h>
 
 typedef enum acc_kind { ACC_F32, ACC_F64, ACC_INT } acc_kind;
 
@@ -28,8 +31,16 @@ static ot_status widen(const ot_value *v, acc_kind k, void **out) {
         return ot_error(OT_ERR_OUT_OF_MEMORY, "dot/convolution: out of memory widening operands");
     for (int64_t e = 0; e < n; e++) {
         switch (k) {
-        case ACC_F32: ((float *)p)[e] = (float)ex_ld_f(s->dtype, v->array.data, e); break;
-        case ACC_F64: ((double *)p)[e] = ex_ld_f(s->dtype, v->array.data, e); break;
+        case ACC_F32: {
+            float x = (float)ex_ld_f(s->dtype, v->array.data, e);
+            ((float *)p)[e] = ex_ftz && x != 0 && fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;
+            break;
+        }
+        case ACC_F64: {
+            double x = ex_ld_f(s->dtype, v->array.data, e);
+            ((double *)p)[e] = ex_ftz && x != 0 && fabs(x) < DBL_MIN ? copysign(0.0, x) : x;
+            break;
+        }
         default: ((int64_t *)p)[e] = ex_ld_i(s->dtype, v->array.data, e); break;
         }
     }
@@ -66,8 +77,12 @@ static inline void acc_strided(acc *s, acc_kind k, const void *a, int64_t ia, in
 }
 
 /* Rounds the accumulator once into element i of y (dtype t), by the convert rules. */
-static inline void acc_store(const acc *s, acc_kind k, ot_dtype t, void *y, int64_t i) {
+static inline void acc_store(const acc *sum, acc_kind k, ot_dtype t, void *y, int64_t i) {
     char *dst = (char *)y + i * (int64_t)ot_dtype_size(t);
+    acc flushed = *sum, *s = &flushed;
+    if (ex_ftz && flushed.f != 0 && fabsf(flushed.f) < FLT_MIN)
+        flushed.f = copysignf(0.0f, flushed.f);
+    if (ex_ftz && flushed.d != 0 && fabs(flushed.d) < DBL_MIN) flushed.d = copysign(0.0, flushed.d);
     switch (k) {
     case ACC_F32:
         if (ot_dtype_is_float(t))

@@ -19,8 +19,14 @@ static ot_status alloc_out(const ot_instr *i, ot_value *out) {
 }
 
 /* Reads scalar integer operand values as start indices. */
+static int64_t index_value(ot_dtype t, const void *p, int64_t i) {
+    int64_t v = ex_ld_i(t, p, i);
+    /* a u64 index above INT64_MAX is huge, not negative: it clamps to the top */
+    return t == OT_U64 && v < 0 ? INT64_MAX : v;
+}
+
 static int64_t scalar_index(const ot_value *v) {
-    return ex_ld_i(ex_arr(v)->dtype, v->array.data, 0);
+    return index_value(ex_arr(v)->dtype, v->array.data, 0);
 }
 
 static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
@@ -188,7 +194,7 @@ static int64_t index_component(const ot_value *ind, int64_t ivd, const int64_t *
         else
             li += bidx[b++] * str[d];
     }
-    return ex_ld_i(s->dtype, ind->array.data, li);
+    return index_value(s->dtype, ind->array.data, li);
 }
 
 ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
