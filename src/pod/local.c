@@ -52,6 +52,7 @@ typedef struct lctx {
     int rank;
     bool stopped;
     bool touching;
+    uint64_t xgen;      /* pointer exchanges so far */
     uint64_t *send_seq; /* [peer] */
     uint64_t *recv_seq; /* [peer] */
 } lctx;
@@ -255,20 +256,24 @@ static ot_status l_barrier(void *ctx, uint64_t dl) {
     return barrier_core(x, dl);
 }
 
-/* Publish, barrier, copy, barrier: the table is stable while anyone copies it. */
+/* Publish, barrier, copy. Tables alternate by exchange parity: a member can start exchange
+ * g+1 (writing the other table) while slower ones still copy table g, and cannot reach g+2 before
+ * everyone has arrived at g+1, i.e. finished copying g. */
 static ot_status l_exchange_ptrs(void *ctx, void *mine, void **all, uint64_t dl) {
     lctx *x = ctx;
     ot_local_world *w = x->w;
+    untouch(x);
+    void **tab = w->ptab + (size_t)(x->xgen++ & 1) * (size_t)w->n;
     pthread_mutex_lock(&w->bmu);
-    w->ptab[x->rank] = mine;
-    pthread_mutex_unlock(&w->bmu);
-    OT_CHECK(l_barrier(ctx, dl));
-    pthread_mutex_lock(&w->bmu);
-    memcpy(all, w->ptab, sizeof(void *) * (size_t)w->n);
-    w->touching++; /* before the second barrier, so nobody past it can miss this member */
+    tab[x->rank] = mine;
+    w->touching++; /* before the barrier, so nobody past it can miss this member */
     pthread_mutex_unlock(&w->bmu);
     x->touching = true;
-    return barrier_core(x, dl);
+    OT_CHECK(barrier_core(x, dl)); /* a failure untouches and drains */
+    pthread_mutex_lock(&w->bmu);
+    memcpy(all, tab, sizeof(void *) * (size_t)w->n);
+    pthread_mutex_unlock(&w->bmu);
+    return OT_OK;
 }
 
 static void l_abort(void *ctx, ot_status why, const char *msg) {
@@ -306,7 +311,7 @@ ot_status ot_local_world_create(int n, ot_local_world **out) {
     w->cv = ot_calloc((size_t)n, sizeof *w->cv);
     w->slots = ot_calloc((size_t)n * (size_t)n, sizeof *w->slots);
     w->stop_after = ot_calloc((size_t)n, sizeof *w->stop_after);
-    w->ptab = ot_calloc((size_t)n, sizeof(void *));
+    w->ptab = ot_calloc(2 * (size_t)n, sizeof(void *));
     w->issued = ot_calloc((size_t)n, sizeof(bool));
     if (!w->mu || !w->cv || !w->slots || !w->stop_after || !w->ptab || !w->issued) {
         ot_free(w->mu), ot_free(w->cv), ot_free(w->slots), ot_free(w->stop_after);
