@@ -6,6 +6,7 @@
  * mixed-precision steps leave the parameters unchanged). The checker itself refuses broken entries
  * with a message naming the problem. */
 #include "ot_test.h"
+#include "ot_fixture.h"
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -342,6 +343,168 @@ static void test_jax_corpus_values(void) {
     ot_tensor_release(&t);
 }
 
+/* ---- the comparison rule (tests/ot_fixture.h)
+ * ------------------------------------------------------ */
+
+static ot_tensor wrap(ot_dtype dt, int64_t n, void *data) {
+    ot_shape s;
+    ot_tensor t = {0};
+    if (ot_shape_make(&s, dt, 1, &n) == OT_OK) ot_tensor_borrow(&t, &s, data);
+    return t;
+}
+
+static bool cmp(const ot_tensor *g, const ot_tensor *e, const char *tol_json) {
+    json_t *j = json_loads(tol_json, 0, NULL);
+    ot_fixture_tol tol;
+    bool parsed = ot_fixture_tol_parse(j, &tol);
+    json_decref(j);
+    char why[256];
+    return parsed && ot_fixture_compare(g, e, &tol, why, sizeof why);
+}
+
+static void test_compare_rule(void) {
+    float e[4] = {1.0f, -0.0f, NAN, INFINITY}, g[4];
+    memcpy(g, e, sizeof g);
+    ot_tensor te = wrap(OT_F32, 4, e), tg = wrap(OT_F32, 4, g);
+    EXPECT_TRUE(cmp(&tg, &te, "{\"exact\": true}"));
+    g[2] = -NAN; /* any NaN matches any NaN */
+    EXPECT_TRUE(cmp(&tg, &te, "{\"exact\": true}"));
+    g[1] = 0.0f; /* sign of zero counts when exact, not for ulp */
+    EXPECT_TRUE(!cmp(&tg, &te, "{\"exact\": true}"));
+    EXPECT_TRUE(cmp(&tg, &te, "{\"ulp\": 0}"));
+    g[1] = -0.0f;
+    g[0] = nextafterf(nextafterf(1.0f, 2.0f), 2.0f); /* 2 ulp above */
+    EXPECT_TRUE(!cmp(&tg, &te, "{\"exact\": true}"));
+    EXPECT_TRUE(!cmp(&tg, &te, "{\"ulp\": 1}"));
+    EXPECT_TRUE(cmp(&tg, &te, "{\"ulp\": 2}"));
+    EXPECT_TRUE(cmp(&tg, &te, "{\"ulp\": 1, \"rtol\": 1e-6}")); /* either criterion */
+    EXPECT_TRUE(!cmp(&tg, &te, "{\"rtol\": 1e-7, \"atol\": 0}"));
+    g[0] = 1.0f;
+    g[3] = -INFINITY;
+    EXPECT_TRUE(!cmp(&tg, &te, "{\"rtol\": 1}"));
+    g[3] = INFINITY;
+    g[2] = 0.0f;
+    EXPECT_TRUE(!cmp(&tg, &te, "{\"rtol\": 1}")); /* NaN positions must match */
+    g[2] = NAN;
+    EXPECT_TRUE(!cmp(&tg, &te, "{}")); /* no criterion: not a tolerance */
+    EXPECT_TRUE(!cmp(&tg, &te, "{\"ulp\": -1}"));
+    /* ulp across zero: the smallest positive and negative f32 are 2 apart */
+    float a = 1e-45f, b = -1e-45f;
+    ot_tensor ta = wrap(OT_F32, 1, &a), tb = wrap(OT_F32, 1, &b);
+    EXPECT_TRUE(cmp(&ta, &tb, "{\"ulp\": 2}") && !cmp(&ta, &tb, "{\"ulp\": 1}"));
+    /* bf16: ulps of the 16-bit format */
+    uint16_t h1[1] = {0x3f80}, h2[1] = {0x3f81}; /* 1.0 and the next bf16 */
+    ot_tensor b1 = wrap(OT_BF16, 1, h1), b2 = wrap(OT_BF16, 1, h2);
+    EXPECT_TRUE(cmp(&b1, &b2, "{\"ulp\": 1}") && !cmp(&b1, &b2, "{\"exact\": true}"));
+    /* integers: exact only, dtype and shape must match */
+    int32_t i1[2] = {1, -2}, i2[2] = {1, -3};
+    ot_tensor t1 = wrap(OT_S32, 2, i1), t2 = wrap(OT_S32, 2, i2), t3 = wrap(OT_U32, 2, i1);
+    EXPECT_TRUE(!cmp(&t1, &t2, "{\"exact\": true}"));
+    EXPECT_TRUE(cmp(&t1, &t1, "{\"exact\": true}"));
+    EXPECT_TRUE(!cmp(&t1, &t3, "{\"exact\": true}"));
+}
+
+/* The stated tolerances admit a correct C implementation: libm on the corpus inputs, compared with
+ * XLA's outputs under each case's own tolerance. */
+typedef struct libm_op {
+    const char *op;
+    double (*f64_1)(double);
+    float (*f32_1)(float);
+    double (*f64_2)(double, double);
+    float (*f32_2)(float, float);
+} libm_op;
+static double rsqrt_d(double x) {
+    return 1.0 / sqrt(x);
+}
+static float rsqrt_f(float x) {
+    return 1.0f / sqrtf(x);
+}
+
+static bool libm_case(const char *name, const libm_op *op, const json_t *index, char *why,
+                      size_t n) {
+    const json_t *cs = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(index, "cases"), i, e) {
+        if (!strcmp(json_string_value(json_object_get(e, "name")), name)) cs = e;
+    }
+    if (!cs) {
+        snprintf(why, n, "not in the corpus");
+        return false;
+    }
+    char dir[512], path[1024];
+    snprintf(dir, sizeof dir, DATA_DIR "jax/%s", name);
+    ot_tensor x = {0}, y = {0}, want = {0}, got = {0};
+    ot_fixture_tol tol;
+    bool ok = false, binary = op->f64_2 != NULL;
+    snprintf(why, n, "fixture files unreadable");
+    snprintf(path, sizeof path, "%s/input_0.npy", dir);
+    if (ot_npy_read_file(path, &x) != OT_OK) goto out;
+    if (binary) {
+        snprintf(path, sizeof path, "%s/input_1.npy", dir);
+        if (ot_npy_read_file(path, &y) != OT_OK) goto out;
+    }
+    snprintf(path, sizeof path, "%s/expected_0.npy", dir);
+    if (ot_npy_read_file(path, &want) != OT_OK) goto out;
+    const char *dts = json_string_value(
+        json_object_get(json_array_get(json_object_get(cs, "outputs"), 0), "dtype"));
+    ot_dtype dt = ot_dtype_from_name(dts, strlen(dts));
+    ot_fixture_relabel(&x, dt);
+    ot_fixture_relabel(&y, dt);
+    ot_fixture_relabel(&want, dt);
+    if (ot_tensor_alloc(&got, &want.shape) != OT_OK ||
+        !ot_fixture_tol_parse(json_object_get(cs, "tolerance"), &tol))
+        goto out;
+    int64_t count = ot_shape_numel_unchecked(&want.shape), ord;
+    for (int64_t k = 0; k < count; k++) {
+        double a = ot_fixture_f64(&x, k, &ord), b = binary ? ot_fixture_f64(&y, k, &ord) : 0.0;
+        /* f16/bf16/f32 are evaluated with libm's float functions, as an f32 kernel would */
+        double r = dt == OT_F64 ? (binary ? op->f64_2(a, b) : op->f64_1(a))
+                                : (binary ? op->f32_2((float)a, (float)b) : op->f32_1((float)a));
+        switch (dt) {
+        case OT_F64: ((double *)got.data)[k] = r; break;
+        case OT_F32: ((float *)got.data)[k] = (float)r; break;
+        case OT_F16: ((uint16_t *)got.data)[k] = ot_f32_to_f16((float)r); break;
+        default: ((uint16_t *)got.data)[k] = ot_f32_to_bf16((float)r); break;
+        }
+    }
+    ok = ot_fixture_compare(&got, &want, &tol, why, n);
+out:
+    ot_tensor_release(&x);
+    ot_tensor_release(&y);
+    ot_tensor_release(&want);
+    ot_tensor_release(&got);
+    return ok;
+}
+
+static void test_libm_within_stated_tolerance(void) {
+    json_t *root = load_json(DATA_DIR "jax/cases.json");
+    ASSERT_TRUE(root != NULL);
+    static const libm_op ops[] = {
+        {"unary_exp", exp, expf, NULL, NULL},         {"unary_expm1", expm1, expm1f, NULL, NULL},
+        {"unary_log", log, logf, NULL, NULL},         {"unary_log1p", log1p, log1pf, NULL, NULL},
+        {"unary_sqrt", sqrt, sqrtf, NULL, NULL},      {"unary_rsqrt", rsqrt_d, rsqrt_f, NULL, NULL},
+        {"unary_cbrt", cbrt, cbrtf, NULL, NULL},      {"unary_tanh", tanh, tanhf, NULL, NULL},
+        {"unary_sine", sin, sinf, NULL, NULL},        {"unary_cosine", cos, cosf, NULL, NULL},
+        {"unary_tan", tan, tanf, NULL, NULL},         {"unary_erf", erf, erff, NULL, NULL},
+        {"binary_power", NULL, NULL, pow, powf},      {"binary_atan2", NULL, NULL, atan2, atan2f},
+        {"binary_remainder", NULL, NULL, fmod, fmodf}};
+    static const char *dts[] = {"f16", "bf16", "f32", "f64"};
+    int checked = 0;
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        for (size_t d = 0; d < 4; d++) {
+            char name[64], why[256] = "";
+            snprintf(name, sizeof name, "%s_%s", ops[o].op, dts[d]);
+            bool ok = libm_case(name, &ops[o], root, why, sizeof why);
+            if (!ok) fprintf(stderr, "  %s: %s\n", name, why);
+            EXPECT_TRUE(ok);
+            checked++;
+        }
+    }
+    EXPECT_INT_EQ(checked, 60);
+    json_decref(root);
+}
+
 /* ---- multi-device (SPMD) corpus
  * -------------------------------------------------------------------- */
 
@@ -663,5 +826,6 @@ static void test_checker_refuses(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_jax_corpus_index), OT_TEST(test_jax_corpus_values),
+             OT_TEST(test_compare_rule), OT_TEST(test_libm_within_stated_tolerance),
              OT_TEST(test_jax_spmd_index), OT_TEST(test_hlo_jax_dir), OT_TEST(test_optim_index),
              OT_TEST(test_checker_refuses))
