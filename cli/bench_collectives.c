@@ -128,8 +128,12 @@ static void fmt_size(size_t s, char *out, size_t n) {
         snprintf(out, n, "%zuB", s);
 }
 
+int cli_bench_collectives_mpi(int argc, char **argv); /* cli/bench_mpi.c */
+
 static int run(int argc, char **argv) {
     const char *cmd = "bench collectives";
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--mpi")) return cli_bench_collectives_mpi(argc, argv);
     bcfg *b = calloc(1, sizeof *b);
     if (!b) return CLI_FAIL;
     b->devices = 2;
@@ -247,6 +251,8 @@ const cli_command cli_bench_collectives = {
     "usage: optitpu bench collectives [--devices N] [--op OP] [--dtype DT] [--redop R]\n"
     "                                 [--algo A] [--sizes LIST] [--reps N] [--warmup N]\n"
     "                                 [--explain] [--json]\n"
+    "       mpirun -np P optitpu bench collectives --mpi [--sizes LIST] [--algo A] [--reps N]\n"
+    "                                 [--warmup N] [--chunk BYTES] [--explain] [--json]\n"
     "\n"
     "An nccl-tests-style table for one collective over N devices of the local transport (one\n"
     "thread each, shared memory): size S in bytes as nccl-tests counts it, time (median),\n"

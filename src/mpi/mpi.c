@@ -58,7 +58,7 @@ static ot_status wait_all(int n, MPI_Request *rq, uint64_t dl, const char *what)
                 }
             return ot_error(OT_ERR_TIMEOUT, "mpi: %s: deadline passed", what);
         }
-        if (spin > 64) sched_yield();
+        if (spin > 4096) sched_yield();
     }
 }
 
@@ -92,7 +92,7 @@ static ot_status wait_coll(pending_set *p, MPI_Request *rq, uint64_t dl, const c
             if (p->n < MAX_PENDING) p->rq[p->n++] = *rq;
             return ot_error(OT_ERR_TIMEOUT, "mpi: %s: deadline passed", what);
         }
-        if (spin > 64) sched_yield();
+        if (spin > 4096) sched_yield();
     }
 }
 
