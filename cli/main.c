@@ -10,6 +10,8 @@ extern const cli_command cli_cmd_bench;
 extern const cli_command cli_cmd_ckpt;
 extern const cli_command cli_cmd_compile;
 extern const cli_command cli_cmd_hlo;
+extern const cli_command cli_cmd_launch;
+extern const cli_command cli_cmd_mpi_sgd;
 extern const cli_command cli_cmd_ntp;
 extern const cli_command cli_cmd_topo;
 
@@ -18,6 +20,8 @@ static const cli_command *const commands[] = {
     &cli_cmd_ckpt,
     &cli_cmd_compile,
     &cli_cmd_hlo,
+    &cli_cmd_launch,
+    &cli_cmd_mpi_sgd,
     &cli_cmd_ntp,
     NULL, /* keeps the table non-empty; skipped below */
     &cli_cmd_topo,

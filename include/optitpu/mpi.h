@@ -164,6 +164,10 @@ OT_API ot_status ot_mpi_poll(ot_mpi *m);
 /* Collective: rank 0 polls, then broadcasts the membership epoch and which processes are
  * members (HEALTHY or SUSPECT); alive has P entries (may be NULL). Deadline as the barrier. */
 OT_API ot_status ot_mpi_membership(ot_mpi *m, uint64_t *epoch, bool *alive, int64_t timeout_ns);
+/* Ends the whole job now (MPI_Abort with `code`): for a command-line program whose process
+ * cannot go on, so the other processes do not wait for it until their deadlines. Does not
+ * return. The library itself never calls it. */
+OT_API void ot_mpi_abort_job(ot_mpi *m, int code);
 /* Rank 0's coordinator (NULL on other ranks). Borrowed. */
 OT_API ot_coord *ot_mpi_coord(ot_mpi *m);
 

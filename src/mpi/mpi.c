@@ -427,6 +427,11 @@ ot_comm *ot_mpi_comm(ot_mpi *m) {
 ot_comm *ot_mpi_local_comm(ot_mpi *m, int local) {
     return local >= 0 && local < m->K ? m->lcomm[local] : NULL;
 }
+void ot_mpi_abort_job(ot_mpi *m, int code) {
+    MPI_Abort(m ? m->world : MPI_COMM_WORLD, code);
+    abort(); /* MPI_Abort does not return; if it ever did, do not go on */
+}
+
 ot_coord *ot_mpi_coord(ot_mpi *m) {
     return m->coord;
 }
