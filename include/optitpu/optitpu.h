@@ -13,5 +13,6 @@
 #include "optitpu/ft.h"
 #include "optitpu/mpi.h"
 #include "optitpu/compiler.h"
+#include "optitpu/runtime.h"
 
 #endif /* OPTITPU_OPTITPU_H */
