@@ -13,6 +13,7 @@ extern const cli_command cli_cmd_hlo;
 extern const cli_command cli_cmd_launch;
 extern const cli_command cli_cmd_mpi_sgd;
 extern const cli_command cli_cmd_ntp;
+extern const cli_command cli_cmd_run;
 extern const cli_command cli_cmd_topo;
 
 static const cli_command *const commands[] = {
@@ -23,6 +24,7 @@ static const cli_command *const commands[] = {
     &cli_cmd_launch,
     &cli_cmd_mpi_sgd,
     &cli_cmd_ntp,
+    &cli_cmd_run,
     NULL, /* keeps the table non-empty; skipped below */
     &cli_cmd_topo,
 };

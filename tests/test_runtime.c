@@ -154,17 +154,16 @@ static void test_pool_fault_injection(void) {
 
 /* ---- execution ------------------------------------------------------------------------------- */
 
-static const char *k_sgd =
-    "HloModule sgd, input_output_alias={ {0}: (0, {}, may-alias) }\n"
-    "ENTRY main {\n"
-    "  p = f32[4] parameter(0)\n"
-    "  g = f32[4] parameter(1)\n"
-    "  lr = f32[] constant(0.5)\n"
-    "  b = f32[4] broadcast(lr), dimensions={}\n"
-    "  m = f32[4] multiply(b, g)\n"
-    "  s = f32[4] subtract(p, m)\n"
-    "  ROOT t = (f32[4], f32[4]) tuple(s, m)\n"
-    "}\n";
+static const char *k_sgd = "HloModule sgd, input_output_alias={ {0}: (0, {}, may-alias) }\n"
+                           "ENTRY main {\n"
+                           "  p = f32[4] parameter(0)\n"
+                           "  g = f32[4] parameter(1)\n"
+                           "  lr = f32[] constant(0.5)\n"
+                           "  b = f32[4] broadcast(lr), dimensions={}\n"
+                           "  m = f32[4] multiply(b, g)\n"
+                           "  s = f32[4] subtract(p, m)\n"
+                           "  ROOT t = (f32[4], f32[4]) tuple(s, m)\n"
+                           "}\n";
 
 static void test_execute_donation(void) {
     ot_device *d;
@@ -223,15 +222,13 @@ static void test_execute_bad_input(void) {
     EXPECT_STR_CONTAINS(ot_last_error(), "takes 2 parameters, got 1");
     EXPECT_TRUE(out[0] == NULL && out[1] == NULL);
     ot_buffer *in_shape[2] = {a, b5};
-    EXPECT_STATUS(ot_device_execute(d, e, in_shape, 2, out, 2, NULL, NULL),
-                  OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STATUS(ot_device_execute(d, e, in_shape, 2, out, 2, NULL, NULL), OT_ERR_SHAPE_MISMATCH);
     EXPECT_STR_CONTAINS(ot_last_error(), "parameter 1 (g) expects f32[4], got f32[5]");
     ot_buffer *in_dt[2] = {bi, a};
     EXPECT_STATUS(ot_device_execute(d, e, in_dt, 2, out, 2, NULL, NULL), OT_ERR_SHAPE_MISMATCH);
     EXPECT_STR_CONTAINS(ot_last_error(), "parameter 0 (p) expects f32[4], got s32[4]");
     ot_buffer *in_dev[2] = {a, other};
-    EXPECT_STATUS(ot_device_execute(d, e, in_dev, 2, out, 2, NULL, NULL),
-                  OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_device_execute(d, e, in_dev, 2, out, 2, NULL, NULL), OT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(ot_last_error(), "lives on device 1");
     ot_buffer *in_ok[2] = {a, a};
     EXPECT_STATUS(ot_device_execute(d, e, in_ok, 2, out, 1, NULL, NULL), OT_ERR_INVALID_ARGUMENT);
@@ -424,7 +421,8 @@ static void test_collectives_four_devices(void) {
     ot_executable_free(x.e);
 }
 
-/* ---- backend ---------------------------------------------------------------------------------- */
+/* ---- backend ----------------------------------------------------------------------------------
+ */
 
 typedef struct sleeps {
     int64_t ns[16];
@@ -579,7 +577,8 @@ static void test_backend(void) {
     EXPECT_STATUS(ot_backend_create(&bo, &b), OT_ERR_NOT_FOUND);
 }
 
-/* ---- profiler ---------------------------------------------------------------------------------- */
+/* ---- profiler ----------------------------------------------------------------------------------
+ */
 
 static void test_profile_trace(void) {
     ot_profile *p;
@@ -673,7 +672,8 @@ static void test_profile_trace(void) {
     ot_profile_free(p);
 }
 
-/* ---- random graphs ----------------------------------------------------------------------------- */
+/* ---- random graphs -----------------------------------------------------------------------------
+ */
 
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s << 13;
@@ -718,16 +718,18 @@ static void random_module(uint64_t seed, char *buf, size_t cap, int *nparams) {
         } else {
             int dim = (int)(rng_next(&s) % 2);
             const char *red = rng_next(&s) % 2 ? "sum" : "max";
-            n += (size_t)snprintf(buf + n, cap - n,
-                                  "  z%d = f32[] constant(%s)\n  r%d = f32[%d] reduce(v%d, z%d), "
-                                  "dimensions={%d}, to_apply=%s\n  v%d = f32[%d,%d] broadcast(r%d), "
-                                  "dimensions={%d}\n",
-                                  v, red[0] == 's' ? "0" : "-inf", v, dim ? R : C, a, v, dim, red,
-                                  v, R, C, v, dim ? 0 : 1);
+            n +=
+                (size_t)snprintf(buf + n, cap - n,
+                                 "  z%d = f32[] constant(%s)\n  r%d = f32[%d] reduce(v%d, z%d), "
+                                 "dimensions={%d}, to_apply=%s\n  v%d = f32[%d,%d] broadcast(r%d), "
+                                 "dimensions={%d}\n",
+                                 v, red[0] == 's' ? "0" : "-inf", v, dim ? R : C, a, v, dim, red, v,
+                                 R, C, v, dim ? 0 : 1);
         }
     }
-    n += (size_t)snprintf(buf + n, cap - n, "  ROOT t = (f32[%d,%d], f32[%d,%d]) tuple(v%d, v%d)\n}\n",
-                          R, C, R, C, v - 1, v / 2);
+    n += (size_t)snprintf(buf + n, cap - n,
+                          "  ROOT t = (f32[%d,%d], f32[%d,%d]) tuple(v%d, v%d)\n}\n", R, C, R, C,
+                          v - 1, v / 2);
     *nparams = np;
 }
 
@@ -771,8 +773,9 @@ static void test_random_graphs(void) {
                 const ot_value *rl = ot_value_leaf(&ref, j);
                 bool same = rl && rl->array.nbytes == t.nbytes &&
                             memcmp(rl->array.data, t.data, t.nbytes) == 0;
-                if (!same) fprintf(stderr, "seed %llu -O%d output %d differs\n%s",
-                                   (unsigned long long)seed, level, j, text);
+                if (!same)
+                    fprintf(stderr, "seed %llu -O%d output %d differs\n%s",
+                            (unsigned long long)seed, level, j, text);
                 EXPECT_TRUE(same);
                 checked++;
                 ot_tensor_release(&t);
@@ -807,13 +810,20 @@ static void test_device_count_env(void) {
 
 int main(int argc, char **argv) {
     static const ot_test_case tests[] = {
-        OT_TEST(test_pool_classes_and_stats), OT_TEST(test_pool_limit),
-        OT_TEST(test_pool_fault_injection),   OT_TEST(test_execute_donation),
-        OT_TEST(test_execute_bad_input),      OT_TEST(test_execute_memory_limit),
-        OT_TEST(test_execute_fault_injection), OT_TEST(test_deadline_and_cancel),
-        OT_TEST(test_collectives_four_devices), OT_TEST(test_retry_policy),
-        OT_TEST(test_backend),                OT_TEST(test_profile_trace),
-        OT_TEST(test_random_graphs),          OT_TEST(test_device_count_env),
+        OT_TEST(test_pool_classes_and_stats),
+        OT_TEST(test_pool_limit),
+        OT_TEST(test_pool_fault_injection),
+        OT_TEST(test_execute_donation),
+        OT_TEST(test_execute_bad_input),
+        OT_TEST(test_execute_memory_limit),
+        OT_TEST(test_execute_fault_injection),
+        OT_TEST(test_deadline_and_cancel),
+        OT_TEST(test_collectives_four_devices),
+        OT_TEST(test_retry_policy),
+        OT_TEST(test_backend),
+        OT_TEST(test_profile_trace),
+        OT_TEST(test_random_graphs),
+        OT_TEST(test_device_count_env),
     };
     return ot_test_main(argc, argv, tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,0 +1,557 @@
+/* optitpu run: compile an HLO module, run it on host devices, write the results as .npy, print
+ * timings and (optionally) a Chrome trace. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char usage[] =
+    "usage: optitpu run FILE.hlo [--input NAME=x.npy]... [--fill random:SEED|zeros]\n"
+    "                   [--output-dir D] [--devices N] [--device-memory SIZE | --hbm PRESET]\n"
+    "                   [-O LEVEL] [--trace t.json] [--repeat K] [--summary] [--limits] [--json]\n"
+    "                   [--module K]\n"
+    "\n"
+    "Compiles FILE.hlo, runs it, writes the results as D/out_0.npy, out_1.npy, ... in the order\n"
+    "of the result tuple, and prints the compile and run times.\n"
+    "\n"
+    "  --input NAME=F   parameter NAME (its name in the module, or its number) from .npy file F;\n"
+    "                   a bf16 parameter reads a u16 file as bf16 bit patterns\n"
+    "  --fill MODE      parameters without --input: random:SEED (uniform [-1, 1) for floats,\n"
+    "                   [0, 10) for integers) or zeros; without --fill every parameter needs\n"
+    "                   an --input\n"
+    "  --output-dir D   where out_K.npy go (default: the current directory; created if missing);\n"
+    "                   bf16 results are written as u16 bit patterns\n"
+    "  --devices N      host devices (default: OPTITPU_DEVICES or 1); a module with\n"
+    "                   replica_count=R runs on R of them with collectives between them\n"
+    "  --device-memory SIZE  memory per device (K/M/G suffixes; default unlimited)\n"
+    "  --hbm PRESET     memory per device = a TPU chip's HBM (v2, v3, v4, v5e, v5p, v6e)\n"
+    "  -O LEVEL         optimization level 0, 1 or 2 (default 2)\n"
+    "  --trace F        Chrome trace JSON (compile passes, kernels, memory; opens in Perfetto)\n"
+    "  --repeat K       run K times (inputs uploaded before each run; times per run)\n"
+    "  --summary        print the profile summary (top kernels, totals)\n"
+    "  --limits         measure STREAM triad first and print each kernel's share of it\n"
+    "  --json           one JSON object instead of text\n"
+    "  --module K       in a file of several modules separated by '// -----' lines, run the\n"
+    "                   K-th (from 0)\n";
+
+#define MAX_INPUTS 256
+
+typedef struct input_arg {
+    const char *name, *file;
+    bool used;
+} input_arg;
+
+typedef struct run_state {
+    ot_backend *b;
+    const ot_executable *exe;
+    ot_profile *prof;
+    ot_tensor *host; /* one per parameter */
+    int np, no;
+    int replicas;
+    ot_tensor *result; /* replica 0's outputs of the last run */
+    uint64_t *ns;      /* per replica: this run's execute time */
+} run_state;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void fill_random(ot_tensor *t, uint64_t seed) {
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = splitmix(&s);
+        double u = (double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+        int64_t iv = (int64_t)(r % 10);
+        void *p = t->data;
+        switch (t->shape.dtype) {
+        case OT_PRED: ((uint8_t *)p)[i] = (uint8_t)(r & 1); break;
+        case OT_S8: ((int8_t *)p)[i] = (int8_t)iv; break;
+        case OT_U8: ((uint8_t *)p)[i] = (uint8_t)iv; break;
+        case OT_S16: ((int16_t *)p)[i] = (int16_t)iv; break;
+        case OT_U16: ((uint16_t *)p)[i] = (uint16_t)iv; break;
+        case OT_S32: ((int32_t *)p)[i] = (int32_t)iv; break;
+        case OT_U32: ((uint32_t *)p)[i] = (uint32_t)iv; break;
+        case OT_S64: ((int64_t *)p)[i] = iv; break;
+        case OT_U64: ((uint64_t *)p)[i] = (uint64_t)iv; break;
+        case OT_F16: ((uint16_t *)p)[i] = ot_f32_to_f16((float)u); break;
+        case OT_BF16: ((uint16_t *)p)[i] = ot_f32_to_bf16((float)u); break;
+        case OT_F32: ((float *)p)[i] = (float)u; break;
+        case OT_F64: ((double *)p)[i] = u; break;
+        default: break;
+        }
+    }
+}
+
+static int find_param(const ot_computation *c, const char *name) {
+    for (int k = 0; k < c->nparams; k++)
+        if (c->params[k] && c->params[k]->name && !strcmp(c->params[k]->name, name)) return k;
+    int64_t v;
+    if (cli_parse_i64(name, 0, c->nparams - 1, &v)) return (int)v;
+    return -1;
+}
+
+static ot_status run_on(run_state *st, int dev, ot_comm *comm, bool keep) {
+    ot_device *d = ot_backend_device(st->b, dev);
+    ot_buffer **in = ot_calloc((size_t)st->np + 1, sizeof *in);
+    ot_buffer **out = ot_calloc((size_t)st->no + 1, sizeof *out);
+    ot_status s = (in && out) ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
+    for (int k = 0; k < st->np && s == OT_OK; k++) s = ot_buffer_from_host(d, &st->host[k], &in[k]);
+    if (s == OT_OK) {
+        ot_run_options ro = ot_run_options_default();
+        ro.comm = comm;
+        ro.profile = st->prof;
+        uint64_t t0 = ot_now_ns();
+        if (comm) {
+            ot_run_result rr;
+            s = ot_device_execute(d, st->exe, in, st->np, out, st->no, &ro, &rr);
+        } else {
+            s = ot_backend_execute(st->b, "main", dev, in, st->np, out, st->no, &ro, NULL);
+        }
+        st->ns[dev] = ot_now_ns() - t0;
+    }
+    for (int k = 0; k < st->no && s == OT_OK && keep; k++) {
+        ot_tensor_release(&st->result[k]);
+        s = ot_buffer_to_host(out[k], &st->result[k]);
+    }
+    for (int k = 0; in && k < st->np; k++) ot_buffer_free(in[k]);
+    for (int k = 0; out && k < st->no; k++) ot_buffer_free(out[k]);
+    ot_free(in);
+    ot_free(out);
+    return s;
+}
+
+static ot_status replica_fn(void *ud, int rank, ot_comm *c) {
+    run_state *st = ud;
+    return run_on(st, rank, c, rank == 0);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+/* Parses FILE, or its piece `index` when it holds several modules ('// -----' separators). */
+static ot_status parse_module(const char *file, int64_t index, ot_module **out) {
+    *out = NULL;
+    FILE *f = fopen(file, "rb");
+    if (!f) return ot_error(OT_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 65536 > cap) {
+            cap = (len + 65536) * 2;
+            char *t = ot_realloc(text, cap);
+            if (!t) {
+                fclose(f);
+                ot_free(text);
+                return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", file);
+            }
+            text = t;
+        }
+        size_t n = fread(text + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) break;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        ot_free(text);
+        return ot_error(OT_ERR_IO, "%s: read error", file);
+    }
+    size_t pos = 0;
+    int line = 0, pieces = 0;
+    size_t starts[4096], lens[4096];
+    int lines[4096];
+    while (pos < len && pieces < 4096) {
+        size_t next;
+        int nl;
+        size_t n = ot_hlo_split_next(text + pos, len - pos, &next, &nl);
+        starts[pieces] = pos;
+        lens[pieces] = n;
+        lines[pieces] = line;
+        pieces++;
+        line += nl;
+        if (next == 0) break;
+        pos += next;
+    }
+    ot_status s;
+    if (pieces > 1 && index < 0) {
+        s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                     "%s holds %d modules separated by '// -----'; choose one with --module K",
+                     file, pieces);
+    } else if (index >= (pieces ? pieces : 1)) {
+        s = ot_error(OT_ERR_NOT_FOUND, "%s: --module %lld, but the file holds %d module%s", file,
+                     (long long)index, pieces, pieces == 1 ? "" : "s");
+    } else {
+        int k = index < 0 ? 0 : (int)index;
+        ot_hlo_parse_options po = ot_hlo_parse_options_default();
+        po.filename = file;
+        po.line_offset = pieces ? lines[k] : 0;
+        s = ot_hlo_parse(pieces ? text + starts[k] : text, pieces ? lens[k] : len, &po, out);
+    }
+    ot_free(text);
+    return s;
+}
+
+static int run(int argc, char **argv) {
+    const char *file = NULL, *fill = NULL, *outdir = ".", *trace = NULL, *hbm = NULL;
+    input_arg inputs[MAX_INPUTS];
+    int ninputs = 0;
+    int64_t devices = 0, repeat = 1, level = 2, devmem = 0, modix = -1;
+    bool json = false, summary = false, limits = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (!strcmp(a, "--input") && more) {
+            const char *v = argv[++i], *eq = strchr(v, '=');
+            if (!eq || eq == v || !eq[1])
+                return cli_usage_error("run", "--input needs NAME=FILE.npy, got '%s'", v);
+            if (ninputs == MAX_INPUTS) return cli_usage_error("run", "too many --input");
+            static char names[MAX_INPUTS][256];
+            snprintf(names[ninputs], sizeof names[ninputs], "%.*s", (int)(eq - v), v);
+            inputs[ninputs] = (input_arg){names[ninputs], eq + 1, false};
+            ninputs++;
+        } else if (!strcmp(a, "--fill") && more) {
+            fill = argv[++i];
+        } else if (!strcmp(a, "--output-dir") && more) {
+            outdir = argv[++i];
+        } else if (!strcmp(a, "--devices") && more) {
+            if (!cli_parse_i64(argv[++i], 1, 4096, &devices))
+                return cli_usage_error("run", "--devices needs a count in 1..4096");
+        } else if (!strcmp(a, "--device-memory") && more) {
+            if (!cli_parse_size(argv[++i], &devmem) || devmem <= 0)
+                return cli_usage_error("run", "--device-memory needs a size such as 512M");
+        } else if (!strcmp(a, "--hbm") && more) {
+            hbm = argv[++i];
+        } else if (!strcmp(a, "-O") && more) {
+            if (!cli_parse_i64(argv[++i], 0, 2, &level))
+                return cli_usage_error("run", "-O needs 0, 1 or 2");
+        } else if (!strncmp(a, "-O", 2) && a[2]) {
+            if (!cli_parse_i64(a + 2, 0, 2, &level))
+                return cli_usage_error("run", "-O needs 0, 1 or 2");
+        } else if (!strcmp(a, "--trace") && more) {
+            trace = argv[++i];
+        } else if (!strcmp(a, "--repeat") && more) {
+            if (!cli_parse_i64(argv[++i], 1, 1000000, &repeat))
+                return cli_usage_error("run", "--repeat needs a count >= 1");
+        } else if (!strcmp(a, "--module") && more) {
+            if (!cli_parse_i64(argv[++i], 0, 1 << 20, &modix))
+                return cli_usage_error("run", "--module needs an index >= 0");
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--summary")) {
+            summary = true;
+        } else if (!strcmp(a, "--limits")) {
+            limits = true;
+        } else if (a[0] != '-' && !file) {
+            file = a;
+        } else {
+            return cli_usage_error("run", "unknown or incomplete argument '%s'", a);
+        }
+    }
+    if (!file) return cli_usage_error("run", "no HLO file given");
+    if (hbm && devmem)
+        return cli_usage_error("run", "--hbm and --device-memory exclude each other");
+    uint64_t seed = 0;
+    bool zeros = false, random = false;
+    if (fill) {
+        if (!strcmp(fill, "zeros")) {
+            zeros = true;
+        } else if (!strncmp(fill, "random:", 7)) {
+            int64_t sv;
+            if (!cli_parse_i64(fill + 7, 0, INT64_MAX, &sv))
+                return cli_usage_error("run", "--fill random:SEED needs a non-negative seed");
+            seed = (uint64_t)sv;
+            random = true;
+        } else {
+            return cli_usage_error("run", "--fill takes random:SEED or zeros, not '%s'", fill);
+        }
+    }
+
+    int rc = CLI_FAIL;
+    ot_module *m = NULL;
+    ot_profile *prof = NULL;
+    ot_backend *b = NULL;
+    run_state st;
+    memset(&st, 0, sizeof st);
+    uint64_t *times = NULL;
+    ot_bench_limits lim;
+    memset(&lim, 0, sizeof lim);
+
+    if (parse_module(file, modix, &m) != OT_OK) goto fail;
+    const ot_computation *entry = ot_module_entry(m);
+    if (!entry) {
+        ot_error(OT_ERR_INVALID_ARGUMENT, "%s: no entry computation", file);
+        goto fail;
+    }
+    st.np = entry->nparams;
+    st.replicas = (int)ot_module_get_config(m)->replica_count;
+    if (st.replicas < 1) st.replicas = 1;
+    if (ot_module_get_config(m)->num_partitions > 1) {
+        ot_error(OT_ERR_UNIMPLEMENTED,
+                 "%s: num_partitions=%lld (SPMD partitioning) is not "
+                 "supported; run one partition per module",
+                 file, (long long)ot_module_get_config(m)->num_partitions);
+        goto fail;
+    }
+    if (devices == 0) devices = st.replicas > 1 ? st.replicas : ot_device_count_from_env();
+    if (st.replicas > 1 && devices != st.replicas) {
+        ot_error(OT_ERR_INVALID_ARGUMENT,
+                 "%s has replica_count=%d; run it with --devices %d, not %lld", file, st.replicas,
+                 st.replicas, (long long)devices);
+        goto fail;
+    }
+
+    /* inputs */
+    st.host = ot_calloc((size_t)st.np + 1, sizeof *st.host);
+    bool *given = ot_calloc((size_t)st.np + 1, sizeof *given);
+    if (!st.host || !given) {
+        ot_free(given);
+        ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
+        goto fail;
+    }
+    for (int k = 0; k < ninputs; k++) {
+        int p = find_param(entry, inputs[k].name);
+        if (p < 0) {
+            ot_error(OT_ERR_NOT_FOUND,
+                     "--input %s: the module has no parameter named or numbered "
+                     "'%s' (it has %d)",
+                     inputs[k].name, inputs[k].name, st.np);
+            ot_free(given);
+            goto fail;
+        }
+        const ot_ir_shape *ps = &entry->params[p]->shape;
+        if (given[p]) {
+            ot_error(OT_ERR_INVALID_ARGUMENT, "--input %s: parameter %d (%s) given twice",
+                     inputs[k].name, p, entry->params[p]->name);
+            ot_free(given);
+            goto fail;
+        }
+        if (ps->kind != OT_IR_ARRAY) {
+            ot_error(OT_ERR_UNIMPLEMENTED, "parameter %d (%s) is a tuple; pass arrays", p,
+                     entry->params[p]->name);
+            ot_free(given);
+            goto fail;
+        }
+        if (ot_npy_read_file(inputs[k].file, &st.host[p]) != OT_OK) {
+            ot_error_wrap(OT_ERR_INVALID_ARGUMENT, "--input %s", inputs[k].name);
+            ot_free(given);
+            goto fail;
+        }
+        given[p] = true;
+        ot_tensor *t = &st.host[p];
+        if (ps->array.dtype == OT_BF16 && t->shape.dtype == OT_U16) t->shape.dtype = OT_BF16;
+        if (!ot_shape_equal(&t->shape, &ps->array)) {
+            char want[96], got[96];
+            ot_shape_format(&ps->array, want, sizeof want);
+            ot_shape_format(&t->shape, got, sizeof got);
+            ot_error(OT_ERR_SHAPE_MISMATCH,
+                     "--input %s=%s: parameter %d (%s) expects %s, the file "
+                     "holds %s",
+                     inputs[k].name, inputs[k].file, p, entry->params[p]->name, want, got);
+            ot_free(given);
+            goto fail;
+        }
+    }
+    for (int p = 0; p < st.np; p++) {
+        if (given[p]) continue;
+        const ot_ir_shape *ps = &entry->params[p]->shape;
+        if (ps->kind != OT_IR_ARRAY) {
+            ot_error(OT_ERR_UNIMPLEMENTED, "parameter %d (%s) is a tuple; pass arrays", p,
+                     entry->params[p]->name);
+            ot_free(given);
+            goto fail;
+        }
+        if (!zeros && !random) {
+            ot_error(OT_ERR_INVALID_ARGUMENT, "parameter %d (%s) has no --input (or use --fill)", p,
+                     entry->params[p]->name);
+            ot_free(given);
+            goto fail;
+        }
+        if (ot_tensor_alloc(&st.host[p], &ps->array) != OT_OK) {
+            ot_free(given);
+            goto fail;
+        }
+        if (random) fill_random(&st.host[p], seed * 1000003ULL + (uint64_t)p);
+    }
+    ot_free(given);
+
+    /* backend, compile into the profile, run */
+    if (limits) {
+        ot_bench_limits_options lo = ot_bench_limits_options_default();
+        lo.what = OT_BENCH_LIMIT_STREAM;
+        lo.reps = 3;
+        if (ot_bench_limits_measure(&lo, &lim) != OT_OK) goto fail;
+    }
+    if (ot_profile_create(&prof) != OT_OK) goto fail;
+    int64_t off;
+    if (ot_clock_offset_ns(&off)) ot_profile_set_time_offset(prof, off);
+    ot_backend_options bo = ot_backend_options_default();
+    bo.devices = (int)devices;
+    bo.device_memory = devmem;
+    bo.hbm_preset = hbm;
+    bo.retry.max_attempts = 1; /* a CLI run reports the first failure */
+    if (ot_backend_create(&bo, &b) != OT_OK) goto fail;
+    for (int k = 0; k < ot_backend_device_count(b); k++)
+        ot_device_set_profile(ot_backend_device(b, k), prof);
+    ot_compile_options co = ot_compile_options_default();
+    co.opt_level = (int)level;
+    uint64_t tc = ot_now_ns();
+    if (ot_backend_register_module_profiled(b, "main", m, &co, prof) != OT_OK) goto fail;
+    double compile_ms = (double)(ot_now_ns() - tc) / 1e6;
+    if (ot_backend_lookup(b, "main", &st.exe) != OT_OK) goto fail;
+    st.b = b;
+    st.prof = prof;
+    st.no = ot_executable_output_count(st.exe);
+    st.result = ot_calloc((size_t)st.no + 1, sizeof *st.result);
+    st.ns = ot_calloc((size_t)devices, sizeof *st.ns);
+    times = ot_calloc((size_t)repeat, sizeof *times);
+    if (!st.result || !st.ns || !times) {
+        ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
+        goto fail;
+    }
+    int dev = 0;
+    if (st.replicas == 1 && ot_backend_select_device(b, OT_DEVSEL_MOST_FREE, -1, &dev) != OT_OK)
+        goto fail;
+    for (int64_t r = 0; r < repeat; r++) {
+        ot_status s;
+        if (st.replicas > 1) {
+            s = ot_local_run(st.replicas, replica_fn, &st, NULL);
+            uint64_t mx = 0;
+            for (int k = 0; k < st.replicas; k++) mx = st.ns[k] > mx ? st.ns[k] : mx;
+            times[r] = mx;
+        } else {
+            s = run_on(&st, dev, NULL, r == repeat - 1);
+            times[r] = st.ns[dev];
+        }
+        if (s != OT_OK) goto fail;
+    }
+
+    /* outputs */
+    if (mkdir(outdir, 0777) != 0 && errno != EEXIST) {
+        ot_error(OT_ERR_IO, "--output-dir %s: cannot create it", outdir);
+        goto fail;
+    }
+    for (int k = 0; k < st.no; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/out_%d.npy", outdir, k);
+        ot_tensor t = st.result[k];
+        if (t.shape.dtype == OT_BF16) t.shape.dtype = OT_U16;
+        if (ot_npy_write_file(path, &t) != OT_OK) goto fail;
+    }
+    if (trace && ot_profile_write_chrome_trace(prof, trace) != OT_OK) goto fail;
+
+    uint64_t *sorted = ot_malloc((size_t)repeat * sizeof *sorted);
+    if (!sorted) {
+        ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
+        goto fail;
+    }
+    memcpy(sorted, times, (size_t)repeat * sizeof *sorted);
+    qsort(sorted, (size_t)repeat, sizeof *sorted, cmp_u64);
+    double min_ms = sorted[0] / 1e6, med_ms = sorted[repeat / 2] / 1e6;
+    ot_free(sorted);
+    ot_mem_stats ms;
+    ot_device_memory(ot_backend_device(b, dev), &ms);
+    int64_t flops = ot_executable_total_flops(st.exe), bytes = ot_executable_total_bytes(st.exe);
+    if (json) {
+        printf("{\"module\":");
+        json_str(ot_module_name(m));
+        printf(",\"file\":");
+        json_str(file);
+        printf(",\"devices\":%lld,\"replicas\":%d,\"opt_level\":%lld,\"kernels\":%d,"
+               "\"arena_bytes\":%lld,\"compile_ms\":%.3f,\"repeat\":%lld,\"run_ms\":[",
+               (long long)devices, st.replicas, (long long)level,
+               ot_executable_kernel_count(st.exe), (long long)ot_executable_arena_size(st.exe),
+               compile_ms, (long long)repeat);
+        for (int64_t r = 0; r < repeat; r++) printf("%s%.4f", r ? "," : "", times[r] / 1e6);
+        printf("],\"min_ms\":%.4f,\"median_ms\":%.4f,\"flops\":%lld,\"bytes\":%lld,"
+               "\"peak_device_bytes\":%lld,\"outputs\":[",
+               min_ms, med_ms, (long long)flops, (long long)bytes, (long long)ms.peak_in_use);
+        for (int k = 0; k < st.no; k++) {
+            char sh[128], path[4096];
+            ot_shape_format(&st.result[k].shape, sh, sizeof sh);
+            snprintf(path, sizeof path, "%s/out_%d.npy", outdir, k);
+            printf("%s{\"shape\":", k ? "," : "");
+            json_str(sh);
+            printf(",\"file\":");
+            json_str(path);
+            printf("}");
+        }
+        printf("]");
+        if (trace) {
+            printf(",\"trace\":");
+            json_str(trace);
+        }
+        printf("}\n");
+    } else {
+        printf("module      %s (%s)\n", ot_module_name(m), file);
+        printf("compiled    -O%lld in %.3f ms: %d kernels, arena %lld bytes\n", (long long)level,
+               compile_ms, ot_executable_kernel_count(st.exe),
+               (long long)ot_executable_arena_size(st.exe));
+        printf("devices     %lld%s\n", (long long)devices,
+               st.replicas > 1 ? " (one replica each)" : "");
+        printf("run         %lld x: min %.4f ms, median %.4f ms", (long long)repeat, min_ms,
+               med_ms);
+        if (med_ms > 0)
+            printf(", %.3f GB/s, %.3f GFLOP/s", (double)bytes / (med_ms * 1e6),
+                   (double)flops / (med_ms * 1e6));
+        printf("\n");
+        printf("memory      peak %lld bytes in use on device %d\n", (long long)ms.peak_in_use, dev);
+        for (int k = 0; k < st.no; k++) {
+            char sh[128];
+            ot_shape_format(&st.result[k].shape, sh, sizeof sh);
+            printf("output %-4d %s -> %s/out_%d.npy%s\n", k, sh, outdir, k,
+                   st.result[k].shape.dtype == OT_BF16 ? " (bf16 as u16 bits)" : "");
+        }
+        if (trace) printf("trace       %s\n", trace);
+        if (summary || limits) {
+            char *s = NULL;
+            if (ot_profile_summary(prof, limits ? &lim : NULL, 10, &s) != OT_OK) goto fail;
+            printf("\n%s", s);
+            ot_free(s);
+        }
+    }
+    rc = CLI_OK;
+fail:
+    if (rc != CLI_OK) rc = cli_fail("run");
+    for (int k = 0; st.host && k < st.np; k++) ot_tensor_release(&st.host[k]);
+    for (int k = 0; st.result && k < st.no; k++) ot_tensor_release(&st.result[k]);
+    ot_free(st.host);
+    ot_free(st.result);
+    ot_free(st.ns);
+    ot_free(times);
+    if (b)
+        for (int k = 0; k < ot_backend_device_count(b); k++)
+            ot_device_set_profile(ot_backend_device(b, k), NULL);
+    ot_backend_free(b);
+    ot_profile_free(prof);
+    ot_module_free(m);
+    return rc;
+}
+
+const cli_command cli_cmd_run = {
+    "run",
+    "compile an HLO module, run it on host devices, write out_K.npy and timings",
+    usage,
+    run,
+};
