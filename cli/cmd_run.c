@@ -25,7 +25,9 @@ static const char usage[] =
     "  --output-dir D   where out_K.npy go (default: the current directory; created if missing);\n"
     "                   bf16 results are written as u16 bit patterns\n"
     "  --devices N      host devices (default: OPTITPU_DEVICES or 1); a module with\n"
-    "                   replica_count=R runs on R of them with collectives between them\n"
+    "                   replica_count=R and num_partitions=P runs on R*P of them (device\n"
+    "                   g = replica*P + partition, each with the same inputs), collectives\n"
+    "                   between them; out_K.npy are device 0's results\n"
     "  --device-memory SIZE  memory per device (K/M/G suffixes; default unlimited)\n"
     "  --hbm PRESET     memory per device = a TPU chip's HBM (v2, v3, v4, v5e, v5p, v6e)\n"
     "  -O LEVEL         optimization level 0, 1 or 2 (default 2)\n"
@@ -307,18 +309,15 @@ static int run(int argc, char **argv) {
     st.np = entry->nparams;
     st.replicas = (int)ot_module_get_config(m)->replica_count;
     if (st.replicas < 1) st.replicas = 1;
-    if (ot_module_get_config(m)->num_partitions > 1) {
-        ot_error(OT_ERR_UNIMPLEMENTED,
-                 "%s: num_partitions=%lld (SPMD partitioning) is not "
-                 "supported; run one partition per module",
-                 file, (long long)ot_module_get_config(m)->num_partitions);
-        goto fail;
-    }
+    int64_t nparts = ot_module_get_config(m)->num_partitions;
+    if (nparts > 1) st.replicas *= (int)nparts; /* one device per replica and partition */
     if (devices == 0) devices = st.replicas > 1 ? st.replicas : ot_device_count_from_env();
     if (st.replicas > 1 && devices != st.replicas) {
         ot_error(OT_ERR_INVALID_ARGUMENT,
-                 "%s has replica_count=%d; run it with --devices %d, not %lld", file, st.replicas,
-                 st.replicas, (long long)devices);
+                 "%s has replica_count=%lld, num_partitions=%lld; run it with --devices %d, not "
+                 "%lld",
+                 file, (long long)ot_module_get_config(m)->replica_count,
+                 (long long)(nparts > 1 ? nparts : 1), st.replicas, (long long)devices);
         goto fail;
     }
 
@@ -509,7 +508,7 @@ static int run(int argc, char **argv) {
                compile_ms, ot_executable_kernel_count(st.exe),
                (long long)ot_executable_arena_size(st.exe));
         printf("devices     %lld%s\n", (long long)devices,
-               st.replicas > 1 ? " (one replica each)" : "");
+               st.replicas > 1 ? " (one replica or partition each)" : "");
         printf("run         %lld x: min %.4f ms, median %.4f ms", (long long)repeat, min_ms,
                med_ms);
         if (med_ms > 0)

@@ -122,14 +122,14 @@ ENTRY main {
   ROOT r = f32[3] all-reduce(y), replica_groups={{0,1,2,3}}, to_apply=add
 }
 H
-"$bin" run "$tmp/ar.hlo" --fill zeros --devices 4 --output-dir "$tmp/ar" | grep -q "devices     4 (one replica each)"
+"$bin" run "$tmp/ar.hlo" --fill zeros --devices 4 --output-dir "$tmp/ar" | grep -q "devices     4 (one replica or partition each)"
 python3 - "$tmp/ar/out_0.npy" <<'PY'
 import struct, sys
 d = open(sys.argv[1], "rb").read()
 assert struct.unpack("<3f", d[-12:]) == (6.0, 6.0, 6.0), d[-12:]
 PY
 if "$bin" run "$tmp/ar.hlo" --fill zeros --devices 2 >/dev/null 2>"$tmp/err"; then exit 1; fi
-grep -q "replica_count=4; run it with --devices 4" "$tmp/err"
+grep -q "replica_count=4, num_partitions=1; run it with --devices 4" "$tmp/err"
 
 # Bad input: a clear error naming the thing
 bad() { # message fragment, args...

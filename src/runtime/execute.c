@@ -175,10 +175,21 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
     if (ro.comm) {
         memset(&ec, 0, sizeof ec);
         ec.ctx = &ca;
-        ec.replica_id = ot_comm_rank(ro.comm);
-        ec.partition_id = 0;
-        ec.replica_count = ot_comm_size(ro.comm);
-        ec.num_partitions = 1;
+        /* world rank g = replica * P + partition (XLA's global device id) */
+        const ot_module_config *cfg = ot_module_get_config(ot_executable_module(exe));
+        int64_t np = cfg && cfg->num_partitions > 1 ? cfg->num_partitions : 1;
+        int64_t w = ot_comm_size(ro.comm), g = ot_comm_rank(ro.comm);
+        if (w % np != 0) {
+            ot_free(ca.scratch);
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "execute: %lld devices cannot hold num_partitions=%lld partitions "
+                            "evenly",
+                            (long long)w, (long long)np);
+        }
+        ec.replica_id = g / np;
+        ec.partition_id = g % np;
+        ec.replica_count = w / np;
+        ec.num_partitions = np;
         ec.exchange = comm_exchange;
         eo.comm = &ec;
     }
