@@ -19,27 +19,54 @@ static void world_dims(const ot_instr *i, const ot_exec_comm *c, int64_t *replic
     *partitions = cfg && cfg->num_partitions > 0 ? cfg->num_partitions : 1;
 }
 
-static int64_t my_id(const ot_instr *i, const ot_exec_comm *c, bool global) {
+/* XLA's collective modes: use_global_device_ids -> ids are global device ids (replica *
+ * num_partitions + partition); otherwise a channel_id makes the op cross-partition (ids are
+ * partition ids within this replica), and without one it is cross-replica (ids are replica ids
+ * of this partition). */
+typedef enum id_mode { MODE_REPLICA, MODE_PARTITION, MODE_GLOBAL } id_mode;
+
+static id_mode mode_of(const ot_instr *i) {
+    if (i->attrs.use_global_device_ids) return MODE_GLOBAL;
+    return i->attrs.channel_id != 0 ? MODE_PARTITION : MODE_REPLICA;
+}
+
+static int64_t my_id(const ot_instr *i, const ot_exec_comm *c, id_mode m) {
     if (!c) return 0;
     int64_t r, p;
     world_dims(i, c, &r, &p);
-    return global ? c->replica_id * p + c->partition_id : c->replica_id;
+    switch (m) {
+    case MODE_GLOBAL: return c->replica_id * p + c->partition_id;
+    case MODE_PARTITION: return c->partition_id;
+    default: return c->replica_id;
+    }
 }
 
-static int64_t world_size(const ot_instr *i, const ot_exec_comm *c, bool global) {
+static int64_t world_size(const ot_instr *i, const ot_exec_comm *c, id_mode m) {
     int64_t r, p;
     world_dims(i, c, &r, &p);
-    return global ? r * p : r;
+    return m == MODE_GLOBAL ? r * p : m == MODE_PARTITION ? p : r;
+}
+
+/* The global device id of member `id` of this op's id space. */
+static int64_t to_global(const ot_instr *i, const ot_exec_comm *c, id_mode m, int64_t id) {
+    if (!c) return id;
+    int64_t r, p;
+    world_dims(i, c, &r, &p);
+    switch (m) {
+    case MODE_GLOBAL: return id;
+    case MODE_PARTITION: return c->replica_id * p + id;
+    default: return id * p + c->partition_id;
+    }
 }
 
 /* The members of the group this device belongs to (ids, count) and its position in it. */
 static ot_status find_group(const ot_instr *i, const ot_exec_comm *c, int64_t *ids, int64_t cap,
                             int64_t *n, int64_t *pos) {
-    bool global = i->attrs.use_global_device_ids;
-    int64_t me = my_id(i, c, global);
+    id_mode md = mode_of(i);
+    int64_t me = my_id(i, c, md);
     const ot_replica_groups *g = i->attrs.groups;
     if (!g || g->ngroups == 0) {
-        int64_t w = world_size(i, c, global);
+        int64_t w = world_size(i, c, md);
         if (w > cap) return ot_error(OT_ERR_UNIMPLEMENTED, "%s: group too large", EX_NAME(i));
         for (int64_t k = 0; k < w; k++) ids[k] = k;
         *n = w;
@@ -76,7 +103,12 @@ static ot_status exchange(ex_ctx *x, const ot_instr *i, const int64_t *ids, int6
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "%s (%s): a group of %lld devices needs a communicator (none attached)",
                         EX_NAME(i), ot_opcode_name(i->opcode), (long long)n);
-    ot_status st = c->exchange(c->ctx, ids, (int)n, send, bytes, recv);
+    int64_t *gids = ot_malloc((size_t)n * sizeof *gids);
+    if (!gids) return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+    id_mode md = mode_of(i);
+    for (int64_t k = 0; k < n; k++) gids[k] = to_global(i, c, md, ids[k]);
+    ot_status st = c->exchange(c->ctx, gids, (int)n, send, bytes, recv);
+    ot_free(gids);
     if (st != OT_OK) return ot_error_wrap(st, "%s (%s)", EX_NAME(i), ot_opcode_name(i->opcode));
     return OT_OK;
 }
@@ -142,7 +174,8 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
     int64_t n = 1, pos = 0;
     if (i->opcode == OT_OP_COLLECTIVE_PERMUTE) {
         /* every device takes part; the value comes from the pair whose target is this device */
-        int64_t w = world_size(i, c, false), me = my_id(i, c, false);
+        id_mode md = mode_of(i);
+        int64_t w = world_size(i, c, md), me = my_id(i, c, md);
         if (w > MAX_GROUP) {
             st = ot_error(OT_ERR_UNIMPLEMENTED, "%s: too many devices", EX_NAME(i));
             goto done;
