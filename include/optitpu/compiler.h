@@ -60,7 +60,7 @@ typedef struct ot_compile_options {
     int64_t fold_max_elements;  /* constant-folding size cap (default 1M elements) */
     int max_fusion_io;          /* operands + outputs per fusion (default 64) */
     int64_t arena_limit;        /* bytes; 0 = none. Over it: OUT_OF_MEMORY with the peak */
-    bool verify_each;           /* run the verifier after every pass */
+    bool verify_each;           /* verifier after every pass (always on without NDEBUG) */
     const char *dump_dir;       /* write HLO text + DOT after passes here (NULL: no dumps) */
     const char *dump_after;     /* only after this pass (NULL or "all": every pass) */
     const char *target;         /* "host-cpu" by default (part of the fingerprint) */

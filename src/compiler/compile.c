@@ -759,6 +759,9 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     *out = NULL;
     ot_compile_options o = opts ? *opts : ot_compile_options_default();
     if (!o.target) o.target = "host-cpu";
+#ifndef NDEBUG
+    o.verify_each = true; /* debug builds verify after every pass */
+#endif
     if (!src) return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: module is NULL");
     ot_computation *entry = ot_module_entry(src);
     if (!entry)
