@@ -1943,6 +1943,7 @@ static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pid
                     (int)nn, nm, x->c->name);
     d->name = nm;
     d->nlen = nn;
+    ir_names_prefetch(x->c->names_, nm, nn); /* the insert at the end of the line will hit */
     OT_CHECK(expect_char(x, '='));
     OT_CHECK(parse_shape(x, x->m->arena, &d->shape, 0));
     OT_CHECK(skip_ws(x));

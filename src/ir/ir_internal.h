@@ -21,11 +21,24 @@ typedef struct ir_name_index {
 extern const char ir_tomb_[1];
 #define IR_TOMB (ir_tomb_)
 
-uint64_t ir_hash_bytes(const void *p, size_t n);
+static inline uint64_t ir_hash_bytes(const void *p, size_t n) {
+    /* FNV-1a with a final mix: names are short. */
+    const unsigned char *s = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
 ot_status ir_names_put(ir_name_index *x, const char *key, void *val); /* replaces existing */
 /* Inserts key unless present: OT_ERR_ALREADY_EXISTS (no message set) when it is. */
 ot_status ir_names_insert(ir_name_index *x, const char *key, size_t len, void *val);
 void *ir_names_get(const ir_name_index *x, const char *key, size_t len);
+/* Starts loading the slot a later insert or get of key will probe (hides a cache miss). */
+static inline void ir_names_prefetch(const ir_name_index *x, const char *key, size_t len) {
+    if (x->cap) __builtin_prefetch(&x->slots[ir_hash_bytes(key, len) & (x->cap - 1)], 1);
+}
 void ir_names_del(ir_name_index *x, const char *key);
 void ir_names_free(ir_name_index *x);
 

@@ -9,17 +9,6 @@ const char ir_tomb_[1] = {0};
  * Hashing and indexes
  * ------------------------------------------------------------------------------------------- */
 
-uint64_t ir_hash_bytes(const void *p, size_t n) {
-    /* FNV-1a with a final mix: names are short. */
-    const unsigned char *s = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
-}
-
 static ot_status names_grow(ir_name_index *x) {
     uint64_t ncap = x->cap ? x->cap * 2 : 16;
     while (x->n * 2 >= ncap) ncap *= 2;
@@ -672,6 +661,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     i->id = m->next_id;
     ir_name_index *names = c->names_;
     char buf[64];
+    size_t nlen = name_len;
     if (name) {
         i->name = ir_strndup(m, name, name_len);
     } else {
@@ -679,9 +669,10 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         for (int k = 1; ir_names_get(names, buf, strlen(buf)); k++)
             snprintf(buf, sizeof buf, "%s.%lld.%d", ot_opcode_name(op), (long long)i->id, k);
         i->name = ir_strdup(m, buf);
+        nlen = strlen(buf);
     }
     if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
-    ot_status s = ir_names_insert(names, i->name, strlen(i->name), i);
+    ot_status s = ir_names_insert(names, i->name, nlen, i);
     if (s == OT_ERR_ALREADY_EXISTS)
         return ot_error(OT_ERR_ALREADY_EXISTS, "instruction name '%s' is already used in %s",
                         i->name, c->name);
