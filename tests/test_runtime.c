@@ -797,6 +797,119 @@ static void test_random_graphs(void) {
     ot_device_free(d);
 }
 
+/* A device over a caller's vtable: a counting wrapper around a host device. */
+typedef struct counting {
+    ot_device *inner;
+    int allocs, executes;
+} counting;
+
+static ot_status cnt_alloc(void *ctx, int64_t n, void **out) {
+    counting *c = ctx;
+    c->allocs++;
+    return ot_mem_pool_alloc(ot_device_pool(c->inner), n, out);
+}
+static ot_status cnt_free(void *ctx, void *p) {
+    return ot_mem_pool_release(ot_device_pool(((counting *)ctx)->inner), p);
+}
+static ot_status cnt_copy(void *ctx, void *dst, const void *src, size_t n) {
+    (void)ctx;
+    memcpy(dst, src, n);
+    return OT_OK;
+}
+static ot_status cnt_execute(void *ctx, ot_device *dev, const ot_executable *exe,
+                             void *const *params, void *const *outs, const ot_run_options *o,
+                             ot_run_result *res) {
+    counting *c = ctx;
+    c->executes++;
+    void *arena = NULL;
+    int64_t an = ot_executable_arena_size(exe);
+    if (an) OT_CHECK(ot_mem_pool_alloc(ot_device_pool(c->inner), an, &arena));
+    ot_status s = ot_execute_on_host(exe, arena, params, outs, o, ot_device_index(dev), res);
+    ot_mem_pool_release(ot_device_pool(c->inner), arena);
+    return s;
+}
+static void cnt_memory(void *ctx, ot_mem_stats *out) {
+    ot_device_memory(((counting *)ctx)->inner, out);
+}
+
+static void test_custom_device(void) {
+    static const ot_device_vtable vt = {
+        .kind = "counting",
+        .alloc = cnt_alloc,
+        .free = cnt_free,
+        .copy_to_device = cnt_copy,
+        .copy_to_host = cnt_copy,
+        .copy_on_device = cnt_copy,
+        .execute = cnt_execute,
+        .memory = cnt_memory,
+    };
+    counting c = {NULL, 0, 0};
+    ASSERT_OK(ot_host_device_create(9, 0, &c.inner));
+    ot_device *d;
+    ASSERT_OK(ot_device_create(&vt, &c, 5, &d));
+    EXPECT_STR_EQ(ot_device_kind(d), "counting");
+    EXPECT_INT_EQ(ot_device_index(d), 5);
+    EXPECT_OK(ot_device_synchronize(d)); /* NULL slot: nothing pending */
+    EXPECT_INT_EQ(ot_device_trim(d), 0);
+    ot_executable *e = compile_text(k_sgd, 2);
+    ASSERT_TRUE(e != NULL);
+    float v[4] = {1, 2, 3, 4}, r[4];
+    ot_buffer *in[2] = {f32_buffer(d, 4, v), f32_buffer(d, 4, v)}, *out[2];
+    EXPECT_OK(ot_device_execute(d, e, in, 2, out, 2, NULL, NULL));
+    read_f32(out[0], r, 4);
+    EXPECT_TRUE(r[0] == 0.5f && r[3] == 2.0f);
+    EXPECT_INT_EQ(c.executes, 1);
+    EXPECT_INT_EQ(c.allocs, 3); /* two inputs, one non-donated output */
+    for (int k = 0; k < 2; k++) {
+        ot_buffer_free(in[k]);
+        ot_buffer_free(out[k]);
+    }
+    ot_device_free(d); /* no destroy slot: the context stays the caller's */
+    ot_mem_stats s;
+    ot_device_memory(c.inner, &s);
+    EXPECT_INT_EQ(s.in_use, 0);
+    ot_device_free(c.inner);
+    ot_executable_free(e);
+    ot_device_vtable bad = vt;
+    bad.execute = NULL;
+    EXPECT_STATUS(ot_device_create(&bad, &c, 0, &d), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(d == NULL);
+}
+
+static void test_backend_fault_injection(void) {
+    ot_module *m = parse(k_sgd);
+    ASSERT_TRUE(m != NULL);
+    bool done = false;
+    for (int n = 1; n < 2000 && !done; n++) {
+        int64_t live = ot_alloc_live();
+        ot_alloc_fail_after(n);
+        ot_backend_options bo = ot_backend_options_default();
+        bo.devices = 2;
+        ot_backend *b = NULL;
+        ot_buffer *in[2] = {0}, *out[2] = {0};
+        ot_status s = ot_backend_create(&bo, &b);
+        if (s == OT_OK) s = ot_backend_register_module(b, "sgd", m, NULL);
+        float v[4] = {1, 2, 3, 4};
+        ot_shape sh;
+        ot_shape_make(&sh, OT_F32, 1, (int64_t[]){4});
+        ot_tensor t;
+        ot_tensor_borrow(&t, &sh, v);
+        if (s == OT_OK) s = ot_buffer_from_host(ot_backend_device(b, 1), &t, &in[0]);
+        if (s == OT_OK) s = ot_buffer_from_host(ot_backend_device(b, 1), &t, &in[1]);
+        if (s == OT_OK) s = ot_backend_execute(b, "sgd", 1, in, 2, out, 2, NULL, NULL);
+        ot_alloc_fail_after(0);
+        done = s == OT_OK;
+        for (int k = 0; k < 2; k++) {
+            ot_buffer_free(in[k]);
+            ot_buffer_free(out[k]);
+        }
+        ot_backend_free(b);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+    }
+    EXPECT_TRUE(done);
+    ot_module_free(m);
+}
+
 static void test_device_count_env(void) {
     setenv("OPTITPU_DEVICES", "6", 1);
     EXPECT_INT_EQ(ot_device_count_from_env(), 6);
@@ -824,6 +937,8 @@ int main(int argc, char **argv) {
         OT_TEST(test_profile_trace),
         OT_TEST(test_random_graphs),
         OT_TEST(test_device_count_env),
+        OT_TEST(test_custom_device),
+        OT_TEST(test_backend_fault_injection),
     };
     return ot_test_main(argc, argv, tests, (int)(sizeof tests / sizeof tests[0]));
 }
