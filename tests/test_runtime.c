@@ -121,8 +121,9 @@ static void test_pool_limit(void) {
     EXPECT_INT_EQ(s.oom_count, 1);
     EXPECT_INT_EQ(s.peak_reserved, 7 * MiB);
     EXPECT_OK(ot_mem_pool_release(p, b));
-    EXPECT_STATUS(ot_mem_pool_create(-1, &p), OT_ERR_INVALID_ARGUMENT);
     ot_mem_pool *q;
+    EXPECT_STATUS(ot_mem_pool_create(-1, &q), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(q == NULL);
     ASSERT_OK(ot_mem_pool_create(0, &q));
     EXPECT_STATUS(ot_mem_pool_alloc(q, -5, &b), OT_ERR_INVALID_ARGUMENT);
     ot_mem_pool_free(q);
