@@ -14,5 +14,6 @@
 #include "optitpu/mpi.h"
 #include "optitpu/compiler.h"
 #include "optitpu/runtime.h"
+#include "optitpu/optim.h"
 
 #endif /* OPTITPU_OPTITPU_H */

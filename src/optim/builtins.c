@@ -1,0 +1,346 @@
+/* Built-in update graphs, following torch.optim's single-tensor (foreach=False) formulas in the
+ * same operation order: host-side scalar expressions (bias corrections, step sizes) in f64 inside
+ * the graph, rounded to the parameter dtype where torch passes them to its f32 kernels. */
+#include <math.h>
+#include <string.h>
+
+#include "optim_internal.h"
+
+typedef struct gb {
+    ot_computation *c;
+    ot_shape s;
+    ot_dtype t;
+} gb;
+
+static ot_instr *bin(gb *b, ot_opcode op, ot_instr *x, ot_instr *y) {
+    return ot_build_binary(b->c, op, x, y);
+}
+static ot_instr *add(gb *b, ot_instr *x, ot_instr *y) {
+    return bin(b, OT_OP_ADD, x, y);
+}
+static ot_instr *sub(gb *b, ot_instr *x, ot_instr *y) {
+    return bin(b, OT_OP_SUBTRACT, x, y);
+}
+static ot_instr *mul(gb *b, ot_instr *x, ot_instr *y) {
+    return bin(b, OT_OP_MULTIPLY, x, y);
+}
+static ot_instr *dvd(gb *b, ot_instr *x, ot_instr *y) {
+    return bin(b, OT_OP_DIVIDE, x, y);
+}
+static ot_instr *sqr(gb *b, ot_instr *x) {
+    return ot_build_unary(b->c, OT_OP_SQRT, x);
+}
+static ot_instr *neg(gb *b, ot_instr *x) {
+    return ot_build_unary(b->c, OT_OP_NEGATE, x);
+}
+/* A host double rounded to the parameter dtype, broadcast to the parameter shape. */
+static ot_instr *K(gb *b, double v) {
+    return ot_build_broadcast(b->c, ot_build_constant_scalar(b->c, b->t, v), b->s, NULL, 0);
+}
+/* f64 scalar constant. */
+static ot_instr *D(gb *b, double v) {
+    return ot_build_constant_scalar(b->c, OT_F64, v);
+}
+/* An f64 scalar node rounded to the parameter dtype and broadcast. */
+static ot_instr *S(gb *b, ot_instr *f64) {
+    return ot_build_broadcast(b->c, ot_build_convert(b->c, f64, b->t), b->s, NULL, 0);
+}
+/* x + alpha * y (torch's add(..., alpha=)). */
+static ot_instr *axpy(gb *b, ot_instr *x, double alpha, ot_instr *y) {
+    return add(b, x, mul(b, K(b, alpha), y));
+}
+
+static gb gb_of(const ot_optim_inputs *in) {
+    gb b = {in->c, in->param->shape.array, in->param->shape.array.dtype};
+    return b;
+}
+
+#define HP(name) ot_optimizer_hparam(o, name)
+#define ON(name) (HP(name) != 0.0)
+
+static ot_status check_range(const ot_optimizer *o, const char *name, double lo, double hi) {
+    double v = HP(name);
+    if (!(v >= lo && v <= hi))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "optimizer '%s': %s = %g outside [%g, %g]",
+                        ot_optimizer_name(o), name, v, lo, hi);
+    return OT_OK;
+}
+static ot_status check_bool(const ot_optimizer *o, const char *name) {
+    double v = HP(name);
+    if (v != 0.0 && v != 1.0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "optimizer '%s': %s = %g (a flag: 0 or 1)",
+                        ot_optimizer_name(o), name, v);
+    return OT_OK;
+}
+
+/* maximize, then coupled L2 weight decay. */
+static ot_instr *grad_in(gb *b, const ot_optimizer *o, const ot_optim_inputs *in, bool coupled) {
+    ot_instr *g = in->grad;
+    if (ON("maximize")) g = neg(b, g);
+    if (coupled && HP("weight_decay") != 0.0) g = axpy(b, g, HP("weight_decay"), in->param);
+    return g;
+}
+
+/* ---- SGD ----------------------------------------------------------------------------------- */
+
+static const char *const sgd_names[] = {"lr",           "momentum", "dampening",
+                                        "weight_decay", "nesterov", "maximize"};
+static const double sgd_defaults[] = {1e-3, 0, 0, 0, 0, 0};
+
+static ot_status sgd_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "momentum", 0, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    OT_CHECK(check_bool(o, "nesterov"));
+    OT_CHECK(check_bool(o, "maximize"));
+    if (ON("nesterov") && (HP("momentum") <= 0 || HP("dampening") != 0))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "optimizer 'sgd': nesterov needs momentum > 0 and zero dampening");
+    return OT_OK;
+}
+static int sgd_nstate(const ot_optimizer *o) {
+    return HP("momentum") != 0.0 ? 1 : 0;
+}
+static const char *sgd_state(const ot_optimizer *o, int i) {
+    (void)o;
+    (void)i;
+    return "momentum_buffer";
+}
+static ot_status sgd_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                           ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    ot_instr *d = grad_in(&b, o, in, true);
+    double mu = HP("momentum");
+    if (mu != 0.0) {
+        /* torch: the buffer is a copy of d on the first step */
+        ot_instr *later = axpy(&b, mul(&b, in->state[0], K(&b, mu)), 1.0 - HP("dampening"), d);
+        ot_shape ps = b.s;
+        ps.dtype = OT_PRED;
+        ot_instr *first = ot_build_broadcast(
+            b.c, ot_build_compare(b.c, in->step, D(&b, 1.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT), ps,
+            NULL, 0);
+        ot_instr *buf = ot_build_select(b.c, first, d, later);
+        out->state[0] = buf;
+        d = ON("nesterov") ? axpy(&b, d, mu, buf) : buf;
+    }
+    out->param = add(&b, in->param, mul(&b, S(&b, ot_build_unary(b.c, OT_OP_NEGATE, in->lr)), d));
+    return OT_OK;
+}
+
+/* ---- Adam / AdamW (AMSGrad) ----------------------------------------------------------------- */
+
+static const char *const adam_names[] = {"lr",           "beta1",   "beta2",   "eps",
+                                         "weight_decay", "amsgrad", "maximize"};
+static const double adam_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+static const double adamw_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 1e-2, 0, 0};
+
+static ot_status adam_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "beta1", 0, 0.999999999999));
+    OT_CHECK(check_range(o, "beta2", 0, 0.999999999999));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    OT_CHECK(check_bool(o, "amsgrad"));
+    return check_bool(o, "maximize");
+}
+static int adam_nstate(const ot_optimizer *o) {
+    return ON("amsgrad") ? 3 : 2;
+}
+static const char *adam_state(const ot_optimizer *o, int i) {
+    (void)o;
+    static const char *const n[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    return n[i];
+}
+static ot_status adam_common(const ot_optimizer *o, const ot_optim_inputs *in,
+                             ot_optim_outputs *out, bool decoupled) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
+    ot_instr *g = grad_in(&b, o, in, !decoupled);
+    ot_instr *p = in->param;
+    if (decoupled && wd != 0.0) /* p *= 1 - lr * wd (host f64) */
+        p = mul(&b, p, S(&b, sub(&b, D(&b, 1.0), mul(&b, in->lr, D(&b, wd)))));
+    /* exp_avg.lerp_(g, 1 - b1); exp_avg_sq.mul_(b2).addcmul_(g, g, value=1 - b2) */
+    ot_instr *m = axpy(&b, in->state[0], 1.0 - b1, sub(&b, g, in->state[0]));
+    ot_instr *v =
+        add(&b, mul(&b, in->state[1], K(&b, b2)), mul(&b, K(&b, 1.0 - b2), mul(&b, g, g)));
+    ot_instr *bc1 = sub(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, D(&b, b1), in->step));
+    ot_instr *bc2 = sub(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, D(&b, b2), in->step));
+    ot_instr *step_size = dvd(&b, in->lr, bc1);
+    ot_instr *bc2_sqrt = sqr(&b, bc2);
+    ot_instr *vv = v;
+    if (ON("amsgrad")) {
+        vv = bin(&b, OT_OP_MAXIMUM, in->state[2], v);
+        out->state[2] = vv;
+    }
+    ot_instr *denom = add(&b, dvd(&b, sqr(&b, vv), S(&b, bc2_sqrt)), K(&b, HP("eps")));
+    out->param = add(&b, p, mul(&b, S(&b, neg(&b, step_size)), dvd(&b, m, denom)));
+    out->state[0] = m;
+    out->state[1] = v;
+    return OT_OK;
+}
+static ot_status adam_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                            ot_optim_outputs *out) {
+    return adam_common(o, in, out, false);
+}
+static ot_status adamw_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                             ot_optim_outputs *out) {
+    return adam_common(o, in, out, true);
+}
+
+/* ---- RMSprop -------------------------------------------------------------------------------- */
+
+static const char *const rms_names[] = {"lr",       "alpha",    "eps",     "weight_decay",
+                                        "momentum", "centered", "maximize"};
+static const double rms_defaults[] = {1e-2, 0.99, 1e-8, 0, 0, 0, 0};
+
+static ot_status rms_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "alpha", 0, INFINITY));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(check_range(o, "momentum", 0, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    OT_CHECK(check_bool(o, "centered"));
+    return check_bool(o, "maximize");
+}
+/* slots: square_avg, then momentum_buffer (momentum > 0), then grad_avg (centered) */
+static int rms_nstate(const ot_optimizer *o) {
+    return 1 + (HP("momentum") > 0) + (ON("centered") ? 1 : 0);
+}
+static const char *rms_state(const ot_optimizer *o, int i) {
+    if (i == 0) return "square_avg";
+    if (i == 1 && HP("momentum") > 0) return "momentum_buffer";
+    return "grad_avg";
+}
+static ot_status rms_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                           ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double alpha = HP("alpha");
+    bool mom = HP("momentum") > 0;
+    int gi = mom ? 2 : 1;
+    ot_instr *g = grad_in(&b, o, in, true);
+    ot_instr *sq =
+        add(&b, mul(&b, in->state[0], K(&b, alpha)), mul(&b, K(&b, 1.0 - alpha), mul(&b, g, g)));
+    out->state[0] = sq;
+    ot_instr *avg;
+    if (ON("centered")) {
+        ot_instr *ga = axpy(&b, in->state[gi], 1.0 - alpha, sub(&b, g, in->state[gi]));
+        out->state[gi] = ga;
+        avg = sqr(&b, add(&b, sq, mul(&b, K(&b, -1.0), mul(&b, ga, ga))));
+    } else {
+        avg = sqr(&b, sq);
+    }
+    avg = add(&b, avg, K(&b, HP("eps")));
+    ot_instr *neglr = S(&b, neg(&b, in->lr));
+    if (mom) {
+        ot_instr *buf = add(&b, mul(&b, in->state[1], K(&b, HP("momentum"))), dvd(&b, g, avg));
+        out->state[1] = buf;
+        out->param = add(&b, in->param, mul(&b, neglr, buf));
+    } else {
+        out->param = add(&b, in->param, mul(&b, neglr, dvd(&b, g, avg)));
+    }
+    return OT_OK;
+}
+
+/* ---- Adagrad -------------------------------------------------------------------------------- */
+
+static const char *const adagrad_names[] = {
+    "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"};
+static const double adagrad_defaults[] = {1e-2, 0, 0, 0, 1e-10, 0};
+
+static ot_status adagrad_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "lr_decay", 0, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    OT_CHECK(check_range(o, "initial_accumulator_value", 0, INFINITY));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    return check_bool(o, "maximize");
+}
+static int adagrad_nstate(const ot_optimizer *o) {
+    (void)o;
+    return 1;
+}
+static const char *adagrad_state(const ot_optimizer *o, int i) {
+    (void)o;
+    (void)i;
+    return "sum";
+}
+static double adagrad_init(const ot_optimizer *o, int i) {
+    (void)i;
+    return HP("initial_accumulator_value");
+}
+static ot_status adagrad_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                               ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    ot_instr *g = grad_in(&b, o, in, true);
+    /* clr = lr / (1 + (step - 1) * lr_decay), host f64 */
+    ot_instr *clr =
+        dvd(&b, in->lr,
+            add(&b, D(&b, 1.0), mul(&b, sub(&b, in->step, D(&b, 1.0)), D(&b, HP("lr_decay")))));
+    ot_instr *sum = add(&b, in->state[0], mul(&b, g, g));
+    ot_instr *std = add(&b, sqr(&b, sum), K(&b, HP("eps")));
+    out->state[0] = sum;
+    out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, clr)), dvd(&b, g, std)));
+    return OT_OK;
+}
+
+/* ---- Adadelta ------------------------------------------------------------------------------- */
+
+static const char *const adadelta_names[] = {"lr", "rho", "eps", "weight_decay", "maximize"};
+static const double adadelta_defaults[] = {1.0, 0.9, 1e-6, 0, 0};
+
+static ot_status adadelta_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "rho", 0, 1));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    return check_bool(o, "maximize");
+}
+static int adadelta_nstate(const ot_optimizer *o) {
+    (void)o;
+    return 2;
+}
+static const char *adadelta_state(const ot_optimizer *o, int i) {
+    (void)o;
+    return i == 0 ? "square_avg" : "acc_delta";
+}
+static ot_status adadelta_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                                ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double rho = HP("rho");
+    ot_instr *eps = K(&b, HP("eps"));
+    ot_instr *g = grad_in(&b, o, in, true);
+    ot_instr *sq =
+        add(&b, mul(&b, in->state[0], K(&b, rho)), mul(&b, K(&b, 1.0 - rho), mul(&b, g, g)));
+    ot_instr *std = sqr(&b, add(&b, sq, eps));
+    ot_instr *delta = mul(&b, dvd(&b, sqr(&b, add(&b, in->state[1], eps)), std), g);
+    ot_instr *acc = add(&b, mul(&b, in->state[1], K(&b, rho)),
+                        mul(&b, K(&b, 1.0 - rho), mul(&b, delta, delta)));
+    out->state[0] = sq;
+    out->state[1] = acc;
+    out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, in->lr)), delta));
+    return OT_OK;
+}
+
+/* ---- table ---------------------------------------------------------------------------------- */
+
+#define NH(a) ((int)(sizeof(a) / sizeof((a)[0])))
+static const ot_optimizer_vtable builtins[] = {
+    {"sgd", NH(sgd_names), sgd_names, sgd_defaults, sgd_validate, sgd_nstate, sgd_state, NULL,
+     sgd_build},
+    {"adam", NH(adam_names), adam_names, adam_defaults, adam_validate, adam_nstate, adam_state,
+     NULL, adam_build},
+    {"adamw", NH(adam_names), adam_names, adamw_defaults, adam_validate, adam_nstate, adam_state,
+     NULL, adamw_build},
+    {"rmsprop", NH(rms_names), rms_names, rms_defaults, rms_validate, rms_nstate, rms_state, NULL,
+     rms_build},
+    {"adagrad", NH(adagrad_names), adagrad_names, adagrad_defaults, adagrad_validate,
+     adagrad_nstate, adagrad_state, adagrad_init, adagrad_build},
+    {"adadelta", NH(adadelta_names), adadelta_names, adadelta_defaults, adadelta_validate,
+     adadelta_nstate, adadelta_state, NULL, adadelta_build},
+};
+
+const ot_optimizer_vtable *ot_optim_builtin(const char *name) {
+    for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
+        if (strcmp(builtins[i].name, name) == 0) return &builtins[i];
+    return NULL;
+}

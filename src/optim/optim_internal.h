@@ -1,0 +1,10 @@
+/* Internal: the built-in optimizer table. */
+#ifndef OT_OPTIM_INTERNAL_H
+#define OT_OPTIM_INTERNAL_H
+
+#include "optitpu/optim.h"
+
+/* The built-in vtable of that name, or NULL. */
+const ot_optimizer_vtable *ot_optim_builtin(const char *name);
+
+#endif

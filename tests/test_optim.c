@@ -1,0 +1,267 @@
+/* optim: every built-in update graph run for 100 steps through the reference evaluator on the
+ * fixtures' initial parameters and gradient sequence (tests/data/optim), compared every step with
+ * torch.optim's trajectory within the case's suggested_tolerance (4x the f32-vs-f64 deviation of
+ * torch itself; floors rtol 1e-6, atol 1e-7); bad input. */
+#include "ot_test.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+#include "optitpu/exec.h"
+#include "optitpu/optim.h"
+
+#define OPT_DIR OT_SOURCE_DIR "/tests/data/optim/"
+#define NP      4
+#define STEPS   100
+
+static const char *const pnames[NP] = {"scalar", "vector", "matrix", "tensor3"};
+
+static bool load(const char *rel, ot_tensor *t) {
+    char path[512];
+    snprintf(path, sizeof path, OPT_DIR "%s", rel);
+    return ot_npy_read_file(path, t) == OT_OK;
+}
+
+/* row t of a [STEPS, ...] tensor as a borrowed tensor of the parameter's shape */
+static void row(const ot_tensor *all, const ot_shape *s, int t, ot_tensor *out) {
+    size_t nb = ot_shape_nbytes_unchecked(s);
+    ot_tensor_borrow(out, s, (char *)all->data + (size_t)t * nb);
+}
+
+static int cases_run;
+
+static void run_case(json_t *c) {
+    const char *name = json_string_value(json_object_get(c, "name"));
+    const char *opt = json_string_value(json_object_get(c, "optimizer"));
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new(opt, &o));
+    json_t *hp = json_object_get(c, "hyperparams");
+    const char *k;
+    json_t *v;
+    json_object_foreach(hp, k, v) {
+        if (strcmp(k, "betas") == 0) {
+            EXPECT_OK(ot_optimizer_set(o, "beta1", json_real_value(json_array_get(v, 0))));
+            EXPECT_OK(ot_optimizer_set(o, "beta2", json_real_value(json_array_get(v, 1))));
+        } else {
+            double x = json_is_boolean(v) ? (json_is_true(v) ? 1.0 : 0.0) : json_number_value(v);
+            EXPECT_OK(ot_optimizer_set(o, k, x));
+        }
+    }
+    json_t *tol = json_object_get(c, "suggested_tolerance");
+    double rtol = json_number_value(json_object_get(tol, "rtol"));
+    double atol = json_number_value(json_object_get(tol, "atol"));
+    json_t *clip = json_object_get(c, "clip_global_norm");
+    double max_norm = clip ? json_number_value(json_object_get(clip, "max_norm")) : 0;
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/lr.npy", name);
+    ot_tensor lr = {0};
+    ASSERT_TRUE(load(rel, &lr));
+
+    int ns = ot_optimizer_state_count(o);
+    ot_tensor p[NP] = {0}, g[NP] = {0}, want[NP] = {0}, st[NP][OT_OPTIM_MAX_STATE];
+    ot_tensor swant[NP][OT_OPTIM_MAX_STATE];
+    memset(st, 0, sizeof st);
+    memset(swant, 0, sizeof swant);
+    ot_module *m[NP] = {0};
+    bool ok = true;
+    for (int i = 0; i < NP && ok; i++) {
+        snprintf(rel, sizeof rel, "inputs/param0_%s.npy", pnames[i]);
+        ok = load(rel, &p[i]);
+        snprintf(rel, sizeof rel, "inputs/grad_%s.npy", pnames[i]);
+        ok = ok && load(rel, &g[i]);
+        snprintf(rel, sizeof rel, "%s/param_%s.npy", name, pnames[i]);
+        ok = ok && load(rel, &want[i]);
+        for (int j = 0; ok && j < ns; j++) {
+            ok = ot_optimizer_state_alloc(o, j, &p[i].shape, &st[i][j]) == OT_OK;
+            snprintf(rel, sizeof rel, "%s/state_%s_%s.npy", name, ot_optimizer_state_name(o, j),
+                     pnames[i]);
+            ok = ok && load(rel, &swant[i][j]);
+        }
+        ok = ok && ot_optimizer_build_module(o, &p[i].shape, &m[i]) == OT_OK;
+    }
+    EXPECT_TRUE(ok);
+    double max_rel = 0, max_abs = 0;
+    int bad = 0;
+    ot_shape sc;
+    ot_shape_make(&sc, OT_F64, 0, NULL);
+    for (int t = 0; ok && t < STEPS && !bad; t++) {
+        ot_tensor gt[NP];
+        float gbuf[NP][64];
+        double coef = 1.0;
+        if (max_norm > 0) { /* torch clip_grad_norm_: coef = min(1, max / (norm + 1e-6)) */
+            double ss = 0;
+            for (int i = 0; i < NP; i++) {
+                ot_tensor r;
+                row(&g[i], &p[i].shape, t, &r);
+                for (int64_t e = 0; e < ot_shape_numel_unchecked(&p[i].shape); e++)
+                    ss += (double)((float *)r.data)[e] * ((float *)r.data)[e];
+            }
+            coef = fmin(1.0, max_norm / (sqrt(ss) + 1e-6));
+        }
+        for (int i = 0; i < NP; i++) {
+            ot_tensor r;
+            row(&g[i], &p[i].shape, t, &r);
+            int64_t n = ot_shape_numel_unchecked(&p[i].shape);
+            for (int64_t e = 0; e < n; e++)
+                gbuf[i][e] =
+                    max_norm > 0 ? ((float *)r.data)[e] * (float)coef : ((float *)r.data)[e];
+            ot_tensor_borrow(&gt[i], &p[i].shape, gbuf[i]);
+        }
+        double stepv = t + 1, lrv = ((double *)lr.data)[t];
+        for (int i = 0; i < NP && !bad; i++) {
+            ot_tensor args[4 + OT_OPTIM_MAX_STATE];
+            args[0] = p[i];
+            args[1] = gt[i];
+            for (int j = 0; j < ns; j++) args[2 + j] = st[i][j];
+            ot_tensor_borrow(&args[2 + ns], &sc, &stepv);
+            ot_tensor_borrow(&args[3 + ns], &sc, &lrv);
+            ot_value r = ot_value_empty();
+            if (ot_evaluate_tensors(m[i], args, 4 + ns, NULL, &r) != OT_OK) {
+                printf("  %s: %s\n", name, ot_last_error());
+                bad = 1;
+                break;
+            }
+            memcpy(p[i].data, ot_value_leaf(&r, 0)->array.data, p[i].nbytes);
+            for (int j = 0; j < ns; j++)
+                memcpy(st[i][j].data, ot_value_leaf(&r, 1 + j)->array.data, st[i][j].nbytes);
+            ot_value_release(&r);
+            for (int j = -1; j < ns; j++) {
+                const ot_tensor *got = j < 0 ? &p[i] : &st[i][j];
+                ot_tensor w;
+                row(j < 0 ? &want[i] : &swant[i][j], &p[i].shape, t, &w);
+                for (int64_t e = 0; e < ot_shape_numel_unchecked(&p[i].shape); e++) {
+                    double a = ((float *)got->data)[e], b = ((float *)w.data)[e];
+                    double d = fabs(a - b);
+                    max_abs = fmax(max_abs, d);
+                    if (fabs(b) > 1e-3) max_rel = fmax(max_rel, d / fabs(b));
+                    if (!(d <= atol + rtol * fabs(b))) {
+                        printf("  %s step %d %s %s[%lld]: %.9g vs torch %.9g\n", name, t, pnames[i],
+                               j < 0 ? "param" : ot_optimizer_state_name(o, j), (long long)e, a, b);
+                        bad = 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    EXPECT_TRUE(!bad);
+    if (ok && !bad) cases_run++;
+    printf("  %-34s rtol %.2g atol %.2g: max rel %.3g max abs %.3g %s\n", name, rtol, atol, max_rel,
+           max_abs, bad ? "FAIL" : "ok");
+    for (int i = 0; i < NP; i++) {
+        ot_module_free(m[i]);
+        ot_tensor_release(&p[i]);
+        ot_tensor_release(&g[i]);
+        ot_tensor_release(&want[i]);
+        for (int j = 0; j < OT_OPTIM_MAX_STATE; j++) {
+            ot_tensor_release(&st[i][j]);
+            ot_tensor_release(&swant[i][j]);
+        }
+    }
+    ot_tensor_release(&lr);
+    ot_optimizer_free(o);
+}
+
+static void test_torch_trajectories(void) {
+    json_error_t je;
+    json_t *root = json_load_file(OPT_DIR "index.json", 0, &je);
+    ASSERT_TRUE(root != NULL);
+    size_t idx;
+    json_t *c;
+    cases_run = 0;
+    json_array_foreach(json_object_get(root, "cases"), idx, c) {
+        const char *fw = json_string_value(json_object_get(c, "framework"));
+        const char *opt = json_string_value(json_object_get(c, "optimizer"));
+        ot_optimizer *probe = NULL;
+        if (strcmp(fw, "torch") != 0 || json_object_get(c, "param_groups") ||
+            json_object_get(c, "mixed_precision") || json_object_get(c, "clip_value") ||
+            ot_optimizer_new(opt, &probe) != OT_OK)
+            continue;
+        ot_optimizer_free(probe);
+        run_case(c);
+    }
+    ot_clear_error();
+    EXPECT_INT_EQ(cases_run, 11); /* every torch sgd/adam/adamw/rmsprop/adagrad/adadelta case */
+    json_decref(root);
+}
+
+static void test_bad_input(void) {
+    ot_optimizer *o = NULL;
+    EXPECT_STATUS(ot_optimizer_new("adamax_nope", &o), OT_ERR_NOT_FOUND);
+    EXPECT_TRUE(o == NULL);
+    ASSERT_OK(ot_optimizer_new("adam", &o));
+    EXPECT_STATUS(ot_optimizer_set(o, "betas", 0.9), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "no hyper-parameter 'betas'");
+    EXPECT_STATUS(ot_optimizer_set(o, "lr", NAN), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "NaN");
+    EXPECT_STATUS(ot_optimizer_set(o, "beta2", 1.5), OT_ERR_INVALID_ARGUMENT);
+    double b2 = 0;
+    EXPECT_OK(ot_optimizer_get(o, "beta2", &b2));
+    EXPECT_NEAR(b2, 0.999, 0); /* refused value not kept */
+    EXPECT_STATUS(ot_optimizer_get(o, "momentum", &b2), OT_ERR_NOT_FOUND);
+    EXPECT_STATUS(ot_optimizer_set(o, "amsgrad", 0.5), OT_ERR_INVALID_ARGUMENT);
+
+    ot_shape s3, s4, si;
+    ot_shape_make(&s3, OT_F32, 1, (int64_t[]){3});
+    ot_shape_make(&s4, OT_F32, 1, (int64_t[]){4});
+    ot_shape_make(&si, OT_S32, 1, (int64_t[]){3});
+    ot_tensor p, g, gi, st[2];
+    ASSERT_OK(ot_tensor_alloc(&p, &s3));
+    ASSERT_OK(ot_tensor_alloc(&g, &s4));
+    ASSERT_OK(ot_tensor_alloc(&gi, &si));
+    ASSERT_OK(ot_optimizer_state_alloc(o, 0, &s3, &st[0]));
+    ASSERT_OK(ot_optimizer_state_alloc(o, 1, &s3, &st[1]));
+    for (int i = 0; i < 3; i++) ((float *)p.data)[i] = 1.0f + (float)i;
+    EXPECT_STATUS(ot_optimizer_step_reference(o, &p, &g, st, 2, 1e-3), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STATUS(ot_optimizer_step_reference(o, &p, &gi, st, 2, 1e-3), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STATUS(ot_optimizer_step_reference(o, &p, &p, st, 1, 1e-3), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_optimizer_step_reference(o, &p, &p, st, 2, NAN), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "learning rate");
+    EXPECT_TRUE(((float *)p.data)[0] == 1.0f && ((float *)p.data)[2] == 3.0f); /* untouched */
+    EXPECT_INT_EQ(ot_optimizer_step_count(o), 0);
+    /* a good step moves every element by lr (Adam's first step is lr * sign(g)) */
+    ot_tensor gg;
+    ASSERT_OK(ot_tensor_alloc(&gg, &s3));
+    for (int i = 0; i < 3; i++) ((float *)gg.data)[i] = i == 1 ? -2.0f : 0.5f;
+    EXPECT_OK(ot_optimizer_step_reference(o, &p, &gg, st, 2, 0.1));
+    EXPECT_NEAR(((float *)p.data)[0], 0.9, 1e-6);
+    EXPECT_NEAR(((float *)p.data)[1], 2.1, 1e-6);
+    EXPECT_INT_EQ(ot_optimizer_step_count(o), 1);
+    /* a non-float parameter cannot be built */
+    ot_module *m = NULL;
+    EXPECT_STATUS(ot_optimizer_build_module(o, &si, &m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(m == NULL);
+    ot_tensor_release(&p);
+    ot_tensor_release(&g);
+    ot_tensor_release(&gg);
+    ot_tensor_release(&gi);
+    ot_tensor_release(&st[0]);
+    ot_tensor_release(&st[1]);
+    ot_optimizer_free(o);
+    ot_optimizer_free(NULL);
+}
+
+static void test_alloc_failures(void) {
+    ot_shape s;
+    ot_shape_make(&s, OT_F32, 2, (int64_t[]){5, 3});
+    int64_t live = ot_alloc_live();
+    for (int n = 1; n < 10000; n++) {
+        ot_optimizer *o = NULL;
+        ot_module *m = NULL;
+        ot_alloc_fail_after(n);
+        ot_status st = ot_optimizer_new("rmsprop", &o);
+        if (st == OT_OK) st = ot_optimizer_set(o, "centered", 1);
+        if (st == OT_OK) st = ot_optimizer_set(o, "momentum", 0.9);
+        if (st == OT_OK) st = ot_optimizer_build_module(o, &s, &m);
+        ot_alloc_fail_after(0);
+        ot_module_free(m);
+        ot_optimizer_free(o);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+        if (st == OT_OK) break;
+        EXPECT_INT_EQ(st, OT_ERR_OUT_OF_MEMORY);
+    }
+}
+
+OT_TEST_MAIN(OT_TEST(test_torch_trajectories), OT_TEST(test_bad_input),
+             OT_TEST(test_alloc_failures))
