@@ -182,7 +182,7 @@ static void test_torch_trajectories(void) {
         run_case(c);
     }
     ot_clear_error();
-    EXPECT_INT_EQ(cases_run, 11); /* every torch sgd/adam/adamw/rmsprop/adagrad/adadelta case */
+    EXPECT_INT_EQ(cases_run, 13); /* every torch sgd adam adamw rmsprop adagrad adadelta radam case */
     json_decref(root);
 }
 

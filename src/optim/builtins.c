@@ -321,6 +321,64 @@ static ot_status adadelta_build(const ot_optimizer *o, const ot_optim_inputs *in
     return OT_OK;
 }
 
+/* ---- RAdam ---------------------------------------------------------------------------------- */
+
+static const char *const radam_names[] = {
+    "lr", "beta1", "beta2", "eps", "weight_decay", "decoupled_weight_decay", "maximize"};
+static const double radam_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+
+static ot_status radam_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "beta1", 0, 0.999999999999));
+    OT_CHECK(check_range(o, "beta2", 0, 0.999999999999));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    OT_CHECK(check_bool(o, "decoupled_weight_decay"));
+    return check_bool(o, "maximize");
+}
+static int two_state(const ot_optimizer *o) {
+    (void)o;
+    return 2;
+}
+static ot_status radam_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                             ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
+    bool dec = ON("decoupled_weight_decay");
+    ot_instr *g = grad_in(&b, o, in, !dec);
+    ot_instr *p = in->param;
+    if (dec && wd != 0.0) p = mul(&b, p, S(&b, sub(&b, D(&b, 1.0), mul(&b, in->lr, D(&b, wd)))));
+    ot_instr *m = axpy(&b, in->state[0], 1.0 - b1, sub(&b, g, in->state[0]));
+    ot_instr *v =
+        add(&b, mul(&b, in->state[1], K(&b, b2)), mul(&b, K(&b, 1.0 - b2), mul(&b, g, g)));
+    ot_instr *b1t = bin(&b, OT_OP_POWER, D(&b, b1), in->step);
+    ot_instr *b2t = bin(&b, OT_OP_POWER, D(&b, b2), in->step);
+    ot_instr *bc1 = sub(&b, D(&b, 1.0), b1t), *bc2 = sub(&b, D(&b, 1.0), b2t);
+    double rho_inf = 2.0 / (1.0 - b2) - 1.0;
+    /* rho_t = rho_inf - 2 * step * b2^step / bc2 (host f64) */
+    ot_instr *rho_t =
+        sub(&b, D(&b, rho_inf), dvd(&b, mul(&b, mul(&b, D(&b, 2.0), in->step), b2t), bc2));
+    ot_instr *rect =
+        sqr(&b, dvd(&b,
+                    mul(&b, mul(&b, sub(&b, rho_t, D(&b, 4.0)), sub(&b, rho_t, D(&b, 2.0))),
+                        D(&b, rho_inf)),
+                    mul(&b, D(&b, (rho_inf - 4.0) * (rho_inf - 2.0)), rho_t)));
+    /* bias_corrected = exp_avg / bc1; * lr */
+    ot_instr *base = mul(&b, dvd(&b, m, S(&b, bc1)), S(&b, in->lr));
+    /* adaptive = sqrt(bc2) / (sqrt(v) + eps), as torch's reciprocal() * scalar */
+    ot_instr *rec = dvd(&b, K(&b, 1.0), add(&b, sqr(&b, v), K(&b, HP("eps"))));
+    ot_instr *adaptive = mul(&b, rec, S(&b, sqr(&b, bc2)));
+    ot_instr *rected = mul(&b, mul(&b, base, adaptive), S(&b, rect));
+    ot_shape ps = b.s;
+    ps.dtype = OT_PRED;
+    ot_instr *use = ot_build_broadcast(
+        b.c, ot_build_compare(b.c, rho_t, D(&b, 5.0), OT_CMP_GT, OT_CMP_TYPE_DEFAULT), ps, NULL, 0);
+    out->param = sub(&b, p, ot_build_select(b.c, use, rected, base));
+    out->state[0] = m;
+    out->state[1] = v;
+    return OT_OK;
+}
+
 /* ---- table ---------------------------------------------------------------------------------- */
 
 #define NH(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -337,6 +395,8 @@ static const ot_optimizer_vtable builtins[] = {
      adagrad_nstate, adagrad_state, adagrad_init, adagrad_build},
     {"adadelta", NH(adadelta_names), adadelta_names, adadelta_defaults, adadelta_validate,
      adadelta_nstate, adadelta_state, NULL, adadelta_build},
+    {"radam", NH(radam_names), radam_names, radam_defaults, radam_validate, two_state, adam_state,
+     NULL, radam_build},
 };
 
 const ot_optimizer_vtable *ot_optim_builtin(const char *name) {

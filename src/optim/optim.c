@@ -45,7 +45,7 @@ ot_status ot_optimizer_new(const char *name, ot_optimizer **out) {
     if (!vt)
         return ot_error(
             OT_ERR_NOT_FOUND,
-            "unknown optimizer '%s' (built-in: sgd adam adamw rmsprop adagrad adadelta)", name);
+            "unknown optimizer '%s' (built-in: sgd adam adamw rmsprop adagrad adadelta radam)", name);
     return ot_optimizer_new_custom(vt, out);
 }
 
