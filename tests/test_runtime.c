@@ -4,6 +4,7 @@
  * the profiler (Chrome trace validated with jansson, summary); random elementwise / broadcast /
  * reduce graphs give identical results at -O0 and -O2 and through the evaluator. */
 #include "optitpu/collectives.h"
+#include "optitpu/clock.h"
 #include "optitpu/exec.h"
 #include "optitpu/runtime.h"
 #include "ot_test.h"
@@ -581,6 +582,47 @@ static void test_backend(void) {
 /* ---- profiler ----------------------------------------------------------------------------------
  */
 
+/* The first event's trace timestamp (us) of a profile holding one event at mono time t. */
+static double first_ts(ot_profile *p) {
+    char *js = NULL;
+    double ts = -1;
+    if (ot_profile_chrome_trace(p, &js) != OT_OK) return ts;
+    json_error_t je;
+    json_t *root = json_loads(js, 0, &je);
+    json_t *evs = json_object_get(root, "traceEvents");
+    for (size_t k = 0; k < json_array_size(evs); k++) {
+        json_t *ev = json_array_get(evs, k);
+        const char *ph = json_string_value(json_object_get(ev, "ph"));
+        if (ph && !strcmp(ph, "X")) {
+            ts = json_number_value(json_object_get(ev, "ts"));
+            break;
+        }
+    }
+    json_decref(root);
+    ot_free(js);
+    return ts;
+}
+
+/* Traces use the clock module's published (NTP) offset unless an explicit one is set, so the
+ * traces of processes that sync against one server share a timeline. */
+static void test_profile_synced_offset(void) {
+    ot_profile *p;
+    ASSERT_OK(ot_profile_create(&p));
+    uint64_t t = ot_now_ns();
+    ASSERT_OK(ot_profile_record(p, "k", "kernel", 0, t, t + 1000, 0, 0));
+    ot_clock_unpublish();
+    double base = first_ts(p);
+    ot_clock_publish_offset_ns(7000000000LL); /* this host is 7 s behind the server */
+    double synced = first_ts(p);
+    ot_clock_unpublish();
+    EXPECT_NEAR(synced - base, 7.0e6, 1.0);
+    ot_profile_set_time_offset(p, -2000); /* an explicit offset wins over the published one */
+    ot_clock_publish_offset_ns(7000000000LL);
+    EXPECT_NEAR(first_ts(p) - base, -2.0, 0.5); /* doubles of ~1.7e15 us resolve 0.25 us */
+    ot_clock_unpublish();
+    ot_profile_free(p);
+}
+
 static void test_profile_trace(void) {
     ot_profile *p;
     ASSERT_OK(ot_profile_create(&p));
@@ -936,6 +978,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_retry_policy),
         OT_TEST(test_backend),
         OT_TEST(test_profile_trace),
+        OT_TEST(test_profile_synced_offset),
         OT_TEST(test_random_graphs),
         OT_TEST(test_device_count_env),
         OT_TEST(test_custom_device),

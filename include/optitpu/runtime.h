@@ -304,8 +304,10 @@ typedef struct ot_kernel_profile {
 
 OT_API ot_status ot_profile_create(ot_profile **out);
 OT_API void ot_profile_free(ot_profile *p); /* NULL is a no-op */
-/* Added to every timestamp on export (e.g. the clock module's ot_clock_offset_ns), so traces
- * of several processes share one time base. pid: the process id written to the trace. */
+/* Added to every timestamp on export, so traces of several processes share one time base. Until
+ * it is set, the export applies the clock module's published offset (ot_clock_offset_at_ns,
+ * which an ot_clock_sync object publishes) at each event's time. pid: the process id written to
+ * the trace. */
 OT_API void ot_profile_set_time_offset(ot_profile *p, int64_t offset_ns);
 OT_API void ot_profile_set_pid(ot_profile *p, int pid);
 /* Compiles m (opts NULL: defaults) and records the compile and each pass as events; memory

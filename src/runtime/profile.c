@@ -2,6 +2,7 @@
  * trace JSON (written with jansson) and a text summary. Timestamps are ot_now_ns values,
  * exported on the wall clock (plus the clock module's offset when set) so traces from several
  * processes line up. */
+#include "optitpu/clock.h"
 #include "runtime/runtime_internal.h"
 
 #include <jansson.h>
@@ -39,6 +40,7 @@ struct ot_profile {
     int32_t *tab; /* hash -> agg index + 1 */
     int tabcap;
     int64_t offset_ns;
+    bool offset_set; /* an explicit offset overrides the clock module's published one */
     int64_t mono_to_wall;
     int pid;
 };
@@ -70,6 +72,7 @@ void ot_profile_free(ot_profile *p) {
 
 void ot_profile_set_time_offset(ot_profile *p, int64_t offset_ns) {
     p->offset_ns = offset_ns;
+    p->offset_set = true;
 }
 void ot_profile_set_pid(ot_profile *p, int pid) {
     p->pid = pid;
@@ -231,8 +234,14 @@ ot_status ot_profile_compile(ot_profile *p, const ot_module *m, const ot_compile
 
 /* ---- export ------------------------------------------------------------------------------- */
 
+/* Trace time of a monotonic reading: the wall clock at profile creation, corrected by the
+ * synchronized offset — the explicit one, else the clock module's published NTP offset at that
+ * instant (0 when nothing is published) — so traces of processes on different hosts that sync
+ * against one server merge on one timeline. */
 static double us(const ot_profile *p, uint64_t t) {
-    return (double)((int64_t)t + p->mono_to_wall + p->offset_ns) / 1000.0;
+    int64_t off = p->offset_ns;
+    if (!p->offset_set) ot_clock_offset_at_ns(t, &off);
+    return (double)((int64_t)t + p->mono_to_wall + off) / 1000.0;
 }
 
 static int tid_of(int device) {
