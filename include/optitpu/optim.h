@@ -75,9 +75,13 @@ typedef struct ot_optimizer_vtable {
     double (*state_init)(const ot_optimizer *o, int i);
     /* Builds the update graph; errors are recorded on the module (builder sticky error). */
     ot_status (*build)(const ot_optimizer *o, const ot_optim_inputs *in, ot_optim_outputs *out);
+    /* True when state slot i is one scalar per parameter (rank 0, the parameter's dtype) rather
+     * than an array of the parameter's shape (NAdam's mu_product). NULL: every slot is an array. */
+    bool (*state_is_scalar)(const ot_optimizer *o, int i);
 } ot_optimizer_vtable;
 
-/* Built-ins: "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta". NOT_FOUND otherwise. */
+/* Built-ins: "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "radam", "nadam".
+ * NOT_FOUND otherwise. */
 OT_API ot_status ot_optimizer_new(const char *name, ot_optimizer **out);
 /* An optimizer from a user vtable (kept by pointer: it must outlive the optimizer). */
 OT_API ot_status ot_optimizer_new_custom(const ot_optimizer_vtable *vt, ot_optimizer **out);
@@ -94,6 +98,9 @@ OT_API double ot_optimizer_hparam(const ot_optimizer *o, const char *name);
 
 OT_API int ot_optimizer_state_count(const ot_optimizer *o);
 OT_API const char *ot_optimizer_state_name(const ot_optimizer *o, int i); /* NULL out of range */
+/* The shape of state slot i for a parameter of shape s (s itself, or a rank-0 scalar). */
+OT_API ot_status ot_optimizer_state_shape(const ot_optimizer *o, int i, const ot_shape *s,
+                                          ot_shape *out);
 /* Allocates state slot i for a parameter of shape s, filled with its initial value. */
 OT_API ot_status ot_optimizer_state_alloc(const ot_optimizer *o, int i, const ot_shape *s,
                                           ot_tensor *out);

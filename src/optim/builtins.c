@@ -379,24 +379,92 @@ static ot_status radam_build(const ot_optimizer *o, const ot_optim_inputs *in,
     return OT_OK;
 }
 
+/* ---- NAdam ---------------------------------------------------------------------------------- */
+
+static const char *const nadam_names[] = {
+    "lr",      "beta1", "beta2", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay",
+    "maximize"};
+static const double nadam_defaults[] = {2e-3, 0.9, 0.999, 1e-8, 0, 4e-3, 0, 0};
+
+static ot_status nadam_validate(const ot_optimizer *o) {
+    OT_CHECK(radam_validate(o));
+    return check_range(o, "momentum_decay", 0, INFINITY);
+}
+static int nadam_nstate(const ot_optimizer *o) {
+    (void)o;
+    return 3;
+}
+static const char *nadam_state(const ot_optimizer *o, int i) {
+    (void)o;
+    static const char *const n[] = {"exp_avg", "exp_avg_sq", "mu_product"};
+    return n[i];
+}
+static double nadam_init(const ot_optimizer *o, int i) {
+    (void)o;
+    return i == 2 ? 1.0 : 0.0;
+}
+static bool nadam_scalar(const ot_optimizer *o, int i) {
+    (void)o;
+    return i == 2;
+}
+static ot_status nadam_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                             ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay"), md = HP("momentum_decay");
+    bool dec = ON("decoupled_weight_decay");
+    ot_instr *g = grad_in(&b, o, in, !dec);
+    ot_instr *p = in->param;
+    if (dec && wd != 0.0) p = mul(&b, p, S(&b, sub(&b, D(&b, 1.0), mul(&b, in->lr, D(&b, wd)))));
+    ot_instr *bc2 = sub(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, D(&b, b2), in->step));
+    /* mu = b1 * (1 - 0.5 * 0.96^(step * md)), mu_next with step + 1 (host f64) */
+    ot_instr *mu = mul(
+        &b, D(&b, b1),
+        sub(&b, D(&b, 1.0),
+            mul(&b, D(&b, 0.5), bin(&b, OT_OP_POWER, D(&b, 0.96), mul(&b, in->step, D(&b, md))))));
+    ot_instr *mu_next = mul(&b, D(&b, b1),
+                            sub(&b, D(&b, 1.0),
+                                mul(&b, D(&b, 0.5),
+                                    bin(&b, OT_OP_POWER, D(&b, 0.96),
+                                        mul(&b, add(&b, in->step, D(&b, 1.0)), D(&b, md))))));
+    /* mu_product *= mu (a parameter-dtype scalar, as torch's state tensor) */
+    ot_instr *mp = mul(&b, in->state[2], ot_build_convert(b.c, mu, b.t));
+    ot_instr *mp64 = ot_build_convert(b.c, mp, OT_F64);
+    ot_instr *m = axpy(&b, in->state[0], 1.0 - b1, sub(&b, g, in->state[0]));
+    ot_instr *v =
+        add(&b, mul(&b, in->state[1], K(&b, b2)), mul(&b, K(&b, 1.0 - b2), mul(&b, g, g)));
+    ot_instr *denom = add(&b, sqr(&b, dvd(&b, v, S(&b, bc2))), K(&b, HP("eps")));
+    ot_instr *mp_next = mul(&b, mp64, mu_next);
+    ot_instr *neglr = neg(&b, in->lr);
+    ot_instr *c1 = dvd(&b, mul(&b, neglr, sub(&b, D(&b, 1.0), mu)), sub(&b, D(&b, 1.0), mp64));
+    ot_instr *c2 = dvd(&b, mul(&b, neglr, mu_next), sub(&b, D(&b, 1.0), mp_next));
+    p = add(&b, p, mul(&b, S(&b, c1), dvd(&b, g, denom)));
+    out->param = add(&b, p, mul(&b, S(&b, c2), dvd(&b, m, denom)));
+    out->state[0] = m;
+    out->state[1] = v;
+    out->state[2] = mp;
+    return OT_OK;
+}
+
 /* ---- table ---------------------------------------------------------------------------------- */
 
 #define NH(a) ((int)(sizeof(a) / sizeof((a)[0])))
 static const ot_optimizer_vtable builtins[] = {
     {"sgd", NH(sgd_names), sgd_names, sgd_defaults, sgd_validate, sgd_nstate, sgd_state, NULL,
-     sgd_build},
+     sgd_build, NULL},
     {"adam", NH(adam_names), adam_names, adam_defaults, adam_validate, adam_nstate, adam_state,
-     NULL, adam_build},
+     NULL, adam_build, NULL},
     {"adamw", NH(adam_names), adam_names, adamw_defaults, adam_validate, adam_nstate, adam_state,
-     NULL, adamw_build},
+     NULL, adamw_build, NULL},
     {"rmsprop", NH(rms_names), rms_names, rms_defaults, rms_validate, rms_nstate, rms_state, NULL,
-     rms_build},
+     rms_build, NULL},
     {"adagrad", NH(adagrad_names), adagrad_names, adagrad_defaults, adagrad_validate,
-     adagrad_nstate, adagrad_state, adagrad_init, adagrad_build},
+     adagrad_nstate, adagrad_state, adagrad_init, adagrad_build, NULL},
     {"adadelta", NH(adadelta_names), adadelta_names, adadelta_defaults, adadelta_validate,
-     adadelta_nstate, adadelta_state, NULL, adadelta_build},
+     adadelta_nstate, adadelta_state, NULL, adadelta_build, NULL},
     {"radam", NH(radam_names), radam_names, radam_defaults, radam_validate, two_state, adam_state,
-     NULL, radam_build},
+     NULL, radam_build, NULL},
+    {"nadam", NH(nadam_names), nadam_names, nadam_defaults, nadam_validate, nadam_nstate,
+     nadam_state, nadam_init, nadam_build, nadam_scalar},
 };
 
 const ot_optimizer_vtable *ot_optim_builtin(const char *name) {

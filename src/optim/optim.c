@@ -43,9 +43,10 @@ ot_status ot_optimizer_new(const char *name, ot_optimizer **out) {
     if (!name) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_new: name is NULL");
     const ot_optimizer_vtable *vt = ot_optim_builtin(name);
     if (!vt)
-        return ot_error(
-            OT_ERR_NOT_FOUND,
-            "unknown optimizer '%s' (built-in: sgd adam adamw rmsprop adagrad adadelta radam)", name);
+        return ot_error(OT_ERR_NOT_FOUND,
+                        "unknown optimizer '%s' (built-in: sgd adam adamw rmsprop adagrad adadelta "
+                        "radam nadam)",
+                        name);
     return ot_optimizer_new_custom(vt, out);
 }
 
@@ -110,12 +111,23 @@ const char *ot_optimizer_state_name(const ot_optimizer *o, int i) {
     return o->vt->state_name(o, i);
 }
 
-ot_status ot_optimizer_state_alloc(const ot_optimizer *o, int i, const ot_shape *s,
-                                   ot_tensor *out) {
+ot_status ot_optimizer_state_shape(const ot_optimizer *o, int i, const ot_shape *s, ot_shape *out) {
     if (!o || !s || !out)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_state_alloc: NULL argument");
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_state_shape: NULL argument");
     if (i < 0 || i >= o->vt->state_count(o))
         return ot_error(OT_ERR_OUT_OF_RANGE, "optimizer '%s' has no state slot %d", o->vt->name, i);
+    *out = *s;
+    if (o->vt->state_is_scalar && o->vt->state_is_scalar(o, i))
+        ot_shape_make(out, s->dtype, 0, NULL);
+    return OT_OK;
+}
+
+ot_status ot_optimizer_state_alloc(const ot_optimizer *o, int i, const ot_shape *s0,
+                                   ot_tensor *out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_state_alloc: NULL argument");
+    ot_shape ss;
+    OT_CHECK(ot_optimizer_state_shape(o, i, s0, &ss));
+    const ot_shape *s = &ss;
     if (s->dtype != OT_F32 && s->dtype != OT_F64)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "optimizer state: dtype %s (f32 or f64 only)",
                         ot_dtype_name(s->dtype));
@@ -163,11 +175,13 @@ ot_status ot_optimizer_build(const ot_optimizer *o, const ot_optim_inputs *in,
                         "optimizer '%s': gradient shape/dtype differs from the parameter's", nm);
     int ns = o->vt->state_count(o);
     for (int i = 0; i < ns; i++) {
+        ot_shape ss;
+        OT_CHECK(ot_optimizer_state_shape(o, i, ps, &ss));
         if (!in->state[i] || in->state[i]->shape.kind != OT_IR_ARRAY ||
-            !ot_shape_equal(ps, &in->state[i]->shape.array))
+            !ot_shape_equal(&ss, &in->state[i]->shape.array))
             return ot_error(OT_ERR_SHAPE_MISMATCH,
-                            "optimizer '%s': state '%s' missing or not of the parameter's shape",
-                            nm, o->vt->state_name(o, i));
+                            "optimizer '%s': state '%s' missing or not of its shape", nm,
+                            o->vt->state_name(o, i));
     }
     if (!is_f64_scalar(in->step) || !is_f64_scalar(in->lr))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "optimizer '%s': step and lr must be f64 scalars",
@@ -196,7 +210,15 @@ ot_status ot_optimizer_build_module(const ot_optimizer *o, const ot_shape *s, ot
     ot_shape_make(&scalar, OT_F64, 0, NULL);
     in.param = ot_build_parameter(c, 0, *s, "param");
     in.grad = ot_build_parameter(c, 1, *s, "grad");
-    for (int i = 0; i < ns; i++) in.state[i] = ot_build_parameter(c, 2 + i, *s, NULL);
+    for (int i = 0; i < ns; i++) {
+        ot_shape ss;
+        ot_status e = ot_optimizer_state_shape(o, i, s, &ss);
+        if (e != OT_OK) {
+            ot_module_free(m);
+            return e;
+        }
+        in.state[i] = ot_build_parameter(c, 2 + i, ss, NULL);
+    }
     in.step = ot_build_parameter(c, 2 + ns, scalar, "step");
     in.lr = ot_build_parameter(c, 3 + ns, scalar, "lr");
     ot_status st = ot_module_status(m);
@@ -235,11 +257,14 @@ ot_status ot_optimizer_step_reference(ot_optimizer *o, ot_tensor *param, const o
     if (nstate != ns)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "optimizer '%s': %d state tensors given, needs %d",
                         nm, nstate, ns);
-    for (int i = 0; i < ns; i++)
-        if (!ot_shape_equal(&param->shape, &state[i].shape))
+    for (int i = 0; i < ns; i++) {
+        ot_shape ss;
+        OT_CHECK(ot_optimizer_state_shape(o, i, &param->shape, &ss));
+        if (!ot_shape_equal(&ss, &state[i].shape))
             return ot_error(OT_ERR_SHAPE_MISMATCH,
                             "optimizer '%s': state '%s' does not match the parameter", nm,
                             o->vt->state_name(o, i));
+    }
     ot_module *m = NULL;
     OT_CHECK(ot_optimizer_build_module(o, &param->shape, &m));
     ot_tensor args[4 + OT_OPTIM_MAX_STATE];
