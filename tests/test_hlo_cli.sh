@@ -64,6 +64,8 @@ expect print-split 0 "// -----" -- hlo print --split-input-file "$data/hlo__buil
 expect dot 0 "" -- hlo dot "$data/tools__data__isolate_hlo_test.hlo" -o "$work/g.dot"
 check dot-content grep -q 'digraph "complex_conv"' "$work/g.dot"
 check dot-edges grep -Eq 'n[0-9]+ -> n[0-9]+;' "$work/g.dot"
+expect dot-fusion-cluster 0 'subgraph cluster_[0-9]+ \{' -- hlo dot "$data/tools__data__hlo_isolation_cli_test.hlo"
+check dot-fusion-root grep -q "style=dashed" "$work/out"
 expect dot-computation 0 "digraph \"region_1.268\"" -- hlo dot "$maxtext" --computation region_1.268
 expect dot-no-computation 1 "NOT_FOUND: no computation named 'nope'" -- hlo dot "$maxtext" --computation nope
 expect stats 0 "convolution +1" -- hlo stats "$data/tools__data__isolate_hlo_test.hlo"

@@ -726,7 +726,8 @@ OT_API char *ot_hlo_print(const ot_module *m, const ot_hlo_print_options *opts);
 /* One instruction's line without the trailing newline, ot_malloc'd. */
 OT_API char *ot_hlo_print_instr(const ot_instr *i, const ot_hlo_print_options *opts);
 
-/* Graphviz DOT of one computation (c NULL: the entry), ot_malloc'd. */
+/* Graphviz DOT of one computation (c NULL: the entry), ot_malloc'd: a node per instruction
+ * (name, opcode, shape), operand edges, and each fusion's fused computation as a cluster. */
 OT_API char *ot_ir_to_dot(const ot_module *m, const ot_computation *c);
 
 #ifdef __cplusplus

@@ -819,8 +819,39 @@ char *ot_ir_to_dot(const ot_module *m, const ot_computation *c) {
     }
     for (const ot_instr *i = c->first; i; i = i->next)
         for (int k = 0; k < i->noperands; k++)
-            sb_printf(&b, "  n%lld -> n%lld%s;\n", (long long)i->operands[k]->id, (long long)i->id,
-                      i->noperands > 1 ? "" : "");
+            sb_printf(&b, "  n%lld -> n%lld;\n", (long long)i->operands[k]->id, (long long)i->id);
+    /* fusion clusters: each fusion's fused computation drawn inside a box, its root feeding the
+     * fusion node */
+    for (const ot_instr *f = c->first; f; f = f->next) {
+        if (f->opcode != OT_OP_FUSION || f->ncalled != 1) continue;
+        const ot_computation *fc = f->called[0];
+        static const char *const kinds[] = {"kLoop", "kInput", "kOutput", "kCustom"};
+        sb_printf(&b, "  subgraph cluster_%lld {\n    label=\"", (long long)f->id);
+        dot_escape(&b, f->name);
+        sb_printf(&b, " (%s: ", kinds[f->attrs.fusion_kind & 3]);
+        dot_escape(&b, fc->name);
+        sb_puts(&b, ")\";\n    style=\"rounded,filled\"; fillcolor=\"#f2f8ee\";\n");
+        for (const ot_instr *i = fc->first; i; i = i->next) {
+            char shp[256];
+            ot_ir_shape_format(&i->shape, shp, sizeof shp);
+            sb_printf(&b, "    f%lld_%lld [label=\"{", (long long)f->id, (long long)i->id);
+            dot_escape(&b, i->name);
+            sb_puts(&b, "|");
+            dot_escape(&b, ot_opcode_name(i->opcode));
+            if (i->opcode == OT_OP_PARAMETER) sb_printf(&b, " %lld", (long long)i->attrs.index);
+            sb_puts(&b, "|");
+            dot_escape(&b, shp);
+            sb_printf(&b, "}\", fillcolor=\"%s\"];\n", dot_color(i->opcode));
+        }
+        for (const ot_instr *i = fc->first; i; i = i->next)
+            for (int k = 0; k < i->noperands; k++)
+                sb_printf(&b, "    f%lld_%lld -> f%lld_%lld;\n", (long long)f->id,
+                          (long long)i->operands[k]->id, (long long)f->id, (long long)i->id);
+        sb_puts(&b, "  }\n");
+        if (fc->root)
+            sb_printf(&b, "  f%lld_%lld -> n%lld [style=dashed];\n", (long long)f->id,
+                      (long long)fc->root->id, (long long)f->id);
+    }
     sb_puts(&b, "}\n");
     sb_reserve(&b, 1);
     if (b.oom) {
