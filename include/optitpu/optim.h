@@ -80,7 +80,7 @@ typedef struct ot_optimizer_vtable {
     bool (*state_is_scalar)(const ot_optimizer *o, int i);
 } ot_optimizer_vtable;
 
-/* Built-ins: "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "radam", "nadam".
+/* Built-ins: "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "radam", "nadam", "lion".
  * NOT_FOUND otherwise. */
 OT_API ot_status ot_optimizer_new(const char *name, ot_optimizer **out);
 /* An optimizer from a user vtable (kept by pointer: it must outlive the optimizer). */

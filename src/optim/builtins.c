@@ -445,6 +445,40 @@ static ot_status nadam_build(const ot_optimizer *o, const ot_optim_inputs *in,
     return OT_OK;
 }
 
+/* ---- Lion (optax.lion; torch.optim has none) ------------------------------------------------ */
+
+static const char *const lion_names[] = {"lr", "beta1", "beta2", "weight_decay"};
+static const double lion_defaults[] = {1e-4, 0.9, 0.99, 1e-3};
+
+static ot_status lion_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "beta1", 0, 1));
+    OT_CHECK(check_range(o, "beta2", 0, 1));
+    return check_range(o, "weight_decay", 0, INFINITY);
+}
+static int one_state(const ot_optimizer *o) {
+    (void)o;
+    return 1;
+}
+static const char *lion_state(const ot_optimizer *o, int i) {
+    (void)o;
+    (void)i;
+    return "exp_avg";
+}
+/* optax: u = sign((1-b1) g + b1 mu); mu = (1-b2) g + b2 mu; u += wd p; p += -lr u */
+static ot_status lion_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                            ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
+    ot_instr *g = in->grad, *mu = in->state[0];
+    ot_instr *u = ot_build_unary(b.c, OT_OP_SIGN,
+                                 add(&b, mul(&b, K(&b, 1.0 - b1), g), mul(&b, K(&b, b1), mu)));
+    out->state[0] = add(&b, mul(&b, K(&b, 1.0 - b2), g), mul(&b, K(&b, b2), mu));
+    if (wd != 0.0) u = add(&b, u, mul(&b, K(&b, wd), in->param));
+    out->param = add(&b, in->param, mul(&b, u, S(&b, neg(&b, in->lr))));
+    return OT_OK;
+}
+
 /* ---- table ---------------------------------------------------------------------------------- */
 
 #define NH(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -465,6 +499,8 @@ static const ot_optimizer_vtable builtins[] = {
      NULL, radam_build, NULL},
     {"nadam", NH(nadam_names), nadam_names, nadam_defaults, nadam_validate, nadam_nstate,
      nadam_state, nadam_init, nadam_build, nadam_scalar},
+    {"lion", NH(lion_names), lion_names, lion_defaults, lion_validate, one_state, lion_state, NULL,
+     lion_build, NULL},
 };
 
 const ot_optimizer_vtable *ot_optim_builtin(const char *name) {
