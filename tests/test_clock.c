@@ -966,33 +966,45 @@ static void test_drift_fit(void) {
 /* Readers never see a torn (offset, frequency, reference) triple: every publication below makes
  * offset_at(M) = 1e-4 M exactly, whatever the reference; mixing two would be off by >= 1e5 ns. */
 static atomic_int g_pub_stop;
+static atomic_llong g_pub_count;
 static void *publisher(void *arg) {
     (void)arg;
     for (uint64_t k = 1; !atomic_load(&g_pub_stop); k++) {
         uint64_t ref = (k % 1000) * 1000000000ull;
         ot_clock_publish((int64_t)(ref / 10000), 1e-4, ref);
+        atomic_fetch_add(&g_pub_count, 1);
     }
     return NULL;
 }
 
+/* Reads for at least 50 ms and until both sides have done enough work concurrently: on a loaded
+ * machine the publisher thread may not run at all during a fixed 50 ms window. The 60 s deadline
+ * only bounds a hang. */
 static void test_publish_is_atomic(void) {
     atomic_store(&g_pub_stop, 0);
+    atomic_store(&g_pub_count, 0);
     pthread_t th;
     pthread_create(&th, NULL, publisher, NULL);
-    int bad = 0, reads = 0;
-    uint64_t end = ot_now_ns() + 50000000;
+    long long bad = 0, reads = 0;
+    const uint64_t t0 = ot_now_ns(), min_end = t0 + 50000000, deadline = t0 + 60000000000ull;
     const uint64_t m = 777000000000ull;
-    while (ot_now_ns() < end) {
+    for (;;) {
         int64_t o;
         if (ot_clock_offset_at_ns(m, &o)) {
             reads++;
             if (llabs(o - (int64_t)(m / 10000)) > 2) bad++;
         }
+        if ((reads & 1023) != 0) continue;
+        uint64_t now = ot_now_ns();
+        if (now >= deadline) break;
+        if (now >= min_end && reads >= 10000 && atomic_load(&g_pub_count) >= 10000) break;
     }
+    long long pubs = atomic_load(&g_pub_count);
     atomic_store(&g_pub_stop, 1);
     pthread_join(th, NULL);
     EXPECT_INT_EQ(bad, 0);
-    EXPECT_TRUE(reads > 0);
+    EXPECT_TRUE(reads >= 10000);
+    EXPECT_TRUE(pubs >= 10000);
     ot_clock_unpublish();
 }
 
