@@ -165,14 +165,20 @@ static ot_status l_exchange(lctx *x, int to, const void *s, size_t sb, int from,
             st = wait_step(x, &w->mu[me], &w->cv[me], dl, "receive", from);
         const void *src = sl->buf;
         size_t bytes = sl->bytes;
+        /* from here the sender may not retract: settle_send waits for `done` instead */
+        if (st == OT_OK && bytes == rb) sl->taken = rseq;
         pthread_mutex_unlock(&w->mu[me]);
-        if (st != OT_OK) return st;
-        if (bytes != rb) {
+        if (st == OT_OK && bytes != rb) {
             world_abort(w, OT_ERR_INTERNAL,
                         "device %d expected %zu bytes from device %d, got %zu "
                         "(members disagree on the collective)",
                         me, rb, from, bytes);
-            return aborted_status(w);
+            st = aborted_status(w);
+        }
+        if (st != OT_OK) {
+            /* the send posted above may be in a peer's hands: never return before it settles */
+            if (to >= 0) settle_send(x, to, sseq);
+            return st;
         }
         if (reduce)
             ot_pod_combine(r, src, rb / ot_dtype_size(dt), dt, op);
