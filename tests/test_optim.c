@@ -146,8 +146,9 @@ static void run_case(json_t *c) {
                     max_abs = fmax(max_abs, d);
                     if (fabs(b) > 1e-3) max_rel = fmax(max_rel, d / fabs(b));
                     if (!(d <= atol + rtol * fabs(b))) {
-                        printf("  %s step %d %s %s[%lld]: %.9g vs fixture %.9g\n", name, t, pnames[i],
-                               j < 0 ? "param" : ot_optimizer_state_name(o, j), (long long)e, a, b);
+                        printf("  %s step %d %s %s[%lld]: %.9g vs fixture %.9g\n", name, t,
+                               pnames[i], j < 0 ? "param" : ot_optimizer_state_name(o, j),
+                               (long long)e, a, b);
                         bad = 1;
                         break;
                     }
@@ -275,5 +276,55 @@ static void test_alloc_failures(void) {
     }
 }
 
-OT_TEST_MAIN(OT_TEST(test_torch_trajectories), OT_TEST(test_bad_input),
-             OT_TEST(test_alloc_failures))
+/* A user optimizer through the same vtable: p -= lr * sign(g), with no state. */
+static int no_state(const ot_optimizer *o) {
+    (void)o;
+    return 0;
+}
+static const char *no_name(const ot_optimizer *o, int i) {
+    (void)o;
+    (void)i;
+    return "";
+}
+static ot_status signsgd_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                               ot_optim_outputs *out) {
+    (void)o;
+    ot_shape s = in->param->shape.array;
+    ot_instr *lr = ot_build_broadcast(in->c, ot_build_convert(in->c, in->lr, s.dtype), s, NULL, 0);
+    out->param = ot_build_binary(
+        in->c, OT_OP_SUBTRACT, in->param,
+        ot_build_binary(in->c, OT_OP_MULTIPLY, lr, ot_build_unary(in->c, OT_OP_SIGN, in->grad)));
+    return OT_OK;
+}
+
+static void test_custom_optimizer(void) {
+    static const char *const names[] = {"lr"};
+    static const double defs[] = {0.1};
+    const ot_optimizer_vtable bad = {"broken", 1,       names, defs, NULL,
+                                     no_state, no_name, NULL,  NULL, NULL};
+    ot_optimizer *o = NULL;
+    EXPECT_STATUS(ot_optimizer_new_custom(&bad, &o), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(o == NULL);
+    static const ot_optimizer_vtable vt = {"signsgd", 1,       names, defs,          NULL,
+                                           no_state,  no_name, NULL,  signsgd_build, NULL};
+    ASSERT_OK(ot_optimizer_new_custom(&vt, &o));
+    EXPECT_STR_EQ(ot_optimizer_name(o), "signsgd");
+    ot_shape s;
+    ot_shape_make(&s, OT_F32, 1, (int64_t[]){3});
+    ot_tensor p, g;
+    ASSERT_OK(ot_tensor_alloc(&p, &s));
+    ASSERT_OK(ot_tensor_alloc(&g, &s));
+    float gv[3] = {3.0f, -0.5f, 0.0f};
+    memcpy(g.data, gv, sizeof gv);
+    EXPECT_OK(ot_optimizer_step_reference(o, &p, &g, NULL, 0, 0.25));
+    EXPECT_NEAR(((float *)p.data)[0], -0.25, 0);
+    EXPECT_NEAR(((float *)p.data)[1], 0.25, 0);
+    EXPECT_NEAR(((float *)p.data)[2], 0.0, 0);
+    EXPECT_INT_EQ(ot_optimizer_step_count(o), 1);
+    ot_tensor_release(&p);
+    ot_tensor_release(&g);
+    ot_optimizer_free(o);
+}
+
+OT_TEST_MAIN(OT_TEST(test_custom_optimizer), OT_TEST(test_torch_trajectories),
+             OT_TEST(test_bad_input), OT_TEST(test_alloc_failures))
