@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libssl-dev libjansson-dev
       libopenmpi-dev openmpi-bin iproute2)
 if [[ "${1:-}" == "--ci" ]]; then
-  pkgs+=(clang libclang-rt-14-dev chrony python3)
+  pkgs+=(clang clang-format libclang-rt-14-dev chrony python3)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -32,7 +32,7 @@ for t in "${targets[@]}"; do
   seeds=()
   for d in "tests/data/$t" "fuzz/corpus/$t"; do [[ -d $d ]] && seeds+=("$d"); done
   echo "fuzz_$t: ${secs}s, seeds: ${seeds[*]:-none}"
-  "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$bin" -seed=1 -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$work/" "$work/$t" "${seeds[@]}" >"$work/$t.log" 2>&1 || {
     tail -60 "$work/$t.log"
     mkdir -p fuzz-artifacts && cp "$work"/crash-* "$work"/leak-* "$work"/timeout-* fuzz-artifacts/ 2>/dev/null || true

@@ -316,8 +316,8 @@ OT_API ot_status ot_batch_split(int64_t global, int n, const double *throughput,
 OT_API ot_status ot_batch_weights(const int64_t *counts, int n, double *weights);
 /* Splits count samples into micro-batches of at most micro (the last may be smaller); sizes and
  * weights (m_j / global) may be NULL; *nmb receives the number, which must fit in cap. */
-OT_API ot_status ot_batch_microbatches(int64_t count, int64_t micro, int64_t global,
-                                       int64_t *sizes, double *weights, int cap, int *nmb);
+OT_API ot_status ot_batch_microbatches(int64_t count, int64_t micro, int64_t global, int64_t *sizes,
+                                       double *weights, int cap, int *nmb);
 
 /* ---------------------------------------------------------------------------------------------
  * Slice scheduling: contiguous sub-meshes of a topology handed to jobs. Placement is best fit:
