@@ -984,7 +984,10 @@ static void test_compile_alloc_failures(void) {
         EXPECT_TRUE(e == NULL);
         EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
         EXPECT_INT_EQ(ot_alloc_live(), live);
-        if (s != OT_ERR_OUT_OF_MEMORY) break;
+        if (s != OT_ERR_OUT_OF_MEMORY) {
+            fprintf(stderr, "  allocation %d: %s\n", n, ot_last_error());
+            break;
+        }
     }
     EXPECT_TRUE(ok_at > 1);
     EXPECT_INT_EQ(ot_alloc_live(), live);
@@ -1010,7 +1013,10 @@ static void test_compile_alloc_failures(void) {
         if (s != OT_ERR_OUT_OF_MEMORY) fprintf(stderr, "n=%d: %s\n", n, ot_last_error());
         EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
         EXPECT_INT_EQ(ot_alloc_live(), live);
-        if (s != OT_ERR_OUT_OF_MEMORY) break;
+        if (s != OT_ERR_OUT_OF_MEMORY) {
+            fprintf(stderr, "  allocation %d: %s\n", n, ot_last_error());
+            break;
+        }
     }
     EXPECT_TRUE(ok_at > 1);
     ot_free(buf);

@@ -366,7 +366,11 @@ static ot_status pm_run_one(ot_pass_manager *pm, pm_entry *e, int iter, ot_modul
     OT_CHECK(ot_pass_manager_record(pm, &st));
     if (pm->verify_each) {
         s = ot_module_verify(m);
-        if (s != OT_OK) return ot_error_wrap(OT_ERR_INTERNAL, "after pass %s", e->name);
+        /* a module the pass broke is a compiler bug (INTERNAL); running out of memory while
+         * verifying is just that */
+        if (s != OT_OK)
+            return ot_error_wrap(s == OT_ERR_OUT_OF_MEMORY ? s : OT_ERR_INTERNAL, "after pass %s",
+                                 e->name);
     }
     if (pm->dump_dir &&
         (!pm->dump_after || !strcmp(pm->dump_after, "all") || !strcmp(pm->dump_after, e->name)))

@@ -527,13 +527,12 @@ ot_status ex_scalar_fn_new(ex_ctx *x, const ot_computation *c, ex_scalar_fn **ou
         int rootk = -1;
         for (int q = 0; q < k; q++)
             if (f->steps[q].i == root) rootk = q;
-        if (rootk < 0)
-            fast = false;
+        if (rootk < 0 || (root->opcode == OT_OP_TUPLE && f->nout > 3))
+            fast = false; /* a step records at most 3 operands */
         else if (root->opcode == OT_OP_TUPLE)
             for (int o = 0; o < f->nout; o++) f->out_slot[o] = f->steps[rootk].ops[o];
         else
             f->out_slot[0] = rootk;
-        if (root->opcode == OT_OP_TUPLE && f->nout > 3) fast = false;
     }
     f->fast = fast;
     *out = f;
