@@ -458,6 +458,18 @@ static void test_malformed(void) {
     EXPECT_INT_EQ(ot_alloc_live(), live);
 }
 
+/* A NUL byte inside the text (here in a string attribute) is refused with its location: printed,
+ * it would cut the string short and the text would no longer parse back (a fuzzer finding). */
+static void test_nul_byte(void) {
+    static const char text[] = "ENTRY e {\n  x = f32[2] parameter(0)\n"
+                               "  ROOT y = f32[2] custom-call(x), custom_call_target=\"a\0b\"\n}\n";
+    ot_module *m = NULL;
+    EXPECT_STATUS(ot_hlo_parse(text, sizeof text - 1, NULL, &m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(m == NULL);
+    EXPECT_STR_CONTAINS(ot_last_error(), "<input>:3:");
+    EXPECT_STR_CONTAINS(ot_last_error(), "NUL byte");
+}
+
 static void test_split(void) {
     const char *t = "// header\nHloModule a\nENTRY e {\n  ROOT x = f32[] constant(1)\n}\n"
                     "// -----\n"
@@ -533,5 +545,5 @@ static void test_parse_alloc_failure(void) {
 
 OT_TEST_MAIN(OT_TEST(test_conformance), OT_TEST(test_jax_and_lenient_forms),
              OT_TEST(test_constants), OT_TEST(test_attribute_round_trip),
-             OT_TEST(test_builder_round_trip), OT_TEST(test_malformed), OT_TEST(test_split),
-             OT_TEST(test_mesh_groups), OT_TEST(test_parse_alloc_failure))
+             OT_TEST(test_builder_round_trip), OT_TEST(test_malformed), OT_TEST(test_nul_byte),
+             OT_TEST(test_split), OT_TEST(test_mesh_groups), OT_TEST(test_parse_alloc_failure))

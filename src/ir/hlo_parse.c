@@ -2269,7 +2269,10 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
         ot_arena_free(x.scratch);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "hlo parse: out of memory");
     }
-    ot_status s = skip_ws(&x);
+    /* HLO text never holds a NUL byte; one would cut names and strings short when printed */
+    const char *nul = len ? memchr(x.s, 0, len) : NULL;
+    ot_status s =
+        nul ? perr(&x, nul, OT_ERR_INVALID_ARGUMENT, "a NUL byte in HLO text") : skip_ws(&x);
     ot_computation *entry = NULL;
     if (s == OT_OK && peek_word(&x, "HloModule")) s = parse_header(&x);
     while (s == OT_OK) {
