@@ -11,7 +11,6 @@
 #include <jansson.h>
 #include <math.h>
 
-
 typedef struct tol {
     bool exact;
     double ulp, atol, rtol;
