@@ -86,6 +86,8 @@ OT_API ot_status ot_optimizer_new(const char *name, ot_optimizer **out);
 /* An optimizer from a user vtable (kept by pointer: it must outlive the optimizer). */
 OT_API ot_status ot_optimizer_new_custom(const ot_optimizer_vtable *vt, ot_optimizer **out);
 OT_API void ot_optimizer_free(ot_optimizer *o);
+/* A new optimizer with o's vtable, hyper-parameter values and step count. */
+OT_API ot_status ot_optimizer_clone(const ot_optimizer *o, ot_optimizer **out);
 OT_API const char *ot_optimizer_name(const ot_optimizer *o);
 OT_API const ot_optimizer_vtable *ot_optimizer_vtable_of(const ot_optimizer *o);
 

@@ -15,5 +15,6 @@
 #include "optitpu/compiler.h"
 #include "optitpu/runtime.h"
 #include "optitpu/optim.h"
+#include "optitpu/tpu_optim.h"
 
 #endif /* OPTITPU_OPTITPU_H */

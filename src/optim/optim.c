@@ -50,6 +50,16 @@ ot_status ot_optimizer_new(const char *name, ot_optimizer **out) {
     return ot_optimizer_new_custom(vt, out);
 }
 
+ot_status ot_optimizer_clone(const ot_optimizer *o, ot_optimizer **out) {
+    if (!o || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_clone: NULL argument");
+    *out = NULL;
+    ot_optimizer *c = ot_calloc(1, sizeof *c);
+    if (!c) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer '%s'", o->vt->name);
+    *c = *o;
+    *out = c;
+    return OT_OK;
+}
+
 void ot_optimizer_free(ot_optimizer *o) {
     ot_free(o);
 }

@@ -1,0 +1,126 @@
+/*
+ * optitpu tpu_optim: an optimizer compiled once for a whole model and stepped on devices.
+ *
+ * ot_tpu_optimizer_create builds ONE module that updates all nparams parameters with optimizer o
+ * (ot_optimizer_build per parameter inside one computation; hyper-parameters copied at create),
+ * optionally clipping the gradients by their global norm first, and compiles it once. step and lr
+ * are runtime f64 scalars of the module, so neither a new step nor a new learning rate ever
+ * recompiles. With donation (the default) every parameter and state input is aliased to its
+ * output (the module's input_output_alias): the update writes in place and the old handles are
+ * donated.
+ *
+ * Replicas: each device that trains a copy of the model adds a replica (its own state buffers,
+ * allocated on that device with the optimizer's initial values). The executable is shared and
+ * read-only.
+ *
+ * Usage:
+ *
+ *     ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+ *     to.clip_grad_norm = 1.0;
+ *     ot_tpu_optimizer *t;
+ *     OT_CHECK(ot_tpu_optimizer_create(adam, shapes, nparams, &to, &t));   // compiles once
+ *     OT_CHECK(ot_tpu_optimizer_add_replica(t, dev));
+ *     for (int64_t step = 1; ...; step++) {
+ *         ... compute grads[k] (buffers on dev) ...
+ *         OT_CHECK(ot_tpu_optimizer_step(t, dev, params, grads, step, lr_of(step), NULL));
+ *         // params[k] now hold the new handles; the old ones are gone
+ *     }
+ *     ot_tpu_optimizer_free(t);
+ *
+ * Module layout (ot_tpu_optimizer_executable): parameters 0..n-1 params, n..2n-1 grads, then
+ * state k*S + j (parameter k, slot j; S = the optimizer's slot count), then step and lr (f64
+ * scalars); root tuple (params'..., state'...) in the same order.
+ *
+ * Clipping (clip_grad_norm > 0): torch.nn.utils.clip_grad_norm_ with norm type 2 — total =
+ * sqrt(sum over every gradient element of g^2), coef = min(1, max_norm / (total + 1e-6)),
+ * g *= coef. The sum of squares and coef are computed in f64 (elements converted from their
+ * dtype), coef is rounded to each gradient's dtype before the multiply.
+ *
+ * Ownership: create allocates; free releases the executable and every replica's state buffers
+ * (NULL is a no-op); the devices and the caller's parameter/gradient buffers stay the caller's.
+ * A successful step frees the caller's old parameter handles (donated or not) and stores new
+ * handles in params[k].
+ *
+ * Errors: every call returns ot_status with the message in ot_last_error(). A step checks
+ * everything (replica known, step >= 1, lr finite and >= 0, every buffer non-NULL, live, on the
+ * device and of its shape) before executing: on such an error nothing changes. A failure during
+ * execution leaves the handles in place but, with donation, their contents may have been written
+ * (the runtime's donated_written); the state is then not trustworthy.
+ *
+ * Thread safety: different devices may step, get and set state concurrently from different
+ * threads (per-replica data is independent; the replica list is locked). One replica must not be
+ * used from two threads at once. add_replica may run concurrently with steps on other replicas.
+ */
+#ifndef OPTITPU_TPU_OPTIM_H
+#define OPTITPU_TPU_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "optitpu/compiler.h"
+#include "optitpu/core.h"
+#include "optitpu/optim.h"
+#include "optitpu/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ot_tpu_optimizer ot_tpu_optimizer;
+
+typedef struct ot_tpu_optimizer_options {
+    bool donate;           /* default true: params and state are donated to the update
+                              (input_output_alias), updated in place */
+    double clip_grad_norm; /* > 0: gradients clipped by global norm over all params before the
+                              update (torch clip_grad_norm_ semantics); 0: off */
+    const ot_compile_options *compile; /* NULL: ot_compile_options_default() */
+} ot_tpu_optimizer_options;
+
+OT_API ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void);
+
+/* Builds ONE module updating all nparams parameters (shapes given: f32 or f64 arrays) with
+ * optimizer o (hyper-parameters copied now), and compiles it once. opts NULL: defaults.
+ * On failure *out is NULL and nothing is leaked. */
+OT_API ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes,
+                                         int nparams, const ot_tpu_optimizer_options *opts,
+                                         ot_tpu_optimizer **out);
+/* Frees every replica's state buffers too. NULL is a no-op. */
+OT_API void ot_tpu_optimizer_free(ot_tpu_optimizer *t);
+/* Compiles done so far (1 after create; stepping never recompiles). */
+OT_API int64_t ot_tpu_optimizer_compile_count(const ot_tpu_optimizer *t);
+/* The compiled update (owned by t; read-only) and the module it was compiled from. */
+OT_API const ot_executable *ot_tpu_optimizer_executable(const ot_tpu_optimizer *t);
+OT_API int ot_tpu_optimizer_param_count(const ot_tpu_optimizer *t);
+
+/* State tensors: nparams * slots of them (parameter-major), named "<k>.<slot>", e.g.
+ * "0.exp_avg". name: NULL when i is out of range. */
+OT_API int ot_tpu_optimizer_state_count(const ot_tpu_optimizer *t);
+OT_API const char *ot_tpu_optimizer_state_name(const ot_tpu_optimizer *t, int i);
+/* The shape of state tensor i (OUT_OF_RANGE when there is none). */
+OT_API ot_status ot_tpu_optimizer_state_shape(const ot_tpu_optimizer *t, int i, ot_shape *out);
+
+/* Allocates (initial values) the state of one replica on device d; a replica is identified by
+ * its device pointer. Calling twice for the same device: ALREADY_EXISTS. */
+OT_API ot_status ot_tpu_optimizer_add_replica(ot_tpu_optimizer *t, ot_device *d);
+OT_API int ot_tpu_optimizer_replica_count(const ot_tpu_optimizer *t);
+
+/* One step on device d's replica: params[k] (buffers on d) are replaced by the updated buffers
+ * (the old handles are freed/donated by this call, new handles stored back into params[k]);
+ * grads on d are read only. step = t >= 1, lr this step's learning rate. ro may be NULL.
+ * Unknown device: NOT_FOUND. On error before execution nothing changes. */
+OT_API ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
+                                       ot_buffer *const *grads, int64_t step, double lr,
+                                       const ot_run_options *ro);
+
+/* Copy state tensor i of device d's replica to a new host tensor (*out owned by the caller) /
+ * overwrite it from host (shape and dtype must match: SHAPE_MISMATCH, nothing changed). */
+OT_API ot_status ot_tpu_optimizer_get_state(ot_tpu_optimizer *t, ot_device *d, int i,
+                                            ot_tensor *out);
+OT_API ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, int i,
+                                            const ot_tensor *in);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPTITPU_TPU_OPTIM_H */

@@ -1,0 +1,489 @@
+/* The device optimizer (tpu_optim.h): one compiled update for every parameter, per-device
+ * replicas of the state, donation of parameters and state. */
+#include "optitpu/tpu_optim.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct replica {
+    ot_device *dev;
+    ot_buffer **state; /* nstate buffers on dev */
+} replica;
+
+struct ot_tpu_optimizer {
+    ot_optimizer *opt; /* private copy of the caller's optimizer */
+    int nparams, slots, nstate;
+    ot_shape *pshape;     /* [nparams] */
+    ot_shape *sshape;     /* [nstate] */
+    char **sname;         /* [nstate] "<k>.<slot>" */
+    double *sinit;        /* [nstate] initial value */
+    ot_tpu_optimizer_options opts;
+    ot_executable *exe;   /* shared, read-only after create */
+    int64_t compiles;
+    pthread_mutex_t mu;   /* guards reps / nreps / cap */
+    replica **reps;
+    int nreps, cap;
+};
+
+ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
+    ot_tpu_optimizer_options o = {.donate = true, .clip_grad_norm = 0.0, .compile = NULL};
+    return o;
+}
+
+/* ---- module ---------------------------------------------------------------------------------- */
+
+/* sum of g*g over every element, in f64: an f64 scalar node. */
+static ot_instr *sum_sq_f64(ot_computation *c, ot_computation *add, ot_instr *g) {
+    ot_instr *g64 = g->shape.array.dtype == OT_F64 ? g : ot_build_convert(c, g, OT_F64);
+    ot_instr *sq = ot_build_binary(c, OT_OP_MULTIPLY, g64, g64);
+    int rank = g->shape.array.rank;
+    if (rank == 0) return sq;
+    int64_t dims[OT_MAX_RANK];
+    for (int d = 0; d < rank; d++) dims[d] = d;
+    ot_instr *zero = ot_build_constant_scalar(c, OT_F64, 0.0);
+    return ot_build_reduce(c, &sq, &zero, 1, dims, rank, add);
+}
+
+static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
+    *out = NULL;
+    ot_module *m = ot_module_new("tpu_optimizer");
+    if (!m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
+    int n = t->nparams, S = t->slots;
+    ot_shape sc = ot_shape_scalar(OT_F64);
+    ot_computation *add = NULL;
+    if (t->opts.clip_grad_norm > 0) {
+        add = ot_module_add_computation(m, "add_f64");
+        ot_instr *a = ot_build_parameter(add, 0, sc, "a");
+        ot_instr *b = ot_build_parameter(add, 1, sc, "b");
+        ot_computation_set_root(add, ot_build_binary(add, OT_OP_ADD, a, b));
+    }
+    ot_computation *c = ot_module_add_computation(m, "update");
+    ot_instr **outs = ot_calloc((size_t)(n + t->nstate) + 1, sizeof *outs);
+    ot_instr **grads = ot_calloc((size_t)n + 1, sizeof *grads);
+    ot_instr **prm = ot_calloc((size_t)n + 1, sizeof *prm);
+    ot_instr **st = ot_calloc((size_t)t->nstate + 1, sizeof *st);
+    ot_status s = OT_OK;
+    if (!outs || !grads || !prm || !st) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
+        goto done;
+    }
+    char nm[64];
+    for (int k = 0; k < n; k++) {
+        snprintf(nm, sizeof nm, "param.%d", k);
+        prm[k] = ot_build_parameter(c, k, t->pshape[k], nm);
+    }
+    for (int k = 0; k < n; k++) {
+        snprintf(nm, sizeof nm, "grad.%d", k);
+        grads[k] = ot_build_parameter(c, n + k, t->pshape[k], nm);
+    }
+    for (int i = 0; i < t->nstate; i++)
+        st[i] = ot_build_parameter(c, 2 * n + i, t->sshape[i], NULL);
+    ot_instr *step = ot_build_parameter(c, 2 * n + t->nstate, sc, "step");
+    ot_instr *lr = ot_build_parameter(c, 2 * n + t->nstate + 1, sc, "lr");
+    OT_CHECK_GOTO(ot_module_status(m), s, done);
+    if (t->opts.clip_grad_norm > 0) {
+        /* torch clip_grad_norm_: coef = min(1, max_norm / (total + 1e-6)), total the 2-norm of
+         * every gradient element together */
+        ot_instr *ss = NULL;
+        for (int k = 0; k < n; k++) {
+            ot_instr *x = sum_sq_f64(c, add, grads[k]);
+            ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
+        }
+        ot_instr *total = ot_build_unary(c, OT_OP_SQRT, ss);
+        ot_instr *coef = ot_build_binary(
+            c, OT_OP_DIVIDE, ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm),
+            ot_build_binary(c, OT_OP_ADD, total, ot_build_constant_scalar(c, OT_F64, 1e-6)));
+        coef = ot_build_binary(c, OT_OP_MINIMUM, coef, ot_build_constant_scalar(c, OT_F64, 1.0));
+        for (int k = 0; k < n; k++) {
+            ot_dtype dt = t->pshape[k].dtype;
+            ot_instr *ck = dt == OT_F64 ? coef : ot_build_convert(c, coef, dt);
+            grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
+                                       ot_build_broadcast(c, ck, t->pshape[k], NULL, 0));
+        }
+        OT_CHECK_GOTO(ot_module_status(m), s, done);
+    }
+    for (int k = 0; k < n; k++) {
+        ot_optim_inputs in = {.c = c, .param = prm[k], .grad = grads[k], .step = step, .lr = lr};
+        for (int j = 0; j < S; j++) in.state[j] = st[k * S + j];
+        ot_optim_outputs r;
+        s = ot_optimizer_build(t->opt, &in, &r);
+        if (s != OT_OK) {
+            s = ot_error_wrap(s, "parameter %d", k);
+            goto done;
+        }
+        outs[k] = r.param;
+        for (int j = 0; j < S; j++) outs[n + k * S + j] = r.state[j];
+    }
+    ot_computation_set_root(c, ot_build_tuple(c, outs, n + t->nstate));
+    ot_module_set_entry(m, c);
+    if (t->opts.donate) {
+        for (int q = 0; q < n + t->nstate && s == OT_OK; q++) {
+            ot_io_alias a;
+            memset(&a, 0, sizeof a);
+            a.noutput_index = 1;
+            a.output_index[0] = q;
+            a.param_number = q < n ? q : n + q; /* state q - n is parameter 2n + (q - n) */
+            a.must_alias = true;
+            s = ot_module_add_alias(m, &a);
+        }
+    }
+    if (s == OT_OK) s = ot_module_finalize(m);
+done:
+    ot_free(outs);
+    ot_free(grads);
+    ot_free(prm);
+    ot_free(st);
+    if (s != OT_OK) {
+        ot_module_free(m);
+        return s;
+    }
+    *out = m;
+    return OT_OK;
+}
+
+/* ---- create / free --------------------------------------------------------------------------- */
+
+static void replica_free(ot_tpu_optimizer *t, replica *r) {
+    if (!r) return;
+    for (int i = 0; r->state && i < t->nstate; i++) ot_buffer_free(r->state[i]);
+    ot_free(r->state);
+    ot_free(r);
+}
+
+void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
+    if (!t) return;
+    for (int r = 0; r < t->nreps; r++) replica_free(t, t->reps[r]);
+    ot_free(t->reps);
+    for (int i = 0; t->sname && i < t->nstate; i++) ot_free(t->sname[i]);
+    ot_free(t->sname);
+    ot_free(t->sinit);
+    ot_free(t->sshape);
+    ot_free(t->pshape);
+    ot_executable_free(t->exe);
+    ot_optimizer_free(t->opt);
+    pthread_mutex_destroy(&t->mu);
+    ot_free(t);
+}
+
+ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
+                                  const ot_tpu_optimizer_options *opts, ot_tpu_optimizer **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: out is NULL");
+    *out = NULL;
+    if (!o || (nparams > 0 && !param_shapes))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: NULL argument");
+    if (nparams <= 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: %d parameters",
+                        nparams);
+    ot_tpu_optimizer_options op = opts ? *opts : ot_tpu_optimizer_options_default();
+    if (isnan(op.clip_grad_norm) || op.clip_grad_norm < 0 || isinf(op.clip_grad_norm))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: clip_grad_norm %g (> 0 clips, 0 is off)",
+                        op.clip_grad_norm);
+    for (int k = 0; k < nparams; k++) {
+        ot_dtype dt = param_shapes[k].dtype;
+        if (dt != OT_F32 && dt != OT_F64)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "ot_tpu_optimizer_create: parameter %d has dtype %s (f32 or f64)", k,
+                            ot_dtype_name(dt));
+        ot_shape chk;
+        OT_CHECK(ot_shape_make(&chk, dt, param_shapes[k].rank, param_shapes[k].dims));
+    }
+    ot_tpu_optimizer *t = ot_calloc(1, sizeof *t);
+    if (!t) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+    if (pthread_mutex_init(&t->mu, NULL) != 0) {
+        ot_free(t);
+        return ot_error(OT_ERR_INTERNAL, "tpu optimizer: mutex");
+    }
+    ot_status s = OT_OK;
+    t->opts = op;
+    t->opts.compile = NULL; /* not kept: the caller's pointer may not outlive create */
+    t->nparams = nparams;
+    OT_CHECK_GOTO(ot_optimizer_clone(o, &t->opt), s, fail);
+    t->slots = ot_optimizer_state_count(t->opt);
+    t->nstate = nparams * t->slots;
+    t->pshape = ot_calloc((size_t)nparams, sizeof *t->pshape);
+    t->sshape = ot_calloc((size_t)t->nstate + 1, sizeof *t->sshape);
+    t->sname = ot_calloc((size_t)t->nstate + 1, sizeof *t->sname);
+    t->sinit = ot_calloc((size_t)t->nstate + 1, sizeof *t->sinit);
+    if (!t->pshape || !t->sshape || !t->sname || !t->sinit) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+        goto fail;
+    }
+    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(t->opt);
+    for (int k = 0; k < nparams; k++) {
+        t->pshape[k] = param_shapes[k];
+        for (int j = 0; j < t->slots; j++) {
+            int i = k * t->slots + j;
+            OT_CHECK_GOTO(ot_optimizer_state_shape(t->opt, j, &t->pshape[k], &t->sshape[i]), s,
+                          fail);
+            const char *sn = ot_optimizer_state_name(t->opt, j);
+            char buf[160];
+            snprintf(buf, sizeof buf, "%d.%s", k, sn ? sn : "?");
+            t->sname[i] = ot_strdup(buf);
+            if (!t->sname[i]) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+                goto fail;
+            }
+            t->sinit[i] = vt->state_init ? vt->state_init(t->opt, j) : 0.0;
+        }
+    }
+    ot_module *m = NULL;
+    OT_CHECK_GOTO(build_module(t, &m), s, fail);
+    ot_compile_options co = op.compile ? *op.compile : ot_compile_options_default();
+    s = ot_compile(m, &co, &t->exe);
+    ot_module_free(m);
+    if (s != OT_OK) goto fail;
+    t->compiles = 1;
+    *out = t;
+    return OT_OK;
+fail:
+    ot_tpu_optimizer_free(t);
+    return s;
+}
+
+int64_t ot_tpu_optimizer_compile_count(const ot_tpu_optimizer *t) {
+    return t ? t->compiles : 0;
+}
+const ot_executable *ot_tpu_optimizer_executable(const ot_tpu_optimizer *t) {
+    return t ? t->exe : NULL;
+}
+int ot_tpu_optimizer_param_count(const ot_tpu_optimizer *t) {
+    return t ? t->nparams : 0;
+}
+int ot_tpu_optimizer_state_count(const ot_tpu_optimizer *t) {
+    return t ? t->nstate : 0;
+}
+const char *ot_tpu_optimizer_state_name(const ot_tpu_optimizer *t, int i) {
+    return t && i >= 0 && i < t->nstate ? t->sname[i] : NULL;
+}
+ot_status ot_tpu_optimizer_state_shape(const ot_tpu_optimizer *t, int i, ot_shape *out) {
+    if (!t || !out)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_state_shape: NULL argument");
+    if (i < 0 || i >= t->nstate)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "tpu optimizer: no state tensor %d (%d)", i,
+                        t->nstate);
+    *out = t->sshape[i];
+    return OT_OK;
+}
+
+/* ---- replicas -------------------------------------------------------------------------------- */
+
+static replica *find_replica(ot_tpu_optimizer *t, const ot_device *d) {
+    replica *r = NULL;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->nreps && !r; i++)
+        if (t->reps[i]->dev == d) r = t->reps[i];
+    pthread_mutex_unlock(&t->mu);
+    return r;
+}
+
+int ot_tpu_optimizer_replica_count(const ot_tpu_optimizer *t) {
+    if (!t) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&t->mu);
+    int n = t->nreps;
+    pthread_mutex_unlock((pthread_mutex_t *)&t->mu);
+    return n;
+}
+
+static ot_status fill_state(const ot_tpu_optimizer *t, int i, ot_tensor *out) {
+    OT_CHECK(ot_tensor_alloc(out, &t->sshape[i]));
+    int64_t n = ot_shape_numel_unchecked(&t->sshape[i]);
+    double v = t->sinit[i];
+    for (int64_t e = 0; e < n; e++) {
+        if (t->sshape[i].dtype == OT_F32)
+            ((float *)out->data)[e] = (float)v;
+        else
+            ((double *)out->data)[e] = v;
+    }
+    return OT_OK;
+}
+
+ot_status ot_tpu_optimizer_add_replica(ot_tpu_optimizer *t, ot_device *d) {
+    if (!t || !d)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_add_replica: NULL argument");
+    if (find_replica(t, d))
+        return ot_error(OT_ERR_ALREADY_EXISTS, "tpu optimizer: device %d already has a replica",
+                        ot_device_index(d));
+    replica *r = ot_calloc(1, sizeof *r);
+    ot_status s = OT_OK;
+    if (!r || !(r->state = ot_calloc((size_t)t->nstate + 1, sizeof *r->state))) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer replica");
+        goto fail;
+    }
+    r->dev = d;
+    for (int i = 0; i < t->nstate; i++) {
+        ot_tensor h = {0};
+        OT_CHECK_GOTO(fill_state(t, i, &h), s, fail);
+        s = ot_buffer_from_host(d, &h, &r->state[i]);
+        ot_tensor_release(&h);
+        if (s != OT_OK) {
+            s = ot_error_wrap(s, "tpu optimizer: state '%s' on device %d", t->sname[i],
+                              ot_device_index(d));
+            goto fail;
+        }
+    }
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->nreps; i++)
+        if (t->reps[i]->dev == d) {
+            pthread_mutex_unlock(&t->mu);
+            s = ot_error(OT_ERR_ALREADY_EXISTS, "tpu optimizer: device %d already has a replica",
+                         ot_device_index(d));
+            goto fail;
+        }
+    if (t->nreps == t->cap) {
+        int nc = t->cap ? 2 * t->cap : 4;
+        replica **nr = ot_realloc(t->reps, (size_t)nc * sizeof *nr);
+        if (!nr) {
+            pthread_mutex_unlock(&t->mu);
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer replica");
+            goto fail;
+        }
+        t->reps = nr;
+        t->cap = nc;
+    }
+    t->reps[t->nreps++] = r;
+    pthread_mutex_unlock(&t->mu);
+    return OT_OK;
+fail:
+    replica_free(t, r);
+    return s;
+}
+
+/* ---- step ------------------------------------------------------------------------------------ */
+
+static ot_status check_buf(const ot_tpu_optimizer *t, const ot_buffer *b, const ot_device *d,
+                           const ot_shape *want, const char *what, int k) {
+    if (!b) return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: %s %d is NULL", what, k);
+    if (ot_buffer_donated(b))
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "tpu optimizer: %s %d was donated to an earlier execution", what, k);
+    if (ot_buffer_device(b) != d)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "tpu optimizer: %s %d lives on device %d, not device %d", what, k,
+                        ot_device_index(ot_buffer_device(b)), ot_device_index(d));
+    if (!ot_shape_equal(ot_buffer_shape(b), want)) {
+        char w[96], g[96];
+        ot_shape_format(want, w, sizeof w);
+        ot_shape_format(ot_buffer_shape(b), g, sizeof g);
+        return ot_error(OT_ERR_SHAPE_MISMATCH, "tpu optimizer: %s %d is %s, expected %s", what, k,
+                        g, w);
+    }
+    (void)t;
+    return OT_OK;
+}
+
+ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
+                                ot_buffer *const *grads, int64_t step, double lr,
+                                const ot_run_options *ro) {
+    if (!t || !d || !params || !grads)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_step: NULL argument");
+    if (step < 1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: step %lld (the first is 1)",
+                        (long long)step);
+    if (!isfinite(lr) || lr < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: learning rate %g", lr);
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
+                        ot_device_index(d));
+    int n = t->nparams;
+    for (int k = 0; k < n; k++) {
+        OT_CHECK(check_buf(t, params[k], d, &t->pshape[k], "parameter", k));
+        OT_CHECK(check_buf(t, grads[k], d, &t->pshape[k], "gradient", k));
+        for (int j = 0; j < n; j++)
+            if ((j != k && params[j] == params[k]) || grads[j] == params[k])
+                return ot_error(OT_ERR_INVALID_ARGUMENT,
+                                "tpu optimizer: parameter %d's buffer is also passed as %s %d", k,
+                                grads[j] == params[k] ? "gradient" : "parameter", j);
+    }
+    for (int i = 0; i < t->nstate; i++)
+        if (!r->state[i] || ot_buffer_donated(r->state[i]))
+            return ot_error(OT_ERR_FAILED_PRECONDITION,
+                            "tpu optimizer: state '%s' of device %d was lost by a failed step",
+                            t->sname[i], ot_device_index(d));
+    int nin = 2 * n + t->nstate + 2, nout = n + t->nstate;
+    ot_buffer **in = ot_calloc((size_t)nin, sizeof *in);
+    ot_buffer **out = ot_calloc((size_t)nout, sizeof *out);
+    ot_buffer *sb = NULL, *lb = NULL;
+    ot_status s = OT_OK;
+    if (!in || !out) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer step");
+        goto done;
+    }
+    ot_shape sc = ot_shape_scalar(OT_F64);
+    double stepv = (double)step, lrv = lr;
+    ot_tensor ts, tl;
+    ot_tensor_borrow(&ts, &sc, &stepv);
+    ot_tensor_borrow(&tl, &sc, &lrv);
+    OT_CHECK_GOTO(ot_buffer_from_host(d, &ts, &sb), s, done);
+    OT_CHECK_GOTO(ot_buffer_from_host(d, &tl, &lb), s, done);
+    for (int k = 0; k < n; k++) {
+        in[k] = params[k];
+        in[n + k] = grads[k];
+    }
+    for (int i = 0; i < t->nstate; i++) in[2 * n + i] = r->state[i];
+    in[2 * n + t->nstate] = sb;
+    in[2 * n + t->nstate + 1] = lb;
+    s = ot_device_execute(d, t->exe, in, nin, out, nout, ro, NULL);
+    if (s != OT_OK) {
+        s = ot_error_wrap(s, "tpu optimizer step %lld on device %d", (long long)step,
+                          ot_device_index(d));
+        goto done;
+    }
+    for (int k = 0; k < n; k++) {
+        ot_buffer_free(params[k]); /* donated: only the handle; else the old memory too */
+        params[k] = out[k];
+    }
+    for (int i = 0; i < t->nstate; i++) {
+        ot_buffer_free(r->state[i]);
+        r->state[i] = out[n + i];
+    }
+done:
+    ot_buffer_free(sb);
+    ot_buffer_free(lb);
+    ot_free(in);
+    ot_free(out);
+    return s;
+}
+
+/* ---- state import / export ------------------------------------------------------------------- */
+
+ot_status ot_tpu_optimizer_get_state(ot_tpu_optimizer *t, ot_device *d, int i, ot_tensor *out) {
+    if (!t || !d || !out)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_get_state: NULL argument");
+    if (i < 0 || i >= t->nstate)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "tpu optimizer: no state tensor %d (%d)", i,
+                        t->nstate);
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
+                        ot_device_index(d));
+    return ot_buffer_to_host(r->state[i], out);
+}
+
+ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, int i,
+                                     const ot_tensor *in) {
+    if (!t || !d || !in)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_set_state: NULL argument");
+    if (i < 0 || i >= t->nstate)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "tpu optimizer: no state tensor %d (%d)", i,
+                        t->nstate);
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
+                        ot_device_index(d));
+    if (!ot_shape_equal(&in->shape, &t->sshape[i])) {
+        char w[96], g[96];
+        ot_shape_format(&t->sshape[i], w, sizeof w);
+        ot_shape_format(&in->shape, g, sizeof g);
+        return ot_error(OT_ERR_SHAPE_MISMATCH, "tpu optimizer: state '%s' is %s, got %s",
+                        t->sname[i], w, g);
+    }
+    ot_buffer *b = NULL;
+    OT_CHECK(ot_buffer_from_host(d, in, &b));
+    ot_buffer_free(r->state[i]);
+    r->state[i] = b;
+    return OT_OK;
+}

@@ -1,0 +1,552 @@
+/* tpu_optim: the compiled whole-model optimizer against ot_optimizer_step_reference (bitwise),
+ * one compile over many steps and learning rates, donation, two replicas stepping from two
+ * threads, global-norm clipping against a host computation, state export/import, bad input. */
+#include "ot_test.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "optitpu/optim.h"
+#include "optitpu/runtime.h"
+#include "optitpu/tpu_optim.h"
+
+#define OPT_DIR OT_SOURCE_DIR "/tests/data/optim/"
+#define NP      4
+#define STEPS   100
+
+static const char *const pnames[NP] = {"scalar", "vector", "matrix", "tensor3"};
+
+typedef struct fixture {
+    ot_tensor p0[NP];   /* initial parameters */
+    ot_tensor g[NP];    /* [STEPS, ...] gradients */
+    ot_shape shape[NP]; /* parameter shapes */
+} fixture;
+
+static bool load_fixture(fixture *f) {
+    memset(f, 0, sizeof *f);
+    char path[512];
+    for (int i = 0; i < NP; i++) {
+        snprintf(path, sizeof path, OPT_DIR "inputs/param0_%s.npy", pnames[i]);
+        if (ot_npy_read_file(path, &f->p0[i]) != OT_OK) return false;
+        snprintf(path, sizeof path, OPT_DIR "inputs/grad_%s.npy", pnames[i]);
+        if (ot_npy_read_file(path, &f->g[i]) != OT_OK) return false;
+        f->shape[i] = f->p0[i].shape;
+    }
+    return true;
+}
+
+static void free_fixture(fixture *f) {
+    for (int i = 0; i < NP; i++) {
+        ot_tensor_release(&f->p0[i]);
+        ot_tensor_release(&f->g[i]);
+    }
+}
+
+/* gradient of parameter i at step index t (0-based) as a borrowed tensor */
+static void grad_row(const fixture *f, int i, int t, ot_tensor *out) {
+    size_t nb = ot_shape_nbytes_unchecked(&f->shape[i]);
+    ot_tensor_borrow(out, &f->shape[i], (char *)f->g[i].data + (size_t)t * nb);
+}
+
+static double lr_at(int t) { /* a schedule that changes every step */
+    return 1e-2 * (1.0 + 0.5 * cos(0.3 * t)) / (1.0 + 0.01 * t);
+}
+
+static bool tensor_bits_equal(const ot_tensor *a, const ot_tensor *b) {
+    return ot_shape_equal(&a->shape, &b->shape) && a->nbytes == b->nbytes &&
+           memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+static bool buffer_equals(const ot_buffer *b, const ot_tensor *want) {
+    ot_tensor h = {0};
+    if (ot_buffer_to_host(b, &h) != OT_OK) return false;
+    bool eq = tensor_bits_equal(&h, want);
+    ot_tensor_release(&h);
+    return eq;
+}
+
+static ot_optimizer *make_opt(const char *name) {
+    ot_optimizer *o = NULL;
+    if (ot_optimizer_new(name, &o) != OT_OK) return NULL;
+    if (strcmp(name, "sgd") == 0) {
+        ot_optimizer_set(o, "momentum", 0.9);
+        ot_optimizer_set(o, "nesterov", 1);
+        ot_optimizer_set(o, "weight_decay", 1e-3);
+    } else if (strcmp(name, "adamw") == 0) {
+        ot_optimizer_set(o, "amsgrad", 1);
+    } else if (strcmp(name, "rmsprop") == 0) {
+        ot_optimizer_set(o, "centered", 1);
+        ot_optimizer_set(o, "momentum", 0.5);
+    }
+    return o;
+}
+
+/* Host-side clipped gradients at step t, torch clip_grad_norm_ with sums in f64 (max_norm 0: off). */
+static void host_grads(const fixture *f, int t, double max_norm, float buf[NP][64], ot_tensor *gt) {
+    double coef = 1.0;
+    if (max_norm > 0) {
+        double ss = 0;
+        for (int i = 0; i < NP; i++) {
+            ot_tensor r;
+            grad_row(f, i, t, &r);
+            for (int64_t e = 0; e < ot_shape_numel_unchecked(&f->shape[i]); e++)
+                ss += (double)((float *)r.data)[e] * ((float *)r.data)[e];
+        }
+        coef = fmin(1.0, max_norm / (sqrt(ss) + 1e-6));
+    }
+    for (int i = 0; i < NP; i++) {
+        ot_tensor r;
+        grad_row(f, i, t, &r);
+        int64_t n = ot_shape_numel_unchecked(&f->shape[i]);
+        for (int64_t e = 0; e < n; e++)
+            buf[i][e] = max_norm > 0 ? ((float *)r.data)[e] * (float)coef : ((float *)r.data)[e];
+        ot_tensor_borrow(&gt[i], &f->shape[i], buf[i]);
+    }
+}
+
+/* Runs `steps` steps of optimizer `name` through the wrapper on one host device and through
+ * ot_optimizer_step_reference per parameter, comparing parameters and every state tensor bitwise
+ * after every step. */
+static void run_against_reference(const char *name, double clip, bool donate, int steps) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *o = make_opt(name);
+    ASSERT_TRUE(o != NULL);
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.clip_grad_norm = clip;
+    to.donate = donate;
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, &to, &t));
+    EXPECT_INT_EQ(ot_tpu_optimizer_compile_count(t), 1);
+    int S = ot_optimizer_state_count(o);
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), NP * S);
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+
+    /* host reference */
+    ot_optimizer *ref[NP] = {0};
+    ot_tensor hp[NP] = {0}, hs[NP][OT_OPTIM_MAX_STATE];
+    memset(hs, 0, sizeof hs);
+    ot_buffer *pb[NP] = {0}, *gb[NP] = {0};
+    for (int i = 0; i < NP; i++) {
+        ASSERT_OK(ot_optimizer_clone(o, &ref[i]));
+        ASSERT_OK(ot_tensor_alloc(&hp[i], &f.shape[i]));
+        memcpy(hp[i].data, f.p0[i].data, hp[i].nbytes);
+        for (int j = 0; j < S; j++) ASSERT_OK(ot_optimizer_state_alloc(o, j, &f.shape[i], &hs[i][j]));
+        ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
+    }
+    int mismatches = 0;
+    for (int s = 0; s < steps && mismatches == 0; s++) {
+        float buf[NP][64];
+        ot_tensor gt[NP], graw[NP];
+        host_grads(&f, s, clip, buf, gt);
+        for (int i = 0; i < NP; i++) {
+            grad_row(&f, i, s, &graw[i]);
+            ASSERT_OK(ot_buffer_from_host(d, &graw[i], &gb[i]));
+        }
+        double lr = lr_at(s);
+        ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, s + 1, lr, NULL));
+        for (int i = 0; i < NP; i++) {
+            ot_buffer_free(gb[i]);
+            ASSERT_OK(ot_optimizer_step_reference(ref[i], &hp[i], &gt[i], hs[i], S, lr));
+            if (!buffer_equals(pb[i], &hp[i])) {
+                mismatches++;
+                fprintf(stderr, "  %s: step %d parameter %s differs\n", name, s + 1, pnames[i]);
+            }
+            for (int j = 0; j < S; j++) {
+                ot_tensor st = {0};
+                ASSERT_OK(ot_tpu_optimizer_get_state(t, d, i * S + j, &st));
+                if (!tensor_bits_equal(&st, &hs[i][j])) {
+                    mismatches++;
+                    fprintf(stderr, "  %s: step %d state %s differs\n", name, s + 1,
+                            ot_tpu_optimizer_state_name(t, i * S + j));
+                }
+                ot_tensor_release(&st);
+            }
+        }
+    }
+    EXPECT_INT_EQ(mismatches, 0);
+    EXPECT_INT_EQ(ot_tpu_optimizer_compile_count(t), 1); /* never recompiled for step or lr */
+    for (int i = 0; i < NP; i++) {
+        ot_buffer_free(pb[i]);
+        ot_tensor_release(&hp[i]);
+        for (int j = 0; j < S; j++) ot_tensor_release(&hs[i][j]);
+        ot_optimizer_free(ref[i]);
+    }
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+static void test_trajectory_adam(void) {
+    run_against_reference("adam", 0, true, STEPS);
+}
+static void test_trajectory_others(void) {
+    /* sgd (nesterov, a state copied on step 1), adamw+amsgrad (3 slots), rmsprop centered with
+     * momentum, nadam (a rank-0 state slot), adagrad (a non-zero initial state possible) */
+    const char *names[] = {"sgd", "adamw", "rmsprop", "nadam", "adagrad", "radam", "lion"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        run_against_reference(names[k], 0, true, 30);
+}
+static void test_trajectory_no_donation(void) {
+    run_against_reference("adam", 0, false, 20);
+}
+static void test_clipping(void) {
+    /* max_norm small enough that the coefficient is < 1 on every step, and large (no-op) */
+    run_against_reference("adam", 0.05, true, 40);
+    run_against_reference("sgd", 1e6, true, 10);
+}
+
+static void test_names_and_executable(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *o = make_opt("adam");
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, NULL, &t));
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), 2 * NP);
+    EXPECT_STR_EQ(ot_tpu_optimizer_state_name(t, 0), "0.exp_avg");
+    EXPECT_STR_EQ(ot_tpu_optimizer_state_name(t, 1), "0.exp_avg_sq");
+    EXPECT_STR_EQ(ot_tpu_optimizer_state_name(t, 7), "3.exp_avg_sq");
+    EXPECT_TRUE(ot_tpu_optimizer_state_name(t, 8) == NULL);
+    ot_shape ss;
+    ASSERT_OK(ot_tpu_optimizer_state_shape(t, 7, &ss));
+    EXPECT_TRUE(ot_shape_equal(&ss, &f.shape[3]));
+    const ot_executable *e = ot_tpu_optimizer_executable(t);
+    EXPECT_INT_EQ(ot_executable_param_count(e), 2 * NP + 2 * NP + 2);
+    EXPECT_INT_EQ(ot_executable_output_count(e), NP + 2 * NP);
+    for (int q = 0; q < ot_executable_output_count(e); q++) { /* every output is donated */
+        int64_t want = q < NP ? q : NP + q;
+        EXPECT_INT_EQ(ot_executable_slot(e, ot_executable_output_slot(e, q))->alias_param, want);
+    }
+    ot_tpu_optimizer_free(t);
+
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.donate = false;
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, &to, &t));
+    e = ot_tpu_optimizer_executable(t);
+    for (int q = 0; q < ot_executable_output_count(e); q++)
+        EXPECT_INT_EQ(ot_executable_slot(e, ot_executable_output_slot(e, q))->alias_param, -1);
+    ot_tpu_optimizer_free(t);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+/* Donation: with it, a step allocates only the step/lr scalars and the arena on the device; the
+ * updated parameters and state live in the memory of the old ones. Without it every output is a
+ * new allocation (n + state more per step). */
+static int64_t allocs_per_step(bool donate, int64_t *in_use_change) {
+    fixture f;
+    if (!load_fixture(&f)) return -1;
+    ot_optimizer *o = make_opt("adam");
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.donate = donate;
+    ot_tpu_optimizer *t = NULL;
+    ot_device *d = NULL;
+    int64_t per = -1;
+    if (ot_tpu_optimizer_create(o, f.shape, NP, &to, &t) != OT_OK ||
+        ot_host_device_create(0, 0, &d) != OT_OK || ot_tpu_optimizer_add_replica(t, d) != OT_OK)
+        goto out;
+    ot_buffer *pb[NP] = {0}, *gb[NP] = {0};
+    for (int i = 0; i < NP; i++) {
+        ot_tensor gr;
+        grad_row(&f, i, 0, &gr);
+        ot_buffer_from_host(d, &f.p0[i], &pb[i]);
+        ot_buffer_from_host(d, &gr, &gb[i]);
+    }
+    ot_tpu_optimizer_step(t, d, pb, gb, 1, 1e-3, NULL); /* warm the pool */
+    ot_mem_stats a, b;
+    ot_device_memory(d, &a);
+    for (int s = 2; s <= 11; s++)
+        if (ot_tpu_optimizer_step(t, d, pb, gb, s, 1e-3, NULL) != OT_OK) goto free_bufs;
+    ot_device_memory(d, &b);
+    per = (b.alloc_count - a.alloc_count) / 10;
+    *in_use_change = b.in_use - a.in_use;
+free_bufs:
+    for (int i = 0; i < NP; i++) {
+        ot_buffer_free(pb[i]);
+        ot_buffer_free(gb[i]);
+    }
+out:
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+    return per;
+}
+
+static void test_donation(void) {
+    int64_t du = 1, nu = 1;
+    int64_t with = allocs_per_step(true, &du);
+    int64_t without = allocs_per_step(false, &nu);
+    ASSERT_TRUE(with >= 0 && without >= 0);
+    EXPECT_INT_EQ(without - with, NP + 2 * NP); /* 4 params + 8 adam states */
+    EXPECT_TRUE(with <= 3);                     /* step, lr, arena */
+    EXPECT_INT_EQ(du, 0);
+    EXPECT_INT_EQ(nu, 0);
+}
+
+/* ---- two replicas, two threads ------------------------------------------------------------- */
+
+typedef struct worker {
+    ot_tpu_optimizer *t;
+    ot_device *d;
+    const fixture *f;
+    ot_buffer *pb[NP];
+    ot_status st;
+} worker;
+
+static void *worker_run(void *arg) {
+    worker *w = arg;
+    w->st = OT_OK;
+    for (int s = 0; s < STEPS && w->st == OT_OK; s++) {
+        ot_buffer *gb[NP] = {0};
+        for (int i = 0; i < NP && w->st == OT_OK; i++) {
+            ot_tensor gr;
+            grad_row(w->f, i, s, &gr);
+            w->st = ot_buffer_from_host(w->d, &gr, &gb[i]);
+        }
+        if (w->st == OT_OK) w->st = ot_tpu_optimizer_step(w->t, w->d, w->pb, gb, s + 1, lr_at(s), NULL);
+        for (int i = 0; i < NP; i++) ot_buffer_free(gb[i]);
+    }
+    return NULL;
+}
+
+static void test_two_replicas_threads(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *o = make_opt("adamw");
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.clip_grad_norm = 0.1;
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, &to, &t));
+    ot_device *d[2] = {0};
+    worker w[2];
+    memset(w, 0, sizeof w);
+    for (int r = 0; r < 2; r++) {
+        ASSERT_OK(ot_host_device_create(r, 0, &d[r]));
+        ASSERT_OK(ot_tpu_optimizer_add_replica(t, d[r]));
+        w[r].t = t;
+        w[r].d = d[r];
+        w[r].f = &f;
+        for (int i = 0; i < NP; i++) ASSERT_OK(ot_buffer_from_host(d[r], &f.p0[i], &w[r].pb[i]));
+    }
+    EXPECT_INT_EQ(ot_tpu_optimizer_replica_count(t), 2);
+    EXPECT_STATUS(ot_tpu_optimizer_add_replica(t, d[1]), OT_ERR_ALREADY_EXISTS);
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) ASSERT_TRUE(pthread_create(&th[r], NULL, worker_run, &w[r]) == 0);
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    EXPECT_OK(w[0].st);
+    EXPECT_OK(w[1].st);
+    for (int i = 0; i < NP; i++) {
+        ot_tensor a = {0};
+        ASSERT_OK(ot_buffer_to_host(w[0].pb[i], &a));
+        EXPECT_TRUE(buffer_equals(w[1].pb[i], &a));
+        EXPECT_TRUE(!tensor_bits_equal(&a, &f.p0[i])); /* it moved */
+        ot_tensor_release(&a);
+    }
+    for (int i = 0; i < ot_tpu_optimizer_state_count(t); i++) {
+        ot_tensor a = {0}, b = {0};
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, d[0], i, &a));
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, d[1], i, &b));
+        EXPECT_TRUE(tensor_bits_equal(&a, &b));
+        ot_tensor_release(&a);
+        ot_tensor_release(&b);
+    }
+    EXPECT_INT_EQ(ot_tpu_optimizer_compile_count(t), 1);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < NP; i++) ot_buffer_free(w[r].pb[i]);
+    ot_tpu_optimizer_free(t);
+    for (int r = 0; r < 2; r++) ot_device_free(d[r]);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+/* ---- state export / import ----------------------------------------------------------------- */
+
+static void test_state_roundtrip(void) {
+    /* replica B imports replica A's state after 10 steps and both continue identically */
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *o = make_opt("nadam");
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, NULL, &t));
+    ot_device *d[2] = {0};
+    ot_buffer *pb[2][NP] = {{0}};
+    for (int r = 0; r < 2; r++) {
+        ASSERT_OK(ot_host_device_create(r, 0, &d[r]));
+        ASSERT_OK(ot_tpu_optimizer_add_replica(t, d[r]));
+        for (int i = 0; i < NP; i++) ASSERT_OK(ot_buffer_from_host(d[r], &f.p0[i], &pb[r][i]));
+    }
+    for (int s = 0; s < 20; s++) {
+        if (s == 10) { /* copy A's parameters and state into B */
+            for (int i = 0; i < NP; i++) ASSERT_OK(ot_buffer_copy(pb[1][i], pb[0][i]));
+            for (int i = 0; i < ot_tpu_optimizer_state_count(t); i++) {
+                ot_tensor h = {0};
+                ASSERT_OK(ot_tpu_optimizer_get_state(t, d[0], i, &h));
+                ASSERT_OK(ot_tpu_optimizer_set_state(t, d[1], i, &h));
+                ot_tensor_release(&h);
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            if (r == 1 && s < 10) continue; /* B idles for the first 10 steps */
+            ot_buffer *gb[NP];
+            for (int i = 0; i < NP; i++) {
+                ot_tensor gr;
+                grad_row(&f, i, s, &gr);
+                ASSERT_OK(ot_buffer_from_host(d[r], &gr, &gb[i]));
+            }
+            ASSERT_OK(ot_tpu_optimizer_step(t, d[r], pb[r], gb, s + 1, lr_at(s), NULL));
+            for (int i = 0; i < NP; i++) ot_buffer_free(gb[i]);
+        }
+    }
+    for (int i = 0; i < NP; i++) {
+        ot_tensor a = {0};
+        ASSERT_OK(ot_buffer_to_host(pb[0][i], &a));
+        EXPECT_TRUE(buffer_equals(pb[1][i], &a));
+        ot_tensor_release(&a);
+    }
+    /* a state of the wrong shape is refused and changes nothing */
+    ot_tensor before = {0}, bad = {0}, after = {0};
+    ASSERT_OK(ot_tpu_optimizer_get_state(t, d[0], 3, &before));
+    ASSERT_OK(ot_tensor_alloc(&bad, &f.shape[0]));
+    EXPECT_STATUS(ot_tpu_optimizer_set_state(t, d[0], 3, &bad), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STATUS(ot_tpu_optimizer_set_state(t, d[0], 99, &bad), OT_ERR_OUT_OF_RANGE);
+    EXPECT_STATUS(ot_tpu_optimizer_get_state(t, d[0], -1, &after), OT_ERR_OUT_OF_RANGE);
+    ASSERT_OK(ot_tpu_optimizer_get_state(t, d[0], 3, &after));
+    EXPECT_TRUE(tensor_bits_equal(&before, &after));
+    ot_tensor_release(&before);
+    ot_tensor_release(&bad);
+    ot_tensor_release(&after);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < NP; i++) ot_buffer_free(pb[r][i]);
+    ot_tpu_optimizer_free(t);
+    for (int r = 0; r < 2; r++) ot_device_free(d[r]);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+/* ---- bad input ----------------------------------------------------------------------------- */
+
+static void test_errors_change_nothing(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *o = make_opt("adam");
+    ot_tpu_optimizer *t = NULL;
+    ot_shape bad_shapes[NP];
+    memcpy(bad_shapes, f.shape, sizeof bad_shapes);
+    bad_shapes[2].dtype = OT_S32;
+    EXPECT_STATUS(ot_tpu_optimizer_create(o, bad_shapes, NP, NULL, &t), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(t == NULL);
+    EXPECT_STATUS(ot_tpu_optimizer_create(o, f.shape, 0, NULL, &t), OT_ERR_INVALID_ARGUMENT);
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.clip_grad_norm = NAN;
+    EXPECT_STATUS(ot_tpu_optimizer_create(o, f.shape, NP, &to, &t), OT_ERR_INVALID_ARGUMENT);
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, NULL, &t));
+    ot_device *d = NULL, *other = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_host_device_create(1, 0, &other));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    ot_buffer *pb[NP], *gb[NP], *orig[NP];
+    for (int i = 0; i < NP; i++) {
+        ot_tensor gr;
+        grad_row(&f, i, 0, &gr);
+        ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
+        ASSERT_OK(ot_buffer_from_host(d, &gr, &gb[i]));
+        orig[i] = pb[i];
+    }
+    ot_tensor s0 = {0};
+    ASSERT_OK(ot_tpu_optimizer_get_state(t, d, 0, &s0));
+
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 0, 1e-3, NULL), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "step 0");
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 1, NAN, NULL), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 1, -1.0, NULL), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, other, pb, gb, 1, 1e-3, NULL), OT_ERR_NOT_FOUND);
+    /* a gradient of the wrong shape */
+    ot_buffer *wrong = NULL;
+    ASSERT_OK(ot_buffer_from_host(d, &f.p0[1], &wrong));
+    ot_buffer *keep = gb[2];
+    gb[2] = wrong;
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 1, 1e-3, NULL), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STR_CONTAINS(ot_last_error(), "gradient 2");
+    gb[2] = keep;
+    /* a parameter of the wrong shape */
+    keep = pb[3];
+    pb[3] = wrong;
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 1, 1e-3, NULL), OT_ERR_SHAPE_MISMATCH);
+    pb[3] = keep;
+    ot_buffer_free(wrong);
+    /* a gradient on another device */
+    ot_buffer *far = NULL;
+    ot_tensor gr;
+    grad_row(&f, 1, 0, &gr);
+    ASSERT_OK(ot_buffer_from_host(other, &gr, &far));
+    keep = gb[1];
+    gb[1] = far;
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 1, 1e-3, NULL), OT_ERR_INVALID_ARGUMENT);
+    gb[1] = keep;
+    ot_buffer_free(far);
+    /* a parameter passed as its own gradient */
+    keep = gb[0];
+    gb[0] = pb[0];
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 1, 1e-3, NULL), OT_ERR_INVALID_ARGUMENT);
+    gb[0] = keep;
+    /* nothing changed: same handles, live, same contents, same state */
+    for (int i = 0; i < NP; i++) {
+        EXPECT_TRUE(pb[i] == orig[i]);
+        EXPECT_TRUE(!ot_buffer_donated(pb[i]));
+        EXPECT_TRUE(buffer_equals(pb[i], &f.p0[i]));
+    }
+    ot_tensor s1 = {0};
+    ASSERT_OK(ot_tpu_optimizer_get_state(t, d, 0, &s1));
+    EXPECT_TRUE(tensor_bits_equal(&s0, &s1));
+    ot_tensor_release(&s1);
+    /* and a good step still works and replaces the handles */
+    ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, 1, 1e-3, NULL));
+    for (int i = 0; i < NP; i++) EXPECT_TRUE(!buffer_equals(pb[i], &f.p0[i]));
+    ot_tensor_release(&s0);
+    for (int i = 0; i < NP; i++) {
+        ot_buffer_free(pb[i]);
+        ot_buffer_free(gb[i]);
+    }
+    EXPECT_STATUS(ot_tpu_optimizer_add_replica(t, d), OT_ERR_ALREADY_EXISTS);
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_device_free(other);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+/* Every allocation failure during create / add_replica / step is reported and leaks nothing. */
+static void test_alloc_failures(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *o = make_opt("adam");
+    bool done = false;
+    for (int n = 1; n < 20000 && !done; n += (n < 200 ? 1 : 97)) {
+        int64_t live = ot_alloc_live();
+        ot_alloc_fail_after(n);
+        ot_tpu_optimizer *t = NULL;
+        ot_status s = ot_tpu_optimizer_create(o, f.shape, NP, NULL, &t);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) {
+            done = true;
+            ot_tpu_optimizer_free(t);
+        } else {
+            EXPECT_TRUE(t == NULL);
+        }
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+    }
+    EXPECT_TRUE(done);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+OT_TEST_MAIN(OT_TEST(test_names_and_executable), OT_TEST(test_trajectory_adam),
+             OT_TEST(test_trajectory_others), OT_TEST(test_trajectory_no_donation),
+             OT_TEST(test_clipping), OT_TEST(test_donation), OT_TEST(test_two_replicas_threads),
+             OT_TEST(test_state_roundtrip), OT_TEST(test_errors_change_nothing),
+             OT_TEST(test_alloc_failures))
