@@ -82,7 +82,8 @@ static ot_optimizer *make_opt(const char *name) {
     return o;
 }
 
-/* Host-side clipped gradients at step t, torch clip_grad_norm_ with sums in f64 (max_norm 0: off). */
+/* Host-side clipped gradients at step t, torch clip_grad_norm_ with sums in f64 (max_norm 0: off).
+ */
 static void host_grads(const fixture *f, int t, double max_norm, float buf[NP][64], ot_tensor *gt) {
     double coef = 1.0;
     if (max_norm > 0) {
@@ -134,7 +135,8 @@ static void run_against_reference(const char *name, double clip, bool donate, in
         ASSERT_OK(ot_optimizer_clone(o, &ref[i]));
         ASSERT_OK(ot_tensor_alloc(&hp[i], &f.shape[i]));
         memcpy(hp[i].data, f.p0[i].data, hp[i].nbytes);
-        for (int j = 0; j < S; j++) ASSERT_OK(ot_optimizer_state_alloc(o, j, &f.shape[i], &hs[i][j]));
+        for (int j = 0; j < S; j++)
+            ASSERT_OK(ot_optimizer_state_alloc(o, j, &f.shape[i], &hs[i][j]));
         ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
     }
     int mismatches = 0;
@@ -308,7 +310,8 @@ static void *worker_run(void *arg) {
             grad_row(w->f, i, s, &gr);
             w->st = ot_buffer_from_host(w->d, &gr, &gb[i]);
         }
-        if (w->st == OT_OK) w->st = ot_tpu_optimizer_step(w->t, w->d, w->pb, gb, s + 1, lr_at(s), NULL);
+        if (w->st == OT_OK)
+            w->st = ot_tpu_optimizer_step(w->t, w->d, w->pb, gb, s + 1, lr_at(s), NULL);
         for (int i = 0; i < NP; i++) ot_buffer_free(gb[i]);
     }
     return NULL;

@@ -15,14 +15,14 @@ typedef struct replica {
 struct ot_tpu_optimizer {
     ot_optimizer *opt; /* private copy of the caller's optimizer */
     int nparams, slots, nstate;
-    ot_shape *pshape;     /* [nparams] */
-    ot_shape *sshape;     /* [nstate] */
-    char **sname;         /* [nstate] "<k>.<slot>" */
-    double *sinit;        /* [nstate] initial value */
+    ot_shape *pshape; /* [nparams] */
+    ot_shape *sshape; /* [nstate] */
+    char **sname;     /* [nstate] "<k>.<slot>" */
+    double *sinit;    /* [nstate] initial value */
     ot_tpu_optimizer_options opts;
-    ot_executable *exe;   /* shared, read-only after create */
+    ot_executable *exe; /* shared, read-only after create */
     int64_t compiles;
-    pthread_mutex_t mu;   /* guards reps / nreps / cap */
+    pthread_mutex_t mu; /* guards reps / nreps / cap */
     replica **reps;
     int nreps, cap;
 };
@@ -174,8 +174,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     if (!o || (nparams > 0 && !param_shapes))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: NULL argument");
     if (nparams <= 0)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: %d parameters",
-                        nparams);
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: %d parameters", nparams);
     ot_tpu_optimizer_options op = opts ? *opts : ot_tpu_optimizer_options_default();
     if (isnan(op.clip_grad_norm) || op.clip_grad_norm < 0 || isinf(op.clip_grad_norm))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
