@@ -127,6 +127,80 @@ OT_API ot_status ot_optimizer_step_reference(ot_optimizer *o, ot_tensor *param,
                                              const ot_tensor *grad, ot_tensor *state, int nstate,
                                              double lr);
 
+/* ---------------------------------------------------------------------------------------------
+ * Learning-rate schedules, evaluated on the host in f64: ot_lr_schedule_lr(s, t) is the learning
+ * rate in force at step index t (0 for the first step). Formulas follow optax (the same
+ * expression order), with the torch scheduler each one reproduces named beside it; torch's
+ * "chainable" schedulers (ExponentialLR, CosineAnnealingLR, LinearLR, PolynomialLR) update the
+ * lr recursively and so differ from these closed forms in the last bits (docs/optim.md gives the
+ * measured deviation). Constructors allocate (*out freed with ot_lr_schedule_free; NULL is a
+ * no-op); bad arguments are INVALID_ARGUMENT. A finished schedule is read-only: evaluate it from
+ * any number of threads.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_lr_schedule ot_lr_schedule;
+
+OT_API void ot_lr_schedule_free(ot_lr_schedule *s);
+OT_API double ot_lr_schedule_lr(const ot_lr_schedule *s, int64_t t); /* t < 0 counts as 0 */
+OT_API const char *ot_lr_schedule_kind(const ot_lr_schedule *s);     /* "constant", "cosine", ... */
+
+/* value at every step (optax.constant_schedule). */
+OT_API ot_status ot_lr_schedule_constant(double value, ot_lr_schedule **out);
+/* init times scales[i] for every boundaries[i] <= t, multiplied in order (optax
+ * piecewise_constant_schedule; torch MultiStepLR with every scale = gamma). n <= 64. */
+OT_API ot_status ot_lr_schedule_piecewise_constant(double init, const int64_t *boundaries,
+                                                   const double *scales, int n,
+                                                   ot_lr_schedule **out);
+/* init * gamma^floor(t / step_size) (torch StepLR). */
+OT_API ot_status ot_lr_schedule_step(double init, int64_t step_size, double gamma,
+                                     ot_lr_schedule **out);
+/* optax.exponential_decay: init until transition_begin, then init * rate^((t - begin) /
+ * transition_steps) (floor of the exponent when staircase), bounded by end_value (NaN: none).
+ * torch ExponentialLR(gamma) is (init, 1, gamma, 0, false, NaN). */
+OT_API ot_status ot_lr_schedule_exponential(double init, int64_t transition_steps,
+                                            double decay_rate, int64_t transition_begin,
+                                            bool staircase, double end_value, ot_lr_schedule **out);
+/* optax.polynomial_schedule: (init - end) * (1 - c / T)^power + end with c = clip(t - begin, 0,
+ * T); linear is power 1 (optax.linear_schedule; torch LinearLR(start, end, total) is
+ * (base*start, base*end, total, 0); torch PolynomialLR(total, power) is (base, 0, power, total)).
+ */
+OT_API ot_status ot_lr_schedule_polynomial(double init, double end, double power,
+                                           int64_t transition_steps, int64_t transition_begin,
+                                           ot_lr_schedule **out);
+OT_API ot_status ot_lr_schedule_linear(double init, double end, int64_t transition_steps,
+                                       int64_t transition_begin, ot_lr_schedule **out);
+/* optax.cosine_decay_schedule(init, decay_steps, alpha = end / init, exponent): init *
+ * ((1 - alpha) * (0.5 * (1 + cos(pi * min(t, T) / T)))^exponent + alpha) (torch
+ * CosineAnnealingLR(T_max, eta_min) is (base, eta_min, T_max, 1)). */
+OT_API ot_status ot_lr_schedule_cosine(double init, double end, int64_t decay_steps,
+                                       double exponent, ot_lr_schedule **out);
+/* optax.warmup_cosine_decay_schedule: linear from init to peak over warmup_steps, then cosine
+ * from peak to end until decay_steps (counted from 0, warmup included). */
+OT_API ot_status ot_lr_schedule_warmup_cosine(double init, double peak, int64_t warmup_steps,
+                                              int64_t decay_steps, double end, double exponent,
+                                              ot_lr_schedule **out);
+/* torch CosineAnnealingWarmRestarts: eta_min + (base - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2,
+ * periods T_0, T_0 * T_mult, ... */
+OT_API ot_status ot_lr_schedule_cosine_restarts(double base, double eta_min, int64_t t0,
+                                                int64_t t_mult, ot_lr_schedule **out);
+/* One-cycle with cosine annealing from peak/div_factor up to peak, then down to
+ * peak/(div_factor*final_div_factor). torch_convention: torch OneCycleLR (peak at step
+ * pct_start*total - 1, the end at total - 1); else optax.cosine_onecycle_schedule (peak at
+ * int(pct_start*total), end at total). */
+OT_API ot_status ot_lr_schedule_onecycle(int64_t total_steps, double peak, double pct_start,
+                                         double div_factor, double final_div_factor,
+                                         bool torch_convention, ot_lr_schedule **out);
+/* optax.join_schedules / torch SequentialLR: children[0] before boundaries[0], children[i] at
+ * t - boundaries[i-1] from boundaries[i-1] on. Takes over the n children (also on failure);
+ * n - 1 boundaries, increasing. */
+OT_API ot_status ot_lr_schedule_join(ot_lr_schedule **children, int n, const int64_t *boundaries,
+                                     ot_lr_schedule **out);
+/* optax.sgdr_schedule: n warmup-cosine cycles (init, peak, warmup, decay_steps, end each) joined
+ * at the cumulative decay_steps. */
+OT_API ot_status ot_lr_schedule_sgdr(const double *init, const double *peak, const int64_t *warmup,
+                                     const int64_t *decay_steps, const double *end, int n,
+                                     ot_lr_schedule **out);
+
 #ifdef __cplusplus
 }
 #endif
