@@ -268,7 +268,7 @@ typedef enum ot_grad_compress {
 
 OT_API const char *ot_grad_compress_name(ot_grad_compress c);
 
-typedef struct ot_grad_options {
+typedef struct ot_grad_aggregator_options {
     size_t bucket_bytes;       /* fusion buffer size (f32 bytes); default 25 MiB */
     ot_redop op;               /* SUM or MEAN; MEAN by default */
     double weight;             /* this member's weight; < 0 (default): unweighted. With a
@@ -278,16 +278,17 @@ typedef struct ot_grad_options {
     bool error_feedback;       /* keep what compression lost and add it next step (default on) */
     double topk_fraction;      /* for TOPK: fraction kept per bucket, default 0.01 */
     ot_coll_options coll;      /* algorithm and deadline of the all-reduces */
-} ot_grad_options;
+} ot_grad_aggregator_options;
 
-OT_API ot_grad_options ot_grad_options_default(void);
+OT_API ot_grad_aggregator_options ot_grad_aggregator_options_default(void);
 
 typedef struct ot_grad_aggregator ot_grad_aggregator;
 
 /* One aggregator per member; tensor sizes (f32 element counts) fixed at creation and equal on
  * every member. */
 OT_API ot_status ot_grad_aggregator_create(ot_comm *c, int ntensors, const size_t *sizes,
-                                           const ot_grad_options *o, ot_grad_aggregator **out);
+                                           const ot_grad_aggregator_options *o,
+                                           ot_grad_aggregator **out);
 OT_API void ot_grad_aggregator_free(ot_grad_aggregator *a);
 /* Aggregates the gradients in place (grads[i] has sizes[i] f32 elements): packs them into
  * buckets, compresses, all-reduces, unpacks. Collective. */

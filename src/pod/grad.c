@@ -18,14 +18,14 @@ const char *ot_grad_compress_name(ot_grad_compress c) {
     return c >= 0 && c < OT_COMPRESS_COUNT ? compress_names[c] : "?";
 }
 
-ot_grad_options ot_grad_options_default(void) {
-    ot_grad_options o = {.bucket_bytes = 25u << 20,
-                         .op = OT_REDOP_MEAN,
-                         .weight = -1,
-                         .compress = OT_COMPRESS_NONE,
-                         .error_feedback = true,
-                         .topk_fraction = 0.01,
-                         .coll = ot_coll_options_default()};
+ot_grad_aggregator_options ot_grad_aggregator_options_default(void) {
+    ot_grad_aggregator_options o = {.bucket_bytes = 25u << 20,
+                                    .op = OT_REDOP_MEAN,
+                                    .weight = -1,
+                                    .compress = OT_COMPRESS_NONE,
+                                    .error_feedback = true,
+                                    .topk_fraction = 0.01,
+                                    .coll = ot_coll_options_default()};
     return o;
 }
 
@@ -36,7 +36,7 @@ typedef struct kv {
 
 struct ot_grad_aggregator {
     ot_comm *c;
-    ot_grad_options o;
+    ot_grad_aggregator_options o;
     int nt;
     size_t *sizes;
     size_t total, bucket_elems;
@@ -74,11 +74,11 @@ void ot_grad_aggregator_free(ot_grad_aggregator *a) {
 }
 
 ot_status ot_grad_aggregator_create(ot_comm *c, int nt, const size_t *sizes,
-                                    const ot_grad_options *o, ot_grad_aggregator **out) {
+                                    const ot_grad_aggregator_options *o, ot_grad_aggregator **out) {
     if (!c || !out || (nt > 0 && !sizes))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "grad aggregator: NULL argument");
     *out = NULL;
-    ot_grad_options oo = o ? *o : ot_grad_options_default();
+    ot_grad_aggregator_options oo = o ? *o : ot_grad_aggregator_options_default();
     if (nt < 0 || oo.bucket_bytes < sizeof(float) ||
         (oo.op != OT_REDOP_SUM && oo.op != OT_REDOP_MEAN) || oo.compress < 0 ||
         oo.compress >= OT_COMPRESS_COUNT || !(oo.topk_fraction > 0 && oo.topk_fraction <= 1))

@@ -20,7 +20,7 @@ static float gval(int rank, int t, size_t i, int step) {
 }
 
 typedef struct gcase {
-    ot_grad_options o;
+    ot_grad_aggregator_options o;
     int steps;
     float out[4][NT][1000];
     float want[NT][1000]; /* cumulative exact mean over steps */
@@ -83,7 +83,7 @@ static double run_grad(gcase *g, int n, double *max_first_err) {
 
 static void test_aggregate_plain(void) {
     static gcase g;
-    g.o = ot_grad_options_default();
+    g.o = ot_grad_aggregator_options_default();
     g.o.bucket_bytes = 256 * 4; /* several buckets; the 1000-element tensor spans five */
     g.steps = 1;
     EXPECT_TRUE(run_grad(&g, 3, NULL) < 1e-5);
@@ -104,7 +104,7 @@ static void test_compression_with_error_feedback(void) {
               {OT_COMPRESS_INT8, 0.1, 1042 + 3 * 4},
               {OT_COMPRESS_TOPK, 20, (128 + 128 + 5) * 8}}; /* k of 512, 512, 18 */
     for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
-        g.o = ot_grad_options_default();
+        g.o = ot_grad_aggregator_options_default();
         g.o.bucket_bytes = 512 * 4;
         g.o.compress = cs[k].c;
         g.o.topk_fraction = 0.25;
@@ -129,7 +129,7 @@ static void test_compression_with_error_feedback(void) {
 
 static void test_weighted_mean(void) {
     static gcase g;
-    g.o = ot_grad_options_default();
+    g.o = ot_grad_aggregator_options_default();
     g.steps = 1;
     /* every member weights its gradient 1/n: the SUM of weighted gradients is the mean */
     g.o.weight = 1.0 / 4;
@@ -179,7 +179,7 @@ static ot_status lin_rank(void *ud, int rank, ot_comm *c) {
     }
     float *gp = L->grad[rank];
     for (int d = 0; d < DIM; d++) gp[d] = (float)acc[d];
-    ot_grad_options o = ot_grad_options_default();
+    ot_grad_aggregator_options o = ot_grad_aggregator_options_default();
     o.op = OT_REDOP_SUM; /* the weights already make it the global mean */
     ot_grad_aggregator *a;
     OT_CHECK(ot_grad_aggregator_create(c, 1, (size_t[]){DIM}, &o, &a));
@@ -317,7 +317,7 @@ static void test_aggregator_alloc_failures(void) {
     int64_t live = ot_alloc_live();
     for (int k = 0; k < OT_COMPRESS_COUNT; k++)
         for (int64_t n = 1; n < 12; n++) {
-            ot_grad_options o = ot_grad_options_default();
+            ot_grad_aggregator_options o = ot_grad_aggregator_options_default();
             o.compress = (ot_grad_compress)k;
             ot_alloc_fail_after(n);
             ot_grad_aggregator *a = NULL;
@@ -326,7 +326,7 @@ static void test_aggregator_alloc_failures(void) {
             ot_grad_aggregator_free(a);
             EXPECT_INT_EQ(ot_alloc_live(), live);
         }
-    ot_grad_options bad = ot_grad_options_default();
+    ot_grad_aggregator_options bad = ot_grad_aggregator_options_default();
     bad.op = OT_REDOP_MAX;
     ot_grad_aggregator *a;
     EXPECT_STATUS(ot_grad_aggregator_create(c, NT, tsizes, &bad, &a), OT_ERR_INVALID_ARGUMENT);
