@@ -16,5 +16,6 @@
 #include "optitpu/runtime.h"
 #include "optitpu/optim.h"
 #include "optitpu/tpu_optim.h"
+#include "optitpu/autodiff.h"
 
 #endif /* OPTITPU_OPTITPU_H */

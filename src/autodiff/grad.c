@@ -1,0 +1,415 @@
+/* Reverse-mode automatic differentiation: the driver. The input module is cloned; calls and
+ * fusions in the entry are inlined and get-tuple-element of a tuple forwarded; instructions are
+ * marked forward (depend on a wrt parameter through floating values) and needed (forward, and a
+ * differentiated output depends on them); then, in reverse post order, each needed instruction's
+ * rule (rules.c) adds its operands' adjoints, accumulated with add. The root becomes a tuple of
+ * the primal outputs followed by the wrt parameters' adjoints. */
+#include "autodiff_internal.h"
+
+#include "../ir/ir_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+ot_grad_options ot_grad_options_default(void) {
+    ot_grad_options o = {.loss_index = -1};
+    return o;
+}
+
+void ad_acc(ad_ctx *ad, ot_instr *x, ot_instr *g) {
+    if (!g) return;
+    ad_slot *s = ad_slot_of(ad, x);
+    if (!s || !s->need) return;
+    s->adj = s->adj ? ot_build_binary(ad->c, OT_OP_ADD, s->adj, g) : g;
+}
+
+ot_instr *ad_full(ad_ctx *ad, ot_dtype t, double v, const ot_shape *s) {
+    ot_instr *k = ot_build_constant_scalar(ad->c, t, v);
+    if (!s || s->rank == 0) return k;
+    ot_shape r = *s;
+    r.dtype = t;
+    return ot_build_broadcast(ad->c, k, r, NULL, 0);
+}
+
+/* A scalar computation (x, y) -> op(x, y) (compare with dir when op is COMPARE), made once per
+ * dtype and cached. */
+ot_computation *ad_binary_fn(ad_ctx *ad, ot_computation **cache, ot_dtype t, ot_opcode op,
+                             ot_cmp_dir dir, const char *name) {
+    if (*cache) return *cache;
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s.%s", name, ot_dtype_name(t));
+    ot_computation *f = ot_module_add_computation(ad->m, nm);
+    if (!f) return NULL;
+    ot_instr *x = ot_build_parameter(f, 0, ot_shape_scalar(t), "x");
+    ot_instr *y = ot_build_parameter(f, 1, ot_shape_scalar(t), "y");
+    ot_instr *r;
+    if (op == OT_OP_COMPARE)
+        r = ot_build_compare(f, x, y, dir, OT_CMP_TYPE_DEFAULT);
+    else if (op == OT_OP_PARAMETER)
+        r = y;
+    else
+        r = ot_build_binary(f, op, x, y);
+    ot_computation_set_root(f, r);
+    if (ot_module_status(ad->m) != OT_OK) return NULL;
+    *cache = f;
+    return f;
+}
+
+/* ---- preparation: inlining and tuple forwarding ---------------------------------------------- */
+
+/* Replaces a call or fusion by a copy of its callee's instructions. */
+static ot_status inline_one(ot_computation *c, ot_instr *call) {
+    const ot_computation *callee = call->called[0];
+    ot_instr **order = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(callee, &order, &n));
+    ir_ptr_map map = {0};
+    ot_status s = OT_OK;
+    ot_instr *ops[64];
+    ot_instr **opv = NULL;
+    for (int64_t k = 0; k < n && s == OT_OK; k++) {
+        ot_instr *ci = order[k];
+        ot_instr *ni = NULL;
+        if (ci->opcode == OT_OP_PARAMETER) {
+            if (ci->attrs.index < 0 || ci->attrs.index >= call->noperands) {
+                s = ot_error(OT_ERR_INTERNAL, "inline %s: parameter %lld has no operand",
+                             call->name, (long long)ci->attrs.index);
+                break;
+            }
+            ni = call->operands[ci->attrs.index];
+        } else {
+            ot_instr **o = ops;
+            if (ci->noperands > 64) {
+                ot_free(opv);
+                opv = ot_malloc((size_t)ci->noperands * sizeof *opv);
+                if (!opv) {
+                    s = ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
+                    break;
+                }
+                o = opv;
+            }
+            for (int q = 0; q < ci->noperands; q++) o[q] = ir_ptr_map_get(&map, ci->operands[q]);
+            s = ot_instr_clone(c, ci, o, NULL, &ni);
+        }
+        if (s == OT_OK) s = ir_ptr_map_put(&map, ci, ni);
+    }
+    ot_instr *root = s == OT_OK ? ir_ptr_map_get(&map, callee->root) : NULL;
+    ir_ptr_map_free(&map);
+    ot_free(opv);
+    ot_free(order);
+    OT_CHECK(s);
+    if (!root) return ot_error(OT_ERR_INTERNAL, "inline %s: callee has no root", call->name);
+    OT_CHECK(ot_instr_replace_all_uses(call, root));
+    return ot_instr_remove(call);
+}
+
+static ot_status prepare(ot_computation *c) {
+    for (bool again = true; again;) {
+        again = false;
+        for (ot_instr *i = c->first; i; i = i->next)
+            if ((i->opcode == OT_OP_CALL || i->opcode == OT_OP_FUSION) && i->ncalled == 1) {
+                OT_CHECK(inline_one(c, i));
+                again = true;
+                break;
+            }
+    }
+    ot_instr **order = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(c, &order, &n));
+    ot_status s = OT_OK;
+    for (int64_t k = 0; k < n && s == OT_OK; k++) {
+        ot_instr *i = order[k];
+        if (i->opcode != OT_OP_GET_TUPLE_ELEMENT || i->operands[0]->opcode != OT_OP_TUPLE) continue;
+        ot_instr *e = i->operands[0]->operands[i->attrs.index];
+        s = ot_instr_replace_all_uses(i, e);
+        if (s == OT_OK) s = ot_instr_remove(i), order[k] = NULL;
+    }
+    /* inlining appended the callees' instructions after their users: put the list back in
+     * definition order (the post order), which evaluation and printing follow */
+    if (s == OT_OK) {
+        ot_instr *prev = NULL;
+        c->first = NULL;
+        for (int64_t k = 0; k < n; k++) {
+            ot_instr *i = order[k];
+            if (!i) continue;
+            i->prev = prev;
+            i->next = NULL;
+            if (prev)
+                prev->next = i;
+            else
+                c->first = i;
+            prev = i;
+        }
+        c->last = prev;
+    }
+    ot_free(order);
+    return s;
+}
+
+/* Removes instructions nothing uses (never the root, parameters or side-effecting ones). */
+static ot_status dce(ot_computation *c) {
+    for (bool again = true; again;) {
+        again = false;
+        for (ot_instr *i = c->last, *p; i; i = p) {
+            p = i->prev;
+            if (i->nusers || i == c->root || i->opcode == OT_OP_PARAMETER ||
+                ot_instr_has_side_effect(i))
+                continue;
+            OT_CHECK(ot_instr_remove(i));
+            again = true;
+        }
+    }
+    return OT_OK;
+}
+
+/* ---- outputs ----------------------------------------------------------------------------------
+ */
+
+typedef struct leaves {
+    ot_instr **v;
+    int n, cap;
+} leaves;
+
+static ot_status leaves_push(leaves *l, ot_instr *x) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        ot_instr **v = ot_realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = x;
+    return OT_OK;
+}
+
+/* The elements of a tuple-shaped instruction (its operands when it is a tuple instruction,
+ * get-tuple-elements otherwise). */
+static ot_instr *element(ot_computation *c, ot_instr *t, int k) {
+    if (t->opcode == OT_OP_TUPLE) return t->operands[k];
+    return ot_build_get_tuple_element(c, t, k);
+}
+
+/* Array leaves, depth first (tokens skipped). */
+static ot_status flatten(ot_module *m, ot_computation *c, ot_instr *x, leaves *l) {
+    if (!x) return ot_module_status(m);
+    if (x->shape.kind == OT_IR_ARRAY) return leaves_push(l, x);
+    if (x->shape.kind != OT_IR_TUPLE) return OT_OK;
+    for (int k = 0; k < x->shape.ntuple; k++) OT_CHECK(flatten(m, c, element(c, x, k), l));
+    return OT_OK;
+}
+
+/* ---- the driver -------------------------------------------------------------------------------
+ */
+
+static ot_status check_wrt(const ot_computation *e, const int64_t *wrt, int nwrt) {
+    if (nwrt < 0) return ot_error(OT_ERR_INVALID_ARGUMENT, "autodiff: nwrt is %d", nwrt);
+    if (nwrt > 0 && !wrt) return ot_error(OT_ERR_INVALID_ARGUMENT, "autodiff: wrt is NULL");
+    for (int k = 0; k < nwrt; k++) {
+        int64_t p = wrt[k];
+        if (p < 0 || p >= e->nparams || !e->params[p])
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "autodiff: wrt[%d] = %lld is out of range (the entry %s has %d "
+                            "parameters)",
+                            k, (long long)p, e->name, e->nparams);
+        for (int q = 0; q < k; q++)
+            if (wrt[q] == p)
+                return ot_error(OT_ERR_INVALID_ARGUMENT,
+                                "autodiff: wrt[%d] = %lld duplicates wrt[%d]", k, (long long)p, q);
+        const ot_instr *pi = e->params[p];
+        if (pi->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(pi->shape.array.dtype)) {
+            char b[128];
+            ot_ir_shape_format(&pi->shape, b, sizeof b);
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "autodiff: wrt[%d] = %lld: parameter %s is %s, not a floating-point "
+                            "array",
+                            k, (long long)p, pi->name, b);
+        }
+    }
+    return OT_OK;
+}
+
+/* Builds the reverse pass. vjp: cotangent parameters per root leaf; else loss_index as in
+ * ot_grad_options. */
+static ot_status differentiate(const ot_module *src, const int64_t *wrt, int nwrt, bool vjp,
+                               int loss_index, ot_module **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "autodiff: out is NULL");
+    *out = NULL;
+    if (!src) return ot_error(OT_ERR_INVALID_ARGUMENT, "autodiff: module is NULL");
+    const ot_computation *se = ot_module_entry(src);
+    if (!se) return ot_error(OT_ERR_INVALID_ARGUMENT, "autodiff: the module has no entry");
+    OT_CHECK(check_wrt(se, wrt, nwrt));
+    if (!se->root) return ot_error(OT_ERR_INVALID_ARGUMENT, "autodiff: the entry has no root");
+    if (!vjp) {
+        const ot_ir_shape *rs = &se->root->shape;
+        if (loss_index < -1)
+            return ot_error(OT_ERR_INVALID_ARGUMENT, "autodiff: loss_index %d is invalid",
+                            loss_index);
+        if (loss_index >= 0 && rs->kind != OT_IR_TUPLE)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "autodiff: loss_index %d but the entry root is not a tuple",
+                            loss_index);
+        if (loss_index >= 0 && loss_index >= rs->ntuple)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "autodiff: loss_index %d is out of range (the root tuple has %d "
+                            "elements)",
+                            loss_index, rs->ntuple);
+        const ot_ir_shape *ls = loss_index >= 0 ? &rs->tuple[loss_index] : rs;
+        if (ls->kind != OT_IR_ARRAY || ls->array.rank != 0 || !ot_dtype_is_float(ls->array.dtype)) {
+            char b[128];
+            ot_ir_shape_format(ls, b, sizeof b);
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "autodiff: the loss (%s) is %s, not a floating-point scalar",
+                            loss_index >= 0 ? "root tuple element" : "entry root", b);
+        }
+    }
+
+    ot_module *m = NULL;
+    OT_CHECK(ot_module_clone(src, &m));
+    /* the outputs change: the entry layout and input/output aliases no longer apply */
+    m->cfg.nalias = 0;
+    m->cfg.entry_computation_layout = NULL;
+    ot_computation *c = ot_module_entry(m);
+    ad_ctx ad;
+    memset(&ad, 0, sizeof ad);
+    ad.m = m;
+    ad.c = c;
+    leaves outs = {0}, seeds = {0};
+    ot_instr **order = NULL;
+    ot_instr **grads = NULL;
+    int64_t n = 0;
+    ot_status s = prepare(c);
+    if (s != OT_OK) goto done;
+
+    /* outputs of the new root, and the values seeded with a cotangent */
+    ot_instr *root = c->root;
+    if (vjp) {
+        s = flatten(m, c, root, &outs);
+    } else if (root->shape.kind == OT_IR_TUPLE) {
+        for (int k = 0; k < root->shape.ntuple && s == OT_OK; k++) {
+            ot_instr *e = element(c, root, k);
+            s = e ? leaves_push(&outs, e) : ot_module_status(m);
+        }
+    } else {
+        s = leaves_push(&outs, root);
+    }
+    if (s != OT_OK) goto done;
+    int64_t nparams = c->nparams;
+    if (vjp) {
+        for (int k = 0; k < outs.n && s == OT_OK; k++) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "cotangent.%d", k);
+            ot_instr *p = ot_build_parameter(c, nparams + k, outs.v[k]->shape.array, nm);
+            s = p ? leaves_push(&seeds, p) : ot_module_status(m);
+        }
+    } else {
+        ot_instr *loss = outs.v[loss_index >= 0 ? loss_index : 0];
+        ot_instr *one = ot_build_constant_scalar(c, loss->shape.array.dtype, 1.0);
+        s = one ? leaves_push(&seeds, one) : ot_module_status(m);
+    }
+    if (s != OT_OK) goto done;
+
+    /* forward and needed marks */
+    s = ot_computation_post_order(c, &order, &n);
+    if (s != OT_OK) goto done;
+    ad.slots = ot_calloc((size_t)(n ? n : 1), sizeof *ad.slots);
+    grads = ot_calloc((size_t)(nwrt ? nwrt : 1), sizeof *grads);
+    if (!ad.slots || !grads) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
+        goto done;
+    }
+    ad.nslots = n;
+    for (ot_instr *i = c->first; i; i = i->next) i->mark = 0;
+    for (int64_t k = 0; k < n; k++) order[k]->mark = k + 1;
+    for (int k = 0; k < nwrt; k++) ad_slot_of(&ad, c->params[wrt[k]])->fwd = true;
+    for (int64_t k = 0; k < n; k++) {
+        ot_instr *i = order[k];
+        ad_slot *sl = &ad.slots[k];
+        if (sl->fwd || i->opcode == OT_OP_PARAMETER) continue;
+        bool any = false;
+        for (int q = 0; q < i->noperands && !any; q++) {
+            ad_slot *o = ad_slot_of(&ad, i->operands[q]);
+            any = o && o->fwd;
+        }
+        if (!any) continue;
+        if (i->shape.kind == OT_IR_ARRAY)
+            sl->fwd = ot_dtype_is_float(i->shape.array.dtype);
+        else
+            sl->fwd = i->shape.kind == OT_IR_TUPLE;
+    }
+    /* seeds: the loss, or every floating output leaf */
+    for (int k = 0; k < outs.n; k++) {
+        ot_instr *o = outs.v[k];
+        bool seeded = vjp ? true : k == (loss_index >= 0 ? loss_index : 0);
+        if (!seeded || o->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(o->shape.array.dtype))
+            continue;
+        ad_slot *sl = ad_slot_of(&ad, o);
+        if (sl && sl->fwd) sl->need = true;
+    }
+    for (int64_t k = n - 1; k >= 0; k--) {
+        ot_instr *i = order[k];
+        ad_slot *sl = &ad.slots[k];
+        if (!sl->fwd || sl->need) continue;
+        for (int u = 0; u < i->nusers && !sl->need; u++) {
+            ad_slot *us = ad_slot_of(&ad, i->users[u]);
+            sl->need = us && us->need;
+        }
+    }
+    for (int k = 0; k < outs.n; k++) {
+        ot_instr *o = outs.v[k];
+        if (!vjp && k != (loss_index >= 0 ? loss_index : 0)) continue;
+        if (o->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(o->shape.array.dtype)) continue;
+        ad_acc(&ad, o, seeds.v[vjp ? k : 0]);
+    }
+
+    /* the reverse pass */
+    for (int64_t k = n - 1; k >= 0 && s == OT_OK; k--) {
+        ot_instr *i = order[k];
+        ad_slot *sl = &ad.slots[k];
+        if (!sl->need || i->opcode == OT_OP_PARAMETER) continue;
+        s = ad_rule(&ad, i, sl->adj);
+        if (s == OT_OK) s = ot_module_status(m);
+    }
+    if (s != OT_OK) goto done;
+
+    /* the new root: outputs, then gradients */
+    for (int k = 0; k < nwrt; k++) {
+        ot_instr *p = c->params[wrt[k]];
+        ad_slot *sl = ad_slot_of(&ad, p);
+        grads[k] = sl && sl->adj ? sl->adj : ad_full(&ad, p->shape.array.dtype, 0, &p->shape.array);
+    }
+    for (int k = 0; k < nwrt && s == OT_OK; k++) s = leaves_push(&outs, grads[k]);
+    if (s != OT_OK) goto done;
+    ot_instr *nr = ot_build_tuple(c, outs.v, outs.n);
+    ot_computation_set_root(c, nr);
+    s = ot_module_status(m);
+    if (s == OT_OK) s = dce(c);
+    if (s == OT_OK) s = ot_module_finalize(m);
+
+done:
+    /* anything but these means a rule built an invalid graph */
+    if (s != OT_OK && s != OT_ERR_OUT_OF_MEMORY && s != OT_ERR_UNIMPLEMENTED &&
+        s != OT_ERR_INTERNAL)
+        s = ot_error_wrap(OT_ERR_INTERNAL, "autodiff built an invalid graph");
+    for (ot_instr *i = c ? c->first : NULL; i; i = i->next) i->mark = 0;
+    ot_free(order);
+    ot_free(ad.slots);
+    ot_free(grads);
+    ot_free(outs.v);
+    ot_free(seeds.v);
+    if (s != OT_OK) {
+        ot_module_free(m);
+        return s;
+    }
+    *out = m;
+    return OT_OK;
+}
+
+ot_status ot_grad(const ot_module *m, const int64_t *wrt, int nwrt, const ot_grad_options *o,
+                  ot_module **out) {
+    ot_grad_options d = o ? *o : ot_grad_options_default();
+    return differentiate(m, wrt, nwrt, false, d.loss_index, out);
+}
+
+ot_status ot_vjp(const ot_module *m, const int64_t *wrt, int nwrt, ot_module **out) {
+    return differentiate(m, wrt, nwrt, true, -1, out);
+}

@@ -1,0 +1,775 @@
+/* Reverse-mode autodiff (ot_grad, ot_vjp): every rule checked against central finite differences
+ * in f64, error cases, and allocation failures.
+ *
+ * The check: for a module f and random inputs x (fixed seed), ot_vjp with a random cotangent c
+ * gives the gradient of phi(x) = sum(c * f(x)) over all floating output leaves; each gradient
+ * element is compared with (phi(x + h e) - phi(x - h e)) / 2h, h = 1e-6 * max(1, |x|), within
+ * |fd - ad| <= 1e-6 * max(1, |ad|) (the truncation error of the central difference is O(h^2) and
+ * the rounding error about 1e-16 * |phi| / h, both well below that). Inputs are drawn away from
+ * the kinks of piecewise functions (the tests say where). */
+#include "ot_test.h"
+
+#include "optitpu/autodiff.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+
+#include <math.h>
+
+#define FD_TOL 1e-6
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static double urand(void) { /* [0, 1), xorshift64* */
+    g_rng ^= g_rng >> 12;
+    g_rng ^= g_rng << 25;
+    g_rng ^= g_rng >> 27;
+    return (double)((g_rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+static ot_shape shp(ot_dtype t, int rank, const int64_t *dims) {
+    ot_shape s;
+    ot_shape_make(&s, t, rank, dims);
+    return s;
+}
+#define S64(...) shp(OT_F64, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), (int64_t[]){__VA_ARGS__})
+#define SCALAR64 ot_shape_scalar(OT_F64)
+
+/* An f64 argument uniform in [lo, hi). */
+static ot_value arg_uniform(ot_shape s, double lo, double hi) {
+    ot_value v;
+    ot_value_alloc_array(&v, &s);
+    double *d = v.array.data;
+    int64_t n = ot_shape_numel_unchecked(&s);
+    for (int64_t i = 0; i < n; i++) d[i] = lo + (hi - lo) * urand();
+    return v;
+}
+/* Magnitude in [0.5, 1.5) with a random sign: away from 0 (abs, sign, divide). */
+static ot_value arg_signed(ot_shape s) {
+    ot_value v = arg_uniform(s, 0.5, 1.5);
+    double *d = v.array.data;
+    for (int64_t i = 0; i < ot_shape_numel_unchecked(&s); i++)
+        if (urand() < 0.5) d[i] = -d[i];
+    return v;
+}
+static ot_value arg_int(ot_dtype t, int rank, const int64_t *dims, const int64_t *vals) {
+    ot_shape s = shp(t, rank, dims);
+    ot_value v;
+    ot_value_alloc_array(&v, &s);
+    for (int64_t i = 0; i < ot_shape_numel_unchecked(&s); i++) {
+        if (t == OT_S32)
+            ((int32_t *)v.array.data)[i] = (int32_t)vals[i];
+        else
+            ((int64_t *)v.array.data)[i] = vals[i];
+    }
+    return v;
+}
+
+/* sum over floating leaves of c * f(x) */
+static double phi(const ot_module *m, const ot_value *args, int nargs, const ot_value *cts,
+                  bool *ok) {
+    ot_value r;
+    if (ot_evaluate(m, args, nargs, NULL, &r) != OT_OK) {
+        *ok = false;
+        return 0;
+    }
+    double s = 0;
+    for (int l = 0; l < ot_value_leaf_count(&r); l++) {
+        const ot_value *v = ot_value_leaf(&r, l);
+        if (v->array.shape.dtype != OT_F64) continue;
+        const double *a = v->array.data, *c = cts[l].array.data;
+        for (int64_t i = 0; i < ot_shape_numel_unchecked(&v->array.shape); i++) s += a[i] * c[i];
+    }
+    ot_value_release(&r);
+    return s;
+}
+
+static int g_checks;
+
+/* Checks ot_vjp(m, wrt) against finite differences; takes ownership of m and args. */
+static void check_vjp(const char *what, ot_module *m, ot_value *args, int nargs, const int64_t *wrt,
+                      int nwrt) {
+    g_checks++;
+    ot_test_assertions_++;
+    ot_status st = ot_module_finalize(m);
+    if (st != OT_OK) {
+        OT_T_FAIL_("%s: building the forward module: %s", what, ot_last_error());
+        goto out;
+    }
+    ot_value r;
+    if (ot_evaluate(m, args, nargs, NULL, &r) != OT_OK) {
+        OT_T_FAIL_("%s: forward: %s", what, ot_last_error());
+        goto out;
+    }
+    int nl = ot_value_leaf_count(&r);
+    ot_value *all = calloc((size_t)(nargs + nl), sizeof *all);
+    for (int k = 0; k < nargs; k++) ot_value_copy(&all[k], &args[k]);
+    for (int l = 0; l < nl; l++) {
+        const ot_value *v = ot_value_leaf(&r, l);
+        if (v->array.shape.dtype == OT_F64)
+            all[nargs + l] = arg_uniform(v->array.shape, -1, 1);
+        else
+            ot_value_alloc_array(&all[nargs + l], &v->array.shape);
+    }
+    ot_module *g = NULL;
+    st = ot_vjp(m, wrt, nwrt, &g);
+    if (st != OT_OK) {
+        OT_T_FAIL_("%s: ot_vjp: %s (%s)", what, ot_status_str(st), ot_last_error());
+    } else {
+        ot_value gr;
+        st = ot_evaluate(g, all, nargs + nl, NULL, &gr);
+        if (st != OT_OK) {
+            OT_T_FAIL_("%s: evaluating the vjp module: %s", what, ot_last_error());
+        } else if (gr.kind != OT_IR_TUPLE || gr.ntuple != nl + nwrt) {
+            OT_T_FAIL_("%s: vjp result has %d elements, want %d", what, gr.ntuple, nl + nwrt);
+        } else {
+            for (int l = 0; l < nl; l++)
+                if (!ot_value_equal(&gr.tuple[l], ot_value_leaf(&r, l)))
+                    OT_T_FAIL_("%s: primal output %d differs", what, l);
+            for (int k = 0; k < nwrt; k++) {
+                ot_value *x = &all[wrt[k]];
+                const ot_value *gk = &gr.tuple[nl + k];
+                if (!ot_shape_equal(&gk->array.shape, &x->array.shape)) {
+                    OT_T_FAIL_("%s: gradient %d has the wrong shape", what, k);
+                    continue;
+                }
+                double *xd = x->array.data;
+                const double *gd = gk->array.data;
+                int bad = 0;
+                for (int64_t e = 0; e < ot_shape_numel_unchecked(&x->array.shape); e++) {
+                    double x0 = xd[e], h = 1e-6 * fmax(1, fabs(x0));
+                    bool ok = true;
+                    xd[e] = x0 + h;
+                    double fp = phi(m, all, nargs, all + nargs, &ok);
+                    xd[e] = x0 - h;
+                    double fm = phi(m, all, nargs, all + nargs, &ok);
+                    xd[e] = x0;
+                    double fd = (fp - fm) / (2 * h);
+                    if (!ok || !(fabs(fd - gd[e]) <= FD_TOL * fmax(1, fabs(gd[e])))) {
+                        if (bad++ < 3)
+                            OT_T_FAIL_("%s: d/d param %lld [%lld]: autodiff %.12g, finite "
+                                       "differences %.12g",
+                                       what, (long long)wrt[k], (long long)e, gd[e], fd);
+                    }
+                }
+            }
+            /* the result prints and parses back */
+            char *text = ot_hlo_print(g, NULL);
+            ot_module *back = NULL;
+            if (!text || ot_hlo_parse(text, strlen(text), NULL, &back) != OT_OK)
+                OT_T_FAIL_("%s: the vjp module does not print/parse: %s", what, ot_last_error());
+            ot_module_free(back);
+            ot_free(text);
+        }
+        ot_value_release(&gr);
+    }
+    ot_module_free(g);
+    for (int k = 0; k < nargs + nl; k++) ot_value_release(&all[k]);
+    free(all);
+    ot_value_release(&r);
+out:
+    for (int k = 0; k < nargs; k++) ot_value_release(&args[k]);
+    ot_module_free(m);
+}
+
+/* A module with parameters of the given shapes; the caller builds the root. */
+static ot_module *new_mod(ot_computation **c, ot_instr **p, int np, const ot_shape *shapes) {
+    ot_module *m = ot_module_new("f");
+    *c = ot_module_add_computation(m, "main");
+    for (int k = 0; k < np; k++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "p%d", k);
+        p[k] = ot_build_parameter(*c, k, shapes[k], nm);
+    }
+    ot_module_set_entry(m, *c);
+    return m;
+}
+
+static ot_computation *scalar_fn(ot_module *m, ot_dtype t, ot_opcode op, const char *name) {
+    ot_computation *f = ot_module_add_computation(m, name);
+    ot_instr *a = ot_build_parameter(f, 0, ot_shape_scalar(t), "a");
+    ot_instr *b = ot_build_parameter(f, 1, ot_shape_scalar(t), "b");
+    ot_computation_set_root(f, ot_build_binary(f, op, a, b));
+    return f;
+}
+
+/* ---- elementwise ------------------------------------------------------------------------------
+ */
+
+static void test_unary(void) {
+    static const struct {
+        ot_opcode op;
+        double lo, hi; /* input range (inside the domain, away from kinks) */
+        bool signed_;
+    } cases[] = {
+        {OT_OP_NEGATE, -2, 2, false},
+        {OT_OP_ABS, 0, 0, true},
+        {OT_OP_EXP, -2, 2, false},
+        {OT_OP_EXPM1, -2, 2, false},
+        {OT_OP_LOG, 0.3, 3, false},
+        {OT_OP_LOG1P, -0.5, 3, false},
+        {OT_OP_SQRT, 0.3, 3, false},
+        {OT_OP_RSQRT, 0.3, 3, false},
+        {OT_OP_CBRT, 0, 0, true},
+        {OT_OP_TANH, -2, 2, false},
+        {OT_OP_LOGISTIC, -3, 3, false},
+        {OT_OP_SIN, -3, 3, false},
+        {OT_OP_COS, -3, 3, false},
+        {OT_OP_TAN, -1.2, 1.2, false},
+        {OT_OP_ERF, -2, 2, false},
+        {OT_OP_COPY, -2, 2, false},
+        {OT_OP_SIGN, 0, 0, true},
+        {OT_OP_FLOOR, 0.1, 0.9, false},
+        {OT_OP_CEIL, 0.1, 0.9, false},
+        {OT_OP_ROUND_NEAREST_AFZ, 0.1, 0.4, false},
+        {OT_OP_ROUND_NEAREST_EVEN, 0.6, 0.9, false},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ot_computation *c;
+        ot_instr *p[1];
+        ot_shape s = S64(3, 4);
+        ot_module *m = new_mod(&c, p, 1, &s);
+        /* f(x) * x so that even a zero-derivative op leaves a gradient to compare */
+        ot_instr *f = ot_build_unary(c, cases[k].op, p[0]);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, f, p[0]));
+        ot_value a = cases[k].signed_ ? arg_signed(s) : arg_uniform(s, cases[k].lo, cases[k].hi);
+        check_vjp(ot_opcode_name(cases[k].op), m, &a, 1, (int64_t[]){0}, 1);
+    }
+}
+
+static void test_binary(void) {
+    static const struct {
+        ot_opcode op;
+        double lo0, hi0, lo1, hi1;
+    } cases[] = {
+        {OT_OP_ADD, -2, 2, -2, 2},         {OT_OP_SUBTRACT, -2, 2, -2, 2},
+        {OT_OP_MULTIPLY, -2, 2, -2, 2},    {OT_OP_DIVIDE, -2, 2, 0.5, 2},
+        {OT_OP_POWER, 0.3, 2, -2, 2},      {OT_OP_MAXIMUM, -2, 2, -2, 2},
+        {OT_OP_MINIMUM, -2, 2, -2, 2},     {OT_OP_ATAN2, -2, 2, -2, 2},
+        {OT_OP_REMAINDER, 1, 7, 0.7, 1.3},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(2, 5), S64(2, 5)};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_computation_set_root(c, ot_build_binary(c, cases[k].op, p[0], p[1]));
+        ot_value a[2] = {arg_uniform(s[0], cases[k].lo0, cases[k].hi0),
+                         arg_uniform(s[1], cases[k].lo1, cases[k].hi1)};
+        check_vjp(ot_opcode_name(cases[k].op), m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+    /* x * x: both operand slots of one instruction accumulate */
+    ot_computation *c;
+    ot_instr *p[1];
+    ot_shape s = S64(4);
+    ot_module *m = new_mod(&c, p, 1, &s);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, p[0], p[0]));
+    ot_value a = arg_uniform(s, -2, 2);
+    check_vjp("x*x", m, &a, 1, (int64_t[]){0}, 1);
+}
+
+/* Ties in maximum/minimum: JAX splits the adjoint equally (1/2 each). */
+static void test_max_ties(void) {
+    ot_computation *c;
+    ot_instr *p[2];
+    ot_shape s[2] = {S64(3), S64(3)};
+    ot_module *m = new_mod(&c, p, 2, s);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_MAXIMUM, p[0], p[1]));
+    ASSERT_OK(ot_module_finalize(m));
+    ot_module *g = NULL;
+    ASSERT_OK(ot_vjp(m, (int64_t[]){0, 1}, 2, &g));
+    double x[3] = {1, 2, 3}, y[3] = {1, 5, 0}, ct[3] = {4, 4, 4};
+    ot_tensor t[3];
+    for (int k = 0; k < 3; k++) ot_tensor_borrow(&t[k], &s[0], k == 0 ? x : k == 1 ? y : ct);
+    ot_value r;
+    ASSERT_OK(ot_evaluate_tensors(g, t, 3, NULL, &r));
+    const double *gx = r.tuple[1].array.data, *gy = r.tuple[2].array.data;
+    EXPECT_NEAR(gx[0], 2, 0);
+    EXPECT_NEAR(gy[0], 2, 0);
+    EXPECT_NEAR(gx[1], 0, 0);
+    EXPECT_NEAR(gy[1], 4, 0);
+    EXPECT_NEAR(gx[2], 4, 0);
+    EXPECT_NEAR(gy[2], 0, 0);
+    ot_value_release(&r);
+    ot_module_free(g);
+    ot_module_free(m);
+}
+
+static void test_select_clamp_convert(void) {
+    {
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(3, 3), S64(3, 3)};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_instr *pr = ot_build_compare(c, p[0], p[1], OT_CMP_LT, OT_CMP_TYPE_DEFAULT);
+        ot_instr *sq = ot_build_binary(c, OT_OP_MULTIPLY, p[0], p[0]);
+        ot_computation_set_root(c, ot_build_select(c, pr, sq, p[1]));
+        ot_value a[2] = {arg_uniform(s[0], -2, 2), arg_uniform(s[1], -2, 2)};
+        check_vjp("select/compare", m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+    {
+        ot_computation *c;
+        ot_instr *p[3];
+        ot_shape s[3] = {S64(8), S64(8), S64(8)};
+        ot_module *m = new_mod(&c, p, 3, s);
+        ot_computation_set_root(c, ot_build_clamp(c, p[0], p[1], p[2]));
+        ot_value a[3] = {arg_uniform(s[0], -1, 0), arg_uniform(s[1], -2, 2),
+                         arg_uniform(s[2], 0, 1)};
+        check_vjp("clamp", m, a, 3, (int64_t[]){0, 1, 2}, 3);
+    }
+    {
+        ot_computation *c;
+        ot_instr *p[3];
+        ot_shape s[3] = {SCALAR64, S64(8), SCALAR64};
+        ot_module *m = new_mod(&c, p, 3, s);
+        ot_computation_set_root(c, ot_build_clamp(c, p[0], p[1], p[2]));
+        ot_value a[3] = {arg_uniform(s[0], -1, -0.5), arg_uniform(s[1], -2, 2),
+                         arg_uniform(s[2], 0.5, 1)};
+        check_vjp("clamp scalar bounds", m, a, 3, (int64_t[]){0, 1, 2}, 3);
+    }
+    {
+        /* convert f64 -> f64 carries the gradient; s32 -> f64 carries none */
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(4), shp(OT_S32, 1, (int64_t[]){4})};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_instr *xi = ot_build_convert(c, p[1], OT_F64); /* no gradient through integers */
+        ot_instr *x = ot_build_convert(c, p[0], OT_F64);
+        ot_computation_set_root(
+            c, ot_build_binary(c, OT_OP_MULTIPLY, ot_build_unary(c, OT_OP_SIN, x), xi));
+        ot_value a[2] = {arg_uniform(s[0], -2, 2),
+                         arg_int(OT_S32, 1, (int64_t[]){4}, (int64_t[]){1, -2, 3, 4})};
+        check_vjp("convert", m, a, 2, (int64_t[]){0}, 1);
+    }
+}
+
+/* ---- shape ops --------------------------------------------------------------------------------
+ */
+
+static void test_shape_ops(void) {
+    { /* broadcast [3] -> [2,3,4] at dim 1, and a transposing broadcast [4,2] -> [2,3,4] */
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(3), S64(4, 2)};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_instr *b0 = ot_build_broadcast(c, p[0], S64(2, 3, 4), (int64_t[]){1}, 1);
+        ot_instr *b1 = ot_build_broadcast(c, p[1], S64(2, 3, 4), (int64_t[]){2, 0}, 2);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, b0, b1));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1)};
+        check_vjp("broadcast", m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+    { /* reshape, transpose */
+        ot_computation *c;
+        ot_instr *p[1];
+        ot_shape s = S64(2, 3, 4);
+        ot_module *m = new_mod(&c, p, 1, &s);
+        ot_instr *t = ot_build_transpose(c, p[0], (int64_t[]){2, 0, 1}, 3);
+        ot_instr *r = ot_build_reshape(c, t, S64(8, 3));
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, r, r));
+        ot_value a = arg_uniform(s, -1, 1);
+        check_vjp("transpose/reshape", m, &a, 1, (int64_t[]){0}, 1);
+    }
+    { /* strided slice, concatenate, reverse */
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(5, 7), S64(2, 7)};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_instr *sl =
+            ot_build_slice(c, p[0], (int64_t[]){1, 0}, (int64_t[]){5, 7}, (int64_t[]){2, 3});
+        ot_instr *cc = ot_build_concatenate(c, (ot_instr *[]){p[0], p[1], p[0]}, 3, 0);
+        ot_instr *rv = ot_build_reverse(c, cc, (int64_t[]){0, 1}, 2);
+        ot_instr *sq = ot_build_binary(c, OT_OP_MULTIPLY, rv, rv);
+        ot_computation_set_root(c, ot_build_tuple(c, (ot_instr *[]){sl, sq}, 2));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1)};
+        check_vjp("slice/concatenate/reverse", m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+    { /* pad with low/high/interior and negative padding; the padding value is differentiated */
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(3, 4), SCALAR64};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_pad_dim cfg[2] = {{1, 2, 1}, {-1, 2, 2}};
+        ot_instr *pd = ot_build_pad(c, p[0], p[1], cfg);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, pd, pd));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1)};
+        check_vjp("pad", m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+    { /* dynamic-slice and dynamic-update-slice (indices clamped into range) */
+        ot_computation *c;
+        ot_instr *p[4];
+        ot_shape s[4] = {S64(5, 6), S64(2, 3), ot_shape_scalar(OT_S32), ot_shape_scalar(OT_S32)};
+        ot_module *m = new_mod(&c, p, 4, s);
+        ot_instr *ds =
+            ot_build_dynamic_slice(c, p[0], (ot_instr *[]){p[2], p[3]}, (int64_t[]){3, 2});
+        ot_instr *du = ot_build_dynamic_update_slice(c, p[0], p[1], (ot_instr *[]){p[3], p[2]});
+        ot_computation_set_root(
+            c,
+            ot_build_tuple(c, (ot_instr *[]){ds, ot_build_binary(c, OT_OP_MULTIPLY, du, du)}, 2));
+        ot_value a[4] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1),
+                         arg_int(OT_S32, 0, NULL, (int64_t[]){1}),
+                         arg_int(OT_S32, 0, NULL, (int64_t[]){9})};
+        check_vjp("dynamic-slice/update", m, a, 4, (int64_t[]){0, 1}, 2);
+    }
+}
+
+/* ---- reductions and dot -----------------------------------------------------------------------
+ */
+
+static void test_reduce(void) {
+    static const ot_opcode ops[] = {OT_OP_ADD, OT_OP_MAXIMUM, OT_OP_MINIMUM, OT_OP_MULTIPLY};
+    for (size_t k = 0; k < 4; k++) {
+        ot_computation *c;
+        ot_instr *p[1];
+        ot_shape s = S64(3, 4, 2);
+        ot_module *m = new_mod(&c, p, 1, &s);
+        ot_computation *f = scalar_fn(m, OT_F64, ops[k], "red");
+        double init = ops[k] == OT_OP_ADD        ? 0
+                      : ops[k] == OT_OP_MULTIPLY ? 1
+                      : ops[k] == OT_OP_MAXIMUM  ? -INFINITY
+                                                 : INFINITY;
+        ot_instr *z = ot_build_constant_scalar(c, OT_F64, init);
+        ot_instr *r1 = ot_build_reduce(c, &p[0], &z, 1, (int64_t[]){2, 0}, 2, f);
+        ot_instr *r2 = ot_build_reduce(c, &p[0], &z, 1, (int64_t[]){1}, 1, f);
+        ot_computation_set_root(c, ot_build_tuple(c, (ot_instr *[]){r1, r2}, 2));
+        ot_value a = arg_uniform(s, 0.5, 1.5);
+        char what[64];
+        snprintf(what, sizeof what, "reduce %s", ot_opcode_name(ops[k]));
+        check_vjp(what, m, &a, 1, (int64_t[]){0}, 1);
+    }
+    { /* sum with a differentiated init value */
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(3, 4), SCALAR64};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_computation *f = scalar_fn(m, OT_F64, OT_OP_ADD, "add");
+        ot_instr *r = ot_build_reduce(c, &p[0], &p[1], 1, (int64_t[]){1}, 1, f);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, r, r));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1)};
+        check_vjp("reduce add init", m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+    { /* a product with a zero element: the others' product, not prod / x */
+        ot_computation *c;
+        ot_instr *p[1];
+        ot_shape s = S64(2, 3);
+        ot_module *m = new_mod(&c, p, 1, &s);
+        ot_computation *f = scalar_fn(m, OT_F64, OT_OP_MULTIPLY, "mul");
+        ot_instr *one = ot_build_constant_scalar(c, OT_F64, 1);
+        ot_computation_set_root(c, ot_build_reduce(c, &p[0], &one, 1, (int64_t[]){1}, 1, f));
+        ot_value a = arg_uniform(s, 0.5, 1.5);
+        ((double *)a.array.data)[1] = 0;
+        check_vjp("reduce multiply with a zero", m, &a, 1, (int64_t[]){0}, 1);
+    }
+}
+
+static void test_dot(void) {
+    static const struct {
+        int rl, rr;
+        int64_t ld[4], rd[4];
+        ot_dot_dims dn;
+    } cases[] = {
+        /* matmul [3,4] x [4,5] */
+        {2,
+         2,
+         {3, 4},
+         {4, 5},
+         {.nbatch = 0, .ncontract = 1, .lhs_contract = {1}, .rhs_contract = {0}}},
+        /* vector dot */
+        {1, 1, {6}, {6}, {.ncontract = 1, .lhs_contract = {0}, .rhs_contract = {0}}},
+        /* matvec */
+        {2, 1, {3, 4}, {4}, {.ncontract = 1, .lhs_contract = {1}, .rhs_contract = {0}}},
+        /* batch matmul [2,3,4] x [2,4,5] */
+        {3,
+         3,
+         {2, 3, 4},
+         {2, 4, 5},
+         {.nbatch = 1,
+          .ncontract = 1,
+          .lhs_batch = {0},
+          .rhs_batch = {0},
+          .lhs_contract = {2},
+          .rhs_contract = {1}}},
+        /* two contracting dims in a different order, batch dims not leading */
+        {3,
+         4,
+         {4, 3, 2},
+         {2, 5, 4, 3},
+         {.nbatch = 1,
+          .ncontract = 2,
+          .lhs_batch = {2},
+          .rhs_batch = {0},
+          .lhs_contract = {1, 0},
+          .rhs_contract = {3, 2}}},
+        /* two batch dims, outer product (no contraction) */
+        {4,
+         3,
+         {2, 3, 4, 2},
+         {3, 2, 5},
+         {.nbatch = 2, .ncontract = 0, .lhs_batch = {1, 3}, .rhs_batch = {0, 1}}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {shp(OT_F64, cases[k].rl, cases[k].ld),
+                         shp(OT_F64, cases[k].rr, cases[k].rd)};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_computation_set_root(c, ot_build_dot(c, p[0], p[1], &cases[k].dn, OT_PRECISION_DEFAULT,
+                                                OT_PRECISION_DEFAULT));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1)};
+        char what[32];
+        snprintf(what, sizeof what, "dot case %zu", k);
+        check_vjp(what, m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+}
+
+/* ---- a model: MLP with softmax cross-entropy through ot_grad ----------------------------------
+ */
+
+/* (w1 [4,8], b1 [8], w2 [8,3], b2 [3], x [5,4], onehot [5,3]) ->
+ * (logits, loss = mean(-sum(onehot * log_softmax(relu(x w1 + b1) w2 + b2)))) */
+static ot_module *mlp(int act) {
+    ot_computation *c;
+    ot_instr *p[6];
+    ot_shape s[6] = {S64(4, 8), S64(8), S64(8, 3), S64(3), S64(5, 4), S64(5, 3)};
+    ot_module *m = new_mod(&c, p, 6, s);
+    ot_computation *add = scalar_fn(m, OT_F64, OT_OP_ADD, "add");
+    ot_computation *max = scalar_fn(m, OT_F64, OT_OP_MAXIMUM, "max");
+    ot_dot_dims mm = {.ncontract = 1, .lhs_contract = {1}, .rhs_contract = {0}};
+    ot_instr *h = ot_build_dot(c, p[4], p[0], &mm, 0, 0);
+    h = ot_build_binary(c, OT_OP_ADD, h, ot_build_broadcast(c, p[1], S64(5, 8), (int64_t[]){1}, 1));
+    if (act == 0) {
+        h = ot_build_binary(
+            c, OT_OP_MAXIMUM, h,
+            ot_build_broadcast(c, ot_build_constant_scalar(c, OT_F64, 0), S64(5, 8), NULL, 0));
+    } else if (act == 1) {
+        h = ot_build_unary(c, OT_OP_TANH, h);
+    } else { /* GELU (tanh form): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+        ot_instr *x3 =
+            ot_build_binary(c, OT_OP_MULTIPLY, h, ot_build_binary(c, OT_OP_MULTIPLY, h, h));
+        ot_instr *k1 = ot_build_broadcast(c, ot_build_constant_scalar(c, OT_F64, 0.044715),
+                                          S64(5, 8), NULL, 0);
+        ot_instr *k2 = ot_build_broadcast(
+            c, ot_build_constant_scalar(c, OT_F64, 0.7978845608028654), S64(5, 8), NULL, 0);
+        ot_instr *half =
+            ot_build_broadcast(c, ot_build_constant_scalar(c, OT_F64, 0.5), S64(5, 8), NULL, 0);
+        ot_instr *one =
+            ot_build_broadcast(c, ot_build_constant_scalar(c, OT_F64, 1), S64(5, 8), NULL, 0);
+        ot_instr *in = ot_build_binary(
+            c, OT_OP_MULTIPLY, k2,
+            ot_build_binary(c, OT_OP_ADD, h, ot_build_binary(c, OT_OP_MULTIPLY, k1, x3)));
+        ot_instr *t = ot_build_binary(c, OT_OP_ADD, one, ot_build_unary(c, OT_OP_TANH, in));
+        h = ot_build_binary(c, OT_OP_MULTIPLY, half, ot_build_binary(c, OT_OP_MULTIPLY, h, t));
+    }
+    ot_instr *lg = ot_build_dot(c, h, p[2], &mm, 0, 0);
+    lg = ot_build_binary(c, OT_OP_ADD, lg,
+                         ot_build_broadcast(c, p[3], S64(5, 3), (int64_t[]){1}, 1));
+    ot_instr *ninf = ot_build_constant_scalar(c, OT_F64, -INFINITY);
+    ot_instr *zero = ot_build_constant_scalar(c, OT_F64, 0);
+    ot_instr *mx = ot_build_reduce(c, &lg, &ninf, 1, (int64_t[]){1}, 1, max);
+    ot_instr *sh = ot_build_binary(c, OT_OP_SUBTRACT, lg,
+                                   ot_build_broadcast(c, mx, S64(5, 3), (int64_t[]){0}, 1));
+    ot_instr *ex = ot_build_unary(c, OT_OP_EXP, sh);
+    ot_instr *se = ot_build_reduce(c, &ex, &zero, 1, (int64_t[]){1}, 1, add);
+    ot_instr *ls = ot_build_binary(
+        c, OT_OP_SUBTRACT, sh,
+        ot_build_broadcast(c, ot_build_unary(c, OT_OP_LOG, se), S64(5, 3), (int64_t[]){0}, 1));
+    ot_instr *pl = ot_build_binary(c, OT_OP_MULTIPLY, p[5], ls);
+    ot_instr *tot = ot_build_reduce(c, &pl, &zero, 1, (int64_t[]){0, 1}, 2, add);
+    ot_instr *loss = ot_build_binary(c, OT_OP_DIVIDE, ot_build_unary(c, OT_OP_NEGATE, tot),
+                                     ot_build_constant_scalar(c, OT_F64, 5));
+    ot_computation_set_root(c, ot_build_tuple(c, (ot_instr *[]){lg, loss}, 2));
+    return m;
+}
+
+static ot_value *mlp_args(void) {
+    static ot_value a[6];
+    ot_shape s[6] = {S64(4, 8), S64(8), S64(8, 3), S64(3), S64(5, 4), S64(5, 3)};
+    for (int k = 0; k < 5; k++) a[k] = arg_uniform(s[k], -1, 1);
+    ot_value_alloc_array(&a[5], &s[5]);
+    for (int r = 0; r < 5; r++) ((double *)a[5].array.data)[r * 3 + r % 3] = 1;
+    return a;
+}
+
+static void test_mlp(void) {
+    for (int act = 0; act < 3; act++) {
+        ot_module *m = mlp(act);
+        ot_value *a = mlp_args();
+        check_vjp(act == 0   ? "mlp relu"
+                  : act == 1 ? "mlp tanh"
+                             : "mlp gelu",
+                  m, a, 6, (int64_t[]){0, 1, 2, 3}, 4);
+    }
+    /* ot_grad with loss_index 1: (logits, loss, dw1, db1, dw2, db2); each gradient equals the
+     * vjp with cotangent (0, 1) */
+    ot_module *m = mlp(0);
+    ASSERT_OK(ot_module_finalize(m));
+    ot_value *a = mlp_args();
+    ot_grad_options o = ot_grad_options_default();
+    EXPECT_INT_EQ(o.loss_index, -1);
+    o.loss_index = 1;
+    ot_module *g = NULL, *v = NULL;
+    ASSERT_OK(ot_grad(m, (int64_t[]){2, 0}, 2, &o, &g));
+    ASSERT_OK(ot_vjp(m, (int64_t[]){2, 0}, 2, &v));
+    ot_value r, rv, all[8];
+    ASSERT_OK(ot_evaluate(g, a, 6, NULL, &r));
+    EXPECT_INT_EQ(r.ntuple, 4);
+    for (int k = 0; k < 6; k++) all[k] = a[k];
+    ot_value_alloc_array(&all[6], &r.tuple[0].array.shape);
+    ot_shape sc = SCALAR64;
+    ot_value_alloc_array(&all[7], &sc);
+    *(double *)all[7].array.data = 1;
+    ASSERT_OK(ot_evaluate(v, all, 8, NULL, &rv));
+    EXPECT_TRUE(ot_value_equal(&r.tuple[2], &rv.tuple[2]));
+    EXPECT_TRUE(ot_value_equal(&r.tuple[3], &rv.tuple[3]));
+    EXPECT_TRUE(ot_value_equal(&r.tuple[1], &rv.tuple[1]));
+    ot_value_release(&r);
+    ot_value_release(&rv);
+    ot_value_release(&all[6]);
+    ot_value_release(&all[7]);
+    for (int k = 0; k < 6; k++) ot_value_release(&a[k]);
+    ot_module_free(g);
+    ot_module_free(v);
+    ot_module_free(m);
+}
+
+/* ---- errors -----------------------------------------------------------------------------------
+ */
+
+static void test_errors(void) {
+    ot_computation *c;
+    ot_instr *p[3];
+    ot_shape s[3] = {S64(3), shp(OT_S32, 1, (int64_t[]){3}), S64(3)};
+    ot_module *m = new_mod(&c, p, 3, s);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, p[0], p[2]));
+    ASSERT_OK(ot_module_finalize(m));
+    ot_module *g = (ot_module *)1;
+    /* the root is not a scalar */
+    EXPECT_STATUS(ot_grad(m, (int64_t[]){0}, 1, NULL, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "not a floating-point scalar");
+    EXPECT_TRUE(g == NULL);
+    ot_grad_options o = ot_grad_options_default();
+    o.loss_index = 0;
+    EXPECT_STATUS(ot_grad(m, (int64_t[]){0}, 1, &o, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "not a tuple");
+    EXPECT_STATUS(ot_vjp(m, (int64_t[]){3}, 1, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "wrt[0] = 3 is out of range");
+    EXPECT_STATUS(ot_vjp(m, (int64_t[]){-1}, 1, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_vjp(m, (int64_t[]){0, 2, 0}, 3, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "wrt[2] = 0 duplicates wrt[0]");
+    EXPECT_STATUS(ot_vjp(m, (int64_t[]){1}, 1, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "not a floating-point array");
+    EXPECT_STATUS(ot_vjp(m, NULL, 1, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_vjp(NULL, NULL, 0, &g), OT_ERR_INVALID_ARGUMENT);
+    ot_module_free(m);
+
+    /* loss_index out of range, and a loss that is not floating */
+    m = new_mod(&c, p, 3, s);
+    ot_computation *add = scalar_fn(m, OT_S32, OT_OP_ADD, "add");
+    ot_instr *z = ot_build_constant_scalar(c, OT_S32, 0);
+    ot_instr *isum = ot_build_reduce(c, &p[1], &z, 1, (int64_t[]){0}, 1, add);
+    ot_computation_set_root(c, ot_build_tuple(c, (ot_instr *[]){p[0], isum}, 2));
+    ASSERT_OK(ot_module_finalize(m));
+    o.loss_index = 2;
+    EXPECT_STATUS(ot_grad(m, (int64_t[]){0}, 1, &o, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "loss_index 2 is out of range");
+    o.loss_index = 1;
+    EXPECT_STATUS(ot_grad(m, (int64_t[]){0}, 1, &o, &g), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "s32[]");
+    ot_module_free(m);
+
+    /* an op with no rule on the path: UNIMPLEMENTED naming it; off the path it is fine */
+    m = new_mod(&c, p, 3, s);
+    ot_ir_shape cs = ot_ir_shape_array(S64(3));
+    ot_instr *cc = ot_build_custom_call(c, "my_op", &p[0], 1, &cs, NULL, false);
+    ot_instr *cc2 = ot_build_custom_call(c, "other", &p[2], 1, &cs, NULL, false);
+    ot_computation_set_root(c, ot_build_tuple(c, (ot_instr *[]){cc, cc2}, 2));
+    ASSERT_OK(ot_module_finalize(m));
+    EXPECT_STATUS(ot_vjp(m, (int64_t[]){0}, 1, &g), OT_ERR_UNIMPLEMENTED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "custom-call");
+    EXPECT_STR_CONTAINS(ot_last_error(), "my_op");
+    EXPECT_TRUE(g == NULL);
+    ot_module_free(m);
+
+    /* sort on the path */
+    m = new_mod(&c, p, 3, s);
+    ot_computation *lt = ot_module_add_computation(m, "lt");
+    ot_instr *la = ot_build_parameter(lt, 0, SCALAR64, "a");
+    ot_instr *lb = ot_build_parameter(lt, 1, SCALAR64, "b");
+    ot_computation_set_root(lt, ot_build_compare(lt, la, lb, OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+    ot_computation_set_root(c, ot_build_sort(c, &p[0], 1, 0, true, lt));
+    ASSERT_OK(ot_module_finalize(m));
+    EXPECT_STATUS(ot_vjp(m, (int64_t[]){0}, 1, &g), OT_ERR_UNIMPLEMENTED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "no reverse-mode rule for sort");
+    /* wrt p2 only: the sort is off the path and p2's gradient is zero */
+    ASSERT_OK(ot_vjp(m, (int64_t[]){2}, 1, &g));
+    ot_module_free(g);
+    ot_module_free(m);
+}
+
+/* Parameters that do not reach the loss get zeros; integer paths carry nothing; calls are
+ * inlined. */
+static void test_structure(void) {
+    ot_computation *c;
+    ot_instr *p[3];
+    ot_shape s[3] = {S64(3), S64(3), S64(2)};
+    ot_module *m = new_mod(&c, p, 3, s);
+    ot_computation *f = ot_module_add_computation(m, "f");
+    ot_instr *fa = ot_build_parameter(f, 0, S64(3), "a");
+    ot_instr *fb = ot_build_parameter(f, 1, S64(3), "b");
+    ot_instr *prod = ot_build_binary(f, OT_OP_MULTIPLY, fa, fb);
+    ot_computation_set_root(
+        f, ot_build_tuple(f, (ot_instr *[]){prod, ot_build_unary(f, OT_OP_EXP, fa)}, 2));
+    ot_instr *call = ot_build_call(c, f, (ot_instr *[]){p[0], p[1]}, 2);
+    ot_instr *e0 = ot_build_get_tuple_element(c, call, 0);
+    ot_instr *e1 = ot_build_get_tuple_element(c, call, 1);
+    /* through s32 and back: no gradient */
+    ot_instr *viaint = ot_build_convert(c, ot_build_convert(c, p[1], OT_S32), OT_F64);
+    ot_instr *sum = ot_build_binary(c, OT_OP_ADD, ot_build_binary(c, OT_OP_ADD, e0, e1), viaint);
+    ot_computation_set_root(c, sum);
+    ot_module_set_entry(m, c);
+    ot_value a[3] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1), arg_uniform(s[2], -1, 1)};
+    check_vjp("call + tuple + integer path + unused param", m, a, 3, (int64_t[]){0, 1, 2}, 3);
+}
+
+/* Every allocation failing in turn: OUT_OF_MEMORY, nothing leaked, then success. */
+static void test_alloc_failures(void) {
+    ot_module *m = mlp(2);
+    ASSERT_OK(ot_module_finalize(m));
+    int64_t live = ot_alloc_live();
+    ot_grad_options o = ot_grad_options_default();
+    o.loss_index = 1;
+    int ok_at = 0;
+    for (int n = 1; n < 100000; n++) {
+        ot_module *g = NULL;
+        ot_alloc_fail_after(n);
+        ot_status s = ot_grad(m, (int64_t[]){0, 1, 2, 3}, 4, &o, &g);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) {
+            ok_at = n;
+            ot_module_free(g);
+            break;
+        }
+        if (s != OT_ERR_OUT_OF_MEMORY || g != NULL) {
+            OT_T_FAIL_("allocation %d failing: %s (%s)", n, ot_status_str(s), ot_last_error());
+            break;
+        }
+        if (ot_alloc_live() != live) {
+            OT_T_FAIL_("allocation %d failing leaked %lld", n, (long long)(ot_alloc_live() - live));
+            break;
+        }
+    }
+    EXPECT_TRUE(ok_at > 1);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+    ot_module_free(m);
+}
+
+static void test_leaks(void) {
+    int64_t live = ot_alloc_live();
+    ot_module *m = mlp(1);
+    ot_value *a = mlp_args();
+    check_vjp("mlp leak check", m, a, 6, (int64_t[]){0, 1, 2, 3, 4}, 5);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+}
+
+OT_TEST_MAIN(OT_TEST(test_unary), OT_TEST(test_binary), OT_TEST(test_max_ties),
+             OT_TEST(test_select_clamp_convert), OT_TEST(test_shape_ops), OT_TEST(test_reduce),
+             OT_TEST(test_dot), OT_TEST(test_mlp), OT_TEST(test_errors), OT_TEST(test_structure),
+             OT_TEST(test_alloc_failures), OT_TEST(test_leaks))
