@@ -520,6 +520,191 @@ static void test_dot(void) {
     }
 }
 
+/* ---- convolution, windows, gather/scatter ---------------------------------------------------- */
+
+static ot_window win(int rank, const int64_t *size, const int64_t *stride, const int64_t *lo,
+                     const int64_t *hi, const int64_t *base, const int64_t *wdil) {
+    ot_window w;
+    memset(&w, 0, sizeof w);
+    w.rank = rank;
+    for (int d = 0; d < rank; d++) {
+        w.dims[d].size = size[d];
+        w.dims[d].stride = stride ? stride[d] : 1;
+        w.dims[d].pad_lo = lo ? lo[d] : 0;
+        w.dims[d].pad_hi = hi ? hi[d] : 0;
+        w.dims[d].base_dilation = base ? base[d] : 1;
+        w.dims[d].window_dilation = wdil ? wdil[d] : 1;
+    }
+    return w;
+}
+
+static void conv_case(const char *what, ot_shape xs, ot_shape ks, const ot_window *w,
+                      const ot_conv_dims *dn, int64_t fgc, int64_t bgc) {
+    ot_computation *c;
+    ot_instr *p[2];
+    ot_shape s[2] = {xs, ks};
+    ot_module *m = new_mod(&c, p, 2, s);
+    ot_instr *y = ot_build_convolution(c, p[0], p[1], w, dn, fgc, bgc);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, y, y));
+    ot_value a[2] = {arg_uniform(xs, -1, 1), arg_uniform(ks, -1, 1)};
+    check_vjp(what, m, a, 2, (int64_t[]){0, 1}, 2);
+}
+
+static void test_convolution(void) {
+    /* NCHW / OIHW: strides, asymmetric padding, kernel dilation */
+    ot_conv_dims nchw = {.nspatial = 2,
+                         .input_batch = 0,
+                         .input_feature = 1,
+                         .input_spatial = {2, 3},
+                         .kernel_output_feature = 0,
+                         .kernel_input_feature = 1,
+                         .kernel_spatial = {2, 3},
+                         .output_batch = 0,
+                         .output_feature = 1,
+                         .output_spatial = {2, 3}};
+    ot_window w1 = win(2, (int64_t[]){3, 2}, (int64_t[]){2, 1}, (int64_t[]){1, 0},
+                       (int64_t[]){1, 2}, NULL, (int64_t[]){1, 2});
+    conv_case("conv nchw stride/pad/rhs dilation", S64(2, 3, 6, 5), S64(4, 3, 3, 2), &w1, &nchw, 1,
+              1);
+    /* a small CNN layer: 3x3 'same' */
+    ot_window w2 =
+        win(2, (int64_t[]){3, 3}, NULL, (int64_t[]){1, 1}, (int64_t[]){1, 1}, NULL, NULL);
+    conv_case("conv 3x3 same", S64(2, 1, 5, 5), S64(2, 1, 3, 3), &w2, &nchw, 1, 1);
+    /* NHWC / HWIO, input dilation (transposed convolution), two feature groups */
+    ot_conv_dims nhwc = {.nspatial = 2,
+                         .input_batch = 0,
+                         .input_feature = 3,
+                         .input_spatial = {1, 2},
+                         .kernel_output_feature = 3,
+                         .kernel_input_feature = 2,
+                         .kernel_spatial = {0, 1},
+                         .output_batch = 0,
+                         .output_feature = 3,
+                         .output_spatial = {1, 2}};
+    ot_window w3 = win(2, (int64_t[]){2, 2}, (int64_t[]){1, 2}, (int64_t[]){1, 0},
+                       (int64_t[]){0, 1}, (int64_t[]){2, 1}, NULL);
+    conv_case("conv nhwc lhs dilation feature groups", S64(1, 4, 4, 4), S64(2, 2, 2, 6), &w3, &nhwc,
+              2, 1);
+    /* 1-D with two batch groups */
+    ot_conv_dims bsf = {.nspatial = 1,
+                        .input_batch = 0,
+                        .input_feature = 2,
+                        .input_spatial = {1},
+                        .kernel_output_feature = 2,
+                        .kernel_input_feature = 1,
+                        .kernel_spatial = {0},
+                        .output_batch = 0,
+                        .output_feature = 2,
+                        .output_spatial = {1}};
+    ot_window w4 = win(1, (int64_t[]){3}, NULL, (int64_t[]){1}, NULL, NULL, NULL);
+    conv_case("conv 1d batch groups", S64(4, 7, 2), S64(3, 2, 6), &w4, &bsf, 1, 2);
+}
+
+static void test_reduce_window(void) {
+    { /* sum: strides, padding, base and window dilation */
+        ot_computation *c;
+        ot_instr *p[1];
+        ot_shape s = S64(5, 6);
+        ot_module *m = new_mod(&c, p, 1, &s);
+        ot_computation *add = scalar_fn(m, OT_F64, OT_OP_ADD, "add");
+        ot_window w = win(2, (int64_t[]){2, 3}, (int64_t[]){1, 2}, (int64_t[]){1, 0},
+                          (int64_t[]){0, 1}, (int64_t[]){2, 1}, (int64_t[]){1, 2});
+        ot_instr *z = ot_build_constant_scalar(c, OT_F64, 0);
+        ot_instr *r = ot_build_reduce_window(c, &p[0], &z, 1, &w, add);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, r, r));
+        ot_value a = arg_uniform(s, -1, 1);
+        check_vjp("reduce-window add", m, &a, 1, (int64_t[]){0}, 1);
+    }
+    static const ot_opcode ops[2] = {OT_OP_MAXIMUM, OT_OP_MINIMUM};
+    for (int k = 0; k < 2; k++) { /* pooling: padded, and overlapping windows */
+        ot_computation *c;
+        ot_instr *p[1];
+        ot_shape s = S64(2, 5, 6);
+        ot_module *m = new_mod(&c, p, 1, &s);
+        ot_computation *f = scalar_fn(m, OT_F64, ops[k], "f");
+        ot_instr *z = ot_build_constant_scalar(c, OT_F64, k == 0 ? -INFINITY : INFINITY);
+        ot_window w1 = win(3, (int64_t[]){1, 2, 2}, (int64_t[]){1, 2, 2}, (int64_t[]){0, 0, 1},
+                           (int64_t[]){0, 1, 1}, NULL, NULL);
+        ot_window w2 = win(3, (int64_t[]){1, 3, 2}, (int64_t[]){1, 1, 1}, NULL, NULL, NULL, NULL);
+        ot_instr *r1 = ot_build_reduce_window(c, &p[0], &z, 1, &w1, f);
+        ot_instr *r2 = ot_build_reduce_window(c, &p[0], &z, 1, &w2, f);
+        ot_computation_set_root(c, ot_build_tuple(c, (ot_instr *[]){r1, r2}, 2));
+        ot_value a = arg_uniform(s, -1, 1);
+        check_vjp(k == 0 ? "max pooling" : "min pooling", m, &a, 1, (int64_t[]){0}, 1);
+    }
+}
+
+static void test_gather_scatter(void) {
+    { /* rows, with a repeated index and indices out of range (XLA clamps them) */
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(5, 3), shp(OT_S32, 1, (int64_t[]){5})};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_gather_dims gd = {.noffset = 1,
+                             .offset_dims = {1},
+                             .ncollapsed = 1,
+                             .collapsed_slice_dims = {0},
+                             .nstart_index_map = 1,
+                             .start_index_map = {0},
+                             .index_vector_dim = 1,
+                             .nslice_sizes = 2,
+                             .slice_sizes = {1, 3}};
+        ot_instr *gt = ot_build_gather(c, p[0], p[1], &gd);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, gt, gt));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1),
+                         arg_int(OT_S32, 1, (int64_t[]){5}, (int64_t[]){0, 4, 2, 4, 9})};
+        check_vjp("gather rows", m, a, 2, (int64_t[]){0}, 1);
+    }
+    { /* windows at 2-d start points (index vector in dimension 1), clamped at the edge */
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(4, 5), shp(OT_S64, 2, (int64_t[]){3, 2})};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_gather_dims gd = {.noffset = 2,
+                             .offset_dims = {1, 2},
+                             .nstart_index_map = 2,
+                             .start_index_map = {0, 1},
+                             .index_vector_dim = 1,
+                             .nslice_sizes = 2,
+                             .slice_sizes = {2, 3}};
+        ot_instr *gt = ot_build_gather(c, p[0], p[1], &gd);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, gt, gt));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1),
+                         arg_int(OT_S64, 2, (int64_t[]){3, 2}, (int64_t[]){0, 1, 3, 4, -1, 2})};
+        check_vjp("gather windows", m, a, 2, (int64_t[]){0}, 1);
+    }
+    static const ot_opcode comb[2] = {OT_OP_ADD, OT_OP_PARAMETER};
+    for (int k = 0; k < 2; k++) {
+        /* rows with a repeated index and one out of range (skipped by XLA's scatter) */
+        ot_computation *c;
+        ot_instr *p[3];
+        ot_shape s[3] = {S64(5, 3), shp(OT_S32, 1, (int64_t[]){4}), S64(4, 3)};
+        ot_module *m = new_mod(&c, p, 3, s);
+        ot_computation *f;
+        if (comb[k] == OT_OP_ADD) {
+            f = scalar_fn(m, OT_F64, OT_OP_ADD, "add");
+        } else {
+            f = ot_module_add_computation(m, "replace");
+            ot_build_parameter(f, 0, SCALAR64, "a");
+            ot_computation_set_root(f, ot_build_parameter(f, 1, SCALAR64, "b"));
+        }
+        ot_scatter_dims sd = {.nupdate_window = 1,
+                              .update_window_dims = {1},
+                              .ninserted = 1,
+                              .inserted_window_dims = {0},
+                              .nscatter_to_operand = 1,
+                              .scatter_dims_to_operand_dims = {0},
+                              .index_vector_dim = 1};
+        ot_instr *sc = ot_build_scatter(c, &p[0], 1, p[1], &p[2], &sd, f);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, sc, sc));
+        ot_value a[3] = {arg_uniform(s[0], -1, 1),
+                         arg_int(OT_S32, 1, (int64_t[]){4}, (int64_t[]){3, 0, 3, 7}),
+                         arg_uniform(s[2], -1, 1)};
+        check_vjp(k == 0 ? "scatter add" : "scatter replace (duplicates)", m, a, 3,
+                  (int64_t[]){0, 2}, 2);
+    }
+}
+
 /* ---- a model: MLP with softmax cross-entropy through ot_grad ----------------------------------
  */
 
@@ -771,5 +956,6 @@ static void test_leaks(void) {
 
 OT_TEST_MAIN(OT_TEST(test_unary), OT_TEST(test_binary), OT_TEST(test_max_ties),
              OT_TEST(test_select_clamp_convert), OT_TEST(test_shape_ops), OT_TEST(test_reduce),
-             OT_TEST(test_dot), OT_TEST(test_mlp), OT_TEST(test_errors), OT_TEST(test_structure),
-             OT_TEST(test_alloc_failures), OT_TEST(test_leaks))
+             OT_TEST(test_dot), OT_TEST(test_convolution), OT_TEST(test_reduce_window),
+             OT_TEST(test_gather_scatter), OT_TEST(test_mlp), OT_TEST(test_errors),
+             OT_TEST(test_structure), OT_TEST(test_alloc_failures), OT_TEST(test_leaks))

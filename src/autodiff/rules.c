@@ -535,6 +535,368 @@ static ot_status rule_dot(ad_ctx *ad, ot_instr *i, ot_instr *g) {
 /* ---- dispatch ----------------------------------------------------------------------------------
  */
 
+/* ---- convolution -------------------------------------------------------------------------------
+ */
+
+static int64_t dilate(int64_t n, int64_t d) {
+    return n == 0 ? 0 : 1 + d * (n - 1);
+}
+
+/* JAX's _reshape_axis_out_of: dimension src of size n becomes (size1, n / size1). */
+static ot_instr *axis_out_of(ad_ctx *ad, ot_instr *x, ot_shape *xs, int src, int64_t size1) {
+    ot_shape r = *xs;
+    r.rank = xs->rank + 1;
+    for (int d = 0, q = 0; d < xs->rank; d++) {
+        if (d == src) {
+            r.dims[q++] = size1;
+            r.dims[q++] = xs->dims[d] / size1;
+        } else {
+            r.dims[q++] = xs->dims[d];
+        }
+    }
+    *xs = r;
+    return ot_build_reshape(C, x, r);
+}
+
+/* JAX's _reshape_axis_into: dimension src moves in front of dimension dst (numbered without src)
+ * and the two merge. */
+static ot_instr *axis_into(ad_ctx *ad, ot_instr *x, ot_shape *xs, int src, int dst) {
+    int64_t perm[OT_MAX_RANK + 1];
+    int np = 0;
+    for (int d = 0; d < xs->rank; d++)
+        if (d != src) perm[np++] = d;
+    for (int k = np; k > dst; k--) perm[k] = perm[k - 1];
+    perm[dst] = src;
+    ot_shape r = *xs;
+    r.rank = xs->rank - 1;
+    for (int d = 0, q = 0; d < xs->rank; d++)
+        if (d != src) r.dims[q++] = xs->dims[d];
+    r.dims[dst] *= xs->dims[src];
+    *xs = r;
+    return ot_build_reshape(C, ot_build_transpose(C, x, perm, np + 1), r);
+}
+
+static ot_status rule_convolution(ad_ctx *ad, ot_instr *i, ot_instr *g) {
+    ot_instr *x = i->operands[0], *y = i->operands[1];
+    const ot_conv_dims *dn = i->attrs.conv;
+    const ot_window *w = i->attrs.window;
+    int ns = dn->nspatial;
+    int64_t fgc = i->attrs.feature_group_count > 0 ? i->attrs.feature_group_count : 1;
+    int64_t bgc = i->attrs.batch_group_count > 0 ? i->attrs.batch_group_count : 1;
+    for (int k = 0; w && k < w->rank; k++)
+        if (w->dims[k].reversal) return unimpl(i, "window reversal");
+    const ot_shape *xs = &x->shape.array, *ys = &y->shape.array, *os = &i->shape.array;
+    ot_dtype ot = os->dtype;
+    ad_slot *sx = ad_slot_of(ad, x), *sy = ad_slot_of(ad, y);
+    if (sx && sx->need) { /* JAX's _conv_general_dilated_transpose_lhs */
+        ot_instr *rhs = y;
+        ot_shape rs = *ys;
+        int ko = (int)dn->kernel_output_feature, ki = (int)dn->kernel_input_feature;
+        int64_t groups = fgc > 1 ? fgc : bgc;
+        if (groups > 1) {
+            rhs = axis_out_of(ad, rhs, &rs, ko, groups);
+            rhs = axis_into(ad, rhs, &rs, ko, ki);
+        }
+        ot_conv_dims t;
+        memset(&t, 0, sizeof t);
+        t.nspatial = ns;
+        t.input_batch = dn->output_batch;
+        t.input_feature = dn->output_feature;
+        t.kernel_output_feature = dn->kernel_input_feature;
+        t.kernel_input_feature = dn->kernel_output_feature;
+        t.output_batch = dn->input_batch;
+        t.output_feature = dn->input_feature;
+        ot_window tw;
+        memset(&tw, 0, sizeof tw);
+        tw.rank = ns;
+        int64_t rev[OT_MAX_RANK];
+        for (int k = 0; k < ns; k++) {
+            t.input_spatial[k] = dn->output_spatial[k];
+            t.kernel_spatial[k] = dn->kernel_spatial[k];
+            t.output_spatial[k] = dn->input_spatial[k];
+            rev[k] = dn->kernel_spatial[k];
+            const ot_window_dim *wd = &w->dims[k];
+            int64_t ld = dilate(xs->dims[dn->input_spatial[k]], wd->base_dilation);
+            int64_t rd = dilate(ys->dims[dn->kernel_spatial[k]], wd->window_dilation);
+            int64_t od = dilate(os->dims[dn->output_spatial[k]], wd->stride);
+            int64_t before = rd - wd->pad_lo - 1;
+            tw.dims[k].size = ys->dims[dn->kernel_spatial[k]];
+            tw.dims[k].stride = wd->base_dilation;
+            tw.dims[k].pad_lo = before;
+            tw.dims[k].pad_hi = ld + rd - 1 - od - before;
+            tw.dims[k].base_dilation = wd->stride;
+            tw.dims[k].window_dilation = wd->window_dilation;
+        }
+        ot_instr *gg = convert_to(ad, g, ot, ys->dtype);
+        ot_instr *out =
+            ot_build_convolution(C, gg, ot_build_reverse(C, rhs, rev, ns), &tw, &t, groups, 1);
+        if (bgc > 1) {
+            ot_shape s2 = *xs;
+            s2.dtype = ys->dtype;
+            /* out has x's shape with the batch dimension / bgc and the feature dimension * bgc */
+            s2.dims[dn->input_batch] = xs->dims[dn->input_batch] / bgc;
+            s2.dims[dn->input_feature] = xs->dims[dn->input_feature] * bgc;
+            out = axis_out_of(ad, out, &s2, (int)dn->input_feature, bgc);
+            out = axis_into(ad, out, &s2, (int)dn->input_feature, (int)dn->input_batch);
+        }
+        ad_acc(ad, x, convert_to(ad, out, ys->dtype, xs->dtype));
+    }
+    if (sy && sy->need) { /* JAX's _conv_general_dilated_transpose_rhs */
+        if (ot_shape_numel_unchecked(os) == 0) return OT_OK;
+        ot_conv_dims t;
+        memset(&t, 0, sizeof t);
+        t.nspatial = ns;
+        t.input_batch = dn->input_feature;
+        t.input_feature = dn->input_batch;
+        t.kernel_output_feature = dn->output_feature;
+        t.kernel_input_feature = dn->output_batch;
+        t.output_batch = dn->kernel_input_feature;
+        t.output_feature = dn->kernel_output_feature;
+        ot_window tw;
+        memset(&tw, 0, sizeof tw);
+        tw.rank = ns;
+        for (int k = 0; k < ns; k++) {
+            t.input_spatial[k] = dn->input_spatial[k];
+            t.kernel_spatial[k] = dn->output_spatial[k];
+            t.output_spatial[k] = dn->kernel_spatial[k];
+            const ot_window_dim *wd = &w->dims[k];
+            int64_t ld = dilate(xs->dims[dn->input_spatial[k]], wd->base_dilation);
+            int64_t rd = dilate(ys->dims[dn->kernel_spatial[k]], wd->window_dilation);
+            int64_t od = dilate(os->dims[dn->output_spatial[k]], wd->stride);
+            tw.dims[k].size = os->dims[dn->output_spatial[k]];
+            tw.dims[k].stride = wd->window_dilation;
+            tw.dims[k].pad_lo = wd->pad_lo;
+            tw.dims[k].pad_hi = (od - ld) + (rd - wd->pad_lo - 1);
+            tw.dims[k].base_dilation = wd->base_dilation;
+            tw.dims[k].window_dilation = wd->stride;
+        }
+        int64_t f2 = 1, b2 = 1;
+        if (bgc > 1)
+            f2 = bgc;
+        else if (fgc > 1)
+            b2 = fgc;
+        ot_instr *gg = convert_to(ad, g, ot, xs->dtype);
+        ot_instr *out = ot_build_convolution(C, x, gg, &tw, &t, f2, b2);
+        ad_acc(ad, y, convert_to(ad, out, xs->dtype, ys->dtype));
+    }
+    return OT_OK;
+}
+
+/* ---- windows -----------------------------------------------------------------------------------
+ */
+
+static ot_status rule_reduce_window(ad_ctx *ad, ot_instr *i, ot_instr *g) {
+    if (i->noperands != 2) return unimpl(i, "variadic reduce-window");
+    ot_instr *x = i->operands[0], *init = i->operands[1];
+    const ot_shape *xs = &x->shape.array, *s = &i->shape.array;
+    const ot_window *w = i->attrs.window;
+    ad_slot *si = ad_slot_of(ad, init);
+    if (si && si->need) return unimpl(i, "gradient of the init value");
+    ot_opcode op = reducer_op(i->called[0]);
+    ot_dtype t = xs->dtype;
+    if (op == OT_OP_ADD) { /* JAX's _reduce_window_sum_transpose_rule */
+        ot_pad_dim cfg[OT_MAX_RANK];
+        ot_window tw;
+        memset(&tw, 0, sizeof tw);
+        tw.rank = w->rank;
+        for (int d = 0; d < w->rank; d++) {
+            const ot_window_dim *wd = &w->dims[d];
+            if (wd->reversal) return unimpl(i, "window reversal");
+            int64_t ld = dilate(xs->dims[d], wd->base_dilation);
+            int64_t rd = dilate(wd->size, wd->window_dilation);
+            int64_t od = dilate(s->dims[d], wd->stride);
+            int64_t before = rd - wd->pad_lo - 1;
+            cfg[d].lo = before;
+            cfg[d].hi = ld + rd - 1 - od - before;
+            cfg[d].interior = wd->stride - 1;
+            tw.dims[d].size = wd->size;
+            tw.dims[d].stride = wd->base_dilation;
+            tw.dims[d].window_dilation = wd->window_dilation;
+            tw.dims[d].base_dilation = 1;
+        }
+        ot_instr *z = ot_build_constant_scalar(C, t, 0);
+        ot_instr *pg = ot_build_pad(C, g, z, cfg);
+        ad_acc(ad, x, ot_build_reduce_window(C, &pg, &z, 1, &tw, add_fn(ad, t)));
+        return OT_OK;
+    }
+    if (op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM) { /* JAX's _select_and_scatter_add */
+        for (int d = 0; d < w->rank; d++)
+            if (w->dims[d].base_dilation != 1 || w->dims[d].window_dilation != 1 ||
+                w->dims[d].reversal)
+                return unimpl(i, "max/min pooling with dilation or reversal");
+        ot_computation *selfn =
+            op == OT_OP_MAXIMUM
+                ? ad_binary_fn(ad, &ad->ge_fn[t], t, OT_OP_COMPARE, OT_CMP_GE, "grad_ge")
+                : ad_binary_fn(ad, &ad->le_fn[t], t, OT_OP_COMPARE, OT_CMP_LE, "grad_le");
+        ot_instr *z = ot_build_constant_scalar(C, t, 0);
+        ad_acc(ad, x, ot_build_select_and_scatter(C, x, g, z, w, selfn, add_fn(ad, t)));
+        return OT_OK;
+    }
+    return unimpl(i, "the reducer is not add, maximum or minimum");
+}
+
+/* ---- gather and scatter ------------------------------------------------------------------------
+ */
+
+static void put_int(ot_dtype t, void *buf, int64_t k, int64_t v) {
+    switch (t) {
+    case OT_S8: ((int8_t *)buf)[k] = (int8_t)v; break;
+    case OT_U8: ((uint8_t *)buf)[k] = (uint8_t)v; break;
+    case OT_S16: ((int16_t *)buf)[k] = (int16_t)v; break;
+    case OT_U16: ((uint16_t *)buf)[k] = (uint16_t)v; break;
+    case OT_S32: ((int32_t *)buf)[k] = (int32_t)v; break;
+    case OT_U32: ((uint32_t *)buf)[k] = (uint32_t)v; break;
+    default: ((int64_t *)buf)[k] = v; break;
+    }
+}
+
+/* Per index-vector component k, the largest start index whose window fits: a value of the
+ * indices' shape (the bound broadcast along index_vector_dim). */
+static ot_instr *index_bounds(ad_ctx *ad, ot_instr *idx, int64_t ivd, const int64_t *map, int nmap,
+                              const ot_shape *xs, const int64_t *window) {
+    const ot_shape *is = &idx->shape.array;
+    int64_t ub[OT_MAX_RANK] = {0};
+    for (int k = 0; k < nmap; k++) {
+        int64_t v = xs->dims[map[k]] - window[map[k]];
+        put_int(is->dtype, ub, k, v < 0 ? 0 : v);
+    }
+    if (ivd < is->rank) {
+        ot_shape vs;
+        ot_shape_make(&vs, is->dtype, 1, (int64_t[]){nmap});
+        ot_instr *kv = ot_build_constant(C, vs, ub);
+        return ot_build_broadcast(C, kv, *is, &ivd, 1);
+    }
+    ot_instr *kv = ot_build_constant(C, ot_shape_scalar(is->dtype), ub);
+    return is->rank ? ot_build_broadcast(C, kv, *is, NULL, 0) : kv;
+}
+
+static ot_status rule_gather(ad_ctx *ad, ot_instr *i, ot_instr *g) {
+    ot_instr *x = i->operands[0], *idx = i->operands[1];
+    const ot_gather_dims *gd = i->attrs.gather;
+    const ot_shape *xs = &x->shape.array;
+    /* XLA's gather clamps start indices so the slice fits; scatter skips windows that do not
+     * fit: clamp explicitly so the scatter-add lands where the gather read */
+    ot_instr *ub = index_bounds(ad, idx, gd->index_vector_dim, gd->start_index_map,
+                                gd->nstart_index_map, xs, gd->slice_sizes);
+    ot_instr *lo = ad_full(ad, idx->shape.array.dtype, 0, &idx->shape.array);
+    ot_instr *ci = ot_build_clamp(C, lo, idx, ub);
+    ot_scatter_dims sd;
+    memset(&sd, 0, sizeof sd);
+    sd.nupdate_window = gd->noffset;
+    memcpy(sd.update_window_dims, gd->offset_dims, sizeof sd.update_window_dims);
+    sd.ninserted = gd->ncollapsed;
+    memcpy(sd.inserted_window_dims, gd->collapsed_slice_dims, sizeof sd.inserted_window_dims);
+    sd.nscatter_to_operand = gd->nstart_index_map;
+    memcpy(sd.scatter_dims_to_operand_dims, gd->start_index_map,
+           sizeof sd.scatter_dims_to_operand_dims);
+    sd.nbatching = gd->nbatching;
+    memcpy(sd.input_batching_dims, gd->operand_batching_dims, sizeof sd.input_batching_dims);
+    memcpy(sd.scatter_indices_batching_dims, gd->start_indices_batching_dims,
+           sizeof sd.scatter_indices_batching_dims);
+    sd.index_vector_dim = gd->index_vector_dim;
+    sd.indices_are_sorted = gd->indices_are_sorted;
+    ot_instr *z = zeros_of(ad, xs);
+    ad_acc(ad, x, ot_build_scatter(C, &z, 1, ci, &g, &sd, add_fn(ad, xs->dtype)));
+    return OT_OK;
+}
+
+/* The scatter's updates read back from v (operand-shaped), zero where XLA's scatter skipped the
+ * update window (out of bounds). */
+static ot_instr *scatter_updates_of(ad_ctx *ad, ot_instr *i, ot_instr *v) {
+    if (!v) return NULL; /* after a builder error */
+    ot_instr *x = i->operands[0], *idx = i->operands[1], *u = i->operands[2];
+    const ot_scatter_dims *sd = i->attrs.scatter;
+    const ot_shape *xs = &x->shape.array, *us = &u->shape.array, *is = &idx->shape.array;
+    ot_gather_dims gd;
+    memset(&gd, 0, sizeof gd);
+    gd.noffset = sd->nupdate_window;
+    memcpy(gd.offset_dims, sd->update_window_dims, sizeof gd.offset_dims);
+    gd.ncollapsed = sd->ninserted;
+    memcpy(gd.collapsed_slice_dims, sd->inserted_window_dims, sizeof gd.collapsed_slice_dims);
+    gd.nstart_index_map = sd->nscatter_to_operand;
+    memcpy(gd.start_index_map, sd->scatter_dims_to_operand_dims, sizeof gd.start_index_map);
+    gd.nbatching = sd->nbatching;
+    memcpy(gd.operand_batching_dims, sd->input_batching_dims, sizeof gd.operand_batching_dims);
+    memcpy(gd.start_indices_batching_dims, sd->scatter_indices_batching_dims,
+           sizeof gd.start_indices_batching_dims);
+    gd.index_vector_dim = sd->index_vector_dim;
+    gd.indices_are_sorted = sd->indices_are_sorted;
+    gd.nslice_sizes = xs->rank;
+    for (int d = 0, q = 0; d < xs->rank; d++) {
+        if (is_int(sd->inserted_window_dims, sd->ninserted, d) ||
+            is_int(sd->input_batching_dims, sd->nbatching, d))
+            gd.slice_sizes[d] = 1;
+        else
+            gd.slice_sizes[d] = us->dims[sd->update_window_dims[q++]];
+    }
+    ot_instr *got = ot_build_gather(C, v, idx, &gd);
+    /* in bounds: 0 <= index <= dim - window for every component */
+    ot_instr *ub = index_bounds(ad, idx, sd->index_vector_dim, sd->scatter_dims_to_operand_dims,
+                                sd->nscatter_to_operand, xs, gd.slice_sizes);
+    ot_instr *ok = cmp(ad, idx, ub, OT_CMP_LE);
+    if (!ot_dtype_is_unsigned_int(is->dtype))
+        ok = bin(ad, OT_OP_AND, ok, cmp(ad, idx, ad_full(ad, is->dtype, 0, is), OT_CMP_GE));
+    if (sd->index_vector_dim < is->rank) {
+        ot_computation *andf =
+            ad_binary_fn(ad, &ad->and_fn, OT_PRED, OT_OP_AND, OT_CMP_EQ, "grad_and");
+        ot_instr *t = ot_build_constant_scalar(C, OT_PRED, 1);
+        ok = ot_build_reduce(C, &ok, &t, 1, &sd->index_vector_dim, 1, andf);
+    }
+    int64_t sdims[OT_MAX_RANK];
+    int nsd = 0;
+    for (int d = 0; d < us->rank; d++)
+        if (!is_int(sd->update_window_dims, sd->nupdate_window, d)) sdims[nsd++] = d;
+    ot_shape ps = *us;
+    ps.dtype = OT_PRED;
+    ot_instr *mask = ot_build_broadcast(C, ok, ps, sdims, nsd);
+    return sel(ad, mask, got, ad_full(ad, v->shape.array.dtype, 0, us));
+}
+
+static bool is_replace(const ot_computation *f) {
+    return f && f->nparams == 2 && f->root && f->root == f->params[1];
+}
+
+static ot_status rule_scatter(ad_ctx *ad, ot_instr *i, ot_instr *g) {
+    if (i->noperands != 3) return unimpl(i, "variadic scatter");
+    ot_instr *x = i->operands[0], *idx = i->operands[1], *u = i->operands[2];
+    ad_slot *su = ad_slot_of(ad, u);
+    bool nu = su && su->need;
+    if (reducer_op(i->called[0]) == OT_OP_ADD) {
+        ad_acc(ad, x, g);
+        if (nu) ad_acc(ad, u, scatter_updates_of(ad, i, g));
+        return OT_OK;
+    }
+    if (is_replace(i->called[0])) {
+        /* the operand keeps what no update overwrote; each update gets the adjoint of the
+         * element it wrote, when it is the one that won (JAX's scatter JVP: scatter the
+         * updates' ids, gather them back, compare) */
+        const ot_shape *us = &u->shape.array, *xs = &x->shape.array;
+        ot_instr *zu = zeros_of(ad, us);
+        ad_acc(ad, x, ot_build_scatter(C, &g, 1, idx, &zu, i->attrs.scatter, i->called[0]));
+        if (nu) {
+            ot_shape ids = *us;
+            ids.dtype = OT_S32;
+            int64_t n = ot_shape_numel_unchecked(us);
+            ot_shape flat;
+            ot_shape_make(&flat, OT_S32, 1, &n);
+            /* ids 1..n (0: no update) */
+            ot_instr *iota = ot_build_reshape(C, ot_build_iota(C, flat, 0), ids);
+            ot_instr *id = bin(ad, OT_OP_ADD, iota, ad_full(ad, OT_S32, 1, &ids));
+            ot_shape xids = *xs;
+            xids.dtype = OT_S32;
+            ot_computation *rep = ad_binary_fn(ad, &ad->replace_fn[OT_S32], OT_S32, OT_OP_PARAMETER,
+                                               OT_CMP_EQ, "grad_replace");
+            ot_instr *zx = ad_full(ad, OT_S32, 0, &xids);
+            ot_instr *won = ot_build_scatter(C, &zx, 1, idx, &id, i->attrs.scatter, rep);
+            ot_instr *back = scatter_updates_of(ad, i, won); /* 0 where skipped */
+            ot_instr *mine = cmp(ad, back, id, OT_CMP_EQ);
+            ad_acc(ad, u, sel(ad, mine, scatter_updates_of(ad, i, g), zu));
+        }
+        return OT_OK;
+    }
+    return unimpl(i, "the combiner is not add or replace");
+}
+
 static ot_status rule_convert(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_instr *x = i->operands[0];
     ad_acc(ad, x, convert_to(ad, g, i->shape.array.dtype, x->shape.array.dtype));
@@ -588,6 +950,10 @@ static rule_fn rule_for(ot_opcode op) {
     case OT_OP_DYNAMIC_UPDATE_SLICE: return rule_dynamic_update_slice;
     case OT_OP_REDUCE: return rule_reduce;
     case OT_OP_DOT: return rule_dot;
+    case OT_OP_CONVOLUTION: return rule_convolution;
+    case OT_OP_REDUCE_WINDOW: return rule_reduce_window;
+    case OT_OP_GATHER: return rule_gather;
+    case OT_OP_SCATTER: return rule_scatter;
     case OT_OP_GET_TUPLE_ELEMENT: return rule_gte;
     default: return NULL;
     }

@@ -1,0 +1,206 @@
+/* Gradients of the JAX conformance corpus (tests/data/jax): for every case with a "vjp" entry,
+ * ot_vjp of the forward module (module.hlo) with respect to the case's wrt parameters is
+ * evaluated on the recorded inputs and cotangents (zeros for outputs JAX gave none: integer
+ * outputs) and compared with JAX's gradients (grad_<k>.npy) at the tolerance the index states
+ * for them (tests/data/README.md gives the rule). Cases whose forward module holds an op with no
+ * rule must fail with UNIMPLEMENTED naming that op, and are listed below, so a regression in
+ * either direction fails.
+ *
+ * Usage: test_grad_jax [NAME-SUBSTRING] [-v] */
+#include "optitpu/autodiff.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+#include "ot_test.h"
+
+#include <jansson.h>
+#include <math.h>
+
+#ifndef OT_SOURCE_DIR
+#define OT_SOURCE_DIR "."
+#endif
+
+#include "jax_corpus_util.h"
+
+static const char *g_filter;
+static bool g_verbose;
+
+/* Cases whose gradient path holds an op with no reverse-mode rule, and the op the error names. */
+static const struct {
+    const char *name, *op;
+} known_unimplemented[] = {
+    {"scan_cumulative", "while"}, /* lax.scan lowers to a while loop */
+};
+#define NKNOWN ((int)(sizeof known_unimplemented / sizeof known_unimplemented[0]))
+
+static const char *known_op(const char *name) {
+    for (int k = 0; k < NKNOWN; k++)
+        if (strcmp(known_unimplemented[k].name, name) == 0) return known_unimplemented[k].op;
+    return NULL;
+}
+
+typedef enum { CASE_PASS, CASE_FAIL, CASE_UNIMPLEMENTED } case_result;
+
+static case_result run_case(const char *dir, const json_t *k, char *why, size_t n) {
+    const json_t *vjp = json_object_get(k, "vjp");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(k, "module")));
+    ot_module *m = NULL;
+    if (ot_hlo_parse_file(path, NULL, &m) != OT_OK) {
+        snprintf(why, n, "parse: %s", ot_last_error());
+        return CASE_FAIL;
+    }
+    const json_t *jw = json_object_get(vjp, "wrt");
+    int nwrt = (int)json_array_size(jw);
+    int64_t wrt[16];
+    for (int q = 0; q < nwrt && q < 16; q++) wrt[q] = json_integer_value(json_array_get(jw, q));
+    ot_module *g = NULL;
+    ot_status s = ot_vjp(m, wrt, nwrt, &g);
+    if (s != OT_OK) {
+        snprintf(why, n, "%s", ot_last_error());
+        ot_module_free(m);
+        return s == OT_ERR_UNIMPLEMENTED ? CASE_UNIMPLEMENTED : CASE_FAIL;
+    }
+    const json_t *inputs = json_object_get(k, "inputs"), *outputs = json_object_get(k, "outputs");
+    const json_t *cts = json_object_get(vjp, "cotangents");
+    const json_t *fout = json_object_get(vjp, "outputs_with_cotangent");
+    const json_t *grads = json_object_get(vjp, "grads");
+    size_t ni = json_array_size(inputs), nl = json_array_size(outputs);
+    ot_value *args = calloc(ni + nl + 1, sizeof *args);
+    case_result res = CASE_PASS;
+    for (size_t q = 0; q < ni && res == CASE_PASS; q++)
+        if (load_tensor(dir, json_array_get(inputs, q), &args[q]) != OT_OK) {
+            snprintf(why, n, "input: %s", ot_last_error());
+            res = CASE_FAIL;
+        }
+    /* one cotangent per root leaf: JAX's where it gave one, else zeros of the leaf's shape */
+    for (size_t l = 0; l < nl && res == CASE_PASS; l++) {
+        const json_t *ct = NULL;
+        for (size_t q = 0; q < json_array_size(fout); q++)
+            if ((size_t)json_integer_value(json_array_get(fout, q)) == l)
+                ct = json_array_get(cts, q);
+        ot_status ls;
+        if (ct) {
+            ls = load_tensor(dir, ct, &args[ni + l]);
+        } else {
+            ot_value e;
+            ls = load_tensor(dir, json_array_get(outputs, l), &e);
+            if (ls == OT_OK) ls = ot_value_alloc_array(&args[ni + l], &e.array.shape);
+            ot_value_release(&e);
+        }
+        if (ls != OT_OK) {
+            snprintf(why, n, "cotangent %zu: %s", l, ot_last_error());
+            res = CASE_FAIL;
+        }
+    }
+    ot_value r = ot_value_empty();
+    if (res == CASE_PASS && ot_evaluate(g, args, (int)(ni + nl), NULL, &r) != OT_OK) {
+        snprintf(why, n, "evaluate: %s", ot_last_error());
+        res = CASE_FAIL;
+    }
+    if (res == CASE_PASS && (r.kind != OT_IR_TUPLE || r.ntuple != (int)nl + nwrt)) {
+        snprintf(why, n, "result has %d elements, expected %zu", r.ntuple, nl + (size_t)nwrt);
+        res = CASE_FAIL;
+    }
+    /* primal outputs at the case's tolerance, gradients at the vjp tolerance */
+    tol tp = parse_tol(json_object_get(k, "tolerance"));
+    tol tg = parse_tol(json_object_get(vjp, "tolerance"));
+    for (size_t j = 0; res == CASE_PASS && j < nl + (size_t)nwrt; j++) {
+        bool primal = j < nl;
+        const json_t *e = primal ? json_array_get(outputs, j) : json_array_get(grads, j - nl);
+        ot_value exp;
+        if (load_tensor(dir, e, &exp) != OT_OK) {
+            snprintf(why, n, "expected: %s", ot_last_error());
+            res = CASE_FAIL;
+            break;
+        }
+        char w[512];
+        if (!compare(&r.tuple[j], &exp, primal ? &tp : &tg, w, sizeof w)) {
+            if (primal)
+                snprintf(why, n, "primal output %zu: %s", j, w);
+            else
+                snprintf(why, n, "gradient %zu (wrt parameter %lld): %s", j - nl,
+                         (long long)wrt[j - nl], w);
+            res = CASE_FAIL;
+        }
+        ot_value_release(&exp);
+    }
+    ot_value_release(&r);
+    for (size_t q = 0; q < ni + nl; q++) ot_value_release(&args[q]);
+    free(args);
+    ot_module_free(g);
+    ot_module_free(m);
+    return res;
+}
+
+static void test_jax_gradients(void) {
+    char idx[1024];
+    snprintf(idx, sizeof idx, "%s/tests/data/jax/cases.json", OT_SOURCE_DIR);
+    json_t *root = json_load_file(idx, 0, NULL);
+    ASSERT_TRUE(root != NULL);
+    json_t *cases = json_object_get(root, "cases");
+    int total = 0, pass = 0, unimpl = 0, fail = 0;
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        const json_t *k = json_array_get(cases, c);
+        if (!json_object_get(k, "vjp")) continue;
+        const char *name = json_string_value(json_object_get(k, "name"));
+        if (g_filter && !strstr(name, g_filter)) continue;
+        total++;
+        char dir[1024], why[1024] = "";
+        snprintf(dir, sizeof dir, "%s/tests/data/jax/%s", OT_SOURCE_DIR, name);
+        int64_t live = ot_alloc_live();
+        uint64_t t0 = ot_now_ns();
+        case_result res = run_case(dir, k, why, sizeof why);
+        const char *kop = known_op(name);
+        if (res == CASE_PASS) {
+            pass++;
+            if (kop) {
+                printf("FAIL %s: listed as unimplemented (%s) but passes: update the list\n", name,
+                       kop);
+                ot_test_failures_++;
+            }
+        } else if (res == CASE_UNIMPLEMENTED && kop) {
+            char want[128];
+            snprintf(want, sizeof want, "no reverse-mode rule for %s", kop);
+            if (strstr(why, want)) {
+                unimpl++;
+            } else {
+                printf("FAIL %s: UNIMPLEMENTED but not naming %s: %s\n", name, kop, why);
+                ot_test_failures_++;
+            }
+        } else {
+            fail++;
+            printf("FAIL %s: %s\n", name, why);
+            ot_test_failures_++;
+        }
+        if (g_verbose)
+            printf("%-12s %s %.1f ms %s\n",
+                   res == CASE_PASS            ? "ok"
+                   : res == CASE_UNIMPLEMENTED ? "unimplemented"
+                                               : "FAIL",
+                   name, (ot_now_ns() - t0) / 1e6, res == CASE_PASS ? "" : why);
+        if (ot_alloc_live() != live) {
+            printf("LEAK %s: %lld allocations\n", name, (long long)(ot_alloc_live() - live));
+            ot_test_failures_++;
+        }
+    }
+    printf("jax gradients: %d of %d cases pass, %d unimplemented (listed), %d fail\n", pass, total,
+           unimpl, fail);
+    ot_test_assertions_++;
+    if (!g_filter) {
+        EXPECT_INT_EQ(total, 94);
+        EXPECT_INT_EQ(unimpl, NKNOWN);
+        EXPECT_INT_EQ(pass, 94 - NKNOWN);
+    }
+    json_decref(root);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-v") == 0)
+            g_verbose = true;
+        else
+            g_filter = argv[i];
+    }
+    static const ot_test_case tests[] = {OT_TEST(test_jax_gradients)};
+    return ot_test_main(1, argv, tests, 1);
+}
