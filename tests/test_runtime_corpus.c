@@ -1,7 +1,8 @@
 /* The JAX conformance corpus through the runtime: every case's module (and its VJP program) is
- * compiled (-O2, and -O0 for comparison) and executed on a host device; the result must be
- * bit-identical to the reference evaluator's on the same module and match XLA's expected outputs
- * at the index's tolerance. Nothing may stay allocated afterwards.
+ * compiled (-O2, and -O0 for comparison) and executed on a host device with the reference kernels;
+ * the result must be bit-identical to the reference evaluator's on the same module. The -O2
+ * program also runs with the fast kernels, and both runs must match XLA's expected outputs at the
+ * index's tolerance. Nothing may stay allocated afterwards.
  *
  * Usage: test_runtime_corpus [NAME-SUBSTRING] [-v] */
 #include "optitpu/exec.h"
@@ -23,8 +24,8 @@ static ot_device *g_dev;
 #include "jax_corpus_util.h"
 
 /* Compiles m at `level`, runs it on g_dev with args, returns the result leaves as values. */
-static ot_status run_compiled(const ot_module *m, int level, const ot_value *args, int nargs,
-                              ot_value *leaves, int *nleaves, int cap) {
+static ot_status run_compiled(const ot_module *m, int level, bool reference, const ot_value *args,
+                              int nargs, ot_value *leaves, int *nleaves, int cap) {
     *nleaves = 0;
     ot_compile_options o = ot_compile_options_default();
     o.opt_level = level;
@@ -37,7 +38,9 @@ static ot_status run_compiled(const ot_module *m, int level, const ot_value *arg
     for (int k = 0; k < nargs && s == OT_OK; k++)
         s = ot_buffer_from_host(g_dev, &args[k].array, &in[k]);
     if (s == OT_OK && no > cap) s = ot_error(OT_ERR_INTERNAL, "too many outputs");
-    if (s == OT_OK) s = ot_device_execute(g_dev, exe, in, nargs, out, no, NULL, NULL);
+    ot_run_options ro = ot_run_options_default();
+    ro.reference_kernels = reference;
+    if (s == OT_OK) s = ot_device_execute(g_dev, exe, in, nargs, out, no, &ro, NULL);
     for (int k = 0; k < no && s == OT_OK; k++) {
         ot_tensor t;
         s = ot_buffer_to_host(out[k], &t);
@@ -79,21 +82,25 @@ static bool run_case_module(const char *dir, const char *modfile, const json_t *
         }
     }
     enum { CAP = 64 };
-    ot_value ref = ot_value_empty(), got2[CAP], got0[CAP];
-    int n2 = 0, n0 = 0;
+    ot_value ref = ot_value_empty(), got2[CAP], got0[CAP], gotf[CAP];
+    int n2 = 0, n0 = 0, nf = 0;
     if (ok && ot_evaluate(m, args, (int)(ni + nx), NULL, &ref) != OT_OK) {
         snprintf(why, n, "evaluate: %s", ot_last_error());
         ok = false;
     }
-    if (ok && run_compiled(m, 2, args, (int)(ni + nx), got2, &n2, CAP) != OT_OK) {
+    if (ok && run_compiled(m, 2, true, args, (int)(ni + nx), got2, &n2, CAP) != OT_OK) {
         snprintf(why, n, "-O2 run: %s", ot_last_error());
         ok = false;
     }
-    if (ok && run_compiled(m, 0, args, (int)(ni + nx), got0, &n0, CAP) != OT_OK) {
+    if (ok && run_compiled(m, 0, true, args, (int)(ni + nx), got0, &n0, CAP) != OT_OK) {
         snprintf(why, n, "-O0 run: %s", ot_last_error());
         ok = false;
     }
-    if (ok && (n2 != ot_value_leaf_count(&ref) || n0 != n2)) {
+    if (ok && run_compiled(m, 2, false, args, (int)(ni + nx), gotf, &nf, CAP) != OT_OK) {
+        snprintf(why, n, "-O2 fast-kernel run: %s", ot_last_error());
+        ok = false;
+    }
+    if (ok && (n2 != ot_value_leaf_count(&ref) || n0 != n2 || nf != n2)) {
         snprintf(why, n, "%d/%d results, the evaluator gives %d", n2, n0,
                  ot_value_leaf_count(&ref));
         ok = false;
@@ -126,11 +133,15 @@ static bool run_case_module(const char *dir, const char *modfile, const json_t *
         if (!compare(&got2[j], &exp, &tl, w, sizeof w)) {
             snprintf(why, n, "output %zu: %s", j, w);
             ok = false;
+        } else if (!compare(&gotf[j], &exp, &tl, w, sizeof w)) {
+            snprintf(why, n, "output %zu with the fast kernels: %s", j, w);
+            ok = false;
         }
         ot_value_release(&exp);
     }
     for (int j = 0; j < n2; j++) ot_value_release(&got2[j]);
     for (int j = 0; j < n0; j++) ot_value_release(&got0[j]);
+    for (int j = 0; j < nf; j++) ot_value_release(&gotf[j]);
     ot_value_release(&ref);
     for (size_t k = 0; k < loaded; k++) ot_value_release(&args[k]);
     free(args);
@@ -146,6 +157,7 @@ static void test_corpus(void) {
     ASSERT_TRUE(root != NULL);
     json_t *cases = json_object_get(root, "cases");
     ASSERT_TRUE(json_is_array(cases) && json_array_size(cases) > 0);
+    ot_threadpool_default(); /* the process-wide pool the fast kernels use lives until exit */
     int64_t live0 = ot_alloc_live();
     ASSERT_OK(ot_host_device_create(0, 0, &g_dev));
     int pass = 0, fail = 0, vpass = 0, vfail = 0;

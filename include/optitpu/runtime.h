@@ -129,12 +129,18 @@ typedef struct ot_run_options {
     atomic_bool *cancel;          /* set from any thread: CANCELLED before the next kernel */
     ot_profile *profile;          /* per-kernel events go here (NULL: none) */
     int64_t max_while_iterations; /* 0: none */
+    /* false (default): dot, convolution, transpose, reduce and plain elementwise kernels run
+     * natively (docs/runtime.md, "Fast kernels"); true: every kernel is the reference kernel,
+     * bit-identical to ot_evaluate. */
+    bool reference_kernels;
+    ot_threadpool *pool; /* fast kernels split over it; NULL: ot_threadpool_default() */
 } ot_run_options;
 
 OT_API ot_run_options ot_run_options_default(void);
 
 typedef struct ot_run_result {
     int kernels_run;      /* kernels finished */
+    int fast_kernels_run; /* of which a fast kernel ran (not the reference kernel) */
     bool donated_written; /* a donated parameter's memory was written */
     uint64_t time_ns;     /* wall time of the run */
 } ot_run_result;

@@ -1,0 +1,741 @@
+/* Fast kernels (see fast_kernels.h). Each one either reproduces its reference kernel bit for bit
+ * (transpose, elementwise, reductions over many outputs) or differs from it only by summation
+ * order (dot and convolution through BLAS, reductions of a few long rows split into fixed
+ * blocks); none depends on the thread count. */
+#include "runtime/fast_kernels.h"
+
+#include "exec/exec_internal.h"
+
+#include <cblas.h>
+#undef I /* <complex.h>, pulled in by cblas.h */
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+/* Below this many bytes touched a kernel runs on the calling thread without waking the pool. */
+#define RT_INLINE_BYTES ((int64_t)1 << 18)
+
+void rt_fast_ctx_init(rt_fast_ctx *c, ot_threadpool *pool, bool keep_denormals) {
+    memset(c, 0, sizeof *c);
+    c->pool = pool;
+    c->ftz = !keep_denormals;
+}
+
+void rt_fast_ctx_release(rt_fast_ctx *c) {
+    ot_aligned_free(c->scratch);
+    c->scratch = NULL;
+    c->cap = 0;
+}
+
+/* Scratch of at least `bytes` (64-byte aligned); contents are not kept across calls. */
+static ot_status scratch(rt_fast_ctx *c, size_t bytes, void **out) {
+    if (bytes == 0) bytes = 64;
+    if (bytes > c->cap) {
+        size_t want = bytes + bytes / 4;
+        void *p = ot_aligned_alloc(64, want);
+        if (!p)
+            return ot_error(OT_ERR_OUT_OF_MEMORY,
+                            "fast kernel: out of memory for %zu scratch bytes", bytes);
+        ot_aligned_free(c->scratch);
+        c->scratch = p;
+        c->cap = want;
+    }
+    *out = c->scratch;
+    return OT_OK;
+}
+
+static size_t align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+
+/* Splits [0, n) over the pool with a fixed partition, or runs it inline when small. */
+static void par_for(rt_fast_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (!c->pool || ot_threadpool_size(c->pool) == 1 || bytes < RT_INLINE_BYTES || n == 1) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    ot_parallel_for(c->pool, n, 1, OT_SCHEDULE_STATIC, fn, arg);
+}
+
+static bool overlaps(const void *a, int64_t na, const void *b, int64_t nb) {
+    if (na <= 0 || nb <= 0) return false;
+    const char *pa = a, *pb = b;
+    return pa < pb + nb && pb < pa + na;
+}
+
+/* ---- transpose ------------------------------------------------------------------------- */
+
+#define TR_TILE 32
+
+typedef struct tr_plan {
+    size_t es;
+    int r;
+    int64_t od[OT_MAX_RANK]; /* output dims (unit dims dropped, runs merged) */
+    int64_t is[OT_MAX_RANK]; /* input stride of each output dim, in elements */
+    int64_t os[OT_MAX_RANK]; /* output strides */
+    int b;                   /* the output dim that is innermost in the input */
+    int64_t nouter, ntb;     /* work items: outer positions x tiles of dim b */
+    const char *src;
+    char *dst;
+} tr_plan;
+
+static inline void copy_elem(char *d, const char *s, size_t es) {
+    switch (es) {
+    case 1: *d = *s; break;
+    case 2: memcpy(d, s, 2); break;
+    case 4: memcpy(d, s, 4); break;
+    case 8: memcpy(d, s, 8); break;
+    default: memcpy(d, s, es); break;
+    }
+}
+
+/* Input and output offsets of outer position q (all dims but the last and, when tiling, b). */
+static void tr_outer(const tr_plan *p, int64_t q, int skip, int64_t *io, int64_t *oo) {
+    int64_t i = 0, o = 0;
+    for (int d = p->r - 2; d >= 0; d--) {
+        if (d == skip) continue;
+        int64_t x = q % p->od[d];
+        q /= p->od[d];
+        i += x * p->is[d];
+        o += x * p->os[d];
+    }
+    *io = i;
+    *oo = o;
+}
+
+static void tr_rows(void *arg, int64_t begin, int64_t end, int ith) {
+    const tr_plan *p = arg;
+    size_t row = (size_t)p->od[p->r - 1] * p->es;
+    for (int64_t q = begin; q < end; q++) {
+        int64_t io, oo;
+        tr_outer(p, q, -1, &io, &oo);
+        memcpy(p->dst + oo * (int64_t)p->es, p->src + io * (int64_t)p->es, row);
+    }
+}
+
+#define TR_TILE_LOOP(T)                                                                            \
+    for (int64_t j0 = 0; j0 < na; j0 += TR_TILE) {                                                 \
+        int64_t j1 = j0 + TR_TILE < na ? j0 + TR_TILE : na;                                        \
+        for (int64_t i = i0; i < i1; i++) {                                                        \
+            T *d = (T *)(p->dst) + oo + i * osb;                                                   \
+            const T *s = (const T *)(p->src) + io + i;                                             \
+            for (int64_t j = j0; j < j1; j++) d[j] = s[j * isa];                                   \
+        }                                                                                          \
+    }
+
+static void tr_tiles(void *arg, int64_t begin, int64_t end, int ith) {
+    const tr_plan *p = arg;
+    int a = p->r - 1;
+    int64_t na = p->od[a], nb = p->od[p->b], isa = p->is[a], osb = p->os[p->b];
+    for (int64_t w = begin; w < end; w++) {
+        int64_t q = w / p->ntb, tb = w % p->ntb;
+        int64_t io, oo;
+        tr_outer(p, q, p->b, &io, &oo);
+        int64_t i0 = tb * TR_TILE, i1 = i0 + TR_TILE < nb ? i0 + TR_TILE : nb;
+        switch (p->es) {
+        case 1: TR_TILE_LOOP(uint8_t); break;
+        case 2: TR_TILE_LOOP(uint16_t); break;
+        case 4: TR_TILE_LOOP(uint32_t); break;
+        case 8: TR_TILE_LOOP(uint64_t); break;
+        default:
+            for (int64_t j0 = 0; j0 < na; j0 += TR_TILE) {
+                int64_t j1 = j0 + TR_TILE < na ? j0 + TR_TILE : na;
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++)
+                        copy_elem(p->dst + (oo + i * osb + j) * (int64_t)p->es,
+                                  p->src + (io + i + j * isa) * (int64_t)p->es, p->es);
+            }
+            break;
+        }
+    }
+}
+
+void rt_transpose(rt_fast_ctx *c, size_t es, int r, const int64_t *dims, const int64_t *perm,
+                  const void *src, void *dst) {
+    int64_t istr[OT_MAX_RANK], numel = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        istr[d] = numel;
+        numel *= dims[d];
+    }
+    if (numel == 0) return;
+    tr_plan p;
+    memset(&p, 0, sizeof p);
+    p.es = es;
+    p.src = src;
+    p.dst = dst;
+    for (int k = 0; k < r; k++) {
+        int64_t n = dims[perm[k]], s = istr[perm[k]];
+        if (n == 1) continue;
+        if (p.r > 0 && p.is[p.r - 1] == s * n) { /* adjacent in both: one dim */
+            p.od[p.r - 1] *= n;
+            p.is[p.r - 1] = s;
+            continue;
+        }
+        p.od[p.r] = n;
+        p.is[p.r] = s;
+        p.r++;
+    }
+    if (p.r == 0 || p.is[p.r - 1] == 1) {
+        if (p.r == 0) {
+            memcpy(dst, src, es);
+            return;
+        }
+        int64_t run = 1;
+        for (int d = p.r - 1; d >= 0; d--) {
+            p.os[d] = run;
+            run *= p.od[d];
+        }
+        int64_t rows = numel / p.od[p.r - 1];
+        par_for(c, rows, numel * (int64_t)es, tr_rows, &p);
+        return;
+    }
+    int64_t run = 1;
+    for (int d = p.r - 1; d >= 0; d--) {
+        p.os[d] = run;
+        run *= p.od[d];
+    }
+    p.b = -1;
+    for (int d = 0; d < p.r; d++)
+        if (p.is[d] == 1) p.b = d;
+    /* the input's innermost non-unit dim has stride 1 and is not the output's last (else the
+     * branch above), so b exists and differs from r - 1 */
+    p.ntb = (p.od[p.b] + TR_TILE - 1) / TR_TILE;
+    p.nouter = numel / (p.od[p.r - 1] * p.od[p.b]);
+    par_for(c, p.nouter * p.ntb, numel * (int64_t)es, tr_tiles, &p);
+}
+
+/* ---- dot through BLAS ------------------------------------------------------------------ */
+
+static bool listed(int64_t v, const int64_t *l, int n) {
+    for (int k = 0; k < n; k++)
+        if (l[k] == v) return true;
+    return false;
+}
+
+/* True when visiting the dims in `order` is row-major order over s (dims of extent 1 may sit
+ * anywhere): the operand already is that permutation, no copy needed. */
+static bool in_order(const int64_t *order, int n, const ot_shape *s) {
+    int64_t last = -1;
+    for (int k = 0; k < n; k++) {
+        int64_t d = order[k];
+        if (s->dims[d] == 1) continue;
+        if (d < last) return false;
+        last = d;
+    }
+    return true;
+}
+
+static void flush_out(ot_dtype t, void *y, int64_t n) {
+    if (t == OT_F32) {
+        float *p = y;
+        for (int64_t e = 0; e < n; e++)
+            if (p[e] != 0 && fabsf(p[e]) < FLT_MIN) p[e] = copysignf(0.0f, p[e]);
+    } else {
+        double *p = y;
+        for (int64_t e = 0; e < n; e++)
+            if (p[e] != 0 && fabs(p[e]) < DBL_MIN) p[e] = copysign(0.0, p[e]);
+    }
+}
+
+/* C[b] (M x N) = op(A[b]) (M x K) * op(B[b]) (K x N) for b < nb, row-major, through BLAS.
+ * OpenBLAS runs single-threaded (its threaded GEMM gives different bits for different thread
+ * counts); the pool splits the work instead, over a grid of GEMM_TM x GEMM_TN tiles of C fixed by
+ * the shape alone. Every tile is one sgemm/dgemm over the whole K, so each element's sum is the
+ * same whichever thread computes its tile: bits never depend on the thread count. */
+#define GEMM_TM 256
+#define GEMM_TN 1024
+
+typedef struct gemm_args {
+    ot_dtype t;
+    int64_t nb, M, N, K;
+    bool ta, tb;
+    const void *a, *b;
+    void *c;
+    int64_t tm, tn; /* tiles along M and N */
+} gemm_args;
+
+static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
+    const gemm_args *g = arg;
+    size_t es = ot_dtype_size(g->t);
+    int lda = (int)(g->ta ? g->M : g->K), ldb = (int)(g->tb ? g->K : g->N), ldc = (int)g->N;
+    if (lda < 1) lda = 1;
+    if (ldb < 1) ldb = 1;
+    if (ldc < 1) ldc = 1;
+    for (int64_t w = begin; w < end; w++) {
+        int64_t b = w / (g->tm * g->tn), t = w % (g->tm * g->tn);
+        int64_t m0 = (t / g->tn) * GEMM_TM, n0 = (t % g->tn) * GEMM_TN;
+        int64_t mm = g->M - m0 < GEMM_TM ? g->M - m0 : GEMM_TM;
+        int64_t nn = g->N - n0 < GEMM_TN ? g->N - n0 : GEMM_TN;
+        const char *a = (const char *)g->a + (size_t)(b * g->M * g->K) * es;
+        const char *bb = (const char *)g->b + (size_t)(b * g->K * g->N) * es;
+        char *c = (char *)g->c + (size_t)(b * g->M * g->N + m0 * g->N + n0) * es;
+        a += (size_t)(g->ta ? m0 : m0 * g->K) * es;
+        bb += (size_t)(g->tb ? n0 * g->K : n0) * es;
+        if (g->K == 0) {
+            for (int64_t r = 0; r < mm; r++)
+                memset(c + (size_t)(r * g->N) * es, 0, (size_t)nn * es);
+            continue;
+        }
+        if (g->t == OT_F32)
+            cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                        g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0f,
+                        (const float *)a, lda, (const float *)bb, ldb, 0.0f, (float *)c, ldc);
+        else
+            cblas_dgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                        g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0,
+                        (const double *)a, lda, (const double *)bb, ldb, 0.0, (double *)c, ldc);
+    }
+}
+
+static void run_gemm(rt_fast_ctx *c, gemm_args *g) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    g->tm = (g->M + GEMM_TM - 1) / GEMM_TM;
+    g->tn = (g->N + GEMM_TN - 1) / GEMM_TN;
+    /* "bytes" for the inline decision: the multiply-adds, scaled so ~64K of them stay inline */
+    int64_t work = g->nb * g->M * g->N * (g->K ? g->K : 1);
+    par_for(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, g);
+}
+
+static bool gemm_dtype(ot_dtype a, ot_dtype b, ot_dtype o) {
+    return a == b && b == o && (o == OT_F32 || o == OT_F64);
+}
+
+static ot_status fast_dot(rt_fast_ctx *c, const ot_instr *i, void *const *in,
+                          const ot_slot *const *ins, void *out, const ot_slot *os, bool *done) {
+    const ot_dot_dims *dn = i->attrs.dot;
+    const ot_shape *ls = &ins[0]->shape, *rs = &ins[1]->shape;
+    if (!dn || !gemm_dtype(ls->dtype, rs->dtype, os->shape.dtype)) return OT_OK;
+    int64_t lbfk[OT_MAX_RANK], lbkf[OT_MAX_RANK], rbkf[OT_MAX_RANK], rbfk[OT_MAX_RANK];
+    int nl = 0, nr = 0;
+    int64_t NB = 1, M = 1, N = 1, K = 1;
+    for (int b = 0; b < dn->nbatch; b++) {
+        lbfk[nl] = lbkf[nl] = dn->lhs_batch[b];
+        rbkf[nr] = rbfk[nr] = dn->rhs_batch[b];
+        nl++, nr++;
+        NB *= ls->dims[dn->lhs_batch[b]];
+    }
+    int lf0 = nl, rf0 = nr;
+    int64_t lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
+    int nlf = 0, nrf = 0;
+    for (int d = 0; d < ls->rank; d++)
+        if (!listed(d, dn->lhs_batch, dn->nbatch) && !listed(d, dn->lhs_contract, dn->ncontract)) {
+            lfree[nlf++] = d;
+            M *= ls->dims[d];
+        }
+    for (int d = 0; d < rs->rank; d++)
+        if (!listed(d, dn->rhs_batch, dn->nbatch) && !listed(d, dn->rhs_contract, dn->ncontract)) {
+            rfree[nrf++] = d;
+            N *= rs->dims[d];
+        }
+    for (int k = 0; k < dn->ncontract; k++) K *= ls->dims[dn->lhs_contract[k]];
+    /* (b, f, k) and (b, k, f) orders of each operand */
+    for (int k = 0; k < nlf; k++) lbfk[lf0 + k] = lfree[k];
+    for (int k = 0; k < dn->ncontract; k++) lbfk[lf0 + nlf + k] = dn->lhs_contract[k];
+    for (int k = 0; k < dn->ncontract; k++) lbkf[lf0 + k] = dn->lhs_contract[k];
+    for (int k = 0; k < nlf; k++) lbkf[lf0 + dn->ncontract + k] = lfree[k];
+    for (int k = 0; k < dn->ncontract; k++) rbkf[rf0 + k] = dn->rhs_contract[k];
+    for (int k = 0; k < nrf; k++) rbkf[rf0 + dn->ncontract + k] = rfree[k];
+    for (int k = 0; k < nrf; k++) rbfk[rf0 + k] = rfree[k];
+    for (int k = 0; k < dn->ncontract; k++) rbfk[rf0 + nrf + k] = dn->rhs_contract[k];
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return OT_OK; /* BLAS takes int sizes */
+    if (overlaps(out, os->nbytes, in[0], ins[0]->nbytes) ||
+        overlaps(out, os->nbytes, in[1], ins[1]->nbytes))
+        return OT_OK;
+    *done = true;
+    if (NB * M * N == 0) return OT_OK;
+    size_t es = ot_dtype_size(os->shape.dtype);
+    gemm_args g = {os->shape.dtype, NB, M, N, K, false, false, in[0], in[1], out, 0, 0};
+    size_t need = 0, lbytes = align64((size_t)ins[0]->nbytes), rbytes = (size_t)ins[1]->nbytes;
+    bool lcopy = false, rcopy = false;
+    if (in_order(lbfk, ls->rank, ls)) {
+        g.ta = false;
+    } else if (in_order(lbkf, ls->rank, ls)) {
+        g.ta = true;
+    } else {
+        lcopy = true;
+        need += lbytes;
+    }
+    if (in_order(rbkf, rs->rank, rs)) {
+        g.tb = false;
+    } else if (in_order(rbfk, rs->rank, rs)) {
+        g.tb = true;
+    } else {
+        rcopy = true;
+        need += rbytes;
+    }
+    if (need) {
+        void *s = NULL;
+        OT_CHECK(scratch(c, need, &s));
+        char *p = s;
+        if (lcopy) {
+            rt_transpose(c, es, ls->rank, ls->dims, lbfk, in[0], p);
+            g.a = p;
+            p += lbytes;
+        }
+        if (rcopy) {
+            rt_transpose(c, es, rs->rank, rs->dims, rbkf, in[1], p);
+            g.b = p;
+        }
+    }
+    run_gemm(c, &g);
+    if (c->ftz) flush_out(os->shape.dtype, out, NB * M * N);
+    c->fast_run++;
+    return OT_OK;
+}
+
+/* ---- reductions ------------------------------------------------------------------------ */
+
+/* The reducer op when the computation is exactly op(parameter 0, parameter 1) for a recognized
+ * op, else OT_OP_INVALID. */
+static ot_opcode reducer_op(const ot_computation *f, ot_dtype t) {
+    if (!f || f->nparams != 2 || !f->root) return OT_OP_INVALID;
+    const ot_instr *r = f->root;
+    if (r->opcode != OT_OP_ADD && r->opcode != OT_OP_MULTIPLY && r->opcode != OT_OP_MAXIMUM &&
+        r->opcode != OT_OP_MINIMUM)
+        return OT_OP_INVALID;
+    if (r->noperands != 2 || r->operands[0] != f->params[0] || r->operands[1] != f->params[1])
+        return OT_OP_INVALID;
+    for (int k = 0; k < 2; k++) {
+        const ot_ir_shape *s = &f->params[k]->shape;
+        if (s->kind != OT_IR_ARRAY || s->array.rank != 0 || s->array.dtype != t)
+            return OT_OP_INVALID;
+    }
+    if (r->shape.kind != OT_IR_ARRAY || r->shape.array.dtype != t) return OT_OP_INVALID;
+    return r->opcode;
+}
+
+/* The reference's scalar arithmetic: add and multiply flush inputs and result under FTZ;
+ * maximum and minimum are IEEE 754-2019 (NaN propagates, -0 < +0) and keep subnormals. */
+static inline float fz_f(float v, bool ftz) {
+    return ftz && v != 0 && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+static inline double fz_d(double v, bool ftz) {
+    return ftz && v != 0 && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
+}
+static inline float add_f(float a, float b, bool z) {
+    return fz_f(fz_f(a, z) + fz_f(b, z), z);
+}
+static inline double add_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) + fz_d(b, z), z);
+}
+static inline float mul_f(float a, float b, bool z) {
+    return fz_f(fz_f(a, z) * fz_f(b, z), z);
+}
+static inline double mul_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) * fz_d(b, z), z);
+}
+static inline double max_d(double a, double b, bool z) {
+    (void)z;
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    if (a == b) return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+static inline double min_d(double a, double b, bool z) {
+    (void)z;
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    if (a == b) return signbit(a) ? a : b;
+    return a < b ? a : b;
+}
+static inline float max_f(float a, float b, bool z) {
+    (void)z;
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    if (a == b) return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+static inline float min_f(float a, float b, bool z) {
+    (void)z;
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    if (a == b) return signbit(a) ? a : b;
+    return a < b ? a : b;
+}
+
+/* Reduction of x viewed as [O, R, I] over R. Mode A (many outputs or short rows): each output
+ * folds its R elements in order from init, as the reference does (bit-identical to it). Mode B
+ * (few outputs, long rows): R is cut into fixed blocks of RED_BLOCK; each block folds from its
+ * first element (rows of I == 1 in RED_LANES interleaved lanes, combined in lane order); the
+ * result folds init then the block partials in block order. The blocks depend on the shape only,
+ * so the result is the same for any thread count. */
+#define RED_BLOCK        4096
+#define RED_LANES        8
+#define RED_MANY_OUTPUTS 256
+#define RED_ICHUNK       1024
+
+typedef struct red_plan {
+    ot_opcode op;
+    bool ftz;
+    int64_t O, R, I, nblk, nich;
+    const void *x, *init;
+    void *y, *part;
+} red_plan;
+
+#define DEFINE_RED(T, SUF, OPF)                                                                    \
+    static void red_a_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                      \
+        const red_plan *p = arg;                                                                   \
+        const T *x = p->x;                                                                         \
+        T *y = p->y, init = *(const T *)p->init;                                                   \
+        bool z = p->ftz;                                                                           \
+        for (int64_t w = begin; w < end; w++) {                                                    \
+            int64_t o = w / p->nich, i0 = (w % p->nich) * RED_ICHUNK;                              \
+            int64_t i1 = i0 + RED_ICHUNK < p->I ? i0 + RED_ICHUNK : p->I;                          \
+            if (p->I == 1) {                                                                       \
+                T acc = init;                                                                      \
+                const T *row = x + o * p->R;                                                       \
+                for (int64_t r = 0; r < p->R; r++) acc = OPF(acc, row[r], z);                      \
+                y[o] = acc;                                                                        \
+                continue;                                                                          \
+            }                                                                                      \
+            T *yo = y + o * p->I;                                                                  \
+            for (int64_t i = i0; i < i1; i++) yo[i] = init;                                        \
+            for (int64_t r = 0; r < p->R; r++) {                                                   \
+                const T *row = x + (o * p->R + r) * p->I;                                          \
+                for (int64_t i = i0; i < i1; i++) yo[i] = OPF(yo[i], row[i], z);                   \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void red_b_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                      \
+        const red_plan *p = arg;                                                                   \
+        const T *x = p->x;                                                                         \
+        T *part = p->part;                                                                         \
+        bool z = p->ftz;                                                                           \
+        for (int64_t w = begin; w < end; w++) {                                                    \
+            int64_t o = w / p->nblk, blk = w % p->nblk;                                            \
+            int64_t r0 = blk * RED_BLOCK, r1 = r0 + RED_BLOCK < p->R ? r0 + RED_BLOCK : p->R;      \
+            T *pp = part + w * p->I;                                                               \
+            if (p->I == 1) {                                                                       \
+                const T *row = x + o * p->R;                                                       \
+                T lane[RED_LANES];                                                                 \
+                int nlane = r1 - r0 < RED_LANES ? (int)(r1 - r0) : RED_LANES;                      \
+                for (int l = 0; l < nlane; l++) lane[l] = row[r0 + l];                             \
+                int64_t r = r0 + nlane;                                                            \
+                for (; r + RED_LANES <= r1; r += RED_LANES)                                        \
+                    for (int l = 0; l < RED_LANES; l++) lane[l] = OPF(lane[l], row[r + l], z);     \
+                for (int l = 0; r < r1; r++, l++) lane[l] = OPF(lane[l], row[r], z);               \
+                T acc = lane[0];                                                                   \
+                for (int l = 1; l < nlane; l++) acc = OPF(acc, lane[l], z);                        \
+                pp[0] = acc;                                                                       \
+                continue;                                                                          \
+            }                                                                                      \
+            const T *first = x + (o * p->R + r0) * p->I;                                           \
+            for (int64_t i = 0; i < p->I; i++) pp[i] = first[i];                                   \
+            for (int64_t r = r0 + 1; r < r1; r++) {                                                \
+                const T *row = x + (o * p->R + r) * p->I;                                          \
+                for (int64_t i = 0; i < p->I; i++) pp[i] = OPF(pp[i], row[i], z);                  \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void red_combine_##SUF(const red_plan *p) {                                             \
+        const T *part = p->part;                                                                   \
+        T *y = p->y, init = *(const T *)p->init;                                                   \
+        for (int64_t o = 0; o < p->O; o++)                                                         \
+            for (int64_t i = 0; i < p->I; i++) {                                                   \
+                T acc = init;                                                                      \
+                for (int64_t b = 0; b < p->nblk; b++)                                              \
+                    acc = OPF(acc, part[(o * p->nblk + b) * p->I + i], p->ftz);                    \
+                y[o * p->I + i] = acc;                                                             \
+            }                                                                                      \
+    }
+
+DEFINE_RED(float, add_f32, add_f)
+DEFINE_RED(float, mul_f32, mul_f)
+DEFINE_RED(float, max_f32, max_f)
+DEFINE_RED(float, min_f32, min_f)
+DEFINE_RED(double, add_f64, add_d)
+DEFINE_RED(double, mul_f64, mul_d)
+DEFINE_RED(double, max_f64, max_d)
+DEFINE_RED(double, min_f64, min_d)
+
+typedef struct red_fns {
+    ot_range_fn a, b;
+    void (*combine)(const red_plan *);
+} red_fns;
+
+static red_fns red_pick(ot_opcode op, ot_dtype t) {
+#define RF(SUF)                                                                                    \
+    (red_fns) {                                                                                    \
+        red_a_##SUF, red_b_##SUF, red_combine_##SUF                                                \
+    }
+    bool f = t == OT_F32;
+    switch (op) {
+    case OT_OP_ADD: return f ? RF(add_f32) : RF(add_f64);
+    case OT_OP_MULTIPLY: return f ? RF(mul_f32) : RF(mul_f64);
+    case OT_OP_MAXIMUM: return f ? RF(max_f32) : RF(max_f64);
+    default: return f ? RF(min_f32) : RF(min_f64);
+    }
+#undef RF
+}
+
+static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
+                             const ot_slot *const *ins, void *out, const ot_slot *os, bool *done) {
+    if (i->noperands != 2 || i->ncalled < 1 || i->shape.kind != OT_IR_ARRAY) return OT_OK;
+    const ot_shape *xs = &ins[0]->shape;
+    ot_dtype t = xs->dtype;
+    if ((t != OT_F32 && t != OT_F64) || ins[1]->shape.dtype != t || os->shape.dtype != t)
+        return OT_OK;
+    ot_opcode op = reducer_op(i->called[0], t);
+    if (op == OT_OP_INVALID) return OT_OK;
+    if (overlaps(out, os->nbytes, in[0], ins[0]->nbytes) ||
+        overlaps(out, os->nbytes, in[1], ins[1]->nbytes))
+        return OT_OK;
+    bool red[OT_MAX_RANK] = {false};
+    for (int k = 0; k < i->attrs.ndims; k++) red[i->attrs.dims[k]] = true;
+    /* [O, R, I] when the reduced non-unit dims are one contiguous run, else transpose the
+     * reduced dims last (keeping both groups in order, so the fold order is unchanged) */
+    int first = -1, last = -1;
+    bool contiguous = true;
+    for (int d = 0; d < xs->rank; d++) {
+        if (xs->dims[d] == 1 || !red[d]) continue;
+        if (first < 0) first = d;
+        last = d;
+    }
+    for (int d = first; first >= 0 && d <= last; d++)
+        if (!red[d] && xs->dims[d] != 1) contiguous = false;
+    int64_t O = 1, R = 1, I = 1;
+    size_t es = ot_dtype_size(t);
+    const void *x = in[0];
+    *done = true;
+    if (contiguous) {
+        for (int d = 0; d < xs->rank; d++) {
+            if (red[d])
+                R *= xs->dims[d];
+            else if (first >= 0 && d > last)
+                I *= xs->dims[d];
+            else
+                O *= xs->dims[d];
+        }
+    } else {
+        int64_t perm[OT_MAX_RANK];
+        int np = 0;
+        for (int d = 0; d < xs->rank; d++)
+            if (!red[d]) {
+                perm[np++] = d;
+                O *= xs->dims[d];
+            }
+        for (int d = 0; d < xs->rank; d++)
+            if (red[d]) {
+                perm[np++] = d;
+                R *= xs->dims[d];
+            }
+        void *s = NULL;
+        OT_CHECK(scratch(c, (size_t)ins[0]->nbytes, &s));
+        rt_transpose(c, es, xs->rank, xs->dims, perm, in[0], s);
+        x = s;
+    }
+    int64_t nout = O * I;
+    if (nout == 0) {
+        c->fast_run++;
+        return OT_OK;
+    }
+    red_plan p = {op, c->ftz, O, R, I, 0, 0, x, in[1], out, NULL};
+    red_fns f = red_pick(op, t);
+    int64_t bytes = O * R * I * (int64_t)es;
+    if (nout >= RED_MANY_OUTPUTS || R <= RED_BLOCK) {
+        p.nich = I == 1 ? 1 : (I + RED_ICHUNK - 1) / RED_ICHUNK;
+        par_for(c, O * p.nich, bytes, f.a, &p);
+    } else {
+        p.nblk = (R + RED_BLOCK - 1) / RED_BLOCK;
+        size_t pbytes = (size_t)(O * p.nblk * I) * es;
+        void *s = NULL;
+        if (x == c->scratch) { /* the transposed input lives in scratch: keep it, add behind */
+            size_t off = align64((size_t)ins[0]->nbytes);
+            /* grow by copying the transposed input over (rare: non-contiguous, few outputs) */
+            if (off + pbytes > c->cap) {
+                void *nb = ot_aligned_alloc(64, off + pbytes);
+                if (!nb)
+                    return ot_error(OT_ERR_OUT_OF_MEMORY,
+                                    "fast kernel: out of memory for %zu scratch bytes",
+                                    off + pbytes);
+                memcpy(nb, c->scratch, (size_t)ins[0]->nbytes);
+                ot_aligned_free(c->scratch);
+                c->scratch = nb;
+                c->cap = off + pbytes;
+                p.x = nb;
+            }
+            s = c->scratch + off;
+        } else {
+            OT_CHECK(scratch(c, pbytes, &s));
+        }
+        p.part = s;
+        par_for(c, O * p.nblk, bytes, f.b, &p);
+        f.combine(&p);
+    }
+    c->fast_run++;
+    return OT_OK;
+}
+
+/* ---- plain elementwise ops, straight into the output slot ------------------------------- */
+
+static ot_status fast_elementwise(rt_fast_ctx *c, const ot_instr *i, int nin, void *const *in,
+                                  const ot_slot *const *ins, void *out, const ot_slot *os,
+                                  bool *done) {
+    ot_opcode op = i->opcode;
+    int64_t n = ot_shape_numel_unchecked(&os->shape);
+    /* the reference loops read element e of every input before writing element e: an output
+     * that is exactly an input's buffer (in place) is fine, a partial overlap is not */
+    for (int k = 0; k < nin; k++)
+        if (in[k] != out && overlaps(out, os->nbytes, in[k], ins[k]->nbytes)) return OT_OK;
+    for (int k = 0; k < nin; k++)
+        if (ot_shape_numel_unchecked(&ins[k]->shape) != n) return OT_OK; /* scalar operands */
+    bool ftz = ex_ftz;
+    ex_ftz = c->ftz;
+    ot_status st = OT_OK;
+    if (ot_opcode_is_elementwise_unary(op) && nin == 1) {
+        st = ex_unary(op, ins[0]->shape.dtype, os->shape.dtype, in[0], out, n);
+    } else if (op == OT_OP_COMPARE && nin == 2) {
+        st = ex_compare(i->attrs.cmp_dir, i->attrs.cmp_type, ins[0]->shape.dtype, in[0], in[1], out,
+                        n);
+    } else if (ot_opcode_is_elementwise_binary(op) && nin == 2) {
+        st = ex_binary(op, os->shape.dtype, in[0], in[1], out, n);
+    } else if (op == OT_OP_CONVERT && nin == 1) {
+        st = ex_convert(ins[0]->shape.dtype, os->shape.dtype, in[0], out, n);
+    } else {
+        ex_ftz = ftz;
+        return OT_OK;
+    }
+    ex_ftz = ftz;
+    *done = true;
+    if (st == OT_OK) c->fast_run++;
+    return st;
+}
+
+/* ---- transpose kernel ------------------------------------------------------------------- */
+
+static ot_status fast_transpose(rt_fast_ctx *c, const ot_instr *i, void *const *in,
+                                const ot_slot *const *ins, void *out, const ot_slot *os,
+                                bool *done) {
+    if (overlaps(out, os->nbytes, in[0], ins[0]->nbytes)) return OT_OK;
+    const ot_shape *s = &ins[0]->shape;
+    if (i->attrs.ndims != s->rank) return OT_OK;
+    rt_transpose(c, ot_dtype_size(s->dtype), s->rank, s->dims, i->attrs.dims, in[0], out);
+    *done = true;
+    c->fast_run++;
+    return OT_OK;
+}
+
+ot_status rt_fast_kernel(rt_fast_ctx *c, const ot_instr *i, int nin, void *const *in,
+                         const ot_slot *const *ins, int nout, void *const *out,
+                         const ot_slot *const *outs, bool *done) {
+    *done = false;
+    if (!c || !i || nout != 1 || i->shape.kind != OT_IR_ARRAY) return OT_OK;
+    switch (i->opcode) {
+    case OT_OP_DOT:
+        if (nin != 2) return OT_OK;
+        return fast_dot(c, i, in, ins, out[0], outs[0], done);
+    case OT_OP_TRANSPOSE:
+        if (nin != 1) return OT_OK;
+        return fast_transpose(c, i, in, ins, out[0], outs[0], done);
+    case OT_OP_REDUCE:
+        if (nin != 2) return OT_OK;
+        return fast_reduce(c, i, in, ins, out[0], outs[0], done);
+    default:
+        if (ot_opcode_is_elementwise_unary(i->opcode) ||
+            ot_opcode_is_elementwise_binary(i->opcode) || i->opcode == OT_OP_CONVERT)
+            return fast_elementwise(c, i, nin, in, ins, out[0], outs[0], done);
+        return OT_OK;
+    }
+}

@@ -1,0 +1,528 @@
+/* Fast kernels against their reference twins: random shapes and dimension numbers (seeded), each
+ * program compiled at -O0 (one kernel per op) and executed twice through ot_execute_on_host —
+ * reference kernels, then fast kernels on pools of 1, 2, 3 and 8 threads. Fast results must be
+ * bitwise identical for every thread count. Against the reference: transpose, elementwise ops and
+ * reductions over many outputs bitwise; max/min reductions bitwise; dot, convolution and the
+ * blocked add/multiply reductions within the error bound of a reordered sum,
+ * |fast - ref| <= 2 * n * u * S (+ the smallest normal), where n is the length of the sum, u the
+ * unit roundoff (2^-24 f32, 2^-53 f64) and S the same sum over absolute values. */
+#include "optitpu/compiler.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+#include "optitpu/runtime.h"
+#include "ot_test.h"
+
+#include <cblas.h>
+#undef I
+#include <float.h>
+
+static uint64_t g_rng = 0x5eed;
+
+static uint64_t next_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
+    return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
+}
+static double rnd_unit(void) {
+    return (double)(next_u64() >> 11) / 9007199254740992.0;
+}
+
+static ot_threadpool *g_pools[4];
+static const int g_nthreads[4] = {1, 2, 3, 8};
+
+static void fill_random(ot_tensor *t, double lo, double hi) {
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    for (int64_t e = 0; e < n; e++) {
+        double v = lo + (hi - lo) * rnd_unit();
+        switch (t->shape.dtype) {
+        case OT_F32: ((float *)t->data)[e] = (float)v; break;
+        case OT_F64: ((double *)t->data)[e] = v; break;
+        default: {
+            uint64_t b = next_u64();
+            memcpy((char *)t->data + e * (int64_t)ot_dtype_size(t->shape.dtype), &b,
+                   ot_dtype_size(t->shape.dtype));
+        }
+        }
+    }
+}
+
+/* Runs exe on args; outs[k] allocated here. pool NULL: reference kernels. */
+static ot_status run_exe(const ot_executable *exe, const ot_tensor *args, int nargs, ot_tensor *out,
+                         ot_threadpool *pool, bool reference, int *fast_run) {
+    int32_t os = ot_executable_output_slot(exe, 0);
+    const ot_slot *sl = ot_executable_slot(exe, os);
+    OT_CHECK(ot_tensor_alloc(out, &sl->shape));
+    int64_t an = ot_executable_arena_size(exe);
+    void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
+    void *params[8];
+    for (int k = 0; k < nargs; k++) params[k] = args[k].data;
+    void *outs[1] = {out->data};
+    ot_run_options o = ot_run_options_default();
+    o.reference_kernels = reference;
+    o.pool = pool;
+    ot_run_result r;
+    ot_status st = ot_execute_on_host(exe, arena, params, outs, &o, 0, &r);
+    if (fast_run) *fast_run = r.fast_kernels_run;
+    ot_aligned_free(arena);
+    if (st != OT_OK) ot_tensor_release(out);
+    return st;
+}
+
+static ot_executable *compile0(const ot_module *m) {
+    ot_compile_options o = ot_compile_options_default();
+    o.opt_level = 0;
+    ot_executable *e = NULL;
+    if (ot_compile(m, &o, &e) != OT_OK) {
+        fprintf(stderr, "compile: %s\n", ot_last_error());
+        return NULL;
+    }
+    return e;
+}
+
+static bool bits_equal(const ot_tensor *a, const ot_tensor *b) {
+    return a->nbytes == b->nbytes && (a->nbytes == 0 || !memcmp(a->data, b->data, a->nbytes));
+}
+
+/* Runs the fast kernels on every pool: all bitwise equal; returns the 1-thread result in *fast.
+ * want_fast: the number of kernels that must have run natively. */
+static bool run_all_pools(const ot_executable *exe, const ot_tensor *args, int nargs,
+                          ot_tensor *fast, int want_fast) {
+    bool ok = true;
+    for (int p = 0; p < 4; p++) {
+        ot_tensor t;
+        int fr = 0;
+        if (run_exe(exe, args, nargs, &t, g_pools[p], false, &fr) != OT_OK) {
+            fprintf(stderr, "fast run: %s\n", ot_last_error());
+            return false;
+        }
+        if (fr != want_fast) {
+            fprintf(stderr, "%d fast kernels ran, expected %d\n", fr, want_fast);
+            ok = false;
+        }
+        if (p == 0) {
+            *fast = t;
+        } else {
+            if (!bits_equal(&t, fast)) {
+                fprintf(stderr, "fast result on %d threads differs from 1 thread\n", g_nthreads[p]);
+                ok = false;
+            }
+            ot_tensor_release(&t);
+        }
+    }
+    if (!ok && want_fast >= 0) ot_tensor_release(fast);
+    return ok;
+}
+
+/* |a - b| <= 2 n u S + tiny, elementwise. */
+static bool within_bound(const ot_tensor *a, const ot_tensor *b, const ot_tensor *s, int64_t n,
+                         int64_t *bad) {
+    int64_t cnt = ot_shape_numel_unchecked(&a->shape);
+    bool f32 = a->shape.dtype == OT_F32;
+    double u = f32 ? 0x1p-24 : 0x1p-53, tiny = f32 ? FLT_MIN : DBL_MIN;
+    for (int64_t e = 0; e < cnt; e++) {
+        double x = f32 ? ((float *)a->data)[e] : ((double *)a->data)[e];
+        double y = f32 ? ((float *)b->data)[e] : ((double *)b->data)[e];
+        double sv = f32 ? ((float *)s->data)[e] : ((double *)s->data)[e];
+        if (isnan(x) && isnan(y)) continue;
+        if (!(fabs(x - y) <= 2.0 * (double)(n ? n : 1) * u * fabs(sv) + tiny)) {
+            *bad = e;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- dot ---------------------------------------------------------------------------------- */
+
+static void shuffle(int64_t *a, int n) {
+    for (int k = n - 1; k > 0; k--) {
+        int j = (int)rnd(0, k);
+        int64_t t = a[k];
+        a[k] = a[j];
+        a[j] = t;
+    }
+}
+
+/* A random dot_general; abs_inputs: the same dot over |lhs|, |rhs| (for the error bound). */
+static ot_module *dot_module(ot_dtype t, const ot_shape *ls, const ot_shape *rs,
+                             const ot_dot_dims *dn, bool abs_inputs) {
+    ot_module *m = ot_module_new("dot");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *l = ot_build_parameter(c, 0, *ls, "l");
+    ot_instr *r = ot_build_parameter(c, 1, *rs, "r");
+    if (abs_inputs) {
+        l = ot_build_unary(c, OT_OP_ABS, l);
+        r = ot_build_unary(c, OT_OP_ABS, r);
+    }
+    ot_computation_set_root(c,
+                            ot_build_dot(c, l, r, dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT));
+    ot_module_set_entry(m, c);
+    (void)t;
+    if (ot_module_finalize(m) != OT_OK) {
+        fprintf(stderr, "dot module: %s\n", ot_last_error());
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Checks fast vs reference for module m (params args), and the bound module mabs. */
+static void check_bound_case(ot_module *m, ot_module *mabs, ot_tensor *args, int nargs, int64_t n,
+                             const char *what) {
+    ot_executable *e = compile0(m), *ea = compile0(mabs);
+    ASSERT_TRUE(e && ea);
+    ot_tensor ref, fast, sabs;
+    EXPECT_OK(run_exe(e, args, nargs, &ref, NULL, true, NULL));
+    EXPECT_OK(run_exe(ea, args, nargs, &sabs, NULL, true, NULL));
+    bool ok = run_all_pools(e, args, nargs, &fast, 1);
+    EXPECT_TRUE(ok);
+    if (ok) {
+        int64_t bad = -1;
+        bool in = within_bound(&fast, &ref, &sabs, n, &bad);
+        if (!in) fprintf(stderr, "%s: element %lld outside the bound\n", what, (long long)bad);
+        EXPECT_TRUE(in);
+        ot_tensor_release(&fast);
+    }
+    ot_tensor_release(&ref);
+    ot_tensor_release(&sabs);
+    ot_executable_free(e);
+    ot_executable_free(ea);
+}
+
+static void test_dot_random(void) {
+    g_rng = 0xd07;
+    for (int cs = 0; cs < 80; cs++) {
+        ot_dtype t = cs % 2 ? OT_F64 : OT_F32;
+        int nb = (int)rnd(0, 2), nc = (int)rnd(1, 2), nlf = (int)rnd(0, 2), nrf = (int)rnd(0, 2);
+        int64_t bd[OT_MAX_RANK], cd[OT_MAX_RANK], lfd[OT_MAX_RANK], rfd[OT_MAX_RANK];
+        int64_t big = cs % 10 == 0 ? 70 : 9;
+        for (int k = 0; k < nb; k++) bd[k] = rnd(1, 4);
+        for (int k = 0; k < nc; k++) cd[k] = rnd(1, big);
+        for (int k = 0; k < nlf; k++) lfd[k] = rnd(1, big);
+        for (int k = 0; k < nrf; k++) rfd[k] = rnd(1, big);
+        /* lhs dims: random permutation of (batch, free, contract) roles; same for rhs */
+        int lr = nb + nc + nlf, rr = nb + nc + nrf;
+        int64_t lpos[OT_MAX_RANK], rpos[OT_MAX_RANK];
+        for (int k = 0; k < lr; k++) lpos[k] = k;
+        for (int k = 0; k < rr; k++) rpos[k] = k;
+        if (rnd(0, 2)) shuffle(lpos, lr); /* a third keep the GEMM order (no copy) */
+        if (rnd(0, 2)) shuffle(rpos, rr);
+        ot_dot_dims dn;
+        memset(&dn, 0, sizeof dn);
+        dn.nbatch = nb;
+        dn.ncontract = nc;
+        int64_t ldims[OT_MAX_RANK], rdims[OT_MAX_RANK];
+        /* role index k of lhs: [0, nb) batch, [nb, nb + nlf) free, rest contract */
+        for (int k = 0; k < lr; k++) {
+            int64_t d = lpos[k];
+            if (k < nb) {
+                ldims[d] = bd[k];
+                dn.lhs_batch[k] = d;
+            } else if (k < nb + nlf) {
+                ldims[d] = lfd[k - nb];
+            } else {
+                ldims[d] = cd[k - nb - nlf];
+                dn.lhs_contract[k - nb - nlf] = d;
+            }
+        }
+        for (int k = 0; k < rr; k++) {
+            int64_t d = rpos[k];
+            if (k < nb) {
+                rdims[d] = bd[k];
+                dn.rhs_batch[k] = d;
+            } else if (k < nb + nc) {
+                rdims[d] = cd[k - nb];
+                dn.rhs_contract[k - nb] = d;
+            } else {
+                rdims[d] = rfd[k - nb - nc];
+            }
+        }
+        ot_shape ls, rs;
+        ASSERT_OK(ot_shape_make(&ls, t, lr, ldims));
+        ASSERT_OK(ot_shape_make(&rs, t, rr, rdims));
+        ot_module *m = dot_module(t, &ls, &rs, &dn, false),
+                  *ma = dot_module(t, &ls, &rs, &dn, true);
+        ASSERT_TRUE(m && ma);
+        ot_tensor args[2];
+        ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+        fill_random(&args[0], -1, 1);
+        fill_random(&args[1], -1, 1);
+        int64_t K = 1;
+        for (int k = 0; k < nc; k++) K *= cd[k];
+        char what[64];
+        snprintf(what, sizeof what, "dot case %d", cs);
+        check_bound_case(m, ma, args, 2, K, what);
+        ot_tensor_release(&args[0]);
+        ot_tensor_release(&args[1]);
+        ot_module_free(m);
+        ot_module_free(ma);
+    }
+}
+
+/* OpenBLAS's own thread count does not change a GEMM's bits (it splits M and N, never K). */
+static void test_dot_blas_threads(void) {
+    g_rng = 0xb1a5;
+    ot_shape ls, rs;
+    ASSERT_OK(ot_shape_make(&ls, OT_F32, 2, (int64_t[]){301, 517}));
+    ASSERT_OK(ot_shape_make(&rs, OT_F32, 2, (int64_t[]){517, 263}));
+    ot_dot_dims dn = {.nbatch = 0, .ncontract = 1, .lhs_contract = {1}, .rhs_contract = {0}};
+    ot_module *m = dot_module(OT_F32, &ls, &rs, &dn, false);
+    ASSERT_TRUE(m);
+    ot_executable *e = compile0(m);
+    ASSERT_TRUE(e);
+    ot_tensor args[2];
+    ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+    ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+    fill_random(&args[0], -1, 1);
+    fill_random(&args[1], -1, 1);
+    int saved = openblas_get_num_threads();
+    ot_tensor first;
+    for (int k = 0; k < 4; k++) {
+        openblas_set_num_threads(g_nthreads[k]);
+        ot_tensor t;
+        int fr = 0;
+        ASSERT_OK(run_exe(e, args, 2, &t, g_pools[0], false, &fr));
+        EXPECT_INT_EQ(fr, 1);
+        if (k == 0) {
+            first = t;
+        } else {
+            EXPECT_TRUE(bits_equal(&t, &first));
+            ot_tensor_release(&t);
+        }
+    }
+    openblas_set_num_threads(saved);
+    ot_tensor_release(&first);
+    ot_tensor_release(&args[0]);
+    ot_tensor_release(&args[1]);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
+/* ---- transpose ------------------------------------------------------------------------------ */
+
+static void test_transpose_random(void) {
+    g_rng = 0x7a;
+    static const ot_dtype types[] = {OT_U8, OT_S16, OT_F32, OT_F64};
+    for (int cs = 0; cs < 120; cs++) {
+        ot_dtype t = types[cs % 4];
+        int r = (int)rnd(1, 6);
+        int64_t dims[OT_MAX_RANK], perm[OT_MAX_RANK];
+        int64_t maxd = r <= 2 ? (cs % 7 == 0 ? 700 : 90) : r <= 4 ? 12 : 5;
+        for (int d = 0; d < r; d++) {
+            dims[d] = rnd(1, maxd);
+            perm[d] = d;
+        }
+        shuffle(perm, r);
+        ot_shape s;
+        ASSERT_OK(ot_shape_make(&s, t, r, dims));
+        ot_module *m = ot_module_new("tr");
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_computation_set_root(c,
+                                ot_build_transpose(c, ot_build_parameter(c, 0, s, "x"), perm, r));
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        ot_tensor x, ref, fast;
+        ASSERT_OK(ot_tensor_alloc(&x, &s));
+        fill_random(&x, -1, 1);
+        EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
+        if (run_all_pools(e, &x, 1, &fast, 1)) {
+            if (!bits_equal(&fast, &ref)) fprintf(stderr, "transpose case %d differs\n", cs);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        } else {
+            EXPECT_TRUE(false);
+        }
+        ot_tensor_release(&ref);
+        ot_tensor_release(&x);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
+/* ---- reduce ------------------------------------------------------------------------------- */
+
+static ot_module *reduce_module(ot_dtype t, const ot_shape *s, const int64_t *dims, int nd,
+                                ot_opcode op, double init, bool abs_input) {
+    ot_module *m = ot_module_new("red");
+    ot_computation *f = ot_module_add_computation(m, "reducer");
+    ot_instr *a = ot_build_parameter(f, 0, ot_shape_scalar(t), "a");
+    ot_instr *b = ot_build_parameter(f, 1, ot_shape_scalar(t), "b");
+    ot_computation_set_root(f, ot_build_binary(f, op, a, b));
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, *s, "x");
+    if (abs_input) x = ot_build_unary(c, OT_OP_ABS, x);
+    ot_instr *iv = ot_build_constant_scalar(c, t, init);
+    ot_computation_set_root(c, ot_build_reduce(c, &x, &iv, 1, dims, nd, f));
+    ot_module_set_entry(m, c);
+    if (ot_module_finalize(m) != OT_OK) {
+        fprintf(stderr, "reduce module: %s\n", ot_last_error());
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void reduce_case(ot_dtype t, int r, const int64_t *dims, const int64_t *rd, int nd,
+                        ot_opcode op, bool specials, const char *what) {
+    ot_shape s;
+    ASSERT_OK(ot_shape_make(&s, t, r, dims));
+    double init = op == OT_OP_MULTIPLY ? 1.0 : op == OT_OP_ADD ? 0.5 : -3.0;
+    ot_module *m = reduce_module(t, &s, rd, nd, op, init, false);
+    ASSERT_TRUE(m);
+    ot_executable *e = compile0(m);
+    ASSERT_TRUE(e);
+    ot_tensor x, ref, fast;
+    ASSERT_OK(ot_tensor_alloc(&x, &s));
+    if (op == OT_OP_MULTIPLY)
+        fill_random(&x, 0.999, 1.001);
+    else
+        fill_random(&x, -1, 1);
+    int64_t n = ot_shape_numel_unchecked(&s), R = 1, nout;
+    for (int k = 0; k < nd; k++) R *= dims[rd[k]];
+    nout = R ? n / R : 0;
+    if (specials && n > 8) { /* NaN, signed zeros and subnormals at fixed places */
+        for (int k = 0; k < 8; k++) {
+            int64_t at = (int64_t)(next_u64() % (uint64_t)n);
+            double v = k == 0 ? NAN : k < 3 ? -0.0 : k < 5 ? 0.0 : (k % 2 ? 1 : -1) * 1e-310;
+            if (t == OT_F32)
+                ((float *)x.data)[at] = k >= 5 ? (float)((k % 2 ? 1 : -1) * 1e-40) : (float)v;
+            else
+                ((double *)x.data)[at] = v;
+        }
+    }
+    EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
+    if (!run_all_pools(e, &x, 1, &fast, 1)) {
+        EXPECT_TRUE(false);
+    } else {
+        /* bitwise: many outputs or short rows (the reference order), and max/min always */
+        bool exact = nout >= 256 || R <= 4096 || op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM;
+        if (exact) {
+            if (!bits_equal(&fast, &ref)) fprintf(stderr, "%s: not bitwise equal\n", what);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+        } else {
+            ot_module *ma = reduce_module(t, &s, rd, nd, op, op == OT_OP_ADD ? fabs(init) : init,
+                                          op == OT_OP_ADD);
+            ot_executable *ea = compile0(ma);
+            ot_tensor sabs;
+            EXPECT_OK(run_exe(ea, &x, 1, &sabs, NULL, true, NULL));
+            int64_t bad = -1;
+            bool in = within_bound(&fast, &ref, &sabs, R + 1, &bad);
+            if (!in) fprintf(stderr, "%s: element %lld outside the bound\n", what, (long long)bad);
+            EXPECT_TRUE(in);
+            ot_tensor_release(&sabs);
+            ot_executable_free(ea);
+            ot_module_free(ma);
+        }
+        ot_tensor_release(&fast);
+    }
+    ot_tensor_release(&ref);
+    ot_tensor_release(&x);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
+static void test_reduce_random(void) {
+    g_rng = 0x4ed;
+    static const ot_opcode ops[] = {OT_OP_ADD, OT_OP_MAXIMUM, OT_OP_MINIMUM, OT_OP_MULTIPLY};
+    for (int cs = 0; cs < 120; cs++) {
+        ot_dtype t = cs % 2 ? OT_F64 : OT_F32;
+        ot_opcode op = ops[(cs / 2) % 4];
+        int r = (int)rnd(1, 4);
+        int64_t dims[OT_MAX_RANK], rd[OT_MAX_RANK];
+        int nd = 0;
+        for (int d = 0; d < r; d++) {
+            dims[d] = rnd(1, r == 1 ? 3000 : r == 2 ? 300 : 24);
+            if (rnd(0, 1)) rd[nd++] = d;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "reduce case %d (%s)", cs, ot_opcode_name(op));
+        reduce_case(t, r, dims, rd, nd, op, cs % 3 == 0, what);
+    }
+}
+
+/* Few outputs over long rows: the fixed-block path, with rows of 1 and of several elements. */
+static void test_reduce_long_rows(void) {
+    g_rng = 0x1069;
+    static const ot_opcode ops[] = {OT_OP_ADD, OT_OP_MAXIMUM, OT_OP_MINIMUM, OT_OP_MULTIPLY};
+    for (int k = 0; k < 8; k++) {
+        ot_dtype t = k % 2 ? OT_F64 : OT_F32;
+        ot_opcode op = ops[k / 2];
+        char what[64];
+        snprintf(what, sizeof what, "long rows %d (%s)", k, ot_opcode_name(op));
+        reduce_case(t, 1, (int64_t[]){100003}, (int64_t[]){0}, 1, op, k % 2 == 0, what);
+        reduce_case(t, 2, (int64_t[]){3, 50001}, (int64_t[]){1}, 1, op, true, what);
+        reduce_case(t, 3, (int64_t[]){2, 9000, 5}, (int64_t[]){1}, 1, op, false, what);
+        reduce_case(t, 3, (int64_t[]){70, 3, 300}, (int64_t[]){0, 2}, 2, op, false, what);
+    }
+}
+
+/* ---- elementwise straight into the output slot ---------------------------------------------- */
+
+static void test_elementwise(void) {
+    g_rng = 0xe1e;
+    static const ot_opcode ops[] = {OT_OP_ADD, OT_OP_MULTIPLY, OT_OP_DIVIDE, OT_OP_MAXIMUM,
+                                    OT_OP_EXP, OT_OP_NEGATE,   OT_OP_SQRT,   OT_OP_TANH};
+    for (int cs = 0; cs < 32; cs++) {
+        ot_dtype t = cs % 2 ? OT_F64 : OT_F32;
+        ot_opcode op = ops[cs % 8];
+        ot_shape s;
+        ASSERT_OK(ot_shape_make(&s, t, 2, (int64_t[]){rnd(1, 40), rnd(1, 40)}));
+        ot_module *m = ot_module_new("ew");
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_instr *a = ot_build_parameter(c, 0, s, "a"), *b = ot_build_parameter(c, 1, s, "b");
+        ot_instr *y = ot_opcode_is_elementwise_binary(op) ? ot_build_binary(c, op, a, b)
+                                                          : ot_build_unary(c, op, a);
+        ot_computation_set_root(c, ot_build_convert(c, ot_build_binary(c, OT_OP_ADD, y, b),
+                                                    t == OT_F32 ? OT_F64 : OT_F32));
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        ot_tensor args[2], ref, fast;
+        ASSERT_OK(ot_tensor_alloc(&args[0], &s));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &s));
+        fill_random(&args[0], 0, 2);
+        fill_random(&args[1], -1, 1);
+        EXPECT_OK(run_exe(e, args, 2, &ref, NULL, true, NULL));
+        if (run_all_pools(e, args, 2, &fast, 3)) {
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        } else {
+            EXPECT_TRUE(false);
+        }
+        ot_tensor_release(&ref);
+        ot_tensor_release(&args[0]);
+        ot_tensor_release(&args[1]);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
+static void setup(void) {
+    for (int k = 0; k < 4; k++)
+        if (!g_pools[k] && ot_threadpool_create(g_nthreads[k], &g_pools[k]) != OT_OK) abort();
+}
+
+static void test_setup(void) {
+    setup();
+    EXPECT_INT_EQ(ot_threadpool_size(g_pools[3]), 8);
+}
+
+static void test_teardown(void) {
+    for (int k = 0; k < 4; k++) {
+        ot_threadpool_free(g_pools[k]);
+        g_pools[k] = NULL;
+    }
+    EXPECT_TRUE(true);
+}
+
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_blas_threads),
+             OT_TEST(test_transpose_random), OT_TEST(test_reduce_random),
+             OT_TEST(test_reduce_long_rows), OT_TEST(test_elementwise), OT_TEST(test_teardown))
