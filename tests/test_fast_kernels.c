@@ -303,6 +303,144 @@ static void test_dot_blas_threads(void) {
     ot_module_free(m);
 }
 
+/* ---- convolution ---------------------------------------------------------------------------- */
+
+static ot_module *conv_module(const ot_shape *ls, const ot_shape *rs, const ot_window *w,
+                              const ot_conv_dims *cd, int64_t groups, bool abs_inputs) {
+    ot_module *m = ot_module_new("conv");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *l = ot_build_parameter(c, 0, *ls, "l");
+    ot_instr *r = ot_build_parameter(c, 1, *rs, "r");
+    if (abs_inputs) {
+        l = ot_build_unary(c, OT_OP_ABS, l);
+        r = ot_build_unary(c, OT_OP_ABS, r);
+    }
+    ot_computation_set_root(c, ot_build_convolution(c, l, r, w, cd, groups, 1));
+    ot_module_set_entry(m, c);
+    if (ot_module_finalize(m) != OT_OK) {
+        fprintf(stderr, "conv module: %s\n", ot_last_error());
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static void test_conv_random(void) {
+    g_rng = 0xc0;
+    int done = 0;
+    for (int cs = 0; done < 60 && cs < 400; cs++) {
+        ot_dtype t = cs % 2 ? OT_F64 : OT_F32;
+        int ns = (int)rnd(1, 3), r = ns + 2;
+        int64_t G = rnd(1, 3), Cg = rnd(1, 4), Og = rnd(1, 4), N = rnd(1, 3);
+        ot_window w;
+        memset(&w, 0, sizeof w);
+        w.rank = ns;
+        int64_t isp[OT_MAX_RANK], ksp[OT_MAX_RANK];
+        for (int s = 0; s < ns; s++) {
+            isp[s] = rnd(1, ns == 1 ? 20 : ns == 2 ? 9 : 5);
+            ksp[s] = rnd(1, 3);
+            ot_window_dim *wd = &w.dims[s];
+            wd->size = ksp[s];
+            wd->stride = rnd(1, 3);
+            wd->pad_lo = rnd(-1, 2);
+            wd->pad_hi = rnd(-1, 2);
+            wd->window_dilation = rnd(1, 2);
+            wd->base_dilation = cs % 4 == 0 ? rnd(1, 2) : 1;
+            wd->reversal = rnd(0, 4) == 0;
+        }
+        /* random layouts: a permutation of (batch, feature, spatial...) for each of the three */
+        int64_t lp[OT_MAX_RANK], rp[OT_MAX_RANK], op[OT_MAX_RANK];
+        for (int k = 0; k < r; k++) lp[k] = rp[k] = op[k] = k;
+        if (rnd(0, 1)) shuffle(lp, r);
+        if (rnd(0, 1)) shuffle(rp, r);
+        if (rnd(0, 1)) shuffle(op, r);
+        ot_conv_dims cd;
+        memset(&cd, 0, sizeof cd);
+        cd.nspatial = ns;
+        cd.input_batch = lp[0];
+        cd.input_feature = lp[1];
+        cd.kernel_output_feature = rp[0];
+        cd.kernel_input_feature = rp[1];
+        cd.output_batch = op[0];
+        cd.output_feature = op[1];
+        int64_t ldims[OT_MAX_RANK], rdims[OT_MAX_RANK];
+        ldims[lp[0]] = N;
+        ldims[lp[1]] = G * Cg;
+        rdims[rp[0]] = G * Og;
+        rdims[rp[1]] = Cg;
+        for (int s = 0; s < ns; s++) {
+            cd.input_spatial[s] = lp[2 + s];
+            cd.kernel_spatial[s] = rp[2 + s];
+            cd.output_spatial[s] = op[2 + s];
+            ldims[lp[2 + s]] = isp[s];
+            rdims[rp[2 + s]] = ksp[s];
+        }
+        ot_shape ls, rs;
+        ASSERT_OK(ot_shape_make(&ls, t, r, ldims));
+        ASSERT_OK(ot_shape_make(&rs, t, r, rdims));
+        ot_clear_error();
+        ot_module *m = conv_module(&ls, &rs, &w, &cd, G, false);
+        if (!m) continue; /* an empty or negative output window: drawn again */
+        ot_module *ma = conv_module(&ls, &rs, &w, &cd, G, true);
+        ASSERT_TRUE(ma);
+        ot_tensor args[2];
+        ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+        fill_random(&args[0], -1, 1);
+        fill_random(&args[1], -1, 1);
+        int64_t kn = Cg;
+        for (int s = 0; s < ns; s++) kn *= ksp[s];
+        char what[64];
+        snprintf(what, sizeof what, "conv case %d", cs);
+        check_bound_case(m, ma, args, 2, kn, what);
+        ot_tensor_release(&args[0]);
+        ot_tensor_release(&args[1]);
+        ot_module_free(m);
+        ot_module_free(ma);
+        done++;
+    }
+    EXPECT_INT_EQ(done, 60);
+}
+
+/* A convolution large enough to take several batch chunks and the pool. */
+static void test_conv_large(void) {
+    g_rng = 0xc1;
+    ot_shape ls, rs;
+    ASSERT_OK(ot_shape_make(&ls, OT_F32, 4, (int64_t[]){4, 34, 34, 16})); /* b01f */
+    ASSERT_OK(ot_shape_make(&rs, OT_F32, 4, (int64_t[]){3, 3, 16, 32}));  /* 01io */
+    ot_window w = {.rank = 2};
+    for (int s = 0; s < 2; s++)
+        w.dims[s] = (ot_window_dim){.size = 3,
+                                    .stride = 1,
+                                    .pad_lo = 1,
+                                    .pad_hi = 1,
+                                    .window_dilation = 1,
+                                    .base_dilation = 1};
+    ot_conv_dims cd = {.nspatial = 2,
+                       .input_batch = 0,
+                       .input_feature = 3,
+                       .input_spatial = {1, 2},
+                       .kernel_input_feature = 2,
+                       .kernel_output_feature = 3,
+                       .kernel_spatial = {0, 1},
+                       .output_batch = 0,
+                       .output_feature = 3,
+                       .output_spatial = {1, 2}};
+    ot_module *m = conv_module(&ls, &rs, &w, &cd, 1, false),
+              *ma = conv_module(&ls, &rs, &w, &cd, 1, true);
+    ASSERT_TRUE(m && ma);
+    ot_tensor args[2];
+    ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+    ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+    fill_random(&args[0], -1, 1);
+    fill_random(&args[1], -1, 1);
+    check_bound_case(m, ma, args, 2, 3 * 3 * 16, "conv large");
+    ot_tensor_release(&args[0]);
+    ot_tensor_release(&args[1]);
+    ot_module_free(m);
+    ot_module_free(ma);
+}
+
 /* ---- transpose ------------------------------------------------------------------------------ */
 
 static void test_transpose_random(void) {
@@ -524,5 +662,6 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_blas_threads),
-             OT_TEST(test_transpose_random), OT_TEST(test_reduce_random),
-             OT_TEST(test_reduce_long_rows), OT_TEST(test_elementwise), OT_TEST(test_teardown))
+             OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
+             OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows), OT_TEST(test_elementwise),
+             OT_TEST(test_teardown))
