@@ -205,7 +205,7 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
         eo.comm = &ec;
     }
     rt_fast_ctx fc;
-    rt_fast_ctx_init(&fc, ro.pool ? ro.pool : ot_threadpool_default(), eo.keep_denormals);
+    rt_fast_ctx_init(&fc, ro.pool, eo.keep_denormals);
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);
     for (int k = 0; k < nk; k++) {

@@ -19,6 +19,7 @@
 void rt_fast_ctx_init(rt_fast_ctx *c, ot_threadpool *pool, bool keep_denormals) {
     memset(c, 0, sizeof *c);
     c->pool = pool;
+    c->use_default_pool = pool == NULL;
     c->ftz = !keep_denormals;
 }
 
@@ -52,7 +53,12 @@ static size_t align64(size_t n) {
 /* Splits [0, n) over the pool with a fixed partition, or runs it inline when small. */
 static void par_for(rt_fast_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg) {
     if (n <= 0) return;
-    if (!c->pool || ot_threadpool_size(c->pool) == 1 || bytes < RT_INLINE_BYTES || n == 1) {
+    if (bytes < RT_INLINE_BYTES || n == 1) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    if (!c->pool && c->use_default_pool) c->pool = ot_threadpool_default(); /* first need */
+    if (!c->pool || ot_threadpool_size(c->pool) == 1) {
         fn(arg, 0, n, 0);
         return;
     }

@@ -16,13 +16,16 @@
  * to the largest need of the run (so a run allocates at most once per larger need, never per
  * kernel). */
 typedef struct rt_fast_ctx {
-    ot_threadpool *pool; /* NULL or size 1: everything on the calling thread */
-    bool ftz;            /* flush f32/f64 subnormals (the evaluator's default) */
+    ot_threadpool *pool;   /* size 1: everything on the calling thread */
+    bool use_default_pool; /* pool NULL: ot_threadpool_default(), created at the first kernel
+                              large enough to need it (small programs never start threads) */
+    bool ftz;              /* flush f32/f64 subnormals (the evaluator's default) */
     char *scratch;
     size_t cap;
     int64_t fast_run; /* kernels run by a fast kernel (statistics for tests) */
 } rt_fast_ctx;
 
+/* pool NULL: the process-wide default pool. */
 void rt_fast_ctx_init(rt_fast_ctx *c, ot_threadpool *pool, bool keep_denormals);
 void rt_fast_ctx_release(rt_fast_ctx *c);
 
