@@ -705,6 +705,55 @@ static void test_gather_scatter(void) {
     }
 }
 
+/* A fori-loop (counter from a constant, stepped by 1, compared with a constant) is unrolled; a
+ * loop whose count is not static is UNIMPLEMENTED when on the path, and left alone when not. */
+static ot_module *loop_module(bool static_count) {
+    ot_computation *c;
+    ot_instr *p[3];
+    ot_shape s[3] = {S64(3), S64(3), ot_shape_scalar(OT_S32)};
+    ot_module *m = new_mod(&c, p, 3, s);
+    ot_ir_shape el[3] = {ot_ir_shape_scalar(OT_S32), ot_ir_shape_array(S64(3)),
+                         ot_ir_shape_array(S64(3))};
+    ot_ir_shape st = {.kind = OT_IR_TUPLE, .ntuple = 3, .tuple = el};
+    ot_computation *body = ot_module_add_computation(m, "body");
+    ot_instr *bp = ot_build_parameter_ir(body, 0, &st, "s");
+    ot_instr *bi = ot_build_get_tuple_element(body, bp, 0);
+    ot_instr *bx = ot_build_get_tuple_element(body, bp, 1);
+    ot_instr *bw = ot_build_get_tuple_element(body, bp, 2);
+    ot_instr *nx = ot_build_binary(
+        body, OT_OP_ADD,
+        ot_build_binary(body, OT_OP_MULTIPLY, ot_build_unary(body, OT_OP_SIN, bx), bw), bx);
+    ot_instr *ni = ot_build_binary(body, OT_OP_ADD, bi, ot_build_constant_scalar(body, OT_S32, 1));
+    ot_computation_set_root(body, ot_build_tuple(body, (ot_instr *[]){ni, nx, bw}, 3));
+    ot_computation *cond = ot_module_add_computation(m, "cond");
+    ot_instr *cp = ot_build_parameter_ir(cond, 0, &st, "s");
+    ot_instr *ci = ot_build_get_tuple_element(cond, cp, 0);
+    ot_instr *lim = ot_build_constant_scalar(cond, OT_S32, 4);
+    ot_computation_set_root(cond, ot_build_compare(cond, ci, lim, OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+    /* not static: the counter starts from a parameter */
+    ot_instr *i0 = static_count ? ot_build_constant_scalar(c, OT_S32, 0) : p[2];
+    ot_instr *init = ot_build_tuple(c, (ot_instr *[]){i0, p[0], p[1]}, 3);
+    ot_instr *w = ot_build_while(c, cond, body, init);
+    ot_computation_set_root(
+        c, ot_build_tuple(c, (ot_instr *[]){ot_build_get_tuple_element(c, w, 1), p[2]}, 2));
+    return m;
+}
+
+static void test_while(void) {
+    ot_shape s = S64(3);
+    ot_value a[3] = {arg_uniform(s, -1, 1), arg_uniform(s, -1, 1),
+                     arg_int(OT_S32, 0, NULL, (int64_t[]){7})};
+    check_vjp("fori loop, 4 trips", loop_module(true), a, 3, (int64_t[]){0, 1}, 2);
+
+    ot_module *m = loop_module(false);
+    ASSERT_OK(ot_module_finalize(m));
+    ot_module *g = NULL;
+    EXPECT_STATUS(ot_vjp(m, (int64_t[]){0}, 1, &g), OT_ERR_UNIMPLEMENTED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "no reverse-mode rule for while");
+    EXPECT_STR_CONTAINS(ot_last_error(), "static trip count");
+    ot_module_free(m);
+}
+
 /* ---- a model: MLP with softmax cross-entropy through ot_grad ----------------------------------
  */
 
@@ -957,5 +1006,6 @@ static void test_leaks(void) {
 OT_TEST_MAIN(OT_TEST(test_unary), OT_TEST(test_binary), OT_TEST(test_max_ties),
              OT_TEST(test_select_clamp_convert), OT_TEST(test_shape_ops), OT_TEST(test_reduce),
              OT_TEST(test_dot), OT_TEST(test_convolution), OT_TEST(test_reduce_window),
-             OT_TEST(test_gather_scatter), OT_TEST(test_mlp), OT_TEST(test_errors),
-             OT_TEST(test_structure), OT_TEST(test_alloc_failures), OT_TEST(test_leaks))
+             OT_TEST(test_gather_scatter), OT_TEST(test_while), OT_TEST(test_mlp),
+             OT_TEST(test_errors), OT_TEST(test_structure), OT_TEST(test_alloc_failures),
+             OT_TEST(test_leaks))

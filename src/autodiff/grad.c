@@ -57,9 +57,11 @@ ot_computation *ad_binary_fn(ad_ctx *ad, ot_computation **cache, ot_dtype t, ot_
 
 /* ---- preparation: inlining and tuple forwarding ---------------------------------------------- */
 
-/* Replaces a call or fusion by a copy of its callee's instructions. */
-static ot_status inline_one(ot_computation *c, ot_instr *call) {
-    const ot_computation *callee = call->called[0];
+/* Copies callee's instructions into c with its parameters bound to args; *root gets the copy of
+ * its root. Names are "<name>.<tag>" (made unique when taken). */
+static ot_status clone_into(ot_computation *c, const ot_computation *callee, ot_instr *const *args,
+                            int nargs, int64_t tag, ot_instr **root) {
+    *root = NULL;
     ot_instr **order = NULL;
     int64_t n = 0;
     OT_CHECK(ot_computation_post_order(callee, &order, &n));
@@ -71,12 +73,12 @@ static ot_status inline_one(ot_computation *c, ot_instr *call) {
         ot_instr *ci = order[k];
         ot_instr *ni = NULL;
         if (ci->opcode == OT_OP_PARAMETER) {
-            if (ci->attrs.index < 0 || ci->attrs.index >= call->noperands) {
-                s = ot_error(OT_ERR_INTERNAL, "inline %s: parameter %lld has no operand",
-                             call->name, (long long)ci->attrs.index);
+            if (ci->attrs.index < 0 || ci->attrs.index >= nargs) {
+                s = ot_error(OT_ERR_INTERNAL, "inline %s: parameter %lld has no argument",
+                             callee->name, (long long)ci->attrs.index);
                 break;
             }
-            ni = call->operands[ci->attrs.index];
+            ni = args[ci->attrs.index];
         } else {
             ot_instr **o = ops;
             if (ci->noperands > 64) {
@@ -89,29 +91,157 @@ static ot_status inline_one(ot_computation *c, ot_instr *call) {
                 o = opv;
             }
             for (int q = 0; q < ci->noperands; q++) o[q] = ir_ptr_map_get(&map, ci->operands[q]);
-            s = ot_instr_clone(c, ci, o, NULL, &ni);
+            char nm[256];
+            snprintf(nm, sizeof nm, "%.200s.%lld", ci->name, (long long)tag);
+            s = ot_instr_clone(c, ci, o, ot_computation_find_instr(c, nm) ? NULL : nm, &ni);
         }
         if (s == OT_OK) s = ir_ptr_map_put(&map, ci, ni);
     }
-    ot_instr *root = s == OT_OK ? ir_ptr_map_get(&map, callee->root) : NULL;
+    *root = s == OT_OK ? ir_ptr_map_get(&map, callee->root) : NULL;
     ir_ptr_map_free(&map);
     ot_free(opv);
     ot_free(order);
     OT_CHECK(s);
-    if (!root) return ot_error(OT_ERR_INTERNAL, "inline %s: callee has no root", call->name);
-    OT_CHECK(ot_instr_replace_all_uses(call, root));
-    return ot_instr_remove(call);
+    if (!*root) return ot_error(OT_ERR_INTERNAL, "inline %s: no root", callee->name);
+    return OT_OK;
 }
 
-static ot_status prepare(ot_computation *c) {
+/* ---- loops with a static trip count ------------------------------------------------------------
+ */
+
+static bool const_int(const ot_instr *i, int64_t *v) {
+    if (i->opcode != OT_OP_CONSTANT || i->shape.kind != OT_IR_ARRAY || i->shape.array.rank != 0)
+        return false;
+    const ot_literal *l = i->attrs.literal;
+    if (!l || l->elided || !l->data) return false;
+    switch (i->shape.array.dtype) {
+    case OT_S8: *v = *(const int8_t *)l->data; return true;
+    case OT_S16: *v = *(const int16_t *)l->data; return true;
+    case OT_S32: *v = *(const int32_t *)l->data; return true;
+    case OT_S64: *v = *(const int64_t *)l->data; return true;
+    default: return false; /* unsigned counters: not recognized */
+    }
+}
+
+/* k when x is get-tuple-element(parameter 0, k), else -1. */
+static int64_t param_elem(const ot_instr *x) {
+    if (x->opcode == OT_OP_GET_TUPLE_ELEMENT && x->operands[0]->opcode == OT_OP_PARAMETER &&
+        x->operands[0]->attrs.index == 0)
+        return x->attrs.index;
+    return -1;
+}
+
+static bool holds(int64_t a, int64_t b, ot_cmp_dir d) {
+    switch (d) {
+    case OT_CMP_EQ: return a == b;
+    case OT_CMP_NE: return a != b;
+    case OT_CMP_LT: return a < b;
+    case OT_CMP_LE: return a <= b;
+    case OT_CMP_GT: return a > b;
+    default: return a >= b;
+    }
+}
+
+#define MAX_UNROLLED_INSTRS 2000000
+
+/* The trip count of a loop whose condition compares an integer counter (a tuple element that
+ * starts from a constant and that the body steps by a constant) with a constant: the form JAX's
+ * fori_loop and scan produce. */
+static bool trip_count(const ot_instr *w, int64_t *out) {
+    const ot_computation *cond = w->called[0], *body = w->called[1];
+    const ot_instr *init = w->operands[0], *r = cond->root, *br = body->root;
+    if (!r || r->opcode != OT_OP_COMPARE || !br || br->opcode != OT_OP_TUPLE ||
+        init->opcode != OT_OP_TUPLE)
+        return false;
+    ot_cmp_dir dir = r->attrs.cmp_dir;
+    int64_t k, bound, v, step;
+    if ((k = param_elem(r->operands[0])) >= 0 && const_int(r->operands[1], &bound)) {
+    } else if ((k = param_elem(r->operands[1])) >= 0 && const_int(r->operands[0], &bound)) {
+        static const ot_cmp_dir flip[] = {OT_CMP_EQ, OT_CMP_NE, OT_CMP_GT,
+                                          OT_CMP_GE, OT_CMP_LT, OT_CMP_LE};
+        dir = flip[dir];
+    } else {
+        return false;
+    }
+    if (k >= init->noperands || k >= br->noperands || !const_int(init->operands[k], &v))
+        return false;
+    const ot_instr *nx = br->operands[k];
+    if (nx->opcode == OT_OP_ADD && param_elem(nx->operands[0]) == k &&
+        const_int(nx->operands[1], &step)) {
+    } else if (nx->opcode == OT_OP_ADD && param_elem(nx->operands[1]) == k &&
+               const_int(nx->operands[0], &step)) {
+    } else if (nx->opcode == OT_OP_SUBTRACT && param_elem(nx->operands[0]) == k &&
+               const_int(nx->operands[1], &step)) {
+        step = -step;
+    } else {
+        return false;
+    }
+    int64_t n = 0, limit = MAX_UNROLLED_INSTRS / (body->ninstrs > 0 ? body->ninstrs : 1);
+    while (holds(v, bound, dir)) {
+        if (++n > limit || step == 0) return false;
+        v += step;
+    }
+    *out = n;
+    return true;
+}
+
+/* Replaces a call or fusion by a copy of its callee's instructions, or a while loop with a static
+ * trip count by that many copies of its body. */
+static ot_status inline_one(ot_computation *c, ot_instr *i, int64_t trips, int64_t *tag) {
+    ot_instr *root = NULL;
+    if (i->opcode == OT_OP_WHILE) {
+        root = i->operands[0];
+        for (int64_t t = 0; t < trips; t++) {
+            ot_instr *state = root;
+            OT_CHECK(clone_into(c, i->called[1], &state, 1, (*tag)++, &root));
+        }
+    } else {
+        OT_CHECK(clone_into(c, i->called[0], i->operands, i->noperands, (*tag)++, &root));
+    }
+    OT_CHECK(ot_instr_replace_all_uses(i, root));
+    return ot_instr_remove(i);
+}
+
+/* The first while loop in c that depends on a wrt parameter and has a static trip count. */
+static ot_status find_loop(ot_computation *c, const int64_t *wrt, int nwrt, ot_instr **loop,
+                           int64_t *trips) {
+    *loop = NULL;
+    bool any = false;
+    for (ot_instr *i = c->first; i && !any; i = i->next) any = i->opcode == OT_OP_WHILE;
+    if (!any) return OT_OK;
+    ot_instr **order = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(c, &order, &n));
+    for (int64_t k = 0; k < n; k++) order[k]->mark = 0;
+    for (int k = 0; k < nwrt; k++) c->params[wrt[k]]->mark = 1;
+    for (int64_t k = 0; k < n && !*loop; k++) {
+        ot_instr *i = order[k];
+        for (int q = 0; q < i->noperands && !i->mark; q++) i->mark = i->operands[q]->mark;
+        if (i->opcode == OT_OP_WHILE && i->mark && trip_count(i, trips)) *loop = i;
+    }
+    for (int64_t k = 0; k < n; k++) order[k]->mark = 0;
+    ot_free(order);
+    return OT_OK;
+}
+
+static ot_status prepare(ot_computation *c, const int64_t *wrt, int nwrt) {
+    int64_t tag = 0;
     for (bool again = true; again;) {
         again = false;
         for (ot_instr *i = c->first; i; i = i->next)
             if ((i->opcode == OT_OP_CALL || i->opcode == OT_OP_FUSION) && i->ncalled == 1) {
-                OT_CHECK(inline_one(c, i));
+                OT_CHECK(inline_one(c, i, 0, &tag));
                 again = true;
                 break;
             }
+        if (again) continue;
+        ot_instr *loop;
+        int64_t trips = 0;
+        OT_CHECK(find_loop(c, wrt, nwrt, &loop, &trips));
+        if (loop) {
+            OT_CHECK(inline_one(c, loop, trips, &tag));
+            again = true;
+        }
     }
     ot_instr **order = NULL;
     int64_t n = 0;
@@ -277,7 +407,7 @@ static ot_status differentiate(const ot_module *src, const int64_t *wrt, int nwr
     ot_instr **order = NULL;
     ot_instr **grads = NULL;
     int64_t n = 0;
-    ot_status s = prepare(c);
+    ot_status s = prepare(c, wrt, nwrt);
     if (s != OT_OK) goto done;
 
     /* outputs of the new root, and the values seeded with a cotangent */

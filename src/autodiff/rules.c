@@ -919,12 +919,15 @@ static ot_status rule_reduce_precision(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     return OT_OK;
 }
 
+ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g);
+
 static ot_status rule_gte(ad_ctx *ad, ot_instr *i, ot_instr *g) {
-    (void)ad;
     (void)g;
-    const ot_instr *t = i->operands[0];
+    ot_instr *t = i->operands[0];
     /* get-tuple-element of a tuple instruction was forwarded before the reverse pass: the
-     * producer is an op with a tuple result, which has no rule */
+     * producer is an op with a tuple result, none of which has a rule; its own message says
+     * why */
+    OT_CHECK(ad_rule(ad, t, NULL));
     return unimpl(t, "its tuple result is differentiated through get-tuple-element");
 }
 
@@ -964,9 +967,10 @@ ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     if (!f) {
         switch (i->opcode) {
         case OT_OP_WHILE:
-        case OT_OP_CONDITIONAL:
-            return unimpl(i, "control flow is not differentiated (loops and branches have no "
-                             "reverse-mode rule yet)");
+            return unimpl(i, "a loop is differentiated by unrolling it, which needs a static trip "
+                             "count (an integer counter from a constant, stepped by a constant, "
+                             "compared with a constant); this loop's is not static");
+        case OT_OP_CONDITIONAL: return unimpl(i, "branches are not differentiated");
         case OT_OP_CUSTOM_CALL:
             return ot_error(OT_ERR_UNIMPLEMENTED,
                             "autodiff: no reverse-mode rule for custom-call (%s, target \"%s\")",
