@@ -29,6 +29,19 @@ static void row(const ot_tensor *all, const ot_shape *s, int t, ot_tensor *out) 
     ot_tensor_borrow(out, s, (char *)all->data + (size_t)t * nb);
 }
 
+/* The optax state path of slot j (the fixture file is state_<path>_<param>.npy): chain indices
+ * as the case's optax.chain nests them. */
+static const char *optax_state(const char *name, const ot_optimizer *o, int j, char *buf,
+                               size_t n) {
+    const char *prefix = strcmp(name, "optax_lamb") == 0   ? "1_0_"
+                         : strcmp(name, "optax_lars") == 0 ? "1_3_"
+                                                           : "0_";
+    const char *slot = ot_optimizer_state_name(o, j);
+    if (strcmp(slot, "exp_avg") == 0) slot = "mu"; /* Lion's moment */
+    snprintf(buf, n, "%s%s", prefix, slot);
+    return buf;
+}
+
 static int cases_run;
 
 static void run_case(json_t *c) {
@@ -40,23 +53,34 @@ static void run_case(json_t *c) {
     json_t *hp = json_object_get(c, "hyperparams");
     const char *k;
     json_t *v;
+    bool wd_mask = false, tr_mask = false;
     json_object_foreach(hp, k, v) {
-        if (json_is_string(v)) {
-            EXPECT_TRUE(false); /* masks are not supported; such cases are not run */
+        if (json_is_string(v)) { /* "MASK": decay / trust ratio only on matrix and tensor3 */
+            EXPECT_STR_EQ(json_string_value(v), "MASK");
+            if (strcmp(k, "trust_ratio_mask") == 0)
+                tr_mask = true;
+            else
+                wd_mask = true;
+        } else if (json_is_null(v)) { /* optax's "none" (adafactor momentum) */
         } else if (strcmp(k, "betas") == 0) {
             EXPECT_OK(ot_optimizer_set(o, "beta1", json_real_value(json_array_get(v, 0))));
             EXPECT_OK(ot_optimizer_set(o, "beta2", json_real_value(json_array_get(v, 1))));
-        } else if (optax) { /* optax names: learning_rate, b1, b2 */
-            const char *tk = strcmp(k, "learning_rate") == 0 ? "lr"
-                             : strcmp(k, "b1") == 0          ? "beta1"
-                             : strcmp(k, "b2") == 0          ? "beta2"
-                                                             : k;
-            EXPECT_OK(ot_optimizer_set(o, tk, json_number_value(v)));
         } else {
+            /* optax names: learning_rate, b1, b2 */
+            const char *tk = !optax                            ? k
+                             : strcmp(k, "learning_rate") == 0 ? "lr"
+                             : strcmp(k, "b1") == 0            ? "beta1"
+                             : strcmp(k, "b2") == 0            ? "beta2"
+                                                               : k;
             double x = json_is_boolean(v) ? (json_is_true(v) ? 1.0 : 0.0) : json_number_value(v);
-            EXPECT_OK(ot_optimizer_set(o, k, x));
+            EXPECT_OK(ot_optimizer_set(o, tk, x));
         }
     }
+    /* a mask is a parameter group: scalar and vector get weight_decay 0 (and no trust ratio) */
+    ot_optimizer *om = NULL;
+    ASSERT_OK(ot_optimizer_clone(o, &om));
+    if (wd_mask) EXPECT_OK(ot_optimizer_set(om, "weight_decay", 0));
+    if (tr_mask) EXPECT_OK(ot_optimizer_set(om, "trust_ratio", 0));
     json_t *tol = json_object_get(c, "suggested_tolerance");
     double rtol = json_number_value(json_object_get(tol, "rtol"));
     double atol = json_number_value(json_object_get(tol, "atol"));
@@ -83,12 +107,13 @@ static void run_case(json_t *c) {
         ok = ok && load(rel, &want[i]);
         for (int j = 0; ok && j < ns; j++) {
             ok = ot_optimizer_state_alloc(o, j, &p[i].shape, &st[i][j]) == OT_OK;
-            /* optax's state path for Lion's moment is 0_mu */
+            char sp[64];
             snprintf(rel, sizeof rel, "%s/state_%s_%s.npy", name,
-                     optax ? "0_mu" : ot_optimizer_state_name(o, j), pnames[i]);
+                     optax ? optax_state(name, o, j, sp, sizeof sp) : ot_optimizer_state_name(o, j),
+                     pnames[i]);
             ok = ok && load(rel, &swant[i][j]);
         }
-        ok = ok && ot_optimizer_build_module(o, &p[i].shape, &m[i]) == OT_OK;
+        ok = ok && ot_optimizer_build_module(i < 2 ? om : o, &p[i].shape, &m[i]) == OT_OK;
     }
     EXPECT_TRUE(ok);
     double max_rel = 0, max_abs = 0;
@@ -107,15 +132,22 @@ static void run_case(json_t *c) {
                 for (int64_t e = 0; e < ot_shape_numel_unchecked(&p[i].shape); e++)
                     ss += (double)((float *)r.data)[e] * ((float *)r.data)[e];
             }
-            coef = fmin(1.0, max_norm / (sqrt(ss) + 1e-6));
+            if (!optax)
+                coef = fmin(1.0, max_norm / (sqrt(ss) + 1e-6));
+            else /* optax clip_by_global_norm: (g / norm) * max_norm when norm > max_norm, f32 */
+                coef = sqrt(ss) > max_norm ? -(double)(float)sqrt(ss) : 1.0;
         }
         for (int i = 0; i < NP; i++) {
             ot_tensor r;
             row(&g[i], &p[i].shape, t, &r);
             int64_t n = ot_shape_numel_unchecked(&p[i].shape);
-            for (int64_t e = 0; e < n; e++)
-                gbuf[i][e] =
-                    max_norm > 0 ? ((float *)r.data)[e] * (float)coef : ((float *)r.data)[e];
+            for (int64_t e = 0; e < n; e++) {
+                float x = ((float *)r.data)[e];
+                if (coef < 0) /* optax: the norm rounded to f32, divide then scale */
+                    gbuf[i][e] = (x / (float)-coef) * (float)max_norm;
+                else
+                    gbuf[i][e] = max_norm > 0 ? x * (float)coef : x;
+            }
             ot_tensor_borrow(&gt[i], &p[i].shape, gbuf[i]);
         }
         double stepv = t + 1, lrv = ((double *)lr.data)[t];
@@ -172,6 +204,7 @@ static void run_case(json_t *c) {
     }
     ot_tensor_release(&lr);
     ot_optimizer_free(o);
+    ot_optimizer_free(om);
 }
 
 static void test_torch_trajectories(void) {
@@ -185,9 +218,12 @@ static void test_torch_trajectories(void) {
         const char *fw = json_string_value(json_object_get(c, "framework"));
         const char *opt = json_string_value(json_object_get(c, "optimizer"));
         ot_optimizer *probe = NULL;
-        /* torch cases of built-in optimizers; optax only for Lion (torch has none): the other
-         * optax conventions are not implemented */
-        bool take = strcmp(fw, "torch") == 0 || strcmp(opt, "lion") == 0;
+        /* torch cases of the torch-convention built-ins; optax cases of the optax-convention
+         * built-ins (Lion, LAMB, LARS, Adafactor). torch's Adafactor and optax's versions of the
+         * torch-convention optimizers are other formulas, not run. */
+        bool optax_rule = strcmp(opt, "lion") == 0 || strcmp(opt, "lamb") == 0 ||
+                          strcmp(opt, "lars") == 0 || strcmp(opt, "adafactor") == 0;
+        bool take = strcmp(fw, "torch") == 0 ? !optax_rule : optax_rule;
         if (!take || json_object_get(c, "param_groups") || json_object_get(c, "mixed_precision") ||
             json_object_get(c, "clip_value") || ot_optimizer_new(opt, &probe) != OT_OK)
             continue;
@@ -195,7 +231,7 @@ static void test_torch_trajectories(void) {
         run_case(c);
     }
     ot_clear_error();
-    EXPECT_INT_EQ(cases_run, 16); /* 15 torch cases + optax_lion */
+    EXPECT_INT_EQ(cases_run, 19); /* 15 torch cases + optax lion, lamb, lars, adafactor */
     json_decref(root);
 }
 
@@ -300,13 +336,13 @@ static ot_status signsgd_build(const ot_optimizer *o, const ot_optim_inputs *in,
 static void test_custom_optimizer(void) {
     static const char *const names[] = {"lr"};
     static const double defs[] = {0.1};
-    const ot_optimizer_vtable bad = {"broken", 1,       names, defs, NULL,
-                                     no_state, no_name, NULL,  NULL, NULL};
+    const ot_optimizer_vtable bad = {"broken", 1,    names, defs, NULL, no_state,
+                                     no_name,  NULL, NULL,  NULL, NULL};
     ot_optimizer *o = NULL;
     EXPECT_STATUS(ot_optimizer_new_custom(&bad, &o), OT_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(o == NULL);
-    static const ot_optimizer_vtable vt = {"signsgd", 1,       names, defs,          NULL,
-                                           no_state,  no_name, NULL,  signsgd_build, NULL};
+    static const ot_optimizer_vtable vt = {"signsgd", 1,    names,         defs, NULL, no_state,
+                                           no_name,   NULL, signsgd_build, NULL, NULL};
     ASSERT_OK(ot_optimizer_new_custom(&vt, &o));
     EXPECT_STR_EQ(ot_optimizer_name(o), "signsgd");
     ot_shape s;

@@ -78,10 +78,13 @@ typedef struct ot_optimizer_vtable {
     /* True when state slot i is one scalar per parameter (rank 0, the parameter's dtype) rather
      * than an array of the parameter's shape (NAdam's mu_product). NULL: every slot is an array. */
     bool (*state_is_scalar)(const ot_optimizer *o, int i);
+    /* The shape of state slot i for a parameter of shape param (Adafactor's factored rows and
+     * columns). NULL: state_is_scalar decides. */
+    ot_status (*state_shape)(const ot_optimizer *o, int i, const ot_shape *param, ot_shape *out);
 } ot_optimizer_vtable;
 
-/* Built-ins: "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "radam", "nadam", "lion".
- * NOT_FOUND otherwise. */
+/* Built-ins: "sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "radam", "nadam", "lion",
+ * "lamb", "lars", "adafactor" (the last four with optax's formulas). NOT_FOUND otherwise. */
 OT_API ot_status ot_optimizer_new(const char *name, ot_optimizer **out);
 /* An optimizer from a user vtable (kept by pointer: it must outlive the optimizer). */
 OT_API ot_status ot_optimizer_new_custom(const ot_optimizer_vtable *vt, ot_optimizer **out);

@@ -2,6 +2,7 @@
  * same operation order: host-side scalar expressions (bias corrections, step sizes) in f64 inside
  * the graph, rounded to the parameter dtype where torch passes them to its f32 kernels. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "optim_internal.h"
@@ -479,28 +480,314 @@ static ot_status lion_build(const ot_optimizer *o, const ot_optim_inputs *in,
     return OT_OK;
 }
 
+/* ---- helpers for optax-style per-tensor reductions ------------------------------------------ */
+
+/* The scalar add computation for dtype t (one per module, made on first use). */
+static ot_computation *adder(gb *b) {
+    ot_module *m = b->c->module;
+    char name[32];
+    snprintf(name, sizeof name, "optim_add_%s", ot_dtype_name(b->t));
+    ot_computation *a = ot_module_find_computation(m, name);
+    if (a) return a;
+    a = ot_module_add_computation(m, name);
+    ot_shape sc = ot_shape_scalar(b->t);
+    ot_instr *x = ot_build_parameter(a, 0, sc, "x");
+    ot_instr *y = ot_build_parameter(a, 1, sc, "y");
+    ot_computation_set_root(a, ot_build_binary(a, OT_OP_ADD, x, y));
+    return a;
+}
+/* A rank-0 constant of the parameter dtype. */
+static ot_instr *C(gb *b, double v) {
+    return ot_build_constant_scalar(b->c, b->t, v);
+}
+/* sum of x over the dims listed (ndims of them); every dim when ndims < 0. */
+static ot_instr *reduce_sum(gb *b, ot_instr *x, const int64_t *dims, int ndims) {
+    int rank = x->shape.array.rank;
+    int64_t all[OT_MAX_RANK];
+    if (ndims < 0) {
+        for (int d = 0; d < rank; d++) all[d] = d;
+        dims = all;
+        ndims = rank;
+    }
+    if (ndims == 0) return x;
+    ot_instr *z = C(b, 0.0);
+    return ot_build_reduce(b->c, &x, &z, 1, dims, ndims, adder(b));
+}
+/* sqrt(sum(x^2)) over every element: a scalar. */
+static ot_instr *l2norm(gb *b, ot_instr *x) {
+    return ot_build_unary(b->c, OT_OP_SQRT, reduce_sum(b, bin(b, OT_OP_MULTIPLY, x, x), NULL, -1));
+}
+/* sqrt(mean(x^2)): a scalar. */
+static ot_instr *rms(gb *b, ot_instr *x) {
+    double n = (double)ot_shape_numel_unchecked(&x->shape.array);
+    return ot_build_unary(b->c, OT_OP_SQRT,
+                          dvd(b, reduce_sum(b, bin(b, OT_OP_MULTIPLY, x, x), NULL, -1), C(b, n)));
+}
+/* scalar node broadcast to the parameter shape */
+static ot_instr *B(gb *b, ot_instr *scalar) {
+    return ot_build_broadcast(b->c, scalar, b->s, NULL, 0);
+}
+/* optax scale_by_trust_ratio: u * where(pn == 0 | un == 0, 1, tc * pn / (un + eps)) */
+static ot_instr *trust_ratio(gb *b, ot_instr *p, ot_instr *u, double tc, double eps) {
+    ot_instr *pn = l2norm(b, p), *un = l2norm(b, u);
+    ot_instr *tr = dvd(b, mul(b, C(b, tc), pn), add(b, un, C(b, eps)));
+    ot_instr *zero = ot_build_binary(
+        b->c, OT_OP_OR, ot_build_compare(b->c, pn, C(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT),
+        ot_build_compare(b->c, un, C(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT));
+    return mul(b, u, B(b, ot_build_select(b->c, zero, C(b, 1.0), tr)));
+}
+
+/* ---- LAMB (optax.lamb) ---------------------------------------------------------------------- */
+
+static const char *const lamb_names[] = {"lr", "beta1", "beta2", "eps", "eps_root", "weight_decay"};
+static const double lamb_defaults[] = {1e-3, 0.9, 0.999, 1e-6, 0.0, 0.0};
+
+static ot_status lamb_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "beta1", 0, 0.999999999999));
+    OT_CHECK(check_range(o, "beta2", 0, 0.999999999999));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(check_range(o, "eps_root", 0, INFINITY));
+    return check_range(o, "weight_decay", 0, INFINITY);
+}
+static const char *lamb_state(const ot_optimizer *o, int i) {
+    (void)o;
+    return i == 0 ? "mu" : "nu";
+}
+/* chain(scale_by_adam(b1, b2, eps, eps_root), add_decayed_weights(wd), scale_by_trust_ratio(),
+ * scale_by_learning_rate(lr)) */
+static ot_status lamb_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                            ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
+    ot_instr *g = in->grad;
+    ot_instr *m = add(&b, mul(&b, K(&b, 1.0 - b1), g), mul(&b, K(&b, b1), in->state[0]));
+    ot_instr *v =
+        add(&b, mul(&b, K(&b, 1.0 - b2), mul(&b, g, g)), mul(&b, K(&b, b2), in->state[1]));
+    ot_instr *bc1 = sub(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, D(&b, b1), in->step));
+    ot_instr *bc2 = sub(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, D(&b, b2), in->step));
+    ot_instr *mh = dvd(&b, m, S(&b, bc1)), *vh = dvd(&b, v, S(&b, bc2));
+    ot_instr *u =
+        dvd(&b, mh, add(&b, sqr(&b, add(&b, vh, K(&b, HP("eps_root")))), K(&b, HP("eps"))));
+    if (wd != 0.0) u = add(&b, u, mul(&b, K(&b, wd), in->param));
+    u = trust_ratio(&b, in->param, u, 1.0, 0.0);
+    out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, in->lr)), u));
+    out->state[0] = m;
+    out->state[1] = v;
+    return OT_OK;
+}
+
+/* ---- LARS (optax.lars) ---------------------------------------------------------------------- */
+
+static const char *const lars_names[] = {"lr",       "weight_decay", "trust_coefficient", "eps",
+                                         "momentum", "nesterov",     "trust_ratio"};
+static const double lars_defaults[] = {1e-3, 0.0, 1e-3, 0.0, 0.9, 0, 1};
+
+static ot_status lars_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    OT_CHECK(check_range(o, "trust_coefficient", 0, INFINITY));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(check_range(o, "momentum", 0, INFINITY));
+    OT_CHECK(check_bool(o, "nesterov"));
+    return check_bool(o, "trust_ratio");
+}
+static const char *lars_state(const ot_optimizer *o, int i) {
+    (void)o;
+    (void)i;
+    return "trace";
+}
+/* chain(add_decayed_weights(wd), scale_by_trust_ratio(tc, eps) [trust_ratio], -lr, trace(mom)).
+ * A weight-decay / trust-ratio mask is a parameter group with weight_decay 0 / trust_ratio 0. */
+static ot_status lars_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                            ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double wd = HP("weight_decay"), mom = HP("momentum");
+    ot_instr *u = in->grad;
+    if (wd != 0.0) u = add(&b, u, mul(&b, K(&b, wd), in->param));
+    if (ON("trust_ratio")) u = trust_ratio(&b, in->param, u, HP("trust_coefficient"), HP("eps"));
+    u = mul(&b, S(&b, neg(&b, in->lr)), u);
+    ot_instr *tr = add(&b, u, mul(&b, K(&b, mom), in->state[0]));
+    ot_instr *upd = ON("nesterov") ? add(&b, u, mul(&b, K(&b, mom), tr)) : tr;
+    out->param = add(&b, in->param, upd);
+    out->state[0] = tr;
+    return OT_OK;
+}
+
+/* ---- Adafactor (optax.adafactor) ------------------------------------------------------------ */
+
+static const char *const adafactor_names[] = {"lr",
+                                              "min_dim_size_to_factor",
+                                              "decay_rate",
+                                              "decay_offset",
+                                              "multiply_by_parameter_scale",
+                                              "clipping_threshold",
+                                              "eps",
+                                              "factored",
+                                              "weight_decay_rate"};
+static const double adafactor_defaults[] = {1e-2, 128, 0.8, 0, 1, 1.0, 1e-30, 1, 0};
+
+static ot_status adafactor_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "min_dim_size_to_factor", 0, 1e18));
+    OT_CHECK(check_range(o, "decay_rate", 0, INFINITY));
+    OT_CHECK(check_range(o, "decay_offset", 0, 1e18));
+    OT_CHECK(check_bool(o, "multiply_by_parameter_scale"));
+    OT_CHECK(check_range(o, "clipping_threshold", 0, INFINITY));
+    OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(check_bool(o, "factored"));
+    return check_range(o, "weight_decay_rate", 0, INFINITY);
+}
+static int three_state(const ot_optimizer *o) {
+    (void)o;
+    return 3;
+}
+static const char *adafactor_state(const ot_optimizer *o, int i) {
+    (void)o;
+    static const char *const n[] = {"v_row", "v_col", "v"};
+    return n[i];
+}
+/* optax _factored_dims: (d1, d0) = the second-largest and largest dims (a stable sort), when the
+ * rank is >= 2 and the second-largest is >= min_dim_size_to_factor; false otherwise. */
+static bool factored_dims(const ot_optimizer *o, const ot_shape *s, int *d1, int *d0) {
+    if (!ON("factored") || s->rank < 2) return false;
+    int idx[OT_MAX_RANK];
+    for (int i = 0; i < s->rank; i++) idx[i] = i;
+    for (int i = 1; i < s->rank; i++) /* insertion sort by size, stable */
+        for (int j = i; j > 0 && s->dims[idx[j - 1]] > s->dims[idx[j]]; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    if ((double)s->dims[idx[s->rank - 2]] < HP("min_dim_size_to_factor")) return false;
+    *d1 = idx[s->rank - 2];
+    *d0 = idx[s->rank - 1];
+    return true;
+}
+static void drop_dim(const ot_shape *s, int d, ot_shape *out) {
+    int64_t dims[OT_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < s->rank; i++)
+        if (i != d) dims[r++] = s->dims[i];
+    ot_shape_make(out, s->dtype, r, dims);
+}
+static ot_status adafactor_shape(const ot_optimizer *o, int i, const ot_shape *s, ot_shape *out) {
+    int d1, d0;
+    bool f = factored_dims(o, s, &d1, &d0);
+    int64_t one = 1;
+    if (f && i == 0)
+        drop_dim(s, d0, out);
+    else if (f && i == 1)
+        drop_dim(s, d1, out);
+    else if (!f && i == 2)
+        *out = *s;
+    else
+        ot_shape_make(out, s->dtype, 1, &one); /* unused slot: [1], as optax */
+    return OT_OK;
+}
+/* mean of x over dim d */
+static ot_instr *mean_dim(gb *b, ot_instr *x, int d) {
+    int64_t dd = d;
+    ot_instr *r = reduce_sum(b, x, &dd, 1);
+    return dvd(
+        b, r,
+        ot_build_broadcast(b->c, C(b, (double)x->shape.array.dims[d]), r->shape.array, NULL, 0));
+}
+/* x (the parameter shape without dim d) broadcast back along d */
+static ot_instr *expand(gb *b, ot_instr *x, int d) {
+    int64_t map[OT_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < b->s.rank; i++)
+        if (i != d) map[r++] = i;
+    return ot_build_broadcast(b->c, x, b->s, map, r);
+}
+static ot_instr *Kof(gb *b, ot_instr *like, double v) {
+    return ot_build_broadcast(b->c, C(b, v), like->shape.array, NULL, 0);
+}
+/* chain(scale_by_factored_rms, clip_by_block_rms(threshold), lr, scale_by_param_block_rms(1e-3),
+ * add_decayed_weights(wd), scale(-1)) */
+static ot_status adafactor_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                                 ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    ot_instr *g = in->grad;
+    /* decay_t = 1 - (step - offset)^-decay_rate, in the parameter dtype (optax: f32) */
+    ot_instr *t = ot_build_convert(b.c, sub(&b, in->step, D(&b, HP("decay_offset"))), b.t);
+    ot_instr *dec = sub(&b, C(&b, 1.0), bin(&b, OT_OP_POWER, t, C(&b, -HP("decay_rate"))));
+    ot_instr *omd = sub(&b, C(&b, 1.0), dec);
+    ot_instr *gsq = add(&b, mul(&b, g, g), K(&b, HP("eps")));
+    int d1 = 0, d0 = 0;
+    ot_instr *u;
+    if (factored_dims(o, &b.s, &d1, &d0)) {
+        ot_instr *mr = mean_dim(&b, gsq, d0), *mc = mean_dim(&b, gsq, d1);
+        ot_instr *vr =
+            add(&b, mul(&b, ot_build_broadcast(b.c, dec, mr->shape.array, NULL, 0), in->state[0]),
+                mul(&b, ot_build_broadcast(b.c, omd, mr->shape.array, NULL, 0), mr));
+        ot_instr *vc =
+            add(&b, mul(&b, ot_build_broadcast(b.c, dec, mc->shape.array, NULL, 0), in->state[1]),
+                mul(&b, ot_build_broadcast(b.c, omd, mc->shape.array, NULL, 0), mc));
+        int rd1 = d1 > d0 ? d1 - 1 : d1;
+        ot_instr *rcm = mean_dim(&b, vr, rd1); /* keepdims: broadcast back along rd1 */
+        int64_t map[OT_MAX_RANK];
+        int r = 0;
+        for (int i = 0; i < vr->shape.array.rank; i++)
+            if (i != rd1) map[r++] = i;
+        rcm = ot_build_broadcast(b.c, rcm, vr->shape.array, map, r);
+        ot_instr *rf = bin(&b, OT_OP_POWER, dvd(&b, vr, rcm), Kof(&b, vr, -0.5));
+        ot_instr *cf = bin(&b, OT_OP_POWER, vc, Kof(&b, vc, -0.5));
+        u = mul(&b, mul(&b, g, expand(&b, rf, d0)), expand(&b, cf, d1));
+        out->state[0] = vr;
+        out->state[1] = vc;
+        out->state[2] = in->state[2];
+    } else {
+        ot_instr *v = add(&b, mul(&b, B(&b, dec), in->state[2]), mul(&b, B(&b, omd), gsq));
+        u = mul(&b, g, bin(&b, OT_OP_POWER, v, K(&b, -0.5)));
+        out->state[0] = in->state[0];
+        out->state[1] = in->state[1];
+        out->state[2] = v;
+    }
+    double thr = HP("clipping_threshold");
+    if (thr > 0) /* u / max(1, rms(u) / threshold) */
+        u = dvd(&b, u, B(&b, bin(&b, OT_OP_MAXIMUM, C(&b, 1.0), dvd(&b, rms(&b, u), C(&b, thr)))));
+    u = mul(&b, S(&b, in->lr), u);
+    if (ON("multiply_by_parameter_scale")) { /* u * max-like safe_rms(p, 1e-3) */
+        ot_instr *pr = rms(&b, in->param);
+        ot_instr *small = ot_build_compare(b.c, pr, C(&b, 1e-3), OT_CMP_LE, OT_CMP_TYPE_DEFAULT);
+        u = mul(&b, u, B(&b, ot_build_select(b.c, small, C(&b, 1e-3), pr)));
+    }
+    if (HP("weight_decay_rate") != 0.0)
+        u = add(&b, u, mul(&b, K(&b, HP("weight_decay_rate")), in->param));
+    out->param = add(&b, in->param, neg(&b, u));
+    return OT_OK;
+}
+
 /* ---- table ---------------------------------------------------------------------------------- */
 
 #define NH(a) ((int)(sizeof(a) / sizeof((a)[0])))
 static const ot_optimizer_vtable builtins[] = {
     {"sgd", NH(sgd_names), sgd_names, sgd_defaults, sgd_validate, sgd_nstate, sgd_state, NULL,
-     sgd_build, NULL},
+     sgd_build, NULL, NULL},
     {"adam", NH(adam_names), adam_names, adam_defaults, adam_validate, adam_nstate, adam_state,
-     NULL, adam_build, NULL},
+     NULL, adam_build, NULL, NULL},
     {"adamw", NH(adam_names), adam_names, adamw_defaults, adam_validate, adam_nstate, adam_state,
-     NULL, adamw_build, NULL},
+     NULL, adamw_build, NULL, NULL},
     {"rmsprop", NH(rms_names), rms_names, rms_defaults, rms_validate, rms_nstate, rms_state, NULL,
-     rms_build, NULL},
+     rms_build, NULL, NULL},
     {"adagrad", NH(adagrad_names), adagrad_names, adagrad_defaults, adagrad_validate,
-     adagrad_nstate, adagrad_state, adagrad_init, adagrad_build, NULL},
+     adagrad_nstate, adagrad_state, adagrad_init, adagrad_build, NULL, NULL},
     {"adadelta", NH(adadelta_names), adadelta_names, adadelta_defaults, adadelta_validate,
-     adadelta_nstate, adadelta_state, NULL, adadelta_build, NULL},
+     adadelta_nstate, adadelta_state, NULL, adadelta_build, NULL, NULL},
     {"radam", NH(radam_names), radam_names, radam_defaults, radam_validate, two_state, adam_state,
-     NULL, radam_build, NULL},
+     NULL, radam_build, NULL, NULL},
     {"nadam", NH(nadam_names), nadam_names, nadam_defaults, nadam_validate, nadam_nstate,
-     nadam_state, nadam_init, nadam_build, nadam_scalar},
+     nadam_state, nadam_init, nadam_build, nadam_scalar, NULL},
     {"lion", NH(lion_names), lion_names, lion_defaults, lion_validate, one_state, lion_state, NULL,
-     lion_build, NULL},
+     lion_build, NULL, NULL},
+    {"lamb", NH(lamb_names), lamb_names, lamb_defaults, lamb_validate, two_state, lamb_state, NULL,
+     lamb_build, NULL, NULL},
+    {"lars", NH(lars_names), lars_names, lars_defaults, lars_validate, one_state, lars_state, NULL,
+     lars_build, NULL, NULL},
+    {"adafactor", NH(adafactor_names), adafactor_names, adafactor_defaults, adafactor_validate,
+     three_state, adafactor_state, NULL, adafactor_build, NULL, adafactor_shape},
 };
 
 const ot_optimizer_vtable *ot_optim_builtin(const char *name) {

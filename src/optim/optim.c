@@ -45,7 +45,7 @@ ot_status ot_optimizer_new(const char *name, ot_optimizer **out) {
     if (!vt)
         return ot_error(OT_ERR_NOT_FOUND,
                         "unknown optimizer '%s' (built-in: sgd adam adamw rmsprop adagrad adadelta "
-                        "radam nadam)",
+                        "radam nadam lion lamb lars adafactor)",
                         name);
     return ot_optimizer_new_custom(vt, out);
 }
@@ -126,6 +126,7 @@ ot_status ot_optimizer_state_shape(const ot_optimizer *o, int i, const ot_shape 
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_state_shape: NULL argument");
     if (i < 0 || i >= o->vt->state_count(o))
         return ot_error(OT_ERR_OUT_OF_RANGE, "optimizer '%s' has no state slot %d", o->vt->name, i);
+    if (o->vt->state_shape) return o->vt->state_shape(o, i, s, out);
     *out = *s;
     if (o->vt->state_is_scalar && o->vt->state_is_scalar(o, i))
         ot_shape_make(out, s->dtype, 0, NULL);
