@@ -3,6 +3,7 @@
  * threads, global-norm clipping against a host computation, state export/import, bad input. */
 #include "ot_test.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -75,6 +76,10 @@ static ot_optimizer *make_opt(const char *name) {
         ot_optimizer_set(o, "weight_decay", 1e-3);
     } else if (strcmp(name, "adamw") == 0) {
         ot_optimizer_set(o, "amsgrad", 1);
+    } else if (strcmp(name, "lamb") == 0 || strcmp(name, "lars") == 0) {
+        ot_optimizer_set(o, "weight_decay", 1e-2);
+    } else if (strcmp(name, "adafactor") == 0) {
+        ot_optimizer_set(o, "min_dim_size_to_factor", 2); /* matrix and tensor3 factored */
     } else if (strcmp(name, "rmsprop") == 0) {
         ot_optimizer_set(o, "centered", 1);
         ot_optimizer_set(o, "momentum", 0.5);
@@ -189,7 +194,8 @@ static void test_trajectory_adam(void) {
 static void test_trajectory_others(void) {
     /* sgd (nesterov, a state copied on step 1), adamw+amsgrad (3 slots), rmsprop centered with
      * momentum, nadam (a rank-0 state slot), adagrad (a non-zero initial state possible) */
-    const char *names[] = {"sgd", "adamw", "rmsprop", "nadam", "adagrad", "radam", "lion"};
+    const char *names[] = {"sgd",   "adamw", "rmsprop", "nadam", "adagrad",
+                           "radam", "lion",  "lamb",    "lars",  "adafactor"};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         run_against_reference(names[k], 0, true, 30);
 }
@@ -431,6 +437,122 @@ static void test_state_roundtrip(void) {
     free_fixture(&f);
 }
 
+/* ---- torch fixtures through the device optimizer ------------------------------------------- */
+
+/* A torch case run by the wrapper: clipping by the wrapper's options, the learning rate from
+ * ot_lr_schedule (the fixtures' warmup-cosine) or constant; parameters compared after every step
+ * with the case's suggested tolerance. */
+static void run_fixture_case(json_t *root, const char *want_name) {
+    json_t *c = NULL, *x;
+    size_t idx;
+    json_array_foreach(json_object_get(root, "cases"), idx, x) {
+        if (strcmp(json_string_value(json_object_get(x, "name")), want_name) == 0) c = x;
+    }
+    ASSERT_TRUE(c != NULL);
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new(json_string_value(json_object_get(c, "optimizer")), &o));
+    const char *k;
+    json_t *v;
+    double lr0 = 0;
+    json_object_foreach(json_object_get(c, "hyperparams"), k, v) {
+        if (strcmp(k, "betas") == 0) {
+            EXPECT_OK(ot_optimizer_set(o, "beta1", json_real_value(json_array_get(v, 0))));
+            EXPECT_OK(ot_optimizer_set(o, "beta2", json_real_value(json_array_get(v, 1))));
+        } else {
+            EXPECT_OK(ot_optimizer_set(
+                o, k, json_is_boolean(v) ? json_is_true(v) : json_number_value(v)));
+            if (strcmp(k, "lr") == 0) lr0 = json_number_value(v);
+        }
+    }
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    json_t *cn = json_object_get(c, "clip_global_norm"), *cv = json_object_get(c, "clip_value");
+    if (cn) to.clip_grad_norm = json_number_value(json_object_get(cn, "max_norm"));
+    if (cv) to.clip_grad_value = json_number_value(json_object_get(cv, "max_abs"));
+    ot_lr_schedule *sch = NULL;
+    if (json_object_get(c, "lr_schedule"))
+        ASSERT_OK(ot_lr_schedule_warmup_cosine(0.1 * lr0, lr0, 10, 100, 0.01 * lr0, 1.0, &sch));
+    else
+        ASSERT_OK(ot_lr_schedule_constant(lr0, &sch));
+    json_t *tol = json_object_get(c, "suggested_tolerance");
+    double rtol = json_number_value(json_object_get(tol, "rtol"));
+    double atol = json_number_value(json_object_get(tol, "atol"));
+    char path[512];
+    ot_tensor want[NP] = {0}, lrs = {0};
+    for (int i = 0; i < NP; i++) {
+        snprintf(path, sizeof path, OPT_DIR "%s/param_%s.npy", want_name, pnames[i]);
+        ASSERT_OK(ot_npy_read_file(path, &want[i]));
+    }
+    snprintf(path, sizeof path, OPT_DIR "%s/lr.npy", want_name);
+    ASSERT_OK(ot_npy_read_file(path, &lrs));
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, &to, &t));
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    ot_buffer *pb[NP], *gb[NP];
+    for (int i = 0; i < NP; i++) ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
+    int bad = 0;
+    double max_rel = 0, lr_rel = 0;
+    for (int s = 0; s < STEPS && !bad; s++) {
+        double lr = ot_lr_schedule_lr(sch, s);
+        double lw = ((double *)lrs.data)[s];
+        lr_rel = fmax(lr_rel, fabs(lr - lw) / lw);
+        for (int i = 0; i < NP; i++) {
+            ot_tensor gr;
+            grad_row(&f, i, s, &gr);
+            ASSERT_OK(ot_buffer_from_host(d, &gr, &gb[i]));
+        }
+        ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, s + 1, lr, NULL));
+        for (int i = 0; i < NP; i++) {
+            ot_buffer_free(gb[i]);
+            ot_tensor h = {0};
+            ASSERT_OK(ot_buffer_to_host(pb[i], &h));
+            int64_t n = ot_shape_numel_unchecked(&f.shape[i]);
+            const float *w = (const float *)want[i].data + (size_t)s * (size_t)n;
+            for (int64_t e = 0; e < n; e++) {
+                double a = ((float *)h.data)[e], b = w[e];
+                if (fabs(b) > 1e-3) max_rel = fmax(max_rel, fabs(a - b) / fabs(b));
+                if (!(fabs(a - b) <= atol + rtol * fabs(b))) {
+                    fprintf(stderr, "  %s step %d %s[%lld]: %.9g vs %.9g\n", want_name, s + 1,
+                            pnames[i], (long long)e, a, b);
+                    bad = 1;
+                    break;
+                }
+            }
+            ot_tensor_release(&h);
+        }
+    }
+    EXPECT_INT_EQ(bad, 0);
+    /* lr.npy is the generator's own closed form of optax's warmup-cosine (another expression
+     * order): equal up to the last bits */
+    EXPECT_TRUE(lr_rel <= 1e-14);
+    printf("  %-32s device optimizer: max rel %.3g (bound rtol %.2g), lr vs lr.npy %.2g\n",
+           want_name, max_rel, rtol, lr_rel);
+    for (int i = 0; i < NP; i++) {
+        ot_buffer_free(pb[i]);
+        ot_tensor_release(&want[i]);
+    }
+    ot_tensor_release(&lrs);
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_lr_schedule_free(sch);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+static void test_torch_fixtures(void) {
+    json_error_t je;
+    json_t *root = json_load_file(OPT_DIR "index.json", 0, &je);
+    ASSERT_TRUE(root != NULL);
+    run_fixture_case(root, "torch_adam");            /* clip by norm, warmup-cosine schedule */
+    run_fixture_case(root, "torch_adamw");           /* decoupled wd, clip, schedule */
+    run_fixture_case(root, "torch_adam_clip_value"); /* clip by value */
+    run_fixture_case(root, "torch_sgd_momentum_dampening_wd");
+    json_decref(root);
+}
+
 /* ---- bad input ----------------------------------------------------------------------------- */
 
 static void test_errors_change_nothing(void) {
@@ -446,6 +568,9 @@ static void test_errors_change_nothing(void) {
     EXPECT_STATUS(ot_tpu_optimizer_create(o, f.shape, 0, NULL, &t), OT_ERR_INVALID_ARGUMENT);
     ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
     to.clip_grad_norm = NAN;
+    EXPECT_STATUS(ot_tpu_optimizer_create(o, f.shape, NP, &to, &t), OT_ERR_INVALID_ARGUMENT);
+    to = ot_tpu_optimizer_options_default();
+    to.clip_grad_value = -1;
     EXPECT_STATUS(ot_tpu_optimizer_create(o, f.shape, NP, &to, &t), OT_ERR_INVALID_ARGUMENT);
     ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, NULL, &t));
     ot_device *d = NULL, *other = NULL;
@@ -550,6 +675,6 @@ static void test_alloc_failures(void) {
 
 OT_TEST_MAIN(OT_TEST(test_names_and_executable), OT_TEST(test_trajectory_adam),
              OT_TEST(test_trajectory_others), OT_TEST(test_trajectory_no_donation),
-             OT_TEST(test_clipping), OT_TEST(test_donation), OT_TEST(test_two_replicas_threads),
-             OT_TEST(test_state_roundtrip), OT_TEST(test_errors_change_nothing),
-             OT_TEST(test_alloc_failures))
+             OT_TEST(test_clipping), OT_TEST(test_torch_fixtures), OT_TEST(test_donation),
+             OT_TEST(test_two_replicas_threads), OT_TEST(test_state_roundtrip),
+             OT_TEST(test_errors_change_nothing), OT_TEST(test_alloc_failures))

@@ -31,9 +31,10 @@
  * state k*S + j (parameter k, slot j; S = the optimizer's slot count), then step and lr (f64
  * scalars); root tuple (params'..., state'...) in the same order.
  *
- * Clipping (clip_grad_norm > 0): torch.nn.utils.clip_grad_norm_ with norm type 2 — total =
- * sqrt(sum over every gradient element of g^2), coef = min(1, max_norm / (total + 1e-6)),
- * g *= coef. The sum of squares and coef are computed in f64 (elements converted from their
+ * Clipping by value (clip_grad_value > 0) comes first: g = clamp(g, -v, v) with v rounded to the
+ * gradient dtype. Clipping by norm (clip_grad_norm > 0): torch.nn.utils.clip_grad_norm_ with norm
+ * type 2 — total = sqrt(sum over every gradient element of g^2), coef = min(1, max_norm / (total +
+ * 1e-6)), g *= coef. The sum of squares and coef are computed in f64 (elements converted from their
  * dtype), coef is rounded to each gradient's dtype before the multiply.
  *
  * Ownership: create allocates; free releases the executable and every replica's state buffers
@@ -69,10 +70,12 @@ extern "C" {
 typedef struct ot_tpu_optimizer ot_tpu_optimizer;
 
 typedef struct ot_tpu_optimizer_options {
-    bool donate;           /* default true: params and state are donated to the update
-                              (input_output_alias), updated in place */
-    double clip_grad_norm; /* > 0: gradients clipped by global norm over all params before the
-                              update (torch clip_grad_norm_ semantics); 0: off */
+    bool donate;            /* default true: params and state are donated to the update
+                               (input_output_alias), updated in place */
+    double clip_grad_norm;  /* > 0: gradients clipped by global norm over all params before the
+                               update (torch clip_grad_norm_ semantics); 0: off */
+    double clip_grad_value; /* > 0: every gradient element clamped to [-v, v] first (torch
+                               clip_grad_value_, optax clip); 0: off */
     const ot_compile_options *compile; /* NULL: ot_compile_options_default() */
 } ot_tpu_optimizer_options;
 

@@ -28,7 +28,8 @@ struct ot_tpu_optimizer {
 };
 
 ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
-    ot_tpu_optimizer_options o = {.donate = true, .clip_grad_norm = 0.0, .compile = NULL};
+    ot_tpu_optimizer_options o = {
+        .donate = true, .clip_grad_norm = 0.0, .clip_grad_value = 0.0, .compile = NULL};
     return o;
 }
 
@@ -83,6 +84,15 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
     ot_instr *step = ot_build_parameter(c, 2 * n + t->nstate, sc, "step");
     ot_instr *lr = ot_build_parameter(c, 2 * n + t->nstate + 1, sc, "lr");
     OT_CHECK_GOTO(ot_module_status(m), s, done);
+    for (int k = 0; k < n && t->opts.clip_grad_value > 0; k++) {
+        ot_dtype dt = t->pshape[k].dtype;
+        double v = t->opts.clip_grad_value;
+        ot_instr *lo =
+            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, -v), t->pshape[k], NULL, 0);
+        ot_instr *hi =
+            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, v), t->pshape[k], NULL, 0);
+        grads[k] = ot_build_clamp(c, lo, grads[k], hi);
+    }
     if (t->opts.clip_grad_norm > 0) {
         /* torch clip_grad_norm_: coef = min(1, max_norm / (total + 1e-6)), total the 2-norm of
          * every gradient element together */
@@ -176,10 +186,12 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     if (nparams <= 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: %d parameters", nparams);
     ot_tpu_optimizer_options op = opts ? *opts : ot_tpu_optimizer_options_default();
-    if (isnan(op.clip_grad_norm) || op.clip_grad_norm < 0 || isinf(op.clip_grad_norm))
+    if (!isfinite(op.clip_grad_norm) || op.clip_grad_norm < 0 || !isfinite(op.clip_grad_value) ||
+        op.clip_grad_value < 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "ot_tpu_optimizer_create: clip_grad_norm %g (> 0 clips, 0 is off)",
-                        op.clip_grad_norm);
+                        "ot_tpu_optimizer_create: clip_grad_norm %g, clip_grad_value %g (> 0 "
+                        "clips, 0 is off)",
+                        op.clip_grad_norm, op.clip_grad_value);
     for (int k = 0; k < nparams; k++) {
         ot_dtype dt = param_shapes[k].dtype;
         if (dt != OT_F32 && dt != OT_F64)
