@@ -963,36 +963,95 @@ static void test_structure(void) {
     check_vjp("call + tuple + integer path + unused param", m, a, 3, (int64_t[]){0, 1, 2}, 3);
 }
 
+/* A module with a convolution, max pooling, a gather and a scatter on the gradient path. */
+static ot_module *cnn_like(void) {
+    ot_computation *c;
+    ot_instr *p[3];
+    ot_shape s[3] = {S64(1, 1, 6, 6), S64(2, 1, 3, 3), shp(OT_S32, 1, (int64_t[]){2})};
+    ot_module *m = new_mod(&c, p, 3, s);
+    ot_conv_dims nchw = {.nspatial = 2,
+                         .input_batch = 0,
+                         .input_feature = 1,
+                         .input_spatial = {2, 3},
+                         .kernel_output_feature = 0,
+                         .kernel_input_feature = 1,
+                         .kernel_spatial = {2, 3},
+                         .output_batch = 0,
+                         .output_feature = 1,
+                         .output_spatial = {2, 3}};
+    ot_window w = win(2, (int64_t[]){3, 3}, NULL, (int64_t[]){1, 1}, (int64_t[]){1, 1}, NULL, NULL);
+    ot_instr *y = ot_build_convolution(c, p[0], p[1], &w, &nchw, 1, 1); /* [1,2,6,6] */
+    ot_computation *max = scalar_fn(m, OT_F64, OT_OP_MAXIMUM, "max");
+    ot_computation *add = scalar_fn(m, OT_F64, OT_OP_ADD, "add");
+    ot_window pw = win(4, (int64_t[]){1, 1, 2, 2}, (int64_t[]){1, 1, 2, 2}, NULL, NULL, NULL, NULL);
+    ot_instr *ninf = ot_build_constant_scalar(c, OT_F64, -INFINITY);
+    ot_instr *pool = ot_build_reduce_window(c, &y, &ninf, 1, &pw, max); /* [1,2,3,3] */
+    ot_instr *flat = ot_build_reshape(c, pool, S64(6, 3));
+    ot_gather_dims gd = {.noffset = 1,
+                         .offset_dims = {1},
+                         .ncollapsed = 1,
+                         .collapsed_slice_dims = {0},
+                         .nstart_index_map = 1,
+                         .start_index_map = {0},
+                         .index_vector_dim = 1,
+                         .nslice_sizes = 2,
+                         .slice_sizes = {1, 3}};
+    ot_instr *rows = ot_build_gather(c, flat, p[2], &gd); /* [2,3] */
+    ot_scatter_dims sd = {.nupdate_window = 1,
+                          .update_window_dims = {1},
+                          .ninserted = 1,
+                          .inserted_window_dims = {0},
+                          .nscatter_to_operand = 1,
+                          .scatter_dims_to_operand_dims = {0},
+                          .index_vector_dim = 1};
+    ot_instr *sc = ot_build_scatter(c, &flat, 1, p[2], &rows, &sd, add);
+    ot_instr *z = ot_build_constant_scalar(c, OT_F64, 0);
+    ot_instr *sq = ot_build_binary(c, OT_OP_MULTIPLY, sc, sc);
+    ot_computation_set_root(c, ot_build_reduce(c, &sq, &z, 1, (int64_t[]){0, 1}, 2, add));
+    return m;
+}
+
 /* Every allocation failing in turn: OUT_OF_MEMORY, nothing leaked, then success. */
 static void test_alloc_failures(void) {
-    ot_module *m = mlp(2);
-    ASSERT_OK(ot_module_finalize(m));
-    int64_t live = ot_alloc_live();
-    ot_grad_options o = ot_grad_options_default();
-    o.loss_index = 1;
-    int ok_at = 0;
-    for (int n = 1; n < 100000; n++) {
-        ot_module *g = NULL;
-        ot_alloc_fail_after(n);
-        ot_status s = ot_grad(m, (int64_t[]){0, 1, 2, 3}, 4, &o, &g);
-        ot_alloc_fail_after(0);
-        if (s == OT_OK) {
-            ok_at = n;
-            ot_module_free(g);
-            break;
+    for (int which = 0; which < 3; which++) {
+        ot_module *m = which == 0 ? mlp(2) : which == 1 ? loop_module(true) : cnn_like();
+        ASSERT_OK(ot_module_finalize(m));
+        int64_t live = ot_alloc_live();
+        ot_grad_options o = ot_grad_options_default();
+        o.loss_index = 1;
+        int ok_at = 0;
+        for (int n = 1; n < 100000; n++) {
+            ot_module *g = NULL;
+            ot_alloc_fail_after(n);
+            ot_status s = which == 0   ? ot_grad(m, (int64_t[]){0, 1, 2, 3}, 4, &o, &g)
+                          : which == 1 ? ot_vjp(m, (int64_t[]){0, 1}, 2, &g)
+                                       : ot_grad(m, (int64_t[]){0, 1}, 2, NULL, &g);
+            ot_alloc_fail_after(0);
+            if (s == OT_OK) {
+                ok_at = n;
+                ot_module_free(g);
+                break;
+            }
+            if (s != OT_ERR_OUT_OF_MEMORY || g != NULL) {
+                OT_T_FAIL_("module %d, allocation %d failing: %s (%s)", which, n, ot_status_str(s),
+                           ot_last_error());
+                break;
+            }
+            if (ot_alloc_live() != live) {
+                OT_T_FAIL_("module %d, allocation %d failing leaked %lld", which, n,
+                           (long long)(ot_alloc_live() - live));
+                break;
+            }
         }
-        if (s != OT_ERR_OUT_OF_MEMORY || g != NULL) {
-            OT_T_FAIL_("allocation %d failing: %s (%s)", n, ot_status_str(s), ot_last_error());
-            break;
-        }
-        if (ot_alloc_live() != live) {
-            OT_T_FAIL_("allocation %d failing leaked %lld", n, (long long)(ot_alloc_live() - live));
-            break;
-        }
+        EXPECT_TRUE(ok_at > 1);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+        ot_module_free(m);
     }
-    EXPECT_TRUE(ok_at > 1);
-    EXPECT_INT_EQ(ot_alloc_live(), live);
-    ot_module_free(m);
+    /* and the CNN-like module's gradient is right */
+    ot_shape s[3] = {S64(1, 1, 6, 6), S64(2, 1, 3, 3), shp(OT_S32, 1, (int64_t[]){2})};
+    ot_value a[3] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1),
+                     arg_int(OT_S32, 1, (int64_t[]){2}, (int64_t[]){4, 1})};
+    check_vjp("conv + max pool + gather + scatter", cnn_like(), a, 3, (int64_t[]){0, 1}, 2);
 }
 
 static void test_leaks(void) {

@@ -4,12 +4,14 @@
  * outputs) and compared with JAX's gradients (grad_<k>.npy) at the tolerance the index states
  * for them (tests/data/README.md gives the rule). Cases whose forward module holds an op with no
  * rule must fail with UNIMPLEMENTED naming that op, and are listed below, so a regression in
- * either direction fails.
+ * either direction fails. Each gradient module is also compiled (-O2) and run on a host device
+ * (the runtime's fast kernels), whose results must match JAX's at the same tolerances.
  *
  * Usage: test_grad_jax [NAME-SUBSTRING] [-v] */
 #include "optitpu/autodiff.h"
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
+#include "optitpu/runtime.h"
 #include "ot_test.h"
 
 #include <jansson.h>
@@ -23,6 +25,43 @@
 
 static const char *g_filter;
 static bool g_verbose;
+static ot_device *g_dev;
+
+/* The vjp module compiled at -O2 and run on a host device (fast kernels): *leaves gets the
+ * result leaves (ot_malloc'd values, *nleaves of them). */
+static ot_status run_compiled(const ot_module *g, const ot_value *args, int nargs,
+                              ot_value **leaves, int *nleaves) {
+    *leaves = NULL;
+    *nleaves = 0;
+    ot_compile_options o = ot_compile_options_default();
+    o.opt_level = 2;
+    ot_executable *exe = NULL;
+    OT_CHECK(ot_compile(g, &o, &exe));
+    int no = ot_executable_output_count(exe);
+    ot_buffer **in = calloc((size_t)nargs + 1, sizeof *in);
+    ot_buffer **out = calloc((size_t)no + 1, sizeof *out);
+    ot_value *v = calloc((size_t)no + 1, sizeof *v);
+    ot_status s = OT_OK;
+    for (int k = 0; k < nargs && s == OT_OK; k++)
+        s = ot_buffer_from_host(g_dev, &args[k].array, &in[k]);
+    if (s == OT_OK) s = ot_device_execute(g_dev, exe, in, nargs, out, no, NULL, NULL);
+    for (int k = 0; k < no && s == OT_OK; k++) {
+        ot_tensor t;
+        s = ot_buffer_to_host(out[k], &t);
+        if (s == OT_OK) {
+            s = ot_value_from_tensor(&v[k], &t);
+            ot_tensor_release(&t);
+            if (s == OT_OK) (*nleaves)++;
+        }
+    }
+    for (int k = 0; k < nargs; k++) ot_buffer_free(in[k]);
+    for (int k = 0; k < no; k++) ot_buffer_free(out[k]);
+    free(in);
+    free(out);
+    ot_executable_free(exe);
+    *leaves = v;
+    return s;
+}
 
 /* Cases whose gradient path holds an op with no reverse-mode rule, and the op the error names
  * (none today: scan_cumulative's while loop has a static trip count and is unrolled). */
@@ -102,7 +141,14 @@ static case_result run_case(const char *dir, const json_t *k, char *why, size_t 
         snprintf(why, n, "result has %d elements, expected %zu", r.ntuple, nl + (size_t)nwrt);
         res = CASE_FAIL;
     }
-    /* primal outputs at the case's tolerance, gradients at the vjp tolerance */
+    ot_value *cl = NULL;
+    int ncl = 0;
+    if (res == CASE_PASS && run_compiled(g, args, (int)(ni + nl), &cl, &ncl) != OT_OK) {
+        snprintf(why, n, "compiled -O2: %s", ot_last_error());
+        res = CASE_FAIL;
+    }
+    /* primal outputs at the case's tolerance, gradients at the vjp tolerance; the evaluator's
+     * result and the compiled one */
     tol tp = parse_tol(json_object_get(k, "tolerance"));
     tol tg = parse_tol(json_object_get(vjp, "tolerance"));
     for (size_t j = 0; res == CASE_PASS && j < nl + (size_t)nwrt; j++) {
@@ -114,17 +160,26 @@ static case_result run_case(const char *dir, const json_t *k, char *why, size_t 
             res = CASE_FAIL;
             break;
         }
-        char w[512];
-        if (!compare(&r.tuple[j], &exp, primal ? &tp : &tg, w, sizeof w)) {
+        for (int how = 0; how < 2 && res == CASE_PASS; how++) {
+            const ot_value *got = how == 0 ? &r.tuple[j] : (int)j < ncl ? &cl[j] : NULL;
+            char w[512];
+            if (!got) {
+                snprintf(w, sizeof w, "missing");
+            } else if (compare(got, &exp, primal ? &tp : &tg, w, sizeof w)) {
+                continue;
+            }
+            const char *by = how == 0 ? "evaluator" : "compiled -O2";
             if (primal)
-                snprintf(why, n, "primal output %zu: %s", j, w);
+                snprintf(why, n, "%s: primal output %zu: %s", by, j, w);
             else
-                snprintf(why, n, "gradient %zu (wrt parameter %lld): %s", j - nl,
+                snprintf(why, n, "%s: gradient %zu (wrt parameter %lld): %s", by, j - nl,
                          (long long)wrt[j - nl], w);
             res = CASE_FAIL;
         }
         ot_value_release(&exp);
     }
+    for (int q = 0; q < ncl; q++) ot_value_release(&cl[q]);
+    free(cl);
     ot_value_release(&r);
     for (size_t q = 0; q < ni + nl; q++) ot_value_release(&args[q]);
     free(args);
@@ -148,7 +203,6 @@ static void test_jax_gradients(void) {
         total++;
         char dir[1024], why[1024] = "";
         snprintf(dir, sizeof dir, "%s/tests/data/jax/%s", OT_SOURCE_DIR, name);
-        int64_t live = ot_alloc_live();
         uint64_t t0 = ot_now_ns();
         case_result res = run_case(dir, k, why, sizeof why);
         const char *kop = known_op(name);
@@ -179,10 +233,6 @@ static void test_jax_gradients(void) {
                    : res == CASE_UNIMPLEMENTED ? "unimplemented"
                                                : "FAIL",
                    name, (ot_now_ns() - t0) / 1e6, res == CASE_PASS ? "" : why);
-        if (ot_alloc_live() != live) {
-            printf("LEAK %s: %lld allocations\n", name, (long long)(ot_alloc_live() - live));
-            ot_test_failures_++;
-        }
     }
     printf("jax gradients: %d of %d cases pass, %d unimplemented (listed), %d fail\n", pass, total,
            unimpl, fail);
@@ -202,6 +252,18 @@ int main(int argc, char **argv) {
         else
             g_filter = argv[i];
     }
+    /* leaks are checked over the whole run: the device keeps caches until it is freed */
+    int64_t live = ot_alloc_live();
+    if (ot_host_device_create(0, 0, &g_dev) != OT_OK) {
+        fprintf(stderr, "host device: %s\n", ot_last_error());
+        return 1;
+    }
     static const ot_test_case tests[] = {OT_TEST(test_jax_gradients)};
-    return ot_test_main(1, argv, tests, 1);
+    int rc = ot_test_main(1, argv, tests, 1);
+    ot_device_free(g_dev);
+    if (ot_alloc_live() != live) {
+        printf("LEAK: %lld allocations\n", (long long)(ot_alloc_live() - live));
+        rc = 1;
+    }
+    return rc;
 }
