@@ -89,5 +89,23 @@ fi
 expect limits_table 0 "^limits +STREAM triad f64 3x2 MiB, 1 thread +GB/s" -- \
   bench limits --only stream --threads 1 --reps 1 --stream-bytes 2M
 
+# bench optim: small sizes, every row present, one compile, the fused loop agrees
+expect optim_bad_params 2 "--params needs a count" -- bench optim --params 0
+expect optim_unknown_optimizer 1 "unknown optimizer 'nosuch'" -- bench optim --optimizer nosuch --no-limits
+expect optim_json 0 "" -- bench optim --params 4096 --tensors 3 --reps 2 --no-limits --json
+bad=0
+for c in "adam f32 4096 x3 compile \\(once\\)" "adam f32 4096 x3 step" "adam f32 4096 x3 parameters != loop's" \
+         "adam f32 4096 x3\"" "adam f32 4096 x3 compiles after 3 steps"; do
+  grep -Eq "\"case\": \"$c" "$work/out" || { echo "  missing row: $c"; bad=1; }
+done
+grep -Eq '"case": "adam f32 4096 x3 compiles after 3 steps", "metric": "count", "value": 1[,.]' "$work/out" || { echo "  compiled more than once"; bad=1; }
+grep -Eq '"case": "adam f32 4096 x3 parameters != loop.s", "metric": "elements", "value": 0[,.]' "$work/out" || { echo "  the device optimizer and the loop differ"; bad=1; }
+if [[ $bad -ne 0 ]]; then
+  echo "FAIL optim_json_rows"; sed 's/^/  | /' "$work/out"; failed=$((failed + 1))
+else
+  echo "ok   optim_json_rows"; passed=$((passed + 1))
+fi
+expect optim_table 0 "^optim +lamb f32 1000 x2 step +ms/step" -- bench optim --optimizer lamb --params 1000 --tensors 2 --reps 1 --no-limits
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
