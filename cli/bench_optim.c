@@ -224,8 +224,9 @@ static int run_optim_bench(int argc, char **argv) {
     snprintf(c1, sizeof c1, "%s step", cs);
     if (adam) {
         double loop_s = ot_bench_median(tl, (size_t)reps);
-        ot_bench_row r = {"optim", c1, "ms/step", step_s * 1e3, "fused C loop (1 thread)",
-                          loop_s * 1e3, loop_s / step_s};
+        ot_bench_row r = {
+            "optim",        c1, "ms/step", step_s * 1e3, "fused C loop (1 thread)", loop_s * 1e3,
+            loop_s / step_s};
         ot_bench_print(&r, json);
         snprintf(c1, sizeof c1, "%s parameters != loop's", cs);
         ot_bench_row rd = {"optim", c1, "elements", (double)ndiff, NULL, 0, 0};
@@ -239,8 +240,13 @@ static int run_optim_bench(int argc, char **argv) {
     }
     snprintf(c1, sizeof c1, "%s", cs);
     double gbs = bytes / step_s / 1e9;
-    ot_bench_row rg = {"optim", c1, "GB/s", gbs, limits ? "STREAM triad (1 thread)" : NULL,
-                       lim.triad_gbs, limits && lim.triad_gbs > 0 ? gbs / lim.triad_gbs : 0};
+    ot_bench_row rg = {"optim",
+                       c1,
+                       "GB/s",
+                       gbs,
+                       limits ? "STREAM triad (1 thread)" : NULL,
+                       lim.triad_gbs,
+                       limits && lim.triad_gbs > 0 ? gbs / lim.triad_gbs : 0};
     ot_bench_print(&rg, json);
     snprintf(c1, sizeof c1, "%s compiles after %lld steps", cs, (long long)reps + 1);
     ot_bench_row rn = {"optim", c1, "count", (double)ot_tpu_optimizer_compile_count(t), NULL, 0, 0};
