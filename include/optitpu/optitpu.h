@@ -17,5 +17,6 @@
 #include "optitpu/optim.h"
 #include "optitpu/tpu_optim.h"
 #include "optitpu/autodiff.h"
+#include "optitpu/train.h"
 
 #endif /* OPTITPU_OPTITPU_H */

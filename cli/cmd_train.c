@@ -1,0 +1,334 @@
+/* optitpu train: data-parallel training on a pod of host devices (the main job). */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: optitpu train [options]\n"
+    "\n"
+    "Trains a model data-parallel on a pod of host devices: each step the global batch is split\n"
+    "over the devices, every device runs the compiled forward/backward program, the gradients are\n"
+    "summed by an all-reduce through the pod, and every device applies the compiled optimizer\n"
+    "update. With no options: an MLP (64-128-10, ReLU) on the embedded UCI digits set with Adam,\n"
+    "8 devices as a 2x4 torus, checkpoints every 100 steps, curves and a trace in optitpu-train/.\n"
+    "\n"
+    "model and data\n"
+    "  --model M            logreg | mlp | cnn                       (default mlp)\n"
+    "  --hidden W[,W...]    MLP hidden widths                        (default 128)\n"
+    "  --activation A       relu | gelu | tanh                       (default relu)\n"
+    "  --data D             digits | synthetic                       (default digits)\n"
+    "  --samples N          synthetic: number of samples             (default 65536)\n"
+    "optimization\n"
+    "  --optimizer O        sgd adam adamw rmsprop adagrad ...       (default adam)\n"
+    "  --lr X               peak learning rate                       (default 0.003)\n"
+    "  --weight-decay X     (default: the optimizer's)\n"
+    "  --schedule S         constant | cosine | warmup-cosine | step (default warmup-cosine)\n"
+    "  --warmup N           warmup steps                             (default 20)\n"
+    "  --batch-size N       global batch                             (default 128)\n"
+    "  --steps N | --epochs N                                        (default 400 steps)\n"
+    "  --eval-every N       test-set evaluation period               (default 50)\n"
+    "  --seed N             data order and initialization            (default 0)\n"
+    "pod\n"
+    "  --devices N          host devices                             (default 8)\n"
+    "  --topology T         torus-2x4, ring-N, mesh-AxB, ...         (default torus-2x4)\n"
+    "checkpoints and faults\n"
+    "  --ckpt-dir DIR       (default optitpu-train/ckpt; 'none' disables)\n"
+    "  --ckpt-every N       (default 100)       --keep N   checkpoints kept (default 3)\n"
+    "  --resume             continue from the newest verified checkpoint\n"
+    "  --fresh              delete checkpoints already in --ckpt-dir first\n"
+    "  --fail-device D@S    device D stops at step S (its heartbeats stop)\n"
+    "  --recovery R         shrink (continue on the survivors) | restore (newest checkpoint\n"
+    "                       onto a spare device)                     (default shrink)\n"
+    "  --stop-after N       stop after N steps of this run, as a crash would (for testing)\n"
+    "output\n"
+    "  --out DIR            metrics.csv and curves.svg go here      (default optitpu-train)\n"
+    "  --trace FILE         Chrome trace: compute, communication, checkpoints per device\n"
+    "                       (default DIR/trace.json)\n"
+    "  --json               print the final report as one JSON object on stdout\n"
+    "  --quiet              no progress output\n"
+    "  --threads N          threads of the shared kernel pool (sets OPTITPU_THREADS)\n";
+
+typedef struct ui {
+    bool tty, quiet;
+    int64_t plain_every;
+} ui;
+
+static void on_event(void *ud, const char *msg) {
+    ui *u = ud;
+    if (u->quiet) return;
+    if (u->tty) fprintf(stderr, "\r\033[K");
+    fprintf(stderr, "%s\n", msg);
+}
+
+static void on_progress(void *ud, const ot_train_progress *p) {
+    ui *u = ud;
+    if (u->quiet) return;
+    char test[32] = "  -  ";
+    if (p->test_accuracy >= 0) snprintf(test, sizeof test, "%5.1f%%", 100 * p->test_accuracy);
+    if (u->tty) {
+        int width = 24, fill = (int)((double)width * (double)p->step / (double)p->total_steps);
+        char bar[32];
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+        bar[width] = 0;
+        fprintf(stderr,
+                "\r\033[K[%s] %lld/%lld  loss %.4f  acc %5.1f%%  test %s  %6.0f samples/s  "
+                "%d dev  ETA %4.1fs",
+                bar, (long long)p->step, (long long)p->total_steps, p->loss,
+                100 * p->train_accuracy, test, p->samples_per_s, p->devices, p->eta_s);
+        if (p->step == p->total_steps) fputc('\n', stderr);
+        fflush(stderr);
+    } else if (p->evaluated || p->step % u->plain_every == 0 || p->step == p->total_steps) {
+        fprintf(stderr,
+                "step %lld/%lld loss %.4f acc %.1f%% test %s lr %.3g %.0f samples/s %d devices "
+                "eta %.1fs\n",
+                (long long)p->step, (long long)p->total_steps, p->loss, 100 * p->train_accuracy,
+                test, p->lr, p->samples_per_s, p->devices, p->eta_s);
+    }
+}
+
+static bool parse_hidden(const char *s, ot_model_config *m) {
+    m->nhidden = 0;
+    const char *p = s;
+    while (*p) {
+        if (m->nhidden == OT_MODEL_MAX_HIDDEN) return false;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 1 || v > (1 << 20)) return false;
+        m->hidden[m->nhidden++] = v;
+        if (*end == ',') end++;
+        else if (*end) return false;
+        p = end;
+    }
+    return m->nhidden > 0;
+}
+
+static int mkdir_p(const char *dir) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *q = buf + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+            *q = '/';
+        }
+    return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int run(int argc, char **argv) {
+    ot_train_options o = ot_train_options_default();
+    const char *out_dir = "optitpu-train", *ckpt_dir = NULL, *trace = NULL;
+    bool json = false, quiet = false, ckpt_off = false;
+    int64_t v;
+    double d;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                                     \
+    do {                                                                                           \
+        if (!val) return cli_usage_error("train", "%s needs a value", a);                          \
+        i++;                                                                                       \
+    } while (0)
+        if (!strcmp(a, "--model")) {
+            NEED();
+            int k = ot_model_kind_from_name(val);
+            if (k < 0) return cli_usage_error("train", "--model: unknown model '%s' (logreg, mlp, cnn)", val);
+            o.model.kind = (ot_model_kind)k;
+        } else if (!strcmp(a, "--hidden")) {
+            NEED();
+            if (!parse_hidden(val, &o.model))
+                return cli_usage_error("train", "--hidden: expected 1 to %d widths like 128,64", OT_MODEL_MAX_HIDDEN);
+        } else if (!strcmp(a, "--activation")) {
+            NEED();
+            int k = ot_activation_from_name(val);
+            if (k < 0) return cli_usage_error("train", "--activation: unknown '%s' (relu, gelu, tanh)", val);
+            o.model.activation = (ot_activation)k;
+        } else if (!strcmp(a, "--data")) {
+            NEED();
+            if (strcmp(val, "digits") && strcmp(val, "synthetic"))
+                return cli_usage_error("train", "--data: unknown data set '%s' (digits, synthetic)", val);
+            o.dataset = val;
+        } else if (!strcmp(a, "--samples")) {
+            NEED();
+            if (!cli_parse_i64(val, 16, INT64_C(1) << 26, &v)) return cli_usage_error("train", "--samples: 16..2^26");
+            o.synthetic_n = v;
+        } else if (!strcmp(a, "--optimizer")) {
+            NEED();
+            o.optimizer = val;
+        } else if (!strcmp(a, "--lr")) {
+            NEED();
+            if (!cli_parse_double(val, &d) || !(d > 0)) return cli_usage_error("train", "--lr: a number > 0");
+            o.lr = d;
+        } else if (!strcmp(a, "--weight-decay")) {
+            NEED();
+            if (!cli_parse_double(val, &d) || !(d >= 0)) return cli_usage_error("train", "--weight-decay: a number >= 0");
+            o.weight_decay = d;
+        } else if (!strcmp(a, "--schedule")) {
+            NEED();
+            if (strcmp(val, "constant") && strcmp(val, "cosine") && strcmp(val, "warmup-cosine") &&
+                strcmp(val, "step"))
+                return cli_usage_error("train", "--schedule: unknown '%s' (constant, cosine, warmup-cosine, step)", val);
+            o.schedule = val;
+        } else if (!strcmp(a, "--warmup")) {
+            NEED();
+            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--warmup: a step count");
+            o.warmup_steps = v;
+        } else if (!strcmp(a, "--batch-size")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 24, &v)) return cli_usage_error("train", "--batch-size: 1..2^24");
+            o.batch_size = v;
+        } else if (!strcmp(a, "--steps")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--steps: >= 1");
+            o.steps = v;
+            o.epochs = 0;
+        } else if (!strcmp(a, "--epochs")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 30, &v)) return cli_usage_error("train", "--epochs: >= 1");
+            o.epochs = v;
+        } else if (!strcmp(a, "--eval-every")) {
+            NEED();
+            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--eval-every: >= 0");
+            o.eval_every = v;
+        } else if (!strcmp(a, "--seed")) {
+            NEED();
+            if (!cli_parse_i64(val, 0, INT64_MAX, &v)) return cli_usage_error("train", "--seed: >= 0");
+            o.seed = (uint64_t)v;
+        } else if (!strcmp(a, "--devices")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, 63, &v)) return cli_usage_error("train", "--devices: 1..63");
+            o.devices = (int)v;
+        } else if (!strcmp(a, "--topology")) {
+            NEED();
+            o.topology = val;
+        } else if (!strcmp(a, "--ckpt-dir")) {
+            NEED();
+            ckpt_dir = val;
+            ckpt_off = !strcmp(val, "none");
+        } else if (!strcmp(a, "--ckpt-every")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--ckpt-every: >= 1");
+            o.ckpt_every = v;
+        } else if (!strcmp(a, "--keep")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, 1 << 20, &v)) return cli_usage_error("train", "--keep: >= 1");
+            o.keep = (int)v;
+        } else if (!strcmp(a, "--resume")) {
+            o.resume = true;
+        } else if (!strcmp(a, "--fresh")) {
+            o.fresh = true;
+        } else if (!strcmp(a, "--fail-device")) {
+            NEED();
+            const char *at = strchr(val, '@');
+            char dev[32];
+            if (!at || (size_t)(at - val) >= sizeof dev) return cli_usage_error("train", "--fail-device: expected D@STEP, e.g. 3@50");
+            memcpy(dev, val, (size_t)(at - val));
+            dev[at - val] = 0;
+            int64_t dv, sv;
+            if (!cli_parse_i64(dev, 0, 62, &dv) || !cli_parse_i64(at + 1, 1, INT64_C(1) << 40, &sv))
+                return cli_usage_error("train", "--fail-device: expected D@STEP with D >= 0, STEP >= 1");
+            o.fail_device = (int)dv;
+            o.fail_step = sv;
+        } else if (!strcmp(a, "--recovery")) {
+            NEED();
+            if (!strcmp(val, "shrink")) o.recovery = OT_RECOVER_SHRINK;
+            else if (!strcmp(val, "restore")) o.recovery = OT_RECOVER_RESTORE;
+            else return cli_usage_error("train", "--recovery: shrink or restore, not '%s'", val);
+        } else if (!strcmp(a, "--stop-after")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--stop-after: >= 1");
+            o.stop_after = v;
+        } else if (!strcmp(a, "--out")) {
+            NEED();
+            out_dir = val;
+        } else if (!strcmp(a, "--trace")) {
+            NEED();
+            trace = val;
+        } else if (!strcmp(a, "--threads")) {
+            NEED();
+            if (!cli_parse_i64(val, 1, 1024, &v)) return cli_usage_error("train", "--threads: 1..1024");
+            setenv("OPTITPU_THREADS", val, 1); /* read when the kernel pool starts */
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--quiet")) {
+            quiet = true;
+        } else {
+            return cli_usage_error("train", "unknown argument '%s'", a);
+        }
+#undef NEED
+    }
+    if (mkdir_p(out_dir) != 0) {
+        fprintf(stderr, "optitpu train: cannot create %s: %s\n", out_dir, strerror(errno));
+        return CLI_FAIL;
+    }
+    char ckpt_buf[4096], trace_buf[4096], csv[4096], svg[4096];
+    if (!ckpt_dir) {
+        snprintf(ckpt_buf, sizeof ckpt_buf, "%s/ckpt", out_dir);
+        ckpt_dir = ckpt_buf;
+        /* the default directory belongs to this command: a new run without --resume starts over */
+        if (!o.resume) o.fresh = true;
+    }
+    o.ckpt_dir = ckpt_off ? NULL : ckpt_dir;
+    if (!trace) {
+        snprintf(trace_buf, sizeof trace_buf, "%s/trace.json", out_dir);
+        trace = trace_buf;
+    }
+    o.trace_path = trace;
+    snprintf(csv, sizeof csv, "%s/metrics.csv", out_dir);
+    snprintf(svg, sizeof svg, "%s/curves.svg", out_dir);
+
+    ui u = {isatty(2) != 0, quiet, 25};
+    o.on_event = on_event;
+    o.on_progress = on_progress;
+    o.ud = &u;
+    ot_train_report r;
+    if (ot_train(&o, &r) != OT_OK) {
+        int rc = cli_fail("train");
+        ot_train_report_clear(&r);
+        return rc;
+    }
+    int rc = CLI_OK;
+    if (ot_train_write_csv(&r, csv) != OT_OK || ot_train_write_svg(&r, svg) != OT_OK) rc = cli_fail("train");
+    char hex[65];
+    ot_hex(r.params_sha256, 32, hex);
+    if (json) {
+        char *js = NULL;
+        if (ot_train_report_json(&r, &js) != OT_OK) {
+            rc = cli_fail("train");
+        } else {
+            printf("%s\n", js);
+            ot_free(js);
+        }
+    } else {
+        printf("\n%s after %lld steps (%lld this run): test accuracy %.2f%%, test loss %.4f, final "
+               "train loss %.4f\n",
+               r.stopped ? "stopped" : "done", (long long)r.final_step, (long long)r.steps_run,
+               100 * r.test_accuracy, r.test_loss, r.final_loss);
+        printf("  %.2f s, %.0f samples/s on %d device(s)%s\n", r.wall_s, r.samples_per_s,
+               r.devices_end, r.devices_end != r.devices_start ? " (after shrinking)" : "");
+        double tot = r.compute_s + r.comm_s + r.ckpt_s + r.other_s;
+        if (tot > 0)
+            printf("  CPU time by phase: compute %.1f%%, communication %.1f%%, checkpointing "
+                   "%.1f%%, other %.1f%% -> outside compute %.1f%%\n",
+                   100 * r.compute_s / tot, 100 * r.comm_s / tot, 100 * r.ckpt_s / tot,
+                   100 * r.other_s / tot, 100 * r.outside_compute_share);
+        if (r.failures)
+            printf("  failures: %d; detected %.0f ms after the device stopped, running again %.0f "
+                   "ms after detection\n",
+                   r.failures, 1e3 * r.detect_s, 1e3 * r.recover_s);
+        printf("  checkpoints written: %lld%s%s\n", (long long)r.checkpoints,
+               o.ckpt_dir ? " in " : "", o.ckpt_dir ? o.ckpt_dir : "");
+        printf("  parameters sha256 %s\n", hex);
+        printf("  curves: %s, %s; trace: %s (open in https://ui.perfetto.dev)\n", svg, csv, trace);
+    }
+    ot_train_report_clear(&r);
+    return rc;
+}
+
+const cli_command cli_cmd_train = {"train", "data-parallel training on a pod of host devices (the main job)",
+                                   usage, run};

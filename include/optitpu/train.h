@@ -1,0 +1,232 @@
+/*
+ * optitpu train: data sets, models built as IR graphs, and the data-parallel training driver
+ * behind `optitpu train`.
+ *
+ *     ot_train_options o = ot_train_options_default();      // MLP on digits, Adam, 8 devices
+ *     ot_train_report r;
+ *     if (ot_train(&o, &r) != OT_OK) fprintf(stderr, "%s\n", ot_last_error());
+ *     printf("test accuracy %.3f\n", r.test_accuracy);
+ *     ot_train_report_clear(&r);
+ *
+ * Each step the global batch (a slice of a seeded permutation of the training set) is split over
+ * the replicas; every replica runs the compiled forward/backward executable on its device (its
+ * loss is sum(cross-entropy) / global batch, so the gradients summed over replicas are exactly the
+ * full-batch mean gradient), the gradients are summed by an all-reduce through the pod's
+ * communicator, and every replica applies the same compiled optimizer update (ot_tpu_optimizer).
+ * Replicas therefore hold bit-identical parameters. Data order, initialization and the learning
+ * rate are functions of (seed, step) only, so a run resumed from a checkpoint reproduces an
+ * uninterrupted run bit for bit.
+ *
+ * Faults: a heartbeat agent beats for every live device; `fail_device` stops one device at a step
+ * (its heartbeats stop and it leaves the collective). The coordinator's phi-accrual detector
+ * declares it failed, the communicator is aborted so the survivors do not hang, and the driver
+ * either shrinks the pod (a new communicator over the survivors, the batch re-split, the step
+ * redone from the survivors' identical state) or restores the newest verified checkpoint onto a
+ * spare device and continues from there.
+ *
+ * Threads: the driver runs one thread per device plus the heartbeat agent; callbacks run on the
+ * leader replica's thread (the lowest live rank).
+ */
+#ifndef OPTITPU_TRAIN_H
+#define OPTITPU_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optitpu/core.h"
+#include "optitpu/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Data
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_dataset {
+    int64_t n, features, classes;
+    float *x;   /* n * features, row-major (owned) */
+    int32_t *y; /* n labels in 0..classes-1 (owned) */
+} ot_dataset;
+
+OT_API void ot_dataset_free(ot_dataset *d); /* releases x and y; NULL-safe */
+
+/* Parses digits CSV text: rows of `features` integers 0..16 and a label 0..9 (65 fields), as in
+ * the UCI optical digits set. Pixels are scaled to [0, 1] (divided by 16). Every field is
+ * validated: INVALID_ARGUMENT names the line and field. */
+OT_API ot_status ot_dataset_parse_digits_csv(const char *text, size_t len, ot_dataset *out);
+
+/* The UCI digits set embedded in the library (1797 images of 8x8 pixels, 10 classes; E. Alpaydin,
+ * C. Kaynak, CC BY 4.0), split deterministically: row i is a test row when i % 5 == 4 (359
+ * rows), a training row otherwise (1438 rows). */
+OT_API ot_status ot_dataset_digits(ot_dataset *train, ot_dataset *test);
+
+/* A synthetic classification set: class centres drawn from N(0, 1) per feature, samples = centre +
+ * N(0, noise^2); the same seed gives the same set. */
+OT_API ot_status ot_dataset_synthetic(int64_t n, int64_t features, int64_t classes, double noise,
+                                      uint64_t seed, ot_dataset *out);
+
+/* The sample indices of global batch `step` (0-based): epoch e = step / (n / batch) uses a
+ * Fisher-Yates permutation of 0..n-1 seeded by (seed, e); batch k of the epoch is its slice
+ * [k * batch, (k + 1) * batch) (the remainder of an epoch is dropped). idx holds batch entries. */
+OT_API ot_status ot_dataset_batch_indices(int64_t n, int64_t batch, uint64_t seed, int64_t step,
+                                          int64_t *idx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum ot_model_kind {
+    OT_MODEL_LOGREG = 0, /* softmax regression */
+    OT_MODEL_MLP,        /* dense layers with an activation, then a dense output layer */
+    OT_MODEL_CNN,        /* conv 3x3 (same padding) + activation + 2x2 max pool + dense */
+} ot_model_kind;
+
+typedef enum ot_activation {
+    OT_ACT_RELU = 0,
+    OT_ACT_GELU, /* tanh approximation, as jax.nn.gelu(approximate=True) */
+    OT_ACT_TANH,
+} ot_activation;
+
+#define OT_MODEL_MAX_HIDDEN 4
+
+typedef struct ot_model_config {
+    ot_model_kind kind;
+    int64_t inputs;  /* features per sample (CNN: image_h * image_w, one channel) */
+    int64_t classes; /* >= 2 */
+    int nhidden;     /* MLP: hidden layers (1..OT_MODEL_MAX_HIDDEN) */
+    int64_t hidden[OT_MODEL_MAX_HIDDEN];
+    ot_activation activation;
+    int64_t image_h, image_w; /* CNN */
+    int64_t channels;         /* CNN: convolution output channels */
+} ot_model_config;
+
+OT_API ot_model_config ot_model_config_default(void); /* MLP 64-128-10, ReLU */
+OT_API const char *ot_model_kind_name(ot_model_kind k);
+OT_API int ot_model_kind_from_name(const char *s); /* -1 when unknown */
+OT_API const char *ot_activation_name(ot_activation a);
+OT_API int ot_activation_from_name(const char *s); /* -1 when unknown */
+
+typedef struct ot_model ot_model;
+
+OT_API ot_status ot_model_create(const ot_model_config *cfg, ot_model **out);
+OT_API void ot_model_free(ot_model *m);
+OT_API int ot_model_param_count(const ot_model *m);
+OT_API const char *ot_model_param_name(const ot_model *m, int i); /* "dense0.w", ... */
+OT_API const ot_shape *ot_model_param_shape(const ot_model *m, int i);
+OT_API int64_t ot_model_param_elements(const ot_model *m); /* all parameters */
+/* Initial parameters (f32): weights Glorot-uniform (He-uniform for ReLU), biases 0, from seed.
+ * params: ot_model_param_count tensors, allocated here (release each). */
+OT_API ot_status ot_model_init(const ot_model *m, uint64_t seed, ot_tensor *params);
+/* The loss module for a batch of `batch` samples: entry parameters (params..., x f32[batch,
+ * inputs], y s32[batch]); root tuple (loss f32[] = sum of softmax cross-entropy * loss_scale,
+ * correct f32[] = samples whose label has the largest logit). */
+OT_API ot_status ot_model_build_loss(const ot_model *m, int64_t batch, double loss_scale,
+                                     ot_module **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Training driver
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum ot_recovery_policy {
+    OT_RECOVER_SHRINK = 0, /* continue on the survivors */
+    OT_RECOVER_RESTORE,    /* newest verified checkpoint onto a spare device */
+} ot_recovery_policy;
+
+typedef struct ot_train_progress {
+    int64_t step, total_steps; /* step: steps done */
+    double loss;               /* mean training loss of this step's global batch */
+    double train_accuracy;     /* of this step's batch */
+    double test_accuracy;      /* of the latest evaluation (-1 before the first) */
+    double lr;
+    double samples_per_s; /* over the steps since the previous report */
+    double eta_s;
+    int devices;     /* live replicas */
+    bool evaluated;  /* an evaluation ran at this step */
+} ot_train_progress;
+
+typedef struct ot_train_options {
+    ot_model_config model;
+    const char *dataset;   /* "digits" (default) or "synthetic" */
+    int64_t synthetic_n;   /* synthetic: samples (default 65536; 20% test) */
+    const char *optimizer; /* a built-in of optim.h (default "adam") */
+    double lr;             /* default 3e-3 */
+    double weight_decay;   /* set on the optimizer when > 0 */
+    /* The learning-rate schedule over the run's steps (optim.h's ot_lr_schedule): "constant",
+     * "cosine" (to 0), "warmup-cosine" (default: linear warmup from 0 over warmup_steps, then
+     * cosine to 0) or "step" (x0.1 every third of the run). */
+    const char *schedule;
+    int64_t warmup_steps;
+    int64_t batch_size; /* global (default 128) */
+    int64_t steps;      /* default 400; epochs > 0 overrides */
+    int64_t epochs;
+    int devices;          /* default 8 */
+    const char *topology; /* default "torus-2x4" (ring, torus or TPU preset of `devices`) */
+    const char *ckpt_dir; /* NULL: no checkpoints */
+    int64_t ckpt_every;   /* default 100 */
+    int keep;             /* checkpoints kept (default 3) */
+    bool resume;          /* continue from the newest verified checkpoint in ckpt_dir */
+    /* Without resume, checkpoints already in ckpt_dir are an error (ALREADY_EXISTS) unless fresh
+     * is set: then they are deleted first. */
+    bool fresh;
+    int fail_device;      /* -1: none */
+    int64_t fail_step;
+    ot_recovery_policy recovery;
+    int64_t eval_every; /* default 50 (and at the end) */
+    uint64_t seed;      /* default 0 */
+    const char *trace_path; /* Chrome trace JSON of compute, communication, checkpoints */
+    int64_t stop_after;     /* > 0: stop (as a crash would) after this many steps of this run */
+    /* Called on the leader's thread after every step; may be NULL. */
+    void (*on_progress)(void *ud, const ot_train_progress *p);
+    /* Called for every event the user should know of (failures, recovery, checkpoints). */
+    void (*on_event)(void *ud, const char *msg);
+    void *ud;
+} ot_train_options;
+
+OT_API ot_train_options ot_train_options_default(void);
+
+typedef struct ot_train_point {
+    int64_t step;
+    double loss, train_accuracy, test_accuracy, lr; /* test_accuracy -1 when not evaluated */
+} ot_train_point;
+
+typedef struct ot_train_report {
+    int64_t steps_run;   /* steps taken by this run (after a resume: from the restored step) */
+    int64_t final_step;  /* the step the parameters are at */
+    int64_t start_step;  /* 0, or the restored step */
+    double final_loss, test_accuracy, test_loss;
+    double wall_s, samples_per_s;
+    double compute_s, comm_s, ckpt_s, other_s; /* leader's step time by phase */
+    double outside_compute_share;              /* (wall - compute) / wall of the step loop */
+    int devices_start, devices_end;
+    int failures;
+    double detect_s, recover_s; /* last failure: heartbeat stop → detection; detection → running */
+    int64_t checkpoints;
+    /* SHA-256 of the final parameters' f32 bytes in parameter order. Every replica's parameters
+     * are hashed at the end and must be identical (else the run fails with OT_ERR_INTERNAL). */
+    uint8_t params_sha256[32];
+    ot_tensor *params; /* the final parameters (owned copies), in model order */
+    int nparams;
+    int64_t param_elements;
+    ot_train_point *points; /* one per step */
+    int64_t npoints;
+    char *log; /* the events, one per line */
+    bool stopped; /* stop_after cut the run short */
+} ot_train_report;
+
+OT_API ot_status ot_train(const ot_train_options *o, ot_train_report *out);
+OT_API void ot_train_report_clear(ot_train_report *r);
+/* The curves as CSV (step,loss,train_accuracy,test_accuracy,lr) and as an SVG chart (loss and
+ * accuracy against step). */
+OT_API ot_status ot_train_write_csv(const ot_train_report *r, const char *path);
+OT_API ot_status ot_train_write_svg(const ot_train_report *r, const char *path);
+/* The report as one JSON object (ot_free). */
+OT_API ot_status ot_train_report_json(const ot_train_report *r, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPTITPU_TRAIN_H */

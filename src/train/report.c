@@ -1,0 +1,139 @@
+/* Training report output: CSV, an SVG chart of the curves, JSON. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optitpu/train.h"
+
+static ot_status open_out(const char *path, FILE **f) {
+    if (!path) return ot_error(OT_ERR_INVALID_ARGUMENT, "train report: NULL path");
+    *f = fopen(path, "w");
+    if (!*f) return ot_error(OT_ERR_IO, "train report: cannot create %s", path);
+    return OT_OK;
+}
+
+static ot_status close_out(FILE *f, const char *path) {
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) return ot_error(OT_ERR_IO, "train report: cannot write %s", path);
+    return OT_OK;
+}
+
+ot_status ot_train_write_csv(const ot_train_report *r, const char *path) {
+    if (!r) return ot_error(OT_ERR_INVALID_ARGUMENT, "train report: NULL report");
+    FILE *f;
+    ot_status s = open_out(path, &f);
+    if (s != OT_OK) return s;
+    fprintf(f, "step,loss,train_accuracy,test_accuracy,lr\n");
+    for (int64_t i = 0; i < r->npoints; i++) {
+        const ot_train_point *p = &r->points[i];
+        fprintf(f, "%lld,%.9g,%.6g,", (long long)p->step, p->loss, p->train_accuracy);
+        if (p->test_accuracy >= 0) fprintf(f, "%.6g", p->test_accuracy);
+        fprintf(f, ",%.9g\n", p->lr);
+    }
+    return close_out(f, path);
+}
+
+/* One polyline of values v(i) (skipping negatives when skip_neg) scaled into the plot box. */
+static void polyline(FILE *f, const ot_train_report *r, int which, double lo, double hi,
+                     const char *color, double x0, double y0, double w, double h, int64_t smax) {
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    for (int64_t i = 0; i < r->npoints; i++) {
+        const ot_train_point *p = &r->points[i];
+        double v = which == 0 ? p->loss : which == 1 ? p->train_accuracy : p->test_accuracy;
+        if (which == 2 && v < 0) continue;
+        if (!isfinite(v)) continue;
+        double fx = smax > 0 ? (double)p->step / (double)smax : 0;
+        double fy = hi > lo ? (v - lo) / (hi - lo) : 0;
+        if (fy < 0) fy = 0;
+        if (fy > 1) fy = 1;
+        fprintf(f, "%.1f,%.1f ", x0 + fx * w, y0 + (1 - fy) * h);
+    }
+    fprintf(f, "\"/>\n");
+}
+
+ot_status ot_train_write_svg(const ot_train_report *r, const char *path) {
+    if (!r) return ot_error(OT_ERR_INVALID_ARGUMENT, "train report: NULL report");
+    FILE *f;
+    ot_status s = open_out(path, &f);
+    if (s != OT_OK) return s;
+    const double W = 800, H = 360, pad = 50, pw = (W - 3 * pad) / 2, ph = H - 2 * pad;
+    double lmax = 0;
+    int64_t smax = 1;
+    for (int64_t i = 0; i < r->npoints; i++) {
+        if (isfinite(r->points[i].loss) && r->points[i].loss > lmax) lmax = r->points[i].loss;
+        if (r->points[i].step > smax) smax = r->points[i].step;
+    }
+    if (lmax <= 0) lmax = 1;
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "font-family=\"sans-serif\" font-size=\"12\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            W, H);
+    const char *titles[2] = {"training loss", "accuracy (train: blue, test: red)"};
+    for (int pnl = 0; pnl < 2; pnl++) {
+        double x0 = pad + pnl * (pw + pad), y0 = pad;
+        fprintf(f,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
+                x0, y0, pw, ph, x0, y0 - 10, titles[pnl]);
+        double hi = pnl == 0 ? lmax : 1.0;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", x0 - 4, y0 + 4, hi);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">0</text>\n", x0 - 4, y0 + ph + 4);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">step %lld</text>\n", x0 + pw,
+                y0 + ph + 16, (long long)smax);
+        if (pnl == 0) {
+            polyline(f, r, 0, 0, lmax, "#1f77b4", x0, y0, pw, ph, smax);
+        } else {
+            polyline(f, r, 1, 0, 1, "#1f77b4", x0, y0, pw, ph, smax);
+            polyline(f, r, 2, 0, 1, "#d62728", x0, y0, pw, ph, smax);
+        }
+    }
+    fprintf(f, "</svg>\n");
+    return close_out(f, path);
+}
+
+static int set_num(json_t *o, const char *k, double v) {
+    return json_object_set_new(o, k, isfinite(v) ? json_real(v) : json_null());
+}
+
+ot_status ot_train_report_json(const ot_train_report *r, char **out) {
+    if (!r || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "train report: NULL argument");
+    *out = NULL;
+    json_t *o = json_object();
+    if (!o) return ot_error(OT_ERR_OUT_OF_MEMORY, "train report json");
+    char hex[65];
+    ot_hex(r->params_sha256, 32, hex);
+    int bad = 0;
+    bad |= json_object_set_new(o, "start_step", json_integer(r->start_step));
+    bad |= json_object_set_new(o, "final_step", json_integer(r->final_step));
+    bad |= json_object_set_new(o, "steps_run", json_integer(r->steps_run));
+    bad |= set_num(o, "final_loss", r->final_loss);
+    bad |= set_num(o, "test_accuracy", r->test_accuracy);
+    bad |= set_num(o, "test_loss", r->test_loss);
+    bad |= set_num(o, "wall_s", r->wall_s);
+    bad |= set_num(o, "samples_per_s", r->samples_per_s);
+    bad |= set_num(o, "compute_cpu_s", r->compute_s);
+    bad |= set_num(o, "comm_cpu_s", r->comm_s);
+    bad |= set_num(o, "ckpt_cpu_s", r->ckpt_s);
+    bad |= set_num(o, "other_cpu_s", r->other_s);
+    bad |= set_num(o, "outside_compute_share", r->outside_compute_share);
+    bad |= json_object_set_new(o, "devices_start", json_integer(r->devices_start));
+    bad |= json_object_set_new(o, "devices_end", json_integer(r->devices_end));
+    bad |= json_object_set_new(o, "failures", json_integer(r->failures));
+    bad |= set_num(o, "detect_s", r->detect_s);
+    bad |= set_num(o, "recover_s", r->recover_s);
+    bad |= json_object_set_new(o, "checkpoints", json_integer(r->checkpoints));
+    bad |= json_object_set_new(o, "param_elements", json_integer(r->param_elements));
+    bad |= json_object_set_new(o, "params_sha256", json_string(hex));
+    bad |= json_object_set_new(o, "stopped", json_boolean(r->stopped));
+    char *text = bad ? NULL : json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!text) return ot_error(OT_ERR_OUT_OF_MEMORY, "train report json");
+    size_t n = strlen(text);
+    *out = ot_malloc(n + 1);
+    if (*out) memcpy(*out, text, n + 1);
+    free(text);
+    return *out ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "train report json");
+}

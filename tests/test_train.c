@@ -1,0 +1,269 @@
+/* The training driver: it learns, a stopped run resumed from its checkpoint ends bit-identical to
+ * an uninterrupted one, 1 and 8 devices agree within a stated tolerance, an injected device
+ * failure is detected and survived by both recovery policies, and bad options are refused. */
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "optitpu/train.h"
+#include "ot_test.h"
+
+static char tmp_root[256];
+
+static const char *tmpdir(const char *name) {
+    static char buf[8][512];
+    static int k;
+    if (!tmp_root[0]) {
+        snprintf(tmp_root, sizeof tmp_root, "%s/train_test_XXXXXX", OT_BINARY_DIR);
+        if (!mkdtemp(tmp_root)) abort();
+    }
+    char *b = buf[k++ % 8];
+    snprintf(b, 512, "%s/%s", tmp_root, name);
+    return b;
+}
+
+static ot_train_options small(int devices, int64_t steps) {
+    ot_train_options o = ot_train_options_default();
+    o.devices = devices;
+    o.steps = steps;
+    o.eval_every = 0;
+    o.topology = NULL;
+    return o;
+}
+
+static bool same_params(const ot_train_report *a, const ot_train_report *b) {
+    if (a->nparams != b->nparams) return false;
+    for (int k = 0; k < a->nparams; k++)
+        if (a->params[k].nbytes != b->params[k].nbytes ||
+            memcmp(a->params[k].data, b->params[k].data, a->params[k].nbytes) != 0)
+            return false;
+    return true;
+}
+
+static void test_learns_digits(void) {
+    ot_train_options o = small(4, 150);
+    o.eval_every = 50;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_INT_EQ(r.final_step, 150);
+    EXPECT_INT_EQ(r.npoints, 150);
+    EXPECT_TRUE(r.test_accuracy >= 0.93);
+    EXPECT_TRUE(r.points[149].loss < r.points[0].loss * 0.5);
+    EXPECT_TRUE(r.devices_end == 4 && r.failures == 0);
+    EXPECT_TRUE(r.outside_compute_share >= 0 && r.outside_compute_share < 1);
+    EXPECT_INT_EQ(r.nparams, 4);
+    ot_train_report_clear(&r);
+}
+
+static void test_resume_bit_identical(void) {
+    /* uninterrupted: 60 steps, checkpoints every 20 */
+    ot_train_options o = small(4, 60);
+    o.ckpt_dir = tmpdir("full");
+    o.ckpt_every = 20;
+    ot_train_report full;
+    ASSERT_OK(ot_train(&o, &full));
+    EXPECT_INT_EQ(full.checkpoints, 3);
+    /* the same run stopped after 30 steps (as a crash would: step 20 is the newest checkpoint) */
+    o.ckpt_dir = tmpdir("cut");
+    o.stop_after = 30;
+    ot_train_report cut;
+    ASSERT_OK(ot_train(&o, &cut));
+    EXPECT_TRUE(cut.stopped);
+    EXPECT_INT_EQ(cut.final_step, 30);
+    ot_train_report_clear(&cut);
+    /* without --resume a directory with checkpoints is refused */
+    o.stop_after = 0;
+    EXPECT_INT_EQ(ot_train(&o, &cut), OT_ERR_ALREADY_EXISTS);
+    ot_train_report_clear(&cut);
+    o.resume = true;
+    ot_train_report resumed;
+    ASSERT_OK(ot_train(&o, &resumed));
+    EXPECT_INT_EQ(resumed.start_step, 20);
+    EXPECT_INT_EQ(resumed.final_step, 60);
+    EXPECT_TRUE(memcmp(resumed.params_sha256, full.params_sha256, 32) == 0);
+    EXPECT_TRUE(same_params(&resumed, &full));
+    EXPECT_STR_CONTAINS(resumed.log, "resumed from the checkpoint of step 20");
+    ot_train_report_clear(&resumed);
+    /* --fresh starts over */
+    o.resume = false;
+    o.fresh = true;
+    ASSERT_OK(ot_train(&o, &resumed));
+    EXPECT_INT_EQ(resumed.start_step, 0);
+    EXPECT_TRUE(same_params(&resumed, &full));
+    ot_train_report_clear(&resumed);
+    ot_train_report_clear(&full);
+}
+
+/* 1 and 8 devices: the same global batch and update; only the summation order of the gradients
+ * differs (one replica's sum vs eight partial sums added by the all-reduce), so parameters agree
+ * to a few float32 ulps per step: after 20 Adam steps we require max |a - b| <= 1e-4 * (1 +
+ * max|a|). Two 8-device runs are bitwise identical. */
+static void test_devices_agree(void) {
+    ot_train_options o = small(1, 20);
+    ot_train_report one, eight, again;
+    ASSERT_OK(ot_train(&o, &one));
+    o.devices = 8;
+    o.topology = "torus-2x4";
+    ASSERT_OK(ot_train(&o, &eight));
+    ASSERT_OK(ot_train(&o, &again));
+    EXPECT_TRUE(same_params(&eight, &again));
+    ASSERT_TRUE(one.nparams == eight.nparams);
+    double maxdiff = 0, maxabs = 0;
+    for (int k = 0; k < one.nparams; k++) {
+        const float *a = one.params[k].data, *b = eight.params[k].data;
+        for (size_t i = 0; i < one.params[k].nbytes / 4; i++) {
+            double d = fabs((double)a[i] - (double)b[i]);
+            if (d > maxdiff) maxdiff = d;
+            if (fabs(a[i]) > maxabs) maxabs = fabs(a[i]);
+        }
+    }
+    printf("  1 vs 8 devices after 20 steps: max |diff| %.3g (max |param| %.3g)\n", maxdiff, maxabs);
+    EXPECT_TRUE(maxdiff <= 1e-4 * (1 + maxabs));
+    ot_train_report_clear(&one);
+    ot_train_report_clear(&eight);
+    ot_train_report_clear(&again);
+}
+
+static void test_fail_shrink(void) {
+    ot_train_options o = small(4, 40);
+    o.fail_device = 2;
+    o.fail_step = 15;
+    o.eval_every = 40;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_INT_EQ(r.final_step, 40);
+    EXPECT_INT_EQ(r.failures, 1);
+    EXPECT_INT_EQ(r.devices_start, 4);
+    EXPECT_INT_EQ(r.devices_end, 3);
+    EXPECT_TRUE(r.detect_s > 0 && r.detect_s < 5);
+    EXPECT_STR_CONTAINS(r.log, "device 2 declared FAILED");
+    EXPECT_STR_CONTAINS(r.log, "recovery (shrink): new pod of 3 devices");
+    EXPECT_TRUE(r.test_accuracy > 0.8);
+    /* the history has one point per step, the failed step counted once */
+    EXPECT_INT_EQ(r.npoints, 40);
+    ot_train_report_clear(&r);
+}
+
+static void test_fail_restore(void) {
+    ot_train_options o = small(4, 40);
+    o.fail_device = 1;
+    o.fail_step = 17;
+    o.recovery = OT_RECOVER_RESTORE;
+    o.ckpt_dir = tmpdir("restore");
+    o.ckpt_every = 10;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_INT_EQ(r.final_step, 40);
+    EXPECT_INT_EQ(r.failures, 1);
+    EXPECT_INT_EQ(r.devices_end, 4);
+    EXPECT_STR_CONTAINS(r.log, "device 4 replaces failed device 1");
+    EXPECT_STR_CONTAINS(r.log, "to checkpointed step 10");
+    EXPECT_INT_EQ(r.npoints, 40);
+    /* rolled back to step 10 and replayed on the same data: the same parameters as a run
+     * without the failure */
+    ot_train_options u = small(4, 40);
+    ot_train_report clean;
+    ASSERT_OK(ot_train(&u, &clean));
+    EXPECT_TRUE(same_params(&r, &clean));
+    ot_train_report_clear(&clean);
+    ot_train_report_clear(&r);
+}
+
+static void test_bad_options(void) {
+    ot_train_report r;
+    ot_train_options o = small(0, 10);
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o = small(4, 10);
+    o.batch_size = 2;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o = small(4, 10);
+    o.lr = -1;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o = small(4, 10);
+    o.fail_device = 4;
+    o.fail_step = 3;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "--fail-device");
+    o = small(4, 10);
+    o.resume = true;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o = small(4, 10);
+    o.optimizer = "adamax9";
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_NOT_FOUND);
+    o = small(4, 10);
+    o.schedule = "linear-ish";
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o = small(4, 10);
+    o.dataset = "imagenet";
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o = small(4, 10);
+    o.topology = "torus-4x4";
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    ot_train_report_clear(&r);
+}
+
+static void test_other_models(void) {
+    const ot_model_kind kinds[3] = {OT_MODEL_LOGREG, OT_MODEL_MLP, OT_MODEL_CNN};
+    for (int i = 0; i < 3; i++) {
+        ot_train_options o = small(2, 30);
+        o.model.kind = kinds[i];
+        o.model.activation = i == 1 ? OT_ACT_GELU : OT_ACT_RELU;
+        o.optimizer = i == 0 ? "sgd" : "adam";
+        o.lr = i == 0 ? 0.5 : 3e-3;
+        ot_train_report r;
+        ot_status s = ot_train(&o, &r);
+        EXPECT_INT_EQ(s, OT_OK);
+        if (s != OT_OK) {
+            fprintf(stderr, "  %s: %s\n", ot_model_kind_name(kinds[i]), ot_last_error());
+            continue;
+        }
+        EXPECT_TRUE(r.points[29].loss < r.points[0].loss);
+        ot_train_report_clear(&r);
+    }
+    /* synthetic data */
+    ot_train_options o = small(2, 20);
+    o.dataset = "synthetic";
+    o.synthetic_n = 4096;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_TRUE(r.test_accuracy > 0.5);
+    ot_train_report_clear(&r);
+}
+
+static void test_report_files(void) {
+    ot_train_options o = small(2, 12);
+    o.eval_every = 6;
+    o.trace_path = tmpdir("trace.json");
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    const char *csv = tmpdir("m.csv"), *svg = tmpdir("c.svg");
+    ASSERT_OK(ot_train_write_csv(&r, csv));
+    ASSERT_OK(ot_train_write_svg(&r, svg));
+    char *js = NULL;
+    ASSERT_OK(ot_train_report_json(&r, &js));
+    EXPECT_STR_CONTAINS(js, "\"final_step\":12");
+    EXPECT_STR_CONTAINS(js, "\"params_sha256\":\"");
+    ot_free(js);
+    FILE *f = fopen(csv, "r");
+    ASSERT_TRUE(f != NULL);
+    char line[256];
+    int lines = 0, with_test = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        char *last = strrchr(line, ',');
+        if (lines > 1 && last && last[-1] != ',') with_test++;
+    }
+    fclose(f);
+    EXPECT_INT_EQ(lines, 13);
+    EXPECT_INT_EQ(with_test, 2);
+    struct stat st;
+    EXPECT_TRUE(stat(svg, &st) == 0 && st.st_size > 500);
+    EXPECT_TRUE(stat(o.trace_path, &st) == 0 && st.st_size > 100);
+    EXPECT_INT_EQ(ot_train_write_csv(&r, "/nonexistent/dir/x.csv"), OT_ERR_IO);
+    ot_train_report_clear(&r);
+}
+
+OT_TEST_MAIN(OT_TEST(test_learns_digits), OT_TEST(test_resume_bit_identical),
+             OT_TEST(test_devices_agree), OT_TEST(test_fail_shrink), OT_TEST(test_fail_restore),
+             OT_TEST(test_bad_options), OT_TEST(test_other_models), OT_TEST(test_report_files))
