@@ -101,8 +101,10 @@ static bool parse_hidden(const char *s, ot_model_config *m) {
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 1 || v > (1 << 20)) return false;
         m->hidden[m->nhidden++] = v;
-        if (*end == ',') end++;
-        else if (*end) return false;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return false;
         p = end;
     }
     return m->nhidden > 0;
@@ -137,67 +139,84 @@ static int run(int argc, char **argv) {
         if (!strcmp(a, "--model")) {
             NEED();
             int k = ot_model_kind_from_name(val);
-            if (k < 0) return cli_usage_error("train", "--model: unknown model '%s' (logreg, mlp, cnn)", val);
+            if (k < 0)
+                return cli_usage_error("train", "--model: unknown model '%s' (logreg, mlp, cnn)",
+                                       val);
             o.model.kind = (ot_model_kind)k;
         } else if (!strcmp(a, "--hidden")) {
             NEED();
             if (!parse_hidden(val, &o.model))
-                return cli_usage_error("train", "--hidden: expected 1 to %d widths like 128,64", OT_MODEL_MAX_HIDDEN);
+                return cli_usage_error("train", "--hidden: expected 1 to %d widths like 128,64",
+                                       OT_MODEL_MAX_HIDDEN);
         } else if (!strcmp(a, "--activation")) {
             NEED();
             int k = ot_activation_from_name(val);
-            if (k < 0) return cli_usage_error("train", "--activation: unknown '%s' (relu, gelu, tanh)", val);
+            if (k < 0)
+                return cli_usage_error("train", "--activation: unknown '%s' (relu, gelu, tanh)",
+                                       val);
             o.model.activation = (ot_activation)k;
         } else if (!strcmp(a, "--data")) {
             NEED();
             if (strcmp(val, "digits") && strcmp(val, "synthetic"))
-                return cli_usage_error("train", "--data: unknown data set '%s' (digits, synthetic)", val);
+                return cli_usage_error("train", "--data: unknown data set '%s' (digits, synthetic)",
+                                       val);
             o.dataset = val;
         } else if (!strcmp(a, "--samples")) {
             NEED();
-            if (!cli_parse_i64(val, 16, INT64_C(1) << 26, &v)) return cli_usage_error("train", "--samples: 16..2^26");
+            if (!cli_parse_i64(val, 16, INT64_C(1) << 26, &v))
+                return cli_usage_error("train", "--samples: 16..2^26");
             o.synthetic_n = v;
         } else if (!strcmp(a, "--optimizer")) {
             NEED();
             o.optimizer = val;
         } else if (!strcmp(a, "--lr")) {
             NEED();
-            if (!cli_parse_double(val, &d) || !(d > 0)) return cli_usage_error("train", "--lr: a number > 0");
+            if (!cli_parse_double(val, &d) || !(d > 0))
+                return cli_usage_error("train", "--lr: a number > 0");
             o.lr = d;
         } else if (!strcmp(a, "--weight-decay")) {
             NEED();
-            if (!cli_parse_double(val, &d) || !(d >= 0)) return cli_usage_error("train", "--weight-decay: a number >= 0");
+            if (!cli_parse_double(val, &d) || !(d >= 0))
+                return cli_usage_error("train", "--weight-decay: a number >= 0");
             o.weight_decay = d;
         } else if (!strcmp(a, "--schedule")) {
             NEED();
             if (strcmp(val, "constant") && strcmp(val, "cosine") && strcmp(val, "warmup-cosine") &&
                 strcmp(val, "step"))
-                return cli_usage_error("train", "--schedule: unknown '%s' (constant, cosine, warmup-cosine, step)", val);
+                return cli_usage_error(
+                    "train", "--schedule: unknown '%s' (constant, cosine, warmup-cosine, step)",
+                    val);
             o.schedule = val;
         } else if (!strcmp(a, "--warmup")) {
             NEED();
-            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--warmup: a step count");
+            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v))
+                return cli_usage_error("train", "--warmup: a step count");
             o.warmup_steps = v;
         } else if (!strcmp(a, "--batch-size")) {
             NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 24, &v)) return cli_usage_error("train", "--batch-size: 1..2^24");
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 24, &v))
+                return cli_usage_error("train", "--batch-size: 1..2^24");
             o.batch_size = v;
         } else if (!strcmp(a, "--steps")) {
             NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--steps: >= 1");
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
+                return cli_usage_error("train", "--steps: >= 1");
             o.steps = v;
             o.epochs = 0;
         } else if (!strcmp(a, "--epochs")) {
             NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 30, &v)) return cli_usage_error("train", "--epochs: >= 1");
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 30, &v))
+                return cli_usage_error("train", "--epochs: >= 1");
             o.epochs = v;
         } else if (!strcmp(a, "--eval-every")) {
             NEED();
-            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--eval-every: >= 0");
+            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v))
+                return cli_usage_error("train", "--eval-every: >= 0");
             o.eval_every = v;
         } else if (!strcmp(a, "--seed")) {
             NEED();
-            if (!cli_parse_i64(val, 0, INT64_MAX, &v)) return cli_usage_error("train", "--seed: >= 0");
+            if (!cli_parse_i64(val, 0, INT64_MAX, &v))
+                return cli_usage_error("train", "--seed: >= 0");
             o.seed = (uint64_t)v;
         } else if (!strcmp(a, "--devices")) {
             NEED();
@@ -212,11 +231,13 @@ static int run(int argc, char **argv) {
             ckpt_off = !strcmp(val, "none");
         } else if (!strcmp(a, "--ckpt-every")) {
             NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--ckpt-every: >= 1");
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
+                return cli_usage_error("train", "--ckpt-every: >= 1");
             o.ckpt_every = v;
         } else if (!strcmp(a, "--keep")) {
             NEED();
-            if (!cli_parse_i64(val, 1, 1 << 20, &v)) return cli_usage_error("train", "--keep: >= 1");
+            if (!cli_parse_i64(val, 1, 1 << 20, &v))
+                return cli_usage_error("train", "--keep: >= 1");
             o.keep = (int)v;
         } else if (!strcmp(a, "--resume")) {
             o.resume = true;
@@ -226,22 +247,28 @@ static int run(int argc, char **argv) {
             NEED();
             const char *at = strchr(val, '@');
             char dev[32];
-            if (!at || (size_t)(at - val) >= sizeof dev) return cli_usage_error("train", "--fail-device: expected D@STEP, e.g. 3@50");
+            if (!at || (size_t)(at - val) >= sizeof dev)
+                return cli_usage_error("train", "--fail-device: expected D@STEP, e.g. 3@50");
             memcpy(dev, val, (size_t)(at - val));
             dev[at - val] = 0;
             int64_t dv, sv;
             if (!cli_parse_i64(dev, 0, 62, &dv) || !cli_parse_i64(at + 1, 1, INT64_C(1) << 40, &sv))
-                return cli_usage_error("train", "--fail-device: expected D@STEP with D >= 0, STEP >= 1");
+                return cli_usage_error("train",
+                                       "--fail-device: expected D@STEP with D >= 0, STEP >= 1");
             o.fail_device = (int)dv;
             o.fail_step = sv;
         } else if (!strcmp(a, "--recovery")) {
             NEED();
-            if (!strcmp(val, "shrink")) o.recovery = OT_RECOVER_SHRINK;
-            else if (!strcmp(val, "restore")) o.recovery = OT_RECOVER_RESTORE;
-            else return cli_usage_error("train", "--recovery: shrink or restore, not '%s'", val);
+            if (!strcmp(val, "shrink"))
+                o.recovery = OT_RECOVER_SHRINK;
+            else if (!strcmp(val, "restore"))
+                o.recovery = OT_RECOVER_RESTORE;
+            else
+                return cli_usage_error("train", "--recovery: shrink or restore, not '%s'", val);
         } else if (!strcmp(a, "--stop-after")) {
             NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v)) return cli_usage_error("train", "--stop-after: >= 1");
+            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
+                return cli_usage_error("train", "--stop-after: >= 1");
             o.stop_after = v;
         } else if (!strcmp(a, "--out")) {
             NEED();
@@ -251,7 +278,8 @@ static int run(int argc, char **argv) {
             trace = val;
         } else if (!strcmp(a, "--threads")) {
             NEED();
-            if (!cli_parse_i64(val, 1, 1024, &v)) return cli_usage_error("train", "--threads: 1..1024");
+            if (!cli_parse_i64(val, 1, 1024, &v))
+                return cli_usage_error("train", "--threads: 1..1024");
             setenv("OPTITPU_THREADS", val, 1); /* read when the kernel pool starts */
         } else if (!strcmp(a, "--json")) {
             json = true;
@@ -293,7 +321,8 @@ static int run(int argc, char **argv) {
         return rc;
     }
     int rc = CLI_OK;
-    if (ot_train_write_csv(&r, csv) != OT_OK || ot_train_write_svg(&r, svg) != OT_OK) rc = cli_fail("train");
+    if (ot_train_write_csv(&r, csv) != OT_OK || ot_train_write_svg(&r, svg) != OT_OK)
+        rc = cli_fail("train");
     char hex[65];
     ot_hex(r.params_sha256, 32, hex);
     if (json) {
@@ -330,5 +359,5 @@ static int run(int argc, char **argv) {
     return rc;
 }
 
-const cli_command cli_cmd_train = {"train", "data-parallel training on a pod of host devices (the main job)",
-                                   usage, run};
+const cli_command cli_cmd_train = {
+    "train", "data-parallel training on a pod of host devices (the main job)", usage, run};

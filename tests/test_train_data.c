@@ -68,7 +68,8 @@ static void test_parse_bad(void) {
     snprintf(text, sizeof text, "%s", row_ok(4));
     text[10] = '\0';
     ot_dataset d;
-    EXPECT_INT_EQ(ot_dataset_parse_digits_csv(text, strlen(row_ok(4)), &d), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_INT_EQ(ot_dataset_parse_digits_csv(text, strlen(row_ok(4)), &d),
+                  OT_ERR_INVALID_ARGUMENT);
     /* allocation failures leave nothing behind */
     snprintf(text, sizeof text, "%s\n", row_ok(2));
     for (int n = 0; n < 4; n++) {
@@ -76,8 +77,10 @@ static void test_parse_bad(void) {
         ot_alloc_fail_after(n);
         ot_status s = ot_dataset_parse_digits_csv(text, strlen(text), &d);
         ot_alloc_fail_after(-1);
-        if (s == OT_OK) ot_dataset_free(&d);
-        else EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
+        if (s == OT_OK)
+            ot_dataset_free(&d);
+        else
+            EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
         EXPECT_INT_EQ(ot_alloc_live(), live);
     }
 }
@@ -180,7 +183,8 @@ static void check_loss(ot_model_kind kind, ot_activation act) {
     for (int k = 0; k < np; k++) {
         /* non-zero biases so the test sees them */
         if (init[k].shape.rank == 1)
-            for (int64_t i = 0; i < init[k].shape.dims[0]; i++) ((float *)init[k].data)[i] = 0.01f * (float)i;
+            for (int64_t i = 0; i < init[k].shape.dims[0]; i++)
+                ((float *)init[k].data)[i] = 0.01f * (float)i;
         ASSERT_OK(ot_value_from_tensor(&args[k], &init[k]));
     }
     ot_dataset tr, te;
@@ -218,9 +222,12 @@ static void check_loss(ot_model_kind kind, ot_activation act) {
                     double s = 0;
                     for (int i = 0; i < in; i++) s += cur[i] * w[i * out + j];
                     s += bb[j];
-                    if (act == OT_ACT_RELU) s = s > 0 ? s : 0;
-                    else if (act == OT_ACT_TANH) s = tanh(s);
-                    else s = 0.5 * s * (1 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
+                    if (act == OT_ACT_RELU)
+                        s = s > 0 ? s : 0;
+                    else if (act == OT_ACT_TANH)
+                        s = tanh(s);
+                    else
+                        s = 0.5 * s * (1 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
                     h[j] = s;
                 }
                 for (int j = 0; j < out; j++) cur[j] = h[j];
@@ -262,4 +269,6 @@ static void test_loss_graphs(void) {
     check_loss(OT_MODEL_CNN, OT_ACT_RELU);
 }
 
-OT_TEST_MAIN(OT_TEST(test_parse_good), OT_TEST(test_parse_bad), OT_TEST(test_digits), OT_TEST(test_synthetic_and_batches), OT_TEST(test_model_shapes), OT_TEST(test_loss_graphs))
+OT_TEST_MAIN(OT_TEST(test_parse_good), OT_TEST(test_parse_bad), OT_TEST(test_digits),
+             OT_TEST(test_synthetic_and_batches), OT_TEST(test_model_shapes),
+             OT_TEST(test_loss_graphs))

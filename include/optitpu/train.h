@@ -143,8 +143,8 @@ typedef struct ot_train_progress {
     double lr;
     double samples_per_s; /* over the steps since the previous report */
     double eta_s;
-    int devices;     /* live replicas */
-    bool evaluated;  /* an evaluation ran at this step */
+    int devices;    /* live replicas */
+    bool evaluated; /* an evaluation ran at this step */
 } ot_train_progress;
 
 typedef struct ot_train_options {
@@ -171,11 +171,11 @@ typedef struct ot_train_options {
     /* Without resume, checkpoints already in ckpt_dir are an error (ALREADY_EXISTS) unless fresh
      * is set: then they are deleted first. */
     bool fresh;
-    int fail_device;      /* -1: none */
+    int fail_device; /* -1: none */
     int64_t fail_step;
     ot_recovery_policy recovery;
-    int64_t eval_every; /* default 50 (and at the end) */
-    uint64_t seed;      /* default 0 */
+    int64_t eval_every;     /* default 50 (and at the end) */
+    uint64_t seed;          /* default 0 */
     const char *trace_path; /* Chrome trace JSON of compute, communication, checkpoints */
     int64_t stop_after;     /* > 0: stop (as a crash would) after this many steps of this run */
     /* Called on the leader's thread after every step; may be NULL. */
@@ -193,9 +193,9 @@ typedef struct ot_train_point {
 } ot_train_point;
 
 typedef struct ot_train_report {
-    int64_t steps_run;   /* steps taken by this run (after a resume: from the restored step) */
-    int64_t final_step;  /* the step the parameters are at */
-    int64_t start_step;  /* 0, or the restored step */
+    int64_t steps_run;  /* steps taken by this run (after a resume: from the restored step) */
+    int64_t final_step; /* the step the parameters are at */
+    int64_t start_step; /* 0, or the restored step */
     double final_loss, test_accuracy, test_loss;
     double wall_s, samples_per_s;
     double compute_s, comm_s, ckpt_s, other_s; /* leader's step time by phase */
@@ -212,7 +212,7 @@ typedef struct ot_train_report {
     int64_t param_elements;
     ot_train_point *points; /* one per step */
     int64_t npoints;
-    char *log; /* the events, one per line */
+    char *log;    /* the events, one per line */
     bool stopped; /* stop_after cut the run short */
 } ot_train_report;
 

@@ -220,7 +220,8 @@ ot_status ot_dataset_batch_indices(int64_t n, int64_t batch, uint64_t seed, int6
     int64_t per_epoch = n / batch;
     int64_t epoch = step / per_epoch, k = step % per_epoch;
     int64_t *perm = ot_malloc((size_t)n * sizeof *perm);
-    if (!perm) return ot_error(OT_ERR_OUT_OF_MEMORY, "batch indices: permutation of %lld", (long long)n);
+    if (!perm)
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "batch indices: permutation of %lld", (long long)n);
     for (int64_t i = 0; i < n; i++) perm[i] = i;
     uint64_t st = seed * UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)epoch ^ UINT64_C(0xD1617A);
     for (int64_t i = n - 1; i > 0; i--) {

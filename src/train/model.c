@@ -66,7 +66,8 @@ ot_status ot_model_create(const ot_model_config *cfg, ot_model **out) {
     *out = NULL;
     const int64_t lim = INT64_C(1) << 24;
     if (cfg->inputs <= 0 || cfg->inputs > lim || cfg->classes < 2 || cfg->classes > lim)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "model: %lld inputs, %lld classes (need >= 1, >= 2)",
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "model: %lld inputs, %lld classes (need >= 1, >= 2)",
                         (long long)cfg->inputs, (long long)cfg->classes);
     if ((unsigned)cfg->activation > OT_ACT_TANH)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "model: unknown activation %d", cfg->activation);
@@ -90,8 +91,8 @@ ot_status ot_model_create(const ot_model_config *cfg, ot_model **out) {
             int64_t width = l < cfg->nhidden ? cfg->hidden[l] : cfg->classes;
             if (width <= 0 || width > lim) {
                 ot_free(m);
-                return ot_error(OT_ERR_INVALID_ARGUMENT, "model: hidden layer %d has width %lld",
-                                l, (long long)width);
+                return ot_error(OT_ERR_INVALID_ARGUMENT, "model: hidden layer %d has width %lld", l,
+                                (long long)width);
             }
             char n[24];
             snprintf(n, sizeof n, "dense%d.w", l);
@@ -126,8 +127,12 @@ ot_status ot_model_create(const ot_model_config *cfg, ot_model **out) {
     return OT_OK;
 }
 
-void ot_model_free(ot_model *m) { ot_free(m); }
-int ot_model_param_count(const ot_model *m) { return m ? m->nparams : 0; }
+void ot_model_free(ot_model *m) {
+    ot_free(m);
+}
+int ot_model_param_count(const ot_model *m) {
+    return m ? m->nparams : 0;
+}
 const char *ot_model_param_name(const ot_model *m, int i) {
     return m && i >= 0 && i < m->nparams ? m->names[i] : NULL;
 }
@@ -185,7 +190,9 @@ static ot_shape shp(int rank, const int64_t *dims) {
     return s;
 }
 
-static ot_instr *scalar(builder *b, double v) { return ot_build_constant_scalar(b->c, OT_F32, v); }
+static ot_instr *scalar(builder *b, double v) {
+    return ot_build_constant_scalar(b->c, OT_F32, v);
+}
 
 static ot_instr *splat(builder *b, double v, const ot_ir_shape *like) {
     return ot_build_broadcast(b->c, scalar(b, v), like->array, NULL, 0);
@@ -207,15 +214,15 @@ static ot_instr *dense(builder *b, ot_instr *x, ot_instr *w, ot_instr *bias) {
 static ot_instr *activation(builder *b, ot_activation a, ot_instr *x) {
     if (!x) return NULL;
     switch (a) {
-    case OT_ACT_RELU:
-        return ot_build_binary(b->c, OT_OP_MAXIMUM, x, splat(b, 0.0, &x->shape));
-    case OT_ACT_TANH:
-        return ot_build_unary(b->c, OT_OP_TANH, x);
+    case OT_ACT_RELU: return ot_build_binary(b->c, OT_OP_MAXIMUM, x, splat(b, 0.0, &x->shape));
+    case OT_ACT_TANH: return ot_build_unary(b->c, OT_OP_TANH, x);
     case OT_ACT_GELU: {
         /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-        ot_instr *x3 = ot_build_binary(b->c, OT_OP_MULTIPLY, x, ot_build_binary(b->c, OT_OP_MULTIPLY, x, x));
+        ot_instr *x3 =
+            ot_build_binary(b->c, OT_OP_MULTIPLY, x, ot_build_binary(b->c, OT_OP_MULTIPLY, x, x));
         ot_instr *inner = ot_build_binary(
-            b->c, OT_OP_ADD, x, ot_build_binary(b->c, OT_OP_MULTIPLY, splat(b, 0.044715, &x->shape), x3));
+            b->c, OT_OP_ADD, x,
+            ot_build_binary(b->c, OT_OP_MULTIPLY, splat(b, 0.044715, &x->shape), x3));
         ot_instr *t = ot_build_unary(
             b->c, OT_OP_TANH,
             ot_build_binary(b->c, OT_OP_MULTIPLY, splat(b, 0.7978845608028654, &x->shape), inner));
@@ -228,8 +235,8 @@ static ot_instr *activation(builder *b, ot_activation a, ot_instr *x) {
     return NULL;
 }
 
-static ot_instr *reduce1(builder *b, ot_instr *x, ot_computation *r, double init, const int64_t *dims,
-                         int ndims) {
+static ot_instr *reduce1(builder *b, ot_instr *x, ot_computation *r, double init,
+                         const int64_t *dims, int ndims) {
     ot_instr *iv = scalar(b, init);
     return ot_build_reduce(b->c, &x, &iv, 1, dims, ndims, r);
 }
@@ -245,7 +252,9 @@ ot_status ot_model_build_loss(const ot_model *m, int64_t batch, double loss_scal
     builder b;
     memset(&b, 0, sizeof b);
     b.batch = batch;
-    b.mod = ot_module_new(cfg->kind == OT_MODEL_CNN ? "cnn_loss" : cfg->kind == OT_MODEL_MLP ? "mlp_loss" : "logreg_loss");
+    b.mod = ot_module_new(cfg->kind == OT_MODEL_CNN   ? "cnn_loss"
+                          : cfg->kind == OT_MODEL_MLP ? "mlp_loss"
+                                                      : "logreg_loss");
     if (!b.mod) return ot_error(OT_ERR_OUT_OF_MEMORY, "model loss module");
     b.add = scalar_reducer(b.mod, "add_f32", OT_OP_ADD);
     b.max = scalar_reducer(b.mod, "max_f32", OT_OP_MAXIMUM);
@@ -265,12 +274,11 @@ ot_status ot_model_build_loss(const ot_model *m, int64_t batch, double loss_scal
 
     ot_instr *logits = NULL;
     switch (cfg->kind) {
-    case OT_MODEL_LOGREG:
-        logits = dense(&b, x, p[0], p[1]);
-        break;
+    case OT_MODEL_LOGREG: logits = dense(&b, x, p[0], p[1]); break;
     case OT_MODEL_MLP: {
         ot_instr *h = x;
-        for (int l = 0; l < cfg->nhidden; l++) h = activation(&b, cfg->activation, dense(&b, h, p[2 * l], p[2 * l + 1]));
+        for (int l = 0; l < cfg->nhidden; l++)
+            h = activation(&b, cfg->activation, dense(&b, h, p[2 * l], p[2 * l + 1]));
         logits = dense(&b, h, p[2 * cfg->nhidden], p[2 * cfg->nhidden + 1]);
         break;
     }
@@ -281,28 +289,36 @@ ot_status ot_model_build_loss(const ot_model *m, int64_t batch, double loss_scal
         memset(&w, 0, sizeof w);
         w.rank = 2;
         for (int d = 0; d < 2; d++)
-            w.dims[d] = (ot_window_dim){.size = 3, .stride = 1, .pad_lo = 1, .pad_hi = 1,
-                                        .window_dilation = 1, .base_dilation = 1};
+            w.dims[d] = (ot_window_dim){.size = 3,
+                                        .stride = 1,
+                                        .pad_lo = 1,
+                                        .pad_hi = 1,
+                                        .window_dilation = 1,
+                                        .base_dilation = 1};
         ot_conv_dims cd;
         memset(&cd, 0, sizeof cd);
         cd.nspatial = 2;
         cd.input_batch = 0, cd.input_feature = 3, cd.input_spatial[0] = 1, cd.input_spatial[1] = 2;
         cd.kernel_spatial[0] = 0, cd.kernel_spatial[1] = 1, cd.kernel_input_feature = 2,
         cd.kernel_output_feature = 3;
-        cd.output_batch = 0, cd.output_feature = 3, cd.output_spatial[0] = 1, cd.output_spatial[1] = 2;
+        cd.output_batch = 0, cd.output_feature = 3, cd.output_spatial[0] = 1,
+        cd.output_spatial[1] = 2;
         ot_instr *conv = ot_build_convolution(b.c, img, p[0], &w, &cd, 1, 1);
-        ot_instr *cb = conv ? ot_build_broadcast(b.c, p[1], conv->shape.array, (int64_t[]){3}, 1) : NULL;
+        ot_instr *cb =
+            conv ? ot_build_broadcast(b.c, p[1], conv->shape.array, (int64_t[]){3}, 1) : NULL;
         ot_instr *act = activation(&b, cfg->activation, ot_build_binary(b.c, OT_OP_ADD, conv, cb));
         ot_window pw;
         memset(&pw, 0, sizeof pw);
         pw.rank = 4;
         for (int d = 0; d < 4; d++) {
             int64_t k = (d == 1 || d == 2) ? 2 : 1;
-            pw.dims[d] = (ot_window_dim){.size = k, .stride = k, .window_dilation = 1, .base_dilation = 1};
+            pw.dims[d] =
+                (ot_window_dim){.size = k, .stride = k, .window_dilation = 1, .base_dilation = 1};
         }
         ot_instr *ninf = scalar(&b, -INFINITY);
         ot_instr *pool = ot_build_reduce_window(b.c, &act, &ninf, 1, &pw, b.max);
-        ot_instr *flat = ot_build_reshape(b.c, pool, shp(2, (int64_t[]){batch, (H / 2) * (W / 2) * C}));
+        ot_instr *flat =
+            ot_build_reshape(b.c, pool, shp(2, (int64_t[]){batch, (H / 2) * (W / 2) * C}));
         logits = dense(&b, flat, p[2], p[3]);
         break;
     }
@@ -315,24 +331,30 @@ ot_status ot_model_build_loss(const ot_model *m, int64_t batch, double loss_scal
     /* log-softmax over classes, stabilized by the row maximum */
     int64_t cls[1] = {1};
     ot_instr *mx = reduce1(&b, logits, b.max, -INFINITY, cls, 1); /* [B] */
-    ot_instr *z = ot_build_binary(b.c, OT_OP_SUBTRACT, logits,
-                                  ot_build_broadcast(b.c, mx, logits->shape.array, (int64_t[]){0}, 1));
+    ot_instr *z =
+        ot_build_binary(b.c, OT_OP_SUBTRACT, logits,
+                        ot_build_broadcast(b.c, mx, logits->shape.array, (int64_t[]){0}, 1));
     ot_instr *se = reduce1(&b, ot_build_unary(b.c, OT_OP_EXP, z), b.add, 0.0, cls, 1);
     ot_instr *lse = ot_build_unary(b.c, OT_OP_LOG, se);
-    ot_instr *logp = ot_build_binary(b.c, OT_OP_SUBTRACT, z,
-                                     ot_build_broadcast(b.c, lse, logits->shape.array, (int64_t[]){0}, 1));
+    ot_instr *logp =
+        ot_build_binary(b.c, OT_OP_SUBTRACT, z,
+                        ot_build_broadcast(b.c, lse, logits->shape.array, (int64_t[]){0}, 1));
     /* one-hot labels */
     ot_shape is;
     ot_shape_make(&is, OT_S32, 2, (int64_t[]){batch, cfg->classes});
     ot_instr *iota = ot_build_iota(b.c, is, 1);
     ot_instr *yb = ot_build_broadcast(b.c, y, is, (int64_t[]){0}, 1);
-    ot_instr *hot = ot_build_convert(b.c, ot_build_compare(b.c, iota, yb, OT_CMP_EQ, OT_CMP_TYPE_DEFAULT), OT_F32);
+    ot_instr *hot = ot_build_convert(
+        b.c, ot_build_compare(b.c, iota, yb, OT_CMP_EQ, OT_CMP_TYPE_DEFAULT), OT_F32);
     int64_t both[2] = {0, 1};
-    ot_instr *nll = reduce1(&b, ot_build_binary(b.c, OT_OP_MULTIPLY, hot, logp), b.add, 0.0, both, 2);
+    ot_instr *nll =
+        reduce1(&b, ot_build_binary(b.c, OT_OP_MULTIPLY, hot, logp), b.add, 0.0, both, 2);
     ot_instr *loss = ot_build_binary(b.c, OT_OP_MULTIPLY, nll, scalar(&b, -loss_scale));
     /* accuracy: the label's logit is the row maximum */
-    ot_instr *at_label = reduce1(&b, ot_build_binary(b.c, OT_OP_MULTIPLY, hot, logits), b.add, 0.0, cls, 1);
-    ot_instr *ok = ot_build_convert(b.c, ot_build_compare(b.c, at_label, mx, OT_CMP_GE, OT_CMP_TYPE_DEFAULT), OT_F32);
+    ot_instr *at_label =
+        reduce1(&b, ot_build_binary(b.c, OT_OP_MULTIPLY, hot, logits), b.add, 0.0, cls, 1);
+    ot_instr *ok = ot_build_convert(
+        b.c, ot_build_compare(b.c, at_label, mx, OT_CMP_GE, OT_CMP_TYPE_DEFAULT), OT_F32);
     int64_t d0[1] = {0};
     ot_instr *correct = reduce1(&b, ok, b.add, 0.0, d0, 1);
     ot_instr *outs[2] = {loss, correct};

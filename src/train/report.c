@@ -79,8 +79,10 @@ ot_status ot_train_write_svg(const ot_train_report *r, const char *path) {
                 "stroke=\"#888\"/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
                 x0, y0, pw, ph, x0, y0 - 10, titles[pnl]);
         double hi = pnl == 0 ? lmax : 1.0;
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", x0 - 4, y0 + 4, hi);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">0</text>\n", x0 - 4, y0 + ph + 4);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", x0 - 4, y0 + 4,
+                hi);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">0</text>\n", x0 - 4,
+                y0 + ph + 4);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">step %lld</text>\n", x0 + pw,
                 y0 + ph + 16, (long long)smax);
         if (pnl == 0) {

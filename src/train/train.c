@@ -96,8 +96,6 @@ typedef struct trainer {
     int64_t step; /* steps done */
     int64_t run_end;
     double last_test_acc, last_test_loss;
-    uint64_t last_report_ns;
-    int64_t last_report_step;
     uint64_t loop_start_ns;
     /* pod */
     ot_coord *coord;
@@ -207,7 +205,7 @@ static ot_status compile_grad(trainer *t, int64_t batch, ot_executable **out) {
             *out = t->gexe[i].exe;
             return OT_OK;
         }
-    if (t->ngexe == MAX_EXES) return ot_error(OT_ERR_RESOURCE_EXHAUSTED, "train: too many batch shapes");
+    if (t->ngexe == MAX_EXES) return ot_error(OT_ERR_OUT_OF_RANGE, "train: too many batch shapes");
     ot_module *loss = NULL, *g = NULL;
     ot_status s = ot_model_build_loss(t->model, batch, 1.0 / (double)t->o->batch_size, &loss);
     int64_t wrt[MAX_PARAMS];
@@ -222,7 +220,9 @@ static ot_status compile_grad(trainer *t, int64_t batch, ot_executable **out) {
     }
     ot_module_free(loss);
     ot_module_free(g);
-    if (s != OT_OK) return ot_error_wrap(s, "train: compiling the gradient of a batch of %lld", (long long)batch);
+    if (s != OT_OK)
+        return ot_error_wrap(s, "train: compiling the gradient of a batch of %lld",
+                             (long long)batch);
     t->gexe[t->ngexe].batch = batch;
     t->gexe[t->ngexe].exe = exe;
     t->ngexe++;
@@ -335,9 +335,9 @@ static ot_status save_checkpoint(trainer *t, replica *r, int64_t step, double lo
     for (int i = 0; s == OT_OK && i < nstate; i++, got++) {
         s = ot_tpu_optimizer_get_state(t->topt, r->dev, i, &host[t->nparams + i]);
         if (s == OT_OK)
-            ct[t->nparams + i] = (ot_ckpt_tensor){ot_tpu_optimizer_state_name(t->topt, i),
-                                                  host[t->nparams + i].shape,
-                                                  host[t->nparams + i].data};
+            ct[t->nparams + i] =
+                (ot_ckpt_tensor){ot_tpu_optimizer_state_name(t->topt, i),
+                                 host[t->nparams + i].shape, host[t->nparams + i].data};
     }
     if (s == OT_OK) {
         ot_ckpt_shard shards[2] = {{"model", 0, 1, ct, (size_t)t->nparams},
@@ -403,15 +403,17 @@ typedef struct phase_clock {
     uint64_t w0, c0;
 } phase_clock;
 
-static phase_clock ph_start(void) { return (phase_clock){ot_now_ns(), thread_cpu_ns()}; }
+static phase_clock ph_start(void) {
+    return (phase_clock){ot_now_ns(), thread_cpu_ns()};
+}
 
 static void ph_end(trainer *t, replica *r, int ph, phase_clock pc, const char *name, bool trace) {
     uint64_t w1 = ot_now_ns(), c1 = thread_cpu_ns();
     r->wall[ph] += w1 - pc.w0;
     r->cpu[ph] += c1 - pc.c0;
     if (trace && t->trace)
-        ot_pod_trace_record(t->trace, r->dev_index, ph == PH_COMPUTE ? OT_PHASE_COMPUTE : OT_PHASE_OTHER,
-                            name, pc.w0, w1);
+        ot_pod_trace_record(t->trace, r->dev_index,
+                            ph == PH_COMPUTE ? OT_PHASE_COMPUTE : OT_PHASE_OTHER, name, pc.w0, w1);
 }
 
 #define INJECTED_STOP OT_ERR_CANCELLED
@@ -431,7 +433,8 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
     ot_executable *exe = NULL;
     for (int i = 0; i < t->ngexe; i++)
         if (t->gexe[i].batch == nb) exe = t->gexe[i].exe;
-    if (!exe) return ot_error(OT_ERR_INTERNAL, "train: no executable for a batch of %lld", (long long)nb);
+    if (!exe)
+        return ot_error(OT_ERR_INTERNAL, "train: no executable for a batch of %lld", (long long)nb);
     if (t->trace) ot_comm_set_trace(comm, t->trace, r->dev_index);
     if (t->topo && ot_topology_size(t->topo) == n) {
         s = ot_comm_set_topology(comm, t->topo);
@@ -516,7 +519,8 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         ph_end(t, r, PH_OTHER, pc, "gather", false);
         if (s != OT_OK) goto done;
         pc = ph_start();
-        s = ot_comm_allreduce(comm, flat, flat, (size_t)t->total_elems + 2, OT_F32, OT_REDOP_SUM, NULL);
+        s = ot_comm_allreduce(comm, flat, flat, (size_t)t->total_elems + 2, OT_F32, OT_REDOP_SUM,
+                              NULL);
         ph_end(t, r, PH_COMM, pc, "all-reduce", false);
         if (s != OT_OK) goto done;
         pc = ph_start();
@@ -544,7 +548,8 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         double loss = flat[t->total_elems];
         double tacc = flat[t->total_elems + 1] / (double)o->batch_size;
         bool evaluated = false;
-        if ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == t->total_steps) {
+        if ((o->eval_every > 0 && done_steps % o->eval_every == 0) ||
+            done_steps == t->total_steps) {
             pc = ph_start();
             s = evaluate(t, r, &t->last_test_acc, &t->last_test_loss);
             ph_end(t, r, PH_COMPUTE, pc, "evaluate", true);
@@ -555,7 +560,9 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
             pc = ph_start();
             s = save_checkpoint(t, r, done_steps, loss);
             ph_end(t, r, PH_CKPT, pc, "checkpoint", false);
-            if (t->trace) ot_pod_trace_record(t->trace, r->dev_index, OT_PHASE_OTHER, "checkpoint", pc.w0, ot_now_ns());
+            if (t->trace)
+                ot_pod_trace_record(t->trace, r->dev_index, OT_PHASE_OTHER, "checkpoint", pc.w0,
+                                    ot_now_ns());
             if (s != OT_OK) goto done;
         }
         if (t->npoints == t->points_cap) {
@@ -570,22 +577,22 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
             t->points = np;
             t->points_cap = cap;
         }
-        t->points[t->npoints++] = (ot_train_point){done_steps, loss, tacc,
-                                                    evaluated ? t->last_test_acc : -1.0, lr};
+        t->points[t->npoints++] =
+            (ot_train_point){done_steps, loss, tacc, evaluated ? t->last_test_acc : -1.0, lr};
         t->step = done_steps;
         if (o->on_progress) {
             uint64_t now = ot_now_ns();
-            double dt = (double)(now - t->last_report_ns) / 1e9;
-            int64_t ds = done_steps - t->last_report_step;
-            double sps = dt > 0 ? (double)(ds * o->batch_size) / dt : 0;
+            /* the run's average so far: per-step rates jump with the host's scheduling */
             double elapsed = (double)(now - t->loop_start_ns) / 1e9;
             int64_t run_done = done_steps - t->rep->start_step;
-            double eta = run_done > 0 ? elapsed / (double)run_done * (double)(t->total_steps - done_steps) : 0;
-            ot_train_progress p = {done_steps, t->total_steps, loss, tacc, t->last_test_acc, lr,
-                                   sps, eta, n, evaluated};
+            double sps = elapsed > 0 ? (double)(run_done * o->batch_size) / elapsed : 0;
+            double eta = run_done > 0
+                             ? elapsed / (double)run_done * (double)(t->total_steps - done_steps)
+                             : 0;
+            ot_train_progress p = {
+                done_steps, t->total_steps, loss, tacc, t->last_test_acc, lr, sps, eta,
+                n,          evaluated};
             o->on_progress(o->ud, &p);
-            t->last_report_ns = now;
-            t->last_report_step = done_steps;
         }
     }
 done:
@@ -608,7 +615,8 @@ static ot_status make_schedule(trainer *t) {
         int64_t w = o->warmup_steps < total ? o->warmup_steps : total - 1;
         return ot_lr_schedule_warmup_cosine(0.0, o->lr, w, total, 0.0, 1.0, &t->sched);
     }
-    if (!strcmp(n, "step")) return ot_lr_schedule_step(o->lr, total / 3 > 0 ? total / 3 : 1, 0.1, &t->sched);
+    if (!strcmp(n, "step"))
+        return ot_lr_schedule_step(o->lr, total / 3 > 0 ? total / 3 : 1, 0.1, &t->sched);
     return ot_error(OT_ERR_INVALID_ARGUMENT,
                     "train: unknown schedule '%s' (constant, cosine, warmup-cosine, step)", n);
 }
@@ -622,7 +630,8 @@ static ot_status prepare_executables(trainer *t) {
     ot_status s = ot_batch_split(t->o->batch_size, t->nlive, NULL, counts);
     for (int r = 0; s == OT_OK && r < t->nlive; r++) {
         if (counts[r] < 1)
-            return ot_error(OT_ERR_INVALID_ARGUMENT, "train: batch %lld leaves replica %d empty on %d devices",
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "train: batch %lld leaves replica %d empty on %d devices",
                             (long long)t->o->batch_size, r, t->nlive);
         ot_executable *e;
         s = compile_grad(t, counts[r], &e);
@@ -704,9 +713,11 @@ static ot_status prepare_ckpt_dir(trainer *t) {
             if (unlink(path) != 0) s = ot_error(OT_ERR_IO, "train: cannot delete %s", path);
         }
         closedir(d);
-        if (s == OT_OK && rmdir(e[i].path) != 0) s = ot_error(OT_ERR_IO, "train: cannot delete %s", e[i].path);
+        if (s == OT_OK && rmdir(e[i].path) != 0)
+            s = ot_error(OT_ERR_IO, "train: cannot delete %s", e[i].path);
     }
-    if (s == OT_OK && n > 0) tlog(t, "--fresh: deleted %zu old checkpoint(s) from %s", n, t->o->ckpt_dir);
+    if (s == OT_OK && n > 0)
+        tlog(t, "--fresh: deleted %zu old checkpoint(s) from %s", n, t->o->ckpt_dir);
     ot_ckpt_entries_free(e, n);
     return s;
 }
@@ -728,7 +739,8 @@ static ot_status recover(trainer *t) {
     int pos = -1;
     for (int r = 0; r < t->nlive; r++)
         if (t->reps[r].dev_index == failed) pos = r;
-    if (pos < 0) return ot_error(OT_ERR_INTERNAL, "train: failed device %d is not a member", failed);
+    if (pos < 0)
+        return ot_error(OT_ERR_INTERNAL, "train: failed device %d is not a member", failed);
     t->rep->failures++;
     if (t->detect_ns && t->stop_ns) t->rep->detect_s = (double)(t->detect_ns - t->stop_ns) / 1e9;
     ot_coord_remove(t->coord, t->coord_id[failed]);
@@ -752,7 +764,8 @@ static ot_status recover(trainer *t) {
         if (s != OT_OK) return s;
         if (t->ckpt) {
             ot_status w = ot_ckpt_wait(t->ckpt, NULL);
-            if (w != OT_OK) tlog(t, "warning: the checkpoint in flight failed: %s", ot_last_error());
+            if (w != OT_OK)
+                tlog(t, "warning: the checkpoint in flight failed: %s", ot_last_error());
         }
         int64_t step = 0;
         bool found = false;
@@ -777,8 +790,9 @@ static ot_status recover(trainer *t) {
             step = 0;
         }
         if (s != OT_OK) return s;
-        tlog(t, "recovery (restore): device %d replaces failed device %d; %d devices roll back from "
-                "step %lld to checkpointed step %lld",
+        tlog(t,
+             "recovery (restore): device %d replaces failed device %d; %d devices roll back from "
+             "step %lld to checkpointed step %lld",
              spare, failed, t->nlive, (long long)t->step, (long long)step);
         t->step = step;
         /* the metric history after the restored step is replaced by the rerun */
@@ -791,8 +805,9 @@ static ot_status recover(trainer *t) {
         t->nlive--;
         memset(&t->reps[t->nlive], 0, sizeof t->reps[t->nlive]);
         if (t->nlive < 1) return ot_error(OT_ERR_PEER_FAILED, "train: no device left");
-        tlog(t, "recovery (shrink): new pod of %d devices (epoch %llu), ring over the survivors, "
-                "batch %lld re-split; step %lld is redone from the survivors' identical state",
+        tlog(t,
+             "recovery (shrink): new pod of %d devices (epoch %llu), ring over the survivors, "
+             "batch %lld re-split; step %lld is redone from the survivors' identical state",
              t->nlive, (unsigned long long)ot_coord_epoch(t->coord), (long long)o->batch_size,
              (long long)t->step + 1);
     }
@@ -807,7 +822,8 @@ static ot_status load_data(trainer *t) {
     if (!strcmp(o->dataset, "synthetic")) {
         ot_dataset all;
         int64_t n = o->synthetic_n > 0 ? o->synthetic_n : 65536;
-        ot_status s = ot_dataset_synthetic(n, o->model.inputs, o->model.classes, 1.0, o->seed, &all);
+        ot_status s =
+            ot_dataset_synthetic(n, o->model.inputs, o->model.classes, 1.0, o->seed, &all);
         if (s != OT_OK) return s;
         int64_t ntest = n / 5, ntrain = n - ntest;
         t->train = all;
@@ -818,29 +834,36 @@ static ot_status load_data(trainer *t) {
         t->test.x = ot_malloc((size_t)(ntest * all.features) * sizeof(float) + 4);
         t->test.y = ot_malloc((size_t)ntest * sizeof(int32_t) + 4);
         if (!t->test.x || !t->test.y) return ot_error(OT_ERR_OUT_OF_MEMORY, "synthetic test split");
-        memcpy(t->test.x, all.x + ntrain * all.features, (size_t)(ntest * all.features) * sizeof(float));
+        memcpy(t->test.x, all.x + ntrain * all.features,
+               (size_t)(ntest * all.features) * sizeof(float));
         memcpy(t->test.y, all.y + ntrain, (size_t)ntest * sizeof(int32_t));
         return OT_OK;
     }
-    return ot_error(OT_ERR_INVALID_ARGUMENT, "train: unknown data set '%s' (digits, synthetic)", o->dataset);
+    return ot_error(OT_ERR_INVALID_ARGUMENT, "train: unknown data set '%s' (digits, synthetic)",
+                    o->dataset);
 }
 
 static ot_status validate(const ot_train_options *o) {
     if (o->devices < 1 || o->devices > MAX_DEVICES - 1)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "train: devices must be 1..%d, got %d", MAX_DEVICES - 1, o->devices);
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "train: devices must be 1..%d, got %d",
+                        MAX_DEVICES - 1, o->devices);
     if (o->batch_size < o->devices)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "train: batch size %lld is smaller than the %d devices",
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: batch size %lld is smaller than the %d devices",
                         (long long)o->batch_size, o->devices);
     if (!(o->lr > 0) || !isfinite(o->lr))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: learning rate must be > 0, got %g", o->lr);
-    if (o->steps < 1 && o->epochs < 1) return ot_error(OT_ERR_INVALID_ARGUMENT, "train: steps must be >= 1");
+    if (o->steps < 1 && o->epochs < 1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "train: steps must be >= 1");
     if (o->fail_device >= 0 && (o->fail_device >= o->devices || o->fail_step < 1))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --fail-device D@STEP needs 0 <= D < %d and STEP >= 1 (got %d@%lld)",
                         o->devices, o->fail_device, (long long)o->fail_step);
     if (o->fail_device >= 0 && o->devices < 2 && o->recovery == OT_RECOVER_SHRINK)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "train: a one-device pod cannot shrink after a failure");
-    if (o->resume && !o->ckpt_dir) return ot_error(OT_ERR_INVALID_ARGUMENT, "train: --resume needs --ckpt-dir");
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: a one-device pod cannot shrink after a failure");
+    if (o->resume && !o->ckpt_dir)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "train: --resume needs --ckpt-dir");
     return OT_OK;
 }
 
@@ -869,7 +892,8 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
 
     s = load_data(t);
     if (s == OT_OK && t->train.n < o->batch_size)
-        s = ot_error(OT_ERR_INVALID_ARGUMENT, "train: batch size %lld exceeds the %lld training samples",
+        s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                     "train: batch size %lld exceeds the %lld training samples",
                      (long long)o->batch_size, (long long)t->train.n);
     if (s == OT_OK) {
         ot_model_config mc = o->model;
@@ -908,7 +932,8 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     }
     if (s == OT_OK) {
         s = ot_optimizer_new(o->optimizer ? o->optimizer : "adam", &t->optim);
-        if (s == OT_OK && o->weight_decay > 0) s = ot_optimizer_set(t->optim, "weight_decay", o->weight_decay);
+        if (s == OT_OK && o->weight_decay > 0)
+            s = ot_optimizer_set(t->optim, "weight_decay", o->weight_decay);
     }
     if (s == OT_OK) {
         ot_shape shapes[MAX_PARAMS];
@@ -934,12 +959,12 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
             s = restore_latest(t, &step, &found);
             if (s == OT_OK && found) {
                 t->step = step;
-                tlog(t, "resumed from the checkpoint of step %lld in %s", (long long)step, o->ckpt_dir);
+                tlog(t, "resumed from the checkpoint of step %lld in %s", (long long)step,
+                     o->ckpt_dir);
             } else if (s == OT_OK) {
                 tlog(t, "resume: no checkpoint in %s; starting from step 0", o->ckpt_dir);
             }
-        }
-        else
+        } else
             s = prepare_ckpt_dir(t);
         if (s == OT_OK) s = ot_ckpt_open(o->ckpt_dir, &co, &t->ckpt);
     }
@@ -969,16 +994,16 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     out->start_step = t->step;
     out->devices_start = t->nlive;
     if (s == OT_OK)
-        tlog(t, "training %s (%lld parameters) on %s: %lld train / %lld test samples, %d devices, "
-                "batch %lld, %s lr %g (%s), %lld steps",
+        tlog(t,
+             "training %s (%lld parameters) on %s: %lld train / %lld test samples, %d devices, "
+             "batch %lld, %s lr %g (%s), %lld steps",
              ot_model_kind_name(o->model.kind), (long long)t->total_elems,
              o->dataset ? o->dataset : "digits", (long long)t->train.n, (long long)t->test.n,
              t->nlive, (long long)o->batch_size, o->optimizer ? o->optimizer : "adam", o->lr,
              ot_lr_schedule_kind(t->sched), (long long)t->total_steps);
 
     /* the loop, in segments between failures */
-    t->loop_start_ns = t->last_report_ns = ot_now_ns();
-    t->last_report_step = t->step;
+    t->loop_start_ns = ot_now_ns();
     int64_t end = t->total_steps;
     if (o->stop_after > 0 && t->step + o->stop_after < end) {
         end = t->step + o->stop_after;
@@ -990,15 +1015,18 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         if (rs == OT_OK) break;
         bool injected = false, other = false;
         for (int r = 0; r < t->nlive; r++) {
-            if (st[r] == INJECTED_STOP && t->reps[r].dev_index == t->failed_dev) injected = true;
-            else if (st[r] != OT_OK && st[r] != OT_ERR_PEER_FAILED) other = true;
+            if (st[r] == INJECTED_STOP && t->reps[r].dev_index == t->failed_dev)
+                injected = true;
+            else if (st[r] != OT_OK && st[r] != OT_ERR_PEER_FAILED)
+                other = true;
         }
         if (!injected || other) {
             s = rs;
             break;
         }
         /* survivors of the step that failed: t->step steps are complete on every one of them */
-        tlog(t, "step %lld: device %d stopped; its heartbeats stopped", (long long)t->step + 1, t->failed_dev);
+        tlog(t, "step %lld: device %d stopped; its heartbeats stopped", (long long)t->step + 1,
+             t->failed_dev);
         s = recover(t);
     }
     uint64_t loop_end = ot_now_ns();
@@ -1024,7 +1052,8 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         out->test_loss = t->last_test_loss;
         out->final_loss = t->npoints ? t->points[t->npoints - 1].loss : NAN;
         out->wall_s = (double)(loop_end - t->loop_start_ns) / 1e9;
-        out->samples_per_s = out->wall_s > 0 ? (double)(out->steps_run * o->batch_size) / out->wall_s : 0;
+        out->samples_per_s =
+            out->wall_s > 0 ? (double)(out->steps_run * o->batch_size) / out->wall_s : 0;
         out->devices_end = t->nlive;
         out->param_elements = t->total_elems;
         /* phase shares: CPU time summed over the replicas (on a host with fewer cores than
@@ -1043,7 +1072,8 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
             uint8_t h[32];
             s = params_sha256(t, &t->reps[r], h);
             if (s == OT_OK && memcmp(h, out->params_sha256, 32) != 0)
-                s = ot_error(OT_ERR_INTERNAL, "train: replica %d's parameters differ from replica 0's", r);
+                s = ot_error(OT_ERR_INTERNAL,
+                             "train: replica %d's parameters differ from replica 0's", r);
         }
         if (s == OT_OK) {
             out->params = ot_calloc((size_t)t->nparams, sizeof *out->params);
