@@ -59,6 +59,7 @@ typedef struct replica {
     ot_device *dev;
     ot_buffer *params[MAX_PARAMS];
     ot_buffer *test_x, *test_y; /* evaluation set on this device (leader only, lazily) */
+    int64_t done;               /* steps this replica has completed */
     /* per-phase time of this replica in the current run: wall ns and thread CPU ns */
     uint64_t wall[4], cpu[4];
 } replica;
@@ -93,8 +94,8 @@ typedef struct trainer {
     bool used_dev[MAX_DEVICES];
     ot_topology *topo;
     /* progress */
-    int64_t step; /* steps done */
-    int64_t run_end;
+    int64_t step;               /* steps done */
+    int64_t run_end, seg_start; /* the current segment's steps [seg_start, run_end) */
     double last_test_acc, last_test_loss;
     uint64_t loop_start_ns;
     /* pod */
@@ -186,13 +187,26 @@ static void on_coord_event(void *ud, const ot_coord_event *e) {
         if (t->coord_id[d] == e->device) dev = d;
     if (dev < 0) return;
     pthread_mutex_lock(&t->mu);
-    t->detect_ns = ot_now_ns();
     int rank = t->world_rank_of_dev[dev];
-    if (t->world && rank >= 0) ot_local_world_fail(t->world, rank);
-    uint64_t stop = t->stop_ns;
+    bool first = t->failed_dev < 0 || t->failed_dev == dev;
+    if (first) {
+        /* fenced: a device declared failed leaves the pod even if it was only late */
+        t->detect_ns = ot_now_ns();
+        t->failed_dev = dev;
+        atomic_store(&t->alive[dev], false);
+        if (t->world && rank >= 0) ot_local_world_fail(t->world, rank);
+    }
+    uint64_t stop = t->stop_ns, det = t->detect_ns;
     pthread_mutex_unlock(&t->mu);
+    if (!first) {
+        tlog(t,
+             "coordinator: device %d declared FAILED while recovering from device %d; it is "
+             "handled after that",
+             dev, t->failed_dev);
+        return;
+    }
     tlog(t, "coordinator: device %d declared FAILED (phi %.1f, %.0f ms after its last heartbeat)",
-         dev, e->phi, stop ? (double)(t->detect_ns - stop) / 1e6 : 0.0);
+         dev, e->phi, stop ? (double)(det - stop) / 1e6 : 0.0);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -455,7 +469,8 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
     ot_shape_make(&xs, OT_F32, 2, (int64_t[]){nb, F});
     ot_shape_make(&ys, OT_S32, 1, (int64_t[]){nb});
     int nouts = 2 + t->nparams;
-    for (int64_t step = t->step; step < t->run_end; step++) {
+    r->done = t->seg_start;
+    for (int64_t step = t->seg_start; step < t->run_end; step++) {
         if (o->fail_device == r->dev_index && step + 1 == o->fail_step && !t->fault_done) {
             /* The injected fault: this device stops dead. Its heartbeats stop; it leaves without
              * telling anyone, as a crashed host would. */
@@ -542,6 +557,7 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         }
         for (int k = 0; k < t->nparams; k++) ot_buffer_free(grads[k]);
         if (s != OT_OK) goto done;
+        r->done = step + 1;
         if (!leader) continue;
         /* the leader: bookkeeping, evaluation, checkpoints, progress */
         int64_t done_steps = step + 1;
@@ -642,6 +658,7 @@ static ot_status prepare_executables(trainer *t) {
 /* Runs steps [t->step, end) on the current members. */
 static ot_status run_segment(trainer *t, int64_t end, ot_status *st) {
     t->run_end = end;
+    t->seg_start = t->step;
     ot_local_world *w = NULL;
     ot_status s = ot_local_world_create(t->nlive, &w);
     if (s != OT_OK) return s;
@@ -731,7 +748,57 @@ static ot_status init_params(trainer *t) {
     return s;
 }
 
-/* After an injected fault: rebuild the pod per the recovery policy. */
+/* After a failure the survivors normally all hold the state after t->step steps: the failed
+ * device never contributed to the next all-reduce. A device fenced while alive may have
+ * contributed to it, so some survivors may have finished one more step; that step's all-reduce
+ * was complete, so its result is valid: the others take the state of the most advanced one. */
+static ot_status sync_survivors(trainer *t) {
+    int ahead = -1;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int r = 0; r < t->nlive; r++) {
+        if (t->reps[r].dev_index == t->failed_dev) continue;
+        if (t->reps[r].done < lo) lo = t->reps[r].done;
+        if (t->reps[r].done > hi) {
+            hi = t->reps[r].done;
+            ahead = r;
+        }
+    }
+    if (ahead < 0) return ot_error(OT_ERR_PEER_FAILED, "train: no device left");
+    if (lo == hi) {
+        t->step = hi;
+        return OT_OK;
+    }
+    replica *src = &t->reps[ahead];
+    ot_tensor host[MAX_PARAMS];
+    int got = 0;
+    ot_status s = OT_OK;
+    for (int k = 0; s == OT_OK && k < t->nparams; k++, got++)
+        s = ot_buffer_to_host(src->params[k], &host[k]);
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int r = 0; s == OT_OK && r < t->nlive; r++) {
+        replica *d = &t->reps[r];
+        if (d == src || d->dev_index == t->failed_dev || d->done == hi) continue;
+        s = put_params(t, d, host);
+        for (int i = 0; s == OT_OK && i < ns; i++) {
+            ot_tensor v;
+            s = ot_tpu_optimizer_get_state(t->topt, src->dev, i, &v);
+            if (s == OT_OK) {
+                s = ot_tpu_optimizer_set_state(t->topt, d->dev, i, &v);
+                ot_tensor_release(&v);
+            }
+        }
+        d->done = hi;
+    }
+    for (int k = 0; k < got; k++) ot_tensor_release(&host[k]);
+    if (s == OT_OK) {
+        tlog(t, "survivors at steps %lld..%lld after the failure take the state of step %lld",
+             (long long)lo, (long long)hi, (long long)hi);
+        t->step = hi;
+    }
+    return s;
+}
+
+/* After a failure: rebuild the pod per the recovery policy. */
 static ot_status recover(trainer *t) {
     const ot_train_options *o = t->o;
     uint64_t t0 = ot_now_ns();
@@ -813,6 +880,8 @@ static ot_status recover(trainer *t) {
     }
     s = prepare_executables(t);
     t->rep->recover_s = (double)(ot_now_ns() - (t->detect_ns ? t->detect_ns : t0)) / 1e9;
+    t->failed_dev = -1;
+    t->stop_ns = t->detect_ns = 0;
     return s;
 }
 
@@ -1013,21 +1082,23 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         ot_status st[MAX_DEVICES];
         ot_status rs = run_segment(t, end, st);
         if (rs == OT_OK) break;
-        bool injected = false, other = false;
-        for (int r = 0; r < t->nlive; r++) {
-            if (st[r] == INJECTED_STOP && t->reps[r].dev_index == t->failed_dev)
-                injected = true;
-            else if (st[r] != OT_OK && st[r] != OT_ERR_PEER_FAILED)
+        /* A segment ends early only because the coordinator declared a device failed (the
+         * injected stop, or a device fenced after missing its heartbeats): every other status
+         * is a real error. */
+        bool other = false;
+        for (int r = 0; r < t->nlive; r++)
+            if (st[r] != OT_OK && st[r] != OT_ERR_PEER_FAILED &&
+                !(st[r] == INJECTED_STOP && t->reps[r].dev_index == t->failed_dev))
                 other = true;
-        }
-        if (!injected || other) {
+        if (t->failed_dev < 0 || other) {
             s = rs;
             break;
         }
-        /* survivors of the step that failed: t->step steps are complete on every one of them */
-        tlog(t, "step %lld: device %d stopped; its heartbeats stopped", (long long)t->step + 1,
-             t->failed_dev);
-        s = recover(t);
+        if (t->stop_ns)
+            tlog(t, "step %lld: device %d had stopped; its heartbeats stopped",
+                 (long long)t->step + 1, t->failed_dev);
+        s = sync_survivors(t);
+        if (s == OT_OK) s = recover(t);
     }
     uint64_t loop_end = ot_now_ns();
 
