@@ -38,12 +38,14 @@ static int run(int argc, char **argv) {
         if (!strcmp(argv[i], "--json")) {
             json = true;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            if (!cli_parse_i64(argv[++i], 1, 100, &reps)) return cli_usage_error("bench train", "--reps: 1..100");
+            if (!cli_parse_i64(argv[++i], 1, 100, &reps))
+                return cli_usage_error("bench train", "--reps: 1..100");
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             if (!cli_parse_i64(argv[++i], 10, 1000000, &steps))
                 return cli_usage_error("bench train", "--steps: 10..1000000");
         } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
-            if (!cli_parse_i64(argv[++i], 2, 63, &devices)) return cli_usage_error("bench train", "--devices: 2..63");
+            if (!cli_parse_i64(argv[++i], 2, 63, &devices))
+                return cli_usage_error("bench train", "--devices: 2..63");
         } else {
             return cli_usage_error("bench train", "unknown or incomplete argument '%s'", argv[i]);
         }
@@ -71,14 +73,17 @@ static int run(int argc, char **argv) {
     if (system(cmd) != 0) fprintf(stderr, "optitpu bench train: could not remove %s\n", dir);
     if (rc != CLI_OK) return rc;
     double m_sps = ot_bench_median(sps, (size_t)reps), m_sps1 = ot_bench_median(sps1, (size_t)reps);
-    double m_share = ot_bench_median(share, (size_t)reps), m_acc = ot_bench_median(acc, (size_t)reps);
+    double m_share = ot_bench_median(share, (size_t)reps),
+           m_acc = ot_bench_median(acc, (size_t)reps);
     char name[96];
-    snprintf(name, sizeof name, "mlp digits %lld dev %lld steps", (long long)devices, (long long)steps);
+    snprintf(name, sizeof name, "mlp digits %lld dev %lld steps", (long long)devices,
+             (long long)steps);
     ot_bench_print_header(json);
-    ot_bench_row r1 = {"train", name, "samples/s", m_sps, "same run, 1 device", m_sps1, m_sps / m_sps1};
+    ot_bench_row r1 = {"train", name,          "samples/s", m_sps, "same run, 1 device",
+                       m_sps1,  m_sps / m_sps1};
     ot_bench_print(&r1, json);
-    ot_bench_row r2 = {"train", name, "outside-compute CPU share", m_share, "goal", 0.10,
-                       m_share > 0 ? 0.10 / m_share : 0};
+    ot_bench_row r2 = {"train", name, "outside-compute CPU share",     m_share,
+                       "goal",  0.10, m_share > 0 ? 0.10 / m_share : 0};
     ot_bench_print(&r2, json);
     ot_bench_row r3 = {"train", name, "test accuracy", m_acc, "goal", 0.95, m_acc / 0.95};
     ot_bench_print(&r3, json);
@@ -92,12 +97,12 @@ static int run(int argc, char **argv) {
 }
 
 const cli_command cli_bench_train = {
-    "train",
-    "optitpu train's samples/s and outside-compute share vs the same run on one device",
+    "train", "optitpu train's samples/s and outside-compute share vs the same run on one device",
     "usage: optitpu bench train [--json] [--reps R] [--steps N] [--devices N]\n"
     "\n"
     "Runs the default training job (MLP on digits, Adam, checkpoints every 100 steps) R times\n"
-    "(default 3) on N devices (default 8) and on 1 device, and prints the median samples/s of both,\n"
+    "(default 3) on N devices (default 8) and on 1 device, and prints the median samples/s of "
+    "both,\n"
     "the share of CPU time spent outside compute (communication, coordination, checkpointing,\n"
     "batch copies; goal <= 10%) and the test accuracy.\n",
     run};
