@@ -68,7 +68,7 @@ static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
 
 static int run_optim_bench(int argc, char **argv) {
     const char *cmd = "bench optim";
-    bool json = false, limits = true;
+    bool json = false, limits = true, fusion = true;
     const char *name = "adam";
     int64_t n = 16 << 20, k = 1, reps = 5;
     for (int i = 1; i < argc; i++) {
@@ -77,6 +77,8 @@ static int run_optim_bench(int argc, char **argv) {
             json = true;
         } else if (!strcmp(argv[i], "--no-limits")) {
             limits = false;
+        } else if (!strcmp(argv[i], "--no-fusion")) {
+            fusion = false;
         } else if (!strcmp(argv[i], "--optimizer")) {
             if (!v) return cli_usage_error(cmd, "--optimizer needs a name");
             name = v;
@@ -129,7 +131,11 @@ static int run_optim_bench(int argc, char **argv) {
         }
     }
     uint64_t c0 = ot_now_ns();
-    if (ot_tpu_optimizer_create(o, shapes, (int)k, NULL, &t) != OT_OK ||
+    ot_compile_options co = ot_compile_options_default();
+    co.fusion = fusion;
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.compile = &co;
+    if (ot_tpu_optimizer_create(o, shapes, (int)k, &to, &t) != OT_OK ||
         ot_host_device_create(0, 0, &d) != OT_OK || ot_tpu_optimizer_add_replica(t, d) != OT_OK) {
         rc = cli_fail(cmd);
         goto done;
@@ -281,13 +287,13 @@ const cli_command cli_bench_optim = {
     "optim",
     "device optimizer step (one compiled update, donated) vs a fused C loop; GB/s vs STREAM",
     "usage: optitpu bench optim [--optimizer NAME] [--params N] [--tensors K] [--reps R]\n"
-    "                           [--no-limits] [--json]\n"
+    "                           [--no-fusion] [--no-limits] [--json]\n"
     "\n"
     "Steps NAME (default adam) over N f32 parameters (default 16M; K/M/G suffixes) split into K\n"
     "tensors of mixed sizes (default 1) with ot_tpu_optimizer on one host device: compile time\n"
     "(once), the median step time of R steps (default 5) after a warm-up beside a hand-written\n"
     "fused C loop of the same update (adam, adamw) in the same run, the largest difference of the\n"
     "two results, and the achieved GB/s beside the single-thread STREAM triad (skipped with\n"
-    "--no-limits).",
+    "--no-limits). --no-fusion compiles without fusion (plain elementwise kernels).",
     run_optim_bench,
 };

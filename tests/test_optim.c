@@ -33,6 +33,14 @@ static void row(const ot_tensor *all, const ot_shape *s, int t, ot_tensor *out) 
  * as the case's optax.chain nests them. */
 static const char *optax_state(const char *name, const ot_optimizer *o, int j, char *buf,
                                size_t n) {
+    if (strcmp(name, "optax_lookahead_adam") == 0) { /* fast_state = optax.adam's state */
+        const char *sn = ot_optimizer_state_name(o, j);
+        snprintf(buf, n, "%s",
+                 strcmp(sn, "slow") == 0      ? "slow"
+                 : strcmp(sn, "exp_avg") == 0 ? "fast_state_0_mu"
+                                              : "fast_state_0_nu");
+        return buf;
+    }
     const char *prefix = strcmp(name, "optax_lamb") == 0   ? "1_0_"
                          : strcmp(name, "optax_lars") == 0 ? "1_3_"
                                                            : "0_";
@@ -75,6 +83,15 @@ static void run_case(json_t *c) {
             double x = json_is_boolean(v) ? (json_is_true(v) ? 1.0 : 0.0) : json_number_value(v);
             EXPECT_OK(ot_optimizer_set(o, tk, x));
         }
+    }
+    json_t *la = json_object_get(c, "lookahead");
+    if (la) { /* optax.lookahead around the optimizer */
+        ot_optimizer *w = NULL;
+        ASSERT_OK(ot_optimizer_new_lookahead(
+            o, (int64_t)json_integer_value(json_object_get(la, "sync_period")),
+            json_number_value(json_object_get(la, "slow_step_size")), &w));
+        ot_optimizer_free(o);
+        o = w;
     }
     /* a mask is a parameter group: scalar and vector get weight_decay 0 (and no trust ratio) */
     ot_optimizer *om = NULL;
@@ -223,7 +240,10 @@ static void test_torch_trajectories(void) {
          * torch-convention optimizers are other formulas, not run. */
         bool optax_rule = strcmp(opt, "lion") == 0 || strcmp(opt, "lamb") == 0 ||
                           strcmp(opt, "lars") == 0 || strcmp(opt, "adafactor") == 0;
-        bool take = strcmp(fw, "torch") == 0 ? !optax_rule : optax_rule;
+        /* optax_lookahead_adam: Lookahead around the torch-convention Adam (optax.adam is the
+         * same formula in another rounding order) */
+        bool take =
+            strcmp(fw, "torch") == 0 ? !optax_rule : optax_rule || json_object_get(c, "lookahead");
         if (!take || json_object_get(c, "param_groups") || json_object_get(c, "mixed_precision") ||
             json_object_get(c, "clip_value") || ot_optimizer_new(opt, &probe) != OT_OK)
             continue;
@@ -231,7 +251,7 @@ static void test_torch_trajectories(void) {
         run_case(c);
     }
     ot_clear_error();
-    EXPECT_INT_EQ(cases_run, 19); /* 15 torch cases + optax lion, lamb, lars, adafactor */
+    EXPECT_INT_EQ(cases_run, 20); /* 15 torch + optax lion, lamb, lars, adafactor, lookahead */
     json_decref(root);
 }
 
@@ -289,6 +309,31 @@ static void test_bad_input(void) {
     ot_tensor_release(&st[1]);
     ot_optimizer_free(o);
     ot_optimizer_free(NULL);
+}
+
+static void test_lookahead_bad_input(void) {
+    ot_optimizer *in = NULL, *w = NULL, *w2 = NULL;
+    ASSERT_OK(ot_optimizer_new("adam", &in));
+    EXPECT_STATUS(ot_optimizer_new_lookahead(in, 0, 0.5, &w), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "sync_period");
+    EXPECT_STATUS(ot_optimizer_new_lookahead(in, 5, 1.5, &w), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_optimizer_new_lookahead(NULL, 5, 0.5, &w), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(w == NULL);
+    ASSERT_OK(ot_optimizer_set(in, "amsgrad", 1));
+    ASSERT_OK(ot_optimizer_new_lookahead(in, 5, 0.5, &w)); /* 3 + slow = 4 slots */
+    EXPECT_INT_EQ(ot_optimizer_state_count(w), 4);
+    EXPECT_STR_EQ(ot_optimizer_state_name(w, 3), "slow");
+    EXPECT_STATUS(ot_optimizer_new_lookahead(w, 5, 0.5, &w2), OT_ERR_INVALID_ARGUMENT);
+    ot_optimizer *c = NULL; /* a clone owns its own copy of the inner optimizer */
+    ASSERT_OK(ot_optimizer_clone(w, &c));
+    ot_optimizer_free(w);
+    ot_shape s;
+    ot_shape_make(&s, OT_F32, 1, (int64_t[]){3});
+    ot_module *m = NULL;
+    EXPECT_OK(ot_optimizer_build_module(c, &s, &m));
+    ot_module_free(m);
+    ot_optimizer_free(c);
+    ot_optimizer_free(in);
 }
 
 static void test_alloc_failures(void) {
@@ -363,4 +408,5 @@ static void test_custom_optimizer(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_custom_optimizer), OT_TEST(test_torch_trajectories),
-             OT_TEST(test_bad_input), OT_TEST(test_alloc_failures))
+             OT_TEST(test_bad_input), OT_TEST(test_lookahead_bad_input),
+             OT_TEST(test_alloc_failures))

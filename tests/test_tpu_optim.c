@@ -69,6 +69,13 @@ static bool buffer_equals(const ot_buffer *b, const ot_tensor *want) {
 
 static ot_optimizer *make_opt(const char *name) {
     ot_optimizer *o = NULL;
+    if (strcmp(name, "lookahead") == 0) { /* Lookahead(sync 3, 0.5) around NAdam */
+        ot_optimizer *in = NULL, *w = NULL;
+        if (ot_optimizer_new("nadam", &in) != OT_OK) return NULL;
+        ot_status st = ot_optimizer_new_lookahead(in, 3, 0.5, &w);
+        ot_optimizer_free(in);
+        return st == OT_OK ? w : NULL;
+    }
     if (ot_optimizer_new(name, &o) != OT_OK) return NULL;
     if (strcmp(name, "sgd") == 0) {
         ot_optimizer_set(o, "momentum", 0.9);

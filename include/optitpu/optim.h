@@ -89,6 +89,14 @@ OT_API ot_status ot_optimizer_new(const char *name, ot_optimizer **out);
 /* An optimizer from a user vtable (kept by pointer: it must outlive the optimizer). */
 OT_API ot_status ot_optimizer_new_custom(const ot_optimizer_vtable *vt, ot_optimizer **out);
 OT_API void ot_optimizer_free(ot_optimizer *o);
+/* Lookahead (optax.lookahead; Zhang et al. 2019) wrapping a copy of inner (its hyper-parameters
+ * as they are now): inner updates the fast weights (the parameter) every step; every
+ * sync_period-th step (t % sync_period == 0) the slow weights move slow += slow_step_size *
+ * (fast - slow) and the fast weights are set to them. State: inner's slots, then "slow" (the
+ * parameter's shape, taken from the parameter on step 1). Hyper-parameters "sync_period" (an
+ * integer >= 1) and "slow_step_size" (0..1). At most OT_OPTIM_MAX_STATE - 1 inner slots. */
+OT_API ot_status ot_optimizer_new_lookahead(const ot_optimizer *inner, int64_t sync_period,
+                                            double slow_step_size, ot_optimizer **out);
 /* A new optimizer with o's vtable, hyper-parameter values and step count. */
 OT_API ot_status ot_optimizer_clone(const ot_optimizer *o, ot_optimizer **out);
 OT_API const char *ot_optimizer_name(const ot_optimizer *o);

@@ -790,6 +790,82 @@ static const ot_optimizer_vtable builtins[] = {
      three_state, adafactor_state, NULL, adafactor_build, NULL, adafactor_shape},
 };
 
+/* ---- Lookahead (optax.lookahead around any optimizer) ---------------------------------------- */
+
+static const char *const lookahead_names[] = {"sync_period", "slow_step_size"};
+static const double lookahead_defaults[] = {5, 0.5};
+
+static ot_status lookahead_validate(const ot_optimizer *o) {
+    double k = HP("sync_period");
+    if (!(k >= 1 && k <= 1e15 && k == floor(k)))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "optimizer 'lookahead': sync_period = %g (an "
+                        "integer >= 1)",
+                        k);
+    return check_range(o, "slow_step_size", 0, 1);
+}
+static int lookahead_nstate(const ot_optimizer *o) {
+    const ot_optimizer *in = ot_optim_inner(o);
+    return in ? ot_optimizer_state_count(in) + 1 : 1;
+}
+static const char *lookahead_state(const ot_optimizer *o, int i) {
+    const ot_optimizer *in = ot_optim_inner(o);
+    int ns = in ? ot_optimizer_state_count(in) : 0;
+    return i < ns ? ot_optimizer_state_name(in, i) : "slow";
+}
+static double lookahead_init(const ot_optimizer *o, int i) {
+    const ot_optimizer *in = ot_optim_inner(o);
+    int ns = in ? ot_optimizer_state_count(in) : 0;
+    if (i >= ns) return 0.0;
+    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(in);
+    return vt->state_init ? vt->state_init(in, i) : 0.0;
+}
+static ot_status lookahead_shape(const ot_optimizer *o, int i, const ot_shape *s, ot_shape *out) {
+    const ot_optimizer *in = ot_optim_inner(o);
+    int ns = in ? ot_optimizer_state_count(in) : 0;
+    if (i < ns) return ot_optimizer_state_shape(in, i, s, out);
+    *out = *s;
+    return OT_OK;
+}
+static ot_status lookahead_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                                 ot_optim_outputs *out) {
+    const ot_optimizer *inner = ot_optim_inner(o);
+    if (!inner)
+        return ot_error(
+            OT_ERR_INVALID_ARGUMENT,
+            "optimizer 'lookahead': no inner optimizer (use ot_optimizer_new_lookahead)");
+    gb b = gb_of(in);
+    int ns = ot_optimizer_state_count(inner);
+    ot_optim_inputs ii = *in;
+    ii.state[ns] = NULL;
+    ot_optim_outputs io;
+    OT_CHECK(ot_optimizer_build(inner, &ii, &io));
+    ot_shape ps = b.s;
+    ps.dtype = OT_PRED;
+    /* the slow weights start as the parameter (step 1) */
+    ot_instr *first = ot_build_broadcast(
+        b.c, ot_build_compare(b.c, in->step, D(&b, 1.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT), ps, NULL,
+        0);
+    ot_instr *slow = ot_build_select(b.c, first, in->param, in->state[ns]);
+    ot_instr *rem = bin(&b, OT_OP_REMAINDER, in->step, D(&b, HP("sync_period")));
+    ot_instr *sync = ot_build_broadcast(
+        b.c, ot_build_compare(b.c, rem, D(&b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT), ps, NULL, 0);
+    ot_instr *moved = add(&b, slow, mul(&b, K(&b, HP("slow_step_size")), sub(&b, io.param, slow)));
+    out->param = ot_build_select(b.c, sync, moved, io.param);
+    for (int j = 0; j < ns; j++) out->state[j] = io.state[j];
+    out->state[ns] = ot_build_select(b.c, sync, moved, slow);
+    return OT_OK;
+}
+
+static const ot_optimizer_vtable lookahead_vt = {
+    "lookahead",      NH(lookahead_names), lookahead_names, lookahead_defaults, lookahead_validate,
+    lookahead_nstate, lookahead_state,     lookahead_init,  lookahead_build,    NULL,
+    lookahead_shape};
+
+const ot_optimizer_vtable *ot_optim_lookahead_vtable(void) {
+    return &lookahead_vt;
+}
+
 const ot_optimizer_vtable *ot_optim_builtin(const char *name) {
     for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
         if (strcmp(builtins[i].name, name) == 0) return &builtins[i];

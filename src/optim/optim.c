@@ -11,7 +11,12 @@ struct ot_optimizer {
     const ot_optimizer_vtable *vt;
     double hp[OT_OPTIM_MAX_HPARAMS];
     int64_t steps;
+    ot_optimizer *inner; /* a wrapped optimizer (Lookahead), owned */
 };
+
+const ot_optimizer *ot_optim_inner(const ot_optimizer *o) {
+    return o ? o->inner : NULL;
+}
 
 static ot_status check_vtable(const ot_optimizer_vtable *vt) {
     if (!vt || !vt->name || !vt->build || !vt->state_count || !vt->state_name)
@@ -56,12 +61,45 @@ ot_status ot_optimizer_clone(const ot_optimizer *o, ot_optimizer **out) {
     ot_optimizer *c = ot_calloc(1, sizeof *c);
     if (!c) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer '%s'", o->vt->name);
     *c = *o;
+    c->inner = NULL;
+    if (o->inner) {
+        ot_status s = ot_optimizer_clone(o->inner, &c->inner);
+        if (s != OT_OK) {
+            ot_free(c);
+            return s;
+        }
+    }
     *out = c;
     return OT_OK;
 }
 
 void ot_optimizer_free(ot_optimizer *o) {
+    if (!o) return;
+    ot_optimizer_free(o->inner);
     ot_free(o);
+}
+
+ot_status ot_optimizer_new_lookahead(const ot_optimizer *inner, int64_t sync_period,
+                                     double slow_step_size, ot_optimizer **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_new_lookahead: out is NULL");
+    *out = NULL;
+    if (!inner) return ot_error(OT_ERR_INVALID_ARGUMENT, "lookahead: the inner optimizer is NULL");
+    int ns = inner->vt->state_count(inner);
+    if (ns + 1 > OT_OPTIM_MAX_STATE)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "lookahead: '%s' has %d state slots; with the slow weights at most %d",
+                        inner->vt->name, ns, OT_OPTIM_MAX_STATE);
+    ot_optimizer *o = NULL;
+    OT_CHECK(ot_optimizer_new_custom(ot_optim_lookahead_vtable(), &o));
+    ot_status s = ot_optimizer_clone(inner, &o->inner);
+    if (s == OT_OK) s = ot_optimizer_set(o, "sync_period", (double)sync_period);
+    if (s == OT_OK) s = ot_optimizer_set(o, "slow_step_size", slow_step_size);
+    if (s != OT_OK) {
+        ot_optimizer_free(o);
+        return s;
+    }
+    *out = o;
+    return OT_OK;
 }
 
 const char *ot_optimizer_name(const ot_optimizer *o) {

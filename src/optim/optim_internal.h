@@ -6,5 +6,8 @@
 
 /* The built-in vtable of that name, or NULL. */
 const ot_optimizer_vtable *ot_optim_builtin(const char *name);
+/* The wrapped optimizer of a Lookahead (NULL for others) and Lookahead's vtable. */
+const ot_optimizer *ot_optim_inner(const ot_optimizer *o);
+const ot_optimizer_vtable *ot_optim_lookahead_vtable(void);
 
 #endif
