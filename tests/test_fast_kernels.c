@@ -611,7 +611,7 @@ static void test_elementwise(void) {
         ot_dtype t = cs % 2 ? OT_F64 : OT_F32;
         ot_opcode op = ops[cs % 8];
         ot_shape s;
-        ASSERT_OK(ot_shape_make(&s, t, 2, (int64_t[]){rnd(1, 40), rnd(1, 40)}));
+        ASSERT_OK(ot_shape_make(&s, t, 2, (int64_t[]){rnd(3, 40), rnd(3, 40)}));
         ot_module *m = ot_module_new("ew");
         ot_computation *c = ot_module_add_computation(m, "main");
         ot_instr *a = ot_build_parameter(c, 0, s, "a"), *b = ot_build_parameter(c, 1, s, "b");
@@ -628,6 +628,22 @@ static void test_elementwise(void) {
         ASSERT_OK(ot_tensor_alloc(&args[1], &s));
         fill_random(&args[0], 0, 2);
         fill_random(&args[1], -1, 1);
+        /* pairs at the first elements: sums, differences, products and quotients that are
+         * subnormal (flushed under FTZ), subnormal operands, NaN, infinities, signed zeros */
+        static const double p32[][2] = {{3e-38, -2.9e-38}, {1e-20, 1e-20}, {1e-40, 1.0},
+                                        {NAN, 1.0},        {-0.0, 0.0},    {INFINITY, -INFINITY},
+                                        {1e-30, 1e10},     {2e-39, 3e-39}};
+        static const double p64[][2] = {
+            {3e-307, -2.99e-307}, {1e-160, 1e-160},      {1e-310, 1.0},  {NAN, 1.0},
+            {-0.0, 0.0},          {INFINITY, -INFINITY}, {1e-300, 1e10}, {2e-310, 3e-310}};
+        int64_t n = ot_shape_numel_unchecked(&s);
+        for (int64_t q = 0; q < 8 && q < n; q++)
+            for (int k = 0; k < 2; k++) {
+                if (t == OT_F32)
+                    ((float *)args[k].data)[q] = (float)p32[q][k];
+                else
+                    ((double *)args[k].data)[q] = p64[q][k];
+            }
         EXPECT_OK(run_exe(e, args, 2, &ref, NULL, true, NULL));
         if (run_all_pools(e, args, 2, &fast, 3)) {
             EXPECT_TRUE(bits_equal(&fast, &ref));

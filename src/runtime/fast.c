@@ -875,6 +875,76 @@ static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
 
 /* ---- plain elementwise ops, straight into the output slot ------------------------------- */
 
+static inline float sub_f(float a, float b, bool z) {
+    return fz_f(fz_f(a, z) - fz_f(b, z), z);
+}
+static inline double sub_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) - fz_d(b, z), z);
+}
+static inline float div_f(float a, float b, bool z) {
+    return fz_f(fz_f(a, z) / fz_f(b, z), z);
+}
+static inline double div_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) / fz_d(b, z), z);
+}
+
+#define TYPED_LOOP(T, F)                                                                           \
+    do {                                                                                           \
+        const T *x = a, *w = b;                                                                    \
+        T *o = y;                                                                                  \
+        if (z)                                                                                     \
+            for (int64_t e = 0; e < n; e++) o[e] = F(x[e], w[e], true);                            \
+        else                                                                                       \
+            for (int64_t e = 0; e < n; e++) o[e] = F(x[e], w[e], false);                           \
+    } while (0)
+
+/* The f32/f64 arithmetic binary ops as typed loops, with the reference's FTZ and NaN rules
+ * (elementwise.c): the same bits as ex_binary without its per-element dtype dispatch. */
+static bool typed_binary(ot_opcode op, ot_dtype t, ot_dtype ta, ot_dtype tb, bool z, const void *a,
+                         const void *b, void *y, int64_t n) {
+    if (ta != t || tb != t || (t != OT_F32 && t != OT_F64)) return false;
+    bool f = t == OT_F32;
+    switch (op) {
+    case OT_OP_ADD:
+        if (f)
+            TYPED_LOOP(float, add_f);
+        else
+            TYPED_LOOP(double, add_d);
+        return true;
+    case OT_OP_SUBTRACT:
+        if (f)
+            TYPED_LOOP(float, sub_f);
+        else
+            TYPED_LOOP(double, sub_d);
+        return true;
+    case OT_OP_MULTIPLY:
+        if (f)
+            TYPED_LOOP(float, mul_f);
+        else
+            TYPED_LOOP(double, mul_d);
+        return true;
+    case OT_OP_DIVIDE:
+        if (f)
+            TYPED_LOOP(float, div_f);
+        else
+            TYPED_LOOP(double, div_d);
+        return true;
+    case OT_OP_MAXIMUM:
+        if (f)
+            TYPED_LOOP(float, max_f);
+        else
+            TYPED_LOOP(double, max_d);
+        return true;
+    case OT_OP_MINIMUM:
+        if (f)
+            TYPED_LOOP(float, min_f);
+        else
+            TYPED_LOOP(double, min_d);
+        return true;
+    default: return false;
+    }
+}
+
 static ot_status fast_elementwise(rt_fast_ctx *c, const ot_instr *i, int nin, void *const *in,
                                   const ot_slot *const *ins, void *out, const ot_slot *os,
                                   bool *done) {
@@ -886,6 +956,12 @@ static ot_status fast_elementwise(rt_fast_ctx *c, const ot_instr *i, int nin, vo
         if (in[k] != out && overlaps(out, os->nbytes, in[k], ins[k]->nbytes)) return OT_OK;
     for (int k = 0; k < nin; k++)
         if (ot_shape_numel_unchecked(&ins[k]->shape) != n) return OT_OK; /* scalar operands */
+    if (nin == 2 && typed_binary(op, os->shape.dtype, ins[0]->shape.dtype, ins[1]->shape.dtype,
+                                 c->ftz, in[0], in[1], out, n)) {
+        *done = true;
+        c->fast_run++;
+        return OT_OK;
+    }
     bool ftz = ex_ftz;
     ex_ftz = c->ftz;
     ot_status st = OT_OK;
