@@ -51,7 +51,13 @@ static const char usage[] =
     "                       (default DIR/trace.json)\n"
     "  --json               print the final report as one JSON object on stdout\n"
     "  --quiet              no progress output\n"
-    "  --threads N          threads of the shared kernel pool (sets OPTITPU_THREADS)\n";
+    "  --threads N          threads of the shared kernel pool (sets OPTITPU_THREADS)\n"
+    "across processes\n"
+    "  --mpi                join the MPI job (run under optitpu launch): --devices is per\n"
+    "                       process; process 0 reports and checkpoints; --fail-device kills the\n"
+    "                       device's process and launch restarts the job from the checkpoint\n"
+    "  e.g. optitpu launch --np 2 --oversubscribe --ckpt-dir ck -- train --mpi --devices 4 \\\n"
+    "         --ckpt-dir ck\n";
 
 typedef struct ui {
     bool tty, quiet;
@@ -122,10 +128,13 @@ static int mkdir_p(const char *dir) {
     return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt_dir, bool ckpt_off,
+                     const char *trace, bool json, bool quiet, int prank);
+
 static int run(int argc, char **argv) {
     ot_train_options o = ot_train_options_default();
     const char *out_dir = "optitpu-train", *ckpt_dir = NULL, *trace = NULL;
-    bool json = false, quiet = false, ckpt_off = false;
+    bool json = false, quiet = false, ckpt_off = false, use_mpi = false;
     int64_t v;
     double d;
     for (int i = 1; i < argc; i++) {
@@ -283,6 +292,8 @@ static int run(int argc, char **argv) {
             setenv("OPTITPU_THREADS", val, 1); /* read when the kernel pool starts */
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--mpi")) {
+            use_mpi = true;
         } else if (!strcmp(a, "--quiet")) {
             quiet = true;
         } else {
@@ -290,6 +301,38 @@ static int run(int argc, char **argv) {
         }
 #undef NEED
     }
+    ot_mpi *mpi = NULL;
+    int prank = 0;
+    if (use_mpi) {
+        if (!ot_mpi_available()) {
+            fprintf(stderr, "optitpu train: --mpi: this build has no MPI communicator (install "
+                            "libopenmpi-dev and rebuild)\n");
+            return CLI_FAIL;
+        }
+        ot_mpi_options mo = ot_mpi_options_default();
+        mo.local_devices = o.devices;
+        if (ot_mpi_init(&mo, &mpi) != OT_OK) return cli_fail("train");
+        prank = ot_mpi_rank(mpi);
+        o.mpi = mpi;
+        o.topology = NULL;
+        /* under optitpu launch: a restart resumes, and the injected fault is the first
+         * attempt's only (the restarted job passes the step where it happened) */
+        const char *att = getenv("OPTITPU_LAUNCH_ATTEMPT"), *res = getenv("OPTITPU_RESUME");
+        if (att && strcmp(att, "0") != 0) o.fail_device = -1;
+        if (res && !strcmp(res, "1")) o.resume = true;
+        if (prank != 0) {
+            quiet = true; /* process 0 reports for the pod */
+            json = false;
+        }
+    }
+    int rc = run_train(&o, out_dir, ckpt_dir, ckpt_off, trace, json, quiet, prank);
+    ot_mpi_free(mpi);
+    return rc;
+}
+
+static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt_dir, bool ckpt_off,
+                     const char *trace, bool json, bool quiet, int prank) {
+    ot_train_options o = *po;
     if (mkdir_p(out_dir) != 0) {
         fprintf(stderr, "optitpu train: cannot create %s: %s\n", out_dir, strerror(errno));
         return CLI_FAIL;
@@ -306,7 +349,7 @@ static int run(int argc, char **argv) {
         snprintf(trace_buf, sizeof trace_buf, "%s/trace.json", out_dir);
         trace = trace_buf;
     }
-    o.trace_path = trace;
+    o.trace_path = prank == 0 ? trace : NULL;
     snprintf(csv, sizeof csv, "%s/metrics.csv", out_dir);
     snprintf(svg, sizeof svg, "%s/curves.svg", out_dir);
 
@@ -321,6 +364,10 @@ static int run(int argc, char **argv) {
         return rc;
     }
     int rc = CLI_OK;
+    if (prank != 0) {
+        ot_train_report_clear(&r);
+        return rc;
+    }
     if (ot_train_write_csv(&r, csv) != OT_OK || ot_train_write_svg(&r, svg) != OT_OK)
         rc = cli_fail("train");
     char hex[65];

@@ -178,6 +178,13 @@ typedef struct ot_train_options {
     uint64_t seed;          /* default 0 */
     const char *trace_path; /* Chrome trace JSON of compute, communication, checkpoints */
     int64_t stop_after;     /* > 0: stop (as a crash would) after this many steps of this run */
+    /* Across processes (optitpu launch): the MPI job from ot_mpi_init with `devices` local
+     * devices per process; the pod is every process's devices, gradients are summed by
+     * ot_mpi_hier_allreduce, process 0 evaluates, reports and writes checkpoints, and a resume
+     * restores on process 0 and broadcasts. fail_device then kills the process hosting that
+     * device (SIGKILL): Open MPI ends the job and optitpu launch restarts it from the newest
+     * verified checkpoint. NULL: one process. */
+    struct ot_mpi *mpi;
     /* Called on the leader's thread after every step; may be NULL. */
     void (*on_progress)(void *ud, const ot_train_progress *p);
     /* Called for every event the user should know of (failures, recovery, checkpoints). */

@@ -3,6 +3,7 @@
  * failure detection and recovery (shrink or restore onto a spare). See include/optitpu/train.h. */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "optitpu/collectives.h"
 #include "optitpu/compiler.h"
 #include "optitpu/ft.h"
+#include "optitpu/mpi.h"
 #include "optitpu/optim.h"
 #include "optitpu/pod.h"
 #include "optitpu/runtime.h"
@@ -74,6 +76,9 @@ typedef struct grad_exe {
 typedef struct trainer {
     const ot_train_options *o;
     ot_train_report *rep;
+    /* across processes (o->mpi): this process's rank and the process count; 0 and 1 otherwise */
+    ot_mpi *mpi;
+    int prank, psize;
     ot_backend *backend;
     int ndev_total; /* devices + spares */
     ot_model *model;
@@ -362,12 +367,14 @@ static ot_status save_checkpoint(trainer *t, replica *r, int64_t step, double lo
         uint64_t rng[1] = {t->o->seed};
         ot_ckpt_metric metrics[1] = {{"loss", isfinite(loss) ? loss : 0.0}};
         char topo[96];
-        snprintf(topo, sizeof topo, "%d host devices in one process", t->nlive);
+        snprintf(topo, sizeof topo, "%d host devices in %d process(es)", t->nlive * t->psize,
+                 t->psize);
         ot_ckpt_save_args a = {
             .step = step,
             .shards = shards,
             .nshards = 2,
-            .pod = {t->nlive, 1, 1, (int64_t)ot_coord_epoch(t->coord), topo},
+            .pod = {t->nlive * t->psize, t->psize, 1,
+                    t->coord ? (int64_t)ot_coord_epoch(t->coord) : 0, topo},
             .optimizer_json = optjson,
             .rng_algorithm = "splitmix64",
             .rng_state = rng,
@@ -427,7 +434,10 @@ static void ph_end(trainer *t, replica *r, int ph, phase_clock pc, const char *n
     r->cpu[ph] += c1 - pc.c0;
     if (trace && t->trace)
         ot_pod_trace_record(t->trace, r->dev_index,
-                            ph == PH_COMPUTE ? OT_PHASE_COMPUTE : OT_PHASE_OTHER, name, pc.w0, w1);
+                            ph == PH_COMPUTE ? OT_PHASE_COMPUTE
+                            : ph == PH_COMM  ? OT_PHASE_COMM
+                                             : OT_PHASE_OTHER,
+                            name, pc.w0, w1);
 }
 
 #define INJECTED_STOP OT_ERR_CANCELLED
@@ -436,25 +446,29 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
     trainer *t = ud;
     replica *r = &t->reps[rank];
     const ot_train_options *o = t->o;
-    int n = t->nlive;
-    bool leader = rank == 0;
-    int64_t counts[MAX_DEVICES];
+    int n = t->nlive * t->psize;        /* replicas in the pod */
+    int g = t->prank * t->nlive + rank; /* this replica's place among them */
+    bool leader = g == 0;
+    int64_t counts[MAX_DEVICES * 16];
+    if (n > MAX_DEVICES * 16) return ot_error(OT_ERR_OUT_OF_RANGE, "train: %d replicas", n);
     ot_status s = ot_batch_split(o->batch_size, n, NULL, counts);
     if (s != OT_OK) return s;
     int64_t off = 0;
-    for (int i = 0; i < rank; i++) off += counts[i];
-    int64_t nb = counts[rank];
+    for (int i = 0; i < g; i++) off += counts[i];
+    int64_t nb = counts[g];
     ot_executable *exe = NULL;
     for (int i = 0; i < t->ngexe; i++)
         if (t->gexe[i].batch == nb) exe = t->gexe[i].exe;
     if (!exe)
         return ot_error(OT_ERR_INTERNAL, "train: no executable for a batch of %lld", (long long)nb);
-    if (t->trace) ot_comm_set_trace(comm, t->trace, r->dev_index);
-    if (t->topo && ot_topology_size(t->topo) == n) {
-        s = ot_comm_set_topology(comm, t->topo);
-        if (s != OT_OK) return s;
+    if (comm) {
+        if (t->trace) ot_comm_set_trace(comm, t->trace, r->dev_index);
+        if (t->topo && ot_topology_size(t->topo) == n) {
+            s = ot_comm_set_topology(comm, t->topo);
+            if (s != OT_OK) return s;
+        }
+        ot_comm_set_timeout(comm, 30ull * 1000000000ull);
     }
-    ot_comm_set_timeout(comm, 30ull * 1000000000ull);
 
     int64_t F = t->train.features;
     int64_t *idx = ot_malloc((size_t)o->batch_size * sizeof *idx);
@@ -471,7 +485,17 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
     int nouts = 2 + t->nparams;
     r->done = t->seg_start;
     for (int64_t step = t->seg_start; step < t->run_end; step++) {
-        if (o->fail_device == r->dev_index && step + 1 == o->fail_step && !t->fault_done) {
+        if (t->mpi && o->fail_device == g && step + 1 == o->fail_step) {
+            /* across processes a device failure is its process dying: Open MPI ends the job and
+             * `optitpu launch` restarts it from the newest verified checkpoint */
+            fprintf(stderr,
+                    "train: device %d (process %d) is killed at step %lld (injected fault)\n", g,
+                    t->prank, (long long)step + 1);
+            fflush(NULL);
+            kill(getpid(), SIGKILL);
+        }
+        if (!t->mpi && o->fail_device == r->dev_index && step + 1 == o->fail_step &&
+            !t->fault_done) {
             /* The injected fault: this device stops dead. Its heartbeats stop; it leaves without
              * telling anyone, as a crashed host would. */
             pthread_mutex_lock(&t->mu);
@@ -534,9 +558,13 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         ph_end(t, r, PH_OTHER, pc, "gather", false);
         if (s != OT_OK) goto done;
         pc = ph_start();
-        s = ot_comm_allreduce(comm, flat, flat, (size_t)t->total_elems + 2, OT_F32, OT_REDOP_SUM,
-                              NULL);
-        ph_end(t, r, PH_COMM, pc, "all-reduce", false);
+        if (t->mpi)
+            s = ot_mpi_hier_allreduce(t->mpi, rank, flat, flat, (size_t)t->total_elems + 2, OT_F32,
+                                      OT_REDOP_SUM, 0);
+        else
+            s = ot_comm_allreduce(comm, flat, flat, (size_t)t->total_elems + 2, OT_F32,
+                                  OT_REDOP_SUM, NULL);
+        ph_end(t, r, PH_COMM, pc, "all-reduce", t->mpi != NULL);
         if (s != OT_OK) goto done;
         pc = ph_start();
         ot_buffer *grads[MAX_PARAMS];
@@ -612,7 +640,7 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         }
     }
 done:
-    if (t->trace) ot_comm_set_trace(comm, NULL, 0);
+    if (t->trace && comm) ot_comm_set_trace(comm, NULL, 0);
     ot_free(idx);
     ot_free(xb);
     ot_free(yb);
@@ -642,24 +670,61 @@ static ot_status make_schedule(trainer *t) {
  * ------------------------------------------------------------------------------------------- */
 
 static ot_status prepare_executables(trainer *t) {
-    int64_t counts[MAX_DEVICES];
-    ot_status s = ot_batch_split(t->o->batch_size, t->nlive, NULL, counts);
+    int n = t->nlive * t->psize;
+    int64_t counts[MAX_DEVICES * 16];
+    if (n > MAX_DEVICES * 16) return ot_error(OT_ERR_OUT_OF_RANGE, "train: %d replicas", n);
+    ot_status s = ot_batch_split(t->o->batch_size, n, NULL, counts);
     for (int r = 0; s == OT_OK && r < t->nlive; r++) {
-        if (counts[r] < 1)
+        int g = t->prank * t->nlive + r;
+        if (counts[g] < 1)
             return ot_error(OT_ERR_INVALID_ARGUMENT,
                             "train: batch %lld leaves replica %d empty on %d devices",
-                            (long long)t->o->batch_size, r, t->nlive);
+                            (long long)t->o->batch_size, g, n);
         ot_executable *e;
-        s = compile_grad(t, counts[r], &e);
+        s = compile_grad(t, counts[g], &e);
     }
     return s;
 }
 
 /* Runs steps [t->step, end) on the current members. */
+typedef struct mpi_thread {
+    trainer *t;
+    int rank;
+    ot_status st;
+} mpi_thread;
+
+static void *mpi_thread_main(void *arg) {
+    mpi_thread *m = arg;
+    m->st = replica_loop(m->t, m->rank, NULL);
+    return NULL;
+}
+
+/* Across processes: one thread per local device; the all-reduce is ot_mpi_hier_allreduce. */
+static ot_status run_segment_mpi(trainer *t, ot_status *st) {
+    mpi_thread th[MAX_DEVICES];
+    pthread_t tid[MAX_DEVICES];
+    int started = 0;
+    for (int r = 0; r < t->nlive; r++) {
+        th[r] = (mpi_thread){t, r, OT_OK};
+        if (pthread_create(&tid[r], NULL, mpi_thread_main, &th[r]) != 0) break;
+        started++;
+    }
+    for (int r = 0; r < started; r++) pthread_join(tid[r], NULL);
+    if (started < t->nlive) return ot_error(OT_ERR_INTERNAL, "train: cannot start device threads");
+    ot_status s = OT_OK;
+    for (int r = 0; r < t->nlive; r++) {
+        st[r] = th[r].st;
+        if (s == OT_OK) s = th[r].st;
+    }
+    return s;
+}
+
 static ot_status run_segment(trainer *t, int64_t end, ot_status *st) {
     t->run_end = end;
     t->seg_start = t->step;
+    if (t->mpi) return run_segment_mpi(t, st);
     ot_local_world *w = NULL;
+
     ot_status s = ot_local_world_create(t->nlive, &w);
     if (s != OT_OK) return s;
     pthread_mutex_lock(&t->mu);
@@ -700,7 +765,65 @@ static ot_status restore_latest(trainer *t, int64_t *step, bool *found) {
     return s;
 }
 
+/* Across processes every process reaches the same verdict: a failure anywhere stops all. */
+static ot_status mpi_agree(trainer *t, ot_status s, const char *what) {
+    if (!t->mpi) return s;
+    int32_t bad = s != OT_OK, any = 0;
+    ot_status c = ot_comm_allreduce(ot_mpi_comm(t->mpi), &bad, &any, 1, OT_S32, OT_REDOP_MAX, NULL);
+    if (s != OT_OK) return s;
+    if (c != OT_OK) return c;
+    if (any)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "train: another process failed during %s",
+                        what);
+    return OT_OK;
+}
+
+/* Across processes, process 0 restored the checkpoint: it sends the step, the parameters and
+ * the optimizer state to every other process, whose local replicas take them. */
+static ot_status mpi_share_restore(trainer *t, int64_t *step, bool *found) {
+    ot_comm *c = ot_mpi_comm(t->mpi);
+    int64_t hdr[2] = {*found ? 1 : 0, *step};
+    ot_status s = ot_comm_broadcast(c, hdr, 2, OT_S64, 0, NULL);
+    if (s != OT_OK || !hdr[0]) {
+        *found = false;
+        return s;
+    }
+    *found = true;
+    *step = hdr[1];
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; s == OT_OK && i < t->nparams + ns; i++) {
+        ot_tensor h;
+        memset(&h, 0, sizeof h);
+        bool is_param = i < t->nparams;
+        int k = is_param ? i : i - t->nparams;
+        if (t->prank == 0) {
+            s = is_param ? ot_buffer_to_host(t->reps[0].params[k], &h)
+                         : ot_tpu_optimizer_get_state(t->topt, t->reps[0].dev, k, &h);
+        } else {
+            ot_shape sh;
+            if (is_param)
+                sh = *ot_model_param_shape(t->model, k);
+            else
+                s = ot_tpu_optimizer_state_shape(t->topt, k, &sh);
+            if (s == OT_OK) s = ot_tensor_alloc(&h, &sh);
+        }
+        if (s == OT_OK) s = ot_comm_broadcast(c, h.data, h.nbytes, OT_U8, 0, NULL);
+        for (int r = 0; s == OT_OK && t->prank != 0 && r < t->nlive; r++) {
+            if (is_param) {
+                ot_buffer_free(t->reps[r].params[k]);
+                t->reps[r].params[k] = NULL;
+                s = ot_buffer_from_host(t->reps[r].dev, &h, &t->reps[r].params[k]);
+            } else {
+                s = ot_tpu_optimizer_set_state(t->topt, t->reps[r].dev, k, &h);
+            }
+        }
+        ot_tensor_release(&h);
+    }
+    return s;
+}
+
 /* Without --resume: a directory holding checkpoints is refused, or emptied with --fresh. */
+
 static ot_status prepare_ckpt_dir(trainer *t) {
     ot_ckpt_entry *e = NULL;
     size_t n = 0;
@@ -924,11 +1047,11 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: learning rate must be > 0, got %g", o->lr);
     if (o->steps < 1 && o->epochs < 1)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: steps must be >= 1");
-    if (o->fail_device >= 0 && (o->fail_device >= o->devices || o->fail_step < 1))
+    if (o->fail_device >= 0 && ((!o->mpi && o->fail_device >= o->devices) || o->fail_step < 1))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --fail-device D@STEP needs 0 <= D < %d and STEP >= 1 (got %d@%lld)",
                         o->devices, o->fail_device, (long long)o->fail_step);
-    if (o->fail_device >= 0 && o->devices < 2 && o->recovery == OT_RECOVER_SHRINK)
+    if (o->fail_device >= 0 && !o->mpi && o->devices < 2 && o->recovery == OT_RECOVER_SHRINK)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: a one-device pod cannot shrink after a failure");
     if (o->resume && !o->ckpt_dir)
@@ -956,10 +1079,32 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     t->rep = out;
     t->failed_dev = -1;
     t->last_test_acc = -1;
+    t->psize = 1;
     pthread_mutex_init(&t->mu, NULL);
+    if (o->mpi) {
+        /* across processes: o->devices local devices in each of P processes */
+        t->mpi = o->mpi;
+        t->prank = ot_mpi_rank(o->mpi);
+        t->psize = ot_mpi_size(o->mpi);
+        if (ot_mpi_local_devices(o->mpi) != o->devices)
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "train: the MPI job has %d local devices per process, the options %d",
+                         ot_mpi_local_devices(o->mpi), o->devices);
+        else if (o->batch_size < (int64_t)o->devices * t->psize)
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "train: batch size %lld is smaller than the %d devices",
+                         (long long)o->batch_size, o->devices * t->psize);
+        else if (o->fail_device >= o->devices * t->psize)
+            s = ot_error(OT_ERR_INVALID_ARGUMENT, "train: --fail-device %d: the pod has %d devices",
+                         o->fail_device, o->devices * t->psize);
+        else if (o->recovery == OT_RECOVER_RESTORE && o->fail_device >= 0)
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "train: across processes a failure restarts the job from its checkpoint "
+                         "(optitpu launch); --recovery applies to one process");
+    }
     uint64_t t_begin = ot_now_ns();
 
-    s = load_data(t);
+    if (s == OT_OK) s = load_data(t);
     if (s == OT_OK && t->train.n < o->batch_size)
         s = ot_error(OT_ERR_INVALID_ARGUMENT,
                      "train: batch size %lld exceeds the %lld training samples",
@@ -982,13 +1127,13 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     if (s == OT_OK) s = make_schedule(t);
     /* devices: the pod, plus one spare for the restore policy */
     t->nlive = o->devices;
-    t->ndev_total = o->devices + (o->recovery == OT_RECOVER_RESTORE ? 1 : 0);
+    t->ndev_total = o->devices + (o->recovery == OT_RECOVER_RESTORE && !t->mpi ? 1 : 0);
     if (s == OT_OK) {
         ot_backend_options bo = ot_backend_options_default();
         bo.devices = t->ndev_total;
         s = ot_backend_create(&bo, &t->backend);
     }
-    if (s == OT_OK && o->topology && o->topology[0]) {
+    if (s == OT_OK && o->topology && o->topology[0] && !t->mpi) {
         s = ot_topology_preset(o->topology, &t->topo);
         if (s == OT_OK && ot_topology_size(t->topo) != o->devices) {
             /* a preset of another size is only a default: use a ring of the right size */
@@ -1019,7 +1164,30 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     if (s == OT_OK) s = prepare_executables(t);
     if (s == OT_OK) s = compile_eval(t);
     if (s == OT_OK) s = init_params(t);
-    if (s == OT_OK && o->ckpt_dir) {
+    s = mpi_agree(t, s, "set-up");
+    if (s == OT_OK && o->ckpt_dir && t->mpi && o->resume) {
+        /* process 0 restores the newest verified checkpoint and sends it to the others */
+        int64_t step = 0;
+        bool found = false;
+        if (t->prank == 0) s = restore_latest(t, &step, &found);
+        s = mpi_agree(t, s, "restore");
+        if (s == OT_OK) s = mpi_share_restore(t, &step, &found);
+        if (s == OT_OK && found) {
+            t->step = step;
+            if (t->prank == 0)
+                tlog(t, "resumed from the checkpoint of step %lld in %s on %d processes",
+                     (long long)step, o->ckpt_dir, t->psize);
+        }
+    }
+    if (s == OT_OK && o->ckpt_dir && t->mpi && t->prank == 0) {
+        /* only process 0 writes checkpoints */
+        ot_ckpt_options co = ot_ckpt_options_default();
+        co.retention.keep_last = o->keep > 0 ? o->keep : 0;
+        if (!o->resume) s = prepare_ckpt_dir(t);
+        if (s == OT_OK) s = ot_ckpt_open(o->ckpt_dir, &co, &t->ckpt);
+    }
+    if (t->mpi) s = mpi_agree(t, s, "checkpoint set-up");
+    if (s == OT_OK && o->ckpt_dir && !t->mpi) {
         ot_ckpt_options co = ot_ckpt_options_default();
         co.retention.keep_last = o->keep > 0 ? o->keep : 0;
         if (o->resume) {
@@ -1038,8 +1206,9 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         if (s == OT_OK) s = ot_ckpt_open(o->ckpt_dir, &co, &t->ckpt);
     }
     if (s == OT_OK && o->trace_path) s = ot_pod_trace_create(&t->trace);
-    /* coordinator with a heartbeat agent */
-    if (s == OT_OK) {
+    /* coordinator with a heartbeat agent (across processes, process liveness is MPI's and
+     * optitpu launch's) */
+    if (s == OT_OK && !t->mpi) {
         ot_coord_options co = ot_coord_options_default();
         co.phi.acceptable_pause_ns = 200ull * 1000000ull;
         co.phi.first_interval_ns = HEARTBEAT_NS;
@@ -1061,15 +1230,16 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         }
     }
     out->start_step = t->step;
-    out->devices_start = t->nlive;
+    out->devices_start = t->nlive * t->psize;
     if (s == OT_OK)
         tlog(t,
-             "training %s (%lld parameters) on %s: %lld train / %lld test samples, %d devices, "
+             "training %s (%lld parameters) on %s: %lld train / %lld test samples, %d devices%s, "
              "batch %lld, %s lr %g (%s), %lld steps",
              ot_model_kind_name(o->model.kind), (long long)t->total_elems,
              o->dataset ? o->dataset : "digits", (long long)t->train.n, (long long)t->test.n,
-             t->nlive, (long long)o->batch_size, o->optimizer ? o->optimizer : "adam", o->lr,
-             ot_lr_schedule_kind(t->sched), (long long)t->total_steps);
+             t->nlive * t->psize, t->mpi ? " in several processes" : "", (long long)o->batch_size,
+             o->optimizer ? o->optimizer : "adam", o->lr, ot_lr_schedule_kind(t->sched),
+             (long long)t->total_steps);
 
     /* the loop, in segments between failures */
     t->loop_start_ns = ot_now_ns();
@@ -1101,6 +1271,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         if (s == OT_OK) s = recover(t);
     }
     uint64_t loop_end = ot_now_ns();
+    s = mpi_agree(t, s, "training");
 
     if (s == OT_OK && t->ckpt) s = ot_ckpt_wait(t->ckpt, NULL);
     if (t->ckpt) {
@@ -1125,7 +1296,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         out->wall_s = (double)(loop_end - t->loop_start_ns) / 1e9;
         out->samples_per_s =
             out->wall_s > 0 ? (double)(out->steps_run * o->batch_size) / out->wall_s : 0;
-        out->devices_end = t->nlive;
+        out->devices_end = t->nlive * t->psize;
         out->param_elements = t->total_elems;
         /* phase shares: CPU time summed over the replicas (on a host with fewer cores than
          * devices, wall time spent waiting for the others' compute is not overhead) */
@@ -1145,6 +1316,20 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
             if (s == OT_OK && memcmp(h, out->params_sha256, 32) != 0)
                 s = ot_error(OT_ERR_INTERNAL,
                              "train: replica %d's parameters differ from replica 0's", r);
+        }
+        if (t->mpi) {
+            /* and every process's replicas hold the same parameters as process 0's */
+            s = mpi_agree(t, s, "the final check");
+            uint8_t *all = s == OT_OK ? ot_malloc((size_t)t->psize * 32) : NULL;
+            if (s == OT_OK && !all) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: parameter hashes");
+            if (s == OT_OK)
+                s = ot_comm_allgather(ot_mpi_comm(t->mpi), out->params_sha256, all, 32, OT_U8,
+                                      NULL);
+            for (int p = 1; s == OT_OK && p < t->psize; p++)
+                if (memcmp(all + 32 * p, all, 32) != 0)
+                    s = ot_error(OT_ERR_INTERNAL,
+                                 "train: process %d's parameters differ from process 0's", p);
+            ot_free(all);
         }
         if (s == OT_OK) {
             out->params = ot_calloc((size_t)t->nparams, sizeof *out->params);
