@@ -560,6 +560,209 @@ static void test_torch_fixtures(void) {
     json_decref(root);
 }
 
+/* ---- mixed precision ------------------------------------------------------------------------ */
+
+static bool load_case(const char *cs, const char *file, ot_tensor *t) {
+    char path[512];
+    snprintf(path, sizeof path, OPT_DIR "%s/%s", cs, file);
+    return ot_npy_read_file(path, t) == OT_OK;
+}
+
+/* torch_amp_f16_gradscaler_adam (f16 model copy, f32 masters, GradScaler with growth interval
+ * 10, clipping by norm 5 after unscaling, inf/NaN injected at steps 12, 13, 47, 80) and
+ * torch_bf16_master_adamw (bf16 copy, f32 masters, AdamW) through the device optimizer: the loss
+ * scale before each step and the skipped steps exactly as torch's, masters and Adam state within
+ * rtol 1e-4 / atol 1e-5 (torch_adam's own suggested bound is 4.3e-5 / 8.5e-6; the f32 update
+ * differs from torch's FMA kernels in the last bits), the half copy within one ulp of the half
+ * dtype (a master differing in its last f32 bits may round the other way). */
+static void run_mixed_case(const char *cs, bool f16) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_dtype hd = f16 ? OT_F16 : OT_BF16;
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new(f16 ? "adam" : "adamw", &o));
+    if (!f16) ASSERT_OK(ot_optimizer_set(o, "weight_decay", 0.01));
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    if (f16) {
+        to.loss_scaling = true;
+        to.init_scale = 65536;
+        to.growth_factor = 2;
+        to.backoff_factor = 0.5;
+        to.growth_interval = 10;
+        to.clip_grad_norm = 5.0;
+    }
+    ot_shape hs[NP];
+    for (int i = 0; i < NP; i++) {
+        hs[i] = f.shape[i];
+        hs[i].dtype = hd;
+    }
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, hs, NP, &to, &t));
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), 3 * NP);
+    EXPECT_STR_EQ(ot_tpu_optimizer_state_name(t, 2), "0.master");
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    ot_tensor want[NP] = {0}, whalf[NP] = {0}, gh[NP] = {0}, wm[NP] = {0}, wv[NP] = {0};
+    ot_tensor lr = {0}, scale = {0}, skipped = {0};
+    char fn[128];
+    ot_buffer *pb[NP], *gb[NP];
+    for (int i = 0; i < NP; i++) {
+        snprintf(fn, sizeof fn, "param_%s.npy", pnames[i]);
+        ASSERT_TRUE(load_case(cs, fn, &want[i]));
+        snprintf(fn, sizeof fn, "param_%s_%s.npy", f16 ? "f16" : "bf16", pnames[i]);
+        ASSERT_TRUE(load_case(cs, fn, &whalf[i]));
+        snprintf(fn, sizeof fn, "grad_%s_%s.npy", f16 ? "f16" : "bf16", pnames[i]);
+        ASSERT_TRUE(load_case(cs, fn, &gh[i]));
+        snprintf(fn, sizeof fn, "state_exp_avg_%s.npy", pnames[i]);
+        ASSERT_TRUE(load_case(cs, fn, &wm[i]));
+        snprintf(fn, sizeof fn, "state_exp_avg_sq_%s.npy", pnames[i]);
+        ASSERT_TRUE(load_case(cs, fn, &wv[i]));
+        /* the half copy starts as the f32 weights rounded; the master as the f32 weights */
+        ot_tensor h;
+        ASSERT_OK(ot_tensor_alloc(&h, &hs[i]));
+        int64_t n = ot_shape_numel_unchecked(&hs[i]);
+        for (int64_t e = 0; e < n; e++) {
+            float x = ((float *)f.p0[i].data)[e];
+            ((uint16_t *)h.data)[e] = f16 ? ot_f32_to_f16(x) : ot_f32_to_bf16(x);
+        }
+        ASSERT_OK(ot_buffer_from_host(d, &h, &pb[i]));
+        ot_tensor_release(&h);
+        ASSERT_OK(ot_tpu_optimizer_set_state(t, d, 3 * i + 2, &f.p0[i]));
+    }
+    ASSERT_TRUE(load_case(cs, "lr.npy", &lr));
+    if (f16) {
+        ASSERT_TRUE(load_case(cs, "scale.npy", &scale));
+        ASSERT_TRUE(load_case(cs, "skipped.npy", &skipped));
+    }
+    int bad = 0, nskipped = 0;
+    int64_t taken = 0;
+    double max_rel = 0;
+    for (int s = 0; s < STEPS && !bad; s++) {
+        double sc = 0;
+        bool sk = false;
+        ASSERT_OK(ot_tpu_optimizer_loss_scale(t, d, &sc, NULL));
+        if (f16 && sc != ((float *)scale.data)[s]) {
+            fprintf(stderr, "  %s step %d: loss scale %g, torch %g\n", cs, s, sc,
+                    ((float *)scale.data)[s]);
+            bad = 1;
+        }
+        for (int i = 0; i < NP; i++) {
+            size_t nb = ot_shape_nbytes_unchecked(&hs[i]);
+            ot_tensor gr;
+            ot_tensor_borrow(&gr, &hs[i], (char *)gh[i].data + (size_t)s * nb);
+            ASSERT_OK(ot_buffer_from_host(d, &gr, &gb[i]));
+        }
+        ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, taken + 1, ((double *)lr.data)[s], NULL));
+        for (int i = 0; i < NP; i++) ot_buffer_free(gb[i]);
+        ASSERT_OK(ot_tpu_optimizer_loss_scale(t, d, &sc, &sk));
+        if (f16 && sk != (((uint8_t *)skipped.data)[s] != 0)) {
+            fprintf(stderr, "  %s step %d: skipped %d, torch %d\n", cs, s, sk,
+                    ((uint8_t *)skipped.data)[s]);
+            bad = 1;
+        }
+        nskipped += sk;
+        if (!sk) taken++;
+        for (int i = 0; i < NP && !bad; i++) {
+            int64_t n = ot_shape_numel_unchecked(&f.shape[i]);
+            ot_tensor got[3], half = {0};
+            memset(got, 0, sizeof got);
+            for (int j = 0; j < 3; j++)
+                ASSERT_OK(ot_tpu_optimizer_get_state(t, d, 3 * i + (j + 2) % 3, &got[j]));
+            const ot_tensor *ref[3] = {&want[i], &wm[i], &wv[i]}; /* master, exp_avg, sq */
+            for (int j = 0; j < 3; j++)
+                for (int64_t e = 0; e < n; e++) {
+                    double a = ((float *)got[j].data)[e];
+                    double b = ((float *)ref[j]->data)[(size_t)s * (size_t)n + (size_t)e];
+                    if (fabs(b) > 1e-3) max_rel = fmax(max_rel, fabs(a - b) / fabs(b));
+                    if (!(fabs(a - b) <= 1e-5 + 1e-4 * fabs(b))) {
+                        fprintf(stderr, "  %s step %d %s slot %d [%lld]: %.9g vs %.9g\n", cs, s,
+                                pnames[i], j, (long long)e, a, b);
+                        bad = 1;
+                        break;
+                    }
+                }
+            ASSERT_OK(ot_buffer_to_host(pb[i], &half));
+            for (int64_t e = 0; e < n; e++) {
+                int a = ((uint16_t *)half.data)[e];
+                int b = ((uint16_t *)whalf[i].data)[(size_t)s * (size_t)n + (size_t)e];
+                if (abs(a - b) > 1) {
+                    fprintf(stderr, "  %s step %d %s half [%lld]: %#x vs %#x\n", cs, s, pnames[i],
+                            (long long)e, a, b);
+                    bad = 1;
+                    break;
+                }
+            }
+            ot_tensor_release(&half);
+            for (int j = 0; j < 3; j++) ot_tensor_release(&got[j]);
+        }
+    }
+    EXPECT_INT_EQ(bad, 0);
+    int want_skipped = 0; /* torch's: the four injected steps and the early f16 overflows */
+    for (int s = 0; f16 && s < STEPS; s++) want_skipped += ((uint8_t *)skipped.data)[s] != 0;
+    EXPECT_INT_EQ(nskipped, want_skipped);
+    if (f16) EXPECT_TRUE(want_skipped >= 4);
+    printf("  %-32s device optimizer: %d skipped, max rel %.3g\n", cs, nskipped, max_rel);
+    for (int i = 0; i < NP; i++) {
+        ot_buffer_free(pb[i]);
+        ot_tensor_release(&want[i]);
+        ot_tensor_release(&whalf[i]);
+        ot_tensor_release(&gh[i]);
+        ot_tensor_release(&wm[i]);
+        ot_tensor_release(&wv[i]);
+    }
+    ot_tensor_release(&lr);
+    ot_tensor_release(&scale);
+    ot_tensor_release(&skipped);
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_optimizer_free(o);
+    free_fixture(&f);
+}
+
+static void test_mixed_precision(void) {
+    run_mixed_case("torch_amp_f16_gradscaler_adam", true);
+    run_mixed_case("torch_bf16_master_adamw", false);
+
+    /* a master never set starts as the widened parameter; the half copy is the master rounded */
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new("sgd", &o));
+    ot_shape s;
+    ot_shape_make(&s, OT_BF16, 1, (int64_t[]){3});
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, &s, 1, NULL, &t));
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), 1);
+    EXPECT_STR_EQ(ot_tpu_optimizer_state_name(t, 0), "0.master");
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    float pv[3] = {1.5f, -2.25f, 3.0f}, gv[3] = {1.0f, 1.0f, -1.0f};
+    ot_tensor h;
+    ASSERT_OK(ot_tensor_alloc(&h, &s));
+    ot_buffer *pb = NULL, *gb = NULL;
+    for (int e = 0; e < 3; e++) ((uint16_t *)h.data)[e] = ot_f32_to_bf16(pv[e]);
+    ASSERT_OK(ot_buffer_from_host(d, &h, &pb));
+    for (int e = 0; e < 3; e++) ((uint16_t *)h.data)[e] = ot_f32_to_bf16(gv[e]);
+    ASSERT_OK(ot_buffer_from_host(d, &h, &gb));
+    ot_tensor_release(&h);
+    ASSERT_OK(ot_tpu_optimizer_step(t, d, &pb, &gb, 1, 1.0 / 1024, NULL));
+    ot_tensor m = {0}, p = {0};
+    ASSERT_OK(ot_tpu_optimizer_get_state(t, d, 0, &m));
+    ASSERT_OK(ot_buffer_to_host(pb, &p));
+    for (int e = 0; e < 3; e++) {
+        float want = pv[e] - gv[e] / 1024; /* exact in f32, not in bf16 */
+        EXPECT_TRUE(((float *)m.data)[e] == want);
+        EXPECT_INT_EQ(((uint16_t *)p.data)[e], ot_f32_to_bf16(want));
+    }
+    ot_tensor_release(&m);
+    ot_tensor_release(&p);
+    ot_buffer_free(pb);
+    ot_buffer_free(gb);
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_optimizer_free(o);
+}
+
 /* ---- bad input ----------------------------------------------------------------------------- */
 
 static void test_errors_change_nothing(void) {
@@ -682,6 +885,7 @@ static void test_alloc_failures(void) {
 
 OT_TEST_MAIN(OT_TEST(test_names_and_executable), OT_TEST(test_trajectory_adam),
              OT_TEST(test_trajectory_others), OT_TEST(test_trajectory_no_donation),
-             OT_TEST(test_clipping), OT_TEST(test_torch_fixtures), OT_TEST(test_donation),
-             OT_TEST(test_two_replicas_threads), OT_TEST(test_state_roundtrip),
-             OT_TEST(test_errors_change_nothing), OT_TEST(test_alloc_failures))
+             OT_TEST(test_clipping), OT_TEST(test_torch_fixtures), OT_TEST(test_mixed_precision),
+             OT_TEST(test_donation), OT_TEST(test_two_replicas_threads),
+             OT_TEST(test_state_roundtrip), OT_TEST(test_errors_change_nothing),
+             OT_TEST(test_alloc_failures))

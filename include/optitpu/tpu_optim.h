@@ -27,9 +27,17 @@
  *     }
  *     ot_tpu_optimizer_free(t);
  *
- * Module layout (ot_tpu_optimizer_executable): parameters 0..n-1 params, n..2n-1 grads, then
- * state k*S + j (parameter k, slot j; S = the optimizer's slot count), then step and lr (f64
- * scalars); root tuple (params'..., state'...) in the same order.
+ * Mixed precision: a bf16 or f16 parameter gets an f32 master copy, the state tensor
+ * "<k>.master" after its optimizer slots. Its gradient (the parameter's dtype) is widened to f32,
+ * the optimizer updates the master in f32 (its state in f32 too) and the parameter becomes the
+ * master rounded to nearest even. The master starts as the widened parameter at the replica's
+ * first step unless set before with ot_tpu_optimizer_set_state (e.g. from the f32 weights the
+ * bf16 copy was made from).
+ *
+ * Module layout (ot_tpu_optimizer_executable): parameters 0..n-1 params, n..2n-1 grads, then the
+ * state tensors (parameter-major: parameter k's slots, then its master), then step and lr (f64
+ * scalars) and, with loss scaling, 1/scale (f32); root tuple (params'..., state'...) in the same
+ * order, then found_inf (pred) with loss scaling.
  *
  * Clipping by value (clip_grad_value > 0) comes first: g = clamp(g, -v, v) with v rounded to the
  * gradient dtype. Clipping by norm (clip_grad_norm > 0): torch.nn.utils.clip_grad_norm_ with norm
@@ -77,6 +85,14 @@ typedef struct ot_tpu_optimizer_options {
     double clip_grad_value; /* > 0: every gradient element clamped to [-v, v] first (torch
                                clip_grad_value_, optax clip); 0: off */
     const ot_compile_options *compile; /* NULL: ot_compile_options_default() */
+    /* Dynamic loss scaling (torch.amp.GradScaler): gradients arrive multiplied by the replica's
+     * loss scale (ot_tpu_optimizer_loss_scale); the step unscales them in f32 (g * f32(1/scale))
+     * before clipping; when any unscaled element is inf/NaN the step changes nothing (params,
+     * state, masters) and the scale is multiplied by backoff_factor; after growth_interval clean
+     * steps in a row it is multiplied by growth_factor. Defaults: off, 65536, 2, 0.5, 2000. */
+    bool loss_scaling;
+    double init_scale, growth_factor, backoff_factor;
+    int64_t growth_interval;
 } ot_tpu_optimizer_options;
 
 OT_API ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void);
@@ -114,6 +130,12 @@ OT_API int ot_tpu_optimizer_replica_count(const ot_tpu_optimizer *t);
 OT_API ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
                                        ot_buffer *const *grads, int64_t step, double lr,
                                        const ot_run_options *ro);
+
+/* The loss scale of device d's replica for the next step (1 without loss scaling) and whether
+ * its last step was skipped for inf/NaN gradients. A skipped step is not an optimizer step:
+ * pass the same step number again next time (torch's step count does not advance either). */
+OT_API ot_status ot_tpu_optimizer_loss_scale(ot_tpu_optimizer *t, ot_device *d, double *scale,
+                                             bool *last_skipped);
 
 /* Copy state tensor i of device d's replica to a new host tensor (*out owned by the caller) /
  * overwrite it from host (shape and dtype must match: SHAPE_MISMATCH, nothing changed). */

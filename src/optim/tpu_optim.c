@@ -9,13 +9,20 @@
 
 typedef struct replica {
     ot_device *dev;
-    ot_buffer **state; /* nstate buffers on dev */
+    ot_buffer **state;  /* nstate buffers on dev */
+    bool *master_ready; /* [nparams]: the f32 master was set or taken from the parameter */
+    double scale;       /* loss scale for the next step */
+    int64_t tracker;    /* clean steps since the scale last changed */
+    bool skipped;       /* the last step found inf/NaN gradients and changed nothing */
 } replica;
 
 struct ot_tpu_optimizer {
     ot_optimizer *opt; /* private copy of the caller's optimizer */
     int nparams, slots, nstate;
     ot_shape *pshape; /* [nparams] */
+    ot_shape *wshape; /* [nparams] the update's shape: f32 for bf16/f16 parameters */
+    bool *master;     /* [nparams] an f32 master copy is kept (bf16/f16 parameters) */
+    int *soff;        /* [nparams] index of parameter k's first state tensor */
     ot_shape *sshape; /* [nstate] */
     char **sname;     /* [nstate] "<k>.<slot>" */
     double *sinit;    /* [nstate] initial value */
@@ -28,8 +35,15 @@ struct ot_tpu_optimizer {
 };
 
 ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
-    ot_tpu_optimizer_options o = {
-        .donate = true, .clip_grad_norm = 0.0, .clip_grad_value = 0.0, .compile = NULL};
+    ot_tpu_optimizer_options o = {.donate = true,
+                                  .clip_grad_norm = 0.0,
+                                  .clip_grad_value = 0.0,
+                                  .compile = NULL,
+                                  .loss_scaling = false,
+                                  .init_scale = 65536.0,
+                                  .growth_factor = 2.0,
+                                  .backoff_factor = 0.5,
+                                  .growth_interval = 2000};
     return o;
 }
 
@@ -53,7 +67,15 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
     if (!m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
     int n = t->nparams, S = t->slots;
     ot_shape sc = ot_shape_scalar(OT_F64);
-    ot_computation *add = NULL;
+    ot_computation *add = NULL, *lor = NULL;
+    bool ls = t->opts.loss_scaling;
+    if (ls) {
+        ot_shape pb = ot_shape_scalar(OT_PRED);
+        lor = ot_module_add_computation(m, "or_pred");
+        ot_instr *a = ot_build_parameter(lor, 0, pb, "a");
+        ot_instr *b = ot_build_parameter(lor, 1, pb, "b");
+        ot_computation_set_root(lor, ot_build_binary(lor, OT_OP_OR, a, b));
+    }
     if (t->opts.clip_grad_norm > 0) {
         add = ot_module_add_computation(m, "add_f64");
         ot_instr *a = ot_build_parameter(add, 0, sc, "a");
@@ -61,7 +83,7 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
         ot_computation_set_root(add, ot_build_binary(add, OT_OP_ADD, a, b));
     }
     ot_computation *c = ot_module_add_computation(m, "update");
-    ot_instr **outs = ot_calloc((size_t)(n + t->nstate) + 1, sizeof *outs);
+    ot_instr **outs = ot_calloc((size_t)(n + t->nstate) + 2, sizeof *outs);
     ot_instr **grads = ot_calloc((size_t)n + 1, sizeof *grads);
     ot_instr **prm = ot_calloc((size_t)n + 1, sizeof *prm);
     ot_instr **st = ot_calloc((size_t)t->nstate + 1, sizeof *st);
@@ -83,14 +105,37 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
         st[i] = ot_build_parameter(c, 2 * n + i, t->sshape[i], NULL);
     ot_instr *step = ot_build_parameter(c, 2 * n + t->nstate, sc, "step");
     ot_instr *lr = ot_build_parameter(c, 2 * n + t->nstate + 1, sc, "lr");
+    ot_instr *inv_scale =
+        ls ? ot_build_parameter(c, 2 * n + t->nstate + 2, ot_shape_scalar(OT_F32), "inv_scale")
+           : NULL;
     OT_CHECK_GOTO(ot_module_status(m), s, done);
+    /* bf16/f16 gradients are widened to f32; with loss scaling they are unscaled (g * 1/scale,
+     * in f32 as torch's GradScaler) and found_inf is any non-finite element among them */
+    ot_instr *found = NULL;
+    for (int k = 0; k < n; k++) {
+        ot_dtype wd = t->wshape[k].dtype;
+        if (t->master[k]) grads[k] = ot_build_convert(c, grads[k], OT_F32);
+        if (!ls) continue;
+        ot_instr *is = wd == OT_F32 ? inv_scale : ot_build_convert(c, inv_scale, wd);
+        grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
+                                   ot_build_broadcast(c, is, t->wshape[k], NULL, 0));
+        ot_instr *bad = ot_build_unary(c, OT_OP_NOT, ot_build_unary(c, OT_OP_IS_FINITE, grads[k]));
+        int rank = t->wshape[k].rank;
+        if (rank > 0) {
+            int64_t dims[OT_MAX_RANK];
+            for (int d = 0; d < rank; d++) dims[d] = d;
+            ot_instr *no = ot_build_constant_scalar(c, OT_PRED, 0);
+            bad = ot_build_reduce(c, &bad, &no, 1, dims, rank, lor);
+        }
+        found = found ? ot_build_binary(c, OT_OP_OR, found, bad) : bad;
+    }
     for (int k = 0; k < n && t->opts.clip_grad_value > 0; k++) {
-        ot_dtype dt = t->pshape[k].dtype;
+        ot_dtype dt = t->wshape[k].dtype;
         double v = t->opts.clip_grad_value;
         ot_instr *lo =
-            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, -v), t->pshape[k], NULL, 0);
+            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, -v), t->wshape[k], NULL, 0);
         ot_instr *hi =
-            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, v), t->pshape[k], NULL, 0);
+            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, v), t->wshape[k], NULL, 0);
         grads[k] = ot_build_clamp(c, lo, grads[k], hi);
     }
     if (t->opts.clip_grad_norm > 0) {
@@ -107,26 +152,38 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
             ot_build_binary(c, OT_OP_ADD, total, ot_build_constant_scalar(c, OT_F64, 1e-6)));
         coef = ot_build_binary(c, OT_OP_MINIMUM, coef, ot_build_constant_scalar(c, OT_F64, 1.0));
         for (int k = 0; k < n; k++) {
-            ot_dtype dt = t->pshape[k].dtype;
+            ot_dtype dt = t->wshape[k].dtype;
             ot_instr *ck = dt == OT_F64 ? coef : ot_build_convert(c, coef, dt);
             grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
-                                       ot_build_broadcast(c, ck, t->pshape[k], NULL, 0));
+                                       ot_build_broadcast(c, ck, t->wshape[k], NULL, 0));
         }
         OT_CHECK_GOTO(ot_module_status(m), s, done);
     }
     for (int k = 0; k < n; k++) {
-        ot_optim_inputs in = {.c = c, .param = prm[k], .grad = grads[k], .step = step, .lr = lr};
-        for (int j = 0; j < S; j++) in.state[j] = st[k * S + j];
+        int o0 = t->soff[k];
+        ot_instr *w = t->master[k] ? st[o0 + S] : prm[k]; /* the f32 master, or the parameter */
+        ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lr};
+        for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
         ot_optim_outputs r;
         s = ot_optimizer_build(t->opt, &in, &r);
         if (s != OT_OK) {
             s = ot_error_wrap(s, "parameter %d", k);
             goto done;
         }
-        outs[k] = r.param;
-        for (int j = 0; j < S; j++) outs[n + k * S + j] = r.state[j];
+        outs[k] = t->master[k] ? ot_build_convert(c, r.param, t->pshape[k].dtype) : r.param;
+        for (int j = 0; j < S; j++) outs[n + o0 + j] = r.state[j];
+        if (t->master[k]) outs[n + o0 + S] = r.param;
     }
-    ot_computation_set_root(c, ot_build_tuple(c, outs, n + t->nstate));
+    if (ls) { /* a step with inf/NaN gradients changes nothing */
+        for (int q = 0; q < n + t->nstate; q++) {
+            ot_instr *old = q < n ? prm[q] : st[q - n];
+            ot_shape ps = old->shape.array;
+            ps.dtype = OT_PRED;
+            outs[q] = ot_build_select(c, ot_build_broadcast(c, found, ps, NULL, 0), old, outs[q]);
+        }
+        outs[n + t->nstate] = found;
+    }
+    ot_computation_set_root(c, ot_build_tuple(c, outs, n + t->nstate + (ls ? 1 : 0)));
     ot_module_set_entry(m, c);
     if (t->opts.donate) {
         for (int q = 0; q < n + t->nstate && s == OT_OK; q++) {
@@ -159,6 +216,7 @@ static void replica_free(ot_tpu_optimizer *t, replica *r) {
     if (!r) return;
     for (int i = 0; r->state && i < t->nstate; i++) ot_buffer_free(r->state[i]);
     ot_free(r->state);
+    ot_free(r->master_ready);
     ot_free(r);
 }
 
@@ -171,6 +229,9 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->sinit);
     ot_free(t->sshape);
     ot_free(t->pshape);
+    ot_free(t->wshape);
+    ot_free(t->master);
+    ot_free(t->soff);
     ot_executable_free(t->exe);
     ot_optimizer_free(t->opt);
     pthread_mutex_destroy(&t->mu);
@@ -186,6 +247,13 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     if (nparams <= 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: %d parameters", nparams);
     ot_tpu_optimizer_options op = opts ? *opts : ot_tpu_optimizer_options_default();
+    if (op.loss_scaling &&
+        (!(op.init_scale > 0) || !isfinite(op.init_scale) || !(op.growth_factor >= 1) ||
+         !isfinite(op.growth_factor) || !(op.backoff_factor > 0 && op.backoff_factor <= 1) ||
+         op.growth_interval < 1))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: loss scaling needs init_scale > 0, "
+                        "growth_factor >= 1, 0 < backoff_factor <= 1, growth_interval >= 1");
     if (!isfinite(op.clip_grad_norm) || op.clip_grad_norm < 0 || !isfinite(op.clip_grad_value) ||
         op.clip_grad_value < 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -194,10 +262,11 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
                         op.clip_grad_norm, op.clip_grad_value);
     for (int k = 0; k < nparams; k++) {
         ot_dtype dt = param_shapes[k].dtype;
-        if (dt != OT_F32 && dt != OT_F64)
+        if (dt != OT_F32 && dt != OT_F64 && dt != OT_BF16 && dt != OT_F16)
             return ot_error(OT_ERR_INVALID_ARGUMENT,
-                            "ot_tpu_optimizer_create: parameter %d has dtype %s (f32 or f64)", k,
-                            ot_dtype_name(dt));
+                            "ot_tpu_optimizer_create: parameter %d has dtype %s (f32, f64, or "
+                            "bf16/f16 with an f32 master)",
+                            k, ot_dtype_name(dt));
         ot_shape chk;
         OT_CHECK(ot_shape_make(&chk, dt, param_shapes[k].rank, param_shapes[k].dims));
     }
@@ -213,23 +282,45 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     t->nparams = nparams;
     OT_CHECK_GOTO(ot_optimizer_clone(o, &t->opt), s, fail);
     t->slots = ot_optimizer_state_count(t->opt);
-    t->nstate = nparams * t->slots;
+    t->nstate = 0;
+    for (int k = 0; k < nparams; k++) {
+        ot_dtype dt = param_shapes[k].dtype;
+        t->nstate += t->slots + (dt == OT_BF16 || dt == OT_F16 ? 1 : 0);
+    }
     t->pshape = ot_calloc((size_t)nparams, sizeof *t->pshape);
+    t->wshape = ot_calloc((size_t)nparams, sizeof *t->wshape);
+    t->master = ot_calloc((size_t)nparams, sizeof *t->master);
+    t->soff = ot_calloc((size_t)nparams, sizeof *t->soff);
     t->sshape = ot_calloc((size_t)t->nstate + 1, sizeof *t->sshape);
     t->sname = ot_calloc((size_t)t->nstate + 1, sizeof *t->sname);
     t->sinit = ot_calloc((size_t)t->nstate + 1, sizeof *t->sinit);
-    if (!t->pshape || !t->sshape || !t->sname || !t->sinit) {
+    if (!t->pshape || !t->sshape || !t->sname || !t->sinit || !t->wshape || !t->master ||
+        !t->soff) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
         goto fail;
     }
     const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(t->opt);
+    int i = 0;
     for (int k = 0; k < nparams; k++) {
         t->pshape[k] = param_shapes[k];
-        for (int j = 0; j < t->slots; j++) {
-            int i = k * t->slots + j;
-            OT_CHECK_GOTO(ot_optimizer_state_shape(t->opt, j, &t->pshape[k], &t->sshape[i]), s,
-                          fail);
-            const char *sn = ot_optimizer_state_name(t->opt, j);
+        t->wshape[k] = param_shapes[k];
+        t->master[k] = param_shapes[k].dtype == OT_BF16 || param_shapes[k].dtype == OT_F16;
+        if (t->master[k]) t->wshape[k].dtype = OT_F32;
+        t->soff[k] = i;
+        for (int j = 0; j <= t->slots; j++, i++) {
+            const char *sn;
+            if (j < t->slots) {
+                OT_CHECK_GOTO(ot_optimizer_state_shape(t->opt, j, &t->wshape[k], &t->sshape[i]), s,
+                              fail);
+                sn = ot_optimizer_state_name(t->opt, j);
+                t->sinit[i] = vt->state_init ? vt->state_init(t->opt, j) : 0.0;
+            } else if (t->master[k]) {
+                t->sshape[i] = t->wshape[k];
+                sn = "master";
+            } else {
+                i--; /* no master: no extra slot */
+                continue;
+            }
             char buf[160];
             snprintf(buf, sizeof buf, "%d.%s", k, sn ? sn : "?");
             t->sname[i] = ot_strdup(buf);
@@ -237,7 +328,6 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
                 s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
                 goto fail;
             }
-            t->sinit[i] = vt->state_init ? vt->state_init(t->opt, j) : 0.0;
         }
     }
     ot_module *m = NULL;
@@ -319,11 +409,13 @@ ot_status ot_tpu_optimizer_add_replica(ot_tpu_optimizer *t, ot_device *d) {
                         ot_device_index(d));
     replica *r = ot_calloc(1, sizeof *r);
     ot_status s = OT_OK;
-    if (!r || !(r->state = ot_calloc((size_t)t->nstate + 1, sizeof *r->state))) {
+    if (!r || !(r->state = ot_calloc((size_t)t->nstate + 1, sizeof *r->state)) ||
+        !(r->master_ready = ot_calloc((size_t)t->nparams, sizeof *r->master_ready))) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer replica");
         goto fail;
     }
     r->dev = d;
+    r->scale = t->opts.loss_scaling ? t->opts.init_scale : 1.0;
     for (int i = 0; i < t->nstate; i++) {
         ot_tensor h = {0};
         OT_CHECK_GOTO(fill_state(t, i, &h), s, fail);
@@ -385,6 +477,31 @@ static ot_status check_buf(const ot_tpu_optimizer *t, const ot_buffer *b, const 
     return OT_OK;
 }
 
+/* The f32 master of parameter k from the bf16/f16 parameter itself. */
+static ot_status init_master(ot_tpu_optimizer *t, replica *r, int k, const ot_buffer *param) {
+    int i = t->soff[k] + t->slots;
+    ot_tensor h = {0}, w = {0};
+    OT_CHECK(ot_buffer_to_host(param, &h));
+    ot_status s = ot_tensor_alloc(&w, &t->sshape[i]);
+    if (s == OT_OK) {
+        int64_t ne = ot_shape_numel_unchecked(&t->sshape[i]);
+        const uint16_t *src = h.data;
+        float *dst = w.data;
+        for (int64_t e = 0; e < ne; e++)
+            dst[e] = t->pshape[k].dtype == OT_BF16 ? ot_bf16_to_f32(src[e]) : ot_f16_to_f32(src[e]);
+        ot_buffer *b = NULL;
+        s = ot_buffer_from_host(r->dev, &w, &b);
+        if (s == OT_OK) {
+            ot_buffer_free(r->state[i]);
+            r->state[i] = b;
+            r->master_ready[k] = true;
+        }
+    }
+    ot_tensor_release(&h);
+    ot_tensor_release(&w);
+    return s;
+}
+
 ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
                                 ot_buffer *const *grads, int64_t step, double lr,
                                 const ot_run_options *ro) {
@@ -414,15 +531,21 @@ ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **p
             return ot_error(OT_ERR_FAILED_PRECONDITION,
                             "tpu optimizer: state '%s' of device %d was lost by a failed step",
                             t->sname[i], ot_device_index(d));
-    int nin = 2 * n + t->nstate + 2, nout = n + t->nstate;
+    bool ls = t->opts.loss_scaling;
+    int nin = 2 * n + t->nstate + 2 + ls, nout = n + t->nstate + ls;
     ot_buffer **in = ot_calloc((size_t)nin, sizeof *in);
     ot_buffer **out = ot_calloc((size_t)nout, sizeof *out);
-    ot_buffer *sb = NULL, *lb = NULL;
+    ot_buffer *sb = NULL, *lb = NULL, *ib = NULL;
     ot_status s = OT_OK;
     if (!in || !out) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer step");
         goto done;
     }
+    /* f32 masters not set with set_state start as the (widened) parameter */
+    for (int k = 0; k < n; k++)
+        if (t->master[k] && !r->master_ready[k]) {
+            OT_CHECK_GOTO(init_master(t, r, k, params[k]), s, done);
+        }
     ot_shape sc = ot_shape_scalar(OT_F64);
     double stepv = (double)step, lrv = lr;
     ot_tensor ts, tl;
@@ -430,6 +553,14 @@ ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **p
     ot_tensor_borrow(&tl, &sc, &lrv);
     OT_CHECK_GOTO(ot_buffer_from_host(d, &ts, &sb), s, done);
     OT_CHECK_GOTO(ot_buffer_from_host(d, &tl, &lb), s, done);
+    if (ls) { /* 1/scale in f32, as torch's GradScaler (the reciprocal taken in f64) */
+        float inv = (float)(1.0 / r->scale);
+        ot_shape s32 = ot_shape_scalar(OT_F32);
+        ot_tensor ti;
+        ot_tensor_borrow(&ti, &s32, &inv);
+        OT_CHECK_GOTO(ot_buffer_from_host(d, &ti, &ib), s, done);
+        in[2 * n + t->nstate + 2] = ib;
+    }
     for (int k = 0; k < n; k++) {
         in[k] = params[k];
         in[n + k] = grads[k];
@@ -451,9 +582,25 @@ ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **p
         ot_buffer_free(r->state[i]);
         r->state[i] = out[n + i];
     }
+    if (ls) { /* torch GradScaler.update */
+        ot_tensor f = {0};
+        s = ot_buffer_to_host(out[n + t->nstate], &f);
+        ot_buffer_free(out[n + t->nstate]);
+        if (s != OT_OK) goto done;
+        r->skipped = ((const uint8_t *)f.data)[0] != 0;
+        ot_tensor_release(&f);
+        if (r->skipped) {
+            r->scale *= t->opts.backoff_factor;
+            r->tracker = 0;
+        } else if (++r->tracker == t->opts.growth_interval) {
+            r->scale *= t->opts.growth_factor;
+            r->tracker = 0;
+        }
+    }
 done:
     ot_buffer_free(sb);
     ot_buffer_free(lb);
+    ot_buffer_free(ib);
     ot_free(in);
     ot_free(out);
     return s;
@@ -496,5 +643,20 @@ ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, int i,
     OT_CHECK(ot_buffer_from_host(d, in, &b));
     ot_buffer_free(r->state[i]);
     r->state[i] = b;
+    for (int k = 0; k < t->nparams; k++)
+        if (t->master[k] && i == t->soff[k] + t->slots) r->master_ready[k] = true;
+    return OT_OK;
+}
+
+ot_status ot_tpu_optimizer_loss_scale(ot_tpu_optimizer *t, ot_device *d, double *scale,
+                                      bool *last_skipped) {
+    if (!t || !d || !scale)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_loss_scale: NULL argument");
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
+                        ot_device_index(d));
+    *scale = r->scale;
+    if (last_skipped) *last_skipped = r->skipped;
     return OT_OK;
 }
