@@ -3,6 +3,8 @@
  * donation), and the executable (kernels, slots, bindings, FLOPs and bytes). */
 #include "executable_internal.h"
 
+#include "codegen/codegen_internal.h"
+
 #include <stdio.h>
 
 #define ALIGN 64
@@ -39,6 +41,7 @@ void ot_executable_free(ot_executable *e) {
     ot_free(e->param_slot);
     ot_free(e->out_slot);
     ot_pass_manager_free(e->pm);
+    cg_program_free(e->cg);
     ot_free(e);
 }
 

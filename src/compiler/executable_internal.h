@@ -4,6 +4,8 @@
 
 #include "compiler_internal.h"
 
+#include <stdatomic.h>
+
 struct ot_executable {
     ot_module *mod;
     ot_instr **order; /* the entry schedule */
@@ -23,6 +25,9 @@ struct ot_executable {
     ot_pass_manager *pm;
     ot_compile_options opts; /* strings point into the buffers below */
     char target[256], passes[1024], disable[1024];
+    /* native code for the loop fusions (src/codegen), built on the first run */
+    struct cg_program *cg;
+    atomic_int cg_state;
 };
 
 /* Builds kernels, slots, aliasing and buffer assignment for module m (taken over: owned by the

@@ -4,6 +4,7 @@
  * between kernels. */
 #include "runtime/runtime_internal.h"
 
+#include "codegen/codegen_internal.h"
 #include "runtime/fast_kernels.h"
 
 #include <stdio.h>
@@ -101,13 +102,20 @@ static void *slot_mem(const ot_executable *exe, int32_t id, char *arena, void *c
 /* in / ins: MAX_IO entries of the caller's (one stack frame per run, not per kernel). */
 static ot_status run_kernel(const ot_executable *exe, const ot_kernel *kn, char *arena,
                             void *const *params, void *const *outs, const ot_eval_options *eo,
-                            rt_fast_ctx *fc, void **in, const ot_slot **ins) {
+                            rt_fast_ctx *fc, void **in, const ot_slot **ins, const cg_program *cg,
+                            int kidx, bool *native) {
     if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO)
         return ot_error(OT_ERR_UNIMPLEMENTED, "kernel %s: more than %d inputs or outputs", kn->name,
                         MAX_IO);
     for (int q = 0; q < kn->ninputs; q++) {
         in[q] = slot_mem(exe, kn->inputs[q], arena, params, outs);
         ins[q] = ot_executable_slot(exe, kn->inputs[q]);
+    }
+    if (cg && kn->kind == OT_KERNEL_FUSION && !eo->keep_denormals) { /* native loop fusion */
+        void *o[MAX_IO];
+        for (int q = 0; q < kn->noutputs; q++)
+            o[q] = slot_mem(exe, kn->outputs[q], arena, params, outs);
+        if ((*native = cg_run(cg, kidx, in, o, fc ? fc->pool : NULL))) return OT_OK;
     }
     if (!kn->instr) { /* an inserted copy (output or donation) */
         if (kn->ninputs != 1 || kn->noutputs != 1)
@@ -209,6 +217,7 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
     const ot_slot *kins[MAX_IO];
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);
+    const cg_program *cg = cg_program_get(exe);
     for (int k = 0; k < nk; k++) {
         const ot_kernel *kn = ot_executable_kernel(exe, k);
         if (ro.cancel && atomic_load(ro.cancel)) {
@@ -226,13 +235,18 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
         }
         for (int q = 0; q < kn->noutputs; q++)
             if (ot_executable_slot(exe, kn->outputs[q])->alias_param >= 0) r.donated_written = true;
+        bool native = false;
         st = run_kernel(exe, kn, arena, params, outs, &eo, ro.reference_kernels ? NULL : &fc, kin,
-                        kins);
+                        kins, ro.reference_kernels ? NULL : cg, k, &native);
         if (st != OT_OK) break;
         r.kernels_run++;
         if (ro.profile)
-            ot_profile_record(ro.profile, kn->name, ot_kernel_kind_name(kn->kind), device_index, t0,
-                              ot_now_ns(), kn->flops, kn->bytes_read + kn->bytes_written);
+            ot_profile_record(ro.profile, kn->name,
+                              kn->kind != OT_KERNEL_FUSION ? ot_kernel_kind_name(kn->kind)
+                              : native                     ? "fusion-native"
+                                                           : "fusion-interp",
+                              device_index, t0, ot_now_ns(), kn->flops,
+                              kn->bytes_read + kn->bytes_written);
     }
     ot_free(ca.scratch);
     r.fast_kernels_run = (int)fc.fast_run;

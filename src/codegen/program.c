@@ -1,0 +1,541 @@
+/* The native program of an executable: one C file with a function per supported loop fusion,
+ * compiled by the system C compiler into a shared object that is cached on disk by the SHA-256 of
+ * (source, compiler, flags, CPU features), verified by its own SHA-256 when loaded, and opened
+ * with dlopen. Built on an executable's first run under a process-wide lock. */
+#include "codegen/codegen_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define CG_FLAGS                                                                                   \
+    "-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-ffp-contract=off",                   \
+        "-fno-math-errno", "-fno-strict-aliasing", "-w"
+#define CG_FLAGS_TEXT                                                                              \
+    "-O3 -march=native -std=c11 -fPIC -shared -ffp-contract=off -fno-math-errno "                  \
+    "-fno-strict-aliasing -w"
+#define CG_CHUNK 32768 /* elements per piece of the fixed partition (a multiple of 64) */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic unsigned g_tmp_counter;
+
+/* ---- environment --------------------------------------------------------------------------- */
+
+static int64_t min_elements(void) {
+    const char *e = getenv("OPTITPU_CODEGEN_MIN_ELEMENTS");
+    if (e && *e) {
+        char *end;
+        long long v = strtoll(e, &end, 10);
+        if (*end == 0 && v >= 0) return v;
+    }
+    return 4096;
+}
+
+static bool find_in_path(const char *name, char *out, size_t cap) {
+    if (strchr(name, '/')) {
+        if (access(name, X_OK) != 0) return false;
+        snprintf(out, cap, "%s", name);
+        return true;
+    }
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        const char *c = strchr(path, ':');
+        size_t l = c ? (size_t)(c - path) : strlen(path);
+        if (l > 0 && l + strlen(name) + 2 < cap) {
+            snprintf(out, cap, "%.*s/%s", (int)l, path, name);
+            struct stat st;
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return true;
+        }
+        path += l + (c ? 1 : 0);
+    }
+    return false;
+}
+
+/* OPTITPU_CC or cc on PATH. */
+static bool find_cc(char *out, size_t cap) {
+    const char *e = getenv("OPTITPU_CC");
+    return find_in_path(e && *e ? e : "cc", out, cap);
+}
+
+static ot_status cache_dir(char *out, size_t cap) {
+    const char *d = getenv("OPTITPU_CACHE_DIR");
+    if (d && *d) {
+        snprintf(out, cap, "%s", d);
+    } else if ((d = getenv("XDG_CACHE_HOME")) && *d) {
+        snprintf(out, cap, "%s/optitpu", d);
+    } else if ((d = getenv("HOME")) && *d) {
+        snprintf(out, cap, "%s/.cache/optitpu", d);
+    } else {
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "codegen: no cache directory (set OPTITPU_CACHE_DIR or HOME)");
+    }
+    /* mkdir -p */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", out);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(tmp, 0755);
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return ot_error(OT_ERR_IO, "codegen: cannot create cache directory %s: %s", out,
+                        strerror(errno));
+    return OT_OK;
+}
+
+/* Runs argv with stdout and stderr into log (a file path); returns the exit status or -1. */
+static int run_cmd(char *const *argv, const char *log) {
+    posix_spawn_file_actions_t fa;
+    if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return -1;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static ot_status read_file(const char *path, char **data, size_t *n) {
+    *data = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return ot_error(OT_ERR_IO, "codegen: open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    char *p = ot_malloc(cap);
+    while (p) {
+        size_t r = fread(p + len, 1, cap - len - 1, f);
+        len += r;
+        if (len < cap - 1) break;
+        char *q = ot_realloc(p, cap * 2);
+        if (!q) {
+            ot_free(p);
+            p = NULL;
+            break;
+        }
+        p = q;
+        cap *= 2;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: reading %s", path);
+    if (err) {
+        ot_free(p);
+        return ot_error(OT_ERR_IO, "codegen: read %s failed", path);
+    }
+    p[len] = 0;
+    *data = p;
+    *n = len;
+    return OT_OK;
+}
+
+static ot_status write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return ot_error(OT_ERR_IO, "codegen: create %s: %s", path, strerror(errno));
+    bool ok = fwrite(data, 1, n, f) == n;
+    ok = fflush(f) == 0 && ok;
+    ok = fsync(fileno(f)) == 0 && ok;
+    ok = fclose(f) == 0 && ok;
+    if (!ok) {
+        unlink(path);
+        return ot_error(OT_ERR_IO, "codegen: write %s failed", path);
+    }
+    return OT_OK;
+}
+
+static void hex(const uint8_t *d, int n, char *out) {
+    for (int k = 0; k < n; k++) sprintf(out + 2 * k, "%02x", d[k]);
+}
+
+/* What the compiler is and what -march=native means to it (version text and predefined macros),
+ * captured once per compiler path and process. */
+static char g_ident_cc[4096];
+static char *g_ident;
+static size_t g_ident_n;
+
+static ot_status compiler_identity(const char *cc, const char *dir, const char **id, size_t *n) {
+    if (g_ident && strcmp(g_ident_cc, cc) == 0) {
+        *id = g_ident;
+        *n = g_ident_n;
+        return OT_OK;
+    }
+    char log[4200];
+    snprintf(log, sizeof log, "%s/tmp.ident.%d.%u.txt", dir, (int)getpid(),
+             atomic_fetch_add(&g_tmp_counter, 1));
+    char *v_argv[] = {(char *)cc, "--version", NULL};
+    char *m_argv[] = {(char *)cc, "-march=native", "-dM", "-E", "-x", "c", "/dev/null", NULL};
+    cg_buf b = {0};
+    char *const *cmds[2] = {v_argv, m_argv};
+    ot_status st = OT_OK;
+    for (int k = 0; k < 2 && st == OT_OK; k++) {
+        int rc = run_cmd(cmds[k], log);
+        char *text = NULL;
+        size_t tn = 0;
+        if (rc != 0) {
+            st = ot_error(OT_ERR_FAILED_PRECONDITION, "codegen: %s %s failed (status %d)", cc,
+                          cmds[k][1], rc);
+            break;
+        }
+        st = read_file(log, &text, &tn);
+        if (st == OT_OK) cg_buf_printf(&b, "%s\n", text);
+        ot_free(text);
+    }
+    unlink(log);
+    if (st == OT_OK && b.oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: compiler identity");
+    if (st != OT_OK) {
+        cg_buf_free(&b);
+        return st;
+    }
+    ot_free(g_ident);
+    g_ident = b.p;
+    g_ident_n = b.n;
+    snprintf(g_ident_cc, sizeof g_ident_cc, "%s", cc);
+    *id = g_ident;
+    *n = g_ident_n;
+    return OT_OK;
+}
+
+/* ---- aliasing -------------------------------------------------------------------------------- */
+
+typedef struct memid {
+    int kind; /* 'P' parameter, 'O' output, 'T' temp, 'C' constant */
+    int64_t a, n;
+} memid;
+
+static memid mem_of(const ot_slot *s) {
+    switch (s->kind) {
+    case OT_SLOT_PARAMETER: return (memid){'P', s->number, s->nbytes};
+    case OT_SLOT_OUTPUT:
+        if (s->alias_param >= 0) return (memid){'P', s->alias_param, s->nbytes};
+        return (memid){'O', s->number, s->nbytes};
+    case OT_SLOT_TEMP: return (memid){'T', s->offset, s->nbytes};
+    default: return (memid){'C', (int64_t)(intptr_t)s->data, s->nbytes};
+    }
+}
+
+/* alias[q] per input; false when an input and an output share memory in a way the loop cannot
+ * handle (partial overlap, different sizes). */
+static bool kernel_alias(const ot_executable *e, const ot_kernel *kn, int *alias) {
+    for (int q = 0; q < kn->ninputs; q++) {
+        alias[q] = -1;
+        memid a = mem_of(ot_executable_slot(e, kn->inputs[q]));
+        for (int r = 0; r < kn->noutputs; r++) {
+            memid b = mem_of(ot_executable_slot(e, kn->outputs[r]));
+            if (a.kind != b.kind) continue;
+            if (a.kind == 'T') {
+                bool overlap = a.n > 0 && b.n > 0 && a.a < b.a + b.n && b.a < a.a + a.n;
+                if (!overlap) continue;
+                if (a.a != b.a || a.n != b.n) return false;
+            } else if (a.a != b.a) {
+                continue;
+            } else if (a.n != b.n) {
+                return false;
+            }
+            alias[q] = r;
+        }
+    }
+    return true;
+}
+
+/* ---- build ----------------------------------------------------------------------------------- */
+
+void cg_program_free(cg_program *p) {
+    if (!p) return;
+    for (int k = 0; k < p->nk; k++) {
+        ot_free(p->k[k].alias);
+        ot_free(p->k[k].in_bytes);
+        ot_free(p->k[k].out_bytes);
+    }
+    ot_free(p->k);
+    if (p->handle) dlclose(p->handle);
+    ot_free(p);
+}
+
+/* Loads dir/<hex>.so when its recorded SHA-256 matches its bytes. */
+static void *load_cached(const char *so, const char *sum, bool *corrupt) {
+    *corrupt = false;
+    if (access(so, R_OK) != 0) return NULL;
+    char *data = NULL, *want = NULL;
+    size_t n = 0, wn = 0;
+    void *h = NULL;
+    if (read_file(so, &data, &n) == OT_OK && read_file(sum, &want, &wn) == OT_OK) {
+        uint8_t d[32];
+        char got[65];
+        if (ot_sha256_digest(data, n, d) == OT_OK) {
+            hex(d, 32, got);
+            if (wn >= 64 && memcmp(got, want, 64) == 0)
+                h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+            else
+                *corrupt = true;
+        }
+    } else {
+        *corrupt = true;
+    }
+    ot_clear_error();
+    ot_free(data);
+    ot_free(want);
+    return h;
+}
+
+static ot_status compile_to_cache(const char *cc, const char *dir, const char *khex,
+                                  const cg_buf *src, const char *so, const char *sum) {
+    char base[4200], c_tmp[4300], so_tmp[4300], sum_tmp[4300], log[4300], c_final[4300];
+    snprintf(base, sizeof base, "%s/tmp.%s.%d.%u", dir, khex, (int)getpid(),
+             atomic_fetch_add(&g_tmp_counter, 1));
+    snprintf(c_tmp, sizeof c_tmp, "%s.c", base);
+    snprintf(so_tmp, sizeof so_tmp, "%s.so", base);
+    snprintf(sum_tmp, sizeof sum_tmp, "%s.sha256", base);
+    snprintf(log, sizeof log, "%s.log", base);
+    snprintf(c_final, sizeof c_final, "%s/%s.c", dir, khex);
+    OT_CHECK(write_file(c_tmp, src->p, src->n));
+    char *argv[] = {(char *)cc, CG_FLAGS, "-o", so_tmp, c_tmp, "-lm", NULL};
+    int rc = run_cmd(argv, log);
+    ot_status st = OT_OK;
+    if (rc != 0) {
+        char *text = NULL;
+        size_t tn = 0;
+        if (read_file(log, &text, &tn) != OT_OK) ot_clear_error();
+        if (text && tn > 600) text[600] = 0;
+        st = ot_error(OT_ERR_INTERNAL, "codegen: %s failed (status %d) on %s: %s", cc, rc, c_tmp,
+                      text ? text : "");
+        ot_free(text);
+        unlink(so_tmp);
+        unlink(log);
+        return st; /* the source stays for inspection */
+    }
+    unlink(log);
+    char *data = NULL;
+    size_t n = 0;
+    st = read_file(so_tmp, &data, &n);
+    uint8_t d[32];
+    char dh[66];
+    if (st == OT_OK) st = ot_sha256_digest(data, n, d);
+    ot_free(data);
+    if (st == OT_OK) {
+        hex(d, 32, dh);
+        dh[64] = '\n';
+        st = write_file(sum_tmp, dh, 65);
+    }
+    /* the object first, its checksum second: a reader between the two sees a mismatch and
+     * rebuilds */
+    if (st == OT_OK && rename(so_tmp, so) != 0)
+        st = ot_error(OT_ERR_IO, "codegen: rename %s: %s", so, strerror(errno));
+    if (st == OT_OK && rename(sum_tmp, sum) != 0)
+        st = ot_error(OT_ERR_IO, "codegen: rename %s: %s", sum, strerror(errno));
+    if (st == OT_OK) rename(c_tmp, c_final);
+    unlink(so_tmp);
+    unlink(sum_tmp);
+    unlink(c_tmp);
+    return st;
+}
+
+static ot_status build(const ot_executable *e, cg_program **out) {
+    *out = NULL;
+    const char *env = getenv("OPTITPU_CODEGEN");
+    if (env && strcmp(env, "0") == 0) return OT_OK;
+    char cc[4096];
+    if (!find_cc(cc, sizeof cc)) return OT_OK; /* no compiler: the interpreter runs */
+    int nk = ot_executable_kernel_count(e);
+    int64_t minel = min_elements();
+    cg_program *p = ot_calloc(1, sizeof *p);
+    if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+    p->nk = nk;
+    p->k = ot_calloc((size_t)(nk ? nk : 1), sizeof *p->k);
+    if (!p->k) {
+        cg_program_free(p);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+    }
+    cg_buf src = {0};
+    cg_emit_preamble(&src);
+    ot_status st = OT_OK;
+    for (int k = 0; k < nk && st == OT_OK; k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        if (kn->kind != OT_KERNEL_FUSION || !kn->instr) continue;
+        const ot_instr *fi = kn->instr;
+        if (fi->shape.kind == OT_IR_ARRAY && ot_shape_numel_unchecked(&fi->shape.array) < minel)
+            continue;
+        cg_entry *en = &p->k[k];
+        en->alias = ot_malloc((size_t)(kn->ninputs + 1) * sizeof *en->alias);
+        en->in_bytes = ot_malloc((size_t)(kn->ninputs + 1) * sizeof *en->in_bytes);
+        en->out_bytes = ot_malloc((size_t)(kn->noutputs + 1) * sizeof *en->out_bytes);
+        if (!en->alias || !en->in_bytes || !en->out_bytes) {
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+            break;
+        }
+        if (!kernel_alias(e, kn, en->alias)) continue;
+        for (int q = 0; q < kn->ninputs; q++)
+            en->in_bytes[q] = ot_executable_slot(e, kn->inputs[q])->nbytes;
+        for (int r = 0; r < kn->noutputs; r++)
+            en->out_bytes[r] = ot_executable_slot(e, kn->outputs[r])->nbytes;
+        cg_kernel_io io = {kn->ninputs, kn->noutputs, en->alias};
+        char fname[32];
+        snprintf(fname, sizeof fname, "otk_%d", k);
+        size_t mark = src.n;
+        int64_t n = 0;
+        ot_status es = cg_emit_fusion(kn, &io, fname, &src, &n);
+        if (es == OT_ERR_OUT_OF_MEMORY) {
+            st = es;
+            break;
+        }
+        if (es != OT_OK) { /* interpreted; say why at debug level */
+            ot_log(OT_LOG_DEBUG, "%s", ot_last_error());
+            ot_clear_error();
+            src.n = mark;
+            if (src.p) src.p[mark] = 0;
+            continue;
+        }
+        en->numel = n;
+        en->nin = kn->ninputs;
+        en->nout = kn->noutputs;
+        en->fn = (cg_fn)1; /* resolved after loading */
+        p->nnative++;
+    }
+    if (st == OT_OK && src.oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+    if (st != OT_OK || p->nnative == 0) {
+        cg_buf_free(&src);
+        cg_program_free(p);
+        return st;
+    }
+    char dir[4096];
+    const char *ident = NULL;
+    size_t identn = 0;
+    st = cache_dir(dir, sizeof dir);
+    if (st == OT_OK) st = compiler_identity(cc, dir, &ident, &identn);
+    ot_sha256 h;
+    if (st == OT_OK) st = ot_sha256_init(&h);
+    if (st == OT_OK) {
+        static const char tag[] = "optitpu-codegen-1";
+        ot_sha256_update(&h, tag, sizeof tag);
+        ot_sha256_update(&h, src.p, src.n + 1);
+        ot_sha256_update(&h, cc, strlen(cc) + 1);
+        ot_sha256_update(&h, CG_FLAGS_TEXT, sizeof CG_FLAGS_TEXT);
+        ot_sha256_update(&h, ident, identn);
+        st = ot_sha256_final(&h, p->key);
+    }
+    char khex[65], so[4200], sum[4200];
+    if (st == OT_OK) {
+        hex(p->key, 32, khex);
+        snprintf(so, sizeof so, "%s/%s.so", dir, khex);
+        snprintf(sum, sizeof sum, "%s/%s.sha256", dir, khex);
+        bool corrupt = false;
+        p->handle = load_cached(so, sum, &corrupt);
+        if (p->handle) {
+            p->from_cache = true;
+        } else {
+            if (corrupt)
+                ot_log(OT_LOG_WARN, "codegen: cached %s does not match its checksum; rebuilding",
+                       so);
+            st = compile_to_cache(cc, dir, khex, &src, so, sum);
+            if (st == OT_OK) {
+                p->handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+                if (!p->handle)
+                    st = ot_error(OT_ERR_INTERNAL, "codegen: dlopen %s: %s", so, dlerror());
+            }
+        }
+    }
+    for (int k = 0; k < nk && st == OT_OK; k++) {
+        if (!p->k[k].fn) continue;
+        char fname[32];
+        snprintf(fname, sizeof fname, "otk_%d", k);
+        void *sym = dlsym(p->handle, fname);
+        if (!sym) {
+            st = ot_error(OT_ERR_INTERNAL, "codegen: %s lacks %s", so, fname);
+            break;
+        }
+        memcpy(&p->k[k].fn, &sym, sizeof sym);
+    }
+    cg_buf_free(&src);
+    if (st != OT_OK) {
+        cg_program_free(p);
+        return st;
+    }
+    *out = p;
+    return OT_OK;
+}
+
+const cg_program *cg_program_get(const ot_executable *exe) {
+    ot_executable *e = (ot_executable *)exe; /* the native program is a lazily built cache */
+    if (atomic_load_explicit(&e->cg_state, memory_order_acquire)) return e->cg;
+    pthread_mutex_lock(&g_mu);
+    if (!atomic_load_explicit(&e->cg_state, memory_order_relaxed)) {
+        cg_program *p = NULL;
+        if (build(e, &p) != OT_OK) {
+            ot_log(OT_LOG_WARN, "codegen: %s; fusions run in the interpreter", ot_last_error());
+            ot_clear_error();
+        }
+        e->cg = p;
+        atomic_store_explicit(&e->cg_state, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return e->cg;
+}
+
+/* ---- run ---------------------------------------------------------------------------------------
+ */
+
+typedef struct run_ctx {
+    cg_fn fn;
+    void *const *in, *const *out;
+} run_ctx;
+
+static _Thread_local bool tl_in_task;
+
+static void run_range(void *ctx, int64_t b, int64_t e, int ith) {
+    (void)ith;
+    run_ctx *c = ctx;
+    bool was = tl_in_task;
+    tl_in_task = true;
+    c->fn(c->in, c->out, b, e);
+    tl_in_task = was;
+}
+
+static bool overlaps(const void *a, int64_t an, const void *b, int64_t bn) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return an > 0 && bn > 0 && x < y + (uintptr_t)bn && y < x + (uintptr_t)an;
+}
+
+bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_threadpool *pool) {
+    if (!p || k < 0 || k >= p->nk) return false;
+    const cg_entry *en = &p->k[k];
+    if (!en->fn) return false;
+    /* the buffers must be laid out as the kernel was compiled for: an in-place input is its
+     * output's memory, every other input overlaps no output */
+    for (int q = 0; q < en->nin; q++) {
+        int r = en->alias[q];
+        if (r >= 0) {
+            if (in[q] != out[r]) return false;
+            continue;
+        }
+        for (int o = 0; o < en->nout; o++)
+            if (overlaps(in[q], en->in_bytes[q], out[o], en->out_bytes[o])) return false;
+    }
+    if (en->numel == 0) return true;
+    run_ctx c = {en->fn, in, out};
+    if (en->numel <= CG_CHUNK || tl_in_task) {
+        en->fn(in, out, 0, en->numel);
+        return true;
+    }
+    ot_parallel_for(pool ? pool : ot_threadpool_default(), en->numel, CG_CHUNK, OT_SCHEDULE_DYNAMIC,
+                    run_range, &c);
+    return true;
+}
+
+const char *cg_kind_name(const cg_program *p, int k, const ot_kernel *kn) {
+    if (kn->kind != OT_KERNEL_FUSION) return ot_kernel_kind_name(kn->kind);
+    return p && k >= 0 && k < p->nk && p->k[k].fn ? "fusion-native" : "fusion-interp";
+}
