@@ -366,9 +366,6 @@ static ot_status build(const ot_executable *e, cg_program **out) {
     for (int k = 0; k < nk && st == OT_OK; k++) {
         const ot_kernel *kn = ot_executable_kernel(e, k);
         if (kn->kind != OT_KERNEL_FUSION || !kn->instr) continue;
-        const ot_instr *fi = kn->instr;
-        if (fi->shape.kind == OT_IR_ARRAY && ot_shape_numel_unchecked(&fi->shape.array) < minel)
-            continue;
         cg_entry *en = &p->k[k];
         en->alias = ot_malloc((size_t)(kn->ninputs + 1) * sizeof *en->alias);
         en->in_bytes = ot_malloc((size_t)(kn->ninputs + 1) * sizeof *en->in_bytes);
@@ -392,8 +389,8 @@ static ot_status build(const ot_executable *e, cg_program **out) {
             st = es;
             break;
         }
-        if (es != OT_OK) { /* interpreted; say why at debug level */
-            ot_log(OT_LOG_DEBUG, "%s", ot_last_error());
+        if (es != OT_OK || n < minel) { /* interpreted; say why at debug level */
+            if (es != OT_OK) ot_log(OT_LOG_DEBUG, "%s", ot_last_error());
             ot_clear_error();
             src.n = mark;
             if (src.p) src.p[mark] = 0;

@@ -1,0 +1,619 @@
+/* Native loop fusions (src/codegen): every op the generator emits, on every dtype it supports, and
+ * random fusions with broadcasts (scalar, leading, trailing, middle, non-contiguous, transposing),
+ * reshapes, iota, converts, compare/select and several outputs, run through compile → execute
+ * and compared bit for bit with the reference evaluator, on inputs that include NaNs (signalling
+ * and with payloads), infinities, signed zeros and subnormals. Also: the disk cache (a hit on the
+ * second compile; a corrupted object detected by its checksum and rebuilt), OPTITPU_CODEGEN=0 and
+ * a missing compiler falling back to the interpreter, and the profile naming each path.
+ * Runs with a private cache directory. */
+#include "codegen/codegen_internal.h"
+#include "ot_test.h"
+#include "optitpu/optitpu.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_cache[256];
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static ot_module *parse(const char *text) {
+    ot_module *m = NULL;
+    if (ot_hlo_parse(text, strlen(text), NULL, &m) != OT_OK)
+        fprintf(stderr, "parse: %s\n%s\n", ot_last_error(), text);
+    return m;
+}
+
+/* Random element bits for dtype t: mostly ordinary values, some special ones. */
+static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = rng_next(s);
+        int pick = (int)(r % 16);
+        switch (t) {
+        case OT_F32: {
+            static const uint32_t sp[] = {0x7fc00000u, 0xffc00000u, 0x7fa00001u, 0x7fc12345u,
+                                          0x7f800000u, 0xff800000u, 0x80000000u, 0x00000000u,
+                                          0x00000001u, 0x807fffffu, 0x00400000u, 0x3f800000u,
+                                          0x7f7fffffu, 0x00800000u};
+            float f = (float)((int64_t)(r >> 20) % 20001 - 10000) / 997.0f;
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            if (pick == 0) u = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+            ((uint32_t *)data)[i] = u;
+            break;
+        }
+        case OT_F64: {
+            static const uint64_t sp[] = {0x7ff8000000000000ull, 0xfff8000000000000ull,
+                                          0x7ff4000000000001ull, 0x7ff0000000000000ull,
+                                          0x8000000000000000ull, 0x0000000000000001ull,
+                                          0x800fffffffffffffull, 0x3ff0000000000000ull};
+            double f = (double)((int64_t)(r >> 20) % 20001 - 10000) / 997.0;
+            uint64_t u;
+            memcpy(&u, &f, 8);
+            if (pick == 0) u = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+            ((uint64_t *)data)[i] = u;
+            break;
+        }
+        case OT_F16:
+        case OT_BF16: {
+            float f = (float)((int64_t)(r >> 20) % 2001 - 1000) / 97.0f;
+            uint16_t h = t == OT_F16 ? ot_f32_to_f16(f) : ot_f32_to_bf16(f);
+            if (pick == 0) h = (uint16_t)(r >> 16); /* any bit pattern: NaNs, subnormals, inf */
+            ((uint16_t *)data)[i] = h;
+            break;
+        }
+        case OT_PRED: ((uint8_t *)data)[i] = (uint8_t)(r >> 33) & 1; break;
+        default: {
+            size_t es = ot_dtype_size(t);
+            uint64_t v = pick < 8 ? (uint64_t)((int64_t)(r >> 40) % 200 - 100) : r >> 3;
+            memcpy((char *)data + (size_t)i * es, &v, es);
+            break;
+        }
+        }
+    }
+}
+
+static bool is_nan_bits(ot_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case OT_F32: return (((const uint32_t *)p)[i] & 0x7fffffffu) > 0x7f800000u;
+    case OT_F64: return (((const uint64_t *)p)[i] & ~(1ull << 63)) > 0x7ff0000000000000ull;
+    case OT_F16: return (((const uint16_t *)p)[i] & 0x7fffu) > 0x7c00u;
+    case OT_BF16: return (((const uint16_t *)p)[i] & 0x7fffu) > 0x7f80u;
+    default: return false;
+    }
+}
+
+static int64_t g_nan_bits_differ;
+
+/* Bit-identical, except that a NaN may carry another payload or sign (see docs/codegen.md:
+ * which operand's NaN an op returns when both are NaN, and signalling-NaN quieting by libm vs
+ * inlined instructions); such elements are counted. */
+static bool same_values(ot_dtype t, const void *want, const void *got, int64_t n) {
+    size_t es = ot_dtype_size(t);
+    for (int64_t i = 0; i < n; i++) {
+        const char *a = (const char *)want + (size_t)i * es,
+                   *b = (const char *)got + (size_t)i * es;
+        if (memcmp(a, b, es) == 0) continue;
+        if (is_nan_bits(t, want, i) && is_nan_bits(t, got, i)) {
+            g_nan_bits_differ++;
+            continue;
+        }
+        return false;
+    }
+    return true;
+}
+
+typedef struct run_stats {
+    int modules, outputs, native_kernels, interp_kernels;
+} run_stats;
+
+static run_stats g_stats;
+
+/* Compiles text at -O2, runs it natively and compares every output with the reference evaluator
+ * bit for bit. want_native: every fusion kernel must have native code. */
+static void check_module(const char *text, uint64_t seed, bool want_native) {
+    ot_module *m = parse(text);
+    if (!m) {
+        ot_test_failures_++;
+        return;
+    }
+    const ot_computation *entry = ot_module_entry(m);
+    int np = entry->nparams;
+    ot_device *d;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ot_value args[16];
+    ot_buffer *in[16];
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+    for (int k = 0; k < np; k++) {
+        ASSERT_OK(ot_value_alloc_array(&args[k], &entry->params[k]->shape.array));
+        fill(args[k].array.shape.dtype, args[k].array.data,
+             ot_shape_numel_unchecked(&args[k].array.shape), &s);
+        ASSERT_OK(ot_buffer_from_host(d, &args[k].array, &in[k]));
+    }
+    ot_value ref;
+    ot_status rs = ot_evaluate(m, args, np, NULL, &ref);
+    EXPECT_OK(rs);
+    ot_executable *e = NULL;
+    EXPECT_OK(ot_compile(m, NULL, &e));
+    if (e && rs == OT_OK) {
+        const cg_program *p = cg_program_get(e);
+        int nk = ot_executable_kernel_count(e), nfus = 0, nnat = 0;
+        for (int k = 0; k < nk; k++) {
+            const ot_kernel *kn = ot_executable_kernel(e, k);
+            if (kn->kind != OT_KERNEL_FUSION) continue;
+            nfus++;
+            if (strcmp(cg_kind_name(p, k, kn), "fusion-native") == 0) nnat++;
+        }
+        g_stats.native_kernels += nnat;
+        g_stats.interp_kernels += nfus - nnat;
+        if (want_native && nnat != nfus)
+            fprintf(stderr, "seed %llu: %d of %d fusions native\n%s\n", (unsigned long long)seed,
+                    nnat, nfus, text);
+        if (want_native) EXPECT_INT_EQ(nnat, nfus);
+        int nout = ot_value_leaf_count(&ref);
+        ot_buffer *out[64] = {0};
+        EXPECT_TRUE(nout <= 64);
+        EXPECT_OK(ot_device_execute(d, e, in, np, out, nout, NULL, NULL));
+        for (int j = 0; j < nout && out[j]; j++) {
+            ot_tensor t;
+            EXPECT_OK(ot_buffer_to_host(out[j], &t));
+            const ot_value *rl = ot_value_leaf(&ref, j);
+            bool same = rl && rl->array.nbytes == t.nbytes &&
+                        same_values(t.shape.dtype, rl->array.data, t.data,
+                                    ot_shape_numel_unchecked(&t.shape));
+            if (!same) {
+                size_t es = ot_dtype_size(t.shape.dtype);
+                for (size_t b = 0; rl && b < t.nbytes; b += es)
+                    if (!same_values(t.shape.dtype, (char *)rl->array.data + b, (char *)t.data + b,
+                                     1)) {
+                        uint64_t want = 0, got = 0;
+                        memcpy(&want, (char *)rl->array.data + b, es);
+                        memcpy(&got, (char *)t.data + b, es);
+                        fprintf(stderr,
+                                "seed %llu output %d element %zu: reference 0x%llx, native "
+                                "0x%llx\n",
+                                (unsigned long long)seed, j, b / es, (unsigned long long)want,
+                                (unsigned long long)got);
+                        break;
+                    }
+                fprintf(stderr, "%s\n", text);
+            }
+            EXPECT_TRUE(same);
+            g_stats.outputs++;
+            ot_tensor_release(&t);
+            ot_buffer_free(out[j]);
+        }
+    }
+    g_stats.modules++;
+    ot_executable_free(e);
+    ot_value_release(&ref);
+    for (int k = 0; k < np; k++) {
+        ot_value_release(&args[k]);
+        ot_buffer_free(in[k]);
+    }
+    ot_device_free(d);
+    ot_module_free(m);
+}
+
+typedef struct tb {
+    char *p;
+    size_t n, cap;
+} tb;
+
+static void tp(tb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tp(tb *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (w > 0 && (size_t)w < b->cap - b->n) b->n += (size_t)w;
+}
+
+/* A module whose outputs are op(x) / op(x, y) for each listed op, over dtype dt: the fusion pass
+ * merges the siblings into multi-output fusions. */
+static const char *const k_float_unary[] = {"abs",
+                                            "negate",
+                                            "sign",
+                                            "floor",
+                                            "ceil",
+                                            "round-nearest-afz",
+                                            "round-nearest-even",
+                                            "exponential",
+                                            "exponential-minus-one",
+                                            "log",
+                                            "log-plus-one",
+                                            "sqrt",
+                                            "rsqrt",
+                                            "cbrt",
+                                            "tanh",
+                                            "logistic",
+                                            "sine",
+                                            "cosine",
+                                            "tan",
+                                            "erf",
+                                            "copy"};
+static const char *const k_float_binary[] = {"add",   "subtract", "multiply", "divide", "remainder",
+                                             "power", "maximum",  "minimum",  "atan2"};
+static const char *const k_dirs[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+
+static void ops_module(tb *b, const char *dt, bool is_float, const char *dims, int part) {
+    b->n = 0;
+    tp(b, "HloModule ops_%s_%d\nENTRY main {\n", dt, part);
+    tp(b, "  x = %s[%s] parameter(0)\n  y = %s[%s] parameter(1)\n  p = pred[%s] parameter(2)\n", dt,
+       dims, dt, dims, dims);
+    tp(b, "  lo = %s[] parameter(3)\n", dt);
+    char outs[8192], types[8192];
+    size_t on = 0, tn = 0;
+    int k = 0;
+    char ty[64];
+    ty[0] = 0;
+    if (is_float) {
+        snprintf(ty, sizeof ty, "%s[%s]", dt, dims);
+        if (part == 0)
+            for (size_t j = 0; j < sizeof k_float_unary / sizeof *k_float_unary; j++, k++) {
+                tp(b, "  r%d = %s %s(x)\n", k, ty, k_float_unary[j]);
+                on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+                tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s", k ? ", " : "", ty);
+            }
+        if (part == 1) {
+            for (size_t j = 0; j < sizeof k_float_binary / sizeof *k_float_binary; j++, k++) {
+                tp(b, "  r%d = %s %s(x, y)\n", k, ty, k_float_binary[j]);
+                on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+                tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s", k ? ", " : "", ty);
+            }
+            tp(b, "  r%d = pred[%s] is-finite(x)\n", k, dims);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, ", r%d", k++);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, ", pred[%s]", dims);
+        }
+    } else {
+        snprintf(ty, sizeof ty, "%s[%s]", dt, dims);
+        static const char *const iu[] = {"negate", "abs", "sign", "not", "copy"};
+        static const char *const ib[] = {"add",     "subtract", "multiply", "maximum",
+                                         "minimum", "and",      "or",       "xor"};
+        bool pred = strcmp(dt, "pred") == 0;
+        for (size_t j = 0; j < 5; j++) {
+            if (pred && j < 3) continue;
+            tp(b, "  r%d = %s %s(x)\n", k, ty, iu[j]);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s", k ? ", " : "", ty);
+            k++;
+        }
+        for (size_t j = 0; j < 8; j++) {
+            if (pred && j < 3) continue;
+            tp(b, "  r%d = %s %s(x, y)\n", k, ty, ib[j]);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s", k ? ", " : "", ty);
+            k++;
+        }
+    }
+    if (part == 1 || !is_float) {
+        for (int j = 0; j < 6; j++, k++) {
+            tp(b, "  r%d = pred[%s] compare(x, y), direction=%s\n", k, dims, k_dirs[j]);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+            tn +=
+                (size_t)snprintf(types + tn, sizeof types - tn, "%spred[%s]", k ? ", " : "", dims);
+        }
+        tp(b, "  r%d = %s select(p, x, y)\n", k, ty);
+        on += (size_t)snprintf(outs + on, sizeof outs - on, ", r%d", k++);
+        tn += (size_t)snprintf(types + tn, sizeof types - tn, ", %s", ty);
+        if (strcmp(dt, "pred") != 0) {
+            tp(b, "  r%d = %s clamp(lo, x, y)\n", k, ty);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, ", r%d", k++);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, ", %s", ty);
+        }
+    }
+    tp(b, "  ROOT t = (%s) tuple(%s)\n}\n", types, outs);
+}
+
+static void test_every_op(void) {
+    static const char *const fl[] = {"f32", "f64", "f16", "bf16"};
+    static const char *const in[] = {"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "pred"};
+    char text[65536];
+    tb b = {text, 0, sizeof text};
+    uint64_t seed = 100;
+    for (int j = 0; j < 4; j++)
+        for (int part = 0; part < 2; part++) {
+            ops_module(&b, fl[j], true, "37,129", part);
+            check_module(text, seed++, true);
+        }
+    for (int j = 0; j < 9; j++) {
+        ops_module(&b, in[j], false, "300,129", 0); /* over one chunk: the parallel path */
+        check_module(text, seed++, true);
+    }
+}
+
+static void test_converts(void) {
+    static const char *const dts[] = {"pred", "s8",  "s16", "s32",  "s64", "u8", "u16",
+                                      "u32",  "u64", "f16", "bf16", "f32", "f64"};
+    int nd = (int)(sizeof dts / sizeof *dts);
+    char text[16384];
+    tb b = {text, 0, sizeof text};
+    for (int f = 0; f < nd; f++) {
+        b.n = 0;
+        tp(&b, "HloModule cvt_%s\nENTRY main {\n  x = %s[4099] parameter(0)\n", dts[f], dts[f]);
+        char outs[1024], types[1024];
+        size_t on = 0, tn = 0;
+        for (int t = 0; t < nd; t++) {
+            tp(&b, "  c%d = %s[4099] convert(x)\n", t, dts[t]);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, "%sc%d", t ? ", " : "", t);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s[4099]", t ? ", " : "",
+                                   dts[t]);
+        }
+        tp(&b, "  ROOT t = (%s) tuple(%s)\n}\n", types, outs);
+        check_module(text, 500 + (uint64_t)f, true);
+    }
+}
+
+/* A random fusion over dtype T and shape [A,B,C]. */
+static void random_module(uint64_t seed, tb *b) {
+    uint64_t s = seed * 2654435761u + 1;
+    static const char *const fts[] = {"f32", "f32", "f32", "f64", "f16", "bf16"};
+    const char *T = fts[rng_next(&s) % 6];
+    int A = 1 + (int)(rng_next(&s) % 9), B = 1 + (int)(rng_next(&s) % 17),
+        C = 1 + (int)(rng_next(&s) % 33);
+    if (rng_next(&s) % 4 == 0) A = 40; /* > one chunk sometimes */
+    if (A == 40) C = 33 * 30;
+    b->n = 0;
+    tp(b, "HloModule rnd%llu\nENTRY main {\n", (unsigned long long)seed);
+    tp(b, "  v0 = %s[%d,%d,%d] parameter(0)\n", T, A, B, C);
+    tp(b, "  v1 = %s[%d,%d,%d] parameter(1)\n", T, A, B, C);
+    tp(b, "  sc = %s[] parameter(2)\n  rb = %s[%d] parameter(3)\n", T, T, B);
+    tp(b, "  ra = %s[%d] parameter(4)\n  rc = %s[%d] parameter(5)\n", T, A, T, C);
+    tp(b, "  ac = %s[%d,%d] parameter(6)\n  ca = %s[%d,%d] parameter(7)\n", T, A, C, T, C, A);
+    tp(b, "  pp = pred[%d,%d,%d] parameter(8)\n", A, B, C);
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s[%d,%d,%d]", T, A, B, C);
+    int v = 2;
+    static const char *const un[] = {"negate", "abs",   "exponential", "tanh",
+                                     "sqrt",   "floor", "log",         "sign"};
+    static const char *const bin[] = {"add",     "multiply", "subtract", "maximum",
+                                      "minimum", "divide",   "power"};
+    int nops = 4 + (int)(rng_next(&s) % 14);
+    for (int k = 0; k < nops; k++, v++) {
+        int kind = (int)(rng_next(&s) % 12);
+        int a = (int)(rng_next(&s) % (uint64_t)v), c = (int)(rng_next(&s) % (uint64_t)v);
+        switch (kind) {
+        case 0:
+        case 1: tp(b, "  v%d = %s %s(v%d)\n", v, sh, un[rng_next(&s) % 8], a); break;
+        case 2:
+        case 3: tp(b, "  v%d = %s %s(v%d, v%d)\n", v, sh, bin[rng_next(&s) % 7], a, c); break;
+        case 4: {
+            static const char *const src[] = {"sc", "rb", "ra", "rc", "ac", "ca"};
+            static const char *const dm[] = {"{}", "{1}", "{0}", "{2}", "{0,2}", "{2,0}"};
+            int w = (int)(rng_next(&s) % 6);
+            tp(b, "  v%d = %s broadcast(%s), dimensions=%s\n", v, sh, src[w], dm[w]);
+            break;
+        }
+        case 5:
+            tp(b, "  k%d = %s[] constant(%d.25)\n  v%d = %s broadcast(k%d), dimensions={}\n", v, T,
+               (int)(rng_next(&s) % 9) - 4, v, sh, v);
+            break;
+        case 6: {
+            static const char *const dirs[] = {"LT", "GE", "EQ", "NE"};
+            tp(b, "  q%d = pred[%d,%d,%d] compare(v%d, v%d), direction=%s\n", v, A, B, C, a, c,
+               dirs[rng_next(&s) % 4]);
+            tp(b, "  v%d = %s select(q%d, v%d, v%d)\n", v, sh, v, c, a);
+            break;
+        }
+        case 7: tp(b, "  v%d = %s select(pp, v%d, v%d)\n", v, sh, a, c); break;
+        case 8: {
+            static const char *const mid[] = {"f32", "f64", "f16", "bf16", "s32", "u8"};
+            const char *md = mid[rng_next(&s) % 6];
+            tp(b, "  w%d = %s[%d,%d,%d] convert(v%d)\n  v%d = %s convert(w%d)\n", v, md, A, B, C, a,
+               v, sh, v);
+            break;
+        }
+        case 9:
+            tp(b, "  w%d = s32[%d,%d,%d] iota(), iota_dimension=%d\n  v%d = %s convert(w%d)\n", v,
+               A, B, C, (int)(rng_next(&s) % 3), v, sh, v);
+            break;
+        case 10:
+            tp(b,
+               "  w%d = %s[%d,%d] reshape(v%d)\n  u%d = %s[%d,%d] negate(w%d)\n"
+               "  v%d = %s reshape(u%d)\n",
+               v, T, A * B, C, a, v, T, A * B, C, v, v, sh, v);
+            break;
+        default: tp(b, "  v%d = %s clamp(sc, v%d, v%d)\n", v, sh, a, c); break;
+        }
+    }
+    tp(b, "  ROOT t = (%s, %s, %s) tuple(v%d, v%d, v%d)\n}\n", sh, sh, sh, v - 1, v / 2, v - 2);
+}
+
+static void test_random_fusions(void) {
+    char text[32768];
+    tb b = {text, 0, sizeof text};
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        random_module(seed, &b);
+        check_module(text, seed, true);
+    }
+}
+
+/* ---- cache and fallbacks --------------------------------------------------------------------- */
+
+static const char k_adam[] =
+    "HloModule adam\nENTRY main {\n"
+    "  p = f32[70000] parameter(0)\n  g = f32[70000] parameter(1)\n"
+    "  m = f32[70000] parameter(2)\n  v = f32[70000] parameter(3)\n"
+    "  b1 = f32[] constant(0.9)\n  b2 = f32[] constant(0.999)\n  lr = f32[] constant(0.001)\n"
+    "  eps = f32[] constant(1e-8)\n  one = f32[] constant(1)\n"
+    "  B1 = f32[70000] broadcast(b1), dimensions={}\n"
+    "  B2 = f32[70000] broadcast(b2), dimensions={}\n"
+    "  O = f32[70000] broadcast(one), dimensions={}\n"
+    "  LR = f32[70000] broadcast(lr), dimensions={}\n"
+    "  E = f32[70000] broadcast(eps), dimensions={}\n"
+    "  c1 = f32[70000] subtract(O, B1)\n  c2 = f32[70000] subtract(O, B2)\n"
+    "  m1 = f32[70000] multiply(B1, m)\n  m2 = f32[70000] multiply(c1, g)\n"
+    "  mn = f32[70000] add(m1, m2)\n  gg = f32[70000] multiply(g, g)\n"
+    "  v1 = f32[70000] multiply(B2, v)\n  v2 = f32[70000] multiply(c2, gg)\n"
+    "  vn = f32[70000] add(v1, v2)\n  sq = f32[70000] sqrt(vn)\n"
+    "  de = f32[70000] add(sq, E)\n  up = f32[70000] divide(mn, de)\n"
+    "  st = f32[70000] multiply(LR, up)\n  pn = f32[70000] subtract(p, st)\n"
+    "  ROOT t = (f32[70000], f32[70000], f32[70000]) tuple(pn, mn, vn)\n}\n";
+
+static ot_executable *compile_adam(void) {
+    ot_module *m = parse(k_adam);
+    if (!m) return NULL;
+    ot_executable *e = NULL;
+    EXPECT_OK(ot_compile(m, NULL, &e));
+    ot_module_free(m);
+    return e;
+}
+
+static void so_path(const cg_program *p, char *out, size_t cap) {
+    char h[65];
+    for (int k = 0; k < 32; k++) sprintf(h + 2 * k, "%02x", p->key[k]);
+    snprintf(out, cap, "%s/%s.so", g_cache, h);
+}
+
+static void test_cache(void) {
+    ot_executable *e1 = compile_adam();
+    ASSERT_TRUE(e1 != NULL);
+    const cg_program *p1 = cg_program_get(e1);
+    ASSERT_TRUE(p1 != NULL);
+    EXPECT_INT_EQ(p1->nnative, 1);
+    EXPECT_TRUE(cg_program_get(e1) == p1); /* built once per executable */
+    char so[512];
+    so_path(p1, so, sizeof so);
+    struct stat st;
+    EXPECT_INT_EQ(stat(so, &st), 0);
+    uint8_t key[32];
+    memcpy(key, p1->key, 32);
+    bool first_from_cache = p1->from_cache;
+    ot_executable_free(e1);
+
+    /* second compile: the object comes from the cache */
+    ot_executable *e2 = compile_adam();
+    ASSERT_TRUE(e2 != NULL);
+    const cg_program *p2 = cg_program_get(e2);
+    ASSERT_TRUE(p2 != NULL);
+    EXPECT_TRUE(p2->from_cache);
+    EXPECT_TRUE(memcmp(p2->key, key, 32) == 0);
+    (void)first_from_cache;
+    ot_executable_free(e2);
+
+    /* a corrupted object is detected by its checksum and rebuilt */
+    FILE *f = fopen(so, "r+b");
+    ASSERT_TRUE(f != NULL);
+    fseek(f, (long)(st.st_size / 2), SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, (long)(st.st_size / 2), SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+    ot_executable *e3 = compile_adam();
+    ASSERT_TRUE(e3 != NULL);
+    const cg_program *p3 = cg_program_get(e3);
+    ASSERT_TRUE(p3 != NULL);
+    EXPECT_TRUE(!p3->from_cache);
+    EXPECT_INT_EQ(p3->nnative, 1);
+    ot_executable_free(e3);
+    ot_executable *e4 = compile_adam();
+    const cg_program *p4 = e4 ? cg_program_get(e4) : NULL;
+    EXPECT_TRUE(p4 && p4->from_cache);
+    ot_executable_free(e4);
+    /* the rebuilt program computes the right thing */
+    check_module(k_adam, 77, true);
+}
+
+static void profile_kinds(bool want_native) {
+    ot_module *m = parse(k_adam);
+    ASSERT_TRUE(m != NULL);
+    ot_device *d;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    ot_value args[4], ref;
+    ot_buffer *in[4], *out[3] = {0};
+    uint64_t s = 5;
+    for (int k = 0; k < 4; k++) {
+        ASSERT_OK(ot_value_alloc_array(&args[k], &ot_module_entry(m)->params[k]->shape.array));
+        fill(OT_F32, args[k].array.data, 70000, &s);
+        ASSERT_OK(ot_buffer_from_host(d, &args[k].array, &in[k]));
+    }
+    ASSERT_OK(ot_evaluate(m, args, 4, NULL, &ref));
+    ot_profile *prof;
+    ASSERT_OK(ot_profile_create(&prof));
+    ot_run_options ro = ot_run_options_default();
+    ro.profile = prof;
+    EXPECT_OK(ot_device_execute(d, e, in, 4, out, 3, &ro, NULL));
+    for (int j = 0; j < 3; j++) {
+        ot_tensor t;
+        EXPECT_OK(ot_buffer_to_host(out[j], &t));
+        EXPECT_TRUE(memcmp(t.data, ot_value_leaf(&ref, j)->array.data, t.nbytes) == 0);
+        ot_tensor_release(&t);
+        ot_buffer_free(out[j]);
+    }
+    char *trace = NULL;
+    EXPECT_OK(ot_profile_chrome_trace(prof, &trace));
+    if (trace) {
+        if (!strstr(trace, want_native ? "\"fusion-native\"" : "\"fusion-interp\""))
+            fprintf(stderr, "want_native %d, trace: %.600s\n", want_native, trace);
+        EXPECT_TRUE((strstr(trace, "\"fusion-native\"") != NULL) == want_native);
+        EXPECT_TRUE((strstr(trace, "\"fusion-interp\"") != NULL) == !want_native);
+    }
+    ot_free(trace);
+    EXPECT_TRUE((cg_program_get(e) != NULL) == want_native);
+    ot_profile_free(prof);
+    ot_value_release(&ref);
+    for (int k = 0; k < 4; k++) {
+        ot_value_release(&args[k]);
+        ot_buffer_free(in[k]);
+    }
+    ot_executable_free(e);
+    ot_device_free(d);
+    ot_module_free(m);
+}
+
+static void test_fallbacks(void) {
+    profile_kinds(true);
+    setenv("OPTITPU_CODEGEN", "0", 1);
+    profile_kinds(false);
+    unsetenv("OPTITPU_CODEGEN");
+    setenv("OPTITPU_CC", "/nonexistent/cc", 1);
+    profile_kinds(false);
+    unsetenv("OPTITPU_CC");
+    /* below the size threshold a fusion stays interpreted */
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "1000000", 1);
+    profile_kinds(false);
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
+}
+
+static void test_summary(void) {
+    fprintf(stderr,
+            "codegen: %d modules, %d outputs bit-identical (%lld NaN elements with another "
+            "payload or sign); %d fusion kernels native, %d interpreted\n",
+            g_stats.modules, g_stats.outputs, (long long)g_nan_bits_differ, g_stats.native_kernels,
+            g_stats.interp_kernels);
+    EXPECT_TRUE(g_stats.native_kernels > 60);
+}
+
+static void cleanup_cache(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_cache);
+}
+
+int main(int argc, char **argv) {
+    snprintf(g_cache, sizeof g_cache, "/tmp/ot_codegen_XXXXXX");
+    if (!mkdtemp(g_cache)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    setenv("OPTITPU_CACHE_DIR", g_cache, 1);
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
+    static const ot_test_case tests[] = {
+        OT_TEST(test_every_op), OT_TEST(test_converts),  OT_TEST(test_random_fusions),
+        OT_TEST(test_cache),    OT_TEST(test_fallbacks), OT_TEST(test_summary),
+    };
+    int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+    cleanup_cache();
+    return rc;
+}
