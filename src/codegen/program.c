@@ -201,9 +201,18 @@ static ot_status compiler_identity(const char *cc, const char *dir, const char *
         cg_buf_free(&b);
         return st;
     }
-    ot_free(g_ident);
-    g_ident = b.p;
-    g_ident_n = b.n;
+    /* kept for the process: plain malloc, outside the library's allocation accounting */
+    char *keep = malloc(b.n + 1);
+    if (!keep) {
+        cg_buf_free(&b);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: compiler identity");
+    }
+    memcpy(keep, b.p, b.n + 1);
+    size_t kn = b.n;
+    cg_buf_free(&b);
+    free(g_ident);
+    g_ident = keep;
+    g_ident_n = kn;
     snprintf(g_ident_cc, sizeof g_ident_cc, "%s", cc);
     *id = g_ident;
     *n = g_ident_n;
