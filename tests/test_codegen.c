@@ -586,6 +586,25 @@ static void test_fallbacks(void) {
     setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
 }
 
+/* Allocation failure at every point of building the native program: it falls back to the
+ * interpreter (no program) and leaks nothing. */
+static void test_fault_injection(void) {
+    bool done = false;
+    for (int n = 1; n < 500 && !done; n++) {
+        int64_t live = ot_alloc_live();
+        ot_executable *e = compile_adam();
+        ASSERT_TRUE(e != NULL);
+        ot_alloc_fail_after(n);
+        const cg_program *p = cg_program_get(e);
+        ot_alloc_fail_after(0);
+        ot_clear_error();
+        done = p != NULL;
+        ot_executable_free(e);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+    }
+    EXPECT_TRUE(done);
+}
+
 static void test_summary(void) {
     fprintf(stderr,
             "codegen: %d modules, %d outputs bit-identical (%lld NaN elements with another "
@@ -611,7 +630,8 @@ int main(int argc, char **argv) {
     setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
     static const ot_test_case tests[] = {
         OT_TEST(test_every_op), OT_TEST(test_converts),  OT_TEST(test_random_fusions),
-        OT_TEST(test_cache),    OT_TEST(test_fallbacks), OT_TEST(test_summary),
+        OT_TEST(test_cache),    OT_TEST(test_fallbacks), OT_TEST(test_fault_injection),
+        OT_TEST(test_summary),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();

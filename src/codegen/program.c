@@ -265,7 +265,7 @@ static bool kernel_alias(const ot_executable *e, const ot_kernel *kn, int *alias
 
 void cg_program_free(cg_program *p) {
     if (!p) return;
-    for (int k = 0; k < p->nk; k++) {
+    for (int k = 0; p->k && k < p->nk; k++) {
         ot_free(p->k[k].alias);
         ot_free(p->k[k].in_bytes);
         ot_free(p->k[k].out_bytes);
