@@ -139,8 +139,7 @@ static int bench_size(int64_t n, int reps, bool json, double triad) {
     }
     ot_tensor_release(&t);
     if (maxrel > 1e-5) {
-        fprintf(stderr, "adam_fused: results differ from the hand-written loop (rel %g)\n",
-                maxrel);
+        fprintf(stderr, "adam_fused: results differ from the hand-written loop (rel %g)\n", maxrel);
         goto done;
     }
     double mo = ot_bench_median(ours, (size_t)reps), mb = ot_bench_median(base, (size_t)reps);
