@@ -80,7 +80,9 @@ int main(int argc, char **argv) {
         char name[96];
         snprintf(name, sizeof name, "%d tiny kernels (f32[16] elementwise, -O0)", kernels);
         ot_bench_print_header(json);
-        ot_bench_row row = {.bench = "dispatch", .case_name = name, .metric = "us/kernel",
+        ot_bench_row row = {.bench = "dispatch",
+                            .case_name = name,
+                            .metric = "us/kernel",
                             .value = ot_bench_median(ours, (size_t)reps),
                             .baseline = "reference-kernel dispatch",
                             .baseline_value = ot_bench_median(base, (size_t)reps)};

@@ -47,8 +47,8 @@ static ot_module *build(const dcase *d) {
         dn.rhs_contract[0] = d->rhs_t ? 1 : 0;
     }
     ot_instr *l = ot_build_parameter(c, 0, ls, "l"), *r = ot_build_parameter(c, 1, rs, "r");
-    ot_computation_set_root(c, ot_build_dot(c, l, r, &dn, OT_PRECISION_DEFAULT,
-                                            OT_PRECISION_DEFAULT));
+    ot_computation_set_root(c,
+                            ot_build_dot(c, l, r, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT));
     ot_module_set_entry(m, c);
     if (ot_module_finalize(m) != OT_OK) {
         ot_module_free(m);
@@ -61,9 +61,8 @@ static void direct(const dcase *d, const float *a, const float *b, float *c, int
     openblas_set_num_threads(threads);
     for (int64_t q = 0; q < d->b; q++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, d->rhs_t ? CblasTrans : CblasNoTrans, (int)d->m,
-                    (int)d->n, (int)d->k, 1.0f, a + q * d->m * d->k, (int)d->k,
-                    b + q * d->k * d->n, d->rhs_t ? (int)d->k : (int)d->n, 0.0f,
-                    c + q * d->m * d->n, (int)d->n);
+                    (int)d->n, (int)d->k, 1.0f, a + q * d->m * d->k, (int)d->k, b + q * d->k * d->n,
+                    d->rhs_t ? (int)d->k : (int)d->n, 0.0f, c + q * d->m * d->n, (int)d->n);
 }
 
 int main(int argc, char **argv) {
@@ -104,11 +103,14 @@ int main(int argc, char **argv) {
         int64_t an = ot_executable_arena_size(exe);
         void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
         uint64_t s = 12345;
-        for (size_t e = 0; e < na; e++) a[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
-        for (size_t e = 0; e < nb; e++) b[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+        for (size_t e = 0; e < na; e++)
+            a[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+        for (size_t e = 0; e < nb; e++)
+            b[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
         void *params[2] = {a, b}, *outs[1] = {c1};
         double flops = 2.0 * (double)d->b * (double)d->m * (double)d->n * (double)d->k;
-        double *ours = calloc((size_t)reps, sizeof *ours), *base = calloc((size_t)reps, sizeof *base);
+        double *ours = calloc((size_t)reps, sizeof *ours),
+               *base = calloc((size_t)reps, sizeof *base);
         ot_run_result rr;
         memset(&rr, 0, sizeof rr);
         for (int r = -1; r < reps; r++) {
@@ -132,7 +134,9 @@ int main(int argc, char **argv) {
         }
         char name[96];
         snprintf(name, sizeof name, "%s, %d threads", d->name, threads);
-        ot_bench_row row = {.bench = "dot", .case_name = name, .metric = "GFLOP/s",
+        ot_bench_row row = {.bench = "dot",
+                            .case_name = name,
+                            .metric = "GFLOP/s",
                             .value = ot_bench_median(ours, (size_t)reps),
                             .baseline = "cblas_sgemm direct",
                             .baseline_value = ot_bench_median(base, (size_t)reps)};

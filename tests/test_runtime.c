@@ -623,6 +623,35 @@ static void test_profile_synced_offset(void) {
     ot_profile_free(p);
 }
 
+/* A pod's step breakdown lands in the profiler's timeline beside its kernels. */
+static void test_profile_pod_trace(void) {
+    ot_pod_trace *tr;
+    ASSERT_OK(ot_pod_trace_create(&tr));
+    ASSERT_OK(ot_pod_trace_record(tr, 0, OT_PHASE_COMPUTE, "forward+backward", 1000, 5000));
+    ASSERT_OK(ot_pod_trace_record(tr, 1, OT_PHASE_COMM, "all-reduce", 5000, 7000));
+    ASSERT_OK(ot_pod_trace_record(tr, 1, OT_PHASE_OTHER, "checkpoint", 7000, 7500));
+    ot_pod_trace_event e;
+    ASSERT_OK(ot_pod_trace_event_get(tr, 1, &e));
+    EXPECT_TRUE(e.device == 1 && e.phase == OT_PHASE_COMM && e.start_ns == 5000 &&
+                e.end_ns == 7000);
+    EXPECT_STR_EQ(e.name, "all-reduce");
+    EXPECT_INT_EQ(ot_pod_trace_event_get(tr, 3, &e), OT_ERR_OUT_OF_RANGE);
+    EXPECT_STR_EQ(ot_phase_name(OT_PHASE_OTHER), "other");
+    ot_profile *p;
+    ASSERT_OK(ot_profile_create(&p));
+    ot_profile_set_time_offset(p, 0);
+    ASSERT_OK(ot_profile_add_pod_trace(p, tr));
+    EXPECT_INT_EQ(ot_profile_event_count(p), 3);
+    char *js = NULL;
+    ASSERT_OK(ot_profile_chrome_trace(p, &js));
+    EXPECT_STR_CONTAINS(js, "\"all-reduce\"");
+    EXPECT_STR_CONTAINS(js, "phase:comm");
+    ot_free(js);
+    EXPECT_INT_EQ(ot_profile_add_pod_trace(NULL, tr), OT_ERR_INVALID_ARGUMENT);
+    ot_profile_free(p);
+    ot_pod_trace_free(tr);
+}
+
 static void test_profile_trace(void) {
     ot_profile *p;
     ASSERT_OK(ot_profile_create(&p));
@@ -978,6 +1007,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_retry_policy),
         OT_TEST(test_backend),
         OT_TEST(test_profile_trace),
+        OT_TEST(test_profile_pod_trace),
         OT_TEST(test_profile_synced_offset),
         OT_TEST(test_random_graphs),
         OT_TEST(test_device_count_env),

@@ -340,6 +340,17 @@ OT_API ot_status ot_pod_trace_breakdown(const ot_pod_trace *t, int device, uint6
 /* {"traceEvents":[{"name","cat","ph":"X","ts","dur","pid":0,"tid":device},...]}, times in
  * microseconds from the earliest event. *out is freed with ot_free. */
 OT_API ot_status ot_pod_trace_to_json(const ot_pod_trace *t, char **out);
+/* "compute", "comm", "other"; "<invalid>" outside the enum. */
+OT_API const char *ot_phase_name(ot_phase p);
+/* One recorded interval, in record order (the runtime's profiler imports them this way). */
+typedef struct ot_pod_trace_event {
+    int device;
+    ot_phase phase;
+    const char *name; /* valid until the trace is freed */
+    uint64_t start_ns, end_ns;
+} ot_pod_trace_event;
+/* Interval i (0 .. ot_pod_trace_count - 1); OT_ERR_OUT_OF_RANGE beyond. */
+OT_API ot_status ot_pod_trace_event_get(const ot_pod_trace *t, size_t i, ot_pod_trace_event *out);
 
 #ifdef __cplusplus
 }

@@ -326,6 +326,10 @@ OT_API ot_status ot_profile_record(ot_profile *p, const char *name, const char *
 /* Records a memory event (counter) on a device. */
 OT_API ot_status ot_profile_record_memory(ot_profile *p, int device, const char *kind,
                                           int64_t bytes, int64_t in_use, int64_t reserved);
+/* Imports a pod trace's intervals (compute, communication and other phases per device, e.g. a
+ * training step's breakdown) as events of kind "phase:compute", "phase:comm", "phase:other", so
+ * kernels, memory and the step breakdown share one timeline in the Chrome trace. */
+OT_API ot_status ot_profile_add_pod_trace(ot_profile *p, const ot_pod_trace *t);
 OT_API int64_t ot_profile_event_count(const ot_profile *p);
 OT_API int64_t ot_profile_memory_event_count(const ot_profile *p);
 /* Per (name, device) aggregate in order of first appearance. */

@@ -70,6 +70,24 @@ size_t ot_pod_trace_count(const ot_pod_trace *t) {
     return n;
 }
 
+const char *ot_phase_name(ot_phase p) {
+    return p >= 0 && p < OT_PHASE_COUNT ? phase_names[p] : "<invalid>";
+}
+
+ot_status ot_pod_trace_event_get(const ot_pod_trace *t, size_t i, ot_pod_trace_event *out) {
+    if (!t || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "trace event: NULL argument");
+    pthread_mutex_lock((pthread_mutex_t *)&t->mu);
+    ot_status s = OT_OK;
+    if (i >= t->n) {
+        s = ot_error(OT_ERR_OUT_OF_RANGE, "trace event %zu: the trace holds %zu", i, t->n);
+    } else {
+        const tevent *e = &t->ev[i];
+        *out = (ot_pod_trace_event){e->device, e->phase, e->name, e->start, e->end};
+    }
+    pthread_mutex_unlock((pthread_mutex_t *)&t->mu);
+    return s;
+}
+
 typedef struct span {
     uint64_t a, b;
 } span;

@@ -170,6 +170,20 @@ ot_status ot_profile_record(ot_profile *p, const char *name, const char *kind, i
     return st;
 }
 
+ot_status ot_profile_add_pod_trace(ot_profile *p, const ot_pod_trace *t) {
+    if (!p || !t) return ot_error(OT_ERR_INVALID_ARGUMENT, "profile: NULL argument");
+    static const char *const kinds[OT_PHASE_COUNT] = {"phase:compute", "phase:comm", "phase:other"};
+    size_t n = ot_pod_trace_count(t);
+    for (size_t i = 0; i < n; i++) {
+        ot_pod_trace_event e;
+        ot_status s = ot_pod_trace_event_get(t, i, &e);
+        if (s == OT_OK)
+            s = ot_profile_record(p, e.name, kinds[e.phase], e.device, e.start_ns, e.end_ns, 0, 0);
+        if (s != OT_OK) return s;
+    }
+    return OT_OK;
+}
+
 ot_status ot_profile_record_memory(ot_profile *p, int device, const char *kind, int64_t bytes,
                                    int64_t in_use, int64_t reserved) {
     if (!p) return ot_error(OT_ERR_INVALID_ARGUMENT, "profile: NULL");

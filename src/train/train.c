@@ -1343,14 +1343,12 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         out->npoints = t->npoints;
         t->points = NULL;
         if (o->trace_path && t->trace) {
-            char *json = NULL;
-            s = ot_pod_trace_to_json(t->trace, &json);
-            if (s == OT_OK) {
-                FILE *f = fopen(o->trace_path, "w");
-                if (!f || fputs(json, f) < 0 || fclose(f) != 0)
-                    s = ot_error(OT_ERR_IO, "train: cannot write the trace %s", o->trace_path);
-                ot_free(json);
-            }
+            /* the step breakdown of every device through the runtime's profiler */
+            ot_profile *pf = NULL;
+            s = ot_profile_create(&pf);
+            if (s == OT_OK) s = ot_profile_add_pod_trace(pf, t->trace);
+            if (s == OT_OK) s = ot_profile_write_chrome_trace(pf, o->trace_path);
+            ot_profile_free(pf);
         }
     }
     (void)t_begin;
