@@ -754,6 +754,77 @@ static void test_while(void) {
     ot_module_free(m);
 }
 
+/* conditional: each branch is differentiated in its own computation; operands that are tuples,
+ * arrays, a pred selector, and an index out of range (XLA runs the last branch). */
+static ot_module *cond_module(bool pred) {
+    ot_computation *c;
+    ot_instr *p[3];
+    ot_shape s[3] = {S64(3), S64(3), ot_shape_scalar(pred ? OT_PRED : OT_S32)};
+    ot_module *m = new_mod(&c, p, 3, s);
+    ot_ir_shape el[2] = {ot_ir_shape_array(S64(3)), ot_ir_shape_array(S64(3))};
+    ot_ir_shape pair = {.kind = OT_IR_TUPLE, .ntuple = 2, .tuple = el};
+    /* b0: (a, b) -> (sin(a) * b, a + b) */
+    ot_computation *b0 = ot_module_add_computation(m, "b0");
+    ot_instr *t0 = ot_build_parameter_ir(b0, 0, &pair, "t");
+    ot_instr *a0 = ot_build_get_tuple_element(b0, t0, 0),
+             *c0 = ot_build_get_tuple_element(b0, t0, 1);
+    ot_computation_set_root(
+        b0, ot_build_tuple(b0,
+                           (ot_instr *[]){ot_build_binary(b0, OT_OP_MULTIPLY,
+                                                          ot_build_unary(b0, OT_OP_SIN, a0), c0),
+                                          ot_build_binary(b0, OT_OP_ADD, a0, c0)},
+                           2));
+    /* b1: (a, b) -> (a * a, exp(b)) through a call */
+    ot_computation *sq = ot_module_add_computation(m, "sq");
+    ot_instr *sx = ot_build_parameter(sq, 0, S64(3), "x");
+    ot_computation_set_root(sq, ot_build_binary(sq, OT_OP_MULTIPLY, sx, sx));
+    ot_computation *b1 = ot_module_add_computation(m, "b1");
+    ot_instr *t1 = ot_build_parameter_ir(b1, 0, &pair, "t");
+    ot_instr *a1 = ot_build_get_tuple_element(b1, t1, 0),
+             *c1 = ot_build_get_tuple_element(b1, t1, 1);
+    ot_computation_set_root(b1, ot_build_tuple(b1,
+                                               (ot_instr *[]){ot_build_call(b1, sq, &a1, 1),
+                                                              ot_build_unary(b1, OT_OP_EXP, c1)},
+                                               2));
+    /* b2: x -> (-x, x * x) */
+    ot_computation *b2 = ot_module_add_computation(m, "b2");
+    ot_instr *x2 = ot_build_parameter(b2, 0, S64(3), "x");
+    ot_computation_set_root(
+        b2, ot_build_tuple(b2,
+                           (ot_instr *[]){ot_build_unary(b2, OT_OP_NEGATE, x2),
+                                          ot_build_binary(b2, OT_OP_MULTIPLY, x2, x2)},
+                           2));
+    ot_instr *args[3] = {ot_build_tuple(c, (ot_instr *[]){p[0], p[1]}, 2),
+                         ot_build_tuple(c, (ot_instr *[]){p[1], p[0]}, 2), p[0]};
+    ot_computation *br[3] = {b0, b1, b2};
+    ot_instr *cd = ot_build_conditional(c, p[2], br, args, pred ? 2 : 3);
+    ot_instr *o0 = ot_build_get_tuple_element(c, cd, 0);
+    ot_instr *o1 = ot_build_get_tuple_element(c, cd, 1);
+    ot_computation_set_root(
+        c, ot_build_tuple(c, (ot_instr *[]){ot_build_binary(c, OT_OP_MULTIPLY, o0, p[1]), o1}, 2));
+    return m;
+}
+
+static void test_conditional(void) {
+    static const int64_t sel[] = {0, 1, 2, 7, -1};
+    for (int k = 0; k < 5; k++) {
+        ot_shape s = S64(3);
+        ot_value a[3] = {arg_uniform(s, -1, 1), arg_uniform(s, -1, 1),
+                         arg_int(OT_S32, 0, NULL, &sel[k])};
+        char what[48];
+        snprintf(what, sizeof what, "conditional, branch index %lld", (long long)sel[k]);
+        check_vjp(what, cond_module(false), a, 3, (int64_t[]){0, 1}, 2);
+    }
+    for (int k = 0; k < 2; k++) {
+        ot_shape s = S64(3), ps = ot_shape_scalar(OT_PRED);
+        ot_value a[3] = {arg_uniform(s, -1, 1), arg_uniform(s, -1, 1)};
+        ot_value_alloc_array(&a[2], &ps);
+        *(uint8_t *)a[2].array.data = (uint8_t)k;
+        check_vjp(k ? "conditional, pred true" : "conditional, pred false", cond_module(true), a, 3,
+                  (int64_t[]){1, 0}, 2);
+    }
+}
+
 /* ---- a model: MLP with softmax cross-entropy through ot_grad ----------------------------------
  */
 
@@ -1013,8 +1084,11 @@ static ot_module *cnn_like(void) {
 
 /* Every allocation failing in turn: OUT_OF_MEMORY, nothing leaked, then success. */
 static void test_alloc_failures(void) {
-    for (int which = 0; which < 3; which++) {
-        ot_module *m = which == 0 ? mlp(2) : which == 1 ? loop_module(true) : cnn_like();
+    for (int which = 0; which < 4; which++) {
+        ot_module *m = which == 0   ? mlp(2)
+                       : which == 1 ? loop_module(true)
+                       : which == 2 ? cnn_like()
+                                    : cond_module(false);
         ASSERT_OK(ot_module_finalize(m));
         int64_t live = ot_alloc_live();
         ot_grad_options o = ot_grad_options_default();
@@ -1024,7 +1098,7 @@ static void test_alloc_failures(void) {
             ot_module *g = NULL;
             ot_alloc_fail_after(n);
             ot_status s = which == 0   ? ot_grad(m, (int64_t[]){0, 1, 2, 3}, 4, &o, &g)
-                          : which == 1 ? ot_vjp(m, (int64_t[]){0, 1}, 2, &g)
+                          : which != 2 ? ot_vjp(m, (int64_t[]){0, 1}, 2, &g)
                                        : ot_grad(m, (int64_t[]){0, 1}, 2, NULL, &g);
             ot_alloc_fail_after(0);
             if (s == OT_OK) {
@@ -1065,6 +1139,6 @@ static void test_leaks(void) {
 OT_TEST_MAIN(OT_TEST(test_unary), OT_TEST(test_binary), OT_TEST(test_max_ties),
              OT_TEST(test_select_clamp_convert), OT_TEST(test_shape_ops), OT_TEST(test_reduce),
              OT_TEST(test_dot), OT_TEST(test_convolution), OT_TEST(test_reduce_window),
-             OT_TEST(test_gather_scatter), OT_TEST(test_while), OT_TEST(test_mlp),
-             OT_TEST(test_errors), OT_TEST(test_structure), OT_TEST(test_alloc_failures),
-             OT_TEST(test_leaks))
+             OT_TEST(test_gather_scatter), OT_TEST(test_while), OT_TEST(test_conditional),
+             OT_TEST(test_mlp), OT_TEST(test_errors), OT_TEST(test_structure),
+             OT_TEST(test_alloc_failures), OT_TEST(test_leaks))

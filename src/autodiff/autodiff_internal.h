@@ -9,22 +9,30 @@
 /* Per primal instruction of the entry computation (instr->mark = index + 1; instructions built
  * by the reverse pass have mark 0). */
 typedef struct ad_slot {
-    ot_instr *adj; /* accumulated adjoint (same shape and dtype as the instruction), or NULL */
-    bool fwd;      /* depends on a wrt parameter through floating-point values */
-    bool need;     /* fwd, and some differentiated output depends on it */
+    ot_instr *adj;   /* accumulated adjoint (same shape and dtype as the instruction), or NULL */
+    ot_instr **elem; /* a conditional's tuple result: per-element adjoints (ot_calloc'd), or NULL */
+    bool fwd;        /* depends on a source (wrt parameter) through floating-point values */
+    bool need;       /* fwd, and some differentiated output depends on it */
+    bool src;        /* a source: its adjoint is collected, no rule applied */
 } ad_slot;
 
-typedef struct ad_ctx {
-    ot_module *m;
-    ot_computation *c; /* the entry computation (forward + reverse pass) */
-    ad_slot *slots;
-    int64_t nslots;
+/* Scalar computations the reverse pass calls (reducers, selectors), made once per module. */
+typedef struct ad_fns {
     ot_computation *add_fn[OT_DTYPE_COUNT];     /* scalar (x, y) -> x + y */
     ot_computation *ge_fn[OT_DTYPE_COUNT];      /* scalar (x, y) -> x >= y (select-and-scatter) */
     ot_computation *le_fn[OT_DTYPE_COUNT];      /* scalar (x, y) -> x <= y */
     ot_computation *mul_fn[OT_DTYPE_COUNT];     /* scalar (x, y) -> x * y */
     ot_computation *and_fn;                     /* pred (x, y) -> x and y */
     ot_computation *replace_fn[OT_DTYPE_COUNT]; /* scalar (x, y) -> y */
+} ad_fns;
+
+typedef struct ad_ctx {
+    ot_module *m;
+    ot_computation *c; /* the computation being differentiated (forward + reverse pass) */
+    ad_slot *slots;
+    int64_t nslots;
+    ad_fns *fns;
+    int64_t *tag; /* counter for unique names of inlined copies */
 } ad_ctx;
 
 /* The slot of a primal instruction, NULL for one the reverse pass built. */
@@ -38,6 +46,10 @@ void ad_acc(ad_ctx *ad, ot_instr *x, ot_instr *g);
 /* Applies i's rule with adjoint g: contributions to i's operands through ad_acc. Returns
  * OT_ERR_UNIMPLEMENTED naming the opcode when i has no rule (g may be NULL to only ask). */
 ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g);
+
+/* The reverse-mode rule of a conditional (grad.c): each branch gets a computation computing its
+ * operand's adjoint from the result's, and one conditional picks it. */
+ot_status ad_rule_conditional(ad_ctx *ad, ot_instr *i, ot_instr *g);
 
 /* Builder helpers (NULL after the module's sticky error). */
 ot_instr *ad_full(ad_ctx *ad, ot_dtype t, double v, const ot_shape *s);

@@ -202,8 +202,8 @@ static ot_status inline_one(ot_computation *c, ot_instr *i, int64_t trips, int64
     return ot_instr_remove(i);
 }
 
-/* The first while loop in c that depends on a wrt parameter and has a static trip count. */
-static ot_status find_loop(ot_computation *c, const int64_t *wrt, int nwrt, ot_instr **loop,
+/* The first while loop in c that depends on a source and has a static trip count. */
+static ot_status find_loop(ot_computation *c, ot_instr *const *src, int nsrc, ot_instr **loop,
                            int64_t *trips) {
     *loop = NULL;
     bool any = false;
@@ -213,7 +213,7 @@ static ot_status find_loop(ot_computation *c, const int64_t *wrt, int nwrt, ot_i
     int64_t n = 0;
     OT_CHECK(ot_computation_post_order(c, &order, &n));
     for (int64_t k = 0; k < n; k++) order[k]->mark = 0;
-    for (int k = 0; k < nwrt; k++) c->params[wrt[k]]->mark = 1;
+    for (int k = 0; k < nsrc; k++) src[k]->mark = 1;
     for (int64_t k = 0; k < n && !*loop; k++) {
         ot_instr *i = order[k];
         for (int q = 0; q < i->noperands && !i->mark; q++) i->mark = i->operands[q]->mark;
@@ -224,22 +224,21 @@ static ot_status find_loop(ot_computation *c, const int64_t *wrt, int nwrt, ot_i
     return OT_OK;
 }
 
-static ot_status prepare(ot_computation *c, const int64_t *wrt, int nwrt) {
-    int64_t tag = 0;
+static ot_status prepare(ot_computation *c, ot_instr *const *src, int nsrc, int64_t *tag) {
     for (bool again = true; again;) {
         again = false;
         for (ot_instr *i = c->first; i; i = i->next)
             if ((i->opcode == OT_OP_CALL || i->opcode == OT_OP_FUSION) && i->ncalled == 1) {
-                OT_CHECK(inline_one(c, i, 0, &tag));
+                OT_CHECK(inline_one(c, i, 0, tag));
                 again = true;
                 break;
             }
         if (again) continue;
         ot_instr *loop;
         int64_t trips = 0;
-        OT_CHECK(find_loop(c, wrt, nwrt, &loop, &trips));
+        OT_CHECK(find_loop(c, src, nsrc, &loop, &trips));
         if (loop) {
-            OT_CHECK(inline_one(c, loop, trips, &tag));
+            OT_CHECK(inline_one(c, loop, trips, tag));
             again = true;
         }
     }
@@ -328,6 +327,229 @@ static ot_status flatten(ot_module *m, ot_computation *c, ot_instr *x, leaves *l
     return OT_OK;
 }
 
+/* ---- the reverse pass over one computation ----------------------------------------------------
+ */
+
+/* Marks c's instructions forward from the sources and needed back from the seeds, adds each seed
+ * value to its instruction's adjoint and applies the rules in reverse post order; adj_out[k]
+ * gets src[k]'s adjoint (NULL: zero). */
+static ot_status ad_reverse(ad_ctx *parent, ot_computation *c, ot_instr *const *src, int nsrc,
+                            ot_instr *const *seed_at, ot_instr *const *seed_val, int nseed,
+                            ot_instr **adj_out) {
+    ad_ctx ad = *parent;
+    ad.c = c;
+    ot_instr **order = NULL;
+    int64_t n = 0;
+    OT_CHECK(ot_computation_post_order(c, &order, &n));
+    ad.slots = ot_calloc((size_t)(n ? n : 1), sizeof *ad.slots);
+    ad.nslots = n;
+    ot_status s = OT_OK;
+    if (!ad.slots) {
+        ot_free(order);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
+    }
+    for (int64_t k = 0; k < n; k++) order[k]->mark = k + 1;
+    for (int k = 0; k < nsrc; k++) {
+        ad_slot *sl = ad_slot_of(&ad, src[k]);
+        if (!sl) continue;
+        sl->src = true;
+        sl->fwd = src[k]->shape.kind == OT_IR_ARRAY && ot_dtype_is_float(src[k]->shape.array.dtype);
+    }
+    for (int64_t k = 0; k < n; k++) {
+        ot_instr *i = order[k];
+        ad_slot *sl = &ad.slots[k];
+        if (sl->fwd || sl->src || i->opcode == OT_OP_PARAMETER) continue;
+        bool any = false;
+        for (int q = 0; q < i->noperands && !any; q++) {
+            ad_slot *o = ad_slot_of(&ad, i->operands[q]);
+            any = o && o->fwd;
+        }
+        if (!any) continue;
+        if (i->shape.kind == OT_IR_ARRAY)
+            sl->fwd = ot_dtype_is_float(i->shape.array.dtype);
+        else
+            sl->fwd = i->shape.kind == OT_IR_TUPLE;
+    }
+    for (int k = 0; k < nseed; k++) {
+        ot_instr *o = seed_at[k];
+        if (o->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(o->shape.array.dtype)) continue;
+        ad_slot *sl = ad_slot_of(&ad, o);
+        if (sl && sl->fwd) sl->need = true;
+    }
+    for (int64_t k = n - 1; k >= 0; k--) {
+        ot_instr *i = order[k];
+        ad_slot *sl = &ad.slots[k];
+        if (!sl->fwd || sl->need) continue;
+        for (int u = 0; u < i->nusers && !sl->need; u++) {
+            ad_slot *us = ad_slot_of(&ad, i->users[u]);
+            sl->need = us && us->need;
+        }
+    }
+    for (int k = 0; k < nseed; k++) {
+        ot_instr *o = seed_at[k];
+        if (o->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(o->shape.array.dtype)) continue;
+        ad_acc(&ad, o, seed_val[k]);
+    }
+    for (int64_t k = n - 1; k >= 0 && s == OT_OK; k--) {
+        ot_instr *i = order[k];
+        ad_slot *sl = &ad.slots[k];
+        if (!sl->need || sl->src || i->opcode == OT_OP_PARAMETER) continue;
+        s = ad_rule(&ad, i, sl->adj);
+        if (s == OT_OK) s = ot_module_status(ad.m);
+    }
+    for (int k = 0; k < nsrc; k++) {
+        ad_slot *sl = ad_slot_of(&ad, src[k]);
+        adj_out[k] = s == OT_OK && sl ? sl->adj : NULL;
+    }
+    for (int64_t k = 0; k < n; k++) {
+        order[k]->mark = 0;
+        ot_free(ad.slots[k].elem);
+    }
+    ot_free(ad.slots);
+    ot_free(order);
+    return s;
+}
+
+/* ---- conditional -------------------------------------------------------------------------------
+ */
+
+/* Leaves of a conditional operand or result: the array itself, or a tuple's array elements. */
+static int leaf_count(const ot_ir_shape *s) {
+    if (s->kind == OT_IR_ARRAY) return 1;
+    if (s->kind != OT_IR_TUPLE) return -1;
+    for (int k = 0; k < s->ntuple; k++)
+        if (s->tuple[k].kind != OT_IR_ARRAY) return -1;
+    return s->ntuple;
+}
+static const ot_shape *leaf_shape(const ot_ir_shape *s, int k) {
+    return s->kind == OT_IR_ARRAY ? &s->array : &s->tuple[k].array;
+}
+
+/* Branch b's reverse computation: parameter (operand_b, cotangent) -> a tuple with an element per
+ * leaf of every branch's operand: this branch's adjoints, zeros for the others. */
+static ot_status branch_vjp(ad_ctx *ad, ot_instr *i, int b, ot_instr *ct, ot_computation **out) {
+    ot_instr *arg = i->operands[1 + b];
+    const ot_computation *br = i->called[b];
+    char nm[256];
+    snprintf(nm, sizeof nm, "%.200s.vjp", br->name);
+    ot_computation *v = ot_module_add_computation(ad->m, nm);
+    if (!v) return ot_module_status(ad->m);
+    ot_ir_shape pel[2] = {arg->shape, ct->shape};
+    ot_ir_shape ps = {.kind = OT_IR_TUPLE, .ntuple = 2, .tuple = pel};
+    ot_instr *p = ot_build_parameter_ir(v, 0, &ps, "operand_cotangent");
+    ot_instr *a = ot_build_get_tuple_element(v, p, 0);
+    ot_instr *cv = ot_build_get_tuple_element(v, p, 1);
+    int na = leaf_count(&arg->shape);
+    ot_instr *src[OT_MAX_RANK * 8], *targ = a;
+    if (na > (int)(sizeof src / sizeof src[0]))
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "autodiff: conditional %s: an operand with %d "
+                        "elements",
+                        i->name, na);
+    if (arg->shape.kind == OT_IR_TUPLE) {
+        for (int k = 0; k < na; k++) src[k] = ot_build_get_tuple_element(v, a, k);
+        targ = ot_build_tuple(v, src, na);
+    } else {
+        src[0] = a;
+    }
+    OT_CHECK(ot_module_status(ad->m));
+    ot_instr *root = NULL;
+    OT_CHECK(clone_into(v, br, &targ, 1, (*ad->tag)++, &root));
+    ot_computation_set_root(v, root);
+    OT_CHECK(ot_module_status(ad->m));
+    OT_CHECK(prepare(v, src, na, ad->tag));
+    root = v->root;
+    int nr = leaf_count(&root->shape);
+    ot_instr *seed_at[OT_MAX_RANK * 8], *seed_val[OT_MAX_RANK * 8], *adj[OT_MAX_RANK * 8];
+    if (nr < 0 || nr > (int)(sizeof seed_at / sizeof seed_at[0]))
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "autodiff: conditional %s: a branch result that is not an array or a "
+                        "tuple of at most %d arrays",
+                        i->name, (int)(sizeof seed_at / sizeof seed_at[0]));
+    for (int k = 0; k < nr; k++) {
+        seed_at[k] = root->shape.kind == OT_IR_TUPLE ? element(v, root, k) : root;
+        seed_val[k] = root->shape.kind == OT_IR_TUPLE ? ot_build_get_tuple_element(v, cv, k) : cv;
+    }
+    OT_CHECK(ot_module_status(ad->m));
+    OT_CHECK(ad_reverse(ad, v, src, na, seed_at, seed_val, nr, adj));
+    /* the result: every branch's operand leaves */
+    ad_ctx vad = *ad;
+    vad.c = v;
+    leaves res = {0};
+    ot_status s = OT_OK;
+    for (int q = 0; q < i->ncalled && s == OT_OK; q++) {
+        const ot_ir_shape *as = &i->operands[1 + q]->shape;
+        int nq = leaf_count(as);
+        for (int k = 0; k < nq && s == OT_OK; k++) {
+            const ot_shape *ls = leaf_shape(as, k);
+            ot_instr *e = q == b && adj[k] ? adj[k] : ad_full(&vad, ls->dtype, 0, ls);
+            s = e ? leaves_push(&res, e) : ot_module_status(ad->m);
+        }
+    }
+    if (s == OT_OK) ot_computation_set_root(v, ot_build_tuple(v, res.v, res.n));
+    ot_free(res.v);
+    OT_CHECK(s);
+    OT_CHECK(ot_module_status(ad->m));
+    OT_CHECK(dce(v));
+    *out = v;
+    return OT_OK;
+}
+
+ot_status ad_rule_conditional(ad_ctx *ad, ot_instr *i, ot_instr *g) {
+    ot_computation *c = ad->c;
+    ad_slot *sl = ad_slot_of(ad, i);
+    int nres = leaf_count(&i->shape);
+    if (nres < 0 || nres > OT_MAX_RANK * 8)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "autodiff: no reverse-mode rule for conditional (%s): its result is not "
+                        "an array or a tuple of arrays",
+                        i->name);
+    for (int b = 0; b < i->ncalled; b++) {
+        const ot_instr *arg = i->operands[1 + b];
+        if (leaf_count(&arg->shape) < 0 ||
+            (arg->shape.kind == OT_IR_TUPLE && arg->opcode != OT_OP_TUPLE))
+            return ot_error(OT_ERR_UNIMPLEMENTED,
+                            "autodiff: no reverse-mode rule for conditional (%s): operand %d is "
+                            "not an array or a tuple instruction of arrays",
+                            i->name, 1 + b);
+    }
+    /* the cotangent of the result (zeros for elements with none) */
+    ot_instr *ct = g;
+    if (i->shape.kind == OT_IR_TUPLE) {
+        ot_instr *el[OT_MAX_RANK * 8];
+        for (int k = 0; k < nres; k++) {
+            const ot_shape *ls = leaf_shape(&i->shape, k);
+            el[k] = sl && sl->elem && sl->elem[k] ? sl->elem[k] : ad_full(ad, ls->dtype, 0, ls);
+        }
+        ct = ot_build_tuple(c, el, nres);
+    }
+    OT_CHECK(ot_module_status(ad->m));
+    ot_computation *v[64];
+    ot_instr *ops[64];
+    if (i->ncalled > 64)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "autodiff: conditional %s has %d branches (64 at most)", i->name,
+                        i->ncalled);
+    for (int b = 0; b < i->ncalled; b++) {
+        OT_CHECK(branch_vjp(ad, i, b, ct, &v[b]));
+        ot_instr *pair[2] = {i->operands[1 + b], ct};
+        ops[b] = ot_build_tuple(c, pair, 2);
+    }
+    ot_instr *rc = ot_build_conditional(c, i->operands[0], v, ops, i->ncalled);
+    OT_CHECK(ot_module_status(ad->m));
+    int off = 0;
+    for (int b = 0; b < i->ncalled; b++) {
+        ot_instr *arg = i->operands[1 + b];
+        int na = leaf_count(&arg->shape);
+        for (int k = 0; k < na; k++) {
+            ot_instr *t = arg->shape.kind == OT_IR_TUPLE ? arg->operands[k] : arg;
+            ad_acc(ad, t, ot_build_get_tuple_element(c, rc, off + k));
+        }
+        off += na;
+    }
+    return OT_OK;
+}
+
 /* ---- the driver -------------------------------------------------------------------------------
  */
 
@@ -399,15 +621,25 @@ static ot_status differentiate(const ot_module *src, const int64_t *wrt, int nwr
     m->cfg.nalias = 0;
     m->cfg.entry_computation_layout = NULL;
     ot_computation *c = ot_module_entry(m);
+    ad_fns fns;
+    memset(&fns, 0, sizeof fns);
+    int64_t tag = 0;
     ad_ctx ad;
     memset(&ad, 0, sizeof ad);
     ad.m = m;
     ad.c = c;
+    ad.fns = &fns;
+    ad.tag = &tag;
     leaves outs = {0}, seeds = {0};
-    ot_instr **order = NULL;
-    ot_instr **grads = NULL;
-    int64_t n = 0;
-    ot_status s = prepare(c, wrt, nwrt);
+    ot_status s = OT_OK;
+    ot_instr **srcs = ot_calloc((size_t)(nwrt ? nwrt : 1), sizeof *srcs);
+    ot_instr **grads = ot_calloc((size_t)(nwrt ? nwrt : 1), sizeof *grads);
+    if (!srcs || !grads) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
+        goto done;
+    }
+    for (int k = 0; k < nwrt; k++) srcs[k] = c->params[wrt[k]];
+    s = prepare(c, srcs, nwrt, &tag);
     if (s != OT_OK) goto done;
 
     /* outputs of the new root, and the values seeded with a cotangent */
@@ -438,74 +670,19 @@ static ot_status differentiate(const ot_module *src, const int64_t *wrt, int nwr
     }
     if (s != OT_OK) goto done;
 
-    /* forward and needed marks */
-    s = ot_computation_post_order(c, &order, &n);
-    if (s != OT_OK) goto done;
-    ad.slots = ot_calloc((size_t)(n ? n : 1), sizeof *ad.slots);
-    grads = ot_calloc((size_t)(nwrt ? nwrt : 1), sizeof *grads);
-    if (!ad.slots || !grads) {
-        s = ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
-        goto done;
-    }
-    ad.nslots = n;
-    for (ot_instr *i = c->first; i; i = i->next) i->mark = 0;
-    for (int64_t k = 0; k < n; k++) order[k]->mark = k + 1;
-    for (int k = 0; k < nwrt; k++) ad_slot_of(&ad, c->params[wrt[k]])->fwd = true;
-    for (int64_t k = 0; k < n; k++) {
-        ot_instr *i = order[k];
-        ad_slot *sl = &ad.slots[k];
-        if (sl->fwd || i->opcode == OT_OP_PARAMETER) continue;
-        bool any = false;
-        for (int q = 0; q < i->noperands && !any; q++) {
-            ad_slot *o = ad_slot_of(&ad, i->operands[q]);
-            any = o && o->fwd;
-        }
-        if (!any) continue;
-        if (i->shape.kind == OT_IR_ARRAY)
-            sl->fwd = ot_dtype_is_float(i->shape.array.dtype);
-        else
-            sl->fwd = i->shape.kind == OT_IR_TUPLE;
-    }
-    /* seeds: the loss, or every floating output leaf */
-    for (int k = 0; k < outs.n; k++) {
-        ot_instr *o = outs.v[k];
-        bool seeded = vjp ? true : k == (loss_index >= 0 ? loss_index : 0);
-        if (!seeded || o->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(o->shape.array.dtype))
-            continue;
-        ad_slot *sl = ad_slot_of(&ad, o);
-        if (sl && sl->fwd) sl->need = true;
-    }
-    for (int64_t k = n - 1; k >= 0; k--) {
-        ot_instr *i = order[k];
-        ad_slot *sl = &ad.slots[k];
-        if (!sl->fwd || sl->need) continue;
-        for (int u = 0; u < i->nusers && !sl->need; u++) {
-            ad_slot *us = ad_slot_of(&ad, i->users[u]);
-            sl->need = us && us->need;
-        }
-    }
-    for (int k = 0; k < outs.n; k++) {
-        ot_instr *o = outs.v[k];
-        if (!vjp && k != (loss_index >= 0 ? loss_index : 0)) continue;
-        if (o->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(o->shape.array.dtype)) continue;
-        ad_acc(&ad, o, seeds.v[vjp ? k : 0]);
-    }
-
-    /* the reverse pass */
-    for (int64_t k = n - 1; k >= 0 && s == OT_OK; k--) {
-        ot_instr *i = order[k];
-        ad_slot *sl = &ad.slots[k];
-        if (!sl->need || i->opcode == OT_OP_PARAMETER) continue;
-        s = ad_rule(&ad, i, sl->adj);
-        if (s == OT_OK) s = ot_module_status(m);
+    /* the reverse pass from the wrt parameters */
+    if (vjp) {
+        s = ad_reverse(&ad, c, srcs, nwrt, outs.v, seeds.v, outs.n, grads);
+    } else {
+        ot_instr *loss = outs.v[loss_index >= 0 ? loss_index : 0];
+        s = ad_reverse(&ad, c, srcs, nwrt, &loss, seeds.v, 1, grads);
     }
     if (s != OT_OK) goto done;
 
     /* the new root: outputs, then gradients */
     for (int k = 0; k < nwrt; k++) {
         ot_instr *p = c->params[wrt[k]];
-        ad_slot *sl = ad_slot_of(&ad, p);
-        grads[k] = sl && sl->adj ? sl->adj : ad_full(&ad, p->shape.array.dtype, 0, &p->shape.array);
+        if (!grads[k]) grads[k] = ad_full(&ad, p->shape.array.dtype, 0, &p->shape.array);
     }
     for (int k = 0; k < nwrt && s == OT_OK; k++) s = leaves_push(&outs, grads[k]);
     if (s != OT_OK) goto done;
@@ -521,8 +698,7 @@ done:
         s != OT_ERR_INTERNAL)
         s = ot_error_wrap(OT_ERR_INTERNAL, "autodiff built an invalid graph");
     for (ot_instr *i = c ? c->first : NULL; i; i = i->next) i->mark = 0;
-    ot_free(order);
-    ot_free(ad.slots);
+    ot_free(srcs);
     ot_free(grads);
     ot_free(outs.v);
     ot_free(seeds.v);

@@ -34,7 +34,7 @@ static ot_instr *zeros_of(ad_ctx *ad, const ot_shape *s) {
 }
 
 static ot_computation *add_fn(ad_ctx *ad, ot_dtype t) {
-    return ad_binary_fn(ad, &ad->add_fn[t], t, OT_OP_ADD, OT_CMP_EQ, "grad_add");
+    return ad_binary_fn(ad, &ad->fns->add_fn[t], t, OT_OP_ADD, OT_CMP_EQ, "grad_add");
 }
 
 /* Sum of x over dims (ascending, distinct). */
@@ -379,7 +379,8 @@ static ot_opcode reducer_op(const ot_computation *f) {
 static ot_instr *prod_others(ad_ctx *ad, ot_instr *x, const ot_shape *xs) {
     int64_t n = xs->dims[1];
     ot_dtype t = xs->dtype;
-    ot_computation *f = ad_binary_fn(ad, &ad->mul_fn[t], t, OT_OP_MULTIPLY, OT_CMP_EQ, "grad_mul");
+    ot_computation *f =
+        ad_binary_fn(ad, &ad->fns->mul_fn[t], t, OT_OP_MULTIPLY, OT_CMP_EQ, "grad_mul");
     ot_instr *one = ot_build_constant_scalar(C, t, 1);
     ot_window w;
     memset(&w, 0, sizeof w);
@@ -726,8 +727,8 @@ static ot_status rule_reduce_window(ad_ctx *ad, ot_instr *i, ot_instr *g) {
                 return unimpl(i, "max/min pooling with dilation or reversal");
         ot_computation *selfn =
             op == OT_OP_MAXIMUM
-                ? ad_binary_fn(ad, &ad->ge_fn[t], t, OT_OP_COMPARE, OT_CMP_GE, "grad_ge")
-                : ad_binary_fn(ad, &ad->le_fn[t], t, OT_OP_COMPARE, OT_CMP_LE, "grad_le");
+                ? ad_binary_fn(ad, &ad->fns->ge_fn[t], t, OT_OP_COMPARE, OT_CMP_GE, "grad_ge")
+                : ad_binary_fn(ad, &ad->fns->le_fn[t], t, OT_OP_COMPARE, OT_CMP_LE, "grad_le");
         ot_instr *z = ot_build_constant_scalar(C, t, 0);
         ad_acc(ad, x, ot_build_select_and_scatter(C, x, g, z, w, selfn, add_fn(ad, t)));
         return OT_OK;
@@ -838,7 +839,7 @@ static ot_instr *scatter_updates_of(ad_ctx *ad, ot_instr *i, ot_instr *v) {
         ok = bin(ad, OT_OP_AND, ok, cmp(ad, idx, ad_full(ad, is->dtype, 0, is), OT_CMP_GE));
     if (sd->index_vector_dim < is->rank) {
         ot_computation *andf =
-            ad_binary_fn(ad, &ad->and_fn, OT_PRED, OT_OP_AND, OT_CMP_EQ, "grad_and");
+            ad_binary_fn(ad, &ad->fns->and_fn, OT_PRED, OT_OP_AND, OT_CMP_EQ, "grad_and");
         ot_instr *t = ot_build_constant_scalar(C, OT_PRED, 1);
         ok = ot_build_reduce(C, &ok, &t, 1, &sd->index_vector_dim, 1, andf);
     }
@@ -884,8 +885,8 @@ static ot_status rule_scatter(ad_ctx *ad, ot_instr *i, ot_instr *g) {
             ot_instr *id = bin(ad, OT_OP_ADD, iota, ad_full(ad, OT_S32, 1, &ids));
             ot_shape xids = *xs;
             xids.dtype = OT_S32;
-            ot_computation *rep = ad_binary_fn(ad, &ad->replace_fn[OT_S32], OT_S32, OT_OP_PARAMETER,
-                                               OT_CMP_EQ, "grad_replace");
+            ot_computation *rep = ad_binary_fn(ad, &ad->fns->replace_fn[OT_S32], OT_S32,
+                                               OT_OP_PARAMETER, OT_CMP_EQ, "grad_replace");
             ot_instr *zx = ad_full(ad, OT_S32, 0, &xids);
             ot_instr *won = ot_build_scatter(C, &zx, 1, idx, &id, i->attrs.scatter, rep);
             ot_instr *back = scatter_updates_of(ad, i, won); /* 0 where skipped */
@@ -922,13 +923,30 @@ static ot_status rule_reduce_precision(ad_ctx *ad, ot_instr *i, ot_instr *g) {
 ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g);
 
 static ot_status rule_gte(ad_ctx *ad, ot_instr *i, ot_instr *g) {
-    (void)g;
     ot_instr *t = i->operands[0];
+    if (t->opcode == OT_OP_CONDITIONAL) { /* per-element adjoints, used by its rule */
+        ad_slot *ts = ad_slot_of(ad, t);
+        if (!ts || !ts->need) return OT_OK;
+        if (!ts->elem && !(ts->elem = ot_calloc((size_t)t->shape.ntuple, sizeof *ts->elem)))
+            return ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
+        ot_instr **e = &ts->elem[i->attrs.index];
+        *e = *e ? ot_build_binary(C, OT_OP_ADD, *e, g) : g;
+        return OT_OK;
+    }
     /* get-tuple-element of a tuple instruction was forwarded before the reverse pass: the
      * producer is an op with a tuple result, none of which has a rule; its own message says
      * why */
     OT_CHECK(ad_rule(ad, t, NULL));
     return unimpl(t, "its tuple result is differentiated through get-tuple-element");
+}
+
+/* A tuple's elements get their adjoints from the op that consumes the tuple (a conditional's
+ * rule adds them to the tuple's operands directly); any other consumer has no rule. */
+static ot_status rule_tuple(ad_ctx *ad, ot_instr *i, ot_instr *g) {
+    (void)ad;
+    (void)i;
+    (void)g;
+    return OT_OK;
 }
 
 typedef ot_status (*rule_fn)(ad_ctx *, ot_instr *, ot_instr *);
@@ -958,6 +976,8 @@ static rule_fn rule_for(ot_opcode op) {
     case OT_OP_GATHER: return rule_gather;
     case OT_OP_SCATTER: return rule_scatter;
     case OT_OP_GET_TUPLE_ELEMENT: return rule_gte;
+    case OT_OP_TUPLE: return rule_tuple;
+    case OT_OP_CONDITIONAL: return ad_rule_conditional;
     default: return NULL;
     }
 }
@@ -970,7 +990,6 @@ ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g) {
             return unimpl(i, "a loop is differentiated by unrolling it, which needs a static trip "
                              "count (an integer counter from a constant, stepped by a constant, "
                              "compared with a constant); this loop's is not static");
-        case OT_OP_CONDITIONAL: return unimpl(i, "branches are not differentiated");
         case OT_OP_CUSTOM_CALL:
             return ot_error(OT_ERR_UNIMPLEMENTED,
                             "autodiff: no reverse-mode rule for custom-call (%s, target \"%s\")",
@@ -979,6 +998,9 @@ ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g) {
         default: return unimpl(i, NULL);
         }
     }
-    if (!g) return OT_OK; /* zero adjoint: nothing to add */
+    if (!g) { /* zero adjoint: nothing to add (a conditional's may be in its elements) */
+        ad_slot *sl = ad_slot_of(ad, i);
+        if (i->opcode != OT_OP_CONDITIONAL || !sl || !sl->elem) return OT_OK;
+    }
     return f(ad, i, g);
 }
