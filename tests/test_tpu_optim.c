@@ -460,7 +460,7 @@ static void run_fixture_case(json_t *root, const char *want_name) {
     ASSERT_TRUE(load_fixture(&f));
     ot_optimizer *o = NULL;
     ASSERT_OK(ot_optimizer_new(json_string_value(json_object_get(c, "optimizer")), &o));
-    const char *k;
+    const char *k, *k2;
     json_t *v;
     double lr0 = 0;
     json_object_foreach(json_object_get(c, "hyperparams"), k, v) {
@@ -474,6 +474,31 @@ static void run_fixture_case(json_t *root, const char *want_name) {
         }
     }
     ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    /* parameter groups: a group's own hyper-parameters and its lr relative to the base lr */
+    ot_optimizer *gopt[NP] = {0};
+    const ot_optimizer *popt[NP] = {0};
+    double lrs_k[NP] = {1, 1, 1, 1};
+    json_t *groups = json_object_get(c, "param_groups"), *grp;
+    json_array_foreach(groups, idx, grp) {
+        json_t *pn;
+        size_t pi;
+        json_array_foreach(json_object_get(grp, "params"), pi, pn) {
+            int pk = 0;
+            while (pk < NP && strcmp(pnames[pk], json_string_value(pn)) != 0) pk++;
+            ASSERT_TRUE(pk < NP);
+            ASSERT_OK(ot_optimizer_clone(o, &gopt[pk]));
+            json_object_foreach(grp, k2, v) {
+                if (strcmp(k2, "params") == 0) continue;
+                if (strcmp(k2, "lr") == 0) lrs_k[pk] = json_number_value(v) / lr0;
+                EXPECT_OK(ot_optimizer_set(gopt[pk], k2, json_number_value(v)));
+            }
+            popt[pk] = gopt[pk];
+        }
+    }
+    if (groups) {
+        to.param_optimizers = popt;
+        to.lr_scale = lrs_k;
+    }
     json_t *cn = json_object_get(c, "clip_global_norm"), *cv = json_object_get(c, "clip_value");
     if (cn) to.clip_grad_norm = json_number_value(json_object_get(cn, "max_norm"));
     if (cv) to.clip_grad_value = json_number_value(json_object_get(cv, "max_abs"));
@@ -546,6 +571,7 @@ static void run_fixture_case(json_t *root, const char *want_name) {
     ot_device_free(d);
     ot_lr_schedule_free(sch);
     ot_optimizer_free(o);
+    for (int i = 0; i < NP; i++) ot_optimizer_free(gopt[i]);
     free_fixture(&f);
 }
 
@@ -557,6 +583,7 @@ static void test_torch_fixtures(void) {
     run_fixture_case(root, "torch_adamw");           /* decoupled wd, clip, schedule */
     run_fixture_case(root, "torch_adam_clip_value"); /* clip by value */
     run_fixture_case(root, "torch_sgd_momentum_dampening_wd");
+    run_fixture_case(root, "torch_adamw_param_groups"); /* two groups: own lr and wd */
     json_decref(root);
 }
 

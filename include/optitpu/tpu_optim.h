@@ -93,6 +93,11 @@ typedef struct ot_tpu_optimizer_options {
     bool loss_scaling;
     double init_scale, growth_factor, backoff_factor;
     int64_t growth_interval;
+    /* Parameter groups: NULL, or nparams entries — parameter k is updated by
+     * param_optimizers[k] (NULL entry: o) with its own hyper-parameters and state slots, and its
+     * lr is the step's lr times lr_scale[k] (lr_scale NULL: 1). Both are copied at create. */
+    const ot_optimizer *const *param_optimizers;
+    const double *lr_scale;
 } ot_tpu_optimizer_options;
 
 OT_API ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void);

@@ -17,8 +17,10 @@ typedef struct replica {
 } replica;
 
 struct ot_tpu_optimizer {
-    ot_optimizer *opt; /* private copy of the caller's optimizer */
-    int nparams, slots, nstate;
+    ot_optimizer **popt; /* [nparams] private copies: parameter k's optimizer (its group's) */
+    int *slots;          /* [nparams] parameter k's optimizer state slots */
+    double *lr_scale;    /* [nparams] parameter k's lr = the step's lr * lr_scale[k] */
+    int nparams, nstate;
     ot_shape *pshape; /* [nparams] */
     ot_shape *wshape; /* [nparams] the update's shape: f32 for bf16/f16 parameters */
     bool *master;     /* [nparams] an f32 master copy is kept (bf16/f16 parameters) */
@@ -43,7 +45,9 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
                                   .init_scale = 65536.0,
                                   .growth_factor = 2.0,
                                   .backoff_factor = 0.5,
-                                  .growth_interval = 2000};
+                                  .growth_interval = 2000,
+                                  .param_optimizers = NULL,
+                                  .lr_scale = NULL};
     return o;
 }
 
@@ -65,7 +69,7 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
     *out = NULL;
     ot_module *m = ot_module_new("tpu_optimizer");
     if (!m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
-    int n = t->nparams, S = t->slots;
+    int n = t->nparams;
     ot_shape sc = ot_shape_scalar(OT_F64);
     ot_computation *add = NULL, *lor = NULL;
     bool ls = t->opts.loss_scaling;
@@ -160,12 +164,16 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
         OT_CHECK_GOTO(ot_module_status(m), s, done);
     }
     for (int k = 0; k < n; k++) {
-        int o0 = t->soff[k];
+        int o0 = t->soff[k], S = t->slots[k];
         ot_instr *w = t->master[k] ? st[o0 + S] : prm[k]; /* the f32 master, or the parameter */
-        ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lr};
+        ot_instr *lrk = t->lr_scale[k] == 1.0
+                            ? lr
+                            : ot_build_binary(c, OT_OP_MULTIPLY, lr,
+                                              ot_build_constant_scalar(c, OT_F64, t->lr_scale[k]));
+        ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lrk};
         for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
         ot_optim_outputs r;
-        s = ot_optimizer_build(t->opt, &in, &r);
+        s = ot_optimizer_build(t->popt[k], &in, &r);
         if (s != OT_OK) {
             s = ot_error_wrap(s, "parameter %d", k);
             goto done;
@@ -233,7 +241,10 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->master);
     ot_free(t->soff);
     ot_executable_free(t->exe);
-    ot_optimizer_free(t->opt);
+    for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
+    ot_free(t->popt);
+    ot_free(t->slots);
+    ot_free(t->lr_scale);
     pthread_mutex_destroy(&t->mu);
     ot_free(t);
 }
@@ -280,12 +291,28 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     t->opts = op;
     t->opts.compile = NULL; /* not kept: the caller's pointer may not outlive create */
     t->nparams = nparams;
-    OT_CHECK_GOTO(ot_optimizer_clone(o, &t->opt), s, fail);
-    t->slots = ot_optimizer_state_count(t->opt);
+    t->popt = ot_calloc((size_t)nparams, sizeof *t->popt);
+    t->slots = ot_calloc((size_t)nparams, sizeof *t->slots);
+    t->lr_scale = ot_calloc((size_t)nparams, sizeof *t->lr_scale);
+    if (!t->popt || !t->slots || !t->lr_scale) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+        goto fail;
+    }
     t->nstate = 0;
     for (int k = 0; k < nparams; k++) {
+        const ot_optimizer *src =
+            op.param_optimizers && op.param_optimizers[k] ? op.param_optimizers[k] : o;
+        OT_CHECK_GOTO(ot_optimizer_clone(src, &t->popt[k]), s, fail);
+        t->slots[k] = ot_optimizer_state_count(t->popt[k]);
+        t->lr_scale[k] = op.lr_scale ? op.lr_scale[k] : 1.0;
+        if (!isfinite(t->lr_scale[k]) || t->lr_scale[k] < 0) {
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "ot_tpu_optimizer_create: lr_scale[%d] = %g (finite, >= 0)", k,
+                         t->lr_scale[k]);
+            goto fail;
+        }
         ot_dtype dt = param_shapes[k].dtype;
-        t->nstate += t->slots + (dt == OT_BF16 || dt == OT_F16 ? 1 : 0);
+        t->nstate += t->slots[k] + (dt == OT_BF16 || dt == OT_F16 ? 1 : 0);
     }
     t->pshape = ot_calloc((size_t)nparams, sizeof *t->pshape);
     t->wshape = ot_calloc((size_t)nparams, sizeof *t->wshape);
@@ -299,7 +326,6 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
         goto fail;
     }
-    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(t->opt);
     int i = 0;
     for (int k = 0; k < nparams; k++) {
         t->pshape[k] = param_shapes[k];
@@ -307,13 +333,15 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         t->master[k] = param_shapes[k].dtype == OT_BF16 || param_shapes[k].dtype == OT_F16;
         if (t->master[k]) t->wshape[k].dtype = OT_F32;
         t->soff[k] = i;
-        for (int j = 0; j <= t->slots; j++, i++) {
+        const ot_optimizer *ok = t->popt[k];
+        const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(ok);
+        for (int j = 0; j <= t->slots[k]; j++, i++) {
             const char *sn;
-            if (j < t->slots) {
-                OT_CHECK_GOTO(ot_optimizer_state_shape(t->opt, j, &t->wshape[k], &t->sshape[i]), s,
+            if (j < t->slots[k]) {
+                OT_CHECK_GOTO(ot_optimizer_state_shape(ok, j, &t->wshape[k], &t->sshape[i]), s,
                               fail);
-                sn = ot_optimizer_state_name(t->opt, j);
-                t->sinit[i] = vt->state_init ? vt->state_init(t->opt, j) : 0.0;
+                sn = ot_optimizer_state_name(ok, j);
+                t->sinit[i] = vt->state_init ? vt->state_init(ok, j) : 0.0;
             } else if (t->master[k]) {
                 t->sshape[i] = t->wshape[k];
                 sn = "master";
@@ -479,7 +507,7 @@ static ot_status check_buf(const ot_tpu_optimizer *t, const ot_buffer *b, const 
 
 /* The f32 master of parameter k from the bf16/f16 parameter itself. */
 static ot_status init_master(ot_tpu_optimizer *t, replica *r, int k, const ot_buffer *param) {
-    int i = t->soff[k] + t->slots;
+    int i = t->soff[k] + t->slots[k];
     ot_tensor h = {0}, w = {0};
     OT_CHECK(ot_buffer_to_host(param, &h));
     ot_status s = ot_tensor_alloc(&w, &t->sshape[i]);
@@ -644,7 +672,7 @@ ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, int i,
     ot_buffer_free(r->state[i]);
     r->state[i] = b;
     for (int k = 0; k < t->nparams; k++)
-        if (t->master[k] && i == t->soff[k] + t->slots) r->master_ready[k] = true;
+        if (t->master[k] && i == t->soff[k] + t->slots[k]) r->master_ready[k] = true;
     return OT_OK;
 }
 
