@@ -11,6 +11,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* Below this many bytes touched a kernel runs on the calling thread without waking the pool. */
@@ -295,7 +296,16 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
     }
 }
 
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_one_thread(void) {
+    openblas_set_num_threads(1);
+}
+
 static void run_gemm(rt_fast_ctx *c, gemm_args *g) {
+    /* once per process (concurrent first calls from several devices set it once); again only if
+     * the application changed it since */
+    pthread_once(&g_blas_once, blas_one_thread);
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     g->tm = (g->M + GEMM_TM - 1) / GEMM_TM;
     g->tn = (g->N + GEMM_TN - 1) / GEMM_TN;
