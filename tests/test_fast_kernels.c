@@ -601,6 +601,37 @@ static void test_reduce_long_rows(void) {
     }
 }
 
+/* -O2 turns a lone reduce into an input fusion of one reduce: the fast reduce runs it. */
+static void test_reduce_fusion(void) {
+    g_rng = 0xf5;
+    static const ot_opcode ops[] = {OT_OP_ADD, OT_OP_MAXIMUM, OT_OP_MINIMUM, OT_OP_MULTIPLY};
+    for (int cs = 0; cs < 16; cs++) {
+        ot_dtype t = cs % 2 ? OT_F64 : OT_F32;
+        ot_shape s;
+        int64_t dims[3] = {rnd(1, 40), rnd(1, 40), rnd(1, 40)}, rd[2] = {cs % 3, 2};
+        ASSERT_OK(ot_shape_make(&s, t, 3, dims));
+        ot_module *m = reduce_module(t, &s, rd, cs % 3 == 2 ? 1 : 2, ops[cs % 4], 0.25, false);
+        ASSERT_TRUE(m);
+        ot_executable *e = NULL;
+        ASSERT_OK(ot_compile(m, NULL, &e));
+        EXPECT_INT_EQ(ot_executable_kernel(e, 0)->opcode, OT_OP_FUSION);
+        ot_tensor x, ref, fast;
+        ASSERT_OK(ot_tensor_alloc(&x, &s));
+        fill_random(&x, 0.9, 1.1);
+        EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
+        if (run_all_pools(e, &x, 1, &fast, 1)) { /* short rows: bitwise */
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        } else {
+            EXPECT_TRUE(false);
+        }
+        ot_tensor_release(&ref);
+        ot_tensor_release(&x);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 /* ---- elementwise straight into the output slot ---------------------------------------------- */
 
 static void test_elementwise(void) {
@@ -679,5 +710,6 @@ static void test_teardown(void) {
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_blas_threads),
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
-             OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows), OT_TEST(test_elementwise),
+             OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
+             OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise),
              OT_TEST(test_teardown))

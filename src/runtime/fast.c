@@ -785,17 +785,16 @@ static red_fns red_pick(ot_opcode op, ot_dtype t) {
 #undef RF
 }
 
-static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
-                             const ot_slot *const *ins, void *out, const ot_slot *os, bool *done) {
+/* Reduce instruction i of input x (shape xs, xbytes) from init (dtype it, ibytes), into out. */
+static ot_status reduce_core(rt_fast_ctx *c, const ot_instr *i, const void *x0, const ot_shape *xs,
+                             int64_t xbytes, const void *init, ot_dtype it, int64_t ibytes,
+                             void *out, const ot_slot *os, bool *done) {
     if (i->noperands != 2 || i->ncalled < 1 || i->shape.kind != OT_IR_ARRAY) return OT_OK;
-    const ot_shape *xs = &ins[0]->shape;
     ot_dtype t = xs->dtype;
-    if ((t != OT_F32 && t != OT_F64) || ins[1]->shape.dtype != t || os->shape.dtype != t)
-        return OT_OK;
+    if ((t != OT_F32 && t != OT_F64) || it != t || os->shape.dtype != t) return OT_OK;
     ot_opcode op = reducer_op(i->called[0], t);
     if (op == OT_OP_INVALID) return OT_OK;
-    if (overlaps(out, os->nbytes, in[0], ins[0]->nbytes) ||
-        overlaps(out, os->nbytes, in[1], ins[1]->nbytes))
+    if (overlaps(out, os->nbytes, x0, xbytes) || overlaps(out, os->nbytes, init, ibytes))
         return OT_OK;
     bool red[OT_MAX_RANK] = {false};
     for (int k = 0; k < i->attrs.ndims; k++) red[i->attrs.dims[k]] = true;
@@ -812,7 +811,7 @@ static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
         if (!red[d] && xs->dims[d] != 1) contiguous = false;
     int64_t O = 1, R = 1, I = 1;
     size_t es = ot_dtype_size(t);
-    const void *x = in[0];
+    const void *x = x0;
     *done = true;
     if (contiguous) {
         for (int d = 0; d < xs->rank; d++) {
@@ -837,8 +836,8 @@ static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
                 R *= xs->dims[d];
             }
         void *s = NULL;
-        OT_CHECK(scratch(c, (size_t)ins[0]->nbytes, &s));
-        rt_transpose(c, es, xs->rank, xs->dims, perm, in[0], s);
+        OT_CHECK(scratch(c, (size_t)xbytes, &s));
+        rt_transpose(c, es, xs->rank, xs->dims, perm, x0, s);
         x = s;
     }
     int64_t nout = O * I;
@@ -846,7 +845,7 @@ static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
         c->fast_run++;
         return OT_OK;
     }
-    red_plan p = {op, c->ftz, O, R, I, 0, 0, x, in[1], out, NULL};
+    red_plan p = {op, c->ftz, O, R, I, 0, 0, x, init, out, NULL};
     red_fns f = red_pick(op, t);
     int64_t bytes = O * R * I * (int64_t)es;
     if (nout >= RED_MANY_OUTPUTS || R <= RED_BLOCK) {
@@ -857,7 +856,7 @@ static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
         size_t pbytes = (size_t)(O * p.nblk * I) * es;
         void *s = NULL;
         if (x == c->scratch) { /* the transposed input lives in scratch: keep it, add behind */
-            size_t off = align64((size_t)ins[0]->nbytes);
+            size_t off = align64((size_t)xbytes);
             /* grow by copying the transposed input over (rare: non-contiguous, few outputs) */
             if (off + pbytes > c->cap) {
                 void *nb = ot_aligned_alloc(64, off + pbytes);
@@ -865,7 +864,7 @@ static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
                     return ot_error(OT_ERR_OUT_OF_MEMORY,
                                     "fast kernel: out of memory for %zu scratch bytes",
                                     off + pbytes);
-                memcpy(nb, c->scratch, (size_t)ins[0]->nbytes);
+                memcpy(nb, c->scratch, (size_t)xbytes);
                 ot_aligned_free(c->scratch);
                 c->scratch = nb;
                 c->cap = off + pbytes;
@@ -881,6 +880,41 @@ static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
     }
     c->fast_run++;
     return OT_OK;
+}
+
+static ot_status fast_reduce(rt_fast_ctx *c, const ot_instr *i, void *const *in,
+                             const ot_slot *const *ins, void *out, const ot_slot *os, bool *done) {
+    return reduce_core(c, i, in[0], &ins[0]->shape, ins[0]->nbytes, in[1], ins[1]->shape.dtype,
+                       ins[1]->nbytes, out, os, done);
+}
+
+/* A fusion that is one reduce of a fusion parameter from a parameter or a scalar constant (what
+ * -O2 makes of a reduce with nothing to fuse): the reduce kernel above. */
+static ot_status fast_reduce_fusion(rt_fast_ctx *c, const ot_instr *i, int nin, void *const *in,
+                                    const ot_slot *const *ins, void *out, const ot_slot *os,
+                                    bool *done) {
+    if (i->ncalled < 1 || nin != i->noperands) return OT_OK;
+    const ot_computation *f = i->called[0];
+    const ot_instr *r = f->root;
+    if (!r || r->opcode != OT_OP_REDUCE || r->noperands != 2) return OT_OK;
+    for (int k = 0; k < i->noperands; k++)
+        if (i->operands[k]->shape.kind != OT_IR_ARRAY) return OT_OK;
+    const ot_instr *xp = r->operands[0], *ip = r->operands[1];
+    if (xp->opcode != OT_OP_PARAMETER || xp->attrs.index < 0 || xp->attrs.index >= nin)
+        return OT_OK;
+    int xk = (int)xp->attrs.index;
+    if (!ot_shape_equal(&ins[xk]->shape, &xp->shape.array)) return OT_OK;
+    if (ip->opcode == OT_OP_PARAMETER && ip->attrs.index >= 0 && ip->attrs.index < nin) {
+        int ik = (int)ip->attrs.index;
+        return reduce_core(c, r, in[xk], &ins[xk]->shape, ins[xk]->nbytes, in[ik],
+                           ins[ik]->shape.dtype, ins[ik]->nbytes, out, os, done);
+    }
+    const ot_literal *lit = ip->attrs.literal;
+    if (ip->opcode != OT_OP_CONSTANT || !lit || lit->elided || ip->shape.kind != OT_IR_ARRAY ||
+        ip->shape.array.rank != 0 || lit->nbytes != (int64_t)ot_dtype_size(ip->shape.array.dtype))
+        return OT_OK;
+    return reduce_core(c, r, in[xk], &ins[xk]->shape, ins[xk]->nbytes, lit->data,
+                       ip->shape.array.dtype, 0, out, os, done);
 }
 
 /* ---- plain elementwise ops, straight into the output slot ------------------------------- */
@@ -1026,6 +1060,7 @@ ot_status rt_fast_kernel(rt_fast_ctx *c, const ot_instr *i, int nin, void *const
     case OT_OP_REDUCE:
         if (nin != 2) return OT_OK;
         return fast_reduce(c, i, in, ins, out[0], outs[0], done);
+    case OT_OP_FUSION: return fast_reduce_fusion(c, i, nin, in, ins, out[0], outs[0], done);
     default:
         if (ot_opcode_is_elementwise_unary(i->opcode) ||
             ot_opcode_is_elementwise_binary(i->opcode) || i->opcode == OT_OP_CONVERT)
