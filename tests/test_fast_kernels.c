@@ -711,5 +711,4 @@ static void test_teardown(void) {
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_blas_threads),
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
-             OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise),
-             OT_TEST(test_teardown))
+             OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise), OT_TEST(test_teardown))
