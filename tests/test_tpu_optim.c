@@ -85,6 +85,8 @@ static ot_optimizer *make_opt(const char *name) {
         ot_optimizer_set(o, "amsgrad", 1);
     } else if (strcmp(name, "lamb") == 0 || strcmp(name, "lars") == 0) {
         ot_optimizer_set(o, "weight_decay", 1e-2);
+    } else if (strcmp(name, "adafactor_torch") == 0) {
+        ot_optimizer_set(o, "weight_decay", 1e-2);
     } else if (strcmp(name, "adafactor") == 0) {
         ot_optimizer_set(o, "min_dim_size_to_factor", 2); /* matrix and tensor3 factored */
     } else if (strcmp(name, "rmsprop") == 0) {
@@ -201,8 +203,8 @@ static void test_trajectory_adam(void) {
 static void test_trajectory_others(void) {
     /* sgd (nesterov, a state copied on step 1), adamw+amsgrad (3 slots), rmsprop centered with
      * momentum, nadam (a rank-0 state slot), adagrad (a non-zero initial state possible) */
-    const char *names[] = {"sgd",   "adamw", "rmsprop", "nadam", "adagrad",
-                           "radam", "lion",  "lamb",    "lars",  "adafactor"};
+    const char *names[] = {"sgd",  "adamw", "rmsprop", "nadam",     "adagrad",         "radam",
+                           "lion", "lamb",  "lars",    "adafactor", "adafactor_torch", "lookahead"};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         run_against_reference(names[k], 0, true, 30);
 }

@@ -1,6 +1,7 @@
 /* Built-in update graphs, following torch.optim's single-tensor (foreach=False) formulas in the
  * same operation order: host-side scalar expressions (bias corrections, step sizes) in f64 inside
  * the graph, rounded to the parameter dtype where torch passes them to its f32 kernels. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -760,6 +761,132 @@ static ot_status adafactor_build(const ot_optimizer *o, const ot_optim_inputs *i
     return OT_OK;
 }
 
+/* ---- Adafactor, torch's (torch.optim.Adafactor) ---------------------------------------------- */
+
+static const char *const tadafactor_names[] = {"lr", "beta2_decay",  "eps1",    "eps2",
+                                               "d",  "weight_decay", "maximize"};
+/* eps1 0: the parameter dtype's machine epsilon (torch's eps=(None, 1e-3)) */
+static const double tadafactor_defaults[] = {1e-2, -0.8, 0, 1e-3, 1.0, 0.0, 0};
+
+static ot_status tadafactor_validate(const ot_optimizer *o) {
+    OT_CHECK(check_range(o, "lr", 0, INFINITY));
+    OT_CHECK(check_range(o, "beta2_decay", -INFINITY, 0));
+    OT_CHECK(check_range(o, "eps1", 0, INFINITY));
+    OT_CHECK(check_range(o, "eps2", 0, INFINITY));
+    OT_CHECK(check_range(o, "d", 1e-300, INFINITY));
+    OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
+    return check_bool(o, "maximize");
+}
+static const char *tadafactor_state(const ot_optimizer *o, int i) {
+    (void)o;
+    static const char *const n[] = {"row_var", "col_var", "variance"};
+    return n[i];
+}
+/* rank >= 2: row_var = shape[:-1] + [1], col_var = shape[:-2] + [1, last] (torch's keepdim
+ * shapes), variance unused; else variance = the parameter's shape. Unused slots are [1]. */
+static ot_status tadafactor_shape(const ot_optimizer *o, int i, const ot_shape *s, ot_shape *out) {
+    (void)o;
+    int64_t one = 1;
+    bool fac = s->rank >= 2;
+    *out = *s;
+    if (fac && i == 0)
+        out->dims[s->rank - 1] = 1;
+    else if (fac && i == 1)
+        out->dims[s->rank - 2] = 1;
+    else if (!fac && i == 2)
+        ;
+    else
+        ot_shape_make(out, s->dtype, 1, &one);
+    return OT_OK;
+}
+/* torch's lerp_(end, w): w < 0.5 ? x + w (end - x) : end - (end - x)(1 - w), w an f64 scalar node
+ */
+static ot_instr *lerp_s(gb *b, ot_instr *x, ot_instr *end, ot_instr *w64) {
+    ot_shape s = x->shape.array;
+    ot_instr *w = ot_build_broadcast(b->c, ot_build_convert(b->c, w64, b->t), s, NULL, 0);
+    ot_instr *omw =
+        ot_build_broadcast(b->c, ot_build_convert(b->c, sub(b, D(b, 1.0), w64), b->t), s, NULL, 0);
+    ot_instr *diff = sub(b, end, x);
+    ot_instr *lo = add(b, x, mul(b, w, diff)), *hi = sub(b, end, mul(b, diff, omw));
+    ot_shape ps = s;
+    ps.dtype = OT_PRED;
+    ot_instr *small = ot_build_broadcast(
+        b->c, ot_build_compare(b->c, w64, D(b, 0.5), OT_CMP_LT, OT_CMP_TYPE_DEFAULT), ps, NULL, 0);
+    return ot_build_select(b->c, small, lo, hi);
+}
+static ot_status tadafactor_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                                  ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    ot_instr *g = ON("maximize") ? neg(&b, in->grad) : in->grad;
+    ot_instr *p = in->param;
+    double eps1 = HP("eps1");
+    if (eps1 == 0.0) eps1 = b.t == OT_F32 ? (double)FLT_EPSILON : DBL_EPSILON;
+    /* host scalars (torch: python floats) in f64 */
+    ot_instr *omb = bin(&b, OT_OP_POWER, in->step, D(&b, HP("beta2_decay")));
+    ot_instr *rho = bin(&b, OT_OP_MINIMUM, in->lr,
+                        dvd(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, in->step, D(&b, 0.5))));
+    double n = (double)ot_shape_numel_unchecked(&b.s);
+    ot_instr *pn = ot_build_convert(b.c, l2norm(&b, p), OT_F64);
+    ot_instr *alpha =
+        mul(&b, bin(&b, OT_OP_MAXIMUM, D(&b, HP("eps2")), dvd(&b, pn, D(&b, sqrt(n)))), rho);
+    if (HP("weight_decay") != 0.0)
+        p = mul(&b, p, S(&b, sub(&b, D(&b, 1.0), mul(&b, in->lr, D(&b, HP("weight_decay"))))));
+    ot_instr *var;
+    int r = b.s.rank;
+    if (r >= 2) {
+        int64_t last = r - 1, prev = r - 2;
+        ot_instr *g2 = mul(&b, g, g);
+        /* vector_norm(g, dim)^2 / size: sqrt then square, as torch */
+        ot_instr *rs = reduce_sum(&b, g2, &last, 1), *cs = reduce_sum(&b, g2, &prev, 1);
+        rs = sqr(&b, rs);
+        cs = sqr(&b, cs);
+        rs = dvd(&b, mul(&b, rs, rs), Kof(&b, rs, (double)b.s.dims[last]));
+        cs = dvd(&b, mul(&b, cs, cs), Kof(&b, cs, (double)b.s.dims[prev]));
+        ot_shape rsh = in->state[0]->shape.array, csh = in->state[1]->shape.array;
+        rs = ot_build_reshape(b.c, rs, rsh);
+        cs = ot_build_reshape(b.c, cs, csh);
+        ot_instr *rv = lerp_s(&b, in->state[0], rs, omb);
+        ot_instr *cv = lerp_s(&b, in->state[1], cs, omb);
+        /* row_var @ col_var: [.., R, 1] x [.., 1, C] is the outer product */
+        int64_t map_r[OT_MAX_RANK], map_c[OT_MAX_RANK];
+        for (int i = 0; i < r; i++) map_r[i] = map_c[i] = i;
+        ot_shape rs2 = rsh, cs2 = csh; /* drop the unit dims for the broadcast */
+        int64_t rd[OT_MAX_RANK], cd[OT_MAX_RANK];
+        for (int i = 0; i < r - 1; i++) rd[i] = rsh.dims[i];
+        for (int i = 0; i < r - 2; i++) cd[i] = csh.dims[i];
+        cd[r - 2] = csh.dims[r - 1];
+        ot_shape_make(&rs2, b.t, r - 1, rd);
+        ot_shape_make(&cs2, b.t, r - 1, cd);
+        for (int i = 0; i < r - 1; i++) map_r[i] = i;
+        for (int i = 0; i < r - 2; i++) map_c[i] = i;
+        map_c[r - 2] = r - 1;
+        ot_instr *outer =
+            mul(&b, ot_build_broadcast(b.c, ot_build_reshape(b.c, rv, rs2), b.s, map_r, r - 1),
+                ot_build_broadcast(b.c, ot_build_reshape(b.c, cv, cs2), b.s, map_c, r - 1));
+        /* / clamp(row_var.mean(dim=-2, keepdim), eps1) */
+        ot_instr *rm = mean_dim(&b, ot_build_reshape(b.c, rv, rs2), r - 2);
+        rm = bin(&b, OT_OP_MAXIMUM, rm, Kof(&b, rm, eps1));
+        int64_t map_m[OT_MAX_RANK];
+        for (int i = 0; i < r - 2; i++) map_m[i] = i;
+        var = dvd(&b, outer, ot_build_broadcast(b.c, rm, b.s, map_m, r - 2));
+        out->state[0] = rv;
+        out->state[1] = cv;
+        out->state[2] = in->state[2];
+    } else {
+        ot_instr *v = lerp_s(&b, in->state[2], mul(&b, g, g), omb);
+        var = v;
+        out->state[0] = in->state[0];
+        out->state[1] = in->state[1];
+        out->state[2] = v;
+    }
+    ot_instr *u = mul(
+        &b, ot_build_unary(b.c, OT_OP_RSQRT, bin(&b, OT_OP_MAXIMUM, var, K(&b, eps1 * eps1))), g);
+    ot_instr *un = ot_build_convert(b.c, l2norm(&b, u), OT_F64);
+    ot_instr *den = bin(&b, OT_OP_MAXIMUM, D(&b, 1.0), dvd(&b, un, D(&b, sqrt(n) * HP("d"))));
+    out->param = add(&b, p, mul(&b, S(&b, neg(&b, dvd(&b, alpha, den))), u));
+    return OT_OK;
+}
+
 /* ---- table ---------------------------------------------------------------------------------- */
 
 #define NH(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -788,6 +915,9 @@ static const ot_optimizer_vtable builtins[] = {
      lars_build, NULL, NULL},
     {"adafactor", NH(adafactor_names), adafactor_names, adafactor_defaults, adafactor_validate,
      three_state, adafactor_state, NULL, adafactor_build, NULL, adafactor_shape},
+    {"adafactor_torch", NH(tadafactor_names), tadafactor_names, tadafactor_defaults,
+     tadafactor_validate, three_state, tadafactor_state, NULL, tadafactor_build, NULL,
+     tadafactor_shape},
 };
 
 /* ---- Lookahead (optax.lookahead around any optimizer) ---------------------------------------- */
