@@ -690,6 +690,76 @@ static void test_elementwise(void) {
     }
 }
 
+/* Every allocation of a fast-kernel run (the scratch for a transposed dot operand, im2col, a
+ * non-contiguous reduce) failing in turn: OUT_OF_MEMORY with the kernel named, nothing leaked,
+ * and the run that succeeds gives the same bits. */
+static void test_scratch_allocation_failure(void) {
+    g_rng = 0xfa;
+    ot_module *m = ot_module_new("oom");
+    ot_computation *f = ot_module_add_computation(m, "reducer");
+    ot_computation_set_root(
+        f, ot_build_binary(f, OT_OP_ADD, ot_build_parameter(f, 0, ot_shape_scalar(OT_F32), "a"),
+                           ot_build_parameter(f, 1, ot_shape_scalar(OT_F32), "b")));
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_shape ls, rs;
+    ASSERT_OK(ot_shape_make(&ls, OT_F32, 3, (int64_t[]){8, 5, 9})); /* [k0, m, k1] */
+    ASSERT_OK(ot_shape_make(&rs, OT_F32, 3, (int64_t[]){9, 7, 8})); /* [k1, n, k0] */
+    ot_instr *l = ot_build_parameter(c, 0, ls, "l"), *r = ot_build_parameter(c, 1, rs, "r");
+    ot_dot_dims dn = {.ncontract = 2, .lhs_contract = {0, 2}, .rhs_contract = {2, 0}};
+    ot_instr *d = ot_build_dot(c, l, r, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+    ot_instr *z = ot_build_constant_scalar(c, OT_F32, 0.0);
+    ot_instr *red = ot_build_reduce(c, &l, &z, 1, (int64_t[]){0, 2}, 2, f); /* not contiguous */
+    ot_computation_set_root(c, ot_build_tuple(c, (ot_instr *[]){d, red}, 2));
+    ot_module_set_entry(m, c);
+    ASSERT_OK(ot_module_finalize(m));
+    ot_executable *e = compile0(m);
+    ASSERT_TRUE(e);
+    ASSERT_TRUE(ot_executable_output_count(e) == 2);
+    ot_tensor args[2], out[2], ref[2];
+    ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+    ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+    fill_random(&args[0], -1, 1);
+    fill_random(&args[1], -1, 1);
+    for (int k = 0; k < 2; k++) {
+        const ot_slot *sl = ot_executable_slot(e, ot_executable_output_slot(e, k));
+        ASSERT_OK(ot_tensor_alloc(&out[k], &sl->shape));
+        ASSERT_OK(ot_tensor_alloc(&ref[k], &sl->shape));
+    }
+    int64_t an = ot_executable_arena_size(e);
+    void *arena = ot_aligned_alloc(64, (size_t)(an ? an : 64));
+    void *params[2] = {args[0].data, args[1].data};
+    void *routs[2] = {ref[0].data, ref[1].data}, *fouts[2] = {out[0].data, out[1].data};
+    ot_run_options o = ot_run_options_default();
+    o.pool = g_pools[1];
+    ot_run_result rr;
+    ASSERT_OK(ot_execute_on_host(e, arena, params, routs, &o, 0, &rr));
+    EXPECT_INT_EQ(rr.fast_kernels_run, 2);
+    int failures = 0;
+    for (int64_t n = 1; n < 50; n++) {
+        int64_t live = ot_alloc_live();
+        ot_alloc_fail_after(n);
+        ot_status st = ot_execute_on_host(e, arena, params, fouts, &o, 0, &rr);
+        ot_alloc_fail_after(0);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+        if (st == OT_OK) {
+            for (int k = 0; k < 2; k++) EXPECT_TRUE(bits_equal(&out[k], &ref[k]));
+            break;
+        }
+        failures++;
+        EXPECT_INT_EQ(st, OT_ERR_OUT_OF_MEMORY);
+        EXPECT_STR_CONTAINS(ot_last_error(), "kernel");
+    }
+    EXPECT_TRUE(failures >= 1); /* at least the scratch allocation was exercised */
+    ot_aligned_free(arena);
+    for (int k = 0; k < 2; k++) {
+        ot_tensor_release(&args[k]);
+        ot_tensor_release(&out[k]);
+        ot_tensor_release(&ref[k]);
+    }
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
 static void setup(void) {
     for (int k = 0; k < 4; k++)
         if (!g_pools[k] && ot_threadpool_create(g_nthreads[k], &g_pools[k]) != OT_OK) abort();
@@ -711,4 +781,5 @@ static void test_teardown(void) {
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_blas_threads),
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
-             OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise), OT_TEST(test_teardown))
+             OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))
