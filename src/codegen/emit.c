@@ -65,10 +65,16 @@ static const char preamble[] =
     "static inline float ot_bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }\n"
     "static inline uint64_t ot_dbits(double f) { uint64_t u; memcpy(&u, &f, 8); return u; }\n"
     "static inline double ot_bitsd(uint64_t u) { double f; memcpy(&f, &u, 8); return f; }\n"
+    /* flush to zero: a zero exponent field (zero or subnormal) keeps only the sign bit; four
+     * integer vector operations, no blend */
     "static inline float ot_ftzf(float v) {\n"
-    "    return (v != 0.0f && fabsf(v) < FLT_MIN) ? copysignf(0.0f, v) : v;\n}\n"
+    "    uint32_t u = ot_fbits(v);\n"
+    "    uint32_t z = (u & 0x7f800000u) == 0 ? 0x7fffffffu : 0u;\n"
+    "    return ot_bitsf(u & ~z);\n}\n"
     "static inline double ot_ftzd(double v) {\n"
-    "    return (v != 0.0 && fabs(v) < DBL_MIN) ? copysign(0.0, v) : v;\n}\n"
+    "    uint64_t u = ot_dbits(v);\n"
+    "    uint64_t z = (u & 0x7ff0000000000000ull) == 0 ? 0x7fffffffffffffffull : 0u;\n"
+    "    return ot_bitsd(u & ~z);\n}\n"
     "static inline float ot_qf(float x) {\n"
     "    uint32_t u = ot_fbits(x);\n"
     "    u |= ((u & 0x7fffffffu) > 0x7f800000u) ? 0x400000u : 0u;\n"
@@ -457,6 +463,12 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz, s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
+        if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {
+            /* the square root of zero, a normal number, inf or NaN is never subnormal: the
+             * flushed result is the result */
+            int m = define(E, x, ctx, t, true, "%s", r);
+            return m;
+        }
         return define_float(E, x, ctx, t, ftz, r);
     }
     if (t == OT_PRED) {
