@@ -437,6 +437,49 @@ static void test_random_fusions(void) {
     }
 }
 
+/* Reduce-rooted fusions: row, column, middle, several and all dims, with add / multiply /
+ * maximum / minimum reducers (integers also and / or), over an elementwise producer. */
+static void test_reductions(void) {
+    static const char *const dts[] = {"f32", "f64", "f16", "bf16", "s32", "u8", "pred"};
+    static const char *const dims[] = {"{2}", "{0}", "{1}", "{0,2}", "{0,1,2}", "{1,2}"};
+    static const char *const kept[] = {"7,33", "33,150", "7,150", "33", "", "7"};
+    static const char *const fred[] = {"add", "multiply", "maximum", "minimum"};
+    static const char *const ired[] = {"add", "maximum", "minimum", "and", "or"};
+    static const char *const pred_red[] = {"and", "or", "maximum", "minimum"};
+    char text[65536];
+    tb b = {text, 0, sizeof text};
+    for (int j = 0; j < 7; j++) {
+        const char *dt = dts[j];
+        bool fl = dt[0] == 'f' || dt[0] == 'b', pred = dt[0] == 'p';
+        const char *const *reds = fl ? fred : pred ? pred_red : ired;
+        int nred = fl ? 4 : pred ? 4 : 5;
+        b.n = 0;
+        tp(&b, "HloModule red_%s\n", dt);
+        for (int r = 0; r < nred; r++)
+            tp(&b,
+               "r%d {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n  ROOT c = %s[] "
+               "%s(%s)\n}\n",
+               r, dt, dt, dt, reds[r], r % 2 ? "b, a" : "a, b");
+        tp(&b, "ENTRY main {\n  x = %s[7,33,150] parameter(0)\n  y = %s[7,33,150] parameter(1)\n",
+           dt, dt);
+        tp(&b, "  z = %s[] parameter(2)\n", dt);
+        tp(&b, "  w = %s[7,33,150] %s(x, y)\n", dt, pred ? "xor" : fl ? "multiply" : "add");
+        char outs[4096], types[4096];
+        size_t on = 0, tn = 0;
+        int k = 0;
+        for (int r = 0; r < nred; r++)
+            for (int d = 0; d < 6; d++, k++) {
+                tp(&b, "  o%d = %s[%s] reduce(%s, z), dimensions=%s, to_apply=r%d\n", k, dt,
+                   kept[d], d % 2 ? "x" : "w", dims[d], r);
+                on += (size_t)snprintf(outs + on, sizeof outs - on, "%so%d", k ? ", " : "", k);
+                tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s[%s]", k ? ", " : "", dt,
+                                       kept[d]);
+            }
+        tp(&b, "  ROOT t = (%s) tuple(%s)\n}\n", types, outs);
+        check_module(text, 900 + (uint64_t)j, true);
+    }
+}
+
 /* ---- cache and fallbacks --------------------------------------------------------------------- */
 
 static const char k_adam[] =
@@ -629,9 +672,9 @@ int main(int argc, char **argv) {
     setenv("OPTITPU_CACHE_DIR", g_cache, 1);
     setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
     static const ot_test_case tests[] = {
-        OT_TEST(test_every_op), OT_TEST(test_converts),  OT_TEST(test_random_fusions),
-        OT_TEST(test_cache),    OT_TEST(test_fallbacks), OT_TEST(test_fault_injection),
-        OT_TEST(test_summary),
+        OT_TEST(test_every_op),        OT_TEST(test_converts), OT_TEST(test_random_fusions),
+        OT_TEST(test_reductions),      OT_TEST(test_cache),    OT_TEST(test_fallbacks),
+        OT_TEST(test_fault_injection), OT_TEST(test_summary),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();

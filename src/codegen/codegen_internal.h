@@ -24,11 +24,12 @@ typedef struct cg_kernel_io {
 } cg_kernel_io;
 
 /* Appends "void <fname>(void *const *in, void *const *out, int64_t b, int64_t e)" computing
- * elements [b, e) of the loop fusion kn to src. Returns OT_OK, or OT_ERR_UNIMPLEMENTED with the
+ * elements [b, e) of the loop fusion kn (output elements of a reduce-rooted fusion, each *work
+ * input elements) to src. Returns OT_OK, or OT_ERR_UNIMPLEMENTED with the
  * reason when the fusion holds something the generator does not emit (the interpreter then runs
  * it); *numel gets the iteration space. */
 ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
-                         cg_buf *src, int64_t *numel);
+                         cg_buf *src, int64_t *numel, int64_t *work);
 
 /* The helper functions every generated file starts with. */
 void cg_emit_preamble(cg_buf *src);
@@ -39,7 +40,8 @@ typedef void (*cg_fn)(void *const *in, void *const *out, int64_t b, int64_t e);
 
 typedef struct cg_entry {
     cg_fn fn;      /* NULL: this kernel is interpreted */
-    int64_t numel; /* iteration space */
+    int64_t numel; /* iteration space (output elements of a reduce) */
+    int64_t chunk; /* iterations per piece of the fixed partition */
     int nin, nout;
     int *alias; /* per input: the output whose memory it is, or -1 */
     int64_t *in_bytes, *out_bytes;

@@ -848,14 +848,226 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
     return fail(E, "%s: opcode %s", x->name, ot_opcode_name(op));
 }
 
+/* ---- reduce-rooted fusions ------------------------------------------------------------------
+ * One output element per outer iteration; its reduced indices in row-major order in an inner
+ * loop, combined into an accumulator exactly as the reference reduce does (acc = f(acc, x), the
+ * reducer's parameter 0 being the accumulator), so the sum order, and the bits, are the
+ * reference's. Output elements are independent: the outer loop splits over the pool. */
+
+static void em_free(em *E) {
+    for (int k = 0; k < E->nm; k++) ot_free(E->m[k].ctx);
+    ot_free(E->m);
+    cg_buf_free(&E->pro);
+    cg_buf_free(&E->body);
+    cg_buf_free(&E->stores);
+}
+
+/* The reducer's combine of acc and x as C, or NULL. */
+static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r, bool ftz_l,
+                         bool ftz_r, char *out, size_t cap) {
+    if (ot_dtype_is_float(t)) {
+        bool d = is_f64(t);
+        const char *fz = d ? "ot_ftzd" : "ot_ftzf";
+        char a[160], b[160];
+        const char *to = t == OT_F16 ? "ot_h2f" : t == OT_BF16 ? "ot_b2f" : "";
+        snprintf(a, sizeof a, "%s(%s)", to, l);
+        snprintf(b, sizeof b, "%s(%s)", to, r);
+        char x[512];
+        switch (op) {
+        case OT_OP_ADD:
+        case OT_OP_MULTIPLY: {
+            char fa[200], fb[200];
+            snprintf(fa, sizeof fa, ftz_l ? "%s(%s)" : "%.0s%s", fz, a);
+            snprintf(fb, sizeof fb, ftz_r ? "%s(%s)" : "%.0s%s", fz, b);
+            snprintf(x, sizeof x, "%s(%s %s %s)", fz, fa, op == OT_OP_ADD ? "+" : "*", fb);
+            break;
+        }
+        case OT_OP_MAXIMUM:
+        case OT_OP_MINIMUM:
+            if (d)
+                snprintf(x, sizeof x, "%s(%s, %s)", op == OT_OP_MAXIMUM ? "ot_maxd" : "ot_mind", a,
+                         b);
+            else
+                snprintf(x, sizeof x, "%s(ot_qf(%s), ot_qf(%s))",
+                         op == OT_OP_MAXIMUM ? "ot_maxf" : "ot_minf", a, b);
+            break;
+        default: return false;
+        }
+        snprintf(out, cap, store_fmt(t), x);
+        return true;
+    }
+    if (t == OT_PRED) {
+        const char *f = op == OT_OP_AND || op == OT_OP_MINIMUM  ? "&"
+                        : op == OT_OP_OR || op == OT_OP_MAXIMUM ? "|"
+                                                                : NULL;
+        if (!f) return false;
+        snprintf(out, cap, "(uint8_t)(((%s != 0) %s (%s != 0)) != 0)", l, f, r);
+        return true;
+    }
+    if (!is_int(t)) return false;
+    const char *T = ctype(t), *U = utype(t), *W = uwidth(t);
+    bool sgn = ot_dtype_is_signed_int(t);
+    switch (op) {
+    case OT_OP_ADD: snprintf(out, cap, "(%s)((%s)%s + (%s)%s)", T, U, l, U, r); return true;
+    case OT_OP_MULTIPLY: snprintf(out, cap, "(%s)((%s)%s * (%s)%s)", T, U, l, U, r); return true;
+    case OT_OP_AND: snprintf(out, cap, "(%s)((%s)%s & (%s)%s)", T, U, l, U, r); return true;
+    case OT_OP_OR: snprintf(out, cap, "(%s)((%s)%s | (%s)%s)", T, U, l, U, r); return true;
+    case OT_OP_MAXIMUM:
+        if (sgn)
+            snprintf(out, cap, "(%s > %s ? %s : %s)", l, r, l, r);
+        else
+            snprintf(out, cap, "((%s)%s > (%s)%s ? %s : %s)", W, l, W, r, l, r);
+        return true;
+    case OT_OP_MINIMUM:
+        if (sgn)
+            snprintf(out, cap, "(%s < %s ? %s : %s)", l, r, l, r);
+        else
+            snprintf(out, cap, "((%s)%s < (%s)%s ? %s : %s)", W, l, W, r, l, r);
+        return true;
+    default: return false;
+    }
+}
+
+static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
+                             cg_buf *src, int64_t *numel_out, int64_t *work_out) {
+    const ot_computation *c = kn->instr->called[0];
+    const ot_instr *red = c->root;
+    if (red->noperands != 2 || red->ncalled != 1 || red->shape.kind != OT_IR_ARRAY ||
+        kn->noutputs != 1 || c->nparams != kn->ninputs || io->ninputs != kn->ninputs)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: not a single-input reduce", kn->name);
+    const ot_computation *rc = red->called[0];
+    const ot_instr *rr = rc->root;
+    if (!rr || rc->nparams != 2 || rc->ninstrs != 3 || rr->noperands != 2 ||
+        rr->operands[0]->opcode != OT_OP_PARAMETER || rr->operands[1]->opcode != OT_OP_PARAMETER ||
+        rr->operands[0] == rr->operands[1])
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer is not one binary op",
+                        kn->name);
+    const ot_instr *x = red->operands[0], *init = red->operands[1];
+    ot_dtype t = red->shape.array.dtype;
+    if (x->shape.kind != OT_IR_ARRAY || x->shape.array.dtype != t || numel(init) != 1 || !ctype(t))
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce operand types", kn->name);
+    for (int q = 0; q < io->ninputs; q++)
+        if (io->alias[q] >= 0)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce over an in-place input",
+                            kn->name);
+    const ot_shape *S = &x->shape.array;
+    bool reduced[OT_MAX_RANK] = {false};
+    for (int k = 0; k < red->attrs.ndims; k++) reduced[red->attrs.dims[k]] = true;
+    int64_t ss[OT_MAX_RANK];
+    strides(S, ss);
+    int64_t RN = 1, O = 1;
+    for (int d = 0; d < S->rank; d++) {
+        if (reduced[d])
+            RN *= S->dims[d];
+        else
+            O *= S->dims[d];
+    }
+    /* i = base(o) + off(r) */
+    char base[1024], off[1024];
+    bool suffix = true, prefix = true;
+    for (int d = 0; d < S->rank; d++) {
+        if (S->dims[d] == 1) continue;
+        /* suffix: no kept dim (of size > 1) after a reduced one; prefix: the reverse */
+        for (int e = d + 1; e < S->rank; e++) {
+            if (S->dims[e] == 1) continue;
+            if (reduced[d] && !reduced[e]) suffix = false;
+            if (!reduced[d] && reduced[e]) prefix = false;
+        }
+    }
+    if (suffix) {
+        snprintf(base, sizeof base, "o * %lld", (long long)RN);
+        snprintf(off, sizeof off, "r");
+    } else if (prefix) {
+        snprintf(base, sizeof base, "o");
+        snprintf(off, sizeof off, "r * %lld", (long long)O);
+    } else {
+        size_t nb = (size_t)snprintf(base, sizeof base, "0"),
+               no = (size_t)snprintf(off, sizeof off, "0");
+        int64_t ko = 1, kr = 1;
+        for (int d = S->rank - 1; d >= 0; d--) {
+            if (S->dims[d] == 1) continue;
+            if (reduced[d]) {
+                no += (size_t)snprintf(off + no, sizeof off - no, " + ((r / %lld) %% %lld) * %lld",
+                                       (long long)kr, (long long)S->dims[d], (long long)ss[d]);
+                kr *= S->dims[d];
+            } else {
+                nb +=
+                    (size_t)snprintf(base + nb, sizeof base - nb, " + ((o / %lld) %% %lld) * %lld",
+                                     (long long)ko, (long long)S->dims[d], (long long)ss[d]);
+                ko *= S->dims[d];
+            }
+            if (nb >= sizeof base - 1 || no >= sizeof off - 1)
+                return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: index too long", kn->name);
+        }
+    }
+    em E;
+    memset(&E, 0, sizeof E);
+    E.kn = kn;
+    E.io = io;
+    int mi = emit(&E, init, "0");
+    int mx = mi >= 0 ? emit(&E, x, "i") : -1;
+    char cmb[2048];
+    bool acc_left = rr->operands[0]->attrs.index == 0;
+    bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY;
+    ot_status st = OT_OK;
+    if (E.bad) {
+        st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
+    } else {
+        char vx[32], vi[32];
+        var(&E, mx, vx, sizeof vx);
+        var(&E, mi, vi, sizeof vi);
+        /* the accumulator is flushed after the first combine; a flushed init keeps it so */
+        bool acc_needs = ftz_op && !(E.m[mi].flushed && (t == OT_F32 || t == OT_F64));
+        bool x_needs = ftz_op && !(E.m[mx].flushed && (t == OT_F32 || t == OT_F64));
+        if (t == OT_F16 || t == OT_BF16) acc_needs = x_needs = ftz_op;
+        bool ok = acc_left
+                      ? combine_expr(rr->opcode, t, "acc", vx, acc_needs, x_needs, cmb, sizeof cmb)
+                      : combine_expr(rr->opcode, t, vx, "acc", x_needs, acc_needs, cmb, sizeof cmb);
+        if (!ok)
+            st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer %s on %s", kn->name,
+                          ot_opcode_name(rr->opcode), ot_dtype_name(t));
+        if (st == OT_OK && (E.pro.oom || E.body.oom))
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+        if (st == OT_OK) {
+            cg_buf_printf(src,
+                          "\n/* %s (reduce) */\nvoid %s(void *const *in, void *const *out, int64_t "
+                          "b, int64_t e) {\n",
+                          kn->name, fname);
+            for (int q = 0; q < io->ninputs; q++)
+                cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                              ctype(c->params[q]->shape.array.dtype), q,
+                              ctype(c->params[q]->shape.array.dtype), q);
+            cg_buf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n", ctype(t), ctype(t));
+            cg_buf_printf(src,
+                          "%s    for (int64_t o = b; o < e; o++) {\n"
+                          "    %s acc = %s;\n"
+                          "    for (int64_t r = 0; r < %lld; r++) {\n"
+                          "    const int64_t i = %s + %s;\n"
+                          "%s    acc = %s;\n"
+                          "    }\n"
+                          "    o0[o] = acc;\n"
+                          "    }\n}\n",
+                          E.pro.p ? E.pro.p : "", ctype(t), vi, (long long)RN, base, off,
+                          E.body.p ? E.body.p : "", cmb);
+            if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+            *numel_out = O;
+            *work_out = RN > 0 ? RN : 1;
+        }
+    }
+    em_free(&E);
+    return st;
+}
+
 ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
-                         cg_buf *src, int64_t *numel_out) {
+                         cg_buf *src, int64_t *numel_out, int64_t *work_out) {
     *numel_out = 0;
+    *work_out = 1;
     if (kn->kind != OT_KERNEL_FUSION || !kn->instr || kn->instr->ncalled != 1)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s is not a fusion", kn->name);
     const ot_computation *c = kn->instr->called[0];
     const ot_instr *root = c->root;
     if (!root) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s has no root", kn->name);
+    if (root->opcode == OT_OP_REDUCE) return emit_reduce(kn, io, fname, src, numel_out, work_out);
     const ot_instr *const *leaves = (const ot_instr *const *)&root;
     int nleaves = 1;
     if (root->shape.kind == OT_IR_TUPLE) {

@@ -392,13 +392,13 @@ static ot_status build(const ot_executable *e, cg_program **out) {
         char fname[32];
         snprintf(fname, sizeof fname, "otk_%d", k);
         size_t mark = src.n;
-        int64_t n = 0;
-        ot_status es = cg_emit_fusion(kn, &io, fname, &src, &n);
+        int64_t n = 0, work = 1;
+        ot_status es = cg_emit_fusion(kn, &io, fname, &src, &n, &work);
         if (es == OT_ERR_OUT_OF_MEMORY) {
             st = es;
             break;
         }
-        if (es != OT_OK || n < minel) { /* interpreted; say why at debug level */
+        if (es != OT_OK || n * work < minel) { /* interpreted; say why at debug level */
             if (es != OT_OK) ot_log(OT_LOG_DEBUG, "%s", ot_last_error());
             ot_clear_error();
             src.n = mark;
@@ -406,6 +406,7 @@ static ot_status build(const ot_executable *e, cg_program **out) {
             continue;
         }
         en->numel = n;
+        en->chunk = CG_CHUNK / work > 1 ? CG_CHUNK / work : 1;
         en->nin = kn->ninputs;
         en->nout = kn->noutputs;
         en->fn = (cg_fn)1; /* resolved after loading */
@@ -532,12 +533,12 @@ bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_th
     }
     if (en->numel == 0) return true;
     run_ctx c = {en->fn, in, out};
-    if (en->numel <= CG_CHUNK || tl_in_task) {
+    if (en->numel <= en->chunk || tl_in_task) {
         en->fn(in, out, 0, en->numel);
         return true;
     }
-    ot_parallel_for(pool ? pool : ot_threadpool_default(), en->numel, CG_CHUNK, OT_SCHEDULE_DYNAMIC,
-                    run_range, &c);
+    ot_parallel_for(pool ? pool : ot_threadpool_default(), en->numel, en->chunk,
+                    OT_SCHEDULE_DYNAMIC, run_range, &c);
     return true;
 }
 
