@@ -232,7 +232,8 @@ typedef struct memo {
 typedef struct em {
     const ot_kernel *kn;
     const cg_kernel_io *io;
-    cg_buf pro, body, stores;
+    cg_buf pro, rowb, body, stores; /* before the loops, per row, per element, stores */
+    int64_t C;                      /* inner (column) loop length; 0: one flat loop */
     memo *m;
     int nm, mcap;
     int nvar;
@@ -252,8 +253,16 @@ static int fail(em *E, const char *fmt, ...) {
     return -1;
 }
 
-static bool is_const_ctx(const char *ctx) {
-    return strchr(ctx, 'i') == NULL; /* index expressions name the loop index i, variables x<N> */
+/* Where a value of index context ctx is computed: 0 before the loops (no index), 1 once per row
+ * (names row or a rowx<N> variable only), 2 per element (names i, col or an ix<N> variable). */
+static int ctx_level(const char *ctx) {
+    if (strchr(ctx, 'i') || strstr(ctx, "col")) return 2;
+    if (strstr(ctx, "row")) return 1;
+    return 0;
+}
+
+static cg_buf *level_buf(em *E, int level) {
+    return level == 0 ? &E->pro : level == 1 ? &E->rowb : &E->body;
 }
 
 static int memo_find(em *E, const ot_instr *x, const char *ctx) {
@@ -290,24 +299,24 @@ static int define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool fl
     va_end(ap);
     if (w < 0 || (size_t)w >= sizeof expr) return fail(E, "expression too long");
     int v = E->nvar++;
-    cg_buf *b = is_const_ctx(ctx) ? &E->pro : &E->body;
-    cg_buf_printf(b, "    const %s v%d = %s;\n", ctype(t), v, expr);
+    cg_buf_printf(level_buf(E, ctx_level(ctx)), "    const %s v%d = %s;\n", ctype(t), v, expr);
     return memo_add(E, x, ctx, v, flushed);
 }
 
 /* An index variable for expr in the right block; its name goes to out. */
 static void index_var(em *E, const char *expr, char *out, size_t cap) {
-    if (strcmp(expr, "0") == 0 || strcmp(expr, "i") == 0) {
-        out[0] = expr[0];
-        out[1] = 0;
+    if (strcmp(expr, "0") == 0 || strcmp(expr, "i") == 0 || strcmp(expr, "row") == 0 ||
+        strcmp(expr, "col") == 0) {
+        size_t l = strlen(expr);
+        if (l < cap) memcpy(out, expr, l + 1);
         return;
     }
     int v = E->nvar++;
-    bool cst = is_const_ctx(expr);
-    /* body index variables are named ix<N>: a context naming one depends on i */
-    cg_buf_printf(cst ? &E->pro : &E->body, "    const int64_t %sx%d = %s;\n", cst ? "" : "i", v,
-                  expr);
-    snprintf(out, cap, "%sx%d", cst ? "" : "i", v);
+    int lv = ctx_level(expr);
+    /* the variable's name carries its level: x<N>, rowx<N>, ix<N> */
+    static const char *const pre[] = {"", "row", "i"};
+    cg_buf_printf(level_buf(E, lv), "    const int64_t %sx%d = %s;\n", pre[lv], v, expr);
+    snprintf(out, cap, "%sx%d", pre[lv], v);
 }
 
 static void strides(const ot_shape *s, int64_t *st) {
@@ -768,7 +777,22 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
         last = (int)dm[j];
     }
     if (no == nr && run) return emit(E, o, ctx);
-    if (run) {
+    int64_t C = E->C;
+    if (run && C > 0 && strcmp(ctx, "i") == 0 &&
+        ((rs[last] == 1 && C % no == 0) || (rs[last] > 1 && rs[last] % C == 0))) {
+        /* in the two-level loop (i = row * C + col): an index of the column or of the row */
+        int64_t div = rs[last];
+        if (div == 1 && no == C)
+            snprintf(expr, sizeof expr, "col");
+        else if (div == 1)
+            snprintf(expr, sizeof expr, "(col %% %lld)", (long long)no);
+        else if (first == 0 || no * div == nr)
+            snprintf(expr, sizeof expr, "(row / %lld)", (long long)(div / C));
+        else
+            snprintf(expr, sizeof expr, "((row / %lld) %% %lld)", (long long)(div / C),
+                     (long long)no);
+        if (strcmp(expr, "(row / 1)") == 0) snprintf(expr, sizeof expr, "row");
+    } else if (run) {
         /* the operand's linear index is a contiguous digit range of the result's */
         int64_t div = rs[last];
         if (div == 1)
@@ -858,6 +882,7 @@ static void em_free(em *E) {
     for (int k = 0; k < E->nm; k++) ot_free(E->m[k].ctx);
     ot_free(E->m);
     cg_buf_free(&E->pro);
+    cg_buf_free(&E->rowb);
     cg_buf_free(&E->body);
     cg_buf_free(&E->stores);
 }
@@ -1098,6 +1123,11 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
         if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
             fail(&E, "input %d updated in place as another type", q);
     }
+    /* two loops (rows of the last dimension, then its columns) when the last dimension is long
+     * enough: values that depend only on the row are computed once per row */
+    const ot_shape *ls = &leaves[0]->shape.array;
+    if (ls->rank >= 2 && ls->dims[ls->rank - 1] >= 16 && N > ls->dims[ls->rank - 1])
+        E.C = ls->dims[ls->rank - 1];
     for (int r = 0; r < nleaves && !E.bad; r++) {
         int m = emit(&E, leaves[r], "i");
         if (m < 0) break;
@@ -1106,7 +1136,7 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
     ot_status st = OT_OK;
     if (E.bad) {
         st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
-    } else if (E.pro.oom || E.body.oom || E.stores.oom) {
+    } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
         cg_buf_printf(src,
@@ -1122,15 +1152,27 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
             cg_buf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
                           ctype(leaves[r]->shape.array.dtype), r,
                           ctype(leaves[r]->shape.array.dtype), r);
-        cg_buf_printf(src, "%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n}\n",
-                      E.pro.p ? E.pro.p : "", E.body.p ? E.body.p : "",
-                      E.stores.p ? E.stores.p : "");
+        if (E.C > 0) {
+            cg_buf_printf(src,
+                          "%s    for (int64_t row = b; row < e; row++) {\n%s"
+                          "    for (int64_t col = 0; col < %lld; col++) {\n"
+                          "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n}\n",
+                          E.pro.p ? E.pro.p : "", E.rowb.p ? E.rowb.p : "", (long long)E.C,
+                          (long long)E.C, E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "");
+            *numel_out = N / E.C;
+            *work_out = E.C;
+        } else {
+            cg_buf_printf(src, "%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n}\n",
+                          E.pro.p ? E.pro.p : "", E.body.p ? E.body.p : "",
+                          E.stores.p ? E.stores.p : "");
+            *numel_out = N;
+        }
         if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
-        *numel_out = N;
     }
     for (int k = 0; k < E.nm; k++) ot_free(E.m[k].ctx);
     ot_free(E.m);
     cg_buf_free(&E.pro);
+    cg_buf_free(&E.rowb);
     cg_buf_free(&E.body);
     cg_buf_free(&E.stores);
     return st;
