@@ -825,6 +825,55 @@ static void test_conditional(void) {
     }
 }
 
+/* (keys, values) sorted by keys along dimension 0 -> (differences of the sorted keys, sin of the
+ * sorted values) */
+static ot_module *sort_kv_module(void) {
+    ot_computation *c;
+    ot_instr *p[2];
+    ot_shape s[2] = {S64(6, 2), S64(6, 2)};
+    ot_module *m = new_mod(&c, p, 2, s);
+    ot_computation *lt = ot_module_add_computation(m, "lt");
+    ot_instr *ka = ot_build_parameter(lt, 0, SCALAR64, "ka");
+    ot_instr *kb = ot_build_parameter(lt, 1, SCALAR64, "kb");
+    ot_build_parameter(lt, 2, SCALAR64, "va");
+    ot_build_parameter(lt, 3, SCALAR64, "vb");
+    ot_computation_set_root(lt, ot_build_compare(lt, ka, kb, OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+    ot_instr *st = ot_build_sort(c, p, 2, 0, false, lt);
+    ot_instr *k0 = ot_build_get_tuple_element(c, st, 0);
+    ot_instr *v0 = ot_build_get_tuple_element(c, st, 1);
+    ot_instr *d = ot_build_binary(
+        c, OT_OP_SUBTRACT,
+        ot_build_slice(c, k0, (int64_t[]){1, 0}, (int64_t[]){6, 2}, (int64_t[]){1, 1}),
+        ot_build_slice(c, k0, (int64_t[]){0, 0}, (int64_t[]){5, 2}, (int64_t[]){1, 1}));
+    ot_computation_set_root(
+        c, ot_build_tuple(c, (ot_instr *[]){d, ot_build_unary(c, OT_OP_SIN, v0)}, 2));
+    return m;
+}
+
+/* sort: one operand along a dimension, and keys with values (the gradient follows the
+ * permutation). Random inputs have no ties. */
+static void test_sort(void) {
+    {
+        ot_computation *c;
+        ot_instr *p[2];
+        ot_shape s[2] = {S64(3, 5), S64(3, 5)};
+        ot_module *m = new_mod(&c, p, 2, s);
+        ot_computation *lt = ot_module_add_computation(m, "lt");
+        ot_instr *la = ot_build_parameter(lt, 0, SCALAR64, "a");
+        ot_instr *lb = ot_build_parameter(lt, 1, SCALAR64, "b");
+        ot_computation_set_root(lt, ot_build_compare(lt, la, lb, OT_CMP_GT, OT_CMP_TYPE_DEFAULT));
+        ot_instr *st = ot_build_sort(c, &p[0], 1, 1, true, lt);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, st, p[1]));
+        ot_value a[2] = {arg_uniform(s[0], -1, 1), arg_uniform(s[1], -1, 1)};
+        check_vjp("sort descending along dim 1", m, a, 2, (int64_t[]){0, 1}, 2);
+    }
+    {
+        ot_shape s = S64(6, 2);
+        ot_value a[2] = {arg_uniform(s, -1, 1), arg_uniform(s, -1, 1)};
+        check_vjp("sort keys and values", sort_kv_module(), a, 2, (int64_t[]){0, 1}, 2);
+    }
+}
+
 /* ---- a model: MLP with softmax cross-entropy through ot_grad ----------------------------------
  */
 
@@ -993,17 +1042,14 @@ static void test_errors(void) {
     EXPECT_TRUE(g == NULL);
     ot_module_free(m);
 
-    /* sort on the path */
+    /* a collective on the path */
     m = new_mod(&c, p, 3, s);
-    ot_computation *lt = ot_module_add_computation(m, "lt");
-    ot_instr *la = ot_build_parameter(lt, 0, SCALAR64, "a");
-    ot_instr *lb = ot_build_parameter(lt, 1, SCALAR64, "b");
-    ot_computation_set_root(lt, ot_build_compare(lt, la, lb, OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
-    ot_computation_set_root(c, ot_build_sort(c, &p[0], 1, 0, true, lt));
+    ot_computation *sum = scalar_fn(m, OT_F64, OT_OP_ADD, "sum");
+    ot_computation_set_root(c, ot_build_all_reduce(c, &p[0], 1, NULL, 0, false, sum));
     ASSERT_OK(ot_module_finalize(m));
     EXPECT_STATUS(ot_vjp(m, (int64_t[]){0}, 1, &g), OT_ERR_UNIMPLEMENTED);
-    EXPECT_STR_CONTAINS(ot_last_error(), "no reverse-mode rule for sort");
-    /* wrt p2 only: the sort is off the path and p2's gradient is zero */
+    EXPECT_STR_CONTAINS(ot_last_error(), "no reverse-mode rule for all-reduce");
+    /* wrt p2 only: the all-reduce is off the path and p2's gradient is zero */
     ASSERT_OK(ot_vjp(m, (int64_t[]){2}, 1, &g));
     ot_module_free(g);
     ot_module_free(m);
@@ -1084,11 +1130,12 @@ static ot_module *cnn_like(void) {
 
 /* Every allocation failing in turn: OUT_OF_MEMORY, nothing leaked, then success. */
 static void test_alloc_failures(void) {
-    for (int which = 0; which < 4; which++) {
+    for (int which = 0; which < 5; which++) {
         ot_module *m = which == 0   ? mlp(2)
                        : which == 1 ? loop_module(true)
                        : which == 2 ? cnn_like()
-                                    : cond_module(false);
+                       : which == 3 ? cond_module(false)
+                                    : sort_kv_module();
         ASSERT_OK(ot_module_finalize(m));
         int64_t live = ot_alloc_live();
         ot_grad_options o = ot_grad_options_default();
@@ -1140,5 +1187,5 @@ OT_TEST_MAIN(OT_TEST(test_unary), OT_TEST(test_binary), OT_TEST(test_max_ties),
              OT_TEST(test_select_clamp_convert), OT_TEST(test_shape_ops), OT_TEST(test_reduce),
              OT_TEST(test_dot), OT_TEST(test_convolution), OT_TEST(test_reduce_window),
              OT_TEST(test_gather_scatter), OT_TEST(test_while), OT_TEST(test_conditional),
-             OT_TEST(test_mlp), OT_TEST(test_errors), OT_TEST(test_structure),
+             OT_TEST(test_sort), OT_TEST(test_mlp), OT_TEST(test_errors), OT_TEST(test_structure),
              OT_TEST(test_alloc_failures), OT_TEST(test_leaks))

@@ -1,11 +1,12 @@
 /* Gradients of the JAX conformance corpus (tests/data/jax): for every case with a "vjp" entry,
- * ot_vjp of the forward module (module.hlo) with respect to the case's wrt parameters is
- * evaluated on the recorded inputs and cotangents (zeros for outputs JAX gave none: integer
- * outputs) and compared with JAX's gradients (grad_<k>.npy) at the tolerance the index states
- * for them (tests/data/README.md gives the rule). Cases whose forward module holds an op with no
- * rule must fail with UNIMPLEMENTED naming that op, and are listed below, so a regression in
- * either direction fails. Each gradient module is also compiled (-O2) and run on a host device
- * (the runtime's fast kernels), whose results must match JAX's at the same tolerances.
+ * ot_vjp of the forward module (module.hlo, and again XLA's optimized module.opt.hlo) with respect
+ * to the case's wrt parameters is evaluated on the recorded inputs and cotangents (zeros for
+ * outputs JAX gave none: integer outputs) and compared with JAX's gradients (grad_<k>.npy) at the
+ * tolerance the index states for them (tests/data/README.md gives the rule). Cases whose forward
+ * module holds an op with no rule must fail with UNIMPLEMENTED naming that op, and are listed
+ * below, so a regression in either direction fails. Each gradient module is also compiled (-O2) and
+ * run on a host device (the runtime's fast kernels), whose results must match JAX's at the same
+ * tolerances.
  *
  * Usage: test_grad_jax [NAME-SUBSTRING] [-v] */
 #include "optitpu/autodiff.h"
@@ -25,6 +26,7 @@
 
 static const char *g_filter;
 static bool g_verbose;
+static bool g_optimized; /* differentiate module.opt.hlo (XLA's optimized graph) */
 static ot_device *g_dev;
 
 /* The vjp module compiled at -O2 and run on a host device (fast kernels): *leaves gets the
@@ -83,7 +85,8 @@ typedef enum { CASE_PASS, CASE_FAIL, CASE_UNIMPLEMENTED } case_result;
 static case_result run_case(const char *dir, const json_t *k, char *why, size_t n) {
     const json_t *vjp = json_object_get(k, "vjp");
     char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(k, "module")));
+    snprintf(path, sizeof path, "%s/%s", dir,
+             json_string_value(json_object_get(k, g_optimized ? "module_optimized" : "module")));
     ot_module *m = NULL;
     if (ot_hlo_parse_file(path, NULL, &m) != OT_OK) {
         snprintf(why, n, "parse: %s", ot_last_error());
@@ -188,7 +191,8 @@ static case_result run_case(const char *dir, const json_t *k, char *why, size_t 
     return res;
 }
 
-static void test_jax_gradients(void) {
+static void run_corpus(bool optimized) {
+    g_optimized = optimized;
     char idx[1024];
     snprintf(idx, sizeof idx, "%s/tests/data/jax/cases.json", OT_SOURCE_DIR);
     json_t *root = json_load_file(idx, 0, NULL);
@@ -234,8 +238,8 @@ static void test_jax_gradients(void) {
                                                : "FAIL",
                    name, (ot_now_ns() - t0) / 1e6, res == CASE_PASS ? "" : why);
     }
-    printf("jax gradients: %d of %d cases pass, %d unimplemented (listed), %d fail\n", pass, total,
-           unimpl, fail);
+    printf("jax gradients (%s): %d of %d cases pass, %d unimplemented (listed), %d fail\n",
+           optimized ? "module.opt.hlo" : "module.hlo", pass, total, unimpl, fail);
     ot_test_assertions_++;
     if (!g_filter) {
         EXPECT_INT_EQ(total, 94);
@@ -243,6 +247,14 @@ static void test_jax_gradients(void) {
         EXPECT_INT_EQ(pass, 94 - NKNOWN);
     }
     json_decref(root);
+}
+
+static void test_jax_gradients(void) {
+    run_corpus(false);
+}
+/* XLA's optimized modules (fusions, bitcasts, copies, loops with known_trip_count) */
+static void test_jax_gradients_optimized(void) {
+    run_corpus(true);
 }
 
 int main(int argc, char **argv) {
@@ -258,8 +270,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "host device: %s\n", ot_last_error());
         return 1;
     }
-    static const ot_test_case tests[] = {OT_TEST(test_jax_gradients)};
-    int rc = ot_test_main(1, argv, tests, 1);
+    static const ot_test_case tests[] = {OT_TEST(test_jax_gradients),
+                                         OT_TEST(test_jax_gradients_optimized)};
+    int rc = ot_test_main(1, argv, tests, 2);
     ot_device_free(g_dev);
     if (ot_alloc_live() != live) {
         printf("LEAK: %lld allocations\n", (long long)(ot_alloc_live() - live));

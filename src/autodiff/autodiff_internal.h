@@ -24,6 +24,7 @@ typedef struct ad_fns {
     ot_computation *mul_fn[OT_DTYPE_COUNT];     /* scalar (x, y) -> x * y */
     ot_computation *and_fn;                     /* pred (x, y) -> x and y */
     ot_computation *replace_fn[OT_DTYPE_COUNT]; /* scalar (x, y) -> y */
+    ot_computation *unperm_fn[OT_DTYPE_COUNT];  /* sort comparator (s32 a, s32 b, T, T) -> a < b */
 } ad_fns;
 
 typedef struct ad_ctx {
@@ -50,6 +51,9 @@ ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g);
 /* The reverse-mode rule of a conditional (grad.c): each branch gets a computation computing its
  * operand's adjoint from the result's, and one conditional picks it. */
 ot_status ad_rule_conditional(ad_ctx *ad, ot_instr *i, ot_instr *g);
+/* sort (grad.c): the permutation from sorting an iota along with the operands (JAX's rule); each
+ * adjoint is put back in the original order by sorting it by that permutation. */
+ot_status ad_rule_sort(ad_ctx *ad, ot_instr *i, ot_instr *g);
 
 /* Builder helpers (NULL after the module's sticky error). */
 ot_instr *ad_full(ad_ctx *ad, ot_dtype t, double v, const ot_shape *s);

@@ -9,6 +9,7 @@
 #include "../ir/ir_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 ot_grad_options ot_grad_options_default(void) {
@@ -149,6 +150,23 @@ static bool holds(int64_t a, int64_t b, ot_cmp_dir d) {
  * fori_loop and scan produce. */
 static bool trip_count(const ot_instr *w, int64_t *out) {
     const ot_computation *cond = w->called[0], *body = w->called[1];
+    int64_t limit = MAX_UNROLLED_INSTRS / (body->ninstrs > 0 ? body->ninstrs : 1);
+    /* XLA's own analysis, as optimized modules carry it:
+     * backend_config={"known_trip_count":{"n":"6"},...} */
+    const char *bc = w->attrs.backend_config, *kt;
+    if (bc && (kt = strstr(bc, "\"known_trip_count\""))) {
+        const char *nk = strstr(kt, "\"n\"");
+        if (nk) {
+            nk += 3;
+            while (*nk == ':' || *nk == ' ' || *nk == '"') nk++;
+            char *end;
+            long long n = strtoll(nk, &end, 10);
+            if (end != nk && n >= 0 && n <= limit) {
+                *out = n;
+                return true;
+            }
+        }
+    }
     const ot_instr *init = w->operands[0], *r = cond->root, *br = body->root;
     if (!r || r->opcode != OT_OP_COMPARE || !br || br->opcode != OT_OP_TUPLE ||
         init->opcode != OT_OP_TUPLE)
@@ -176,7 +194,7 @@ static bool trip_count(const ot_instr *w, int64_t *out) {
     } else {
         return false;
     }
-    int64_t n = 0, limit = MAX_UNROLLED_INSTRS / (body->ninstrs > 0 ? body->ninstrs : 1);
+    int64_t n = 0;
     while (holds(v, bound, dir)) {
         if (++n > limit || step == 0) return false;
         v += step;
@@ -548,6 +566,66 @@ ot_status ad_rule_conditional(ad_ctx *ad, ot_instr *i, ot_instr *g) {
         off += na;
     }
     return OT_OK;
+}
+
+/* ---- sort
+ * ----------------------------------------------------------------------------------------
+ */
+
+ot_status ad_rule_sort(ad_ctx *ad, ot_instr *i, ot_instr *g) {
+    ot_computation *c = ad->c;
+    ad_slot *sl = ad_slot_of(ad, i);
+    int n = i->noperands;
+    const ot_computation *cmp = i->called[0];
+    int64_t d = i->attrs.index;
+    if (n + 1 > OT_MAX_RANK)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "autodiff: sort %s of %d operands (%d at most)",
+                        i->name, n, OT_MAX_RANK - 1);
+    ot_shape is = i->operands[0]->shape.array;
+    is.dtype = OT_S32;
+    /* the comparator with two more (ignored) s32 parameters for the iota */
+    char nm[256];
+    snprintf(nm, sizeof nm, "%.200s.with_iota", cmp->name);
+    ot_computation *f = ot_module_add_computation(ad->m, nm);
+    if (!f) return ot_module_status(ad->m);
+    ot_instr *fp[2 * OT_MAX_RANK];
+    for (int k = 0; k < 2 * n; k++)
+        fp[k] = ot_build_parameter_ir(f, k, &cmp->params[k]->shape, cmp->params[k]->name);
+    ot_build_parameter(f, 2 * n, ot_shape_scalar(OT_S32), "iota.lhs");
+    ot_build_parameter(f, 2 * n + 1, ot_shape_scalar(OT_S32), "iota.rhs");
+    OT_CHECK(ot_module_status(ad->m));
+    ot_instr *froot = NULL;
+    OT_CHECK(clone_into(f, cmp, fp, 2 * n, (*ad->tag)++, &froot));
+    ot_computation_set_root(f, froot);
+    ot_instr *ops[OT_MAX_RANK];
+    for (int k = 0; k < n; k++) ops[k] = i->operands[k];
+    ops[n] = ot_build_iota(c, is, d);
+    ot_instr *st = ot_build_sort(c, ops, n + 1, d, i->attrs.is_stable, f);
+    ot_instr *perm = ot_build_get_tuple_element(c, st, n);
+    OT_CHECK(ot_module_status(ad->m));
+    for (int k = 0; k < n; k++) {
+        ot_instr *gk = n == 1 ? g : sl && sl->elem ? sl->elem[k] : NULL;
+        ad_slot *xs = ad_slot_of(ad, i->operands[k]);
+        if (!gk || !xs || !xs->need) continue;
+        ot_dtype t = i->operands[k]->shape.array.dtype;
+        ot_computation **cache = &ad->fns->unperm_fn[t];
+        if (!*cache) {
+            snprintf(nm, sizeof nm, "grad_unpermute.%s", ot_dtype_name(t));
+            ot_computation *u = ot_module_add_computation(ad->m, nm);
+            if (!u) return ot_module_status(ad->m);
+            ot_instr *a = ot_build_parameter(u, 0, ot_shape_scalar(OT_S32), "a");
+            ot_instr *b = ot_build_parameter(u, 1, ot_shape_scalar(OT_S32), "b");
+            ot_build_parameter(u, 2, ot_shape_scalar(t), "x");
+            ot_build_parameter(u, 3, ot_shape_scalar(t), "y");
+            ot_computation_set_root(u, ot_build_compare(u, a, b, OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+            OT_CHECK(ot_module_status(ad->m));
+            *cache = u;
+        }
+        ot_instr *pair[2] = {perm, gk};
+        ot_instr *back = ot_build_sort(c, pair, 2, d, false, *cache);
+        ad_acc(ad, i->operands[k], ot_build_get_tuple_element(c, back, 1));
+    }
+    return ot_module_status(ad->m);
 }
 
 /* ---- the driver -------------------------------------------------------------------------------

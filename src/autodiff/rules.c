@@ -924,7 +924,8 @@ ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g);
 
 static ot_status rule_gte(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_instr *t = i->operands[0];
-    if (t->opcode == OT_OP_CONDITIONAL) { /* per-element adjoints, used by its rule */
+    if (t->opcode == OT_OP_CONDITIONAL || t->opcode == OT_OP_SORT) {
+        /* per-element adjoints, used by its rule */
         ad_slot *ts = ad_slot_of(ad, t);
         if (!ts || !ts->need) return OT_OK;
         if (!ts->elem && !(ts->elem = ot_calloc((size_t)t->shape.ntuple, sizeof *ts->elem)))
@@ -978,6 +979,7 @@ static rule_fn rule_for(ot_opcode op) {
     case OT_OP_GET_TUPLE_ELEMENT: return rule_gte;
     case OT_OP_TUPLE: return rule_tuple;
     case OT_OP_CONDITIONAL: return ad_rule_conditional;
+    case OT_OP_SORT: return ad_rule_sort;
     default: return NULL;
     }
 }
@@ -1000,7 +1002,8 @@ ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     }
     if (!g) { /* zero adjoint: nothing to add (a conditional's may be in its elements) */
         ad_slot *sl = ad_slot_of(ad, i);
-        if (i->opcode != OT_OP_CONDITIONAL || !sl || !sl->elem) return OT_OK;
+        if ((i->opcode != OT_OP_CONDITIONAL && i->opcode != OT_OP_SORT) || !sl || !sl->elem)
+            return OT_OK;
     }
     return f(ad, i, g);
 }
