@@ -469,8 +469,18 @@ static void test_reductions(void) {
         int k = 0;
         for (int r = 0; r < nred; r++)
             for (int d = 0; d < 6; d++, k++) {
-                tp(&b, "  o%d = %s[%s] reduce(%s, z), dimensions=%s, to_apply=r%d\n", k, dt,
-                   kept[d], d % 2 ? "x" : "w", dims[d], r);
+                if (fl) {
+                    /* a producer of its own per reduce, so it fuses into that reduce */
+                    tp(&b,
+                       "  c%d = %s[] constant(%d.5)\n  b%d = %s[7,33,150] broadcast(c%d), "
+                       "dimensions={}\n  w%d = %s[7,33,150] multiply(x, b%d)\n",
+                       k, dt, k % 5, k, dt, k, k, dt, k);
+                    tp(&b, "  o%d = %s[%s] reduce(w%d, z), dimensions=%s, to_apply=r%d\n", k, dt,
+                       kept[d], k, dims[d], r);
+                } else {
+                    tp(&b, "  o%d = %s[%s] reduce(%s, z), dimensions=%s, to_apply=r%d\n", k, dt,
+                       kept[d], d % 2 ? "x" : "w", dims[d], r);
+                }
                 on += (size_t)snprintf(outs + on, sizeof outs - on, "%so%d", k ? ", " : "", k);
                 tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s[%s]", k ? ", " : "", dt,
                                        kept[d]);

@@ -975,6 +975,13 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
         if (io->alias[q] >= 0)
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce over an in-place input",
                             kn->name);
+    /* a lone f32/f64 reduce of a parameter is the runtime's fast reduce kernel's (parallel within
+     * long rows, src/runtime/fast.c); native code here is for reduces with fused producers */
+    if (x->opcode == OT_OP_PARAMETER && (t == OT_F32 || t == OT_F64) &&
+        (rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY || rr->opcode == OT_OP_MAXIMUM ||
+         rr->opcode == OT_OP_MINIMUM))
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: a lone reduce (the fast reduce kernel)",
+                        kn->name);
     const ot_shape *S = &x->shape.array;
     bool reduced[OT_MAX_RANK] = {false};
     for (int k = 0; k < red->attrs.ndims; k++) reduced[red->attrs.dims[k]] = true;
