@@ -2,7 +2,7 @@
  * collectives with replica_groups, use_global_device_ids, source_target_pairs) compiled -O2 and
  * run on 8 host devices, one thread each, collectives through the local communicator. Row p of
  * input_i.npy is partition p's parameter i; row p of expected_j.npy its result j; every case is
- * exact. */
+ * exact, and every case must pass. */
 #include "optitpu/collectives.h"
 #include "optitpu/runtime.h"
 #include "ot_test.h"
@@ -15,24 +15,6 @@
 
 #define NP 8
 
-/* Cases the reference kernels of src/exec do not yet run right, with the reason. They run and are
- * reported; a pass is printed as XPASS (then remove the entry). */
-static const struct {
-    const char *name, *why;
-} k_xfail[] = {
-    {"all_to_all_model", "exec: the tuple form of all-to-all (operand k to member k) and the "
-                         "cross-partition mode (channel_id without use_global_device_ids: "
-                         "replica_groups name partitions) are not implemented"},
-    {"collective_permute_ring", "exec: collective-permute pairs are read as replica ids, not "
-                                "partition ids in the cross-partition mode (channel_id)"},
-    {"collective_permute_partial", "exec: as collective_permute_ring"},
-};
-
-static const char *xfail_reason(const char *name) {
-    for (size_t k = 0; k < sizeof k_xfail / sizeof k_xfail[0]; k++)
-        if (!strcmp(k_xfail[k].name, name)) return k_xfail[k].why;
-    return NULL;
-}
 #define MAXIO 16
 
 typedef struct spmd_case {
@@ -91,7 +73,7 @@ static void test_spmd_corpus(void) {
     json_t *root = json_load_file(OT_SOURCE_DIR "/tests/data/jax_spmd/cases.json", 0, &je);
     ASSERT_TRUE(root != NULL);
     json_t *cases = json_object_get(root, "cases");
-    int pass = 0, fail = 0, xfails = 0;
+    int pass = 0, fail = 0;
     int64_t live0 = ot_alloc_live();
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
         json_t *k = json_array_get(cases, ci);
@@ -131,18 +113,10 @@ static void test_spmd_corpus(void) {
                     ok = false;
                 }
         }
-        const char *xf = xfail_reason(name);
-        if (ok && xf) {
-            printf("XPASS %s (listed as failing: %s)\n", name, xf);
+        if (ok)
             pass++;
-        } else if (ok) {
-            pass++;
-        } else if (xf) {
-            printf("  expected: %s\n", xf);
-            xfails++;
-        } else {
+        else
             fail++, ot_test_failures_++;
-        }
         for (int p = 0; p < NP; p++) ot_device_free(x.dev[p]);
         for (int j = 0; j < MAXIO; j++) {
             ot_tensor_release(&x.in[j]);
@@ -152,9 +126,11 @@ static void test_spmd_corpus(void) {
         ot_module_free(m);
     }
     EXPECT_INT_EQ(ot_alloc_live(), live0);
-    printf("spmd corpus on %d devices: %d pass, %d fail, %d known failures\n", NP, pass, fail,
-           xfails);
-    EXPECT_TRUE(pass >= 10);
+    printf("spmd corpus on %d devices: %d pass, %d fail\n", NP, pass, fail);
+    /* every case of the corpus (13 when this was written) runs exactly */
+    EXPECT_INT_EQ(json_array_size(cases), 13);
+    EXPECT_INT_EQ(pass, (long long)json_array_size(cases));
+    EXPECT_INT_EQ(fail, 0);
     ot_test_assertions_++;
     json_decref(root);
 }

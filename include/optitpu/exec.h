@@ -97,9 +97,9 @@ typedef struct ot_exec_comm {
     /* Required. Every member of the group ids[0..n) calls this with the same ids and bytes; on
      * return recv holds n * bytes: the send buffers of ids[0], ids[1], ... in that order (this
      * device's own among them). ids are global device ids (replica_id * num_partitions +
-     * partition_id): the evaluator maps the op's replica_groups to them by XLA's modes
-     * (cross-replica without channel_id, cross-partition with one, global device ids with
-     * use_global_device_ids). */
+     * partition_id), in XLA's participant order: the evaluator maps the op's replica_groups
+     * (and collective-permute's pairs) to them by XLA's group modes (ot_collective_mode_of in
+     * ir.h: cross-replica, cross-partition, cross-replica-and-partition, flattened ids). */
     ot_status (*exchange)(void *ctx, const int64_t *ids, int n, const void *send, size_t bytes,
                           void *recv);
 } ot_exec_comm;

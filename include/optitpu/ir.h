@@ -641,6 +641,36 @@ OT_API const ot_replica_groups *ot_replica_groups_iota(ot_module *m, int64_t ngr
                                                        int64_t group_size, const int64_t *dims,
                                                        int ndims, const int64_t *perm, int nperm);
 
+/* XLA's collective group modes (CollectiveOpGroupMode): what the ids of an op's replica_groups
+ * (and collective-permute's source_target_pairs) name, decided by whether the op has a
+ * channel_id and, for the ops that carry it (all-reduce, all-gather, reduce-scatter),
+ * use_global_device_ids:
+ *   CROSS_REPLICA              no channel_id: replica ids; a group holds those replicas of this
+ *                              device's partition (empty groups: every replica).
+ *   CROSS_PARTITION            channel_id on all-to-all / collective-permute: partition ids; a
+ *                              group holds those partitions of this device's replica (empty
+ *                              groups: every partition).
+ *   CROSS_REPLICA_AND_PARTITION channel_id, use_global_device_ids=false: replica ids; a group
+ *                              holds every partition of each listed replica, replica-major
+ *                              (empty groups: every device).
+ *   FLATTENED_ID               channel_id, use_global_device_ids=true: global device ids
+ *                              replica * num_partitions + partition (groups must be given).
+ * use_global_device_ids without a channel_id is INVALID_ARGUMENT, as in XLA. */
+typedef enum ot_collective_mode {
+    OT_COLLECTIVE_CROSS_REPLICA,
+    OT_COLLECTIVE_CROSS_PARTITION,
+    OT_COLLECTIVE_CROSS_REPLICA_AND_PARTITION,
+    OT_COLLECTIVE_FLATTENED_ID,
+} ot_collective_mode;
+
+OT_API ot_status ot_collective_mode_of(ot_opcode op, const ot_attrs *a, ot_collective_mode *out);
+OT_API const char *ot_collective_mode_name(ot_collective_mode m);
+/* Members per group of a collective in a module of `replicas` x `partitions` devices (XLA's
+ * GetSubgroupSize): the first group's size, times partitions in CROSS_REPLICA_AND_PARTITION; with
+ * empty groups the whole id space of the mode. */
+OT_API int64_t ot_collective_group_size(ot_collective_mode m, const ot_replica_groups *g,
+                                        int64_t replicas, int64_t partitions);
+
 /* Shape inference alone: the result shape ot_build would give (tuples in m's arena). */
 OT_API ot_status ot_infer_shape(ot_module *m, ot_opcode op, ot_instr *const *operands,
                                 int noperands, const ot_attrs *attrs, ot_computation *const *called,

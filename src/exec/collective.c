@@ -19,79 +19,99 @@ static void world_dims(const ot_instr *i, const ot_exec_comm *c, int64_t *replic
     *partitions = cfg && cfg->num_partitions > 0 ? cfg->num_partitions : 1;
 }
 
-/* XLA's collective modes: use_global_device_ids -> ids are global device ids (replica *
- * num_partitions + partition); otherwise a channel_id makes the op cross-partition (ids are
- * partition ids within this replica), and without one it is cross-replica (ids are replica ids
- * of this partition). */
-typedef enum id_mode { MODE_REPLICA, MODE_PARTITION, MODE_GLOBAL } id_mode;
-
-static id_mode mode_of(const ot_instr *i) {
-    if (i->attrs.use_global_device_ids) return MODE_GLOBAL;
-    return i->attrs.channel_id != 0 ? MODE_PARTITION : MODE_REPLICA;
+/* This device's replica and partition (0 and 0 without a communicator). */
+static void my_coords(const ot_exec_comm *c, int64_t *r, int64_t *p) {
+    *r = c ? c->replica_id : 0;
+    *p = c ? c->partition_id : 0;
 }
 
-static int64_t my_id(const ot_instr *i, const ot_exec_comm *c, id_mode m) {
-    if (!c) return 0;
-    int64_t r, p;
-    world_dims(i, c, &r, &p);
-    switch (m) {
-    case MODE_GLOBAL: return c->replica_id * p + c->partition_id;
-    case MODE_PARTITION: return c->partition_id;
-    default: return c->replica_id;
-    }
+static ot_status mode_of(const ot_instr *i, ot_collective_mode *md) {
+    ot_status st = ot_collective_mode_of(i->opcode, &i->attrs, md);
+    if (st != OT_OK) return ot_error_wrap(st, "%s", EX_NAME(i));
+    return OT_OK;
 }
 
-static int64_t world_size(const ot_instr *i, const ot_exec_comm *c, id_mode m) {
-    int64_t r, p;
-    world_dims(i, c, &r, &p);
-    return m == MODE_GLOBAL ? r * p : m == MODE_PARTITION ? p : r;
-}
-
-/* The global device id of member `id` of this op's id space. */
-static int64_t to_global(const ot_instr *i, const ot_exec_comm *c, id_mode m, int64_t id) {
-    if (!c) return id;
-    int64_t r, p;
-    world_dims(i, c, &r, &p);
-    switch (m) {
-    case MODE_GLOBAL: return id;
-    case MODE_PARTITION: return c->replica_id * p + id;
-    default: return id * p + c->partition_id;
-    }
-}
-
-/* The members of the group this device belongs to (ids, count) and its position in it. */
+/* The members of the group this device belongs to, as global device ids (replica *
+ * num_partitions + partition) in XLA's participant order, and this device's position among
+ * them (XLA's GetParticipatingDevices). */
 static ot_status find_group(const ot_instr *i, const ot_exec_comm *c, int64_t *ids, int64_t cap,
                             int64_t *n, int64_t *pos) {
-    id_mode md = mode_of(i);
-    int64_t me = my_id(i, c, md);
+    ot_collective_mode md;
+    OT_CHECK(mode_of(i, &md));
+    int64_t R, P, r, p;
+    world_dims(i, c, &R, &P);
+    my_coords(c, &r, &p);
+    int64_t me = r * P + p;
+    /* the id that selects this device's group, and how many ids the mode's space has */
+    int64_t key = md == OT_COLLECTIVE_CROSS_PARTITION ? p
+                  : md == OT_COLLECTIVE_FLATTENED_ID  ? me
+                                                      : r;
+    int64_t space = md == OT_COLLECTIVE_CROSS_PARTITION ? P
+                    : md == OT_COLLECTIVE_FLATTENED_ID  ? R * P
+                                                        : R;
     const ot_replica_groups *g = i->attrs.groups;
-    if (!g || g->ngroups == 0) {
-        int64_t w = world_size(i, c, md);
-        if (w > cap) return ot_error(OT_ERR_UNIMPLEMENTED, "%s: group too large", EX_NAME(i));
-        for (int64_t k = 0; k < w; k++) ids[k] = k;
-        *n = w;
-        *pos = me;
-        return OT_OK;
+    bool empty = !g || g->ngroups == 0;
+    if (empty && md == OT_COLLECTIVE_FLATTENED_ID)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "%s (%s): use_global_device_ids=true needs explicit replica_groups",
+                        EX_NAME(i), ot_opcode_name(i->opcode));
+    int64_t a = 0, b = space;
+    const int64_t *list = NULL; /* NULL: the ids 0..space-1 */
+    if (!empty) {
+        int64_t found = -1;
+        for (int64_t gi = 0; gi < g->ngroups && found < 0; gi++)
+            for (int64_t k = g->offsets[gi]; k < g->offsets[gi + 1]; k++)
+                if (g->ids[k] == key) found = gi;
+        if (found < 0)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "%s (%s, %s): %s %lld is in none of the replica groups", EX_NAME(i),
+                            ot_opcode_name(i->opcode), ot_collective_mode_name(md),
+                            md == OT_COLLECTIVE_CROSS_PARTITION ? "partition"
+                            : md == OT_COLLECTIVE_FLATTENED_ID  ? "device"
+                                                                : "replica",
+                            (long long)key);
+        a = g->offsets[found];
+        b = g->offsets[found + 1];
+        list = g->ids;
     }
-    for (int64_t gi = 0; gi < g->ngroups; gi++) {
-        int64_t a = g->offsets[gi], b = g->offsets[gi + 1];
-        for (int64_t k = a; k < b; k++)
-            if (g->ids[k] == me) {
-                if (b - a > cap)
-                    return ot_error(OT_ERR_UNIMPLEMENTED, "%s: group too large", EX_NAME(i));
-                for (int64_t q = a; q < b; q++) ids[q - a] = g->ids[q];
-                *n = b - a;
-                *pos = k - a;
-                return OT_OK;
+    int64_t per = md == OT_COLLECTIVE_CROSS_REPLICA_AND_PARTITION ? P : 1;
+    if ((b - a) * per > cap)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "%s: a group of more than %lld devices", EX_NAME(i),
+                        (long long)cap);
+    int64_t cnt = 0;
+    *pos = -1;
+    for (int64_t k = a; k < b; k++) {
+        int64_t id = list ? list[k] : k;
+        if (id < 0 || id >= space)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "%s (%s, %s): id %lld in replica_groups is outside the %lld %s",
+                            EX_NAME(i), ot_opcode_name(i->opcode), ot_collective_mode_name(md),
+                            (long long)id, (long long)space,
+                            md == OT_COLLECTIVE_CROSS_PARTITION ? "partitions"
+                            : md == OT_COLLECTIVE_FLATTENED_ID  ? "devices"
+                                                                : "replicas");
+        for (int64_t q = 0; q < per; q++) {
+            int64_t gid;
+            switch (md) {
+            case OT_COLLECTIVE_CROSS_REPLICA: gid = id * P + p; break;
+            case OT_COLLECTIVE_CROSS_PARTITION: gid = r * P + id; break;
+            case OT_COLLECTIVE_CROSS_REPLICA_AND_PARTITION: gid = id * P + q; break;
+            default: gid = id; break;
             }
+            if (gid == me) *pos = cnt;
+            ids[cnt++] = gid;
+        }
     }
-    return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: device %lld is in none of the replica groups",
-                    EX_NAME(i), (long long)me);
+    *n = cnt;
+    if (*pos < 0)
+        return ot_error(OT_ERR_INTERNAL, "%s: device %lld is not in its own group", EX_NAME(i),
+                        (long long)me);
+    return OT_OK;
 }
 
 #define MAX_GROUP 4096
 
-/* Gathers every member's bytes: recv = n * bytes, in group order. */
+/* Gathers every member's bytes: recv = n * bytes, in group order (ids: global device ids). */
 static ot_status exchange(ex_ctx *x, const ot_instr *i, const int64_t *ids, int64_t n,
                           const void *send, size_t bytes, void *recv) {
     if (n == 1) {
@@ -103,12 +123,7 @@ static ot_status exchange(ex_ctx *x, const ot_instr *i, const int64_t *ids, int6
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "%s (%s): a group of %lld devices needs a communicator (none attached)",
                         EX_NAME(i), ot_opcode_name(i->opcode), (long long)n);
-    int64_t *gids = ot_malloc((size_t)n * sizeof *gids);
-    if (!gids) return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
-    id_mode md = mode_of(i);
-    for (int64_t k = 0; k < n; k++) gids[k] = to_global(i, c, md, ids[k]);
-    ot_status st = c->exchange(c->ctx, gids, (int)n, send, bytes, recv);
-    ot_free(gids);
+    ot_status st = c->exchange(c->ctx, ids, (int)n, send, bytes, recv);
     if (st != OT_OK) return ot_error_wrap(st, "%s (%s)", EX_NAME(i), ot_opcode_name(i->opcode));
     return OT_OK;
 }
@@ -173,14 +188,31 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
     if (!ids) return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
     int64_t n = 1, pos = 0;
     if (i->opcode == OT_OP_COLLECTIVE_PERMUTE) {
-        /* every device takes part; the value comes from the pair whose target is this device */
-        id_mode md = mode_of(i);
-        int64_t w = world_size(i, c, md), me = my_id(i, c, md);
+        /* every device of the mode's id space takes part (the replicas of this partition, or
+         * with a channel_id the partitions of this replica); the value comes from the pair whose
+         * target is this device, zeros when none is */
+        ot_collective_mode md;
+        st = mode_of(i, &md);
+        if (st != OT_OK) goto done;
+        int64_t R, P, r, p;
+        world_dims(i, c, &R, &P);
+        my_coords(c, &r, &p);
+        bool cross_part = md == OT_COLLECTIVE_CROSS_PARTITION;
+        int64_t w = cross_part ? P : R, me = cross_part ? p : r;
         if (w > MAX_GROUP) {
-            st = ot_error(OT_ERR_UNIMPLEMENTED, "%s: too many devices", EX_NAME(i));
+            st = ot_error(OT_ERR_UNIMPLEMENTED, "%s: more than %d devices", EX_NAME(i), MAX_GROUP);
             goto done;
         }
-        for (int64_t k = 0; k < w; k++) ids[k] = k;
+        for (int k = 0; k < 2 * i->attrs.npairs; k++)
+            if (i->attrs.pairs[k] < 0 || i->attrs.pairs[k] >= w) {
+                st = ot_error(OT_ERR_INVALID_ARGUMENT,
+                              "%s (collective-permute, %s): id %lld in source_target_pairs is "
+                              "outside the %lld %s",
+                              EX_NAME(i), ot_collective_mode_name(md), (long long)i->attrs.pairs[k],
+                              (long long)w, cross_part ? "partitions" : "replicas");
+                goto done;
+            }
+        for (int64_t k = 0; k < w; k++) ids[k] = cross_part ? r * P + k : k * P + p;
         st = ot_value_alloc_shape(out, &i->shape);
         if (st != OT_OK) goto done;
         size_t bytes = ops[0]->array.nbytes;
@@ -188,9 +220,9 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
         if (!buf) goto oom;
         st = exchange(x, i, ids, w, ops[0]->array.data, bytes, buf);
         if (st != OT_OK) goto done;
-        for (int p = 0; p < i->attrs.npairs; p++)
-            if (i->attrs.pairs[2 * p + 1] == me && i->attrs.pairs[2 * p] < w && bytes)
-                memcpy(out->array.data, buf + i->attrs.pairs[2 * p] * (int64_t)bytes, bytes);
+        for (int q = 0; q < i->attrs.npairs; q++)
+            if (i->attrs.pairs[2 * q + 1] == me && bytes)
+                memcpy(out->array.data, buf + i->attrs.pairs[2 * q] * (int64_t)bytes, bytes);
         goto done;
     }
     st = find_group(i, c, ids, MAX_GROUP, &n, &pos);

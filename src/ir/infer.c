@@ -1131,17 +1131,14 @@ static ot_status group_size(const ictx *x, int64_t *out) {
                 return BAD("replica group %lld has %lld members, group 0 has %lld", (long long)k,
                            (long long)(g->offsets[k + 1] - g->offsets[k]), (long long)sz);
         if (sz <= 0) return BAD("replica groups must not be empty");
-        *out = sz;
-        return OT_OK;
     }
-    const ot_module_config *cfg = &x->m->cfg;
-    if (x->a->use_global_device_ids ||
-        (x->a->channel_id && cfg->num_partitions > 1 && cfg->replica_count > 1))
-        *out = cfg->replica_count * cfg->num_partitions;
-    else if (x->a->channel_id)
-        *out = cfg->num_partitions > 1 ? cfg->num_partitions : cfg->replica_count;
-    else
-        *out = cfg->replica_count;
+    /* XLA's GetSubgroupSize by the op's group mode (cross-replica-and-partition groups list
+     * replicas and hold every partition of each); use_global_device_ids without a channel_id
+     * (invalid in XLA, refused when executed) counts as flattened ids here */
+    ot_collective_mode md = OT_COLLECTIVE_FLATTENED_ID;
+    bool channel = x->a->channel_id != 0;
+    if (channel || !x->a->use_global_device_ids) OT_CHECK(ot_collective_mode_of(x->op, x->a, &md));
+    *out = ot_collective_group_size(md, g, x->m->cfg.replica_count, x->m->cfg.num_partitions);
     return OT_OK;
 }
 
