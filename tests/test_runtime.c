@@ -10,6 +10,7 @@
 #include "ot_test.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -346,6 +347,125 @@ static void test_deadline_and_cancel(void) {
     atomic_store(&cancel, false);
     EXPECT_OK(ot_device_execute(d, e, &p, 1, out, 1, &ro, NULL));
     ot_buffer_free(out[0]);
+    ot_buffer_free(p);
+    ot_mem_stats ms;
+    ot_device_memory(d, &ms);
+    EXPECT_INT_EQ(ms.in_use, 0);
+    ot_device_free(d);
+    ot_executable_free(e);
+}
+
+/* A while loop of 10^9 iterations is one kernel: the deadline and the cancellation flag are
+ * polled between its iterations, so the run stops promptly inside the kernel and names it.
+ * max_while_iterations is only a backstop: without the polling the loop would end with
+ * OUT_OF_RANGE after 5M iterations instead of TIMEOUT / CANCELLED. */
+static const char *k_spin = "HloModule spin\n"
+                            "cond {\n"
+                            "  s = (s32[], f32[]) parameter(0)\n"
+                            "  i = s32[] get-tuple-element(s), index=0\n"
+                            "  n = s32[] constant(1000000000)\n"
+                            "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+                            "}\n"
+                            "inner_cond {\n"
+                            "  s = (s32[], f32[]) parameter(0)\n"
+                            "  i = s32[] get-tuple-element(s), index=0\n"
+                            "  n = s32[] constant(3)\n"
+                            "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+                            "}\n"
+                            "step {\n"
+                            "  s = (s32[], f32[]) parameter(0)\n"
+                            "  i = s32[] get-tuple-element(s), index=0\n"
+                            "  v = f32[] get-tuple-element(s), index=1\n"
+                            "  one = s32[] constant(1)\n"
+                            "  i2 = s32[] add(i, one)\n"
+                            "  h = f32[] constant(0.5)\n"
+                            "  v2 = f32[] add(v, h)\n"
+                            "  ROOT t = (s32[], f32[]) tuple(i2, v2)\n"
+                            "}\n"
+                            "body {\n"
+                            "  s = (s32[], f32[]) parameter(0)\n"
+                            "  i = s32[] get-tuple-element(s), index=0\n"
+                            "  v = f32[] get-tuple-element(s), index=1\n"
+                            "  z = s32[] constant(0)\n"
+                            "  t0 = (s32[], f32[]) tuple(z, v)\n"
+                            "  inner = (s32[], f32[]) while(t0), condition=inner_cond, body=step\n"
+                            "  v3 = f32[] get-tuple-element(inner), index=1\n"
+                            "  one = s32[] constant(1)\n"
+                            "  i2 = s32[] add(i, one)\n"
+                            "  ROOT t = (s32[], f32[]) tuple(i2, v3)\n"
+                            "}\n"
+                            "ENTRY main {\n"
+                            "  x = f32[] parameter(0)\n"
+                            "  z = s32[] constant(0)\n"
+                            "  t = (s32[], f32[]) tuple(z, x)\n"
+                            "  spin = (s32[], f32[]) while(t), condition=cond, body=body\n"
+                            "  ROOT r = f32[] get-tuple-element(spin), index=1\n"
+                            "}\n";
+
+typedef struct canceller {
+    atomic_bool *flag;
+    useconds_t after_us;
+} canceller;
+
+static void *cancel_later(void *arg) {
+    canceller *c = arg;
+    usleep(c->after_us);
+    atomic_store(c->flag, true);
+    return NULL;
+}
+
+static void test_deadline_inside_while(void) {
+    ot_executable *e = compile_text(k_spin, 0);
+    ASSERT_TRUE(e != NULL);
+    ot_device *d;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ot_buffer *p, *out[1] = {NULL};
+    float x0 = 0.0f;
+    ot_shape s = ot_shape_scalar(OT_F32);
+    ot_tensor t;
+    ASSERT_OK(ot_tensor_borrow(&t, &s, &x0));
+    ASSERT_OK(ot_buffer_from_host(d, &t, &p));
+    int64_t live = ot_alloc_live();
+
+    /* deadline 30 ms ahead: TIMEOUT inside the loop kernel, well before the backstop */
+    ot_run_options ro = ot_run_options_default();
+    ro.max_while_iterations = 5000000;
+    uint64_t t0 = ot_now_ns();
+    ro.deadline_ns = t0 + 30u * 1000000u;
+    ot_run_result rr;
+    EXPECT_STATUS(ot_device_execute(d, e, &p, 1, out, 1, &ro, &rr), OT_ERR_TIMEOUT);
+    uint64_t t1 = ot_now_ns();
+    EXPECT_STR_CONTAINS(ot_last_error(), "kernel spin (while)");
+    EXPECT_STR_CONTAINS(ot_last_error(), "iteration");
+    EXPECT_STR_CONTAINS(ot_last_error(), "deadline passed inside the kernel");
+    EXPECT_TRUE(out[0] == NULL);
+    /* stopped within 2 s of the deadline (one iteration is microseconds) */
+    EXPECT_TRUE(t1 - ro.deadline_ns < 2000000000ull);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+
+    /* cancelled from another thread while the loop runs */
+    atomic_bool flag;
+    atomic_init(&flag, false);
+    ro = ot_run_options_default();
+    ro.max_while_iterations = 5000000;
+    ro.cancel = &flag;
+    canceller c = {&flag, 30000};
+    pthread_t th;
+    ASSERT_TRUE(pthread_create(&th, NULL, cancel_later, &c) == 0);
+    t0 = ot_now_ns();
+    EXPECT_STATUS(ot_device_execute(d, e, &p, 1, out, 1, &ro, &rr), OT_ERR_CANCELLED);
+    t1 = ot_now_ns();
+    pthread_join(th, NULL);
+    EXPECT_STR_CONTAINS(ot_last_error(), "kernel spin (while)");
+    EXPECT_STR_CONTAINS(ot_last_error(), "cancelled inside the kernel");
+    EXPECT_TRUE(t1 - t0 < 2000000000ull);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+
+    /* neither: the backstop ends the loop (the loop really is long) */
+    ro = ot_run_options_default();
+    ro.max_while_iterations = 1000;
+    EXPECT_STATUS(ot_device_execute(d, e, &p, 1, out, 1, &ro, NULL), OT_ERR_OUT_OF_RANGE);
+
     ot_buffer_free(p);
     ot_mem_stats ms;
     ot_device_memory(d, &ms);
@@ -1003,6 +1123,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_execute_memory_limit),
         OT_TEST(test_execute_fault_injection),
         OT_TEST(test_deadline_and_cancel),
+        OT_TEST(test_deadline_inside_while),
         OT_TEST(test_collectives_four_devices),
         OT_TEST(test_retry_policy),
         OT_TEST(test_backend),

@@ -116,6 +116,12 @@ typedef struct ot_eval_options {
      * as XLA's CPU backend does (FTZ/DAZ; see docs/exec.md for which ops); true: IEEE gradual
      * underflow everywhere, as XLA's HloEvaluator (constant folding) does. */
     bool keep_denormals;
+    /* Polled before every iteration of every while loop (nested ones too, inside calls,
+     * conditionals and fusions); a status other than OT_OK stops the evaluation with that status,
+     * the loop and the iteration named ("w.3: iteration 1200: ..."). The runtime checks its
+     * deadline and cancellation flag here. NULL: never polled. */
+    ot_status (*poll)(void *ctx);
+    void *poll_ctx;
 } ot_eval_options;
 
 OT_API ot_eval_options ot_eval_options_default(void);

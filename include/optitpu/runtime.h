@@ -125,8 +125,10 @@ typedef struct ot_buffer ot_buffer;
 typedef struct ot_run_options {
     ot_comm *comm;                /* NULL: single device (replica 0) */
     uint64_t deadline_ns;         /* ot_now_ns() value after which the run stops (0: none);
-                                     checked before every kernel: TIMEOUT naming the kernel */
-    atomic_bool *cancel;          /* set from any thread: CANCELLED before the next kernel */
+                                     checked before every kernel and between the iterations of
+                                     a while loop inside one: TIMEOUT naming the kernel */
+    atomic_bool *cancel;          /* set from any thread: CANCELLED before the next kernel or
+                                     loop iteration */
     ot_profile *profile;          /* per-kernel events go here (NULL: none) */
     int64_t max_while_iterations; /* 0: none */
     /* false (default): dot, convolution, transpose, reduce and plain elementwise kernels run

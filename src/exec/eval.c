@@ -275,6 +275,13 @@ static ot_status eval_while(ex_ctx *x, const ot_instr *i, const ot_value *const 
     OT_CHECK(ot_value_copy(&state, ops[0]));
     ot_status st = OT_OK;
     for (int64_t iter = 0;; iter++) {
+        if (x->opts.poll) {
+            st = x->opts.poll(x->opts.poll_ctx);
+            if (st != OT_OK) {
+                st = ot_error_wrap(st, "%s: iteration %lld", EX_NAME(i), (long long)iter);
+                break;
+            }
+        }
         ot_value p;
         const ot_value *a[1] = {&state};
         st = call_computation(x, i->called[0], a, 1, &p);

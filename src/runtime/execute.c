@@ -1,7 +1,7 @@
 /* The kernel-list interpreter: slots bound to the arena, parameters, outputs and constants;
  * each kernel evaluated by the reference kernels of src/exec on borrowed views of its slots
  * (no copy in), its result copied into its output slots. Deadline and cancellation are checked
- * between kernels. */
+ * between kernels and, inside a kernel, between the iterations of every while loop. */
 #include "runtime/runtime_internal.h"
 
 #include "codegen/codegen_internal.h"
@@ -47,6 +47,27 @@ static ot_status comm_exchange(void *ctx, const int64_t *ids, int n, const void 
     OT_CHECK(ot_comm_allgather(a->comm, send, a->scratch, bytes, OT_U8, NULL));
     for (int k = 0; k < n; k++)
         memcpy((char *)recv + (size_t)k * bytes, a->scratch + (size_t)ids[k] * bytes, bytes);
+    return OT_OK;
+}
+
+/* ---- deadline and cancellation inside a kernel (polled by exec between while iterations) -- */
+
+typedef struct run_poll {
+    uint64_t deadline_ns;
+    atomic_bool *cancel;
+} run_poll;
+
+static ot_status poll_run(void *ctx) {
+    const run_poll *rp = ctx;
+    if (rp->cancel && atomic_load(rp->cancel))
+        return ot_error(OT_ERR_CANCELLED, "execute: cancelled inside the kernel");
+    if (rp->deadline_ns) {
+        uint64_t now = ot_now_ns();
+        if (now >= rp->deadline_ns)
+            return ot_error(OT_ERR_TIMEOUT,
+                            "execute: deadline passed inside the kernel, %.3f ms late",
+                            (double)(now - rp->deadline_ns) / 1e6);
+    }
     return OT_OK;
 }
 
@@ -188,6 +209,11 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
                         (long long)ot_executable_arena_size(exe));
     ot_eval_options eo = ot_eval_options_default();
     eo.max_while_iterations = ro.max_while_iterations;
+    run_poll rp = {ro.deadline_ns, ro.cancel};
+    if (ro.deadline_ns || ro.cancel) {
+        eo.poll = poll_run;
+        eo.poll_ctx = &rp;
+    }
     comm_adapter ca = {ro.comm, NULL, 0};
     ot_exec_comm ec;
     if (ro.comm) {
