@@ -1190,7 +1190,7 @@ ot_status ot_comm_alltoall(ot_comm *c, const void *sendbuf, void *recvbuf, size_
 
 ot_status ot_comm_barrier(ot_comm *c, const ot_coll_options *o) {
     if (!c) return ot_error(OT_ERR_INVALID_ARGUMENT, "barrier: NULL argument");
-    uint64_t dl, t0 = ot_now_ns();
+    uint64_t dl = 0, t0 = ot_now_ns();
     ot_coll_options oo = o ? *o : ot_coll_options_default();
     oo.algo = OT_ALGO_AUTO;
     OT_CHECK(begin(c, OT_COLL_BARRIER, OT_U8, false, OT_REDOP_SUM, &oo, &dl));
