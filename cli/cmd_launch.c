@@ -155,8 +155,12 @@ static int run_child(char **argv, char *cause, size_t causecap, double timeout_s
                 ll = 0;
                 if (cause && causecap && !cause[0] &&
                     (strstr(line, "exited on signal") || strstr(line, "process rank") ||
-                     strstr(line, "non-zero status") || strstr(line, "was unable to")))
-                    snprintf(cause, causecap, "%s", line);
+                     strstr(line, "non-zero status") || strstr(line, "was unable to"))) {
+                    /* the first such line, cut to the caller's buffer */
+                    size_t n = strlen(line) < causecap - 1 ? strlen(line) : causecap - 1;
+                    memcpy(cause, line, n);
+                    cause[n] = 0;
+                }
             }
         }
         if (timeout_s > 0 && !killed && (double)(ot_now_ns() - t0) / 1e9 > timeout_s) {
