@@ -1036,29 +1036,62 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
     memset(&E, 0, sizeof E);
     E.kn = kn;
     E.io = io;
+    /* four output elements per outer iteration, each with its own accumulator: four
+     * independent dependency chains (each still in the reference's order) hide the latency of
+     * the combine; then one element at a time for the rest */
+    enum { LANES = 4 };
+    static const char *const lane_ctx[LANES] = {"il0", "il1", "il2", "il3"};
     int mi = emit(&E, init, "0");
-    int mx = mi >= 0 ? emit(&E, x, "i") : -1;
-    char cmb[2048];
+    int ml[LANES];
+    for (int k = 0; k < LANES; k++) ml[k] = mi >= 0 ? emit(&E, x, lane_ctx[k]) : -1;
+    cg_buf lanes = E.body;
+    memset(&E.body, 0, sizeof E.body);
+    int mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
     bool acc_left = rr->operands[0]->attrs.index == 0;
     bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY;
     ot_status st = OT_OK;
+    cg_buf lc = {0}; /* the lanes' combines and stores */
+    cg_buf lb = {0}; /* the lanes' base indices */
     if (E.bad) {
         st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
     } else {
-        char vx[32], vi[32];
-        var(&E, mx, vx, sizeof vx);
+        char vi[32];
         var(&E, mi, vi, sizeof vi);
         /* the accumulator is flushed after the first combine; a flushed init keeps it so */
         bool acc_needs = ftz_op && !(E.m[mi].flushed && (t == OT_F32 || t == OT_F64));
-        bool x_needs = ftz_op && !(E.m[mx].flushed && (t == OT_F32 || t == OT_F64));
-        if (t == OT_F16 || t == OT_BF16) acc_needs = x_needs = ftz_op;
-        bool ok = acc_left
-                      ? combine_expr(rr->opcode, t, "acc", vx, acc_needs, x_needs, cmb, sizeof cmb)
-                      : combine_expr(rr->opcode, t, vx, "acc", x_needs, acc_needs, cmb, sizeof cmb);
+        if (t == OT_F16 || t == OT_BF16) acc_needs = ftz_op;
+        char cmb[2048];
+        bool ok = true;
+        for (int k = -1; k < LANES && ok; k++) {
+            int m = k < 0 ? mx : ml[k];
+            char vx[32], acc[16];
+            var(&E, m, vx, sizeof vx);
+            snprintf(acc, sizeof acc, k < 0 ? "acc" : "acc%d", k);
+            bool x_needs = ftz_op && !(E.m[m].flushed && (t == OT_F32 || t == OT_F64));
+            if (t == OT_F16 || t == OT_BF16) x_needs = ftz_op;
+            char c1[2048];
+            ok = acc_left ? combine_expr(rr->opcode, t, acc, vx, acc_needs, x_needs, c1, sizeof c1)
+                          : combine_expr(rr->opcode, t, vx, acc, x_needs, acc_needs, c1, sizeof c1);
+            if (k < 0)
+                memcpy(cmb, c1, sizeof cmb);
+            else
+                cg_buf_printf(&lc, "    %s = %s;\n", acc, c1);
+        }
+        /* lane k's base index: base with o replaced by (o + k) */
+        for (int k = 0; k < LANES; k++) {
+            cg_buf_printf(&lb, "    const int64_t %s = ", lane_ctx[k]);
+            for (const char *q = base; *q; q++) {
+                if (*q == 'o')
+                    cg_buf_printf(&lb, "(o + %d)", k);
+                else
+                    cg_buf_printf(&lb, "%c", *q);
+            }
+            cg_buf_printf(&lb, " + %s;\n", off);
+        }
         if (!ok)
             st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer %s on %s", kn->name,
                           ot_opcode_name(rr->opcode), ot_dtype_name(t));
-        if (st == OT_OK && (E.pro.oom || E.body.oom))
+        if (st == OT_OK && (E.pro.oom || E.body.oom || lanes.oom || lc.oom || lb.oom))
             st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
         if (st == OT_OK) {
             cg_buf_printf(src,
@@ -1070,8 +1103,21 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
                               ctype(c->params[q]->shape.array.dtype), q,
                               ctype(c->params[q]->shape.array.dtype), q);
             cg_buf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n", ctype(t), ctype(t));
+            const char *T = ctype(t);
             cg_buf_printf(src,
-                          "%s    for (int64_t o = b; o < e; o++) {\n"
+                          "%s    int64_t o = b;\n"
+                          "    for (; o + %d <= e; o += %d) {\n"
+                          "    %s acc0 = %s, acc1 = %s, acc2 = %s, acc3 = %s;\n"
+                          "    for (int64_t r = 0; r < %lld; r++) {\n"
+                          "%s%s%s"
+                          "    }\n"
+                          "    o0[o] = acc0;\n    o0[o + 1] = acc1;\n    o0[o + 2] = acc2;\n"
+                          "    o0[o + 3] = acc3;\n"
+                          "    }\n",
+                          E.pro.p ? E.pro.p : "", LANES, LANES, T, vi, vi, vi, vi, (long long)RN,
+                          lb.p ? lb.p : "", lanes.p ? lanes.p : "", lc.p ? lc.p : "");
+            cg_buf_printf(src,
+                          "    for (; o < e; o++) {\n"
                           "    %s acc = %s;\n"
                           "    for (int64_t r = 0; r < %lld; r++) {\n"
                           "    const int64_t i = %s + %s;\n"
@@ -1079,13 +1125,15 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
                           "    }\n"
                           "    o0[o] = acc;\n"
                           "    }\n}\n",
-                          E.pro.p ? E.pro.p : "", ctype(t), vi, (long long)RN, base, off,
-                          E.body.p ? E.body.p : "", cmb);
+                          T, vi, (long long)RN, base, off, E.body.p ? E.body.p : "", cmb);
             if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
         }
     }
+    cg_buf_free(&lanes);
+    cg_buf_free(&lc);
+    cg_buf_free(&lb);
     em_free(&E);
     return st;
 }
