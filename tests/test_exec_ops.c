@@ -2,7 +2,9 @@
  * movement, gather/scatter, windows, sort/topk/map, dot and convolution variants, control flow,
  * collectives over a test communicator, rng known answers, empty shapes. Expectations are
  * computed by hand. */
+#include "optitpu/compiler.h"
 #include "optitpu/exec.h"
+#include "optitpu/runtime.h"
 #include "optitpu/ir.h"
 #include "ot_test.h"
 
@@ -715,6 +717,118 @@ static void test_denormals(void) {
     ot_module_free(m);
 }
 
+/* FTZ/DAZ beyond arithmetic, as XLA's CPU code runs under MXCSR FTZ+DAZ: compare (fcmp) and
+ * maximum/minimum/clamp read subnormal operands as signed zeros, f32 <-> f64 converts and
+ * float -> pred flush too; TOTALORDER compare, select and converts to bf16 move bits and keep
+ * subnormals. keep_denormals gives the IEEE answers. The runtime's fast kernels (typed
+ * maximum/minimum loops) give the same bits as the reference. */
+static const char k_daz[] =
+    "HloModule daz\n"
+    "ENTRY main {\n"
+    "  x = f32[4] parameter(0)\n"
+    "  y = f32[4] parameter(1)\n"
+    "  d = f64[2] parameter(2)\n"
+    "  one = f32[] constant(1)\n"
+    "  ones = f32[4] broadcast(one), dimensions={}\n"
+    "  eq = pred[4] compare(x, y), direction=EQ\n"
+    "  lt = pred[4] compare(y, x), direction=LT\n"
+    "  tot = pred[4] compare(x, y), direction=EQ, type=TOTALORDER\n"
+    "  mx = f32[4] maximum(x, y)\n"
+    "  mn = f32[4] minimum(x, y)\n"
+    "  sel = f32[4] select(eq, x, y)\n"
+    "  cv64 = f64[4] convert(x)\n"
+    "  cvp = pred[4] convert(x)\n"
+    "  cv32 = f32[2] convert(d)\n"
+    "  cvbf = bf16[4] convert(x)\n"
+    "  cl = f32[4] clamp(y, x, ones)\n"
+    "  ROOT r = (pred[4], pred[4], pred[4], f32[4], f32[4], f32[4], f64[4], pred[4], f32[2], "
+    "bf16[4], f32[4]) tuple(eq, lt, tot, mx, mn, sel, cv64, cvp, cv32, cvbf, cl)\n"
+    "}\n";
+
+static void expect_bits(const ot_value *v, const void *want, size_t nbytes, const char *what) {
+    ot_test_assertions_++;
+    if (v->kind != OT_IR_ARRAY || v->array.nbytes != nbytes ||
+        memcmp(v->array.data, want, nbytes)) {
+        OT_T_FAIL_("%s: bits differ", what);
+        for (size_t k = 0; k < v->array.nbytes && k < 32; k++)
+            fprintf(stderr, "%02x%s", ((const uint8_t *)v->array.data)[k],
+                    k + 1 < nbytes ? "" : "\n");
+        fprintf(stderr, "\n");
+    }
+}
+
+static void test_denormals_compare_minmax_convert(void) {
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(k_daz, strlen(k_daz), NULL, &m));
+    float sub = 1e-40f, tiny = 2e-38f;  /* sub is subnormal, tiny normal (FLT_MIN 1.18e-38) */
+    double dsub = -1e-310, d39 = 1e-39; /* an f64 subnormal; an f64 that is an f32 subnormal */
+    ot_value a[3] = {val(SHP(OT_F32, 4), (float[]){sub, -sub, 0.0f, tiny}),
+                     val(SHP(OT_F32, 4), (float[]){0.0f, 0.0f, sub, sub}),
+                     val(SHP(OT_F64, 2), (double[]){dsub, d39})},
+             r;
+    /* XLA CPU (FTZ/DAZ) */
+    ASSERT_OK(ot_evaluate(m, a, 3, NULL, &r));
+    expect_bits(&r.tuple[0], (uint8_t[]){1, 1, 1, 0}, 4, "compare EQ");
+    expect_bits(&r.tuple[1], (uint8_t[]){0, 0, 0, 1}, 4, "compare LT");
+    expect_bits(&r.tuple[2], (uint8_t[]){0, 0, 0, 0}, 4, "compare EQ TOTALORDER");
+    expect_bits(&r.tuple[3], (float[]){0.0f, 0.0f, 0.0f, tiny}, 16, "maximum");
+    expect_bits(&r.tuple[4], (float[]){0.0f, -0.0f, 0.0f, 0.0f}, 16, "minimum");
+    expect_bits(&r.tuple[5], (float[]){sub, -sub, 0.0f, sub}, 16, "select");
+    expect_bits(&r.tuple[6], (double[]){0.0, -0.0, 0.0, (double)tiny}, 32, "convert f32->f64");
+    expect_bits(&r.tuple[7], (uint8_t[]){0, 0, 0, 1}, 4, "convert f32->pred");
+    expect_bits(&r.tuple[8], (float[]){-0.0f, 0.0f}, 8, "convert f64->f32");
+    expect_bits(&r.tuple[9], (uint16_t[]){0x0001, 0x8001, 0, 0x00da}, 8, "convert f32->bf16");
+    expect_bits(&r.tuple[10], (float[]){0.0f, 0.0f, 0.0f, tiny}, 16, "clamp");
+
+    /* the runtime's kernels give the same bits: at -O0 the fast maximum/minimum loops, at -O2
+     * the fused loop (native code when codegen takes it) */
+    for (int level = 0; level <= 2; level += 2) {
+        ot_compile_options co = ot_compile_options_default();
+        co.opt_level = level;
+        ot_executable *e = NULL;
+        ASSERT_OK(ot_compile(m, &co, &e));
+        ot_device *dev = NULL;
+        ASSERT_OK(ot_host_device_create(0, 0, &dev));
+        ot_buffer *in[3] = {0}, *out[11] = {0};
+        for (int k = 0; k < 3; k++) ASSERT_OK(ot_buffer_from_host(dev, &a[k].array, &in[k]));
+        ot_run_result rr;
+        ASSERT_OK(ot_device_execute(dev, e, in, 3, out, 11, NULL, &rr));
+        if (level == 0) EXPECT_TRUE(rr.fast_kernels_run > 0);
+        for (int q = 0; q < 11; q++) {
+            ot_tensor t;
+            ASSERT_OK(ot_buffer_to_host(out[q], &t));
+            expect_bits(&r.tuple[q], t.data, t.nbytes,
+                        level ? "runtime -O2 equals the reference"
+                              : "runtime -O0 equals the reference");
+            ot_tensor_release(&t);
+            ot_buffer_free(out[q]);
+        }
+        for (int k = 0; k < 3; k++) ot_buffer_free(in[k]);
+        ot_device_free(dev);
+        ot_executable_free(e);
+    }
+    ot_value_release(&r);
+
+    /* IEEE gradual underflow */
+    ot_eval_options o = ot_eval_options_default();
+    o.keep_denormals = true;
+    ASSERT_OK(ot_evaluate(m, a, 3, &o, &r));
+    expect_bits(&r.tuple[0], (uint8_t[]){0, 0, 0, 0}, 4, "IEEE compare EQ");
+    expect_bits(&r.tuple[1], (uint8_t[]){1, 0, 0, 1}, 4, "IEEE compare LT");
+    expect_bits(&r.tuple[3], (float[]){sub, 0.0f, sub, tiny}, 16, "IEEE maximum");
+    expect_bits(&r.tuple[4], (float[]){0.0f, -sub, 0.0f, sub}, 16, "IEEE minimum");
+    expect_bits(&r.tuple[5], (float[]){0.0f, 0.0f, sub, sub}, 16, "IEEE select");
+    expect_bits(&r.tuple[6], (double[]){(double)sub, -(double)sub, 0.0, (double)tiny}, 32,
+                "IEEE convert f32->f64");
+    expect_bits(&r.tuple[7], (uint8_t[]){1, 1, 0, 1}, 4, "IEEE convert f32->pred");
+    expect_bits(&r.tuple[8], (float[]){-0.0f, (float)d39}, 8, "IEEE convert f64->f32");
+    EXPECT_TRUE((float)d39 != 0.0f);
+    expect_bits(&r.tuple[10], (float[]){sub, 0.0f, sub, tiny}, 16, "IEEE clamp");
+    ot_value_release(&r);
+    for (int k = 0; k < 3; k++) ot_value_release(&a[k]);
+    ot_module_free(m);
+}
+
 OT_TEST_MAIN(OT_TEST(test_broadcast_transpose_reshape_reverse), OT_TEST(test_slice_concat_pad),
              OT_TEST(test_dynamic_slice_clamps), OT_TEST(test_gather_scatter),
              OT_TEST(test_scatter_order_overwrite), OT_TEST(test_reduce_variadic_argmax),
@@ -723,4 +837,5 @@ OT_TEST_MAIN(OT_TEST(test_broadcast_transpose_reshape_reverse), OT_TEST(test_sli
              OT_TEST(test_sort_stable_multi_operand), OT_TEST(test_topk_and_map),
              OT_TEST(test_dot_general_batch_and_bf16), OT_TEST(test_convolution_variants),
              OT_TEST(test_call_conditional), OT_TEST(test_collectives),
-             OT_TEST(test_rng_known_answers), OT_TEST(test_empty_shapes), OT_TEST(test_denormals))
+             OT_TEST(test_rng_known_answers), OT_TEST(test_empty_shapes), OT_TEST(test_denormals),
+             OT_TEST(test_denormals_compare_minmax_convert))

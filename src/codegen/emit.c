@@ -5,8 +5,9 @@
  * native kernel is bit-identical to interpreting the fusion:
  *  - f32 ops compute in float, f64 in double, f16/bf16 in float and round once to the result type
  *    (f16/bf16 values travel as their bit patterns, so moves keep them exactly);
- *  - FTZ/DAZ as XLA's CPU backend: inputs and results of the arithmetic ops are flushed (abs,
- *    negate, copy, sign, is-finite, maximum, minimum keep subnormals);
+ *  - FTZ/DAZ as XLA's CPU backend: inputs and results of the arithmetic ops, maximum, minimum
+ *    and clamp are flushed, compare and f32 <-> f64 / float -> pred converts read subnormals as
+ *    zero (abs, negate, copy, sign, is-finite, select and bf16/f16 converts keep them);
  *  - the reference reads f32 operands through double, which quiets signalling NaNs; the ops that
  *    would otherwise pass a NaN's bits through unchanged (abs, negate, sign, maximum, minimum,
  *    clamp) quiet their f32/f16/bf16 operands explicitly;
@@ -397,10 +398,8 @@ static bool ftz_applies(ot_opcode op) {
     case OT_OP_NEGATE:
     case OT_OP_COPY:
     case OT_OP_SIGN:
-    case OT_OP_IS_FINITE:
-    case OT_OP_MAXIMUM:
-    case OT_OP_MINIMUM: return false;
-    default: return true;
+    case OT_OP_IS_FINITE: return false;
+    default: return true; /* maximum/minimum too: their operands are read through DAZ */
     }
 }
 
@@ -538,8 +537,9 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
         if (ot_dtype_is_float(t)) {
             if (ty != OT_CMP_TYPE_FLOAT)
                 return fail(E, "%s: compare type %s", x->name, ot_cmp_type_name(ty));
-            fdom(E, a, t, false, false, sa, sizeof sa);
-            fdom(E, b, t, false, false, sb, sizeof sb);
+            /* a compare reads subnormal operands as zero (DAZ), as the reference */
+            fdom(E, a, t, false, true, sa, sizeof sa);
+            fdom(E, b, t, false, true, sb, sizeof sb);
         } else if (ty == OT_CMP_TYPE_UNSIGNED) {
             char va[32], vb[32];
             snprintf(sa, sizeof sa, "(uint64_t)(%s)%s", uwidth(t), var(E, a, va, sizeof va));
@@ -617,12 +617,18 @@ static int emit_convert(em *E, const ot_instr *x, const char *ctx) {
     var(E, a, va, sizeof va);
     bool ff = ot_dtype_is_float(from), tf = ot_dtype_is_float(to);
     char s[512];
+    /* f32 <-> f64 and f32/f64 -> pred read a subnormal source as zero, and an f64 -> f32
+     * result below the normal range flushes (the reference's DAZ/FTZ for converts) */
+    bool daz =
+        (from == OT_F32 || from == OT_F64) && (to == OT_F32 || to == OT_F64 || to == OT_PRED);
     if (ff && tf) {
         /* through double (quiets signalling NaNs), rounded once to the target */
-        fdom(E, a, from, true, false, s, sizeof s);
+        fdom(E, a, from, true, daz, s, sizeof s);
         switch (to) {
         case OT_F64: return define(E, x, ctx, to, false, "(double)%s", s);
-        case OT_F32: return define(E, x, ctx, to, false, "(float)%s", s);
+        case OT_F32:
+            if (daz) return define(E, x, ctx, to, true, "ot_ftzf((float)%s)", s);
+            return define(E, x, ctx, to, false, "(float)%s", s);
         case OT_F16:
             if (from == OT_F64) return define(E, x, ctx, to, false, "ot_d2h(%s)", s);
             return define(E, x, ctx, to, false, "ot_f2h(%s)", s);
@@ -633,7 +639,7 @@ static int emit_convert(em *E, const ot_instr *x, const char *ctx) {
         }
     }
     if (ff) {
-        fdom(E, a, from, false, false, s, sizeof s);
+        fdom(E, a, from, false, daz, s, sizeof s);
         if (to == OT_PRED) return define(E, x, ctx, to, false, "(uint8_t)(%s != 0)", s);
         int w = (int)ot_dtype_size(to) * 8;
         if (ot_dtype_is_unsigned_int(to))
@@ -673,9 +679,9 @@ static int emit_select_clamp(em *E, const ot_instr *x, const char *ctx) {
     /* clamp(lo, x, hi) = min(max(x, lo), hi) */
     if (ot_dtype_is_float(t)) {
         char slo[256], sx[256], shi[256];
-        fdom(E, a, t, true, false, slo, sizeof slo);
-        fdom(E, b, t, true, false, sx, sizeof sx);
-        fdom(E, c, t, true, false, shi, sizeof shi);
+        fdom(E, a, t, true, true, slo, sizeof slo); /* DAZ, as maximum and minimum */
+        fdom(E, b, t, true, true, sx, sizeof sx);
+        fdom(E, c, t, true, true, shi, sizeof shi);
         char r[1024];
         snprintf(r, sizeof r, "%s(%s(%s, %s), %s)", is_f64(t) ? "ot_mind" : "ot_minf",
                  is_f64(t) ? "ot_maxd" : "ot_maxf", sx, slo, shi);
@@ -908,14 +914,18 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
             break;
         }
         case OT_OP_MAXIMUM:
-        case OT_OP_MINIMUM:
+        case OT_OP_MINIMUM: { /* operands through DAZ */
+            char fa[200], fb[200];
+            snprintf(fa, sizeof fa, ftz_l ? "%s(%s)" : "%.0s%s", fz, a);
+            snprintf(fb, sizeof fb, ftz_r ? "%s(%s)" : "%.0s%s", fz, b);
             if (d)
-                snprintf(x, sizeof x, "%s(%s, %s)", op == OT_OP_MAXIMUM ? "ot_maxd" : "ot_mind", a,
-                         b);
+                snprintf(x, sizeof x, "%s(%s, %s)", op == OT_OP_MAXIMUM ? "ot_maxd" : "ot_mind", fa,
+                         fb);
             else
                 snprintf(x, sizeof x, "%s(ot_qf(%s), ot_qf(%s))",
-                         op == OT_OP_MAXIMUM ? "ot_maxf" : "ot_minf", a, b);
+                         op == OT_OP_MAXIMUM ? "ot_maxf" : "ot_minf", fa, fb);
             break;
+        }
         default: return false;
         }
         snprintf(out, cap, store_fmt(t), x);
@@ -1048,7 +1058,8 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
     memset(&E.body, 0, sizeof E.body);
     int mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
     bool acc_left = rr->operands[0]->attrs.index == 0;
-    bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY;
+    bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY ||
+                  rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM;
     ot_status st = OT_OK;
     cg_buf lc = {0}; /* the lanes' combines and stores */
     cg_buf lb = {0}; /* the lanes' base indices */

@@ -140,19 +140,28 @@ static inline double ftz_d(double v) {
 }
 
 /* Ops whose f32/f64 arithmetic runs under FTZ/DAZ in XLA's CPU backend; abs, negate, copy,
- * sign, is-finite, maximum and minimum are bit or compare/select operations and keep
- * subnormals. */
+ * sign and is-finite are bit operations (and, or, integer tests) and keep subnormals. maximum
+ * and minimum read their operands through DAZ (x86's MAXPS/MINPS in the lowering of
+ * llvm.maximum/minimum), so a subnormal operand counts as a signed zero and the result is never
+ * subnormal: flushing inputs and result gives exactly that. */
 static bool ftz_applies(ot_opcode op) {
     switch (op) {
     case OT_OP_ABS:
     case OT_OP_NEGATE:
     case OT_OP_COPY:
     case OT_OP_SIGN:
-    case OT_OP_IS_FINITE:
-    case OT_OP_MAXIMUM:
-    case OT_OP_MINIMUM: return false;
+    case OT_OP_IS_FINITE: return false;
     default: return true;
     }
+}
+
+/* DAZ for an operand of dtype t widened to double: f64 below DBL_MIN, every narrower float below
+ * FLT_MIN (f16/bf16 are computed in f32: a bf16 subnormal is an f32 subnormal, an f16 subnormal
+ * is a normal f32 and stays). */
+static inline double daz_wide(ot_dtype t, double v) {
+    if (!ex_ftz || v == 0 || isnan(v)) return v;
+    double lim = t == OT_F64 ? DBL_MIN : (double)FLT_MIN;
+    return fabs(v) < lim ? copysign(0.0, v) : v;
 }
 
 /* ---- unary ----------------------------------------------------------------------------- */
@@ -504,7 +513,9 @@ ot_status ex_compare(ot_cmp_dir dir, ot_cmp_type type, ot_dtype t, const void *a
         int c = 0;
         bool unordered = false;
         if (ty == OT_CMP_TYPE_FLOAT) {
-            double va = ex_ld_f(t, a, i), vb = ex_ld_f(t, b, i);
+            /* an fcmp (UCOMISS/CMPPS) reads its operands through DAZ: a subnormal compares as
+             * zero; TOTALORDER compares the bits as integers and is not affected */
+            double va = daz_wide(t, ex_ld_f(t, a, i)), vb = daz_wide(t, ex_ld_f(t, b, i));
             unordered = isnan(va) || isnan(vb);
             c = va < vb ? -1 : va > vb;
         } else if (ty == OT_CMP_TYPE_TOTALORDER) {
@@ -561,11 +572,25 @@ ot_status ex_convert(ot_dtype from, ot_dtype to, const void *x, void *y, int64_t
         return OT_OK;
     }
     bool ff = ot_dtype_is_float(from), tf = ot_dtype_is_float(to);
+    /* FTZ/DAZ in converts, as the x86 instructions XLA's CPU code uses: f32 <-> f64 (CVTSS2SD,
+     * CVTSD2SS) read a subnormal source as zero and flush a subnormal f32 result; float -> pred
+     * is a compare with zero (subnormal -> false). float -> integer truncates a subnormal to 0
+     * either way. Converts to or from f16/bf16 are bit manipulation or half-precision
+     * conversions that keep subnormals (XLA rounds f32 -> bf16 with integer arithmetic). */
+    bool daz_in = ex_ftz && (from == OT_F32 || from == OT_F64) &&
+                  (to == OT_F32 || to == OT_F64 || to == OT_PRED);
     for (int64_t i = 0; i < n; i++) {
         if (ff && tf) {
-            ex_st_f(to, y, i, ex_ld_f(from, x, i)); /* one rounding, NaN stays NaN */
+            double v = ex_ld_f(from, x, i);
+            if (daz_in) v = daz_wide(from, v);
+            ex_st_f(to, y, i, v); /* one rounding, NaN stays NaN */
+            if (daz_in && to == OT_F32) {
+                float r = ((float *)y)[i];
+                ((float *)y)[i] = ftz_f(r);
+            }
         } else if (ff) {
-            ex_st_i(to, y, i, float_to_int(to, ex_ld_f(from, x, i)));
+            double v = ex_ld_f(from, x, i);
+            ex_st_i(to, y, i, float_to_int(to, daz_in ? daz_wide(from, v) : v));
         } else if (tf) {
             int64_t v = ex_ld_i(from, x, i);
             bool neg = from != OT_U64 && v < 0;
@@ -629,11 +654,13 @@ void ex_select(const uint8_t *p, int64_t pstride, const void *a, const void *b, 
 
 ot_status ex_clamp(ot_dtype t, const void *lo, int64_t lostride, const void *x, const void *hi,
                    int64_t histride, void *y, int64_t n) {
-    /* clamp(lo, x, hi) = min(max(x, lo), hi), with the NaN rules of maximum and minimum */
+    /* clamp(lo, x, hi) = min(max(x, lo), hi), with the NaN and DAZ rules of maximum and
+     * minimum */
     for (int64_t i = 0; i < n; i++) {
         if (ot_dtype_is_float(t)) {
-            double v = fmin_nan(fmax_nan(ex_ld_f(t, x, i), ex_ld_f(t, lo, i * lostride)),
-                                ex_ld_f(t, hi, i * histride));
+            double v = fmin_nan(
+                fmax_nan(daz_wide(t, ex_ld_f(t, x, i)), daz_wide(t, ex_ld_f(t, lo, i * lostride))),
+                daz_wide(t, ex_ld_f(t, hi, i * histride)));
             ex_st_f(t, y, i, v);
         } else {
             int64_t v =

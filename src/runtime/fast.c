@@ -622,7 +622,8 @@ static ot_opcode reducer_op(const ot_computation *f, ot_dtype t) {
 }
 
 /* The reference's scalar arithmetic: add and multiply flush inputs and result under FTZ;
- * maximum and minimum are IEEE 754-2019 (NaN propagates, -0 < +0) and keep subnormals. */
+ * maximum and minimum are IEEE 754-2019 (NaN propagates, -0 < +0) on DAZ inputs (a subnormal
+ * counts as a signed zero). */
 static inline float fz_f(float v, bool ftz) {
     return ftz && v != 0 && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
 }
@@ -642,28 +643,28 @@ static inline double mul_d(double a, double b, bool z) {
     return fz_d(fz_d(a, z) * fz_d(b, z), z);
 }
 static inline double max_d(double a, double b, bool z) {
-    (void)z;
+    a = fz_d(a, z), b = fz_d(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
     if (isnan(a)) return a;
     if (isnan(b)) return b;
     if (a == b) return signbit(a) ? b : a;
     return a > b ? a : b;
 }
 static inline double min_d(double a, double b, bool z) {
-    (void)z;
+    a = fz_d(a, z), b = fz_d(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
     if (isnan(a)) return a;
     if (isnan(b)) return b;
     if (a == b) return signbit(a) ? a : b;
     return a < b ? a : b;
 }
 static inline float max_f(float a, float b, bool z) {
-    (void)z;
+    a = fz_f(a, z), b = fz_f(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
     if (isnan(a)) return a;
     if (isnan(b)) return b;
     if (a == b) return signbit(a) ? b : a;
     return a > b ? a : b;
 }
 static inline float min_f(float a, float b, bool z) {
-    (void)z;
+    a = fz_f(a, z), b = fz_f(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
     if (isnan(a)) return a;
     if (isnan(b)) return b;
     if (a == b) return signbit(a) ? a : b;
