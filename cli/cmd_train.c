@@ -36,6 +36,8 @@ static const char usage[] =
     "pod\n"
     "  --devices N          host devices                             (default 8)\n"
     "  --topology T         torus-2x4, ring-N, mesh-AxB, ...         (default torus-2x4)\n"
+    "  --allreduce A        auto | ring | halving-doubling | tree | hier2d | direct (default "
+    "auto)\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       (default optitpu-train/ckpt; 'none' disables)\n"
     "  --ckpt-every N       (default 100)       --keep N   checkpoints kept (default 3)\n"
@@ -234,6 +236,11 @@ static int run(int argc, char **argv) {
         } else if (!strcmp(a, "--topology")) {
             NEED();
             o.topology = val;
+        } else if (!strcmp(a, "--allreduce")) {
+            NEED();
+            if (ot_coll_algo_from_name(val) < 0)
+                return cli_usage_error("train", "--allreduce: unknown algorithm '%s'", val);
+            o.allreduce = val;
         } else if (!strcmp(a, "--ckpt-dir")) {
             NEED();
             ckpt_dir = val;

@@ -164,6 +164,9 @@ typedef struct ot_train_options {
     int64_t epochs;
     int devices;          /* default 8 */
     const char *topology; /* default "torus-2x4" (ring, torus or TPU preset of `devices`) */
+    /* The gradient all-reduce's algorithm (collectives.h): "tree" by default (measured best for
+     * the small gradients of the default model here, docs/train.md); "auto": the cost model. */
+    const char *allreduce;
     const char *ckpt_dir; /* NULL: no checkpoints */
     int64_t ckpt_every;   /* default 100 */
     int keep;             /* checkpoints kept (default 3) */
