@@ -479,6 +479,29 @@ static void test_select_falsetickers(void) {
     EXPECT_STR_EQ(ot_ntp_peer_class_name(OT_NTP_FALSETICKER), "falseticker");
 }
 
+/* Peer variables that cannot occur (negative dispersion or delay, a non-finite time) make a
+ * candidate unfit instead of poisoning the combined offset (libFuzzer finding: a negative
+ * root dispersion gave a negative root distance, hence a negative weight and a NaN offset). */
+static void test_mitigate_rejects_impossible(void) {
+    ot_ntp_candidate c[3] = {cand(0.010, 0.02, 2), cand(0.012, 0.02, 2), cand(0.011, 0.02, 2)};
+    c[2].root_delay = 4e304;
+    c[2].root_disp = -4e304;
+    ot_ntp_peer_class cls[3];
+    ot_ntp_system sys;
+    ASSERT_OK(ot_ntp_mitigate(c, 3, 100, cls, &sys));
+    EXPECT_INT_EQ(cls[2], OT_NTP_UNFIT);
+    EXPECT_TRUE(sys.offset >= 0.010 && sys.offset <= 0.012);
+    c[2] = cand(0.011, 0.02, 2);
+    c[2].t = NAN;
+    ASSERT_OK(ot_ntp_mitigate(c, 3, 100, cls, &sys));
+    EXPECT_INT_EQ(cls[2], OT_NTP_UNFIT);
+    c[2] = cand(0.011, 0.02, 2);
+    c[2].jitter = -1;
+    ASSERT_OK(ot_ntp_mitigate(c, 3, 100, cls, &sys));
+    EXPECT_INT_EQ(cls[2], OT_NTP_UNFIT);
+    EXPECT_TRUE(isfinite(sys.offset));
+}
+
 static void test_select_no_majority(void) {
     ot_ntp_peer_class cls[4];
     double low, high;
@@ -524,7 +547,7 @@ static void test_cluster_prunes_outlier(void) {
     EXPECT_INT_EQ(sys.n_survivors, 3);
     EXPECT_NEAR(sys.offset, (0.001 + 0.002 + 0.0015) / 3, 1e-15);
     /* with jitter larger than the spread nothing is pruned */
-    for (int i = 0; i < 5; i++) c[i].jitter = 0.1, c[i].root_disp -= 0.0995;
+    for (int i = 0; i < 5; i++) c[i].jitter = 0.1;
     ASSERT_OK(ot_ntp_mitigate(c, 5, 100, cls, &sys));
     EXPECT_INT_EQ(sys.n_survivors, 5);
 }
@@ -1037,8 +1060,8 @@ OT_TEST_MAIN(OT_TEST(test_timestamp_vectors), OT_TEST(test_packet_roundtrip),
              OT_TEST(test_packet_extensions_and_mac), OT_TEST(test_onwire_vectors),
              OT_TEST(test_exchange_verdicts), OT_TEST(test_filter),
              OT_TEST(test_select_falsetickers), OT_TEST(test_select_no_majority),
-             OT_TEST(test_cluster_prunes_outlier), OT_TEST(test_poll_adapts),
-             OT_TEST(test_split_host_port), OT_TEST(test_server_reply),
+             OT_TEST(test_mitigate_rejects_impossible), OT_TEST(test_cluster_prunes_outlier),
+             OT_TEST(test_poll_adapts), OT_TEST(test_split_host_port), OT_TEST(test_server_reply),
              OT_TEST(test_udp_client_server), OT_TEST(test_hostile_peers),
              OT_TEST(test_sync_rejects_falseticker), OT_TEST(test_drift_fit),
              OT_TEST(test_publish_is_atomic), OT_TEST(test_sync_create_errors))

@@ -82,8 +82,13 @@ double ot_ntp_root_distance(const ot_ntp_candidate *c, double now) {
 static bool fit(const ot_ntp_candidate *c, double now) {
     if (!c->reachable || c->leap == OT_NTP_LEAP_NOSYNC) return false;
     if (c->stratum < 1 || c->stratum >= OT_NTP_MAXSTRAT) return false;
+    /* delays, dispersions and jitter are non-negative by construction (RFC 5905); a candidate
+     * whose variables are not (or are not finite) cannot be weighed and is unfit */
+    if (!isfinite(c->offset) || !isfinite(c->t) || !(c->delay >= 0) || !(c->disp >= 0) ||
+        !(c->jitter >= 0) || !(c->root_delay >= 0) || !(c->root_disp >= 0))
+        return false;
     double lambda = ot_ntp_root_distance(c, now);
-    return isfinite(c->offset) && lambda <= OT_NTP_MAXDIST;
+    return isfinite(lambda) && lambda <= OT_NTP_MAXDIST;
 }
 
 typedef struct endpoint {
