@@ -66,8 +66,8 @@ typedef struct replica {
     ot_buffer *params[MAX_PARAMS];
     ot_buffer *test_x, *test_y; /* evaluation set on this device (leader only, lazily) */
     int64_t done;               /* steps this replica has completed */
-    /* per-phase time of this replica in the current run: wall ns and thread CPU ns */
-    uint64_t wall[4], cpu[4];
+    /* per-phase thread CPU ns of this replica in the current run */
+    uint64_t cpu[4];
 } replica;
 
 enum { PH_COMPUTE = 0, PH_COMM, PH_CKPT, PH_OTHER };
@@ -435,7 +435,7 @@ static phase_clock ph_start(void) {
 
 static void ph_end(trainer *t, replica *r, int ph, phase_clock pc, const char *name, bool trace) {
     uint64_t w1 = ot_now_ns(), c1 = thread_cpu_ns();
-    r->wall[ph] += w1 - pc.w0;
+
     r->cpu[ph] += c1 - pc.c0;
     if (trace && t->trace)
         ot_pod_trace_record(t->trace, r->dev_index,
@@ -617,10 +617,7 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         if (t->ckpt && o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) {
             pc = ph_start();
             s = save_checkpoint(t, r, done_steps, loss);
-            ph_end(t, r, PH_CKPT, pc, "checkpoint", false);
-            if (t->trace)
-                ot_pod_trace_record(t->trace, r->dev_index, OT_PHASE_OTHER, "checkpoint", pc.w0,
-                                    ot_now_ns());
+            ph_end(t, r, PH_CKPT, pc, "checkpoint", true);
             if (s != OT_OK) goto done;
         }
         if (t->npoints == t->points_cap) {
@@ -885,6 +882,21 @@ static ot_status init_params(trainer *t) {
     return s;
 }
 
+/* Every optimizer state tensor of replica src copied into replica dst. */
+static ot_status copy_optimizer_state(trainer *t, const replica *src, const replica *dst) {
+    ot_status s = OT_OK;
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; s == OT_OK && i < ns; i++) {
+        ot_tensor v;
+        s = ot_tpu_optimizer_get_state(t->topt, src->dev, i, &v);
+        if (s == OT_OK) {
+            s = ot_tpu_optimizer_set_state(t->topt, dst->dev, i, &v);
+            ot_tensor_release(&v);
+        }
+    }
+    return s;
+}
+
 /* After a failure the survivors normally all hold the state after t->step steps: the failed
  * device never contributed to the next all-reduce. A device fenced while alive may have
  * contributed to it, so some survivors may have finished one more step; that step's all-reduce
@@ -911,19 +923,11 @@ static ot_status sync_survivors(trainer *t) {
     ot_status s = OT_OK;
     for (int k = 0; s == OT_OK && k < t->nparams; k++, got++)
         s = ot_buffer_to_host(src->params[k], &host[k]);
-    int ns = ot_tpu_optimizer_state_count(t->topt);
     for (int r = 0; s == OT_OK && r < t->nlive; r++) {
         replica *d = &t->reps[r];
         if (d == src || d->dev_index == t->failed_dev || d->done == hi) continue;
         s = put_params(t, d, host);
-        for (int i = 0; s == OT_OK && i < ns; i++) {
-            ot_tensor v;
-            s = ot_tpu_optimizer_get_state(t->topt, src->dev, i, &v);
-            if (s == OT_OK) {
-                s = ot_tpu_optimizer_set_state(t->topt, d->dev, i, &v);
-                ot_tensor_release(&v);
-            }
-        }
+        if (s == OT_OK) s = copy_optimizer_state(t, src, d);
         d->done = hi;
     }
     for (int k = 0; k < got; k++) ot_tensor_release(&host[k]);
@@ -978,19 +982,10 @@ static ot_status recover(trainer *t) {
         if (!found) {
             tlog(t, "recovery: no checkpoint to restore; restarting from step 0 on the new pod");
             s = init_params(t);
-            for (int r2 = 0; s == OT_OK && r2 < t->nlive; r2++) {
-                int ns = ot_tpu_optimizer_state_count(t->topt);
-                for (int i = 0; s == OT_OK && i < ns; i++) {
-                    /* every replica's state goes back to the initial values held by the
-                     * spare's brand-new replica, which never stepped */
-                    ot_tensor v;
-                    s = ot_tpu_optimizer_get_state(t->topt, r->dev, i, &v);
-                    if (s == OT_OK) {
-                        s = ot_tpu_optimizer_set_state(t->topt, t->reps[r2].dev, i, &v);
-                        ot_tensor_release(&v);
-                    }
-                }
-            }
+            /* every replica's state goes back to the initial values held by the spare's
+             * brand-new replica, which never stepped */
+            for (int r2 = 0; s == OT_OK && r2 < t->nlive; r2++)
+                if (&t->reps[r2] != r) s = copy_optimizer_state(t, r, &t->reps[r2]);
             step = 0;
         }
         if (s != OT_OK) return s;
@@ -1116,7 +1111,6 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
                          "train: across processes a failure restarts the job from its checkpoint "
                          "(optitpu launch); --recovery applies to one process");
     }
-    uint64_t t_begin = ot_now_ns();
 
     if (s == OT_OK) s = load_data(t);
     if (s == OT_OK && t->train.n < o->batch_size)
@@ -1376,7 +1370,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
             ot_profile_free(pf);
         }
     }
-    (void)t_begin;
+
     out->log = t->log;
     t->log = NULL;
     /* teardown */
