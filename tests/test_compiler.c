@@ -494,6 +494,81 @@ static void test_fuse_no_cycle(void) {
     ot_module_free(m);
 }
 
+/* x = a + a feeds the root multiply of a loop and a chain of 300 transposes (never fused): the
+ * cycle check must follow the whole chain, longer than any fixed search budget. */
+static ot_module *long_path_graph(bool chain_into_cluster, ot_instr **xout) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 4, 4);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_instr *b = ot_build_parameter(c, 1, s, "b");
+    ot_instr *x = ot_build_binary(c, OT_OP_ADD, a, a);
+    ot_instr *t = x;
+    for (int k = 0; k < 300; k++) t = ot_build_transpose(c, t, (int64_t[]){1, 0}, 2);
+    *xout = x;
+    if (chain_into_cluster) {
+        /* the chain ends in the loop: x as an extra output of the loop would be a cycle */
+        ot_computation_set_root(
+            c, ot_build_binary(c, OT_OP_MULTIPLY, x, ot_build_binary(c, OT_OP_ADD, t, b)));
+    } else {
+        /* the chain ends in the output tuple, listed first so its positions precede the loop's */
+        ot_instr *r = ot_build_binary(c, OT_OP_MULTIPLY, x, b);
+        ot_instr *outs[] = {t, r};
+        ot_computation_set_root(c, ot_build_tuple(c, outs, 2));
+    }
+    return m;
+}
+
+static void test_fuse_long_paths(void) {
+    ot_instr *x;
+    /* no cycle: x joins the loop as an extra output (one kernel for x and the multiply) */
+    ot_module *m = long_path_graph(false, &x);
+    ot_computation *c = ot_module_entry(m);
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_TRANSPOSE), 300);
+    EXPECT_INT_EQ(count_op(c, OT_OP_ADD), 0);
+    EXPECT_INT_EQ(count_op(c, OT_OP_GET_TUPLE_ELEMENT), 2);
+    ot_module_free(m);
+    /* a cycle through 300 outside instructions: x stays out of the loop it feeds */
+    m = long_path_graph(true, &x);
+    c = ot_module_entry(m);
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 2);
+    EXPECT_INT_EQ(count_op(c, OT_OP_TRANSPOSE), 300);
+    EXPECT_INT_EQ(count_op(c, OT_OP_GET_TUPLE_ELEMENT), 0);
+    ot_module_free(m);
+    /* both compile and compute what the source computes, at -O0 and -O2 */
+    for (int variant = 0; variant < 2; variant++) {
+        m = long_path_graph(variant == 1, &x);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_computation *entry = ot_module_entry(m);
+        ot_value args[2];
+        for (int k = 0; k < 2; k++) {
+            ASSERT_OK(ot_value_alloc_array(&args[k], &entry->params[k]->shape.array));
+            for (int j = 0; j < 16; j++)
+                ((float *)args[k].array.data)[j] = (float)(j * (k + 1)) - 7.5f;
+        }
+        ot_value ref = ot_value_empty();
+        ASSERT_OK(ot_evaluate(m, args, 2, NULL, &ref));
+        for (int lvl = 0; lvl <= 2; lvl += 2) {
+            ot_compile_options o = ot_compile_options_default();
+            o.opt_level = lvl;
+            o.verify_each = true;
+            ot_executable *e = NULL;
+            ASSERT_OK(ot_compile(m, &o, &e));
+            ot_value got = ot_value_empty();
+            EXPECT_OK(ot_evaluate(ot_executable_module(e), args, 2, NULL, &got));
+            EXPECT_TRUE(ot_value_equal(&ref, &got));
+            ot_value_release(&got);
+            ot_executable_free(e);
+        }
+        ot_value_release(&ref);
+        for (int k = 0; k < 2; k++) ot_value_release(&args[k]);
+        ot_module_free(m);
+    }
+}
+
 static void test_fuse_multi_output_siblings(void) {
     /* two independent loops over the same input merge into one multi-output fusion */
     ot_computation *c;
@@ -1292,10 +1367,11 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
              OT_TEST(test_simplify), OT_TEST(test_fuse_elementwise_chain),
              OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
              OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_no_duplicate_expensive),
-             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_multi_output_siblings),
-             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
-             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
-             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
-             OT_TEST(test_serialize_roundtrip), OT_TEST(test_serialize_bad_files),
-             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
-             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2))
+             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
+             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
+             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
+             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
+             OT_TEST(test_options), OT_TEST(test_fingerprint), OT_TEST(test_serialize_roundtrip),
+             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
+             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
+             OT_TEST(test_random_graphs_O0_O2))

@@ -4,7 +4,8 @@
  * Phase 1 (producer → consumer) visits instructions users-first. A fusible instruction joins the
  * cluster of its users when they all sit in one cluster; when it also has users outside, it joins
  * as an extra output (multi-output) only if no outside user reaches the cluster (no cycle
- * through an outside instruction; a bounded search, refusing when the budget runs out). A cheap
+ * through an outside instruction; an exact search in the users direction, pruned by post-order
+ * position: a path into the cluster only climbs positions up to its largest member's). A cheap
  * instruction used by several clusters is duplicated into each; an expensive one (exp, log,
  * divide, power, sqrt, tanh, ...) never is: it starts its own cluster.
  * Phase 2 (siblings) merges loop clusters of one iteration space that read a common full-size
@@ -17,14 +18,14 @@
 #include <stdio.h>
 
 enum { CL_LOOP = 0, CL_INPUT = 1 };
-enum { DFS_BUDGET = 256 };
 
 typedef struct cluster {
     int32_t parent; /* union-find */
     int kind;
-    int64_t iter;   /* element count of the iteration space */
-    int64_t maxpos; /* largest member position */
-    int nio;        /* operands + outputs, an upper bound */
+    int64_t iter;    /* element count of the iteration space */
+    int64_t maxpos;  /* largest member position */
+    int64_t maxpos2; /* largest member position in the second order (pos2) */
+    int nio;         /* operands + outputs, an upper bound */
     int64_t nmembers;
     int64_t first_out; /* output list (positions, linked by next_out) */
 } cluster;
@@ -51,6 +52,7 @@ typedef struct fz {
     uint32_t *vis;
     uint32_t vstamp;
     int64_t *stack;
+    int64_t *pos2; /* per position: index in a second topological order */
     int64_t fused_count;
 } fz;
 
@@ -103,18 +105,59 @@ static ot_status new_cluster(fz *f, int64_t k, int kind, int64_t iter) {
     OT_CHECK(cc_grow(&f->cls, &f->clcap, f->ncls + 1, sizeof *f->cls));
     int32_t id = (int32_t)f->ncls++;
     ot_instr *i = f->po[k];
-    f->cls[id] = (cluster){id, kind, iter, k, i->noperands + 1, 1, k};
+    f->cls[id] = (cluster){id, kind, iter, k, f->pos2[k], i->noperands + 1, 1, k};
     f->cl[k] = id;
     f->is_out[k] = true;
     f->next_out[k] = -1;
     return OT_OK;
 }
 
+/* pos2[k]: the instruction at post-order position k in a second post order, one that starts
+ * from the other end of the list and visits operands last to first. Both orders put users after
+ * their operands, so x reaches y only if x precedes y in both: together they prune far more of
+ * a reachability search than one order alone (the idea of GRAIL's interval labels). */
+static ot_status second_order(fz *f) {
+    struct frame {
+        ot_instr *i;
+        int k;
+    } *st = ot_malloc((size_t)(f->n ? f->n : 1) * sizeof *st);
+    uint8_t *state = ot_calloc((size_t)(f->n ? f->n : 1), 1);
+    if (!st || !state) {
+        ot_free(st);
+        ot_free(state);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
+    }
+    int64_t no = 0;
+    for (int64_t r = f->n - 1; r >= 0; r--) {
+        if (state[r]) continue;
+        int64_t sp = 0;
+        st[sp++] = (struct frame){f->po[r], f->po[r]->noperands};
+        state[r] = 1;
+        while (sp) {
+            struct frame *fr = &st[sp - 1];
+            if (fr->k > 0) {
+                int64_t q = pos_of(fr->i->operands[--fr->k]);
+                if (state[q]) continue;
+                state[q] = 1;
+                st[sp++] = (struct frame){f->po[q], f->po[q]->noperands};
+            } else {
+                f->pos2[pos_of(fr->i)] = no++;
+                sp--;
+            }
+        }
+    }
+    ot_free(st);
+    ot_free(state);
+    return OT_OK;
+}
+
 /* True when a member (primary) of cluster `target` can be reached, following users, from any of
- * the users of the instructions in starts[] that are outside `self` (a cluster or -1). Reports
- * true as well when the search budget runs out (the caller then refuses). */
+ * the users of the instructions in starts[] that are outside `self` (a cluster or -1). Exact:
+ * users sit at larger positions than their operands in both topological orders, so a path that
+ * ends at a member never passes a position above the cluster's largest member position in
+ * either; only instructions below both bounds are visited, each at most once per query. */
 static bool reaches(fz *f, ot_instr *const *starts, int64_t nstarts, int32_t self, int32_t target) {
-    int64_t maxpos = f->cls[target].maxpos, sp = 0, visited = 0;
+    int64_t maxpos = f->cls[target].maxpos, maxpos2 = f->cls[target].maxpos2, sp = 0;
     if (++f->vstamp == 0) {
         memset(f->vis, 0, (size_t)f->n * sizeof *f->vis);
         f->vstamp = 1;
@@ -123,7 +166,7 @@ static bool reaches(fz *f, ot_instr *const *starts, int64_t nstarts, int32_t sel
         ot_instr *x = starts[s];
         for (int u = 0; u < x->nusers; u++) {
             int64_t p = pos_of(x->users[u]);
-            if (p > maxpos || f->vis[p] == f->vstamp) continue;
+            if (p > maxpos || f->pos2[p] > maxpos2 || f->vis[p] == f->vstamp) continue;
             if (self >= 0 && f->cl[p] >= 0 && cfind(f, f->cl[p]) == self) continue;
             f->vis[p] = f->vstamp;
             f->stack[sp++] = p;
@@ -132,11 +175,10 @@ static bool reaches(fz *f, ot_instr *const *starts, int64_t nstarts, int32_t sel
     while (sp) {
         int64_t p = f->stack[--sp];
         if (f->cl[p] >= 0 && cfind(f, f->cl[p]) == target) return true;
-        if (++visited > DFS_BUDGET) return true;
         ot_instr *x = f->po[p];
         for (int u = 0; u < x->nusers; u++) {
             int64_t q = pos_of(x->users[u]);
-            if (q > maxpos || f->vis[q] == f->vstamp) continue;
+            if (q > maxpos || f->pos2[q] > maxpos2 || f->vis[q] == f->vstamp) continue;
             f->vis[q] = f->vstamp;
             f->stack[sp++] = q;
         }
@@ -222,6 +264,7 @@ static ot_status phase1(fz *f) {
                 f->small[k] = small;
                 f->cls[c].nio += i->noperands - 1 + (outside ? 1 : 0);
                 f->cls[c].nmembers++;
+                if (f->pos2[k] > f->cls[c].maxpos2) f->cls[c].maxpos2 = f->pos2[k];
                 if (outside) {
                     f->is_out[k] = true;
                     f->next_out[k] = f->cls[c].first_out;
@@ -281,6 +324,7 @@ static ot_status phase2(fz *f) {
             A->nio += B->nio - 1;
             A->nmembers += B->nmembers;
             if (B->maxpos > A->maxpos) A->maxpos = B->maxpos;
+            if (B->maxpos2 > A->maxpos2) A->maxpos2 = B->maxpos2;
             B->parent = first;
         }
     }
@@ -449,9 +493,11 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     f.dup_head = ot_malloc((size_t)n * sizeof *f.dup_head);
     f.vis = ot_calloc((size_t)n, sizeof *f.vis);
     f.stack = ot_malloc((size_t)n * sizeof *f.stack);
+    f.pos2 = ot_malloc((size_t)n * sizeof *f.pos2);
     int64_t *cnt = NULL, *order = NULL, *fill = NULL;
     bool ch = false;
-    if (!f.cl || !f.small || !f.is_out || !f.next_out || !f.dup_head || !f.vis || !f.stack) {
+    if (!f.cl || !f.small || !f.is_out || !f.next_out || !f.dup_head || !f.vis || !f.stack ||
+        !f.pos2) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
     }
@@ -461,6 +507,7 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
         f.dup_head[k] = -1;
         f.next_out[k] = -1;
     }
+    if ((s = second_order(&f)) != OT_OK) goto out;
     if ((s = phase1(&f)) != OT_OK) goto out;
     if ((s = phase2(&f)) != OT_OK) goto out;
     /* member lists per cluster root (CSR), in position order */
@@ -538,6 +585,7 @@ out:
     ot_free(f.cls);
     ot_free(f.vis);
     ot_free(f.stack);
+    ot_free(f.pos2);
     if (changed) *changed = ch;
     return s;
 }
