@@ -325,6 +325,168 @@ static void test_simplify(void) {
     ot_module_free(m);
 }
 
+/* ---- call inlining ---- */
+
+static const char *k_nested_calls = "HloModule nested_calls\n"
+                                    "\n"
+                                    "inner {\n"
+                                    "  p = f32[8]{0} parameter(0)\n"
+                                    "  ROOT e = f32[8]{0} exponential(p)\n"
+                                    "}\n"
+                                    "\n"
+                                    "mid {\n"
+                                    "  a = f32[8]{0} parameter(0)\n"
+                                    "  b = f32[8]{0} parameter(1)\n"
+                                    "  c1 = f32[8]{0} call(a), to_apply=inner\n"
+                                    "  s = f32[8]{0} add(c1, b)\n"
+                                    "  ROOT t = (f32[8]{0}, f32[8]{0}) tuple(s, c1)\n"
+                                    "}\n"
+                                    "\n"
+                                    "ENTRY main {\n"
+                                    "  x = f32[8]{0} parameter(0)\n"
+                                    "  y = f32[8]{0} parameter(1)\n"
+                                    "  r = (f32[8]{0}, f32[8]{0}) call(x, y), to_apply=mid\n"
+                                    "  g0 = f32[8]{0} get-tuple-element(r), index=0\n"
+                                    "  g1 = f32[8]{0} get-tuple-element(r), index=1\n"
+                                    "  r2 = f32[8]{0} call(g0), to_apply=inner\n"
+                                    "  ROOT o = f32[8]{0} multiply(g1, r2)\n"
+                                    "}\n";
+
+/* The same program written without calls: what inlining + simplify + DCE must produce. */
+static const char *k_nested_inlined = "HloModule nested_calls\n"
+                                      "\n"
+                                      "ENTRY main {\n"
+                                      "  x = f32[8]{0} parameter(0)\n"
+                                      "  y = f32[8]{0} parameter(1)\n"
+                                      "  e = f32[8]{0} exponential(x)\n"
+                                      "  s = f32[8]{0} add(e, y)\n"
+                                      "  e2 = f32[8]{0} exponential(s)\n"
+                                      "  ROOT o = f32[8]{0} multiply(e, e2)\n"
+                                      "}\n";
+
+static int count_calls_reachable(const ot_module *m) {
+    int n = 0;
+    for (int k = 0; k < ot_module_computation_count(m); k++)
+        n += count_op(ot_module_computation(m, k), OT_OP_CALL);
+    return n;
+}
+
+/* Structural equality of two entry computations: same opcodes, shapes and operand structure,
+ * compared along the post order from the root (names may differ). */
+static bool same_graph(const ot_instr *a, const ot_instr *b, int depth) {
+    if (depth > 64 || a->opcode != b->opcode || !ot_ir_shape_equal(&a->shape, &b->shape) ||
+        a->noperands != b->noperands)
+        return false;
+    if (a->opcode == OT_OP_PARAMETER) return a->attrs.index == b->attrs.index;
+    for (int k = 0; k < a->noperands; k++)
+        if (!same_graph(a->operands[k], b->operands[k], depth + 1)) return false;
+    return true;
+}
+
+static void fill_args(ot_computation *entry, ot_value *args, int n, uint64_t seed) {
+    for (int k = 0; k < n; k++) {
+        ASSERT_OK(ot_value_alloc_array(&args[k], &entry->params[k]->shape.array));
+        ot_tensor *t = &args[k].array;
+        int64_t ne = ot_shape_numel_unchecked(&t->shape);
+        for (int64_t j = 0; j < ne; j++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            if (t->shape.dtype == OT_F32)
+                ((float *)t->data)[j] = (float)((int)((seed >> 33) % 2001) - 1000) / 256.0f;
+            else
+                ((int32_t *)t->data)[j] = (int32_t)((seed >> 33) % 7); /* class labels 0..6 */
+        }
+    }
+}
+
+/* Instructions inside fusion kernels (parameters not counted) and control kernels (call). */
+static void kernel_mix(const ot_executable *e, int *fused_ops, int *control) {
+    *fused_ops = *control = 0;
+    for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        if (kn->kind == OT_KERNEL_CONTROL) ++*control;
+        if (kn->kind != OT_KERNEL_FUSION) continue;
+        const ot_computation *fc = kn->instr->called[0];
+        *fused_ops += (int)fc->ninstrs - fc->nparams;
+    }
+}
+
+/* Compiles m at -O0 and -O2 (and -O2 without the inliner): equal results; at -O2 no call is
+ * left, no control kernel runs a callee unfused, and more instructions sit inside fusions than
+ * without inlining. */
+static void check_inlined_compile(ot_module *m, int nargs, int *kernels_o2) {
+    ot_computation *entry = ot_module_entry(m);
+    ot_value args[4];
+    fill_args(entry, args, nargs, 77);
+    ot_value ref = ot_value_empty();
+    ASSERT_OK(ot_evaluate(m, args, nargs, NULL, &ref));
+    int kernels[3] = {0}, fused[3] = {0}, control[3] = {0};
+    for (int v = 0; v < 3; v++) {
+        ot_compile_options o = ot_compile_options_default();
+        o.opt_level = v == 0 ? 0 : 2;
+        if (v == 2) o.disable_passes = "inline";
+        o.verify_each = true;
+        ot_executable *e = NULL;
+        ASSERT_OK(ot_compile(m, &o, &e));
+        kernels[v] = ot_executable_kernel_count(e);
+        kernel_mix(e, &fused[v], &control[v]);
+        if (v == 1) EXPECT_INT_EQ(count_calls_reachable(ot_executable_module(e)), 0);
+        if (v != 1) EXPECT_TRUE(count_calls_reachable(ot_executable_module(e)) > 0);
+        ot_value got = ot_value_empty();
+        EXPECT_OK(ot_evaluate(ot_executable_module(e), args, nargs, NULL, &got));
+        if (!ot_value_equal(&ref, &got))
+            OT_T_FAIL_("variant %d: results differ from the source", v);
+        ot_value_release(&got);
+        ot_executable_free(e);
+    }
+    EXPECT_INT_EQ(control[1], 0);
+    EXPECT_TRUE(control[0] > 0 && control[2] > 0);
+    EXPECT_TRUE(fused[1] > fused[2]);
+    *kernels_o2 = kernels[1];
+    ot_value_release(&ref);
+    for (int k = 0; k < nargs; k++) ot_value_release(&args[k]);
+}
+
+static void test_inline_calls(void) {
+    /* before/after: nested calls (a callee calling another, one callee called twice, a tuple
+     * result read through get-tuple-element) become the call-free program */
+    ot_module *m = NULL, *want = NULL;
+    ASSERT_OK(ot_hlo_parse(k_nested_calls, strlen(k_nested_calls), NULL, &m));
+    ASSERT_OK(ot_hlo_parse(k_nested_inlined, strlen(k_nested_inlined), NULL, &want));
+    bool ch = false;
+    ASSERT_OK(ot_pass_inline(m, &ch));
+    EXPECT_TRUE(ch);
+    ASSERT_OK(ot_module_verify(m));
+    ASSERT_OK(ot_pass_simplify(m, NULL));
+    ASSERT_OK(ot_pass_dce(m, NULL));
+    ASSERT_OK(ot_module_verify(m));
+    EXPECT_INT_EQ(ot_module_computation_count(m), 1); /* inner and mid are gone */
+    EXPECT_INT_EQ(count_calls_reachable(m), 0);
+    EXPECT_TRUE(same_graph(ot_module_entry(m)->root, ot_module_entry(want)->root, 0));
+    char *text = ot_hlo_print(m, NULL);
+    ASSERT_TRUE(text != NULL);
+    EXPECT_TRUE(strstr(text, "call(") == NULL);
+    ot_free(text);
+    /* nothing left to inline: unchanged */
+    ASSERT_OK(ot_pass_inline(m, &ch));
+    EXPECT_TRUE(!ch);
+    ot_module_free(m);
+    ot_module_free(want);
+
+    /* compiled: -O2 fuses through the calls into one loop; -O0 keeps them; results equal */
+    ASSERT_OK(ot_hlo_parse(k_nested_calls, strlen(k_nested_calls), NULL, &m));
+    int k2 = 0;
+    check_inlined_compile(m, 2, &k2);
+    EXPECT_INT_EQ(k2, 1);
+    ot_module_free(m);
+
+    /* JAX's softmax cross-entropy (log_softmax and take_along_axis as nested calls) */
+    ASSERT_OK(ot_hlo_parse_file(OT_SOURCE_DIR "/tests/data/jax/softmax_cross_entropy/module.hlo",
+                                NULL, &m));
+    EXPECT_TRUE(count_calls_reachable(m) >= 2);
+    check_inlined_compile(m, 2, &k2);
+    ot_module_free(m);
+}
+
 /* ---- fusion ---- */
 
 static ot_module *compiled_fusion(ot_module *m, int max_io) {
@@ -1207,14 +1369,18 @@ static void test_hlo_text_and_dumps(void) {
     ot_free(text);
     ot_executable_free(e);
     char path[256];
-    snprintf(path, sizeof path, "%s/00.simplify.hlo", dir);
+    snprintf(path, sizeof path, "%s/00.inline.hlo", dir); /* the first pass of -O2 */
+    FILE *f0 = fopen(path, "r");
+    EXPECT_TRUE(f0 != NULL);
+    if (f0) fclose(f0);
+    snprintf(path, sizeof path, "%s/01.simplify.hlo", dir);
     FILE *f = fopen(path, "r");
     EXPECT_TRUE(f != NULL);
     if (f) fclose(f);
     int files = 0;
     for (int seq = 0; seq < 64; seq++) {
-        const char *names[] = {"simplify", "cse", "fold", "dce", "fuse"};
-        for (int q = 0; q < 5; q++) {
+        const char *names[] = {"inline", "simplify", "cse", "fold", "dce", "fuse"};
+        for (int q = 0; q < 6; q++) {
             for (int ext = 0; ext < 2; ext++) {
                 snprintf(path, sizeof path, "%s/%02d.%s.%s", dir, seq, names[q],
                          ext ? "dot" : "hlo");
@@ -1364,14 +1530,14 @@ static void test_random_graphs_O0_O2(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
-             OT_TEST(test_simplify), OT_TEST(test_fuse_elementwise_chain),
-             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
-             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_no_duplicate_expensive),
-             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
-             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
-             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
-             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
-             OT_TEST(test_options), OT_TEST(test_fingerprint), OT_TEST(test_serialize_roundtrip),
-             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
-             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
-             OT_TEST(test_random_graphs_O0_O2))
+             OT_TEST(test_simplify), OT_TEST(test_inline_calls),
+             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fuse_never_list),
+             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
+             OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),
+             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
+             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
+             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
+             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_serialize_roundtrip), OT_TEST(test_serialize_bad_files),
+             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
+             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2))

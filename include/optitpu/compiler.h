@@ -72,6 +72,12 @@ OT_API ot_compile_options ot_compile_options_default(void);
  * Passes. Each returns OT_OK and sets *changed (may be NULL) when it rewrote something.
  * ------------------------------------------------------------------------------------------- */
 
+/* Call inlining (XLA's CallInliner): every call instruction in a computation reachable from the
+ * entry is replaced by a copy of its callee (parameters bound to the call's operands; nested
+ * calls at any depth, a callee called twice is copied twice). Callees left without callers are
+ * removed by DCE. pre: verifies. post: verifies; no call remains reachable; values identical. */
+OT_API ot_status ot_pass_inline(ot_module *m, bool *changed);
+
 /* Algebraic simplification of the entry computation (and every computation it calls).
  * pre: the module verifies. post: it verifies; results are bit-identical to before for integer
  * and predicate values and for floats (no rule that changes a float result, NaN or -0.0 is

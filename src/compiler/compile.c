@@ -636,6 +636,10 @@ typedef struct pass_ctx {
     const ot_compile_options *o;
 } pass_ctx;
 
+static ot_status run_inline(ot_module *m, void *ctx, bool *ch) {
+    (void)ctx;
+    return ot_pass_inline(m, ch);
+}
 static ot_status run_simplify(ot_module *m, void *ctx, bool *ch) {
     (void)ctx;
     return ot_pass_simplify(m, ch);
@@ -659,8 +663,8 @@ static const struct {
     const char *name;
     ot_pass_fn fn;
 } pass_table[] = {
-    {"simplify", run_simplify}, {"cse", run_cse},   {"fold", run_fold},
-    {"dce", run_dce},           {"fuse", run_fuse},
+    {"inline", run_inline}, {"simplify", run_simplify}, {"cse", run_cse},
+    {"fold", run_fold},     {"dce", run_dce},           {"fuse", run_fuse},
 };
 
 static bool in_list(const char *list, const char *name) {
@@ -689,9 +693,10 @@ static ot_status check_list(const char *list, const char *what) {
         const char *q = strchr(p, ',');
         size_t len = q ? (size_t)(q - p) : strlen(p);
         if (!pass_fn(p, len))
-            return ot_error(OT_ERR_INVALID_ARGUMENT,
-                            "%s: unknown pass '%.*s' (known: simplify, cse, fold, dce, fuse)", what,
-                            (int)len, p);
+            return ot_error(
+                OT_ERR_INVALID_ARGUMENT,
+                "%s: unknown pass '%.*s' (known: inline, simplify, cse, fold, dce, fuse)", what,
+                (int)len, p);
         if (!q) break;
         p = q + 1;
     }
@@ -720,6 +725,7 @@ static ot_status build_pipeline(ot_pass_manager *pm, const ot_compile_options *o
         return OT_OK;
     }
     if (o->opt_level <= 0) return add_pass(pm, o, "dce", ctx);
+    OT_CHECK(add_pass(pm, o, "inline", ctx));
     if (o->opt_level == 1) {
         OT_CHECK(add_pass(pm, o, "simplify", ctx));
         OT_CHECK(add_pass(pm, o, "cse", ctx));

@@ -198,6 +198,11 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
         if (full) *out = a;
         break;
     }
+    case OT_OP_GET_TUPLE_ELEMENT:
+        /* get-tuple-element(tuple(x0, ..., xn), k) -> xk (left behind by inlined calls) */
+        if (a->opcode == OT_OP_TUPLE && i->attrs.index >= 0 && i->attrs.index < a->noperands)
+            *out = a->operands[i->attrs.index];
+        break;
     case OT_OP_SELECT: {
         ot_instr *on_t = i->operands[1], *on_f = i->operands[2];
         if (on_t == on_f) {

@@ -1,0 +1,88 @@
+/* Call inlining (XLA's CallInliner): every `call` in a computation reachable from the entry is
+ * replaced by a copy of its callee's instructions, the callee's parameters bound to the call's
+ * operands, so the passes after it (simplification, CSE, fusion) see through the call.
+ * Computations are handled callees first, so a callee's own calls are already inlined when it is
+ * copied into its callers and one copy per call suffices at any nesting depth. Callees left
+ * without callers are removed by DCE. */
+#include "compiler_internal.h"
+
+/* Copies callee's instructions into c in front of nothing in particular (they are appended; the
+ * compiler re-emits lists in order), callee parameter k bound to call->operands[k], and makes
+ * every use of the call a use of the copied root. */
+static ot_status inline_one(ot_computation *c, ot_instr *call) {
+    ot_computation *callee = call->called[0];
+    if (!callee->root)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "inline %s: callee %s has no root", call->name,
+                        callee->name);
+    ot_instr **po = NULL;
+    int64_t n = 0;
+    OT_CHECK(cc_post_order(callee, &po, &n));
+    ot_instr **copy = ot_malloc((size_t)(n ? n : 1) * sizeof *copy);
+    ot_instr *ops_small[16], **ops = ops_small;
+    int opcap = 16;
+    ot_status s = OT_OK;
+    if (!copy) s = ot_error(OT_ERR_OUT_OF_MEMORY, "inline: out of memory");
+    for (int64_t k = 0; k < n && s == OT_OK; k++) {
+        ot_instr *x = po[k];
+        x->mark = k;
+        if (x->opcode == OT_OP_PARAMETER) {
+            int64_t p = x->attrs.index;
+            if (p < 0 || p >= call->noperands) {
+                s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                             "inline %s: callee %s parameter %lld has no operand", call->name,
+                             callee->name, (long long)p);
+                break;
+            }
+            copy[k] = call->operands[p];
+            continue;
+        }
+        if (x->noperands > opcap) {
+            ot_instr **no = ot_malloc((size_t)x->noperands * sizeof *no);
+            if (!no) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "inline: out of memory");
+                break;
+            }
+            if (ops != ops_small) ot_free(ops);
+            ops = no;
+            opcap = x->noperands;
+        }
+        for (int q = 0; q < x->noperands; q++) ops[q] = copy[x->operands[q]->mark];
+        s = ot_instr_clone(c, x, ops, NULL, &copy[k]);
+    }
+    ot_instr *root = s == OT_OK && n ? copy[callee->root->mark] : NULL;
+    if (s == OT_OK && !root) s = ot_error(OT_ERR_INTERNAL, "inline %s: no copied root", call->name);
+    if (s == OT_OK) s = ot_instr_replace_all_uses(call, root);
+    if (s == OT_OK && call->nusers == 0 && c->root != call) s = ot_instr_remove(call);
+    if (ops != ops_small) ot_free(ops);
+    ot_free(copy);
+    ot_free(po);
+    return s;
+}
+
+ot_status ot_pass_inline(ot_module *m, bool *changed) {
+    bool ch = false;
+    if (changed) *changed = false;
+    ot_computation **reach = NULL;
+    int nreach = 0;
+    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    ot_instr **calls = NULL;
+    int64_t ncalls = 0, cap = 0;
+    ot_status s = OT_OK;
+    for (int k = 0; k < nreach && s == OT_OK; k++) {
+        ot_computation *c = reach[k];
+        ncalls = 0;
+        for (ot_instr *i = c->first; i && s == OT_OK; i = i->next) {
+            if (i->opcode != OT_OP_CALL || i->ncalled != 1) continue;
+            s = cc_grow(&calls, &cap, ncalls + 1, sizeof *calls);
+            if (s == OT_OK) calls[ncalls++] = i;
+        }
+        for (int64_t j = 0; j < ncalls && s == OT_OK; j++) {
+            s = inline_one(c, calls[j]);
+            if (s == OT_OK) ch = true;
+        }
+    }
+    ot_free(calls);
+    ot_free(reach);
+    if (changed) *changed = ch;
+    return s;
+}
