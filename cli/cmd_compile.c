@@ -162,7 +162,7 @@ const cli_command cli_cmd_compile = {
     "  --stats              per-pass table: time, instructions before/after, changed\n"
     "  --json               one JSON object (with --stats: a \"passes\" array)\n"
     "  --dump-dir D         write D/NN.PASS.hlo and D/NN.PASS.dot after every pass\n"
-    "  --dump-after PASS    only after PASS (simplify, cse, fold, dce, fuse)\n"
+    "  --dump-after PASS    only after PASS (inline, simplify, cse, fold, dce, fuse)\n"
     "  --passes LIST        run exactly these graph passes (comma list), in order\n"
     "  --disable-passes L   skip these passes\n"
     "  --no-fusion          no fusion\n"
