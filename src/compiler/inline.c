@@ -6,6 +6,8 @@
  * without callers are removed by DCE. */
 #include "compiler_internal.h"
 
+#include <stdio.h>
+
 /* Copies callee's instructions into c in front of nothing in particular (they are appended; the
  * compiler re-emits lists in order), callee parameter k bound to call->operands[k], and makes
  * every use of the call a use of the copied root. */
@@ -47,7 +49,11 @@ static ot_status inline_one(ot_computation *c, ot_instr *call) {
             opcap = x->noperands;
         }
         for (int q = 0; q < x->noperands; q++) ops[q] = copy[x->operands[q]->mark];
-        s = ot_instr_clone(c, x, ops, NULL, &copy[k]);
+        /* "<name>.<call id>": distinct for every call, so copies of a callee inlined many
+         * times do not walk a chain of taken ".clone.N" names */
+        char nm[256];
+        snprintf(nm, sizeof nm, "%.200s.%lld", x->name, (long long)call->id);
+        s = ot_instr_clone(c, x, ops, nm, &copy[k]);
     }
     ot_instr *root = s == OT_OK && n ? copy[callee->root->mark] : NULL;
     if (s == OT_OK && !root) s = ot_error(OT_ERR_INTERNAL, "inline %s: no copied root", call->name);
