@@ -9,7 +9,7 @@
  * instruction used by several clusters is duplicated into each; an expensive one (exp, log,
  * divide, power, sqrt, tanh, ...) never is: it starts its own cluster.
  * Phase 2 (siblings) merges loop clusters of one iteration space that read a common full-size
- * input, when neither reaches the other.
+ * input (not a constant, iota or broadcast scalar), when neither reaches the other.
  * Legality: a member has the cluster's element count (same iteration space, reshapes included),
  * or is smaller and feeds only broadcasts (or the reduce's init) inside the cluster; a reduce is
  * only ever a cluster root; operands + outputs stay within max_io. */
@@ -294,10 +294,20 @@ static int64_t cluster_outputs(fz *f, int32_t c, ot_instr **out, int64_t cap) {
     return n;
 }
 
+/* Whether loops reading z gain from running as one (XLA's IsProfitableOperand): a constant, an
+ * iota or a broadcast of a scalar costs nothing to read in every loop, so sharing it saves no
+ * memory traffic (and CSE makes one such value feed loops all over the graph). */
+static bool profitable_shared(const ot_instr *z) {
+    if (z->opcode == OT_OP_CONSTANT || z->opcode == OT_OP_IOTA) return false;
+    if (z->opcode == OT_OP_BROADCAST && cc_numel(z->operands[0]) <= 1) return false;
+    return true;
+}
+
 static ot_status phase2(fz *f) {
     ot_instr *outs[64];
     for (int64_t k = 0; k < f->n; k++) {
         ot_instr *z = f->po[k];
+        if (!profitable_shared(z)) continue;
         int32_t first = -1;
         int scanned = 0;
         for (int u = 0; u < z->nusers && scanned < 32; u++, scanned++) {
