@@ -742,24 +742,38 @@ static ot_status build_pipeline(ot_pass_manager *pm, const ot_compile_options *o
     return OT_OK;
 }
 
-static bool lists_in_order(const ot_module *m) {
-    for (int k = 0; k < ot_module_computation_count(m); k++) {
-        ot_computation *c = ot_module_computation(m, k);
-        int64_t pos = 0;
-        for (ot_instr *i = c->first; i; i = i->next) i->mark = pos++;
-        for (ot_instr *i = c->first; i; i = i->next)
-            for (int j = 0; j < i->noperands; j++)
-                if (i->operands[j]->mark >= i->mark) return false;
-    }
+static bool list_in_order(ot_computation *c) {
+    int64_t pos = 0;
+    for (ot_instr *i = c->first; i; i = i->next) i->mark = pos++;
+    for (ot_instr *i = c->first; i; i = i->next)
+        for (int j = 0; j < i->noperands; j++)
+            if (i->operands[j]->mark >= i->mark) return false;
     return true;
 }
 
-static ot_status normalize_order(ot_module **m) {
-    if (lists_in_order(*m)) return OT_OK;
-    ot_module *n = NULL;
-    OT_CHECK(ot_module_clone(*m, &n));
-    ot_module_free(*m);
-    *m = n;
+/* Relinks the instruction list of every computation that holds a use before its definition
+ * into post order, in place: the same order a clone of the module would give, without copying
+ * the module. */
+static ot_status normalize_order(ot_module *m) {
+    for (int k = 0; k < ot_module_computation_count(m); k++) {
+        ot_computation *c = ot_module_computation(m, k);
+        if (list_in_order(c)) continue;
+        ot_instr **po = NULL;
+        int64_t n = 0;
+        OT_CHECK(cc_post_order(c, &po, &n));
+        if (n != c->ninstrs) {
+            ot_free(po);
+            return ot_error(OT_ERR_INTERNAL, "re-emit %s: post order has %lld of %lld instructions",
+                            c->name, (long long)n, (long long)c->ninstrs);
+        }
+        for (int64_t j = 0; j < n; j++) {
+            po[j]->prev = j ? po[j - 1] : NULL;
+            po[j]->next = j + 1 < n ? po[j + 1] : NULL;
+        }
+        c->first = n ? po[0] : NULL;
+        c->last = n ? po[n - 1] : NULL;
+        ot_free(po);
+    }
     return OT_OK;
 }
 
@@ -807,7 +821,7 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     /* Passes append new instructions at the end of a computation's list; consumers of the
      * executable's module (the evaluator, printers) expect definitions before uses, so the
      * module is re-emitted in post order when a list is out of order. */
-    if ((s = normalize_order(&e->mod)) != OT_OK) goto fail;
+    if ((s = normalize_order(e->mod)) != OT_OK) goto fail;
     int64_t before = ot_module_instr_count(e->mod);
     uint64_t t0 = ot_now_ns();
     if ((s = ot_schedule_entry(e->mod, o.opt_level >= 1, &order, &norder)) != OT_OK) goto fail;
