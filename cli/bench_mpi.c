@@ -101,6 +101,13 @@ int cli_bench_collectives_mpi(int argc, char **argv) {
         printf("# measured: point-to-point %.1f us + %.2f GB/s; MPI_Iallreduce %.1f us + %.2f "
                "GB/s\n",
                p2p.alpha_us, p2p.gbytes_per_s, nat.alpha_us, nat.gbytes_per_s);
+        ot_cost_params shm;
+        if (ot_mpi_model_shm(m, &shm))
+            printf("# measured: shared-memory all-reduce %.1f us + %.2f GB/s (one node)\n",
+                   shm.alpha_us, shm.gbytes_per_s);
+        else
+            printf("# shared-memory all-reduce: unavailable (%s)\n",
+                   ot_mpi_shared_memory(m) ? "not calibrated" : "processes on several nodes");
         printf("%12s %17s %12s %16s %8s\n", "size", "algo", "ours(us)", "MPI_Allreduce(us)",
                "ratio");
     }

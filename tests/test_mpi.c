@@ -266,6 +266,14 @@ static void test_mpi_allreduce_algorithms(void) {
                 for (size_t i = 0; i < n; i++) put(want, i, dt, ref(k, P, i, (ot_redop)op, dt));
                 ot_mpi_coll_options o = ot_mpi_coll_options_default();
                 o.algo = (ot_mpi_algo)a;
+                if (a == OT_MPI_ALGO_SHM && !ot_mpi_shared_memory(M)) {
+                    /* several nodes: refused on every rank, nothing run */
+                    EXPECT_STATUS(ot_mpi_allreduce(M, x, x, n, dt, (ot_redop)op, &o),
+                                  OT_ERR_INVALID_ARGUMENT);
+                    EXPECT_STR_CONTAINS(ot_last_error(), "one node");
+                    free(x), free(want);
+                    continue;
+                }
                 EXPECT_OK(ot_mpi_allreduce(M, x, x, n, dt, (ot_redop)op, &o));
                 if (memcmp(x, want, n * esz)) bad++;
                 EXPECT_TRUE(same_on_all_ranks(x, n * esz));
@@ -285,6 +293,103 @@ static void test_mpi_allreduce_algorithms(void) {
     EXPECT_STATUS(ot_mpi_allreduce_plain(M, v, w, 3, OT_S32, OT_REDOP_MEAN),
                   OT_ERR_INVALID_ARGUMENT);
     EXPECT_STATUS(ot_mpi_allreduce(M, v, w, 3, OT_U8, OT_REDOP_SUM, NULL), OT_ERR_INVALID_ARGUMENT);
+}
+
+/* the shared-memory all-reduce: where every process is on one node (and only there: the
+ * two-host test says OT_TEST_EXPECT_SHM=0, the one-node scripts 1), every op and dtype equals
+ * the reference and, bit for bit, the in-process OT_ALGO_DIRECT (same rank order, including an
+ * order-sensitive float sum); sizes grow and shrink across calls (the window regrows, slice
+ * bounds move); in place or not */
+static void test_shm_allreduce(void) {
+    const char *want_shm = getenv("OT_TEST_EXPECT_SHM");
+    if (want_shm) EXPECT_INT_EQ(ot_mpi_shared_memory(M), atoi(want_shm) != 0);
+    ot_mpi_coll_options o = ot_mpi_coll_options_default();
+    o.algo = OT_MPI_ALGO_SHM;
+    if (!ot_mpi_shared_memory(M)) {
+        float x = 1;
+        EXPECT_STATUS(ot_mpi_allreduce(M, &x, &x, 1, OT_F32, OT_REDOP_SUM, &o),
+                      OT_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(ot_mpi_cost_us(M, OT_MPI_ALGO_SHM, 1000, OT_F32) < 0);
+        return;
+    }
+    static const size_t sizes[] = {1001, 7, 1, 70001, 3, 1000003, 2, 555};
+    int bad = 0, k = 5000;
+    for (int op = 0; op < OT_REDOP_COUNT; op++)
+        for (size_t d = 0; d < sizeof DTS / sizeof *DTS; d++)
+            for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++, k++) {
+                ot_dtype dt = DTS[d];
+                size_t n = sizes[s], esz = ot_dtype_size(dt);
+                if (n > 100000 && (op != OT_REDOP_SUM || d % 2)) continue; /* time */
+                char *send = malloc(n * esz), *recv = malloc(n * esz), *want = malloc(n * esz);
+                char *tw = malloc(n * esz);
+                fill(send, k, R, n, (ot_redop)op, dt);
+                for (size_t i = 0; i < n; i++) put(want, i, dt, ref(k, P, i, (ot_redop)op, dt));
+                bool inplace = s % 2;
+                if (inplace) memcpy(recv, send, n * esz);
+                EXPECT_OK(
+                    ot_mpi_allreduce(M, inplace ? recv : send, recv, n, dt, (ot_redop)op, &o));
+                if (memcmp(recv, want, n * esz) && bad++ < 5)
+                    OT_T_FAIL_("shm allreduce %s %s n=%zu differs from the reference",
+                               ot_redop_name(op), ot_dtype_name(dt), n);
+                EXPECT_TRUE(same_on_all_ranks(recv, n * esz));
+                twin t = {false, k, (ot_redop)op, dt, n, OT_ALGO_DIRECT, tw};
+                EXPECT_OK(ot_local_run(P, twin_rank, &t, NULL));
+                if (memcmp(recv, tw, n * esz) && bad++ < 5)
+                    OT_T_FAIL_("shm allreduce %s %s n=%zu differs from in-process direct",
+                               ot_redop_name(op), ot_dtype_name(dt), n);
+                free(send), free(recv), free(want), free(tw);
+            }
+    EXPECT_INT_EQ(bad, 0);
+    /* a float sum whose rounding depends on the order, large enough for streaming stores */
+    size_t n = (5u << 20) / 4 + 3;
+    float *x = malloc(n * 4), *tw = malloc(n * 4), *naive = malloc(n * 4), *mine = malloc(n * 4);
+    for (int r = 0; r < P; r++) {
+        fill_round(mine, r, n);
+        for (size_t i = 0; i < n; i++) naive[i] = r ? naive[i] + mine[i] : mine[i];
+    }
+    fill_round(x, R, n);
+    EXPECT_OK(ot_mpi_allreduce(M, x, x, n, OT_F32, OT_REDOP_SUM, &o));
+    EXPECT_TRUE(same_on_all_ranks(x, n * 4));
+    EXPECT_TRUE(!memcmp(x, naive, n * 4));
+    twin t = {true, 0, OT_REDOP_SUM, OT_F32, n, OT_ALGO_DIRECT, tw};
+    EXPECT_OK(ot_local_run(P, twin_rank, &t, NULL));
+    EXPECT_TRUE(!memcmp(x, tw, n * 4));
+    free(x), free(tw), free(naive), free(mine);
+    /* calibrated: the model has a line for it, and AUTO takes it where it is cheapest */
+    ASSERT_OK(ot_mpi_calibrate(M));
+    if (P == 1) return; /* one process: nothing to measure */
+    ot_cost_params sp;
+    EXPECT_TRUE(ot_mpi_model_shm(M, &sp));
+    EXPECT_TRUE(sp.alpha_us > 0 && sp.gbytes_per_s > 0);
+    EXPECT_TRUE(ot_mpi_cost_us(M, OT_MPI_ALGO_SHM, 1000, OT_F32) >= 0);
+}
+
+/* a rank that never arrives: the shm all-reduce returns TIMEOUT on every rank by its own
+ * deadline, and the instance refuses further shm all-reduces (its window's state is unknown) */
+static void test_shm_deadline(void) {
+    if (P == 1 || !ot_mpi_shared_memory(M)) return;
+    ot_mpi *m;
+    ASSERT_OK(ot_mpi_init(NULL, &m));
+    float x[64] = {0};
+    ot_mpi_coll_options o = ot_mpi_coll_options_default();
+    o.algo = OT_MPI_ALGO_SHM;
+    EXPECT_OK(ot_mpi_allreduce(m, x, x, 64, OT_F32, OT_REDOP_SUM, &o)); /* the window exists */
+    uint64_t t0 = ot_now_ns();
+    if (R == 0) {
+        o.timeout_ns = 100 * 1000 * 1000;
+        EXPECT_STATUS(ot_mpi_allreduce(m, x, x, 64, OT_F32, OT_REDOP_SUM, &o), OT_ERR_TIMEOUT);
+        EXPECT_TRUE(ot_now_ns() - t0 < 2000ull * 1000 * 1000);
+    } else {
+        usleep(400 * 1000); /* rank 0 has given up: the others wait for it in vain */
+        o.timeout_ns = 300 * 1000 * 1000;
+        EXPECT_STATUS(ot_mpi_allreduce(m, x, x, 64, OT_F32, OT_REDOP_SUM, &o), OT_ERR_TIMEOUT);
+    }
+    EXPECT_STR_CONTAINS(ot_last_error(), "deadline");
+    EXPECT_STATUS(ot_mpi_allreduce(m, x, x, 64, OT_F32, OT_REDOP_SUM, &o),
+                  OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STATUS(ot_mpi_calibrate(m), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_OK(ot_mpi_barrier(m, 0));
+    ot_mpi_free(m);
 }
 
 /* hierarchical: K local device threads per process */
@@ -467,6 +572,8 @@ int main(int argc, char **argv) {
         OT_TEST(test_allreduce_rounding_matches_in_process),
         OT_TEST(test_other_collectives),
         OT_TEST(test_mpi_allreduce_algorithms),
+        OT_TEST(test_shm_allreduce),
+        OT_TEST(test_shm_deadline),
         OT_TEST(test_hier_allreduce),
         OT_TEST(test_barrier_deadline),
         OT_TEST(test_heartbeats_and_membership),

@@ -4,4 +4,4 @@ set -euo pipefail
 build=$3
 source "$(dirname "$0")/mpi_env.sh"
 mpi_skip_unless_built "$build"
-timeout 300 mpirun --oversubscribe -np 4 "$build/test_mpi"
+timeout 300 mpirun --oversubscribe -x OT_TEST_EXPECT_SHM=1 -np 4 "$build/test_mpi"

@@ -49,7 +49,7 @@ chmod +x "$tmp/agent.sh"
 
 mpi=(mpirun --oversubscribe --mca plm_rsh_agent "$tmp/agent.sh" --mca btl tcp,self
      --mca btl_tcp_if_include 10.213.7.0/24 --mca oob_tcp_if_include 10.213.7.0/24
-     -x OT_TEST_CHUNK=65536)
+     -x OT_TEST_CHUNK=65536 -x OT_TEST_EXPECT_SHM=0)
 # one rank per host, then two per host
 timeout 400 ip netns exec "$nsa" "${mpi[@]}" -np 2 --host 10.213.7.1:1,10.213.7.2:1 "$build/test_mpi"
 timeout 400 ip netns exec "$nsa" "${mpi[@]}" -np 4 --host 10.213.7.1:2,10.213.7.2:2 \

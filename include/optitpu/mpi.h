@@ -24,11 +24,11 @@
  * error string (MPI_Error_string). Debian's Open MPI ends the whole job when a process dies, so
  * recovery from a lost process is a restart from a checkpoint (`optitpu launch`, docs/mpi.md).
  *
- * Determinism: our algorithms (ring, halving-doubling, tree) combine elements in the same fixed
- * order as the in-process transport, so results are bit-identical on every rank and equal to an
- * in-process run of the same algorithm. MPI's own all-reduce does not promise an order, so the
- * automatic choice uses it only where order cannot matter (integer dtypes, MAX, MIN) unless
- * ot_mpi_coll_options.allow_unordered is set.
+ * Determinism: our algorithms (ring, halving-doubling, tree, shm) combine elements in the same
+ * fixed order as the in-process transport, so results are bit-identical on every rank and equal
+ * to an in-process run of the same algorithm (shm: OT_ALGO_DIRECT's rank order). MPI's own
+ * all-reduce does not promise an order, so the automatic choice uses it only where order cannot
+ * matter (integer dtypes, MAX, MIN) unless ot_mpi_coll_options.allow_unordered is set.
  *
  * Threads: MPI is initialized with MPI_THREAD_SERIALIZED; an ot_mpi and its communicator are
  * used by one thread at a time, except ot_mpi_hier_allreduce, which the K local device threads
@@ -63,6 +63,9 @@ typedef struct ot_mpi_options {
     int64_t timeout_ns;      /* default deadline of collectives and barriers; default 60 s */
     double heartbeat_fail_s; /* rank 0 declares a process failed after this long without a
                                 heartbeat (the coordinator's timeout detector); default 10 */
+    bool shared_memory;      /* allow OT_MPI_ALGO_SHM when every process runs on one node (same
+                                host name, boot id and network, IPC and mount namespaces on
+                                every rank, and MPI_COMM_TYPE_SHARED spans the job); default on */
 } ot_mpi_options;
 
 OT_API ot_mpi_options ot_mpi_options_default(void);
@@ -91,6 +94,9 @@ OT_API ot_comm *ot_mpi_comm(ot_mpi *m);
 /* The communicator of local device `local` among the K devices of this process (shared
  * memory). Borrowed. */
 OT_API ot_comm *ot_mpi_local_comm(ot_mpi *m, int local);
+/* True when OT_MPI_ALGO_SHM is available: every process on one node (see shared_memory). The
+ * same answer on every rank (decided collectively by ot_mpi_init). */
+OT_API bool ot_mpi_shared_memory(const ot_mpi *m);
 
 /* ---- algorithm choice ---------------------------------------------------------------------- */
 
@@ -100,6 +106,10 @@ typedef enum ot_mpi_algo {
     OT_MPI_ALGO_RING,   /* ours over point-to-point */
     OT_MPI_ALGO_HALVING_DOUBLING,
     OT_MPI_ALGO_TREE,
+    OT_MPI_ALGO_SHM, /* every process on one node: an MPI shared-memory window; each rank
+                        reduces its 1/P slice from every rank's copy in rank order (the order of
+                        the in-process OT_ALGO_DIRECT, bit for bit) and everyone copies the
+                        reduced slices out */
     OT_MPI_ALGO_COUNT,
 } ot_mpi_algo;
 
@@ -116,13 +126,17 @@ typedef struct ot_mpi_coll_options {
 OT_API ot_mpi_coll_options ot_mpi_coll_options_default(void);
 
 /* Measures, on every rank together: point-to-point latency and bandwidth between ring
- * neighbours (small and large messages) and MPI_Iallreduce at two sizes; fits an alpha-beta
- * line to each and takes the slowest rank's figures, so every rank holds the same model and
- * makes the same choice. Sets the process communicator's cost parameters. Collective; a few
- * milliseconds. Before it runs, the model uses the defaults (5 us, 5 GB/s for both). */
+ * neighbours (small and large messages), MPI_Iallreduce and (where available) the
+ * shared-memory all-reduce at two sizes; fits an alpha-beta line to each and takes the slowest
+ * rank's figures, so every rank holds the same model and makes the same choice. Sets the
+ * process communicator's cost parameters. Collective; a few milliseconds. Before it runs, the
+ * model uses the defaults (5 us, 5 GB/s) and AUTO never picks SHM. */
 OT_API ot_status ot_mpi_calibrate(ot_mpi *m);
 /* The measured model: our point-to-point links and MPI's all-reduce as alpha (us) + bytes/beta. */
 OT_API void ot_mpi_model(const ot_mpi *m, ot_cost_params *p2p, ot_cost_params *native);
+/* The measured shared-memory all-reduce (alpha + bytes/beta over the vector's bytes); false
+ * when SHM is unavailable or not calibrated yet. */
+OT_API bool ot_mpi_model_shm(const ot_mpi *m, ot_cost_params *shm);
 /* The algorithm AUTO runs for an all-reduce of count elements of dt with op. */
 OT_API ot_mpi_algo ot_mpi_choose(const ot_mpi *m, size_t count, ot_dtype dt, ot_redop op,
                                  const ot_mpi_coll_options *o);

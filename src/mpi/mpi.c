@@ -14,9 +14,15 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #define DEFAULT_TIMEOUT_NS (60LL * 1000 * 1000 * 1000)
 #define TAG_P2P            7
@@ -242,13 +248,28 @@ struct ot_mpi {
     MPI_Request hb_req;
     uint64_t hb_buf;
     pending_set pending; /* timed-out collectives on world */
+    /* the shared-memory all-reduce (every process on one node; see shm_setup) */
+    bool shm_on;       /* decided collectively by ot_mpi_init: the same on every rank */
+    bool shm_broken;   /* a deadline passed inside it: the other ranks' progress is unknown */
+    bool shm_measured; /* calibrated as whole operations (whole[]): AUTO may pick SHM */
+    ot_cost_params whole[OT_MPI_ALGO_COUNT]; /* ring .. shm, each timed as a whole all-reduce */
+    MPI_Comm node;        /* MPI_COMM_TYPE_SHARED: every process, ranks as in world */
+    MPI_Win ctl_win;      /* one arrival counter per rank */
+    struct shm_ctl **ctl; /* ctl[r]: rank r's counter */
+    uint64_t shm_seq;     /* this rank's arrivals so far */
+    uint64_t shm_spin_ns; /* a barrier spins this long before it starts yielding */
+    MPI_Win data_win;     /* per rank: input area, then reduced-slice area */
+    bool data_on, ctl_on;
+    size_t in_cap, out_cap; /* bytes per rank of the two areas */
+    char **seg;             /* seg[r]: rank r's part of data_win */
 };
 
 ot_mpi_options ot_mpi_options_default(void) {
     ot_mpi_options o = {.local_devices = 1,
                         .topology = NULL,
                         .timeout_ns = DEFAULT_TIMEOUT_NS,
-                        .heartbeat_fail_s = 10.0};
+                        .heartbeat_fail_s = 10.0,
+                        .shared_memory = true};
     return o;
 }
 
@@ -280,6 +301,11 @@ void ot_mpi_free(ot_mpi *m) {
     ot_aligned_free(m->nstage);
     ot_topology_free(m->topo);
     ot_coord_free(m->coord);
+    if (m->data_on) MPI_Win_free(&m->data_win);
+    if (m->ctl_on) MPI_Win_free(&m->ctl_win);
+    ot_free(m->seg);
+    ot_free(m->ctl);
+    if (m->node != MPI_COMM_NULL) MPI_Comm_free(&m->node);
     pending_drain(&m->pending, ot_now_ns() + 1000000000ull);
     if (m->hb != MPI_COMM_NULL) MPI_Comm_free(&m->hb);
     if (m->world != MPI_COMM_NULL) MPI_Comm_free(&m->world);
@@ -288,6 +314,103 @@ void ot_mpi_free(ot_mpi *m) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (fin && !finalized) MPI_Finalize();
+}
+
+/* ---- shared memory: which processes share a node; the control window ------------------------ */
+
+/* Rank r's arrival counter, alone on its pair of cache lines. */
+typedef struct shm_ctl {
+    _Atomic uint64_t seq;
+    char pad[128 - sizeof(uint64_t)];
+} shm_ctl;
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* This process's node: host name, boot id, and the network, IPC and mount namespaces. Processes
+ * that agree on all of them share memory; two network namespaces of one machine are two hosts
+ * (as in the two-host test, where the host name is the same on both sides). */
+static uint64_t node_identity(void) {
+    uint64_t h = 1469598103934665603ull;
+    char buf[256];
+    memset(buf, 0, sizeof buf);
+    if (gethostname(buf, sizeof buf - 1) == 0) h = fnv1a(h, buf, strlen(buf));
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        memset(buf, 0, sizeof buf);
+        if (fgets(buf, sizeof buf, f)) h = fnv1a(h, buf, strlen(buf));
+        fclose(f);
+    }
+    static const char *const ns[] = {"/proc/self/ns/net", "/proc/self/ns/ipc", "/proc/self/ns/mnt"};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        struct stat sb;
+        if (stat(ns[i], &sb) == 0) {
+            uint64_t v[2] = {(uint64_t)sb.st_dev, (uint64_t)sb.st_ino};
+            h = fnv1a(h, v, sizeof v);
+        } else {
+            h = fnv1a(h, ns[i], strlen(ns[i])); /* no /proc: the host name and boot id decide */
+        }
+    }
+    return h;
+}
+
+/* Decides, the same way on every rank, whether the shared-memory all-reduce is available, and
+ * if so creates the node communicator and the control window. Collective over world.
+ *
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) is called only when every rank has the same node
+ * identity: Open MPI 4.1 takes locality from its launcher, and where a second "host" is a
+ * network namespace of the same machine reached through a launch agent, the ranks disagree
+ * about who is local — the split then leaves the job's later communicator creation crashing or
+ * hanging (measured with two namespaces joined by a veth pair, 2 ranks in each). The identities
+ * are all-gathered first, so every rank takes the same branch. */
+static ot_status shm_setup(ot_mpi *m, bool want) {
+    uint64_t mine[2] = {node_identity(), want ? 1u : 0u};
+    uint64_t *all = ot_calloc(2 * (size_t)m->size, sizeof *all);
+    if (!all) return ot_error(OT_ERR_OUT_OF_MEMORY, "mpi init: out of memory");
+    int rc = MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, m->world);
+    bool one = rc == MPI_SUCCESS;
+    for (int r = 0; one && r < m->size; r++) one = all[2 * r] == all[0] && all[2 * r + 1];
+    ot_free(all);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allgather node identity");
+    if (!one) return OT_OK; /* several nodes, or turned off on some rank */
+    MPI_TRY(MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &m->node),
+            "MPI_Comm_split_type");
+    MPI_Comm_set_errhandler(m->node, MPI_ERRORS_RETURN);
+    int nsz = 0, nr = -1, ok, all_ok = 0;
+    MPI_Comm_size(m->node, &nsz);
+    MPI_Comm_rank(m->node, &nr);
+    ok = nsz == m->size && nr == m->rank; /* MPI agrees: one node, ranks as in world */
+    MPI_TRY(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, m->world), "MPI_Allreduce");
+    if (!all_ok) {
+        MPI_Comm_free(&m->node);
+        return OT_OK;
+    }
+    shm_ctl *c = NULL;
+    MPI_TRY(MPI_Win_allocate_shared((MPI_Aint)sizeof(shm_ctl), 1, MPI_INFO_NULL, m->node, &c,
+                                    &m->ctl_win),
+            "MPI_Win_allocate_shared");
+    m->ctl_on = true;
+    MPI_Win_set_errhandler(m->ctl_win, MPI_ERRORS_RETURN);
+    m->ctl = ot_calloc((size_t)m->size, sizeof *m->ctl);
+    m->seg = ot_calloc((size_t)m->size, sizeof *m->seg);
+    if (!m->ctl || !m->seg) return ot_error(OT_ERR_OUT_OF_MEMORY, "mpi init: out of memory");
+    for (int q = 0; q < m->size; q++) {
+        MPI_Aint sz;
+        int du;
+        MPI_TRY(MPI_Win_shared_query(m->ctl_win, q, &sz, &du, &m->ctl[q]), "MPI_Win_shared_query");
+    }
+    atomic_store_explicit(&c->seq, 0, memory_order_relaxed);
+    /* nobody reads a counter before its owner has set it */
+    OT_CHECK(mpi_barrier_dl(&m->pending, m->world, ot_now_ns() + (uint64_t)m->timeout_ns));
+    /* a process per core or fewer: waiting ranks spin up to 1 ms before yielding; more
+     * processes than cores: they yield at once (the rank being waited for needs the core) */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    m->shm_spin_ns = ncpu > 0 && m->size <= ncpu ? 1000000 : 0;
+    m->shm_on = true;
+    return OT_OK;
 }
 
 ot_status ot_mpi_init(const ot_mpi_options *o, ot_mpi **out) {
@@ -319,7 +442,7 @@ ot_status ot_mpi_init(const ot_mpi_options *o, ot_mpi **out) {
         if (we_init) MPI_Finalize();
         return st;
     }
-    m->world = m->hb = MPI_COMM_NULL;
+    m->world = m->hb = m->node = MPI_COMM_NULL;
     m->hb_req = MPI_REQUEST_NULL;
     m->we_init = we_init;
     m->K = d.local_devices;
@@ -377,6 +500,8 @@ ot_status ot_mpi_init(const ot_mpi_options *o, ot_mpi **out) {
         ot_comm_set_timeout(m->lcomm[i], m->timeout_ns);
     }
 
+    OT_CHECK_GOTO(shm_setup(m, d.shared_memory), st, fail);
+
     /* rank 0 coordinates: every global device registered, failure by timeout */
     if (m->rank == 0) {
         ot_coord_options co = ot_coord_options_default();
@@ -427,6 +552,9 @@ ot_comm *ot_mpi_comm(ot_mpi *m) {
 ot_comm *ot_mpi_local_comm(ot_mpi *m, int local) {
     return local >= 0 && local < m->K ? m->lcomm[local] : NULL;
 }
+bool ot_mpi_shared_memory(const ot_mpi *m) {
+    return m && m->shm_on;
+}
 void ot_mpi_abort_job(ot_mpi *m, int code) {
     MPI_Abort(m ? m->world : MPI_COMM_WORLD, code);
     abort(); /* MPI_Abort does not return; if it ever did, do not go on */
@@ -438,7 +566,8 @@ ot_coord *ot_mpi_coord(ot_mpi *m) {
 
 /* ---- algorithms and the model --------------------------------------------------------------- */
 
-static const char *const algo_names[] = {"auto", "native", "ring", "halving_doubling", "tree"};
+static const char *const algo_names[] = {"auto", "native", "ring", "halving_doubling",
+                                         "tree", "shm"};
 _Static_assert(sizeof algo_names / sizeof *algo_names == OT_MPI_ALGO_COUNT, "algo names");
 
 const char *ot_mpi_algo_name(ot_mpi_algo a) {
@@ -494,6 +623,14 @@ double ot_mpi_cost_us(const ot_mpi *m, ot_mpi_algo a, size_t count, ot_dtype dt)
         /* the fitted line of a whole MPI_Iallreduce */
         return m->native.alpha_us + (double)bytes / (m->native.gbytes_per_s * 1e3);
     }
+    if (a == OT_MPI_ALGO_SHM && !m->shm_on) return -1;
+    if (m->shm_measured && a >= OT_MPI_ALGO_RING && a <= OT_MPI_ALGO_SHM) {
+        if (m->size == 1) return 0;
+        /* one node: the fitted line of the whole all-reduce */
+        return m->whole[a].alpha_us + (double)bytes / (m->whole[a].gbytes_per_s * 1e3);
+    }
+    if (a == OT_MPI_ALGO_SHM) /* not calibrated yet (AUTO skips it): the default line */
+        return m->size == 1 ? 0 : m->p2p.alpha_us + (double)bytes / (m->p2p.gbytes_per_s * 1e3);
     if (a <= OT_MPI_ALGO_AUTO || a >= OT_MPI_ALGO_COUNT) return -1;
     return ot_coll_cost_us(m->comm, OT_COLL_ALLREDUCE, coll_algo(a), bytes);
 }
@@ -507,6 +644,7 @@ ot_mpi_algo ot_mpi_choose(const ot_mpi *m, size_t count, ot_dtype dt, ot_redop o
     double bc = -1;
     for (int a = OT_MPI_ALGO_NATIVE; a < OT_MPI_ALGO_COUNT; a++) {
         if (a == OT_MPI_ALGO_NATIVE && !unordered_ok) continue;
+        if (a == OT_MPI_ALGO_SHM && !m->shm_measured) continue; /* no figures yet */
         double t = ot_mpi_cost_us(m, (ot_mpi_algo)a, count, dt);
         if (t >= 0 && (bc < 0 || t < bc)) bc = t, best = (ot_mpi_algo)a;
     }
@@ -516,6 +654,12 @@ ot_mpi_algo ot_mpi_choose(const ot_mpi *m, size_t count, ot_dtype dt, ot_redop o
 void ot_mpi_model(const ot_mpi *m, ot_cost_params *p2p, ot_cost_params *native) {
     if (p2p) *p2p = m->p2p;
     if (native) *native = m->native;
+}
+
+bool ot_mpi_model_shm(const ot_mpi *m, ot_cost_params *shm) {
+    if (!m || !m->shm_measured) return false;
+    if (shm) *shm = m->whole[OT_MPI_ALGO_SHM];
+    return true;
 }
 
 /* Fits alpha + bytes * beta through two (bytes, us) points; keeps both positive. */
@@ -536,15 +680,19 @@ static int cmp_double(const void *a, const void *b) {
 ot_status ot_mpi_calibrate(ot_mpi *m) {
     if (!m) return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi calibrate: NULL");
     if (m->size == 1) return OT_OK;
-    enum { SMALL = 8, LARGE = 1 << 20, NREP = 5 };
+    if (m->shm_broken)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "mpi calibrate: an earlier shm all-reduce passed its deadline");
+    /* WLARGE: the larger size of the whole-operation timings (one node only) */
+    enum { SMALL = 8, LARGE = 1 << 20, WLARGE = 4 << 20, NREP = 5 };
     ot_status st = OT_OK;
-    void *a = ot_aligned_alloc(64, LARGE), *b = ot_aligned_alloc(64, LARGE);
+    void *a = ot_aligned_alloc(64, WLARGE), *b = ot_aligned_alloc(64, WLARGE);
     if (!a || !b) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "mpi calibrate: out of memory");
         goto done;
     }
-    memset(a, 1, LARGE);
-    memset(b, 0, LARGE);
+    memset(a, 1, WLARGE);
+    memset(b, 0, WLARGE);
     int right = (m->rank + 1) % m->size, left = (m->rank - 1 + m->size) % m->size;
     const size_t sizes[2] = {SMALL, LARGE};
     double p2p[2], nat[2];
@@ -592,6 +740,40 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
     m->p2p = fit(SMALL, w[0], LARGE, w[1]);
     m->native = fit(SMALL, w[2], LARGE, w[3]);
     ot_comm_set_cost_params(m->comm, m->p2p);
+    if (m->shm_on) { /* the same on every rank */
+        /* One node: the point-to-point line leaves out the staging copies and the combine,
+         * which cost as much as the transfers there, so each of our algorithms is timed as a
+         * whole all-reduce at two sizes, interleaved rep by rep. Each rank keeps its fastest
+         * rep (a shared machine only ever adds time), then the slowest rank's figure counts. */
+        const size_t ws[2] = {SMALL, WLARGE};
+        double best[OT_MPI_ALGO_COUNT][2], wv[2 * OT_MPI_ALGO_COUNT], ww[2 * OT_MPI_ALGO_COUNT];
+        for (int s = 0; s < 2; s++) {
+            for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++) best[al][s] = -1;
+            for (int r = -1; r < NREP; r++)
+                for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++) {
+                    ot_mpi_coll_options o = ot_mpi_coll_options_default();
+                    o.algo = (ot_mpi_algo)al;
+                    OT_CHECK_GOTO(mpi_barrier_dl(&m->pending, m->world, dl), st, done);
+                    uint64_t t0 = ot_now_ns();
+                    OT_CHECK_GOTO(ot_mpi_allreduce(m, a, b, ws[s] / 4 ? ws[s] / 4 : 1, OT_F32,
+                                                   OT_REDOP_SUM, &o),
+                                  st, done);
+                    double t = (double)(ot_now_ns() - t0) / 1e3;
+                    if (r >= 0 && (best[al][s] < 0 || t < best[al][s])) best[al][s] = t;
+                }
+        }
+        int nv = 0;
+        for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++)
+            wv[nv++] = best[al][0], wv[nv++] = best[al][1];
+        rc = MPI_Allreduce(wv, ww, nv, MPI_DOUBLE, MPI_MAX, m->world);
+        if (rc != MPI_SUCCESS) {
+            st = mpi_fail(rc, "calibrate MPI_Allreduce");
+            goto done;
+        }
+        for (int al = OT_MPI_ALGO_RING, i = 0; al <= OT_MPI_ALGO_SHM; al++, i += 2)
+            m->whole[al] = fit(SMALL, ww[i], WLARGE, ww[i + 1]);
+        m->shm_measured = true;
+    }
 done:
     ot_aligned_free(a);
     ot_aligned_free(b);
@@ -633,6 +815,186 @@ static void divide(void *buf, size_t count, ot_dtype dt, int n) {
     }
 }
 
+/* ---- the shared-memory all-reduce (OT_MPI_ALGO_SHM) ----------------------------------------- */
+
+#define SHM_TILE 4096 /* elements: 32 KiB of f64 accumulator */
+#define SHM_STREAM_MIN                                                                             \
+    (4u << 20) /* vectors from this size on are written with streaming stores                      \
+                */
+
+static inline void cpu_relax(void) {
+#if defined(__SSE2__)
+    _mm_pause();
+#endif
+}
+
+/* Every rank arrives (its counter reaches this rank's count) before any leaves; what a rank
+ * stored before it (streaming stores included: the fence) is visible to every rank after it.
+ * Spins briefly, then yields the processor (the machine may be oversubscribed). */
+static ot_status shm_barrier(ot_mpi *m, uint64_t dl) {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+    uint64_t s = ++m->shm_seq;
+    atomic_store_explicit(&m->ctl[m->rank]->seq, s, memory_order_release);
+    uint64_t t0 = 0;
+    for (int q = 0; q < m->size; q++) {
+        if (q == m->rank) continue;
+        for (unsigned spin = 0; atomic_load_explicit(&m->ctl[q]->seq, memory_order_acquire) < s;
+             spin++) {
+            if (spin < 64) {
+                cpu_relax();
+                continue;
+            }
+            uint64_t now = ot_now_ns();
+            if (!t0) t0 = now;
+            if (now - t0 < m->shm_spin_ns) {
+                for (int i = 0; i < 16; i++) cpu_relax();
+                continue;
+            }
+            if (now > dl) {
+                m->shm_broken = true;
+                return ot_error(OT_ERR_TIMEOUT,
+                                "mpi shm all-reduce: deadline passed waiting for rank %d", q);
+            }
+            sched_yield();
+        }
+    }
+    return OT_OK;
+}
+
+/* Collective (every rank runs the same all-reduce, so every rank asks for the same sizes at the
+ * same call): grows the data window geometrically; its pages are faulted in here, by the owner
+ * (writing) and by every other rank (reading), never inside an all-reduce. */
+static ot_status shm_reserve(ot_mpi *m, size_t in_bytes, size_t out_bytes, uint64_t dl) {
+    if (m->data_on && m->in_cap >= in_bytes && m->out_cap >= out_bytes) return OT_OK;
+    size_t ic = m->in_cap > (64u << 10) ? m->in_cap : 64u << 10;
+    while (ic < in_bytes) ic *= 2;
+    size_t oc = ((ic / (size_t)m->size + 64) + 4095) & ~(size_t)4095;
+    while (oc < out_bytes) oc *= 2;
+    if (m->data_on) {
+        OT_CHECK(shm_barrier(m, dl)); /* nobody still copies out of the old window */
+        MPI_Win_free(&m->data_win);
+        m->data_on = false;
+        m->in_cap = m->out_cap = 0;
+    }
+    char *base = NULL;
+    MPI_TRY(MPI_Win_allocate_shared((MPI_Aint)(ic + oc), 1, MPI_INFO_NULL, m->node, &base,
+                                    &m->data_win),
+            "MPI_Win_allocate_shared");
+    m->data_on = true;
+    MPI_Win_set_errhandler(m->data_win, MPI_ERRORS_RETURN);
+    for (int q = 0; q < m->size; q++) {
+        MPI_Aint sz;
+        int du;
+        MPI_TRY(MPI_Win_shared_query(m->data_win, q, &sz, &du, &m->seg[q]), "MPI_Win_shared_query");
+    }
+    memset(base, 0, ic + oc);
+    OT_CHECK(shm_barrier(m, dl));
+    unsigned sink = 0;
+    for (int q = 0; q < m->size; q++)
+        for (size_t off = 0; off < ic + oc; off += 4096) sink += ((volatile char *)m->seg[q])[off];
+    (void)sink;
+    m->in_cap = ic;
+    m->out_cap = oc;
+    return OT_OK;
+}
+
+static void shm_copy(void *dst, const void *src, size_t bytes, bool nt) {
+#if defined(__SSE2__)
+    if (nt) {
+        char *d = dst;
+        const char *s = src;
+        while (bytes && ((uintptr_t)d & 15)) *d++ = *s++, bytes--;
+        for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)s);
+            __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+            __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), e);
+        }
+        memcpy(d, s, bytes);
+        return;
+    }
+#endif
+    (void)nt;
+    memcpy(dst, src, bytes);
+}
+
+static void shm_slice(size_t count, int P, int r, size_t *off, size_t *len) {
+    size_t q = count / (size_t)P, rem = count % (size_t)P;
+    *off = (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem);
+    *len = q + ((size_t)r < rem ? 1 : 0);
+}
+
+/* Each rank's part of the window: an input area (the vector in dt) and an output area (its
+ * reduced slice in dt). One call:
+ *   1. copy my vector into my input area, except my own slice (only I read that: from sendbuf);
+ *   2. barrier;
+ *   3. reduce my slice tile by tile in rank order (rank q's values from its input area, mine
+ *      from sendbuf) in the accumulation dtype, exactly as the in-process OT_ALGO_DIRECT does;
+ *      write it to my output area and to recvbuf;
+ *   4. barrier;
+ *   5. copy every other rank's slice from its output area into recvbuf.
+ * No barrier at the end: the next call writes input areas before its first barrier (nobody
+ * reads them after step 4 here) and output areas only after it (by then every rank has finished
+ * step 5). Memory traffic per rank: about 2 reads and 2 writes of the vector. */
+static ot_status shm_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t count,
+                               ot_dtype dt, ot_redop op, uint64_t dl) {
+    int P = m->size, me = m->rank;
+    size_t esz = ot_dtype_size(dt), bytes = count * esz, lo, len;
+    shm_slice(count, P, me, &lo, &len);
+    OT_CHECK(shm_reserve(m, bytes, (count / (size_t)P + 1) * esz, dl));
+    const char *send = sendbuf;
+    char *recv = recvbuf, *in = m->seg[me], *out = m->seg[me] + m->in_cap;
+    bool nt = bytes >= SHM_STREAM_MIN;
+    /* 1 */
+    shm_copy(in, send, lo * esz, nt);
+    shm_copy(in + (lo + len) * esz, send + (lo + len) * esz, (count - lo - len) * esz, nt);
+    OT_CHECK(shm_barrier(m, dl));
+    /* 3 */
+    ot_dtype adt = acc_dtype(dt);
+    ot_redop cop = op == OT_REDOP_MEAN ? OT_REDOP_SUM : op;
+    _Alignas(64) unsigned char acc[SHM_TILE * 8];
+    _Alignas(64) float tmp[SHM_TILE];
+    for (size_t i = lo; i < lo + len; i += SHM_TILE) {
+        size_t k = lo + len - i < SHM_TILE ? lo + len - i : SHM_TILE;
+        for (int q = 0; q < P; q++) {
+            const char *s = (q == me ? send : m->seg[q]) + i * esz;
+            if (adt != dt) { /* f16/bf16: combined in f32 */
+                widen(q ? tmp : (float *)acc, s, k, dt);
+                if (q) ot_pod_combine(acc, tmp, k, adt, cop);
+            } else if (q == 0) {
+                memcpy(acc, s, k * esz);
+            } else {
+                ot_pod_combine(acc, s, k, adt, cop);
+            }
+        }
+        if (op == OT_REDOP_MEAN) divide(acc, k, adt, P);
+        const void *res = acc;
+        if (adt != dt) {
+            narrow(tmp, (const float *)acc, k, dt); /* k 16-bit values fit in tmp */
+            res = tmp;
+        }
+        shm_copy(out + (i - lo) * esz, res, k * esz, nt);
+        shm_copy(recv + i * esz, res, k * esz, nt);
+    }
+    OT_CHECK(shm_barrier(m, dl));
+    /* 5 (the fence: streaming stores done before this call returns) */
+    for (int q = 0; q < P; q++) {
+        size_t o, l;
+        shm_slice(count, P, q, &o, &l);
+        if (q != me) shm_copy(recv + o * esz, m->seg[q] + m->in_cap, l * esz, nt);
+    }
+#if defined(__SSE2__)
+    if (nt) _mm_sfence();
+#endif
+    return OT_OK;
+}
+
 static ot_status native_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t count,
                                   ot_dtype dt, ot_redop op, uint64_t dl) {
     ot_dtype adt = acc_dtype(dt);
@@ -672,6 +1034,20 @@ ot_status ot_mpi_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t
                         (int)o->algo);
     ot_mpi_algo a = ot_mpi_choose(m, count, dt, op, o);
     int64_t to = o && o->timeout_ns > 0 ? o->timeout_ns : m->timeout_ns;
+    if (a == OT_MPI_ALGO_SHM) {
+        if (!m->shm_on)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "mpi allreduce: shm needs every process on one node (same host, boot "
+                            "and namespaces) and shared_memory on");
+        if (count == 0) return OT_OK;
+        if (m->shm_broken)
+            return ot_error(OT_ERR_FAILED_PRECONDITION,
+                            "mpi allreduce: an earlier shm all-reduce passed its deadline; the "
+                            "shared window's state is unknown");
+        if (ot_comm_aborted(m->comm))
+            return ot_error(OT_ERR_FAILED_PRECONDITION, "mpi allreduce: communicator aborted");
+        return shm_allreduce(m, sendbuf, recvbuf, count, dt, op, ot_now_ns() + (uint64_t)to);
+    }
     if (a == OT_MPI_ALGO_NATIVE) {
         if (count == 0) return OT_OK;
         if (ot_comm_aborted(m->comm))

@@ -16,8 +16,11 @@ bool ot_mpi_available(void) {
     return false;
 }
 ot_mpi_options ot_mpi_options_default(void) {
-    ot_mpi_options o = {
-        .local_devices = 1, .topology = NULL, .timeout_ns = 0, .heartbeat_fail_s = 10.0};
+    ot_mpi_options o = {.local_devices = 1,
+                        .topology = NULL,
+                        .timeout_ns = 0,
+                        .heartbeat_fail_s = 10.0,
+                        .shared_memory = true};
     return o;
 }
 ot_status ot_mpi_init(const ot_mpi_options *o, ot_mpi **out) {
@@ -60,8 +63,12 @@ ot_comm *ot_mpi_local_comm(ot_mpi *m, int local) {
     (void)m, (void)local;
     return NULL;
 }
+bool ot_mpi_shared_memory(const ot_mpi *m) {
+    (void)m;
+    return false;
+}
 const char *ot_mpi_algo_name(ot_mpi_algo a) {
-    static const char *const n[] = {"auto", "native", "ring", "halving_doubling", "tree"};
+    static const char *const n[] = {"auto", "native", "ring", "halving_doubling", "tree", "shm"};
     return a >= 0 && a < OT_MPI_ALGO_COUNT ? n[a] : "?";
 }
 int ot_mpi_algo_from_name(const char *s) {
@@ -75,6 +82,10 @@ ot_mpi_coll_options ot_mpi_coll_options_default(void) {
 ot_status ot_mpi_calibrate(ot_mpi *m) {
     (void)m;
     return ABSENT();
+}
+bool ot_mpi_model_shm(const ot_mpi *m, ot_cost_params *shm) {
+    (void)m, (void)shm;
+    return false;
 }
 void ot_mpi_model(const ot_mpi *m, ot_cost_params *p2p, ot_cost_params *native) {
     (void)m, (void)p2p, (void)native;
