@@ -298,8 +298,8 @@ static void test_mpi_allreduce_algorithms(void) {
 /* the shared-memory all-reduce: where every process is on one node (and only there: the
  * two-host test says OT_TEST_EXPECT_SHM=0, the one-node scripts 1), every op and dtype equals
  * the reference and, bit for bit, the in-process OT_ALGO_DIRECT (same rank order, including an
- * order-sensitive float sum); sizes grow and shrink across calls (the window regrows, slice
- * bounds move); in place or not */
+ * order-sensitive float sum); sizes from 1 element to several 8 MiB chunks of the window, slice
+ * bounds moving between calls; in place or not */
 static void test_shm_allreduce(void) {
     const char *want_shm = getenv("OT_TEST_EXPECT_SHM");
     if (want_shm) EXPECT_INT_EQ(ot_mpi_shared_memory(M), atoi(want_shm) != 0);
@@ -312,7 +312,7 @@ static void test_shm_allreduce(void) {
         EXPECT_TRUE(ot_mpi_cost_us(M, OT_MPI_ALGO_SHM, 1000, OT_F32) < 0);
         return;
     }
-    static const size_t sizes[] = {1001, 7, 1, 70001, 3, 1000003, 2, 555};
+    static const size_t sizes[] = {1001, 7, 1, 70001, 3, 2500001, 2, 555};
     int bad = 0, k = 5000;
     for (int op = 0; op < OT_REDOP_COUNT; op++)
         for (size_t d = 0; d < sizeof DTS / sizeof *DTS; d++)
@@ -340,8 +340,8 @@ static void test_shm_allreduce(void) {
                 free(send), free(recv), free(want), free(tw);
             }
     EXPECT_INT_EQ(bad, 0);
-    /* a float sum whose rounding depends on the order, large enough for streaming stores */
-    size_t n = (5u << 20) / 4 + 3;
+    /* a float sum whose rounding depends on the order: three chunks, streaming stores */
+    size_t n = (17u << 20) / 4 + 3;
     float *x = malloc(n * 4), *tw = malloc(n * 4), *naive = malloc(n * 4), *mine = malloc(n * 4);
     for (int r = 0; r < P; r++) {
         fill_round(mine, r, n);

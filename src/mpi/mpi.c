@@ -258,7 +258,7 @@ struct ot_mpi {
     struct shm_ctl **ctl; /* ctl[r]: rank r's counter */
     uint64_t shm_seq;     /* this rank's arrivals so far */
     uint64_t shm_spin_ns; /* a barrier spins this long before it starts yielding */
-    MPI_Win data_win;     /* per rank: input area, then reduced-slice area */
+    MPI_Win data_win;     /* per rank: input area (one chunk), then reduced-slice area */
     bool data_on, ctl_on;
     size_t in_cap, out_cap; /* bytes per rank of the two areas */
     char **seg;             /* seg[r]: rank r's part of data_win */
@@ -317,6 +317,12 @@ void ot_mpi_free(ot_mpi *m) {
 }
 
 /* ---- shared memory: which processes share a node; the control window ------------------------ */
+
+/* The shared-memory all-reduce runs through the window in chunks of this many bytes: every
+ * chunk costs two barriers, and the areas of a few ranks still fit in a last-level cache
+ * (2, 8 and 32 MiB measured within noise of each other at 64 MiB on the 2-core test machine;
+ * fewer barriers hold up better when the machine is oversubscribed). */
+#define SHM_CHUNK (8u << 20)
 
 /* Rank r's arrival counter, alone on its pair of cache lines. */
 typedef struct shm_ctl {
@@ -403,8 +409,29 @@ static ot_status shm_setup(ot_mpi *m, bool want) {
         MPI_TRY(MPI_Win_shared_query(m->ctl_win, q, &sz, &du, &m->ctl[q]), "MPI_Win_shared_query");
     }
     atomic_store_explicit(&c->seq, 0, memory_order_relaxed);
-    /* nobody reads a counter before its owner has set it */
+    /* the data window, allocated and faulted in once, here: per rank an input area of one chunk
+     * and an output area of a 1/P slice of it */
+    m->in_cap = SHM_CHUNK;
+    m->out_cap = ((m->in_cap / (size_t)m->size + 64) + 4095) & ~(size_t)4095;
+    char *base = NULL;
+    MPI_TRY(MPI_Win_allocate_shared((MPI_Aint)(m->in_cap + m->out_cap), 1, MPI_INFO_NULL, m->node,
+                                    &base, &m->data_win),
+            "MPI_Win_allocate_shared");
+    m->data_on = true;
+    MPI_Win_set_errhandler(m->data_win, MPI_ERRORS_RETURN);
+    for (int q = 0; q < m->size; q++) {
+        MPI_Aint sz;
+        int du;
+        MPI_TRY(MPI_Win_shared_query(m->data_win, q, &sz, &du, &m->seg[q]), "MPI_Win_shared_query");
+    }
+    memset(base, 0, m->in_cap + m->out_cap);
+    /* nobody reads a counter or a page before its owner has set it */
     OT_CHECK(mpi_barrier_dl(&m->pending, m->world, ot_now_ns() + (uint64_t)m->timeout_ns));
+    unsigned sink = 0; /* every other rank's pages mapped into this process too */
+    for (int q = 0; q < m->size; q++)
+        for (size_t off = 0; off < m->in_cap + m->out_cap; off += 4096)
+            sink += (unsigned)((volatile char *)m->seg[q])[off];
+    (void)sink;
     /* a process per core or fewer: waiting ranks spin up to 1 ms before yielding; more
      * processes than cores: they yield at once (the rank being waited for needs the core) */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -863,43 +890,6 @@ static ot_status shm_barrier(ot_mpi *m, uint64_t dl) {
     return OT_OK;
 }
 
-/* Collective (every rank runs the same all-reduce, so every rank asks for the same sizes at the
- * same call): grows the data window geometrically; its pages are faulted in here, by the owner
- * (writing) and by every other rank (reading), never inside an all-reduce. */
-static ot_status shm_reserve(ot_mpi *m, size_t in_bytes, size_t out_bytes, uint64_t dl) {
-    if (m->data_on && m->in_cap >= in_bytes && m->out_cap >= out_bytes) return OT_OK;
-    size_t ic = m->in_cap > (64u << 10) ? m->in_cap : 64u << 10;
-    while (ic < in_bytes) ic *= 2;
-    size_t oc = ((ic / (size_t)m->size + 64) + 4095) & ~(size_t)4095;
-    while (oc < out_bytes) oc *= 2;
-    if (m->data_on) {
-        OT_CHECK(shm_barrier(m, dl)); /* nobody still copies out of the old window */
-        MPI_Win_free(&m->data_win);
-        m->data_on = false;
-        m->in_cap = m->out_cap = 0;
-    }
-    char *base = NULL;
-    MPI_TRY(MPI_Win_allocate_shared((MPI_Aint)(ic + oc), 1, MPI_INFO_NULL, m->node, &base,
-                                    &m->data_win),
-            "MPI_Win_allocate_shared");
-    m->data_on = true;
-    MPI_Win_set_errhandler(m->data_win, MPI_ERRORS_RETURN);
-    for (int q = 0; q < m->size; q++) {
-        MPI_Aint sz;
-        int du;
-        MPI_TRY(MPI_Win_shared_query(m->data_win, q, &sz, &du, &m->seg[q]), "MPI_Win_shared_query");
-    }
-    memset(base, 0, ic + oc);
-    OT_CHECK(shm_barrier(m, dl));
-    unsigned sink = 0;
-    for (int q = 0; q < m->size; q++)
-        for (size_t off = 0; off < ic + oc; off += 4096) sink += ((volatile char *)m->seg[q])[off];
-    (void)sink;
-    m->in_cap = ic;
-    m->out_cap = oc;
-    return OT_OK;
-}
-
 static void shm_copy(void *dst, const void *src, size_t bytes, bool nt) {
 #if defined(__SSE2__)
     if (nt) {
@@ -930,67 +920,72 @@ static void shm_slice(size_t count, int P, int r, size_t *off, size_t *len) {
     *len = q + ((size_t)r < rem ? 1 : 0);
 }
 
-/* Each rank's part of the window: an input area (the vector in dt) and an output area (its
- * reduced slice in dt). One call:
- *   1. copy my vector into my input area, except my own slice (only I read that: from sendbuf);
+/* Each rank's part of the window: an input area (one chunk of the vector, dt) and an output area
+ * (its reduced slice of the chunk). The vector goes through in chunks small enough that the
+ * window stays in the last-level cache; per chunk:
+ *   1. copy my chunk into my input area, except my own slice (only I read that: from sendbuf);
  *   2. barrier;
  *   3. reduce my slice tile by tile in rank order (rank q's values from its input area, mine
  *      from sendbuf) in the accumulation dtype, exactly as the in-process OT_ALGO_DIRECT does;
  *      write it to my output area and to recvbuf;
  *   4. barrier;
  *   5. copy every other rank's slice from its output area into recvbuf.
- * No barrier at the end: the next call writes input areas before its first barrier (nobody
- * reads them after step 4 here) and output areas only after it (by then every rank has finished
- * step 5). Memory traffic per rank: about 2 reads and 2 writes of the vector. */
+ * Input areas are written only between 4 and the next 2 (nobody reads them then), output areas
+ * only between 2 and 4 (nobody copies out of them then), so the next chunk and the next call
+ * need no further barrier. Memory traffic beyond the cache: the vector read once from sendbuf
+ * and written once to recvbuf (streaming stores for large vectors). */
 static ot_status shm_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t count,
                                ot_dtype dt, ot_redop op, uint64_t dl) {
     int P = m->size, me = m->rank;
-    size_t esz = ot_dtype_size(dt), bytes = count * esz, lo, len;
-    shm_slice(count, P, me, &lo, &len);
-    OT_CHECK(shm_reserve(m, bytes, (count / (size_t)P + 1) * esz, dl));
-    const char *send = sendbuf;
-    char *recv = recvbuf, *in = m->seg[me], *out = m->seg[me] + m->in_cap;
-    bool nt = bytes >= SHM_STREAM_MIN;
-    /* 1 */
-    shm_copy(in, send, lo * esz, nt);
-    shm_copy(in + (lo + len) * esz, send + (lo + len) * esz, (count - lo - len) * esz, nt);
-    OT_CHECK(shm_barrier(m, dl));
-    /* 3 */
+    size_t esz = ot_dtype_size(dt), per = m->in_cap / esz;
+    char *in = m->seg[me], *out = m->seg[me] + m->in_cap;
+    bool nt = count * esz >= SHM_STREAM_MIN;
     ot_dtype adt = acc_dtype(dt);
     ot_redop cop = op == OT_REDOP_MEAN ? OT_REDOP_SUM : op;
     _Alignas(64) unsigned char acc[SHM_TILE * 8];
     _Alignas(64) float tmp[SHM_TILE];
-    for (size_t i = lo; i < lo + len; i += SHM_TILE) {
-        size_t k = lo + len - i < SHM_TILE ? lo + len - i : SHM_TILE;
-        for (int q = 0; q < P; q++) {
-            const char *s = (q == me ? send : m->seg[q]) + i * esz;
-            if (adt != dt) { /* f16/bf16: combined in f32 */
-                widen(q ? tmp : (float *)acc, s, k, dt);
-                if (q) ot_pod_combine(acc, tmp, k, adt, cop);
-            } else if (q == 0) {
-                memcpy(acc, s, k * esz);
-            } else {
-                ot_pod_combine(acc, s, k, adt, cop);
+    for (size_t c0 = 0; c0 < count; c0 += per) {
+        size_t cn = count - c0 < per ? count - c0 : per, lo, len;
+        shm_slice(cn, P, me, &lo, &len);
+        const char *send = (const char *)sendbuf + c0 * esz;
+        char *recv = (char *)recvbuf + c0 * esz;
+        /* 1 */
+        memcpy(in, send, lo * esz);
+        memcpy(in + (lo + len) * esz, send + (lo + len) * esz, (cn - lo - len) * esz);
+        OT_CHECK(shm_barrier(m, dl));
+        /* 3 */
+        for (size_t i = lo; i < lo + len; i += SHM_TILE) {
+            size_t k = lo + len - i < SHM_TILE ? lo + len - i : SHM_TILE;
+            for (int q = 0; q < P; q++) {
+                const char *src = (q == me ? send : m->seg[q]) + i * esz;
+                if (adt != dt) { /* f16/bf16: combined in f32 */
+                    widen(q ? tmp : (float *)acc, src, k, dt);
+                    if (q) ot_pod_combine(acc, tmp, k, adt, cop);
+                } else if (q == 0) {
+                    memcpy(acc, src, k * esz);
+                } else {
+                    ot_pod_combine(acc, src, k, adt, cop);
+                }
             }
+            if (op == OT_REDOP_MEAN) divide(acc, k, adt, P);
+            const void *res = acc;
+            if (adt != dt) {
+                narrow(tmp, (const float *)acc, k, dt); /* k 16-bit values fit in tmp */
+                res = tmp;
+            }
+            memcpy(out + (i - lo) * esz, res, k * esz);
+            shm_copy(recv + i * esz, res, k * esz, nt);
         }
-        if (op == OT_REDOP_MEAN) divide(acc, k, adt, P);
-        const void *res = acc;
-        if (adt != dt) {
-            narrow(tmp, (const float *)acc, k, dt); /* k 16-bit values fit in tmp */
-            res = tmp;
+        OT_CHECK(shm_barrier(m, dl));
+        /* 5 */
+        for (int q = 0; q < P; q++) {
+            size_t o, l;
+            shm_slice(cn, P, q, &o, &l);
+            if (q != me) shm_copy(recv + o * esz, m->seg[q] + m->in_cap, l * esz, nt);
         }
-        shm_copy(out + (i - lo) * esz, res, k * esz, nt);
-        shm_copy(recv + i * esz, res, k * esz, nt);
-    }
-    OT_CHECK(shm_barrier(m, dl));
-    /* 5 (the fence: streaming stores done before this call returns) */
-    for (int q = 0; q < P; q++) {
-        size_t o, l;
-        shm_slice(count, P, q, &o, &l);
-        if (q != me) shm_copy(recv + o * esz, m->seg[q] + m->in_cap, l * esz, nt);
     }
 #if defined(__SSE2__)
-    if (nt) _mm_sfence();
+    if (nt) _mm_sfence(); /* the streaming stores are done before this call returns */
 #endif
     return OT_OK;
 }
