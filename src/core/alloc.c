@@ -4,6 +4,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 static void *default_realloc(void *ud, void *ptr, size_t size) {
     (void)ud;
@@ -111,14 +114,35 @@ typedef struct arena_chunk {
 
 struct ot_arena {
     arena_chunk *head;
-    size_t chunk_size;
+    size_t chunk_size; /* the first chunk's size */
+    size_t next_size;  /* doubles with each chunk up to ARENA_MAX_CHUNK */
     size_t used;
 };
+
+/* Chunks grow geometrically (a million-instruction module takes a few dozen, not thousands), and
+ * from ARENA_POPULATE_FROM on a new chunk's pages are mapped in one call: an arena fills its chunks
+ * front to back, so faulting each 4 KiB page separately on first touch only adds a trap per page.
+ */
+#define ARENA_MAX_CHUNK     ((size_t)16 << 20)
+#define ARENA_POPULATE_FROM ((size_t)1 << 20)
+
+static void arena_populate(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+    const uintptr_t page = 4096;
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)p + n) & ~(page - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE); /* advice only */
+#else
+    (void)p;
+    (void)n;
+#endif
+}
 
 ot_arena *ot_arena_new(size_t chunk_size) {
     ot_arena *a = ot_calloc(1, sizeof *a);
     if (!a) return NULL;
     a->chunk_size = chunk_size ? chunk_size : 64 * 1024;
+    a->next_size = a->chunk_size;
     return a;
 }
 
@@ -143,15 +167,19 @@ void *ot_arena_alloc(ot_arena *a, size_t size, size_t align) {
             return c->data + off;
         }
     }
-    size_t cap = a->chunk_size;
-    if (size > cap) cap = size;
+    const bool oneoff = size > a->next_size; /* a big block gets a chunk of its own */
+    size_t cap = oneoff ? size : a->next_size;
     if (cap > SIZE_MAX - sizeof(arena_chunk)) return NULL;
     c = ot_aligned_alloc(64, sizeof(arena_chunk) + cap);
     if (!c) return NULL;
+    if (!oneoff) {
+        if (cap >= ARENA_POPULATE_FROM) arena_populate(c->data, cap);
+        if (a->next_size < ARENA_MAX_CHUNK) a->next_size *= 2;
+    }
     c->cap = cap;
     c->used = size;
     /* keep filling the fuller chunk: a big one-off block goes behind the current head */
-    if (a->head && size > a->chunk_size) {
+    if (a->head && oneoff) {
         c->next = a->head->next;
         a->head->next = c;
     } else {

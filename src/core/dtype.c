@@ -28,8 +28,12 @@ size_t ot_dtype_size(ot_dtype t) {
 }
 
 ot_dtype ot_dtype_from_name(const char *name, size_t len) {
+    /* every name is 2-4 bytes; compare against the table only within that range (the parser calls
+     * this for every shape it reads) */
+    if (len < 2 || len > 4) return OT_DTYPE_INVALID;
     for (int i = 0; i < OT_DTYPE_COUNT; i++)
-        if (strlen(dtype_info[i].name) == len && memcmp(dtype_info[i].name, name, len) == 0)
+        if (dtype_info[i].name[0] == name[0] && strncmp(dtype_info[i].name, name, len) == 0 &&
+            dtype_info[i].name[len] == '\0')
             return (ot_dtype)i;
     return OT_DTYPE_INVALID;
 }

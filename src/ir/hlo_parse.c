@@ -60,7 +60,16 @@ typedef struct P {
     /* operand scratch for immediate builds */
     ot_instr **ops;
     int ops_cap;
+    /* The instructions built last, direct-mapped by name hash: operands mostly name values defined
+     * a few lines up, and this small table answers them from cache instead of a random probe into
+     * the computation's (large) name index. A miss falls back to the index. */
+    struct recent_slot {
+        uint64_t h;
+        ot_instr *i;
+    } * recent;
 } P;
+
+#define RECENT_SLOTS 4096
 
 /* ---------------------------------------------------------------------------------------------
  * Errors
@@ -132,7 +141,7 @@ static ot_status oom(P *x) {
  * Lexing
  * ------------------------------------------------------------------------------------------- */
 
-static ot_status skip_ws(P *x) {
+static ot_status skip_ws_slow(P *x) {
     for (;;) {
         while (x->p < x->end && (*x->p == ' ' || *x->p == '\t' || *x->p == '\n' || *x->p == '\r' ||
                                  *x->p == '\f' || *x->p == '\v'))
@@ -154,6 +163,13 @@ static ot_status skip_ws(P *x) {
         }
         return OT_OK;
     }
+}
+
+/* Whitespace and comments before the next token. Most calls stand on a token already (a byte
+ * above ' ' that does not start a comment): that case is decided inline. */
+static inline ot_status skip_ws(P *x) {
+    if (x->p < x->end && (unsigned char)*x->p > ' ' && *x->p != '/') return OT_OK;
+    return skip_ws_slow(x);
 }
 
 static bool at_char(P *x, char c) {
@@ -181,6 +197,10 @@ static ot_status expect_char(P *x, char c) {
     return expected(x, what);
 }
 
+static inline bool is_digit(char c) {
+    return (unsigned char)(c - '0') < 10;
+}
+
 static bool is_ident_start(char c) {
     return isalpha((unsigned char)c) || c == '_' || c == '$';
 }
@@ -203,8 +223,7 @@ static ot_status ident(P *x, const char **s, size_t *n, const char *what) {
     OT_CHECK(skip_ws(x));
     const char *q = x->p;
     if (q < x->end && *q == '%') q++;
-    if (q >= x->end || !(is_ident_start(*q) || isdigit((unsigned char)*q)))
-        return expected(x, what);
+    if (q >= x->end || !(is_ident_char(*q) && *q != '.' && *q != '-')) return expected(x, what);
     const char *st = q;
     while (q < x->end && is_ident_char(*q)) q++;
     /* a trailing '-' belongs to "->", not to the name */
@@ -235,9 +254,9 @@ static ot_status parse_int(P *x, int64_t *out) {
         neg = *q == '-';
         q++;
     }
-    if (q >= x->end || !isdigit((unsigned char)*q)) return expected(x, "an integer");
+    if (q >= x->end || !is_digit(*q)) return expected(x, "an integer");
     uint64_t v = 0;
-    while (q < x->end && isdigit((unsigned char)*q)) {
+    while (q < x->end && is_digit(*q)) {
         unsigned d = (unsigned)(*q - '0');
         if (v > (UINT64_MAX - d) / 10)
             return perr(x, x->p, OT_ERR_OUT_OF_RANGE, "integer out of range");
@@ -1803,6 +1822,25 @@ static ot_status check_operand_shape(P *x, const ref *r, const ot_ir_shape *s, c
     return OT_OK;
 }
 
+/* The instruction named nm in the computation being parsed, or NULL. */
+static ot_instr *find_instr(P *x, const char *nm, size_t n) {
+    if (x->recent) {
+        const uint64_t h = ir_hash_bytes(nm, n);
+        const struct recent_slot *r = &x->recent[h & (RECENT_SLOTS - 1)];
+        const ot_instr *i = r->i;
+        if (i && r->h == h && i->parent == x->c && strncmp(i->name, nm, n) == 0 &&
+            i->name[n] == '\0')
+            return r->i;
+    }
+    return ir_names_get(x->c->names_, nm, n);
+}
+
+static void note_built(P *x, ot_instr *i, size_t nlen) {
+    if (!x->recent) return;
+    uint64_t h = ir_hash_bytes(i->name, nlen);
+    x->recent[h & (RECENT_SLOTS - 1)] = (struct recent_slot){h, i};
+}
+
 static ot_status build_pend(P *x, pend *d) {
     if (d->nops > x->ops_cap) {
         int ncap = d->nops * 2;
@@ -1813,7 +1851,7 @@ static ot_status build_pend(P *x, pend *d) {
     }
     for (int k = 0; k < d->nops; k++) {
         const ref *r = &x->refs[d->ops_off + k];
-        ot_instr *o = r->resolved ? r->resolved : ir_names_get(x->c->names_, r->name, r->len);
+        ot_instr *o = r->resolved ? r->resolved : find_instr(x, r->name, r->len);
         if (!o)
             return perr(x, r->at, OT_ERR_NOT_FOUND, "unknown instruction '%.*s' in %s", (int)r->len,
                         r->name, x->c->name);
@@ -1837,6 +1875,7 @@ static ot_status build_pend(P *x, pend *d) {
     i->nraw = d->nraw;
     d->built = i;
     d->state = 2;
+    note_built(x, i, d->nlen);
     return OT_OK;
 }
 
@@ -1988,7 +2027,7 @@ static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pid
                 OT_CHECK(parse_shape(x, x->scratch, &tmp, 0));
             }
             OT_CHECK(ident(x, &r->name, &r->len, "an operand name"));
-            r->resolved = ir_names_get(x->c->names_, r->name, r->len);
+            r->resolved = find_instr(x, r->name, r->len);
             if (!r->resolved) {
                 deferred = true;
             } else if (r->shape_at) { /* check the written operand shape now */
@@ -2037,6 +2076,18 @@ static ot_status parse_body(P *x) {
     x->npend = 0;
     x->nrefs = 0;
     ir_names_free(&x->pend_names);
+    /* A large body sizes its name index once instead of doubling it (and rehashing every name)
+     * some twenty times: its lines up to the first one that starts with '}' bound the number of
+     * instructions well enough for a hint. */
+    if (x->end - x->p > (1 << 20)) {
+        uint64_t lines = 0;
+        for (const char *q = x->p; q && q < x->end; lines++) {
+            q = memchr(q, '\n', (size_t)(x->end - q));
+            if (!q || (q + 1 < x->end && q[1] == '}')) break;
+            q++;
+        }
+        if (lines > 4096) OT_CHECK(ir_names_reserve(x->c->names_, lines));
+    }
     while (!accept(x, '}')) {
         OT_CHECK(x->err);
         if (x->p >= x->end) return expected(x, "'}' closing the computation");
@@ -2264,7 +2315,9 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
     x.line_offset = o.line_offset;
     x.m = ot_module_new("module");
     x.scratch = ot_arena_new(64 * 1024);
-    if (!x.m || !x.scratch) {
+    x.recent = ot_calloc(RECENT_SLOTS, sizeof *x.recent);
+    if (!x.m || !x.scratch || !x.recent) {
+        ot_free(x.recent);
         ot_module_free(x.m);
         ot_arena_free(x.scratch);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "hlo parse: out of memory");
@@ -2297,12 +2350,15 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
         if (!entry) entry = x.m->comps[x.m->ncomps - 1]; /* lenient: the last computation */
         x.m->entry = entry;
         entry->is_entry = true;
-        if (o.verify) s = ot_module_verify(x.m);
+        /* every instruction went through ir_create, which inferred its shape and checked the
+         * declared one: the verifier checks links, order, parameters, roots and calls */
+        if (o.verify) s = ir_module_verify(x.m, false);
         if (s != OT_OK) s = ot_error_wrap(s, "%s", x.file);
     }
     ot_free(x.pend);
     ot_free(x.refs);
     ot_free(x.ops);
+    ot_free(x.recent);
     ir_names_free(&x.pend_names);
     ot_arena_free(x.scratch);
     if (s != OT_OK) {

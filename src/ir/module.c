@@ -2,121 +2,178 @@
 #include "ir_internal.h"
 
 #include <stdarg.h>
-
-const char ir_tomb_[1] = {0};
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Hashing and indexes
  * ------------------------------------------------------------------------------------------- */
 
-static ot_status names_grow(ir_name_index *x) {
-    uint64_t ncap = x->cap ? x->cap * 2 : 16;
-    while (x->n * 2 >= ncap) ncap *= 2;
-    struct ir_name_slot *ns = ot_calloc(ncap, sizeof *ns);
+static inline uint64_t slot_tag(uint64_t h) {
+    return h >> 32;
+}
+
+/* Probe tables from 4 MiB on are placed on 2 MiB boundaries and advised as transparent huge
+ * pages: every insert and lookup is a random access, and with 4 KiB pages each one is also a TLB
+ * miss (which makes the CPU drop the prefetch the parser issues for the insert). */
+#define SLOTS_HUGE_BYTES ((size_t)4 << 20)
+#define HUGE_PAGE        ((size_t)2 << 20)
+
+static uint64_t *slots_alloc(uint64_t n) {
+    size_t bytes = (size_t)n * sizeof(uint64_t);
+    if (bytes < SLOTS_HUGE_BYTES) return ot_calloc((size_t)n, sizeof(uint64_t));
+    uint64_t *p = ot_aligned_alloc(HUGE_PAGE, bytes);
+    if (!p) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(p, bytes, MADV_HUGEPAGE); /* advice only */
+#endif
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void slots_free(uint64_t *p, uint64_t n) {
+    if ((size_t)n * sizeof(uint64_t) < SLOTS_HUGE_BYTES)
+        ot_free(p);
+    else
+        ot_aligned_free(p);
+}
+
+/* Rebuilds the probe table with entry room for `want` keys and a load below 3/4 at that count,
+ * dropping deleted entries. Entries keep their insertion order. */
+static ot_status names_rebuild(ir_name_index *x, uint64_t want) {
+    uint64_t ncap = 16;
+    while (ncap * 3 <= want * 4) ncap *= 2;
+    if (want > UINT32_MAX - 2)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "name index: more than 2^32 names");
+    uint64_t *ns = slots_alloc(ncap);
     if (!ns) return ot_error(OT_ERR_OUT_OF_MEMORY, "name index: out of memory");
-    for (uint64_t i = 0; i < x->cap; i++) {
-        struct ir_name_slot *s = &x->slots[i];
-        if (!s->key || s->key == IR_TOMB) continue;
-        uint64_t j = s->hash & (ncap - 1);
-        while (ns[j].key) j = (j + 1) & (ncap - 1);
-        ns[j] = *s;
+    if (want > x->ecap) {
+        ir_name_entry *ne = ot_realloc(x->entries, want * sizeof *ne);
+        if (!ne) {
+            slots_free(ns, ncap);
+            return ot_error(OT_ERR_OUT_OF_MEMORY, "name index: out of memory");
+        }
+        x->entries = ne;
+        x->ecap = want;
     }
-    ot_free(x->slots);
+    uint64_t k = 0;
+    for (uint64_t e = 0; e < x->nent; e++) {
+        ir_name_entry en = x->entries[e];
+        if (!en.key) continue;
+        x->entries[k] = en;
+        uint64_t j = en.hash & (ncap - 1);
+        while (ns[j]) j = (j + 1) & (ncap - 1);
+        ns[j] = slot_tag(en.hash) << 32 | (k + 1);
+        k++;
+    }
+    slots_free(x->slots, x->cap);
     x->slots = ns;
     x->cap = ncap;
-    x->used = x->n;
+    x->nent = k;
     return OT_OK;
 }
 
+ot_status ir_names_reserve(ir_name_index *x, uint64_t n) {
+    if (n <= x->n || (x->cap && n * 4 < x->cap * 3 && n <= x->ecap)) return OT_OK;
+    return names_rebuild(x, n);
+}
+
+/* Room for one more entry and one more used slot. */
+static ot_status names_room(ir_name_index *x) {
+    /* used slots = appended entries (live or deleted) since the last rebuild */
+    if ((x->nent + 1) * 4 >= x->cap * 3) {
+        uint64_t want = x->n + 1 > 8 ? (x->n + 1) * 3 / 2 : 12; /* the table doubles */
+        return names_rebuild(x, want);
+    }
+    if (x->nent == x->ecap) {
+        uint64_t ncap = x->ecap ? x->ecap * 2 : 8;
+        ir_name_entry *ne = ot_realloc(x->entries, ncap * sizeof *ne);
+        if (!ne) return ot_error(OT_ERR_OUT_OF_MEMORY, "name index: out of memory");
+        x->entries = ne;
+        x->ecap = ncap;
+    }
+    return OT_OK;
+}
+
+/* The slot holding key, or the empty slot where it would go (*found false). */
+static uint64_t names_find(const ir_name_index *x, const char *key, size_t len, uint64_t h,
+                           bool *found) {
+    const uint64_t tag = slot_tag(h), mask = x->cap - 1;
+    uint64_t j = h & mask;
+    for (;;) {
+        uint64_t s = x->slots[j];
+        if (!s) {
+            *found = false;
+            return j;
+        }
+        if (s != IR_SLOT_DEL && (s >> 32) == tag) {
+            const ir_name_entry *e = &x->entries[(s & 0xffffffffu) - 1];
+            if (e->hash == h && strncmp(e->key, key, len) == 0 && e->key[len] == '\0') {
+                *found = true;
+                return j;
+            }
+        }
+        j = (j + 1) & mask;
+    }
+}
+
+static void names_append(ir_name_index *x, uint64_t j, const char *key, void *val, uint64_t h) {
+    x->entries[x->nent] = (ir_name_entry){key, val, h};
+    x->slots[j] = slot_tag(h) << 32 | (x->nent + 1);
+    x->nent++;
+    x->n++;
+}
+
 ot_status ir_names_put(ir_name_index *x, const char *key, void *val) {
-    if ((x->used + 1) * 4 >= x->cap * 3) OT_CHECK(names_grow(x));
+    OT_CHECK(names_room(x));
     size_t len = strlen(key);
     uint64_t h = ir_hash_bytes(key, len);
-    uint64_t j = h & (x->cap - 1), tomb = UINT64_MAX;
-    for (;;) {
-        struct ir_name_slot *s = &x->slots[j];
-        if (!s->key) break;
-        if (s->key == IR_TOMB) {
-            if (tomb == UINT64_MAX) tomb = j;
-        } else if (s->hash == h && strcmp(s->key, key) == 0) {
-            s->val = val;
-            s->key = key;
-            return OT_OK;
-        }
-        j = (j + 1) & (x->cap - 1);
+    bool found;
+    uint64_t j = names_find(x, key, len, h, &found);
+    if (found) {
+        ir_name_entry *e = &x->entries[(x->slots[j] & 0xffffffffu) - 1];
+        e->key = key;
+        e->val = val;
+        return OT_OK;
     }
-    if (tomb != UINT64_MAX) {
-        j = tomb;
-    } else {
-        x->used++;
-    }
-    x->slots[j].key = key;
-    x->slots[j].val = val;
-    x->slots[j].hash = h;
-    x->n++;
+    names_append(x, j, key, val, h);
     return OT_OK;
 }
 
 ot_status ir_names_insert(ir_name_index *x, const char *key, size_t len, void *val) {
-    if ((x->used + 1) * 4 >= x->cap * 3) OT_CHECK(names_grow(x));
+    OT_CHECK(names_room(x));
     uint64_t h = ir_hash_bytes(key, len);
-    uint64_t j = h & (x->cap - 1), tomb = UINT64_MAX;
-    for (;;) {
-        struct ir_name_slot *s = &x->slots[j];
-        if (!s->key) break;
-        if (s->key == IR_TOMB) {
-            if (tomb == UINT64_MAX) tomb = j;
-        } else if (s->hash == h && strncmp(s->key, key, len) == 0 && s->key[len] == '\0') {
-            return OT_ERR_ALREADY_EXISTS;
-        }
-        j = (j + 1) & (x->cap - 1);
-    }
-    if (tomb != UINT64_MAX) {
-        j = tomb;
-    } else {
-        x->used++;
-    }
-    x->slots[j].key = key;
-    x->slots[j].val = val;
-    x->slots[j].hash = h;
-    x->n++;
+    bool found;
+    uint64_t j = names_find(x, key, len, h, &found);
+    if (found) return OT_ERR_ALREADY_EXISTS;
+    names_append(x, j, key, val, h);
     return OT_OK;
 }
 
 void *ir_names_get(const ir_name_index *x, const char *key, size_t len) {
     if (!x->cap) return NULL;
-    uint64_t h = ir_hash_bytes(key, len);
-    uint64_t j = h & (x->cap - 1);
-    for (;;) {
-        const struct ir_name_slot *s = &x->slots[j];
-        if (!s->key) return NULL;
-        if (s->key != IR_TOMB && s->hash == h && strncmp(s->key, key, len) == 0 &&
-            s->key[len] == '\0')
-            return s->val;
-        j = (j + 1) & (x->cap - 1);
-    }
+    bool found;
+    uint64_t j = names_find(x, key, len, ir_hash_bytes(key, len), &found);
+    return found ? x->entries[(x->slots[j] & 0xffffffffu) - 1].val : NULL;
 }
 
 void ir_names_del(ir_name_index *x, const char *key) {
     if (!x->cap) return;
     size_t len = strlen(key);
-    uint64_t h = ir_hash_bytes(key, len);
-    uint64_t j = h & (x->cap - 1);
-    for (;;) {
-        struct ir_name_slot *s = &x->slots[j];
-        if (!s->key) return;
-        if (s->key != IR_TOMB && s->hash == h && strcmp(s->key, key) == 0) {
-            s->key = IR_TOMB;
-            s->val = NULL;
-            x->n--;
-            return;
-        }
-        j = (j + 1) & (x->cap - 1);
-    }
+    bool found;
+    uint64_t j = names_find(x, key, len, ir_hash_bytes(key, len), &found);
+    if (!found) return;
+    ir_name_entry *e = &x->entries[(x->slots[j] & 0xffffffffu) - 1];
+    e->key = NULL;
+    e->val = NULL;
+    x->slots[j] = IR_SLOT_DEL;
+    x->n--;
 }
 
 void ir_names_free(ir_name_index *x) {
-    ot_free(x->slots);
+    slots_free(x->slots, x->cap);
+    ot_free(x->entries);
     memset(x, 0, sizeof *x);
 }
 
