@@ -65,6 +65,38 @@ static ot_status pass_fails(ot_module *m, void *ctx, bool *changed) {
     return ot_error(OT_ERR_INVALID_ARGUMENT, "deliberate");
 }
 
+static int g_once_calls, g_watch_calls;
+static ot_status pass_changes_once(ot_module *m, void *ctx, bool *changed) {
+    (void)m;
+    (void)ctx;
+    *changed = g_once_calls++ == 0;
+    return OT_OK;
+}
+static ot_status pass_watch(ot_module *m, void *ctx, bool *changed) {
+    (void)m;
+    (void)ctx;
+    g_watch_calls++;
+    *changed = false;
+    return OT_OK;
+}
+
+/* Runs {once, watch} as a fixed-point group (once idempotent or not); returns the stat count. */
+static int run_skip_group(ot_module *m, bool idempotent) {
+    ot_pass_manager *pm = ot_pass_manager_new();
+    g_once_calls = g_watch_calls = 0;
+    EXPECT_OK(ot_pass_manager_begin_fixed_point(pm, "group", 10));
+    if (idempotent)
+        EXPECT_OK(ot_pass_manager_add_idempotent(pm, "once", pass_changes_once, NULL));
+    else
+        EXPECT_OK(ot_pass_manager_add(pm, "once", pass_changes_once, NULL));
+    EXPECT_OK(ot_pass_manager_add(pm, "watch", pass_watch, NULL));
+    EXPECT_OK(ot_pass_manager_end_fixed_point(pm));
+    EXPECT_OK(ot_pass_manager_run(pm, m));
+    int n = ot_pass_manager_stat_count(pm);
+    ot_pass_manager_free(pm);
+    return n;
+}
+
 static void test_pass_manager(void) {
     ot_computation *c;
     ot_module *m = new_mod(&c);
@@ -92,6 +124,15 @@ static void test_pass_manager(void) {
     EXPECT_INT_EQ(st->instrs_before, 2);
     EXPECT_TRUE(ot_pass_manager_stat(pm, 3) == NULL);
     ot_pass_manager_free(pm);
+
+    /* skipping: iteration 1 runs `once` again (it changed the module last time), `watch` not
+     * (nothing changed since it ran); declared idempotent, `once` is skipped too */
+    EXPECT_INT_EQ(run_skip_group(m, false), 3);
+    EXPECT_INT_EQ(g_once_calls, 2);
+    EXPECT_INT_EQ(g_watch_calls, 1);
+    EXPECT_INT_EQ(run_skip_group(m, true), 2);
+    EXPECT_INT_EQ(g_once_calls, 1);
+    EXPECT_INT_EQ(g_watch_calls, 1);
 
     pm = ot_pass_manager_new();
     ASSERT_OK(ot_pass_manager_add(pm, "broken", pass_fails, NULL));

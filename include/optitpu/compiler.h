@@ -141,7 +141,15 @@ OT_API void ot_pass_manager_free(ot_pass_manager *pm); /* NULL is a no-op */
 /* Appends a pass (name copied). Between begin/end_fixed_point the pass joins that group. */
 OT_API ot_status ot_pass_manager_add(ot_pass_manager *pm, const char *name, ot_pass_fn fn,
                                      void *ctx);
-/* A group repeated until no pass in it changes anything, at most max_iterations times. */
+/* The same for a pass that never changes a module it has just left (a second run right after
+ * the first finds nothing): in a fixed-point group it is skipped while no other pass has changed
+ * the module since its last run. */
+OT_API ot_status ot_pass_manager_add_idempotent(ot_pass_manager *pm, const char *name,
+                                                ot_pass_fn fn, void *ctx);
+/* A group repeated until no pass in it changes anything, at most max_iterations times. A member
+ * is skipped (not run, no statistics entry) when nothing has changed the module since its last
+ * run and that run changed nothing (or the pass is idempotent): passes are deterministic, so it
+ * would find nothing to do. */
 OT_API ot_status ot_pass_manager_begin_fixed_point(ot_pass_manager *pm, const char *name,
                                                    int max_iterations);
 OT_API ot_status ot_pass_manager_end_fixed_point(ot_pass_manager *pm);

@@ -706,6 +706,10 @@ static ot_status check_list(const char *list, const char *what) {
 static ot_status add_pass(ot_pass_manager *pm, const ot_compile_options *o, const char *name,
                           pass_ctx *ctx) {
     if (in_list(o->disable_passes, name)) return OT_OK;
+    /* one CSE run merges along the post order, so what it merges cascades within the run; DCE
+     * removes everything dead at once: a second run right after either finds nothing */
+    if (!strcmp(name, "cse") || !strcmp(name, "dce"))
+        return ot_pass_manager_add_idempotent(pm, name, pass_fn(name, strlen(name)), ctx);
     return ot_pass_manager_add(pm, name, pass_fn(name, strlen(name)), ctx);
 }
 

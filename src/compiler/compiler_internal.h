@@ -24,6 +24,19 @@ void cc_ptrmap_free(cc_ptrmap *m);
 /* Every computation reachable from the entry (entry included), callees first; ot_malloc'd. */
 ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n);
 
+/* Every computation reachable from the entry, callees first, each with its post order
+ * (cc_post_order), found in one walk: the called computations are read from the post-order
+ * arrays instead of a second walk over the instruction lists. A pass may edit computation k
+ * while it holds the orders: the other computations' orders stay valid. */
+typedef struct cc_orders {
+    ot_computation **comps;
+    int n;
+    ot_instr ***po;
+    int64_t *npo;
+} cc_orders;
+ot_status cc_orders_build(const ot_module *m, cc_orders *o);
+void cc_orders_free(cc_orders *o);
+
 /* ot_computation_post_order's order (same traversal), with the instructions' mark fields as
  * the visit state instead of a hash map; marks are clobbered. */
 ot_status cc_post_order(const ot_computation *c, ot_instr ***out, int64_t *n);

@@ -81,24 +81,20 @@ done:
 ot_status ot_pass_fold(ot_module *m, int64_t max_elements, bool *changed) {
     if (changed) *changed = false;
     if (max_elements <= 0) max_elements = 1 << 20;
-    ot_computation **reach = NULL;
-    int nreach = 0;
-    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    cc_orders ord;
+    OT_CHECK(cc_orders_build(m, &ord));
     ot_status s = OT_OK;
     bool ch = false;
-    for (int c = 0; c < nreach && s == OT_OK; c++) {
-        ot_instr **po = NULL;
-        int64_t n = 0;
-        s = cc_post_order(reach[c], &po, &n);
-        for (int64_t k = 0; k < n && s == OT_OK; k++) {
+    for (int c = 0; c < ord.n && s == OT_OK; c++) {
+        ot_instr **po = ord.po[c];
+        for (int64_t k = 0; k < ord.npo[c] && s == OT_OK; k++) {
             if (!foldable(po[k], max_elements)) continue;
             bool f = false;
             s = fold_one(po[k], &f);
             ch = ch || f;
         }
-        ot_free(po);
     }
-    ot_free(reach);
+    cc_orders_free(&ord);
     if (changed) *changed = ch;
     return s;
 }

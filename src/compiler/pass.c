@@ -204,6 +204,72 @@ out:
     return OT_OK;
 }
 
+void cc_orders_free(cc_orders *o) {
+    for (int k = 0; k < o->n; k++) ot_free(o->po[k]);
+    ot_free(o->comps);
+    ot_free(o->po);
+    ot_free(o->npo);
+    memset(o, 0, sizeof *o);
+}
+
+ot_status cc_orders_build(const ot_module *m, cc_orders *o) {
+    memset(o, 0, sizeof *o);
+    ot_computation *entry = ot_module_entry(m);
+    if (!entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "module has no entry computation");
+    int cap = ot_module_computation_count(m) + 1;
+    struct frame {
+        ot_computation *c;
+        ot_instr **po;
+        int64_t npo, j; /* scanning po[j] */
+        int k;          /* its called[k] */
+    } *st = ot_malloc((size_t)cap * sizeof *st);
+    o->comps = ot_malloc((size_t)cap * sizeof *o->comps);
+    o->po = ot_calloc((size_t)cap, sizeof *o->po);
+    o->npo = ot_malloc((size_t)cap * sizeof *o->npo);
+    cc_ptrmap seen = {0};
+    ot_status s = OT_OK;
+    int sp = 0;
+    if (!st || !o->comps || !o->po || !o->npo) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "compiler: out of memory");
+        goto out;
+    }
+    if ((s = cc_ptrmap_put(&seen, entry, 1)) != OT_OK) goto out;
+    st[0] = (struct frame){entry, NULL, 0, 0, 0};
+    if ((s = cc_post_order(entry, &st[0].po, &st[0].npo)) != OT_OK) goto out;
+    sp = 1;
+    while (sp && s == OT_OK) {
+        struct frame *f = &st[sp - 1];
+        while (f->j < f->npo && f->k >= f->po[f->j]->ncalled) {
+            f->j++;
+            f->k = 0;
+        }
+        if (f->j == f->npo) { /* every callee emitted: emit this one */
+            o->comps[o->n] = f->c;
+            o->po[o->n] = f->po;
+            o->npo[o->n] = f->npo;
+            o->n++;
+            sp--;
+            continue;
+        }
+        ot_computation *x = f->po[f->j]->called[f->k++];
+        if (cc_ptrmap_get(&seen, x) >= 0) continue;
+        if (sp == cap || o->n + sp >= cap) {
+            s = ot_error(OT_ERR_INTERNAL, "reachable computations: more than the module holds");
+            break;
+        }
+        if ((s = cc_ptrmap_put(&seen, x, 1)) != OT_OK) break;
+        st[sp] = (struct frame){x, NULL, 0, 0, 0};
+        if ((s = cc_post_order(x, &st[sp].po, &st[sp].npo)) != OT_OK) break;
+        sp++;
+    }
+out:
+    for (int k = 0; k < sp; k++) ot_free(st[k].po);
+    ot_free(st);
+    cc_ptrmap_free(&seen);
+    if (s != OT_OK) cc_orders_free(o);
+    return s;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Pass manager
  * ------------------------------------------------------------------------------------------- */
@@ -215,6 +281,10 @@ typedef struct pm_entry {
     int group;     /* index of the group header entry, or -1 */
     int max_iter;  /* group headers */
     int group_end; /* group headers: one past the last member */
+    bool idempotent;
+    /* while running: whether it ran, the change count after its last run, what that run did */
+    bool ran, last_changed;
+    uint64_t seq_after;
 } pm_entry;
 
 struct ot_pass_manager {
@@ -226,6 +296,7 @@ struct ot_pass_manager {
     int dump_seq;
     ot_pass_stat *st;
     int64_t nst, stcap;
+    uint64_t change_seq; /* runs that changed the module so far */
 };
 
 ot_pass_manager *ot_pass_manager_new(void) {
@@ -256,7 +327,7 @@ static ot_status pm_push(ot_pass_manager *pm, const char *name, ot_pass_fn fn, v
     OT_CHECK(cc_grow(&pm->e, &pm->cap, pm->n + 1, sizeof *pm->e));
     char *nm = ot_strdup(name);
     if (!nm) return ot_error(OT_ERR_OUT_OF_MEMORY, "pass manager: out of memory");
-    pm->e[pm->n] = (pm_entry){nm, fn, ctx, pm->open_group, max_iter, 0};
+    pm->e[pm->n] = (pm_entry){nm, fn, ctx, pm->open_group, max_iter, 0, false, false, false, 0};
     pm->n++;
     return OT_OK;
 }
@@ -266,6 +337,13 @@ ot_status ot_pass_manager_add(ot_pass_manager *pm, const char *name, ot_pass_fn 
         return ot_error(OT_ERR_INVALID_ARGUMENT, "pass manager: pass '%s' has no function",
                         name ? name : "");
     return pm_push(pm, name, fn, ctx, 0);
+}
+
+ot_status ot_pass_manager_add_idempotent(ot_pass_manager *pm, const char *name, ot_pass_fn fn,
+                                         void *ctx) {
+    OT_CHECK(ot_pass_manager_add(pm, name, fn, ctx));
+    pm->e[pm->n - 1].idempotent = true;
+    return OT_OK;
 }
 
 ot_status ot_pass_manager_begin_fixed_point(ot_pass_manager *pm, const char *name,
@@ -375,6 +453,10 @@ static ot_status pm_run_one(ot_pass_manager *pm, pm_entry *e, int iter, ot_modul
     if (pm->dump_dir &&
         (!pm->dump_after || !strcmp(pm->dump_after, "all") || !strcmp(pm->dump_after, e->name)))
         OT_CHECK(pm_dump(pm, m, e->name));
+    if (ch) pm->change_seq++;
+    e->ran = true;
+    e->last_changed = ch;
+    e->seq_after = pm->change_seq;
     *changed = *changed || ch;
     return OT_OK;
 }
@@ -388,6 +470,7 @@ ot_status ot_pass_manager_run(ot_pass_manager *pm, ot_module *m) {
         if (mkdir(pm->dump_dir, 0777) != 0 && errno != EEXIST)
             return ot_error(OT_ERR_IO, "dump directory %s: %s", pm->dump_dir, strerror(errno));
     }
+    for (int64_t k = 0; k < pm->n; k++) pm->e[k].ran = false;
     for (int64_t k = 0; k < pm->n;) {
         pm_entry *e = &pm->e[k];
         if (e->fn) {
@@ -400,8 +483,13 @@ ot_status ot_pass_manager_run(ot_pass_manager *pm, ot_module *m) {
         int it = 0;
         for (; it < e->max_iter; it++) {
             bool ch = false;
-            for (int64_t j = k + 1; j < e->group_end; j++)
-                OT_CHECK(pm_run_one(pm, &pm->e[j], it, m, &ch));
+            for (int64_t j = k + 1; j < e->group_end; j++) {
+                pm_entry *x = &pm->e[j];
+                /* the module is what this pass left (or saw unchanged): it would do nothing */
+                if (x->ran && x->seq_after == pm->change_seq && (!x->last_changed || x->idempotent))
+                    continue;
+                OT_CHECK(pm_run_one(pm, x, it, m, &ch));
+            }
             if (!ch) break;
         }
         k = e->group_end > k ? e->group_end : k + 1;
@@ -413,10 +501,8 @@ ot_status ot_pass_manager_run(ot_pass_manager *pm, ot_module *m) {
  * Dead-code elimination
  * ------------------------------------------------------------------------------------------- */
 
-static ot_status dce_computation(ot_computation *c, bool *changed) {
-    ot_instr **po = NULL;
-    int64_t n = 0;
-    OT_CHECK(cc_post_order(c, &po, &n));
+static ot_status dce_computation(ot_computation *c, ot_instr **po, int64_t n, bool *changed,
+                                 bool *removed_call) {
     for (int64_t k = 0; k < n; k++) po[k]->mark = 0;
     /* users come after operands in post order: walk backwards propagating liveness */
     c->root->mark = 1;
@@ -429,10 +515,10 @@ static ot_status dce_computation(ot_computation *c, bool *changed) {
     ot_status s = OT_OK;
     for (int64_t k = n - 1; k >= 0 && s == OT_OK; k--) {
         if (po[k]->mark) continue;
+        if (po[k]->ncalled) *removed_call = true;
         s = ot_instr_remove(po[k]);
         if (s == OT_OK) *changed = true;
     }
-    ot_free(po);
     return s;
 }
 
@@ -446,12 +532,21 @@ ot_status ot_pass_dce(ot_module *m, bool *changed) {
                         "no outputs declared (entry computation %s has "
                         "no root)",
                         entry->name);
+    cc_orders ord;
+    OT_CHECK(cc_orders_build(m, &ord));
+    ot_status s = OT_OK;
+    bool removed_call = false;
+    for (int k = ord.n - 1; k >= 0 && s == OT_OK; k--)
+        s = dce_computation(ord.comps[k], ord.po[k], ord.npo[k], &ch, &removed_call);
     ot_computation **reach = NULL;
     int nreach = 0;
-    OT_CHECK(cc_reachable(m, &reach, &nreach));
-    ot_status s = OT_OK;
-    for (int k = nreach - 1; k >= 0 && s == OT_OK; k--) s = dce_computation(reach[k], &ch);
-    ot_free(reach);
+    /* reachability changes only when an instruction calling a computation went */
+    if (s == OT_OK && !removed_call && ord.n == ot_module_computation_count(m)) {
+        cc_orders_free(&ord);
+        if (changed) *changed = ch;
+        return OT_OK;
+    }
+    cc_orders_free(&ord);
     OT_CHECK(s);
     /* computations no longer reachable (a dead caller goes before its callees: a callee is
      * removable only once nothing calls it, so repeat until nothing changes) */
@@ -534,17 +629,11 @@ static bool cse_candidate(const ot_instr *i) {
     return true;
 }
 
-static ot_status cse_computation(ot_computation *c, bool *changed) {
-    ot_instr **po = NULL;
-    int64_t n = 0;
-    OT_CHECK(cc_post_order(c, &po, &n));
+static ot_status cse_computation(ot_instr **po, int64_t n, bool *changed) {
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2) cap *= 2;
     ot_instr **tab = ot_calloc(cap, sizeof *tab);
-    if (!tab) {
-        ot_free(po);
-        return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
-    }
+    if (!tab) return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
     ot_status s = OT_OK;
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
         ot_instr *i = po[k];
@@ -568,19 +657,17 @@ static ot_status cse_computation(ot_computation *c, bool *changed) {
         if (s == OT_OK) *changed = true;
     }
     ot_free(tab);
-    ot_free(po);
     return s;
 }
 
 ot_status ot_pass_cse(ot_module *m, bool *changed) {
     bool ch = false;
     if (changed) *changed = false;
-    ot_computation **reach = NULL;
-    int nreach = 0;
-    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    cc_orders ord;
+    OT_CHECK(cc_orders_build(m, &ord));
     ot_status s = OT_OK;
-    for (int k = 0; k < nreach && s == OT_OK; k++) s = cse_computation(reach[k], &ch);
-    ot_free(reach);
+    for (int k = 0; k < ord.n && s == OT_OK; k++) s = cse_computation(ord.po[k], ord.npo[k], &ch);
+    cc_orders_free(&ord);
     if (changed) *changed = ch;
     return s;
 }

@@ -220,10 +220,7 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     return OT_OK;
 }
 
-static ot_status simplify_computation(ot_computation *c, bool *changed) {
-    ot_instr **po = NULL;
-    int64_t n = 0;
-    OT_CHECK(cc_post_order(c, &po, &n));
+static ot_status simplify_computation(ot_computation *c, ot_instr **po, int64_t n, bool *changed) {
     ot_status s = OT_OK;
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
         ot_instr *i = po[k], *r = NULL;
@@ -234,19 +231,18 @@ static ot_status simplify_computation(ot_computation *c, bool *changed) {
         if (s == OT_OK && i->nusers == 0 && c->root != i) s = ot_instr_remove(i);
         if (s == OT_OK) *changed = true;
     }
-    ot_free(po);
     return s;
 }
 
 ot_status ot_pass_simplify(ot_module *m, bool *changed) {
     bool ch = false;
     if (changed) *changed = false;
-    ot_computation **reach = NULL;
-    int nreach = 0;
-    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    cc_orders ord;
+    OT_CHECK(cc_orders_build(m, &ord));
     ot_status s = OT_OK;
-    for (int k = 0; k < nreach && s == OT_OK; k++) s = simplify_computation(reach[k], &ch);
-    ot_free(reach);
+    for (int k = 0; k < ord.n && s == OT_OK; k++)
+        s = simplify_computation(ord.comps[k], ord.po[k], ord.npo[k], &ch);
+    cc_orders_free(&ord);
     if (changed) *changed = ch;
     return s;
 }
