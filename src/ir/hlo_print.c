@@ -61,6 +61,19 @@ static void sb_printf(sb *b, const char *fmt, ...) {
     b->n += (size_t)k;
 }
 
+/* Decimal integer without printf (shapes and dimension lists are most of a module's text). */
+static void sb_i64(sb *b, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[sizeof tmp - 1 - n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) tmp[sizeof tmp - 1 - n++] = '-';
+    sb_put(b, tmp + sizeof tmp - n, (size_t)n);
+}
+
 static void put_string(sb *b, const char *s) {
     sb_put(b, "\"", 1);
     for (const char *q = s; *q; q++) {
@@ -90,13 +103,17 @@ static void put_shape(sb *b, const ot_ir_shape *s) {
     case OT_IR_ARRAY:
         sb_puts(b, ot_dtype_name(s->array.dtype));
         sb_puts(b, "[");
-        for (int i = 0; i < s->array.rank; i++)
-            sb_printf(b, "%s%lld", i ? "," : "", (long long)s->array.dims[i]);
+        for (int i = 0; i < s->array.rank; i++) {
+            if (i) sb_put(b, ",", 1);
+            sb_i64(b, (long long)s->array.dims[i]);
+        }
         sb_puts(b, "]");
         if (s->has_layout) {
             sb_puts(b, "{");
-            for (int i = 0; i < s->array.rank; i++)
-                sb_printf(b, "%s%d", i ? "," : "", s->minor_to_major[i]);
+            for (int i = 0; i < s->array.rank; i++) {
+                if (i) sb_put(b, ",", 1);
+                sb_i64(b, (long long)s->minor_to_major[i]);
+            }
             sb_puts(b, "}");
         }
         return;
@@ -105,7 +122,10 @@ static void put_shape(sb *b, const ot_ir_shape *s) {
 
 static void put_dims(sb *b, const int64_t *d, int n) {
     sb_puts(b, "{");
-    for (int i = 0; i < n; i++) sb_printf(b, "%s%lld", i ? "," : "", (long long)d[i]);
+    for (int i = 0; i < n; i++) {
+        if (i) sb_put(b, ",", 1);
+        sb_i64(b, (long long)d[i]);
+    }
     sb_puts(b, "}");
 }
 
@@ -653,7 +673,7 @@ static void put_instr(sb *b, const ot_instr *i, const ot_hlo_print_options *o) {
     sb_puts(b, ot_opcode_name(i->opcode));
     sb_puts(b, "(");
     if (i->opcode == OT_OP_PARAMETER) {
-        sb_printf(b, "%lld", (long long)i->attrs.index);
+        sb_i64(b, (long long)i->attrs.index);
     } else if (i->opcode == OT_OP_CONSTANT) {
         put_literal(b, i);
     } else {
