@@ -271,12 +271,16 @@ static void put_options(wb *w, const ot_compile_options *o) {
     put_i64(w, o->arena_limit);
 }
 
-/* SHA-256 of "optitpu-fingerprint-v2", the options that change code, the target, and the
- * module's canonical HLO text (the printer's form, without metadata: source locations do not
- * change code). */
+/* SHA-256 of "optitpu-fingerprint-v3", the options that change code, the target, and the
+ * module's canonical HLO text in XLA's fingerprint form (HloPrintOptions::Fingerprint): no
+ * metadata (source locations do not change code), no operand shapes and no "%" (an operand's
+ * shape is its definition's, so the text still determines the module; printing it again for
+ * every use was most of the text). */
 ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_t out[32]) {
     ot_hlo_print_options po = ot_hlo_print_options_default();
     po.metadata = false;
+    po.operand_shapes = false;
+    po.percent = false;
     char *text = ot_hlo_print(m, &po);
     if (!text) return ot_error(OT_ERR_OUT_OF_MEMORY, "fingerprint: out of memory");
     ot_sha256 h;
@@ -287,7 +291,7 @@ ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_
     }
     wb w = {0};
     w.h = &h;
-    put(&w, "optitpu-fingerprint-v2", 22);
+    put(&w, "optitpu-fingerprint-v3", 22);
     put_options(&w, o);
     put(&w, text, strlen(text));
     ot_free(text);
