@@ -520,6 +520,29 @@ static void test_inline_calls(void) {
     EXPECT_INT_EQ(k2, 1);
     ot_module_free(m);
 
+    /* 500 distinct callees, each called once in a chain: all inlined, all removed by DCE */
+    ot_computation *c;
+    m = new_mod(&c);
+    ot_instr *x = ot_build_parameter(c, 0, vec(8), "x");
+    for (int k = 0; k < 500; k++) {
+        ot_computation *f = ot_module_add_computation(m, NULL);
+        ot_instr *p = ot_build_parameter(f, 0, vec(8), "p");
+        ot_computation_set_root(f, ot_build_binary(f, k % 2 ? OT_OP_ADD : OT_OP_MULTIPLY, p, p));
+        x = ot_build(c, OT_OP_CALL, &x, 1, NULL, &f, 1, NULL, NULL);
+    }
+    ot_computation_set_root(c, x);
+    ot_module_set_entry(m, c);
+    ASSERT_OK(ot_module_finalize(m));
+    EXPECT_INT_EQ(ot_module_computation_count(m), 501);
+    ASSERT_OK(ot_pass_inline(m, &ch));
+    ASSERT_OK(ot_pass_dce(m, &ch));
+    EXPECT_TRUE(ch);
+    ASSERT_OK(ot_module_verify(m));
+    EXPECT_INT_EQ(ot_module_computation_count(m), 1);
+    EXPECT_INT_EQ(count_op(c, OT_OP_ADD) + count_op(c, OT_OP_MULTIPLY), 500);
+    EXPECT_INT_EQ((int)ot_module_instr_count(m), 501);
+    ot_module_free(m);
+
     /* JAX's softmax cross-entropy (log_softmax and take_along_axis as nested calls) */
     ASSERT_OK(ot_hlo_parse_file(OT_SOURCE_DIR "/tests/data/jax/softmax_cross_entropy/module.hlo",
                                 NULL, &m));

@@ -701,8 +701,12 @@ OT_API ot_status ot_computation_clone(const ot_computation *src, const char *suf
                                       ot_computation **out);
 /* Deep copy of a whole module. */
 OT_API ot_status ot_module_clone(const ot_module *src, ot_module **out);
-/* Removes a computation nobody calls (not the entry). */
+/* Removes a computation nobody calls (not the entry). Checks every instruction of the module:
+ * to drop many computations at once use ot_module_remove_unreachable. */
 OT_API ot_status ot_module_remove_computation(ot_module *m, ot_computation *c);
+/* Removes every computation not reachable from the entry through called computations, in one
+ * walk over the reachable instructions; *removed (may be NULL) gets how many went. */
+OT_API ot_status ot_module_remove_unreachable(ot_module *m, int *removed);
 
 /* Post order (operands before users, from the root and every instruction, deterministic): an
  * ot_malloc'd array of c->ninstrs pointers (free with ot_free). */

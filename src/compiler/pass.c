@@ -538,8 +538,6 @@ ot_status ot_pass_dce(ot_module *m, bool *changed) {
     bool removed_call = false;
     for (int k = ord.n - 1; k >= 0 && s == OT_OK; k--)
         s = dce_computation(ord.comps[k], ord.po[k], ord.npo[k], &ch, &removed_call);
-    ot_computation **reach = NULL;
-    int nreach = 0;
     /* reachability changes only when an instruction calling a computation went */
     if (s == OT_OK && !removed_call && ord.n == ot_module_computation_count(m)) {
         cc_orders_free(&ord);
@@ -548,26 +546,10 @@ ot_status ot_pass_dce(ot_module *m, bool *changed) {
     }
     cc_orders_free(&ord);
     OT_CHECK(s);
-    /* computations no longer reachable (a dead caller goes before its callees: a callee is
-     * removable only once nothing calls it, so repeat until nothing changes) */
-    OT_CHECK(cc_reachable(m, &reach, &nreach));
-    cc_ptrmap live = {0};
-    for (int j = 0; j < nreach && s == OT_OK; j++) s = cc_ptrmap_put(&live, reach[j], j);
-    if (s == OT_OK && nreach < ot_module_computation_count(m)) {
-        for (bool again = true; again && s == OT_OK;) {
-            again = false;
-            for (int k = ot_module_computation_count(m) - 1; k >= 0 && s == OT_OK; k--) {
-                ot_computation *x = ot_module_computation(m, k);
-                if (cc_ptrmap_get(&live, x) >= 0) continue;
-                if (ot_module_remove_computation(m, x) == OT_OK) {
-                    again = ch = true;
-                    ot_clear_error();
-                }
-            }
-        }
-    }
-    cc_ptrmap_free(&live);
-    ot_free(reach);
+    /* computations no longer reachable, all at once (one walk over what stays) */
+    int gone = 0;
+    OT_CHECK(ot_module_remove_unreachable(m, &gone));
+    if (gone) ch = true;
     if (changed) *changed = ch;
     return s;
 }

@@ -1255,6 +1255,47 @@ ot_status ot_module_remove_computation(ot_module *m, ot_computation *c) {
     return OT_OK;
 }
 
+ot_status ot_module_remove_unreachable(ot_module *m, int *removed) {
+    if (removed) *removed = 0;
+    if (!m || !m->entry)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "remove unreachable: no module or no entry");
+    ir_ptr_map live = {0};
+    ot_computation **stack = ot_malloc((size_t)(m->ncomps ? m->ncomps : 1) * sizeof *stack);
+    ot_status s = stack ? ir_ptr_map_put(&live, m->entry, m->entry)
+                        : ot_error(OT_ERR_OUT_OF_MEMORY, "remove unreachable: out of memory");
+    int sp = 0;
+    if (s == OT_OK) stack[sp++] = m->entry;
+    while (sp && s == OT_OK) {
+        ot_computation *c = stack[--sp];
+        for (ot_instr *i = c->first; i && s == OT_OK; i = i->next)
+            for (int k = 0; k < i->ncalled && s == OT_OK; k++) {
+                ot_computation *x = i->called[k];
+                if (ir_ptr_map_get(&live, x)) continue;
+                s = ir_ptr_map_put(&live, x, x);
+                if (s == OT_OK) stack[sp++] = x; /* each computation is pushed once */
+            }
+    }
+    if (s == OT_OK) {
+        int kept = 0, gone = 0;
+        for (int k = 0; k < m->ncomps; k++) {
+            ot_computation *c = m->comps[k];
+            if (ir_ptr_map_get(&live, c)) {
+                m->comps[kept++] = c;
+                continue;
+            }
+            m->ninstrs -= c->ninstrs;
+            comp_free(c);
+            ir_names_del(&m->comp_names, c->name);
+            gone++;
+        }
+        m->ncomps = kept;
+        if (removed) *removed = gone;
+    }
+    ir_ptr_map_free(&live);
+    ot_free(stack);
+    return s;
+}
+
 ot_status ot_module_clone(const ot_module *src, ot_module **out) {
     *out = NULL;
     ot_module *m = ot_module_new(src->name);
