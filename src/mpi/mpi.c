@@ -376,11 +376,16 @@ static ot_status shm_setup(ot_mpi *m, bool want) {
     uint64_t mine[2] = {node_identity(), want ? 1u : 0u};
     uint64_t *all = ot_calloc(2 * (size_t)m->size, sizeof *all);
     if (!all) return ot_error(OT_ERR_OUT_OF_MEMORY, "mpi init: out of memory");
-    int rc = MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, m->world);
-    bool one = rc == MPI_SUCCESS;
+    /* with the deadline: a rank that failed earlier in ot_mpi_init never arrives */
+    uint64_t dl = ot_now_ns() + (uint64_t)m->timeout_ns;
+    MPI_Request rq;
+    int rc = MPI_Iallgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, m->world, &rq);
+    ot_status st = rc == MPI_SUCCESS ? wait_coll(&m->pending, &rq, dl, "node identity")
+                                     : mpi_fail(rc, "MPI_Iallgather node identity");
+    bool one = st == OT_OK;
     for (int r = 0; one && r < m->size; r++) one = all[2 * r] == all[0] && all[2 * r + 1];
+    if (st != OT_OK) return st; /* `all` is left to the pending collective (never freed) */
     ot_free(all);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Allgather node identity");
     if (!one) return OT_OK; /* several nodes, or turned off on some rank */
     MPI_TRY(MPI_Comm_split_type(m->world, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &m->node),
             "MPI_Comm_split_type");
@@ -389,6 +394,7 @@ static ot_status shm_setup(ot_mpi *m, bool want) {
     MPI_Comm_size(m->node, &nsz);
     MPI_Comm_rank(m->node, &nr);
     ok = nsz == m->size && nr == m->rank; /* MPI agrees: one node, ranks as in world */
+    /* every rank got here through the blocking split: no deadline needed */
     MPI_TRY(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, m->world), "MPI_Allreduce");
     if (!all_ok) {
         MPI_Comm_free(&m->node);
@@ -527,8 +533,6 @@ ot_status ot_mpi_init(const ot_mpi_options *o, ot_mpi **out) {
         ot_comm_set_timeout(m->lcomm[i], m->timeout_ns);
     }
 
-    OT_CHECK_GOTO(shm_setup(m, d.shared_memory), st, fail);
-
     /* rank 0 coordinates: every global device registered, failure by timeout */
     if (m->rank == 0) {
         ot_coord_options co = ot_coord_options_default();
@@ -543,6 +547,9 @@ ot_status ot_mpi_init(const ot_mpi_options *o, ot_mpi **out) {
                 OT_CHECK_GOTO(ot_coord_register(m->coord, dn, &id), st, fail);
             }
     }
+    /* last: every step before can fail on one rank alone (rank 0's coordinator), and freeing
+     * the windows is collective */
+    OT_CHECK_GOTO(shm_setup(m, d.shared_memory), st, fail);
     OT_CHECK_GOTO(mpi_barrier_dl(&m->pending, m->world, ot_now_ns() + (uint64_t)m->timeout_ns), st,
                   fail);
     *out = m;
