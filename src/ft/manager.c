@@ -1,9 +1,6 @@
 /* The checkpoint manager: synchronous and async saves, replication and retention after each
  * commit. */
 #include <pthread.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +15,7 @@ struct ot_ckpt_manager {
     /* async */
     pthread_t thread;
     bool running;
+    ot_ft_prio_group prio; /* the writer thread and its I/O threads */
     ot_ckpt_save_args job; /* deep copy; tensors point into staging */
     ot_arena *job_arena;
     ot_status job_rc;
@@ -121,6 +119,7 @@ static ot_status save_everything(ot_ckpt_manager *m, const ot_ckpt_save_args *a,
 /* Joins the background save; returns its result (once) and the stats. */
 static ot_status join_async(ot_ckpt_manager *m, ot_ckpt_save_stats *stats) {
     if (!m->running) return OT_OK;
+    ot_ft_prio_group_boost(&m->prio); /* someone waits now: no reason to yield any more */
     pthread_join(m->thread, NULL);
     m->running = false;
     if (stats) *stats = m->job_stats;
@@ -149,11 +148,11 @@ ot_status ot_ckpt_save(ot_ckpt_manager *m, const ot_ckpt_save_args *a, ot_ckpt_s
 
 static void *async_main(void *arg) {
     ot_ckpt_manager *m = arg;
-    /* background work yields the CPU to the training step (Linux nice is per thread and
-     * inherited by the hashing threads this one starts) */
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    /* background work yields the CPU to the training step until someone waits for it */
+    ot_ft_background_begin(&m->prio);
     m->job_rc = save_everything(m, &m->job, &m->job_stats);
     if (m->job_rc != OT_OK) snprintf(m->job_err, sizeof m->job_err, "%s", ot_last_error());
+    ot_ft_background_end();
     return NULL;
 }
 
@@ -279,6 +278,7 @@ ot_status ot_ckpt_save_async(ot_ckpt_manager *m, const ot_ckpt_save_args *a) {
     m->job_stats.snapshot_seconds = (double)(ot_now_ns() - t0) * 1e-9;
     m->job_rc = OT_OK;
     m->job_err[0] = '\0';
+    ot_ft_prio_group_init(&m->prio);
     if (pthread_create(&m->thread, NULL, async_main, m) != 0)
         return ot_error(OT_ERR_INTERNAL, "async save: cannot start the writer thread");
     m->running = true;
