@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """safetensors interoperability between optitpu and the reference Python package.
 
-    pip install safetensors numpy
+    pip install safetensors numpy torch   # torch: the CPU wheel is enough
     python3 scripts/safetensors_interop.py gen   tests/data/safetensors   # Python -> fixtures
     python3 scripts/safetensors_interop.py check tests/data/safetensors/c # files optitpu wrote
 
-`gen` writes files with the reference writer into DIR/py/, and malformed or unusual headers into
-DIR/accept/ or DIR/reject/ according to what the reference reader (safetensors.deserialize)
-decides; tests/test_safetensors.c reads all of them (CI needs no Python). `check` loads the files
-tests/test_safetensors.c wrote (committed under DIR/c/) with the reference reader and compares every
-value with the same deterministic pattern. Both directions exit non-zero on any mismatch.
+`gen` writes files with the reference writer into DIR/py/ (safetensors.numpy, and the raw
+TensorSpec interface for bf16), files saved by safetensors.torch.save_file into DIR/torch/ (every
+dtype including bf16 and f16, and f32 values rounded to bf16 and f16 by torch), and malformed or
+unusual headers into DIR/accept/ or DIR/reject/ according to what the reference reader
+(safetensors.deserialize) decides; tests/test_safetensors.c reads all of them (CI needs no
+Python). `check` loads the files tests/test_safetensors.c wrote (committed under DIR/c/) with the
+reference reader, safetensors.numpy.load_file and safetensors.torch.load_file, and compares every
+value bit for bit with the same deterministic pattern. Both directions exit non-zero on any
+mismatch; without torch installed both stop with an error (--no-torch skips the torch parts).
 """
 import json
 import os
@@ -20,6 +24,12 @@ import numpy as np
 import safetensors
 from safetensors import TensorSpec, deserialize, serialize_file
 from safetensors.numpy import load_file, save_file
+
+try:
+    import torch
+    import safetensors.torch as st_torch
+except ImportError:  # reported in main()
+    torch = None
 
 # dtype name in the file, numpy dtype (None: raw bits), element size
 DTYPES = [
@@ -87,7 +97,72 @@ def gen(root):
               metadata={"framework": "np", "unicode": "päß ✓", "empty": "", "quote": "a\"b\\c\n"})
     # 5. no tensors at all
     save_file({}, os.path.join(py, "empty.safetensors"))
+    if torch is not None:
+        gen_torch(root)
     gen_conformance(root)
+
+
+def torch_dtypes():
+    """File dtype name -> torch dtype, for the dtypes of the format that torch has."""
+    return {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+            "U16": torch.uint16, "F16": torch.float16, "BF16": torch.bfloat16,
+            "I32": torch.int32, "U32": torch.uint32, "F32": torch.float32,
+            "F64": torch.float64, "I64": torch.int64, "U64": torch.uint64}
+
+
+def torch_tensor(dtype, shape, salt=0):
+    """The pattern as a torch tensor (its bits, not converted values)."""
+    n = int(np.prod(shape)) if shape else 1
+    raw = bytearray(pattern(dtype, n, salt))
+    t = torch.frombuffer(raw, dtype=torch.uint8).clone() if raw else torch.zeros(0, dtype=torch.uint8)
+    return t.view(torch_dtypes()[dtype]).reshape(shape)
+
+
+def finite_f32(n, salt):
+    """The F32 pattern with bit 30 cleared: every value finite, |x| < 2 (subnormals included)."""
+    bits = np.frombuffer(pattern("F32", n, salt), dtype=np.uint32) & np.uint32(0xBFFFFFFF)
+    return torch.from_numpy(bits.view(np.float32).copy())
+
+
+def f16_range_f32(n, salt):
+    """The F32 pattern with the exponent moved into 2^-24 .. 2^15 (f16 subnormals and normals);
+    every 4th value is an exact bf16 rounding tie, every 4th + 1 an exact f16 tie."""
+    bits = np.frombuffer(pattern("F32", n, salt), dtype=np.uint32).astype(np.uint64)
+    exp = (bits >> 23) & 0xFF
+    bits = (bits & 0x807FFFFF) | (((exp % 40) + 103) << 23)
+    i = np.arange(n)
+    bits = np.where(i % 4 == 0, (bits & ~np.uint64(0xFFFF)) | 0x8000, bits)
+    bits = np.where(i % 4 == 1, (bits & ~np.uint64(0x1FFF)) | 0x1000, bits)
+    return torch.from_numpy(bits.astype(np.uint32).view(np.float32).copy())
+
+
+def gen_torch(root):
+    """Files written by safetensors.torch.save_file."""
+    d = os.path.join(root, "torch")
+    os.makedirs(d, exist_ok=True)
+    # 1. every dtype (bf16 and f16 included), the bits of the pattern
+    tensors = {"t_" + name.lower(): torch_tensor(name, SHAPES[name]) for name, _, _ in DTYPES}
+    st_torch.save_file(tensors, os.path.join(d, "all_dtypes.safetensors"),
+                       metadata={"format": "pt"})
+    # 2. torch's own rounding: f32 values and the same values cast to bf16 and f16 by torch
+    #    (round to nearest even; below the f16 range: zero), a non-contiguous source made
+    #    contiguous, and a scalar
+    src = finite_f32(4096, 3)
+    mid = f16_range_f32(512, 5)
+    wide = finite_f32(6 * 8, 4).reshape(8, 6).t()  # transposed view, saved contiguous
+    rounded = {"src": src.reshape(64, 64), "bf16": src.to(torch.bfloat16).reshape(64, 64),
+               "f16": src.to(torch.float16).reshape(64, 64),
+               # magnitudes in the f16 range, with exact rounding ties
+               "src_mid": mid, "f16_mid": mid.to(torch.float16), "bf16_mid": mid.to(torch.bfloat16),
+               "wide_t": wide.contiguous(), "scalar_bf16": torch.tensor(1.5, dtype=torch.bfloat16)}
+    st_torch.save_file(rounded, os.path.join(d, "rounded.safetensors"), metadata={"format": "pt"})
+    # each saved file loads back in torch with the same bits
+    for fn, ts in (("all_dtypes.safetensors", tensors), ("rounded.safetensors", rounded)):
+        back = st_torch.load_file(os.path.join(d, fn))
+        for k, v in ts.items():
+            assert back[k].dtype == v.dtype and torch.equal(back[k].view(torch.uint8) if v.dim() else back[k],
+                                                            v.contiguous().view(torch.uint8) if v.dim() else v), (fn, k)
+    print(f"torch {torch.__version__}: {d}/all_dtypes.safetensors, rounded.safetensors")
 
 
 def raw_file(header_obj=None, header_text=None, data=b"", pad=True, n_override=None):
@@ -182,15 +257,44 @@ def check(cdir):
         if all(t["dtype"].upper() not in ("BF16", "BFLOAT16") for t in items.values()):
             arrays = load_file(path)  # the numpy loader too
             assert set(arrays) == set(items), fn
-        print(f"ok {fn}: {len(items)} tensors")
+            for name, a in arrays.items():
+                if a.tobytes() != bytes(items[name]["data"]):
+                    print(f"MISMATCH (numpy) {fn}:{name}")
+                    bad += 1
+        loaders = "raw, numpy" if all(t["dtype"].upper() not in ("BF16", "BFLOAT16")
+                                      for t in items.values()) else "raw"
+        if torch is not None:
+            tensors = st_torch.load_file(path)  # the torch loader: bf16 and f16 included
+            if set(tensors) != set(items):
+                print(f"MISMATCH (torch) {fn}: names {sorted(tensors)} vs {sorted(items)}")
+                bad += 1
+            for name, t in tensors.items():
+                want = bytes(items[name]["data"])
+                got = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+                if list(t.shape) != list(items[name]["shape"]) or got != want:
+                    print(f"MISMATCH (torch) {fn}:{name} {t.dtype}")
+                    bad += 1
+            loaders += ", torch " + ",".join(sorted({str(t.dtype).replace("torch.", "")
+                                                    for t in tensors.values()}))
+        print(f"ok {fn}: {len(items)} tensors ({loaders})")
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("gen", "check"):
+    no_torch = "--no-torch" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--no-torch"]
+    if len(args) != 2 or args[0] not in ("gen", "check"):
         print(__doc__)
         sys.exit(2)
-    print(f"safetensors {safetensors.__version__}, numpy {np.__version__}")
+    sys.argv[1:] = args
+    if torch is None and not no_torch:
+        print("torch is not installed (pip install torch, the CPU wheel is enough); "
+              "--no-torch skips the torch direction")
+        sys.exit(2)
+    if no_torch:
+        torch = None
+    print(f"safetensors {safetensors.__version__}, numpy {np.__version__}, "
+          f"torch {torch.__version__ if torch is not None else 'not used'}")
     if sys.argv[1] == "gen":
         gen(sys.argv[2])
     else:

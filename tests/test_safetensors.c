@@ -137,10 +137,10 @@ typedef struct {
 
 /* Checks a file's tensors against the pattern; with identical, also that optitpu's writer
  * produces the very same bytes from the same tensors and metadata. */
-static void check_fixture(const char *file, const fx_tensor *fx, size_t n, const ot_st_kv *meta,
-                          size_t nmeta, bool identical) {
+static void check_fixture_in(const char *sub, const char *file, const fx_tensor *fx, size_t n,
+                             const ot_st_kv *meta, size_t nmeta, bool identical) {
     char path[512];
-    snprintf(path, sizeof path, "%s/py/%s", DATA_DIR, file);
+    snprintf(path, sizeof path, "%s/%s/%s", DATA_DIR, sub, file);
     ot_safetensors *st;
     ASSERT_OK(ot_safetensors_open(path, &st));
     EXPECT_INT_EQ(ot_safetensors_count(st), n);
@@ -182,6 +182,11 @@ static void check_fixture(const char *file, const fx_tensor *fx, size_t n, const
     for (size_t i = 0; i < n; i++) free(bufs[i]);
 }
 
+static void check_fixture(const char *file, const fx_tensor *fx, size_t n, const ot_st_kv *meta,
+                          size_t nmeta, bool identical) {
+    check_fixture_in("py", file, fx, n, meta, nmeta, identical);
+}
+
 static void test_python_fixtures(void) {
     fx_tensor all[] = {
         {"t_bool", OT_ST_BOOL, 2, {3, 5}, 0},  {"t_u8", OT_ST_U8, 1, {7}, 0},
@@ -209,6 +214,104 @@ static void test_python_fixtures(void) {
                        {"quote", "a\"b\\c\n"}};
     check_fixture("names_meta.safetensors", nm, 3, meta, 4, false);
     check_fixture("empty.safetensors", NULL, 0, NULL, 0, true);
+}
+
+/* Files written by safetensors.torch.save_file (scripts/safetensors_interop.py gen): every dtype
+ * with the pattern's bits, byte-identical to this writer's output; and torch's own f32 -> bf16 and
+ * f32 -> f16 rounding, which must equal ot_f32_to_bf16 / ot_f32_to_f16 bit for bit. */
+static const void *tensor_data(const ot_safetensors *st, const char *name, ot_st_dtype dt,
+                               uint64_t n) {
+    const ot_st_info *t = ot_safetensors_find(st, name);
+    if (!t) {
+        OT_T_FAIL_("torch fixture: tensor '%s' missing", name);
+        return NULL;
+    }
+    EXPECT_INT_EQ(t->dtype, dt);
+    EXPECT_U64_EQ(t->end - t->begin, n * ot_st_dtype_size(dt));
+    return t->dtype == dt && t->end - t->begin == n * ot_st_dtype_size(dt) ? t->data : NULL;
+}
+
+static void test_torch_fixtures(void) {
+    fx_tensor all[] = {
+        {"t_bool", OT_ST_BOOL, 2, {3, 5}, 0}, {"t_u8", OT_ST_U8, 1, {7}, 0},
+        {"t_i8", OT_ST_I8, 3, {2, 2, 2}, 0},  {"t_i16", OT_ST_I16, 2, {4, 3}, 0},
+        {"t_u16", OT_ST_U16, 2, {1, 9}, 0},   {"t_f16", OT_ST_F16, 1, {6}, 0},
+        {"t_bf16", OT_ST_BF16, 2, {2, 5}, 0}, {"t_i32", OT_ST_I32, 3, {3, 1, 2}, 0},
+        {"t_u32", OT_ST_U32, 1, {5}, 0},      {"t_f32", OT_ST_F32, 3, {2, 3, 4}, 0},
+        {"t_f64", OT_ST_F64, 2, {3, 3}, 0},   {"t_i64", OT_ST_I64, 1, {4}, 0},
+        {"t_u64", OT_ST_U64, 2, {2, 2}, 0},
+    };
+    ot_st_kv fmt[] = {{"format", "pt"}};
+    check_fixture_in("torch", "all_dtypes.safetensors", all, 13, fmt, 1, true);
+
+    char path[512];
+    snprintf(path, sizeof path, "%s/torch/rounded.safetensors", DATA_DIR);
+    ot_safetensors *st;
+    ASSERT_OK(ot_safetensors_open(path, &st));
+    EXPECT_INT_EQ(ot_safetensors_count(st), 8);
+    EXPECT_STR_EQ(ot_safetensors_metadata_get(st, "format"), "pt");
+    /* the f32 sources: the F32 pattern with bit 30 cleared (all finite) */
+    uint32_t want[4096];
+    st_pattern(OT_ST_F32, 4096, 3, (uint8_t *)want);
+    for (int i = 0; i < 4096; i++) want[i] &= 0xBFFFFFFFu;
+    const uint32_t *src = tensor_data(st, "src", OT_ST_F32, 4096);
+    const uint16_t *bf = tensor_data(st, "bf16", OT_ST_BF16, 4096);
+    const uint16_t *hf = tensor_data(st, "f16", OT_ST_F16, 4096);
+    const uint32_t *srcs = tensor_data(st, "src_mid", OT_ST_F32, 512);
+    const uint16_t *bfs = tensor_data(st, "bf16_mid", OT_ST_BF16, 512);
+    const uint16_t *hfs = tensor_data(st, "f16_mid", OT_ST_F16, 512);
+    /* the f16-range sources: exponent moved to 2^-24 .. 2^15, exact bf16 ties at i % 4 == 0 and
+     * exact f16 ties at i % 4 == 1 */
+    uint32_t mid[512];
+    st_pattern(OT_ST_F32, 512, 5, (uint8_t *)mid);
+    for (uint32_t i = 0; i < 512; i++) {
+        uint32_t b = mid[i], e = (b >> 23) & 0xFF;
+        b = (b & 0x807FFFFFu) | ((e % 40 + 103) << 23);
+        if (i % 4 == 0) b = (b & ~0xFFFFu) | 0x8000u;
+        if (i % 4 == 1) b = (b & ~0x1FFFu) | 0x1000u;
+        mid[i] = b;
+    }
+    int bad_src = 0, bad_bf = 0, bad_hf = 0, finite_hf = 0;
+    for (int i = 0; src && bf && hf && i < 4096; i++) {
+        float f;
+        memcpy(&f, &src[i], 4);
+        bad_src += src[i] != want[i];
+        bad_bf += bf[i] != ot_f32_to_bf16(f);
+        bad_hf += hf[i] != ot_f32_to_f16(f);
+    }
+    for (int i = 0; srcs && bfs && hfs && i < 512; i++) {
+        float f;
+        memcpy(&f, &srcs[i], 4);
+        bad_src += srcs[i] != mid[i];
+        bad_bf += bfs[i] != ot_f32_to_bf16(f);
+        bad_hf += hfs[i] != ot_f32_to_f16(f);
+        finite_hf += (hfs[i] & 0x7C00) != 0x7C00 && (hfs[i] & 0x7FFF) != 0;
+    }
+    EXPECT_INT_EQ(bad_src, 0);
+    EXPECT_INT_EQ(bad_bf, 0);
+    EXPECT_INT_EQ(bad_hf, 0);
+    EXPECT_TRUE(finite_hf > 400); /* the f16-range set rounds to finite, nonzero f16 values */
+    /* a transposed view, saved contiguous: [6, 8] with element (i, j) = source (j, i) of [8, 6] */
+    const ot_st_info *wt = ot_safetensors_find(st, "wide_t");
+    uint32_t w48[48];
+    st_pattern(OT_ST_F32, 48, 4, (uint8_t *)w48);
+    const uint32_t *wd = tensor_data(st, "wide_t", OT_ST_F32, 48);
+    if (wt && wd) {
+        EXPECT_INT_EQ(wt->rank, 2);
+        EXPECT_INT_EQ(wt->dims[0], 6);
+        EXPECT_INT_EQ(wt->dims[1], 8);
+        int bad = 0;
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 8; j++) bad += wd[i * 8 + j] != (w48[j * 6 + i] & 0xBFFFFFFFu);
+        EXPECT_INT_EQ(bad, 0);
+    }
+    const ot_st_info *sc = ot_safetensors_find(st, "scalar_bf16");
+    const uint16_t *scd = tensor_data(st, "scalar_bf16", OT_ST_BF16, 1);
+    if (sc && scd) {
+        EXPECT_INT_EQ(sc->rank, 0);
+        EXPECT_INT_EQ(scd[0], 0x3FC0); /* 1.5 */
+    }
+    ot_safetensors_free(st);
 }
 
 /* Files the reference reader accepts must parse here; those it rejects must be CORRUPT_DATA. */
@@ -395,6 +498,6 @@ static void test_cleanup(void) {
 
 OT_TEST_MAIN(OT_TEST(test_dtype_table), OT_TEST(test_roundtrip_every_dtype),
              OT_TEST(test_writer_rejects_bad_entries), OT_TEST(test_python_fixtures),
-             OT_TEST(test_reference_conformance), OT_TEST(test_error_messages),
-             OT_TEST(test_truncations), OT_TEST(test_files_for_python),
-             OT_TEST(test_alloc_failures), OT_TEST(test_cleanup))
+             OT_TEST(test_torch_fixtures), OT_TEST(test_reference_conformance),
+             OT_TEST(test_error_messages), OT_TEST(test_truncations),
+             OT_TEST(test_files_for_python), OT_TEST(test_alloc_failures), OT_TEST(test_cleanup))
