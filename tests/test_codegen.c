@@ -33,10 +33,49 @@ static ot_module *parse(const char *text) {
     return m;
 }
 
+/* When set, f32/f64 inputs sit around the bottom of the normal range (binary exponents from a
+ * few above the smallest normal down into the subnormals), so sums, products and quotients land
+ * on both sides of the flush-to-zero boundary. */
+static bool g_tiny;
+/* When set, f32 parameter 0 holds +-(2^24 - 1) * 2^-50 and parameter 1 alternates 2^-100 and
+ * 2^100: x*y (even elements) and x/y (odd ones) are exactly 2^-126 - 2^-150, which rounds to
+ * FLT_MIN at subnormal precision but which x86's FTZ flushes (tininess after rounding). */
+static bool g_band;
+static int g_band_param;
+
+static void fill_tiny(ot_dtype t, void *data, int64_t i, uint64_t r) {
+    bool neg = (r >> 63) & 1;
+    int span = (int)((r >> 40) % 40); /* exponent offset */
+    if (t == OT_F32) {
+        uint32_t mant = (uint32_t)(r & 0x7fffffu);
+        int e = 1 + 20 - span; /* biased exponent: 21 down to -18 (<= 0: a subnormal) */
+        uint32_t u = e > 0 ? ((uint32_t)e << 23) | mant : mant >> (1 - e);
+        if ((r >> 32) % 11 == 0) u = 0x3f800000u + (uint32_t)((r >> 8) & 0xffff); /* ~1 */
+        ((uint32_t *)data)[i] = u | (neg ? 0x80000000u : 0);
+    } else {
+        uint64_t mant = r & 0xfffffffffffffull;
+        int e = 1 + 20 - span;
+        uint64_t u = e > 0 ? ((uint64_t)e << 52) | mant : mant >> (1 - e);
+        if ((r >> 32) % 11 == 0) u = 0x3ff0000000000000ull + ((r >> 8) & 0xffff);
+        ((uint64_t *)data)[i] = u | (neg ? 0x8000000000000000ull : 0);
+    }
+}
+
 /* Random element bits for dtype t: mostly ordinary values, some special ones. */
 static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
     for (int64_t i = 0; i < n; i++) {
         uint64_t r = rng_next(s);
+        if (g_band && t == OT_F32) {
+            float v = g_band_param == 0 ? ldexpf(16777215.0f, -50) * ((r >> 7) & 1 ? -1.0f : 1.0f)
+                                        : ldexpf(1.0f, i % 2 == 0 ? -100 : 100);
+            ((float *)data)[i] = v;
+            if (i == n - 1) g_band_param++;
+            continue;
+        }
+        if (g_tiny && (t == OT_F32 || t == OT_F64)) {
+            fill_tiny(t, data, i, r);
+            continue;
+        }
         int pick = (int)(r % 16);
         switch (t) {
         case OT_F32: {
@@ -527,6 +566,139 @@ static void so_path(const cg_program *p, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s.so", g_cache, h);
 }
 
+/* The generated source of p (next to its object in the cache). */
+static char *program_source(const cg_program *p) {
+    char path[512];
+    so_path(p, path, sizeof path);
+    size_t l = strlen(path);
+    if (l < 3) return NULL;
+    strcpy(path + l - 3, ".c");
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 20);
+    if (buf) fread(buf, 1, (1 << 20) - 1, f);
+    fclose(f);
+    return buf;
+}
+
+/* Loop fusions of basic arithmetic run under the CPU's FTZ/DAZ mode instead of flushing in
+ * software; on inputs around the smallest normal number, whose sums, products, quotients and
+ * roots fall on both sides of it, every result must still equal the reference evaluator's bit for
+ * bit. A fusion that calls the C library keeps software flushing. */
+static void test_hw_ftz(void) {
+    static const char *const dts[] = {"f32", "f64", "bf16"};
+    char text[8192];
+    for (int j = 0; j < 3; j++) {
+        const char *t = dts[j];
+        /* '$' stands for the element type */
+        static const char tmpl[] =
+            "HloModule hw\nENTRY main {\n"
+            "  x = $[3000] parameter(0)\n  y = $[3000] parameter(1)\n"
+            "  a = $[3000] add(x, y)\n  s = $[3000] subtract(x, y)\n"
+            "  m = $[3000] multiply(x, y)\n  d = $[3000] divide(x, y)\n"
+            "  q = $[3000] sqrt(x)\n  r = $[3000] rsqrt(y)\n"
+            "  h = $[] constant(0.5)\n  hb = $[3000] broadcast(h), dimensions={}\n"
+            "  mh = $[3000] multiply(x, hb)\n  ms = $[3000] multiply(mh, mh)\n"
+            "  mx = $[3000] maximum(x, m)\n  mn = $[3000] minimum(s, y)\n"
+            "  c = pred[3000] compare(x, m), direction=LT\n"
+            "  sel = $[3000] select(c, m, x)\n  ng = $[3000] negate(x)\n"
+            "  ab = $[3000] abs(y)\n"
+            "  ROOT t = ($[3000], $[3000], $[3000], $[3000], $[3000], $[3000], $[3000], "
+            "$[3000], $[3000], $[3000], pred[3000], $[3000], $[3000]) "
+            "tuple(a, s, m, d, q, r, ms, mx, mn, sel, c, ng, ab)\n}\n";
+        size_t n = 0;
+        for (const char *q = tmpl; *q && n + 8 < sizeof text; q++) {
+            if (*q == '$') {
+                n += (size_t)snprintf(text + n, sizeof text - n, "%s", t);
+            } else {
+                text[n++] = *q;
+            }
+        }
+        text[n] = '\0';
+        g_tiny = true;
+        check_module(text, 900 + (uint64_t)j, true);
+        g_tiny = false;
+        /* the kernel did run under the hardware mode */
+        ot_module *m = parse(text);
+        ASSERT_TRUE(m != NULL);
+        ot_executable *e = NULL;
+        EXPECT_OK(ot_compile(m, NULL, &e));
+        ot_module_free(m);
+        const cg_program *p = e ? cg_program_get(e) : NULL;
+        EXPECT_TRUE(p != NULL && p->nnative >= 1);
+        char *src = p ? program_source(p) : NULL;
+        EXPECT_TRUE(src != NULL);
+#if defined(__x86_64__)
+        EXPECT_TRUE(src && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+#endif
+        free(src);
+        ot_executable_free(e);
+    }
+    /* products and quotients exactly in the band below FLT_MIN where x86's tininess rule and
+     * rounding-then-flushing differ: the reference, the hardware mode and the software mode (a
+     * fusion with exp) all flush them */
+    static const char *const band[] = {
+        "HloModule band_hw\nENTRY main {\n  x = f32[4096] parameter(0)\n"
+        "  y = f32[4096] parameter(1)\n  m = f32[4096] multiply(x, y)\n"
+        "  d = f32[4096] divide(x, y)\n  ROOT t = (f32[4096], f32[4096]) tuple(m, d)\n}\n",
+        "HloModule band_sw\nENTRY main {\n  x = f32[4096] parameter(0)\n"
+        "  y = f32[4096] parameter(1)\n  m = f32[4096] multiply(x, y)\n"
+        "  d = f32[4096] divide(x, y)\n  e = f32[4096] exponential(y)\n"
+        "  ROOT t = (f32[4096], f32[4096], f32[4096]) tuple(m, d, e)\n}\n"};
+    for (int j = 0; j < 2; j++) {
+        g_band = true;
+        g_band_param = 0;
+        check_module(band[j], 960 + (uint64_t)j, true);
+        g_band = false;
+    }
+    {
+        float x = ldexpf(16777215.0f, -50), y = ldexpf(1.0f, -100), z = ldexpf(1.0f, 100), r[2];
+        ot_value out;
+        /* the reference on one element: 2^-126 - 2^-150 flushes to +0 */
+        char one[512];
+        snprintf(one, sizeof one,
+                 "HloModule band1\nENTRY main {\n  x = f32[] parameter(0)\n"
+                 "  y = f32[] parameter(1)\n  z = f32[] parameter(2)\n"
+                 "  m = f32[] multiply(x, y)\n  d = f32[] divide(x, z)\n"
+                 "  ROOT t = (f32[], f32[]) tuple(m, d)\n}\n");
+        ot_module *m = parse(one);
+        ASSERT_TRUE(m != NULL);
+        ot_value a3[3];
+        ot_shape s0 = {OT_F32, 0, {0}};
+        float v3[3] = {x, y, z};
+        for (int k = 0; k < 3; k++) {
+            ASSERT_OK(ot_value_alloc_array(&a3[k], &s0));
+            memcpy(a3[k].array.data, &v3[k], 4);
+        }
+        ASSERT_OK(ot_evaluate(m, a3, 3, NULL, &out));
+        for (int k = 0; k < 2; k++) memcpy(&r[k], ot_value_leaf(&out, k)->array.data, 4);
+        EXPECT_TRUE(r[0] == 0.0f && !signbit(r[0]));
+        EXPECT_TRUE(r[1] == 0.0f && !signbit(r[1]));
+        ot_value_release(&out);
+        for (int k = 0; k < 3; k++) ot_value_release(&a3[k]);
+        ot_module_free(m);
+    }
+    /* exp in the fusion: software flushing, same results */
+    snprintf(text, sizeof text,
+             "HloModule hw_exp\nENTRY main {\n  x = f32[3000] parameter(0)\n"
+             "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
+             "  ex = f32[3000] exponential(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n");
+    g_tiny = true;
+    check_module(text, 950, true);
+    g_tiny = false;
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    ot_executable *e = NULL;
+    EXPECT_OK(ot_compile(m, NULL, &e));
+    ot_module_free(m);
+    const cg_program *p = e ? cg_program_get(e) : NULL;
+    char *src = p ? program_source(p) : NULL;
+    EXPECT_TRUE(src != NULL && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") == NULL);
+    EXPECT_TRUE(src != NULL && strstr(src, "ot_ftzf(") != NULL);
+    free(src);
+    ot_executable_free(e);
+}
+
 static void test_cache(void) {
     ot_executable *e1 = compile_adam();
     ASSERT_TRUE(e1 != NULL);
@@ -684,7 +856,7 @@ int main(int argc, char **argv) {
     static const ot_test_case tests[] = {
         OT_TEST(test_every_op),        OT_TEST(test_converts), OT_TEST(test_random_fusions),
         OT_TEST(test_reductions),      OT_TEST(test_cache),    OT_TEST(test_fallbacks),
-        OT_TEST(test_fault_injection), OT_TEST(test_summary),
+        OT_TEST(test_fault_injection), OT_TEST(test_hw_ftz),   OT_TEST(test_summary),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();

@@ -139,6 +139,17 @@ static inline double ftz_d(double v) {
     return ex_ftz && v != 0 && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
 }
 
+/* An f32 result from its double value r under FTZ, as x86 gives it: tininess is detected after
+ * rounding to 24 bits with an unbounded exponent, so anything below 2^-126 - 2^-151 flushes —
+ * including [2^-126 - 2^-150, 2^-126 - 2^-151), which rounding at subnormal precision would lift
+ * to FLT_MIN. Used where that band can be reached: products and quotients of normal floats (a sum
+ * of two is exact there) and f64 -> f32 converts. r is exact for a product and for a convert; a
+ * quotient's double value is within 2^-53 of the exact one, and no quotient of two floats falls
+ * that close to the threshold without equalling it. */
+float ex_tiny_f(double r) {
+    return fabs(r) < 0x1.ffffffp-127 ? (float)copysign(0.0, r) : (float)r;
+}
+
 /* Ops whose f32/f64 arithmetic runs under FTZ/DAZ in XLA's CPU backend; abs, negate, copy,
  * sign and is-finite are bit operations (and, or, integer tests) and keep subnormals. maximum
  * and minimum read their operands through DAZ (x86's MAXPS/MINPS in the lowering of
@@ -460,6 +471,9 @@ ot_status ex_binary(ot_opcode op, ot_dtype t, const void *a, const void *b, void
                                      : (double)binary_f32(op, (float)va, (float)vb));
             } else if (ex_is_f64(t)) {
                 ex_st_f(t, y, i, ftz_d(binary_f64(op, ftz_d(va), ftz_d(vb))));
+            } else if (ex_ftz && (op == OT_OP_MULTIPLY || op == OT_OP_DIVIDE)) {
+                double fa = ftz_f((float)va), fb = ftz_f((float)vb);
+                ex_st_f(t, y, i, ex_tiny_f(op == OT_OP_MULTIPLY ? fa * fb : fa / fb));
             } else {
                 ex_st_f(t, y, i, ftz_f(binary_f32(op, ftz_f((float)va), ftz_f((float)vb))));
             }
@@ -583,11 +597,10 @@ ot_status ex_convert(ot_dtype from, ot_dtype to, const void *x, void *y, int64_t
         if (ff && tf) {
             double v = ex_ld_f(from, x, i);
             if (daz_in) v = daz_wide(from, v);
-            ex_st_f(to, y, i, v); /* one rounding, NaN stays NaN */
-            if (daz_in && to == OT_F32) {
-                float r = ((float *)y)[i];
-                ((float *)y)[i] = ftz_f(r);
-            }
+            if (daz_in && to == OT_F32)
+                ((float *)y)[i] = ex_tiny_f(v); /* CVTSD2SS under FTZ */
+            else
+                ex_st_f(to, y, i, v); /* one rounding, NaN stays NaN */
         } else if (ff) {
             double v = ex_ld_f(from, x, i);
             ex_st_i(to, y, i, float_to_int(to, daz_in ? daz_wide(from, v) : v));

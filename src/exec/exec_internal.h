@@ -31,6 +31,9 @@ int ex_mantissa_bits(ot_dtype t);
 /* Flush f32/f64 subnormals to zero in arithmetic (XLA CPU's FTZ/DAZ). Set per evaluation from
  * ot_eval_options.keep_denormals by the public entry points (thread-local; default on). */
 extern _Thread_local bool ex_ftz;
+/* An f32 result from its exact (or correctly rounded) double value under FTZ as x86 detects
+ * tininess: after rounding to 24 bits with an unbounded exponent (see elementwise.c). */
+float ex_tiny_f(double r);
 
 /* ---- elementwise kernels over n elements (flat, same shapes) ---------------------------- */
 

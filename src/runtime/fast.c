@@ -637,7 +637,8 @@ static inline double add_d(double a, double b, bool z) {
     return fz_d(fz_d(a, z) + fz_d(b, z), z);
 }
 static inline float mul_f(float a, float b, bool z) {
-    return fz_f(fz_f(a, z) * fz_f(b, z), z);
+    if (!z) return a * b;
+    return ex_tiny_f((double)fz_f(a, z) * (double)fz_f(b, z)); /* tininess as the reference */
 }
 static inline double mul_d(double a, double b, bool z) {
     return fz_d(fz_d(a, z) * fz_d(b, z), z);
@@ -927,7 +928,8 @@ static inline double sub_d(double a, double b, bool z) {
     return fz_d(fz_d(a, z) - fz_d(b, z), z);
 }
 static inline float div_f(float a, float b, bool z) {
-    return fz_f(fz_f(a, z) / fz_f(b, z), z);
+    if (!z) return a / b;
+    return ex_tiny_f((double)fz_f(a, z) / (double)fz_f(b, z)); /* tininess as the reference */
 }
 static inline double div_d(double a, double b, bool z) {
     return fz_d(fz_d(a, z) / fz_d(b, z), z);
