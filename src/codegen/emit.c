@@ -75,8 +75,11 @@ static const char preamble[] =
     "    return ot_bitsf(u & ~z);\n}\n"
     /* an f32 result from its double value under FTZ as x86 detects tininess (after rounding
      * to 24 bits, exponent unbounded): src/exec/elementwise.c ex_tiny_f */
-    "static inline float ot_tinyf(double r) {\n"
-    "    return fabs(r) < 0x1.ffffffp-127 ? (float)copysign(0.0, r) : (float)r;\n}\n"
+    "static inline float ot_tinyf(double r) {\n" /* integer ops only: it vectorizes */
+    "    uint64_t u = ot_dbits(r);\n"
+    "    uint64_t z = (u & 0x7fffffffffffffffull) < 0x380ffffff0000000ull ? 0x7fffffffffffffffull "
+    ": 0u;\n"
+    "    return (float)ot_bitsd(u & ~z);\n}\n"
     "static inline double ot_ftzd(double v) {\n"
     "    uint64_t u = ot_dbits(v);\n"
     "    uint64_t z = (u & 0x7ff0000000000000ull) == 0 ? 0x7fffffffffffffffull : 0u;\n"
@@ -245,7 +248,8 @@ typedef struct em {
     int nvar;
     char why[200];
     bool bad;
-    bool hw; /* runs under the CPU's FTZ/DAZ mode (see hw_mode_ok) */
+    bool hw;     /* the loops run under the CPU's FTZ/DAZ mode (see hw_op_ok) */
+    bool hw_bad; /* an op the mode does not cover was emitted inside the loops */
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -294,6 +298,48 @@ static int memo_add(em *E, const ot_instr *x, const char *ctx, int var, bool flu
     return E->nm++;
 }
 
+/* The loops of a loop fusion run with the CPU's flush-to-zero and denormals-are-zero modes set
+ * (x86 MXCSR, as XLA's CPU client runs all its code) when every op evaluated inside them is IEEE
+ * basic arithmetic, a move, a select, a compare or integer logic: for those the hardware modes
+ * give exactly the reference's flushing (docs/exec.md, Denormals), and the loop is the plain
+ * arithmetic a hand-written one is. A fusion whose loops call the C library (exp, log, pow,
+ * floor, ...) keeps software flushing: those functions' internal steps are not specified under
+ * FTZ/DAZ. Values computed once before the loops (scalars) always flush in software; the mode is
+ * set after them. */
+static bool hw_op_ok(ot_opcode op) {
+#if defined(__x86_64__) && defined(__SSE2__)
+    switch (op) {
+    case OT_OP_PARAMETER:
+    case OT_OP_CONSTANT:
+    case OT_OP_IOTA:
+    case OT_OP_BROADCAST:
+    case OT_OP_RESHAPE:
+    case OT_OP_COPY:
+    case OT_OP_TUPLE:
+    case OT_OP_ADD:
+    case OT_OP_SUBTRACT:
+    case OT_OP_MULTIPLY:
+    case OT_OP_DIVIDE:
+    case OT_OP_SQRT:
+    case OT_OP_RSQRT:
+    case OT_OP_NEGATE:
+    case OT_OP_ABS:
+    case OT_OP_SELECT:
+    case OT_OP_COMPARE:
+    case OT_OP_MAXIMUM:
+    case OT_OP_MINIMUM:
+    case OT_OP_AND:
+    case OT_OP_OR:
+    case OT_OP_XOR:
+    case OT_OP_NOT: return true;
+    default: return false;
+    }
+#else
+    (void)op;
+    return false;
+#endif
+}
+
 /* Declares "const T v<N> = <expr>;" in the prologue (constant context) or the loop body. */
 static int define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool flushed,
                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -306,7 +352,9 @@ static int define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool fl
     va_end(ap);
     if (w < 0 || (size_t)w >= sizeof expr) return fail(E, "expression too long");
     int v = E->nvar++;
-    cg_buf_printf(level_buf(E, ctx_level(ctx)), "    const %s v%d = %s;\n", ctype(t), v, expr);
+    int level = ctx_level(ctx);
+    if (E->hw && level > 0 && !hw_op_ok(x->opcode)) E->hw_bad = true;
+    cg_buf_printf(level_buf(E, level), "    const %s v%d = %s;\n", ctype(t), v, expr);
     return memo_add(E, x, ctx, v, flushed);
 }
 
@@ -390,8 +438,8 @@ static const char *store_fmt(ot_dtype t) {
  * subnormal inputs read as zero (DAZ) and subnormal results become zero (FTZ), exactly what the
  * ot_ftz wrappers spell out. Ops that only select or move an operand's bits (maximum, minimum,
  * clamp, select, abs, negate) keep their explicit handling. */
-static bool hw_arith(const em *E, ot_opcode op) {
-    if (!E->hw) return false;
+static bool hw_arith(const em *E, ot_opcode op, const char *ctx) {
+    if (!E->hw || ctx_level(ctx) == 0) return false; /* the prologue runs before the mode is set */
     switch (op) {
     case OT_OP_ADD:
     case OT_OP_SUBTRACT:
@@ -405,7 +453,7 @@ static bool hw_arith(const em *E, ot_opcode op) {
 
 static int define_float(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool ftz,
                         const char *r) {
-    bool hwf = hw_arith(E, x->opcode) && ftz; /* the CPU flushes this result */
+    bool hwf = hw_arith(E, x->opcode, ctx) && ftz; /* the CPU flushes this result */
     if (hwf) ftz = false;
     char a[4200];
     if (ftz)
@@ -493,7 +541,7 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
             return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
         bool ftz = ftz_applies(op);
         bool quiet = op == OT_OP_ABS || op == OT_OP_NEGATE || op == OT_OP_SIGN;
-        fdom(E, a, t, quiet, ftz && !hw_arith(E, op), s, sizeof s);
+        fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {
@@ -583,10 +631,11 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
             return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
         bool ftz = ftz_applies(op);
         bool quiet = op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM;
-        fdom(E, a, t, quiet, ftz && !hw_arith(E, op), sa, sizeof sa);
-        fdom(E, b, t, quiet, ftz && !hw_arith(E, op), sb, sizeof sb);
+        fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), sa, sizeof sa);
+        fdom(E, b, t, quiet, ftz && !hw_arith(E, op, ctx), sb, sizeof sb);
         char r[2048];
-        if (ftz && !hw_arith(E, op) && !is_f64(t) && (op == OT_OP_MULTIPLY || op == OT_OP_DIVIDE)) {
+        if (ftz && !hw_arith(E, op, ctx) && !is_f64(t) &&
+            (op == OT_OP_MULTIPLY || op == OT_OP_DIVIDE)) {
             /* a product or quotient can land just below FLT_MIN, where the CPU's tininess rule
              * and rounding-then-flushing differ: decided from the double value */
             snprintf(r, sizeof r, "ot_tinyf((double)%s%s(double)%s)", sa, mid, sb);
@@ -1185,49 +1234,6 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
     return st;
 }
 
-/* A loop fusion runs with the CPU's flush-to-zero and denormals-are-zero modes set (x86 MXCSR,
- * as XLA's CPU backend runs all its code) when it is made of IEEE basic arithmetic, moves,
- * selects and compares only: for those the hardware modes give exactly the reference's software
- * flushing, and the loop is the plain arithmetic a hand-written one is. A fusion that calls the
- * C library (exp, log, pow, floor, ...) keeps software flushing: those functions' internal
- * steps are not specified under FTZ/DAZ. */
-static bool hw_mode_ok(const ot_computation *c) {
-#if defined(__x86_64__) && defined(__SSE2__)
-    for (const ot_instr *u = c->first; u; u = u->next) {
-        switch (u->opcode) {
-        case OT_OP_PARAMETER:
-        case OT_OP_CONSTANT:
-        case OT_OP_IOTA:
-        case OT_OP_BROADCAST:
-        case OT_OP_RESHAPE:
-        case OT_OP_COPY:
-        case OT_OP_TUPLE:
-        case OT_OP_ADD:
-        case OT_OP_SUBTRACT:
-        case OT_OP_MULTIPLY:
-        case OT_OP_DIVIDE:
-        case OT_OP_SQRT:
-        case OT_OP_RSQRT:
-        case OT_OP_NEGATE:
-        case OT_OP_ABS:
-        case OT_OP_SELECT:
-        case OT_OP_COMPARE:
-        case OT_OP_MAXIMUM:
-        case OT_OP_MINIMUM:
-        case OT_OP_AND:
-        case OT_OP_OR:
-        case OT_OP_XOR:
-        case OT_OP_NOT: break;
-        default: return false;
-        }
-    }
-    return true;
-#else
-    (void)c;
-    return false;
-#endif
-}
-
 ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
                          cg_buf *src, int64_t *numel_out, int64_t *work_out) {
     *numel_out = 0;
@@ -1260,24 +1266,35 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
         if (!c->params[q] || c->params[q]->shape.kind != OT_IR_ARRAY)
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: non-array parameter", kn->name);
     em E;
-    memset(&E, 0, sizeof E);
-    E.kn = kn;
-    E.io = io;
-    E.hw = hw_mode_ok(c);
-    for (int q = 0; q < io->ninputs; q++) {
-        int r = io->alias[q];
-        if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
-            fail(&E, "input %d updated in place as another type", q);
-    }
-    /* two loops (rows of the last dimension, then its columns) when the last dimension is long
-     * enough: values that depend only on the row are computed once per row */
-    const ot_shape *ls = &leaves[0]->shape.array;
-    if (ls->rank >= 2 && ls->dims[ls->rank - 1] >= 16 && N > ls->dims[ls->rank - 1])
-        E.C = ls->dims[ls->rank - 1];
-    for (int r = 0; r < nleaves && !E.bad; r++) {
-        int m = emit(&E, leaves[r], "i");
-        if (m < 0) break;
-        cg_buf_printf(&E.stores, "    o%d[i] = v%d;\n", r, E.m[m].var);
+    /* first with the loops under the hardware mode; again without it when an op inside the loops
+     * is not one the mode covers */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        memset(&E, 0, sizeof E);
+        E.kn = kn;
+        E.io = io;
+        E.hw = attempt == 0;
+        for (int q = 0; q < io->ninputs; q++) {
+            int r = io->alias[q];
+            if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
+                fail(&E, "input %d updated in place as another type", q);
+        }
+        /* two loops (rows of the last dimension, then its columns) when the last dimension is
+         * long enough: values that depend only on the row are computed once per row */
+        const ot_shape *ls = &leaves[0]->shape.array;
+        if (ls->rank >= 2 && ls->dims[ls->rank - 1] >= 16 && N > ls->dims[ls->rank - 1])
+            E.C = ls->dims[ls->rank - 1];
+        for (int r = 0; r < nleaves && !E.bad; r++) {
+            int m = emit(&E, leaves[r], "i");
+            if (m < 0) break;
+            cg_buf_printf(&E.stores, "    o%d[i] = v%d;\n", r, E.m[m].var);
+        }
+        if (!E.hw || !E.hw_bad || attempt == 1) break;
+        for (int k = 0; k < E.nm; k++) ot_free(E.m[k].ctx);
+        ot_free(E.m);
+        cg_buf_free(&E.pro);
+        cg_buf_free(&E.rowb);
+        cg_buf_free(&E.body);
+        cg_buf_free(&E.stores);
     }
     ot_status st = OT_OK;
     if (E.bad) {
@@ -1298,8 +1315,9 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
             cg_buf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
                           ctype(leaves[r]->shape.array.dtype), r,
                           ctype(leaves[r]->shape.array.dtype), r);
-        /* the mode is set before the first load and restored after the last store (the empty
-         * asm statements keep memory accesses on their side of the mode switches) */
+        /* the mode is set after the prologue (values computed once, flushed in software) and
+         * before the loops' first load, and restored after their last store (the empty asm
+         * statements keep memory accesses on their side of the mode switches) */
         const char *hw_on = E.hw ? "    const unsigned int ot_csr = _mm_getcsr();\n"
                                    "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
                                    "    __asm__ volatile(\"\" ::: \"memory\");\n"
@@ -1312,14 +1330,14 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
                           "%s%s    for (int64_t row = b; row < e; row++) {\n%s"
                           "    for (int64_t col = 0; col < %lld; col++) {\n"
                           "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n%s}\n",
-                          hw_on, E.pro.p ? E.pro.p : "", E.rowb.p ? E.rowb.p : "", (long long)E.C,
+                          E.pro.p ? E.pro.p : "", hw_on, E.rowb.p ? E.rowb.p : "", (long long)E.C,
                           (long long)E.C, E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "",
                           hw_off);
             *numel_out = N / E.C;
             *work_out = E.C;
         } else {
-            cg_buf_printf(src, "%s%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n", hw_on,
-                          E.pro.p ? E.pro.p : "", E.body.p ? E.body.p : "",
+            cg_buf_printf(src, "%s%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n",
+                          E.pro.p ? E.pro.p : "", hw_on, E.body.p ? E.body.p : "",
                           E.stores.p ? E.stores.p : "", hw_off);
             *numel_out = N;
         }
