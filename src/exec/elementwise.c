@@ -139,17 +139,6 @@ static inline double ftz_d(double v) {
     return ex_ftz && v != 0 && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
 }
 
-/* An f32 result from its double value r under FTZ, as x86 gives it: tininess is detected after
- * rounding to 24 bits with an unbounded exponent, so anything below 2^-126 - 2^-151 flushes —
- * including [2^-126 - 2^-150, 2^-126 - 2^-151), which rounding at subnormal precision would lift
- * to FLT_MIN. Used where that band can be reached: products and quotients of normal floats (a sum
- * of two is exact there) and f64 -> f32 converts. r is exact for a product and for a convert; a
- * quotient's double value is within 2^-53 of the exact one, and no quotient of two floats falls
- * that close to the threshold without equalling it. */
-float ex_tiny_f(double r) {
-    return fabs(r) < 0x1.ffffffp-127 ? (float)copysign(0.0, r) : (float)r;
-}
-
 /* Ops whose f32/f64 arithmetic runs under FTZ/DAZ in XLA's CPU backend; abs, negate, copy,
  * sign and is-finite are bit operations (and, or, integer tests) and keep subnormals. maximum
  * and minimum read their operands through DAZ (x86's MAXPS/MINPS in the lowering of

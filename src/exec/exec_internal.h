@@ -31,9 +31,23 @@ int ex_mantissa_bits(ot_dtype t);
 /* Flush f32/f64 subnormals to zero in arithmetic (XLA CPU's FTZ/DAZ). Set per evaluation from
  * ot_eval_options.keep_denormals by the public entry points (thread-local; default on). */
 extern _Thread_local bool ex_ftz;
-/* An f32 result from its exact (or correctly rounded) double value under FTZ as x86 detects
- * tininess: after rounding to 24 bits with an unbounded exponent (see elementwise.c). */
-float ex_tiny_f(double r);
+/* An f32 result from its double value r under FTZ, as x86 gives it: tininess is detected after
+ * rounding to 24 bits with an unbounded exponent, so anything below 2^-126 - 2^-151 flushes —
+ * including [2^-126 - 2^-150, 2^-126 - 2^-151), which rounding at subnormal precision would lift
+ * to FLT_MIN. Used where that band can be reached: products and quotients of normal floats (a sum
+ * of two is exact there) and f64 -> f32 converts. r is exact for a product and for a convert; a
+ * quotient's double value is within 2^-53 of the exact one, and no quotient of two floats falls
+ * that close to the threshold without equalling it. */
+static inline float ex_tiny_f(double r) {
+    /* integer operations only, so the fast kernels' loops around it still vectorize */
+    uint64_t u;
+    memcpy(&u, &r, 8);
+    uint64_t z = (u & 0x7fffffffffffffffull) < 0x380ffffff0000000ull ? 0x7fffffffffffffffull : 0u;
+    u &= ~z;
+    double v;
+    memcpy(&v, &u, 8);
+    return (float)v;
+}
 
 /* ---- elementwise kernels over n elements (flat, same shapes) ---------------------------- */
 
