@@ -29,7 +29,11 @@
  *
  * Conventions (docs/optim.md): gradients are clipped by the caller; weight decay is torch's
  * (coupled L2 for sgd/adam/rmsprop/adagrad/adadelta, decoupled p *= 1 - lr*wd for adamw); booleans
- * are hyper-parameters with values 0 or 1; torch's betas are "beta1" and "beta2".
+ * are hyper-parameters with values 0 or 1; torch's betas are "beta1" and "beta2". With the flag
+ * "optax" = 1, adam, adamw (amsgrad), rmsprop, adagrad, radam and nadam follow optax's
+ * transformation chain and expression order instead (bias-corrected moments, eps_root inside the
+ * square root, rmsprop's eps inside it and momentum after the learning rate, adamw's u + wd*p,
+ * optax.nadam); "eps_root" (adam, adamw, radam, nadam) needs optax = 1.
  */
 #ifndef OPTITPU_OPTIM_H
 #define OPTITPU_OPTIM_H

@@ -98,6 +98,14 @@ typedef struct ot_tpu_optimizer_options {
      * lr is the step's lr times lr_scale[k] (lr_scale NULL: 1). Both are copied at create. */
     const ot_optimizer *const *param_optimizers;
     const double *lr_scale;
+    /* optax's masks: NULL, or nparams entries copied at create. weight_decay_mask[k] false:
+     * parameter k's optimizer (its group's, inside a Lookahead too) gets its weight-decay
+     * hyper-parameters ("weight_decay", "weight_decay_rate") set to 0 — e.g. no decay on
+     * biases and norms (optax's `mask` / `weight_decay_mask`). trust_ratio_mask[k] false:
+     * "trust_ratio" 0 (LARS's `trust_ratio_mask`). A false entry for an optimizer without such
+     * a hyper-parameter is INVALID_ARGUMENT. */
+    const bool *weight_decay_mask;
+    const bool *trust_ratio_mask;
 } ot_tpu_optimizer_options;
 
 OT_API ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void);

@@ -131,10 +131,39 @@ static ot_status sgd_build(const ot_optimizer *o, const ot_optim_inputs *in,
 
 /* ---- Adam / AdamW (AMSGrad) ----------------------------------------------------------------- */
 
-static const char *const adam_names[] = {"lr",           "beta1",   "beta2",   "eps",
-                                         "weight_decay", "amsgrad", "maximize"};
-static const double adam_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
-static const double adamw_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 1e-2, 0, 0};
+static const char *const adam_names[] = {"lr",      "beta1",    "beta2",    "eps",  "weight_decay",
+                                         "amsgrad", "maximize", "eps_root", "optax"};
+static const double adam_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
+static const double adamw_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 1e-2, 0, 0, 0, 0};
+
+/* The optax flag and eps_root (eps inside the square root: optax only). */
+static ot_status optax_validate(const ot_optimizer *o, bool has_eps_root) {
+    OT_CHECK(check_bool(o, "optax"));
+    if (!has_eps_root) return OT_OK;
+    OT_CHECK(check_range(o, "eps_root", 0, INFINITY));
+    if (HP("eps_root") != 0.0 && !ON("optax"))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "optimizer '%s': eps_root = %g needs optax = 1 (torch has no eps inside "
+                        "the square root)",
+                        ot_optimizer_name(o), HP("eps_root"));
+    return OT_OK;
+}
+/* optax's host-free scalars: 1 - decay^t in the parameter dtype (optax computes decay**count in
+ * the dtype of its moments), a rank-0 node. */
+static ot_instr *C(gb *b, double v);
+static ot_instr *B(gb *b, ot_instr *scalar);
+static ot_instr *step_t(gb *b, const ot_optim_inputs *in) {
+    return ot_build_convert(b->c, in->step, b->t);
+}
+static ot_instr *bias_corr(gb *b, const ot_optim_inputs *in, double decay, double extra) {
+    ot_instr *t = step_t(b, in);
+    if (extra != 0.0) t = add(b, t, C(b, extra));
+    return sub(b, C(b, 1.0), bin(b, OT_OP_POWER, C(b, decay), t));
+}
+/* optax update_moment: (1 - decay) * x + decay * m */
+static ot_instr *ema(gb *b, ot_instr *x, ot_instr *m, double decay) {
+    return add(b, mul(b, K(b, 1.0 - decay), x), mul(b, K(b, decay), m));
+}
 
 static ot_status adam_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "lr", 0, INFINITY));
@@ -143,6 +172,7 @@ static ot_status adam_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "eps", 0, INFINITY));
     OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
     OT_CHECK(check_bool(o, "amsgrad"));
+    OT_CHECK(optax_validate(o, true));
     return check_bool(o, "maximize");
 }
 static int adam_nstate(const ot_optimizer *o) {
@@ -153,8 +183,35 @@ static const char *adam_state(const ot_optimizer *o, int i) {
     static const char *const n[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     return n[i];
 }
+/* optax.adam / adamw / amsgrad: chain([add_decayed_weights,] scale_by_adam(b1, b2, eps, eps_root)
+ * or scale_by_amsgrad, [add_decayed_weights(wd) for adamw,] scale_by_learning_rate(lr)):
+ * mu = (1-b1) g + b1 mu, nu = (1-b2) g^2 + b2 nu, mu_hat = mu / (1 - b1^t), nu_hat = nu / (1 -
+ * b2^t) (bias corrections in the parameter dtype), [nu_max = max(nu_max, nu_hat)], u = mu_hat /
+ * (sqrt(nu_hat + eps_root) + eps), adamw: u += wd p, p += -lr u. */
+static ot_status adam_optax(const ot_optimizer *o, const ot_optim_inputs *in, ot_optim_outputs *out,
+                            bool decoupled) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
+    ot_instr *g = grad_in(&b, o, in, !decoupled);
+    ot_instr *m = ema(&b, g, in->state[0], b1);
+    ot_instr *v = ema(&b, mul(&b, g, g), in->state[1], b2);
+    ot_instr *mh = dvd(&b, m, B(&b, bias_corr(&b, in, b1, 0)));
+    ot_instr *vh = dvd(&b, v, B(&b, bias_corr(&b, in, b2, 0)));
+    if (ON("amsgrad")) {
+        vh = bin(&b, OT_OP_MAXIMUM, in->state[2], vh);
+        out->state[2] = vh;
+    }
+    ot_instr *u =
+        dvd(&b, mh, add(&b, sqr(&b, add(&b, vh, K(&b, HP("eps_root")))), K(&b, HP("eps"))));
+    if (decoupled && wd != 0.0) u = add(&b, u, mul(&b, K(&b, wd), in->param));
+    out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, in->lr)), u));
+    out->state[0] = m;
+    out->state[1] = v;
+    return OT_OK;
+}
 static ot_status adam_common(const ot_optimizer *o, const ot_optim_inputs *in,
                              ot_optim_outputs *out, bool decoupled) {
+    if (ON("optax")) return adam_optax(o, in, out, decoupled);
     gb b = gb_of(in);
     double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
     ot_instr *g = grad_in(&b, o, in, !decoupled);
@@ -191,9 +248,9 @@ static ot_status adamw_build(const ot_optimizer *o, const ot_optim_inputs *in,
 
 /* ---- RMSprop -------------------------------------------------------------------------------- */
 
-static const char *const rms_names[] = {"lr",       "alpha",    "eps",     "weight_decay",
-                                        "momentum", "centered", "maximize"};
-static const double rms_defaults[] = {1e-2, 0.99, 1e-8, 0, 0, 0, 0};
+static const char *const rms_names[] = {"lr",       "alpha",    "eps",      "weight_decay",
+                                        "momentum", "centered", "maximize", "optax"};
+static const double rms_defaults[] = {1e-2, 0.99, 1e-8, 0, 0, 0, 0, 0};
 
 static ot_status rms_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "lr", 0, INFINITY));
@@ -202,6 +259,7 @@ static ot_status rms_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "momentum", 0, INFINITY));
     OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
     OT_CHECK(check_bool(o, "centered"));
+    OT_CHECK(optax_validate(o, false));
     return check_bool(o, "maximize");
 }
 /* slots: square_avg, then momentum_buffer (momentum > 0), then grad_avg (centered) */
@@ -213,8 +271,37 @@ static const char *rms_state(const ot_optimizer *o, int i) {
     if (i == 1 && HP("momentum") > 0) return "momentum_buffer";
     return "grad_avg";
 }
+/* optax.rmsprop(lr, decay = alpha, eps, centered, momentum): chain(scale_by_rms / scale_by_stddev
+ * (eps inside the square root: u = g * rsqrt(nu [- mu^2] + eps)), scale_by_learning_rate, trace
+ * (momentum, applied after the learning rate: trace = -lr u + momentum trace, p += trace)). */
+static ot_status rms_optax(const ot_optimizer *o, const ot_optim_inputs *in,
+                           ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double alpha = HP("alpha");
+    bool mom = HP("momentum") > 0;
+    int gi = mom ? 2 : 1;
+    ot_instr *g = grad_in(&b, o, in, true);
+    ot_instr *nu = ema(&b, mul(&b, g, g), in->state[0], alpha);
+    out->state[0] = nu;
+    ot_instr *den = nu;
+    if (ON("centered")) {
+        ot_instr *mu = ema(&b, g, in->state[gi], alpha);
+        out->state[gi] = mu;
+        den = sub(&b, nu, mul(&b, mu, mu));
+    }
+    ot_instr *u = mul(&b, ot_build_unary(b.c, OT_OP_RSQRT, add(&b, den, K(&b, HP("eps")))), g);
+    u = mul(&b, S(&b, neg(&b, in->lr)), u);
+    if (mom) {
+        ot_instr *tr = add(&b, u, mul(&b, K(&b, HP("momentum")), in->state[1]));
+        out->state[1] = tr;
+        u = tr;
+    }
+    out->param = add(&b, in->param, u);
+    return OT_OK;
+}
 static ot_status rms_build(const ot_optimizer *o, const ot_optim_inputs *in,
                            ot_optim_outputs *out) {
+    if (ON("optax")) return rms_optax(o, in, out);
     gb b = gb_of(in);
     double alpha = HP("alpha");
     bool mom = HP("momentum") > 0;
@@ -246,8 +333,8 @@ static ot_status rms_build(const ot_optimizer *o, const ot_optim_inputs *in,
 /* ---- Adagrad -------------------------------------------------------------------------------- */
 
 static const char *const adagrad_names[] = {
-    "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize"};
-static const double adagrad_defaults[] = {1e-2, 0, 0, 0, 1e-10, 0};
+    "lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps", "maximize", "optax"};
+static const double adagrad_defaults[] = {1e-2, 0, 0, 0, 1e-10, 0, 0};
 
 static ot_status adagrad_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "lr", 0, INFINITY));
@@ -255,6 +342,12 @@ static ot_status adagrad_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
     OT_CHECK(check_range(o, "initial_accumulator_value", 0, INFINITY));
     OT_CHECK(check_range(o, "eps", 0, INFINITY));
+    OT_CHECK(optax_validate(o, false));
+    if (ON("optax") && HP("lr_decay") != 0.0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "optimizer 'adagrad': lr_decay = %g with optax = 1 (optax.adagrad has no "
+                        "lr_decay; use a schedule)",
+                        HP("lr_decay"));
     return check_bool(o, "maximize");
 }
 static int adagrad_nstate(const ot_optimizer *o) {
@@ -274,6 +367,15 @@ static ot_status adagrad_build(const ot_optimizer *o, const ot_optim_inputs *in,
                                ot_optim_outputs *out) {
     gb b = gb_of(in);
     ot_instr *g = grad_in(&b, o, in, true);
+    if (ON("optax")) { /* optax scale_by_rss: u = where(sum > 0, rsqrt(sum + eps), 0) * g */
+        ot_instr *sum = add(&b, mul(&b, g, g), in->state[0]);
+        ot_instr *pos = ot_build_compare(b.c, sum, K(&b, 0.0), OT_CMP_GT, OT_CMP_TYPE_DEFAULT);
+        ot_instr *inv = ot_build_select(
+            b.c, pos, ot_build_unary(b.c, OT_OP_RSQRT, add(&b, sum, K(&b, HP("eps")))), K(&b, 0.0));
+        out->state[0] = sum;
+        out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, in->lr)), mul(&b, inv, g)));
+        return OT_OK;
+    }
     /* clr = lr / (1 + (step - 1) * lr_decay), host f64 */
     ot_instr *clr =
         dvd(&b, in->lr,
@@ -325,9 +427,10 @@ static ot_status adadelta_build(const ot_optimizer *o, const ot_optim_inputs *in
 
 /* ---- RAdam ---------------------------------------------------------------------------------- */
 
-static const char *const radam_names[] = {
-    "lr", "beta1", "beta2", "eps", "weight_decay", "decoupled_weight_decay", "maximize"};
-static const double radam_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+static const char *const radam_names[] = {"lr",       "beta1",        "beta2",
+                                          "eps",      "weight_decay", "decoupled_weight_decay",
+                                          "maximize", "eps_root",     "optax"};
+static const double radam_defaults[] = {1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
 
 static ot_status radam_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "lr", 0, INFINITY));
@@ -336,14 +439,53 @@ static ot_status radam_validate(const ot_optimizer *o) {
     OT_CHECK(check_range(o, "eps", 0, INFINITY));
     OT_CHECK(check_range(o, "weight_decay", 0, INFINITY));
     OT_CHECK(check_bool(o, "decoupled_weight_decay"));
+    OT_CHECK(optax_validate(o, true));
+    if (ON("optax") && ON("decoupled_weight_decay"))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "optimizer '%s': decoupled_weight_decay with optax = 1 (optax has no "
+                        "decoupled variant of it)",
+                        ot_optimizer_name(o));
     return check_bool(o, "maximize");
 }
 static int two_state(const ot_optimizer *o) {
     (void)o;
     return 2;
 }
+/* optax.radam: scale_by_radam(b1, b2, eps, eps_root, threshold 5) then -lr; every scalar in the
+ * parameter dtype (ro >= 5 selects the rectified update). */
+static ot_status radam_optax(const ot_optimizer *o, const ot_optim_inputs *in,
+                             ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2");
+    ot_instr *g = grad_in(&b, o, in, true);
+    ot_instr *m = ema(&b, g, in->state[0], b1);
+    ot_instr *v = ema(&b, mul(&b, g, g), in->state[1], b2);
+    double ro_inf = 2.0 / (1.0 - b2) - 1.0;
+    ot_instr *t = step_t(&b, in);
+    ot_instr *b2t = bin(&b, OT_OP_POWER, C(&b, b2), t);
+    ot_instr *ro = sub(&b, C(&b, ro_inf),
+                       dvd(&b, mul(&b, mul(&b, C(&b, 2.0), t), b2t), sub(&b, C(&b, 1.0), b2t)));
+    ot_instr *mh = dvd(&b, m, B(&b, bias_corr(&b, in, b1, 0)));
+    ot_instr *vh = dvd(&b, v, B(&b, bias_corr(&b, in, b2, 0)));
+    ot_instr *r = sqr(
+        &b,
+        dvd(&b, mul(&b, mul(&b, sub(&b, ro, C(&b, 4.0)), sub(&b, ro, C(&b, 2.0))), C(&b, ro_inf)),
+            mul(&b, C(&b, (ro_inf - 4.0) * (ro_inf - 2.0)), ro)));
+    ot_instr *rect = dvd(&b, mul(&b, B(&b, r), mh),
+                         add(&b, sqr(&b, add(&b, vh, K(&b, HP("eps_root")))), K(&b, HP("eps"))));
+    ot_shape ps = b.s;
+    ps.dtype = OT_PRED;
+    ot_instr *use = ot_build_broadcast(
+        b.c, ot_build_compare(b.c, ro, C(&b, 5.0), OT_CMP_GE, OT_CMP_TYPE_DEFAULT), ps, NULL, 0);
+    ot_instr *u = ot_build_select(b.c, use, rect, mh);
+    out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, in->lr)), u));
+    out->state[0] = m;
+    out->state[1] = v;
+    return OT_OK;
+}
 static ot_status radam_build(const ot_optimizer *o, const ot_optim_inputs *in,
                              ot_optim_outputs *out) {
+    if (ON("optax")) return radam_optax(o, in, out);
     gb b = gb_of(in);
     double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
     bool dec = ON("decoupled_weight_decay");
@@ -383,18 +525,24 @@ static ot_status radam_build(const ot_optimizer *o, const ot_optim_inputs *in,
 
 /* ---- NAdam ---------------------------------------------------------------------------------- */
 
-static const char *const nadam_names[] = {
-    "lr",      "beta1", "beta2", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay",
-    "maximize"};
-static const double nadam_defaults[] = {2e-3, 0.9, 0.999, 1e-8, 0, 4e-3, 0, 0};
+static const char *const nadam_names[] = {"lr",
+                                          "beta1",
+                                          "beta2",
+                                          "eps",
+                                          "weight_decay",
+                                          "momentum_decay",
+                                          "decoupled_weight_decay",
+                                          "maximize",
+                                          "eps_root",
+                                          "optax"};
+static const double nadam_defaults[] = {2e-3, 0.9, 0.999, 1e-8, 0, 4e-3, 0, 0, 0, 0};
 
 static ot_status nadam_validate(const ot_optimizer *o) {
     OT_CHECK(radam_validate(o));
     return check_range(o, "momentum_decay", 0, INFINITY);
 }
 static int nadam_nstate(const ot_optimizer *o) {
-    (void)o;
-    return 3;
+    return ON("optax") ? 2 : 3; /* optax.nadam keeps no momentum-schedule product */
 }
 static const char *nadam_state(const ot_optimizer *o, int i) {
     (void)o;
@@ -409,8 +557,29 @@ static bool nadam_scalar(const ot_optimizer *o, int i) {
     (void)o;
     return i == 2;
 }
+/* optax.nadam: scale_by_adam(nesterov=True): mu_hat = b1 * (mu / (1 - b1^(t+1))) + (1 - b1) *
+ * (g / (1 - b1^t)), u = mu_hat / (sqrt(nu_hat + eps_root) + eps), p += -lr u (no momentum
+ * schedule: momentum_decay is not used). */
+static ot_status nadam_optax(const ot_optimizer *o, const ot_optim_inputs *in,
+                             ot_optim_outputs *out) {
+    gb b = gb_of(in);
+    double b1 = HP("beta1"), b2 = HP("beta2");
+    ot_instr *g = grad_in(&b, o, in, true);
+    ot_instr *m = ema(&b, g, in->state[0], b1);
+    ot_instr *v = ema(&b, mul(&b, g, g), in->state[1], b2);
+    ot_instr *mh = add(&b, mul(&b, K(&b, b1), dvd(&b, m, B(&b, bias_corr(&b, in, b1, 1.0)))),
+                       mul(&b, K(&b, 1.0 - b1), dvd(&b, g, B(&b, bias_corr(&b, in, b1, 0)))));
+    ot_instr *vh = dvd(&b, v, B(&b, bias_corr(&b, in, b2, 0)));
+    ot_instr *u =
+        dvd(&b, mh, add(&b, sqr(&b, add(&b, vh, K(&b, HP("eps_root")))), K(&b, HP("eps"))));
+    out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, in->lr)), u));
+    out->state[0] = m;
+    out->state[1] = v;
+    return OT_OK;
+}
 static ot_status nadam_build(const ot_optimizer *o, const ot_optim_inputs *in,
                              ot_optim_outputs *out) {
+    if (ON("optax")) return nadam_optax(o, in, out);
     gb b = gb_of(in);
     double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay"), md = HP("momentum_decay");
     bool dec = ON("decoupled_weight_decay");

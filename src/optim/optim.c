@@ -135,6 +135,15 @@ ot_status ot_optimizer_set(ot_optimizer *o, const char *name, double value) {
     return OT_OK;
 }
 
+ot_status ot_optim_zero_hparam(ot_optimizer *o, const char *name, bool *found) {
+    for (; o; o = o->inner)
+        if (hp_index(o, name) >= 0) {
+            *found = true;
+            return ot_optimizer_set(o, name, 0.0);
+        }
+    return OT_OK;
+}
+
 ot_status ot_optimizer_get(const ot_optimizer *o, const char *name, double *value) {
     if (!o || !value) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_get: NULL argument");
     int i = hp_index(o, name);

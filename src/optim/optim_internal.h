@@ -9,5 +9,8 @@ const ot_optimizer_vtable *ot_optim_builtin(const char *name);
 /* The wrapped optimizer of a Lookahead (NULL for others) and Lookahead's vtable. */
 const ot_optimizer *ot_optim_inner(const ot_optimizer *o);
 const ot_optimizer_vtable *ot_optim_lookahead_vtable(void);
+/* Sets hyper-parameter name to 0 in o or, when o has none, in its wrapped optimizer (recursively);
+ * *found tells whether one was set. */
+ot_status ot_optim_zero_hparam(ot_optimizer *o, const char *name, bool *found);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "optim_internal.h"
+
 typedef struct replica {
     ot_device *dev;
     ot_buffer **state;  /* nstate buffers on dev */
@@ -47,7 +49,9 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
                                   .backoff_factor = 0.5,
                                   .growth_interval = 2000,
                                   .param_optimizers = NULL,
-                                  .lr_scale = NULL};
+                                  .lr_scale = NULL,
+                                  .weight_decay_mask = NULL,
+                                  .trust_ratio_mask = NULL};
     return o;
 }
 
@@ -289,7 +293,11 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     }
     ot_status s = OT_OK;
     t->opts = op;
-    t->opts.compile = NULL; /* not kept: the caller's pointer may not outlive create */
+    t->opts.compile = NULL; /* not kept: the caller's pointers may not outlive create */
+    t->opts.param_optimizers = NULL;
+    t->opts.lr_scale = NULL;
+    t->opts.weight_decay_mask = NULL;
+    t->opts.trust_ratio_mask = NULL;
     t->nparams = nparams;
     t->popt = ot_calloc((size_t)nparams, sizeof *t->popt);
     t->slots = ot_calloc((size_t)nparams, sizeof *t->slots);
@@ -303,6 +311,29 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         const ot_optimizer *src =
             op.param_optimizers && op.param_optimizers[k] ? op.param_optimizers[k] : o;
         OT_CHECK_GOTO(ot_optimizer_clone(src, &t->popt[k]), s, fail);
+        if (op.weight_decay_mask && !op.weight_decay_mask[k]) {
+            bool found = false;
+            OT_CHECK_GOTO(ot_optim_zero_hparam(t->popt[k], "weight_decay", &found), s, fail);
+            OT_CHECK_GOTO(ot_optim_zero_hparam(t->popt[k], "weight_decay_rate", &found), s, fail);
+            if (!found) {
+                s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                             "ot_tpu_optimizer_create: weight_decay_mask[%d] is false but "
+                             "optimizer '%s' has no weight decay",
+                             k, ot_optimizer_name(t->popt[k]));
+                goto fail;
+            }
+        }
+        if (op.trust_ratio_mask && !op.trust_ratio_mask[k]) {
+            bool found = false;
+            OT_CHECK_GOTO(ot_optim_zero_hparam(t->popt[k], "trust_ratio", &found), s, fail);
+            if (!found) {
+                s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                             "ot_tpu_optimizer_create: trust_ratio_mask[%d] is false but "
+                             "optimizer '%s' has no trust ratio",
+                             k, ot_optimizer_name(t->popt[k]));
+                goto fail;
+            }
+        }
         t->slots[k] = ot_optimizer_state_count(t->popt[k]);
         t->lr_scale[k] = op.lr_scale ? op.lr_scale[k] : 1.0;
         if (!isfinite(t->lr_scale[k]) || t->lr_scale[k] < 0) {
