@@ -505,6 +505,127 @@ static void test_custom_optimizer(void) {
     ot_optimizer_free(o);
 }
 
-OT_TEST_MAIN(OT_TEST(test_custom_optimizer), OT_TEST(test_torch_trajectories),
-             OT_TEST(test_bad_input), OT_TEST(test_optax_convention),
-             OT_TEST(test_lookahead_bad_input), OT_TEST(test_alloc_failures))
+/* ---- host-callback optimizers -----------------------------------------------------------------
+ */
+
+/* torch's SGD with momentum (dampening 0) in C, in the graph's operation order. */
+typedef struct cb_ctl {
+    int64_t fail_at; /* fail at this step (0: never), after scribbling over param and state */
+    int calls;
+} cb_ctl;
+static int one_slot(const ot_optimizer *o) {
+    (void)o;
+    return 1;
+}
+static const char *mb_name(const ot_optimizer *o, int i) {
+    (void)o;
+    (void)i;
+    return "momentum_buffer";
+}
+static ot_status sgdm_host(const ot_optim_host_args *a) {
+    cb_ctl *c = a->user;
+    if (c) c->calls++;
+    if (a->dtype != OT_F32 || a->nstate != 1 || a->state_count[0] != a->count)
+        return ot_error(OT_ERR_INTERNAL, "sgdm_host: unexpected arguments");
+    float mu = (float)ot_optimizer_hparam(a->opt, "momentum"), nlr = (float)-a->lr;
+    float *p = a->param, *b = a->state[0];
+    const float *g = a->grad;
+    if (c && c->fail_at == a->step) {
+        for (int64_t e = 0; e < a->count; e++) p[e] = b[e] = 12345.0f;
+        return ot_error(OT_ERR_INTERNAL, "sgdm_host: refusing step %lld", (long long)a->step);
+    }
+    for (int64_t e = 0; e < a->count; e++) {
+        float buf = a->step == 1 ? g[e] : b[e] * mu + 1.0f * g[e];
+        b[e] = buf;
+        p[e] = p[e] + nlr * buf;
+    }
+    return OT_OK;
+}
+static const char *const sgdm_names[] = {"lr", "momentum"};
+static const double sgdm_defaults[] = {1e-3, 0.9};
+static const ot_optimizer_vtable sgdm_vt = {
+    "sgdm_host", 2, sgdm_names, sgdm_defaults, NULL, one_slot, mb_name, NULL, NULL, NULL, NULL};
+
+static void test_host_callback(void) {
+    ot_optimizer *h = NULL, *g = NULL, *w = NULL;
+    EXPECT_STATUS(ot_optimizer_new_host(&sgdm_vt, NULL, NULL, &h), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(h == NULL);
+    cb_ctl ctl = {0, 0};
+    ASSERT_OK(ot_optimizer_new_host(&sgdm_vt, sgdm_host, &ctl, &h));
+    EXPECT_TRUE(ot_optimizer_is_host(h));
+    ASSERT_OK(ot_optimizer_new("sgd", &g));
+    EXPECT_TRUE(!ot_optimizer_is_host(g));
+    ASSERT_OK(ot_optimizer_set(g, "momentum", 0.9));
+    /* no update graph: build refused, Lookahead refused */
+    ot_shape s;
+    ot_shape_make(&s, OT_F32, 2, (int64_t[]){5, 3});
+    ot_module *m = NULL;
+    EXPECT_STATUS(ot_optimizer_build_module(h, &s, &m), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STR_CONTAINS(ot_last_error(), "host callback");
+    EXPECT_STATUS(ot_optimizer_new_lookahead(h, 5, 0.5, &w), OT_ERR_INVALID_ARGUMENT);
+    /* 30 steps on the fixture's matrix: the same numbers as the built-in sgd graph */
+    ot_tensor p0 = {0}, gall = {0};
+    ASSERT_TRUE(load("inputs/param0_matrix.npy", &p0));
+    ASSERT_TRUE(load("inputs/grad_matrix.npy", &gall));
+    ot_tensor ph, pg, sh, sg;
+    ASSERT_OK(ot_tensor_alloc(&ph, &p0.shape));
+    ASSERT_OK(ot_tensor_alloc(&pg, &p0.shape));
+    memcpy(ph.data, p0.data, p0.nbytes);
+    memcpy(pg.data, p0.data, p0.nbytes);
+    ASSERT_OK(ot_optimizer_state_alloc(h, 0, &p0.shape, &sh));
+    ASSERT_OK(ot_optimizer_state_alloc(g, 0, &p0.shape, &sg));
+    int differ = 0;
+    for (int t = 0; t < 30; t++) {
+        ot_tensor gt;
+        row(&gall, &p0.shape, t, &gt);
+        double lr = 0.05 / (1 + t);
+        ASSERT_OK(ot_optimizer_step_reference(h, &ph, &gt, &sh, 1, lr));
+        ASSERT_OK(ot_optimizer_step_reference(g, &pg, &gt, &sg, 1, lr));
+        differ += memcmp(ph.data, pg.data, ph.nbytes) != 0 || memcmp(sh.data, sg.data, sh.nbytes);
+    }
+    EXPECT_INT_EQ(differ, 0);
+    EXPECT_INT_EQ(ctl.calls, 30);
+    EXPECT_INT_EQ(ot_optimizer_step_count(h), 30);
+    /* a failing callback (after writing garbage into its arguments) changes nothing */
+    ot_tensor pc, sc;
+    ASSERT_OK(ot_tensor_alloc(&pc, &p0.shape));
+    ASSERT_OK(ot_tensor_alloc(&sc, &p0.shape));
+    memcpy(pc.data, ph.data, ph.nbytes);
+    memcpy(sc.data, sh.data, sh.nbytes);
+    ctl.fail_at = 31;
+    ot_tensor gt;
+    row(&gall, &p0.shape, 30, &gt);
+    EXPECT_STATUS(ot_optimizer_step_reference(h, &ph, &gt, &sh, 1, 0.01), OT_ERR_INTERNAL);
+    EXPECT_STR_CONTAINS(ot_last_error(), "refusing step 31");
+    EXPECT_STR_CONTAINS(ot_last_error(), "host callback failed at step 31");
+    EXPECT_TRUE(memcmp(pc.data, ph.data, ph.nbytes) == 0 &&
+                memcmp(sc.data, sh.data, sh.nbytes) == 0);
+    EXPECT_INT_EQ(ot_optimizer_step_count(h), 30);
+    /* bad input is refused before the callback runs */
+    int calls = ctl.calls;
+    EXPECT_STATUS(ot_optimizer_step_reference(h, &ph, &gt, &sh, 1, NAN), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_optimizer_step_reference(h, &ph, &gt, &sh, 0, 0.01), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_INT_EQ(ctl.calls, calls);
+    ctl.fail_at = 0;
+    EXPECT_OK(ot_optimizer_step_reference(h, &ph, &gt, &sh, 1, 0.01)); /* and it recovers */
+    EXPECT_INT_EQ(ot_optimizer_step_count(h), 31);
+    ot_optimizer *hc = NULL; /* a clone keeps the callback and its user data */
+    ASSERT_OK(ot_optimizer_clone(h, &hc));
+    EXPECT_TRUE(ot_optimizer_is_host(hc));
+    ot_optimizer_free(hc);
+    ot_tensor_release(&p0);
+    ot_tensor_release(&gall);
+    ot_tensor_release(&ph);
+    ot_tensor_release(&pg);
+    ot_tensor_release(&sh);
+    ot_tensor_release(&sg);
+    ot_tensor_release(&pc);
+    ot_tensor_release(&sc);
+    ot_optimizer_free(h);
+    ot_optimizer_free(g);
+}
+
+OT_TEST_MAIN(OT_TEST(test_host_callback), OT_TEST(test_custom_optimizer),
+             OT_TEST(test_torch_trajectories), OT_TEST(test_bad_input),
+             OT_TEST(test_optax_convention), OT_TEST(test_lookahead_bad_input),
+             OT_TEST(test_alloc_failures))

@@ -1012,9 +1012,151 @@ static void test_alloc_failures(void) {
     free_fixture(&f);
 }
 
-OT_TEST_MAIN(OT_TEST(test_names_and_executable), OT_TEST(test_trajectory_adam),
-             OT_TEST(test_trajectory_others), OT_TEST(test_trajectory_no_donation),
-             OT_TEST(test_clipping), OT_TEST(test_torch_fixtures), OT_TEST(test_masks),
-             OT_TEST(test_mixed_precision), OT_TEST(test_donation),
-             OT_TEST(test_two_replicas_threads), OT_TEST(test_state_roundtrip),
-             OT_TEST(test_errors_change_nothing), OT_TEST(test_alloc_failures))
+/* ---- host-callback optimizers -----------------------------------------------------------------
+ */
+
+typedef struct cb_ctl {
+    int64_t fail_at; /* fail at this step for parameter 2 (0: never), after scribbling */
+    int calls;
+} cb_ctl;
+static int one_slot(const ot_optimizer *o) {
+    (void)o;
+    return 1;
+}
+static const char *mb_name(const ot_optimizer *o, int i) {
+    (void)o;
+    (void)i;
+    return "momentum_buffer";
+}
+/* torch's SGD with momentum in C (any dtype-f32 shape) */
+static ot_status sgdm_host(const ot_optim_host_args *a) {
+    cb_ctl *c = a->user;
+    c->calls++;
+    float mu = (float)ot_optimizer_hparam(a->opt, "momentum"), nlr = (float)-a->lr;
+    float *p = a->param, *b = a->state[0];
+    const float *g = a->grad;
+    if (c->fail_at == a->step && a->count == 15) {
+        for (int64_t e = 0; e < a->count; e++) p[e] = b[e] = 12345.0f;
+        return ot_error(OT_ERR_INTERNAL, "sgdm_host: refusing step %lld", (long long)a->step);
+    }
+    for (int64_t e = 0; e < a->count; e++) {
+        float buf = a->step == 1 ? g[e] : b[e] * mu + 1.0f * g[e];
+        b[e] = buf;
+        p[e] = p[e] + nlr * buf;
+    }
+    return OT_OK;
+}
+static const char *const sgdm_names[] = {"lr", "momentum"};
+static const double sgdm_defaults[] = {1e-3, 0.9};
+static const ot_optimizer_vtable sgdm_vt = {
+    "sgdm_host", 2, sgdm_names, sgdm_defaults, NULL, one_slot, mb_name, NULL, NULL, NULL, NULL};
+
+/* The wrapper runs a host callback per parameter on host copies (clipping as the compiled update
+ * does): bit for bit ot_optimizer_step_reference with the same clipping; a failing callback
+ * changes nothing; mixing with graphs, loss scaling and half parameters are refused. */
+static void test_host_callback(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    cb_ctl ctl = {0, 0};
+    ot_optimizer *h = NULL, *adam = NULL;
+    ASSERT_OK(ot_optimizer_new_host(&sgdm_vt, sgdm_host, &ctl, &h));
+    ASSERT_OK(ot_optimizer_new("adam", &adam));
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.clip_grad_norm = 2.0;
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(h, f.shape, NP, &to, &t));
+    EXPECT_TRUE(ot_tpu_optimizer_executable(t) == NULL);
+    EXPECT_INT_EQ(ot_tpu_optimizer_compile_count(t), 0);
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), NP);
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    ot_optimizer *ref[NP] = {0};
+    ot_tensor hp[NP] = {0}, hs[NP] = {0};
+    ot_buffer *pb[NP] = {0}, *gb[NP] = {0};
+    for (int i = 0; i < NP; i++) {
+        ASSERT_OK(ot_optimizer_clone(h, &ref[i]));
+        ASSERT_OK(ot_tensor_alloc(&hp[i], &f.shape[i]));
+        memcpy(hp[i].data, f.p0[i].data, hp[i].nbytes);
+        ASSERT_OK(ot_optimizer_state_alloc(h, 0, &f.shape[i], &hs[i]));
+        ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
+    }
+    int mismatches = 0;
+    for (int s = 0; s < 30; s++) {
+        float buf[NP][64];
+        ot_tensor gt[NP], graw[NP];
+        host_grads(&f, s, 2.0, buf, gt);
+        for (int i = 0; i < NP; i++) {
+            grad_row(&f, i, s, &graw[i]);
+            ASSERT_OK(ot_buffer_from_host(d, &graw[i], &gb[i]));
+        }
+        if (s == 10) { /* step 11 fails for the matrix: nothing changes anywhere */
+            ctl.fail_at = 11;
+            ot_buffer *keep[NP];
+            memcpy(keep, pb, sizeof keep);
+            EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, s + 1, lr_at(s), NULL),
+                          OT_ERR_INTERNAL);
+            EXPECT_STR_CONTAINS(ot_last_error(), "parameter 2");
+            EXPECT_STR_CONTAINS(ot_last_error(), "refusing step 11");
+            for (int i = 0; i < NP; i++) {
+                EXPECT_TRUE(pb[i] == keep[i]);
+                EXPECT_TRUE(buffer_equals(pb[i], &hp[i]));
+                ot_tensor st = {0};
+                ASSERT_OK(ot_tpu_optimizer_get_state(t, d, i, &st));
+                EXPECT_TRUE(tensor_bits_equal(&st, &hs[i]));
+                ot_tensor_release(&st);
+            }
+            ctl.fail_at = 0;
+        }
+        double lr = lr_at(s);
+        ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, s + 1, lr, NULL));
+        for (int i = 0; i < NP; i++) {
+            ot_buffer_free(gb[i]);
+            ASSERT_OK(ot_optimizer_step_reference(ref[i], &hp[i], &gt[i], &hs[i], 1, lr));
+            mismatches += !buffer_equals(pb[i], &hp[i]);
+            ot_tensor st = {0};
+            ASSERT_OK(ot_tpu_optimizer_get_state(t, d, i, &st));
+            mismatches += !tensor_bits_equal(&st, &hs[i]);
+            ot_tensor_release(&st);
+        }
+    }
+    EXPECT_INT_EQ(mismatches, 0);
+    EXPECT_INT_EQ(ot_tpu_optimizer_compile_count(t), 0);
+    /* bad input before the callback: nothing runs */
+    int calls = ctl.calls;
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 0, 0.1, NULL), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_INT_EQ(ctl.calls, calls);
+    for (int i = 0; i < NP; i++) {
+        ot_buffer_free(pb[i]);
+        ot_tensor_release(&hp[i]);
+        ot_tensor_release(&hs[i]);
+        ot_optimizer_free(ref[i]);
+    }
+    ot_tpu_optimizer_free(t);
+    /* host callbacks and graphs do not mix; loss scaling and half parameters need a graph */
+    const ot_optimizer *groups[NP] = {NULL, adam, NULL, NULL};
+    ot_tpu_optimizer_options mix = ot_tpu_optimizer_options_default();
+    mix.param_optimizers = groups;
+    EXPECT_STATUS(ot_tpu_optimizer_create(h, f.shape, NP, &mix, &t), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "do not mix");
+    ot_tpu_optimizer_options ls = ot_tpu_optimizer_options_default();
+    ls.loss_scaling = true;
+    EXPECT_STATUS(ot_tpu_optimizer_create(h, f.shape, NP, &ls, &t), OT_ERR_INVALID_ARGUMENT);
+    ot_shape half[NP];
+    memcpy(half, f.shape, sizeof half);
+    half[1].dtype = OT_BF16;
+    EXPECT_STATUS(ot_tpu_optimizer_create(h, half, NP, NULL, &t), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(t == NULL);
+    ot_device_free(d);
+    ot_optimizer_free(h);
+    ot_optimizer_free(adam);
+    free_fixture(&f);
+}
+
+OT_TEST_MAIN(OT_TEST(test_host_callback), OT_TEST(test_names_and_executable),
+             OT_TEST(test_trajectory_adam), OT_TEST(test_trajectory_others),
+             OT_TEST(test_trajectory_no_donation), OT_TEST(test_clipping),
+             OT_TEST(test_torch_fixtures), OT_TEST(test_masks), OT_TEST(test_mixed_precision),
+             OT_TEST(test_donation), OT_TEST(test_two_replicas_threads),
+             OT_TEST(test_state_roundtrip), OT_TEST(test_errors_change_nothing),
+             OT_TEST(test_alloc_failures))

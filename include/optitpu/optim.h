@@ -143,6 +143,44 @@ OT_API ot_status ot_optimizer_step_reference(ot_optimizer *o, ot_tensor *param,
                                              double lr);
 
 /* ---------------------------------------------------------------------------------------------
+ * Host-callback optimizers: for updates no graph expresses. The update of one parameter is a
+ * plain C function on host memory; it BYPASSES THE COMPILE PIPELINE (no module, no executable,
+ * no fusion). ot_optimizer_step_reference calls it directly; ot_tpu_optimizer copies each
+ * replica's parameters, gradients and state to the host, calls it per parameter and uploads the
+ * results (its profile says so: ot_tpu_optimizer_profile's `compiled` is false).
+ * The callback runs on private copies: when it returns an error (or any step fails), the
+ * caller's parameters and state are left exactly as they were, whatever it wrote.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_optim_host_args {
+    const ot_optimizer *opt; /* hyper-parameters: ot_optimizer_hparam(opt, name) */
+    void *user;              /* the user pointer given to ot_optimizer_new_host */
+    ot_dtype dtype;          /* f32 or f64: the parameter, the gradient and every state slot */
+    const ot_shape *shape;   /* the parameter's */
+    int64_t count;           /* elements of param and grad */
+    void *param;             /* count elements, updated in place */
+    const void *grad;        /* count elements (after the wrapper's clipping, if any) */
+    int nstate;              /* ot_optimizer_state_count(opt) */
+    void *state[OT_OPTIM_MAX_STATE];         /* slot i, updated in place */
+    int64_t state_count[OT_OPTIM_MAX_STATE]; /* elements of slot i */
+    int64_t step;                            /* t >= 1, the step being taken */
+    double lr;                               /* this parameter's learning rate */
+} ot_optim_host_args;
+
+/* Returns OT_OK, or an error (ot_error(...)) that fails the step with nothing changed. */
+typedef ot_status (*ot_optim_host_fn)(const ot_optim_host_args *a);
+
+/* A host-callback optimizer: vt gives the name, hyper-parameters, validate and the state slots
+ * (state_count, state_name, state_init, state_is_scalar, state_shape) exactly as for a graph
+ * optimizer; vt->build is not used (may be NULL). fn and user are kept by pointer. Such an
+ * optimizer has no update graph: ot_optimizer_build / _build_module return
+ * FAILED_PRECONDITION, and Lookahead cannot wrap it (INVALID_ARGUMENT). */
+OT_API ot_status ot_optimizer_new_host(const ot_optimizer_vtable *vt, ot_optim_host_fn fn,
+                                       void *user, ot_optimizer **out);
+/* True when o's update is a host callback (also for a view that delegates to one). */
+OT_API bool ot_optimizer_is_host(const ot_optimizer *o);
+
+/* ---------------------------------------------------------------------------------------------
  * Learning-rate schedules, evaluated on the host in f64: ot_lr_schedule_lr(s, t) is the learning
  * rate in force at step index t (0 for the first step). Formulas follow optax (the same
  * expression order), with the torch scheduler each one reproduces named beside it; torch's

@@ -9,6 +9,14 @@
  * output (the module's input_output_alias): the update writes in place and the old handles are
  * donated.
  *
+ * Host callbacks (ot_optimizer_new_host): when every parameter's optimizer is a host callback,
+ * nothing is compiled (ot_tpu_optimizer_executable is NULL, compile_count 0): each step copies
+ * the replica's parameters, gradients and state to the host, clips as the compiled update does,
+ * runs the callback per parameter on those copies and uploads the results as new buffers. The
+ * caller's handles and the state change only when every callback and upload succeeded: a failing
+ * callback leaves everything as it was. Host callbacks and graphs do not mix in one wrapper, and
+ * loss scaling and bf16/f16 parameters need a graph (INVALID_ARGUMENT).
+ *
  * Replicas: each device that trains a copy of the model adds a replica (its own state buffers,
  * allocated on that device with the optimizer's initial values). The executable is shared and
  * read-only.

@@ -11,17 +11,20 @@ struct ot_optimizer {
     const ot_optimizer_vtable *vt;
     double hp[OT_OPTIM_MAX_HPARAMS];
     int64_t steps;
-    ot_optimizer *inner; /* a wrapped optimizer (Lookahead), owned */
+    ot_optimizer *inner;   /* a wrapped optimizer (Lookahead, a view), owned */
+    ot_optim_host_fn host; /* a host-callback optimizer's update (NULL: a graph) */
+    void *user;
 };
 
 const ot_optimizer *ot_optim_inner(const ot_optimizer *o) {
     return o ? o->inner : NULL;
 }
 
-static ot_status check_vtable(const ot_optimizer_vtable *vt) {
-    if (!vt || !vt->name || !vt->build || !vt->state_count || !vt->state_name)
+static ot_status check_vtable(const ot_optimizer_vtable *vt, bool host) {
+    if (!vt || !vt->name || (!host && !vt->build) || !vt->state_count || !vt->state_name)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "optimizer vtable needs name, build, state_count and state_name");
+                        "optimizer vtable needs name, %sstate_count and state_name",
+                        host ? "" : "build, ");
     if (vt->nhparams < 0 || vt->nhparams > OT_OPTIM_MAX_HPARAMS ||
         (vt->nhparams > 0 && (!vt->hparam_names || !vt->hparam_defaults)))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -33,12 +36,68 @@ static ot_status check_vtable(const ot_optimizer_vtable *vt) {
 ot_status ot_optimizer_new_custom(const ot_optimizer_vtable *vt, ot_optimizer **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_new: out is NULL");
     *out = NULL;
-    OT_CHECK(check_vtable(vt));
+    OT_CHECK(check_vtable(vt, false));
     ot_optimizer *o = ot_calloc(1, sizeof *o);
     if (!o) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer '%s'", vt->name);
     o->vt = vt;
     for (int i = 0; i < vt->nhparams; i++) o->hp[i] = vt->hparam_defaults[i];
     *out = o;
+    return OT_OK;
+}
+
+ot_status ot_optimizer_new_host(const ot_optimizer_vtable *vt, ot_optim_host_fn fn, void *user,
+                                ot_optimizer **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_new_host: out is NULL");
+    *out = NULL;
+    if (!fn)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_new_host: the callback is NULL");
+    OT_CHECK(check_vtable(vt, true));
+    ot_optimizer *o = ot_calloc(1, sizeof *o);
+    if (!o) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer '%s'", vt->name);
+    o->vt = vt;
+    o->host = fn;
+    o->user = user;
+    for (int i = 0; i < vt->nhparams; i++) o->hp[i] = vt->hparam_defaults[i];
+    *out = o;
+    return OT_OK;
+}
+
+const ot_optimizer *ot_optim_host_target(const ot_optimizer *o) {
+    return o && o->host ? o : NULL;
+}
+
+bool ot_optimizer_is_host(const ot_optimizer *o) {
+    return ot_optim_host_target(o) != NULL;
+}
+
+ot_status ot_optim_host_call(const ot_optimizer *o, const ot_shape *ps, void *param,
+                             const void *grad, void *const *state, int64_t step, double lr) {
+    const ot_optimizer *h = ot_optim_host_target(o);
+    if (!h)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "optimizer '%s' has no host callback",
+                        o ? o->vt->name : "(null)");
+    ot_optim_host_args a;
+    memset(&a, 0, sizeof a);
+    a.opt = h;
+    a.user = h->user;
+    a.dtype = ps->dtype;
+    a.shape = ps;
+    a.count = ot_shape_numel_unchecked(ps);
+    a.param = param;
+    a.grad = grad;
+    a.nstate = h->vt->state_count(h);
+    for (int i = 0; i < a.nstate; i++) {
+        ot_shape ss;
+        OT_CHECK(ot_optimizer_state_shape(h, i, ps, &ss));
+        a.state[i] = state[i];
+        a.state_count[i] = ot_shape_numel_unchecked(&ss);
+    }
+    a.step = step;
+    a.lr = lr;
+    ot_status s = h->host(&a);
+    if (s != OT_OK)
+        return ot_error_wrap(s, "optimizer '%s': host callback failed at step %lld", h->vt->name,
+                             (long long)step);
     return OT_OK;
 }
 
@@ -84,6 +143,10 @@ ot_status ot_optimizer_new_lookahead(const ot_optimizer *inner, int64_t sync_per
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_new_lookahead: out is NULL");
     *out = NULL;
     if (!inner) return ot_error(OT_ERR_INVALID_ARGUMENT, "lookahead: the inner optimizer is NULL");
+    if (ot_optimizer_is_host(inner))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "lookahead: '%s' is a host callback (no update graph to wrap)",
+                        inner->vt->name);
     int ns = inner->vt->state_count(inner);
     if (ns + 1 > OT_OPTIM_MAX_STATE)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -219,6 +282,9 @@ ot_status ot_optimizer_build(const ot_optimizer *o, const ot_optim_inputs *in,
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_build: NULL argument");
     memset(out, 0, sizeof *out);
     const char *nm = o->vt->name;
+    if (ot_optimizer_is_host(o))
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "optimizer '%s' is a host callback: it has no update graph", nm);
     if (!in->param || !in->grad || in->param->shape.kind != OT_IR_ARRAY ||
         in->grad->shape.kind != OT_IR_ARRAY)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "optimizer '%s': param and grad must be arrays",
@@ -259,6 +325,9 @@ ot_status ot_optimizer_build_module(const ot_optimizer *o, const ot_shape *s, ot
     if (!o || !s || !out)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_optimizer_build_module: NULL argument");
     *out = NULL;
+    if (ot_optimizer_is_host(o))
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "optimizer '%s' is a host callback: it has no update graph", o->vt->name);
     ot_module *m = ot_module_new(o->vt->name);
     if (!m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
     ot_computation *c = ot_module_add_computation(m, "update");
@@ -322,6 +391,31 @@ ot_status ot_optimizer_step_reference(ot_optimizer *o, ot_tensor *param, const o
             return ot_error(OT_ERR_SHAPE_MISMATCH,
                             "optimizer '%s': state '%s' does not match the parameter", nm,
                             o->vt->state_name(o, i));
+    }
+    if (ot_optimizer_is_host(o)) { /* the callback runs on copies: nothing changes on failure */
+        if (param->shape.dtype != OT_F32 && param->shape.dtype != OT_F64)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "optimizer '%s': parameter dtype %s (f32 or f64)", nm,
+                            ot_dtype_name(param->shape.dtype));
+        ot_tensor cp[1 + OT_OPTIM_MAX_STATE];
+        memset(cp, 0, sizeof cp);
+        ot_status st = OT_OK;
+        for (int i = 0; i <= ns && st == OT_OK; i++) {
+            const ot_tensor *src = i == 0 ? param : &state[i - 1];
+            st = ot_tensor_alloc(&cp[i], &src->shape);
+            if (st == OT_OK) memcpy(cp[i].data, src->data, src->nbytes);
+        }
+        void *sp[OT_OPTIM_MAX_STATE] = {0};
+        for (int i = 0; i < ns; i++) sp[i] = cp[1 + i].data;
+        if (st == OT_OK)
+            st = ot_optim_host_call(o, &param->shape, cp[0].data, grad->data, sp, o->steps + 1, lr);
+        if (st == OT_OK) {
+            memcpy(param->data, cp[0].data, param->nbytes);
+            for (int i = 0; i < ns; i++) memcpy(state[i].data, cp[1 + i].data, state[i].nbytes);
+            o->steps++;
+        }
+        for (int i = 0; i <= ns; i++) ot_tensor_release(&cp[i]);
+        return st;
     }
     ot_module *m = NULL;
     OT_CHECK(ot_optimizer_build_module(o, &param->shape, &m));

@@ -13,4 +13,11 @@ const ot_optimizer_vtable *ot_optim_lookahead_vtable(void);
  * *found tells whether one was set. */
 ot_status ot_optim_zero_hparam(ot_optimizer *o, const char *name, bool *found);
 
+/* The optimizer whose host callback runs o's update (o, or the one a view delegates to), or
+ * NULL when o's update is a graph. */
+const ot_optimizer *ot_optim_host_target(const ot_optimizer *o);
+/* Runs o's host callback on the given memory (dtype and shapes already checked). */
+ot_status ot_optim_host_call(const ot_optimizer *o, const ot_shape *ps, void *param,
+                             const void *grad, void *const *state, int64_t step, double lr);
+
 #endif

@@ -31,7 +31,8 @@ struct ot_tpu_optimizer {
     char **sname;     /* [nstate] "<k>.<slot>" */
     double *sinit;    /* [nstate] initial value */
     ot_tpu_optimizer_options opts;
-    ot_executable *exe; /* shared, read-only after create */
+    ot_executable *exe; /* shared, read-only after create; NULL for a host callback */
+    bool host;          /* every parameter's optimizer is a host callback: no executable */
     int64_t compiles;
     pthread_mutex_t mu; /* guards reps / nreps / cap */
     replica **reps;
@@ -344,6 +345,24 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         }
         ot_dtype dt = param_shapes[k].dtype;
         t->nstate += t->slots[k] + (dt == OT_BF16 || dt == OT_F16 ? 1 : 0);
+        bool h = ot_optimizer_is_host(t->popt[k]);
+        if (k == 0) t->host = h;
+        if (h != t->host) {
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "ot_tpu_optimizer_create: parameter %d's optimizer '%s' is %s but "
+                         "parameter 0's is %s (host callbacks and update graphs do not mix in "
+                         "one wrapper)",
+                         k, ot_optimizer_name(t->popt[k]), h ? "a host callback" : "a graph",
+                         t->host ? "a host callback" : "a graph");
+            goto fail;
+        }
+        if (h && (op.loss_scaling || dt == OT_BF16 || dt == OT_F16)) {
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "ot_tpu_optimizer_create: host callback optimizer '%s': loss scaling "
+                         "and bf16/f16 parameters (f32 masters) need an update graph",
+                         ot_optimizer_name(t->popt[k]));
+            goto fail;
+        }
     }
     t->pshape = ot_calloc((size_t)nparams, sizeof *t->pshape);
     t->wshape = ot_calloc((size_t)nparams, sizeof *t->wshape);
@@ -389,13 +408,15 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             }
         }
     }
-    ot_module *m = NULL;
-    OT_CHECK_GOTO(build_module(t, &m), s, fail);
-    ot_compile_options co = op.compile ? *op.compile : ot_compile_options_default();
-    s = ot_compile(m, &co, &t->exe);
-    ot_module_free(m);
-    if (s != OT_OK) goto fail;
-    t->compiles = 1;
+    if (!t->host) { /* a host callback bypasses the compile pipeline: nothing to build */
+        ot_module *m = NULL;
+        OT_CHECK_GOTO(build_module(t, &m), s, fail);
+        ot_compile_options co = op.compile ? *op.compile : ot_compile_options_default();
+        s = ot_compile(m, &co, &t->exe);
+        ot_module_free(m);
+        if (s != OT_OK) goto fail;
+        t->compiles = 1;
+    }
     *out = t;
     return OT_OK;
 fail:
@@ -561,6 +582,93 @@ static ot_status init_master(ot_tpu_optimizer *t, replica *r, int k, const ot_bu
     return s;
 }
 
+/* A host-callback step: everything copied to the host, clipped as the compiled update clips,
+ * each parameter's callback run on those copies, the results uploaded as new buffers; the
+ * caller's handles and the replica's state are replaced only when all of that succeeded. */
+static ot_status host_step(ot_tpu_optimizer *t, replica *r, ot_buffer **params,
+                           ot_buffer *const *grads, int64_t step, double lr) {
+    int n = t->nparams, ns = t->nstate;
+    ot_tensor *hp = ot_calloc((size_t)n, sizeof *hp), *hg = ot_calloc((size_t)n, sizeof *hg);
+    ot_tensor *hs = ot_calloc((size_t)ns + 1, sizeof *hs);
+    ot_buffer **nb = ot_calloc((size_t)(n + ns), sizeof *nb);
+    ot_status s = OT_OK;
+    if (!hp || !hg || !hs || !nb) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer host step");
+        goto done;
+    }
+    for (int k = 0; k < n && s == OT_OK; k++) {
+        s = ot_buffer_to_host(params[k], &hp[k]);
+        if (s == OT_OK) s = ot_buffer_to_host(grads[k], &hg[k]);
+    }
+    for (int i = 0; i < ns && s == OT_OK; i++) s = ot_buffer_to_host(r->state[i], &hs[i]);
+    if (s != OT_OK) goto done;
+    /* clipping: by value (v rounded to the dtype), then torch's clip_grad_norm_ with the sum of
+     * squares and coef in f64, coef rounded to the gradient dtype */
+    double ss = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t ne = ot_shape_numel_unchecked(&t->pshape[k]);
+        bool f32 = t->pshape[k].dtype == OT_F32;
+        float *gf = hg[k].data;
+        double *gd = hg[k].data;
+        double v = t->opts.clip_grad_value;
+        for (int64_t e = 0; e < ne; e++) {
+            if (v > 0 && f32)
+                gf[e] = fminf(fmaxf(gf[e], -(float)v), (float)v);
+            else if (v > 0)
+                gd[e] = fmin(fmax(gd[e], -v), v);
+            double x = f32 ? (double)gf[e] : gd[e];
+            ss += x * x;
+        }
+    }
+    if (t->opts.clip_grad_norm > 0) {
+        double coef = fmin(t->opts.clip_grad_norm / (sqrt(ss) + 1e-6), 1.0);
+        for (int k = 0; k < n; k++) {
+            int64_t ne = ot_shape_numel_unchecked(&t->pshape[k]);
+            for (int64_t e = 0; e < ne; e++) {
+                if (t->pshape[k].dtype == OT_F32)
+                    ((float *)hg[k].data)[e] *= (float)coef;
+                else
+                    ((double *)hg[k].data)[e] *= coef;
+            }
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        void *sp[OT_OPTIM_MAX_STATE] = {0};
+        for (int j = 0; j < t->slots[k]; j++) sp[j] = hs[t->soff[k] + j].data;
+        double lrk = t->lr_scale[k] == 1.0 ? lr : lr * t->lr_scale[k];
+        s = ot_optim_host_call(t->popt[k], &t->pshape[k], hp[k].data, hg[k].data, sp, step, lrk);
+        if (s != OT_OK) {
+            s = ot_error_wrap(s, "tpu optimizer step %lld, parameter %d", (long long)step, k);
+            goto done;
+        }
+    }
+    for (int q = 0; q < n + ns && s == OT_OK; q++)
+        s = ot_buffer_from_host(r->dev, q < n ? &hp[q] : &hs[q - n], &nb[q]);
+    if (s != OT_OK) goto done;
+    for (int k = 0; k < n; k++) { /* commit */
+        ot_buffer_free(params[k]);
+        params[k] = nb[k];
+        nb[k] = NULL;
+    }
+    for (int i = 0; i < ns; i++) {
+        ot_buffer_free(r->state[i]);
+        r->state[i] = nb[n + i];
+        nb[n + i] = NULL;
+    }
+done:
+    for (int k = 0; hp && hg && k < n; k++) {
+        ot_tensor_release(&hp[k]);
+        ot_tensor_release(&hg[k]);
+    }
+    for (int i = 0; hs && i < ns; i++) ot_tensor_release(&hs[i]);
+    for (int q = 0; nb && q < n + ns; q++) ot_buffer_free(nb[q]);
+    ot_free(hp);
+    ot_free(hg);
+    ot_free(hs);
+    ot_free(nb);
+    return s;
+}
+
 ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
                                 ot_buffer *const *grads, int64_t step, double lr,
                                 const ot_run_options *ro) {
@@ -590,6 +698,7 @@ ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **p
             return ot_error(OT_ERR_FAILED_PRECONDITION,
                             "tpu optimizer: state '%s' of device %d was lost by a failed step",
                             t->sname[i], ot_device_index(d));
+    if (t->host) return host_step(t, r, params, grads, step, lr);
     bool ls = t->opts.loss_scaling;
     int nin = 2 * n + t->nstate + 2 + ls, nout = n + t->nstate + ls;
     ot_buffer **in = ot_calloc((size_t)nin, sizeof *in);
