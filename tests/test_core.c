@@ -14,6 +14,13 @@ static void test_status_names(void) {
     EXPECT_STR_EQ(ot_last_error(), "IO: open x.bin");
     ot_error_wrap(OT_ERR_IO, "loading %d", 3);
     EXPECT_STR_EQ(ot_last_error(), "IO: loading 3: open x.bin");
+    /* a saved message raised again keeps a single code prefix */
+    char saved[128];
+    snprintf(saved, sizeof saved, "%s", ot_last_error());
+    EXPECT_INT_EQ(ot_error(OT_ERR_IO, "%s", saved), OT_ERR_IO);
+    EXPECT_STR_EQ(ot_last_error(), "IO: loading 3: open x.bin");
+    ot_error(OT_ERR_CORRUPT_DATA, "%s", saved); /* another code: both stay */
+    EXPECT_STR_EQ(ot_last_error(), "CORRUPT_DATA: IO: loading 3: open x.bin");
     ot_clear_error();
     EXPECT_STR_EQ(ot_last_error(), "");
 }

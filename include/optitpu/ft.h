@@ -244,6 +244,10 @@ struct ot_ckpt_options {
     size_t nreplicas;
     ot_ckpt_retention retention;
     bool fsync; /* default true; false only for tests and benchmarks of the non-durable path */
+    /* Shard files written side by side (each hashed while written by its own thread): 0 (the
+     * default) = the online CPUs, at most 4 and at most the shards of 16 MiB or more; 1 = one
+     * after the other in the saving thread. The files are the same either way. */
+    int write_threads;
 };
 
 OT_API ot_ckpt_options ot_ckpt_options_default(void);

@@ -43,6 +43,9 @@ ot_status ot_error(ot_status code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(tl_msg + n, sizeof tl_msg - (size_t)n, fmt, ap);
     va_end(ap);
+    /* a saved message raised again (ot_error(code, "%s", saved)) keeps one "CODE: " */
+    if (n > 0 && strncmp(tl_msg + n, tl_msg, (size_t)n) == 0)
+        memmove(tl_msg, tl_msg + n, strlen(tl_msg + n) + 1);
     return code;
 }
 

@@ -10,9 +10,10 @@
 /* Serializes a manifest (JSON text, ot_free) for the given arguments and files. */
 ot_status ot_ckpt_manifest_build(const ot_ckpt_save_args *a, const ot_ckpt_file_entry *files,
                                  size_t nfiles, int64_t time_unix_ns, char **out, size_t *len);
-/* Writes step a->step under root with the commit protocol (no replication, no retention). */
+/* Writes step a->step under root with the commit protocol (no replication, no retention);
+ * write_threads as ot_ckpt_options.write_threads. */
 ot_status ot_ckpt_commit(const char *root, const ot_ckpt_save_args *a, bool do_fsync,
-                         ot_ckpt_save_stats *stats);
+                         int write_threads, ot_ckpt_save_stats *stats);
 /* "root/step_%08lld" (ot_free); tmp adds ".tmp". */
 char *ot_ckpt_step_path(const char *root, int64_t step, bool tmp);
 /* Validates the save arguments (names, roles, shards, dtypes, JSON, metrics). */

@@ -251,6 +251,10 @@ void ot_ft_background_end(void) {
     group_leave();
 }
 
+ot_ft_prio_group *ot_ft_background_group(void) {
+    return tl_group;
+}
+
 void ot_ft_prio_group_boost(ot_ft_prio_group *g) {
     errno = 0;
     int nv = getpriority(PRIO_PROCESS, (id_t)gettid_()); /* the caller's own nice value */

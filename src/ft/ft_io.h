@@ -58,6 +58,9 @@ typedef struct ot_ft_prio_group {
 void ot_ft_prio_group_init(ot_ft_prio_group *g);
 void ot_ft_background_begin(ot_ft_prio_group *g); /* lowers the calling thread; joins g */
 void ot_ft_background_end(void);
+/* The calling thread's background group (NULL outside a background job): a thread it starts for
+ * the same job joins it with ot_ft_background_begin. */
+ot_ft_prio_group *ot_ft_background_group(void);
 void ot_ft_prio_group_boost(ot_ft_prio_group *g);
 
 /* Test hook: the nth write-side system call from now (write, fsync, rename, mkdir; 1-based)

@@ -90,7 +90,7 @@ fail:
 /* Commit on the primary, copy to and verify on every replica, then retention everywhere. */
 static ot_status save_everything(ot_ckpt_manager *m, const ot_ckpt_save_args *a,
                                  ot_ckpt_save_stats *stats) {
-    OT_CHECK(ot_ckpt_commit(m->root, a, m->opts.fsync, stats));
+    OT_CHECK(ot_ckpt_commit(m->root, a, m->opts.fsync, m->opts.write_threads, stats));
     char *prim = ot_ckpt_step_path(m->root, a->step, false);
     if (!prim) return ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     ot_status rc = OT_OK;
@@ -123,9 +123,10 @@ static ot_status join_async(ot_ckpt_manager *m, ot_ckpt_save_stats *stats) {
     pthread_join(m->thread, NULL);
     m->running = false;
     if (stats) *stats = m->job_stats;
-    if (m->job_rc != OT_OK)
-        return ot_error(m->job_rc, "async save of step %lld failed: %s", (long long)m->job.step,
-                        m->job_err);
+    if (m->job_rc != OT_OK) {
+        ot_error(m->job_rc, "%s", m->job_err);
+        return ot_error_wrap(m->job_rc, "async save of step %lld failed", (long long)m->job.step);
+    }
     return OT_OK;
 }
 
