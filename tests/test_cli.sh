@@ -100,6 +100,7 @@ for c in "adam f32 4096 x3 compile \\(once\\)" "adam f32 4096 x3 step" "adam f32
 done
 grep -Eq '"case": "adam f32 4096 x3 compiles after 3 steps", "metric": "count", "value": 1[,.]' "$work/out" || { echo "  compiled more than once"; bad=1; }
 grep -Eq '"case": "adam f32 4096 x3 parameters != loop.s", "metric": "elements", "value": 0[,.]' "$work/out" || { echo "  the device optimizer and the loop differ"; bad=1; }
+grep -Eq '"case": "adam f32 4096 x3 bytes per step \(profile\)", "metric": "B", "value": 114688[,.]' "$work/out" || { echo "  profile bytes per step is not 28 B x 4096"; bad=1; }
 if [[ $bad -ne 0 ]]; then
   echo "FAIL optim_json_rows"; sed 's/^/  | /' "$work/out"; failed=$((failed + 1))
 else

@@ -1153,7 +1153,101 @@ static void test_host_callback(void) {
     free_fixture(&f);
 }
 
-OT_TEST_MAIN(OT_TEST(test_host_callback), OT_TEST(test_names_and_executable),
+/* ---- the wrapper's profile --------------------------------------------------------------------
+ */
+
+static void check_bytes(const ot_tpu_optimizer *t, const ot_shape *shapes, int n,
+                        const ot_tpu_profile *p) {
+    int64_t pb = 0, sb = 0;
+    for (int k = 0; k < n; k++) pb += (int64_t)ot_shape_nbytes_unchecked(&shapes[k]);
+    for (int q = 0; q < ot_tpu_optimizer_state_count(t); q++) {
+        ot_shape s;
+        ASSERT_OK(ot_tpu_optimizer_state_shape(t, q, &s));
+        sb += (int64_t)ot_shape_nbytes_unchecked(&s);
+    }
+    EXPECT_INT_EQ(p->param_bytes, pb);
+    EXPECT_INT_EQ(p->grad_bytes, pb);
+    EXPECT_INT_EQ(p->state_bytes, sb);
+    EXPECT_INT_EQ(p->bytes_per_step, 2 * pb + pb + 2 * sb);
+}
+
+static void test_profile(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *adam = NULL;
+    ASSERT_OK(ot_optimizer_new("adam", &adam));
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(adam, f.shape, NP, NULL, &t));
+    ot_tpu_profile p;
+    EXPECT_STATUS(ot_tpu_optimizer_profile(NULL, &p), OT_ERR_INVALID_ARGUMENT);
+    ASSERT_OK(ot_tpu_optimizer_profile(t, &p));
+    EXPECT_TRUE(p.compiled);
+    EXPECT_INT_EQ(p.compiles, 1);
+    EXPECT_TRUE(p.compile_seconds > 0 && p.compile_seconds < 120);
+    EXPECT_INT_EQ(p.steps, 0);
+    /* Adam over 47 f32 elements: p read+written, g read, m and v read+written: 28 B each */
+    EXPECT_INT_EQ(p.bytes_per_step, 47 * 28);
+    check_bytes(t, f.shape, NP, &p);
+    EXPECT_INT_EQ(p.host_transfer_bytes_per_step, 0);
+    /* the compiled kernels move at least that (plus step and lr) */
+    printf("  adam profile: bytes_per_step %lld, executable_bytes %lld, compile %.3f s\n",
+           (long long)p.bytes_per_step, (long long)p.executable_bytes, p.compile_seconds);
+    EXPECT_TRUE(p.executable_bytes >= p.bytes_per_step + 16);
+    EXPECT_TRUE(p.executable_bytes <= p.bytes_per_step + 256); /* fused: no intermediates */
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    ot_buffer *pb[NP], *gb[NP];
+    for (int i = 0; i < NP; i++) {
+        ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
+        ot_tensor gr;
+        grad_row(&f, i, 0, &gr);
+        ASSERT_OK(ot_buffer_from_host(d, &gr, &gb[i]));
+    }
+    for (int s = 1; s <= 5; s++) ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, s, 1e-3, NULL));
+    EXPECT_STATUS(ot_tpu_optimizer_step(t, d, pb, gb, 6, NAN, NULL), OT_ERR_INVALID_ARGUMENT);
+    ASSERT_OK(ot_tpu_optimizer_profile(t, &p));
+    EXPECT_INT_EQ(p.steps, 5);
+    EXPECT_INT_EQ(p.failed_steps, 1);
+    EXPECT_INT_EQ(p.compiles, 1);
+    EXPECT_TRUE(p.min_step_seconds > 0 && p.min_step_seconds <= p.last_step_seconds &&
+                p.last_step_seconds <= p.max_step_seconds);
+    EXPECT_TRUE(p.total_step_seconds >= 5 * p.min_step_seconds * 0.999999 &&
+                p.total_step_seconds <= 5 * p.max_step_seconds * 1.000001);
+    for (int i = 0; i < NP; i++) {
+        ot_buffer_free(pb[i]);
+        ot_buffer_free(gb[i]);
+    }
+    ot_tpu_optimizer_free(t);
+    /* bf16 parameters: 2-byte parameters and gradients, f32 masters in the state */
+    ot_shape half[NP];
+    memcpy(half, f.shape, sizeof half);
+    half[2].dtype = OT_BF16;
+    ASSERT_OK(ot_tpu_optimizer_create(adam, half, NP, NULL, &t));
+    ASSERT_OK(ot_tpu_optimizer_profile(t, &p));
+    check_bytes(t, half, NP, &p);
+    EXPECT_INT_EQ(p.state_bytes, 47 * 8 + 15 * 4); /* m, v for all, a master for the matrix */
+    ot_tpu_optimizer_free(t);
+    /* host callbacks: nothing compiled; what crosses between device and host per step */
+    cb_ctl ctl = {0, 0};
+    ot_optimizer *h = NULL;
+    ASSERT_OK(ot_optimizer_new_host(&sgdm_vt, sgdm_host, &ctl, &h));
+    ASSERT_OK(ot_tpu_optimizer_create(h, f.shape, NP, NULL, &t));
+    ASSERT_OK(ot_tpu_optimizer_profile(t, &p));
+    EXPECT_TRUE(!p.compiled);
+    EXPECT_INT_EQ(p.compiles, 0);
+    EXPECT_TRUE(p.compile_seconds == 0);
+    EXPECT_INT_EQ(p.executable_bytes, 0);
+    check_bytes(t, f.shape, NP, &p);
+    EXPECT_INT_EQ(p.host_transfer_bytes_per_step, 47 * 4 * 5); /* p, g, buf down; p, buf up */
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_optimizer_free(h);
+    ot_optimizer_free(adam);
+    free_fixture(&f);
+}
+
+OT_TEST_MAIN(OT_TEST(test_profile), OT_TEST(test_host_callback), OT_TEST(test_names_and_executable),
              OT_TEST(test_trajectory_adam), OT_TEST(test_trajectory_others),
              OT_TEST(test_trajectory_no_donation), OT_TEST(test_clipping),
              OT_TEST(test_torch_fixtures), OT_TEST(test_masks), OT_TEST(test_mixed_precision),

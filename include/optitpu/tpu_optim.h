@@ -165,6 +165,33 @@ OT_API ot_status ot_tpu_optimizer_get_state(ot_tpu_optimizer *t, ot_device *d, i
 OT_API ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, int i,
                                             const ot_tensor *in);
 
+/* The wrapper's own profile (all replicas together). Times are wall-clock seconds. */
+typedef struct ot_tpu_profile {
+    bool compiled;          /* true: one compiled executable updates everything; false: host
+                               callbacks (the compile pipeline is bypassed: every step copies to
+                               the host and runs the C callback per parameter) */
+    int64_t compiles;       /* 1 after create when compiled (never more), 0 for host callbacks */
+    double compile_seconds; /* building the update module and compiling it, once, at create */
+    int64_t steps;          /* successful steps */
+    int64_t failed_steps;   /* steps that returned an error (nothing changed, or the state was
+                               lost by a failed execution, see ot_tpu_optimizer_step) */
+    double last_step_seconds, min_step_seconds, max_step_seconds, total_step_seconds;
+    /* What one update reads and writes, by its tensors' sizes: every parameter read and
+     * written, every gradient read, every state tensor (f32 masters included) read and
+     * written: bytes_per_step = 2 * param_bytes + grad_bytes + 2 * state_bytes. */
+    int64_t param_bytes, grad_bytes, state_bytes, bytes_per_step;
+    /* Compiled only: what the executable's kernels read and write per step by the compiler's
+     * count (ot_executable_total_bytes): bytes_per_step plus the step/lr scalars when the update
+     * is fused into loops that touch each tensor once, more with intermediates in memory. */
+    int64_t executable_bytes;
+    /* Host callbacks only: bytes copied per step between the device and the host (parameters,
+     * gradients and state down, parameters and state up); 0 when compiled. */
+    int64_t host_transfer_bytes_per_step;
+} ot_tpu_profile;
+
+/* Fills *out with t's profile (consistent: taken under the replica lock). */
+OT_API ot_status ot_tpu_optimizer_profile(const ot_tpu_optimizer *t, ot_tpu_profile *out);
+
 #ifdef __cplusplus
 }
 #endif

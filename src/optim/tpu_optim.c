@@ -34,7 +34,8 @@ struct ot_tpu_optimizer {
     ot_executable *exe; /* shared, read-only after create; NULL for a host callback */
     bool host;          /* every parameter's optimizer is a host callback: no executable */
     int64_t compiles;
-    pthread_mutex_t mu; /* guards reps / nreps / cap */
+    pthread_mutex_t mu; /* guards reps / nreps / cap and prof's step figures */
+    ot_tpu_profile prof;
     replica **reps;
     int nreps, cap;
 };
@@ -408,7 +409,20 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             }
         }
     }
+    for (int k = 0; k < nparams; k++) {
+        int64_t pb = (int64_t)ot_shape_nbytes_unchecked(&t->pshape[k]);
+        t->prof.param_bytes += pb;
+        t->prof.grad_bytes += pb;
+    }
+    for (int q = 0; q < t->nstate; q++)
+        t->prof.state_bytes += (int64_t)ot_shape_nbytes_unchecked(&t->sshape[q]);
+    t->prof.bytes_per_step = 2 * t->prof.param_bytes + t->prof.grad_bytes + 2 * t->prof.state_bytes;
+    t->prof.compiled = !t->host;
+    if (t->host)
+        t->prof.host_transfer_bytes_per_step =
+            2 * t->prof.param_bytes + t->prof.grad_bytes + 2 * t->prof.state_bytes;
     if (!t->host) { /* a host callback bypasses the compile pipeline: nothing to build */
+        double c0 = (1e-9 * (double)ot_now_ns());
         ot_module *m = NULL;
         OT_CHECK_GOTO(build_module(t, &m), s, fail);
         ot_compile_options co = op.compile ? *op.compile : ot_compile_options_default();
@@ -416,6 +430,9 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         ot_module_free(m);
         if (s != OT_OK) goto fail;
         t->compiles = 1;
+        t->prof.compiles = 1;
+        t->prof.compile_seconds = (1e-9 * (double)ot_now_ns()) - c0;
+        t->prof.executable_bytes = ot_executable_total_bytes(t->exe);
     }
     *out = t;
     return OT_OK;
@@ -669,9 +686,9 @@ done:
     return s;
 }
 
-ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
-                                ot_buffer *const *grads, int64_t step, double lr,
-                                const ot_run_options *ro) {
+static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
+                           ot_buffer *const *grads, int64_t step, double lr,
+                           const ot_run_options *ro) {
     if (!t || !d || !params || !grads)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_step: NULL argument");
     if (step < 1)
@@ -772,6 +789,37 @@ done:
     ot_free(in);
     ot_free(out);
     return s;
+}
+
+ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
+                                ot_buffer *const *grads, int64_t step, double lr,
+                                const ot_run_options *ro) {
+    double t0 = (1e-9 * (double)ot_now_ns());
+    ot_status s = step_impl(t, d, params, grads, step, lr, ro);
+    double dt = (1e-9 * (double)ot_now_ns()) - t0;
+    if (!t) return s;
+    pthread_mutex_lock(&t->mu);
+    ot_tpu_profile *p = &t->prof;
+    if (s != OT_OK) {
+        p->failed_steps++;
+    } else {
+        p->last_step_seconds = dt;
+        p->min_step_seconds = p->steps == 0 ? dt : fmin(p->min_step_seconds, dt);
+        p->max_step_seconds = fmax(p->max_step_seconds, dt);
+        p->total_step_seconds += dt;
+        p->steps++;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return s;
+}
+
+ot_status ot_tpu_optimizer_profile(const ot_tpu_optimizer *t, ot_tpu_profile *out) {
+    if (!t || !out)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_profile: NULL argument");
+    pthread_mutex_lock((pthread_mutex_t *)&t->mu);
+    *out = t->prof;
+    pthread_mutex_unlock((pthread_mutex_t *)&t->mu);
+    return OT_OK;
 }
 
 /* ---- state import / export ------------------------------------------------------------------- */
