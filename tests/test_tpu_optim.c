@@ -1247,10 +1247,151 @@ static void test_profile(void) {
     free_fixture(&f);
 }
 
-OT_TEST_MAIN(OT_TEST(test_profile), OT_TEST(test_host_callback), OT_TEST(test_names_and_executable),
-             OT_TEST(test_trajectory_adam), OT_TEST(test_trajectory_others),
-             OT_TEST(test_trajectory_no_donation), OT_TEST(test_clipping),
-             OT_TEST(test_torch_fixtures), OT_TEST(test_masks), OT_TEST(test_mixed_precision),
-             OT_TEST(test_donation), OT_TEST(test_two_replicas_threads),
-             OT_TEST(test_state_roundtrip), OT_TEST(test_errors_change_nothing),
-             OT_TEST(test_alloc_failures))
+/* ---- wrappers compose ---------------------------------------------------------------------------
+ */
+
+/* Steps a wrapper of o (options to) `steps` times from the fixture's start with a changing lr;
+ * parameters into p[NP] and state into st (ot_tpu_optimizer_state_count of them, <= 64). */
+static void run_n(const ot_optimizer *o, const ot_tpu_optimizer_options *to, int steps,
+                  ot_tensor *p, ot_tensor *st, int *nstate) {
+    *nstate = -1;
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, f.shape, NP, to, &t));
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    ot_buffer *pb[NP], *gb[NP];
+    for (int i = 0; i < NP; i++) ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < NP; i++) {
+            ot_tensor gr;
+            grad_row(&f, i, s, &gr);
+            ASSERT_OK(ot_buffer_from_host(d, &gr, &gb[i]));
+        }
+        ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, s + 1, lr_at(s), NULL));
+        for (int i = 0; i < NP; i++) ot_buffer_free(gb[i]);
+    }
+    for (int i = 0; i < NP; i++) {
+        ASSERT_OK(ot_buffer_to_host(pb[i], &p[i]));
+        ot_buffer_free(pb[i]);
+    }
+    int ns = ot_tpu_optimizer_state_count(t);
+    for (int q = 0; q < ns; q++) ASSERT_OK(ot_tpu_optimizer_get_state(t, d, q, &st[q]));
+    *nstate = ns;
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    free_fixture(&f);
+}
+
+/* a and b run 30 steps with options to: every parameter and state tensor bit for bit equal */
+static void expect_same_run(const ot_optimizer *a, const ot_optimizer *b,
+                            const ot_tpu_optimizer_options *to, const char *what) {
+    ot_tensor pa[NP] = {0}, pb[NP] = {0}, sa[64] = {0}, sb[64] = {0};
+    int na, nb;
+    run_n(a, to, 30, pa, sa, &na);
+    run_n(b, to, 30, pb, sb, &nb);
+    EXPECT_INT_EQ(na, nb);
+    int differ = 0;
+    for (int i = 0; i < NP; i++) differ += !tensor_bits_equal(&pa[i], &pb[i]);
+    for (int q = 0; q < na && q < nb; q++) differ += !tensor_bits_equal(&sa[q], &sb[q]);
+    if (differ) fprintf(stderr, "  %s: %d tensors differ\n", what, differ);
+    EXPECT_INT_EQ(differ, 0);
+    for (int i = 0; i < NP; i++) {
+        ot_tensor_release(&pa[i]);
+        ot_tensor_release(&pb[i]);
+    }
+    for (int q = 0; q < 64; q++) {
+        ot_tensor_release(&sa[q]);
+        ot_tensor_release(&sb[q]);
+    }
+}
+
+/* ot_tpu_optimizer_as_optimizer: tpu(tpu(adam)) == tpu(adam), Lookahead(tpu(nadam)) ==
+ * Lookahead(nadam), tpu(tpu(host callback)) == tpu(host callback), bit for bit. */
+static void test_wrappers_compose(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    ot_optimizer *adam = NULL, *v1 = NULL, *v2 = NULL;
+    ASSERT_OK(ot_optimizer_new("adamw", &adam));
+    ASSERT_OK(ot_optimizer_set(adam, "amsgrad", 1));
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.clip_grad_norm = 1.0;
+    ot_tpu_optimizer *t1 = NULL, *t2 = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(adam, f.shape, NP, &to, &t1));
+    EXPECT_STATUS(ot_tpu_optimizer_as_optimizer(NULL, &v1), OT_ERR_INVALID_ARGUMENT);
+    ASSERT_OK(ot_tpu_optimizer_as_optimizer(t1, &v1));
+    EXPECT_STR_EQ(ot_optimizer_name(v1), "tpu_optimizer");
+    EXPECT_INT_EQ(ot_optimizer_state_count(v1), 3);
+    EXPECT_STR_EQ(ot_optimizer_state_name(v1, 2), "max_exp_avg_sq");
+    ot_tpu_optimizer_free(t1);                                     /* the view keeps its own copy */
+    ASSERT_OK(ot_tpu_optimizer_create(v1, f.shape, NP, &to, &t2)); /* tpu(tpu(adamw)) */
+    ASSERT_OK(ot_tpu_optimizer_as_optimizer(t2, &v2));             /* and one level more */
+    ot_tpu_optimizer_free(t2);
+    expect_same_run(adam, v1, &to, "tpu(tpu(adamw))");
+    expect_same_run(adam, v2, &to, "tpu(tpu(tpu(adamw)))");
+    /* masks reach through the view into the optimizer it shows */
+    static const bool mask[NP] = {false, false, true, true};
+    ot_tpu_optimizer_options tm = to;
+    tm.weight_decay_mask = mask;
+    expect_same_run(adam, v2, &tm, "masked tpu(tpu(tpu(adamw)))");
+    /* Lookahead(tpu(nadam)) == Lookahead(nadam) */
+    ot_optimizer *nadam = NULL, *vn = NULL, *la = NULL, *lav = NULL;
+    ASSERT_OK(ot_optimizer_new("nadam", &nadam));
+    ASSERT_OK(ot_tpu_optimizer_create(nadam, f.shape, NP, NULL, &t1));
+    ASSERT_OK(ot_tpu_optimizer_as_optimizer(t1, &vn));
+    ot_tpu_optimizer_free(t1);
+    ASSERT_OK(ot_optimizer_new_lookahead(nadam, 3, 0.5, &la));
+    ASSERT_OK(ot_optimizer_new_lookahead(vn, 3, 0.5, &lav));
+    expect_same_run(la, lav, NULL, "Lookahead(tpu(nadam))");
+    /* and through the reference evaluator: one step of the view == one step of nadam */
+    ot_tensor p1, p2, g, s1[3], s2[3];
+    ASSERT_OK(ot_tensor_alloc(&p1, &f.shape[2]));
+    ASSERT_OK(ot_tensor_alloc(&p2, &f.shape[2]));
+    memcpy(p1.data, f.p0[2].data, p1.nbytes);
+    memcpy(p2.data, f.p0[2].data, p2.nbytes);
+    grad_row(&f, 2, 0, &g);
+    for (int j = 0; j < 3; j++) {
+        ASSERT_OK(ot_optimizer_state_alloc(nadam, j, &f.shape[2], &s1[j]));
+        ASSERT_OK(ot_optimizer_state_alloc(vn, j, &f.shape[2], &s2[j]));
+    }
+    ASSERT_OK(ot_optimizer_step_reference(nadam, &p1, &g, s1, 3, 0.01));
+    ASSERT_OK(ot_optimizer_step_reference(vn, &p2, &g, s2, 3, 0.01));
+    EXPECT_TRUE(tensor_bits_equal(&p1, &p2));
+    for (int j = 0; j < 3; j++) {
+        EXPECT_TRUE(tensor_bits_equal(&s1[j], &s2[j]));
+        ot_tensor_release(&s1[j]);
+        ot_tensor_release(&s2[j]);
+    }
+    ot_tensor_release(&p1);
+    ot_tensor_release(&p2);
+    /* a host-callback wrapper's view is a host callback too */
+    cb_ctl ctl = {0, 0};
+    ot_optimizer *h = NULL, *vh = NULL, *w = NULL;
+    ASSERT_OK(ot_optimizer_new_host(&sgdm_vt, sgdm_host, &ctl, &h));
+    ASSERT_OK(ot_tpu_optimizer_create(h, f.shape, NP, &to, &t1));
+    ASSERT_OK(ot_tpu_optimizer_as_optimizer(t1, &vh));
+    ot_tpu_optimizer_free(t1);
+    EXPECT_TRUE(ot_optimizer_is_host(vh));
+    EXPECT_STATUS(ot_optimizer_new_lookahead(vh, 3, 0.5, &w), OT_ERR_INVALID_ARGUMENT);
+    expect_same_run(h, vh, &to, "tpu(tpu(host callback))");
+    ot_optimizer_free(h);
+    ot_optimizer_free(vh);
+    ot_optimizer_free(nadam);
+    ot_optimizer_free(vn);
+    ot_optimizer_free(la);
+    ot_optimizer_free(lav);
+    ot_optimizer_free(adam);
+    ot_optimizer_free(v1);
+    ot_optimizer_free(v2);
+    free_fixture(&f);
+}
+
+OT_TEST_MAIN(OT_TEST(test_wrappers_compose), OT_TEST(test_profile), OT_TEST(test_host_callback),
+             OT_TEST(test_names_and_executable), OT_TEST(test_trajectory_adam),
+             OT_TEST(test_trajectory_others), OT_TEST(test_trajectory_no_donation),
+             OT_TEST(test_clipping), OT_TEST(test_torch_fixtures), OT_TEST(test_masks),
+             OT_TEST(test_mixed_precision), OT_TEST(test_donation),
+             OT_TEST(test_two_replicas_threads), OT_TEST(test_state_roundtrip),
+             OT_TEST(test_errors_change_nothing), OT_TEST(test_alloc_failures))

@@ -165,6 +165,16 @@ OT_API ot_status ot_tpu_optimizer_get_state(ot_tpu_optimizer *t, ot_device *d, i
 OT_API ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, int i,
                                             const ot_tensor *in);
 
+/* The wrapper as an optimizer (it implements the same interface, so wrappers compose): a new
+ * ot_optimizer (*out owned by the caller, name "tpu_optimizer") whose state slots, initial
+ * values, shapes and update graph (or host callback) are those of a copy of the optimizer t was
+ * created with, hyper-parameters as copied at create. Wrap it again — ot_tpu_optimizer_create
+ * on it (tpu(tpu(adam))), ot_optimizer_new_lookahead (Lookahead(tpu(adam))), or
+ * ot_optimizer_step_reference — and it computes exactly what the wrapped optimizer computes. The
+ * wrapper's own step machinery (clipping, loss scaling, parameter groups, masks, replicas) is not
+ * part of the view: the outer wrapper has its own. */
+OT_API ot_status ot_tpu_optimizer_as_optimizer(const ot_tpu_optimizer *t, ot_optimizer **out);
+
 /* The wrapper's own profile (all replicas together). Times are wall-clock seconds. */
 typedef struct ot_tpu_profile {
     bool compiled;          /* true: one compiled executable updates everything; false: host

@@ -1165,6 +1165,34 @@ const ot_optimizer_vtable *ot_optim_lookahead_vtable(void) {
     return &lookahead_vt;
 }
 
+/* ---- a view: another optimizer's interface, delegating everything to a copy of it ---------- */
+
+static int view_nstate(const ot_optimizer *o) {
+    return ot_optimizer_state_count(ot_optim_inner(o));
+}
+static const char *view_state(const ot_optimizer *o, int i) {
+    return ot_optimizer_state_name(ot_optim_inner(o), i);
+}
+static double view_init(const ot_optimizer *o, int i) {
+    const ot_optimizer *in = ot_optim_inner(o);
+    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(in);
+    return vt && vt->state_init ? vt->state_init(in, i) : 0.0;
+}
+static ot_status view_shape(const ot_optimizer *o, int i, const ot_shape *s, ot_shape *out) {
+    return ot_optimizer_state_shape(ot_optim_inner(o), i, s, out);
+}
+static ot_status view_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                            ot_optim_outputs *out) {
+    return ot_optimizer_build(ot_optim_inner(o), in, out);
+}
+static const ot_optimizer_vtable view_vt = {
+    "tpu_optimizer", 0,         NULL,       NULL, NULL,      view_nstate,
+    view_state,      view_init, view_build, NULL, view_shape};
+
+const ot_optimizer_vtable *ot_optim_view_vtable(void) {
+    return &view_vt;
+}
+
 const ot_optimizer_vtable *ot_optim_builtin(const char *name) {
     for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
         if (strcmp(builtins[i].name, name) == 0) return &builtins[i];

@@ -63,7 +63,25 @@ ot_status ot_optimizer_new_host(const ot_optimizer_vtable *vt, ot_optim_host_fn 
 }
 
 const ot_optimizer *ot_optim_host_target(const ot_optimizer *o) {
-    return o && o->host ? o : NULL;
+    for (; o; o = o->inner) /* through views to the optimizer they show */
+        if (o->host)
+            return o;
+        else if (o->vt != ot_optim_view_vtable())
+            return NULL;
+    return NULL;
+}
+
+ot_status ot_optim_new_view(const ot_optimizer *inner, ot_optimizer **out) {
+    *out = NULL;
+    ot_optimizer *o = NULL;
+    OT_CHECK(ot_optimizer_new_custom(ot_optim_view_vtable(), &o));
+    ot_status s = ot_optimizer_clone(inner, &o->inner);
+    if (s != OT_OK) {
+        ot_optimizer_free(o);
+        return s;
+    }
+    *out = o;
+    return OT_OK;
 }
 
 bool ot_optimizer_is_host(const ot_optimizer *o) {

@@ -9,6 +9,10 @@ const ot_optimizer_vtable *ot_optim_builtin(const char *name);
 /* The wrapped optimizer of a Lookahead (NULL for others) and Lookahead's vtable. */
 const ot_optimizer *ot_optim_inner(const ot_optimizer *o);
 const ot_optimizer_vtable *ot_optim_lookahead_vtable(void);
+/* The view vtable (ot_tpu_optimizer_as_optimizer): every entry delegates to the inner copy. */
+const ot_optimizer_vtable *ot_optim_view_vtable(void);
+/* A view of a copy of inner. */
+ot_status ot_optim_new_view(const ot_optimizer *inner, ot_optimizer **out);
 /* Sets hyper-parameter name to 0 in o or, when o has none, in its wrapped optimizer (recursively);
  * *found tells whether one was set. */
 ot_status ot_optim_zero_hparam(ot_optimizer *o, const char *name, bool *found);

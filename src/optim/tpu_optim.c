@@ -19,6 +19,7 @@ typedef struct replica {
 } replica;
 
 struct ot_tpu_optimizer {
+    ot_optimizer *base;  /* a copy of the optimizer given to create (what a view shows) */
     ot_optimizer **popt; /* [nparams] private copies: parameter k's optimizer (its group's) */
     int *slots;          /* [nparams] parameter k's optimizer state slots */
     double *lr_scale;    /* [nparams] parameter k's lr = the step's lr * lr_scale[k] */
@@ -248,6 +249,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->soff);
     ot_executable_free(t->exe);
     for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
+    ot_optimizer_free(t->base);
     ot_free(t->popt);
     ot_free(t->slots);
     ot_free(t->lr_scale);
@@ -308,6 +310,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
         goto fail;
     }
+    OT_CHECK_GOTO(ot_optimizer_clone(o, &t->base), s, fail);
     t->nstate = 0;
     for (int k = 0; k < nparams; k++) {
         const ot_optimizer *src =
@@ -811,6 +814,14 @@ ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **p
     }
     pthread_mutex_unlock(&t->mu);
     return s;
+}
+
+ot_status ot_tpu_optimizer_as_optimizer(const ot_tpu_optimizer *t, ot_optimizer **out) {
+    if (!out)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_as_optimizer: out is NULL");
+    *out = NULL;
+    if (!t) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_as_optimizer: NULL wrapper");
+    return ot_optim_new_view(t->base, out);
 }
 
 ot_status ot_tpu_optimizer_profile(const ot_tpu_optimizer *t, ot_tpu_profile *out) {
