@@ -124,7 +124,7 @@ static void *slot_mem(const ot_executable *exe, int32_t id, char *arena, void *c
 static ot_status run_kernel(const ot_executable *exe, const ot_kernel *kn, char *arena,
                             void *const *params, void *const *outs, const ot_eval_options *eo,
                             rt_fast_ctx *fc, void **in, const ot_slot **ins, const cg_program *cg,
-                            int kidx, bool *native) {
+                            int kidx, bool *native, bool *fast) {
     if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO)
         return ot_error(OT_ERR_UNIMPLEMENTED, "kernel %s: more than %d inputs or outputs", kn->name,
                         MAX_IO);
@@ -156,7 +156,10 @@ static ot_status run_kernel(const ot_executable *exe, const ot_kernel *kn, char 
         bool done = false;
         ot_status fs = rt_fast_kernel(fc, i, kn->ninputs, in, ins, 1, &dst, &os, &done);
         if (fs != OT_OK) return ot_error_wrap(fs, "kernel %s", kn->name);
-        if (done) return OT_OK;
+        if (done) {
+            *fast = true;
+            return OT_OK;
+        }
     }
     int nops = i->noperands;
     ot_value opsv[64];
@@ -261,15 +264,16 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
         }
         for (int q = 0; q < kn->noutputs; q++)
             if (ot_executable_slot(exe, kn->outputs[q])->alias_param >= 0) r.donated_written = true;
-        bool native = false;
+        bool native = false, fast = false;
         st = run_kernel(exe, kn, arena, params, outs, &eo, ro.reference_kernels ? NULL : &fc, kin,
-                        kins, ro.reference_kernels ? NULL : cg, k, &native);
+                        kins, ro.reference_kernels ? NULL : cg, k, &native, &fast);
         if (st != OT_OK) break;
         r.kernels_run++;
         if (ro.profile)
             ot_profile_record(ro.profile, kn->name,
                               kn->kind != OT_KERNEL_FUSION ? ot_kernel_kind_name(kn->kind)
                               : native                     ? "fusion-native"
+                              : fast                       ? "fusion-fast"
                                                            : "fusion-interp",
                               device_index, t0, ot_now_ns(), kn->flops,
                               kn->bytes_read + kn->bytes_written);
