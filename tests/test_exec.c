@@ -658,6 +658,109 @@ static void test_elided_constant_and_custom_call(void) {
 
 /* A module with a while loop, a reduce and a dot: evaluation under allocation failures leaks
  * nothing and fails cleanly. */
+/* ---- the canonical summation order (exec_internal.h, ex_reduce_lanes) -------------------- */
+
+/* The order written out: blocks of 4096; a block's whole groups of 16 in lanes, the lanes'
+ * pairwise tree, the accumulator (from init) folds the tree, then the tail one by one. */
+static float lane_sum(const float *x, int64_t n, float init) {
+    float acc = init;
+    int64_t r = 0;
+    for (int64_t rb = 0; rb + 16 <= n; rb += 4096) {
+        int64_t re = rb + 4096 < n ? rb + 4096 : n;
+        re = rb + (re - rb) / 16 * 16;
+        float lane[16];
+        for (int l = 0; l < 16; l++) lane[l] = x[rb + l];
+        for (int64_t g = rb + 16; g < re; g += 16)
+            for (int l = 0; l < 16; l++) lane[l] += x[g + l];
+        for (int w = 8; w >= 1; w /= 2)
+            for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+        acc += lane[0];
+        r = re;
+    }
+    for (; r < n; r++) acc += x[r];
+    return acc;
+}
+
+static float seq_sum(const float *x, int64_t n, float init) {
+    float acc = init;
+    for (int64_t r = 0; r < n; r++) acc += x[r];
+    return acc;
+}
+
+/* reduce(x[rows, n], init) over dims (add(a, b), or add(b, a) when swapped) */
+static ot_status run_sum(const float *x, int rank, const int64_t *dims, const int64_t *rd, int nrd,
+                         float init, bool swapped, ot_value *out) {
+    ot_module *m = ot_module_new("sum");
+    ot_computation *f = ot_module_add_computation(m, "add");
+    ot_instr *a = ot_build_parameter(f, 0, ot_shape_scalar(OT_F32), "a");
+    ot_instr *b = ot_build_parameter(f, 1, ot_shape_scalar(OT_F32), "b");
+    ot_computation_set_root(f, swapped ? ot_build_binary(f, OT_OP_ADD, b, a)
+                                       : ot_build_binary(f, OT_OP_ADD, a, b));
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_shape s = shp(OT_F32, rank, dims);
+    ot_instr *p = ot_build_parameter(c, 0, s, "x");
+    ot_instr *iv = ot_build_constant_scalar(c, OT_F32, init);
+    ot_computation_set_root(c, ot_build_reduce(c, &p, &iv, 1, rd, nrd, f));
+    ot_module_set_entry(m, c);
+    ot_value args[1] = {val(s, x)};
+    return run(m, args, 1, out);
+}
+
+static void test_reduce_lane_order(void) {
+    static const int64_t ns[] = {1, 5, 15, 16, 17, 33, 150, 4096, 4099, 4096 + 16 * 3 + 5, 9000};
+    uint64_t g = 0x5eed;
+    bool order_matters = false;
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        int64_t n = ns[k];
+        float *x = malloc((size_t)(2 * n) * sizeof *x);
+        ASSERT_TRUE(x);
+        for (int64_t j = 0; j < 2 * n; j++) { /* magnitudes over 2^-10 .. 2^10: order shows */
+            g = g * 6364136223846793005ull + 1442695040888963407ull;
+            float u = (float)((g >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+            x[j] = ldexpf(u, (int)((g >> 20) % 21) - 10);
+        }
+        for (int sw = 0; sw < 2; sw++) {
+            ot_value r; /* rows: the last dim reduced, lane order */
+            ASSERT_OK(run_sum(x, 2, (int64_t[]){2, n}, (int64_t[]){1}, 1, 0.75f, sw, &r));
+            for (int row = 0; row < 2; row++) {
+                float want = lane_sum(x + row * n, n, 0.75f);
+                EXPECT_F(F(&r)[row], want);
+                if (want != seq_sum(x + row * n, n, 0.75f)) order_matters = true;
+            }
+            ot_value_release(&r);
+        }
+        /* all elements of [2, n]: one sequence of 2n in row-major order */
+        ot_value r;
+        ASSERT_OK(run_sum(x, 2, (int64_t[]){2, n}, (int64_t[]){0, 1}, 2, -0.0f, false, &r));
+        EXPECT_F(F(&r)[0], lane_sum(x, 2 * n, -0.0f));
+        ot_value_release(&r);
+        /* a column reduce (the last dim kept) stays one by one from init, in row-major order */
+        ASSERT_OK(run_sum(x, 2, (int64_t[]){n, 2}, (int64_t[]){0}, 1, 0.0f, false, &r));
+        for (int col = 0; col < 2; col++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < n; j++) acc += x[j * 2 + col];
+            EXPECT_F(F(&r)[col], acc);
+        }
+        ot_value_release(&r);
+        /* reduced dims {0, 2} of [2, 3, m]: element (a, c) of each output is at k = a * m + c */
+        if (n % 3 == 0) {
+            int64_t m3 = n / 3;
+            ASSERT_OK(run_sum(x, 3, (int64_t[]){2, 3, m3}, (int64_t[]){0, 2}, 2, 0.0f, false, &r));
+            for (int b = 0; b < 3; b++) {
+                float *seq = malloc((size_t)(2 * m3) * sizeof *seq);
+                ASSERT_TRUE(seq);
+                for (int a = 0; a < 2; a++)
+                    for (int64_t c = 0; c < m3; c++) seq[a * m3 + c] = x[(a * 3 + b) * m3 + c];
+                EXPECT_F(F(&r)[b], lane_sum(seq, 2 * m3, 0.0f));
+                free(seq);
+            }
+            ot_value_release(&r);
+        }
+        free(x);
+    }
+    EXPECT_TRUE(order_matters); /* the data tells the two orders apart */
+}
+
 static ot_module *loop_module(void) {
     ot_module *m = ot_module_new("loop");
     ot_computation *add = scalar_fn(m, "add", OT_OP_ADD, OT_F32);
@@ -809,5 +912,5 @@ OT_TEST_MAIN(OT_TEST(test_max_min_nan_signed_zero), OT_TEST(test_float_arith),
              OT_TEST(test_reduce_precision), OT_TEST(test_select_clamp),
              OT_TEST(test_bitcast_convert_iota), OT_TEST(test_bad_args),
              OT_TEST(test_elided_constant_and_custom_call), OT_TEST(test_while_reduce_dot),
-             OT_TEST(test_alloc_failure_cleanup), OT_TEST(test_evaluate_instr),
-             OT_TEST(test_tuple_root_and_gte))
+             OT_TEST(test_reduce_lane_order), OT_TEST(test_alloc_failure_cleanup),
+             OT_TEST(test_evaluate_instr), OT_TEST(test_tuple_root_and_gte))

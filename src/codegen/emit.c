@@ -20,6 +20,7 @@
  * leading one, a sum of div/mod terms otherwise); values whose index does not depend on i
  * (scalars) are computed once before the loop. Reshapes and bitcasts keep the linear index. */
 #include "codegen/codegen_internal.h"
+#include "exec/exec_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -1048,6 +1049,107 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
     }
 }
 
+/* A float sum in the canonical lane order (ex_reduce_lanes, exec/exec_internal.h): per output
+ * element, blocks of EX_RED_BLOCK reduced elements; a block's whole groups of EX_RED_LANES go to
+ * lanes that fold element l of every group, the lanes combine by the fixed pairwise tree and the
+ * accumulator (from init) folds the tree; the elements past the last whole group fold one by one.
+ * The lane loop is what the vectorizer turns into vector adds. When the reduced dims are a suffix
+ * of the input, the two-level index (row = output element, col = reduced element) hoists values
+ * that depend only on the output element out of the lanes. */
+static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
+                                   cg_buf *src, const ot_instr *x, const ot_instr *init,
+                                   bool acc_left, ot_dtype t, bool suffix, const char *base,
+                                   const char *off, int64_t RN, int64_t O, int64_t *numel_out,
+                                   int64_t *work_out) {
+    const ot_computation *c = kn->instr->called[0];
+    em E;
+    memset(&E, 0, sizeof E);
+    E.kn = kn;
+    E.io = io;
+    if (suffix && RN >= EX_RED_LANES) E.C = RN;
+    int mi = emit(&E, init, "0");
+    int mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
+    ot_status st = OT_OK;
+    if (E.bad) {
+        st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
+    } else {
+        char vi[32], vx[32];
+        var(&E, mi, vi, sizeof vi);
+        var(&E, mx, vx, sizeof vx);
+        bool acc_needs = !E.m[mi].flushed, x_needs = !E.m[mx].flushed;
+        char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048];
+        bool ok = true;
+#define CMB(L, R, NL, NR, OUT)                                                                     \
+    (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, OUT, sizeof OUT)                          \
+              : combine_expr(OT_OP_ADD, t, R, L, NR, NL, OUT, sizeof OUT))
+        ok = ok && CMB("lane[l]", vx, x_needs, x_needs, c_lx);
+        ok = ok && CMB("lane[l]", "lane[l + s]", x_needs, x_needs, c_tree);
+        ok = ok && CMB("acc", "lane[0]", acc_needs, x_needs, c_acc);
+        ok = ok && CMB("acc", vx, acc_needs, x_needs, c_ax);
+#undef CMB
+        if (!ok)
+            st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer add on %s", kn->name,
+                          ot_dtype_name(t));
+        if (st == OT_OK && (E.pro.oom || E.rowb.oom || E.body.oom))
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+        if (st == OT_OK) {
+            const char *T = ctype(t);
+            const char *body = E.body.p ? E.body.p : "";
+            /* the index of reduced element RE (a C expression) of output o */
+#define IDX(RE)                                                                                    \
+    (E.C > 0 ? cg_buf_printf(                                                                      \
+                   src, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n",  \
+                   RE, (long long)RN)                                                              \
+             : cg_buf_printf(src, "    const int64_t r = %s;\n    const int64_t i = %s + %s;\n",   \
+                             RE, base, off))
+            cg_buf_printf(src,
+                          "\n/* %s (reduce, lane order) */\nvoid %s(void *const *in, void *const "
+                          "*out, int64_t b, int64_t e) {\n",
+                          kn->name, fname);
+            for (int q = 0; q < io->ninputs; q++)
+                cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                              ctype(c->params[q]->shape.array.dtype), q,
+                              ctype(c->params[q]->shape.array.dtype), q);
+            cg_buf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n%s", T, T,
+                          E.pro.p ? E.pro.p : "");
+            cg_buf_printf(src,
+                          "    for (int64_t o = b; o < e; o++) {\n"
+                          "    const int64_t row = o;\n    (void)row;\n%s"
+                          "    %s acc = %s;\n    int64_t rt = 0;\n"
+                          "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
+                          "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
+                          "    re = rb + (re - rb) / %d * %d;\n"
+                          "    %s lane[%d];\n"
+                          "    for (int l = 0; l < %d; l++) {\n",
+                          E.rowb.p ? E.rowb.p : "", T, vi, EX_RED_LANES, (long long)RN,
+                          EX_RED_BLOCK, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN,
+                          EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES, EX_RED_LANES);
+            IDX("rb + l");
+            cg_buf_printf(src,
+                          "%s    lane[l] = %s;\n    }\n"
+                          "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
+                          "    for (int l = 0; l < %d; l++) {\n",
+                          body, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
+            IDX("rg + l");
+            cg_buf_printf(src,
+                          "%s    lane[l] = %s;\n    }\n"
+                          "    for (int s = %d; s >= 1; s /= 2)\n"
+                          "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
+                          "    acc = %s;\n    rt = re;\n    }\n"
+                          "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
+                          body, c_lx, EX_RED_LANES / 2, c_tree, c_acc, (long long)RN);
+            IDX("rr");
+#undef IDX
+            cg_buf_printf(src, "%s    acc = %s;\n    }\n    o0[o] = acc;\n    }\n}\n", body, c_ax);
+            if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+            *numel_out = O;
+            *work_out = RN > 0 ? RN : 1;
+        }
+    }
+    em_free(&E);
+    return st;
+}
+
 static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
                              cg_buf *src, int64_t *numel_out, int64_t *work_out) {
     const ot_computation *c = kn->instr->called[0];
@@ -1127,6 +1229,9 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
                 return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: index too long", kn->name);
         }
     }
+    if (ex_reduce_lanes(red))
+        return emit_reduce_lanes(kn, io, fname, src, x, init, rr->operands[0]->attrs.index == 0, t,
+                                 suffix, base, off, RN, O, numel_out, work_out);
     em E;
     memset(&E, 0, sizeof E);
     E.kn = kn;

@@ -98,6 +98,19 @@ ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_val
 ot_status ex_kernel_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                             ot_value *out);
 ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out);
+/* The canonical summation order (docs/exec.md, "Reductions"). A single-input reduce whose reducer
+ * is a float add (f32 or f64, add of its two parameters) and whose input's last non-unit
+ * dimension is reduced combines each output's n reduced elements x[0..n) (row-major over the
+ * reduced dims) in blocks of EX_RED_BLOCK: within a block, the whole groups of EX_RED_LANES
+ * elements go to lanes (lane l starts at the group's element l and folds element l of every
+ * later group), the lanes combine by a fixed pairwise tree (lane l with lane l + s, for s =
+ * LANES/2 .. 1) and the accumulator folds the tree's result; the elements past the last whole
+ * group fold into the accumulator one by one. The accumulator starts at the init value. Every
+ * other reduce folds x[0..n) one by one from init. The reference evaluator, the runtime's fast
+ * reduce kernels and generated code all use this order, so they agree bit for bit. */
+#define EX_RED_LANES 16
+#define EX_RED_BLOCK 4096
+bool ex_reduce_lanes(const ot_instr *reduce);
 ot_status ex_kernel_reduce_window(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                                   ot_value *out);
 ot_status ex_kernel_select_and_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,

@@ -1,6 +1,8 @@
 /* Reductions and windows: reduce, reduce-window, select-and-scatter, sort, topk and map. Every
  * reduction combines in one fixed order: row-major over the reduced (or window) indices, starting
- * from the init value, exactly as XLA's HloEvaluator does. */
+ * from the init value, as XLA's HloEvaluator does — except float sums along a contiguous reduced
+ * dimension, which use the canonical lane order (ex_reduce_lanes, exec_internal.h) that the fast
+ * kernels and generated code vectorize. */
 #include "exec/exec_internal.h"
 
 #define EX_MAX_VARIADIC 16
@@ -18,6 +20,127 @@ static void fill_init(ot_value *dst, const ot_value *init) {
     for (int64_t e = 0; e < n; e++) memcpy((char *)dst->array.data + e * es, init->array.data, es);
 }
 
+bool ex_reduce_lanes(const ot_instr *i) {
+    if (!i || i->opcode != OT_OP_REDUCE || i->noperands != 2 || i->ncalled < 1 ||
+        i->operands[0]->shape.kind != OT_IR_ARRAY)
+        return false;
+    const ot_shape *s = &i->operands[0]->shape.array;
+    if (s->dtype != OT_F32 && s->dtype != OT_F64) return false;
+    const ot_computation *f = i->called[0];
+    if (!f || f->nparams != 2 || !f->root) return false;
+    const ot_instr *r = f->root;
+    if (r->opcode != OT_OP_ADD || r->noperands != 2 || r->shape.kind != OT_IR_ARRAY ||
+        r->shape.array.dtype != s->dtype)
+        return false;
+    if (!((r->operands[0] == f->params[0] && r->operands[1] == f->params[1]) ||
+          (r->operands[0] == f->params[1] && r->operands[1] == f->params[0])))
+        return false;
+    for (int k = 0; k < 2; k++) {
+        const ot_ir_shape *ps = &f->params[k]->shape;
+        if (ps->kind != OT_IR_ARRAY || ps->array.rank != 0 || ps->array.dtype != s->dtype)
+            return false;
+    }
+    bool reduced[OT_MAX_RANK] = {false};
+    for (int k = 0; k < i->attrs.ndims; k++)
+        if (i->attrs.dims[k] >= 0 && i->attrs.dims[k] < OT_MAX_RANK)
+            reduced[i->attrs.dims[k]] = true;
+    for (int d = s->rank - 1; d >= 0; d--)
+        if (s->dims[d] != 1) return reduced[d];
+    return false; /* one element per output: nothing to order */
+}
+
+/* One output of a lane-ordered reduce (ex_reduce_lanes): x's reduced elements are at byte
+ * offsets base + roff[k], k < n; acc holds the init value and gets the result. */
+static ot_status lane_fold(ex_scalar_fn *fn, size_t es, const char *x, const int64_t *roff,
+                           int64_t n, uint64_t *acc) {
+    enum { W = EX_RED_LANES };
+    uint64_t lane[W], res = 0;
+    const void *args[2];
+    void *outs[1] = {&res};
+    int64_t r = 0;
+#define LF_STEP(A, B)                                                                              \
+    do {                                                                                           \
+        args[0] = (A);                                                                             \
+        args[1] = (B);                                                                             \
+        ot_status st_ = ex_scalar_fn_call(fn, args, outs);                                         \
+        if (st_ != OT_OK) return st_;                                                              \
+    } while (0)
+    for (int64_t rb = 0; rb + W <= n; rb += EX_RED_BLOCK) {
+        int64_t re = rb + EX_RED_BLOCK < n ? rb + EX_RED_BLOCK : n;
+        re = rb + (re - rb) / W * W;
+        for (int l = 0; l < W; l++) {
+            lane[l] = 0;
+            memcpy(&lane[l], x + roff[rb + l], es);
+        }
+        for (r = rb + W; r < re; r += W)
+            for (int l = 0; l < W; l++) {
+                LF_STEP(&lane[l], x + roff[r + l]);
+                lane[l] = res;
+            }
+        for (int s = W / 2; s >= 1; s /= 2)
+            for (int l = 0; l < s; l++) {
+                LF_STEP(&lane[l], &lane[l + s]);
+                lane[l] = res;
+            }
+        LF_STEP(acc, &lane[0]);
+        *acc = res;
+        r = re;
+    }
+    for (; r < n; r++) {
+        LF_STEP(acc, x + roff[r]);
+        *acc = res;
+    }
+#undef LF_STEP
+    return OT_OK;
+}
+
+/* A lane-ordered reduce: per output element, its reduced elements through lane_fold. */
+static ot_status reduce_lanes(ex_scalar_fn *fn, const ot_instr *i, const ot_value *in,
+                              const ot_value *init, ot_value *acc) {
+    const ot_shape *is = ex_arr(in);
+    size_t es = ot_dtype_size(is->dtype);
+    bool reduced[OT_MAX_RANK] = {false};
+    for (int k = 0; k < i->attrs.ndims; k++) reduced[i->attrs.dims[k]] = true;
+    int64_t istr[OT_MAX_RANK], rdims[OT_MAX_RANK], odims[OT_MAX_RANK], rstr[OT_MAX_RANK],
+        ostr[OT_MAX_RANK];
+    ot_shape_strides(is, istr);
+    int nr = 0, no = 0;
+    int64_t n = 1, on = 1;
+    for (int d = 0; d < is->rank; d++) {
+        if (reduced[d]) {
+            rdims[nr] = is->dims[d];
+            rstr[nr++] = istr[d] * (int64_t)es;
+            n *= is->dims[d];
+        } else {
+            odims[no] = is->dims[d];
+            ostr[no++] = istr[d] * (int64_t)es;
+            on *= is->dims[d];
+        }
+    }
+    int64_t *roff = ot_malloc((size_t)(n ? n : 1) * sizeof *roff);
+    if (!roff) return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+    int64_t idx[OT_MAX_RANK] = {0};
+    for (int64_t k = 0; k < n; k++) {
+        int64_t off = 0;
+        for (int d = 0; d < nr; d++) off += idx[d] * rstr[d];
+        roff[k] = off;
+        ex_next_index(idx, rdims, nr);
+    }
+    int64_t oidx[OT_MAX_RANK] = {0};
+    ot_status st = OT_OK;
+    for (int64_t o = 0; o < on && st == OT_OK; o++) {
+        int64_t base = 0;
+        for (int d = 0; d < no; d++) base += oidx[d] * ostr[d];
+        uint64_t a = 0;
+        memcpy(&a, init->array.data, es);
+        st = lane_fold(fn, es, (const char *)in->array.data + base, roff, n, &a);
+        memcpy((char *)acc->array.data + o * (int64_t)es, &a, es);
+        ex_next_index(oidx, odims, no);
+    }
+    ot_free(roff);
+    return st;
+}
+
 ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                            ot_value *out) {
     int n = i->noperands / 2;
@@ -29,6 +152,12 @@ ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *
     ex_scalar_fn *fn = NULL;
     ot_status st = ex_scalar_fn_new(x, i->called[0], &fn);
     if (st != OT_OK) goto fail;
+    if (ex_reduce_lanes(i)) {
+        st = reduce_lanes(fn, i, ops[0], ops[1], acc[0]);
+        if (st != OT_OK) goto fail;
+        ex_scalar_fn_free(fn);
+        return OT_OK;
+    }
     for (int k = 0; k < n; k++) fill_init(acc[k], ops[n + k]);
     const ot_shape *is = ex_arr(ops[0]);
     bool reduced[OT_MAX_RANK] = {false};

@@ -673,19 +673,54 @@ static inline float min_f(float a, float b, bool z) {
 }
 
 /* Reduction of x viewed as [O, R, I] over R. Mode A (many outputs or short rows): each output
- * folds its R elements in order from init, as the reference does (bit-identical to it). Mode B
- * (few outputs, long rows): R is cut into fixed blocks of RED_BLOCK; each block folds from its
+ * folds its R elements in the reference's order (bit-identical to it): a float sum of rows (I ==
+ * 1) in the canonical lane order (ex_reduce_lanes), maximum/minimum rows in lanes (their result
+ * does not depend on the order; a row holding a NaN is folded again in order, so the NaN returned
+ * is the reference's), anything else one by one from init. Mode B (few outputs, long rows): R is
+ * cut into fixed blocks of RED_BLOCK (= EX_RED_BLOCK). For a lane-ordered sum, each block's
+ * whole lane groups reduce to their tree in parallel and the combine folds init, the trees in
+ * block order and the tail: exactly the canonical order. Otherwise each block folds from its
  * first element (rows of I == 1 in RED_LANES interleaved lanes, combined in lane order); the
  * result folds init then the block partials in block order. The blocks depend on the shape only,
  * so the result is the same for any thread count. */
-#define RED_BLOCK        4096
+#define RED_BLOCK        EX_RED_BLOCK
 #define RED_LANES        8
 #define RED_MANY_OUTPUTS 256
 #define RED_ICHUNK       1024
+#define RL               EX_RED_LANES
+
+/* The canonical lane order's pieces for an add reducer (exec_internal.h): the tree of the m
+ * elements of x (m a positive multiple of RL), and a whole row of n from acc. z is a constant
+ * after inlining, so the loops vectorize with or without flushing. */
+#define DEFINE_LANES(T, SUF, ADDF)                                                                 \
+    static inline __attribute__((always_inline))                                                   \
+    T lane_tree_##SUF##_k(const T *x, int64_t m, bool z) {                                         \
+        T lane[RL];                                                                                \
+        for (int l = 0; l < RL; l++) lane[l] = x[l];                                               \
+        for (int64_t r = RL; r < m; r += RL)                                                       \
+            for (int l = 0; l < RL; l++) lane[l] = ADDF(lane[l], x[r + l], z);                     \
+        for (int s = RL / 2; s >= 1; s /= 2)                                                       \
+            for (int l = 0; l < s; l++) lane[l] = ADDF(lane[l], lane[l + s], z);                   \
+        return lane[0];                                                                            \
+    }                                                                                              \
+    static T lane_tree_##SUF(const T *x, int64_t m, bool z) {                                      \
+        return z ? lane_tree_##SUF##_k(x, m, true) : lane_tree_##SUF##_k(x, m, false);             \
+    }                                                                                              \
+    static T lane_row_##SUF(const T *x, int64_t n, T acc, bool z) {                                \
+        int64_t r = 0;                                                                             \
+        for (int64_t rb = 0; rb + RL <= n; rb += RED_BLOCK) {                                      \
+            int64_t re = rb + RED_BLOCK < n ? rb + RED_BLOCK : n;                                  \
+            re = rb + (re - rb) / RL * RL;                                                         \
+            acc = ADDF(acc, lane_tree_##SUF(x + rb, re - rb, z), z);                               \
+            r = re;                                                                                \
+        }                                                                                          \
+        for (; r < n; r++) acc = ADDF(acc, x[r], z);                                               \
+        return acc;                                                                                \
+    }
 
 typedef struct red_plan {
     ot_opcode op;
-    bool ftz;
+    bool ftz, lanes;
     int64_t O, R, I, nblk, nich;
     const void *x, *init;
     void *y, *part;
@@ -701,8 +736,9 @@ typedef struct red_plan {
             int64_t o = w / p->nich, i0 = (w % p->nich) * RED_ICHUNK;                              \
             int64_t i1 = i0 + RED_ICHUNK < p->I ? i0 + RED_ICHUNK : p->I;                          \
             if (p->I == 1) {                                                                       \
-                T acc = init;                                                                      \
                 const T *row = x + o * p->R;                                                       \
+                if (red_row_##SUF(p, row, init, z, &y[o])) continue;                               \
+                T acc = init;                                                                      \
                 for (int64_t r = 0; r < p->R; r++) acc = OPF(acc, row[r], z);                      \
                 y[o] = acc;                                                                        \
                 continue;                                                                          \
@@ -724,6 +760,11 @@ typedef struct red_plan {
             int64_t o = w / p->nblk, blk = w % p->nblk;                                            \
             int64_t r0 = blk * RED_BLOCK, r1 = r0 + RED_BLOCK < p->R ? r0 + RED_BLOCK : p->R;      \
             T *pp = part + w * p->I;                                                               \
+            if (p->I == 1 && p->lanes) { /* the canonical order: this block's lane tree */         \
+                int64_t m = (r1 - r0) / RL * RL;                                                   \
+                if (m) pp[0] = red_tree_##SUF(x + o * p->R + r0, m, z);                            \
+                continue;                                                                          \
+            }                                                                                      \
             if (p->I == 1) {                                                                       \
                 const T *row = x + o * p->R;                                                       \
                 T lane[RED_LANES];                                                                 \
@@ -749,6 +790,23 @@ typedef struct red_plan {
     static void red_combine_##SUF(const red_plan *p) {                                             \
         const T *part = p->part;                                                                   \
         T *y = p->y, init = *(const T *)p->init;                                                   \
+        if (p->I == 1 && p->lanes) { /* init, the block trees in order, then the tail */           \
+            const T *x = p->x;                                                                     \
+            for (int64_t o = 0; o < p->O; o++) {                                                   \
+                T acc = init;                                                                      \
+                int64_t r = 0;                                                                     \
+                for (int64_t b = 0; b < p->nblk; b++) {                                            \
+                    int64_t r0 = b * RED_BLOCK;                                                    \
+                    int64_t r1 = r0 + RED_BLOCK < p->R ? r0 + RED_BLOCK : p->R;                    \
+                    int64_t m = (r1 - r0) / RL * RL;                                               \
+                    if (m) acc = OPF(acc, part[o * p->nblk + b], p->ftz);                          \
+                    r = r0 + m;                                                                    \
+                }                                                                                  \
+                for (; r < p->R; r++) acc = OPF(acc, x[o * p->R + r], p->ftz);                     \
+                y[o] = acc;                                                                        \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
         for (int64_t o = 0; o < p->O; o++)                                                         \
             for (int64_t i = 0; i < p->I; i++) {                                                   \
                 T acc = init;                                                                      \
@@ -757,6 +815,91 @@ typedef struct red_plan {
                 y[o * p->I + i] = acc;                                                             \
             }                                                                                      \
     }
+
+DEFINE_LANES(float, f32, add_f)
+DEFINE_LANES(double, f64, add_d)
+
+/* maximum/minimum of a row in RL lanes, on integer keys: DAZ inputs (a subnormal is a signed
+ * zero), then the bits mapped to a signed integer whose order is the floats' with -0 < +0. The
+ * result is the reference's whatever the order; a NaN anywhere (the init included) returns false
+ * and the caller folds the row in order, so the NaN is the reference's. */
+#define DEFINE_MINMAX_ROW(T, SUF, UT, ST, EXP, ABS, SGN, MAXP)                                     \
+    static inline __attribute__((always_inline)) ST mm_key_##SUF(T v, bool z, UT *nan) {           \
+        UT u;                                                                                      \
+        memcpy(&u, &v, sizeof u);                                                                  \
+        if (z) u = (u & (EXP)) == 0 ? u & (SGN) : u;                                               \
+        *nan |= (u & (ABS)) > (EXP) ? 1 : 0;                                                       \
+        ST k = (ST)u;                                                                              \
+        return k ^ ((k >> (sizeof(ST) * 8 - 1)) & (ST)(ABS));                                      \
+    }                                                                                              \
+    static inline __attribute__((always_inline)) bool mm_row_##SUF##_k(const T *x, int64_t n,      \
+                                                                       T init, bool z, T *y) {     \
+        UT nan = 0;                                                                                \
+        if (n == 0) return false;                                                                  \
+        ST k0 = mm_key_##SUF(init, z, &nan), lane[RL];                                             \
+        for (int l = 0; l < RL; l++) lane[l] = k0;                                                 \
+        int64_t r = 0;                                                                             \
+        for (; r + RL <= n; r += RL)                                                               \
+            for (int l = 0; l < RL; l++) {                                                         \
+                ST k = mm_key_##SUF(x[r + l], z, &nan);                                            \
+                lane[l] = (MAXP) ? (k > lane[l] ? k : lane[l]) : (k < lane[l] ? k : lane[l]);      \
+            }                                                                                      \
+        for (; r < n; r++) {                                                                       \
+            ST k = mm_key_##SUF(x[r], z, &nan);                                                    \
+            lane[0] = (MAXP) ? (k > lane[0] ? k : lane[0]) : (k < lane[0] ? k : lane[0]);          \
+        }                                                                                          \
+        if (nan) return false;                                                                     \
+        ST acc = lane[0];                                                                          \
+        for (int l = 1; l < RL; l++)                                                               \
+            acc = (MAXP) ? (lane[l] > acc ? lane[l] : acc) : (lane[l] < acc ? lane[l] : acc);      \
+        acc ^= (acc >> (sizeof(ST) * 8 - 1)) & (ST)(ABS);                                          \
+        memcpy(y, &acc, sizeof acc);                                                               \
+        return true;                                                                               \
+    }
+DEFINE_MINMAX_ROW(float, maxf, uint32_t, int32_t, 0x7f800000u, 0x7fffffffu, 0x80000000u, 1)
+DEFINE_MINMAX_ROW(float, minf, uint32_t, int32_t, 0x7f800000u, 0x7fffffffu, 0x80000000u, 0)
+DEFINE_MINMAX_ROW(double, maxd, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7fffffffffffffffull,
+                  0x8000000000000000ull, 1)
+DEFINE_MINMAX_ROW(double, mind, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7fffffffffffffffull,
+                  0x8000000000000000ull, 0)
+
+/* The row fast paths of mode A (I == 1): true when *y is written. */
+static bool red_row_add_f32(const red_plan *p, const float *x, float init, bool z, float *y) {
+    if (!p->lanes) return false;
+    *y = lane_row_f32(x, p->R, init, z);
+    return true;
+}
+static bool red_row_add_f64(const red_plan *p, const double *x, double init, bool z, double *y) {
+    if (!p->lanes) return false;
+    *y = lane_row_f64(x, p->R, init, z);
+    return true;
+}
+static bool red_row_mul_f32(const red_plan *p, const float *x, float init, bool z, float *y) {
+    (void)p, (void)x, (void)init, (void)z, (void)y;
+    return false;
+}
+static bool red_row_mul_f64(const red_plan *p, const double *x, double init, bool z, double *y) {
+    (void)p, (void)x, (void)init, (void)z, (void)y;
+    return false;
+}
+#define DEFINE_MM_DISPATCH(T, SUF, K)                                                              \
+    static bool red_row_##SUF(const red_plan *p, const T *x, T init, bool z, T *y) {               \
+        return z ? mm_row_##K##_k(x, p->R, init, true, y)                                          \
+                 : mm_row_##K##_k(x, p->R, init, false, y);                                        \
+    }
+DEFINE_MM_DISPATCH(float, max_f32, maxf)
+DEFINE_MM_DISPATCH(float, min_f32, minf)
+DEFINE_MM_DISPATCH(double, max_f64, maxd)
+DEFINE_MM_DISPATCH(double, min_f64, mind)
+/* mode B's lane trees (only a lane-ordered sum uses them) */
+#define red_tree_add_f32          lane_tree_f32
+#define red_tree_add_f64          lane_tree_f64
+#define red_tree_mul_f32(x, m, z) ((void)(x), (void)(m), (void)(z), 0.0f)
+#define red_tree_mul_f64(x, m, z) ((void)(x), (void)(m), (void)(z), 0.0)
+#define red_tree_max_f32          red_tree_mul_f32
+#define red_tree_min_f32          red_tree_mul_f32
+#define red_tree_max_f64          red_tree_mul_f64
+#define red_tree_min_f64          red_tree_mul_f64
 
 DEFINE_RED(float, add_f32, add_f)
 DEFINE_RED(float, mul_f32, mul_f)
@@ -847,7 +990,7 @@ static ot_status reduce_core(rt_fast_ctx *c, const ot_instr *i, const void *x0, 
         c->fast_run++;
         return OT_OK;
     }
-    red_plan p = {op, c->ftz, O, R, I, 0, 0, x, init, out, NULL};
+    red_plan p = {op, c->ftz, ex_reduce_lanes(i), O, R, I, 0, 0, x, init, out, NULL};
     red_fns f = red_pick(op, t);
     int64_t bytes = O * R * I * (int64_t)es;
     if (nout >= RED_MANY_OUTPUTS || R <= RED_BLOCK) {
