@@ -524,6 +524,9 @@ static void run_fixture_case(json_t *root, const char *want_name) {
     if (tr_mask) to.trust_ratio_mask = mask;
     json_t *cn = json_object_get(c, "clip_global_norm"), *cv = json_object_get(c, "clip_value");
     if (cn) to.clip_grad_norm = json_number_value(json_object_get(cn, "max_norm"));
+    to.clip_norm_optax = cn && optax;                        /* optax.clip_by_global_norm */
+    json_t *adw = json_object_get(c, "add_decayed_weights"); /* optax: g + wd p first */
+    if (adw) EXPECT_OK(ot_optimizer_set(o, "weight_decay", json_number_value(adw)));
     if (cv) to.clip_grad_value = json_number_value(json_object_get(cv, "max_abs"));
     ot_lr_schedule *sch = NULL;
     if (json_object_get(c, "lr_schedule"))
@@ -686,6 +689,14 @@ static void test_torch_fixtures(void) {
     run_fixture_case(root, "optax_adam_clip_value"); /* clip by value */
     run_fixture_case(root, "optax_nadam");
     run_fixture_case(root, "optax_rmsprop");
+    /* with optax's clipping by global norm (clip_norm_optax) and the warmup-cosine schedule */
+    run_fixture_case(root, "optax_adam");
+    run_fixture_case(root, "optax_adamw");
+    run_fixture_case(root, "optax_radam");
+    run_fixture_case(root, "optax_rmsprop_centered_momentum");
+    run_fixture_case(root, "optax_sgd_nesterov_wd");
+    run_fixture_case(root, "optax_lamb"); /* weight_decay_mask */
+    run_fixture_case(root, "optax_lars"); /* weight_decay_mask and trust_ratio_mask */
     json_decref(root);
 }
 
@@ -1376,6 +1387,17 @@ static void test_wrappers_compose(void) {
     EXPECT_TRUE(ot_optimizer_is_host(vh));
     EXPECT_STATUS(ot_optimizer_new_lookahead(vh, 3, 0.5, &w), OT_ERR_INVALID_ARGUMENT);
     expect_same_run(h, vh, &to, "tpu(tpu(host callback))");
+    /* the host path clips as the compiled update does, in both conventions: the C SGD callback
+     * equals the built-in sgd graph */
+    ot_optimizer *sgd = NULL;
+    ASSERT_OK(ot_optimizer_new("sgd", &sgd));
+    ASSERT_OK(ot_optimizer_set(sgd, "momentum", 0.9));
+    expect_same_run(sgd, h, &to, "sgd graph vs host callback, torch clipping");
+    ot_tpu_optimizer_options tox = to;
+    tox.clip_norm_optax = true;
+    tox.clip_grad_value = 0.4;
+    expect_same_run(sgd, h, &tox, "sgd graph vs host callback, optax clipping");
+    ot_optimizer_free(sgd);
     ot_optimizer_free(h);
     ot_optimizer_free(vh);
     ot_optimizer_free(nadam);

@@ -51,7 +51,9 @@
  * gradient dtype. Clipping by norm (clip_grad_norm > 0): torch.nn.utils.clip_grad_norm_ with norm
  * type 2 — total = sqrt(sum over every gradient element of g^2), coef = min(1, max_norm / (total +
  * 1e-6)), g *= coef. The sum of squares and coef are computed in f64 (elements converted from their
- * dtype), coef is rounded to each gradient's dtype before the multiply.
+ * dtype), coef is rounded to each gradient's dtype before the multiply. With clip_norm_optax,
+ * optax's clip_by_global_norm instead: g unchanged when total < max_norm, else (g / total) *
+ * max_norm with total rounded to the gradient dtype.
  *
  * Ownership: create allocates; free releases the executable and every replica's state buffers
  * (NULL is a no-op); the devices and the caller's parameter/gradient buffers stay the caller's.
@@ -92,6 +94,9 @@ typedef struct ot_tpu_optimizer_options {
                                update (torch clip_grad_norm_ semantics); 0: off */
     double clip_grad_value; /* > 0: every gradient element clamped to [-v, v] first (torch
                                clip_grad_value_, optax clip); 0: off */
+    bool clip_norm_optax;   /* clip_grad_norm with optax.clip_by_global_norm's formula instead:
+                               g unchanged when the norm < max_norm, else (g / norm) * max_norm
+                               (norm summed in f64, rounded to the gradient dtype) */
     const ot_compile_options *compile; /* NULL: ot_compile_options_default() */
     /* Dynamic loss scaling (torch.amp.GradScaler): gradients arrive multiplied by the replica's
      * loss scale (ot_tpu_optimizer_loss_scale); the step unscales them in f32 (g * f32(1/scale))

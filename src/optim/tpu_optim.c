@@ -45,6 +45,7 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
     ot_tpu_optimizer_options o = {.donate = true,
                                   .clip_grad_norm = 0.0,
                                   .clip_grad_value = 0.0,
+                                  .clip_norm_optax = false,
                                   .compile = NULL,
                                   .loss_scaling = false,
                                   .init_scale = 65536.0,
@@ -158,11 +159,39 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
             ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
         }
         ot_instr *total = ot_build_unary(c, OT_OP_SQRT, ss);
-        ot_instr *coef = ot_build_binary(
-            c, OT_OP_DIVIDE, ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm),
-            ot_build_binary(c, OT_OP_ADD, total, ot_build_constant_scalar(c, OT_F64, 1e-6)));
-        coef = ot_build_binary(c, OT_OP_MINIMUM, coef, ot_build_constant_scalar(c, OT_F64, 1.0));
-        for (int k = 0; k < n; k++) {
+        if (t->opts.clip_norm_optax) {
+            /* optax.clip_by_global_norm: g unchanged when total < max_norm, else (g / total) *
+             * max_norm with total and max_norm rounded to the gradient dtype */
+            ot_instr *keep = ot_build_compare(
+                c, total, ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm), OT_CMP_LT,
+                OT_CMP_TYPE_DEFAULT);
+            for (int k = 0; k < n; k++) {
+                ot_dtype dt = t->wshape[k].dtype;
+                ot_shape ws = t->wshape[k], ps = ws;
+                ps.dtype = OT_PRED;
+                ot_instr *tk = dt == OT_F64 ? total : ot_build_convert(c, total, dt);
+                ot_instr *scaled = ot_build_binary(
+                    c, OT_OP_MULTIPLY,
+                    ot_build_binary(c, OT_OP_DIVIDE, grads[k],
+                                    ot_build_broadcast(c, tk, ws, NULL, 0)),
+                    ot_build_broadcast(c, ot_build_constant_scalar(c, dt, t->opts.clip_grad_norm),
+                                       ws, NULL, 0));
+                grads[k] =
+                    ot_build_select(c, ot_build_broadcast(c, keep, ps, NULL, 0), grads[k], scaled);
+            }
+            OT_CHECK_GOTO(ot_module_status(m), s, done);
+        }
+        ot_instr *coef =
+            t->opts.clip_norm_optax
+                ? NULL
+                : ot_build_binary(c, OT_OP_DIVIDE,
+                                  ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm),
+                                  ot_build_binary(c, OT_OP_ADD, total,
+                                                  ot_build_constant_scalar(c, OT_F64, 1e-6)));
+        if (coef)
+            coef =
+                ot_build_binary(c, OT_OP_MINIMUM, coef, ot_build_constant_scalar(c, OT_F64, 1.0));
+        for (int k = 0; k < n && coef; k++) {
             ot_dtype dt = t->wshape[k].dtype;
             ot_instr *ck = dt == OT_F64 ? coef : ot_build_convert(c, coef, dt);
             grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
@@ -640,15 +669,19 @@ static ot_status host_step(ot_tpu_optimizer *t, replica *r, ot_buffer **params,
             ss += x * x;
         }
     }
-    if (t->opts.clip_grad_norm > 0) {
-        double coef = fmin(t->opts.clip_grad_norm / (sqrt(ss) + 1e-6), 1.0);
+    double mx = t->opts.clip_grad_norm, total = sqrt(ss);
+    if (mx > 0 && !(t->opts.clip_norm_optax && total < mx)) {
+        double coef = fmin(mx / (total + 1e-6), 1.0);
+        bool ox = t->opts.clip_norm_optax; /* (g / total) * max_norm in the gradient dtype */
         for (int k = 0; k < n; k++) {
             int64_t ne = ot_shape_numel_unchecked(&t->pshape[k]);
             for (int64_t e = 0; e < ne; e++) {
+                float *gf = (float *)hg[k].data + e;
+                double *gd = (double *)hg[k].data + e;
                 if (t->pshape[k].dtype == OT_F32)
-                    ((float *)hg[k].data)[e] *= (float)coef;
+                    *gf = ox ? (*gf / (float)total) * (float)mx : *gf * (float)coef;
                 else
-                    ((double *)hg[k].data)[e] *= coef;
+                    *gd = ox ? (*gd / total) * mx : *gd * coef;
             }
         }
     }
