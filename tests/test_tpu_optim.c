@@ -1410,10 +1410,82 @@ static void test_wrappers_compose(void) {
     free_fixture(&f);
 }
 
+/* A host-callback step failing at any allocation (downloads, uploads, bookkeeping) leaves the
+ * caller's handles, the parameters and the state as they were, and leaks nothing. */
+static void test_host_step_alloc_failures(void) {
+    fixture f;
+    ASSERT_TRUE(load_fixture(&f));
+    cb_ctl ctl = {0, 0};
+    ot_optimizer *h = NULL;
+    ASSERT_OK(ot_optimizer_new_host(&sgdm_vt, sgdm_host, &ctl, &h));
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.clip_grad_norm = 1.0;
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(h, f.shape, NP, &to, &t));
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    ot_buffer *pb[NP], *gb[NP];
+    for (int i = 0; i < NP; i++) {
+        ASSERT_OK(ot_buffer_from_host(d, &f.p0[i], &pb[i]));
+        ot_tensor gr;
+        grad_row(&f, i, 0, &gr);
+        ASSERT_OK(ot_buffer_from_host(d, &gr, &gb[i]));
+    }
+    ASSERT_OK(ot_tpu_optimizer_step(t, d, pb, gb, 1, 0.01, NULL));
+    ot_tensor before[NP], sbefore[NP];
+    for (int i = 0; i < NP; i++) {
+        ASSERT_OK(ot_buffer_to_host(pb[i], &before[i]));
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, d, i, &sbefore[i]));
+    }
+    bool done = false;
+    int failures = 0;
+    for (int n = 1; n < 2000 && !done; n++) {
+        int64_t live = ot_alloc_live();
+        ot_buffer *keep[NP];
+        memcpy(keep, pb, sizeof keep);
+        ot_alloc_fail_after(n);
+        ot_status s = ot_tpu_optimizer_step(t, d, pb, gb, 2, 0.01, NULL);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) {
+            done = true;
+            break;
+        }
+        failures++;
+        EXPECT_INT_EQ(s, OT_ERR_OUT_OF_MEMORY);
+        EXPECT_INT_EQ(ot_alloc_live(), live);
+        for (int i = 0; i < NP; i++) {
+            EXPECT_TRUE(pb[i] == keep[i]);
+            EXPECT_TRUE(buffer_equals(pb[i], &before[i]));
+            ot_tensor st = {0};
+            ASSERT_OK(ot_tpu_optimizer_get_state(t, d, i, &st));
+            EXPECT_TRUE(tensor_bits_equal(&st, &sbefore[i]));
+            ot_tensor_release(&st);
+        }
+    }
+    EXPECT_TRUE(done);
+    EXPECT_TRUE(failures > 10);
+    ot_tpu_profile p;
+    ASSERT_OK(ot_tpu_optimizer_profile(t, &p));
+    EXPECT_INT_EQ(p.steps, 2);
+    EXPECT_INT_EQ(p.failed_steps, failures);
+    for (int i = 0; i < NP; i++) {
+        ot_tensor_release(&before[i]);
+        ot_tensor_release(&sbefore[i]);
+        ot_buffer_free(pb[i]);
+        ot_buffer_free(gb[i]);
+    }
+    ot_tpu_optimizer_free(t);
+    ot_device_free(d);
+    ot_optimizer_free(h);
+    free_fixture(&f);
+}
+
 OT_TEST_MAIN(OT_TEST(test_wrappers_compose), OT_TEST(test_profile), OT_TEST(test_host_callback),
              OT_TEST(test_names_and_executable), OT_TEST(test_trajectory_adam),
              OT_TEST(test_trajectory_others), OT_TEST(test_trajectory_no_donation),
              OT_TEST(test_clipping), OT_TEST(test_torch_fixtures), OT_TEST(test_masks),
              OT_TEST(test_mixed_precision), OT_TEST(test_donation),
              OT_TEST(test_two_replicas_threads), OT_TEST(test_state_roundtrip),
-             OT_TEST(test_errors_change_nothing), OT_TEST(test_alloc_failures))
+             OT_TEST(test_errors_change_nothing), OT_TEST(test_alloc_failures),
+             OT_TEST(test_host_step_alloc_failures))
