@@ -21,6 +21,7 @@
  * (scalars) are computed once before the loop. Reshapes and bitcasts keep the linear index. */
 #include "codegen/codegen_internal.h"
 #include "exec/exec_internal.h"
+#include "exec/expf_poly.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,8 +181,13 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
+/* the reference's f32 exp (src/exec/expf_poly.h): the same text */
+#define OT_STR_(...) #__VA_ARGS__
+#define OT_STR(...)  OT_STR_(__VA_ARGS__)
+static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n";
+
 void cg_emit_preamble(cg_buf *src) {
-    cg_buf_printf(src, "%s", preamble);
+    cg_buf_printf(src, "%s%s", preamble, preamble_expf);
 }
 
 /* ---- types ------------------------------------------------------------------------------- */
@@ -486,7 +492,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_CEIL: return d ? "ceil(%s)" : "ceilf(%s)";
     case OT_OP_ROUND_NEAREST_AFZ: return d ? "round(%s)" : "roundf(%s)";
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
-    case OT_OP_EXP: return d ? "exp(%s)" : "expf(%s)";
+    case OT_OP_EXP: return d ? "exp(%s)" : "ot_expf(%s)";
     case OT_OP_EXPM1: return d ? "expm1(%s)" : "expm1f(%s)";
     case OT_OP_LOG: return d ? "log(%s)" : "logf(%s)";
     case OT_OP_LOG1P: return d ? "log1p(%s)" : "log1pf(%s)";
@@ -494,7 +500,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
     case OT_OP_CBRT: return d ? "cbrt(%s)" : "cbrtf(%s)";
     case OT_OP_TANH: return d ? "tanh(%s)" : "tanhf(%s)";
-    case OT_OP_LOGISTIC: return d ? "(1.0 / (1.0 + exp(-%s)))" : "(1.0f / (1.0f + expf(-%s)))";
+    case OT_OP_LOGISTIC: return d ? "(1.0 / (1.0 + exp(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";
     case OT_OP_SIN: return d ? "sin(%s)" : "sinf(%s)";
     case OT_OP_COS: return d ? "cos(%s)" : "cosf(%s)";
     case OT_OP_TAN: return d ? "tan(%s)" : "tanf(%s)";

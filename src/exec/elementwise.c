@@ -4,6 +4,7 @@
  * the result dtype. Integers wrap (two's complement) and are computed on 64-bit values, then
  * truncated. Every kernel is a plain loop with a switch per element: clarity over speed. */
 #include "exec/exec_internal.h"
+#include "exec/expf_poly.h"
 
 #include <float.h>
 
@@ -166,9 +167,11 @@ static inline double daz_wide(ot_dtype t, double v) {
 
 /* ---- unary ----------------------------------------------------------------------------- */
 
+OT_EXPF_DEF
+
 static float logistic_f(float x) {
     /* 1 / (1 + exp(-x)), saturating cleanly at both ends */
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f / (1.0f + ot_expf(-x));
 }
 
 static double logistic_d(double x) {
@@ -194,7 +197,7 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_CEIL: return ceilf(x);
     case OT_OP_ROUND_NEAREST_AFZ: return roundf(x);
     case OT_OP_ROUND_NEAREST_EVEN: return nearbyintf(x);
-    case OT_OP_EXP: return expf(x);
+    case OT_OP_EXP: return ot_expf(x);
     case OT_OP_EXPM1: return expm1f(x);
     case OT_OP_LOG: return logf(x);
     case OT_OP_LOG1P: return log1pf(x);
