@@ -126,16 +126,18 @@ typedef struct ot_mpi_coll_options {
 OT_API ot_mpi_coll_options ot_mpi_coll_options_default(void);
 
 /* Measures, on every rank together: point-to-point latency and bandwidth between ring
- * neighbours (small and large messages), MPI_Iallreduce and (where available) the
- * shared-memory all-reduce at two sizes; fits an alpha-beta line to each and takes the slowest
- * rank's figures, so every rank holds the same model and makes the same choice. Sets the
- * process communicator's cost parameters. Collective; a few milliseconds. Before it runs, the
- * model uses the defaults (5 us, 5 GB/s) and AUTO never picks SHM. */
+ * neighbours (small and large messages) and MPI_Iallreduce at two sizes, fitting an alpha-beta
+ * line to each; on one node also ring, halving-doubling, tree and the shared-memory all-reduce
+ * as whole operations at 8 B, 1 MiB and 16 MiB (a line up to 1 MiB, one beyond). Takes the
+ * slowest rank's figures, so every rank holds the same model and makes the same choice. Sets
+ * the process communicator's cost parameters. Collective; a few milliseconds across nodes,
+ * ~0.2-2 s on one node. Before it runs, the model uses the defaults (5 us, 5 GB/s) and AUTO
+ * never picks SHM. */
 OT_API ot_status ot_mpi_calibrate(ot_mpi *m);
 /* The measured model: our point-to-point links and MPI's all-reduce as alpha (us) + bytes/beta. */
 OT_API void ot_mpi_model(const ot_mpi *m, ot_cost_params *p2p, ot_cost_params *native);
-/* The measured shared-memory all-reduce (alpha + bytes/beta over the vector's bytes); false
- * when SHM is unavailable or not calibrated yet. */
+/* The measured shared-memory all-reduce beyond 1 MiB (alpha + bytes/beta over the vector's
+ * bytes); false when SHM is unavailable or not calibrated yet. */
 OT_API bool ot_mpi_model_shm(const ot_mpi *m, ot_cost_params *shm);
 /* The algorithm AUTO runs for an all-reduce of count elements of dt with op. */
 OT_API ot_mpi_algo ot_mpi_choose(const ot_mpi *m, size_t count, ot_dtype dt, ot_redop op,

@@ -252,7 +252,8 @@ struct ot_mpi {
     bool shm_on;       /* decided collectively by ot_mpi_init: the same on every rank */
     bool shm_broken;   /* a deadline passed inside it: the other ranks' progress is unknown */
     bool shm_measured; /* calibrated as whole operations (whole[]): AUTO may pick SHM */
-    ot_cost_params whole[OT_MPI_ALGO_COUNT]; /* ring .. shm, each timed as a whole all-reduce */
+    /* ring .. shm, each timed as a whole all-reduce: a line up to 1 MiB, one beyond */
+    ot_cost_params whole_small[OT_MPI_ALGO_COUNT], whole[OT_MPI_ALGO_COUNT];
     MPI_Comm node;        /* MPI_COMM_TYPE_SHARED: every process, ranks as in world */
     MPI_Win ctl_win;      /* one arrival counter per rank */
     struct shm_ctl **ctl; /* ctl[r]: rank r's counter */
@@ -660,8 +661,9 @@ double ot_mpi_cost_us(const ot_mpi *m, ot_mpi_algo a, size_t count, ot_dtype dt)
     if (a == OT_MPI_ALGO_SHM && !m->shm_on) return -1;
     if (m->shm_measured && a >= OT_MPI_ALGO_RING && a <= OT_MPI_ALGO_SHM) {
         if (m->size == 1) return 0;
-        /* one node: the fitted line of the whole all-reduce */
-        return m->whole[a].alpha_us + (double)bytes / (m->whole[a].gbytes_per_s * 1e3);
+        /* one node: the fitted lines of the whole all-reduce */
+        const ot_cost_params *w = bytes <= (1u << 20) ? &m->whole_small[a] : &m->whole[a];
+        return w->alpha_us + (double)bytes / (w->gbytes_per_s * 1e3);
     }
     if (a == OT_MPI_ALGO_SHM) /* not calibrated yet (AUTO skips it): the default line */
         return m->size == 1 ? 0 : m->p2p.alpha_us + (double)bytes / (m->p2p.gbytes_per_s * 1e3);
@@ -717,8 +719,8 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
     if (m->shm_broken)
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "mpi calibrate: an earlier shm all-reduce passed its deadline");
-    /* WLARGE: the larger size of the whole-operation timings (one node only) */
-    enum { SMALL = 8, LARGE = 1 << 20, WLARGE = 4 << 20, NREP = 5 };
+    /* WLARGE: the largest size of the whole-operation timings (one node only) */
+    enum { SMALL = 8, LARGE = 1 << 20, WLARGE = 16 << 20, NREP = 5 };
     ot_status st = OT_OK;
     void *a = ot_aligned_alloc(64, WLARGE), *b = ot_aligned_alloc(64, WLARGE);
     if (!a || !b) {
@@ -777,13 +779,18 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
     if (m->shm_on) { /* the same on every rank */
         /* One node: the point-to-point line leaves out the staging copies and the combine,
          * which cost as much as the transfers there, so each of our algorithms is timed as a
-         * whole all-reduce at two sizes, interleaved rep by rep. Each rank keeps its fastest
-         * rep (a shared machine only ever adds time), then the slowest rank's figure counts. */
-        const size_t ws[2] = {SMALL, WLARGE};
-        double best[OT_MPI_ALGO_COUNT][2], wv[2 * OT_MPI_ALGO_COUNT], ww[2 * OT_MPI_ALGO_COUNT];
-        for (int s = 0; s < 2; s++) {
+         * whole all-reduce at three sizes, interleaved rep by rep: 8 B, 1 MiB and 16 MiB, the
+         * last beyond the caches (a line through a cache-resident size alone extrapolates badly:
+         * at 4 MiB the point-to-point algorithms looked as fast as shm, at 64 MiB they took
+         * twice as long). Two lines per algorithm: up to 1 MiB and from there on. Each rank
+         * keeps its fastest rep (a shared machine only ever adds time), then the slowest rank's
+         * figure counts. */
+        const size_t ws[3] = {SMALL, LARGE, WLARGE};
+        const int nrep[3] = {NREP, NREP, 3}; /* the largest costs ~10-100 ms per rep */
+        double best[OT_MPI_ALGO_COUNT][3], wv[3 * OT_MPI_ALGO_COUNT], ww[3 * OT_MPI_ALGO_COUNT];
+        for (int s = 0; s < 3; s++) {
             for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++) best[al][s] = -1;
-            for (int r = -1; r < NREP; r++)
+            for (int r = -1; r < nrep[s]; r++)
                 for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++) {
                     ot_mpi_coll_options o = ot_mpi_coll_options_default();
                     o.algo = (ot_mpi_algo)al;
@@ -798,14 +805,16 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
         }
         int nv = 0;
         for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++)
-            wv[nv++] = best[al][0], wv[nv++] = best[al][1];
+            for (int s = 0; s < 3; s++) wv[nv++] = best[al][s];
         rc = MPI_Allreduce(wv, ww, nv, MPI_DOUBLE, MPI_MAX, m->world);
         if (rc != MPI_SUCCESS) {
             st = mpi_fail(rc, "calibrate MPI_Allreduce");
             goto done;
         }
-        for (int al = OT_MPI_ALGO_RING, i = 0; al <= OT_MPI_ALGO_SHM; al++, i += 2)
-            m->whole[al] = fit(SMALL, ww[i], WLARGE, ww[i + 1]);
+        for (int al = OT_MPI_ALGO_RING, i = 0; al <= OT_MPI_ALGO_SHM; al++, i += 3) {
+            m->whole_small[al] = fit(SMALL, ww[i], LARGE, ww[i + 1]);
+            m->whole[al] = fit(LARGE, ww[i + 1], WLARGE, ww[i + 2]);
+        }
         m->shm_measured = true;
     }
 done:
