@@ -298,7 +298,7 @@ static void test_mpi_allreduce_algorithms(void) {
 /* the shared-memory all-reduce: where every process is on one node (and only there: the
  * two-host test says OT_TEST_EXPECT_SHM=0, the one-node scripts 1), every op and dtype equals
  * the reference and, bit for bit, the in-process OT_ALGO_DIRECT (same rank order, including an
- * order-sensitive float sum); sizes from 1 element to several 8 MiB chunks of the window, slice
+ * order-sensitive float sum); sizes from 1 element to several 2 MiB chunks of the window, slice
  * bounds moving between calls; in place or not */
 static void test_shm_allreduce(void) {
     const char *want_shm = getenv("OT_TEST_EXPECT_SHM");
@@ -340,7 +340,7 @@ static void test_shm_allreduce(void) {
                 free(send), free(recv), free(want), free(tw);
             }
     EXPECT_INT_EQ(bad, 0);
-    /* a float sum whose rounding depends on the order: three chunks, streaming stores */
+    /* a float sum whose rounding depends on the order: 9 chunks, streaming stores */
     size_t n = (17u << 20) / 4 + 3;
     float *x = malloc(n * 4), *tw = malloc(n * 4), *naive = malloc(n * 4), *mine = malloc(n * 4);
     for (int r = 0; r < P; r++) {

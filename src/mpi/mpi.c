@@ -19,7 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
@@ -320,15 +326,17 @@ void ot_mpi_free(ot_mpi *m) {
 /* ---- shared memory: which processes share a node; the control window ------------------------ */
 
 /* The shared-memory all-reduce runs through the window in chunks of this many bytes: every
- * chunk costs two barriers, and the areas of a few ranks still fit in a last-level cache
- * (2, 8 and 32 MiB measured within noise of each other at 64 MiB on the 2-core test machine;
- * fewer barriers hold up better when the machine is oversubscribed). */
-#define SHM_CHUNK (8u << 20)
+ * chunk costs two barriers, and the window areas (P x 1.25 chunks) should stay in the caches.
+ * Measured at 64 MiB on the 2-core test machine under load, the chunk sizes interleaved in one
+ * run: with 2 processes 256 KiB-8 MiB within noise of each other; with 4 (oversubscribed) 2 MiB
+ * took 0.84-1.05x the time of 512 KiB, 8 MiB 0.86-1.46x. */
+#define SHM_CHUNK (2u << 20)
 
 /* Rank r's arrival counter, alone on its pair of cache lines. */
 typedef struct shm_ctl {
-    _Atomic uint64_t seq;
-    char pad[128 - sizeof(uint64_t)];
+    _Atomic uint32_t seq;     /* arrivals so far, modulo 2^32; the futex word */
+    _Atomic uint32_t waiters; /* ranks sleeping on seq */
+    char pad[128 - 2 * sizeof(uint32_t)];
 } shm_ctl;
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
@@ -416,6 +424,7 @@ static ot_status shm_setup(ot_mpi *m, bool want) {
         MPI_TRY(MPI_Win_shared_query(m->ctl_win, q, &sz, &du, &m->ctl[q]), "MPI_Win_shared_query");
     }
     atomic_store_explicit(&c->seq, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->waiters, 0, memory_order_relaxed);
     /* the data window, allocated and faulted in once, here: per rank an input area of one chunk
      * and an output area of a 1/P slice of it */
     m->in_cap = SHM_CHUNK;
@@ -439,10 +448,11 @@ static ot_status shm_setup(ot_mpi *m, bool want) {
         for (size_t off = 0; off < m->in_cap + m->out_cap; off += 4096)
             sink += (unsigned)((volatile char *)m->seg[q])[off];
     (void)sink;
-    /* a process per core or fewer: waiting ranks spin up to 1 ms before yielding; more
-     * processes than cores: they yield at once (the rank being waited for needs the core) */
+    /* a process per core or fewer: waiting ranks spin up to 100 us before sleeping (at 1 MiB
+     * with 2 processes sleeping at once cost 2x); more processes than cores: they sleep at once
+     * (the rank being waited for needs the core; spinning 200 us cost 2-6x with 4 on 2) */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    m->shm_spin_ns = ncpu > 0 && m->size <= ncpu ? 1000000 : 0;
+    m->shm_spin_ns = ncpu > 0 && m->size <= ncpu ? 100000 : 0;
     m->shm_on = true;
     return OT_OK;
 }
@@ -871,36 +881,63 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+#if defined(__linux__)
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val, uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    /* not FUTEX_PRIVATE: the word lives in a mapping shared between processes */
+    syscall(SYS_futex, (void *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+static void futex_wake_all(_Atomic uint32_t *addr) {
+    syscall(SYS_futex, (void *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+#endif
+
 /* Every rank arrives (its counter reaches this rank's count) before any leaves; what a rank
  * stored before it (streaming stores included: the fence) is visible to every rank after it.
- * Spins briefly, then yields the processor (the machine may be oversubscribed). */
+ * A waiting rank spins for shm_spin_ns, then sleeps on the counter it waits for (a futex on the
+ * shared window; an arriving rank wakes its sleepers), so on an oversubscribed machine the core
+ * goes to a rank that has work. The counters are 32-bit (the futex word) and compared modulo
+ * 2^32. */
+static bool shm_reached(const shm_ctl *c, uint32_t s) {
+    return (int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - s) >= 0;
+}
+
 static ot_status shm_barrier(ot_mpi *m, uint64_t dl) {
 #if defined(__SSE2__)
     _mm_sfence();
 #endif
-    uint64_t s = ++m->shm_seq;
-    atomic_store_explicit(&m->ctl[m->rank]->seq, s, memory_order_release);
-    uint64_t t0 = 0;
+    uint32_t s = (uint32_t)++m->shm_seq;
+    shm_ctl *mine = m->ctl[m->rank];
+    /* seq_cst store, then the waiter count: a rank that went to sleep before the store is seen
+     * here, one that did not sees the store before sleeping (and the futex rechecks it) */
+    atomic_store_explicit(&mine->seq, s, memory_order_seq_cst);
+#if defined(__linux__)
+    if (atomic_load_explicit(&mine->waiters, memory_order_seq_cst)) futex_wake_all(&mine->seq);
+#endif
     for (int q = 0; q < m->size; q++) {
         if (q == m->rank) continue;
-        for (unsigned spin = 0; atomic_load_explicit(&m->ctl[q]->seq, memory_order_acquire) < s;
-             spin++) {
-            if (spin < 64) {
-                cpu_relax();
-                continue;
-            }
+        shm_ctl *c = m->ctl[q];
+        if (shm_reached(c, s)) continue;
+        for (int i = 0; i < 64 && !shm_reached(c, s); i++) cpu_relax();
+        uint64_t t0 = ot_now_ns();
+        while (!shm_reached(c, s) && ot_now_ns() - t0 < m->shm_spin_ns)
+            for (int i = 0; i < 16; i++) cpu_relax();
+        while (!shm_reached(c, s)) {
             uint64_t now = ot_now_ns();
-            if (!t0) t0 = now;
-            if (now - t0 < m->shm_spin_ns) {
-                for (int i = 0; i < 16; i++) cpu_relax();
-                continue;
-            }
             if (now > dl) {
                 m->shm_broken = true;
                 return ot_error(OT_ERR_TIMEOUT,
                                 "mpi shm all-reduce: deadline passed waiting for rank %d", q);
             }
+#if defined(__linux__)
+            atomic_fetch_add_explicit(&c->waiters, 1, memory_order_seq_cst);
+            uint32_t v = atomic_load_explicit(&c->seq, memory_order_seq_cst);
+            if ((int32_t)(v - s) < 0) /* sleeps until woken, or 10 ms / the deadline */
+                futex_wait(&c->seq, v, dl - now < 10000000u ? dl - now : 10000000u);
+            atomic_fetch_sub_explicit(&c->waiters, 1, memory_order_seq_cst);
+#else
             sched_yield();
+#endif
         }
     }
     return OT_OK;
