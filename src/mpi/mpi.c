@@ -796,12 +796,14 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
          * keeps its fastest rep (a shared machine only ever adds time), then the slowest rank's
          * figure counts. */
         const size_t ws[3] = {SMALL, LARGE, WLARGE};
-        const int nrep[3] = {NREP, NREP, 3}; /* the largest costs ~10-100 ms per rep */
+        enum { NALG = OT_MPI_ALGO_SHM - OT_MPI_ALGO_RING + 1 };
         double best[OT_MPI_ALGO_COUNT][3], wv[3 * OT_MPI_ALGO_COUNT], ww[3 * OT_MPI_ALGO_COUNT];
         for (int s = 0; s < 3; s++) {
             for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++) best[al][s] = -1;
-            for (int r = -1; r < nrep[s]; r++)
-                for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++) {
+            for (int r = -1; r < NREP; r++)
+                for (int j = 0; j < NALG; j++) {
+                    /* each rep starts with another algorithm: none always runs first or last */
+                    int al = OT_MPI_ALGO_RING + (j + r + 1) % NALG;
                     ot_mpi_coll_options o = ot_mpi_coll_options_default();
                     o.algo = (ot_mpi_algo)al;
                     OT_CHECK_GOTO(mpi_barrier_dl(&m->pending, m->world, dl), st, done);
