@@ -192,6 +192,11 @@ OT_API ot_status ot_buffer_from_host(ot_device *d, const ot_tensor *t, ot_buffer
 OT_API ot_status ot_buffer_to_host(const ot_buffer *b, ot_tensor *out);
 /* Copies src into dst (same shape), on one device or between two (through the host). */
 OT_API ot_status ot_buffer_copy(ot_buffer *dst, const ot_buffer *src);
+/* Byte ranges of a buffer (a view of part of it): copy n bytes from host memory into b at byte
+ * offset off / from b at off into host memory. off and n outside [0, size]: OUT_OF_RANGE,
+ * nothing copied. */
+OT_API ot_status ot_buffer_write_bytes(ot_buffer *b, int64_t off, const void *src, int64_t n);
+OT_API ot_status ot_buffer_read_bytes(const ot_buffer *b, int64_t off, void *dst, int64_t n);
 OT_API void ot_buffer_free(ot_buffer *b); /* NULL is a no-op; also frees a donated handle */
 OT_API const ot_shape *ot_buffer_shape(const ot_buffer *b);
 OT_API ot_device *ot_buffer_device(const ot_buffer *b);

@@ -246,6 +246,28 @@ ot_status ot_buffer_copy(ot_buffer *dst, const ot_buffer *src) {
     return st;
 }
 
+static ot_status check_range(const ot_buffer *b, int64_t off, int64_t n, const void *p,
+                             const char *what) {
+    OT_CHECK(check_live(b, what));
+    if (!p && n > 0) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: NULL host memory", what);
+    if (off < 0 || n < 0 || off > b->nbytes || n > b->nbytes - off)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "%s: bytes [%lld, %lld + %lld) of a %lld-byte buffer",
+                        what, (long long)off, (long long)off, (long long)n, (long long)b->nbytes);
+    return OT_OK;
+}
+
+ot_status ot_buffer_write_bytes(ot_buffer *b, int64_t off, const void *src, int64_t n) {
+    OT_CHECK(check_range(b, off, n, src, "buffer write"));
+    if (n == 0) return OT_OK;
+    return b->dev->vt->copy_to_device(b->dev->ctx, (char *)b->data + off, src, (size_t)n);
+}
+
+ot_status ot_buffer_read_bytes(const ot_buffer *b, int64_t off, void *dst, int64_t n) {
+    OT_CHECK(check_range(b, off, n, dst, "buffer read"));
+    if (n == 0) return OT_OK;
+    return b->dev->vt->copy_to_host(b->dev->ctx, dst, (const char *)b->data + off, (size_t)n);
+}
+
 void ot_buffer_free(ot_buffer *b) {
     if (!b) return;
     if (!b->donated && b->dev) {
