@@ -42,6 +42,11 @@
  * first step unless set before with ot_tpu_optimizer_set_state (e.g. from the f32 weights the
  * bf16 copy was made from).
  *
+ * Flat mode (options.flat): see ot_tpu_optimizer_options.flat. The module then has one
+ * parameter, gradient and state tensor per dtype group instead of one per tensor (same layout
+ * with "parameter" read as "group"), and the state tensors are the flat ones, named
+ * "flat.<dtype>.<slot>" (e.g. "flat.f32.exp_avg") and shaped [group length].
+ *
  * Module layout (ot_tpu_optimizer_executable): parameters 0..n-1 params, n..2n-1 grads, then the
  * state tensors (parameter-major: parameter k's slots, then its master), then step and lr (f64
  * scalars) and, with loss scaling, 1/scale (f32); root tuple (params'..., state'...) in the same
@@ -119,7 +124,25 @@ typedef struct ot_tpu_optimizer_options {
      * a hyper-parameter is INVALID_ARGUMENT. */
     const bool *weight_decay_mask;
     const bool *trust_ratio_mask;
+    /* Flat mode (default false): each replica keeps one parameter buffer and one gradient
+     * buffer per dtype (f32, f64), holding every tensor of that dtype back to back, each
+     * starting at a multiple of OT_TPU_FLAT_ALIGN elements, and one buffer per state slot and
+     * dtype of the same layout. The module takes these flat buffers and the update is built
+     * once over the flat 1-D shape, so the compiler fuses it into one loop for everything.
+     * The caller fills gradients and reads parameters through per-tensor views
+     * (ot_tpu_optimizer_flat_view, write_grad, write_param, read_param) and steps with
+     * ot_tpu_optimizer_step_flat. Results are bit-identical to the per-tensor mode.
+     * Only elementwise updates are flattened: an optimizer whose update reduces over the
+     * tensor or whose state is not parameter-shaped (lamb, lars, adafactor) is UNIMPLEMENTED
+     * in flat mode, as are parameter groups (param_optimizers), lr_scale other than 1, masks
+     * with a false entry, host callbacks and bf16/f16 parameters (f32 masters). Clipping by
+     * value and by global norm (per tensor segment, in the per-tensor order) and loss scaling
+     * work. */
+    bool flat;
 } ot_tpu_optimizer_options;
+
+/* Element alignment of each tensor inside a flat buffer (64 bytes of f32). */
+#define OT_TPU_FLAT_ALIGN 16
 
 OT_API ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void);
 
@@ -179,6 +202,40 @@ OT_API ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, i
  * wrapper's own step machinery (clipping, loss scaling, parameter groups, masks, replicas) is not
  * part of the view: the outer wrapper has its own. */
 OT_API ot_status ot_tpu_optimizer_as_optimizer(const ot_tpu_optimizer *t, ot_optimizer **out);
+
+/* ---- flat mode (options.flat) ---- */
+
+/* Where tensor k lives: flat group `group` (one per dtype, in order of first appearance), its
+ * dtype, its first element `offset` and `count` elements (row-major, its shape's order). */
+typedef struct ot_tpu_flat_view {
+    int group;
+    ot_dtype dtype;
+    int64_t offset, count;
+} ot_tpu_flat_view;
+
+/* Flat groups (0 when t is not in flat mode). */
+OT_API int ot_tpu_optimizer_flat_group_count(const ot_tpu_optimizer *t);
+/* Tensor k's view (OUT_OF_RANGE for a bad k, FAILED_PRECONDITION when not in flat mode). */
+OT_API ot_status ot_tpu_optimizer_flat_view(const ot_tpu_optimizer *t, int k,
+                                            ot_tpu_flat_view *out);
+/* Device d's flat parameter and gradient buffers of group g, owned by t (borrowed: the
+ * parameter handle changes at every step_flat; do not free either). Either out may be NULL.
+ * Padding between tensors starts at zero; whoever writes a whole buffer must keep it zero. */
+OT_API ot_status ot_tpu_optimizer_flat_buffers(ot_tpu_optimizer *t, ot_device *d, int g,
+                                               ot_buffer **param, ot_buffer **grad);
+/* Copy host tensor `in` (tensor k's shape and dtype, else SHAPE_MISMATCH, nothing written)
+ * into tensor k's segment of device d's flat gradient / parameter buffer, and copy tensor k's
+ * parameter segment out to a new host tensor (*out owned by the caller). */
+OT_API ot_status ot_tpu_optimizer_write_grad(ot_tpu_optimizer *t, ot_device *d, int k,
+                                             const ot_tensor *in);
+OT_API ot_status ot_tpu_optimizer_write_param(ot_tpu_optimizer *t, ot_device *d, int k,
+                                              const ot_tensor *in);
+OT_API ot_status ot_tpu_optimizer_read_param(ot_tpu_optimizer *t, ot_device *d, int k,
+                                             ot_tensor *out);
+/* One step of device d's replica over its flat buffers (the per-tensor ot_tpu_optimizer_step
+ * is FAILED_PRECONDITION in flat mode, and this one outside it). Same checks and guarantees. */
+OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, int64_t step,
+                                            double lr, const ot_run_options *ro);
 
 /* The wrapper's own profile (all replicas together). Times are wall-clock seconds. */
 typedef struct ot_tpu_profile {

@@ -16,6 +16,7 @@ typedef struct replica {
     double scale;       /* loss scale for the next step */
     int64_t tracker;    /* clean steps since the scale last changed */
     bool skipped;       /* the last step found inf/NaN gradients and changed nothing */
+    ot_buffer *fparam[2], *fgrad[2]; /* flat mode: per group, owned by the wrapper */
 } replica;
 
 struct ot_tpu_optimizer {
@@ -39,7 +40,36 @@ struct ot_tpu_optimizer {
     ot_tpu_profile prof;
     replica **reps;
     int nreps, cap;
+    /* flat mode: one group per dtype; tensor k at element poff[k] of group pgroup[k]; the
+     * module's units are the groups (ushape [glen]) instead of the tensors */
+    bool flat;
+    int ngroups;
+    int *pgroup;
+    int64_t *poff;
+    ot_shape ushape[2];
+    int uslots[2], usoff[2];
+    bool umaster[2];
+    double ulr[2];
+    ot_optimizer *upopt[2]; /* borrowed from popt */
 };
+
+/* What the module updates: the tensors, or (flat mode) the flat groups. */
+typedef struct plan {
+    int n;
+    const ot_shape *pshape, *wshape;
+    const bool *master;
+    ot_optimizer *const *popt;
+    const int *slots, *soff;
+    const double *lr_scale;
+} plan;
+
+static plan make_plan(const ot_tpu_optimizer *t) {
+    if (t->flat)
+        return (plan){t->ngroups, t->ushape, t->ushape, t->umaster,
+                      t->upopt,   t->uslots, t->usoff,  t->ulr};
+    return (plan){t->nparams, t->pshape, t->wshape, t->master,
+                  t->popt,    t->slots,  t->soff,   t->lr_scale};
+}
 
 ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
     ot_tpu_optimizer_options o = {.donate = true,
@@ -55,7 +85,8 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
                                   .param_optimizers = NULL,
                                   .lr_scale = NULL,
                                   .weight_decay_mask = NULL,
-                                  .trust_ratio_mask = NULL};
+                                  .trust_ratio_mask = NULL,
+                                  .flat = false};
     return o;
 }
 
@@ -77,7 +108,8 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
     *out = NULL;
     ot_module *m = ot_module_new("tpu_optimizer");
     if (!m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
-    int n = t->nparams;
+    const plan P = make_plan(t);
+    int n = P.n;
     ot_shape sc = ot_shape_scalar(OT_F64);
     ot_computation *add = NULL, *lor = NULL;
     bool ls = t->opts.loss_scaling;
@@ -106,12 +138,12 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
     }
     char nm[64];
     for (int k = 0; k < n; k++) {
-        snprintf(nm, sizeof nm, "param.%d", k);
-        prm[k] = ot_build_parameter(c, k, t->pshape[k], nm);
+        snprintf(nm, sizeof nm, t->flat ? "flat_param.%d" : "param.%d", k);
+        prm[k] = ot_build_parameter(c, k, P.pshape[k], nm);
     }
     for (int k = 0; k < n; k++) {
-        snprintf(nm, sizeof nm, "grad.%d", k);
-        grads[k] = ot_build_parameter(c, n + k, t->pshape[k], nm);
+        snprintf(nm, sizeof nm, t->flat ? "flat_grad.%d" : "grad.%d", k);
+        grads[k] = ot_build_parameter(c, n + k, P.pshape[k], nm);
     }
     for (int i = 0; i < t->nstate; i++)
         st[i] = ot_build_parameter(c, 2 * n + i, t->sshape[i], NULL);
@@ -125,14 +157,14 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
      * in f32 as torch's GradScaler) and found_inf is any non-finite element among them */
     ot_instr *found = NULL;
     for (int k = 0; k < n; k++) {
-        ot_dtype wd = t->wshape[k].dtype;
-        if (t->master[k]) grads[k] = ot_build_convert(c, grads[k], OT_F32);
+        ot_dtype wd = P.wshape[k].dtype;
+        if (P.master[k]) grads[k] = ot_build_convert(c, grads[k], OT_F32);
         if (!ls) continue;
         ot_instr *is = wd == OT_F32 ? inv_scale : ot_build_convert(c, inv_scale, wd);
         grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
-                                   ot_build_broadcast(c, is, t->wshape[k], NULL, 0));
+                                   ot_build_broadcast(c, is, P.wshape[k], NULL, 0));
         ot_instr *bad = ot_build_unary(c, OT_OP_NOT, ot_build_unary(c, OT_OP_IS_FINITE, grads[k]));
-        int rank = t->wshape[k].rank;
+        int rank = P.wshape[k].rank;
         if (rank > 0) {
             int64_t dims[OT_MAX_RANK];
             for (int d = 0; d < rank; d++) dims[d] = d;
@@ -142,20 +174,29 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
         found = found ? ot_build_binary(c, OT_OP_OR, found, bad) : bad;
     }
     for (int k = 0; k < n && t->opts.clip_grad_value > 0; k++) {
-        ot_dtype dt = t->wshape[k].dtype;
+        ot_dtype dt = P.wshape[k].dtype;
         double v = t->opts.clip_grad_value;
         ot_instr *lo =
-            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, -v), t->wshape[k], NULL, 0);
+            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, -v), P.wshape[k], NULL, 0);
         ot_instr *hi =
-            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, v), t->wshape[k], NULL, 0);
+            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, v), P.wshape[k], NULL, 0);
         grads[k] = ot_build_clamp(c, lo, grads[k], hi);
     }
     if (t->opts.clip_grad_norm > 0) {
         /* torch clip_grad_norm_: coef = min(1, max_norm / (total + 1e-6)), total the 2-norm of
          * every gradient element together */
         ot_instr *ss = NULL;
-        for (int k = 0; k < n; k++) {
+        for (int k = 0; k < n && !t->flat; k++) {
             ot_instr *x = sum_sq_f64(c, add, grads[k]);
+            ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
+        }
+        /* flat mode: tensor by tensor as above (a segmented reduction: each tensor's segment
+         * sliced out of its group and reshaped to its shape), so the sum is bit-identical */
+        for (int k = 0; k < t->nparams && t->flat; k++) {
+            int64_t st0 = t->poff[k], lim = st0 + ot_shape_numel_unchecked(&t->pshape[k]);
+            int64_t one = 1;
+            ot_instr *seg = ot_build_slice(c, grads[t->pgroup[k]], &st0, &lim, &one);
+            ot_instr *x = sum_sq_f64(c, add, ot_build_reshape(c, seg, t->pshape[k]));
             ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
         }
         ot_instr *total = ot_build_unary(c, OT_OP_SQRT, ss);
@@ -166,8 +207,8 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
                 c, total, ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm), OT_CMP_LT,
                 OT_CMP_TYPE_DEFAULT);
             for (int k = 0; k < n; k++) {
-                ot_dtype dt = t->wshape[k].dtype;
-                ot_shape ws = t->wshape[k], ps = ws;
+                ot_dtype dt = P.wshape[k].dtype;
+                ot_shape ws = P.wshape[k], ps = ws;
                 ps.dtype = OT_PRED;
                 ot_instr *tk = dt == OT_F64 ? total : ot_build_convert(c, total, dt);
                 ot_instr *scaled = ot_build_binary(
@@ -192,31 +233,31 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
             coef =
                 ot_build_binary(c, OT_OP_MINIMUM, coef, ot_build_constant_scalar(c, OT_F64, 1.0));
         for (int k = 0; k < n && coef; k++) {
-            ot_dtype dt = t->wshape[k].dtype;
+            ot_dtype dt = P.wshape[k].dtype;
             ot_instr *ck = dt == OT_F64 ? coef : ot_build_convert(c, coef, dt);
             grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
-                                       ot_build_broadcast(c, ck, t->wshape[k], NULL, 0));
+                                       ot_build_broadcast(c, ck, P.wshape[k], NULL, 0));
         }
         OT_CHECK_GOTO(ot_module_status(m), s, done);
     }
     for (int k = 0; k < n; k++) {
-        int o0 = t->soff[k], S = t->slots[k];
-        ot_instr *w = t->master[k] ? st[o0 + S] : prm[k]; /* the f32 master, or the parameter */
-        ot_instr *lrk = t->lr_scale[k] == 1.0
+        int o0 = P.soff[k], S = P.slots[k];
+        ot_instr *w = P.master[k] ? st[o0 + S] : prm[k]; /* the f32 master, or the parameter */
+        ot_instr *lrk = P.lr_scale[k] == 1.0
                             ? lr
                             : ot_build_binary(c, OT_OP_MULTIPLY, lr,
-                                              ot_build_constant_scalar(c, OT_F64, t->lr_scale[k]));
+                                              ot_build_constant_scalar(c, OT_F64, P.lr_scale[k]));
         ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lrk};
         for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
         ot_optim_outputs r;
-        s = ot_optimizer_build(t->popt[k], &in, &r);
+        s = ot_optimizer_build(P.popt[k], &in, &r);
         if (s != OT_OK) {
             s = ot_error_wrap(s, "parameter %d", k);
             goto done;
         }
-        outs[k] = t->master[k] ? ot_build_convert(c, r.param, t->pshape[k].dtype) : r.param;
+        outs[k] = P.master[k] ? ot_build_convert(c, r.param, P.pshape[k].dtype) : r.param;
         for (int j = 0; j < S; j++) outs[n + o0 + j] = r.state[j];
-        if (t->master[k]) outs[n + o0 + S] = r.param;
+        if (P.master[k]) outs[n + o0 + S] = r.param;
     }
     if (ls) { /* a step with inf/NaN gradients changes nothing */
         for (int q = 0; q < n + t->nstate; q++) {
@@ -259,6 +300,10 @@ done:
 static void replica_free(ot_tpu_optimizer *t, replica *r) {
     if (!r) return;
     for (int i = 0; r->state && i < t->nstate; i++) ot_buffer_free(r->state[i]);
+    for (int g = 0; g < 2; g++) {
+        ot_buffer_free(r->fparam[g]);
+        ot_buffer_free(r->fgrad[g]);
+    }
     ot_free(r->state);
     ot_free(r->master_ready);
     ot_free(r);
@@ -276,6 +321,8 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->wshape);
     ot_free(t->master);
     ot_free(t->soff);
+    ot_free(t->pgroup);
+    ot_free(t->poff);
     ot_executable_free(t->exe);
     for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
     ot_optimizer_free(t->base);
@@ -284,6 +331,136 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->lr_scale);
     pthread_mutex_destroy(&t->mu);
     ot_free(t);
+}
+
+/* Flat mode needs one optimizer for every tensor with its hyper-parameters as given. */
+static ot_status flat_check_options(const ot_optimizer *o, const ot_shape *ps, int n,
+                                    const ot_tpu_optimizer_options *op) {
+    const char *why = NULL;
+    int k = 0;
+    for (k = 0; k < n && !why; k++) {
+        if (ps[k].dtype == OT_BF16 || ps[k].dtype == OT_F16)
+            why = "a bf16/f16 parameter (f32 masters)";
+        else if (op->param_optimizers && op->param_optimizers[k])
+            why = "parameter groups (param_optimizers)";
+        else if (op->lr_scale && op->lr_scale[k] != 1.0)
+            why = "an lr_scale other than 1";
+        else if (op->weight_decay_mask && !op->weight_decay_mask[k])
+            why = "a false weight_decay_mask entry";
+        else if (op->trust_ratio_mask && !op->trust_ratio_mask[k])
+            why = "a false trust_ratio_mask entry";
+    }
+    if (why)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "ot_tpu_optimizer_create: flat mode with %s (parameter %d) is not "
+                        "implemented; use the per-tensor mode",
+                        why, k - 1);
+    (void)o;
+    return OT_OK;
+}
+
+/* Whether o's update of a dtype-dt parameter is elementwise: built over a 1-D probe, every
+ * instruction that reads a non-scalar is elementwise of the probe's shape, and every other
+ * non-scalar is a parameter or a broadcast scalar (so updating tensors back to back in one
+ * flat buffer computes exactly what updating each does). A scalar state slot (NAdam's
+ * mu_product) is then computed from scalars only (step, lr, constants, itself): every
+ * tensor's copy is the same, and the group keeps one. */
+static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt) {
+    ot_shape ps, sc = ot_shape_scalar(OT_F64);
+    OT_CHECK(ot_shape_make(&ps, dt, 1, (int64_t[]){37}));
+    ot_module *m = ot_module_new("flat_probe");
+    if (!m) return ot_error(OT_ERR_OUT_OF_MEMORY, "flat probe");
+    ot_computation *c = ot_module_add_computation(m, "probe");
+    int S = ot_optimizer_state_count(o);
+    ot_optim_inputs in = {.c = c};
+    in.param = ot_build_parameter(c, 0, ps, "p");
+    in.grad = ot_build_parameter(c, 1, ps, "g");
+    ot_status s = OT_OK;
+    const char *why = NULL;
+    for (int j = 0; j < S && s == OT_OK && !why; j++) {
+        ot_shape ss;
+        s = ot_optimizer_state_shape(o, j, &ps, &ss);
+        if (s == OT_OK && !ot_shape_equal(&ss, &ps) && ss.rank != 0)
+            why = "keeps state of another shape";
+        in.state[j] = ot_build_parameter(c, 2 + j, ss, NULL);
+    }
+    in.step = ot_build_parameter(c, 2 + S, sc, "step");
+    in.lr = ot_build_parameter(c, 3 + S, sc, "lr");
+    ot_optim_outputs r;
+    if (s == OT_OK && !why) s = ot_module_status(m);
+    if (s == OT_OK && !why) s = ot_optimizer_build(o, &in, &r);
+    ot_instr **po = NULL;
+    int64_t npo = 0;
+    if (s == OT_OK && !why) {
+        ot_instr *outs[OT_OPTIM_MAX_STATE + 1];
+        outs[0] = r.param;
+        for (int j = 0; j < S; j++) outs[1 + j] = r.state[j];
+        ot_computation_set_root(c, ot_build_tuple(c, outs, 1 + S));
+        s = ot_module_status(m);
+        if (s == OT_OK) s = ot_computation_post_order(c, &po, &npo);
+    }
+    for (int64_t i = 0; s == OT_OK && !why && i < npo; i++) {
+        const ot_instr *x = po[i];
+        if (x == c->root || x->opcode == OT_OP_PARAMETER) continue;
+        bool vec_in = false;
+        for (int q = 0; q < x->noperands; q++)
+            if (!ot_ir_shape_is_array(&x->operands[q]->shape) ||
+                x->operands[q]->shape.array.rank > 0)
+                vec_in = true;
+        bool vec_out =
+            !ot_ir_shape_is_array(&x->shape) || x->shape.array.rank > 0 || x->ncalled > 0;
+        if (vec_in && !(ot_opcode_is_elementwise(x->opcode) && x->shape.array.rank == 1 &&
+                        x->shape.array.dims[0] == 37))
+            why = ot_opcode_name(x->opcode);
+        else if (!vec_in && vec_out && x->opcode != OT_OP_BROADCAST)
+            why = ot_opcode_name(x->opcode);
+    }
+    ot_free(po);
+    ot_module_free(m);
+    if (s != OT_OK) return ot_error_wrap(s, "flat probe of optimizer '%s'", ot_optimizer_name(o));
+    if (why)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "ot_tpu_optimizer_create: flat mode: optimizer '%s' is not elementwise "
+                        "(its update %s%s); flat mode needs segmented reductions for it, use "
+                        "the per-tensor mode",
+                        ot_optimizer_name(o), strchr(why, ' ') ? "" : "uses ", why);
+    return OT_OK;
+}
+
+/* The flat layout: groups by dtype in order of first appearance, each tensor at an offset
+ * aligned to OT_TPU_FLAT_ALIGN elements; the groups' update and state. */
+static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps) {
+    int n = t->nparams;
+    t->pgroup = ot_calloc((size_t)n, sizeof *t->pgroup);
+    t->poff = ot_calloc((size_t)n, sizeof *t->poff);
+    if (!t->pgroup || !t->poff) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+    int64_t len[2] = {0, 0};
+    ot_dtype gd[2] = {OT_F32, OT_F32};
+    for (int k = 0; k < n; k++) {
+        int g = 0;
+        while (g < t->ngroups && gd[g] != ps[k].dtype) g++;
+        if (g == t->ngroups) {
+            gd[g] = ps[k].dtype;
+            t->upopt[g] = t->popt[k];
+            t->ngroups++;
+        }
+        t->pgroup[k] = g;
+        t->poff[k] = len[g];
+        int64_t ne = ot_shape_numel_unchecked(&ps[k]);
+        len[g] += (ne + OT_TPU_FLAT_ALIGN - 1) / OT_TPU_FLAT_ALIGN * OT_TPU_FLAT_ALIGN;
+    }
+    int nstate = 0;
+    for (int g = 0; g < t->ngroups; g++) {
+        if (len[g] == 0) len[g] = OT_TPU_FLAT_ALIGN; /* every tensor empty */
+        OT_CHECK(ot_shape_make(&t->ushape[g], gd[g], 1, &len[g]));
+        OT_CHECK(flat_check_elementwise(t->upopt[g], gd[g]));
+        t->uslots[g] = ot_optimizer_state_count(t->upopt[g]);
+        t->ulr[g] = 1.0;
+        t->umaster[g] = false;
+        nstate += t->uslots[g];
+    }
+    t->nstate = nstate;
+    return OT_OK;
 }
 
 ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
@@ -318,6 +495,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         ot_shape chk;
         OT_CHECK(ot_shape_make(&chk, dt, param_shapes[k].rank, param_shapes[k].dims));
     }
+    if (op.flat) OT_CHECK(flat_check_options(o, param_shapes, nparams, &op));
     ot_tpu_optimizer *t = ot_calloc(1, sizeof *t);
     if (!t) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
     if (pthread_mutex_init(&t->mu, NULL) != 0) {
@@ -397,6 +575,17 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             goto fail;
         }
     }
+    t->flat = op.flat;
+    if (t->flat) {
+        if (t->host) {
+            s = ot_error(OT_ERR_UNIMPLEMENTED,
+                         "ot_tpu_optimizer_create: flat mode: host callback optimizer '%s' (flat "
+                         "mode needs an update graph)",
+                         ot_optimizer_name(t->popt[0]));
+            goto fail;
+        }
+        OT_CHECK_GOTO(flat_layout(t, param_shapes), s, fail);
+    }
     t->pshape = ot_calloc((size_t)nparams, sizeof *t->pshape);
     t->wshape = ot_calloc((size_t)nparams, sizeof *t->wshape);
     t->master = ot_calloc((size_t)nparams, sizeof *t->master);
@@ -412,6 +601,40 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     int i = 0;
     for (int k = 0; k < nparams; k++) {
         t->pshape[k] = param_shapes[k];
+        t->wshape[k] = param_shapes[k];
+    }
+    for (int k = 0; k < nparams && t->flat; k++) { /* every tensor's state is its shape */
+        for (int j = 0; j < t->slots[k]; j++) {
+            ot_shape ss;
+            OT_CHECK_GOTO(ot_optimizer_state_shape(t->popt[k], j, &t->pshape[k], &ss), s, fail);
+            if (!ot_shape_equal(&ss, &t->pshape[k]) && ss.rank != 0) {
+                s = ot_error(OT_ERR_UNIMPLEMENTED,
+                             "ot_tpu_optimizer_create: flat mode: optimizer '%s' keeps state "
+                             "'%s' of another shape than parameter %d (not elementwise)",
+                             ot_optimizer_name(t->popt[k]), ot_optimizer_state_name(t->popt[k], j),
+                             k);
+                goto fail;
+            }
+        }
+    }
+    for (int g = 0; g < t->ngroups; g++) { /* the flat state: slot j of group g */
+        const ot_optimizer *og = t->upopt[g];
+        const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(og);
+        t->usoff[g] = i;
+        for (int j = 0; j < t->uslots[g]; j++, i++) {
+            OT_CHECK_GOTO(ot_optimizer_state_shape(og, j, &t->ushape[g], &t->sshape[i]), s, fail);
+            t->sinit[i] = vt->state_init ? vt->state_init(og, j) : 0.0;
+            const char *sn = ot_optimizer_state_name(og, j);
+            char buf[160];
+            snprintf(buf, sizeof buf, "flat.%s.%s", ot_dtype_name(t->ushape[g].dtype),
+                     sn ? sn : "?");
+            if (!(t->sname[i] = ot_strdup(buf))) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+                goto fail;
+            }
+        }
+    }
+    for (int k = 0; k < nparams && !t->flat; k++) {
         t->wshape[k] = param_shapes[k];
         t->master[k] = param_shapes[k].dtype == OT_BF16 || param_shapes[k].dtype == OT_F16;
         if (t->master[k]) t->wshape[k].dtype = OT_F32;
@@ -441,8 +664,13 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             }
         }
     }
-    for (int k = 0; k < nparams; k++) {
+    for (int k = 0; k < nparams && !t->flat; k++) {
         int64_t pb = (int64_t)ot_shape_nbytes_unchecked(&t->pshape[k]);
+        t->prof.param_bytes += pb;
+        t->prof.grad_bytes += pb;
+    }
+    for (int g = 0; g < t->ngroups; g++) { /* flat: the groups, padding included */
+        int64_t pb = (int64_t)ot_shape_nbytes_unchecked(&t->ushape[g]);
         t->prof.param_bytes += pb;
         t->prof.grad_bytes += pb;
     }
@@ -552,6 +780,19 @@ ot_status ot_tpu_optimizer_add_replica(ot_tpu_optimizer *t, ot_device *d) {
         ot_tensor_release(&h);
         if (s != OT_OK) {
             s = ot_error_wrap(s, "tpu optimizer: state '%s' on device %d", t->sname[i],
+                              ot_device_index(d));
+            goto fail;
+        }
+    }
+    for (int g = 0; g < t->ngroups; g++) { /* flat parameters and gradients: zeros */
+        ot_tensor h = {0};
+        OT_CHECK_GOTO(ot_tensor_alloc(&h, &t->ushape[g]), s, fail);
+        memset(h.data, 0, h.nbytes);
+        s = ot_buffer_from_host(d, &h, &r->fparam[g]);
+        if (s == OT_OK) s = ot_buffer_from_host(d, &h, &r->fgrad[g]);
+        ot_tensor_release(&h);
+        if (s != OT_OK) {
+            s = ot_error_wrap(s, "tpu optimizer: flat group %d on device %d", g,
                               ot_device_index(d));
             goto fail;
         }
@@ -722,11 +963,19 @@ done:
     return s;
 }
 
+static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
+                             ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
+                             const ot_run_options *ro);
+
 static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
                            ot_buffer *const *grads, int64_t step, double lr,
                            const ot_run_options *ro) {
     if (!t || !d || !params || !grads)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_step: NULL argument");
+    if (t->flat)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_step: the wrapper is in flat mode (its buffers are its "
+                        "own): use ot_tpu_optimizer_step_flat");
     if (step < 1)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: step %lld (the first is 1)",
                         (long long)step);
@@ -752,6 +1001,15 @@ static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params
                             "tpu optimizer: state '%s' of device %d was lost by a failed step",
                             t->sname[i], ot_device_index(d));
     if (t->host) return host_step(t, r, params, grads, step, lr);
+    return exec_update(t, r, d, n, params, grads, step, lr, ro);
+}
+
+/* Executes the compiled update on replica r: the module's nu units (tensors, or flat groups)
+ * in pb (replaced by the new handles) and gb (read only). */
+static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
+                             ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
+                             const ot_run_options *ro) {
+    int n = nu;
     bool ls = t->opts.loss_scaling;
     int nin = 2 * n + t->nstate + 2 + ls, nout = n + t->nstate + ls;
     ot_buffer **in = ot_calloc((size_t)nin, sizeof *in);
@@ -764,7 +1022,7 @@ static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params
     }
     /* f32 masters not set with set_state start as the (widened) parameter */
     for (int k = 0; k < n; k++)
-        if (t->master[k] && !r->master_ready[k]) {
+        if (!t->flat && t->master[k] && !r->master_ready[k]) {
             OT_CHECK_GOTO(init_master(t, r, k, params[k]), s, done);
         }
     ot_shape sc = ot_shape_scalar(OT_F64);
@@ -827,13 +1085,149 @@ done:
     return s;
 }
 
+static void record_step(ot_tpu_optimizer *t, ot_status s, double dt);
+
 ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
                                 ot_buffer *const *grads, int64_t step, double lr,
                                 const ot_run_options *ro) {
     double t0 = (1e-9 * (double)ot_now_ns());
     ot_status s = step_impl(t, d, params, grads, step, lr, ro);
     double dt = (1e-9 * (double)ot_now_ns()) - t0;
-    if (!t) return s;
+    if (t) record_step(t, s, dt);
+    return s;
+}
+
+static ot_status step_flat_impl(ot_tpu_optimizer *t, ot_device *d, int64_t step, double lr,
+                                const ot_run_options *ro) {
+    if (!t || !d)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_step_flat: NULL argument");
+    if (!t->flat)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_step_flat: the wrapper is not in flat mode (options."
+                        "flat): use ot_tpu_optimizer_step");
+    if (step < 1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: step %lld (the first is 1)",
+                        (long long)step);
+    if (!isfinite(lr) || lr < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: learning rate %g", lr);
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
+                        ot_device_index(d));
+    for (int i = 0; i < t->nstate; i++)
+        if (!r->state[i] || ot_buffer_donated(r->state[i]))
+            return ot_error(OT_ERR_FAILED_PRECONDITION,
+                            "tpu optimizer: state '%s' of device %d was lost by a failed step",
+                            t->sname[i], ot_device_index(d));
+    for (int g = 0; g < t->ngroups; g++)
+        if (!r->fparam[g] || ot_buffer_donated(r->fparam[g]))
+            return ot_error(OT_ERR_FAILED_PRECONDITION,
+                            "tpu optimizer: flat parameters of group %d on device %d were lost "
+                            "by a failed step",
+                            g, ot_device_index(d));
+    return exec_update(t, r, d, t->ngroups, r->fparam, r->fgrad, step, lr, ro);
+}
+
+ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, int64_t step, double lr,
+                                     const ot_run_options *ro) {
+    double t0 = (1e-9 * (double)ot_now_ns());
+    ot_status s = step_flat_impl(t, d, step, lr, ro);
+    double dt = (1e-9 * (double)ot_now_ns()) - t0;
+    if (t) record_step(t, s, dt);
+    return s;
+}
+
+/* ---- flat views ------------------------------------------------------------------------------ */
+
+int ot_tpu_optimizer_flat_group_count(const ot_tpu_optimizer *t) {
+    return t && t->flat ? t->ngroups : 0;
+}
+
+ot_status ot_tpu_optimizer_flat_view(const ot_tpu_optimizer *t, int k, ot_tpu_flat_view *out) {
+    if (!t || !out)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_flat_view: NULL argument");
+    if (!t->flat) return ot_error(OT_ERR_FAILED_PRECONDITION, "tpu optimizer: not in flat mode");
+    if (k < 0 || k >= t->nparams)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "tpu optimizer: no tensor %d (%d)", k, t->nparams);
+    out->group = t->pgroup[k];
+    out->dtype = t->pshape[k].dtype;
+    out->offset = t->poff[k];
+    out->count = ot_shape_numel_unchecked(&t->pshape[k]);
+    return OT_OK;
+}
+
+ot_status ot_tpu_optimizer_flat_buffers(ot_tpu_optimizer *t, ot_device *d, int g, ot_buffer **param,
+                                        ot_buffer **grad) {
+    if (!t || !d)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_flat_buffers: NULL argument");
+    if (!t->flat) return ot_error(OT_ERR_FAILED_PRECONDITION, "tpu optimizer: not in flat mode");
+    if (g < 0 || g >= t->ngroups)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "tpu optimizer: no flat group %d (%d)", g, t->ngroups);
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
+                        ot_device_index(d));
+    if (param) *param = r->fparam[g];
+    if (grad) *grad = r->fgrad[g];
+    return OT_OK;
+}
+
+/* Tensor k's segment of device d's flat parameter (which 0) or gradient (1) buffer. */
+static ot_status flat_segment(ot_tpu_optimizer *t, ot_device *d, int k, int which, const char *fn,
+                              ot_buffer **b, int64_t *off, int64_t *nbytes) {
+    if (!t || !d) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    if (!t->flat)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "%s: the wrapper is not in flat mode", fn);
+    if (k < 0 || k >= t->nparams)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "%s: no tensor %d (%d)", fn, k, t->nparams);
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "%s: device %d has no replica", fn, ot_device_index(d));
+    *b = which == 0 ? r->fparam[t->pgroup[k]] : r->fgrad[t->pgroup[k]];
+    size_t es = ot_dtype_size(t->pshape[k].dtype);
+    *off = t->poff[k] * (int64_t)es;
+    *nbytes = (int64_t)ot_shape_nbytes_unchecked(&t->pshape[k]);
+    return OT_OK;
+}
+
+static ot_status flat_write(ot_tpu_optimizer *t, ot_device *d, int k, int which,
+                            const ot_tensor *in, const char *fn) {
+    ot_buffer *b;
+    int64_t off, nb;
+    OT_CHECK(flat_segment(t, d, k, which, fn, &b, &off, &nb));
+    if (!in) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: NULL tensor", fn);
+    if (!ot_shape_equal(&in->shape, &t->pshape[k])) {
+        char w[96], g[96];
+        ot_shape_format(&t->pshape[k], w, sizeof w);
+        ot_shape_format(&in->shape, g, sizeof g);
+        return ot_error(OT_ERR_SHAPE_MISMATCH, "%s: tensor %d is %s, got %s", fn, k, w, g);
+    }
+    return ot_buffer_write_bytes(b, off, in->data, nb);
+}
+
+ot_status ot_tpu_optimizer_write_grad(ot_tpu_optimizer *t, ot_device *d, int k,
+                                      const ot_tensor *in) {
+    return flat_write(t, d, k, 1, in, "ot_tpu_optimizer_write_grad");
+}
+
+ot_status ot_tpu_optimizer_write_param(ot_tpu_optimizer *t, ot_device *d, int k,
+                                       const ot_tensor *in) {
+    return flat_write(t, d, k, 0, in, "ot_tpu_optimizer_write_param");
+}
+
+ot_status ot_tpu_optimizer_read_param(ot_tpu_optimizer *t, ot_device *d, int k, ot_tensor *out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_read_param: NULL out");
+    memset(out, 0, sizeof *out);
+    ot_buffer *b;
+    int64_t off, nb;
+    OT_CHECK(flat_segment(t, d, k, 0, "ot_tpu_optimizer_read_param", &b, &off, &nb));
+    OT_CHECK(ot_tensor_alloc(out, &t->pshape[k]));
+    ot_status s = ot_buffer_read_bytes(b, off, out->data, nb);
+    if (s != OT_OK) ot_tensor_release(out);
+    return s;
+}
+
+static void record_step(ot_tpu_optimizer *t, ot_status s, double dt) {
     pthread_mutex_lock(&t->mu);
     ot_tpu_profile *p = &t->prof;
     if (s != OT_OK) {
@@ -846,7 +1240,6 @@ ot_status ot_tpu_optimizer_step(ot_tpu_optimizer *t, ot_device *d, ot_buffer **p
         p->steps++;
     }
     pthread_mutex_unlock(&t->mu);
-    return s;
 }
 
 ot_status ot_tpu_optimizer_as_optimizer(const ot_tpu_optimizer *t, ot_optimizer **out) {
