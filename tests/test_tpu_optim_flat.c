@@ -5,6 +5,8 @@
 #include "ot_test.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "optitpu/optim.h"
@@ -96,11 +98,28 @@ static void compare_modes(const char *name, int mode) {
         to.init_scale = 1024.0;
         to.growth_interval = 2;
     }
+    /* mode 4: parameter groups — SGD for tensors 1 and 4, lr scales, no weight decay on tensor 0
+     * (optimizers with weight decay), clipping; groups by dtype, optimizer, masks and scale:
+     * {0}, {1}, {2}, {3, 5}, {4} */
+    ot_optimizer *sgd = make_opt("sgd");
+    ASSERT_TRUE(sgd != NULL);
+    const ot_optimizer *groups[NT] = {NULL, sgd, NULL, NULL, sgd, NULL};
+    double lrs[NT] = {2.0, 1.0, 0.5, 1.0, 1.0, 1.0};
+    bool wdm[NT] = {false, true, true, true, true, true};
+    double wd;
+    bool has_wd = ot_optimizer_get(o, "weight_decay", &wd) == OT_OK;
+    if (mode == 4) {
+        to.param_optimizers = groups;
+        to.lr_scale = lrs;
+        if (has_wd) to.weight_decay_mask = wdm;
+        to.clip_grad_norm = 0.5;
+    }
     ot_tpu_optimizer *tp = NULL, *tf = NULL;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &tp));
     to.flat = true;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &tf));
-    EXPECT_INT_EQ(ot_tpu_optimizer_flat_group_count(tf), 2);
+    int ngroups_want = mode == 4 ? 5 : 2;
+    EXPECT_INT_EQ(ot_tpu_optimizer_flat_group_count(tf), ngroups_want);
     EXPECT_INT_EQ(ot_tpu_optimizer_flat_group_count(tp), 0);
     EXPECT_INT_EQ(ot_tpu_optimizer_compile_count(tf), 1);
     ot_device *dev[NREP] = {0};
@@ -155,32 +174,39 @@ static void compare_modes(const char *name, int mode) {
             if (mode == 3 && r == 0) EXPECT_TRUE(k2 == (i == 3));
         }
     }
-    /* the flat state holds each tensor's state at its view */
-    int S = ot_tpu_optimizer_state_count(tp) / NT;
-    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(tf), 2 * S);
+    /* the flat state holds each tensor's state "<k>.<slot>" at its view of the group's
+     * "flat<g>.<dtype>.<slot>" */
+    int nps = ot_tpu_optimizer_state_count(tp), nfs = ot_tpu_optimizer_state_count(tf);
+    EXPECT_INT_EQ(nfs, ngroups_want == 2 ? 2 * (nps / NT) : nfs);
     for (int r = 0; r < NREP; r++)
-        for (int j = 0; j < S; j++) {
-            ot_tensor fs[2];
-            memset(fs, 0, sizeof fs);
-            for (int g = 0; g < 2; g++)
-                ASSERT_OK(ot_tpu_optimizer_get_state(tf, dev[r], g * S + j, &fs[g]));
-            for (int k = 0; k < NT; k++) {
-                ot_tpu_flat_view v;
-                ASSERT_OK(ot_tpu_optimizer_flat_view(tf, k, &v));
-                EXPECT_TRUE(v.offset % OT_TPU_FLAT_ALIGN == 0);
-                ot_tensor ps = {0};
-                ASSERT_OK(ot_tpu_optimizer_get_state(tp, dev[r], k * S + j, &ps));
-                size_t es = ot_dtype_size(v.dtype);
-                if (fs[v.group].shape.rank == 0) /* a scalar slot: one per group */
-                    EXPECT_TRUE(bits_equal(&fs[v.group], &ps));
-                else
-                    EXPECT_TRUE(v.count * (int64_t)es == (int64_t)ps.nbytes &&
-                                memcmp((char *)fs[v.group].data + v.offset * (int64_t)es, ps.data,
-                                       ps.nbytes) == 0);
-                ot_tensor_release(&ps);
+        for (int i = 0; i < nps; i++) {
+            const char *pn = ot_tpu_optimizer_state_name(tp, i);
+            int k = atoi(pn);
+            const char *slot = strchr(pn, '.') + 1;
+            ot_tpu_flat_view v;
+            ASSERT_OK(ot_tpu_optimizer_flat_view(tf, k, &v));
+            EXPECT_TRUE(v.offset % OT_TPU_FLAT_ALIGN == 0);
+            char want[128];
+            snprintf(want, sizeof want, "flat%d.%s.%s", v.group, ot_dtype_name(v.dtype), slot);
+            int fi = -1;
+            for (int j = 0; j < nfs; j++)
+                if (!strcmp(ot_tpu_optimizer_state_name(tf, j), want)) fi = j;
+            if (fi < 0) {
+                OT_T_FAIL_("%s mode %d: no flat state %s", name, mode, want);
+                continue;
             }
-            ot_tensor_release(&fs[0]);
-            ot_tensor_release(&fs[1]);
+            ot_tensor ps = {0}, fs = {0};
+            ASSERT_OK(ot_tpu_optimizer_get_state(tp, dev[r], i, &ps));
+            ASSERT_OK(ot_tpu_optimizer_get_state(tf, dev[r], fi, &fs));
+            size_t es = ot_dtype_size(v.dtype);
+            if (fs.shape.rank == 0) /* a scalar slot: one per group */
+                EXPECT_TRUE(bits_equal(&fs, &ps));
+            else
+                EXPECT_TRUE(v.count * (int64_t)es == (int64_t)ps.nbytes &&
+                            memcmp((char *)fs.data + v.offset * (int64_t)es, ps.data, ps.nbytes) ==
+                                0);
+            ot_tensor_release(&ps);
+            ot_tensor_release(&fs);
         }
     for (int r = 0; r < NREP; r++)
         for (int k = 0; k < NT; k++) {
@@ -191,6 +217,7 @@ static void compare_modes(const char *name, int mode) {
     ot_tpu_optimizer_free(tf);
     for (int r = 0; r < NREP; r++) ot_device_free(dev[r]);
     ot_optimizer_free(o);
+    ot_optimizer_free(sgd);
 }
 
 static const char *const elementwise[] = {"sgd",      "adam",  "adamw", "rmsprop", "adagrad",
@@ -205,7 +232,7 @@ static void test_bitwise_plain(void) {
 static void test_bitwise_clipping_and_loss_scaling(void) {
     make_shapes();
     for (size_t i = 0; i < sizeof elementwise / sizeof *elementwise; i++)
-        for (int mode = 1; mode <= 3; mode++) compare_modes(elementwise[i], mode);
+        for (int mode = 1; mode <= 4; mode++) compare_modes(elementwise[i], mode);
 }
 
 /* One f32 group, no clipping: the whole Adam update is one kernel. */
@@ -245,16 +272,15 @@ static void test_refused(void) {
     }
     ot_optimizer *adam = make_opt("adam"), *sgd = make_opt("sgd");
     ASSERT_TRUE(adam && sgd);
-    const ot_optimizer *groups[NT] = {NULL, sgd};
+    /* a group of a non-elementwise optimizer is refused too */
+    ot_optimizer *lamb = NULL;
+    ASSERT_OK(ot_optimizer_new("lamb", &lamb));
+    const ot_optimizer *groups[NT] = {NULL, NULL, NULL, lamb};
     to.param_optimizers = groups;
     EXPECT_STATUS(ot_tpu_optimizer_create(adam, shapes, NT, &to, &t), OT_ERR_UNIMPLEMENTED);
-    EXPECT_STR_CONTAINS(ot_last_error(), "param_optimizers");
+    EXPECT_STR_CONTAINS(ot_last_error(), "lamb");
     to.param_optimizers = NULL;
-    double lrs[NT] = {1, 1, 0.5, 1, 1, 1};
-    to.lr_scale = lrs;
-    EXPECT_STATUS(ot_tpu_optimizer_create(adam, shapes, NT, &to, &t), OT_ERR_UNIMPLEMENTED);
-    EXPECT_STR_CONTAINS(ot_last_error(), "lr_scale");
-    to.lr_scale = NULL;
+    ot_optimizer_free(lamb);
     ot_shape h[2] = {shapes[1], shapes[1]};
     h[1].dtype = OT_BF16;
     EXPECT_STATUS(ot_tpu_optimizer_create(adam, h, 2, &to, &t), OT_ERR_UNIMPLEMENTED);

@@ -43,9 +43,10 @@
  * bf16 copy was made from).
  *
  * Flat mode (options.flat): see ot_tpu_optimizer_options.flat. The module then has one
- * parameter, gradient and state tensor per dtype group instead of one per tensor (same layout
+ * parameter, gradient and state tensor per flat group instead of one per tensor (same layout
  * with "parameter" read as "group"), and the state tensors are the flat ones, named
- * "flat.<dtype>.<slot>" (e.g. "flat.f32.exp_avg") and shaped [group length].
+ * "flat<g>.<dtype>.<slot>" (e.g. "flat0.f32.exp_avg") and shaped [group length] (a scalar
+ * slot: []).
  *
  * Module layout (ot_tpu_optimizer_executable): parameters 0..n-1 params, n..2n-1 grads, then the
  * state tensors (parameter-major: parameter k's slots, then its master), then step and lr (f64
@@ -125,19 +126,21 @@ typedef struct ot_tpu_optimizer_options {
     const bool *weight_decay_mask;
     const bool *trust_ratio_mask;
     /* Flat mode (default false): each replica keeps one parameter buffer and one gradient
-     * buffer per dtype (f32, f64), holding every tensor of that dtype back to back, each
-     * starting at a multiple of OT_TPU_FLAT_ALIGN elements, and one buffer per state slot and
-     * dtype of the same layout. The module takes these flat buffers and the update is built
-     * once over the flat 1-D shape, so the compiler fuses it into one loop for everything.
-     * The caller fills gradients and reads parameters through per-tensor views
-     * (ot_tpu_optimizer_flat_view, write_grad, write_param, read_param) and steps with
-     * ot_tpu_optimizer_step_flat. Results are bit-identical to the per-tensor mode.
-     * Only elementwise updates are flattened: an optimizer whose update reduces over the
-     * tensor or whose state is not parameter-shaped (lamb, lars, adafactor) is UNIMPLEMENTED
-     * in flat mode, as are parameter groups (param_optimizers), lr_scale other than 1, masks
-     * with a false entry, host callbacks and bf16/f16 parameters (f32 masters). Clipping by
-     * value and by global norm (per tensor segment, in the per-tensor order) and loss scaling
-     * work. */
+     * buffer per group — tensors of one dtype (f32, f64) and one hyper-parameter group (the
+     * same param_optimizers entry, masks and lr_scale; without groups: one per dtype) — holding
+     * its tensors back to back, each starting at a multiple of OT_TPU_FLAT_ALIGN elements, and
+     * one buffer per state slot and group of the same layout. The module takes these flat
+     * buffers and each group's update is built once over its flat 1-D shape, so the compiler
+     * fuses it into one loop (one kernel for Adam over any number of tensors). The caller
+     * fills gradients and reads parameters through per-tensor views (ot_tpu_optimizer_flat_view,
+     * write_grad, write_param, read_param) and steps with ot_tpu_optimizer_step_flat. Results
+     * are bit-identical to the per-tensor mode.
+     * Only elementwise updates are flattened (checked on the optimizer's update graph): an
+     * optimizer whose update reduces over the tensor or whose state is not parameter-shaped
+     * (lamb, lars, adafactor) is UNIMPLEMENTED in flat mode, as are host callbacks and
+     * bf16/f16 parameters (f32 masters). Clipping by value, by global norm (summed tensor by
+     * tensor over segments of the flat buffers, in the per-tensor order) and loss scaling
+     * work. A scalar state slot (NAdam's mu_product) is kept once per group. */
     bool flat;
 } ot_tpu_optimizer_options;
 
@@ -205,8 +208,9 @@ OT_API ot_status ot_tpu_optimizer_as_optimizer(const ot_tpu_optimizer *t, ot_opt
 
 /* ---- flat mode (options.flat) ---- */
 
-/* Where tensor k lives: flat group `group` (one per dtype, in order of first appearance), its
- * dtype, its first element `offset` and `count` elements (row-major, its shape's order). */
+/* Where tensor k lives: flat group `group` (one per dtype and hyper-parameter group, in order
+ * of first appearance), its dtype, its first element `offset` and `count` elements (row-major,
+ * its shape's order). */
 typedef struct ot_tpu_flat_view {
     int group;
     ot_dtype dtype;

@@ -11,12 +11,12 @@
 
 typedef struct replica {
     ot_device *dev;
-    ot_buffer **state;  /* nstate buffers on dev */
-    bool *master_ready; /* [nparams]: the f32 master was set or taken from the parameter */
-    double scale;       /* loss scale for the next step */
-    int64_t tracker;    /* clean steps since the scale last changed */
-    bool skipped;       /* the last step found inf/NaN gradients and changed nothing */
-    ot_buffer *fparam[2], *fgrad[2]; /* flat mode: per group, owned by the wrapper */
+    ot_buffer **state;           /* nstate buffers on dev */
+    bool *master_ready;          /* [nparams]: the f32 master was set or taken from the parameter */
+    double scale;                /* loss scale for the next step */
+    int64_t tracker;             /* clean steps since the scale last changed */
+    bool skipped;                /* the last step found inf/NaN gradients and changed nothing */
+    ot_buffer **fparam, **fgrad; /* flat mode: [ngroups], owned by the wrapper */
 } replica;
 
 struct ot_tpu_optimizer {
@@ -40,17 +40,18 @@ struct ot_tpu_optimizer {
     ot_tpu_profile prof;
     replica **reps;
     int nreps, cap;
-    /* flat mode: one group per dtype; tensor k at element poff[k] of group pgroup[k]; the
-     * module's units are the groups (ushape [glen]) instead of the tensors */
+    /* flat mode: one group per dtype and hyper-parameter group; tensor k at element poff[k]
+     * of group pgroup[k]; the module's units are the groups (ushape [length]) instead of the
+     * tensors; [ngroups] arrays */
     bool flat;
     int ngroups;
     int *pgroup;
     int64_t *poff;
-    ot_shape ushape[2];
-    int uslots[2], usoff[2];
-    bool umaster[2];
-    double ulr[2];
-    ot_optimizer *upopt[2]; /* borrowed from popt */
+    ot_shape *ushape;
+    int *uslots, *usoff;
+    bool *umaster;
+    double *ulr;
+    ot_optimizer **upopt; /* borrowed from popt */
 };
 
 /* What the module updates: the tensors, or (flat mode) the flat groups. */
@@ -300,10 +301,12 @@ done:
 static void replica_free(ot_tpu_optimizer *t, replica *r) {
     if (!r) return;
     for (int i = 0; r->state && i < t->nstate; i++) ot_buffer_free(r->state[i]);
-    for (int g = 0; g < 2; g++) {
-        ot_buffer_free(r->fparam[g]);
-        ot_buffer_free(r->fgrad[g]);
+    for (int g = 0; g < t->ngroups; g++) {
+        if (r->fparam) ot_buffer_free(r->fparam[g]);
+        if (r->fgrad) ot_buffer_free(r->fgrad[g]);
     }
+    ot_free(r->fparam);
+    ot_free(r->fgrad);
     ot_free(r->state);
     ot_free(r->master_ready);
     ot_free(r);
@@ -323,6 +326,12 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->soff);
     ot_free(t->pgroup);
     ot_free(t->poff);
+    ot_free(t->ushape);
+    ot_free(t->uslots);
+    ot_free(t->usoff);
+    ot_free(t->umaster);
+    ot_free(t->ulr);
+    ot_free(t->upopt);
     ot_executable_free(t->exe);
     for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
     ot_optimizer_free(t->base);
@@ -333,7 +342,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t);
 }
 
-/* Flat mode needs one optimizer for every tensor with its hyper-parameters as given. */
+/* Flat mode keeps no f32 masters. */
 static ot_status flat_check_options(const ot_optimizer *o, const ot_shape *ps, int n,
                                     const ot_tpu_optimizer_options *op) {
     const char *why = NULL;
@@ -341,14 +350,6 @@ static ot_status flat_check_options(const ot_optimizer *o, const ot_shape *ps, i
     for (k = 0; k < n && !why; k++) {
         if (ps[k].dtype == OT_BF16 || ps[k].dtype == OT_F16)
             why = "a bf16/f16 parameter (f32 masters)";
-        else if (op->param_optimizers && op->param_optimizers[k])
-            why = "parameter groups (param_optimizers)";
-        else if (op->lr_scale && op->lr_scale[k] != 1.0)
-            why = "an lr_scale other than 1";
-        else if (op->weight_decay_mask && !op->weight_decay_mask[k])
-            why = "a false weight_decay_mask entry";
-        else if (op->trust_ratio_mask && !op->trust_ratio_mask[k])
-            why = "a false trust_ratio_mask entry";
     }
     if (why)
         return ot_error(OT_ERR_UNIMPLEMENTED,
@@ -356,6 +357,7 @@ static ot_status flat_check_options(const ot_optimizer *o, const ot_shape *ps, i
                         "implemented; use the per-tensor mode",
                         why, k - 1);
     (void)o;
+    (void)op;
     return OT_OK;
 }
 
@@ -427,21 +429,44 @@ static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt) {
     return OT_OK;
 }
 
-/* The flat layout: groups by dtype in order of first appearance, each tensor at an offset
- * aligned to OT_TPU_FLAT_ALIGN elements; the groups' update and state. */
-static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps) {
+/* The flat layout: a group per dtype and hyper-parameter group (the same param_optimizers
+ * entry, masks and lr_scale), in order of first appearance, each tensor at an offset aligned
+ * to OT_TPU_FLAT_ALIGN elements; the groups' update and state. */
+static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
+                             const ot_tpu_optimizer_options *op) {
     int n = t->nparams;
     t->pgroup = ot_calloc((size_t)n, sizeof *t->pgroup);
     t->poff = ot_calloc((size_t)n, sizeof *t->poff);
-    if (!t->pgroup || !t->poff) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
-    int64_t len[2] = {0, 0};
-    ot_dtype gd[2] = {OT_F32, OT_F32};
+    t->ushape = ot_calloc((size_t)n, sizeof *t->ushape);
+    t->uslots = ot_calloc((size_t)n, sizeof *t->uslots);
+    t->usoff = ot_calloc((size_t)n, sizeof *t->usoff);
+    t->umaster = ot_calloc((size_t)n, sizeof *t->umaster);
+    t->ulr = ot_calloc((size_t)n, sizeof *t->ulr);
+    t->upopt = ot_calloc((size_t)n, sizeof *t->upopt);
+    int *first = ot_calloc((size_t)n, sizeof *first); /* group g's first tensor */
+    int64_t *len = ot_calloc((size_t)n, sizeof *len);
+    ot_status s = OT_OK;
+    if (!t->pgroup || !t->poff || !t->ushape || !t->uslots || !t->usoff || !t->umaster || !t->ulr ||
+        !t->upopt || !first || !len) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+        goto done;
+    }
+#define GROUP_OPT(k) (op->param_optimizers ? op->param_optimizers[k] : NULL)
+#define WD_MASK(k)   (op->weight_decay_mask ? op->weight_decay_mask[k] : true)
+#define TR_MASK(k)   (op->trust_ratio_mask ? op->trust_ratio_mask[k] : true)
     for (int k = 0; k < n; k++) {
         int g = 0;
-        while (g < t->ngroups && gd[g] != ps[k].dtype) g++;
+        for (; g < t->ngroups; g++) {
+            int f = first[g];
+            if (ps[f].dtype == ps[k].dtype && GROUP_OPT(f) == GROUP_OPT(k) &&
+                WD_MASK(f) == WD_MASK(k) && TR_MASK(f) == TR_MASK(k) &&
+                t->lr_scale[f] == t->lr_scale[k])
+                break;
+        }
         if (g == t->ngroups) {
-            gd[g] = ps[k].dtype;
+            first[g] = k;
             t->upopt[g] = t->popt[k];
+            t->ulr[g] = t->lr_scale[k];
             t->ngroups++;
         }
         t->pgroup[k] = g;
@@ -449,18 +474,24 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps) {
         int64_t ne = ot_shape_numel_unchecked(&ps[k]);
         len[g] += (ne + OT_TPU_FLAT_ALIGN - 1) / OT_TPU_FLAT_ALIGN * OT_TPU_FLAT_ALIGN;
     }
+#undef GROUP_OPT
+#undef WD_MASK
+#undef TR_MASK
     int nstate = 0;
-    for (int g = 0; g < t->ngroups; g++) {
+    for (int g = 0; g < t->ngroups && s == OT_OK; g++) {
         if (len[g] == 0) len[g] = OT_TPU_FLAT_ALIGN; /* every tensor empty */
-        OT_CHECK(ot_shape_make(&t->ushape[g], gd[g], 1, &len[g]));
-        OT_CHECK(flat_check_elementwise(t->upopt[g], gd[g]));
+        ot_dtype dt = ps[first[g]].dtype;
+        s = ot_shape_make(&t->ushape[g], dt, 1, &len[g]);
+        if (s == OT_OK) s = flat_check_elementwise(t->upopt[g], dt);
         t->uslots[g] = ot_optimizer_state_count(t->upopt[g]);
-        t->ulr[g] = 1.0;
         t->umaster[g] = false;
         nstate += t->uslots[g];
     }
     t->nstate = nstate;
-    return OT_OK;
+done:
+    ot_free(first);
+    ot_free(len);
+    return s;
 }
 
 ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
@@ -584,7 +615,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
                          ot_optimizer_name(t->popt[0]));
             goto fail;
         }
-        OT_CHECK_GOTO(flat_layout(t, param_shapes), s, fail);
+        OT_CHECK_GOTO(flat_layout(t, param_shapes, &op), s, fail);
     }
     t->pshape = ot_calloc((size_t)nparams, sizeof *t->pshape);
     t->wshape = ot_calloc((size_t)nparams, sizeof *t->wshape);
@@ -626,7 +657,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             t->sinit[i] = vt->state_init ? vt->state_init(og, j) : 0.0;
             const char *sn = ot_optimizer_state_name(og, j);
             char buf[160];
-            snprintf(buf, sizeof buf, "flat.%s.%s", ot_dtype_name(t->ushape[g].dtype),
+            snprintf(buf, sizeof buf, "flat%d.%s.%s", g, ot_dtype_name(t->ushape[g].dtype),
                      sn ? sn : "?");
             if (!(t->sname[i] = ot_strdup(buf))) {
                 s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
@@ -783,6 +814,11 @@ ot_status ot_tpu_optimizer_add_replica(ot_tpu_optimizer *t, ot_device *d) {
                               ot_device_index(d));
             goto fail;
         }
+    }
+    if (t->ngroups > 0 && (!(r->fparam = ot_calloc((size_t)t->ngroups, sizeof *r->fparam)) ||
+                           !(r->fgrad = ot_calloc((size_t)t->ngroups, sizeof *r->fgrad)))) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer replica");
+        goto fail;
     }
     for (int g = 0; g < t->ngroups; g++) { /* flat parameters and gradients: zeros */
         ot_tensor h = {0};
