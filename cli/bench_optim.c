@@ -68,7 +68,7 @@ static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
 
 static int run_optim_bench(int argc, char **argv) {
     const char *cmd = "bench optim";
-    bool json = false, limits = true, fusion = true;
+    bool json = false, limits = true, fusion = true, flat = false;
     const char *name = "adam";
     int64_t n = 16 << 20, k = 1, reps = 5;
     for (int i = 1; i < argc; i++) {
@@ -79,6 +79,8 @@ static int run_optim_bench(int argc, char **argv) {
             limits = false;
         } else if (!strcmp(argv[i], "--no-fusion")) {
             fusion = false;
+        } else if (!strcmp(argv[i], "--flat")) {
+            flat = true;
         } else if (!strcmp(argv[i], "--optimizer")) {
             if (!v) return cli_usage_error(cmd, "--optimizer needs a name");
             name = v;
@@ -102,7 +104,7 @@ static int run_optim_bench(int argc, char **argv) {
     if (k > n) return cli_usage_error(cmd, "more tensors (%lld) than parameters", (long long)k);
     int rc = CLI_FAIL;
     ot_optimizer *o = NULL;
-    ot_tpu_optimizer *t = NULL;
+    ot_tpu_optimizer *t = NULL, *tf = NULL; /* tf: flat mode (--flat) */
     ot_device *d = NULL;
     int64_t *sz = calloc((size_t)k, sizeof *sz);
     ot_shape *shapes = calloc((size_t)k, sizeof *shapes);
@@ -110,7 +112,8 @@ static int run_optim_bench(int argc, char **argv) {
     float **hp = calloc((size_t)k, sizeof *hp), **hg = calloc((size_t)k, sizeof *hg);
     float **hm = calloc((size_t)k, sizeof *hm), **hv = calloc((size_t)k, sizeof *hv);
     double *tt = calloc((size_t)reps, sizeof *tt), *tl = calloc((size_t)reps, sizeof *tl);
-    if (!sz || !shapes || !pb || !gb || !hp || !hg || !hm || !hv || !tt || !tl) {
+    double *tfl = calloc((size_t)reps, sizeof *tfl);
+    if (!sz || !shapes || !pb || !gb || !hp || !hg || !hm || !hv || !tt || !tl || !tfl) {
         fprintf(stderr, "optitpu %s: out of memory\n", cmd);
         goto done;
     }
@@ -140,7 +143,17 @@ static int run_optim_bench(int argc, char **argv) {
         rc = cli_fail(cmd);
         goto done;
     }
-    double compile_s = (double)(ot_now_ns() - c0) / 1e9;
+    double compile_s = (double)(ot_now_ns() - c0) / 1e9, compile_flat_s = 0;
+    if (flat) {
+        c0 = ot_now_ns();
+        to.flat = true;
+        if (ot_tpu_optimizer_create(o, shapes, (int)k, &to, &tf) != OT_OK ||
+            ot_tpu_optimizer_add_replica(tf, d) != OT_OK) {
+            rc = cli_fail(cmd);
+            goto done;
+        }
+        compile_flat_s = (double)(ot_now_ns() - c0) / 1e9;
+    }
     /* parameters and gradients: the same values on the device and for the loop */
     for (int64_t i = 0; i < k; i++) {
         ot_tensor h;
@@ -151,10 +164,12 @@ static int run_optim_bench(int argc, char **argv) {
         float *x = h.data;
         for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)sin(0.001 * (double)(e + 7 * i));
         ot_status s = ot_buffer_from_host(d, &h, &pb[i]);
+        if (s == OT_OK && tf) s = ot_tpu_optimizer_write_param(tf, d, (int)i, &h);
         hp[i] = malloc((size_t)sz[i] * sizeof(float));
         if (hp[i]) memcpy(hp[i], x, (size_t)sz[i] * sizeof(float));
         for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)(0.01 * cos(0.003 * (double)(e + i)));
         if (s == OT_OK) s = ot_buffer_from_host(d, &h, &gb[i]);
+        if (s == OT_OK && tf) s = ot_tpu_optimizer_write_grad(tf, d, (int)i, &h);
         hg[i] = malloc((size_t)sz[i] * sizeof(float));
         if (hg[i]) memcpy(hg[i], x, (size_t)sz[i] * sizeof(float));
         hm[i] = calloc((size_t)sz[i], sizeof(float));
@@ -182,7 +197,8 @@ static int run_optim_bench(int argc, char **argv) {
     adam = adam && ot_optimizer_hparam(o, "amsgrad") == 0.0;
     double lr = 1e-3;
     /* warm-up step 1, then reps timed steps */
-    if (ot_tpu_optimizer_step(t, d, pb, gb, 1, lr, NULL) != OT_OK) {
+    if (ot_tpu_optimizer_step(t, d, pb, gb, 1, lr, NULL) != OT_OK ||
+        (tf && ot_tpu_optimizer_step_flat(tf, d, 1, lr, NULL) != OT_OK)) {
         rc = cli_fail(cmd);
         goto done;
     }
@@ -194,6 +210,14 @@ static int run_optim_bench(int argc, char **argv) {
             goto done;
         }
         tt[r] = (double)(ot_now_ns() - t0) / 1e9;
+        if (tf) {
+            t0 = ot_now_ns();
+            if (ot_tpu_optimizer_step_flat(tf, d, 2 + r, lr, NULL) != OT_OK) {
+                rc = cli_fail(cmd);
+                goto done;
+            }
+            tfl[r] = (double)(ot_now_ns() - t0) / 1e9;
+        }
         if (adam) {
             t0 = ot_now_ns();
             adam_loop(&lc, 2 + r, lr);
@@ -215,6 +239,24 @@ static int run_optim_bench(int argc, char **argv) {
             ndiff += ((float *)h.data)[e] != hp[i][e];
         }
         ot_tensor_release(&h);
+    }
+    /* flat mode computed exactly what the per-tensor mode did: elements that differ */
+    int64_t nflatdiff = 0;
+    for (int64_t i = 0; tf && i < k; i++) {
+        ot_tensor a, b;
+        if (ot_buffer_to_host(pb[i], &a) != OT_OK) {
+            rc = cli_fail(cmd);
+            goto done;
+        }
+        if (ot_tpu_optimizer_read_param(tf, d, (int)i, &b) != OT_OK) {
+            ot_tensor_release(&a);
+            rc = cli_fail(cmd);
+            goto done;
+        }
+        for (int64_t e = 0; e < sz[i]; e++)
+            nflatdiff += memcmp((float *)a.data + e, (float *)b.data + e, sizeof(float)) != 0;
+        ot_tensor_release(&a);
+        ot_tensor_release(&b);
     }
     /* what one update reads and writes, from the wrapper's own profile (28 B per parameter for
      * Adam: p read+written, g read, m and v read+written) */
@@ -250,6 +292,34 @@ static int run_optim_bench(int argc, char **argv) {
         ot_bench_row r = {"optim", c1, "ms/step", step_s * 1e3, NULL, 0, 0};
         ot_bench_print(&r, json);
     }
+    if (tf) {
+        double flat_s = ot_bench_median(tfl, (size_t)reps);
+        snprintf(c1, sizeof c1, "%s flat compile (once)", cs);
+        ot_bench_row f0 = {"optim",
+                           c1,
+                           "s",
+                           compile_flat_s,
+                           "per-tensor compile",
+                           compile_s,
+                           compile_s / compile_flat_s};
+        ot_bench_print(&f0, json);
+        snprintf(c1, sizeof c1, "%s flat step", cs);
+        ot_bench_row f1 = {"optim",           c1,           "ms/step",      flat_s * 1e3,
+                           "per-tensor step", step_s * 1e3, step_s / flat_s};
+        ot_bench_print(&f1, json);
+        snprintf(c1, sizeof c1, "%s flat kernels", cs);
+        ot_bench_row f2 = {"optim",
+                           c1,
+                           "count",
+                           (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(tf)),
+                           "per-tensor kernels",
+                           (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(t)),
+                           0};
+        ot_bench_print(&f2, json);
+        snprintf(c1, sizeof c1, "%s flat parameters != per-tensor's", cs);
+        ot_bench_row f3 = {"optim", c1, "elements", (double)nflatdiff, NULL, 0, 0};
+        ot_bench_print(&f3, json);
+    }
     snprintf(c1, sizeof c1, "%s", cs);
     double gbs = bytes / step_s / 1e9;
     ot_bench_row rg = {"optim",
@@ -281,6 +351,7 @@ done:
         if (hv) free(hv[i]);
     }
     ot_tpu_optimizer_free(t);
+    ot_tpu_optimizer_free(tf);
     ot_device_free(d);
     ot_optimizer_free(o);
     free(sz);
@@ -293,6 +364,7 @@ done:
     free(hv);
     free(tt);
     free(tl);
+    free(tfl);
     return rc;
 }
 
@@ -300,13 +372,16 @@ const cli_command cli_bench_optim = {
     "optim",
     "device optimizer step (one compiled update, donated) vs a fused C loop; GB/s vs STREAM",
     "usage: optitpu bench optim [--optimizer NAME] [--params N] [--tensors K] [--reps R]\n"
-    "                           [--no-fusion] [--no-limits] [--json]\n"
+    "                           [--flat] [--no-fusion] [--no-limits] [--json]\n"
     "\n"
     "Steps NAME (default adam) over N f32 parameters (default 16M; K/M/G suffixes) split into K\n"
     "tensors of mixed sizes (default 1) with ot_tpu_optimizer on one host device: compile time\n"
     "(once), the median step time of R steps (default 5) after a warm-up beside a hand-written\n"
     "fused C loop of the same update (adam, adamw) in the same run, the largest difference of the\n"
     "two results, and the achieved GB/s beside the single-thread STREAM triad (skipped with\n"
-    "--no-limits). --no-fusion compiles without fusion (plain elementwise kernels).",
+    "--no-limits). --no-fusion compiles without fusion (plain elementwise kernels). --flat also\n"
+    "steps a flat-mode wrapper (one buffer per dtype, one update over it) on the same data in the\n"
+    "same run: its step time beside the per-tensor mode's, kernel counts, and the elements where\n"
+    "the two results differ (0: bit-identical).",
     run_optim_bench,
 };

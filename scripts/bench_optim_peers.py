@@ -5,7 +5,8 @@
         [--tensors 1,200] [--reps 5] [--threads 1] [--optimizer adam]
 
 For every size and tensor count: `optitpu bench optim --json` (its own fused C loop baseline is
-printed too), then torch.optim.Adam with foreach=False, foreach=True and fused=True, and
+printed too; with more than one tensor also --flat: the flat-mode wrapper, one buffer and one
+update for all tensors, on the same data in the same process), then torch.optim.Adam with foreach=False, foreach=True and fused=True, and
 optax.adam under jax.jit (parameters donated), on the same sizes (f32, the same split into
 tensors as the CLI's: a deterministic mix over three orders of magnitude). Each figure is the
 median step time over --reps steps after a warm-up; the table prints each peer's time and
@@ -94,12 +95,16 @@ def bench_optax(sizes, reps, lr):
 
 
 def bench_optitpu(binary, opt, n, k, reps):
-    out = subprocess.run([binary, "bench", "optim", "--optimizer", opt, "--params", str(n),
-                          "--tensors", str(k), "--reps", str(reps), "--no-limits", "--json"],
-                         check=True, capture_output=True, text=True).stdout
+    """(per-tensor step, fused C loop, flat-mode step or None) in seconds; --flat when k > 1."""
+    cmd = [binary, "bench", "optim", "--optimizer", opt, "--params", str(n), "--tensors", str(k),
+           "--reps", str(reps), "--no-limits", "--json"] + (["--flat"] if k > 1 else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    step = next(r for r in rows if r["case"].endswith(" step"))
-    return step["value"] / 1e3, (step["baseline_value"] or math.nan) / 1e3
+    step = next(r for r in rows if r["case"].endswith(" step") and
+                not r["case"].endswith(" flat step"))
+    flat = next((r for r in rows if r["case"].endswith(" flat step")), None)
+    return (step["value"] / 1e3, (step["baseline_value"] or math.nan) / 1e3,
+            flat["value"] / 1e3 if flat else None)
 
 
 def main():
@@ -125,16 +130,22 @@ def main():
         for k in [int(x) for x in a.tensors.split(",")]:
             case = f"{n >> 20}M x{k}" if n >= 1 << 20 else f"{n >> 10}K x{k}"
             sizes = split_sizes(n, k)
-            ours, loop = bench_optitpu(a.optitpu, a.optimizer, n, k, a.reps)
+            ours, loop, flat = bench_optitpu(a.optitpu, a.optimizer, n, k, a.reps)
             rows = [("optitpu ot_tpu_optimizer", ours), ("fused C loop (optitpu CLI)", loop)]
+            if flat is not None:
+                rows.insert(1, ("optitpu flat mode", flat))
+            npeer = len(rows)
             rows.append(("torch foreach=False", bench_torch(sizes, a.reps, lr, foreach=False)))
             rows.append(("torch foreach=True", bench_torch(sizes, a.reps, lr, foreach=True)))
             rows.append(("torch fused=True", bench_torch(sizes, a.reps, lr, fused=True)))
             rows.append(("optax.adam jax.jit", bench_optax(sizes, a.reps, lr)))
-            best = min(t for name, t in rows[2:])
+            best = min(t for name, t in rows[npeer:])
             for name, t in rows:
                 print(f"{case:<22} {name:<28} {t * 1e3:>10.3f} {t / ours:>8.3f}")
             print(f"{case:<22} {'fastest peer / optitpu':<28} {best * 1e3:>10.3f} {best / ours:>8.3f}")
+            if flat is not None:
+                print(f"{case:<22} {'fastest peer / flat mode':<28} {best * 1e3:>10.3f} "
+                      f"{best / flat:>8.3f}")
             sys.stdout.flush()
 
 
