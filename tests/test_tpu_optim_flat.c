@@ -364,5 +364,46 @@ static void test_bad_input(void) {
     ot_optimizer_free(o);
 }
 
+/* Allocation failures anywhere in a flat create, add_replica and step leak nothing; a failed
+ * create leaves *out NULL. */
+static void test_alloc_failures(void) {
+    make_shapes();
+    ot_optimizer *o = make_opt("nadam");
+    ASSERT_TRUE(o != NULL);
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.flat = true;
+    to.clip_grad_norm = 1.0;
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    { /* one step first: what the runtime sets up once per process (its thread pool) is not
+       * the wrapper's */
+        ot_tpu_optimizer *w = NULL;
+        ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &w));
+        ASSERT_OK(ot_tpu_optimizer_add_replica(w, d));
+        ASSERT_OK(ot_tpu_optimizer_step_flat(w, d, 1, 0.1, NULL));
+        ot_tpu_optimizer_free(w);
+    }
+    bool done = false;
+    for (int n = 1; n < 40000 && !done; n += (n < 300 ? 1 : 97)) {
+        int64_t live = ot_alloc_live();
+        ot_alloc_fail_after(n);
+        ot_tpu_optimizer *t = NULL;
+        ot_status s = ot_tpu_optimizer_create(o, shapes, NT, &to, &t);
+        if (s == OT_OK) s = ot_tpu_optimizer_add_replica(t, d);
+        if (s == OT_OK) s = ot_tpu_optimizer_step_flat(t, d, 1, 0.1, NULL);
+        ot_alloc_fail_after(0);
+        if (s == OT_OK) done = true;
+        if (t == NULL) EXPECT_TRUE(s != OT_OK);
+        ot_tpu_optimizer_free(t);
+        if (ot_alloc_live() != live)
+            OT_T_FAIL_("failing allocation %d: %lld allocations leaked (%s)", n,
+                       (long long)(ot_alloc_live() - live), s == OT_OK ? "ok" : ot_last_error());
+    }
+    EXPECT_TRUE(done);
+    ot_device_free(d);
+    ot_optimizer_free(o);
+}
+
 OT_TEST_MAIN(OT_TEST(test_bitwise_plain), OT_TEST(test_bitwise_clipping_and_loss_scaling),
-             OT_TEST(test_one_kernel), OT_TEST(test_refused), OT_TEST(test_bad_input))
+             OT_TEST(test_one_kernel), OT_TEST(test_refused), OT_TEST(test_bad_input),
+             OT_TEST(test_alloc_failures))

@@ -95,6 +95,7 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
 
 /* sum of g*g over every element, in f64: an f64 scalar node. */
 static ot_instr *sum_sq_f64(ot_computation *c, ot_computation *add, ot_instr *g) {
+    if (!g) return NULL; /* a failed build (out of memory): the module's status says so */
     ot_instr *g64 = g->shape.array.dtype == OT_F64 ? g : ot_build_convert(c, g, OT_F64);
     ot_instr *sq = ot_build_binary(c, OT_OP_MULTIPLY, g64, g64);
     int rank = g->shape.array.rank;
