@@ -107,6 +107,18 @@ else
   echo "ok   optim_json_rows"; passed=$((passed + 1))
 fi
 expect optim_table 0 "^optim +lamb f32 1000 x2 step +ms/step" -- bench optim --optimizer lamb --params 1000 --tensors 2 --reps 1 --no-limits
+# --flat: the flat-mode wrapper is one kernel and bit-identical to the per-tensor mode
+expect optim_flat_json 0 "" -- bench optim --params 4096 --tensors 5 --reps 3 --no-limits --json --flat
+bad=0
+grep -Eq '"case": "adam f32 4096 x5 flat step", "metric": "ms/step", "value": [0-9.e+-]+, "baseline": "per-tensor step"' "$work/out" || { echo "  no flat step row"; bad=1; }
+grep -Eq '"case": "adam f32 4096 x5 flat kernels", "metric": "count", "value": 1[,.]' "$work/out" || { echo "  flat update is not one kernel"; bad=1; }
+grep -Eq '"case": "adam f32 4096 x5 flat parameters != per-tensor.s", "metric": "elements", "value": 0[,.]' "$work/out" || { echo "  flat and per-tensor modes differ"; bad=1; }
+if [[ $bad -ne 0 ]]; then
+  echo "FAIL optim_flat_rows"; sed 's/^/  | /' "$work/out"; failed=$((failed + 1))
+else
+  echo "ok   optim_flat_rows"; passed=$((passed + 1))
+fi
+expect optim_flat_lamb 1 "flat mode: optimizer 'lamb' is not elementwise" -- bench optim --optimizer lamb --params 1000 --tensors 2 --flat --no-limits
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
