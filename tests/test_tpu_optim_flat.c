@@ -54,9 +54,9 @@ static void fill(ot_tensor *t, uint64_t seed, double a) {
 
 static ot_optimizer *make_opt(const char *name) {
     ot_optimizer *o = NULL;
-    if (strcmp(name, "lookahead") == 0) {
+    if (strncmp(name, "lookahead", 9) == 0) { /* lookahead: around nadam; lookahead_lamb */
         ot_optimizer *in = NULL, *w = NULL;
-        if (ot_optimizer_new("nadam", &in) != OT_OK) return NULL;
+        if (ot_optimizer_new(name[9] ? "lamb" : "nadam", &in) != OT_OK) return NULL;
         ot_status st = ot_optimizer_new_lookahead(in, 3, 0.5, &w);
         ot_optimizer_free(in);
         return st == OT_OK ? w : NULL;
@@ -71,6 +71,12 @@ static ot_optimizer *make_opt(const char *name) {
     } else if (strcmp(name, "rmsprop") == 0) {
         ot_optimizer_set(o, "centered", 1);
         ot_optimizer_set(o, "momentum", 0.5);
+    } else if (strcmp(name, "lamb") == 0) {
+        ot_optimizer_set(o, "weight_decay", 1e-2);
+    } else if (strcmp(name, "lars") == 0) {
+        ot_optimizer_set(o, "weight_decay", 1e-3);
+        ot_optimizer_set(o, "nesterov", 1);
+        ot_optimizer_set(o, "trust_coefficient", 0.02);
     }
     return o;
 }
@@ -81,8 +87,9 @@ static bool bits_equal(const ot_tensor *a, const ot_tensor *b) {
 }
 
 /* Runs `name` with options `mode` (0 plain, 1 value + torch norm clipping, 2 optax norm
- * clipping, 3 loss scaling with an inf gradient on replica 0 at step 3) in both modes and
- * compares parameters after every step and the state at the end, bit for bit. */
+ * clipping, 3 loss scaling with an inf gradient on replica 0 at step 3, 4 parameter groups, 5
+ * weight-decay and trust-ratio masks with clipping) in both modes and compares parameters after
+ * every step and the state at the end, bit for bit; the gaps between tensors stay zero. */
 static void compare_modes(const char *name, int mode) {
     ot_optimizer *o = make_opt(name);
     ASSERT_TRUE(o != NULL);
@@ -114,11 +121,23 @@ static void compare_modes(const char *name, int mode) {
         if (has_wd) to.weight_decay_mask = wdm;
         to.clip_grad_norm = 0.5;
     }
+    /* mode 5: masks only — no weight decay on tensor 0, no trust ratio on the "biases" 1 and 4
+     * (optimizers with a trust ratio: LARS's trust_ratio_mask), value and norm clipping */
+    bool trm[NT] = {true, false, true, true, false, true};
+    double tr;
+    bool has_tr = ot_optimizer_get(o, "trust_ratio", &tr) == OT_OK;
+    int ngroups_want = mode == 4 ? 5 : 2;
+    if (mode == 5) {
+        if (has_wd) to.weight_decay_mask = wdm;
+        if (has_tr) to.trust_ratio_mask = trm;
+        to.clip_grad_value = 0.8;
+        to.clip_grad_norm = 0.5;
+        ngroups_want = has_tr ? 5 : has_wd ? 3 : 2; /* {0} {1} {3,5} {2} {4} */
+    }
     ot_tpu_optimizer *tp = NULL, *tf = NULL;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &tp));
     to.flat = true;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &tf));
-    int ngroups_want = mode == 4 ? 5 : 2;
     EXPECT_INT_EQ(ot_tpu_optimizer_flat_group_count(tf), ngroups_want);
     EXPECT_INT_EQ(ot_tpu_optimizer_flat_group_count(tp), 0);
     EXPECT_INT_EQ(ot_tpu_optimizer_compile_count(tf), 1);
@@ -208,6 +227,44 @@ static void compare_modes(const char *name, int mode) {
             ot_tensor_release(&ps);
             ot_tensor_release(&fs);
         }
+    /* the gaps between tensors (parameters and state) are still zero */
+    for (int r = 0; r < NREP; r++)
+        for (int g = 0; g < ot_tpu_optimizer_flat_group_count(tf); g++) {
+            ot_buffer *fp = NULL;
+            ASSERT_OK(ot_tpu_optimizer_flat_buffers(tf, dev[r], g, &fp, NULL));
+            ot_tensor h[1 + OT_OPTIM_MAX_STATE];
+            memset(h, 0, sizeof h);
+            int nh = 1;
+            ASSERT_OK(ot_buffer_to_host(fp, &h[0]));
+            char pre[32];
+            snprintf(pre, sizeof pre, "flat%d.", g);
+            for (int j = 0; j < nfs && nh < 1 + OT_OPTIM_MAX_STATE; j++) {
+                ot_shape ss;
+                ASSERT_OK(ot_tpu_optimizer_state_shape(tf, j, &ss));
+                if (!strncmp(ot_tpu_optimizer_state_name(tf, j), pre, strlen(pre)) && ss.rank == 1)
+                    ASSERT_OK(ot_tpu_optimizer_get_state(tf, dev[r], j, &h[nh++]));
+            }
+            int64_t len = ot_shape_numel_unchecked(&h[0].shape);
+            bool *used = calloc((size_t)len, 1);
+            ASSERT_TRUE(used != NULL);
+            for (int k = 0; k < NT; k++) {
+                ot_tpu_flat_view v;
+                ASSERT_OK(ot_tpu_optimizer_flat_view(tf, k, &v));
+                for (int64_t e = 0; v.group == g && e < v.count; e++) used[v.offset + e] = true;
+            }
+            int64_t nonzero = 0;
+            for (int q = 0; q < nh; q++) {
+                for (int64_t e = 0; e < len; e++)
+                    if (!used[e])
+                        nonzero += h[q].shape.dtype == OT_F32 ? ((float *)h[q].data)[e] != 0.0f
+                                                              : ((double *)h[q].data)[e] != 0.0;
+                ot_tensor_release(&h[q]);
+            }
+            free(used);
+            if (nonzero)
+                OT_T_FAIL_("%s mode %d: replica %d group %d: %lld gap elements not zero", name,
+                           mode, r, g, (long long)nonzero);
+        }
     for (int r = 0; r < NREP; r++)
         for (int k = 0; k < NT; k++) {
             ot_buffer_free(pb[r][k]);
@@ -222,6 +279,8 @@ static void compare_modes(const char *name, int mode) {
 
 static const char *const elementwise[] = {"sgd",      "adam",  "adamw", "rmsprop", "adagrad",
                                           "adadelta", "radam", "nadam", "lion",    "lookahead"};
+/* Trust ratios from per-tensor norms: updated segment by segment in flat mode. */
+static const char *const segmented[] = {"lamb", "lars", "lookahead_lamb"};
 
 static void test_bitwise_plain(void) {
     make_shapes();
@@ -232,7 +291,13 @@ static void test_bitwise_plain(void) {
 static void test_bitwise_clipping_and_loss_scaling(void) {
     make_shapes();
     for (size_t i = 0; i < sizeof elementwise / sizeof *elementwise; i++)
-        for (int mode = 1; mode <= 4; mode++) compare_modes(elementwise[i], mode);
+        for (int mode = 1; mode <= 5; mode++) compare_modes(elementwise[i], mode);
+}
+
+static void test_bitwise_trust_ratio(void) {
+    make_shapes();
+    for (size_t i = 0; i < sizeof segmented / sizeof *segmented; i++)
+        for (int mode = 0; mode <= 5; mode++) compare_modes(segmented[i], mode);
 }
 
 /* One f32 group, no clipping: the whole Adam update is one kernel. */
@@ -260,8 +325,8 @@ static void test_refused(void) {
     ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
     to.flat = true;
     ot_tpu_optimizer *t = (ot_tpu_optimizer *)&to;
-    const char *refused[] = {"lamb", "lars", "adafactor", "adafactor_torch"};
-    for (size_t i = 0; i < 4; i++) {
+    const char *refused[] = {"adafactor", "adafactor_torch"};
+    for (size_t i = 0; i < 2; i++) {
         ot_optimizer *o = NULL;
         ASSERT_OK(ot_optimizer_new(refused[i], &o));
         if (!strcmp(refused[i], "adafactor")) ot_optimizer_set(o, "min_dim_size_to_factor", 2);
@@ -272,15 +337,15 @@ static void test_refused(void) {
     }
     ot_optimizer *adam = make_opt("adam"), *sgd = make_opt("sgd");
     ASSERT_TRUE(adam && sgd);
-    /* a group of a non-elementwise optimizer is refused too */
-    ot_optimizer *lamb = NULL;
-    ASSERT_OK(ot_optimizer_new("lamb", &lamb));
-    const ot_optimizer *groups[NT] = {NULL, NULL, NULL, lamb};
+    /* a group of adafactor is refused too */
+    ot_optimizer *af = NULL;
+    ASSERT_OK(ot_optimizer_new("adafactor_torch", &af));
+    const ot_optimizer *groups[NT] = {NULL, NULL, NULL, af};
     to.param_optimizers = groups;
     EXPECT_STATUS(ot_tpu_optimizer_create(adam, shapes, NT, &to, &t), OT_ERR_UNIMPLEMENTED);
-    EXPECT_STR_CONTAINS(ot_last_error(), "lamb");
+    EXPECT_STR_CONTAINS(ot_last_error(), "adafactor_torch");
     to.param_optimizers = NULL;
-    ot_optimizer_free(lamb);
+    ot_optimizer_free(af);
     ot_shape h[2] = {shapes[1], shapes[1]};
     h[1].dtype = OT_BF16;
     EXPECT_STATUS(ot_tpu_optimizer_create(adam, h, 2, &to, &t), OT_ERR_UNIMPLEMENTED);
@@ -405,5 +470,5 @@ static void test_alloc_failures(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_bitwise_plain), OT_TEST(test_bitwise_clipping_and_loss_scaling),
-             OT_TEST(test_one_kernel), OT_TEST(test_refused), OT_TEST(test_bad_input),
-             OT_TEST(test_alloc_failures))
+             OT_TEST(test_bitwise_trust_ratio), OT_TEST(test_one_kernel), OT_TEST(test_refused),
+             OT_TEST(test_bad_input), OT_TEST(test_alloc_failures))

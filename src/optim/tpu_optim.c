@@ -52,6 +52,8 @@ struct ot_tpu_optimizer {
     bool *umaster;
     double *ulr;
     ot_optimizer **upopt; /* borrowed from popt */
+    bool *useg; /* [ngroups] the group's optimizer reduces over its tensors (lamb, lars): its
+                 * update is built tensor by tensor over segments of the flat buffers */
 };
 
 /* What the module updates: the tensors, or (flat mode) the flat groups. */
@@ -104,6 +106,80 @@ static ot_instr *sum_sq_f64(ot_computation *c, ot_computation *add, ot_instr *g)
     for (int d = 0; d < rank; d++) dims[d] = d;
     ot_instr *zero = ot_build_constant_scalar(c, OT_F64, 0.0);
     return ot_build_reduce(c, &sq, &zero, 1, dims, rank, add);
+}
+
+/* Flat group g of an optimizer that reduces over its tensors (lamb, lars): each tensor's
+ * segment of the flat parameter p, gradient gr and state st (S slots) is sliced out and reshaped
+ * to the tensor's shape, the tensor's own update is built on it exactly as in the per-tensor
+ * mode (same graph, so the per-tensor norms and trust ratios are computed in the same order and
+ * every result is bit-identical), and the flat outputs are the concatenation of the updated
+ * segments with zeros in the gaps (padding stays zero whatever the optimizer does with zeros). */
+static ot_status build_segmented(const ot_tpu_optimizer *t, ot_computation *c, int g, ot_instr *p,
+                                 ot_instr *gr, ot_instr *const *st, ot_instr *step, ot_instr *lr,
+                                 ot_optim_outputs *out) {
+    int S = t->uslots[g], cap = 2 * t->nparams + 2;
+    ot_instr **pieces = ot_calloc((size_t)(S + 1) * (size_t)cap, sizeof *pieces);
+    if (!pieces) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
+    const ot_shape *fs = &t->ushape[g];
+    ot_dtype dt = fs->dtype;
+    int np = 0;
+    int64_t pos = 0, one = 1;
+    ot_status s = OT_OK;
+    for (int k = 0; k <= t->nparams && s == OT_OK; k++) {
+        bool end = k == t->nparams;
+        if (!end && t->pgroup[k] != g) continue;
+        int64_t ne = end ? 0 : ot_shape_numel_unchecked(&t->pshape[k]);
+        if (!end && ne == 0) continue;
+        int64_t st0 = end ? fs->dims[0] : t->poff[k], lim = st0 + ne;
+        if (st0 > pos) { /* a gap: zeros */
+            ot_shape zs;
+            int64_t gl = st0 - pos;
+            s = ot_shape_make(&zs, dt, 1, &gl);
+            if (s != OT_OK) break;
+            ot_instr *z = ot_build_broadcast(c, ot_build_constant_scalar(c, dt, 0.0), zs, NULL, 0);
+            for (int j = 0; j <= S; j++) pieces[j * cap + np] = z;
+            np++;
+        }
+        if (end) break;
+        ot_optim_inputs in = {.c = c, .step = step, .lr = lr};
+        ot_instr *x[OT_OPTIM_MAX_STATE + 2];
+        x[0] = p;
+        x[1] = gr;
+        for (int j = 0; j < S; j++) x[2 + j] = st[j];
+        for (int q = 0; q < S + 2; q++)
+            x[q] = ot_build_reshape(c, ot_build_slice(c, x[q], &st0, &lim, &one), t->pshape[k]);
+        in.param = x[0];
+        in.grad = x[1];
+        for (int j = 0; j < S; j++) in.state[j] = x[2 + j];
+        ot_optim_outputs r;
+        s = ot_module_status(c->module);
+        if (s == OT_OK) s = ot_optimizer_build(t->popt[k], &in, &r);
+        if (s != OT_OK) {
+            s = ot_error_wrap(s, "parameter %d", k);
+            break;
+        }
+        ot_shape ss;
+        s = ot_shape_make(&ss, dt, 1, &ne);
+        if (s != OT_OK) break;
+        pieces[np] = ot_build_reshape(c, r.param, ss);
+        for (int j = 0; j < S; j++)
+            pieces[(j + 1) * cap + np] = ot_build_reshape(c, r.state[j], ss);
+        np++;
+        pos = lim;
+    }
+    if (s == OT_OK) {
+        for (int j = 0; j <= S; j++) {
+            ot_instr *v =
+                np == 1 ? pieces[j * cap] : ot_build_concatenate(c, pieces + j * cap, np, 0);
+            if (j == 0)
+                out->param = v;
+            else
+                out->state[j - 1] = v;
+        }
+        s = ot_module_status(c->module);
+    }
+    ot_free(pieces);
+    return s;
 }
 
 static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
@@ -249,13 +325,18 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
                             ? lr
                             : ot_build_binary(c, OT_OP_MULTIPLY, lr,
                                               ot_build_constant_scalar(c, OT_F64, P.lr_scale[k]));
-        ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lrk};
-        for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
         ot_optim_outputs r;
-        s = ot_optimizer_build(P.popt[k], &in, &r);
-        if (s != OT_OK) {
-            s = ot_error_wrap(s, "parameter %d", k);
-            goto done;
+        if (t->flat && t->useg[k]) {
+            s = build_segmented(t, c, k, w, grads[k], st + o0, step, lrk, &r);
+            if (s != OT_OK) goto done;
+        } else {
+            ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lrk};
+            for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
+            s = ot_optimizer_build(P.popt[k], &in, &r);
+            if (s != OT_OK) {
+                s = ot_error_wrap(s, "parameter %d", k);
+                goto done;
+            }
         }
         outs[k] = P.master[k] ? ot_build_convert(c, r.param, P.pshape[k].dtype) : r.param;
         for (int j = 0; j < S; j++) outs[n + o0 + j] = r.state[j];
@@ -333,6 +414,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->umaster);
     ot_free(t->ulr);
     ot_free(t->upopt);
+    ot_free(t->useg);
     ot_executable_free(t->exe);
     for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
     ot_optimizer_free(t->base);
@@ -424,10 +506,33 @@ static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt) {
     if (why)
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "ot_tpu_optimizer_create: flat mode: optimizer '%s' is not elementwise "
-                        "(its update %s%s); flat mode needs segmented reductions for it, use "
-                        "the per-tensor mode",
+                        "(its update %s%s) and keeps state not shaped like its tensors (flat "
+                        "mode updates it segment by segment only when every state slot has its "
+                        "tensor's shape); use the per-tensor mode",
                         ot_optimizer_name(o), strchr(why, ' ') ? "" : "uses ", why);
     return OT_OK;
+}
+
+/* Whether group g (length len) can be updated tensor by tensor over segments of its flat
+ * buffers: every state slot of every tensor of the group has that tensor's shape, and every slot
+ * of the group's flat shape is the flat shape (lamb, lars; not adafactor's factored moments). */
+static bool flat_segmentable(const ot_tpu_optimizer *t, const ot_shape *ps, int g, ot_dtype dt,
+                             int64_t len) {
+    ot_shape fs, ss;
+    if (ot_shape_make(&fs, dt, 1, &len) != OT_OK) return false;
+    int S = ot_optimizer_state_count(t->upopt[g]);
+    for (int j = 0; j < S; j++)
+        if (ot_optimizer_state_shape(t->upopt[g], j, &fs, &ss) != OT_OK ||
+            !ot_shape_equal(&ss, &fs))
+            return false;
+    for (int k = 0; k < t->nparams; k++) {
+        if (t->pgroup[k] != g) continue;
+        for (int j = 0; j < ot_optimizer_state_count(t->popt[k]); j++)
+            if (ot_optimizer_state_shape(t->popt[k], j, &ps[k], &ss) != OT_OK ||
+                !ot_shape_equal(&ss, &ps[k]))
+                return false;
+    }
+    return true;
 }
 
 /* The flat layout: a group per dtype and hyper-parameter group (the same param_optimizers
@@ -444,11 +549,12 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
     t->umaster = ot_calloc((size_t)n, sizeof *t->umaster);
     t->ulr = ot_calloc((size_t)n, sizeof *t->ulr);
     t->upopt = ot_calloc((size_t)n, sizeof *t->upopt);
+    t->useg = ot_calloc((size_t)n, sizeof *t->useg);
     int *first = ot_calloc((size_t)n, sizeof *first); /* group g's first tensor */
     int64_t *len = ot_calloc((size_t)n, sizeof *len);
     ot_status s = OT_OK;
     if (!t->pgroup || !t->poff || !t->ushape || !t->uslots || !t->usoff || !t->umaster || !t->ulr ||
-        !t->upopt || !first || !len) {
+        !t->upopt || !t->useg || !first || !len) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
         goto done;
     }
@@ -484,6 +590,10 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
         ot_dtype dt = ps[first[g]].dtype;
         s = ot_shape_make(&t->ushape[g], dt, 1, &len[g]);
         if (s == OT_OK) s = flat_check_elementwise(t->upopt[g], dt);
+        if (s == OT_ERR_UNIMPLEMENTED && flat_segmentable(t, ps, g, dt, len[g])) {
+            s = OT_OK;
+            t->useg[g] = true;
+        }
         t->uslots[g] = ot_optimizer_state_count(t->upopt[g]);
         t->umaster[g] = false;
         nstate += t->uslots[g];
