@@ -118,7 +118,14 @@ if [[ $bad -ne 0 ]]; then
 else
   echo "ok   optim_flat_rows"; passed=$((passed + 1))
 fi
-expect optim_flat_lamb 1 "flat mode: optimizer 'lamb' is not elementwise" -- bench optim --optimizer lamb --params 1000 --tensors 2 --flat --no-limits
+# lamb in flat mode: per-tensor trust ratios over segments, bit-identical; adafactor refused
+expect optim_flat_lamb 0 "" -- bench optim --optimizer lamb --params 1000 --tensors 3 --reps 1 --flat --no-limits --json
+if grep -Eq '"case": "lamb f32 1000 x3 flat parameters != per-tensor.s", "metric": "elements", "value": 0[,.]' "$work/out"; then
+  echo "ok   optim_flat_lamb_rows"; passed=$((passed + 1))
+else
+  echo "FAIL optim_flat_lamb_rows"; sed 's/^/  | /' "$work/out"; failed=$((failed + 1))
+fi
+expect optim_flat_adafactor 1 "flat mode: optimizer 'adafactor' is not elementwise" -- bench optim --optimizer adafactor --params 1000 --tensors 2 --flat --no-limits
 
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -50,6 +50,14 @@ extern "C" {
 
 typedef struct ot_optimizer ot_optimizer;
 
+/* Tensors laid back to back in one 1-D buffer (the device optimizer's flat mode): tensor i of
+ * shape[i] (row-major) starts at element offset[i]; elements outside every tensor are gaps. */
+typedef struct ot_optim_segments {
+    int n;
+    const int64_t *offset;
+    const ot_shape *shape;
+} ot_optim_segments;
+
 /* The nodes an update graph is built from (all in computation c). */
 typedef struct ot_optim_inputs {
     ot_computation *c;
@@ -57,6 +65,11 @@ typedef struct ot_optim_inputs {
     ot_instr *state[OT_OPTIM_MAX_STATE]; /* ot_optimizer_state_count of them, param's shape */
     ot_instr *step;                      /* f64 scalar: t >= 1 */
     ot_instr *lr;                        /* f64 scalar */
+    /* NULL, or param is a 1-D flat buffer of these segments: a builder that reduces over its
+     * tensor (lamb's and lars's trust ratios) reduces over each segment (sliced out, reshaped
+     * to its tensor's shape) and gives that segment's elements the result; gap elements get a
+     * trust ratio of 0. Elementwise builders ignore it. */
+    const ot_optim_segments *seg;
 } ot_optim_inputs;
 
 /* What a builder produces: the new parameter and new state values. */

@@ -135,12 +135,16 @@ typedef struct ot_tpu_optimizer_options {
      * fills gradients and reads parameters through per-tensor views (ot_tpu_optimizer_flat_view,
      * write_grad, write_param, read_param) and steps with ot_tpu_optimizer_step_flat. Results
      * are bit-identical to the per-tensor mode.
-     * Only elementwise updates are flattened (checked on the optimizer's update graph): an
-     * optimizer whose update reduces over the tensor or whose state is not parameter-shaped
-     * (lamb, lars, adafactor) is UNIMPLEMENTED in flat mode, as are host callbacks and
-     * bf16/f16 parameters (f32 masters). Clipping by value, by global norm (summed tensor by
-     * tensor over segments of the flat buffers, in the per-tensor order) and loss scaling
-     * work. A scalar state slot (NAdam's mu_product) is kept once per group. */
+     * Elementwise updates are flattened as they are (checked on the optimizer's update
+     * graph). An update that reduces over its tensor — lamb's and lars's trust ratios from
+     * per-tensor norms, masks included — is built once over the flat buffer with the group's
+     * segments (ot_optim_inputs.seg): each tensor's norms are reduced over its slice reshaped
+     * to its shape, as in the per-tensor mode, and every element gets its tensor's ratio (0 in
+     * the gaps). State not shaped like the tensors (adafactor's factored moments) is
+     * UNIMPLEMENTED in flat mode, as are host callbacks and bf16/f16 parameters (f32
+     * masters). Clipping by value, by global norm (summed tensor by tensor over segments of
+     * the flat buffers, in the per-tensor order) and loss scaling work. A scalar state slot
+     * (NAdam's mu_product) is kept once per group. */
     bool flat;
 } ot_tpu_optimizer_options;
 

@@ -697,14 +697,48 @@ static ot_instr *rms(gb *b, ot_instr *x) {
 static ot_instr *B(gb *b, ot_instr *scalar) {
     return ot_build_broadcast(b->c, scalar, b->s, NULL, 0);
 }
-/* optax scale_by_trust_ratio: u * where(pn == 0 | un == 0, 1, tc * pn / (un + eps)) */
-static ot_instr *trust_ratio(gb *b, ot_instr *p, ot_instr *u, double tc, double eps) {
+/* optax scale_by_trust_ratio's ratio, a scalar: where(pn == 0 | un == 0, 1, tc * pn / (un +
+ * eps)) */
+static ot_instr *trust_scalar(gb *b, ot_instr *p, ot_instr *u, double tc, double eps) {
     ot_instr *pn = l2norm(b, p), *un = l2norm(b, u);
     ot_instr *tr = dvd(b, mul(b, C(b, tc), pn), add(b, un, C(b, eps)));
     ot_instr *zero = ot_build_binary(
         b->c, OT_OP_OR, ot_build_compare(b->c, pn, C(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT),
         ot_build_compare(b->c, un, C(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT));
-    return mul(b, u, B(b, ot_build_select(b->c, zero, C(b, 1.0), tr)));
+    return ot_build_select(b->c, zero, C(b, 1.0), tr);
+}
+/* optax scale_by_trust_ratio: u * ratio. Over flat segments (in->seg): each segment's ratio
+ * from the norms of its slices of p and u (reshaped to its tensor's shape, so reduced exactly as
+ * a tensor of that shape is), broadcast over the segment; 0 in the gaps. */
+static ot_instr *trust_ratio(gb *b, const ot_optim_inputs *in, ot_instr *p, ot_instr *u, double tc,
+                             double eps) {
+    const ot_optim_segments *sg = in->seg;
+    if (!sg) return mul(b, u, B(b, trust_scalar(b, p, u, tc, eps)));
+    int64_t len = b->s.dims[0], pos = 0, one = 1;
+    ot_instr **pc = ot_calloc((size_t)(2 * sg->n + 1), sizeof *pc);
+    if (!pc) return NULL; /* the builder reports the missing node */
+    int np = 0;
+    for (int i = 0; i <= sg->n; i++) {
+        int64_t ne = i < sg->n ? ot_shape_numel_unchecked(&sg->shape[i]) : 0;
+        if (i < sg->n && ne == 0) continue;
+        int64_t st0 = i < sg->n ? sg->offset[i] : len, lim = st0 + ne;
+        if (st0 > pos) { /* a gap */
+            ot_shape gs = b->s;
+            gs.dims[0] = st0 - pos;
+            pc[np++] = ot_build_broadcast(b->c, C(b, 0.0), gs, NULL, 0);
+        }
+        if (i == sg->n) break;
+        gb bs = {b->c, sg->shape[i], b->t};
+        ot_instr *ps = ot_build_reshape(b->c, ot_build_slice(b->c, p, &st0, &lim, &one), bs.s);
+        ot_instr *us = ot_build_reshape(b->c, ot_build_slice(b->c, u, &st0, &lim, &one), bs.s);
+        ot_shape ss = b->s;
+        ss.dims[0] = ne;
+        pc[np++] = ot_build_broadcast(b->c, trust_scalar(&bs, ps, us, tc, eps), ss, NULL, 0);
+        pos = lim;
+    }
+    ot_instr *r = np == 1 ? pc[0] : ot_build_concatenate(b->c, pc, np, 0);
+    ot_free(pc);
+    return mul(b, u, r);
 }
 
 /* ---- LAMB (optax.lamb) ---------------------------------------------------------------------- */
@@ -740,7 +774,7 @@ static ot_status lamb_build(const ot_optimizer *o, const ot_optim_inputs *in,
     ot_instr *u =
         dvd(&b, mh, add(&b, sqr(&b, add(&b, vh, K(&b, HP("eps_root")))), K(&b, HP("eps"))));
     if (wd != 0.0) u = add(&b, u, mul(&b, K(&b, wd), in->param));
-    u = trust_ratio(&b, in->param, u, 1.0, 0.0);
+    u = trust_ratio(&b, in, in->param, u, 1.0, 0.0);
     out->param = add(&b, in->param, mul(&b, S(&b, neg(&b, in->lr)), u));
     out->state[0] = m;
     out->state[1] = v;
@@ -775,7 +809,8 @@ static ot_status lars_build(const ot_optimizer *o, const ot_optim_inputs *in,
     double wd = HP("weight_decay"), mom = HP("momentum");
     ot_instr *u = in->grad;
     if (wd != 0.0) u = add(&b, u, mul(&b, K(&b, wd), in->param));
-    if (ON("trust_ratio")) u = trust_ratio(&b, in->param, u, HP("trust_coefficient"), HP("eps"));
+    if (ON("trust_ratio"))
+        u = trust_ratio(&b, in, in->param, u, HP("trust_coefficient"), HP("eps"));
     u = mul(&b, S(&b, neg(&b, in->lr)), u);
     ot_instr *tr = add(&b, u, mul(&b, K(&b, mom), in->state[0]));
     ot_instr *upd = ON("nesterov") ? add(&b, u, mul(&b, K(&b, mom), tr)) : tr;

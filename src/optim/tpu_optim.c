@@ -108,80 +108,6 @@ static ot_instr *sum_sq_f64(ot_computation *c, ot_computation *add, ot_instr *g)
     return ot_build_reduce(c, &sq, &zero, 1, dims, rank, add);
 }
 
-/* Flat group g of an optimizer that reduces over its tensors (lamb, lars): each tensor's
- * segment of the flat parameter p, gradient gr and state st (S slots) is sliced out and reshaped
- * to the tensor's shape, the tensor's own update is built on it exactly as in the per-tensor
- * mode (same graph, so the per-tensor norms and trust ratios are computed in the same order and
- * every result is bit-identical), and the flat outputs are the concatenation of the updated
- * segments with zeros in the gaps (padding stays zero whatever the optimizer does with zeros). */
-static ot_status build_segmented(const ot_tpu_optimizer *t, ot_computation *c, int g, ot_instr *p,
-                                 ot_instr *gr, ot_instr *const *st, ot_instr *step, ot_instr *lr,
-                                 ot_optim_outputs *out) {
-    int S = t->uslots[g], cap = 2 * t->nparams + 2;
-    ot_instr **pieces = ot_calloc((size_t)(S + 1) * (size_t)cap, sizeof *pieces);
-    if (!pieces) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
-    const ot_shape *fs = &t->ushape[g];
-    ot_dtype dt = fs->dtype;
-    int np = 0;
-    int64_t pos = 0, one = 1;
-    ot_status s = OT_OK;
-    for (int k = 0; k <= t->nparams && s == OT_OK; k++) {
-        bool end = k == t->nparams;
-        if (!end && t->pgroup[k] != g) continue;
-        int64_t ne = end ? 0 : ot_shape_numel_unchecked(&t->pshape[k]);
-        if (!end && ne == 0) continue;
-        int64_t st0 = end ? fs->dims[0] : t->poff[k], lim = st0 + ne;
-        if (st0 > pos) { /* a gap: zeros */
-            ot_shape zs;
-            int64_t gl = st0 - pos;
-            s = ot_shape_make(&zs, dt, 1, &gl);
-            if (s != OT_OK) break;
-            ot_instr *z = ot_build_broadcast(c, ot_build_constant_scalar(c, dt, 0.0), zs, NULL, 0);
-            for (int j = 0; j <= S; j++) pieces[j * cap + np] = z;
-            np++;
-        }
-        if (end) break;
-        ot_optim_inputs in = {.c = c, .step = step, .lr = lr};
-        ot_instr *x[OT_OPTIM_MAX_STATE + 2];
-        x[0] = p;
-        x[1] = gr;
-        for (int j = 0; j < S; j++) x[2 + j] = st[j];
-        for (int q = 0; q < S + 2; q++)
-            x[q] = ot_build_reshape(c, ot_build_slice(c, x[q], &st0, &lim, &one), t->pshape[k]);
-        in.param = x[0];
-        in.grad = x[1];
-        for (int j = 0; j < S; j++) in.state[j] = x[2 + j];
-        ot_optim_outputs r;
-        s = ot_module_status(c->module);
-        if (s == OT_OK) s = ot_optimizer_build(t->popt[k], &in, &r);
-        if (s != OT_OK) {
-            s = ot_error_wrap(s, "parameter %d", k);
-            break;
-        }
-        ot_shape ss;
-        s = ot_shape_make(&ss, dt, 1, &ne);
-        if (s != OT_OK) break;
-        pieces[np] = ot_build_reshape(c, r.param, ss);
-        for (int j = 0; j < S; j++)
-            pieces[(j + 1) * cap + np] = ot_build_reshape(c, r.state[j], ss);
-        np++;
-        pos = lim;
-    }
-    if (s == OT_OK) {
-        for (int j = 0; j <= S; j++) {
-            ot_instr *v =
-                np == 1 ? pieces[j * cap] : ot_build_concatenate(c, pieces + j * cap, np, 0);
-            if (j == 0)
-                out->param = v;
-            else
-                out->state[j - 1] = v;
-        }
-        s = ot_module_status(c->module);
-    }
-    ot_free(pieces);
-    return s;
-}
-
 static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
     *out = NULL;
     ot_module *m = ot_module_new("tpu_optimizer");
@@ -209,8 +135,10 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
     ot_instr **grads = ot_calloc((size_t)n + 1, sizeof *grads);
     ot_instr **prm = ot_calloc((size_t)n + 1, sizeof *prm);
     ot_instr **st = ot_calloc((size_t)t->nstate + 1, sizeof *st);
+    int64_t *segoff = ot_calloc((size_t)t->nparams, sizeof *segoff);
+    ot_shape *segshape = ot_calloc((size_t)t->nparams, sizeof *segshape);
     ot_status s = OT_OK;
-    if (!outs || !grads || !prm || !st) {
+    if (!outs || !grads || !prm || !st || !segoff || !segshape) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
         goto done;
     }
@@ -325,18 +253,21 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
                             ? lr
                             : ot_build_binary(c, OT_OP_MULTIPLY, lr,
                                               ot_build_constant_scalar(c, OT_F64, P.lr_scale[k]));
+        ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lrk};
+        for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
+        /* flat group of lamb/lars: per-tensor norms over its tensors' segments */
+        ot_optim_segments sg = {0, segoff, segshape};
+        for (int q = 0; t->flat && t->useg[k] && q < t->nparams; q++) {
+            if (t->pgroup[q] != k) continue;
+            segoff[sg.n] = t->poff[q];
+            segshape[sg.n++] = t->pshape[q];
+        }
+        if (t->flat && t->useg[k]) in.seg = &sg;
         ot_optim_outputs r;
-        if (t->flat && t->useg[k]) {
-            s = build_segmented(t, c, k, w, grads[k], st + o0, step, lrk, &r);
-            if (s != OT_OK) goto done;
-        } else {
-            ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lrk};
-            for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
-            s = ot_optimizer_build(P.popt[k], &in, &r);
-            if (s != OT_OK) {
-                s = ot_error_wrap(s, "parameter %d", k);
-                goto done;
-            }
+        s = ot_optimizer_build(P.popt[k], &in, &r);
+        if (s != OT_OK) {
+            s = ot_error_wrap(s, t->flat ? "flat group %d" : "parameter %d", k);
+            goto done;
         }
         outs[k] = P.master[k] ? ot_build_convert(c, r.param, P.pshape[k].dtype) : r.param;
         for (int j = 0; j < S; j++) outs[n + o0 + j] = r.state[j];
@@ -370,6 +301,8 @@ done:
     ot_free(grads);
     ot_free(prm);
     ot_free(st);
+    ot_free(segoff);
+    ot_free(segshape);
     if (s != OT_OK) {
         ot_module_free(m);
         return s;
@@ -450,7 +383,7 @@ static ot_status flat_check_options(const ot_optimizer *o, const ot_shape *ps, i
  * flat buffer computes exactly what updating each does). A scalar state slot (NAdam's
  * mu_product) is then computed from scalars only (step, lr, constants, itself): every
  * tensor's copy is the same, and the group keeps one. */
-static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt) {
+static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt, bool segmented) {
     ot_shape ps, sc = ot_shape_scalar(OT_F64);
     OT_CHECK(ot_shape_make(&ps, dt, 1, (int64_t[]){37}));
     ot_module *m = ot_module_new("flat_probe");
@@ -458,6 +391,15 @@ static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt) {
     ot_computation *c = ot_module_add_computation(m, "probe");
     int S = ot_optimizer_state_count(o);
     ot_optim_inputs in = {.c = c};
+    /* segmented: two tensors ([4, 5] at 0, [13] at 24) in the probe; whatever reads the flat
+     * probe is then elementwise or a slice (a segment), and only a broadcast scalar or a
+     * concatenation of segments becomes flat again */
+    ot_shape segs[2];
+    int64_t segoff[2] = {0, 24};
+    ot_optim_segments sg = {2, segoff, segs};
+    OT_CHECK(ot_shape_make(&segs[0], dt, 2, (int64_t[]){4, 5}));
+    OT_CHECK(ot_shape_make(&segs[1], dt, 1, (int64_t[]){13}));
+    if (segmented) in.seg = &sg;
     in.param = ot_build_parameter(c, 0, ps, "p");
     in.grad = ot_build_parameter(c, 1, ps, "g");
     ot_status s = OT_OK;
@@ -487,6 +429,22 @@ static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt) {
     for (int64_t i = 0; s == OT_OK && !why && i < npo; i++) {
         const ot_instr *x = po[i];
         if (x == c->root || x->opcode == OT_OP_PARAMETER) continue;
+        if (segmented) {
+            bool flat_in = false, any_in = false;
+            for (int q = 0; q < x->noperands; q++) {
+                const ot_ir_shape *qs = &x->operands[q]->shape;
+                if (!ot_ir_shape_is_array(qs) || qs->array.rank > 0) any_in = true;
+                if (ot_ir_shape_is_array(qs) && ot_shape_equal(&qs->array, &ps)) flat_in = true;
+            }
+            bool flat_out = ot_ir_shape_is_array(&x->shape) && ot_shape_equal(&x->shape.array, &ps);
+            if (flat_in &&
+                !(x->opcode == OT_OP_SLICE || (ot_opcode_is_elementwise(x->opcode) && flat_out)))
+                why = ot_opcode_name(x->opcode);
+            else if (!flat_in && flat_out && x->opcode != OT_OP_CONCATENATE &&
+                     !(x->opcode == OT_OP_BROADCAST && !any_in))
+                why = ot_opcode_name(x->opcode);
+            continue;
+        }
         bool vec_in = false;
         for (int q = 0; q < x->noperands; q++)
             if (!ot_ir_shape_is_array(&x->operands[q]->shape) ||
@@ -506,9 +464,9 @@ static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt) {
     if (why)
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "ot_tpu_optimizer_create: flat mode: optimizer '%s' is not elementwise "
-                        "(its update %s%s) and keeps state not shaped like its tensors (flat "
-                        "mode updates it segment by segment only when every state slot has its "
-                        "tensor's shape); use the per-tensor mode",
+                        "(its update %s%s) and cannot be updated segment by segment (only an "
+                        "optimizer whose state has its tensors' shapes and whose reductions read "
+                        "segments, as lamb and lars); use the per-tensor mode",
                         ot_optimizer_name(o), strchr(why, ' ') ? "" : "uses ", why);
     return OT_OK;
 }
@@ -589,10 +547,10 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
         if (len[g] == 0) len[g] = OT_TPU_FLAT_ALIGN; /* every tensor empty */
         ot_dtype dt = ps[first[g]].dtype;
         s = ot_shape_make(&t->ushape[g], dt, 1, &len[g]);
-        if (s == OT_OK) s = flat_check_elementwise(t->upopt[g], dt);
+        if (s == OT_OK) s = flat_check_elementwise(t->upopt[g], dt, false);
         if (s == OT_ERR_UNIMPLEMENTED && flat_segmentable(t, ps, g, dt, len[g])) {
-            s = OT_OK;
-            t->useg[g] = true;
+            s = flat_check_elementwise(t->upopt[g], dt, true);
+            t->useg[g] = s == OT_OK;
         }
         t->uslots[g] = ot_optimizer_state_count(t->upopt[g]);
         t->umaster[g] = false;
