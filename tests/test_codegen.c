@@ -830,6 +830,69 @@ static void test_fault_injection(void) {
     EXPECT_TRUE(done);
 }
 
+/* take_along_axis of a log-softmax (JAX's batched gather, labels out of range included: the fill
+ * gives s32 values in [-100, 100) and huge ones, which gather clamps) and a windowed gather of an
+ * elementwise chain: simplify moves each gather onto the parameter, so no fusion materializes
+ * the log-softmax, and the native results equal the reference evaluator's on the original. */
+static const char *k_take_along =
+    "HloModule take_along_native\n"
+    "mx {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT m = f32[] maximum(a, b)\n}\n"
+    "ad {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+    "ENTRY main {\n"
+    "  x = f32[64,300] parameter(0)\n"
+    "  l = s32[64,1,1] parameter(1)\n"
+    "  ninf = f32[] constant(-inf)\n"
+    "  m = f32[64] reduce(x, ninf), dimensions={1}, to_apply=mx\n"
+    "  bm = f32[64,300] broadcast(m), dimensions={0}\n"
+    "  s = f32[64,300] subtract(x, bm)\n"
+    "  e = f32[64,300] exponential(s)\n"
+    "  zero = f32[] constant(0)\n"
+    "  se = f32[64] reduce(e, zero), dimensions={1}, to_apply=ad\n"
+    "  lse = f32[64] log(se)\n"
+    "  bl = f32[64,300] broadcast(lse), dimensions={0}\n"
+    "  ls = f32[64,300] subtract(s, bl)\n"
+    "  g = f32[64,1] gather(ls, l), offset_dims={}, collapsed_slice_dims={1}, "
+    "start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, "
+    "index_vector_dim=2, slice_sizes={1,1}\n"
+    "  ROOT t = (f32[64,1], f32[64]) tuple(g, se)\n"
+    "}\n";
+
+static const char *k_gather_win =
+    "HloModule gather_win_native\n"
+    "ENTRY main {\n"
+    "  x = f32[40,33] parameter(0)\n"
+    "  i = s32[9,2] parameter(1)\n"
+    "  w = f32[] parameter(2)\n"
+    "  bw = f32[40,33] broadcast(w), dimensions={}\n"
+    "  y = f32[40,33] multiply(x, bw)\n"
+    "  t = f32[40,33] tanh(y)\n"
+    "  ROOT g = f32[9,3,5] gather(t, i), offset_dims={1,2}, collapsed_slice_dims={}, "
+    "start_index_map={0,1}, index_vector_dim=1, slice_sizes={3,5}\n"
+    "}\n";
+
+static void test_gather_of_elementwise(void) {
+    for (int v = 0; v < 2; v++) {
+        const char *text = v == 0 ? k_take_along : k_gather_win;
+        /* the take_along module's row max is a lone reduce: the fast reduce kernel, not native */
+        for (uint64_t seed = 1; seed <= 4; seed++)
+            check_module(text, seed + 40 * (uint64_t)v, v == 1);
+        ot_module *m = parse(text);
+        ASSERT_TRUE(m != NULL);
+        ot_executable *e = NULL;
+        ASSERT_OK(ot_compile(m, NULL, &e));
+        const ot_computation *c = ot_module_entry(ot_executable_module(e));
+        int gathers = 0;
+        for (const ot_instr *i = c->first; i; i = i->next)
+            if (i->opcode == OT_OP_GATHER) {
+                gathers++;
+                EXPECT_TRUE(i->operands[0] == c->params[0]);
+            }
+        EXPECT_INT_EQ(gathers, 1);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 static void test_summary(void) {
     fprintf(stderr,
             "codegen: %d modules, %d outputs bit-identical (%lld NaN elements with another "
@@ -856,7 +919,8 @@ int main(int argc, char **argv) {
     static const ot_test_case tests[] = {
         OT_TEST(test_every_op),        OT_TEST(test_converts), OT_TEST(test_random_fusions),
         OT_TEST(test_reductions),      OT_TEST(test_cache),    OT_TEST(test_fallbacks),
-        OT_TEST(test_fault_injection), OT_TEST(test_hw_ftz),   OT_TEST(test_summary),
+        OT_TEST(test_fault_injection), OT_TEST(test_hw_ftz),   OT_TEST(test_gather_of_elementwise),
+        OT_TEST(test_summary),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();

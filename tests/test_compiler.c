@@ -366,6 +366,156 @@ static void test_simplify(void) {
     ot_module_free(m);
 }
 
+/* ---- gather through elementwise producers (simplify) ---- */
+
+static const char *k_gather_take_along =
+    "HloModule take_along\n"
+    "mx {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT m = f32[] maximum(a, b)\n}\n"
+    "ad {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+    "ENTRY main {\n"
+    "  x = f32[6,37] parameter(0)\n"
+    "  l = s32[6,1,1] parameter(1)\n"
+    "  ninf = f32[] constant(-inf)\n"
+    "  m = f32[6] reduce(x, ninf), dimensions={1}, to_apply=mx\n"
+    "  bm = f32[6,37] broadcast(m), dimensions={0}\n"
+    "  s = f32[6,37] subtract(x, bm)\n"
+    "  e = f32[6,37] exponential(s)\n"
+    "  zero = f32[] constant(0)\n"
+    "  se = f32[6] reduce(e, zero), dimensions={1}, to_apply=ad\n"
+    "  lse = f32[6] log(se)\n"
+    "  bl = f32[6,37] broadcast(lse), dimensions={0}\n"
+    "  ls = f32[6,37] subtract(s, bl)\n"
+    "  ROOT g = f32[6,1] gather(ls, l), offset_dims={}, collapsed_slice_dims={1}, "
+    "start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, "
+    "index_vector_dim=2, slice_sizes={1,1}\n"
+    "}\n";
+
+static const char *k_gather_windows =
+    "HloModule gather_windows\n"
+    "ENTRY main {\n"
+    "  x = f32[10,4] parameter(0)\n"
+    "  i = s32[5,2] parameter(1)\n"
+    "  w = f32[10] parameter(2)\n"
+    "  z = f32[] constant(0)\n"
+    "  bz = f32[10,4] broadcast(z), dimensions={}\n"
+    "  p = pred[10,4] compare(x, bz), direction=GT\n"
+    "  bw = f32[10,4] broadcast(w), dimensions={0}\n"
+    "  y = f32[10,4] multiply(x, bw)\n"
+    "  nx = f32[10,4] negate(x)\n"
+    "  sel = f32[10,4] select(p, y, nx)\n"
+    "  lo = f32[] constant(-3)\n"
+    "  hi = f32[] constant(3)\n"
+    "  cl = f32[10,4] clamp(lo, sel, hi)\n"
+    "  cv = f64[10,4] convert(cl)\n"
+    "  ROOT g = f64[5,2,3] gather(cv, i), offset_dims={1,2}, collapsed_slice_dims={}, "
+    "start_index_map={0,1}, index_vector_dim=1, slice_sizes={2,3}\n"
+    "}\n";
+
+/* exp(x) has another user and the gather reads more than an eighth of it: not rewritten */
+static const char *k_gather_shared =
+    "HloModule gather_shared\n"
+    "ENTRY main {\n"
+    "  x = f32[4,4] parameter(0)\n"
+    "  i = s32[5,2] parameter(1)\n"
+    "  e = f32[4,4] exponential(x)\n"
+    "  g = f32[5,2,3] gather(e, i), offset_dims={1,2}, collapsed_slice_dims={}, "
+    "start_index_map={0,1}, index_vector_dim=1, slice_sizes={2,3}\n"
+    "  ROOT t = (f32[4,4], f32[5,2,3]) tuple(e, g)\n"
+    "}\n";
+
+/* the gather has more elements than exp(x): not rewritten (exp would run on more elements) */
+static const char *k_gather_grows =
+    "HloModule gather_grows\n"
+    "ENTRY main {\n"
+    "  x = f32[2,2] parameter(0)\n"
+    "  i = s32[10,1] parameter(1)\n"
+    "  e = f32[2,2] exponential(x)\n"
+    "  ROOT g = f32[10,2] gather(e, i), offset_dims={1}, collapsed_slice_dims={0}, "
+    "start_index_map={0}, index_vector_dim=1, slice_sizes={1,2}\n"
+    "}\n";
+
+/* Parses text, fills the f32 parameters (NaN, infinities, -0 and subnormals among them) and the
+ * s32 indices from idx (out-of-range starts included: gather clamps them), runs simplify + DCE
+ * and checks that the result is the same, bit for bit, and how many gathers still read an
+ * elementwise op. */
+static void check_gather_rewrite(const char *text, const int32_t *idx, int nidx,
+                                 int want_on_elementwise) {
+    ot_module *m = NULL, *m2 = NULL;
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m2));
+    ot_computation *entry = ot_module_entry(m);
+    int np = entry->nparams;
+    ot_value args[4];
+    static const uint32_t special[] = {0x7fc00000u, 0xff800000u, 0x7f800000u, 0x80000000u,
+                                       0x00000001u, 0x80400000u, 0x7f7fffffu, 0x42b17218u};
+    uint64_t seed = 99;
+    for (int k = 0; k < np; k++) {
+        ASSERT_OK(ot_value_alloc_array(&args[k], &entry->params[k]->shape.array));
+        ot_tensor *t = &args[k].array;
+        int64_t ne = ot_shape_numel_unchecked(&t->shape);
+        for (int64_t j = 0; j < ne; j++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            if (t->shape.dtype == OT_S32) {
+                ((int32_t *)t->data)[j] = idx[j % nidx];
+            } else if ((seed >> 60) == 0) {
+                memcpy((float *)t->data + j, &special[(seed >> 40) % 8], 4);
+            } else {
+                ((float *)t->data)[j] = (float)((int)((seed >> 33) % 2001) - 1000) / 64.0f;
+            }
+        }
+    }
+    ot_value ref = ot_value_empty(), got = ot_value_empty();
+    ASSERT_OK(ot_evaluate(m, args, np, NULL, &ref));
+    ASSERT_OK(ot_module_finalize(m2));
+    ASSERT_OK(ot_pass_simplify(m2, NULL));
+    ASSERT_OK(ot_pass_dce(m2, NULL));
+    ASSERT_OK(ot_module_verify(m2));
+    int gathers = 0, on_elementwise = 0;
+    for (const ot_instr *i = ot_module_entry(m2)->first; i; i = i->next) {
+        if (i->opcode != OT_OP_GATHER) continue;
+        gathers++;
+        on_elementwise += ot_opcode_is_elementwise(i->operands[0]->opcode);
+    }
+    EXPECT_TRUE(gathers > 0);
+    EXPECT_INT_EQ(on_elementwise, want_on_elementwise);
+    ASSERT_OK(ot_evaluate(m2, args, np, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    ot_value_release(&ref);
+    ot_value_release(&got);
+    for (int k = 0; k < np; k++) ot_value_release(&args[k]);
+    ot_module_free(m);
+    ot_module_free(m2);
+}
+
+static void test_simplify_gather(void) {
+    /* take_along_axis of a log-softmax as JAX lowers it (batched gather): the gather moves to
+     * x, the subtractions run on one element per row, broadcasts of the row values become
+     * broadcasts to the gathered shape */
+    const int32_t rows[] = {-5, 40, 36, 0, INT32_MIN, 17};
+    check_gather_rewrite(k_gather_take_along, rows, 6, 0);
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(k_gather_take_along, strlen(k_gather_take_along), NULL, &m));
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_OK(ot_pass_simplify(m, NULL));
+    ASSERT_OK(ot_pass_dce(m, NULL));
+    ot_computation *c = ot_module_entry(m);
+    EXPECT_INT_EQ(count_op(c, OT_OP_GATHER), 1);
+    for (const ot_instr *i = c->first; i; i = i->next)
+        if (i->opcode == OT_OP_GATHER) EXPECT_TRUE(i->operands[0] == c->params[0]);
+    EXPECT_INT_EQ(c->root->opcode, OT_OP_SUBTRACT);
+    EXPECT_INT_EQ(c->root->shape.array.rank, 2);
+    EXPECT_INT_EQ(c->root->shape.array.dims[0], 6);
+    ot_module_free(m);
+    /* windows, clamped starts, compare/select/clamp with scalar bounds/convert: pushed down to
+     * x * broadcast(w), whose broadcast runs along a non-batching dimension (gathering it would
+     * materialize it at x's size), so that multiply stays under its gather */
+    const int32_t starts[] = {-1, -1, 9, 3, 8, 1, 100, -100, 3, INT32_MAX};
+    check_gather_rewrite(k_gather_windows, starts, 10, 1);
+    /* not applied where it would add work */
+    check_gather_rewrite(k_gather_shared, starts, 10, 1);
+    check_gather_rewrite(k_gather_grows, starts, 10, 1);
+}
+
 /* ---- call inlining ---- */
 
 static const char *k_nested_calls = "HloModule nested_calls\n"
@@ -1594,7 +1744,7 @@ static void test_random_graphs_O0_O2(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
-             OT_TEST(test_simplify), OT_TEST(test_inline_calls),
+             OT_TEST(test_simplify), OT_TEST(test_simplify_gather), OT_TEST(test_inline_calls),
              OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fuse_never_list),
              OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
              OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),

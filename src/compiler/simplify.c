@@ -7,6 +7,9 @@
  *   reshape(reshape(x)) → reshape(x); reshape/transpose/broadcast/convert/slice that change
  *   nothing → x; transpose∘transpose and broadcast∘broadcast composed into one
  *   select(splat constant p, a, b) → a or b; select(p, a, a) → a
+ *   gather(f(x, y, ...), idx) → f(gather(x, idx), gather(y, idx), ...) for elementwise f, and
+ *   gather(broadcast(b), idx) → broadcast(b) when b's dimensions are batching dimensions
+ *   (conditions below: never more work)
  * Not applied (they change float results): x*0 → 0, x-x → 0, x+0.0 → x. */
 #include "compiler_internal.h"
 
@@ -72,6 +75,129 @@ static ot_status built(ot_computation *c, ot_instr *x, ot_instr **out) {
     if (x) return OT_OK;
     ot_status s = ot_module_status(c->module);
     return s != OT_OK ? s : ot_error(OT_ERR_INTERNAL, "simplify: builder returned NULL");
+}
+
+/* ---- gather through elementwise producers ----
+ * Every element of a gather's result is a copy of one operand element, at a position that only
+ * the indices' values and the dimension numbers decide (out-of-range starts clamped the same
+ * way whatever the operand holds). An elementwise op's element at a position depends only on its
+ * operands at that position. So gather(f(x1, ..., xn), idx) = f(gather(x1, idx), ...,
+ * gather(xn, idx)) bit for bit, and the rewrite lets f run on the gathered elements only instead
+ * of materializing f over the whole operand (take_along_axis of a log-softmax reads one element
+ * per row of a [rows, classes] tensor). Applied when it cannot add work: the producer's only
+ * user is the gather and the gather has at most the producer's element count, or the gather has
+ * at most an eighth of it (the producer stays for its other users and f is computed again on
+ * the gathered elements only). A rank-0 operand of select or clamp stays as it is; a broadcast
+ * operand becomes a broadcast of its source when that source's dimensions are all batching
+ * dimensions of the gather (or it is a scalar), and the op is left alone when a broadcast
+ * operand cannot (gathering the broadcast would materialize it at the op's size); any other
+ * operand is gathered. */
+#define GPUSH_MAX_DEPTH 64
+
+static bool gpush_op(const ot_instr *x) {
+    if (ot_instr_has_side_effect(x) || x->shape.kind != OT_IR_ARRAY) return false;
+    if (x->opcode == OT_OP_MAP || x->opcode == OT_OP_BITCAST_CONVERT) return false;
+    return ot_opcode_is_elementwise(x->opcode);
+}
+
+static bool gpush_worth(const ot_instr *g, const ot_instr *x) {
+    int64_t go = ot_shape_numel_unchecked(&g->shape.array);
+    int64_t xo = ot_shape_numel_unchecked(&x->shape.array);
+    if (go < 0 || xo < 0) return false;
+    if (x->nusers == 1) return go <= xo;
+    return go <= xo / 8;
+}
+
+/* The gather's output dimension that the indices' (batch) dimension s becomes. */
+static int64_t gather_out_dim_of_index_dim(const ot_gather_dims *dn, int out_rank, int64_t s) {
+    int64_t pos = s > dn->index_vector_dim ? s - 1 : s; /* among the index batch dims */
+    for (int64_t d = 0; d < out_rank; d++) {
+        bool offset = false;
+        for (int k = 0; k < dn->noffset; k++) offset |= dn->offset_dims[k] == d;
+        if (offset) continue;
+        if (pos-- == 0) return d;
+    }
+    return -1;
+}
+
+/* The dimensions of a broadcast of bc's source to g's result shape that equal gather(bc, idx)
+ * (g's dimension numbers): each broadcast dimension of bc must be an operand batching dimension
+ * of g, in increasing order of their result dimensions; false when there is no such broadcast. */
+static bool gpush_broadcast_dims(const ot_instr *g, const ot_instr *bc, int64_t *dims) {
+    const ot_gather_dims *dn = g->attrs.gather;
+    const ot_instr *src = bc->operands[0];
+    if (src->shape.kind != OT_IR_ARRAY) return false;
+    int n = bc->attrs.ndims, out_rank = g->shape.array.rank;
+    for (int j = 0; j < n; j++) {
+        int64_t d = bc->attrs.dims[j], od = -1;
+        for (int k = 0; k < dn->nbatching; k++)
+            if (dn->operand_batching_dims[k] == d)
+                od = gather_out_dim_of_index_dim(dn, out_rank, dn->start_indices_batching_dims[k]);
+        if (od < 0 || (j > 0 && od <= dims[j - 1])) return false;
+        if (g->shape.array.dims[od] != src->shape.array.dims[j]) return false;
+        dims[j] = od;
+    }
+    return true;
+}
+
+/* gather(broadcast(b), idx) as a broadcast of b, or NULL when the rule does not apply. */
+static ot_status gpush_broadcast(ot_computation *c, const ot_instr *g, const ot_instr *bc,
+                                 ot_instr **out) {
+    *out = NULL;
+    int64_t dims[OT_MAX_RANK];
+    if (!gpush_broadcast_dims(g, bc, dims)) return OT_OK;
+    int n = bc->attrs.ndims;
+    ot_shape to = g->shape.array; /* g's dims, the broadcast's own dtype */
+    to.dtype = bc->shape.array.dtype;
+    return built(c, ot_build_broadcast(c, bc->operands[0], to, n ? dims : NULL, n), out);
+}
+
+/* gather(x, idx) with g's dimension numbers, pushed into x as far as the rule allows. */
+static ot_status gpush(ot_computation *c, const ot_instr *g, ot_instr *x, int depth,
+                       ot_instr **out) {
+    *out = NULL;
+    ot_instr *idx = g->operands[1];
+    if (x->opcode == OT_OP_BROADCAST) {
+        OT_CHECK(gpush_broadcast(c, g, x, out));
+        if (*out) return OT_OK;
+    }
+    if (depth >= GPUSH_MAX_DEPTH || !gpush_op(x) || !gpush_worth(g, x) || x->noperands > 3) {
+        if (depth == 0) return OT_OK; /* nothing to rewrite */
+        return built(c, ot_build_gather(c, x, idx, g->attrs.gather), out);
+    }
+    int xr = x->shape.array.rank;
+    for (int k = 0; k < x->noperands; k++) {
+        const ot_instr *o = x->operands[k];
+        if (o->shape.kind != OT_IR_ARRAY) goto plain;
+        if (o->shape.array.rank == 0 && xr > 0 &&
+            (x->opcode == OT_OP_SELECT || x->opcode == OT_OP_CLAMP))
+            continue;
+        if (o->shape.array.rank != xr) goto plain;
+        for (int d = 0; d < xr; d++)
+            if (o->shape.array.dims[d] != x->shape.array.dims[d]) goto plain;
+        /* a broadcast that would be gathered as it is: materialized at x's size, no gain */
+        int64_t bd[OT_MAX_RANK];
+        if (o->opcode == OT_OP_BROADCAST && !gpush_broadcast_dims(g, o, bd)) goto plain;
+    }
+    ot_instr *ops[3];
+    for (int k = 0; k < x->noperands; k++) {
+        ot_instr *o = x->operands[k];
+        if (o->shape.array.rank == 0 && xr > 0) {
+            ops[k] = o;
+            continue;
+        }
+        OT_CHECK(gpush(c, g, o, depth + 1, &ops[k]));
+    }
+    ot_ir_shape hint = {.kind = OT_IR_ARRAY};
+    hint.array.rank = -1;
+    hint.array.dtype = x->shape.array.dtype;
+    const ot_ir_shape *h = x->opcode == OT_OP_CONVERT ? &hint : NULL;
+    return built(
+        c, ot_build(c, x->opcode, ops, x->noperands, &x->attrs, x->called, x->ncalled, h, NULL),
+        out);
+plain:
+    if (depth == 0) return OT_OK;
+    return built(c, ot_build_gather(c, x, idx, g->attrs.gather), out);
 }
 
 /* The replacement for i, or NULL when no rule applies. */
@@ -214,6 +340,10 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
         if (p && pt == OT_PRED) *out = *(const uint8_t *)p ? on_t : on_f;
         break;
     }
+    case OT_OP_GATHER:
+        if (a->shape.kind == OT_IR_ARRAY && i->shape.kind == OT_IR_ARRAY && i->attrs.gather)
+            OT_CHECK(gpush(c, i, a, 0, out));
+        break;
     default: break;
     }
     if (*out && !ot_ir_shape_equal(&(*out)->shape, &i->shape)) *out = NULL;
