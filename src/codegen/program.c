@@ -18,10 +18,11 @@
 extern char **environ;
 
 #define CG_FLAGS                                                                                   \
-    "-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-ffp-contract=off",                   \
-        "-fno-math-errno", "-fno-strict-aliasing", "-w"
+    "-O3", "-march=native", "-mprefer-vector-width=512", "-std=c11", "-fPIC", "-shared",           \
+        "-ffp-contract=off", "-fno-math-errno", "-fno-strict-aliasing", "-w"
 #define CG_FLAGS_TEXT                                                                              \
-    "-O3 -march=native -std=c11 -fPIC -shared -ffp-contract=off -fno-math-errno "                  \
+    "-O3 -march=native -mprefer-vector-width=512 -std=c11 -fPIC -shared -ffp-contract=off "        \
+    "-fno-math-errno "                                                                             \
     "-fno-strict-aliasing -w"
 #define CG_CHUNK 32768 /* elements per piece of the fixed partition (a multiple of 64) */
 
