@@ -516,6 +516,69 @@ static void test_simplify_gather(void) {
     check_gather_rewrite(k_gather_grows, starts, 10, 1);
 }
 
+/* reduce over size-1 dimensions with an identity init is a reshape (pred and/true, s32 add/0,
+ * u8 or/0); not with another init, a float reducer, or a reduced dimension longer than 1 */
+static void reduce_simplified(const char *dt, const char *op, const char *init, const char *xdims,
+                              const char *rdims, const char *odims, int *left) {
+    char text[1024];
+    snprintf(
+        text, sizeof text,
+        "HloModule r\n"
+        "red {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n  ROOT c = %s[] %s(a, b)\n}\n"
+        "ENTRY main {\n  x = %s[%s] parameter(0)\n  t = %s[] constant(%s)\n"
+        "  ROOT r = %s[%s] reduce(x, t), dimensions={%s}, to_apply=red\n}\n",
+        dt, dt, dt, op, dt, xdims, dt, init, dt, odims, rdims);
+    ot_module *m = NULL, *m2 = NULL;
+    if (ot_hlo_parse(text, strlen(text), NULL, &m) != OT_OK ||
+        ot_hlo_parse(text, strlen(text), NULL, &m2) != OT_OK) {
+        OT_T_FAIL_("parse: %s", text);
+        ot_module_free(m);
+        return;
+    }
+    ot_computation *entry = ot_module_entry(m);
+    ot_value arg, ref = ot_value_empty(), got = ot_value_empty();
+    ASSERT_OK(ot_value_alloc_array(&arg, &entry->params[0]->shape.array));
+    unsigned char *d = arg.array.data;
+    for (size_t k = 0; k < arg.array.nbytes; k++) d[k] = (unsigned char)(k * 37 + 11);
+    if (strcmp(dt, "pred") == 0)
+        for (size_t k = 0; k < arg.array.nbytes; k++) d[k] &= 1;
+    ASSERT_OK(ot_evaluate(m, &arg, 1, NULL, &ref));
+    ASSERT_OK(ot_module_finalize(m2));
+    ASSERT_OK(ot_pass_simplify(m2, NULL));
+    ASSERT_OK(ot_pass_dce(m2, NULL));
+    ASSERT_OK(ot_module_verify(m2));
+    ASSERT_OK(ot_evaluate(m2, &arg, 1, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    *left = count_op(ot_module_entry(m2), OT_OP_REDUCE);
+    ot_value_release(&arg);
+    ot_value_release(&ref);
+    ot_value_release(&got);
+    ot_module_free(m);
+    ot_module_free(m2);
+}
+
+static int reduce_left_after_simplify(const char *dt, const char *op, const char *init,
+                                      const char *xdims, const char *rdims, const char *odims) {
+    int left = -1;
+    reduce_simplified(dt, op, init, xdims, rdims, odims, &left);
+    return left;
+}
+
+static void test_simplify_reduce_size1(void) {
+    EXPECT_INT_EQ(reduce_left_after_simplify("pred", "and", "true", "6,1,1", "2", "6,1"), 0);
+    EXPECT_INT_EQ(reduce_left_after_simplify("pred", "or", "false", "1,5,1", "0,2", "5"), 0);
+    EXPECT_INT_EQ(reduce_left_after_simplify("s32", "add", "0", "4,1", "1", "4"), 0);
+    EXPECT_INT_EQ(reduce_left_after_simplify("u8", "or", "0", "3,1", "1", "3"), 0);
+    EXPECT_INT_EQ(reduce_left_after_simplify("s32", "and", "-1", "4,1", "1", "4"), 0);
+    /* not the identity, a float reducer, a reduced dimension of 2 */
+    EXPECT_INT_EQ(reduce_left_after_simplify("pred", "and", "false", "6,1,1", "2", "6,1"), 1);
+    EXPECT_INT_EQ(reduce_left_after_simplify("s32", "add", "1", "4,1", "1", "4"), 1);
+    EXPECT_INT_EQ(reduce_left_after_simplify("s32", "and", "0", "4,1", "1", "4"), 1);
+    EXPECT_INT_EQ(reduce_left_after_simplify("f32", "add", "0", "4,1", "1", "4"), 1);
+    EXPECT_INT_EQ(reduce_left_after_simplify("pred", "and", "true", "6,2", "1", "6"), 1);
+    EXPECT_INT_EQ(reduce_left_after_simplify("s32", "multiply", "1", "4,1", "1", "4"), 1);
+}
+
 /* ---- call inlining ---- */
 
 static const char *k_nested_calls = "HloModule nested_calls\n"
@@ -1744,7 +1807,8 @@ static void test_random_graphs_O0_O2(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
-             OT_TEST(test_simplify), OT_TEST(test_simplify_gather), OT_TEST(test_inline_calls),
+             OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
+             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_inline_calls),
              OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fuse_never_list),
              OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
              OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),

@@ -10,6 +10,8 @@
  *   gather(f(x, y, ...), idx) → f(gather(x, idx), gather(y, idx), ...) for elementwise f, and
  *   gather(broadcast(b), idx) → broadcast(b) when b's dimensions are batching dimensions
  *   (conditions below: never more work)
+ *   reduce over size-1 dimensions with an identity init (integer/pred add, or, xor, and) →
+ *   reshape
  * Not applied (they change float results): x*0 → 0, x-x → 0, x+0.0 → x. */
 #include "compiler_internal.h"
 
@@ -200,6 +202,41 @@ plain:
     return built(c, ot_build_gather(c, x, idx, g->attrs.gather), out);
 }
 
+/* reduce(x, init) over dimensions of size 1 only, with an integer or pred reducer for which init
+ * is the identity (add, or, xor with 0; and with all ones): reducer(init, x) = x for every x, so
+ * the reduce is reshape(x). JAX's take_along_axis checks its index bounds this way. */
+static bool reduce_is_reshape(const ot_instr *i) {
+    if (i->noperands != 2 || i->ncalled != 1 || i->shape.kind != OT_IR_ARRAY) return false;
+    const ot_instr *x = i->operands[0];
+    if (x->shape.kind != OT_IR_ARRAY) return false;
+    for (int k = 0; k < i->attrs.ndims; k++) {
+        int64_t d = i->attrs.dims[k];
+        if (d < 0 || d >= x->shape.array.rank || x->shape.array.dims[d] != 1) return false;
+    }
+    const ot_computation *rc = i->called[0];
+    const ot_instr *rr = rc->root;
+    if (!rr || rc->nparams != 2 || rr->noperands != 2 ||
+        rr->operands[0]->opcode != OT_OP_PARAMETER || rr->operands[1]->opcode != OT_OP_PARAMETER ||
+        rr->operands[0] == rr->operands[1])
+        return false;
+    ot_dtype t = x->shape.array.dtype, it;
+    if (ot_dtype_is_float(t) || t != i->shape.array.dtype) return false;
+    const void *p = splat_value(i->operands[1], &it);
+    size_t es = ot_dtype_size(t);
+    if (!p || it != t || es == 0 || es > 8) return false;
+    uint64_t v = 0;
+    memcpy(&v, p, es);
+    uint64_t ones = es == 8 ? ~0ull : (1ull << (8 * es)) - 1;
+    if (t == OT_PRED) ones = 1;
+    switch (rr->opcode) {
+    case OT_OP_ADD:
+    case OT_OP_OR:
+    case OT_OP_XOR: return v == 0;
+    case OT_OP_AND: return v == ones;
+    default: return false;
+    }
+}
+
 /* The replacement for i, or NULL when no rule applies. */
 static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     *out = NULL;
@@ -340,6 +377,9 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
         if (p && pt == OT_PRED) *out = *(const uint8_t *)p ? on_t : on_f;
         break;
     }
+    case OT_OP_REDUCE:
+        if (reduce_is_reshape(i)) OT_CHECK(built(c, ot_build_reshape(c, a, i->shape.array), out));
+        break;
     case OT_OP_GATHER:
         if (a->shape.kind == OT_IR_ARRAY && i->shape.kind == OT_IR_ARRAY && i->attrs.gather)
             OT_CHECK(gpush(c, i, a, 0, out));
