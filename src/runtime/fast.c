@@ -689,6 +689,17 @@ static inline float min_f(float a, float b, bool z) {
 #define RED_ICHUNK       1024
 #define RL               EX_RED_LANES
 
+/* The row loops below are integer operations or one IEEE add per element (no multiply to
+ * contract), so any vector width gives the same bits: x86-64 GCC builds them for AVX-512, AVX2
+ * and the baseline, and the loader picks the widest the CPU has (the library itself targets the
+ * baseline). */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define RED_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define RED_CLONES
+#endif
+
 /* The canonical lane order's pieces for an add reducer (exec_internal.h): the tree of the m
  * elements of x (m a positive multiple of RL), and a whole row of n from acc. z is a constant
  * after inlining, so the loops vectorize with or without flushing. */
@@ -703,10 +714,10 @@ static inline float min_f(float a, float b, bool z) {
             for (int l = 0; l < s; l++) lane[l] = ADDF(lane[l], lane[l + s], z);                   \
         return lane[0];                                                                            \
     }                                                                                              \
-    static T lane_tree_##SUF(const T *x, int64_t m, bool z) {                                      \
+    RED_CLONES static T lane_tree_##SUF(const T *x, int64_t m, bool z) {                           \
         return z ? lane_tree_##SUF##_k(x, m, true) : lane_tree_##SUF##_k(x, m, false);             \
     }                                                                                              \
-    static T lane_row_##SUF(const T *x, int64_t n, T acc, bool z) {                                \
+    RED_CLONES static T lane_row_##SUF(const T *x, int64_t n, T acc, bool z) {                     \
         int64_t r = 0;                                                                             \
         for (int64_t rb = 0; rb + RL <= n; rb += RED_BLOCK) {                                      \
             int64_t re = rb + RED_BLOCK < n ? rb + RED_BLOCK : n;                                  \
@@ -883,7 +894,7 @@ static bool red_row_mul_f64(const red_plan *p, const double *x, double init, boo
     return false;
 }
 #define DEFINE_MM_DISPATCH(T, SUF, K)                                                              \
-    static bool red_row_##SUF(const red_plan *p, const T *x, T init, bool z, T *y) {               \
+    RED_CLONES static bool red_row_##SUF(const red_plan *p, const T *x, T init, bool z, T *y) {    \
         return z ? mm_row_##K##_k(x, p->R, init, true, y)                                          \
                  : mm_row_##K##_k(x, p->R, init, false, y);                                        \
     }
