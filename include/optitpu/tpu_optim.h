@@ -126,7 +126,8 @@ typedef struct ot_tpu_optimizer_options {
     const bool *weight_decay_mask;
     const bool *trust_ratio_mask;
     /* Flat mode (default false): each replica keeps one parameter buffer and one gradient
-     * buffer per group — tensors of one dtype (f32, f64) and one hyper-parameter group (the
+     * buffer per group — tensors of one dtype (f32, f64, bf16, f16) and one hyper-parameter
+     * group (the
      * same param_optimizers entry, masks and lr_scale; without groups: one per dtype) — holding
      * its tensors back to back, each starting at a multiple of OT_TPU_FLAT_ALIGN elements, and
      * one buffer per state slot and group of the same layout. The module takes these flat
@@ -141,8 +142,10 @@ typedef struct ot_tpu_optimizer_options {
      * segments (ot_optim_inputs.seg): each tensor's norms are reduced over its slice reshaped
      * to its shape, as in the per-tensor mode, and every element gets its tensor's ratio (0 in
      * the gaps). State not shaped like the tensors (adafactor's factored moments) is
-     * UNIMPLEMENTED in flat mode, as are host callbacks and bf16/f16 parameters (f32
-     * masters). Clipping by value, by global norm (summed tensor by tensor over segments of
+     * UNIMPLEMENTED in flat mode, as are host callbacks. A bf16/f16 group keeps one f32
+     * master buffer of its layout (state "flat<g>.<dtype>.master" after its slots, taken from
+     * the flat parameters at the first step unless set), updated in f32 as in the per-tensor
+     * mode. Clipping by value, by global norm (summed tensor by tensor over segments of
      * the flat buffers, in the per-tensor order) and loss scaling work. A scalar state slot
      * (NAdam's mu_product) is kept once per group. */
     bool flat;

@@ -48,6 +48,7 @@ struct ot_tpu_optimizer {
     int *pgroup;
     int64_t *poff;
     ot_shape *ushape;
+    ot_shape *uwshape; /* [ngroups] the update's shape: f32 for a bf16/f16 group (its master) */
     int *uslots, *usoff;
     bool *umaster;
     double *ulr;
@@ -68,8 +69,8 @@ typedef struct plan {
 
 static plan make_plan(const ot_tpu_optimizer *t) {
     if (t->flat)
-        return (plan){t->ngroups, t->ushape, t->ushape, t->umaster,
-                      t->upopt,   t->uslots, t->usoff,  t->ulr};
+        return (plan){t->ngroups, t->ushape, t->uwshape, t->umaster,
+                      t->upopt,   t->uslots, t->usoff,   t->ulr};
     return (plan){t->nparams, t->pshape, t->wshape, t->master,
                   t->popt,    t->slots,  t->soff,   t->lr_scale};
 }
@@ -202,7 +203,9 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
             int64_t st0 = t->poff[k], lim = st0 + ot_shape_numel_unchecked(&t->pshape[k]);
             int64_t one = 1;
             ot_instr *seg = ot_build_slice(c, grads[t->pgroup[k]], &st0, &lim, &one);
-            ot_instr *x = sum_sq_f64(c, add, ot_build_reshape(c, seg, t->pshape[k]));
+            ot_shape ts = t->pshape[k]; /* f32 for a bf16/f16 tensor: its widened gradient */
+            ts.dtype = P.wshape[t->pgroup[k]].dtype;
+            ot_instr *x = sum_sq_f64(c, add, ot_build_reshape(c, seg, ts));
             ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
         }
         ot_instr *total = ot_build_unary(c, OT_OP_SQRT, ss);
@@ -260,7 +263,8 @@ static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
         for (int q = 0; t->flat && t->useg[k] && q < t->nparams; q++) {
             if (t->pgroup[q] != k) continue;
             segoff[sg.n] = t->poff[q];
-            segshape[sg.n++] = t->pshape[q];
+            segshape[sg.n] = t->pshape[q];
+            segshape[sg.n++].dtype = P.wshape[k].dtype;
         }
         if (t->flat && t->useg[k]) in.seg = &sg;
         ot_optim_outputs r;
@@ -342,6 +346,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->pgroup);
     ot_free(t->poff);
     ot_free(t->ushape);
+    ot_free(t->uwshape);
     ot_free(t->uslots);
     ot_free(t->usoff);
     ot_free(t->umaster);
@@ -356,25 +361,6 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->lr_scale);
     pthread_mutex_destroy(&t->mu);
     ot_free(t);
-}
-
-/* Flat mode keeps no f32 masters. */
-static ot_status flat_check_options(const ot_optimizer *o, const ot_shape *ps, int n,
-                                    const ot_tpu_optimizer_options *op) {
-    const char *why = NULL;
-    int k = 0;
-    for (k = 0; k < n && !why; k++) {
-        if (ps[k].dtype == OT_BF16 || ps[k].dtype == OT_F16)
-            why = "a bf16/f16 parameter (f32 masters)";
-    }
-    if (why)
-        return ot_error(OT_ERR_UNIMPLEMENTED,
-                        "ot_tpu_optimizer_create: flat mode with %s (parameter %d) is not "
-                        "implemented; use the per-tensor mode",
-                        why, k - 1);
-    (void)o;
-    (void)op;
-    return OT_OK;
 }
 
 /* Whether o's update of a dtype-dt parameter is elementwise: built over a 1-D probe, every
@@ -502,6 +488,7 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
     t->pgroup = ot_calloc((size_t)n, sizeof *t->pgroup);
     t->poff = ot_calloc((size_t)n, sizeof *t->poff);
     t->ushape = ot_calloc((size_t)n, sizeof *t->ushape);
+    t->uwshape = ot_calloc((size_t)n, sizeof *t->uwshape);
     t->uslots = ot_calloc((size_t)n, sizeof *t->uslots);
     t->usoff = ot_calloc((size_t)n, sizeof *t->usoff);
     t->umaster = ot_calloc((size_t)n, sizeof *t->umaster);
@@ -511,8 +498,8 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
     int *first = ot_calloc((size_t)n, sizeof *first); /* group g's first tensor */
     int64_t *len = ot_calloc((size_t)n, sizeof *len);
     ot_status s = OT_OK;
-    if (!t->pgroup || !t->poff || !t->ushape || !t->uslots || !t->usoff || !t->umaster || !t->ulr ||
-        !t->upopt || !t->useg || !first || !len) {
+    if (!t->pgroup || !t->poff || !t->ushape || !t->uwshape || !t->uslots || !t->usoff ||
+        !t->umaster || !t->ulr || !t->upopt || !t->useg || !first || !len) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
         goto done;
     }
@@ -545,16 +532,19 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
     int nstate = 0;
     for (int g = 0; g < t->ngroups && s == OT_OK; g++) {
         if (len[g] == 0) len[g] = OT_TPU_FLAT_ALIGN; /* every tensor empty */
-        ot_dtype dt = ps[first[g]].dtype;
-        s = ot_shape_make(&t->ushape[g], dt, 1, &len[g]);
+        ot_dtype pdt = ps[first[g]].dtype;
+        /* a bf16/f16 group keeps an f32 master: its update is built in f32 */
+        t->umaster[g] = pdt == OT_BF16 || pdt == OT_F16;
+        ot_dtype dt = t->umaster[g] ? OT_F32 : pdt;
+        s = ot_shape_make(&t->ushape[g], pdt, 1, &len[g]);
+        if (s == OT_OK) s = ot_shape_make(&t->uwshape[g], dt, 1, &len[g]);
         if (s == OT_OK) s = flat_check_elementwise(t->upopt[g], dt, false);
         if (s == OT_ERR_UNIMPLEMENTED && flat_segmentable(t, ps, g, dt, len[g])) {
             s = flat_check_elementwise(t->upopt[g], dt, true);
             t->useg[g] = s == OT_OK;
         }
         t->uslots[g] = ot_optimizer_state_count(t->upopt[g]);
-        t->umaster[g] = false;
-        nstate += t->uslots[g];
+        nstate += t->uslots[g] + (t->umaster[g] ? 1 : 0);
     }
     t->nstate = nstate;
 done:
@@ -595,7 +585,6 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         ot_shape chk;
         OT_CHECK(ot_shape_make(&chk, dt, param_shapes[k].rank, param_shapes[k].dims));
     }
-    if (op.flat) OT_CHECK(flat_check_options(o, param_shapes, nparams, &op));
     ot_tpu_optimizer *t = ot_calloc(1, sizeof *t);
     if (!t) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
     if (pthread_mutex_init(&t->mu, NULL) != 0) {
@@ -721,10 +710,16 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         const ot_optimizer *og = t->upopt[g];
         const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(og);
         t->usoff[g] = i;
-        for (int j = 0; j < t->uslots[g]; j++, i++) {
-            OT_CHECK_GOTO(ot_optimizer_state_shape(og, j, &t->ushape[g], &t->sshape[i]), s, fail);
-            t->sinit[i] = vt->state_init ? vt->state_init(og, j) : 0.0;
-            const char *sn = ot_optimizer_state_name(og, j);
+        for (int j = 0; j < t->uslots[g] + (t->umaster[g] ? 1 : 0); j++, i++) {
+            const char *sn = "master"; /* after the slots: the f32 master, set at first step */
+            if (j < t->uslots[g]) {
+                OT_CHECK_GOTO(ot_optimizer_state_shape(og, j, &t->uwshape[g], &t->sshape[i]), s,
+                              fail);
+                t->sinit[i] = vt->state_init ? vt->state_init(og, j) : 0.0;
+                sn = ot_optimizer_state_name(og, j);
+            } else {
+                t->sshape[i] = t->uwshape[g];
+            }
             char buf[160];
             snprintf(buf, sizeof buf, "flat%d.%s.%s", g, ot_dtype_name(t->ushape[g].dtype),
                      sn ? sn : "?");
@@ -952,9 +947,10 @@ static ot_status check_buf(const ot_tpu_optimizer *t, const ot_buffer *b, const 
     return OT_OK;
 }
 
-/* The f32 master of parameter k from the bf16/f16 parameter itself. */
+/* The f32 master of unit k (parameter, or flat group) from the bf16/f16 parameter itself. */
 static ot_status init_master(ot_tpu_optimizer *t, replica *r, int k, const ot_buffer *param) {
-    int i = t->soff[k] + t->slots[k];
+    int i = t->flat ? t->usoff[k] + t->uslots[k] : t->soff[k] + t->slots[k];
+    ot_dtype pdt = t->flat ? t->ushape[k].dtype : t->pshape[k].dtype;
     ot_tensor h = {0}, w = {0};
     OT_CHECK(ot_buffer_to_host(param, &h));
     ot_status s = ot_tensor_alloc(&w, &t->sshape[i]);
@@ -963,7 +959,7 @@ static ot_status init_master(ot_tpu_optimizer *t, replica *r, int k, const ot_bu
         const uint16_t *src = h.data;
         float *dst = w.data;
         for (int64_t e = 0; e < ne; e++)
-            dst[e] = t->pshape[k].dtype == OT_BF16 ? ot_bf16_to_f32(src[e]) : ot_f16_to_f32(src[e]);
+            dst[e] = pdt == OT_BF16 ? ot_bf16_to_f32(src[e]) : ot_f16_to_f32(src[e]);
         ot_buffer *b = NULL;
         s = ot_buffer_from_host(r->dev, &w, &b);
         if (s == OT_OK) {
@@ -1127,7 +1123,7 @@ static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
     }
     /* f32 masters not set with set_state start as the (widened) parameter */
     for (int k = 0; k < n; k++)
-        if (!t->flat && t->master[k] && !r->master_ready[k]) {
+        if ((t->flat ? t->umaster[k] : t->master[k]) && !r->master_ready[k]) {
             OT_CHECK_GOTO(init_master(t, r, k, params[k]), s, done);
         }
     ot_shape sc = ot_shape_scalar(OT_F64);
@@ -1403,6 +1399,8 @@ ot_status ot_tpu_optimizer_set_state(ot_tpu_optimizer *t, ot_device *d, int i,
     r->state[i] = b;
     for (int k = 0; k < t->nparams; k++)
         if (t->master[k] && i == t->soff[k] + t->slots[k]) r->master_ready[k] = true;
+    for (int g = 0; g < t->ngroups; g++)
+        if (t->umaster[g] && i == t->usoff[g] + t->uslots[g]) r->master_ready[g] = true;
     return OT_OK;
 }
 
