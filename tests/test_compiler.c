@@ -183,6 +183,45 @@ static void test_dce(void) {
     ot_module_free(m);
 }
 
+/* Consecutive passes share one set of post orders while the module is unedited: an edit made
+ * between two passes (here from outside any pass) must be seen by the next one. */
+static void test_orders_kept_between_passes(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *p = ot_build_parameter(c, 0, vec(4), "p");
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_NEGATE, p));
+    ASSERT_OK(ot_module_finalize(m));
+    bool ch = true;
+    ASSERT_OK(ot_pass_dce(m, &ch)); /* nothing to do: its orders are kept */
+    EXPECT_TRUE(!ch);
+    /* a new dead instruction */
+    ot_build_unary(c, OT_OP_EXP, p);
+    EXPECT_INT_EQ(c->ninstrs, 3);
+    ASSERT_OK(ot_pass_dce(m, &ch));
+    EXPECT_TRUE(ch);
+    EXPECT_INT_EQ(c->ninstrs, 2);
+    EXPECT_INT_EQ(count_op(c, OT_OP_EXP), 0);
+    /* two equal instructions after a CSE run that changed nothing */
+    ASSERT_OK(ot_pass_cse(m, &ch));
+    EXPECT_TRUE(!ch);
+    ot_instr *a = ot_build_unary(c, OT_OP_ABS, p), *b = ot_build_unary(c, OT_OP_ABS, p);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_ADD, a, b));
+    ASSERT_OK(ot_pass_cse(m, &ch));
+    EXPECT_TRUE(ch);
+    EXPECT_INT_EQ(count_op(c, OT_OP_ABS), 1);
+    /* a root replaced: the old one is dead */
+    ASSERT_OK(ot_pass_dce(m, &ch));
+    EXPECT_TRUE(ch); /* the negate */
+    ot_instr *old_root = c->root;
+    ot_computation_set_root(c, ot_build_unary(c, OT_OP_NEGATE, old_root->operands[0]));
+    ASSERT_OK(ot_pass_dce(m, &ch));
+    EXPECT_TRUE(ch);
+    EXPECT_INT_EQ(count_op(c, OT_OP_ADD), 0);
+    EXPECT_INT_EQ(c->ninstrs, 3); /* parameter, abs, negate */
+    ASSERT_OK(ot_module_verify(m));
+    ot_module_free(m);
+}
+
 /* ---- CSE ---- */
 
 static void test_cse(void) {
@@ -1806,16 +1845,17 @@ static void test_random_graphs_O0_O2(void) {
     }
 }
 
-OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce), OT_TEST(test_cse),
-             OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
-             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_inline_calls),
-             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fuse_never_list),
-             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
-             OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),
-             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
-             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
-             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
-             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
-             OT_TEST(test_serialize_roundtrip), OT_TEST(test_serialize_bad_files),
-             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
-             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2))
+OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce),
+             OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse), OT_TEST(test_simplify),
+             OT_TEST(test_simplify_gather), OT_TEST(test_simplify_reduce_size1),
+             OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
+             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
+             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
+             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
+             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
+             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
+             OT_TEST(test_options), OT_TEST(test_fingerprint), OT_TEST(test_serialize_roundtrip),
+             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
+             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
+             OT_TEST(test_random_graphs_O0_O2))

@@ -759,6 +759,8 @@ static bool list_in_order(ot_computation *c) {
  * into post order, in place: the same order a clone of the module would give, without copying
  * the module. */
 static ot_status normalize_order(ot_module *m) {
+    /* relinking the lists below is no counted edit: nothing kept may outlive it */
+    ir_module_set_pass_cache(m, NULL, NULL);
     for (int k = 0; k < ot_module_computation_count(m); k++) {
         ot_computation *c = ot_module_computation(m, k);
         if (list_in_order(c)) continue;

@@ -33,9 +33,26 @@ typedef struct cc_orders {
     int n;
     ot_instr ***po;
     int64_t *npo;
+    uint64_t edits; /* the module's edit count when built */
 } cc_orders;
 ot_status cc_orders_build(const ot_module *m, cc_orders *o);
 void cc_orders_free(cc_orders *o);
+
+/* Orders shared by consecutive passes: a pass takes the orders (the ones the previous pass gave
+ * back when the module has not been edited since, else cc_orders_build) and gives them back when
+ * done; they are kept for the next pass only if the module is still unedited, i.e. exactly what
+ * cc_orders_build would return again. The module's edit count (src/ir) counts every change that
+ * can change a post order: instructions created or removed, operands replaced, computations added
+ * or removed, the entry. */
+ot_status cc_orders_take(ot_module *m, cc_orders *o);
+void cc_orders_give(ot_module *m, cc_orders *o);
+/* The entry computation's post order (cc_post_order(entry)), from the kept orders when valid. */
+ot_status cc_entry_post_order(ot_module *m, ot_instr ***out, int64_t *n);
+
+/* src/ir/module.c: the module's edit count and the pointer it keeps (and frees) for the passes. */
+uint64_t ir_module_edits(const ot_module *m);
+void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
+void *ir_module_pass_cache(const ot_module *m);
 
 /* ot_computation_post_order's order (same traversal), with the instructions' mark fields as
  * the visit state instead of a hash map; marks are clobbered. */

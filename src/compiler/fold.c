@@ -82,7 +82,7 @@ ot_status ot_pass_fold(ot_module *m, int64_t max_elements, bool *changed) {
     if (changed) *changed = false;
     if (max_elements <= 0) max_elements = 1 << 20;
     cc_orders ord;
-    OT_CHECK(cc_orders_build(m, &ord));
+    OT_CHECK(cc_orders_take(m, &ord));
     ot_status s = OT_OK;
     bool ch = false;
     for (int c = 0; c < ord.n && s == OT_OK; c++) {
@@ -94,7 +94,7 @@ ot_status ot_pass_fold(ot_module *m, int64_t max_elements, bool *changed) {
             ch = ch || f;
         }
     }
-    cc_orders_free(&ord);
+    cc_orders_give(m, &ord);
     if (changed) *changed = ch;
     return s;
 }

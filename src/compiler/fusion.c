@@ -361,8 +361,14 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
     for (int64_t j = 0; j < nm && !work; j++) work = f->po[mem[j]]->opcode != OT_OP_CONSTANT;
     if (!work) return OT_OK;
     for (int64_t j = 0; j < nm; j++) mt->stamp[mem[j]] = c;
-    char nm_buf[64];
-    snprintf(nm_buf, sizeof nm_buf, "fused_computation.%lld", (long long)f->fused_count++);
+    /* "fused_computation.<n>", written out: snprintf costs over a thousand instructions */
+    char nm_buf[64] = "fused_computation.", dig[24];
+    size_t nl = strlen(nm_buf);
+    int nd = 0;
+    for (uint64_t v = (uint64_t)f->fused_count++; nd == 0 || v; v /= 10)
+        dig[nd++] = (char)('0' + v % 10);
+    while (nd) nm_buf[nl++] = dig[--nd];
+    nm_buf[nl] = 0;
     ot_computation *fc = ot_module_add_computation(m, nm_buf);
     if (!fc)
         return ot_module_status(m) != OT_OK ? ot_module_status(m)
@@ -493,7 +499,7 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     f.max_io = max_io > 0 ? max_io : 64;
     if (f.max_io < 2) f.max_io = 2;
     mat mt = {0};
-    ot_status s = cc_post_order(entry, &f.po, &f.n);
+    ot_status s = cc_entry_post_order(m, &f.po, &f.n);
     if (s != OT_OK) return s;
     int64_t n = f.n ? f.n : 1;
     f.cl = ot_malloc((size_t)n * sizeof *f.cl);

@@ -214,6 +214,7 @@ void cc_orders_free(cc_orders *o) {
 
 ot_status cc_orders_build(const ot_module *m, cc_orders *o) {
     memset(o, 0, sizeof *o);
+    o->edits = ir_module_edits(m);
     ot_computation *entry = ot_module_entry(m);
     if (!entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "module has no entry computation");
     int cap = ot_module_computation_count(m) + 1;
@@ -268,6 +269,58 @@ out:
     cc_ptrmap_free(&seen);
     if (s != OT_OK) cc_orders_free(o);
     return s;
+}
+
+static void orders_cache_free(void *p) {
+    if (!p) return;
+    cc_orders_free(p);
+    ot_free(p);
+}
+
+/* The kept orders if the module is unedited since they were built; NULL otherwise (stale ones
+ * are dropped). */
+static cc_orders *orders_kept(ot_module *m) {
+    cc_orders *c = ir_module_pass_cache(m);
+    if (c && c->edits == ir_module_edits(m)) return c;
+    ir_module_set_pass_cache(m, NULL, NULL);
+    return NULL;
+}
+
+ot_status cc_orders_take(ot_module *m, cc_orders *o) {
+    cc_orders *c = orders_kept(m);
+    if (!c) return cc_orders_build(m, o);
+    *o = *c;
+    memset(c, 0, sizeof *c);
+    ir_module_set_pass_cache(m, NULL, NULL);
+    return OT_OK;
+}
+
+void cc_orders_give(ot_module *m, cc_orders *o) {
+    if (o->comps && o->edits == ir_module_edits(m)) {
+        cc_orders *c = ot_malloc(sizeof *c);
+        if (c) { /* else the next pass builds them again */
+            *c = *o;
+            memset(o, 0, sizeof *o);
+            ir_module_set_pass_cache(m, c, orders_cache_free);
+            return;
+        }
+    }
+    cc_orders_free(o);
+}
+
+ot_status cc_entry_post_order(ot_module *m, ot_instr ***out, int64_t *n) {
+    ot_computation *entry = ot_module_entry(m);
+    if (!entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "module has no entry computation");
+    cc_orders *c = orders_kept(m);
+    for (int k = 0; c && k < c->n; k++) {
+        if (c->comps[k] != entry) continue;
+        *out = c->po[k];
+        *n = c->npo[k];
+        c->po[k] = NULL; /* taken */
+        ir_module_set_pass_cache(m, NULL, NULL);
+        return OT_OK;
+    }
+    return cc_post_order(entry, out, n);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -494,6 +547,7 @@ ot_status ot_pass_manager_run(ot_pass_manager *pm, ot_module *m) {
         }
         k = e->group_end > k ? e->group_end : k + 1;
     }
+    ir_module_set_pass_cache(m, NULL, NULL); /* orders kept by the last passes */
     return OT_OK;
 }
 
@@ -533,14 +587,14 @@ ot_status ot_pass_dce(ot_module *m, bool *changed) {
                         "no root)",
                         entry->name);
     cc_orders ord;
-    OT_CHECK(cc_orders_build(m, &ord));
+    OT_CHECK(cc_orders_take(m, &ord));
     ot_status s = OT_OK;
     bool removed_call = false;
     for (int k = ord.n - 1; k >= 0 && s == OT_OK; k--)
         s = dce_computation(ord.comps[k], ord.po[k], ord.npo[k], &ch, &removed_call);
     /* reachability changes only when an instruction calling a computation went */
     if (s == OT_OK && !removed_call && ord.n == ot_module_computation_count(m)) {
-        cc_orders_free(&ord);
+        cc_orders_give(m, &ord);
         if (changed) *changed = ch;
         return OT_OK;
     }
@@ -646,10 +700,10 @@ ot_status ot_pass_cse(ot_module *m, bool *changed) {
     bool ch = false;
     if (changed) *changed = false;
     cc_orders ord;
-    OT_CHECK(cc_orders_build(m, &ord));
+    OT_CHECK(cc_orders_take(m, &ord));
     ot_status s = OT_OK;
     for (int k = 0; k < ord.n && s == OT_OK; k++) s = cse_computation(ord.po[k], ord.npo[k], &ch);
-    cc_orders_free(&ord);
+    cc_orders_give(m, &ord);
     if (changed) *changed = ch;
     return s;
 }

@@ -408,11 +408,11 @@ ot_status ot_pass_simplify(ot_module *m, bool *changed) {
     bool ch = false;
     if (changed) *changed = false;
     cc_orders ord;
-    OT_CHECK(cc_orders_build(m, &ord));
+    OT_CHECK(cc_orders_take(m, &ord));
     ot_status s = OT_OK;
     for (int k = 0; k < ord.n && s == OT_OK; k++)
         s = simplify_computation(ord.comps[k], ord.po[k], ord.npo[k], &ch);
-    cc_orders_free(&ord);
+    cc_orders_give(m, &ord);
     if (changed) *changed = ch;
     return s;
 }

@@ -60,6 +60,27 @@ static inline void ir_prefetch(const void *p) {
 static inline void ir_names_prefetch(const ir_name_index *x, const char *key, size_t len) {
     if (x->cap) ir_prefetch(&x->slots[ir_hash_bytes(key, len) & (x->cap - 1)]);
 }
+/* Generated names ("add.42", "x.clone.3") are built with these instead of snprintf, which costs
+ * over a thousand instructions a call: the same text, snprintf's truncation (never past cap - 1,
+ * always terminated; cap >= 1). Each returns the new length. */
+static inline size_t ir_name_puts(char *buf, size_t cap, size_t len, const char *s, size_t max) {
+    while (max-- && *s && len + 1 < cap) buf[len++] = *s++;
+    buf[len] = 0;
+    return len;
+}
+static inline size_t ir_name_putd(char *buf, size_t cap, size_t len, int64_t v) {
+    char t[24];
+    int n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        t[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) t[n++] = '-';
+    while (n && len + 1 < cap) buf[len++] = t[--n];
+    buf[len] = 0;
+    return len;
+}
 void ir_names_del(ir_name_index *x, const char *key);
 void ir_names_free(ir_name_index *x);
 
@@ -88,9 +109,22 @@ struct ot_module {
     int alias_cap;
     struct uidx *uidx_head; /* user indexes of instructions with many users */
     uint64_t epoch;         /* visit stamps for traversals (see ir_visit_begin) */
+    /* edits to the graph so far: instructions created or removed, operands, roots, computations
+     * added or removed, the entry (ir_module_edits) */
+    uint64_t edits;
+    /* what the compiler keeps between passes while the graph is unedited (freed with the module
+     * through pass_cache_free) */
+    void *pass_cache;
+    void (*pass_cache_free)(void *);
     ot_status err;
     char errmsg[1024];
 };
+
+/* The module's edit count (see struct ot_module), and its pass cache: set replaces (and frees
+ * through the previous free function) what was there; NULL clears it. */
+uint64_t ir_module_edits(const ot_module *m);
+void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
+void *ir_module_pass_cache(const ot_module *m);
 
 /* ot_module_verify; infer false skips inferring every shape again, for a caller that built each
  * instruction through ir_create (which infers its shape and checks the declared one) and has not

@@ -463,6 +463,7 @@ oom:
 }
 
 static void comp_free(ot_computation *c) {
+    c->module->edits++;
     /* users arrays live in the arena; user indexes are freed with the module's list */
     ot_free(c->params);
     ir_name_index *x = c->names_;
@@ -481,6 +482,7 @@ void ot_module_free(ot_module *m) {
     }
     ot_free(m->comps);
     ir_names_free(&m->comp_names);
+    if (m->pass_cache_free) m->pass_cache_free(m->pass_cache);
     ot_free((void *)m->cfg.alias);
     ot_arena_free(m->arena);
     ot_free(m);
@@ -572,6 +574,7 @@ ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_comp
     c->module = m;
     c->id = m->next_comp_id++;
     m->comps[m->ncomps++] = c;
+    m->edits++;
     *out = c;
     return OT_OK;
 }
@@ -605,6 +608,7 @@ void ot_module_set_entry(ot_module *m, ot_computation *c) {
     }
     if (m->entry) m->entry->is_entry = false;
     m->entry = c;
+    m->edits++;
     c->is_entry = true;
 }
 
@@ -624,6 +628,7 @@ void ot_computation_set_root(ot_computation *c, ot_instr *r) {
         return;
     }
     c->root = r;
+    c->module->edits++;
 }
 
 ot_dtype ot_instr_dtype(const ot_instr *i) {
@@ -717,19 +722,30 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     }
     i->id = m->next_id;
     ir_name_index *names = c->names_;
-    char buf[64];
-    size_t nlen = name_len;
+    ot_status s;
     if (name) {
         i->name = ir_strndup(m, name, name_len);
+        if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
+        s = ir_names_insert(names, i->name, name_len, i);
     } else {
-        snprintf(buf, sizeof buf, "%s.%lld", ot_opcode_name(op), (long long)i->id);
-        for (int k = 1; ir_names_get(names, buf, strlen(buf)); k++)
-            snprintf(buf, sizeof buf, "%s.%lld.%d", ot_opcode_name(op), (long long)i->id, k);
-        i->name = ir_strdup(m, buf);
-        nlen = strlen(buf);
+        /* "<opcode>.<id>", else the first free "<opcode>.<id>.<k>" (k = 1, 2, ...): one probe
+         * of the index per candidate, the insert itself */
+        char buf[64];
+        size_t base = ir_name_puts(buf, sizeof buf, 0, ot_opcode_name(op), SIZE_MAX);
+        base = ir_name_puts(buf, sizeof buf, base, ".", 1);
+        base = ir_name_putd(buf, sizeof buf, base, i->id);
+        for (int k = 0;; k++) {
+            size_t nlen = base;
+            if (k) {
+                nlen = ir_name_puts(buf, sizeof buf, nlen, ".", 1);
+                nlen = ir_name_putd(buf, sizeof buf, nlen, k);
+            }
+            i->name = ir_strndup(m, buf, nlen);
+            if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
+            s = ir_names_insert(names, i->name, nlen, i);
+            if (s != OT_ERR_ALREADY_EXISTS) break;
+        }
     }
-    if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
-    ot_status s = ir_names_insert(names, i->name, nlen, i);
     if (s == OT_ERR_ALREADY_EXISTS)
         return ot_error(OT_ERR_ALREADY_EXISTS, "instruction name '%s' is already used in %s",
                         i->name, c->name);
@@ -752,6 +768,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         }
     }
     m->next_id++;
+    m->edits++;
     i->parent = c;
     i->prev = c->last;
     if (c->last)
@@ -829,6 +846,7 @@ ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
                         shape_str(&from->shape, a, sizeof a), to->name,
                         shape_str(&to->shape, b, sizeof b));
     }
+    to->parent->module->edits++;
     /* reserve room first so that a failure changes nothing */
     int need = to->nusers + from->nusers;
     if (need > to->users_cap_) {
@@ -877,12 +895,14 @@ ot_status ot_instr_replace_operand(ot_instr *user, int i, ot_instr *to) {
     }
     if (!has_operand(user, to)) OT_CHECK(ir_users_add(to, user));
     user->operands[i] = to;
+    user->parent->module->edits++;
     if (!has_operand(user, from)) ir_users_remove(from, user);
     return OT_OK;
 }
 
 static void unlink_instr(ot_instr *i) {
     ot_computation *c = i->parent;
+    c->module->edits++;
     for (int k = 0; k < i->noperands; k++) {
         bool seen = false;
         for (int j = 0; j < k && !seen; j++) seen = i->operands[j] == i->operands[k];
@@ -983,9 +1003,13 @@ ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *con
                         "clone: instruction and destination differ in module");
     char buf[256];
     if (!name) {
-        snprintf(buf, sizeof buf, "%.200s.clone", src->name);
-        for (int k = 1; ir_names_get(dst->names_, buf, strlen(buf)); k++)
-            snprintf(buf, sizeof buf, "%.200s.clone.%d", src->name, k);
+        size_t base = ir_name_puts(buf, sizeof buf, 0, src->name, 200);
+        base = ir_name_puts(buf, sizeof buf, base, ".clone", SIZE_MAX);
+        size_t len = base;
+        for (int k = 1; ir_names_get(dst->names_, buf, len); k++) {
+            len = ir_name_puts(buf, sizeof buf, base, ".", 1);
+            len = ir_name_putd(buf, sizeof buf, len, k);
+        }
         name = buf;
     }
     if (src->opcode == OT_OP_PARAMETER && dst->params_cap_ > src->attrs.index &&
@@ -1067,6 +1091,20 @@ out:
     ot_free(order);
     ot_free(st);
     return s;
+}
+
+uint64_t ir_module_edits(const ot_module *m) {
+    return m->edits;
+}
+
+void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *)) {
+    if (m->pass_cache_free && m->pass_cache != p) m->pass_cache_free(m->pass_cache);
+    m->pass_cache = p;
+    m->pass_cache_free = p ? free_fn : NULL;
+}
+
+void *ir_module_pass_cache(const ot_module *m) {
+    return m->pass_cache;
 }
 
 ot_status ot_module_post_order(const ot_module *m, ot_computation ***out, int *n) {
