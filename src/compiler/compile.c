@@ -757,8 +757,9 @@ static bool list_in_order(ot_computation *c) {
 
 /* Relinks the instruction list of every computation that holds a use before its definition
  * into post order, in place: the same order a clone of the module would give, without copying
- * the module. */
-static ot_status normalize_order(ot_module *m) {
+ * the module. When the entry was relinked, *entry_po is its post order (the new list order,
+ * which cc_post_order would return again), else NULL. */
+static ot_status normalize_lists(ot_module *m, ot_instr ***entry_po, int64_t *entry_n) {
     /* relinking the lists below is no counted edit: nothing kept may outlive it */
     ir_module_set_pass_cache(m, NULL, NULL);
     for (int k = 0; k < ot_module_computation_count(m); k++) {
@@ -778,9 +779,25 @@ static ot_status normalize_order(ot_module *m) {
         }
         c->first = n ? po[0] : NULL;
         c->last = n ? po[n - 1] : NULL;
-        ot_free(po);
+        if (c == ot_module_entry(m) && !*entry_po) {
+            *entry_po = po;
+            *entry_n = n;
+        } else {
+            ot_free(po);
+        }
     }
     return OT_OK;
+}
+
+static ot_status normalize_order(ot_module *m, ot_instr ***entry_po, int64_t *entry_n) {
+    *entry_po = NULL;
+    *entry_n = 0;
+    ot_status s = normalize_lists(m, entry_po, entry_n);
+    if (s != OT_OK) {
+        ot_free(*entry_po);
+        *entry_po = NULL;
+    }
+    return s;
 }
 
 ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_executable **out) {
@@ -827,10 +844,14 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     /* Passes append new instructions at the end of a computation's list; consumers of the
      * executable's module (the evaluator, printers) expect definitions before uses, so the
      * module is re-emitted in post order when a list is out of order. */
-    if ((s = normalize_order(e->mod)) != OT_OK) goto fail;
+    ot_instr **entry_po = NULL;
+    int64_t entry_n = 0;
+    if ((s = normalize_order(e->mod, &entry_po, &entry_n)) != OT_OK) goto fail;
     int64_t before = ot_module_instr_count(e->mod);
     uint64_t t0 = ot_now_ns();
-    if ((s = ot_schedule_entry(e->mod, o.opt_level >= 1, &order, &norder)) != OT_OK) goto fail;
+    s = entry_po ? cc_schedule_post_order(entry_po, entry_n, o.opt_level >= 1, &order, &norder)
+                 : ot_schedule_entry(e->mod, o.opt_level >= 1, &order, &norder);
+    if (s != OT_OK) goto fail;
     ot_pass_stat st = {"schedule", 0, ot_now_ns() - t0, before, before, false};
     if ((s = ot_pass_manager_record(e->pm, &st)) != OT_OK) goto fail;
     if ((s = cc_fingerprint(src, &o, fp)) != OT_OK) goto fail;

@@ -58,6 +58,11 @@ void *ir_module_pass_cache(const ot_module *m);
  * the visit state instead of a hash map; marks are clobbered. */
 ot_status cc_post_order(const ot_computation *c, ot_instr ***out, int64_t *n);
 
+/* ot_schedule_entry given the entry's post order (cc_post_order), which it takes over (freed
+ * also on failure). */
+ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory, ot_instr ***order,
+                                 int64_t *n);
+
 /* Array numel of an instruction (0 for tuples/tokens). */
 int64_t cc_numel(const ot_instr *i);
 

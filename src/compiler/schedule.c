@@ -82,6 +82,13 @@ ot_status ot_schedule_entry(const ot_module *m, bool minimize_memory, ot_instr *
     ot_instr **po = NULL;
     int64_t np = 0;
     OT_CHECK(cc_post_order(c, &po, &np));
+    return cc_schedule_post_order(po, np, minimize_memory, order, n);
+}
+
+ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory, ot_instr ***order,
+                                 int64_t *n) {
+    *order = NULL;
+    *n = 0;
     if (!minimize_memory || np == 0) {
         *order = po;
         *n = np;
