@@ -729,8 +729,10 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
     if (m->shm_broken)
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "mpi calibrate: an earlier shm all-reduce passed its deadline");
-    /* WLARGE: the largest size of the whole-operation timings (one node only) */
-    enum { SMALL = 8, LARGE = 1 << 20, WLARGE = 16 << 20, NREP = 5 };
+    /* WLARGE: beyond what the caches hold on the machines measured (at 16 MiB two ranks' ring
+     * buffers still sat in the last-level cache: ring looked as fast as shm there and was picked
+     * for 64 MiB, where it took twice as long); NREP_WLARGE: fewer reps there, each is long */
+    enum { SMALL = 8, LARGE = 1 << 20, WLARGE = 64 << 20, NREP = 5, NREP_WLARGE = 3 };
     ot_status st = OT_OK;
     void *a = ot_aligned_alloc(64, WLARGE), *b = ot_aligned_alloc(64, WLARGE);
     if (!a || !b) {
@@ -789,7 +791,7 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
     if (m->shm_on) { /* the same on every rank */
         /* One node: the point-to-point line leaves out the staging copies and the combine,
          * which cost as much as the transfers there, so each of our algorithms is timed as a
-         * whole all-reduce at three sizes, interleaved rep by rep: 8 B, 1 MiB and 16 MiB, the
+         * whole all-reduce at three sizes, interleaved rep by rep: 8 B, 1 MiB and 64 MiB, the
          * last beyond the caches (a line through a cache-resident size alone extrapolates badly:
          * at 4 MiB the point-to-point algorithms looked as fast as shm, at 64 MiB they took
          * twice as long). Two lines per algorithm: up to 1 MiB and from there on. Each rank
@@ -800,7 +802,8 @@ ot_status ot_mpi_calibrate(ot_mpi *m) {
         double best[OT_MPI_ALGO_COUNT][3], wv[3 * OT_MPI_ALGO_COUNT], ww[3 * OT_MPI_ALGO_COUNT];
         for (int s = 0; s < 3; s++) {
             for (int al = OT_MPI_ALGO_RING; al <= OT_MPI_ALGO_SHM; al++) best[al][s] = -1;
-            for (int r = -1; r < NREP; r++)
+            int nrep = s == 2 ? NREP_WLARGE : NREP;
+            for (int r = -1; r < nrep; r++)
                 for (int j = 0; j < NALG; j++) {
                     /* each rep starts with another algorithm: none always runs first or last */
                     int al = OT_MPI_ALGO_RING + (j + r + 1) % NALG;
