@@ -1068,15 +1068,9 @@ static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
                              ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
                              const ot_run_options *ro);
 
-static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
-                           ot_buffer *const *grads, int64_t step, double lr,
-                           const ot_run_options *ro) {
-    if (!t || !d || !params || !grads)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_step: NULL argument");
-    if (t->flat)
-        return ot_error(OT_ERR_FAILED_PRECONDITION,
-                        "ot_tpu_optimizer_step: the wrapper is in flat mode (its buffers are its "
-                        "own): use ot_tpu_optimizer_step_flat");
+/* The checks both step forms make first: step and lr in range, a replica on d. */
+static ot_status check_step(ot_tpu_optimizer *t, ot_device *d, int64_t step, double lr,
+                            replica **out) {
     if (step < 1)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: step %lld (the first is 1)",
                         (long long)step);
@@ -1086,6 +1080,21 @@ static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params
     if (!r)
         return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
                         ot_device_index(d));
+    *out = r;
+    return OT_OK;
+}
+
+static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params,
+                           ot_buffer *const *grads, int64_t step, double lr,
+                           const ot_run_options *ro) {
+    if (!t || !d || !params || !grads)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_step: NULL argument");
+    if (t->flat)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_step: the wrapper is in flat mode (its buffers are its "
+                        "own): use ot_tpu_optimizer_step_flat");
+    replica *r;
+    OT_CHECK(check_step(t, d, step, lr, &r));
     int n = t->nparams;
     for (int k = 0; k < n; k++) {
         OT_CHECK(check_buf(t, params[k], d, &t->pshape[k], "parameter", k));
@@ -1206,15 +1215,8 @@ static ot_status step_flat_impl(ot_tpu_optimizer *t, ot_device *d, int64_t step,
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "ot_tpu_optimizer_step_flat: the wrapper is not in flat mode (options."
                         "flat): use ot_tpu_optimizer_step");
-    if (step < 1)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: step %lld (the first is 1)",
-                        (long long)step);
-    if (!isfinite(lr) || lr < 0)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "tpu optimizer: learning rate %g", lr);
-    replica *r = find_replica(t, d);
-    if (!r)
-        return ot_error(OT_ERR_NOT_FOUND, "tpu optimizer: device %d has no replica",
-                        ot_device_index(d));
+    replica *r;
+    OT_CHECK(check_step(t, d, step, lr, &r));
     for (int i = 0; i < t->nstate; i++)
         if (!r->state[i] || ot_buffer_donated(r->state[i]))
             return ot_error(OT_ERR_FAILED_PRECONDITION,
