@@ -570,6 +570,51 @@ static void test_many_users(void) {
     ot_module_free(m);
 }
 
+/* Bytes requested from the allocator (the arena's chunks included), counted by a hook. */
+static int64_t g_requested;
+static void *counting_realloc(void *ud, void *ptr, size_t size) {
+    (void)ud;
+    if (size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    g_requested += (int64_t)size;
+    return realloc(ptr, size);
+}
+
+static void test_merge_duplicates_memory(void) {
+    /* CSE-style: N duplicates merged into one instruction one replace_all_uses at a time. Each
+     * merge grows the survivor's user list; growing it by exactly one entry each time would
+     * abandon an array per merge (N^2 / 2 pointers: 100 MB at N = 5000). */
+    ot_module *m = ot_module_new(NULL);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, SH(OT_F32, 4), "x");
+    enum { N = 5000 };
+    static ot_instr *dup[N], *use[N];
+    for (int i = 0; i < N; i++) {
+        dup[i] = ot_build_unary(c, OT_OP_NEGATE, x);
+        use[i] = ot_build_unary(c, OT_OP_EXP, dup[i]);
+    }
+    ot_computation_set_root(c, ot_build_tuple(c, use, N));
+    ot_module_set_entry(m, c);
+    ASSERT_OK(ot_module_finalize(m));
+    g_requested = 0;
+    ot_set_allocator(counting_realloc, NULL);
+    for (int i = 1; i < N; i++) {
+        ot_status s = ot_instr_replace_all_uses(dup[i], dup[0]);
+        if (s == OT_OK) s = ot_instr_remove(dup[i]);
+        if (s != OT_OK) {
+            ot_set_allocator(NULL, NULL);
+            ASSERT_OK(s);
+        }
+    }
+    ot_set_allocator(NULL, NULL);
+    EXPECT_INT_EQ(dup[0]->nusers, N);
+    EXPECT_TRUE(g_requested < 4 * 1024 * 1024);
+    EXPECT_OK(ot_module_verify(m));
+    ot_module_free(m);
+}
+
 static ot_status build_for_fault(void) {
     ot_module *m = ot_module_new("f");
     if (!m) return OT_ERR_OUT_OF_MEMORY;
@@ -647,4 +692,5 @@ static void test_alloc_failure(void) {
 OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_sticky_error),
              OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
              OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_many_users),
-             OT_TEST(test_cycles_detected), OT_TEST(test_alloc_failure))
+             OT_TEST(test_merge_duplicates_memory), OT_TEST(test_cycles_detected),
+             OT_TEST(test_alloc_failure))

@@ -847,14 +847,18 @@ ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
                         shape_str(&to->shape, b, sizeof b));
     }
     to->parent->module->edits++;
-    /* reserve room first so that a failure changes nothing */
+    /* reserve room first so that a failure changes nothing; the array grows geometrically like
+     * ir_users_add's (merging many duplicates into one instruction one by one, as CSE does, would
+     * otherwise leave an abandoned arena array per merge: quadratic memory) */
     int need = to->nusers + from->nusers;
     if (need > to->users_cap_) {
-        ot_instr **nu = ot_arena_alloc(to->parent->module->arena, (size_t)need * sizeof *nu, 8);
+        int ncap = to->users_cap_ > 2 ? to->users_cap_ : 2;
+        while (ncap < need) ncap = ncap > INT32_MAX / 2 ? need : ncap * 2;
+        ot_instr **nu = ot_arena_alloc(to->parent->module->arena, (size_t)ncap * sizeof *nu, 8);
         if (!nu) return ot_error(OT_ERR_OUT_OF_MEMORY, "replace all uses: out of memory");
         if (to->nusers) memcpy(nu, to->users, (size_t)to->nusers * sizeof *nu);
         to->users = nu;
-        to->users_cap_ = need;
+        to->users_cap_ = ncap;
     }
     for (int k = 0; k < from->nusers; k++) {
         ot_instr *u = from->users[k];
