@@ -144,14 +144,14 @@ static int bench_size(int64_t n, int reps, bool json, double triad) {
         if (ot_buffer_from_host(dev, &t, &buf[k]) != OT_OK) goto fail;
     }
     ot_tensor_release(&t);
-    h.p = malloc((size_t)n * 4);
-    h.g = malloc((size_t)n * 4);
-    h.m = malloc((size_t)n * 4);
-    h.v = malloc((size_t)n * 4);
-    hf.p = malloc((size_t)n * 4);
-    hf.g = malloc((size_t)n * 4);
-    hf.m = malloc((size_t)n * 4);
-    hf.v = malloc((size_t)n * 4);
+    h.p = ot_aligned_alloc_huge((size_t)n * 4);
+    h.g = ot_aligned_alloc_huge((size_t)n * 4);
+    h.m = ot_aligned_alloc_huge((size_t)n * 4);
+    h.v = ot_aligned_alloc_huge((size_t)n * 4);
+    hf.p = ot_aligned_alloc_huge((size_t)n * 4);
+    hf.g = ot_aligned_alloc_huge((size_t)n * 4);
+    hf.m = ot_aligned_alloc_huge((size_t)n * 4);
+    hf.v = ot_aligned_alloc_huge((size_t)n * 4);
     if (!h.p || !h.g || !h.m || !h.v || !hf.p || !hf.g || !hf.m || !hf.v) goto done;
     ot_threadpool *pool = ot_threadpool_default();
     init(h.p, n, 1.0f, 17u);
@@ -249,14 +249,14 @@ fail:
 done:
     ot_tensor_release(&t);
     for (int k = 0; k < 4; k++) ot_buffer_free(buf[k]);
-    free(h.p);
-    free(h.g);
-    free(h.m);
-    free(h.v);
-    free(hf.p);
-    free(hf.g);
-    free(hf.m);
-    free(hf.v);
+    ot_aligned_free(h.p);
+    ot_aligned_free(h.g);
+    ot_aligned_free(h.m);
+    ot_aligned_free(h.v);
+    ot_aligned_free(hf.p);
+    ot_aligned_free(hf.g);
+    ot_aligned_free(hf.m);
+    ot_aligned_free(hf.v);
     free(basef);
     free(ours);
     free(base);

@@ -195,6 +195,11 @@ OT_API char *ot_strndup(const char *s, size_t n);
 /* Aligned allocation (align: power of two); free with ot_aligned_free. */
 OT_API void *ot_aligned_alloc(size_t align, size_t size);
 OT_API void ot_aligned_free(void *ptr);
+/* A large buffer for streaming: 2 MiB-aligned and advised to be backed by transparent huge
+ * pages (MADV_HUGEPAGE; advice only, so the kernel's THP setting decides). A loop streaming
+ * several arrays then takes one TLB entry per 2 MiB instead of per 4 KiB page. Free with
+ * ot_aligned_free. */
+OT_API void *ot_aligned_alloc_huge(size_t size);
 
 /* Fault injection: the nth allocation from now (1-based) and every later one fail until reset
  * with n = 0. Counts are process-wide. */

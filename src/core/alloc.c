@@ -100,6 +100,17 @@ void *ot_aligned_alloc(size_t align, size_t size) {
     return (void *)p;
 }
 
+void *ot_aligned_alloc_huge(size_t size) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = ot_aligned_alloc(huge, size);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* whole huge pages only: the tail past the last 2 MiB boundary may share a page with
+     * other allocations */
+    if (p && size >= huge) (void)madvise(p, size / huge * huge, MADV_HUGEPAGE); /* advice only */
+#endif
+    return p;
+}
+
 void ot_aligned_free(void *ptr) {
     if (ptr) ot_free(((void **)ptr)[-1]);
 }

@@ -281,7 +281,6 @@ void ot_ft_prio_group_boost(ot_ft_prio_group *g) {
 #define OT_FT_NBLOCKS    4
 #define OT_FT_HASH_PIECE ((size_t)256 << 10)
 #define OT_FT_DIO_ALIGN  ((size_t)4096)
-#define OT_FT_HUGE_ALIGN ((size_t)2 << 20)
 
 typedef struct pipe_block {
     uint8_t *buf;
@@ -430,11 +429,8 @@ static ot_status write_pipelined(int fd, const char *path, const ot_ft_seg *segs
     /* 2 MiB-aligned and backed by huge pages where the kernel allows: a direct write pins and
      * releases its buffer page by page otherwise, in the completion interrupt, on whatever CPU
      * the device interrupts (measured: ~6 % of a compute step running on that CPU) */
-    uint8_t *mem = ot_aligned_alloc(OT_FT_HUGE_ALIGN, nb * bsz);
+    uint8_t *mem = ot_aligned_alloc_huge(nb * bsz);
     if (!mem) return ot_error(OT_ERR_OUT_OF_MEMORY, "write %s: out of memory", path);
-#ifdef MADV_HUGEPAGE
-    (void)madvise(mem, nb * bsz, MADV_HUGEPAGE);
-#endif
     wpipe p;
     memset(&p, 0, sizeof p);
     p.fd = fd;
