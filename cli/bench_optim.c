@@ -42,9 +42,18 @@ typedef struct loop_ctx {
     bool decoupled;
 } loop_ctx;
 
+/* The loop is built for AVX-512, AVX2 and the baseline; the loader picks the widest the CPU
+ * has, as the generated code targets the CPU it runs on. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define LOOP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LOOP_CLONES
+#endif
+
 /* The fused loop (torch's single-tensor Adam/AdamW formulas, the scalars in f64 on the host as
  * torch computes them): one pass over p, g, m, v per tensor. */
-static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
+LOOP_CLONES static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
     double bc1 = 1.0 - pow(c->b1, (double)step), bc2 = 1.0 - pow(c->b2, (double)step);
     float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2), eps = (float)c->eps;
     float omb1 = (float)(1.0 - c->b1), b2 = (float)c->b2, omb2 = (float)(1.0 - c->b2);
@@ -53,9 +62,9 @@ static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
         float *restrict p = c->p[t], *restrict m = c->m[t], *restrict v = c->v[t];
         const float *restrict g = c->g[t];
         int64_t n = c->sz[t];
+        const float dk = c->decoupled ? decay : 1.0f; /* x * 1.0f == x: Adam's p unchanged */
         for (int64_t i = 0; i < n; i++) {
-            float gi = g[i], pi = p[i];
-            if (c->decoupled) pi = pi * decay;
+            float gi = g[i], pi = p[i] * dk;
             float mi = m[i] + omb1 * (gi - m[i]);
             float vi = v[i] * b2 + omb2 * (gi * gi);
             float denom = sqrtf(vi) / bc2s + eps;
@@ -163,15 +172,18 @@ static int run_optim_bench(int argc, char **argv) {
         for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)sin(0.001 * (double)(e + 7 * i));
         ot_status s = ot_buffer_from_host(d, &h, &pb[i]);
         if (s == OT_OK && tf) s = ot_tpu_optimizer_write_param(tf, d, (int)i, &h);
-        hp[i] = malloc((size_t)sz[i] * sizeof(float));
+        hp[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
         if (hp[i]) memcpy(hp[i], x, (size_t)sz[i] * sizeof(float));
         for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)(0.01 * cos(0.003 * (double)(e + i)));
         if (s == OT_OK) s = ot_buffer_from_host(d, &h, &gb[i]);
         if (s == OT_OK && tf) s = ot_tpu_optimizer_write_grad(tf, d, (int)i, &h);
-        hg[i] = malloc((size_t)sz[i] * sizeof(float));
+        hg[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
         if (hg[i]) memcpy(hg[i], x, (size_t)sz[i] * sizeof(float));
-        hm[i] = calloc((size_t)sz[i], sizeof(float));
-        hv[i] = calloc((size_t)sz[i], sizeof(float));
+        /* the loop's arrays are huge-page backed like the device's buffers (memory pool) */
+        hm[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
+        hv[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
+        if (hm[i]) memset(hm[i], 0, (size_t)sz[i] * sizeof(float));
+        if (hv[i]) memset(hv[i], 0, (size_t)sz[i] * sizeof(float));
         ot_tensor_release(&h);
         if (s != OT_OK || !hp[i] || !hg[i] || !hm[i] || !hv[i]) {
             rc = s != OT_OK ? cli_fail(cmd) : CLI_FAIL;
@@ -355,10 +367,10 @@ done:
     for (int64_t i = 0; i < k; i++) {
         if (pb) ot_buffer_free(pb[i]);
         if (gb) ot_buffer_free(gb[i]);
-        if (hp) free(hp[i]);
-        if (hg) free(hg[i]);
-        if (hm) free(hm[i]);
-        if (hv) free(hv[i]);
+        if (hp) ot_aligned_free(hp[i]);
+        if (hg) ot_aligned_free(hg[i]);
+        if (hm) ot_aligned_free(hm[i]);
+        if (hv) ot_aligned_free(hv[i]);
     }
     ot_tpu_optimizer_free(t);
     ot_tpu_optimizer_free(tf);
