@@ -53,6 +53,10 @@ ot_status cc_entry_post_order(ot_module *m, ot_instr ***out, int64_t *n);
 uint64_t ir_module_edits(const ot_module *m);
 void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
 void *ir_module_pass_cache(const ot_module *m);
+/* src/ir/hlo_print.c: ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused)
+ * instead of built as one string; a sink error stops the printing and is returned. */
+ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
+                              ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
 
 /* ot_computation_post_order's order (same traversal), with the instructions' mark fields as
  * the visit state instead of a hash map; marks are clobbered. */

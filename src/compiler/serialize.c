@@ -271,6 +271,12 @@ static void put_options(wb *w, const ot_compile_options *o) {
     put_i64(w, o->arena_limit);
 }
 
+static ot_status hash_sink(void *ctx, const char *p, size_t n) {
+    wb *w = ctx;
+    put(w, p, n);
+    return w->err;
+}
+
 /* SHA-256 of "optitpu-fingerprint-v3", the options that change code, the target, and the
  * module's canonical HLO text in XLA's fingerprint form (HloPrintOptions::Fingerprint): no
  * metadata (source locations do not change code), no operand shapes and no "%" (an operand's
@@ -281,21 +287,15 @@ ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_
     po.metadata = false;
     po.operand_shapes = false;
     po.percent = false;
-    char *text = ot_hlo_print(m, &po);
-    if (!text) return ot_error(OT_ERR_OUT_OF_MEMORY, "fingerprint: out of memory");
     ot_sha256 h;
-    ot_status s = ot_sha256_init(&h);
-    if (s != OT_OK) {
-        ot_free(text);
-        return s;
-    }
+    OT_CHECK(ot_sha256_init(&h));
     wb w = {0};
     w.h = &h;
     put(&w, "optitpu-fingerprint-v3", 22);
     put_options(&w, o);
-    put(&w, text, strlen(text));
-    ot_free(text);
-    s = w.err;
+    /* the text streams into the hash: a million-instruction module's text is never held whole */
+    ot_status s = w.err;
+    if (s == OT_OK) s = ir_hlo_print_stream(m, &po, hash_sink, &w);
     if (s != OT_OK) {
         ot_sha256_final(&h, NULL); /* abandon */
         return s;

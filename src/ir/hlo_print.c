@@ -9,11 +9,25 @@ typedef struct sb {
     char *p;
     size_t n, cap;
     bool oom;
+    /* streaming: the text so far goes to sink (and the buffer is reused) whenever it would grow */
+    ot_status (*sink)(void *ctx, const char *p, size_t n);
+    void *ctx;
+    ot_status sink_err;
 } sb;
 
 static void sb_reserve(sb *b, size_t more) {
     if (b->oom) return;
     if (b->n + more + 1 <= b->cap) return;
+    if (b->sink && b->n) {
+        ot_status s = b->sink(b->ctx, b->p, b->n);
+        b->n = 0;
+        if (s != OT_OK) {
+            b->sink_err = s;
+            b->oom = true;
+            return;
+        }
+        if (more + 1 <= b->cap) return;
+    }
     size_t ncap = b->cap ? b->cap : 4096;
     while (ncap < b->n + more + 1) ncap *= 2;
     char *np = ot_realloc(b->p, ncap);
@@ -709,7 +723,7 @@ char *ot_hlo_print_instr(const ot_instr *i, const ot_hlo_print_options *opts) {
     return b.p;
 }
 
-static bool put_computation(sb *b, const ot_computation *c, const ot_hlo_print_options *o) {
+static ot_status put_computation(sb *b, const ot_computation *c, const ot_hlo_print_options *o) {
     if (c->is_entry) sb_puts(b, "ENTRY ");
     comp_name(b, c, o);
     sb_puts(b, " (");
@@ -729,7 +743,7 @@ static bool put_computation(sb *b, const ot_computation *c, const ot_hlo_print_o
     sb_puts(b, " {\n");
     ot_instr **order = NULL;
     int64_t n = 0;
-    if (ot_computation_post_order(c, &order, &n) != OT_OK) return false;
+    OT_CHECK(ot_computation_post_order(c, &order, &n));
     for (int64_t k = 0; k < n; k++) {
         sb_puts(b, order[k] == c->root ? "  ROOT " : "  ");
         put_instr(b, order[k], o);
@@ -737,12 +751,38 @@ static bool put_computation(sb *b, const ot_computation *c, const ot_hlo_print_o
     }
     ot_free(order);
     sb_puts(b, "}\n");
-    return true;
+    return OT_OK;
 }
 
+static ot_status print_module(sb *b, const ot_module *m, const ot_hlo_print_options *opts);
+
 char *ot_hlo_print(const ot_module *m, const ot_hlo_print_options *opts) {
-    ot_hlo_print_options o = opts ? *opts : ot_hlo_print_options_default();
     sb b = {0};
+    if (print_module(&b, m, opts) != OT_OK) {
+        ot_free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
+                              ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx) {
+    sb b = {0};
+    b.sink = sink;
+    b.ctx = ctx;
+    b.p = ot_malloc(64 * 1024);
+    if (!b.p) return ot_error(OT_ERR_OUT_OF_MEMORY, "hlo print: out of memory");
+    b.cap = 64 * 1024;
+    ot_status s = print_module(&b, m, opts);
+    if (s == OT_OK && b.n) s = sink(ctx, b.p, b.n);
+    ot_free(b.p);
+    return s;
+}
+
+/* The whole module into b (or through its sink); an error (message set) on failure. */
+static ot_status print_module(sb *bp, const ot_module *m, const ot_hlo_print_options *opts) {
+    ot_hlo_print_options o = opts ? *opts : ot_hlo_print_options_default();
+    sb b = *bp;
     sb_printf(&b, "HloModule %s", m->name);
     const ot_module_config *cfg = &m->cfg;
     if (cfg->entry_computation_layout) {
@@ -770,19 +810,20 @@ char *ot_hlo_print(const ot_module *m, const ot_hlo_print_options *opts) {
     sb_puts(&b, "\n");
     ot_computation **order = NULL;
     int n = 0;
-    bool ok = ot_module_post_order(m, &order, &n) == OT_OK;
+    ot_status s = ot_module_post_order(m, &order, &n);
+    bool ok = s == OT_OK;
     for (int k = 0; ok && k < n; k++) {
         sb_puts(&b, "\n");
-        ok = put_computation(&b, order[k], &o);
+        s = put_computation(&b, order[k], &o);
+        ok = s == OT_OK;
     }
     ot_free(order);
-    sb_reserve(&b, 1);
-    if (!ok || b.oom) {
-        ot_free(b.p);
-        if (ok) ot_error(OT_ERR_OUT_OF_MEMORY, "hlo print: out of memory");
-        return NULL;
-    }
-    return b.p;
+    if (!b.sink) sb_reserve(&b, 1);
+    *bp = b;
+    if (b.sink_err != OT_OK) return b.sink_err;
+    if (s != OT_OK) return s;
+    if (b.oom) return ot_error(OT_ERR_OUT_OF_MEMORY, "hlo print: out of memory");
+    return OT_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------

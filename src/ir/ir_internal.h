@@ -173,6 +173,11 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
                     ot_instr **out);
 ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_computation **out);
 
+/* ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused) instead of built as one
+ * string; a sink error stops the printing and is returned. */
+ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
+                              ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
+
 /* Formatting helpers. */
 int ir_fmt_dims(char *buf, size_t n, const int64_t *d, int k);
 
