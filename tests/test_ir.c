@@ -615,6 +615,55 @@ static void test_merge_duplicates_memory(void) {
     ot_module_free(m);
 }
 
+static void test_names_small_and_large(void) {
+    /* names stay unique and findable below and above the size where a computation gets its
+     * name index, and across removals */
+    ot_module *m = ot_module_new(NULL);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, SH(OT_F32, 4), "x");
+    ot_instr *a = ot_build_unary(c, OT_OP_NEGATE, x);
+    ot_instr *b = ot_build(c, OT_OP_NEGATE, &x, 1, NULL, NULL, 0, NULL, "n");
+    ot_instr *b2 = ot_build(c, OT_OP_NEGATE, &x, 1, NULL, NULL, 0, NULL, "n"); /* renamed */
+    ASSERT_TRUE(a && b && b2);
+    EXPECT_STR_EQ(b2->name, "n.1");
+    EXPECT_TRUE(ot_computation_find_instr(c, "n") == b);
+    EXPECT_TRUE(ot_computation_find_instr(c, "n.1") == b2);
+    EXPECT_TRUE(ot_computation_find_instr(c, a->name) == a);
+    EXPECT_TRUE(ot_computation_find_instr(c, "nope") == NULL);
+    ot_instr *cl = NULL, *cl2 = NULL;
+    ASSERT_OK(ot_instr_clone(c, b, &x, NULL, &cl));
+    ASSERT_OK(ot_instr_clone(c, b, &x, NULL, &cl2));
+    EXPECT_STR_EQ(cl->name, "n.clone");
+    EXPECT_STR_EQ(cl2->name, "n.clone.1");
+    ot_instr *dupn = NULL;
+    EXPECT_STATUS(ot_instr_clone(c, b, &x, "n", &dupn), OT_ERR_ALREADY_EXISTS);
+    /* a removed name is free again */
+    ASSERT_OK(ot_instr_remove(cl));
+    EXPECT_TRUE(ot_computation_find_instr(c, "n.clone") == NULL);
+    ASSERT_OK(ot_instr_clone(c, b, &x, "n.clone", &cl));
+    EXPECT_TRUE(ot_computation_find_instr(c, "n.clone") == cl);
+    /* grow well past the small size: every earlier name is still found, and still taken */
+    ot_instr *prev = x;
+    for (int k = 0; k < 100; k++) prev = ot_build_binary(c, OT_OP_ADD, prev, x);
+    EXPECT_TRUE(ot_computation_find_instr(c, "n") == b);
+    EXPECT_TRUE(ot_computation_find_instr(c, "n.clone") == cl);
+    EXPECT_TRUE(ot_computation_find_instr(c, prev->name) == prev);
+    EXPECT_STATUS(ot_instr_clone(c, b, &x, "n.1", &dupn), OT_ERR_ALREADY_EXISTS);
+    ot_instr *b3 = ot_build(c, OT_OP_NEGATE, &x, 1, NULL, NULL, 0, NULL, "n");
+    ASSERT_TRUE(b3 != NULL);
+    EXPECT_STR_EQ(b3->name, "n.2");
+    ot_computation_set_root(c, prev);
+    ot_module_set_entry(m, c);
+    EXPECT_OK(ot_module_finalize(m));
+    ot_module *m2 = NULL;
+    ASSERT_OK(ot_module_clone(m, &m2));
+    ot_computation *c2 = ot_module_entry(m2);
+    EXPECT_TRUE(ot_computation_find_instr(c2, "n.2") != NULL);
+    EXPECT_OK(ot_module_verify(m2));
+    ot_module_free(m2);
+    ot_module_free(m);
+}
+
 static ot_status build_for_fault(void) {
     ot_module *m = ot_module_new("f");
     if (!m) return OT_ERR_OUT_OF_MEMORY;
@@ -692,5 +741,5 @@ static void test_alloc_failure(void) {
 OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_sticky_error),
              OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
              OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_many_users),
-             OT_TEST(test_merge_duplicates_memory), OT_TEST(test_cycles_detected),
-             OT_TEST(test_alloc_failure))
+             OT_TEST(test_merge_duplicates_memory), OT_TEST(test_names_small_and_large),
+             OT_TEST(test_cycles_detected), OT_TEST(test_alloc_failure))

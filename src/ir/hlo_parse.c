@@ -2234,6 +2234,7 @@ static ot_status parse_computation(P *x, ot_computation **entry) {
     OT_CHECK(ident(x, &s, &n, "a computation name"));
     ot_computation *c;
     ot_status cs = ir_add_computation(x->m, s, n, &c);
+    if (cs == OT_OK) cs = ir_comp_names(c, 0); /* the parser resolves operands by name */
     if (cs != OT_OK) return pwrap(x, at, cs, NULL);
     x->c = c;
     OT_CHECK(skip_ws(x));

@@ -84,6 +84,17 @@ static inline size_t ir_name_putd(char *buf, size_t cap, size_t len, int64_t v) 
 void ir_names_del(ir_name_index *x, const char *key);
 void ir_names_free(ir_name_index *x);
 
+/* A computation's instruction names. Up to IR_NAMES_LAZY instructions it has no index
+ * (c->names_ NULL) and lookups scan its list; the index is built from the list when the
+ * computation grows past that, or on request (ir_comp_names: built if missing, sized for at least
+ * `reserve` names). ir_comp_name_insert: OT_ERR_ALREADY_EXISTS (no message) when the name is
+ * taken; the caller links the instruction into the list afterwards. */
+#define IR_NAMES_LAZY 16
+ot_instr *ir_comp_find(const ot_computation *c, const char *key, size_t len);
+ot_status ir_comp_names(ot_computation *c, uint64_t reserve);
+ot_status ir_comp_name_insert(ot_computation *c, const char *key, size_t len, ot_instr *i);
+void ir_comp_name_del(ot_computation *c, const char *key);
+
 /* Pointer -> pointer map (open addressing, no deletion). */
 typedef struct ir_ptr_map {
     struct ir_ptr_slot {

@@ -561,16 +561,9 @@ ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_comp
     if (!c) return ot_error(OT_ERR_OUT_OF_MEMORY, "computation: out of memory");
     memset(c, 0, sizeof *c);
     c->name = ir_strndup(m, name, len);
-    c->names_ = ot_calloc(1, sizeof(ir_name_index));
-    if (!c->name || !c->names_) {
-        ot_free(c->names_);
-        return ot_error(OT_ERR_OUT_OF_MEMORY, "computation: out of memory");
-    }
-    ot_status s = ir_names_put(&m->comp_names, c->name, c);
-    if (s != OT_OK) {
-        ot_free(c->names_);
-        return s;
-    }
+    if (!c->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "computation: out of memory");
+    /* the instruction name index is built once the computation grows past IR_NAMES_LAZY */
+    OT_CHECK(ir_names_put(&m->comp_names, c->name, c));
     c->module = m;
     c->id = m->next_comp_id++;
     m->comps[m->ncomps++] = c;
@@ -617,7 +610,55 @@ ot_computation *ot_instr_computation(const ot_instr *i) {
 }
 
 ot_instr *ot_computation_find_instr(const ot_computation *c, const char *name) {
-    return ir_names_get(c->names_, name, strlen(name));
+    return ir_comp_find(c, name, strlen(name));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Instruction names. A computation of up to IR_NAMES_LAZY instructions has no index: a lookup
+ * scans its list. Fusion makes a computation of a few instructions per fused loop, and an index
+ * each (the struct, a probe table and an entry array: ~600 bytes of heap and three allocations)
+ * was a large part of what fusing a million-instruction graph allocated.
+ * ------------------------------------------------------------------------------------------- */
+
+ot_instr *ir_comp_find(const ot_computation *c, const char *key, size_t len) {
+    if (c->names_) return ir_names_get(c->names_, key, len);
+    for (ot_instr *i = c->first; i; i = i->next)
+        if (strncmp(i->name, key, len) == 0 && i->name[len] == '\0') return i;
+    return NULL;
+}
+
+ot_status ir_comp_names(ot_computation *c, uint64_t reserve) {
+    ir_name_index *x = c->names_;
+    if (x) return reserve ? ir_names_reserve(x, reserve) : OT_OK;
+    x = ot_calloc(1, sizeof *x);
+    if (!x) return ot_error(OT_ERR_OUT_OF_MEMORY, "name index: out of memory");
+    uint64_t want = (uint64_t)c->ninstrs > reserve ? (uint64_t)c->ninstrs : reserve;
+    ot_status s = want ? ir_names_reserve(x, want) : OT_OK;
+    for (ot_instr *i = c->first; i && s == OT_OK; i = i->next)
+        s = ir_names_insert(x, i->name, strlen(i->name), i);
+    if (s != OT_OK) {
+        ir_names_free(x);
+        ot_free(x);
+        return s == OT_ERR_ALREADY_EXISTS
+                   ? ot_error(OT_ERR_INTERNAL, "computation %s: duplicate instruction names",
+                              c->name)
+                   : s;
+    }
+    c->names_ = x;
+    return OT_OK;
+}
+
+ot_status ir_comp_name_insert(ot_computation *c, const char *key, size_t len, ot_instr *i) {
+    if (!c->names_) {
+        if (c->ninstrs < IR_NAMES_LAZY)
+            return ir_comp_find(c, key, len) ? OT_ERR_ALREADY_EXISTS : OT_OK;
+        OT_CHECK(ir_comp_names(c, 0));
+    }
+    return ir_names_insert(c->names_, key, len, i);
+}
+
+void ir_comp_name_del(ot_computation *c, const char *key) {
+    if (c->names_) ir_names_del(c->names_, key);
 }
 
 void ot_computation_set_root(ot_computation *c, ot_instr *r) {
@@ -721,12 +762,11 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         i->attrs = *attrs;
     }
     i->id = m->next_id;
-    ir_name_index *names = c->names_;
     ot_status s;
     if (name) {
         i->name = ir_strndup(m, name, name_len);
         if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
-        s = ir_names_insert(names, i->name, name_len, i);
+        s = ir_comp_name_insert(c, i->name, name_len, i);
     } else {
         /* "<opcode>.<id>", else the first free "<opcode>.<id>.<k>" (k = 1, 2, ...): one probe
          * of the index per candidate, the insert itself */
@@ -742,7 +782,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
             }
             i->name = ir_strndup(m, buf, nlen);
             if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
-            s = ir_names_insert(names, i->name, nlen, i);
+            s = ir_comp_name_insert(c, i->name, nlen, i);
             if (s != OT_ERR_ALREADY_EXISTS) break;
         }
     }
@@ -751,7 +791,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
                         i->name, c->name);
     if (s != OT_OK) return s;
     if (op == OT_OP_PARAMETER && (s = params_set(c, attrs->index, i)) != OT_OK) {
-        ir_names_del(names, i->name);
+        ir_comp_name_del(c, i->name);
         return s;
     }
     /* users: an operand used in several slots records this user once */
@@ -762,7 +802,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         s = ir_users_add(operands[k], i);
         if (s != OT_OK) {
             for (int j = 0; j < k; j++) ir_users_remove(operands[j], i);
-            ir_names_del(names, i->name);
+            ir_comp_name_del(c, i->name);
             if (op == OT_OP_PARAMETER) c->params[attrs->index] = NULL;
             return s;
         }
@@ -799,10 +839,10 @@ ot_instr *ot_build(ot_computation *c, ot_opcode op, ot_instr *const *operands, i
             return NULL;
         }
     char uniq[256];
-    if (name && ir_names_get(c->names_, name, strlen(name))) {
+    if (name && ir_comp_find(c, name, strlen(name))) {
         for (int64_t k = 1;; k++) {
             snprintf(uniq, sizeof uniq, "%.200s.%lld", name, (long long)k);
-            if (!ir_names_get(c->names_, uniq, strlen(uniq))) break;
+            if (!ir_comp_find(c, uniq, strlen(uniq))) break;
         }
         name = uniq;
     }
@@ -920,7 +960,7 @@ static void unlink_instr(ot_instr *i) {
         i->next->prev = i->prev;
     else
         c->last = i->prev;
-    ir_names_del(c->names_, i->name);
+    ir_comp_name_del(c, i->name);
     users_free(i);
     c->ninstrs--;
     c->module->ninstrs--;
@@ -1010,7 +1050,7 @@ ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *con
         size_t base = ir_name_puts(buf, sizeof buf, 0, src->name, 200);
         base = ir_name_puts(buf, sizeof buf, base, ".clone", SIZE_MAX);
         size_t len = base;
-        for (int k = 1; ir_names_get(dst->names_, buf, len); k++) {
+        for (int k = 1; ir_comp_find(dst, buf, len); k++) {
             len = ir_name_puts(buf, sizeof buf, base, ".", 1);
             len = ir_name_putd(buf, sizeof buf, len, k);
         }
@@ -1369,6 +1409,8 @@ ot_status ot_module_clone(const ot_module *src, ot_module **out) {
     for (int k = 0; k < n && s == OT_OK; k++) {
         ot_computation *c;
         s = ir_add_computation(m, order[k]->name, strlen(order[k]->name), &c);
+        if (s == OT_OK && order[k]->ninstrs > IR_NAMES_LAZY)
+            s = ir_comp_names(c, (uint64_t)order[k]->ninstrs);
         if (s == OT_OK) s = clone_body(order[k], c, &map, &cmap);
         if (s == OT_OK) s = ir_ptr_map_put(&cmap, order[k], c);
         if (s == OT_OK && src->entry == order[k]) {
