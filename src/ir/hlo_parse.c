@@ -1861,7 +1861,7 @@ static ot_status build_pend(P *x, pend *d) {
     /* hints: dtype-only where the declared shape is checked against the inferred one */
     ot_instr *i;
     ot_status s = ir_create(x->c, d->op, x->ops, d->nops, &d->attrs, d->called, d->ncalled,
-                            &d->shape, d->name, d->nlen, false, &i);
+                            &d->shape, d->name, d->nlen, 0, &i);
     if (s == OT_ERR_ALREADY_EXISTS && strstr(ot_last_error(), "instruction name"))
         return perr(x, d->at, s, "instruction name '%s' is already used in %s", d->name,
                     x->c->name);

@@ -177,10 +177,16 @@ ot_status ir_infer(ot_module *m, ot_opcode op, ot_instr *const *ops, int n, cons
 bool ir_op_takes_hint(ot_opcode op);
 
 /* Instruction creation without sticky-error checks (used by ot_build, cloning and the parser):
- * returns OT_OK and *out, or an error (message set). */
+ * returns OT_OK and *out, or an error (message set). flags:
+ *   IR_COPY_ATTRS  deep-copy the attributes into the module (else they are shared);
+ *   IR_SHAPE_KNOWN the hint is the result shape (tuple elements already in this module's arena)
+ *                  and is taken without inferring it: only for a copy of an instruction whose
+ *                  operands have the shapes of the original's and whose called computations have
+ *                  the original's signatures, where inference would give the same shape. */
+enum { IR_COPY_ATTRS = 1, IR_SHAPE_KNOWN = 2 };
 ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
                     const ot_attrs *attrs, ot_computation *const *called, int ncalled,
-                    const ot_ir_shape *hint, const char *name, size_t name_len, bool copy_attrs,
+                    const ot_ir_shape *hint, const char *name, size_t name_len, unsigned flags,
                     ot_instr **out);
 ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_computation **out);
 

@@ -703,7 +703,7 @@ static ot_status params_set(ot_computation *c, int64_t number, ot_instr *p) {
 
 ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
                     const ot_attrs *attrs, ot_computation *const *called, int ncalled,
-                    const ot_ir_shape *hint, const char *name, size_t name_len, bool copy_attrs,
+                    const ot_ir_shape *hint, const char *name, size_t name_len, unsigned flags,
                     ot_instr **out) {
     ot_module *m = c->module;
     *out = NULL;
@@ -732,7 +732,10 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
                             ot_opcode_name(op), c->name);
     }
     ot_ir_shape shape;
-    OT_CHECK(ir_infer(m, op, operands, noperands, attrs, called, ncalled, hint, &shape));
+    if ((flags & IR_SHAPE_KNOWN) && hint)
+        shape = *hint;
+    else
+        OT_CHECK(ir_infer(m, op, operands, noperands, attrs, called, ncalled, hint, &shape));
 
     ot_instr *i = ir_alloc(m, sizeof *i);
     if (!i) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
@@ -743,7 +746,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         i->shape.has_layout = true;
         memcpy(i->shape.minor_to_major, hint->minor_to_major, sizeof i->shape.minor_to_major);
     }
-    if (hint && hint->kind == OT_IR_TUPLE && shape.kind == OT_IR_TUPLE)
+    if (!(flags & IR_SHAPE_KNOWN) && hint && hint->kind == OT_IR_TUPLE && shape.kind == OT_IR_TUPLE)
         OT_CHECK(ir_shape_copy(m, hint, &i->shape)); /* keeps element layouts (equal structure) */
     if (noperands) {
         i->operands = ir_memdup(m, operands, (size_t)noperands * sizeof *operands);
@@ -755,7 +758,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         if (!i->called) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
     }
     i->ncalled = ncalled;
-    if (copy_attrs) {
+    if (flags & IR_COPY_ATTRS) {
         int rank = shape.kind == OT_IR_ARRAY ? shape.array.rank : 0;
         OT_CHECK(ir_attrs_copy(m, op, rank, attrs, &i->attrs));
     } else {
@@ -848,7 +851,7 @@ ot_instr *ot_build(ot_computation *c, ot_opcode op, ot_instr *const *operands, i
     }
     ot_instr *i;
     ot_status s = ir_create(c, op, operands, noperands, attrs, called, ncalled, hint, name,
-                            name ? strlen(name) : 0, true, &i);
+                            name ? strlen(name) : 0, IR_COPY_ATTRS, &i);
     if (s != OT_OK) {
         ir_record(m, s);
         return NULL;
@@ -1060,9 +1063,16 @@ ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *con
         dst->params[src->attrs.index])
         return ot_error(OT_ERR_ALREADY_EXISTS, "clone %s: parameter %lld exists in %s", src->name,
                         (long long)src->attrs.index, dst->name);
+    /* operands of the original's shapes (and the same called computations): the original's
+     * shape is what inference would give */
+    unsigned flags = IR_SHAPE_KNOWN;
+    for (int k = 0; k < src->noperands; k++)
+        if (!new_operands[k] ||
+            !ot_ir_shape_equal(&new_operands[k]->shape, &src->operands[k]->shape))
+            flags = 0;
     ot_instr *i;
     OT_CHECK(ir_create(dst, src->opcode, new_operands, src->noperands, &src->attrs, src->called,
-                       src->ncalled, &src->shape, name, strlen(name), false, &i));
+                       src->ncalled, &src->shape, name, strlen(name), flags, &i));
     i->metadata = src->metadata;
     i->raw = src->raw;
     i->nraw = src->nraw;
@@ -1257,8 +1267,11 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, ir_p
             ot_instr *ni = NULL;
             if (other) s = ir_shape_copy(dm, &i->shape, &shape);
             if (s == OT_OK)
+                /* a copy of a built (so inferred) instruction over copies of its operands and
+                 * of its called computations: its shape needs no inferring again */
                 s = ir_create(dst, i->opcode, ops, i->noperands, &i->attrs, called, i->ncalled,
-                              &shape, i->name, strlen(i->name), other, &ni);
+                              &shape, i->name, strlen(i->name),
+                              IR_SHAPE_KNOWN | (other ? IR_COPY_ATTRS : 0), &ni);
             if (s == OT_OK && other && i->metadata) s = ot_instr_set_metadata(ni, i->metadata);
             if (s == OT_OK && !other) ni->metadata = i->metadata;
             if (s == OT_OK && i->nraw) {
