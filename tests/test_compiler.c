@@ -1845,17 +1845,80 @@ static void test_random_graphs_O0_O2(void) {
     }
 }
 
-OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_dce),
-             OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse), OT_TEST(test_simplify),
-             OT_TEST(test_simplify_gather), OT_TEST(test_simplify_reduce_size1),
-             OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
-             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
-             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_no_duplicate_expensive),
-             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
-             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
-             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
-             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
-             OT_TEST(test_options), OT_TEST(test_fingerprint), OT_TEST(test_serialize_roundtrip),
-             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
-             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
-             OT_TEST(test_random_graphs_O0_O2))
+/* Removed instructions' storage: never reused within the pass that removed them (it may still
+ * compare pointers it holds), reused by the passes after it. */
+typedef struct reuse_ctx {
+    ot_instr *removed, *removed2;
+    bool same_pass_reused, next_pass_reused;
+} reuse_ctx;
+
+static ot_status pass_remove_one(ot_module *m, void *ctx, bool *changed) {
+    reuse_ctx *r = ctx;
+    ot_computation *c = ot_module_entry(m);
+    ot_instr *root = c->root, *b = root->operands[1];
+    ot_instr *a = root->operands[0];
+    OT_CHECK(ot_instr_replace_all_uses(b, a));
+    OT_CHECK(ot_instr_remove(b));
+    r->removed = b;
+    ot_instr *x = c->params[0];
+    ot_instr *n = ot_build_unary(c, OT_OP_EXP, x);
+    if (!n) return ot_module_status(m);
+    r->same_pass_reused = n == b;
+    OT_CHECK(ot_instr_remove(n));
+    r->removed2 = n;
+    *changed = true;
+    return OT_OK;
+}
+
+static ot_status pass_build_one(ot_module *m, void *ctx, bool *changed) {
+    reuse_ctx *r = ctx;
+    ot_computation *c = ot_module_entry(m);
+    ot_instr *x = c->params[0];
+    ot_instr *n = ot_build_unary(c, OT_OP_LOG, x);
+    if (!n) return ot_module_status(m);
+    r->next_pass_reused = n == r->removed || n == r->removed2;
+    ot_instr *t = ot_build_binary(c, OT_OP_ADD, c->root, n);
+    if (!t) return ot_module_status(m);
+    ot_computation_set_root(c, t);
+    *changed = true;
+    return ot_module_status(m);
+}
+
+static void test_removed_storage_reused_between_passes(void) {
+    ot_module *m = ot_module_new(NULL);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_shape v;
+    ot_shape_make(&v, OT_F32, 1, (int64_t[]){4});
+    ot_instr *x = ot_build_parameter(c, 0, v, "x");
+    ot_instr *a = ot_build_unary(c, OT_OP_NEGATE, x);
+    ot_instr *b = ot_build_unary(c, OT_OP_NEGATE, x);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_ADD, a, b));
+    ot_module_set_entry(m, c);
+    ASSERT_OK(ot_module_finalize(m));
+    reuse_ctx r = {0};
+    ot_pass_manager *pm = ot_pass_manager_new();
+    ASSERT_OK(ot_pass_manager_add(pm, "remove", pass_remove_one, &r));
+    ASSERT_OK(ot_pass_manager_add(pm, "build", pass_build_one, &r));
+    ASSERT_OK(ot_pass_manager_run(pm, m));
+    EXPECT_TRUE(!r.same_pass_reused);
+    EXPECT_TRUE(r.next_pass_reused);
+    EXPECT_OK(ot_module_verify(m));
+    EXPECT_INT_EQ(ot_module_instr_count(m), 5);
+    ot_pass_manager_free(pm);
+    ot_module_free(m);
+}
+
+OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
+             OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
+             OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
+             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_inline_calls),
+             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fuse_never_list),
+             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
+             OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),
+             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
+             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
+             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
+             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_serialize_roundtrip), OT_TEST(test_serialize_bad_files),
+             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
+             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2))

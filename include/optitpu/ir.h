@@ -21,8 +21,9 @@
  *
  * Ownership: a module owns everything reachable from it (computations, instructions, names,
  * shapes, attributes, literal data) in its arena; ot_module_free releases all of it. Pointers into
- * a module stay valid until the module is freed (a removed instruction's memory is kept, but it is
- * unlinked and must not be used).
+ * a module stay valid until the module is freed, except a removed instruction's: it is unlinked
+ * and must not be used, and once the pass that removed it has ended (the pass manager, between
+ * passes; the fusion pass, between fusions) a new instruction may be built in its storage.
  *
  * Data: ot_computation and ot_instr are open structs so passes can walk them fast. Treat every
  * field as read-only; change the graph only through the functions below, which keep operand and

@@ -51,6 +51,9 @@ ot_status cc_entry_post_order(ot_module *m, ot_instr ***out, int64_t *n);
 
 /* src/ir/module.c: the module's edit count and the pointer it keeps (and frees) for the passes. */
 uint64_t ir_module_edits(const ot_module *m);
+/* Lets instructions created from now on reuse the storage of those removed so far; only where
+ * no pointer to a removed instruction is held any more (between passes). */
+void ir_module_recycle(ot_module *m);
 void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
 void *ir_module_pass_cache(const ot_module *m);
 /* src/ir/hlo_print.c: ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused)

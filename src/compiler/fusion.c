@@ -576,6 +576,9 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     for (int64_t c = 0; c < f.ncls && s == OT_OK; c++) {
         if (cfind(&f, (int32_t)c) != c) continue;
         s = materialize(&f, &mt, (int32_t)c, order + cnt[c], cnt[c + 1] - cnt[c], &ch);
+        /* the members it removed were primary members of c alone: no later cluster reads them,
+         * so the next fusions may be built in their storage */
+        ir_module_recycle(m);
     }
     /* duplicated originals left without users */
     for (int64_t k = f.n - 1; k >= 0 && s == OT_OK; k--) {

@@ -490,6 +490,8 @@ static ot_status pm_run_one(ot_pass_manager *pm, pm_entry *e, int iter, ot_modul
     uint64_t t0 = ot_now_ns();
     bool ch = false;
     ot_status s = e->fn(m, e->ctx, &ch);
+    /* the next passes may build in the storage of what this one removed */
+    ir_module_recycle(m);
     st.time_ns = ot_now_ns() - t0;
     st.instrs_after = ot_module_instr_count(m);
     st.changed = ch;

@@ -127,6 +127,12 @@ struct ot_module {
      * through pass_cache_free) */
     void *pass_cache;
     void (*pass_cache_free)(void *);
+    /* instructions removed since the last ir_module_recycle (their storage is not reused before
+     * it: a pass may still compare pointers it holds), and the storage ir_create takes first
+     * (linked through next) */
+    ot_instr **removed;
+    int64_t nremoved, removed_cap;
+    ot_instr *free_instrs;
     ot_status err;
     char errmsg[1024];
 };
@@ -134,6 +140,9 @@ struct ot_module {
 /* The module's edit count (see struct ot_module), and its pass cache: set replaces (and frees
  * through the previous free function) what was there; NULL clears it. */
 uint64_t ir_module_edits(const ot_module *m);
+/* Makes the storage of the instructions removed so far available to instructions created from
+ * now on. Call it only where nothing holds pointers to removed instructions (between passes). */
+void ir_module_recycle(ot_module *m);
 void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
 void *ir_module_pass_cache(const ot_module *m);
 

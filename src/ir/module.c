@@ -481,6 +481,7 @@ void ot_module_free(ot_module *m) {
         ot_free(x);
     }
     ot_free(m->comps);
+    ot_free(m->removed);
     ir_names_free(&m->comp_names);
     if (m->pass_cache_free) m->pass_cache_free(m->pass_cache);
     ot_free((void *)m->cfg.alias);
@@ -737,8 +738,11 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     else
         OT_CHECK(ir_infer(m, op, operands, noperands, attrs, called, ncalled, hint, &shape));
 
-    ot_instr *i = ir_alloc(m, sizeof *i);
-    if (!i) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
+    ot_instr *i = m->free_instrs;
+    if (i)
+        m->free_instrs = i->next;
+    else if (!(i = ir_alloc(m, sizeof *i)))
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
     memset(i, 0, sizeof *i);
     i->opcode = op;
     i->shape = shape;
@@ -947,6 +951,15 @@ ot_status ot_instr_replace_operand(ot_instr *user, int i, ot_instr *to) {
     return OT_OK;
 }
 
+static ot_status removed_grow(ot_module *m) {
+    int64_t ncap = m->removed_cap ? m->removed_cap * 2 : 256;
+    ot_instr **nr = ot_realloc(m->removed, (size_t)ncap * sizeof *nr);
+    if (!nr) return OT_ERR_OUT_OF_MEMORY;
+    m->removed = nr;
+    m->removed_cap = ncap;
+    return OT_OK;
+}
+
 static void unlink_instr(ot_instr *i) {
     ot_computation *c = i->parent;
     c->module->edits++;
@@ -969,6 +982,17 @@ static void unlink_instr(ot_instr *i) {
     c->module->ninstrs--;
     i->dead_ = true;
     i->prev = i->next = NULL;
+    /* kept for reuse after the next ir_module_recycle (out of memory: simply not reused) */
+    ot_module *m = c->module;
+    if (m->nremoved < m->removed_cap || removed_grow(m) == OT_OK) m->removed[m->nremoved++] = i;
+}
+
+void ir_module_recycle(ot_module *m) {
+    for (int64_t k = 0; k < m->nremoved; k++) {
+        m->removed[k]->next = m->free_instrs;
+        m->free_instrs = m->removed[k];
+    }
+    m->nremoved = 0;
 }
 
 ot_status ot_instr_remove(ot_instr *i) {
