@@ -636,14 +636,14 @@ static void test_hw_ftz(void) {
     }
     /* products and quotients exactly in the band below FLT_MIN where x86's tininess rule and
      * rounding-then-flushing differ: the reference, the hardware mode and the software mode (a
-     * fusion with exp) all flush them */
+     * fusion with log) all flush them */
     static const char *const band[] = {
         "HloModule band_hw\nENTRY main {\n  x = f32[4096] parameter(0)\n"
         "  y = f32[4096] parameter(1)\n  m = f32[4096] multiply(x, y)\n"
         "  d = f32[4096] divide(x, y)\n  ROOT t = (f32[4096], f32[4096]) tuple(m, d)\n}\n",
         "HloModule band_sw\nENTRY main {\n  x = f32[4096] parameter(0)\n"
         "  y = f32[4096] parameter(1)\n  m = f32[4096] multiply(x, y)\n"
-        "  d = f32[4096] divide(x, y)\n  e = f32[4096] exponential(y)\n"
+        "  d = f32[4096] divide(x, y)\n  e = f32[4096] log(y)\n"
         "  ROOT t = (f32[4096], f32[4096], f32[4096]) tuple(m, d, e)\n}\n"};
     for (int j = 0; j < 2; j++) {
         g_band = true;
@@ -678,25 +678,56 @@ static void test_hw_ftz(void) {
         for (int k = 0; k < 3; k++) ot_value_release(&a3[k]);
         ot_module_free(m);
     }
-    /* exp in the fusion: software flushing, same results */
-    snprintf(text, sizeof text,
-             "HloModule hw_exp\nENTRY main {\n  x = f32[3000] parameter(0)\n"
-             "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
-             "  ex = f32[3000] exponential(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n");
-    g_tiny = true;
-    check_module(text, 950, true);
-    g_tiny = false;
-    ot_module *m = parse(text);
-    ASSERT_TRUE(m != NULL);
-    ot_executable *e = NULL;
-    EXPECT_OK(ot_compile(m, NULL, &e));
-    ot_module_free(m);
-    const cg_program *p = e ? cg_program_get(e) : NULL;
-    char *src = p ? program_source(p) : NULL;
-    EXPECT_TRUE(src != NULL && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") == NULL);
-    EXPECT_TRUE(src != NULL && strstr(src, "ot_ftzf(") != NULL);
-    free(src);
-    ot_executable_free(e);
+    /* log in the fusion (a libm call): software flushing; exp (the library's own ot_expf, which
+     * never produces or reads a subnormal) and an exp-sum in the lane order (softmax's): the
+     * hardware mode; the same results as the reference either way */
+    static const char *const modes[] = {
+        "HloModule sw_log\nENTRY main {\n  x = f32[3000] parameter(0)\n"
+        "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
+        "  ex = f32[3000] log(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",
+        "HloModule hw_exp\nENTRY main {\n  x = f32[3000] parameter(0)\n"
+        "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
+        "  ex = f32[3000] exponential(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",
+        "HloModule hw_exp_range\nENTRY main {\n  x = f32[3000] parameter(0)\n"
+        "  c = f32[] constant(10)\n  cb = f32[3000] broadcast(c), dimensions={}\n"
+        "  m = f32[3000] multiply(x, cb)\n  ROOT ex = f32[3000] exponential(m)\n}\n",
+        "HloModule hw_expsum\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n  x = f32[40,300] parameter(0)\n"
+        "  y = f32[40] parameter(1)\n  yb = f32[40,300] broadcast(y), dimensions={0}\n"
+        "  d = f32[40,300] subtract(x, yb)\n  c = f32[] constant(10)\n"
+        "  cb = f32[40,300] broadcast(c), dimensions={}\n  dc = f32[40,300] multiply(d, cb)\n"
+        "  ex = f32[40,300] exponential(dc)\n"
+        "  z = f32[] constant(0)\n"
+        "  ROOT r = f32[40] reduce(ex, z), dimensions={1}, to_apply=add\n}\n",
+        "HloModule hw_var\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n  x = f32[40,300] parameter(0)\n"
+        "  y = f32[40] parameter(1)\n  yb = f32[40,300] broadcast(y), dimensions={0}\n"
+        "  d = f32[40,300] subtract(x, yb)\n  q = f32[40,300] multiply(d, d)\n"
+        "  z = f32[] constant(0)\n"
+        "  ROOT r = f32[40] reduce(q, z), dimensions={1}, to_apply=add\n}\n"};
+    for (int j = 0; j < 5; j++) {
+        /* tiny inputs (subnormals, products in the band below FLT_MIN), and for exp over x * 10
+         * ordinary ones: results from overflow through subnormal to zero */
+        g_tiny = j != 2 && j != 3;
+        check_module(modes[j], 950 + (uint64_t)j, true);
+        g_tiny = false;
+        ot_module *m = parse(modes[j]);
+        ASSERT_TRUE(m != NULL);
+        ot_executable *e = NULL;
+        EXPECT_OK(ot_compile(m, NULL, &e));
+        ot_module_free(m);
+        const cg_program *p = e ? cg_program_get(e) : NULL;
+        EXPECT_TRUE(p != NULL && p->nnative == 1);
+        char *src = p ? program_source(p) : NULL;
+        bool hw = src != NULL && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL;
+#if defined(__x86_64__)
+        EXPECT_TRUE(src != NULL && hw == (j > 0));
+#endif
+        (void)hw;
+        if (j == 0) EXPECT_TRUE(src != NULL && strstr(src, "ot_ftzf(") != NULL);
+        free(src);
+        ot_executable_free(e);
+    }
 }
 
 static void test_cache(void) {

@@ -661,44 +661,88 @@ static void test_elided_constant_and_custom_call(void) {
 /* A module with a while loop, a reduce and a dot: evaluation under allocation failures leaks
  * nothing and fails cleanly. */
 /* f32 exp is the library's own polynomial (src/exec/expf_poly.h, also in generated code): on a
- * spread of 2^20 f32 bit patterns it equals glibc's expf or is nearer e^x than glibc's, and the
- * special values are exact. */
+ * spread of 2^20 f32 bit patterns (every f32 input was checked once, see the header) it is within
+ * 0.9 ulp of e^x and 1 ulp of glibc's expf, equal to glibc's on all but a few in a hundred here,
+ * and the special values are exact: 0 and inf at the thresholds, NaN quieted, subnormal results
+ * rounded once when the evaluator keeps them and flushed when it does not. */
+static double ulp_of(double e) {
+    int ee;
+    frexp(e, &ee);
+    return ldexp(1.0, ee - 24 < -149 ? -149 : ee - 24);
+}
+
 static void test_expf_poly(void) {
     enum { N = 1 << 20 };
     float *x = malloc(N * sizeof *x);
     ASSERT_TRUE(x);
     uint64_t g = 0x9e3779b97f4a7c15ull;
-    static const float sp[] = {0.0f,    -0.0f,   INFINITY,  -INFINITY,  NAN,
-                               1.0f,    -1.0f,   88.72283f, 88.7229f,   -87.33654f,
-                               -103.9f, -104.0f, 1e30f,     -1e30f,     1e-30f,
-                               -1e-30f, 200.0f,  -200.0f,   200.00002f, 0.5f};
+    static const float sp[] = {
+        0.0f,      -0.0f,       INFINITY,   -INFINITY, NAN,        1.0f,          -1.0f,
+        88.72283f, 88.7229f,    -87.33654f, -103.9f,   -104.0f,    1e30f,         -1e30f,
+        1e-30f,    -1e-30f,     200.0f,     -200.0f,   200.00002f, 0.5f,          -87.33655f,
+        -95.0f,    -103.27893f, -103.2789f, 0x1p-24f,  -0x1p-25f,  0x1.ab04ecp+4f};
     int nsp = (int)(sizeof sp / sizeof sp[0]);
     for (int j = 0; j < N; j++) {
         g = g * 6364136223846793005ull + 1442695040888963407ull;
         uint32_t b = (uint32_t)(g >> 32);
-        if (j % 4) b = (b & 0x80000000u) | (0x3c000000u + b % 0x7800000u); /* |x| ~ 2^-7 .. 2^8 */
+        if (j % 4 == 1) b = (b & 0x80000000u) | (0x3c000000u + b % 0x7800000u); /* 2^-7 .. 2^8 */
+        if (j % 4 == 2) b = 0xc2ae0000u + b % 0x100000u; /* -87 .. -104: subnormal results */
         memcpy(&x[j], &b, 4);
         if (j < nsp) x[j] = sp[j];
     }
-    ot_value r;
-    ASSERT_OK(run_unary(OT_OP_EXP, vec(OT_F32, N), x, &r));
-    int64_t differ = 0, worse = 0;
-    for (int j = 0; j < N; j++) {
-        float got = F(&r)[j], lib = expf(x[j]);
-        /* the evaluator flushes subnormal results (FTZ): compare glibc's the same way */
-        if (fabsf(lib) < FLT_MIN) lib = copysignf(0.0f, lib);
-        uint32_t ug, ul;
-        memcpy(&ug, &got, 4);
-        memcpy(&ul, &lib, 4);
-        if (ug == ul || (isnan(got) && isnan(lib))) continue;
-        differ++;
-        double ex = exp((double)x[j]);
-        if (fabs((double)got - ex) > fabs((double)lib - ex)) worse++;
-        if (j < nsp) OT_T_FAIL_("exp(%a) = %a, glibc %a", (double)x[j], (double)got, (double)lib);
+    for (int keep = 0; keep < 2; keep++) {
+        ot_value r = ot_value_empty();
+        ot_shape s = vec(OT_F32, N);
+        ot_module *m = ot_module_new("expf");
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_instr *p = ot_build_parameter(c, 0, s, "x");
+        ot_computation_set_root(c, ot_build_unary(c, OT_OP_EXP, p));
+        ot_module_set_entry(m, c);
+        ot_value a[1] = {val(s, x)};
+        ot_eval_options o = {0};
+        o.keep_denormals = keep == 1;
+        ASSERT_OK(ot_module_finalize(m));
+        ASSERT_OK(ot_evaluate(m, a, 1, &o, &r));
+        ot_value_release(&a[0]);
+        ot_module_free(m);
+        int64_t differ = 0, far = 0, subn = 0;
+        double worst = 0;
+        for (int j = 0; j < N; j++) {
+            float got = F(&r)[j], lib = expf(x[j]);
+            /* without keep_denormals the evaluator flushes subnormal results: compare glibc's
+             * the same way */
+            if (!keep && fabsf(lib) < FLT_MIN) lib = copysignf(0.0f, lib);
+            uint32_t ug, ul;
+            memcpy(&ug, &got, 4);
+            memcpy(&ul, &lib, 4);
+            if (isnan(x[j])) {
+                EXPECT_TRUE(isnan(got) && (ug & 0x400000u));
+                continue;
+            }
+            if (got != 0 && fabsf(got) < FLT_MIN) subn++;
+            double ex = exp((double)x[j]);
+            if (ex < 0x1p128 && (keep || ex >= 0x1p-126)) {
+                double err = fabs((double)got - ex) / ulp_of(ex);
+                if (err > worst) worst = err;
+            }
+            if (ug == ul) continue;
+            differ++;
+            if ((ug > ul ? ug - ul : ul - ug) > 1) {
+                if (far++ < 5)
+                    OT_T_FAIL_("exp(%a) = %a, glibc %a", (double)x[j], (double)got, (double)lib);
+            }
+            if (j < 20) /* the first specials: exact */
+                OT_T_FAIL_("exp(%a) = %a, glibc %a", (double)x[j], (double)got, (double)lib);
+        }
+        EXPECT_INT_EQ(far, 0);
+        EXPECT_TRUE(worst < 0.9);
+        EXPECT_TRUE(differ < N / 20);
+        if (keep)
+            EXPECT_TRUE(subn > N / 8);
+        else
+            EXPECT_INT_EQ(subn, 0);
+        ot_value_release(&r);
     }
-    EXPECT_INT_EQ(worse, 0);
-    EXPECT_TRUE(differ < N / 1000);
-    ot_value_release(&r);
     free(x);
 }
 

@@ -347,6 +347,18 @@ static bool hw_op_ok(ot_opcode op) {
 #endif
 }
 
+/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, the library's own
+ * ot_expf_ftz (src/exec/expf_poly.h), whose steps never produce or read a subnormal float and so
+ * give the same bits under the modes (its operand keeps its software flushing). */
+static bool hw_instr_ok(const ot_instr *x) {
+    if (hw_op_ok(x->opcode)) return true;
+#if defined(__x86_64__) && defined(__SSE2__)
+    return x->opcode == OT_OP_EXP && x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
+#else
+    return false;
+#endif
+}
+
 /* Declares "const T v<N> = <expr>;" in the prologue (constant context) or the loop body. */
 static int define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool flushed,
                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -360,7 +372,7 @@ static int define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool fl
     if (w < 0 || (size_t)w >= sizeof expr) return fail(E, "expression too long");
     int v = E->nvar++;
     int level = ctx_level(ctx);
-    if (E->hw && level > 0 && !hw_op_ok(x->opcode)) E->hw_bad = true;
+    if (E->hw && level > 0 && !hw_instr_ok(x)) E->hw_bad = true;
     cg_buf_printf(level_buf(E, level), "    const %s v%d = %s;\n", ctype(t), v, expr);
     return memo_add(E, x, ctx, v, flushed);
 }
@@ -492,7 +504,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_CEIL: return d ? "ceil(%s)" : "ceilf(%s)";
     case OT_OP_ROUND_NEAREST_AFZ: return d ? "round(%s)" : "roundf(%s)";
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
-    case OT_OP_EXP: return d ? "exp(%s)" : "ot_expf(%s)";
+    case OT_OP_EXP: return d ? "exp(%s)" : "ot_expf_ftz(%s)"; /* generated code always flushes */
     case OT_OP_EXPM1: return d ? "expm1(%s)" : "expm1f(%s)";
     case OT_OP_LOG: return d ? "log(%s)" : "logf(%s)";
     case OT_OP_LOG1P: return d ? "log1p(%s)" : "log1pf(%s)";
@@ -551,6 +563,8 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
+        if (op == OT_OP_EXP && t == OT_F32) /* ot_expf_ftz's result is flushed */
+            return define(E, x, ctx, t, true, "%s", r);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {
             /* the square root of zero, a normal number, inf or NaN is never subnormal: the
              * flushed result is the result */
@@ -982,9 +996,14 @@ static void em_free(em *E) {
     cg_buf_free(&E->stores);
 }
 
-/* The reducer's combine of acc and x as C, or NULL. */
+/* The reducer's combine of acc and x as C, or NULL. hw: an f32/f64 add under the hardware
+ * FTZ/DAZ mode, which flushes its operands and sum itself. */
 static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r, bool ftz_l,
-                         bool ftz_r, char *out, size_t cap) {
+                         bool ftz_r, bool hw, char *out, size_t cap) {
+    if (hw && op == OT_OP_ADD && (t == OT_F32 || t == OT_F64)) {
+        int w = snprintf(out, cap, "(%s + %s)", l, r);
+        return w > 0 && (size_t)w < cap;
+    }
     if (ot_dtype_is_float(t)) {
         bool d = is_f64(t);
         const char *fz = d ? "ot_ftzd" : "ot_ftzf";
@@ -1069,12 +1088,20 @@ static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, 
                                    int64_t *work_out) {
     const ot_computation *c = kn->instr->called[0];
     em E;
-    memset(&E, 0, sizeof E);
-    E.kn = kn;
-    E.io = io;
-    if (suffix && RN >= EX_RED_LANES) E.C = RN;
-    int mi = emit(&E, init, "0");
-    int mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
+    int mi = -1, mx = -1;
+    /* first with the loops under the hardware FTZ/DAZ mode (f32/f64 sums whose fused ops it
+     * covers, as for loop fusions), else again with software flushing */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        memset(&E, 0, sizeof E);
+        E.kn = kn;
+        E.io = io;
+        E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD) && (t == OT_F32 || t == OT_F64);
+        if (suffix && RN >= EX_RED_LANES) E.C = RN;
+        mi = emit(&E, init, "0");
+        mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
+        if (!E.hw || !E.hw_bad || attempt == 1) break;
+        em_free(&E);
+    }
     ot_status st = OT_OK;
     if (E.bad) {
         st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
@@ -1086,8 +1113,8 @@ static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, 
         char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048];
         bool ok = true;
 #define CMB(L, R, NL, NR, OUT)                                                                     \
-    (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, OUT, sizeof OUT)                          \
-              : combine_expr(OT_OP_ADD, t, R, L, NR, NL, OUT, sizeof OUT))
+    (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, E.hw, OUT, sizeof OUT)                    \
+              : combine_expr(OT_OP_ADD, t, R, L, NR, NL, E.hw, OUT, sizeof OUT))
         ok = ok && CMB("lane[l]", vx, x_needs, x_needs, c_lx);
         ok = ok && CMB("lane[l]", "lane[l + s]", x_needs, x_needs, c_tree);
         ok = ok && CMB("acc", "lane[0]", acc_needs, x_needs, c_acc);
@@ -1118,6 +1145,10 @@ static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, 
                               ctype(c->params[q]->shape.array.dtype), q);
             cg_buf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n%s", T, T,
                           E.pro.p ? E.pro.p : "");
+            if (E.hw)
+                cg_buf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
+                                   "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                                   "    __asm__ volatile(\"\" ::: \"memory\");\n");
             cg_buf_printf(src,
                           "    for (int64_t o = b; o < e; o++) {\n"
                           "    const int64_t row = o;\n    (void)row;\n%s"
@@ -1146,7 +1177,11 @@ static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, 
                           body, c_lx, EX_RED_LANES / 2, c_tree, c_acc, (long long)RN);
             IDX("rr");
 #undef IDX
-            cg_buf_printf(src, "%s    acc = %s;\n    }\n    o0[o] = acc;\n    }\n}\n", body, c_ax);
+            cg_buf_printf(src, "%s    acc = %s;\n    }\n    o0[o] = acc;\n    }\n", body, c_ax);
+            if (E.hw)
+                cg_buf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
+                                   "    _mm_setcsr(ot_csr);\n");
+            cg_buf_printf(src, "}\n");
             if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
@@ -1277,8 +1312,10 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
             bool x_needs = ftz_op && !(E.m[m].flushed && (t == OT_F32 || t == OT_F64));
             if (t == OT_F16 || t == OT_BF16) x_needs = ftz_op;
             char c1[2048];
-            ok = acc_left ? combine_expr(rr->opcode, t, acc, vx, acc_needs, x_needs, c1, sizeof c1)
-                          : combine_expr(rr->opcode, t, vx, acc, x_needs, acc_needs, c1, sizeof c1);
+            ok = acc_left ? combine_expr(rr->opcode, t, acc, vx, acc_needs, x_needs, false, c1,
+                                         sizeof c1)
+                          : combine_expr(rr->opcode, t, vx, acc, x_needs, acc_needs, false, c1,
+                                         sizeof c1);
             if (k < 0)
                 memcpy(cmb, c1, sizeof cmb);
             else

@@ -197,7 +197,7 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_CEIL: return ceilf(x);
     case OT_OP_ROUND_NEAREST_AFZ: return roundf(x);
     case OT_OP_ROUND_NEAREST_EVEN: return nearbyintf(x);
-    case OT_OP_EXP: return ot_expf(x);
+    case OT_OP_EXP: return ex_ftz ? ot_expf_ftz(x) : ot_expf(x); /* the same bits, flushed */
     case OT_OP_EXPM1: return expm1f(x);
     case OT_OP_LOG: return logf(x);
     case OT_OP_LOG1P: return log1pf(x);

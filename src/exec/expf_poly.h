@@ -1,48 +1,82 @@
 /* e^x for f32, shared by the reference evaluator (src/exec/elementwise.c) and generated code
  * (src/codegen/emit.c pastes this text into its preamble), so both give the same bits.
  *
- * Evaluated in double: |x| above 200 is clamped to ±200 (the result is 0 or inf either way;
- * NaN passes), k = round(x / ln 2) by adding 1.5·2^52, r = x - k·ln 2 with ln 2 split in two so
- * that k·hi is exact (|r| <= 0.347), e^r by its Taylor polynomial of degree 11 (truncation below
- * 7e-15 relative), times 2^k built from the exponent bits, rounded to float once. The double
- * result is within about 1e-14 relative of e^x, so the float is the correctly rounded value
- * unless e^x lies that close to a rounding boundary: over every 7th f32 bit pattern (613M
- * inputs) it differs from glibc 2.36's expf on 24,465 and is never the farther of the two from
- * e^x. Unlike a libm call the loop around it vectorizes: no branches (the clamp is an integer
- * select), no tables. */
+ * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
+ * libm call and the FMA instruction give the same bits): |x| above 200 is clamped to ±200 (the
+ * result is 0 or inf either way; NaN passes), k = round(x / ln 2) by adding 1.5·2^23,
+ * r = x - k·ln 2 with ln 2 in two parts (|r| <= 0.347), e^r by a degree-7 polynomial
+ * (Cephes' expf coefficients, Horner with fmaf), then 2^k applied with integer operations on the
+ * bits: the exponent field for a normal result, else the significand shifted right with
+ * round-to-nearest-even (a subnormal), 0 below, inf above. No step produces or consumes a
+ * subnormal float, so the result does not depend on the CPU's FTZ/DAZ modes (generated code may
+ * run under them); the caller flushes a subnormal result where its rules say so.
+ *
+ * Accuracy (every f32 input, glibc 2.36): at most 0.895 ulp from e^x, at most 1 ulp from glibc's
+ * expf, equal to it on all but about 0.24 % of inputs. The loop around it vectorizes: no
+ * branches, no tables; on AVX-512, 16 lanes per vector with about 20 operations. */
 #ifndef OT_EXPF_POLY_H
 #define OT_EXPF_POLY_H
 
+/* ot_expf_core_(x, &p, &e, &ki, &nan): p = e^r (a normal float in [0.7, 1.42]), ki = k, e = the
+ * biased exponent of p·2^k (<= 0: subnormal or zero, >= 255: inf) */
 #define OT_EXPF_DEF                                                                                \
-    static inline float ot_expf(float x) {                                                         \
+    static inline float ot_expf_core_(float x, int32_t *e_out, int32_t *k_out) {                   \
         union {                                                                                    \
             float f;                                                                               \
             uint32_t u;                                                                            \
-        } xb = {x};                                                                                \
-        uint32_t ax = xb.u & 0x7fffffffu;                                                          \
-        xb.u = ax > 0x43480000u && ax <= 0x7f800000u ? (xb.u & 0x80000000u) | 0x43480000u : xb.u;  \
-        double xd = (double)xb.f;                                                                  \
-        double t = xd * 0x1.71547652b82fep0 + 0x1.8p52;                                            \
-        double kd = t - 0x1.8p52;                                                                  \
-        double r = (xd - kd * 0x1.62e42fefa3000p-1) - kd * 0x1.3de6af278ece6p-42;                  \
-        double p = 0x1.ae64567f544e4p-26;                                                          \
-        p = p * r + 0x1.27e4fb7789f5cp-22;                                                         \
-        p = p * r + 0x1.71de3a556c734p-19;                                                         \
-        p = p * r + 0x1.a01a01a01a01ap-16;                                                         \
-        p = p * r + 0x1.a01a01a01a01ap-13;                                                         \
-        p = p * r + 0x1.6c16c16c16c17p-10;                                                         \
-        p = p * r + 0x1.1111111111111p-7;                                                          \
-        p = p * r + 0x1.5555555555555p-5;                                                          \
-        p = p * r + 0x1.5555555555555p-3;                                                          \
-        p = p * r + 0x1.0p-1;                                                                      \
-        p = p * r + 1.0;                                                                           \
-        p = p * r + 1.0;                                                                           \
+        } xb = {x}, tb, pb, sh = {0x1.8p23f};                                                      \
+        uint32_t ux = xb.u, ax = ux & 0x7fffffffu;                                                 \
+        xb.u = ax > 0x43480000u && ax <= 0x7f800000u ? (ux & 0x80000000u) | 0x43480000u : ux;      \
+        float t = fmaf(xb.f, 0x1.715476p0f, 0x1.8p23f);                                            \
+        float k = t - 0x1.8p23f;                                                                   \
+        float r = fmaf(k, -0x1.62e43p-1f, xb.f);                                                   \
+        r = fmaf(k, 0x1.05c61p-29f, r);                                                            \
+        float p = 0x1.a0d2cep-13f;                                                                 \
+        p = fmaf(p, r, 0x1.6e879cp-10f);                                                           \
+        p = fmaf(p, r, 0x1.11121p-7f);                                                             \
+        p = fmaf(p, r, 0x1.555382p-5f);                                                            \
+        p = fmaf(p, r, 0x1.555554p-3f);                                                            \
+        p = fmaf(p, r, 0x1p-1f);                                                                   \
+        p = fmaf(p, r, 1.0f);                                                                      \
+        p = fmaf(p, r, 1.0f);                                                                      \
+        tb.f = t;                                                                                  \
+        pb.f = p;                                                                                  \
+        *k_out = (int32_t)(tb.u - sh.u);                                                           \
+        *e_out = (int32_t)(pb.u >> 23) + *k_out;                                                   \
+        return p;                                                                                  \
+    }                                                                                              \
+    static inline float ot_expf(float x) {                                                         \
+        int32_t e, ki;                                                                             \
         union {                                                                                    \
-            double d;                                                                              \
-            uint64_t u;                                                                            \
-        } tb = {t}, sb;                                                                            \
-        sb.u = (tb.u + 1023u) << 52;                                                               \
-        return (float)(p * sb.d);                                                                  \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, pb = {ot_expf_core_(x, &e, &ki)};                                              \
+        uint32_t m = (pb.u & 0x7fffffu) | 0x800000u;                                               \
+        int32_t s = 1 - e;                                                                         \
+        uint32_t sc = s < 1 ? 1u : s > 25 ? 25u : (uint32_t)s;                                     \
+        uint32_t q = m >> sc, rem = m & ((1u << sc) - 1u), half = 1u << (sc - 1u);                 \
+        uint32_t sub = q + (rem > half || (rem == half && (q & 1u)) ? 1u : 0u);                    \
+        uint32_t res = e >= 255 ? 0x7f800000u                                                      \
+                       : e >= 1 ? pb.u + ((uint32_t)ki << 23)                                      \
+                       : s > 25 ? 0u                                                               \
+                                : sub;                                                             \
+        xb.u = (xb.u & 0x7fffffffu) > 0x7f800000u ? xb.u | 0x400000u : res;                        \
+        return xb.f;                                                                               \
+    }                                                                                              \
+    /* ot_expf with a subnormal result flushed to +0: only p·2^-126 with p's significand all      \
+     * ones rounds up to FLT_MIN, every other result below FLT_MIN is flushed */                   \
+    static inline float ot_expf_ftz(float x) {                                                     \
+        int32_t e, ki;                                                                             \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, pb = {ot_expf_core_(x, &e, &ki)};                                              \
+        uint32_t res = e >= 255                                    ? 0x7f800000u                   \
+                       : e >= 1                                    ? pb.u + ((uint32_t)ki << 23)   \
+                       : e == 0 && (pb.u & 0x7fffffu) == 0x7fffffu ? 0x00800000u                   \
+                                                                   : 0u;                           \
+        xb.u = (xb.u & 0x7fffffffu) > 0x7f800000u ? xb.u | 0x400000u : res;                        \
+        return xb.f;                                                                               \
     }
 
 #endif
