@@ -123,6 +123,9 @@ struct ot_module {
     /* edits to the graph so far: instructions created or removed, operands, roots, computations
      * added or removed, the entry (ir_module_edits) */
     uint64_t edits;
+    /* edits + 1 when the module last passed the verifier (0: never): verification depends only
+     * on what the edit count counts, so an unedited module is not walked again */
+    uint64_t verified_edits;
     /* what the compiler keeps between passes while the graph is unedited (freed with the module
      * through pass_cache_free) */
     void *pass_cache;

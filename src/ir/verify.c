@@ -177,6 +177,8 @@ ot_status ir_module_verify(const ot_module *m, bool infer) {
     if (m->err) return ot_module_status(m);
     if (!m->entry)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "module %s has no entry computation", m->name);
+    /* verified, and unedited since (finalize, then compile: one walk, not two) */
+    if (m->verified_edits == m->edits + 1) return OT_OK;
     int64_t total = 0;
     vctx v = {m, NULL, m->next_id, NULL, 0, 0, infer};
     v.stamp = ot_calloc((size_t)(v.nstamp ? v.nstamp : 1), sizeof *v.stamp);
@@ -202,6 +204,7 @@ ot_status ir_module_verify(const ot_module *m, bool infer) {
         return ot_error(OT_ERR_INTERNAL,
                         "module %s: instruction count %lld, computations hold %lld", m->name,
                         (long long)m->ninstrs, (long long)total);
+    ((ot_module *)m)->verified_edits = m->edits + 1;
     return OT_OK;
 }
 
