@@ -190,8 +190,8 @@ typedef enum ot_ir_shape_kind {
 
 typedef struct ot_ir_shape {
     ot_ir_shape_kind kind;
-    ot_shape array;                  /* kind == OT_IR_ARRAY */
     int ntuple;                      /* kind == OT_IR_TUPLE: element count (may be 0) */
+    ot_shape array;                  /* kind == OT_IR_ARRAY */
     const struct ot_ir_shape *tuple; /* kind == OT_IR_TUPLE: ntuple elements (module arena) */
     /* Layout as written in HLO text (minor_to_major). Kept for printing only: values are always
      * row-major in optitpu, whatever layout a file states. */
@@ -361,29 +361,32 @@ typedef struct ot_raw_attr {
  * here); the rest are ignored and stored zeroed. Pointers are deep-copied into the module arena.
  */
 typedef struct ot_attrs {
+    /* (Fields are ordered by size so the struct, which every instruction holds, has no holes.) */
     /* parameter: parameter number; get-tuple-element: index; iota: iota_dimension;
      * concatenate, sort, all-gather, reduce-scatter: the dimension; all-to-all: split dimension
      * (-1 = tuple form, no split); topk: k. */
     int64_t index;
     /* broadcast: operand dim i maps to result dim dims[i]; transpose: permutation; reverse and
      * reduce: dimensions; dynamic-slice: slice sizes. */
-    int ndims;
     const int64_t *dims;
+    int ndims;
     ot_cmp_dir cmp_dir;               /* compare */
     ot_cmp_type cmp_type;             /* compare */
     int exponent_bits, mantissa_bits; /* reduce-precision */
-    bool is_stable;                   /* sort */
-    bool largest;                     /* topk (default true) */
-    bool has_side_effect;             /* custom-call */
-    bool use_global_device_ids;       /* all-reduce, all-gather, reduce-scatter */
-    bool constrain_layout;            /* collectives (kept) */
     ot_rng_algorithm rng_algorithm;   /* rng-bit-generator */
     ot_fusion_kind fusion_kind;       /* fusion */
-    int64_t channel_id;               /* collectives; 0 = none */
-    int64_t feature_group_count;      /* convolution (0 is read as 1) */
-    int64_t batch_group_count;        /* convolution (0 is read as 1) */
     int nprecision;                   /* dot, convolution: precision_config (0 or 2) */
     ot_precision precision[2];
+    int npairs;                      /* collective-permute: source_target_pairs (see pairs) */
+    int api_version;                 /* custom-call: 0 = unset, else API_VERSION_* number */
+    bool is_stable;                  /* sort */
+    bool largest;                    /* topk (default true) */
+    bool has_side_effect;            /* custom-call */
+    bool use_global_device_ids;      /* all-reduce, all-gather, reduce-scatter */
+    bool constrain_layout;           /* collectives (kept) */
+    int64_t channel_id;              /* collectives; 0 = none */
+    int64_t feature_group_count;     /* convolution (0 is read as 1) */
+    int64_t batch_group_count;       /* convolution (0 is read as 1) */
     const ot_slice_dim *slice;       /* slice: one per dimension */
     const ot_pad_dim *padding;       /* pad: one per dimension */
     const ot_window *window;         /* reduce-window, select-and-scatter, convolution */
@@ -392,11 +395,9 @@ typedef struct ot_attrs {
     const ot_gather_dims *gather;    /* gather */
     const ot_scatter_dims *scatter;  /* scatter */
     const ot_replica_groups *groups; /* all-reduce, all-gather, reduce-scatter, all-to-all */
-    int npairs;                      /* collective-permute: source_target_pairs */
     const int64_t *pairs;            /* 2 * npairs: source0, target0, source1, ... */
     const char *custom_call_target;  /* custom-call */
     const char *backend_config;      /* custom-call (and kept for any op); NULL = none */
-    int api_version;                 /* custom-call: 0 = unset, else API_VERSION_* number */
     const ot_literal *literal;       /* constant */
 } ot_attrs;
 
@@ -409,29 +410,30 @@ typedef struct ot_computation ot_computation;
 typedef struct ot_instr ot_instr;
 
 struct ot_instr {
+    /* (Fields are ordered so the struct has no holes: a module holds one per instruction.) */
     int64_t id; /* unique within the module, assigned in creation order */
     ot_opcode opcode;
+    int noperands;
     const char *name;  /* unique within its computation */
     ot_ir_shape shape; /* result shape */
-    int noperands;
     ot_instr **operands;
     int nusers; /* distinct users, each once however many operand slots it uses */
-    ot_instr **users;
     /* Called computations: reduce, reduce-window, scatter, map, call, sort, all-reduce,
      * reduce-scatter, fusion: [0] = to_apply / comparator / calls; while: [0] = condition, [1] =
      * body; conditional: the branches (a pred conditional: [0] = true, [1] = false);
      * select-and-scatter: [0] = select, [1] = scatter; custom-call: called_computations. */
     int ncalled;
+    ot_instr **users;
     ot_computation **called;
     ot_attrs attrs;
     const ot_metadata *metadata; /* NULL when none */
-    int nraw;                    /* attributes kept verbatim */
-    const ot_raw_attr *raw;
+    const ot_raw_attr *raw;      /* attributes kept verbatim (nraw of them) */
     ot_computation *parent;
     ot_instr *prev, *next; /* order within the computation (definitions before uses) */
     /* Scratch for passes; the IR never reads them. */
     void *user_data;
     int64_t mark;
+    int nraw;
     /* internal */
     int users_cap_;
     bool dead_;
