@@ -624,7 +624,8 @@ ot_instr *ot_computation_find_instr(const ot_computation *c, const char *name) {
 ot_instr *ir_comp_find(const ot_computation *c, const char *key, size_t len) {
     if (c->names_) return ir_names_get(c->names_, key, len);
     for (ot_instr *i = c->first; i; i = i->next)
-        if (strncmp(i->name, key, len) == 0 && i->name[len] == '\0') return i;
+        if (i->name[0] == key[0] && strncmp(i->name, key, len) == 0 && i->name[len] == '\0')
+            return i;
     return NULL;
 }
 
@@ -801,11 +802,11 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         ir_comp_name_del(c, i->name);
         return s;
     }
-    /* users: an operand used in several slots records this user once */
+    /* users: an operand used in several slots records this user once (ir_users_add appends, so
+     * an operand already handled has i as its last user) */
     for (int k = 0; k < noperands; k++) {
-        bool seen = false;
-        for (int j = 0; j < k && !seen; j++) seen = operands[j] == operands[k];
-        if (seen) continue;
+        const ot_instr *o = operands[k];
+        if (o->nusers && o->users[o->nusers - 1] == i) continue;
         s = ir_users_add(operands[k], i);
         if (s != OT_OK) {
             for (int j = 0; j < k; j++) ir_users_remove(operands[j], i);
@@ -1258,9 +1259,26 @@ out:
     return s;
 }
 
+/* Old -> new instructions of a clone: an array indexed by instruction id when the whole module is
+ * copied (ids are below the module's next id), else a hash map. */
+typedef struct clone_map {
+    ot_instr **byid;
+    ir_ptr_map ptr;
+} clone_map;
+
+static inline ot_instr *clone_map_get(const clone_map *x, const ot_instr *i) {
+    return x->byid ? x->byid[i->id] : ir_ptr_map_get(&x->ptr, i);
+}
+
+static inline ot_status clone_map_put(clone_map *x, const ot_instr *i, ot_instr *ni) {
+    if (!x->byid) return ir_ptr_map_put(&x->ptr, i, ni);
+    x->byid[i->id] = ni;
+    return OT_OK;
+}
+
 /* Copies src's instructions into dst (empty, same or other module) in post order. map receives
  * old -> new. Called computations are looked up in cmap (old -> new) when given. */
-static ot_status clone_body(const ot_computation *src, ot_computation *dst, ir_ptr_map *map,
+static ot_status clone_body(const ot_computation *src, ot_computation *dst, clone_map *map,
                             const ir_ptr_map *cmap) {
     ot_instr **order = NULL;
     int64_t n = 0;
@@ -1279,7 +1297,7 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, ir_p
         if (!ops || !called) {
             s = ot_error(OT_ERR_OUT_OF_MEMORY, "clone: out of memory");
         } else {
-            for (int j = 0; j < i->noperands; j++) ops[j] = ir_ptr_map_get(map, i->operands[j]);
+            for (int j = 0; j < i->noperands; j++) ops[j] = clone_map_get(map, i->operands[j]);
             for (int j = 0; j < i->ncalled; j++) {
                 called[j] = i->called[j];
                 if (cmap) {
@@ -1314,12 +1332,12 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, ir_p
                 }
                 ni->nraw = i->nraw;
             }
-            if (s == OT_OK) s = ir_ptr_map_put(map, i, ni);
+            if (s == OT_OK) s = clone_map_put(map, i, ni);
         }
         if (ops != ops_small) ot_free(ops);
         if (called != called_small) ot_free(called);
     }
-    if (s == OT_OK && src->root) dst->root = ir_ptr_map_get(map, src->root);
+    if (s == OT_OK && src->root) dst->root = clone_map_get(map, src->root);
     ot_free(order);
     return s;
 }
@@ -1334,9 +1352,9 @@ ot_status ot_computation_clone(const ot_computation *src, const char *suffix,
         snprintf(buf, sizeof buf, "%.400s%s.%d", src->name, suffix ? suffix : ".clone", k);
     ot_computation *c;
     OT_CHECK(ir_add_computation(m, buf, strlen(buf), &c));
-    ir_ptr_map map = {0};
+    clone_map map = {0};
     ot_status s = clone_body(src, c, &map, NULL);
-    ir_ptr_map_free(&map);
+    ir_ptr_map_free(&map.ptr);
     if (s != OT_OK) {
         /* an unused, partial computation: remove it again */
         for (ot_instr *i = c->last, *p; i; i = p) {
@@ -1420,9 +1438,12 @@ ot_status ot_module_clone(const ot_module *src, ot_module **out) {
     ot_module *m = ot_module_new(src->name);
     if (!m) return OT_ERR_OUT_OF_MEMORY;
     ot_status s = OT_OK;
-    ir_ptr_map cmap = {0}, map = {0};
+    ir_ptr_map cmap = {0};
+    clone_map map = {0};
     ot_computation **order = NULL;
     int n = 0;
+    map.byid = ot_calloc((size_t)(src->next_id ? src->next_id : 1), sizeof *map.byid);
+    if (!map.byid) s = ot_error(OT_ERR_OUT_OF_MEMORY, "module clone: out of memory");
     m->cfg.replica_count = src->cfg.replica_count;
     m->cfg.num_partitions = src->cfg.num_partitions;
     for (int k = 0; k < src->cfg.nalias && s == OT_OK; k++)
@@ -1457,7 +1478,7 @@ ot_status ot_module_clone(const ot_module *src, ot_module **out) {
     }
     ot_free(order);
     ir_ptr_map_free(&cmap);
-    ir_ptr_map_free(&map);
+    ot_free(map.byid);
     if (s != OT_OK) {
         ot_module_free(m);
         return s;
