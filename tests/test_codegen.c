@@ -730,6 +730,130 @@ static void test_hw_ftz(void) {
     }
 }
 
+/* Row fusions (src/compiler/rowfuse.c): layer norm's mean and variance sums become one kernel
+ * that reads each row once; every output equals the reference evaluator's on the original module
+ * bit for bit (f32 and f64, ordinary and tiny inputs with NaNs, infinities and subnormals, rows
+ * of 16 to 1000 elements, 2D and 3D, the mean also an output or not). Refused: a row maximum
+ * (softmax's), rows shorter than 16, column sums, a sum of another input, a per-row value read
+ * along the row. */
+static int row_kernels(const char *text, int *nfusions) {
+    ot_module *m = parse(text);
+    if (!m) return -1;
+    ot_executable *e = NULL;
+    EXPECT_OK(ot_compile(m, NULL, &e));
+    ot_module_free(m);
+    int rows = 0, nf = 0;
+    const cg_program *p = e ? cg_program_get(e) : NULL;
+    char *src = p ? program_source(p) : NULL;
+    for (const char *q = src; q && (q = strstr(q, "(rows) */")) != NULL; q++) rows++;
+    for (int k = 0; e && k < ot_executable_kernel_count(e); k++)
+        nf += ot_executable_kernel(e, k)->kind == OT_KERNEL_FUSION;
+    free(src);
+    ot_executable_free(e);
+    if (nfusions) *nfusions = nf;
+    return rows;
+}
+
+/* Expands $T (dtype), $S (input shape), $R (row shape), $B (broadcast dims of a per-row value),
+ * $D (reduced dims), $N (row length), $M (extra outputs' types), $m (extra outputs). */
+static void expand(char *out, size_t cap, const char *tmpl, const char *const *val) {
+    static const char keys[] = "TSRBDNMm";
+    size_t n = 0;
+    for (const char *q = tmpl; *q && n + 1 < cap; q++) {
+        const char *k = *q == '$' && q[1] ? strchr(keys, q[1]) : NULL;
+        if (k) {
+            const char *v = val[k - keys];
+            for (; *v && n + 1 < cap; v++) {
+                if (*v == '$' && v[1] == 'T') { /* $T inside $M */
+                    for (const char *w = val[0]; *w && n + 1 < cap; w++) out[n++] = *w;
+                    v++;
+                    continue;
+                }
+                out[n++] = *v;
+            }
+            q++;
+            continue;
+        }
+        out[n++] = *q;
+    }
+    out[n] = '\0';
+}
+
+static const char row_tmpl[] =
+    "HloModule ln\nadd {\n  a = $T[] parameter(0)\n  b = $T[] parameter(1)\n"
+    "  ROOT s = $T[] add(a, b)\n}\nmx {\n  a = $T[] parameter(0)\n  b = $T[] parameter(1)\n"
+    "  ROOT s = $T[] maximum(a, b)\n}\nENTRY main {\n  x = $T[$S] parameter(0)\n"
+    "  x2 = $T[$S] parameter(1)\n"
+    "  z = $T[] constant(0)\n  n = $T[] constant($N)\n  nb = $T[$R] broadcast(n), dimensions={}\n"
+    "  s1 = $T[$R] reduce(x, z), dimensions={$D}, to_apply=add\n"
+    "  mean = $T[$R] divide(s1, nb)\n  mb = $T[$S] broadcast(mean), dimensions={$B}\n"
+    "  d = $T[$S] subtract(x, mb)\n  d2 = $T[$S] multiply(d, d)\n"
+    "  s2 = $T[$R] reduce(d2, z), dimensions={$D}, to_apply=add\n"
+    "  var = $T[$R] divide(s2, nb)\n  eps = $T[] constant(1e-5)\n"
+    "  eb = $T[$R] broadcast(eps), dimensions={}\n  ve = $T[$R] add(var, eb)\n"
+    "  r = $T[$R] rsqrt(ve)\n  rb = $T[$S] broadcast(r), dimensions={$B}\n"
+    "  y = $T[$S] multiply(d, rb)\n  ROOT t = ($T[$S], $T[$R]$M) tuple(y, var$m)\n}\n";
+
+static void test_row_fusion(void) {
+    static const char *const cases[][6] = {
+        /* T, S, R, B, D, N */
+        {"f32", "40,300", "40", "0", "1", "300"},   {"f64", "40,300", "40", "0", "1", "300"},
+        {"f32", "33,16", "33", "0", "1", "16"},     {"f32", "3,7,1000", "3,7", "0,1", "2", "1000"},
+        {"f32", "5,12,40", "5", "0", "1,2", "480"},
+    };
+    char text[8192];
+    for (int j = 0; j < (int)(sizeof cases / sizeof cases[0]); j++) {
+        for (int out_mean = 0; out_mean < 2; out_mean++) {
+            const char *val[8] = {cases[j][0], cases[j][1], cases[j][2], cases[j][3],
+                                  cases[j][4], cases[j][5], "",          ""};
+            char mt[64];
+            snprintf(mt, sizeof mt, ", $T[%s]", cases[j][2]);
+            if (out_mean) {
+                val[6] = mt;
+                val[7] = ", mean";
+            }
+            expand(text, sizeof text, row_tmpl, val);
+            for (int tiny = 0; tiny < 2; tiny++) {
+                g_tiny = tiny == 1;
+                check_module(text, 1200 + (uint64_t)(j * 4 + out_mean * 2 + tiny), true);
+                g_tiny = false;
+            }
+            EXPECT_INT_EQ(row_kernels(text, NULL), 1);
+        }
+    }
+    /* refused: the same sums over rows of 15, a column sum, the first sum over another input
+     * (x2), a per-row value read along the row (mean broadcast over the rows' own dimension) and
+     * a row maximum first (softmax's shape) */
+    static const char *const refused[][2] = {
+        {"s1 = $T[$R] reduce(x, z)", "s1 = $T[$R] reduce(x2, z)"},
+        {"s1 = $T[$R] reduce(x, z), dimensions={$D}, to_apply=add",
+         "s1 = $T[$R] reduce(x, z), dimensions={$D}, to_apply=mx"},
+    };
+    for (int j = 0; j < 2; j++) {
+        const char *val[8] = {"f32", "40,300", "40", "0", "1", "300", "", ""};
+        char tm[4096];
+        const char *at = strstr(row_tmpl, refused[j][0]);
+        ASSERT_TRUE(at != NULL);
+        size_t pre = (size_t)(at - row_tmpl);
+        snprintf(tm, sizeof tm, "%.*s%s%s", (int)pre, row_tmpl, refused[j][1],
+                 at + strlen(refused[j][0]));
+        expand(text, sizeof text, tm, val);
+        check_module(text, 1300 + (uint64_t)j, false);
+        EXPECT_INT_EQ(row_kernels(text, NULL), 0);
+    }
+    {
+        const char *v15[8] = {"f32", "40,15", "40", "0", "1", "15", "", ""};
+        expand(text, sizeof text, row_tmpl, v15);
+        check_module(text, 1310, false);
+        EXPECT_INT_EQ(row_kernels(text, NULL), 0);
+        /* column sums: the per-column mean broadcast along dim 1 */
+        const char *vc[8] = {"f32", "300,40", "40", "1", "0", "300", "", ""};
+        expand(text, sizeof text, row_tmpl, vc);
+        check_module(text, 1311, false);
+        EXPECT_INT_EQ(row_kernels(text, NULL), 0);
+    }
+}
+
 static void test_cache(void) {
     ot_executable *e1 = compile_adam();
     ASSERT_TRUE(e1 != NULL);
@@ -951,7 +1075,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_every_op),        OT_TEST(test_converts), OT_TEST(test_random_fusions),
         OT_TEST(test_reductions),      OT_TEST(test_cache),    OT_TEST(test_fallbacks),
         OT_TEST(test_fault_injection), OT_TEST(test_hw_ftz),   OT_TEST(test_gather_of_elementwise),
-        OT_TEST(test_summary),
+        OT_TEST(test_row_fusion),      OT_TEST(test_summary),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();

@@ -243,6 +243,7 @@ typedef struct memo {
     char *ctx;
     int var;
     bool flushed; /* f32/f64 value known to hold no subnormal (an FTZ op's result) */
+    int scope;    /* per-element values: the loop they were computed in (row fusions) */
 } memo;
 
 typedef struct em {
@@ -255,8 +256,11 @@ typedef struct em {
     int nvar;
     char why[200];
     bool bad;
-    bool hw;     /* the loops run under the CPU's FTZ/DAZ mode (see hw_op_ok) */
-    bool hw_bad; /* an op the mode does not cover was emitted inside the loops */
+    bool hw;           /* the loops run under the CPU's FTZ/DAZ mode (see hw_op_ok) */
+    bool rows;         /* a row fusion: one iteration per row, reduces as per-row values */
+    int64_t O;         /* row fusion: the number of rows */
+    int scope, nscope; /* row fusion: the reduce loop being emitted */
+    bool hw_bad;       /* an op the mode does not cover was emitted inside the loops */
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -285,7 +289,9 @@ static cg_buf *level_buf(em *E, int level) {
 
 static int memo_find(em *E, const ot_instr *x, const char *ctx) {
     for (int k = 0; k < E->nm; k++)
-        if (E->m[k].i == x && strcmp(E->m[k].ctx, ctx) == 0) return k;
+        if (E->m[k].i == x && strcmp(E->m[k].ctx, ctx) == 0 &&
+            (E->m[k].scope == E->scope || ctx_level(ctx) < 2))
+            return k;
     return -1;
 }
 
@@ -301,7 +307,7 @@ static int memo_add(em *E, const ot_instr *x, const char *ctx, int var, bool flu
     char *c = ot_malloc(l + 1);
     if (!c) return fail(E, "out of memory");
     memcpy(c, ctx, l + 1);
-    E->m[E->nm] = (memo){x, c, var, flushed};
+    E->m[E->nm] = (memo){x, c, var, flushed, E->scope};
     return E->nm++;
 }
 
@@ -406,6 +412,7 @@ static int64_t numel(const ot_instr *x) {
 }
 
 static int emit(em *E, const ot_instr *x, const char *ctx);
+static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx);
 
 /* The operand's context for an elementwise op: the same index, or index 0 for a scalar operand
  * of a larger op (select's predicate, clamp's bounds). */
@@ -943,6 +950,8 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
         int r = E->io->alias[q];
         if (r >= 0) {
             /* an input updated in place is read only at the element being written */
+            if (E->rows && strcmp(ctx, "row") == 0)
+                return define(E, x, ctx, x->shape.array.dtype, false, "o%d[row]", r);
             if (strcmp(ctx, "i") != 0)
                 return fail(E, "%s: in-place input read at another index", x->name);
             return define(E, x, ctx, x->shape.array.dtype, false, "o%d[i]", r);
@@ -972,6 +981,7 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
         return memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
     }
     case OT_OP_CONVERT: return emit_convert(E, x, ctx);
+    case OT_OP_REDUCE: return emit_row_reduce(E, x, ctx);
     case OT_OP_SELECT:
     case OT_OP_CLAMP: return emit_select_clamp(E, x, ctx);
     default: break;
@@ -1382,6 +1392,229 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
     return st;
 }
 
+/* ---- row fusions (src/compiler/rowfuse.c) ------------------------------------------------
+ * A fusion whose reduces all reduce the trailing dims of inputs of O * RN elements into O rows:
+ * one iteration per row computes each reduce as a per-row value, in dependency order (a reduce
+ * whose operand reads another's result through a broadcast along the row comes after it), then
+ * stores the outputs (one element per row each). The row (RN elements) is read from memory by
+ * the first reduce and from L1 by the next. Each reduce is a float sum in the canonical lane
+ * order, exactly as emit_reduce_lanes emits it, so the bits are the reference's. */
+
+/* Checks reduce r against the row fusion's rows and row length. */
+static bool row_form(const em *E, const ot_instr *r) {
+    const ot_instr *x = r->operands[0];
+    if (r->noperands != 2 || r->ncalled != 1 || x->shape.kind != OT_IR_ARRAY || numel(r) != E->O ||
+        numel(x) != E->O * E->C || numel(r->operands[1]) != 1 ||
+        x->shape.array.dtype != r->shape.array.dtype)
+        return false;
+    const ot_shape *S = &x->shape.array;
+    int nd = r->attrs.ndims;
+    if (nd < 1 || nd > S->rank) return false;
+    bool red[OT_MAX_RANK] = {false};
+    for (int k = 0; k < nd; k++) {
+        int64_t d = r->attrs.dims[k];
+        if (d < 0 || d >= S->rank || red[d]) return false;
+        red[d] = true;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < S->rank; d++) {
+        if (red[d] != (d >= S->rank - nd)) return false;
+        if (red[d]) n *= S->dims[d];
+    }
+    return n == E->C;
+}
+
+static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
+    if (!E->rows || strcmp(ctx, "row") != 0)
+        return fail(E, "%s: a reduce inside the fusion", r->name);
+    if (!row_form(E, r)) return fail(E, "%s: not a reduce of the fusion's rows", r->name);
+    const ot_computation *rc = r->called[0];
+    const ot_instr *rr = rc->root;
+    if (!rr || rc->nparams != 2 || rc->ninstrs != 3 || rr->noperands != 2 ||
+        rr->operands[0]->opcode != OT_OP_PARAMETER || rr->operands[1]->opcode != OT_OP_PARAMETER ||
+        rr->operands[0] == rr->operands[1])
+        return fail(E, "%s: reducer is not one binary op", r->name);
+    ot_dtype t = r->shape.array.dtype;
+    bool lanes = rr->opcode == OT_OP_ADD && (t == OT_F32 || t == OT_F64) && ex_reduce_lanes(r);
+    if (!lanes)
+        return fail(E, "%s: reducer %s on %s in a row fusion", r->name, ot_opcode_name(rr->opcode),
+                    ot_dtype_name(t));
+    bool acc_left = rr->operands[0]->attrs.index == 0;
+    int mi = emit(E, r->operands[1], "0");
+    if (mi < 0) return -1;
+    /* the operand's per-element values live in this reduce's loops only */
+    int outer = E->scope;
+    E->scope = ++E->nscope;
+    cg_buf saved = E->body;
+    memset(&E->body, 0, sizeof E->body);
+    int mx = emit(E, r->operands[0], "i");
+    cg_buf body = E->body;
+    E->body = saved;
+    E->scope = outer;
+    if (mx < 0 || E->bad) {
+        cg_buf_free(&body);
+        return -1;
+    }
+    if (body.oom) {
+        cg_buf_free(&body);
+        return fail(E, "out of memory");
+    }
+    const char *B = body.p ? body.p : "";
+    const char *T = ctype(t);
+    long long RN = (long long)E->C;
+    char vi[32], vx[32];
+    var(E, mi, vi, sizeof vi);
+    var(E, mx, vx, sizeof vx);
+    bool acc_needs = !E->m[mi].flushed, x_needs = !E->m[mx].flushed;
+    int v = E->nvar++;
+    cg_buf *R = &E->rowb;
+    bool ok = true;
+#define CMB(OP, L, RR, NL, NR, HW, OUT)                                                            \
+    (acc_left ? combine_expr(OP, t, L, RR, NL, NR, HW, OUT, sizeof OUT)                            \
+              : combine_expr(OP, t, RR, L, NR, NL, HW, OUT, sizeof OUT))
+#define IDX(RE)                                                                                    \
+    cg_buf_printf(R, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n", RE, \
+                  RN)
+    if (lanes) {
+        char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048];
+        ok = ok && CMB(OT_OP_ADD, "lane[l]", vx, x_needs, x_needs, E->hw, c_lx);
+        ok = ok && CMB(OT_OP_ADD, "lane[l]", "lane[l + s]", x_needs, x_needs, E->hw, c_tree);
+        ok = ok && CMB(OT_OP_ADD, "acc", "lane[0]", acc_needs, x_needs, E->hw, c_acc);
+        ok = ok && CMB(OT_OP_ADD, "acc", vx, acc_needs, x_needs, E->hw, c_ax);
+        if (ok) {
+            cg_buf_printf(R,
+                          "    %s v%d;\n    { /* %s (lane order) */\n"
+                          "    %s acc = %s;\n    int64_t rt = 0;\n"
+                          "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
+                          "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
+                          "    re = rb + (re - rb) / %d * %d;\n"
+                          "    %s lane[%d];\n"
+                          "    for (int l = 0; l < %d; l++) {\n",
+                          T, v, r->name, T, vi, EX_RED_LANES, RN, EX_RED_BLOCK, EX_RED_BLOCK, RN,
+                          EX_RED_BLOCK, RN, EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES,
+                          EX_RED_LANES);
+            IDX("rb + l");
+            cg_buf_printf(R,
+                          "%s    lane[l] = %s;\n    }\n"
+                          "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
+                          "    for (int l = 0; l < %d; l++) {\n",
+                          B, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
+            IDX("rg + l");
+            cg_buf_printf(R,
+                          "%s    lane[l] = %s;\n    }\n"
+                          "    for (int s = %d; s >= 1; s /= 2)\n"
+                          "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
+                          "    acc = %s;\n    rt = re;\n    }\n"
+                          "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
+                          B, c_lx, EX_RED_LANES / 2, c_tree, c_acc, RN);
+            IDX("rr");
+            cg_buf_printf(R, "%s    acc = %s;\n    }\n    v%d = acc;\n    }\n", B, c_ax, v);
+        }
+    }
+#undef IDX
+#undef CMB
+    cg_buf_free(&body);
+    if (!ok) return fail(E, "%s: reducer", r->name);
+    /* the sum is flushed by its combines (RN >= 16: at least one) */
+    return memo_add(E, r, ctx, v, true);
+}
+
+static int count_reduces(const ot_computation *c) {
+    int n = 0;
+    for (const ot_instr *x = c->first; x; x = x->next) n += x->opcode == OT_OP_REDUCE;
+    return n;
+}
+
+static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
+                           cg_buf *src, int64_t *numel_out, int64_t *work_out) {
+    const ot_computation *c = kn->instr->called[0];
+    const ot_instr *root = c->root;
+    const ot_instr *const *leaves = (const ot_instr *const *)&root;
+    int nleaves = 1;
+    if (root->shape.kind == OT_IR_TUPLE) {
+        if (root->opcode != OT_OP_TUPLE)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: tuple root is not a tuple op",
+                            kn->name);
+        leaves = (const ot_instr *const *)root->operands;
+        nleaves = root->noperands;
+    }
+    if (nleaves != kn->noutputs || c->nparams != kn->ninputs || kn->ninputs != io->ninputs)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: inputs/outputs do not match", kn->name);
+    const ot_instr *r0 = NULL;
+    for (const ot_instr *x = c->first; x && !r0; x = x->next)
+        if (x->opcode == OT_OP_REDUCE) r0 = x;
+    int64_t O = r0 ? numel(r0) : -1;
+    if (!r0 || O <= 0 || r0->noperands < 1 || numel(r0->operands[0]) % O != 0)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: no row reduce", kn->name);
+    int64_t RN = numel(r0->operands[0]) / O;
+    for (int r = 0; r < nleaves; r++)
+        if (leaves[r]->shape.kind != OT_IR_ARRAY || numel(leaves[r]) != O)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: an output is not one per row",
+                            kn->name);
+    for (int q = 0; q < c->nparams; q++)
+        if (!c->params[q] || c->params[q]->shape.kind != OT_IR_ARRAY)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: non-array parameter", kn->name);
+    em E;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        memset(&E, 0, sizeof E);
+        E.kn = kn;
+        E.io = io;
+        E.rows = true;
+        E.O = O;
+        E.C = RN;
+        E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD);
+        for (int q = 0; q < io->ninputs; q++) {
+            int r = io->alias[q];
+            if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
+                fail(&E, "input %d updated in place as another type", q);
+        }
+        for (int r = 0; r < nleaves && !E.bad; r++) {
+            int m = emit(&E, leaves[r], "row");
+            if (m < 0) break;
+            cg_buf_printf(&E.stores, "    o%d[o] = v%d;\n", r, E.m[m].var);
+        }
+        if (!E.hw || !E.hw_bad || attempt == 1) break;
+        em_free(&E);
+    }
+    ot_status st = OT_OK;
+    if (E.bad) {
+        st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
+    } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+    } else {
+        cg_buf_printf(src,
+                      "\n/* %s (rows) */\nvoid %s(void *const *in, void *const *out, int64_t b, "
+                      "int64_t e) {\n",
+                      kn->name, fname);
+        for (int q = 0; q < io->ninputs; q++)
+            if (io->alias[q] < 0)
+                cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                              ctype(c->params[q]->shape.array.dtype), q,
+                              ctype(c->params[q]->shape.array.dtype), q);
+        for (int r = 0; r < nleaves; r++)
+            cg_buf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
+                          ctype(leaves[r]->shape.array.dtype), r,
+                          ctype(leaves[r]->shape.array.dtype), r);
+        cg_buf_printf(src, "%s", E.pro.p ? E.pro.p : "");
+        if (E.hw)
+            cg_buf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
+                               "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                               "    __asm__ volatile(\"\" ::: \"memory\");\n");
+        cg_buf_printf(
+            src, "    for (int64_t o = b; o < e; o++) {\n    const int64_t row = o;\n%s%s    }\n",
+            E.rowb.p ? E.rowb.p : "", E.stores.p ? E.stores.p : "");
+        if (E.hw)
+            cg_buf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
+                               "    _mm_setcsr(ot_csr);\n");
+        cg_buf_printf(src, "}\n");
+        if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+        *numel_out = O;
+        *work_out = RN > 0 ? RN : 1;
+    }
+    em_free(&E);
+    return st;
+}
+
 ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
                          cg_buf *src, int64_t *numel_out, int64_t *work_out) {
     *numel_out = 0;
@@ -1391,7 +1624,10 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
     const ot_computation *c = kn->instr->called[0];
     const ot_instr *root = c->root;
     if (!root) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s has no root", kn->name);
-    if (root->opcode == OT_OP_REDUCE) return emit_reduce(kn, io, fname, src, numel_out, work_out);
+    int nred = count_reduces(c);
+    if (root->opcode == OT_OP_REDUCE && nred == 1)
+        return emit_reduce(kn, io, fname, src, numel_out, work_out);
+    if (nred > 0) return emit_rows(kn, io, fname, src, numel_out, work_out);
     const ot_instr *const *leaves = (const ot_instr *const *)&root;
     int nleaves = 1;
     if (root->shape.kind == OT_IR_TUPLE) {

@@ -586,6 +586,11 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
         ot_instr *x = f.po[k];
         if (x->nusers == 0 && entry->root != x) s = ot_instr_remove(x);
     }
+    if (s == OT_OK) {
+        bool rch = false;
+        s = cc_row_fuse(m, f.max_io, &rch);
+        ch = ch || rch;
+    }
 out:
     ot_free(cnt);
     ot_free(order);

@@ -1,0 +1,379 @@
+/* Row fusion (after the fusion pass): a reduce-rooted fusion C that sums the rows of an input x
+ * (its trailing dims) and reads, per row, a value y computed from a sum of the same rows of the
+ * same x, takes that sum in. JAX's layer norm (the mean, then the sum of (x - mean)^2) has this
+ * shape: fused separately it is two passes over x, which the fusion pass must keep apart (a
+ * reduce is only ever a cluster root).
+ *
+ * y is either the reduce fusion P itself or a loop fusion L over the rows (one element per row)
+ * of P's result and of scalars or other per-row values (the mean's division by the row length).
+ * The merged fusion computes, for each row, P's sum, L's ops, then C's sum with y at hand:
+ * generated code (src/codegen/emit.c, row fusions) runs it row by row, so the row is read from
+ * memory once and again from L1, each sum in the canonical lane order, hence the same bits as
+ * the separate kernels and the reference. y stays an output when other kernels read it (the mean
+ * feeds the normalize too).
+ *
+ * Only float sums: softmax's row maximum followed by its exp-sum has the same shape, but there
+ * the exp-sum is compute-bound and already hides its own read of x, so one kernel doing both per
+ * row measured slower than the fast reduce kernel's maximum followed by the exp-sum.
+ *
+ * Legality: C's and P's reduces are f32/f64 adds in the lane order of exactly the trailing dims
+ * of inputs of the same element count, into the same number of rows (at least EX_RED_LANES
+ * long); P's reduced input is a parameter of P and one of C's inputs (the same instruction);
+ * inside C, y reaches the reduced operand only through elementwise ops, reshapes and broadcasts
+ * to the leading dims (a per-row value); P's only user is L (or C), and L holds only
+ * elementwise ops on per-row values or scalars; no other input of C depends on y (a cycle); the
+ * merged inputs and outputs fit max_io. */
+#include "compiler_internal.h"
+#include "exec/exec_internal.h"
+
+#include <stdio.h>
+
+static const ot_computation *fused(const ot_instr *f) {
+    return f && f->opcode == OT_OP_FUSION && f->ncalled == 1 ? f->called[0] : NULL;
+}
+
+static int64_t numel_of(const ot_instr *i) {
+    return i->shape.kind == OT_IR_ARRAY ? ot_shape_numel_unchecked(&i->shape.array) : -1;
+}
+
+/* A reduce of the trailing dims of its input with a reducer the row kernel generates; *rows and
+ * *len get the row count and length. */
+static bool row_reduce(const ot_instr *r, int64_t *rows, int64_t *len) {
+    if (r->opcode != OT_OP_REDUCE || r->noperands != 2 || r->ncalled != 1 ||
+        r->shape.kind != OT_IR_ARRAY)
+        return false;
+    const ot_instr *x = r->operands[0];
+    if (x->shape.kind != OT_IR_ARRAY || x->shape.array.dtype != r->shape.array.dtype ||
+        numel_of(r->operands[1]) != 1)
+        return false;
+    const ot_shape *S = &x->shape.array;
+    int nd = r->attrs.ndims;
+    if (nd < 1 || nd > S->rank) return false;
+    bool red[OT_MAX_RANK] = {false};
+    for (int k = 0; k < nd; k++) {
+        int64_t d = r->attrs.dims[k];
+        if (d < 0 || d >= S->rank || red[d]) return false;
+        red[d] = true;
+    }
+    int64_t o = 1, n = 1;
+    for (int d = 0; d < S->rank; d++) {
+        if (red[d] != (d >= S->rank - nd)) return false;
+        if (red[d])
+            n *= S->dims[d];
+        else
+            o *= S->dims[d];
+    }
+    if (n < EX_RED_LANES) return false;
+    const ot_computation *rc = r->called[0];
+    const ot_instr *rr = rc->root;
+    if (!rr || rc->nparams != 2 || rc->ninstrs != 3 || rr->noperands != 2 ||
+        rr->operands[0]->opcode != OT_OP_PARAMETER || rr->operands[1]->opcode != OT_OP_PARAMETER ||
+        rr->operands[0] == rr->operands[1])
+        return false;
+    ot_dtype t = r->shape.array.dtype;
+    if (rr->opcode != OT_OP_ADD || (t != OT_F32 && t != OT_F64) || !ex_reduce_lanes(r)) return false;
+    *rows = o;
+    *len = n;
+    return true;
+}
+
+/* Inside C's computation, every use of parameter p is per row: elementwise ops, converts,
+ * reshapes and bitcasts of `rows` elements, and broadcasts to rows * len elements whose operand
+ * fills the leading dims of the result (so its linear index is the result's divided by len). */
+static bool per_row_uses(const ot_instr *p, int64_t rows, int64_t len, int depth) {
+    if (depth > 64) return false;
+    for (int u = 0; u < p->nusers; u++) {
+        const ot_instr *x = p->users[u];
+        if (x->shape.kind != OT_IR_ARRAY) return false;
+        int64_t n = numel_of(x);
+        if (x->opcode == OT_OP_BROADCAST && n == rows * len) {
+            const ot_shape *R = &x->shape.array, *O = &p->shape.array;
+            if (x->attrs.ndims != O->rank) return false;
+            int64_t lead = 1;
+            for (int j = 0; j < O->rank; j++) {
+                if (x->attrs.dims[j] != j || R->dims[j] != O->dims[j]) return false;
+                lead *= O->dims[j];
+            }
+            if (lead != rows) return false;
+            continue; /* the reduced operand's loop reads it once per row */
+        }
+        if (n != rows) return false;
+        bool ew = x->opcode == OT_OP_RESHAPE || x->opcode == OT_OP_BITCAST ||
+                  x->opcode == OT_OP_CONVERT || x->opcode == OT_OP_BROADCAST ||
+                  ot_opcode_is_elementwise(x->opcode);
+        if (!ew || x->opcode == OT_OP_REDUCE) return false;
+        for (int k = 0; k < x->noperands; k++) {
+            int64_t m = numel_of(x->operands[k]);
+            if (m != rows && m != 1) return false;
+        }
+        if (!per_row_uses(x, rows, len, depth + 1)) return false;
+    }
+    return true;
+}
+
+/* A loop fusion computing one value per row: every instruction has `rows` elements or one. */
+static bool per_row_loop(const ot_instr *l, int64_t rows) {
+    const ot_computation *c = fused(l);
+    if (!c || !c->root || c->root->shape.kind != OT_IR_ARRAY || numel_of(l) != rows) return false;
+    for (const ot_instr *x = c->first; x; x = x->next) {
+        if (x->opcode == OT_OP_PARAMETER || x->opcode == OT_OP_CONSTANT) {
+            int64_t n = numel_of(x);
+            if (n != rows && n != 1) return false;
+            continue;
+        }
+        int64_t n = numel_of(x);
+        if (n != rows && n != 1) return false;
+        bool ew = x->opcode == OT_OP_RESHAPE || x->opcode == OT_OP_BITCAST ||
+                  x->opcode == OT_OP_CONVERT || x->opcode == OT_OP_BROADCAST ||
+                  ot_opcode_is_elementwise(x->opcode);
+        if (!ew || ot_instr_has_side_effect(x)) return false;
+    }
+    return true;
+}
+
+/* Whether `target` is reached from the users of `from` other than `skip` (bounded: false when
+ * the search is too large, which the caller treats as reached). */
+static bool reaches(ot_instr *from, const ot_instr *skip, const ot_instr *target, int64_t stamp) {
+    enum { LIMIT = 4096 };
+    ot_instr *stack[LIMIT];
+    int sp = 0, seen = 0;
+    for (int u = 0; u < from->nusers; u++) {
+        ot_instr *x = from->users[u];
+        if (x == skip || x->mark == stamp) continue;
+        x->mark = stamp;
+        if (sp == LIMIT) return true;
+        stack[sp++] = x;
+    }
+    while (sp) {
+        ot_instr *x = stack[--sp];
+        if (x == target) return true;
+        if (++seen > LIMIT) return true;
+        for (int u = 0; u < x->nusers; u++) {
+            ot_instr *y = x->users[u];
+            if (y->mark == stamp) continue;
+            y->mark = stamp;
+            if (sp == LIMIT) return true;
+            stack[sp++] = y;
+        }
+    }
+    return false;
+}
+
+typedef struct rf_inputs {
+    ot_instr **v;
+    int64_t n, cap;
+} rf_inputs;
+
+static ot_status add_input(rf_inputs *in, ot_instr *x, int64_t *idx) {
+    for (int64_t k = 0; k < in->n; k++)
+        if (in->v[k] == x) {
+            *idx = k;
+            return OT_OK;
+        }
+    OT_CHECK(cc_grow(&in->v, &in->cap, in->n + 1, sizeof *in->v));
+    in->v[in->n] = x;
+    *idx = in->n++;
+    return OT_OK;
+}
+
+/* Clones fusion f's computation into dst: parameter k becomes fparam[k] (or `subst` for the
+ * parameter whose operand is `subst_of`); returns the root's clone. */
+static ot_status clone_body(ot_computation *dst, const ot_instr *f, ot_instr *const *fparam,
+                            const ot_instr *subst_of, ot_instr *subst, ot_instr **root) {
+    const ot_computation *c = fused(f);
+    int most = 1;
+    for (const ot_instr *x = c->first; x; x = x->next)
+        if (x->noperands > most) most = x->noperands;
+    ot_instr **ops = ot_malloc((size_t)most * sizeof *ops);
+    if (!ops) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+    ot_status s = OT_OK;
+    for (ot_instr *x = c->first; x && s == OT_OK; x = x->next) x->user_data = NULL;
+    for (ot_instr *x = c->first; x && s == OT_OK; x = x->next) {
+        if (x->opcode == OT_OP_PARAMETER) {
+            int64_t k = x->attrs.index;
+            if (k < 0 || k >= f->noperands) {
+                s = ot_error(OT_ERR_INTERNAL, "row fusion: parameter number");
+                break;
+            }
+            x->user_data = f->operands[k] == subst_of ? subst : fparam[k];
+            continue;
+        }
+        for (int q = 0; q < x->noperands; q++) ops[q] = x->operands[q]->user_data;
+        ot_instr *cl = NULL;
+        s = ot_instr_clone(dst, x, ops, NULL, &cl);
+        x->user_data = cl;
+    }
+    if (s == OT_OK) *root = c->root->user_data;
+    for (ot_instr *x = c->first; x; x = x->next) x->user_data = NULL;
+    ot_free(ops);
+    return s;
+}
+
+/* Merges P (and L) into C; see the header comment. */
+static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, ot_instr *L,
+                       ot_instr *P) {
+    ot_instr *y = C->operands[q];
+    rf_inputs in = {0};
+    ot_status s = OT_OK;
+    ot_instr **map_c = NULL, **map_l = NULL, **map_p = NULL;
+    char name[256];
+    snprintf(name, sizeof name, "%s.rows", fused(C)->name);
+    ot_computation *fc = ot_module_add_computation(m, name);
+    if (!fc) return ot_module_status(m) != OT_OK ? ot_module_status(m)
+                                                 : ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion");
+    map_c = ot_calloc((size_t)C->noperands + 1, sizeof *map_c);
+    map_p = ot_calloc((size_t)P->noperands + 1, sizeof *map_p);
+    map_l = L ? ot_calloc((size_t)L->noperands + 1, sizeof *map_l) : NULL;
+    if (!map_c || !map_p || (L && !map_l)) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+        goto done;
+    }
+    /* inputs: C's (less y), then P's and L's not already there */
+    const ot_instr *srcs[3] = {C, P, L};
+    ot_instr **maps[3] = {map_c, map_p, map_l};
+    for (int f = 0; f < 3 && s == OT_OK; f++) {
+        const ot_instr *F = srcs[f];
+        if (!F) continue;
+        for (int k = 0; k < F->noperands && s == OT_OK; k++) {
+            ot_instr *o = F->operands[k];
+            if ((F == C && k == q) || (F == L && o == P)) continue;
+            int64_t idx = -1;
+            int64_t before = in.n;
+            s = add_input(&in, o, &idx);
+            if (s != OT_OK) break;
+            if (idx == before) {
+                ot_instr *prm = ot_build_parameter_ir(fc, idx, &o->shape, NULL);
+                if (!prm) {
+                    s = ot_module_status(m);
+                    if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: parameter");
+                    break;
+                }
+            }
+            maps[f][k] = fc->params[idx];
+        }
+    }
+    ot_instr *rp = NULL, *rl = NULL, *rc = NULL;
+    if (s == OT_OK) s = clone_body(fc, P, map_p, NULL, NULL, &rp);
+    if (s == OT_OK && L) s = clone_body(fc, L, map_l, P, rp, &rl);
+    if (s == OT_OK) s = clone_body(fc, C, map_c, y, L ? rl : rp, &rc);
+    if (s != OT_OK) goto done;
+    bool y_out = y->nusers > 1; /* read by other kernels too */
+    ot_instr *root = rc;
+    if (y_out) {
+        ot_instr *pair[2] = {L ? rl : rp, rc};
+        root = ot_build_tuple(fc, pair, 2);
+        if (!root) {
+            s = ot_module_status(m);
+            if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: tuple");
+            goto done;
+        }
+    }
+    ot_computation_set_root(fc, root);
+    ot_attrs at = {0};
+    at.fusion_kind = OT_FUSION_INPUT;
+    ot_instr *mf = ot_build(entry, OT_OP_FUSION, in.v, (int)in.n, &at, &fc, 1, NULL, NULL);
+    if (!mf) {
+        s = ot_module_status(m);
+        if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: builder failed");
+        goto done;
+    }
+    if (y_out) {
+        ot_instr *g0 = ot_build_get_tuple_element(entry, mf, 0);
+        ot_instr *g1 = g0 ? ot_build_get_tuple_element(entry, mf, 1) : NULL;
+        if (!g1) {
+            s = ot_module_status(m);
+            if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: get-tuple-element");
+            goto done;
+        }
+        s = ot_instr_replace_all_uses(C, g1);
+        if (s == OT_OK) s = ot_instr_remove(C);
+        if (s == OT_OK) s = ot_instr_replace_all_uses(y, g0);
+    } else {
+        s = ot_instr_replace_all_uses(C, mf);
+        if (s == OT_OK) s = ot_instr_remove(C);
+    }
+    if (s == OT_OK && L) s = ot_instr_remove(L);
+    if (s == OT_OK) s = ot_instr_remove(P);
+done:
+    ot_free(in.v);
+    ot_free(map_c);
+    ot_free(map_p);
+    ot_free(map_l);
+    return s;
+}
+
+ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
+    ot_computation *entry = ot_module_entry(m);
+    if (!entry) return OT_OK;
+    int64_t n = 0;
+    for (ot_instr *x = entry->first; x; x = x->next) {
+        x->mark = 0;
+        n++;
+    }
+    ot_instr **fus = ot_malloc((size_t)(n ? n : 1) * sizeof *fus);
+    if (!fus) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+    int64_t nf = 0;
+    for (ot_instr *x = entry->first; x; x = x->next)
+        if (fused(x)) fus[nf++] = x;
+    int64_t stamp = 0;
+    ot_status s = OT_OK;
+    for (int64_t j = 0; j < nf && s == OT_OK; j++) {
+        ot_instr *C = fus[j];
+        if (!C) continue;
+        const ot_computation *cc = fused(C);
+        int64_t rows, len;
+        if (!cc->root || !row_reduce(cc->root, &rows, &len)) continue;
+        for (int q = 0; q < C->noperands && q < cc->nparams; q++) {
+            ot_instr *y = C->operands[q], *L = NULL, *P = NULL;
+            if (numel_of(y) != rows || !fused(y) || !cc->params[q]) continue;
+            int64_t r1, n1;
+            const ot_computation *yc = fused(y);
+            if (yc->root && row_reduce(yc->root, &r1, &n1)) {
+                P = y;
+            } else if (per_row_loop(y, rows)) {
+                L = y;
+                for (int k = 0; k < L->noperands; k++) {
+                    ot_instr *o = L->operands[k];
+                    const ot_computation *oc = fused(o);
+                    if (oc && oc->root && numel_of(o) == rows && row_reduce(oc->root, &r1, &n1)) {
+                        if (P && P != o) {
+                            P = NULL; /* two reductions: not this form */
+                            break;
+                        }
+                        P = o;
+                    }
+                }
+            }
+            if (!P || r1 != rows || n1 != len || P->nusers != 1) continue;
+            if (P->users[0] != (L ? L : C)) continue;
+            /* P reduces one of C's inputs, the same instruction */
+            const ot_instr *px = fused(P)->root->operands[0];
+            if (px->opcode != OT_OP_PARAMETER) continue;
+            ot_instr *x = P->operands[px->attrs.index];
+            bool shared = false;
+            for (int k = 0; k < C->noperands && !shared; k++) shared = k != q && C->operands[k] == x;
+            if (!shared || numel_of(x) != rows * len) continue;
+            if (!per_row_uses(cc->params[q], rows, len, 0)) continue;
+            /* no other input of C may depend on y (or on P through L's other users) */
+            bool cyc = false;
+            for (int k = 0; k < C->noperands && !cyc; k++) {
+                if (k == q) continue;
+                if (C->operands[k] == y) {
+                    cyc = true; /* y twice: keep it simple */
+                    break;
+                }
+            }
+            if (!cyc) cyc = reaches(y, C, C, ++stamp);
+            if (cyc) continue;
+            int io = C->noperands - 1 + P->noperands + (L ? L->noperands - 1 : 0) + 2;
+            if (io > max_io) continue;
+            for (int64_t k = 0; k < nf; k++)
+                if (fus[k] == P || fus[k] == L) fus[k] = NULL;
+            s = merge(m, entry, C, q, L, P);
+            if (s == OT_OK && changed) *changed = true;
+            break;
+        }
+    }
+    ot_free(fus);
+    return s;
+}
