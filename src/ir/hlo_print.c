@@ -39,15 +39,24 @@ static void sb_reserve(sb *b, size_t more) {
     b->cap = ncap;
 }
 
-static void sb_put(sb *b, const char *s, size_t n) {
-    sb_reserve(b, n);
-    if (b->oom) return;
-    memcpy(b->p + b->n, s, n);
+/* Most pieces are a few bytes (names, punctuation, digits): those are copied inline, without a
+ * call into the allocator check or memcpy. */
+static inline void sb_put(sb *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        sb_reserve(b, n);
+        if (b->oom) return;
+    }
+    char *d = b->p + b->n;
+    if (n <= 16) {
+        for (size_t k = 0; k < n; k++) d[k] = s[k];
+    } else {
+        memcpy(d, s, n);
+    }
     b->n += n;
-    b->p[b->n] = '\0';
+    d[n] = '\0';
 }
 
-static void sb_puts(sb *b, const char *s) {
+static inline void sb_puts(sb *b, const char *s) {
     sb_put(b, s, strlen(s));
 }
 
