@@ -1548,9 +1548,10 @@ static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const ch
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: no row reduce", kn->name);
     int64_t RN = numel(r0->operands[0]) / O;
     for (int r = 0; r < nleaves; r++)
-        if (leaves[r]->shape.kind != OT_IR_ARRAY || numel(leaves[r]) != O)
-            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: an output is not one per row",
-                            kn->name);
+        if (leaves[r]->shape.kind != OT_IR_ARRAY ||
+            (numel(leaves[r]) != O && numel(leaves[r]) != O * RN))
+            return ot_error(OT_ERR_UNIMPLEMENTED,
+                            "codegen: %s: an output is not one per row or per element", kn->name);
     for (int q = 0; q < c->nparams; q++)
         if (!c->params[q] || c->params[q]->shape.kind != OT_IR_ARRAY)
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: non-array parameter", kn->name);
@@ -1568,11 +1569,32 @@ static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const ch
             if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
                 fail(&E, "input %d updated in place as another type", q);
         }
+        /* outputs of one element per row after the row's sums; outputs of one element per
+         * input element (layer norm's normalize) in a loop over the row after them */
         for (int r = 0; r < nleaves && !E.bad; r++) {
+            if (numel(leaves[r]) != O || O == O * RN) continue;
             int m = emit(&E, leaves[r], "row");
             if (m < 0) break;
             cg_buf_printf(&E.stores, "    o%d[o] = v%d;\n", r, E.m[m].var);
         }
+        cg_buf el = {0};
+        int outer = E.scope;
+        E.scope = ++E.nscope;
+        for (int r = 0; r < nleaves && !E.bad; r++) {
+            if (numel(leaves[r]) != O * RN) continue;
+            int m = emit(&E, leaves[r], "i");
+            if (m < 0) break;
+            cg_buf_printf(&el, "    o%d[i] = v%d;\n", r, E.m[m].var);
+        }
+        E.scope = outer;
+        if (el.p && !E.bad) {
+            cg_buf_printf(&E.rowb,
+                          "    for (int64_t col = 0; col < %lld; col++) {\n"
+                          "    const int64_t i = row * %lld + col;\n%s%s    }\n",
+                          (long long)RN, (long long)RN, E.body.p ? E.body.p : "", el.p);
+            if (el.oom) fail(&E, "out of memory");
+        }
+        cg_buf_free(&el);
         if (!E.hw || !E.hw_bad || attempt == 1) break;
         em_free(&E);
     }

@@ -6,23 +6,26 @@
  *
  * y is either the reduce fusion P itself or a loop fusion L over the rows (one element per row)
  * of P's result and of scalars or other per-row values (the mean's division by the row length).
- * The merged fusion computes, for each row, P's sum, L's ops, then C's sum with y at hand:
- * generated code (src/codegen/emit.c, row fusions) runs it row by row, so the row is read from
- * memory once and again from L1, each sum in the canonical lane order, hence the same bits as
- * the separate kernels and the reference. y stays an output when other kernels read it (the mean
- * feeds the normalize too).
+ * The merged fusion computes, for each row, P's sum, L's ops, then C's sum with y at hand. Then
+ * loop fusions that read the merged fusion's per-row results join it (fuse_elements): loops of
+ * one element per row (the variance's division when it is an output), and a loop over every
+ * element of x (the normalize). Generated code (src/codegen/emit.c, row fusions) runs the result
+ * row by row: the row is read from memory once, by the first sum, and again from L1 or L2 by the
+ * next sum and the elementwise loop; each sum in the canonical lane order, hence the same bits as
+ * the separate kernels and the reference. Results that other kernels read stay outputs.
  *
  * Only float sums: softmax's row maximum followed by its exp-sum has the same shape, but there
  * the exp-sum is compute-bound and already hides its own read of x, so one kernel doing both per
  * row measured slower than the fast reduce kernel's maximum followed by the exp-sum.
  *
- * Legality: C's and P's reduces are f32/f64 adds in the lane order of exactly the trailing dims
- * of inputs of the same element count, into the same number of rows (at least EX_RED_LANES
- * long); P's reduced input is a parameter of P and one of C's inputs (the same instruction);
- * inside C, y reaches the reduced operand only through elementwise ops, reshapes and broadcasts
- * to the leading dims (a per-row value); P's only user is L (or C), and L holds only
- * elementwise ops on per-row values or scalars; no other input of C depends on y (a cycle); the
- * merged inputs and outputs fit max_io. */
+ * Legality: the reduces are f32/f64 adds in the lane order of exactly the trailing dims of
+ * inputs of the same element count, into the same rows, of 16 elements to 64 KiB; P's reduced
+ * input is a parameter of P and one of C's inputs (the same instruction), and P has no other
+ * user; inside C (and inside a joining loop), a per-row value is used only through elementwise
+ * ops and reshapes of one element per row and broadcasts onto the leading dims; L and the
+ * per-row loops hold only such ops; an elementwise loop reads x itself; no other input of the
+ * consumer depends on the producer (a bounded search; too large a search refuses); the merged
+ * fusion fits max_io. */
 #include "compiler_internal.h"
 #include "exec/exec_internal.h"
 
@@ -71,7 +74,12 @@ static bool row_reduce(const ot_instr *r, int64_t *rows, int64_t *len) {
         rr->operands[0] == rr->operands[1])
         return false;
     ot_dtype t = r->shape.array.dtype;
-    if (rr->opcode != OT_OP_ADD || (t != OT_F32 && t != OT_F64) || !ex_reduce_lanes(r)) return false;
+    if (rr->opcode != OT_OP_ADD || (t != OT_F32 && t != OT_F64) || !ex_reduce_lanes(r))
+        return false;
+    /* a row that stays in the core's caches between its passes (64 KiB); longer rows gain
+     * nothing from one kernel and would lose the fast reduce kernel's split of a row over
+     * threads */
+    if (n * (int64_t)ot_dtype_size(t) > 65536) return false;
     *rows = o;
     *len = n;
     return true;
@@ -219,8 +227,9 @@ static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, 
     char name[256];
     snprintf(name, sizeof name, "%s.rows", fused(C)->name);
     ot_computation *fc = ot_module_add_computation(m, name);
-    if (!fc) return ot_module_status(m) != OT_OK ? ot_module_status(m)
-                                                 : ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion");
+    if (!fc)
+        return ot_module_status(m) != OT_OK ? ot_module_status(m)
+                                            : ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion");
     map_c = ot_calloc((size_t)C->noperands + 1, sizeof *map_c);
     map_p = ot_calloc((size_t)P->noperands + 1, sizeof *map_p);
     map_l = L ? ot_calloc((size_t)L->noperands + 1, sizeof *map_l) : NULL;
@@ -302,6 +311,264 @@ done:
     return s;
 }
 
+/* ---- the elementwise loop after the sums ---------------------------------------------------
+ * A loop fusion N over the rows of x (layer norm's normalize) that reads x and per-row results of
+ * a row fusion (or reduce fusion) R of the same x joins R: per row, after the sums, a loop over
+ * the row computes N's elements, reading the row from L1 once more. R's results that other
+ * kernels read stay outputs. */
+
+/* A fusion whose reduces are all row sums of inputs of rows * len elements, at least one of them
+ * of a parameter: *x gets that parameter's operand. */
+static bool row_producer(const ot_instr *R, int64_t *rows, int64_t *len, ot_instr **x) {
+    const ot_computation *c = fused(R);
+    if (!c || !c->root) return false;
+    int nred = 0;
+    *x = NULL;
+    for (const ot_instr *i = c->first; i; i = i->next) {
+        if (i->opcode != OT_OP_REDUCE) continue;
+        int64_t r, n;
+        if (!row_reduce(i, &r, &n)) return false;
+        if (nred++ && (r != *rows || n != *len)) return false;
+        *rows = r;
+        *len = n;
+        const ot_instr *op = i->operands[0];
+        if (!*x && op->opcode == OT_OP_PARAMETER && op->attrs.index >= 0 &&
+            op->attrs.index < R->noperands)
+            *x = R->operands[op->attrs.index];
+    }
+    if (!nred || !*x) return false;
+    /* outputs: one element per row each */
+    const ot_instr *root = c->root;
+    if (root->opcode == OT_OP_TUPLE) {
+        for (int k = 0; k < root->noperands; k++)
+            if (numel_of(root->operands[k]) != *rows) return false;
+        return true;
+    }
+    return numel_of(root) == *rows;
+}
+
+/* A loop fusion of rows * len elements made of ops the row kernel emits per element. */
+static bool element_loop(const ot_instr *N, int64_t total) {
+    const ot_computation *c = fused(N);
+    if (!c || !c->root || c->root->shape.kind != OT_IR_ARRAY || numel_of(N) != total) return false;
+    for (const ot_instr *x = c->first; x; x = x->next) {
+        bool ok = x->opcode == OT_OP_PARAMETER || x->opcode == OT_OP_CONSTANT ||
+                  x->opcode == OT_OP_RESHAPE || x->opcode == OT_OP_BITCAST ||
+                  x->opcode == OT_OP_CONVERT || x->opcode == OT_OP_BROADCAST ||
+                  x->opcode == OT_OP_IOTA || ot_opcode_is_elementwise(x->opcode);
+        if (!ok || x->opcode == OT_OP_REDUCE || ot_instr_has_side_effect(x) ||
+            x->shape.kind != OT_IR_ARRAY)
+            return false;
+    }
+    return true;
+}
+
+/* The output index of R that operand o of N is (R itself: 0, a get-tuple-element of R: its
+ * index), or -1. */
+static int64_t r_output(const ot_instr *o, const ot_instr *R) {
+    if (o == R) return 0;
+    if (o->opcode == OT_OP_GET_TUPLE_ELEMENT && o->noperands == 1 && o->operands[0] == R)
+        return o->attrs.index;
+    return -1;
+}
+
+static ot_status merge_elements(ot_module *m, ot_computation *entry, ot_instr *R, ot_instr *N) {
+    const ot_computation *rc = fused(R);
+    bool rtuple = rc->root->opcode == OT_OP_TUPLE;
+    int nrout = rtuple ? rc->root->noperands : 1;
+    rf_inputs in = {0};
+    ot_status s = OT_OK;
+    ot_instr **map_r = ot_calloc((size_t)R->noperands + 1, sizeof *map_r);
+    ot_instr **map_n = ot_calloc((size_t)N->noperands + 1, sizeof *map_n);
+    ot_instr **outs = ot_calloc((size_t)nrout + 1, sizeof *outs);     /* R's outputs kept */
+    ot_instr **olds = ot_calloc((size_t)nrout + 1, sizeof *olds);     /* their instructions */
+    ot_instr **gtes = ot_calloc((size_t)R->nusers + 1, sizeof *gtes); /* R's users to remove */
+    char name[256];
+    snprintf(name, sizeof name, "%s.elements", rc->name);
+    ot_computation *fc = NULL;
+    if (!map_r || !map_n || !outs || !olds || !gtes) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+        goto done;
+    }
+    fc = ot_module_add_computation(m, name);
+    if (!fc) {
+        s = ot_module_status(m) != OT_OK ? ot_module_status(m)
+                                         : ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion");
+        goto done;
+    }
+    const ot_instr *srcs[2] = {R, N};
+    ot_instr **maps[2] = {map_r, map_n};
+    for (int f = 0; f < 2 && s == OT_OK; f++) {
+        const ot_instr *F = srcs[f];
+        for (int k = 0; k < F->noperands && s == OT_OK; k++) {
+            ot_instr *o = F->operands[k];
+            if (F == N && r_output(o, R) >= 0) continue;
+            int64_t idx = -1, before = in.n;
+            s = add_input(&in, o, &idx);
+            if (s != OT_OK) break;
+            if (idx == before && !ot_build_parameter_ir(fc, idx, &o->shape, NULL)) {
+                s = ot_module_status(m);
+                if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: parameter");
+                break;
+            }
+            maps[f][k] = fc->params[idx];
+        }
+    }
+    ot_instr *rroot = NULL, *nroot = NULL;
+    if (s == OT_OK) s = clone_body(fc, R, map_r, NULL, NULL, &rroot);
+    if (s != OT_OK) goto done;
+    /* N's parameters that are R's outputs read the cloned results */
+    for (int k = 0; k < N->noperands; k++) {
+        int64_t j = r_output(N->operands[k], R);
+        if (j < 0) continue;
+        map_n[k] = rtuple ? rroot->operands[j] : rroot;
+    }
+    s = clone_body(fc, N, map_n, NULL, NULL, &nroot);
+    if (s != OT_OK) goto done;
+    /* R's outputs read by other kernels stay outputs */
+    int nkeep = 0;
+    for (int j = 0; j < nrout; j++) {
+        ot_instr *old = NULL;
+        if (!rtuple) {
+            old = R;
+        } else {
+            for (int u = 0; u < R->nusers && !old; u++)
+                if (r_output(R->users[u], R) == j) old = R->users[u];
+        }
+        if (!old) continue;
+        bool other = false;
+        for (int u = 0; u < old->nusers; u++) other = other || old->users[u] != N;
+        if (entry->root == old) other = true;
+        if (!other) continue;
+        outs[nkeep] = rtuple ? rroot->operands[j] : rroot;
+        olds[nkeep++] = old;
+    }
+    ot_instr **leaves = ot_malloc((size_t)(nkeep + 1) * sizeof *leaves);
+    if (!leaves) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+        goto done;
+    }
+    leaves[0] = nroot;
+    for (int j = 0; j < nkeep; j++) leaves[j + 1] = outs[j];
+    ot_instr *root = nkeep ? ot_build_tuple(fc, leaves, nkeep + 1) : nroot;
+    ot_free(leaves);
+    if (!root) {
+        s = ot_module_status(m);
+        if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: tuple");
+        goto done;
+    }
+    ot_computation_set_root(fc, root);
+    if (rtuple && rroot->nusers == 0) s = ot_instr_remove(rroot); /* R's old tuple */
+    if (s != OT_OK) goto done;
+    ot_attrs at = {0};
+    at.fusion_kind = OT_FUSION_INPUT;
+    ot_instr *mf = ot_build(entry, OT_OP_FUSION, in.v, (int)in.n, &at, &fc, 1, NULL, NULL);
+    if (!mf) {
+        s = ot_module_status(m);
+        if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: builder failed");
+        goto done;
+    }
+    ot_instr *to_n = mf;
+    if (nkeep) {
+        to_n = ot_build_get_tuple_element(entry, mf, 0);
+        if (!to_n) s = ot_module_status(m);
+    }
+    if (s == OT_OK) s = ot_instr_replace_all_uses(N, to_n);
+    if (s == OT_OK) s = ot_instr_remove(N);
+    for (int j = 0; j < nkeep && s == OT_OK; j++) {
+        ot_instr *g = ot_build_get_tuple_element(entry, mf, j + 1);
+        if (!g) {
+            s = ot_module_status(m);
+            if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: get-tuple-element");
+            break;
+        }
+        s = ot_instr_replace_all_uses(olds[j], g);
+    }
+    /* R's get-tuple-elements, then R */
+    int ng = 0;
+    for (int u = 0; u < R->nusers && s == OT_OK; u++) gtes[ng++] = R->users[u];
+    for (int u = 0; u < ng && s == OT_OK; u++)
+        if (gtes[u] != R && gtes[u]->nusers == 0) s = ot_instr_remove(gtes[u]);
+    if (s == OT_OK) s = ot_instr_remove(R);
+done:
+    ot_free(in.v);
+    ot_free(map_r);
+    ot_free(map_n);
+    ot_free(outs);
+    ot_free(olds);
+    ot_free(gtes);
+    return s;
+}
+
+/* Whether loop fusion N, a user of R's results, may join R (see merge_elements). */
+static bool joins(const ot_instr *R, const ot_instr *N, int64_t rows, int64_t len,
+                  const ot_instr *x, int max_io, int64_t *stamp) {
+    bool per_row = per_row_loop(N, rows);
+    if (!per_row) {
+        if (!element_loop(N, rows * len)) return false;
+        bool reads_x = false;
+        for (int q = 0; q < N->noperands && !reads_x; q++) reads_x = N->operands[q] == x;
+        if (!reads_x) return false;
+    }
+    const ot_computation *nc = fused(N);
+    for (int q = 0; q < N->noperands; q++) {
+        if (r_output(N->operands[q], R) < 0) continue;
+        if (numel_of(N->operands[q]) != rows || q >= nc->nparams || !nc->params[q] ||
+            !per_row_uses(nc->params[q], rows, len, 0))
+            return false;
+    }
+    /* no other input of N may depend on R */
+    if (fused(R)->root->opcode != OT_OP_TUPLE) {
+        if (reaches((ot_instr *)R, N, N, ++*stamp)) return false;
+    } else {
+        for (int u = 0; u < R->nusers; u++)
+            if (R->users[u]->opcode != OT_OP_GET_TUPLE_ELEMENT ||
+                reaches(R->users[u], N, N, ++*stamp))
+                return false;
+    }
+    return R->noperands + N->noperands + R->nusers + 2 <= max_io;
+}
+
+/* One round: each row producer takes in the first loop fusion that may join it. */
+static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, bool *changed) {
+    int64_t n = 0;
+    for (ot_instr *x = entry->first; x; x = x->next) {
+        x->mark = 0;
+        n++;
+    }
+    ot_instr **fus = ot_malloc((size_t)(n ? n : 1) * sizeof *fus);
+    if (!fus) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+    int64_t nf = 0;
+    for (ot_instr *x = entry->first; x; x = x->next)
+        if (fused(x)) fus[nf++] = x;
+    int64_t stamp = 0;
+    ot_status s = OT_OK;
+    for (int64_t j = 0; j < nf && s == OT_OK; j++) {
+        ot_instr *R = fus[j], *x = NULL;
+        int64_t rows = 0, len = 0;
+        if (!R || !row_producer(R, &rows, &len, &x)) continue;
+        ot_instr *N = NULL;
+        for (int u = 0; u < R->nusers && !N; u++) {
+            ot_instr *g = R->users[u];
+            ot_instr *const *cand = &g;
+            int nc = 1;
+            if (g->opcode == OT_OP_GET_TUPLE_ELEMENT) {
+                cand = g->users;
+                nc = g->nusers;
+            }
+            for (int k = 0; k < nc && !N; k++)
+                if (fused(cand[k]) && joins(R, cand[k], rows, len, x, max_io, &stamp)) N = cand[k];
+        }
+        if (!N) continue;
+        for (int64_t k = 0; k < nf; k++)
+            if (fus[k] == N) fus[k] = NULL;
+        s = merge_elements(m, entry, R, N);
+        if (s == OT_OK) *changed = true;
+    }
+    ot_free(fus);
+    return s;
+}
+
 ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
     ot_computation *entry = ot_module_entry(m);
     if (!entry) return OT_OK;
@@ -351,7 +618,8 @@ ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
             if (px->opcode != OT_OP_PARAMETER) continue;
             ot_instr *x = P->operands[px->attrs.index];
             bool shared = false;
-            for (int k = 0; k < C->noperands && !shared; k++) shared = k != q && C->operands[k] == x;
+            for (int k = 0; k < C->noperands && !shared; k++)
+                shared = k != q && C->operands[k] == x;
             if (!shared || numel_of(x) != rows * len) continue;
             if (!per_row_uses(cc->params[q], rows, len, 0)) continue;
             /* no other input of C may depend on y (or on P through L's other users) */
@@ -375,5 +643,13 @@ ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
         }
     }
     ot_free(fus);
+    /* then loops over the rows, per row or per element, until none joins (each round merges at
+     * most one per row fusion; a fusion takes in few) */
+    for (int round = 0; round < 8 && s == OT_OK; round++) {
+        bool more = false;
+        s = fuse_elements(m, entry, max_io, &more);
+        if (!more) break;
+        if (changed) *changed = true;
+    }
     return s;
 }
