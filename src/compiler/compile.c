@@ -746,12 +746,15 @@ static ot_status build_pipeline(ot_pass_manager *pm, const ot_compile_options *o
     return OT_OK;
 }
 
+/* Whether every operand comes before its user in the list: one walk, with a fresh visit stamp
+ * for "defined above" (no positions to number first). */
 static bool list_in_order(ot_computation *c) {
-    int64_t pos = 0;
-    for (ot_instr *i = c->first; i; i = i->next) i->mark = pos++;
-    for (ot_instr *i = c->first; i; i = i->next)
+    const uint64_t seen = ir_visit_stamps(c->module, 1) + 1;
+    for (ot_instr *i = c->first; i; i = i->next) {
         for (int j = 0; j < i->noperands; j++)
-            if (i->operands[j]->mark >= i->mark) return false;
+            if (i->operands[j]->visit_ != seen) return false;
+        i->visit_ = seen;
+    }
     return true;
 }
 

@@ -54,6 +54,9 @@ uint64_t ir_module_edits(const ot_module *m);
 /* Lets instructions created from now on reuse the storage of those removed so far; only where
  * no pointer to a removed instruction is held any more (between passes). */
 void ir_module_recycle(ot_module *m);
+/* Reserves k fresh visit stamps (ot_instr.visit_) and returns the value just below them: stamps
+ * left by earlier traversals are all smaller, so nothing needs resetting first. */
+uint64_t ir_visit_stamps(ot_module *m, uint64_t k);
 void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
 void *ir_module_pass_cache(const ot_module *m);
 /* src/ir/hlo_print.c: ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused)
@@ -61,8 +64,9 @@ void *ir_module_pass_cache(const ot_module *m);
 ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
                               ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
 
-/* ot_computation_post_order's order (same traversal), with the instructions' mark fields as
- * the visit state instead of a hash map; marks are clobbered. */
+/* ot_computation_post_order's order (same traversal, fresh visit stamps as the visit state);
+ * unlike it, it checks only that operands are in c, not that they are live (passes call it on
+ * modules they keep consistent). Marks are left alone. */
 ot_status cc_post_order(const ot_computation *c, ot_instr ***out, int64_t *n);
 
 /* ot_schedule_entry given the entry's post order (cc_post_order), which it takes over (freed

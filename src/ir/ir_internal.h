@@ -146,6 +146,8 @@ uint64_t ir_module_edits(const ot_module *m);
 /* Makes the storage of the instructions removed so far available to instructions created from
  * now on. Call it only where nothing holds pointers to removed instructions (between passes). */
 void ir_module_recycle(ot_module *m);
+/* Reserves k fresh visit stamps and returns the value just below them (see epoch). */
+uint64_t ir_visit_stamps(ot_module *m, uint64_t k);
 void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
 void *ir_module_pass_cache(const ot_module *m);
 

@@ -988,6 +988,12 @@ static void unlink_instr(ot_instr *i) {
     if (m->nremoved < m->removed_cap || removed_grow(m) == OT_OK) m->removed[m->nremoved++] = i;
 }
 
+uint64_t ir_visit_stamps(ot_module *m, uint64_t k) {
+    uint64_t base = m->epoch;
+    m->epoch += k;
+    return base;
+}
+
 void ir_module_recycle(ot_module *m) {
     for (int64_t k = 0; k < m->nremoved; k++) {
         m->removed[k]->next = m->free_instrs;
