@@ -561,18 +561,19 @@ ot_status ot_pass_manager_run(ot_pass_manager *pm, ot_module *m) {
 
 static ot_status dce_computation(ot_computation *c, ot_instr **po, int64_t n, bool *changed,
                                  bool *removed_call) {
-    for (int64_t k = 0; k < n; k++) po[k]->mark = 0;
-    /* users come after operands in post order: walk backwards propagating liveness */
-    c->root->mark = 1;
+    /* users come after operands in post order: walk backwards propagating liveness, a fresh visit
+     * stamp meaning live (no walk to clear marks first) */
+    const uint64_t live = ir_visit_stamps(c->module, 1) + 1;
+    c->root->visit_ = live;
     for (int64_t k = n - 1; k >= 0; k--) {
         ot_instr *i = po[k];
-        if (i->opcode == OT_OP_PARAMETER || ot_instr_has_side_effect(i)) i->mark = 1;
-        if (!i->mark) continue;
-        for (int j = 0; j < i->noperands; j++) i->operands[j]->mark = 1;
+        if (i->opcode == OT_OP_PARAMETER || ot_instr_has_side_effect(i)) i->visit_ = live;
+        if (i->visit_ != live) continue;
+        for (int j = 0; j < i->noperands; j++) i->operands[j]->visit_ = live;
     }
     ot_status s = OT_OK;
     for (int64_t k = n - 1; k >= 0 && s == OT_OK; k--) {
-        if (po[k]->mark) continue;
+        if (po[k]->visit_ == live) continue;
         if (po[k]->ncalled) *removed_call = true;
         s = ot_instr_remove(po[k]);
         if (s == OT_OK) *changed = true;
