@@ -105,16 +105,18 @@ ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "schedule: out of memory");
         goto fail;
     }
-    for (int64_t k = 0; k < np; k++) po[k]->mark = k;
-    for (int64_t k = 0; k < np; k++) {
+    /* one walk (each visit of an instruction of a large graph is a cache miss): operands come
+     * before their users in the post order, so their positions and user counts, which prio
+     * reads, are set by the time a user is pushed */
+    for (int64_t k = 0; k < np && s == OT_OK; k++) {
         ot_instr *i = po[k];
+        i->mark = k;
         int64_t d = 0;
         for (int j = 0; j < i->noperands; j++) d += !seen_before(i, j);
         pending[k] = d;
         users_left[k] = i->nusers;
+        if (d == 0) s = hpush(&hp, (hent){prio(i, users_left), k, 0});
     }
-    for (int64_t k = 0; k < np && s == OT_OK; k++)
-        if (pending[k] == 0) s = hpush(&hp, (hent){prio(po[k], users_left), k, 0});
     int64_t no = 0;
     while (hp.n && s == OT_OK) {
         hent e = hpop(&hp);
