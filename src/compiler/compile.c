@@ -345,9 +345,11 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
         goto out;
     }
-    for (int64_t k = 0; k < n; k++) order[k]->mark = k;
+    /* positions are set as the walk goes: the order is topological, so an operand's is set
+     * before its users read it (one walk of the instructions, not two) */
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
         ot_instr *i = order[k];
+        i->mark = k;
         int64_t nl = leaf_count(&i->shape);
         if ((s = cc_grow(&lv, &lvcap, nlv + nl + 1, sizeof *lv)) != OT_OK) break;
         l0[k] = nlv;
