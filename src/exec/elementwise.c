@@ -281,9 +281,40 @@ static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     }
 }
 
+/* f32 exp and logistic over an array, with unary_f32's functions and flushing: built for
+ * AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen at load, as the runtime's reduce
+ * rows), where fmaf is the FMA instruction and the loop vectorizes; the baseline build calls
+ * glibc's fmaf nine times per element. fmaf rounds once by definition, so every clone gives the
+ * same bits (and no a * b + c is written outside fmaf, so nothing can be contracted). */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define EX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define EX_CLONES
+#endif
+
+static inline float daz_f32(float v) {
+    return v != 0 && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+
+EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, bool logistic) {
+    if (ftz && logistic)
+        for (int64_t i = 0; i < n; i++) y[i] = daz_f32(logistic_f(daz_f32(x[i])));
+    else if (ftz)
+        for (int64_t i = 0; i < n; i++) y[i] = ot_expf_ftz(daz_f32(x[i]));
+    else if (logistic)
+        for (int64_t i = 0; i < n; i++) y[i] = logistic_f(x[i]);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = ot_expf(x[i]);
+}
+
 ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void *y, int64_t n) {
     if (op == OT_OP_COPY) {
         if (n) memcpy(y, x, (size_t)n * ot_dtype_size(in));
+        return OT_OK;
+    }
+    if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC) && in == OT_F32 && out == OT_F32) {
+        expf_array(x, y, n, ex_ftz, op == OT_OP_LOGISTIC);
         return OT_OK;
     }
     if (ot_dtype_is_float(in)) {
