@@ -189,6 +189,49 @@ static void test_gather_scatter(void) {
     ot_value_release(&r);
 }
 
+/* A gather of 700 windows of 3 from a [64, 40] table (more than one batch of source positions,
+ * evaluator src/exec/shape_ops.c), with indices below 0 and past the end clamped: every element
+ * against the rule written out. */
+static void test_gather_many(void) {
+    enum { R = 64, C = 40, N = 700, W = 3 };
+    ot_module *m = ot_module_new("m");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *t = ot_build_parameter(c, 0, SHP(OT_F32, R, C), "t");
+    ot_instr *ix = ot_build_parameter(c, 1, SHP(OT_S32, N, 2), "ix");
+    ot_gather_dims g;
+    memset(&g, 0, sizeof g);
+    g.noffset = 1;
+    g.offset_dims[0] = 1;
+    g.ncollapsed = 1;
+    g.collapsed_slice_dims[0] = 0;
+    g.nstart_index_map = 2;
+    g.start_index_map[0] = 0;
+    g.start_index_map[1] = 1;
+    g.index_vector_dim = 1;
+    g.nslice_sizes = 2;
+    g.slice_sizes[0] = 1;
+    g.slice_sizes[1] = W;
+    ot_computation_set_root(c, ot_build_gather(c, t, ix, &g));
+    ot_module_set_entry(m, c);
+    static float tab[R * C];
+    static int32_t idx[N * 2];
+    static float want[N * W];
+    for (int k = 0; k < R * C; k++) tab[k] = (float)k;
+    uint32_t s = 12345;
+    for (int e = 0; e < N; e++) {
+        s = s * 1103515245u + 12345u;
+        idx[2 * e] = (int32_t)((s >> 8) % (R + 20)) - 10;
+        idx[2 * e + 1] = (int32_t)((s >> 20) % (C + 20)) - 10;
+        int r = idx[2 * e] < 0 ? 0 : idx[2 * e] > R - 1 ? R - 1 : idx[2 * e];
+        int q = idx[2 * e + 1] < 0 ? 0 : idx[2 * e + 1] > C - W ? C - W : idx[2 * e + 1];
+        for (int w = 0; w < W; w++) want[e * W + w] = tab[r * C + q + w];
+    }
+    ot_value a[2] = {val(SHP(OT_F32, R, C), tab), val(SHP(OT_S32, N, 2), idx)}, r;
+    ASSERT_OK(run(m, a, 2, NULL, &r));
+    expect_f32(&r, want, N * W);
+    ot_value_release(&r);
+}
+
 static void test_scatter_order_overwrite(void) {
     /* an update function that returns the new value: the last update in index order wins */
     ot_module *m = ot_module_new("m");
@@ -831,8 +874,8 @@ static void test_denormals_compare_minmax_convert(void) {
 
 OT_TEST_MAIN(OT_TEST(test_broadcast_transpose_reshape_reverse), OT_TEST(test_slice_concat_pad),
              OT_TEST(test_dynamic_slice_clamps), OT_TEST(test_gather_scatter),
-             OT_TEST(test_scatter_order_overwrite), OT_TEST(test_reduce_variadic_argmax),
-             OT_TEST(test_reduce_order_and_empty),
+             OT_TEST(test_gather_many), OT_TEST(test_scatter_order_overwrite),
+             OT_TEST(test_reduce_variadic_argmax), OT_TEST(test_reduce_order_and_empty),
              OT_TEST(test_reduce_window_and_select_and_scatter),
              OT_TEST(test_sort_stable_multi_operand), OT_TEST(test_topk_and_map),
              OT_TEST(test_dot_general_batch_and_bf16), OT_TEST(test_convolution_variants),

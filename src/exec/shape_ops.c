@@ -181,11 +181,10 @@ static bool in_list(int64_t v, const int64_t *l, int n) {
 }
 
 /* Reads component k of the index vector at batch position `bidx` (the indices dims without
- * index_vector_dim, in order). */
-static int64_t index_component(const ot_value *ind, int64_t ivd, const int64_t *bidx, int64_t k) {
+ * index_vector_dim, in order); str: the indices' strides. */
+static int64_t index_component_s(const ot_value *ind, const int64_t *str, int64_t ivd,
+                                 const int64_t *bidx, int64_t k) {
     const ot_shape *s = ex_arr(ind);
-    int64_t str[OT_MAX_RANK];
-    ot_shape_strides(s, str);
     int64_t li = 0;
     int b = 0;
     for (int d = 0; d < s->rank; d++) {
@@ -195,6 +194,12 @@ static int64_t index_component(const ot_value *ind, int64_t ivd, const int64_t *
             li += bidx[b++] * str[d];
     }
     return index_value(s->dtype, ind->array.data, li);
+}
+
+static int64_t index_component(const ot_value *ind, int64_t ivd, const int64_t *bidx, int64_t k) {
+    int64_t str[OT_MAX_RANK];
+    ot_shape_strides(ex_arr(ind), str);
+    return index_component_s(ind, str, ivd, bidx, k);
 }
 
 ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
@@ -214,16 +219,24 @@ ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_val
             offset_operand_dim[no++] = d;
     /* output batch dims ↔ indices dims without index_vector_dim */
     const ot_shape *ks = ex_arr(ops[1]);
-    int64_t ind_dims_no_ivd[OT_MAX_RANK];
+    int64_t ind_dims_no_ivd[OT_MAX_RANK], kstr[OT_MAX_RANK];
+    ot_shape_strides(ks, kstr);
     int nb = 0;
     for (int d = 0; d < ks->rank; d++)
         if (d != g->index_vector_dim) ind_dims_no_ivd[nb++] = d;
+    bool is_offset[OT_MAX_RANK] = {false};
+    for (int d = 0; d < os->rank; d++) is_offset[d] = in_list(d, g->offset_dims, g->noffset);
     int64_t idx[OT_MAX_RANK] = {0}, bidx[OT_MAX_RANK], in[OT_MAX_RANK];
+    /* source positions are computed for a batch of elements first and the batch copied after:
+     * the copies' loads (one per row of a large operand: cache misses) then overlap */
+    enum { BATCH = 256 };
+    int64_t src_at[BATCH];
+    int64_t e0 = 0;
     for (int64_t e = 0; e < numel; e++) {
         int b = 0, o = 0;
         int64_t offs[OT_MAX_RANK] = {0};
         for (int d = 0; d < os->rank; d++) {
-            if (in_list(d, g->offset_dims, g->noffset))
+            if (is_offset[d])
                 offs[o++] = idx[d];
             else
                 bidx[b++] = idx[d];
@@ -231,7 +244,7 @@ ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_val
         for (int d = 0; d < xs->rank; d++) in[d] = 0;
         for (int k = 0; k < g->nstart_index_map; k++) {
             int64_t od = g->start_index_map[k];
-            int64_t v = index_component(ops[1], g->index_vector_dim, bidx, k);
+            int64_t v = index_component_s(ops[1], kstr, g->index_vector_dim, bidx, k);
             in[od] = clamp64(v, 0, xs->dims[od] - g->slice_sizes[od]);
         }
         for (int k = 0; k < g->nbatching; k++) {
@@ -243,7 +256,12 @@ ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_val
         for (int k = 0; k < no; k++) in[offset_operand_dim[k]] += offs[k];
         int64_t si = 0;
         for (int d = 0; d < xs->rank; d++) si += in[d] * xstr[d];
-        copy_el(out->array.data, e, ops[0]->array.data, si, es);
+        src_at[e - e0] = si;
+        if (e - e0 == BATCH - 1 || e == numel - 1) {
+            for (int64_t k = e0; k <= e; k++)
+                copy_el(out->array.data, k, ops[0]->array.data, src_at[k - e0], es);
+            e0 = e + 1;
+        }
         ex_next_index(idx, os->dims, os->rank);
     }
     return OT_OK;
