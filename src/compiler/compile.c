@@ -833,7 +833,10 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     int64_t norder = 0;
     uint8_t fp[32];
     pass_ctx ctx = {&o};
-    ot_status s = ot_module_clone(src, &e->mod);
+    /* the source's orders serve both the clone and the fingerprint's printing */
+    ir_module_orders src_orders = {0};
+    ot_status s = ir_module_orders_build(src, &src_orders);
+    if (s == OT_OK) s = ir_module_clone_ordered(src, &src_orders, &e->mod);
     if (s != OT_OK) goto fail;
     e->pm = ot_pass_manager_new();
     if (!e->pm) {
@@ -859,7 +862,9 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     if (s != OT_OK) goto fail;
     ot_pass_stat st = {"schedule", 0, ot_now_ns() - t0, before, before, false};
     if ((s = ot_pass_manager_record(e->pm, &st)) != OT_OK) goto fail;
-    if ((s = cc_fingerprint(src, &o, fp)) != OT_OK) goto fail;
+    s = cc_fingerprint(src, &o, &src_orders, fp);
+    ir_module_orders_free(&src_orders);
+    if (s != OT_OK) goto fail;
 
     t0 = ot_now_ns();
     ot_executable *done = NULL;
@@ -885,6 +890,7 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     *out = e;
     return OT_OK;
 fail:
+    ir_module_orders_free(&src_orders);
     ot_free(order);
     ot_executable_free(e);
     return s;

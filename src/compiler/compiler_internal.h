@@ -59,9 +59,25 @@ void ir_module_recycle(ot_module *m);
 uint64_t ir_visit_stamps(ot_module *m, uint64_t k);
 void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
 void *ir_module_pass_cache(const ot_module *m);
-/* src/ir/hlo_print.c: ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused)
- * instead of built as one string; a sink error stops the printing and is returned. */
+/* src/ir: */
+/* A module's computations callees first (ot_module_post_order) and each one's post order
+ * (ot_computation_post_order), computed once for several walks of an unedited module: compile
+ * clones the source and prints it for the fingerprint, which would otherwise find both orders
+ * twice. */
+typedef struct ir_module_orders {
+    ot_computation **comps;
+    int ncomps;
+    ot_instr ***po;
+    int64_t *npo;
+} ir_module_orders;
+ot_status ir_module_orders_build(const ot_module *m, ir_module_orders *o);
+void ir_module_orders_free(ir_module_orders *o);
+/* ot_module_clone and ir_hlo_print_stream over orders built for m (NULL: they find them). */
+ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *o, ot_module **out);
+/* ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused) instead of built as one
+ * string; a sink error stops the printing and is returned. */
 ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
+                              const ir_module_orders *orders,
                               ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
 
 /* ot_computation_post_order's order (same traversal, fresh visit stamps as the visit state);
@@ -86,6 +102,7 @@ bool cc_is_expensive(ot_opcode op);
 bool cc_fold_available(void);
 
 /* SHA-256 over the canonical encoding of the module, the options and the target. */
-ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_t out[32]);
+ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o,
+                         const ir_module_orders *orders, uint8_t out[32]);
 
 #endif

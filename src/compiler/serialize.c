@@ -282,7 +282,8 @@ static ot_status hash_sink(void *ctx, const char *p, size_t n) {
  * metadata (source locations do not change code), no operand shapes and no "%" (an operand's
  * shape is its definition's, so the text still determines the module; printing it again for
  * every use was most of the text). */
-ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_t out[32]) {
+ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o,
+                         const ir_module_orders *orders, uint8_t out[32]) {
     ot_hlo_print_options po = ot_hlo_print_options_default();
     po.metadata = false;
     po.operand_shapes = false;
@@ -295,7 +296,7 @@ ot_status cc_fingerprint(const ot_module *m, const ot_compile_options *o, uint8_
     put_options(&w, o);
     /* the text streams into the hash: a million-instruction module's text is never held whole */
     ot_status s = w.err;
-    if (s == OT_OK) s = ir_hlo_print_stream(m, &po, hash_sink, &w);
+    if (s == OT_OK) s = ir_hlo_print_stream(m, &po, orders, hash_sink, &w);
     if (s != OT_OK) {
         ot_sha256_final(&h, NULL); /* abandon */
         return s;
@@ -307,7 +308,7 @@ ot_status ot_compile_fingerprint(const ot_module *m, const ot_compile_options *o
                                  uint8_t out[32]) {
     if (!m || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "fingerprint: NULL argument");
     ot_compile_options o = opts ? *opts : ot_compile_options_default();
-    return cc_fingerprint(m, &o, out);
+    return cc_fingerprint(m, &o, NULL, out);
 }
 
 /* ---- executable files ---- */

@@ -732,7 +732,9 @@ char *ot_hlo_print_instr(const ot_instr *i, const ot_hlo_print_options *opts) {
     return b.p;
 }
 
-static ot_status put_computation(sb *b, const ot_computation *c, const ot_hlo_print_options *o) {
+/* given: c's post order when the caller has it (given_n entries), else NULL. */
+static ot_status put_computation(sb *b, const ot_computation *c, const ot_hlo_print_options *o,
+                                 ot_instr **given, int64_t given_n) {
     if (c->is_entry) sb_puts(b, "ENTRY ");
     comp_name(b, c, o);
     sb_puts(b, " (");
@@ -750,24 +752,25 @@ static ot_status put_computation(sb *b, const ot_computation *c, const ot_hlo_pr
     else
         sb_puts(b, "()");
     sb_puts(b, " {\n");
-    ot_instr **order = NULL;
-    int64_t n = 0;
-    OT_CHECK(ot_computation_post_order(c, &order, &n));
+    ot_instr **order = given;
+    int64_t n = given_n;
+    if (!given) OT_CHECK(ot_computation_post_order(c, &order, &n));
     for (int64_t k = 0; k < n; k++) {
         sb_puts(b, order[k] == c->root ? "  ROOT " : "  ");
         put_instr(b, order[k], o);
         sb_puts(b, "\n");
     }
-    ot_free(order);
+    if (!given) ot_free(order);
     sb_puts(b, "}\n");
     return OT_OK;
 }
 
-static ot_status print_module(sb *b, const ot_module *m, const ot_hlo_print_options *opts);
+static ot_status print_module(sb *b, const ot_module *m, const ot_hlo_print_options *opts,
+                              const ir_module_orders *orders);
 
 char *ot_hlo_print(const ot_module *m, const ot_hlo_print_options *opts) {
     sb b = {0};
-    if (print_module(&b, m, opts) != OT_OK) {
+    if (print_module(&b, m, opts, NULL) != OT_OK) {
         ot_free(b.p);
         return NULL;
     }
@@ -775,6 +778,7 @@ char *ot_hlo_print(const ot_module *m, const ot_hlo_print_options *opts) {
 }
 
 ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
+                              const ir_module_orders *orders,
                               ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx) {
     sb b = {0};
     b.sink = sink;
@@ -782,14 +786,15 @@ ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *op
     b.p = ot_malloc(64 * 1024);
     if (!b.p) return ot_error(OT_ERR_OUT_OF_MEMORY, "hlo print: out of memory");
     b.cap = 64 * 1024;
-    ot_status s = print_module(&b, m, opts);
+    ot_status s = print_module(&b, m, opts, orders);
     if (s == OT_OK && b.n) s = sink(ctx, b.p, b.n);
     ot_free(b.p);
     return s;
 }
 
 /* The whole module into b (or through its sink); an error (message set) on failure. */
-static ot_status print_module(sb *bp, const ot_module *m, const ot_hlo_print_options *opts) {
+static ot_status print_module(sb *bp, const ot_module *m, const ot_hlo_print_options *opts,
+                              const ir_module_orders *orders) {
     ot_hlo_print_options o = opts ? *opts : ot_hlo_print_options_default();
     sb b = *bp;
     sb_printf(&b, "HloModule %s", m->name);
@@ -817,16 +822,17 @@ static ot_status print_module(sb *bp, const ot_module *m, const ot_hlo_print_opt
     for (int k = 0; k < cfg->nraw; k++)
         sb_printf(&b, ", %s=%s", cfg->raw[k].name, cfg->raw[k].value);
     sb_puts(&b, "\n");
-    ot_computation **order = NULL;
-    int n = 0;
-    ot_status s = ot_module_post_order(m, &order, &n);
+    ot_computation **order = orders ? orders->comps : NULL;
+    int n = orders ? orders->ncomps : 0;
+    ot_status s = orders ? OT_OK : ot_module_post_order(m, &order, &n);
     bool ok = s == OT_OK;
     for (int k = 0; ok && k < n; k++) {
         sb_puts(&b, "\n");
-        s = put_computation(&b, order[k], &o);
+        s = put_computation(&b, order[k], &o, orders ? orders->po[k] : NULL,
+                            orders ? orders->npo[k] : 0);
         ok = s == OT_OK;
     }
-    ot_free(order);
+    if (!orders) ot_free(order);
     if (!b.sink) sb_reserve(&b, 1);
     *bp = b;
     if (b.sink_err != OT_OK) return b.sink_err;

@@ -204,9 +204,24 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
                     ot_instr **out);
 ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_computation **out);
 
+/* A module's computations callees first (ot_module_post_order) and each one's post order
+ * (ot_computation_post_order), computed once for several walks of an unedited module: compile
+ * clones the source and prints it for the fingerprint, which would otherwise find both orders
+ * twice. */
+typedef struct ir_module_orders {
+    ot_computation **comps;
+    int ncomps;
+    ot_instr ***po;
+    int64_t *npo;
+} ir_module_orders;
+ot_status ir_module_orders_build(const ot_module *m, ir_module_orders *o);
+void ir_module_orders_free(ir_module_orders *o);
+/* ot_module_clone and ir_hlo_print_stream over orders built for m (NULL: they find them). */
+ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *o, ot_module **out);
 /* ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused) instead of built as one
  * string; a sink error stops the printing and is returned. */
 ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
+                              const ir_module_orders *orders,
                               ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
 
 /* Formatting helpers. */

@@ -1285,10 +1285,10 @@ static inline ot_status clone_map_put(clone_map *x, const ot_instr *i, ot_instr 
 /* Copies src's instructions into dst (empty, same or other module) in post order. map receives
  * old -> new. Called computations are looked up in cmap (old -> new) when given. */
 static ot_status clone_body(const ot_computation *src, ot_computation *dst, clone_map *map,
-                            const ir_ptr_map *cmap) {
-    ot_instr **order = NULL;
-    int64_t n = 0;
-    OT_CHECK(ot_computation_post_order(src, &order, &n));
+                            const ir_ptr_map *cmap, ot_instr **given, int64_t given_n) {
+    ot_instr **order = given;
+    int64_t n = given_n;
+    if (!given) OT_CHECK(ot_computation_post_order(src, &order, &n));
     ot_status s = OT_OK;
     ot_module *dm = dst->module;
     bool other = dm != src->module;
@@ -1344,7 +1344,7 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, clon
         if (called != called_small) ot_free(called);
     }
     if (s == OT_OK && src->root) dst->root = clone_map_get(map, src->root);
-    ot_free(order);
+    if (!given) ot_free(order);
     return s;
 }
 
@@ -1359,7 +1359,7 @@ ot_status ot_computation_clone(const ot_computation *src, const char *suffix,
     ot_computation *c;
     OT_CHECK(ir_add_computation(m, buf, strlen(buf), &c));
     clone_map map = {0};
-    ot_status s = clone_body(src, c, &map, NULL);
+    ot_status s = clone_body(src, c, &map, NULL, NULL, 0);
     ir_ptr_map_free(&map.ptr);
     if (s != OT_OK) {
         /* an unused, partial computation: remove it again */
@@ -1439,7 +1439,33 @@ ot_status ot_module_remove_unreachable(ot_module *m, int *removed) {
     return s;
 }
 
+ot_status ir_module_orders_build(const ot_module *m, ir_module_orders *o) {
+    memset(o, 0, sizeof *o);
+    OT_CHECK(ot_module_post_order(m, &o->comps, &o->ncomps));
+    int n = o->ncomps ? o->ncomps : 1;
+    o->po = ot_calloc((size_t)n, sizeof *o->po);
+    o->npo = ot_calloc((size_t)n, sizeof *o->npo);
+    ot_status s = o->po && o->npo ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "orders: out of memory");
+    for (int k = 0; k < o->ncomps && s == OT_OK; k++)
+        s = ot_computation_post_order(o->comps[k], &o->po[k], &o->npo[k]);
+    if (s != OT_OK) ir_module_orders_free(o);
+    return s;
+}
+
+void ir_module_orders_free(ir_module_orders *o) {
+    for (int k = 0; o->po && k < o->ncomps; k++) ot_free(o->po[k]);
+    ot_free(o->po);
+    ot_free(o->npo);
+    ot_free(o->comps);
+    memset(o, 0, sizeof *o);
+}
+
 ot_status ot_module_clone(const ot_module *src, ot_module **out) {
+    return ir_module_clone_ordered(src, NULL, out);
+}
+
+ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *ord,
+                                  ot_module **out) {
     *out = NULL;
     ot_module *m = ot_module_new(src->name);
     if (!m) return OT_ERR_OUT_OF_MEMORY;
@@ -1469,20 +1495,27 @@ ot_status ot_module_clone(const ot_module *src, ot_module **out) {
         m->cfg.raw = r;
         m->cfg.nraw = src->cfg.nraw;
     }
-    if (s == OT_OK) s = ot_module_post_order(src, &order, &n);
+    if (s == OT_OK && ord) {
+        order = ord->comps;
+        n = ord->ncomps;
+    } else if (s == OT_OK) {
+        s = ot_module_post_order(src, &order, &n);
+    }
     for (int k = 0; k < n && s == OT_OK; k++) {
         ot_computation *c;
         s = ir_add_computation(m, order[k]->name, strlen(order[k]->name), &c);
         if (s == OT_OK && order[k]->ninstrs > IR_NAMES_LAZY)
             s = ir_comp_names(c, (uint64_t)order[k]->ninstrs);
-        if (s == OT_OK) s = clone_body(order[k], c, &map, &cmap);
+        if (s == OT_OK)
+            s = clone_body(order[k], c, &map, &cmap, ord ? ord->po[k] : NULL,
+                           ord ? ord->npo[k] : 0);
         if (s == OT_OK) s = ir_ptr_map_put(&cmap, order[k], c);
         if (s == OT_OK && src->entry == order[k]) {
             m->entry = c;
             c->is_entry = true;
         }
     }
-    ot_free(order);
+    if (!ord) ot_free(order);
     ir_ptr_map_free(&cmap);
     ot_free(map.byid);
     if (s != OT_OK) {
