@@ -530,23 +530,32 @@ static bool joins(const ot_instr *R, const ot_instr *N, int64_t rows, int64_t le
 }
 
 /* One round: each row producer takes in the first loop fusion that may join it. */
-static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, bool *changed) {
-    int64_t n = 0;
+/* The entry's reduce-rooted (input) fusions in list order, every instruction's mark cleared for
+ * reaches()'s stamps: one walk of the list (a long list misses the cache on every instruction).
+ * Only input fusions can be row reductions or row producers; any fusion may join one. */
+static ot_instr **input_fusions(ot_computation *entry, int64_t *nf) {
+    ot_instr **fus = ot_malloc((size_t)(entry->ninstrs > 0 ? entry->ninstrs : 1) * sizeof *fus);
+    *nf = 0;
+    if (!fus) return NULL;
     for (ot_instr *x = entry->first; x; x = x->next) {
         x->mark = 0;
-        n++;
+        if (fused(x) && x->attrs.fusion_kind == OT_FUSION_INPUT && *nf < entry->ninstrs)
+            fus[(*nf)++] = x;
     }
-    ot_instr **fus = ot_malloc((size_t)(n ? n : 1) * sizeof *fus);
+    return fus;
+}
+
+static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, bool *changed) {
+    int64_t nf;
+    ot_instr **fus = input_fusions(entry, &nf);
     if (!fus) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
-    int64_t nf = 0;
-    for (ot_instr *x = entry->first; x; x = x->next)
-        if (fused(x)) fus[nf++] = x;
     int64_t stamp = 0;
     ot_status s = OT_OK;
     for (int64_t j = 0; j < nf && s == OT_OK; j++) {
         ot_instr *R = fus[j], *x = NULL;
         int64_t rows = 0, len = 0;
-        if (!R || !row_producer(R, &rows, &len, &x)) continue;
+        /* merged into an earlier one: removed, its storage kept until the pass ends */
+        if (R->dead_ || !row_producer(R, &rows, &len, &x)) continue;
         ot_instr *N = NULL;
         for (int u = 0; u < R->nusers && !N; u++) {
             ot_instr *g = R->users[u];
@@ -560,8 +569,6 @@ static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, 
                 if (fused(cand[k]) && joins(R, cand[k], rows, len, x, max_io, &stamp)) N = cand[k];
         }
         if (!N) continue;
-        for (int64_t k = 0; k < nf; k++)
-            if (fus[k] == N) fus[k] = NULL;
         s = merge_elements(m, entry, R, N);
         if (s == OT_OK) *changed = true;
     }
@@ -572,21 +579,14 @@ static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, 
 ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
     ot_computation *entry = ot_module_entry(m);
     if (!entry) return OT_OK;
-    int64_t n = 0;
-    for (ot_instr *x = entry->first; x; x = x->next) {
-        x->mark = 0;
-        n++;
-    }
-    ot_instr **fus = ot_malloc((size_t)(n ? n : 1) * sizeof *fus);
+    int64_t nf;
+    ot_instr **fus = input_fusions(entry, &nf);
     if (!fus) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
-    int64_t nf = 0;
-    for (ot_instr *x = entry->first; x; x = x->next)
-        if (fused(x)) fus[nf++] = x;
     int64_t stamp = 0;
     ot_status s = OT_OK;
     for (int64_t j = 0; j < nf && s == OT_OK; j++) {
         ot_instr *C = fus[j];
-        if (!C) continue;
+        if (C->dead_) continue; /* merged into an earlier one */
         const ot_computation *cc = fused(C);
         int64_t rows, len;
         if (!cc->root || !row_reduce(cc->root, &rows, &len)) continue;
@@ -635,8 +635,6 @@ ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
             if (cyc) continue;
             int io = C->noperands - 1 + P->noperands + (L ? L->noperands - 1 : 0) + 2;
             if (io > max_io) continue;
-            for (int64_t k = 0; k < nf; k++)
-                if (fus[k] == P || fus[k] == L) fus[k] = NULL;
             s = merge(m, entry, C, q, L, P);
             if (s == OT_OK && changed) *changed = true;
             break;
