@@ -961,6 +961,40 @@ static void profile_kinds(bool want_native) {
     ot_module_free(m);
 }
 
+/* The size threshold applies to the module: small fusions alone stay interpreted, small fusions
+ * beside one at the threshold are compiled with it (same bits as the reference). */
+static void test_small_beside_large(void) {
+    static const char mixed[] = "HloModule mixed\n"
+                                "ENTRY e {\n"
+                                "  a = f32[100]{0} parameter(0)\n"
+                                "  b = f32[100]{0} parameter(1)\n"
+                                "  x = f32[70000]{0} parameter(2)\n"
+                                "  y = f32[70000]{0} parameter(3)\n"
+                                "  ea = f32[100]{0} exponential(a)\n"
+                                "  s = f32[100]{0} multiply(ea, b)\n"
+                                "  xy = f32[70000]{0} multiply(x, y)\n"
+                                "  l = f32[70000]{0} add(xy, y)\n"
+                                "  ROOT t = (f32[100]{0}, f32[70000]{0}) tuple(s, l)\n"
+                                "}\n";
+    static const char small_only[] = "HloModule small\n"
+                                     "ENTRY e {\n"
+                                     "  a = f32[100]{0} parameter(0)\n"
+                                     "  b = f32[100]{0} parameter(1)\n"
+                                     "  ea = f32[100]{0} exponential(a)\n"
+                                     "  ROOT s = f32[100]{0} multiply(ea, b)\n"
+                                     "}\n";
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "4096", 1);
+    check_module(mixed, 91, true); /* every fusion native, results bit for bit */
+    ot_module *m = parse(small_only);
+    ASSERT_TRUE(m != NULL);
+    ot_executable *e = NULL;
+    EXPECT_OK(ot_compile(m, NULL, &e));
+    EXPECT_TRUE(e != NULL && cg_program_get(e) == NULL);
+    ot_executable_free(e);
+    ot_module_free(m);
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
+}
+
 static void test_fallbacks(void) {
     profile_kinds(true);
     setenv("OPTITPU_CODEGEN", "0", 1);
@@ -1084,7 +1118,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_every_op),        OT_TEST(test_converts), OT_TEST(test_random_fusions),
         OT_TEST(test_reductions),      OT_TEST(test_cache),    OT_TEST(test_fallbacks),
         OT_TEST(test_fault_injection), OT_TEST(test_hw_ftz),   OT_TEST(test_gather_of_elementwise),
-        OT_TEST(test_row_fusion),      OT_TEST(test_summary),
+        OT_TEST(test_row_fusion),      OT_TEST(test_summary),  OT_TEST(test_small_beside_large),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();

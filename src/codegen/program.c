@@ -362,6 +362,7 @@ static ot_status build(const ot_executable *e, cg_program **out) {
     if (!find_cc(cc, sizeof cc)) return OT_OK; /* no compiler: the interpreter runs */
     int nk = ot_executable_kernel_count(e);
     int64_t minel = min_elements();
+    int nbig = 0; /* fusions of at least minel elements (times the work per element) */
     cg_program *p = ot_calloc(1, sizeof *p);
     if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     p->nk = nk;
@@ -399,13 +400,14 @@ static ot_status build(const ot_executable *e, cg_program **out) {
             st = es;
             break;
         }
-        if (es != OT_OK || n * work < minel) { /* interpreted; say why at debug level */
-            if (es != OT_OK) ot_log(OT_LOG_DEBUG, "%s", ot_last_error());
+        if (es != OT_OK) { /* interpreted; say why at debug level */
+            ot_log(OT_LOG_DEBUG, "%s", ot_last_error());
             ot_clear_error();
             src.n = mark;
             if (src.p) src.p[mark] = 0;
             continue;
         }
+        if (n * work >= minel) nbig++;
         en->numel = n;
         en->chunk = CG_CHUNK / work > 1 ? CG_CHUNK / work : 1;
         en->nin = kn->ninputs;
@@ -414,6 +416,11 @@ static ot_status build(const ot_executable *e, cg_program **out) {
         p->nnative++;
     }
     if (st == OT_OK && src.oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+    /* Only small fusions: the interpreter is cheap there and a compile is not. Once one fusion
+     * is large enough to be compiled, the small ones go into the same object: they add little to
+     * that compile, and interpreted they cost ~30x native per element (a 200-tensor Adam step
+     * had a quarter of its tensors under the threshold and spent a fifth of its time there). */
+    if (st == OT_OK && nbig == 0) p->nnative = 0;
     if (st != OT_OK || p->nnative == 0) {
         cg_buf_free(&src);
         cg_program_free(p);
