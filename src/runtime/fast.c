@@ -234,15 +234,16 @@ static bool in_order(const int64_t *order, int n, const ot_shape *s) {
     return true;
 }
 
+/* Subnormal results to zero of the same sign (the reference's FTZ), on the bits and without
+ * branches so the loop vectorizes: a zero exponent field keeps only the sign. */
 static void flush_out(ot_dtype t, void *y, int64_t n) {
     if (t == OT_F32) {
-        float *p = y;
-        for (int64_t e = 0; e < n; e++)
-            if (p[e] != 0 && fabsf(p[e]) < FLT_MIN) p[e] = copysignf(0.0f, p[e]);
+        uint32_t *p = y;
+        for (int64_t e = 0; e < n; e++) p[e] &= (p[e] & 0x7f800000u) ? 0xffffffffu : 0x80000000u;
     } else {
-        double *p = y;
+        uint64_t *p = y;
         for (int64_t e = 0; e < n; e++)
-            if (p[e] != 0 && fabs(p[e]) < DBL_MIN) p[e] = copysign(0.0, p[e]);
+            p[e] &= (p[e] & 0x7ff0000000000000ull) ? ~0ull : 0x8000000000000000ull;
     }
 }
 
@@ -251,7 +252,7 @@ static void flush_out(ot_dtype t, void *y, int64_t n) {
  * counts); the pool splits the work instead, over a grid of GEMM_TM x GEMM_TN tiles of C fixed by
  * the shape alone. Every tile is one sgemm/dgemm over the whole K, so each element's sum is the
  * same whichever thread computes its tile: bits never depend on the thread count. */
-#define GEMM_TM 256
+#define GEMM_TM 512
 #define GEMM_TN 1024
 
 typedef struct gemm_args {
@@ -261,6 +262,7 @@ typedef struct gemm_args {
     const void *a, *b;
     void *c;
     int64_t tm, tn; /* tiles along M and N */
+    bool ftz;       /* flush subnormal results, each tile right after its GEMM (still in cache) */
 } gemm_args;
 
 static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
@@ -293,6 +295,8 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
             cblas_dgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                         g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0,
                         (const double *)a, lda, (const double *)bb, ldb, 0.0, (double *)c, ldc);
+        if (g->ftz)
+            for (int64_t r = 0; r < mm; r++) flush_out(g->t, c + (size_t)(r * g->N) * es, nn);
     }
 }
 
@@ -362,7 +366,7 @@ static ot_status fast_dot(rt_fast_ctx *c, const ot_instr *i, void *const *in,
     *done = true;
     if (NB * M * N == 0) return OT_OK;
     size_t es = ot_dtype_size(os->shape.dtype);
-    gemm_args g = {os->shape.dtype, NB, M, N, K, false, false, in[0], in[1], out, 0, 0};
+    gemm_args g = {os->shape.dtype, NB, M, N, K, false, false, in[0], in[1], out, 0, 0, false};
     size_t need = 0, lbytes = align64((size_t)ins[0]->nbytes), rbytes = (size_t)ins[1]->nbytes;
     bool lcopy = false, rcopy = false;
     if (in_order(lbfk, ls->rank, ls)) {
@@ -395,8 +399,8 @@ static ot_status fast_dot(rt_fast_ctx *c, const ot_instr *i, void *const *in,
             g.b = p;
         }
     }
+    g.ftz = c->ftz;
     run_gemm(c, &g);
-    if (c->ftz) flush_out(os->shape.dtype, out, NB * M * N);
     c->fast_run++;
     return OT_OK;
 }
@@ -588,7 +592,8 @@ static ot_status fast_conv(rt_fast_ctx *c, const ot_instr *i, void *const *in,
         for (p.n0 = 0; p.n0 < p.N; p.n0 += chunk) {
             int64_t nb = p.N - p.n0 < chunk ? p.N - p.n0 : chunk, rows = nb * p.P;
             par_for(c, rows, rows * p.Kd * (int64_t)es, conv_im2col, &p);
-            gemm_args g = {osh->dtype, 1, rows, p.Og, p.Kd, false, false, p.col, wm, p.cm, 0, 0};
+            gemm_args g = {osh->dtype, 1,  rows, p.Og, p.Kd, false, false,
+                           p.col,      wm, p.cm, 0,    0,    false};
             run_gemm(c, &g);
             par_for(c, rows, rows * p.Og * (int64_t)es, conv_scatter, &p);
         }
