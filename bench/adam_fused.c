@@ -144,14 +144,14 @@ static int bench_size(int64_t n, int reps, bool json, double triad) {
         if (ot_buffer_from_host(dev, &t, &buf[k]) != OT_OK) goto fail;
     }
     ot_tensor_release(&t);
-    h.p = ot_aligned_alloc_huge((size_t)n * 4);
-    h.g = ot_aligned_alloc_huge((size_t)n * 4);
-    h.m = ot_aligned_alloc_huge((size_t)n * 4);
-    h.v = ot_aligned_alloc_huge((size_t)n * 4);
-    hf.p = ot_aligned_alloc_huge((size_t)n * 4);
-    hf.g = ot_aligned_alloc_huge((size_t)n * 4);
-    hf.m = ot_aligned_alloc_huge((size_t)n * 4);
-    hf.v = ot_aligned_alloc_huge((size_t)n * 4);
+    h.p = ot_stream_alloc((size_t)n * 4);
+    h.g = ot_stream_alloc((size_t)n * 4);
+    h.m = ot_stream_alloc((size_t)n * 4);
+    h.v = ot_stream_alloc((size_t)n * 4);
+    hf.p = ot_stream_alloc((size_t)n * 4);
+    hf.g = ot_stream_alloc((size_t)n * 4);
+    hf.m = ot_stream_alloc((size_t)n * 4);
+    hf.v = ot_stream_alloc((size_t)n * 4);
     if (!h.p || !h.g || !h.m || !h.v || !hf.p || !hf.g || !hf.m || !hf.v) goto done;
     ot_threadpool *pool = ot_threadpool_default();
     init(h.p, n, 1.0f, 17u);

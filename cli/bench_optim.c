@@ -172,16 +172,16 @@ static int run_optim_bench(int argc, char **argv) {
         for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)sin(0.001 * (double)(e + 7 * i));
         ot_status s = ot_buffer_from_host(d, &h, &pb[i]);
         if (s == OT_OK && tf) s = ot_tpu_optimizer_write_param(tf, d, (int)i, &h);
-        hp[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
+        hp[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
         if (hp[i]) memcpy(hp[i], x, (size_t)sz[i] * sizeof(float));
         for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)(0.01 * cos(0.003 * (double)(e + i)));
         if (s == OT_OK) s = ot_buffer_from_host(d, &h, &gb[i]);
         if (s == OT_OK && tf) s = ot_tpu_optimizer_write_grad(tf, d, (int)i, &h);
-        hg[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
+        hg[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
         if (hg[i]) memcpy(hg[i], x, (size_t)sz[i] * sizeof(float));
         /* the loop's arrays are huge-page backed like the device's buffers (memory pool) */
-        hm[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
-        hv[i] = ot_aligned_alloc_huge((size_t)sz[i] * sizeof(float));
+        hm[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
+        hv[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
         if (hm[i]) memset(hm[i], 0, (size_t)sz[i] * sizeof(float));
         if (hv[i]) memset(hv[i], 0, (size_t)sz[i] * sizeof(float));
         ot_tensor_release(&h);

@@ -344,6 +344,26 @@ static ot_status build_strings(void) {
     return rc;
 }
 
+/* Stream buffers: 16 consecutive ones start at 16 distinct offsets within 4 KiB, each 256-byte
+ * aligned, writable to the end, freed without a leak. */
+static void test_stream_alloc(void) {
+    int64_t live0 = ot_alloc_live();
+    enum { N = 16 };
+    char *b[N];
+    bool seen[16] = {false};
+    for (int k = 0; k < N; k++) {
+        b[k] = ot_stream_alloc(3000 + (size_t)k);
+        ASSERT_TRUE(b[k] != NULL);
+        uintptr_t a = (uintptr_t)b[k];
+        EXPECT_INT_EQ((int64_t)(a & 255), 0);
+        seen[(a & 4095) / 256] = true;
+        memset(b[k], 0x5a, 3000 + (size_t)k);
+    }
+    for (int k = 0; k < 16; k++) EXPECT_TRUE(seen[k]);
+    for (int k = 0; k < N; k++) ot_aligned_free(b[k]);
+    EXPECT_INT_EQ(ot_alloc_live(), live0);
+}
+
 /* Returns the number of injected failures the builder went through before it succeeded. */
 static int fail_every_allocation(const char *name, ot_status (*build)(void)) {
     for (int n = 1; n < 1000; n++) {
@@ -459,5 +479,5 @@ static void test_sha256_nist(void) {
 OT_TEST_MAIN(OT_TEST(test_status_names), OT_TEST(test_dtype_table), OT_TEST(test_f16_all_patterns),
              OT_TEST(test_bf16_all_patterns), OT_TEST(test_shapes),
              OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena), OT_TEST(test_threadpool),
-             OT_TEST(test_alloc_failure_every_constructor), OT_TEST(test_allocator_hook),
-             OT_TEST(test_sha256_nist))
+             OT_TEST(test_alloc_failure_every_constructor), OT_TEST(test_stream_alloc),
+             OT_TEST(test_allocator_hook), OT_TEST(test_sha256_nist))

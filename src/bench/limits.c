@@ -201,9 +201,9 @@ static ot_status measure_memory(const ot_bench_limits_options *o, ot_threadpool 
     stream_ctx s = {0};
     ot_status rc = OT_OK;
     /* huge-page backed, as the device's buffers are (memory pool) */
-    s.a = ot_aligned_alloc_huge((size_t)n * sizeof(double));
-    s.b = stream ? ot_aligned_alloc_huge((size_t)n * sizeof(double)) : NULL;
-    s.c = ot_aligned_alloc_huge((size_t)n * sizeof(double));
+    s.a = ot_stream_alloc((size_t)n * sizeof(double));
+    s.b = stream ? ot_stream_alloc((size_t)n * sizeof(double)) : NULL;
+    s.c = ot_stream_alloc((size_t)n * sizeof(double));
     if (!s.a || !s.c || (stream && !s.b)) {
         rc = ot_error(OT_ERR_OUT_OF_MEMORY, "bench limits: cannot allocate %d arrays of %zu bytes",
                       stream ? 3 : 2, bytes);

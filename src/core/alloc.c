@@ -111,6 +111,20 @@ void *ot_aligned_alloc_huge(size_t size) {
     return p;
 }
 
+static _Atomic unsigned g_stream_color;
+
+void *ot_stream_alloc(size_t size) {
+    /* k * 1280 mod 4096 for k < 16: every multiple of 256 below 4096 once */
+    const size_t page = 4096, step = 1280;
+    size_t off = (size_t)(atomic_fetch_add(&g_stream_color, 1u) % 16u) * step % page;
+    if (size > SIZE_MAX - page) return NULL;
+    char *p = ot_aligned_alloc_huge(size + off);
+    if (!p || off == 0) return p;
+    char *q = p + off;
+    ((void **)q)[-1] = ((void **)p)[-1]; /* where ot_aligned_free finds the original pointer */
+    return q;
+}
+
 void ot_aligned_free(void *ptr) {
     if (ptr) ot_free(((void **)ptr)[-1]);
 }
