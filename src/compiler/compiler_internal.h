@@ -2,6 +2,7 @@
 #ifndef OT_COMPILER_INTERNAL_H
 #define OT_COMPILER_INTERNAL_H
 
+#include "ir/ir_passes.h"
 #include "optitpu/compiler.h"
 
 #include <string.h>
@@ -48,37 +49,6 @@ ot_status cc_orders_take(ot_module *m, cc_orders *o);
 void cc_orders_give(ot_module *m, cc_orders *o);
 /* The entry computation's post order (cc_post_order(entry)), from the kept orders when valid. */
 ot_status cc_entry_post_order(ot_module *m, ot_instr ***out, int64_t *n);
-
-/* src/ir/module.c: the module's edit count and the pointer it keeps (and frees) for the passes. */
-uint64_t ir_module_edits(const ot_module *m);
-/* Lets instructions created from now on reuse the storage of those removed so far; only where
- * no pointer to a removed instruction is held any more (between passes). */
-void ir_module_recycle(ot_module *m);
-/* Reserves k fresh visit stamps (ot_instr.visit_) and returns the value just below them: stamps
- * left by earlier traversals are all smaller, so nothing needs resetting first. */
-uint64_t ir_visit_stamps(ot_module *m, uint64_t k);
-void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
-void *ir_module_pass_cache(const ot_module *m);
-/* src/ir: */
-/* A module's computations callees first (ot_module_post_order) and each one's post order
- * (ot_computation_post_order), computed once for several walks of an unedited module: compile
- * clones the source and prints it for the fingerprint, which would otherwise find both orders
- * twice. */
-typedef struct ir_module_orders {
-    ot_computation **comps;
-    int ncomps;
-    ot_instr ***po;
-    int64_t *npo;
-} ir_module_orders;
-ot_status ir_module_orders_build(const ot_module *m, ir_module_orders *o);
-void ir_module_orders_free(ir_module_orders *o);
-/* ot_module_clone and ir_hlo_print_stream over orders built for m (NULL: they find them). */
-ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *o, ot_module **out);
-/* ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused) instead of built as one
- * string; a sink error stops the printing and is returned. */
-ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
-                              const ir_module_orders *orders,
-                              ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
 
 /* ot_computation_post_order's order (same traversal, fresh visit stamps as the visit state);
  * unlike it, it checks only that operands are in c, not that they are live (passes call it on

@@ -3,6 +3,7 @@
 #ifndef OT_IR_INTERNAL_H
 #define OT_IR_INTERNAL_H
 
+#include "ir/ir_passes.h"
 #include "optitpu/ir.h"
 
 #include <stdio.h>
@@ -140,17 +141,6 @@ struct ot_module {
     char errmsg[1024];
 };
 
-/* The module's edit count (see struct ot_module), and its pass cache: set replaces (and frees
- * through the previous free function) what was there; NULL clears it. */
-uint64_t ir_module_edits(const ot_module *m);
-/* Makes the storage of the instructions removed so far available to instructions created from
- * now on. Call it only where nothing holds pointers to removed instructions (between passes). */
-void ir_module_recycle(ot_module *m);
-/* Reserves k fresh visit stamps and returns the value just below them (see epoch). */
-uint64_t ir_visit_stamps(ot_module *m, uint64_t k);
-void ir_module_set_pass_cache(ot_module *m, void *p, void (*free_fn)(void *));
-void *ir_module_pass_cache(const ot_module *m);
-
 /* ot_module_verify; infer false skips inferring every shape again, for a caller that built each
  * instruction through ir_create (which infers its shape and checks the declared one) and has not
  * edited the module since: the parser. */
@@ -203,26 +193,6 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
                     const ot_ir_shape *hint, const char *name, size_t name_len, unsigned flags,
                     ot_instr **out);
 ot_status ir_add_computation(ot_module *m, const char *name, size_t len, ot_computation **out);
-
-/* A module's computations callees first (ot_module_post_order) and each one's post order
- * (ot_computation_post_order), computed once for several walks of an unedited module: compile
- * clones the source and prints it for the fingerprint, which would otherwise find both orders
- * twice. */
-typedef struct ir_module_orders {
-    ot_computation **comps;
-    int ncomps;
-    ot_instr ***po;
-    int64_t *npo;
-} ir_module_orders;
-ot_status ir_module_orders_build(const ot_module *m, ir_module_orders *o);
-void ir_module_orders_free(ir_module_orders *o);
-/* ot_module_clone and ir_hlo_print_stream over orders built for m (NULL: they find them). */
-ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *o, ot_module **out);
-/* ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused) instead of built as one
- * string; a sink error stops the printing and is returned. */
-ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
-                              const ir_module_orders *orders,
-                              ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
 
 /* Formatting helpers. */
 int ir_fmt_dims(char *buf, size_t n, const int64_t *d, int k);
