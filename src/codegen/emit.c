@@ -1402,26 +1402,8 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
 
 /* Checks reduce r against the row fusion's rows and row length. */
 static bool row_form(const em *E, const ot_instr *r) {
-    const ot_instr *x = r->operands[0];
-    if (r->noperands != 2 || r->ncalled != 1 || x->shape.kind != OT_IR_ARRAY || numel(r) != E->O ||
-        numel(x) != E->O * E->C || numel(r->operands[1]) != 1 ||
-        x->shape.array.dtype != r->shape.array.dtype)
-        return false;
-    const ot_shape *S = &x->shape.array;
-    int nd = r->attrs.ndims;
-    if (nd < 1 || nd > S->rank) return false;
-    bool red[OT_MAX_RANK] = {false};
-    for (int k = 0; k < nd; k++) {
-        int64_t d = r->attrs.dims[k];
-        if (d < 0 || d >= S->rank || red[d]) return false;
-        red[d] = true;
-    }
-    int64_t n = 1;
-    for (int d = 0; d < S->rank; d++) {
-        if (red[d] != (d >= S->rank - nd)) return false;
-        if (red[d]) n *= S->dims[d];
-    }
-    return n == E->C;
+    int64_t o, n;
+    return ex_reduce_rows(r, &o, &n) && o == E->O && n == E->C && numel(r) == E->O;
 }
 
 static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {

@@ -42,30 +42,8 @@ static int64_t numel_of(const ot_instr *i) {
 /* A reduce of the trailing dims of its input with a reducer the row kernel generates; *rows and
  * *len get the row count and length. */
 static bool row_reduce(const ot_instr *r, int64_t *rows, int64_t *len) {
-    if (r->opcode != OT_OP_REDUCE || r->noperands != 2 || r->ncalled != 1 ||
-        r->shape.kind != OT_IR_ARRAY)
-        return false;
-    const ot_instr *x = r->operands[0];
-    if (x->shape.kind != OT_IR_ARRAY || x->shape.array.dtype != r->shape.array.dtype ||
-        numel_of(r->operands[1]) != 1)
-        return false;
-    const ot_shape *S = &x->shape.array;
-    int nd = r->attrs.ndims;
-    if (nd < 1 || nd > S->rank) return false;
-    bool red[OT_MAX_RANK] = {false};
-    for (int k = 0; k < nd; k++) {
-        int64_t d = r->attrs.dims[k];
-        if (d < 0 || d >= S->rank || red[d]) return false;
-        red[d] = true;
-    }
-    int64_t o = 1, n = 1;
-    for (int d = 0; d < S->rank; d++) {
-        if (red[d] != (d >= S->rank - nd)) return false;
-        if (red[d])
-            n *= S->dims[d];
-        else
-            o *= S->dims[d];
-    }
+    int64_t o, n;
+    if (!ex_reduce_rows(r, &o, &n)) return false;
     if (n < EX_RED_LANES) return false;
     const ot_computation *rc = r->called[0];
     const ot_instr *rr = rc->root;

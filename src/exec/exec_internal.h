@@ -111,6 +111,10 @@ ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *
 #define EX_RED_LANES 16
 #define EX_RED_BLOCK 4096
 bool ex_reduce_lanes(const ot_instr *reduce);
+/* True when `reduce` is a one-input reduce (operand and init of its result's dtype, a scalar
+ * init) of exactly the trailing dims of its operand, each once: *rows gets the product of the
+ * kept dims, *len that of the reduced ones (a row fusion's rows and row length). */
+bool ex_reduce_rows(const ot_instr *reduce, int64_t *rows, int64_t *len);
 ot_status ex_kernel_reduce_window(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                                   ot_value *out);
 ot_status ex_kernel_select_and_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,

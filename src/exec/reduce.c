@@ -20,6 +20,36 @@ static void fill_init(ot_value *dst, const ot_value *init) {
     for (int64_t e = 0; e < n; e++) memcpy((char *)dst->array.data + e * es, init->array.data, es);
 }
 
+bool ex_reduce_rows(const ot_instr *r, int64_t *rows, int64_t *len) {
+    if (r->opcode != OT_OP_REDUCE || r->noperands != 2 || r->ncalled != 1 ||
+        r->shape.kind != OT_IR_ARRAY)
+        return false;
+    const ot_instr *x = r->operands[0], *init = r->operands[1];
+    if (x->shape.kind != OT_IR_ARRAY || x->shape.array.dtype != r->shape.array.dtype ||
+        init->shape.kind != OT_IR_ARRAY || ot_shape_numel_unchecked(&init->shape.array) != 1)
+        return false;
+    const ot_shape *S = &x->shape.array;
+    int nd = r->attrs.ndims;
+    if (nd < 1 || nd > S->rank) return false;
+    bool red[OT_MAX_RANK] = {false};
+    for (int k = 0; k < nd; k++) {
+        int64_t d = r->attrs.dims[k];
+        if (d < 0 || d >= S->rank || red[d]) return false;
+        red[d] = true;
+    }
+    int64_t o = 1, n = 1;
+    for (int d = 0; d < S->rank; d++) {
+        if (red[d] != (d >= S->rank - nd)) return false;
+        if (red[d])
+            n *= S->dims[d];
+        else
+            o *= S->dims[d];
+    }
+    *rows = o;
+    *len = n;
+    return true;
+}
+
 bool ex_reduce_lanes(const ot_instr *i) {
     if (!i || i->opcode != OT_OP_REDUCE || i->noperands != 2 || i->ncalled < 1 ||
         i->operands[0]->shape.kind != OT_IR_ARRAY)
