@@ -105,12 +105,14 @@ static ot_module *gen_graph(int64_t n, uint64_t seed) {
 
 static int run_compile_bench(int argc, char **argv) {
     const char *cmd = "bench compile";
-    bool json = false;
+    bool json = false, passes = false;
     int64_t reps = 5, max_n = 1000000;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "--passes")) {
+            passes = true;
         } else if (!strcmp(argv[i], "--reps")) {
             if (!v || !cli_parse_i64(v, 1, 100, &reps))
                 return cli_usage_error(cmd, "--reps needs a number from 1 to 100");
@@ -135,6 +137,12 @@ static int run_compile_bench(int argc, char **argv) {
         if (!m) return cli_fail(cmd);
         int64_t ninstr = ot_module_instr_count(m);
         double t[100], ct[100];
+        /* per-stage times of each rep (the pipeline is deterministic: the same stages in the
+         * same order every run), for --passes at the largest size */
+        enum { MAXST = 64 };
+        static double st[MAXST][100];
+        static char stname[MAXST][40];
+        int nst = 0;
         ot_executable *e = NULL;
         ot_status s = ot_compile(m, NULL, &e); /* warm-up */
         if (s != OT_OK) {
@@ -150,6 +158,14 @@ static int run_compile_bench(int argc, char **argv) {
             s = ot_compile(m, NULL, &e);
             t[r] = (double)(ot_now_ns() - t0) / 1e9;
             ct[r] = cpu_s() - c0;
+            if (s == OT_OK) {
+                nst = ot_executable_stat_count(e) < MAXST ? ot_executable_stat_count(e) : MAXST;
+                for (int k = 0; k < nst; k++) {
+                    const ot_pass_stat *ps = ot_executable_stat(e, k);
+                    st[k][r] = (double)ps->time_ns / 1e9;
+                    snprintf(stname[k], sizeof stname[k], "%s#%d", ps->name, ps->iteration);
+                }
+            }
             ot_executable_free(e);
             if (s != OT_OK) {
                 ot_module_free(m);
@@ -177,6 +193,36 @@ static int run_compile_bench(int argc, char **argv) {
                            1.0,
                            ratio > 0 ? 1.0 / ratio : 0};
         ot_bench_print(&ar, json);
+        bool last = si == 5 || sizes[si + 1] > max_n;
+        if (passes && last) {
+            /* each stage's median; what no stage records (verification of the source, its
+             * clone, the fingerprint and the re-emission of the passes' output in post order) is
+             * the median total less the stages' sum */
+            double sum = 0;
+            for (int k = 0; k < nst; k++) {
+                double v = ot_bench_median(st[k], (size_t)reps);
+                sum += v;
+                snprintf(cs, sizeof cs, "%lld instrs %.39s", (long long)ninstr, stname[k]);
+                ot_bench_row pr = {"compile",
+                                   cs,
+                                   "s",
+                                   v,
+                                   "whole pipeline",
+                                   med[si],
+                                   med[si] > 0 ? v / med[si] : 0};
+                ot_bench_print(&pr, json);
+            }
+            snprintf(cs, sizeof cs, "%lld instrs verify, clone, fingerprint, reorder",
+                     (long long)ninstr);
+            ot_bench_row pr = {"compile",
+                               cs,
+                               "s",
+                               med[si] - sum,
+                               "whole pipeline",
+                               med[si],
+                               med[si] > 0 ? (med[si] - sum) / med[si] : 0};
+            ot_bench_print(&pr, json);
+        }
         if (si % 2 == 1 && have[si - 1]) {
             snprintf(cs, sizeof cs, "scaling %lldk -> %lldk", (long long)(sizes[si - 1] / 1000),
                      (long long)(n / 1000));
@@ -197,13 +243,14 @@ static int run_compile_bench(int argc, char **argv) {
 const cli_command cli_bench_compile = {
     "compile",
     "compile pipeline time on 10k..1M-instruction graphs, scaling, arena vs lower bound",
-    "usage: optitpu bench compile [--json] [--reps K] [--max N]\n"
+    "usage: optitpu bench compile [--json] [--reps K] [--max N] [--passes]\n"
     "\n"
     "Compiles generated graphs (a residual network with elementwise tails, reductions and\n"
     "side outputs) of 10k, 20k, 100k, 200k, 500k and 1M instructions at -O2 (up to --max N),\n"
     "median of K runs (default 5) after a warm-up. Prints the wall and process CPU time,\n"
     "time(2N)/time(N) and cpu(2N)/cpu(N) beside\n"
     "linear scaling (goal <= 2.3), and the arena size beside the peak of live bytes (goal\n"
-    "<= 1.25x).",
+    "<= 1.25x). --passes adds each stage's median time at the largest size beside the whole\n"
+    "pipeline's.",
     run_compile_bench,
 };
