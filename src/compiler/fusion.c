@@ -350,7 +350,15 @@ typedef struct mat {
     ot_instr **clone; /* per position */
     int32_t *in_stamp;
     int64_t *in_index;
+    /* per position: what replaces an output moved into a fused computation (the fusion or its
+     * tuple element); users left in the entry are rewired once, at the end (pending) */
+    ot_instr **repl;
+    ot_instr **pending;
+    int64_t npending, pendcap;
 } mat;
+
+/* user_data of an entry instruction already on the pending list */
+static char pending_mark;
 
 static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int64_t nm,
                              bool *changed) {
@@ -379,8 +387,12 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
     ops = ot_malloc(8 * sizeof *ops);
     int opcap = 8;
     if (!ops) s = ot_error(OT_ERR_OUT_OF_MEMORY, "fusion: out of memory");
+    /* Members in topological order: a primary member moves into fc (ir_instr_move), a
+     * duplicate is cloned there (its original stays for the other clusters it joined). Operands
+     * are then members already in fc, or inputs: one parameter per distinct outside value. */
     for (int64_t j = 0; j < nm && s == OT_OK; j++) {
         ot_instr *x = f->po[mem[j]];
+        bool primary = f->cl[mem[j]] >= 0 && cfind(f, f->cl[mem[j]]) == c;
         if (x->noperands > opcap) {
             ot_instr **no = ot_realloc(ops, (size_t)x->noperands * sizeof *ops);
             if (!no) {
@@ -396,6 +408,10 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             if (p >= 0 && p < f->n && f->po[p] == o && mt->stamp[p] == c) {
                 ops[q] = mt->clone[p];
                 continue;
+            }
+            if (p >= 0 && p < f->n && f->po[p] == o && mt->repl[p]) {
+                o = mt->repl[p]; /* an output of a cluster materialized before */
+                p = pos_of(o);
             }
             /* an input: o is an original instruction or a new one (fusion / gte) */
             int64_t key = (p >= 0 && p < f->n && f->po[p] == o) ? p : -1;
@@ -422,17 +438,21 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             ops[q] = fc->params[idx];
         }
         if (s != OT_OK) break;
-        s = ot_instr_clone(fc, x, ops, NULL, &mt->clone[mem[j]]);
+        if (!primary) {
+            s = ot_instr_clone(fc, x, ops, NULL, &mt->clone[mem[j]]);
+            continue;
+        }
+        s = ir_instr_move(x, fc);
+        for (int q = 0; q < x->noperands && s == OT_OK; q++)
+            if (x->operands[q] != ops[q]) s = ot_instr_replace_operand(x, q, ops[q]);
+        mt->clone[mem[j]] = x;
     }
-    /* outputs: primary members with a user outside the cluster, or the entry root */
+    /* outputs: primary members with a user left outside (in the entry), or the entry root */
     for (int64_t j = 0; j < nm && s == OT_OK; j++) {
         ot_instr *x = f->po[mem[j]];
         if (f->cl[mem[j]] < 0 || cfind(f, f->cl[mem[j]]) != c) continue; /* a duplicate */
         bool out = entry->root == x;
-        for (int u = 0; u < x->nusers && !out; u++) {
-            int64_t p = pos_of(x->users[u]);
-            out = !(p >= 0 && p < f->n && f->po[p] == x->users[u] && mt->stamp[p] == c);
-        }
+        for (int u = 0; u < x->nusers && !out; u++) out = x->users[u]->parent != fc;
         if (!out) continue;
         s = cc_grow(&outs, &outcap, nout + 1, sizeof *outs);
         if (s == OT_OK) outs[nout++] = x;
@@ -442,16 +462,9 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
     if (s == OT_OK) {
         ot_instr *root;
         if (nout == 1) {
-            root = mt->clone[pos_of(outs[0])];
+            root = outs[0];
         } else {
-            ot_instr **rs = ot_malloc((size_t)nout * sizeof *rs);
-            if (!rs) {
-                s = ot_error(OT_ERR_OUT_OF_MEMORY, "fusion: out of memory");
-                goto done;
-            }
-            for (int64_t j = 0; j < nout; j++) rs[j] = mt->clone[pos_of(outs[j])];
-            root = ot_build_tuple(fc, rs, (int)nout);
-            ot_free(rs);
+            root = ot_build_tuple(fc, outs, (int)nout);
         }
         ot_computation_set_root(fc, root);
         ot_attrs at = {0};
@@ -463,8 +476,9 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "fusion: builder failed");
             goto done;
         }
+        /* the users left in the entry will read the fusion (or its tuple element) instead */
         for (int64_t j = 0; j < nout && s == OT_OK; j++) {
-            ot_instr *to = fusion;
+            ot_instr *x = outs[j], *to = fusion;
             if (nout > 1) {
                 to = ot_build_get_tuple_element(entry, fusion, j);
                 if (!to) {
@@ -472,14 +486,18 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
                     break;
                 }
             }
-            s = ot_instr_replace_all_uses(outs[j], to);
+            mt->repl[pos_of(x)] = to;
+            for (int u = 0; u < x->nusers && s == OT_OK; u++) {
+                ot_instr *y = x->users[u];
+                if (y->parent == fc || y->user_data == &pending_mark) continue;
+                s = cc_grow(&mt->pending, &mt->pendcap, mt->npending + 1, sizeof *mt->pending);
+                if (s != OT_OK) break;
+                mt->pending[mt->npending++] = y;
+                y->user_data = &pending_mark;
+            }
+            if (s == OT_OK && entry->root == x) ot_computation_set_root(entry, to);
         }
-        /* remove the primary members, users first */
-        for (int64_t j = nm - 1; j >= 0 && s == OT_OK; j--) {
-            ot_instr *x = f->po[mem[j]];
-            if (f->cl[mem[j]] < 0 || cfind(f, f->cl[mem[j]]) != c) continue;
-            s = ot_instr_remove(x);
-        }
+        if (s == OT_OK) s = ot_module_status(m);
         if (s == OT_OK) *changed = true;
     }
 done:
@@ -487,6 +505,18 @@ done:
     ot_free(outs);
     ot_free(ops);
     return s;
+}
+
+typedef struct remap {
+    fz *f;
+    mat *mt;
+} remap;
+
+static ot_instr *remap_operand(void *ctx, const ot_instr *o) {
+    remap *r = ctx;
+    int64_t p = pos_of(o);
+    if (p >= 0 && p < r->f->n && r->f->po[p] == o) return r->mt->repl[p];
+    return NULL;
 }
 
 ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
@@ -533,7 +563,8 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     mt.in_stamp = ot_malloc((size_t)n * sizeof *mt.in_stamp);
     mt.in_index = ot_malloc((size_t)n * sizeof *mt.in_index);
     mt.clone = ot_calloc((size_t)n, sizeof *mt.clone);
-    if (!cnt || !last || !mt.stamp || !mt.in_stamp || !mt.in_index || !mt.clone) {
+    mt.repl = ot_calloc((size_t)n, sizeof *mt.repl);
+    if (!cnt || !last || !mt.stamp || !mt.in_stamp || !mt.in_index || !mt.clone || !mt.repl) {
         ot_free(last);
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
@@ -580,6 +611,14 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
          * so the next fusions may be built in their storage */
         ir_module_recycle(m);
     }
+    /* the entry's readers of moved outputs: each operand list rewritten once */
+    remap rm = {&f, &mt};
+    for (int64_t k = 0; k < mt.npending; k++) {
+        ot_instr *y = mt.pending[k];
+        y->user_data = NULL;
+        /* (one fused since reads parameters and members of its own computation) */
+        if (s == OT_OK && y->parent == entry) s = ir_instr_map_operands(y, remap_operand, &rm);
+    }
     /* duplicated originals left without users */
     for (int64_t k = f.n - 1; k >= 0 && s == OT_OK; k--) {
         if (f.dup_head[k] < 0 || f.cl[k] >= 0) continue;
@@ -599,6 +638,8 @@ out:
     ot_free(mt.in_stamp);
     ot_free(mt.in_index);
     ot_free(mt.clone);
+    ot_free(mt.repl);
+    ot_free(mt.pending);
     ot_free(f.po);
     ot_free(f.cl);
     ot_free(f.small);

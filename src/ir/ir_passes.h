@@ -16,6 +16,19 @@ uint64_t ir_module_edits(const ot_module *m);
 /* Makes the storage of the instructions removed so far available to instructions created from
  * now on. Call it only where nothing holds pointers to removed instructions (between passes). */
 void ir_module_recycle(ot_module *m);
+/* Moves x (live, not a parameter) to the end of dst, a computation of the same module, under its
+ * name (or "<name>.<k>", the first free one, when dst has it already); operands, users and
+ * the source computation's root are left as they are: the caller rewires the edges that cross
+ * the two computations (ot_instr_replace_operand) before anything else reads the module. Fusion
+ * outlines the members of a cluster this way instead of cloning them and removing the
+ * originals. On failure (out of memory) nothing changed. */
+ot_status ir_instr_move(ot_instr *x, ot_computation *dst);
+/* Replaces each operand o of y by map(ctx, o) where that is not NULL and not o: an instruction of
+ * y's computation with o's shape. Each users list changes once per distinct instruction, in time
+ * linear in y's operand count (replacing operand by operand scans the list per slot: quadratic
+ * for a tuple of many outputs). On failure nothing changed. Uses visit stamps. */
+ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const ot_instr *o),
+                                void *ctx);
 /* Reserves k fresh visit stamps (ot_instr.visit_) and returns the value just below them: stamps
  * left by earlier traversals are all smaller, so nothing needs resetting first. */
 uint64_t ir_visit_stamps(ot_module *m, uint64_t k);

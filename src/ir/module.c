@@ -988,6 +988,115 @@ static void unlink_instr(ot_instr *i) {
     if (m->nremoved < m->removed_cap || removed_grow(m) == OT_OK) m->removed[m->nremoved++] = i;
 }
 
+ot_status ir_instr_move(ot_instr *x, ot_computation *dst) {
+    ot_computation *c = x->parent;
+    if (x->dead_ || x->opcode == OT_OP_PARAMETER || dst == c || dst->module != c->module)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "move %s: a live non-parameter instruction into another computation of "
+                        "its module",
+                        x->name);
+    /* the name first: it is the only step that can fail, and a failure changes nothing */
+    size_t len = strlen(x->name);
+    const char *name = x->name;
+    if (ir_comp_find(dst, name, len)) {
+        char buf[256];
+        for (int64_t k = 1;; k++) {
+            int n = snprintf(buf, sizeof buf, "%.200s.%lld", x->name, (long long)k);
+            if (!ir_comp_find(dst, buf, (size_t)n)) {
+                len = (size_t)n;
+                break;
+            }
+        }
+        if (!(name = ir_strndup(c->module, buf, len)))
+            return ot_error(OT_ERR_OUT_OF_MEMORY, "move %s: out of memory", x->name);
+    }
+    OT_CHECK(ir_comp_name_insert(dst, name, len, x));
+    ir_comp_name_del(c, x->name);
+    x->name = name;
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        c->first = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    else
+        c->last = x->prev;
+    c->ninstrs--;
+    x->parent = dst;
+    x->next = NULL;
+    x->prev = dst->last;
+    if (dst->last)
+        dst->last->next = x;
+    else
+        dst->first = x;
+    dst->last = x;
+    dst->ninstrs++;
+    c->module->edits++;
+    return OT_OK;
+}
+
+ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const ot_instr *o),
+                                void *ctx) {
+    int n = y->noperands;
+    if (n == 0) return OT_OK;
+    ot_module *m = y->parent->module;
+    ot_instr **old = ot_malloc((size_t)n * sizeof *old), **neu = ot_malloc((size_t)n * sizeof *neu);
+    ot_status s =
+        old && neu ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "map operands: out of memory");
+    bool any = false;
+    for (int q = 0; q < n && s == OT_OK; q++) {
+        ot_instr *o = y->operands[q], *t = map(ctx, o);
+        old[q] = o;
+        neu[q] = t ? t : o;
+        if (neu[q] == o) continue;
+        any = true;
+        if (t->dead_ || t->parent != y->parent || t == y)
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "map operands of %s: %s is not another live instruction of %s", y->name,
+                         t->name, y->parent->name);
+        else if (!ot_ir_shape_equal(&o->shape, &t->shape))
+            s = ot_error(OT_ERR_SHAPE_MISMATCH, "map operands of %s: %s and %s differ in shape",
+                         y->name, o->name, t->name);
+    }
+    if (s != OT_OK || !any) {
+        ot_free(old);
+        ot_free(neu);
+        return s;
+    }
+    /* stamps: `was` marks the operands before, `now` those after; users lists change once per
+     * distinct instruction, without scanning the operand list per slot */
+    uint64_t base = ir_visit_stamps(m, 3), was = base + 1, added = base + 2, now = base + 3;
+    for (int q = 0; q < n; q++) old[q]->visit_ = was;
+    for (int q = 0; q < n && s == OT_OK; q++) {
+        ot_instr *t = neu[q];
+        if (t == old[q] || t->visit_ == was || t->visit_ == added) continue;
+        s = ir_users_add(t, y);
+        t->visit_ = added;
+    }
+    if (s != OT_OK) {
+        /* undo: nothing else has changed yet */
+        for (int q = 0; q < n; q++)
+            if (neu[q]->visit_ == added) {
+                ir_users_remove(neu[q], y);
+                neu[q]->visit_ = 0;
+            }
+        ot_free(old);
+        ot_free(neu);
+        return s;
+    }
+    for (int q = 0; q < n; q++) neu[q]->visit_ = now;
+    for (int q = 0; q < n; q++) {
+        if (old[q]->visit_ == now) continue; /* still an operand (or already dropped) */
+        ir_users_remove(old[q], y);
+        old[q]->visit_ = now;
+    }
+    memcpy(y->operands, neu, (size_t)n * sizeof *neu);
+    m->edits++;
+    ot_free(old);
+    ot_free(neu);
+    return OT_OK;
+}
+
 uint64_t ir_visit_stamps(ot_module *m, uint64_t k) {
     uint64_t base = m->epoch;
     m->epoch += k;
