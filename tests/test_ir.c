@@ -2,6 +2,7 @@
 #include "ot_test.h"
 
 #include "optitpu/ir.h"
+#include "../src/ir/ir_passes.h"
 
 static ot_shape shp(ot_dtype t, int rank, const int64_t *d) {
     ot_shape s;
@@ -721,6 +722,70 @@ static void test_cycles_detected(void) {
     ot_module_free(m);
 }
 
+static ot_instr *map_to(void *ctx, const ot_instr *o) {
+    ot_instr **pair = ctx; /* pair[0] -> pair[1] */
+    return o == pair[0] ? pair[1] : NULL;
+}
+
+static void test_outline_move_and_map(void) {
+    /* outline y = exp(x + x) of main into a computation by hand, as fusion does: move the
+     * members, give them a parameter, then rewire main's readers in one go */
+    ot_module *m = ot_module_new(NULL);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, SH(OT_F32, 4), "x");
+    ot_instr *a = ot_build_binary(c, OT_OP_ADD, x, x);
+    ot_instr *y = ot_build(c, OT_OP_EXP, &a, 1, NULL, NULL, 0, NULL, "p.1");
+    enum { N = 40 };
+    ot_instr *rs[N];
+    for (int i = 0; i < N; i++) rs[i] = i % 2 ? y : x; /* a tuple reading y in 20 slots */
+    ot_instr *t = ot_build_tuple(c, rs, N);
+    ot_computation_set_root(c, t);
+    ot_module_set_entry(m, c);
+    ASSERT_OK(ot_module_finalize(m));
+    ot_computation *f = ot_module_add_computation(m, "f");
+    ot_instr *fp = ot_build_parameter(f, 0, SH(OT_F32, 4), "p.1"); /* y's name, taken */
+    /* a parameter does not move; an instruction cannot move into its own computation */
+    EXPECT_STATUS(ir_instr_move(x, f), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ir_instr_move(a, c), OT_ERR_INVALID_ARGUMENT);
+    int64_t nmain = c->ninstrs;
+    ASSERT_OK(ir_instr_move(a, f));
+    ASSERT_OK(ir_instr_move(y, f));
+    EXPECT_TRUE(a->parent == f && y->parent == f);
+    EXPECT_STR_EQ(y->name, "p.1.1"); /* renamed on the clash */
+    EXPECT_TRUE(ot_computation_find_instr(f, "p.1.1") == y);
+    EXPECT_TRUE(ot_computation_find_instr(c, "p.1") == NULL);
+    EXPECT_INT_EQ(c->ninstrs, nmain - 2);
+    EXPECT_INT_EQ(f->ninstrs, 3);
+    EXPECT_TRUE(f->first == fp && f->last == y);
+    ASSERT_OK(ot_instr_replace_operand(a, 0, fp));
+    ASSERT_OK(ot_instr_replace_operand(a, 1, fp));
+    EXPECT_INT_EQ(x->nusers, 1); /* the tuple only */
+    ot_computation_set_root(f, y);
+    ot_instr *call = ot_build_call(c, f, &x, 1);
+    ASSERT_TRUE(call != NULL);
+    /* bad targets: another computation's instruction, another shape; nothing changes */
+    ot_instr *pair[2] = {y, y};
+    EXPECT_STATUS(ir_instr_map_operands(t, map_to, (ot_instr *[]){y, fp}), OT_ERR_INVALID_ARGUMENT);
+    ot_instr *s = ot_build_constant_scalar(c, OT_F32, 1);
+    EXPECT_STATUS(ir_instr_map_operands(t, map_to, (ot_instr *[]){y, s}), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_TRUE(t->operands[1] == y && y->nusers == 1 && call->nusers == 0);
+    pair[1] = call;
+    ASSERT_OK(ir_instr_map_operands(t, map_to, pair));
+    for (int i = 0; i < N; i++) EXPECT_TRUE(t->operands[i] == (i % 2 ? call : x));
+    EXPECT_INT_EQ(y->nusers, 0);
+    EXPECT_INT_EQ(call->nusers, 1);
+    EXPECT_INT_EQ(x->nusers, 2); /* the tuple and the call, once each */
+    ASSERT_OK(ot_instr_remove(s));
+    EXPECT_OK(ot_module_verify(m));
+    /* mapping to what is there already changes nothing */
+    pair[0] = x;
+    pair[1] = x;
+    ASSERT_OK(ir_instr_map_operands(t, map_to, pair));
+    EXPECT_INT_EQ(x->nusers, 2);
+    EXPECT_OK(ot_module_verify(m));
+    ot_module_free(m);
+}
+
 static void test_alloc_failure(void) {
     int64_t live = ot_alloc_live();
     int ok_at = 0;
@@ -742,4 +807,5 @@ OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_
              OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
              OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_many_users),
              OT_TEST(test_merge_duplicates_memory), OT_TEST(test_names_small_and_large),
-             OT_TEST(test_cycles_detected), OT_TEST(test_alloc_failure))
+             OT_TEST(test_cycles_detected), OT_TEST(test_outline_move_and_map),
+             OT_TEST(test_alloc_failure))
