@@ -5,6 +5,7 @@
 
 #include "codegen/codegen_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 #define ALIGN 64
@@ -805,6 +806,28 @@ static ot_status normalize_order(ot_module *m, ot_instr ***entry_po, int64_t *en
     return s;
 }
 
+/* The fingerprint (SHA-256 of the source's canonical text) depends only on the source module,
+ * which no pass touches, so a large module's is computed on a second thread while the passes
+ * run on the clone. From FP_THREAD_MIN instructions: below, starting a thread costs more than
+ * the hashing. */
+enum { FP_THREAD_MIN = 20000 };
+
+typedef struct fp_job {
+    const ot_module *src;
+    const ot_compile_options *o;
+    const ir_module_orders *orders;
+    uint8_t fp[32];
+    ot_status s;
+    char msg[512]; /* the error message, which is per thread */
+} fp_job;
+
+static void *fp_main(void *arg) {
+    fp_job *j = arg;
+    j->s = cc_fingerprint(j->src, j->o, j->orders, j->fp);
+    if (j->s != OT_OK) snprintf(j->msg, sizeof j->msg, "%s", ot_last_error());
+    return NULL;
+}
+
 ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_executable **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: out is NULL");
     *out = NULL;
@@ -835,7 +858,12 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     pass_ctx ctx = {&o};
     /* the source's orders serve both the clone and the fingerprint's printing */
     ir_module_orders src_orders = {0};
+    fp_job fj = {src, &o, &src_orders, {0}, OT_OK, {0}};
+    pthread_t fp_thread;
+    bool fp_started = false;
     ot_status s = ir_module_orders_build(src, &src_orders);
+    if (s == OT_OK && ot_module_instr_count(src) >= FP_THREAD_MIN)
+        fp_started = pthread_create(&fp_thread, NULL, fp_main, &fj) == 0;
     if (s == OT_OK) s = ir_module_clone_ordered(src, &src_orders, &e->mod);
     if (s != OT_OK) goto fail;
     e->pm = ot_pass_manager_new();
@@ -862,7 +890,14 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     if (s != OT_OK) goto fail;
     ot_pass_stat st = {"schedule", 0, ot_now_ns() - t0, before, before, false};
     if ((s = ot_pass_manager_record(e->pm, &st)) != OT_OK) goto fail;
-    s = cc_fingerprint(src, &o, &src_orders, fp);
+    if (fp_started) {
+        pthread_join(fp_thread, NULL);
+        fp_started = false;
+        s = fj.s == OT_OK ? OT_OK : ot_error(fj.s, "%s", fj.msg);
+        memcpy(fp, fj.fp, 32);
+    } else {
+        s = cc_fingerprint(src, &o, &src_orders, fp);
+    }
     ir_module_orders_free(&src_orders);
     if (s != OT_OK) goto fail;
 
@@ -890,6 +925,7 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     *out = e;
     return OT_OK;
 fail:
+    if (fp_started) pthread_join(fp_thread, NULL); /* it reads src_orders */
     ir_module_orders_free(&src_orders);
     ot_free(order);
     ot_executable_free(e);
