@@ -410,35 +410,38 @@ typedef struct ot_computation ot_computation;
 typedef struct ot_instr ot_instr;
 
 struct ot_instr {
-    /* (Fields are ordered so the struct has no holes: a module holds one per instruction.) */
+    /* (Fields are ordered so the struct has no holes, and so that what graph walks and edits
+     * read — opcode, operands, users, links, pass scratch, then the shape — shares the first
+     * cache lines: a module holds one per instruction, and passes over a large module wait on
+     * memory, not arithmetic.) */
     int64_t id; /* unique within the module, assigned in creation order */
     ot_opcode opcode;
     int noperands;
-    const char *name;  /* unique within its computation */
-    ot_ir_shape shape; /* result shape */
     ot_instr **operands;
+    ot_instr **users;
     int nusers; /* distinct users, each once however many operand slots it uses */
+    int ncalled;
     /* Called computations: reduce, reduce-window, scatter, map, call, sort, all-reduce,
      * reduce-scatter, fusion: [0] = to_apply / comparator / calls; while: [0] = condition, [1] =
      * body; conditional: the branches (a pred conditional: [0] = true, [1] = false);
      * select-and-scatter: [0] = select, [1] = scatter; custom-call: called_computations. */
-    int ncalled;
-    ot_instr **users;
     ot_computation **called;
-    ot_attrs attrs;
-    const ot_metadata *metadata; /* NULL when none */
-    const ot_raw_attr *raw;      /* attributes kept verbatim (nraw of them) */
     ot_computation *parent;
     ot_instr *prev, *next; /* order within the computation (definitions before uses) */
     /* Scratch for passes; the IR never reads them. */
     void *user_data;
     int64_t mark;
-    int nraw;
     /* internal */
+    uint64_t visit_; /* traversal stamp (post order, verifier) */
     int users_cap_;
     bool dead_;
-    void *uidx_;     /* user -> position index, built once an instruction has many users */
-    uint64_t visit_; /* traversal stamp (post order, verifier) */
+    ot_ir_shape shape; /* result shape */
+    const char *name;  /* unique within its computation */
+    ot_attrs attrs;
+    const ot_metadata *metadata; /* NULL when none */
+    const ot_raw_attr *raw;      /* attributes kept verbatim (nraw of them) */
+    void *uidx_; /* user -> position index, built once an instruction has many users */
+    int nraw;
 };
 
 struct ot_computation {

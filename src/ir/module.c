@@ -742,7 +742,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     ot_instr *i = m->free_instrs;
     if (i)
         m->free_instrs = i->next;
-    else if (!(i = ir_alloc(m, sizeof *i)))
+    else if (!(i = ot_arena_alloc(m->arena, sizeof *i, 64)))
         return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
     memset(i, 0, sizeof *i);
     i->opcode = op;
