@@ -655,6 +655,106 @@ static void test_reduce_minmax_nan_rows(void) {
     }
 }
 
+/* maximum/minimum rows with infinities, signed zeros, subnormals and NaNs (quiet and signalling,
+ * in the lanes' body and in the tail) at row lengths around the lane count, from inits -inf,
+ * +inf, -3 and NaN: bitwise the reference on every pool. */
+static void set_special(ot_tensor *x, int64_t at, int kind) {
+    /* kind: 0 -inf, 1 +inf, 2 -0, 3 +0, 4 -subnormal, 5 +subnormal, 6 quiet NaN, 7 signalling NaN
+     */
+    if (x->shape.dtype == OT_F32) {
+        static const uint32_t b[] = {0xff800000u, 0x7f800000u, 0x80000000u, 0x00000000u,
+                                     0x80000003u, 0x00400000u, 0x7fc00005u, 0x7f800001u};
+        memcpy((float *)x->data + at, &b[kind], 4);
+    } else {
+        static const uint64_t b[] = {0xfff0000000000000ull, 0x7ff0000000000000ull,
+                                     0x8000000000000000ull, 0x0000000000000000ull,
+                                     0x8000000000000003ull, 0x0008000000000000ull,
+                                     0x7ff8000000000005ull, 0x7ff0000000000001ull};
+        memcpy((double *)x->data + at, &b[kind], 8);
+    }
+}
+
+static void test_reduce_minmax_special_rows(void) {
+    g_rng = 0x5b3;
+    static const ot_opcode ops[] = {OT_OP_MAXIMUM, OT_OP_MINIMUM};
+    static const int64_t lens[] = {1, 13, 32, 64, 65, 100, 129, 300};
+    static const double inits[] = {-INFINITY, INFINITY, -3.0, NAN};
+    const int64_t rows = 260;
+    for (int k = 0; k < 4; k++)
+        for (int li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++)
+            for (int ii = 0; ii < 4; ii++) {
+                ot_dtype t = k % 2 ? OT_F64 : OT_F32;
+                int64_t n = lens[li];
+                ot_shape s;
+                ASSERT_OK(ot_shape_make(&s, t, 2, (int64_t[]){rows, n}));
+                ot_module *m =
+                    reduce_module(t, &s, (int64_t[]){1}, 1, ops[k / 2], inits[ii], false);
+                ASSERT_TRUE(m);
+                ot_executable *e = compile0(m);
+                ASSERT_TRUE(e);
+                ot_tensor x, ref, fast;
+                ASSERT_OK(ot_tensor_alloc(&x, &s));
+                fill_random(&x, -1, 1);
+                for (int64_t row = 0; row < rows; row++) {
+                    int64_t b = row * n, at = b + (int64_t)(next_u64() % (uint64_t)n);
+                    switch (row % 11) {
+                    case 0: /* all -inf */
+                        for (int64_t c = 0; c < n; c++) set_special(&x, b + c, 0);
+                        break;
+                    case 1: /* all +inf but one -inf */
+                        for (int64_t c = 0; c < n; c++) set_special(&x, b + c, 1);
+                        set_special(&x, at, 0);
+                        break;
+                    case 2: set_special(&x, at, 1); break;
+                    case 3: /* signed zeros only */
+                        for (int64_t c = 0; c < n; c++) set_special(&x, b + c, 2 + (int)rnd(0, 1));
+                        break;
+                    case 4: /* subnormals and zeros (signed zeros under DAZ) */
+                        for (int64_t c = 0; c < n; c++) set_special(&x, b + c, 2 + (int)rnd(0, 3));
+                        break;
+                    case 5: set_special(&x, at, 6); break;
+                    case 6: set_special(&x, b + n - 1, 6); break; /* the tail's last */
+                    case 7:
+                        set_special(&x, at, 7);
+                        set_special(&x, b, 6);
+                        break;
+                    case 8: /* a few -inf among negatives */
+                        for (int64_t c = 0; c < n; c++)
+                            if (rnd(0, 3) == 0) set_special(&x, b + c, 0);
+                        break;
+                    case 9: set_special(&x, at, 7); break;
+                    default: break; /* random in [-1, 1) */
+                    }
+                }
+                EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
+                if (!run_all_pools(e, &x, 1, &fast, 1)) {
+                    EXPECT_TRUE(false);
+                } else {
+                    if (!bits_equal(&fast, &ref))
+                        fprintf(stderr, "special rows: %s %s n=%lld init %g differ\n",
+                                ot_dtype_name(t), ot_opcode_name(ops[k / 2]), (long long)n,
+                                inits[ii]);
+                    for (int64_t r = 0; r < rows && !bits_equal(&fast, &ref); r++) {
+                        uint64_t fb = 0, rb = 0;
+                        size_t es = ot_dtype_size(t);
+                        memcpy(&fb, (char *)fast.data + r * es, es);
+                        memcpy(&rb, (char *)ref.data + r * es, es);
+                        if (fb != rb) {
+                            fprintf(stderr, "  row %lld: fast %llx ref %llx\n", (long long)r,
+                                    (unsigned long long)fb, (unsigned long long)rb);
+                            break;
+                        }
+                    }
+                    EXPECT_TRUE(bits_equal(&fast, &ref));
+                    ot_tensor_release(&fast);
+                }
+                ot_tensor_release(&ref);
+                ot_tensor_release(&x);
+                ot_executable_free(e);
+                ot_module_free(m);
+            }
+}
+
 /* -O2 turns a lone reduce into an input fusion of one reduce: the fast reduce runs it. */
 static void test_reduce_fusion(void) {
     g_rng = 0xf5;
@@ -835,6 +935,6 @@ static void test_teardown(void) {
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_blas_threads),
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
-             OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_fusion),
-             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
-             OT_TEST(test_teardown))
+             OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
+             OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

@@ -662,17 +662,26 @@ static inline double min_d(double a, double b, bool z) {
     if (a == b) return signbit(a) ? a : b;
     return a < b ? a : b;
 }
+/* A float NaN with its quiet bit set: the reference computes f32 maximum/minimum in double, and
+ * the conversion to double quiets a signalling NaN (payload kept). */
+static inline float quiet_f(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u |= 0x400000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
 static inline float max_f(float a, float b, bool z) {
     a = fz_f(a, z), b = fz_f(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
-    if (isnan(a)) return a;
-    if (isnan(b)) return b;
+    if (isnan(a)) return quiet_f(a);
+    if (isnan(b)) return quiet_f(b);
     if (a == b) return signbit(a) ? b : a;
     return a > b ? a : b;
 }
 static inline float min_f(float a, float b, bool z) {
     a = fz_f(a, z), b = fz_f(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
-    if (isnan(a)) return a;
-    if (isnan(b)) return b;
+    if (isnan(a)) return quiet_f(a);
+    if (isnan(b)) return quiet_f(b);
     if (a == b) return signbit(a) ? a : b;
     return a < b ? a : b;
 }
@@ -837,37 +846,43 @@ DEFINE_LANES(double, f64, add_d)
 
 /* maximum/minimum of a row in RL lanes, on integer keys: DAZ inputs (a subnormal is a signed
  * zero), then the bits mapped to a signed integer whose order is the floats' with -0 < +0. The
- * result is the reference's whatever the order; a NaN anywhere (the init included) returns false
- * and the caller folds the row in order, so the NaN is the reference's. */
+ * result is the reference's whatever the order. A NaN is detected from the largest magnitude bits
+ * seen, kept per lane beside the keys (one vector maximum per vector of input: no horizontal
+ * reduction inside the loop, which made the loop slower than memory); a NaN anywhere (the init
+ * included) returns false and the caller folds the row in order, so the NaN is the reference's. */
 #define DEFINE_MINMAX_ROW(T, SUF, UT, ST, EXP, ABS, SGN, MAXP)                                     \
-    static inline __attribute__((always_inline)) ST mm_key_##SUF(T v, bool z, UT *nan) {           \
+    static inline __attribute__((always_inline)) ST mm_key_##SUF(T v, bool z, UT *amax) {          \
         UT u;                                                                                      \
         memcpy(&u, &v, sizeof u);                                                                  \
         if (z) u = (u & (EXP)) == 0 ? u & (SGN) : u;                                               \
-        *nan |= (u & (ABS)) > (EXP) ? 1 : 0;                                                       \
+        UT a = u & (ABS);                                                                          \
+        *amax = a > *amax ? a : *amax;                                                             \
         ST k = (ST)u;                                                                              \
         return k ^ ((k >> (sizeof(ST) * 8 - 1)) & (ST)(ABS));                                      \
     }                                                                                              \
     static inline __attribute__((always_inline)) bool mm_row_##SUF##_k(const T *x, int64_t n,      \
                                                                        T init, bool z, T *y) {     \
-        UT nan = 0;                                                                                \
         if (n == 0) return false;                                                                  \
-        ST k0 = mm_key_##SUF(init, z, &nan), lane[RL];                                             \
-        for (int l = 0; l < RL; l++) lane[l] = k0;                                                 \
+        UT a0 = 0, amax[RL];                                                                       \
+        ST k0 = mm_key_##SUF(init, z, &a0), lane[RL];                                              \
+        for (int l = 0; l < RL; l++) lane[l] = k0, amax[l] = a0;                                   \
         int64_t r = 0;                                                                             \
         for (; r + RL <= n; r += RL)                                                               \
             for (int l = 0; l < RL; l++) {                                                         \
-                ST k = mm_key_##SUF(x[r + l], z, &nan);                                            \
+                ST k = mm_key_##SUF(x[r + l], z, &amax[l]);                                        \
                 lane[l] = (MAXP) ? (k > lane[l] ? k : lane[l]) : (k < lane[l] ? k : lane[l]);      \
             }                                                                                      \
         for (; r < n; r++) {                                                                       \
-            ST k = mm_key_##SUF(x[r], z, &nan);                                                    \
+            ST k = mm_key_##SUF(x[r], z, &amax[0]);                                                \
             lane[0] = (MAXP) ? (k > lane[0] ? k : lane[0]) : (k < lane[0] ? k : lane[0]);          \
         }                                                                                          \
-        if (nan) return false;                                                                     \
         ST acc = lane[0];                                                                          \
-        for (int l = 1; l < RL; l++)                                                               \
+        UT am = amax[0];                                                                           \
+        for (int l = 1; l < RL; l++) {                                                             \
             acc = (MAXP) ? (lane[l] > acc ? lane[l] : acc) : (lane[l] < acc ? lane[l] : acc);      \
+            am = amax[l] > am ? amax[l] : am;                                                      \
+        }                                                                                          \
+        if (am > (EXP)) return false;                                                              \
         acc ^= (acc >> (sizeof(ST) * 8 - 1)) & (ST)(ABS);                                          \
         memcpy(y, &acc, sizeof acc);                                                               \
         return true;                                                                               \
