@@ -2,8 +2,9 @@
  * (src/codegen/emit.c pastes this text into its preamble), so both give the same bits.
  *
  * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
- * libm call and the FMA instruction give the same bits): |x| above 200 is clamped to ±200 (the
- * result is 0 or inf either way; NaN passes), k = round(x / ln 2) by adding 1.5·2^23,
+ * libm call and the FMA instruction give the same bits): x is clamped to [-200, 89] (below, the
+ * result is 0; above, inf; a NaN becomes -200 or 89, and the result is the NaN quieted, decided
+ * from x), two integer minimums on the bits, k = round(x / ln 2) by adding 1.5·2^23,
  * r = x - k·ln 2 with ln 2 in two parts (|r| <= 0.347), e^r by a degree-7 polynomial
  * (Cephes' expf coefficients, Horner with fmaf), then 2^k applied with integer operations on the
  * bits: the exponent field for a normal result, else the significand shifted right with
@@ -13,7 +14,11 @@
  *
  * Accuracy (every f32 input, glibc 2.36): at most 0.895 ulp from e^x, at most 1 ulp from glibc's
  * expf, equal to it on all but about 0.24 % of inputs. The loop around it vectorizes: no
- * branches, no tables; on AVX-512, 16 lanes per vector with about 20 operations. */
+ * branches, no tables; on AVX-512, 16 lanes per vector with about 20 operations.
+ *
+ * The clamp to [-200, 89] (it was ±200, which gave the same bits) bounds the result's biased
+ * exponent e to [-163, 255], which ot_expf_ftz's selection relies on: every f32 input gives the
+ * same bits as before, with and without FTZ/DAZ set (checked over all 2^32 inputs). */
 #ifndef OT_EXPF_POLY_H
 #define OT_EXPF_POLY_H
 
@@ -25,8 +30,9 @@
             float f;                                                                               \
             uint32_t u;                                                                            \
         } xb = {x}, tb, pb, sh = {0x1.8p23f};                                                      \
-        uint32_t ux = xb.u, ax = ux & 0x7fffffffu;                                                 \
-        xb.u = ax > 0x43480000u && ax <= 0x7f800000u ? (ux & 0x80000000u) | 0x43480000u : ux;      \
+        uint32_t ux = xb.u;                                                                        \
+        ux = ux < 0xc3480000u ? ux : 0xc3480000u; /* below -200 (as bits: -NaN too): -200 */       \
+        xb.u = (int32_t)ux < 0x42b20000 ? ux : 0x42b20000u; /* above 89 (+NaN too): 89 */          \
         float t = fmaf(xb.f, 0x1.715476p0f, 0x1.8p23f);                                            \
         float k = t - 0x1.8p23f;                                                                   \
         float r = fmaf(k, -0x1.62e43p-1f, xb.f);                                                   \
@@ -64,18 +70,23 @@
         return xb.f;                                                                               \
     }                                                                                              \
     /* ot_expf with a subnormal result flushed to +0: only p·2^-126 with p's significand all      \
-     * ones rounds up to FLT_MIN, every other result below FLT_MIN is flushed */                   \
+     * ones rounds up to FLT_MIN, every other result below FLT_MIN is flushed. n = p's bits plus   \
+     * k in the exponent field: the result's bits when e is in [1, 254]; for e = 255, inf's bits   \
+     * or more; for e = 0, p's significand (the sign and exponent fields 0); for e in [-163, -1],  \
+     * the field wraps and n is negative as an int32. So: negative -> 0, at most inf's bits,       \
+     * then below 0x7fffff -> 0 and 0x7fffff -> FLT_MIN (six vector operations, no compare of      \
+     * e). */                                                                                      \
     static inline float ot_expf_ftz(float x) {                                                     \
         int32_t e, ki;                                                                             \
         union {                                                                                    \
             float f;                                                                               \
             uint32_t u;                                                                            \
         } xb = {x}, pb = {ot_expf_core_(x, &e, &ki)};                                              \
-        uint32_t res = e >= 255                                    ? 0x7f800000u                   \
-                       : e >= 1                                    ? pb.u + ((uint32_t)ki << 23)   \
-                       : e == 0 && (pb.u & 0x7fffffu) == 0x7fffffu ? 0x00800000u                   \
-                                                                   : 0u;                           \
-        xb.u = (xb.u & 0x7fffffffu) > 0x7f800000u ? xb.u | 0x400000u : res;                        \
+        int32_t n = (int32_t)(pb.u + ((uint32_t)ki << 23));                                        \
+        uint32_t m = n > 0 ? (uint32_t)n : 0u;                                                     \
+        m = m < 0x7f800000u ? m : 0x7f800000u;                                                     \
+        uint32_t res = m >= 0x7fffffu ? (m > 0x800000u ? m : 0x800000u) : 0u;                      \
+        xb.u = x != x ? xb.u | 0x400000u : res;                                                    \
         return xb.f;                                                                               \
     }
 
