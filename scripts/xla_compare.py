@@ -3,6 +3,7 @@
 prints the ratio per module.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--repeat 50] [--json] [--no-large]
+                           [--only TEXT]
 
 Modules:
   corpus  tests/data/jax/<case>/module.hlo (what jax.jit lowered) on that case's own inputs:
@@ -163,7 +164,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-large", action="store_true")
+    ap.add_argument("--only", metavar="TEXT",
+                    help="run only the modules whose name contains TEXT (e.g. 'cross_entropy 4096')")
     a = ap.parse_args()
+
+    def wanted(name):
+        return a.only is None or a.only in name
 
     cases = [
         ("mlp_forward_backward", mlp_train_step),
@@ -175,6 +181,8 @@ def main():
     rows = []
     tmp = tempfile.mkdtemp(prefix="xla_compare_")
     for name, fn in cases:
+        if not wanted(name):
+            continue
         if fn is None:
             try:
                 fn = optax_adam_step()
@@ -195,17 +203,21 @@ def main():
         adam_args = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
         adam_args.append(np.abs(rng.standard_normal(n)).astype(np.float32))
         adam_args = [adam_args[0], adam_args[1], adam_args[2], adam_args[3]]
-        jt = time_jax(adam_4m, adam_args, a.repeat, donate=(0, 2, 3))
-        ot, js = time_optitpu(a.optitpu, os.path.join(ROOT, "bench", "hlo", "adam_update_4m.hlo"),
-                              None, a.repeat, tmp)
-        rows.append(("adam_update_4m (donated)", "4194304", jt, ot,
-                     "" if ot is not None else " ".join(js)))
+        if wanted("adam_update_4m (donated)"):
+            jt = time_jax(adam_4m, adam_args, a.repeat, donate=(0, 2, 3))
+            ot, js = time_optitpu(a.optitpu,
+                                  os.path.join(ROOT, "bench", "hlo", "adam_update_4m.hlo"), None,
+                                  a.repeat, tmp)
+            rows.append(("adam_update_4m (donated)", "4194304", jt, ot,
+                         "" if ot is not None else " ".join(js)))
         x = rng.standard_normal((4096, 1024)).astype(np.float32)
         gam = rng.standard_normal(1024).astype(np.float32)
         bet = rng.standard_normal(1024).astype(np.float32)
         lbl = rng.integers(0, 1024, 4096).astype(np.int32)
         for name, fn, args in [("layer_norm 4096x1024", layer_norm, [x, gam, bet]),
                                ("softmax_cross_entropy 4096x1024", softmax_xent, [x, lbl])]:
+            if not wanted(name):
+                continue
             hlo_text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
             path = os.path.join(tmp, name.split()[0] + "_large.hlo")
             with open(path, "w") as f:
