@@ -755,6 +755,92 @@ static void test_reduce_minmax_special_rows(void) {
             }
 }
 
+/* ---- gather ------------------------------------------------------------------------------- */
+
+/* Gathers whose offset dims trail the output run in the fast kernel; the rest stay with the
+ * reference (want 0). Indices include negative, past-the-end and INT32/INT64 extremes (clamped). */
+static const struct {
+    const char *hlo;
+    int want_fast;
+} k_gathers[] = {
+    /* take_along_axis as JAX lowers it (operand batching dims), f32, s32 indices */
+    {"HloModule g0\nENTRY e {\n  x = f32[300,77] parameter(0)\n  i = s32[300,1,1] parameter(1)\n"
+     "  ROOT g = f32[300,1] gather(x, i), offset_dims={}, collapsed_slice_dims={1}, "
+     "start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, "
+     "index_vector_dim=2, slice_sizes={1,1}\n}\n",
+     1},
+    /* an embedding lookup: rows of 33 f64, s64 indices, implicit index vector dim */
+    {"HloModule g1\nENTRY e {\n  x = f64[50,33] parameter(0)\n  i = s64[7,9] parameter(1)\n"
+     "  ROOT g = f64[7,9,33] gather(x, i), offset_dims={2}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=2, slice_sizes={1,33}\n}\n",
+     1},
+    /* a window of two dims from two start indices, u8 elements */
+    {"HloModule g2\nENTRY e {\n  x = u8[11,6,13] parameter(0)\n  i = s32[9,2] parameter(1)\n"
+     "  ROOT g = u8[9,6,4] gather(x, i), offset_dims={1,2}, collapsed_slice_dims={0}, "
+     "start_index_map={0,2}, index_vector_dim=1, slice_sizes={1,6,4}\n}\n",
+     1},
+    /* index vector dim first, bf16 elements, nothing collapsed */
+    {"HloModule g3\nENTRY e {\n  x = bf16[20,30] parameter(0)\n  i = s32[2,5,3] parameter(1)\n"
+     "  ROOT g = bf16[5,3,2,3] gather(x, i), offset_dims={2,3}, collapsed_slice_dims={}, "
+     "start_index_map={1,0}, index_vector_dim=0, slice_sizes={2,3}\n}\n",
+     1},
+    /* offset dims before the batch dim: the reference runs it */
+    {"HloModule g4\nENTRY e {\n  x = f32[40,12] parameter(0)\n  i = s32[6] parameter(1)\n"
+     "  ROOT g = f32[12,6] gather(x, i), offset_dims={0}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,12}\n}\n",
+     0},
+};
+
+static void fill_indices(ot_tensor *t, int64_t hi) {
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t v;
+        switch (next_u64() % 8) {
+        case 0: v = -(int64_t)rnd(1, 5); break;
+        case 1: v = hi + rnd(0, 5); break;
+        case 2: v = t->shape.dtype == OT_S32 ? INT32_MIN : INT64_MIN; break;
+        case 3: v = t->shape.dtype == OT_S32 ? INT32_MAX : INT64_MAX; break;
+        default: v = rnd(0, hi); break;
+        }
+        if (t->shape.dtype == OT_S32)
+            ((int32_t *)t->data)[e] = (int32_t)v;
+        else
+            ((int64_t *)t->data)[e] = v;
+    }
+}
+
+static void test_gather(void) {
+    g_rng = 0x9a7;
+    for (int k = 0; k < (int)(sizeof k_gathers / sizeof k_gathers[0]); k++) {
+        ot_module *m = NULL;
+        ASSERT_OK(ot_hlo_parse(k_gathers[k].hlo, strlen(k_gathers[k].hlo), NULL, &m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        const ot_computation *c = ot_module_entry(m);
+        ot_tensor args[2], ref, fast;
+        for (int a = 0; a < 2; a++)
+            ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+        fill_random(&args[0], -1, 1); /* floats; other dtypes get random bits */
+        int64_t hi = 0;
+        for (int d = 0; d < args[0].shape.rank; d++)
+            if (args[0].shape.dims[d] > hi) hi = args[0].shape.dims[d];
+        fill_indices(&args[1], hi);
+        EXPECT_OK(run_exe(e, args, 2, &ref, NULL, true, NULL));
+        if (!run_all_pools(e, args, 2, &fast, k_gathers[k].want_fast)) {
+            fprintf(stderr, "gather %d\n", k);
+            EXPECT_TRUE(false);
+        } else {
+            if (!bits_equal(&fast, &ref)) fprintf(stderr, "gather %d: not bitwise equal\n", k);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        }
+        ot_tensor_release(&ref);
+        for (int a = 0; a < 2; a++) ot_tensor_release(&args[a]);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 /* -O2 turns a lone reduce into an input fusion of one reduce: the fast reduce runs it. */
 static void test_reduce_fusion(void) {
     g_rng = 0xf5;
@@ -936,5 +1022,5 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_bla
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
-             OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise),
+             OT_TEST(test_gather), OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise),
              OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))
