@@ -32,7 +32,8 @@
         } xb = {x}, tb, pb, sh = {0x1.8p23f};                                                      \
         uint32_t ux = xb.u;                                                                        \
         ux = ux < 0xc3480000u ? ux : 0xc3480000u; /* below -200 (as bits: -NaN too): -200 */       \
-        xb.u = (int32_t)ux < 0x42b20000 ? ux : 0x42b20000u; /* above 89 (+NaN too): 89 */          \
+        int32_t sx = (int32_t)ux;                 /* above 89 (+NaN too): 89, a signed minimum */  \
+        xb.u = (uint32_t)(sx < 0x42b20000 ? sx : 0x42b20000);                                      \
         float t = fmaf(xb.f, 0x1.715476p0f, 0x1.8p23f);                                            \
         float k = t - 0x1.8p23f;                                                                   \
         float r = fmaf(k, -0x1.62e43p-1f, xb.f);                                                   \
@@ -82,7 +83,9 @@
             float f;                                                                               \
             uint32_t u;                                                                            \
         } xb = {x}, pb = {ot_expf_core_(x, &e, &ki)};                                              \
-        int32_t n = (int32_t)(pb.u + ((uint32_t)ki << 23));                                        \
+        /* ki + 0x4b400000 is t's bits (0x4b400000 << 23 wraps to 0, so the sum shifts to          \
+         * ki << 23): the compiler then shifts t's bits without subtracting first */               \
+        int32_t n = (int32_t)(pb.u + (((uint32_t)ki + 0x4b400000u) << 23));                        \
         uint32_t m = n > 0 ? (uint32_t)n : 0u;                                                     \
         m = m < 0x7f800000u ? m : 0x7f800000u;                                                     \
         uint32_t res = m >= 0x7fffffu ? (m > 0x800000u ? m : 0x800000u) : 0u;                      \
