@@ -693,6 +693,44 @@ static ot_status build_for_fault(void) {
     return s;
 }
 
+static void test_made_names_never_collide(void) {
+    /* explicit names shaped like made ones ("<opcode>.<n>"): made names skip past them, in the
+     * module and in its clone (which builds no name index), and stay unique without one; a
+     * name with a huge number leaves ids alone and made names are looked up instead */
+    for (int huge = 0; huge < 2; huge++) {
+        ot_module *m = ot_module_new(NULL);
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_instr *x = ot_build_parameter(c, 0, SH(OT_F32, 4), "x");
+        const char *taken = huge ? "negate.999999999999" : "negate.40";
+        ot_instr *e = ot_build(c, OT_OP_NEGATE, &x, 1, NULL, NULL, 0, NULL, taken);
+        ASSERT_TRUE(e != NULL);
+        ot_instr *prev = e;
+        for (int k = 0; k < 60; k++) prev = ot_build_unary(c, OT_OP_NEGATE, prev);
+        ot_computation_set_root(c, prev);
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_module *m2 = NULL;
+        ASSERT_OK(ot_module_clone(m, &m2));
+        ot_computation *c2 = ot_module_entry(m2);
+        ot_instr *p2 = c2->root;
+        for (int k = 0; k < 60; k++) p2 = ot_build_unary(c2, OT_OP_NEGATE, p2);
+        ot_computation_set_root(c2, p2);
+        for (ot_module *mm = m; mm; mm = mm == m ? m2 : NULL) {
+            ot_computation *cc = ot_module_entry(mm);
+            EXPECT_OK(ot_module_verify(mm));
+            /* every name once: each finds its own instruction */
+            int n = 0;
+            for (ot_instr *i = cc->first; i; i = i->next, n++)
+                EXPECT_TRUE(ot_computation_find_instr(cc, i->name) == i);
+            EXPECT_INT_EQ(n, cc->ninstrs);
+            EXPECT_TRUE(ot_computation_find_instr(cc, taken) != NULL);
+            EXPECT_OK(ot_module_verify(mm));
+        }
+        ot_module_free(m2);
+        ot_module_free(m);
+    }
+}
+
 static void test_cycles_detected(void) {
     /* an edit that closes a cycle is caught by the verifier */
     ot_computation *c;
@@ -807,5 +845,5 @@ OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_
              OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
              OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_many_users),
              OT_TEST(test_merge_duplicates_memory), OT_TEST(test_names_small_and_large),
-             OT_TEST(test_cycles_detected), OT_TEST(test_outline_move_and_map),
-             OT_TEST(test_alloc_failure))
+             OT_TEST(test_made_names_never_collide), OT_TEST(test_cycles_detected),
+             OT_TEST(test_outline_move_and_map), OT_TEST(test_alloc_failure))

@@ -85,15 +85,19 @@ static inline size_t ir_name_putd(char *buf, size_t cap, size_t len, int64_t v) 
 void ir_names_del(ir_name_index *x, const char *key);
 void ir_names_free(ir_name_index *x);
 
-/* A computation's instruction names. Up to IR_NAMES_LAZY instructions it has no index
- * (c->names_ NULL) and lookups scan its list; the index is built from the list when the
- * computation grows past that, or on request (ir_comp_names: built if missing, sized for at least
- * `reserve` names). ir_comp_name_insert: OT_ERR_ALREADY_EXISTS (no message) when the name is
- * taken; the caller links the instruction into the list afterwards. */
+/* A computation's instruction names. The index (c->names_) is built from the list when first
+ * needed: a lookup in, or an explicit name for, a computation of more than IR_NAMES_LAZY
+ * instructions, or on request (ir_comp_names: built if missing, sized for at least `reserve`
+ * names); smaller computations scan their list. A name known to be free (ir_comp_name_insert's
+ * `fresh`) is entered only into an index that exists: a clone of a verified module and the
+ * names passes make from fresh ids never build one. ir_comp_name_insert: OT_ERR_ALREADY_EXISTS
+ * (no message) when the name is taken; the caller links the instruction into the list
+ * afterwards. */
 #define IR_NAMES_LAZY 16
 ot_instr *ir_comp_find(const ot_computation *c, const char *key, size_t len);
 ot_status ir_comp_names(ot_computation *c, uint64_t reserve);
-ot_status ir_comp_name_insert(ot_computation *c, const char *key, size_t len, ot_instr *i);
+ot_status ir_comp_name_insert(ot_computation *c, const char *key, size_t len, ot_instr *i,
+                              bool fresh);
 void ir_comp_name_del(ot_computation *c, const char *key);
 
 /* Pointer -> pointer map (open addressing, no deletion). */
@@ -116,6 +120,10 @@ struct ot_module {
     ot_computation *entry;
     ir_name_index comp_names;
     int64_t next_id, next_comp_id;
+    /* the largest number N of an instruction name "<anything>.<N>" given explicitly (not made
+     * by ir_create from the opcode and id), -1 when none: a made name "<opcode>.<id>" with a
+     * larger id cannot be taken, so it needs no lookup (see ir_comp_name_insert) */
+    int64_t name_suffix_max;
     int64_t ninstrs;
     ot_module_config cfg;
     int alias_cap;
@@ -187,7 +195,9 @@ bool ir_op_takes_hint(ot_opcode op);
  *                  and is taken without inferring it: only for a copy of an instruction whose
  *                  operands have the shapes of the original's and whose called computations have
  *                  the original's signatures, where inference would give the same shape. */
-enum { IR_COPY_ATTRS = 1, IR_SHAPE_KNOWN = 2 };
+/*   IR_NAME_UNIQUE the name is known to be free in c (a copy into an empty computation of the
+ *                  names of another, where they were unique): not looked up. */
+enum { IR_COPY_ATTRS = 1, IR_SHAPE_KNOWN = 2, IR_NAME_UNIQUE = 4 };
 ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
                     const ot_attrs *attrs, ot_computation *const *called, int ncalled,
                     const ot_ir_shape *hint, const char *name, size_t name_len, unsigned flags,

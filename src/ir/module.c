@@ -455,6 +455,7 @@ ot_module *ot_module_new(const char *name) {
     if (!m->name) goto oom;
     m->cfg.replica_count = 1;
     m->cfg.num_partitions = 1;
+    m->name_suffix_max = -1;
     return m;
 oom:
     ot_module_free(m);
@@ -622,6 +623,9 @@ ot_instr *ot_computation_find_instr(const ot_computation *c, const char *name) {
  * ------------------------------------------------------------------------------------------- */
 
 ot_instr *ir_comp_find(const ot_computation *c, const char *key, size_t len) {
+    /* the index is a cache of the list: built on the first lookup in a large computation (out
+     * of memory: the scan below answers instead) */
+    if (!c->names_ && c->ninstrs > IR_NAMES_LAZY) (void)ir_comp_names((ot_computation *)c, 0);
     if (c->names_) return ir_names_get(c->names_, key, len);
     for (ot_instr *i = c->first; i; i = i->next)
         if (i->name[0] == key[0] && strncmp(i->name, key, len) == 0 && i->name[len] == '\0')
@@ -650,8 +654,10 @@ ot_status ir_comp_names(ot_computation *c, uint64_t reserve) {
     return OT_OK;
 }
 
-ot_status ir_comp_name_insert(ot_computation *c, const char *key, size_t len, ot_instr *i) {
+ot_status ir_comp_name_insert(ot_computation *c, const char *key, size_t len, ot_instr *i,
+                              bool fresh) {
     if (!c->names_) {
+        if (fresh) return OT_OK;
         if (c->ninstrs < IR_NAMES_LAZY)
             return ir_comp_find(c, key, len) ? OT_ERR_ALREADY_EXISTS : OT_OK;
         OT_CHECK(ir_comp_names(c, 0));
@@ -701,6 +707,22 @@ static ot_status params_set(ot_computation *c, int64_t number, ot_instr *p) {
     c->params[number] = p;
     if (number >= c->nparams) c->nparams = (int)number + 1;
     return OT_OK;
+}
+
+/* Records an explicit name's trailing number ("x.12" -> 12) in m->name_suffix_max. */
+static void note_name(ot_module *m, const char *name, size_t len) {
+    size_t d = len;
+    while (d > 0 && name[d - 1] >= '0' && name[d - 1] <= '9') d--;
+    if (d == len || d == 0 || name[d - 1] != '.') return;
+    int64_t v = 0;
+    for (size_t k = d; k < len; k++) {
+        if (v > (INT64_MAX - 9) / 10) {
+            v = INT64_MAX;
+            break;
+        }
+        v = v * 10 + (name[k] - '0');
+    }
+    if (v > m->name_suffix_max) m->name_suffix_max = v;
 }
 
 ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
@@ -769,12 +791,19 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     } else {
         i->attrs = *attrs;
     }
+    /* a made name "<opcode>.<id>" is free when no explicit name ends in a number as large as
+     * the id: ids skip ahead past such names (unless that would leave a gap much larger than
+     * the module, which only a name like "x.999999999999" asks for) */
+    if (!name && m->next_id <= m->name_suffix_max &&
+        m->name_suffix_max - m->next_id < ((int64_t)1 << 20) + m->ninstrs)
+        m->next_id = m->name_suffix_max + 1;
     i->id = m->next_id;
     ot_status s;
     if (name) {
         i->name = ir_strndup(m, name, name_len);
         if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
-        s = ir_comp_name_insert(c, i->name, name_len, i);
+        s = ir_comp_name_insert(c, i->name, name_len, i, (flags & IR_NAME_UNIQUE) != 0);
+        if (s == OT_OK) note_name(m, i->name, name_len);
     } else {
         /* "<opcode>.<id>", else the first free "<opcode>.<id>.<k>" (k = 1, 2, ...): one probe
          * of the index per candidate, the insert itself */
@@ -782,6 +811,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         size_t base = ir_name_puts(buf, sizeof buf, 0, ot_opcode_name(op), SIZE_MAX);
         base = ir_name_puts(buf, sizeof buf, base, ".", 1);
         base = ir_name_putd(buf, sizeof buf, base, i->id);
+        bool fresh = i->id > m->name_suffix_max;
         for (int k = 0;; k++) {
             size_t nlen = base;
             if (k) {
@@ -790,8 +820,11 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
             }
             i->name = ir_strndup(m, buf, nlen);
             if (!i->name) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
-            s = ir_comp_name_insert(c, i->name, nlen, i);
-            if (s != OT_ERR_ALREADY_EXISTS) break;
+            s = ir_comp_name_insert(c, i->name, nlen, i, fresh);
+            if (s != OT_ERR_ALREADY_EXISTS) {
+                if (s == OT_OK && k) note_name(m, i->name, nlen);
+                break;
+            }
         }
     }
     if (s == OT_ERR_ALREADY_EXISTS)
@@ -1010,7 +1043,8 @@ ot_status ir_instr_move(ot_instr *x, ot_computation *dst) {
         if (!(name = ir_strndup(c->module, buf, len)))
             return ot_error(OT_ERR_OUT_OF_MEMORY, "move %s: out of memory", x->name);
     }
-    OT_CHECK(ir_comp_name_insert(dst, name, len, x));
+    OT_CHECK(ir_comp_name_insert(dst, name, len, x, false));
+    if (name != x->name) note_name(c->module, name, len);
     ir_comp_name_del(c, x->name);
     x->name = name;
     if (x->prev)
@@ -1428,7 +1462,7 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, clon
                  * of its called computations: its shape needs no inferring again */
                 s = ir_create(dst, i->opcode, ops, i->noperands, &i->attrs, called, i->ncalled,
                               &shape, i->name, strlen(i->name),
-                              IR_SHAPE_KNOWN | (other ? IR_COPY_ATTRS : 0), &ni);
+                              IR_SHAPE_KNOWN | IR_NAME_UNIQUE | (other ? IR_COPY_ATTRS : 0), &ni);
             if (s == OT_OK && other && i->metadata) s = ot_instr_set_metadata(ni, i->metadata);
             if (s == OT_OK && !other) ni->metadata = i->metadata;
             if (s == OT_OK && i->nraw) {
@@ -1612,9 +1646,8 @@ ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *
     }
     for (int k = 0; k < n && s == OT_OK; k++) {
         ot_computation *c;
+        /* no name index: the names are the source's, unique already (a lookup builds one) */
         s = ir_add_computation(m, order[k]->name, strlen(order[k]->name), &c);
-        if (s == OT_OK && order[k]->ninstrs > IR_NAMES_LAZY)
-            s = ir_comp_names(c, (uint64_t)order[k]->ninstrs);
         if (s == OT_OK)
             s = clone_body(order[k], c, &map, &cmap, ord ? ord->po[k] : NULL,
                            ord ? ord->npo[k] : 0);

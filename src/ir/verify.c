@@ -120,8 +120,9 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
         return ot_error(OT_ERR_INTERNAL, "computation %s: count %lld, list has %lld", c->name,
                         (long long)c->ninstrs, (long long)count);
     const ir_name_index *names = c->names_;
-    if ((names ? names->n != (uint64_t)c->ninstrs : c->ninstrs > IR_NAMES_LAZY) ||
-        (c->root && ot_computation_find_instr(c, c->root->name) != c->root))
+    /* the index, where one has been built, holds each instruction once */
+    if (names && (names->n != (uint64_t)c->ninstrs ||
+                  (c->root && ot_computation_find_instr(c, c->root->name) != c->root)))
         return ot_error(OT_ERR_INTERNAL, "computation %s: name index out of sync", c->name);
     if (!c->root)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "computation %s has no root instruction", c->name);
