@@ -59,16 +59,32 @@ static hent hpop(heap *hp) {
     return top;
 }
 
-static bool seen_before(const ot_instr *i, int k) {
-    for (int j = 0; j < k; j++)
-        if (i->operands[j] == i->operands[k]) return true;
-    return false;
+/* Whether operand j of i is its first slot reading that instruction. A few operands are compared
+ * directly; a wide instruction (the root tuple of many outputs) marks each operand's position
+ * with a stamp instead, so walking its operands stays linear. A walk over i's operands calls it
+ * for every j in order, after taking a fresh stamp (*tick + 1). */
+typedef struct seen {
+    uint64_t *stamp; /* per position */
+    uint64_t tick;
+} seen;
+
+static bool first_use(const ot_instr *i, int j, seen *sn) {
+    if (i->noperands <= 8) {
+        for (int k = 0; k < j; k++)
+            if (i->operands[k] == i->operands[j]) return false;
+        return true;
+    }
+    int64_t p = i->operands[j]->mark;
+    if (sn->stamp[p] == sn->tick) return false;
+    sn->stamp[p] = sn->tick;
+    return true;
 }
 
-static int64_t prio(const ot_instr *i, const int64_t *users_left) {
+static int64_t prio(const ot_instr *i, const int64_t *users_left, seen *sn) {
     int64_t p = -new_bytes(i);
+    sn->tick++;
     for (int j = 0; j < i->noperands; j++)
-        if (!seen_before(i, j) && users_left[i->operands[j]->mark] == 1)
+        if (first_use(i, j, sn) && users_left[i->operands[j]->mark] == 1)
             p += new_bytes(i->operands[j]);
     return p;
 }
@@ -99,9 +115,12 @@ ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory
     uint32_t *ver = ot_calloc((size_t)np, sizeof *ver);
     bool *done = ot_calloc((size_t)np, sizeof *done);
     ot_instr **out = ot_malloc((size_t)np * sizeof *out);
+    /* two stamp sets: prio runs inside the walk over a scheduled instruction's operands */
+    seen walk = {ot_calloc((size_t)np, sizeof(uint64_t)), 0};
+    seen pr = {ot_calloc((size_t)np, sizeof(uint64_t)), 0};
     heap hp = {0};
     ot_status s = OT_OK;
-    if (!pending || !users_left || !ver || !done || !out) {
+    if (!pending || !users_left || !ver || !done || !out || !walk.stamp || !pr.stamp) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "schedule: out of memory");
         goto fail;
     }
@@ -112,10 +131,11 @@ ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory
         ot_instr *i = po[k];
         i->mark = k;
         int64_t d = 0;
-        for (int j = 0; j < i->noperands; j++) d += !seen_before(i, j);
+        walk.tick++;
+        for (int j = 0; j < i->noperands; j++) d += first_use(i, j, &walk);
         pending[k] = d;
         users_left[k] = i->nusers;
-        if (d == 0) s = hpush(&hp, (hent){prio(i, users_left), k, 0});
+        if (d == 0) s = hpush(&hp, (hent){prio(i, users_left, &pr), k, 0});
     }
     int64_t no = 0;
     while (hp.n && s == OT_OK) {
@@ -124,8 +144,9 @@ ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory
         ot_instr *i = po[e.pos];
         done[e.pos] = true;
         out[no++] = i;
+        walk.tick++;
         for (int j = 0; j < i->noperands && s == OT_OK; j++) {
-            if (seen_before(i, j)) continue;
+            if (!first_use(i, j, &walk)) continue;
             ot_instr *o = i->operands[j];
             if (--users_left[o->mark] != 1) continue;
             /* o's last unscheduled user now frees it: raise that user's priority */
@@ -133,14 +154,14 @@ ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory
                 ot_instr *x = o->users[u];
                 if (done[x->mark]) continue;
                 if (pending[x->mark] == 0)
-                    s = hpush(&hp, (hent){prio(x, users_left), x->mark, ++ver[x->mark]});
+                    s = hpush(&hp, (hent){prio(x, users_left, &pr), x->mark, ++ver[x->mark]});
                 break;
             }
         }
         for (int u = 0; u < i->nusers && s == OT_OK; u++) {
             ot_instr *x = i->users[u];
             if (--pending[x->mark] == 0)
-                s = hpush(&hp, (hent){prio(x, users_left), x->mark, ver[x->mark]});
+                s = hpush(&hp, (hent){prio(x, users_left, &pr), x->mark, ver[x->mark]});
         }
     }
     if (s == OT_OK && no != np)
@@ -158,6 +179,8 @@ fail:
     ot_free(ver);
     ot_free(done);
     ot_free(out);
+    ot_free(walk.stamp);
+    ot_free(pr.stamp);
     ot_free(po);
     return s;
 }
