@@ -301,6 +301,9 @@ static ot_status al_free(alloc *a, int64_t off, int64_t size) {
 
 typedef struct kbuild {
     int64_t in0, nin, out0, nout; /* ranges into e->io */
+    /* a fusion: bit j set when parameter j (j < 64) is read only elementwise (param_linear),
+     * found while the fused computation is in cache from counting its operations */
+    uint64_t linear;
 } kbuild;
 
 static ot_status push_io(ot_executable *e, int32_t v) {
@@ -320,7 +323,7 @@ static ot_status add_kernel(ot_executable *e, kbuild **kb, int64_t *kbcap, ot_ke
     k->instr = i;
     k->name = name;
     k->in_place_input = -1;
-    (*kb)[e->nk] = (kbuild){e->nio, 0, 0, 0};
+    (*kb)[e->nk] = (kbuild){e->nio, 0, 0, 0, 0};
     e->nk++;
     return OT_OK;
 }
@@ -420,6 +423,11 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
             }
             kb->nout = e->nio - kb->out0;
             e->k[e->nk - 1].flops = instr_flops(i);
+            if (i->opcode == OT_OP_FUSION && i->attrs.fusion_kind == OT_FUSION_LOOP) {
+                const ot_computation *fc = i->called[0];
+                for (int j = 0; j < fc->nparams && j < 64; j++)
+                    if (param_linear(fc->params[j])) kb->linear |= (uint64_t)1 << j;
+            }
             break;
         }
         }
@@ -576,8 +584,7 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
                     ot_slot *vs = &e->s[v];
                     if (vs->kind != OT_SLOT_TEMP || last[v] != k || moved[v]) continue;
                     if (!input_linear(kn->instr, vs, os)) continue;
-                    if (kn->instr->opcode == OT_OP_FUSION &&
-                        !param_linear(kn->instr->called[0]->params[j]))
+                    if (kn->instr->opcode == OT_OP_FUSION && (j >= 64 || !(kb[k].linear >> j & 1)))
                         continue;
                     bool twice = false; /* the same temp in two input positions */
                     for (int64_t r = 0; r < kb[k].nin; r++)
