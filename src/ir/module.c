@@ -1074,7 +1074,11 @@ ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const o
     int n = y->noperands;
     if (n == 0) return OT_OK;
     ot_module *m = y->parent->module;
-    ot_instr **old = ot_malloc((size_t)n * sizeof *old), **neu = ot_malloc((size_t)n * sizeof *neu);
+    ot_instr *small[2][8], **old = small[0], **neu = small[1];
+    if (n > 8) {
+        old = ot_malloc((size_t)n * sizeof *old);
+        neu = ot_malloc((size_t)n * sizeof *neu);
+    }
     ot_status s =
         old && neu ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "map operands: out of memory");
     bool any = false;
@@ -1093,8 +1097,8 @@ ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const o
                          y->name, o->name, t->name);
     }
     if (s != OT_OK || !any) {
-        ot_free(old);
-        ot_free(neu);
+        if (old != small[0]) ot_free(old);
+        if (neu != small[1]) ot_free(neu);
         return s;
     }
     /* stamps: `was` marks the operands before, `now` those after; users lists change once per
@@ -1114,8 +1118,8 @@ ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const o
                 ir_users_remove(neu[q], y);
                 neu[q]->visit_ = 0;
             }
-        ot_free(old);
-        ot_free(neu);
+        if (old != small[0]) ot_free(old);
+        if (neu != small[1]) ot_free(neu);
         return s;
     }
     for (int q = 0; q < n; q++) neu[q]->visit_ = now;
@@ -1126,8 +1130,8 @@ ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const o
     }
     memcpy(y->operands, neu, (size_t)n * sizeof *neu);
     m->edits++;
-    ot_free(old);
-    ot_free(neu);
+    if (old != small[0]) ot_free(old);
+    if (neu != small[1]) ot_free(neu);
     return OT_OK;
 }
 
