@@ -350,7 +350,8 @@ static int64_t r_output(const ot_instr *o, const ot_instr *R) {
     return -1;
 }
 
-static ot_status merge_elements(ot_module *m, ot_computation *entry, ot_instr *R, ot_instr *N) {
+static ot_status merge_elements(ot_module *m, ot_computation *entry, ot_instr *R, ot_instr *N,
+                                ot_instr **merged) {
     const ot_computation *rc = fused(R);
     bool rtuple = rc->root->opcode == OT_OP_TUPLE;
     int nrout = rtuple ? rc->root->noperands : 1;
@@ -468,6 +469,7 @@ static ot_status merge_elements(ot_module *m, ot_computation *entry, ot_instr *R
     for (int u = 0; u < ng && s == OT_OK; u++)
         if (gtes[u] != R && gtes[u]->nusers == 0) s = ot_instr_remove(gtes[u]);
     if (s == OT_OK) s = ot_instr_remove(R);
+    if (s == OT_OK) *merged = mf;
 done:
     ot_free(in.v);
     ot_free(map_r);
@@ -523,34 +525,43 @@ static ot_instr **input_fusions(ot_computation *entry, int64_t *nf) {
     return fus;
 }
 
-static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, bool *changed) {
-    int64_t nf;
-    ot_instr **fus = input_fusions(entry, &nf);
-    if (!fus) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
-    int64_t stamp = 0;
+/* One round over the candidates cand[0..ncand): each row producer takes in the first loop fusion
+ * that may join it. The next round's candidates (*next) are what this round changed: each merged
+ * fusion, and the input fusions feeding it (their users changed); nothing else can join anew. */
+static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, ot_instr **cand,
+                               int64_t ncand, int64_t *stamp, ot_instr ***next, int64_t *nnext) {
     ot_status s = OT_OK;
-    for (int64_t j = 0; j < nf && s == OT_OK; j++) {
-        ot_instr *R = fus[j], *x = NULL;
+    int64_t cap = 0;
+    *next = NULL;
+    *nnext = 0;
+    for (int64_t j = 0; j < ncand && s == OT_OK; j++) {
+        ot_instr *R = cand[j], *x = NULL;
         int64_t rows = 0, len = 0;
         /* merged into an earlier one: removed, its storage kept until the pass ends */
         if (R->dead_ || !row_producer(R, &rows, &len, &x)) continue;
         ot_instr *N = NULL;
         for (int u = 0; u < R->nusers && !N; u++) {
             ot_instr *g = R->users[u];
-            ot_instr *const *cand = &g;
+            ot_instr *const *cnd = &g;
             int nc = 1;
             if (g->opcode == OT_OP_GET_TUPLE_ELEMENT) {
-                cand = g->users;
+                cnd = g->users;
                 nc = g->nusers;
             }
             for (int k = 0; k < nc && !N; k++)
-                if (fused(cand[k]) && joins(R, cand[k], rows, len, x, max_io, &stamp)) N = cand[k];
+                if (fused(cnd[k]) && joins(R, cnd[k], rows, len, x, max_io, stamp)) N = cnd[k];
         }
         if (!N) continue;
-        s = merge_elements(m, entry, R, N);
-        if (s == OT_OK) *changed = true;
+        ot_instr *mf = NULL;
+        s = merge_elements(m, entry, R, N, &mf);
+        for (int k = -1; s == OT_OK && k < mf->noperands; k++) {
+            ot_instr *o = k < 0 ? mf : mf->operands[k];
+            if (o->opcode == OT_OP_GET_TUPLE_ELEMENT) o = o->operands[0];
+            if (!fused(o) || o->attrs.fusion_kind != OT_FUSION_INPUT) continue;
+            s = cc_grow(next, &cap, *nnext + 1, sizeof **next);
+            if (s == OT_OK) (*next)[(*nnext)++] = o;
+        }
     }
-    ot_free(fus);
     return s;
 }
 
@@ -620,12 +631,22 @@ ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
     }
     ot_free(fus);
     /* then loops over the rows, per row or per element, until none joins (each round merges at
-     * most one per row fusion; a fusion takes in few) */
-    for (int round = 0; round < 8 && s == OT_OK; round++) {
-        bool more = false;
-        s = fuse_elements(m, entry, max_io, &more);
-        if (!more) break;
-        if (changed) *changed = true;
+     * most one per row fusion; a fusion takes in few): the first round over every input fusion,
+     * the next ones over what the previous round changed */
+    ot_instr **cand = NULL;
+    int64_t ncand = 0;
+    if (s == OT_OK && !(cand = input_fusions(entry, &ncand)))
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+    stamp = 0;
+    for (int round = 0; round < 8 && s == OT_OK && ncand; round++) {
+        ot_instr **next = NULL;
+        int64_t nnext = 0;
+        s = fuse_elements(m, entry, max_io, cand, ncand, &stamp, &next, &nnext);
+        ot_free(cand);
+        cand = next;
+        ncand = nnext;
+        if (s == OT_OK && nnext && changed) *changed = true;
     }
+    ot_free(cand);
     return s;
 }
