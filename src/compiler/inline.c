@@ -68,6 +68,7 @@ static ot_status inline_one(ot_computation *c, ot_instr *call) {
 ot_status ot_pass_inline(ot_module *m, bool *changed) {
     bool ch = false;
     if (changed) *changed = false;
+    if (ir_module_call_count(m) == 0) return OT_OK; /* nothing to inline: no walk */
     ot_computation **reach = NULL;
     int nreach = 0;
     OT_CHECK(cc_reachable(m, &reach, &nreach));

@@ -125,6 +125,7 @@ struct ot_module {
      * larger id cannot be taken, so it needs no lookup (see ir_comp_name_insert) */
     int64_t name_suffix_max;
     int64_t ninstrs;
+    int64_t ncalls; /* live call instructions (ir_module_call_count) */
     ot_module_config cfg;
     int alias_cap;
     struct uidx *uidx_head; /* user indexes of instructions with many users */

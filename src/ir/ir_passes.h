@@ -29,6 +29,8 @@ ot_status ir_instr_move(ot_instr *x, ot_computation *dst);
  * for a tuple of many outputs). On failure nothing changed. Uses visit stamps. */
 ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const ot_instr *o),
                                 void *ctx);
+/* Live `call` instructions in the module, all computations: inlining has nothing to do at 0. */
+int64_t ir_module_call_count(const ot_module *m);
 /* Reserves k fresh visit stamps (ot_instr.visit_) and returns the value just below them: stamps
  * left by earlier traversals are all smaller, so nothing needs resetting first. */
 uint64_t ir_visit_stamps(ot_module *m, uint64_t k);

@@ -859,6 +859,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     c->last = i;
     c->ninstrs++;
     m->ninstrs++;
+    if (op == OT_OP_CALL) m->ncalls++;
     *out = i;
     return OT_OK;
 }
@@ -1014,6 +1015,7 @@ static void unlink_instr(ot_instr *i) {
     users_free(i);
     c->ninstrs--;
     c->module->ninstrs--;
+    if (i->opcode == OT_OP_CALL) c->module->ncalls--;
     i->dead_ = true;
     i->prev = i->next = NULL;
     /* kept for reuse after the next ir_module_recycle (out of memory: simply not reused) */
@@ -1133,6 +1135,10 @@ ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const o
     if (old != small[0]) ot_free(old);
     if (neu != small[1]) ot_free(neu);
     return OT_OK;
+}
+
+int64_t ir_module_call_count(const ot_module *m) {
+    return m->ncalls;
 }
 
 uint64_t ir_visit_stamps(ot_module *m, uint64_t k) {
