@@ -400,8 +400,8 @@ static void test_simplify(void) {
     EXPECT_TRUE(c->root->operands[0]->operands[0] == x);
     const ot_instr *bb = c->root->operands[1];
     EXPECT_TRUE(bb->operands[0] == x);
-    EXPECT_INT_EQ(bb->attrs.dims[0], 2);
-    EXPECT_INT_EQ(bb->attrs.dims[1], 3);
+    EXPECT_INT_EQ(bb->attrs->dims[0], 2);
+    EXPECT_INT_EQ(bb->attrs->dims[1], 3);
     ot_module_free(m);
 }
 
@@ -670,7 +670,7 @@ static bool same_graph(const ot_instr *a, const ot_instr *b, int depth) {
     if (depth > 64 || a->opcode != b->opcode || !ot_ir_shape_equal(&a->shape, &b->shape) ||
         a->noperands != b->noperands)
         return false;
-    if (a->opcode == OT_OP_PARAMETER) return a->attrs.index == b->attrs.index;
+    if (a->opcode == OT_OP_PARAMETER) return a->attrs->index == b->attrs->index;
     for (int k = 0; k < a->noperands; k++)
         if (!same_graph(a->operands[k], b->operands[k], depth + 1)) return false;
     return true;
@@ -833,7 +833,7 @@ static void test_fuse_elementwise_chain(void) {
     EXPECT_INT_EQ(c->ninstrs, 3); /* a, b, fusion */
     EXPECT_INT_EQ(c->root->opcode, OT_OP_FUSION);
     EXPECT_INT_EQ(c->root->noperands, 2);
-    EXPECT_INT_EQ(c->root->attrs.fusion_kind, OT_FUSION_LOOP);
+    EXPECT_INT_EQ(c->root->attrs->fusion_kind, OT_FUSION_LOOP);
     ot_module_free(m);
 }
 
@@ -913,7 +913,7 @@ static void test_fuse_reductions(void) {
         ASSERT_TRUE(root->opcode == OT_OP_FUSION);
         const ot_instr *red = root->operands[0];
         ASSERT_TRUE(red->opcode == OT_OP_FUSION);
-        EXPECT_INT_EQ(red->attrs.fusion_kind, OT_FUSION_INPUT);
+        EXPECT_INT_EQ(red->attrs->fusion_kind, OT_FUSION_INPUT);
         EXPECT_INT_EQ(red->called[0]->root->opcode, OT_OP_REDUCE);
         EXPECT_INT_EQ(red->noperands, 1); /* the init constant was fused */
         ot_module_free(m);
@@ -1605,11 +1605,11 @@ static void test_fold(void) {
     EXPECT_INT_EQ(count_op(c, OT_OP_BROADCAST), 1);
     const ot_instr *mul = c->root->operands[0];
     ASSERT_TRUE(mul->opcode == OT_OP_MULTIPLY && mul->operands[1]->opcode == OT_OP_CONSTANT);
-    const float *v = mul->operands[1]->attrs.literal->data;
+    const float *v = mul->operands[1]->attrs->literal->data;
     EXPECT_TRUE(v[0] == sqrtf(2) && v[3] == sqrtf(8));
     const ot_instr *b = c->root->operands[1];
     ASSERT_TRUE(b->opcode == OT_OP_BROADCAST && b->operands[0]->opcode == OT_OP_CONSTANT);
-    EXPECT_TRUE(*(const float *)b->operands[0]->attrs.literal->data == 10.0f);
+    EXPECT_TRUE(*(const float *)b->operands[0]->attrs->literal->data == 10.0f);
     ot_module_free(m);
 
     /* the size cap: a result over max_elements stays */

@@ -435,9 +435,9 @@ struct ot_instr {
     uint64_t visit_; /* traversal stamp (post order, verifier) */
     int users_cap_;
     bool dead_;
-    ot_ir_shape shape; /* result shape */
-    const char *name;  /* unique within its computation */
-    ot_attrs attrs;
+    ot_ir_shape shape;           /* result shape */
+    const char *name;            /* unique within its computation */
+    const ot_attrs *attrs;       /* never NULL: a shared all-zero set when the op has none */
     const ot_metadata *metadata; /* NULL when none */
     const ot_raw_attr *raw;      /* attributes kept verbatim (nraw of them) */
     void *uidx_; /* user -> position index, built once an instruction has many users */

@@ -74,12 +74,12 @@ static ot_status clone_into(ot_computation *c, const ot_computation *callee, ot_
         ot_instr *ci = order[k];
         ot_instr *ni = NULL;
         if (ci->opcode == OT_OP_PARAMETER) {
-            if (ci->attrs.index < 0 || ci->attrs.index >= nargs) {
+            if (ci->attrs->index < 0 || ci->attrs->index >= nargs) {
                 s = ot_error(OT_ERR_INTERNAL, "inline %s: parameter %lld has no argument",
-                             callee->name, (long long)ci->attrs.index);
+                             callee->name, (long long)ci->attrs->index);
                 break;
             }
-            ni = args[ci->attrs.index];
+            ni = args[ci->attrs->index];
         } else {
             ot_instr **o = ops;
             if (ci->noperands > 64) {
@@ -113,7 +113,7 @@ static ot_status clone_into(ot_computation *c, const ot_computation *callee, ot_
 static bool const_int(const ot_instr *i, int64_t *v) {
     if (i->opcode != OT_OP_CONSTANT || i->shape.kind != OT_IR_ARRAY || i->shape.array.rank != 0)
         return false;
-    const ot_literal *l = i->attrs.literal;
+    const ot_literal *l = i->attrs->literal;
     if (!l || l->elided || !l->data) return false;
     switch (i->shape.array.dtype) {
     case OT_S8: *v = *(const int8_t *)l->data; return true;
@@ -127,8 +127,8 @@ static bool const_int(const ot_instr *i, int64_t *v) {
 /* k when x is get-tuple-element(parameter 0, k), else -1. */
 static int64_t param_elem(const ot_instr *x) {
     if (x->opcode == OT_OP_GET_TUPLE_ELEMENT && x->operands[0]->opcode == OT_OP_PARAMETER &&
-        x->operands[0]->attrs.index == 0)
-        return x->attrs.index;
+        x->operands[0]->attrs->index == 0)
+        return x->attrs->index;
     return -1;
 }
 
@@ -153,7 +153,7 @@ static bool trip_count(const ot_instr *w, int64_t *out) {
     int64_t limit = MAX_UNROLLED_INSTRS / (body->ninstrs > 0 ? body->ninstrs : 1);
     /* XLA's own analysis, as optimized modules carry it:
      * backend_config={"known_trip_count":{"n":"6"},...} */
-    const char *bc = w->attrs.backend_config, *kt;
+    const char *bc = w->attrs->backend_config, *kt;
     if (bc && (kt = strstr(bc, "\"known_trip_count\""))) {
         const char *nk = strstr(kt, "\"n\"");
         if (nk) {
@@ -171,7 +171,7 @@ static bool trip_count(const ot_instr *w, int64_t *out) {
     if (!r || r->opcode != OT_OP_COMPARE || !br || br->opcode != OT_OP_TUPLE ||
         init->opcode != OT_OP_TUPLE)
         return false;
-    ot_cmp_dir dir = r->attrs.cmp_dir;
+    ot_cmp_dir dir = r->attrs->cmp_dir;
     int64_t k, bound, v, step;
     if ((k = param_elem(r->operands[0])) >= 0 && const_int(r->operands[1], &bound)) {
     } else if ((k = param_elem(r->operands[1])) >= 0 && const_int(r->operands[0], &bound)) {
@@ -267,7 +267,7 @@ static ot_status prepare(ot_computation *c, ot_instr *const *src, int nsrc, int6
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
         ot_instr *i = order[k];
         if (i->opcode != OT_OP_GET_TUPLE_ELEMENT || i->operands[0]->opcode != OT_OP_TUPLE) continue;
-        ot_instr *e = i->operands[0]->operands[i->attrs.index];
+        ot_instr *e = i->operands[0]->operands[i->attrs->index];
         s = ot_instr_replace_all_uses(i, e);
         if (s == OT_OK) s = ot_instr_remove(i), order[k] = NULL;
     }
@@ -577,7 +577,7 @@ ot_status ad_rule_sort(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ad_slot *sl = ad_slot_of(ad, i);
     int n = i->noperands;
     const ot_computation *cmp = i->called[0];
-    int64_t d = i->attrs.index;
+    int64_t d = i->attrs->index;
     if (n + 1 > OT_MAX_RANK)
         return ot_error(OT_ERR_UNIMPLEMENTED, "autodiff: sort %s of %d operands (%d at most)",
                         i->name, n, OT_MAX_RANK - 1);
@@ -600,7 +600,7 @@ ot_status ad_rule_sort(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_instr *ops[OT_MAX_RANK];
     for (int k = 0; k < n; k++) ops[k] = i->operands[k];
     ops[n] = ot_build_iota(c, is, d);
-    ot_instr *st = ot_build_sort(c, ops, n + 1, d, i->attrs.is_stable, f);
+    ot_instr *st = ot_build_sort(c, ops, n + 1, d, i->attrs->is_stable, f);
     ot_instr *perm = ot_build_get_tuple_element(c, st, n);
     OT_CHECK(ot_module_status(ad->m));
     for (int k = 0; k < n; k++) {

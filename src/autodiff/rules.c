@@ -230,8 +230,8 @@ static ot_status rule_clamp(ad_ctx *ad, ot_instr *i, ot_instr *g) {
 static ot_status rule_broadcast(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_instr *x = i->operands[0];
     const ot_shape *s = &i->shape.array;
-    int nd = i->attrs.ndims;
-    const int64_t *bd = i->attrs.dims;
+    int nd = i->attrs->ndims;
+    const int64_t *bd = i->attrs->dims;
     int64_t rdims[OT_MAX_RANK], kept[OT_MAX_RANK];
     int nr = 0, nk = 0;
     for (int d = 0; d < s->rank; d++) {
@@ -257,8 +257,8 @@ static ot_status rule_broadcast(ad_ctx *ad, ot_instr *i, ot_instr *g) {
 
 static ot_status rule_transpose(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     int64_t inv[OT_MAX_RANK];
-    for (int k = 0; k < i->attrs.ndims; k++) inv[i->attrs.dims[k]] = k;
-    ad_acc(ad, i->operands[0], ot_build_transpose(C, g, inv, i->attrs.ndims));
+    for (int k = 0; k < i->attrs->ndims; k++) inv[i->attrs->dims[k]] = k;
+    ad_acc(ad, i->operands[0], ot_build_transpose(C, g, inv, i->attrs->ndims));
     return OT_OK;
 }
 
@@ -268,7 +268,7 @@ static ot_status rule_slice(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_pad_dim cfg[OT_MAX_RANK];
     for (int d = 0; d < s->rank; d++) {
         if (s->dims[d] == 0) return OT_OK; /* empty: the adjoint is zero */
-        const ot_slice_dim *sd = &i->attrs.slice[d];
+        const ot_slice_dim *sd = &i->attrs->slice[d];
         cfg[d].lo = sd->start;
         cfg[d].interior = sd->stride - 1;
         cfg[d].hi = xs->dims[d] - (sd->start + (s->dims[d] - 1) * sd->stride + 1);
@@ -293,7 +293,7 @@ static ot_instr *slice_dim(ad_ctx *ad, ot_instr *g, const ot_shape *gs, int dim,
 }
 
 static ot_status rule_concatenate(ad_ctx *ad, ot_instr *i, ot_instr *g) {
-    int dim = (int)i->attrs.index;
+    int dim = (int)i->attrs->index;
     int64_t off = 0;
     for (int k = 0; k < i->noperands; k++) {
         ot_instr *x = i->operands[k];
@@ -314,7 +314,7 @@ static ot_status rule_pad(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     int64_t st[OT_MAX_RANK], li[OT_MAX_RANK], sr[OT_MAX_RANK];
     bool empty = false;
     for (int d = 0; d < s->rank; d++) {
-        const ot_pad_dim *p = &i->attrs.padding[d];
+        const ot_pad_dim *p = &i->attrs->padding[d];
         un_cfg[d].lo = -p->lo;
         un_cfg[d].hi = -p->hi;
         un_cfg[d].interior = 0;
@@ -407,8 +407,8 @@ static ot_status rule_reduce(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     if (i->noperands != 2) return unimpl(i, "variadic reduce");
     ot_instr *x = i->operands[0], *init = i->operands[1];
     const ot_shape *xs = &x->shape.array;
-    const int64_t *rd = i->attrs.dims;
-    int nr = i->attrs.ndims;
+    const int64_t *rd = i->attrs->dims;
+    int nr = i->attrs->ndims;
     ot_opcode op = reducer_op(i->called[0]);
     ad_slot *si = ad_slot_of(ad, init);
     bool need_init = si && si->need;
@@ -508,9 +508,9 @@ static ot_instr *dot_transpose(ad_ctx *ad, ot_instr *g, ot_instr *x, ot_instr *y
     for (int k = 0; k < nc; k++) l[nl++] = xcs[k];
     for (int k = 0; k < nl; k++) perm[l[k]] = k;
     ot_instr *gg = convert_to(ad, g, i->shape.array.dtype, ysh->dtype);
-    int np = i->attrs.nprecision;
-    ot_precision pg = np ? i->attrs.precision[swap ? 1 : 0] : OT_PRECISION_DEFAULT;
-    ot_precision py = np ? i->attrs.precision[swap ? 0 : 1] : OT_PRECISION_DEFAULT;
+    int np = i->attrs->nprecision;
+    ot_precision pg = np ? i->attrs->precision[swap ? 1 : 0] : OT_PRECISION_DEFAULT;
+    ot_precision py = np ? i->attrs->precision[swap ? 0 : 1] : OT_PRECISION_DEFAULT;
     ot_instr *d = ot_build_dot(C, gg, y, &dn, pg, py);
     bool ident = true;
     for (int k = 0; k < nl; k++) ident &= perm[k] == k;
@@ -520,7 +520,7 @@ static ot_instr *dot_transpose(ad_ctx *ad, ot_instr *g, ot_instr *x, ot_instr *y
 
 static ot_status rule_dot(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_instr *x = i->operands[0], *y = i->operands[1];
-    const ot_dot_dims *dn = i->attrs.dot;
+    const ot_dot_dims *dn = i->attrs->dot;
     ad_slot *sx = ad_slot_of(ad, x), *sy = ad_slot_of(ad, y);
     if (sx && sx->need)
         ad_acc(ad, x,
@@ -579,11 +579,11 @@ static ot_instr *axis_into(ad_ctx *ad, ot_instr *x, ot_shape *xs, int src, int d
 
 static ot_status rule_convolution(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_instr *x = i->operands[0], *y = i->operands[1];
-    const ot_conv_dims *dn = i->attrs.conv;
-    const ot_window *w = i->attrs.window;
+    const ot_conv_dims *dn = i->attrs->conv;
+    const ot_window *w = i->attrs->window;
     int ns = dn->nspatial;
-    int64_t fgc = i->attrs.feature_group_count > 0 ? i->attrs.feature_group_count : 1;
-    int64_t bgc = i->attrs.batch_group_count > 0 ? i->attrs.batch_group_count : 1;
+    int64_t fgc = i->attrs->feature_group_count > 0 ? i->attrs->feature_group_count : 1;
+    int64_t bgc = i->attrs->batch_group_count > 0 ? i->attrs->batch_group_count : 1;
     for (int k = 0; w && k < w->rank; k++)
         if (w->dims[k].reversal) return unimpl(i, "window reversal");
     const ot_shape *xs = &x->shape.array, *ys = &y->shape.array, *os = &i->shape.array;
@@ -690,7 +690,7 @@ static ot_status rule_reduce_window(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     if (i->noperands != 2) return unimpl(i, "variadic reduce-window");
     ot_instr *x = i->operands[0], *init = i->operands[1];
     const ot_shape *xs = &x->shape.array, *s = &i->shape.array;
-    const ot_window *w = i->attrs.window;
+    const ot_window *w = i->attrs->window;
     ad_slot *si = ad_slot_of(ad, init);
     if (si && si->need) return unimpl(i, "gradient of the init value");
     ot_opcode op = reducer_op(i->called[0]);
@@ -773,7 +773,7 @@ static ot_instr *index_bounds(ad_ctx *ad, ot_instr *idx, int64_t ivd, const int6
 
 static ot_status rule_gather(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ot_instr *x = i->operands[0], *idx = i->operands[1];
-    const ot_gather_dims *gd = i->attrs.gather;
+    const ot_gather_dims *gd = i->attrs->gather;
     const ot_shape *xs = &x->shape.array;
     /* XLA's gather clamps start indices so the slice fits; scatter skips windows that do not
      * fit: clamp explicitly so the scatter-add lands where the gather read */
@@ -806,7 +806,7 @@ static ot_status rule_gather(ad_ctx *ad, ot_instr *i, ot_instr *g) {
 static ot_instr *scatter_updates_of(ad_ctx *ad, ot_instr *i, ot_instr *v) {
     if (!v) return NULL; /* after a builder error */
     ot_instr *x = i->operands[0], *idx = i->operands[1], *u = i->operands[2];
-    const ot_scatter_dims *sd = i->attrs.scatter;
+    const ot_scatter_dims *sd = i->attrs->scatter;
     const ot_shape *xs = &x->shape.array, *us = &u->shape.array, *is = &idx->shape.array;
     ot_gather_dims gd;
     memset(&gd, 0, sizeof gd);
@@ -873,7 +873,7 @@ static ot_status rule_scatter(ad_ctx *ad, ot_instr *i, ot_instr *g) {
          * updates' ids, gather them back, compare) */
         const ot_shape *us = &u->shape.array, *xs = &x->shape.array;
         ot_instr *zu = zeros_of(ad, us);
-        ad_acc(ad, x, ot_build_scatter(C, &g, 1, idx, &zu, i->attrs.scatter, i->called[0]));
+        ad_acc(ad, x, ot_build_scatter(C, &g, 1, idx, &zu, i->attrs->scatter, i->called[0]));
         if (nu) {
             ot_shape ids = *us;
             ids.dtype = OT_S32;
@@ -888,7 +888,7 @@ static ot_status rule_scatter(ad_ctx *ad, ot_instr *i, ot_instr *g) {
             ot_computation *rep = ad_binary_fn(ad, &ad->fns->replace_fn[OT_S32], OT_S32,
                                                OT_OP_PARAMETER, OT_CMP_EQ, "grad_replace");
             ot_instr *zx = ad_full(ad, OT_S32, 0, &xids);
-            ot_instr *won = ot_build_scatter(C, &zx, 1, idx, &id, i->attrs.scatter, rep);
+            ot_instr *won = ot_build_scatter(C, &zx, 1, idx, &id, i->attrs->scatter, rep);
             ot_instr *back = scatter_updates_of(ad, i, won); /* 0 where skipped */
             ot_instr *mine = cmp(ad, back, id, OT_CMP_EQ);
             ad_acc(ad, u, sel(ad, mine, scatter_updates_of(ad, i, g), zu));
@@ -910,13 +910,13 @@ static ot_status rule_reshape(ad_ctx *ad, ot_instr *i, ot_instr *g) {
 }
 
 static ot_status rule_reverse(ad_ctx *ad, ot_instr *i, ot_instr *g) {
-    ad_acc(ad, i->operands[0], ot_build_reverse(C, g, i->attrs.dims, i->attrs.ndims));
+    ad_acc(ad, i->operands[0], ot_build_reverse(C, g, i->attrs->dims, i->attrs->ndims));
     return OT_OK;
 }
 
 static ot_status rule_reduce_precision(ad_ctx *ad, ot_instr *i, ot_instr *g) {
     ad_acc(ad, i->operands[0],
-           ot_build_reduce_precision(C, g, i->attrs.exponent_bits, i->attrs.mantissa_bits));
+           ot_build_reduce_precision(C, g, i->attrs->exponent_bits, i->attrs->mantissa_bits));
     return OT_OK;
 }
 
@@ -930,7 +930,7 @@ static ot_status rule_gte(ad_ctx *ad, ot_instr *i, ot_instr *g) {
         if (!ts || !ts->need) return OT_OK;
         if (!ts->elem && !(ts->elem = ot_calloc((size_t)t->shape.ntuple, sizeof *ts->elem)))
             return ot_error(OT_ERR_OUT_OF_MEMORY, "autodiff: out of memory");
-        ot_instr **e = &ts->elem[i->attrs.index];
+        ot_instr **e = &ts->elem[i->attrs->index];
         *e = *e ? ot_build_binary(C, OT_OP_ADD, *e, g) : g;
         return OT_OK;
     }
@@ -996,7 +996,7 @@ ot_status ad_rule(ad_ctx *ad, ot_instr *i, ot_instr *g) {
             return ot_error(OT_ERR_UNIMPLEMENTED,
                             "autodiff: no reverse-mode rule for custom-call (%s, target \"%s\")",
                             i->name,
-                            i->attrs.custom_call_target ? i->attrs.custom_call_target : "");
+                            i->attrs->custom_call_target ? i->attrs->custom_call_target : "");
         default: return unimpl(i, NULL);
         }
     }

@@ -632,8 +632,8 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
     if (b < 0) return -1;
     char sa[512], sb[512];
     if (op == OT_OP_COMPARE) {
-        const char *c = cmp_op(x->attrs.cmp_dir);
-        ot_cmp_type ty = ot_cmp_type_resolve(x->attrs.cmp_type, t);
+        const char *c = cmp_op(x->attrs->cmp_dir);
+        ot_cmp_type ty = ot_cmp_type_resolve(x->attrs->cmp_type, t);
         if (!c) return fail(E, "%s: compare direction", x->name);
         if (ot_dtype_is_float(t)) {
             if (ty != OT_CMP_TYPE_FLOAT)
@@ -818,7 +818,7 @@ static int emit_select_clamp(em *E, const ot_instr *x, const char *ctx) {
 }
 
 static int emit_constant(em *E, const ot_instr *x) {
-    const ot_literal *l = x->attrs.literal;
+    const ot_literal *l = x->attrs->literal;
     ot_dtype t = x->shape.array.dtype;
     size_t es = ot_dtype_size(t);
     if (!l || l->elided || numel(x) != 1 || (size_t)l->nbytes != es || !ctype(t))
@@ -844,7 +844,7 @@ static int emit_iota(em *E, const ot_instr *x, const char *ctx) {
     const ot_shape *s = &x->shape.array;
     int64_t st[OT_MAX_RANK];
     strides(s, st);
-    int64_t d = x->attrs.index;
+    int64_t d = x->attrs->index;
     char v[512];
     if (s->rank == 0 || s->dims[d] == 1)
         snprintf(v, sizeof v, "(int64_t)0");
@@ -876,8 +876,8 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
     strides(R, rs);
     strides(O, os);
     /* operand dims (those of size > 1) mapped to consecutive, increasing result dims? */
-    int k = x->attrs.ndims;
-    const int64_t *dm = x->attrs.dims;
+    int k = x->attrs->ndims;
+    const int64_t *dm = x->attrs->dims;
     int first = -1, last = -1;
     bool run = true;
     for (int j = 0; j < k; j++) {
@@ -945,7 +945,7 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
     ot_opcode op = x->opcode;
     switch (op) {
     case OT_OP_PARAMETER: {
-        int q = (int)x->attrs.index;
+        int q = (int)x->attrs->index;
         if (q < 0 || q >= E->io->ninputs) return fail(E, "%s: parameter number", x->name);
         int r = E->io->alias[q];
         if (r >= 0) {
@@ -1232,7 +1232,7 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
                         kn->name);
     const ot_shape *S = &x->shape.array;
     bool reduced[OT_MAX_RANK] = {false};
-    for (int k = 0; k < red->attrs.ndims; k++) reduced[red->attrs.dims[k]] = true;
+    for (int k = 0; k < red->attrs->ndims; k++) reduced[red->attrs->dims[k]] = true;
     int64_t ss[OT_MAX_RANK];
     strides(S, ss);
     int64_t RN = 1, O = 1;
@@ -1281,7 +1281,7 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
         }
     }
     if (ex_reduce_lanes(red))
-        return emit_reduce_lanes(kn, io, fname, src, x, init, rr->operands[0]->attrs.index == 0, t,
+        return emit_reduce_lanes(kn, io, fname, src, x, init, rr->operands[0]->attrs->index == 0, t,
                                  suffix, base, off, RN, O, numel_out, work_out);
     em E;
     memset(&E, 0, sizeof E);
@@ -1298,7 +1298,7 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
     cg_buf lanes = E.body;
     memset(&E.body, 0, sizeof E.body);
     int mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
-    bool acc_left = rr->operands[0]->attrs.index == 0;
+    bool acc_left = rr->operands[0]->attrs->index == 0;
     bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY ||
                   rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM;
     ot_status st = OT_OK;
@@ -1421,7 +1421,7 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     if (!lanes)
         return fail(E, "%s: reducer %s on %s in a row fusion", r->name, ot_opcode_name(rr->opcode),
                     ot_dtype_name(t));
-    bool acc_left = rr->operands[0]->attrs.index == 0;
+    bool acc_left = rr->operands[0]->attrs->index == 0;
     int mi = emit(E, r->operands[1], "0");
     if (mi < 0) return -1;
     /* the operand's per-element values live in this reduce's loops only */

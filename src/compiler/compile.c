@@ -162,14 +162,14 @@ static int64_t instr_flops(const ot_instr *i) {
         return n;
     }
     case OT_OP_DOT: {
-        const ot_dot_dims *d = i->attrs.dot;
+        const ot_dot_dims *d = i->attrs->dot;
         int64_t kk = 1;
         for (int j = 0; d && j < d->ncontract; j++)
             kk *= i->operands[0]->shape.array.dims[d->lhs_contract[j]];
         return 2 * cc_numel(i) * kk;
     }
     case OT_OP_CONVOLUTION: {
-        const ot_conv_dims *d = i->attrs.conv;
+        const ot_conv_dims *d = i->attrs->conv;
         const ot_shape *ks = &i->operands[1]->shape.array;
         if (!d) return 0;
         int64_t per = ks->dims[d->kernel_input_feature];
@@ -215,7 +215,7 @@ static bool input_linear(const ot_instr *i, const ot_slot *in, const ot_slot *ou
         return false;
     if (i->opcode == OT_OP_FUSION) {
         const ot_computation *fc = i->called[0];
-        if (i->attrs.fusion_kind != OT_FUSION_LOOP) return false;
+        if (i->attrs->fusion_kind != OT_FUSION_LOOP) return false;
         for (int k = 0; k < fc->nparams; k++) {
             if (k >= i->noperands || i->operands[k]->shape.kind != OT_IR_ARRAY) return false;
         }
@@ -368,13 +368,13 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
             }
             int32_t id;
             if ((s = add_slot(e, OT_SLOT_PARAMETER, &i->shape.array, &id)) != OT_OK) break;
-            e->s[id].number = i->attrs.index;
-            e->param_slot[i->attrs.index] = id;
+            e->s[id].number = i->attrs->index;
+            e->param_slot[i->attrs->index] = id;
             lv[nlv++] = id;
             break;
         }
         case OT_OP_CONSTANT: {
-            if (!i->attrs.literal || i->attrs.literal->elided) {
+            if (!i->attrs->literal || i->attrs->literal->elided) {
                 s = ot_error(OT_ERR_INVALID_ARGUMENT,
                              "compile: constant %s has no value "
                              "(elided)",
@@ -383,7 +383,7 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
             }
             int32_t id;
             if ((s = add_slot(e, OT_SLOT_CONSTANT, &i->shape.array, &id)) != OT_OK) break;
-            e->s[id].data = i->attrs.literal->data;
+            e->s[id].data = i->attrs->literal->data;
             lv[nlv++] = id;
             break;
         }
@@ -396,7 +396,7 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
         case OT_OP_GET_TUPLE_ELEMENT: {
             const ot_instr *t = i->operands[0];
             int64_t p = t->mark, skip = 0;
-            for (int64_t j = 0; j < i->attrs.index; j++) skip += leaf_count(&t->shape.tuple[j]);
+            for (int64_t j = 0; j < i->attrs->index; j++) skip += leaf_count(&t->shape.tuple[j]);
             for (int64_t q = 0; q < nl; q++) lv[nlv++] = lv[l0[p] + skip + q];
             break;
         }
@@ -423,7 +423,7 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
             }
             kb->nout = e->nio - kb->out0;
             e->k[e->nk - 1].flops = instr_flops(i);
-            if (i->opcode == OT_OP_FUSION && i->attrs.fusion_kind == OT_FUSION_LOOP) {
+            if (i->opcode == OT_OP_FUSION && i->attrs->fusion_kind == OT_FUSION_LOOP) {
                 const ot_computation *fc = i->called[0];
                 for (int j = 0; j < fc->nparams && j < 64; j++)
                     if (param_linear(fc->params[j])) kb->linear |= (uint64_t)1 << j;
@@ -520,7 +520,7 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
             const kbuild *kb = &(*kbp)[writer];
             if (!wi) {
                 writer_reads_linear = false;
-            } else if (wi->opcode == OT_OP_FUSION && wi->attrs.fusion_kind == OT_FUSION_LOOP) {
+            } else if (wi->opcode == OT_OP_FUSION && wi->attrs->fusion_kind == OT_FUSION_LOOP) {
                 for (int64_t q = 0; q < kb->nin && writer_reads_linear; q++)
                     if (e->io[kb->in0 + q] == ps)
                         writer_reads_linear = param_linear(wi->called[0]->params[q]);

@@ -30,8 +30,8 @@ static bool foldable(const ot_instr *i, int64_t max_elements) {
     if (cc_numel(i) > max_elements) return false;
     for (int k = 0; k < i->noperands; k++) {
         const ot_instr *o = i->operands[k];
-        if (o->opcode != OT_OP_CONSTANT || o->shape.kind != OT_IR_ARRAY || !o->attrs.literal ||
-            o->attrs.literal->elided || !o->attrs.literal->data)
+        if (o->opcode != OT_OP_CONSTANT || o->shape.kind != OT_IR_ARRAY || !o->attrs->literal ||
+            o->attrs->literal->elided || !o->attrs->literal->data)
             return false;
     }
     return true;
@@ -48,7 +48,7 @@ static ot_status fold_one(ot_instr *i, bool *folded) {
     for (int k = 0; k < n && s == OT_OK; k++) {
         const ot_instr *o = i->operands[k];
         ot_tensor t;
-        s = ot_tensor_borrow(&t, &o->shape.array, (void *)o->attrs.literal->data);
+        s = ot_tensor_borrow(&t, &o->shape.array, (void *)o->attrs->literal->data);
         if (s == OT_OK) s = ot_value_from_tensor(&ops[k], &t);
     }
     if (s == OT_OK) {

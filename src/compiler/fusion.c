@@ -94,7 +94,7 @@ static bool fusible(const ot_instr *i) {
     case OT_OP_BITCAST:
     case OT_OP_CONVERT:
     case OT_OP_IOTA: return true;
-    case OT_OP_CONSTANT: return cc_numel(i) == 1 && i->attrs.literal && !i->attrs.literal->elided;
+    case OT_OP_CONSTANT: return cc_numel(i) == 1 && i->attrs->literal && !i->attrs->literal->elided;
     case OT_OP_REDUCE: return reducer_simple(i);
     case OT_OP_MAP: return false;
     default: return ot_opcode_is_elementwise(i->opcode);

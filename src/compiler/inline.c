@@ -28,7 +28,7 @@ static ot_status inline_one(ot_computation *c, ot_instr *call) {
         ot_instr *x = po[k];
         x->mark = k;
         if (x->opcode == OT_OP_PARAMETER) {
-            int64_t p = x->attrs.index;
+            int64_t p = x->attrs->index;
             if (p < 0 || p >= call->noperands) {
                 s = ot_error(OT_ERR_INVALID_ARGUMENT,
                              "inline %s: callee %s parameter %lld has no operand", call->name,

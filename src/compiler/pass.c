@@ -666,7 +666,7 @@ static bool cse_equal(const ot_instr *a, const ot_instr *b) {
 
 static bool cse_candidate(const ot_instr *i) {
     if (i->opcode == OT_OP_PARAMETER || ot_instr_has_side_effect(i)) return false;
-    if (i->opcode == OT_OP_CONSTANT && i->attrs.literal && i->attrs.literal->elided) return false;
+    if (i->opcode == OT_OP_CONSTANT && i->attrs->literal && i->attrs->literal->elided) return false;
     return true;
 }
 

@@ -74,10 +74,10 @@ static bool per_row_uses(const ot_instr *p, int64_t rows, int64_t len, int depth
         int64_t n = numel_of(x);
         if (x->opcode == OT_OP_BROADCAST && n == rows * len) {
             const ot_shape *R = &x->shape.array, *O = &p->shape.array;
-            if (x->attrs.ndims != O->rank) return false;
+            if (x->attrs->ndims != O->rank) return false;
             int64_t lead = 1;
             for (int j = 0; j < O->rank; j++) {
-                if (x->attrs.dims[j] != j || R->dims[j] != O->dims[j]) return false;
+                if (x->attrs->dims[j] != j || R->dims[j] != O->dims[j]) return false;
                 lead *= O->dims[j];
             }
             if (lead != rows) return false;
@@ -176,7 +176,7 @@ static ot_status clone_body(ot_computation *dst, const ot_instr *f, ot_instr *co
     for (ot_instr *x = c->first; x && s == OT_OK; x = x->next) x->user_data = NULL;
     for (ot_instr *x = c->first; x && s == OT_OK; x = x->next) {
         if (x->opcode == OT_OP_PARAMETER) {
-            int64_t k = x->attrs.index;
+            int64_t k = x->attrs->index;
             if (k < 0 || k >= f->noperands) {
                 s = ot_error(OT_ERR_INTERNAL, "row fusion: parameter number");
                 break;
@@ -310,9 +310,9 @@ static bool row_producer(const ot_instr *R, int64_t *rows, int64_t *len, ot_inst
         *rows = r;
         *len = n;
         const ot_instr *op = i->operands[0];
-        if (!*x && op->opcode == OT_OP_PARAMETER && op->attrs.index >= 0 &&
-            op->attrs.index < R->noperands)
-            *x = R->operands[op->attrs.index];
+        if (!*x && op->opcode == OT_OP_PARAMETER && op->attrs->index >= 0 &&
+            op->attrs->index < R->noperands)
+            *x = R->operands[op->attrs->index];
     }
     if (!nred || !*x) return false;
     /* outputs: one element per row each */
@@ -346,7 +346,7 @@ static bool element_loop(const ot_instr *N, int64_t total) {
 static int64_t r_output(const ot_instr *o, const ot_instr *R) {
     if (o == R) return 0;
     if (o->opcode == OT_OP_GET_TUPLE_ELEMENT && o->noperands == 1 && o->operands[0] == R)
-        return o->attrs.index;
+        return o->attrs->index;
     return -1;
 }
 
@@ -519,7 +519,7 @@ static ot_instr **input_fusions(ot_computation *entry, int64_t *nf) {
     if (!fus) return NULL;
     for (ot_instr *x = entry->first; x; x = x->next) {
         x->mark = 0;
-        if (fused(x) && x->attrs.fusion_kind == OT_FUSION_INPUT && *nf < entry->ninstrs)
+        if (fused(x) && x->attrs->fusion_kind == OT_FUSION_INPUT && *nf < entry->ninstrs)
             fus[(*nf)++] = x;
     }
     return fus;
@@ -557,7 +557,7 @@ static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, 
         for (int k = -1; s == OT_OK && k < mf->noperands; k++) {
             ot_instr *o = k < 0 ? mf : mf->operands[k];
             if (o->opcode == OT_OP_GET_TUPLE_ELEMENT) o = o->operands[0];
-            if (!fused(o) || o->attrs.fusion_kind != OT_FUSION_INPUT) continue;
+            if (!fused(o) || o->attrs->fusion_kind != OT_FUSION_INPUT) continue;
             s = cc_grow(next, &cap, *nnext + 1, sizeof **next);
             if (s == OT_OK) (*next)[(*nnext)++] = o;
         }
@@ -605,7 +605,7 @@ ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
             /* P reduces one of C's inputs, the same instruction */
             const ot_instr *px = fused(P)->root->operands[0];
             if (px->opcode != OT_OP_PARAMETER) continue;
-            ot_instr *x = P->operands[px->attrs.index];
+            ot_instr *x = P->operands[px->attrs->index];
             bool shared = false;
             for (int k = 0; k < C->noperands && !shared; k++)
                 shared = k != q && C->operands[k] == x;

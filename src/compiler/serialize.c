@@ -91,7 +91,7 @@ static void put_window(wb *w, const ot_window *win) {
 }
 
 static void put_attrs(wb *w, const ot_instr *i) {
-    const ot_attrs *a = &i->attrs;
+    const ot_attrs *a = i->attrs;
     int rank = i->shape.kind == OT_IR_ARRAY ? i->shape.array.rank : 0;
     put_i64(w, a->index);
     put_u32(w, (uint32_t)(a->dims ? a->ndims : 0));

@@ -21,7 +21,7 @@
 static const void *splat_value(const ot_instr *i, ot_dtype *dt) {
     while (i->opcode == OT_OP_BROADCAST) i = i->operands[0];
     if (i->opcode != OT_OP_CONSTANT || i->shape.kind != OT_IR_ARRAY) return NULL;
-    const ot_literal *l = i->attrs.literal;
+    const ot_literal *l = i->attrs->literal;
     if (!l || l->elided || !l->data) return NULL;
     size_t es = ot_dtype_size(i->shape.array.dtype);
     int64_t n = ot_shape_numel_unchecked(&i->shape.array);
@@ -126,12 +126,12 @@ static int64_t gather_out_dim_of_index_dim(const ot_gather_dims *dn, int out_ran
  * (g's dimension numbers): each broadcast dimension of bc must be an operand batching dimension
  * of g, in increasing order of their result dimensions; false when there is no such broadcast. */
 static bool gpush_broadcast_dims(const ot_instr *g, const ot_instr *bc, int64_t *dims) {
-    const ot_gather_dims *dn = g->attrs.gather;
+    const ot_gather_dims *dn = g->attrs->gather;
     const ot_instr *src = bc->operands[0];
     if (src->shape.kind != OT_IR_ARRAY) return false;
-    int n = bc->attrs.ndims, out_rank = g->shape.array.rank;
+    int n = bc->attrs->ndims, out_rank = g->shape.array.rank;
     for (int j = 0; j < n; j++) {
-        int64_t d = bc->attrs.dims[j], od = -1;
+        int64_t d = bc->attrs->dims[j], od = -1;
         for (int k = 0; k < dn->nbatching; k++)
             if (dn->operand_batching_dims[k] == d)
                 od = gather_out_dim_of_index_dim(dn, out_rank, dn->start_indices_batching_dims[k]);
@@ -148,7 +148,7 @@ static ot_status gpush_broadcast(ot_computation *c, const ot_instr *g, const ot_
     *out = NULL;
     int64_t dims[OT_MAX_RANK];
     if (!gpush_broadcast_dims(g, bc, dims)) return OT_OK;
-    int n = bc->attrs.ndims;
+    int n = bc->attrs->ndims;
     ot_shape to = g->shape.array; /* g's dims, the broadcast's own dtype */
     to.dtype = bc->shape.array.dtype;
     return built(c, ot_build_broadcast(c, bc->operands[0], to, n ? dims : NULL, n), out);
@@ -165,7 +165,7 @@ static ot_status gpush(ot_computation *c, const ot_instr *g, ot_instr *x, int de
     }
     if (depth >= GPUSH_MAX_DEPTH || !gpush_op(x) || !gpush_worth(g, x) || x->noperands > 3) {
         if (depth == 0) return OT_OK; /* nothing to rewrite */
-        return built(c, ot_build_gather(c, x, idx, g->attrs.gather), out);
+        return built(c, ot_build_gather(c, x, idx, g->attrs->gather), out);
     }
     int xr = x->shape.array.rank;
     for (int k = 0; k < x->noperands; k++) {
@@ -195,11 +195,11 @@ static ot_status gpush(ot_computation *c, const ot_instr *g, ot_instr *x, int de
     hint.array.dtype = x->shape.array.dtype;
     const ot_ir_shape *h = x->opcode == OT_OP_CONVERT ? &hint : NULL;
     return built(
-        c, ot_build(c, x->opcode, ops, x->noperands, &x->attrs, x->called, x->ncalled, h, NULL),
+        c, ot_build(c, x->opcode, ops, x->noperands, x->attrs, x->called, x->ncalled, h, NULL),
         out);
 plain:
     if (depth == 0) return OT_OK;
-    return built(c, ot_build_gather(c, x, idx, g->attrs.gather), out);
+    return built(c, ot_build_gather(c, x, idx, g->attrs->gather), out);
 }
 
 /* reduce(x, init) over dimensions of size 1 only, with an integer or pred reducer for which init
@@ -209,8 +209,8 @@ static bool reduce_is_reshape(const ot_instr *i) {
     if (i->noperands != 2 || i->ncalled != 1 || i->shape.kind != OT_IR_ARRAY) return false;
     const ot_instr *x = i->operands[0];
     if (x->shape.kind != OT_IR_ARRAY) return false;
-    for (int k = 0; k < i->attrs.ndims; k++) {
-        int64_t d = i->attrs.dims[k];
+    for (int k = 0; k < i->attrs->ndims; k++) {
+        int64_t d = i->attrs->dims[k];
         if (d < 0 || d >= x->shape.array.rank || x->shape.array.dims[d] != 1) return false;
     }
     const ot_computation *rc = i->called[0];
@@ -322,14 +322,14 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
         }
         break;
     case OT_OP_TRANSPOSE: {
-        const int64_t *p = i->attrs.dims;
-        int n = i->attrs.ndims;
+        const int64_t *p = i->attrs->dims;
+        int n = i->attrs->ndims;
         if (is_identity_perm(p, n)) {
             *out = a;
         } else if (a->opcode == OT_OP_TRANSPOSE) {
             /* result dim k = a's dim p[k] = x's dim q[p[k]] */
             int64_t comp[OT_MAX_RANK];
-            for (int k = 0; k < n; k++) comp[k] = a->attrs.dims[p[k]];
+            for (int k = 0; k < n; k++) comp[k] = a->attrs->dims[p[k]];
             if (is_identity_perm(comp, n)) {
                 *out = a->operands[0];
             } else {
@@ -341,20 +341,20 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     }
     case OT_OP_BROADCAST: {
         if (ot_ir_shape_equal(&a->shape, &i->shape) &&
-            is_identity_perm(i->attrs.dims, i->attrs.ndims)) {
+            is_identity_perm(i->attrs->dims, i->attrs->ndims)) {
             *out = a;
         } else if (a->opcode == OT_OP_BROADCAST) {
             /* x dim k → a dim a.dims[k] → result dim i.dims[a.dims[k]] */
             int64_t comp[OT_MAX_RANK];
-            int n = a->attrs.ndims;
-            for (int k = 0; k < n; k++) comp[k] = i->attrs.dims[a->attrs.dims[k]];
+            int n = a->attrs->ndims;
+            for (int k = 0; k < n; k++) comp[k] = i->attrs->dims[a->attrs->dims[k]];
             ot_instr *r = ot_build_broadcast(c, a->operands[0], i->shape.array, comp, n);
             OT_CHECK(built(c, r, out));
         }
         break;
     }
     case OT_OP_SLICE: {
-        const ot_slice_dim *sd = i->attrs.slice;
+        const ot_slice_dim *sd = i->attrs->slice;
         bool full = sd != NULL && a->shape.kind == OT_IR_ARRAY;
         for (int k = 0; full && k < a->shape.array.rank; k++)
             full = sd[k].start == 0 && sd[k].limit == a->shape.array.dims[k] && sd[k].stride == 1;
@@ -363,8 +363,8 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     }
     case OT_OP_GET_TUPLE_ELEMENT:
         /* get-tuple-element(tuple(x0, ..., xn), k) -> xk (left behind by inlined calls) */
-        if (a->opcode == OT_OP_TUPLE && i->attrs.index >= 0 && i->attrs.index < a->noperands)
-            *out = a->operands[i->attrs.index];
+        if (a->opcode == OT_OP_TUPLE && i->attrs->index >= 0 && i->attrs->index < a->noperands)
+            *out = a->operands[i->attrs->index];
         break;
     case OT_OP_SELECT: {
         ot_instr *on_t = i->operands[1], *on_f = i->operands[2];
@@ -381,7 +381,7 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
         if (reduce_is_reshape(i)) OT_CHECK(built(c, ot_build_reshape(c, a, i->shape.array), out));
         break;
     case OT_OP_GATHER:
-        if (a->shape.kind == OT_IR_ARRAY && i->shape.kind == OT_IR_ARRAY && i->attrs.gather)
+        if (a->shape.kind == OT_IR_ARRAY && i->shape.kind == OT_IR_ARRAY && i->attrs->gather)
             OT_CHECK(gpush(c, i, a, 0, out));
         break;
     default: break;

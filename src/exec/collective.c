@@ -26,7 +26,7 @@ static void my_coords(const ot_exec_comm *c, int64_t *r, int64_t *p) {
 }
 
 static ot_status mode_of(const ot_instr *i, ot_collective_mode *md) {
-    ot_status st = ot_collective_mode_of(i->opcode, &i->attrs, md);
+    ot_status st = ot_collective_mode_of(i->opcode, i->attrs, md);
     if (st != OT_OK) return ot_error_wrap(st, "%s", EX_NAME(i));
     return OT_OK;
 }
@@ -49,7 +49,7 @@ static ot_status find_group(const ot_instr *i, const ot_exec_comm *c, int64_t *i
     int64_t space = md == OT_COLLECTIVE_CROSS_PARTITION ? P
                     : md == OT_COLLECTIVE_FLATTENED_ID  ? R * P
                                                         : R;
-    const ot_replica_groups *g = i->attrs.groups;
+    const ot_replica_groups *g = i->attrs->groups;
     bool empty = !g || g->ngroups == 0;
     if (empty && md == OT_COLLECTIVE_FLATTENED_ID)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -203,13 +203,14 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
             st = ot_error(OT_ERR_UNIMPLEMENTED, "%s: more than %d devices", EX_NAME(i), MAX_GROUP);
             goto done;
         }
-        for (int k = 0; k < 2 * i->attrs.npairs; k++)
-            if (i->attrs.pairs[k] < 0 || i->attrs.pairs[k] >= w) {
-                st = ot_error(OT_ERR_INVALID_ARGUMENT,
-                              "%s (collective-permute, %s): id %lld in source_target_pairs is "
-                              "outside the %lld %s",
-                              EX_NAME(i), ot_collective_mode_name(md), (long long)i->attrs.pairs[k],
-                              (long long)w, cross_part ? "partitions" : "replicas");
+        for (int k = 0; k < 2 * i->attrs->npairs; k++)
+            if (i->attrs->pairs[k] < 0 || i->attrs->pairs[k] >= w) {
+                st =
+                    ot_error(OT_ERR_INVALID_ARGUMENT,
+                             "%s (collective-permute, %s): id %lld in source_target_pairs is "
+                             "outside the %lld %s",
+                             EX_NAME(i), ot_collective_mode_name(md), (long long)i->attrs->pairs[k],
+                             (long long)w, cross_part ? "partitions" : "replicas");
                 goto done;
             }
         for (int64_t k = 0; k < w; k++) ids[k] = cross_part ? r * P + k : k * P + p;
@@ -220,9 +221,9 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
         if (!buf) goto oom;
         st = exchange(x, i, ids, w, ops[0]->array.data, bytes, buf);
         if (st != OT_OK) goto done;
-        for (int q = 0; q < i->attrs.npairs; q++)
-            if (i->attrs.pairs[2 * q + 1] == me && bytes)
-                memcpy(out->array.data, buf + i->attrs.pairs[2 * q] * (int64_t)bytes, bytes);
+        for (int q = 0; q < i->attrs->npairs; q++)
+            if (i->attrs->pairs[2 * q + 1] == me && bytes)
+                memcpy(out->array.data, buf + i->attrs->pairs[2 * q] * (int64_t)bytes, bytes);
         goto done;
     }
     st = find_group(i, c, ids, MAX_GROUP, &n, &pos);
@@ -234,7 +235,7 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
         st = ex_scalar_fn_new(x, i->called[0], &fn);
         if (st != OT_OK) goto done;
     }
-    if (i->opcode == OT_OP_ALL_TO_ALL && i->attrs.index < 0) {
+    if (i->opcode == OT_OP_ALL_TO_ALL && i->attrs->index < 0) {
         /* tuple form: operand k goes to member k; result k is member k's operand[pos] */
         if (nops != n) {
             st = ot_error(OT_ERR_FAILED_PRECONDITION,
@@ -278,7 +279,7 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
         if (!buf) goto oom;
         st = exchange(x, i, ids, n, src->array.data, bytes, buf);
         if (st != OT_OK) goto done;
-        int dd = (int)i->attrs.index;
+        int dd = (int)i->attrs->index;
         bool fits = true;
         if (i->opcode == OT_OP_ALL_GATHER)
             fits = ex_arr(dst)->dims[dd] == n * s->dims[dd];
@@ -298,7 +299,7 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
             st = reduce_members(fn, s->dtype, buf, n, count, dst->array.data);
             break;
         case OT_OP_ALL_GATHER: {
-            int d = (int)i->attrs.index;
+            int d = (int)i->attrs->index;
             for (int64_t m = 0; m < n; m++)
                 chunk_place(ex_arr(dst), d, s->dims[d], m, buf + m * (int64_t)bytes,
                             dst->array.data);
@@ -308,14 +309,14 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
             char *full = ot_malloc(bytes + 1);
             if (!full) goto oom;
             st = reduce_members(fn, s->dtype, buf, n, count, full);
-            if (st == OT_OK) chunk_copy(s, (int)i->attrs.index, n, pos, full, dst->array.data);
+            if (st == OT_OK) chunk_copy(s, (int)i->attrs->index, n, pos, full, dst->array.data);
             ot_free(full);
             break;
         }
         case OT_OP_ALL_TO_ALL: {
             /* chunk j of member m's operand goes to member j; the result concatenates, along
              * the split dimension, chunk `pos` of every member in group order */
-            int d = (int)i->attrs.index;
+            int d = (int)i->attrs->index;
             int64_t csz = s->dims[d] / n;
             size_t cbytes = bytes / (size_t)n;
             char *chunk = ot_malloc(cbytes + 1);

@@ -110,7 +110,7 @@ ot_status ex_eval_computation(ex_ctx *x, const ot_computation *c, const ot_value
         if (!needed[q]) continue;
         const ot_instr *i = instrs[q];
         if (i->opcode == OT_OP_PARAMETER) {
-            int64_t pn = i->attrs.index;
+            int64_t pn = i->attrs->index;
             if (pn < 0 || pn >= nargs) {
                 st = ot_error(OT_ERR_INVALID_ARGUMENT, "%s: parameter number %lld out of range",
                               EX_NAME(i), (long long)pn);
@@ -129,12 +129,12 @@ ot_status ex_eval_computation(ex_ctx *x, const ot_computation *c, const ot_value
             for (int o = 0; o < i->noperands; o++) ops[o] = &vals[pos_of(&ci, i->operands[o])];
             int64_t op0 = i->noperands ? pos_of(&ci, i->operands[0]) : -1;
             if (i->opcode == OT_OP_GET_TUPLE_ELEMENT && op0 != root_pos && uses[op0] == 1 &&
-                ops[0]->kind == OT_IR_TUPLE && i->attrs.index >= 0 &&
-                i->attrs.index < ops[0]->ntuple) {
+                ops[0]->kind == OT_IR_TUPLE && i->attrs->index >= 0 &&
+                i->attrs->index < ops[0]->ntuple) {
                 /* the tuple's last use: move the element out instead of copying it */
                 ot_value *t = (ot_value *)ops[0];
-                vals[q] = t->tuple[i->attrs.index];
-                t->tuple[i->attrs.index] = ot_value_empty();
+                vals[q] = t->tuple[i->attrs->index];
+                t->tuple[i->attrs->index] = ot_value_empty();
             } else {
                 st = ex_eval_instr(x, i, ops, &vals[q]);
             }
@@ -183,7 +183,7 @@ static ot_status alloc_result(const ot_instr *i, ot_value *out) {
 }
 
 static ot_status eval_constant(const ot_instr *i, ot_value *out) {
-    const ot_literal *lit = i->attrs.literal;
+    const ot_literal *lit = i->attrs->literal;
     if (i->shape.kind != OT_IR_ARRAY)
         return ot_error(OT_ERR_UNIMPLEMENTED, "constant %s: tuple constants are not supported",
                         EX_NAME(i));
@@ -205,7 +205,7 @@ static ot_status eval_constant(const ot_instr *i, ot_value *out) {
 static ot_status eval_iota(const ot_instr *i, ot_value *out) {
     OT_CHECK(alloc_result(i, out));
     const ot_shape *s = &i->shape.array;
-    int64_t d = i->attrs.index, numel = ot_shape_numel_unchecked(s);
+    int64_t d = i->attrs->index, numel = ot_shape_numel_unchecked(s);
     if (numel == 0) return OT_OK;
     int64_t idx[OT_MAX_RANK] = {0};
     for (int64_t e = 0; e < numel; e++) {
@@ -229,7 +229,7 @@ static ot_status eval_elementwise(const ot_instr *i, const ot_value *const *ops,
     if (ot_opcode_is_elementwise_unary(op)) {
         st = ex_unary(op, ex_arr(ops[0])->dtype, s->dtype, ops[0]->array.data, y, n);
     } else if (op == OT_OP_COMPARE) {
-        st = ex_compare(i->attrs.cmp_dir, i->attrs.cmp_type, ex_arr(ops[0])->dtype,
+        st = ex_compare(i->attrs->cmp_dir, i->attrs->cmp_type, ex_arr(ops[0])->dtype,
                         ops[0]->array.data, ops[1]->array.data, y, n);
     } else if (ot_opcode_is_elementwise_binary(op)) {
         st = ex_binary(op, s->dtype, ops[0]->array.data, ops[1]->array.data, y, n);
@@ -252,7 +252,7 @@ static ot_status eval_elementwise(const ot_instr *i, const ot_value *const *ops,
         else if (out->array.nbytes)
             memcpy(y, ops[0]->array.data, out->array.nbytes);
     } else if (op == OT_OP_REDUCE_PRECISION) {
-        st = ex_reduce_precision(s->dtype, i->attrs.exponent_bits, i->attrs.mantissa_bits,
+        st = ex_reduce_precision(s->dtype, i->attrs->exponent_bits, i->attrs->mantissa_bits,
                                  ops[0]->array.data, y, n);
     } else {
         st = ot_error(OT_ERR_INTERNAL, "%s: not an elementwise op", EX_NAME(i));
@@ -370,9 +370,9 @@ ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops
     case OT_OP_CONVOLUTION: return ex_kernel_convolution(i, ops, out);
     case OT_OP_TUPLE: return eval_tuple(i, ops, out);
     case OT_OP_GET_TUPLE_ELEMENT:
-        if (ops[0]->kind != OT_IR_TUPLE || i->attrs.index < 0 || i->attrs.index >= ops[0]->ntuple)
+        if (ops[0]->kind != OT_IR_TUPLE || i->attrs->index < 0 || i->attrs->index >= ops[0]->ntuple)
             return ot_error(OT_ERR_INTERNAL, "%s: bad tuple index", EX_NAME(i));
-        return ot_value_copy(out, &ops[0]->tuple[i->attrs.index]);
+        return ot_value_copy(out, &ops[0]->tuple[i->attrs->index]);
     case OT_OP_CALL:
     case OT_OP_FUSION: return call_computation(x, i->called[0], ops, i->noperands, out);
     case OT_OP_WHILE: return eval_while(x, i, ops, out);
@@ -388,7 +388,8 @@ ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops
     case OT_OP_RNG_BIT_GENERATOR: return ex_kernel_rng(i, ops, out);
     case OT_OP_CUSTOM_CALL:
         return ot_error(OT_ERR_UNIMPLEMENTED, "custom-call %s: target \"%s\" is not implemented",
-                        EX_NAME(i), i->attrs.custom_call_target ? i->attrs.custom_call_target : "");
+                        EX_NAME(i),
+                        i->attrs->custom_call_target ? i->attrs->custom_call_target : "");
     default:
         return ot_error(OT_ERR_UNIMPLEMENTED, "%s: opcode %s is not implemented by the evaluator",
                         EX_NAME(i), ot_opcode_name(op));
@@ -426,7 +427,7 @@ static bool scalar_op_ok(const ot_instr *i) {
     ot_opcode op = i->opcode;
     if (!scalar_ok(&i->shape)) return false;
     if (op == OT_OP_PARAMETER) return true;
-    if (op == OT_OP_CONSTANT) return i->attrs.literal && !i->attrs.literal->elided;
+    if (op == OT_OP_CONSTANT) return i->attrs->literal && !i->attrs->literal->elided;
     if (op == OT_OP_MAP) return false;
     if (op == OT_OP_BITCAST_CONVERT)
         return ot_dtype_size(i->shape.array.dtype) == ot_dtype_size(ot_instr_dtype(i->operands[0]));
@@ -520,14 +521,14 @@ ot_status ex_scalar_fn_new(ex_ctx *x, const ot_computation *c, ex_scalar_fn **ou
             f->steps[k].ops[o] = found;
         }
         if (i->opcode == OT_OP_PARAMETER) {
-            int64_t pn = i->attrs.index;
+            int64_t pn = i->attrs->index;
             if (pn < 0 || pn >= f->nparams)
                 fast = false;
             else
                 f->param_slot[pn] = k;
         }
         if (i->opcode == OT_OP_CONSTANT && fast)
-            memcpy(&f->slots[k], i->attrs.literal->data, ot_dtype_size(i->shape.array.dtype));
+            memcpy(&f->slots[k], i->attrs->literal->data, ot_dtype_size(i->shape.array.dtype));
     }
     f->nsteps = k;
     if (fast) {
@@ -558,14 +559,14 @@ static ot_status scalar_step_run(ex_scalar_fn *f, const scalar_step *s) {
     case OT_OP_PARAMETER:
     case OT_OP_CONSTANT: return OT_OK;
     case OT_OP_COMPARE:
-        return ex_compare(i->attrs.cmp_dir, i->attrs.cmp_type, ot_instr_dtype(i->operands[0]), a, b,
-                          y, 1);
+        return ex_compare(i->attrs->cmp_dir, i->attrs->cmp_type, ot_instr_dtype(i->operands[0]), a,
+                          b, y, 1);
     case OT_OP_SELECT: ex_select(a, 0, b, c, y, ot_dtype_size(t), 1); return OT_OK;
     case OT_OP_CLAMP: return ex_clamp(t, a, 0, b, c, 0, y, 1);
     case OT_OP_CONVERT: return ex_convert(ot_instr_dtype(i->operands[0]), t, a, y, 1);
     case OT_OP_BITCAST_CONVERT: memcpy(y, a, ot_dtype_size(t)); return OT_OK;
     case OT_OP_REDUCE_PRECISION:
-        return ex_reduce_precision(t, i->attrs.exponent_bits, i->attrs.mantissa_bits, a, y, 1);
+        return ex_reduce_precision(t, i->attrs->exponent_bits, i->attrs->mantissa_bits, a, y, 1);
     default:
         if (ot_opcode_is_elementwise_unary(op))
             return ex_unary(op, ot_instr_dtype(i->operands[0]), t, a, y, 1);

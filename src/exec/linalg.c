@@ -139,7 +139,7 @@ static ot_status widen_permuted(const ot_value *v, acc_kind k, const int64_t *or
 
 ot_status ex_kernel_dot(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     OT_CHECK(ot_value_alloc_shape(out, &i->shape));
-    const ot_dot_dims *dn = i->attrs.dot;
+    const ot_dot_dims *dn = i->attrs->dot;
     const ot_shape *ls = ex_arr(ops[0]), *rs = ex_arr(ops[1]), *os = ex_arr(out);
     /* each operand is widened into the order (batch dims, free dims, contracting dims), so
      * element (b, f, k) sits at (b * F + f) * K + k and every dot product is a contiguous run;
@@ -191,15 +191,15 @@ ot_status ex_kernel_dot(const ot_instr *i, const ot_value *const *ops, ot_value 
 
 ot_status ex_kernel_convolution(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     OT_CHECK(ot_value_alloc_shape(out, &i->shape));
-    const ot_conv_dims *cd = i->attrs.conv;
-    const ot_window *w = i->attrs.window;
+    const ot_conv_dims *cd = i->attrs->conv;
+    const ot_window *w = i->attrs->window;
     const ot_shape *ls = ex_arr(ops[0]), *rs = ex_arr(ops[1]), *os = ex_arr(out);
     int ns = cd->nspatial;
     int64_t lstr[OT_MAX_RANK], rstr[OT_MAX_RANK];
     ot_shape_strides(ls, lstr);
     ot_shape_strides(rs, rstr);
-    int64_t G = i->attrs.feature_group_count > 0 ? i->attrs.feature_group_count : 1;
-    int64_t B = i->attrs.batch_group_count > 0 ? i->attrs.batch_group_count : 1;
+    int64_t G = i->attrs->feature_group_count > 0 ? i->attrs->feature_group_count : 1;
+    int64_t B = i->attrs->batch_group_count > 0 ? i->attrs->batch_group_count : 1;
     int64_t N = ls->dims[cd->input_batch];
     int64_t Cg = rs->dims[cd->kernel_input_feature]; /* input features per group */
     int64_t O = rs->dims[cd->kernel_output_feature];

@@ -29,11 +29,11 @@ bool ex_reduce_rows(const ot_instr *r, int64_t *rows, int64_t *len) {
         init->shape.kind != OT_IR_ARRAY || ot_shape_numel_unchecked(&init->shape.array) != 1)
         return false;
     const ot_shape *S = &x->shape.array;
-    int nd = r->attrs.ndims;
+    int nd = r->attrs->ndims;
     if (nd < 1 || nd > S->rank) return false;
     bool red[OT_MAX_RANK] = {false};
     for (int k = 0; k < nd; k++) {
-        int64_t d = r->attrs.dims[k];
+        int64_t d = r->attrs->dims[k];
         if (d < 0 || d >= S->rank || red[d]) return false;
         red[d] = true;
     }
@@ -71,9 +71,9 @@ bool ex_reduce_lanes(const ot_instr *i) {
             return false;
     }
     bool reduced[OT_MAX_RANK] = {false};
-    for (int k = 0; k < i->attrs.ndims; k++)
-        if (i->attrs.dims[k] >= 0 && i->attrs.dims[k] < OT_MAX_RANK)
-            reduced[i->attrs.dims[k]] = true;
+    for (int k = 0; k < i->attrs->ndims; k++)
+        if (i->attrs->dims[k] >= 0 && i->attrs->dims[k] < OT_MAX_RANK)
+            reduced[i->attrs->dims[k]] = true;
     for (int d = s->rank - 1; d >= 0; d--)
         if (s->dims[d] != 1) return reduced[d];
     return false; /* one element per output: nothing to order */
@@ -130,7 +130,7 @@ static ot_status reduce_lanes(ex_scalar_fn *fn, const ot_instr *i, const ot_valu
     const ot_shape *is = ex_arr(in);
     size_t es = ot_dtype_size(is->dtype);
     bool reduced[OT_MAX_RANK] = {false};
-    for (int k = 0; k < i->attrs.ndims; k++) reduced[i->attrs.dims[k]] = true;
+    for (int k = 0; k < i->attrs->ndims; k++) reduced[i->attrs->dims[k]] = true;
     int64_t istr[OT_MAX_RANK], rdims[OT_MAX_RANK], odims[OT_MAX_RANK], rstr[OT_MAX_RANK],
         ostr[OT_MAX_RANK];
     ot_shape_strides(is, istr);
@@ -191,7 +191,7 @@ ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *
     for (int k = 0; k < n; k++) fill_init(acc[k], ops[n + k]);
     const ot_shape *is = ex_arr(ops[0]);
     bool reduced[OT_MAX_RANK] = {false};
-    for (int k = 0; k < i->attrs.ndims; k++) reduced[i->attrs.dims[k]] = true;
+    for (int k = 0; k < i->attrs->ndims; k++) reduced[i->attrs->dims[k]] = true;
     /* output strides expressed over the input dims (0 for reduced dims) */
     int64_t ostr_in[OT_MAX_RANK], ostr[OT_MAX_RANK];
     ot_shape_strides(ex_arr(acc[0]), ostr);
@@ -255,7 +255,7 @@ ot_status ex_kernel_reduce_window(ex_ctx *x, const ot_instr *i, const ot_value *
     ex_scalar_fn *fn = NULL;
     ot_status st = ex_scalar_fn_new(x, i->called[0], &fn);
     if (st != OT_OK) goto fail;
-    const ot_window *w = i->attrs.window;
+    const ot_window *w = i->attrs->window;
     const ot_shape *is = ex_arr(ops[0]), *os = ex_arr(acc[0]);
     int r = is->rank;
     int64_t istr[OT_MAX_RANK], wdims[OT_MAX_RANK];
@@ -313,7 +313,7 @@ ot_status ex_kernel_select_and_scatter(ex_ctx *x, const ot_instr *i, const ot_va
     ot_status st = ex_scalar_fn_new(x, i->called[0], &sel);
     if (st == OT_OK) st = ex_scalar_fn_new(x, i->called[1], &sca);
     if (st != OT_OK) goto fail;
-    const ot_window *w = i->attrs.window;
+    const ot_window *w = i->attrs->window;
     const ot_shape *is = ex_arr(operand), *ss = ex_arr(source);
     int r = is->rank;
     size_t es = ot_dtype_size(is->dtype);
@@ -419,7 +419,7 @@ ot_status ex_kernel_sort(ex_ctx *x, const ot_instr *i, const ot_value *const *op
     ot_value *res[EX_MAX_VARIADIC];
     OT_CHECK(alloc_multi(i, n, out, res));
     const ot_shape *s0 = ex_arr(ops[0]);
-    int64_t dim = i->attrs.index, m = s0->rank ? s0->dims[dim] : 1;
+    int64_t dim = i->attrs->index, m = s0->rank ? s0->dims[dim] : 1;
     int64_t str[OT_MAX_RANK];
     ot_shape_strides(s0, str);
     int64_t *p = ot_malloc((size_t)(m ? m : 1) * sizeof *p);
@@ -475,10 +475,10 @@ ot_status ex_kernel_topk(const ot_instr *i, const ot_value *const *ops, ot_value
     OT_CHECK(ot_value_alloc_shape(out, &i->shape));
     const ot_shape *s = ex_arr(ops[0]);
     ot_dtype t = s->dtype;
-    int64_t m = s->dims[s->rank - 1], k = i->attrs.index;
+    int64_t m = s->dims[s->rank - 1], k = i->attrs->index;
     int64_t rows = m ? ot_shape_numel_unchecked(s) / m : 0;
     size_t es = ot_dtype_size(t);
-    bool largest = i->attrs.largest;
+    bool largest = i->attrs->largest;
     uint8_t *taken = ot_calloc((size_t)(m ? m : 1), 1);
     if (!taken) {
         ot_value_release(out);

@@ -72,7 +72,7 @@ ot_status ex_kernel_rng(const ot_instr *i, const ot_value *const *ops, ot_value 
     }
     int64_t n = ot_shape_numel_unchecked(ex_arr(bits));
     uint32_t k0 = (uint32_t)s[0], k1 = (uint32_t)(s[0] >> 32);
-    ot_rng_algorithm alg = i->attrs.rng_algorithm;
+    ot_rng_algorithm alg = i->attrs->rng_algorithm;
     if (alg == OT_RNG_DEFAULT) alg = OT_RNG_PHILOX;
     if (alg == OT_RNG_THREE_FRY) {
         uint64_t ctr = s[1];

@@ -45,7 +45,7 @@ ot_status ex_kernel_shape(ex_ctx *x, const ot_instr *i, const ot_value *const *o
     int r = os->rank;
     int64_t istr[OT_MAX_RANK], idx[OT_MAX_RANK] = {0};
     ot_shape_strides(is, istr);
-    const ot_attrs *a = &i->attrs;
+    const ot_attrs *a = i->attrs;
 
     switch (i->opcode) {
     case OT_OP_RESHAPE:
@@ -204,7 +204,7 @@ static int64_t index_component(const ot_value *ind, int64_t ivd, const int64_t *
 
 ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     OT_CHECK(alloc_out(i, out));
-    const ot_gather_dims *g = i->attrs.gather;
+    const ot_gather_dims *g = i->attrs->gather;
     const ot_shape *os = &i->shape.array, *xs = ex_arr(ops[0]);
     size_t es = ot_dtype_size(os->dtype);
     int64_t xstr[OT_MAX_RANK];
@@ -271,7 +271,7 @@ ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_val
 
 ot_status ex_kernel_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                             ot_value *out) {
-    const ot_scatter_dims *sd = i->attrs.scatter;
+    const ot_scatter_dims *sd = i->attrs->scatter;
     int n = (i->noperands - 1) / 2;
     const ot_value *ind = ops[n];
     const ot_shape *xs = ex_arr(ops[0]), *us = ex_arr(ops[n + 1]), *ks = ex_arr(ind);

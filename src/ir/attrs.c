@@ -237,7 +237,7 @@ static bool literal_eq(const ot_literal *a, const ot_literal *b) {
 
 bool ot_instr_attrs_equal(const ot_instr *ia, const ot_instr *ib) {
     if (ia->opcode != ib->opcode) return false;
-    const ot_attrs *a = &ia->attrs, *b = &ib->attrs;
+    const ot_attrs *a = ia->attrs, *b = ib->attrs;
     int rank = ia->shape.kind == OT_IR_ARRAY ? ia->shape.array.rank : 0;
     if (a->index != b->index || a->ndims != b->ndims || a->cmp_dir != b->cmp_dir ||
         a->cmp_type != b->cmp_type || a->exponent_bits != b->exponent_bits ||
@@ -272,7 +272,7 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 uint64_t ot_instr_attrs_hash(const ot_instr *i) {
-    const ot_attrs *a = &i->attrs;
+    const ot_attrs *a = i->attrs;
     uint64_t h = mix(0, (uint64_t)i->opcode);
     h = mix(h, (uint64_t)a->index);
     h = mix(h, (uint64_t)a->cmp_dir * 31 + (uint64_t)a->cmp_type);

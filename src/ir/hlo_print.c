@@ -232,7 +232,7 @@ static void put_elem(sb *b, ot_dtype t, const uint8_t *p) {
 }
 
 static void put_literal(sb *b, const ot_instr *i) {
-    const ot_literal *l = i->attrs.literal;
+    const ot_literal *l = i->attrs->literal;
     if (!l || l->elided) {
         sb_puts(b, "{...}");
         return;
@@ -369,7 +369,7 @@ static void comp_name(sb *b, const ot_computation *c, const ot_hlo_print_options
 }
 
 static void put_attrs(sb *b, const ot_instr *i, const ot_hlo_print_options *o) {
-    const ot_attrs *a = &i->attrs;
+    const ot_attrs *a = i->attrs;
 #define SEP() sb_puts(b, ", ")
     switch (i->opcode) {
     case OT_OP_IOTA:
@@ -696,7 +696,7 @@ static void put_instr(sb *b, const ot_instr *i, const ot_hlo_print_options *o) {
     sb_puts(b, ot_opcode_name(i->opcode));
     sb_puts(b, "(");
     if (i->opcode == OT_OP_PARAMETER) {
-        sb_i64(b, (long long)i->attrs.index);
+        sb_i64(b, (long long)i->attrs->index);
     } else if (i->opcode == OT_OP_CONSTANT) {
         put_literal(b, i);
     } else {
@@ -883,7 +883,7 @@ char *ot_ir_to_dot(const ot_module *m, const ot_computation *c) {
         dot_escape(&b, i->name);
         sb_puts(&b, "|");
         dot_escape(&b, ot_opcode_name(i->opcode));
-        if (i->opcode == OT_OP_PARAMETER) sb_printf(&b, " %lld", (long long)i->attrs.index);
+        if (i->opcode == OT_OP_PARAMETER) sb_printf(&b, " %lld", (long long)i->attrs->index);
         for (int k = 0; k < i->ncalled; k++) {
             sb_puts(&b, k ? ", " : " → ");
             dot_escape(&b, i->called[k]->name);
@@ -904,7 +904,7 @@ char *ot_ir_to_dot(const ot_module *m, const ot_computation *c) {
         static const char *const kinds[] = {"kLoop", "kInput", "kOutput", "kCustom"};
         sb_printf(&b, "  subgraph cluster_%lld {\n    label=\"", (long long)f->id);
         dot_escape(&b, f->name);
-        sb_printf(&b, " (%s: ", kinds[f->attrs.fusion_kind & 3]);
+        sb_printf(&b, " (%s: ", kinds[f->attrs->fusion_kind & 3]);
         dot_escape(&b, fc->name);
         sb_puts(&b, ")\";\n    style=\"rounded,filled\"; fillcolor=\"#f2f8ee\";\n");
         for (const ot_instr *i = fc->first; i; i = i->next) {
@@ -914,7 +914,7 @@ char *ot_ir_to_dot(const ot_module *m, const ot_computation *c) {
             dot_escape(&b, i->name);
             sb_puts(&b, "|");
             dot_escape(&b, ot_opcode_name(i->opcode));
-            if (i->opcode == OT_OP_PARAMETER) sb_printf(&b, " %lld", (long long)i->attrs.index);
+            if (i->opcode == OT_OP_PARAMETER) sb_printf(&b, " %lld", (long long)i->attrs->index);
             sb_puts(&b, "|");
             dot_escape(&b, shp);
             sb_printf(&b, "}\", fillcolor=\"%s\"];\n", dot_color(i->opcode));

@@ -198,7 +198,9 @@ bool ir_op_takes_hint(ot_opcode op);
  *                  the original's signatures, where inference would give the same shape. */
 /*   IR_NAME_UNIQUE the name is known to be free in c (a copy into an empty computation of the
  *                  names of another, where they were unique): not looked up. */
-enum { IR_COPY_ATTRS = 1, IR_SHAPE_KNOWN = 2, IR_NAME_UNIQUE = 4 };
+/*   IR_ATTRS_SHARED attrs are another instruction's of this module (immutable): pointed at,
+ *                  not copied (a clone within the module). */
+enum { IR_COPY_ATTRS = 1, IR_SHAPE_KNOWN = 2, IR_NAME_UNIQUE = 4, IR_ATTRS_SHARED = 8 };
 ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
                     const ot_attrs *attrs, ot_computation *const *called, int ncalled,
                     const ot_ir_shape *hint, const char *name, size_t name_len, unsigned flags,

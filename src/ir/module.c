@@ -709,6 +709,47 @@ static ot_status params_set(ot_computation *c, int64_t number, ot_instr *p) {
     return OT_OK;
 }
 
+/* Attribute sets: an instruction points at its own copy in the arena, or, for the commonest
+ * sets (none at all, a parameter number or tuple index below 64, a fusion kind alone), at a
+ * shared constant one: most instructions of a large module carry one of those, and 192 bytes
+ * apiece would be a third of the module. */
+static const ot_attrs no_attrs;
+static const ot_attrs index_attrs[64] = {
+    {.index = 0},  {.index = 1},  {.index = 2},  {.index = 3},  {.index = 4},  {.index = 5},
+    {.index = 6},  {.index = 7},  {.index = 8},  {.index = 9},  {.index = 10}, {.index = 11},
+    {.index = 12}, {.index = 13}, {.index = 14}, {.index = 15}, {.index = 16}, {.index = 17},
+    {.index = 18}, {.index = 19}, {.index = 20}, {.index = 21}, {.index = 22}, {.index = 23},
+    {.index = 24}, {.index = 25}, {.index = 26}, {.index = 27}, {.index = 28}, {.index = 29},
+    {.index = 30}, {.index = 31}, {.index = 32}, {.index = 33}, {.index = 34}, {.index = 35},
+    {.index = 36}, {.index = 37}, {.index = 38}, {.index = 39}, {.index = 40}, {.index = 41},
+    {.index = 42}, {.index = 43}, {.index = 44}, {.index = 45}, {.index = 46}, {.index = 47},
+    {.index = 48}, {.index = 49}, {.index = 50}, {.index = 51}, {.index = 52}, {.index = 53},
+    {.index = 54}, {.index = 55}, {.index = 56}, {.index = 57}, {.index = 58}, {.index = 59},
+    {.index = 60}, {.index = 61}, {.index = 62}, {.index = 63},
+};
+static const ot_attrs fusion_kind_attrs[] = {
+    {.fusion_kind = OT_FUSION_LOOP},
+    {.fusion_kind = OT_FUSION_INPUT},
+    {.fusion_kind = OT_FUSION_OUTPUT},
+    {.fusion_kind = OT_FUSION_CUSTOM},
+};
+
+static const ot_attrs *attrs_intern(ot_module *m, const ot_attrs *a) {
+    ot_attrs t = {0};
+    if (a->index >= 0 && a->index < 64) {
+        t.index = a->index;
+        if (memcmp(a, &t, sizeof t) == 0) return a->index ? &index_attrs[a->index] : &no_attrs;
+        t.index = 0;
+    }
+    for (size_t k = 0; k < sizeof fusion_kind_attrs / sizeof *fusion_kind_attrs; k++) {
+        t.fusion_kind = fusion_kind_attrs[k].fusion_kind;
+        if (memcmp(a, &t, sizeof t) == 0) return &fusion_kind_attrs[k];
+    }
+    ot_attrs *c = ot_arena_alloc(m->arena, sizeof *c, 8);
+    if (c) *c = *a;
+    return c;
+}
+
 /* Records an explicit name's trailing number ("x.12" -> 12) in m->name_suffix_max. */
 static void note_name(ot_module *m, const char *name, size_t len) {
     size_t d = len;
@@ -785,12 +826,17 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         if (!i->called) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
     }
     i->ncalled = ncalled;
-    if (flags & IR_COPY_ATTRS) {
+    if (flags & IR_ATTRS_SHARED) {
+        i->attrs = attrs;
+    } else if (flags & IR_COPY_ATTRS) {
         int rank = shape.kind == OT_IR_ARRAY ? shape.array.rank : 0;
-        OT_CHECK(ir_attrs_copy(m, op, rank, attrs, &i->attrs));
+        ot_attrs t;
+        OT_CHECK(ir_attrs_copy(m, op, rank, attrs, &t));
+        i->attrs = attrs_intern(m, &t);
     } else {
-        i->attrs = *attrs;
+        i->attrs = attrs_intern(m, attrs);
     }
+    if (!i->attrs) return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
     /* a made name "<opcode>.<id>" is free when no explicit name ends in a number as large as
      * the id: ids skip ahead past such names (unless that would leave a gap much larger than
      * the module, which only a name like "x.999999999999" asks for) */
@@ -1243,10 +1289,10 @@ ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *con
         }
         name = buf;
     }
-    if (src->opcode == OT_OP_PARAMETER && dst->params_cap_ > src->attrs.index &&
-        dst->params[src->attrs.index])
+    if (src->opcode == OT_OP_PARAMETER && dst->params_cap_ > src->attrs->index &&
+        dst->params[src->attrs->index])
         return ot_error(OT_ERR_ALREADY_EXISTS, "clone %s: parameter %lld exists in %s", src->name,
-                        (long long)src->attrs.index, dst->name);
+                        (long long)src->attrs->index, dst->name);
     /* operands of the original's shapes (and the same called computations): the original's
      * shape is what inference would give */
     unsigned flags = IR_SHAPE_KNOWN;
@@ -1255,8 +1301,8 @@ ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *con
             !ot_ir_shape_equal(&new_operands[k]->shape, &src->operands[k]->shape))
             flags = 0;
     ot_instr *i;
-    OT_CHECK(ir_create(dst, src->opcode, new_operands, src->noperands, &src->attrs, src->called,
-                       src->ncalled, &src->shape, name, strlen(name), flags, &i));
+    OT_CHECK(ir_create(dst, src->opcode, new_operands, src->noperands, src->attrs, src->called,
+                       src->ncalled, &src->shape, name, strlen(name), flags | IR_ATTRS_SHARED, &i));
     i->metadata = src->metadata;
     i->raw = src->raw;
     i->nraw = src->nraw;
@@ -1470,9 +1516,11 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, clon
             if (s == OT_OK)
                 /* a copy of a built (so inferred) instruction over copies of its operands and
                  * of its called computations: its shape needs no inferring again */
-                s = ir_create(dst, i->opcode, ops, i->noperands, &i->attrs, called, i->ncalled,
+                s = ir_create(dst, i->opcode, ops, i->noperands, i->attrs, called, i->ncalled,
                               &shape, i->name, strlen(i->name),
-                              IR_SHAPE_KNOWN | IR_NAME_UNIQUE | (other ? IR_COPY_ATTRS : 0), &ni);
+                              IR_SHAPE_KNOWN | IR_NAME_UNIQUE |
+                                  (other ? IR_COPY_ATTRS : IR_ATTRS_SHARED),
+                              &ni);
             if (s == OT_OK && other && i->metadata) s = ot_instr_set_metadata(ni, i->metadata);
             if (s == OT_OK && !other) ni->metadata = i->metadata;
             if (s == OT_OK && i->nraw) {

@@ -132,7 +132,7 @@ bool ot_opcode_is_collective(ot_opcode op) {
 bool ot_instr_has_side_effect(const ot_instr *i) {
     if (ot_opcode_is_collective(i->opcode)) return true;
     if (i->opcode == OT_OP_RNG_BIT_GENERATOR) return false; /* pure: the state is an operand */
-    if (i->opcode == OT_OP_CUSTOM_CALL) return i->attrs.has_side_effect;
+    if (i->opcode == OT_OP_CUSTOM_CALL) return i->attrs->has_side_effect;
     return false;
 }
 

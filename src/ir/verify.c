@@ -109,7 +109,7 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
         /* shape and op invariants: infer again and compare */
         if (v->infer) {
             ot_ir_shape s;
-            ot_status st = ir_infer(mm, u->opcode, u->operands, u->noperands, &u->attrs, u->called,
+            ot_status st = ir_infer(mm, u->opcode, u->operands, u->noperands, u->attrs, u->called,
                                     u->ncalled, &u->shape, &s);
             if (st != OT_OK) return ot_error_wrap(st, "verify %s in %s", u->name, c->name);
         }
@@ -136,7 +136,7 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
             return ot_error(OT_ERR_INVALID_ARGUMENT,
                             "computation %s: parameter %d is missing (numbers must be 0..%d)",
                             c->name, k, c->nparams - 1);
-        if (p->opcode != OT_OP_PARAMETER || p->attrs.index != k || p->parent != c || p->dead_)
+        if (p->opcode != OT_OP_PARAMETER || p->attrs->index != k || p->parent != c || p->dead_)
             return ot_error(OT_ERR_INTERNAL, "computation %s: parameter table broken at %d",
                             c->name, k);
     }

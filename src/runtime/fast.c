@@ -324,7 +324,7 @@ static bool gemm_dtype(ot_dtype a, ot_dtype b, ot_dtype o) {
 
 static ot_status fast_dot(rt_fast_ctx *c, const ot_instr *i, void *const *in,
                           const ot_slot *const *ins, void *out, const ot_slot *os, bool *done) {
-    const ot_dot_dims *dn = i->attrs.dot;
+    const ot_dot_dims *dn = i->attrs->dot;
     const ot_shape *ls = &ins[0]->shape, *rs = &ins[1]->shape;
     if (!dn || !gemm_dtype(ls->dtype, rs->dtype, os->shape.dtype)) return OT_OK;
     int64_t lbfk[OT_MAX_RANK], lbkf[OT_MAX_RANK], rbkf[OT_MAX_RANK], rbfk[OT_MAX_RANK];
@@ -501,11 +501,11 @@ static void conv_scatter(void *arg, int64_t begin, int64_t end, int ith) {
 
 static ot_status fast_conv(rt_fast_ctx *c, const ot_instr *i, void *const *in,
                            const ot_slot *const *ins, void *out, const ot_slot *os, bool *done) {
-    const ot_conv_dims *cd = i->attrs.conv;
-    const ot_window *w = i->attrs.window;
+    const ot_conv_dims *cd = i->attrs->conv;
+    const ot_window *w = i->attrs->window;
     const ot_shape *ls = &ins[0]->shape, *rs = &ins[1]->shape, *osh = &os->shape;
     if (!cd || !gemm_dtype(ls->dtype, rs->dtype, osh->dtype)) return OT_OK;
-    if (i->attrs.batch_group_count > 1 || cd->nspatial > 3) return OT_OK;
+    if (i->attrs->batch_group_count > 1 || cd->nspatial > 3) return OT_OK;
     if (w && w->rank != cd->nspatial) return OT_OK;
     if (overlaps(out, os->nbytes, in[0], ins[0]->nbytes) ||
         overlaps(out, os->nbytes, in[1], ins[1]->nbytes))
@@ -514,7 +514,7 @@ static ot_status fast_conv(rt_fast_ctx *c, const ot_instr *i, void *const *in,
     memset(&p, 0, sizeof p);
     p.es = ot_dtype_size(osh->dtype);
     p.ns = cd->nspatial;
-    p.G = i->attrs.feature_group_count > 0 ? i->attrs.feature_group_count : 1;
+    p.G = i->attrs->feature_group_count > 0 ? i->attrs->feature_group_count : 1;
     p.N = ls->dims[cd->input_batch];
     p.Cg = rs->dims[cd->kernel_input_feature];
     int64_t O = rs->dims[cd->kernel_output_feature];
@@ -973,7 +973,7 @@ static ot_status reduce_core(rt_fast_ctx *c, const ot_instr *i, const void *x0, 
     if (overlaps(out, os->nbytes, x0, xbytes) || overlaps(out, os->nbytes, init, ibytes))
         return OT_OK;
     bool red[OT_MAX_RANK] = {false};
-    for (int k = 0; k < i->attrs.ndims; k++) red[i->attrs.dims[k]] = true;
+    for (int k = 0; k < i->attrs->ndims; k++) red[i->attrs->dims[k]] = true;
     /* [O, R, I] when the reduced non-unit dims are one contiguous run, else transpose the
      * reduced dims last (keeping both groups in order, so the fold order is unchanged) */
     int first = -1, last = -1;
@@ -1076,16 +1076,16 @@ static ot_status fast_reduce_fusion(rt_fast_ctx *c, const ot_instr *i, int nin, 
     for (int k = 0; k < i->noperands; k++)
         if (i->operands[k]->shape.kind != OT_IR_ARRAY) return OT_OK;
     const ot_instr *xp = r->operands[0], *ip = r->operands[1];
-    if (xp->opcode != OT_OP_PARAMETER || xp->attrs.index < 0 || xp->attrs.index >= nin)
+    if (xp->opcode != OT_OP_PARAMETER || xp->attrs->index < 0 || xp->attrs->index >= nin)
         return OT_OK;
-    int xk = (int)xp->attrs.index;
+    int xk = (int)xp->attrs->index;
     if (!ot_shape_equal(&ins[xk]->shape, &xp->shape.array)) return OT_OK;
-    if (ip->opcode == OT_OP_PARAMETER && ip->attrs.index >= 0 && ip->attrs.index < nin) {
-        int ik = (int)ip->attrs.index;
+    if (ip->opcode == OT_OP_PARAMETER && ip->attrs->index >= 0 && ip->attrs->index < nin) {
+        int ik = (int)ip->attrs->index;
         return reduce_core(c, r, in[xk], &ins[xk]->shape, ins[xk]->nbytes, in[ik],
                            ins[ik]->shape.dtype, ins[ik]->nbytes, out, os, done);
     }
-    const ot_literal *lit = ip->attrs.literal;
+    const ot_literal *lit = ip->attrs->literal;
     if (ip->opcode != OT_OP_CONSTANT || !lit || lit->elided || ip->shape.kind != OT_IR_ARRAY ||
         ip->shape.array.rank != 0 || lit->nbytes != (int64_t)ot_dtype_size(ip->shape.array.dtype))
         return OT_OK;
@@ -1189,8 +1189,8 @@ static ot_status fast_elementwise(rt_fast_ctx *c, const ot_instr *i, int nin, vo
     if (ot_opcode_is_elementwise_unary(op) && nin == 1) {
         st = ex_unary(op, ins[0]->shape.dtype, os->shape.dtype, in[0], out, n);
     } else if (op == OT_OP_COMPARE && nin == 2) {
-        st = ex_compare(i->attrs.cmp_dir, i->attrs.cmp_type, ins[0]->shape.dtype, in[0], in[1], out,
-                        n);
+        st = ex_compare(i->attrs->cmp_dir, i->attrs->cmp_type, ins[0]->shape.dtype, in[0], in[1],
+                        out, n);
     } else if (ot_opcode_is_elementwise_binary(op) && nin == 2) {
         st = ex_binary(op, os->shape.dtype, in[0], in[1], out, n);
     } else if (op == OT_OP_CONVERT && nin == 1) {
@@ -1212,8 +1212,8 @@ static ot_status fast_transpose(rt_fast_ctx *c, const ot_instr *i, void *const *
                                 bool *done) {
     if (overlaps(out, os->nbytes, in[0], ins[0]->nbytes)) return OT_OK;
     const ot_shape *s = &ins[0]->shape;
-    if (i->attrs.ndims != s->rank) return OT_OK;
-    rt_transpose(c, ot_dtype_size(s->dtype), s->rank, s->dims, i->attrs.dims, in[0], out);
+    if (i->attrs->ndims != s->rank) return OT_OK;
+    rt_transpose(c, ot_dtype_size(s->dtype), s->rank, s->dims, i->attrs->dims, in[0], out);
     *done = true;
     c->fast_run++;
     return OT_OK;
@@ -1229,7 +1229,7 @@ static ot_status fast_transpose(rt_fast_ctx *c, const ot_instr *i, void *const *
  * 4 or 8 bytes; anything else is left to the reference. The copies are the same bytes. */
 static ot_status fast_gather(rt_fast_ctx *c, const ot_instr *i, void *const *in,
                              const ot_slot *const *ins, void *out, const ot_slot *os, bool *done) {
-    const ot_gather_dims *g = i->attrs.gather;
+    const ot_gather_dims *g = i->attrs->gather;
     if (!g) return OT_OK;
     const ot_shape *xs = &ins[0]->shape, *ks = &ins[1]->shape, *ys = &os->shape;
     ot_dtype kt = ks->dtype;
