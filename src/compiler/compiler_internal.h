@@ -63,7 +63,10 @@ ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory
 /* Array numel of an instruction (0 for tuples/tokens). */
 int64_t cc_numel(const ot_instr *i);
 /* Row fusion (rowfuse.c), run at the end of the fusion pass. */
-ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed);
+/* inputs: the entry's input (reduce-rooted) fusions, the candidates, in the order to try them
+ * (the fusion pass knows them: those it found and those it made) */
+ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, int64_t ninputs,
+                      bool *changed);
 
 /* True for ops that cost a lot per element (never duplicated by fusion). */
 bool cc_is_expensive(ot_opcode op);

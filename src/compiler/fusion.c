@@ -355,6 +355,9 @@ typedef struct mat {
     ot_instr **repl;
     ot_instr **pending;
     int64_t npending, pendcap;
+    /* the entry's input fusions: those found, then those made (row fusion's candidates) */
+    ot_instr **inputs;
+    int64_t ninputs, inputcap;
 } mat;
 
 /* user_data of an entry instruction already on the pending list */
@@ -476,6 +479,11 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "fusion: builder failed");
             goto done;
         }
+        if (kind == CL_INPUT) {
+            s = cc_grow(&mt->inputs, &mt->inputcap, mt->ninputs + 1, sizeof *mt->inputs);
+            if (s != OT_OK) goto done;
+            mt->inputs[mt->ninputs++] = fusion;
+        }
         /* the users left in the entry will read the fusion (or its tuple element) instead */
         for (int64_t j = 0; j < nout && s == OT_OK; j++) {
             ot_instr *x = outs[j], *to = fusion;
@@ -547,13 +555,19 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
     }
-    for (int64_t k = 0; k < f.n; k++) {
-        f.po[k]->mark = k;
+    for (int64_t k = 0; k < f.n && s == OT_OK; k++) {
+        ot_instr *x = f.po[k];
+        x->mark = k;
+        if (x->opcode == OT_OP_FUSION && x->ncalled == 1 &&
+            x->attrs->fusion_kind == OT_FUSION_INPUT) {
+            s = cc_grow(&mt.inputs, &mt.inputcap, mt.ninputs + 1, sizeof *mt.inputs);
+            if (s == OT_OK) mt.inputs[mt.ninputs++] = x;
+        }
         f.cl[k] = -1;
         f.dup_head[k] = -1;
         f.next_out[k] = -1;
     }
-    if ((s = second_order(&f)) != OT_OK) goto out;
+    if (s != OT_OK || (s = second_order(&f)) != OT_OK) goto out;
     if ((s = phase1(&f)) != OT_OK) goto out;
     if ((s = phase2(&f)) != OT_OK) goto out;
     /* member lists per cluster root (CSR), in position order */
@@ -627,7 +641,7 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     }
     if (s == OT_OK) {
         bool rch = false;
-        s = cc_row_fuse(m, f.max_io, &rch);
+        s = cc_row_fuse(m, f.max_io, mt.inputs, mt.ninputs, &rch);
         ch = ch || rch;
     }
 out:
@@ -640,6 +654,7 @@ out:
     ot_free(mt.clone);
     ot_free(mt.repl);
     ot_free(mt.pending);
+    ot_free(mt.inputs);
     ot_free(f.po);
     ot_free(f.cl);
     ot_free(f.small);

@@ -119,14 +119,16 @@ static bool per_row_loop(const ot_instr *l, int64_t rows) {
 
 /* Whether `target` is reached from the users of `from` other than `skip` (bounded: false when
  * the search is too large, which the caller treats as reached). */
-static bool reaches(ot_instr *from, const ot_instr *skip, const ot_instr *target, int64_t stamp) {
+static bool reaches(ot_instr *from, const ot_instr *skip, const ot_instr *target) {
+    /* a fresh visit stamp: marks left by earlier searches read as unvisited */
+    const uint64_t stamp = ir_visit_stamps(from->parent->module, 1) + 1;
     enum { LIMIT = 4096 };
     ot_instr *stack[LIMIT];
     int sp = 0, seen = 0;
     for (int u = 0; u < from->nusers; u++) {
         ot_instr *x = from->users[u];
-        if (x == skip || x->mark == stamp) continue;
-        x->mark = stamp;
+        if (x == skip || x->visit_ == stamp) continue;
+        x->visit_ = stamp;
         if (sp == LIMIT) return true;
         stack[sp++] = x;
     }
@@ -136,8 +138,8 @@ static bool reaches(ot_instr *from, const ot_instr *skip, const ot_instr *target
         if (++seen > LIMIT) return true;
         for (int u = 0; u < x->nusers; u++) {
             ot_instr *y = x->users[u];
-            if (y->mark == stamp) continue;
-            y->mark = stamp;
+            if (y->visit_ == stamp) continue;
+            y->visit_ = stamp;
             if (sp == LIMIT) return true;
             stack[sp++] = y;
         }
@@ -197,7 +199,7 @@ static ot_status clone_body(ot_computation *dst, const ot_instr *f, ot_instr *co
 
 /* Merges P (and L) into C; see the header comment. */
 static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, ot_instr *L,
-                       ot_instr *P) {
+                       ot_instr *P, ot_instr **merged) {
     ot_instr *y = C->operands[q];
     rf_inputs in = {0};
     ot_status s = OT_OK;
@@ -281,6 +283,7 @@ static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, 
     }
     if (s == OT_OK && L) s = ot_instr_remove(L);
     if (s == OT_OK) s = ot_instr_remove(P);
+    if (s == OT_OK) *merged = mf;
 done:
     ot_free(in.v);
     ot_free(map_c);
@@ -482,7 +485,7 @@ done:
 
 /* Whether loop fusion N, a user of R's results, may join R (see merge_elements). */
 static bool joins(const ot_instr *R, const ot_instr *N, int64_t rows, int64_t len,
-                  const ot_instr *x, int max_io, int64_t *stamp) {
+                  const ot_instr *x, int max_io) {
     bool per_row = per_row_loop(N, rows);
     if (!per_row) {
         if (!element_loop(N, rows * len)) return false;
@@ -499,37 +502,20 @@ static bool joins(const ot_instr *R, const ot_instr *N, int64_t rows, int64_t le
     }
     /* no other input of N may depend on R */
     if (fused(R)->root->opcode != OT_OP_TUPLE) {
-        if (reaches((ot_instr *)R, N, N, ++*stamp)) return false;
+        if (reaches((ot_instr *)R, N, N)) return false;
     } else {
         for (int u = 0; u < R->nusers; u++)
-            if (R->users[u]->opcode != OT_OP_GET_TUPLE_ELEMENT ||
-                reaches(R->users[u], N, N, ++*stamp))
+            if (R->users[u]->opcode != OT_OP_GET_TUPLE_ELEMENT || reaches(R->users[u], N, N))
                 return false;
     }
     return R->noperands + N->noperands + R->nusers + 2 <= max_io;
-}
-
-/* One round: each row producer takes in the first loop fusion that may join it. */
-/* The entry's reduce-rooted (input) fusions in list order, every instruction's mark cleared for
- * reaches()'s stamps: one walk of the list (a long list misses the cache on every instruction).
- * Only input fusions can be row reductions or row producers; any fusion may join one. */
-static ot_instr **input_fusions(ot_computation *entry, int64_t *nf) {
-    ot_instr **fus = ot_malloc((size_t)(entry->ninstrs > 0 ? entry->ninstrs : 1) * sizeof *fus);
-    *nf = 0;
-    if (!fus) return NULL;
-    for (ot_instr *x = entry->first; x; x = x->next) {
-        x->mark = 0;
-        if (fused(x) && x->attrs->fusion_kind == OT_FUSION_INPUT && *nf < entry->ninstrs)
-            fus[(*nf)++] = x;
-    }
-    return fus;
 }
 
 /* One round over the candidates cand[0..ncand): each row producer takes in the first loop fusion
  * that may join it. The next round's candidates (*next) are what this round changed: each merged
  * fusion, and the input fusions feeding it (their users changed); nothing else can join anew. */
 static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, ot_instr **cand,
-                               int64_t ncand, int64_t *stamp, ot_instr ***next, int64_t *nnext) {
+                               int64_t ncand, ot_instr ***next, int64_t *nnext) {
     ot_status s = OT_OK;
     int64_t cap = 0;
     *next = NULL;
@@ -549,7 +535,7 @@ static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, 
                 nc = g->nusers;
             }
             for (int k = 0; k < nc && !N; k++)
-                if (fused(cnd[k]) && joins(R, cnd[k], rows, len, x, max_io, stamp)) N = cnd[k];
+                if (fused(cnd[k]) && joins(R, cnd[k], rows, len, x, max_io)) N = cnd[k];
         }
         if (!N) continue;
         ot_instr *mf = NULL;
@@ -565,16 +551,17 @@ static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, 
     return s;
 }
 
-ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
+ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, int64_t ninputs,
+                      bool *changed) {
     ot_computation *entry = ot_module_entry(m);
     if (!entry) return OT_OK;
-    int64_t nf;
-    ot_instr **fus = input_fusions(entry, &nf);
-    if (!fus) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
-    int64_t stamp = 0;
+    /* the candidates of the element rounds: the inputs this loop leaves, then what it merges */
+    ot_instr **cand = ot_malloc((size_t)(ninputs ? ninputs : 1) * sizeof *cand);
+    int64_t ncand = 0, candcap = ninputs ? ninputs : 1;
+    if (!cand) return ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
     ot_status s = OT_OK;
-    for (int64_t j = 0; j < nf && s == OT_OK; j++) {
-        ot_instr *C = fus[j];
+    for (int64_t j = 0; j < ninputs && s == OT_OK; j++) {
+        ot_instr *C = inputs[j];
         if (C->dead_) continue; /* merged into an earlier one */
         const ot_computation *cc = fused(C);
         int64_t rows, len;
@@ -620,28 +607,36 @@ ot_status cc_row_fuse(ot_module *m, int max_io, bool *changed) {
                     break;
                 }
             }
-            if (!cyc) cyc = reaches(y, C, C, ++stamp);
+            if (!cyc) cyc = reaches(y, C, C);
             if (cyc) continue;
             int io = C->noperands - 1 + P->noperands + (L ? L->noperands - 1 : 0) + 2;
             if (io > max_io) continue;
-            s = merge(m, entry, C, q, L, P);
+            ot_instr *mf = NULL;
+            s = merge(m, entry, C, q, L, P, &mf);
+            if (s == OT_OK) s = cc_grow(&cand, &candcap, ncand + 1, sizeof *cand);
+            if (s == OT_OK) cand[ncand++] = mf;
             if (s == OT_OK && changed) *changed = true;
             break;
         }
     }
-    ot_free(fus);
+    /* the input fusions left (merged ones are dead), before the merged ones made above */
+    int64_t nleft = 0;
+    for (int64_t j = 0; j < ninputs; j++)
+        if (!inputs[j]->dead_) nleft++;
+    if (s == OT_OK) s = cc_grow(&cand, &candcap, ncand + nleft, sizeof *cand);
+    if (s == OT_OK) {
+        memmove(cand + nleft, cand, (size_t)ncand * sizeof *cand);
+        for (int64_t j = 0, k = 0; j < ninputs; j++)
+            if (!inputs[j]->dead_) cand[k++] = inputs[j];
+        ncand += nleft;
+    }
     /* then loops over the rows, per row or per element, until none joins (each round merges at
      * most one per row fusion; a fusion takes in few): the first round over every input fusion,
      * the next ones over what the previous round changed */
-    ot_instr **cand = NULL;
-    int64_t ncand = 0;
-    if (s == OT_OK && !(cand = input_fusions(entry, &ncand)))
-        s = ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
-    stamp = 0;
     for (int round = 0; round < 8 && s == OT_OK && ncand; round++) {
         ot_instr **next = NULL;
         int64_t nnext = 0;
-        s = fuse_elements(m, entry, max_io, cand, ncand, &stamp, &next, &nnext);
+        s = fuse_elements(m, entry, max_io, cand, ncand, &next, &nnext);
         ot_free(cand);
         cand = next;
         ncand = nnext;
