@@ -349,6 +349,14 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
         goto out;
     }
+    /* room for one kernel and one slot per instruction, and a few inputs and outputs each,
+     * reserved once: growing by doubling copies arrays of a million entries several times
+     * (more is grown as needed) */
+    if ((s = cc_grow(&e->k, &e->kcap, n + 1, sizeof *e->k)) != OT_OK ||
+        (s = cc_grow(kbp, kbcap, n + 1, sizeof **kbp)) != OT_OK ||
+        (s = cc_grow(&e->s, &e->scap, n + 1, sizeof *e->s)) != OT_OK ||
+        (s = cc_grow(&e->io, &e->iocap, 4 * n + 1, sizeof *e->io)) != OT_OK)
+        goto out;
     /* positions are set as the walk goes: the order is topological, so an operand's is set
      * before its users read it (one walk of the instructions, not two) */
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
@@ -644,29 +652,41 @@ static ot_status finalize_kernels(ot_executable *e, const kbuild *kb) {
 
 typedef struct pass_ctx {
     const ot_compile_options *o;
+    /* computations from this index on were made by the fusion pass, in topological order, and
+     * no pass has run since (-1: none, or some pass may have edited them) */
+    int fused_from;
 } pass_ctx;
 
+/* Every pass but fusion may edit fused computations (constant folding appends a constant and
+ * points earlier users at it): after one, their order is checked again. */
+static void edited(void *ctx) {
+    ((pass_ctx *)ctx)->fused_from = -1;
+}
+
 static ot_status run_inline(ot_module *m, void *ctx, bool *ch) {
-    (void)ctx;
+    edited(ctx);
     return ot_pass_inline(m, ch);
 }
 static ot_status run_simplify(ot_module *m, void *ctx, bool *ch) {
-    (void)ctx;
+    edited(ctx);
     return ot_pass_simplify(m, ch);
 }
 static ot_status run_cse(ot_module *m, void *ctx, bool *ch) {
-    (void)ctx;
+    edited(ctx);
     return ot_pass_cse(m, ch);
 }
 static ot_status run_dce(ot_module *m, void *ctx, bool *ch) {
-    (void)ctx;
+    edited(ctx);
     return ot_pass_dce(m, ch);
 }
 static ot_status run_fold(ot_module *m, void *ctx, bool *ch) {
+    edited(ctx);
     return ot_pass_fold(m, ((pass_ctx *)ctx)->o->fold_max_elements, ch);
 }
 static ot_status run_fuse(ot_module *m, void *ctx, bool *ch) {
-    return ot_pass_fuse(m, ((pass_ctx *)ctx)->o->max_fusion_io, ch);
+    pass_ctx *pc = ctx;
+    if (pc->fused_from < 0) pc->fused_from = ot_module_computation_count(m);
+    return ot_pass_fuse(m, pc->o->max_fusion_io, ch);
 }
 
 static const struct {
@@ -769,13 +789,26 @@ static bool list_in_order(ot_computation *c) {
 }
 
 /* Relinks the instruction list of every computation that holds a use before its definition
- * into post order, in place: the same order a clone of the module would give, without copying
- * the module. When the entry was relinked, *entry_po is its post order (the new list order,
- * which cc_post_order would return again), else NULL. */
-static ot_status normalize_lists(ot_module *m, ot_instr ***entry_po, int64_t *entry_n) {
+ * into post order, in place (those the fusion pass made, from index fused_from on when no pass
+ * ran after it, are in order by construction and not walked): the same order a clone of the module
+ * would give, without copying the module. When the entry was relinked, *entry_po is its post order
+ * (the new list order, which cc_post_order would return again), else NULL. */
+static ot_status normalize_lists(ot_module *m, int fused_from, ot_instr ***entry_po,
+                                 int64_t *entry_n) {
     /* relinking the lists below is no counted edit: nothing kept may outlive it */
     ir_module_set_pass_cache(m, NULL, NULL);
-    for (int k = 0; k < ot_module_computation_count(m); k++) {
+    int ncomp = ot_module_computation_count(m);
+    if (fused_from >= 0 && fused_from < ncomp) {
+#ifndef NDEBUG
+        /* debug builds hold the fusion pass to building its computations in order */
+        for (int k = fused_from; k < ncomp; k++)
+            if (!list_in_order(ot_module_computation(m, k)))
+                return ot_error(OT_ERR_INTERNAL, "fusion built %s with a use before its definition",
+                                ot_module_computation(m, k)->name);
+#endif
+        ncomp = fused_from;
+    }
+    for (int k = 0; k < ncomp; k++) {
         ot_computation *c = ot_module_computation(m, k);
         if (list_in_order(c)) continue;
         ot_instr **po = NULL;
@@ -802,10 +835,11 @@ static ot_status normalize_lists(ot_module *m, ot_instr ***entry_po, int64_t *en
     return OT_OK;
 }
 
-static ot_status normalize_order(ot_module *m, ot_instr ***entry_po, int64_t *entry_n) {
+static ot_status normalize_order(ot_module *m, int fused_from, ot_instr ***entry_po,
+                                 int64_t *entry_n) {
     *entry_po = NULL;
     *entry_n = 0;
-    ot_status s = normalize_lists(m, entry_po, entry_n);
+    ot_status s = normalize_lists(m, fused_from, entry_po, entry_n);
     if (s != OT_OK) {
         ot_free(*entry_po);
         *entry_po = NULL;
@@ -862,7 +896,7 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     ot_instr **order = NULL;
     int64_t norder = 0;
     uint8_t fp[32];
-    pass_ctx ctx = {&o};
+    pass_ctx ctx = {&o, -1};
     /* the source's orders serve both the clone and the fingerprint's printing */
     ir_module_orders src_orders = {0};
     fp_job fj = {src, &o, &src_orders, {0}, OT_OK, {0}};
@@ -889,7 +923,7 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
      * module is re-emitted in post order when a list is out of order. */
     ot_instr **entry_po = NULL;
     int64_t entry_n = 0;
-    if ((s = normalize_order(e->mod, &entry_po, &entry_n)) != OT_OK) goto fail;
+    if ((s = normalize_order(e->mod, ctx.fused_from, &entry_po, &entry_n)) != OT_OK) goto fail;
     int64_t before = ot_module_instr_count(e->mod);
     uint64_t t0 = ot_now_ns();
     s = entry_po ? cc_schedule_post_order(entry_po, entry_n, o.opt_level >= 1, &order, &norder)
