@@ -1041,14 +1041,8 @@ static ot_status removed_grow(ot_module *m) {
     return OT_OK;
 }
 
-static void unlink_instr(ot_instr *i) {
-    ot_computation *c = i->parent;
-    c->module->edits++;
-    for (int k = 0; k < i->noperands; k++) {
-        bool seen = false;
-        for (int j = 0; j < k && !seen; j++) seen = i->operands[j] == i->operands[k];
-        if (!seen) ir_users_remove(i->operands[k], i);
-    }
+/* Takes i out of its computation's list (links and count only). */
+static void list_unlink(ot_computation *c, ot_instr *i) {
     if (i->prev)
         i->prev->next = i->next;
     else
@@ -1057,9 +1051,20 @@ static void unlink_instr(ot_instr *i) {
         i->next->prev = i->prev;
     else
         c->last = i->prev;
+    c->ninstrs--;
+}
+
+static void unlink_instr(ot_instr *i) {
+    ot_computation *c = i->parent;
+    c->module->edits++;
+    for (int k = 0; k < i->noperands; k++) {
+        bool seen = false;
+        for (int j = 0; j < k && !seen; j++) seen = i->operands[j] == i->operands[k];
+        if (!seen) ir_users_remove(i->operands[k], i);
+    }
+    list_unlink(c, i);
     ir_comp_name_del(c, i->name);
     users_free(i);
-    c->ninstrs--;
     c->module->ninstrs--;
     if (i->opcode == OT_OP_CALL) c->module->ncalls--;
     i->dead_ = true;
@@ -1095,15 +1100,7 @@ ot_status ir_instr_move(ot_instr *x, ot_computation *dst) {
     if (name != x->name) note_name(c->module, name, len);
     ir_comp_name_del(c, x->name);
     x->name = name;
-    if (x->prev)
-        x->prev->next = x->next;
-    else
-        c->first = x->next;
-    if (x->next)
-        x->next->prev = x->prev;
-    else
-        c->last = x->prev;
-    c->ninstrs--;
+    list_unlink(c, x);
     x->parent = dst;
     x->next = NULL;
     x->prev = dst->last;
