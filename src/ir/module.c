@@ -734,17 +734,26 @@ static const ot_attrs fusion_kind_attrs[] = {
     {.fusion_kind = OT_FUSION_CUSTOM},
 };
 
+/* The shared constant equal to a, or NULL when none is. */
+static const ot_attrs *attrs_shared(const ot_attrs *a) {
+    ot_attrs t = *a;
+    t.index = 0;
+    t.fusion_kind = OT_FUSION_LOOP;
+    if (memcmp(&t, &no_attrs, sizeof t) != 0) return NULL;
+    if (a->fusion_kind == OT_FUSION_LOOP)
+        return a->index == 0                   ? &no_attrs
+               : a->index > 0 && a->index < 64 ? &index_attrs[a->index]
+                                               : NULL;
+    if (a->index != 0) return NULL;
+    for (size_t k = 0; k < sizeof fusion_kind_attrs / sizeof *fusion_kind_attrs; k++)
+        if (fusion_kind_attrs[k].fusion_kind == a->fusion_kind) return &fusion_kind_attrs[k];
+    return NULL;
+}
+
+/* a itself when shared, else an arena copy (NULL: out of memory). */
 static const ot_attrs *attrs_intern(ot_module *m, const ot_attrs *a) {
-    ot_attrs t = {0};
-    if (a->index >= 0 && a->index < 64) {
-        t.index = a->index;
-        if (memcmp(a, &t, sizeof t) == 0) return a->index ? &index_attrs[a->index] : &no_attrs;
-        t.index = 0;
-    }
-    for (size_t k = 0; k < sizeof fusion_kind_attrs / sizeof *fusion_kind_attrs; k++) {
-        t.fusion_kind = fusion_kind_attrs[k].fusion_kind;
-        if (memcmp(a, &t, sizeof t) == 0) return &fusion_kind_attrs[k];
-    }
+    const ot_attrs *sh = attrs_shared(a);
+    if (sh) return sh;
     ot_attrs *c = ot_arena_alloc(m->arena, sizeof *c, 8);
     if (c) *c = *a;
     return c;
@@ -828,6 +837,8 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     i->ncalled = ncalled;
     if (flags & IR_ATTRS_SHARED) {
         i->attrs = attrs;
+    } else if ((i->attrs = attrs_shared(attrs)) != NULL) {
+        /* a shared constant: nothing to copy */
     } else if (flags & IR_COPY_ATTRS) {
         int rank = shape.kind == OT_IR_ARRAY ? shape.array.rank : 0;
         ot_attrs t;
