@@ -709,6 +709,32 @@ static ot_status params_set(ot_computation *c, int64_t number, ot_instr *p) {
     return OT_OK;
 }
 
+/* Puts i at the end of c's list (links, parent and count only). */
+static void list_append(ot_computation *c, ot_instr *i) {
+    i->parent = c;
+    i->next = NULL;
+    i->prev = c->last;
+    if (c->last)
+        c->last->next = i;
+    else
+        c->first = i;
+    c->last = i;
+    c->ninstrs++;
+}
+
+/* Takes i out of its computation's list (links and count only). */
+static void list_unlink(ot_computation *c, ot_instr *i) {
+    if (i->prev)
+        i->prev->next = i->next;
+    else
+        c->first = i->next;
+    if (i->next)
+        i->next->prev = i->prev;
+    else
+        c->last = i->prev;
+    c->ninstrs--;
+}
+
 /* Attribute sets: an instruction points at its own copy in the arena, or, for the commonest
  * sets (none at all, a parameter number or tuple index below 64, a fusion kind alone), at a
  * shared constant one: most instructions of a large module carry one of those, and 192 bytes
@@ -907,14 +933,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     }
     m->next_id++;
     m->edits++;
-    i->parent = c;
-    i->prev = c->last;
-    if (c->last)
-        c->last->next = i;
-    else
-        c->first = i;
-    c->last = i;
-    c->ninstrs++;
+    list_append(c, i);
     m->ninstrs++;
     if (op == OT_OP_CALL) m->ncalls++;
     *out = i;
@@ -1052,19 +1071,6 @@ static ot_status removed_grow(ot_module *m) {
     return OT_OK;
 }
 
-/* Takes i out of its computation's list (links and count only). */
-static void list_unlink(ot_computation *c, ot_instr *i) {
-    if (i->prev)
-        i->prev->next = i->next;
-    else
-        c->first = i->next;
-    if (i->next)
-        i->next->prev = i->prev;
-    else
-        c->last = i->prev;
-    c->ninstrs--;
-}
-
 static void unlink_instr(ot_instr *i) {
     ot_computation *c = i->parent;
     c->module->edits++;
@@ -1112,15 +1118,7 @@ ot_status ir_instr_move(ot_instr *x, ot_computation *dst) {
     ir_comp_name_del(c, x->name);
     x->name = name;
     list_unlink(c, x);
-    x->parent = dst;
-    x->next = NULL;
-    x->prev = dst->last;
-    if (dst->last)
-        dst->last->next = x;
-    else
-        dst->first = x;
-    dst->last = x;
-    dst->ninstrs++;
+    list_append(dst, x);
     c->module->edits++;
     return OT_OK;
 }
