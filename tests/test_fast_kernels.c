@@ -610,6 +610,36 @@ static void test_reduce_long_rows(void) {
     }
 }
 
+/* One reduction's rows from the reference and from the fast kernels on every pool: bitwise
+ * equal. what (NULL: none) names the case on stderr with the first differing row. */
+static void expect_rows_bitwise(ot_executable *e, const ot_tensor *x, const char *what) {
+    ot_tensor ref, fast;
+    EXPECT_OK(run_exe(e, x, 1, &ref, NULL, true, NULL));
+    if (!run_all_pools(e, x, 1, &fast, 1)) {
+        EXPECT_TRUE(false);
+        ot_tensor_release(&ref);
+        return;
+    }
+    if (what && !bits_equal(&fast, &ref)) {
+        fprintf(stderr, "%s differ\n", what);
+        size_t es = ot_dtype_size(ref.shape.dtype);
+        int64_t rows = ot_shape_numel_unchecked(&ref.shape);
+        for (int64_t r = 0; r < rows; r++) {
+            uint64_t fb = 0, rb = 0;
+            memcpy(&fb, (char *)fast.data + r * (int64_t)es, es);
+            memcpy(&rb, (char *)ref.data + r * (int64_t)es, es);
+            if (fb != rb) {
+                fprintf(stderr, "  row %lld: fast %llx ref %llx\n", (long long)r,
+                        (unsigned long long)fb, (unsigned long long)rb);
+                break;
+            }
+        }
+    }
+    EXPECT_TRUE(bits_equal(&fast, &ref));
+    ot_tensor_release(&fast);
+    ot_tensor_release(&ref);
+}
+
 /* maximum/minimum rows run in lanes and fall back to the reference's order when a row holds a
  * NaN: with several NaN payloads in a row (and a NaN init) the NaN returned is the reference's. */
 static void test_reduce_minmax_nan_rows(void) {
@@ -625,7 +655,7 @@ static void test_reduce_minmax_nan_rows(void) {
             ASSERT_TRUE(m);
             ot_executable *e = compile0(m);
             ASSERT_TRUE(e);
-            ot_tensor x, ref, fast;
+            ot_tensor x;
             ASSERT_OK(ot_tensor_alloc(&x, &s));
             fill_random(&x, -1, 1);
             for (int64_t row = 0; row < 300; row += 3) { /* two NaNs of other payloads */
@@ -640,14 +670,7 @@ static void test_reduce_minmax_nan_rows(void) {
                     memcpy((double *)x.data + b, &qb, 8);
                 }
             }
-            EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
-            if (!run_all_pools(e, &x, 1, &fast, 1)) {
-                EXPECT_TRUE(false);
-            } else {
-                EXPECT_TRUE(bits_equal(&fast, &ref));
-                ot_tensor_release(&fast);
-            }
-            ot_tensor_release(&ref);
+            expect_rows_bitwise(e, &x, NULL);
             ot_tensor_release(&x);
             ot_executable_free(e);
             ot_module_free(m);
@@ -692,7 +715,7 @@ static void test_reduce_minmax_special_rows(void) {
                 ASSERT_TRUE(m);
                 ot_executable *e = compile0(m);
                 ASSERT_TRUE(e);
-                ot_tensor x, ref, fast;
+                ot_tensor x;
                 ASSERT_OK(ot_tensor_alloc(&x, &s));
                 fill_random(&x, -1, 1);
                 for (int64_t row = 0; row < rows; row++) {
@@ -726,29 +749,10 @@ static void test_reduce_minmax_special_rows(void) {
                     default: break; /* random in [-1, 1) */
                     }
                 }
-                EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
-                if (!run_all_pools(e, &x, 1, &fast, 1)) {
-                    EXPECT_TRUE(false);
-                } else {
-                    if (!bits_equal(&fast, &ref))
-                        fprintf(stderr, "special rows: %s %s n=%lld init %g differ\n",
-                                ot_dtype_name(t), ot_opcode_name(ops[k / 2]), (long long)n,
-                                inits[ii]);
-                    for (int64_t r = 0; r < rows && !bits_equal(&fast, &ref); r++) {
-                        uint64_t fb = 0, rb = 0;
-                        size_t es = ot_dtype_size(t);
-                        memcpy(&fb, (char *)fast.data + r * es, es);
-                        memcpy(&rb, (char *)ref.data + r * es, es);
-                        if (fb != rb) {
-                            fprintf(stderr, "  row %lld: fast %llx ref %llx\n", (long long)r,
-                                    (unsigned long long)fb, (unsigned long long)rb);
-                            break;
-                        }
-                    }
-                    EXPECT_TRUE(bits_equal(&fast, &ref));
-                    ot_tensor_release(&fast);
-                }
-                ot_tensor_release(&ref);
+                char what[96];
+                snprintf(what, sizeof what, "special rows: %s %s n=%lld init %g", ot_dtype_name(t),
+                         ot_opcode_name(ops[k / 2]), (long long)n, inits[ii]);
+                expect_rows_bitwise(e, &x, what);
                 ot_tensor_release(&x);
                 ot_executable_free(e);
                 ot_module_free(m);
