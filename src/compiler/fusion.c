@@ -621,9 +621,6 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     for (int64_t c = 0; c < f.ncls && s == OT_OK; c++) {
         if (cfind(&f, (int32_t)c) != c) continue;
         s = materialize(&f, &mt, (int32_t)c, order + cnt[c], cnt[c + 1] - cnt[c], &ch);
-        /* the members it removed were primary members of c alone: no later cluster reads them,
-         * so the next fusions may be built in their storage */
-        ir_module_recycle(m);
     }
     /* the entry's readers of moved outputs: each operand list rewritten once */
     remap rm = {&f, &mt};
