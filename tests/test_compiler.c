@@ -1517,6 +1517,76 @@ static void test_serialize_bad_files(void) {
     EXPECT_INT_EQ(ot_alloc_live(), live);
 }
 
+/* A chain of over 20000 instructions (large enough that the fingerprint is hashed beside the
+ * clone) with a reduction every 100 links. reducer_first: the reducer is defined before main;
+ * late_operand: an early link then reads an instruction built last, so main's list is out of
+ * topological order. */
+static ot_module *big_chain(bool reducer_first, bool late_operand) {
+    ot_module *m = ot_module_new("t");
+    ot_computation *r = reducer_first ? add_reducer(m, OT_OP_ADD, OT_F32) : NULL;
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_module_set_entry(m, c);
+    if (!r) r = add_reducer(m, OT_OP_ADD, OT_F32);
+    ot_instr *x = ot_build_parameter(c, 0, vec(8), "x");
+    ot_instr *zero = ot_build_constant_scalar(c, OT_F32, 0);
+    ot_instr *h = x, *first = NULL;
+    for (int k = 0; k < 21000; k++) {
+        if (k % 100 == 99) {
+            ot_instr *sum = ot_build_reduce(c, &h, &zero, 1, (int64_t[]){0}, 1, r);
+            h = ot_build_binary(c, OT_OP_ADD, h, bcast(c, sum, vec(8)));
+        } else {
+            h = ot_build_binary(c, k % 2 ? OT_OP_MULTIPLY : OT_OP_ADD, h, x);
+        }
+        if (!first) first = h;
+    }
+    if (late_operand) {
+        ot_instr *late = ot_build_unary(c, OT_OP_NEGATE, x);
+        if (ot_instr_replace_operand(first, 1, late) != OT_OK) return NULL;
+    }
+    ot_computation_set_root(c, h);
+    if (ot_module_finalize(m) != OT_OK) {
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* A large module compiles to the same executable module and fingerprint whether its lists are
+ * in order (the clone follows them) or not (the clone follows the post orders): the same as a
+ * copy printed and parsed back, whose lists are its post orders. */
+static void test_clone_order_of_large_modules(void) {
+    const bool cases[3][2] = {{true, false}, {false, false}, {true, true}};
+    for (int k = 0; k < 3; k++) {
+        ot_module *m = big_chain(cases[k][0], cases[k][1]);
+        ASSERT_TRUE(m != NULL);
+        char *text = ot_hlo_print(m, NULL);
+        ASSERT_TRUE(text != NULL);
+        ot_module *copy = NULL;
+        ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &copy));
+        ot_free(text);
+        ot_executable *e = NULL, *ec = NULL;
+        ASSERT_OK(ot_compile(m, NULL, &e));
+        ASSERT_OK(ot_compile(copy, NULL, &ec));
+        char *t1 = ot_hlo_print(ot_executable_module(e), NULL);
+        char *t2 = ot_hlo_print(ot_executable_module(ec), NULL);
+        ASSERT_TRUE(t1 && t2);
+        EXPECT_TRUE(strcmp(t1, t2) == 0);
+        EXPECT_INT_EQ(ot_executable_kernel_count(e), ot_executable_kernel_count(ec));
+        uint8_t a[32], b[32], want[32];
+        ot_executable_fingerprint(e, a);
+        ot_executable_fingerprint(ec, b);
+        ASSERT_OK(ot_compile_fingerprint(m, NULL, want));
+        EXPECT_TRUE(memcmp(a, want, 32) == 0);
+        EXPECT_TRUE(memcmp(b, want, 32) == 0);
+        ot_free(t1);
+        ot_free(t2);
+        ot_executable_free(e);
+        ot_executable_free(ec);
+        ot_module_free(copy);
+        ot_module_free(m);
+    }
+}
+
 /* ---- fault injection ---- */
 
 static void test_compile_alloc_failures(void) {
@@ -1919,6 +1989,7 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
              OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
              OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
-             OT_TEST(test_serialize_roundtrip), OT_TEST(test_serialize_bad_files),
-             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
-             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2))
+             OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
+             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
+             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
+             OT_TEST(test_random_graphs_O0_O2))

@@ -849,14 +849,16 @@ static ot_status normalize_order(ot_module *m, int fused_from, ot_instr ***entry
 
 /* The fingerprint (SHA-256 of the source's canonical text) depends only on the source module,
  * which no pass touches, so a large module's is computed on a second thread while the passes
- * run on the clone. From FP_THREAD_MIN instructions: below, starting a thread costs more than
- * the hashing. */
+ * run on the clone. That thread also finds the source's post orders, which the printing needs:
+ * the clone takes the lists' order instead, which is the same whenever the lists are in order
+ * (both only read the source). From FP_THREAD_MIN instructions: below, starting a thread costs
+ * more than the hashing. */
 enum { FP_THREAD_MIN = 20000 };
 
 typedef struct fp_job {
     const ot_module *src;
     const ot_compile_options *o;
-    const ir_module_orders *orders;
+    ir_module_orders *orders; /* built by the thread */
     uint8_t fp[32];
     ot_status s;
     char msg[512]; /* the error message, which is per thread */
@@ -864,7 +866,8 @@ typedef struct fp_job {
 
 static void *fp_main(void *arg) {
     fp_job *j = arg;
-    j->s = cc_fingerprint(j->src, j->o, j->orders, j->fp);
+    j->s = ir_module_orders_build(j->src, j->orders);
+    if (j->s == OT_OK) j->s = cc_fingerprint(j->src, j->o, j->orders, j->fp);
     if (j->s != OT_OK) snprintf(j->msg, sizeof j->msg, "%s", ot_last_error());
     return NULL;
 }
@@ -897,15 +900,29 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     int64_t norder = 0;
     uint8_t fp[32];
     pass_ctx ctx = {&o, -1};
-    /* the source's orders serve both the clone and the fingerprint's printing */
+    /* the source's orders: for the fingerprint's printing, and the clone when a list is out of
+     * order */
     ir_module_orders src_orders = {0};
     fp_job fj = {src, &o, &src_orders, {0}, OT_OK, {0}};
     pthread_t fp_thread;
-    bool fp_started = false;
-    ot_status s = ir_module_orders_build(src, &src_orders);
-    if (s == OT_OK && ot_module_instr_count(src) >= FP_THREAD_MIN)
+    bool fp_started = false, fp_joined = false;
+    ot_status s = OT_OK;
+    if (ot_module_instr_count(src) >= FP_THREAD_MIN)
         fp_started = pthread_create(&fp_thread, NULL, fp_main, &fj) == 0;
-    if (s == OT_OK) s = ir_module_clone_ordered(src, &src_orders, &e->mod);
+    if (fp_started) {
+        s = ir_module_clone_ordered(src, IR_ORDERS_LISTS, &e->mod);
+        if (s == OT_ERR_FAILED_PRECONDITION) {
+            /* a list out of order: clone over the thread's orders */
+            pthread_join(fp_thread, NULL);
+            fp_started = false;
+            s = fj.s == OT_OK ? OT_OK : ot_error(fj.s, "%s", fj.msg);
+            if (s == OT_OK) s = ir_module_clone_ordered(src, &src_orders, &e->mod);
+            fp_joined = true;
+        }
+    } else {
+        s = ir_module_orders_build(src, &src_orders);
+        if (s == OT_OK) s = ir_module_clone_ordered(src, &src_orders, &e->mod);
+    }
     if (s != OT_OK) goto fail;
     e->pm = ot_pass_manager_new();
     if (!e->pm) {
@@ -931,8 +948,8 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     if (s != OT_OK) goto fail;
     ot_pass_stat st = {"schedule", 0, ot_now_ns() - t0, before, before, false};
     if ((s = ot_pass_manager_record(e->pm, &st)) != OT_OK) goto fail;
-    if (fp_started) {
-        pthread_join(fp_thread, NULL);
+    if (fp_started || fp_joined) {
+        if (fp_started) pthread_join(fp_thread, NULL);
         fp_started = false;
         s = fj.s == OT_OK ? OT_OK : ot_error(fj.s, "%s", fj.msg);
         memcpy(fp, fj.fp, 32);

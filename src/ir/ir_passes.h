@@ -47,10 +47,19 @@ typedef struct ir_module_orders {
     ot_instr ***po;
     int64_t *npo;
 } ir_module_orders;
+/* Writes nothing to m (its visit state is an array of its own), so one thread may build the
+ * orders while others read m. */
 ot_status ir_module_orders_build(const ot_module *m, ir_module_orders *o);
 void ir_module_orders_free(ir_module_orders *o);
 /* ot_module_clone and ir_hlo_print_stream over orders built for m (NULL: they find them). */
 ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *o, ot_module **out);
+/* As the order of ir_module_clone_ordered: the computations in definition order, each one's
+ * instructions in list order, without a walk to find an order. When callees are defined before
+ * their callers and every list has definitions before uses, that is exactly the post order;
+ * otherwise the clone is OT_ERR_FAILED_PRECONDITION (nothing is returned) and the caller clones
+ * over orders. The clone writes nothing to src, so it may run beside ir_module_orders_build. */
+extern const ir_module_orders ir_orders_lists;
+#define IR_ORDERS_LISTS (&ir_orders_lists)
 /* ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused) instead of built as one
  * string; a sink error stops the printing and is returned. */
 ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,

@@ -1316,12 +1316,30 @@ ot_status ot_instr_clone(ot_computation *dst, const ot_instr *src, ot_instr *con
     return OT_OK;
 }
 
-ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, int64_t *n) {
+/* Visit state of the post-order walk: in the instructions' stamps, or, when `ids` is given, in
+ * that array indexed by id (0 unvisited, 1 on the stack, 2 done), which leaves the module
+ * untouched. */
+typedef struct po_state {
+    uint8_t *ids;
+    uint64_t on, done;
+} po_state;
+
+static inline int po_get(const po_state *ps, const ot_instr *i) {
+    if (ps->ids) return ps->ids[i->id];
+    return i->visit_ == ps->done ? 2 : i->visit_ == ps->on ? 1 : 0;
+}
+
+static inline void po_set(const po_state *ps, ot_instr *i, int v) {
+    if (ps->ids)
+        ps->ids[i->id] = (uint8_t)v;
+    else
+        i->visit_ = v == 2 ? ps->done : ps->on;
+}
+
+static ot_status post_order_walk(const ot_computation *c, const po_state *ps, ot_instr ***out,
+                                 int64_t *n) {
     *out = NULL;
     *n = 0;
-    ot_module *m = c->module;
-    const uint64_t on = m->epoch + 1, done = m->epoch + 2; /* older stamps read as unvisited */
-    m->epoch += 2;
     int64_t cnt = c->ninstrs;
     ot_instr **order = ot_malloc((size_t)(cnt ? cnt : 1) * sizeof *order);
     /* DFS stack of (instr, next operand index) */
@@ -1336,18 +1354,19 @@ ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, in
     }
     int64_t no = 0;
     for (ot_instr *r = c->first; r; r = r->next) {
-        if (r->visit_ == done) continue;
+        if (po_get(ps, r) == 2) continue;
         int64_t sp = 0;
         st[sp].i = r;
         st[sp].k = 0;
         sp++;
-        r->visit_ = on;
+        po_set(ps, r, 1);
         while (sp) {
             struct frame *f = &st[sp - 1];
             if (f->k < f->i->noperands) {
                 ot_instr *o = f->i->operands[f->k++];
-                if (o->visit_ == done) continue;
-                if (o->visit_ == on) {
+                int v = po_get(ps, o);
+                if (v == 2) continue;
+                if (v == 1) {
                     s = ot_error(OT_ERR_INVALID_ARGUMENT, "computation %s has a cycle through %s",
                                  c->name, o->name);
                     goto out;
@@ -1358,12 +1377,12 @@ ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, in
                                  f->i->name, o->name, c->name);
                     goto out;
                 }
-                o->visit_ = on;
+                po_set(ps, o, 1);
                 st[sp].i = o;
                 st[sp].k = 0;
                 sp++;
             } else {
-                f->i->visit_ = done;
+                po_set(ps, f->i, 2);
                 if (no >= cnt) {
                     s = ot_error(OT_ERR_INTERNAL, "post order: more instructions than %s lists",
                                  c->name);
@@ -1381,6 +1400,13 @@ out:
     ot_free(order);
     ot_free(st);
     return s;
+}
+
+ot_status ot_computation_post_order(const ot_computation *c, ot_instr ***out, int64_t *n) {
+    ot_module *m = c->module;
+    po_state ps = {NULL, m->epoch + 1, m->epoch + 2}; /* older stamps read as unvisited */
+    m->epoch += 2;
+    return post_order_walk(c, &ps, out, n);
 }
 
 uint64_t ir_module_edits(const ot_module *m) {
@@ -1487,20 +1513,24 @@ static inline ot_status clone_map_put(clone_map *x, const ot_instr *i, ot_instr 
     return OT_OK;
 }
 
-/* Copies src's instructions into dst (empty, same or other module) in post order. map receives
- * old -> new. Called computations are looked up in cmap (old -> new) when given. */
+/* Copies src's instructions into dst (empty, same or other module) in post order (given, or
+ * found here), or, with `lists`, in list order, which is OT_ERR_FAILED_PRECONDITION as soon as an
+ * operand or called computation has no copy yet (the list is not in topological order). map
+ * receives old -> new. Called computations are looked up in cmap (old -> new) when given. */
 static ot_status clone_body(const ot_computation *src, ot_computation *dst, clone_map *map,
-                            const ir_ptr_map *cmap, ot_instr **given, int64_t given_n) {
+                            const ir_ptr_map *cmap, ot_instr **given, int64_t given_n, bool lists) {
     ot_instr **order = given;
-    int64_t n = given_n;
-    if (!given) OT_CHECK(ot_computation_post_order(src, &order, &n));
+    int64_t n = lists ? src->ninstrs : given_n;
+    if (!given && !lists) OT_CHECK(ot_computation_post_order(src, &order, &n));
+    const ot_instr *li = src->first;
     ot_status s = OT_OK;
     ot_module *dm = dst->module;
     bool other = dm != src->module;
     ot_instr *ops_small[16];
     ot_computation *called_small[16];
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
-        const ot_instr *i = order[k];
+        const ot_instr *i = lists ? li : order[k];
+        if (lists) li = li->next;
         ot_instr **ops = ops_small;
         ot_computation **called = called_small;
         if (i->noperands > 16) ops = ot_malloc((size_t)i->noperands * sizeof *ops);
@@ -1508,17 +1538,24 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, clon
         if (!ops || !called) {
             s = ot_error(OT_ERR_OUT_OF_MEMORY, "clone: out of memory");
         } else {
-            for (int j = 0; j < i->noperands; j++) ops[j] = clone_map_get(map, i->operands[j]);
+            bool later = false;
+            for (int j = 0; j < i->noperands; j++)
+                later |= !(ops[j] = clone_map_get(map, i->operands[j]));
             for (int j = 0; j < i->ncalled; j++) {
                 called[j] = i->called[j];
                 if (cmap) {
                     ot_computation *nc = ir_ptr_map_get(cmap, i->called[j]);
                     if (nc) called[j] = nc;
+                    later |= !nc;
                 }
             }
+            if (lists && later)
+                s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                             "clone: %s in %s precedes an operand or a called computation", i->name,
+                             src->name);
             ot_ir_shape shape = i->shape;
             ot_instr *ni = NULL;
-            if (other) s = ir_shape_copy(dm, &i->shape, &shape);
+            if (s == OT_OK && other) s = ir_shape_copy(dm, &i->shape, &shape);
             if (s == OT_OK)
                 /* a copy of a built (so inferred) instruction over copies of its operands and
                  * of its called computations: its shape needs no inferring again */
@@ -1566,7 +1603,7 @@ ot_status ot_computation_clone(const ot_computation *src, const char *suffix,
     ot_computation *c;
     OT_CHECK(ir_add_computation(m, buf, strlen(buf), &c));
     clone_map map = {0};
-    ot_status s = clone_body(src, c, &map, NULL, NULL, 0);
+    ot_status s = clone_body(src, c, &map, NULL, NULL, 0, false);
     ir_ptr_map_free(&map.ptr);
     if (s != OT_OK) {
         /* an unused, partial computation: remove it again */
@@ -1653,11 +1690,17 @@ ot_status ir_module_orders_build(const ot_module *m, ir_module_orders *o) {
     o->po = ot_calloc((size_t)n, sizeof *o->po);
     o->npo = ot_calloc((size_t)n, sizeof *o->npo);
     ot_status s = o->po && o->npo ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "orders: out of memory");
+    /* visit state by id, so that nothing in m is written (see ir_passes.h) */
+    po_state ps = {ot_calloc((size_t)(m->next_id ? m->next_id : 1), 1), 0, 0};
+    if (s == OT_OK && !ps.ids) s = ot_error(OT_ERR_OUT_OF_MEMORY, "orders: out of memory");
     for (int k = 0; k < o->ncomps && s == OT_OK; k++)
-        s = ot_computation_post_order(o->comps[k], &o->po[k], &o->npo[k]);
+        s = post_order_walk(o->comps[k], &ps, &o->po[k], &o->npo[k]);
+    ot_free(ps.ids);
     if (s != OT_OK) ir_module_orders_free(o);
     return s;
 }
+
+const ir_module_orders ir_orders_lists;
 
 void ir_module_orders_free(ir_module_orders *o) {
     for (int k = 0; o->po && k < o->ncomps; k++) ot_free(o->po[k]);
@@ -1702,7 +1745,11 @@ ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *
         m->cfg.raw = r;
         m->cfg.nraw = src->cfg.nraw;
     }
-    if (s == OT_OK && ord) {
+    bool lists = ord == IR_ORDERS_LISTS;
+    if (s == OT_OK && lists) {
+        order = src->comps; /* definition order */
+        n = src->ncomps;
+    } else if (s == OT_OK && ord) {
         order = ord->comps;
         n = ord->ncomps;
     } else if (s == OT_OK) {
@@ -1713,8 +1760,8 @@ ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *
         /* no name index: the names are the source's, unique already (a lookup builds one) */
         s = ir_add_computation(m, order[k]->name, strlen(order[k]->name), &c);
         if (s == OT_OK)
-            s = clone_body(order[k], c, &map, &cmap, ord ? ord->po[k] : NULL,
-                           ord ? ord->npo[k] : 0);
+            s = clone_body(order[k], c, &map, &cmap, ord && !lists ? ord->po[k] : NULL,
+                           ord && !lists ? ord->npo[k] : 0, lists);
         if (s == OT_OK) s = ir_ptr_map_put(&cmap, order[k], c);
         if (s == OT_OK && src->entry == order[k]) {
             m->entry = c;
