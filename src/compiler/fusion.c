@@ -28,6 +28,7 @@ typedef struct cluster {
     int nio;         /* operands + outputs, an upper bound */
     int64_t nmembers;
     int64_t first_out; /* output list (positions, linked by next_out) */
+    bool work;         /* a member other than a constant: the cluster is materialized */
 } cluster;
 
 typedef struct dupent {
@@ -105,7 +106,8 @@ static ot_status new_cluster(fz *f, int64_t k, int kind, int64_t iter) {
     OT_CHECK(cc_grow(&f->cls, &f->clcap, f->ncls + 1, sizeof *f->cls));
     int32_t id = (int32_t)f->ncls++;
     ot_instr *i = f->po[k];
-    f->cls[id] = (cluster){id, kind, iter, k, f->pos2[k], i->noperands + 1, 1, k};
+    f->cls[id] = (cluster){
+        id, kind, iter, k, f->pos2[k], i->noperands + 1, 1, k, i->opcode != OT_OP_CONSTANT};
     f->cl[k] = id;
     f->is_out[k] = true;
     f->next_out[k] = -1;
@@ -333,6 +335,7 @@ static ot_status phase2(fz *f) {
             *tail = B->first_out;
             A->nio += B->nio - 1;
             A->nmembers += B->nmembers;
+            A->work = A->work || B->work;
             if (B->maxpos > A->maxpos) A->maxpos = B->maxpos;
             if (B->maxpos2 > A->maxpos2) A->maxpos2 = B->maxpos2;
             B->parent = first;
@@ -367,10 +370,9 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
                              bool *changed) {
     ot_module *m = f->m;
     ot_computation *entry = f->c;
-    /* a cluster of constants only stays as it is */
-    bool work = false;
-    for (int64_t j = 0; j < nm && !work; j++) work = f->po[mem[j]]->opcode != OT_OP_CONSTANT;
-    if (!work) return OT_OK;
+    /* a cluster of constants only stays as it is (only a constant's own cluster is one: no
+     * member joins a cluster through a constant, which has no operands) */
+    if (!f->cls[c].work) return OT_OK;
     for (int64_t j = 0; j < nm; j++) mt->stamp[mem[j]] = c;
     /* "fused_computation.<n>", written out: snprintf costs over a thousand instructions */
     char nm_buf[64] = "fused_computation.", dig[24];
@@ -498,6 +500,16 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             for (int u = 0; u < x->nusers && s == OT_OK; u++) {
                 ot_instr *y = x->users[u];
                 if (y->parent == fc || y->user_data == &pending_mark) continue;
+                /* a primary member of a cluster materialized later maps its operands there */
+                int64_t py = pos_of(y);
+                if (py >= 0 && py < f->n && f->po[py] == y) {
+                    if (f->cl[py] >= 0) {
+                        int32_t r = cfind(f, f->cl[py]);
+                        if (r < c && f->cls[r].work) continue; /* (made after c) */
+                    } else if (f->dup_head[py] >= 0) {
+                        continue; /* a duplicated original: removed once its copies are made */
+                    }
+                }
                 s = cc_grow(&mt->pending, &mt->pendcap, mt->npending + 1, sizeof *mt->pending);
                 if (s != OT_OK) break;
                 mt->pending[mt->npending++] = y;
@@ -618,7 +630,9 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
         }
     }
     ot_free(last);
-    for (int64_t c = 0; c < f.ncls && s == OT_OK; c++) {
+    /* Clusters were numbered users first: the highest number first is producers first, so that
+     * a fusion's inputs are mostly fusions made already, and few readers wait to be rewired */
+    for (int64_t c = f.ncls - 1; c >= 0 && s == OT_OK; c--) {
         if (cfind(&f, (int32_t)c) != c) continue;
         s = materialize(&f, &mt, (int32_t)c, order + cnt[c], cnt[c + 1] - cnt[c], &ch);
     }
