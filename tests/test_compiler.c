@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compiler/compiler_internal.h"
 #include "optitpu/compiler.h"
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
@@ -834,6 +835,37 @@ static void test_fuse_elementwise_chain(void) {
     EXPECT_INT_EQ(c->root->opcode, OT_OP_FUSION);
     EXPECT_INT_EQ(c->root->noperands, 2);
     EXPECT_INT_EQ(c->root->attrs->fusion_kind, OT_FUSION_LOOP);
+    ot_module_free(m);
+}
+
+/* The operation count and elementwise-read parameters the fusion pass records in a fused
+ * computation for the executable are found again once the computation changes. */
+static void test_fusion_analysis_follows_edits(void) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *x = ot_build_parameter(c, 0, vec(16), "x");
+    ot_instr *b = ot_build_parameter(c, 1, ot_shape_scalar(OT_F32), "b");
+    ot_instr *y = ot_build_binary(c, OT_OP_ADD, x, x);
+    y = ot_build_binary(c, OT_OP_MULTIPLY, y, bcast(c, b, vec(16)));
+    ot_computation_set_root(c, y);
+    ASSERT_OK(ot_module_finalize(m));
+    bool changed = false;
+    ASSERT_OK(ot_pass_fuse(m, 64, &changed));
+    ASSERT_TRUE(changed && c->root->opcode == OT_OP_FUSION);
+    ot_computation *fc = c->root->called[0];
+    int64_t flops = 0;
+    uint64_t linear = 0, want = 0;
+    for (int j = 0; j < fc->nparams; j++)
+        if (fc->params[j]->shape.array.rank == 1) want |= (uint64_t)1 << j; /* x, not b */
+    cc_fusion_analysis(fc, &flops, &linear);
+    EXPECT_INT_EQ(flops, 32); /* add and multiply, 16 elements each */
+    EXPECT_INT_EQ(linear, want);
+    /* a new root: one more operation, and x now also reaches a reverse */
+    ot_instr *r = ot_build_reverse(fc, fc->root, (int64_t[]){0}, 1);
+    ot_computation_set_root(fc, ot_build_binary(fc, OT_OP_SUBTRACT, r, r));
+    cc_fusion_analysis(fc, &flops, &linear);
+    EXPECT_INT_EQ(flops, 48);
+    EXPECT_INT_EQ(linear, 0);
     ot_module_free(m);
 }
 
@@ -1982,13 +2014,14 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
              OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
              OT_TEST(test_simplify_reduce_size1), OT_TEST(test_inline_calls),
-             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fuse_never_list),
-             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
-             OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),
-             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
-             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
-             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
-             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
+             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
+             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
+             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
+             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
+             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
+             OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
              OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
              OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),

@@ -456,7 +456,12 @@ struct ot_computation {
     bool is_entry;
     /* internal */
     int params_cap_;
-    void *names_; /* name index */
+    void *names_;    /* name index */
+    uint64_t edits_; /* changes to its instructions, their operands or its root */
+    /* a fused computation's operation count and elementwise-read parameters, found by the
+     * compiler and valid while an_edits_ == edits_ + 1 */
+    uint64_t an_edits_, an_linear_;
+    int64_t an_flops_;
 };
 
 /* Module: NULL only when out of memory (message in ot_last_error). name NULL: "module". */

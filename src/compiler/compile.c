@@ -177,8 +177,9 @@ static int64_t instr_flops(const ot_instr *i) {
         return 2 * cc_numel(i) * per;
     }
     case OT_OP_FUSION: {
-        int64_t n = 0;
-        for (const ot_instr *x = i->called[0]->first; x; x = x->next) n += instr_flops(x);
+        int64_t n;
+        uint64_t linear;
+        cc_fusion_analysis(i->called[0], &n, &linear);
         return n;
     }
     default: return 0;
@@ -197,7 +198,8 @@ static bool param_linear(const ot_instr *p) {
         const ot_instr *x = stack[--sp];
         for (int u = 0; u < x->nusers; u++) {
             const ot_instr *y = x->users[u];
-            if (y->opcode == OT_OP_TUPLE) continue;
+            /* (a reader outside: only while the fusion pass has yet to rewire it to the fusion) */
+            if (y->opcode == OT_OP_TUPLE || y->parent != p->parent) continue;
             bool ok = (ot_opcode_is_elementwise(y->opcode) && y->opcode != OT_OP_MAP) ||
                       y->opcode == OT_OP_RESHAPE || y->opcode == OT_OP_BITCAST;
             if (!ok || cc_numel(y) != n) return false;
@@ -206,6 +208,37 @@ static bool param_linear(const ot_instr *p) {
         }
     }
     return true;
+}
+
+void cc_fusion_analysis(ot_computation *fc, int64_t *flops, uint64_t *linear) {
+    if (fc->an_edits_ == fc->edits_ + 1) {
+        *flops = fc->an_flops_;
+        *linear = fc->an_linear_;
+        return;
+    }
+    int64_t n = 0;
+    uint64_t lin = 0;
+    bool nested = false;
+    for (const ot_instr *x = fc->first; x; x = x->next) {
+        n += instr_flops(x);
+        /* a change in a nested fusion would not show in fc's edits_ (a reducer's is not read) */
+        nested = nested || x->opcode == OT_OP_FUSION;
+    }
+    for (int j = 0; j < fc->nparams && j < 64; j++)
+        if (fc->params[j] && param_linear(fc->params[j])) lin |= (uint64_t)1 << j;
+    *flops = n;
+    *linear = lin;
+    if (!nested) {
+        fc->an_flops_ = n;
+        fc->an_linear_ = lin;
+        fc->an_edits_ = fc->edits_ + 1;
+    }
+}
+
+void cc_fusion_note(ot_computation *fc) {
+    int64_t flops;
+    uint64_t linear;
+    cc_fusion_analysis(fc, &flops, &linear);
 }
 
 /* Whether kernel input j (slot) is only read elementwise by the kernel's instruction. */
@@ -430,11 +463,12 @@ static ot_status build_program(ot_executable *e, ot_instr **order, int64_t n, kb
                 lv[nlv++] = id;
             }
             kb->nout = e->nio - kb->out0;
-            e->k[e->nk - 1].flops = instr_flops(i);
-            if (i->opcode == OT_OP_FUSION && i->attrs->fusion_kind == OT_FUSION_LOOP) {
-                const ot_computation *fc = i->called[0];
-                for (int j = 0; j < fc->nparams && j < 64; j++)
-                    if (param_linear(fc->params[j])) kb->linear |= (uint64_t)1 << j;
+            if (i->opcode == OT_OP_FUSION) {
+                uint64_t linear;
+                cc_fusion_analysis(i->called[0], &e->k[e->nk - 1].flops, &linear);
+                if (i->attrs->fusion_kind == OT_FUSION_LOOP) kb->linear = linear;
+            } else {
+                e->k[e->nk - 1].flops = instr_flops(i);
             }
             break;
         }
@@ -531,7 +565,8 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
             } else if (wi->opcode == OT_OP_FUSION && wi->attrs->fusion_kind == OT_FUSION_LOOP) {
                 for (int64_t q = 0; q < kb->nin && writer_reads_linear; q++)
                     if (e->io[kb->in0 + q] == ps)
-                        writer_reads_linear = param_linear(wi->called[0]->params[q]);
+                        writer_reads_linear =
+                            q < 64 ? (kb->linear >> q) & 1 : param_linear(wi->called[0]->params[q]);
             } else {
                 writer_reads_linear =
                     ot_opcode_is_elementwise(wi->opcode) && wi->opcode != OT_OP_MAP;

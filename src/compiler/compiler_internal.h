@@ -70,6 +70,12 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, int64_t
 
 /* True for ops that cost a lot per element (never duplicated by fusion). */
 bool cc_is_expensive(ot_opcode op);
+/* A fused computation's operation count and the parameters (bit j, j < 64) that every path to
+ * its outputs reads elementwise at the same index (so an output may overwrite that parameter's
+ * buffer). Kept in fc until fc changes: the fusion pass finds them while fc is in cache. */
+void cc_fusion_analysis(ot_computation *fc, int64_t *flops, uint64_t *linear);
+/* cc_fusion_analysis for a fused computation just made, while its members are in cache. */
+void cc_fusion_note(ot_computation *fc);
 
 /* Constant folding needs the reference evaluator (exec); false until it is built. */
 bool cc_fold_available(void);

@@ -428,11 +428,8 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             if (idx < 0) {
                 s = cc_grow(&inputs, &incap, nin + 1, sizeof *inputs);
                 if (s != OT_OK) break;
-                ot_instr *prm = ot_build_parameter_ir(fc, nin, &o->shape, NULL);
-                if (!prm) {
-                    s = ot_module_status(m);
-                    break;
-                }
+                ot_instr *prm;
+                if ((s = ir_param_known(fc, nin, &o->shape, &prm)) != OT_OK) break;
                 inputs[nin] = o;
                 idx = nin++;
                 if (key >= 0) {
@@ -519,6 +516,7 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
         }
         if (s == OT_OK) s = ot_module_status(m);
         if (s == OT_OK) *changed = true;
+        if (s == OT_OK) cc_fusion_note(fc); /* fc is final, and in cache */
     }
 done:
     ot_free(inputs);

@@ -230,14 +230,8 @@ static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, 
             int64_t before = in.n;
             s = add_input(&in, o, &idx);
             if (s != OT_OK) break;
-            if (idx == before) {
-                ot_instr *prm = ot_build_parameter_ir(fc, idx, &o->shape, NULL);
-                if (!prm) {
-                    s = ot_module_status(m);
-                    if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: parameter");
-                    break;
-                }
-            }
+            ot_instr *prm;
+            if (idx == before && (s = ir_param_known(fc, idx, &o->shape, &prm)) != OT_OK) break;
             maps[f][k] = fc->params[idx];
         }
     }
@@ -284,6 +278,7 @@ static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, 
     if (s == OT_OK && L) s = ot_instr_remove(L);
     if (s == OT_OK) s = ot_instr_remove(P);
     if (s == OT_OK) *merged = mf;
+    if (s == OT_OK) cc_fusion_note(fc);
 done:
     ot_free(in.v);
     ot_free(map_c);
@@ -388,11 +383,8 @@ static ot_status merge_elements(ot_module *m, ot_computation *entry, ot_instr *R
             int64_t idx = -1, before = in.n;
             s = add_input(&in, o, &idx);
             if (s != OT_OK) break;
-            if (idx == before && !ot_build_parameter_ir(fc, idx, &o->shape, NULL)) {
-                s = ot_module_status(m);
-                if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: parameter");
-                break;
-            }
+            ot_instr *prm;
+            if (idx == before && (s = ir_param_known(fc, idx, &o->shape, &prm)) != OT_OK) break;
             maps[f][k] = fc->params[idx];
         }
     }
@@ -473,6 +465,7 @@ static ot_status merge_elements(ot_module *m, ot_computation *entry, ot_instr *R
         if (gtes[u] != R && gtes[u]->nusers == 0) s = ot_instr_remove(gtes[u]);
     if (s == OT_OK) s = ot_instr_remove(R);
     if (s == OT_OK) *merged = mf;
+    if (s == OT_OK) cc_fusion_note(fc);
 done:
     ot_free(in.v);
     ot_free(map_r);

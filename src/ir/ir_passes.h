@@ -60,6 +60,10 @@ ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *
  * over orders. The clone writes nothing to src, so it may run beside ir_module_orders_build. */
 extern const ir_module_orders ir_orders_lists;
 #define IR_ORDERS_LISTS (&ir_orders_lists)
+/* A parameter of c with the shape of an instruction of c's module (so known to be valid: no
+ * inference), named "parameter.<id>". */
+ot_status ir_param_known(ot_computation *c, int64_t number, const ot_ir_shape *shape,
+                         ot_instr **out);
 /* ot_hlo_print's text handed to sink in pieces (a 64 KiB buffer reused) instead of built as one
  * string; a sink error stops the printing and is returned. */
 ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,

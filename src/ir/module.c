@@ -677,6 +677,7 @@ void ot_computation_set_root(ot_computation *c, ot_instr *r) {
         return;
     }
     c->root = r;
+    c->edits_++;
     c->module->edits++;
 }
 
@@ -933,11 +934,21 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     }
     m->next_id++;
     m->edits++;
+    c->edits_++;
     list_append(c, i);
     m->ninstrs++;
     if (op == OT_OP_CALL) m->ncalls++;
     *out = i;
     return OT_OK;
+}
+
+ot_status ir_param_known(ot_computation *c, int64_t number, const ot_ir_shape *shape,
+                         ot_instr **out) {
+    ot_attrs a = {0};
+    a.index = number;
+    const ot_attrs *sh = attrs_shared(&a);
+    return ir_create(c, OT_OP_PARAMETER, NULL, 0, sh ? sh : &a, NULL, 0, shape, NULL, 0,
+                     IR_SHAPE_KNOWN | (sh ? IR_ATTRS_SHARED : 0), out);
 }
 
 ot_instr *ot_build(ot_computation *c, ot_opcode op, ot_instr *const *operands, int noperands,
@@ -1005,6 +1016,7 @@ ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
                         shape_str(&to->shape, b, sizeof b));
     }
     to->parent->module->edits++;
+    to->parent->edits_++;
     /* reserve room first so that a failure changes nothing; the array grows geometrically like
      * ir_users_add's (merging many duplicates into one instruction one by one, as CSE does, would
      * otherwise leave an abandoned arena array per merge: quadratic memory) */
@@ -1058,6 +1070,7 @@ ot_status ot_instr_replace_operand(ot_instr *user, int i, ot_instr *to) {
     if (!has_operand(user, to)) OT_CHECK(ir_users_add(to, user));
     user->operands[i] = to;
     user->parent->module->edits++;
+    user->parent->edits_++;
     if (!has_operand(user, from)) ir_users_remove(from, user);
     return OT_OK;
 }
@@ -1073,6 +1086,7 @@ static ot_status removed_grow(ot_module *m) {
 
 static void unlink_instr(ot_instr *i) {
     ot_computation *c = i->parent;
+    c->edits_++;
     c->module->edits++;
     for (int k = 0; k < i->noperands; k++) {
         bool seen = false;
@@ -1120,6 +1134,8 @@ ot_status ir_instr_move(ot_instr *x, ot_computation *dst) {
     list_unlink(c, x);
     list_append(dst, x);
     c->module->edits++;
+    c->edits_++;
+    dst->edits_++;
     return OT_OK;
 }
 
@@ -1184,6 +1200,7 @@ ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const o
     }
     memcpy(y->operands, neu, (size_t)n * sizeof *neu);
     m->edits++;
+    y->parent->edits_++;
     if (old != small[0]) ot_free(old);
     if (neu != small[1]) ot_free(neu);
     return OT_OK;
