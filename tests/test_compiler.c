@@ -1714,6 +1714,24 @@ static void test_fold(void) {
     EXPECT_TRUE(*(const float *)b->operands[0]->attrs->literal->data == 10.0f);
     ot_module_free(m);
 
+    /* one pass folds a whole chain, whichever operand of a user turns constant last: here u's
+     * first operand is a constant from the start, the second one only once v is folded */
+    m = new_mod(&c);
+    ot_instr *c2 = ot_build_constant_scalar(c, OT_F32, 2);
+    ot_instr *a1 = ot_build_constant_scalar(c, OT_F32, 1);
+    ot_instr *v1 = ot_build_unary(c, OT_OP_NEGATE, a1);
+    ot_instr *u1 = ot_build_binary(c, OT_OP_ADD, c2, v1);
+    ot_computation_set_root(c, ot_build_binary(c, OT_OP_MULTIPLY, u1, u1));
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_OK(ot_pass_fold(m, 1 << 20, &ch));
+    EXPECT_TRUE(ch);
+    ASSERT_OK(ot_pass_dce(m, NULL));
+    ASSERT_OK(ot_module_verify(m));
+    EXPECT_INT_EQ(c->root->opcode, OT_OP_CONSTANT);
+    EXPECT_TRUE(*(const float *)c->root->attrs->literal->data == 1.0f);
+    EXPECT_INT_EQ(c->ninstrs, 1);
+    ot_module_free(m);
+
     /* the size cap: a result over max_elements stays */
     m = new_mod(&c);
     float big[64] = {0};
