@@ -958,6 +958,8 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
         s = ir_module_orders_build(src, &src_orders);
         if (s == OT_OK) s = ir_module_clone_ordered(src, &src_orders, &e->mod);
     }
+    /* the clone's lists are its post orders: the first pass need not walk the graph for them */
+    if (s == OT_OK) s = cc_orders_keep_lists(e->mod);
     if (s != OT_OK) goto fail;
     e->pm = ot_pass_manager_new();
     if (!e->pm) {

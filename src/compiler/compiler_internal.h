@@ -47,6 +47,9 @@ void cc_orders_free(cc_orders *o);
  * or removed, the entry. */
 ot_status cc_orders_take(ot_module *m, cc_orders *o);
 void cc_orders_give(ot_module *m, cc_orders *o);
+/* Keeps, as the orders of m, each computation's list, for a module whose lists are known to be
+ * in post order (a clone made in post order): no walk of the operands. */
+ot_status cc_orders_keep_lists(ot_module *m);
 /* The entry computation's post order (cc_post_order(entry)), from the kept orders when valid. */
 ot_status cc_entry_post_order(ot_module *m, ot_instr ***out, int64_t *n);
 

@@ -2,6 +2,7 @@
  * helpers, dead-code elimination and common-subexpression elimination. */
 #include "compiler_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -214,7 +215,18 @@ void cc_orders_free(cc_orders *o) {
     memset(o, 0, sizeof *o);
 }
 
-ot_status cc_orders_build(const ot_module *m, cc_orders *o) {
+/* A computation's list as an array: its post order when the list is in topological order. */
+static ot_status list_order(const ot_computation *c, ot_instr ***out, int64_t *n) {
+    *n = 0;
+    *out = ot_malloc((size_t)(c->ninstrs ? c->ninstrs : 1) * sizeof **out);
+    if (!*out) return ot_error(OT_ERR_OUT_OF_MEMORY, "orders: out of memory");
+    for (ot_instr *i = c->first; i && *n < c->ninstrs; i = i->next) (*out)[(*n)++] = i;
+    return OT_OK;
+}
+
+static ot_status orders_build(const ot_module *m, bool lists, cc_orders *o) {
+    ot_status (*order)(const ot_computation *, ot_instr ***, int64_t *) =
+        lists ? list_order : cc_post_order;
     memset(o, 0, sizeof *o);
     o->edits = ir_module_edits(m);
     ot_computation *entry = ot_module_entry(m);
@@ -238,7 +250,7 @@ ot_status cc_orders_build(const ot_module *m, cc_orders *o) {
     }
     if ((s = cc_ptrmap_put(&seen, entry, 1)) != OT_OK) goto out;
     st[0] = (struct frame){entry, NULL, 0, 0, 0};
-    if ((s = cc_post_order(entry, &st[0].po, &st[0].npo)) != OT_OK) goto out;
+    if ((s = order(entry, &st[0].po, &st[0].npo)) != OT_OK) goto out;
     sp = 1;
     while (sp && s == OT_OK) {
         struct frame *f = &st[sp - 1];
@@ -262,7 +274,7 @@ ot_status cc_orders_build(const ot_module *m, cc_orders *o) {
         }
         if ((s = cc_ptrmap_put(&seen, x, 1)) != OT_OK) break;
         st[sp] = (struct frame){x, NULL, 0, 0, 0};
-        if ((s = cc_post_order(x, &st[sp].po, &st[sp].npo)) != OT_OK) break;
+        if ((s = order(x, &st[sp].po, &st[sp].npo)) != OT_OK) break;
         sp++;
     }
 out:
@@ -273,16 +285,39 @@ out:
     return s;
 }
 
+ot_status cc_orders_build(const ot_module *m, cc_orders *o) {
+    return orders_build(m, false, o);
+}
+
 static void orders_cache_free(void *p) {
     if (!p) return;
     cc_orders_free(p);
     ot_free(p);
 }
 
+#ifndef NDEBUG
+/* Debug builds: kept orders are exactly what cc_orders_build finds (cc_orders_keep_lists and
+ * CSE keep orders across edits). */
+static void orders_check(const ot_module *m, const cc_orders *c) {
+    cc_orders f;
+    if (cc_orders_build(m, &f) != OT_OK) return;
+    bool same = f.n == c->n;
+    for (int k = 0; same && k < f.n; k++) {
+        same = f.comps[k] == c->comps[k] && f.npo[k] == c->npo[k];
+        for (int64_t j = 0; same && j < f.npo[k]; j++) same = f.po[k][j] == c->po[k][j];
+    }
+    cc_orders_free(&f);
+    assert(same && "kept orders differ from the post orders");
+}
+#endif
+
 /* The kept orders if the module is unedited since they were built; NULL otherwise (stale ones
  * are dropped). */
 static cc_orders *orders_kept(ot_module *m) {
     cc_orders *c = ir_module_pass_cache(m);
+#ifndef NDEBUG
+    if (c && c->edits == ir_module_edits(m)) orders_check(m, c);
+#endif
     if (c && c->edits == ir_module_edits(m)) return c;
     ir_module_set_pass_cache(m, NULL, NULL);
     return NULL;
@@ -308,6 +343,13 @@ void cc_orders_give(ot_module *m, cc_orders *o) {
         }
     }
     cc_orders_free(o);
+}
+
+ot_status cc_orders_keep_lists(ot_module *m) {
+    cc_orders o;
+    OT_CHECK(orders_build(m, true, &o));
+    cc_orders_give(m, &o);
+    return OT_OK;
 }
 
 ot_status cc_entry_post_order(ot_module *m, ot_instr ***out, int64_t *n) {
@@ -670,14 +712,23 @@ static bool cse_candidate(const ot_instr *i) {
     return true;
 }
 
-static ot_status cse_computation(ot_instr **po, int64_t n, bool *changed) {
+/* Merges within one computation. *inorder: whether po is the list's order (the list then stays
+ * in topological order, and po with the removed instructions taken out, *n, is its post
+ * order). */
+static ot_status cse_computation(ot_instr **po, int64_t *np, bool *changed, bool *inorder) {
+    int64_t n = *np;
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2) cap *= 2;
     ot_instr **tab = ot_calloc(cap, sizeof *tab);
     if (!tab) return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
     ot_status s = OT_OK;
+    int64_t kept = 0;
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
         ot_instr *i = po[k];
+        /* the list is po when each one's predecessor (removed ones are unlinked) is the last
+         * one kept */
+        *inorder = *inorder && i->prev == (kept ? po[kept - 1] : NULL);
+        po[kept++] = i;
         if (!cse_candidate(i)) continue;
         uint64_t h = cse_hash(i);
         uint64_t p = h & (cap - 1);
@@ -696,7 +747,9 @@ static ot_status cse_computation(ot_instr **po, int64_t n, bool *changed) {
         s = ot_instr_replace_all_uses(i, hit);
         if (s == OT_OK) s = ot_instr_remove(i);
         if (s == OT_OK) *changed = true;
+        kept--;
     }
+    if (s == OT_OK) *np = kept;
     ot_free(tab);
     return s;
 }
@@ -707,7 +760,14 @@ ot_status ot_pass_cse(ot_module *m, bool *changed) {
     cc_orders ord;
     OT_CHECK(cc_orders_take(m, &ord));
     ot_status s = OT_OK;
-    for (int k = 0; k < ord.n && s == OT_OK; k++) s = cse_computation(ord.po[k], ord.npo[k], &ch);
+    bool inorder = true;
+    for (int k = 0; k < ord.n && s == OT_OK; k++)
+        s = cse_computation(ord.po[k], &ord.npo[k], &ch, &inorder);
+    /* Merging keeps a list in topological order (a user is redirected to an earlier equal
+     * instruction); a list in topological order is its own post order, so the orders without the
+     * removed instructions are exactly what cc_orders_build would find again. The computations'
+     * order is unchanged: a removed instruction called what its equal, earlier one calls. */
+    if (s == OT_OK && ch && inorder) ord.edits = ir_module_edits(m);
     cc_orders_give(m, &ord);
     if (changed) *changed = ch;
     return s;
