@@ -717,9 +717,17 @@ static bool cse_candidate(const ot_instr *i) {
  * order). */
 static ot_status cse_computation(ot_instr **po, int64_t *np, bool *changed, bool *inorder) {
     int64_t n = *np;
+    if (n >= (int64_t)UINT32_MAX)
+        return ot_error(OT_ERR_OUT_OF_RANGE, "cse: too many instructions");
+    /* Slots hold the upper half of the hash beside the instruction's position in po (+1; 0 is
+     * empty): probing compares tags, and only a matching tag reads the instruction (a probe
+     * that read every instruction it passed would miss the cache at each one). */
+    struct slot {
+        uint32_t tag, at;
+    };
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2) cap *= 2;
-    ot_instr **tab = ot_calloc(cap, sizeof *tab);
+    struct slot *tab = ot_calloc(cap, sizeof *tab);
     if (!tab) return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
     ot_status s = OT_OK;
     int64_t kept = 0;
@@ -728,20 +736,21 @@ static ot_status cse_computation(ot_instr **po, int64_t *np, bool *changed, bool
         /* the list is po when each one's predecessor (removed ones are unlinked) is the last
          * one kept */
         *inorder = *inorder && i->prev == (kept ? po[kept - 1] : NULL);
-        po[kept++] = i;
+        po[kept++] = i; /* (a kept instruction's place never changes again) */
         if (!cse_candidate(i)) continue;
         uint64_t h = cse_hash(i);
+        uint32_t tag = (uint32_t)(h >> 32);
         uint64_t p = h & (cap - 1);
         ot_instr *hit = NULL;
-        while (tab[p]) {
-            if (cse_equal(tab[p], i)) {
-                hit = tab[p];
+        while (tab[p].at) {
+            if (tab[p].tag == tag && cse_equal(po[tab[p].at - 1], i)) {
+                hit = po[tab[p].at - 1];
                 break;
             }
             p = (p + 1) & (cap - 1);
         }
         if (!hit) {
-            tab[p] = i;
+            tab[p] = (struct slot){tag, (uint32_t)kept};
             continue;
         }
         s = ot_instr_replace_all_uses(i, hit);
