@@ -66,10 +66,15 @@ ot_status cc_schedule_post_order(ot_instr **po, int64_t np, bool minimize_memory
 /* Array numel of an instruction (0 for tuples/tokens). */
 int64_t cc_numel(const ot_instr *i);
 /* Row fusion (rowfuse.c), run at the end of the fusion pass. */
+/* Whether input fusion R can take part in row fusion: as a row producer (*producer; every reduce
+ * a row sum the row kernel generates, one of a parameter), or with a root that is such a sum.
+ * The fusion pass asks while R's members are in cache, and offers cc_row_fuse only those. */
+bool cc_row_candidate(const ot_instr *R, bool *producer);
 /* inputs: the entry's input (reduce-rooted) fusions, the candidates, in the order to try them
- * (the fusion pass knows them: those it found and those it made) */
-ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, int64_t ninputs,
-                      bool *changed);
+ * (the fusion pass knows them: those it found and those it made); producer[j] false: inputs[j]
+ * is no row producer (NULL: any may be) */
+ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const bool *producer,
+                      int64_t ninputs, bool *changed);
 
 /* True for ops that cost a lot per element (never duplicated by fusion). */
 bool cc_is_expensive(ot_opcode op);

@@ -358,10 +358,20 @@ typedef struct mat {
     ot_instr **repl;
     ot_instr **pending;
     int64_t npending, pendcap;
-    /* the entry's input fusions: those found, then those made (row fusion's candidates) */
+    /* the entry's input fusions: those found, then those made (row fusion's candidates), and
+     * whether each may be a row producer */
     ot_instr **inputs;
-    int64_t ninputs, inputcap;
+    bool *producer;
+    int64_t ninputs, inputcap, prodcap;
 } mat;
+
+static ot_status add_input(mat *mt, ot_instr *fusion, bool producer) {
+    OT_CHECK(cc_grow(&mt->inputs, &mt->inputcap, mt->ninputs + 1, sizeof *mt->inputs));
+    OT_CHECK(cc_grow(&mt->producer, &mt->prodcap, mt->ninputs + 1, sizeof *mt->producer));
+    mt->inputs[mt->ninputs] = fusion;
+    mt->producer[mt->ninputs++] = producer;
+    return OT_OK;
+}
 
 /* user_data of an entry instruction already on the pending list */
 static char pending_mark;
@@ -478,11 +488,10 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "fusion: builder failed");
             goto done;
         }
-        if (kind == CL_INPUT) {
-            s = cc_grow(&mt->inputs, &mt->inputcap, mt->ninputs + 1, sizeof *mt->inputs);
-            if (s != OT_OK) goto done;
-            mt->inputs[mt->ninputs++] = fusion;
-        }
+        /* row fusion's candidates, tested while the members are in cache */
+        bool producer = false;
+        if (kind == CL_INPUT && cc_row_candidate(fusion, &producer))
+            if ((s = add_input(mt, fusion, producer)) != OT_OK) goto done;
         /* the users left in the entry will read the fusion (or its tuple element) instead */
         for (int64_t j = 0; j < nout && s == OT_OK; j++) {
             ot_instr *x = outs[j], *to = fusion;
@@ -570,8 +579,7 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
         x->mark = k;
         if (x->opcode == OT_OP_FUSION && x->ncalled == 1 &&
             x->attrs->fusion_kind == OT_FUSION_INPUT) {
-            s = cc_grow(&mt.inputs, &mt.inputcap, mt.ninputs + 1, sizeof *mt.inputs);
-            if (s == OT_OK) mt.inputs[mt.ninputs++] = x;
+            s = add_input(&mt, x, true); /* (not known yet) */
         }
         f.cl[k] = -1;
         f.dup_head[k] = -1;
@@ -650,7 +658,7 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     }
     if (s == OT_OK) {
         bool rch = false;
-        s = cc_row_fuse(m, f.max_io, mt.inputs, mt.ninputs, &rch);
+        s = cc_row_fuse(m, f.max_io, mt.inputs, mt.producer, mt.ninputs, &rch);
         ch = ch || rch;
     }
 out:
@@ -664,6 +672,7 @@ out:
     ot_free(mt.repl);
     ot_free(mt.pending);
     ot_free(mt.inputs);
+    ot_free(mt.producer);
     ot_free(f.po);
     ot_free(f.cl);
     ot_free(f.small);

@@ -323,6 +323,14 @@ static bool row_producer(const ot_instr *R, int64_t *rows, int64_t *len, ot_inst
     return numel_of(root) == *rows;
 }
 
+bool cc_row_candidate(const ot_instr *R, bool *producer) {
+    int64_t rows, len;
+    ot_instr *x;
+    const ot_computation *c = fused(R);
+    *producer = row_producer(R, &rows, &len, &x);
+    return *producer || (c && c->root && row_reduce(c->root, &rows, &len));
+}
+
 /* A loop fusion of rows * len elements made of ops the row kernel emits per element. */
 static bool element_loop(const ot_instr *N, int64_t total) {
     const ot_computation *c = fused(N);
@@ -544,8 +552,8 @@ static ot_status fuse_elements(ot_module *m, ot_computation *entry, int max_io, 
     return s;
 }
 
-ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, int64_t ninputs,
-                      bool *changed) {
+ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const bool *producer,
+                      int64_t ninputs, bool *changed) {
     ot_computation *entry = ot_module_entry(m);
     if (!entry) return OT_OK;
     /* the candidates of the element rounds: the inputs this loop leaves, then what it merges */
@@ -612,15 +620,16 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, int64_t
             break;
         }
     }
-    /* the input fusions left (merged ones are dead), before the merged ones made above */
+    /* the input fusions left (merged ones are dead) that may be row producers, before the
+     * merged ones made above */
     int64_t nleft = 0;
     for (int64_t j = 0; j < ninputs; j++)
-        if (!inputs[j]->dead_) nleft++;
+        if (!inputs[j]->dead_ && (!producer || producer[j])) nleft++;
     if (s == OT_OK) s = cc_grow(&cand, &candcap, ncand + nleft, sizeof *cand);
     if (s == OT_OK) {
         memmove(cand + nleft, cand, (size_t)ncand * sizeof *cand);
         for (int64_t j = 0, k = 0; j < ninputs; j++)
-            if (!inputs[j]->dead_) cand[k++] = inputs[j];
+            if (!inputs[j]->dead_ && (!producer || producer[j])) cand[k++] = inputs[j];
         ncand += nleft;
     }
     /* then loops over the rows, per row or per element, until none joins (each round merges at
