@@ -499,6 +499,61 @@ static void test_edits(void) {
     ot_module_free(m);
 }
 
+/* A copy into another module shares each distinct attribute set among the copies that hold it
+ * (content equal: a broadcast's or reduce's dimensions, a constant's value) and keeps apart
+ * sets that differ, even only in how they print (no replica groups and an empty list). */
+static void test_clone_shares_attribute_sets(void) {
+    ot_module *m = ot_module_new("attrs");
+    ot_computation *sum = add_reducer(m, OT_F32, "sum");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_module_set_entry(m, c);
+    ot_instr *x = ot_build_parameter(c, 0, SH(OT_F32, 8), "x");
+    ot_shape s48;
+    ASSERT_OK(ot_shape_make(&s48, OT_F32, 2, (int64_t[]){4, 8}));
+    ot_instr *b1 = ot_build_broadcast(c, x, s48, (int64_t[]){1}, 1);
+    ot_instr *b2 =
+        ot_build_broadcast(c, ot_build_unary(c, OT_OP_NEGATE, x), s48, (int64_t[]){1}, 1);
+    ot_instr *z = ot_build_constant_scalar(c, OT_F32, 0);
+    ot_instr *r1 = ot_build_reduce(c, &b1, &z, 1, (int64_t[]){0}, 1, sum);
+    ot_instr *r2 = ot_build_reduce(c, &b2, &z, 1, (int64_t[]){0}, 1, sum);
+    ot_instr *k2a = ot_build_constant_scalar(c, OT_F32, 2);
+    ot_instr *k2b = ot_build_constant_scalar(c, OT_F32, 2);
+    ot_instr *k3 = ot_build_constant_scalar(c, OT_F32, 3);
+    const ot_replica_groups *none = ot_replica_groups_make(m, 0, NULL, NULL);
+    ASSERT_TRUE(none != NULL);
+    ot_instr *a1 = ot_build_all_reduce(c, &r1, 1, NULL, 1, false, sum);
+    ot_instr *a2 = ot_build_all_reduce(c, &r2, 1, none, 1, false, sum);
+    ot_instr *outs[] = {a1, a2, k2a, k2b, k3};
+    ot_computation_set_root(c, ot_build_tuple(c, outs, 5));
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_TRUE(b1->attrs != b2->attrs && k2a->attrs != k2b->attrs); /* the builder copies */
+    char *want = ot_hlo_print(m, NULL);
+    ASSERT_TRUE(want != NULL);
+    ot_module *m2 = NULL;
+    ASSERT_OK(ot_module_clone(m, &m2));
+    ot_computation *c2 = ot_module_entry(m2);
+    ot_instr *orig[] = {b1, b2, r1, r2, k2a, k2b, k3, a1, a2}, *cp[9];
+    for (int k = 0; k < 9; k++) {
+        cp[k] = ot_computation_find_instr(c2, orig[k]->name);
+        ASSERT_TRUE(cp[k] != NULL);
+        ASSERT_TRUE(cp[k]->attrs != orig[k]->attrs);
+    }
+    ot_module_free(m);                         /* the copy's sets live in its own arena */
+    EXPECT_TRUE(cp[0]->attrs == cp[1]->attrs); /* broadcasts, dimensions {1} */
+    EXPECT_TRUE(cp[2]->attrs == cp[3]->attrs); /* reduces, dimensions {0} */
+    EXPECT_TRUE(cp[4]->attrs == cp[5]->attrs); /* constants 2 */
+    EXPECT_TRUE(cp[6]->attrs != cp[4]->attrs); /* constant 3 */
+    EXPECT_TRUE(*(const float *)cp[6]->attrs->literal->data == 3.0f);
+    EXPECT_TRUE(cp[7]->attrs != cp[8]->attrs); /* no groups, an empty list */
+    EXPECT_OK(ot_module_verify(m2));
+    char *got = ot_hlo_print(m2, NULL);
+    ASSERT_TRUE(got != NULL);
+    EXPECT_STR_EQ(got, want);
+    ot_free(got);
+    ot_free(want);
+    ot_module_free(m2);
+}
+
 static void test_clone(void) {
     ot_computation *c;
     ot_instr *x;
@@ -843,7 +898,8 @@ static void test_alloc_failure(void) {
 
 OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_sticky_error),
              OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
-             OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_many_users),
-             OT_TEST(test_merge_duplicates_memory), OT_TEST(test_names_small_and_large),
-             OT_TEST(test_made_names_never_collide), OT_TEST(test_cycles_detected),
-             OT_TEST(test_outline_move_and_map), OT_TEST(test_alloc_failure))
+             OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_clone_shares_attribute_sets),
+             OT_TEST(test_many_users), OT_TEST(test_merge_duplicates_memory),
+             OT_TEST(test_names_small_and_large), OT_TEST(test_made_names_never_collide),
+             OT_TEST(test_cycles_detected), OT_TEST(test_outline_move_and_map),
+             OT_TEST(test_alloc_failure))

@@ -1518,7 +1518,43 @@ out:
 typedef struct clone_map {
     ot_instr **byid;
     ir_ptr_map ptr;
+    /* a copy into another module: copies holding each distinct attribute set copied so far,
+     * by content (open addressing; the sets of a module repeat: a broadcast's dimensions, a
+     * reduce's, scalar constants) */
+    ot_instr **attrs_tab;
+    uint64_t attrs_cap, attrs_n;
 } clone_map;
+
+/* The copy made so far whose attribute set equals src's (same opcode and rank, every field,
+ * arrays by content), or NULL; *slot gets where src's copy would go. */
+static ot_instr *attrs_seen(clone_map *x, const ot_instr *src, uint64_t *slot) {
+    if (x->attrs_n * 2 >= x->attrs_cap) {
+        uint64_t ncap = x->attrs_cap ? x->attrs_cap * 2 : 1024;
+        ot_instr **nt = ot_calloc(ncap, sizeof *nt);
+        if (!nt) return NULL; /* (then copied, as without the table) */
+        for (uint64_t k = 0; k < x->attrs_cap; k++) {
+            ot_instr *r = x->attrs_tab[k];
+            if (!r) continue;
+            uint64_t j = ot_instr_attrs_hash(r) & (ncap - 1);
+            while (nt[j]) j = (j + 1) & (ncap - 1);
+            nt[j] = r;
+        }
+        ot_free(x->attrs_tab);
+        x->attrs_tab = nt;
+        x->attrs_cap = ncap;
+    }
+    int rank = src->shape.kind == OT_IR_ARRAY ? src->shape.array.rank : -1;
+    uint64_t j = ot_instr_attrs_hash(src) & (x->attrs_cap - 1);
+    for (ot_instr *r; (r = x->attrs_tab[j]); j = (j + 1) & (x->attrs_cap - 1)) {
+        int rr = r->shape.kind == OT_IR_ARRAY ? r->shape.array.rank : -1;
+        /* (replica groups: absent and empty compare equal, but print differently) */
+        if (rr == rank && (!r->attrs->groups) == (!src->attrs->groups) &&
+            ot_instr_attrs_equal(src, r))
+            return r;
+    }
+    *slot = j;
+    return NULL;
+}
 
 static inline ot_instr *clone_map_get(const clone_map *x, const ot_instr *i) {
     return x->byid ? x->byid[i->id] : ir_ptr_map_get(&x->ptr, i);
@@ -1573,14 +1609,27 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, clon
             ot_ir_shape shape = i->shape;
             ot_instr *ni = NULL;
             if (s == OT_OK && other) s = ir_shape_copy(dm, &i->shape, &shape);
+            /* into another module: an attribute set copied before is shared, not copied again */
+            const ot_attrs *attrs = i->attrs;
+            unsigned share = other ? IR_COPY_ATTRS : IR_ATTRS_SHARED;
+            uint64_t slot = UINT64_MAX;
+            if (other && map->byid && !attrs_shared(i->attrs)) {
+                ot_instr *r = attrs_seen(map, i, &slot);
+                if (r) {
+                    attrs = r->attrs;
+                    share = IR_ATTRS_SHARED;
+                }
+            }
             if (s == OT_OK)
                 /* a copy of a built (so inferred) instruction over copies of its operands and
                  * of its called computations: its shape needs no inferring again */
-                s = ir_create(dst, i->opcode, ops, i->noperands, i->attrs, called, i->ncalled,
-                              &shape, i->name, strlen(i->name),
-                              IR_SHAPE_KNOWN | IR_NAME_UNIQUE |
-                                  (other ? IR_COPY_ATTRS : IR_ATTRS_SHARED),
+                s = ir_create(dst, i->opcode, ops, i->noperands, attrs, called, i->ncalled, &shape,
+                              i->name, strlen(i->name), IR_SHAPE_KNOWN | IR_NAME_UNIQUE | share,
                               &ni);
+            if (s == OT_OK && slot != UINT64_MAX) {
+                map->attrs_tab[slot] = ni;
+                map->attrs_n++;
+            }
             if (s == OT_OK && other && i->metadata) s = ot_instr_set_metadata(ni, i->metadata);
             if (s == OT_OK && !other) ni->metadata = i->metadata;
             if (s == OT_OK && i->nraw) {
@@ -1788,6 +1837,7 @@ ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *
     if (!ord) ot_free(order);
     ir_ptr_map_free(&cmap);
     ot_free(map.byid);
+    ot_free(map.attrs_tab);
     if (s != OT_OK) {
         ot_module_free(m);
         return s;
