@@ -315,10 +315,12 @@ static void orders_check(const ot_module *m, const cc_orders *c) {
  * are dropped). */
 static cc_orders *orders_kept(ot_module *m) {
     cc_orders *c = ir_module_pass_cache(m);
+    if (c && c->edits == ir_module_edits(m)) {
 #ifndef NDEBUG
-    if (c && c->edits == ir_module_edits(m)) orders_check(m, c);
+        orders_check(m, c);
 #endif
-    if (c && c->edits == ir_module_edits(m)) return c;
+        return c;
+    }
     ir_module_set_pass_cache(m, NULL, NULL);
     return NULL;
 }

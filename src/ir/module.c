@@ -669,6 +669,13 @@ void ir_comp_name_del(ot_computation *c, const char *key) {
     if (c->names_) ir_names_del(c->names_, key);
 }
 
+/* Counts a change to c's instructions, their operands or its root: in c (its analyses, such as
+ * a fused computation's, stay valid while its count does) and in the module (its kept orders). */
+static void edited(ot_computation *c) {
+    c->edits_++;
+    c->module->edits++;
+}
+
 void ot_computation_set_root(ot_computation *c, ot_instr *r) {
     if (!c || !r || c->module->err) return;
     if (r->parent != c || r->dead_) {
@@ -677,8 +684,7 @@ void ot_computation_set_root(ot_computation *c, ot_instr *r) {
         return;
     }
     c->root = r;
-    c->edits_++;
-    c->module->edits++;
+    edited(c);
 }
 
 ot_dtype ot_instr_dtype(const ot_instr *i) {
@@ -933,8 +939,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
         }
     }
     m->next_id++;
-    m->edits++;
-    c->edits_++;
+    edited(c);
     list_append(c, i);
     m->ninstrs++;
     if (op == OT_OP_CALL) m->ncalls++;
@@ -1015,8 +1020,7 @@ ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
                         shape_str(&from->shape, a, sizeof a), to->name,
                         shape_str(&to->shape, b, sizeof b));
     }
-    to->parent->module->edits++;
-    to->parent->edits_++;
+    edited(to->parent);
     /* reserve room first so that a failure changes nothing; the array grows geometrically like
      * ir_users_add's (merging many duplicates into one instruction one by one, as CSE does, would
      * otherwise leave an abandoned arena array per merge: quadratic memory) */
@@ -1069,8 +1073,7 @@ ot_status ot_instr_replace_operand(ot_instr *user, int i, ot_instr *to) {
     }
     if (!has_operand(user, to)) OT_CHECK(ir_users_add(to, user));
     user->operands[i] = to;
-    user->parent->module->edits++;
-    user->parent->edits_++;
+    edited(user->parent);
     if (!has_operand(user, from)) ir_users_remove(from, user);
     return OT_OK;
 }
@@ -1086,8 +1089,7 @@ static ot_status removed_grow(ot_module *m) {
 
 static void unlink_instr(ot_instr *i) {
     ot_computation *c = i->parent;
-    c->edits_++;
-    c->module->edits++;
+    edited(c);
     for (int k = 0; k < i->noperands; k++) {
         bool seen = false;
         for (int j = 0; j < k && !seen; j++) seen = i->operands[j] == i->operands[k];
@@ -1133,9 +1135,8 @@ ot_status ir_instr_move(ot_instr *x, ot_computation *dst) {
     x->name = name;
     list_unlink(c, x);
     list_append(dst, x);
-    c->module->edits++;
-    c->edits_++;
-    dst->edits_++;
+    edited(c);
+    dst->edits_++; /* (one change of the module) */
     return OT_OK;
 }
 
@@ -1199,8 +1200,7 @@ ot_status ir_instr_map_operands(ot_instr *y, ot_instr *(*map)(void *ctx, const o
         old[q]->visit_ = now;
     }
     memcpy(y->operands, neu, (size_t)n * sizeof *neu);
-    m->edits++;
-    y->parent->edits_++;
+    edited(y->parent);
     if (old != small[0]) ot_free(old);
     if (neu != small[1]) ot_free(neu);
     return OT_OK;
@@ -1613,7 +1613,7 @@ static ot_status clone_body(const ot_computation *src, ot_computation *dst, clon
             const ot_attrs *attrs = i->attrs;
             unsigned share = other ? IR_COPY_ATTRS : IR_ATTRS_SHARED;
             uint64_t slot = UINT64_MAX;
-            if (other && map->byid && !attrs_shared(i->attrs)) {
+            if (s == OT_OK && other && map->byid && !attrs_shared(i->attrs)) {
                 ot_instr *r = attrs_seen(map, i, &slot);
                 if (r) {
                     attrs = r->attrs;
