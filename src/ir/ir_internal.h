@@ -114,7 +114,14 @@ void ir_ptr_map_free(ir_ptr_map *m);
 
 struct ot_module {
     char *name;
+    /* Storage by kind. Graph walks read the instructions themselves and their operand and user
+     * lists, rarely names: kept apart, what a walk of a large module reads lies densely in
+     * creation order, instead of one or two cache lines in every few hundred bytes of mixed
+     * storage. arena: operand and called lists, attributes, tuple shapes, literals. */
     ot_arena *arena;
+    ot_arena *instr_arena; /* the ot_instr structs */
+    ot_arena *users_arena; /* users lists (an outgrown one is abandoned there) */
+    ot_arena *str_arena;   /* names and other strings */
     ot_computation **comps;
     int ncomps, comps_cap;
     ot_computation *entry;

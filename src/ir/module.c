@@ -232,7 +232,7 @@ void *ir_alloc(ot_module *m, size_t n) {
 }
 
 char *ir_strndup(ot_module *m, const char *s, size_t n) {
-    char *d = ot_arena_alloc(m->arena, n + 1, 1);
+    char *d = ot_arena_alloc(m->str_arena, n + 1, 1);
     if (!d) return NULL;
     memcpy(d, s, n);
     d[n] = '\0';
@@ -376,7 +376,8 @@ ot_status ir_users_add(ot_instr *op, ot_instr *user) {
         int ncap = op->users_cap_ ? op->users_cap_ * 2 : 2;
         if (op->users_cap_ > INT32_MAX / 2)
             return ot_error(OT_ERR_OUT_OF_RANGE, "too many users of %s", op->name);
-        ot_instr **nu = ot_arena_alloc(op->parent->module->arena, (size_t)ncap * sizeof *nu, 8);
+        ot_instr **nu =
+            ot_arena_alloc(op->parent->module->users_arena, (size_t)ncap * sizeof *nu, 8);
         if (!nu) return ot_error(OT_ERR_OUT_OF_MEMORY, "users of %s: out of memory", op->name);
         if (op->nusers) memcpy(nu, op->users, (size_t)op->nusers * sizeof *nu);
         op->users = nu;
@@ -450,7 +451,10 @@ ot_module *ot_module_new(const char *name) {
     ot_module *m = ot_calloc(1, sizeof *m);
     if (!m) goto oom;
     m->arena = ot_arena_new(256 * 1024);
-    if (!m->arena) goto oom;
+    m->instr_arena = ot_arena_new(256 * 1024);
+    m->users_arena = ot_arena_new(256 * 1024);
+    m->str_arena = ot_arena_new(64 * 1024);
+    if (!m->arena || !m->instr_arena || !m->users_arena || !m->str_arena) goto oom;
     m->name = ir_strdup(m, name ? name : "module");
     if (!m->name) goto oom;
     m->cfg.replica_count = 1;
@@ -487,6 +491,9 @@ void ot_module_free(ot_module *m) {
     if (m->pass_cache_free) m->pass_cache_free(m->pass_cache);
     ot_free((void *)m->cfg.alias);
     ot_arena_free(m->arena);
+    ot_arena_free(m->instr_arena);
+    ot_arena_free(m->users_arena);
+    ot_arena_free(m->str_arena);
     ot_free(m);
 }
 
@@ -847,7 +854,7 @@ ot_status ir_create(ot_computation *c, ot_opcode op, ot_instr *const *operands, 
     ot_instr *i = m->free_instrs;
     if (i)
         m->free_instrs = i->next;
-    else if (!(i = ot_arena_alloc(m->arena, sizeof *i, 64)))
+    else if (!(i = ot_arena_alloc(m->instr_arena, sizeof *i, 64)))
         return ot_error(OT_ERR_OUT_OF_MEMORY, "instruction: out of memory");
     memset(i, 0, sizeof *i);
     i->opcode = op;
@@ -1028,7 +1035,8 @@ ot_status ot_instr_replace_all_uses(ot_instr *from, ot_instr *to) {
     if (need > to->users_cap_) {
         int ncap = to->users_cap_ > 2 ? to->users_cap_ : 2;
         while (ncap < need) ncap = ncap > INT32_MAX / 2 ? need : ncap * 2;
-        ot_instr **nu = ot_arena_alloc(to->parent->module->arena, (size_t)ncap * sizeof *nu, 8);
+        ot_instr **nu =
+            ot_arena_alloc(to->parent->module->users_arena, (size_t)ncap * sizeof *nu, 8);
         if (!nu) return ot_error(OT_ERR_OUT_OF_MEMORY, "replace all uses: out of memory");
         if (to->nusers) memcpy(nu, to->users, (size_t)to->nusers * sizeof *nu);
         to->users = nu;
