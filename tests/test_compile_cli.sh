@@ -80,4 +80,20 @@ printf 'HloModule bad\nENTRY e {\n  ROOT x = f32[2] add(y, y)\n}\n' >"$work/bad.
 if "$bin" compile "$work/bad.hlo" 2>"$err"; then echo "bad module accepted"; exit 1; fi
 grep -q "bad.hlo:3" "$err"
 if "$bin" compile 2>"$err"; then echo "no file accepted"; exit 1; fi
+# bench compile --sizes: the sizes given, compared as pairs, as JSON; bad lists refused
+"$bin" bench compile --sizes 2000,4000,3000 --reps 1 --json >"$work/bc.json"
+python3 - "$work/bc.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sizes = [r["case"].split()[0] for r in rows if " instrs -O2 (" in r["case"]]
+assert len(sizes) == 3 and all(int(n) >= 2000 for n in sizes), sizes
+sc = [r for r in rows if r["case"] == "scaling 2k -> 4k"]
+assert len(sc) == 1 and sc[0]["metric"] == "time(2N)/time(N)" and sc[0]["baseline_value"] == 2.0, sc
+assert not [r for r in rows if "-> 3k" in r["case"]], rows  # an unpaired size: no ratio
+PY
+for bad in 1999 2000,x 2000,,4000 "" 1,2,3,4,5,6,7,8,9 4000001; do
+  if "$bin" bench compile --sizes "$bad" 2>"$err"; then echo "--sizes '$bad' accepted"; exit 1; fi
+  grep -q -- "--sizes needs 1 to 8 comma-separated numbers" "$err"
+done
+if "$bin" bench compile --sizes 2>"$err"; then echo "--sizes without a value accepted"; exit 1; fi
 echo "compile cli ok"

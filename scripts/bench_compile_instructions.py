@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Instructions executed by one compile of `optitpu bench compile`'s generated graphs, counted by
+valgrind's callgrind, and their scaling count(2N)/count(N) beside linear (2.0).
+
+Wall time on a shared machine also scales with how much of a module's memory the caches hold
+(a 100k-instruction compile's working set fits the last-level cache better than a 200k one's);
+the instruction count does not, so it shows the algorithms' own scaling: a quadratic pass shows
+up here as a ratio well above 2 whatever the machine, while the wall-time ratio printed by the
+benchmark moves with the caches and the neighbours.
+
+Each size runs `optitpu bench compile --sizes N --reps 1` (a warm-up compile and one measured:
+two compiles) under callgrind, collecting only inside ot_compile and the fingerprint thread, so
+building the graph is not counted. Needs valgrind (apt-get install valgrind).
+
+usage: scripts/bench_compile_instructions.py [--optitpu build/optitpu] [--max N] [--json]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SIZES = [10000, 20000, 100000, 200000, 500000, 1000000]
+
+
+def count(optitpu, n, tmp):
+    out = os.path.join(tmp, "cg.%d" % n)
+    cmd = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+        "--toggle-collect=ot_compile", "--toggle-collect=fp_main",
+        optitpu, "bench", "compile", "--sizes", str(n), "--reps", "1",
+    ]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit("callgrind run failed for %d:\n%s" % (n, r.stderr[-2000:]))
+    instrs = None
+    for line in r.stdout.splitlines():
+        m = re.match(r"compile\s+(\d+) instrs -O2", line)
+        if m:
+            instrs = int(m.group(1))
+    total = None
+    with open(out) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                total = int(line.split()[1])
+    if total is None or instrs is None:
+        sys.exit("no instruction total for %d in %s" % (n, out))
+    return instrs, total / 2.0  # the warm-up and one measured compile
+
+
+def row(json_out, case, metric, value, baseline=None, baseline_value=None):
+    ratio = baseline_value / value if baseline_value and value else None
+    if json_out:
+        print(json.dumps({"bench": "compile-instructions", "case": case, "metric": metric,
+                          "value": value, "baseline": baseline,
+                          "baseline_value": baseline_value, "ratio": ratio}))
+    else:
+        b = "%s %.3f ratio %.3f" % (baseline, baseline_value, ratio) if baseline else ""
+        print("%-34s %-28s %14.4g  %s" % (case, metric, value, b))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--optitpu", default="build/optitpu")
+    ap.add_argument("--max", type=int, default=200000,
+                    help="largest size (default 200000; 1000000 takes several minutes)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("valgrind not found: apt-get install valgrind")
+    if not os.access(a.optitpu, os.X_OK):
+        sys.exit("%s is not an executable (build first)" % a.optitpu)
+    sizes = [n for n in SIZES if n <= a.max]
+    with tempfile.TemporaryDirectory() as tmp:
+        got = {}
+        for n in sizes:
+            instrs, ir = count(a.optitpu, n, tmp)
+            got[n] = ir
+            row(a.json, "%d instrs" % instrs, "instructions per compile", ir)
+            row(a.json, "%d instrs" % instrs, "instructions per graph instr", ir / instrs)
+            if n // 2 in got:
+                row(a.json, "scaling %dk -> %dk" % (n // 2000, n // 1000),
+                    "count(2N)/count(N)", ir / got[n // 2], "linear (2.0)", 2.0)
+
+
+if __name__ == "__main__":
+    main()
