@@ -2,7 +2,7 @@
 #include "ot_test.h"
 
 #include "optitpu/ir.h"
-#include "../src/ir/ir_passes.h"
+#include "../src/ir/ir_internal.h"
 
 static ot_shape shp(ot_dtype t, int rank, const int64_t *d) {
     ot_shape s;
@@ -626,6 +626,56 @@ static void test_many_users(void) {
     ot_module_free(m);
 }
 
+/* The user index of a wide instruction (positions in its users array, hashed by user) through
+ * removals in scrambled order, which shift probe chains and move the last user into each freed
+ * position, and additions past each rebuild: after every step each user is found, each removed
+ * one is not, and the users array holds exactly the users left. */
+static void test_users_index(void) {
+    ot_module *m = ot_module_new(NULL);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, SH(OT_F32, 4), "x");
+    enum { N = 1500 };
+    static ot_instr *us[N];
+    static bool in[N];
+    for (int i = 0; i < N; i++) {
+        us[i] = ot_build_unary(c, OT_OP_NEGATE, x);
+        in[i] = true;
+    }
+    ASSERT_OK(ot_module_status(m));
+    EXPECT_TRUE(x->uidx_ != NULL);
+    int left = N, bad = 0;
+    uint64_t r = 12345;
+    for (int step = 0; step < 2 * N && !bad; step++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int k = (int)((r >> 33) % N);
+        if (in[k]) {
+            ir_users_remove(x, us[k]);
+            left--;
+        } else {
+            ASSERT_OK(ir_users_add(x, us[k]));
+            left++;
+        }
+        in[k] = !in[k];
+        if (x->nusers != left) bad++;
+        if (step % 50 == 0 || step > 2 * N - 50)
+            for (int i = 0; i < N; i++) bad += ir_users_contains(x, us[i]) != in[i];
+    }
+    EXPECT_INT_EQ(bad, 0);
+    int seen = 0;
+    for (int j = 0; j < x->nusers; j++)
+        for (int i = 0; i < N; i++)
+            if (x->users[j] == us[i]) seen += in[i] ? 1 : 1000;
+    EXPECT_INT_EQ(seen, left);
+    /* removing a user that is not there changes nothing */
+    for (int i = 0; i < N; i++)
+        if (!in[i]) {
+            ir_users_remove(x, us[i]);
+            break;
+        }
+    EXPECT_INT_EQ(x->nusers, left);
+    ot_module_free(m); /* (the users no longer match the operands: not verified) */
+}
+
 /* Bytes requested from the allocator (the arena's chunks included), counted by a hook. */
 static int64_t g_requested;
 static void *counting_realloc(void *ud, void *ptr, size_t size) {
@@ -899,7 +949,7 @@ static void test_alloc_failure(void) {
 OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_sticky_error),
              OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
              OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_clone_shares_attribute_sets),
-             OT_TEST(test_many_users), OT_TEST(test_merge_duplicates_memory),
-             OT_TEST(test_names_small_and_large), OT_TEST(test_made_names_never_collide),
-             OT_TEST(test_cycles_detected), OT_TEST(test_outline_move_and_map),
-             OT_TEST(test_alloc_failure))
+             OT_TEST(test_many_users), OT_TEST(test_users_index),
+             OT_TEST(test_merge_duplicates_memory), OT_TEST(test_names_small_and_large),
+             OT_TEST(test_made_names_never_collide), OT_TEST(test_cycles_detected),
+             OT_TEST(test_outline_move_and_map), OT_TEST(test_alloc_failure))

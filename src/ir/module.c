@@ -297,14 +297,15 @@ ot_status ot_module_finalize(ot_module *m) {
 
 #define UIDX_MIN 32
 
-/* Indexes are heap blocks on a per-module list so the module can free them all at once. */
+/* Indexes are heap blocks on a per-module list so the module can free them all at once. A slot
+ * holds a position in the users array plus one (0: free), 4 bytes where a pointer and a position
+ * took 16: the index of an instruction read by every reduce of a large graph then stays in the
+ * core's cache where the larger one did not (the users array it points into is half its size).
+ * The user at a slot is op->users[slot - 1], whose address is also its hash key. */
 typedef struct uidx {
     struct uidx *prev, *next;
     uint64_t cap;
-    struct uidx_slot {
-        const ot_instr *u;
-        int64_t pos;
-    } slots[];
+    uint32_t slots[];
 } uidx;
 
 static void uidx_release(ot_instr *op) {
@@ -330,41 +331,41 @@ static uidx *uidx_build(ot_instr *op, uint64_t cap) {
     m->uidx_head = x;
     for (int i = 0; i < op->nusers; i++) {
         uint64_t j = ptr_hash(op->users[i]) & (cap - 1);
-        while (x->slots[j].u) j = (j + 1) & (cap - 1);
-        x->slots[j].u = op->users[i];
-        x->slots[j].pos = i;
+        while (x->slots[j]) j = (j + 1) & (cap - 1);
+        x->slots[j] = (uint32_t)i + 1;
     }
     return x;
 }
 
-static struct uidx_slot *uidx_find(uidx *x, const ot_instr *u) {
+/* The slot of user u of op, or NULL. */
+static uint32_t *uidx_find(const ot_instr *op, uidx *x, const ot_instr *u) {
     uint64_t j = ptr_hash(u) & (x->cap - 1);
-    while (x->slots[j].u) {
-        if (x->slots[j].u == u) return &x->slots[j];
+    while (x->slots[j]) {
+        if (op->users[x->slots[j] - 1] == u) return &x->slots[j];
         j = (j + 1) & (x->cap - 1);
     }
     return NULL;
 }
 
-/* Backward-shift deletion for linear probing. */
-static void uidx_erase(uidx *x, struct uidx_slot *s) {
+/* Backward-shift deletion for linear probing (op->users still holds every indexed user). */
+static void uidx_erase(const ot_instr *op, uidx *x, uint32_t *s) {
     uint64_t i = (uint64_t)(s - x->slots), mask = x->cap - 1;
     uint64_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (!x->slots[j].u) break;
-        uint64_t k = ptr_hash(x->slots[j].u) & mask;
+        if (!x->slots[j]) break;
+        uint64_t k = ptr_hash(op->users[x->slots[j] - 1]) & mask;
         /* move j into i when k is cyclically outside (i, j] */
         if ((j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j))) {
             x->slots[i] = x->slots[j];
             i = j;
         }
     }
-    x->slots[i].u = NULL;
+    x->slots[i] = 0;
 }
 
 bool ir_users_contains(const ot_instr *op, const ot_instr *user) {
-    if (op->uidx_) return uidx_find(op->uidx_, user) != NULL;
+    if (op->uidx_) return uidx_find(op, op->uidx_, user) != NULL;
     for (int i = 0; i < op->nusers; i++)
         if (op->users[i] == user) return true;
     return false;
@@ -399,9 +400,8 @@ ot_status ir_users_add(ot_instr *op, ot_instr *user) {
     op->users[pos] = user;
     if (x) {
         uint64_t j = ptr_hash(user) & (x->cap - 1);
-        while (x->slots[j].u) j = (j + 1) & (x->cap - 1);
-        x->slots[j].u = user;
-        x->slots[j].pos = pos;
+        while (x->slots[j]) j = (j + 1) & (x->cap - 1);
+        x->slots[j] = (uint32_t)pos + 1;
     }
     return OT_OK;
 }
@@ -410,10 +410,10 @@ void ir_users_remove(ot_instr *op, ot_instr *user) {
     int pos = -1;
     uidx *x = op->uidx_;
     if (x) {
-        struct uidx_slot *s = uidx_find(x, user);
+        uint32_t *s = uidx_find(op, x, user);
         if (!s) return;
-        pos = (int)s->pos;
-        uidx_erase(x, s);
+        pos = (int)*s - 1;
+        uidx_erase(op, x, s);
     } else {
         for (int i = 0; i < op->nusers; i++)
             if (op->users[i] == user) {
@@ -429,9 +429,10 @@ void ir_users_remove(ot_instr *op, ot_instr *user) {
         if (!x) {
             memmove(op->users + pos, op->users + pos + 1, (size_t)(last - pos) * sizeof *op->users);
         } else {
+            /* the last user's slot (found while op->users[last] is still that user) */
+            uint32_t *s = uidx_find(op, x, op->users[last]);
             op->users[pos] = op->users[last];
-            struct uidx_slot *s = uidx_find(x, op->users[pos]);
-            if (s) s->pos = pos;
+            if (s) *s = (uint32_t)pos + 1;
         }
     }
     op->nusers = last;
