@@ -12,7 +12,12 @@ Each size runs `optitpu bench compile --sizes N --reps 1` (a warm-up compile and
 two compiles) under callgrind, collecting only inside ot_compile and the fingerprint thread, so
 building the graph is not counted. Needs valgrind (apt-get install valgrind).
 
-usage: scripts/bench_compile_instructions.py [--optitpu build/optitpu] [--max N] [--json]
+With --cache-sim BYTES, callgrind also simulates a last-level cache of that size (16-way, 64-byte
+lines; a power of two from 1 MiB) and the script prints its read and write misses per compile
+beside the instructions: how the same linear work meets a cache the working set outgrows.
+
+usage: scripts/bench_compile_instructions.py [--optitpu build/optitpu] [--max N]
+                                             [--cache-sim BYTES] [--json]
 """
 
 import argparse
@@ -27,13 +32,13 @@ import tempfile
 SIZES = [10000, 20000, 100000, 200000, 500000, 1000000]
 
 
-def count(optitpu, n, tmp):
+def count(optitpu, n, tmp, ll):
     out = os.path.join(tmp, "cg.%d" % n)
-    cmd = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-        "--toggle-collect=ot_compile", "--toggle-collect=fp_main",
-        optitpu, "bench", "compile", "--sizes", str(n), "--reps", "1",
-    ]
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+           "--toggle-collect=ot_compile", "--toggle-collect=fp_main"]
+    if ll:
+        cmd += ["--cache-sim=yes", "--LL=%d,16,64" % ll]
+    cmd += [optitpu, "bench", "compile", "--sizes", str(n), "--reps", "1"]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit("callgrind run failed for %d:\n%s" % (n, r.stderr[-2000:]))
@@ -42,14 +47,18 @@ def count(optitpu, n, tmp):
         m = re.match(r"compile\s+(\d+) instrs -O2", line)
         if m:
             instrs = int(m.group(1))
-    total = None
+    events, total = None, None
     with open(out) as f:
         for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
             if line.startswith("totals:") or line.startswith("summary:"):
-                total = int(line.split()[1])
-    if total is None or instrs is None:
-        sys.exit("no instruction total for %d in %s" % (n, out))
-    return instrs, total / 2.0  # the warm-up and one measured compile
+                total = [int(v) for v in line.split()[1:]]
+    if total is None or instrs is None or not events or len(events) != len(total):
+        sys.exit("no event totals for %d in %s" % (n, out))
+    # per compile: the warm-up and one measured compile were counted
+    ev = {e: v / 2.0 for e, v in zip(events, total)}
+    return instrs, ev
 
 
 def row(json_out, case, metric, value, baseline=None, baseline_value=None):
@@ -68,23 +77,35 @@ def main():
     ap.add_argument("--optitpu", default="build/optitpu")
     ap.add_argument("--max", type=int, default=200000,
                     help="largest size (default 200000; 1000000 takes several minutes)")
+    ap.add_argument("--cache-sim", type=int, default=0, metavar="BYTES",
+                    help="also simulate a last-level cache of BYTES (a power of two)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    if a.cache_sim and (a.cache_sim < (1 << 20) or a.cache_sim & (a.cache_sim - 1)):
+        sys.exit("--cache-sim needs a power of two from 1048576")
     if not shutil.which("valgrind"):
         sys.exit("valgrind not found: apt-get install valgrind")
     if not os.access(a.optitpu, os.X_OK):
         sys.exit("%s is not an executable (build first)" % a.optitpu)
     sizes = [n for n in SIZES if n <= a.max]
     with tempfile.TemporaryDirectory() as tmp:
-        got = {}
+        got, miss = {}, {}
+        llname = "%d MiB LL" % (a.cache_sim >> 20)
         for n in sizes:
-            instrs, ir = count(a.optitpu, n, tmp)
+            instrs, ev = count(a.optitpu, n, tmp, a.cache_sim)
+            ir = ev["Ir"]
             got[n] = ir
             row(a.json, "%d instrs" % instrs, "instructions per compile", ir)
             row(a.json, "%d instrs" % instrs, "instructions per graph instr", ir / instrs)
+            if a.cache_sim:
+                miss[n] = ev.get("DLmr", 0) + ev.get("DLmw", 0)
+                row(a.json, "%d instrs" % instrs, llname + " data misses per compile", miss[n])
             if n // 2 in got:
-                row(a.json, "scaling %dk -> %dk" % (n // 2000, n // 1000),
-                    "count(2N)/count(N)", ir / got[n // 2], "linear (2.0)", 2.0)
+                case = "scaling %dk -> %dk" % (n // 2000, n // 1000)
+                row(a.json, case, "count(2N)/count(N)", ir / got[n // 2], "linear (2.0)", 2.0)
+                if a.cache_sim and miss[n // 2]:
+                    row(a.json, case, llname + " misses(2N)/misses(N)", miss[n] / miss[n // 2],
+                        "linear (2.0)", 2.0)
 
 
 if __name__ == "__main__":
