@@ -952,6 +952,55 @@ static void test_fuse_reductions(void) {
     }
 }
 
+/* A scalar constant read by more fusions than duplication covers (one init shared by 40 reduces,
+ * as CSE leaves it) is copied into each fusion, as XLA fuses constants, not passed to each as a
+ * parameter; the original goes once nothing reads it, and the results stay bitwise equal. */
+static void test_fuse_wide_constant_copied(void) {
+    enum { R = 40 };
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 8, 32);
+    ot_instr *a = ot_build_parameter(c, 0, s, "a");
+    ot_instr *init = ot_build_constant_scalar(c, OT_F32, 0.5);
+    ot_computation *sum = add_reducer(m, OT_OP_ADD, OT_F32);
+    ot_instr *rs[R];
+    for (int k = 0; k < R; k++) {
+        ot_instr *sq = ot_build_binary(c, OT_OP_MULTIPLY, a, fconst(c, k + 1, s));
+        rs[k] = ot_build_reduce(c, &sq, &init, 1, (int64_t[]){k % 2}, 1, sum);
+    }
+    ot_computation_set_root(c, ot_build_tuple(c, rs, R));
+    ASSERT_OK(ot_module_finalize(m));
+    ot_value arg;
+    ASSERT_OK(ot_value_alloc_array(&arg, &s));
+    for (int64_t j = 0; j < 8 * 32; j++) ((float *)arg.array.data)[j] = (float)(j % 17) / 8.0f;
+    ot_value ref = ot_value_empty();
+    ASSERT_OK(ot_evaluate(m, &arg, 1, NULL, &ref));
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    const ot_computation *entry = ot_module_entry(ot_executable_module(e));
+    int fusions = 0, const_operands = 0, in_fusion = 0;
+    for (const ot_instr *i = entry->first; i; i = i->next) {
+        EXPECT_TRUE(i->opcode != OT_OP_CONSTANT); /* the original is gone */
+        if (i->opcode != OT_OP_FUSION) continue;
+        fusions++;
+        for (int q = 0; q < i->noperands; q++)
+            const_operands += i->operands[q]->opcode == OT_OP_CONSTANT;
+        const ot_instr *r = i->called[0]->root;
+        if (r->opcode == OT_OP_REDUCE && r->operands[1]->opcode == OT_OP_CONSTANT) in_fusion++;
+    }
+    EXPECT_INT_EQ(fusions, R);
+    EXPECT_INT_EQ(const_operands, 0);
+    EXPECT_INT_EQ(in_fusion, R);
+    ot_value got = ot_value_empty();
+    EXPECT_OK(ot_evaluate(ot_executable_module(e), &arg, 1, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    ot_value_release(&got);
+    ot_value_release(&ref);
+    ot_value_release(&arg);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
 static void test_fuse_no_duplicate_expensive(void) {
     /* e = exp(a) feeds two reductions (two clusters): exp is computed once, never duplicated;
      * the cheap broadcast of a scalar feeding both is duplicated into each. */
@@ -2034,12 +2083,12 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_simplify_reduce_size1), OT_TEST(test_inline_calls),
              OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
              OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
-             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_no_duplicate_expensive),
-             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
-             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
-             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
-             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
-             OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
+             OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),
+             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
+             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
+             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
+             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
              OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
              OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),

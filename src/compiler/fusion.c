@@ -351,6 +351,7 @@ typedef struct mat {
     int64_t *start;
     int32_t *stamp;   /* per position: cluster being materialized */
     ot_instr **clone; /* per position */
+    bool *copied;     /* per position: a constant copied into fusions */
     int32_t *in_stamp;
     int64_t *in_index;
     /* per position: what replaces an output moved into a fused computation (the fusion or its
@@ -430,6 +431,16 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
             }
             /* an input: o is an original instruction or a new one (fusion / gte) */
             int64_t key = (p >= 0 && p < f->n && f->po[p] == o) ? p : -1;
+            if (key >= 0 && o->opcode == OT_OP_CONSTANT && o->parent == entry && fusible(o)) {
+                /* a scalar constant left in the entry (read by more clusters than duplication
+                 * takes, or as a reduce's init): a copy in each fusion, as XLA fuses constants,
+                 * instead of a parameter; the original goes once nothing reads it */
+                if ((s = ot_instr_clone(fc, o, NULL, NULL, &mt->clone[key])) != OT_OK) break;
+                mt->stamp[key] = c;
+                mt->copied[key] = true;
+                ops[q] = mt->clone[key];
+                continue;
+            }
             int64_t idx = -1;
             if (key >= 0 && mt->in_stamp[key] == c) idx = mt->in_index[key];
             if (key < 0)
@@ -595,8 +606,10 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     mt.in_stamp = ot_malloc((size_t)n * sizeof *mt.in_stamp);
     mt.in_index = ot_malloc((size_t)n * sizeof *mt.in_index);
     mt.clone = ot_calloc((size_t)n, sizeof *mt.clone);
+    mt.copied = ot_calloc((size_t)n, sizeof *mt.copied);
     mt.repl = ot_calloc((size_t)n, sizeof *mt.repl);
-    if (!cnt || !last || !mt.stamp || !mt.in_stamp || !mt.in_index || !mt.clone || !mt.repl) {
+    if (!cnt || !last || !mt.stamp || !mt.in_stamp || !mt.in_index || !mt.clone || !mt.copied ||
+        !mt.repl) {
         ot_free(last);
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
@@ -650,9 +663,9 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
         /* (one fused since reads parameters and members of its own computation) */
         if (s == OT_OK && y->parent == entry) s = ir_instr_map_operands(y, remap_operand, &rm);
     }
-    /* duplicated originals left without users */
+    /* duplicated originals, and constants copied into fusions, left without users */
     for (int64_t k = f.n - 1; k >= 0 && s == OT_OK; k--) {
-        if (f.dup_head[k] < 0 || f.cl[k] >= 0) continue;
+        if (!(f.dup_head[k] >= 0 && f.cl[k] < 0) && !mt.copied[k]) continue;
         ot_instr *x = f.po[k];
         if (x->nusers == 0 && entry->root != x) s = ot_instr_remove(x);
     }
@@ -669,6 +682,7 @@ out:
     ot_free(mt.in_stamp);
     ot_free(mt.in_index);
     ot_free(mt.clone);
+    ot_free(mt.copied);
     ot_free(mt.repl);
     ot_free(mt.pending);
     ot_free(mt.inputs);
