@@ -13,7 +13,7 @@ two compiles) under callgrind, collecting only inside ot_compile and the fingerp
 building the graph is not counted. Needs valgrind (apt-get install valgrind).
 
 With --cache-sim BYTES, callgrind also simulates a last-level cache of that size (16-way, 64-byte
-lines; a power of two from 1 MiB) and the script prints its read and write misses per compile
+lines; a power of two from 1 MiB) and the script prints its data misses (reads + writes) per compile
 beside the instructions: how the same linear work meets a cache the working set outgrows.
 
 usage: scripts/bench_compile_instructions.py [--optitpu build/optitpu] [--max N]
