@@ -12,9 +12,10 @@ Each size runs `optitpu bench compile --sizes N --reps 1` (a warm-up compile and
 two compiles) under callgrind, collecting only inside ot_compile and the fingerprint thread, so
 building the graph is not counted. Needs valgrind (apt-get install valgrind).
 
-With --cache-sim BYTES, callgrind also simulates a last-level cache of that size (16-way, 64-byte
-lines; a power of two from 1 MiB) and the script prints its data misses (reads + writes) per compile
-beside the instructions: how the same linear work meets a cache the working set outgrows.
+With --cache-sim BYTES, callgrind also simulates a last-level cache of that size (16-way,
+64-byte lines; a power of two from 1 MiB) and the script prints its data misses (reads and
+writes) per compile beside the instructions: how the same linear work meets a cache the
+working set outgrows.
 
 usage: scripts/bench_compile_instructions.py [--optitpu build/optitpu] [--max N]
                                              [--cache-sim BYTES] [--json]
