@@ -138,7 +138,7 @@ static int parse_sizes(const char *s, int64_t *sizes) {
 static int run_compile_bench(int argc, char **argv) {
     const char *cmd = "bench compile";
     bool json = false, passes = false;
-    int64_t reps = 5, max_n = 1000000;
+    int64_t reps = 5, max_n = 4000000; /* (no default size is above 1M) */
     /* N and 2N for each size: 10k/20k, 100k/200k, 500k/1M */
     int64_t sizes[MAX_SIZES] = {10000, 20000, 100000, 200000, 500000, 1000000};
     int nsizes = 6;
@@ -162,7 +162,6 @@ static int run_compile_bench(int argc, char **argv) {
                                        "--sizes needs 1 to %d comma-separated numbers from "
                                        "2000 to 4000000",
                                        MAX_SIZES);
-            if (max_n < 4000000) max_n = 4000000; /* (--max after --sizes still applies) */
             i++;
         } else {
             return cli_usage_error(cmd, "unknown argument '%s'", argv[i]);
