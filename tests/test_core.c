@@ -3,6 +3,9 @@
 #include "ot_test.h"
 
 #include <stdatomic.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 static void test_status_names(void) {
     EXPECT_STR_EQ(ot_status_str(OT_OK), "OK");
@@ -200,6 +203,67 @@ static void test_arena(void) {
     EXPECT_INT_EQ(ot_arena_used(a), 10 + 10 + 10000 + 8 + 6);
     ot_arena_free(a);
     ot_arena_free(NULL);
+}
+
+/* The chunk cache: a 1 MiB chunk freed with its arena is kept (not live), handed to the next
+ * arena that needs one (its pages reused), bounded by the limit, reached by fault injection, and
+ * released by a limit of 0 and by a change of allocator. */
+static void test_arena_chunk_cache(void) {
+    const size_t mib = (size_t)1 << 20;
+    size_t old = ot_arena_cache_limit(0);
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), 0);
+    ot_arena_cache_limit(mib + mib / 2);
+    int64_t live0 = ot_alloc_live();
+    ot_arena *a = ot_arena_new(mib), *b = ot_arena_new(mib);
+    ASSERT_TRUE(a && b);
+    char *pa = ot_arena_alloc(a, 1000, 64), *pb = ot_arena_alloc(b, 1000, 64);
+    ASSERT_TRUE(pa && pb);
+    memset(pa, 0x5a, 1000);
+    ot_arena_free(a); /* kept: 1 MiB fits the 1.5 MiB limit */
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), mib);
+    ot_arena_free(b); /* not kept: a second one would pass the limit */
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), mib);
+#if defined(__SANITIZE_ADDRESS__)
+    EXPECT_TRUE(__asan_address_is_poisoned(pa)); /* a use after the free is still reported */
+#endif
+    int64_t live1 = ot_alloc_live();
+    /* the next arena that needs a chunk that size takes the kept one */
+    ot_arena *c = ot_arena_new(mib);
+    ASSERT_TRUE(c != NULL);
+    char *pc = ot_arena_alloc(c, 1000, 64);
+    EXPECT_TRUE(pc == pa);
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), 0);
+    EXPECT_INT_EQ(ot_alloc_live(), live1 + 2); /* the arena and its chunk */
+    memset(pc, 1, 1000);                       /* (unpoisoned again) */
+    /* a chunk of other size: not one more than twice the request */
+    ot_arena_free(c);
+    ot_arena *d = ot_arena_new(mib / 4);
+    ASSERT_TRUE(d != NULL);
+    EXPECT_TRUE(ot_arena_alloc(d, 1000, 64) != NULL);
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), mib); /* 256 KiB chunks are never taken from it */
+    ot_arena_free(d);
+    /* fault injection reaches a chunk taken from the cache, which stays kept */
+    ot_arena *e = ot_arena_new(mib);
+    ASSERT_TRUE(e != NULL);
+    ot_alloc_fail_after(1);
+    EXPECT_TRUE(ot_arena_alloc(e, 1000, 64) == NULL);
+    ot_alloc_fail_after(0);
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), mib);
+    ot_arena_free(e);
+    /* a limit of 0 frees what is kept */
+    EXPECT_INT_EQ(ot_arena_cache_limit(0), mib + mib / 2);
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), 0);
+    EXPECT_INT_EQ(ot_alloc_live(), live0);
+    /* so does changing the allocator: its chunks go back through the one that made them */
+    ot_arena_cache_limit(4 * mib);
+    a = ot_arena_new(mib);
+    ASSERT_TRUE(a && ot_arena_alloc(a, 10, 8));
+    ot_arena_free(a);
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), mib);
+    ot_set_allocator(NULL, NULL);
+    EXPECT_INT_EQ(ot_arena_cache_bytes(), 0);
+    EXPECT_INT_EQ(ot_alloc_live(), live0);
+    ot_arena_cache_limit(old);
 }
 
 typedef struct sum_ctx {
@@ -478,6 +542,7 @@ static void test_sha256_nist(void) {
 
 OT_TEST_MAIN(OT_TEST(test_status_names), OT_TEST(test_dtype_table), OT_TEST(test_f16_all_patterns),
              OT_TEST(test_bf16_all_patterns), OT_TEST(test_shapes),
-             OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena), OT_TEST(test_threadpool),
+             OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena),
+             OT_TEST(test_arena_chunk_cache), OT_TEST(test_threadpool),
              OT_TEST(test_alloc_failure_every_constructor), OT_TEST(test_stream_alloc),
              OT_TEST(test_allocator_hook), OT_TEST(test_sha256_nist))

@@ -226,6 +226,13 @@ OT_API void ot_arena_free(ot_arena *a);           /* NULL is a no-op */
 OT_API void *ot_arena_alloc(ot_arena *a, size_t size, size_t align);
 OT_API char *ot_arena_strndup(ot_arena *a, const char *s, size_t n);
 OT_API size_t ot_arena_used(const ot_arena *a);
+/* Chunks of 1 MiB or more freed with an arena are kept for later arenas, process-wide, up to a
+ * limit (default OT_ARENA_CACHE_DEFAULT bytes): compiling a large module again then reuses
+ * mapped memory instead of faulting in fresh pages. Sets the limit (0: keep none), frees what
+ * is kept beyond it, and returns the previous limit. Thread-safe. */
+#define OT_ARENA_CACHE_DEFAULT ((size_t)1 << 30)
+OT_API size_t ot_arena_cache_limit(size_t bytes);
+OT_API size_t ot_arena_cache_bytes(void); /* bytes of chunks kept now */
 
 /* ---------------------------------------------------------------------------------------------
  * Thread pool
