@@ -135,6 +135,133 @@ static int parse_sizes(const char *s, int64_t *sizes) {
     }
 }
 
+enum { MAXST = 64 };
+
+/* One size's graph and its measured runs. */
+typedef struct size_run {
+    int64_t n, ninstr;
+    ot_module *m;
+    double first; /* the warm-up: the first compile of this size in the process */
+    double t[100], ct[100], med, cmed;
+    /* per-stage times of each run (the pipeline is deterministic: the same stages in the same
+     * order every run), for --passes at the largest size */
+    double st[MAXST][100];
+    char stname[MAXST][40];
+    int nst, kernels;
+    int64_t arena, peak;
+} size_run;
+
+static ot_status warm_up(size_run *sr) {
+    ot_executable *e = NULL;
+    sr->ninstr = ot_module_instr_count(sr->m);
+    uint64_t t0 = ot_now_ns();
+    OT_CHECK(ot_compile(sr->m, NULL, &e));
+    sr->first = (double)(ot_now_ns() - t0) / 1e9;
+    sr->arena = ot_executable_arena_size(e);
+    sr->peak = ot_executable_peak_live_bytes(e);
+    sr->kernels = ot_executable_kernel_count(e);
+    ot_executable_free(e);
+    return OT_OK;
+}
+
+static ot_status timed_run(size_run *sr, int64_t r) {
+    ot_executable *e = NULL;
+    uint64_t t0 = ot_now_ns();
+    double c0 = cpu_s();
+    ot_status s = ot_compile(sr->m, NULL, &e);
+    sr->t[r] = (double)(ot_now_ns() - t0) / 1e9;
+    sr->ct[r] = cpu_s() - c0;
+    if (s != OT_OK) return s;
+    sr->nst = ot_executable_stat_count(e) < MAXST ? ot_executable_stat_count(e) : MAXST;
+    for (int k = 0; k < sr->nst; k++) {
+        const ot_pass_stat *ps = ot_executable_stat(e, k);
+        sr->st[k][r] = (double)ps->time_ns / 1e9;
+        snprintf(sr->stname[k], sizeof sr->stname[k], "%s#%d", ps->name, ps->iteration);
+    }
+    ot_executable_free(e);
+    return OT_OK;
+}
+
+/* The time, CPU time and arena rows of one size (medians; the arrays are reordered), and with
+ * stages each stage's median beside the whole pipeline's. */
+static void print_size(size_run *sr, int64_t reps, bool stages, bool json) {
+    double t[100], ct[100];
+    memcpy(t, sr->t, sizeof t);
+    memcpy(ct, sr->ct, sizeof ct);
+    sr->med = ot_bench_median(t, (size_t)reps);
+    sr->cmed = ot_bench_median(ct, (size_t)reps);
+    char cs[96];
+    long long ni = (long long)sr->ninstr;
+    snprintf(cs, sizeof cs, "%lld instrs -O2 (%d kernels)", ni, sr->kernels);
+    ot_bench_row row = {"compile", cs, "s", sr->med, NULL, 0, 0};
+    ot_bench_print(&row, json);
+    /* the first run's pages are new to the process; later runs reuse the memory (the arena
+     * chunk cache, ot_arena_cache_limit) as a process compiling again and again would */
+    snprintf(cs, sizeof cs, "%lld instrs -O2 first run", ni);
+    ot_bench_row frow = {"compile", cs, "s", sr->first, NULL, 0, 0};
+    ot_bench_print(&frow, json);
+    snprintf(cs, sizeof cs, "%lld instrs -O2 CPU time", ni);
+    ot_bench_row crow = {"compile", cs, "s", sr->cmed, NULL, 0, 0};
+    ot_bench_print(&crow, json);
+    snprintf(cs, sizeof cs, "%lld instrs arena", ni);
+    double ratio = sr->peak ? (double)sr->arena / (double)sr->peak : 1.0;
+    ot_bench_row ar = {"compile",
+                       cs,
+                       "arena/peak live bytes",
+                       ratio,
+                       "lower bound (peak live)",
+                       1.0,
+                       ratio > 0 ? 1.0 / ratio : 0};
+    ot_bench_print(&ar, json);
+    if (!stages) return;
+    /* what no stage records (verification of the source, its clone, the fingerprint and the
+     * re-emission of the passes' output in post order) is the median total less the stages'
+     * sum */
+    double sum = 0;
+    for (int k = 0; k < sr->nst; k++) {
+        double v = ot_bench_median(sr->st[k], (size_t)reps);
+        sum += v;
+        snprintf(cs, sizeof cs, "%lld instrs %.39s", ni, sr->stname[k]);
+        ot_bench_row pr = {
+            "compile", cs, "s", v, "whole pipeline", sr->med, sr->med > 0 ? v / sr->med : 0};
+        ot_bench_print(&pr, json);
+    }
+    snprintf(cs, sizeof cs, "%lld instrs verify, clone, fingerprint, reorder", ni);
+    ot_bench_row pr = {"compile",
+                       cs,
+                       "s",
+                       sr->med - sum,
+                       "whole pipeline",
+                       sr->med,
+                       sr->med > 0 ? (sr->med - sum) / sr->med : 0};
+    ot_bench_print(&pr, json);
+}
+
+/* A pair's ratios beside the size ratio (linear scaling; the goal for N -> 2N is <= 2.3): of
+ * the medians, of the CPU time medians, and the median of the runs' own ratios. */
+static void print_scaling(const size_run *a, const size_run *b, int64_t reps, bool json) {
+    double lin = (double)b->n / (double)a->n;
+    bool twice = b->n == 2 * a->n;
+    char lab[32], cs[96];
+    snprintf(lab, sizeof lab, "linear (%.3g)", lin);
+    snprintf(cs, sizeof cs, "scaling %s -> %s", ksize(a->n).s, ksize(b->n).s);
+    double sc = b->med / a->med;
+    ot_bench_row sr = {"compile", cs,      twice ? "time(2N)/time(N)" : "time ratio", sc, lab,
+                       lin,       lin / sc};
+    ot_bench_print(&sr, json);
+    snprintf(cs, sizeof cs, "CPU scaling %s -> %s", ksize(a->n).s, ksize(b->n).s);
+    sc = b->cmed / a->cmed;
+    ot_bench_row cr = {"compile", cs,      twice ? "cpu(2N)/cpu(N)" : "CPU time ratio", sc, lab,
+                       lin,       lin / sc};
+    ot_bench_print(&cr, json);
+    double pr[100];
+    for (int64_t r = 0; r < reps; r++) pr[r] = a->t[r] > 0 ? b->t[r] / a->t[r] : 0;
+    sc = ot_bench_median(pr, (size_t)reps);
+    snprintf(cs, sizeof cs, "paired runs %s -> %s", ksize(a->n).s, ksize(b->n).s);
+    ot_bench_row rr = {"compile", cs, "median run ratio", sc, lab, lin, sc > 0 ? lin / sc : 0};
+    ot_bench_print(&rr, json);
+}
+
 static int run_compile_bench(int argc, char **argv) {
     const char *cmd = "bench compile";
     bool json = false, passes = false;
@@ -167,120 +294,36 @@ static int run_compile_bench(int argc, char **argv) {
             return cli_usage_error(cmd, "unknown argument '%s'", argv[i]);
         }
     }
-    double med[MAX_SIZES] = {0}, cmed[MAX_SIZES] = {0};
-    bool have[MAX_SIZES] = {false};
     ot_bench_print_header(json);
-    for (int si = 0; si < nsizes; si++) {
-        int64_t n = sizes[si];
-        if (n > max_n) break;
-        ot_module *m = gen_graph(n, 42);
-        if (!m) return cli_fail(cmd);
-        int64_t ninstr = ot_module_instr_count(m);
-        double t[100], ct[100];
-        /* per-stage times of each rep (the pipeline is deterministic: the same stages in the
-         * same order every run), for --passes at the largest size */
-        enum { MAXST = 64 };
-        static double st[MAXST][100];
-        static char stname[MAXST][40];
-        int nst = 0;
-        ot_executable *e = NULL;
-        ot_status s = ot_compile(m, NULL, &e); /* warm-up */
-        if (s != OT_OK) {
-            ot_module_free(m);
-            return cli_fail(cmd);
-        }
-        int64_t arena = ot_executable_arena_size(e), peak = ot_executable_peak_live_bytes(e);
-        int kernels = ot_executable_kernel_count(e);
-        ot_executable_free(e);
-        for (int64_t r = 0; r < reps; r++) {
-            uint64_t t0 = ot_now_ns();
-            double c0 = cpu_s();
-            s = ot_compile(m, NULL, &e);
-            t[r] = (double)(ot_now_ns() - t0) / 1e9;
-            ct[r] = cpu_s() - c0;
-            if (s == OT_OK) {
-                nst = ot_executable_stat_count(e) < MAXST ? ot_executable_stat_count(e) : MAXST;
-                for (int k = 0; k < nst; k++) {
-                    const ot_pass_stat *ps = ot_executable_stat(e, k);
-                    st[k][r] = (double)ps->time_ns / 1e9;
-                    snprintf(stname[k], sizeof stname[k], "%s#%d", ps->name, ps->iteration);
-                }
-            }
-            ot_executable_free(e);
-            if (s != OT_OK) {
-                ot_module_free(m);
+    /* Sizes are measured in groups: a pair (N, 2N) together, a last odd size alone. A pair's
+     * runs alternate (N, 2N, then 2N, N, ...) after a warm-up of each, so that a change in the
+     * machine's load during the benchmark falls on both sizes alike instead of on one block of
+     * runs: besides the ratio of the medians, the median of the runs' own ratios (each run of
+     * 2N over the run of N beside it) is printed. */
+    for (int g0 = 0; g0 < nsizes && sizes[g0] <= max_n; g0 += 2) {
+        int gn = g0 + 1 < nsizes && sizes[g0 + 1] <= max_n ? 2 : 1;
+        static size_run runs[2];
+        for (int q = 0; q < gn; q++) {
+            size_run *sr = &runs[q];
+            memset(sr, 0, sizeof *sr);
+            sr->n = sizes[g0 + q];
+            sr->m = gen_graph(sr->n, 42);
+            if (!sr->m || warm_up(sr) != OT_OK) {
+                for (int k = 0; k <= q; k++) ot_module_free(runs[k].m);
                 return cli_fail(cmd);
             }
         }
-        ot_module_free(m);
-        med[si] = ot_bench_median(t, (size_t)reps);
-        cmed[si] = ot_bench_median(ct, (size_t)reps);
-        have[si] = true;
-        char cs[96];
-        snprintf(cs, sizeof cs, "%lld instrs -O2 (%d kernels)", (long long)ninstr, kernels);
-        ot_bench_row row = {"compile", cs, "s", med[si], NULL, 0, 0};
-        ot_bench_print(&row, json);
-        snprintf(cs, sizeof cs, "%lld instrs -O2 CPU time", (long long)ninstr);
-        ot_bench_row crow = {"compile", cs, "s", cmed[si], NULL, 0, 0};
-        ot_bench_print(&crow, json);
-        snprintf(cs, sizeof cs, "%lld instrs arena", (long long)ninstr);
-        double ratio = peak ? (double)arena / (double)peak : 1.0;
-        ot_bench_row ar = {"compile",
-                           cs,
-                           "arena/peak live bytes",
-                           ratio,
-                           "lower bound (peak live)",
-                           1.0,
-                           ratio > 0 ? 1.0 / ratio : 0};
-        ot_bench_print(&ar, json);
-        bool last = si == nsizes - 1 || sizes[si + 1] > max_n;
-        if (passes && last) {
-            /* each stage's median; what no stage records (verification of the source, its
-             * clone, the fingerprint and the re-emission of the passes' output in post order) is
-             * the median total less the stages' sum */
-            double sum = 0;
-            for (int k = 0; k < nst; k++) {
-                double v = ot_bench_median(st[k], (size_t)reps);
-                sum += v;
-                snprintf(cs, sizeof cs, "%lld instrs %.39s", (long long)ninstr, stname[k]);
-                ot_bench_row pr = {"compile",
-                                   cs,
-                                   "s",
-                                   v,
-                                   "whole pipeline",
-                                   med[si],
-                                   med[si] > 0 ? v / med[si] : 0};
-                ot_bench_print(&pr, json);
-            }
-            snprintf(cs, sizeof cs, "%lld instrs verify, clone, fingerprint, reorder",
-                     (long long)ninstr);
-            ot_bench_row pr = {"compile",
-                               cs,
-                               "s",
-                               med[si] - sum,
-                               "whole pipeline",
-                               med[si],
-                               med[si] > 0 ? (med[si] - sum) / med[si] : 0};
-            ot_bench_print(&pr, json);
+        ot_status s = OT_OK;
+        for (int64_t r = 0; r < reps && s == OT_OK; r++)
+            for (int q = 0; q < gn && s == OT_OK; q++)
+                s = timed_run(&runs[r % 2 ? gn - 1 - q : q], r);
+        for (int q = 0; q < gn; q++) ot_module_free(runs[q].m);
+        if (s != OT_OK) return cli_fail(cmd);
+        for (int q = 0; q < gn; q++) {
+            bool last = g0 + q == nsizes - 1 || sizes[g0 + q + 1] > max_n;
+            print_size(&runs[q], reps, passes && last, json);
         }
-        /* pairs of sizes (first, second), (third, fourth), ...: the time ratio beside the size
-         * ratio (linear scaling; the goal for N -> 2N is <= 2.3) */
-        if (si % 2 == 1 && have[si - 1]) {
-            double lin = (double)n / (double)sizes[si - 1];
-            bool twice = n == 2 * sizes[si - 1];
-            char lab[32];
-            snprintf(lab, sizeof lab, "linear (%.3g)", lin);
-            snprintf(cs, sizeof cs, "scaling %s -> %s", ksize(sizes[si - 1]).s, ksize(n).s);
-            double sc = med[si] / med[si - 1];
-            ot_bench_row sr = {
-                "compile", cs, twice ? "time(2N)/time(N)" : "time ratio", sc, lab, lin, lin / sc};
-            ot_bench_print(&sr, json);
-            snprintf(cs, sizeof cs, "CPU scaling %s -> %s", ksize(sizes[si - 1]).s, ksize(n).s);
-            sc = cmed[si] / cmed[si - 1];
-            ot_bench_row cr = {
-                "compile", cs, twice ? "cpu(2N)/cpu(N)" : "CPU time ratio", sc, lab, lin, lin / sc};
-            ot_bench_print(&cr, json);
-        }
+        if (gn == 2) print_scaling(&runs[0], &runs[1], reps, json);
     }
     return CLI_OK;
 }
@@ -292,12 +335,13 @@ const cli_command cli_bench_compile = {
     "\n"
     "Compiles generated graphs (a residual network with elementwise tails, reductions and\n"
     "side outputs) of 10k, 20k, 100k, 200k, 500k and 1M instructions at -O2 (up to --max N),\n"
-    "median of K runs (default 5) after a warm-up. Prints the wall and process CPU time,\n"
-    "time(2N)/time(N) and cpu(2N)/cpu(N) beside\n"
-    "linear scaling (goal <= 2.3), and the arena size beside the peak of live bytes (goal\n"
-    "<= 1.25x). --passes adds each stage's median time at the largest size beside the whole\n"
-    "pipeline's. --sizes compiles those sizes instead (up to 8, each 2000 to 4000000), the\n"
-    "first and second, third and fourth, ... compared as pairs; one size alone is what\n"
+    "median of K runs (default 5) after a warm-up; the runs of a pair alternate. Prints the\n"
+    "first run's time (memory new to the process), the wall and process CPU time,\n"
+    "time(2N)/time(N), cpu(2N)/cpu(N) and the median of the runs' own ratios beside linear\n"
+    "scaling (goal <= 2.3), and the arena size beside the peak of live bytes (goal <= 1.25x).\n"
+    "--passes adds each stage's median time at the largest size beside the whole pipeline's.\n"
+    "--sizes compiles those sizes instead (up to 8, each 2000 to 4000000), the first and\n"
+    "second, third and fourth, ... compared as pairs; one size alone is what\n"
     "scripts/bench_compile_instructions.py counts the instructions of.",
     run_compile_bench,
 };

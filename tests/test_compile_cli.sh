@@ -89,6 +89,10 @@ sizes = [r["case"].split()[0] for r in rows if " instrs -O2 (" in r["case"]]
 assert len(sizes) == 3 and all(int(n) >= 2000 for n in sizes), sizes
 sc = [r for r in rows if r["case"] == "scaling 2k -> 4k"]
 assert len(sc) == 1 and sc[0]["metric"] == "time(2N)/time(N)" and sc[0]["baseline_value"] == 2.0, sc
+pr = [r for r in rows if r["case"] == "paired runs 2k -> 4k"]
+assert len(pr) == 1 and pr[0]["metric"] == "median run ratio" and pr[0]["value"] > 0, pr
+first = [r for r in rows if r["case"].endswith("instrs -O2 first run")]
+assert len(first) == 3 and all(r["value"] > 0 for r in first), first
 assert not [r for r in rows if "-> 3k" in r["case"]], rows  # an unpaired size: no ratio
 PY
 for bad in 1999 2000,x 2000,,4000 "" 1,2,3,4,5,6,7,8,9 4000001; do
