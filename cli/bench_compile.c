@@ -266,6 +266,7 @@ static int run_compile_bench(int argc, char **argv) {
     const char *cmd = "bench compile";
     bool json = false, passes = false;
     int64_t reps = 5, max_n = 4000000; /* (no default size is above 1M) */
+    bool reps_given = false;
     /* N and 2N for each size: 10k/20k, 100k/200k, 500k/1M */
     int64_t sizes[MAX_SIZES] = {10000, 20000, 100000, 200000, 500000, 1000000};
     int nsizes = 6;
@@ -278,6 +279,7 @@ static int run_compile_bench(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--reps")) {
             if (!v || !cli_parse_i64(v, 1, 100, &reps))
                 return cli_usage_error(cmd, "--reps needs a number from 1 to 100");
+            reps_given = true;
             i++;
         } else if (!strcmp(argv[i], "--max")) {
             if (!v || !cli_parse_i64(v, 2000, 4000000, &max_n))
@@ -313,17 +315,26 @@ static int run_compile_bench(int argc, char **argv) {
                 return cli_fail(cmd);
             }
         }
+        /* short compiles get more runs (without --reps): about half a second of the larger
+         * size's runs (its first run as the estimate), at most 100; five runs of a 10 ms compile
+         * leave its median to the machine's noise */
+        int64_t gr = reps;
+        double big = runs[gn - 1].first;
+        if (!reps_given && big > 0 && big * (double)reps < 0.5) {
+            gr = (int64_t)(0.5 / big) + 1;
+            if (gr > 100) gr = 100;
+        }
         ot_status s = OT_OK;
-        for (int64_t r = 0; r < reps && s == OT_OK; r++)
+        for (int64_t r = 0; r < gr && s == OT_OK; r++)
             for (int q = 0; q < gn && s == OT_OK; q++)
                 s = timed_run(&runs[r % 2 ? gn - 1 - q : q], r);
         for (int q = 0; q < gn; q++) ot_module_free(runs[q].m);
         if (s != OT_OK) return cli_fail(cmd);
         for (int q = 0; q < gn; q++) {
             bool last = g0 + q == nsizes - 1 || sizes[g0 + q + 1] > max_n;
-            print_size(&runs[q], reps, passes && last, json);
+            print_size(&runs[q], gr, passes && last, json);
         }
-        if (gn == 2) print_scaling(&runs[0], &runs[1], reps, json);
+        if (gn == 2) print_scaling(&runs[0], &runs[1], gr, json);
     }
     return CLI_OK;
 }
@@ -335,7 +346,8 @@ const cli_command cli_bench_compile = {
     "\n"
     "Compiles generated graphs (a residual network with elementwise tails, reductions and\n"
     "side outputs) of 10k, 20k, 100k, 200k, 500k and 1M instructions at -O2 (up to --max N),\n"
-    "median of K runs (default 5) after a warm-up; the runs of a pair alternate. Prints the\n"
+    "median of K runs after a warm-up (default 5, more where the runs are short: about half a\n"
+    "second of runs per size, at most 100); the runs of a pair alternate. Prints the\n"
     "first run's time (memory new to the process), the wall and process CPU time,\n"
     "time(2N)/time(N), cpu(2N)/cpu(N) and the median of the runs' own ratios beside linear\n"
     "scaling (goal <= 2.3), and the arena size beside the peak of live bytes (goal <= 1.25x).\n"
