@@ -182,8 +182,9 @@ static ot_status timed_run(size_run *sr, int64_t r) {
     return OT_OK;
 }
 
-/* The time, CPU time and arena rows of one size (medians; the arrays are reordered), and with
- * stages each stage's median beside the whole pipeline's. */
+/* The time, CPU time and arena rows of one size (medians of copies: the runs stay in their
+ * order for the paired ratios), and with stages each stage's median beside the whole
+ * pipeline's. */
 static void print_size(size_run *sr, int64_t reps, bool stages, bool json) {
     double t[100], ct[100];
     memcpy(t, sr->t, sizeof t);
