@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds optitpu and runs every test with CTest.
+# Installs what is missing (scripts/deps.sh: the build's and every test's packages), builds optitpu
+# and runs every test with CTest. A test that cannot run here (a tool or capability missing) is
+# reported as skipped with its reason (exit 77, SKIP_RETURN_CODE), never as passed.
 #   scripts/test.sh                     release build in build/
 #   BUILD_DIR=build-asan SANITIZE=address scripts/test.sh    ASan+UBSan build
 set -euo pipefail

@@ -1,5 +1,8 @@
 /* A tiny test harness: typed asserts that print both sides, test registration by listing, and a
- * closing line "N passed, N failed" that CI reads. Each test program includes this once. */
+ * closing line "N passed, N failed, N skipped" that CI reads. Each test program includes this
+ * once. A test that cannot run here (a tool or capability the machine lacks) calls OT_SKIP with
+ * the reason; the program then exits with OT_TEST_SKIP_CODE (77, CTest's SKIP_RETURN_CODE for
+ * every test, see CMakeLists.txt) unless another test failed, so a skip is never a pass. */
 #ifndef OT_TEST_H
 #define OT_TEST_H
 
@@ -13,6 +16,20 @@
 
 static int ot_test_failures_;   /* failures in the current test */
 static int ot_test_assertions_; /* assertions evaluated overall */
+static int ot_test_skipped_;    /* the current test called OT_SKIP */
+
+/* The exit code of a test program that skipped something and failed nothing. */
+#define OT_TEST_SKIP_CODE 77
+
+/* Ends the current test function as skipped, printing why ("SKIP: chronyd not found ..."). */
+#define OT_SKIP(...)                                                                               \
+    do {                                                                                           \
+        printf("  SKIP: ");                                                                        \
+        printf(__VA_ARGS__);                                                                       \
+        putchar('\n');                                                                             \
+        ot_test_skipped_ = 1;                                                                      \
+        return;                                                                                    \
+    } while (0)
 
 #define OT_T_FAIL_(...)                                                                            \
     do {                                                                                           \
@@ -112,31 +129,47 @@ typedef struct ot_test_case {
 #define OT_TEST(fn)                                                                                \
     { #fn, fn }
 
-/* Runs the listed tests (or those whose names contain argv[1]), prints one line per test and the
- * closing "N passed, N failed" line; returns the process exit code. */
+/* Runs the listed tests, prints one line per test and the closing "N passed, N failed, N
+ * skipped" line; returns the process exit code: 1 when a test failed, else OT_TEST_SKIP_CODE when
+ * one was skipped, else 0. Arguments: a name filter (run the tests whose names contain it) and any
+ * number of `--exclude TEXT` (leave out the tests whose names contain TEXT). */
 static inline int ot_test_main(int argc, char **argv, const ot_test_case *tests, size_t n) {
-    int passed = 0, failed = 0;
-    const char *filter = argc > 1 ? argv[1] : NULL;
+    int passed = 0, failed = 0, skipped = 0;
+    const char *filter = NULL;
+    for (int a = 1; a < argc; a++) {
+        if (!strcmp(argv[a], "--exclude") && a + 1 < argc)
+            a++;
+        else
+            filter = argv[a];
+    }
     for (size_t i = 0; i < n; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
+        bool excluded = false;
+        for (int a = 1; a + 1 < argc; a++)
+            if (!strcmp(argv[a], "--exclude") && strstr(tests[i].name, argv[++a])) excluded = true;
+        if (excluded) continue;
         ot_test_failures_ = 0;
+        ot_test_skipped_ = 0;
         ot_clear_error();
         tests[i].fn();
         if (ot_test_failures_) {
             failed++;
             printf("FAIL %s\n", tests[i].name);
+        } else if (ot_test_skipped_) {
+            skipped++;
+            printf("skip %s\n", tests[i].name);
         } else {
             passed++;
             printf("ok   %s\n", tests[i].name);
         }
         fflush(stdout);
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    if (passed + failed == 0) {
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    if (passed + failed + skipped == 0) {
         printf("no test matched\n");
         return 1;
     }
-    return failed ? 1 : 0;
+    return failed ? 1 : skipped ? OT_TEST_SKIP_CODE : 0;
 }
 
 #define OT_TEST_MAIN(...)                                                                          \

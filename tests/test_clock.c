@@ -667,68 +667,76 @@ static bool have_ipv6_loopback(void) {
     return ok;
 }
 
-static void test_udp_client_server(void) {
-    const char *binds[] = {"127.0.0.1", "::1", NULL};
-    for (int b = 0; b < 3; b++) {
-        if (b == 1 && !have_ipv6_loopback()) {
-            printf("  (IPv6 loopback unavailable: IPv6 case skipped)\n");
-            continue;
-        }
-        ot_ntp_server_options o = ot_ntp_server_options_default();
-        o.bind_addr = binds[b];
-        o.port = 0;
-        ot_ntp_server *srv;
-        ASSERT_OK(ot_ntp_server_create(&o, &srv));
-        int port = ot_ntp_server_port(srv);
-        EXPECT_TRUE(port > 0);
-        pthread_t th;
-        pthread_create(&th, NULL, serve_thread, srv);
-        char addr[64];
-        snprintf(addr, sizeof addr, b == 1 ? "[::1]:%d" : "127.0.0.1:%d", port);
-        ot_ntp_query_options q = ot_ntp_query_options_default();
-        q.samples = 3;
-        q.interval_ms = 10;
-        ot_ntp_query_result r;
-        EXPECT_OK(ot_ntp_query(addr, &q, &r));
-        EXPECT_INT_EQ(r.n_samples, 3);
-        EXPECT_TRUE(fabs(r.offset) < 0.001); /* same clock on both ends */
-        EXPECT_TRUE(r.delay > 0 && r.delay < 0.01);
-        EXPECT_INT_EQ(r.last_reply.stratum, 10);
-        EXPECT_U64_EQ(r.count[OT_NTP_ACCEPTED], 3);
-        /* hostile datagrams at the server: short, symmetric-active mode, control mode */
-        int fd = socket(b == 1 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
-        struct sockaddr_storage to = {0};
-        socklen_t tl;
-        if (b == 1) {
-            struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&to;
-            a6->sin6_family = AF_INET6;
-            a6->sin6_addr = in6addr_loopback;
-            a6->sin6_port = htons((uint16_t)port);
-            tl = sizeof *a6;
-        } else {
-            struct sockaddr_in *a4 = (struct sockaddr_in *)&to;
-            a4->sin_family = AF_INET;
-            a4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-            a4->sin_port = htons((uint16_t)port);
-            tl = sizeof *a4;
-        }
-        uint8_t junk[48] = {0x21}; /* v4 symmetric active */
-        sendto(fd, "short", 5, 0, (struct sockaddr *)&to, tl);
-        sendto(fd, junk, 48, 0, (struct sockaddr *)&to, tl);
-        junk[0] = 0x26; /* v4 control */
-        sendto(fd, junk, 48, 0, (struct sockaddr *)&to, tl);
-        struct pollfd pf = {fd, POLLIN, 0};
-        EXPECT_INT_EQ(poll(&pf, 1, 200), 0); /* none of them is answered */
-        close(fd);
-        ot_ntp_server_stop(srv);
-        pthread_join(th, NULL);
-        ot_ntp_server_stats st = ot_ntp_server_get_stats(srv);
-        EXPECT_U64_EQ(st.answered, 3);
-        EXPECT_U64_EQ(st.received, 6);
-        EXPECT_U64_EQ(st.malformed, 1);
-        EXPECT_U64_EQ(st.bad_mode, 2);
-        ot_ntp_server_free(srv);
+/* A server bound to binds[b] (b 1: ::1, the IPv6 case) answering our client, and ignoring
+ * hostile datagrams. */
+static const char *const udp_binds[] = {"127.0.0.1", "::1", NULL};
+
+static void udp_serve_and_query(int b) {
+    const char *const *binds = udp_binds;
+    ot_ntp_server_options o = ot_ntp_server_options_default();
+    o.bind_addr = binds[b];
+    o.port = 0;
+    ot_ntp_server *srv;
+    ASSERT_OK(ot_ntp_server_create(&o, &srv));
+    int port = ot_ntp_server_port(srv);
+    EXPECT_TRUE(port > 0);
+    pthread_t th;
+    pthread_create(&th, NULL, serve_thread, srv);
+    char addr[64];
+    snprintf(addr, sizeof addr, b == 1 ? "[::1]:%d" : "127.0.0.1:%d", port);
+    ot_ntp_query_options q = ot_ntp_query_options_default();
+    q.samples = 3;
+    q.interval_ms = 10;
+    ot_ntp_query_result r;
+    EXPECT_OK(ot_ntp_query(addr, &q, &r));
+    EXPECT_INT_EQ(r.n_samples, 3);
+    EXPECT_TRUE(fabs(r.offset) < 0.001); /* same clock on both ends */
+    EXPECT_TRUE(r.delay > 0 && r.delay < 0.01);
+    EXPECT_INT_EQ(r.last_reply.stratum, 10);
+    EXPECT_U64_EQ(r.count[OT_NTP_ACCEPTED], 3);
+    /* hostile datagrams at the server: short, symmetric-active mode, control mode */
+    int fd = socket(b == 1 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_storage to = {0};
+    socklen_t tl;
+    if (b == 1) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&to;
+        a6->sin6_family = AF_INET6;
+        a6->sin6_addr = in6addr_loopback;
+        a6->sin6_port = htons((uint16_t)port);
+        tl = sizeof *a6;
+    } else {
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&to;
+        a4->sin_family = AF_INET;
+        a4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a4->sin_port = htons((uint16_t)port);
+        tl = sizeof *a4;
     }
+    uint8_t junk[48] = {0x21}; /* v4 symmetric active */
+    sendto(fd, "short", 5, 0, (struct sockaddr *)&to, tl);
+    sendto(fd, junk, 48, 0, (struct sockaddr *)&to, tl);
+    junk[0] = 0x26; /* v4 control */
+    sendto(fd, junk, 48, 0, (struct sockaddr *)&to, tl);
+    struct pollfd pf = {fd, POLLIN, 0};
+    EXPECT_INT_EQ(poll(&pf, 1, 200), 0); /* none of them is answered */
+    close(fd);
+    ot_ntp_server_stop(srv);
+    pthread_join(th, NULL);
+    ot_ntp_server_stats st = ot_ntp_server_get_stats(srv);
+    EXPECT_U64_EQ(st.answered, 3);
+    EXPECT_U64_EQ(st.received, 6);
+    EXPECT_U64_EQ(st.malformed, 1);
+    EXPECT_U64_EQ(st.bad_mode, 2);
+    ot_ntp_server_free(srv);
+}
+
+static void test_udp_client_server_ipv6(void) {
+    if (!have_ipv6_loopback()) OT_SKIP("no IPv6 loopback (::1) on this machine");
+    udp_serve_and_query(1);
+}
+
+static void test_udp_client_server(void) {
+    udp_serve_and_query(0); /* 127.0.0.1 */
+    udp_serve_and_query(2); /* the unspecified address */
     /* nobody listening: bounded by the timeout, with a clear message */
     ot_ntp_server_options o = ot_ntp_server_options_default();
     o.bind_addr = "127.0.0.1";
@@ -1062,6 +1070,7 @@ OT_TEST_MAIN(OT_TEST(test_timestamp_vectors), OT_TEST(test_packet_roundtrip),
              OT_TEST(test_select_falsetickers), OT_TEST(test_select_no_majority),
              OT_TEST(test_mitigate_rejects_impossible), OT_TEST(test_cluster_prunes_outlier),
              OT_TEST(test_poll_adapts), OT_TEST(test_split_host_port), OT_TEST(test_server_reply),
-             OT_TEST(test_udp_client_server), OT_TEST(test_hostile_peers),
-             OT_TEST(test_sync_rejects_falseticker), OT_TEST(test_drift_fit),
-             OT_TEST(test_publish_is_atomic), OT_TEST(test_sync_create_errors))
+             OT_TEST(test_udp_client_server), OT_TEST(test_udp_client_server_ipv6),
+             OT_TEST(test_hostile_peers), OT_TEST(test_sync_rejects_falseticker),
+             OT_TEST(test_drift_fit), OT_TEST(test_publish_is_atomic),
+             OT_TEST(test_sync_create_errors))

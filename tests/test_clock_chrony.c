@@ -4,8 +4,11 @@
  *     measures it over IPv4 and IPv6: |offset| < 100 us, small positive delay, nothing dropped.
  *  2. chronyd as a client (-Q: measure and print, never set the clock) queries our server and
  *     accepts its replies: it prints the offset it measured ("System clock wrong by ...").
- * Skips, saying why, only when chronyd is not installed (or, for 1, when not root and no user
- * namespace can be made: chronyd serves only as uid 0). */
+ * The IPv6 cases are tests of their own (names ending in _ipv6; CTest runs them as
+ * test_clock_chrony_ipv6). Reported as skipped (exit 77, CTest's SKIP_RETURN_CODE), saying why,
+ * when chronyd is not installed (scripts/deps.sh installs chrony), when this machine has no IPv6
+ * loopback (the _ipv6 tests), or, for 1, when not root and no user namespace can be made
+ * (chronyd serves only as uid 0). */
 #include "ot_test.h"
 
 #include "optitpu/clock.h"
@@ -24,7 +27,14 @@
 static char g_chronyd[256];
 static char g_dir[64];
 
+/* chronyd: $OT_CHRONYD when set (tests/test_skip_codes.sh sets a missing one), else the first in
+ * PATH, /usr/sbin, /sbin, /usr/local/sbin. */
 static bool find_chronyd(void) {
+    const char *env = getenv("OT_CHRONYD");
+    if (env) {
+        snprintf(g_chronyd, sizeof g_chronyd, "%s", env);
+        return access(g_chronyd, X_OK) == 0;
+    }
     const char *path = getenv("PATH");
     char buf[4096];
     snprintf(buf, sizeof buf, "%s:/usr/sbin:/sbin:/usr/local/sbin", path ? path : "");
@@ -100,10 +110,11 @@ static void stop_child(pid_t pid) {
     waitpid(pid, NULL, 0);
 }
 
-static void test_query_chronyd_server(void) {
+/* chronyd serving on 127.0.0.1 (v6 false) or on ::1 (v6 true), queried there by our client */
+static void query_chronyd_server(bool v6) {
+    if (v6 && !have_ipv6_loopback()) OT_SKIP("no IPv6 loopback (::1) on this machine");
     int port = free_port();
     ASSERT_TRUE(port > 0);
-    bool v6 = have_ipv6_loopback();
     char conf[128], log[128];
     snprintf(conf, sizeof conf, "%s/server.conf", g_dir);
     snprintf(log, sizeof log, "%s/server.log", g_dir);
@@ -131,7 +142,7 @@ static void test_query_chronyd_server(void) {
         _exit(127);
     }
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    snprintf(addr, sizeof addr, v6 ? "[::1]:%d" : "127.0.0.1:%d", port);
     ot_ntp_query_options q = ot_ntp_query_options_default();
     q.samples = 1;
     q.timeout_ms = 200;
@@ -147,11 +158,9 @@ static void test_query_chronyd_server(void) {
     }
     if (!up && geteuid() != 0 && !log_contains(log, "chronyd version")) {
         /* unprivileged and no user namespace to be root in: chronyd cannot serve at all */
-        printf("  SKIP: chronyd needs uid 0 to serve NTP and `unshare -r` failed here; run as "
-               "root\n");
         print_file(log);
         stop_child(pid);
-        return;
+        OT_SKIP("chronyd needs uid 0 to serve NTP and `unshare -r` failed here; run as root");
     }
     if (!up) {
         fprintf(stderr, "  chronyd did not answer on %s (%s); its log:\n", addr, ot_last_error());
@@ -162,11 +171,9 @@ static void test_query_chronyd_server(void) {
     q.samples = 8;
     q.interval_ms = 20;
     q.timeout_ms = 1000;
-    for (int fam = 0; fam < (v6 ? 2 : 1); fam++) {
-        if (fam == 1) snprintf(addr, sizeof addr, "[::1]:%d", port);
-        ot_status s = ot_ntp_query(addr, &q, &r);
-        EXPECT_OK(s);
-        if (s != OT_OK) continue;
+    ot_status s = ot_ntp_query(addr, &q, &r);
+    EXPECT_OK(s);
+    if (s == OT_OK) {
         printf("  chronyd %s: offset %+.3f us, delay %.3f us, jitter %.3f us, stratum %d, %d "
                "samples\n",
                r.address, r.offset * 1e6, r.delay * 1e6, r.jitter * 1e6, r.last_reply.stratum,
@@ -186,8 +193,14 @@ static void test_query_chronyd_server(void) {
     /* once stopped, queries fail within their timeout */
     q.samples = 1;
     q.timeout_ms = 200;
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     EXPECT_STATUS(ot_ntp_query(addr, &q, &r), OT_ERR_TIMEOUT);
+}
+
+static void test_query_chronyd_server(void) {
+    query_chronyd_server(false);
+}
+static void test_query_chronyd_server_ipv6(void) {
+    query_chronyd_server(true);
 }
 
 static void *serve_thread(void *arg) {
@@ -216,35 +229,39 @@ static bool chronyd_measure(const char *host, int port, int samples, double *off
     return got;
 }
 
+/* chronyd as a client of our server on host (127.0.0.1 or ::1) */
+static void chronyd_client_accepts_our_server(const char *host) {
+    ot_ntp_server_options o = ot_ntp_server_options_default();
+    o.bind_addr = host;
+    o.port = 0;
+    ot_ntp_server *srv;
+    ASSERT_OK(ot_ntp_server_create(&o, &srv));
+    pthread_t th;
+    pthread_create(&th, NULL, serve_thread, srv);
+    double off = 1e9;
+    bool v6 = strchr(host, ':') != NULL;
+    int samples = v6 ? 1 : 4; /* chronyd decides after 3 or so replies with iburst */
+    bool ok = chronyd_measure(host, ot_ntp_server_port(srv), samples, &off);
+    ot_ntp_server_stop(srv);
+    pthread_join(th, NULL);
+    ot_ntp_server_stats st = ot_ntp_server_get_stats(srv);
+    ot_ntp_server_free(srv);
+    EXPECT_TRUE(ok);
+    printf("  chronyd client via %s: measured offset %+.6f s, %llu request(s) answered\n", host,
+           off, (unsigned long long)st.answered);
+    /* same host clock at both ends: chrony should see almost nothing */
+    EXPECT_TRUE(fabs(off) < 0.001);
+    EXPECT_TRUE(st.answered >= 1);
+    EXPECT_U64_EQ(st.malformed + st.bad_mode, 0);
+}
+
 static void test_chronyd_client_accepts_our_server(void) {
-    const char *hosts[] = {"127.0.0.1", "::1"};
-    for (int h = 0; h < 2; h++) {
-        if (h == 1 && !have_ipv6_loopback()) {
-            printf("  (IPv6 loopback unavailable: IPv6 case skipped)\n");
-            continue;
-        }
-        ot_ntp_server_options o = ot_ntp_server_options_default();
-        o.bind_addr = hosts[h];
-        o.port = 0;
-        ot_ntp_server *srv;
-        ASSERT_OK(ot_ntp_server_create(&o, &srv));
-        pthread_t th;
-        pthread_create(&th, NULL, serve_thread, srv);
-        double off = 1e9;
-        int samples = h == 0 ? 4 : 1; /* chronyd decides after 3 or so replies with iburst */
-        bool ok = chronyd_measure(hosts[h], ot_ntp_server_port(srv), samples, &off);
-        ot_ntp_server_stop(srv);
-        pthread_join(th, NULL);
-        ot_ntp_server_stats st = ot_ntp_server_get_stats(srv);
-        ot_ntp_server_free(srv);
-        EXPECT_TRUE(ok);
-        printf("  chronyd client via %s: measured offset %+.6f s, %llu request(s) answered\n",
-               hosts[h], off, (unsigned long long)st.answered);
-        /* same host clock at both ends: chrony should see almost nothing */
-        EXPECT_TRUE(fabs(off) < 0.001);
-        EXPECT_TRUE(st.answered >= 1);
-        EXPECT_U64_EQ(st.malformed + st.bad_mode, 0);
-    }
+    chronyd_client_accepts_our_server("127.0.0.1");
+}
+
+static void test_chronyd_client_accepts_our_server_ipv6(void) {
+    if (!have_ipv6_loopback()) OT_SKIP("no IPv6 loopback (::1) on this machine");
+    chronyd_client_accepts_our_server("::1");
 }
 
 static void remove_dir(void) {
@@ -260,9 +277,10 @@ static void remove_dir(void) {
 
 int main(int argc, char **argv) {
     if (!find_chronyd()) {
-        printf("SKIP: chronyd not found in PATH or /usr/sbin (Debian: apt-get install chrony; "
-               "scripts/deps.sh --ci installs it)\n");
-        return 0;
+        printf("SKIP: chronyd not found (%s; Debian: apt-get install chrony; scripts/deps.sh "
+               "installs it)\n",
+               getenv("OT_CHRONYD") ? "OT_CHRONYD is not executable" : "PATH, /usr/sbin, /sbin");
+        return OT_TEST_SKIP_CODE;
     }
     snprintf(g_dir, sizeof g_dir, "/tmp/optitpu-chrony-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -271,7 +289,9 @@ int main(int argc, char **argv) {
     }
     chmod(g_dir, 0755);
     static const ot_test_case tests[] = {OT_TEST(test_query_chronyd_server),
-                                         OT_TEST(test_chronyd_client_accepts_our_server)};
+                                         OT_TEST(test_query_chronyd_server_ipv6),
+                                         OT_TEST(test_chronyd_client_accepts_our_server),
+                                         OT_TEST(test_chronyd_client_accepts_our_server_ipv6)};
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     remove_dir();
     return rc;

@@ -70,10 +70,9 @@ expect dot-computation 0 "digraph \"region_1.268\"" -- hlo dot "$maxtext" --comp
 expect dot-no-computation 1 "NOT_FOUND: no computation named 'nope'" -- hlo dot "$maxtext" --computation nope
 expect stats 0 "convolution +1" -- hlo stats "$data/tools__data__isolate_hlo_test.hlo"
 expect stats-json 0 '"opcodes":\{.*"convolution":1' -- hlo stats --json "$data/tools__data__isolate_hlo_test.hlo"
-if command -v python3 >/dev/null; then
-  "$bin" hlo stats --json "$maxtext" >"$work/s.json"
-  check stats-json-valid python3 -c "import json,sys; d=json.load(open('$work/s.json')); assert d['instructions']==1947 and d['computations']==87 and sum(d['opcodes'].values())==1947"
-fi
+# python3 is a test dependency (scripts/deps.sh installs it)
+"$bin" hlo stats --json "$maxtext" >"$work/s.json"
+check stats-json-valid python3 -c "import json,sys; d=json.load(open('$work/s.json')); assert d['instructions']==1947 and d['computations']==87 and sum(d['opcodes'].values())==1947"
 
 # the benchmark runs (tiny size) and prints JSON rows in the common format
 expect bench-ir 0 '"bench": "ir".*"metric": "ratio"' -- bench ir --n 2000 --reps 1 --json

@@ -3,13 +3,14 @@
 # 10.213.7.2, addresses that exist only inside these namespaces), mpirun started in the first,
 # the second reached through an ssh-less launch agent (`ip netns exec`), every rank talking over
 # TCP (Open MPI's tcp btl on the veth only). Runs the MPI collective tests (tests/test_mpi.c)
-# across them: the code path of a real two-host job. Cleans up after itself; skipped (with the
-# reason) only where namespaces cannot be created.
+# across them: the code path of a real two-host job. Cleans up after itself; skipped (exit 77,
+# CTest's SKIP_RETURN_CODE, with the reason) only where MPI or ip is missing or namespaces cannot
+# be created.
 set -euo pipefail
 build=$3
 source "$(dirname "$0")/mpi_env.sh"
 mpi_skip_unless_built "$build"
-command -v ip >/dev/null || { echo "SKIPPED: iproute2 (ip) is not installed"; exit 0; }
+command -v ip >/dev/null || { echo "SKIPPED: iproute2 (ip) is not installed (scripts/deps.sh)"; exit 77; }
 tag=$$
 nsa=otmpi-a-$tag nsb=otmpi-b-$tag va=otva$tag vb=otvb$tag
 tmp=$(mktemp -d)
@@ -21,7 +22,7 @@ cleanup() {
 trap cleanup EXIT
 if ! err=$(ip netns add "$nsa" 2>&1); then
   echo "SKIPPED: cannot create network namespaces here: $err"
-  exit 0
+  exit 77
 fi
 ip netns add "$nsb"
 ip link add "$va" type veth peer name "$vb"
