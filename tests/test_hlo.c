@@ -437,6 +437,51 @@ static void test_malformed(void) {
          "<input>:3:23: operand 0 of add is written as f32[3] but x is f32[2]"},
         {"HloModule a\nENTRY e {\n  x = f32[2] parameter(0)\n}\nHloModule b\n",
          OT_ERR_INVALID_ARGUMENT, "<input>:5:1: a second HloModule header"},
+        {"HloModule a\nENTRY e {\n  x = f32[2] parameter(0)\n}\nHloModule b\n",
+         OT_ERR_INVALID_ARGUMENT, "pass --split-input-file (optitpu hlo check/print)"},
+        /* what XLA rejects and a lenient parser once accepted (issue 24) */
+        {"HloModule m, entry_computation_layout={(f32[2]{0})->f32[3]{0}}\n"
+         "ENTRY e {\n  ROOT x = f32[2] parameter(0)\n}\n",
+         OT_ERR_SHAPE_MISMATCH,
+         "<input>:1:53: entry_computation_layout gives result as f32[3], but the entry "
+         "computation's result (x) is f32[2]"},
+        {"HloModule m, entry_computation_layout={(f32[2]{0}, s32[])->f32[2]{0}}\n"
+         "ENTRY e {\n  x = f32[2] parameter(0)\n  y = f32[2] parameter(1)\n  ROOT a = f32[2] "
+         "add(x, y)\n}\n",
+         OT_ERR_SHAPE_MISMATCH,
+         "<input>:1:52: entry_computation_layout gives parameter 1 as s32[], but the entry "
+         "computation's parameter 1 (y) is f32[2]"},
+        {"HloModule m, entry_computation_layout={(f32[2]{0})->f32[2]{0}}\n"
+         "ENTRY e {\n  x = f32[2] parameter(0)\n  y = f32[2] parameter(1)\n  ROOT a = f32[2] "
+         "add(x, y)\n}\n",
+         OT_ERR_INVALID_ARGUMENT,
+         "<input>:1:51: entry_computation_layout lists 1 parameters, the entry computation e "
+         "has 2"},
+        {"HloModule m, entry_computation_layout={(f32[2]{0}, f32[2])->f32[2]{0}}\n"
+         "ENTRY e {\n  ROOT x = f32[2] parameter(0)\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:1:52: entry_computation_layout lists more parameters"},
+        {"ENTRY e {\n  x = f32[2,3] parameter(0)\n  ROOT t = f32[3,2] transpose(x), "
+         "dimensions={1,0}, dimensions={0,1}\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:3:53: attribute 'dimensions' is given twice"},
+        {"ENTRY e {\n  x = f32[2] parameter(0), metadata={op_name=\"a\" op_name=\"b\"}\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:2:50: metadata field 'op_name' is given twice"},
+        {"HloModule m, frobnicate=1\nENTRY e {\n  ROOT x = f32[2] parameter(0)\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:1:14: unknown module attribute 'frobnicate'"},
+        {"HloModule m, replica_count=1, replica_count=2\nENTRY e {\n  ROOT x = f32[2] "
+         "parameter(0)\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:1:31: module attribute 'replica_count' is given twice"},
+        {"ENTRY e {\n  ROOT x = f32[2] parameter(0)\n}, frob=\"x\"\n", OT_ERR_INVALID_ARGUMENT,
+         "<input>:3:4: unknown computation attribute 'frob'"},
+        {"ENTRY e {\n  x = f32[2] parameter(0), sharding={replicated)\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:2:48: ')' closes '{'"},
+        {"ENTRY e {\n  x = f32[2] parameter(0), metadata={op_name=\"a\xff\"}\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:2:48: byte 0xff is not valid UTF-8"},
+        {"ENTRY e {\n  x = f32[2] parameter(0), metadata={op_name=\"\300\257\"}\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:2:47: byte 0xc0 is not valid UTF-8"},
+        {"ENTRY e {\n  x = f32[2] parameter(0), metadata={op_name=\"\355\240\200\"}\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:2:47: byte 0xed is not valid UTF-8"},
+        {"ENTRY e {\n  x\342\202 = f32[2] parameter(0)\n}\n", OT_ERR_INVALID_ARGUMENT,
+         "<input>:2:4: byte 0xe2 is not valid UTF-8"},
         {"ENTRY e {\n  x = f32[2] parameter(0)\n", OT_ERR_INVALID_ARGUMENT,
          "expected '}' closing the computation"},
         {"ENTRY e {\n  x = f32[99999999999,99999999999,99999] parameter(0)\n}\n",
@@ -468,6 +513,68 @@ static void test_nul_byte(void) {
     EXPECT_TRUE(m == NULL);
     EXPECT_STR_CONTAINS(ot_last_error(), "<input>:3:");
     EXPECT_STR_CONTAINS(ot_last_error(), "NUL byte");
+}
+
+/* 100,000 nested brackets in a kept-verbatim attribute, in a layout's tiling and in a tuple shape:
+ * each refused at the first bracket past the bound with its location, nothing recursing that
+ * deep (under ASan a recursion per bracket would overflow the stack). */
+static void test_deep_nesting(void) {
+    const int depth = 100000;
+    static const char *const heads[] = {
+        "ENTRY e {\n  x = f32[2] parameter(0), frontend_attributes=",
+        "ENTRY e {\n  x = f32[2]{0:T",
+        "ENTRY e {\n  x = ",
+    };
+    static const char open[] = {'{', '(', '('};
+    static const char *const want[] = {"brackets nested more than 64 deep in a value",
+                                       "layout nested more than 64 deep",
+                                       "tuple shape nested more than 64 deep"};
+    int64_t live = ot_alloc_live();
+    for (int k = 0; k < 3; k++) {
+        size_t hl = strlen(heads[k]);
+        char *t = malloc(hl + (size_t)depth + 64);
+        ASSERT_TRUE(t);
+        memcpy(t, heads[k], hl);
+        memset(t + hl, open[k], (size_t)depth);
+        strcpy(t + hl + depth, " parameter(0)\n}\n");
+        ot_module *m = NULL;
+        EXPECT_STATUS(ot_hlo_parse(t, strlen(t), NULL, &m), OT_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(m == NULL);
+        EXPECT_STR_CONTAINS(ot_last_error(), want[k]);
+        EXPECT_STR_CONTAINS(ot_last_error(), "<input>:2:");
+        free(t);
+    }
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+    /* 64 levels are still accepted and kept */
+    char t[512];
+    int n =
+        snprintf(t, sizeof t, "ENTRY e {\n  ROOT x = f32[2] parameter(0), frontend_attributes=");
+    for (int k = 0; k < 64; k++) t[n++] = '{';
+    for (int k = 0; k < 64; k++) t[n++] = '}';
+    n += snprintf(t + n, sizeof t - (size_t)n, "\n}\n");
+    EXPECT_OK(round_trip(t, (size_t)n, NULL, NULL));
+}
+
+/* Strings: valid UTF-8 is kept as it is; control characters and bytes that are not UTF-8 (set
+ * through the API or written as octal escapes) are printed as octal escapes, so printed text is
+ * always UTF-8 and parses back to the same bytes. */
+static void test_string_escapes(void) {
+    const char *t =
+        "ENTRY e {\n  x = f32[2] parameter(0)\n"
+        "  ROOT y = f32[2] custom-call(x), custom_call_target=\"caf\xc3\xa9\\001\\377\"\n}\n";
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(t, strlen(t), NULL, &m));
+    const ot_instr *r = ot_module_entry(m)->root;
+    EXPECT_STR_EQ(r->attrs->custom_call_target, "caf\xc3\xa9\001\377");
+    char *p = ot_hlo_print(m, NULL);
+    ASSERT_TRUE(p);
+    EXPECT_STR_CONTAINS(p, "custom_call_target=\"caf\xc3\xa9\\001\\377\"");
+    ot_free(p);
+    ot_module_free(m);
+    EXPECT_OK(round_trip(t, strlen(t), NULL, NULL));
+    const char *zero = "ENTRY e {\n  x = f32[2] parameter(0), metadata={op_name=\"\\0\"}\n}\n";
+    EXPECT_STATUS(ot_hlo_parse(zero, strlen(zero), NULL, &m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "<input>:2:47: octal escape \\0 is not a byte");
 }
 
 static void test_split(void) {
@@ -546,4 +653,5 @@ static void test_parse_alloc_failure(void) {
 OT_TEST_MAIN(OT_TEST(test_conformance), OT_TEST(test_jax_and_lenient_forms),
              OT_TEST(test_constants), OT_TEST(test_attribute_round_trip),
              OT_TEST(test_builder_round_trip), OT_TEST(test_malformed), OT_TEST(test_nul_byte),
-             OT_TEST(test_split), OT_TEST(test_mesh_groups), OT_TEST(test_parse_alloc_failure))
+             OT_TEST(test_deep_nesting), OT_TEST(test_string_escapes), OT_TEST(test_split),
+             OT_TEST(test_mesh_groups), OT_TEST(test_parse_alloc_failure))

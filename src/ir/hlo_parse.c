@@ -60,6 +60,9 @@ typedef struct P {
     /* operand scratch for immediate builds */
     ot_instr **ops;
     int ops_cap;
+    /* entry_computation_layout's value in the text, checked against the entry at the end */
+    const char *ecl_at;
+    size_t ecl_len;
     /* The instructions built last, direct-mapped by name hash: operands mostly name values defined
      * a few lines up, and this small table answers them from cache instead of a random probe into
      * the computation's (large) name index. A miss falls back to the index. */
@@ -324,6 +327,18 @@ static ot_status parse_string(P *x, const char **out) {
     size_t k = 0;
     while (x->p < q) {
         char ch = *x->p++;
+        if (ch == '\\' && x->p < q && *x->p >= '0' && *x->p <= '7') {
+            /* \ooo: one byte in octal, as the printer writes control characters */
+            const char *o = x->p;
+            unsigned v = 0;
+            for (int j = 0; j < 3 && x->p < q && *x->p >= '0' && *x->p <= '7'; j++)
+                v = v * 8 + (unsigned)(*x->p++ - '0');
+            if (v > 0xFF || v == 0)
+                return perr(x, o - 1, OT_ERR_INVALID_ARGUMENT,
+                            "octal escape \\%.*s is not a byte from 1 to 255", (int)(x->p - o), o);
+            d[k++] = (char)v;
+            continue;
+        }
         if (ch == '\\' && x->p < q) {
             char e = *x->p++;
             switch (e) {
@@ -341,12 +356,23 @@ static ot_status parse_string(P *x, const char **out) {
     return OT_OK;
 }
 
-/* Skips one balanced value (for attributes kept verbatim) and returns its text span. */
+/* Brackets nest at most this deep in any value (sharding, frontend attributes, layouts' tiling,
+ * backend configs). XLA's own text nests a few levels; a bound keeps hostile input from reaching
+ * anything that would recurse, and a value that deep is refused rather than kept verbatim. */
+#define MAX_NEST 64
+
+static char closer(char open) {
+    return open == '{' ? '}' : open == '[' ? ']' : ')';
+}
+
+/* Skips one balanced value (for attributes kept verbatim) and returns its text span. Brackets
+ * must match in kind and nest at most MAX_NEST deep. */
 static ot_status skip_value(P *x, const char **st, size_t *n) {
     OT_CHECK(skip_ws(x));
     const char *q = x->p;
     *st = q;
     int depth = 0;
+    char open[MAX_NEST];
     while (q < x->end) {
         char ch = *q;
         if (ch == '"') {
@@ -360,9 +386,14 @@ static ot_status skip_value(P *x, const char **st, size_t *n) {
             continue;
         }
         if (ch == '{' || ch == '[' || ch == '(') {
-            depth++;
+            if (depth == MAX_NEST)
+                return perr(x, q, OT_ERR_INVALID_ARGUMENT,
+                            "brackets nested more than %d deep in a value", MAX_NEST);
+            open[depth++] = ch;
         } else if (ch == '}' || ch == ']' || ch == ')') {
             if (depth == 0) break;
+            if (ch != closer(open[depth - 1]))
+                return perr(x, q, OT_ERR_INVALID_ARGUMENT, "'%c' closes '%c'", ch, open[depth - 1]);
             depth--;
         } else if (depth == 0 &&
                    (ch == ',' || ch == '\n' || ch == ' ' || ch == '\t' || ch == '\r')) {
@@ -406,7 +437,9 @@ static const char *const unsupported_types[] = {
 static ot_status parse_shape(P *x, ot_arena *arena, ot_ir_shape *out, int depth) {
     memset(out, 0, sizeof *out);
     OT_CHECK(skip_ws(x));
-    if (depth > 64) return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "shape nested too deeply");
+    if (depth > MAX_NEST)
+        return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "tuple shape nested more than %d deep",
+                    MAX_NEST);
     if (at_char(x, '(')) {
         x->p++;
         out->kind = OT_IR_TUPLE;
@@ -501,12 +534,25 @@ static ot_status parse_shape(P *x, ot_arena *arena, ot_ir_shape *out, int depth)
             OT_CHECK(skip_ws(x));
         }
         if (at_char(x, ':')) { /* tiling, memory space, ...: kept out of the IR */
+            const char *colon = x->p;
             int depth2 = 0;
+            char open[MAX_NEST];
             while (x->p < x->end && !(depth2 == 0 && *x->p == '}')) {
-                if (*x->p == '(' || *x->p == '{') depth2++;
-                if (*x->p == ')' || *x->p == '}') depth2--;
+                char ch = *x->p;
+                if (ch == '(' || ch == '{' || ch == '[') {
+                    if (depth2 == MAX_NEST)
+                        return perr(x, x->p, OT_ERR_INVALID_ARGUMENT,
+                                    "layout nested more than %d deep", MAX_NEST);
+                    open[depth2++] = ch;
+                } else if (ch == ')' || ch == '}' || ch == ']') {
+                    if (depth2 == 0 || ch != closer(open[depth2 - 1]))
+                        return perr(x, x->p, OT_ERR_INVALID_ARGUMENT, "unbalanced '%c' in layout",
+                                    ch);
+                    depth2--;
+                }
                 x->p++;
             }
+            if (depth2) return perr(x, colon, OT_ERR_INVALID_ARGUMENT, "unterminated layout");
         }
         OT_CHECK(expect_char(x, '}'));
         if (!ok || k != rank)
@@ -1175,16 +1221,33 @@ static ot_status parse_pairs(P *x, ot_attrs *a) {
     return OT_OK;
 }
 
+/* Records attribute name s; an error when it was given before. Every accepted name is a distinct
+ * known one, so the table cannot fill up without a duplicate. */
+static ot_status note_attr_name(P *x, const char *s, size_t n, const char **seen, size_t *seen_len,
+                                int *nseen, int cap, const char *kind) {
+    for (int k = 0; k < *nseen; k++)
+        if (seen_len[k] == n && !memcmp(seen[k], s, n))
+            return perr(x, s, OT_ERR_INVALID_ARGUMENT, "%s '%.*s' is given twice", kind, (int)n, s);
+    if (*nseen == cap) return perr(x, s, OT_ERR_INVALID_ARGUMENT, "more than %d %ss", cap, kind);
+    seen[*nseen] = s;
+    seen_len[(*nseen)++] = n;
+    return OT_OK;
+}
+
 static ot_status parse_metadata(P *x, const ot_metadata **out) {
     ot_metadata *md = ir_alloc(x->m, sizeof *md);
     if (!md) return oom(x);
     memset(md, 0, sizeof *md);
     OT_CHECK(expect_char(x, '{'));
+    const char *seen[32];
+    size_t seen_len[32];
+    int nseen = 0;
     while (!accept(x, '}')) {
         OT_CHECK(x->err);
         const char *s;
         size_t n;
         OT_CHECK(ident(x, &s, &n, "a metadata field"));
+        OT_CHECK(note_attr_name(x, s, n, seen, seen_len, &nseen, 32, "metadata field"));
         OT_CHECK(expect_char(x, '='));
         if (word_is(s, n, "op_type")) {
             OT_CHECK(parse_string(x, &md->op_type));
@@ -1247,6 +1310,10 @@ typedef struct attr_state {
     int nbranches;
     bool has_index_vector_dim;
     int nraw, raw_cap;
+    /* names given so far: a second one is an error, as in XLA (it would silently win) */
+    const char *seen[96];
+    size_t seen_len[96];
+    int nseen;
 } attr_state;
 
 static bool op_in(ot_opcode op, const ot_opcode *l, size_t n) {
@@ -1266,6 +1333,8 @@ static ot_status parse_attr(P *x, pend *d, attr_state *st) {
     const char *s, *at = (skip_ws(x), x->p);
     size_t n;
     OT_CHECK(ident(x, &s, &n, "an attribute name"));
+    OT_CHECK(note_attr_name(x, s, n, st->seen, st->seen_len, &st->nseen,
+                            (int)(sizeof st->seen / sizeof st->seen[0]), "attribute"));
     OT_CHECK(expect_char(x, '='));
     ot_opcode op = d->op;
     ot_attrs *a = &d->attrs;
@@ -2173,6 +2242,17 @@ static ot_status add_module_raw(P *x, const char *s, size_t n, const char *vs, s
     return OT_OK;
 }
 
+/* The module attributes XLA's parser knows. Those optitpu gives no meaning are kept verbatim and
+ * printed back; any other name is an error, as it is for instructions. */
+static const char *const module_raw_attrs[] = {
+    "is_scheduled",
+    "buffer_donor",
+    "alias_passthrough_params",
+    "frontend_attributes",
+    "allow_spmd_sharding_propagation_to_parameters",
+    "allow_spmd_sharding_propagation_to_output",
+};
+
 static ot_status parse_header(P *x) {
     x->p += strlen("HloModule");
     const char *s;
@@ -2182,9 +2262,20 @@ static ot_status parse_header(P *x) {
     if (!name) return oom(x);
     x->m->name = name;
     if (at_char(x, ':')) x->p++; /* "HloModule name:" in some dumps */
+    const char *seen[16];
+    size_t seen_len[16];
+    int nseen = 0;
     while (accept(x, ',')) {
         const char *at = (skip_ws(x), x->p);
         OT_CHECK(ident(x, &s, &n, "a module attribute"));
+        bool known = word_is(s, n, "input_output_alias") || word_is(s, n, "replica_count") ||
+                     word_is(s, n, "num_partitions") || word_is(s, n, "entry_computation_layout");
+        for (size_t k = 0; !known && k < sizeof module_raw_attrs / sizeof module_raw_attrs[0]; k++)
+            known = word_is(s, n, module_raw_attrs[k]);
+        if (!known)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "unknown module attribute '%.*s'", (int)n,
+                        s);
+        OT_CHECK(note_attr_name(x, s, n, seen, seen_len, &nseen, 16, "module attribute"));
         OT_CHECK(expect_char(x, '='));
         if (word_is(s, n, "input_output_alias")) {
             OT_CHECK(parse_alias(x));
@@ -2205,12 +2296,84 @@ static ot_status parse_header(P *x) {
             if (word_is(s, n, "entry_computation_layout")) {
                 x->m->cfg.entry_computation_layout = ir_strndup(x->m, vs, vn);
                 if (!x->m->cfg.entry_computation_layout) return oom(x);
+                x->ecl_at = vs;
+                x->ecl_len = vn;
             } else {
                 OT_CHECK(add_module_raw(x, s, n, vs, vn));
             }
         }
     }
     return x->err;
+}
+
+static ot_status check_layout_shape(P *x, const char *at, const ot_ir_shape *written,
+                                    const ot_ir_shape *actual, const char *what, int k,
+                                    const ot_instr *i) {
+    if (ot_ir_shape_equal(written, actual)) return OT_OK;
+    char a[256], b[256];
+    ot_ir_shape_format(written, a, sizeof a);
+    ot_ir_shape_format(actual, b, sizeof b);
+    char w[32];
+    snprintf(w, sizeof w, k >= 0 ? "%s %d" : "%s", what, k);
+    return perr(x, at, OT_ERR_SHAPE_MISMATCH,
+                "entry_computation_layout gives %s as %s, but the entry computation's %s (%s) "
+                "is %s",
+                w, a, w, i->name, b);
+}
+
+/* entry_computation_layout={(param, ...)->result}: XLA's verifier requires it to agree with the
+ * entry computation's parameters and root (layouts aside); a contradiction is an error here too.
+ * Parsed from its place in the text, so errors point into it. */
+static ot_status check_entry_layout(P *x, const ot_computation *e) {
+    if (!x->ecl_at) return OT_OK;
+    const char *save_p = x->p, *save_end = x->end;
+    x->p = x->ecl_at;
+    x->end = x->ecl_at + x->ecl_len;
+    ot_status s = OT_OK;
+    int k = 0;
+    ot_ir_shape sh;
+    s = expect_char(x, '{');
+    if (s == OT_OK) s = expect_char(x, '(');
+    if (s == OT_OK && !accept(x, ')')) {
+        while ((s = x->err) == OT_OK) {
+            const char *at = (skip_ws(x), x->p);
+            if ((s = parse_shape(x, x->scratch, &sh, 0)) != OT_OK) break;
+            if (k >= e->nparams) {
+                s = perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                         "entry_computation_layout lists more parameters than the %d of the "
+                         "entry computation %s",
+                         e->nparams, e->name);
+                break;
+            }
+            if ((s = check_layout_shape(x, at, &sh, &e->params[k]->shape, "parameter", k,
+                                        e->params[k])) != OT_OK)
+                break;
+            k++;
+            if (accept(x, ')')) break;
+            if ((s = expect_char(x, ',')) != OT_OK) break;
+        }
+    }
+    if (s == OT_OK) s = x->err;
+    if (s == OT_OK && k < e->nparams)
+        s = perr(x, x->p, OT_ERR_INVALID_ARGUMENT,
+                 "entry_computation_layout lists %d parameters, the entry computation %s has %d", k,
+                 e->name, e->nparams);
+    if (s == OT_OK) s = skip_ws(x);
+    if (s == OT_OK && !(x->end - x->p >= 2 && x->p[0] == '-' && x->p[1] == '>'))
+        s = expected(x, "'->' and the result shape");
+    const char *rat = NULL;
+    if (s == OT_OK) {
+        x->p += 2;
+        rat = (skip_ws(x), x->p);
+        s = parse_shape(x, x->scratch, &sh, 0);
+    }
+    if (s == OT_OK) s = check_layout_shape(x, rat, &sh, &e->root->shape, "result", -1, e->root);
+    if (s == OT_OK) s = expect_char(x, '}');
+    if (s == OT_OK) s = skip_ws(x);
+    if (s == OT_OK && x->p < x->end) s = expected(x, "the end of entry_computation_layout");
+    x->p = save_p;
+    x->end = save_end;
+    return s;
 }
 
 static ot_status skip_preamble_section(P *x) {
@@ -2255,12 +2418,21 @@ static ot_status parse_computation(P *x, ot_computation **entry) {
             return perr(x, at, OT_ERR_INVALID_ARGUMENT,
                         "computation %s has no parameter(%d) (parameters are numbered 0..%d)",
                         c->name, k, c->nparams - 1);
-    while (accept(x, ',')) { /* execution_thread="..." and similar */
-        const char *an, *vs;
-        size_t ann, vn;
+    bool have_thread = false;
+    while (accept(x, ',')) { /* execution_thread="...", the one computation attribute XLA has */
+        const char *an, *thread;
+        size_t ann;
         OT_CHECK(ident(x, &an, &ann, "a computation attribute"));
+        if (!word_is(an, ann, "execution_thread"))
+            return perr(x, an, OT_ERR_INVALID_ARGUMENT,
+                        "unknown computation attribute '%.*s' (XLA has execution_thread)", (int)ann,
+                        an);
+        if (have_thread)
+            return perr(x, an, OT_ERR_INVALID_ARGUMENT,
+                        "attribute 'execution_thread' is given twice");
+        have_thread = true;
         OT_CHECK(expect_char(x, '='));
-        OT_CHECK(skip_value(x, &vs, &vn));
+        OT_CHECK(parse_string(x, &thread));
     }
     OT_CHECK(x->err);
     if (is_entry) {
@@ -2270,6 +2442,47 @@ static ot_status parse_computation(P *x, ot_computation **entry) {
         *entry = c;
     }
     return OT_OK;
+}
+
+/* The first byte of s[0..n) that is not part of well-formed UTF-8 (RFC 3629: no overlong forms,
+ * no surrogates, nothing above U+10FFFF), or NULL. ASCII runs are checked 8 bytes at a time. */
+static const char *bad_utf8(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s, *e = p + n;
+    while (p < e) {
+        if (e - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!(w & 0x8080808080808080ull)) {
+                p += 8;
+                continue;
+            }
+        }
+        unsigned c = *p;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        int len;
+        unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0; /* overlong */
+            if (c == 0xED) hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90; /* overlong */
+            if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
+        } else {
+            return (const char *)p;
+        }
+        if (e - p < len || p[1] < lo || p[1] > hi) return (const char *)p;
+        for (int k = 2; k < len; k++)
+            if ((p[k] & 0xC0) != 0x80) return (const char *)p;
+        p += len;
+    }
+    return NULL;
 }
 
 ot_hlo_parse_options ot_hlo_parse_options_default(void) {
@@ -2323,10 +2536,15 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
         ot_arena_free(x.scratch);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "hlo parse: out of memory");
     }
-    /* HLO text never holds a NUL byte; one would cut names and strings short when printed */
+    /* HLO text never holds a NUL byte (one would cut names and strings short when printed) and is
+     * UTF-8, as XLA's is: other bytes would be printed back raw into text no tool reads */
     const char *nul = len ? memchr(x.s, 0, len) : NULL;
+    const char *bad = nul ? NULL : bad_utf8(x.s, len);
     ot_status s =
-        nul ? perr(&x, nul, OT_ERR_INVALID_ARGUMENT, "a NUL byte in HLO text") : skip_ws(&x);
+        nul   ? perr(&x, nul, OT_ERR_INVALID_ARGUMENT, "a NUL byte in HLO text")
+        : bad ? perr(&x, bad, OT_ERR_INVALID_ARGUMENT,
+                     "byte 0x%02x is not valid UTF-8 (HLO text is UTF-8)", (unsigned char)*bad)
+              : skip_ws(&x);
     ot_computation *entry = NULL;
     if (s == OT_OK && peek_word(&x, "HloModule")) s = parse_header(&x);
     while (s == OT_OK) {
@@ -2339,8 +2557,9 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
         }
         if (peek_word(&x, "HloModule")) {
             s = perr(&x, x.p, OT_ERR_INVALID_ARGUMENT,
-                     "a second HloModule header (one module per text; split files that hold "
-                     "several modules at their '// -----' lines first)");
+                     "a second HloModule header: one module per text; put a '// -----' line "
+                     "between modules and pass --split-input-file (optitpu hlo check/print) or "
+                     "--module K (optitpu run)");
             break;
         }
         s = parse_computation(&x, &entry);
@@ -2351,6 +2570,9 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
         if (!entry) entry = x.m->comps[x.m->ncomps - 1]; /* lenient: the last computation */
         x.m->entry = entry;
         entry->is_entry = true;
+        s = check_entry_layout(&x, entry);
+    }
+    if (s == OT_OK) {
         /* every instruction went through ir_create, which inferred its shape and checked the
          * declared one: the verifier checks links, order, parameters, roots and calls */
         if (o.verify) s = ir_module_verify(x.m, false);

@@ -97,17 +97,58 @@ static void sb_i64(sb *b, long long v) {
     sb_put(b, tmp + sizeof tmp - n, (size_t)n);
 }
 
+/* Length of the well-formed UTF-8 sequence at p (1 for ASCII), or 0. The string's NUL ends any
+ * sequence early. */
+static int utf8_len(const unsigned char *p) {
+    unsigned c = p[0];
+    if (c < 0x80) return 1;
+    int len;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (int k = 2; k < len; k++)
+        if ((p[k] & 0xC0) != 0x80) return 0;
+    return len;
+}
+
+/* A quoted string. Control characters and bytes that are not UTF-8 (a string set through the API
+ * may hold any bytes) are written as octal escapes, which the parser reads back: the text stays
+ * valid UTF-8 on one line. */
 static void put_string(sb *b, const char *s) {
     sb_put(b, "\"", 1);
-    for (const char *q = s; *q; q++) {
+    for (const unsigned char *q = (const unsigned char *)s; *q;) {
+        int n = utf8_len(q);
         switch (*q) {
         case '"': sb_puts(b, "\\\""); break;
         case '\\': sb_puts(b, "\\\\"); break;
         case '\n': sb_puts(b, "\\n"); break;
         case '\t': sb_puts(b, "\\t"); break;
         case '\r': sb_puts(b, "\\r"); break;
-        default: sb_put(b, q, 1); break;
+        default:
+            if (n == 0 || *q < 0x20 || *q == 0x7F) {
+                char e[5] = {'\\', (char)('0' + (*q >> 6)), (char)('0' + ((*q >> 3) & 7)),
+                             (char)('0' + (*q & 7)), 0};
+                sb_put(b, e, 4);
+                n = 1;
+            } else {
+                sb_put(b, (const char *)q, (size_t)n);
+            }
+            q += n;
+            continue;
         }
+        q++;
     }
     sb_put(b, "\"", 1);
 }
