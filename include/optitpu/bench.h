@@ -42,6 +42,7 @@
 #include <stddef.h>
 
 #include "optitpu/core.h"
+#include "optitpu/ir.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,6 +104,38 @@ OT_API ot_bench_limits_options ot_bench_limits_options_default(void);
 OT_API ot_status ot_bench_limits_measure(const ot_bench_limits_options *o, ot_bench_limits *out);
 /* Prints every measured figure of `l` as rows of bench "limits" (table or JSON lines). */
 OT_API void ot_bench_limits_print(const ot_bench_limits *l, bool json);
+
+/*
+ * Graph-shape families: modules of about n instructions (ot_module_instr_count, every
+ * computation counted) in the shapes user programs take, for the compiler's tests and
+ * `optitpu bench compile --shape` (docs/compiler.md, "Graph-shape families"):
+ *
+ *   residual      x_i = op(x_{i-1}, x_{i-2}) (odd seeds: then op(., x_{i-3})), f32[16]
+ *   braid         2-4 chains, each step reading its own chain and the next one
+ *   fanout        one value read by about n/2.5 ops, half reduced alone, the rest an add tree
+ *   fanin         about n/4 leaves into one concatenate and one balanced add tree
+ *   nested        calls, conditionals and while loops nested about sqrt(n/10) deep
+ *   bcast_reduce  row/column/full reductions (sum, max) broadcast back onto the matrix
+ *   islands       about n/6 small independent clusters, each a root tuple element
+ *   wide_tuple    a chain whose every value is an element of the root tuple (n/2 wide)
+ *   many_params   about n/2 parameters (vectors, scalars, some unread) into an add tree
+ *   dot_sandwich  elementwise stacks between dots and 3x3 convolutions
+ *   random        seeded random DAG: in-degree 1-4, unary (transcendental too), binary,
+ *                 broadcasts of reductions, converts, selects, concatenates, two shapes,
+ *                 multi-use; outputs are the values nobody reads
+ *   fori_unrolled JAX's lowering of lax.fori_loop(unroll=True) over 1,000 iterations
+ *                 (tests/data/compiler/fori_loop_unrolled_1000.hlo, about 4k instructions,
+ *                 1,000 calls); larger n chains round(n / 4k) copies, (x, y) -> (x, y)
+ *
+ * The same (name, n, seed) gives the same module. The generators are loops (no recursion as
+ * deep as the graph). Every entry parameter is an array; the root is a value or a tuple of
+ * values. INVALID_ARGUMENT for an unknown name or n outside 16 .. 2^30.
+ */
+OT_API int ot_graph_family_count(void);
+/* Family i's name and one-line description; NULL outside [0, count). */
+OT_API const char *ot_graph_family_name(int i);
+OT_API const char *ot_graph_family_description(int i);
+OT_API ot_status ot_graph_family_build(const char *name, int64_t n, uint64_t seed, ot_module **out);
 
 #ifdef __cplusplus
 }
