@@ -7,7 +7,11 @@
  * block a dot, a broadcast bias, an activation, an elementwise residual chain with a skip
  * connection three blocks back, a row reduction broadcast back, and a side output every few
  * blocks, so every pass has work: fusion (elementwise, broadcasts, reductions, multi-output),
- * scheduling across skips, and temporaries of several sizes in the arena. */
+ * scheduling across skips, and temporaries of several sizes in the arena.
+ *
+ * --shape FAMILY[,FAMILY...] compiles the library's graph-shape families instead
+ * (ot_graph_family_build: residual chains, fan-out, nesting, wide tuples, random DAGs, ...), each
+ * at the same sizes, with the family's name in every row. */
 #include "cli.h"
 
 #include <stdio.h>
@@ -139,6 +143,7 @@ enum { MAXST = 64 };
 
 /* One size's graph and its measured runs. */
 typedef struct size_run {
+    const char *family; /* NULL: the residual network above */
     int64_t n, ninstr;
     ot_module *m;
     double first; /* the warm-up: the first compile of this size in the process */
@@ -150,6 +155,12 @@ typedef struct size_run {
     int nst, kernels;
     int64_t arena, peak;
 } size_run;
+
+/* A row's case: "[FAMILY ]N instrs REST". */
+static void case_of(char *buf, size_t cap, const size_run *sr, const char *rest) {
+    snprintf(buf, cap, "%s%s%lld instrs %s", sr->family ? sr->family : "", sr->family ? " " : "",
+             (long long)sr->ninstr, rest);
+}
 
 static ot_status warm_up(size_run *sr) {
     ot_executable *e = NULL;
@@ -191,20 +202,20 @@ static void print_size(size_run *sr, int64_t reps, bool stages, bool json) {
     memcpy(ct, sr->ct, sizeof ct);
     sr->med = ot_bench_median(t, (size_t)reps);
     sr->cmed = ot_bench_median(ct, (size_t)reps);
-    char cs[96];
-    long long ni = (long long)sr->ninstr;
-    snprintf(cs, sizeof cs, "%lld instrs -O2 (%d kernels)", ni, sr->kernels);
+    char cs[128], rest[96];
+    snprintf(rest, sizeof rest, "-O2 (%d kernels)", sr->kernels);
+    case_of(cs, sizeof cs, sr, rest);
     ot_bench_row row = {"compile", cs, "s", sr->med, NULL, 0, 0};
     ot_bench_print(&row, json);
     /* the first run's pages are new to the process; later runs reuse the memory (the arena
      * chunk cache, ot_arena_cache_limit) as a process compiling again and again would */
-    snprintf(cs, sizeof cs, "%lld instrs -O2 first run", ni);
+    case_of(cs, sizeof cs, sr, "-O2 first run");
     ot_bench_row frow = {"compile", cs, "s", sr->first, NULL, 0, 0};
     ot_bench_print(&frow, json);
-    snprintf(cs, sizeof cs, "%lld instrs -O2 CPU time", ni);
+    case_of(cs, sizeof cs, sr, "-O2 CPU time");
     ot_bench_row crow = {"compile", cs, "s", sr->cmed, NULL, 0, 0};
     ot_bench_print(&crow, json);
-    snprintf(cs, sizeof cs, "%lld instrs arena", ni);
+    case_of(cs, sizeof cs, sr, "arena");
     double ratio = sr->peak ? (double)sr->arena / (double)sr->peak : 1.0;
     ot_bench_row ar = {"compile",
                        cs,
@@ -222,12 +233,12 @@ static void print_size(size_run *sr, int64_t reps, bool stages, bool json) {
     for (int k = 0; k < sr->nst; k++) {
         double v = ot_bench_median(sr->st[k], (size_t)reps);
         sum += v;
-        snprintf(cs, sizeof cs, "%lld instrs %.39s", ni, sr->stname[k]);
+        case_of(cs, sizeof cs, sr, sr->stname[k]);
         ot_bench_row pr = {
             "compile", cs, "s", v, "whole pipeline", sr->med, sr->med > 0 ? v / sr->med : 0};
         ot_bench_print(&pr, json);
     }
-    snprintf(cs, sizeof cs, "%lld instrs verify, clone, fingerprint, reorder", ni);
+    case_of(cs, sizeof cs, sr, "verify, clone, fingerprint, reorder");
     ot_bench_row pr = {"compile",
                        cs,
                        "s",
@@ -241,16 +252,19 @@ static void print_size(size_run *sr, int64_t reps, bool stages, bool json) {
 /* A pair's ratios beside the size ratio (linear scaling; the goal for N -> 2N is <= 2.3): of
  * the medians, of the CPU time medians, and the median of the runs' own ratios. */
 static void print_scaling(const size_run *a, const size_run *b, int64_t reps, bool json) {
-    double lin = (double)b->n / (double)a->n;
+    /* a family's module has about, not exactly, the size asked for (fori_unrolled: whole
+     * copies of its fixture): linear is the ratio of the instructions it has */
+    double lin = a->family ? (double)b->ninstr / (double)a->ninstr : (double)b->n / (double)a->n;
     bool twice = b->n == 2 * a->n;
-    char lab[32], cs[96];
+    char lab[32], cs[128], fam[40];
+    snprintf(fam, sizeof fam, "%s%s", a->family ? a->family : "", a->family ? " " : "");
     snprintf(lab, sizeof lab, "linear (%.3g)", lin);
-    snprintf(cs, sizeof cs, "scaling %s -> %s", ksize(a->n).s, ksize(b->n).s);
+    snprintf(cs, sizeof cs, "%sscaling %s -> %s", fam, ksize(a->n).s, ksize(b->n).s);
     double sc = b->med / a->med;
     ot_bench_row sr = {"compile", cs,      twice ? "time(2N)/time(N)" : "time ratio", sc, lab,
                        lin,       lin / sc};
     ot_bench_print(&sr, json);
-    snprintf(cs, sizeof cs, "CPU scaling %s -> %s", ksize(a->n).s, ksize(b->n).s);
+    snprintf(cs, sizeof cs, "%sCPU scaling %s -> %s", fam, ksize(a->n).s, ksize(b->n).s);
     sc = b->cmed / a->cmed;
     ot_bench_row cr = {"compile", cs,      twice ? "cpu(2N)/cpu(N)" : "CPU time ratio", sc, lab,
                        lin,       lin / sc};
@@ -258,19 +272,102 @@ static void print_scaling(const size_run *a, const size_run *b, int64_t reps, bo
     double pr[100];
     for (int64_t r = 0; r < reps; r++) pr[r] = a->t[r] > 0 ? b->t[r] / a->t[r] : 0;
     sc = ot_bench_median(pr, (size_t)reps);
-    snprintf(cs, sizeof cs, "paired runs %s -> %s", ksize(a->n).s, ksize(b->n).s);
+    snprintf(cs, sizeof cs, "%spaired runs %s -> %s", fam, ksize(a->n).s, ksize(b->n).s);
     ot_bench_row rr = {"compile", cs, "median run ratio", sc, lab, lin, sc > 0 ? lin / sc : 0};
     ot_bench_print(&rr, json);
+}
+
+/* The shape families' names ("a,b,c" or "all") checked against the library's list: the count
+ * put in names[], or -1 naming the unknown one. */
+enum { MAX_SHAPES = 64 };
+static int parse_shapes(const char *cmd, const char *s, const char **names) {
+    int n = 0, nf = ot_graph_family_count();
+    if (!strcmp(s, "all")) {
+        for (int i = 0; i < nf && i < MAX_SHAPES; i++) names[n++] = ot_graph_family_name(i);
+        return n;
+    }
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int found = -1;
+        for (int i = 0; i < nf; i++)
+            if (strlen(ot_graph_family_name(i)) == len && !strncmp(ot_graph_family_name(i), p, len))
+                found = i;
+        if (found < 0 || n == MAX_SHAPES) {
+            cli_usage_error(cmd, "--shape: unknown family '%.*s' (one of: all%s)", (int)len, p,
+                            "; see optitpu bench compile --help");
+            return -1;
+        }
+        names[n++] = ot_graph_family_name(found);
+        if (!comma) return n;
+        p = comma + 1;
+    }
+}
+
+/* One module of about n instructions: the residual network, or a family's. */
+static ot_module *make_graph(const char *family, int64_t n, uint64_t seed) {
+    if (!family) return gen_graph(n, seed);
+    ot_module *m = NULL;
+    return ot_graph_family_build(family, n, seed, &m) == OT_OK ? m : NULL;
+}
+
+/* Sizes are measured in groups: a pair (N, 2N) together, a last odd size alone. A pair's
+ * runs alternate (N, 2N, then 2N, N, ...) after a warm-up of each, so that a change in the
+ * machine's load during the benchmark falls on both sizes alike instead of on one block of
+ * runs: besides the ratio of the medians, the median of the runs' own ratios (each run of
+ * 2N over the run of N beside it) is printed. */
+static ot_status bench_sizes(const char *family, uint64_t seed, const int64_t *sizes, int nsizes,
+                             int64_t max_n, int64_t reps, bool reps_given, bool passes, bool json) {
+    for (int g0 = 0; g0 < nsizes && sizes[g0] <= max_n; g0 += 2) {
+        int gn = g0 + 1 < nsizes && sizes[g0 + 1] <= max_n ? 2 : 1;
+        static size_run runs[2];
+        for (int q = 0; q < gn; q++) {
+            size_run *sr = &runs[q];
+            memset(sr, 0, sizeof *sr);
+            sr->family = family;
+            sr->n = sizes[g0 + q];
+            sr->m = make_graph(family, sr->n, seed);
+            ot_status st = sr->m ? warm_up(sr) : OT_ERR_INTERNAL; /* (the message is set) */
+            if (st != OT_OK) {
+                for (int k = 0; k <= q; k++) ot_module_free(runs[k].m);
+                return st;
+            }
+        }
+        /* short compiles get more runs (without --reps): about half a second of the larger
+         * size's runs (its first run as the estimate), at most 100; five runs of a 10 ms compile
+         * leave its median to the machine's noise */
+        int64_t gr = reps;
+        double big = runs[gn - 1].first;
+        if (!reps_given && big > 0 && big * (double)reps < 0.5) {
+            gr = (int64_t)(0.5 / big) + 1;
+            if (gr > 100) gr = 100;
+        }
+        ot_status s = OT_OK;
+        for (int64_t r = 0; r < gr && s == OT_OK; r++)
+            for (int q = 0; q < gn && s == OT_OK; q++)
+                s = timed_run(&runs[r % 2 ? gn - 1 - q : q], r);
+        for (int q = 0; q < gn; q++) ot_module_free(runs[q].m);
+        if (s != OT_OK) return s;
+        for (int q = 0; q < gn; q++) {
+            bool last = g0 + q == nsizes - 1 || sizes[g0 + q + 1] > max_n;
+            print_size(&runs[q], gr, passes && last, json);
+        }
+        if (gn == 2) print_scaling(&runs[0], &runs[1], gr, json);
+    }
+    return OT_OK;
 }
 
 static int run_compile_bench(int argc, char **argv) {
     const char *cmd = "bench compile";
     bool json = false, passes = false;
     int64_t reps = 5, max_n = 4000000; /* (no default size is above 1M) */
-    bool reps_given = false;
+    bool reps_given = false, sizes_given = false;
     /* N and 2N for each size: 10k/20k, 100k/200k, 500k/1M */
     int64_t sizes[MAX_SIZES] = {10000, 20000, 100000, 200000, 500000, 1000000};
     int nsizes = 6;
+    const char *shapes[MAX_SHAPES];
+    int nshapes = 0;
+    int64_t seed = 42;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--json")) {
@@ -292,58 +389,46 @@ static int run_compile_bench(int argc, char **argv) {
                                        "--sizes needs 1 to %d comma-separated numbers from "
                                        "2000 to 4000000",
                                        MAX_SIZES);
+            sizes_given = true;
+            i++;
+        } else if (!strcmp(argv[i], "--shape")) {
+            if (!v) return cli_usage_error(cmd, "--shape needs FAMILY[,FAMILY...] or all");
+            if ((nshapes = parse_shapes(cmd, v, shapes)) < 0) return CLI_USAGE;
+            i++;
+        } else if (!strcmp(argv[i], "--seed")) {
+            if (!v || !cli_parse_i64(v, 0, INT64_MAX, &seed))
+                return cli_usage_error(cmd, "--seed needs a number >= 0");
             i++;
         } else {
             return cli_usage_error(cmd, "unknown argument '%s'", argv[i]);
         }
     }
+    /* the families' goal is stated from 10k to 200k */
+    if (nshapes > 0 && !sizes_given) nsizes = 4;
     ot_bench_print_header(json);
-    /* Sizes are measured in groups: a pair (N, 2N) together, a last odd size alone. A pair's
-     * runs alternate (N, 2N, then 2N, N, ...) after a warm-up of each, so that a change in the
-     * machine's load during the benchmark falls on both sizes alike instead of on one block of
-     * runs: besides the ratio of the medians, the median of the runs' own ratios (each run of
-     * 2N over the run of N beside it) is printed. */
-    for (int g0 = 0; g0 < nsizes && sizes[g0] <= max_n; g0 += 2) {
-        int gn = g0 + 1 < nsizes && sizes[g0 + 1] <= max_n ? 2 : 1;
-        static size_run runs[2];
-        for (int q = 0; q < gn; q++) {
-            size_run *sr = &runs[q];
-            memset(sr, 0, sizeof *sr);
-            sr->n = sizes[g0 + q];
-            sr->m = gen_graph(sr->n, 42);
-            if (!sr->m || warm_up(sr) != OT_OK) {
-                for (int k = 0; k <= q; k++) ot_module_free(runs[k].m);
-                return cli_fail(cmd);
-            }
-        }
-        /* short compiles get more runs (without --reps): about half a second of the larger
-         * size's runs (its first run as the estimate), at most 100; five runs of a 10 ms compile
-         * leave its median to the machine's noise */
-        int64_t gr = reps;
-        double big = runs[gn - 1].first;
-        if (!reps_given && big > 0 && big * (double)reps < 0.5) {
-            gr = (int64_t)(0.5 / big) + 1;
-            if (gr > 100) gr = 100;
-        }
-        ot_status s = OT_OK;
-        for (int64_t r = 0; r < gr && s == OT_OK; r++)
-            for (int q = 0; q < gn && s == OT_OK; q++)
-                s = timed_run(&runs[r % 2 ? gn - 1 - q : q], r);
-        for (int q = 0; q < gn; q++) ot_module_free(runs[q].m);
-        if (s != OT_OK) return cli_fail(cmd);
-        for (int q = 0; q < gn; q++) {
-            bool last = g0 + q == nsizes - 1 || sizes[g0 + q + 1] > max_n;
-            print_size(&runs[q], gr, passes && last, json);
-        }
-        if (gn == 2) print_scaling(&runs[0], &runs[1], gr, json);
+    if (nshapes == 0) {
+        if (bench_sizes(NULL, 42, sizes, nsizes, max_n, reps, reps_given, passes, json) != OT_OK)
+            return cli_fail(cmd);
+        return CLI_OK;
     }
-    return CLI_OK;
+    /* a family that fails is reported and the others still run */
+    int rc = CLI_OK;
+    for (int f = 0; f < nshapes; f++) {
+        if (bench_sizes(shapes[f], (uint64_t)seed, sizes, nsizes, max_n, reps, reps_given, passes,
+                        json) != OT_OK) {
+            fprintf(stderr, "optitpu %s: %s: %s\n", cmd, shapes[f], ot_last_error());
+            fflush(stderr);
+            rc = CLI_FAIL;
+        }
+    }
+    return rc;
 }
 
 const cli_command cli_bench_compile = {
     "compile",
     "compile pipeline time on 10k..1M-instruction graphs, scaling, arena vs lower bound",
     "usage: optitpu bench compile [--json] [--reps K] [--max N] [--sizes N,N,...] [--passes]\n"
+    "                             [--shape FAMILY[,FAMILY...]|all] [--seed S]\n"
     "\n"
     "Compiles generated graphs (a residual network with elementwise tails, reductions and\n"
     "side outputs) of 10k, 20k, 100k, 200k, 500k and 1M instructions at -O2 (up to --max N),\n"
@@ -355,6 +440,11 @@ const cli_command cli_bench_compile = {
     "--passes adds each stage's median time at the largest size beside the whole pipeline's.\n"
     "--sizes compiles those sizes instead (up to 8, each 2000 to 4000000), the first and\n"
     "second, third and fourth, ... compared as pairs; one size alone is what\n"
-    "scripts/bench_compile_instructions.py counts the instructions of.",
+    "scripts/bench_compile_instructions.py counts the instructions of.\n"
+    "--shape compiles graph-shape families instead (docs/compiler.md), each at 10k, 20k, 100k\n"
+    "and 200k unless --sizes says otherwise, generated with seed S (default 42); linear is\n"
+    "the ratio of the instructions the two modules have (goal: 200k in <= 1 s, <= 2.2 per\n"
+    "doubling). Families: residual, braid, fanout, fanin, nested, bcast_reduce, islands,\n"
+    "wide_tuple, many_params, dot_sandwich, random, fori_unrolled; all for every one.",
     run_compile_bench,
 };
