@@ -3,6 +3,12 @@
  * tensors, beside a hand-written fused C loop of the same update in the same run, and the
  * achieved GB/s beside the machine's STREAM triad.
  *
+ * Both sides run on the same thread pool of --threads threads (default: OPTITPU_THREADS, else the
+ * CPU count): the step's kernels split over it (ot_run_options.pool), and the loop gives each
+ * thread the same static slice of every tensor in one pool run. STREAM is measured with the same
+ * threads. The rows name the thread count, and print each side's CPU time over its wall time
+ * (how many CPUs were busy while it ran), measured, so a side that ran on fewer threads shows.
+ *
  * Bytes per step are what the update must move at least: Adam/AdamW read p, g, m, v and write
  * p, m, v (28 bytes per parameter); SGD with momentum 20, plain SGD 12; other optimizers count
  * 4 bytes per parameter, gradient and state tensor read, and per parameter and state written. */
@@ -12,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* K tensor sizes summing to n: a deterministic mix spanning about three orders of magnitude
  * (as the layers of a network: many small, a few large). */
@@ -40,6 +47,8 @@ typedef struct loop_ctx {
     const int64_t *sz;
     double b1, b2, eps, wd;
     bool decoupled;
+    int64_t step; /* of the current run */
+    double lr;
 } loop_ctx;
 
 /* The loop is built for AVX-512, AVX2 and the baseline; the loader picks the widest the CPU
@@ -52,8 +61,12 @@ typedef struct loop_ctx {
 #endif
 
 /* The fused loop (torch's single-tensor Adam/AdamW formulas, the scalars in f64 on the host as
- * torch computes them): one pass over p, g, m, v per tensor. */
-LOOP_CLONES static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
+ * torch computes them): one pass over p, g, m, v per tensor, thread ith of nth taking the same
+ * static slice of every tensor (64-byte aligned boundaries). */
+LOOP_CLONES static void adam_loop(void *ctx, int ith, int nth) {
+    const loop_ctx *c = ctx;
+    int64_t step = c->step;
+    double lr = c->lr;
     double bc1 = 1.0 - pow(c->b1, (double)step), bc2 = 1.0 - pow(c->b2, (double)step);
     float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2), eps = (float)c->eps;
     float omb1 = (float)(1.0 - c->b1), b2 = (float)c->b2, omb2 = (float)(1.0 - c->b2);
@@ -61,9 +74,11 @@ LOOP_CLONES static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
     for (int t = 0; t < c->k; t++) {
         float *restrict p = c->p[t], *restrict m = c->m[t], *restrict v = c->v[t];
         const float *restrict g = c->g[t];
-        int64_t n = c->sz[t];
+        int64_t n = c->sz[t], per = (n + nth - 1) / nth;
+        per = (per + 15) & ~(int64_t)15;
+        int64_t b = (int64_t)ith * per, e = b + per < n ? b + per : n;
         const float dk = c->decoupled ? decay : 1.0f; /* x * 1.0f == x: Adam's p unchanged */
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = b; i < e; i++) {
             float gi = g[i], pi = p[i] * dk;
             float mi = m[i] + omb1 * (gi - m[i]);
             float vi = v[i] * b2 + omb2 * (gi * gi);
@@ -75,11 +90,23 @@ LOOP_CLONES static void adam_loop(const loop_ctx *c, int64_t step, double lr) {
     }
 }
 
+static void run_loop(ot_threadpool *pool, loop_ctx *c, int64_t step, double lr) {
+    c->step = step;
+    c->lr = lr;
+    ot_threadpool_run(pool, adam_loop, c);
+}
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static int run_optim_bench(int argc, char **argv) {
     const char *cmd = "bench optim";
     bool json = false, limits = true, fusion = true, flat = false;
     const char *name = "adam";
-    int64_t n = 16 << 20, k = 1, reps = 5;
+    int64_t n = 16 << 20, k = 1, reps = 5, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--json")) {
@@ -102,6 +129,10 @@ static int run_optim_bench(int argc, char **argv) {
             if (!v || !cli_parse_i64(v, 1, 4096, &k))
                 return cli_usage_error(cmd, "--tensors needs a number from 1 to 4096");
             i++;
+        } else if (!strcmp(argv[i], "--threads")) {
+            if (!v || !cli_parse_i64(v, 1, 1024, &threads))
+                return cli_usage_error(cmd, "--threads needs a number from 1 to 1024");
+            i++;
         } else if (!strcmp(argv[i], "--reps")) {
             if (!v || !cli_parse_i64(v, 1, 1000, &reps))
                 return cli_usage_error(cmd, "--reps needs a number from 1 to 1000");
@@ -115,6 +146,7 @@ static int run_optim_bench(int argc, char **argv) {
     ot_optimizer *o = NULL;
     ot_tpu_optimizer *t = NULL, *tf = NULL; /* tf: flat mode (--flat) */
     ot_device *d = NULL;
+    ot_threadpool *pool = NULL;
     int64_t *sz = calloc((size_t)k, sizeof *sz);
     ot_shape *shapes = calloc((size_t)k, sizeof *shapes);
     ot_buffer **pb = calloc((size_t)k, sizeof *pb), **gb = calloc((size_t)k, sizeof *gb);
@@ -130,13 +162,22 @@ static int run_optim_bench(int argc, char **argv) {
         rc = cli_fail(cmd);
         goto done;
     }
+    /* the one pool both sides run on */
+    if (ot_threadpool_create(threads ? (int)threads : ot_threadpool_size(ot_threadpool_default()),
+                             &pool) != OT_OK) {
+        rc = cli_fail(cmd);
+        goto done;
+    }
+    int nthreads = ot_threadpool_size(pool);
+    ot_run_options ro = ot_run_options_default();
+    ro.pool = pool;
     split_sizes(n, (int)k, sz);
     for (int64_t i = 0; i < k; i++) ot_shape_make(&shapes[i], OT_F32, 1, &sz[i]);
     ot_bench_limits lim = {0};
     if (limits) {
         ot_bench_limits_options lo = ot_bench_limits_options_default();
         lo.what = OT_BENCH_LIMIT_STREAM;
-        lo.threads = 1; /* the device optimizer and the loop below run on one thread */
+        lo.threads = nthreads; /* the threads the device optimizer and the loop run on */
         if (ot_bench_limits_measure(&lo, &lim) != OT_OK) {
             rc = cli_fail(cmd);
             goto done;
@@ -193,26 +234,27 @@ static int run_optim_bench(int argc, char **argv) {
     const char *nm = ot_optimizer_name(o);
     bool adam = !strcmp(nm, "adam") || !strcmp(nm, "adamw");
     double b1 = ot_optimizer_hparam(o, "beta1"), b2 = ot_optimizer_hparam(o, "beta2");
-    loop_ctx lc = {(int)k,
-                   hp,
-                   hg,
-                   hm,
-                   hv,
-                   sz,
-                   b1,
-                   b2,
-                   ot_optimizer_hparam(o, "eps"),
-                   ot_optimizer_hparam(o, "weight_decay"),
-                   !strcmp(nm, "adamw")};
+    loop_ctx lc = {.k = (int)k,
+                   .p = hp,
+                   .g = hg,
+                   .m = hm,
+                   .v = hv,
+                   .sz = sz,
+                   .b1 = b1,
+                   .b2 = b2,
+                   .eps = ot_optimizer_hparam(o, "eps"),
+                   .wd = ot_optimizer_hparam(o, "weight_decay"),
+                   .decoupled = !strcmp(nm, "adamw")};
     adam = adam && ot_optimizer_hparam(o, "amsgrad") == 0.0;
     double lr = 1e-3;
     /* warm-up step 1, then reps timed steps */
-    if (ot_tpu_optimizer_step(t, d, pb, gb, 1, lr, NULL) != OT_OK ||
-        (tf && ot_tpu_optimizer_step_flat(tf, d, 1, lr, NULL) != OT_OK)) {
+    if (ot_tpu_optimizer_step(t, d, pb, gb, 1, lr, &ro) != OT_OK ||
+        (tf && ot_tpu_optimizer_step_flat(tf, d, 1, lr, &ro) != OT_OK)) {
         rc = cli_fail(cmd);
         goto done;
     }
-    if (adam) adam_loop(&lc, 1, lr);
+    if (adam) run_loop(pool, &lc, 1, lr);
+    double cpu_step = 0, wall_step = 0, cpu_loop = 0, wall_loop = 0;
     for (int64_t r = 0; r < reps; r++) {
         /* with --flat the two modes take turns going first (neither always finds the caches
          * the other left) */
@@ -221,24 +263,30 @@ static int run_optim_bench(int argc, char **argv) {
             if ((turn == 0) == (tf && (r & 1))) {
                 if (!tf) continue;
                 t0 = ot_now_ns();
-                if (ot_tpu_optimizer_step_flat(tf, d, 2 + r, lr, NULL) != OT_OK) {
+                if (ot_tpu_optimizer_step_flat(tf, d, 2 + r, lr, &ro) != OT_OK) {
                     rc = cli_fail(cmd);
                     goto done;
                 }
                 tfl[r] = (double)(ot_now_ns() - t0) / 1e9;
             } else {
+                double c0s = cpu_seconds();
                 t0 = ot_now_ns();
-                if (ot_tpu_optimizer_step(t, d, pb, gb, 2 + r, lr, NULL) != OT_OK) {
+                if (ot_tpu_optimizer_step(t, d, pb, gb, 2 + r, lr, &ro) != OT_OK) {
                     rc = cli_fail(cmd);
                     goto done;
                 }
                 tt[r] = (double)(ot_now_ns() - t0) / 1e9;
+                cpu_step += cpu_seconds() - c0s;
+                wall_step += tt[r];
             }
         }
         if (adam) {
+            double c0s = cpu_seconds();
             t0 = ot_now_ns();
-            adam_loop(&lc, 2 + r, lr);
+            run_loop(pool, &lc, 2 + r, lr);
             tl[r] = (double)(ot_now_ns() - t0) / 1e9;
+            cpu_loop += cpu_seconds() - c0s;
+            wall_loop += tl[r];
         }
     }
     /* the two computed the same update: elements that differ, largest difference */
@@ -292,13 +340,24 @@ static int run_optim_bench(int argc, char **argv) {
     snprintf(c1, sizeof c1, "%s compile (once)", cs);
     ot_bench_row rc0 = {"optim", c1, "s", compile_s, NULL, 0, 0};
     ot_bench_print(&rc0, json);
-    snprintf(c1, sizeof c1, "%s step", cs);
+    char thr[32], base[96];
+    snprintf(thr, sizeof thr, "%d thread%s", nthreads, nthreads == 1 ? "" : "s");
+    snprintf(c1, sizeof c1, "%s step, %s", cs, thr);
     if (adam) {
         double loop_s = ot_bench_median(tl, (size_t)reps);
-        ot_bench_row r = {
-            "optim",        c1, "ms/step", step_s * 1e3, "fused C loop (1 thread)", loop_s * 1e3,
-            loop_s / step_s};
+        snprintf(base, sizeof base, "fused C loop, %s", thr);
+        ot_bench_row r = {"optim", c1,           "ms/step",      step_s * 1e3,
+                          base,    loop_s * 1e3, loop_s / step_s};
         ot_bench_print(&r, json);
+        /* measured: CPUs busy while each side ran (process CPU time / wall time over the timed
+         * steps; idle pool workers spin briefly before they block, on both sides alike) */
+        snprintf(c1, sizeof c1, "%s step CPUs busy (CPU time / wall time)", cs);
+        snprintf(base, sizeof base, "fused C loop CPUs busy, %s", thr);
+        ot_bench_row rcpu = {"optim", c1,
+                             "CPUs",  wall_step > 0 ? cpu_step / wall_step : 0,
+                             base,    wall_loop > 0 ? cpu_loop / wall_loop : 0,
+                             NAN}; /* neither side is "better": no ratio */
+        ot_bench_print(&rcpu, json);
         snprintf(c1, sizeof c1, "%s parameters != loop's", cs);
         ot_bench_row rd = {"optim", c1, "elements", (double)ndiff, NULL, 0, 0};
         ot_bench_print(&rd, json);
@@ -308,6 +367,10 @@ static int run_optim_bench(int argc, char **argv) {
     } else {
         ot_bench_row r = {"optim", c1, "ms/step", step_s * 1e3, NULL, 0, 0};
         ot_bench_print(&r, json);
+        snprintf(c1, sizeof c1, "%s step CPUs busy (CPU time / wall time)", cs);
+        ot_bench_row rcpu = {"optim", c1, "CPUs", wall_step > 0 ? cpu_step / wall_step : 0,
+                             NULL,    0,  0};
+        ot_bench_print(&rcpu, json);
     }
     ot_tpu_profile fprof;
     if (tf && ot_tpu_optimizer_profile(tf, &fprof) != OT_OK) {
@@ -325,9 +388,10 @@ static int run_optim_bench(int argc, char **argv) {
                            prof.compile_seconds,
                            prof.compile_seconds / fprof.compile_seconds};
         ot_bench_print(&f0, json);
-        snprintf(c1, sizeof c1, "%s flat step", cs);
-        ot_bench_row f1 = {"optim",           c1,           "ms/step",      flat_s * 1e3,
-                           "per-tensor step", step_s * 1e3, step_s / flat_s};
+        snprintf(c1, sizeof c1, "%s flat step, %s", cs, thr);
+        snprintf(base, sizeof base, "per-tensor step, %s", thr);
+        ot_bench_row f1 = {"optim", c1,           "ms/step",      flat_s * 1e3,
+                           base,    step_s * 1e3, step_s / flat_s};
         ot_bench_print(&f1, json);
         snprintf(c1, sizeof c1, "%s flat kernels", cs);
         ot_bench_row f2 = {"optim",
@@ -336,19 +400,21 @@ static int run_optim_bench(int argc, char **argv) {
                            (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(tf)),
                            "per-tensor kernels",
                            (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(t)),
-                           0};
+                           NAN};
         ot_bench_print(&f2, json);
         snprintf(c1, sizeof c1, "%s flat parameters != per-tensor's", cs);
         ot_bench_row f3 = {"optim", c1, "elements", (double)nflatdiff, NULL, 0, 0};
         ot_bench_print(&f3, json);
     }
-    snprintf(c1, sizeof c1, "%s", cs);
+    snprintf(c1, sizeof c1, "%s, %s", cs, thr);
     double gbs = bytes / step_s / 1e9;
+    snprintf(base, sizeof base, "STREAM triad, %d thread%s", lim.threads,
+             lim.threads == 1 ? "" : "s");
     ot_bench_row rg = {"optim",
                        c1,
                        "GB/s",
                        gbs,
-                       limits ? "STREAM triad (1 thread)" : NULL,
+                       limits ? base : NULL,
                        lim.triad_gbs,
                        limits && lim.triad_gbs > 0 ? gbs / lim.triad_gbs : 0};
     ot_bench_print(&rg, json);
@@ -375,6 +441,7 @@ done:
     ot_tpu_optimizer_free(t);
     ot_tpu_optimizer_free(tf);
     ot_device_free(d);
+    ot_threadpool_free(pool);
     ot_optimizer_free(o);
     free(sz);
     free(shapes);
@@ -394,16 +461,19 @@ const cli_command cli_bench_optim = {
     "optim",
     "device optimizer step (one compiled update, donated) vs a fused C loop; GB/s vs STREAM",
     "usage: optitpu bench optim [--optimizer NAME] [--params N] [--tensors K] [--reps R]\n"
-    "                           [--flat] [--no-fusion] [--no-limits] [--json]\n"
+    "                           [--threads T] [--flat] [--no-fusion] [--no-limits] [--json]\n"
     "\n"
     "Steps NAME (default adam) over N f32 parameters (default 16M; K/M/G suffixes) split into K\n"
     "tensors of mixed sizes (default 1) with ot_tpu_optimizer on one host device: compile time\n"
     "(once), the median step time of R steps (default 5) after a warm-up beside a hand-written\n"
     "fused C loop of the same update (adam, adamw) in the same run, the largest difference of the\n"
-    "two results, and the achieved GB/s beside the single-thread STREAM triad (skipped with\n"
-    "--no-limits). --no-fusion compiles without fusion (plain elementwise kernels). --flat also\n"
-    "steps a flat-mode wrapper (one buffer per dtype, one update over it) on the same data in the\n"
-    "same run: its step time beside the per-tensor mode's, kernel counts, and the elements where\n"
-    "the two results differ (0: bit-identical).",
+    "two results, and the achieved GB/s beside the STREAM triad (skipped with --no-limits).\n"
+    "Everything runs on one pool of T threads (default OPTITPU_THREADS, else the CPU count): the\n"
+    "step's kernels, the loop (a static slice of every tensor per thread) and STREAM; each side's\n"
+    "CPU time over its wall time is printed too (the CPUs that were busy while it ran).\n"
+    "--no-fusion compiles without fusion (plain elementwise kernels). --flat also steps a\n"
+    "flat-mode wrapper (one buffer per dtype, one update over it) on the same data in the same\n"
+    "run: its step time beside the per-tensor mode's, kernel counts, and the elements where the\n"
+    "two results differ (0: bit-identical).",
     run_optim_bench,
 };

@@ -12,8 +12,10 @@ tensors as the CLI's: a deterministic mix over three orders of magnitude). Each 
 median step time over --reps steps after a warm-up; the table prints each peer's time and
 optitpu's ratio (peer time / optitpu time: > 1 means optitpu is faster).
 
-torch and jax are limited to --threads threads (default 1: optitpu's host device runs its kernels
-on the calling thread). Needs torch, jax and optax (e.g. /work/venv-peers).
+Every side runs on --threads threads (default 1): optitpu gets `bench optim --threads N` (its step's
+kernels and its fused C loop on one pool of N threads; the thread count its rows name is checked
+against N), torch torch.set_num_threads(N), XLA intra_op_parallelism_threads=N (Eigen's
+multi-threading on when N > 1). Needs torch, jax and optax (e.g. /work/venv-peers).
 """
 
 import argparse
@@ -94,15 +96,20 @@ def bench_optax(sizes, reps, lr):
     return median_time(run, reps)
 
 
-def bench_optitpu(binary, opt, n, k, reps):
+def bench_optitpu(binary, opt, n, k, reps, threads):
     """(per-tensor step, fused C loop, flat-mode step or None) in seconds; --flat when k > 1."""
     cmd = [binary, "bench", "optim", "--optimizer", opt, "--params", str(n), "--tensors", str(k),
-           "--reps", str(reps), "--no-limits", "--json"] + (["--flat"] if k > 1 else [])
+           "--reps", str(reps), "--threads", str(threads), "--no-limits", "--json"] + \
+          (["--flat"] if k > 1 else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    step = next(r for r in rows if r["case"].endswith(" step") and
-                not r["case"].endswith(" flat step"))
-    flat = next((r for r in rows if r["case"].endswith(" flat step")), None)
+    step = next(r for r in rows if " step, " in r["case"] and " flat step, " not in r["case"])
+    flat = next((r for r in rows if " flat step, " in r["case"]), None)
+    want = f"{threads} thread{'s' if threads != 1 else ''}"
+    for r in [step, flat] if flat else [step]:  # what ran, as the CLI reports it
+        if not r["case"].endswith(", " + want) or (r["baseline"] and
+                                                   not r["baseline"].endswith(", " + want)):
+            raise SystemExit(f"optitpu ran on other threads than --threads {threads}: {r}")
     return (step["value"] / 1e3, (step["baseline_value"] or math.nan) / 1e3,
             flat["value"] / 1e3 if flat else None)
 
@@ -123,14 +130,14 @@ def main():
 
     torch.set_num_threads(a.threads)
     lr = 1e-3
-    print(f"Adam step, f32, {a.threads} thread(s), median of {a.reps} steps after a warm-up "
+    print(f"Adam step, f32, {a.threads} thread(s) on every side, median of {a.reps} steps after a warm-up "
           "(ratio = peer time / optitpu time; > 1: optitpu faster)")
     print(f"{'case':<22} {'impl':<28} {'ms/step':>10} {'ratio':>8}")
     for n in [parse_size(s) for s in a.sizes.split(",")]:
         for k in [int(x) for x in a.tensors.split(",")]:
             case = f"{n >> 20}M x{k}" if n >= 1 << 20 else f"{n >> 10}K x{k}"
             sizes = split_sizes(n, k)
-            ours, loop, flat = bench_optitpu(a.optitpu, a.optimizer, n, k, a.reps)
+            ours, loop, flat = bench_optitpu(a.optitpu, a.optimizer, n, k, a.reps, a.threads)
             rows = [("optitpu ot_tpu_optimizer", ours), ("fused C loop (optitpu CLI)", loop)]
             if flat is not None:
                 rows.insert(1, ("optitpu flat mode", flat))

@@ -95,7 +95,7 @@ expect optim_unknown_optimizer 1 "unknown optimizer 'nosuch'" -- bench optim --o
 expect optim_json 0 "" -- bench optim --params 4096 --tensors 3 --reps 2 --no-limits --json
 bad=0
 for c in "adam f32 4096 x3 compile \\(once\\)" "adam f32 4096 x3 step" "adam f32 4096 x3 parameters != loop's" \
-         "adam f32 4096 x3\"" "adam f32 4096 x3 compiles after 3 steps"; do
+         "adam f32 4096 x3, [0-9]+ threads?\"" "adam f32 4096 x3 compiles after 3 steps"; do
   grep -Eq "\"case\": \"$c" "$work/out" || { echo "  missing row: $c"; bad=1; }
 done
 grep -Eq '"case": "adam f32 4096 x3 compiles after 3 steps", "metric": "count", "value": 1[,.]' "$work/out" || { echo "  compiled more than once"; bad=1; }
@@ -106,11 +106,26 @@ if [[ $bad -ne 0 ]]; then
 else
   echo "ok   optim_json_rows"; passed=$((passed + 1))
 fi
-expect optim_table 0 "^optim +lamb f32 1000 x2 step +ms/step" -- bench optim --optimizer lamb --params 1000 --tensors 2 --reps 1 --no-limits
+expect optim_table 0 "^optim +lamb f32 1000 x2 step, 1 thread +ms/step" -- bench optim --optimizer lamb --params 1000 --tensors 2 --reps 1 --no-limits --threads 1
+# both sides on the same pool, and the labels say how many threads: the step, the fused C loop
+# (each thread a slice of every tensor: bit-identical for any thread count), the flat step
+expect optim_threads_bad 2 "--threads needs a number" -- bench optim --threads 0
+expect optim_threads 0 "" -- bench optim --params 4099 --tensors 3 --reps 2 --no-limits --json --threads 3 --flat
+bad=0
+grep -Eq '"case": "adam f32 4099 x3 step, 3 threads", "metric": "ms/step", "value": [0-9.e+-]+, "baseline": "fused C loop, 3 threads"' "$work/out" || { echo "  step and loop rows do not both name 3 threads"; bad=1; }
+grep -Eq '"case": "adam f32 4099 x3 step CPUs busy \(CPU time / wall time\)", "metric": "CPUs", "value": [0-9.e+-]+, "baseline": "fused C loop CPUs busy, 3 threads", "baseline_value": [0-9.e+-]+, "ratio": null' "$work/out" || { echo "  no CPUs busy row"; bad=1; }
+grep -Eq '"case": "adam f32 4099 x3 parameters != loop.s", "metric": "elements", "value": 0[,.]' "$work/out" || { echo "  the loop on 3 threads differs from the step"; bad=1; }
+grep -Eq '"case": "adam f32 4099 x3 flat step, 3 threads", "metric": "ms/step", "value": [0-9.e+-]+, "baseline": "per-tensor step, 3 threads"' "$work/out" || { echo "  flat row does not name 3 threads"; bad=1; }
+grep -q 'thread)' "$work/out" && { echo "  a label still says (N thread)"; bad=1; }
+if [[ $bad -ne 0 ]]; then
+  echo "FAIL optim_threads_rows"; sed 's/^/  | /' "$work/out"; failed=$((failed + 1))
+else
+  echo "ok   optim_threads_rows"; passed=$((passed + 1))
+fi
 # --flat: the flat-mode wrapper is one kernel and bit-identical to the per-tensor mode
 expect optim_flat_json 0 "" -- bench optim --params 4096 --tensors 5 --reps 3 --no-limits --json --flat
 bad=0
-grep -Eq '"case": "adam f32 4096 x5 flat step", "metric": "ms/step", "value": [0-9.e+-]+, "baseline": "per-tensor step"' "$work/out" || { echo "  no flat step row"; bad=1; }
+grep -Eq '"case": "adam f32 4096 x5 flat step, [0-9]+ threads?", "metric": "ms/step", "value": [0-9.e+-]+, "baseline": "per-tensor step, [0-9]+ threads?"' "$work/out" || { echo "  no flat step row"; bad=1; }
 grep -Eq '"case": "adam f32 4096 x5 flat kernels", "metric": "count", "value": 1[,.]' "$work/out" || { echo "  flat update is not one kernel"; bad=1; }
 grep -Eq '"case": "adam f32 4096 x5 flat parameters != per-tensor.s", "metric": "elements", "value": 0[,.]' "$work/out" || { echo "  flat and per-tensor modes differ"; bad=1; }
 if [[ $bad -ne 0 ]]; then
