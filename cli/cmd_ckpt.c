@@ -17,13 +17,14 @@ static const char usage[] =
     "Checkpoints are directories DIR/step_00000100/ holding safetensors files and a manifest.json\n"
     "with each file's size and SHA-256 (see docs/checkpoints.md).\n"
     "\n"
-    "  ls       the checkpoints under DIR: step, state (committed, or an interrupted .tmp), "
-    "files,\n"
-    "           bytes and time from the manifest (nothing is hashed)\n"
+    "  ls       the checkpoints under DIR: step, state (committed; partial: an interrupted .tmp;\n"
+    "           damaged: set aside by a resume as step_N.damaged), files, bytes and time from\n"
+    "           the manifest (nothing is hashed)\n"
     "  verify   checks every file's size and SHA-256 against the manifest, and that each parses;\n"
     "           DIR verifies every committed step. Exit 1 naming each bad file.\n"
     "  inspect  tensors (name, dtype, shape, bytes) and metadata of a .safetensors file, or the\n"
-    "           manifest and tensors of a step directory (verified first)\n"
+    "           manifest and tensors of a step directory (verified first); control characters\n"
+    "           in names and values are printed escaped (\\n, \\xNN, \\u00NN; \\\\ for \\)\n"
     "  export   writes the tensors of a verified step as one safetensors file: all roles as\n"
     "           role/name (role.SHARD/name when sharded), or one --role\n";
 
@@ -37,6 +38,31 @@ static bool is_step_dir(const char *p) {
 static bool is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Text from a file, made safe for a terminal: C0 controls, DEL and C1 controls (U+0080-U+009F)
+ * escaped, a backslash doubled; the rest (valid UTF-8, checked by the reader) as is. The result
+ * is cut at n - 1 bytes. */
+static const char *esc(const char *s, char *buf, size_t n) {
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && k + 8 < n; p++) {
+        if (*p == '\\') {
+            buf[k++] = '\\';
+            buf[k++] = '\\';
+        } else if (*p == '\n' || *p == '\t' || *p == '\r') {
+            buf[k++] = '\\';
+            buf[k++] = *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r';
+        } else if (*p < 0x20 || *p == 0x7f) {
+            k += (size_t)snprintf(buf + k, n - k, "\\x%02x", *p);
+        } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            k += (size_t)snprintf(buf + k, n - k, "\\u%04x", p[1]);
+            p++;
+        } else {
+            buf[k++] = (char)*p;
+        }
+    }
+    buf[k] = '\0';
+    return buf;
 }
 
 static void shape_str(const ot_st_info *t, char *buf, size_t n) {
@@ -76,14 +102,17 @@ static void st_print(const ot_safetensors *st, const char *indent) {
            (unsigned long long)ot_safetensors_data_len(st), ot_safetensors_count(st));
     for (size_t i = 0; i < ot_safetensors_metadata_count(st); i++) {
         ot_st_kv kv = ot_safetensors_metadata_at(st, i);
-        printf("%smetadata %s = %s\n", indent, kv.key, kv.value);
+        char k[1024], v[4096];
+        printf("%smetadata %s = %s\n", indent, esc(kv.key, k, sizeof k),
+               esc(kv.value, v, sizeof v));
     }
     for (size_t i = 0; i < ot_safetensors_count(st); i++) {
         const ot_st_info *t = ot_safetensors_at(st, i);
         char sh[256];
         shape_str(t, sh, sizeof sh);
-        printf("%s  %-32s %-8s %-20s %12llu bytes\n", indent, t->name, ot_st_dtype_name(t->dtype),
-               sh, (unsigned long long)(t->end - t->begin));
+        char name[4096];
+        printf("%s  %-32s %-8s %-20s %12llu bytes\n", indent, esc(t->name, name, sizeof name),
+               ot_st_dtype_name(t->dtype), sh, (unsigned long long)(t->end - t->begin));
     }
 }
 
@@ -111,7 +140,7 @@ static int cmd_ls(int argc, char **argv) {
         snprintf(mp, sizeof mp, "%s/manifest.json", e[i].path);
         FILE *f = fopen(mp, "rb");
         ot_ckpt_manifest *m = NULL;
-        const char *state = e[i].committed ? "committed" : "partial";
+        const char *state = e[i].committed ? "committed" : e[i].damaged ? "damaged" : "partial";
         if (f) {
             static char buf[1 << 22];
             size_t len = fread(buf, 1, sizeof buf, f);
@@ -186,6 +215,10 @@ static int cmd_verify(int argc, char **argv) {
     int rc = CLI_OK;
     size_t checked = 0;
     for (size_t i = 0; i < n; i++) {
+        if (e[i].damaged) {
+            printf("skip %s: damaged, set aside by a resume (kept for inspection)\n", e[i].path);
+            continue;
+        }
         if (!e[i].committed) {
             printf("skip %s: interrupted save (removed when a manager opens this root)\n",
                    e[i].path);
@@ -273,16 +306,20 @@ static int cmd_inspect(int argc, char **argv) {
         free(s);
         json_decref(o);
     } else {
+        char tb[1024], ob[8192], rb[1024];
         printf("%s (verified)\n", p);
         printf("  step %lld, format %d, pod %d devices / %d processes / %d hosts, membership "
                "epoch %lld (%s)\n",
                (long long)m->step, m->format_version, m->pod.num_devices, m->pod.num_processes,
-               m->pod.num_hosts, (long long)m->pod.membership_epoch, m->pod.topology);
-        printf("  optimizer %s\n", m->optimizer_json);
-        printf("  rng %s (%zu words), data position epoch %lld index %lld\n", m->rng_algorithm,
-               m->rng_words, (long long)m->data_epoch, (long long)m->data_index);
+               m->pod.num_hosts, (long long)m->pod.membership_epoch,
+               esc(m->pod.topology, tb, sizeof tb));
+        printf("  optimizer %s\n", esc(m->optimizer_json, ob, sizeof ob));
+        printf("  rng %s (%zu words), data position epoch %lld index %lld\n",
+               esc(m->rng_algorithm, rb, sizeof rb), m->rng_words, (long long)m->data_epoch,
+               (long long)m->data_index);
         for (size_t i = 0; i < m->nmetrics; i++)
-            printf("  metric %s = %.17g\n", m->metrics[i].name, m->metrics[i].value);
+            printf("  metric %s = %.17g\n", esc(m->metrics[i].name, tb, sizeof tb),
+                   m->metrics[i].value);
         for (size_t i = 0; i < m->nfiles; i++) {
             char hex[65];
             ot_hex(m->files[i].sha256, 32, hex);

@@ -435,12 +435,12 @@ static int run_sgd(int argc, char **argv) {
         if (ot_ckpt_list(ckdir, &e, &ne) == OT_OK) {
             for (size_t k = 0; k < ne; k++) {
                 if (!e[k].committed || e[k].step <= start) continue;
-                char to[4096];
-                snprintf(to, sizeof to, "%s/rejected_step_%lld_attempt%d", ckdir,
-                         (long long)e[k].step, attempt);
-                if (rename(e[k].path, to) == 0)
+                char *to = NULL;
+                /* step_N.damaged: listed by `optitpu ckpt ls`, no longer in the way of step N */
+                if (ot_ckpt_set_aside(ckdir, e[k].step, &to) == OT_OK)
                     fprintf(stderr, "mpi-sgd: set aside %s (newer than the resume point) as %s\n",
                             e[k].path, to);
+                ot_free(to);
             }
             ot_ckpt_entries_free(e, ne);
         }

@@ -35,7 +35,9 @@
  *
  * Restore: every file's size and SHA-256 are checked against the manifest before a byte is used;
  * a mismatch is OT_ERR_CORRUPT_DATA naming the file. The verified bytes are the ones used (the
- * file is mapped once, hashed, then parsed).
+ * file is mapped once, hashed, then parsed), and each file's own metadata (optitpu.role,
+ * optitpu.shard, optitpu.step) must agree with the manifest entry that lists it. A resume
+ * (ot_ckpt_resume) sets damaged steps aside as step_N.damaged so they never block a new save.
  *
  * Errors: OT_ERR_IO names the file and the system call; after a failed save the .tmp directory is
  * removed and the previous checkpoints are untouched. Threads: a manager is used from one thread
@@ -145,11 +147,12 @@ OT_API bool ot_ckpt_manifest_metric(const ot_ckpt_manifest *m, const char *name,
 
 typedef struct ot_ckpt_entry {
     int64_t step;
-    char *path;     /* ROOT/step_N or ROOT/step_N.tmp */
-    bool committed; /* false for a .tmp directory */
+    char *path;     /* ROOT/step_N, ROOT/step_N.tmp or ROOT/step_N.damaged[.K] */
+    bool committed; /* false for a .tmp directory and for a step set aside */
+    bool damaged;   /* set aside by ot_ckpt_set_aside (kept for inspection, never loaded) */
 } ot_ckpt_entry;
 
-/* Checkpoint directories under root, by ascending step (.tmp ones after committed ones of the
+/* Checkpoint directories under root, by ascending step (committed ones first among those of the
  * same step). Free with ot_ckpt_entries_free. A missing root is OT_ERR_NOT_FOUND. */
 OT_API ot_status ot_ckpt_list(const char *root, ot_ckpt_entry **out, size_t *n);
 OT_API void ot_ckpt_entries_free(ot_ckpt_entry *e, size_t n);
@@ -199,6 +202,7 @@ typedef struct ot_ckpt_skip {
     char *path;
     ot_status status;
     char *reason;
+    char *moved_to; /* ot_ckpt_resume: where the step was set aside (NULL: left in place) */
 } ot_ckpt_skip;
 
 typedef struct ot_ckpt_restore_report {
@@ -218,6 +222,29 @@ typedef struct ot_ckpt_options ot_ckpt_options;
 OT_API ot_status ot_ckpt_restore_latest(const char *root, const ot_ckpt_options *o, ot_ckpt **out,
                                         ot_ckpt_restore_report *rep);
 OT_API void ot_ckpt_restore_report_clear(ot_ckpt_restore_report *rep);
+
+/* Moves ROOT/step_N (whatever it is: a damaged directory, a file, a dangling or looping symlink)
+ * aside to ROOT/step_N.damaged (step_N.damaged.2, .3, ... when that name is taken), then fsyncs
+ * ROOT. The step is kept for inspection, ot_ckpt_list reports it as damaged, nothing loads it, and
+ * it no longer blocks a new save of step N. *moved_to (may be NULL) receives the new path
+ * (ot_free). OT_ERR_NOT_FOUND when there is no ROOT/step_N. */
+OT_API ot_status ot_ckpt_set_aside(const char *root, int64_t step, char **moved_to);
+
+/* Decides whether a verified checkpoint can be used by the caller (ot_ckpt_resume). OT_OK: use it.
+ * OT_ERR_CORRUPT_DATA: its contents are damaged (tensors missing, of other shapes): skip it like a
+ * step that fails verification. Any other error stops the resume with that error. */
+typedef ot_status (*ot_ckpt_accept_fn)(void *ud, const ot_ckpt *ck);
+
+/* The resume of a training job: ot_ckpt_restore_latest, where a verified step must also pass
+ * accept (NULL accepts everything), and every committed step newer than the one loaded (each one
+ * failed verification or was rejected as damaged) is set aside with ot_ckpt_set_aside, on the
+ * primary and on each replica, so that the resumed run can save those steps again;
+ * rep->skipped[i].moved_to says where each went. When no step is usable they are all set aside and
+ * the result is OT_ERR_NOT_FOUND (start from the beginning). When accept returns another error,
+ * or memory runs out, nothing is moved and that error is returned. */
+OT_API ot_status ot_ckpt_resume(const char *root, const ot_ckpt_options *o,
+                                ot_ckpt_accept_fn accept, void *ud, ot_ckpt **out,
+                                ot_ckpt_restore_report *rep);
 
 /* Writes the tensors of `role` (every shard) as one safetensors file, atomically (for `optitpu
  * ckpt export`). Names: "name" for an unsharded role, "SHARD/name" for a sharded one; role NULL
@@ -254,8 +281,8 @@ OT_API ot_ckpt_options ot_ckpt_options_default(void);
 
 typedef struct ot_ckpt_manager ot_ckpt_manager;
 
-/* Creates root (and replica roots) when missing and removes stale step_*.tmp directories in
- * them. The options are copied. */
+/* Creates root (and replica roots) when missing, parents included, and removes stale
+ * step_*.tmp directories in them. The options are copied. */
 OT_API ot_status ot_ckpt_open(const char *root, const ot_ckpt_options *o, ot_ckpt_manager **out);
 /* Waits for an async save in flight and frees the manager; returns that save's status (a failed
  * async save is never dropped). NULL is a no-op returning OK. */

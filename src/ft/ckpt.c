@@ -21,8 +21,11 @@ char *ot_ckpt_step_path(const char *root, int64_t step, bool tmp) {
     return ot_ft_join(root, name);
 }
 
-/* "step_<digits>" (committed) or "step_<digits>.tmp"; anything else is not ours. */
-static bool parse_step_name(const char *n, int64_t *step, bool *tmp) {
+enum { NAME_COMMITTED = 0, NAME_TMP, NAME_DAMAGED };
+
+/* "step_<digits>" (committed), "step_<digits>.tmp" or "step_<digits>.damaged[.<digits>]" (set
+ * aside); anything else is not ours. */
+static bool parse_step_name(const char *n, int64_t *step, int *kind) {
     if (strncmp(n, "step_", 5) != 0) return false;
     const char *p = n + 5;
     int64_t v = 0;
@@ -33,12 +36,22 @@ static bool parse_step_name(const char *n, int64_t *step, bool *tmp) {
         digits++;
     }
     if (digits < 8) return false;
-    if (*p == '\0')
-        *tmp = false;
-    else if (!strcmp(p, ".tmp"))
-        *tmp = true;
-    else
+    if (*p == '\0') {
+        *kind = NAME_COMMITTED;
+    } else if (!strcmp(p, ".tmp")) {
+        *kind = NAME_TMP;
+    } else if (!strncmp(p, ".damaged", 8)) {
+        const char *q = p + 8;
+        if (*q == '.') {
+            q++;
+            if (*q < '1' || *q > '9' || strlen(q) > 9) return false;
+            while (*q >= '0' && *q <= '9') q++;
+        }
+        if (*q != '\0') return false;
+        *kind = NAME_DAMAGED;
+    } else {
         return false;
+    }
     *step = v;
     return true;
 }
@@ -46,7 +59,8 @@ static bool parse_step_name(const char *n, int64_t *step, bool *tmp) {
 static int cmp_entry(const void *a, const void *b) {
     const ot_ckpt_entry *x = a, *y = b;
     if (x->step != y->step) return x->step < y->step ? -1 : 1;
-    return (int)y->committed - (int)x->committed;
+    if (x->committed != y->committed) return (int)y->committed - (int)x->committed;
+    return strcmp(x->path, y->path);
 }
 
 void ot_ckpt_entries_free(ot_ckpt_entry *e, size_t n) {
@@ -69,8 +83,8 @@ ot_status ot_ckpt_list(const char *root, ot_ckpt_entry **out, size_t *n) {
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         int64_t step;
-        bool tmp;
-        if (!parse_step_name(de->d_name, &step, &tmp)) continue;
+        int kind;
+        if (!parse_step_name(de->d_name, &step, &kind)) continue;
         if (cnt == cap) {
             size_t nc = cap ? cap * 2 : 16;
             ot_ckpt_entry *nv = ot_realloc(v, nc * sizeof *nv);
@@ -86,7 +100,8 @@ ot_status ot_ckpt_list(const char *root, ot_ckpt_entry **out, size_t *n) {
             break;
         }
         v[cnt].step = step;
-        v[cnt].committed = !tmp;
+        v[cnt].committed = kind == NAME_COMMITTED;
+        v[cnt].damaged = kind == NAME_DAMAGED;
         cnt++;
     }
     closedir(d);
@@ -106,7 +121,7 @@ ot_status ot_ckpt_clean_tmp(const char *root) {
     OT_CHECK(ot_ckpt_list(root, &e, &n));
     ot_status rc = OT_OK;
     for (size_t i = 0; i < n && rc == OT_OK; i++) {
-        if (e[i].committed) continue;
+        if (e[i].committed || e[i].damaged) continue; /* damaged ones are kept for inspection */
         ot_log(OT_LOG_INFO, "checkpoint: removing stale %s", e[i].path);
         rc = ot_ft_rmtree(e[i].path);
     }
@@ -388,9 +403,34 @@ static ot_status read_manifest(const char *dir, ot_ckpt_manifest **m) {
     return rc;
 }
 
+/* A file's own metadata must say what the manifest lists it as: a file of another step, role or
+ * shard (copied in, with a manifest rewritten to match its hash) is not this checkpoint's. */
+static ot_status check_file_metadata(const char *p, const ot_safetensors *st,
+                                     const ot_ckpt_file_entry *e, int64_t step) {
+    char want_step[32], want_shard[32];
+    snprintf(want_step, sizeof want_step, "%lld", (long long)step);
+    snprintf(want_shard, sizeof want_shard, "%d/%d", e->shard, e->shards);
+    const struct {
+        const char *key, *want;
+    } k[3] = {
+        {"optitpu.step", want_step}, {"optitpu.role", e->role}, {"optitpu.shard", want_shard}};
+    for (int i = 0; i < 3; i++) {
+        const char *v = ot_safetensors_metadata_get(st, k[i].key);
+        if (!v)
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: no %s in its metadata (the manifest says %s)",
+                            p, k[i].key, k[i].want);
+        if (strcmp(v, k[i].want) != 0)
+            return ot_error(OT_ERR_CORRUPT_DATA,
+                            "%s: its metadata says %s %.64s, the manifest lists it as %s", p,
+                            k[i].key, v, k[i].want);
+    }
+    return OT_OK;
+}
+
 /* Maps one file, checks size and SHA-256 against the manifest entry, then parses the very bytes
- * that were hashed. */
-static ot_status load_file(const char *dir, const ot_ckpt_file_entry *e, ckpt_file *f, bool keep) {
+ * that were hashed and checks the file's metadata against the entry. */
+static ot_status load_file(const char *dir, const ot_ckpt_file_entry *e, int64_t step, ckpt_file *f,
+                           bool keep) {
     char *p = ot_ft_join(dir, e->path);
     if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     ot_status rc = OT_OK;
@@ -428,6 +468,7 @@ static ot_status load_file(const char *dir, const ot_ckpt_file_entry *e, ckpt_fi
         rc = ot_safetensors_parse(map, n, &f->st);
         if (rc != OT_OK) rc = ot_error_wrap(rc, "%s", p);
     }
+    if (rc == OT_OK) rc = check_file_metadata(p, f->st, e, step);
     if (rc != OT_OK || !keep) {
         ot_safetensors_free(f->st);
         f->st = NULL;
@@ -458,8 +499,8 @@ static int64_t dir_step(const char *dir) {
     const char *b = strrchr(dir, '/');
     b = b ? b + 1 : dir;
     int64_t s;
-    bool tmp;
-    if (!parse_step_name(b, &s, &tmp) || tmp) return -1;
+    int kind;
+    if (!parse_step_name(b, &s, &kind) || kind != NAME_COMMITTED) return -1;
     return s;
 }
 
@@ -484,7 +525,8 @@ ot_status ot_ckpt_load(const char *step_dir, ot_ckpt **out) {
         goto fail;
     }
     for (size_t i = 0; i < ck->m->nfiles; i++) {
-        OT_CHECK_GOTO(load_file(step_dir, &ck->m->files[i], &ck->files[i], true), rc, fail);
+        OT_CHECK_GOTO(load_file(step_dir, &ck->m->files[i], ck->m->step, &ck->files[i], true), rc,
+                      fail);
         ck->nfiles = i + 1;
     }
     *out = ck;
@@ -574,7 +616,7 @@ ot_status ot_ckpt_verify_dir(const char *step_dir, ot_ckpt_verify_report *rep) {
     }
     for (size_t i = 0; i < m->nfiles; i++) {
         ckpt_file f = {0};
-        ot_status s = load_file(step_dir, &m->files[i], &f, false);
+        ot_status s = load_file(step_dir, &m->files[i], m->step, &f, false);
         if (s == OT_OK) {
             rep->bytes += m->files[i].size;
             continue;
@@ -600,6 +642,7 @@ void ot_ckpt_restore_report_clear(ot_ckpt_restore_report *rep) {
     for (size_t i = 0; i < rep->nskipped; i++) {
         ot_free(rep->skipped[i].path);
         ot_free(rep->skipped[i].reason);
+        ot_free(rep->skipped[i].moved_to);
     }
     ot_free(rep->skipped);
     memset(rep, 0, sizeof *rep);
@@ -611,7 +654,7 @@ static void add_skip(ot_ckpt_restore_report *rep, int64_t step, const char *path
     ot_ckpt_skip *ns = ot_realloc(rep->skipped, (rep->nskipped + 1) * sizeof *ns);
     if (!ns) return;
     rep->skipped = ns;
-    ns[rep->nskipped] = (ot_ckpt_skip){step, ot_strdup(path), s, ot_strdup(ot_last_error())};
+    ns[rep->nskipped] = (ot_ckpt_skip){step, ot_strdup(path), s, ot_strdup(ot_last_error()), NULL};
     rep->nskipped++;
 }
 
@@ -657,9 +700,12 @@ static ot_status all_steps(const char *root, const ot_ckpt_options *o, int64_t *
     return OT_OK;
 }
 
-ot_status ot_ckpt_restore_latest(const char *root, const ot_ckpt_options *o, ot_ckpt **out,
-                                 ot_ckpt_restore_report *rep) {
+/* The newest committed step that verifies and that accept takes. *nbad counts the steps passed
+ * over (all newer than the one returned, or all of them); *stop says accept stopped the walk. */
+static ot_status restore_walk(const char *root, const ot_ckpt_options *o, ot_ckpt_accept_fn accept,
+                              void *ud, ot_ckpt **out, ot_ckpt_restore_report *rep, bool *stop) {
     *out = NULL;
+    *stop = false;
     if (rep) {
         memset(rep, 0, sizeof *rep);
         rep->step = -1;
@@ -695,6 +741,20 @@ ot_status ot_ckpt_restore_latest(const char *root, const ot_ckpt_options *o, ot_
         } else if (s != OT_OK) {
             add_skip(rep, steps[i], p, s);
         }
+        if (s == OT_OK && accept) {
+            s = accept(ud, *out);
+            if (s != OT_OK) {
+                ot_ckpt_free(*out);
+                *out = NULL;
+                if (s != OT_ERR_CORRUPT_DATA) { /* not damage: the caller's verdict stands */
+                    *stop = true;
+                    ot_free(p);
+                    ot_free(steps);
+                    return s;
+                }
+                add_skip(rep, steps[i], p, s);
+            }
+        }
         if (s != OT_OK && !newest[0]) snprintf(newest, sizeof newest, "%s", ot_last_error());
         ot_free(p);
         if (s == OT_OK) {
@@ -712,6 +772,108 @@ ot_status ot_ckpt_restore_latest(const char *root, const ot_ckpt_options *o, ot_
     return ot_error(OT_ERR_CORRUPT_DATA,
                     "checkpoint: none of the %zu checkpoints under %s verifies (newest: %s)", n,
                     root, newest);
+}
+
+ot_status ot_ckpt_restore_latest(const char *root, const ot_ckpt_options *o, ot_ckpt **out,
+                                 ot_ckpt_restore_report *rep) {
+    bool stop;
+    return restore_walk(root, o, NULL, NULL, out, rep, &stop);
+}
+
+ot_status ot_ckpt_set_aside(const char *root, int64_t step, char **moved_to) {
+    if (moved_to) *moved_to = NULL;
+    char *from = ot_ckpt_step_path(root, step, false);
+    char *to = from ? ot_malloc(strlen(from) + 32) : NULL;
+    ot_status rc = OT_OK;
+    if (!from || !to) {
+        rc = ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+        goto out;
+    }
+    if (!ot_ft_exists(from)) {
+        rc = ot_error(OT_ERR_NOT_FOUND, "checkpoint: %s does not exist", from);
+        goto out;
+    }
+    /* the first free name; a bounded search (a root with a million damaged copies of one step is
+     * not worth guessing about) */
+    bool found = false;
+    for (int k = 1; k <= 1000000 && !found; k++) {
+        if (k == 1)
+            sprintf(to, "%s.damaged", from);
+        else
+            sprintf(to, "%s.damaged.%d", from, k);
+        found = !ot_ft_exists(to);
+    }
+    if (!found) {
+        rc = ot_error(OT_ERR_ALREADY_EXISTS, "checkpoint: no free .damaged name for %s", from);
+        goto out;
+    }
+    /* rename(2) moves the entry itself (a symlink stays a symlink, a loop is not followed) */
+    OT_CHECK_GOTO(ot_ft_rename(from, to), rc, out);
+    OT_CHECK_GOTO(ot_ft_fsync_path(root), rc, out);
+    ot_log(OT_LOG_WARN, "checkpoint: set aside %s as %s", from, to);
+    if (moved_to) {
+        *moved_to = to;
+        to = NULL;
+    }
+out:
+    ot_free(to);
+    ot_free(from);
+    return rc;
+}
+
+ot_status ot_ckpt_resume(const char *root, const ot_ckpt_options *o, ot_ckpt_accept_fn accept,
+                         void *ud, ot_ckpt **out, ot_ckpt_restore_report *rep) {
+    ot_ckpt_restore_report local;
+    if (!rep) rep = &local;
+    bool stop;
+    ot_status rc = restore_walk(root, o, accept, ud, out, rep, &stop);
+    if (stop || (rc != OT_OK && rc != OT_ERR_CORRUPT_DATA)) {
+        if (rep == &local) ot_ckpt_restore_report_clear(&local);
+        return rc;
+    }
+    char keep_msg[1024] = "";
+    if (rc != OT_OK) snprintf(keep_msg, sizeof keep_msg, "%s", ot_last_error());
+    /* every committed step newer than the one loaded failed; set each aside (primary and
+     * replicas) so that the steps can be saved again */
+    int64_t loaded = rc == OT_OK ? rep->step : -1;
+    size_t nroots = 1 + (o ? o->nreplicas : 0);
+    ot_status ms = OT_OK;
+    for (size_t r = 0; r < nroots && ms == OT_OK; r++) {
+        const char *rt = r == 0 ? root : o->replicas[r - 1];
+        ot_ckpt_entry *e;
+        size_t ne;
+        ot_status ls = ot_ckpt_list(rt, &e, &ne);
+        if (ls == OT_ERR_NOT_FOUND) continue;
+        if (ls != OT_OK) {
+            ms = ls;
+            break;
+        }
+        for (size_t i = 0; i < ne && ms == OT_OK; i++) {
+            if (!e[i].committed || e[i].step <= loaded) continue;
+            char *to = NULL;
+            ms = ot_ckpt_set_aside(rt, e[i].step, &to);
+            for (size_t k = 0; ms == OT_OK && r == 0 && k < rep->nskipped; k++)
+                if (rep->skipped[k].step == e[i].step && !rep->skipped[k].moved_to) {
+                    rep->skipped[k].moved_to = to;
+                    to = NULL;
+                }
+            ot_free(to);
+        }
+        ot_ckpt_entries_free(e, ne);
+    }
+    if (ms != OT_OK) {
+        /* a damaged step left in place would block the save of its step: do not resume */
+        ot_ckpt_free(*out);
+        *out = NULL;
+        ot_status keep = ms;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ot_last_error());
+        if (rep == &local) ot_ckpt_restore_report_clear(&local);
+        return ot_error(keep, "resume: cannot set a damaged checkpoint aside: %s", msg);
+    }
+    if (rep == &local) ot_ckpt_restore_report_clear(&local);
+    if (rc == OT_OK) return OT_OK;
+    return ot_error(OT_ERR_NOT_FOUND, "%s; every one was set aside as step_N.damaged", keep_msg);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -92,6 +92,24 @@ ot_status ot_ft_mkdir(const char *path) {
     return OT_OK;
 }
 
+ot_status ot_ft_mkdirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return ot_error(OT_ERR_IO, "mkdir %s: bad path length", path);
+    memcpy(buf, path, n + 1);
+    /* each parent in turn, left to right: a loop over the path, never recursion */
+    for (char *q = buf + 1; *q; q++) {
+        if (*q != '/' || q[-1] == '/') continue;
+        *q = '\0';
+        if (!ot_ft_is_dir(buf)) {
+            ot_status s = ot_ft_mkdir(buf);
+            if (s != OT_OK) return s;
+        }
+        *q = '/';
+    }
+    return ot_ft_mkdir(buf);
+}
+
 ot_status ot_ft_rename(const char *from, const char *to) {
     if (injected() || rename(from, to) != 0)
         return ot_error(OT_ERR_IO, "rename %s -> %s: %s", from, to, strerror(errno));

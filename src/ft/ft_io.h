@@ -35,6 +35,7 @@ ot_status ot_ft_hash_file(const char *path, int64_t expect_size, uint8_t sha256[
 ot_status ot_ft_read_small(const char *path, size_t max_len, char **out, size_t *len);
 ot_status ot_ft_fsync_path(const char *path); /* a file or a directory */
 ot_status ot_ft_mkdir(const char *path);      /* OK when it exists already */
+ot_status ot_ft_mkdirs(const char *path);     /* with its missing parents (mkdir -p) */
 ot_status ot_ft_rename(const char *from, const char *to);
 ot_status ot_ft_rmtree(const char *path); /* OK when it does not exist */
 bool ot_ft_exists(const char *path);

@@ -72,10 +72,10 @@ ot_status ot_ckpt_open(const char *root, const ot_ckpt_options *o, ot_ckpt_manag
         }
         m->opts.replicas = (const char *const *)m->replicas;
     }
-    OT_CHECK_GOTO(ot_ft_mkdir(m->root), rc, fail);
+    OT_CHECK_GOTO(ot_ft_mkdirs(m->root), rc, fail);
     OT_CHECK_GOTO(ot_ckpt_clean_tmp(m->root), rc, fail);
     for (size_t i = 0; i < m->opts.nreplicas; i++) {
-        OT_CHECK_GOTO(ot_ft_mkdir(m->replicas[i]), rc, fail);
+        OT_CHECK_GOTO(ot_ft_mkdirs(m->replicas[i]), rc, fail);
         OT_CHECK_GOTO(ot_ckpt_clean_tmp(m->replicas[i]), rc, fail);
     }
     *out = m;
