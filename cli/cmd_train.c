@@ -35,20 +35,26 @@ static const char usage[] =
     "  --seed N             data order and initialization            (default 0)\n"
     "pod\n"
     "  --devices N          host devices                             (default 8)\n"
-    "  --topology T         torus-2x4, ring-N, mesh-AxB, ...         (default torus-2x4)\n"
+    "  --topology T         torus-2x4, ring-N, mesh-AxB, ... of exactly --devices devices\n"
+    "                       (default torus-2x4 with 8 devices, none otherwise)\n"
     "  --allreduce A        auto | ring | halving-doubling | tree | hier2d | direct (default "
     "auto)\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       (default optitpu-train/ckpt; 'none' disables)\n"
     "  --ckpt-every N       (default 100)       --keep N   checkpoints kept (default 3)\n"
-    "  --resume             continue from the newest verified checkpoint\n"
+    "  --no-final-ckpt      do not save the last step when it is not a multiple of --ckpt-every\n"
+    "                       (by default the end of a run is always saved)\n"
+    "  --resume             continue from the newest checkpoint that verifies and fits this run;\n"
+    "                       damaged ones are set aside as step_N.damaged (see optitpu ckpt ls),\n"
+    "                       metrics.csv keeps its rows up to the resumed step\n"
     "  --fresh              delete checkpoints already in --ckpt-dir first\n"
     "  --fail-device D@S    device D stops at step S (its heartbeats stop)\n"
     "  --recovery R         shrink (continue on the survivors) | restore (newest checkpoint\n"
     "                       onto a spare device)                     (default shrink)\n"
     "  --stop-after N       stop after N steps of this run, as a crash would (for testing)\n"
     "output\n"
-    "  --out DIR            metrics.csv and curves.svg go here      (default optitpu-train)\n"
+    "  --out DIR            metrics.csv and curves.svg go here, created with its parents\n"
+    "                       (--output-dir is the same)               (default optitpu-train)\n"
     "  --trace FILE         Chrome trace: compute, communication, checkpoints per device\n"
     "                       (default DIR/trace.json)\n"
     "  --json               print the final report as one JSON object on stdout\n"
@@ -120,14 +126,36 @@ static bool parse_hidden(const char *s, ot_model_config *m) {
 
 static int mkdir_p(const char *dir) {
     char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     for (char *q = buf + 1; *q; q++)
-        if (*q == '/') {
+        if (*q == '/' && q[-1] != '/') {
             *q = 0;
             if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
             *q = '/';
         }
-    return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
+    struct stat st;
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+/* The directory part of a file path ("." when none), created with its parents. */
+static int mkdir_parent(const char *file) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", file) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    char *slash = strrchr(buf, '/');
+    if (!slash || slash == buf) return 0;
+    *slash = 0;
+    return mkdir_p(buf);
 }
 
 static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt_dir, bool ckpt_off,
@@ -136,7 +164,7 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
 static int run(int argc, char **argv) {
     ot_train_options o = ot_train_options_default();
     const char *out_dir = "optitpu-train", *ckpt_dir = NULL, *trace = NULL;
-    bool json = false, quiet = false, ckpt_off = false, use_mpi = false;
+    bool json = false, quiet = false, ckpt_off = false, use_mpi = false, topology_set = false;
     int64_t v;
     double d;
     for (int i = 1; i < argc; i++) {
@@ -236,6 +264,7 @@ static int run(int argc, char **argv) {
         } else if (!strcmp(a, "--topology")) {
             NEED();
             o.topology = val;
+            topology_set = true;
         } else if (!strcmp(a, "--allreduce")) {
             NEED();
             if (ot_coll_algo_from_name(val) < 0)
@@ -255,6 +284,8 @@ static int run(int argc, char **argv) {
             if (!cli_parse_i64(val, 1, 1 << 20, &v))
                 return cli_usage_error("train", "--keep: >= 1");
             o.keep = (int)v;
+        } else if (!strcmp(a, "--no-final-ckpt")) {
+            o.final_ckpt = false;
         } else if (!strcmp(a, "--resume")) {
             o.resume = true;
         } else if (!strcmp(a, "--fresh")) {
@@ -286,7 +317,7 @@ static int run(int argc, char **argv) {
             if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
                 return cli_usage_error("train", "--stop-after: >= 1");
             o.stop_after = v;
-        } else if (!strcmp(a, "--out")) {
+        } else if (!strcmp(a, "--out") || !strcmp(a, "--output-dir")) {
             NEED();
             out_dir = val;
         } else if (!strcmp(a, "--trace")) {
@@ -308,6 +339,22 @@ static int run(int argc, char **argv) {
         }
 #undef NEED
     }
+    if (use_mpi && topology_set)
+        return cli_usage_error("train", "--topology applies to one process; with --mpi the pod is "
+                                        "every process's devices");
+    if (topology_set) {
+        /* an explicit topology is the pod's shape: another device count is a contradiction */
+        ot_topology *tp = NULL;
+        if (ot_topology_preset(o.topology, &tp) != OT_OK)
+            return cli_usage_error("train", "--topology: %s", ot_last_error());
+        int size = ot_topology_size(tp);
+        ot_topology_free(tp);
+        if (size != o.devices)
+            return cli_usage_error("train",
+                                   "--topology %s has %d devices but --devices is %d (give "
+                                   "--devices %d, or a topology of %d devices such as ring-%d)",
+                                   o.topology, size, o.devices, size, o.devices, o.devices);
+    }
     ot_mpi *mpi = NULL;
     int prank = 0;
     if (use_mpi) {
@@ -321,7 +368,6 @@ static int run(int argc, char **argv) {
         if (ot_mpi_init(&mo, &mpi) != OT_OK) return cli_fail("train");
         prank = ot_mpi_rank(mpi);
         o.mpi = mpi;
-        o.topology = NULL;
         /* under optitpu launch: a restart resumes, and the injected fault is the first
          * attempt's only (the restarted job passes the step where it happened) */
         const char *att = getenv("OPTITPU_LAUNCH_ATTEMPT"), *res = getenv("OPTITPU_RESUME");
@@ -335,6 +381,43 @@ static int run(int argc, char **argv) {
     int rc = run_train(&o, out_dir, ckpt_dir, ckpt_off, trace, json, quiet, prank);
     ot_mpi_free(mpi);
     return rc;
+}
+
+/* A resumed run's metrics.csv keeps the earlier rows up to the step it resumed from (the rows
+ * after it were redone and come from this run). A file that cannot be read is kept beside it as
+ * metrics.csv.bad, never overwritten. */
+static void keep_earlier_rows(ot_train_report *r, const char *csv) {
+    ot_train_point *old = NULL;
+    int64_t nold = 0;
+    ot_status s = ot_train_read_csv(csv, &old, &nold);
+    if (s == OT_ERR_NOT_FOUND) {
+        ot_clear_error();
+        return;
+    }
+    if (s != OT_OK) {
+        char bad[4200];
+        snprintf(bad, sizeof bad, "%s.bad", csv);
+        fprintf(stderr,
+                "optitpu train: warning: %s; it is kept as %s and %s holds this run's rows\n",
+                ot_last_error(), bad, csv);
+        if (rename(csv, bad) != 0)
+            fprintf(stderr, "optitpu train: warning: rename %s: %s\n", csv, strerror(errno));
+        return;
+    }
+    int64_t keep = 0;
+    while (keep < nold && old[keep].step <= r->start_step) keep++;
+    ot_train_point *all = ot_malloc((size_t)(keep + r->npoints + 1) * sizeof *all);
+    if (!all) {
+        fprintf(stderr, "optitpu train: warning: out of memory merging %s\n", csv);
+        ot_free(old);
+        return;
+    }
+    if (keep) memcpy(all, old, (size_t)keep * sizeof *all);
+    if (r->npoints) memcpy(all + keep, r->points, (size_t)r->npoints * sizeof *all);
+    ot_free(r->points);
+    r->points = all;
+    r->npoints += keep;
+    ot_free(old);
 }
 
 static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt_dir, bool ckpt_off,
@@ -355,6 +438,10 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
     if (!trace) {
         snprintf(trace_buf, sizeof trace_buf, "%s/trace.json", out_dir);
         trace = trace_buf;
+    } else if (prank == 0 && mkdir_parent(trace) != 0) {
+        fprintf(stderr, "optitpu train: cannot create the directory of %s: %s\n", trace,
+                strerror(errno));
+        return CLI_FAIL;
     }
     o.trace_path = prank == 0 ? trace : NULL;
     snprintf(csv, sizeof csv, "%s/metrics.csv", out_dir);
@@ -375,6 +462,7 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
         ot_train_report_clear(&r);
         return rc;
     }
+    if (o.resume) keep_earlier_rows(&r, csv);
     if (ot_train_write_csv(&r, csv) != OT_OK || ot_train_write_svg(&r, svg) != OT_OK)
         rc = cli_fail("train");
     char hex[65];
@@ -388,10 +476,22 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
             ot_free(js);
         }
     } else {
-        printf("\n%s after %lld steps (%lld this run): test accuracy %.2f%%, test loss %.4f, final "
-               "train loss %.4f\n",
-               r.stopped ? "stopped" : "done", (long long)r.final_step, (long long)r.steps_run,
-               100 * r.test_accuracy, r.test_loss, r.final_loss);
+        char acc[128];
+        if (r.test_accuracy >= 0) {
+            /* a stopped run was not evaluated at its end: say which step the figure is from */
+            int64_t at = -1;
+            for (int64_t i = r.npoints; r.stopped && i-- > 0 && at < 0;)
+                if (r.points[i].test_accuracy >= 0) at = r.points[i].step;
+            char when[48] = "";
+            if (at >= 0) snprintf(when, sizeof when, " (at step %lld)", (long long)at);
+            snprintf(acc, sizeof acc, "test accuracy %.2f%%, test loss %.4f%s",
+                     100 * r.test_accuracy, r.test_loss, when);
+        } else {
+            snprintf(acc, sizeof acc, "no test accuracy measured (no evaluation ran)");
+        }
+        printf("\n%s after %lld steps (%lld this run): %s, final train loss %.4f\n",
+               r.stopped ? "stopped" : "done", (long long)r.final_step, (long long)r.steps_run, acc,
+               r.final_loss);
         printf("  %.2f s, %.0f samples/s on %d device(s)%s\n", r.wall_s, r.samples_per_s,
                r.devices_end, r.devices_end != r.devices_start ? " (after shrinking)" : "");
         double tot = r.compute_s + r.comm_s + r.ckpt_s + r.other_s;

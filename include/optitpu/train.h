@@ -162,15 +162,24 @@ typedef struct ot_train_options {
     int64_t batch_size; /* global (default 128) */
     int64_t steps;      /* default 400; epochs > 0 overrides */
     int64_t epochs;
-    int devices;          /* default 8 */
-    const char *topology; /* default "torus-2x4" (ring, torus or TPU preset of `devices`) */
+    int devices; /* default 8 */
+    /* A ring, torus or TPU preset of exactly `devices` devices (INVALID_ARGUMENT otherwise);
+     * NULL (default): "torus-2x4" with 8 devices, none (the collectives' rings) otherwise. */
+    const char *topology;
     /* The gradient all-reduce's algorithm (collectives.h): "tree" by default (measured best for
      * the small gradients of the default model here, docs/train.md); "auto": the cost model. */
     const char *allreduce;
     const char *ckpt_dir; /* NULL: no checkpoints */
     int64_t ckpt_every;   /* default 100 */
-    int keep;             /* checkpoints kept (default 3) */
-    bool resume;          /* continue from the newest verified checkpoint in ckpt_dir */
+    /* Save the last step too when it is not a multiple of ckpt_every (default true; never after
+     * stop_after, which stands for a crash). */
+    bool final_ckpt;
+    int keep; /* checkpoints kept (default 3) */
+    /* Continue from the newest checkpoint in ckpt_dir that verifies and whose tensors fit this
+     * run. Damaged steps (failing verification, tensors missing or of other shapes) are passed
+     * over and set aside as step_N.damaged; none left: from step 0. A checkpoint recorded for
+     * another optimizer or model stops the run with FAILED_PRECONDITION naming both. */
+    bool resume;
     /* Without resume, checkpoints already in ckpt_dir are an error (ALREADY_EXISTS) unless fresh
      * is set: then they are deleted first. */
     bool fresh;
@@ -206,7 +215,8 @@ typedef struct ot_train_report {
     int64_t steps_run;  /* steps taken by this run (after a resume: from the restored step) */
     int64_t final_step; /* the step the parameters are at */
     int64_t start_step; /* 0, or the restored step */
-    double final_loss, test_accuracy, test_loss;
+    double final_loss;
+    double test_accuracy, test_loss; /* of the last evaluation; -1 and NaN when none ran */
     double wall_s, samples_per_s;
     double compute_s, comm_s, ckpt_s, other_s; /* leader's step time by phase */
     double outside_compute_share;              /* (wall - compute) / wall of the step loop */
@@ -229,9 +239,14 @@ typedef struct ot_train_report {
 OT_API ot_status ot_train(const ot_train_options *o, ot_train_report *out);
 OT_API void ot_train_report_clear(ot_train_report *r);
 /* The curves as CSV (step,loss,train_accuracy,test_accuracy,lr) and as an SVG chart (loss and
- * accuracy against step). */
+ * accuracy against step). Each file is written beside its path and renamed over it, so an
+ * interrupted write leaves the previous file. */
 OT_API ot_status ot_train_write_csv(const ot_train_report *r, const char *path);
 OT_API ot_status ot_train_write_svg(const ot_train_report *r, const char *path);
+/* Reads a CSV written by ot_train_write_csv (a resumed run keeps its earlier rows): *points
+ * (ot_free) in file order. OT_ERR_NOT_FOUND when the file does not exist; OT_ERR_CORRUPT_DATA
+ * naming the line for another header, a malformed row or steps that do not increase. */
+OT_API ot_status ot_train_read_csv(const char *path, ot_train_point **points, int64_t *n);
 /* The report as one JSON object (ot_free). */
 OT_API ot_status ot_train_report_json(const ot_train_report *r, char **out);
 

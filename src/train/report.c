@@ -1,4 +1,5 @@
 /* Training report output: CSV, an SVG chart of the curves, JSON. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -7,16 +8,120 @@
 
 #include "optitpu/train.h"
 
-static ot_status open_out(const char *path, FILE **f) {
+/* The file is written as PATH.tmp and renamed over PATH when complete. */
+static ot_status tmp_path(const char *path, char *buf, size_t n) {
     if (!path) return ot_error(OT_ERR_INVALID_ARGUMENT, "train report: NULL path");
-    *f = fopen(path, "w");
-    if (!*f) return ot_error(OT_ERR_IO, "train report: cannot create %s", path);
+    if ((size_t)snprintf(buf, n, "%s.tmp", path) >= n)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "train report: path too long: %s", path);
+    return OT_OK;
+}
+
+static ot_status open_out(const char *path, FILE **f) {
+    char tmp[4200];
+    OT_CHECK(tmp_path(path, tmp, sizeof tmp));
+    *f = fopen(tmp, "w");
+    if (!*f) return ot_error(OT_ERR_IO, "train report: cannot create %s: %s", tmp, strerror(errno));
     return OT_OK;
 }
 
 static ot_status close_out(FILE *f, const char *path) {
+    char tmp[4200];
+    ot_status s = tmp_path(path, tmp, sizeof tmp);
     bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) return ot_error(OT_ERR_IO, "train report: cannot write %s", path);
+    if (fclose(f) != 0 || bad) s = ot_error(OT_ERR_IO, "train report: cannot write %s", tmp);
+    if (s == OT_OK && rename(tmp, path) != 0)
+        s = ot_error(OT_ERR_IO, "train report: rename %s -> %s: %s", tmp, path, strerror(errno));
+    if (s != OT_OK) remove(tmp);
+    return s;
+}
+
+#define CSV_HEADER "step,loss,train_accuracy,test_accuracy,lr"
+
+/* One number of a row, up to the next comma (or the end when last); empty allowed when
+ * `empty` is given (it is stored then). */
+static bool csv_num(char **p, bool last, double *v, const double *empty) {
+    char *q = *p;
+    char *end = strchr(q, ',');
+    if (last != (end == NULL)) return false;
+    if (!end) end = q + strlen(q);
+    if (end == q) {
+        if (!empty) return false;
+        *v = *empty;
+    } else {
+        char *e;
+        errno = 0;
+        *v = strtod(q, &e);
+        if (e != end || errno == ERANGE) return false;
+    }
+    *p = *end ? end + 1 : end;
+    return true;
+}
+
+ot_status ot_train_read_csv(const char *path, ot_train_point **points, int64_t *n) {
+    if (!path || !points || !n)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "train csv: NULL argument");
+    *points = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT) return ot_error(OT_ERR_NOT_FOUND, "%s: no such file", path);
+        return ot_error(OT_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    ot_train_point *v = NULL;
+    int64_t cnt = 0, cap = 0, line = 0;
+    ot_status s = OT_OK;
+    char buf[512];
+    while (s == OT_OK && fgets(buf, sizeof buf, f)) {
+        line++;
+        size_t len = strlen(buf);
+        if (len && buf[len - 1] == '\n')
+            buf[--len] = '\0';
+        else if (!feof(f)) {
+            s = ot_error(OT_ERR_CORRUPT_DATA, "%s:%lld: line too long", path, (long long)line);
+            break;
+        }
+        if (line == 1) {
+            if (strcmp(buf, CSV_HEADER) != 0)
+                s = ot_error(OT_ERR_CORRUPT_DATA, "%s:1: not a metrics file (header is not %s)",
+                             path, CSV_HEADER);
+            continue;
+        }
+        ot_train_point p;
+        double step, none = -1;
+        char *q = buf;
+        if (!csv_num(&q, false, &step, NULL) || !csv_num(&q, false, &p.loss, NULL) ||
+            !csv_num(&q, false, &p.train_accuracy, NULL) ||
+            !csv_num(&q, false, &p.test_accuracy, &none) || !csv_num(&q, true, &p.lr, NULL) ||
+            !(step >= 1 && step <= 9e15) || step != floor(step)) {
+            s = ot_error(OT_ERR_CORRUPT_DATA, "%s:%lld: malformed row", path, (long long)line);
+            break;
+        }
+        p.step = (int64_t)step;
+        if (cnt > 0 && p.step <= v[cnt - 1].step) {
+            s = ot_error(OT_ERR_CORRUPT_DATA, "%s:%lld: step %lld does not follow step %lld", path,
+                         (long long)line, (long long)p.step, (long long)v[cnt - 1].step);
+            break;
+        }
+        if (cnt == cap) {
+            int64_t nc = cap ? cap * 2 : 256;
+            ot_train_point *nv = ot_realloc(v, (size_t)nc * sizeof *nv);
+            if (!nv) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "train csv: out of memory");
+                break;
+            }
+            v = nv, cap = nc;
+        }
+        v[cnt++] = p;
+    }
+    if (s == OT_OK && ferror(f)) s = ot_error(OT_ERR_IO, "%s: read error", path);
+    if (s == OT_OK && line == 0) s = ot_error(OT_ERR_CORRUPT_DATA, "%s: empty (no header)", path);
+    fclose(f);
+    if (s != OT_OK) {
+        ot_free(v);
+        return s;
+    }
+    *points = v;
+    *n = cnt;
     return OT_OK;
 }
 
@@ -25,7 +130,7 @@ ot_status ot_train_write_csv(const ot_train_report *r, const char *path) {
     FILE *f;
     ot_status s = open_out(path, &f);
     if (s != OT_OK) return s;
-    fprintf(f, "step,loss,train_accuracy,test_accuracy,lr\n");
+    fprintf(f, CSV_HEADER "\n");
     for (int64_t i = 0; i < r->npoints; i++) {
         const ot_train_point *p = &r->points[i];
         fprintf(f, "%lld,%.9g,%.6g,", (long long)p->step, p->loss, p->train_accuracy);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <unistd.h>
 
 #include "optitpu/autodiff.h"
@@ -42,12 +43,13 @@ ot_train_options ot_train_options_default(void) {
     o.batch_size = 128;
     o.steps = 400;
     o.devices = 8;
-    o.topology = "torus-2x4";
+    o.topology = NULL; /* torus-2x4 when there are 8 devices */
     /* Measured on the 2-core host with 8 device threads (docs/train.md): for the ~38 KB gradient
      * the binomial tree wakes the fewest threads per step; its CPU share outside compute was
      * 7.9-8.9% against 9.3-11.6% (direct) and 14-16% (halving-doubling, the cost model's pick). */
     o.allreduce = "tree";
     o.ckpt_every = 100;
+    o.final_ckpt = true;
     o.keep = 3;
     o.fail_device = -1;
     o.fail_step = -1;
@@ -124,6 +126,13 @@ typedef struct trainer {
     ot_pod_trace *trace;
     ot_ckpt_manager *ckpt;
     int64_t last_ckpt_step;
+    /* what the checkpointed state belongs to (recorded in each manifest, checked on resume) */
+    char state_model[1024];
+    char state_layout[65];
+    /* the first error of a replica that was not a peer's failure (reported instead of the
+     * others' PEER_FAILED) */
+    ot_status err_status;
+    char err_msg[768];
     /* log */
     char *log;
     size_t log_len, log_cap;
@@ -344,6 +353,128 @@ static ot_status evaluate(trainer *t, replica *r, double *acc, double *loss) {
     return s;
 }
 
+static const char *optimizer_name(const trainer *t) {
+    return t->o->optimizer ? t->o->optimizer : "adam";
+}
+
+/* What defines the layout of the checkpointed state: the model (kind, activation, every
+ * parameter's name and shape) in words, and the optimizer's state tensors (names and shapes)
+ * as a SHA-256. */
+static ot_status describe_state(trainer *t) {
+    char *d = t->state_model;
+    size_t cap = sizeof t->state_model, k = 0;
+    k += (size_t)snprintf(d + k, cap - k, "%s %s:", ot_model_kind_name(t->o->model.kind),
+                          ot_activation_name(t->o->model.activation));
+    for (int i = 0; i < t->nparams && k < cap; i++) {
+        char sh[128];
+        ot_shape_format(ot_model_param_shape(t->model, i), sh, sizeof sh);
+        k += (size_t)snprintf(d + k, cap - k, " %s %s", ot_model_param_name(t->model, i), sh);
+    }
+    if (k >= cap) return ot_error(OT_ERR_OUT_OF_RANGE, "train: model description too long");
+    ot_sha256 h;
+    OT_CHECK(ot_sha256_init(&h));
+    ot_status s = OT_OK;
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; s == OT_OK && i < ns; i++) {
+        ot_shape sh;
+        char line[512];
+        s = ot_tpu_optimizer_state_shape(t->topt, i, &sh);
+        if (s != OT_OK) break;
+        char shs[128];
+        ot_shape_format(&sh, shs, sizeof shs);
+        int n = snprintf(line, sizeof line, "%s %s;", ot_tpu_optimizer_state_name(t->topt, i), shs);
+        s = ot_sha256_update(&h, line, (size_t)n);
+    }
+    uint8_t dg[32];
+    if (s != OT_OK) {
+        ot_sha256_final(&h, NULL);
+        return s;
+    }
+    OT_CHECK(ot_sha256_final(&h, dg));
+    ot_hex(dg, 32, t->state_layout);
+    return OT_OK;
+}
+
+/* The manifest's "optimizer" object (ot_malloc'd JSON): its configuration and what the state
+ * belongs to. */
+static char *state_json(trainer *t) {
+    json_t *j =
+        json_pack("{s:s, s:f, s:s, s:s, s:s, s:I, s:I, s:s}", "name", optimizer_name(t), "lr",
+                  t->o->lr, "schedule", ot_lr_schedule_kind(t->sched), "model", t->state_model,
+                  "state_layout", t->state_layout, "state_tensors",
+                  (json_int_t)ot_tpu_optimizer_state_count(t->topt), "batch_size",
+                  (json_int_t)t->o->batch_size, "data", t->o->dataset ? t->o->dataset : "digits");
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    char *out = text ? ot_strdup(text) : NULL;
+    free(text);
+    return out;
+}
+
+/* ot_ckpt_resume's verdict on a verified checkpoint: another optimizer or model is the user's
+ * mistake and stops the resume (FAILED_PRECONDITION); missing tensors or other shapes under the
+ * same record are damage (CORRUPT_DATA: skipped and set aside). */
+static ot_status accept_ckpt(void *ud, const ot_ckpt *ck) {
+    trainer *t = ud;
+    const ot_ckpt_manifest *m = ot_ckpt_manifest_of(ck);
+    json_t *j = json_loads(m->optimizer_json, 0, NULL);
+    const char *name = json_string_value(json_object_get(j, "name"));
+    const char *model = json_string_value(json_object_get(j, "model"));
+    const char *layout = json_string_value(json_object_get(j, "state_layout"));
+    ot_status s = OT_OK;
+    if (name && strcmp(name, optimizer_name(t)) != 0)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s holds the state of optimizer '%s'; "
+                     "this run uses '%s' (resume it with --optimizer %s, or start over with "
+                     "--fresh or another --ckpt-dir)",
+                     (long long)m->step, t->o->ckpt_dir, name, optimizer_name(t), name);
+    else if (model && strcmp(model, t->state_model) != 0)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s is of another model (%s); this "
+                     "run's is %s (resume it with the same --model/--hidden/--activation, or "
+                     "start over with --fresh or another --ckpt-dir)",
+                     (long long)m->step, t->o->ckpt_dir, model, t->state_model);
+    else if (layout && strcmp(layout, t->state_layout) != 0)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s has another optimizer state "
+                     "layout than this run's %s (its options differ)",
+                     (long long)m->step, t->o->ckpt_dir, optimizer_name(t));
+    json_decref(j);
+    if (s != OT_OK) return s;
+    /* the same record: every tensor must be there with this run's shape, or the step is damaged */
+    for (int k = 0; k < t->nparams; k++) {
+        ot_tensor v;
+        const char *pn = ot_model_param_name(t->model, k);
+        if (ot_ckpt_get(ck, "model", pn, &v) != OT_OK)
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: no parameter %s", ot_ckpt_dir(ck), pn);
+        if (!ot_shape_equal(&v.shape, ot_model_param_shape(t->model, k))) {
+            char a[128], b[128];
+            ot_shape_format(&v.shape, a, sizeof a);
+            ot_shape_format(ot_model_param_shape(t->model, k), b, sizeof b);
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: parameter %s is %s, the model's is %s",
+                            ot_ckpt_dir(ck), pn, a, b);
+        }
+    }
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; i < ns; i++) {
+        ot_tensor v;
+        ot_shape want;
+        const char *sn = ot_tpu_optimizer_state_name(t->topt, i);
+        OT_CHECK(ot_tpu_optimizer_state_shape(t->topt, i, &want));
+        if (ot_ckpt_get(ck, "optim", sn, &v) != OT_OK)
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: no optimizer state %s", ot_ckpt_dir(ck), sn);
+        if (!ot_shape_equal(&v.shape, &want)) {
+            char a[128], b[128];
+            ot_shape_format(&v.shape, a, sizeof a);
+            ot_shape_format(&want, b, sizeof b);
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: optimizer state %s is %s, this run's is %s",
+                            ot_ckpt_dir(ck), sn, a, b);
+        }
+    }
+    ot_clear_error();
+    return OT_OK;
+}
+
 /* Saves params (replica r) and optimizer state as checkpoint `step` (async). */
 static ot_status save_checkpoint(trainer *t, replica *r, int64_t step, double loss) {
     int nstate = ot_tpu_optimizer_state_count(t->topt);
@@ -366,9 +497,8 @@ static ot_status save_checkpoint(trainer *t, replica *r, int64_t step, double lo
     if (s == OT_OK) {
         ot_ckpt_shard shards[2] = {{"model", 0, 1, ct, (size_t)t->nparams},
                                    {"optim", 0, 1, ct + t->nparams, (size_t)nstate}};
-        char optjson[256];
-        snprintf(optjson, sizeof optjson, "{\"name\":\"%s\",\"lr\":%.17g,\"schedule\":\"%s\"}",
-                 t->o->optimizer, t->o->lr, ot_lr_schedule_kind(t->sched));
+        char *optjson = state_json(t);
+        if (!optjson) s = ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: optimizer record");
         uint64_t rng[1] = {t->o->seed};
         ot_ckpt_metric metrics[1] = {{"loss", isfinite(loss) ? loss : 0.0}};
         char topo[96];
@@ -389,11 +519,12 @@ static ot_status save_checkpoint(trainer *t, replica *r, int64_t step, double lo
             .metrics = metrics,
             .nmetrics = 1,
         };
-        s = ot_ckpt_save_async(t->ckpt, &a);
+        if (s == OT_OK) s = ot_ckpt_save_async(t->ckpt, &a);
         if (s == OT_OK) {
             t->rep->checkpoints++;
             t->last_ckpt_step = step;
         }
+        ot_free(optjson);
     }
     for (int i = 0; i < got; i++) ot_tensor_release(&host[i]);
     ot_free(host);
@@ -651,6 +782,17 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         }
     }
 done:
+    if (s != OT_OK && s != OT_ERR_PEER_FAILED && s != INJECTED_STOP) {
+        /* a real error (a failed save, a device error): the others must not wait for this
+         * replica in the next all-reduce until its timeout */
+        pthread_mutex_lock(&t->mu);
+        if (t->err_status == OT_OK) {
+            t->err_status = s;
+            snprintf(t->err_msg, sizeof t->err_msg, "device %d: %s", r->dev_index, ot_last_error());
+        }
+        if (t->world) ot_local_world_fail(t->world, rank);
+        pthread_mutex_unlock(&t->mu);
+    }
     if (t->trace && comm) ot_comm_set_trace(comm, NULL, 0);
     ot_free(idx);
     ot_free(xb);
@@ -757,15 +899,20 @@ static ot_status restore_latest(trainer *t, int64_t *step, bool *found) {
     ot_ckpt *ck = NULL;
     ot_ckpt_restore_report rr;
     memset(&rr, 0, sizeof rr);
-    ot_status s = ot_ckpt_restore_latest(t->o->ckpt_dir, &co, &ck, &rr);
+    ot_status s = ot_ckpt_resume(t->o->ckpt_dir, &co, accept_ckpt, t, &ck, &rr);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", s == OT_OK ? "" : ot_last_error());
     for (size_t i = 0; i < rr.nskipped; i++)
-        tlog(t, "checkpoint step %lld skipped: %s", (long long)rr.skipped[i].step,
-             rr.skipped[i].reason ? rr.skipped[i].reason : "");
+        tlog(t, "checkpoint step %lld skipped: %s%s%s", (long long)rr.skipped[i].step,
+             rr.skipped[i].reason ? rr.skipped[i].reason : "",
+             rr.skipped[i].moved_to ? "; set aside as " : "",
+             rr.skipped[i].moved_to ? rr.skipped[i].moved_to : "");
     ot_ckpt_restore_report_clear(&rr);
     if (s == OT_ERR_NOT_FOUND) {
         ot_clear_error();
         return OT_OK;
     }
+    if (s != OT_OK) s = ot_error(s, "%s", msg);
     if (s != OT_OK) return s;
     for (int r = 0; s == OT_OK && r < t->nlive; r++) s = load_checkpoint(t, ck, &t->reps[r]);
     if (s == OT_OK) {
@@ -1152,13 +1299,21 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         bo.devices = t->ndev_total;
         s = ot_backend_create(&bo, &t->backend);
     }
-    if (s == OT_OK && o->topology && o->topology[0] && !t->mpi) {
-        s = ot_topology_preset(o->topology, &t->topo);
+    /* an explicit topology must fit the pod; without one, 8 devices are a 2x4 torus and other
+     * counts have none (the collectives' own rings) */
+    bool topo_explicit = o->topology && o->topology[0];
+    const char *topo_name = topo_explicit ? o->topology : o->devices == 8 ? "torus-2x4" : NULL;
+    if (s == OT_OK && topo_explicit && t->mpi)
+        s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                     "train: a topology (%s) applies to one process; across processes the pod is "
+                     "every process's devices",
+                     o->topology);
+    if (s == OT_OK && topo_name && !t->mpi) {
+        s = ot_topology_preset(topo_name, &t->topo);
         if (s == OT_OK && ot_topology_size(t->topo) != o->devices) {
-            /* a preset of another size is only a default: use a ring of the right size */
-            if (strcmp(o->topology, "torus-2x4") != 0)
-                s = ot_error(OT_ERR_INVALID_ARGUMENT, "train: topology %s has %d devices, not %d",
-                             o->topology, ot_topology_size(t->topo), o->devices);
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "train: topology %s has %d devices, the pod %d (--devices %d)", topo_name,
+                         ot_topology_size(t->topo), o->devices, o->devices);
             ot_topology_free(t->topo);
             t->topo = NULL;
         }
@@ -1180,6 +1335,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         t->used_dev[r] = true;
         s = ot_tpu_optimizer_add_replica(t->topt, t->reps[r].dev);
     }
+    if (s == OT_OK) s = describe_state(t);
     if (s == OT_OK) s = prepare_executables(t);
     if (s == OT_OK) s = compile_eval(t);
     if (s == OT_OK) s = init_params(t);
@@ -1193,6 +1349,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         if (s == OT_OK) s = mpi_share_restore(t, &step, &found);
         if (s == OT_OK && found) {
             t->step = step;
+            t->last_ckpt_step = step;
             if (t->prank == 0)
                 tlog(t, "resumed from the checkpoint of step %lld in %s on %d processes",
                      (long long)step, o->ckpt_dir, t->psize);
@@ -1215,6 +1372,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
             s = restore_latest(t, &step, &found);
             if (s == OT_OK && found) {
                 t->step = step;
+                t->last_ckpt_step = step;
                 tlog(t, "resumed from the checkpoint of step %lld in %s", (long long)step,
                      o->ckpt_dir);
             } else if (s == OT_OK) {
@@ -1280,7 +1438,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
                 !(st[r] == INJECTED_STOP && t->reps[r].dev_index == t->failed_dev))
                 other = true;
         if (t->failed_dev < 0 || other) {
-            s = rs;
+            s = t->err_status != OT_OK ? ot_error(t->err_status, "%s", t->err_msg) : rs;
             break;
         }
         if (t->stop_ns)
@@ -1292,6 +1450,15 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     uint64_t loop_end = ot_now_ns();
     s = mpi_agree(t, s, "training");
 
+    if (s == OT_OK && t->ckpt && o->final_ckpt && !out->stopped && t->step > t->last_ckpt_step) {
+        /* the end of the run is saved too, whatever ckpt_every says (a stop is a crash: no) */
+        phase_clock pc = ph_start();
+        s = save_checkpoint(t, &t->reps[0], t->step,
+                            t->npoints ? t->points[t->npoints - 1].loss : NAN);
+        ph_end(t, &t->reps[0], PH_CKPT, pc, "checkpoint", true);
+        if (s == OT_OK)
+            tlog(t, "final checkpoint of step %lld in %s", (long long)t->step, o->ckpt_dir);
+    }
     if (s == OT_OK && t->ckpt) s = ot_ckpt_wait(t->ckpt, NULL);
     if (t->ckpt) {
         ot_status cs = ot_ckpt_close(t->ckpt);
@@ -1310,7 +1477,8 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         out->final_step = t->step;
         out->steps_run = t->step - out->start_step;
         out->test_accuracy = t->last_test_acc;
-        out->test_loss = t->last_test_loss;
+        /* no evaluation (a stopped run with eval_every 0): no test loss either */
+        out->test_loss = t->last_test_acc >= 0 ? t->last_test_loss : NAN;
         out->final_loss = t->npoints ? t->points[t->npoints - 1].loss : NAN;
         out->wall_s = (double)(loop_end - t->loop_start_ns) / 1e9;
         out->samples_per_s =
