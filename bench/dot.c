@@ -3,16 +3,21 @@
  *   1024^3 T: the same with the rhs contracted on its dim 1 (B transposed, no copy)
  *   batched:  f32[32,256,256] x f32[32,256,256], batch dim 0 (32 GEMMs)
  * ours: the module compiled (-O2) and run by ot_execute_on_host, whose dot kernel splits the GEMM
- * over the default pool (OPTITPU_THREADS, else the CPU count) with OpenBLAS single-threaded per
- * tile; baseline: cblas_sgemm on the same operands with OpenBLAS set to the same number of
- * threads (one call, or one call per batch element). GFLOP/s medians of --reps (default 5) after
- * a warm-up, the two interleaved; ratio = ours / OpenBLAS.
- * OpenBLAS's worker threads spin for 2^28 cycles (its default thread timeout) after a threaded
- * call before they sleep, so interleaved with the baseline our run would share its CPUs with
- * them (measured: ours at 0.42 of the baseline with 2 threads, 0.94 without the spin). The
- * program runs itself again with OPENBLAS_THREAD_TIMEOUT=4 (the workers sleep after 2^4 cycles)
- * unless that is set; the baseline is no slower for it (285-292 against 272-286 GFLOP/s at
- * 1024^3 on 2 threads).
+ * (for the batched case: batch elements x tiles) over the default pool (OPTITPU_THREADS, else the
+ * CPU count) with OpenBLAS single-threaded per tile. Baselines, every one on the same number of
+ * threads T, on the same operands:
+ *   - OpenBLAS's own threading: cblas_sgemm with OpenBLAS set to T threads (the batched case: the
+ *     32 calls back to back, OpenBLAS's workers left to spin between them as they do by default;
+ *     this OpenBLAS has no cblas_sgemm_batch);
+ *   - the batched case also: the 32 cblas_sgemm calls split over a pool of T threads with
+ *     OpenBLAS single-threaded in each, the way ours splits its work.
+ * Nothing is made to sleep inside a timed section. Before each timed section the program waits
+ * (untimed) until the process is idle (under 0.1 CPU over a 5 ms window, at most 1 s): after a
+ * threaded call OpenBLAS's workers spin for about 2^28 cycles (its default thread timeout) and
+ * our pool's workers briefly, and either would otherwise take CPUs from the next side timed.
+ * The OpenBLAS thread count is set before the section that needs it, outside the timing.
+ * GFLOP/s medians of --reps (default 5) after a warm-up, the sides interleaved rep by rep;
+ * ratio = ours / baseline. Every label names its thread counts.
  *   bench_dot [--json] [--reps N] */
 #include "optitpu/bench.h"
 #include "optitpu/compiler.h"
@@ -20,12 +25,12 @@
 #include "optitpu/runtime.h"
 
 #include <cblas.h>
+#include <math.h>
 #undef I
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct dcase {
     const char *name;
@@ -65,23 +70,50 @@ static ot_module *build(const dcase *d) {
     return m;
 }
 
-static void direct(const dcase *d, const float *a, const float *b, float *c, int threads) {
-    openblas_set_num_threads(threads);
-    for (int64_t q = 0; q < d->b; q++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, d->rhs_t ? CblasTrans : CblasNoTrans, (int)d->m,
-                    (int)d->n, (int)d->k, 1.0f, a + q * d->m * d->k, (int)d->k, b + q * d->k * d->n,
-                    d->rhs_t ? (int)d->k : (int)d->n, 0.0f, c + q * d->m * d->n, (int)d->n);
+typedef struct gemm_job {
+    const dcase *d;
+    const float *a, *b;
+    float *c;
+} gemm_job;
+
+static void gemm_one(const gemm_job *j, int64_t q) {
+    const dcase *d = j->d;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, d->rhs_t ? CblasTrans : CblasNoTrans, (int)d->m,
+                (int)d->n, (int)d->k, 1.0f, j->a + q * d->m * d->k, (int)d->k,
+                j->b + q * d->k * d->n, d->rhs_t ? (int)d->k : (int)d->n, 0.0f,
+                j->c + q * d->m * d->n, (int)d->n);
+}
+
+/* every batch element in turn, with whatever threads OpenBLAS is set to */
+static void gemm_all(const gemm_job *j) {
+    for (int64_t q = 0; q < j->d->b; q++) gemm_one(j, q);
+}
+
+/* batch elements [b, e) on this pool thread (OpenBLAS single-threaded) */
+static void gemm_range(void *ctx, int64_t b, int64_t e, int ith) {
+    (void)ith;
+    for (int64_t q = b; q < e; q++) gemm_one(ctx, q);
+}
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Untimed: until the process's threads are idle (spinning workers of the last side gone to
+ * sleep): under 0.1 CPU over a 5 ms window, at most 1 s. */
+static void wait_quiet(void) {
+    for (int i = 0; i < 200; i++) {
+        double c0 = cpu_seconds();
+        uint64_t t0 = ot_now_ns();
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+        double wall = (double)(ot_now_ns() - t0) / 1e9;
+        if (cpu_seconds() - c0 < 0.1 * wall) return;
+    }
 }
 
 int main(int argc, char **argv) {
-    if (!getenv("OPENBLAS_THREAD_TIMEOUT")) { /* read by OpenBLAS when it loads */
-        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
-        execv("/proc/self/exe", argv);
-        fprintf(stderr,
-                "bench_dot: cannot run itself again (%s); OpenBLAS's workers will spin "
-                "between calls and take CPUs from ours\n",
-                strerror(errno));
-    }
     bool json = false;
     int reps = 5;
     for (int i = 1; i < argc; i++) {
@@ -95,7 +127,9 @@ int main(int argc, char **argv) {
         }
     }
     if (reps < 1) reps = 1;
-    int threads = ot_threadpool_size(ot_threadpool_default());
+    ot_threadpool *pool = ot_threadpool_default(); /* ours runs on it; so does the split loop */
+    int threads = ot_threadpool_size(pool);
+    const char *ths = threads == 1 ? "" : "s";
     static const dcase cases[] = {
         {"sgemm 1024^3", 1, 1024, 1024, 1024, false},
         {"sgemm 1024^3 rhs transposed", 1, 1024, 1024, 1024, true},
@@ -126,10 +160,14 @@ int main(int argc, char **argv) {
         void *params[2] = {a, b}, *outs[1] = {c1};
         double flops = 2.0 * (double)d->b * (double)d->m * (double)d->n * (double)d->k;
         double *ours = calloc((size_t)reps, sizeof *ours),
-               *base = calloc((size_t)reps, sizeof *base);
+               *base = calloc((size_t)reps, sizeof *base),
+               *split = calloc((size_t)reps, sizeof *split);
+        gemm_job job = {d, a, b, c2};
         ot_run_result rr;
         memset(&rr, 0, sizeof rr);
         for (int r = -1; r < reps; r++) {
+            openblas_set_num_threads(1); /* what ours sets: set here, outside its timing */
+            wait_quiet();
             uint64_t t0 = ot_now_ns();
             if (ot_execute_on_host(exe, arena, params, outs, NULL, 0, &rr) != OT_OK) {
                 fprintf(stderr, "bench_dot: %s\n", ot_last_error());
@@ -137,29 +175,66 @@ int main(int argc, char **argv) {
                 break;
             }
             uint64_t t1 = ot_now_ns();
-            direct(d, a, b, c2, threads);
+            openblas_set_num_threads(threads);
+            wait_quiet();
             uint64_t t2 = ot_now_ns();
+            gemm_all(&job);
+            uint64_t t3 = ot_now_ns();
             if (r >= 0) {
                 ours[r] = flops / (double)(t1 - t0);
-                base[r] = flops / (double)(t2 - t1);
+                base[r] = flops / (double)(t3 - t2);
+            }
+            if (d->b > 1) {
+                openblas_set_num_threads(1);
+                wait_quiet();
+                uint64_t t4 = ot_now_ns();
+                ot_parallel_for(pool, d->b, 1, OT_SCHEDULE_STATIC, gemm_range, &job);
+                uint64_t t5 = ot_now_ns();
+                if (r >= 0) split[r] = flops / (double)(t5 - t4);
             }
         }
         if (rr.fast_kernels_run < 1) {
             fprintf(stderr, "bench_dot: %s: the dot did not run the fast kernel\n", d->name);
             rc = 1;
         }
-        char name[96];
-        snprintf(name, sizeof name, "%s, %d threads", d->name, threads);
+        /* the same products: ours against the last baseline's output */
+        double maxrel = 0;
+        for (size_t e = 0; e < nc; e++) {
+            double rel = fabs((double)c1[e] - c2[e]) / (fabs((double)c2[e]) + 1e-3);
+            if (rel > maxrel) maxrel = rel;
+        }
+        if (maxrel > 1e-4) {
+            fprintf(stderr, "bench_dot: %s: results differ from OpenBLAS's (rel %g)\n", d->name,
+                    maxrel);
+            rc = 1;
+        }
+        char name[96], bname[96];
+        snprintf(name, sizeof name, "%s, compiled dot, %d thread%s", d->name, threads, ths);
+        if (d->b > 1)
+            snprintf(bname, sizeof bname, "%lld cblas_sgemm in a row, OpenBLAS %d thread%s",
+                     (long long)d->b, threads, ths);
+        else
+            snprintf(bname, sizeof bname, "cblas_sgemm, OpenBLAS %d thread%s", threads, ths);
         ot_bench_row row = {.bench = "dot",
                             .case_name = name,
                             .metric = "GFLOP/s",
                             .value = ot_bench_median(ours, (size_t)reps),
-                            .baseline = "cblas_sgemm direct",
+                            .baseline = bname,
                             .baseline_value = ot_bench_median(base, (size_t)reps)};
         row.ratio = row.value / row.baseline_value;
         ot_bench_print(&row, json);
+        if (d->b > 1) {
+            snprintf(bname, sizeof bname,
+                     "%lld cblas_sgemm split over %d pool thread%s, OpenBLAS 1 thread each",
+                     (long long)d->b, threads, ths);
+            row.baseline = bname;
+            row.baseline_value = ot_bench_median(split, (size_t)reps);
+            row.ratio = row.value / row.baseline_value;
+            ot_bench_print(&row, json);
+        }
         free(ours);
         free(base);
+        free(split);
         ot_aligned_free(a);
         ot_aligned_free(b);
         ot_aligned_free(c1);

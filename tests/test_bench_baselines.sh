@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The benchmarks compare like with like and say so: bench_dot and bench_adam_fused run on
+# OPTITPU_THREADS threads, and every row names the thread count of each side (ours and the
+# baseline), for 1 and 2 threads; bench_dot's batched case has both baselines (32 threaded
+# cblas_sgemm calls in a row, and the 32 calls split over the same pool). Tiny sizes, one rep:
+# this checks the rows, not the figures (docs/benchmarks.md has those). Skipped (77) when the
+# benchmarks are not built (-DOT_BUILD_BENCH=OFF).
+# Usage: test_bench_baselines.sh OPTITPU_BINARY SOURCE_DIR BUILD_DIR
+set -uo pipefail
+build=$3
+if [[ ! -x "$build/bench_dot" || ! -x "$build/bench_adam_fused" ]]; then
+  echo "SKIPPED: the benchmarks are not built here (-DOT_BUILD_BENCH=ON builds them)"
+  exit 77
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/optitpu-benchbase.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+failed=0
+for t in 1 2; do
+  if OPTITPU_THREADS=$t timeout 300 "$build/bench_dot" --reps 1 --json >"$work/dot$t" 2>&1 &&
+    OPTITPU_THREADS=$t timeout 300 "$build/bench_adam_fused" --sizes 1M --reps 1 --no-limits --json \
+      >"$work/adam$t" 2>&1 &&
+    python3 - "$t" "$work/dot$t" "$work/adam$t" <<'PY'; then
+import json, sys
+t = int(sys.argv[1])
+th = f"{t} thread" + ("s" if t != 1 else "")
+dot = [json.loads(l) for l in open(sys.argv[2])]
+adam = [json.loads(l) for l in open(sys.argv[3])]
+assert len(dot) == 4 and len(adam) == 2, (dot, adam)
+for r in dot:
+    assert r["case"].endswith(f", compiled dot, {th}"), r
+    b = r["baseline"]
+    assert b.endswith(f"OpenBLAS {th}") or b.endswith(
+        f"split over {t} pool thread{'s' if t != 1 else ''}, OpenBLAS 1 thread each"), r
+    assert r["value"] > 0 and r["baseline_value"] > 0, r
+batched = [r["baseline"] for r in dot if "batched" in r["case"]]
+assert len(batched) == 2 and "32 cblas_sgemm in a row" in batched[0] and "split" in batched[1], batched
+for r in adam:
+    assert r["case"].endswith(", " + th), r
+    assert r["baseline"].endswith(", " + th), r
+print(f"ok   {t} thread(s): {len(dot)} dot rows, {len(adam)} adam rows, every side labelled {th}")
+PY
+    :
+  else
+    echo "FAIL threads=$t"; sed 's/^/  | /' "$work/dot$t" "$work/adam$t" 2>/dev/null; failed=1
+  fi
+done
+exit $failed
