@@ -130,8 +130,11 @@ OT_API ot_eval_options ot_eval_options_default(void);
  * parameter order; each must match the parameter's shape and dtype exactly) and stores its root
  * value in *result (a tuple when the root is a tuple). Errors name the offending parameter or
  * instruction: INVALID_ARGUMENT for a wrong argument count, SHAPE_MISMATCH for a wrong shape or
- * dtype, FAILED_PRECONDITION for an elided constant ({...}) that is executed, UNIMPLEMENTED for a
- * custom-call (naming its target). opts NULL: defaults. */
+ * dtype, FAILED_PRECONDITION for an elided constant ({...}) that is executed,
+ * UNSUPPORTED_HARDWARE for a custom-call whose target is code for a TPU or a GPU (Pallas/Mosaic
+ * "tpu_custom_call", cuBLAS/cuDNN/Triton/XLA GPU kernels, jaxlib's CUDA and ROCm calls: they need
+ * that hardware), UNIMPLEMENTED for any other custom-call (naming its target). opts NULL:
+ * defaults. */
 OT_API ot_status ot_evaluate(const ot_module *m, const ot_value *args, int nargs,
                              const ot_eval_options *opts, ot_value *result);
 /* The same with array arguments given as tensors (copied). */

@@ -26,6 +26,36 @@ static void fmt_value(const ot_value *v, char *buf, size_t n) {
     }
 }
 
+/* Custom-call targets that name code for other hardware (what XLA's TPU and GPU backends and
+ * jaxlib's GPU kernels register): a module calling one cannot run on host CPU devices at all, so
+ * it is UNSUPPORTED_HARDWARE, not UNIMPLEMENTED (which says optitpu could run it and does not
+ * yet). Returns what the target is, or NULL for any other target. */
+static const char *custom_call_hardware(const char *target) {
+    static const struct {
+        const char *prefix, *what;
+    } hw[] = {
+        {"tpu_custom_call", "a TPU kernel (Pallas/Mosaic, compiled for the TPU's cores)"},
+        {"__cublas$", "an NVIDIA GPU library call (cuBLAS)"},
+        {"__cudnn$", "an NVIDIA GPU library call (cuDNN)"},
+        {"__gpu$", "a GPU kernel of XLA's GPU backend"},
+        {"__triton", "a GPU kernel (Triton)"},
+        {"triton_kernel_call", "a GPU kernel (Triton, jax-triton)"},
+        {"cublas_", "an NVIDIA GPU library call (jaxlib cuBLAS)"},
+        {"cusolver_", "an NVIDIA GPU library call (jaxlib cuSOLVER)"},
+        {"cusparse_", "an NVIDIA GPU library call (jaxlib cuSPARSE)"},
+        {"cu_threefry2x32", "an NVIDIA GPU kernel (jaxlib)"},
+        {"cu_lu_pivots_to_permutation", "an NVIDIA GPU kernel (jaxlib)"},
+        {"hipblas_", "an AMD GPU library call (jaxlib hipBLAS)"},
+        {"hipsolver_", "an AMD GPU library call (jaxlib hipSOLVER)"},
+        {"hipsparse_", "an AMD GPU library call (jaxlib hipSPARSE)"},
+        {"hip_threefry2x32", "an AMD GPU kernel (jaxlib)"},
+        {"hip_lu_pivots_to_permutation", "an AMD GPU kernel (jaxlib)"},
+    };
+    for (size_t k = 0; k < sizeof hw / sizeof hw[0]; k++)
+        if (!strncmp(target, hw[k].prefix, strlen(hw[k].prefix))) return hw[k].what;
+    return NULL;
+}
+
 /* ---- computations ---------------------------------------------------------------------- */
 
 typedef struct comp_index {
@@ -386,10 +416,17 @@ ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops
     case OT_OP_REPLICA_ID:
     case OT_OP_PARTITION_ID: return ex_kernel_collective(x, i, ops, out);
     case OT_OP_RNG_BIT_GENERATOR: return ex_kernel_rng(i, ops, out);
-    case OT_OP_CUSTOM_CALL:
+    case OT_OP_CUSTOM_CALL: {
+        const char *target = i->attrs->custom_call_target ? i->attrs->custom_call_target : "";
+        const char *hw = custom_call_hardware(target);
+        if (hw)
+            return ot_error(OT_ERR_UNSUPPORTED_HARDWARE,
+                            "custom-call %s: target \"%s\" is %s; it runs only on that hardware, "
+                            "and optitpu's devices are host CPUs",
+                            EX_NAME(i), target, hw);
         return ot_error(OT_ERR_UNIMPLEMENTED, "custom-call %s: target \"%s\" is not implemented",
-                        EX_NAME(i),
-                        i->attrs->custom_call_target ? i->attrs->custom_call_target : "");
+                        EX_NAME(i), target);
+    }
     default:
         return ot_error(OT_ERR_UNIMPLEMENTED, "%s: opcode %s is not implemented by the evaluator",
                         EX_NAME(i), ot_opcode_name(op));
