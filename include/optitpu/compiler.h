@@ -108,8 +108,12 @@ OT_API ot_status ot_pass_fold(ot_module *m, int64_t max_elements, bool *changed)
  * of an input fusion; producers with users outside become extra outputs (multi-output) where no
  * cycle results; sibling loop fusions sharing an input merge. Never fused: side-effecting ops,
  * collectives, dot, convolution, sort, while, conditional and anything else not listed.
- * max_io: limit on operands + outputs per fusion (<= 0: 64).
+ * max_io: limit on operands + outputs per fusion (<= 0: 64); a fused computation holds at most
+ * OT_FUSION_MAX_INSTRUCTIONS instructions (as XLA bounds a fusion's size), so that no kernel's
+ * generated code grows with the graph. Time and memory linear in the entry's size, whatever its
+ * shape (bounded reachability searches; an exact linear check that the fused graph is acyclic).
  * pre: verifies. post: verifies; every fusible op of the entry sits inside a fusion. */
+#define OT_FUSION_MAX_INSTRUCTIONS 512
 OT_API ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed);
 
 /* Memory-minimizing schedule of the entry computation: a topological order chosen greedily by

@@ -186,28 +186,68 @@ static int64_t instr_flops(const ot_instr *i) {
     }
 }
 
-/* True when every path from fused parameter p to the fusion's outputs keeps the linear element
- * index (elementwise ops, converts, reshapes, bitcasts, the root tuple): element e of an output
- * then depends only on element e of p, so the output may overwrite p's buffer. */
-static bool param_linear(const ot_instr *p) {
-    int64_t n = cc_numel(p);
-    const ot_instr *stack[64];
-    int sp = 0;
-    stack[sp++] = p;
-    while (sp) {
-        const ot_instr *x = stack[--sp];
-        for (int u = 0; u < x->nusers; u++) {
-            const ot_instr *y = x->users[u];
-            /* (a reader outside: only while the fusion pass has yet to rewire it to the fusion) */
-            if (y->opcode == OT_OP_TUPLE || y->parent != p->parent) continue;
-            bool ok = (ot_opcode_is_elementwise(y->opcode) && y->opcode != OT_OP_MAP) ||
-                      y->opcode == OT_OP_RESHAPE || y->opcode == OT_OP_BITCAST;
-            if (!ok || cc_numel(y) != n) return false;
-            if (sp == 64) return false;
-            stack[sp++] = y;
+/* Whether y keeps the linear element index of an n-element operand (elementwise ops, converts,
+ * reshapes, bitcasts). */
+static bool keeps_index(const ot_instr *y, int64_t n) {
+    bool ok = (ot_opcode_is_elementwise(y->opcode) && y->opcode != OT_OP_MAP) ||
+              y->opcode == OT_OP_RESHAPE || y->opcode == OT_OP_BITCAST;
+    return ok && cc_numel(y) == n;
+}
+
+/* Bit j set when every path from fused parameter base + j (j < 64) to the fusion's outputs
+ * keeps the linear element index (keeps_index, or ends at the root tuple): element e of an
+ * output then depends only on element e of that parameter, so the output may overwrite the
+ * parameter's buffer. One walk over fc's list (definitions before uses) with a mask of the
+ * parameters reaching each instruction, so O(|fc|) whatever the number of paths; marks hold
+ * list positions during the walk and are restored. A list out of order (not one the fusion
+ * passes made) gets a conservative 0; so does running out of memory. */
+static uint64_t params_linear(ot_computation *fc, int base) {
+    int64_t n = fc->ninstrs ? fc->ninstrs : 1, k = 0;
+    int64_t *saved = ot_malloc((size_t)n * sizeof *saved);
+    uint64_t *reach = ot_calloc((size_t)n, sizeof *reach);
+    if (!saved || !reach) {
+        ot_free(saved);
+        ot_free(reach);
+        return 0;
+    }
+    for (ot_instr *x = fc->first; x && k < n; x = x->next, k++) {
+        saved[k] = x->mark;
+        x->mark = k;
+    }
+    uint64_t all = 0, bad = 0;
+    for (int j = 0; j < 64 && base + j < fc->nparams; j++) {
+        const ot_instr *p = fc->params[base + j];
+        if (!p || p->parent != fc) continue;
+        reach[p->mark] |= (uint64_t)1 << j;
+        all |= (uint64_t)1 << j;
+    }
+    bool ordered = true;
+    k = 0;
+    for (ot_instr *x = fc->first; x && k < n && ordered; x = x->next, k++) {
+        if (x->opcode == OT_OP_PARAMETER || x->opcode == OT_OP_TUPLE) continue;
+        uint64_t r = 0;
+        for (int q = 0; q < x->noperands; q++) {
+            const ot_instr *o = x->operands[q];
+            /* (a reader outside fc: only while the fusion pass has yet to rewire it) */
+            if (o->parent != fc) continue;
+            if (o->mark >= k) ordered = false;
+            r |= reach[o->mark];
+        }
+        reach[k] = r;
+        for (uint64_t rest = r & ~bad; rest; rest &= rest - 1) {
+            int j = __builtin_ctzll(rest);
+            if (!keeps_index(x, cc_numel(fc->params[base + j]))) bad |= (uint64_t)1 << j;
         }
     }
-    return true;
+    k = 0;
+    for (ot_instr *x = fc->first; x && k < n; x = x->next, k++) x->mark = saved[k];
+    ot_free(saved);
+    ot_free(reach);
+    return ordered ? all & ~bad : 0;
+}
+
+static bool param_linear(ot_computation *fc, int j) {
+    return (params_linear(fc, j) & 1) != 0;
 }
 
 void cc_fusion_analysis(ot_computation *fc, int64_t *flops, uint64_t *linear) {
@@ -224,8 +264,7 @@ void cc_fusion_analysis(ot_computation *fc, int64_t *flops, uint64_t *linear) {
         /* a change in a nested fusion would not show in fc's edits_ (a reducer's is not read) */
         nested = nested || x->opcode == OT_OP_FUSION;
     }
-    for (int j = 0; j < fc->nparams && j < 64; j++)
-        if (fc->params[j] && param_linear(fc->params[j])) lin |= (uint64_t)1 << j;
+    lin = params_linear(fc, 0);
     *flops = n;
     *linear = lin;
     if (!nested) {
@@ -566,7 +605,7 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
                 for (int64_t q = 0; q < kb->nin && writer_reads_linear; q++)
                     if (e->io[kb->in0 + q] == ps)
                         writer_reads_linear =
-                            q < 64 ? (kb->linear >> q) & 1 : param_linear(wi->called[0]->params[q]);
+                            q < 64 ? (kb->linear >> q) & 1 : param_linear(wi->called[0], (int)q);
             } else {
                 writer_reads_linear =
                     ot_opcode_is_elementwise(wi->opcode) && wi->opcode != OT_OP_MAP;

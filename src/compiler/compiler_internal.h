@@ -85,6 +85,16 @@ void cc_fusion_analysis(ot_computation *fc, int64_t *flops, uint64_t *linear);
 /* cc_fusion_analysis for a fused computation just made, while its members are in cache. */
 void cc_fusion_note(ot_computation *fc);
 
+/* Test hooks of the fusion pass (not thread-safe; only tests set them). no_search: the
+ * reachability searches answer "no cycle" without looking, so that the exact check after
+ * clustering alone must keep the fused graph acyclic; splits counts the clusters that check
+ * split, in every run. */
+typedef struct cc_fuse_test_hooks {
+    bool no_search;
+    int64_t splits;
+} cc_fuse_test_hooks;
+extern cc_fuse_test_hooks cc_fuse_test;
+
 /* Constant folding needs the reference evaluator (exec); false until it is built. */
 bool cc_fold_available(void);
 

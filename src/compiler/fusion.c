@@ -19,13 +19,18 @@
 
 enum { CL_LOOP = 0, CL_INPUT = 1 };
 
+/* How deep copies of cheap instructions may feed each other (a broadcast of a converted
+ * constant is two deep). */
+enum { MAX_DUP_DEPTH = 3 };
+
 typedef struct cluster {
     int32_t parent; /* union-find */
     int kind;
-    int64_t iter;    /* element count of the iteration space */
-    int64_t maxpos;  /* largest member position */
-    int64_t maxpos2; /* largest member position in the second order (pos2) */
-    int nio;         /* operands + outputs, an upper bound */
+    int64_t iter;            /* element count of the iteration space */
+    int64_t maxpos;          /* largest member position */
+    int64_t maxpos2;         /* largest member position in the second order (pos2) */
+    int64_t minpos, minpos2; /* smallest member positions */
+    int nio;                 /* operands + outputs, an upper bound */
     int64_t nmembers;
     int64_t first_out; /* output list (positions, linked by next_out) */
     bool work;         /* a member other than a constant: the cluster is materialized */
@@ -53,7 +58,12 @@ typedef struct fz {
     uint32_t *vis;
     uint32_t vstamp;
     int64_t *stack;
-    int64_t *pos2; /* per position: index in a second topological order */
+    int64_t *pos2;     /* per position: index in a second topological order */
+    uint8_t *dupdepth; /* per duplicated original: 1 + the depth of the copies it feeds */
+    int32_t *in_of;    /* per position: the last cluster that counted it as an input */
+    uint32_t *cvis;    /* per cluster: visit stamp of the current reachability query */
+    int64_t cviscap;
+    int64_t budget; /* visits left to all reachability queries together */
     int64_t fused_count;
 } fz;
 
@@ -102,12 +112,45 @@ static bool fusible(const ot_instr *i) {
     }
 }
 
+/* Inputs i adds to cluster c when it joins, less itself (an input of c until then): its distinct
+ * operands not yet counted for c. nio stays an upper bound of c's operands + outputs: an input
+ * is counted again only when another cluster counted it in between. commit: record them. */
+static int io_delta(fz *f, const ot_instr *i, int32_t c, bool commit) {
+    int d = -1;
+    for (int q = 0; q < i->noperands; q++) {
+        int64_t o = pos_of(i->operands[q]);
+        bool again = f->in_of[o] == c;
+        for (int r = 0; r < q && !again; r++) again = i->operands[r] == i->operands[q];
+        if (again) continue;
+        d++;
+        if (commit) f->in_of[o] = c;
+    }
+    return d;
+}
+
 static ot_status new_cluster(fz *f, int64_t k, int kind, int64_t iter) {
     OT_CHECK(cc_grow(&f->cls, &f->clcap, f->ncls + 1, sizeof *f->cls));
+    if (f->cviscap < f->clcap) {
+        uint32_t *nv = ot_realloc(f->cvis, (size_t)f->clcap * sizeof *nv);
+        if (!nv) return ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
+        memset(nv + f->cviscap, 0, (size_t)(f->clcap - f->cviscap) * sizeof *nv);
+        f->cvis = nv;
+        f->cviscap = f->clcap;
+    }
     int32_t id = (int32_t)f->ncls++;
     ot_instr *i = f->po[k];
-    f->cls[id] = (cluster){
-        id, kind, iter, k, f->pos2[k], i->noperands + 1, 1, k, i->opcode != OT_OP_CONSTANT};
+    f->cls[id] = (cluster){id,
+                           kind,
+                           iter,
+                           k,
+                           f->pos2[k],
+                           k,
+                           f->pos2[k],
+                           i->noperands + 1,
+                           1,
+                           k,
+                           i->opcode != OT_OP_CONSTANT};
+    f->cls[id].nio = io_delta(f, i, id, true) + 2; /* its inputs and its output */
     f->cl[k] = id;
     f->is_out[k] = true;
     f->next_out[k] = -1;
@@ -153,36 +196,87 @@ static ot_status second_order(fz *f) {
     return OT_OK;
 }
 
-/* True when a member (primary) of cluster `target` can be reached, following users, from any of
- * the users of the instructions in starts[] that are outside `self` (a cluster or -1). Exact:
- * users sit at larger positions than their operands in both topological orders, so a path that
- * ends at a member never passes a position above the cluster's largest member position in
- * either; only instructions below both bounds are visited, each at most once per query. */
+/* Search limits: a query visits at most QUERY_VISITS instructions, and all queries of one pass
+ * together at most REACH_VISITS_PER_INSTR per instruction (plus a constant); past either, the
+ * answer is "reached", which only refuses a merge. So the fusion pass stays linear in the graph
+ * whatever its shape. */
+enum { QUERY_VISITS = 4096, REACH_VISITS_PER_INSTR = 64, REACH_VISITS_MIN = 1 << 20 };
+
+typedef struct query {
+    int32_t target;
+    int64_t maxpos, maxpos2; /* the target's largest positions */
+    int64_t sp, seen;
+} query;
+
+/* Enters cluster d from outside: 1 when it is the target, -1 over budget, else its outputs are
+ * queued (once per query). A cluster all of whose members lie past the target's positions in
+ * either order is not followed (see reaches). */
+static int enter_cluster(fz *f, query *qy, int32_t d, int32_t skip) {
+    if (d == skip) return 0;
+    if (d == qy->target) return 1;
+    cluster *D = &f->cls[d];
+    if (f->cvis[d] == f->vstamp || D->minpos > qy->maxpos || D->minpos2 > qy->maxpos2) return 0;
+    f->cvis[d] = f->vstamp;
+    for (int64_t o = D->first_out; o >= 0; o = f->next_out[o]) {
+        if (f->vis[o] == f->vstamp) continue;
+        if (++qy->seen > QUERY_VISITS || --f->budget < 0) return -1;
+        f->vis[o] = f->vstamp;
+        f->stack[qy->sp++] = o;
+    }
+    return 0;
+}
+
+/* Reaches position p (a user): a primary member enters its cluster; a duplicated original
+ * enters every cluster that holds a copy (its users all sit there); another instruction is
+ * queued unless it lies past the target's positions. */
+static int enter(fz *f, query *qy, int64_t p, int32_t skip) {
+    if (f->cl[p] >= 0) return enter_cluster(f, qy, cfind(f, f->cl[p]), skip);
+    if (f->dup_head[p] >= 0) {
+        for (int64_t d = f->dup_head[p]; d >= 0; d = f->dups[d].next) {
+            int r = enter_cluster(f, qy, cfind(f, f->dups[d].cluster), skip);
+            if (r) return r;
+        }
+        return 0;
+    }
+    if (f->vis[p] == f->vstamp || p > qy->maxpos || f->pos2[p] > qy->maxpos2) return 0;
+    if (++qy->seen > QUERY_VISITS || --f->budget < 0) return -1;
+    f->vis[p] = f->vstamp;
+    f->stack[qy->sp++] = p;
+    return 0;
+}
+
+/* True when cluster `target` can be reached, following users, from the users of the
+ * instructions in starts[] that lie outside cluster `self` (-1: none), in the graph as it will be
+ * once every cluster is one instruction. Users sit at larger positions than their operands in
+ * both topological orders (pos, pos2), so an instruction outside clusters past the target's
+ * largest position in either order cannot reach it through such instructions alone and is not
+ * followed, nor is a cluster lying wholly past it; a path that climbs past and comes back
+ * through a cluster reaching lower can still be missed, so the pass checks the whole partition
+ * for cycles afterwards (scc_split). Each instruction and each cluster is visited at most once
+ * per query; a query over its budget answers true (the merge is refused). */
+cc_fuse_test_hooks cc_fuse_test;
+
 static bool reaches(fz *f, ot_instr *const *starts, int64_t nstarts, int32_t self, int32_t target) {
-    int64_t maxpos = f->cls[target].maxpos, maxpos2 = f->cls[target].maxpos2, sp = 0;
+    if (cc_fuse_test.no_search) return false;
+    query qy = {target, f->cls[target].maxpos, f->cls[target].maxpos2, 0, 0};
     if (++f->vstamp == 0) {
         memset(f->vis, 0, (size_t)f->n * sizeof *f->vis);
+        memset(f->cvis, 0, (size_t)f->cviscap * sizeof *f->cvis);
         f->vstamp = 1;
     }
+    if (self >= 0 && self != target) f->cvis[self] = f->vstamp; /* its outputs are the starts */
     for (int64_t s = 0; s < nstarts; s++) {
-        ot_instr *x = starts[s];
+        const ot_instr *x = starts[s];
         for (int u = 0; u < x->nusers; u++) {
-            int64_t p = pos_of(x->users[u]);
-            if (p > maxpos || f->pos2[p] > maxpos2 || f->vis[p] == f->vstamp) continue;
-            if (self >= 0 && f->cl[p] >= 0 && cfind(f, f->cl[p]) == self) continue;
-            f->vis[p] = f->vstamp;
-            f->stack[sp++] = p;
+            int r = enter(f, &qy, pos_of(x->users[u]), self);
+            if (r) return true;
         }
     }
-    while (sp) {
-        int64_t p = f->stack[--sp];
-        if (f->cl[p] >= 0 && cfind(f, f->cl[p]) == target) return true;
-        ot_instr *x = f->po[p];
+    while (qy.sp) {
+        const ot_instr *x = f->po[f->stack[--qy.sp]];
         for (int u = 0; u < x->nusers; u++) {
-            int64_t q = pos_of(x->users[u]);
-            if (q > maxpos || f->pos2[q] > maxpos2 || f->vis[q] == f->vstamp) continue;
-            f->vis[q] = f->vstamp;
-            f->stack[sp++] = q;
+            int r = enter(f, &qy, pos_of(x->users[u]), -1);
+            if (r) return true;
         }
     }
     return false;
@@ -199,7 +293,8 @@ static bool in_cluster(fz *f, int64_t p, int32_t c) {
 static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small) {
     cluster *C = &f->cls[c];
     int64_t n = cc_numel(i);
-    if (C->nio + i->noperands - 1 + (as_output ? 1 : 0) > f->max_io) return false;
+    if (C->nio + io_delta(f, i, c, false) + (as_output ? 1 : 0) > f->max_io) return false;
+    if (C->nmembers >= OT_FUSION_MAX_INSTRUCTIONS) return false;
     if (i->opcode == OT_OP_REDUCE) return false; /* only ever a root */
     *small = false;
     if (n == C->iter) return true;
@@ -221,9 +316,26 @@ static ot_status add_dup(fz *f, int64_t k, int32_t c) {
     OT_CHECK(cc_grow(&f->dups, &f->dupcap, f->ndups + 1, sizeof *f->dups));
     f->dups[f->ndups] = (dupent){c, f->dup_head[k]};
     f->dup_head[k] = f->ndups++;
-    f->cls[c].nio += f->po[k]->noperands - 1;
+    f->cls[c].nio += io_delta(f, f->po[k], c, true);
     f->cls[c].nmembers++;
     return OT_OK;
+}
+
+/* i (at position k) joins cluster c, as an extra output when it has users outside c. */
+static void join(fz *f, int64_t k, int32_t c, bool outside, bool small) {
+    cluster *C = &f->cls[c];
+    f->cl[k] = c;
+    f->small[k] = small;
+    C->nio += io_delta(f, f->po[k], c, true) + (outside ? 1 : 0);
+    C->nmembers++;
+    if (f->pos2[k] > C->maxpos2) C->maxpos2 = f->pos2[k];
+    if (f->pos2[k] < C->minpos2) C->minpos2 = f->pos2[k];
+    if (k < C->minpos) C->minpos = k;
+    if (outside) {
+        f->is_out[k] = true;
+        f->next_out[k] = C->first_out;
+        C->first_out = k;
+    }
 }
 
 static ot_status phase1(fz *f) {
@@ -261,29 +373,42 @@ static ot_status phase1(fz *f) {
         bool small = false;
         if (!many && nu == 1 && can_join(f, i, ucl[0], outside, &small)) {
             if (!outside || !reaches(f, &i, 1, ucl[0], ucl[0])) {
-                int32_t c = ucl[0];
-                f->cl[k] = c;
-                f->small[k] = small;
-                f->cls[c].nio += i->noperands - 1 + (outside ? 1 : 0);
-                f->cls[c].nmembers++;
-                if (f->pos2[k] > f->cls[c].maxpos2) f->cls[c].maxpos2 = f->pos2[k];
-                if (outside) {
-                    f->is_out[k] = true;
-                    f->next_out[k] = f->cls[c].first_out;
-                    f->cls[c].first_out = k;
-                }
+                join(f, k, ucl[0], outside, small);
                 continue;
             }
         }
-        /* a cheap instruction whose users all sit in several clusters is duplicated into each */
-        bool dup = !cc_is_expensive(i->opcode) && !many && !outside && nu >= 2;
+        /* a cheap instruction whose users all sit in several clusters is duplicated into each,
+         * unless copies would feed copies more than MAX_DUP_DEPTH deep: a chain whose values
+         * are each read twice (a residual stack) would otherwise be copied whole into every
+         * cluster that reads its end */
+        int depth = 1;
+        for (int u = 0; u < i->nusers; u++) {
+            int64_t p = pos_of(i->users[u]);
+            if (f->cl[p] < 0 && f->dup_head[p] >= 0 && f->dupdepth[p] + 1 > depth)
+                depth = f->dupdepth[p] + 1;
+        }
+        bool dup =
+            !cc_is_expensive(i->opcode) && !many && !outside && nu >= 2 && depth <= MAX_DUP_DEPTH;
+        if (dup) f->dupdepth[k] = (uint8_t)depth;
         for (int j = 0; j < nu && dup; j++) {
             bool sm = false;
             dup = can_join(f, i, ucl[j], false, &sm) && !sm;
         }
         for (int j = 0; j < nu && dup; j++) OT_CHECK(add_dup(f, k, ucl[j]));
-        bool needs_own = !dup;
-        if (needs_own) OT_CHECK(new_cluster(f, k, CL_LOOP, cc_numel(i)));
+        if (dup) continue;
+        /* otherwise it joins the cluster of its users made last (the most upstream: the one
+         * the others are least likely to reach) as an extra output, where that makes no cycle,
+         * so that a chain read from two clusters goes on in one instead of splitting in two */
+        if (!many && nu >= 2) {
+            int32_t c = ucl[0];
+            for (int j = 1; j < nu; j++)
+                if (ucl[j] > c) c = ucl[j];
+            if (can_join(f, i, c, true, &small) && !reaches(f, &i, 1, c, c)) {
+                join(f, k, c, true, small);
+                continue;
+            }
+        }
+        OT_CHECK(new_cluster(f, k, CL_LOOP, cc_numel(i)));
     }
     return OT_OK;
 }
@@ -325,6 +450,7 @@ static ot_status phase2(fz *f) {
             if (c == first) continue;
             cluster *A = &f->cls[first], *B = &f->cls[c];
             if (A->nio + B->nio - 1 > f->max_io) continue;
+            if (A->nmembers + B->nmembers > OT_FUSION_MAX_INSTRUCTIONS) continue;
             int64_t na = cluster_outputs(f, first, outs, 64);
             if (na == 64 || reaches(f, outs, na, first, c)) continue;
             int64_t nb = cluster_outputs(f, c, outs, 64);
@@ -338,10 +464,196 @@ static ot_status phase2(fz *f) {
             A->work = A->work || B->work;
             if (B->maxpos > A->maxpos) A->maxpos = B->maxpos;
             if (B->maxpos2 > A->maxpos2) A->maxpos2 = B->maxpos2;
+            if (B->minpos < A->minpos) A->minpos = B->minpos;
+            if (B->minpos2 < A->minpos2) A->minpos2 = B->minpos2;
             B->parent = first;
         }
     }
     return OT_OK;
+}
+
+/* The graph once every cluster is one instruction must stay acyclic; reaches() keeps it so
+ * except where a path leaves an instruction past its position bounds through a cluster. This
+ * check decides it exactly, in time linear in the graph: units are the clusters and the
+ * instructions outside any (a duplicated original is a unit of its own, feeding the clusters
+ * that hold its copies), an edge runs from the unit that produces an operand to each unit that
+ * reads it, and Tarjan's strongly connected components (iterative) find every cycle. Each
+ * cluster on a cycle is split into clusters of one member (a copy it held is dropped, and an
+ * original that loses a copy keeps a cluster of its own, as do the originals it reads); a cycle
+ * of the new partition would be one of the old partition through those clusters, so one round
+ * suffices. *broken counts the clusters split. */
+static int32_t unit_of(fz *f, int64_t p) {
+    return f->cl[p] >= 0 ? cfind(f, f->cl[p]) : (int32_t)(f->ncls + p);
+}
+
+static bool holds(fz *f, int32_t u, int64_t p) {
+    if (u >= f->ncls) return u - f->ncls == p;
+    return in_cluster(f, p, u);
+}
+
+/* Calls fn(ctx, unit, producer) for each edge into the units that p belongs to. */
+typedef struct edge_sink {
+    int64_t *cnt;  /* per unit: out-degree (count pass) */
+    int64_t *fill; /* per unit: next free slot (fill pass) */
+    int32_t *adj;
+} edge_sink;
+
+static void unit_edges(fz *f, int64_t p, edge_sink *es) {
+    const ot_instr *x = f->po[p];
+    int32_t readers[1 + 64];
+    int nr = 0;
+    if (f->cl[p] >= 0) readers[nr++] = cfind(f, f->cl[p]);
+    for (int64_t d = f->dup_head[p]; d >= 0 && nr < 64; d = f->dups[d].next)
+        readers[nr++] = cfind(f, f->dups[d].cluster);
+    if (f->cl[p] < 0) readers[nr++] = (int32_t)(f->ncls + p);
+    for (int r = 0; r < nr; r++) {
+        int32_t u = readers[r];
+        for (int q = 0; q < x->noperands; q++) {
+            int64_t o = pos_of(x->operands[q]);
+            if (holds(f, u, o)) continue;
+            int32_t v = unit_of(f, o);
+            if (v == u) continue;
+            if (es->fill)
+                es->adj[es->fill[v]++] = u;
+            else
+                es->cnt[v + 1]++;
+        }
+    }
+}
+
+static ot_status scc_split(fz *f, int64_t *broken) {
+    *broken = 0;
+    int64_t nu = f->ncls + f->n;
+    ot_status s = OT_OK;
+    int64_t *start = ot_calloc((size_t)nu + 1, sizeof *start);
+    int64_t *fill = ot_malloc((size_t)(nu ? nu : 1) * sizeof *fill);
+    int64_t *idx = ot_malloc((size_t)(nu ? nu : 1) * sizeof *idx);
+    int64_t *low = ot_malloc((size_t)(nu ? nu : 1) * sizeof *low);
+    int64_t *it = ot_malloc((size_t)(nu ? nu : 1) * sizeof *it);
+    int32_t *tstack = ot_malloc((size_t)(nu ? nu : 1) * sizeof *tstack);
+    int32_t *cstack = ot_malloc((size_t)(nu ? nu : 1) * sizeof *cstack);
+    bool *on = ot_calloc((size_t)(nu ? nu : 1), sizeof *on);
+    bool *split = ot_calloc((size_t)(f->ncls ? f->ncls : 1), sizeof *split);
+    int32_t *adj = NULL;
+    if (!start || !fill || !idx || !low || !it || !tstack || !cstack || !on || !split) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
+        goto out;
+    }
+    edge_sink es = {start, NULL, NULL};
+    for (int64_t p = 0; p < f->n; p++) unit_edges(f, p, &es);
+    for (int64_t u = 0; u < nu; u++) start[u + 1] += start[u];
+    adj = ot_malloc((size_t)(start[nu] ? start[nu] : 1) * sizeof *adj);
+    if (!adj) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
+        goto out;
+    }
+    memcpy(fill, start, (size_t)nu * sizeof *fill);
+    es = (edge_sink){NULL, fill, adj};
+    for (int64_t p = 0; p < f->n; p++) unit_edges(f, p, &es);
+    /* Tarjan, iterative: idx -1 unvisited; it[u] the next edge of u to follow */
+    for (int64_t u = 0; u < nu; u++) idx[u] = -1;
+    int64_t counter = 0, tsp = 0, csp = 0;
+    for (int64_t root = 0; root < nu; root++) {
+        if (idx[root] >= 0) continue;
+        if (root < f->ncls && cfind(f, (int32_t)root) != root) continue;
+        cstack[csp++] = (int32_t)root;
+        idx[root] = low[root] = counter++;
+        it[root] = start[root];
+        tstack[tsp++] = (int32_t)root;
+        on[root] = true;
+        while (csp) {
+            int32_t u = cstack[csp - 1];
+            if (it[u] < start[u + 1]) {
+                int32_t v = adj[it[u]++];
+                if (idx[v] < 0) {
+                    idx[v] = low[v] = counter++;
+                    it[v] = start[v];
+                    tstack[tsp++] = v;
+                    on[v] = true;
+                    cstack[csp++] = v;
+                } else if (on[v] && idx[v] < low[u]) {
+                    low[u] = idx[v];
+                }
+                continue;
+            }
+            csp--;
+            if (csp && low[u] < low[cstack[csp - 1]]) low[cstack[csp - 1]] = low[u];
+            if (low[u] != idx[u]) continue;
+            /* u roots a component: pop it; more than one unit is a cycle */
+            bool cycle = tstack[tsp - 1] != u;
+            int32_t w;
+            do {
+                w = tstack[--tsp];
+                on[w] = false;
+                if (cycle && w < f->ncls) split[w] = true;
+            } while (w != u);
+        }
+    }
+    /* split: every primary member of a split cluster gets a cluster of its own; copies held by
+     * split clusters are dropped, and then the original (and the originals it reads, which
+     * nothing would rewire otherwise) keeps a cluster of its own too */
+    int64_t ncls0 = f->ncls;
+    for (int64_t c = 0; c < ncls0; c++) *broken += split[c] && cfind(f, (int32_t)c) == c;
+    if (!*broken) goto out;
+    int64_t *work = it; /* reused: positions to turn into clusters of their own */
+    int64_t nwork = 0;
+    for (int64_t p = 0; p < f->n; p++) {
+        bool to_own = f->cl[p] >= 0 && split[cfind(f, f->cl[p])];
+        if (f->cl[p] < 0)
+            for (int64_t d = f->dup_head[p]; d >= 0 && !to_own; d = f->dups[d].next)
+                to_own = split[cfind(f, f->dups[d].cluster)];
+        if (to_own) {
+            f->cl[p] = -2; /* pending */
+            work[nwork++] = p;
+        }
+    }
+    for (int64_t w = 0; w < nwork; w++) {
+        const ot_instr *x = f->po[work[w]];
+        for (int q = 0; q < x->noperands; q++) {
+            int64_t o = pos_of(x->operands[q]);
+            if (f->cl[o] == -1 && f->dup_head[o] >= 0) {
+                f->cl[o] = -2;
+                work[nwork++] = o;
+            }
+        }
+    }
+    for (int64_t w = 0; w < nwork && s == OT_OK; w++) {
+        int64_t p = work[w];
+        ot_instr *x = f->po[p];
+        f->dup_head[p] = -1;
+        f->small[p] = false;
+        f->cl[p] = -1;
+        if (x->opcode == OT_OP_REDUCE)
+            s = new_cluster(f, p, CL_INPUT, cc_numel(x->operands[0]));
+        else
+            s = new_cluster(f, p, CL_LOOP, cc_numel(x));
+    }
+    /* copies held by split clusters (in originals that kept others) are dropped */
+    for (int64_t p = 0; p < f->n; p++) {
+        int64_t *link = &f->dup_head[p];
+        while (*link >= 0) {
+            int32_t c = f->dups[*link].cluster;
+            if (c < ncls0 && split[cfind(f, c)])
+                *link = f->dups[*link].next;
+            else
+                link = &f->dups[*link].next;
+        }
+    }
+    /* the split clusters themselves: no member is left in them */
+    for (int64_t c = 0; c < ncls0; c++)
+        if (split[c] && cfind(f, (int32_t)c) == c) f->cls[c].work = false;
+out:
+    ot_free(start);
+    ot_free(fill);
+    ot_free(idx);
+    ot_free(low);
+    ot_free(it);
+    ot_free(tstack);
+    ot_free(cstack);
+    ot_free(on);
+    ot_free(split);
+    ot_free(adj);
+    return s;
 }
 
 /* --------------------------------------------------------------------------------------------- */
@@ -578,10 +890,13 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     f.vis = ot_calloc((size_t)n, sizeof *f.vis);
     f.stack = ot_malloc((size_t)n * sizeof *f.stack);
     f.pos2 = ot_malloc((size_t)n * sizeof *f.pos2);
+    f.dupdepth = ot_calloc((size_t)n, sizeof *f.dupdepth);
+    f.in_of = ot_malloc((size_t)n * sizeof *f.in_of);
+    f.budget = REACH_VISITS_MIN + REACH_VISITS_PER_INSTR * f.n;
     int64_t *cnt = NULL, *order = NULL, *fill = NULL;
     bool ch = false;
     if (!f.cl || !f.small || !f.is_out || !f.next_out || !f.dup_head || !f.vis || !f.stack ||
-        !f.pos2) {
+        !f.pos2 || !f.dupdepth || !f.in_of) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
     }
@@ -593,12 +908,23 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
             s = add_input(&mt, x, true); /* (not known yet) */
         }
         f.cl[k] = -1;
+        f.in_of[k] = -1;
         f.dup_head[k] = -1;
         f.next_out[k] = -1;
     }
     if (s != OT_OK || (s = second_order(&f)) != OT_OK) goto out;
     if ((s = phase1(&f)) != OT_OK) goto out;
     if ((s = phase2(&f)) != OT_OK) goto out;
+    for (int round = 0;; round++) {
+        int64_t broken = 0;
+        if ((s = scc_split(&f, &broken)) != OT_OK) goto out;
+        __atomic_fetch_add(&cc_fuse_test.splits, broken, __ATOMIC_RELAXED);
+        if (!broken) break;
+        if (round == 4) { /* one round suffices (see scc_split): a second is a bug */
+            s = ot_error(OT_ERR_INTERNAL, "fuse: clusters still form a cycle after splitting");
+            goto out;
+        }
+    }
     /* member lists per cluster root (CSR), in position order */
     cnt = ot_calloc((size_t)(f.ncls + 1), sizeof *cnt);
     int32_t *last = ot_malloc((size_t)(f.ncls ? f.ncls : 1) * sizeof *last);
@@ -698,6 +1024,9 @@ out:
     ot_free(f.vis);
     ot_free(f.stack);
     ot_free(f.pos2);
+    ot_free(f.dupdepth);
+    ot_free(f.in_of);
+    ot_free(f.cvis);
     if (changed) *changed = ch;
     return s;
 }
