@@ -162,6 +162,21 @@ static int run_optim_bench(int argc, char **argv) {
         rc = cli_fail(cmd);
         goto done;
     }
+    {
+        /* memory admission (runtime.h), before anything big: the device's parameters, gradients
+         * and state (twice with --flat), the staging tensor of one upload, the loop's 4 arrays */
+        int64_t e = n * (int64_t)sizeof(float), ns = ot_optimizer_state_count(o);
+        ot_mem_item need[] = {
+            {"parameters and gradients", (flat ? 4 : 2) * e, true},
+            {"optimizer state", (flat ? 2 : 1) * ns * e, true},
+            {"upload staging", (n + k - 1) / k * (int64_t)sizeof(float), false},
+            {"baseline loop arrays", 4 * e, false},
+        };
+        if (ot_mem_admit(cmd, need, 4, 1, 0, NULL) != OT_OK) {
+            rc = cli_fail(cmd);
+            goto done;
+        }
+    }
     /* the one pool both sides run on */
     if (ot_threadpool_create(threads ? (int)threads : ot_threadpool_size(ot_threadpool_default()),
                              &pool) != OT_OK) {

@@ -28,42 +28,11 @@ static bool is_help(const char *a) {
     return !strcmp(a, "--help") || !strcmp(a, "-h");
 }
 
-/* Reads FILE (or stdin for "-") into a malloc'd buffer. */
+/* Reads FILE (or stdin for "-"), ot_free'd; the library's reader refuses devices such as
+ * /dev/zero and text over 1 GiB. */
 static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        ot_error(OT_ERR_IO, "open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        if (n == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-        }
-        size_t k = fread(b + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    bool err = ferror(f);
-    if (f != stdin) fclose(f);
-    if (!b) {
-        ot_error(OT_ERR_OUT_OF_MEMORY, "read %s: out of memory", path);
-        return NULL;
-    }
-    if (err) {
-        free(b);
-        ot_error(OT_ERR_IO, "read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    *len = n;
-    return b;
+    char *text = NULL;
+    return ot_hlo_read_file(path, &text, len) == OT_OK ? text : NULL;
 }
 
 static bool blank_piece(const char *s, size_t n) {
@@ -152,7 +121,7 @@ static int cmd_check_or_print(bool print, int argc, char **argv) {
     if (!text) return cli_fail("hlo");
     FILE *out = NULL;
     if (print && !(out = open_out(a.out))) {
-        free(text);
+        ot_free(text);
         return cli_fail("hlo");
     }
     ot_hlo_print_options po = ot_hlo_print_options_default();
@@ -180,7 +149,7 @@ static int cmd_check_or_print(bool print, int argc, char **argv) {
             char *t = ot_hlo_print(m, &po);
             if (!t) {
                 ot_module_free(m);
-                free(text);
+                ot_free(text);
                 if (out != stdout) fclose(out);
                 return cli_fail("hlo");
             }
@@ -200,7 +169,7 @@ static int cmd_check_or_print(bool print, int argc, char **argv) {
         line += lines;
         if (!a.split || off >= len) break;
     }
-    free(text);
+    ot_free(text);
     if (pieces == 0 && !failed) {
         fprintf(stderr, "optitpu hlo: %s: no module (only comments and blank lines)\n",
                 display_name(a.file));
@@ -219,7 +188,7 @@ static ot_module *load_one(const hlo_args *a) {
     if (!text) return NULL;
     ot_module *m = NULL;
     ot_status s = parse_piece(a->file, text, len, 0, &m);
-    free(text);
+    ot_free(text);
     return s == OT_OK ? m : NULL;
 }
 

@@ -155,31 +155,9 @@ static void json_str(const char *s) {
 /* Parses FILE, or its piece `index` when it holds several modules ('// -----' separators). */
 static ot_status parse_module(const char *file, int64_t index, ot_module **out) {
     *out = NULL;
-    FILE *f = fopen(file, "rb");
-    if (!f) return ot_error(OT_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
     char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 65536 > cap) {
-            cap = (len + 65536) * 2;
-            char *t = ot_realloc(text, cap);
-            if (!t) {
-                fclose(f);
-                ot_free(text);
-                return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", file);
-            }
-            text = t;
-        }
-        size_t n = fread(text + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        ot_free(text);
-        return ot_error(OT_ERR_IO, "%s: read error", file);
-    }
+    size_t len = 0;
+    OT_CHECK(ot_hlo_read_file(file, &text, &len)); /* refuses devices and text over 1 GiB */
     size_t pos = 0;
     int line = 0, pieces = 0;
     size_t starts[4096], lens[4096];
@@ -299,6 +277,7 @@ static int run(int argc, char **argv) {
     uint64_t *times = NULL;
     ot_bench_limits lim;
     memset(&lim, 0, sizeof lim);
+    int *given = NULL; /* per parameter: 1 + the index of its --input, or 0 */
 
     if (parse_module(file, modix, &m) != OT_OK) goto fail;
     const ot_computation *entry = ot_module_entry(m);
@@ -321,11 +300,10 @@ static int run(int argc, char **argv) {
         goto fail;
     }
 
-    /* inputs */
+    /* inputs: names and kinds checked first; nothing is read or allocated before admission */
     st.host = ot_calloc((size_t)st.np + 1, sizeof *st.host);
-    bool *given = ot_calloc((size_t)st.np + 1, sizeof *given);
+    given = ot_calloc((size_t)st.np + 1, sizeof *given);
     if (!st.host || !given) {
-        ot_free(given);
         ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
         goto fail;
     }
@@ -336,72 +314,33 @@ static int run(int argc, char **argv) {
                      "--input %s: the module has no parameter named or numbered "
                      "'%s' (it has %d)",
                      inputs[k].name, inputs[k].name, st.np);
-            ot_free(given);
             goto fail;
         }
-        const ot_ir_shape *ps = &entry->params[p]->shape;
         if (given[p]) {
             ot_error(OT_ERR_INVALID_ARGUMENT, "--input %s: parameter %d (%s) given twice",
                      inputs[k].name, p, entry->params[p]->name);
-            ot_free(given);
             goto fail;
         }
-        if (ps->kind != OT_IR_ARRAY) {
-            ot_error(OT_ERR_UNIMPLEMENTED, "parameter %d (%s) is a tuple; pass arrays", p,
-                     entry->params[p]->name);
-            ot_free(given);
-            goto fail;
-        }
-        if (ot_npy_read_file(inputs[k].file, &st.host[p]) != OT_OK) {
-            ot_error_wrap(OT_ERR_INVALID_ARGUMENT, "--input %s", inputs[k].name);
-            ot_free(given);
-            goto fail;
-        }
-        given[p] = true;
-        ot_tensor *t = &st.host[p];
-        if (ps->array.dtype == OT_BF16 && t->shape.dtype == OT_U16) t->shape.dtype = OT_BF16;
-        if (!ot_shape_equal(&t->shape, &ps->array)) {
-            char want[96], got[96];
-            ot_shape_format(&ps->array, want, sizeof want);
-            ot_shape_format(&t->shape, got, sizeof got);
-            ot_error(OT_ERR_SHAPE_MISMATCH,
-                     "--input %s=%s: parameter %d (%s) expects %s, the file "
-                     "holds %s",
-                     inputs[k].name, inputs[k].file, p, entry->params[p]->name, want, got);
-            ot_free(given);
-            goto fail;
-        }
+        given[p] = k + 1;
     }
+    int64_t in_bytes = 0;
     for (int p = 0; p < st.np; p++) {
-        if (given[p]) continue;
         const ot_ir_shape *ps = &entry->params[p]->shape;
         if (ps->kind != OT_IR_ARRAY) {
             ot_error(OT_ERR_UNIMPLEMENTED, "parameter %d (%s) is a tuple; pass arrays", p,
                      entry->params[p]->name);
-            ot_free(given);
             goto fail;
         }
-        if (!zeros && !random) {
+        if (!given[p] && !zeros && !random) {
             ot_error(OT_ERR_INVALID_ARGUMENT, "parameter %d (%s) has no --input (or use --fill)", p,
                      entry->params[p]->name);
-            ot_free(given);
             goto fail;
         }
-        if (ot_tensor_alloc(&st.host[p], &ps->array) != OT_OK) {
-            ot_free(given);
-            goto fail;
-        }
-        if (random) fill_random(&st.host[p], seed * 1000003ULL + (uint64_t)p);
+        int64_t nb = ot_ir_shape_nbytes(ps);
+        in_bytes = nb > INT64_MAX - in_bytes ? INT64_MAX : in_bytes + nb;
     }
-    ot_free(given);
 
-    /* backend, compile into the profile, run */
-    if (limits) {
-        ot_bench_limits_options lo = ot_bench_limits_options_default();
-        lo.what = OT_BENCH_LIMIT_STREAM;
-        lo.reps = 3;
-        if (ot_bench_limits_measure(&lo, &lim) != OT_OK) goto fail;
-    }
+    /* backend, compile into the profile */
     if (ot_profile_create(&prof) != OT_OK) goto fail;
     int64_t off;
     if (ot_clock_offset_ns(&off)) ot_profile_set_time_offset(prof, off);
@@ -419,6 +358,56 @@ static int run(int argc, char **argv) {
     if (ot_backend_register_module_profiled(b, "main", m, &co, prof) != OT_OK) goto fail;
     double compile_ms = (double)(ot_now_ns() - tc) / 1e6;
     if (ot_backend_lookup(b, "main", &st.exe) != OT_OK) goto fail;
+
+    /* memory admission (runtime.h): the host copies of the inputs and of the results, and on each
+     * device that runs the input buffers, the arena and the output buffers */
+    {
+        int64_t cap = devmem, out_bytes = ot_ir_shape_nbytes(&entry->root->shape);
+        if (hbm && ot_tpu_hbm_bytes(hbm, &cap) != OT_OK) goto fail;
+        ot_mem_item need[] = {
+            {"inputs", in_bytes, false},         {"results", out_bytes, false},
+            {"input buffers", in_bytes, true},   {"arena", ot_executable_arena_size(st.exe), true},
+            {"output buffers", out_bytes, true},
+        };
+        char what[4200];
+        snprintf(what, sizeof what, "run %s", file);
+        if (ot_mem_admit(what, need, (int)(sizeof need / sizeof need[0]), st.replicas, cap, NULL) !=
+            OT_OK)
+            goto fail;
+    }
+    for (int p = 0; p < st.np; p++) {
+        const ot_ir_shape *ps = &entry->params[p]->shape;
+        if (given[p]) {
+            const input_arg *in = &inputs[given[p] - 1];
+            if (ot_npy_read_file(in->file, &st.host[p]) != OT_OK) {
+                ot_error_wrap(OT_ERR_INVALID_ARGUMENT, "--input %s", in->name);
+                goto fail;
+            }
+            ot_tensor *t = &st.host[p];
+            if (ps->array.dtype == OT_BF16 && t->shape.dtype == OT_U16) t->shape.dtype = OT_BF16;
+            if (!ot_shape_equal(&t->shape, &ps->array)) {
+                char want[96], got[96];
+                ot_shape_format(&ps->array, want, sizeof want);
+                ot_shape_format(&t->shape, got, sizeof got);
+                ot_error(OT_ERR_SHAPE_MISMATCH,
+                         "--input %s=%s: parameter %d (%s) expects %s, the file "
+                         "holds %s",
+                         in->name, in->file, p, entry->params[p]->name, want, got);
+                goto fail;
+            }
+            continue;
+        }
+        if (ot_tensor_alloc(&st.host[p], &ps->array) != OT_OK) goto fail;
+        if (random) fill_random(&st.host[p], seed * 1000003ULL + (uint64_t)p);
+    }
+
+    /* run */
+    if (limits) {
+        ot_bench_limits_options lo = ot_bench_limits_options_default();
+        lo.what = OT_BENCH_LIMIT_STREAM;
+        lo.reps = 3;
+        if (ot_bench_limits_measure(&lo, &lim) != OT_OK) goto fail;
+    }
     st.b = b;
     st.prof = prof;
     st.no = ot_executable_output_count(st.exe);
@@ -535,6 +524,7 @@ fail:
     if (rc != CLI_OK) rc = cli_fail("run");
     for (int k = 0; st.host && k < st.np; k++) ot_tensor_release(&st.host[k]);
     for (int k = 0; st.result && k < st.no; k++) ot_tensor_release(&st.result[k]);
+    ot_free(given);
     ot_free(st.host);
     ot_free(st.result);
     ot_free(st.ns);

@@ -11,6 +11,7 @@ static void test_status_names(void) {
     EXPECT_STR_EQ(ot_status_str(OT_OK), "OK");
     EXPECT_STR_EQ(ot_status_str(OT_ERR_CORRUPT_DATA), "CORRUPT_DATA");
     EXPECT_STR_EQ(ot_status_str(OT_ERR_OUT_OF_RANGE), "OUT_OF_RANGE");
+    EXPECT_STR_EQ(ot_status_str(OT_ERR_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
     EXPECT_STR_EQ(ot_status_str((ot_status)-999), "UNKNOWN_STATUS");
     EXPECT_STR_EQ(ot_status_str((ot_status)5), "UNKNOWN_STATUS");
     EXPECT_INT_EQ(ot_error(OT_ERR_IO, "open %s", "x.bin"), OT_ERR_IO);

@@ -38,13 +38,27 @@ expect check-ok 0 "ok: module jit_train_step, 87 computations, 1947 instructions
 expect check-lenient 0 "ok: module module, 3 computations" -- hlo check "$data/tools__multihost_hlo_runner__data__while_with_known_trip_count.hlo"
 expect check-unimplemented 1 "UNIMPLEMENTED: .*dynamic_shaped_arguments.hlo:3:47: dynamic dimensions" -- hlo check "$data/tools__multihost_hlo_runner__data__dynamic_shaped_arguments.hlo"
 expect check-split 0 "ok: module einsum_diag" -- hlo check --split-input-file "$data/hlo__builder__tests__matrix_einsum.hlo"
-expect check-no-split 1 "a second HloModule header" -- hlo check "$data/hlo__builder__tests__matrix_einsum.hlo"
+expect check-no-split 1 "a second HloModule header.*pass --split-input-file" -- hlo check "$data/hlo__builder__tests__matrix_einsum.hlo"
 expect check-missing 1 "IO: open $work/nope.hlo" -- hlo check "$work/nope.hlo"
 printf 'HloModule m\nENTRY e {\n  x = f32[2] parameter(0)\n  ROOT y = f32[3] negate(x)\n}\n' >"$work/bad.hlo"
 expect check-shape-error 1 "bad.hlo:4:19: y: negate: declared shape f32\[3\] disagrees with the inferred shape f32\[2\]" -- hlo check "$work/bad.hlo"
 printf 'ENTRY e {\n  x = f32[2] parameter(0)\n  ROOT y = f32[2] frobnicate(x)\n}\n' >"$work/bad2.hlo"
 expect check-unknown-opcode 1 "bad2.hlo:3:19: unknown opcode 'frobnicate'" -- hlo check "$work/bad2.hlo"
 expect check-stdin 0 "<stdin>: ok" -- hlo check - <"$data/tools__data__add.hlo"
+# input that is not a file of text: refused at once (a device never ends), and text over 1 GiB
+# refused from its size (a sparse file: nothing is written or read)
+check dev-zero-refused bash -c "timeout 20 '$bin' hlo check /dev/zero 2>&1 | grep -q '/dev/zero is a device, not a file of HLO text'"
+expect directory 1 "is a directory, not HLO text" -- hlo check "$work"
+truncate -s 1100M "$work/huge.hlo"
+expect too-large 1 "RESOURCE_EXHAUSTED: .*huge.hlo holds 1153433600 bytes; HLO text over 1073741824 bytes \(1 GiB\) is refused" -- hlo check "$work/huge.hlo"
+rm -f "$work/huge.hlo"
+check pipe-binary bash -c "head -c 300000 /dev/zero | '$bin' hlo check - 2>&1 | grep -q '<stdin>: a NUL byte at byte 0: binary data'"
+expect process-substitution 0 "ok: module" -- hlo check <(cat "$data/tools__data__add.hlo")
+# what XLA refuses: bytes that are not UTF-8 (never printed back raw), nesting 100,000 deep
+printf 'ENTRY e {\n  ROOT x = f32[2] parameter(0), metadata={op_name="a\377"}\n}\n' >"$work/latin1.hlo"
+expect not-utf8 1 "latin1.hlo:2:53: byte 0xff is not valid UTF-8" -- hlo print "$work/latin1.hlo"
+python3 -c "print('ENTRY e {\n  ROOT x = f32[2] parameter(0), frontend_attributes=' + '{' * 100000 + '\n}')" >"$work/deep.hlo"
+expect deep-nesting 1 "deep.hlo:2:[0-9]+: brackets nested more than 64 deep" -- hlo check "$work/deep.hlo"
 expect usage-no-file 2 "FILE is required" -- hlo check
 expect usage-bad-sub 2 "unknown subcommand 'frob'" -- hlo frob x
 expect usage-bad-opt 2 "unknown option '--frob'" -- hlo print --frob x

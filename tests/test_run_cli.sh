@@ -146,7 +146,22 @@ bad "given twice" "$d/module.hlo" --fill zeros --input "0=$d/input_0.npy" --inpu
 bad "has no --input (or use --fill)" "$d/module.hlo" --input "0=$d/input_0.npy"
 bad "OUT_OF_MEMORY" "$hlo/backends__cpu__lite_aot__tests__hlos__dot.hlo" --fill zeros --device-memory 1K --output-dir "$tmp/b"
 bad "requested" "$hlo/backends__cpu__lite_aot__tests__hlos__dot.hlo" --fill zeros --device-memory 1K --output-dir "$tmp/b"
-bad "cannot open" "$tmp/missing.hlo" --fill zeros
+bad "IO: open .*missing.hlo: No such file" "$tmp/missing.hlo" --fill zeros
 bad "random:SEED or zeros" "$d/module.hlo" --fill ones
-bad "no HloModule\|expected\|parse" /dev/null --fill zeros
+bad "/dev/null is a device, not a file of HLO text" /dev/null --fill zeros
+printf 'HloModule e\n' >"$tmp/empty.hlo"
+bad "expected a computation, got end of input" "$tmp/empty.hlo" --fill zeros
+
+# Memory admission: a run that cannot fit is refused before anything is allocated, naming what it
+# needs and what there is (4 PB of parameters: refused on any machine; without admission the
+# host allocation itself fails, with another error)
+printf 'HloModule pb\nENTRY e {\n  p = f32[1000000000000000] parameter(0)\n  ROOT n = f32[1000000000000000] negate(p)\n}\n' >"$tmp/pb.hlo"
+bad "RESOURCE_EXHAUSTED: run .*pb.hlo needs 14.21 PiB (16000000000000000 bytes) of host memory (inputs 3.55 PiB" "$tmp/pb.hlo" --fill zeros
+bad "more than the .* available (MemAvailable" "$tmp/pb.hlo" --fill zeros
+# --device-memory caps what each device must hold, host-side inputs included in the decision
+bad "RESOURCE_EXHAUSTED: run .*pb.hlo needs 7.11 PiB (8000000000000000 bytes) on each device (input buffers 3.55 PiB" "$tmp/pb.hlo" --fill zeros --device-memory 8G
+bad "more than the device's 8.00 GiB (8589934592 bytes) of memory" "$tmp/pb.hlo" --fill zeros --device-memory 8G
+# a device below 2 MiB serves small buffers (296 bytes here) instead of a false out-of-memory
+printf 'HloModule s\nENTRY e {\n  p = f32[74] parameter(0)\n  ROOT n = f32[74] negate(p)\n}\n' >"$tmp/small.hlo"
+"$bin" run "$tmp/small.hlo" --fill zeros --device-memory 1M --output-dir "$tmp/s" | grep -q "^output 0    f32\[74\]"
 echo "run cli ok"

@@ -50,7 +50,10 @@ typedef enum ot_status {
     OT_ERR_INTERNAL = -13,
     OT_ERR_FAILED_PRECONDITION = -14,
     OT_ERR_OUT_OF_RANGE = -15,
-    OT_STATUS_MIN = -15, /* the most negative code; used by name-table checks */
+    /* refused before allocating: what a run needs exceeds the memory (or another resource) it may
+     * have; OUT_OF_MEMORY is an allocation that failed */
+    OT_ERR_RESOURCE_EXHAUSTED = -16,
+    OT_STATUS_MIN = -16, /* the most negative code; used by name-table checks */
 } ot_status;
 
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN_STATUS" for a value outside the enum. */

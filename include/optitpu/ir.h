@@ -752,6 +752,16 @@ OT_API ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_o
 OT_API ot_status ot_hlo_parse_file(const char *path, const ot_hlo_parse_options *opts,
                                    ot_module **out);
 
+/* HLO text is read from a regular file of at most OT_HLO_MAX_TEXT bytes (larger ones are refused
+ * from their size, before reading), or from a pipe, socket or terminal up to that many bytes;
+ * "-" is standard input. Devices (/dev/zero, /dev/urandom: they never end) and directories are
+ * refused, and so is a NUL byte read from a pipe (binary data, stopped at once). *text (ot_free)
+ * is NUL-terminated; *len excludes the terminator. RESOURCE_EXHAUSTED past the limit,
+ * INVALID_ARGUMENT for what is not text, IO when it cannot be read. ot_hlo_parse_file reads
+ * through it. */
+#define OT_HLO_MAX_TEXT ((size_t)1 << 30)
+OT_API ot_status ot_hlo_read_file(const char *path, char **text, size_t *len);
+
 /* Files in XLA's lit style hold several modules separated by lines "// -----". Returns the
  * length of the first piece of text[0..len) and sets *next to the offset where the next piece
  * starts (len when there is none); *lines to the number of lines the piece and its separator

@@ -108,6 +108,40 @@ OT_API int64_t ot_mem_pool_trim(ot_mem_pool *p);
 OT_API void ot_mem_pool_stats(ot_mem_pool *p, ot_mem_stats *out);
 OT_API void ot_mem_pool_set_listener(ot_mem_pool *p, ot_mem_listener fn, void *ud);
 
+/* ---------------------------------------------------------------------------------------------
+ * Memory admission (src/runtime/admit.c): before a command allocates a run's memory it lists
+ * what it will hold and asks whether that fits; the answer comes before any of it is taken.
+ * ------------------------------------------------------------------------------------------- */
+
+/* What the host can give this process, in bytes; -1 where unknown or unlimited. */
+typedef struct ot_host_memory {
+    int64_t mem_available;    /* /proc/meminfo MemAvailable (MemFree on kernels without it) */
+    int64_t cgroup_limit;     /* the tightest cgroup memory limit (v2 memory.max, v1
+                                 memory.limit_in_bytes) from this process's cgroup to the root */
+    int64_t cgroup_available; /* what is left under it: limit - usage + inactive file pages */
+    int64_t available;        /* the smaller of mem_available and cgroup_available */
+} ot_host_memory;
+
+OT_API ot_status ot_host_memory_query(ot_host_memory *out);
+/* The same with every path under `root` (root + "/proc/meminfo", root + "/sys/fs/cgroup/...");
+ * "" is the machine itself. For tests. */
+OT_API ot_status ot_host_memory_query_at(const char *root, ot_host_memory *out);
+
+/* One thing a run will allocate: `bytes` once on the host, or on each device (per_device). */
+typedef struct ot_mem_item {
+    const char *name; /* "inputs", "arena", "optimizer state", ... (for the message) */
+    int64_t bytes;
+    bool per_device;
+} ot_mem_item;
+
+/* OK when the items fit, RESOURCE_EXHAUSTED otherwise, with what is needed and what is available:
+ * the per-device items must fit device_capacity (0: unlimited), and the host items plus `devices`
+ * times the per-device items (host devices allocate host memory) must fit avail->available
+ * (avail NULL: ot_host_memory_query; an unknown figure does not refuse). `what` names the run in
+ * the message ("run model.hlo"). Nothing is allocated. */
+OT_API ot_status ot_mem_admit(const char *what, const ot_mem_item *items, int nitems, int devices,
+                              int64_t device_capacity, const ot_host_memory *avail);
+
 /* Per-chip HBM of a TPU generation ("v2", "v3", "v4", "v5e", "v5p", "v6e"; a topology spec such
  * as "v4-2x2x1" also works), from Google Cloud's TPU system-architecture pages: v2 16 GiB,
  * v3 32 GiB, v4 32 GiB, v5e 16 GiB, v5p 95 GiB, v6e 32 GiB. NOT_FOUND for another name. */

@@ -27,6 +27,7 @@ static const char *const status_names[] = {
     "INTERNAL",
     "FAILED_PRECONDITION",
     "OUT_OF_RANGE",
+    "RESOURCE_EXHAUSTED",
 };
 _Static_assert(sizeof(status_names) / sizeof(status_names[0]) == 1 - OT_STATUS_MIN,
                "status name table out of sync with ot_status");

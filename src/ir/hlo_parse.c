@@ -13,9 +13,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct ref {
     const char *name;
@@ -2592,38 +2595,101 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
     return OT_OK;
 }
 
-ot_status ot_hlo_parse_file(const char *path, const ot_hlo_parse_options *opts, ot_module **out) {
-    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo parse: out is NULL");
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return ot_error(OT_ERR_IO, "open %s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+ot_status ot_hlo_read_file(const char *path, char **text, size_t *len) {
+    if (!text || !len || !path)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo read: a NULL argument");
+    *text = NULL;
+    *len = 0;
+    bool std_in = !strcmp(path, "-");
+    const char *name = std_in ? "<stdin>" : path;
+    int fd = std_in ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ot_error(OT_ERR_IO, "open %s: %s", path, strerror(errno));
+    struct stat st;
     ot_status s = OT_OK;
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 1 << 16;
-            char *nb = ot_realloc(buf, ncap);
+    if (fstat(fd, &st) != 0) {
+        s = ot_error(OT_ERR_IO, "stat %s: %s", name, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
+        s = ot_error(OT_ERR_INVALID_ARGUMENT, "%s is a directory, not HLO text", name);
+    } else if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode) &&
+               !isatty(fd)) {
+        /* a device never ends (/dev/zero) or is not text; pipes and terminals are meant */
+        s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                     "%s is a device, not a file of HLO text (regular files, pipes and standard "
+                     "input are read)",
+                     name);
+    } else if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > OT_HLO_MAX_TEXT) {
+        s = ot_error(OT_ERR_RESOURCE_EXHAUSTED,
+                     "%s holds %lld bytes; HLO text over %zu bytes (1 GiB) is refused", name,
+                     (long long)st.st_size, OT_HLO_MAX_TEXT);
+    }
+    bool stream = s == OT_OK && !S_ISREG(st.st_mode);
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    while (s == OT_OK) {
+        if (n == cap) {
+            /* a regular file: its size plus one byte to see the end; a stream grows by doubling */
+            size_t ncap = cap ? cap * 2 : stream ? (size_t)1 << 16 : (size_t)st.st_size + 1;
+            if (ncap > OT_HLO_MAX_TEXT + 1) ncap = OT_HLO_MAX_TEXT + 1;
+            if (ncap <= cap) {
+                s = ot_error(OT_ERR_RESOURCE_EXHAUSTED,
+                             "%s: more than %zu bytes (1 GiB) of HLO text; refused", name,
+                             OT_HLO_MAX_TEXT);
+                break;
+            }
+            char *nb = ot_realloc(buf, ncap + 1);
             if (!nb) {
-                s = ot_error(OT_ERR_OUT_OF_MEMORY, "read %s: out of memory", path);
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "read %s: out of memory", name);
                 break;
             }
             buf = nb;
             cap = ncap;
         }
-        size_t k = fread(buf + len, 1, cap - len, f);
-        len += k;
-        if (k == 0) {
-            if (ferror(f)) s = ot_error(OT_ERR_IO, "read %s: %s", path, strerror(errno));
+        ssize_t k = read(fd, buf + n, cap - n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            s = ot_error(OT_ERR_IO, "read %s: %s", name, strerror(errno));
+            break;
+        }
+        if (k == 0) break;
+        if (stream && memchr(buf + n, 0, (size_t)k)) {
+            const char *z = memchr(buf + n, 0, (size_t)k);
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "%s: a NUL byte at byte %zu: binary data, not HLO text", name,
+                         n + (size_t)(z - (buf + n)));
+            break;
+        }
+        n += (size_t)k;
+        if (n > OT_HLO_MAX_TEXT) {
+            s = ot_error(OT_ERR_RESOURCE_EXHAUSTED,
+                         "%s: more than %zu bytes (1 GiB) of HLO text; refused", name,
+                         OT_HLO_MAX_TEXT);
             break;
         }
     }
-    fclose(f);
-    if (s == OT_OK) {
-        ot_hlo_parse_options o = opts ? *opts : ot_hlo_parse_options_default();
-        if (!o.filename) o.filename = path;
-        s = ot_hlo_parse(buf, len, &o, out);
+    if (!std_in) close(fd);
+    if (s != OT_OK) {
+        ot_free(buf);
+        return s;
     }
+    if (!buf) {
+        buf = ot_malloc(1);
+        if (!buf) return ot_error(OT_ERR_OUT_OF_MEMORY, "read %s: out of memory", name);
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return OT_OK;
+}
+
+ot_status ot_hlo_parse_file(const char *path, const ot_hlo_parse_options *opts, ot_module **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo parse: out is NULL");
+    *out = NULL;
+    char *buf;
+    size_t len;
+    OT_CHECK(ot_hlo_read_file(path, &buf, &len));
+    ot_hlo_parse_options o = opts ? *opts : ot_hlo_parse_options_default();
+    if (!o.filename) o.filename = strcmp(path, "-") ? path : "<stdin>";
+    ot_status s = ot_hlo_parse(buf, len, &o, out);
     ot_free(buf);
     return s;
 }

@@ -247,6 +247,14 @@ ot_status ot_mem_pool_alloc(ot_mem_pool *p, int64_t size, void **out) {
     }
     if (!best) {
         int64_t segsz = small ? SMALL_SEGMENT : rs;
+        /* a capacity with less than a whole small segment left (a device smaller than 2 MiB, or
+         * the last of a larger one): the segment takes what is left, so a request that fits the
+         * capacity is not refused for the segment size */
+        if (small && p->capacity > 0 && p->st.reserved + segsz > p->capacity) {
+            trim_locked(p);
+            int64_t left = (p->capacity - p->st.reserved) / SMALL_ROUND * SMALL_ROUND;
+            if (left < segsz) segsz = left > rs ? left : rs;
+        }
         segment *s = NULL;
         st = new_segment(p, segsz, small, &s);
         if (st != OT_OK) {

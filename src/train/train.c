@@ -1329,6 +1329,14 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
         ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
         s = ot_tpu_optimizer_create(t->optim, shapes, t->nparams, &to, &t->topt);
     }
+    if (s == OT_OK) { /* memory admission (runtime.h) before the replicas take their memory */
+        int64_t e = t->total_elems * (int64_t)sizeof(float);
+        ot_mem_item need[] = {{"parameters", e, true},
+                              {"gradients", e, true},
+                              {"optimizer state", e * ot_optimizer_state_count(t->optim), true},
+                              {"all-reduce buffer", e, true}};
+        s = ot_mem_admit("train", need, 4, t->ndev_total, 0, NULL);
+    }
     for (int r = 0; s == OT_OK && r < t->nlive; r++) {
         t->reps[r].dev_index = r;
         t->reps[r].dev = ot_backend_device(t->backend, r);
