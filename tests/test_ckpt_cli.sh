@@ -64,6 +64,20 @@ mkdir "$root/step_00000200.tmp"
 expect verify_skips_tmp 1 "^skip .*step_00000200.tmp" -- ckpt verify "$root"
 expect ls_shows_partial 0 "^200 +partial" -- ckpt ls "$root"
 
+# control characters in tensor names and metadata are printed escaped, never raw
+esc=$work/esc.safetensors
+hdr='{"__metadata__":{"k\u0007":"v\u001b[2J"},"a\u001b[31mb\nc\u0085\\d":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+while (( (${#hdr} + 0) % 8 )); do hdr="$hdr "; done
+printf -v len8 '\\x%02x\\x%02x\\x00\\x00\\x00\\x00\\x00\\x00' $(( ${#hdr} & 255 )) $(( ${#hdr} >> 8 ))
+{ printf "$len8"; printf '%s' "$hdr"; printf '\x00\x00\x80\x3f'; } >"$esc"
+expect inspect_escapes_name 0 'a\\x1b\[31mb\\nc\\u0085\\\\d +F32' -- ckpt inspect "$esc"
+expect inspect_escapes_meta 0 'metadata k\\x07 = v\\x1b\[2J' -- ckpt inspect "$esc"
+if LC_ALL=C grep -q $'\x1b' "$work/all" || LC_ALL=C grep -q $'\x07' "$work/all"; then
+  echo "FAIL inspect_no_raw_controls"; failed=$((failed + 1))
+else
+  echo "ok   inspect_no_raw_controls"; passed=$((passed + 1))
+fi
+
 # the benchmark runs end to end on a small size and prints the common JSON rows
 expect bench_json 0 '^\{"bench": "ckpt", "case": "restore\+verify 16 MiB.*"ratio"' -- \
   bench ckpt --size 16M --reps 1 --json --dir "$work"

@@ -1,11 +1,14 @@
 /* The training driver: it learns, a stopped run resumed from its checkpoint ends bit-identical to
  * an uninterrupted one, 1 and 8 devices agree within a stated tolerance, an injected device
  * failure is detected and survived by both recovery policies, and bad options are refused. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ft/ft_io.h"
+#include "optitpu/ft.h"
 #include "optitpu/train.h"
 #include "ot_test.h"
 
@@ -201,6 +204,10 @@ static void test_bad_options(void) {
     o = small(4, 10);
     o.topology = "torus-4x4";
     EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o = small(3, 10);
+    o.topology = "torus-2x4"; /* explicit: the default's name is no excuse */
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "topology torus-2x4 has 8 devices, the pod 3");
     ot_train_report_clear(&r);
 }
 
@@ -265,6 +272,134 @@ static void test_report_files(void) {
     ot_train_report_clear(&r);
 }
 
+/* A checkpoint records what its state belongs to: a resume under another optimizer or model is
+ * refused with a clear error, and nothing in the directory is touched. */
+static void test_resume_refuses_other_state(void) {
+    ot_train_options o = small(2, 20);
+    o.ckpt_dir = tmpdir("other_state");
+    o.ckpt_every = 10;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    ot_train_report_clear(&r);
+    o.resume = true;
+    o.steps = 30;
+    o.optimizer = "sgd";
+    EXPECT_STATUS(ot_train(&o, &r), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STR_CONTAINS(ot_last_error(),
+                        "holds the state of optimizer 'adam'; this run uses 'sgd'");
+    ot_train_report_clear(&r);
+    o.optimizer = "adamw"; /* the same state tensors, another optimizer */
+    EXPECT_STATUS(ot_train(&o, &r), OT_ERR_FAILED_PRECONDITION);
+    ot_train_report_clear(&r);
+    o.optimizer = "adam";
+    o.model.hidden[0] = 64;
+    EXPECT_STATUS(ot_train(&o, &r), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STR_CONTAINS(ot_last_error(), "is of another model");
+    EXPECT_STR_CONTAINS(ot_last_error(), "dense0.w f32[64,128]");
+    ot_train_report_clear(&r);
+    ot_ckpt_entry *e;
+    size_t n;
+    ASSERT_OK(ot_ckpt_list(o.ckpt_dir, &e, &n));
+    EXPECT_INT_EQ(n, 2);
+    for (size_t i = 0; i < n; i++) EXPECT_TRUE(e[i].committed);
+    ot_ckpt_entries_free(e, n);
+    /* the right flags resume it */
+    o.model.hidden[0] = 128;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_INT_EQ(r.start_step, 20);
+    ot_train_report_clear(&r);
+}
+
+/* The end of a run is saved even when it is not a multiple of ckpt_every, unless told not to;
+ * a stopped run (a crash) is not. */
+static void test_final_checkpoint(void) {
+    ot_train_options o = small(2, 13);
+    o.ckpt_dir = tmpdir("final");
+    o.ckpt_every = 100;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_INT_EQ(r.checkpoints, 1);
+    ot_train_report_clear(&r);
+    char p[600];
+    snprintf(p, sizeof p, "%s/step_00000013", o.ckpt_dir);
+    EXPECT_OK(ot_ckpt_verify_dir(p, NULL));
+    /* resumed at the end: nothing to do, nothing saved twice */
+    o.resume = true;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_INT_EQ(r.start_step, 13);
+    EXPECT_INT_EQ(r.checkpoints, 0);
+    ot_train_report_clear(&r);
+    o.resume = false;
+    o.fresh = true;
+    o.final_ckpt = false;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_INT_EQ(r.checkpoints, 0);
+    ot_train_report_clear(&r);
+    o.final_ckpt = true;
+    o.stop_after = 7;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_TRUE(r.stopped);
+    EXPECT_INT_EQ(r.checkpoints, 0);
+    EXPECT_TRUE(r.test_accuracy < 0 && isnan(r.test_loss)); /* no evaluation ran */
+    ot_train_report_clear(&r);
+}
+
+/* A replica whose checkpoint save fails stops the run at once: the other replicas are not left
+ * waiting in the all-reduce for its 30 s timeout. */
+static void test_failed_save_stops_at_once(void) {
+    ot_train_options o = small(4, 40);
+    o.ckpt_dir = tmpdir("failing_save");
+    o.ckpt_every = 5;
+    ot_train_report r;
+    /* the 3rd write-side call from here: inside the first save (the open makes one mkdir) */
+    ot_ft_inject_io_failure(3, EIO);
+    double t0 = (double)ot_now_ns() * 1e-9;
+    EXPECT_STATUS(ot_train(&o, &r), OT_ERR_IO);
+    double secs = (double)ot_now_ns() * 1e-9 - t0;
+    ot_ft_inject_io_failure(0, 0);
+    EXPECT_STR_CONTAINS(ot_last_error(), "async save of step 5 failed");
+    printf("  a failed save stopped the 4-device run in %.2f s\n", secs);
+    EXPECT_TRUE(secs < 10);
+    ot_train_report_clear(&r);
+}
+
+/* metrics.csv read back: the rows as written; bad files named with their line. */
+static void test_read_csv(void) {
+    ot_train_options o = small(2, 6);
+    o.eval_every = 3;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    const char *csv = tmpdir("read.csv");
+    ASSERT_OK(ot_train_write_csv(&r, csv));
+    ot_train_point *p = NULL;
+    int64_t n = 0;
+    ASSERT_OK(ot_train_read_csv(csv, &p, &n));
+    ASSERT_TRUE(n == 6);
+    for (int64_t i = 0; i < n; i++) {
+        EXPECT_INT_EQ(p[i].step, r.points[i].step);
+        EXPECT_TRUE(fabs(p[i].loss - r.points[i].loss) <= 1e-8 * fabs(r.points[i].loss));
+        EXPECT_TRUE((p[i].test_accuracy < 0) == (r.points[i].test_accuracy < 0));
+    }
+    ot_free(p);
+    ot_train_report_clear(&r);
+    EXPECT_STATUS(ot_train_read_csv(tmpdir("missing.csv"), &p, &n), OT_ERR_NOT_FOUND);
+    const char *bad[] = {"step,loss\n1,2\n",
+                         "step,loss,train_accuracy,test_accuracy,lr\n1,2,3,,x\n",
+                         "step,loss,train_accuracy,test_accuracy,lr\n2,1,1,,1\n2,1,1,,1\n", ""};
+    const char *why[] = {":1: not a metrics file", ":2: malformed row",
+                         ":3: step 2 does not follow", "empty"};
+    for (int i = 0; i < 4; i++) {
+        FILE *f = fopen(csv, "w");
+        ASSERT_TRUE(f != NULL);
+        fputs(bad[i], f);
+        fclose(f);
+        EXPECT_STATUS(ot_train_read_csv(csv, &p, &n), OT_ERR_CORRUPT_DATA);
+        EXPECT_STR_CONTAINS(ot_last_error(), why[i]);
+    }
+}
+
 OT_TEST_MAIN(OT_TEST(test_learns_digits), OT_TEST(test_resume_bit_identical),
+             OT_TEST(test_resume_refuses_other_state), OT_TEST(test_final_checkpoint),
+             OT_TEST(test_failed_save_stops_at_once), OT_TEST(test_read_csv),
              OT_TEST(test_devices_agree), OT_TEST(test_fail_shrink), OT_TEST(test_fail_restore),
              OT_TEST(test_bad_options), OT_TEST(test_other_models), OT_TEST(test_report_files))

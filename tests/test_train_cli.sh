@@ -44,6 +44,55 @@ grep -q "device 1 declared FAILED" "$work/c.err"
 grep -q "failures: 1; detected" "$work/c.txt"
 grep -q "after shrinking" "$work/c.txt"
 
+# the issue's case: a flipped bit in the newest checkpoint; the resume falls back to step 40, sets
+# step 50 aside (listed as damaged), saves it again, ends bit-identical to an uninterrupted run,
+# and metrics.csv holds every step once
+small=(--devices 2 --steps 60 --ckpt-every 10 --eval-every 0 --quiet --json)
+"$bin" train "${small[@]}" --ckpt-dir "$work/e_ref" --out "$work/out_e_ref" >"$work/e_ref.json"
+"$bin" train "${small[@]}" --stop-after 55 --ckpt-dir "$work/e" --out "$work/out_e" >/dev/null
+[[ $(wc -l <"$work/out_e/metrics.csv") -eq 56 ]]
+printf '\x01' | dd of="$work/e/step_00000050/model.safetensors" bs=1 seek=5000 conv=notrunc 2>/dev/null
+"$bin" train "${small[@]}" --resume --ckpt-dir "$work/e" --out "$work/out_e" >"$work/e.json" 2>"$work/e.err" \
+  || { cat "$work/e.err"; echo "resume after a damaged checkpoint failed"; exit 1; }
+[[ $(sha "$work/e.json") == $(sha "$work/e_ref.json") ]] || { echo "resume after damage differs"; exit 1; }
+grep -q '"start_step":40' "$work/e.json"
+"$bin" ckpt ls "$work/e" | grep -Eq '^50 +damaged .*step_00000050.damaged$'
+"$bin" ckpt verify "$work/e/step_00000050" >/dev/null
+cmp "$work/out_e/metrics.csv" "$work/out_e_ref/metrics.csv" \
+  || { echo "metrics.csv after the resume is not the uninterrupted run's"; exit 1; }
+# a resume under another optimizer is refused and names both
+if "$bin" train "${small[@]}" --resume --optimizer sgd --ckpt-dir "$work/e" --out "$work/out_e" \
+  >/dev/null 2>"$work/err"; then
+  echo "an Adam checkpoint resumed under SGD"; exit 1
+fi
+grep -q "optimizer 'adam'; this run uses 'sgd'" "$work/err"
+
+# the end of a run is saved (default --ckpt-every 100); --no-final-ckpt opts out
+"$bin" train --devices 2 --steps 50 --eval-every 0 --quiet --ckpt-dir "$work/f" --out "$work/out_f" >/dev/null
+"$bin" ckpt verify "$work/f/step_00000050" >/dev/null
+"$bin" train --devices 2 --steps 50 --eval-every 0 --quiet --no-final-ckpt --ckpt-dir "$work/g" \
+  --out "$work/out_g" >/dev/null
+[[ -z $(ls "$work/g") ]] || { echo "--no-final-ckpt saved"; exit 1; }
+"$bin" help train | grep -q -- "--no-final-ckpt"
+# a stopped run without an evaluation says so (no -100%)
+"$bin" train --devices 2 --steps 50 --eval-every 0 --stop-after 5 --ckpt-dir none --out "$work/out_h" \
+  >"$work/h.txt"
+grep -q "no test accuracy measured" "$work/h.txt"
+if grep -q -- "-100" "$work/h.txt"; then echo "a made-up accuracy is printed"; exit 1; fi
+
+# nested output, checkpoint and trace directories are created with their parents
+"$bin" train --devices 2 --steps 3 --eval-every 0 --quiet --output-dir "$work/n1/a/b" \
+  --ckpt-dir "$work/n2/c/d" --trace "$work/n3/e/t.json" >/dev/null
+[[ -s "$work/n1/a/b/metrics.csv" && -d "$work/n2/c/d/step_00000003" && -s "$work/n3/e/t.json" ]]
+
+# an explicit topology that contradicts --devices is refused
+set +e
+"$bin" train --topology torus-2x4 --devices 3 --out "$work/out_t" >/dev/null 2>"$work/err"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || { echo "--topology torus-2x4 --devices 3: exit $rc, want 2"; exit 1; }
+grep -q "torus-2x4 has 8 devices but --devices is 3" "$work/err"
+
 # usage errors exit 2 with a message
 for bad in "--devices 0" "--fail-device 3" "--model resnet" "--lr -1" "--schedule sawtooth" "--bogus"; do
   set +e
