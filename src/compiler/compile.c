@@ -642,9 +642,13 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
 static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
     int64_t *last = ot_malloc((size_t)(e->ns ? e->ns : 1) * sizeof *last);
     bool *moved = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *moved);
+    /* per slot: the last kernel (k + 1) that listed it, and how often it lists it as an input,
+     * so a kernel with 100,000 operands is not scanned once per operand */
+    int64_t *seen = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *seen);
+    int32_t *times = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *times);
     alloc a = {0};
     ot_status s = OT_OK;
-    if (!last || !moved) {
+    if (!last || !moved || !seen || !times) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "assign buffers: out of memory");
         goto out;
     }
@@ -654,6 +658,11 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
     int64_t live = 0;
     for (int64_t k = 0; k < e->nk && s == OT_OK; k++) {
         ot_kernel *kn = &e->k[k];
+        for (int64_t q = 0; q < kb[k].nin; q++) {
+            int32_t v = e->io[kb[k].in0 + q];
+            times[v] = seen[v] == k + 1 ? times[v] + 1 : 1;
+            seen[v] = k + 1;
+        }
         for (int64_t q = 0; q < kb[k].nout && s == OT_OK; q++) {
             int32_t o = e->io[kb[k].out0 + q];
             ot_slot *os = &e->s[o];
@@ -668,9 +677,7 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
                     if (!input_linear(kn->instr, vs, os)) continue;
                     if (kn->instr->opcode == OT_OP_FUSION && (j >= 64 || !(kb[k].linear >> j & 1)))
                         continue;
-                    bool twice = false; /* the same temp in two input positions */
-                    for (int64_t r = 0; r < kb[k].nin; r++)
-                        twice = twice || (r != j && e->io[kb[k].in0 + r] == v);
+                    bool twice = times[v] > 1; /* the same temp in two input positions */
                     if (twice && kn->instr->opcode == OT_OP_FUSION) continue;
                     os->offset = vs->offset;
                     moved[v] = true;
@@ -684,16 +691,15 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
             }
         }
         if (live > e->peak) e->peak = live;
-        /* free inputs dying here and outputs nobody reads */
+        /* free inputs dying here and outputs nobody reads (each slot once: seen -> -(k + 1)) */
         for (int64_t q = 0; q < kb[k].nin + kb[k].nout && s == OT_OK; q++) {
             int32_t v = e->io[kb[k].in0 + q];
             ot_slot *vs = &e->s[v];
             bool is_out = q >= kb[k].nin;
             if (vs->kind != OT_SLOT_TEMP || vs->offset < 0) continue;
             if (is_out ? last[v] >= 0 : (last[v] != k || moved[v])) continue;
-            bool dup = false;
-            for (int64_t r = 0; r < q && !dup; r++) dup = e->io[kb[k].in0 + r] == v;
-            if (dup) continue;
+            if (seen[v] == -(k + 1)) continue; /* listed before in this kernel */
+            seen[v] = -(k + 1);
             s = al_free(&a, vs->offset, align_up(vs->nbytes ? vs->nbytes : 1));
             live -= align_up(vs->nbytes ? vs->nbytes : 1);
         }
@@ -703,6 +709,8 @@ out:
     ot_free(a.f);
     ot_free(last);
     ot_free(moved);
+    ot_free(seen);
+    ot_free(times);
     return s;
 }
 

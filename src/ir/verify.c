@@ -6,9 +6,66 @@
 typedef struct vctx vctx;
 static ot_status check_call_graph(const ot_module *m, const vctx *v);
 
+/* Operand lists longer than WIDE (a 100,000-operand tuple or concatenate) are not scanned per
+ * link: the (user, operand) pairs of such instructions go into a hash set, and their duplicate
+ * operands are found with stamps, so the verifier stays linear in the operand slots. */
+enum { WIDE = 16 };
+
+typedef struct pairset {
+    struct pslot {
+        int64_t user, operand; /* ids + 1; 0: empty */
+    } * slot;
+    uint64_t cap, n;
+} pairset;
+
+static uint64_t pair_hash(int64_t a, int64_t b) {
+    uint64_t x = (uint64_t)a * 0x9e3779b97f4a7c15ull ^ (uint64_t)b;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return x ^ (x >> 29);
+}
+
+static ot_status pairset_add(pairset *ps, int64_t user, int64_t operand) {
+    if ((ps->n + 1) * 2 > ps->cap) {
+        uint64_t nc = ps->cap ? ps->cap * 2 : 256;
+        struct pslot *ns = ot_calloc(nc, sizeof *ns);
+        if (!ns) return ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
+        for (uint64_t j = 0; j < ps->cap; j++) {
+            if (!ps->slot[j].user) continue;
+            uint64_t p = pair_hash(ps->slot[j].user, ps->slot[j].operand) & (nc - 1);
+            while (ns[p].user) p = (p + 1) & (nc - 1);
+            ns[p] = ps->slot[j];
+        }
+        ot_free(ps->slot);
+        ps->slot = ns;
+        ps->cap = nc;
+    }
+    uint64_t p = pair_hash(user + 1, operand + 1) & (ps->cap - 1);
+    while (ps->slot[p].user) {
+        if (ps->slot[p].user == user + 1 && ps->slot[p].operand == operand + 1) return OT_OK;
+        p = (p + 1) & (ps->cap - 1);
+    }
+    ps->slot[p] = (struct pslot){user + 1, operand + 1};
+    ps->n++;
+    return OT_OK;
+}
+
+static bool pairset_has(const pairset *ps, int64_t user, int64_t operand) {
+    if (!ps->cap) return false;
+    uint64_t p = pair_hash(user + 1, operand + 1) & (ps->cap - 1);
+    while (ps->slot[p].user) {
+        if (ps->slot[p].user == user + 1 && ps->slot[p].operand == operand + 1) return true;
+        p = (p + 1) & (ps->cap - 1);
+    }
+    return false;
+}
+
 struct vctx {
     const ot_module *m;
-    int64_t *stamp; /* by instruction id */
+    int64_t *stamp;  /* by instruction id */
+    int64_t *ostamp; /* by instruction id: a wide instruction's operands seen (allocated once
+                      * one is met) */
+    pairset wide;    /* (user, operand) pairs of the wide instructions of the computation */
     int64_t nstamp;
     /* call graph edges (caller, callee) gathered while walking the instructions */
     const ot_computation **edges;
@@ -45,6 +102,19 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
     /* The user checks read each user's operand list: in a large computation those are cache misses
      * in an order the hardware cannot guess, so they are prefetched a few instructions ahead
      * (first the users array, then the users it names). */
+    if (v->wide.n) memset(v->wide.slot, 0, v->wide.cap * sizeof *v->wide.slot);
+    v->wide.n = 0;
+    for (const ot_instr *w = c->first; w; w = w->next) {
+        if (w->noperands <= WIDE || w->id < 0 || w->id >= v->nstamp) continue;
+        if (!v->ostamp) {
+            v->ostamp = ot_calloc((size_t)v->nstamp, sizeof *v->ostamp);
+            if (!v->ostamp) return ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
+        }
+        for (int k = 0; k < w->noperands; k++) {
+            const ot_instr *o = w->operands[k];
+            if (o && o->id >= 0 && o->id < v->nstamp) OT_CHECK(pairset_add(&v->wide, w->id, o->id));
+        }
+    }
     const ot_instr *ahead = c->first, *near = c->first;
     for (int k = 0; k < 8 && ahead; k++) ahead = ahead->next;
     for (int k = 0; k < 4 && near; k++) near = near->next;
@@ -75,7 +145,10 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
                 return ot_error(OT_ERR_INTERNAL, "%s: user %d is not a live instruction of %s",
                                 u->name, k, c->name);
             bool found = false;
-            for (int j = 0; j < w->noperands && !found; j++) found = w->operands[j] == u;
+            if (w->noperands > WIDE && w->id >= 0 && w->id < v->nstamp)
+                found = pairset_has(&v->wide, w->id, u->id);
+            else
+                for (int j = 0; j < w->noperands && !found; j++) found = w->operands[j] == u;
             if (!found)
                 return ot_error(OT_ERR_INTERNAL, "%s lists %s as a user, which does not use it",
                                 u->name, w->name);
@@ -92,7 +165,12 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
                                 "%s: operand %d is not a live instruction of %s", u->name, k,
                                 c->name);
             bool dup = false;
-            for (int j = 0; j < k && !dup; j++) dup = u->operands[j] == o;
+            if (u->noperands > WIDE && v->ostamp && o->id >= 0 && o->id < v->nstamp) {
+                dup = v->ostamp[o->id] == u->id + 1;
+                v->ostamp[o->id] = u->id + 1;
+            } else {
+                for (int j = 0; j < k && !dup; j++) dup = u->operands[j] == o;
+            }
             if (!dup) pairs++;
             if (o->visit_ != seen) topo = false;
         }
@@ -160,11 +238,13 @@ static ot_status verify_comp(vctx *v, const ot_computation *c) {
 }
 
 ot_status ot_computation_verify(const ot_computation *c) {
-    vctx v = {c->module, NULL, c->module->next_id, NULL, 0, 0, true};
+    vctx v = {c->module, NULL, NULL, {0}, c->module->next_id, NULL, 0, 0, true};
     v.stamp = ot_calloc((size_t)(v.nstamp ? v.nstamp : 1), sizeof *v.stamp);
     if (!v.stamp) return ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
     ot_status s = verify_comp(&v, c);
     ot_free(v.stamp);
+    ot_free(v.ostamp);
+    ot_free(v.wide.slot);
     ot_free(v.edges);
     return s;
 }
@@ -181,7 +261,7 @@ ot_status ir_module_verify(const ot_module *m, bool infer) {
     /* verified, and unedited since (finalize, then compile: one walk, not two) */
     if (m->verified_edits == m->edits + 1) return OT_OK;
     int64_t total = 0;
-    vctx v = {m, NULL, m->next_id, NULL, 0, 0, infer};
+    vctx v = {m, NULL, NULL, {0}, m->next_id, NULL, 0, 0, infer};
     v.stamp = ot_calloc((size_t)(v.nstamp ? v.nstamp : 1), sizeof *v.stamp);
     if (!v.stamp) return ot_error(OT_ERR_OUT_OF_MEMORY, "verify: out of memory");
     ot_status s = OT_OK;
@@ -195,6 +275,8 @@ ot_status ir_module_verify(const ot_module *m, bool infer) {
         total += c->ninstrs;
     }
     ot_free(v.stamp);
+    ot_free(v.ostamp);
+    ot_free(v.wide.slot);
     if (s == OT_OK) s = check_call_graph(m, &v);
     ot_free(v.edges);
     if (s != OT_OK) return s;
