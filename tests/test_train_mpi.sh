@@ -29,6 +29,19 @@ grep -q '"start_step":20' b.json
 [[ -n $(sha a.json) && $(sha a.json) == $(sha b.json) ]] \
   || { echo "restarted job differs: $(sha a.json) vs $(sha b.json)"; exit 1; }
 
+# a damaged newest checkpoint under launch: the job stopped at 55, a bit of step 50 flipped; the
+# resumed job (process 0 restores and broadcasts) falls back to 40, sets 50 aside and saves it
+# again; then it is killed at step 57 and launch's restart resumes from the new step 50
+"$bin" launch --np 2 --oversubscribe --max-restarts 0 -- "${job[@]}" --ckpt-every 10 \
+  --stop-after 55 --ckpt-dir d --out od >/dev/null 2>d0.log || { cat d0.log; exit 1; }
+printf '\x01' | dd of=d/step_00000050/model.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
+"$bin" launch --np 2 --oversubscribe --ckpt-dir d --max-restarts 2 -- "${job[@]}" --ckpt-every 10 \
+  --resume --fail-device 3@57 --ckpt-dir d --out od >d.json 2>d.log || { cat d.log; exit 1; }
+grep -q "checkpoint step 50 skipped: .*set aside as d/step_00000050.damaged" d.log
+grep -q "restart 1: resuming from d/step_00000050" d.log
+grep -q '"start_step":50' d.json
+[[ $(sha a.json) == $(sha d.json) ]] || { echo "damaged-checkpoint job differs"; exit 1; }
+
 # a process-count mismatch with the options is refused on every process
 if "$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 2 \
   --batch-size 3 --steps 5 --ckpt-dir none --out oc >/dev/null 2>c.log; then
