@@ -35,7 +35,14 @@ done
 echo "deps: installing ${missing[*]}" >&2
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  if ! command -v sudo >/dev/null; then
+    if [[ "${missing[*]}" == chrony ]]; then # only a test's peer: that test reports itself skipped
+      echo "deps: no root or sudo to install chrony; test_clock_chrony will be reported skipped" >&2
+      exit 0
+    fi
+    echo "deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
   SUDO=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
