@@ -110,6 +110,7 @@ static int ntp_query(int argc, char **argv) {
             json_object_set_new(j, "delay_s", json_real(r.delay));
             json_object_set_new(j, "jitter_s", json_real(r.jitter));
             json_object_set_new(j, "dispersion_s", json_real(r.dispersion));
+            json_object_set_new(j, "root_distance_s", json_real(r.root_distance));
             json_object_set_new(j, "stratum", json_integer(r.last_reply.stratum));
             json_object_set_new(j, "leap", json_integer(r.last_reply.leap));
             json_object_set_new(j, "precision", json_integer(r.last_reply.precision));
@@ -146,8 +147,10 @@ static int ntp_query(int argc, char **argv) {
     printf("%4s %14s %14s\n", "#", "offset (us)", "delay (us)");
     for (int i = 0; i < r.n_samples; i++)
         printf("%4d %+14.3f %14.3f\n", i + 1, r.sample[i].offset * 1e6, r.sample[i].delay * 1e6);
-    printf("offset %+.3f us  delay %.3f us  jitter %.3f us  dispersion %.3f us\n", r.offset * 1e6,
-           r.delay * 1e6, r.jitter * 1e6, r.dispersion * 1e6);
+    printf("offset %+.3f us  delay %.3f us  jitter %.3f us  dispersion %.3f us  root distance "
+           "%.3f ms\n",
+           r.offset * 1e6, r.delay * 1e6, r.jitter * 1e6, r.dispersion * 1e6,
+           r.root_distance * 1e3);
     printf("packets:");
     for (int v = 0; v < OT_NTP_VERDICT_COUNT; v++)
         if (r.count[v])

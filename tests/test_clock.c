@@ -797,7 +797,9 @@ static void test_udp_client_server(void) {
 typedef struct spoof_peer {
     int fd;
     int port;
-    int mode; /* 0: hostile but eventually honest; 1: DENY kiss; 2: silent; 3: falseticker */
+    int mode; /* 0: hostile but eventually honest; 1: DENY kiss; 2: silent; 3: falseticker;
+                 4: root delay and dispersion 65,535 s; 5: reference time after transmit time;
+                 6: root delay 2 s and dispersion 0.6 s (a header in range, too distant) */
     double ahead;
     atomic_int stop;
 } spoof_peer;
@@ -817,6 +819,14 @@ static void *spoof_thread(void *arg) {
         size_t rl;
         ot_ntp_server_reply(&o, -20, req, (size_t)n, ot_ntp_ts_from_unix_ns(now),
                             ot_ntp_ts_from_unix_ns(now + 1000), rep, &rl, NULL);
+        if (p->mode == 4) {
+            memcpy(rep + 4, "\xff\xff\0\0\xff\xff\0\0", 8);
+        } else if (p->mode == 5) {
+            memcpy(rep + 16, rep + 40, 8);
+            rep[19] = (uint8_t)(rep[19] + 10); /* 10 s later (within the same era) */
+        } else if (p->mode == 6) {
+            memcpy(rep + 4, "\0\x02\0\0\0\0\x99\x99", 8);
+        }
         if (p->mode == 1) {
             rep[1] = 0; /* stratum 0 */
             memcpy(rep + 12, "DENY", 4);
@@ -896,6 +906,107 @@ static void test_hostile_peers(void) {
     EXPECT_STATUS(ot_ntp_query(addr, &q, &r), OT_ERR_TIMEOUT);
     EXPECT_STR_CONTAINS(ot_last_error(), "no valid reply");
     spoof_stop(&p, th);
+}
+
+/* RFC 5905's header checks (A.5.1.1) on every reply, and its distance check (fit(), A.5.2) on the
+ * query's result, as the selection applies it in sync: a server reporting a root delay and
+ * dispersion of 65,535 s, or a reference time after its transmit time, is refused per packet; a
+ * header in range whose root distance exceeds MAXDIST fails the query. */
+static void test_query_header_and_distance(void) {
+    ot_ntp_query_options q = ot_ntp_query_options_default();
+    q.samples = 2;
+    q.interval_ms = 0;
+    q.timeout_ms = 300;
+    ot_ntp_query_result r;
+    spoof_peer p;
+    pthread_t th;
+    char addr[64];
+    ASSERT_TRUE(spoof_start(&p, 4, 0, &th));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", p.port);
+    EXPECT_STATUS(ot_ntp_query(addr, &q, &r), OT_ERR_PEER_FAILED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "sent only replies with invalid header values (2");
+    EXPECT_U64_EQ(r.count[OT_NTP_BAD_HEADER], 2);
+    EXPECT_INT_EQ(r.n_samples, 0);
+    spoof_stop(&p, th);
+    ASSERT_TRUE(spoof_start(&p, 5, 0, &th));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", p.port);
+    EXPECT_STATUS(ot_ntp_query(addr, &q, &r), OT_ERR_PEER_FAILED);
+    EXPECT_U64_EQ(r.count[OT_NTP_BAD_HEADER], 2);
+    spoof_stop(&p, th);
+    ASSERT_TRUE(spoof_start(&p, 6, 0, &th));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", p.port);
+    EXPECT_STATUS(ot_ntp_query(addr, &q, &r), OT_ERR_PEER_FAILED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "is not fit to synchronize to: root distance above "
+                                         "MAXDIST (1.5 s) (root distance 1.6");
+    EXPECT_INT_EQ(r.n_samples, 2); /* the replies were valid; the result is too distant */
+    EXPECT_TRUE(r.root_distance > 1.5 && r.root_distance < 1.7);
+    /* the sync object leaves the distance to its own selection */
+    q.skip_distance_check = true;
+    EXPECT_OK(ot_ntp_query(addr, &q, &r));
+    spoof_stop(&p, th);
+    /* an honest server: fit, with its root distance reported */
+    ASSERT_TRUE(spoof_start(&p, 0, 0, &th));
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", p.port);
+    q.skip_distance_check = false;
+    EXPECT_OK(ot_ntp_query(addr, &q, &r));
+    EXPECT_TRUE(r.root_distance > 0 && r.root_distance < 0.1);
+    spoof_stop(&p, th);
+}
+
+/* The header checks on single datagrams, with their boundaries. */
+static void test_exchange_header_checks(void) {
+    ot_ntp_exchange x;
+    ot_ntp_exchange_init(&x);
+    uint8_t req[48], rep[48];
+    ot_ntp_packet pkt;
+    ot_ntp_sample smp;
+    ot_ntp_verdict v;
+    int64_t t1 = 1700000000ll * NS;
+    /* root delay/2 + dispersion just under 16 s: accepted (the distance check is the caller's) */
+    ot_ntp_exchange_request(&x, t1, 1, 6, req);
+    make_reply(req, 0, rep, 2, 0, 4);
+    memcpy(rep + 4, "\0\x1e\0\0\0\0\xff\xff", 8); /* 30 s and 0.99998 s */
+    EXPECT_OK(ot_ntp_exchange_receive(&x, rep, 48, t1 + 2000000, -20, &pkt, &smp, &v));
+    /* 32 s and 0: exactly MAXDISP */
+    ot_ntp_exchange_request(&x, t1 + NS, 2, 6, req);
+    make_reply(req, 0, rep, 2, 0, 4);
+    memcpy(rep + 4, "\0\x20\0\0\0\0\0\0", 8);
+    EXPECT_STATUS(ot_ntp_exchange_receive(&x, rep, 48, t1 + NS + 2000000, -20, &pkt, &smp, &v),
+                  OT_ERR_CORRUPT_DATA);
+    EXPECT_INT_EQ(v, OT_NTP_BAD_HEADER);
+    EXPECT_STR_CONTAINS(ot_last_error(), "root delay/2 + root dispersion is 16.0 s");
+    /* reference time one second after transmit; equal is fine; zero (never set) is fine */
+    ot_ntp_exchange_request(&x, t1 + 2 * NS, 3, 6, req);
+    make_reply(req, 0, rep, 2, 0, 4);
+    memcpy(rep + 16, rep + 40, 8);
+    rep[19]++;
+    EXPECT_STATUS(ot_ntp_exchange_receive(&x, rep, 48, t1 + 2 * NS + 2000000, -20, &pkt, &smp, &v),
+                  OT_ERR_CORRUPT_DATA);
+    EXPECT_INT_EQ(v, OT_NTP_BAD_HEADER);
+    EXPECT_STR_CONTAINS(ot_last_error(), "reference time is 1.000000 s after the transmit time");
+    ot_ntp_exchange_request(&x, t1 + 3 * NS, 4, 6, req);
+    make_reply(req, 0, rep, 2, 0, 4);
+    memcpy(rep + 16, rep + 40, 8);
+    EXPECT_OK(ot_ntp_exchange_receive(&x, rep, 48, t1 + 3 * NS + 2000000, -20, &pkt, &smp, &v));
+    EXPECT_U64_EQ(x.count[OT_NTP_BAD_HEADER], 2);
+    EXPECT_U64_EQ(x.count[OT_NTP_ACCEPTED], 2);
+    EXPECT_STR_EQ(ot_ntp_verdict_name(OT_NTP_BAD_HEADER), "bad_header");
+    /* the fit test names what failed */
+    ot_ntp_candidate c = {.delay = 0.001,
+                          .disp = 0.001,
+                          .root_delay = 2,
+                          .root_disp = 0.6,
+                          .stratum = 2,
+                          .reachable = true};
+    const char *why = NULL;
+    EXPECT_TRUE(!ot_ntp_fit(&c, 0, &why));
+    EXPECT_STR_EQ(why, "root distance above MAXDIST (1.5 s)");
+    c.root_disp = 0.1;
+    EXPECT_TRUE(ot_ntp_fit(&c, 0, &why));
+    EXPECT_TRUE(why == NULL);
+    c.stratum = 16;
+    EXPECT_TRUE(!ot_ntp_fit(&c, 0, &why));
+    EXPECT_STR_EQ(why, "stratum outside 1..15");
 }
 
 /* Three servers: two honest, one 5 s ahead (farther than two root distances, which are at most
@@ -1071,6 +1182,7 @@ OT_TEST_MAIN(OT_TEST(test_timestamp_vectors), OT_TEST(test_packet_roundtrip),
              OT_TEST(test_mitigate_rejects_impossible), OT_TEST(test_cluster_prunes_outlier),
              OT_TEST(test_poll_adapts), OT_TEST(test_split_host_port), OT_TEST(test_server_reply),
              OT_TEST(test_udp_client_server), OT_TEST(test_udp_client_server_ipv6),
-             OT_TEST(test_hostile_peers), OT_TEST(test_sync_rejects_falseticker),
+             OT_TEST(test_hostile_peers), OT_TEST(test_query_header_and_distance),
+             OT_TEST(test_exchange_header_checks), OT_TEST(test_sync_rejects_falseticker),
              OT_TEST(test_drift_fit), OT_TEST(test_publish_is_atomic),
              OT_TEST(test_sync_create_errors))

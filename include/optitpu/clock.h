@@ -171,6 +171,8 @@ typedef enum ot_ntp_verdict {
     OT_NTP_UNSYNCHRONIZED, /* LI = 3 or stratum ≥ 16 */
     OT_NTP_BAD_TIMES,      /* zero receive timestamp, or server transmit before its receive */
     OT_NTP_AUTH,           /* carries a MAC or crypto-NAK: symmetric-key auth is not supported */
+    OT_NTP_BAD_HEADER,     /* RFC 5905 A.5.1.1: root delay/2 + root dispersion >= MAXDISP, or a
+                              reference time after the transmit time */
     OT_NTP_VERDICT_COUNT,
 } ot_ntp_verdict;
 
@@ -197,13 +199,13 @@ OT_API void ot_ntp_exchange_init(ot_ntp_exchange *x);
 OT_API void ot_ntp_exchange_request(ot_ntp_exchange *x, int64_t t1_unix_ns, uint8_t random_bits,
                                     int poll, uint8_t out[OT_NTP_PACKET_SIZE]);
 /* Judges a datagram received at local wall time t4_unix_ns, in the order of RFC 5905 A.5.1:
- * format, mode, zero transmit, duplicate, origin (replay, bogus), kiss-o'-death,
- * unsynchronized, timestamps, authentication. The verdict is counted in x->count. On
- * acceptance the outstanding request is closed (a second copy is a duplicate), *pkt and
- * *sample are filled and OT_OK returned. Otherwise: OT_ERR_CORRUPT_DATA (malformed, mode,
- * zero transmit, duplicate, replay, bogus, times, auth) or OT_ERR_PEER_FAILED (kiss,
- * unsynchronized) with a message; *pkt is filled whenever the datagram decoded (so the caller
- * can read a kiss code). verdict (may be NULL) receives the verdict. */
+ * format, mode, zero transmit, duplicate, origin (replay, bogus), authentication,
+ * kiss-o'-death, unsynchronized, header values (root distance, reference time), timestamps. The
+ * verdict is counted in x->count. On acceptance the outstanding request is closed (a second copy is
+ * a duplicate), *pkt and *sample are filled and OT_OK returned. Otherwise: OT_ERR_CORRUPT_DATA
+ * (malformed, mode, zero transmit, duplicate, replay, bogus, times, auth) or OT_ERR_PEER_FAILED
+ * (kiss, unsynchronized, bad header) with a message; *pkt is filled whenever the datagram decoded
+ * (so the caller can read a kiss code). verdict (may be NULL) receives the verdict. */
 OT_API ot_status ot_ntp_exchange_receive(ot_ntp_exchange *x, const void *buf, size_t len,
                                          int64_t t4_unix_ns, int sys_precision, ot_ntp_packet *pkt,
                                          ot_ntp_sample *sample, ot_ntp_verdict *verdict);
@@ -268,6 +270,11 @@ OT_API const char *ot_ntp_peer_class_name(ot_ntp_peer_class c);
 
 /* Root distance λ = max(MINDISP, δ_root + δ)/2 + ε_root + ε + ψ + PHI·(now − t). */
 OT_API double ot_ntp_root_distance(const ot_ntp_candidate *c, double now);
+/* RFC 5905's fit() (A.5.2), the distance check the selection applies: reachable, synchronized
+ * (LI ≠ 3), stratum 1..15, finite non-negative variables, root distance ≤ MAXDIST. *why (may be
+ * NULL) names the first test that failed, or is NULL when the candidate is fit. ot_ntp_query
+ * applies it to its result too. */
+OT_API bool ot_ntp_fit(const ot_ntp_candidate *c, double now, const char **why);
 
 typedef struct ot_ntp_system {
     double offset;        /* combined offset, s */
@@ -333,6 +340,9 @@ typedef struct ot_ntp_query_options {
     int samples;     /* exchanges to attempt, 1..OT_NTP_MAX_SAMPLES (default 4) */
     int interval_ms; /* pause between exchanges (default 1000; servers may rate-limit) */
     int timeout_ms;  /* per exchange: longest wait for a valid reply (default 1000) */
+    /* the distance check is left to the caller (the sync object judges fitness over its own
+     * filter across rounds); default false: a result that fails ot_ntp_fit is PEER_FAILED */
+    bool skip_distance_check;
 } ot_ntp_query_options;
 
 OT_API ot_ntp_query_options ot_ntp_query_options_default(void);
@@ -344,14 +354,19 @@ typedef struct ot_ntp_query_result {
     ot_ntp_sample sample[OT_NTP_MAX_SAMPLES];
     /* clock filter output over the accepted samples */
     double offset, delay, dispersion, jitter;
+    /* root distance of the result (ot_ntp_root_distance, with the dispersion of the sample the
+     * offset came from); 0 when no reply was accepted */
+    double root_distance;
     ot_ntp_packet last_reply; /* stratum, reference id, root delay/dispersion, leap ... */
     uint64_t count[OT_NTP_VERDICT_COUNT]; /* every datagram received, per verdict */
 } ot_ntp_query_result;
 
-/* Queries one server. OT_OK when at least one reply was accepted; OT_ERR_TIMEOUT when none
- * came; OT_ERR_PEER_FAILED when the server sent a DENY/RSTR kiss or only unsynchronized
- * replies; OT_ERR_NOT_FOUND when the name does not resolve. A RATE kiss doubles the interval.
- * *out is filled in every case (counters included). Every receive waits at most timeout_ms. */
+/* Queries one server. OT_OK when at least one reply was accepted and the result passes the
+ * distance check (ot_ntp_fit); OT_ERR_TIMEOUT when none came; OT_ERR_PEER_FAILED when the server
+ * sent a DENY/RSTR kiss, only unsynchronized replies or only replies with invalid headers, or
+ * when the result is too distant (root distance above MAXDIST); OT_ERR_NOT_FOUND when the name does
+ * not resolve. A RATE kiss doubles the interval. *out is filled in every case (counters included).
+ * Every receive waits at most timeout_ms. */
 OT_API ot_status ot_ntp_query(const char *host_port, const ot_ntp_query_options *o,
                               ot_ntp_query_result *out);
 

@@ -79,16 +79,31 @@ double ot_ntp_root_distance(const ot_ntp_candidate *c, double now) {
            OT_NTP_PHI * fmax(now - c->t, 0);
 }
 
+/* The one distance check: the selection (sync) and ot_ntp_query both ask it. */
+bool ot_ntp_fit(const ot_ntp_candidate *c, double now, const char **why) {
+    const char *w = NULL;
+    if (!c->reachable) {
+        w = "unreachable";
+    } else if (c->leap == OT_NTP_LEAP_NOSYNC) {
+        w = "unsynchronized (leap indicator 3)";
+    } else if (c->stratum < 1 || c->stratum >= OT_NTP_MAXSTRAT) {
+        w = "stratum outside 1..15";
+    } else if (!isfinite(c->offset) || !isfinite(c->t) || !(c->delay >= 0) || !(c->disp >= 0) ||
+               !(c->jitter >= 0) || !(c->root_delay >= 0) || !(c->root_disp >= 0)) {
+        /* delays, dispersions and jitter are non-negative by construction (RFC 5905); a
+         * candidate whose variables are not (or are not finite) cannot be weighed */
+        w = "variables negative or not finite";
+    } else {
+        double lambda = ot_ntp_root_distance(c, now);
+        if (!(isfinite(lambda) && lambda <= OT_NTP_MAXDIST))
+            w = "root distance above MAXDIST (1.5 s)";
+    }
+    if (why) *why = w;
+    return w == NULL;
+}
+
 static bool fit(const ot_ntp_candidate *c, double now) {
-    if (!c->reachable || c->leap == OT_NTP_LEAP_NOSYNC) return false;
-    if (c->stratum < 1 || c->stratum >= OT_NTP_MAXSTRAT) return false;
-    /* delays, dispersions and jitter are non-negative by construction (RFC 5905); a candidate
-     * whose variables are not (or are not finite) cannot be weighed and is unfit */
-    if (!isfinite(c->offset) || !isfinite(c->t) || !(c->delay >= 0) || !(c->disp >= 0) ||
-        !(c->jitter >= 0) || !(c->root_delay >= 0) || !(c->root_disp >= 0))
-        return false;
-    double lambda = ot_ntp_root_distance(c, now);
-    return isfinite(lambda) && lambda <= OT_NTP_MAXDIST;
+    return ot_ntp_fit(c, now, NULL);
 }
 
 typedef struct endpoint {

@@ -230,7 +230,7 @@ ot_status ot_ntp_query(const char *host_port, const ot_ntp_query_options *opt,
     ot_ntp_exchange_init(&x);
     ot_ntp_filter f;
     ot_ntp_filter_init(&f);
-    int refused = 0, unsync = 0;
+    int refused = 0, unsync = 0, bad_header = 0;
     double interval = o.interval_ms / 1000.0;
     ot_status rc = OT_OK;
     char kiss[5] = "";
@@ -277,6 +277,10 @@ ot_status ot_ntp_query(const char *host_port, const ot_ntp_query_options *opt,
                 unsync++;
                 done = true;
             }
+            if (v == OT_NTP_BAD_HEADER) { /* the server's own answer, unusable: no retry */
+                bad_header++;
+                done = true;
+            }
             if (v == OT_NTP_KISS) {
                 ot_ntp_kiss_code(&out->last_reply, kiss);
                 done = true;
@@ -299,6 +303,11 @@ ot_status ot_ntp_query(const char *host_port, const ot_ntp_query_options *opt,
         if (unsync)
             return ot_error(OT_ERR_PEER_FAILED, "ntp: %s is unsynchronized (%d replies)",
                             out->address, unsync);
+        if (bad_header)
+            return ot_error(OT_ERR_PEER_FAILED,
+                            "ntp: %s sent only replies with invalid header values (%d: root "
+                            "distance at least 16 s, or a reference time after the transmit time)",
+                            out->address, bad_header);
         if (kiss[0])
             return ot_error(OT_ERR_PEER_FAILED, "ntp: %s answered only with kiss-o'-death %s",
                             out->address, kiss);
@@ -312,6 +321,32 @@ ot_status ot_ntp_query(const char *host_port, const ot_ntp_query_options *opt,
     out->delay = f.delay;
     out->dispersion = ot_ntp_filter_disp(&f, mono_s());
     out->jitter = f.jitter;
+    /* the distance check of RFC 5905's fit(), as the selection applies it, on the result: the
+     * dispersion is that of the sample the offset came from, not the filter's (whose empty stages
+     * count 16 s each, so every query of fewer than 4 samples would be too distant) */
+    double disp = OT_NTP_MAXDISP;
+    for (int k = 0; k < out->n_samples; k++)
+        if (out->sample[k].delay == f.delay && out->sample[k].offset == f.offset)
+            disp = out->sample[k].dispersion;
+    ot_ntp_candidate c = {.offset = f.offset,
+                          .delay = f.delay,
+                          .disp = disp,
+                          .jitter = f.jitter,
+                          .root_delay = ot_ntp_short_to_s(out->last_reply.root_delay),
+                          .root_disp = ot_ntp_short_to_s(out->last_reply.root_dispersion),
+                          .t = 0,
+                          .stratum = out->last_reply.stratum,
+                          .leap = out->last_reply.leap,
+                          .reachable = true};
+    out->root_distance = ot_ntp_root_distance(&c, 0);
+    const char *why;
+    if (!o.skip_distance_check && !ot_ntp_fit(&c, 0, &why))
+        return ot_error(OT_ERR_PEER_FAILED,
+                        "ntp: %s is not fit to synchronize to: %s (root distance %.3f s: root "
+                        "delay %.3f s, root dispersion %.3f s, delay %.6f s, dispersion %.6f s, "
+                        "jitter %.6f s)",
+                        out->address, why, out->root_distance, c.root_delay, c.root_disp, c.delay,
+                        c.disp, c.jitter);
     return OT_OK;
 }
 

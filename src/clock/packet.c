@@ -195,7 +195,7 @@ void ot_ntp_sample_compute(ot_ntp_ts t1, ot_ntp_ts t2, ot_ntp_ts t3, ot_ntp_ts t
 
 static const char *const verdict_names[] = {
     "accepted", "malformed", "bad_mode",       "zero_transmit", "duplicate", "replay",
-    "bogus",    "kiss",      "unsynchronized", "bad_times",     "auth",
+    "bogus",    "kiss",      "unsynchronized", "bad_times",     "auth",      "bad_header",
 };
 _Static_assert(sizeof verdict_names / sizeof verdict_names[0] == OT_NTP_VERDICT_COUNT,
                "verdict name table");
@@ -288,6 +288,26 @@ ot_status ot_ntp_exchange_receive(ot_ntp_exchange *x, const void *buf, size_t le
         return judge(x, OT_NTP_UNSYNCHRONIZED, verdict, OT_ERR_PEER_FAILED,
                      "ntp: server is unsynchronized (%s)",
                      pkt->leap == OT_NTP_LEAP_NOSYNC ? "leap indicator 3" : "stratum 16");
+    }
+    /* RFC 5905 A.5.1.1, "invalid header values": a root distance the server itself reports at or
+     * beyond MAXDISP, or a reference time (when the clock was last set) after the transmit time
+     * (0 is "never set", which the unsynchronized test covers) */
+    double root_half =
+        ot_ntp_short_to_s(pkt->root_delay) / 2 + ot_ntp_short_to_s(pkt->root_dispersion);
+    if (root_half >= OT_NTP_MAXDISP ||
+        (pkt->ref_ts != 0 && ot_ntp_ts_diff(pkt->ref_ts, pkt->transmit_ts) > 0)) {
+        remember_old(x, x->xmt_wire);
+        x->xmt_wire = 0;
+        char what[96];
+        if (root_half >= OT_NTP_MAXDISP)
+            snprintf(what, sizeof what,
+                     "root delay/2 + root dispersion is %.1f s, at least MAXDISP (16 s)",
+                     root_half);
+        else
+            snprintf(what, sizeof what, "reference time is %.6f s after the transmit time",
+                     ot_ntp_ts_diff(pkt->ref_ts, pkt->transmit_ts));
+        return judge(x, OT_NTP_BAD_HEADER, verdict, OT_ERR_CORRUPT_DATA,
+                     "ntp: reply has invalid header values (%s)", what);
     }
     if (pkt->receive_ts == 0 || ot_ntp_ts_diff(pkt->transmit_ts, pkt->receive_ts) < 0)
         return judge(x, OT_NTP_BAD_TIMES, verdict, OT_ERR_CORRUPT_DATA, "%s",

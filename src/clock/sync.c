@@ -225,6 +225,7 @@ static ot_status sync_update_locked(ot_clock_sync *s) {
         qo.samples = s->first_round_done ? 1 : s->o.burst;
         qo.interval_ms = s->o.burst_interval_ms;
         qo.timeout_ms = s->o.timeout_ms;
+        qo.skip_distance_check = true; /* the selection below judges fitness over the filter */
         ot_ntp_query_result r;
         ot_status qs = ot_ntp_query(v->name, &qo, &r);
         v->reach = (uint8_t)(v->reach << 1);
