@@ -2122,6 +2122,37 @@ static void test_fuse_size_capped(void) {
     ot_module_free(m);
 }
 
+/* Calls nested 40 deep, each level calling the one below twice: 2^40 instructions once
+ * inlined. Inlining refuses with RESOURCE_EXHAUSTED naming its limit, at once. */
+static void test_inline_size_limit(void) {
+    ot_module *m = ot_module_new("t");
+    ot_computation *below = ot_module_add_computation(m, "f0");
+    ot_instr *p = ot_build_parameter(below, 0, vec(16), "x");
+    ot_computation_set_root(below, ot_build_unary(below, OT_OP_NEGATE, p));
+    for (int d = 1; d <= 40; d++) {
+        char name[16];
+        snprintf(name, sizeof name, "f%d", d);
+        ot_computation *f = ot_module_add_computation(m, name);
+        ot_instr *x = ot_build_parameter(f, 0, vec(16), "x");
+        ot_instr *a = ot_build_call(f, below, &x, 1);
+        ot_instr *b = ot_build_call(f, below, &a, 1);
+        ot_computation_set_root(f, b);
+        below = f;
+    }
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_module_set_entry(m, c);
+    ot_instr *x = ot_build_parameter(c, 0, vec(16), "x");
+    ot_computation_set_root(c, ot_build_call(c, below, &x, 1));
+    ASSERT_OK(ot_module_finalize(m));
+    uint64_t t0 = ot_now_ns();
+    EXPECT_STATUS(ot_pass_inline(m, NULL), OT_ERR_RESOURCE_EXHAUSTED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "OT_INLINE_MAX_INSTRUCTIONS");
+    EXPECT_TRUE(ot_now_ns() - t0 < 1000000000ull);
+    ot_executable *e = NULL;
+    EXPECT_STATUS(ot_compile(m, NULL, &e), OT_ERR_RESOURCE_EXHAUSTED);
+    ot_module_free(m);
+}
+
 /* A random DAG over f32[16]: unary and binary ops whose operands favour recent values (so
  * values are read several times, near and far), reductions and dots broadcast back. */
 static ot_module *random_dag(uint64_t seed, int n) {
@@ -2275,4 +2306,4 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
              OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
              OT_TEST(test_fuse_size_capped), OT_TEST(test_fuse_random_dags),
-             OT_TEST(test_fuse_cycle_check_alone))
+             OT_TEST(test_fuse_cycle_check_alone), OT_TEST(test_inline_size_limit))

@@ -77,6 +77,10 @@ OT_API ot_compile_options ot_compile_options_default(void);
  * calls at any depth, a callee called twice is copied twice). Callees left without callers are
  * removed by DCE. pre: verifies. post: verifies; no call remains reachable; values identical. */
 OT_API ot_status ot_pass_inline(ot_module *m, bool *changed);
+/* The most instructions inlining may leave in the entry: nested calls copy a callee once per
+ * call (2^d copies for d levels of two calls each); past it ot_pass_inline returns
+ * RESOURCE_EXHAUSTED naming the limit and changes nothing. Time: O(instructions after). */
+#define OT_INLINE_MAX_INSTRUCTIONS ((int64_t)1 << 24)
 
 /* Algebraic simplification of the entry computation (and every computation it calls).
  * pre: the module verifies. post: it verifies; results are bit-identical to before for integer

@@ -75,6 +75,34 @@ ot_status ot_pass_inline(ot_module *m, bool *changed) {
     ot_instr **calls = NULL;
     int64_t ncalls = 0, cap = 0;
     ot_status s = OT_OK;
+    /* Inlining copies a callee once per call, so calls nested d deep, each calling twice, grow
+     * a module 2^d times: the size after inlining is found first (callees first, one walk of
+     * every reachable list), and over OT_INLINE_MAX_INSTRUCTIONS the pass refuses instead of
+     * exhausting memory. */
+    int64_t *size = ot_calloc((size_t)(nreach ? nreach : 1), sizeof *size);
+    cc_ptrmap index = {0};
+    if (!size) s = ot_error(OT_ERR_OUT_OF_MEMORY, "inline: out of memory");
+    const int64_t cap_n = OT_INLINE_MAX_INSTRUCTIONS;
+    for (int k = 0; k < nreach && s == OT_OK; k++) {
+        int64_t n = 0;
+        for (const ot_instr *i = reach[k]->first; i; i = i->next) {
+            n++;
+            if (i->opcode != OT_OP_CALL || i->ncalled != 1) continue;
+            int64_t j = cc_ptrmap_get(&index, i->called[0]);
+            if (j >= 0) n += size[j];
+            if (n > cap_n) n = cap_n;
+        }
+        size[k] = n;
+        s = cc_ptrmap_put(&index, reach[k], k);
+    }
+    if (s == OT_OK && nreach && size[nreach - 1] >= cap_n)
+        s = ot_error(OT_ERR_RESOURCE_EXHAUSTED,
+                     "inline: the entry would hold at least %lld instructions once its calls are "
+                     "inlined (OT_INLINE_MAX_INSTRUCTIONS): calls nested too deep, each callee "
+                     "copied once per call",
+                     (long long)cap_n);
+    ot_free(size);
+    cc_ptrmap_free(&index);
     for (int k = 0; k < nreach && s == OT_OK; k++) {
         ot_computation *c = reach[k];
         ncalls = 0;
