@@ -194,6 +194,9 @@ static void test_background_priority(void) {
     for (int i = 0; i < OT_FT_PRIO_GROUP_MAX; i++) EXPECT_INT_EQ(atomic_load(&g.tids[i]), 0);
     pthread_cond_destroy(&p.cv);
     pthread_mutex_destroy(&p.mu);
+    /* CTest runs this test alone (test_ft_io_priority): not root, half of it was not checked */
+    if (geteuid() != 0)
+        OT_SKIP("raising a priority back needs root: the lowering was checked, the boost not");
 }
 
 OT_TEST_MAIN(OT_TEST(test_pipelined_write), OT_TEST(test_pipelined_failures),

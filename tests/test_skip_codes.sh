@@ -40,7 +40,8 @@ can_skip = ["test_clock_chrony", "test_clock_chrony_ipv6", "test_clock_ipv6", "t
             "test_unsupported_hardware", "test_harness", "test_clock", "test_ckpt"]
 missing = [n for n in can_skip if n not in tests or prop(tests[n], "SKIP_RETURN_CODE") not in (77, "77")]
 assert not missing, f"not registered, or no SKIP_RETURN_CODE 77: {missing}"
-for prog, part in [("test_clock", "ipv6"), ("test_clock_chrony", "ipv6"), ("test_ckpt", "tmpfs")]:
+for prog, part in [("test_clock", "ipv6"), ("test_clock_chrony", "ipv6"), ("test_ckpt", "tmpfs"),
+                   ("test_ft_io", "priority")]:
     assert f"{prog}_{part}" in tests, f"{prog}_{part} not registered"
     assert tests[f"{prog}_{part}"]["command"][-1] == part, tests[f"{prog}_{part}"]["command"]
     assert tests[prog]["command"][-2:] == ["--exclude", part], tests[prog]["command"]
@@ -89,7 +90,17 @@ else
   skip "clock_no_ipv6, clock_cli_no_ipv6, chrony_no_ipv6 (cannot make a network namespace here)"
 fi
 
-# 5. no CAP_SYS_ADMIN: the tmpfs cannot be mounted
+# 5. not root: a thread's priority cannot be raised back
+nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [[ $(id -u) -ne 0 ]]; then
+  want_skip ft_io_priority_not_root -- "$build/test_ft_io" priority
+elif command -v setpriv >/dev/null && "${nobody[@]}" test -x "$build/test_ft_io" 2>/dev/null; then
+  want_skip ft_io_priority_not_root -- "${nobody[@]}" "$build/test_ft_io" priority
+else
+  skip "ft_io_priority_not_root (user nobody cannot run $build/test_ft_io here)"
+fi
+
+# 6. no CAP_SYS_ADMIN: the tmpfs cannot be mounted
 if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null; then
   want_skip ckpt_tmpfs_no_sys_admin -- setpriv --inh-caps=-sys_admin --bounding-set=-sys_admin \
     "$build/test_ckpt" tmpfs
