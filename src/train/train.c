@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include "optitpu/runtime.h"
 #include "optitpu/tpu_optim.h"
 #include "optitpu/train.h"
+#include "ft/ft_io.h"
 #include "train/train_internal.h"
 
 #define MAX_PARAMS  (2 * (OT_MODEL_MAX_HIDDEN + 2))
@@ -997,23 +997,8 @@ static ot_status prepare_ckpt_dir(trainer *t) {
                      "to continue from them or --fresh to delete them",
                      t->o->ckpt_dir, n, (long long)e[n - 1].step);
     }
-    for (size_t i = 0; s == OT_OK && i < n; i++) {
-        DIR *d = opendir(e[i].path);
-        if (!d) {
-            s = ot_error(OT_ERR_IO, "train: cannot open %s", e[i].path);
-            break;
-        }
-        struct dirent *de;
-        char path[4096];
-        while (s == OT_OK && (de = readdir(d)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            snprintf(path, sizeof path, "%s/%s", e[i].path, de->d_name);
-            if (unlink(path) != 0) s = ot_error(OT_ERR_IO, "train: cannot delete %s", path);
-        }
-        closedir(d);
-        if (s == OT_OK && rmdir(e[i].path) != 0)
-            s = ot_error(OT_ERR_IO, "train: cannot delete %s", e[i].path);
-    }
+    /* whatever each entry is (a set-aside step may be a file or a symlink): removed as such */
+    for (size_t i = 0; s == OT_OK && i < n; i++) s = ot_ft_rmtree(e[i].path);
     if (s == OT_OK && n > 0)
         tlog(t, "--fresh: deleted %zu old checkpoint(s) from %s", n, t->o->ckpt_dir);
     ot_ckpt_entries_free(e, n);
