@@ -7,9 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void passes(void) { EXPECT_TRUE(1 + 1 == 2); }
-static void fails(void) { EXPECT_TRUE(1 + 1 == 3); }
-static void skips_ipv6(void) { OT_SKIP("made-up missing capability"); }
+static void passes(void) {
+    EXPECT_TRUE(1 + 1 == 2);
+}
+static void fails(void) {
+    EXPECT_TRUE(1 + 1 == 3);
+}
+static void skips_ipv6(void) {
+    OT_SKIP("made-up missing capability");
+}
 static void skips_then_would_fail(void) {
     OT_SKIP("skipped before any check");
     EXPECT_TRUE(0); /* never reached */

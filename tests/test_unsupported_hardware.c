@@ -44,7 +44,8 @@ static void run_both(const char *target, ot_status *eval_st, char *eval_msg, ot_
     ot_device *d = NULL;
     ot_buffer *in = NULL, *out = NULL;
     EXPECT_OK(ot_compile(m, NULL, &exe)); /* compiling needs no hardware: running it does */
-    if (exe && ot_host_device_create(0, 0, &d) == OT_OK && ot_buffer_from_host(d, &t, &in) == OT_OK) {
+    if (exe && ot_host_device_create(0, 0, &d) == OT_OK &&
+        ot_buffer_from_host(d, &t, &in) == OT_OK) {
         *exec_st = ot_device_execute(d, exe, &in, 1, &out, 1, NULL, NULL);
         snprintf(exec_msg, 512, "%s", ot_last_error());
         EXPECT_TRUE(out == NULL); /* nothing produced */
@@ -61,16 +62,11 @@ static void test_hardware_targets(void) {
     static const struct {
         const char *target, *hw;
     } cases[] = {
-        {"tpu_custom_call", "TPU"},
-        {"__cublas$gemm", "NVIDIA GPU"},
-        {"__cublas$lt$matmul", "NVIDIA GPU"},
-        {"__cudnn$convForward", "NVIDIA GPU"},
-        {"__gpu$xla.gpu.triton", "GPU"},
-        {"__triton", "GPU"},
-        {"triton_kernel_call", "GPU"},
-        {"cusolver_getrf", "NVIDIA GPU"},
-        {"cu_threefry2x32", "NVIDIA GPU"},
-        {"hipsolver_potrf", "AMD GPU"},
+        {"tpu_custom_call", "TPU"},           {"__cublas$gemm", "NVIDIA GPU"},
+        {"__cublas$lt$matmul", "NVIDIA GPU"}, {"__cudnn$convForward", "NVIDIA GPU"},
+        {"__gpu$xla.gpu.triton", "GPU"},      {"__triton", "GPU"},
+        {"triton_kernel_call", "GPU"},        {"cusolver_getrf", "NVIDIA GPU"},
+        {"cu_threefry2x32", "NVIDIA GPU"},    {"hipsolver_potrf", "AMD GPU"},
         {"hip_threefry2x32", "AMD GPU"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
