@@ -379,6 +379,21 @@ static int run(int argc, char **argv) {
         const ot_ir_shape *ps = &entry->params[p]->shape;
         if (given[p]) {
             const input_arg *in = &inputs[given[p] - 1];
+            /* a file far larger than the parameter would be read whole before its shape is
+             * compared: refuse it from its size (a .npy header is at most a few KiB) */
+            struct stat fs;
+            int64_t data_bytes = ot_ir_shape_nbytes(ps);
+            if (stat(in->file, &fs) == 0 && S_ISREG(fs.st_mode) &&
+                (int64_t)fs.st_size > data_bytes + 65536) {
+                char sh[96];
+                ot_shape_format(&ps->array, sh, sizeof sh);
+                ot_error(OT_ERR_SHAPE_MISMATCH,
+                         "--input %s=%s: the file holds %lld bytes, parameter %d (%s) is %s "
+                         "(%lld bytes)",
+                         in->name, in->file, (long long)fs.st_size, p, entry->params[p]->name, sh,
+                         (long long)data_bytes);
+                goto fail;
+            }
             if (ot_npy_read_file(in->file, &st.host[p]) != OT_OK) {
                 ot_error_wrap(OT_ERR_INVALID_ARGUMENT, "--input %s", in->name);
                 goto fail;

@@ -161,7 +161,11 @@ bad "more than the .* available (MemAvailable" "$tmp/pb.hlo" --fill zeros
 # --device-memory caps what each device must hold, host-side inputs included in the decision
 bad "RESOURCE_EXHAUSTED: run .*pb.hlo needs 7.11 PiB (8000000000000000 bytes) on each device (input buffers 3.55 PiB" "$tmp/pb.hlo" --fill zeros --device-memory 8G
 bad "more than the device's 8.00 GiB (8589934592 bytes) of memory" "$tmp/pb.hlo" --fill zeros --device-memory 8G
-# a device below 2 MiB serves small buffers (296 bytes here) instead of a false out-of-memory
 printf 'HloModule s\nENTRY e {\n  p = f32[74] parameter(0)\n  ROOT n = f32[74] negate(p)\n}\n' >"$tmp/small.hlo"
+# an input file far larger than its parameter is refused from its size, before it is read
+truncate -s 2G "$tmp/big.npy"
+bad "the file holds 2147483648 bytes, parameter 0 (p) is f32\[74\] (296 bytes)" "$tmp/small.hlo" --input "0=$tmp/big.npy" --output-dir "$tmp/b"
+rm -f "$tmp/big.npy"
+# a device below 2 MiB serves small buffers (296 bytes here) instead of a false out-of-memory
 "$bin" run "$tmp/small.hlo" --fill zeros --device-memory 1M --output-dir "$tmp/s" | grep -q "^output 0    f32\[74\]"
 echo "run cli ok"
