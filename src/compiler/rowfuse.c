@@ -65,36 +65,63 @@ static bool row_reduce(const ot_instr *r, int64_t *rows, int64_t *len) {
 
 /* Inside C's computation, every use of parameter p is per row: elementwise ops, converts,
  * reshapes and bitcasts of `rows` elements, and broadcasts to rows * len elements whose operand
- * fills the leading dims of the result (so its linear index is the result's divided by len). */
-static bool per_row_uses(const ot_instr *p, int64_t rows, int64_t len, int depth) {
-    if (depth > 64) return false;
-    for (int u = 0; u < p->nusers; u++) {
-        const ot_instr *x = p->users[u];
-        if (x->shape.kind != OT_IR_ARRAY) return false;
-        int64_t n = numel_of(x);
-        if (x->opcode == OT_OP_BROADCAST && n == rows * len) {
-            const ot_shape *R = &x->shape.array, *O = &p->shape.array;
-            if (x->attrs->ndims != O->rank) return false;
-            int64_t lead = 1;
-            for (int j = 0; j < O->rank; j++) {
-                if (x->attrs->dims[j] != j || R->dims[j] != O->dims[j]) return false;
-                lead *= O->dims[j];
+ * fills the leading dims of the result (so its linear index is the result's divided by len).
+ * The rule is per instruction, so each is checked once (visit stamps), however many paths
+ * reach it; an explicit stack, no recursion. */
+static bool per_row_uses(ot_instr *p, int64_t rows, int64_t len) {
+    const ot_computation *c = p->parent;
+    const uint64_t stamp = ir_visit_stamps(c->module, 1) + 1;
+    int64_t cap = c->ninstrs ? c->ninstrs : 1, sp = 0;
+    ot_instr **stack = ot_malloc((size_t)cap * sizeof *stack);
+    if (!stack) return false;
+    bool ok = true;
+    stack[sp++] = p;
+    p->visit_ = stamp;
+    while (sp && ok) {
+        const ot_instr *y = stack[--sp];
+        for (int u = 0; u < y->nusers && ok; u++) {
+            ot_instr *x = y->users[u];
+            if (x->shape.kind != OT_IR_ARRAY) {
+                ok = false;
+                break;
             }
-            if (lead != rows) return false;
-            continue; /* the reduced operand's loop reads it once per row */
+            int64_t n = numel_of(x);
+            if (x->opcode == OT_OP_BROADCAST && n == rows * len) {
+                const ot_shape *R = &x->shape.array, *O = &y->shape.array;
+                if (x->attrs->ndims != O->rank) {
+                    ok = false;
+                    break;
+                }
+                int64_t lead = 1;
+                for (int j = 0; j < O->rank && ok; j++) {
+                    if (x->attrs->dims[j] != j || R->dims[j] != O->dims[j]) ok = false;
+                    lead *= O->dims[j];
+                }
+                if (lead != rows) ok = false;
+                continue; /* the reduced operand's loop reads it once per row */
+            }
+            if (n != rows) {
+                ok = false;
+                break;
+            }
+            bool ew = x->opcode == OT_OP_RESHAPE || x->opcode == OT_OP_BITCAST ||
+                      x->opcode == OT_OP_CONVERT || x->opcode == OT_OP_BROADCAST ||
+                      ot_opcode_is_elementwise(x->opcode);
+            if (!ew || x->opcode == OT_OP_REDUCE) ok = false;
+            for (int k = 0; k < x->noperands && ok; k++) {
+                int64_t m = numel_of(x->operands[k]);
+                if (m != rows && m != 1) ok = false;
+            }
+            if (!ok || x->visit_ == stamp || x->parent != c) continue;
+            x->visit_ = stamp;
+            if (sp < cap)
+                stack[sp++] = x;
+            else
+                ok = false;
         }
-        if (n != rows) return false;
-        bool ew = x->opcode == OT_OP_RESHAPE || x->opcode == OT_OP_BITCAST ||
-                  x->opcode == OT_OP_CONVERT || x->opcode == OT_OP_BROADCAST ||
-                  ot_opcode_is_elementwise(x->opcode);
-        if (!ew || x->opcode == OT_OP_REDUCE) return false;
-        for (int k = 0; k < x->noperands; k++) {
-            int64_t m = numel_of(x->operands[k]);
-            if (m != rows && m != 1) return false;
-        }
-        if (!per_row_uses(x, rows, len, depth + 1)) return false;
     }
-    return true;
+    ot_free(stack);
+    return ok;
 }
 
 /* A loop fusion computing one value per row: every instruction has `rows` elements or one. */
@@ -498,7 +525,7 @@ static bool joins(const ot_instr *R, const ot_instr *N, int64_t rows, int64_t le
     for (int q = 0; q < N->noperands; q++) {
         if (r_output(N->operands[q], R) < 0) continue;
         if (numel_of(N->operands[q]) != rows || q >= nc->nparams || !nc->params[q] ||
-            !per_row_uses(nc->params[q], rows, len, 0))
+            !per_row_uses(nc->params[q], rows, len))
             return false;
     }
     /* no other input of N may depend on R */
@@ -598,7 +625,7 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const b
             for (int k = 0; k < C->noperands && !shared; k++)
                 shared = k != q && C->operands[k] == x;
             if (!shared || numel_of(x) != rows * len) continue;
-            if (!per_row_uses(cc->params[q], rows, len, 0)) continue;
+            if (!per_row_uses(cc->params[q], rows, len)) continue;
             /* no other input of C may depend on y (or on P through L's other users) */
             bool cyc = false;
             for (int k = 0; k < C->noperands && !cyc; k++) {
