@@ -961,6 +961,82 @@ static void profile_kinds(bool want_native) {
     ot_module_free(m);
 }
 
+/* A program of several units: with a unit per kernel (OPTITPU_CODEGEN_UNIT_BYTES=1), three
+ * independent loops compile into three objects side by side; the first run's profile holds one
+ * "codegen" event per unit compiled (its kernels, C size and the compiler's CPU time), results
+ * equal the reference; a second compile loads every unit from the cache and reports none. */
+static void test_units(void) {
+    static const char three[] = "HloModule three\n"
+                                "ENTRY e {\n"
+                                "  x = f32[70000]{0} parameter(0)\n"
+                                "  y = f32[70000]{0} parameter(1)\n"
+                                "  z = f32[70000]{0} parameter(2)\n"
+                                "  w = f32[70000]{0} parameter(3)\n"
+                                "  a = f32[70000]{0} multiply(x, x)\n"
+                                "  ea = f32[70000]{0} exponential(a)\n"
+                                "  b = f32[70000]{0} tanh(y)\n"
+                                "  sb = f32[70000]{0} subtract(b, y)\n"
+                                "  rz = f32[70000]{0} sqrt(z)\n"
+                                "  c = f32[70000]{0} add(rz, w)\n"
+                                "  ROOT t = (f32[70000]{0}, f32[70000]{0}, f32[70000]{0}) "
+                                "tuple(ea, sb, c)\n"
+                                "}\n";
+    setenv("OPTITPU_CODEGEN_UNIT_BYTES", "1", 1);
+    for (int round = 0; round < 2; round++) {
+        ot_module *m = parse(three);
+        ASSERT_TRUE(m != NULL);
+        ot_executable *e = NULL;
+        ASSERT_OK(ot_compile(m, NULL, &e));
+        ot_device *d;
+        ASSERT_OK(ot_host_device_create(0, 0, &d));
+        ot_value args[4], ref;
+        ot_buffer *in[4], *out[3] = {0};
+        uint64_t s = 11;
+        for (int k = 0; k < 4; k++) {
+            ASSERT_OK(ot_value_alloc_array(&args[k], &ot_module_entry(m)->params[k]->shape.array));
+            fill(OT_F32, args[k].array.data, 70000, &s);
+            ASSERT_OK(ot_buffer_from_host(d, &args[k].array, &in[k]));
+        }
+        ASSERT_OK(ot_evaluate(m, args, 4, NULL, &ref));
+        ot_profile *prof;
+        ASSERT_OK(ot_profile_create(&prof));
+        ot_run_options ro = ot_run_options_default();
+        ro.profile = prof;
+        EXPECT_OK(ot_device_execute(d, e, in, 4, out, 3, &ro, NULL));
+        for (int j = 0; j < 3; j++) {
+            ot_tensor t;
+            EXPECT_OK(ot_buffer_to_host(out[j], &t));
+            EXPECT_TRUE(same_values(OT_F32, ot_value_leaf(&ref, j)->array.data, t.data, 70000));
+            ot_tensor_release(&t);
+            ot_buffer_free(out[j]);
+        }
+        const cg_program *p = cg_program_get(e);
+        ASSERT_TRUE(p != NULL);
+        EXPECT_INT_EQ(p->nnative, 3);
+        EXPECT_INT_EQ(p->nunits, 3);
+        int events = 0;
+        for (int k = 0; k < ot_profile_kernel_count(prof); k++) {
+            const ot_kernel_profile *kp = ot_profile_kernel(prof, k);
+            if (strcmp(kp->kind, "codegen") != 0) continue;
+            events++;
+            EXPECT_STR_CONTAINS(kp->name, "1 kernel");
+            EXPECT_STR_CONTAINS(kp->name, "cc cpu");
+        }
+        EXPECT_INT_EQ(events, round == 0 ? 3 : 0);
+        EXPECT_TRUE(p->from_cache == (round == 1));
+        ot_profile_free(prof);
+        ot_value_release(&ref);
+        for (int k = 0; k < 4; k++) {
+            ot_value_release(&args[k]);
+            ot_buffer_free(in[k]);
+        }
+        ot_executable_free(e);
+        ot_device_free(d);
+        ot_module_free(m);
+    }
+    unsetenv("OPTITPU_CODEGEN_UNIT_BYTES");
+}
+
 /* The size threshold applies to the module: small fusions alone stay interpreted, small fusions
  * beside one at the threshold are compiled with it (same bits as the reference). */
 static void test_small_beside_large(void) {
@@ -1119,6 +1195,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_reductions),      OT_TEST(test_cache),    OT_TEST(test_fallbacks),
         OT_TEST(test_fault_injection), OT_TEST(test_hw_ftz),   OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),      OT_TEST(test_summary),  OT_TEST(test_small_beside_large),
+        OT_TEST(test_units),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();

@@ -115,9 +115,9 @@ OT_API ot_status ot_pass_fold(ot_module *m, int64_t max_elements, bool *changed)
  * max_io: limit on operands + outputs per fusion (<= 0: 64); a fused computation holds at most
  * OT_FUSION_MAX_INSTRUCTIONS instructions (as XLA bounds a fusion's size), so that no kernel's
  * generated code grows with the graph (gcc -O3 took 3-3.7 s on a kernel of 512 chained binary
- * ops, 0.5-1.3 s on 128, on a loaded 2-core machine). Time and memory linear in the entry's size, whatever its
- * shape (bounded reachability searches; an exact linear check that the fused graph is acyclic).
- * pre: verifies. post: verifies; every fusible op of the entry sits inside a fusion. */
+ * ops, 0.5-1.3 s on 128, on a loaded 2-core machine). Time and memory linear in the entry's size,
+ * whatever its shape (bounded reachability searches; an exact linear check that the fused graph is
+ * acyclic). pre: verifies. post: verifies; every fusible op of the entry sits inside a fusion. */
 #define OT_FUSION_MAX_INSTRUCTIONS 128
 OT_API ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed);
 

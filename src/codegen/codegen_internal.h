@@ -4,6 +4,7 @@
 #define OT_CODEGEN_INTERNAL_H
 
 #include "compiler/executable_internal.h"
+#include "optitpu/runtime.h"
 
 #include <stdarg.h>
 
@@ -45,15 +46,29 @@ typedef struct cg_entry {
     int nin, nout;
     int *alias; /* per input: the output whose memory it is, or -1 */
     int64_t *in_bytes, *out_bytes;
+    int unit; /* the unit holding its code */
 } cg_entry;
 
+/* A unit: consecutive native kernels compiled into one shared object. */
+typedef struct cg_unit {
+    void *handle;          /* dlopen handle */
+    int first, last;       /* kernel indices (the native ones between them belong to it) */
+    int nkernels;          /* native kernels */
+    int64_t c_bytes;       /* generated C of its kernels (the preamble aside) */
+    bool from_cache;       /* loaded from the disk cache: nothing compiled */
+    uint64_t t0_ns, t1_ns; /* when its compiler started and was reaped (0: not compiled) */
+    uint64_t cpu_ns;       /* the compiler's CPU time */
+} cg_unit;
+
 typedef struct cg_program {
-    void *handle; /* dlopen handle */
     int nk;
     cg_entry *k;
     int nnative;
-    uint8_t key[32];
-    bool from_cache;
+    cg_unit *units;
+    int nunits;
+    uint8_t key[32];       /* the first unit's cache key */
+    bool from_cache;       /* every unit came from the cache */
+    _Atomic bool reported; /* the units' compiles went into a profile */
 } cg_program;
 
 /* The executable's native program: generated, compiled (or loaded from the disk cache) on the
@@ -61,6 +76,9 @@ typedef struct cg_program {
  * no compiler is found, compiling failed (logged) or no kernel qualifies. */
 const cg_program *cg_program_get(const ot_executable *exe);
 void cg_program_free(cg_program *p);
+/* Records, once per program, an event per unit compiled (not loaded from the cache) in prof:
+ * kind "codegen", the compiler's interval, its kernels, C size and CPU time in the name. */
+void cg_program_report(const cg_program *p, ot_profile *prof);
 
 /* Runs kernel k natively when it has native code and its buffers are laid out as compiled for,
  * split over pool (NULL: the default pool): returns true with the kernel done. False: the caller

@@ -1,7 +1,10 @@
-/* The native program of an executable: one C file with a function per supported loop fusion,
- * compiled by the system C compiler into a shared object that is cached on disk by the SHA-256 of
- * (source, compiler, flags, CPU features), verified by its own SHA-256 when loaded, and opened
- * with dlopen. Built on an executable's first run under a process-wide lock. */
+/* The native program of an executable: a C function per supported fusion, grouped into units of
+ * at most CG_UNIT_BYTES of C (a kernel larger than CG_UNIT_ALONE is a unit of its own), each
+ * unit compiled by the system C compiler into a shared object that is cached on disk by the
+ * SHA-256 of (source, compiler, flags, CPU features), verified by its own SHA-256 when loaded,
+ * and opened with dlopen. Missing units compile side by side, one compiler process per online
+ * CPU; each unit's compile time (the compiler's CPU time, and the interval) is kept for the
+ * profile. Built on an executable's first run under a process-wide lock. */
 #include "codegen/codegen_internal.h"
 
 #include <dlfcn.h>
@@ -11,6 +14,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +29,12 @@ extern char **environ;
     "-fno-math-errno "                                                                             \
     "-fno-strict-aliasing -w"
 #define CG_CHUNK 32768 /* elements per piece of the fixed partition (a multiple of 64) */
+/* Units: small kernels share a compiler process (one costs ~30 ms to start), large ones get
+ * their own so that each large kernel's compile time is measured apart and a module's
+ * compile spreads over the CPUs. */
+#define CG_UNIT_BYTES (128 * 1024)
+#define CG_UNIT_ALONE (16 * 1024)
+#define CG_MAX_PROCS  16
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic unsigned g_tmp_counter;
@@ -39,6 +49,18 @@ static int64_t min_elements(void) {
         if (*end == 0 && v >= 0) return v;
     }
     return 4096;
+}
+
+/* OPTITPU_CODEGEN_UNIT_BYTES overrides CG_UNIT_BYTES (tests use it to get a unit per
+ * kernel). */
+static int64_t unit_bytes(void) {
+    const char *e = getenv("OPTITPU_CODEGEN_UNIT_BYTES");
+    if (e && *e) {
+        char *end;
+        long long v = strtoll(e, &end, 10);
+        if (*end == 0 && v >= 1) return v;
+    }
+    return CG_UNIT_BYTES;
 }
 
 static bool find_in_path(const char *name, char *out, size_t cap) {
@@ -95,8 +117,8 @@ static ot_status cache_dir(char *out, size_t cap) {
     return OT_OK;
 }
 
-/* Runs argv with stdout and stderr into log (a file path); returns the exit status or -1. */
-static int run_cmd(char *const *argv, const char *log) {
+/* Starts argv with stdout and stderr into log (a file path); -1 when it cannot start. */
+static pid_t spawn_cmd(char *const *argv, const char *log) {
     posix_spawn_file_actions_t fa;
     if (posix_spawn_file_actions_init(&fa) != 0) return -1;
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -105,10 +127,18 @@ static int run_cmd(char *const *argv, const char *log) {
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return -1;
+    return rc != 0 ? -1 : pid;
+}
+
+/* Waits for pid: its exit status (-1: killed or lost) and CPU time (user + system). */
+static int wait_cmd(pid_t pid, uint64_t *cpu_ns) {
     int status;
-    while (waitpid(pid, &status, 0) < 0)
+    struct rusage ru;
+    *cpu_ns = 0;
+    while (wait4(pid, &status, 0, &ru) < 0)
         if (errno != EINTR) return -1;
+    *cpu_ns = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
+              (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -184,7 +214,9 @@ static ot_status compiler_identity(const char *cc, const char *dir, const char *
     char *const *cmds[2] = {v_argv, m_argv};
     ot_status st = OT_OK;
     for (int k = 0; k < 2 && st == OT_OK; k++) {
-        int rc = run_cmd(cmds[k], log);
+        pid_t pid = spawn_cmd(cmds[k], log);
+        uint64_t cpu = 0;
+        int rc = pid < 0 ? -1 : wait_cmd(pid, &cpu);
         char *text = NULL;
         size_t tn = 0;
         if (rc != 0) {
@@ -272,7 +304,9 @@ void cg_program_free(cg_program *p) {
         ot_free(p->k[k].out_bytes);
     }
     ot_free(p->k);
-    if (p->handle) dlclose(p->handle);
+    for (int u = 0; p->units && u < p->nunits; u++)
+        if (p->units[u].handle) dlclose(p->units[u].handle);
+    ot_free(p->units);
     ot_free(p);
 }
 
@@ -302,36 +336,56 @@ static void *load_cached(const char *so, const char *sum, bool *corrupt) {
     return h;
 }
 
-static ot_status compile_to_cache(const char *cc, const char *dir, const char *khex,
-                                  const cg_buf *src, const char *so, const char *sum) {
-    char base[4200], c_tmp[4300], so_tmp[4300], sum_tmp[4300], log[4300], c_final[4300];
+/* A unit being compiled: its temporary files and process. */
+typedef struct unit_job {
+    char c_tmp[4300], so_tmp[4300], sum_tmp[4300], log[4300], c_final[4300];
+    char so[4200], sum[4200];
+    pid_t pid;
+} unit_job;
+
+/* Writes the unit's source and starts the compiler on it. */
+static ot_status unit_spawn(const char *cc, const char *dir, const char *khex, const cg_buf *src,
+                            unit_job *j) {
+    char base[4200];
     snprintf(base, sizeof base, "%s/tmp.%s.%d.%u", dir, khex, (int)getpid(),
              atomic_fetch_add(&g_tmp_counter, 1));
-    snprintf(c_tmp, sizeof c_tmp, "%s.c", base);
-    snprintf(so_tmp, sizeof so_tmp, "%s.so", base);
-    snprintf(sum_tmp, sizeof sum_tmp, "%s.sha256", base);
-    snprintf(log, sizeof log, "%s.log", base);
-    snprintf(c_final, sizeof c_final, "%s/%s.c", dir, khex);
-    OT_CHECK(write_file(c_tmp, src->p, src->n));
-    char *argv[] = {(char *)cc, CG_FLAGS, "-o", so_tmp, c_tmp, "-lm", NULL};
-    int rc = run_cmd(argv, log);
+    snprintf(j->c_tmp, sizeof j->c_tmp, "%s.c", base);
+    snprintf(j->so_tmp, sizeof j->so_tmp, "%s.so", base);
+    snprintf(j->sum_tmp, sizeof j->sum_tmp, "%s.sha256", base);
+    snprintf(j->log, sizeof j->log, "%s.log", base);
+    snprintf(j->c_final, sizeof j->c_final, "%s/%s.c", dir, khex);
+    j->pid = -1;
+    OT_CHECK(write_file(j->c_tmp, src->p, src->n));
+    char *argv[] = {(char *)cc, CG_FLAGS, "-o", j->so_tmp, j->c_tmp, "-lm", NULL};
+    j->pid = spawn_cmd(argv, j->log);
+    if (j->pid < 0) {
+        unlink(j->c_tmp);
+        return ot_error(OT_ERR_INTERNAL, "codegen: cannot start %s: %s", cc, strerror(errno));
+    }
+    return OT_OK;
+}
+
+/* Waits for the unit's compiler, then publishes the object and its checksum in the cache. */
+static ot_status unit_finish(const char *cc, unit_job *j, uint64_t *cpu_ns) {
+    int rc = wait_cmd(j->pid, cpu_ns);
+    j->pid = -1;
     ot_status st = OT_OK;
     if (rc != 0) {
         char *text = NULL;
         size_t tn = 0;
-        if (read_file(log, &text, &tn) != OT_OK) ot_clear_error();
+        if (read_file(j->log, &text, &tn) != OT_OK) ot_clear_error();
         if (text && tn > 600) text[600] = 0;
-        st = ot_error(OT_ERR_INTERNAL, "codegen: %s failed (status %d) on %s: %s", cc, rc, c_tmp,
+        st = ot_error(OT_ERR_INTERNAL, "codegen: %s failed (status %d) on %s: %s", cc, rc, j->c_tmp,
                       text ? text : "");
         ot_free(text);
-        unlink(so_tmp);
-        unlink(log);
+        unlink(j->so_tmp);
+        unlink(j->log);
         return st; /* the source stays for inspection */
     }
-    unlink(log);
+    unlink(j->log);
     char *data = NULL;
     size_t n = 0;
-    st = read_file(so_tmp, &data, &n);
+    st = read_file(j->so_tmp, &data, &n);
     uint8_t d[32];
     char dh[66];
     if (st == OT_OK) st = ot_sha256_digest(data, n, d);
@@ -339,18 +393,143 @@ static ot_status compile_to_cache(const char *cc, const char *dir, const char *k
     if (st == OT_OK) {
         hex(d, 32, dh);
         dh[64] = '\n';
-        st = write_file(sum_tmp, dh, 65);
+        st = write_file(j->sum_tmp, dh, 65);
     }
     /* the object first, its checksum second: a reader between the two sees a mismatch and
      * rebuilds */
-    if (st == OT_OK && rename(so_tmp, so) != 0)
-        st = ot_error(OT_ERR_IO, "codegen: rename %s: %s", so, strerror(errno));
-    if (st == OT_OK && rename(sum_tmp, sum) != 0)
-        st = ot_error(OT_ERR_IO, "codegen: rename %s: %s", sum, strerror(errno));
-    if (st == OT_OK) rename(c_tmp, c_final);
-    unlink(so_tmp);
-    unlink(sum_tmp);
-    unlink(c_tmp);
+    if (st == OT_OK && rename(j->so_tmp, j->so) != 0)
+        st = ot_error(OT_ERR_IO, "codegen: rename %s: %s", j->so, strerror(errno));
+    if (st == OT_OK && rename(j->sum_tmp, j->sum) != 0)
+        st = ot_error(OT_ERR_IO, "codegen: rename %s: %s", j->sum, strerror(errno));
+    if (st == OT_OK) rename(j->c_tmp, j->c_final);
+    unlink(j->so_tmp);
+    unlink(j->sum_tmp);
+    unlink(j->c_tmp);
+    return st;
+}
+
+/* Compiles or loads every unit of p; src holds the preamble [0, pre) and each native kernel's
+ * text at [koff[k], koff[k] + klen[k]). */
+static ot_status build_units(cg_program *p, const char *cc, const cg_buf *src, size_t pre,
+                             const size_t *koff, const size_t *klen) {
+    char dir[4096];
+    const char *ident = NULL;
+    size_t identn = 0;
+    OT_CHECK(cache_dir(dir, sizeof dir));
+    OT_CHECK(compiler_identity(cc, dir, &ident, &identn));
+    /* units: consecutive native kernels, a large one alone */
+    p->units = ot_calloc((size_t)(p->nnative ? p->nnative : 1), sizeof *p->units);
+    if (!p->units) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+    int nu = 0;
+    const int64_t limit = unit_bytes();
+    for (int k = 0; k < p->nk; k++) {
+        if (!p->k[k].fn) continue;
+        cg_unit *u = nu ? &p->units[nu - 1] : NULL;
+        bool alone = klen[k] > CG_UNIT_ALONE;
+        if (!u || alone || u->c_bytes + (int64_t)klen[k] > limit ||
+            (u->nkernels == 1 && klen[u->first] > CG_UNIT_ALONE)) {
+            u = &p->units[nu++];
+            u->first = k;
+        }
+        u->last = k;
+        u->nkernels++;
+        u->c_bytes += (int64_t)klen[k];
+        p->k[k].unit = nu - 1;
+    }
+    p->nunits = nu;
+    unit_job *jobs = ot_calloc((size_t)(nu ? nu : 1), sizeof *jobs);
+    cg_buf *usrc = ot_calloc((size_t)(nu ? nu : 1), sizeof *usrc);
+    char(*khex)[65] = ot_calloc((size_t)(nu ? nu : 1), sizeof *khex);
+    int *pending = ot_calloc((size_t)(nu ? nu : 1), sizeof *pending);
+    ot_status st = OT_OK;
+    if (!jobs || !usrc || !khex || !pending) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: oom");
+    int npending = 0;
+    p->from_cache = true;
+    for (int i = 0; i < nu && st == OT_OK; i++) {
+        cg_unit *u = &p->units[i];
+        cg_buf *b = &usrc[i];
+        cg_buf_printf(b, "%.*s", (int)pre, src->p);
+        for (int k = u->first; k <= u->last; k++)
+            if (p->k[k].fn) cg_buf_printf(b, "%.*s", (int)klen[k], src->p + koff[k]);
+        if (b->oom) {
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+            break;
+        }
+        ot_sha256 h;
+        uint8_t key[32];
+        st = ot_sha256_init(&h);
+        if (st != OT_OK) break;
+        static const char tag[] = "optitpu-codegen-1";
+        ot_sha256_update(&h, tag, sizeof tag);
+        ot_sha256_update(&h, b->p, b->n + 1);
+        ot_sha256_update(&h, cc, strlen(cc) + 1);
+        ot_sha256_update(&h, CG_FLAGS_TEXT, sizeof CG_FLAGS_TEXT);
+        ot_sha256_update(&h, ident, identn);
+        if ((st = ot_sha256_final(&h, key)) != OT_OK) break;
+        if (i == 0) memcpy(p->key, key, 32);
+        hex(key, 32, khex[i]);
+        snprintf(jobs[i].so, sizeof jobs[i].so, "%s/%s.so", dir, khex[i]);
+        snprintf(jobs[i].sum, sizeof jobs[i].sum, "%s/%s.sha256", dir, khex[i]);
+        jobs[i].pid = -1;
+        bool corrupt = false;
+        u->handle = load_cached(jobs[i].so, jobs[i].sum, &corrupt);
+        if (u->handle) {
+            u->from_cache = true;
+            continue;
+        }
+        if (corrupt)
+            ot_log(OT_LOG_WARN, "codegen: cached %s does not match its checksum; rebuilding",
+                   jobs[i].so);
+        p->from_cache = false;
+        pending[npending++] = i;
+    }
+    /* the missing units, one compiler per online CPU at a time, reaped in start order */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int procs = ncpu < 1 ? 1 : ncpu > CG_MAX_PROCS ? CG_MAX_PROCS : (int)ncpu;
+    int started = 0, reaped = 0;
+    while (st == OT_OK && reaped < npending) {
+        while (st == OT_OK && started < npending && started - reaped < procs) {
+            int i = pending[started];
+            p->units[i].t0_ns = ot_now_ns();
+            st = unit_spawn(cc, dir, khex[i], &usrc[i], &jobs[i]);
+            if (st == OT_OK) started++;
+        }
+        if (st != OT_OK) break;
+        int i = pending[reaped++];
+        st = unit_finish(cc, &jobs[i], &p->units[i].cpu_ns);
+        p->units[i].t1_ns = ot_now_ns();
+        if (st == OT_OK) {
+            p->units[i].handle = dlopen(jobs[i].so, RTLD_NOW | RTLD_LOCAL);
+            if (!p->units[i].handle)
+                st = ot_error(OT_ERR_INTERNAL, "codegen: dlopen %s: %s", jobs[i].so, dlerror());
+        }
+    }
+    /* on failure, the compilers still running are waited for (their files removed) */
+    for (; reaped < started; reaped++) {
+        unit_job *j = &jobs[pending[reaped]];
+        uint64_t cpu;
+        if (j->pid > 0) wait_cmd(j->pid, &cpu);
+        unlink(j->so_tmp);
+        unlink(j->sum_tmp);
+        unlink(j->log);
+        unlink(j->c_tmp);
+    }
+    for (int k = 0; k < p->nk && st == OT_OK; k++) {
+        if (!p->k[k].fn) continue;
+        char fname[32];
+        snprintf(fname, sizeof fname, "otk_%d", k);
+        void *sym = dlsym(p->units[p->k[k].unit].handle, fname);
+        if (!sym) {
+            st = ot_error(OT_ERR_INTERNAL, "codegen: %s lacks %s", jobs[p->k[k].unit].so, fname);
+            break;
+        }
+        memcpy(&p->k[k].fn, &sym, sizeof sym);
+    }
+    for (int i = 0; usrc && i < nu; i++) cg_buf_free(&usrc[i]);
+    ot_free(usrc);
+    ot_free(jobs);
+    ot_free(khex);
+    ot_free(pending);
     return st;
 }
 
@@ -367,12 +546,17 @@ static ot_status build(const ot_executable *e, cg_program **out) {
     if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     p->nk = nk;
     p->k = ot_calloc((size_t)(nk ? nk : 1), sizeof *p->k);
-    if (!p->k) {
+    size_t *koff = ot_calloc((size_t)(nk ? nk : 1), sizeof *koff);
+    size_t *klen = ot_calloc((size_t)(nk ? nk : 1), sizeof *klen);
+    if (!p->k || !koff || !klen) {
+        ot_free(koff);
+        ot_free(klen);
         cg_program_free(p);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     }
     cg_buf src = {0};
     cg_emit_preamble(&src);
+    size_t pre = src.n;
     ot_status st = OT_OK;
     for (int k = 0; k < nk && st == OT_OK; k++) {
         const ot_kernel *kn = ot_executable_kernel(e, k);
@@ -408,6 +592,8 @@ static ot_status build(const ot_executable *e, cg_program **out) {
             continue;
         }
         if (n * work >= minel) nbig++;
+        koff[k] = mark;
+        klen[k] = src.n - mark;
         en->numel = n;
         en->chunk = CG_CHUNK / work > 1 ? CG_CHUNK / work : 1;
         en->nin = kn->ninputs;
@@ -417,65 +603,16 @@ static ot_status build(const ot_executable *e, cg_program **out) {
     }
     if (st == OT_OK && src.oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     /* Only small fusions: the interpreter is cheap there and a compile is not. Once one fusion
-     * is large enough to be compiled, the small ones go into the same object: they add little to
-     * that compile, and interpreted they cost ~30x native per element (a 200-tensor Adam step
-     * had a quarter of its tensors under the threshold and spent a fifth of its time there). */
+     * is large enough to be compiled, the small ones go into the same objects: they add little
+     * to those compiles, and interpreted they cost ~30x native per element (a 200-tensor Adam
+     * step had a quarter of its tensors under the threshold and spent a fifth of its time
+     * there). */
     if (st == OT_OK && nbig == 0) p->nnative = 0;
-    if (st != OT_OK || p->nnative == 0) {
-        cg_buf_free(&src);
-        cg_program_free(p);
-        return st;
-    }
-    char dir[4096];
-    const char *ident = NULL;
-    size_t identn = 0;
-    st = cache_dir(dir, sizeof dir);
-    if (st == OT_OK) st = compiler_identity(cc, dir, &ident, &identn);
-    ot_sha256 h;
-    if (st == OT_OK) st = ot_sha256_init(&h);
-    if (st == OT_OK) {
-        static const char tag[] = "optitpu-codegen-1";
-        ot_sha256_update(&h, tag, sizeof tag);
-        ot_sha256_update(&h, src.p, src.n + 1);
-        ot_sha256_update(&h, cc, strlen(cc) + 1);
-        ot_sha256_update(&h, CG_FLAGS_TEXT, sizeof CG_FLAGS_TEXT);
-        ot_sha256_update(&h, ident, identn);
-        st = ot_sha256_final(&h, p->key);
-    }
-    char khex[65], so[4200], sum[4200];
-    if (st == OT_OK) {
-        hex(p->key, 32, khex);
-        snprintf(so, sizeof so, "%s/%s.so", dir, khex);
-        snprintf(sum, sizeof sum, "%s/%s.sha256", dir, khex);
-        bool corrupt = false;
-        p->handle = load_cached(so, sum, &corrupt);
-        if (p->handle) {
-            p->from_cache = true;
-        } else {
-            if (corrupt)
-                ot_log(OT_LOG_WARN, "codegen: cached %s does not match its checksum; rebuilding",
-                       so);
-            st = compile_to_cache(cc, dir, khex, &src, so, sum);
-            if (st == OT_OK) {
-                p->handle = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-                if (!p->handle)
-                    st = ot_error(OT_ERR_INTERNAL, "codegen: dlopen %s: %s", so, dlerror());
-            }
-        }
-    }
-    for (int k = 0; k < nk && st == OT_OK; k++) {
-        if (!p->k[k].fn) continue;
-        char fname[32];
-        snprintf(fname, sizeof fname, "otk_%d", k);
-        void *sym = dlsym(p->handle, fname);
-        if (!sym) {
-            st = ot_error(OT_ERR_INTERNAL, "codegen: %s lacks %s", so, fname);
-            break;
-        }
-        memcpy(&p->k[k].fn, &sym, sizeof sym);
-    }
+    if (st == OT_OK && p->nnative > 0) st = build_units(p, cc, &src, pre, koff, klen);
     cg_buf_free(&src);
-    if (st != OT_OK) {
+    ot_free(koff);
+    ot_free(klen);
+    if (st != OT_OK || p->nnative == 0) {
         cg_program_free(p);
         return st;
     }
@@ -498,6 +635,23 @@ const cg_program *cg_program_get(const ot_executable *exe) {
     }
     pthread_mutex_unlock(&g_mu);
     return e->cg;
+}
+
+void cg_program_report(const cg_program *cp, ot_profile *prof) {
+    cg_program *p = (cg_program *)cp; /* `reported` is the only field written */
+    if (!p || !prof || atomic_exchange(&p->reported, true)) return;
+    for (int i = 0; i < p->nunits; i++) {
+        const cg_unit *u = &p->units[i];
+        if (u->from_cache || !u->t0_ns) continue;
+        char name[200];
+        snprintf(name, sizeof name,
+                 "codegen unit %d: %d kernel%s (%d..%d), %lld KB of C, cc cpu %.3f s", i,
+                 u->nkernels, u->nkernels == 1 ? "" : "s", u->first, u->last,
+                 (long long)((u->c_bytes + 1023) / 1024), (double)u->cpu_ns * 1e-9);
+        if (ot_profile_record(prof, name, "codegen", -1, u->t0_ns, u->t1_ns, 0, u->c_bytes) !=
+            OT_OK)
+            ot_clear_error();
+    }
 }
 
 /* ---- run ---------------------------------------------------------------------------------------

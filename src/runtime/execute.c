@@ -247,6 +247,7 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);
     const cg_program *cg = cg_program_get(exe);
+    if (ro.profile) cg_program_report(cg, ro.profile);
     for (int k = 0; k < nk; k++) {
         const ot_kernel *kn = ot_executable_kernel(exe, k);
         if (ro.cancel && atomic_load(ro.cancel)) {
