@@ -7,6 +7,7 @@
  * NaNs; the random family does not, on purpose. */
 #include "optitpu/bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -84,7 +85,7 @@ static ot_status gen_init(gen *g, const char *name, int64_t n, uint64_t seed) {
     ot_shape_make(&g->v, OT_F32, 1, (int64_t[]){16});
     ot_shape_make(&g->mat, OT_F32, 2, (int64_t[]){16, 16});
     g->zero = ot_build_constant_scalar(g->c, OT_F32, 0);
-    g->ninf = ot_build_constant_scalar(g->c, OT_F32, -1.0 / 0.0);
+    g->ninf = ot_build_constant_scalar(g->c, OT_F32, -INFINITY);
     return ot_module_status(g->m);
 }
 
