@@ -294,8 +294,14 @@ static int parse_shapes(const char *cmd, const char *s, const char **names) {
             if (strlen(ot_graph_family_name(i)) == len && !strncmp(ot_graph_family_name(i), p, len))
                 found = i;
         if (found < 0 || n == MAX_SHAPES) {
-            cli_usage_error(cmd, "--shape: unknown family '%.*s' (one of: all%s)", (int)len, p,
-                            "; see optitpu bench compile --help");
+            char known[512];
+            size_t kn = 0;
+            known[0] = 0;
+            for (int i = 0; i < nf && kn < sizeof known; i++)
+                kn += (size_t)snprintf(known + kn, sizeof known - kn, "%s, ",
+                                       ot_graph_family_name(i));
+            cli_usage_error(cmd, "--shape: unknown family '%.*s' (families: %sor all)", (int)len, p,
+                            known);
             return -1;
         }
         names[n++] = ot_graph_family_name(found);
