@@ -100,4 +100,20 @@ for bad in 1999 2000,x 2000,,4000 "" 1,2,3,4,5,6,7,8,9 4000001; do
   grep -q -- "--sizes needs 1 to 8 comma-separated numbers" "$err"
 done
 if "$bin" bench compile --sizes 2>"$err"; then echo "--sizes without a value accepted"; exit 1; fi
+# bench compile --shape all: every graph-shape family compiled at both sizes, rows named after it
+"$bin" bench compile --shape all --sizes 2000,4000 --reps 1 --json >"$work/bs.json"
+python3 - "$work/bs.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+fams = ["residual", "braid", "fanout", "fanin", "nested", "bcast_reduce", "islands", "wide_tuple",
+        "many_params", "dot_sandwich", "random", "fori_unrolled"]
+for f in fams:
+    runs = [r for r in rows if r["case"].startswith(f + " ") and " instrs -O2 (" in r["case"]]
+    assert len(runs) == 2 and all(r["value"] > 0 for r in runs), (f, runs)
+    sc = [r for r in rows if r["case"] == f + " scaling 2k -> 4k"]
+    assert len(sc) == 1 and sc[0]["value"] > 0, (f, sc)
+assert len({r["case"].split()[0] for r in rows}) == len(fams), rows
+PY
+if "$bin" bench compile --shape residual,nope 2>"$err"; then echo "--shape nope accepted"; exit 1; fi
+grep -q "unknown family 'nope' (families: residual, braid" "$err"
 echo "compile cli ok"
