@@ -61,6 +61,7 @@ typedef struct fz {
     int64_t *pos2;     /* per position: index in a second topological order */
     uint8_t *dupdepth; /* per duplicated original: 1 + the depth of the copies it feeds */
     int32_t *in_of;    /* per position: the last cluster that counted it as an input */
+    bool *keep;        /* per duplicated original: it stays in the entry beside its copies */
     uint32_t *cvis;    /* per cluster: visit stamp of the current reachability query */
     int64_t cviscap;
     int64_t budget; /* visits left to all reachability queries together */
@@ -196,11 +197,12 @@ static ot_status second_order(fz *f) {
     return OT_OK;
 }
 
-/* Search limits: a query visits at most QUERY_VISITS instructions, and all queries of one pass
- * together at most REACH_VISITS_PER_INSTR per instruction (plus a constant); past either, the
- * answer is "reached", which only refuses a merge. So the fusion pass stays linear in the graph
- * whatever its shape. */
-enum { QUERY_VISITS = 4096, REACH_VISITS_PER_INSTR = 64, REACH_VISITS_MIN = 1 << 20 };
+/* Search limits: a query looks at most QUERY_VISITS users, and all queries of one pass together
+ * at most REACH_VISITS_PER_INSTR per instruction (plus a constant); past either, the answer is
+ * "reached", which only refuses a merge. So the fusion pass stays linear in the graph whatever
+ * its shape (random 200k: 4.2 s with 4,096 / 64 counting only instructions queued, 1.7 s with
+ * these, 137k -> 132k kernels; the benchmark graph's fusions are the same). */
+enum { QUERY_VISITS = 1024, REACH_VISITS_PER_INSTR = 16, REACH_VISITS_MIN = 1 << 20 };
 
 typedef struct query {
     int32_t target;
@@ -230,6 +232,7 @@ static int enter_cluster(fz *f, query *qy, int32_t d, int32_t skip) {
  * enters every cluster that holds a copy (its users all sit there); another instruction is
  * queued unless it lies past the target's positions. */
 static int enter(fz *f, query *qy, int64_t p, int32_t skip) {
+    if (++qy->seen > QUERY_VISITS || --f->budget < 0) return -1; /* every user looked at */
     if (f->cl[p] >= 0) return enter_cluster(f, qy, cfind(f, f->cl[p]), skip);
     if (f->dup_head[p] >= 0) {
         for (int64_t d = f->dup_head[p]; d >= 0; d = f->dups[d].next) {
@@ -239,7 +242,6 @@ static int enter(fz *f, query *qy, int64_t p, int32_t skip) {
         return 0;
     }
     if (f->vis[p] == f->vstamp || p > qy->maxpos || f->pos2[p] > qy->maxpos2) return 0;
-    if (++qy->seen > QUERY_VISITS || --f->budget < 0) return -1;
     f->vis[p] = f->vstamp;
     f->stack[qy->sp++] = p;
     return 0;
@@ -478,10 +480,13 @@ static ot_status phase2(fz *f) {
  * instructions outside any (a duplicated original is a unit of its own, feeding the clusters
  * that hold its copies), an edge runs from the unit that produces an operand to each unit that
  * reads it, and Tarjan's strongly connected components (iterative) find every cycle. Each
- * cluster on a cycle is split into clusters of one member (a copy it held is dropped, and an
- * original that loses a copy keeps a cluster of its own, as do the originals it reads); a cycle
- * of the new partition would be one of the old partition through those clusters, so one round
- * suffices. *broken counts the clusters split. */
+ * cluster on a cycle is split into clusters of one member, and the copies it held are dropped;
+ * a duplicated original that lost a copy, or that one of those reads, stays in the entry as an
+ * unfused instruction (keep) beside its copies in the clusters not split (a copy there may read
+ * a member of its cluster: taken out of it, it would close a cycle through that cluster).
+ * Contracting those originals, a cycle of the new partition is a closed walk of the old one
+ * through split clusters only, hence through instructions only, which the graph has none of:
+ * one round suffices. *broken counts the clusters split. */
 static int32_t unit_of(fz *f, int64_t p) {
     return f->cl[p] >= 0 ? cfind(f, f->cl[p]) : (int32_t)(f->ncls + p);
 }
@@ -590,20 +595,25 @@ static ot_status scc_split(fz *f, int64_t *broken) {
         }
     }
     /* split: every primary member of a split cluster gets a cluster of its own; copies held by
-     * split clusters are dropped, and then the original (and the originals it reads, which
-     * nothing would rewire otherwise) keeps a cluster of its own too */
+     * split clusters are dropped, and the original (and the duplicated originals that any of
+     * these reads, which nothing would rewire otherwise) gets a cluster of its own too */
     int64_t ncls0 = f->ncls;
     for (int64_t c = 0; c < ncls0; c++) *broken += split[c] && cfind(f, (int32_t)c) == c;
     if (!*broken) goto out;
-    int64_t *work = it; /* reused: positions to turn into clusters of their own */
+    int64_t *work = it; /* reused: positions that leave a split cluster or must stay apart */
     int64_t nwork = 0;
     for (int64_t p = 0; p < f->n; p++) {
-        bool to_own = f->cl[p] >= 0 && split[cfind(f, f->cl[p])];
-        if (f->cl[p] < 0)
-            for (int64_t d = f->dup_head[p]; d >= 0 && !to_own; d = f->dups[d].next)
-                to_own = split[cfind(f, f->dups[d].cluster)];
-        if (to_own) {
-            f->cl[p] = -2; /* pending */
+        if (f->cl[p] >= 0) {
+            if (!split[cfind(f, f->cl[p])]) continue;
+            f->cl[p] = -2; /* to a cluster of its own */
+            work[nwork++] = p;
+            continue;
+        }
+        bool lost = false;
+        for (int64_t d = f->dup_head[p]; d >= 0 && !lost; d = f->dups[d].next)
+            lost = split[cfind(f, f->dups[d].cluster)];
+        if (lost && !f->keep[p]) {
+            f->keep[p] = true;
             work[nwork++] = p;
         }
     }
@@ -611,8 +621,8 @@ static ot_status scc_split(fz *f, int64_t *broken) {
         const ot_instr *x = f->po[work[w]];
         for (int q = 0; q < x->noperands; q++) {
             int64_t o = pos_of(x->operands[q]);
-            if (f->cl[o] == -1 && f->dup_head[o] >= 0) {
-                f->cl[o] = -2;
+            if (f->cl[o] == -1 && f->dup_head[o] >= 0 && !f->keep[o]) {
+                f->keep[o] = true;
                 work[nwork++] = o;
             }
         }
@@ -620,7 +630,7 @@ static ot_status scc_split(fz *f, int64_t *broken) {
     for (int64_t w = 0; w < nwork && s == OT_OK; w++) {
         int64_t p = work[w];
         ot_instr *x = f->po[p];
-        f->dup_head[p] = -1;
+        if (f->cl[p] != -2) continue; /* a kept original */
         f->small[p] = false;
         f->cl[p] = -1;
         if (x->opcode == OT_OP_REDUCE)
@@ -628,7 +638,7 @@ static ot_status scc_split(fz *f, int64_t *broken) {
         else
             s = new_cluster(f, p, CL_LOOP, cc_numel(x));
     }
-    /* copies held by split clusters (in originals that kept others) are dropped */
+    /* copies held by split clusters are dropped; the others stay */
     for (int64_t p = 0; p < f->n; p++) {
         int64_t *link = &f->dup_head[p];
         while (*link >= 0) {
@@ -835,7 +845,7 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
                     if (f->cl[py] >= 0) {
                         int32_t r = cfind(f, f->cl[py]);
                         if (r < c && f->cls[r].work) continue; /* (made after c) */
-                    } else if (f->dup_head[py] >= 0) {
+                    } else if (f->dup_head[py] >= 0 && !f->keep[py]) {
                         continue; /* a duplicated original: removed once its copies are made */
                     }
                 }
@@ -892,11 +902,12 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     f.pos2 = ot_malloc((size_t)n * sizeof *f.pos2);
     f.dupdepth = ot_calloc((size_t)n, sizeof *f.dupdepth);
     f.in_of = ot_malloc((size_t)n * sizeof *f.in_of);
+    f.keep = ot_calloc((size_t)n, sizeof *f.keep);
     f.budget = REACH_VISITS_MIN + REACH_VISITS_PER_INSTR * f.n;
     int64_t *cnt = NULL, *order = NULL, *fill = NULL;
     bool ch = false;
     if (!f.cl || !f.small || !f.is_out || !f.next_out || !f.dup_head || !f.vis || !f.stack ||
-        !f.pos2 || !f.dupdepth || !f.in_of) {
+        !f.pos2 || !f.dupdepth || !f.in_of || !f.keep) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
     }
@@ -1026,6 +1037,7 @@ out:
     ot_free(f.pos2);
     ot_free(f.dupdepth);
     ot_free(f.in_of);
+    ot_free(f.keep);
     ot_free(f.cvis);
     if (changed) *changed = ch;
     return s;
