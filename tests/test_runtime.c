@@ -803,7 +803,7 @@ static void test_profile_trace(void) {
     ASSERT_TRUE(root != NULL);
     json_t *evs = json_object_get(root, "traceEvents");
     ASSERT_TRUE(json_is_array(evs));
-    int nx = 0, nc = 0, ncompile = 0;
+    int nx = 0, nc = 0, ncompile = 0, ncodegen = 0;
     for (size_t k = 0; k < json_array_size(evs); k++) {
         json_t *ev = json_array_get(evs, k);
         const char *ph = json_string_value(json_object_get(ev, "ph"));
@@ -820,13 +820,18 @@ static void test_profile_trace(void) {
             EXPECT_TRUE(json_is_integer(json_object_get(a, "bytes")));
             const char *cat = json_string_value(json_object_get(ev, "cat"));
             if (cat && !strcmp(cat, "compile")) ncompile++;
+            /* native code compiled on the first run (none when the disk cache has it) */
+            if (cat && !strcmp(cat, "codegen")) {
+                ncodegen++;
+                EXPECT_STR_CONTAINS(json_string_value(json_object_get(ev, "name")), "codegen unit");
+            }
         } else if (!strcmp(ph, "C")) {
             nc++;
             EXPECT_TRUE(json_is_integer(json_object_get(json_object_get(ev, "args"), "in_use")));
         }
     }
     EXPECT_INT_EQ(ncompile, 1);
-    EXPECT_INT_EQ(nx, 2 * nk + ot_executable_stat_count(e) + 1);
+    EXPECT_INT_EQ(nx, 2 * nk + ot_executable_stat_count(e) + 1 + ncodegen);
     EXPECT_INT_EQ(nc, ot_profile_memory_event_count(p));
     json_decref(root);
     ot_free(js);

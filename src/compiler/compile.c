@@ -296,34 +296,132 @@ static bool input_linear(const ot_instr *i, const ot_slot *in, const ot_slot *ou
     return ot_opcode_is_elementwise(i->opcode) && i->opcode != OT_OP_MAP;
 }
 
-typedef struct fblk {
+/* The arena allocator: best fit (the smallest free block that fits, the lowest address among
+ * equals), blocks carved from the low end, freed blocks coalesced with their neighbours, the top
+ * of the arena grown and given back as needed. Free blocks sit in two treaps (randomized
+ * binary search trees with priorities from a fixed generator, so the layout is deterministic):
+ * one ordered by address, for the neighbours, one by (size, address), for the best fit. Each
+ * operation is O(log F) expected for F free blocks, so buffer assignment is O(K log K) for K
+ * buffers whatever the pattern of lifetimes (a list scanned per allocation was O(K·F)). */
+typedef struct fnode {
     int64_t off, size;
-} fblk;
+    uint32_t prio;
+    int32_t l[2], r[2]; /* children: [0] in the address treap, [1] in the size treap */
+} fnode;
 
 typedef struct alloc {
-    fblk *f;
-    int64_t n, cap;
+    fnode *nd;
+    int64_t nn, cap;
+    int32_t free_head; /* released nodes, linked through l[0] */
+    int32_t root[2];
+    uint32_t rng;
     int64_t top, high;
 } alloc;
 
+static bool key_less(const alloc *a, int t, int32_t x, int32_t y) {
+    const fnode *p = &a->nd[x], *q = &a->nd[y];
+    if (t == 0) return p->off < q->off;
+    return p->size < q->size || (p->size == q->size && p->off < q->off);
+}
+
+/* Splits tree t of treap k into keys below node `key` (*lo) and the rest (*hi). Recursion depth
+ * is the treap's depth: O(log F) expected. */
+static void tp_split(alloc *a, int k, int32_t t, int32_t key, int32_t *lo, int32_t *hi) {
+    if (t < 0) {
+        *lo = *hi = -1;
+        return;
+    }
+    if (key_less(a, k, t, key)) {
+        tp_split(a, k, a->nd[t].r[k], key, &a->nd[t].r[k], hi);
+        *lo = t;
+    } else {
+        tp_split(a, k, a->nd[t].l[k], key, lo, &a->nd[t].l[k]);
+        *hi = t;
+    }
+}
+
+static int32_t tp_merge(alloc *a, int k, int32_t x, int32_t y) {
+    if (x < 0) return y;
+    if (y < 0) return x;
+    if (a->nd[x].prio > a->nd[y].prio) {
+        a->nd[x].r[k] = tp_merge(a, k, a->nd[x].r[k], y);
+        return x;
+    }
+    a->nd[y].l[k] = tp_merge(a, k, x, a->nd[y].l[k]);
+    return y;
+}
+
+static void tp_insert(alloc *a, int k, int32_t x) {
+    int32_t lo, hi;
+    a->nd[x].l[k] = a->nd[x].r[k] = -1;
+    tp_split(a, k, a->root[k], x, &lo, &hi);
+    a->root[k] = tp_merge(a, k, tp_merge(a, k, lo, x), hi);
+}
+
+/* Removes node x (present) from treap k. */
+static void tp_erase(alloc *a, int k, int32_t x) {
+    int32_t *link = &a->root[k];
+    while (*link != x) link = key_less(a, k, x, *link) ? &a->nd[*link].l[k] : &a->nd[*link].r[k];
+    *link = tp_merge(a, k, a->nd[x].l[k], a->nd[x].r[k]);
+}
+
+static ot_status node_new(alloc *a, int64_t off, int64_t size, int32_t *out) {
+    int32_t x = a->free_head;
+    if (x >= 0) {
+        a->free_head = a->nd[x].l[0];
+    } else {
+        OT_CHECK(cc_grow(&a->nd, &a->cap, a->nn + 1, sizeof *a->nd));
+        x = (int32_t)a->nn++;
+    }
+    a->rng ^= a->rng << 13; /* xorshift32 */
+    a->rng ^= a->rng >> 17;
+    a->rng ^= a->rng << 5;
+    a->nd[x] = (fnode){off, size, a->rng, {-1, -1}, {-1, -1}};
+    *out = x;
+    return OT_OK;
+}
+
+static void node_drop(alloc *a, int32_t x) {
+    tp_erase(a, 0, x);
+    tp_erase(a, 1, x);
+    a->nd[x].l[0] = a->free_head;
+    a->free_head = x;
+}
+
+/* The free block of highest address (-1: none). */
+static int32_t last_block(const alloc *a) {
+    int32_t t = a->root[0];
+    while (t >= 0 && a->nd[t].r[0] >= 0) t = a->nd[t].r[0];
+    return t;
+}
+
 static ot_status al_alloc(alloc *a, int64_t size, int64_t *off) {
-    int64_t best = -1;
-    for (int64_t k = 0; k < a->n; k++)
-        if (a->f[k].size >= size && (best < 0 || a->f[k].size < a->f[best].size)) best = k;
+    int32_t best = -1;
+    for (int32_t t = a->root[1]; t >= 0;) {
+        if (a->nd[t].size >= size) {
+            best = t;
+            t = a->nd[t].l[1];
+        } else {
+            t = a->nd[t].r[1];
+        }
+    }
     if (best >= 0) {
-        *off = a->f[best].off;
-        a->f[best].off += size;
-        a->f[best].size -= size;
-        if (a->f[best].size == 0) {
-            memmove(&a->f[best], &a->f[best + 1], (size_t)(a->n - best - 1) * sizeof *a->f);
-            a->n--;
+        *off = a->nd[best].off;
+        if (a->nd[best].size == size) {
+            node_drop(a, best);
+        } else { /* the rest keeps its place among addresses; its size changes */
+            tp_erase(a, 1, best);
+            a->nd[best].off += size;
+            a->nd[best].size -= size;
+            tp_insert(a, 1, best);
         }
         return OT_OK;
     }
     /* extend at the top, starting inside a free block that touches it */
-    if (a->n && a->f[a->n - 1].off + a->f[a->n - 1].size == a->top) {
-        *off = a->f[a->n - 1].off;
-        a->n--;
+    int32_t last = last_block(a);
+    if (last >= 0 && a->nd[last].off + a->nd[last].size == a->top) {
+        *off = a->nd[last].off;
+        node_drop(a, last);
     } else {
         *off = a->top;
     }
@@ -335,36 +433,43 @@ static ot_status al_alloc(alloc *a, int64_t size, int64_t *off) {
 static ot_status al_free(alloc *a, int64_t off, int64_t size) {
     if (off + size == a->top) { /* give back to the top, merging a free block below */
         a->top = off;
-        if (a->n && a->f[a->n - 1].off + a->f[a->n - 1].size == a->top) {
-            a->top = a->f[a->n - 1].off;
-            a->n--;
+        int32_t last = last_block(a);
+        if (last >= 0 && a->nd[last].off + a->nd[last].size == a->top) {
+            a->top = a->nd[last].off;
+            node_drop(a, last);
         }
         return OT_OK;
     }
-    int64_t lo = 0, hi = a->n;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (a->f[mid].off < off)
-            lo = mid + 1;
-        else
-            hi = mid;
+    int32_t pred = -1, succ = -1; /* the free blocks just below and above off */
+    for (int32_t t = a->root[0]; t >= 0;) {
+        if (a->nd[t].off < off) {
+            pred = t;
+            t = a->nd[t].r[0];
+        } else {
+            succ = t;
+            t = a->nd[t].l[0];
+        }
     }
-    bool left = lo > 0 && a->f[lo - 1].off + a->f[lo - 1].size == off;
-    bool right = lo < a->n && off + size == a->f[lo].off;
-    if (left && right) {
-        a->f[lo - 1].size += size + a->f[lo].size;
-        memmove(&a->f[lo], &a->f[lo + 1], (size_t)(a->n - lo - 1) * sizeof *a->f);
-        a->n--;
-    } else if (left) {
-        a->f[lo - 1].size += size;
-    } else if (right) {
-        a->f[lo].off = off;
-        a->f[lo].size += size;
+    bool left = pred >= 0 && a->nd[pred].off + a->nd[pred].size == off;
+    bool right = succ >= 0 && off + size == a->nd[succ].off;
+    if (left) {
+        tp_erase(a, 1, pred);
+        a->nd[pred].size += size;
+        if (right) {
+            a->nd[pred].size += a->nd[succ].size;
+            node_drop(a, succ);
+        }
+        tp_insert(a, 1, pred);
+    } else if (right) { /* moving its start down to off keeps its place among addresses */
+        tp_erase(a, 1, succ);
+        a->nd[succ].off = off;
+        a->nd[succ].size += size;
+        tp_insert(a, 1, succ);
     } else {
-        OT_CHECK(cc_grow(&a->f, &a->cap, a->n + 1, sizeof *a->f));
-        memmove(&a->f[lo + 1], &a->f[lo], (size_t)(a->n - lo) * sizeof *a->f);
-        a->f[lo] = (fblk){off, size};
-        a->n++;
+        int32_t x;
+        OT_CHECK(node_new(a, off, size, &x));
+        tp_insert(a, 0, x);
+        tp_insert(a, 1, x);
     }
     return OT_OK;
 }
@@ -646,7 +751,7 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
      * so a kernel with 100,000 operands is not scanned once per operand */
     int64_t *seen = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *seen);
     int32_t *times = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *times);
-    alloc a = {0};
+    alloc a = {NULL, 0, 0, -1, {-1, -1}, 0x9e3779b9u, 0, 0};
     ot_status s = OT_OK;
     if (!last || !moved || !seen || !times) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "assign buffers: out of memory");
@@ -706,7 +811,7 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
     }
     e->arena = a.high;
 out:
-    ot_free(a.f);
+    ot_free(a.nd);
     ot_free(last);
     ot_free(moved);
     ot_free(seen);
