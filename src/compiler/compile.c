@@ -1,6 +1,6 @@
 /* ot_compile: pass pipeline by options, schedule, buffer assignment (liveness + best-fit
- * allocator over an address-ordered free list with coalescing, 64-byte alignment, in-place reuse,
- * donation), and the executable (kernels, slots, bindings, FLOPs and bytes). */
+ * allocator over free blocks in treaps by address and size, coalescing, 64-byte alignment, in-place
+ * reuse, donation), and the executable (kernels, slots, bindings, FLOPs and bytes). */
 #include "executable_internal.h"
 
 #include "codegen/codegen_internal.h"
