@@ -912,34 +912,47 @@ static void test_cache(void) {
     check_module(k_adam, 77, true);
 }
 
-static void profile_kinds(bool want_native) {
-    ot_module *m = parse(k_adam);
-    ASSERT_TRUE(m != NULL);
+/* Runs e (compiled from m: nin f32 inputs and nout f32 outputs of n elements each) on a host
+ * device with prof as the run's profile, and compares every output with the reference
+ * evaluator's bit for bit. */
+static void run_profiled(ot_module *m, const ot_executable *e, int nin, int nout, int64_t n,
+                         uint64_t seed, ot_profile *prof) {
     ot_device *d;
     ASSERT_OK(ot_host_device_create(0, 0, &d));
-    ot_executable *e = NULL;
-    ASSERT_OK(ot_compile(m, NULL, &e));
-    ot_value args[4], ref;
-    ot_buffer *in[4], *out[3] = {0};
-    uint64_t s = 5;
-    for (int k = 0; k < 4; k++) {
+    ot_value args[8], ref;
+    ot_buffer *in[8], *out[8] = {0};
+    for (int k = 0; k < nin; k++) {
         ASSERT_OK(ot_value_alloc_array(&args[k], &ot_module_entry(m)->params[k]->shape.array));
-        fill(OT_F32, args[k].array.data, 70000, &s);
+        fill(OT_F32, args[k].array.data, n, &seed);
         ASSERT_OK(ot_buffer_from_host(d, &args[k].array, &in[k]));
     }
-    ASSERT_OK(ot_evaluate(m, args, 4, NULL, &ref));
-    ot_profile *prof;
-    ASSERT_OK(ot_profile_create(&prof));
+    ASSERT_OK(ot_evaluate(m, args, nin, NULL, &ref));
     ot_run_options ro = ot_run_options_default();
     ro.profile = prof;
-    EXPECT_OK(ot_device_execute(d, e, in, 4, out, 3, &ro, NULL));
-    for (int j = 0; j < 3; j++) {
+    EXPECT_OK(ot_device_execute(d, e, in, nin, out, nout, &ro, NULL));
+    for (int j = 0; j < nout; j++) {
         ot_tensor t;
         EXPECT_OK(ot_buffer_to_host(out[j], &t));
-        EXPECT_TRUE(same_values(OT_F32, ot_value_leaf(&ref, j)->array.data, t.data, 70000));
+        EXPECT_TRUE(same_values(OT_F32, ot_value_leaf(&ref, j)->array.data, t.data, n));
         ot_tensor_release(&t);
         ot_buffer_free(out[j]);
     }
+    ot_value_release(&ref);
+    for (int k = 0; k < nin; k++) {
+        ot_value_release(&args[k]);
+        ot_buffer_free(in[k]);
+    }
+    ot_device_free(d);
+}
+
+static void profile_kinds(bool want_native) {
+    ot_module *m = parse(k_adam);
+    ASSERT_TRUE(m != NULL);
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    ot_profile *prof;
+    ASSERT_OK(ot_profile_create(&prof));
+    run_profiled(m, e, 4, 3, 70000, 5, prof);
     char *trace = NULL;
     EXPECT_OK(ot_profile_chrome_trace(prof, &trace));
     if (trace) {
@@ -951,13 +964,7 @@ static void profile_kinds(bool want_native) {
     ot_free(trace);
     EXPECT_TRUE((cg_program_get(e) != NULL) == want_native);
     ot_profile_free(prof);
-    ot_value_release(&ref);
-    for (int k = 0; k < 4; k++) {
-        ot_value_release(&args[k]);
-        ot_buffer_free(in[k]);
-    }
     ot_executable_free(e);
-    ot_device_free(d);
     ot_module_free(m);
 }
 
@@ -1020,29 +1027,9 @@ static void test_units(void) {
         ASSERT_TRUE(m != NULL);
         ot_executable *e = NULL;
         ASSERT_OK(ot_compile(m, NULL, &e));
-        ot_device *d;
-        ASSERT_OK(ot_host_device_create(0, 0, &d));
-        ot_value args[4], ref;
-        ot_buffer *in[4], *out[3] = {0};
-        uint64_t s = 11;
-        for (int k = 0; k < 4; k++) {
-            ASSERT_OK(ot_value_alloc_array(&args[k], &ot_module_entry(m)->params[k]->shape.array));
-            fill(OT_F32, args[k].array.data, 70000, &s);
-            ASSERT_OK(ot_buffer_from_host(d, &args[k].array, &in[k]));
-        }
-        ASSERT_OK(ot_evaluate(m, args, 4, NULL, &ref));
         ot_profile *prof;
         ASSERT_OK(ot_profile_create(&prof));
-        ot_run_options ro = ot_run_options_default();
-        ro.profile = prof;
-        EXPECT_OK(ot_device_execute(d, e, in, 4, out, 3, &ro, NULL));
-        for (int j = 0; j < 3; j++) {
-            ot_tensor t;
-            EXPECT_OK(ot_buffer_to_host(out[j], &t));
-            EXPECT_TRUE(same_values(OT_F32, ot_value_leaf(&ref, j)->array.data, t.data, 70000));
-            ot_tensor_release(&t);
-            ot_buffer_free(out[j]);
-        }
+        run_profiled(m, e, 4, 3, 70000, 11, prof);
         const cg_program *p = cg_program_get(e);
         ASSERT_TRUE(p != NULL);
         EXPECT_INT_EQ(p->nnative, 3);
@@ -1058,13 +1045,7 @@ static void test_units(void) {
         EXPECT_INT_EQ(events, round == 0 ? 3 : 0);
         EXPECT_TRUE(p->from_cache == (round == 1));
         ot_profile_free(prof);
-        ot_value_release(&ref);
-        for (int k = 0; k < 4; k++) {
-            ot_value_release(&args[k]);
-            ot_buffer_free(in[k]);
-        }
         ot_executable_free(e);
-        ot_device_free(d);
         ot_module_free(m);
     }
     unsetenv("OPTITPU_CODEGEN_UNIT_BYTES");

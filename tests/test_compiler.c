@@ -1899,6 +1899,21 @@ static uint64_t rnd(uint64_t *s) {
     return *s >> 33;
 }
 
+/* An f32 or s32 array of shape sh, filled from the generator: floats (k - 1000) / scale for k
+ * in 0..2000, integers in -100..99. */
+static ot_status alloc_filled(ot_value *v, const ot_shape *sh, float scale, uint64_t *s) {
+    OT_CHECK(ot_value_alloc_array(v, sh));
+    ot_tensor *t = &v->array;
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    for (int64_t j = 0; j < n; j++) {
+        if (t->shape.dtype == OT_F32)
+            ((float *)t->data)[j] = (float)((int)(rnd(s) % 2001) - 1000) / scale;
+        else
+            ((int32_t *)t->data)[j] = (int32_t)(rnd(s) % 200) - 100;
+    }
+    return OT_OK;
+}
+
 /* A random graph of elementwise ops, broadcasts, reshapes and reductions over f32[4,8] and
  * s32[4,8], with constants that give simplify and fold work (x*1, x+0, x/4, constant
  * subexpressions) and repeated subexpressions for CSE. */
@@ -1982,17 +1997,8 @@ static void test_random_graphs_O0_O2(void) {
         uint64_t s = seed * 7919;
         ot_value args[5];
         ot_computation *entry = ot_module_entry(m);
-        for (int k = 0; k < 5; k++) {
-            ASSERT_OK(ot_value_alloc_array(&args[k], &entry->params[k]->shape.array));
-            ot_tensor *t = &args[k].array;
-            int64_t n = ot_shape_numel_unchecked(&t->shape);
-            for (int64_t j = 0; j < n; j++) {
-                if (t->shape.dtype == OT_F32)
-                    ((float *)t->data)[j] = (float)((int)(rnd(&s) % 2001) - 1000) / 256.0f;
-                else
-                    ((int32_t *)t->data)[j] = (int32_t)(rnd(&s) % 200) - 100;
-            }
-        }
+        for (int k = 0; k < 5; k++)
+            ASSERT_OK(alloc_filled(&args[k], &entry->params[k]->shape.array, 256.0f, &s));
         ot_value ref = ot_value_empty();
         ASSERT_OK(ot_evaluate(m, args, 5, NULL, &ref));
         for (int lvl = 0; lvl <= 2; lvl += 2) {
@@ -2027,17 +2033,9 @@ static int exact_at_O2(ot_module *m, uint64_t seed, int64_t *max_fused, double *
     ot_value *args = calloc((size_t)np, sizeof *args);
     if (!args) return -1;
     int kernels = -1;
-    for (int k = 0; k < np; k++) {
-        if (ot_value_alloc_array(&args[k], &entry->params[k]->shape.array) != OT_OK) goto out;
-        ot_tensor *t = &args[k].array;
-        int64_t n = ot_shape_numel_unchecked(&t->shape);
-        for (int64_t j = 0; j < n; j++) {
-            if (t->shape.dtype == OT_F32)
-                ((float *)t->data)[j] = (float)((int)(rnd(&seed) % 2001) - 1000) / 1024.0f;
-            else
-                ((int32_t *)t->data)[j] = (int32_t)(rnd(&seed) % 200) - 100;
-        }
-    }
+    for (int k = 0; k < np; k++)
+        if (alloc_filled(&args[k], &entry->params[k]->shape.array, 1024.0f, &seed) != OT_OK)
+            goto out;
     ot_value ref = ot_value_empty(), got = ot_value_empty();
     EXPECT_OK(ot_evaluate(m, args, np, NULL, &ref));
     ot_compile_options o = ot_compile_options_default();

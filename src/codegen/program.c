@@ -49,26 +49,25 @@ static _Atomic unsigned g_tmp_counter;
 
 /* ---- environment --------------------------------------------------------------------------- */
 
-static int64_t min_elements(void) {
-    const char *e = getenv("OPTITPU_CODEGEN_MIN_ELEMENTS");
+/* A non-negative integer from the environment at least lo, else def. */
+static int64_t env_int(const char *name, int64_t lo, int64_t def) {
+    const char *e = getenv(name);
     if (e && *e) {
         char *end;
         long long v = strtoll(e, &end, 10);
-        if (*end == 0 && v >= 0) return v;
+        if (*end == 0 && v >= lo) return v;
     }
-    return 4096;
+    return def;
+}
+
+static int64_t min_elements(void) {
+    return env_int("OPTITPU_CODEGEN_MIN_ELEMENTS", 0, 4096);
 }
 
 /* OPTITPU_CODEGEN_UNIT_BYTES overrides CG_UNIT_BYTES (tests use it to get a unit per
  * kernel). */
 static int64_t unit_bytes(void) {
-    const char *e = getenv("OPTITPU_CODEGEN_UNIT_BYTES");
-    if (e && *e) {
-        char *end;
-        long long v = strtoll(e, &end, 10);
-        if (*end == 0 && v >= 1) return v;
-    }
-    return CG_UNIT_BYTES;
+    return env_int("OPTITPU_CODEGEN_UNIT_BYTES", 1, CG_UNIT_BYTES);
 }
 
 static bool find_in_path(const char *name, char *out, size_t cap) {
