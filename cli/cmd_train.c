@@ -69,9 +69,13 @@ static const char usage[] =
     "  e.g. optitpu launch --np 2 --oversubscribe --ckpt-dir ck -- train --mpi --devices 4 \\\n"
     "         --ckpt-dir ck\n";
 
+typedef struct csv_stream csv_stream;
+static void csv_add(csv_stream *c, const ot_train_point *p);
+
 typedef struct ui {
     bool tty, quiet;
     int64_t plain_every;
+    csv_stream *csv; /* NULL: no metrics.csv (processes other than 0) */
 } ui;
 
 static void on_event(void *ud, const char *msg) {
@@ -83,6 +87,11 @@ static void on_event(void *ud, const char *msg) {
 
 static void on_progress(void *ud, const ot_train_progress *p) {
     ui *u = ud;
+    if (u->csv) {
+        ot_train_point row = {p->step, p->loss, p->train_accuracy,
+                              p->evaluated ? p->test_accuracy : -1.0, p->lr};
+        csv_add(u->csv, &row);
+    }
     if (u->quiet) return;
     char test[32] = "  -  ";
     if (p->test_accuracy >= 0) snprintf(test, sizeof test, "%5.1f%%", 100 * p->test_accuracy);
@@ -385,41 +394,93 @@ static int run(int argc, char **argv) {
     return rc;
 }
 
-/* A resumed run's metrics.csv keeps the earlier rows up to the step it resumed from (the rows
- * after it were redone and come from this run). A file that cannot be read is kept beside it as
- * metrics.csv.bad, never overwritten. */
-static void keep_earlier_rows(ot_train_report *r, const char *csv) {
-    ot_train_point *old = NULL;
-    int64_t nold = 0;
-    ot_status s = ot_train_read_csv(csv, &old, &nold);
+/* metrics.csv is written as the run goes, so that a killed run leaves its rows: the first row
+ * rewrites the file (beside it, then renamed) with the earlier rows it keeps, each later row is
+ * appended in one write, and a row for a step the file already has (a rollback to a checkpoint)
+ * rewrites the file without the rows from that step on. A resumed run keeps the earlier rows up to
+ * the step it resumed from (the rows after it are redone by this run, bit for bit); a file that
+ * cannot be read is kept beside it as metrics.csv.bad, never overwritten. At the end the file is
+ * written once more from the run's report. */
+typedef struct csv_stream {
+    const char *path;
+    bool keep;    /* --resume */
+    bool started; /* rows holds what the file holds */
+    bool off;     /* a write failed: the file is written at the end only */
+    ot_train_point *rows;
+    int64_t n, cap;
+} csv_stream;
+
+static void csv_load_earlier(csv_stream *c) {
+    c->started = true;
+    if (!c->keep) return;
+    ot_status s = ot_train_read_csv(c->path, &c->rows, &c->n);
+    c->cap = c->n;
     if (s == OT_ERR_NOT_FOUND) {
         ot_clear_error();
         return;
     }
     if (s != OT_OK) {
         char bad[4200];
-        snprintf(bad, sizeof bad, "%s.bad", csv);
+        snprintf(bad, sizeof bad, "%s.bad", c->path);
         fprintf(stderr,
                 "optitpu train: warning: %s; it is kept as %s and %s holds this run's rows\n",
-                ot_last_error(), bad, csv);
-        if (rename(csv, bad) != 0)
-            fprintf(stderr, "optitpu train: warning: rename %s: %s\n", csv, strerror(errno));
-        return;
+                ot_last_error(), bad, c->path);
+        if (rename(c->path, bad) != 0)
+            fprintf(stderr, "optitpu train: warning: rename %s: %s\n", c->path, strerror(errno));
     }
+}
+
+static ot_status csv_rewrite(csv_stream *c) {
+    ot_train_report r = {0};
+    r.points = c->rows;
+    r.npoints = c->n;
+    return ot_train_write_csv(&r, c->path);
+}
+
+/* One row of the run, from the progress callback (the leader's thread). */
+static void csv_add(csv_stream *c, const ot_train_point *p) {
+    if (c->off) return;
+    bool rewrite = !c->started;
+    if (!c->started) csv_load_earlier(c);
+    while (c->n > 0 && c->rows[c->n - 1].step >= p->step) {
+        c->n--;
+        rewrite = true;
+    }
+    if (c->n == c->cap) {
+        int64_t cap = c->cap ? c->cap * 2 : 256;
+        ot_train_point *v = ot_realloc(c->rows, (size_t)cap * sizeof *v);
+        if (!v) {
+            fprintf(stderr, "optitpu train: warning: out of memory; %s is written at the end\n",
+                    c->path);
+            c->off = true;
+            return;
+        }
+        c->rows = v;
+        c->cap = cap;
+    }
+    c->rows[c->n++] = *p;
+    if ((rewrite ? csv_rewrite(c) : ot_train_append_csv(c->path, p)) != OT_OK) {
+        fprintf(stderr, "optitpu train: warning: %s; %s is written at the end\n", ot_last_error(),
+                c->path);
+        c->off = true;
+    }
+}
+
+/* The report's rows after the earlier rows up to the step the run started from. */
+static void csv_merge(csv_stream *c, ot_train_report *r) {
+    if (!c->started) csv_load_earlier(c);
     int64_t keep = 0;
-    while (keep < nold && old[keep].step <= r->start_step) keep++;
+    while (keep < c->n && c->rows[keep].step <= r->start_step) keep++;
     ot_train_point *all = ot_malloc((size_t)(keep + r->npoints + 1) * sizeof *all);
     if (!all) {
-        fprintf(stderr, "optitpu train: warning: out of memory merging %s\n", csv);
-        ot_free(old);
+        fprintf(stderr, "optitpu train: warning: out of memory merging %s\n", c->path);
         return;
     }
-    if (keep) memcpy(all, old, (size_t)keep * sizeof *all);
+    if (keep) memcpy(all, c->rows, (size_t)keep * sizeof *all);
     if (r->npoints) memcpy(all + keep, r->points, (size_t)r->npoints * sizeof *all);
     ot_free(r->points);
     r->points = all;
     r->npoints += keep;
-    ot_free(old);
 }
 
 static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt_dir, bool ckpt_off,
@@ -449,7 +510,8 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
     snprintf(csv, sizeof csv, "%s/metrics.csv", out_dir);
     snprintf(svg, sizeof svg, "%s/curves.svg", out_dir);
 
-    ui u = {isatty(2) != 0, quiet, 25};
+    csv_stream cs = {.path = csv, .keep = o.resume};
+    ui u = {isatty(2) != 0, quiet, 25, prank == 0 ? &cs : NULL};
     o.on_event = on_event;
     o.on_progress = on_progress;
     o.ud = &u;
@@ -457,6 +519,7 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
     if (ot_train(&o, &r) != OT_OK) {
         int rc = cli_fail("train");
         ot_train_report_clear(&r);
+        ot_free(cs.rows);
         return rc;
     }
     int rc = CLI_OK;
@@ -464,7 +527,8 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
         ot_train_report_clear(&r);
         return rc;
     }
-    if (o.resume) keep_earlier_rows(&r, csv);
+    csv_merge(&cs, &r);
+    ot_free(cs.rows);
     if (ot_train_write_csv(&r, csv) != OT_OK || ot_train_write_svg(&r, svg) != OT_OK)
         rc = cli_fail("train");
     char hex[65];

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_util.h"
 #include "ft/ft_io.h"
 #include "optitpu/ft.h"
 #include "optitpu/train.h"
@@ -403,8 +404,48 @@ static void test_read_csv(void) {
     }
 }
 
+/* Rows appended one by one make the file ot_train_write_csv writes, byte for byte; a last row cut
+ * off without its newline (an append stopped by a kill) is dropped by the reader, whatever the
+ * cut leaves (a shorter number must not pass for the row). */
+static void test_append_csv(void) {
+    ot_train_point pts[3] = {{1, 2.302585093, 0.125, -1, 0.0003},
+                             {2, 2.1, 0.25, 0.5, 0.0006},
+                             {3, 1.987654321, 0.375, -1, 0.0009}};
+    ot_train_report r = {0};
+    r.points = pts;
+    r.npoints = 3;
+    const char *whole = tmpdir("whole.csv"), *csv = tmpdir("append.csv");
+    ASSERT_OK(ot_train_write_csv(&r, whole));
+    r.npoints = 0;
+    ASSERT_OK(ot_train_write_csv(&r, csv));
+    for (int i = 0; i < 3; i++) ASSERT_OK(ot_train_append_csv(csv, &pts[i]));
+    size_t nw = 0, na = 0;
+    char *a = slurp(whole, &nw), *b = slurp(csv, &na);
+    ASSERT_TRUE(a && b);
+    EXPECT_TRUE(nw == na && memcmp(a, b, nw) == 0);
+    size_t last = nw - 1;
+    while (last > 0 && a[last - 1] != '\n') last--; /* the start of step 3's row */
+    for (size_t cut = last; cut < nw; cut++) { /* every cut of the last row, newline excluded */
+        FILE *f = fopen(csv, "wb");
+        ASSERT_TRUE(f != NULL);
+        fwrite(a, 1, cut, f);
+        fclose(f);
+        ot_train_point *p = NULL;
+        int64_t n = -1;
+        ASSERT_OK(ot_train_read_csv(csv, &p, &n));
+        EXPECT_INT_EQ(n, 2);
+        if (n == 2) EXPECT_TRUE(p[1].step == 2 && p[1].test_accuracy == 0.5);
+        ot_free(p);
+    }
+    free(a);
+    free(b);
+    EXPECT_STATUS(ot_train_append_csv(tmpdir("no_such.csv"), &pts[0]), OT_ERR_IO);
+    EXPECT_STR_CONTAINS(ot_last_error(), "no_such.csv");
+}
+
 OT_TEST_MAIN(OT_TEST(test_learns_digits), OT_TEST(test_resume_bit_identical),
              OT_TEST(test_resume_refuses_other_state), OT_TEST(test_final_checkpoint),
              OT_TEST(test_failed_save_stops_at_once), OT_TEST(test_read_csv),
-             OT_TEST(test_devices_agree), OT_TEST(test_fail_shrink), OT_TEST(test_fail_restore),
-             OT_TEST(test_bad_options), OT_TEST(test_other_models), OT_TEST(test_report_files))
+             OT_TEST(test_append_csv), OT_TEST(test_devices_agree), OT_TEST(test_fail_shrink),
+             OT_TEST(test_fail_restore), OT_TEST(test_bad_options), OT_TEST(test_other_models),
+             OT_TEST(test_report_files))

@@ -3,8 +3,10 @@
  * damaged in random ways (bit flips, truncation, deleted files, an empty directory, a manifest of
  * another step, symlink loops, a directory replaced by a file, tensors of other shapes or a file of
  * another step under a manifest rewritten to match), and every run resumed with --resume must end
- * with parameters bit-identical to an uninterrupted run, its metrics.csv holding each step once
- * with the uninterrupted run's values, and no run taking long (no 30 s collective timeout).
+ * with parameters bit-identical to an uninterrupted run, its metrics.csv holding every step once
+ * with the uninterrupted run's values, and no run taking long (no 30 s collective timeout). A
+ * run killed or stopped leaves metrics.csv holding its rows so far, at least up to its newest
+ * checkpoint.
  *
  * First every kind of damage is applied to the newest checkpoint (and two kinds to the two newest
  * on 4 devices); then OT_CHAOS_ROUNDS (default 8) random rounds. The seed is printed; rerun one
@@ -353,8 +355,71 @@ static bool has_damaged_entry(const char *ck, int64_t step) {
     return found;
 }
 
+/* The newest step of ck that is committed and not set aside; 0 when none. */
+static int64_t newest_committed(const char *ck) {
+    ot_ckpt_entry *e;
+    size_t n;
+    int64_t newest = 0;
+    if (ot_ckpt_list(ck, &e, &n) != OT_OK) {
+        ot_clear_error();
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (e[i].committed && !e[i].damaged && e[i].step > newest) newest = e[i].step;
+    ot_ckpt_entries_free(e, n);
+    return newest;
+}
+
+/* After a run that was killed or stopped, before any damage: metrics.csv holds the rows of steps
+ * 1..M, each the uninterrupted run's, with M at least the newest committed checkpoint's step
+ * (a step's row is written before its checkpoint is taken), and after them at most one row cut
+ * off by the kill without its newline (a prefix of step M+1's row). */
+static void check_interrupted(const char *dir, int devices) {
+    char p[700], ck[700];
+    snprintf(p, sizeof p, "%s/out/metrics.csv", dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    int64_t newest = newest_committed(ck);
+    size_t n = 0;
+    char *t = slurp(p, &n);
+    if (!t) {
+        if (newest > 0)
+            fprintf(stderr, "  %s: no metrics.csv, step %lld saved\n", p, (long long)newest);
+        EXPECT_INT_EQ(newest, 0);
+        return;
+    }
+    char *torn = NULL;
+    if (n > 0 && t[n - 1] != '\n') {
+        char *nl = strrchr(t, '\n');
+        torn = nl ? nl + 1 : t;
+    }
+    int64_t m = 0;
+    bool ok = true;
+    char *line = t;
+    for (char *nl; ok && line < (torn ? torn : t + n) && (nl = strchr(line, '\n')); line = nl + 1) {
+        *nl = 0;
+        if (line == t) {
+            ok = !strcmp(line, "step,loss,train_accuracy,test_accuracy,lr");
+        } else {
+            ok = m < STEPS && !strcmp(line, refs[devices].rows[m + 1]);
+            m++;
+        }
+        if (!ok)
+            fprintf(stderr, "  %s: line '%s' where step %lld's row was due\n", p, line,
+                    (long long)m);
+    }
+    if (ok && torn && *torn)
+        ok = m < STEPS && !strncmp(torn, refs[devices].rows[m + 1], strlen(torn));
+    if (ok && m < newest) {
+        fprintf(stderr, "  %s: rows up to step %lld, step %lld saved\n", p, (long long)m,
+                (long long)newest);
+        ok = false;
+    }
+    EXPECT_TRUE(ok);
+    free(t);
+}
+
 /* The finished run in dir: the uninterrupted run's parameters, and a metrics.csv whose rows are
- * the uninterrupted run's, each step once, every step from the resumed one on present. */
+ * the uninterrupted run's, every step once. */
 static void check_final(const char *dir, int devices, const run_result *r) {
     EXPECT_INT_EQ(r->exit_code, 0);
     if (r->exit_code != 0) print_stderr(dir);
@@ -364,7 +429,10 @@ static void check_final(const char *dir, int devices, const run_result *r) {
     EXPECT_INT_EQ(read_rows(dir, rows), 0);
     for (int s = 1; s <= STEPS; s++) {
         if (!rows[s]) {
-            EXPECT_TRUE(s <= r->start_step); /* rows of this run are all there */
+            /* the rows up to the resumed step were written by the interrupted runs */
+            fprintf(stderr, "  %s: no row of step %d (resumed from step %lld)\n", dir, s,
+                    (long long)r->start_step);
+            EXPECT_TRUE(false);
             continue;
         }
         if (strcmp(rows[s], refs[devices].rows[s]) != 0) {
@@ -456,6 +524,7 @@ static void test_random_rounds(void) {
             }
             EXPECT_TRUE(r.secs < MAX_SECS);
             if (last) break;
+            check_interrupted(dir, devices);
             /* a random subset of the committed checkpoints, each damaged in a random way */
             ot_ckpt_entry *e;
             size_t n;

@@ -25,6 +25,14 @@ done
 kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 ls "$work/b" | grep -q '^step_00000040$'
+# the killed run's metrics.csv holds its rows as they were written: every step up to the
+# committed checkpoint at least, each the uninterrupted run's row (a last row cut off by the kill,
+# without its newline, aside)
+[[ -s "$work/out_b/metrics.csv" ]] || { echo "the killed run left no metrics.csv"; exit 1; }
+whole=$(wc -l <"$work/out_b/metrics.csv") # lines with their newline
+[[ $whole -ge 41 ]] || { echo "the killed run's metrics.csv has $whole lines, want >= 41"; exit 1; }
+cmp -n "$(head -n "$whole" "$work/out_b/metrics.csv" | wc -c)" "$work/out_b/metrics.csv" \
+  "$work/out_a/metrics.csv" || { echo "the killed run's rows differ from the uninterrupted run's"; exit 1; }
 # without --resume an existing checkpoint directory is refused
 if "$bin" train "${common[@]}" --ckpt-dir "$work/b" --out "$work/out_b" >/dev/null 2>"$work/err"; then
   echo "a directory with checkpoints was overwritten without --resume"; exit 1
@@ -36,6 +44,9 @@ grep -q '"final_step":300' "$work/b.json"
   || { echo "resumed parameters differ: $(sha "$work/a.json") vs $(sha "$work/b.json")"; exit 1; }
 start=$(sed -n 's/.*"start_step":\([0-9]*\).*/\1/p' "$work/b.json")
 [[ $start -ge 40 ]] || { echo "resume started at $start"; exit 1; }
+# the killed run's rows up to the resumed step, then the resumed run's: every step once
+cmp "$work/out_b/metrics.csv" "$work/out_a/metrics.csv" \
+  || { echo "metrics.csv after a kill and a resume is not the uninterrupted run's"; exit 1; }
 
 # a device failure is detected and survived
 "$bin" train --devices 4 --steps 60 --fail-device 1@20 --ckpt-dir none --out "$work/out_c" \

@@ -197,7 +197,8 @@ typedef struct ot_train_options {
      * device (SIGKILL): Open MPI ends the job and optitpu launch restarts it from the newest
      * verified checkpoint. NULL: one process. */
     struct ot_mpi *mpi;
-    /* Called on the leader's thread after every step; may be NULL. */
+    /* Called on the leader's thread after every step, before that step's checkpoint is taken (a
+     * step recorded here is recorded before its checkpoint can commit); may be NULL. */
     void (*on_progress)(void *ud, const ot_train_progress *p);
     /* Called for every event the user should know of (failures, recovery, checkpoints). */
     void (*on_event)(void *ud, const char *msg);
@@ -243,9 +244,15 @@ OT_API void ot_train_report_clear(ot_train_report *r);
  * interrupted write leaves the previous file. */
 OT_API ot_status ot_train_write_csv(const ot_train_report *r, const char *path);
 OT_API ot_status ot_train_write_svg(const ot_train_report *r, const char *path);
+/* Appends one row to a CSV written by ot_train_write_csv, in one write(2), so that a process
+ * killed at any moment leaves every earlier row whole and this one whole, absent, or cut short
+ * without its newline (which ot_train_read_csv drops). Not fsynced: rows survive a killed
+ * process, not a lost machine. */
+OT_API ot_status ot_train_append_csv(const char *path, const ot_train_point *p);
 /* Reads a CSV written by ot_train_write_csv (a resumed run keeps its earlier rows): *points
- * (ot_free) in file order. OT_ERR_NOT_FOUND when the file does not exist; OT_ERR_CORRUPT_DATA
- * naming the line for another header, a malformed row or steps that do not increase. */
+ * (ot_free) in file order. A last line without its newline is an append cut off by a kill and is
+ * dropped. OT_ERR_NOT_FOUND when the file does not exist; OT_ERR_CORRUPT_DATA naming the line for
+ * another header, a malformed row or steps that do not increase. */
 OT_API ot_status ot_train_read_csv(const char *path, ot_train_point **points, int64_t *n);
 /* The report as one JSON object (ot_free). */
 OT_API ot_status ot_train_report_json(const ot_train_report *r, char **out);

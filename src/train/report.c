@@ -1,10 +1,12 @@
 /* Training report output: CSV, an SVG chart of the curves, JSON. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "optitpu/train.h"
 
@@ -74,9 +76,14 @@ ot_status ot_train_read_csv(const char *path, ot_train_point **points, int64_t *
     while (s == OT_OK && fgets(buf, sizeof buf, f)) {
         line++;
         size_t len = strlen(buf);
-        if (len && buf[len - 1] == '\n')
+        if (len && buf[len - 1] == '\n') {
             buf[--len] = '\0';
-        else if (!feof(f)) {
+        } else if (feof(f)) {
+            /* every row is written with its newline: a last line without one is a row whose
+             * append was cut off by a kill, and its numbers may be cut short too */
+            line--;
+            break;
+        } else {
             s = ot_error(OT_ERR_CORRUPT_DATA, "%s:%lld: line too long", path, (long long)line);
             break;
         }
@@ -125,19 +132,44 @@ ot_status ot_train_read_csv(const char *path, ot_train_point **points, int64_t *
     return OT_OK;
 }
 
+/* One row with its newline; the length written to buf (always < n for n >= 128). */
+static int csv_row(char *buf, size_t n, const ot_train_point *p) {
+    int k = snprintf(buf, n, "%lld,%.9g,%.6g,", (long long)p->step, p->loss, p->train_accuracy);
+    if (p->test_accuracy >= 0) k += snprintf(buf + k, n - (size_t)k, "%.6g", p->test_accuracy);
+    k += snprintf(buf + k, n - (size_t)k, ",%.9g\n", p->lr);
+    return k;
+}
+
 ot_status ot_train_write_csv(const ot_train_report *r, const char *path) {
     if (!r) return ot_error(OT_ERR_INVALID_ARGUMENT, "train report: NULL report");
     FILE *f;
     ot_status s = open_out(path, &f);
     if (s != OT_OK) return s;
     fprintf(f, CSV_HEADER "\n");
+    char row[160];
     for (int64_t i = 0; i < r->npoints; i++) {
-        const ot_train_point *p = &r->points[i];
-        fprintf(f, "%lld,%.9g,%.6g,", (long long)p->step, p->loss, p->train_accuracy);
-        if (p->test_accuracy >= 0) fprintf(f, "%.6g", p->test_accuracy);
-        fprintf(f, ",%.9g\n", p->lr);
+        int k = csv_row(row, sizeof row, &r->points[i]);
+        fwrite(row, 1, (size_t)k, f);
     }
     return close_out(f, path);
+}
+
+ot_status ot_train_append_csv(const char *path, const ot_train_point *p) {
+    if (!path || !p) return ot_error(OT_ERR_INVALID_ARGUMENT, "train csv: NULL argument");
+    char row[160];
+    int k = csv_row(row, sizeof row, p);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) return ot_error(OT_ERR_IO, "train csv: cannot open %s: %s", path, strerror(errno));
+    /* one write: a kill leaves the row whole or, at worst, cut short without its newline */
+    ssize_t w;
+    do w = write(fd, row, (size_t)k);
+    while (w < 0 && errno == EINTR);
+    int err = w < 0 ? errno : 0;
+    if (close(fd) != 0 && !err) err = errno;
+    if (w >= 0 && w != k)
+        return ot_error(OT_ERR_IO, "train csv: short write to %s (%zd of %d bytes)", path, w, k);
+    if (err) return ot_error(OT_ERR_IO, "train csv: cannot write %s: %s", path, strerror(err));
+    return OT_OK;
 }
 
 /* One polyline of values v(i) (skipping negatives when skip_neg) scaled into the plot box. */

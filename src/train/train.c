@@ -745,12 +745,6 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
             if (s != OT_OK) goto done;
             evaluated = true;
         }
-        if (t->ckpt && o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) {
-            pc = ph_start();
-            s = save_checkpoint(t, r, done_steps, loss);
-            ph_end(t, r, PH_CKPT, pc, "checkpoint", true);
-            if (s != OT_OK) goto done;
-        }
         if (t->npoints == t->points_cap) {
             int64_t cap = t->points_cap ? t->points_cap * 2 : 256;
             ot_train_point *np = ot_malloc((size_t)cap * sizeof *np);
@@ -779,6 +773,14 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
                 done_steps, t->total_steps, loss, tacc, t->last_test_acc, lr, sps, eta,
                 n,          evaluated};
             o->on_progress(o->ud, &p);
+        }
+        /* after the progress callback, which may record the step (the CLI's metrics.csv row): a
+         * committed checkpoint of a step then implies the step was recorded */
+        if (t->ckpt && o->ckpt_every > 0 && done_steps % o->ckpt_every == 0) {
+            pc = ph_start();
+            s = save_checkpoint(t, r, done_steps, loss);
+            ph_end(t, r, PH_CKPT, pc, "checkpoint", true);
+            if (s != OT_OK) goto done;
         }
     }
 done:
