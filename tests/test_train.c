@@ -12,6 +12,7 @@
 #include "optitpu/ft.h"
 #include "optitpu/train.h"
 #include "ot_test.h"
+#include "train/train_internal.h"
 
 static char tmp_root[256];
 
@@ -443,9 +444,68 @@ static void test_append_csv(void) {
     EXPECT_STR_CONTAINS(ot_last_error(), "no_such.csv");
 }
 
+/* The all-reduce deadline: 30 s for a small model, plus the step's work at the slow rates. */
+static void test_allreduce_timeout(void) {
+    const double base = OT_TRAIN_ALLREDUCE_BASE_S * 1e9, per_byte = 1e9 / OT_TRAIN_SLOW_BYTES,
+                 per_flop = 1e9 / OT_TRAIN_SLOW_FLOPS;
+    /* the default model on 8 devices: 38,448 bytes combined or copied 2 x 3 times on 8 replicas */
+    ot_train_step_cost c = {.local_replicas = 8, .members = 8, .allreduce_bytes = 38448};
+    double want = base + 8 * 2 * 3 * 38448 * per_byte;
+    EXPECT_TRUE(fabs((double)ot_train_allreduce_timeout_ns(&c) - want) < 2);
+    EXPECT_TRUE(ot_train_allreduce_timeout_ns(&c) < (int64_t)31e9); /* a dead peer: ~30 s */
+    /* linear in the bytes moved, by the tree's depth: 2 members 1 level, 5..8 three, 9 four */
+    int members[] = {2, 3, 4, 5, 8, 9}, levels[] = {1, 2, 2, 3, 3, 4};
+    for (int i = 0; i < 6; i++) {
+        c = (ot_train_step_cost){
+            .local_replicas = 1, .members = members[i], .allreduce_bytes = INT64_C(1) << 30};
+        want = base + 2.0 * levels[i] * (double)(INT64_C(1) << 30) * per_byte;
+        EXPECT_TRUE(fabs((double)ot_train_allreduce_timeout_ns(&c) - want) < 2);
+    }
+    /* every local replica's step, the leader's extra work */
+    c = (ot_train_step_cost){.local_replicas = 4,
+                             .members = 8,
+                             .replica_flops = 1e9,
+                             .replica_bytes = 5e8,
+                             .leader_flops = 3e8,
+                             .leader_bytes = 7e8};
+    want = base + (4 * 1e9 + 3e8) * per_flop + (4 * 5e8 + 7e8) * per_byte;
+    EXPECT_TRUE(fabs((double)ot_train_allreduce_timeout_ns(&c) - want) < 2);
+    /* the issue's model (64-10000-10000-10, 100.7M parameters, Adam) on 8 devices: far past the
+     * old fixed 30 s; capped at 7 days whatever the size */
+    double p = 64.0 * 10000 + 10000 + 10000.0 * 10000 + 10000 + 10000 * 10 + 10;
+    c = (ot_train_step_cost){.local_replicas = 8,
+                             .members = 8,
+                             .allreduce_bytes = (int64_t)(p + 2) * 4,
+                             .replica_flops = 6 * 16 * p + 48 * p,
+                             .replica_bytes = 4 * p * 10};
+    double secs = (double)ot_train_allreduce_timeout_ns(&c) / 1e9;
+    printf("  hidden 10000,10000 on 8 devices: deadline %.0f s\n", secs);
+    EXPECT_TRUE(secs > 600);
+    c.allreduce_bytes = INT64_MAX / 4;
+    EXPECT_INT_EQ(ot_train_allreduce_timeout_ns(&c), INT64_C(7) * 86400 * 1000000000);
+
+    /* a real run: the deadline's scaled part covers a step many times over, and the run reports
+     * it; a small model keeps about the base */
+    ot_train_options o = small(2, 4);
+    o.model.nhidden = 2;
+    o.model.hidden[0] = o.model.hidden[1] = 1024;
+    ot_train_report r;
+    ASSERT_OK(ot_train(&o, &r));
+    double step_s = r.wall_s / (double)r.steps_run, extra = r.allreduce_timeout_s - 30;
+    printf("  64-1024-1024-10 on 2 devices: deadline %.1f s, a step %.3f s\n",
+           r.allreduce_timeout_s, step_s);
+    EXPECT_TRUE(extra > 5 * step_s);
+    EXPECT_STR_CONTAINS(r.log, "deadline");
+    ot_train_report_clear(&r);
+    o = small(2, 2);
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_TRUE(r.allreduce_timeout_s >= 30 && r.allreduce_timeout_s < 30.5);
+    ot_train_report_clear(&r);
+}
+
 OT_TEST_MAIN(OT_TEST(test_learns_digits), OT_TEST(test_resume_bit_identical),
              OT_TEST(test_resume_refuses_other_state), OT_TEST(test_final_checkpoint),
              OT_TEST(test_failed_save_stops_at_once), OT_TEST(test_read_csv),
-             OT_TEST(test_append_csv), OT_TEST(test_devices_agree), OT_TEST(test_fail_shrink),
-             OT_TEST(test_fail_restore), OT_TEST(test_bad_options), OT_TEST(test_other_models),
-             OT_TEST(test_report_files))
+             OT_TEST(test_append_csv), OT_TEST(test_allreduce_timeout), OT_TEST(test_devices_agree),
+             OT_TEST(test_fail_shrink), OT_TEST(test_fail_restore), OT_TEST(test_bad_options),
+             OT_TEST(test_other_models), OT_TEST(test_report_files))

@@ -225,6 +225,9 @@ typedef struct ot_train_report {
     int failures;
     double detect_s, recover_s; /* last failure: heartbeat stop → detection; detection → running */
     int64_t checkpoints;
+    /* The gradient all-reduce's deadline: a base plus the step's work at slow rates (docs/train.md)
+     */
+    double allreduce_timeout_s;
     /* SHA-256 of the final parameters' f32 bytes in parameter order. Every replica's parameters
      * are hashed at the end and must be identical (else the run fails with OT_ERR_INTERNAL). */
     uint8_t params_sha256[32];

@@ -578,6 +578,42 @@ static void ph_end(trainer *t, replica *r, int ph, phase_clock pc, const char *n
 
 #define INJECTED_STOP OT_ERR_CANCELLED
 
+int64_t ot_train_allreduce_timeout_ns(const ot_train_step_cost *c) {
+    int levels = 1; /* the tree's depth: the most times one member's buffer is combined or copied */
+    while (c->members > 1 << levels && levels < 30) levels++;
+    int local = c->local_replicas > 1 ? c->local_replicas : 1;
+    double comm = 2.0 * levels * (double)c->allreduce_bytes; /* reduce, then broadcast */
+    double flops = local * c->replica_flops + c->leader_flops;
+    double bytes = local * (c->replica_bytes + comm) + c->leader_bytes;
+    double sec =
+        OT_TRAIN_ALLREDUCE_BASE_S + flops / OT_TRAIN_SLOW_FLOPS + bytes / OT_TRAIN_SLOW_BYTES;
+    if (!(sec < 7 * 86400.0)) sec = 7 * 86400.0;
+    return (int64_t)(sec * 1e9);
+}
+
+/* The step's cost for the deadline of its all-reduce, from the compiled executables' counts. */
+static int64_t allreduce_timeout(const trainer *t, const ot_executable *exe) {
+    double pbytes = (double)t->total_elems * sizeof(float);
+    int nstate = ot_optimizer_state_count(t->optim);
+    ot_train_step_cost c = {
+        .local_replicas = t->nlive,
+        .members = t->nlive * t->psize,
+        .allreduce_bytes = (t->total_elems + 2) * (int64_t)sizeof(float),
+        /* the update: about 16 operations per element and slot; it reads parameter, gradient
+         * and slots and writes parameter and slots; the gradients are copied three times (out
+         * of the device, into the flat buffer, back onto the device) */
+        .replica_flops =
+            (double)ot_executable_total_flops(exe) + 16.0 * (double)t->total_elems * (1 + nstate),
+        .replica_bytes =
+            (double)ot_executable_total_bytes(exe) + pbytes * (3 + 2 * nstate) + 3 * pbytes,
+        .leader_flops = t->eval_exe ? (double)ot_executable_total_flops(t->eval_exe) : 0,
+        /* the snapshot copies parameters and slots to the host */
+        .leader_bytes = (t->eval_exe ? (double)ot_executable_total_bytes(t->eval_exe) : 0) +
+                        (t->o->ckpt_dir ? pbytes * (1 + nstate) : 0),
+    };
+    return ot_train_allreduce_timeout_ns(&c);
+}
+
 static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
     trainer *t = ud;
     replica *r = &t->reps[rank];
@@ -597,23 +633,29 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         if (t->gexe[i].batch == nb) exe = t->gexe[i].exe;
     if (!exe)
         return ot_error(OT_ERR_INTERNAL, "train: no executable for a batch of %lld", (long long)nb);
+    int64_t timeout_ns = allreduce_timeout(t, exe);
     if (comm) {
         if (t->trace) ot_comm_set_trace(comm, t->trace, r->dev_index);
         if (t->topo && ot_topology_size(t->topo) == n) {
             s = ot_comm_set_topology(comm, t->topo);
             if (s != OT_OK) return s;
         }
-        ot_comm_set_timeout(comm, 30ull * 1000000000ull);
+        ot_comm_set_timeout(comm, timeout_ns);
         if (rank == 0) {
             size_t bytes = ((size_t)t->total_elems + 2) * sizeof(float);
             ot_coll_algo a = t->coll.algo != OT_ALGO_AUTO
                                  ? t->coll.algo
                                  : ot_coll_choose(comm, OT_COLL_ALLREDUCE, bytes);
-            tlog(t, "gradient all-reduce: %zu bytes over %d devices, %s%s", bytes, n,
-                 ot_coll_algo_name(a),
-                 t->coll.algo == OT_ALGO_AUTO ? " (chosen by the cost model)" : "");
+            tlog(t, "gradient all-reduce: %zu bytes over %d devices, %s%s, deadline %.1f s", bytes,
+                 n, ot_coll_algo_name(a),
+                 t->coll.algo == OT_ALGO_AUTO ? " (chosen by the cost model)" : "",
+                 (double)timeout_ns / 1e9);
         }
+    } else if (rank == 0 && t->prank == 0) {
+        tlog(t, "gradient all-reduce: %zu bytes over %d devices, deadline %.1f s",
+             ((size_t)t->total_elems + 2) * sizeof(float), n, (double)timeout_ns / 1e9);
     }
+    if (rank == 0) t->rep->allreduce_timeout_s = (double)timeout_ns / 1e9;
 
     int64_t F = t->train.features;
     int64_t *idx = ot_malloc((size_t)o->batch_size * sizeof *idx);
@@ -705,7 +747,7 @@ static ot_status replica_loop(void *ud, int rank, ot_comm *comm) {
         pc = ph_start();
         if (t->mpi)
             s = ot_mpi_hier_allreduce(t->mpi, rank, flat, flat, (size_t)t->total_elems + 2, OT_F32,
-                                      OT_REDOP_SUM, 0);
+                                      OT_REDOP_SUM, timeout_ns);
         else
             s = ot_comm_allreduce(comm, flat, flat, (size_t)t->total_elems + 2, OT_F32,
                                   OT_REDOP_SUM, &t->coll);
