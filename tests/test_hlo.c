@@ -385,6 +385,9 @@ static void test_builder_round_trip(void) {
 }
 
 static void test_malformed(void) {
+#define WIN_HEAD                                                                                   \
+    "ENTRY e {\n  x = f32[1,5,2] parameter(0)\n  k = f32[3,2,2] parameter(1)\n  ROOT c = "         \
+    "f32[1,5,2] convolution(x, k), window={"
     static const struct {
         const char *text;
         ot_status code;
@@ -490,7 +493,21 @@ static void test_malformed(void) {
          "dim_labels=b0f_0io->b0f, window={size=1 stride=1x1}\n}\n",
          OT_ERR_INVALID_ARGUMENT,
          "<input>:3:82: window field stride has 2 dimensions, others have 1"},
+        /* a window field given twice: XLA refuses it (the last one once won here) */
+        {WIN_HEAD "size=3 pad=1_1 size=3}, dim_labels=b0f_0io->b0f\n}\n", OT_ERR_INVALID_ARGUMENT,
+         "<input>:4:65: window field 'size' is given twice"},
+        {WIN_HEAD "size=3 stride=1 pad=1_1 stride=1}, dim_labels=b0f_0io->b0f\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:4:74: window field 'stride' is given twice"},
+        {WIN_HEAD "size=3 pad=1_1 pad=1_1}, dim_labels=b0f_0io->b0f\n}\n", OT_ERR_INVALID_ARGUMENT,
+         "<input>:4:65: window field 'pad' is given twice"},
+        {WIN_HEAD "size=3 pad=1_1 lhs_dilate=1 lhs_dilate=1}, dim_labels=b0f_0io->b0f\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:4:78: window field 'lhs_dilate' is given twice"},
+        {WIN_HEAD "rhs_dilate=1 size=3 pad=1_1 rhs_dilate=1}, dim_labels=b0f_0io->b0f\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:4:78: window field 'rhs_dilate' is given twice"},
+        {WIN_HEAD "size=3 pad=1_1 rhs_reversal=0 rhs_reversal=0}, dim_labels=b0f_0io->b0f\n}\n",
+         OT_ERR_INVALID_ARGUMENT, "<input>:4:80: window field 'rhs_reversal' is given twice"},
     };
+#undef WIN_HEAD
     int64_t live = ot_alloc_live();
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ot_module *m = (ot_module *)1;
@@ -500,6 +517,36 @@ static void test_malformed(void) {
         EXPECT_TRUE(m == NULL);
         EXPECT_STR_CONTAINS(ot_last_error(), cases[k].want);
     }
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+}
+
+/* A UTF-8 byte-order mark at the start of the file, as some editors write it, is skipped (columns
+ * count from after it); on another line, or at the start of a later piece of a split file, it is
+ * still an error with its location. */
+static void test_byte_order_mark(void) {
+    static const char text[] = "\xEF\xBB\xBFHloModule m\nENTRY e {\n  ROOT x = f32[2] "
+                               "parameter(0)\n}\n";
+    int64_t live = ot_alloc_live();
+    ot_module *m = NULL;
+    EXPECT_OK(ot_hlo_parse(text, sizeof text - 1, NULL, &m));
+    EXPECT_TRUE(m != NULL);
+    ot_module_free(m);
+    m = NULL;
+    /* an error on line 1 counts its column from after the mark */
+    static const char bad1[] = "\xEF\xBB\xBFHloModule m, frob=1\nENTRY e {\n  ROOT x = f32[2] "
+                               "parameter(0)\n}\n";
+    EXPECT_STATUS(ot_hlo_parse(bad1, sizeof bad1 - 1, NULL, &m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "<input>:1:14: unknown module attribute 'frob'");
+    static const char bad2[] = "HloModule m\n\xEF\xBB\xBF"
+                               "ENTRY e {\n  ROOT x = f32[2] parameter(0)\n}\n";
+    EXPECT_STATUS(ot_hlo_parse(bad2, sizeof bad2 - 1, NULL, &m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "<input>:2:1:");
+    EXPECT_TRUE(m == NULL);
+    ot_hlo_parse_options o = ot_hlo_parse_options_default();
+    o.line_offset = 4; /* a later piece of a split file */
+    EXPECT_STATUS(ot_hlo_parse(text, sizeof text - 1, &o, &m), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "<input>:5:1:");
+    EXPECT_TRUE(m == NULL);
     EXPECT_INT_EQ(ot_alloc_live(), live);
 }
 
@@ -652,6 +699,7 @@ static void test_parse_alloc_failure(void) {
 
 OT_TEST_MAIN(OT_TEST(test_conformance), OT_TEST(test_jax_and_lenient_forms),
              OT_TEST(test_constants), OT_TEST(test_attribute_round_trip),
-             OT_TEST(test_builder_round_trip), OT_TEST(test_malformed), OT_TEST(test_nul_byte),
-             OT_TEST(test_deep_nesting), OT_TEST(test_string_escapes), OT_TEST(test_split),
-             OT_TEST(test_mesh_groups), OT_TEST(test_parse_alloc_failure))
+             OT_TEST(test_builder_round_trip), OT_TEST(test_malformed),
+             OT_TEST(test_byte_order_mark), OT_TEST(test_nul_byte), OT_TEST(test_deep_nesting),
+             OT_TEST(test_string_escapes), OT_TEST(test_split), OT_TEST(test_mesh_groups),
+             OT_TEST(test_parse_alloc_failure))

@@ -746,7 +746,9 @@ OT_API ot_hlo_parse_options ot_hlo_parse_options_default(void);
 
 /* Parses HLO text (XLA's dump form, JAX's as_text form and the lenient forms). On failure *out
  * is NULL, nothing is leaked, and the message starts with "file:line:col: " and says what was
- * expected. Unsupported HLO features are OT_ERR_UNIMPLEMENTED naming the feature. */
+ * expected. Unsupported HLO features are OT_ERR_UNIMPLEMENTED naming the feature. A UTF-8
+ * byte-order mark (EF BB BF) at the start of a file's text (line_offset 0) is skipped (columns
+ * count from after it); anywhere else it is an error. */
 OT_API ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options *opts,
                               ot_module **out);
 OT_API ot_status ot_hlo_parse_file(const char *path, const ot_hlo_parse_options *opts,

@@ -872,38 +872,45 @@ static ot_status parse_window(P *x, ot_window **out) {
     int64_t size[OT_MAX_RANK] = {0}, stride[OT_MAX_RANK], lo[OT_MAX_RANK] = {0},
             hi[OT_MAX_RANK] = {0}, ld[OT_MAX_RANK], rd[OT_MAX_RANK], rev[OT_MAX_RANK] = {0};
     for (int i = 0; i < OT_MAX_RANK; i++) stride[i] = ld[i] = rd[i] = 1;
+    static const char *const fields[] = {"size",       "stride",     "pad",
+                                         "lhs_dilate", "rhs_dilate", "rhs_reversal"};
+    unsigned seen = 0;
     OT_CHECK(expect_char(x, '{'));
     while (!accept(x, '}')) {
         OT_CHECK(x->err);
         const char *s, *at = x->p;
         size_t n;
         OT_CHECK(ident(x, &s, &n, "a window field (size, stride, pad, lhs_dilate, ...)"));
+        int f = 0;
+        while (f < 6 && !word_is(s, n, fields[f])) f++;
+        if (f == 6)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "unknown window field '%.*s'", (int)n, s);
+        /* XLA refuses a repeated field rather than letting the last one win */
+        if (seen & 1u << f)
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "window field '%s' is given twice",
+                        fields[f]);
+        seen |= 1u << f;
         OT_CHECK(expect_char(x, '='));
         int k;
-        int parts = word_is(s, n, "pad") ? 2 : 1;
-        OT_CHECK(x_list(x, parts, v, &k, "window"));
+        OT_CHECK(x_list(x, f == 2 ? 2 : 1, v, &k, "window"));
         if (rank >= 0 && k != rank)
             return perr(x, at, OT_ERR_INVALID_ARGUMENT,
                         "window field %.*s has %d dimensions, others have %d", (int)n, s, k, rank);
         rank = k;
         for (int i = 0; i < k; i++) {
-            if (word_is(s, n, "size")) {
+            switch (f) {
+            case 0:
                 size[i] = v[i][0];
                 have_size = true;
-            } else if (word_is(s, n, "stride")) {
-                stride[i] = v[i][0];
-            } else if (word_is(s, n, "pad")) {
+                break;
+            case 1: stride[i] = v[i][0]; break;
+            case 2:
                 lo[i] = v[i][0];
                 hi[i] = v[i][1];
-            } else if (word_is(s, n, "lhs_dilate")) {
-                ld[i] = v[i][0];
-            } else if (word_is(s, n, "rhs_dilate")) {
-                rd[i] = v[i][0];
-            } else if (word_is(s, n, "rhs_reversal")) {
-                rev[i] = v[i][0];
-            } else {
-                return perr(x, at, OT_ERR_INVALID_ARGUMENT, "unknown window field '%.*s'", (int)n,
-                            s);
+                break;
+            case 3: ld[i] = v[i][0]; break;
+            case 4: rd[i] = v[i][0]; break;
+            default: rev[i] = v[i][0]; break;
             }
         }
     }
@@ -2524,6 +2531,12 @@ ot_status ot_hlo_parse(const char *text, size_t len, const ot_hlo_parse_options 
     if (!text && len) return ot_error(OT_ERR_INVALID_ARGUMENT, "hlo parse: text is NULL");
     ot_hlo_parse_options o = opts ? *opts : ot_hlo_parse_options_default();
     if (!ident_ready) ident_init(); /* idempotent */
+    /* a UTF-8 byte-order mark, which some editors write at the start of a file, is not part of
+     * the text: skipped at the file's first byte (the text of line 1), nowhere else */
+    if (o.line_offset == 0 && len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) {
+        text += 3;
+        len -= 3;
+    }
     P x;
     memset(&x, 0, sizeof x);
     x.s = x.p = text ? text : "";
