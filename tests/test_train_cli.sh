@@ -25,14 +25,18 @@ done
 kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 ls "$work/b" | grep -q '^step_00000040$'
-# the killed run's metrics.csv holds its rows as they were written: every step up to the
-# committed checkpoint at least, each the uninterrupted run's row (a last row cut off by the kill,
-# without its newline, aside)
-[[ -s "$work/out_b/metrics.csv" ]] || { echo "the killed run left no metrics.csv"; exit 1; }
-whole=$(wc -l <"$work/out_b/metrics.csv") # lines with their newline
-[[ $whole -ge 41 ]] || { echo "the killed run's metrics.csv has $whole lines, want >= 41"; exit 1; }
-cmp -n "$(head -n "$whole" "$work/out_b/metrics.csv" | wc -c)" "$work/out_b/metrics.csv" \
-  "$work/out_a/metrics.csv" || { echo "the killed run's rows differ from the uninterrupted run's"; exit 1; }
+# A killed run's metrics.csv holds its rows as they were written: every step up to its committed
+# checkpoint STEP at least, each the uninterrupted run's row, each once (a last row cut off by the
+# kill, without its newline, aside).
+killed_rows_ok() { # FILE STEP
+  [[ -s $1 ]] || { echo "the killed run left no $1"; exit 1; }
+  local whole
+  whole=$(wc -l <"$1") # lines with their newline
+  [[ $whole -gt $2 ]] || { echo "$1 of the killed run has $whole lines, want > $2"; exit 1; }
+  cmp -n "$(head -n "$whole" "$1" | wc -c)" "$1" "$work/out_a/metrics.csv" \
+    || { echo "the killed run's rows in $1 differ from the uninterrupted run's"; exit 1; }
+}
+killed_rows_ok "$work/out_b/metrics.csv" 40
 # without --resume an existing checkpoint directory is refused
 if "$bin" train "${common[@]}" --ckpt-dir "$work/b" --out "$work/out_b" >/dev/null 2>"$work/err"; then
   echo "a directory with checkpoints was overwritten without --resume"; exit 1
@@ -47,6 +51,19 @@ start=$(sed -n 's/.*"start_step":\([0-9]*\).*/\1/p' "$work/b.json")
 # the killed run's rows up to the resumed step, then the resumed run's: every step once
 cmp "$work/out_b/metrics.csv" "$work/out_a/metrics.csv" \
   || { echo "metrics.csv after a kill and a resume is not the uninterrupted run's"; exit 1; }
+
+# a rollback to a checkpoint (--recovery restore) rewrites the rows after it: killed once the
+# redone steps are saved at step 60, the file holds every step once
+"$bin" train "${common[@]}" --fail-device 2@55 --recovery restore --ckpt-dir "$work/r" \
+  --out "$work/out_r" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [[ -f "$work/r/step_00000060/manifest.json" ]] && break
+  sleep 0.02
+done
+kill -9 "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+killed_rows_ok "$work/out_r/metrics.csv" 60
 
 # a device failure is detected and survived
 "$bin" train --devices 4 --steps 60 --fail-device 1@20 --ckpt-dir none --out "$work/out_c" \
