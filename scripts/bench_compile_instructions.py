@@ -17,8 +17,12 @@ With --cache-sim BYTES, callgrind also simulates a last-level cache of that size
 writes) per compile beside the instructions: how the same linear work meets a cache the
 working set outgrows.
 
+With --shape F[,F...] (or all), the graph-shape families of `bench compile --shape` are counted
+instead, at 10k, 20k, 100k and 200k (up to --max); a family's module has about, not exactly,
+the size asked for, so its linear baseline is the ratio of the two modules' instruction counts.
+
 usage: scripts/bench_compile_instructions.py [--optitpu build/optitpu] [--max N]
-                                             [--cache-sim BYTES] [--json]
+                                             [--shape F[,F...]|all] [--cache-sim BYTES] [--json]
 """
 
 import argparse
@@ -31,21 +35,25 @@ import sys
 import tempfile
 
 SIZES = [10000, 20000, 100000, 200000, 500000, 1000000]
+FAMILIES = ["residual", "braid", "fanout", "fanin", "nested", "bcast_reduce", "islands",
+            "wide_tuple", "many_params", "dot_sandwich", "random", "fori_unrolled"]
 
 
-def count(optitpu, n, tmp, ll):
+def count(optitpu, n, tmp, ll, shape=None):
     out = os.path.join(tmp, "cg.%d" % n)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
            "--toggle-collect=ot_compile", "--toggle-collect=fp_main"]
     if ll:
         cmd += ["--cache-sim=yes", "--LL=%d,16,64" % ll]
     cmd += [optitpu, "bench", "compile", "--sizes", str(n), "--reps", "1"]
+    if shape:
+        cmd += ["--shape", shape]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         sys.exit("callgrind run failed for %d:\n%s" % (n, r.stderr[-2000:]))
     instrs = None
     for line in r.stdout.splitlines():
-        m = re.match(r"compile\s+(\d+) instrs -O2", line)
+        m = re.match(r"compile\s+(?:[a-z_]+ )?(\d+) instrs -O2", line)
         if m:
             instrs = int(m.group(1))
     events, total = None, None
@@ -80,6 +88,8 @@ def main():
                     help="largest size (default 200000; 1000000 takes several minutes)")
     ap.add_argument("--cache-sim", type=int, default=0, metavar="BYTES",
                     help="also simulate a last-level cache of BYTES (a power of two)")
+    ap.add_argument("--shape", metavar="F[,F...]|all",
+                    help="count the graph-shape families of bench compile --shape instead")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.cache_sim and (a.cache_sim < (1 << 20) or a.cache_sim & (a.cache_sim - 1)):
@@ -89,25 +99,36 @@ def main():
     if not os.access(a.optitpu, os.X_OK):
         sys.exit("%s is not an executable (build first)" % a.optitpu)
     sizes = [n for n in SIZES if n <= a.max]
+    shapes = [None]
+    if a.shape:
+        shapes = FAMILIES if a.shape == "all" else a.shape.split(",")
+        sizes = [n for n in SIZES[:4] if n <= a.max]
     with tempfile.TemporaryDirectory() as tmp:
-        got, miss = {}, {}
-        llname = "%d MiB LL" % (a.cache_sim >> 20)
-        for n in sizes:
-            instrs, ev = count(a.optitpu, n, tmp, a.cache_sim)
-            ir = ev["Ir"]
-            got[n] = ir
-            row(a.json, "%d instrs" % instrs, "instructions per compile", ir)
-            row(a.json, "%d instrs" % instrs, "instructions per graph instr", ir / instrs)
-            if a.cache_sim:
-                miss[n] = ev.get("DLmr", 0) + ev.get("DLmw", 0)
-                row(a.json, "%d instrs" % instrs, llname + " data misses per compile", miss[n])
-            if n // 2 in got:
-                case = "scaling %dk -> %dk" % (n // 2000, n // 1000)
-                row(a.json, case, "count(2N)/count(N)", ir / got[n // 2], "linear (2.0)", 2.0)
-                if a.cache_sim and miss[n // 2]:
-                    row(a.json, case, llname + " misses(2N)/misses(N)", miss[n] / miss[n // 2],
-                        "linear (2.0)", 2.0)
+        for shape in shapes:
+            measure(a, shape, sizes, tmp)
 
+
+def measure(a, shape, sizes, tmp):
+    got, miss, mod = {}, {}, {}
+    llname = "%d MiB LL" % (a.cache_sim >> 20)
+    prefix = shape + " " if shape else ""
+    for n in sizes:
+        instrs, ev = count(a.optitpu, n, tmp, a.cache_sim, shape)
+        ir = ev["Ir"]
+        got[n], mod[n] = ir, instrs
+        row(a.json, "%s%d instrs" % (prefix, instrs), "instructions per compile", ir)
+        row(a.json, "%s%d instrs" % (prefix, instrs), "instructions per graph instr", ir / instrs)
+        if a.cache_sim:
+            miss[n] = ev.get("DLmr", 0) + ev.get("DLmw", 0)
+            row(a.json, "%s%d instrs" % (prefix, instrs), llname + " data misses per compile",
+                miss[n])
+        if n // 2 in got:
+            lin = mod[n] / mod[n // 2]
+            case = "%sscaling %dk -> %dk" % (prefix, n // 2000, n // 1000)
+            row(a.json, case, "count(2N)/count(N)", ir / got[n // 2], "linear (%.3g)" % lin, lin)
+            if a.cache_sim and miss[n // 2]:
+                row(a.json, case, llname + " misses(2N)/misses(N)", miss[n] / miss[n // 2],
+                    "linear (%.3g)" % lin, lin)
 
 if __name__ == "__main__":
     main()
