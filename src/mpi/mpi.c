@@ -10,7 +10,7 @@
 #include "optitpu/mpi.h"
 
 #include "mpi_internal.h"
-#include "pod/pod_internal.h"
+#include "pod/reduce_kernels.h"
 
 #include <mpi.h>
 #include <sched.h>
@@ -656,13 +656,9 @@ static ot_coll_algo coll_algo(ot_mpi_algo a) {
                                              : OT_ALGO_RING;
 }
 
-static ot_dtype acc_dtype(ot_dtype dt) {
-    return dt == OT_F16 || dt == OT_BF16 ? OT_F32 : dt;
-}
-
 double ot_mpi_cost_us(const ot_mpi *m, ot_mpi_algo a, size_t count, ot_dtype dt) {
     if (!ot_coll_dtype_supported(dt)) return -1;
-    size_t bytes = count * ot_dtype_size(acc_dtype(dt));
+    size_t bytes = count * ot_dtype_size(ot_pod_acc_dtype(dt));
     if (a == OT_MPI_ALGO_NATIVE) {
         if (m->size == 1) return 0;
         /* the fitted line of a whole MPI_Iallreduce */
@@ -840,39 +836,6 @@ done:
 
 /* ---- all-reduce ----------------------------------------------------------------------------- */
 
-static void widen(float *dst, const void *src, size_t n, ot_dtype dt) {
-    const uint16_t *s = src;
-    if (dt == OT_F16)
-        for (size_t i = 0; i < n; i++) dst[i] = ot_f16_to_f32(s[i]);
-    else
-        for (size_t i = 0; i < n; i++) dst[i] = ot_bf16_to_f32(s[i]);
-}
-
-static void narrow(void *dst, const float *src, size_t n, ot_dtype dt) {
-    uint16_t *d = dst;
-    if (dt == OT_F16)
-        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_f16(src[i]);
-    else
-        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_bf16(src[i]);
-}
-
-static void divide(void *buf, size_t count, ot_dtype dt, int n) {
-    switch (dt) {
-    case OT_F32:
-        for (size_t i = 0; i < count; i++) ((float *)buf)[i] /= (float)n;
-        break;
-    case OT_F64:
-        for (size_t i = 0; i < count; i++) ((double *)buf)[i] /= (double)n;
-        break;
-    case OT_S32:
-        for (size_t i = 0; i < count; i++) ((int32_t *)buf)[i] /= n;
-        break;
-    default:
-        for (size_t i = 0; i < count; i++) ((int64_t *)buf)[i] /= n;
-        break;
-    }
-}
-
 /* ---- the shared-memory all-reduce (OT_MPI_ALGO_SHM) ----------------------------------------- */
 
 #define SHM_TILE 4096 /* elements: 32 KiB of f64 accumulator */
@@ -1021,7 +984,7 @@ static ot_status shm_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, si
     size_t esz = ot_dtype_size(dt), per = m->in_cap / esz;
     char *in = m->seg[me], *out = m->seg[me] + m->in_cap;
     bool nt = count * esz >= SHM_STREAM_MIN;
-    ot_dtype adt = acc_dtype(dt);
+    ot_dtype adt = ot_pod_acc_dtype(dt);
     ot_redop cop = op == OT_REDOP_MEAN ? OT_REDOP_SUM : op;
     _Alignas(64) unsigned char acc[SHM_TILE * 8];
     _Alignas(64) float tmp[SHM_TILE];
@@ -1046,21 +1009,21 @@ static ot_status shm_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, si
                      (me == 1 ? send : m->seg[1]) + i * esz, k, dt, cop))
                 q0 = 2; /* ranks 0 and 1 in one pass */
             else if (adt != dt)
-                widen((float *)acc, (me == 0 ? send : m->seg[0]) + i * esz, k, dt);
+                ot_pod_widen((float *)acc, (me == 0 ? send : m->seg[0]) + i * esz, k, dt);
             else
                 memcpy(a, (me == 0 ? send : m->seg[0]) + i * esz, k * esz);
             for (int q = q0; q < P; q++) {
                 const char *src = (q == me ? send : m->seg[q]) + i * esz;
                 if (adt != dt) { /* f16/bf16: combined in f32 */
-                    widen(tmp, src, k, dt);
+                    ot_pod_widen(tmp, src, k, dt);
                     ot_pod_combine(acc, tmp, k, adt, cop);
                 } else {
                     ot_pod_combine(a, src, k, adt, cop);
                 }
             }
-            if (op == OT_REDOP_MEAN) divide(a, k, adt, P);
+            if (op == OT_REDOP_MEAN) ot_pod_divide(a, k, adt, P);
             if (adt != dt) {
-                narrow(tmp, (const float *)acc, k, dt); /* k 16-bit values fit in tmp */
+                ot_pod_narrow(tmp, (const float *)acc, k, dt); /* k 16-bit values fit in tmp */
                 memcpy(out + (i - lo) * esz, tmp, k * esz);
             }
             shm_copy(recv + i * esz, out + (i - lo) * esz, k * esz, nt);
@@ -1081,14 +1044,14 @@ static ot_status shm_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, si
 
 static ot_status native_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf, size_t count,
                                   ot_dtype dt, ot_redop op, uint64_t dl) {
-    ot_dtype adt = acc_dtype(dt);
+    ot_dtype adt = ot_pod_acc_dtype(dt);
     size_t aesz = ot_dtype_size(adt);
     void *w = recvbuf;
     const void *s = sendbuf;
     if (adt != dt) {
         OT_CHECK(grow_touched(&m->nstage, &m->nstage_cap, count * aesz, "native staging"));
         w = m->nstage;
-        widen(w, sendbuf, count, dt);
+        ot_pod_widen(w, sendbuf, count, dt);
         s = w;
     }
     if (count > (size_t)INT32_MAX)
@@ -1099,8 +1062,8 @@ static ot_status native_allreduce(ot_mpi *m, const void *sendbuf, void *recvbuf,
                            m->world, &rq),
             "MPI_Iallreduce");
     OT_CHECK(wait_coll(&m->pending, &rq, dl, "native all-reduce"));
-    if (op == OT_REDOP_MEAN) divide(w, count, adt, m->size);
-    if (adt != dt) narrow(recvbuf, w, count, dt);
+    if (op == OT_REDOP_MEAN) ot_pod_divide(w, count, adt, m->size);
+    if (adt != dt) ot_pod_narrow(recvbuf, w, count, dt);
     return OT_OK;
 }
 
@@ -1178,7 +1141,7 @@ ot_status ot_mpi_hier_allreduce(ot_mpi *m, int local, const void *sendbuf, void 
         return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi hier allreduce: %s/%d is not reducible",
                         ot_dtype_name(dt), (int)op);
     if (count == 0) return OT_OK;
-    ot_dtype adt = acc_dtype(dt);
+    ot_dtype adt = ot_pod_acc_dtype(dt);
     size_t aesz = ot_dtype_size(adt), bytes = count * aesz;
     ot_redop cop = op == OT_REDOP_MEAN ? OT_REDOP_SUM : op;
     ot_coll_options lo = ot_coll_options_default();
@@ -1190,7 +1153,7 @@ ot_status ot_mpi_hier_allreduce(ot_mpi *m, int local, const void *sendbuf, void 
     if (adt == dt)
         memcpy(w, sendbuf, bytes);
     else
-        widen(w, sendbuf, count, dt);
+        ot_pod_widen(w, sendbuf, count, dt);
     if (local == 0) OT_CHECK(grow_touched(&m->lroot, &m->lroot_cap, bytes, "local root staging"));
     /* 1. through shared memory onto local device 0 (the others wait in the reduce until the
      *    root's buffer exists: the reduce exchanges pointers first) */
@@ -1212,11 +1175,11 @@ ot_status ot_mpi_hier_allreduce(ot_mpi *m, int local, const void *sendbuf, void 
     /* 3. back to every local device */
     st = ot_comm_broadcast(lc, res, count, adt, 0, &lo);
     if (st != OT_OK) return st;
-    if (op == OT_REDOP_MEAN) divide(res, count, adt, m->size * m->K);
+    if (op == OT_REDOP_MEAN) ot_pod_divide(res, count, adt, m->size * m->K);
     if (adt == dt)
         memcpy(recvbuf, res, bytes);
     else
-        narrow(recvbuf, res, count, dt);
+        ot_pod_narrow(recvbuf, res, count, dt);
     return OT_OK;
 }
 

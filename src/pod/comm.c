@@ -87,108 +87,6 @@ ot_coll_options ot_coll_options_default(void) {
     return o;
 }
 
-/* ---- element kernels ------------------------------------------------------------------------ */
-
-#define COMBINE_LOOP(T, EXPR)                                                                      \
-    do {                                                                                           \
-        T *restrict d = dst;                                                                       \
-        const T *restrict s = src;                                                                 \
-        for (size_t i = 0; i < n; i++) {                                                           \
-            T a = d[i], b = s[i];                                                                  \
-            d[i] = (EXPR);                                                                         \
-        }                                                                                          \
-    } while (0)
-
-/* The build's -O2 vectorizes only loops without an epilogue; these streaming loops are the
- * inner loop of every reduction, so GCC gets the full vectorizer here. */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#endif
-void ot_pod_combine(void *dst, const void *src, size_t n, ot_dtype dt, ot_redop op) {
-    switch (dt) {
-    case OT_F32:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(float, a + b);
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(float, a *b);
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(float, a > b ? a : b);
-        else
-            COMBINE_LOOP(float, a < b ? a : b);
-        break;
-    case OT_F64:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(double, a + b);
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(double, a *b);
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(double, a > b ? a : b);
-        else
-            COMBINE_LOOP(double, a < b ? a : b);
-        break;
-    case OT_S32:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(int32_t, (int32_t)((uint32_t)a + (uint32_t)b));
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(int32_t, (int32_t)((uint32_t)a * (uint32_t)b));
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(int32_t, a > b ? a : b);
-        else
-            COMBINE_LOOP(int32_t, a < b ? a : b);
-        break;
-    case OT_S64:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(int64_t, (int64_t)((uint64_t)a + (uint64_t)b));
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(int64_t, (int64_t)((uint64_t)a * (uint64_t)b));
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(int64_t, a > b ? a : b);
-        else
-            COMBINE_LOOP(int64_t, a < b ? a : b);
-        break;
-    default: OT_ASSERT(!"ot_pod_combine: not an accumulation dtype");
-    }
-}
-
-static ot_dtype acc_dtype(ot_dtype dt) {
-    return dt == OT_F16 || dt == OT_BF16 ? OT_F32 : dt;
-}
-
-static void widen(float *dst, const void *src, size_t n, ot_dtype dt) {
-    const uint16_t *s = src;
-    if (dt == OT_F16)
-        for (size_t i = 0; i < n; i++) dst[i] = ot_f16_to_f32(s[i]);
-    else
-        for (size_t i = 0; i < n; i++) dst[i] = ot_bf16_to_f32(s[i]);
-}
-
-static void narrow(void *dst, const float *src, size_t n, ot_dtype dt) {
-    uint16_t *d = dst;
-    if (dt == OT_F16)
-        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_f16(src[i]);
-    else
-        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_bf16(src[i]);
-}
-
-/* MEAN: divide by n (C integer division truncates toward zero). */
-static void divide(void *buf, size_t count, ot_dtype dt, int n) {
-    switch (dt) {
-    case OT_F32:
-        for (size_t i = 0; i < count; i++) ((float *)buf)[i] /= (float)n;
-        break;
-    case OT_F64:
-        for (size_t i = 0; i < count; i++) ((double *)buf)[i] /= (double)n;
-        break;
-    case OT_S32:
-        for (size_t i = 0; i < count; i++) ((int32_t *)buf)[i] /= n;
-        break;
-    case OT_S64:
-        for (size_t i = 0; i < count; i++) ((int64_t *)buf)[i] /= n;
-        break;
-    default: OT_ASSERT(!"divide: not an accumulation dtype");
-    }
-}
-
 /* ---- creation ------------------------------------------------------------------------------- */
 
 static void factor_grid(int n, int *rows, int *cols) {
@@ -602,7 +500,7 @@ typedef struct dptr {
 /* Combine tile [i, i+k) of every member's src in rank order into acc (accumulation dtype). */
 static void load_tile(double *accd, float *accf, int32_t *acc32, int64_t *acc64, void *const *all,
                       int n, size_t i, size_t k, ot_dtype dt, size_t src_off, ot_redop op) {
-    ot_dtype adt = acc_dtype(dt);
+    ot_dtype adt = ot_pod_acc_dtype(dt);
     void *acc = adt == OT_F64   ? (void *)accd
                 : adt == OT_F32 ? (void *)accf
                 : adt == OT_S32 ? (void *)acc32
@@ -613,7 +511,7 @@ static void load_tile(double *accd, float *accf, int32_t *acc32, int64_t *acc64,
             (const char *)((const dptr *)all[r])->src + (src_off + i) * ot_dtype_size(dt);
         const void *in = s;
         if (dt == OT_F16 || dt == OT_BF16) {
-            widen(r ? tmp : accf, s, k, dt);
+            ot_pod_widen(r ? tmp : accf, s, k, dt);
             in = tmp;
             if (r == 0) continue;
         }
@@ -622,7 +520,7 @@ static void load_tile(double *accd, float *accf, int32_t *acc32, int64_t *acc64,
         else
             ot_pod_combine(acc, in, k, adt, op == OT_REDOP_MEAN ? OT_REDOP_SUM : op);
     }
-    if (op == OT_REDOP_MEAN) divide(acc, k, adt, n);
+    if (op == OT_REDOP_MEAN) ot_pod_divide(acc, k, adt, n);
 }
 
 /* Large results are written with non-temporal stores: they bypass the caches (no read for
@@ -672,11 +570,11 @@ static void store_tile(void *dst, size_t i, size_t k, ot_dtype dt, const void *a
     char *d = (char *)dst + i * esz;
     if (dt == OT_F16 || dt == OT_BF16) {
         if (!nt) {
-            narrow(d, acc, k, dt);
+            ot_pod_narrow(d, acc, k, dt);
             return;
         }
         uint16_t tmp[TILE];
-        narrow(tmp, acc, k, dt);
+        ot_pod_narrow(tmp, acc, k, dt);
         stream_copy(d, tmp, k * esz);
     } else if (nt) {
         stream_copy(d, acc, k * esz);
@@ -709,7 +607,7 @@ static ot_status direct_reduce(ot_comm *c, ot_coll_kind kind, const void *src, v
     float accf[TILE];
     int32_t acc32[TILE];
     int64_t acc64[TILE];
-    ot_dtype adt = acc_dtype(dt);
+    ot_dtype adt = ot_pod_acc_dtype(dt);
     const void *acc = adt == OT_F64   ? (void *)accd
                       : adt == OT_F32 ? (void *)accf
                       : adt == OT_S32 ? (void *)acc32
@@ -954,7 +852,7 @@ static ot_status run_ar(ot_comm *c, ot_coll_algo algo, void *w, size_t count, ot
     case OT_ALGO_HIER2D: st = ar_hier2d(&A); break;
     default: st = ar_ring(&A); break;
     }
-    if (st == OT_OK && op == OT_REDOP_MEAN) divide(w, count, adt, c->size);
+    if (st == OT_OK && op == OT_REDOP_MEAN) ot_pod_divide(w, count, adt, c->size);
     return st;
 }
 
@@ -962,14 +860,14 @@ static ot_status run_ar(ot_comm *c, ot_coll_algo algo, void *w, size_t count, ot
  * when dt is already an accumulation type, else the communicator's work buffer. */
 static ot_status load_work(ot_comm *c, const void *src, void *recv, size_t count, ot_dtype dt,
                            void **w) {
-    if (acc_dtype(dt) == dt) {
+    if (ot_pod_acc_dtype(dt) == dt) {
         if (src != recv && count) memcpy(recv, src, count * ot_dtype_size(dt));
         *w = recv;
         return OT_OK;
     }
     *w = ensure(&c->work, &c->work_cap, count * sizeof(float));
     if (!*w) return ot_error(OT_ERR_OUT_OF_MEMORY, "comm: work buffer of %zu bytes", count * 4);
-    widen(*w, src, count, dt);
+    ot_pod_widen(*w, src, count, dt);
     return OT_OK;
 }
 
@@ -987,8 +885,8 @@ ot_status ot_comm_allreduce(ot_comm *c, const void *sendbuf, void *recvbuf, size
     } else {
         void *w;
         st = load_work(c, sendbuf, recvbuf, count, dt, &w);
-        if (st == OT_OK) st = run_ar(c, algo, w, count, acc_dtype(dt), op, o, dl);
-        if (st == OT_OK && w != recvbuf) narrow(recvbuf, w, count, dt);
+        if (st == OT_OK) st = run_ar(c, algo, w, count, ot_pod_acc_dtype(dt), op, o, dl);
+        if (st == OT_OK && w != recvbuf) ot_pod_narrow(recvbuf, w, count, dt);
     }
     return finish(c, OT_COLL_ALLREDUCE, st, t0, count, dt);
 }
@@ -1008,7 +906,7 @@ ot_status ot_comm_reduce_scatter(ot_comm *c, const void *sendbuf, void *recvbuf,
         return finish(c, OT_COLL_REDUCE_SCATTER, st, t0, count, dt);
     }
     /* a work copy of the whole input in the accumulation dtype */
-    ot_dtype adt = acc_dtype(dt);
+    ot_dtype adt = ot_pod_acc_dtype(dt);
     size_t aesz = ot_dtype_size(adt);
     char *w = ensure(&c->work, &c->work_cap, total * aesz);
     if (!w) {
@@ -1018,13 +916,13 @@ ot_status ot_comm_reduce_scatter(ot_comm *c, const void *sendbuf, void *recvbuf,
     if (adt == dt)
         memcpy(w, sendbuf, total * esz);
     else
-        widen((float *)w, sendbuf, total, dt);
+        ot_pod_widen((float *)w, sendbuf, total, dt);
     if (algo == OT_ALGO_RING) {
         ringctx R = {c,     c->ring, c->size, c->pos_of[c->rank],   w, total, c->ring,
                      count, adt,     aesz,    chunk_elems(o, aesz), dl};
         st = ring_rs(&R, op == OT_REDOP_MEAN ? OT_REDOP_SUM : op);
         if (st == OT_OK && op == OT_REDOP_MEAN)
-            divide(w + (size_t)c->rank * count * aesz, count, adt, c->size);
+            ot_pod_divide(w + (size_t)c->rank * count * aesz, count, adt, c->size);
     } else {
         st = run_ar(c, algo, w, total, adt, op, o, dl);
     }
@@ -1033,7 +931,7 @@ ot_status ot_comm_reduce_scatter(ot_comm *c, const void *sendbuf, void *recvbuf,
         if (adt == dt)
             memmove(recvbuf, mine, count * esz);
         else
-            narrow(recvbuf, (const float *)mine, count, dt);
+            ot_pod_narrow(recvbuf, (const float *)mine, count, dt);
     }
     return finish(c, OT_COLL_REDUCE_SCATTER, st, t0, count, dt);
 }
@@ -1054,7 +952,7 @@ ot_status ot_comm_reduce(ot_comm *c, const void *sendbuf, void *recvbuf, size_t 
         st = direct_reduce(c, OT_COLL_REDUCE, sendbuf, recvbuf, count, dt, op, root, dl);
         return finish(c, OT_COLL_REDUCE, st, t0, count, dt);
     }
-    ot_dtype adt = acc_dtype(dt);
+    ot_dtype adt = ot_pod_acc_dtype(dt);
     size_t aesz = ot_dtype_size(adt);
     char *w = ensure(&c->work, &c->work_cap, count * aesz);
     if (!w) {
@@ -1064,11 +962,12 @@ ot_status ot_comm_reduce(ot_comm *c, const void *sendbuf, void *recvbuf, size_t 
     if (adt == dt)
         memcpy(w, sendbuf, count * aesz);
     else
-        widen((float *)w, sendbuf, count, dt);
+        ot_pod_widen((float *)w, sendbuf, count, dt);
     if (algo == OT_ALGO_TREE) {
         st = tree_reduce(c, w, count, adt, aesz, op == OT_REDOP_MEAN ? OT_REDOP_SUM : op, root,
                          chunk_elems(o, aesz), dl);
-        if (st == OT_OK && op == OT_REDOP_MEAN && c->rank == root) divide(w, count, adt, c->size);
+        if (st == OT_OK && op == OT_REDOP_MEAN && c->rank == root)
+            ot_pod_divide(w, count, adt, c->size);
     } else {
         st = run_ar(c, algo, w, count, adt, op, o, dl);
     }
@@ -1076,7 +975,7 @@ ot_status ot_comm_reduce(ot_comm *c, const void *sendbuf, void *recvbuf, size_t 
         if (adt == dt)
             memcpy(recvbuf, w, count * aesz);
         else
-            narrow(recvbuf, (const float *)w, count, dt);
+            ot_pod_narrow(recvbuf, (const float *)w, count, dt);
     }
     return finish(c, OT_COLL_REDUCE, st, t0, count, dt);
 }

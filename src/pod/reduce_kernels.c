@@ -1,0 +1,99 @@
+/* The element kernels of every reduction (declared in reduce_kernels.h): combine, f16/bf16
+ * widening and narrowing, the MEAN division. One copy serves the in-process communicator and the
+ * MPI one, so both combine each element the same way. */
+#include "reduce_kernels.h"
+
+#define COMBINE_LOOP(T, EXPR)                                                                      \
+    do {                                                                                           \
+        T *restrict d = dst;                                                                       \
+        const T *restrict s = src;                                                                 \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            T a = d[i], b = s[i];                                                                  \
+            d[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* The build's -O2 vectorizes only loops without an epilogue; these streaming loops are the
+ * inner loop of every reduction, so GCC gets the full vectorizer here. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
+void ot_pod_combine(void *dst, const void *src, size_t n, ot_dtype dt, ot_redop op) {
+    switch (dt) {
+    case OT_F32:
+        if (op == OT_REDOP_SUM)
+            COMBINE_LOOP(float, a + b);
+        else if (op == OT_REDOP_PROD)
+            COMBINE_LOOP(float, a *b);
+        else if (op == OT_REDOP_MAX)
+            COMBINE_LOOP(float, a > b ? a : b);
+        else
+            COMBINE_LOOP(float, a < b ? a : b);
+        break;
+    case OT_F64:
+        if (op == OT_REDOP_SUM)
+            COMBINE_LOOP(double, a + b);
+        else if (op == OT_REDOP_PROD)
+            COMBINE_LOOP(double, a *b);
+        else if (op == OT_REDOP_MAX)
+            COMBINE_LOOP(double, a > b ? a : b);
+        else
+            COMBINE_LOOP(double, a < b ? a : b);
+        break;
+    case OT_S32:
+        if (op == OT_REDOP_SUM)
+            COMBINE_LOOP(int32_t, (int32_t)((uint32_t)a + (uint32_t)b));
+        else if (op == OT_REDOP_PROD)
+            COMBINE_LOOP(int32_t, (int32_t)((uint32_t)a * (uint32_t)b));
+        else if (op == OT_REDOP_MAX)
+            COMBINE_LOOP(int32_t, a > b ? a : b);
+        else
+            COMBINE_LOOP(int32_t, a < b ? a : b);
+        break;
+    case OT_S64:
+        if (op == OT_REDOP_SUM)
+            COMBINE_LOOP(int64_t, (int64_t)((uint64_t)a + (uint64_t)b));
+        else if (op == OT_REDOP_PROD)
+            COMBINE_LOOP(int64_t, (int64_t)((uint64_t)a * (uint64_t)b));
+        else if (op == OT_REDOP_MAX)
+            COMBINE_LOOP(int64_t, a > b ? a : b);
+        else
+            COMBINE_LOOP(int64_t, a < b ? a : b);
+        break;
+    default: OT_ASSERT(!"ot_pod_combine: not an accumulation dtype");
+    }
+}
+
+void ot_pod_widen(float *dst, const void *src, size_t n, ot_dtype dt) {
+    const uint16_t *s = src;
+    if (dt == OT_F16)
+        for (size_t i = 0; i < n; i++) dst[i] = ot_f16_to_f32(s[i]);
+    else
+        for (size_t i = 0; i < n; i++) dst[i] = ot_bf16_to_f32(s[i]);
+}
+
+void ot_pod_narrow(void *dst, const float *src, size_t n, ot_dtype dt) {
+    uint16_t *d = dst;
+    if (dt == OT_F16)
+        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_f16(src[i]);
+    else
+        for (size_t i = 0; i < n; i++) d[i] = ot_f32_to_bf16(src[i]);
+}
+
+void ot_pod_divide(void *buf, size_t count, ot_dtype dt, int n) {
+    switch (dt) {
+    case OT_F32:
+        for (size_t i = 0; i < count; i++) ((float *)buf)[i] /= (float)n;
+        break;
+    case OT_F64:
+        for (size_t i = 0; i < count; i++) ((double *)buf)[i] /= (double)n;
+        break;
+    case OT_S32:
+        for (size_t i = 0; i < count; i++) ((int32_t *)buf)[i] /= n;
+        break;
+    case OT_S64:
+        for (size_t i = 0; i < count; i++) ((int64_t *)buf)[i] /= n;
+        break;
+    default: OT_ASSERT(!"ot_pod_divide: not an accumulation dtype");
+    }
+}

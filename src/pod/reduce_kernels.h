@@ -1,0 +1,30 @@
+/* The element kernels of a reduction, owned by src/pod (reduce_kernels.c). The in-process
+ * communicator (pod/comm.c, pod/local.c) and the MPI communicator (mpi/mpi.c) both call these,
+ * so a collective combines each element identically whichever transport ran it; this is the one
+ * pod internal that src/mpi includes. */
+#ifndef OT_POD_REDUCE_KERNELS_H
+#define OT_POD_REDUCE_KERNELS_H
+
+#include "optitpu/collectives.h"
+
+#include <stddef.h>
+
+/* The dtype a reduction accumulates in: f16/bf16 are widened to f32 so partial sums keep their
+ * precision; the others accumulate in themselves. */
+static inline ot_dtype ot_pod_acc_dtype(ot_dtype dt) {
+    return dt == OT_F16 || dt == OT_BF16 ? OT_F32 : dt;
+}
+
+/* dst[i] = op(dst[i], src[i]) for n elements of an accumulation dtype (f32, f64, s32, s64);
+ * op is SUM, PROD, MAX or MIN. Integer arithmetic wraps (computed unsigned). */
+void ot_pod_combine(void *dst, const void *src, size_t n, ot_dtype dt, ot_redop op);
+
+/* n f16 (dt OT_F16) or bf16 (any other dt) values to f32, and back (ot_f16_to_f32 and friends). */
+void ot_pod_widen(float *dst, const void *src, size_t n, ot_dtype dt);
+void ot_pod_narrow(void *dst, const float *src, size_t n, ot_dtype dt);
+
+/* MEAN: buf[i] /= n for count elements of an accumulation dtype (C integer division truncates
+ * toward zero). */
+void ot_pod_divide(void *buf, size_t count, ot_dtype dt, int n);
+
+#endif
