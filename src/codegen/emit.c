@@ -491,17 +491,6 @@ static int define_float(em *E, const ot_instr *x, const char *ctx, ot_dtype t, b
     return define(E, x, ctx, t, (ftz || hwf) && (t == OT_F32 || t == OT_F64), "%s", b);
 }
 
-static bool ftz_applies(ot_opcode op) {
-    switch (op) {
-    case OT_OP_ABS:
-    case OT_OP_NEGATE:
-    case OT_OP_COPY:
-    case OT_OP_SIGN:
-    case OT_OP_IS_FINITE: return false;
-    default: return true; /* maximum/minimum too: their operands are read through DAZ */
-    }
-}
-
 static const char *unary_fn(ot_opcode op, bool d) {
     switch (op) {
     case OT_OP_ABS: return d ? "fabs(%s)" : "fabsf(%s)";
@@ -565,7 +554,7 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         const char *f = unary_fn(op, is_f64(t));
         if (!f || out != t)
             return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
-        bool ftz = ftz_applies(op);
+        bool ftz = ex_ftz_applies(op);
         bool quiet = op == OT_OP_ABS || op == OT_OP_NEGATE || op == OT_OP_SIGN;
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
@@ -657,7 +646,7 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
         const char *pre, *mid, *post;
         if (!binary_fn(op, is_f64(t), &pre, &mid, &post))
             return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
-        bool ftz = ftz_applies(op);
+        bool ftz = ex_ftz_applies(op);
         bool quiet = op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM;
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), sa, sizeof sa);
         fdom(E, b, t, quiet, ftz && !hw_arith(E, op, ctx), sb, sizeof sb);

@@ -140,22 +140,6 @@ static inline double ftz_d(double v) {
     return ex_ftz && v != 0 && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
 }
 
-/* Ops whose f32/f64 arithmetic runs under FTZ/DAZ in XLA's CPU backend; abs, negate, copy,
- * sign and is-finite are bit operations (and, or, integer tests) and keep subnormals. maximum
- * and minimum read their operands through DAZ (x86's MAXPS/MINPS in the lowering of
- * llvm.maximum/minimum), so a subnormal operand counts as a signed zero and the result is never
- * subnormal: flushing inputs and result gives exactly that. */
-static bool ftz_applies(ot_opcode op) {
-    switch (op) {
-    case OT_OP_ABS:
-    case OT_OP_NEGATE:
-    case OT_OP_COPY:
-    case OT_OP_SIGN:
-    case OT_OP_IS_FINITE: return false;
-    default: return true;
-    }
-}
-
 /* DAZ for an operand of dtype t widened to double: f64 below DBL_MIN, every narrower float below
  * FLT_MIN (f16/bf16 are computed in f32: a bf16 subnormal is an f32 subnormal, an f16 subnormal
  * is a normal f32 and stays). */
@@ -327,11 +311,11 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
                 ((uint8_t *)y)[i] = isfinite(v) ? 1 : 0;
             } else if (ex_is_f64(in)) {
                 ex_st_f(out, y, i,
-                        ftz_applies(op) ? ftz_d(unary_f64(op, ftz_d(v))) : unary_f64(op, v));
+                        ex_ftz_applies(op) ? ftz_d(unary_f64(op, ftz_d(v))) : unary_f64(op, v));
             } else {
                 ex_st_f(out, y, i,
-                        ftz_applies(op) ? ftz_f(unary_f32(op, ftz_f((float)v)))
-                                        : unary_f32(op, (float)v));
+                        ex_ftz_applies(op) ? ftz_f(unary_f32(op, ftz_f((float)v)))
+                                           : unary_f32(op, (float)v));
             }
         }
         return OT_OK;
@@ -488,7 +472,7 @@ ot_status ex_binary(ot_opcode op, ot_dtype t, const void *a, const void *b, void
                             ot_dtype_name(t));
         for (int64_t i = 0; i < n; i++) {
             double va = ex_ld_f(t, a, i), vb = ex_ld_f(t, b, i);
-            if (!ftz_applies(op)) {
+            if (!ex_ftz_applies(op)) {
                 ex_st_f(t, y, i,
                         ex_is_f64(t) ? binary_f64(op, va, vb)
                                      : (double)binary_f32(op, (float)va, (float)vb));

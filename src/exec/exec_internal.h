@@ -31,6 +31,22 @@ int ex_mantissa_bits(ot_dtype t);
 /* Flush f32/f64 subnormals to zero in arithmetic (XLA CPU's FTZ/DAZ). Set per evaluation from
  * ot_eval_options.keep_denormals by the public entry points (thread-local; default on). */
 extern _Thread_local bool ex_ftz;
+/* Ops whose f32/f64 arithmetic runs under FTZ/DAZ in XLA's CPU backend; abs, negate, copy,
+ * sign and is-finite are bit operations (and, or, integer tests) and keep subnormals. maximum
+ * and minimum read their operands through DAZ (x86's MAXPS/MINPS in the lowering of
+ * llvm.maximum/minimum), so a subnormal operand counts as a signed zero and the result is never
+ * subnormal: flushing inputs and result gives exactly that. The reference kernels and generated
+ * code (src/codegen) both ask this one function, so they flush the same ops. */
+static inline bool ex_ftz_applies(ot_opcode op) {
+    switch (op) {
+    case OT_OP_ABS:
+    case OT_OP_NEGATE:
+    case OT_OP_COPY:
+    case OT_OP_SIGN:
+    case OT_OP_IS_FINITE: return false;
+    default: return true;
+    }
+}
 /* An f32 result from its double value r under FTZ, as x86 gives it: tininess is detected after
  * rounding to 24 bits with an unbounded exponent, so anything below 2^-126 - 2^-151 flushes —
  * including [2^-126 - 2^-150, 2^-126 - 2^-151), which rounding at subnormal precision would lift
