@@ -912,27 +912,10 @@ static ot_status shm_barrier(ot_mpi *m, uint64_t dl) {
 }
 
 static void shm_copy(void *dst, const void *src, size_t bytes, bool nt) {
-#if defined(__SSE2__)
-    if (nt) {
-        char *d = dst;
-        const char *s = src;
-        while (bytes && ((uintptr_t)d & 15)) *d++ = *s++, bytes--;
-        for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
-            __m128i a = _mm_loadu_si128((const __m128i *)s);
-            __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-            __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-            __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-            _mm_stream_si128((__m128i *)d, a);
-            _mm_stream_si128((__m128i *)(d + 16), b);
-            _mm_stream_si128((__m128i *)(d + 32), c);
-            _mm_stream_si128((__m128i *)(d + 48), e);
-        }
-        memcpy(d, s, bytes);
-        return;
-    }
-#endif
-    (void)nt;
-    memcpy(dst, src, bytes);
+    if (nt)
+        ot_pod_stream_copy(dst, src, bytes);
+    else
+        memcpy(dst, src, bytes);
 }
 
 /* dst = a + b for f32 and f64 sums (the common case: one pass instead of a copy and a combine,

@@ -528,29 +528,6 @@ static void load_tile(double *accd, float *accf, int32_t *acc32, int64_t *acc64,
  * at memcpy speed. */
 #define STREAM_MIN_BYTES (4u << 20)
 
-static void stream_copy(void *dst, const void *src, size_t bytes) {
-#if defined(__SSE2__)
-    char *d = dst;
-    const char *s = src;
-    while (bytes && ((uintptr_t)d & 15)) *d++ = *s++, bytes--;
-    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s);
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(d + 48), e);
-    }
-    for (; bytes >= 16; bytes -= 16, d += 16, s += 16)
-        _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
-    memcpy(d, s, bytes);
-#else
-    memcpy(dst, src, bytes);
-#endif
-}
-
 static void stream_fence(void) {
 #if defined(__SSE2__)
     _mm_sfence();
@@ -560,7 +537,7 @@ static void stream_fence(void) {
 /* A copy that streams when the whole transfer (total bytes) is large. */
 static void big_copy(void *dst, const void *src, size_t bytes, size_t total) {
     if (total >= STREAM_MIN_BYTES)
-        stream_copy(dst, src, bytes);
+        ot_pod_stream_copy(dst, src, bytes);
     else
         memcpy(dst, src, bytes);
 }
@@ -575,9 +552,9 @@ static void store_tile(void *dst, size_t i, size_t k, ot_dtype dt, const void *a
         }
         uint16_t tmp[TILE];
         ot_pod_narrow(tmp, acc, k, dt);
-        stream_copy(d, tmp, k * esz);
+        ot_pod_stream_copy(d, tmp, k * esz);
     } else if (nt) {
-        stream_copy(d, acc, k * esz);
+        ot_pod_stream_copy(d, acc, k * esz);
     } else {
         memcpy(d, acc, k * esz);
     }
