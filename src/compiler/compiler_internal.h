@@ -76,8 +76,6 @@ bool cc_row_candidate(const ot_instr *R, bool *producer);
 ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const bool *producer,
                       int64_t ninputs, bool *changed);
 
-/* True for ops that cost a lot per element (never duplicated by fusion). */
-bool cc_is_expensive(ot_opcode op);
 /* A fused computation's operation count and the parameters (bit j, j < 64) that every path to
  * its outputs reads elementwise at the same index (so an output may overwrite that parameter's
  * buffer). Kept in fc until fc changes: the fusion pass finds them while fc is in cache. */

@@ -14,6 +14,7 @@
  * or is smaller and feeds only broadcasts (or the reduce's init) inside the cluster; a reduce is
  * only ever a cluster root; operands + outputs stay within max_io. */
 #include "compiler_internal.h"
+#include "ir/op_traits.h"
 
 #include <stdio.h>
 
@@ -389,8 +390,8 @@ static ot_status phase1(fz *f) {
             if (f->cl[p] < 0 && f->dup_head[p] >= 0 && f->dupdepth[p] + 1 > depth)
                 depth = f->dupdepth[p] + 1;
         }
-        bool dup =
-            !cc_is_expensive(i->opcode) && !many && !outside && nu >= 2 && depth <= MAX_DUP_DEPTH;
+        bool dup = !(ir_op_traits(i->opcode) & IR_OP_EXPENSIVE) && !many && !outside && nu >= 2 &&
+                   depth <= MAX_DUP_DEPTH;
         if (dup) f->dupdepth[k] = (uint8_t)depth;
         for (int j = 0; j < nu && dup; j++) {
             bool sm = false;

@@ -128,30 +128,6 @@ int64_t cc_numel(const ot_instr *i) {
     return ot_shape_numel_unchecked(&i->shape.array);
 }
 
-bool cc_is_expensive(ot_opcode op) {
-    switch (op) {
-    case OT_OP_EXP:
-    case OT_OP_EXPM1:
-    case OT_OP_LOG:
-    case OT_OP_LOG1P:
-    case OT_OP_SQRT:
-    case OT_OP_RSQRT:
-    case OT_OP_CBRT:
-    case OT_OP_TANH:
-    case OT_OP_LOGISTIC:
-    case OT_OP_SIN:
-    case OT_OP_COS:
-    case OT_OP_TAN:
-    case OT_OP_ERF:
-    case OT_OP_DIVIDE:
-    case OT_OP_REMAINDER:
-    case OT_OP_POWER:
-    case OT_OP_ATAN2:
-    case OT_OP_MAP: return true;
-    default: return false;
-    }
-}
-
 ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n) {
     *out = NULL;
     *n = 0;

@@ -5,6 +5,7 @@
  * truncated. Every kernel is a plain loop with a switch per element: clarity over speed. */
 #include "exec/exec_internal.h"
 #include "exec/expf_poly.h"
+#include "ir/op_traits.h"
 
 #include <float.h>
 
@@ -224,30 +225,6 @@ static double unary_f64(ot_opcode op, double x) {
     }
 }
 
-static bool unary_is_float_only(ot_opcode op) {
-    switch (op) {
-    case OT_OP_FLOOR:
-    case OT_OP_CEIL:
-    case OT_OP_ROUND_NEAREST_AFZ:
-    case OT_OP_ROUND_NEAREST_EVEN:
-    case OT_OP_EXP:
-    case OT_OP_EXPM1:
-    case OT_OP_LOG:
-    case OT_OP_LOG1P:
-    case OT_OP_SQRT:
-    case OT_OP_RSQRT:
-    case OT_OP_CBRT:
-    case OT_OP_TANH:
-    case OT_OP_LOGISTIC:
-    case OT_OP_SIN:
-    case OT_OP_COS:
-    case OT_OP_TAN:
-    case OT_OP_ERF:
-    case OT_OP_IS_FINITE: return true;
-    default: return false;
-    }
-}
-
 static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     int w = bit_width(t);
     uint64_t u = (uint64_t)v;
@@ -302,7 +279,7 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         return OT_OK;
     }
     if (ot_dtype_is_float(in)) {
-        if (op == OT_OP_NOT || op == OT_OP_POPCNT || op == OT_OP_CLZ)
+        if (ir_op_traits(op) & IR_OP_NO_FLOAT)
             return ot_error(OT_ERR_INVALID_ARGUMENT, "%s is not defined for %s", ot_opcode_name(op),
                             ot_dtype_name(in));
         for (int64_t i = 0; i < n; i++) {
@@ -320,7 +297,7 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         }
         return OT_OK;
     }
-    if (unary_is_float_only(op))
+    if (ir_op_traits(op) & IR_OP_FLOAT_ONLY)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "%s is not defined for %s", ot_opcode_name(op),
                         ot_dtype_name(in));
     for (int64_t i = 0; i < n; i++) ex_st_i(out, y, i, unary_int(op, in, ex_ld_i(in, x, i)));
@@ -456,18 +433,9 @@ static int64_t binary_int(ot_opcode op, ot_dtype t, int64_t a, int64_t b) {
     }
 }
 
-static bool binary_is_float_only(ot_opcode op) {
-    return op == OT_OP_ATAN2;
-}
-
-static bool binary_is_int_only(ot_opcode op) {
-    return op == OT_OP_AND || op == OT_OP_OR || op == OT_OP_XOR || op == OT_OP_SHIFT_LEFT ||
-           op == OT_OP_SHIFT_RIGHT_ARITHMETIC || op == OT_OP_SHIFT_RIGHT_LOGICAL;
-}
-
 ot_status ex_binary(ot_opcode op, ot_dtype t, const void *a, const void *b, void *y, int64_t n) {
     if (ot_dtype_is_float(t)) {
-        if (binary_is_int_only(op))
+        if (ir_op_traits(op) & IR_OP_NO_FLOAT)
             return ot_error(OT_ERR_INVALID_ARGUMENT, "%s is not defined for %s", ot_opcode_name(op),
                             ot_dtype_name(t));
         for (int64_t i = 0; i < n; i++) {
@@ -487,7 +455,7 @@ ot_status ex_binary(ot_opcode op, ot_dtype t, const void *a, const void *b, void
         }
         return OT_OK;
     }
-    if (binary_is_float_only(op))
+    if (ir_op_traits(op) & IR_OP_FLOAT_ONLY)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "%s is not defined for %s", ot_opcode_name(op),
                         ot_dtype_name(t));
     for (int64_t i = 0; i < n; i++)

@@ -1,5 +1,6 @@
 /* Opcode names and classes, comparison names, IR shapes. */
 #include "ir_internal.h"
+#include "op_traits.h"
 
 #include <assert.h>
 
@@ -112,17 +113,58 @@ bool ot_opcode_is_elementwise(ot_opcode op) {
            (op >= OT_OP_SELECT && op <= OT_OP_REDUCE_PRECISION) || op == OT_OP_MAP;
 }
 
+/* One row per opcode with traits; every other row is 0. */
+enum {
+    COMM = IR_OP_COMMUTATIVE,
+    COST = IR_OP_EXPENSIVE,
+    FLT = IR_OP_FLOAT_ONLY,
+    BIT = IR_OP_NO_FLOAT
+};
+static const uint8_t op_traits[OT_OP_COUNT] = {
+    [OT_OP_FLOOR] = FLT,
+    [OT_OP_CEIL] = FLT,
+    [OT_OP_ROUND_NEAREST_AFZ] = FLT,
+    [OT_OP_ROUND_NEAREST_EVEN] = FLT,
+    [OT_OP_EXP] = FLT | COST,
+    [OT_OP_EXPM1] = FLT | COST,
+    [OT_OP_LOG] = FLT | COST,
+    [OT_OP_LOG1P] = FLT | COST,
+    [OT_OP_SQRT] = FLT | COST,
+    [OT_OP_RSQRT] = FLT | COST,
+    [OT_OP_CBRT] = FLT | COST,
+    [OT_OP_TANH] = FLT | COST,
+    [OT_OP_LOGISTIC] = FLT | COST,
+    [OT_OP_SIN] = FLT | COST,
+    [OT_OP_COS] = FLT | COST,
+    [OT_OP_TAN] = FLT | COST,
+    [OT_OP_ERF] = FLT | COST,
+    [OT_OP_IS_FINITE] = FLT,
+    [OT_OP_NOT] = BIT,
+    [OT_OP_POPCNT] = BIT,
+    [OT_OP_CLZ] = BIT,
+    [OT_OP_ADD] = COMM,
+    [OT_OP_MULTIPLY] = COMM,
+    [OT_OP_DIVIDE] = COST,
+    [OT_OP_REMAINDER] = COST,
+    [OT_OP_POWER] = COST,
+    [OT_OP_MAXIMUM] = COMM,
+    [OT_OP_MINIMUM] = COMM,
+    [OT_OP_ATAN2] = FLT | COST,
+    [OT_OP_AND] = COMM | BIT,
+    [OT_OP_OR] = COMM | BIT,
+    [OT_OP_XOR] = COMM | BIT,
+    [OT_OP_SHIFT_LEFT] = BIT,
+    [OT_OP_SHIFT_RIGHT_ARITHMETIC] = BIT,
+    [OT_OP_SHIFT_RIGHT_LOGICAL] = BIT,
+    [OT_OP_MAP] = COST,
+};
+
+unsigned ir_op_traits(ot_opcode op) {
+    return (int)op >= 0 && op < OT_OP_COUNT ? op_traits[op] : 0;
+}
+
 bool ot_opcode_is_commutative(ot_opcode op) {
-    switch (op) {
-    case OT_OP_ADD:
-    case OT_OP_MULTIPLY:
-    case OT_OP_MAXIMUM:
-    case OT_OP_MINIMUM:
-    case OT_OP_AND:
-    case OT_OP_OR:
-    case OT_OP_XOR: return true;
-    default: return false;
-    }
+    return ir_op_traits(op) & IR_OP_COMMUTATIVE;
 }
 
 bool ot_opcode_is_collective(ot_opcode op) {
