@@ -3,6 +3,7 @@
 
 #include "optitpu/ir.h"
 #include "../src/ir/ir_internal.h"
+#include "../src/ir/op_traits.h"
 
 static ot_shape shp(ot_dtype t, int rank, const int64_t *d) {
     ot_shape s;
@@ -48,6 +49,35 @@ static void test_opcode_table(void) {
     EXPECT_INT_EQ(ot_cmp_type_resolve(OT_CMP_TYPE_DEFAULT, OT_F32), OT_CMP_TYPE_FLOAT);
     EXPECT_INT_EQ(ot_cmp_type_resolve(OT_CMP_TYPE_DEFAULT, OT_S8), OT_CMP_TYPE_SIGNED);
     EXPECT_INT_EQ(ot_cmp_type_resolve(OT_CMP_TYPE_DEFAULT, OT_PRED), OT_CMP_TYPE_UNSIGNED);
+}
+
+/* The trait table's dtype columns (src/ir/op_traits.h) and shape inference's dtype rules are
+ * stated apart (inference words its own errors): they must agree for every elementwise op. */
+static void test_op_traits_agree_with_inference(void) {
+    ot_module *m = ot_module_new(NULL);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *f = ot_build_parameter(c, 0, SH(OT_F32, 2), "f");
+    ot_instr *s = ot_build_parameter(c, 1, SH(OT_S32, 2), "s");
+    for (int op = OT_OP_ABS; op <= OT_OP_SHIFT_RIGHT_LOGICAL; op++) {
+        if (op == OT_OP_COPY) continue;
+        bool unary = ot_opcode_is_elementwise_unary((ot_opcode)op);
+        ot_instr *fo[2] = {f, f}, *so[2] = {s, s};
+        ot_ir_shape out;
+        bool f_ok =
+            ot_infer_shape(m, (ot_opcode)op, fo, unary ? 1 : 2, NULL, NULL, 0, NULL, &out) == OT_OK;
+        bool s_ok =
+            ot_infer_shape(m, (ot_opcode)op, so, unary ? 1 : 2, NULL, NULL, 0, NULL, &out) == OT_OK;
+        unsigned t = ir_op_traits((ot_opcode)op);
+        if (f_ok == ((t & IR_OP_NO_FLOAT) != 0) || s_ok == ((t & IR_OP_FLOAT_ONLY) != 0))
+            fprintf(stderr, "  %s: traits %u, f32 %d, s32 %d\n", ot_opcode_name((ot_opcode)op), t,
+                    f_ok, s_ok);
+        EXPECT_TRUE(f_ok == !(t & IR_OP_NO_FLOAT));
+        EXPECT_TRUE(s_ok == !(t & IR_OP_FLOAT_ONLY));
+    }
+    EXPECT_INT_EQ(ir_op_traits(OT_OP_INVALID), 0);
+    EXPECT_TRUE(ir_op_traits(OT_OP_MAP) & IR_OP_EXPENSIVE);
+    EXPECT_TRUE(!(ir_op_traits(OT_OP_ADD) & IR_OP_EXPENSIVE));
+    ot_module_free(m);
 }
 
 static void test_build_axpy(void) {
@@ -946,9 +976,10 @@ static void test_alloc_failure(void) {
     EXPECT_TRUE(ok_at > 1);
 }
 
-OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_build_axpy), OT_TEST(test_sticky_error),
-             OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
-             OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_clone_shares_attribute_sets),
+OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_op_traits_agree_with_inference),
+             OT_TEST(test_build_axpy), OT_TEST(test_sticky_error), OT_TEST(test_infer_shape_ops),
+             OT_TEST(test_control_flow), OT_TEST(test_infer_errors), OT_TEST(test_edits),
+             OT_TEST(test_clone), OT_TEST(test_clone_shares_attribute_sets),
              OT_TEST(test_many_users), OT_TEST(test_users_index),
              OT_TEST(test_merge_duplicates_memory), OT_TEST(test_names_small_and_large),
              OT_TEST(test_made_names_never_collide), OT_TEST(test_cycles_detected),

@@ -1,7 +1,8 @@
 /* Op traits that src/compiler, src/exec and src/codegen ask about beyond the public op classes:
  * one bit each per opcode, from the trait table in src/ir/opcode.c, where each op's row states
  * them once (ot_opcode_is_commutative reads the same table). ir/infer.c still spells out the
- * dtype rules behind FLOAT_ONLY and NO_FLOAT with its own messages; the two must agree. */
+ * dtype rules behind FLOAT_ONLY and NO_FLOAT with its own messages; tests/test_ir.c checks they
+ * agree. */
 #ifndef OT_IR_OP_TRAITS_H
 #define OT_IR_OP_TRAITS_H
 
