@@ -49,7 +49,7 @@ typedef struct fz {
     ot_instr **po;
     int64_t n;
     int32_t *cl; /* primary cluster per position, -1 none */
-    bool *small, *is_out;
+    bool *small;
     int64_t *next_out;
     int64_t *dup_head; /* per position: first dupent, -1 none */
     dupent *dups;
@@ -154,7 +154,6 @@ static ot_status new_cluster(fz *f, int64_t k, int kind, int64_t iter) {
                            i->opcode != OT_OP_CONSTANT};
     f->cls[id].nio = io_delta(f, i, id, true) + 2; /* its inputs and its output */
     f->cl[k] = id;
-    f->is_out[k] = true;
     f->next_out[k] = -1;
     return OT_OK;
 }
@@ -335,7 +334,6 @@ static void join(fz *f, int64_t k, int32_t c, bool outside, bool small) {
     if (f->pos2[k] < C->minpos2) C->minpos2 = f->pos2[k];
     if (k < C->minpos) C->minpos = k;
     if (outside) {
-        f->is_out[k] = true;
         f->next_out[k] = C->first_out;
         C->first_out = k;
     }
@@ -895,7 +893,6 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     int64_t n = f.n ? f.n : 1;
     f.cl = ot_malloc((size_t)n * sizeof *f.cl);
     f.small = ot_calloc((size_t)n, sizeof *f.small);
-    f.is_out = ot_calloc((size_t)n, sizeof *f.is_out);
     f.next_out = ot_malloc((size_t)n * sizeof *f.next_out);
     f.dup_head = ot_malloc((size_t)n * sizeof *f.dup_head);
     f.vis = ot_calloc((size_t)n, sizeof *f.vis);
@@ -907,8 +904,8 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     f.budget = REACH_VISITS_MIN + REACH_VISITS_PER_INSTR * f.n;
     int64_t *cnt = NULL, *order = NULL, *fill = NULL;
     bool ch = false;
-    if (!f.cl || !f.small || !f.is_out || !f.next_out || !f.dup_head || !f.vis || !f.stack ||
-        !f.pos2 || !f.dupdepth || !f.in_of || !f.keep) {
+    if (!f.cl || !f.small || !f.next_out || !f.dup_head || !f.vis || !f.stack || !f.pos2 ||
+        !f.dupdepth || !f.in_of || !f.keep) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
     }
@@ -1028,7 +1025,6 @@ out:
     ot_free(f.po);
     ot_free(f.cl);
     ot_free(f.small);
-    ot_free(f.is_out);
     ot_free(f.next_out);
     ot_free(f.dup_head);
     ot_free(f.dups);
