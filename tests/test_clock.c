@@ -823,7 +823,12 @@ static void *spoof_thread(void *arg) {
             memcpy(rep + 4, "\xff\xff\0\0\xff\xff\0\0", 8);
         } else if (p->mode == 5) {
             memcpy(rep + 16, rep + 40, 8);
-            rep[19] = (uint8_t)(rep[19] + 10); /* 10 s later (within the same era) */
+            /* seconds + 10, with the carry through the big-endian field (adding to the low
+             * byte alone wrapped one time in 26 to a reference time before the transmit time) */
+            uint32_t sec = (uint32_t)rep[16] << 24 | (uint32_t)rep[17] << 16 |
+                           (uint32_t)rep[18] << 8 | rep[19];
+            sec += 10; /* within the same era unless the transmit time is its last 10 s */
+            for (int b = 0; b < 4; b++) rep[16 + b] = (uint8_t)(sec >> (24 - 8 * b));
         } else if (p->mode == 6) {
             memcpy(rep + 4, "\0\x02\0\0\0\0\x99\x99", 8);
         }
