@@ -500,6 +500,9 @@ OT_API void ot_module_set_replica_count(ot_module *m, int64_t n);
 OT_API void ot_module_set_num_partitions(ot_module *m, int64_t n);
 /* Marks parameter param_number (at tuple path param_index) as donated into output_index. */
 OT_API ot_status ot_module_add_alias(ot_module *m, const ot_io_alias *alias);
+/* Drops the input/output aliases and the entry computation layout: for a rewrite that changes the
+ * entry's outputs (autodiff), after which neither describes the module. */
+OT_API void ot_module_clear_entry_contract(ot_module *m);
 
 /* Adds an empty computation; name NULL or taken: a unique name is made up. NULL after a sticky
  * error or when out of memory (recorded as the sticky error). */

@@ -6,7 +6,7 @@
  * the primal outputs followed by the wrt parameters' adjoints. */
 #include "autodiff_internal.h"
 
-#include "../ir/ir_internal.h"
+#include "ir/ir_passes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -696,8 +696,7 @@ static ot_status differentiate(const ot_module *src, const int64_t *wrt, int nwr
     ot_module *m = NULL;
     OT_CHECK(ot_module_clone(src, &m));
     /* the outputs change: the entry layout and input/output aliases no longer apply */
-    m->cfg.nalias = 0;
-    m->cfg.entry_computation_layout = NULL;
+    ot_module_clear_entry_contract(m);
     ot_computation *c = ot_module_entry(m);
     ad_fns fns;
     memset(&fns, 0, sizeof fns);

@@ -100,18 +100,6 @@ ot_status ir_comp_name_insert(ot_computation *c, const char *key, size_t len, ot
                               bool fresh);
 void ir_comp_name_del(ot_computation *c, const char *key);
 
-/* Pointer -> pointer map (open addressing, no deletion). */
-typedef struct ir_ptr_map {
-    struct ir_ptr_slot {
-        const void *k;
-        void *v;
-    } * slots;
-    uint64_t cap, n;
-} ir_ptr_map;
-ot_status ir_ptr_map_put(ir_ptr_map *m, const void *k, void *v);
-void *ir_ptr_map_get(const ir_ptr_map *m, const void *k);
-void ir_ptr_map_free(ir_ptr_map *m);
-
 struct ot_module {
     char *name;
     /* Storage by kind. Graph walks read the instructions themselves and their operand and user

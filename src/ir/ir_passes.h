@@ -1,7 +1,8 @@
-/* What src/ir offers the compiler's passes beyond the public API: the module's edit count, the
- * storage recycling of removed instructions, visit stamps, the pass cache, and orders computed
- * once for several walks of an unedited module. Included by ir_internal.h and
- * compiler_internal.h. */
+/* What src/ir offers the layers above it (the compiler's passes, autodiff) beyond the public API:
+ * the module's edit count, the storage recycling of removed instructions, visit stamps, the pass
+ * cache, orders computed once for several walks of an unedited module, and a pointer map. Included
+ * by ir_internal.h, compiler_internal.h and autodiff. Not thread-safe: one thread edits a module.
+ */
 #ifndef OT_IR_PASSES_H
 #define OT_IR_PASSES_H
 
@@ -69,5 +70,17 @@ ot_status ir_param_known(ot_computation *c, int64_t number, const ot_ir_shape *s
 ot_status ir_hlo_print_stream(const ot_module *m, const ot_hlo_print_options *opts,
                               const ir_module_orders *orders,
                               ot_status (*sink)(void *ctx, const char *p, size_t n), void *ctx);
+
+/* Pointer -> pointer map (open addressing, no deletion). */
+typedef struct ir_ptr_map {
+    struct ir_ptr_slot {
+        const void *k;
+        void *v;
+    } * slots;
+    uint64_t cap, n;
+} ir_ptr_map;
+ot_status ir_ptr_map_put(ir_ptr_map *m, const void *k, void *v);
+void *ir_ptr_map_get(const ir_ptr_map *m, const void *k);
+void ir_ptr_map_free(ir_ptr_map *m);
 
 #endif /* OT_IR_PASSES_H */

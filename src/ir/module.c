@@ -534,6 +534,11 @@ void ot_module_set_num_partitions(ot_module *m, int64_t n) {
     if (n >= 1) m->cfg.num_partitions = n;
 }
 
+void ot_module_clear_entry_contract(ot_module *m) {
+    m->cfg.nalias = 0; /* the array stays allocated for later ot_module_add_alias calls */
+    m->cfg.entry_computation_layout = NULL; /* arena memory: freed with the module */
+}
+
 ot_status ot_module_add_alias(ot_module *m, const ot_io_alias *a) {
     if (a->noutput_index < 0 || a->noutput_index > OT_MAX_RANK || a->nparam_index < 0 ||
         a->nparam_index > OT_MAX_RANK || a->param_number < 0)
