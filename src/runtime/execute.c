@@ -5,7 +5,7 @@
 #include "runtime/runtime_internal.h"
 
 #include "codegen/codegen_internal.h"
-#include "runtime/fast_kernels.h"
+#include "exec/kernels.h"
 
 #include <stdio.h>
 

@@ -3,8 +3,8 @@
  * (written straight into their output slot), each with the reference kernel of src/exec as its
  * twin. The kernel-list interpreter (execute.c) offers every kernel here first; a kernel not
  * covered (dtype, shape, aliasing) runs the reference kernel instead. */
-#ifndef OT_RUNTIME_FAST_KERNELS_H
-#define OT_RUNTIME_FAST_KERNELS_H
+#ifndef OT_EXEC_KERNELS_H
+#define OT_EXEC_KERNELS_H
 
 #include "optitpu/compiler.h"
 #include "optitpu/core.h"

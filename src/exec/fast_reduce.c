@@ -2,7 +2,7 @@
  * (transpose, elementwise, reductions over many outputs) or differs from it only by summation
  * order (dot and convolution through BLAS, reductions of a few long rows split into fixed
  * blocks); none depends on the thread count. */
-#include "runtime/fast_kernels.h"
+#include "exec/kernels.h"
 
 #include "exec/exec_internal.h"
 
