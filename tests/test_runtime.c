@@ -1073,6 +1073,167 @@ static void test_custom_device(void) {
     EXPECT_TRUE(d == NULL);
 }
 
+/* A device built from memory + kernel launch only (no execute): the generic execution loop
+ * runs it, and its launch counts the kernels and delegates to the host kernels. Its results,
+ * statistics and profile kinds must equal the host device's, bit for bit. */
+static const char *k_mix = "HloModule mix, input_output_alias={ {0}: (0, {}, may-alias) }\n"
+                           "add_f32 {\n"
+                           "  a = f32[] parameter(0)\n"
+                           "  b = f32[] parameter(1)\n"
+                           "  ROOT s = f32[] add(a, b)\n"
+                           "}\n"
+                           "ENTRY main {\n"
+                           "  p = f32[16,8] parameter(0)\n"
+                           "  w = f32[8,4] parameter(1)\n"
+                           "  d = f32[16,4] dot(p, w), lhs_contracting_dims={1}, "
+                           "rhs_contracting_dims={0}\n"
+                           "  t = f32[4,16] transpose(d), dimensions={1,0}\n"
+                           "  z = f32[] constant(0)\n"
+                           "  r = f32[4] reduce(t, z), dimensions={1}, to_apply=add_f32\n"
+                           "  v = f32[16,8] reverse(p), dimensions={0}\n"
+                           "  e = f32[16,8] exponential(v)\n"
+                           "  q = f32[16,8] multiply(e, p)\n"
+                           "  ROOT out = (f32[16,8], f32[4]) tuple(q, r)\n"
+                           "}\n";
+
+typedef struct launching {
+    ot_device *inner; /* memory comes from this host device's pool */
+    int allocs, launches, fail_at;
+} launching;
+
+static ot_status lch_alloc(void *ctx, int64_t n, void **out) {
+    launching *c = ctx;
+    c->allocs++;
+    return ot_mem_pool_alloc(ot_device_pool(c->inner), n, out);
+}
+static ot_status lch_free(void *ctx, void *p) {
+    return ot_mem_pool_release(ot_device_pool(((launching *)ctx)->inner), p);
+}
+static void lch_memory(void *ctx, ot_mem_stats *out) {
+    ot_device_memory(((launching *)ctx)->inner, out);
+}
+static ot_status lch_launch(void *ctx, ot_launch *run, const ot_executable *exe, int k,
+                            void *const *in, void *const *out) {
+    launching *c = ctx;
+    if (k != c->launches)
+        return ot_error(OT_ERR_INTERNAL, "launch: kernel %d out of order (%d)", k, c->launches);
+    if (c->launches++ == c->fail_at)
+        return ot_error(OT_ERR_PEER_FAILED, "launch: device lost at kernel %d", k);
+    return ot_launch_host(run, exe, k, in, out);
+}
+static ot_status lch_execute(void *ctx, ot_device *dev, const ot_executable *exe,
+                             void *const *params, void *const *outs, const ot_run_options *o,
+                             ot_run_result *res) {
+    (void)ctx, (void)dev, (void)exe, (void)params, (void)outs, (void)o, (void)res;
+    return ot_error(OT_ERR_UNIMPLEMENTED, "whole-executable execute called");
+}
+
+/* Runs exe on d with p, w (fresh buffers, p donated) into *q, *r; the result and profile kinds. */
+static ot_status run_mix(ot_device *d, const ot_executable *e, const float *pv, const float *wv,
+                         float *q, float *r, ot_run_result *rr, ot_profile *prof) {
+    ot_shape ps, ws;
+    ot_shape_make(&ps, OT_F32, 2, (int64_t[]){16, 8});
+    ot_shape_make(&ws, OT_F32, 2, (int64_t[]){8, 4});
+    ot_tensor pt, wt;
+    ot_tensor_borrow(&pt, &ps, (void *)pv);
+    ot_tensor_borrow(&wt, &ws, (void *)wv);
+    ot_buffer *in[2] = {NULL, NULL}, *out[2] = {NULL, NULL};
+    ot_run_options ro = ot_run_options_default();
+    ro.profile = prof;
+    ot_status st = ot_buffer_from_host(d, &pt, &in[0]);
+    if (st == OT_OK) st = ot_buffer_from_host(d, &wt, &in[1]);
+    if (st == OT_OK) st = ot_device_execute(d, e, in, 2, out, 2, &ro, rr);
+    if (st == OT_OK) {
+        read_f32(out[0], q, 128);
+        read_f32(out[1], r, 4);
+    }
+    for (int k = 0; k < 2; k++) {
+        ot_buffer_free(in[k]);
+        ot_buffer_free(out[k]);
+    }
+    return st;
+}
+
+static void test_launch_device(void) {
+    static const ot_device_vtable vt = {
+        .kind = "launching",
+        .alloc = lch_alloc,
+        .free = lch_free,
+        .copy_to_device = cnt_copy,
+        .copy_to_host = cnt_copy,
+        .copy_on_device = cnt_copy,
+        .launch = lch_launch,
+        .memory = lch_memory,
+    };
+    float pv[128], wv[32];
+    for (int k = 0; k < 128; k++) pv[k] = (float)((k * 37) % 29 - 14) / 8.0f;
+    for (int k = 0; k < 32; k++) wv[k] = (float)((k * 11) % 13 - 6) / 4.0f;
+    for (int level = 0; level <= 2; level += 2) {
+        ot_executable *e = compile_text(k_mix, level);
+        ASSERT_TRUE(e != NULL);
+        int nk = ot_executable_kernel_count(e);
+        ot_device *host;
+        ASSERT_OK(ot_host_device_create(0, 0, &host));
+        launching c = {NULL, 0, 0, -1};
+        ASSERT_OK(ot_host_device_create(1, 0, &c.inner));
+        ot_device *d;
+        ASSERT_OK(ot_device_create(&vt, &c, 3, &d));
+        EXPECT_STR_EQ(ot_device_kind(d), "launching");
+        ot_profile *ph, *pd;
+        ASSERT_OK(ot_profile_create(&ph));
+        ASSERT_OK(ot_profile_create(&pd));
+        float qh[128], rh[4], qd[128], rd[4];
+        ot_run_result hr, dr;
+        EXPECT_OK(run_mix(host, e, pv, wv, qh, rh, &hr, ph));
+        EXPECT_OK(run_mix(d, e, pv, wv, qd, rd, &dr, pd));
+        EXPECT_TRUE(memcmp(qh, qd, sizeof qh) == 0 && memcmp(rh, rd, sizeof rh) == 0);
+        EXPECT_TRUE(rh[0] != 0.0f); /* the dot, transpose and reduce did run */
+        EXPECT_INT_EQ(c.launches, nk);
+        EXPECT_INT_EQ(dr.kernels_run, nk);
+        EXPECT_INT_EQ(hr.kernels_run, nk);
+        EXPECT_INT_EQ(dr.fast_kernels_run, hr.fast_kernels_run);
+        EXPECT_TRUE(dr.fast_kernels_run > 0); /* dot and reduce at least */
+        EXPECT_TRUE(dr.donated_written && hr.donated_written);
+        /* two parameters, one output not donated, and the arena from the device's alloc */
+        EXPECT_INT_EQ(c.allocs, 3 + (ot_executable_arena_size(e) > 0));
+        EXPECT_INT_EQ(ot_profile_kernel_count(pd), ot_profile_kernel_count(ph));
+        for (int k = 0; k < ot_profile_kernel_count(ph); k++)
+            EXPECT_STR_EQ(ot_profile_kernel(pd, k)->kind, ot_profile_kernel(ph, k)->kind);
+        /* a launch failing midway: the run stops with its error, outputs freed */
+        c.launches = 0;
+        c.fail_at = nk / 2;
+        ot_run_result fr;
+        EXPECT_STATUS(run_mix(d, e, pv, wv, qd, rd, &fr, NULL), OT_ERR_PEER_FAILED);
+        EXPECT_STR_CONTAINS(ot_last_error(), "device lost");
+        EXPECT_INT_EQ(c.launches, nk / 2 + 1);
+        ot_mem_stats ms;
+        ot_device_memory(d, &ms);
+        EXPECT_INT_EQ(ms.in_use, 0);
+        /* execute set beside launch: the device runs the executable as one unit */
+        ot_device_vtable whole = vt;
+        whole.execute = lch_execute;
+        ot_device *d2;
+        ASSERT_OK(ot_device_create(&whole, &c, 4, &d2));
+        c.launches = 0;
+        c.fail_at = -1;
+        EXPECT_STATUS(run_mix(d2, e, pv, wv, qd, rd, &fr, NULL), OT_ERR_UNIMPLEMENTED);
+        EXPECT_STR_CONTAINS(ot_last_error(), "whole-executable");
+        EXPECT_INT_EQ(c.launches, 0);
+        ot_device_free(d2);
+        ot_device_free(d);
+        ot_device_free(c.inner);
+        ot_device_free(host);
+        ot_profile_free(ph);
+        ot_profile_free(pd);
+        ot_executable_free(e);
+    }
+    ot_device_vtable bad = vt;
+    bad.launch = NULL;
+    ot_device *d = NULL;
+    EXPECT_STATUS(ot_device_create(&bad, NULL, 0, &d), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(d == NULL);
+}
+
 static void test_backend_fault_injection(void) {
     ot_module *m = parse(k_sgd);
     ASSERT_TRUE(m != NULL);
@@ -1138,6 +1299,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_random_graphs),
         OT_TEST(test_device_count_env),
         OT_TEST(test_custom_device),
+        OT_TEST(test_launch_device),
         OT_TEST(test_backend_fault_injection),
     };
     return ot_test_main(argc, argv, tests, (int)(sizeof tests / sizeof tests[0]));

@@ -26,11 +26,16 @@
  * parameter and output slots are bound to the caller's buffers; an output aliased to a donated
  * parameter (the module's input_output_alias) is written into that parameter's memory, and the
  * parameter buffer is handed over to the output (the input handle is then "donated": using it
- * again is FAILED_PRECONDITION). Each kernel runs the reference kernels of src/exec: a fusion
- * evaluates its fused computation, control flow (while, conditional, call) its called
- * computations, collectives go through the run's communicator (ot_comm) or, without one, the
- * single-device semantics of exec.h. Results are bit-identical to ot_evaluate on the source
- * module up to the compiler's float-preserving rewrites (docs/runtime.md).
+ * again is FAILED_PRECONDITION). The generic execution loop hands each kernel to the device's
+ * launch (ot_device_vtable.launch); the host's, ot_launch_host, runs a loop fusion's native code
+ * when the executable has some (docs/codegen.md), else exec's kernel dispatch: the fast kernel
+ * when one covers the op (dot, convolution, transpose, reduce, gather, plain elementwise), else
+ * the reference kernel of src/exec — a fusion evaluates its fused computation, control flow
+ * (while, conditional, call) its called computations, collectives go through the run's
+ * communicator (ot_comm) or, without one, the single-device semantics of exec.h. With
+ * ot_run_options.reference_kernels every kernel is the reference kernel and results are
+ * bit-identical to ot_evaluate on the source module up to the compiler's float-preserving
+ * rewrites; the fast and native kernels' differences are listed in docs/runtime.md.
  *
  * Errors: every call returns ot_status with the message in ot_last_error(); on failure outputs
  * are NULL and nothing the call allocated stays allocated (the arena is returned to the pool).
@@ -165,9 +170,10 @@ typedef struct ot_run_options {
                                      loop iteration */
     ot_profile *profile;          /* per-kernel events go here (NULL: none) */
     int64_t max_while_iterations; /* 0: none */
-    /* false (default): dot, convolution, transpose, reduce and plain elementwise kernels run
-     * natively (docs/runtime.md, "Fast kernels"); true: every kernel is the reference kernel,
-     * bit-identical to ot_evaluate. */
+    /* false (default): loop fusions with native code run it, and dot, convolution, transpose,
+     * reduce, gather and plain elementwise kernels run their fast kernels (docs/runtime.md,
+     * "Fast kernels"); true: every kernel is the reference kernel, bit-identical to
+     * ot_evaluate. */
     bool reference_kernels;
     ot_threadpool *pool; /* fast kernels split over it; NULL: ot_threadpool_default() */
 } ot_run_options;
@@ -181,6 +187,12 @@ typedef struct ot_run_result {
     uint64_t time_ns;     /* wall time of the run */
 } ot_run_result;
 
+/* One run's kernel state, handed by the generic execution loop to every launch: the host
+ * kernels' context (thread pool, FTZ mode, scratch, the reference kernels' options with the
+ * run's deadline, cancellation and communicator) and the executable's native program. Owned by
+ * the loop, valid during the launch it is passed to. */
+typedef struct ot_launch ot_launch;
+
 typedef struct ot_device_vtable {
     const char *kind; /* "host-cpu", ... */
     /* Device memory. free may be NULL-safe; both required. */
@@ -190,8 +202,20 @@ typedef struct ot_device_vtable {
     ot_status (*copy_to_device)(void *ctx, void *dst, const void *host_src, size_t n);
     ot_status (*copy_to_host)(void *ctx, void *host_dst, const void *src, size_t n);
     ot_status (*copy_on_device)(void *ctx, void *dst, const void *src, size_t n);
-    /* Runs exe with parameter memory params[k] and output memory outs[k] (already allocated,
-     * donated outputs pointing at their parameter). Required. */
+    /* Runs kernel k of exe (ot_executable_kernel(exe, k)): in[q] is the memory of its input slot
+     * kn->inputs[q], out[q] that of its output slot kn->outputs[q] — TEMP slots inside an arena
+     * taken from alloc, PARAMETER and OUTPUT slots the run's buffers (a donated output the
+     * parameter's memory), CONSTANT slots the executable's literal in host memory. Called by the
+     * generic execution loop (the one ot_execute_on_host runs), in kernel order, on the thread
+     * that executes; run carries the run's kernel state for ot_launch_host, to which a device
+     * whose kernels can read host memory may delegate. Required unless execute is set. */
+    ot_status (*launch)(void *ctx, ot_launch *run, const ot_executable *exe, int k, void *const *in,
+                        void *const *out);
+    /* Optional override for a device that runs an executable as one unit: exe with parameter
+     * memory params[k] and output memory outs[k] (already allocated, donated outputs pointing at
+     * their parameter). When set, ot_device_execute calls it instead of the generic loop (and
+     * launch is not used); when NULL, the generic loop runs the kernels through launch over an
+     * arena taken from alloc. */
     ot_status (*execute)(void *ctx, ot_device *dev, const ot_executable *exe, void *const *params,
                          void *const *outs, const ot_run_options *o, ot_run_result *res);
     ot_status (*synchronize)(void *ctx); /* NULL: nothing pending (synchronous device) */
@@ -243,12 +267,20 @@ OT_API ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_bu
                                    int nparams, ot_buffer **outs, int nouts,
                                    const ot_run_options *o, ot_run_result *res);
 
-/* The kernel-list interpreter the host device uses, on memory the caller placed: arena of
- * ot_executable_arena_size bytes, params[k] / outs[k] of each slot's byte size. Exposed for
- * other device implementations and tests. */
+/* The generic execution loop with the host's launch, on memory the caller placed: arena of
+ * ot_executable_arena_size bytes, params[k] / outs[k] of each slot's byte size. What the host
+ * device runs; exposed for tests, benchmarks and devices that place host memory themselves. */
 OT_API ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const *params,
                                     void *const *outs, const ot_run_options *o, int device_index,
                                     ot_run_result *res);
+
+/* The host kernels for kernel k of a run (the host device's launch; the arguments are a
+ * launch's): the kernel's native code when the executable has some (a loop fusion, unless the
+ * run asks for reference kernels), else exec's dispatch — the fast kernel when one covers the op
+ * (docs/runtime.md, "Fast kernels"), else the reference kernel. in/out must be host-readable
+ * memory laid out as the kernel's slots. Counts toward ot_run_result.fast_kernels_run. */
+OT_API ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *const *in,
+                                void *const *out);
 
 /* Device count from the environment: OPTITPU_DEVICES (1..4096), else 1. */
 OT_API int ot_device_count_from_env(void);

@@ -1212,8 +1212,8 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
         if (io->alias[q] >= 0)
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce over an in-place input",
                             kn->name);
-    /* a lone f32/f64 reduce of a parameter is the runtime's fast reduce kernel's (parallel within
-     * long rows, src/runtime/fast.c); native code here is for reduces with fused producers */
+    /* a lone f32/f64 reduce of a parameter is the fast reduce kernel's (parallel within
+     * long rows, src/exec/fast_reduce.c); native code here is for reduces with fused producers */
     if (x->opcode == OT_OP_PARAMETER && (t == OT_F32 || t == OT_F64) &&
         (rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY || rr->opcode == OT_OP_MAXIMUM ||
          rr->opcode == OT_OP_MINIMUM))

@@ -122,8 +122,9 @@ ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *
  * later group), the lanes combine by a fixed pairwise tree (lane l with lane l + s, for s =
  * LANES/2 .. 1) and the accumulator folds the tree's result; the elements past the last whole
  * group fold into the accumulator one by one. The accumulator starts at the init value. Every
- * other reduce folds x[0..n) one by one from init. The reference evaluator, the runtime's fast
- * reduce kernels and generated code all use this order, so they agree bit for bit. */
+ * other reduce folds x[0..n) one by one from init. The reference evaluator, the fast
+ * reduce kernels (fast_reduce.c) and generated code all use this order, so they agree bit for bit.
+ */
 #define EX_RED_LANES 16
 #define EX_RED_BLOCK 4096
 bool ex_reduce_lanes(const ot_instr *reduce);

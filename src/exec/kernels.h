@@ -1,45 +1,68 @@
-/* Fast kernels: native implementations of dot (OpenBLAS GEMM), convolution (im2col + GEMM),
- * transpose (cache-blocked), reduce (parallel, fixed partition) and plain elementwise ops
- * (written straight into their output slot), each with the reference kernel of src/exec as its
- * twin. The kernel-list interpreter (execute.c) offers every kernel here first; a kernel not
- * covered (dtype, shape, aliasing) runs the reference kernel instead. */
+/* exec's kernel interface for the layers above it (the runtime's execution loop): one entry,
+ * ex_kernel_run, runs one kernel — an instruction over memory the caller bound — by its fast
+ * kernel when one covers it, else by its reference kernel.
+ *
+ * Kernels, all in src/exec: the reference kernels (the evaluator's per-op code: elementwise.c,
+ * linalg.c, reduce.c, shape_ops.c, ...) and their fast twins in the fast_*.c files: dot through
+ * OpenBLAS GEMM (fast_dot.c), convolution by im2col + GEMM (fast_conv.c), cache-blocked transpose
+ * (fast_transpose.c), parallel reductions (fast_reduce.c), typed elementwise loops
+ * (fast_elementwise.c) and gather (fast_gather.c), each writing straight into its output leaf.
+ * A kernel a fast twin does not cover (dtype, shape, aliasing) runs the reference kernel, which
+ * evaluates on borrowed views of the inputs and copies its result into the outputs. Generated
+ * native code for loop fusions is a compile stage (src/codegen); the runtime offers a fusion to
+ * it before calling here.
+ *
+ * Thread safety: a context belongs to one run on one thread at a time; ex_kernel_run splits a
+ * large fast kernel over the context's pool and returns when it is done. */
 #ifndef OT_EXEC_KERNELS_H
 #define OT_EXEC_KERNELS_H
 
-#include "optitpu/compiler.h"
 #include "optitpu/core.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Per-run state: the pool kernels split over, the FTZ/DAZ mode, and one scratch buffer that grows
- * to the largest need of the run (so a run allocates at most once per larger need, never per
- * kernel). */
-typedef struct rt_fast_ctx {
-    ot_threadpool *pool;   /* size 1: everything on the calling thread */
-    bool use_default_pool; /* pool NULL: ot_threadpool_default(), created at the first kernel
-                              large enough to need it (small programs never start threads) */
-    bool ftz;              /* flush f32/f64 subnormals (the evaluator's default) */
+/* Per-run kernel context: the pool kernels split over, the FTZ/DAZ mode, the reference kernels'
+ * options, and one scratch buffer that grows to the largest need of the run (so a run allocates
+ * at most once per larger need, never per kernel). */
+typedef struct ex_kernel_ctx {
+    ot_threadpool *pool;         /* size 1: everything on the calling thread */
+    bool use_default_pool;       /* pool NULL: ot_threadpool_default(), created at the first kernel
+                                    large enough to need it (small programs never start threads) */
+    bool ftz;                    /* flush f32/f64 subnormals (the evaluator's default) */
+    bool reference_only;         /* every kernel is the reference kernel (reference_kernels) */
+    const ot_eval_options *eval; /* the reference kernels' options (while limit, poll, comm);
+                                    borrowed, outlives the run */
     char *scratch;
     size_t cap;
     int64_t fast_run; /* kernels run by a fast kernel (statistics for tests) */
-} rt_fast_ctx;
+} ex_kernel_ctx;
 
-/* pool NULL: the process-wide default pool. */
-void rt_fast_ctx_init(rt_fast_ctx *c, ot_threadpool *pool, bool keep_denormals);
-void rt_fast_ctx_release(rt_fast_ctx *c);
+/* pool NULL: the process-wide default pool. eval NULL: ot_eval_options_default(). The FTZ mode
+ * follows eval->keep_denormals. reference_only: never a fast kernel. */
+void ex_kernel_ctx_init(ex_kernel_ctx *c, ot_threadpool *pool, const ot_eval_options *eval,
+                        bool reference_only);
+/* Frees the scratch; the context may be initialized again. */
+void ex_kernel_ctx_release(ex_kernel_ctx *c);
 
-/* Runs instruction i natively when a fast kernel covers it: in[k] / ins[k] are its (flattened)
- * input leaves, out[k] / outs[k] its output leaves. *done false (and OT_OK): not covered, run the
- * reference kernel. An error (out of memory for scratch) leaves *done true. */
-ot_status rt_fast_kernel(rt_fast_ctx *c, const ot_instr *i, int nin, void *const *in,
-                         const ot_slot *const *ins, int nout, void *const *out,
-                         const ot_slot *const *outs, bool *done);
+/* One leaf of a kernel's operands or results: an array of `shape` (borrowed) in nbytes bytes. */
+typedef struct ex_leaf {
+    const ot_shape *shape;
+    int64_t nbytes;
+} ex_leaf;
 
-/* Transposes an array of rank r with dims `dims` and element size es: result dim k is input dim
- * perm[k]. Blocked for cache (tiles over the two dims that are innermost in input and output),
- * split over the pool for large arrays. src and dst must not overlap. */
-void rt_transpose(rt_fast_ctx *c, size_t es, int r, const int64_t *dims, const int64_t *perm,
-                  const void *src, void *dst);
+/* Runs instruction i over in[k] (ins[k] its leaf: the operands' array leaves, flattened in
+ * operand order, tuples depth-first) into out[k] (outs[k]: the result's leaves). i NULL: a copy
+ * kernel, the one input's bytes moved into the one output (same size; may be the same memory).
+ * A fast kernel when one covers i and c->reference_only is false (*fast set true), else the
+ * reference kernel. Inputs are read in place; an output may be exactly an input's memory (an
+ * in-place update). name names the kernel in error messages. Errors: the kernel's own (the
+ * reference evaluator's messages, wrapped with name), OUT_OF_MEMORY for scratch or a result
+ * value, INTERNAL when the leaves do not match the instruction's operands or result. */
+ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, int nin,
+                        void *const *in, const ex_leaf *ins, int nout, void *const *out,
+                        const ex_leaf *outs, bool *fast);
 
 #endif

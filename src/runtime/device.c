@@ -1,6 +1,7 @@
-/* Devices (vtable + context), buffers, the host CPU device, and ot_device_execute: argument
- * checks, output allocation (donated outputs take over their parameter's memory), the arena from
- * the device's pool, and cleanup on every failure path. */
+/* Devices (vtable + context), buffers, the host CPU device (its pool's memory, the host kernels
+ * as its launch), and ot_device_execute: argument checks, output allocation (donated outputs take
+ * over their parameter's memory), the device's execute override or else the arena from the
+ * device's memory and the generic execution loop, and cleanup on every failure path. */
 #include "runtime/runtime_internal.h"
 
 #include <pthread.h>
@@ -42,22 +43,6 @@ static ot_status host_copy(void *ctx, void *dst, const void *src, size_t n) {
     if (n) memcpy(dst, src, n);
     return OT_OK;
 }
-static ot_status host_execute(void *ctx, ot_device *dev, const ot_executable *exe,
-                              void *const *params, void *const *outs, const ot_run_options *o,
-                              ot_run_result *res) {
-    host_ctx *h = ctx;
-    int64_t an = ot_executable_arena_size(exe);
-    void *arena = NULL;
-    if (an > 0) {
-        ot_status st = ot_mem_pool_alloc(h->pool, an, &arena);
-        if (st != OT_OK)
-            return ot_error_wrap(st, "device %d: arena of %lld bytes for %s", dev->index,
-                                 (long long)an, ot_module_name(ot_executable_module(exe)));
-    }
-    ot_status st = ot_execute_on_host(exe, arena, params, outs, o, dev->index, res);
-    if (arena) ot_mem_pool_release(h->pool, arena);
-    return st;
-}
 static void host_memory(void *ctx, ot_mem_stats *out) {
     ot_mem_pool_stats(((host_ctx *)ctx)->pool, out);
 }
@@ -77,7 +62,7 @@ static const ot_device_vtable host_vt = {
     .copy_to_device = host_copy,
     .copy_to_host = host_copy,
     .copy_on_device = host_copy,
-    .execute = host_execute,
+    .launch = rt_host_launch, /* the generic loop with the host kernels */
     .synchronize = NULL,
     .memory = host_memory,
     .trim = host_trim,
@@ -87,10 +72,10 @@ static const ot_device_vtable host_vt = {
 ot_status ot_device_create(const ot_device_vtable *vt, void *ctx, int index, ot_device **out) {
     *out = NULL;
     if (!vt || !vt->alloc || !vt->free || !vt->copy_to_device || !vt->copy_to_host ||
-        !vt->copy_on_device || !vt->execute || !vt->memory)
+        !vt->copy_on_device || (!vt->launch && !vt->execute) || !vt->memory)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "device: vtable lacks a required slot (alloc, free, copies, execute, "
-                        "memory)");
+                        "device: vtable lacks a required slot (alloc, free, copies, launch or "
+                        "execute, memory)");
     ot_device *d = ot_calloc(1, sizeof *d);
     if (!d) return ot_error(OT_ERR_OUT_OF_MEMORY, "device: out of memory");
     d->vt = vt;
@@ -294,6 +279,24 @@ static const char *param_name(const ot_executable *exe, int k) {
     return c && k < c->nparams && c->params[k] ? c->params[k]->name : "?";
 }
 
+/* The generic loop on a device without its own execute: the arena from the device's memory,
+ * every kernel through its launch. */
+static ot_status execute_kernels(ot_device *d, const ot_executable *exe, void *const *params,
+                                 void *const *outs, const ot_run_options *o, ot_run_result *res) {
+    int64_t an = ot_executable_arena_size(exe);
+    void *arena = NULL;
+    if (an > 0) {
+        ot_status st = d->vt->alloc(d->ctx, an, &arena);
+        if (st != OT_OK)
+            return ot_error_wrap(st, "device %d: arena of %lld bytes for %s", d->index,
+                                 (long long)an, ot_module_name(ot_executable_module(exe)));
+    }
+    ot_status st =
+        rt_execute_kernels(exe, arena, params, outs, o, d->index, d->vt->launch, d->ctx, res);
+    if (arena) d->vt->free(d->ctx, arena);
+    return st;
+}
+
 ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *const *params,
                             int nparams, ot_buffer **outs, int nouts, const ot_run_options *o,
                             ot_run_result *res) {
@@ -377,7 +380,8 @@ ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *c
     }
     if (st != OT_OK) goto fail;
     atomic_fetch_add(&d->active, 1);
-    st = d->vt->execute(d->ctx, d, exe, pm, om, o, res);
+    st = d->vt->execute ? d->vt->execute(d->ctx, d, exe, pm, om, o, res)
+                        : execute_kernels(d, exe, pm, om, o, res);
     atomic_fetch_sub(&d->active, 1);
     if (st != OT_OK) goto fail;
     /* success: donated parameter memory moves to the outputs */

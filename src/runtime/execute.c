@@ -1,7 +1,8 @@
-/* The kernel-list interpreter: slots bound to the arena, parameters, outputs and constants;
- * each kernel evaluated by the reference kernels of src/exec on borrowed views of its slots
- * (no copy in), its result copied into its output slots. Deadline and cancellation are checked
- * between kernels and, inside a kernel, between the iterations of every while loop. */
+/* The generic execution loop: slots bound to the arena, parameters, outputs and constants, then
+ * per kernel the cancellation and deadline checks, the launch (the device's; the host's is
+ * ot_launch_host: native code for a loop fusion that has some, else exec's kernel dispatch,
+ * src/exec/kernels.h) and the profile event. Deadline and cancellation are also checked inside a
+ * kernel, between the iterations of every while loop. */
 #include "runtime/runtime_internal.h"
 
 #include "codegen/codegen_internal.h"
@@ -71,44 +72,73 @@ static ot_status poll_run(void *ctx) {
     return OT_OK;
 }
 
-/* ---- operand values from slots ----------------------------------------------------------- */
+/* ---- the run's kernel state and the host launch ----------------------------------------- */
 
-static char g_empty[64];
+#define MAX_IO 4096
 
-/* Builds a value of IR shape s from leaves[*pos...], borrowing slot memory. */
-static ot_status view_value(const ot_ir_shape *s, void *const *mem, const ot_slot *const *slot,
-                            int nleaves, int *pos, ot_value *out) {
-    *out = ot_value_empty();
-    if (s->kind == OT_IR_TOKEN) return OT_OK;
-    if (s->kind == OT_IR_ARRAY) {
-        if (*pos >= nleaves) return ot_error(OT_ERR_INTERNAL, "kernel: fewer inputs than leaves");
-        const ot_slot *sl = slot[*pos];
-        if (!ot_shape_equal(&sl->shape, &s->array))
-            return ot_error(OT_ERR_INTERNAL, "kernel: input slot shape differs from the operand");
-        void *p = mem[*pos] ? mem[*pos] : g_empty;
-        (*pos)++;
-        ot_value v = ot_value_empty();
-        v.kind = OT_IR_ARRAY;
-        OT_CHECK(ot_tensor_borrow(&v.array, &s->array, p));
-        *out = v;
-        return OT_OK;
-    }
-    ot_value t;
-    OT_CHECK(ot_value_tuple(&t, s->ntuple));
-    for (int k = 0; k < s->ntuple; k++) {
-        ot_status st = view_value(&s->tuple[k], mem, slot, nleaves, pos, &t.tuple[k]);
-        if (st != OT_OK) {
-            ot_value_release(&t);
-            return st;
-        }
-    }
-    *out = t;
-    return OT_OK;
+/* How ot_launch_host ran the last kernel (the profile's kind for a fusion). */
+typedef enum launch_path { PATH_DEVICE, PATH_NATIVE, PATH_FAST, PATH_REFERENCE } launch_path;
+
+struct ot_launch {
+    ex_kernel_ctx kc;     /* exec's per-run context: pool, FTZ, scratch, reference options */
+    const cg_program *cg; /* the executable's native program (NULL: none) */
+    bool cg_ready;        /* cg fetched (and reported to the profile) */
+    bool native;          /* native code allowed (not reference_kernels, not keep_denormals) */
+    ot_profile *profile;  /* where the native program's compiles are reported */
+    launch_path path;     /* set by ot_launch_host */
+    int bound;            /* the kernel the loop is launching: its leaf tables are filled */
+    const ot_kernel *bound_kn;
+    ex_leaf ins[MAX_IO]; /* leaf tables of the kernel being launched */
+    ex_leaf outs[MAX_IO];
+};
+
+/* The native program, fetched (compiled or loaded on the executable's first run) and its
+ * compiles reported once per run. */
+static void native_program(ot_launch *run, const ot_executable *exe) {
+    run->cg = cg_program_get(exe);
+    if (run->profile) cg_program_report(run->cg, run->profile);
+    run->cg_ready = true;
 }
 
-static void *slot_mem(const ot_executable *exe, int32_t id, char *arena, void *const *params,
-                      void *const *outs) {
-    const ot_slot *s = ot_executable_slot(exe, id);
+ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *const *in,
+                         void *const *out) {
+    if (!run || !exe) return ot_error(OT_ERR_INVALID_ARGUMENT, "launch: run or executable is NULL");
+    /* the loop has already looked up the kernel it launches and filled its leaf tables */
+    bool bound = k == run->bound;
+    const ot_kernel *kn = bound ? run->bound_kn : ot_executable_kernel(exe, k);
+    if (!kn) return ot_error(OT_ERR_INVALID_ARGUMENT, "launch: no kernel %d", k);
+    if (kn->kind == OT_KERNEL_FUSION && run->native) { /* native loop fusion */
+        if (!run->cg_ready) native_program(run, exe);
+        if (run->cg && cg_run(run->cg, k, in, out, run->kc.pool)) {
+            run->path = PATH_NATIVE;
+            return OT_OK;
+        }
+    }
+    if (!bound) {
+        if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "kernel %s: more than %d inputs or outputs",
+                            kn->name, MAX_IO);
+        for (int q = 0; q < kn->ninputs; q++) {
+            const ot_slot *s = ot_executable_slot(exe, kn->inputs[q]);
+            run->ins[q] = (ex_leaf){&s->shape, s->nbytes};
+        }
+        for (int q = 0; q < kn->noutputs; q++) {
+            const ot_slot *s = ot_executable_slot(exe, kn->outputs[q]);
+            run->outs[q] = (ex_leaf){&s->shape, s->nbytes};
+        }
+    }
+    bool fast = false;
+    ot_status st = ex_kernel_run(&run->kc, kn->instr, kn->name, kn->ninputs, in, run->ins,
+                                 kn->noutputs, out, run->outs, &fast);
+    run->path = fast ? PATH_FAST : PATH_REFERENCE;
+    return st;
+}
+
+/* ---- the generic execution loop --------------------------------------------------------- */
+
+/* The memory a slot is bound to in this run. */
+static inline void *slot_mem(const ot_slot *s, char *arena, void *const *params,
+                             void *const *outs) {
     switch (s->kind) {
     case OT_SLOT_PARAMETER: return params[s->number];
     case OT_SLOT_OUTPUT: return outs[s->number];
@@ -118,90 +148,19 @@ static void *slot_mem(const ot_executable *exe, int32_t id, char *arena, void *c
     }
 }
 
-#define MAX_IO 4096
-
-/* in / ins: MAX_IO entries of the caller's (one stack frame per run, not per kernel). */
-static ot_status run_kernel(const ot_executable *exe, const ot_kernel *kn, char *arena,
-                            void *const *params, void *const *outs, const ot_eval_options *eo,
-                            rt_fast_ctx *fc, void **in, const ot_slot **ins, const cg_program *cg,
-                            int kidx, bool *native, bool *fast) {
-    if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO)
-        return ot_error(OT_ERR_UNIMPLEMENTED, "kernel %s: more than %d inputs or outputs", kn->name,
-                        MAX_IO);
-    for (int q = 0; q < kn->ninputs; q++) {
-        in[q] = slot_mem(exe, kn->inputs[q], arena, params, outs);
-        ins[q] = ot_executable_slot(exe, kn->inputs[q]);
+static const char *profile_kind(const ot_kernel *kn, launch_path path) {
+    if (kn->kind != OT_KERNEL_FUSION) return ot_kernel_kind_name(kn->kind);
+    switch (path) {
+    case PATH_NATIVE: return "fusion-native";
+    case PATH_FAST: return "fusion-fast";
+    case PATH_REFERENCE: return "fusion-interp";
+    default: return ot_kernel_kind_name(kn->kind);
     }
-    if (cg && kn->kind == OT_KERNEL_FUSION && !eo->keep_denormals) { /* native loop fusion */
-        void *o[MAX_IO];
-        for (int q = 0; q < kn->noutputs; q++)
-            o[q] = slot_mem(exe, kn->outputs[q], arena, params, outs);
-        if ((*native = cg_run(cg, kidx, in, o, fc ? fc->pool : NULL))) return OT_OK;
-    }
-    if (!kn->instr) { /* an inserted copy (output or donation) */
-        if (kn->ninputs != 1 || kn->noutputs != 1)
-            return ot_error(OT_ERR_INTERNAL, "copy kernel %s: not one input and one output",
-                            kn->name);
-        const ot_slot *os = ot_executable_slot(exe, kn->outputs[0]);
-        void *dst = slot_mem(exe, kn->outputs[0], arena, params, outs);
-        if (os->nbytes != ins[0]->nbytes)
-            return ot_error(OT_ERR_INTERNAL, "copy kernel %s: sizes differ", kn->name);
-        if (os->nbytes && dst != in[0]) memmove(dst, in[0], (size_t)os->nbytes);
-        return OT_OK;
-    }
-    const ot_instr *i = kn->instr;
-    if (fc && kn->noutputs == 1) { /* a fast kernel when one covers the op (fast_kernels.h) */
-        const ot_slot *os = ot_executable_slot(exe, kn->outputs[0]);
-        void *dst = slot_mem(exe, kn->outputs[0], arena, params, outs);
-        bool done = false;
-        ot_status fs = rt_fast_kernel(fc, i, kn->ninputs, in, ins, 1, &dst, &os, &done);
-        if (fs != OT_OK) return ot_error_wrap(fs, "kernel %s", kn->name);
-        if (done) {
-            *fast = true;
-            return OT_OK;
-        }
-    }
-    int nops = i->noperands;
-    ot_value opsv[64];
-    ot_value *ops = nops <= 64 ? opsv : ot_calloc((size_t)nops, sizeof *ops);
-    if (!ops) return ot_error(OT_ERR_OUT_OF_MEMORY, "kernel %s: out of memory", kn->name);
-    int made = 0, pos = 0;
-    ot_status st = OT_OK;
-    for (; made < nops; made++) {
-        st = view_value(&i->operands[made]->shape, in, ins, kn->ninputs, &pos, &ops[made]);
-        if (st != OT_OK) break;
-    }
-    if (st == OT_OK && pos != kn->ninputs)
-        st = ot_error(OT_ERR_INTERNAL, "kernel %s: %d inputs, operands use %d", kn->name,
-                      kn->ninputs, pos);
-    ot_value res = ot_value_empty();
-    if (st == OT_OK) st = ot_evaluate_instr(i, ops, nops, eo, &res);
-    for (int k = 0; k < made; k++) ot_value_release(&ops[k]);
-    if (ops != opsv) ot_free(ops);
-    if (st != OT_OK)
-        return ot_error_wrap(st, "kernel %s (%s)", kn->name, ot_opcode_name(i->opcode));
-    if (ot_value_leaf_count(&res) != kn->noutputs) {
-        ot_value_release(&res);
-        return ot_error(OT_ERR_INTERNAL, "kernel %s: %d results for %d outputs", kn->name,
-                        ot_value_leaf_count(&res), kn->noutputs);
-    }
-    for (int q = 0; q < kn->noutputs; q++) {
-        const ot_value *lf = ot_value_leaf(&res, q);
-        const ot_slot *os = ot_executable_slot(exe, kn->outputs[q]);
-        void *dst = slot_mem(exe, kn->outputs[q], arena, params, outs);
-        if ((int64_t)lf->array.nbytes != os->nbytes) {
-            ot_value_release(&res);
-            return ot_error(OT_ERR_INTERNAL, "kernel %s: output %d size differs", kn->name, q);
-        }
-        if (os->nbytes) memcpy(dst, lf->array.data, (size_t)os->nbytes);
-    }
-    ot_value_release(&res);
-    return OT_OK;
 }
 
-ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const *params,
+ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const *params,
                              void *const *outs, const ot_run_options *o, int device_index,
-                             ot_run_result *res) {
+                             rt_launch_fn launch, void *launch_ctx, ot_run_result *res) {
     ot_run_options ro = o ? *o : ot_run_options_default();
     ot_run_result r;
     memset(&r, 0, sizeof r);
@@ -240,14 +199,21 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
         ec.exchange = comm_exchange;
         eo.comm = &ec;
     }
-    rt_fast_ctx fc;
-    rt_fast_ctx_init(&fc, ro.pool, eo.keep_denormals);
-    void *kin[MAX_IO];
-    const ot_slot *kins[MAX_IO];
+    /* one frame per run: the run's kernel state and the kernel's memory tables */
+    ot_launch run;
+    ex_kernel_ctx_init(&run.kc, ro.pool, &eo, ro.reference_kernels);
+    run.native = !ro.reference_kernels && !eo.keep_denormals;
+    run.profile = ro.profile;
+    run.cg = NULL;
+    run.cg_ready = false;
+    run.bound = -1;
+    run.bound_kn = NULL;
+    /* the host kernels take the native program up front, so building it is not charged to a
+     * kernel's profile event; another device's launch fetches it only if it delegates here */
+    if (launch == rt_host_launch) native_program(&run, exe);
+    void *kin[MAX_IO], *kout[MAX_IO];
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);
-    const cg_program *cg = cg_program_get(exe);
-    if (ro.profile) cg_program_report(cg, ro.profile);
     for (int k = 0; k < nk; k++) {
         const ot_kernel *kn = ot_executable_kernel(exe, k);
         if (ro.cancel && atomic_load(ro.cancel)) {
@@ -265,24 +231,51 @@ ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const 
         }
         for (int q = 0; q < kn->noutputs; q++)
             if (ot_executable_slot(exe, kn->outputs[q])->alias_param >= 0) r.donated_written = true;
-        bool native = false, fast = false;
-        st = run_kernel(exe, kn, arena, params, outs, &eo, ro.reference_kernels ? NULL : &fc, kin,
-                        kins, ro.reference_kernels ? NULL : cg, k, &native, &fast);
+        if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO) {
+            st = ot_error(OT_ERR_UNIMPLEMENTED, "kernel %s: more than %d inputs or outputs",
+                          kn->name, MAX_IO);
+            break;
+        }
+        /* bind: each leaf's memory, and its shape for the host kernels */
+        for (int q = 0; q < kn->ninputs; q++) {
+            const ot_slot *s = ot_executable_slot(exe, kn->inputs[q]);
+            kin[q] = slot_mem(s, arena, params, outs);
+            run.ins[q] = (ex_leaf){&s->shape, s->nbytes};
+        }
+        for (int q = 0; q < kn->noutputs; q++) {
+            const ot_slot *s = ot_executable_slot(exe, kn->outputs[q]);
+            kout[q] = slot_mem(s, arena, params, outs);
+            run.outs[q] = (ex_leaf){&s->shape, s->nbytes};
+        }
+        run.bound = k;
+        run.bound_kn = kn;
+        run.path = PATH_DEVICE;
+        /* the host's launch called directly: no indirect call per kernel on the common path */
+        st = launch == rt_host_launch ? ot_launch_host(&run, exe, k, kin, kout)
+                                      : launch(launch_ctx, &run, exe, k, kin, kout);
+        run.bound = -1;
         if (st != OT_OK) break;
         r.kernels_run++;
         if (ro.profile)
-            ot_profile_record(ro.profile, kn->name,
-                              kn->kind != OT_KERNEL_FUSION ? ot_kernel_kind_name(kn->kind)
-                              : native                     ? "fusion-native"
-                              : fast                       ? "fusion-fast"
-                                                           : "fusion-interp",
-                              device_index, t0, ot_now_ns(), kn->flops,
-                              kn->bytes_read + kn->bytes_written);
+            ot_profile_record(ro.profile, kn->name, profile_kind(kn, run.path), device_index, t0,
+                              ot_now_ns(), kn->flops, kn->bytes_read + kn->bytes_written);
     }
     ot_free(ca.scratch);
-    r.fast_kernels_run = (int)fc.fast_run;
-    rt_fast_ctx_release(&fc);
+    r.fast_kernels_run = (int)run.kc.fast_run;
+    ex_kernel_ctx_release(&run.kc);
     r.time_ns = ot_now_ns() - t_start;
     if (res) *res = r;
     return st;
+}
+
+ot_status rt_host_launch(void *ctx, ot_launch *run, const ot_executable *exe, int k,
+                         void *const *in, void *const *out) {
+    (void)ctx;
+    return ot_launch_host(run, exe, k, in, out);
+}
+
+ot_status ot_execute_on_host(const ot_executable *exe, void *arena, void *const *params,
+                             void *const *outs, const ot_run_options *o, int device_index,
+                             ot_run_result *res) {
+    return rt_execute_kernels(exe, arena, params, outs, o, device_index, rt_host_launch, NULL, res);
 }

@@ -1,0 +1,185 @@
+/* The fast dot (kernels.h): OpenBLAS GEMM over operands viewed as row-major matrices, on one
+ * thread per tile of a grid fixed by the shape, so the bits do not depend on the thread count;
+ * they differ from the reference dot (linalg.c) only by the order of each sum. */
+#include "exec/fast_internal.h"
+
+#include <cblas.h>
+#undef I /* <complex.h>, pulled in by cblas.h */
+#include <limits.h>
+#include <pthread.h>
+
+static bool listed(int64_t v, const int64_t *l, int n) {
+    for (int k = 0; k < n; k++)
+        if (l[k] == v) return true;
+    return false;
+}
+
+/* True when visiting the dims in `order` is row-major order over s (dims of extent 1 may sit
+ * anywhere): the operand already is that permutation, no copy needed. */
+static bool in_order(const int64_t *order, int n, const ot_shape *s) {
+    int64_t last = -1;
+    for (int k = 0; k < n; k++) {
+        int64_t d = order[k];
+        if (s->dims[d] == 1) continue;
+        if (d < last) return false;
+        last = d;
+    }
+    return true;
+}
+
+/* Subnormal results to zero of the same sign (the reference's FTZ), on the bits and without
+ * branches so the loop vectorizes: a zero exponent field keeps only the sign. */
+void ex_flush_out(ot_dtype t, void *y, int64_t n) {
+    if (t == OT_F32) {
+        uint32_t *p = y;
+        for (int64_t e = 0; e < n; e++) p[e] &= (p[e] & 0x7f800000u) ? 0xffffffffu : 0x80000000u;
+    } else {
+        uint64_t *p = y;
+        for (int64_t e = 0; e < n; e++)
+            p[e] &= (p[e] & 0x7ff0000000000000ull) ? ~0ull : 0x8000000000000000ull;
+    }
+}
+
+/* C[b] (M x N) = op(A[b]) (M x K) * op(B[b]) (K x N) for b < nb, row-major, through BLAS.
+ * OpenBLAS runs single-threaded (its threaded GEMM gives different bits for different thread
+ * counts); the pool splits the work instead, over a grid of GEMM_TM x GEMM_TN tiles of C fixed by
+ * the shape alone. Every tile is one sgemm/dgemm over the whole K, so each element's sum is the
+ * same whichever thread computes its tile: bits never depend on the thread count. */
+#define GEMM_TM 512
+#define GEMM_TN 1024
+
+static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
+    const ex_gemm *g = arg;
+    size_t es = ot_dtype_size(g->t);
+    int lda = (int)(g->ta ? g->M : g->K), ldb = (int)(g->tb ? g->K : g->N), ldc = (int)g->N;
+    if (lda < 1) lda = 1;
+    if (ldb < 1) ldb = 1;
+    if (ldc < 1) ldc = 1;
+    for (int64_t w = begin; w < end; w++) {
+        int64_t b = w / (g->tm * g->tn), t = w % (g->tm * g->tn);
+        int64_t m0 = (t / g->tn) * GEMM_TM, n0 = (t % g->tn) * GEMM_TN;
+        int64_t mm = g->M - m0 < GEMM_TM ? g->M - m0 : GEMM_TM;
+        int64_t nn = g->N - n0 < GEMM_TN ? g->N - n0 : GEMM_TN;
+        const char *a = (const char *)g->a + (size_t)(b * g->M * g->K) * es;
+        const char *bb = (const char *)g->b + (size_t)(b * g->K * g->N) * es;
+        char *c = (char *)g->c + (size_t)(b * g->M * g->N + m0 * g->N + n0) * es;
+        a += (size_t)(g->ta ? m0 : m0 * g->K) * es;
+        bb += (size_t)(g->tb ? n0 * g->K : n0) * es;
+        if (g->K == 0) {
+            for (int64_t r = 0; r < mm; r++)
+                memset(c + (size_t)(r * g->N) * es, 0, (size_t)nn * es);
+            continue;
+        }
+        if (g->t == OT_F32)
+            cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                        g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0f,
+                        (const float *)a, lda, (const float *)bb, ldb, 0.0f, (float *)c, ldc);
+        else
+            cblas_dgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                        g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0,
+                        (const double *)a, lda, (const double *)bb, ldb, 0.0, (double *)c, ldc);
+        if (g->ftz)
+            for (int64_t r = 0; r < mm; r++) ex_flush_out(g->t, c + (size_t)(r * g->N) * es, nn);
+    }
+}
+
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_one_thread(void) {
+    openblas_set_num_threads(1);
+}
+
+void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
+    /* once per process (concurrent first calls from several devices set it once); again only if
+     * the application changed it since */
+    pthread_once(&g_blas_once, blas_one_thread);
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    g->tm = (g->M + GEMM_TM - 1) / GEMM_TM;
+    g->tn = (g->N + GEMM_TN - 1) / GEMM_TN;
+    /* "bytes" for the inline decision: the multiply-adds, scaled so ~64K of them stay inline */
+    int64_t work = g->nb * g->M * g->N * (g->K ? g->K : 1);
+    ex_par_for(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, g);
+}
+
+ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                      void *out, const ex_leaf *os, bool *done) {
+    const ot_dot_dims *dn = i->attrs->dot;
+    const ot_shape *ls = ins[0].shape, *rs = ins[1].shape;
+    if (!dn || !ex_gemm_dtype(ls->dtype, rs->dtype, os->shape->dtype)) return OT_OK;
+    int64_t lbfk[OT_MAX_RANK], lbkf[OT_MAX_RANK], rbkf[OT_MAX_RANK], rbfk[OT_MAX_RANK];
+    int nl = 0, nr = 0;
+    int64_t NB = 1, M = 1, N = 1, K = 1;
+    for (int b = 0; b < dn->nbatch; b++) {
+        lbfk[nl] = lbkf[nl] = dn->lhs_batch[b];
+        rbkf[nr] = rbfk[nr] = dn->rhs_batch[b];
+        nl++, nr++;
+        NB *= ls->dims[dn->lhs_batch[b]];
+    }
+    int lf0 = nl, rf0 = nr;
+    int64_t lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
+    int nlf = 0, nrf = 0;
+    for (int d = 0; d < ls->rank; d++)
+        if (!listed(d, dn->lhs_batch, dn->nbatch) && !listed(d, dn->lhs_contract, dn->ncontract)) {
+            lfree[nlf++] = d;
+            M *= ls->dims[d];
+        }
+    for (int d = 0; d < rs->rank; d++)
+        if (!listed(d, dn->rhs_batch, dn->nbatch) && !listed(d, dn->rhs_contract, dn->ncontract)) {
+            rfree[nrf++] = d;
+            N *= rs->dims[d];
+        }
+    for (int k = 0; k < dn->ncontract; k++) K *= ls->dims[dn->lhs_contract[k]];
+    /* (b, f, k) and (b, k, f) orders of each operand */
+    for (int k = 0; k < nlf; k++) lbfk[lf0 + k] = lfree[k];
+    for (int k = 0; k < dn->ncontract; k++) lbfk[lf0 + nlf + k] = dn->lhs_contract[k];
+    for (int k = 0; k < dn->ncontract; k++) lbkf[lf0 + k] = dn->lhs_contract[k];
+    for (int k = 0; k < nlf; k++) lbkf[lf0 + dn->ncontract + k] = lfree[k];
+    for (int k = 0; k < dn->ncontract; k++) rbkf[rf0 + k] = dn->rhs_contract[k];
+    for (int k = 0; k < nrf; k++) rbkf[rf0 + dn->ncontract + k] = rfree[k];
+    for (int k = 0; k < nrf; k++) rbfk[rf0 + k] = rfree[k];
+    for (int k = 0; k < dn->ncontract; k++) rbfk[rf0 + nrf + k] = dn->rhs_contract[k];
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return OT_OK; /* BLAS takes int sizes */
+    if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
+        ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
+        return OT_OK;
+    *done = true;
+    if (NB * M * N == 0) return OT_OK;
+    size_t es = ot_dtype_size(os->shape->dtype);
+    ex_gemm g = {os->shape->dtype, NB, M, N, K, false, false, in[0], in[1], out, 0, 0, false};
+    size_t need = 0, lbytes = ex_align64((size_t)ins[0].nbytes), rbytes = (size_t)ins[1].nbytes;
+    bool lcopy = false, rcopy = false;
+    if (in_order(lbfk, ls->rank, ls)) {
+        g.ta = false;
+    } else if (in_order(lbkf, ls->rank, ls)) {
+        g.ta = true;
+    } else {
+        lcopy = true;
+        need += lbytes;
+    }
+    if (in_order(rbkf, rs->rank, rs)) {
+        g.tb = false;
+    } else if (in_order(rbfk, rs->rank, rs)) {
+        g.tb = true;
+    } else {
+        rcopy = true;
+        need += rbytes;
+    }
+    if (need) {
+        void *s = NULL;
+        OT_CHECK(ex_scratch(c, need, &s));
+        char *p = s;
+        if (lcopy) {
+            ex_transpose(c, es, ls->rank, ls->dims, lbfk, in[0], p);
+            g.a = p;
+            p += lbytes;
+        }
+        if (rcopy) {
+            ex_transpose(c, es, rs->rank, rs->dims, rbkf, in[1], p);
+            g.b = p;
+        }
+    }
+    g.ftz = c->ftz;
+    ex_run_gemm(c, &g);
+    c->fast_run++;
+    return OT_OK;
+}

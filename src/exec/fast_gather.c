@@ -1,0 +1,99 @@
+/* The fast gather (kernels.h): the reference's gather (src/exec/shape_ops.c) with the index
+ * arithmetic hoisted: when the output's offset dims are its trailing dims, output element (b, o) (b
+ * over the batch dims, o over the offset dims) is operand element base(b) + off(o), where off(o)
+ * walks the offset dims' operand strides (computed once, into scratch) and base(b) sums each start
+ * index clamped to [0, dim - slice size] (the reference's clamp) times its operand stride, and for
+ * each operand batching dim the matching batch position times its stride. s32/s64 indices, elements
+ * of 1, 2, 4 or 8 bytes; anything else is left to the reference. The copies are the same bytes. */
+#include "exec/fast_internal.h"
+
+ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                         void *out, const ex_leaf *os, bool *done) {
+    const ot_gather_dims *g = i->attrs->gather;
+    if (!g) return OT_OK;
+    const ot_shape *xs = ins[0].shape, *ks = ins[1].shape, *ys = os->shape;
+    ot_dtype kt = ks->dtype;
+    size_t es = ot_dtype_size(ys->dtype);
+    if ((kt != OT_S32 && kt != OT_S64) || xs->dtype != ys->dtype ||
+        (es != 1 && es != 2 && es != 4 && es != 8))
+        return OT_OK;
+    int yr = ys->rank, no = g->noffset, nbd = yr - no;
+    if (nbd < 0 || g->nslice_sizes != xs->rank) return OT_OK;
+    for (int k = 0; k < no; k++)
+        if (g->offset_dims[k] != nbd + k) return OT_OK;
+    if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
+        ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
+        return OT_OK;
+    int64_t xstr[OT_MAX_RANK], kstr[OT_MAX_RANK];
+    ot_shape_strides(xs, xstr);
+    ot_shape_strides(ks, kstr);
+    /* the operand dims the offset dims walk, in order */
+    int offd[OT_MAX_RANK], nod = 0;
+    for (int d = 0; d < xs->rank; d++) {
+        bool skip = false;
+        for (int k = 0; k < g->ncollapsed; k++) skip |= g->collapsed_slice_dims[k] == d;
+        for (int k = 0; k < g->nbatching; k++) skip |= g->operand_batching_dims[k] == d;
+        if (!skip) offd[nod++] = d;
+    }
+    if (nod != no) return OT_OK;
+    /* the output's batch dims are the indices' dims without index_vector_dim, in order */
+    int64_t ivd = g->index_vector_dim;
+    int kd[OT_MAX_RANK], nk = 0;
+    for (int d = 0; d < ks->rank; d++)
+        if (d != ivd) kd[nk++] = d;
+    if (nk != nbd) return OT_OK;
+    for (int q = 0; q < nbd; q++)
+        if (ks->dims[kd[q]] != ys->dims[q]) return OT_OK;
+    int bq[OT_MAX_RANK];
+    for (int k = 0; k < g->nbatching; k++) {
+        bq[k] = -1;
+        for (int q = 0; q < nbd; q++)
+            if (kd[q] == g->start_indices_batching_dims[k]) bq[k] = q;
+        if (bq[k] < 0) return OT_OK;
+    }
+    if (g->nstart_index_map > (ivd < ks->rank ? ks->dims[ivd] : 1)) return OT_OK;
+    int64_t NO = 1, NB = 1;
+    for (int k = 0; k < no; k++) NO *= ys->dims[nbd + k];
+    for (int q = 0; q < nbd; q++) NB *= ys->dims[q];
+    *done = true;
+    c->fast_run++;
+    if (NO == 0 || NB == 0) return OT_OK;
+    int64_t *oo = NULL;
+    OT_CHECK(ex_scratch(c, (size_t)NO * sizeof *oo, (void **)&oo));
+    int64_t idx[OT_MAX_RANK] = {0};
+    for (int64_t o = 0; o < NO; o++) {
+        int64_t off = 0;
+        for (int k = 0; k < no; k++) off += idx[k] * xstr[offd[k]];
+        oo[o] = off;
+        for (int k = no - 1; k >= 0 && ++idx[k] == ys->dims[nbd + k]; k--) idx[k] = 0;
+    }
+    int64_t ivs = ivd < ks->rank ? kstr[ivd] : 0, bidx[OT_MAX_RANK] = {0};
+    const char *x = in[0];
+    char *y = out;
+    for (int64_t b = 0; b < NB; b++) {
+        int64_t kb = 0, base = 0;
+        for (int q = 0; q < nbd; q++) kb += bidx[q] * kstr[kd[q]];
+        for (int k = 0; k < g->nstart_index_map; k++) {
+            int64_t od = g->start_index_map[k], at = kb + k * ivs;
+            int64_t v = kt == OT_S32 ? ((const int32_t *)in[1])[at] : ((const int64_t *)in[1])[at];
+            int64_t hi = xs->dims[od] - g->slice_sizes[od];
+            v = v < 0 ? 0 : v > hi ? hi : v;
+            base += v * xstr[od];
+        }
+        for (int k = 0; k < g->nbatching; k++)
+            base += bidx[bq[k]] * xstr[g->operand_batching_dims[k]];
+        switch (es) {
+#define GATHER_COPY(UT)                                                                            \
+    for (int64_t o = 0; o < NO; o++)                                                               \
+        ((UT *)(void *)y)[b * NO + o] = ((const UT *)(const void *)x)[base + oo[o]];               \
+    break;
+        case 1: GATHER_COPY(uint8_t)
+        case 2: GATHER_COPY(uint16_t)
+        case 4: GATHER_COPY(uint32_t)
+        default: GATHER_COPY(uint64_t)
+#undef GATHER_COPY
+        }
+        for (int q = nbd - 1; q >= 0 && ++bidx[q] == ys->dims[q]; q--) bidx[q] = 0;
+    }
+    return OT_OK;
+}

@@ -1,0 +1,152 @@
+/* Fast kernels' shared pieces (kernels.h says what the fast kernels are): the pool split, the
+ * run's scratch, GEMM through OpenBLAS, the reference's scalar float arithmetic as inline
+ * functions, and one entry per fast kernel. Each entry returns OT_OK with *done false when it
+ * does not cover the instruction (the reference kernel then runs), OT_OK with *done true when its
+ * result is in the output, or an error (out of memory for scratch) with *done true. The bits of
+ * every fast kernel are independent of the thread count. */
+#ifndef OT_EXEC_FAST_INTERNAL_H
+#define OT_EXEC_FAST_INTERNAL_H
+
+#include "exec/exec_internal.h"
+#include "exec/kernels.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* Below this many bytes touched a kernel runs on the calling thread without waking the pool. */
+#define EX_INLINE_BYTES ((int64_t)1 << 18)
+
+/* Scratch of at least `bytes` (64-byte aligned) in c; contents are not kept across calls. */
+ot_status ex_scratch(ex_kernel_ctx *c, size_t bytes, void **out);
+/* Splits [0, n) over c's pool with a fixed partition (fn(arg, begin, end, thread)), or runs it on
+ * the calling thread when it touches under EX_INLINE_BYTES bytes. */
+void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg);
+
+static inline size_t ex_align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+static inline bool ex_overlaps(const void *a, int64_t na, const void *b, int64_t nb) {
+    if (na <= 0 || nb <= 0) return false;
+    const char *pa = a, *pb = b;
+    return pa < pb + nb && pb < pa + na;
+}
+
+/* Transposes an array of rank r with dims `dims` and element size es: result dim k is input dim
+ * perm[k]. Blocked for cache (tiles over the two dims that are innermost in input and output),
+ * split over the pool for large arrays. src and dst must not overlap. */
+void ex_transpose(ex_kernel_ctx *c, size_t es, int r, const int64_t *dims, const int64_t *perm,
+                  const void *src, void *dst);
+
+/* C[b] (M x N) = op(A[b]) (M x K) * op(B[b]) (K x N) for b < nb, row-major, f32 or f64, through
+ * OpenBLAS on one thread per tile of a grid fixed by the shape (fast_dot.c). */
+typedef struct ex_gemm {
+    ot_dtype t;
+    int64_t nb, M, N, K;
+    bool ta, tb;
+    const void *a, *b;
+    void *c;
+    int64_t tm, tn; /* tiles along M and N */
+    bool ftz;       /* flush subnormal results, each tile right after its GEMM (still in cache) */
+} ex_gemm;
+void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g);
+/* Operands and result of one dtype, f32 or f64: what the GEMM kernels take. */
+static inline bool ex_gemm_dtype(ot_dtype a, ot_dtype b, ot_dtype o) {
+    return a == b && b == o && (o == OT_F32 || o == OT_F64);
+}
+/* Subnormal f32/f64 values of y[0..n) to zero of the same sign (the reference's FTZ). */
+void ex_flush_out(ot_dtype t, void *y, int64_t n);
+
+/* The reference's scalar arithmetic: add and multiply flush inputs and result under FTZ;
+ * maximum and minimum are IEEE 754-2019 (NaN propagates, -0 < +0) on DAZ inputs (a subnormal
+ * counts as a signed zero). */
+static inline float fz_f(float v, bool ftz) {
+    return ftz && v != 0 && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+static inline double fz_d(double v, bool ftz) {
+    return ftz && v != 0 && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
+}
+static inline float add_f(float a, float b, bool z) {
+    return fz_f(fz_f(a, z) + fz_f(b, z), z);
+}
+static inline double add_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) + fz_d(b, z), z);
+}
+static inline float mul_f(float a, float b, bool z) {
+    if (!z) return a * b;
+    return ex_tiny_f((double)fz_f(a, z) * (double)fz_f(b, z)); /* tininess as the reference */
+}
+static inline double mul_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) * fz_d(b, z), z);
+}
+static inline double max_d(double a, double b, bool z) {
+    a = fz_d(a, z), b = fz_d(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    if (a == b) return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+static inline double min_d(double a, double b, bool z) {
+    a = fz_d(a, z), b = fz_d(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    if (a == b) return signbit(a) ? a : b;
+    return a < b ? a : b;
+}
+/* A float NaN with its quiet bit set: the reference computes f32 maximum/minimum in double, and
+ * the conversion to double quiets a signalling NaN (payload kept). */
+static inline float quiet_f(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u |= 0x400000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+static inline float max_f(float a, float b, bool z) {
+    a = fz_f(a, z), b = fz_f(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
+    if (isnan(a)) return quiet_f(a);
+    if (isnan(b)) return quiet_f(b);
+    if (a == b) return signbit(a) ? b : a;
+    return a > b ? a : b;
+}
+static inline float min_f(float a, float b, bool z) {
+    a = fz_f(a, z), b = fz_f(b, z); /* DAZ, as the reference (subnormals count as signed zeros) */
+    if (isnan(a)) return quiet_f(a);
+    if (isnan(b)) return quiet_f(b);
+    if (a == b) return signbit(a) ? a : b;
+    return a < b ? a : b;
+}
+
+static inline float sub_f(float a, float b, bool z) {
+    return fz_f(fz_f(a, z) - fz_f(b, z), z);
+}
+static inline double sub_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) - fz_d(b, z), z);
+}
+static inline float div_f(float a, float b, bool z) {
+    if (!z) return a / b;
+    return ex_tiny_f((double)fz_f(a, z) / (double)fz_f(b, z)); /* tininess as the reference */
+}
+static inline double div_d(double a, double b, bool z) {
+    return fz_d(fz_d(a, z) / fz_d(b, z), z);
+}
+
+/* ---- the fast kernels (instruction i; in/ins its input leaves, out/os its one output) ------- */
+
+ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                      void *out, const ex_leaf *os, bool *done);
+ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                       void *out, const ex_leaf *os, bool *done);
+ot_status ex_fast_transpose(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                            const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+ot_status ex_fast_reduce(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                         void *out, const ex_leaf *os, bool *done);
+/* A fusion that is one reduce of a parameter from a parameter or a scalar constant. */
+ot_status ex_fast_reduce_fusion(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                                const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+ot_status ex_fast_elementwise(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                              const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                         void *out, const ex_leaf *os, bool *done);
+
+#endif

@@ -1,0 +1,155 @@
+/* The fast transpose (kernels.h): unit dims dropped, dims adjacent in both orders merged, then
+ * rows copied or 32 x 32 tiles over the input's and the output's innermost dims, split over the
+ * pool. Also the transposes the dot and reduce kernels make into scratch. */
+#include "exec/fast_internal.h"
+
+#define TR_TILE 32
+
+typedef struct tr_plan {
+    size_t es;
+    int r;
+    int64_t od[OT_MAX_RANK]; /* output dims (unit dims dropped, runs merged) */
+    int64_t is[OT_MAX_RANK]; /* input stride of each output dim, in elements */
+    int64_t os[OT_MAX_RANK]; /* output strides */
+    int b;                   /* the output dim that is innermost in the input */
+    int64_t nouter, ntb;     /* work items: outer positions x tiles of dim b */
+    const char *src;
+    char *dst;
+} tr_plan;
+
+static inline void copy_elem(char *d, const char *s, size_t es) {
+    switch (es) {
+    case 1: *d = *s; break;
+    case 2: memcpy(d, s, 2); break;
+    case 4: memcpy(d, s, 4); break;
+    case 8: memcpy(d, s, 8); break;
+    default: memcpy(d, s, es); break;
+    }
+}
+
+/* Input and output offsets of outer position q (all dims but the last and, when tiling, b). */
+static void tr_outer(const tr_plan *p, int64_t q, int skip, int64_t *io, int64_t *oo) {
+    int64_t i = 0, o = 0;
+    for (int d = p->r - 2; d >= 0; d--) {
+        if (d == skip) continue;
+        int64_t x = q % p->od[d];
+        q /= p->od[d];
+        i += x * p->is[d];
+        o += x * p->os[d];
+    }
+    *io = i;
+    *oo = o;
+}
+
+static void tr_rows(void *arg, int64_t begin, int64_t end, int ith) {
+    const tr_plan *p = arg;
+    size_t row = (size_t)p->od[p->r - 1] * p->es;
+    for (int64_t q = begin; q < end; q++) {
+        int64_t io, oo;
+        tr_outer(p, q, -1, &io, &oo);
+        memcpy(p->dst + oo * (int64_t)p->es, p->src + io * (int64_t)p->es, row);
+    }
+}
+
+#define TR_TILE_LOOP(T)                                                                            \
+    for (int64_t j0 = 0; j0 < na; j0 += TR_TILE) {                                                 \
+        int64_t j1 = j0 + TR_TILE < na ? j0 + TR_TILE : na;                                        \
+        for (int64_t i = i0; i < i1; i++) {                                                        \
+            T *d = (T *)(p->dst) + oo + i * osb;                                                   \
+            const T *s = (const T *)(p->src) + io + i;                                             \
+            for (int64_t j = j0; j < j1; j++) d[j] = s[j * isa];                                   \
+        }                                                                                          \
+    }
+
+static void tr_tiles(void *arg, int64_t begin, int64_t end, int ith) {
+    const tr_plan *p = arg;
+    int a = p->r - 1;
+    int64_t na = p->od[a], nb = p->od[p->b], isa = p->is[a], osb = p->os[p->b];
+    for (int64_t w = begin; w < end; w++) {
+        int64_t q = w / p->ntb, tb = w % p->ntb;
+        int64_t io, oo;
+        tr_outer(p, q, p->b, &io, &oo);
+        int64_t i0 = tb * TR_TILE, i1 = i0 + TR_TILE < nb ? i0 + TR_TILE : nb;
+        switch (p->es) {
+        case 1: TR_TILE_LOOP(uint8_t); break;
+        case 2: TR_TILE_LOOP(uint16_t); break;
+        case 4: TR_TILE_LOOP(uint32_t); break;
+        case 8: TR_TILE_LOOP(uint64_t); break;
+        default:
+            for (int64_t j0 = 0; j0 < na; j0 += TR_TILE) {
+                int64_t j1 = j0 + TR_TILE < na ? j0 + TR_TILE : na;
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++)
+                        copy_elem(p->dst + (oo + i * osb + j) * (int64_t)p->es,
+                                  p->src + (io + i + j * isa) * (int64_t)p->es, p->es);
+            }
+            break;
+        }
+    }
+}
+
+void ex_transpose(ex_kernel_ctx *c, size_t es, int r, const int64_t *dims, const int64_t *perm,
+                  const void *src, void *dst) {
+    int64_t istr[OT_MAX_RANK], numel = 1;
+    for (int d = r - 1; d >= 0; d--) {
+        istr[d] = numel;
+        numel *= dims[d];
+    }
+    if (numel == 0) return;
+    tr_plan p;
+    memset(&p, 0, sizeof p);
+    p.es = es;
+    p.src = src;
+    p.dst = dst;
+    for (int k = 0; k < r; k++) {
+        int64_t n = dims[perm[k]], s = istr[perm[k]];
+        if (n == 1) continue;
+        if (p.r > 0 && p.is[p.r - 1] == s * n) { /* adjacent in both: one dim */
+            p.od[p.r - 1] *= n;
+            p.is[p.r - 1] = s;
+            continue;
+        }
+        p.od[p.r] = n;
+        p.is[p.r] = s;
+        p.r++;
+    }
+    if (p.r == 0 || p.is[p.r - 1] == 1) {
+        if (p.r == 0) {
+            memcpy(dst, src, es);
+            return;
+        }
+        int64_t run = 1;
+        for (int d = p.r - 1; d >= 0; d--) {
+            p.os[d] = run;
+            run *= p.od[d];
+        }
+        int64_t rows = numel / p.od[p.r - 1];
+        ex_par_for(c, rows, numel * (int64_t)es, tr_rows, &p);
+        return;
+    }
+    int64_t run = 1;
+    for (int d = p.r - 1; d >= 0; d--) {
+        p.os[d] = run;
+        run *= p.od[d];
+    }
+    p.b = -1;
+    for (int d = 0; d < p.r; d++)
+        if (p.is[d] == 1) p.b = d;
+    /* the input's innermost non-unit dim has stride 1 and is not the output's last (else the
+     * branch above), so b exists and differs from r - 1 */
+    p.ntb = (p.od[p.b] + TR_TILE - 1) / TR_TILE;
+    p.nouter = numel / (p.od[p.r - 1] * p.od[p.b]);
+    ex_par_for(c, p.nouter * p.ntb, numel * (int64_t)es, tr_tiles, &p);
+}
+
+/* The transpose kernel: bitwise the reference's (shape_ops.c). */
+ot_status ex_fast_transpose(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                            const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
+    if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes)) return OT_OK;
+    const ot_shape *s = ins[0].shape;
+    if (i->attrs->ndims != s->rank) return OT_OK;
+    ex_transpose(c, ot_dtype_size(s->dtype), s->rank, s->dims, i->attrs->dims, in[0], out);
+    *done = true;
+    c->fast_run++;
+    return OT_OK;
+}

@@ -1,0 +1,177 @@
+/* The kernel dispatch (kernels.h): one instruction over bound leaves, by its fast twin when one
+ * covers it, else by the reference kernel on borrowed views of the inputs; plus the per-run
+ * context the fast kernels share (pool, scratch). */
+#include "exec/fast_internal.h"
+
+void ex_kernel_ctx_init(ex_kernel_ctx *c, ot_threadpool *pool, const ot_eval_options *eval,
+                        bool reference_only) {
+    memset(c, 0, sizeof *c);
+    c->pool = pool;
+    c->use_default_pool = pool == NULL;
+    c->eval = eval;
+    c->ftz = !(eval && eval->keep_denormals);
+    c->reference_only = reference_only;
+}
+
+void ex_kernel_ctx_release(ex_kernel_ctx *c) {
+    ot_aligned_free(c->scratch);
+    c->scratch = NULL;
+    c->cap = 0;
+}
+
+ot_status ex_scratch(ex_kernel_ctx *c, size_t bytes, void **out) {
+    if (bytes == 0) bytes = 64;
+    if (bytes > c->cap) {
+        size_t want = bytes + bytes / 4;
+        void *p = ot_aligned_alloc(64, want);
+        if (!p)
+            return ot_error(OT_ERR_OUT_OF_MEMORY,
+                            "fast kernel: out of memory for %zu scratch bytes", bytes);
+        ot_aligned_free(c->scratch);
+        c->scratch = p;
+        c->cap = want;
+    }
+    *out = c->scratch;
+    return OT_OK;
+}
+
+void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (bytes < EX_INLINE_BYTES || n == 1) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    if (!c->pool && c->use_default_pool) c->pool = ot_threadpool_default(); /* first need */
+    if (!c->pool || ot_threadpool_size(c->pool) == 1) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    ot_parallel_for(c->pool, n, 1, OT_SCHEDULE_STATIC, fn, arg);
+}
+
+/* ---- fast kernels ------------------------------------------------------------------------ */
+
+/* The fast twin of i when one covers it (*done true), else *done false. */
+static ot_status fast_kernel(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                             const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
+    *done = false;
+    if (i->shape.kind != OT_IR_ARRAY) return OT_OK;
+    switch (i->opcode) {
+    case OT_OP_DOT:
+        if (nin != 2) return OT_OK;
+        return ex_fast_dot(c, i, in, ins, out, os, done);
+    case OT_OP_CONVOLUTION:
+        if (nin != 2) return OT_OK;
+        return ex_fast_conv(c, i, in, ins, out, os, done);
+    case OT_OP_TRANSPOSE:
+        if (nin != 1) return OT_OK;
+        return ex_fast_transpose(c, i, in, ins, out, os, done);
+    case OT_OP_REDUCE:
+        if (nin != 2) return OT_OK;
+        return ex_fast_reduce(c, i, in, ins, out, os, done);
+    case OT_OP_FUSION: return ex_fast_reduce_fusion(c, i, nin, in, ins, out, os, done);
+    case OT_OP_GATHER:
+        if (nin != 2) return OT_OK;
+        return ex_fast_gather(c, i, in, ins, out, os, done);
+    default:
+        if (ot_opcode_is_elementwise_unary(i->opcode) ||
+            ot_opcode_is_elementwise_binary(i->opcode) || i->opcode == OT_OP_CONVERT)
+            return ex_fast_elementwise(c, i, nin, in, ins, out, os, done);
+        return OT_OK;
+    }
+}
+
+/* ---- reference kernels on borrowed leaves ------------------------------------------------ */
+
+/* Where an empty leaf (NULL memory, zero bytes) points, so a borrowed view is never NULL. */
+static char g_empty[64];
+
+/* Builds a value of IR shape s from leaves in[*pos...], borrowing their memory. */
+static ot_status view_value(const ot_ir_shape *s, void *const *in, const ex_leaf *ins, int nin,
+                            int *pos, ot_value *out) {
+    *out = ot_value_empty();
+    if (s->kind == OT_IR_TOKEN) return OT_OK;
+    if (s->kind == OT_IR_ARRAY) {
+        if (*pos >= nin) return ot_error(OT_ERR_INTERNAL, "kernel: fewer inputs than leaves");
+        if (!ot_shape_equal(ins[*pos].shape, &s->array))
+            return ot_error(OT_ERR_INTERNAL, "kernel: input slot shape differs from the operand");
+        void *p = in[*pos] ? in[*pos] : g_empty;
+        (*pos)++;
+        ot_value v = ot_value_empty();
+        v.kind = OT_IR_ARRAY;
+        OT_CHECK(ot_tensor_borrow(&v.array, &s->array, p));
+        *out = v;
+        return OT_OK;
+    }
+    ot_value t;
+    OT_CHECK(ot_value_tuple(&t, s->ntuple));
+    for (int k = 0; k < s->ntuple; k++) {
+        ot_status st = view_value(&s->tuple[k], in, ins, nin, pos, &t.tuple[k]);
+        if (st != OT_OK) {
+            ot_value_release(&t);
+            return st;
+        }
+    }
+    *out = t;
+    return OT_OK;
+}
+
+/* The reference kernel: i evaluated on views of its inputs into a fresh value, whose leaves are
+ * then copied into the outputs. */
+static ot_status reference_kernel(ex_kernel_ctx *c, const ot_instr *i, const char *name, int nin,
+                                  void *const *in, const ex_leaf *ins, int nout, void *const *out,
+                                  const ex_leaf *outs) {
+    int nops = i->noperands;
+    ot_value opsv[64];
+    ot_value *ops = nops <= 64 ? opsv : ot_calloc((size_t)nops, sizeof *ops);
+    if (!ops) return ot_error(OT_ERR_OUT_OF_MEMORY, "kernel %s: out of memory", name);
+    int made = 0, pos = 0;
+    ot_status st = OT_OK;
+    for (; made < nops; made++) {
+        st = view_value(&i->operands[made]->shape, in, ins, nin, &pos, &ops[made]);
+        if (st != OT_OK) break;
+    }
+    if (st == OT_OK && pos != nin)
+        st = ot_error(OT_ERR_INTERNAL, "kernel %s: %d inputs, operands use %d", name, nin, pos);
+    ot_value res = ot_value_empty();
+    if (st == OT_OK) st = ot_evaluate_instr(i, ops, nops, c->eval, &res);
+    for (int k = 0; k < made; k++) ot_value_release(&ops[k]);
+    if (ops != opsv) ot_free(ops);
+    if (st != OT_OK) return ot_error_wrap(st, "kernel %s (%s)", name, ot_opcode_name(i->opcode));
+    if (ot_value_leaf_count(&res) != nout) {
+        ot_value_release(&res);
+        return ot_error(OT_ERR_INTERNAL, "kernel %s: %d results for %d outputs", name,
+                        ot_value_leaf_count(&res), nout);
+    }
+    for (int q = 0; q < nout; q++) {
+        const ot_value *lf = ot_value_leaf(&res, q);
+        if ((int64_t)lf->array.nbytes != outs[q].nbytes) {
+            ot_value_release(&res);
+            return ot_error(OT_ERR_INTERNAL, "kernel %s: output %d size differs", name, q);
+        }
+        if (outs[q].nbytes) memcpy(out[q], lf->array.data, (size_t)outs[q].nbytes);
+    }
+    ot_value_release(&res);
+    return OT_OK;
+}
+
+ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, int nin,
+                        void *const *in, const ex_leaf *ins, int nout, void *const *out,
+                        const ex_leaf *outs, bool *fast) {
+    *fast = false;
+    if (!name) name = "?";
+    if (!i) { /* a copy kernel (an output or donation copy the compiler inserted) */
+        if (nin != 1 || nout != 1)
+            return ot_error(OT_ERR_INTERNAL, "copy kernel %s: not one input and one output", name);
+        if (outs[0].nbytes != ins[0].nbytes)
+            return ot_error(OT_ERR_INTERNAL, "copy kernel %s: sizes differ", name);
+        if (outs[0].nbytes && out[0] != in[0]) memmove(out[0], in[0], (size_t)outs[0].nbytes);
+        return OT_OK;
+    }
+    if (!c->reference_only && nout == 1) {
+        ot_status st = fast_kernel(c, i, nin, in, ins, out[0], &outs[0], fast);
+        if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
+        if (*fast) return OT_OK;
+    }
+    return reference_kernel(c, i, name, nin, in, ins, nout, out, outs);
+}
