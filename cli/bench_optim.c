@@ -102,373 +102,413 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int run_optim_bench(int argc, char **argv) {
-    const char *cmd = "bench optim";
-    bool json = false, limits = true, fusion = true, flat = false;
-    const char *name = "adam";
-    int64_t n = 16 << 20, k = 1, reps = 5, threads = 0;
+typedef struct bench_args {
+    bool json, limits, fusion, flat;
+    const char *name;
+    int64_t n, k, reps, threads;
+} bench_args;
+
+/* Everything one run holds; bench_free releases what was made, whatever phase stopped. */
+typedef struct bench {
+    bench_args a;
+    ot_optimizer *o;
+    ot_tpu_optimizer *t, *tf; /* tf: flat mode (--flat) */
+    ot_device *d;
+    ot_threadpool *pool;
+    int nthreads;
+    ot_run_options ro;
+    int64_t *sz;
+    ot_shape *shapes;
+    ot_buffer **pb, **gb;
+    float **hp, **hg, **hm, **hv; /* the loop's p, g, m, v */
+    double *tt, *tl, *tfl;        /* per rep: step, loop, flat step seconds */
+    ot_bench_limits lim;
+    double compile_s;
+    const char *nm; /* the optimizer's name */
+    bool adam;      /* the loop runs beside the step (adam, adamw without amsgrad) */
+    loop_ctx lc;
+    double lr;
+    double cpu_step, wall_step, cpu_loop, wall_loop;
+    double maxdiff;
+    int64_t ndiff, nflatdiff;
+    ot_tpu_profile prof;
+} bench;
+
+static const char *const CMD = "bench optim";
+
+/* Returns CLI_OK, or the usage error's code. */
+static int parse_args(int argc, char **argv, bench_args *a) {
+    *a = (bench_args){
+        .limits = true, .fusion = true, .name = "adam", .n = 16 << 20, .k = 1, .reps = 5};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--json")) {
-            json = true;
+            a->json = true;
         } else if (!strcmp(argv[i], "--no-limits")) {
-            limits = false;
+            a->limits = false;
         } else if (!strcmp(argv[i], "--no-fusion")) {
-            fusion = false;
+            a->fusion = false;
         } else if (!strcmp(argv[i], "--flat")) {
-            flat = true;
+            a->flat = true;
         } else if (!strcmp(argv[i], "--optimizer")) {
-            if (!v) return cli_usage_error(cmd, "--optimizer needs a name");
-            name = v;
+            if (!v) return cli_usage_error(CMD, "--optimizer needs a name");
+            a->name = v;
             i++;
         } else if (!strcmp(argv[i], "--params")) {
-            if (!v || !cli_parse_size(v, &n) || n < 1 || n > (int64_t)1 << 32)
-                return cli_usage_error(cmd, "--params needs a count from 1 to 4G (K/M suffix)");
+            if (!v || !cli_parse_size(v, &a->n) || a->n < 1 || a->n > (int64_t)1 << 32)
+                return cli_usage_error(CMD, "--params needs a count from 1 to 4G (K/M suffix)");
             i++;
         } else if (!strcmp(argv[i], "--tensors")) {
-            if (!v || !cli_parse_i64(v, 1, 4096, &k))
-                return cli_usage_error(cmd, "--tensors needs a number from 1 to 4096");
+            if (!v || !cli_parse_i64(v, 1, 4096, &a->k))
+                return cli_usage_error(CMD, "--tensors needs a number from 1 to 4096");
             i++;
         } else if (!strcmp(argv[i], "--threads")) {
-            if (!v || !cli_parse_i64(v, 1, 1024, &threads))
-                return cli_usage_error(cmd, "--threads needs a number from 1 to 1024");
+            if (!v || !cli_parse_i64(v, 1, 1024, &a->threads))
+                return cli_usage_error(CMD, "--threads needs a number from 1 to 1024");
             i++;
         } else if (!strcmp(argv[i], "--reps")) {
-            if (!v || !cli_parse_i64(v, 1, 1000, &reps))
-                return cli_usage_error(cmd, "--reps needs a number from 1 to 1000");
+            if (!v || !cli_parse_i64(v, 1, 1000, &a->reps))
+                return cli_usage_error(CMD, "--reps needs a number from 1 to 1000");
             i++;
         } else {
-            return cli_usage_error(cmd, "unknown argument '%s'", argv[i]);
+            return cli_usage_error(CMD, "unknown argument '%s'", argv[i]);
         }
     }
-    if (k > n) return cli_usage_error(cmd, "more tensors (%lld) than parameters", (long long)k);
-    int rc = CLI_FAIL;
-    ot_optimizer *o = NULL;
-    ot_tpu_optimizer *t = NULL, *tf = NULL; /* tf: flat mode (--flat) */
-    ot_device *d = NULL;
-    ot_threadpool *pool = NULL;
-    int64_t *sz = calloc((size_t)k, sizeof *sz);
-    ot_shape *shapes = calloc((size_t)k, sizeof *shapes);
-    ot_buffer **pb = calloc((size_t)k, sizeof *pb), **gb = calloc((size_t)k, sizeof *gb);
-    float **hp = calloc((size_t)k, sizeof *hp), **hg = calloc((size_t)k, sizeof *hg);
-    float **hm = calloc((size_t)k, sizeof *hm), **hv = calloc((size_t)k, sizeof *hv);
-    double *tt = calloc((size_t)reps, sizeof *tt), *tl = calloc((size_t)reps, sizeof *tl);
-    double *tfl = calloc((size_t)reps, sizeof *tfl);
-    if (!sz || !shapes || !pb || !gb || !hp || !hg || !hm || !hv || !tt || !tl || !tfl) {
-        fprintf(stderr, "optitpu %s: out of memory\n", cmd);
-        goto done;
+    if (a->k > a->n)
+        return cli_usage_error(CMD, "more tensors (%lld) than parameters", (long long)a->k);
+    return CLI_OK;
+}
+
+/* The per-tensor and per-rep arrays, the optimizer and the memory admission: before anything
+ * big is allocated. */
+static int bench_prepare(bench *b) {
+    size_t k = (size_t)b->a.k, reps = (size_t)b->a.reps;
+    b->sz = calloc(k, sizeof *b->sz);
+    b->shapes = calloc(k, sizeof *b->shapes);
+    b->pb = calloc(k, sizeof *b->pb), b->gb = calloc(k, sizeof *b->gb);
+    b->hp = calloc(k, sizeof *b->hp), b->hg = calloc(k, sizeof *b->hg);
+    b->hm = calloc(k, sizeof *b->hm), b->hv = calloc(k, sizeof *b->hv);
+    b->tt = calloc(reps, sizeof *b->tt), b->tl = calloc(reps, sizeof *b->tl);
+    b->tfl = calloc(reps, sizeof *b->tfl);
+    if (!b->sz || !b->shapes || !b->pb || !b->gb || !b->hp || !b->hg || !b->hm || !b->hv ||
+        !b->tt || !b->tl || !b->tfl) {
+        fprintf(stderr, "optitpu %s: out of memory\n", CMD);
+        return CLI_FAIL;
     }
-    if (ot_optimizer_new(name, &o) != OT_OK) {
-        rc = cli_fail(cmd);
-        goto done;
-    }
-    {
-        /* memory admission (runtime.h), before anything big: the device's parameters, gradients
-         * and state (twice with --flat), the staging tensor of one upload, the loop's 4 arrays */
-        int64_t e = n * (int64_t)sizeof(float), ns = ot_optimizer_state_count(o);
-        ot_mem_item need[] = {
-            {"parameters and gradients", (flat ? 4 : 2) * e, true},
-            {"optimizer state", (flat ? 2 : 1) * ns * e, true},
-            {"upload staging", (n + k - 1) / k * (int64_t)sizeof(float), false},
-            {"baseline loop arrays", 4 * e, false},
-        };
-        if (ot_mem_admit(cmd, need, 4, 1, 0, NULL) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto done;
-        }
-    }
-    /* the one pool both sides run on */
-    if (ot_threadpool_create(threads ? (int)threads : ot_threadpool_size(ot_threadpool_default()),
-                             &pool) != OT_OK) {
-        rc = cli_fail(cmd);
-        goto done;
-    }
-    int nthreads = ot_threadpool_size(pool);
-    ot_run_options ro = ot_run_options_default();
-    ro.pool = pool;
-    split_sizes(n, (int)k, sz);
-    for (int64_t i = 0; i < k; i++) ot_shape_make(&shapes[i], OT_F32, 1, &sz[i]);
-    ot_bench_limits lim = {0};
-    if (limits) {
+    if (ot_optimizer_new(b->a.name, &b->o) != OT_OK) return cli_fail(CMD);
+    /* memory admission (runtime.h), before anything big: the device's parameters, gradients
+     * and state (twice with --flat), the staging tensor of one upload, the loop's 4 arrays */
+    int64_t n = b->a.n, e = n * (int64_t)sizeof(float), ns = ot_optimizer_state_count(b->o);
+    ot_mem_item need[] = {
+        {"parameters and gradients", (b->a.flat ? 4 : 2) * e, true},
+        {"optimizer state", (b->a.flat ? 2 : 1) * ns * e, true},
+        {"upload staging", (n + b->a.k - 1) / b->a.k * (int64_t)sizeof(float), false},
+        {"baseline loop arrays", 4 * e, false},
+    };
+    if (ot_mem_admit(CMD, need, 4, 1, 0, NULL) != OT_OK) return cli_fail(CMD);
+    return CLI_OK;
+}
+
+/* The one pool both sides run on, the tensor sizes, STREAM on the pool's threads, and the
+ * compiled optimizer(s) on one host device. */
+static int bench_setup(bench *b) {
+    int64_t k = b->a.k;
+    if (ot_threadpool_create(b->a.threads ? (int)b->a.threads
+                                          : ot_threadpool_size(ot_threadpool_default()),
+                             &b->pool) != OT_OK)
+        return cli_fail(CMD);
+    b->nthreads = ot_threadpool_size(b->pool);
+    b->ro = ot_run_options_default();
+    b->ro.pool = b->pool;
+    split_sizes(b->a.n, (int)k, b->sz);
+    for (int64_t i = 0; i < k; i++) ot_shape_make(&b->shapes[i], OT_F32, 1, &b->sz[i]);
+    if (b->a.limits) {
         ot_bench_limits_options lo = ot_bench_limits_options_default();
         lo.what = OT_BENCH_LIMIT_STREAM;
-        lo.threads = nthreads; /* the threads the device optimizer and the loop run on */
-        if (ot_bench_limits_measure(&lo, &lim) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto done;
-        }
+        lo.threads = b->nthreads; /* the threads the device optimizer and the loop run on */
+        if (ot_bench_limits_measure(&lo, &b->lim) != OT_OK) return cli_fail(CMD);
     }
     uint64_t c0 = ot_now_ns();
     ot_compile_options co = ot_compile_options_default();
-    co.fusion = fusion;
+    co.fusion = b->a.fusion;
     ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
     to.compile = &co;
-    if (ot_tpu_optimizer_create(o, shapes, (int)k, &to, &t) != OT_OK ||
-        ot_host_device_create(0, 0, &d) != OT_OK || ot_tpu_optimizer_add_replica(t, d) != OT_OK) {
-        rc = cli_fail(cmd);
-        goto done;
-    }
-    double compile_s = (double)(ot_now_ns() - c0) / 1e9;
-    if (flat) {
+    if (ot_tpu_optimizer_create(b->o, b->shapes, (int)k, &to, &b->t) != OT_OK ||
+        ot_host_device_create(0, 0, &b->d) != OT_OK ||
+        ot_tpu_optimizer_add_replica(b->t, b->d) != OT_OK)
+        return cli_fail(CMD);
+    b->compile_s = (double)(ot_now_ns() - c0) / 1e9;
+    if (b->a.flat) {
         to.flat = true;
-        if (ot_tpu_optimizer_create(o, shapes, (int)k, &to, &tf) != OT_OK ||
-            ot_tpu_optimizer_add_replica(tf, d) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto done;
-        }
+        if (ot_tpu_optimizer_create(b->o, b->shapes, (int)k, &to, &b->tf) != OT_OK ||
+            ot_tpu_optimizer_add_replica(b->tf, b->d) != OT_OK)
+            return cli_fail(CMD);
     }
-    /* parameters and gradients: the same values on the device and for the loop */
-    for (int64_t i = 0; i < k; i++) {
+    return CLI_OK;
+}
+
+/* Parameters and gradients: the same values on the device and for the loop. */
+static int bench_fill(bench *b) {
+    for (int64_t i = 0; i < b->a.k; i++) {
+        int64_t n = b->sz[i];
+        size_t nb = (size_t)n * sizeof(float);
         ot_tensor h;
-        if (ot_tensor_alloc(&h, &shapes[i]) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto done;
-        }
+        if (ot_tensor_alloc(&h, &b->shapes[i]) != OT_OK) return cli_fail(CMD);
         float *x = h.data;
-        for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)sin(0.001 * (double)(e + 7 * i));
-        ot_status s = ot_buffer_from_host(d, &h, &pb[i]);
-        if (s == OT_OK && tf) s = ot_tpu_optimizer_write_param(tf, d, (int)i, &h);
-        hp[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
-        if (hp[i]) memcpy(hp[i], x, (size_t)sz[i] * sizeof(float));
-        for (int64_t e = 0; e < sz[i]; e++) x[e] = (float)(0.01 * cos(0.003 * (double)(e + i)));
-        if (s == OT_OK) s = ot_buffer_from_host(d, &h, &gb[i]);
-        if (s == OT_OK && tf) s = ot_tpu_optimizer_write_grad(tf, d, (int)i, &h);
-        hg[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
-        if (hg[i]) memcpy(hg[i], x, (size_t)sz[i] * sizeof(float));
+        for (int64_t e = 0; e < n; e++) x[e] = (float)sin(0.001 * (double)(e + 7 * i));
+        ot_status s = ot_buffer_from_host(b->d, &h, &b->pb[i]);
+        if (s == OT_OK && b->tf) s = ot_tpu_optimizer_write_param(b->tf, b->d, (int)i, &h);
+        b->hp[i] = ot_stream_alloc(nb);
+        if (b->hp[i]) memcpy(b->hp[i], x, nb);
+        for (int64_t e = 0; e < n; e++) x[e] = (float)(0.01 * cos(0.003 * (double)(e + i)));
+        if (s == OT_OK) s = ot_buffer_from_host(b->d, &h, &b->gb[i]);
+        if (s == OT_OK && b->tf) s = ot_tpu_optimizer_write_grad(b->tf, b->d, (int)i, &h);
+        b->hg[i] = ot_stream_alloc(nb);
+        if (b->hg[i]) memcpy(b->hg[i], x, nb);
         /* the loop's arrays are huge-page backed like the device's buffers (memory pool) */
-        hm[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
-        hv[i] = ot_stream_alloc((size_t)sz[i] * sizeof(float));
-        if (hm[i]) memset(hm[i], 0, (size_t)sz[i] * sizeof(float));
-        if (hv[i]) memset(hv[i], 0, (size_t)sz[i] * sizeof(float));
+        b->hm[i] = ot_stream_alloc(nb);
+        b->hv[i] = ot_stream_alloc(nb);
+        if (b->hm[i]) memset(b->hm[i], 0, nb);
+        if (b->hv[i]) memset(b->hv[i], 0, nb);
         ot_tensor_release(&h);
-        if (s != OT_OK || !hp[i] || !hg[i] || !hm[i] || !hv[i]) {
-            rc = s != OT_OK ? cli_fail(cmd) : CLI_FAIL;
-            goto done;
-        }
+        if (s != OT_OK || !b->hp[i] || !b->hg[i] || !b->hm[i] || !b->hv[i])
+            return s != OT_OK ? cli_fail(CMD) : CLI_FAIL;
     }
-    const char *nm = ot_optimizer_name(o);
-    bool adam = !strcmp(nm, "adam") || !strcmp(nm, "adamw");
-    double b1 = ot_optimizer_hparam(o, "beta1"), b2 = ot_optimizer_hparam(o, "beta2");
-    loop_ctx lc = {.k = (int)k,
-                   .p = hp,
-                   .g = hg,
-                   .m = hm,
-                   .v = hv,
-                   .sz = sz,
-                   .b1 = b1,
-                   .b2 = b2,
-                   .eps = ot_optimizer_hparam(o, "eps"),
-                   .wd = ot_optimizer_hparam(o, "weight_decay"),
-                   .decoupled = !strcmp(nm, "adamw")};
-    adam = adam && ot_optimizer_hparam(o, "amsgrad") == 0.0;
-    double lr = 1e-3;
-    /* warm-up step 1, then reps timed steps */
-    if (ot_tpu_optimizer_step(t, d, pb, gb, 1, lr, &ro) != OT_OK ||
-        (tf && ot_tpu_optimizer_step_flat(tf, d, 1, lr, &ro) != OT_OK)) {
-        rc = cli_fail(cmd);
-        goto done;
-    }
-    if (adam) run_loop(pool, &lc, 1, lr);
-    double cpu_step = 0, wall_step = 0, cpu_loop = 0, wall_loop = 0;
-    for (int64_t r = 0; r < reps; r++) {
-        /* with --flat the two modes take turns going first (neither always finds the caches
-         * the other left) */
-        uint64_t t0;
-        for (int turn = 0; turn < 2; turn++) {
-            if ((turn == 0) == (tf && (r & 1))) {
-                if (!tf) continue;
-                t0 = ot_now_ns();
-                if (ot_tpu_optimizer_step_flat(tf, d, 2 + r, lr, &ro) != OT_OK) {
-                    rc = cli_fail(cmd);
-                    goto done;
-                }
-                tfl[r] = (double)(ot_now_ns() - t0) / 1e9;
-            } else {
-                double c0s = cpu_seconds();
-                t0 = ot_now_ns();
-                if (ot_tpu_optimizer_step(t, d, pb, gb, 2 + r, lr, &ro) != OT_OK) {
-                    rc = cli_fail(cmd);
-                    goto done;
-                }
-                tt[r] = (double)(ot_now_ns() - t0) / 1e9;
-                cpu_step += cpu_seconds() - c0s;
-                wall_step += tt[r];
-            }
-        }
-        if (adam) {
+    return CLI_OK;
+}
+
+/* The loop's hyperparameters from the optimizer's; adam false where no loop is written for it. */
+static void bench_loop_setup(bench *b) {
+    ot_optimizer *o = b->o;
+    b->nm = ot_optimizer_name(o);
+    b->adam = !strcmp(b->nm, "adam") || !strcmp(b->nm, "adamw");
+    b->lc = (loop_ctx){.k = (int)b->a.k,
+                       .p = b->hp,
+                       .g = b->hg,
+                       .m = b->hm,
+                       .v = b->hv,
+                       .sz = b->sz,
+                       .b1 = ot_optimizer_hparam(o, "beta1"),
+                       .b2 = ot_optimizer_hparam(o, "beta2"),
+                       .eps = ot_optimizer_hparam(o, "eps"),
+                       .wd = ot_optimizer_hparam(o, "weight_decay"),
+                       .decoupled = !strcmp(b->nm, "adamw")};
+    b->adam = b->adam && ot_optimizer_hparam(o, "amsgrad") == 0.0;
+    b->lr = 1e-3;
+}
+
+/* Timed step r (step number 2 + r): the per-tensor step and, with --flat, the flat step, then
+ * the loop. */
+static int bench_rep(bench *b, int64_t r) {
+    double lr = b->lr;
+    /* with --flat the two modes take turns going first (neither always finds the caches the
+     * other left) */
+    uint64_t t0;
+    for (int turn = 0; turn < 2; turn++) {
+        if ((turn == 0) == (b->tf && (r & 1))) {
+            if (!b->tf) continue;
+            t0 = ot_now_ns();
+            if (ot_tpu_optimizer_step_flat(b->tf, b->d, 2 + r, lr, &b->ro) != OT_OK)
+                return cli_fail(CMD);
+            b->tfl[r] = (double)(ot_now_ns() - t0) / 1e9;
+        } else {
             double c0s = cpu_seconds();
             t0 = ot_now_ns();
-            run_loop(pool, &lc, 2 + r, lr);
-            tl[r] = (double)(ot_now_ns() - t0) / 1e9;
-            cpu_loop += cpu_seconds() - c0s;
-            wall_loop += tl[r];
+            if (ot_tpu_optimizer_step(b->t, b->d, b->pb, b->gb, 2 + r, lr, &b->ro) != OT_OK)
+                return cli_fail(CMD);
+            b->tt[r] = (double)(ot_now_ns() - t0) / 1e9;
+            b->cpu_step += cpu_seconds() - c0s;
+            b->wall_step += b->tt[r];
         }
     }
-    /* the two computed the same update: elements that differ, largest difference */
-    double maxdiff = 0;
-    int64_t ndiff = 0;
-    for (int64_t i = 0; adam && i < k; i++) {
+    if (b->adam) {
+        double c0s = cpu_seconds();
+        t0 = ot_now_ns();
+        run_loop(b->pool, &b->lc, 2 + r, lr);
+        b->tl[r] = (double)(ot_now_ns() - t0) / 1e9;
+        b->cpu_loop += cpu_seconds() - c0s;
+        b->wall_loop += b->tl[r];
+    }
+    return CLI_OK;
+}
+
+/* Warm-up step 1, then reps timed steps. */
+static int bench_time(bench *b) {
+    if (ot_tpu_optimizer_step(b->t, b->d, b->pb, b->gb, 1, b->lr, &b->ro) != OT_OK ||
+        (b->tf && ot_tpu_optimizer_step_flat(b->tf, b->d, 1, b->lr, &b->ro) != OT_OK))
+        return cli_fail(CMD);
+    if (b->adam) run_loop(b->pool, &b->lc, 1, b->lr);
+    for (int64_t r = 0; r < b->a.reps; r++) {
+        int rc = bench_rep(b, r);
+        if (rc != CLI_OK) return rc;
+    }
+    return CLI_OK;
+}
+
+/* The loop and the step computed the same update: elements that differ, largest difference;
+ * flat mode computed exactly what the per-tensor mode did: elements that differ. */
+static int bench_compare(bench *b) {
+    for (int64_t i = 0; b->adam && i < b->a.k; i++) {
         ot_tensor h;
-        if (ot_buffer_to_host(pb[i], &h) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto done;
-        }
-        for (int64_t e = 0; e < sz[i]; e++) {
-            double dd = fabs((double)((float *)h.data)[e] - hp[i][e]);
-            maxdiff = fmax(maxdiff, dd);
-            ndiff += ((float *)h.data)[e] != hp[i][e];
+        if (ot_buffer_to_host(b->pb[i], &h) != OT_OK) return cli_fail(CMD);
+        const float *x = h.data;
+        for (int64_t e = 0; e < b->sz[i]; e++) {
+            double dd = fabs((double)x[e] - b->hp[i][e]);
+            b->maxdiff = fmax(b->maxdiff, dd);
+            b->ndiff += x[e] != b->hp[i][e];
         }
         ot_tensor_release(&h);
     }
-    /* flat mode computed exactly what the per-tensor mode did: elements that differ */
-    int64_t nflatdiff = 0;
-    for (int64_t i = 0; tf && i < k; i++) {
-        ot_tensor a, b;
-        if (ot_buffer_to_host(pb[i], &a) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto done;
+    for (int64_t i = 0; b->tf && i < b->a.k; i++) {
+        ot_tensor x, y;
+        if (ot_buffer_to_host(b->pb[i], &x) != OT_OK) return cli_fail(CMD);
+        if (ot_tpu_optimizer_read_param(b->tf, b->d, (int)i, &y) != OT_OK) {
+            ot_tensor_release(&x);
+            return cli_fail(CMD);
         }
-        if (ot_tpu_optimizer_read_param(tf, d, (int)i, &b) != OT_OK) {
-            ot_tensor_release(&a);
-            rc = cli_fail(cmd);
-            goto done;
-        }
-        for (int64_t e = 0; e < sz[i]; e++)
-            nflatdiff += memcmp((float *)a.data + e, (float *)b.data + e, sizeof(float)) != 0;
-        ot_tensor_release(&a);
-        ot_tensor_release(&b);
+        for (int64_t e = 0; e < b->sz[i]; e++)
+            b->nflatdiff += memcmp((float *)x.data + e, (float *)y.data + e, sizeof(float)) != 0;
+        ot_tensor_release(&x);
+        ot_tensor_release(&y);
     }
     /* what one update reads and writes, from the wrapper's own profile (28 B per parameter for
      * Adam: p read+written, g read, m and v read+written) */
-    ot_tpu_profile prof;
-    if (ot_tpu_optimizer_profile(t, &prof) != OT_OK) {
-        rc = cli_fail(cmd);
-        goto done;
+    if (ot_tpu_optimizer_profile(b->t, &b->prof) != OT_OK) return cli_fail(CMD);
+    return CLI_OK;
+}
+
+/* Prints one row; a NULL baseline prints none. */
+static void put_row(const bench *b, const char *config, const char *metric, double value,
+                    const char *base, double base_value, double ratio) {
+    ot_bench_row r = {"optim", config, metric, value, base, base_value, ratio};
+    ot_bench_print(&r, b->a.json);
+}
+
+/* The step beside the loop (adam, adamw), or the step alone. */
+static void report_step(const bench *b, const char *cs, const char *thr, double step_s) {
+    char c1[192], base[96];
+    snprintf(c1, sizeof c1, "%s step, %s", cs, thr);
+    double busy_step = b->wall_step > 0 ? b->cpu_step / b->wall_step : 0;
+    if (!b->adam) {
+        put_row(b, c1, "ms/step", step_s * 1e3, NULL, 0, 0);
+        snprintf(c1, sizeof c1, "%s step CPUs busy (CPU time / wall time)", cs);
+        put_row(b, c1, "CPUs", busy_step, NULL, 0, 0);
+        return;
     }
-    double bytes = (double)prof.bytes_per_step;
-    double step_s = ot_bench_median(tt, (size_t)reps);
+    double loop_s = ot_bench_median(b->tl, (size_t)b->a.reps);
+    snprintf(base, sizeof base, "fused C loop, %s", thr);
+    put_row(b, c1, "ms/step", step_s * 1e3, base, loop_s * 1e3, loop_s / step_s);
+    /* measured: CPUs busy while each side ran (process CPU time / wall time over the timed
+     * steps; idle pool workers spin briefly before they block, on both sides alike) */
+    snprintf(c1, sizeof c1, "%s step CPUs busy (CPU time / wall time)", cs);
+    snprintf(base, sizeof base, "fused C loop CPUs busy, %s", thr);
+    put_row(b, c1, "CPUs", busy_step, base, b->wall_loop > 0 ? b->cpu_loop / b->wall_loop : 0,
+            NAN); /* neither side is "better": no ratio */
+    snprintf(c1, sizeof c1, "%s parameters != loop's", cs);
+    put_row(b, c1, "elements", (double)b->ndiff, NULL, 0, 0);
+    snprintf(c1, sizeof c1, "%s max |p - loop p|", cs);
+    put_row(b, c1, "abs", b->maxdiff, NULL, 0, 0);
+}
+
+/* --flat: module build + compile from the profiles, the step, kernel counts, differences. */
+static int report_flat(const bench *b, const char *cs, const char *thr, double step_s) {
+    ot_tpu_profile fprof;
+    if (ot_tpu_optimizer_profile(b->tf, &fprof) != OT_OK) return cli_fail(CMD);
+    char c1[192], base[96];
+    double flat_s = ot_bench_median(b->tfl, (size_t)b->a.reps);
+    snprintf(c1, sizeof c1, "%s flat module compile", cs);
+    put_row(b, c1, "s", fprof.compile_seconds, "per-tensor module compile", b->prof.compile_seconds,
+            b->prof.compile_seconds / fprof.compile_seconds);
+    snprintf(c1, sizeof c1, "%s flat step, %s", cs, thr);
+    snprintf(base, sizeof base, "per-tensor step, %s", thr);
+    put_row(b, c1, "ms/step", flat_s * 1e3, base, step_s * 1e3, step_s / flat_s);
+    snprintf(c1, sizeof c1, "%s flat kernels", cs);
+    put_row(b, c1, "count", (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(b->tf)),
+            "per-tensor kernels",
+            (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(b->t)), NAN);
+    snprintf(c1, sizeof c1, "%s flat parameters != per-tensor's", cs);
+    put_row(b, c1, "elements", (double)b->nflatdiff, NULL, 0, 0);
+    return CLI_OK;
+}
+
+static int bench_report(const bench *b) {
+    int64_t n = b->a.n, k = b->a.k;
+    int nthreads = b->nthreads;
+    double bytes = (double)b->prof.bytes_per_step;
+    double step_s = ot_bench_median(b->tt, (size_t)b->a.reps);
     char cs[96];
-    snprintf(cs, sizeof cs, "%s f32 %lldM x%lld", nm, (long long)(n >> 20), (long long)k);
-    if (n < (1 << 20)) snprintf(cs, sizeof cs, "%s f32 %lld x%lld", nm, (long long)n, (long long)k);
-    ot_bench_print_header(json);
+    snprintf(cs, sizeof cs, "%s f32 %lldM x%lld", b->nm, (long long)(n >> 20), (long long)k);
+    if (n < (1 << 20))
+        snprintf(cs, sizeof cs, "%s f32 %lld x%lld", b->nm, (long long)n, (long long)k);
+    ot_bench_print_header(b->a.json);
     char c1[192];
     snprintf(c1, sizeof c1, "%s compile (once)", cs);
-    ot_bench_row rc0 = {"optim", c1, "s", compile_s, NULL, 0, 0};
-    ot_bench_print(&rc0, json);
+    put_row(b, c1, "s", b->compile_s, NULL, 0, 0);
     char thr[32], base[96];
     snprintf(thr, sizeof thr, "%d thread%s", nthreads, nthreads == 1 ? "" : "s");
-    snprintf(c1, sizeof c1, "%s step, %s", cs, thr);
-    if (adam) {
-        double loop_s = ot_bench_median(tl, (size_t)reps);
-        snprintf(base, sizeof base, "fused C loop, %s", thr);
-        ot_bench_row r = {"optim", c1,           "ms/step",      step_s * 1e3,
-                          base,    loop_s * 1e3, loop_s / step_s};
-        ot_bench_print(&r, json);
-        /* measured: CPUs busy while each side ran (process CPU time / wall time over the timed
-         * steps; idle pool workers spin briefly before they block, on both sides alike) */
-        snprintf(c1, sizeof c1, "%s step CPUs busy (CPU time / wall time)", cs);
-        snprintf(base, sizeof base, "fused C loop CPUs busy, %s", thr);
-        ot_bench_row rcpu = {"optim", c1,
-                             "CPUs",  wall_step > 0 ? cpu_step / wall_step : 0,
-                             base,    wall_loop > 0 ? cpu_loop / wall_loop : 0,
-                             NAN}; /* neither side is "better": no ratio */
-        ot_bench_print(&rcpu, json);
-        snprintf(c1, sizeof c1, "%s parameters != loop's", cs);
-        ot_bench_row rd = {"optim", c1, "elements", (double)ndiff, NULL, 0, 0};
-        ot_bench_print(&rd, json);
-        snprintf(c1, sizeof c1, "%s max |p - loop p|", cs);
-        ot_bench_row rm = {"optim", c1, "abs", maxdiff, NULL, 0, 0};
-        ot_bench_print(&rm, json);
-    } else {
-        ot_bench_row r = {"optim", c1, "ms/step", step_s * 1e3, NULL, 0, 0};
-        ot_bench_print(&r, json);
-        snprintf(c1, sizeof c1, "%s step CPUs busy (CPU time / wall time)", cs);
-        ot_bench_row rcpu = {"optim", c1, "CPUs", wall_step > 0 ? cpu_step / wall_step : 0,
-                             NULL,    0,  0};
-        ot_bench_print(&rcpu, json);
-    }
-    ot_tpu_profile fprof;
-    if (tf && ot_tpu_optimizer_profile(tf, &fprof) != OT_OK) {
-        rc = cli_fail(cmd);
-        goto done;
-    }
-    if (tf) { /* module build + compile, from the profiles */
-        double flat_s = ot_bench_median(tfl, (size_t)reps);
-        snprintf(c1, sizeof c1, "%s flat module compile", cs);
-        ot_bench_row f0 = {"optim",
-                           c1,
-                           "s",
-                           fprof.compile_seconds,
-                           "per-tensor module compile",
-                           prof.compile_seconds,
-                           prof.compile_seconds / fprof.compile_seconds};
-        ot_bench_print(&f0, json);
-        snprintf(c1, sizeof c1, "%s flat step, %s", cs, thr);
-        snprintf(base, sizeof base, "per-tensor step, %s", thr);
-        ot_bench_row f1 = {"optim", c1,           "ms/step",      flat_s * 1e3,
-                           base,    step_s * 1e3, step_s / flat_s};
-        ot_bench_print(&f1, json);
-        snprintf(c1, sizeof c1, "%s flat kernels", cs);
-        ot_bench_row f2 = {"optim",
-                           c1,
-                           "count",
-                           (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(tf)),
-                           "per-tensor kernels",
-                           (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(t)),
-                           NAN};
-        ot_bench_print(&f2, json);
-        snprintf(c1, sizeof c1, "%s flat parameters != per-tensor's", cs);
-        ot_bench_row f3 = {"optim", c1, "elements", (double)nflatdiff, NULL, 0, 0};
-        ot_bench_print(&f3, json);
+    report_step(b, cs, thr, step_s);
+    if (b->tf) {
+        int rc = report_flat(b, cs, thr, step_s);
+        if (rc != CLI_OK) return rc;
     }
     snprintf(c1, sizeof c1, "%s, %s", cs, thr);
     double gbs = bytes / step_s / 1e9;
-    snprintf(base, sizeof base, "STREAM triad, %d thread%s", lim.threads,
-             lim.threads == 1 ? "" : "s");
-    ot_bench_row rg = {"optim",
-                       c1,
-                       "GB/s",
-                       gbs,
-                       limits ? base : NULL,
-                       lim.triad_gbs,
-                       limits && lim.triad_gbs > 0 ? gbs / lim.triad_gbs : 0};
-    ot_bench_print(&rg, json);
+    const ot_bench_limits *lim = &b->lim;
+    snprintf(base, sizeof base, "STREAM triad, %d thread%s", lim->threads,
+             lim->threads == 1 ? "" : "s");
+    bool limits = b->a.limits;
+    put_row(b, c1, "GB/s", gbs, limits ? base : NULL, lim->triad_gbs,
+            limits && lim->triad_gbs > 0 ? gbs / lim->triad_gbs : 0);
     snprintf(c1, sizeof c1, "%s bytes per step (profile)", cs);
-    ot_bench_row rb = {"optim", c1, "B", bytes, NULL, 0, 0};
-    ot_bench_print(&rb, json);
-    snprintf(c1, sizeof c1, "%s profile: mean of %lld steps", cs, (long long)prof.steps);
-    ot_bench_row rp = {"optim", c1, "ms/step", 1e3 * prof.total_step_seconds / (double)prof.steps,
-                       NULL,    0,  0};
-    ot_bench_print(&rp, json);
-    snprintf(c1, sizeof c1, "%s compiles after %lld steps", cs, (long long)reps + 1);
-    ot_bench_row rn = {"optim", c1, "count", (double)ot_tpu_optimizer_compile_count(t), NULL, 0, 0};
-    ot_bench_print(&rn, json);
-    rc = CLI_OK;
-done:
-    for (int64_t i = 0; i < k; i++) {
-        if (pb) ot_buffer_free(pb[i]);
-        if (gb) ot_buffer_free(gb[i]);
-        if (hp) ot_aligned_free(hp[i]);
-        if (hg) ot_aligned_free(hg[i]);
-        if (hm) ot_aligned_free(hm[i]);
-        if (hv) ot_aligned_free(hv[i]);
+    put_row(b, c1, "B", bytes, NULL, 0, 0);
+    snprintf(c1, sizeof c1, "%s profile: mean of %lld steps", cs, (long long)b->prof.steps);
+    put_row(b, c1, "ms/step", 1e3 * b->prof.total_step_seconds / (double)b->prof.steps, NULL, 0, 0);
+    snprintf(c1, sizeof c1, "%s compiles after %lld steps", cs, (long long)b->a.reps + 1);
+    put_row(b, c1, "count", (double)ot_tpu_optimizer_compile_count(b->t), NULL, 0, 0);
+    return CLI_OK;
+}
+
+static void bench_free(bench *b) {
+    for (int64_t i = 0; i < b->a.k; i++) {
+        if (b->pb) ot_buffer_free(b->pb[i]);
+        if (b->gb) ot_buffer_free(b->gb[i]);
+        if (b->hp) ot_aligned_free(b->hp[i]);
+        if (b->hg) ot_aligned_free(b->hg[i]);
+        if (b->hm) ot_aligned_free(b->hm[i]);
+        if (b->hv) ot_aligned_free(b->hv[i]);
     }
-    ot_tpu_optimizer_free(t);
-    ot_tpu_optimizer_free(tf);
-    ot_device_free(d);
-    ot_threadpool_free(pool);
-    ot_optimizer_free(o);
-    free(sz);
-    free(shapes);
-    free(pb);
-    free(gb);
-    free(hp);
-    free(hg);
-    free(hm);
-    free(hv);
-    free(tt);
-    free(tl);
-    free(tfl);
+    ot_tpu_optimizer_free(b->t);
+    ot_tpu_optimizer_free(b->tf);
+    ot_device_free(b->d);
+    ot_threadpool_free(b->pool);
+    ot_optimizer_free(b->o);
+    free(b->sz);
+    free(b->shapes);
+    free(b->pb);
+    free(b->gb);
+    free(b->hp);
+    free(b->hg);
+    free(b->hm);
+    free(b->hv);
+    free(b->tt);
+    free(b->tl);
+    free(b->tfl);
+}
+
+static int run_optim_bench(int argc, char **argv) {
+    bench b = {0};
+    int rc = parse_args(argc, argv, &b.a);
+    if (rc != CLI_OK) return rc;
+    rc = bench_prepare(&b);
+    if (rc == CLI_OK) rc = bench_setup(&b);
+    if (rc == CLI_OK) rc = bench_fill(&b);
+    if (rc == CLI_OK) {
+        bench_loop_setup(&b);
+        rc = bench_time(&b);
+    }
+    if (rc == CLI_OK) rc = bench_compare(&b);
+    if (rc == CLI_OK) rc = bench_report(&b);
+    bench_free(&b);
     return rc;
 }
 
