@@ -193,12 +193,41 @@ static ot_status parse_module(const char *file, int64_t index, ot_module **out) 
     return s;
 }
 
-static int run(int argc, char **argv) {
-    const char *file = NULL, *fill = NULL, *outdir = ".", *trace = NULL, *hbm = NULL;
+typedef struct run_args {
+    const char *file, *fill, *outdir, *trace, *hbm;
     input_arg inputs[MAX_INPUTS];
-    int ninputs = 0;
-    int64_t devices = 0, repeat = 1, level = 2, devmem = 0, modix = -1;
-    bool json = false, summary = false, limits = false;
+    int ninputs;
+    int64_t devices, repeat, level, devmem, modix;
+    bool json, summary, limits;
+    uint64_t seed;      /* --fill random:SEED */
+    bool zeros, random; /* --fill zeros, --fill random:SEED */
+} run_args;
+
+/* --fill MODE into a's zeros, random and seed; CLI_OK or the usage error's code. */
+static int parse_fill(run_args *a) {
+    const char *fill = a->fill;
+    if (!fill) return CLI_OK;
+    if (!strcmp(fill, "zeros")) {
+        a->zeros = true;
+    } else if (!strncmp(fill, "random:", 7)) {
+        int64_t sv;
+        if (!cli_parse_i64(fill + 7, 0, INT64_MAX, &sv))
+            return cli_usage_error("run", "--fill random:SEED needs a non-negative seed");
+        a->seed = (uint64_t)sv;
+        a->random = true;
+    } else {
+        return cli_usage_error("run", "--fill takes random:SEED or zeros, not '%s'", fill);
+    }
+    return CLI_OK;
+}
+
+/* Returns CLI_OK, or the usage error's code. */
+static int parse_args(int argc, char **argv, run_args *ra) {
+    memset(ra, 0, sizeof *ra);
+    ra->outdir = ".";
+    ra->repeat = 1;
+    ra->level = 2;
+    ra->modix = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -206,350 +235,395 @@ static int run(int argc, char **argv) {
             const char *v = argv[++i], *eq = strchr(v, '=');
             if (!eq || eq == v || !eq[1])
                 return cli_usage_error("run", "--input needs NAME=FILE.npy, got '%s'", v);
-            if (ninputs == MAX_INPUTS) return cli_usage_error("run", "too many --input");
+            if (ra->ninputs == MAX_INPUTS) return cli_usage_error("run", "too many --input");
             static char names[MAX_INPUTS][256];
-            snprintf(names[ninputs], sizeof names[ninputs], "%.*s", (int)(eq - v), v);
-            inputs[ninputs] = (input_arg){names[ninputs], eq + 1, false};
-            ninputs++;
+            snprintf(names[ra->ninputs], sizeof names[ra->ninputs], "%.*s", (int)(eq - v), v);
+            ra->inputs[ra->ninputs] = (input_arg){names[ra->ninputs], eq + 1, false};
+            ra->ninputs++;
         } else if (!strcmp(a, "--fill") && more) {
-            fill = argv[++i];
+            ra->fill = argv[++i];
         } else if (!strcmp(a, "--output-dir") && more) {
-            outdir = argv[++i];
+            ra->outdir = argv[++i];
         } else if (!strcmp(a, "--devices") && more) {
-            if (!cli_parse_i64(argv[++i], 1, 4096, &devices))
+            if (!cli_parse_i64(argv[++i], 1, 4096, &ra->devices))
                 return cli_usage_error("run", "--devices needs a count in 1..4096");
         } else if (!strcmp(a, "--device-memory") && more) {
-            if (!cli_parse_size(argv[++i], &devmem) || devmem <= 0)
+            if (!cli_parse_size(argv[++i], &ra->devmem) || ra->devmem <= 0)
                 return cli_usage_error("run", "--device-memory needs a size such as 512M");
         } else if (!strcmp(a, "--hbm") && more) {
-            hbm = argv[++i];
+            ra->hbm = argv[++i];
         } else if (!strcmp(a, "-O") && more) {
-            if (!cli_parse_i64(argv[++i], 0, 2, &level))
+            if (!cli_parse_i64(argv[++i], 0, 2, &ra->level))
                 return cli_usage_error("run", "-O needs 0, 1 or 2");
         } else if (!strncmp(a, "-O", 2) && a[2]) {
-            if (!cli_parse_i64(a + 2, 0, 2, &level))
+            if (!cli_parse_i64(a + 2, 0, 2, &ra->level))
                 return cli_usage_error("run", "-O needs 0, 1 or 2");
         } else if (!strcmp(a, "--trace") && more) {
-            trace = argv[++i];
+            ra->trace = argv[++i];
         } else if (!strcmp(a, "--repeat") && more) {
-            if (!cli_parse_i64(argv[++i], 1, 1000000, &repeat))
+            if (!cli_parse_i64(argv[++i], 1, 1000000, &ra->repeat))
                 return cli_usage_error("run", "--repeat needs a count >= 1");
         } else if (!strcmp(a, "--module") && more) {
-            if (!cli_parse_i64(argv[++i], 0, 1 << 20, &modix))
+            if (!cli_parse_i64(argv[++i], 0, 1 << 20, &ra->modix))
                 return cli_usage_error("run", "--module needs an index >= 0");
         } else if (!strcmp(a, "--json")) {
-            json = true;
+            ra->json = true;
         } else if (!strcmp(a, "--summary")) {
-            summary = true;
+            ra->summary = true;
         } else if (!strcmp(a, "--limits")) {
-            limits = true;
-        } else if (a[0] != '-' && !file) {
-            file = a;
+            ra->limits = true;
+        } else if (a[0] != '-' && !ra->file) {
+            ra->file = a;
         } else {
             return cli_usage_error("run", "unknown or incomplete argument '%s'", a);
         }
     }
-    if (!file) return cli_usage_error("run", "no HLO file given");
-    if (hbm && devmem)
+    if (!ra->file) return cli_usage_error("run", "no HLO file given");
+    if (ra->hbm && ra->devmem)
         return cli_usage_error("run", "--hbm and --device-memory exclude each other");
-    uint64_t seed = 0;
-    bool zeros = false, random = false;
-    if (fill) {
-        if (!strcmp(fill, "zeros")) {
-            zeros = true;
-        } else if (!strncmp(fill, "random:", 7)) {
-            int64_t sv;
-            if (!cli_parse_i64(fill + 7, 0, INT64_MAX, &sv))
-                return cli_usage_error("run", "--fill random:SEED needs a non-negative seed");
-            seed = (uint64_t)sv;
-            random = true;
-        } else {
-            return cli_usage_error("run", "--fill takes random:SEED or zeros, not '%s'", fill);
-        }
-    }
+    return parse_fill(ra);
+}
 
-    int rc = CLI_FAIL;
-    ot_module *m = NULL;
-    ot_profile *prof = NULL;
-    ot_backend *b = NULL;
+/* One `optitpu run`; run_free releases what was made, whatever phase stopped. */
+typedef struct run_ctx {
+    run_args *a;
+    ot_module *m;
+    const ot_computation *entry;
+    ot_profile *prof;
+    ot_backend *b;
     run_state st;
-    memset(&st, 0, sizeof st);
-    uint64_t *times = NULL;
+    uint64_t *times; /* per repetition: its execute time (the slowest device's) */
     ot_bench_limits lim;
-    memset(&lim, 0, sizeof lim);
-    int *given = NULL; /* per parameter: 1 + the index of its --input, or 0 */
+    int *given; /* per parameter: 1 + the index of its --input, or 0 */
+    int64_t in_bytes;
+    double compile_ms;
+    int dev; /* the device a single-device module ran on */
+} run_ctx;
 
-    if (parse_module(file, modix, &m) != OT_OK) goto fail;
-    const ot_computation *entry = ot_module_entry(m);
-    if (!entry) {
-        ot_error(OT_ERR_INVALID_ARGUMENT, "%s: no entry computation", file);
-        goto fail;
-    }
-    st.np = entry->nparams;
-    st.replicas = (int)ot_module_get_config(m)->replica_count;
-    if (st.replicas < 1) st.replicas = 1;
-    int64_t nparts = ot_module_get_config(m)->num_partitions;
-    if (nparts > 1) st.replicas *= (int)nparts; /* one device per replica and partition */
-    if (devices == 0) devices = st.replicas > 1 ? st.replicas : ot_device_count_from_env();
-    if (st.replicas > 1 && devices != st.replicas) {
-        ot_error(OT_ERR_INVALID_ARGUMENT,
-                 "%s has replica_count=%lld, num_partitions=%lld; run it with --devices %d, not "
-                 "%lld",
-                 file, (long long)ot_module_get_config(m)->replica_count,
-                 (long long)(nparts > 1 ? nparts : 1), st.replicas, (long long)devices);
-        goto fail;
-    }
+/* The module, its entry, and the devices it runs on (one per replica and partition). */
+static ot_status load_module(run_ctx *x) {
+    run_args *a = x->a;
+    OT_CHECK(parse_module(a->file, a->modix, &x->m));
+    x->entry = ot_module_entry(x->m);
+    if (!x->entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: no entry computation", a->file);
+    x->st.np = x->entry->nparams;
+    x->st.replicas = (int)ot_module_get_config(x->m)->replica_count;
+    if (x->st.replicas < 1) x->st.replicas = 1;
+    int64_t nparts = ot_module_get_config(x->m)->num_partitions;
+    if (nparts > 1) x->st.replicas *= (int)nparts; /* one device per replica and partition */
+    if (a->devices == 0)
+        a->devices = x->st.replicas > 1 ? x->st.replicas : ot_device_count_from_env();
+    if (x->st.replicas > 1 && a->devices != x->st.replicas)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "%s has replica_count=%lld, num_partitions=%lld; run it with --devices "
+                        "%d, not %lld",
+                        a->file, (long long)ot_module_get_config(x->m)->replica_count,
+                        (long long)(nparts > 1 ? nparts : 1), x->st.replicas,
+                        (long long)a->devices);
+    return OT_OK;
+}
 
-    /* inputs: names and kinds checked first; nothing is read or allocated before admission */
-    st.host = ot_calloc((size_t)st.np + 1, sizeof *st.host);
-    given = ot_calloc((size_t)st.np + 1, sizeof *given);
-    if (!st.host || !given) {
-        ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
-        goto fail;
+/* Inputs: names and kinds checked first; nothing is read or allocated before admission. */
+static ot_status check_inputs(run_ctx *x) {
+    const run_args *a = x->a;
+    const ot_computation *entry = x->entry;
+    int np = x->st.np;
+    x->st.host = ot_calloc((size_t)np + 1, sizeof *x->st.host);
+    x->given = ot_calloc((size_t)np + 1, sizeof *x->given);
+    if (!x->st.host || !x->given) return ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
+    for (int k = 0; k < a->ninputs; k++) {
+        const char *name = a->inputs[k].name;
+        int p = find_param(entry, name);
+        if (p < 0)
+            return ot_error(OT_ERR_NOT_FOUND,
+                            "--input %s: the module has no parameter named or numbered "
+                            "'%s' (it has %d)",
+                            name, name, np);
+        if (x->given[p])
+            return ot_error(OT_ERR_INVALID_ARGUMENT, "--input %s: parameter %d (%s) given twice",
+                            name, p, entry->params[p]->name);
+        x->given[p] = k + 1;
     }
-    for (int k = 0; k < ninputs; k++) {
-        int p = find_param(entry, inputs[k].name);
-        if (p < 0) {
-            ot_error(OT_ERR_NOT_FOUND,
-                     "--input %s: the module has no parameter named or numbered "
-                     "'%s' (it has %d)",
-                     inputs[k].name, inputs[k].name, st.np);
-            goto fail;
-        }
-        if (given[p]) {
-            ot_error(OT_ERR_INVALID_ARGUMENT, "--input %s: parameter %d (%s) given twice",
-                     inputs[k].name, p, entry->params[p]->name);
-            goto fail;
-        }
-        given[p] = k + 1;
-    }
-    int64_t in_bytes = 0;
-    for (int p = 0; p < st.np; p++) {
+    for (int p = 0; p < np; p++) {
         const ot_ir_shape *ps = &entry->params[p]->shape;
-        if (ps->kind != OT_IR_ARRAY) {
-            ot_error(OT_ERR_UNIMPLEMENTED, "parameter %d (%s) is a tuple; pass arrays", p,
-                     entry->params[p]->name);
-            goto fail;
-        }
-        if (!given[p] && !zeros && !random) {
-            ot_error(OT_ERR_INVALID_ARGUMENT, "parameter %d (%s) has no --input (or use --fill)", p,
-                     entry->params[p]->name);
-            goto fail;
-        }
+        if (ps->kind != OT_IR_ARRAY)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "parameter %d (%s) is a tuple; pass arrays", p,
+                            entry->params[p]->name);
+        if (!x->given[p] && !a->zeros && !a->random)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "parameter %d (%s) has no --input (or use --fill)", p,
+                            entry->params[p]->name);
         int64_t nb = ot_ir_shape_nbytes(ps);
-        in_bytes = nb > INT64_MAX - in_bytes ? INT64_MAX : in_bytes + nb;
+        x->in_bytes = nb > INT64_MAX - x->in_bytes ? INT64_MAX : x->in_bytes + nb;
     }
+    return OT_OK;
+}
 
-    /* backend, compile into the profile */
-    if (ot_profile_create(&prof) != OT_OK) goto fail;
+/* The backend, and the module compiled into the profile. */
+static ot_status compile_module(run_ctx *x) {
+    const run_args *a = x->a;
+    OT_CHECK(ot_profile_create(&x->prof));
     int64_t off;
-    if (ot_clock_offset_ns(&off)) ot_profile_set_time_offset(prof, off);
+    if (ot_clock_offset_ns(&off)) ot_profile_set_time_offset(x->prof, off);
     ot_backend_options bo = ot_backend_options_default();
-    bo.devices = (int)devices;
-    bo.device_memory = devmem;
-    bo.hbm_preset = hbm;
+    bo.devices = (int)a->devices;
+    bo.device_memory = a->devmem;
+    bo.hbm_preset = a->hbm;
     bo.retry.max_attempts = 1; /* a CLI run reports the first failure */
-    if (ot_backend_create(&bo, &b) != OT_OK) goto fail;
-    for (int k = 0; k < ot_backend_device_count(b); k++)
-        ot_device_set_profile(ot_backend_device(b, k), prof);
+    OT_CHECK(ot_backend_create(&bo, &x->b));
+    for (int k = 0; k < ot_backend_device_count(x->b); k++)
+        ot_device_set_profile(ot_backend_device(x->b, k), x->prof);
     ot_compile_options co = ot_compile_options_default();
-    co.opt_level = (int)level;
+    co.opt_level = (int)a->level;
     uint64_t tc = ot_now_ns();
-    if (ot_backend_register_module_profiled(b, "main", m, &co, prof) != OT_OK) goto fail;
-    double compile_ms = (double)(ot_now_ns() - tc) / 1e6;
-    if (ot_backend_lookup(b, "main", &st.exe) != OT_OK) goto fail;
+    OT_CHECK(ot_backend_register_module_profiled(x->b, "main", x->m, &co, x->prof));
+    x->compile_ms = (double)(ot_now_ns() - tc) / 1e6;
+    return ot_backend_lookup(x->b, "main", &x->st.exe);
+}
 
-    /* memory admission (runtime.h): the host copies of the inputs and of the results, and on each
-     * device that runs the input buffers, the arena and the output buffers */
-    {
-        int64_t cap = devmem, out_bytes = ot_ir_shape_nbytes(&entry->root->shape);
-        if (hbm && ot_tpu_hbm_bytes(hbm, &cap) != OT_OK) goto fail;
-        ot_mem_item need[] = {
-            {"inputs", in_bytes, false},         {"results", out_bytes, false},
-            {"input buffers", in_bytes, true},   {"arena", ot_executable_arena_size(st.exe), true},
-            {"output buffers", out_bytes, true},
-        };
-        char what[4200];
-        snprintf(what, sizeof what, "run %s", file);
-        if (ot_mem_admit(what, need, (int)(sizeof need / sizeof need[0]), st.replicas, cap, NULL) !=
-            OT_OK)
-            goto fail;
+/* Memory admission (runtime.h): the host copies of the inputs and of the results, and on each
+ * device that runs the input buffers, the arena and the output buffers. */
+static ot_status admit(const run_ctx *x) {
+    const run_args *a = x->a;
+    int64_t cap = a->devmem, out_bytes = ot_ir_shape_nbytes(&x->entry->root->shape);
+    if (a->hbm) OT_CHECK(ot_tpu_hbm_bytes(a->hbm, &cap));
+    ot_mem_item need[] = {
+        {"inputs", x->in_bytes, false},       {"results", out_bytes, false},
+        {"input buffers", x->in_bytes, true}, {"arena", ot_executable_arena_size(x->st.exe), true},
+        {"output buffers", out_bytes, true},
+    };
+    char what[4200];
+    snprintf(what, sizeof what, "run %s", a->file);
+    return ot_mem_admit(what, need, (int)(sizeof need / sizeof need[0]), x->st.replicas, cap, NULL);
+}
+
+/* Parameter p from its --input file, checked against the parameter's shape. */
+static ot_status read_input(run_ctx *x, int p, const input_arg *in) {
+    const ot_ir_shape *ps = &x->entry->params[p]->shape;
+    const char *pname = x->entry->params[p]->name;
+    /* a file far larger than the parameter would be read whole before its shape is compared:
+     * refuse it from its size (a .npy header is at most a few KiB) */
+    struct stat fs;
+    int64_t data_bytes = ot_ir_shape_nbytes(ps);
+    if (stat(in->file, &fs) == 0 && S_ISREG(fs.st_mode) &&
+        (int64_t)fs.st_size > data_bytes + 65536) {
+        char sh[96];
+        ot_shape_format(&ps->array, sh, sizeof sh);
+        return ot_error(OT_ERR_SHAPE_MISMATCH,
+                        "--input %s=%s: the file holds %lld bytes, parameter %d (%s) is %s "
+                        "(%lld bytes)",
+                        in->name, in->file, (long long)fs.st_size, p, pname, sh,
+                        (long long)data_bytes);
     }
-    for (int p = 0; p < st.np; p++) {
-        const ot_ir_shape *ps = &entry->params[p]->shape;
-        if (given[p]) {
-            const input_arg *in = &inputs[given[p] - 1];
-            /* a file far larger than the parameter would be read whole before its shape is
-             * compared: refuse it from its size (a .npy header is at most a few KiB) */
-            struct stat fs;
-            int64_t data_bytes = ot_ir_shape_nbytes(ps);
-            if (stat(in->file, &fs) == 0 && S_ISREG(fs.st_mode) &&
-                (int64_t)fs.st_size > data_bytes + 65536) {
-                char sh[96];
-                ot_shape_format(&ps->array, sh, sizeof sh);
-                ot_error(OT_ERR_SHAPE_MISMATCH,
-                         "--input %s=%s: the file holds %lld bytes, parameter %d (%s) is %s "
-                         "(%lld bytes)",
-                         in->name, in->file, (long long)fs.st_size, p, entry->params[p]->name, sh,
-                         (long long)data_bytes);
-                goto fail;
-            }
-            if (ot_npy_read_file(in->file, &st.host[p]) != OT_OK) {
-                ot_error_wrap(OT_ERR_INVALID_ARGUMENT, "--input %s", in->name);
-                goto fail;
-            }
-            ot_tensor *t = &st.host[p];
-            if (ps->array.dtype == OT_BF16 && t->shape.dtype == OT_U16) t->shape.dtype = OT_BF16;
-            if (!ot_shape_equal(&t->shape, &ps->array)) {
-                char want[96], got[96];
-                ot_shape_format(&ps->array, want, sizeof want);
-                ot_shape_format(&t->shape, got, sizeof got);
-                ot_error(OT_ERR_SHAPE_MISMATCH,
-                         "--input %s=%s: parameter %d (%s) expects %s, the file "
-                         "holds %s",
-                         in->name, in->file, p, entry->params[p]->name, want, got);
-                goto fail;
-            }
+    if (ot_npy_read_file(in->file, &x->st.host[p]) != OT_OK)
+        return ot_error_wrap(OT_ERR_INVALID_ARGUMENT, "--input %s", in->name);
+    ot_tensor *t = &x->st.host[p];
+    if (ps->array.dtype == OT_BF16 && t->shape.dtype == OT_U16) t->shape.dtype = OT_BF16;
+    if (!ot_shape_equal(&t->shape, &ps->array)) {
+        char want[96], got[96];
+        ot_shape_format(&ps->array, want, sizeof want);
+        ot_shape_format(&t->shape, got, sizeof got);
+        return ot_error(OT_ERR_SHAPE_MISMATCH,
+                        "--input %s=%s: parameter %d (%s) expects %s, the file "
+                        "holds %s",
+                        in->name, in->file, p, pname, want, got);
+    }
+    return OT_OK;
+}
+
+/* Every parameter's host tensor: from its --input, else zeros or --fill random. */
+static ot_status load_inputs(run_ctx *x) {
+    for (int p = 0; p < x->st.np; p++) {
+        if (x->given[p]) {
+            OT_CHECK(read_input(x, p, &x->a->inputs[x->given[p] - 1]));
             continue;
         }
-        if (ot_tensor_alloc(&st.host[p], &ps->array) != OT_OK) goto fail;
-        if (random) fill_random(&st.host[p], seed * 1000003ULL + (uint64_t)p);
+        OT_CHECK(ot_tensor_alloc(&x->st.host[p], &x->entry->params[p]->shape.array));
+        if (x->a->random) fill_random(&x->st.host[p], x->a->seed * 1000003ULL + (uint64_t)p);
     }
+    return OT_OK;
+}
 
-    /* run */
-    if (limits) {
+/* --limits' STREAM first, then --repeat runs (every replica in parallel when there are several). */
+static ot_status execute_all(run_ctx *x) {
+    const run_args *a = x->a;
+    run_state *st = &x->st;
+    if (a->limits) {
         ot_bench_limits_options lo = ot_bench_limits_options_default();
         lo.what = OT_BENCH_LIMIT_STREAM;
         lo.reps = 3;
-        if (ot_bench_limits_measure(&lo, &lim) != OT_OK) goto fail;
+        OT_CHECK(ot_bench_limits_measure(&lo, &x->lim));
     }
-    st.b = b;
-    st.prof = prof;
-    st.no = ot_executable_output_count(st.exe);
-    st.result = ot_calloc((size_t)st.no + 1, sizeof *st.result);
-    st.ns = ot_calloc((size_t)devices, sizeof *st.ns);
-    times = ot_calloc((size_t)repeat, sizeof *times);
-    if (!st.result || !st.ns || !times) {
-        ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
-        goto fail;
-    }
-    int dev = 0;
-    if (st.replicas == 1 && ot_backend_select_device(b, OT_DEVSEL_MOST_FREE, -1, &dev) != OT_OK)
-        goto fail;
-    for (int64_t r = 0; r < repeat; r++) {
+    st->b = x->b;
+    st->prof = x->prof;
+    st->no = ot_executable_output_count(st->exe);
+    st->result = ot_calloc((size_t)st->no + 1, sizeof *st->result);
+    st->ns = ot_calloc((size_t)a->devices, sizeof *st->ns);
+    x->times = ot_calloc((size_t)a->repeat, sizeof *x->times);
+    if (!st->result || !st->ns || !x->times)
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
+    x->dev = 0;
+    if (st->replicas == 1)
+        OT_CHECK(ot_backend_select_device(x->b, OT_DEVSEL_MOST_FREE, -1, &x->dev));
+    for (int64_t r = 0; r < a->repeat; r++) {
         ot_status s;
-        if (st.replicas > 1) {
-            s = ot_local_run(st.replicas, replica_fn, &st, NULL);
+        if (st->replicas > 1) {
+            s = ot_local_run(st->replicas, replica_fn, st, NULL);
             uint64_t mx = 0;
-            for (int k = 0; k < st.replicas; k++) mx = st.ns[k] > mx ? st.ns[k] : mx;
-            times[r] = mx;
+            for (int k = 0; k < st->replicas; k++) mx = st->ns[k] > mx ? st->ns[k] : mx;
+            x->times[r] = mx;
         } else {
-            s = run_on(&st, dev, NULL, r == repeat - 1);
-            times[r] = st.ns[dev];
+            s = run_on(st, x->dev, NULL, r == a->repeat - 1);
+            x->times[r] = st->ns[x->dev];
         }
-        if (s != OT_OK) goto fail;
+        OT_CHECK(s);
     }
+    return OT_OK;
+}
 
-    /* outputs */
-    if (mkdir(outdir, 0777) != 0 && errno != EEXIST) {
-        ot_error(OT_ERR_IO, "--output-dir %s: cannot create it", outdir);
-        goto fail;
-    }
-    for (int k = 0; k < st.no; k++) {
+/* D/out_K.npy (bf16 as u16 bit patterns) and the --trace file. */
+static ot_status write_outputs(const run_ctx *x) {
+    const run_args *a = x->a;
+    if (mkdir(a->outdir, 0777) != 0 && errno != EEXIST)
+        return ot_error(OT_ERR_IO, "--output-dir %s: cannot create it", a->outdir);
+    for (int k = 0; k < x->st.no; k++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/out_%d.npy", outdir, k);
-        ot_tensor t = st.result[k];
+        snprintf(path, sizeof path, "%s/out_%d.npy", a->outdir, k);
+        ot_tensor t = x->st.result[k];
         if (t.shape.dtype == OT_BF16) t.shape.dtype = OT_U16;
-        if (ot_npy_write_file(path, &t) != OT_OK) goto fail;
+        OT_CHECK(ot_npy_write_file(path, &t));
     }
-    if (trace && ot_profile_write_chrome_trace(prof, trace) != OT_OK) goto fail;
+    if (a->trace) OT_CHECK(ot_profile_write_chrome_trace(x->prof, a->trace));
+    return OT_OK;
+}
 
-    uint64_t *sorted = ot_malloc((size_t)repeat * sizeof *sorted);
-    if (!sorted) {
-        ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
-        goto fail;
-    }
-    memcpy(sorted, times, (size_t)repeat * sizeof *sorted);
-    qsort(sorted, (size_t)repeat, sizeof *sorted, cmp_u64);
-    double min_ms = sorted[0] / 1e6, med_ms = sorted[repeat / 2] / 1e6;
-    ot_free(sorted);
+/* What print_json and print_text print beside the context. */
+typedef struct run_figures {
+    double min_ms, med_ms;
     ot_mem_stats ms;
-    ot_device_memory(ot_backend_device(b, dev), &ms);
-    int64_t flops = ot_executable_total_flops(st.exe), bytes = ot_executable_total_bytes(st.exe);
-    if (json) {
-        printf("{\"module\":");
-        json_str(ot_module_name(m));
+    int64_t flops, bytes;
+} run_figures;
+
+static void print_json(const run_ctx *x, const run_figures *f) {
+    const run_args *a = x->a;
+    const run_state *st = &x->st;
+    printf("{\"module\":");
+    json_str(ot_module_name(x->m));
+    printf(",\"file\":");
+    json_str(a->file);
+    printf(",\"devices\":%lld,\"replicas\":%d,\"opt_level\":%lld,\"kernels\":%d,"
+           "\"arena_bytes\":%lld,\"compile_ms\":%.3f,\"repeat\":%lld,\"run_ms\":[",
+           (long long)a->devices, st->replicas, (long long)a->level,
+           ot_executable_kernel_count(st->exe), (long long)ot_executable_arena_size(st->exe),
+           x->compile_ms, (long long)a->repeat);
+    for (int64_t r = 0; r < a->repeat; r++) printf("%s%.4f", r ? "," : "", x->times[r] / 1e6);
+    printf("],\"min_ms\":%.4f,\"median_ms\":%.4f,\"flops\":%lld,\"bytes\":%lld,"
+           "\"peak_device_bytes\":%lld,\"outputs\":[",
+           f->min_ms, f->med_ms, (long long)f->flops, (long long)f->bytes,
+           (long long)f->ms.peak_in_use);
+    for (int k = 0; k < st->no; k++) {
+        char sh[128], path[4096];
+        ot_shape_format(&st->result[k].shape, sh, sizeof sh);
+        snprintf(path, sizeof path, "%s/out_%d.npy", a->outdir, k);
+        printf("%s{\"shape\":", k ? "," : "");
+        json_str(sh);
         printf(",\"file\":");
-        json_str(file);
-        printf(",\"devices\":%lld,\"replicas\":%d,\"opt_level\":%lld,\"kernels\":%d,"
-               "\"arena_bytes\":%lld,\"compile_ms\":%.3f,\"repeat\":%lld,\"run_ms\":[",
-               (long long)devices, st.replicas, (long long)level,
-               ot_executable_kernel_count(st.exe), (long long)ot_executable_arena_size(st.exe),
-               compile_ms, (long long)repeat);
-        for (int64_t r = 0; r < repeat; r++) printf("%s%.4f", r ? "," : "", times[r] / 1e6);
-        printf("],\"min_ms\":%.4f,\"median_ms\":%.4f,\"flops\":%lld,\"bytes\":%lld,"
-               "\"peak_device_bytes\":%lld,\"outputs\":[",
-               min_ms, med_ms, (long long)flops, (long long)bytes, (long long)ms.peak_in_use);
-        for (int k = 0; k < st.no; k++) {
-            char sh[128], path[4096];
-            ot_shape_format(&st.result[k].shape, sh, sizeof sh);
-            snprintf(path, sizeof path, "%s/out_%d.npy", outdir, k);
-            printf("%s{\"shape\":", k ? "," : "");
-            json_str(sh);
-            printf(",\"file\":");
-            json_str(path);
-            printf("}");
-        }
-        printf("]");
-        if (trace) {
-            printf(",\"trace\":");
-            json_str(trace);
-        }
-        printf("}\n");
-    } else {
-        printf("module      %s (%s)\n", ot_module_name(m), file);
-        printf("compiled    -O%lld in %.3f ms: %d kernels, arena %lld bytes\n", (long long)level,
-               compile_ms, ot_executable_kernel_count(st.exe),
-               (long long)ot_executable_arena_size(st.exe));
-        printf("devices     %lld%s\n", (long long)devices,
-               st.replicas > 1 ? " (one replica or partition each)" : "");
-        printf("run         %lld x: min %.4f ms, median %.4f ms", (long long)repeat, min_ms,
-               med_ms);
-        if (med_ms > 0)
-            printf(", %.3f GB/s, %.3f GFLOP/s", (double)bytes / (med_ms * 1e6),
-                   (double)flops / (med_ms * 1e6));
-        printf("\n");
-        printf("memory      peak %lld bytes in use on device %d\n", (long long)ms.peak_in_use, dev);
-        for (int k = 0; k < st.no; k++) {
-            char sh[128];
-            ot_shape_format(&st.result[k].shape, sh, sizeof sh);
-            printf("output %-4d %s -> %s/out_%d.npy%s\n", k, sh, outdir, k,
-                   st.result[k].shape.dtype == OT_BF16 ? " (bf16 as u16 bits)" : "");
-        }
-        if (trace) printf("trace       %s\n", trace);
-        if (summary || limits) {
-            char *s = NULL;
-            if (ot_profile_summary(prof, limits ? &lim : NULL, 10, &s) != OT_OK) goto fail;
-            printf("\n%s", s);
-            ot_free(s);
-        }
+        json_str(path);
+        printf("}");
     }
-    rc = CLI_OK;
-fail:
-    if (rc != CLI_OK) rc = cli_fail("run");
-    for (int k = 0; st.host && k < st.np; k++) ot_tensor_release(&st.host[k]);
-    for (int k = 0; st.result && k < st.no; k++) ot_tensor_release(&st.result[k]);
-    ot_free(given);
-    ot_free(st.host);
-    ot_free(st.result);
-    ot_free(st.ns);
-    ot_free(times);
-    if (b)
-        for (int k = 0; k < ot_backend_device_count(b); k++)
-            ot_device_set_profile(ot_backend_device(b, k), NULL);
-    ot_backend_free(b);
-    ot_profile_free(prof);
-    ot_module_free(m);
+    printf("]");
+    if (a->trace) {
+        printf(",\"trace\":");
+        json_str(a->trace);
+    }
+    printf("}\n");
+}
+
+static ot_status print_text(const run_ctx *x, const run_figures *f) {
+    const run_args *a = x->a;
+    const run_state *st = &x->st;
+    printf("module      %s (%s)\n", ot_module_name(x->m), a->file);
+    printf("compiled    -O%lld in %.3f ms: %d kernels, arena %lld bytes\n", (long long)a->level,
+           x->compile_ms, ot_executable_kernel_count(st->exe),
+           (long long)ot_executable_arena_size(st->exe));
+    printf("devices     %lld%s\n", (long long)a->devices,
+           st->replicas > 1 ? " (one replica or partition each)" : "");
+    printf("run         %lld x: min %.4f ms, median %.4f ms", (long long)a->repeat, f->min_ms,
+           f->med_ms);
+    if (f->med_ms > 0)
+        printf(", %.3f GB/s, %.3f GFLOP/s", (double)f->bytes / (f->med_ms * 1e6),
+               (double)f->flops / (f->med_ms * 1e6));
+    printf("\n");
+    printf("memory      peak %lld bytes in use on device %d\n", (long long)f->ms.peak_in_use,
+           x->dev);
+    for (int k = 0; k < st->no; k++) {
+        char sh[128];
+        ot_shape_format(&st->result[k].shape, sh, sizeof sh);
+        printf("output %-4d %s -> %s/out_%d.npy%s\n", k, sh, a->outdir, k,
+               st->result[k].shape.dtype == OT_BF16 ? " (bf16 as u16 bits)" : "");
+    }
+    if (a->trace) printf("trace       %s\n", a->trace);
+    if (a->summary || a->limits) {
+        char *s = NULL;
+        OT_CHECK(ot_profile_summary(x->prof, a->limits ? &x->lim : NULL, 10, &s));
+        printf("\n%s", s);
+        ot_free(s);
+    }
+    return OT_OK;
+}
+
+/* The run times' minimum and median, device memory, the executable's totals; then the report. */
+static ot_status report(const run_ctx *x) {
+    int64_t repeat = x->a->repeat;
+    run_figures f;
+    uint64_t *sorted = ot_malloc((size_t)repeat * sizeof *sorted);
+    if (!sorted) return ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
+    memcpy(sorted, x->times, (size_t)repeat * sizeof *sorted);
+    qsort(sorted, (size_t)repeat, sizeof *sorted, cmp_u64);
+    f.min_ms = sorted[0] / 1e6, f.med_ms = sorted[repeat / 2] / 1e6;
+    ot_free(sorted);
+    ot_device_memory(ot_backend_device(x->b, x->dev), &f.ms);
+    f.flops = ot_executable_total_flops(x->st.exe);
+    f.bytes = ot_executable_total_bytes(x->st.exe);
+    if (!x->a->json) return print_text(x, &f);
+    print_json(x, &f);
+    return OT_OK;
+}
+
+static void run_free(run_ctx *x) {
+    run_state *st = &x->st;
+    for (int k = 0; st->host && k < st->np; k++) ot_tensor_release(&st->host[k]);
+    for (int k = 0; st->result && k < st->no; k++) ot_tensor_release(&st->result[k]);
+    ot_free(x->given);
+    ot_free(st->host);
+    ot_free(st->result);
+    ot_free(st->ns);
+    ot_free(x->times);
+    if (x->b)
+        for (int k = 0; k < ot_backend_device_count(x->b); k++)
+            ot_device_set_profile(ot_backend_device(x->b, k), NULL);
+    ot_backend_free(x->b);
+    ot_profile_free(x->prof);
+    ot_module_free(x->m);
+}
+
+static int run(int argc, char **argv) {
+    run_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_OK) return rc;
+    run_ctx x;
+    memset(&x, 0, sizeof x);
+    x.a = &a;
+    ot_status s = load_module(&x);
+    if (s == OT_OK) s = check_inputs(&x);
+    if (s == OT_OK) s = compile_module(&x);
+    if (s == OT_OK) s = admit(&x);
+    if (s == OT_OK) s = load_inputs(&x);
+    if (s == OT_OK) s = execute_all(&x);
+    if (s == OT_OK) s = write_outputs(&x);
+    if (s == OT_OK) s = report(&x);
+    rc = s == OT_OK ? CLI_OK : cli_fail("run");
+    run_free(&x);
     return rc;
 }
 
