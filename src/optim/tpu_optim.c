@@ -109,209 +109,268 @@ static ot_instr *sum_sq_f64(ot_computation *c, ot_computation *add, ot_instr *g)
     return ot_build_reduce(c, &sq, &zero, 1, dims, rank, add);
 }
 
-static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
-    *out = NULL;
-    ot_module *m = ot_module_new("tpu_optimizer");
-    if (!m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
-    const plan P = make_plan(t);
-    int n = P.n;
-    ot_shape sc = ot_shape_scalar(OT_F64);
-    ot_computation *add = NULL, *lor = NULL;
-    bool ls = t->opts.loss_scaling;
-    if (ls) {
+/* The update module while build_module makes it; the phases below add to it in order. */
+typedef struct mbuild {
+    const ot_tpu_optimizer *t;
+    plan P;
+    int n;   /* units: tensors, or flat groups */
+    bool ls; /* loss scaling */
+    ot_module *m;
+    ot_computation *c, *add, *lor; /* the update; add_f64 (clip_grad_norm); or_pred (ls) */
+    ot_instr **outs, **grads, **prm, **st;
+    int64_t *segoff; /* [nparams] flat lamb/lars: a group's tensors' segments */
+    ot_shape *segshape;
+    ot_instr *step, *lr, *inv_scale;
+    ot_instr *found; /* ls: any non-finite gradient element */
+} mbuild;
+
+/* The reductions' bodies: or_pred (found_inf) and add_f64 (the global norm). */
+static void add_reducers(mbuild *b) {
+    ot_module *m = b->m;
+    if (b->ls) {
         ot_shape pb = ot_shape_scalar(OT_PRED);
-        lor = ot_module_add_computation(m, "or_pred");
-        ot_instr *a = ot_build_parameter(lor, 0, pb, "a");
-        ot_instr *b = ot_build_parameter(lor, 1, pb, "b");
-        ot_computation_set_root(lor, ot_build_binary(lor, OT_OP_OR, a, b));
+        b->lor = ot_module_add_computation(m, "or_pred");
+        ot_instr *x = ot_build_parameter(b->lor, 0, pb, "a");
+        ot_instr *y = ot_build_parameter(b->lor, 1, pb, "b");
+        ot_computation_set_root(b->lor, ot_build_binary(b->lor, OT_OP_OR, x, y));
     }
-    if (t->opts.clip_grad_norm > 0) {
-        add = ot_module_add_computation(m, "add_f64");
-        ot_instr *a = ot_build_parameter(add, 0, sc, "a");
-        ot_instr *b = ot_build_parameter(add, 1, sc, "b");
-        ot_computation_set_root(add, ot_build_binary(add, OT_OP_ADD, a, b));
+    if (b->t->opts.clip_grad_norm > 0) {
+        ot_shape sc = ot_shape_scalar(OT_F64);
+        b->add = ot_module_add_computation(m, "add_f64");
+        ot_instr *x = ot_build_parameter(b->add, 0, sc, "a");
+        ot_instr *y = ot_build_parameter(b->add, 1, sc, "b");
+        ot_computation_set_root(b->add, ot_build_binary(b->add, OT_OP_ADD, x, y));
     }
-    ot_computation *c = ot_module_add_computation(m, "update");
-    ot_instr **outs = ot_calloc((size_t)(n + t->nstate) + 2, sizeof *outs);
-    ot_instr **grads = ot_calloc((size_t)n + 1, sizeof *grads);
-    ot_instr **prm = ot_calloc((size_t)n + 1, sizeof *prm);
-    ot_instr **st = ot_calloc((size_t)t->nstate + 1, sizeof *st);
-    int64_t *segoff = ot_calloc((size_t)t->nparams, sizeof *segoff);
-    ot_shape *segshape = ot_calloc((size_t)t->nparams, sizeof *segshape);
-    ot_status s = OT_OK;
-    if (!outs || !grads || !prm || !st || !segoff || !segshape) {
-        s = ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
-        goto done;
-    }
+}
+
+/* The update's parameters: params, grads, state, step, lr and (ls) inv_scale. */
+static ot_status add_parameters(mbuild *b) {
+    const ot_tpu_optimizer *t = b->t;
+    ot_computation *c = b->c;
+    int n = b->n;
     char nm[64];
     for (int k = 0; k < n; k++) {
         snprintf(nm, sizeof nm, t->flat ? "flat_param.%d" : "param.%d", k);
-        prm[k] = ot_build_parameter(c, k, P.pshape[k], nm);
+        b->prm[k] = ot_build_parameter(c, k, b->P.pshape[k], nm);
     }
     for (int k = 0; k < n; k++) {
         snprintf(nm, sizeof nm, t->flat ? "flat_grad.%d" : "grad.%d", k);
-        grads[k] = ot_build_parameter(c, n + k, P.pshape[k], nm);
+        b->grads[k] = ot_build_parameter(c, n + k, b->P.pshape[k], nm);
     }
     for (int i = 0; i < t->nstate; i++)
-        st[i] = ot_build_parameter(c, 2 * n + i, t->sshape[i], NULL);
-    ot_instr *step = ot_build_parameter(c, 2 * n + t->nstate, sc, "step");
-    ot_instr *lr = ot_build_parameter(c, 2 * n + t->nstate + 1, sc, "lr");
-    ot_instr *inv_scale =
-        ls ? ot_build_parameter(c, 2 * n + t->nstate + 2, ot_shape_scalar(OT_F32), "inv_scale")
-           : NULL;
-    OT_CHECK_GOTO(ot_module_status(m), s, done);
-    /* bf16/f16 gradients are widened to f32; with loss scaling they are unscaled (g * 1/scale,
-     * in f32 as torch's GradScaler) and found_inf is any non-finite element among them */
-    ot_instr *found = NULL;
-    for (int k = 0; k < n; k++) {
-        ot_dtype wd = P.wshape[k].dtype;
-        if (P.master[k]) grads[k] = ot_build_convert(c, grads[k], OT_F32);
-        if (!ls) continue;
-        ot_instr *is = wd == OT_F32 ? inv_scale : ot_build_convert(c, inv_scale, wd);
-        grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
-                                   ot_build_broadcast(c, is, P.wshape[k], NULL, 0));
-        ot_instr *bad = ot_build_unary(c, OT_OP_NOT, ot_build_unary(c, OT_OP_IS_FINITE, grads[k]));
-        int rank = P.wshape[k].rank;
+        b->st[i] = ot_build_parameter(c, 2 * n + i, t->sshape[i], NULL);
+    ot_shape sc = ot_shape_scalar(OT_F64);
+    b->step = ot_build_parameter(c, 2 * n + t->nstate, sc, "step");
+    b->lr = ot_build_parameter(c, 2 * n + t->nstate + 1, sc, "lr");
+    b->inv_scale =
+        b->ls ? ot_build_parameter(c, 2 * n + t->nstate + 2, ot_shape_scalar(OT_F32), "inv_scale")
+              : NULL;
+    return ot_module_status(b->m);
+}
+
+/* bf16/f16 gradients are widened to f32; with loss scaling they are unscaled (g * 1/scale, in
+ * f32 as torch's GradScaler) and found_inf is any non-finite element among them. */
+static void widen_unscale(mbuild *b) {
+    ot_computation *c = b->c;
+    for (int k = 0; k < b->n; k++) {
+        ot_dtype wd = b->P.wshape[k].dtype;
+        if (b->P.master[k]) b->grads[k] = ot_build_convert(c, b->grads[k], OT_F32);
+        if (!b->ls) continue;
+        ot_instr *is = wd == OT_F32 ? b->inv_scale : ot_build_convert(c, b->inv_scale, wd);
+        b->grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, b->grads[k],
+                                      ot_build_broadcast(c, is, b->P.wshape[k], NULL, 0));
+        ot_instr *bad =
+            ot_build_unary(c, OT_OP_NOT, ot_build_unary(c, OT_OP_IS_FINITE, b->grads[k]));
+        int rank = b->P.wshape[k].rank;
         if (rank > 0) {
             int64_t dims[OT_MAX_RANK];
             for (int d = 0; d < rank; d++) dims[d] = d;
             ot_instr *no = ot_build_constant_scalar(c, OT_PRED, 0);
-            bad = ot_build_reduce(c, &bad, &no, 1, dims, rank, lor);
+            bad = ot_build_reduce(c, &bad, &no, 1, dims, rank, b->lor);
         }
-        found = found ? ot_build_binary(c, OT_OP_OR, found, bad) : bad;
+        b->found = b->found ? ot_build_binary(c, OT_OP_OR, b->found, bad) : bad;
     }
-    for (int k = 0; k < n && t->opts.clip_grad_value > 0; k++) {
-        ot_dtype dt = P.wshape[k].dtype;
-        double v = t->opts.clip_grad_value;
-        ot_instr *lo =
-            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, -v), P.wshape[k], NULL, 0);
-        ot_instr *hi =
-            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, v), P.wshape[k], NULL, 0);
-        grads[k] = ot_build_clamp(c, lo, grads[k], hi);
+}
+
+/* clip_grad_value: every gradient clamped to [-v, v]. */
+static void clip_value(mbuild *b) {
+    ot_computation *c = b->c;
+    double v = b->t->opts.clip_grad_value;
+    for (int k = 0; k < b->n && v > 0; k++) {
+        ot_dtype dt = b->P.wshape[k].dtype;
+        ot_shape ws = b->P.wshape[k];
+        ot_instr *lo = ot_build_broadcast(c, ot_build_constant_scalar(c, dt, -v), ws, NULL, 0);
+        ot_instr *hi = ot_build_broadcast(c, ot_build_constant_scalar(c, dt, v), ws, NULL, 0);
+        b->grads[k] = ot_build_clamp(c, lo, b->grads[k], hi);
     }
-    if (t->opts.clip_grad_norm > 0) {
-        /* torch clip_grad_norm_: coef = min(1, max_norm / (total + 1e-6)), total the 2-norm of
-         * every gradient element together */
-        ot_instr *ss = NULL;
-        for (int k = 0; k < n && !t->flat; k++) {
-            ot_instr *x = sum_sq_f64(c, add, grads[k]);
-            ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
-        }
-        /* flat mode: tensor by tensor as above (a segmented reduction: each tensor's segment
-         * sliced out of its group and reshaped to its shape), so the sum is bit-identical */
-        for (int k = 0; k < t->nparams && t->flat; k++) {
-            int64_t st0 = t->poff[k], lim = st0 + ot_shape_numel_unchecked(&t->pshape[k]);
-            int64_t one = 1;
-            ot_instr *seg = ot_build_slice(c, grads[t->pgroup[k]], &st0, &lim, &one);
-            ot_shape ts = t->pshape[k]; /* f32 for a bf16/f16 tensor: its widened gradient */
-            ts.dtype = P.wshape[t->pgroup[k]].dtype;
-            ot_instr *x = sum_sq_f64(c, add, ot_build_reshape(c, seg, ts));
-            ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
-        }
-        ot_instr *total = ot_build_unary(c, OT_OP_SQRT, ss);
-        if (t->opts.clip_norm_optax) {
-            /* optax.clip_by_global_norm: g unchanged when total < max_norm, else (g / total) *
-             * max_norm with total and max_norm rounded to the gradient dtype */
-            ot_instr *keep = ot_build_compare(
-                c, total, ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm), OT_CMP_LT,
-                OT_CMP_TYPE_DEFAULT);
-            for (int k = 0; k < n; k++) {
-                ot_dtype dt = P.wshape[k].dtype;
-                ot_shape ws = P.wshape[k], ps = ws;
-                ps.dtype = OT_PRED;
-                ot_instr *tk = dt == OT_F64 ? total : ot_build_convert(c, total, dt);
-                ot_instr *scaled = ot_build_binary(
-                    c, OT_OP_MULTIPLY,
-                    ot_build_binary(c, OT_OP_DIVIDE, grads[k],
-                                    ot_build_broadcast(c, tk, ws, NULL, 0)),
-                    ot_build_broadcast(c, ot_build_constant_scalar(c, dt, t->opts.clip_grad_norm),
-                                       ws, NULL, 0));
-                grads[k] =
-                    ot_build_select(c, ot_build_broadcast(c, keep, ps, NULL, 0), grads[k], scaled);
-            }
-            OT_CHECK_GOTO(ot_module_status(m), s, done);
-        }
-        ot_instr *coef =
-            t->opts.clip_norm_optax
-                ? NULL
-                : ot_build_binary(c, OT_OP_DIVIDE,
-                                  ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm),
-                                  ot_build_binary(c, OT_OP_ADD, total,
-                                                  ot_build_constant_scalar(c, OT_F64, 1e-6)));
-        if (coef)
-            coef =
-                ot_build_binary(c, OT_OP_MINIMUM, coef, ot_build_constant_scalar(c, OT_F64, 1.0));
-        for (int k = 0; k < n && coef; k++) {
-            ot_dtype dt = P.wshape[k].dtype;
-            ot_instr *ck = dt == OT_F64 ? coef : ot_build_convert(c, coef, dt);
-            grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, grads[k],
-                                       ot_build_broadcast(c, ck, P.wshape[k], NULL, 0));
-        }
-        OT_CHECK_GOTO(ot_module_status(m), s, done);
+}
+
+/* The 2-norm of every gradient element together (an f64 scalar). */
+static ot_instr *global_norm(mbuild *b) {
+    const ot_tpu_optimizer *t = b->t;
+    ot_computation *c = b->c;
+    ot_instr *ss = NULL;
+    for (int k = 0; k < b->n && !t->flat; k++) {
+        ot_instr *x = sum_sq_f64(c, b->add, b->grads[k]);
+        ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
     }
-    for (int k = 0; k < n; k++) {
-        int o0 = P.soff[k], S = P.slots[k];
-        ot_instr *w = P.master[k] ? st[o0 + S] : prm[k]; /* the f32 master, or the parameter */
-        ot_instr *lrk = P.lr_scale[k] == 1.0
-                            ? lr
-                            : ot_build_binary(c, OT_OP_MULTIPLY, lr,
-                                              ot_build_constant_scalar(c, OT_F64, P.lr_scale[k]));
-        ot_optim_inputs in = {.c = c, .param = w, .grad = grads[k], .step = step, .lr = lrk};
-        for (int j = 0; j < S; j++) in.state[j] = st[o0 + j];
-        /* flat group of lamb/lars: per-tensor norms over its tensors' segments */
-        ot_optim_segments sg = {0, segoff, segshape};
-        for (int q = 0; t->flat && t->useg[k] && q < t->nparams; q++) {
-            if (t->pgroup[q] != k) continue;
-            segoff[sg.n] = t->poff[q];
-            segshape[sg.n] = t->pshape[q];
-            segshape[sg.n++].dtype = P.wshape[k].dtype;
-        }
-        if (t->flat && t->useg[k]) in.seg = &sg;
-        ot_optim_outputs r;
-        s = ot_optimizer_build(P.popt[k], &in, &r);
-        if (s != OT_OK) {
-            s = ot_error_wrap(s, t->flat ? "flat group %d" : "parameter %d", k);
-            goto done;
-        }
-        outs[k] = P.master[k] ? ot_build_convert(c, r.param, P.pshape[k].dtype) : r.param;
-        for (int j = 0; j < S; j++) outs[n + o0 + j] = r.state[j];
-        if (P.master[k]) outs[n + o0 + S] = r.param;
+    /* flat mode: tensor by tensor as above (a segmented reduction: each tensor's segment sliced
+     * out of its group and reshaped to its shape), so the sum is bit-identical */
+    for (int k = 0; k < t->nparams && t->flat; k++) {
+        int64_t st0 = t->poff[k], lim = st0 + ot_shape_numel_unchecked(&t->pshape[k]);
+        int64_t one = 1;
+        ot_instr *seg = ot_build_slice(c, b->grads[t->pgroup[k]], &st0, &lim, &one);
+        ot_shape ts = t->pshape[k]; /* f32 for a bf16/f16 tensor: its widened gradient */
+        ts.dtype = b->P.wshape[t->pgroup[k]].dtype;
+        ot_instr *x = sum_sq_f64(c, b->add, ot_build_reshape(c, seg, ts));
+        ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
     }
-    if (ls) { /* a step with inf/NaN gradients changes nothing */
+    return ot_build_unary(c, OT_OP_SQRT, ss);
+}
+
+/* optax.clip_by_global_norm: g unchanged when total < max_norm, else (g / total) * max_norm
+ * with total and max_norm rounded to the gradient dtype. */
+static void clip_norm_optax(mbuild *b, ot_instr *total) {
+    ot_computation *c = b->c;
+    double max_norm = b->t->opts.clip_grad_norm;
+    ot_instr *keep = ot_build_compare(c, total, ot_build_constant_scalar(c, OT_F64, max_norm),
+                                      OT_CMP_LT, OT_CMP_TYPE_DEFAULT);
+    for (int k = 0; k < b->n; k++) {
+        ot_dtype dt = b->P.wshape[k].dtype;
+        ot_shape ws = b->P.wshape[k], ps = ws;
+        ps.dtype = OT_PRED;
+        ot_instr *tk = dt == OT_F64 ? total : ot_build_convert(c, total, dt);
+        ot_instr *scaled = ot_build_binary(
+            c, OT_OP_MULTIPLY,
+            ot_build_binary(c, OT_OP_DIVIDE, b->grads[k], ot_build_broadcast(c, tk, ws, NULL, 0)),
+            ot_build_broadcast(c, ot_build_constant_scalar(c, dt, max_norm), ws, NULL, 0));
+        b->grads[k] =
+            ot_build_select(c, ot_build_broadcast(c, keep, ps, NULL, 0), b->grads[k], scaled);
+    }
+}
+
+/* clip_grad_norm: torch clip_grad_norm_ (coef = min(1, max_norm / (total + 1e-6))), or optax's
+ * (clip_norm_optax). */
+static ot_status clip_norm(mbuild *b) {
+    const ot_tpu_optimizer *t = b->t;
+    ot_computation *c = b->c;
+    if (t->opts.clip_grad_norm <= 0) return OT_OK;
+    ot_instr *total = global_norm(b);
+    if (t->opts.clip_norm_optax) {
+        clip_norm_optax(b, total);
+        return ot_module_status(b->m);
+    }
+    ot_instr *coef = ot_build_binary(
+        c, OT_OP_DIVIDE, ot_build_constant_scalar(c, OT_F64, t->opts.clip_grad_norm),
+        ot_build_binary(c, OT_OP_ADD, total, ot_build_constant_scalar(c, OT_F64, 1e-6)));
+    if (coef) /* NULL: a failed build (out of memory); the module's status says so */
+        coef = ot_build_binary(c, OT_OP_MINIMUM, coef, ot_build_constant_scalar(c, OT_F64, 1.0));
+    for (int k = 0; k < b->n && coef; k++) {
+        ot_dtype dt = b->P.wshape[k].dtype;
+        ot_instr *ck = dt == OT_F64 ? coef : ot_build_convert(c, coef, dt);
+        b->grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, b->grads[k],
+                                      ot_build_broadcast(c, ck, b->P.wshape[k], NULL, 0));
+    }
+    return ot_module_status(b->m);
+}
+
+/* Unit k's update by its optimizer: outs[k] (the parameter) and its state outputs. */
+static ot_status build_update(mbuild *b, int k) {
+    const ot_tpu_optimizer *t = b->t;
+    const plan *P = &b->P;
+    ot_computation *c = b->c;
+    int n = b->n, o0 = P->soff[k], S = P->slots[k];
+    ot_instr *w = P->master[k] ? b->st[o0 + S] : b->prm[k]; /* the f32 master, or the parameter */
+    ot_instr *lrk = P->lr_scale[k] == 1.0
+                        ? b->lr
+                        : ot_build_binary(c, OT_OP_MULTIPLY, b->lr,
+                                          ot_build_constant_scalar(c, OT_F64, P->lr_scale[k]));
+    ot_optim_inputs in = {.c = c, .param = w, .grad = b->grads[k], .step = b->step, .lr = lrk};
+    for (int j = 0; j < S; j++) in.state[j] = b->st[o0 + j];
+    /* flat group of lamb/lars: per-tensor norms over its tensors' segments */
+    ot_optim_segments sg = {0, b->segoff, b->segshape};
+    for (int q = 0; t->flat && t->useg[k] && q < t->nparams; q++) {
+        if (t->pgroup[q] != k) continue;
+        b->segoff[sg.n] = t->poff[q];
+        b->segshape[sg.n] = t->pshape[q];
+        b->segshape[sg.n++].dtype = P->wshape[k].dtype;
+    }
+    if (t->flat && t->useg[k]) in.seg = &sg;
+    ot_optim_outputs r;
+    ot_status s = ot_optimizer_build(P->popt[k], &in, &r);
+    if (s != OT_OK) return ot_error_wrap(s, t->flat ? "flat group %d" : "parameter %d", k);
+    b->outs[k] = P->master[k] ? ot_build_convert(c, r.param, P->pshape[k].dtype) : r.param;
+    for (int j = 0; j < S; j++) b->outs[n + o0 + j] = r.state[j];
+    if (P->master[k]) b->outs[n + o0 + S] = r.param;
+    return OT_OK;
+}
+
+/* The root tuple (with loss scaling a step with inf/NaN gradients changes nothing, and
+ * found_inf is the last output), the entry, the donation aliases; finalized. */
+static ot_status finish_module(mbuild *b) {
+    const ot_tpu_optimizer *t = b->t;
+    ot_computation *c = b->c;
+    int n = b->n;
+    if (b->ls) {
         for (int q = 0; q < n + t->nstate; q++) {
-            ot_instr *old = q < n ? prm[q] : st[q - n];
+            ot_instr *old = q < n ? b->prm[q] : b->st[q - n];
             ot_shape ps = old->shape.array;
             ps.dtype = OT_PRED;
-            outs[q] = ot_build_select(c, ot_build_broadcast(c, found, ps, NULL, 0), old, outs[q]);
+            b->outs[q] =
+                ot_build_select(c, ot_build_broadcast(c, b->found, ps, NULL, 0), old, b->outs[q]);
         }
-        outs[n + t->nstate] = found;
+        b->outs[n + t->nstate] = b->found;
     }
-    ot_computation_set_root(c, ot_build_tuple(c, outs, n + t->nstate + (ls ? 1 : 0)));
-    ot_module_set_entry(m, c);
-    if (t->opts.donate) {
-        for (int q = 0; q < n + t->nstate && s == OT_OK; q++) {
-            ot_io_alias a;
-            memset(&a, 0, sizeof a);
-            a.noutput_index = 1;
-            a.output_index[0] = q;
-            a.param_number = q < n ? q : n + q; /* state q - n is parameter 2n + (q - n) */
-            a.must_alias = true;
-            s = ot_module_add_alias(m, &a);
-        }
+    ot_computation_set_root(c, ot_build_tuple(c, b->outs, n + t->nstate + (b->ls ? 1 : 0)));
+    ot_module_set_entry(b->m, c);
+    for (int q = 0; q < n + t->nstate && t->opts.donate; q++) {
+        ot_io_alias a;
+        memset(&a, 0, sizeof a);
+        a.noutput_index = 1;
+        a.output_index[0] = q;
+        a.param_number = q < n ? q : n + q; /* state q - n is parameter 2n + (q - n) */
+        a.must_alias = true;
+        OT_CHECK(ot_module_add_alias(b->m, &a));
     }
-    if (s == OT_OK) s = ot_module_finalize(m);
-done:
-    ot_free(outs);
-    ot_free(grads);
-    ot_free(prm);
-    ot_free(st);
-    ot_free(segoff);
-    ot_free(segshape);
+    return ot_module_finalize(b->m);
+}
+
+static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
+    *out = NULL;
+    mbuild b = {.t = t, .P = make_plan(t), .ls = t->opts.loss_scaling};
+    b.n = b.P.n;
+    b.m = ot_module_new("tpu_optimizer");
+    if (!b.m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
+    add_reducers(&b);
+    b.c = ot_module_add_computation(b.m, "update");
+    b.outs = ot_calloc((size_t)(b.n + t->nstate) + 2, sizeof *b.outs);
+    b.grads = ot_calloc((size_t)b.n + 1, sizeof *b.grads);
+    b.prm = ot_calloc((size_t)b.n + 1, sizeof *b.prm);
+    b.st = ot_calloc((size_t)t->nstate + 1, sizeof *b.st);
+    b.segoff = ot_calloc((size_t)t->nparams, sizeof *b.segoff);
+    b.segshape = ot_calloc((size_t)t->nparams, sizeof *b.segshape);
+    ot_status s = OT_OK;
+    if (!b.outs || !b.grads || !b.prm || !b.st || !b.segoff || !b.segshape)
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
+    if (s == OT_OK) s = add_parameters(&b);
+    if (s == OT_OK) {
+        widen_unscale(&b);
+        clip_value(&b);
+        s = clip_norm(&b);
+    }
+    for (int k = 0; k < b.n && s == OT_OK; k++) s = build_update(&b, k);
+    if (s == OT_OK) s = finish_module(&b);
+    ot_free(b.outs);
+    ot_free(b.grads);
+    ot_free(b.prm);
+    ot_free(b.st);
+    ot_free(b.segoff);
+    ot_free(b.segshape);
     if (s != OT_OK) {
-        ot_module_free(m);
+        ot_module_free(b.m);
         return s;
     }
-    *out = m;
+    *out = b.m;
     return OT_OK;
 }
 
