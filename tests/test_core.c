@@ -1,8 +1,13 @@
 /* Core: status, dtypes (f16/bf16 over all bit patterns), shapes, tensors, allocation failure
- * injection, arena, thread pool, SHA-256 (NIST vectors). */
+ * injection, arena, thread pool, SHA-256 (NIST vectors), the internal string builder and
+ * whole-buffer fd I/O. */
 #include "ot_test.h"
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <unistd.h>
+
+#include "core/core_util.h"
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #endif
@@ -541,9 +546,69 @@ static void test_sha256_nist(void) {
     EXPECT_STATUS(ot_sha256_update(&h, "x", 1), OT_ERR_INVALID_ARGUMENT);
 }
 
+static void test_strbuf(void) {
+    ot_strbuf b = {0};
+    ot_strbuf_printf(&b, "%s", "");
+    ASSERT_TRUE(b.p != NULL);
+    EXPECT_STR_EQ(b.p, "");
+    /* pieces across the first capacity and its doublings, one longer than any capacity so far */
+    char want[8192] = "", big[3001];
+    memset(big, 'x', 3000);
+    big[3000] = '\0';
+    size_t wn = 0;
+    for (int i = 0; i < 300; i++) {
+        ot_strbuf_printf(&b, "%d,", i);
+        wn += (size_t)snprintf(want + wn, sizeof want - wn, "%d,", i);
+        if (i == 150) {
+            ot_strbuf_printf(&b, "%s", big);
+            wn += (size_t)snprintf(want + wn, sizeof want - wn, "%s", big);
+        }
+    }
+    EXPECT_TRUE(!b.oom);
+    EXPECT_INT_EQ((long long)b.n, (long long)wn);
+    EXPECT_INT_EQ((long long)strlen(b.p), (long long)wn);
+    EXPECT_STR_EQ(b.p, want);
+    ot_free(b.p);
+    /* an allocation failure sticks: later appends change nothing */
+    ot_strbuf c = {0};
+    ot_alloc_fail_after(1);
+    ot_strbuf_printf(&c, "abc");
+    ot_alloc_fail_after(0);
+    EXPECT_TRUE(c.oom);
+    ot_strbuf_printf(&c, "def");
+    EXPECT_TRUE(c.oom && c.p == NULL && c.n == 0);
+}
+
+static bool fail_with_enospc(void) {
+    errno = ENOSPC;
+    return true;
+}
+
+static void test_fd_full_io(void) {
+    int fds[2];
+    ASSERT_TRUE(pipe(fds) == 0);
+    char out[4000], in[5000];
+    for (size_t i = 0; i < sizeof out; i++) out[i] = (char)(i * 7);
+    EXPECT_INT_EQ(ot_write_full(fds[1], out, sizeof out, NULL), 0);
+    EXPECT_INT_EQ(ot_write_full(fds[1], out, 10, fail_with_enospc), ENOSPC);
+    close(fds[1]);
+    size_t got = 0;
+    EXPECT_INT_EQ(ot_read_full(fds[0], in, 1000, &got), 0); /* part of what is there */
+    EXPECT_INT_EQ((long long)got, 1000);
+    EXPECT_INT_EQ(ot_read_full(fds[0], in + 1000, 4000, &got), -1); /* ends after 3000 */
+    EXPECT_INT_EQ((long long)got, 3000);
+    EXPECT_TRUE(memcmp(in, out, sizeof out) == 0);
+    close(fds[0]);
+    EXPECT_INT_EQ(ot_read_full(fds[0], in, 1, NULL), EBADF);
+    EXPECT_INT_EQ(ot_write_full(fds[1], out, 1, NULL), EBADF);
+    EXPECT_INT_EQ(ot_read_full(fds[0], in, 0, &got), 0); /* nothing asked: no call */
+    EXPECT_INT_EQ((long long)got, 0);
+}
+
 OT_TEST_MAIN(OT_TEST(test_status_names), OT_TEST(test_dtype_table), OT_TEST(test_f16_all_patterns),
              OT_TEST(test_bf16_all_patterns), OT_TEST(test_shapes),
              OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena),
              OT_TEST(test_arena_chunk_cache), OT_TEST(test_threadpool),
              OT_TEST(test_alloc_failure_every_constructor), OT_TEST(test_stream_alloc),
-             OT_TEST(test_allocator_hook), OT_TEST(test_sha256_nist))
+             OT_TEST(test_allocator_hook), OT_TEST(test_sha256_nist), OT_TEST(test_strbuf),
+             OT_TEST(test_fd_full_io))

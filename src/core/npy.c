@@ -29,6 +29,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core_util.h"
+
 #define NPY_MAGIC      "\x93NUMPY"
 #define NPY_MAGIC_LEN  6
 #define NPY_MAX_HEADER (1u << 20)
@@ -343,15 +345,9 @@ ot_status ot_npy_parse(const void *buf, size_t len, ot_tensor *out) {
 }
 
 static ot_status read_exact(int fd, void *dst, size_t n, const char *path) {
-    uint8_t *p = dst;
-    while (n) {
-        ssize_t r = read(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return ot_error(OT_ERR_IO, "npy: read %s: %s", path, strerror(errno));
-        if (r == 0) return ot_error(OT_ERR_CORRUPT_DATA, "npy: %s ended early", path);
-        p += r;
-        n -= (size_t)r;
-    }
+    int e = ot_read_full(fd, dst, n, NULL);
+    if (e > 0) return ot_error(OT_ERR_IO, "npy: read %s: %s", path, strerror(e));
+    if (e < 0) return ot_error(OT_ERR_CORRUPT_DATA, "npy: %s ended early", path);
     return OT_OK;
 }
 
@@ -494,16 +490,9 @@ ot_status ot_npy_serialize(const ot_tensor *t, void **out, size_t *out_len) {
 }
 
 static ot_status write_exact(int fd, const void *src, size_t n, const char *path) {
-    const uint8_t *p = src;
-    while (n) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            return ot_error(OT_ERR_IO, "npy: write %s: %s", path,
-                            w < 0 ? strerror(errno) : "no progress");
-        p += w;
-        n -= (size_t)w;
-    }
+    int e = ot_write_full(fd, src, n, NULL);
+    if (e)
+        return ot_error(OT_ERR_IO, "npy: write %s: %s", path, e > 0 ? strerror(e) : "no progress");
     return OT_OK;
 }
 

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core_util.h"
+
 /* ---- fault injection ---------------------------------------------------------------------- */
 
 static atomic_llong g_inject_left; /* > 0: counts down; the call that reaches 0 fails */
@@ -184,17 +186,11 @@ ot_status ot_ft_read_small(const char *path, size_t max_len, char **out, size_t 
         close(fd);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "reading %s: out of memory", path);
     }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = r < 0 ? errno : 0;
-            close(fd);
-            ot_free(buf);
-            return ot_error(OT_ERR_IO, "read %s: %s", path, e ? strerror(e) : "short read");
-        }
-        got += (size_t)r;
+    int e = ot_read_full(fd, buf, n, NULL);
+    if (e) {
+        close(fd);
+        ot_free(buf);
+        return ot_error(OT_ERR_IO, "read %s: %s", path, e > 0 ? strerror(e) : "short read");
     }
     close(fd);
     buf[n] = '\0';
@@ -502,16 +498,9 @@ static ot_status write_pipelined(int fd, const char *path, const ot_ft_seg *segs
 }
 
 static ot_status write_all(int fd, const char *path, const void *p, size_t n) {
-    const char *c = p;
-    while (n > 0) {
-        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-        ssize_t w = injected() ? -1 : write(fd, c, chunk);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return ot_error(OT_ERR_IO, "write %s: %s", path, strerror(errno));
-        if (w == 0) return ot_error(OT_ERR_IO, "write %s: no progress", path);
-        c += w;
-        n -= (size_t)w;
-    }
+    int e = ot_write_full(fd, p, n, injected);
+    if (e > 0) return ot_error(OT_ERR_IO, "write %s: %s", path, strerror(e));
+    if (e < 0) return ot_error(OT_ERR_IO, "write %s: no progress", path);
     return OT_OK;
 }
 

@@ -17,10 +17,11 @@
 #include "optitpu/pod.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/core_util.h"
 
 struct ot_topology {
     char name[64];
@@ -565,58 +566,25 @@ ot_status ot_topology_slice(const ot_topology *t, const int origin[OT_TOPO_MAX_D
 
 /* ---- export ---------------------------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t nc = (b->cap ? b->cap * 2 : 256) + (size_t)k;
-        char *np = ot_realloc(b->p, nc);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-}
-
 ot_status ot_topology_to_dot(const ot_topology *t, char **out) {
     if (!t || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "topology dot: NULL argument");
     *out = NULL;
-    sbuf b = {0};
-    sb_printf(&b, "graph \"%s\" {\n  // %d devices, %.1f GB/s per link, %.2f us per hop\n", t->name,
-              t->size, t->gbps, t->lat_us);
-    sb_printf(&b, "  node [shape=box, fontsize=10];\n");
+    ot_strbuf b = {0};
+    ot_strbuf_printf(&b, "graph \"%s\" {\n  // %d devices, %.1f GB/s per link, %.2f us per hop\n",
+                     t->name, t->size, t->gbps, t->lat_us);
+    ot_strbuf_printf(&b, "  node [shape=box, fontsize=10];\n");
     for (int id = 0; id < t->size; id++) {
         int c[3];
         ot_topology_coords(t, id, c);
-        sb_printf(&b, "  d%d [label=\"%d\\n(%d,%d,%d)\"];\n", id, id, c[0], c[1], c[2]);
+        ot_strbuf_printf(&b, "  d%d [label=\"%d\\n(%d,%d,%d)\"];\n", id, id, c[0], c[1], c[2]);
     }
     for (int id = 0; id < t->size; id++) {
         int nb[6];
         int k = ot_topology_neighbors(t, id, nb);
         for (int i = 0; i < k; i++)
-            if (nb[i] > id) sb_printf(&b, "  d%d -- d%d;\n", id, nb[i]);
+            if (nb[i] > id) ot_strbuf_printf(&b, "  d%d -- d%d;\n", id, nb[i]);
     }
-    sb_printf(&b, "}\n");
+    ot_strbuf_printf(&b, "}\n");
     if (b.oom) {
         ot_free(b.p);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "topology dot: out of memory");
