@@ -1,0 +1,325 @@
+/* The training state: parameters on the replicas' devices, the optimizer state, and checkpoints
+ * of both (what they record, the check on resume, save, restore, the directory's preparation). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+
+#include "ft/ft_io.h"
+#include "train/driver.h"
+
+ot_status train_put_params(trainer *t, replica *r, const ot_tensor *host) {
+    for (int k = 0; k < t->nparams; k++) {
+        ot_buffer_free(r->params[k]);
+        r->params[k] = NULL;
+        ot_status s = ot_buffer_from_host(r->dev, &host[k], &r->params[k]);
+        if (s != OT_OK) return s;
+    }
+    return OT_OK;
+}
+
+void train_free_replica(replica *r) {
+    for (int k = 0; k < MAX_PARAMS; k++) {
+        ot_buffer_free(r->params[k]);
+        r->params[k] = NULL;
+    }
+    ot_buffer_free(r->test_x);
+    ot_buffer_free(r->test_y);
+    r->test_x = r->test_y = NULL;
+}
+
+ot_status train_params_sha256(trainer *t, const replica *r, uint8_t out[32]) {
+    /* over the f32 bytes of every parameter, in parameter order */
+    ot_sha256 h;
+    ot_status s = ot_sha256_init(&h);
+    for (int k = 0; s == OT_OK && k < t->nparams; k++) {
+        ot_tensor v;
+        s = ot_buffer_to_host(r->params[k], &v);
+        if (s == OT_OK) {
+            s = ot_sha256_update(&h, v.data, v.nbytes);
+            ot_tensor_release(&v);
+        }
+    }
+    if (s != OT_OK) {
+        ot_sha256_final(&h, NULL);
+        return s;
+    }
+    return ot_sha256_final(&h, out);
+}
+
+static const char *optimizer_name(const trainer *t) {
+    return t->o->optimizer ? t->o->optimizer : "adam";
+}
+
+/* What defines the layout of the checkpointed state: the model (kind, activation, every
+ * parameter's name and shape) in words, and the optimizer's state tensors (names and shapes)
+ * as a SHA-256. */
+ot_status train_describe_state(trainer *t) {
+    char *d = t->state_model;
+    size_t cap = sizeof t->state_model, k = 0;
+    k += (size_t)snprintf(d + k, cap - k, "%s %s:", ot_model_kind_name(t->o->model.kind),
+                          ot_activation_name(t->o->model.activation));
+    for (int i = 0; i < t->nparams && k < cap; i++) {
+        char sh[128];
+        ot_shape_format(ot_model_param_shape(t->model, i), sh, sizeof sh);
+        k += (size_t)snprintf(d + k, cap - k, " %s %s", ot_model_param_name(t->model, i), sh);
+    }
+    if (k >= cap) return ot_error(OT_ERR_OUT_OF_RANGE, "train: model description too long");
+    ot_sha256 h;
+    OT_CHECK(ot_sha256_init(&h));
+    ot_status s = OT_OK;
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; s == OT_OK && i < ns; i++) {
+        ot_shape sh;
+        char line[512];
+        s = ot_tpu_optimizer_state_shape(t->topt, i, &sh);
+        if (s != OT_OK) break;
+        char shs[128];
+        ot_shape_format(&sh, shs, sizeof shs);
+        int n = snprintf(line, sizeof line, "%s %s;", ot_tpu_optimizer_state_name(t->topt, i), shs);
+        s = ot_sha256_update(&h, line, (size_t)n);
+    }
+    uint8_t dg[32];
+    if (s != OT_OK) {
+        ot_sha256_final(&h, NULL);
+        return s;
+    }
+    OT_CHECK(ot_sha256_final(&h, dg));
+    ot_hex(dg, 32, t->state_layout);
+    return OT_OK;
+}
+
+/* The manifest's "optimizer" object (ot_malloc'd JSON): its configuration and what the state
+ * belongs to. */
+static char *state_json(trainer *t) {
+    json_t *j =
+        json_pack("{s:s, s:f, s:s, s:s, s:s, s:I, s:I, s:s}", "name", optimizer_name(t), "lr",
+                  t->o->lr, "schedule", ot_lr_schedule_kind(t->sched), "model", t->state_model,
+                  "state_layout", t->state_layout, "state_tensors",
+                  (json_int_t)ot_tpu_optimizer_state_count(t->topt), "batch_size",
+                  (json_int_t)t->o->batch_size, "data", t->o->dataset ? t->o->dataset : "digits");
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    char *out = text ? ot_strdup(text) : NULL;
+    free(text);
+    return out;
+}
+
+/* ot_ckpt_resume's verdict on a verified checkpoint: another optimizer or model is the user's
+ * mistake and stops the resume (FAILED_PRECONDITION); missing tensors or other shapes under the
+ * same record are damage (CORRUPT_DATA: skipped and set aside). */
+static ot_status accept_ckpt(void *ud, const ot_ckpt *ck) {
+    trainer *t = ud;
+    const ot_ckpt_manifest *m = ot_ckpt_manifest_of(ck);
+    json_t *j = json_loads(m->optimizer_json, 0, NULL);
+    const char *name = json_string_value(json_object_get(j, "name"));
+    const char *model = json_string_value(json_object_get(j, "model"));
+    const char *layout = json_string_value(json_object_get(j, "state_layout"));
+    ot_status s = OT_OK;
+    if (name && strcmp(name, optimizer_name(t)) != 0)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s holds the state of optimizer '%s'; "
+                     "this run uses '%s' (resume it with --optimizer %s, or start over with "
+                     "--fresh or another --ckpt-dir)",
+                     (long long)m->step, t->o->ckpt_dir, name, optimizer_name(t), name);
+    else if (model && strcmp(model, t->state_model) != 0)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s is of another model (%s); this "
+                     "run's is %s (resume it with the same --model/--hidden/--activation, or "
+                     "start over with --fresh or another --ckpt-dir)",
+                     (long long)m->step, t->o->ckpt_dir, model, t->state_model);
+    else if (layout && strcmp(layout, t->state_layout) != 0)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s has another optimizer state "
+                     "layout than this run's %s (its options differ)",
+                     (long long)m->step, t->o->ckpt_dir, optimizer_name(t));
+    json_decref(j);
+    if (s != OT_OK) return s;
+    /* the same record: every tensor must be there with this run's shape, or the step is damaged */
+    for (int k = 0; k < t->nparams; k++) {
+        ot_tensor v;
+        const char *pn = ot_model_param_name(t->model, k);
+        if (ot_ckpt_get(ck, "model", pn, &v) != OT_OK)
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: no parameter %s", ot_ckpt_dir(ck), pn);
+        if (!ot_shape_equal(&v.shape, ot_model_param_shape(t->model, k))) {
+            char a[128], b[128];
+            ot_shape_format(&v.shape, a, sizeof a);
+            ot_shape_format(ot_model_param_shape(t->model, k), b, sizeof b);
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: parameter %s is %s, the model's is %s",
+                            ot_ckpt_dir(ck), pn, a, b);
+        }
+    }
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; i < ns; i++) {
+        ot_tensor v;
+        ot_shape want;
+        const char *sn = ot_tpu_optimizer_state_name(t->topt, i);
+        OT_CHECK(ot_tpu_optimizer_state_shape(t->topt, i, &want));
+        if (ot_ckpt_get(ck, "optim", sn, &v) != OT_OK)
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: no optimizer state %s", ot_ckpt_dir(ck), sn);
+        if (!ot_shape_equal(&v.shape, &want)) {
+            char a[128], b[128];
+            ot_shape_format(&v.shape, a, sizeof a);
+            ot_shape_format(&want, b, sizeof b);
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: optimizer state %s is %s, this run's is %s",
+                            ot_ckpt_dir(ck), sn, a, b);
+        }
+    }
+    ot_clear_error();
+    return OT_OK;
+}
+
+/* Saves params (replica r) and optimizer state as checkpoint `step` (async). */
+ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double loss) {
+    int nstate = ot_tpu_optimizer_state_count(t->topt);
+    ot_tensor *host = ot_calloc((size_t)(t->nparams + nstate), sizeof *host);
+    ot_ckpt_tensor *ct = ot_calloc((size_t)(t->nparams + nstate), sizeof *ct);
+    ot_status s = (host && ct) ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint staging");
+    int got = 0;
+    for (int k = 0; s == OT_OK && k < t->nparams; k++, got++) {
+        s = ot_buffer_to_host(r->params[k], &host[k]);
+        if (s == OT_OK)
+            ct[k] = (ot_ckpt_tensor){ot_model_param_name(t->model, k), host[k].shape, host[k].data};
+    }
+    for (int i = 0; s == OT_OK && i < nstate; i++, got++) {
+        s = ot_tpu_optimizer_get_state(t->topt, r->dev, i, &host[t->nparams + i]);
+        if (s == OT_OK)
+            ct[t->nparams + i] =
+                (ot_ckpt_tensor){ot_tpu_optimizer_state_name(t->topt, i),
+                                 host[t->nparams + i].shape, host[t->nparams + i].data};
+    }
+    if (s == OT_OK) {
+        ot_ckpt_shard shards[2] = {{"model", 0, 1, ct, (size_t)t->nparams},
+                                   {"optim", 0, 1, ct + t->nparams, (size_t)nstate}};
+        char *optjson = state_json(t);
+        if (!optjson) s = ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: optimizer record");
+        uint64_t rng[1] = {t->o->seed};
+        ot_ckpt_metric metrics[1] = {{"loss", isfinite(loss) ? loss : 0.0}};
+        char topo[96];
+        snprintf(topo, sizeof topo, "%d host devices in %d process(es)", t->nlive * t->psize,
+                 t->psize);
+        ot_ckpt_save_args a = {
+            .step = step,
+            .shards = shards,
+            .nshards = 2,
+            .pod = {t->nlive * t->psize, t->psize, 1,
+                    t->pod_vt->epoch ? (int64_t)t->pod_vt->epoch(t) : 0, topo},
+            .optimizer_json = optjson,
+            .rng_algorithm = "splitmix64",
+            .rng_state = rng,
+            .rng_words = 1,
+            .data_epoch = step / (t->train.n / t->o->batch_size),
+            .data_index = step,
+            .metrics = metrics,
+            .nmetrics = 1,
+        };
+        if (s == OT_OK) s = ot_ckpt_save_async(t->ckpt, &a);
+        if (s == OT_OK) {
+            t->rep->checkpoints++;
+            t->last_ckpt_step = step;
+        }
+        ot_free(optjson);
+    }
+    for (int i = 0; i < got; i++) ot_tensor_release(&host[i]);
+    ot_free(host);
+    ot_free(ct);
+    return s;
+}
+
+/* Loads checkpoint ck into replica r (params and optimizer state). */
+static ot_status load_checkpoint(trainer *t, const ot_ckpt *ck, replica *r) {
+    ot_tensor views[MAX_PARAMS];
+    for (int k = 0; k < t->nparams; k++) {
+        ot_status s = ot_ckpt_get(ck, "model", ot_model_param_name(t->model, k), &views[k]);
+        if (s != OT_OK) return s;
+        if (!ot_shape_equal(&views[k].shape, ot_model_param_shape(t->model, k)))
+            return ot_error(OT_ERR_SHAPE_MISMATCH, "checkpoint %s: parameter %s has another shape",
+                            ot_ckpt_dir(ck), ot_model_param_name(t->model, k));
+    }
+    ot_status s = train_put_params(t, r, views);
+    int nstate = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; s == OT_OK && i < nstate; i++) {
+        ot_tensor v;
+        s = ot_ckpt_get(ck, "optim", ot_tpu_optimizer_state_name(t->topt, i), &v);
+        if (s == OT_OK) s = ot_tpu_optimizer_set_state(t->topt, r->dev, i, &v);
+    }
+    return s;
+}
+
+ot_status train_restore_latest(trainer *t, int64_t *step, bool *found) {
+    *found = false;
+    ot_ckpt_options co = ot_ckpt_options_default();
+    ot_ckpt *ck = NULL;
+    ot_ckpt_restore_report rr;
+    memset(&rr, 0, sizeof rr);
+    ot_status s = ot_ckpt_resume(t->o->ckpt_dir, &co, accept_ckpt, t, &ck, &rr);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", s == OT_OK ? "" : ot_last_error());
+    for (size_t i = 0; i < rr.nskipped; i++)
+        train_log(t, "checkpoint step %lld skipped: %s%s%s", (long long)rr.skipped[i].step,
+                  rr.skipped[i].reason ? rr.skipped[i].reason : "",
+                  rr.skipped[i].moved_to ? "; set aside as " : "",
+                  rr.skipped[i].moved_to ? rr.skipped[i].moved_to : "");
+    ot_ckpt_restore_report_clear(&rr);
+    if (s == OT_ERR_NOT_FOUND) {
+        ot_clear_error();
+        return OT_OK;
+    }
+    if (s != OT_OK) s = ot_error(s, "%s", msg);
+    if (s != OT_OK) return s;
+    for (int r = 0; s == OT_OK && r < t->nlive; r++) s = load_checkpoint(t, ck, &t->reps[r]);
+    if (s == OT_OK) {
+        *step = ot_ckpt_step(ck);
+        *found = true;
+    }
+    ot_ckpt_free(ck);
+    return s;
+}
+
+ot_status train_prepare_ckpt_dir(trainer *t) {
+    ot_ckpt_entry *e = NULL;
+    size_t n = 0;
+    ot_status s = ot_ckpt_list(t->o->ckpt_dir, &e, &n);
+    if (s == OT_ERR_NOT_FOUND) {
+        ot_clear_error();
+        return OT_OK;
+    }
+    if (s != OT_OK) return s;
+    if (n > 0 && !t->o->fresh) {
+        s = ot_error(OT_ERR_ALREADY_EXISTS,
+                     "train: %s already holds %zu checkpoint(s) (newest step %lld): pass --resume "
+                     "to continue from them or --fresh to delete them",
+                     t->o->ckpt_dir, n, (long long)e[n - 1].step);
+    }
+    /* whatever each entry is (a set-aside step may be a file or a symlink): removed as such */
+    for (size_t i = 0; s == OT_OK && i < n; i++) s = ot_ft_rmtree(e[i].path);
+    if (s == OT_OK && n > 0)
+        train_log(t, "--fresh: deleted %zu old checkpoint(s) from %s", n, t->o->ckpt_dir);
+    ot_ckpt_entries_free(e, n);
+    return s;
+}
+
+ot_status train_init_params(trainer *t) {
+    ot_tensor init[MAX_PARAMS];
+    ot_status s = ot_model_init(t->model, t->o->seed, init);
+    if (s != OT_OK) return s;
+    for (int r = 0; s == OT_OK && r < t->nlive; r++) s = train_put_params(t, &t->reps[r], init);
+    for (int k = 0; k < t->nparams; k++) ot_tensor_release(&init[k]);
+    return s;
+}
+
+/* Every optimizer state tensor of replica src copied into replica dst. */
+ot_status train_copy_optimizer_state(trainer *t, const replica *src, const replica *dst) {
+    ot_status s = OT_OK;
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    for (int i = 0; s == OT_OK && i < ns; i++) {
+        ot_tensor v;
+        s = ot_tpu_optimizer_get_state(t->topt, src->dev, i, &v);
+        if (s == OT_OK) {
+            s = ot_tpu_optimizer_set_state(t->topt, dst->dev, i, &v);
+            ot_tensor_release(&v);
+        }
+    }
+    return s;
+}

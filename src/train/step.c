@@ -1,0 +1,391 @@
+/* A replica's steps, phase by phase: load its shard of the batch, forward/backward, the gradient
+ * all-reduce through the pod, the optimizer update; on the leader also metrics (evaluation,
+ * history, progress) and checkpoints; a failure ends the replica's segment and, when it is its own
+ * error, fails the pod so nobody waits for it. The same loop on every pod (driver.h). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "train/driver.h"
+#include "train/train_internal.h"
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+phase_clock train_phase_start(void) {
+    return (phase_clock){ot_now_ns(), thread_cpu_ns()};
+}
+
+void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
+                     bool traced) {
+    uint64_t w1 = ot_now_ns(), c1 = thread_cpu_ns();
+
+    r->cpu[ph] += c1 - pc.c0;
+    if (traced && t->trace)
+        ot_pod_trace_record(t->trace, r->dev_index,
+                            ph == PH_COMPUTE ? OT_PHASE_COMPUTE
+                            : ph == PH_COMM  ? OT_PHASE_COMM
+                                             : OT_PHASE_OTHER,
+                            name, pc.w0, w1);
+}
+
+ot_status train_evaluate(trainer *t, replica *r, double *acc, double *loss) {
+    ot_status s = OT_OK;
+    if (!r->test_x) {
+        ot_tensor tx, ty;
+        ot_shape xs, ys;
+        ot_shape_make(&xs, OT_F32, 2, (int64_t[]){t->test.n, t->test.features});
+        ot_shape_make(&ys, OT_S32, 1, (int64_t[]){t->test.n});
+        ot_tensor_borrow(&tx, &xs, t->test.x);
+        ot_tensor_borrow(&ty, &ys, t->test.y);
+        s = ot_buffer_from_host(r->dev, &tx, &r->test_x);
+        if (s == OT_OK) s = ot_buffer_from_host(r->dev, &ty, &r->test_y);
+        if (s != OT_OK) return s;
+    }
+    ot_buffer *args[MAX_PARAMS + 2];
+    for (int k = 0; k < t->nparams; k++) args[k] = r->params[k];
+    args[t->nparams] = r->test_x;
+    args[t->nparams + 1] = r->test_y;
+    ot_buffer *outs[2] = {NULL, NULL};
+    s = ot_device_execute(r->dev, t->eval_exe, args, t->nparams + 2, outs, 2, NULL, NULL);
+    if (s != OT_OK) return s;
+    ot_tensor l, c;
+    s = ot_buffer_to_host(outs[0], &l);
+    if (s == OT_OK) {
+        s = ot_buffer_to_host(outs[1], &c);
+        if (s == OT_OK) {
+            *loss = *(float *)l.data;
+            *acc = *(float *)c.data / (double)t->test.n;
+            ot_tensor_release(&c);
+        }
+        ot_tensor_release(&l);
+    }
+    ot_buffer_free(outs[0]);
+    ot_buffer_free(outs[1]);
+    return s;
+}
+
+int64_t ot_train_allreduce_timeout_ns(const ot_train_step_cost *c) {
+    int levels = 1; /* the tree's depth: the most times one member's buffer is combined or copied */
+    while (c->members > 1 << levels && levels < 30) levels++;
+    int local = c->local_replicas > 1 ? c->local_replicas : 1;
+    double comm = 2.0 * levels * (double)c->allreduce_bytes; /* reduce, then broadcast */
+    double flops = local * c->replica_flops + c->leader_flops;
+    double bytes = local * (c->replica_bytes + comm) + c->leader_bytes;
+    double sec =
+        OT_TRAIN_ALLREDUCE_BASE_S + flops / OT_TRAIN_SLOW_FLOPS + bytes / OT_TRAIN_SLOW_BYTES;
+    if (!(sec < 7 * 86400.0)) sec = 7 * 86400.0;
+    return (int64_t)(sec * 1e9);
+}
+
+/* The step's cost for the deadline of its all-reduce, from the compiled executables' counts. */
+static int64_t allreduce_timeout(const trainer *t, const ot_executable *exe) {
+    double pbytes = (double)t->total_elems * sizeof(float);
+    int nstate = ot_optimizer_state_count(t->optim);
+    ot_train_step_cost c = {
+        .local_replicas = t->nlive,
+        .members = t->nlive * t->psize,
+        .allreduce_bytes = (t->total_elems + 2) * (int64_t)sizeof(float),
+        /* the update: about 16 operations per element and slot; it reads parameter, gradient
+         * and slots and writes parameter and slots; the gradients are copied three times (out
+         * of the device, into the flat buffer, back onto the device) */
+        .replica_flops =
+            (double)ot_executable_total_flops(exe) + 16.0 * (double)t->total_elems * (1 + nstate),
+        .replica_bytes =
+            (double)ot_executable_total_bytes(exe) + pbytes * (3 + 2 * nstate) + 3 * pbytes,
+        .leader_flops = t->eval_exe ? (double)ot_executable_total_flops(t->eval_exe) : 0,
+        /* the snapshot copies parameters and slots to the host */
+        .leader_bytes = (t->eval_exe ? (double)ot_executable_total_bytes(t->eval_exe) : 0) +
+                        (t->o->ckpt_dir ? pbytes * (1 + nstate) : 0),
+    };
+    return ot_train_allreduce_timeout_ns(&c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The phases of one step
+ * ------------------------------------------------------------------------------------------- */
+
+/* One replica's thread for a segment: its place in the pod, its shard and its scratch. */
+typedef struct replica_run {
+    train_member m;
+    trainer *t;
+    ot_executable *exe; /* the gradient of a batch of nb */
+    int64_t off, nb;    /* its slice [off, off + nb) of every global batch */
+    ot_shape xs, ys;
+    int64_t *idx; /* the global batch's sample indices */
+    float *xb;    /* its shard: nb * features */
+    int32_t *yb;
+    float *flat; /* gradients, loss and correct count: what the all-reduce sums */
+    ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
+} replica_run;
+
+/* Load batch: the shard of global batch `step` onto the device (args[nparams], args[nparams+1],
+ * released by phase_forward_backward). */
+static ot_status phase_load_batch(replica_run *rr, int64_t step) {
+    trainer *t = rr->t;
+    const ot_train_options *o = t->o;
+    replica *r = rr->m.r;
+    int np = t->nparams;
+    int64_t F = t->train.features;
+    rr->args[np] = rr->args[np + 1] = NULL;
+    phase_clock pc = train_phase_start();
+    ot_status s = ot_dataset_batch_indices(t->train.n, o->batch_size, o->seed, step, rr->idx);
+    if (s != OT_OK) return s;
+    for (int64_t i = 0; i < rr->nb; i++) {
+        int64_t j = rr->idx[rr->off + i];
+        memcpy(rr->xb + i * F, t->train.x + j * F, (size_t)F * sizeof(float));
+        rr->yb[i] = t->train.y[j];
+    }
+    ot_tensor tx, ty;
+    ot_tensor_borrow(&tx, &rr->xs, rr->xb);
+    ot_tensor_borrow(&ty, &rr->ys, rr->yb);
+    for (int k = 0; k < np; k++) rr->args[k] = r->params[k];
+    s = ot_buffer_from_host(r->dev, &tx, &rr->args[np]);
+    if (s == OT_OK) s = ot_buffer_from_host(r->dev, &ty, &rr->args[np + 1]);
+    train_phase_end(t, r, PH_OTHER, pc, "input", false);
+    return s;
+}
+
+/* Forward/backward: the compiled gradient executable → outs (loss, correct, gradients). Runs
+ * only when s (the batch's load) is OK; releases the batch either way. */
+static ot_status phase_forward_backward(replica_run *rr, ot_status s) {
+    trainer *t = rr->t;
+    int np = t->nparams;
+    memset(rr->outs, 0, sizeof rr->outs);
+    if (s == OT_OK) {
+        phase_clock pc = train_phase_start();
+        s = ot_device_execute(rr->m.r->dev, rr->exe, rr->args, np + 2, rr->outs, np + 2, NULL,
+                              NULL);
+        train_phase_end(t, rr->m.r, PH_COMPUTE, pc, "forward+backward", true);
+    }
+    ot_buffer_free(rr->args[np]);
+    ot_buffer_free(rr->args[np + 1]);
+    return s;
+}
+
+/* Gradient all-reduce: gradients, then loss and correct count, packed into one flat vector and
+ * summed over every replica of the pod (the loss scale makes the sum the global batch's mean). */
+static ot_status phase_allreduce(replica_run *rr) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    int nouts = 2 + t->nparams;
+    phase_clock pc = train_phase_start();
+    ot_status s = OT_OK;
+    size_t pos = 0;
+    for (int k = 0; k < t->nparams && s == OT_OK; k++) {
+        ot_tensor h;
+        s = ot_buffer_to_host(rr->outs[2 + k], &h);
+        if (s == OT_OK) {
+            memcpy(rr->flat + pos, h.data, h.nbytes);
+            pos += t->sizes[k];
+            ot_tensor_release(&h);
+        }
+    }
+    for (int k = 0; k < 2 && s == OT_OK; k++) {
+        ot_tensor h;
+        s = ot_buffer_to_host(rr->outs[k], &h);
+        if (s == OT_OK) {
+            rr->flat[t->total_elems + k] = *(float *)h.data;
+            ot_tensor_release(&h);
+        }
+    }
+    for (int k = 0; k < nouts; k++) ot_buffer_free(rr->outs[k]);
+    train_phase_end(t, r, PH_OTHER, pc, "gather", false);
+    if (s != OT_OK) return s;
+    pc = train_phase_start();
+    s = t->pod_vt->allreduce(t, &rr->m, rr->flat, (size_t)t->total_elems + 2);
+    train_phase_end(t, r, PH_COMM, pc, "all-reduce", !t->pod_vt->comm_traced);
+    return s;
+}
+
+/* Optimizer update: the summed gradients back onto the device, then the compiled update of
+ * every parameter with this step's learning rate. */
+static ot_status phase_update(replica_run *rr, int64_t step, double lr) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    phase_clock pc = train_phase_start();
+    ot_buffer *grads[MAX_PARAMS];
+    memset(grads, 0, sizeof grads);
+    ot_status s = OT_OK;
+    size_t pos = 0;
+    for (int k = 0; k < t->nparams && s == OT_OK; k++) {
+        ot_tensor h;
+        ot_tensor_borrow(&h, ot_model_param_shape(t->model, k), rr->flat + pos);
+        s = ot_buffer_from_host(r->dev, &h, &grads[k]);
+        pos += t->sizes[k];
+    }
+    train_phase_end(t, r, PH_OTHER, pc, "scatter", false);
+    if (s == OT_OK) {
+        pc = train_phase_start();
+        s = ot_tpu_optimizer_step(t->topt, r->dev, r->params, grads, step + 1, lr, NULL);
+        train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
+    }
+    for (int k = 0; k < t->nparams; k++) ot_buffer_free(grads[k]);
+    return s;
+}
+
+static ot_status add_point(trainer *t, ot_train_point p) {
+    if (t->npoints == t->points_cap) {
+        int64_t cap = t->points_cap ? t->points_cap * 2 : 256;
+        ot_train_point *np = ot_malloc((size_t)cap * sizeof *np);
+        if (!np) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: metric history");
+        if (t->points) memcpy(np, t->points, (size_t)t->npoints * sizeof *np);
+        ot_free(t->points);
+        t->points = np;
+        t->points_cap = cap;
+    }
+    t->points[t->npoints++] = p;
+    return OT_OK;
+}
+
+/* Metrics (leader): the evaluation when due, the step's point in the history, progress. */
+static ot_status phase_metrics(replica_run *rr, int64_t step, double lr) {
+    trainer *t = rr->t;
+    const ot_train_options *o = t->o;
+    int64_t done_steps = step + 1;
+    double loss = rr->flat[t->total_elems];
+    double tacc = rr->flat[t->total_elems + 1] / (double)o->batch_size;
+    bool evaluated = false;
+    ot_status s;
+    if ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == t->total_steps) {
+        phase_clock pc = train_phase_start();
+        s = train_evaluate(t, rr->m.r, &t->last_test_acc, &t->last_test_loss);
+        train_phase_end(t, rr->m.r, PH_COMPUTE, pc, "evaluate", true);
+        if (s != OT_OK) return s;
+        evaluated = true;
+    }
+    s = add_point(
+        t, (ot_train_point){done_steps, loss, tacc, evaluated ? t->last_test_acc : -1.0, lr});
+    if (s != OT_OK) return s;
+    t->step = done_steps;
+    if (o->on_progress) {
+        uint64_t now = ot_now_ns();
+        /* the run's average so far: per-step rates jump with the host's scheduling */
+        double elapsed = (double)(now - t->loop_start_ns) / 1e9;
+        int64_t run_done = done_steps - t->rep->start_step;
+        double sps = elapsed > 0 ? (double)(run_done * o->batch_size) / elapsed : 0;
+        double eta =
+            run_done > 0 ? elapsed / (double)run_done * (double)(t->total_steps - done_steps) : 0;
+        ot_train_progress p = {
+            done_steps, t->total_steps, loss,     tacc, t->last_test_acc, lr, sps,
+            eta,        rr->m.n,        evaluated};
+        o->on_progress(o->ud, &p);
+    }
+    return OT_OK;
+}
+
+/* Checkpoint (leader), after the progress callback, which may record the step (the CLI's
+ * metrics.csv row): a committed checkpoint of a step then implies the step was recorded. */
+static ot_status phase_checkpoint(replica_run *rr, int64_t done_steps) {
+    trainer *t = rr->t;
+    if (!t->ckpt || t->o->ckpt_every <= 0 || done_steps % t->o->ckpt_every != 0) return OT_OK;
+    phase_clock pc = train_phase_start();
+    ot_status s = train_save_checkpoint(t, rr->m.r, done_steps, rr->flat[t->total_elems]);
+    train_phase_end(t, rr->m.r, PH_CKPT, pc, "checkpoint", true);
+    return s;
+}
+
+/* Failure handling: a real error (a failed save, a device error), not a peer's failure or the
+ * injected stop, is recorded as the run's and fails the pod: the others must not wait for this
+ * replica in the next all-reduce until its deadline. */
+static void replica_failed(replica_run *rr, ot_status s) {
+    trainer *t = rr->t;
+    if (s == OT_OK || s == OT_ERR_PEER_FAILED || s == INJECTED_STOP) return;
+    pthread_mutex_lock(&t->mu);
+    if (t->err_status == OT_OK) {
+        t->err_status = s;
+        snprintf(t->err_msg, sizeof t->err_msg, "device %d: %s", rr->m.r->dev_index,
+                 ot_last_error());
+    }
+    if (t->pod_vt->fail_member) t->pod_vt->fail_member(t, &rr->m);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The loop
+ * ------------------------------------------------------------------------------------------- */
+
+/* The replica's shard, executable, deadline and scratch; the pod's member set-up. */
+static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm) {
+    memset(rr, 0, sizeof *rr);
+    rr->t = t;
+    train_member *m = &rr->m;
+    m->rank = rank;
+    m->r = &t->reps[rank];
+    m->comm = comm;
+    m->n = t->nlive * t->psize;
+    m->g = t->prank * t->nlive + rank;
+    int64_t counts[MAX_DEVICES * 16];
+    if (m->n > MAX_DEVICES * 16) return ot_error(OT_ERR_OUT_OF_RANGE, "train: %d replicas", m->n);
+    ot_status s = ot_batch_split(t->o->batch_size, m->n, NULL, counts);
+    if (s != OT_OK) return s;
+    for (int i = 0; i < m->g; i++) rr->off += counts[i];
+    rr->nb = counts[m->g];
+    for (int i = 0; i < t->ngexe; i++)
+        if (t->gexe[i].batch == rr->nb) rr->exe = t->gexe[i].exe;
+    if (!rr->exe)
+        return ot_error(OT_ERR_INTERNAL, "train: no executable for a batch of %lld",
+                        (long long)rr->nb);
+    m->timeout_ns = allreduce_timeout(t, rr->exe);
+    if (t->pod_vt->member_begin) {
+        s = t->pod_vt->member_begin(t, m);
+        if (s != OT_OK) return s;
+    }
+    if (rank == 0) t->rep->allreduce_timeout_s = (double)m->timeout_ns / 1e9;
+    int64_t F = t->train.features;
+    rr->idx = ot_malloc((size_t)t->o->batch_size * sizeof *rr->idx);
+    rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
+    rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
+    rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
+    if (!rr->idx || !rr->xb || !rr->yb || !rr->flat)
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
+    ot_shape_make(&rr->xs, OT_F32, 2, (int64_t[]){rr->nb, F});
+    ot_shape_make(&rr->ys, OT_S32, 1, (int64_t[]){rr->nb});
+    return OT_OK;
+}
+
+static void run_end(replica_run *rr) {
+    if (rr->t->pod_vt->member_end) rr->t->pod_vt->member_end(rr->t, &rr->m);
+    ot_free(rr->idx);
+    ot_free(rr->xb);
+    ot_free(rr->yb);
+    ot_free(rr->flat);
+}
+
+/* One step of the replica; the leader (the pod's replica 0) also records and checkpoints it. */
+static ot_status run_step(replica_run *rr, int64_t step) {
+    trainer *t = rr->t;
+    const ot_train_options *o = t->o;
+    ot_status s;
+    if (o->fail_device >= 0 && step + 1 == o->fail_step) {
+        s = t->pod_vt->inject_fault(t, &rr->m, step);
+        if (s != OT_OK) return s;
+    }
+    s = phase_forward_backward(rr, phase_load_batch(rr, step));
+    if (s == OT_OK) s = phase_allreduce(rr);
+    double lr = ot_lr_schedule_lr(t->sched, step);
+    if (s == OT_OK) s = phase_update(rr, step, lr);
+    if (s != OT_OK) return s;
+    rr->m.r->done = step + 1;
+    if (rr->m.g != 0) return OT_OK;
+    s = phase_metrics(rr, step, lr);
+    if (s == OT_OK) s = phase_checkpoint(rr, step + 1);
+    return s;
+}
+
+ot_status train_replica_run(void *ud, int rank, ot_comm *comm) {
+    trainer *t = ud;
+    replica_run rr;
+    ot_status s = run_begin(&rr, t, rank, comm);
+    if (s == OT_OK) {
+        rr.m.r->done = t->seg_start;
+        for (int64_t step = t->seg_start; s == OT_OK && step < t->run_end; step++)
+            s = run_step(&rr, step);
+    }
+    replica_failed(&rr, s);
+    run_end(&rr);
+    return s;
+}
