@@ -203,8 +203,8 @@ static ot_status local_member_begin(trainer *t, train_member *m) {
         ot_coll_algo a = t->coll.algo != OT_ALGO_AUTO
                              ? t->coll.algo
                              : ot_coll_choose(m->comm, OT_COLL_ALLREDUCE, bytes);
-        train_log(t, "gradient all-reduce: %zu bytes over %d devices, %s%s, deadline %.1f s",
-                  bytes, m->n, ot_coll_algo_name(a),
+        train_log(t, "gradient all-reduce: %zu bytes over %d devices, %s%s, deadline %.1f s", bytes,
+                  m->n, ot_coll_algo_name(a),
                   t->coll.algo == OT_ALGO_AUTO ? " (chosen by the cost model)" : "",
                   (double)m->timeout_ns / 1e9);
     }
@@ -281,13 +281,72 @@ static ot_status sync_survivors(trainer *t) {
     for (int k = 0; k < got; k++) ot_tensor_release(&host[k]);
     if (s == OT_OK) {
         train_log(t, "survivors at steps %lld..%lld after the failure take the state of step %lld",
-             (long long)lo, (long long)hi, (long long)hi);
+                  (long long)lo, (long long)hi, (long long)hi);
         t->step = hi;
     }
     return s;
 }
 
-/* After a failure: rebuild the pod per the recovery policy (shrink, or a spare and a rollback). */
+/* Restore policy: the spare takes the failed replica's place (pos); everyone rolls back to the
+ * newest checkpoint, or to the initial state when there is none. */
+static ot_status restore_onto_spare(trainer *t, int pos, int spare) {
+    local_pod *lp = lp_of(t);
+    int failed = lp->failed_dev;
+    replica *r = &t->reps[pos];
+    train_free_replica(r);
+    memset(r, 0, sizeof *r);
+    r->dev_index = spare;
+    r->dev = ot_backend_device(t->backend, spare);
+    lp->used_dev[spare] = true;
+    ot_status s = ot_tpu_optimizer_add_replica(t->topt, r->dev);
+    if (s != OT_OK) return s;
+    if (t->ckpt) {
+        ot_status w = ot_ckpt_wait(t->ckpt, NULL);
+        if (w != OT_OK)
+            train_log(t, "warning: the checkpoint in flight failed: %s", ot_last_error());
+    }
+    int64_t step = 0;
+    bool found = false;
+    if (t->o->ckpt_dir) s = train_restore_latest(t, &step, &found);
+    if (s != OT_OK) return s;
+    if (!found) {
+        train_log(t, "recovery: no checkpoint to restore; restarting from step 0 on the new pod");
+        s = train_init_params(t);
+        /* every replica's state goes back to the initial values held by the spare's brand-new
+         * replica, which never stepped */
+        for (int r2 = 0; s == OT_OK && r2 < t->nlive; r2++)
+            if (&t->reps[r2] != r) s = train_copy_optimizer_state(t, r, &t->reps[r2]);
+        step = 0;
+    }
+    if (s != OT_OK) return s;
+    train_log(t,
+              "recovery (restore): device %d replaces failed device %d; %d devices roll back from "
+              "step %lld to checkpointed step %lld",
+              spare, failed, t->nlive, (long long)t->step, (long long)step);
+    t->step = step;
+    /* the metric history after the restored step is replaced by the rerun */
+    while (t->npoints > 0 && t->points[t->npoints - 1].step > step) t->npoints--;
+    return OT_OK;
+}
+
+/* Shrink policy: the failed replica (pos) leaves; the survivors go on from their state. */
+static ot_status shrink(trainer *t, int pos) {
+    local_pod *lp = lp_of(t);
+    train_free_replica(&t->reps[pos]);
+    for (int r = pos; r + 1 < t->nlive; r++) t->reps[r] = t->reps[r + 1];
+    t->nlive--;
+    memset(&t->reps[t->nlive], 0, sizeof t->reps[t->nlive]);
+    if (t->nlive < 1) return ot_error(OT_ERR_PEER_FAILED, "train: no device left");
+    train_log(t,
+              "recovery (shrink): new pod of %d devices (epoch %llu), ring over the survivors, "
+              "batch %lld re-split; step %lld is redone from the survivors' identical state",
+              t->nlive, (unsigned long long)ot_coord_epoch(lp->coord), (long long)t->o->batch_size,
+              (long long)t->step + 1);
+    return OT_OK;
+}
+
+/* After a failure: rebuild the pod per the recovery policy (a spare while one is left, else
+ * shrink), then the executables of the new shard sizes. */
 static ot_status rebuild(trainer *t) {
     local_pod *lp = lp_of(t);
     const ot_train_options *o = t->o;
@@ -299,7 +358,8 @@ static ot_status rebuild(trainer *t) {
     if (pos < 0)
         return ot_error(OT_ERR_INTERNAL, "train: failed device %d is not a member", failed);
     t->rep->failures++;
-    if (lp->detect_ns && lp->stop_ns) t->rep->detect_s = (double)(lp->detect_ns - lp->stop_ns) / 1e9;
+    if (lp->detect_ns && lp->stop_ns)
+        t->rep->detect_s = (double)(lp->detect_ns - lp->stop_ns) / 1e9;
     ot_coord_remove(lp->coord, lp->coord_id[failed]);
     int spare = -1;
     if (o->recovery == OT_RECOVER_RESTORE)
@@ -308,57 +368,15 @@ static ot_status rebuild(trainer *t) {
                 spare = d;
                 break;
             }
-    ot_status s = OT_OK;
+    ot_status s;
     if (o->recovery == OT_RECOVER_RESTORE && spare >= 0) {
-        /* the spare takes the failed replica's place; everyone rolls back to the checkpoint */
-        replica *r = &t->reps[pos];
-        train_free_replica(r);
-        memset(r, 0, sizeof *r);
-        r->dev_index = spare;
-        r->dev = ot_backend_device(t->backend, spare);
-        lp->used_dev[spare] = true;
-        s = ot_tpu_optimizer_add_replica(t->topt, r->dev);
-        if (s != OT_OK) return s;
-        if (t->ckpt) {
-            ot_status w = ot_ckpt_wait(t->ckpt, NULL);
-            if (w != OT_OK)
-                train_log(t, "warning: the checkpoint in flight failed: %s", ot_last_error());
-        }
-        int64_t step = 0;
-        bool found = false;
-        if (o->ckpt_dir) s = train_restore_latest(t, &step, &found);
-        if (s != OT_OK) return s;
-        if (!found) {
-            train_log(t, "recovery: no checkpoint to restore; restarting from step 0 on the new pod");
-            s = train_init_params(t);
-            /* every replica's state goes back to the initial values held by the spare's
-             * brand-new replica, which never stepped */
-            for (int r2 = 0; s == OT_OK && r2 < t->nlive; r2++)
-                if (&t->reps[r2] != r) s = train_copy_optimizer_state(t, r, &t->reps[r2]);
-            step = 0;
-        }
-        if (s != OT_OK) return s;
-        train_log(t,
-             "recovery (restore): device %d replaces failed device %d; %d devices roll back from "
-             "step %lld to checkpointed step %lld",
-             spare, failed, t->nlive, (long long)t->step, (long long)step);
-        t->step = step;
-        /* the metric history after the restored step is replaced by the rerun */
-        while (t->npoints > 0 && t->points[t->npoints - 1].step > step) t->npoints--;
+        s = restore_onto_spare(t, pos, spare);
     } else {
         if (o->recovery == OT_RECOVER_RESTORE)
             train_log(t, "recovery: no spare device left; shrinking instead");
-        train_free_replica(&t->reps[pos]);
-        for (int r = pos; r + 1 < t->nlive; r++) t->reps[r] = t->reps[r + 1];
-        t->nlive--;
-        memset(&t->reps[t->nlive], 0, sizeof t->reps[t->nlive]);
-        if (t->nlive < 1) return ot_error(OT_ERR_PEER_FAILED, "train: no device left");
-        train_log(t,
-             "recovery (shrink): new pod of %d devices (epoch %llu), ring over the survivors, "
-             "batch %lld re-split; step %lld is redone from the survivors' identical state",
-             t->nlive, (unsigned long long)ot_coord_epoch(lp->coord), (long long)o->batch_size,
-             (long long)t->step + 1);
+        s = shrink(t, pos);
     }
+    if (s != OT_OK) return s;
     s = train_prepare_executables(t);
     t->rep->recover_s = (double)(ot_now_ns() - (lp->detect_ns ? lp->detect_ns : t0)) / 1e9;
     lp->failed_dev = -1;
