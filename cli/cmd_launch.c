@@ -1,10 +1,7 @@
 /* optitpu launch: runs an optitpu command under mpirun and restarts it from the newest verified
  * checkpoint when the run fails (Debian's Open MPI ends the whole job when a process dies), with
- * fewer processes when a host is gone; each restart is logged with its cause.
- *
- * optitpu mpi-sgd: data-parallel SGD on a synthetic linear regression over the MPI communicator,
- * checkpointed through ft.h: real work with a real restart path (until `optitpu train` runs
- * under launch). */
+ * fewer processes when a host is gone; each restart is logged with its cause. The training job it
+ * runs is `optitpu train --mpi` (cmd_train.c): launch holds no training loop of its own. */
 #include "cli.h"
 
 #include <errno.h>
@@ -235,7 +232,7 @@ static int run_launch(int argc, char **argv) {
             return cli_usage_error(cmd, "bad or incomplete argument '%s'", a);
         }
     }
-    if (i >= argc) return cli_usage_error(cmd, "no command after '--' (e.g. -- mpi-sgd ...)");
+    if (i >= argc) return cli_usage_error(cmd, "no command after '--' (e.g. -- train --mpi ...)");
     c.cmd = argv + i;
     c.ncmd = argc - i;
     if (geteuid() == 0) { /* Open MPI refuses root unless told */
@@ -344,206 +341,7 @@ const cli_command cli_cmd_launch = {
     "                          the launcher), empty when none verifies\n"
     "\n"
     "  --mca KEY VALUE   passed to mpirun (e.g. btl_tcp_if_include veth0)\n"
-    "  example: optitpu launch --np 4 --oversubscribe --ckpt-dir ck -- mpi-sgd --ckpt-dir ck",
+    "  example: optitpu launch --np 2 --oversubscribe --ckpt-dir ck -- train --mpi --devices 4 \\\n"
+    "             --ckpt-dir ck",
     run_launch,
-};
-
-/* ---- optitpu mpi-sgd ------------------------------------------------------------------------- */
-
-/* y = <w*, x> + b* on x drawn from a counter-based hash: sample i of step s is the same on any
- * rank and in any run, so a resumed run sees exactly the data an uninterrupted one would. */
-static float hx(uint64_t s, uint64_t i, uint64_t j) {
-    uint64_t h = (s * 0x9E3779B97F4A7C15ull) ^ (i * 0xC2B2AE3D27D4EB4Full) ^ (j + 0x165667B1ull);
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return (float)((int)(h % 2001) - 1000) / 1000.0f;
-}
-
-static int run_sgd(int argc, char **argv) {
-    const char *cmd = "mpi-sgd";
-    int64_t steps = 60, dim = 256, batch = 64, every = 10, die_at = -1;
-    double lr = 0.05;
-    const char *ckdir = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--steps") && v && cli_parse_i64(v, 1, 1000000, &steps)) {
-            i++;
-        } else if (!strcmp(a, "--dim") && v && cli_parse_i64(v, 1, 1 << 24, &dim)) {
-            i++;
-        } else if (!strcmp(a, "--batch") && v && cli_parse_i64(v, 1, 1 << 20, &batch)) {
-            i++;
-        } else if (!strcmp(a, "--ckpt-every") && v && cli_parse_i64(v, 1, 1000000, &every)) {
-            i++;
-        } else if (!strcmp(a, "--die-at") && v && cli_parse_i64(v, 0, 1000000, &die_at)) {
-            i++;
-        } else if (!strcmp(a, "--lr") && v && cli_parse_double(v, &lr)) {
-            i++;
-        } else if (!strcmp(a, "--ckpt-dir") && v) {
-            ckdir = v, i++;
-        } else if (!strcmp(a, "--out") && v) {
-            out = v, i++;
-        } else {
-            return cli_usage_error(cmd, "bad or incomplete argument '%s'", a);
-        }
-    }
-    ot_mpi *m = NULL;
-    if (ot_mpi_init(NULL, &m) != OT_OK) return cli_fail(cmd);
-    int rank = ot_mpi_rank(m), np = ot_mpi_size(m), rc = CLI_OK;
-    const char *att = getenv(OT_LAUNCH_ENV_ATTEMPT), *res = getenv(OT_LAUNCH_ENV_RESUME);
-    int attempt = att ? atoi(att) : 0;
-    size_t n = (size_t)dim + 1; /* weights and bias */
-    float *w = calloc(n, sizeof *w), *g = calloc(n, sizeof *g), *wstar = calloc(n, sizeof *wstar);
-    ot_ckpt_manager *mgr = NULL;
-    ot_ckpt *ck = NULL;
-    int64_t start = 0;
-    if (!w || !g || !wstar) {
-        ot_error(OT_ERR_OUT_OF_MEMORY, "mpi-sgd: out of memory");
-        rc = cli_fail(cmd);
-        goto out;
-    }
-    for (size_t j = 0; j < n; j++) wstar[j] = hx(0xABCD, j, 7);
-    /* resume: the launcher's verified checkpoint, or the newest that verifies */
-    if (ckdir && res && !strcmp(res, "1")) {
-        const char *dir = getenv(OT_LAUNCH_ENV_CKPT);
-        ot_status st =
-            dir && dir[0] ? ot_ckpt_load(dir, &ck) : ot_ckpt_restore_latest(ckdir, NULL, &ck, NULL);
-        if (st == OT_OK) {
-            ot_tensor t;
-            if (ot_ckpt_get(ck, "model", "w", &t) != OT_OK ||
-                ot_shape_numel_unchecked(&t.shape) != (int64_t)n || t.shape.dtype != OT_F32) {
-                ot_error(OT_ERR_CORRUPT_DATA, "mpi-sgd: checkpoint %s has no f32[%zu] model/w",
-                         ot_ckpt_dir(ck), n);
-                rc = cli_fail(cmd);
-                goto out;
-            }
-            memcpy(w, t.data, n * sizeof *w);
-            start = ot_ckpt_step(ck);
-            if (rank == 0)
-                fprintf(stderr, "mpi-sgd: attempt %d resumes at step %lld from %s\n", attempt,
-                        (long long)start, ot_ckpt_dir(ck));
-        } else if (rank == 0) {
-            fprintf(stderr, "mpi-sgd: attempt %d: no verified checkpoint (%s), from step 0\n",
-                    attempt, ot_last_error());
-        }
-    }
-    /* checkpoints newer than the resume point did not verify (or belong to a history that is
-     * being replaced): set them aside so this run can commit its own steps */
-    if (ckdir && rank == 0 && res && !strcmp(res, "1")) {
-        ot_ckpt_entry *e = NULL;
-        size_t ne = 0;
-        if (ot_ckpt_list(ckdir, &e, &ne) == OT_OK) {
-            for (size_t k = 0; k < ne; k++) {
-                if (!e[k].committed || e[k].step <= start) continue;
-                char *to = NULL;
-                /* step_N.damaged: listed by `optitpu ckpt ls`, no longer in the way of step N */
-                if (ot_ckpt_set_aside(ckdir, e[k].step, &to) == OT_OK)
-                    fprintf(stderr, "mpi-sgd: set aside %s (newer than the resume point) as %s\n",
-                            e[k].path, to);
-                ot_free(to);
-            }
-            ot_ckpt_entries_free(e, ne);
-        }
-        ot_clear_error();
-    }
-    if (ckdir && rank == 0) {
-        ot_ckpt_options co = ot_ckpt_options_default();
-        co.retention.keep_last = 3;
-        if (ot_ckpt_open(ckdir, &co, &mgr) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto out;
-        }
-    }
-    /* every rank takes batch/np samples of each step (the remainder to the lowest ranks) */
-    int64_t lo = batch * rank / np, hi = batch * (rank + 1) / np;
-    ot_mpi_coll_options mo = ot_mpi_coll_options_default();
-    mo.algo = OT_MPI_ALGO_RING; /* fixed order: a rerun reproduces the run bit for bit */
-    for (int64_t s = start; s < steps; s++) {
-        if (s == die_at && attempt == 0 && rank == np - 1) {
-            fprintf(stderr, "mpi-sgd: rank %d kills itself at step %lld (--die-at)\n", rank,
-                    (long long)s);
-            fflush(stderr);
-            raise(SIGKILL);
-        }
-        memset(g, 0, n * sizeof *g);
-        for (int64_t i = lo; i < hi; i++) {
-            float x[4096 + 1], pred = 0, y = 0;
-            size_t d = (size_t)dim < 4096 ? (size_t)dim : 4096;
-            for (size_t j = 0; j < d; j++) {
-                x[j] = hx((uint64_t)s, (uint64_t)i, j);
-                pred += w[j] * x[j];
-                y += wstar[j] * x[j];
-            }
-            pred += w[d];
-            y += wstar[d];
-            float e = pred - y;
-            for (size_t j = 0; j < d; j++) g[j] += e * x[j];
-            g[d] += e;
-        }
-        for (size_t j = 0; j < n; j++) g[j] /= (float)batch;
-        if (ot_mpi_allreduce(m, g, g, n, OT_F32, OT_REDOP_SUM, &mo) != OT_OK) {
-            rc = cli_fail(cmd);
-            goto out;
-        }
-        for (size_t j = 0; j < n; j++) w[j] -= (float)lr * g[j];
-        ot_mpi_heartbeat(m);
-        if (mgr && (s + 1) % every == 0) {
-            ot_shape sh;
-            ot_shape_make(&sh, OT_F32, 1, (int64_t[]){(int64_t)n});
-            ot_ckpt_tensor ts[] = {{"w", sh, w}};
-            ot_ckpt_shard sd[] = {{"model", 0, 1, ts, 1}};
-            ot_ckpt_save_args sa = {.step = s + 1, .shards = sd, .nshards = 1};
-            sa.pod.num_processes = np;
-            sa.pod.num_devices = np;
-            if (ot_ckpt_save(mgr, &sa, NULL) != OT_OK) {
-                rc = cli_fail(cmd);
-                goto out;
-            }
-        }
-    }
-    if (rank == 0) {
-        double err = 0;
-        for (size_t j = 0; j < n; j++) err += (double)(w[j] - wstar[j]) * (w[j] - wstar[j]);
-        uint8_t d[32];
-        ot_sha256_digest(w, n * sizeof *w, d);
-        printf("mpi-sgd: %lld steps on %d processes; |w - w*|^2 = %.6g; sha256(w) = ",
-               (long long)steps, np, err);
-        for (int k = 0; k < 32; k++) printf("%02x", d[k]);
-        printf("\n");
-        if (out) {
-            ot_shape sh;
-            ot_tensor t;
-            ot_shape_make(&sh, OT_F32, 1, (int64_t[]){(int64_t)n});
-            if (ot_tensor_borrow(&t, &sh, w) != OT_OK || ot_npy_write_file(out, &t) != OT_OK)
-                rc = cli_fail(cmd);
-        }
-    }
-out:
-    if (ot_ckpt_close(mgr) != OT_OK && rc == CLI_OK) rc = cli_fail(cmd);
-    /* a process that fails ends the job: the others would wait for it until their deadline */
-    if (rc != CLI_OK && np > 1) ot_mpi_abort_job(m, rc);
-    ot_ckpt_free(ck);
-    free(w);
-    free(g);
-    free(wstar);
-    ot_mpi_free(m);
-    return rc;
-}
-
-const cli_command cli_cmd_mpi_sgd = {
-    "mpi-sgd",
-    "data-parallel SGD over MPI with checkpoints (a small real job for optitpu launch)",
-    "usage: mpirun -np P optitpu mpi-sgd [--steps N] [--dim D] [--batch B] [--lr LR]\n"
-    "                                    [--ckpt-dir DIR] [--ckpt-every K] [--die-at S]\n"
-    "                                    [--out w.npy]\n"
-    "\n"
-    "Linear regression on synthetic data (sample i of step s is a fixed function of (s, i)):\n"
-    "each process computes the gradient of its share of the batch, the gradients are summed by\n"
-    "the MPI ring all-reduce (fixed order), and every process applies the same SGD step. Rank 0\n"
-    "saves a verified checkpoint every K steps (ft.h). Under `optitpu launch`, OPTITPU_RESUME=1\n"
-    "makes it continue from OPTITPU_RESUME_CKPT (or the newest verified checkpoint in DIR), so a\n"
-    "restarted run ends with the same parameters as an uninterrupted one. --die-at S: on the\n"
-    "first attempt (OPTITPU_LAUNCH_ATTEMPT 0) the last rank kills itself (SIGKILL) at step S.\n"
-    "Prints |w - w*|^2 and the SHA-256 of the final parameters; --out writes them as .npy.",
-    run_sgd,
 };

@@ -169,227 +169,291 @@ static int mkdir_parent(const char *file) {
     return mkdir_p(buf);
 }
 
-static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt_dir, bool ckpt_off,
-                     const char *trace, bool json, bool quiet, int prank);
+/* The command line: the library's options and the CLI's own. */
+typedef struct train_cli {
+    ot_train_options o;
+    const char *out_dir, *ckpt_dir, *trace;
+    bool json, quiet, ckpt_off, use_mpi, topology_set;
+} train_cli;
 
-static int run(int argc, char **argv) {
-    ot_train_options o = ot_train_options_default();
-    const char *out_dir = "optitpu-train", *ckpt_dir = NULL, *trace = NULL;
-    bool json = false, quiet = false, ckpt_off = false, use_mpi = false, topology_set = false;
-    int64_t v;
-    double d;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+/* Each parse_* takes the flags of one group: -1 when `a` is none of them, else CLI_OK or a usage
+ * error's code; *i moves past a value it takes. */
 #define NEED()                                                                                     \
     do {                                                                                           \
         if (!val) return cli_usage_error("train", "%s needs a value", a);                          \
-        i++;                                                                                       \
+        (*i)++;                                                                                    \
     } while (0)
-        if (!strcmp(a, "--model")) {
-            NEED();
-            int k = ot_model_kind_from_name(val);
-            if (k < 0)
-                return cli_usage_error("train", "--model: unknown model '%s' (logreg, mlp, cnn)",
-                                       val);
-            o.model.kind = (ot_model_kind)k;
-        } else if (!strcmp(a, "--hidden")) {
-            NEED();
-            if (!parse_hidden(val, &o.model))
-                return cli_usage_error("train", "--hidden: expected 1 to %d widths like 128,64",
-                                       OT_MODEL_MAX_HIDDEN);
-        } else if (!strcmp(a, "--activation")) {
-            NEED();
-            int k = ot_activation_from_name(val);
-            if (k < 0)
-                return cli_usage_error("train", "--activation: unknown '%s' (relu, gelu, tanh)",
-                                       val);
-            o.model.activation = (ot_activation)k;
-        } else if (!strcmp(a, "--data")) {
-            NEED();
-            if (strcmp(val, "digits") && strcmp(val, "synthetic"))
-                return cli_usage_error("train", "--data: unknown data set '%s' (digits, synthetic)",
-                                       val);
-            o.dataset = val;
-        } else if (!strcmp(a, "--samples")) {
-            NEED();
-            if (!cli_parse_i64(val, 16, INT64_C(1) << 26, &v))
-                return cli_usage_error("train", "--samples: 16..2^26");
-            o.synthetic_n = v;
-        } else if (!strcmp(a, "--optimizer")) {
-            NEED();
-            o.optimizer = val;
-        } else if (!strcmp(a, "--lr")) {
-            NEED();
-            if (!cli_parse_double(val, &d) || !(d > 0))
-                return cli_usage_error("train", "--lr: a number > 0");
-            o.lr = d;
-        } else if (!strcmp(a, "--weight-decay")) {
-            NEED();
-            if (!cli_parse_double(val, &d) || !(d >= 0))
-                return cli_usage_error("train", "--weight-decay: a number >= 0");
-            o.weight_decay = d;
-        } else if (!strcmp(a, "--schedule")) {
-            NEED();
-            if (strcmp(val, "constant") && strcmp(val, "cosine") && strcmp(val, "warmup-cosine") &&
-                strcmp(val, "step"))
-                return cli_usage_error(
-                    "train", "--schedule: unknown '%s' (constant, cosine, warmup-cosine, step)",
-                    val);
-            o.schedule = val;
-        } else if (!strcmp(a, "--warmup")) {
-            NEED();
-            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v))
-                return cli_usage_error("train", "--warmup: a step count");
-            o.warmup_steps = v;
-        } else if (!strcmp(a, "--batch-size")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 24, &v))
-                return cli_usage_error("train", "--batch-size: 1..2^24");
-            o.batch_size = v;
-        } else if (!strcmp(a, "--steps")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
-                return cli_usage_error("train", "--steps: >= 1");
-            o.steps = v;
-            o.epochs = 0;
-        } else if (!strcmp(a, "--epochs")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 30, &v))
-                return cli_usage_error("train", "--epochs: >= 1");
-            o.epochs = v;
-        } else if (!strcmp(a, "--eval-every")) {
-            NEED();
-            if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v))
-                return cli_usage_error("train", "--eval-every: >= 0");
-            o.eval_every = v;
-        } else if (!strcmp(a, "--seed")) {
-            NEED();
-            if (!cli_parse_i64(val, 0, INT64_MAX, &v))
-                return cli_usage_error("train", "--seed: >= 0");
-            o.seed = (uint64_t)v;
-        } else if (!strcmp(a, "--devices")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, 63, &v)) return cli_usage_error("train", "--devices: 1..63");
-            o.devices = (int)v;
-        } else if (!strcmp(a, "--topology")) {
-            NEED();
-            o.topology = val;
-            topology_set = true;
-        } else if (!strcmp(a, "--allreduce")) {
-            NEED();
-            if (ot_coll_algo_from_name(val) < 0)
-                return cli_usage_error("train", "--allreduce: unknown algorithm '%s'", val);
-            o.allreduce = val;
-        } else if (!strcmp(a, "--ckpt-dir")) {
-            NEED();
-            ckpt_dir = val;
-            ckpt_off = !strcmp(val, "none");
-        } else if (!strcmp(a, "--ckpt-every")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
-                return cli_usage_error("train", "--ckpt-every: >= 1");
-            o.ckpt_every = v;
-        } else if (!strcmp(a, "--keep")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, 1 << 20, &v))
-                return cli_usage_error("train", "--keep: >= 1");
-            o.keep = (int)v;
-        } else if (!strcmp(a, "--no-final-ckpt")) {
-            o.final_ckpt = false;
-        } else if (!strcmp(a, "--resume")) {
-            o.resume = true;
-        } else if (!strcmp(a, "--fresh")) {
-            o.fresh = true;
-        } else if (!strcmp(a, "--fail-device")) {
-            NEED();
-            const char *at = strchr(val, '@');
-            char dev[32];
-            if (!at || (size_t)(at - val) >= sizeof dev)
-                return cli_usage_error("train", "--fail-device: expected D@STEP, e.g. 3@50");
-            memcpy(dev, val, (size_t)(at - val));
-            dev[at - val] = 0;
-            int64_t dv, sv;
-            if (!cli_parse_i64(dev, 0, 62, &dv) || !cli_parse_i64(at + 1, 1, INT64_C(1) << 40, &sv))
-                return cli_usage_error("train",
-                                       "--fail-device: expected D@STEP with D >= 0, STEP >= 1");
-            o.fail_device = (int)dv;
-            o.fail_step = sv;
-        } else if (!strcmp(a, "--recovery")) {
-            NEED();
-            if (!strcmp(val, "shrink"))
-                o.recovery = OT_RECOVER_SHRINK;
-            else if (!strcmp(val, "restore"))
-                o.recovery = OT_RECOVER_RESTORE;
-            else
-                return cli_usage_error("train", "--recovery: shrink or restore, not '%s'", val);
-        } else if (!strcmp(a, "--stop-after")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
-                return cli_usage_error("train", "--stop-after: >= 1");
-            o.stop_after = v;
-        } else if (!strcmp(a, "--out") || !strcmp(a, "--output-dir")) {
-            NEED();
-            out_dir = val;
-        } else if (!strcmp(a, "--trace")) {
-            NEED();
-            trace = val;
-        } else if (!strcmp(a, "--threads")) {
-            NEED();
-            if (!cli_parse_i64(val, 1, 1024, &v))
-                return cli_usage_error("train", "--threads: 1..1024");
-            setenv("OPTITPU_THREADS", val, 1); /* read when the kernel pool starts */
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--mpi")) {
-            use_mpi = true;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = true;
-        } else {
-            return cli_usage_error("train", "unknown argument '%s'", a);
-        }
-#undef NEED
+
+/* Flags of model and data. */
+static int parse_model(train_cli *c, const char *a, const char *val, int *i) {
+    int64_t v;
+    if (!strcmp(a, "--model")) {
+        NEED();
+        int k = ot_model_kind_from_name(val);
+        if (k < 0)
+            return cli_usage_error("train", "--model: unknown model '%s' (logreg, mlp, cnn)", val);
+        c->o.model.kind = (ot_model_kind)k;
+    } else if (!strcmp(a, "--hidden")) {
+        NEED();
+        if (!parse_hidden(val, &c->o.model))
+            return cli_usage_error("train", "--hidden: expected 1 to %d widths like 128,64",
+                                   OT_MODEL_MAX_HIDDEN);
+    } else if (!strcmp(a, "--activation")) {
+        NEED();
+        int k = ot_activation_from_name(val);
+        if (k < 0)
+            return cli_usage_error("train", "--activation: unknown '%s' (relu, gelu, tanh)", val);
+        c->o.model.activation = (ot_activation)k;
+    } else if (!strcmp(a, "--data")) {
+        NEED();
+        if (strcmp(val, "digits") && strcmp(val, "synthetic"))
+            return cli_usage_error("train", "--data: unknown data set '%s' (digits, synthetic)",
+                                   val);
+        c->o.dataset = val;
+    } else if (!strcmp(a, "--samples")) {
+        NEED();
+        if (!cli_parse_i64(val, 16, INT64_C(1) << 26, &v))
+            return cli_usage_error("train", "--samples: 16..2^26");
+        c->o.synthetic_n = v;
+    } else {
+        return -1;
     }
-    if (use_mpi && topology_set)
+    return CLI_OK;
+}
+
+/* Flags of optimization. */
+static int parse_optim(train_cli *c, const char *a, const char *val, int *i) {
+    int64_t v;
+    double d;
+    if (!strcmp(a, "--optimizer")) {
+        NEED();
+        c->o.optimizer = val;
+    } else if (!strcmp(a, "--lr")) {
+        NEED();
+        if (!cli_parse_double(val, &d) || !(d > 0))
+            return cli_usage_error("train", "--lr: a number > 0");
+        c->o.lr = d;
+    } else if (!strcmp(a, "--weight-decay")) {
+        NEED();
+        if (!cli_parse_double(val, &d) || !(d >= 0))
+            return cli_usage_error("train", "--weight-decay: a number >= 0");
+        c->o.weight_decay = d;
+    } else if (!strcmp(a, "--schedule")) {
+        NEED();
+        if (strcmp(val, "constant") && strcmp(val, "cosine") && strcmp(val, "warmup-cosine") &&
+            strcmp(val, "step"))
+            return cli_usage_error(
+                "train", "--schedule: unknown '%s' (constant, cosine, warmup-cosine, step)", val);
+        c->o.schedule = val;
+    } else if (!strcmp(a, "--warmup")) {
+        NEED();
+        if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v))
+            return cli_usage_error("train", "--warmup: a step count");
+        c->o.warmup_steps = v;
+    } else if (!strcmp(a, "--batch-size")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, INT64_C(1) << 24, &v))
+            return cli_usage_error("train", "--batch-size: 1..2^24");
+        c->o.batch_size = v;
+    } else if (!strcmp(a, "--steps")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
+            return cli_usage_error("train", "--steps: >= 1");
+        c->o.steps = v;
+        c->o.epochs = 0;
+    } else if (!strcmp(a, "--epochs")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, INT64_C(1) << 30, &v))
+            return cli_usage_error("train", "--epochs: >= 1");
+        c->o.epochs = v;
+    } else if (!strcmp(a, "--eval-every")) {
+        NEED();
+        if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v))
+            return cli_usage_error("train", "--eval-every: >= 0");
+        c->o.eval_every = v;
+    } else if (!strcmp(a, "--seed")) {
+        NEED();
+        if (!cli_parse_i64(val, 0, INT64_MAX, &v)) return cli_usage_error("train", "--seed: >= 0");
+        c->o.seed = (uint64_t)v;
+    } else {
+        return -1;
+    }
+    return CLI_OK;
+}
+
+/* Flags of the pod and its faults. */
+static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
+    int64_t v;
+    if (!strcmp(a, "--devices")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, 63, &v)) return cli_usage_error("train", "--devices: 1..63");
+        c->o.devices = (int)v;
+    } else if (!strcmp(a, "--topology")) {
+        NEED();
+        c->o.topology = val;
+        c->topology_set = true;
+    } else if (!strcmp(a, "--allreduce")) {
+        NEED();
+        if (ot_coll_algo_from_name(val) < 0)
+            return cli_usage_error("train", "--allreduce: unknown algorithm '%s'", val);
+        c->o.allreduce = val;
+    } else if (!strcmp(a, "--mpi")) {
+        c->use_mpi = true;
+    } else if (!strcmp(a, "--fail-device")) {
+        NEED();
+        const char *at = strchr(val, '@');
+        char dev[32];
+        if (!at || (size_t)(at - val) >= sizeof dev)
+            return cli_usage_error("train", "--fail-device: expected D@STEP, e.g. 3@50");
+        memcpy(dev, val, (size_t)(at - val));
+        dev[at - val] = 0;
+        int64_t dv, sv;
+        if (!cli_parse_i64(dev, 0, 62, &dv) || !cli_parse_i64(at + 1, 1, INT64_C(1) << 40, &sv))
+            return cli_usage_error("train",
+                                   "--fail-device: expected D@STEP with D >= 0, STEP >= 1");
+        c->o.fail_device = (int)dv;
+        c->o.fail_step = sv;
+    } else if (!strcmp(a, "--recovery")) {
+        NEED();
+        if (!strcmp(val, "shrink"))
+            c->o.recovery = OT_RECOVER_SHRINK;
+        else if (!strcmp(val, "restore"))
+            c->o.recovery = OT_RECOVER_RESTORE;
+        else
+            return cli_usage_error("train", "--recovery: shrink or restore, not '%s'", val);
+    } else {
+        return -1;
+    }
+    return CLI_OK;
+}
+
+/* Flags of checkpoints. */
+static int parse_ckpt(train_cli *c, const char *a, const char *val, int *i) {
+    int64_t v;
+    if (!strcmp(a, "--ckpt-dir")) {
+        NEED();
+        c->ckpt_dir = val;
+        c->ckpt_off = !strcmp(val, "none");
+    } else if (!strcmp(a, "--ckpt-every")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
+            return cli_usage_error("train", "--ckpt-every: >= 1");
+        c->o.ckpt_every = v;
+    } else if (!strcmp(a, "--keep")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, 1 << 20, &v)) return cli_usage_error("train", "--keep: >= 1");
+        c->o.keep = (int)v;
+    } else if (!strcmp(a, "--no-final-ckpt")) {
+        c->o.final_ckpt = false;
+    } else if (!strcmp(a, "--resume")) {
+        c->o.resume = true;
+    } else if (!strcmp(a, "--fresh")) {
+        c->o.fresh = true;
+    } else if (!strcmp(a, "--stop-after")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
+            return cli_usage_error("train", "--stop-after: >= 1");
+        c->o.stop_after = v;
+    } else {
+        return -1;
+    }
+    return CLI_OK;
+}
+
+/* Flags of output. */
+static int parse_output(train_cli *c, const char *a, const char *val, int *i) {
+    int64_t v;
+    if (!strcmp(a, "--out") || !strcmp(a, "--output-dir")) {
+        NEED();
+        c->out_dir = val;
+    } else if (!strcmp(a, "--trace")) {
+        NEED();
+        c->trace = val;
+    } else if (!strcmp(a, "--threads")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, 1024, &v)) return cli_usage_error("train", "--threads: 1..1024");
+        setenv("OPTITPU_THREADS", val, 1); /* read when the kernel pool starts */
+    } else if (!strcmp(a, "--json")) {
+        c->json = true;
+    } else if (!strcmp(a, "--quiet")) {
+        c->quiet = true;
+    } else {
+        return -1;
+    }
+    return CLI_OK;
+}
+#undef NEED
+
+static int parse_args(train_cli *c, int argc, char **argv) {
+    int (*const groups[])(train_cli *, const char *, const char *,
+                          int *) = {parse_model, parse_optim, parse_pod, parse_ckpt, parse_output};
+    for (int i = 1; i < argc; i++) {
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = -1;
+        for (size_t g = 0; rc < 0 && g < sizeof groups / sizeof groups[0]; g++)
+            rc = groups[g](c, argv[i], val, &i);
+        if (rc < 0) return cli_usage_error("train", "unknown argument '%s'", argv[i]);
+        if (rc != CLI_OK) return rc;
+    }
+    return CLI_OK;
+}
+
+/* An explicit topology is the pod's shape: another device count is a contradiction; across
+ * processes the pod is every process's devices. */
+static int check_topology(const train_cli *c) {
+    if (c->use_mpi && c->topology_set)
         return cli_usage_error("train", "--topology applies to one process; with --mpi the pod is "
                                         "every process's devices");
-    if (topology_set) {
-        /* an explicit topology is the pod's shape: another device count is a contradiction */
-        ot_topology *tp = NULL;
-        if (ot_topology_preset(o.topology, &tp) != OT_OK)
-            return cli_usage_error("train", "--topology: %s", ot_last_error());
-        int size = ot_topology_size(tp);
-        ot_topology_free(tp);
-        if (size != o.devices)
-            return cli_usage_error("train",
-                                   "--topology %s has %d devices but --devices is %d (give "
-                                   "--devices %d, or a topology of %d devices such as ring-%d)",
-                                   o.topology, size, o.devices, size, o.devices, o.devices);
+    if (!c->topology_set) return CLI_OK;
+    ot_topology *tp = NULL;
+    if (ot_topology_preset(c->o.topology, &tp) != OT_OK)
+        return cli_usage_error("train", "--topology: %s", ot_last_error());
+    int size = ot_topology_size(tp);
+    ot_topology_free(tp);
+    if (size != c->o.devices)
+        return cli_usage_error("train",
+                               "--topology %s has %d devices but --devices is %d (give "
+                               "--devices %d, or a topology of %d devices such as ring-%d)",
+                               c->o.topology, size, c->o.devices, size, c->o.devices, c->o.devices);
+    return CLI_OK;
+}
+
+/* --mpi: joins the job with --devices local devices per process. Under optitpu launch a restart
+ * resumes (when there are checkpoints to resume from), and the injected fault is the first
+ * attempt's only (the restarted job passes the step where it happened). Process 0 reports for
+ * the pod. */
+static int join_mpi(train_cli *c, ot_mpi **mpi, int *prank) {
+    if (!ot_mpi_available()) {
+        fprintf(stderr, "optitpu train: --mpi: this build has no MPI communicator (install "
+                        "libopenmpi-dev and rebuild)\n");
+        return CLI_FAIL;
     }
+    ot_mpi_options mo = ot_mpi_options_default();
+    mo.local_devices = c->o.devices;
+    if (ot_mpi_init(&mo, mpi) != OT_OK) return cli_fail("train");
+    *prank = ot_mpi_rank(*mpi);
+    c->o.mpi = *mpi;
+    const char *att = getenv(OT_LAUNCH_ENV_ATTEMPT), *res = getenv(OT_LAUNCH_ENV_RESUME);
+    if (att && strcmp(att, "0") != 0) c->o.fail_device = -1;
+    if (res && !strcmp(res, "1") && !c->ckpt_off) c->o.resume = true;
+    if (*prank != 0) {
+        c->quiet = true;
+        c->json = false;
+    }
+    return CLI_OK;
+}
+
+static int run_train(train_cli *c, int prank);
+
+static int run(int argc, char **argv) {
+    train_cli c = {.o = ot_train_options_default(), .out_dir = "optitpu-train"};
+    int rc = parse_args(&c, argc, argv);
+    if (rc == CLI_OK) rc = check_topology(&c);
+    if (rc != CLI_OK) return rc;
     ot_mpi *mpi = NULL;
     int prank = 0;
-    if (use_mpi) {
-        if (!ot_mpi_available()) {
-            fprintf(stderr, "optitpu train: --mpi: this build has no MPI communicator (install "
-                            "libopenmpi-dev and rebuild)\n");
-            return CLI_FAIL;
-        }
-        ot_mpi_options mo = ot_mpi_options_default();
-        mo.local_devices = o.devices;
-        if (ot_mpi_init(&mo, &mpi) != OT_OK) return cli_fail("train");
-        prank = ot_mpi_rank(mpi);
-        o.mpi = mpi;
-        /* under optitpu launch: a restart resumes, and the injected fault is the first
-         * attempt's only (the restarted job passes the step where it happened) */
-        const char *att = getenv("OPTITPU_LAUNCH_ATTEMPT"), *res = getenv("OPTITPU_RESUME");
-        if (att && strcmp(att, "0") != 0) o.fail_device = -1;
-        if (res && !strcmp(res, "1")) o.resume = true;
-        if (prank != 0) {
-            quiet = true; /* process 0 reports for the pod */
-            json = false;
-        }
-    }
-    int rc = run_train(&o, out_dir, ckpt_dir, ckpt_off, trace, json, quiet, prank);
+    if (c.use_mpi && (rc = join_mpi(&c, &mpi, &prank)) != CLI_OK) return rc;
+    rc = run_train(&c, prank);
     ot_mpi_free(mpi);
     return rc;
 }
@@ -483,9 +547,47 @@ static void csv_merge(csv_stream *c, ot_train_report *r) {
     r->npoints += keep;
 }
 
-static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt_dir, bool ckpt_off,
-                     const char *trace, bool json, bool quiet, int prank) {
-    ot_train_options o = *po;
+/* The human-readable summary of a finished run (stdout). */
+static void print_summary(const ot_train_report *r, const char *ckpt_dir, const char *svg,
+                          const char *csv, const char *trace, const char *hex) {
+    char acc[128];
+    if (r->test_accuracy >= 0) {
+        /* a stopped run was not evaluated at its end: say which step the figure is from */
+        int64_t at = -1;
+        for (int64_t i = r->npoints; r->stopped && i-- > 0 && at < 0;)
+            if (r->points[i].test_accuracy >= 0) at = r->points[i].step;
+        char when[48] = "";
+        if (at >= 0) snprintf(when, sizeof when, " (at step %lld)", (long long)at);
+        snprintf(acc, sizeof acc, "test accuracy %.2f%%, test loss %.4f%s", 100 * r->test_accuracy,
+                 r->test_loss, when);
+    } else {
+        snprintf(acc, sizeof acc, "no test accuracy measured (no evaluation ran)");
+    }
+    printf("\n%s after %lld steps (%lld this run): %s, final train loss %.4f\n",
+           r->stopped ? "stopped" : "done", (long long)r->final_step, (long long)r->steps_run, acc,
+           r->final_loss);
+    printf("  %.2f s, %.0f samples/s on %d device(s)%s\n", r->wall_s, r->samples_per_s,
+           r->devices_end, r->devices_end != r->devices_start ? " (after shrinking)" : "");
+    double tot = r->compute_s + r->comm_s + r->ckpt_s + r->other_s;
+    if (tot > 0)
+        printf("  CPU time by phase: compute %.1f%%, communication %.1f%%, checkpointing "
+               "%.1f%%, other %.1f%% -> outside compute %.1f%%\n",
+               100 * r->compute_s / tot, 100 * r->comm_s / tot, 100 * r->ckpt_s / tot,
+               100 * r->other_s / tot, 100 * r->outside_compute_share);
+    if (r->failures)
+        printf("  failures: %d; detected %.0f ms after the device stopped, running again %.0f "
+               "ms after detection\n",
+               r->failures, 1e3 * r->detect_s, 1e3 * r->recover_s);
+    printf("  checkpoints written: %lld%s%s\n", (long long)r->checkpoints, ckpt_dir ? " in " : "",
+           ckpt_dir ? ckpt_dir : "");
+    printf("  parameters sha256 %s\n", hex);
+    printf("  curves: %s, %s; trace: %s (open in https://ui.perfetto.dev)\n", svg, csv, trace);
+}
+
+static int run_train(train_cli *c, int prank) {
+    ot_train_options o = c->o;
+    const char *out_dir = c->out_dir, *ckpt_dir = c->ckpt_dir, *trace = c->trace;
+    bool json = c->json;
     if (mkdir_p(out_dir) != 0) {
         fprintf(stderr, "optitpu train: cannot create %s: %s\n", out_dir, strerror(errno));
         return CLI_FAIL;
@@ -497,7 +599,7 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
         /* the default directory belongs to this command: a new run without --resume starts over */
         if (!o.resume) o.fresh = true;
     }
-    o.ckpt_dir = ckpt_off ? NULL : ckpt_dir;
+    o.ckpt_dir = c->ckpt_off ? NULL : ckpt_dir;
     if (!trace) {
         snprintf(trace_buf, sizeof trace_buf, "%s/trace.json", out_dir);
         trace = trace_buf;
@@ -511,7 +613,7 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
     snprintf(svg, sizeof svg, "%s/curves.svg", out_dir);
 
     csv_stream cs = {.path = csv, .keep = o.resume};
-    ui u = {isatty(2) != 0, quiet, 25, prank == 0 ? &cs : NULL};
+    ui u = {isatty(2) != 0, c->quiet, 25, prank == 0 ? &cs : NULL};
     o.on_event = on_event;
     o.on_progress = on_progress;
     o.ud = &u;
@@ -542,38 +644,7 @@ static int run_train(ot_train_options *po, const char *out_dir, const char *ckpt
             ot_free(js);
         }
     } else {
-        char acc[128];
-        if (r.test_accuracy >= 0) {
-            /* a stopped run was not evaluated at its end: say which step the figure is from */
-            int64_t at = -1;
-            for (int64_t i = r.npoints; r.stopped && i-- > 0 && at < 0;)
-                if (r.points[i].test_accuracy >= 0) at = r.points[i].step;
-            char when[48] = "";
-            if (at >= 0) snprintf(when, sizeof when, " (at step %lld)", (long long)at);
-            snprintf(acc, sizeof acc, "test accuracy %.2f%%, test loss %.4f%s",
-                     100 * r.test_accuracy, r.test_loss, when);
-        } else {
-            snprintf(acc, sizeof acc, "no test accuracy measured (no evaluation ran)");
-        }
-        printf("\n%s after %lld steps (%lld this run): %s, final train loss %.4f\n",
-               r.stopped ? "stopped" : "done", (long long)r.final_step, (long long)r.steps_run, acc,
-               r.final_loss);
-        printf("  %.2f s, %.0f samples/s on %d device(s)%s\n", r.wall_s, r.samples_per_s,
-               r.devices_end, r.devices_end != r.devices_start ? " (after shrinking)" : "");
-        double tot = r.compute_s + r.comm_s + r.ckpt_s + r.other_s;
-        if (tot > 0)
-            printf("  CPU time by phase: compute %.1f%%, communication %.1f%%, checkpointing "
-                   "%.1f%%, other %.1f%% -> outside compute %.1f%%\n",
-                   100 * r.compute_s / tot, 100 * r.comm_s / tot, 100 * r.ckpt_s / tot,
-                   100 * r.other_s / tot, 100 * r.outside_compute_share);
-        if (r.failures)
-            printf("  failures: %d; detected %.0f ms after the device stopped, running again %.0f "
-                   "ms after detection\n",
-                   r.failures, 1e3 * r.detect_s, 1e3 * r.recover_s);
-        printf("  checkpoints written: %lld%s%s\n", (long long)r.checkpoints,
-               o.ckpt_dir ? " in " : "", o.ckpt_dir ? o.ckpt_dir : "");
-        printf("  parameters sha256 %s\n", hex);
-        printf("  curves: %s, %s; trace: %s (open in https://ui.perfetto.dev)\n", svg, csv, trace);
+        print_summary(&r, o.ckpt_dir, svg, csv, trace, hex);
     }
     ot_train_report_clear(&r);
     return rc;
