@@ -454,6 +454,8 @@ static int run(int argc, char **argv) {
     int prank = 0;
     if (c.use_mpi && (rc = join_mpi(&c, &mpi, &prank)) != CLI_OK) return rc;
     rc = run_train(&c, prank);
+    /* a process that fails ends the job: the others would wait for it until their deadline */
+    if (rc != CLI_OK && mpi && ot_mpi_size(mpi) > 1) ot_mpi_abort_job(mpi, rc);
     ot_mpi_free(mpi);
     return rc;
 }
