@@ -19,7 +19,7 @@
  *     ot_coord *c;
  *     OT_CHECK(ot_coord_create(&co, &c));
  *     int dev;
- *     OT_CHECK(ot_coord_register(c, "host:0", 1.0, &dev));    // joining
+ *     OT_CHECK(ot_coord_register(c, "host:0", &dev));         // joining
  *     ot_coord_heartbeat(c, dev);                            // ... every interval
  *     ot_coord_tick(c);                                      // evaluates the failure detector
  *     ot_coord_free(c);
