@@ -1,5 +1,6 @@
 /* optitpu compile FILE: parses an HLO module, compiles it and prints the kernel count, the arena
- * beside its lower bound and (with --stats) per-pass statistics; -o writes the executable. */
+ * beside its lower bound and (with --stats) per-pass statistics and the native-code stage; -o
+ * writes the executable. */
 #include "cli.h"
 
 #include <jansson.h>
@@ -42,6 +43,17 @@ static int run_compile(int argc, char **argv) {
             if (!v || !cli_parse_i64(v, 1, INT64_MAX, &n))
                 return cli_usage_error(cmd, "--fold-limit needs an element count");
             o.fold_max_elements = n;
+            i++;
+        } else if (!strcmp(a, "--native")) {
+            if (v && !strcmp(v, "auto")) {
+                o.native = OT_NATIVE_AUTO;
+            } else if (v && !strcmp(v, "on")) {
+                o.native = OT_NATIVE_ON;
+            } else if (v && !strcmp(v, "off")) {
+                o.native = OT_NATIVE_OFF;
+            } else {
+                return cli_usage_error(cmd, "--native needs auto, on or off");
+            }
             i++;
         } else if (!strcmp(a, "--no-fusion")) {
             o.fusion = false;
@@ -87,6 +99,8 @@ static int run_compile(int argc, char **argv) {
     int nk = ot_executable_kernel_count(e), nf = 0;
     for (int k = 0; k < nk; k++) nf += ot_executable_kernel(e, k)->kind == OT_KERNEL_FUSION;
     int64_t arena = ot_executable_arena_size(e), peak = ot_executable_peak_live_bytes(e);
+    ot_native_stats ns;
+    ot_executable_native_stats(e, &ns);
     if (json) {
         json_t *j = json_object();
         json_object_set_new(j, "file", json_string(file));
@@ -113,6 +127,14 @@ static int run_compile(int argc, char **argv) {
                 json_array_append_new(arr, x);
             }
             json_object_set_new(j, "passes", arr);
+            json_t *nj = json_object();
+            json_object_set_new(nj, "kernels", json_integer(ns.kernels));
+            json_object_set_new(nj, "units", json_integer(ns.units));
+            json_object_set_new(nj, "units_compiled", json_integer(ns.units_compiled));
+            json_object_set_new(nj, "units_cached", json_integer(ns.units_cached));
+            json_object_set_new(nj, "seconds", json_real(ns.seconds));
+            json_object_set_new(nj, "cc_cpu_seconds", json_real(ns.cc_cpu_seconds));
+            json_object_set_new(j, "native", nj);
         }
         char *txt = json_dumps(j, JSON_COMPACT);
         if (txt) printf("%s\n", txt);
@@ -128,6 +150,15 @@ static int run_compile(int argc, char **argv) {
                        (double)st->time_ns / 1e6, (long long)st->instrs_before,
                        (long long)st->instrs_after, st->changed ? "yes" : "no");
             }
+            /* the last stage: native code for the loop fusions (docs/codegen.md) */
+            if (ns.kernels > 0)
+                printf(
+                    "native code  %d kernel%s in %d unit%s (%d compiled, %d from cache), %.3f s, "
+                    "cc cpu %.3f s\n",
+                    ns.kernels, ns.kernels == 1 ? "" : "s", ns.units, ns.units == 1 ? "" : "s",
+                    ns.units_compiled, ns.units_cached, ns.seconds, ns.cc_cpu_seconds);
+            else
+                printf("native code  none, %.3f s\n", ns.seconds);
             printf("\n");
         }
         printf("module       %s (-O%d, %.3f s)\n", file, o.opt_level, secs);
@@ -151,7 +182,7 @@ const cli_command cli_cmd_compile = {
     "usage: optitpu compile FILE [-O0|-O1|-O2] [--dump-dir D] [--dump-after PASS] [--stats]\n"
     "                       [--json] [-o OUT] [--no-fusion] [--passes LIST]\n"
     "                       [--disable-passes LIST] [--arena-limit SIZE] [--fold-limit N]\n"
-    "                       [--verify-each]\n"
+    "                       [--verify-each] [--native auto|on|off]\n"
     "\n"
     "Parses FILE (HLO text), compiles it (default -O2) and prints the kernel count, the arena\n"
     "size beside the peak of live bytes (its no-fragmentation lower bound), FLOPs, bytes and the\n"
@@ -159,7 +190,9 @@ const cli_command cli_cmd_compile = {
     "\n"
     "  -O0 / -O1 / -O2      required passes only / inline, simplify, cse, dce, fuse / the same\n"
     "                       with a fixed-point group and constant folding (default)\n"
-    "  --stats              per-pass table: time, instructions before/after, changed\n"
+    "  --stats              per-pass table: time, instructions before/after, changed; then\n"
+    "                       the native-code stage: kernels, units compiled or loaded from the\n"
+    "                       disk cache, seconds\n"
     "  --json               one JSON object (with --stats: a \"passes\" array)\n"
     "  --dump-dir D         write D/NN.PASS.hlo and D/NN.PASS.dot after every pass\n"
     "  --dump-after PASS    only after PASS (inline, simplify, cse, fold, dce, fuse)\n"
@@ -169,6 +202,8 @@ const cli_command cli_cmd_compile = {
     "  --arena-limit SIZE   fail (OUT_OF_MEMORY, with the peak) when the arena needs more\n"
     "  --fold-limit N       constant-folding cap in elements (default 1M)\n"
     "  --verify-each        run the verifier after every pass\n"
+    "  --native MODE        native code for loop fusions, compiled by the system C compiler:\n"
+    "                       auto (default: when one fusion has 4096+ elements), on, off\n"
     "  -o OUT               write the executable (versioned, checksummed file)",
     run_compile,
 };

@@ -10,7 +10,9 @@ benchmark moves with the caches and the neighbours.
 
 Each size runs `optitpu bench compile --sizes N --reps 1` (a warm-up compile and one measured:
 two compiles) under callgrind, collecting only inside ot_compile and the fingerprint thread, so
-building the graph is not counted. Needs valgrind (apt-get install valgrind).
+building the graph is not counted. The benchmark compiles with native code off
+(ot_compile_options.native), so the counts are the compiler's passes, never the system C
+compiler's work on generated kernels. Needs valgrind (apt-get install valgrind).
 
 With --cache-sim BYTES, callgrind also simulates a last-level cache of that size (16-way,
 64-byte lines; a power of two from 1 MiB) and the script prints its data misses (reads and

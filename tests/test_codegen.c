@@ -7,6 +7,7 @@
  * a missing compiler falling back to the interpreter, and the profile naming each path.
  * Runs with a private cache directory. */
 #include "codegen/codegen_internal.h"
+#include "compiler/native.h"
 #include "ot_test.h"
 #include "optitpu/optitpu.h"
 
@@ -184,13 +185,13 @@ static void check_module(const char *text, uint64_t seed, bool want_native) {
     ot_executable *e = NULL;
     EXPECT_OK(ot_compile(m, NULL, &e));
     if (e && rs == OT_OK) {
-        const cg_program *p = cg_program_get(e);
+        const cg_program *p = cc_executable_native(e);
         int nk = ot_executable_kernel_count(e), nfus = 0, nnat = 0;
         for (int k = 0; k < nk; k++) {
             const ot_kernel *kn = ot_executable_kernel(e, k);
             if (kn->kind != OT_KERNEL_FUSION) continue;
             nfus++;
-            if (strcmp(cg_kind_name(p, k, kn), "fusion-native") == 0) nnat++;
+            if (cg_native(p, k)) nnat++;
         }
         g_stats.native_kernels += nnat;
         g_stats.interp_kernels += nfus - nnat;
@@ -624,7 +625,7 @@ static void test_hw_ftz(void) {
         ot_executable *e = NULL;
         EXPECT_OK(ot_compile(m, NULL, &e));
         ot_module_free(m);
-        const cg_program *p = e ? cg_program_get(e) : NULL;
+        const cg_program *p = e ? cc_executable_native(e) : NULL;
         EXPECT_TRUE(p != NULL && p->nnative >= 1);
         char *src = p ? program_source(p) : NULL;
         EXPECT_TRUE(src != NULL);
@@ -716,7 +717,7 @@ static void test_hw_ftz(void) {
         ot_executable *e = NULL;
         EXPECT_OK(ot_compile(m, NULL, &e));
         ot_module_free(m);
-        const cg_program *p = e ? cg_program_get(e) : NULL;
+        const cg_program *p = e ? cc_executable_native(e) : NULL;
         EXPECT_TRUE(p != NULL && p->nnative == 1);
         char *src = p ? program_source(p) : NULL;
         bool hw = src != NULL && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL;
@@ -745,7 +746,7 @@ static int row_sums(const char *text, int *nfusions) {
     EXPECT_OK(ot_compile(m, NULL, &e));
     ot_module_free(m);
     int rows = 0, nf = 0;
-    const cg_program *p = e ? cg_program_get(e) : NULL;
+    const cg_program *p = e ? cc_executable_native(e) : NULL;
     char *src = p ? program_source(p) : NULL;
     for (const char *q = src; q && (q = strstr(q, "    { /* ")) != NULL; q++) rows++;
     for (int k = 0; e && k < ot_executable_kernel_count(e); k++)
@@ -866,10 +867,9 @@ static void test_row_fusion(void) {
 static void test_cache(void) {
     ot_executable *e1 = compile_adam();
     ASSERT_TRUE(e1 != NULL);
-    const cg_program *p1 = cg_program_get(e1);
+    const cg_program *p1 = cc_executable_native(e1);
     ASSERT_TRUE(p1 != NULL);
     EXPECT_INT_EQ(p1->nnative, 1);
-    EXPECT_TRUE(cg_program_get(e1) == p1); /* built once per executable */
     char so[512];
     so_path(p1, so, sizeof so);
     struct stat st;
@@ -882,7 +882,7 @@ static void test_cache(void) {
     /* second compile: the object comes from the cache */
     ot_executable *e2 = compile_adam();
     ASSERT_TRUE(e2 != NULL);
-    const cg_program *p2 = cg_program_get(e2);
+    const cg_program *p2 = cc_executable_native(e2);
     ASSERT_TRUE(p2 != NULL);
     EXPECT_TRUE(p2->from_cache);
     EXPECT_TRUE(memcmp(p2->key, key, 32) == 0);
@@ -899,13 +899,13 @@ static void test_cache(void) {
     fclose(f);
     ot_executable *e3 = compile_adam();
     ASSERT_TRUE(e3 != NULL);
-    const cg_program *p3 = cg_program_get(e3);
+    const cg_program *p3 = cc_executable_native(e3);
     ASSERT_TRUE(p3 != NULL);
     EXPECT_TRUE(!p3->from_cache);
     EXPECT_INT_EQ(p3->nnative, 1);
     ot_executable_free(e3);
     ot_executable *e4 = compile_adam();
-    const cg_program *p4 = e4 ? cg_program_get(e4) : NULL;
+    const cg_program *p4 = e4 ? cc_executable_native(e4) : NULL;
     EXPECT_TRUE(p4 && p4->from_cache);
     ot_executable_free(e4);
     /* the rebuilt program computes the right thing */
@@ -962,7 +962,7 @@ static void profile_kinds(bool want_native) {
         EXPECT_TRUE((strstr(trace, "\"fusion-interp\"") != NULL) == !want_native);
     }
     ot_free(trace);
-    EXPECT_TRUE((cg_program_get(e) != NULL) == want_native);
+    EXPECT_TRUE((cc_executable_native(e) != NULL) == want_native);
     ot_profile_free(prof);
     ot_executable_free(e);
     ot_module_free(m);
@@ -1002,9 +1002,11 @@ static void test_libm_not_folded(void) {
 }
 
 /* A program of several units: with a unit per kernel (OPTITPU_CODEGEN_UNIT_BYTES=1), three
- * independent loops compile into three objects side by side; the first run's profile holds one
- * "codegen" event per unit compiled (its kernels, C size and the compiler's CPU time), results
- * equal the reference; a second compile loads every unit from the cache and reports none. */
+ * independent loops compile into three objects side by side, inside ot_compile: the compile's
+ * profile holds one "codegen" event per unit compiled (its kernels, C size and the compiler's
+ * CPU time) and the stats say so; the first run compiles nothing (no event in its profile) and
+ * its results equal the reference; a second compile loads every unit from the cache and reports
+ * none. The unit size set in the options wins over the environment's. */
 static void test_units(void) {
     static const char three[] = "HloModule three\n"
                                 "ENTRY e {\n"
@@ -1022,33 +1024,105 @@ static void test_units(void) {
                                 "tuple(ea, sb, c)\n"
                                 "}\n";
     setenv("OPTITPU_CODEGEN_UNIT_BYTES", "1", 1);
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 3; round++) {
         ot_module *m = parse(three);
         ASSERT_TRUE(m != NULL);
         ot_executable *e = NULL;
-        ASSERT_OK(ot_compile(m, NULL, &e));
-        ot_profile *prof;
-        ASSERT_OK(ot_profile_create(&prof));
-        run_profiled(m, e, 4, 3, 70000, 11, prof);
-        const cg_program *p = cg_program_get(e);
+        ot_profile *cprof, *rprof;
+        ASSERT_OK(ot_profile_create(&cprof));
+        ASSERT_OK(ot_profile_create(&rprof));
+        ot_compile_options o = ot_compile_options_default();
+        /* round 2: one unit for all three kernels from the option, whatever the environment */
+        if (round == 2) o.native_unit_bytes = 1 << 20;
+        ASSERT_OK(ot_profile_compile(cprof, m, &o, &e));
+        const cg_program *p = cc_executable_native(e);
         ASSERT_TRUE(p != NULL);
         EXPECT_INT_EQ(p->nnative, 3);
-        EXPECT_INT_EQ(p->nunits, 3);
+        EXPECT_INT_EQ(p->nunits, round == 2 ? 1 : 3);
+        ot_native_stats ns;
+        ot_executable_native_stats(e, &ns);
+        EXPECT_INT_EQ(ns.kernels, 3);
+        EXPECT_INT_EQ(ns.units, p->nunits);
+        /* a fresh cache: the first compile of each unit layout runs the compiler */
+        EXPECT_INT_EQ(ns.units_compiled, round == 1 ? 0 : p->nunits);
+        EXPECT_INT_EQ(ns.units_cached, round == 1 ? 3 : 0);
+        EXPECT_TRUE(ns.seconds > 0);
+        EXPECT_TRUE((ns.cc_cpu_seconds > 0) == (ns.units_compiled > 0));
+        run_profiled(m, e, 4, 3, 70000, 11, rprof);
         int events = 0;
-        for (int k = 0; k < ot_profile_kernel_count(prof); k++) {
-            const ot_kernel_profile *kp = ot_profile_kernel(prof, k);
+        for (int k = 0; k < ot_profile_kernel_count(cprof); k++) {
+            const ot_kernel_profile *kp = ot_profile_kernel(cprof, k);
             if (strcmp(kp->kind, "codegen") != 0) continue;
             events++;
-            EXPECT_STR_CONTAINS(kp->name, "1 kernel");
+            EXPECT_STR_CONTAINS(kp->name, round == 2 ? "3 kernels" : "1 kernel");
             EXPECT_STR_CONTAINS(kp->name, "cc cpu");
         }
-        EXPECT_INT_EQ(events, round == 0 ? 3 : 0);
+        EXPECT_INT_EQ(events, ns.units_compiled);
+        for (int k = 0; k < ot_profile_kernel_count(rprof); k++)
+            EXPECT_TRUE(strcmp(ot_profile_kernel(rprof, k)->kind, "codegen") != 0);
         EXPECT_TRUE(p->from_cache == (round == 1));
-        ot_profile_free(prof);
+        ot_profile_free(cprof);
+        ot_profile_free(rprof);
         ot_executable_free(e);
         ot_module_free(m);
     }
     unsetenv("OPTITPU_CODEGEN_UNIT_BYTES");
+}
+
+/* The native option: OFF builds nothing whatever the environment; ON builds even when every
+ * fusion is below the size threshold, and an explicit ON wins over OPTITPU_CODEGEN=0, which
+ * only turns AUTO off; the same results either way. */
+static void test_native_option(void) {
+    static const char small_only[] = "HloModule small_on\n"
+                                     "ENTRY e {\n"
+                                     "  a = f32[100]{0} parameter(0)\n"
+                                     "  b = f32[100]{0} parameter(1)\n"
+                                     "  ea = f32[100]{0} exponential(a)\n"
+                                     "  ROOT s = f32[100]{0} multiply(ea, b)\n"
+                                     "}\n";
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "4096", 1);
+    ot_module *m = parse(small_only);
+    ASSERT_TRUE(m != NULL);
+    const struct {
+        ot_native_mode mode;
+        const char *env; /* OPTITPU_CODEGEN */
+        bool want;
+    } cases[] = {{OT_NATIVE_AUTO, NULL, false},
+                 {OT_NATIVE_ON, NULL, true},
+                 {OT_NATIVE_ON, "0", true},
+                 {OT_NATIVE_OFF, NULL, false},
+                 {OT_NATIVE_AUTO, "0", false}};
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        if (cases[c].env)
+            setenv("OPTITPU_CODEGEN", cases[c].env, 1);
+        else
+            unsetenv("OPTITPU_CODEGEN");
+        ot_compile_options o = ot_compile_options_default();
+        o.native = cases[c].mode;
+        ot_executable *e = NULL;
+        EXPECT_OK(ot_compile(m, &o, &e));
+        const cg_program *p = e ? cc_executable_native(e) : NULL;
+        EXPECT_TRUE((p != NULL) == cases[c].want);
+        if (p) EXPECT_INT_EQ(p->nnative, 1);
+        if (e) run_profiled(m, e, 2, 1, 100, 3 + (uint64_t)c, NULL);
+        ot_executable_free(e);
+    }
+    unsetenv("OPTITPU_CODEGEN");
+    /* OFF on a large fusion too */
+    ot_module *big = parse(k_adam);
+    ASSERT_TRUE(big != NULL);
+    ot_compile_options o = ot_compile_options_default();
+    o.native = OT_NATIVE_OFF;
+    ot_executable *e = NULL;
+    EXPECT_OK(ot_compile(big, &o, &e));
+    EXPECT_TRUE(e != NULL && cc_executable_native(e) == NULL);
+    ot_native_stats ns;
+    ot_executable_native_stats(e, &ns);
+    EXPECT_INT_EQ(ns.kernels + ns.units + ns.units_compiled + ns.units_cached, 0);
+    ot_executable_free(e);
+    ot_module_free(big);
+    ot_module_free(m);
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
 }
 
 /* The size threshold applies to the module: small fusions alone stay interpreted, small fusions
@@ -1079,7 +1153,7 @@ static void test_small_beside_large(void) {
     ASSERT_TRUE(m != NULL);
     ot_executable *e = NULL;
     EXPECT_OK(ot_compile(m, NULL, &e));
-    EXPECT_TRUE(e != NULL && cg_program_get(e) == NULL);
+    EXPECT_TRUE(e != NULL && cc_executable_native(e) == NULL);
     ot_executable_free(e);
     ot_module_free(m);
     setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
@@ -1099,16 +1173,18 @@ static void test_fallbacks(void) {
     setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
 }
 
-/* Allocation failure at every point of building the native program: it falls back to the
- * interpreter (no program) and leaks nothing. */
+/* Allocation failure at every point of the native stage: it falls back to the interpreter (no
+ * program) and leaks nothing. */
 static void test_fault_injection(void) {
     bool done = false;
     for (int n = 1; n < 500 && !done; n++) {
         int64_t live = ot_alloc_live();
         ot_executable *e = compile_adam();
         ASSERT_TRUE(e != NULL);
+        ot_compile_options o = ot_compile_options_default();
         ot_alloc_fail_after(n);
-        const cg_program *p = cg_program_get(e);
+        cc_native_stage(e, &o); /* ot_compile's last stage again, rebuilding the program */
+        const cg_program *p = cc_executable_native(e);
         ot_alloc_fail_after(0);
         ot_clear_error();
         done = p != NULL;
@@ -1212,6 +1288,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_cache),
         OT_TEST(test_fallbacks),
         OT_TEST(test_fault_injection),
+        OT_TEST(test_native_option),
         OT_TEST(test_hw_ftz),
         OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),

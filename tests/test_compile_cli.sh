@@ -60,6 +60,21 @@ assert d["kernels"] == 1 and d["fusions"] == 1, d
 assert d["arena_bytes"] == 0 and len(d["fingerprint"]) == 64, d
 assert [p["pass"] for p in d["passes"]][-3:] == ["fuse", "schedule", "assign-buffers"], d
 PY
+# the native-code stage (--stats): compiled into a private cache, then loaded from it; a module
+# of small fusions gets none by default; --native off builds none
+export OPTITPU_CACHE_DIR=$work/cache
+unset OPTITPU_CODEGEN OPTITPU_CODEGEN_MIN_ELEMENTS
+out=$("$bin" compile "$work/adam.hlo" --native on --stats)
+grep -q "^native code  1 kernel in 1 unit (1 compiled, 0 from cache), [0-9.]* s, cc cpu " <<<"$out"
+out=$("$bin" compile "$work/adam.hlo" --native on --stats)
+grep -q "^native code  1 kernel in 1 unit (0 compiled, 1 from cache), " <<<"$out"
+out=$("$bin" compile "$work/adam.hlo" --stats)
+grep -q "^native code  none, " <<<"$out"
+out=$("$bin" compile "$work/adam.hlo" --native off --stats)
+grep -q "^native code  none, " <<<"$out"
+json=$("$bin" compile "$work/adam.hlo" --native on --stats --json)
+grep -q '"native": *{[^}]*"units_cached": *1' <<<"$json"
+if "$bin" compile "$work/adam.hlo" --native sometimes 2>/dev/null; then echo "bad --native accepted"; exit 1; fi
 # dumps after one pass, and -o
 "$bin" compile "$work/adam.hlo" --dump-dir "$work/dump" --dump-after fuse -o "$work/adam.otx" >/dev/null
 ls "$work/dump" | grep -q "fuse.hlo"

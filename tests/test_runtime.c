@@ -820,7 +820,7 @@ static void test_profile_trace(void) {
             EXPECT_TRUE(json_is_integer(json_object_get(a, "bytes")));
             const char *cat = json_string_value(json_object_get(ev, "cat"));
             if (cat && !strcmp(cat, "compile")) ncompile++;
-            /* native code compiled on the first run (none when the disk cache has it) */
+            /* native code compiled by ot_profile_compile (none when the disk cache has it) */
             if (cat && !strcmp(cat, "codegen")) {
                 ncodegen++;
                 EXPECT_STR_CONTAINS(json_string_value(json_object_get(ev, "name")), "codegen unit");
@@ -831,6 +831,11 @@ static void test_profile_trace(void) {
         }
     }
     EXPECT_INT_EQ(ncompile, 1);
+    /* one event per unit the C compiler built during the compile, none for cached units */
+    ot_native_stats ns;
+    ot_executable_native_stats(e, &ns);
+    EXPECT_INT_EQ(ncodegen, ns.units_compiled);
+    EXPECT_INT_EQ(ns.units, ns.units_compiled + ns.units_cached);
     EXPECT_INT_EQ(nx, 2 * nk + ot_executable_stat_count(e) + 1 + ncodegen);
     EXPECT_INT_EQ(nc, ot_profile_memory_event_count(p));
     json_decref(root);

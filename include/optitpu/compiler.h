@@ -6,6 +6,8 @@
  *     schedule                             memory-minimizing list scheduler (deterministic)
  *     assign-buffers                       liveness + best-fit allocator (64-byte aligned)
  *     executable                           kernels, slots, bindings, aliasing, FLOPs and bytes
+ *     native code                          C per loop fusion, compiled by the system C compiler
+ *                                          (disk-cached; options.native, docs/codegen.md)
  *
  * Usage:
  *
@@ -24,10 +26,12 @@
  * the message set; the module may then be partly rewritten but stays verifiable (every edit goes
  * through the IR's link-keeping functions).
  *
- * Ownership: an executable owns a private copy of the compiled module (kernels point into it);
- * ot_executable_free releases everything. Pass managers own their stats.
+ * Ownership: an executable owns a private copy of the compiled module (kernels point into it)
+ * and its native code (loaded objects); ot_executable_free releases everything. Pass managers own
+ * their stats.
  *
- * Thread safety: compiling different modules on different threads is safe; one module or pass
+ * Thread safety: compiling different modules on different threads is safe (their native stages
+ * take turns on a process-wide lock); one module or pass
  * manager must not be used from two threads at once. A finished executable is read-only and may be
  * shared.
  */
@@ -49,6 +53,16 @@ extern "C" {
  * Options
  * ------------------------------------------------------------------------------------------- */
 
+/* Native code for loop fusions (docs/codegen.md), built as the compile's last stage. */
+typedef enum ot_native_mode {
+    /* default: when at least one loop fusion reaches OPTITPU_CODEGEN_MIN_ELEMENTS elements
+     * (4096), every supported fusion; none when all are smaller (a compile costs more than
+     * interpreting them). OPTITPU_CODEGEN=0 in the environment turns AUTO off. */
+    OT_NATIVE_AUTO = 0,
+    OT_NATIVE_ON,  /* every supported fusion, whatever its size; the environment is not read */
+    OT_NATIVE_OFF, /* none: the interpreter runs every fusion */
+} ot_native_mode;
+
 typedef struct ot_compile_options {
     /* 0: required steps only (dce, schedule in post order, buffer assignment, no fusion);
      * 1: simplify, cse, dce, fusion; 2 (default): as 1 in a fixed-point group, constant
@@ -64,6 +78,14 @@ typedef struct ot_compile_options {
     const char *dump_dir;       /* write HLO text + DOT after passes here (NULL: no dumps) */
     const char *dump_after;     /* only after this pass (NULL or "all": every pass) */
     const char *target;         /* "host-cpu" by default (part of the fingerprint) */
+    /* Native code (not part of the fingerprint: it computes the same bits as the interpreter).
+     * A setting left at its default takes the environment's value, an explicit one wins over
+     * it. The generated objects are cached on disk (OPTITPU_CACHE_DIR); a failure to build is
+     * logged as a warning and leaves the fusions to the interpreter, never fails the compile. */
+    ot_native_mode native;     /* default OT_NATIVE_AUTO */
+    int64_t native_unit_bytes; /* C per compiled object; 0: OPTITPU_CODEGEN_UNIT_BYTES or 128 KiB */
+    const char *native_cc;     /* C compiler (a path or a name on PATH), read during ot_compile;
+                                * NULL: OPTITPU_CC, else cc */
 } ot_compile_options;
 
 OT_API ot_compile_options ot_compile_options_default(void);
@@ -249,6 +271,18 @@ OT_API int64_t ot_executable_total_bytes(const ot_executable *e);
 OT_API void ot_executable_fingerprint(const ot_executable *e, uint8_t out[32]);
 OT_API ot_status ot_compile_fingerprint(const ot_module *m, const ot_compile_options *opts,
                                         uint8_t out[32]);
+
+/* What the native stage of the compile (or of ot_executable_deserialize / _load, which build
+ * native code with default options) did. All zero but seconds when no native code was built. */
+typedef struct ot_native_stats {
+    int kernels;           /* fusion kernels with native code */
+    int units;             /* compiled objects holding them */
+    int units_compiled;    /* compiled by the C compiler in this stage */
+    int units_cached;      /* loaded from the disk cache */
+    double seconds;        /* wall time of the stage: generation, compiles, loading */
+    double cc_cpu_seconds; /* the C compiler processes' CPU time */
+} ot_native_stats;
+OT_API void ot_executable_native_stats(const ot_executable *e, ot_native_stats *out);
 
 /* Serialization to a versioned file: magic, format version, length, SHA-256 checksum, then the
  * options, fingerprint, compiled module (entry in schedule order) and the slot and kernel

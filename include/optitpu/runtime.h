@@ -389,8 +389,10 @@ OT_API void ot_profile_free(ot_profile *p); /* NULL is a no-op */
  * the trace. */
 OT_API void ot_profile_set_time_offset(ot_profile *p, int64_t offset_ns);
 OT_API void ot_profile_set_pid(ot_profile *p, int pid);
-/* Compiles m (opts NULL: defaults) and records the compile and each pass as events; memory
- * events of devices pointed at this profile land in the same timeline. */
+/* Compiles m (opts NULL: defaults) and records the compile (kind "compile"), each pass
+ * ("compile-pass") and each unit of native code the C compiler built ("codegen", none for units
+ * loaded from the disk cache) as events; memory events of devices pointed at this profile land
+ * in the same timeline. */
 OT_API ot_status ot_profile_compile(ot_profile *p, const ot_module *m,
                                     const ot_compile_options *opts, ot_executable **out);
 /* Records one event [t0, t1) (ot_now_ns times). Thread-safe. */

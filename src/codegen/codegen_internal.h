@@ -1,12 +1,14 @@
-/* Native code for loop fusions: C source generated per fusion, compiled by the system C compiler
- * into a shared object, cached on disk and loaded with dlopen (see docs/codegen.md). */
+/* Native code for loop fusions, inside src/codegen: C source generated per fusion, compiled by
+ * the system C compiler into a shared object, cached on disk and loaded with dlopen (see
+ * docs/codegen.md). Other folders use codegen/codegen.h; the program's layout is here for
+ * emit.c, program.c and the tests that inspect it. */
 #ifndef OT_CODEGEN_INTERNAL_H
 #define OT_CODEGEN_INTERNAL_H
 
-#include "compiler/executable_internal.h"
-#include "optitpu/runtime.h"
+#include "codegen/codegen.h"
 
 #include <stdarg.h>
+#include <string.h>
 
 /* A growing string. */
 typedef struct cg_buf {
@@ -17,25 +19,18 @@ typedef struct cg_buf {
 void cg_buf_printf(cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cg_buf_free(cg_buf *b);
 
-/* How kernel k reads its inputs: alias[q] = r when input q is the memory of output r (an
- * in-place or donated update), else -1. */
-typedef struct cg_kernel_io {
-    int ninputs, noutputs;
-    const int *alias;
-} cg_kernel_io;
-
 /* Appends "void <fname>(void *const *in, void *const *out, int64_t b, int64_t e)" computing
- * elements [b, e) of the loop fusion kn (output elements of a reduce-rooted fusion, each *work
+ * elements [b, e) of the loop fusion kd (output elements of a reduce-rooted fusion, each *work
  * input elements) to src. Returns OT_OK, or OT_ERR_UNIMPLEMENTED with the
  * reason when the fusion holds something the generator does not emit (the interpreter then runs
  * it); *numel gets the iteration space. */
-ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
-                         cg_buf *src, int64_t *numel, int64_t *work);
+ot_status cg_emit_fusion(const cg_kernel_desc *kd, const char *fname, cg_buf *src, int64_t *numel,
+                         int64_t *work);
 
 /* The helper functions every generated file starts with. */
 void cg_emit_preamble(cg_buf *src);
 
-/* ---- the native program of an executable ------------------------------------------------ */
+/* ---- the native program ---------------------------------------------------------------------- */
 
 typedef void (*cg_fn)(void *const *in, void *const *out, int64_t b, int64_t e);
 
@@ -60,32 +55,14 @@ typedef struct cg_unit {
     uint64_t cpu_ns;       /* the compiler's CPU time */
 } cg_unit;
 
-typedef struct cg_program {
+struct cg_program {
     int nk;
     cg_entry *k;
     int nnative;
     cg_unit *units;
     int nunits;
-    uint8_t key[32];       /* the first unit's cache key */
-    bool from_cache;       /* every unit came from the cache */
-    _Atomic bool reported; /* the units' compiles went into a profile */
-} cg_program;
-
-/* The executable's native program: generated, compiled (or loaded from the disk cache) on the
- * first call, then reused; thread-safe. NULL when code generation is off (OPTITPU_CODEGEN=0),
- * no compiler is found, compiling failed (logged) or no kernel qualifies. */
-const cg_program *cg_program_get(const ot_executable *exe);
-void cg_program_free(cg_program *p);
-/* Records, once per program, an event per unit compiled (not loaded from the cache) in prof:
- * kind "codegen", the compiler's interval, its kernels, C size and CPU time in the name. */
-void cg_program_report(const cg_program *p, ot_profile *prof);
-
-/* Runs kernel k natively when it has native code and its buffers are laid out as compiled for,
- * split over pool (NULL: the default pool): returns true with the kernel done. False: the caller
- * interprets it. */
-bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_threadpool *pool);
-
-/* "fusion-native" / "fusion-interp" for fusions, else the kernel kind's name. */
-const char *cg_kind_name(const cg_program *p, int k, const ot_kernel *kn);
+    uint8_t key[32]; /* the first unit's cache key */
+    bool from_cache; /* every unit came from the cache */
+};
 
 #endif

@@ -247,8 +247,7 @@ typedef struct memo {
 } memo;
 
 typedef struct em {
-    const ot_kernel *kn;
-    const cg_kernel_io *io;
+    const cg_kernel_desc *kn;
     cg_buf pro, rowb, body, stores; /* before the loops, per row, per element, stores */
     int64_t C;                      /* inner (column) loop length; 0: one flat loop */
     memo *m;
@@ -935,8 +934,8 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
     switch (op) {
     case OT_OP_PARAMETER: {
         int q = (int)x->attrs->index;
-        if (q < 0 || q >= E->io->ninputs) return fail(E, "%s: parameter number", x->name);
-        int r = E->io->alias[q];
+        if (q < 0 || q >= E->kn->ninputs) return fail(E, "%s: parameter number", x->name);
+        int r = E->kn->alias[q];
         if (r >= 0) {
             /* an input updated in place is read only at the element being written */
             if (E->rows && strcmp(ctx, "row") == 0)
@@ -1080,12 +1079,11 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
  * The lane loop is what the vectorizer turns into vector adds. When the reduced dims are a suffix
  * of the input, the two-level index (row = output element, col = reduced element) hoists values
  * that depend only on the output element out of the lanes. */
-static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
-                                   cg_buf *src, const ot_instr *x, const ot_instr *init,
-                                   bool acc_left, ot_dtype t, bool suffix, const char *base,
-                                   const char *off, int64_t RN, int64_t O, int64_t *numel_out,
-                                   int64_t *work_out) {
-    const ot_computation *c = kn->instr->called[0];
+static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+                                   const ot_instr *x, const ot_instr *init, bool acc_left,
+                                   ot_dtype t, bool suffix, const char *base, const char *off,
+                                   int64_t RN, int64_t O, int64_t *numel_out, int64_t *work_out) {
+    const ot_computation *c = kn->fused;
     em E;
     int mi = -1, mx = -1;
     /* first with the loops under the hardware FTZ/DAZ mode (f32/f64 sums whose fused ops it
@@ -1093,7 +1091,6 @@ static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, 
     for (int attempt = 0; attempt < 2; attempt++) {
         memset(&E, 0, sizeof E);
         E.kn = kn;
-        E.io = io;
         E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD) && (t == OT_F32 || t == OT_F64);
         if (suffix && RN >= EX_RED_LANES) E.C = RN;
         mi = emit(&E, init, "0");
@@ -1138,7 +1135,7 @@ static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, 
                           "\n/* %s (reduce, lane order) */\nvoid %s(void *const *in, void *const "
                           "*out, int64_t b, int64_t e) {\n",
                           kn->name, fname);
-            for (int q = 0; q < io->ninputs; q++)
+            for (int q = 0; q < kn->ninputs; q++)
                 cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
                               ctype(c->params[q]->shape.array.dtype), q,
                               ctype(c->params[q]->shape.array.dtype), q);
@@ -1190,12 +1187,12 @@ static ot_status emit_reduce_lanes(const ot_kernel *kn, const cg_kernel_io *io, 
     return st;
 }
 
-static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
-                             cg_buf *src, int64_t *numel_out, int64_t *work_out) {
-    const ot_computation *c = kn->instr->called[0];
+static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+                             int64_t *numel_out, int64_t *work_out) {
+    const ot_computation *c = kn->fused;
     const ot_instr *red = c->root;
     if (red->noperands != 2 || red->ncalled != 1 || red->shape.kind != OT_IR_ARRAY ||
-        kn->noutputs != 1 || c->nparams != kn->ninputs || io->ninputs != kn->ninputs)
+        kn->noutputs != 1 || c->nparams != kn->ninputs)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: not a single-input reduce", kn->name);
     const ot_computation *rc = red->called[0];
     const ot_instr *rr = rc->root;
@@ -1208,8 +1205,8 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
     ot_dtype t = red->shape.array.dtype;
     if (x->shape.kind != OT_IR_ARRAY || x->shape.array.dtype != t || numel(init) != 1 || !ctype(t))
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce operand types", kn->name);
-    for (int q = 0; q < io->ninputs; q++)
-        if (io->alias[q] >= 0)
+    for (int q = 0; q < kn->ninputs; q++)
+        if (kn->alias[q] >= 0)
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce over an in-place input",
                             kn->name);
     /* a lone f32/f64 reduce of a parameter is the fast reduce kernel's (parallel within
@@ -1270,12 +1267,11 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
         }
     }
     if (ex_reduce_lanes(red))
-        return emit_reduce_lanes(kn, io, fname, src, x, init, rr->operands[0]->attrs->index == 0, t,
+        return emit_reduce_lanes(kn, fname, src, x, init, rr->operands[0]->attrs->index == 0, t,
                                  suffix, base, off, RN, O, numel_out, work_out);
     em E;
     memset(&E, 0, sizeof E);
     E.kn = kn;
-    E.io = io;
     /* four output elements per outer iteration, each with its own accumulator: four
      * independent dependency chains (each still in the reference's order) hide the latency of
      * the combine; then one element at a time for the rest */
@@ -1341,7 +1337,7 @@ static ot_status emit_reduce(const ot_kernel *kn, const cg_kernel_io *io, const 
                           "\n/* %s (reduce) */\nvoid %s(void *const *in, void *const *out, int64_t "
                           "b, int64_t e) {\n",
                           kn->name, fname);
-            for (int q = 0; q < io->ninputs; q++)
+            for (int q = 0; q < kn->ninputs; q++)
                 cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
                               ctype(c->params[q]->shape.array.dtype), q,
                               ctype(c->params[q]->shape.array.dtype), q);
@@ -1496,9 +1492,9 @@ static int count_reduces(const ot_computation *c) {
     return n;
 }
 
-static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
-                           cg_buf *src, int64_t *numel_out, int64_t *work_out) {
-    const ot_computation *c = kn->instr->called[0];
+static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+                           int64_t *numel_out, int64_t *work_out) {
+    const ot_computation *c = kn->fused;
     const ot_instr *root = c->root;
     const ot_instr *const *leaves = (const ot_instr *const *)&root;
     int nleaves = 1;
@@ -1509,7 +1505,7 @@ static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const ch
         leaves = (const ot_instr *const *)root->operands;
         nleaves = root->noperands;
     }
-    if (nleaves != kn->noutputs || c->nparams != kn->ninputs || kn->ninputs != io->ninputs)
+    if (nleaves != kn->noutputs || c->nparams != kn->ninputs)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: inputs/outputs do not match", kn->name);
     const ot_instr *r0 = NULL;
     for (const ot_instr *x = c->first; x && !r0; x = x->next)
@@ -1530,13 +1526,12 @@ static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const ch
     for (int attempt = 0; attempt < 2; attempt++) {
         memset(&E, 0, sizeof E);
         E.kn = kn;
-        E.io = io;
         E.rows = true;
         E.O = O;
         E.C = RN;
         E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD);
-        for (int q = 0; q < io->ninputs; q++) {
-            int r = io->alias[q];
+        for (int q = 0; q < kn->ninputs; q++) {
+            int r = kn->alias[q];
             if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
                 fail(&E, "input %d updated in place as another type", q);
         }
@@ -1579,8 +1574,8 @@ static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const ch
                       "\n/* %s (rows) */\nvoid %s(void *const *in, void *const *out, int64_t b, "
                       "int64_t e) {\n",
                       kn->name, fname);
-        for (int q = 0; q < io->ninputs; q++)
-            if (io->alias[q] < 0)
+        for (int q = 0; q < kn->ninputs; q++)
+            if (kn->alias[q] < 0)
                 cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
                               ctype(c->params[q]->shape.array.dtype), q,
                               ctype(c->params[q]->shape.array.dtype), q);
@@ -1608,19 +1603,19 @@ static ot_status emit_rows(const ot_kernel *kn, const cg_kernel_io *io, const ch
     return st;
 }
 
-ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char *fname,
-                         cg_buf *src, int64_t *numel_out, int64_t *work_out) {
+ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+                         int64_t *numel_out, int64_t *work_out) {
     *numel_out = 0;
     *work_out = 1;
-    if (kn->kind != OT_KERNEL_FUSION || !kn->instr || kn->instr->ncalled != 1)
-        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s is not a fusion", kn->name);
-    const ot_computation *c = kn->instr->called[0];
+    if (!kn->fused)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s is not a loop fusion", kn->name);
+    const ot_computation *c = kn->fused;
     const ot_instr *root = c->root;
     if (!root) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s has no root", kn->name);
     int nred = count_reduces(c);
     if (root->opcode == OT_OP_REDUCE && nred == 1)
-        return emit_reduce(kn, io, fname, src, numel_out, work_out);
-    if (nred > 0) return emit_rows(kn, io, fname, src, numel_out, work_out);
+        return emit_reduce(kn, fname, src, numel_out, work_out);
+    if (nred > 0) return emit_rows(kn, fname, src, numel_out, work_out);
     const ot_instr *const *leaves = (const ot_instr *const *)&root;
     int nleaves = 1;
     if (root->shape.kind == OT_IR_TUPLE) {
@@ -1630,7 +1625,7 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
         leaves = (const ot_instr *const *)root->operands;
         nleaves = root->noperands;
     }
-    if (nleaves != kn->noutputs || c->nparams != kn->ninputs || kn->ninputs != io->ninputs)
+    if (nleaves != kn->noutputs || c->nparams != kn->ninputs)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: inputs/outputs do not match", kn->name);
     int64_t N = numel(leaves[0]);
     for (int r = 0; r < nleaves; r++)
@@ -1648,10 +1643,9 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
     for (int attempt = 0; attempt < 2; attempt++) {
         memset(&E, 0, sizeof E);
         E.kn = kn;
-        E.io = io;
         E.hw = attempt == 0;
-        for (int q = 0; q < io->ninputs; q++) {
-            int r = io->alias[q];
+        for (int q = 0; q < kn->ninputs; q++) {
+            int r = kn->alias[q];
             if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
                 fail(&E, "input %d updated in place as another type", q);
         }
@@ -1683,8 +1677,8 @@ ot_status cg_emit_fusion(const ot_kernel *kn, const cg_kernel_io *io, const char
                       "\n/* %s */\nvoid %s(void *const *in, void *const *out, int64_t b, "
                       "int64_t e) {\n",
                       kn->name, fname);
-        for (int q = 0; q < io->ninputs; q++)
-            if (io->alias[q] < 0)
+        for (int q = 0; q < kn->ninputs; q++)
+            if (kn->alias[q] < 0)
                 cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
                               ctype(c->params[q]->shape.array.dtype), q,
                               ctype(c->params[q]->shape.array.dtype), q);

@@ -4,7 +4,8 @@
  * SHA-256 of (source, compiler, flags, CPU features), verified by its own SHA-256 when loaded,
  * and opened with dlopen. Missing units compile side by side, one compiler process per online
  * CPU; each unit's compile time (the compiler's CPU time, and the interval) is kept for the
- * profile. Built on an executable's first run under a process-wide lock. */
+ * profile. Built by the compiler as its last stage (src/compiler/native.c), one build at a time
+ * in the process. */
 #include "codegen/codegen_internal.h"
 
 #include <dlfcn.h>
@@ -12,6 +13,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -64,10 +66,11 @@ static int64_t min_elements(void) {
     return env_int("OPTITPU_CODEGEN_MIN_ELEMENTS", 0, 4096);
 }
 
-/* OPTITPU_CODEGEN_UNIT_BYTES overrides CG_UNIT_BYTES (tests use it to get a unit per
- * kernel). */
-static int64_t unit_bytes(void) {
-    return env_int("OPTITPU_CODEGEN_UNIT_BYTES", 1, CG_UNIT_BYTES);
+/* The option, else OPTITPU_CODEGEN_UNIT_BYTES, else CG_UNIT_BYTES (tests use it to get a unit
+ * per kernel). */
+static int64_t unit_bytes(const cg_options *o) {
+    return o->unit_bytes > 0 ? o->unit_bytes
+                             : env_int("OPTITPU_CODEGEN_UNIT_BYTES", 1, CG_UNIT_BYTES);
 }
 
 static bool find_in_path(const char *name, char *out, size_t cap) {
@@ -91,9 +94,9 @@ static bool find_in_path(const char *name, char *out, size_t cap) {
     return false;
 }
 
-/* OPTITPU_CC or cc on PATH. */
-static bool find_cc(char *out, size_t cap) {
-    const char *e = getenv("OPTITPU_CC");
+/* The option, else OPTITPU_CC, else cc on PATH. */
+static bool find_cc(const cg_options *o, char *out, size_t cap) {
+    const char *e = o->cc && *o->cc ? o->cc : getenv("OPTITPU_CC");
     return find_in_path(e && *e ? e : "cc", out, cap);
 }
 
@@ -259,48 +262,6 @@ static ot_status compiler_identity(const char *cc, const char *dir, const char *
     return OT_OK;
 }
 
-/* ---- aliasing -------------------------------------------------------------------------------- */
-
-typedef struct memid {
-    int kind; /* 'P' parameter, 'O' output, 'T' temp, 'C' constant */
-    int64_t a, n;
-} memid;
-
-static memid mem_of(const ot_slot *s) {
-    switch (s->kind) {
-    case OT_SLOT_PARAMETER: return (memid){'P', s->number, s->nbytes};
-    case OT_SLOT_OUTPUT:
-        if (s->alias_param >= 0) return (memid){'P', s->alias_param, s->nbytes};
-        return (memid){'O', s->number, s->nbytes};
-    case OT_SLOT_TEMP: return (memid){'T', s->offset, s->nbytes};
-    default: return (memid){'C', (int64_t)(intptr_t)s->data, s->nbytes};
-    }
-}
-
-/* alias[q] per input; false when an input and an output share memory in a way the loop cannot
- * handle (partial overlap, different sizes). */
-static bool kernel_alias(const ot_executable *e, const ot_kernel *kn, int *alias) {
-    for (int q = 0; q < kn->ninputs; q++) {
-        alias[q] = -1;
-        memid a = mem_of(ot_executable_slot(e, kn->inputs[q]));
-        for (int r = 0; r < kn->noutputs; r++) {
-            memid b = mem_of(ot_executable_slot(e, kn->outputs[r]));
-            if (a.kind != b.kind) continue;
-            if (a.kind == 'T') {
-                bool overlap = a.n > 0 && b.n > 0 && a.a < b.a + b.n && b.a < a.a + a.n;
-                if (!overlap) continue;
-                if (a.a != b.a || a.n != b.n) return false;
-            } else if (a.a != b.a) {
-                continue;
-            } else if (a.n != b.n) {
-                return false;
-            }
-            alias[q] = r;
-        }
-    }
-    return true;
-}
-
 /* ---- build ----------------------------------------------------------------------------------- */
 
 void cg_program_free(cg_program *p) {
@@ -417,8 +378,8 @@ static ot_status unit_finish(const char *cc, unit_job *j, uint64_t *cpu_ns) {
 
 /* Compiles or loads every unit of p; src holds the preamble [0, pre) and each native kernel's
  * text at [koff[k], koff[k] + klen[k]). */
-static ot_status build_units(cg_program *p, const char *cc, const cg_buf *src, size_t pre,
-                             const size_t *koff, const size_t *klen) {
+static ot_status build_units(cg_program *p, const cg_options *o, const char *cc, const cg_buf *src,
+                             size_t pre, const size_t *koff, const size_t *klen) {
     char dir[4096];
     const char *ident = NULL;
     size_t identn = 0;
@@ -428,7 +389,7 @@ static ot_status build_units(cg_program *p, const char *cc, const cg_buf *src, s
     p->units = ot_calloc((size_t)(p->nnative ? p->nnative : 1), sizeof *p->units);
     if (!p->units) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     int nu = 0;
-    const int64_t limit = unit_bytes();
+    const int64_t limit = unit_bytes(o);
     for (int k = 0; k < p->nk; k++) {
         if (!p->k[k].fn) continue;
         cg_unit *u = nu ? &p->units[nu - 1] : NULL;
@@ -541,14 +502,22 @@ static ot_status build_units(cg_program *p, const char *cc, const cg_buf *src, s
     return st;
 }
 
-static ot_status build(const ot_executable *e, cg_program **out) {
+static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg_program **out) {
     *out = NULL;
-    const char *env = getenv("OPTITPU_CODEGEN");
-    if (env && strcmp(env, "0") == 0) return OT_OK;
+    if (o->mode == CG_OFF) return OT_OK;
+    if (o->mode == CG_AUTO) {
+        const char *env = getenv("OPTITPU_CODEGEN");
+        if (env && strcmp(env, "0") == 0) return OT_OK;
+    }
     char cc[4096];
-    if (!find_cc(cc, sizeof cc)) return OT_OK; /* no compiler: the interpreter runs */
-    int nk = ot_executable_kernel_count(e);
-    int64_t minel = min_elements();
+    if (!find_cc(o, cc, sizeof cc)) {
+        /* no compiler: the interpreter runs (said only when native code was asked for) */
+        if (o->mode == CG_ON)
+            ot_log(OT_LOG_WARN, "codegen: no C compiler found (%s); fusions run in the interpreter",
+                   o->cc && *o->cc ? o->cc : "OPTITPU_CC or cc on PATH");
+        return OT_OK;
+    }
+    int64_t minel = o->mode == CG_ON ? 0 : min_elements();
     int nbig = 0; /* fusions of at least minel elements (times the work per element) */
     cg_program *p = ot_calloc(1, sizeof *p);
     if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
@@ -567,27 +536,26 @@ static ot_status build(const ot_executable *e, cg_program **out) {
     size_t pre = src.n;
     ot_status st = OT_OK;
     for (int k = 0; k < nk && st == OT_OK; k++) {
-        const ot_kernel *kn = ot_executable_kernel(e, k);
-        if (kn->kind != OT_KERNEL_FUSION || !kn->instr) continue;
+        const cg_kernel_desc *d = &kd[k];
+        if (!d->fused) continue;
         cg_entry *en = &p->k[k];
-        en->alias = ot_malloc((size_t)(kn->ninputs + 1) * sizeof *en->alias);
-        en->in_bytes = ot_malloc((size_t)(kn->ninputs + 1) * sizeof *en->in_bytes);
-        en->out_bytes = ot_malloc((size_t)(kn->noutputs + 1) * sizeof *en->out_bytes);
+        en->alias = ot_malloc((size_t)(d->ninputs + 1) * sizeof *en->alias);
+        en->in_bytes = ot_malloc((size_t)(d->ninputs + 1) * sizeof *en->in_bytes);
+        en->out_bytes = ot_malloc((size_t)(d->noutputs + 1) * sizeof *en->out_bytes);
         if (!en->alias || !en->in_bytes || !en->out_bytes) {
             st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
             break;
         }
-        if (!kernel_alias(e, kn, en->alias)) continue;
-        for (int q = 0; q < kn->ninputs; q++)
-            en->in_bytes[q] = ot_executable_slot(e, kn->inputs[q])->nbytes;
-        for (int r = 0; r < kn->noutputs; r++)
-            en->out_bytes[r] = ot_executable_slot(e, kn->outputs[r])->nbytes;
-        cg_kernel_io io = {kn->ninputs, kn->noutputs, en->alias};
+        for (int q = 0; q < d->ninputs; q++) {
+            en->alias[q] = d->alias[q];
+            en->in_bytes[q] = d->in_bytes[q];
+        }
+        for (int r = 0; r < d->noutputs; r++) en->out_bytes[r] = d->out_bytes[r];
         char fname[32];
         snprintf(fname, sizeof fname, "otk_%d", k);
         size_t mark = src.n;
         int64_t n = 0, work = 1;
-        ot_status es = cg_emit_fusion(kn, &io, fname, &src, &n, &work);
+        ot_status es = cg_emit_fusion(d, fname, &src, &n, &work);
         if (es == OT_ERR_OUT_OF_MEMORY) {
             st = es;
             break;
@@ -604,8 +572,8 @@ static ot_status build(const ot_executable *e, cg_program **out) {
         klen[k] = src.n - mark;
         en->numel = n;
         en->chunk = CG_CHUNK / work > 1 ? CG_CHUNK / work : 1;
-        en->nin = kn->ninputs;
-        en->nout = kn->noutputs;
+        en->nin = d->ninputs;
+        en->nout = d->noutputs;
         en->fn = (cg_fn)1; /* resolved after loading */
         p->nnative++;
     }
@@ -616,7 +584,7 @@ static ot_status build(const ot_executable *e, cg_program **out) {
      * step had a quarter of its tensors under the threshold and spent a fifth of its time
      * there). */
     if (st == OT_OK && nbig == 0) p->nnative = 0;
-    if (st == OT_OK && p->nnative > 0) st = build_units(p, cc, &src, pre, koff, klen);
+    if (st == OT_OK && p->nnative > 0) st = build_units(p, o, cc, &src, pre, koff, klen);
     cg_buf_free(&src);
     ot_free(koff);
     ot_free(klen);
@@ -628,27 +596,31 @@ static ot_status build(const ot_executable *e, cg_program **out) {
     return OT_OK;
 }
 
-const cg_program *cg_program_get(const ot_executable *exe) {
-    ot_executable *e = (ot_executable *)exe; /* the native program is a lazily built cache */
-    if (atomic_load_explicit(&e->cg_state, memory_order_acquire)) return e->cg;
+ot_status cg_program_build(const cg_kernel_desc *k, int nk, const cg_options *o, cg_program **out) {
+    *out = NULL;
+    static const cg_options defaults = {CG_AUTO, 0, NULL};
+    /* one build at a time: the compiler's identity and the temporary names are per process */
     pthread_mutex_lock(&g_mu);
-    if (!atomic_load_explicit(&e->cg_state, memory_order_relaxed)) {
-        cg_program *p = NULL;
-        if (build(e, &p) != OT_OK) {
-            ot_log(OT_LOG_WARN, "codegen: %s; fusions run in the interpreter", ot_last_error());
-            ot_clear_error();
-        }
-        e->cg = p;
-        atomic_store_explicit(&e->cg_state, 1, memory_order_release);
-    }
+    ot_status st = build(k, nk, o ? o : &defaults, out);
     pthread_mutex_unlock(&g_mu);
-    return e->cg;
+    return st;
 }
 
-void cg_program_report(const cg_program *cp, ot_profile *prof) {
-    cg_program *p = (cg_program *)cp; /* `reported` is the only field written */
-    if (!p || !prof || atomic_exchange(&p->reported, true)) return;
+void cg_program_stats(const cg_program *p, cg_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!p) return;
+    out->nnative = p->nnative;
+    out->nunits = p->nunits;
     for (int i = 0; i < p->nunits; i++) {
+        const cg_unit *u = &p->units[i];
+        if (u->from_cache) out->ncached++;
+        if (u->t0_ns) out->ncompiled++;
+        out->cc_cpu_ns += u->cpu_ns;
+    }
+}
+
+ot_status cg_program_report(const cg_program *p, cg_report_fn fn, void *ctx) {
+    for (int i = 0; p && i < p->nunits; i++) {
         const cg_unit *u = &p->units[i];
         if (u->from_cache || !u->t0_ns) continue;
         char name[200];
@@ -656,10 +628,13 @@ void cg_program_report(const cg_program *cp, ot_profile *prof) {
                  "codegen unit %d: %d kernel%s (%d..%d), %lld KB of C, cc cpu %.3f s", i,
                  u->nkernels, u->nkernels == 1 ? "" : "s", u->first, u->last,
                  (long long)((u->c_bytes + 1023) / 1024), (double)u->cpu_ns * 1e-9);
-        if (ot_profile_record(prof, name, "codegen", -1, u->t0_ns, u->t1_ns, 0, u->c_bytes) !=
-            OT_OK)
-            ot_clear_error();
+        OT_CHECK(fn(ctx, name, u->t0_ns, u->t1_ns, u->c_bytes));
     }
+    return OT_OK;
+}
+
+bool cg_native(const cg_program *p, int k) {
+    return p && k >= 0 && k < p->nk && p->k[k].fn;
 }
 
 /* ---- run ---------------------------------------------------------------------------------------
@@ -710,9 +685,4 @@ bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_th
     ot_parallel_for(pool ? pool : ot_threadpool_default(), en->numel, en->chunk,
                     OT_SCHEDULE_DYNAMIC, run_range, &c);
     return true;
-}
-
-const char *cg_kind_name(const cg_program *p, int k, const ot_kernel *kn) {
-    if (kn->kind != OT_KERNEL_FUSION) return ot_kernel_kind_name(kn->kind);
-    return p && k >= 0 && k < p->nk && p->k[k].fn ? "fusion-native" : "fusion-interp";
 }

@@ -1,9 +1,8 @@
 /* ot_compile: pass pipeline by options, schedule, buffer assignment (liveness + best-fit
  * allocator over free blocks in treaps by address and size, coalescing, 64-byte alignment, in-place
- * reuse, donation), and the executable (kernels, slots, bindings, FLOPs and bytes). */
+ * reuse, donation), the executable (kernels, slots, bindings, FLOPs and bytes), and last its
+ * native code (native.c). */
 #include "executable_internal.h"
-
-#include "codegen/codegen_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@ ot_compile_options ot_compile_options_default(void) {
     o.fold_max_elements = 1 << 20;
     o.max_fusion_io = 64;
     o.target = "host-cpu";
+    o.native = OT_NATIVE_AUTO; /* the environment may turn it off (docs/codegen.md) */
     return o;
 }
 
@@ -42,7 +42,7 @@ void ot_executable_free(ot_executable *e) {
     ot_free(e->param_slot);
     ot_free(e->out_slot);
     ot_pass_manager_free(e->pm);
-    cg_program_free(e->cg);
+    cg_program_free(e->native);
     ot_free(e);
 }
 
@@ -1169,6 +1169,8 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
                      (long long)e->arena, (long long)e->peak, (long long)o.arena_limit);
         goto fail;
     }
+    /* last, on the finished executable: native code for its loop fusions */
+    cc_native_stage(e, &o);
     *out = e;
     return OT_OK;
 fail:
@@ -1202,6 +1204,7 @@ ot_status cc_build_executable(ot_module *m, ot_instr **order, int64_t n,
     copy_opt_str(e->passes, sizeof e->passes, &e->opts.passes);
     copy_opt_str(e->disable, sizeof e->disable, &e->opts.disable_passes);
     e->opts.dump_dir = e->opts.dump_after = NULL;
+    e->opts.native_cc = NULL; /* read by the native stage during the call only */
     kbuild *kb = NULL;
     int64_t kbcap = 0;
     ot_status s = build_program(e, order, n, &kb, &kbcap);

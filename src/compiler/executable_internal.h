@@ -3,8 +3,7 @@
 #define OT_EXECUTABLE_INTERNAL_H
 
 #include "compiler_internal.h"
-
-#include <stdatomic.h>
+#include "native.h"
 
 struct ot_executable {
     ot_module *mod;
@@ -25,9 +24,9 @@ struct ot_executable {
     ot_pass_manager *pm;
     ot_compile_options opts; /* strings point into the buffers below */
     char target[256], passes[1024], disable[1024];
-    /* native code for the loop fusions (src/codegen), built on the first run */
-    struct cg_program *cg;
-    atomic_int cg_state;
+    /* native code for the loop fusions (src/codegen), built by cc_native_stage; NULL: none */
+    cg_program *native;
+    uint64_t native_ns; /* the native stage's wall time */
 };
 
 /* Builds kernels, slots, aliasing and buffer assignment for module m (taken over: owned by the

@@ -1022,6 +1022,8 @@ ot_status ot_executable_deserialize(const void *buf, size_t len, ot_executable *
         ot_executable_free(e);
         return s2;
     }
+    /* native code with default settings (the file holds none), as ot_compile's last stage */
+    cc_native_stage(e, &o);
     *out = e;
     return OT_OK;
 }

@@ -5,7 +5,7 @@
  * kernel, between the iterations of every while loop. */
 #include "runtime/runtime_internal.h"
 
-#include "codegen/codegen_internal.h"
+#include "compiler/native.h"
 #include "exec/kernels.h"
 
 #include <stdio.h>
@@ -81,24 +81,14 @@ typedef enum launch_path { PATH_DEVICE, PATH_NATIVE, PATH_FAST, PATH_REFERENCE }
 
 struct ot_launch {
     ex_kernel_ctx kc;     /* exec's per-run context: pool, FTZ, scratch, reference options */
-    const cg_program *cg; /* the executable's native program (NULL: none) */
-    bool cg_ready;        /* cg fetched (and reported to the profile) */
+    const cg_program *cg; /* the executable's native program, built by ot_compile (NULL: none) */
     bool native;          /* native code allowed (not reference_kernels, not keep_denormals) */
-    ot_profile *profile;  /* where the native program's compiles are reported */
     launch_path path;     /* set by ot_launch_host */
     int bound;            /* the kernel the loop is launching: its leaf tables are filled */
     const ot_kernel *bound_kn;
     ex_leaf ins[MAX_IO]; /* leaf tables of the kernel being launched */
     ex_leaf outs[MAX_IO];
 };
-
-/* The native program, fetched (compiled or loaded on the executable's first run) and its
- * compiles reported once per run. */
-static void native_program(ot_launch *run, const ot_executable *exe) {
-    run->cg = cg_program_get(exe);
-    if (run->profile) cg_program_report(run->cg, run->profile);
-    run->cg_ready = true;
-}
 
 ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *const *in,
                          void *const *out) {
@@ -108,7 +98,6 @@ ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *
     const ot_kernel *kn = bound ? run->bound_kn : ot_executable_kernel(exe, k);
     if (!kn) return ot_error(OT_ERR_INVALID_ARGUMENT, "launch: no kernel %d", k);
     if (kn->kind == OT_KERNEL_FUSION && run->native) { /* native loop fusion */
-        if (!run->cg_ready) native_program(run, exe);
         if (run->cg && cg_run(run->cg, k, in, out, run->kc.pool)) {
             run->path = PATH_NATIVE;
             return OT_OK;
@@ -203,14 +192,9 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     ot_launch run;
     ex_kernel_ctx_init(&run.kc, ro.pool, &eo, ro.reference_kernels);
     run.native = !ro.reference_kernels && !eo.keep_denormals;
-    run.profile = ro.profile;
-    run.cg = NULL;
-    run.cg_ready = false;
+    run.cg = cc_executable_native(exe);
     run.bound = -1;
     run.bound_kn = NULL;
-    /* the host kernels take the native program up front, so building it is not charged to a
-     * kernel's profile event; another device's launch fetches it only if it delegates here */
-    if (launch == rt_host_launch) native_program(&run, exe);
     void *kin[MAX_IO], *kout[MAX_IO];
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);

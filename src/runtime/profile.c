@@ -2,6 +2,7 @@
  * trace JSON (written with jansson) and a text summary. Timestamps are ot_now_ns values,
  * exported on the wall clock (plus the clock module's offset when set) so traces from several
  * processes line up. */
+#include "compiler/native.h"
 #include "optitpu/clock.h"
 #include "runtime/runtime_internal.h"
 
@@ -216,6 +217,11 @@ const ot_kernel_profile *ot_profile_kernel(const ot_profile *p, int i) {
     return i >= 0 && i < p->nag ? &p->ag[i].k : NULL;
 }
 
+static ot_status record_codegen(void *ctx, const char *name, uint64_t t0, uint64_t t1,
+                                int64_t c_bytes) {
+    return ot_profile_record(ctx, name, "codegen", -1, t0, t1, 0, c_bytes);
+}
+
 ot_status ot_profile_compile(ot_profile *p, const ot_module *m, const ot_compile_options *opts,
                              ot_executable **out) {
     *out = NULL;
@@ -239,6 +245,8 @@ ot_status ot_profile_compile(ot_profile *p, const ot_module *m, const ot_compile
         snprintf(nm, sizeof nm, "compile %s", ot_module_name(m));
         st = ot_profile_record(p, nm, "compile", -1, t0, t1, 0, 0);
     }
+    /* the native stage's compiler processes, one event per unit compiled (none from the cache) */
+    if (st == OT_OK) st = cg_program_report(cc_executable_native(*out), record_codegen, p);
     if (st != OT_OK) {
         ot_executable_free(*out);
         *out = NULL;
