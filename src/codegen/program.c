@@ -502,6 +502,20 @@ static ot_status build_units(cg_program *p, const cg_options *o, const char *cc,
     return st;
 }
 
+/* Whether some candidate holds an array of at least minel elements. A kernel's iteration space
+ * times its work per element (what the size rule weighs) is the element count of one of its
+ * arrays (an output, or a reduce's operand), so without one no kernel can reach the rule's
+ * threshold: that is known without generating any C. */
+static bool any_large(const cg_kernel_desc *kd, int nk, int64_t minel) {
+    for (int k = 0; k < nk; k++) {
+        if (!kd[k].fused) continue;
+        for (const ot_instr *x = kd[k].fused->first; x; x = x->next)
+            if (x->shape.kind == OT_IR_ARRAY && ot_shape_numel_unchecked(&x->shape.array) >= minel)
+                return true;
+    }
+    return false;
+}
+
 static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg_program **out) {
     *out = NULL;
     if (o->mode == CG_OFF) return OT_OK;
@@ -509,6 +523,9 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         const char *env = getenv("OPTITPU_CODEGEN");
         if (env && strcmp(env, "0") == 0) return OT_OK;
     }
+    int64_t minel = o->mode == CG_ON ? 0 : min_elements();
+    /* only small fusions: no program (below), decided before looking for a compiler */
+    if (!any_large(kd, nk, minel)) return OT_OK;
     char cc[4096];
     if (!find_cc(o, cc, sizeof cc)) {
         /* no compiler: the interpreter runs (said only when native code was asked for) */
@@ -517,7 +534,6 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
                    o->cc && *o->cc ? o->cc : "OPTITPU_CC or cc on PATH");
         return OT_OK;
     }
-    int64_t minel = o->mode == CG_ON ? 0 : min_elements();
     int nbig = 0; /* fusions of at least minel elements (times the work per element) */
     cg_program *p = ot_calloc(1, sizeof *p);
     if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
