@@ -3,6 +3,7 @@
  * bytes. Each input is tried twice: as it is, and with the header (magic, version, length,
  * checksum) repaired so that mutations reach the body decoder instead of the checksum.
  * Seeds: fuzz/corpus/executable. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
