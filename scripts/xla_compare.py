@@ -1,252 +1,726 @@
 #!/usr/bin/env python3
-"""Times the same HLO modules with JAX (XLA's CPU backend) and with `optitpu run`, in one run, and
-prints the ratio per module.
+"""A suite of JAX programs people run, timed with XLA's CPU backend (jax.jit) and with `optitpu
+run` on the same HLO module and the same inputs, in one run; prints each program's times, their
+ratio and optitpu's error against JAX's outputs.
 
-    scripts/xla_compare.py [--optitpu build/optitpu] [--repeat 50] [--json] [--no-large]
-                           [--only TEXT]
+    scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
+                           [--quick] [--only TEXT] [--list] [--json] [--tol-scale S]
 
-Modules:
-  corpus  tests/data/jax/<case>/module.hlo (what jax.jit lowered) on that case's own inputs:
-          mlp_forward_backward (an MLP train step: loss and gradients), adam_update_optax,
-          layer_norm, softmax_cross_entropy, attention_causal. JAX runs the same function the
-          corpus generator lowered (scripts/gen_jax_corpus.py), on the same inputs.
-  large   bandwidth-bound sizes: bench/hlo/adam_update_4m.hlo (p, m, v donated) and layer norm /
-          softmax cross-entropy on 4096x1024 f32, lowered here with jax.jit(...).lower() and given
-          to optitpu as HLO text (so both run the same module).
+Getting jax (not used by CI; nothing in CTest needs it):
+    python3 -m venv /work/venv-peers && /work/venv-peers/bin/pip install jax optax numpy
+    /work/venv-peers/bin/python scripts/xla_compare.py --optitpu build/optitpu
+Build optitpu in release first (cmake -DCMAKE_BUILD_TYPE=Release, target optitpu_cli).
 
-JAX: jax.jit, three warm-up calls, then --repeat calls each ended by block_until_ready; median.
-optitpu: `optitpu run FILE --repeat R --json` (inputs from the case's .npy files, or --fill
-random:1), median of run_ms without the first run (which builds native code on a cold cache).
-ratio = JAX time / optitpu time: > 1 means optitpu is faster.
+Programs (`--list` prints them with their sizes; `--quick` shrinks every size for a smoke run):
+  MLP 784-1024-1024-10, batch 512: forward with ReLU and with exact GELU; value_and_grad of the
+    softmax cross-entropy (integer labels) with ReLU, exact GELU, tanh GELU and SiLU
+  GELU (tanh and exact) of x + bias, 4096x4096
+  pre-LN transformer block (batch 8, seq 128, d 256, 4 heads, MLP 1024, causal): forward and
+    value_and_grad with respect to its 10 parameters
+  attention b4 h8 s256 d64: causal and not (forward), causal value_and_grad w.r.t. q, k, v
+  3x3 conv 16x32x32x64 -> 64 + bias + ReLU, NHWC/HWIO and NCHW/OIHW (forward); a conv net
+    (conv-ReLU-maxpool 2x2-conv-ReLU-mean-dense-cross-entropy) value_and_grad in both layouts
+  layer norm 8192x1024 (forward and value_and_grad), RMS norm + residual 8192x1024
+  softmax cross-entropy 2048x8192 (integer labels): loss, and value_and_grad w.r.t. the logits
+  embedding 32000x512 gathered at 8x1024 token ids, and its gradient (scatter-add into the table)
+  sum of 256x256x256 along axis 0, 1, 2 and over all of it
+  transposes: 4096x4096, NHWC -> NCHW 64x56x56x64, (b, s, h, d) -> (b, h, s, d) 8x512x16x64
+  optax.adamw over 8M f32 and a hand-written jnp Adam over 8M f32, params and moments donated
 
-Needs jax (and optax for adam_update_optax): /work/venv-peers/bin/python, or `pip install jax
-optax` in a venv. Not used by CI. Thread settings: XLA's defaults; optitpu uses OPTITPU_THREADS
-or every CPU.
+Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
+and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
+FILE --input K=in_K.npy ... --repeat R --json --trace T` and its outputs out_K.npy are compared
+with what jax.jit(f) returns on the same inputs.
+
+Timing: --rounds rounds alternate the two sides (JAX first in even rounds, optitpu first in odd
+ones), each side timing --repeat/--rounds calls a round; the median over all rounds is printed.
+JAX: jax.jit on device_put inputs, three warm-up calls before the first round and one before the
+others, each call ended by block_until_ready. Where users donate (the optimizer updates), jax.jit
+gets donate_argnums and the outputs feed the next call (a training loop); optitpu runs the same
+module, whose input_output_alias donates the same parameters (inputs uploaded before each run,
+outside the time). optitpu: run_ms of each run except the first of each invocation (that one
+builds native code on a cold cache); compile time is outside the figure on both sides.
+
+Threads: both sides get --threads N (default: the CPU count). optitpu: OPTITPU_THREADS=N. XLA:
+PJRT_NPROC=N, which jaxlib's CPU client reads for the size of its intra-op thread pool (checked
+with jax 0.10.2: N=1 keeps a matmul loop at one CPU busy, N=2 at two), plus
+XLA_FLAGS=--xla_cpu_multi_thread_eigen=false when N is 1. The header line states both.
+
+Errors: per output, max |optitpu - jax| and that divided by max |jax| (normwise relative); a case
+passes when every output's normwise error is within its tolerance (1e-4 for most programs, 1e-3
+for the deep value_and_grad ones, 0 for integer outputs; --tol-scale multiplies them) and no NaN
+or Inf differs. A case optitpu cannot compile or run, or whose outputs are beyond tolerance, is
+reported as FAIL with the reason and left out of the geometric mean.
+
+ratio = JAX time / optitpu time: > 1 means optitpu is faster. kernels n/i/f/o: the distinct
+kernels optitpu ran, by kind, from the Chrome trace of its last invocation (native =
+fusion-native, interp = fusion-interp, fast = fusion-fast, other = dot, convolution, gather,
+...); then the two kinds taking most of the kernels' time, with their shares.
+
+--json: one JSON object per case in the benchmarks' format ({"bench", "case", "metric", "value",
+"baseline", "baseline_value", "ratio", ...} with errors, verdict and kernel counts), then one
+object for the geometric mean.
 """
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import numpy as np  # noqa: E402
-
-try:
-    import jax  # noqa: E402
-    import jax.numpy as jnp  # noqa: E402
-    from jax import lax  # noqa: E402
-except ImportError:
-    sys.exit("xla_compare: jax is missing (use /work/venv-peers/bin/python or pip install jax)")
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(ROOT, "tests", "data", "jax")
+
+np = jax = jnp = lax = None  # imported in main() once the thread settings are in the environment
 
 
-# ---- the functions scripts/gen_jax_corpus.py lowered ------------------------------------------
+# ---- the programs -------------------------------------------------------------------------------
 
-def mlp_loss(params, x, y):
-    w1, b1, w2, b2 = params
-    h = jax.nn.relu(x @ w1 + b1)
-    logits = h @ w2 + b2
-    return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
+def _rng(seed):
+    return np.random.default_rng(seed)
 
 
-def mlp_train_step(w1, b1, w2, b2, x, y):
-    return jax.value_and_grad(mlp_loss)((w1, b1, w2, b2), x, y)
+def _f32(a):
+    return np.asarray(a, dtype=np.float32)
 
 
-def softmax_xent(lg, lb):
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(lg), lb[:, None], axis=1))
+def mlp_params(rng, sizes):
+    ps = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        ps.append(_f32(rng.standard_normal((a, b)) / math.sqrt(a)))
+        ps.append(_f32(rng.standard_normal(b) * 0.1))
+    return ps
+
+
+def act(name):
+    return {
+        "relu": jax.nn.relu,
+        "gelu_exact": lambda v: jax.nn.gelu(v, approximate=False),
+        "gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True),
+        "silu": jax.nn.silu,
+    }[name]
+
+
+def mlp_apply(params, x, f):
+    h = x
+    n = len(params) // 2
+    for i in range(n):
+        h = h @ params[2 * i] + params[2 * i + 1]
+        if i < n - 1:
+            h = f(h)
+    return h
+
+
+def xent_int(logits, labels):
+    lp = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(lp, labels[:, None], axis=1))
+
+
+def make_mlp(actname, grad, quick):
+    sizes = [784, 1024, 1024, 10] if not quick else [64, 128, 128, 10]
+    batch = 512 if not quick else 32
+    rng = _rng(11)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    f = act(actname)
+    if not grad:
+        def fwd(x, *params):
+            return mlp_apply(params, x, f)
+        return fwd, [x] + ps, {}
+
+    def step(x, y, *params):
+        return jax.value_and_grad(lambda p: xent_int(mlp_apply(p, x, f), y))(params)
+    return step, [x, y] + ps, {"tol": 1e-3}
+
+
+def make_gelu_bias(approx, quick):
+    n = 4096 if not quick else 256
+    rng = _rng(12)
+    x = _f32(rng.standard_normal((n, n)))
+    b = _f32(rng.standard_normal(n))
+
+    def f(x, b):
+        return jax.nn.gelu(x + b, approximate=approx)
+    return f, [x, b], {}
 
 
 def layer_norm(v, g, b):
     mu = jnp.mean(v, axis=-1, keepdims=True)
-    var = jnp.mean((v - mu) ** 2, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(v - mu), axis=-1, keepdims=True)
     return (v - mu) * lax.rsqrt(var + 1e-5) * g + b
 
 
-def attention(q, k, v):
-    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1]).astype(q.dtype)
-    mask = jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool))
-    s = jnp.where(mask, s, jnp.finfo(q.dtype).min)
+def attention(q, k, v, causal):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.float32(np.sqrt(q.shape[-1]))
+    if causal:
+        mask = jnp.tril(jnp.ones((q.shape[2], k.shape[2]), bool))
+        s = jnp.where(mask, s, jnp.finfo(q.dtype).min)
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
 
 
-def optax_adam_step():
-    import optax
-
-    opt = optax.adam(1e-2, b1=0.9, b2=0.999, eps=1e-8)
-
-    def adam_step(w, b, gw, gb, mw, mb, vw, vb, cnt):
-        state = (optax.ScaleByAdamState(count=cnt, mu={"b": mb, "w": mw}, nu={"b": vb, "w": vw}),
-                 optax.EmptyState())
-        upd, new = opt.update({"w": gw, "b": gb}, state, {"w": w, "b": b})
-        newp = optax.apply_updates({"w": w, "b": b}, upd)
-        return (newp["w"], newp["b"], new[0].mu["w"], new[0].mu["b"], new[0].nu["w"],
-                new[0].nu["b"], new[0].count)
-
-    return adam_step
+TB_NAMES = ["ln1_g", "ln1_b", "wqkv", "wo", "ln2_g", "ln2_b", "w1", "b1", "w2", "b2"]
 
 
-def adam_4m(p, g, m, v):
-    """bench/hlo/adam_update_4m.hlo"""
-    mn = 0.9 * m + 0.1 * g
-    vn = 0.999 * v + 0.001 * (g * g)
-    pn = p - 0.001 * (mn / (jnp.sqrt(vn) + 1e-8))
-    return pn, mn, vn
+def tblock(x, p, heads):
+    ln1_g, ln1_b, wqkv, wo, ln2_g, ln2_b, w1, b1, w2, b2 = p
+    b, s, d = x.shape
+    hd = d // heads
+    h = layer_norm(x, ln1_g, ln1_b)
+    qkv = (h @ wqkv).reshape(b, s, 3, heads, hd)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    a = attention(q, k, v, True).transpose(0, 2, 1, 3).reshape(b, s, d)
+    x = x + a @ wo
+    h = layer_norm(x, ln2_g, ln2_b)
+    return x + jax.nn.gelu(h @ w1 + b1) @ w2 + b2
 
 
-# ---- timing -----------------------------------------------------------------------------------
+def make_tblock(grad, quick):
+    b, s, d, heads, ff = (8, 128, 256, 4, 1024) if not quick else (2, 16, 32, 2, 64)
+    rng = _rng(13)
+    p = [_f32(1 + 0.1 * rng.standard_normal(d)), _f32(0.1 * rng.standard_normal(d)),
+         _f32(rng.standard_normal((d, 3 * d)) / math.sqrt(d)),
+         _f32(rng.standard_normal((d, d)) / math.sqrt(d)),
+         _f32(1 + 0.1 * rng.standard_normal(d)), _f32(0.1 * rng.standard_normal(d)),
+         _f32(rng.standard_normal((d, ff)) / math.sqrt(d)), _f32(0.1 * rng.standard_normal(ff)),
+         _f32(rng.standard_normal((ff, d)) / math.sqrt(ff)), _f32(0.1 * rng.standard_normal(d))]
+    x = _f32(rng.standard_normal((b, s, d)))
+    if not grad:
+        def fwd(x, *p):
+            return tblock(x, p, heads)
+        return fwd, [x] + p, {}
 
-def time_jax(fn, args, repeat, donate=()):
-    f = jax.jit(fn, donate_argnums=donate)
-    dev = [jax.device_put(a) for a in args]
-    chain = donate == (0, 2, 3)  # the Adam update: outputs p', m', v' feed the next step
-
-    def call(xs):
-        out = f(*xs)
-        jax.block_until_ready(out)
-        if chain:
-            return [out[0], xs[1], out[1], out[2]]
-        if donate:
-            return [jax.device_put(a) for a in args]
-        return xs
-
-    for _ in range(3):
-        dev = call(dev)
-    ts = []
-    for _ in range(repeat):
-        if donate and not chain:
-            dev = [jax.device_put(a) for a in args]
-        t0 = time.perf_counter()
-        out = f(*dev)
-        jax.block_until_ready(out)
-        ts.append(time.perf_counter() - t0)
-        if chain:
-            dev = [out[0], dev[1], out[1], out[2]]
-    return float(np.median(ts)) * 1e3
+    def step(x, *p):
+        return jax.value_and_grad(lambda p: jnp.mean(jnp.square(tblock(x, p, heads))))(p)
+    return step, [x] + p, {"tol": 1e-3}
 
 
-def time_optitpu(exe, hlo, inputs, repeat, tmp):
-    cmd = [exe, "run", hlo, "--repeat", str(repeat + 1), "--json", "--output-dir", tmp]
-    if inputs:
-        for i, path in enumerate(inputs):
-            cmd += ["--input", f"{i}={path}"]
+def make_attention(causal, grad, quick):
+    b, h, s, d = (4, 8, 256, 64) if not quick else (2, 2, 16, 8)
+    rng = _rng(14)
+    q, k, v = (_f32(rng.standard_normal((b, h, s, d))) for _ in range(3))
+    if not grad:
+        def fwd(q, k, v):
+            return attention(q, k, v, causal)
+        return fwd, [q, k, v], {}
+    ct = _f32(rng.standard_normal((b, h, s, d)))
+
+    def step(q, k, v, ct):
+        return jax.value_and_grad(lambda q, k, v: jnp.sum(attention(q, k, v, causal) * ct),
+                                  argnums=(0, 1, 2))(q, k, v)
+    return step, [q, k, v, ct], {"tol": 1e-3}
+
+
+def conv(x, w, layout):
+    dn = ("NHWC", "HWIO", "NHWC") if layout == "NHWC" else ("NCHW", "OIHW", "NCHW")
+    return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn)
+
+
+def conv_weight(rng, cin, cout, layout):
+    w = _f32(rng.standard_normal((3, 3, cin, cout)) / math.sqrt(9 * cin))
+    return w if layout == "NHWC" else np.ascontiguousarray(w.transpose(3, 2, 0, 1))
+
+
+def conv_input(rng, n, hw, c, layout):
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    return x if layout == "NHWC" else np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+
+def make_conv(layout, quick):
+    n, hw, c = (16, 32, 64) if not quick else (2, 8, 8)
+    rng = _rng(15)
+    x = conv_input(rng, n, hw, c, layout)
+    w = conv_weight(rng, c, c, layout)
+    b = _f32(0.1 * rng.standard_normal(c))
+    bshape = (1, 1, 1, c) if layout == "NHWC" else (1, c, 1, 1)
+
+    def f(x, w, b):
+        return jax.nn.relu(conv(x, w, layout) + b.reshape(bshape))
+    return f, [x, w, b], {}
+
+
+def make_convnet(layout, quick):
+    n, hw, c1, c2, ncls = (16, 32, 32, 64, 10) if not quick else (2, 8, 4, 8, 10)
+    cin = 3
+    rng = _rng(16)
+    x = conv_input(rng, n, hw, cin, layout)
+    y = rng.integers(0, ncls, n).astype(np.int32)
+    p = [conv_weight(rng, cin, c1, layout), _f32(0.1 * rng.standard_normal(c1)),
+         conv_weight(rng, c1, c2, layout), _f32(0.1 * rng.standard_normal(c2)),
+         _f32(rng.standard_normal((c2, ncls)) / math.sqrt(c2)), _f32(np.zeros(ncls))]
+    nhwc = layout == "NHWC"
+    bshape = (lambda c: (1, 1, 1, c)) if nhwc else (lambda c: (1, c, 1, 1))
+    win = (1, 2, 2, 1) if nhwc else (1, 1, 2, 2)
+    sp = (1, 2) if nhwc else (2, 3)
+
+    def net(p, x):
+        w1, b1, w2, b2, wd, bd = p
+        h = jax.nn.relu(conv(x, w1, layout) + b1.reshape(bshape(c1)))
+        h = lax.reduce_window(h, -jnp.inf, lax.max, win, win, "VALID")
+        h = jax.nn.relu(conv(h, w2, layout) + b2.reshape(bshape(c2)))
+        return jnp.mean(h, axis=sp) @ wd + bd
+
+    def step(x, y, *p):
+        return jax.value_and_grad(lambda p: xent_int(net(p, x), y))(p)
+    return step, [x, y] + p, {"tol": 1e-3}
+
+
+def make_layer_norm(grad, quick):
+    r, c = (8192, 1024) if not quick else (64, 128)
+    rng = _rng(17)
+    x = _f32(rng.standard_normal((r, c)))
+    g = _f32(1 + 0.1 * rng.standard_normal(c))
+    b = _f32(0.1 * rng.standard_normal(c))
+    if not grad:
+        return layer_norm, [x, g, b], {}
+    ct = _f32(rng.standard_normal((r, c)))
+
+    def step(x, g, b, ct):
+        return jax.value_and_grad(lambda x, g, b: jnp.sum(layer_norm(x, g, b) * ct),
+                                  argnums=(0, 1, 2))(x, g, b)
+    return step, [x, g, b, ct], {"tol": 1e-3}
+
+
+def make_rms_residual(quick):
+    r, c = (8192, 1024) if not quick else (64, 128)
+    rng = _rng(18)
+    x = _f32(rng.standard_normal((r, c)))
+    res = _f32(rng.standard_normal((r, c)))
+    g = _f32(1 + 0.1 * rng.standard_normal(c))
+
+    def f(x, res, g):
+        h = x + res
+        ms = jnp.mean(jnp.square(h), axis=-1, keepdims=True)
+        return h * lax.rsqrt(ms + 1e-6) * g, h
+    return f, [x, res, g], {}
+
+
+def make_xent(grad, quick):
+    n, v = (2048, 8192) if not quick else (32, 64)
+    rng = _rng(19)
+    lg = _f32(rng.standard_normal((n, v)) * 2)
+    lb = rng.integers(0, v, n).astype(np.int32)
+    if not grad:
+        return xent_int, [lg, lb], {}
+
+    def step(lg, lb):
+        return jax.value_and_grad(xent_int)(lg, lb)
+    return step, [lg, lb], {}
+
+
+def make_embed(grad, quick):
+    vocab, d, b, s = (32000, 512, 8, 1024) if not quick else (100, 16, 2, 8)
+    rng = _rng(20)
+    table = _f32(rng.standard_normal((vocab, d)))
+    ids = rng.integers(0, vocab, (b, s)).astype(np.int32)
+    if not grad:
+        def gather(table, ids):
+            return table[ids]
+        return gather, [table, ids], {}
+    ct = _f32(rng.standard_normal((b, s, d)))
+
+    def scatter(table, ids, ct):
+        return jax.vjp(lambda t: t[ids], table)[1](ct)[0]
+    return scatter, [table, ids, ct], {}
+
+
+def make_reduce(axis, quick):
+    n = 256 if not quick else 16
+    rng = _rng(21)
+    x = _f32(rng.standard_normal((n, n, n)))
+
+    def f(x):
+        return jnp.sum(x, axis=axis)
+    return f, [x], {"tol": 1e-4}
+
+
+def make_transpose(kind, quick):
+    rng = _rng(22)
+    if kind == "2d":
+        shape, perm = ((4096, 4096) if not quick else (64, 48)), (1, 0)
+    elif kind == "nhwc_nchw":
+        shape, perm = ((64, 56, 56, 64) if not quick else (2, 6, 6, 8)), (0, 3, 1, 2)
     else:
-        cmd += ["--fill", "random:1"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+        shape, perm = ((8, 512, 16, 64) if not quick else (2, 8, 4, 8)), (0, 2, 1, 3)
+    x = _f32(rng.standard_normal(shape))
+
+    def f(x):
+        return jnp.transpose(x, perm)
+    return f, [x], {"tol": 0.0}
+
+
+def make_adamw_optax(quick):
+    import optax
+    n = 8 * 1024 * 1024 if not quick else 4096
+    rng = _rng(23)
+    p = _f32(rng.standard_normal(n))
+    g = _f32(rng.standard_normal(n) * 0.01)
+    m = _f32(rng.standard_normal(n) * 0.001)
+    v = _f32(np.abs(rng.standard_normal(n)) * 1e-5)
+    cnt = np.int32(3)
+    opt = optax.adamw(1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4)
+
+    treedef = jax.tree_util.tree_structure(opt.init(p))  # leaves: count, mu, nu
+
+    def step(p, m, v, cnt, g):
+        state = jax.tree_util.tree_unflatten(treedef, [cnt, m, v])
+        upd, new = opt.update(g, state, p)
+        cnt, m, v = jax.tree_util.tree_leaves(new)
+        return optax.apply_updates(p, upd), m, v, cnt
+
+    def chain(out, args):
+        return [out[0], out[1], out[2], out[3], args[4]]
+    return step, [p, m, v, cnt, g], {"donate": (0, 1, 2), "chain": chain}
+
+
+def make_adam_jnp(quick):
+    n = 8 * 1024 * 1024 if not quick else 4096
+    rng = _rng(24)
+    p = _f32(rng.standard_normal(n))
+    g = _f32(rng.standard_normal(n) * 0.01)
+    m = _f32(rng.standard_normal(n) * 0.001)
+    v = _f32(np.abs(rng.standard_normal(n)) * 1e-5)
+    t = np.float32(3)
+
+    def step(p, m, v, t, g, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+        t = t + 1
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        mh = m / (1 - b1 ** t)
+        vh = v / (1 - b2 ** t)
+        return p - lr * mh / (jnp.sqrt(vh) + eps), m, v, t
+
+    def chain(out, args):
+        return [out[0], out[1], out[2], out[3], args[4]]
+    return step, [p, m, v, t, g], {"donate": (0, 1, 2), "chain": chain}
+
+
+def case_list(quick):
+    """(name, builder) in the order they run; names carry the sizes of a full run or of --quick."""
+    q = quick
+
+    def sz(full, small):
+        return small if q else full
+    mlp = sz("784-1024-1024-10 b512", "64-128-128-10 b32")
+    att = sz("b4 h8 s256 d64", "b2 h2 s16 d8")
+    cnv = sz("16x32x32x64", "2x8x8x8")
+    net = sz("16x32x32x3 c32,64", "2x8x8x3 c4,8")
+    tb = sz("b8 s128 d256 h4 ff1024", "b2 s16 d32 h2 ff64")
+    ln = sz("8192x1024", "64x128")
+    r3 = sz("256^3", "16^3")
+    opt = sz("8M f32", "4096 f32")
+    c = []
+    for a in ("relu", "gelu_exact"):
+        c.append((f"mlp_{a} forward {mlp}", lambda a=a: make_mlp(a, False, q)))
+    for a in ("relu", "gelu_exact", "gelu_tanh", "silu"):
+        c.append((f"mlp_{a} value_and_grad {mlp}", lambda a=a: make_mlp(a, True, q)))
+    c.append((f"gelu_tanh(x+bias) {sz('4096x4096', '256x256')}",
+              lambda: make_gelu_bias(True, q)))
+    c.append((f"gelu_exact(x+bias) {sz('4096x4096', '256x256')}",
+              lambda: make_gelu_bias(False, q)))
+    c.append((f"transformer_block forward {tb}", lambda: make_tblock(False, q)))
+    c.append((f"transformer_block value_and_grad {tb}", lambda: make_tblock(True, q)))
+    c.append((f"attention causal forward {att}", lambda: make_attention(True, False, q)))
+    c.append((f"attention full forward {att}", lambda: make_attention(False, False, q)))
+    c.append((f"attention causal value_and_grad {att}", lambda: make_attention(True, True, q)))
+    for lay in ("NHWC", "NCHW"):
+        c.append((f"conv3x3+bias+relu {lay} {cnv}", lambda lay=lay: make_conv(lay, q)))
+    for lay in ("NHWC", "NCHW"):
+        c.append((f"convnet value_and_grad {lay} {net}", lambda lay=lay: make_convnet(lay, q)))
+    c.append((f"layer_norm forward {ln}", lambda: make_layer_norm(False, q)))
+    c.append((f"layer_norm value_and_grad {ln}", lambda: make_layer_norm(True, q)))
+    c.append((f"rms_norm+residual {ln}", lambda: make_rms_residual(q)))
+    xe = sz("2048x8192", "32x64")
+    c.append((f"softmax_xent forward {xe}", lambda: make_xent(False, q)))
+    c.append((f"softmax_xent value_and_grad {xe}", lambda: make_xent(True, q)))
+    em = sz("32000x512 ids 8x1024", "100x16 ids 2x8")
+    c.append((f"embedding gather {em}", lambda: make_embed(False, q)))
+    c.append((f"embedding scatter-add grad {em}", lambda: make_embed(True, q)))
+    for ax, label in ((0, "axis0"), (1, "axis1"), (2, "axis2"), (None, "all")):
+        c.append((f"reduce_sum {label} {r3}", lambda ax=ax: make_reduce(ax, q)))
+    c.append((f"transpose 2d {sz('4096x4096', '64x48')}", lambda: make_transpose("2d", q)))
+    c.append((f"transpose NHWC->NCHW {sz('64x56x56x64', '2x6x6x8')}",
+              lambda: make_transpose("nhwc_nchw", q)))
+    c.append((f"transpose bshd->bhsd {sz('8x512x16x64', '2x8x4x8')}",
+              lambda: make_transpose("heads", q)))
+    c.append((f"adamw optax donated {opt}", lambda: make_adamw_optax(q)))
+    c.append((f"adam jnp donated {opt}", lambda: make_adam_jnp(q)))
+    return c
+
+
+# ---- timing and checking ------------------------------------------------------------------------
+
+class JaxSide:
+    """One jitted program and its device inputs, timed in batches (one batch per round)."""
+
+    def __init__(self, fn, args, donate, chain):
+        self.f = jax.jit(fn, donate_argnums=donate)
+        self.args = args
+        self.donate = donate
+        self.chain = chain
+        self.dev = [jax.device_put(a) for a in args]
+        self.warm = 3
+
+    def _call_timed(self):
+        if self.donate and not self.chain:
+            self.dev = [jax.device_put(a) for a in self.args]  # fresh buffers, outside the time
+        t0 = time.perf_counter()
+        out = self.f(*self.dev)
+        jax.block_until_ready(out)
+        dt = time.perf_counter() - t0
+        if self.chain:
+            self.dev = self.chain(list(jax.tree_util.tree_leaves(out)), self.dev)
+        return dt
+
+    def batch(self, n):
+        for _ in range(self.warm):
+            self._call_timed()
+        self.warm = 1
+        return [self._call_timed() * 1e3 for _ in range(n)]
+
+
+def run_optitpu(exe, hlo, inputs, n, tmp, env):
+    """One `optitpu run` of n+1 runs: (times of runs 2.., parsed JSON, trace path) or raises."""
+    trace = os.path.join(tmp, "trace.json")
+    outdir = os.path.join(tmp, "out")
+    cmd = [exe, "run", hlo, "--repeat", str(n + 1), "--json", "--output-dir", outdir,
+           "--trace", trace]
+    for i, path in enumerate(inputs):
+        cmd += ["--input", f"{i}={path}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
-        return None, (r.stderr or r.stdout).strip().splitlines()[-1:]
+        msg = (r.stderr or r.stdout).strip().splitlines()
+        raise RuntimeError(" | ".join(msg[-3:]) if msg else f"exit status {r.returncode}")
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1]
     js = json.loads(line)
-    runs = js["run_ms"][1:] or js["run_ms"]
-    return float(np.median(runs)), js
+    return js["run_ms"][1:], js, trace
 
 
-def corpus_inputs(case):
-    d = os.path.join(CORPUS, case)
-    paths = []
-    i = 0
-    while os.path.exists(os.path.join(d, f"input_{i}.npy")):
-        paths.append(os.path.join(d, f"input_{i}.npy"))
-        i += 1
-    return paths
+def kernel_kinds(trace_path):
+    """From one invocation's Chrome trace: the distinct kernels by kind, and each kind's share of
+    the kernels' total time (the trace's category: fusion-native, dot, convolution, ...)."""
+    with open(trace_path) as f:
+        d = json.load(f)
+    ev = d["traceEvents"] if isinstance(d, dict) else d
+    skip = {"compile-pass", "compile", "alloc", "free", "reserve", None}
+    kinds, dur = {}, {}
+    for e in ev:
+        cat = e.get("cat")
+        if e.get("ph") == "X" and cat not in skip:
+            kinds.setdefault(cat, set()).add(e.get("name"))
+            dur[cat] = dur.get(cat, 0.0) + float(e.get("dur", 0.0))
+    out = {"native": 0, "interp": 0, "fast": 0, "other": 0}
+    for cat, names in kinds.items():
+        key = {"fusion-native": "native", "fusion-interp": "interp",
+               "fusion-fast": "fast"}.get(cat, "other")
+        out[key] += len(names)
+    total = sum(dur.values())
+    out["time_share"] = {c: round(t / total, 3) for c, t in
+                         sorted(dur.items(), key=lambda kv: -kv[1])} if total > 0 else {}
+    return out
+
+
+def compare(outs, refs, tol):
+    """(max abs error, worst normwise relative error, reason or None) over all outputs."""
+    if len(outs) != len(refs):
+        return None, None, f"{len(outs)} outputs, JAX has {len(refs)}"
+    worst_abs = worst_rel = 0.0
+    for k, (o, r) in enumerate(zip(outs, refs)):
+        if o.shape != r.shape:
+            return None, None, f"output {k}: shape {o.shape}, JAX {r.shape}"
+        if r.dtype.kind in "iub":
+            bad = int(np.count_nonzero(o != r))
+            if bad:
+                return None, None, f"output {k}: {bad} of {r.size} integer elements differ"
+            continue
+        o64, r64 = o.astype(np.float64), r.astype(np.float64)
+        fo, fr = np.isfinite(o64), np.isfinite(r64)
+        nf_o, nf_r = o64[~fr], r64[~fr]
+        same_nonfinite = np.all((nf_o == nf_r) | (np.isnan(nf_o) & np.isnan(nf_r)))
+        if np.any(fo != fr) or not same_nonfinite:
+            return None, None, f"output {k}: NaN/Inf where JAX has none (or the other way)"
+        diff = np.abs(o64[fr] - r64[fr])
+        if diff.size == 0:
+            continue
+        ab = float(diff.max())
+        scale = float(np.abs(r64[fr]).max())
+        rel = ab / scale if scale > 0 else (0.0 if ab == 0 else math.inf)
+        worst_abs, worst_rel = max(worst_abs, ab), max(worst_rel, rel)
+        if rel > tol:
+            return ab, worst_rel, (f"output {k} {r.dtype}{list(r.shape)}: max abs error {ab:.3g}"
+                                   f" = {rel:.3g} of max |jax| {scale:.3g}, tolerance {tol:g}")
+    return worst_abs, worst_rel, None
+
+
+def run_case(name, builder, a, tmp, env):
+    row = {"case": name, "xla_ms": None, "optitpu_ms": None, "ratio": None, "max_abs": None,
+           "rel": None, "verdict": "FAIL", "reason": None, "kernels": None}
+    fn, args, opts = builder()
+    donate = opts.get("donate", ())
+    tol = opts.get("tol", 1e-4) * a.tol_scale
+    d = tempfile.mkdtemp(prefix="case_", dir=tmp)
+    lowered = jax.jit(fn, donate_argnums=donate).lower(*args)
+    try:  # jit drops unused arguments from the module's parameters; these are the ones kept
+        kept = sorted(lowered._lowering.compile_args["kept_var_idx"])
+    except (AttributeError, KeyError, TypeError):  # private API gone: keep every argument
+        lowered = jax.jit(fn, donate_argnums=donate, keep_unused=True).lower(*args)
+        kept = list(range(len(args)))
+    hlo_path = os.path.join(d, "module.hlo")
+    with open(hlo_path, "w") as f:
+        f.write(lowered.as_text(dialect="hlo"))
+    inputs = []  # parameter K of the module <- inputs[K]
+    for i in kept:
+        p = os.path.join(d, f"in_{i}.npy")
+        np.save(p, np.asarray(args[i]))
+        inputs.append(p)
+    refs = [np.asarray(r) for r in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+
+    js_side = JaxSide(fn, args, donate, opts.get("chain"))
+    per_round = max(1, -(-a.repeat // a.rounds))
+    xt, ot = [], []
+    js = trace = None
+    for r in range(a.rounds):
+        order = ("jax", "optitpu") if r % 2 == 0 else ("optitpu", "jax")
+        for side in order:
+            if side == "jax":
+                xt += js_side.batch(per_round)
+            elif row["reason"] is None:
+                try:
+                    t, js, trace = run_optitpu(a.optitpu, hlo_path, inputs, per_round, d, env)
+                    ot += t
+                except RuntimeError as e:
+                    row["reason"] = f"optitpu run: {e}"
+    row["xla_ms"] = float(np.median(xt))
+    row["hlo"] = hlo_path
+    if row["reason"] is not None:
+        return row
+    row["optitpu_ms"] = float(np.median(ot))
+    row["ratio"] = row["xla_ms"] / row["optitpu_ms"] if row["optitpu_ms"] > 0 else None
+    row["kernels"] = kernel_kinds(trace)
+    row["kernels"]["total"] = js.get("kernels")
+    outs = []
+    for o in js["outputs"]:
+        outs.append(np.load(o["file"]))
+    ab, rel, why = compare(outs, refs, tol)
+    row["max_abs"], row["rel"], row["tol"] = ab, rel, tol
+    if why is not None:
+        row["reason"] = f"wrong result: {why}"
+    else:
+        row["verdict"] = "ok"
+    return row
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    global np, jax, jnp, lax
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--optitpu", default=os.path.join(ROOT, "build", "optitpu"))
-    ap.add_argument("--repeat", type=int, default=50)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--no-large", action="store_true")
-    ap.add_argument("--only", metavar="TEXT",
-                    help="run only the modules whose name contains TEXT (e.g. 'cross_entropy 4096')")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="threads for both sides (default: the CPU count)")
+    ap.add_argument("--repeat", type=int, default=30, help="timed calls per side, all rounds")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
+    ap.add_argument("--list", action="store_true", help="print the cases and exit")
+    ap.add_argument("--json", action="store_true", help="one JSON object per case")
+    ap.add_argument("--tol-scale", type=float, default=1.0, help="multiply every tolerance")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary HLO and .npy files")
     a = ap.parse_args()
+    if a.threads < 1 or a.repeat < 1 or a.rounds < 1:
+        ap.error("--threads, --repeat and --rounds must be >= 1")
 
-    def wanted(name):
-        return a.only is None or a.only in name
+    # Both sides' thread counts, fixed before jax is imported (its CPU client reads them once).
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ["PJRT_NPROC"] = str(a.threads)
+    if a.threads == 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   " --xla_cpu_multi_thread_eigen=false").strip()
+    env = dict(os.environ, OPTITPU_THREADS=str(a.threads))
 
-    cases = [
-        ("mlp_forward_backward", mlp_train_step),
-        ("adam_update_optax", None),
-        ("layer_norm", layer_norm),
-        ("softmax_cross_entropy", softmax_xent),
-        ("attention_causal", attention),
-    ]
-    rows = []
+    import numpy
+    np = numpy
+    if a.list:
+        for name, _ in case_list(a.quick):
+            print(name)
+        return
+    try:
+        import jax as jax_
+        import jax.numpy as jnp_
+        from jax import lax as lax_
+    except ImportError:
+        sys.exit("xla_compare: jax is missing (python3 -m venv /work/venv-peers && "
+                 "/work/venv-peers/bin/pip install jax optax numpy)")
+    jax, jnp, lax = jax_, jnp_, lax_
+    if not os.access(a.optitpu, os.X_OK):
+        sys.exit(f"xla_compare: {a.optitpu} is not an executable (build target optitpu_cli)")
+
+    cases = [(n, b) for n, b in case_list(a.quick) if a.only is None or a.only in n]
     tmp = tempfile.mkdtemp(prefix="xla_compare_")
-    for name, fn in cases:
-        if not wanted(name):
-            continue
-        if fn is None:
-            try:
-                fn = optax_adam_step()
-            except ImportError:
-                rows.append((name, "", None, None, "optax missing"))
-                continue
-        paths = corpus_inputs(name)
-        args = [np.load(p) for p in paths]
-        shapes = " ".join("x".join(map(str, x.shape)) or "()" for x in args[:2])
-        jt = time_jax(fn, args, a.repeat)
-        ot, js = time_optitpu(a.optitpu, os.path.join(CORPUS, name, "module.hlo"), paths,
-                              a.repeat, tmp)
-        rows.append((name, shapes, jt, ot, "" if ot is not None else " ".join(js)))
+    load0 = os.getloadavg()
+    label = (f"jax {jax.__version__} CPU, {a.threads} threads each (XLA: PJRT_NPROC="
+             f"{a.threads}{' + --xla_cpu_multi_thread_eigen=false' if a.threads == 1 else ''}; "
+             f"optitpu: OPTITPU_THREADS={a.threads}); {os.cpu_count()} CPUs")
+    if not a.json:
+        print(f"# {label}; load {load0[0]:.1f} at start")
+        print(f"# median ms over {a.repeat} calls per side in {a.rounds} alternating rounds; "
+              "ratio = XLA / optitpu (> 1: optitpu faster); rel = max abs error / max |jax|")
+        print(f"{'case':52} {'optitpu ms':>11} {'XLA ms':>10} {'ratio':>7} {'max abs':>9} "
+              f"{'rel':>9} {'verdict':7} {'kernels n/i/f/o':>16}  optitpu time by kind")
+    rows = []
+    for name, builder in cases:
+        try:
+            row = run_case(name, builder, a, tmp, env)
+        except Exception as e:  # a program JAX itself cannot build is reported, not dropped
+            row = {"case": name, "xla_ms": None, "optitpu_ms": None, "ratio": None,
+                   "max_abs": None, "rel": None, "verdict": "FAIL", "kernels": None,
+                   "reason": f"jax side: {type(e).__name__}: {e}"}
+        rows.append(row)
+        if a.json:
+            print(json.dumps({
+                "bench": "xla_compare", "case": name, "metric": "ms", "value": row["optitpu_ms"],
+                "baseline": f"jax.jit (XLA CPU, {a.threads} threads)",
+                "baseline_value": row["xla_ms"], "ratio": row["ratio"],
+                "max_abs_err": row["max_abs"], "rel_err": row["rel"],
+                "verdict": row["verdict"], "reason": row["reason"], "kernels": row["kernels"],
+                "threads": a.threads, "peer": label}), flush=True)
+        else:
+            def fmt(v, w, spec):
+                return f"{v:{w}{spec}}" if v is not None else f"{'-':>{w}}"
+            k = row["kernels"]
+            ks = (f"{k['native']}/{k['interp']}/{k['fast']}/{k['other']}" if k else "-")
+            top = ""
+            if k and k["time_share"]:
+                top = " ".join(f"{c} {100 * v:.0f}%" for c, v in
+                               list(k["time_share"].items())[:2])
+            print(f"{name:52} {fmt(row['optitpu_ms'], 11, '.3f')} {fmt(row['xla_ms'], 10, '.3f')} "
+                  f"{fmt(row['ratio'], 7, '.3f')} {fmt(row['max_abs'], 9, '.2e')} "
+                  f"{fmt(row['rel'], 9, '.2e')} {row['verdict']:7} {ks:>16}  {top}", flush=True)
+            if row["reason"]:
+                print(f"    FAIL: {row['reason']}" + (f" (module {row['hlo']})" if a.keep and
+                                                      row.get("hlo") else ""), flush=True)
 
-    if not a.no_large:
-        rng = np.random.default_rng(1)
-        n = 4194304
-        adam_args = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
-        adam_args.append(np.abs(rng.standard_normal(n)).astype(np.float32))
-        adam_args = [adam_args[0], adam_args[1], adam_args[2], adam_args[3]]
-        if wanted("adam_update_4m (donated)"):
-            jt = time_jax(adam_4m, adam_args, a.repeat, donate=(0, 2, 3))
-            ot, js = time_optitpu(a.optitpu,
-                                  os.path.join(ROOT, "bench", "hlo", "adam_update_4m.hlo"), None,
-                                  a.repeat, tmp)
-            rows.append(("adam_update_4m (donated)", "4194304", jt, ot,
-                         "" if ot is not None else " ".join(js)))
-        x = rng.standard_normal((4096, 1024)).astype(np.float32)
-        gam = rng.standard_normal(1024).astype(np.float32)
-        bet = rng.standard_normal(1024).astype(np.float32)
-        lbl = rng.integers(0, 1024, 4096).astype(np.int32)
-        for name, fn, args in [("layer_norm 4096x1024", layer_norm, [x, gam, bet]),
-                               ("softmax_cross_entropy 4096x1024", softmax_xent, [x, lbl])]:
-            if not wanted(name):
-                continue
-            hlo_text = jax.jit(fn).lower(*args).as_text(dialect="hlo")
-            path = os.path.join(tmp, name.split()[0] + "_large.hlo")
-            with open(path, "w") as f:
-                f.write(hlo_text)
-            ins = []
-            for i, arr in enumerate(args):
-                p = os.path.join(tmp, f"{name.split()[0]}_in{i}.npy")
-                np.save(p, arr)
-                ins.append(p)
-            jt = time_jax(fn, args, a.repeat)
-            ot, js = time_optitpu(a.optitpu, path, ins, a.repeat, tmp)
-            rows.append((name, "4096x1024", jt, ot, "" if ot is not None else " ".join(js)))
-
-    info = f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} CPUs"
+    ok = [r for r in rows if r["verdict"] == "ok" and r["ratio"]]
+    gm = math.exp(sum(math.log(r["ratio"]) for r in ok) / len(ok)) if ok else None
+    ahead = sum(1 for r in ok if r["ratio"] >= 1.0)
+    load1 = os.getloadavg()
     if a.json:
-        for name, shapes, jt, ot, note in rows:
-            print(json.dumps({"bench": "xla_compare", "case": name, "metric": "ms",
-                              "value": ot, "baseline": "jax.jit (XLA CPU)", "baseline_value": jt,
-                              "ratio": (jt / ot) if (jt and ot) else None, "note": note or None,
-                              "peer": info}))
+        print(json.dumps({"bench": "xla_compare", "case": "geomean", "metric": "ratio",
+                          "value": gm, "baseline": f"jax.jit (XLA CPU, {a.threads} threads)",
+                          "baseline_value": 1.0, "ratio": gm, "cases": len(rows),
+                          "passed": len(ok), "at_or_above_1": ahead,
+                          "failed": [r["case"] for r in rows if r["verdict"] != "ok"],
+                          "load": [load0[0], load1[0]], "peer": label}))
     else:
-        print(f"# {info}; median ms per call over {a.repeat} calls; ratio = XLA / optitpu "
-              "(> 1: optitpu faster)")
-        print(f"{'module':34} {'inputs':>16} {'XLA ms':>10} {'optitpu ms':>11} {'ratio':>8}")
-        for name, shapes, jt, ot, note in rows:
-            js = f"{jt:10.4f}" if jt is not None else f"{'-':>10}"
-            os_ = f"{ot:11.4f}" if ot is not None else f"{'-':>11}"
-            r = f"{jt / ot:8.3f}" if (jt and ot) else f"{'-':>8}"
-            print(f"{name:34} {shapes:>16} {js} {os_} {r}  {note}")
+        fails = len(rows) - len(ok)
+        print(f"# geomean ratio {gm:.3f} over the {len(ok)} passing cases; {ahead} of them at "
+              f">= 1.0; {fails} FAIL; load {load0[0]:.1f} -> {load1[0]:.1f}"
+              if gm is not None else f"# no passing case; {fails} FAIL")
+    if not a.keep:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print(f"# files kept in {tmp}", file=sys.stderr)
 
 
 if __name__ == "__main__":
