@@ -26,6 +26,10 @@ Programs (`--list` prints them with their sizes; `--quick` shrinks every size fo
   sum of 256x256x256 along axis 0, 1, 2 and over all of it
   transposes: 4096x4096, NHWC -> NCHW 64x56x56x64, (b, s, h, d) -> (b, h, s, d) 8x512x16x64
   optax.adamw over 8M f32 and a hand-written jnp Adam over 8M f32, params and moments donated
+  the first version's modules, under their names: adam_update_4m (donated), layer_norm and
+    softmax_cross_entropy 4096x1024, and "corpus CASE": the tiny tests/data/jax programs
+    mlp_forward_backward, adam_update_optax, layer_norm, softmax_cross_entropy, attention_causal
+    on their own inputs (dispatch-bound: microseconds)
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -397,6 +401,74 @@ def make_adam_jnp(quick):
     return step, [p, m, v, t, g], {"donate": (0, 1, 2), "chain": chain}
 
 
+# The modules the suite's first version timed, kept under their names so earlier figures stay
+# comparable (docs/codegen.md): the tiny corpus cases on their own inputs, and three larger ones.
+CORPUS = os.path.join(ROOT, "tests", "data", "jax")
+
+
+def corpus_args(case):
+    paths, i = [], 0
+    while os.path.exists(os.path.join(CORPUS, case, f"input_{i}.npy")):
+        paths.append(os.path.join(CORPUS, case, f"input_{i}.npy"))
+        i += 1
+    if not paths:
+        raise FileNotFoundError(f"{CORPUS}/{case}/input_0.npy")
+    return [np.load(p) for p in paths]
+
+
+def mlp_onehot_step(w1, b1, w2, b2, x, y):
+    def loss(params):
+        w1, b1, w2, b2 = params
+        logits = jax.nn.relu(x @ w1 + b1) @ w2 + b2
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
+    return jax.value_and_grad(loss)((w1, b1, w2, b2))
+
+
+def optax_adam_corpus_step():
+    import optax
+    opt = optax.adam(1e-2, b1=0.9, b2=0.999, eps=1e-8)
+
+    def step(w, b, gw, gb, mw, mb, vw, vb, cnt):
+        state = (optax.ScaleByAdamState(count=cnt, mu={"b": mb, "w": mw}, nu={"b": vb, "w": vw}),
+                 optax.EmptyState())
+        upd, new = opt.update({"w": gw, "b": gb}, state, {"w": w, "b": b})
+        newp = optax.apply_updates({"w": w, "b": b}, upd)
+        return (newp["w"], newp["b"], new[0].mu["w"], new[0].mu["b"], new[0].nu["w"],
+                new[0].nu["b"], new[0].count)
+    return step
+
+
+def make_corpus(case):
+    fns = {"mlp_forward_backward": lambda: mlp_onehot_step,
+           "adam_update_optax": optax_adam_corpus_step,
+           "layer_norm": lambda: layer_norm,
+           "softmax_cross_entropy": lambda: xent_int,
+           "attention_causal": lambda: (lambda q, k, v: attention(q, k, v, True))}
+    return fns[case](), corpus_args(case), {}
+
+
+def make_legacy_large(kind, quick):
+    rng = _rng(1)
+    if kind == "adam":
+        n = 4194304 if not quick else 4096
+        p, g, m = (_f32(rng.standard_normal(n)) for _ in range(3))
+        v = _f32(np.abs(rng.standard_normal(n)))
+
+        def adam_4m(p, g, m, v):
+            mn = 0.9 * m + 0.1 * g
+            vn = 0.999 * v + 0.001 * (g * g)
+            return p - 0.001 * (mn / (jnp.sqrt(vn) + 1e-8)), mn, vn
+
+        def chain(out, args):
+            return [out[0], args[1], out[1], out[2]]
+        return adam_4m, [p, g, m, v], {"donate": (0, 2, 3), "chain": chain}
+    r, c = (4096, 1024) if not quick else (64, 128)
+    x = _f32(rng.standard_normal((r, c)))
+    if kind == "layer_norm":
+        return layer_norm, [x, _f32(rng.standard_normal(c)), _f32(rng.standard_normal(c))], {}
+    return xent_int, [x, rng.integers(0, c, r).astype(np.int32)], {}
+
+
 def case_list(quick):
     """(name, builder) in the order they run; names carry the sizes of a full run or of --quick."""
     q = quick
@@ -447,6 +519,14 @@ def case_list(quick):
               lambda: make_transpose("heads", q)))
     c.append((f"adamw optax donated {opt}", lambda: make_adamw_optax(q)))
     c.append((f"adam jnp donated {opt}", lambda: make_adam_jnp(q)))
+    c.append((f"adam_update_4m donated {sz('4194304', '4096')}",
+              lambda: make_legacy_large("adam", q)))
+    c.append((f"layer_norm {sz('4096x1024', '64x128')}", lambda: make_legacy_large("layer_norm", q)))
+    c.append((f"softmax_cross_entropy {sz('4096x1024', '64x128')}",
+              lambda: make_legacy_large("xent", q)))
+    for case in ("mlp_forward_backward", "adam_update_optax", "layer_norm",
+                 "softmax_cross_entropy", "attention_causal"):
+        c.append((f"corpus {case}", lambda case=case: make_corpus(case)))
     return c
 
 
@@ -504,7 +584,7 @@ def kernel_kinds(trace_path):
     with open(trace_path) as f:
         d = json.load(f)
     ev = d["traceEvents"] if isinstance(d, dict) else d
-    skip = {"compile-pass", "compile", "alloc", "free", "reserve", None}
+    skip = {"compile-pass", "compile", "codegen", "alloc", "free", "reserve", None}
     kinds, dur = {}, {}
     for e in ev:
         cat = e.get("cat")
