@@ -718,20 +718,19 @@ def main():
                                    " --xla_cpu_multi_thread_eigen=false").strip()
     env = dict(os.environ, OPTITPU_THREADS=str(a.threads))
 
-    import numpy
-    np = numpy
     if a.list:
         for name, _ in case_list(a.quick):
             print(name)
         return
     try:
+        import numpy
         import jax as jax_
         import jax.numpy as jnp_
         from jax import lax as lax_
     except ImportError:
-        sys.exit("xla_compare: jax is missing (python3 -m venv /work/venv-peers && "
+        sys.exit("xla_compare: jax or numpy is missing (python3 -m venv /work/venv-peers && "
                  "/work/venv-peers/bin/pip install jax optax numpy)")
-    jax, jnp, lax = jax_, jnp_, lax_
+    np, jax, jnp, lax = numpy, jax_, jnp_, lax_
     if not os.access(a.optitpu, os.X_OK):
         sys.exit(f"xla_compare: {a.optitpu} is not an executable (build target optitpu_cli)")
 
