@@ -20,7 +20,7 @@
  * leading one, a sum of div/mod terms otherwise); values whose index does not depend on i
  * (scalars) are computed once before the loop. Reshapes and bitcasts keep the linear index. */
 #include "codegen/codegen_internal.h"
-#include "exec/exec_internal.h"
+#include "exec/numerics.h"
 #include "exec/expf_poly.h"
 
 #include <stdio.h>

@@ -27,7 +27,7 @@
  * consumer depends on the producer (a bounded search; too large a search refuses); the merged
  * fusion fits max_io. */
 #include "compiler_internal.h"
-#include "exec/exec_internal.h"
+#include "exec/numerics.h"
 
 #include <stdio.h>
 
