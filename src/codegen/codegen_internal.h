@@ -6,29 +6,21 @@
 #define OT_CODEGEN_INTERNAL_H
 
 #include "codegen/codegen.h"
+#include "core/core_util.h" /* ot_strbuf: the generated source is built in one */
 
 #include <stdarg.h>
 #include <string.h>
-
-/* A growing string. */
-typedef struct cg_buf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} cg_buf;
-void cg_buf_printf(cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void cg_buf_free(cg_buf *b);
 
 /* Appends "void <fname>(void *const *in, void *const *out, int64_t b, int64_t e)" computing
  * elements [b, e) of the loop fusion kd (output elements of a reduce-rooted fusion, each *work
  * input elements) to src. Returns OT_OK, or OT_ERR_UNIMPLEMENTED with the
  * reason when the fusion holds something the generator does not emit (the interpreter then runs
  * it); *numel gets the iteration space. */
-ot_status cg_emit_fusion(const cg_kernel_desc *kd, const char *fname, cg_buf *src, int64_t *numel,
-                         int64_t *work);
+ot_status cg_emit_fusion(const cg_kernel_desc *kd, const char *fname, ot_strbuf *src,
+                         int64_t *numel, int64_t *work);
 
 /* The helper functions every generated file starts with. */
-void cg_emit_preamble(cg_buf *src);
+void cg_emit_preamble(ot_strbuf *src);
 
 /* ---- the native program ---------------------------------------------------------------------- */
 

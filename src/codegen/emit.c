@@ -26,39 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void cg_buf_printf(cg_buf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->n;
-        int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->p && (size_t)w < room) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->n + (size_t)w + 1) cap *= 2;
-        char *p = ot_realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
-void cg_buf_free(cg_buf *b) {
-    ot_free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 /* ---- preamble ---------------------------------------------------------------------------- */
 
 static const char preamble[] =
@@ -186,8 +153,8 @@ static const char preamble[] =
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
 static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n";
 
-void cg_emit_preamble(cg_buf *src) {
-    cg_buf_printf(src, "%s%s", preamble, preamble_expf);
+void cg_emit_preamble(ot_strbuf *src) {
+    ot_strbuf_printf(src, "%s%s", preamble, preamble_expf);
 }
 
 /* ---- types ------------------------------------------------------------------------------- */
@@ -248,8 +215,8 @@ typedef struct memo {
 
 typedef struct em {
     const cg_kernel_desc *kn;
-    cg_buf pro, rowb, body, stores; /* before the loops, per row, per element, stores */
-    int64_t C;                      /* inner (column) loop length; 0: one flat loop */
+    ot_strbuf pro, rowb, body, stores; /* before the loops, per row, per element, stores */
+    int64_t C;                         /* inner (column) loop length; 0: one flat loop */
     memo *m;
     int nm, mcap;
     int nvar;
@@ -282,7 +249,7 @@ static int ctx_level(const char *ctx) {
     return 0;
 }
 
-static cg_buf *level_buf(em *E, int level) {
+static ot_strbuf *level_buf(em *E, int level) {
     return level == 0 ? &E->pro : level == 1 ? &E->rowb : &E->body;
 }
 
@@ -378,7 +345,7 @@ static int define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool fl
     int v = E->nvar++;
     int level = ctx_level(ctx);
     if (E->hw && level > 0 && !hw_instr_ok(x)) E->hw_bad = true;
-    cg_buf_printf(level_buf(E, level), "    const %s v%d = %s;\n", ctype(t), v, expr);
+    ot_strbuf_printf(level_buf(E, level), "    const %s v%d = %s;\n", ctype(t), v, expr);
     return memo_add(E, x, ctx, v, flushed);
 }
 
@@ -394,7 +361,7 @@ static void index_var(em *E, const char *expr, char *out, size_t cap) {
     int lv = ctx_level(expr);
     /* the variable's name carries its level: x<N>, rowx<N>, ix<N> */
     static const char *const pre[] = {"", "row", "i"};
-    cg_buf_printf(level_buf(E, lv), "    const int64_t %sx%d = %s;\n", pre[lv], v, expr);
+    ot_strbuf_printf(level_buf(E, lv), "    const int64_t %sx%d = %s;\n", pre[lv], v, expr);
     snprintf(out, cap, "%sx%d", pre[lv], v);
 }
 
@@ -988,10 +955,10 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
 static void em_free(em *E) {
     for (int k = 0; k < E->nm; k++) ot_free(E->m[k].ctx);
     ot_free(E->m);
-    cg_buf_free(&E->pro);
-    cg_buf_free(&E->rowb);
-    cg_buf_free(&E->body);
-    cg_buf_free(&E->stores);
+    ot_strbuf_free(&E->pro);
+    ot_strbuf_free(&E->rowb);
+    ot_strbuf_free(&E->body);
+    ot_strbuf_free(&E->stores);
 }
 
 /* The reducer's combine of acc and x as C, or NULL. hw: an f32/f64 add under the hardware
@@ -1079,7 +1046,7 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
  * The lane loop is what the vectorizer turns into vector adds. When the reduced dims are a suffix
  * of the input, the two-level index (row = output element, col = reduced element) hoists values
  * that depend only on the output element out of the lanes. */
-static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                                    const ot_instr *x, const ot_instr *init, bool acc_left,
                                    ot_dtype t, bool suffix, const char *base, const char *off,
                                    int64_t RN, int64_t O, int64_t *numel_out, int64_t *work_out) {
@@ -1126,58 +1093,60 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
             const char *body = E.body.p ? E.body.p : "";
             /* the index of reduced element RE (a C expression) of output o */
 #define IDX(RE)                                                                                    \
-    (E.C > 0 ? cg_buf_printf(                                                                      \
-                   src, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n",  \
-                   RE, (long long)RN)                                                              \
-             : cg_buf_printf(src, "    const int64_t r = %s;\n    const int64_t i = %s + %s;\n",   \
-                             RE, base, off))
-            cg_buf_printf(src,
-                          "\n/* %s (reduce, lane order) */\nvoid %s(void *const *in, void *const "
-                          "*out, int64_t b, int64_t e) {\n",
-                          kn->name, fname);
+    (E.C > 0                                                                                       \
+         ? ot_strbuf_printf(                                                                       \
+               src, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n", RE,  \
+               (long long)RN)                                                                      \
+         : ot_strbuf_printf(src, "    const int64_t r = %s;\n    const int64_t i = %s + %s;\n",    \
+                            RE, base, off))
+            ot_strbuf_printf(
+                src,
+                "\n/* %s (reduce, lane order) */\nvoid %s(void *const *in, void *const "
+                "*out, int64_t b, int64_t e) {\n",
+                kn->name, fname);
             for (int q = 0; q < kn->ninputs; q++)
-                cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                              ctype(c->params[q]->shape.array.dtype), q,
-                              ctype(c->params[q]->shape.array.dtype), q);
-            cg_buf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n%s", T, T,
-                          E.pro.p ? E.pro.p : "");
+                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                                 ctype(c->params[q]->shape.array.dtype), q,
+                                 ctype(c->params[q]->shape.array.dtype), q);
+            ot_strbuf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n%s", T, T,
+                             E.pro.p ? E.pro.p : "");
             if (E.hw)
-                cg_buf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
-                                   "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
-                                   "    __asm__ volatile(\"\" ::: \"memory\");\n");
-            cg_buf_printf(src,
-                          "    for (int64_t o = b; o < e; o++) {\n"
-                          "    const int64_t row = o;\n    (void)row;\n%s"
-                          "    %s acc = %s;\n    int64_t rt = 0;\n"
-                          "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
-                          "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
-                          "    re = rb + (re - rb) / %d * %d;\n"
-                          "    %s lane[%d];\n"
-                          "    for (int l = 0; l < %d; l++) {\n",
-                          E.rowb.p ? E.rowb.p : "", T, vi, EX_RED_LANES, (long long)RN,
-                          EX_RED_BLOCK, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN,
-                          EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES, EX_RED_LANES);
+                ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
+                                      "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                                      "    __asm__ volatile(\"\" ::: \"memory\");\n");
+            ot_strbuf_printf(src,
+                             "    for (int64_t o = b; o < e; o++) {\n"
+                             "    const int64_t row = o;\n    (void)row;\n%s"
+                             "    %s acc = %s;\n    int64_t rt = 0;\n"
+                             "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
+                             "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
+                             "    re = rb + (re - rb) / %d * %d;\n"
+                             "    %s lane[%d];\n"
+                             "    for (int l = 0; l < %d; l++) {\n",
+                             E.rowb.p ? E.rowb.p : "", T, vi, EX_RED_LANES, (long long)RN,
+                             EX_RED_BLOCK, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN,
+                             EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES, EX_RED_LANES);
             IDX("rb + l");
-            cg_buf_printf(src,
-                          "%s    lane[l] = %s;\n    }\n"
-                          "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
-                          "    for (int l = 0; l < %d; l++) {\n",
-                          body, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
+            ot_strbuf_printf(src,
+                             "%s    lane[l] = %s;\n    }\n"
+                             "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
+                             "    for (int l = 0; l < %d; l++) {\n",
+                             body, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
             IDX("rg + l");
-            cg_buf_printf(src,
-                          "%s    lane[l] = %s;\n    }\n"
-                          "    for (int s = %d; s >= 1; s /= 2)\n"
-                          "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
-                          "    acc = %s;\n    rt = re;\n    }\n"
-                          "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
-                          body, c_lx, EX_RED_LANES / 2, c_tree, c_acc, (long long)RN);
+            ot_strbuf_printf(src,
+                             "%s    lane[l] = %s;\n    }\n"
+                             "    for (int s = %d; s >= 1; s /= 2)\n"
+                             "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
+                             "    acc = %s;\n    rt = re;\n    }\n"
+                             "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
+                             body, c_lx, EX_RED_LANES / 2, c_tree, c_acc, (long long)RN);
             IDX("rr");
 #undef IDX
-            cg_buf_printf(src, "%s    acc = %s;\n    }\n    o0[o] = acc;\n    }\n", body, c_ax);
+            ot_strbuf_printf(src, "%s    acc = %s;\n    }\n    o0[o] = acc;\n    }\n", body, c_ax);
             if (E.hw)
-                cg_buf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
-                                   "    _mm_setcsr(ot_csr);\n");
-            cg_buf_printf(src, "}\n");
+                ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
+                                      "    _mm_setcsr(ot_csr);\n");
+            ot_strbuf_printf(src, "}\n");
             if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
@@ -1187,7 +1156,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
     return st;
 }
 
-static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                              int64_t *numel_out, int64_t *work_out) {
     const ot_computation *c = kn->fused;
     const ot_instr *red = c->root;
@@ -1280,15 +1249,15 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, cg_buf
     int mi = emit(&E, init, "0");
     int ml[LANES];
     for (int k = 0; k < LANES; k++) ml[k] = mi >= 0 ? emit(&E, x, lane_ctx[k]) : -1;
-    cg_buf lanes = E.body;
+    ot_strbuf lanes = E.body;
     memset(&E.body, 0, sizeof E.body);
     int mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
     bool acc_left = rr->operands[0]->attrs->index == 0;
     bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY ||
                   rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM;
     ot_status st = OT_OK;
-    cg_buf lc = {0}; /* the lanes' combines and stores */
-    cg_buf lb = {0}; /* the lanes' base indices */
+    ot_strbuf lc = {0}; /* the lanes' combines and stores */
+    ot_strbuf lb = {0}; /* the lanes' base indices */
     if (E.bad) {
         st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
     } else {
@@ -1314,18 +1283,18 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, cg_buf
             if (k < 0)
                 memcpy(cmb, c1, sizeof cmb);
             else
-                cg_buf_printf(&lc, "    %s = %s;\n", acc, c1);
+                ot_strbuf_printf(&lc, "    %s = %s;\n", acc, c1);
         }
         /* lane k's base index: base with o replaced by (o + k) */
         for (int k = 0; k < LANES; k++) {
-            cg_buf_printf(&lb, "    const int64_t %s = ", lane_ctx[k]);
+            ot_strbuf_printf(&lb, "    const int64_t %s = ", lane_ctx[k]);
             for (const char *q = base; *q; q++) {
                 if (*q == 'o')
-                    cg_buf_printf(&lb, "(o + %d)", k);
+                    ot_strbuf_printf(&lb, "(o + %d)", k);
                 else
-                    cg_buf_printf(&lb, "%c", *q);
+                    ot_strbuf_printf(&lb, "%c", *q);
             }
-            cg_buf_printf(&lb, " + %s;\n", off);
+            ot_strbuf_printf(&lb, " + %s;\n", off);
         }
         if (!ok)
             st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer %s on %s", kn->name,
@@ -1333,46 +1302,47 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, cg_buf
         if (st == OT_OK && (E.pro.oom || E.body.oom || lanes.oom || lc.oom || lb.oom))
             st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
         if (st == OT_OK) {
-            cg_buf_printf(src,
-                          "\n/* %s (reduce) */\nvoid %s(void *const *in, void *const *out, int64_t "
-                          "b, int64_t e) {\n",
-                          kn->name, fname);
+            ot_strbuf_printf(
+                src,
+                "\n/* %s (reduce) */\nvoid %s(void *const *in, void *const *out, int64_t "
+                "b, int64_t e) {\n",
+                kn->name, fname);
             for (int q = 0; q < kn->ninputs; q++)
-                cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                              ctype(c->params[q]->shape.array.dtype), q,
-                              ctype(c->params[q]->shape.array.dtype), q);
-            cg_buf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n", ctype(t), ctype(t));
+                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                                 ctype(c->params[q]->shape.array.dtype), q,
+                                 ctype(c->params[q]->shape.array.dtype), q);
+            ot_strbuf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n", ctype(t), ctype(t));
             const char *T = ctype(t);
-            cg_buf_printf(src,
-                          "%s    int64_t o = b;\n"
-                          "    for (; o + %d <= e; o += %d) {\n"
-                          "    %s acc0 = %s, acc1 = %s, acc2 = %s, acc3 = %s;\n"
-                          "    for (int64_t r = 0; r < %lld; r++) {\n"
-                          "%s%s%s"
-                          "    }\n"
-                          "    o0[o] = acc0;\n    o0[o + 1] = acc1;\n    o0[o + 2] = acc2;\n"
-                          "    o0[o + 3] = acc3;\n"
-                          "    }\n",
-                          E.pro.p ? E.pro.p : "", LANES, LANES, T, vi, vi, vi, vi, (long long)RN,
-                          lb.p ? lb.p : "", lanes.p ? lanes.p : "", lc.p ? lc.p : "");
-            cg_buf_printf(src,
-                          "    for (; o < e; o++) {\n"
-                          "    %s acc = %s;\n"
-                          "    for (int64_t r = 0; r < %lld; r++) {\n"
-                          "    const int64_t i = %s + %s;\n"
-                          "%s    acc = %s;\n"
-                          "    }\n"
-                          "    o0[o] = acc;\n"
-                          "    }\n}\n",
-                          T, vi, (long long)RN, base, off, E.body.p ? E.body.p : "", cmb);
+            ot_strbuf_printf(src,
+                             "%s    int64_t o = b;\n"
+                             "    for (; o + %d <= e; o += %d) {\n"
+                             "    %s acc0 = %s, acc1 = %s, acc2 = %s, acc3 = %s;\n"
+                             "    for (int64_t r = 0; r < %lld; r++) {\n"
+                             "%s%s%s"
+                             "    }\n"
+                             "    o0[o] = acc0;\n    o0[o + 1] = acc1;\n    o0[o + 2] = acc2;\n"
+                             "    o0[o + 3] = acc3;\n"
+                             "    }\n",
+                             E.pro.p ? E.pro.p : "", LANES, LANES, T, vi, vi, vi, vi, (long long)RN,
+                             lb.p ? lb.p : "", lanes.p ? lanes.p : "", lc.p ? lc.p : "");
+            ot_strbuf_printf(src,
+                             "    for (; o < e; o++) {\n"
+                             "    %s acc = %s;\n"
+                             "    for (int64_t r = 0; r < %lld; r++) {\n"
+                             "    const int64_t i = %s + %s;\n"
+                             "%s    acc = %s;\n"
+                             "    }\n"
+                             "    o0[o] = acc;\n"
+                             "    }\n}\n",
+                             T, vi, (long long)RN, base, off, E.body.p ? E.body.p : "", cmb);
             if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
         }
     }
-    cg_buf_free(&lanes);
-    cg_buf_free(&lc);
-    cg_buf_free(&lb);
+    ot_strbuf_free(&lanes);
+    ot_strbuf_free(&lc);
+    ot_strbuf_free(&lb);
     em_free(&E);
     return st;
 }
@@ -1412,18 +1382,18 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     /* the operand's per-element values live in this reduce's loops only */
     int outer = E->scope;
     E->scope = ++E->nscope;
-    cg_buf saved = E->body;
+    ot_strbuf saved = E->body;
     memset(&E->body, 0, sizeof E->body);
     int mx = emit(E, r->operands[0], "i");
-    cg_buf body = E->body;
+    ot_strbuf body = E->body;
     E->body = saved;
     E->scope = outer;
     if (mx < 0 || E->bad) {
-        cg_buf_free(&body);
+        ot_strbuf_free(&body);
         return -1;
     }
     if (body.oom) {
-        cg_buf_free(&body);
+        ot_strbuf_free(&body);
         return fail(E, "out of memory");
     }
     const char *B = body.p ? body.p : "";
@@ -1434,14 +1404,14 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     var(E, mx, vx, sizeof vx);
     bool acc_needs = !E->m[mi].flushed, x_needs = !E->m[mx].flushed;
     int v = E->nvar++;
-    cg_buf *R = &E->rowb;
+    ot_strbuf *R = &E->rowb;
     bool ok = true;
 #define CMB(OP, L, RR, NL, NR, HW, OUT)                                                            \
     (acc_left ? combine_expr(OP, t, L, RR, NL, NR, HW, OUT, sizeof OUT)                            \
               : combine_expr(OP, t, RR, L, NR, NL, HW, OUT, sizeof OUT))
 #define IDX(RE)                                                                                    \
-    cg_buf_printf(R, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n", RE, \
-                  RN)
+    ot_strbuf_printf(R, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n",  \
+                     RE, RN)
     if (lanes) {
         char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048];
         ok = ok && CMB(OT_OP_ADD, "lane[l]", vx, x_needs, x_needs, E->hw, c_lx);
@@ -1449,38 +1419,38 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
         ok = ok && CMB(OT_OP_ADD, "acc", "lane[0]", acc_needs, x_needs, E->hw, c_acc);
         ok = ok && CMB(OT_OP_ADD, "acc", vx, acc_needs, x_needs, E->hw, c_ax);
         if (ok) {
-            cg_buf_printf(R,
-                          "    %s v%d;\n    { /* %s (lane order) */\n"
-                          "    %s acc = %s;\n    int64_t rt = 0;\n"
-                          "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
-                          "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
-                          "    re = rb + (re - rb) / %d * %d;\n"
-                          "    %s lane[%d];\n"
-                          "    for (int l = 0; l < %d; l++) {\n",
-                          T, v, r->name, T, vi, EX_RED_LANES, RN, EX_RED_BLOCK, EX_RED_BLOCK, RN,
-                          EX_RED_BLOCK, RN, EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES,
-                          EX_RED_LANES);
+            ot_strbuf_printf(R,
+                             "    %s v%d;\n    { /* %s (lane order) */\n"
+                             "    %s acc = %s;\n    int64_t rt = 0;\n"
+                             "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
+                             "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
+                             "    re = rb + (re - rb) / %d * %d;\n"
+                             "    %s lane[%d];\n"
+                             "    for (int l = 0; l < %d; l++) {\n",
+                             T, v, r->name, T, vi, EX_RED_LANES, RN, EX_RED_BLOCK, EX_RED_BLOCK, RN,
+                             EX_RED_BLOCK, RN, EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES,
+                             EX_RED_LANES);
             IDX("rb + l");
-            cg_buf_printf(R,
-                          "%s    lane[l] = %s;\n    }\n"
-                          "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
-                          "    for (int l = 0; l < %d; l++) {\n",
-                          B, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
+            ot_strbuf_printf(R,
+                             "%s    lane[l] = %s;\n    }\n"
+                             "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
+                             "    for (int l = 0; l < %d; l++) {\n",
+                             B, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
             IDX("rg + l");
-            cg_buf_printf(R,
-                          "%s    lane[l] = %s;\n    }\n"
-                          "    for (int s = %d; s >= 1; s /= 2)\n"
-                          "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
-                          "    acc = %s;\n    rt = re;\n    }\n"
-                          "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
-                          B, c_lx, EX_RED_LANES / 2, c_tree, c_acc, RN);
+            ot_strbuf_printf(R,
+                             "%s    lane[l] = %s;\n    }\n"
+                             "    for (int s = %d; s >= 1; s /= 2)\n"
+                             "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
+                             "    acc = %s;\n    rt = re;\n    }\n"
+                             "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
+                             B, c_lx, EX_RED_LANES / 2, c_tree, c_acc, RN);
             IDX("rr");
-            cg_buf_printf(R, "%s    acc = %s;\n    }\n    v%d = acc;\n    }\n", B, c_ax, v);
+            ot_strbuf_printf(R, "%s    acc = %s;\n    }\n    v%d = acc;\n    }\n", B, c_ax, v);
         }
     }
 #undef IDX
 #undef CMB
-    cg_buf_free(&body);
+    ot_strbuf_free(&body);
     if (!ok) return fail(E, "%s: reducer", r->name);
     /* the sum is flushed by its combines (RN >= 16: at least one) */
     return memo_add(E, r, ctx, v, true);
@@ -1492,7 +1462,7 @@ static int count_reduces(const ot_computation *c) {
     return n;
 }
 
-static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                            int64_t *numel_out, int64_t *work_out) {
     const ot_computation *c = kn->fused;
     const ot_instr *root = c->root;
@@ -1541,26 +1511,26 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, cg_buf *
             if (numel(leaves[r]) != O || O == O * RN) continue;
             int m = emit(&E, leaves[r], "row");
             if (m < 0) break;
-            cg_buf_printf(&E.stores, "    o%d[o] = v%d;\n", r, E.m[m].var);
+            ot_strbuf_printf(&E.stores, "    o%d[o] = v%d;\n", r, E.m[m].var);
         }
-        cg_buf el = {0};
+        ot_strbuf el = {0};
         int outer = E.scope;
         E.scope = ++E.nscope;
         for (int r = 0; r < nleaves && !E.bad; r++) {
             if (numel(leaves[r]) != O * RN) continue;
             int m = emit(&E, leaves[r], "i");
             if (m < 0) break;
-            cg_buf_printf(&el, "    o%d[i] = v%d;\n", r, E.m[m].var);
+            ot_strbuf_printf(&el, "    o%d[i] = v%d;\n", r, E.m[m].var);
         }
         E.scope = outer;
         if (el.p && !E.bad) {
-            cg_buf_printf(&E.rowb,
-                          "    for (int64_t col = 0; col < %lld; col++) {\n"
-                          "    const int64_t i = row * %lld + col;\n%s%s    }\n",
-                          (long long)RN, (long long)RN, E.body.p ? E.body.p : "", el.p);
+            ot_strbuf_printf(&E.rowb,
+                             "    for (int64_t col = 0; col < %lld; col++) {\n"
+                             "    const int64_t i = row * %lld + col;\n%s%s    }\n",
+                             (long long)RN, (long long)RN, E.body.p ? E.body.p : "", el.p);
             if (el.oom) fail(&E, "out of memory");
         }
-        cg_buf_free(&el);
+        ot_strbuf_free(&el);
         if (!E.hw || !E.hw_bad || attempt == 1) break;
         em_free(&E);
     }
@@ -1570,31 +1540,31 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, cg_buf *
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        cg_buf_printf(src,
-                      "\n/* %s (rows) */\nvoid %s(void *const *in, void *const *out, int64_t b, "
-                      "int64_t e) {\n",
-                      kn->name, fname);
+        ot_strbuf_printf(src,
+                         "\n/* %s (rows) */\nvoid %s(void *const *in, void *const *out, int64_t b, "
+                         "int64_t e) {\n",
+                         kn->name, fname);
         for (int q = 0; q < kn->ninputs; q++)
             if (kn->alias[q] < 0)
-                cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                              ctype(c->params[q]->shape.array.dtype), q,
-                              ctype(c->params[q]->shape.array.dtype), q);
+                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                                 ctype(c->params[q]->shape.array.dtype), q,
+                                 ctype(c->params[q]->shape.array.dtype), q);
         for (int r = 0; r < nleaves; r++)
-            cg_buf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
-                          ctype(leaves[r]->shape.array.dtype), r,
-                          ctype(leaves[r]->shape.array.dtype), r);
-        cg_buf_printf(src, "%s", E.pro.p ? E.pro.p : "");
+            ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
+                             ctype(leaves[r]->shape.array.dtype), r,
+                             ctype(leaves[r]->shape.array.dtype), r);
+        ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
         if (E.hw)
-            cg_buf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
-                               "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
-                               "    __asm__ volatile(\"\" ::: \"memory\");\n");
-        cg_buf_printf(
+            ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
+                                  "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                                  "    __asm__ volatile(\"\" ::: \"memory\");\n");
+        ot_strbuf_printf(
             src, "    for (int64_t o = b; o < e; o++) {\n    const int64_t row = o;\n%s%s    }\n",
             E.rowb.p ? E.rowb.p : "", E.stores.p ? E.stores.p : "");
         if (E.hw)
-            cg_buf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
-                               "    _mm_setcsr(ot_csr);\n");
-        cg_buf_printf(src, "}\n");
+            ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
+                                  "    _mm_setcsr(ot_csr);\n");
+        ot_strbuf_printf(src, "}\n");
         if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
         *numel_out = O;
         *work_out = RN > 0 ? RN : 1;
@@ -1603,7 +1573,7 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, cg_buf *
     return st;
 }
 
-ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, cg_buf *src,
+ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                          int64_t *numel_out, int64_t *work_out) {
     *numel_out = 0;
     *work_out = 1;
@@ -1657,15 +1627,15 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, cg_buf *sr
         for (int r = 0; r < nleaves && !E.bad; r++) {
             int m = emit(&E, leaves[r], "i");
             if (m < 0) break;
-            cg_buf_printf(&E.stores, "    o%d[i] = v%d;\n", r, E.m[m].var);
+            ot_strbuf_printf(&E.stores, "    o%d[i] = v%d;\n", r, E.m[m].var);
         }
         if (!E.hw || !E.hw_bad || attempt == 1) break;
         for (int k = 0; k < E.nm; k++) ot_free(E.m[k].ctx);
         ot_free(E.m);
-        cg_buf_free(&E.pro);
-        cg_buf_free(&E.rowb);
-        cg_buf_free(&E.body);
-        cg_buf_free(&E.stores);
+        ot_strbuf_free(&E.pro);
+        ot_strbuf_free(&E.rowb);
+        ot_strbuf_free(&E.body);
+        ot_strbuf_free(&E.stores);
     }
     ot_status st = OT_OK;
     if (E.bad) {
@@ -1673,19 +1643,19 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, cg_buf *sr
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        cg_buf_printf(src,
-                      "\n/* %s */\nvoid %s(void *const *in, void *const *out, int64_t b, "
-                      "int64_t e) {\n",
-                      kn->name, fname);
+        ot_strbuf_printf(src,
+                         "\n/* %s */\nvoid %s(void *const *in, void *const *out, int64_t b, "
+                         "int64_t e) {\n",
+                         kn->name, fname);
         for (int q = 0; q < kn->ninputs; q++)
             if (kn->alias[q] < 0)
-                cg_buf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                              ctype(c->params[q]->shape.array.dtype), q,
-                              ctype(c->params[q]->shape.array.dtype), q);
+                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                                 ctype(c->params[q]->shape.array.dtype), q,
+                                 ctype(c->params[q]->shape.array.dtype), q);
         for (int r = 0; r < nleaves; r++)
-            cg_buf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
-                          ctype(leaves[r]->shape.array.dtype), r,
-                          ctype(leaves[r]->shape.array.dtype), r);
+            ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
+                             ctype(leaves[r]->shape.array.dtype), r,
+                             ctype(leaves[r]->shape.array.dtype), r);
         /* the mode is set after the prologue (values computed once, flushed in software) and
          * before the loops' first load, and restored after their last store (the empty asm
          * statements keep memory accesses on their side of the mode switches) */
@@ -1697,28 +1667,28 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, cg_buf *sr
                                     "    _mm_setcsr(ot_csr);\n"
                                   : "";
         if (E.C > 0) {
-            cg_buf_printf(src,
-                          "%s%s    for (int64_t row = b; row < e; row++) {\n%s"
-                          "    for (int64_t col = 0; col < %lld; col++) {\n"
-                          "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n%s}\n",
-                          E.pro.p ? E.pro.p : "", hw_on, E.rowb.p ? E.rowb.p : "", (long long)E.C,
-                          (long long)E.C, E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "",
-                          hw_off);
+            ot_strbuf_printf(src,
+                             "%s%s    for (int64_t row = b; row < e; row++) {\n%s"
+                             "    for (int64_t col = 0; col < %lld; col++) {\n"
+                             "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n%s}\n",
+                             E.pro.p ? E.pro.p : "", hw_on, E.rowb.p ? E.rowb.p : "",
+                             (long long)E.C, (long long)E.C, E.body.p ? E.body.p : "",
+                             E.stores.p ? E.stores.p : "", hw_off);
             *numel_out = N / E.C;
             *work_out = E.C;
         } else {
-            cg_buf_printf(src, "%s%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n",
-                          E.pro.p ? E.pro.p : "", hw_on, E.body.p ? E.body.p : "",
-                          E.stores.p ? E.stores.p : "", hw_off);
+            ot_strbuf_printf(src, "%s%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n",
+                             E.pro.p ? E.pro.p : "", hw_on, E.body.p ? E.body.p : "",
+                             E.stores.p ? E.stores.p : "", hw_off);
             *numel_out = N;
         }
         if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     }
     for (int k = 0; k < E.nm; k++) ot_free(E.m[k].ctx);
     ot_free(E.m);
-    cg_buf_free(&E.pro);
-    cg_buf_free(&E.rowb);
-    cg_buf_free(&E.body);
-    cg_buf_free(&E.stores);
+    ot_strbuf_free(&E.pro);
+    ot_strbuf_free(&E.rowb);
+    ot_strbuf_free(&E.body);
+    ot_strbuf_free(&E.stores);
     return st;
 }

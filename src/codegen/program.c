@@ -220,7 +220,7 @@ static ot_status compiler_identity(const char *cc, const char *dir, const char *
              atomic_fetch_add(&g_tmp_counter, 1));
     char *v_argv[] = {(char *)cc, "--version", NULL};
     char *m_argv[] = {(char *)cc, "-march=native", "-dM", "-E", "-x", "c", "/dev/null", NULL};
-    cg_buf b = {0};
+    ot_strbuf b = {0};
     char *const *cmds[2] = {v_argv, m_argv};
     ot_status st = OT_OK;
     for (int k = 0; k < 2 && st == OT_OK; k++) {
@@ -235,24 +235,24 @@ static ot_status compiler_identity(const char *cc, const char *dir, const char *
             break;
         }
         st = read_file(log, &text, &tn);
-        if (st == OT_OK) cg_buf_printf(&b, "%s\n", text);
+        if (st == OT_OK) ot_strbuf_printf(&b, "%s\n", text);
         ot_free(text);
     }
     unlink(log);
     if (st == OT_OK && b.oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: compiler identity");
     if (st != OT_OK) {
-        cg_buf_free(&b);
+        ot_strbuf_free(&b);
         return st;
     }
     /* kept for the process: plain malloc, outside the library's allocation accounting */
     char *keep = malloc(b.n + 1);
     if (!keep) {
-        cg_buf_free(&b);
+        ot_strbuf_free(&b);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: compiler identity");
     }
     memcpy(keep, b.p, b.n + 1);
     size_t kn = b.n;
-    cg_buf_free(&b);
+    ot_strbuf_free(&b);
     free(g_ident);
     g_ident = keep;
     g_ident_n = kn;
@@ -312,7 +312,7 @@ typedef struct unit_job {
 } unit_job;
 
 /* Writes the unit's source and starts the compiler on it. */
-static ot_status unit_spawn(const char *cc, const char *dir, const char *khex, const cg_buf *src,
+static ot_status unit_spawn(const char *cc, const char *dir, const char *khex, const ot_strbuf *src,
                             unit_job *j) {
     char base[4200];
     snprintf(base, sizeof base, "%s/tmp.%s.%d.%u", dir, khex, (int)getpid(),
@@ -378,8 +378,9 @@ static ot_status unit_finish(const char *cc, unit_job *j, uint64_t *cpu_ns) {
 
 /* Compiles or loads every unit of p; src holds the preamble [0, pre) and each native kernel's
  * text at [koff[k], koff[k] + klen[k]). */
-static ot_status build_units(cg_program *p, const cg_options *o, const char *cc, const cg_buf *src,
-                             size_t pre, const size_t *koff, const size_t *klen) {
+static ot_status build_units(cg_program *p, const cg_options *o, const char *cc,
+                             const ot_strbuf *src, size_t pre, const size_t *koff,
+                             const size_t *klen) {
     char dir[4096];
     const char *ident = NULL;
     size_t identn = 0;
@@ -406,7 +407,7 @@ static ot_status build_units(cg_program *p, const cg_options *o, const char *cc,
     }
     p->nunits = nu;
     unit_job *jobs = ot_calloc((size_t)(nu ? nu : 1), sizeof *jobs);
-    cg_buf *usrc = ot_calloc((size_t)(nu ? nu : 1), sizeof *usrc);
+    ot_strbuf *usrc = ot_calloc((size_t)(nu ? nu : 1), sizeof *usrc);
     char(*khex)[65] = ot_calloc((size_t)(nu ? nu : 1), sizeof *khex);
     int *pending = ot_calloc((size_t)(nu ? nu : 1), sizeof *pending);
     ot_status st = OT_OK;
@@ -415,10 +416,10 @@ static ot_status build_units(cg_program *p, const cg_options *o, const char *cc,
     p->from_cache = true;
     for (int i = 0; i < nu && st == OT_OK; i++) {
         cg_unit *u = &p->units[i];
-        cg_buf *b = &usrc[i];
-        cg_buf_printf(b, "%.*s", (int)pre, src->p);
+        ot_strbuf *b = &usrc[i];
+        ot_strbuf_printf(b, "%.*s", (int)pre, src->p);
         for (int k = u->first; k <= u->last; k++)
-            if (p->k[k].fn) cg_buf_printf(b, "%.*s", (int)klen[k], src->p + koff[k]);
+            if (p->k[k].fn) ot_strbuf_printf(b, "%.*s", (int)klen[k], src->p + koff[k]);
         if (b->oom) {
             st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
             break;
@@ -494,7 +495,7 @@ static ot_status build_units(cg_program *p, const cg_options *o, const char *cc,
         }
         memcpy(&p->k[k].fn, &sym, sizeof sym);
     }
-    for (int i = 0; usrc && i < nu; i++) cg_buf_free(&usrc[i]);
+    for (int i = 0; usrc && i < nu; i++) ot_strbuf_free(&usrc[i]);
     ot_free(usrc);
     ot_free(jobs);
     ot_free(khex);
@@ -547,7 +548,7 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         cg_program_free(p);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     }
-    cg_buf src = {0};
+    ot_strbuf src = {0};
     cg_emit_preamble(&src);
     size_t pre = src.n;
     ot_status st = OT_OK;
@@ -601,7 +602,7 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
      * there). */
     if (st == OT_OK && nbig == 0) p->nnative = 0;
     if (st == OT_OK && p->nnative > 0) st = build_units(p, o, cc, &src, pre, koff, klen);
-    cg_buf_free(&src);
+    ot_strbuf_free(&src);
     ot_free(koff);
     ot_free(klen);
     if (st != OT_OK || p->nnative == 0) {

@@ -22,6 +22,8 @@ void ot_strbuf_printf(ot_strbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Releases the text and empties b (ready for reuse). */
+void ot_strbuf_free(ot_strbuf *b);
 
 /* Reads exactly n bytes from fd into dst (read() at most 1 GiB a call, retried on EINTR).
  * Returns 0 when all n were read, the errno of a failed read, or -1 when the file ended first;

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "optitpu/core.h"
@@ -34,6 +35,11 @@ void ot_strbuf_printf(ot_strbuf *b, const char *fmt, ...) {
         b->p = np;
         b->cap = nc;
     }
+}
+
+void ot_strbuf_free(ot_strbuf *b) {
+    ot_free(b->p);
+    memset(b, 0, sizeof *b);
 }
 
 /* One read()/write() moves at most this much (Linux moves at most 2 GiB - 4 KiB a call). */

@@ -3,6 +3,7 @@
  * exported on the wall clock (plus the clock module's offset when set) so traces from several
  * processes line up. */
 #include "compiler/native.h"
+#include "core/core_util.h"
 #include "optitpu/clock.h"
 #include "runtime/runtime_internal.h"
 
@@ -398,36 +399,6 @@ ot_status ot_profile_write_chrome_trace(const ot_profile *p, const char *path) {
 
 /* ---- summary ------------------------------------------------------------------------------ */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    char tmp[512];
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (n >= (int)sizeof tmp) n = (int)sizeof tmp - 1;
-    if (b->n + (size_t)n + 1 > b->cap) {
-        size_t nc = (b->cap + (size_t)n + 1) * 2;
-        char *x = ot_realloc(b->s, nc);
-        if (!x) {
-            b->oom = true;
-            return;
-        }
-        b->s = x;
-        b->cap = nc;
-    }
-    memcpy(b->s + b->n, tmp, (size_t)n + 1);
-    b->n += (size_t)n;
-}
-
 static const ot_profile *g_sort_p;
 static int cmp_total(const void *a, const void *b) {
     const ot_kernel_profile *x = &g_sort_p->ag[*(const int *)a].k,
@@ -467,38 +438,39 @@ ot_status ot_profile_summary(const ot_profile *p, const ot_bench_limits *limits,
     qsort(idx, (size_t)n, sizeof *idx, cmp_total);
     pthread_mutex_unlock(&sort_mu);
     double lim = limits ? (limits->triad_gbs > 0 ? limits->triad_gbs : limits->memcpy_gbs) : 0;
-    sbuf b = {0};
-    sb_printf(&b, "%-32s %6s %7s %10s %10s %9s %9s%s\n", "kernel", "device", "calls", "total ms",
-              "mean us", "GB/s", "GFLOP/s", lim > 0 ? "  of limit" : "");
+    ot_strbuf b = {0};
+    ot_strbuf_printf(&b, "%-32s %6s %7s %10s %10s %9s %9s%s\n", "kernel", "device", "calls",
+                     "total ms", "mean us", "GB/s", "GFLOP/s", lim > 0 ? "  of limit" : "");
     for (int r = 0; r < n && r < top; r++) {
         const ot_kernel_profile *kp = &p->ag[idx[r]].k;
         double s = (double)kp->total_ns * 1e-9;
         double gbs = s > 0 ? (double)kp->bytes * (double)kp->calls / s / 1e9 : 0;
         double gfs = s > 0 ? (double)kp->flops * (double)kp->calls / s / 1e9 : 0;
-        sb_printf(&b, "%-32.32s %6d %7lld %10.3f %10.2f %9.2f %9.2f", kp->name, kp->device,
-                  (long long)kp->calls, (double)kp->total_ns / 1e6,
-                  kp->calls ? (double)kp->total_ns / 1e3 / (double)kp->calls : 0.0, gbs, gfs);
-        if (lim > 0) sb_printf(&b, "  %8.2f", gbs / lim);
-        sb_printf(&b, "\n");
+        ot_strbuf_printf(&b, "%-32.32s %6d %7lld %10.3f %10.2f %9.2f %9.2f", kp->name, kp->device,
+                         (long long)kp->calls, (double)kp->total_ns / 1e6,
+                         kp->calls ? (double)kp->total_ns / 1e3 / (double)kp->calls : 0.0, gbs,
+                         gfs);
+        if (lim > 0) ot_strbuf_printf(&b, "  %8.2f", gbs / lim);
+        ot_strbuf_printf(&b, "\n");
     }
-    if (n > top) sb_printf(&b, "... %d more kernels\n", n - top);
+    if (n > top) ot_strbuf_printf(&b, "... %d more kernels\n", n - top);
     double s = (double)tot * 1e-9;
-    sb_printf(&b,
-              "total: %lld kernel runs, %.3f ms, %lld FLOPs, %lld bytes, %.2f GB/s, %.2f GFLOP/s\n",
-              (long long)calls, (double)tot / 1e6, (long long)tflops, (long long)tbytes,
-              s > 0 ? (double)tbytes / s / 1e9 : 0.0, s > 0 ? (double)tflops / s / 1e9 : 0.0);
-    if (ctot) sb_printf(&b, "compile: %.3f ms\n", (double)ctot / 1e6);
-    sb_printf(&b, "memory events: %lld\n", (long long)p->nmev);
+    ot_strbuf_printf(
+        &b, "total: %lld kernel runs, %.3f ms, %lld FLOPs, %lld bytes, %.2f GB/s, %.2f GFLOP/s\n",
+        (long long)calls, (double)tot / 1e6, (long long)tflops, (long long)tbytes,
+        s > 0 ? (double)tbytes / s / 1e9 : 0.0, s > 0 ? (double)tflops / s / 1e9 : 0.0);
+    if (ctot) ot_strbuf_printf(&b, "compile: %.3f ms\n", (double)ctot / 1e6);
+    ot_strbuf_printf(&b, "memory events: %lld\n", (long long)p->nmev);
     if (lim > 0)
-        sb_printf(&b, "limit: %.2f GB/s (%s); achieved %.3f of it\n", lim,
-                  limits->triad_gbs > 0 ? "STREAM triad" : "memcpy",
-                  s > 0 ? (double)tbytes / s / 1e9 / lim : 0.0);
+        ot_strbuf_printf(&b, "limit: %.2f GB/s (%s); achieved %.3f of it\n", lim,
+                         limits->triad_gbs > 0 ? "STREAM triad" : "memcpy",
+                         s > 0 ? (double)tbytes / s / 1e9 / lim : 0.0);
     pthread_mutex_unlock((pthread_mutex_t *)&p->mu);
     ot_free(idx);
-    if (b.oom || !b.s) {
-        ot_free(b.s);
+    if (b.oom || !b.p) {
+        ot_free(b.p);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "profile: out of memory");
     }
-    *out = b.s;
+    *out = b.p;
     return OT_OK;
 }
