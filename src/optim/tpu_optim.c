@@ -1152,7 +1152,7 @@ static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "ot_tpu_optimizer_step: the wrapper is in flat mode (its buffers are its "
                         "own): use ot_tpu_optimizer_step_flat");
-    replica *r;
+    replica *r = NULL; /* set on success (initialized for GCC's flow analysis) */
     OT_CHECK(check_step(t, d, step, lr, &r));
     int n = t->nparams;
     for (int k = 0; k < n; k++) {
@@ -1274,7 +1274,7 @@ static ot_status step_flat_impl(ot_tpu_optimizer *t, ot_device *d, int64_t step,
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "ot_tpu_optimizer_step_flat: the wrapper is not in flat mode (options."
                         "flat): use ot_tpu_optimizer_step");
-    replica *r;
+    replica *r = NULL; /* set on success (initialized for GCC's flow analysis) */
     OT_CHECK(check_step(t, d, step, lr, &r));
     for (int i = 0; i < t->nstate; i++)
         if (!r->state[i] || ot_buffer_donated(r->state[i]))
@@ -1354,8 +1354,8 @@ static ot_status flat_segment(ot_tpu_optimizer *t, ot_device *d, int k, int whic
 
 static ot_status flat_write(ot_tpu_optimizer *t, ot_device *d, int k, int which,
                             const ot_tensor *in, const char *fn) {
-    ot_buffer *b;
-    int64_t off, nb;
+    ot_buffer *b = NULL;
+    int64_t off = 0, nb = 0;
     OT_CHECK(flat_segment(t, d, k, which, fn, &b, &off, &nb));
     if (!in) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: NULL tensor", fn);
     if (!ot_shape_equal(&in->shape, &t->pshape[k])) {
@@ -1380,8 +1380,8 @@ ot_status ot_tpu_optimizer_write_param(ot_tpu_optimizer *t, ot_device *d, int k,
 ot_status ot_tpu_optimizer_read_param(ot_tpu_optimizer *t, ot_device *d, int k, ot_tensor *out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_read_param: NULL out");
     memset(out, 0, sizeof *out);
-    ot_buffer *b;
-    int64_t off, nb;
+    ot_buffer *b = NULL;
+    int64_t off = 0, nb = 0;
     OT_CHECK(flat_segment(t, d, k, 0, "ot_tpu_optimizer_read_param", &b, &off, &nb));
     OT_CHECK(ot_tensor_alloc(out, &t->pshape[k]));
     ot_status s = ot_buffer_read_bytes(b, off, out->data, nb);

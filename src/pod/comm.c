@@ -852,7 +852,7 @@ ot_status ot_comm_allreduce(ot_comm *c, const void *sendbuf, void *recvbuf, size
                             ot_dtype dt, ot_redop op, const ot_coll_options *o) {
     if (!c || (count && (!sendbuf || !recvbuf)))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "allreduce: NULL argument");
-    uint64_t dl, t0 = ot_now_ns();
+    uint64_t dl = 0, t0 = ot_now_ns();
     OT_CHECK(begin(c, OT_COLL_ALLREDUCE, dt, true, op, o, &dl));
     if (count == 0) return finish(c, OT_COLL_ALLREDUCE, OT_OK, t0, 0, dt);
     ot_coll_algo algo = pick(c, OT_COLL_ALLREDUCE, count * ot_dtype_size(dt), o);
@@ -872,7 +872,7 @@ ot_status ot_comm_reduce_scatter(ot_comm *c, const void *sendbuf, void *recvbuf,
                                  ot_dtype dt, ot_redop op, const ot_coll_options *o) {
     if (!c || (count && (!sendbuf || !recvbuf)))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "reduce_scatter: NULL argument");
-    uint64_t dl, t0 = ot_now_ns();
+    uint64_t dl = 0, t0 = ot_now_ns();
     OT_CHECK(begin(c, OT_COLL_REDUCE_SCATTER, dt, true, op, o, &dl));
     if (count == 0) return finish(c, OT_COLL_REDUCE_SCATTER, OT_OK, t0, 0, dt);
     size_t esz = ot_dtype_size(dt), total = count * (size_t)c->size;
@@ -920,7 +920,7 @@ ot_status ot_comm_reduce(ot_comm *c, const void *sendbuf, void *recvbuf, size_t 
     if (root < 0 || root >= c->size)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "reduce: root %d outside 0..%d", root,
                         c->size - 1);
-    uint64_t dl, t0 = ot_now_ns();
+    uint64_t dl = 0, t0 = ot_now_ns();
     OT_CHECK(begin(c, OT_COLL_REDUCE, dt, true, op, o, &dl));
     if (count == 0) return finish(c, OT_COLL_REDUCE, OT_OK, t0, 0, dt);
     ot_coll_algo algo = pick(c, OT_COLL_REDUCE, count * ot_dtype_size(dt), o);
@@ -961,7 +961,7 @@ ot_status ot_comm_allgather(ot_comm *c, const void *sendbuf, void *recvbuf, size
                             ot_dtype dt, const ot_coll_options *o) {
     if (!c || (count && (!sendbuf || !recvbuf)))
         return ot_error(OT_ERR_INVALID_ARGUMENT, "allgather: NULL argument");
-    uint64_t dl, t0 = ot_now_ns();
+    uint64_t dl = 0, t0 = ot_now_ns();
     OT_CHECK(begin(c, OT_COLL_ALLGATHER, dt, false, OT_REDOP_SUM, o, &dl));
     if (count == 0) return finish(c, OT_COLL_ALLGATHER, OT_OK, t0, 0, dt);
     size_t esz = ot_dtype_size(dt), bytes = count * esz;
@@ -994,7 +994,7 @@ ot_status ot_comm_broadcast(ot_comm *c, void *buf, size_t count, ot_dtype dt, in
     if (root < 0 || root >= c->size)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "broadcast: root %d outside 0..%d", root,
                         c->size - 1);
-    uint64_t dl, t0 = ot_now_ns();
+    uint64_t dl = 0, t0 = ot_now_ns();
     OT_CHECK(begin(c, OT_COLL_BROADCAST, dt, false, OT_REDOP_SUM, o, &dl));
     if (count == 0) return finish(c, OT_COLL_BROADCAST, OT_OK, t0, 0, dt);
     size_t bytes = count * ot_dtype_size(dt);
@@ -1036,7 +1036,7 @@ ot_status ot_comm_alltoall(ot_comm *c, const void *sendbuf, void *recvbuf, size_
         return ot_error(OT_ERR_INVALID_ARGUMENT, "alltoall: NULL argument");
     if (count && sendbuf == recvbuf)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "alltoall: out of place only");
-    uint64_t dl, t0 = ot_now_ns();
+    uint64_t dl = 0, t0 = ot_now_ns();
     OT_CHECK(begin(c, OT_COLL_ALLTOALL, dt, false, OT_REDOP_SUM, o, &dl));
     if (count == 0) return finish(c, OT_COLL_ALLTOALL, OT_OK, t0, 0, dt);
     size_t bytes = count * ot_dtype_size(dt);
