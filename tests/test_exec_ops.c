@@ -7,6 +7,7 @@
 #include "optitpu/runtime.h"
 #include "optitpu/ir.h"
 #include "ot_test.h"
+#include "../src/ir/op_traits.h"
 
 static ot_shape shp(ot_dtype t, int rank, const int64_t *dims) {
     ot_shape s;
@@ -760,6 +761,44 @@ static void test_denormals(void) {
     ot_module_free(m);
 }
 
+/* The op trait table's IR_OP_KEEPS_SUBNORMALS column, which says where the flush-to-zero mode
+ * leaves results alone: under FTZ an op with it gives the IEEE answer on a subnormal operand; any
+ * other float unary op reads the operand as zero (DAZ) and flushes its result. */
+static void test_ftz_column(void) {
+    float sub = 1e-40f, zero = 0;
+    ot_eval_options keep = ot_eval_options_default();
+    keep.keep_denormals = true;
+    int kept = 0;
+    for (int op = OT_OP_ABS; op <= OT_OP_COPY; op++) {
+        unsigned t = ir_op_traits((ot_opcode)op);
+        if (t & IR_OP_NO_FLOAT) continue;
+        ot_module *m = ot_module_new("m");
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_instr *x = ot_build_parameter(c, 0, SHP(OT_F32, 1), "x");
+        ot_computation_set_root(c, ot_build_unary(c, (ot_opcode)op, x));
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_value a[1] = {val(SHP(OT_F32, 1), &sub)}, z[1] = {val(SHP(OT_F32, 1), &zero)};
+        ot_value ftz, ieee, daz;
+        ASSERT_OK(ot_evaluate(m, a, 1, NULL, &ftz));
+        ASSERT_OK(ot_evaluate(m, a, 1, &keep, &ieee));
+        ASSERT_OK(ot_evaluate(m, z, 1, NULL, &daz));
+        const ot_value *want = t & IR_OP_KEEPS_SUBNORMALS ? &ieee : &daz;
+        bool same = ftz.array.nbytes == want->array.nbytes &&
+                    !memcmp(ftz.array.data, want->array.data, (size_t)want->array.nbytes);
+        if (!same) fprintf(stderr, "  %s: FTZ result differs\n", ot_opcode_name((ot_opcode)op));
+        EXPECT_TRUE(same);
+        kept += (t & IR_OP_KEEPS_SUBNORMALS) != 0;
+        ot_value_release(&ftz);
+        ot_value_release(&ieee);
+        ot_value_release(&daz);
+        ot_value_release(&a[0]);
+        ot_value_release(&z[0]);
+        ot_module_free(m);
+    }
+    EXPECT_INT_EQ(kept, 5); /* abs negate sign copy is-finite */
+}
+
 /* FTZ/DAZ beyond arithmetic, as XLA's CPU code runs under MXCSR FTZ+DAZ: compare (fcmp) and
  * maximum/minimum/clamp read subnormal operands as signed zeros, f32 <-> f64 converts and
  * float -> pred flush too; TOTALORDER compare, select and converts to bf16 move bits and keep
@@ -881,4 +920,4 @@ OT_TEST_MAIN(OT_TEST(test_broadcast_transpose_reshape_reverse), OT_TEST(test_sli
              OT_TEST(test_dot_general_batch_and_bf16), OT_TEST(test_convolution_variants),
              OT_TEST(test_call_conditional), OT_TEST(test_collectives),
              OT_TEST(test_rng_known_answers), OT_TEST(test_empty_shapes), OT_TEST(test_denormals),
-             OT_TEST(test_denormals_compare_minmax_convert))
+             OT_TEST(test_denormals_compare_minmax_convert), OT_TEST(test_ftz_column))

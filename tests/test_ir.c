@@ -3,6 +3,7 @@
 
 #include "optitpu/ir.h"
 #include "../src/ir/ir_internal.h"
+#include "../src/ir/attr_schema.h"
 #include "../src/ir/op_traits.h"
 
 static ot_shape shp(ot_dtype t, int rank, const int64_t *d) {
@@ -77,6 +78,56 @@ static void test_op_traits_agree_with_inference(void) {
     EXPECT_INT_EQ(ir_op_traits(OT_OP_INVALID), 0);
     EXPECT_TRUE(ir_op_traits(OT_OP_MAP) & IR_OP_EXPENSIVE);
     EXPECT_TRUE(!(ir_op_traits(OT_OP_ADD) & IR_OP_EXPENSIVE));
+    ot_module_free(m);
+}
+
+/* The attribute schema (src/ir/attr_schema.h): every op's rows fit its index and name distinct
+ * attributes, lookups find each row for each op that carries it, rows of ot_attrs fields point
+ * at the field, and the deep copy keeps every field an op's rows fill. */
+static void test_attr_schema(void) {
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        int n;
+        const uint8_t *rows = ir_attr_op_rows((ot_opcode)op, &n);
+        EXPECT_TRUE(n > 0 && n <= IR_ATTR_OP_MAX);
+        for (int k = 0; k < n; k++) {
+            const ir_attr_row *r = &ir_attr_rows[rows[k]];
+            if (!r->name) continue;
+            int pos = -1;
+            const ir_attr_row *f = ir_attr_lookup((ot_opcode)op, r->name, strlen(r->name), &pos);
+            if (!(r->flags & IR_AF_PRINT_FALLBACK) || f) {
+                if (f != r)
+                    fprintf(stderr, "  %s: '%s' found as another row\n",
+                            ot_opcode_name((ot_opcode)op), r->name);
+                EXPECT_TRUE(f == r && pos == k);
+            }
+        }
+    }
+    for (int k = 0; k < ir_attr_nrows; k++) {
+        const ir_attr_row *r = &ir_attr_rows[k];
+        if (r->field >= IR_F_COUNT || r->field == IR_F_DOT || r->field == IR_F_GATHER ||
+            r->field == IR_F_SCATTER)
+            continue;
+        EXPECT_INT_EQ(r->off, ir_attr_fields[r->field].off);
+    }
+    EXPECT_TRUE(ir_attr_lookup(OT_OP_ADD, "to_apply", 8, &(int){0}) == NULL);
+    EXPECT_TRUE(ir_attr_lookup_any("to_apply", 8) != NULL);
+    EXPECT_TRUE(ir_attr_lookup_any("frobnicate", 10) == NULL);
+    /* a builder copy keeps what the op's rows name: topk's is_stable and largest */
+    ot_module *m = ot_module_new(NULL);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *x = ot_build_parameter(c, 0, SH(OT_F32, 2, 8), "x");
+    ot_attrs a = {0};
+    a.index = 3;
+    a.largest = true;
+    a.is_stable = true;
+    a.channel_id = 7; /* not topk's: dropped */
+    ot_ir_shape ts[2] = {ot_ir_shape_array(SH(OT_F32, 2, 3)), ot_ir_shape_array(SH(OT_S32, 2, 3))};
+    ot_ir_shape hint = {.kind = OT_IR_TUPLE, .ntuple = 2, .tuple = ts};
+    ot_instr *t = ot_build(c, OT_OP_TOPK, &x, 1, &a, NULL, 0, &hint, "t");
+    ASSERT_TRUE(t);
+    EXPECT_INT_EQ(t->attrs->index, 3);
+    EXPECT_TRUE(t->attrs->largest && t->attrs->is_stable);
+    EXPECT_INT_EQ(t->attrs->channel_id, 0);
     ot_module_free(m);
 }
 
@@ -977,9 +1028,9 @@ static void test_alloc_failure(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_opcode_table), OT_TEST(test_op_traits_agree_with_inference),
-             OT_TEST(test_build_axpy), OT_TEST(test_sticky_error), OT_TEST(test_infer_shape_ops),
-             OT_TEST(test_control_flow), OT_TEST(test_infer_errors), OT_TEST(test_edits),
-             OT_TEST(test_clone), OT_TEST(test_clone_shares_attribute_sets),
+             OT_TEST(test_attr_schema), OT_TEST(test_build_axpy), OT_TEST(test_sticky_error),
+             OT_TEST(test_infer_shape_ops), OT_TEST(test_control_flow), OT_TEST(test_infer_errors),
+             OT_TEST(test_edits), OT_TEST(test_clone), OT_TEST(test_clone_shares_attribute_sets),
              OT_TEST(test_many_users), OT_TEST(test_users_index),
              OT_TEST(test_merge_duplicates_memory), OT_TEST(test_names_small_and_large),
              OT_TEST(test_made_names_never_collide), OT_TEST(test_cycles_detected),

@@ -6,6 +6,7 @@
 #ifndef OT_EXEC_NUMERICS_H
 #define OT_EXEC_NUMERICS_H
 
+#include "ir/op_traits.h"
 #include "optitpu/ir.h"
 
 #include <stdbool.h>
@@ -23,17 +24,11 @@ double ex_round_format(double x, int ebits, int mbits);
  * sign and is-finite are bit operations (and, or, integer tests) and keep subnormals. maximum
  * and minimum read their operands through DAZ (x86's MAXPS/MINPS in the lowering of
  * llvm.maximum/minimum), so a subnormal operand counts as a signed zero and the result is never
- * subnormal: flushing inputs and result gives exactly that. The reference kernels and generated
- * code (src/codegen) both ask this one function, so they flush the same ops. */
+ * subnormal: flushing inputs and result gives exactly that. Which ops keep subnormals is the
+ * op trait table's IR_OP_KEEPS_SUBNORMALS column (src/ir/opcode.c); the reference kernels and
+ * generated code (src/codegen) both ask this one function, so they flush the same ops. */
 static inline bool ex_ftz_applies(ot_opcode op) {
-    switch (op) {
-    case OT_OP_ABS:
-    case OT_OP_NEGATE:
-    case OT_OP_COPY:
-    case OT_OP_SIGN:
-    case OT_OP_IS_FINITE: return false;
-    default: return true;
-    }
+    return !(ir_op_traits(op) & IR_OP_KEEPS_SUBNORMALS);
 }
 /* An f32 result from its double value r under FTZ, as x86 gives it: tininess is detected after
  * rounding to 24 bits with an unbounded exponent, so anything below 2^-126 - 2^-151 flushes —

@@ -1,4 +1,5 @@
 /* Attributes: deep copies into the module arena, equality and hashing (for CSE), replica groups. */
+#include "attr_schema.h"
 #include "ir_internal.h"
 
 ot_status ir_shape_copy(ot_module *m, const ot_ir_shape *src, ot_ir_shape *dst) {
@@ -13,14 +14,6 @@ ot_status ir_shape_copy(ot_module *m, const ot_ir_shape *src, ot_ir_shape *dst) 
     dst->tuple = t;
     return OT_OK;
 }
-
-#define DUP(field, count)                                                                          \
-    do {                                                                                           \
-        if (src->field) {                                                                          \
-            dst->field = ir_memdup(m, src->field, (size_t)(count) * sizeof *src->field);           \
-            if (!dst->field) return ot_error(OT_ERR_OUT_OF_MEMORY, "attributes: out of memory");   \
-        }                                                                                          \
-    } while (0)
 
 static ot_status groups_copy(ot_module *m, const ot_replica_groups *g,
                              const ot_replica_groups **out) {
@@ -51,102 +44,80 @@ static ot_status groups_copy(ot_module *m, const ot_replica_groups *g,
     return OT_OK;
 }
 
+static ot_status literal_copy(ot_module *m, const ot_literal *src, const ot_literal **out) {
+    ot_literal *l = ir_alloc(m, sizeof *l);
+    if (!l) return ot_error(OT_ERR_OUT_OF_MEMORY, "attributes: out of memory");
+    *l = *src;
+    if (!l->elided && l->nbytes) {
+        l->data = ir_memdup(m, src->data, (size_t)l->nbytes);
+        if (!l->data) return ot_error(OT_ERR_OUT_OF_MEMORY, "constant: out of memory");
+    }
+    *out = l;
+    return OT_OK;
+}
+
+static const void *load_ptr(const ot_attrs *a, const ir_attr_field *f) {
+    const void *p;
+    memcpy(&p, (const char *)a + f->off, sizeof p);
+    return p;
+}
+
+static int load_count(const ot_attrs *a, const ir_attr_field *f) {
+    return (int)ir_attr_load_int((const char *)a + f->count_off, sizeof(int));
+}
+
+/* Deep copy of one field, by its kind. */
+static ot_status field_copy(ot_module *m, const ir_attr_field *f, int rank, const ot_attrs *src,
+                            ot_attrs *dst) {
+    const char *s = (const char *)src + f->off;
+    char *d = (char *)dst + f->off;
+    const void *p = NULL, *q = NULL;
+    int64_t n = 1;
+    switch ((ir_field_kind)f->kind) {
+    case IR_FK_GROUPS: return groups_copy(m, src->groups, &dst->groups);
+    case IR_FK_LITERAL: return src->literal ? literal_copy(m, src->literal, &dst->literal) : OT_OK;
+    case IR_FK_STRING:
+        if ((p = load_ptr(src, f)) != NULL && (q = ir_strdup(m, p)) == NULL)
+            return ot_error(OT_ERR_OUT_OF_MEMORY, "attributes: out of memory");
+        memcpy(d, &q, sizeof q);
+        return OT_OK;
+    case IR_FK_DIMS:
+    case IR_FK_PAIRS: n = load_count(src, f); goto pointed;
+    case IR_FK_PER_DIM: n = rank; goto pointed;
+    case IR_FK_WINDOW:
+    case IR_FK_DOT:
+    case IR_FK_CONV:
+    case IR_FK_GATHER:
+    case IR_FK_SCATTER:
+    pointed:
+        if (f->count_off >= 0)
+            memcpy((char *)dst + f->count_off, (const char *)src + f->count_off, sizeof(int));
+        if ((p = load_ptr(src, f)) != NULL) {
+            q = ir_memdup(m, p, (size_t)n * f->elem);
+            if (!q) return ot_error(OT_ERR_OUT_OF_MEMORY, "attributes: out of memory");
+        }
+        memcpy(d, &q, sizeof q);
+        return OT_OK;
+    case IR_FK_PRECISION:
+        memcpy((char *)dst + f->count_off, (const char *)src + f->count_off, sizeof(int));
+        memcpy(d, s, f->size);
+        return OT_OK;
+    default: memcpy(d, s, f->size); return OT_OK; /* scalars */
+    }
+}
+
 ot_status ir_attrs_copy(ot_module *m, ot_opcode op, int rank, const ot_attrs *src, ot_attrs *dst) {
     memset(dst, 0, sizeof *dst);
-    if (src->backend_config) {
-        dst->backend_config = ir_strdup(m, src->backend_config);
-        if (!dst->backend_config)
-            return ot_error(OT_ERR_OUT_OF_MEMORY, "attributes: out of memory");
+    /* the fields op's schema rows fill (backend_config: every op's) */
+    bool used[IR_F_COUNT] = {0};
+    int nr;
+    const uint8_t *rows = ir_attr_op_rows(op, &nr);
+    for (int k = 0; k < nr; k++) {
+        const ir_attr_row *r = &ir_attr_rows[rows[k]];
+        if (r->field < IR_F_COUNT) used[r->field] = true;
     }
-    switch (op) {
-    case OT_OP_PARAMETER:
-    case OT_OP_GET_TUPLE_ELEMENT:
-    case OT_OP_IOTA:
-    case OT_OP_CONCATENATE: dst->index = src->index; break;
-    case OT_OP_CONSTANT:
-        if (src->literal) {
-            ot_literal *l = ir_alloc(m, sizeof *l);
-            if (!l) return ot_error(OT_ERR_OUT_OF_MEMORY, "attributes: out of memory");
-            *l = *src->literal;
-            if (!l->elided && l->nbytes) {
-                l->data = ir_memdup(m, src->literal->data, (size_t)l->nbytes);
-                if (!l->data) return ot_error(OT_ERR_OUT_OF_MEMORY, "constant: out of memory");
-            }
-            dst->literal = l;
-        }
-        break;
-    case OT_OP_COMPARE:
-        dst->cmp_dir = src->cmp_dir;
-        dst->cmp_type = src->cmp_type;
-        break;
-    case OT_OP_REDUCE_PRECISION:
-        dst->exponent_bits = src->exponent_bits;
-        dst->mantissa_bits = src->mantissa_bits;
-        break;
-    case OT_OP_BROADCAST:
-    case OT_OP_TRANSPOSE:
-    case OT_OP_REVERSE:
-    case OT_OP_REDUCE:
-    case OT_OP_DYNAMIC_SLICE:
-    case OT_OP_MAP:
-        dst->ndims = src->ndims;
-        DUP(dims, src->ndims);
-        break;
-    case OT_OP_SLICE: DUP(slice, rank); break;
-    case OT_OP_PAD: DUP(padding, rank); break;
-    case OT_OP_GATHER: DUP(gather, 1); break;
-    case OT_OP_SCATTER: DUP(scatter, 1); break;
-    case OT_OP_REDUCE_WINDOW:
-    case OT_OP_SELECT_AND_SCATTER: DUP(window, 1); break;
-    case OT_OP_SORT:
-        dst->index = src->index;
-        dst->is_stable = src->is_stable;
-        break;
-    case OT_OP_TOPK:
-        dst->index = src->index;
-        dst->largest = src->largest;
-        break;
-    case OT_OP_DOT:
-        DUP(dot, 1);
-        dst->nprecision = src->nprecision;
-        memcpy(dst->precision, src->precision, sizeof dst->precision);
-        break;
-    case OT_OP_CONVOLUTION:
-        DUP(window, 1);
-        DUP(conv, 1);
-        dst->feature_group_count = src->feature_group_count;
-        dst->batch_group_count = src->batch_group_count;
-        dst->nprecision = src->nprecision;
-        memcpy(dst->precision, src->precision, sizeof dst->precision);
-        break;
-    case OT_OP_FUSION: dst->fusion_kind = src->fusion_kind; break;
-    case OT_OP_ALL_REDUCE:
-    case OT_OP_ALL_GATHER:
-    case OT_OP_REDUCE_SCATTER:
-    case OT_OP_ALL_TO_ALL:
-        OT_CHECK(groups_copy(m, src->groups, &dst->groups));
-        dst->channel_id = src->channel_id;
-        dst->use_global_device_ids = op != OT_OP_ALL_TO_ALL && src->use_global_device_ids;
-        dst->constrain_layout = src->constrain_layout;
-        if (op != OT_OP_ALL_REDUCE) dst->index = src->index;
-        break;
-    case OT_OP_COLLECTIVE_PERMUTE:
-        dst->channel_id = src->channel_id;
-        dst->npairs = src->npairs;
-        DUP(pairs, 2 * src->npairs);
-        break;
-    case OT_OP_RNG_BIT_GENERATOR: dst->rng_algorithm = src->rng_algorithm; break;
-    case OT_OP_CUSTOM_CALL:
-        if (src->custom_call_target) {
-            dst->custom_call_target = ir_strdup(m, src->custom_call_target);
-            if (!dst->custom_call_target)
-                return ot_error(OT_ERR_OUT_OF_MEMORY, "attributes: out of memory");
-        }
-        dst->has_side_effect = src->has_side_effect;
-        dst->api_version = src->api_version;
-        break;
-    default: break;
-    }
+    for (int f = 0; f < IR_F_COUNT; f++)
+        if (used[f]) OT_CHECK(field_copy(m, &ir_attr_fields[f], rank, src, dst));
     return OT_OK;
 }
 
@@ -235,34 +206,43 @@ static bool literal_eq(const ot_literal *a, const ot_literal *b) {
     return a->nbytes == b->nbytes && mem_eq(a->data, b->data, (size_t)a->nbytes);
 }
 
+/* One field of a and b equal, by its kind (pointed-to data by value). rank: slice and padding
+ * entries. */
+static bool field_eq(const ir_attr_field *f, int rank, const ot_attrs *a, const ot_attrs *b) {
+    const void *p = NULL, *q = NULL;
+    if (f->kind >= IR_FK_DIMS && f->kind != IR_FK_PRECISION) {
+        p = load_ptr(a, f);
+        q = load_ptr(b, f);
+    }
+    switch ((ir_field_kind)f->kind) {
+    case IR_FK_DIMS:
+    case IR_FK_PAIRS:
+        return load_count(a, f) == load_count(b, f) &&
+               mem_eq(p, q, (size_t)load_count(a, f) * f->elem);
+    case IR_FK_PER_DIM: return mem_eq(p, q, (size_t)rank * f->elem);
+    case IR_FK_DOT: return mem_eq(p, q, f->elem);
+    case IR_FK_WINDOW: return window_eq(p, q);
+    case IR_FK_CONV: return conv_eq(p, q);
+    case IR_FK_GATHER: return gather_eq(p, q);
+    case IR_FK_SCATTER: return scatter_eq(p, q);
+    case IR_FK_GROUPS: return groups_eq(p, q);
+    case IR_FK_STRING: return str_eq(p, q);
+    case IR_FK_LITERAL: return literal_eq(p, q);
+    case IR_FK_PRECISION:
+        return load_count(a, f) == load_count(b, f) &&
+               (!load_count(a, f) ||
+                !memcmp((const char *)a + f->off, (const char *)b + f->off, f->size));
+    default: /* scalars */
+        return ir_attr_load_int((const char *)a + f->off, f->size) ==
+               ir_attr_load_int((const char *)b + f->off, f->size);
+    }
+}
+
 bool ot_instr_attrs_equal(const ot_instr *ia, const ot_instr *ib) {
     if (ia->opcode != ib->opcode) return false;
-    const ot_attrs *a = ia->attrs, *b = ib->attrs;
     int rank = ia->shape.kind == OT_IR_ARRAY ? ia->shape.array.rank : 0;
-    if (a->index != b->index || a->ndims != b->ndims || a->cmp_dir != b->cmp_dir ||
-        a->cmp_type != b->cmp_type || a->exponent_bits != b->exponent_bits ||
-        a->mantissa_bits != b->mantissa_bits || a->is_stable != b->is_stable ||
-        a->largest != b->largest || a->has_side_effect != b->has_side_effect ||
-        a->use_global_device_ids != b->use_global_device_ids ||
-        a->constrain_layout != b->constrain_layout || a->rng_algorithm != b->rng_algorithm ||
-        a->fusion_kind != b->fusion_kind || a->channel_id != b->channel_id ||
-        a->feature_group_count != b->feature_group_count ||
-        a->batch_group_count != b->batch_group_count || a->nprecision != b->nprecision ||
-        a->npairs != b->npairs || a->api_version != b->api_version)
-        return false;
-    if (a->nprecision && memcmp(a->precision, b->precision, sizeof a->precision)) return false;
-    if (!mem_eq(a->dims, b->dims, (size_t)a->ndims * sizeof(int64_t))) return false;
-    if (!mem_eq(a->slice, b->slice, (size_t)rank * sizeof *a->slice)) return false;
-    if (!mem_eq(a->padding, b->padding, (size_t)rank * sizeof *a->padding)) return false;
-    if (!window_eq(a->window, b->window)) return false;
-    if (!mem_eq(a->dot, b->dot, sizeof *a->dot)) return false;
-    if (!conv_eq(a->conv, b->conv)) return false;
-    if (!gather_eq(a->gather, b->gather) || !scatter_eq(a->scatter, b->scatter)) return false;
-    if (!groups_eq(a->groups, b->groups)) return false;
-    if (!mem_eq(a->pairs, b->pairs, (size_t)a->npairs * 2 * sizeof(int64_t))) return false;
-    if (!str_eq(a->custom_call_target, b->custom_call_target)) return false;
-    if (!str_eq(a->backend_config, b->backend_config)) return false;
-    if (!literal_eq(a->literal, b->literal)) return false;
+    for (int f = 0; f < IR_F_COUNT; f++)
+        if (!field_eq(&ir_attr_fields[f], rank, ia->attrs, ib->attrs)) return false;
     return true;
 }
 

@@ -9,6 +9,7 @@
  * so the parse is linear in the text. Every error carries file:line:col and what was expected;
  * line and column are computed only when an error is reported.
  */
+#include "attr_schema.h"
 #include "ir_internal.h"
 
 #include <ctype.h>
@@ -1200,7 +1201,7 @@ static ot_status parse_replica_groups(P *x, const ot_replica_groups **out) {
     return s;
 }
 
-static ot_status parse_pairs(P *x, ot_attrs *a) {
+static ot_status parse_pairs(P *x, const int64_t **out, int *nout) {
     OT_CHECK(expect_char(x, '{'));
     int cap = 8, n = 0;
     int64_t *pr = ir_alloc(x->m, (size_t)cap * 2 * sizeof *pr);
@@ -1226,8 +1227,8 @@ static ot_status parse_pairs(P *x, ot_attrs *a) {
             OT_CHECK(expect_char(x, ','));
         }
     }
-    a->pairs = pr;
-    a->npairs = n;
+    *out = pr;
+    *nout = n;
     return OT_OK;
 }
 
@@ -1277,48 +1278,21 @@ static ot_status parse_metadata(P *x, const ot_metadata **out) {
     return OT_OK;
 }
 
-static ot_status parse_dims_field(P *x, int64_t *out, int *n, const char *what) {
-    return parse_int_list(x, out, OT_MAX_RANK, n, what);
-}
-
-/* Attributes kept verbatim: no meaning for optitpu, printed back as read. */
-static const char *const raw_attrs[] = {
-    "sharding",
-    "frontend_attributes",
-    "parameter_replication",
-    "control-predecessors",
-    "statistics",
-    "origin",
-    "schedule",
-    "custom_call_schedule",
-    "operand_layout_constraints",
-    "output_to_operand_aliasing",
-    "result_accuracy",
-    "execution_thread",
-    "async_execution_thread",
-    "is_host_transfer",
-    "inferred_dimension",
-    "replica_group_list", /* never seen from XLA; kept for symmetry */
-};
-
-static bool is_raw_attr(const char *s, size_t n) {
-    for (size_t k = 0; k < sizeof raw_attrs / sizeof raw_attrs[0]; k++)
-        if (word_is(s, n, raw_attrs[k])) return true;
-    return false;
-}
-
-static const char *const precision_names[] = {"default", "high", "highest"};
-
+/* What the attributes of one instruction collect before finish_attrs moves it into the pending
+ * record: the dimension numbers under construction, the called computations by slot, which of
+ * the op's schema rows were given. */
 typedef struct attr_state {
     ot_dot_dims *dot;
     ot_gather_dims *gather;
     ot_scatter_dims *scatter;
-    bool has_to_apply, has_cond, has_body, has_true, has_false, has_branches, has_select,
-        has_scatter;
-    ot_computation *to_apply, *cond, *body, *tc, *fc, *sel, *sca;
-    ot_computation **branches;
-    int nbranches;
-    bool has_index_vector_dim;
+    ot_computation *comp[2];
+    bool has_comp[2];
+    ot_computation **list; /* COMP_LIST */
+    int nlist;
+    bool has_list;
+    uint64_t given;   /* bit k: row k of ir_attr_op_rows(op) was given */
+    const char *name; /* the attribute being read */
+    size_t name_len;
     int nraw, raw_cap;
     /* names given so far: a second one is an error, as in XLA (it would silently win) */
     const char *seen[96];
@@ -1326,19 +1300,306 @@ typedef struct attr_state {
     int nseen;
 } attr_state;
 
-static bool op_in(ot_opcode op, const ot_opcode *l, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (l[i] == op) return true;
-    return false;
-}
-#define OPS(...)                                                                                   \
-    (const ot_opcode[]){__VA_ARGS__}, sizeof((const ot_opcode[]){__VA_ARGS__}) / sizeof(ot_opcode)
-
 static ot_status not_for(P *x, const char *at, const char *s, size_t n, ot_opcode op) {
     return perr(x, at, OT_ERR_INVALID_ARGUMENT, "attribute '%.*s' does not apply to %s", (int)n, s,
                 ot_opcode_name(op));
 }
 
+/* The struct row r writes into: the pending attributes, or the dimension numbers it belongs to
+ * (allocated on first use). NULL when out of memory. */
+static char *row_target(P *x, pend *d, attr_state *st, const ir_attr_row *r) {
+    void **slot;
+    size_t size;
+    switch (r->field) {
+    case IR_F_DOT: slot = (void **)&st->dot, size = sizeof *st->dot; break;
+    case IR_F_GATHER: slot = (void **)&st->gather, size = sizeof *st->gather; break;
+    case IR_F_SCATTER: slot = (void **)&st->scatter, size = sizeof *st->scatter; break;
+    default: return (char *)&d->attrs;
+    }
+    if (!*slot) {
+        *slot = ir_alloc(x->m, size);
+        if (!*slot) return NULL;
+        memset(*slot, 0, size);
+        if (r->field == IR_F_DOT) st->dot->nbatch = st->dot->ncontract = -1; /* not given yet */
+    }
+    return *slot;
+}
+
+static void store_ptr(char *base, const ir_attr_row *r, const void *p) {
+    memcpy(base + r->off, &p, sizeof p);
+}
+
+/* One parser per attribute kind: the value after "name=", into the row's field. at: where the
+ * attribute starts (for messages). */
+typedef ot_status (*attr_parser)(P *x, pend *d, attr_state *st, const ir_attr_row *r,
+                                 const char *at, char *base);
+
+static ot_status pa_int(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                        char *base) {
+    (void)d, (void)st;
+    int64_t v;
+    OT_CHECK(parse_int(x, &v));
+    if (v < r->lo || v > r->hi)
+        return r->hi == INT64_MAX
+                   ? perr(x, at, OT_ERR_INVALID_ARGUMENT, "negative %s", r->name)
+                   : perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s out of range", r->name);
+    ir_attr_store_int(base + r->off, r->size, v);
+    return OT_OK;
+}
+
+static ot_status pa_bool(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                         char *base) {
+    (void)d, (void)st, (void)at;
+    bool v = false;
+    OT_CHECK(parse_bool(x, &v));
+    ir_attr_store_int(base + r->off, r->size, v);
+    return OT_OK;
+}
+
+static ot_status pa_enum(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                         char *base) {
+    (void)d, (void)st, (void)at;
+    const char *w;
+    size_t wn;
+    OT_CHECK(ident(x, &w, &wn, r->what));
+    for (int k = r->first; k < r->nnames; k++)
+        if (word_is(w, wn, r->names[k])) {
+            ir_attr_store_int(base + r->off, r->size, k);
+            return OT_OK;
+        }
+    return perr(x, w, OT_ERR_INVALID_ARGUMENT, r->bad, (int)wn, w);
+}
+
+static ot_status pa_precision(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                              char *base) {
+    (void)d, (void)st, (void)at;
+    ot_precision *prec = (ot_precision *)(base + r->off);
+    OT_CHECK(expect_char(x, '{'));
+    int k = 0;
+    while (!accept(x, '}')) {
+        OT_CHECK(x->err);
+        if (k) OT_CHECK(expect_char(x, ','));
+        const char *w;
+        size_t wn;
+        OT_CHECK(ident(x, &w, &wn, r->what));
+        int p = -1;
+        for (int j = 0; j < r->nnames; j++)
+            if (wn == strlen(r->names[j]) && !strncasecmp(w, r->names[j], wn)) p = j;
+        if (p < 0) return perr(x, w, OT_ERR_INVALID_ARGUMENT, r->bad, (int)wn, w);
+        if (k >= 2) return perr(x, w, OT_ERR_INVALID_ARGUMENT, "%s has 2 entries", r->name);
+        prec[k++] = (ot_precision)p;
+    }
+    ir_attr_store_int(base + r->count_off, sizeof(int), k);
+    return OT_OK;
+}
+
+static ot_status pa_dims(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                         char *base) {
+    (void)d, (void)st, (void)at;
+    int k;
+    if (r->field == IR_F_DIMS) { /* a list of its own in the module */
+        int64_t dims[OT_MAX_RANK];
+        OT_CHECK(parse_int_list(x, dims, OT_MAX_RANK, &k, r->what));
+        const int64_t *p = ir_memdup(x->m, dims, sizeof dims);
+        if (!p) return oom(x);
+        store_ptr(base, r, p);
+    } else { /* an array in the dimension numbers */
+        OT_CHECK(parse_int_list(x, (int64_t *)(base + r->off), OT_MAX_RANK, &k, r->what));
+    }
+    if (!(r->flags & IR_AF_COUNT_SHARED)) ir_attr_store_int(base + r->count_off, sizeof(int), k);
+    return OT_OK;
+}
+
+static ot_status pa_dims_pair(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                              char *base) {
+    (void)d, (void)st;
+    int64_t dims[OT_MAX_RANK];
+    int k;
+    OT_CHECK(parse_int_list(x, dims, OT_MAX_RANK, &k, "dimension list"));
+    int cnt = (int)ir_attr_load_int(base + r->count_off, sizeof(int));
+    if (cnt >= 0 && cnt != k)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                    "lhs and rhs %s dimension lists differ in length", r->what);
+    ir_attr_store_int(base + r->count_off, sizeof(int), k);
+    memcpy(base + r->off, dims, (size_t)k * sizeof *dims);
+    return OT_OK;
+}
+
+static ot_status pa_dim(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                        char *base) {
+    (void)st;
+    int64_t dims[OT_MAX_RANK];
+    int k;
+    OT_CHECK(parse_int_list(x, dims, OT_MAX_RANK, &k, r->name));
+    if (k != 1 && !(r->lo < 0 && k == 0))
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s takes one dimension, got %d",
+                    ot_opcode_name(d->op), k);
+    ir_attr_store_int(base + r->off, r->size, k ? dims[0] : r->def);
+    return OT_OK;
+}
+
+static ot_status pa_slice(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                          char *base) {
+    (void)st, (void)at;
+    ot_slice_dim *sd = NULL;
+    OT_CHECK(parse_slice(x, d->shape.kind == OT_IR_ARRAY ? d->shape.array.rank : 0, &sd));
+    store_ptr(base, r, sd);
+    return OT_OK;
+}
+
+static ot_status pa_padding(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                            char *base) {
+    (void)st;
+    int rank = d->shape.kind == OT_IR_ARRAY ? d->shape.array.rank : 0;
+    int64_t v[OT_MAX_RANK][3];
+    int k;
+    OT_CHECK(x_list(x, 3, v, &k, "padding"));
+    if (k != rank && !(rank == 0 && k == 1))
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "padding has %d dimensions, the rank is %d", k,
+                    rank);
+    ot_pad_dim *pd = ir_alloc(x->m, (size_t)(k ? k : 1) * sizeof *pd);
+    if (!pd) return oom(x);
+    for (int i = 0; i < k; i++) pd[i] = (ot_pad_dim){v[i][0], v[i][1], v[i][2]};
+    store_ptr(base, r, pd);
+    return OT_OK;
+}
+
+static ot_status pa_window(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                           char *base) {
+    (void)d, (void)st, (void)at;
+    ot_window *w = NULL;
+    OT_CHECK(parse_window(x, &w));
+    store_ptr(base, r, w);
+    return OT_OK;
+}
+
+static ot_status pa_dim_labels(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                               char *base) {
+    (void)d, (void)st, (void)at;
+    ot_conv_dims *cd = NULL;
+    OT_CHECK(parse_dim_labels(x, &cd));
+    store_ptr(base, r, cd);
+    return OT_OK;
+}
+
+static ot_status pa_groups(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                           char *base) {
+    (void)d, (void)st, (void)at;
+    const ot_replica_groups *g = NULL;
+    OT_CHECK(parse_replica_groups(x, &g));
+    store_ptr(base, r, g);
+    return OT_OK;
+}
+
+static ot_status pa_pairs(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                          char *base) {
+    (void)d, (void)st, (void)at;
+    const int64_t *pr = NULL;
+    int n = 0;
+    OT_CHECK(parse_pairs(x, &pr, &n));
+    store_ptr(base, r, pr);
+    ir_attr_store_int(base + r->count_off, sizeof(int), n);
+    return OT_OK;
+}
+
+static ot_status pa_string(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                           char *base) {
+    (void)d, (void)st, (void)at;
+    const char *v = NULL;
+    OT_CHECK(parse_string(x, &v));
+    store_ptr(base, r, v);
+    return OT_OK;
+}
+
+static ot_status pa_config(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                           char *base) {
+    OT_CHECK(skip_ws(x));
+    if (at_char(x, '"')) return pa_string(x, d, st, r, at, base);
+    const char *vs;
+    size_t vn;
+    OT_CHECK(skip_value(x, &vs, &vn));
+    const char *v = ir_strndup(x->m, vs, vn);
+    if (!v) return oom(x);
+    store_ptr(base, r, v);
+    return OT_OK;
+}
+
+static ot_status pa_comp(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                         char *base) {
+    (void)d, (void)at, (void)base;
+    st->has_comp[r->slot] = true;
+    return comp_ref(x, &st->comp[r->slot]);
+}
+
+static ot_status pa_comp_list(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                              char *base) {
+    (void)d, (void)r, (void)at, (void)base;
+    st->has_list = true;
+    return comp_list(x, &st->list, &st->nlist);
+}
+
+static ot_status pa_metadata(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                             char *base) {
+    (void)st, (void)r, (void)at, (void)base;
+    return parse_metadata(x, &d->md);
+}
+
+static ot_status pa_raw(P *x, pend *d, attr_state *st, const ir_attr_row *r, const char *at,
+                        char *base) {
+    (void)r, (void)at, (void)base;
+    const char *s = st->name, *vs;
+    size_t n = st->name_len, vn;
+    OT_CHECK(skip_value(x, &vs, &vn));
+    if (st->nraw == st->raw_cap) {
+        int ncap = st->raw_cap ? st->raw_cap * 2 : 4;
+        ot_raw_attr *nr = ir_alloc(x->m, (size_t)ncap * sizeof *nr);
+        if (!nr) return oom(x);
+        if (st->nraw) memcpy(nr, d->raw, (size_t)st->nraw * sizeof *nr);
+        d->raw = nr;
+        st->raw_cap = ncap;
+    }
+    d->raw[st->nraw].name = ir_strndup(x->m, s, n);
+    d->raw[st->nraw].value = ir_strndup(x->m, vs, vn);
+    if (!d->raw[st->nraw].name || !d->raw[st->nraw].value) return oom(x);
+    st->nraw++;
+    d->nraw = st->nraw;
+    return OT_OK;
+}
+
+static const attr_parser attr_parsers[] = {
+    [IR_AK_INT] = pa_int,
+    [IR_AK_BOOL] = pa_bool,
+    [IR_AK_ENUM] = pa_enum,
+    [IR_AK_PRECISION] = pa_precision,
+    [IR_AK_DIMS] = pa_dims,
+    [IR_AK_DIMS_PAIR] = pa_dims_pair,
+    [IR_AK_DIM] = pa_dim,
+    [IR_AK_SLICE] = pa_slice,
+    [IR_AK_PADDING] = pa_padding,
+    [IR_AK_WINDOW] = pa_window,
+    [IR_AK_DIM_LABELS] = pa_dim_labels,
+    [IR_AK_GROUPS] = pa_groups,
+    [IR_AK_PAIRS] = pa_pairs,
+    [IR_AK_STRING] = pa_string,
+    [IR_AK_CONFIG] = pa_config,
+    [IR_AK_COMP] = pa_comp,
+    [IR_AK_COMP_LIST] = pa_comp_list,
+    [IR_AK_METADATA] = pa_metadata,
+    [IR_AK_RAW] = pa_raw,
+};
+
+/* Sets the fields whose default is not zero (the pending record starts zeroed). */
+static void attr_defaults(pend *d) {
+    int nr;
+    const uint8_t *rows = ir_attr_op_rows(d->op, &nr);
+    for (int k = 0; k < nr; k++) {
+        const ir_attr_row *r = &ir_attr_rows[rows[k]];
+        if (r->def && r->field < IR_F_COUNT)
+            ir_attr_store_int((char *)&d->attrs + r->off, r->size, r->def);
+    }
+}
+
+/* One "name=value" attribute: the op's schema row for the name, then that kind's parser. */
 static ot_status parse_attr(P *x, pend *d, attr_state *st) {
     const char *s, *at = (skip_ws(x), x->p);
     size_t n;
@@ -1346,443 +1607,33 @@ static ot_status parse_attr(P *x, pend *d, attr_state *st) {
     OT_CHECK(note_attr_name(x, s, n, st->seen, st->seen_len, &st->nseen,
                             (int)(sizeof st->seen / sizeof st->seen[0]), "attribute"));
     OT_CHECK(expect_char(x, '='));
-    ot_opcode op = d->op;
-    ot_attrs *a = &d->attrs;
-    int rank = d->shape.kind == OT_IR_ARRAY ? d->shape.array.rank : 0;
-#define IS(w) word_is(s, n, w)
-#define ONLY(...)                                                                                  \
-    do {                                                                                           \
-        if (!op_in(op, OPS(__VA_ARGS__))) return not_for(x, at, s, n, op);                         \
-    } while (0)
-    if (IS("metadata")) return parse_metadata(x, &d->md);
-    if (IS("backend_config")) {
-        OT_CHECK(skip_ws(x));
-        if (at_char(x, '"')) return parse_string(x, &a->backend_config);
-        const char *vs;
-        size_t vn;
-        OT_CHECK(skip_value(x, &vs, &vn));
-        a->backend_config = ir_strndup(x->m, vs, vn);
-        return a->backend_config ? OT_OK : oom(x);
+    int pos;
+    const ir_attr_row *r = ir_attr_lookup(d->op, s, n, &pos);
+    if (!r) {
+        const ir_attr_row *any = ir_attr_lookup_any(s, n);
+        if (any && !(any->flags & IR_AF_UNKNOWN_ELSEWHERE)) return not_for(x, at, s, n, d->op);
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "unknown attribute '%.*s' for %s", (int)n, s,
+                    ot_opcode_name(d->op));
     }
-    if (IS("dimensions")) {
-        ONLY(OT_OP_BROADCAST, OT_OP_TRANSPOSE, OT_OP_REVERSE, OT_OP_REDUCE, OT_OP_MAP,
-             OT_OP_CONCATENATE, OT_OP_SORT, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER,
-             OT_OP_ALL_TO_ALL);
-        int64_t dims[OT_MAX_RANK];
-        int k;
-        OT_CHECK(parse_dims_field(x, dims, &k, "dimensions"));
-        if (op == OT_OP_CONCATENATE || op == OT_OP_SORT || op == OT_OP_ALL_GATHER ||
-            op == OT_OP_REDUCE_SCATTER || op == OT_OP_ALL_TO_ALL) {
-            if (k != 1 && !(op == OT_OP_ALL_TO_ALL && k == 0))
-                return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s takes one dimension, got %d",
-                            ot_opcode_name(op), k);
-            a->index = k ? dims[0] : -1;
-            return OT_OK;
-        }
-        a->ndims = k;
-        a->dims = ir_memdup(x->m, dims, sizeof dims);
-        return a->dims ? OT_OK : oom(x);
-    }
-    if (IS("dynamic_slice_sizes")) {
-        ONLY(OT_OP_DYNAMIC_SLICE);
-        int64_t dims[OT_MAX_RANK];
-        OT_CHECK(parse_dims_field(x, dims, &a->ndims, "dynamic_slice_sizes"));
-        a->dims = ir_memdup(x->m, dims, sizeof dims);
-        return a->dims ? OT_OK : oom(x);
-    }
-    if (IS("index")) {
-        ONLY(OT_OP_GET_TUPLE_ELEMENT);
-        return parse_int(x, &a->index);
-    }
-    if (IS("iota_dimension")) {
-        ONLY(OT_OP_IOTA);
-        return parse_int(x, &a->index);
-    }
-    if (IS("k")) {
-        ONLY(OT_OP_TOPK);
-        return parse_int(x, &a->index);
-    }
-    if (IS("largest")) {
-        ONLY(OT_OP_TOPK);
-        return parse_bool(x, &a->largest);
-    }
-    if (IS("is_stable")) {
-        ONLY(OT_OP_SORT, OT_OP_TOPK);
-        return parse_bool(x, &a->is_stable);
-    }
-    if (IS("direction")) {
-        ONLY(OT_OP_COMPARE);
-        const char *w;
-        size_t wn;
-        OT_CHECK(ident(x, &w, &wn, "a comparison direction (EQ NE LT LE GT GE)"));
-        for (int k = 0; k < OT_CMP_DIR_COUNT; k++)
-            if (word_is(w, wn, ot_cmp_dir_name((ot_cmp_dir)k))) {
-                a->cmp_dir = (ot_cmp_dir)k;
-                return OT_OK;
-            }
-        return perr(x, w, OT_ERR_INVALID_ARGUMENT,
-                    "expected a comparison direction (EQ NE LT LE GT GE), got '%.*s'", (int)wn, w);
-    }
-    if (IS("type")) {
-        ONLY(OT_OP_COMPARE);
-        const char *w;
-        size_t wn;
-        OT_CHECK(ident(x, &w, &wn, "a comparison type"));
-        for (int k = 1; k < OT_CMP_TYPE_COUNT; k++)
-            if (word_is(w, wn, ot_cmp_type_name((ot_cmp_type)k))) {
-                a->cmp_type = (ot_cmp_type)k;
-                return OT_OK;
-            }
-        return perr(x, w, OT_ERR_INVALID_ARGUMENT,
-                    "expected a comparison type (FLOAT TOTALORDER SIGNED UNSIGNED), got '%.*s'",
-                    (int)wn, w);
-    }
-    if (IS("exponent_bits")) {
-        ONLY(OT_OP_REDUCE_PRECISION);
-        int64_t v;
-        OT_CHECK(parse_int(x, &v));
-        if (v < 0 || v > 64)
-            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "exponent_bits out of range");
-        a->exponent_bits = (int)v;
-        return OT_OK;
-    }
-    if (IS("mantissa_bits")) {
-        ONLY(OT_OP_REDUCE_PRECISION);
-        int64_t v;
-        OT_CHECK(parse_int(x, &v));
-        if (v < 0 || v > 64)
-            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "mantissa_bits out of range");
-        a->mantissa_bits = (int)v;
-        return OT_OK;
-    }
-    if (IS("slice")) {
-        ONLY(OT_OP_SLICE);
-        ot_slice_dim *sd = NULL;
-        OT_CHECK(parse_slice(x, rank, &sd));
-        a->slice = sd;
-        return OT_OK;
-    }
-    if (IS("padding")) {
-        ONLY(OT_OP_PAD);
-        int64_t v[OT_MAX_RANK][3];
-        int k;
-        OT_CHECK(x_list(x, 3, v, &k, "padding"));
-        if (k != rank && !(rank == 0 && k == 1))
-            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "padding has %d dimensions, the rank is %d",
-                        k, rank);
-        ot_pad_dim *pd = ir_alloc(x->m, (size_t)(k ? k : 1) * sizeof *pd);
-        if (!pd) return oom(x);
-        for (int i = 0; i < k; i++) pd[i] = (ot_pad_dim){v[i][0], v[i][1], v[i][2]};
-        a->padding = pd;
-        return OT_OK;
-    }
-    if (IS("window")) {
-        ONLY(OT_OP_REDUCE_WINDOW, OT_OP_SELECT_AND_SCATTER, OT_OP_CONVOLUTION);
-        ot_window *w = NULL;
-        OT_CHECK(parse_window(x, &w));
-        a->window = w;
-        return OT_OK;
-    }
-    if (IS("dim_labels")) {
-        ONLY(OT_OP_CONVOLUTION);
-        ot_conv_dims *cd = NULL;
-        OT_CHECK(parse_dim_labels(x, &cd));
-        a->conv = cd;
-        return OT_OK;
-    }
-    if (IS("feature_group_count") || IS("batch_group_count")) {
-        ONLY(OT_OP_CONVOLUTION);
-        return parse_int(x, IS("feature_group_count") ? &a->feature_group_count
-                                                      : &a->batch_group_count);
-    }
-    if (IS("operand_precision")) {
-        ONLY(OT_OP_DOT, OT_OP_CONVOLUTION);
-        OT_CHECK(expect_char(x, '{'));
-        int k = 0;
-        while (!accept(x, '}')) {
-            OT_CHECK(x->err);
-            if (k) OT_CHECK(expect_char(x, ','));
-            const char *w;
-            size_t wn;
-            OT_CHECK(ident(x, &w, &wn, "a precision (default, high, highest)"));
-            int p = -1;
-            for (int j = 0; j < 3; j++)
-                if (wn == strlen(precision_names[j]) && !strncasecmp(w, precision_names[j], wn))
-                    p = j;
-            if (p < 0)
-                return perr(x, w, OT_ERR_INVALID_ARGUMENT,
-                            "expected a precision (default, high, highest), got '%.*s'", (int)wn,
-                            w);
-            if (k >= 2)
-                return perr(x, w, OT_ERR_INVALID_ARGUMENT, "operand_precision has 2 entries");
-            a->precision[k++] = (ot_precision)p;
-        }
-        a->nprecision = k;
-        return OT_OK;
-    }
-    /* dot dimension numbers */
-    if (IS("lhs_batch_dims") || IS("rhs_batch_dims") || IS("lhs_contracting_dims") ||
-        IS("rhs_contracting_dims")) {
-        ONLY(OT_OP_DOT);
-        if (!st->dot) {
-            st->dot = ir_alloc(x->m, sizeof *st->dot);
-            if (!st->dot) return oom(x);
-            memset(st->dot, 0, sizeof *st->dot);
-            st->dot->nbatch = st->dot->ncontract = -1;
-        }
-        int64_t dims[OT_MAX_RANK];
-        int k;
-        OT_CHECK(parse_dims_field(x, dims, &k, "dimension list"));
-        bool batch = IS("lhs_batch_dims") || IS("rhs_batch_dims");
-        int *cnt = batch ? &st->dot->nbatch : &st->dot->ncontract;
-        if (*cnt >= 0 && *cnt != k)
-            return perr(x, at, OT_ERR_INVALID_ARGUMENT,
-                        "lhs and rhs %s dimension lists differ in length",
-                        batch ? "batch" : "contracting");
-        *cnt = k;
-        int64_t *dst = IS("lhs_batch_dims")         ? st->dot->lhs_batch
-                       : IS("rhs_batch_dims")       ? st->dot->rhs_batch
-                       : IS("lhs_contracting_dims") ? st->dot->lhs_contract
-                                                    : st->dot->rhs_contract;
-        memcpy(dst, dims, (size_t)k * sizeof *dims);
-        return OT_OK;
-    }
-    /* gather / scatter dimension numbers */
-    if (IS("offset_dims") || IS("collapsed_slice_dims") || IS("start_index_map") ||
-        IS("operand_batching_dims") || IS("start_indices_batching_dims") || IS("slice_sizes")) {
-        ONLY(OT_OP_GATHER);
-        if (!st->gather) {
-            st->gather = ir_alloc(x->m, sizeof *st->gather);
-            if (!st->gather) return oom(x);
-            memset(st->gather, 0, sizeof *st->gather);
-        }
-        ot_gather_dims *g = st->gather;
-        if (IS("offset_dims"))
-            return parse_dims_field(x, g->offset_dims, &g->noffset, "offset_dims");
-        if (IS("collapsed_slice_dims"))
-            return parse_dims_field(x, g->collapsed_slice_dims, &g->ncollapsed,
-                                    "collapsed_slice_dims");
-        if (IS("start_index_map"))
-            return parse_dims_field(x, g->start_index_map, &g->nstart_index_map, "start_index_map");
-        if (IS("operand_batching_dims"))
-            return parse_dims_field(x, g->operand_batching_dims, &g->nbatching,
-                                    "operand_batching_dims");
-        if (IS("start_indices_batching_dims")) {
-            int k;
-            OT_CHECK(parse_dims_field(x, g->start_indices_batching_dims, &k,
-                                      "start_indices_batching_dims"));
-            return OT_OK;
-        }
-        return parse_dims_field(x, g->slice_sizes, &g->nslice_sizes, "slice_sizes");
-    }
-    if (IS("update_window_dims") || IS("inserted_window_dims") ||
-        IS("scatter_dims_to_operand_dims") || IS("input_batching_dims") ||
-        IS("scatter_indices_batching_dims") || IS("unique_indices")) {
-        ONLY(OT_OP_SCATTER);
-        if (!st->scatter) {
-            st->scatter = ir_alloc(x->m, sizeof *st->scatter);
-            if (!st->scatter) return oom(x);
-            memset(st->scatter, 0, sizeof *st->scatter);
-        }
-        ot_scatter_dims *g = st->scatter;
-        if (IS("update_window_dims"))
-            return parse_dims_field(x, g->update_window_dims, &g->nupdate_window,
-                                    "update_window_dims");
-        if (IS("inserted_window_dims"))
-            return parse_dims_field(x, g->inserted_window_dims, &g->ninserted,
-                                    "inserted_window_dims");
-        if (IS("scatter_dims_to_operand_dims"))
-            return parse_dims_field(x, g->scatter_dims_to_operand_dims, &g->nscatter_to_operand,
-                                    "scatter_dims_to_operand_dims");
-        if (IS("input_batching_dims"))
-            return parse_dims_field(x, g->input_batching_dims, &g->nbatching,
-                                    "input_batching_dims");
-        if (IS("unique_indices")) return parse_bool(x, &g->unique_indices);
-        int k;
-        return parse_dims_field(x, g->scatter_indices_batching_dims, &k,
-                                "scatter_indices_batching_dims");
-    }
-    if (IS("index_vector_dim") || IS("indices_are_sorted")) {
-        ONLY(OT_OP_GATHER, OT_OP_SCATTER);
-        if (op == OT_OP_GATHER && !st->gather) {
-            st->gather = ir_alloc(x->m, sizeof *st->gather);
-            if (!st->gather) return oom(x);
-            memset(st->gather, 0, sizeof *st->gather);
-        }
-        if (op == OT_OP_SCATTER && !st->scatter) {
-            st->scatter = ir_alloc(x->m, sizeof *st->scatter);
-            if (!st->scatter) return oom(x);
-            memset(st->scatter, 0, sizeof *st->scatter);
-        }
-        if (IS("index_vector_dim")) {
-            st->has_index_vector_dim = true;
-            return parse_int(x, op == OT_OP_GATHER ? &st->gather->index_vector_dim
-                                                   : &st->scatter->index_vector_dim);
-        }
-        return parse_bool(x, op == OT_OP_GATHER ? &st->gather->indices_are_sorted
-                                                : &st->scatter->indices_are_sorted);
-    }
-    /* called computations */
-    if (IS("to_apply")) {
-        ONLY(OT_OP_REDUCE, OT_OP_REDUCE_WINDOW, OT_OP_SCATTER, OT_OP_MAP, OT_OP_CALL, OT_OP_SORT,
-             OT_OP_ALL_REDUCE, OT_OP_REDUCE_SCATTER);
-        st->has_to_apply = true;
-        return comp_ref(x, &st->to_apply);
-    }
-    if (IS("calls")) {
-        ONLY(OT_OP_FUSION, OT_OP_CALL);
-        st->has_to_apply = true;
-        return comp_ref(x, &st->to_apply);
-    }
-    if (IS("kind")) {
-        ONLY(OT_OP_FUSION);
-        const char *w;
-        size_t wn;
-        OT_CHECK(ident(x, &w, &wn, "a fusion kind"));
-        static const char *const kinds[] = {"kLoop", "kInput", "kOutput", "kCustom"};
-        for (int k = 0; k < 4; k++)
-            if (word_is(w, wn, kinds[k])) {
-                a->fusion_kind = (ot_fusion_kind)k;
-                return OT_OK;
-            }
-        return perr(x, w, OT_ERR_INVALID_ARGUMENT,
-                    "expected a fusion kind (kLoop kInput kOutput kCustom), got '%.*s'", (int)wn,
-                    w);
-    }
-    if (IS("condition")) {
-        ONLY(OT_OP_WHILE);
-        st->has_cond = true;
-        return comp_ref(x, &st->cond);
-    }
-    if (IS("body")) {
-        ONLY(OT_OP_WHILE);
-        st->has_body = true;
-        return comp_ref(x, &st->body);
-    }
-    if (IS("true_computation")) {
-        ONLY(OT_OP_CONDITIONAL);
-        st->has_true = true;
-        return comp_ref(x, &st->tc);
-    }
-    if (IS("false_computation")) {
-        ONLY(OT_OP_CONDITIONAL);
-        st->has_false = true;
-        return comp_ref(x, &st->fc);
-    }
-    if (IS("branch_computations")) {
-        ONLY(OT_OP_CONDITIONAL);
-        st->has_branches = true;
-        return comp_list(x, &st->branches, &st->nbranches);
-    }
-    if (IS("select")) {
-        ONLY(OT_OP_SELECT_AND_SCATTER);
-        st->has_select = true;
-        return comp_ref(x, &st->sel);
-    }
-    if (IS("scatter")) {
-        ONLY(OT_OP_SELECT_AND_SCATTER);
-        st->has_scatter = true;
-        return comp_ref(x, &st->sca);
-    }
-    if (IS("called_computations")) {
-        ONLY(OT_OP_CUSTOM_CALL);
-        return comp_list(x, &d->called, &d->ncalled);
-    }
-    /* collectives */
-    if (IS("replica_groups")) {
-        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER, OT_OP_ALL_TO_ALL);
-        return parse_replica_groups(x, &a->groups);
-    }
-    if (IS("channel_id")) {
-        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER, OT_OP_ALL_TO_ALL,
-             OT_OP_COLLECTIVE_PERMUTE);
-        OT_CHECK(parse_int(x, &a->channel_id));
-        if (a->channel_id < 0) return perr(x, at, OT_ERR_INVALID_ARGUMENT, "negative channel_id");
-        return OT_OK;
-    }
-    if (IS("use_global_device_ids")) {
-        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER);
-        return parse_bool(x, &a->use_global_device_ids);
-    }
-    if (IS("constrain_layout")) {
-        ONLY(OT_OP_ALL_REDUCE, OT_OP_ALL_GATHER, OT_OP_REDUCE_SCATTER, OT_OP_ALL_TO_ALL);
-        return parse_bool(x, &a->constrain_layout);
-    }
-    if (IS("source_target_pairs")) {
-        ONLY(OT_OP_COLLECTIVE_PERMUTE);
-        return parse_pairs(x, a);
-    }
-    if (IS("algorithm") && op == OT_OP_RNG_BIT_GENERATOR) {
-        const char *w;
-        size_t wn;
-        OT_CHECK(ident(x, &w, &wn, "an rng algorithm"));
-        if (word_is(w, wn, "rng_default"))
-            a->rng_algorithm = OT_RNG_DEFAULT;
-        else if (word_is(w, wn, "rng_three_fry"))
-            a->rng_algorithm = OT_RNG_THREE_FRY;
-        else if (word_is(w, wn, "rng_philox"))
-            a->rng_algorithm = OT_RNG_PHILOX;
-        else
-            return perr(x, w, OT_ERR_INVALID_ARGUMENT,
-                        "expected rng_default, rng_three_fry or rng_philox, got '%.*s'", (int)wn,
-                        w);
-        return OT_OK;
-    }
-    /* custom-call */
-    if (IS("custom_call_target")) {
-        ONLY(OT_OP_CUSTOM_CALL);
-        return parse_string(x, &a->custom_call_target);
-    }
-    if (IS("custom_call_has_side_effect")) {
-        ONLY(OT_OP_CUSTOM_CALL);
-        return parse_bool(x, &a->has_side_effect);
-    }
-    if (IS("api_version")) {
-        ONLY(OT_OP_CUSTOM_CALL);
-        const char *w;
-        size_t wn;
-        OT_CHECK(ident(x, &w, &wn, "an API_VERSION_* name"));
-        static const char *const v[] = {
-            "API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
-            "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"};
-        for (int k = 0; k < 5; k++)
-            if (word_is(w, wn, v[k])) {
-                a->api_version = k;
-                return OT_OK;
-            }
-        return perr(x, w, OT_ERR_INVALID_ARGUMENT, "unknown api_version '%.*s'", (int)wn, w);
-    }
-    /* kept verbatim */
-    if (is_raw_attr(s, n) || (IS("algorithm") && op == OT_OP_DOT)) {
-        const char *vs;
-        size_t vn;
-        OT_CHECK(skip_value(x, &vs, &vn));
-        if (st->nraw == st->raw_cap) {
-            int ncap = st->raw_cap ? st->raw_cap * 2 : 4;
-            ot_raw_attr *nr = ir_alloc(x->m, (size_t)ncap * sizeof *nr);
-            if (!nr) return oom(x);
-            if (st->nraw) memcpy(nr, d->raw, (size_t)st->nraw * sizeof *nr);
-            d->raw = nr;
-            st->raw_cap = ncap;
-        }
-        d->raw[st->nraw].name = ir_strndup(x->m, s, n);
-        d->raw[st->nraw].value = ir_strndup(x->m, vs, vn);
-        if (!d->raw[st->nraw].name || !d->raw[st->nraw].value) return oom(x);
-        st->nraw++;
-        d->nraw = st->nraw;
-        return OT_OK;
-    }
-    return perr(x, at, OT_ERR_INVALID_ARGUMENT, "unknown attribute '%.*s' for %s", (int)n, s,
-                ot_opcode_name(op));
-#undef IS
-#undef ONLY
+    st->given |= UINT64_C(1) << pos;
+    st->name = s;
+    st->name_len = n;
+    char *base = row_target(x, d, st, r);
+    if (!base) return oom(x);
+    return attr_parsers[r->kind](x, d, st, r, at, base);
 }
 
-/* Moves the collected called computations into the pending record, checking what each op needs. */
+/* Whether the op's attribute `name` was given. */
+static bool given(const attr_state *st, ot_opcode op, const char *name) {
+    int pos;
+    return ir_attr_lookup(op, name, strlen(name), &pos) && (st->given >> pos & 1);
+}
+
+/* Moves the collected called computations and dimension numbers into the pending record,
+ * checking what each op needs. */
 static ot_status finish_attrs(P *x, pend *d, attr_state *st) {
     ot_opcode op = d->op;
     const char *at = d->op_at;
-    ot_computation *one[2];
     int n = 0;
     switch (op) {
     case OT_OP_REDUCE:
@@ -1794,44 +1645,47 @@ static ot_status finish_attrs(P *x, pend *d, attr_state *st) {
     case OT_OP_ALL_REDUCE:
     case OT_OP_REDUCE_SCATTER:
     case OT_OP_FUSION:
-        if (!st->has_to_apply)
+        if (!st->has_comp[0])
             return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s needs %s=", ot_opcode_name(op),
                         op == OT_OP_FUSION ? "calls" : "to_apply");
-        one[n++] = st->to_apply;
+        n = 1;
         break;
     case OT_OP_WHILE:
-        if (!st->has_cond || !st->has_body)
+        if (!st->has_comp[0] || !st->has_comp[1])
             return perr(x, at, OT_ERR_INVALID_ARGUMENT, "while needs condition= and body=");
-        one[n++] = st->cond;
-        one[n++] = st->body;
+        n = 2;
         break;
     case OT_OP_SELECT_AND_SCATTER:
-        if (!st->has_select || !st->has_scatter)
+        if (!st->has_comp[0] || !st->has_comp[1])
             return perr(x, at, OT_ERR_INVALID_ARGUMENT,
                         "select-and-scatter needs select= and scatter=");
-        one[n++] = st->sel;
-        one[n++] = st->sca;
+        n = 2;
         break;
     case OT_OP_CONDITIONAL:
-        if (st->has_branches) {
-            if (st->has_true || st->has_false)
+        if (st->has_list) {
+            if (st->has_comp[0] || st->has_comp[1])
                 return perr(x, at, OT_ERR_INVALID_ARGUMENT,
                             "conditional: give branch_computations or true/false_computation");
-            d->called = st->branches;
-            d->ncalled = st->nbranches;
+            d->called = st->list;
+            d->ncalled = st->nlist;
             break;
         }
-        if (!st->has_true || !st->has_false)
+        if (!st->has_comp[0] || !st->has_comp[1])
             return perr(x, at, OT_ERR_INVALID_ARGUMENT,
                         "conditional needs branch_computations= or true_computation= and "
                         "false_computation=");
-        one[n++] = st->tc;
-        one[n++] = st->fc;
+        n = 2;
+        break;
+    case OT_OP_CUSTOM_CALL:
+        if (st->has_list) {
+            d->called = st->list;
+            d->ncalled = st->nlist;
+        }
         break;
     default: break;
     }
     if (n) {
-        d->called = ir_memdup(x->m, one, (size_t)n * sizeof *one);
+        d->called = ir_memdup(x->m, st->comp, (size_t)n * sizeof *st->comp);
         if (!d->called) return oom(x);
         d->ncalled = n;
     }
@@ -1845,31 +1699,27 @@ static ot_status finish_attrs(P *x, pend *d, attr_state *st) {
         d->attrs.dot = st->dot;
     }
     if (op == OT_OP_GATHER) {
-        if (!st->gather || !st->has_index_vector_dim)
+        if (!st->gather || !given(st, op, "index_vector_dim"))
             return perr(x, at, OT_ERR_INVALID_ARGUMENT,
                         "gather needs its dimension numbers (offset_dims=, collapsed_slice_dims=, "
                         "start_index_map=, index_vector_dim=, slice_sizes=)");
         d->attrs.gather = st->gather;
     }
     if (op == OT_OP_SCATTER) {
-        if (!st->scatter || !st->has_index_vector_dim)
+        if (!st->scatter || !given(st, op, "index_vector_dim"))
             return perr(x, at, OT_ERR_INVALID_ARGUMENT,
                         "scatter needs its dimension numbers (update_window_dims=, "
                         "inserted_window_dims=, scatter_dims_to_operand_dims=, index_vector_dim=)");
         d->attrs.scatter = st->scatter;
     }
-    if (op == OT_OP_CONVOLUTION && !d->attrs.conv)
-        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "convolution needs dim_labels=");
-    if ((op == OT_OP_REDUCE_WINDOW || op == OT_OP_SELECT_AND_SCATTER) && !d->attrs.window)
-        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s needs window=", ot_opcode_name(op));
-    if (op == OT_OP_SLICE && !d->attrs.slice)
-        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "slice needs slice=");
-    if (op == OT_OP_PAD && !d->attrs.padding)
-        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "pad needs padding=");
-    if (op == OT_OP_CUSTOM_CALL && !d->attrs.custom_call_target)
-        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "custom-call needs custom_call_target=");
-    if (op == OT_OP_COMPARE && d->attrs.cmp_dir == (ot_cmp_dir)-1)
-        return perr(x, at, OT_ERR_INVALID_ARGUMENT, "compare needs direction=");
+    int nr;
+    const uint8_t *rows = ir_attr_op_rows(op, &nr);
+    for (int k = 0; k < nr; k++) {
+        const ir_attr_row *r = &ir_attr_rows[rows[k]];
+        if ((r->flags & IR_AF_REQUIRED) && !(st->given >> k & 1))
+            return perr(x, at, OT_ERR_INVALID_ARGUMENT, "%s needs %s=", ot_opcode_name(op),
+                        r->name);
+    }
     return OT_OK;
 }
 
@@ -2049,8 +1899,6 @@ static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pid
     OT_CHECK(grow_pend(x));
     pend *d = &x->pend[x->npend];
     memset(d, 0, sizeof *d);
-    d->attrs.cmp_dir = (ot_cmp_dir)-1;
-    d->attrs.largest = true;
     OT_CHECK(skip_ws(x));
     d->at = x->p;
     const char *nm;
@@ -2124,15 +1972,13 @@ static ot_status parse_instr(P *x, bool *is_root, ot_instr **built, int64_t *pid
     }
     d->nops = nops;
     d->ops_off = ops_off;
-    if (d->op == OT_OP_ALL_TO_ALL) d->attrs.index = -1; /* no dimensions=: the tuple form */
     /* attributes */
+    attr_defaults(d);
     attr_state st;
     memset(&st, 0, sizeof st);
     while (accept(x, ',')) OT_CHECK(parse_attr(x, d, &st));
     OT_CHECK(x->err);
     OT_CHECK(finish_attrs(x, d, &st));
-    if (d->op != OT_OP_COMPARE) d->attrs.cmp_dir = OT_CMP_EQ;
-    if (d->op != OT_OP_TOPK) d->attrs.largest = false;
     d->name = ir_strndup(x->m, nm, nn);
     if (!d->name) return oom(x);
     if (!deferred) {

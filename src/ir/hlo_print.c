@@ -1,5 +1,6 @@
 /* HLO text printer (canonical: what XLA's parser accepts; print -> parse -> print is a fixed
  * point) and Graphviz DOT export. */
+#include "attr_schema.h"
 #include "ir_internal.h"
 
 #include <math.h>
@@ -310,8 +311,9 @@ static void put_literal(sb *b, const ot_instr *i) {
     }
 }
 
+/* A window's value: {size=.. stride=.. ...}, each field but size only when not its default. */
 static void put_window(sb *b, const ot_window *w) {
-    sb_puts(b, "window={");
+    sb_puts(b, "{");
     if (!w || w->rank == 0) {
         sb_puts(b, "}");
         return;
@@ -370,11 +372,10 @@ static void put_dim_labels(sb *b, const ot_conv_dims *d) {
         ou[d->output_spatial[i]] = (char)('0' + i);
     }
     in[r] = kr[r] = ou[r] = '\0';
-    sb_printf(b, "dim_labels=%s_%s->%s", in, kr, ou);
+    sb_printf(b, "%s_%s->%s", in, kr, ou);
 }
 
 static void put_groups(sb *b, const ot_replica_groups *g) {
-    sb_puts(b, "replica_groups=");
     if (!g || g->ngroups == 0) {
         sb_puts(b, "{}");
         return;
@@ -409,51 +410,68 @@ static void comp_name(sb *b, const ot_computation *c, const ot_hlo_print_options
     sb_puts(b, c->name);
 }
 
-static void put_attrs(sb *b, const ot_instr *i, const ot_hlo_print_options *o) {
+static void put_metadata(sb *b, const ot_metadata *m) {
+    sb_puts(b, "{");
+    bool first = true;
+    if (m->op_type) {
+        sb_puts(b, "op_type=");
+        put_string(b, m->op_type);
+        first = false;
+    }
+    if (m->op_name) {
+        if (!first) sb_puts(b, " ");
+        sb_puts(b, "op_name=");
+        put_string(b, m->op_name);
+        first = false;
+    }
+    if (m->source_file) {
+        if (!first) sb_puts(b, " ");
+        sb_puts(b, "source_file=");
+        put_string(b, m->source_file);
+        first = false;
+    }
+    if (m->source_line) {
+        if (!first) sb_puts(b, " ");
+        sb_printf(b, "source_line=%lld", (long long)m->source_line);
+    }
+    sb_puts(b, "}");
+}
+
+static const void *load_ptr(const char *base, const ir_attr_row *r) {
+    const void *p;
+    memcpy(&p, base + r->off, sizeof p);
+    return p;
+}
+
+/* One printer per attribute kind: the value after "name=". base: the struct the row's field is
+ * in (ir_attr_row_base). */
+static void put_value(sb *b, const ot_instr *i, const ir_attr_row *r, const char *base,
+                      const ot_hlo_print_options *o) {
     const ot_attrs *a = i->attrs;
-#define SEP() sb_puts(b, ", ")
-    switch (i->opcode) {
-    case OT_OP_IOTA:
-        SEP();
-        sb_printf(b, "iota_dimension=%lld", (long long)a->index);
+    switch ((ir_attr_kind)r->kind) {
+    case IR_AK_INT: sb_i64(b, (long long)ir_attr_load_int(base + r->off, r->size)); break;
+    case IR_AK_BOOL: sb_puts(b, ir_attr_load_int(base + r->off, r->size) ? "true" : "false"); break;
+    case IR_AK_ENUM:
+        sb_puts(b, ir_attr_enum_name(r, ir_attr_load_int(base + r->off, r->size)));
         break;
-    case OT_OP_GET_TUPLE_ELEMENT:
-        SEP();
-        sb_printf(b, "index=%lld", (long long)a->index);
+    case IR_AK_PRECISION: {
+        const ot_precision *p = (const ot_precision *)(base + r->off);
+        sb_printf(b, "{%s,%s}", ir_attr_enum_name(r, p[0]), ir_attr_enum_name(r, p[1]));
         break;
-    case OT_OP_COMPARE:
-        SEP();
-        sb_printf(b, "direction=%s", ot_cmp_dir_name(a->cmp_dir));
-        if (a->cmp_type != OT_CMP_TYPE_DEFAULT) {
-            SEP();
-            sb_printf(b, "type=%s", ot_cmp_type_name(a->cmp_type));
-        }
+    }
+    case IR_AK_DIMS:
+    case IR_AK_DIMS_PAIR: {
+        int n = (int)ir_attr_load_int(base + r->count_off, sizeof(int));
+        put_dims(b, r->field == IR_F_DIMS ? load_ptr(base, r) : (const void *)(base + r->off), n);
         break;
-    case OT_OP_REDUCE_PRECISION:
-        SEP();
-        sb_printf(b, "exponent_bits=%d, mantissa_bits=%d", a->exponent_bits, a->mantissa_bits);
+    }
+    case IR_AK_DIM:
+        sb_puts(b, "{");
+        sb_i64(b, (long long)ir_attr_load_int(base + r->off, r->size));
+        sb_puts(b, "}");
         break;
-    case OT_OP_BROADCAST:
-    case OT_OP_TRANSPOSE:
-    case OT_OP_REVERSE:
-    case OT_OP_REDUCE:
-    case OT_OP_MAP:
-        SEP();
-        sb_puts(b, "dimensions=");
-        put_dims(b, a->dims, a->ndims);
-        break;
-    case OT_OP_CONCATENATE:
-        SEP();
-        sb_printf(b, "dimensions={%lld}", (long long)a->index);
-        break;
-    case OT_OP_DYNAMIC_SLICE:
-        SEP();
-        sb_puts(b, "dynamic_slice_sizes=");
-        put_dims(b, a->dims, a->ndims);
-        break;
-    case OT_OP_SLICE:
-        SEP();
-        sb_puts(b, "slice={");
+    case IR_AK_SLICE:
+        sb_puts(b, "{");
         for (int k = 0; k < i->shape.array.rank; k++) {
             const ot_slice_dim *s = &a->slice[k];
             sb_printf(b, "%s[%lld:%lld", k ? ", " : "", (long long)s->start, (long long)s->limit);
@@ -462,270 +480,76 @@ static void put_attrs(sb *b, const ot_instr *i, const ot_hlo_print_options *o) {
         }
         sb_puts(b, "}");
         break;
-    case OT_OP_PAD: {
-        SEP();
-        sb_puts(b, "padding=");
-        int r = i->shape.array.rank;
+    case IR_AK_PADDING: {
+        int rk = i->shape.array.rank;
         bool interior = false;
-        for (int k = 0; k < r; k++) interior |= a->padding[k].interior != 0;
-        for (int k = 0; k < r; k++) {
+        for (int k = 0; k < rk; k++) interior |= a->padding[k].interior != 0;
+        for (int k = 0; k < rk; k++) {
             sb_printf(b, "%s%lld_%lld", k ? "x" : "", (long long)a->padding[k].lo,
                       (long long)a->padding[k].hi);
             if (interior) sb_printf(b, "_%lld", (long long)a->padding[k].interior);
         }
-        if (r == 0) sb_puts(b, "0_0");
+        if (rk == 0) sb_puts(b, "0_0");
         break;
     }
-    case OT_OP_GATHER: {
-        const ot_gather_dims *g = a->gather;
-        SEP();
-        sb_puts(b, "offset_dims=");
-        put_dims(b, g->offset_dims, g->noffset);
-        SEP();
-        sb_puts(b, "collapsed_slice_dims=");
-        put_dims(b, g->collapsed_slice_dims, g->ncollapsed);
-        SEP();
-        sb_puts(b, "start_index_map=");
-        put_dims(b, g->start_index_map, g->nstart_index_map);
-        if (g->nbatching) {
-            SEP();
-            sb_puts(b, "operand_batching_dims=");
-            put_dims(b, g->operand_batching_dims, g->nbatching);
-            SEP();
-            sb_puts(b, "start_indices_batching_dims=");
-            put_dims(b, g->start_indices_batching_dims, g->nbatching);
-        }
-        SEP();
-        sb_printf(b, "index_vector_dim=%lld", (long long)g->index_vector_dim);
-        SEP();
-        sb_puts(b, "slice_sizes=");
-        put_dims(b, g->slice_sizes, g->nslice_sizes);
-        if (g->indices_are_sorted) sb_puts(b, ", indices_are_sorted=true");
-        break;
-    }
-    case OT_OP_SCATTER: {
-        const ot_scatter_dims *g = a->scatter;
-        SEP();
-        sb_puts(b, "update_window_dims=");
-        put_dims(b, g->update_window_dims, g->nupdate_window);
-        SEP();
-        sb_puts(b, "inserted_window_dims=");
-        put_dims(b, g->inserted_window_dims, g->ninserted);
-        SEP();
-        sb_puts(b, "scatter_dims_to_operand_dims=");
-        put_dims(b, g->scatter_dims_to_operand_dims, g->nscatter_to_operand);
-        if (g->nbatching) {
-            SEP();
-            sb_puts(b, "input_batching_dims=");
-            put_dims(b, g->input_batching_dims, g->nbatching);
-            SEP();
-            sb_puts(b, "scatter_indices_batching_dims=");
-            put_dims(b, g->scatter_indices_batching_dims, g->nbatching);
-        }
-        SEP();
-        sb_printf(b, "index_vector_dim=%lld", (long long)g->index_vector_dim);
-        if (g->indices_are_sorted) sb_puts(b, ", indices_are_sorted=true");
-        if (g->unique_indices) sb_puts(b, ", unique_indices=true");
-        break;
-    }
-    case OT_OP_REDUCE_WINDOW:
-    case OT_OP_SELECT_AND_SCATTER:
-        SEP();
-        put_window(b, a->window);
-        break;
-    case OT_OP_SORT:
-        SEP();
-        sb_printf(b, "dimensions={%lld}", (long long)a->index);
-        if (a->is_stable) sb_puts(b, ", is_stable=true");
-        break;
-    case OT_OP_TOPK:
-        SEP();
-        sb_printf(b, "k=%lld, largest=%s", (long long)a->index, a->largest ? "true" : "false");
-        if (a->is_stable) sb_puts(b, ", is_stable=true");
-        break;
-    case OT_OP_DOT: {
-        const ot_dot_dims *d = a->dot;
-        if (d->nbatch) {
-            SEP();
-            sb_puts(b, "lhs_batch_dims=");
-            put_dims(b, d->lhs_batch, d->nbatch);
-        }
-        SEP();
-        sb_puts(b, "lhs_contracting_dims=");
-        put_dims(b, d->lhs_contract, d->ncontract);
-        if (d->nbatch) {
-            SEP();
-            sb_puts(b, "rhs_batch_dims=");
-            put_dims(b, d->rhs_batch, d->nbatch);
-        }
-        SEP();
-        sb_puts(b, "rhs_contracting_dims=");
-        put_dims(b, d->rhs_contract, d->ncontract);
-        break;
-    }
-    case OT_OP_CONVOLUTION:
-        if (a->window && a->window->rank) {
-            SEP();
-            put_window(b, a->window);
-        }
-        SEP();
-        put_dim_labels(b, a->conv);
-        if (a->feature_group_count > 1)
-            sb_printf(b, ", feature_group_count=%lld", (long long)a->feature_group_count);
-        if (a->batch_group_count > 1)
-            sb_printf(b, ", batch_group_count=%lld", (long long)a->batch_group_count);
-        break;
-    case OT_OP_FUSION:
-        SEP();
-        sb_printf(b, "kind=%s",
-                  (const char *[]){"kLoop", "kInput", "kOutput", "kCustom"}[a->fusion_kind & 3]);
-        break;
-    case OT_OP_ALL_REDUCE:
-    case OT_OP_ALL_GATHER:
-    case OT_OP_REDUCE_SCATTER:
-    case OT_OP_ALL_TO_ALL:
-        if (a->channel_id) sb_printf(b, ", channel_id=%lld", (long long)a->channel_id);
-        SEP();
-        put_groups(b, a->groups);
-        if (a->constrain_layout) sb_puts(b, ", constrain_layout=true");
-        if (i->opcode != OT_OP_ALL_REDUCE && a->index >= 0)
-            sb_printf(b, ", dimensions={%lld}", (long long)a->index);
-        if (a->use_global_device_ids) sb_puts(b, ", use_global_device_ids=true");
-        break;
-    case OT_OP_COLLECTIVE_PERMUTE:
-        if (a->channel_id) sb_printf(b, ", channel_id=%lld", (long long)a->channel_id);
-        SEP();
-        sb_puts(b, "source_target_pairs={");
+    case IR_AK_WINDOW: put_window(b, a->window); break;
+    case IR_AK_DIM_LABELS: put_dim_labels(b, a->conv); break;
+    case IR_AK_GROUPS: put_groups(b, a->groups); break;
+    case IR_AK_PAIRS:
+        sb_puts(b, "{");
         for (int k = 0; k < a->npairs; k++)
             sb_printf(b, "%s{%lld,%lld}", k ? "," : "", (long long)a->pairs[2 * k],
                       (long long)a->pairs[2 * k + 1]);
         sb_puts(b, "}");
         break;
-    case OT_OP_RNG_BIT_GENERATOR:
-        SEP();
-        sb_printf(
-            b, "algorithm=%s",
-            (const char *[]){"rng_default", "rng_three_fry", "rng_philox"}[a->rng_algorithm % 3]);
+    case IR_AK_STRING:
+    case IR_AK_CONFIG: {
+        const char *s = load_ptr(base, r);
+        put_string(b, s ? s : "");
         break;
-    case OT_OP_CUSTOM_CALL:
-        SEP();
-        sb_puts(b, "custom_call_target=");
-        put_string(b, a->custom_call_target ? a->custom_call_target : "");
-        if (a->has_side_effect) sb_puts(b, ", custom_call_has_side_effect=true");
-        if (a->api_version)
-            sb_printf(b, ", api_version=%s",
-                      (const char *[]){"API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL",
-                                       "API_VERSION_STATUS_RETURNING",
-                                       "API_VERSION_STATUS_RETURNING_UNIFIED",
-                                       "API_VERSION_TYPED_FFI"}[a->api_version % 5]);
+    }
+    case IR_AK_COMP: comp_name(b, i->called[r->slot], o); break;
+    case IR_AK_COMP_LIST:
+        sb_puts(b, "{");
+        for (int k = 0; k < i->ncalled; k++) {
+            if (k) sb_puts(b, ", ");
+            comp_name(b, i->called[k], o);
+        }
+        sb_puts(b, "}");
         break;
     default: break;
     }
-    if ((i->opcode == OT_OP_DOT || i->opcode == OT_OP_CONVOLUTION) && a->nprecision == 2) {
-        static const char *const pn[] = {"default", "high", "highest"};
-        sb_printf(b, ", operand_precision={%s,%s}", pn[a->precision[0] % 3],
-                  pn[a->precision[1] % 3]);
-    }
-    /* called computations */
-    switch (i->opcode) {
-    case OT_OP_WHILE:
-        SEP();
-        sb_puts(b, "condition=");
-        comp_name(b, i->called[0], o);
-        SEP();
-        sb_puts(b, "body=");
-        comp_name(b, i->called[1], o);
-        break;
-    case OT_OP_SELECT_AND_SCATTER:
-        SEP();
-        sb_puts(b, "select=");
-        comp_name(b, i->called[0], o);
-        SEP();
-        sb_puts(b, "scatter=");
-        comp_name(b, i->called[1], o);
-        break;
-    case OT_OP_CONDITIONAL:
-        if (i->noperands && i->operands[0]->shape.kind == OT_IR_ARRAY &&
-            i->operands[0]->shape.array.dtype == OT_PRED && i->ncalled == 2) {
-            SEP();
-            sb_puts(b, "true_computation=");
-            comp_name(b, i->called[0], o);
-            SEP();
-            sb_puts(b, "false_computation=");
-            comp_name(b, i->called[1], o);
-        } else {
-            SEP();
-            sb_puts(b, "branch_computations={");
-            for (int k = 0; k < i->ncalled; k++) {
-                if (k) sb_puts(b, ", ");
-                comp_name(b, i->called[k], o);
+}
+
+/* The attributes after the operand list: the op's schema rows in table order, each printed
+ * (", name=value") when its print policy says so. */
+static void put_attrs(sb *b, const ot_instr *i, const ot_hlo_print_options *o) {
+    int nr;
+    const uint8_t *rows = ir_attr_op_rows(i->opcode, &nr);
+    for (int k = 0; k < nr; k++) {
+        const ir_attr_row *r = &ir_attr_rows[rows[k]];
+        if (r->kind == IR_AK_RAW_ALL) {
+            for (int q = 0; q < i->nraw; q++) {
+                sb_puts(b, ", ");
+                sb_puts(b, i->raw[q].name);
+                sb_puts(b, "=");
+                sb_puts(b, i->raw[q].value);
             }
-            sb_puts(b, "}");
+            continue;
         }
-        break;
-    case OT_OP_FUSION:
-        SEP();
-        sb_puts(b, "calls=");
-        comp_name(b, i->called[0], o);
-        break;
-    case OT_OP_CUSTOM_CALL:
-        if (i->ncalled) {
-            SEP();
-            sb_puts(b, "called_computations={");
-            for (int k = 0; k < i->ncalled; k++) {
-                if (k) sb_puts(b, ", ");
-                comp_name(b, i->called[k], o);
+        if (r->kind == IR_AK_METADATA) {
+            if (o->metadata && i->metadata) {
+                sb_puts(b, ", metadata=");
+                put_metadata(b, i->metadata);
             }
-            sb_puts(b, "}");
+            continue;
         }
-        break;
-    default:
-        if (i->ncalled == 1) {
-            SEP();
-            sb_puts(b, "to_apply=");
-            comp_name(b, i->called[0], o);
-        }
-        break;
+        if (!ir_attr_printed(r, i)) continue;
+        sb_puts(b, ", ");
+        sb_puts(b, r->name);
+        sb_puts(b, "=");
+        put_value(b, i, r, ir_attr_row_base(r, i->attrs), o);
     }
-    if (a->backend_config) {
-        SEP();
-        sb_puts(b, "backend_config=");
-        put_string(b, a->backend_config);
-    }
-    for (int k = 0; k < i->nraw; k++) {
-        SEP();
-        sb_printf(b, "%s=", i->raw[k].name);
-        sb_puts(b, i->raw[k].value);
-    }
-    if (o->metadata && i->metadata) {
-        const ot_metadata *m = i->metadata;
-        SEP();
-        sb_puts(b, "metadata={");
-        bool first = true;
-        if (m->op_type) {
-            sb_puts(b, "op_type=");
-            put_string(b, m->op_type);
-            first = false;
-        }
-        if (m->op_name) {
-            if (!first) sb_puts(b, " ");
-            sb_puts(b, "op_name=");
-            put_string(b, m->op_name);
-            first = false;
-        }
-        if (m->source_file) {
-            if (!first) sb_puts(b, " ");
-            sb_puts(b, "source_file=");
-            put_string(b, m->source_file);
-            first = false;
-        }
-        if (m->source_line) {
-            if (!first) sb_puts(b, " ");
-            sb_printf(b, "source_line=%lld", (long long)m->source_line);
-        }
-        sb_puts(b, "}");
-    }
-#undef SEP
 }
 
 static void put_instr(sb *b, const ot_instr *i, const ot_hlo_print_options *o) {

@@ -1,4 +1,5 @@
 /* Opcode names and classes, comparison names, IR shapes. */
+#include "attr_schema.h"
 #include "ir_internal.h"
 #include "op_traits.h"
 
@@ -118,9 +119,14 @@ enum {
     COMM = IR_OP_COMMUTATIVE,
     COST = IR_OP_EXPENSIVE,
     FLT = IR_OP_FLOAT_ONLY,
-    BIT = IR_OP_NO_FLOAT
+    BIT = IR_OP_NO_FLOAT,
+    KEEP = IR_OP_KEEPS_SUBNORMALS
 };
-static const uint8_t op_traits[OT_OP_COUNT] = {
+const uint8_t ir_op_trait_table[OT_OP_COUNT] = {
+    [OT_OP_ABS] = KEEP,
+    [OT_OP_NEGATE] = KEEP,
+    [OT_OP_SIGN] = KEEP,
+    [OT_OP_COPY] = KEEP,
     [OT_OP_FLOOR] = FLT,
     [OT_OP_CEIL] = FLT,
     [OT_OP_ROUND_NEAREST_AFZ] = FLT,
@@ -138,7 +144,7 @@ static const uint8_t op_traits[OT_OP_COUNT] = {
     [OT_OP_COS] = FLT | COST,
     [OT_OP_TAN] = FLT | COST,
     [OT_OP_ERF] = FLT | COST,
-    [OT_OP_IS_FINITE] = FLT,
+    [OT_OP_IS_FINITE] = FLT | KEEP,
     [OT_OP_NOT] = BIT,
     [OT_OP_POPCNT] = BIT,
     [OT_OP_CLZ] = BIT,
@@ -159,10 +165,6 @@ static const uint8_t op_traits[OT_OP_COUNT] = {
     [OT_OP_MAP] = COST,
 };
 
-unsigned ir_op_traits(ot_opcode op) {
-    return (int)op >= 0 && op < OT_OP_COUNT ? op_traits[op] : 0;
-}
-
 bool ot_opcode_is_commutative(ot_opcode op) {
     return ir_op_traits(op) & IR_OP_COMMUTATIVE;
 }
@@ -178,18 +180,13 @@ bool ot_instr_has_side_effect(const ot_instr *i) {
     return false;
 }
 
-static const char *const cmp_dir_names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
-static_assert(sizeof cmp_dir_names / sizeof cmp_dir_names[0] == OT_CMP_DIR_COUNT, "cmp dirs");
-static const char *const cmp_type_names[] = {"DEFAULT", "FLOAT", "TOTALORDER", "SIGNED",
-                                             "UNSIGNED"};
-static_assert(sizeof cmp_type_names / sizeof cmp_type_names[0] == OT_CMP_TYPE_COUNT, "cmp types");
-
+/* The names live in the attribute schema (attr_schema.c), which reads and prints them. */
 const char *ot_cmp_dir_name(ot_cmp_dir d) {
-    return (int)d >= 0 && d < OT_CMP_DIR_COUNT ? cmp_dir_names[d] : "<invalid>";
+    return (int)d >= 0 && d < OT_CMP_DIR_COUNT ? ir_cmp_dir_names[d] : "<invalid>";
 }
 
 const char *ot_cmp_type_name(ot_cmp_type t) {
-    return (int)t >= 0 && t < OT_CMP_TYPE_COUNT ? cmp_type_names[t] : "<invalid>";
+    return (int)t >= 0 && t < OT_CMP_TYPE_COUNT ? ir_cmp_type_names[t] : "<invalid>";
 }
 
 ot_cmp_type ot_cmp_type_resolve(ot_cmp_type t, ot_dtype operand) {
