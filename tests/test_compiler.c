@@ -1535,6 +1535,95 @@ static void test_serialize_roundtrip(void) {
     EXPECT_INT_EQ(ot_alloc_live(), live);
 }
 
+/* A module with every attribute kind the compiler keeps (topk, sort, gather, scatter, pad,
+ * slice, windows, dot precision, convolution, compare type, reduce-precision, rng, collectives,
+ * pairs, ...): compiled without fusion (-O0: every instruction keeps its own attributes), its
+ * executable round-trips byte for byte, each attribute encoded by the schema's field table and
+ * decoded back, and topk keeps is_stable through compilation. */
+static const char k_every_attr[] =
+    "HloModule every_attr\n"
+    "\n"
+    "add {\n"
+    "  a = f32[] parameter(0)\n"
+    "  b = f32[] parameter(1)\n"
+    "  ROOT s = f32[] add(a, b)\n"
+    "}\n"
+    "\n"
+    "lt {\n"
+    "  p0 = f32[] parameter(0)\n"
+    "  p1 = f32[] parameter(1)\n"
+    "  ROOT c = pred[] compare(p0, p1), direction=LT, type=TOTALORDER\n"
+    "}\n"
+    "\n"
+    "ENTRY main {\n"
+    "  x = f32[4,8] parameter(0)\n"
+    "  idx = s32[2,1] parameter(1)\n"
+    "  upd = f32[2,8] parameter(2)\n"
+    "  img = f32[1,6,6,2] parameter(3)\n"
+    "  ker = f32[3,3,2,4] parameter(4)\n"
+    "  rs = u64[2] parameter(5)\n"
+    "  rng = (u64[2], u32[8]) rng-bit-generator(rs), algorithm=rng_philox\n"
+    "  rb = u32[8] get-tuple-element(rng), index=1\n"
+    "  ar = f32[4,8] all-reduce(x), replica_groups={{0}}, channel_id=3, to_apply=add\n"
+    "  cp = f32[4,8] collective-permute(x), channel_id=4, source_target_pairs={{0,0}}\n"
+    "  ag = f32[4,8] all-gather(x), replica_groups=[1,1]<=[1], dimensions={0}\n"
+    "  top = (f32[4,3], s32[4,3]) topk(x), k=3, largest=true, is_stable=true\n"
+    "  t0 = f32[4,3] get-tuple-element(top), index=0\n"
+    "  srt = f32[4,8] sort(x), dimensions={1}, is_stable=true, to_apply=lt\n"
+    "  g = f32[2,8] gather(x, idx), offset_dims={1}, collapsed_slice_dims={0}, "
+    "start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}, indices_are_sorted=true\n"
+    "  sc = f32[4,8] scatter(x, idx, upd), update_window_dims={1}, inserted_window_dims={0}, "
+    "scatter_dims_to_operand_dims={0}, index_vector_dim=1, unique_indices=true, to_apply=add\n"
+    "  z = f32[] constant(0)\n"
+    "  pd = f32[6,12] pad(x, z), padding=1_1x2_2\n"
+    "  sl = f32[2,4] slice(x), slice={[0:4:2], [1:8:2]}\n"
+    "  rw = f32[4,4] reduce-window(x, z), window={size=1x2 stride=1x2}, to_apply=add\n"
+    "  xt = f32[8,4] transpose(x), dimensions={1,0}\n"
+    "  d = f32[4,4] dot(x, xt), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+    "operand_precision={high,highest}\n"
+    "  cv = f32[1,4,4,4] convolution(img, ker), window={size=3x3}, dim_labels=b01f_01io->b01f\n"
+    "  cmp = pred[4,8] compare(x, srt), direction=GE, type=TOTALORDER\n"
+    "  rp = f32[4,8] reduce-precision(x), exponent_bits=5, mantissa_bits=10\n"
+    "  cc = f32[8,8] concatenate(x, x), dimensions={0}\n"
+    "  io = s32[4,8] iota(), iota_dimension=1\n"
+    "  i0 = s32[] constant(1)\n"
+    "  ds = f32[2,8] dynamic-slice(x, i0, i0), dynamic_slice_sizes={2,8}\n"
+    "  bc = f32[3,4,8] broadcast(x), dimensions={1,2}\n"
+    "  r = f32[4] reduce(x, z), dimensions={1}, to_apply=add\n"
+    "  ROOT out = (f32[4,3], f32[4,8], f32[2,8], f32[4,8], f32[6,12], f32[2,4], f32[4,4], "
+    "f32[4,4], f32[1,4,4,4], pred[4,8], f32[4,8], f32[8,8], s32[4,8], f32[2,8], f32[3,4,8], "
+    "f32[4], u32[8], f32[4,8], f32[4,8], f32[4,8]) tuple(t0, srt, g, sc, pd, sl, rw, d, cv, cmp, "
+    "rp, cc, io, ds, bc, r, rb, ar, cp, ag)\n"
+    "}\n";
+
+static void test_serialize_every_attribute(void) {
+    int64_t live = ot_alloc_live();
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(k_every_attr, strlen(k_every_attr), NULL, &m));
+    ot_compile_options o = ot_compile_options_default();
+    o.opt_level = 0;
+    ot_executable *e = NULL, *e2 = NULL;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    void *buf = NULL, *buf2 = NULL;
+    size_t len = 0, len2 = 0;
+    ASSERT_OK(ot_executable_serialize(e, &buf, &len));
+    ASSERT_OK(ot_executable_deserialize(buf, len, &e2));
+    ASSERT_OK(ot_executable_serialize(e2, &buf2, &len2));
+    EXPECT_TRUE(len == len2 && memcmp(buf, buf2, len) == 0);
+    char *text = ot_hlo_print(ot_executable_module(e2), NULL);
+    ASSERT_TRUE(text != NULL);
+    EXPECT_TRUE(strstr(text, "k=3, largest=true, is_stable=true") != NULL);
+    EXPECT_TRUE(strstr(text, "operand_precision={high,highest}") != NULL);
+    EXPECT_TRUE(strstr(text, "source_target_pairs={{0,0}}") != NULL);
+    ot_free(text);
+    ot_free(buf);
+    ot_free(buf2);
+    ot_executable_free(e);
+    ot_executable_free(e2);
+    ot_module_free(m);
+    EXPECT_INT_EQ(ot_alloc_live(), live);
+}
+
 static void test_serialize_bad_files(void) {
     int64_t live = ot_alloc_live();
     ot_module *m = build_adam(32, true);
@@ -2300,8 +2389,9 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
              OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
-             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
-             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
-             OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
-             OT_TEST(test_fuse_size_capped), OT_TEST(test_fuse_random_dags),
-             OT_TEST(test_fuse_cycle_check_alone), OT_TEST(test_inline_size_limit))
+             OT_TEST(test_serialize_every_attribute), OT_TEST(test_serialize_bad_files),
+             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
+             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2),
+             OT_TEST(test_fuse_residual_chain), OT_TEST(test_fuse_size_capped),
+             OT_TEST(test_fuse_random_dags), OT_TEST(test_fuse_cycle_check_alone),
+             OT_TEST(test_inline_size_limit))

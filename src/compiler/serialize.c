@@ -10,6 +10,7 @@
  * naming the field. All integers little-endian. */
 #include "compiler_internal.h"
 #include "executable_internal.h"
+#include "ir/attr_schema.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -90,114 +91,138 @@ static void put_window(wb *w, const ot_window *win) {
     }
 }
 
+static void put_dot(wb *w, const ot_dot_dims *d) {
+    put_u8(w, (unsigned)d->nbatch);
+    put_u8(w, (unsigned)d->ncontract);
+    put_dims(w, d->lhs_batch, d->nbatch);
+    put_dims(w, d->rhs_batch, d->nbatch);
+    put_dims(w, d->lhs_contract, d->ncontract);
+    put_dims(w, d->rhs_contract, d->ncontract);
+}
+
+static void put_conv(wb *w, const ot_conv_dims *d) {
+    put_u8(w, (unsigned)d->nspatial);
+    put_i64(w, d->input_batch);
+    put_i64(w, d->input_feature);
+    put_dims(w, d->input_spatial, d->nspatial);
+    put_i64(w, d->kernel_input_feature);
+    put_i64(w, d->kernel_output_feature);
+    put_dims(w, d->kernel_spatial, d->nspatial);
+    put_i64(w, d->output_batch);
+    put_i64(w, d->output_feature);
+    put_dims(w, d->output_spatial, d->nspatial);
+}
+
+static void put_gather(wb *w, const ot_gather_dims *g) {
+    put_u8(w, (unsigned)g->noffset);
+    put_dims(w, g->offset_dims, g->noffset);
+    put_u8(w, (unsigned)g->ncollapsed);
+    put_dims(w, g->collapsed_slice_dims, g->ncollapsed);
+    put_u8(w, (unsigned)g->nstart_index_map);
+    put_dims(w, g->start_index_map, g->nstart_index_map);
+    put_u8(w, (unsigned)g->nbatching);
+    put_dims(w, g->operand_batching_dims, g->nbatching);
+    put_dims(w, g->start_indices_batching_dims, g->nbatching);
+    put_i64(w, g->index_vector_dim);
+    put_u8(w, (unsigned)g->nslice_sizes);
+    put_dims(w, g->slice_sizes, g->nslice_sizes);
+    put_u8(w, g->indices_are_sorted);
+}
+
+static void put_scatter(wb *w, const ot_scatter_dims *g) {
+    put_u8(w, (unsigned)g->nupdate_window);
+    put_dims(w, g->update_window_dims, g->nupdate_window);
+    put_u8(w, (unsigned)g->ninserted);
+    put_dims(w, g->inserted_window_dims, g->ninserted);
+    put_u8(w, (unsigned)g->nscatter_to_operand);
+    put_dims(w, g->scatter_dims_to_operand_dims, g->nscatter_to_operand);
+    put_u8(w, (unsigned)g->nbatching);
+    put_dims(w, g->input_batching_dims, g->nbatching);
+    put_dims(w, g->scatter_indices_batching_dims, g->nbatching);
+    put_i64(w, g->index_vector_dim);
+    put_u8(w, (unsigned)(g->indices_are_sorted | g->unique_indices << 1));
+}
+
+static void put_groups(wb *w, const ot_replica_groups *g) {
+    put_i64(w, g->ngroups);
+    for (int64_t k = 0; k < g->ngroups; k++) put_i64(w, g->offsets[k + 1] - g->offsets[k]);
+    int64_t nid = g->ngroups ? g->offsets[g->ngroups] : 0;
+    for (int64_t k = 0; k < nid; k++) put_i64(w, g->ids[k]);
+}
+
+static void put_literal(wb *w, const ot_literal *l) {
+    put_u8(w, l->elided);
+    put_i64(w, l->elided ? 0 : l->nbytes);
+    if (!l->elided) put(w, l->data, (size_t)l->nbytes);
+}
+
+static const void *field_ptr(const ot_attrs *a, const ir_attr_field *f) {
+    const void *p;
+    memcpy(&p, (const char *)a + f->off, sizeof p);
+    return p;
+}
+
+static int64_t field_int(const ot_attrs *a, const ir_attr_field *f) {
+    return ir_attr_load_int((const char *)a + f->off, f->size);
+}
+
+/* One encoder per field kind (see ir_field_kind). A pointer to one struct, slice and padding
+ * are a presence byte, then the value. */
+static void put_field(wb *w, const ir_attr_field *f, const ot_attrs *a, int rank) {
+    const void *p = f->kind >= IR_FK_DIMS && f->kind != IR_FK_PRECISION ? field_ptr(a, f) : NULL;
+    int n =
+        f->count_off >= 0 ? (int)ir_attr_load_int((const char *)a + f->count_off, sizeof(int)) : 0;
+    if (f->flag) {
+        put_u8(w, p != NULL);
+        if (!p) return;
+    }
+    switch ((ir_field_kind)f->kind) {
+    case IR_FK_I64:
+    case IR_FK_INT: put_i64(w, field_int(a, f)); break;
+    case IR_FK_ENUM: put_u8(w, (unsigned)field_int(a, f)); break;
+    case IR_FK_BOOL: break; /* in the flags byte (put_attrs) */
+    case IR_FK_DIMS:
+        put_u32(w, (uint32_t)(p ? n : 0));
+        put_dims(w, p, p ? n : 0);
+        break;
+    case IR_FK_PAIRS:
+        put_u32(w, (uint32_t)(p ? n : 0));
+        put_dims(w, p, p ? 2 * n : 0);
+        break;
+    case IR_FK_PER_DIM: put_dims(w, p, 3 * rank); break; /* three int64 per dimension */
+    case IR_FK_WINDOW: put_window(w, p); break;
+    case IR_FK_DOT: put_dot(w, p); break;
+    case IR_FK_CONV: put_conv(w, p); break;
+    case IR_FK_GATHER: put_gather(w, p); break;
+    case IR_FK_SCATTER: put_scatter(w, p); break;
+    case IR_FK_GROUPS: put_groups(w, p); break;
+    case IR_FK_LITERAL: put_literal(w, p); break;
+    case IR_FK_STRING: put_str(w, p); break;
+    case IR_FK_PRECISION: {
+        const ot_precision *pr = (const ot_precision *)((const char *)a + f->off);
+        put_u8(w, (unsigned)n);
+        put_u8(w, (unsigned)pr[0]);
+        put_u8(w, (unsigned)pr[1]);
+        break;
+    }
+    }
+}
+
+/* The instruction's attributes: every field of the schema in its order; a run of flags packs
+ * into one byte (bit k: the run's k-th). */
 static void put_attrs(wb *w, const ot_instr *i) {
     const ot_attrs *a = i->attrs;
     int rank = i->shape.kind == OT_IR_ARRAY ? i->shape.array.rank : 0;
-    put_i64(w, a->index);
-    put_u32(w, (uint32_t)(a->dims ? a->ndims : 0));
-    put_dims(w, a->dims, a->dims ? a->ndims : 0);
-    put_u8(w, (unsigned)a->cmp_dir);
-    put_u8(w, (unsigned)a->cmp_type);
-    put_i64(w, a->exponent_bits);
-    put_i64(w, a->mantissa_bits);
-    put_u8(w, (unsigned)(a->is_stable | a->largest << 1 | a->has_side_effect << 2 |
-                         a->use_global_device_ids << 3 | a->constrain_layout << 4));
-    put_u8(w, (unsigned)a->rng_algorithm);
-    put_u8(w, (unsigned)a->fusion_kind);
-    put_i64(w, a->channel_id);
-    put_i64(w, a->feature_group_count);
-    put_i64(w, a->batch_group_count);
-    put_u8(w, (unsigned)a->nprecision);
-    put_u8(w, (unsigned)a->precision[0]);
-    put_u8(w, (unsigned)a->precision[1]);
-    put_u8(w, a->slice != NULL);
-    for (int k = 0; a->slice && k < rank; k++) {
-        put_i64(w, a->slice[k].start);
-        put_i64(w, a->slice[k].limit);
-        put_i64(w, a->slice[k].stride);
-    }
-    put_u8(w, a->padding != NULL);
-    for (int k = 0; a->padding && k < rank; k++) {
-        put_i64(w, a->padding[k].lo);
-        put_i64(w, a->padding[k].hi);
-        put_i64(w, a->padding[k].interior);
-    }
-    put_u8(w, a->window != NULL);
-    if (a->window) put_window(w, a->window);
-    put_u8(w, a->dot != NULL);
-    if (a->dot) {
-        const ot_dot_dims *d = a->dot;
-        put_u8(w, (unsigned)d->nbatch);
-        put_u8(w, (unsigned)d->ncontract);
-        put_dims(w, d->lhs_batch, d->nbatch);
-        put_dims(w, d->rhs_batch, d->nbatch);
-        put_dims(w, d->lhs_contract, d->ncontract);
-        put_dims(w, d->rhs_contract, d->ncontract);
-    }
-    put_u8(w, a->conv != NULL);
-    if (a->conv) {
-        const ot_conv_dims *d = a->conv;
-        put_u8(w, (unsigned)d->nspatial);
-        put_i64(w, d->input_batch);
-        put_i64(w, d->input_feature);
-        put_dims(w, d->input_spatial, d->nspatial);
-        put_i64(w, d->kernel_input_feature);
-        put_i64(w, d->kernel_output_feature);
-        put_dims(w, d->kernel_spatial, d->nspatial);
-        put_i64(w, d->output_batch);
-        put_i64(w, d->output_feature);
-        put_dims(w, d->output_spatial, d->nspatial);
-    }
-    put_u8(w, a->gather != NULL);
-    if (a->gather) {
-        const ot_gather_dims *g = a->gather;
-        put_u8(w, (unsigned)g->noffset);
-        put_dims(w, g->offset_dims, g->noffset);
-        put_u8(w, (unsigned)g->ncollapsed);
-        put_dims(w, g->collapsed_slice_dims, g->ncollapsed);
-        put_u8(w, (unsigned)g->nstart_index_map);
-        put_dims(w, g->start_index_map, g->nstart_index_map);
-        put_u8(w, (unsigned)g->nbatching);
-        put_dims(w, g->operand_batching_dims, g->nbatching);
-        put_dims(w, g->start_indices_batching_dims, g->nbatching);
-        put_i64(w, g->index_vector_dim);
-        put_u8(w, (unsigned)g->nslice_sizes);
-        put_dims(w, g->slice_sizes, g->nslice_sizes);
-        put_u8(w, g->indices_are_sorted);
-    }
-    put_u8(w, a->scatter != NULL);
-    if (a->scatter) {
-        const ot_scatter_dims *g = a->scatter;
-        put_u8(w, (unsigned)g->nupdate_window);
-        put_dims(w, g->update_window_dims, g->nupdate_window);
-        put_u8(w, (unsigned)g->ninserted);
-        put_dims(w, g->inserted_window_dims, g->ninserted);
-        put_u8(w, (unsigned)g->nscatter_to_operand);
-        put_dims(w, g->scatter_dims_to_operand_dims, g->nscatter_to_operand);
-        put_u8(w, (unsigned)g->nbatching);
-        put_dims(w, g->input_batching_dims, g->nbatching);
-        put_dims(w, g->scatter_indices_batching_dims, g->nbatching);
-        put_i64(w, g->index_vector_dim);
-        put_u8(w, (unsigned)(g->indices_are_sorted | g->unique_indices << 1));
-    }
-    put_u8(w, a->groups != NULL);
-    if (a->groups) {
-        const ot_replica_groups *g = a->groups;
-        put_i64(w, g->ngroups);
-        for (int64_t k = 0; k < g->ngroups; k++) put_i64(w, g->offsets[k + 1] - g->offsets[k]);
-        int64_t nid = g->ngroups ? g->offsets[g->ngroups] : 0;
-        for (int64_t k = 0; k < nid; k++) put_i64(w, g->ids[k]);
-    }
-    put_u32(w, (uint32_t)(a->pairs ? a->npairs : 0));
-    for (int k = 0; a->pairs && k < 2 * a->npairs; k++) put_i64(w, a->pairs[k]);
-    put_str(w, a->custom_call_target);
-    put_str(w, a->backend_config);
-    put_i64(w, a->api_version);
-    put_u8(w, a->literal != NULL);
-    if (a->literal) {
-        put_u8(w, a->literal->elided);
-        put_i64(w, a->literal->elided ? 0 : a->literal->nbytes);
-        if (!a->literal->elided) put(w, a->literal->data, (size_t)a->literal->nbytes);
+    for (int f = 0; f < IR_F_COUNT; f++) {
+        if (ir_attr_fields[f].kind != IR_FK_BOOL) {
+            put_field(w, &ir_attr_fields[f], a, rank);
+            continue;
+        }
+        unsigned bits = 0;
+        for (int k = 0; f < IR_F_COUNT && ir_attr_fields[f].kind == IR_FK_BOOL; k++, f++)
+            bits |= (unsigned)field_int(a, &ir_attr_fields[f]) << k;
+        f--;
+        put_u8(w, bits);
     }
 }
 
@@ -539,6 +564,21 @@ typedef struct dattrs {
     ot_literal lit;
 } dattrs;
 
+/* Where each pointer field of a decoded ot_attrs points into dattrs. */
+static const size_t dattrs_storage[IR_F_COUNT] = {
+    [IR_F_DIMS] = offsetof(dattrs, dims),
+    [IR_F_SLICE] = offsetof(dattrs, slice),
+    [IR_F_PADDING] = offsetof(dattrs, pad),
+    [IR_F_WINDOW] = offsetof(dattrs, win),
+    [IR_F_DOT] = offsetof(dattrs, dot),
+    [IR_F_CONV] = offsetof(dattrs, conv),
+    [IR_F_GATHER] = offsetof(dattrs, gather),
+    [IR_F_SCATTER] = offsetof(dattrs, scatter),
+    [IR_F_CUSTOM_CALL_TARGET] = offsetof(dattrs, target),
+    [IR_F_BACKEND_CONFIG] = offsetof(dattrs, config),
+    [IR_F_LITERAL] = offsetof(dattrs, lit),
+};
+
 static void dattrs_clear(dattrs *d) {
     ot_free(d->gsizes);
     ot_free(d->gids);
@@ -546,176 +586,201 @@ static void dattrs_clear(dattrs *d) {
     d->gsizes = d->gids = d->pairs = NULL;
 }
 
-static bool get_attrs(rb *r, dattrs *d, ot_module *m, int rank) {
-    ot_attrs *a = &d->a;
-    memset(a, 0, sizeof *a);
-    a->index = get_i64(r, "index");
-    int64_t nd = get_count(r, 4096, false, "dims");
-    get_dims(r, d->dims, nd, "dims");
-    a->ndims = (int)nd;
-    a->dims = nd ? d->dims : NULL;
-    a->cmp_dir = (ot_cmp_dir)get_small(r, OT_CMP_DIR_COUNT - 1, "comparison direction");
-    a->cmp_type = (ot_cmp_type)get_small(r, OT_CMP_TYPE_COUNT - 1, "comparison type");
-    int64_t eb = get_i64(r, "exponent bits"), mb = get_i64(r, "mantissa bits");
-    if (eb < 0 || eb > 64 || mb < 0 || mb > 64) return bad(r, "%s %lld out of range", "bits", eb);
-    a->exponent_bits = (int)eb;
-    a->mantissa_bits = (int)mb;
-    unsigned fl = get_u8(r, "flags");
-    a->is_stable = fl & 1;
-    a->largest = (fl >> 1) & 1;
-    a->has_side_effect = (fl >> 2) & 1;
-    a->use_global_device_ids = (fl >> 3) & 1;
-    a->constrain_layout = (fl >> 4) & 1;
-    a->rng_algorithm = (ot_rng_algorithm)get_small(r, OT_RNG_PHILOX, "rng algorithm");
-    a->fusion_kind = (ot_fusion_kind)get_small(r, OT_FUSION_CUSTOM, "fusion kind");
-    a->channel_id = get_i64(r, "channel id");
-    a->feature_group_count = get_i64(r, "feature group count");
-    a->batch_group_count = get_i64(r, "batch group count");
-    a->nprecision = (int)get_small(r, 2, "precision count");
-    a->precision[0] = (ot_precision)get_small(r, OT_PRECISION_HIGHEST, "precision");
-    a->precision[1] = (ot_precision)get_small(r, OT_PRECISION_HIGHEST, "precision");
-    if (get_small(r, 1, "slice flag")) {
-        for (int k = 0; k < rank; k++) {
-            d->slice[k].start = get_i64(r, "slice");
-            d->slice[k].limit = get_i64(r, "slice");
-            d->slice[k].stride = get_i64(r, "slice");
-        }
-        a->slice = d->slice;
+static void get_window(rb *r, ot_window *w) {
+    memset(w, 0, sizeof *w);
+    w->rank = (int)get_small(r, OT_MAX_RANK, "window rank");
+    for (int k = 0; k < w->rank; k++) {
+        ot_window_dim *x = &w->dims[k];
+        x->size = get_i64(r, "window");
+        x->stride = get_i64(r, "window");
+        x->pad_lo = get_i64(r, "window");
+        x->pad_hi = get_i64(r, "window");
+        x->window_dilation = get_i64(r, "window");
+        x->base_dilation = get_i64(r, "window");
+        x->reversal = get_small(r, 1, "window reversal");
     }
-    if (get_small(r, 1, "padding flag")) {
-        for (int k = 0; k < rank; k++) {
-            d->pad[k].lo = get_i64(r, "padding");
-            d->pad[k].hi = get_i64(r, "padding");
-            d->pad[k].interior = get_i64(r, "padding");
-        }
-        a->padding = d->pad;
-    }
-    if (get_small(r, 1, "window flag")) {
-        memset(&d->win, 0, sizeof d->win);
-        d->win.rank = (int)get_small(r, OT_MAX_RANK, "window rank");
-        for (int k = 0; k < d->win.rank; k++) {
-            ot_window_dim *x = &d->win.dims[k];
-            x->size = get_i64(r, "window");
-            x->stride = get_i64(r, "window");
-            x->pad_lo = get_i64(r, "window");
-            x->pad_hi = get_i64(r, "window");
-            x->window_dilation = get_i64(r, "window");
-            x->base_dilation = get_i64(r, "window");
-            x->reversal = get_small(r, 1, "window reversal");
-        }
-        a->window = &d->win;
-    }
-    if (get_small(r, 1, "dot flag")) {
-        ot_dot_dims *x = &d->dot;
-        memset(x, 0, sizeof *x);
-        x->nbatch = (int)get_small(r, OT_MAX_RANK, "dot batch count");
-        x->ncontract = (int)get_small(r, OT_MAX_RANK, "dot contracting count");
-        get_dims(r, x->lhs_batch, x->nbatch, "dot");
-        get_dims(r, x->rhs_batch, x->nbatch, "dot");
-        get_dims(r, x->lhs_contract, x->ncontract, "dot");
-        get_dims(r, x->rhs_contract, x->ncontract, "dot");
-        a->dot = x;
-    }
-    if (get_small(r, 1, "convolution flag")) {
-        ot_conv_dims *x = &d->conv;
-        memset(x, 0, sizeof *x);
-        x->nspatial = (int)get_small(r, OT_MAX_RANK, "spatial count");
-        x->input_batch = get_i64(r, "conv");
-        x->input_feature = get_i64(r, "conv");
-        get_dims(r, x->input_spatial, x->nspatial, "conv");
-        x->kernel_input_feature = get_i64(r, "conv");
-        x->kernel_output_feature = get_i64(r, "conv");
-        get_dims(r, x->kernel_spatial, x->nspatial, "conv");
-        x->output_batch = get_i64(r, "conv");
-        x->output_feature = get_i64(r, "conv");
-        get_dims(r, x->output_spatial, x->nspatial, "conv");
-        a->conv = x;
-    }
-    if (get_small(r, 1, "gather flag")) {
-        ot_gather_dims *g = &d->gather;
-        memset(g, 0, sizeof *g);
-        g->noffset = (int)get_small(r, OT_MAX_RANK, "gather");
-        get_dims(r, g->offset_dims, g->noffset, "gather");
-        g->ncollapsed = (int)get_small(r, OT_MAX_RANK, "gather");
-        get_dims(r, g->collapsed_slice_dims, g->ncollapsed, "gather");
-        g->nstart_index_map = (int)get_small(r, OT_MAX_RANK, "gather");
-        get_dims(r, g->start_index_map, g->nstart_index_map, "gather");
-        g->nbatching = (int)get_small(r, OT_MAX_RANK, "gather");
-        get_dims(r, g->operand_batching_dims, g->nbatching, "gather");
-        get_dims(r, g->start_indices_batching_dims, g->nbatching, "gather");
-        g->index_vector_dim = get_i64(r, "gather");
-        g->nslice_sizes = (int)get_small(r, OT_MAX_RANK, "gather");
-        get_dims(r, g->slice_sizes, g->nslice_sizes, "gather");
-        g->indices_are_sorted = get_small(r, 1, "gather");
-        a->gather = g;
-    }
-    if (get_small(r, 1, "scatter flag")) {
-        ot_scatter_dims *g = &d->scatter;
-        memset(g, 0, sizeof *g);
-        g->nupdate_window = (int)get_small(r, OT_MAX_RANK, "scatter");
-        get_dims(r, g->update_window_dims, g->nupdate_window, "scatter");
-        g->ninserted = (int)get_small(r, OT_MAX_RANK, "scatter");
-        get_dims(r, g->inserted_window_dims, g->ninserted, "scatter");
-        g->nscatter_to_operand = (int)get_small(r, OT_MAX_RANK, "scatter");
-        get_dims(r, g->scatter_dims_to_operand_dims, g->nscatter_to_operand, "scatter");
-        g->nbatching = (int)get_small(r, OT_MAX_RANK, "scatter");
-        get_dims(r, g->input_batching_dims, g->nbatching, "scatter");
-        get_dims(r, g->scatter_indices_batching_dims, g->nbatching, "scatter");
-        g->index_vector_dim = get_i64(r, "scatter");
-        unsigned f = get_small(r, 3, "scatter flags");
-        g->indices_are_sorted = f & 1;
-        g->unique_indices = (f >> 1) & 1;
-        a->scatter = g;
-    }
-    if (get_small(r, 1, "replica groups flag")) {
-        int64_t ng = get_i64(r, "replica group count");
-        if (r->err) return false;
-        if (ng < 0 || ng > (r->n - r->off) / 8)
-            return bad(r, "%s: %lld groups", "replica groups", ng);
-        d->gsizes = ot_malloc((size_t)(ng ? ng : 1) * sizeof *d->gsizes);
-        if (!d->gsizes) return (r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "out of memory")), false;
-        int64_t tot = 0;
-        for (int64_t k = 0; k < ng; k++) {
-            d->gsizes[k] = get_i64(r, "replica group size");
-            if (r->err) return false;
-            if (d->gsizes[k] < 0 || d->gsizes[k] > (r->n - r->off) / 8 - tot)
-                return bad(r, "%s size %lld out of range", "replica group", d->gsizes[k]);
-            tot += d->gsizes[k];
-        }
-        d->gids = ot_malloc((size_t)(tot ? tot : 1) * sizeof *d->gids);
-        if (!d->gids) return (r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "out of memory")), false;
-        get_dims(r, d->gids, tot, "replica ids");
-        if (r->err) return false;
-        a->groups = ot_replica_groups_make(m, ng, d->gsizes, d->gids);
-        if (!a->groups) {
-            r->err = ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: replica groups");
-            return false;
-        }
-    }
-    int64_t np = get_count(r, 1 << 20, false, "source_target_pairs");
+}
+
+static void get_dot(rb *r, ot_dot_dims *x) {
+    memset(x, 0, sizeof *x);
+    x->nbatch = (int)get_small(r, OT_MAX_RANK, "dot batch count");
+    x->ncontract = (int)get_small(r, OT_MAX_RANK, "dot contracting count");
+    get_dims(r, x->lhs_batch, x->nbatch, "dot");
+    get_dims(r, x->rhs_batch, x->nbatch, "dot");
+    get_dims(r, x->lhs_contract, x->ncontract, "dot");
+    get_dims(r, x->rhs_contract, x->ncontract, "dot");
+}
+
+static void get_conv(rb *r, ot_conv_dims *x) {
+    memset(x, 0, sizeof *x);
+    x->nspatial = (int)get_small(r, OT_MAX_RANK, "spatial count");
+    x->input_batch = get_i64(r, "conv");
+    x->input_feature = get_i64(r, "conv");
+    get_dims(r, x->input_spatial, x->nspatial, "conv");
+    x->kernel_input_feature = get_i64(r, "conv");
+    x->kernel_output_feature = get_i64(r, "conv");
+    get_dims(r, x->kernel_spatial, x->nspatial, "conv");
+    x->output_batch = get_i64(r, "conv");
+    x->output_feature = get_i64(r, "conv");
+    get_dims(r, x->output_spatial, x->nspatial, "conv");
+}
+
+static void get_gather(rb *r, ot_gather_dims *g) {
+    memset(g, 0, sizeof *g);
+    g->noffset = (int)get_small(r, OT_MAX_RANK, "gather");
+    get_dims(r, g->offset_dims, g->noffset, "gather");
+    g->ncollapsed = (int)get_small(r, OT_MAX_RANK, "gather");
+    get_dims(r, g->collapsed_slice_dims, g->ncollapsed, "gather");
+    g->nstart_index_map = (int)get_small(r, OT_MAX_RANK, "gather");
+    get_dims(r, g->start_index_map, g->nstart_index_map, "gather");
+    g->nbatching = (int)get_small(r, OT_MAX_RANK, "gather");
+    get_dims(r, g->operand_batching_dims, g->nbatching, "gather");
+    get_dims(r, g->start_indices_batching_dims, g->nbatching, "gather");
+    g->index_vector_dim = get_i64(r, "gather");
+    g->nslice_sizes = (int)get_small(r, OT_MAX_RANK, "gather");
+    get_dims(r, g->slice_sizes, g->nslice_sizes, "gather");
+    g->indices_are_sorted = get_small(r, 1, "gather");
+}
+
+static void get_scatter(rb *r, ot_scatter_dims *g) {
+    memset(g, 0, sizeof *g);
+    g->nupdate_window = (int)get_small(r, OT_MAX_RANK, "scatter");
+    get_dims(r, g->update_window_dims, g->nupdate_window, "scatter");
+    g->ninserted = (int)get_small(r, OT_MAX_RANK, "scatter");
+    get_dims(r, g->inserted_window_dims, g->ninserted, "scatter");
+    g->nscatter_to_operand = (int)get_small(r, OT_MAX_RANK, "scatter");
+    get_dims(r, g->scatter_dims_to_operand_dims, g->nscatter_to_operand, "scatter");
+    g->nbatching = (int)get_small(r, OT_MAX_RANK, "scatter");
+    get_dims(r, g->input_batching_dims, g->nbatching, "scatter");
+    get_dims(r, g->scatter_indices_batching_dims, g->nbatching, "scatter");
+    g->index_vector_dim = get_i64(r, "scatter");
+    unsigned f = get_small(r, 3, "scatter flags");
+    g->indices_are_sorted = f & 1;
+    g->unique_indices = (f >> 1) & 1;
+}
+
+static bool oom_read(rb *r) {
+    r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "out of memory");
+    return false;
+}
+
+static bool get_groups(rb *r, dattrs *d, ot_module *m, const ot_replica_groups **out) {
+    int64_t ng = get_i64(r, "replica group count");
     if (r->err) return false;
-    if (np > (r->n - r->off) / 16) return bad(r, "%s: %lld pairs past the end", "pairs", np);
-    if (np) {
-        d->pairs = ot_malloc((size_t)np * 2 * sizeof *d->pairs);
-        if (!d->pairs) return (r->err = ot_error(OT_ERR_OUT_OF_MEMORY, "out of memory")), false;
-        get_dims(r, d->pairs, 2 * np, "pairs");
-        a->npairs = (int)np;
-        a->pairs = d->pairs;
-    }
-    bool isnull;
-    a->custom_call_target = get_str(r, d->target, sizeof d->target, &isnull, "custom call target");
-    a->backend_config = get_str(r, d->config, sizeof d->config, &isnull, "backend config");
-    int64_t av = get_i64(r, "api version");
-    if (av < 0 || av > 16) return bad(r, "%s %lld out of range", "api version", av);
-    a->api_version = (int)av;
-    if (get_small(r, 1, "literal flag")) {
-        d->lit.elided = get_small(r, 1, "elided flag");
-        d->lit.nbytes = get_i64(r, "literal size");
+    if (ng < 0 || ng > (r->n - r->off) / 8) return bad(r, "%s: %lld groups", "replica groups", ng);
+    d->gsizes = ot_malloc((size_t)(ng ? ng : 1) * sizeof *d->gsizes);
+    if (!d->gsizes) return oom_read(r);
+    int64_t tot = 0;
+    for (int64_t k = 0; k < ng; k++) {
+        d->gsizes[k] = get_i64(r, "replica group size");
         if (r->err) return false;
-        if (d->lit.nbytes < 0 || d->lit.nbytes > r->n - r->off)
-            return bad(r, "%s: %lld bytes past the end", "literal", d->lit.nbytes);
-        d->lit.data = d->lit.elided ? NULL : get(r, d->lit.nbytes, "literal");
-        a->literal = &d->lit;
+        if (d->gsizes[k] < 0 || d->gsizes[k] > (r->n - r->off) / 8 - tot)
+            return bad(r, "%s size %lld out of range", "replica group", d->gsizes[k]);
+        tot += d->gsizes[k];
+    }
+    d->gids = ot_malloc((size_t)(tot ? tot : 1) * sizeof *d->gids);
+    if (!d->gids) return oom_read(r);
+    get_dims(r, d->gids, tot, "replica ids");
+    if (r->err) return false;
+    *out = ot_replica_groups_make(m, ng, d->gsizes, d->gids);
+    if (!*out) {
+        r->err = ot_error_wrap(OT_ERR_CORRUPT_DATA, "executable: replica groups");
+        return false;
+    }
+    return true;
+}
+
+static bool get_pairs(rb *r, dattrs *d, const ir_attr_field *f, int64_t *n) {
+    *n = get_count(r, f->hi, false, f->what);
+    if (r->err) return false;
+    if (*n > (r->n - r->off) / 16) return bad(r, "%s: %lld pairs past the end", "pairs", *n);
+    if (*n) {
+        d->pairs = ot_malloc((size_t)*n * 2 * sizeof *d->pairs);
+        if (!d->pairs) return oom_read(r);
+        get_dims(r, d->pairs, 2 * *n, "pairs");
+    }
+    return true;
+}
+
+static bool get_literal(rb *r, ot_literal *l) {
+    l->elided = get_small(r, 1, "elided flag");
+    l->nbytes = get_i64(r, "literal size");
+    if (r->err) return false;
+    if (l->nbytes < 0 || l->nbytes > r->n - r->off)
+        return bad(r, "%s: %lld bytes past the end", "literal", l->nbytes);
+    l->data = l->elided ? NULL : get(r, l->nbytes, "literal");
+    return true;
+}
+
+/* One decoder per field kind, the inverse of put_field: the value into d->a, pointers into d's
+ * storage. */
+static bool get_field(rb *r, dattrs *d, ot_module *m, const ir_attr_field *f, int rank) {
+    char *fa = (char *)&d->a + f->off;
+    void *st = (char *)d + dattrs_storage[f - ir_attr_fields];
+    const void *p = st;
+    int64_t n = 0;
+    if (f->flag && !get_small(r, 1, f->flag)) return !r->err;
+    switch ((ir_field_kind)f->kind) {
+    case IR_FK_I64: ir_attr_store_int(fa, f->size, get_i64(r, f->what)); return true;
+    case IR_FK_INT: {
+        int64_t v = get_i64(r, f->what);
+        if (!r->err && (v < f->lo || v > f->hi)) return bad(r, "%s %lld out of range", f->what, v);
+        ir_attr_store_int(fa, f->size, v);
+        return true;
+    }
+    case IR_FK_ENUM: ir_attr_store_int(fa, f->size, get_small(r, f->hi, f->what)); return true;
+    case IR_FK_BOOL: return true; /* in the flags byte (get_attrs) */
+    case IR_FK_DIMS:
+        n = get_count(r, f->hi, false, f->what);
+        get_dims(r, st, n, f->what);
+        if (!n) p = NULL;
+        break;
+    case IR_FK_PAIRS:
+        if (!get_pairs(r, d, f, &n)) return false;
+        p = d->pairs;
+        break;
+    case IR_FK_PER_DIM: get_dims(r, st, 3 * (int64_t)rank, f->what); break;
+    case IR_FK_WINDOW: get_window(r, st); break;
+    case IR_FK_DOT: get_dot(r, st); break;
+    case IR_FK_CONV: get_conv(r, st); break;
+    case IR_FK_GATHER: get_gather(r, st); break;
+    case IR_FK_SCATTER: get_scatter(r, st); break;
+    case IR_FK_GROUPS: {
+        const ot_replica_groups *g = NULL;
+        if (!get_groups(r, d, m, &g)) return false;
+        p = g;
+        break;
+    }
+    case IR_FK_LITERAL:
+        if (!get_literal(r, st)) return false;
+        break;
+    case IR_FK_STRING: p = get_str(r, st, (size_t)f->hi + 1, NULL, f->what); break;
+    case IR_FK_PRECISION: {
+        ir_attr_store_int((char *)&d->a + f->count_off, sizeof(int),
+                          get_small(r, 2, "precision count"));
+        ot_precision *pr = (ot_precision *)fa;
+        pr[0] = (ot_precision)get_small(r, f->hi, f->what);
+        pr[1] = (ot_precision)get_small(r, f->hi, f->what);
+        return true;
+    }
+    }
+    if (f->count_off >= 0) ir_attr_store_int((char *)&d->a + f->count_off, sizeof(int), n);
+    memcpy(fa, &p, sizeof p);
+    return true;
+}
+
+static bool get_attrs(rb *r, dattrs *d, ot_module *m, int rank) {
+    memset(&d->a, 0, sizeof d->a);
+    for (int f = 0; f < IR_F_COUNT; f++) {
+        if (ir_attr_fields[f].kind != IR_FK_BOOL) {
+            if (!get_field(r, d, m, &ir_attr_fields[f], rank)) return false;
+            continue;
+        }
+        unsigned bits = get_u8(r, "flags");
+        for (int k = 0; f < IR_F_COUNT && ir_attr_fields[f].kind == IR_FK_BOOL; k++, f++)
+            ir_attr_store_int((char *)&d->a + ir_attr_fields[f].off, ir_attr_fields[f].size,
+                              (bits >> k) & 1);
+        f--;
     }
     return !r->err;
 }

@@ -8,49 +8,53 @@
 
 /* ---- fields of ot_attrs, in the executable format's order ---- */
 
-#define FLD(id, member, k, w, cnt, l, h, e)                                                        \
+#define FLD(id, member, k, w, cnt, l, h, e, fl)                                                    \
     [IR_F_##id] = {.what = w,                                                                      \
                    .kind = IR_FK_##k,                                                              \
                    .off = offsetof(ot_attrs, member),                                              \
                    .size = sizeof(((ot_attrs *)0)->member),                                        \
                    .elem = e,                                                                      \
+                   .flag = fl,                                                                     \
                    .count_off = cnt,                                                               \
                    .lo = l,                                                                        \
                    .hi = h}
 #define CNT(member) offsetof(ot_attrs, member)
 
 const ir_attr_field ir_attr_fields[IR_F_COUNT] = {
-    FLD(INDEX, index, I64, "index", -1, 0, 0, 0),
-    FLD(DIMS, dims, DIMS, "dims", CNT(ndims), 0, 4096, sizeof(int64_t)),
-    FLD(CMP_DIR, cmp_dir, ENUM, "comparison direction", -1, 0, OT_CMP_DIR_COUNT - 1, 0),
-    FLD(CMP_TYPE, cmp_type, ENUM, "comparison type", -1, 0, OT_CMP_TYPE_COUNT - 1, 0),
-    FLD(EXPONENT_BITS, exponent_bits, INT, "exponent bits", -1, 0, 64, 0),
-    FLD(MANTISSA_BITS, mantissa_bits, INT, "mantissa bits", -1, 0, 64, 0),
-    FLD(IS_STABLE, is_stable, BOOL, "is_stable", -1, 0, 0, 0),
-    FLD(LARGEST, largest, BOOL, "largest", -1, 0, 0, 0),
-    FLD(HAS_SIDE_EFFECT, has_side_effect, BOOL, "has_side_effect", -1, 0, 0, 0),
-    FLD(USE_GLOBAL_DEVICE_IDS, use_global_device_ids, BOOL, "use_global_device_ids", -1, 0, 0, 0),
-    FLD(CONSTRAIN_LAYOUT, constrain_layout, BOOL, "constrain_layout", -1, 0, 0, 0),
-    FLD(RNG_ALGORITHM, rng_algorithm, ENUM, "rng algorithm", -1, 0, OT_RNG_PHILOX, 0),
-    FLD(FUSION_KIND, fusion_kind, ENUM, "fusion kind", -1, 0, OT_FUSION_CUSTOM, 0),
-    FLD(CHANNEL_ID, channel_id, I64, "channel id", -1, 0, 0, 0),
-    FLD(FEATURE_GROUP_COUNT, feature_group_count, I64, "feature group count", -1, 0, 0, 0),
-    FLD(BATCH_GROUP_COUNT, batch_group_count, I64, "batch group count", -1, 0, 0, 0),
+    FLD(INDEX, index, I64, "index", -1, 0, 0, 0, NULL),
+    FLD(DIMS, dims, DIMS, "dims", CNT(ndims), 0, 4096, sizeof(int64_t), NULL),
+    FLD(CMP_DIR, cmp_dir, ENUM, "comparison direction", -1, 0, OT_CMP_DIR_COUNT - 1, 0, NULL),
+    FLD(CMP_TYPE, cmp_type, ENUM, "comparison type", -1, 0, OT_CMP_TYPE_COUNT - 1, 0, NULL),
+    FLD(EXPONENT_BITS, exponent_bits, INT, "exponent bits", -1, 0, 64, 0, NULL),
+    FLD(MANTISSA_BITS, mantissa_bits, INT, "mantissa bits", -1, 0, 64, 0, NULL),
+    FLD(IS_STABLE, is_stable, BOOL, "is_stable", -1, 0, 0, 0, NULL),
+    FLD(LARGEST, largest, BOOL, "largest", -1, 0, 0, 0, NULL),
+    FLD(HAS_SIDE_EFFECT, has_side_effect, BOOL, "has_side_effect", -1, 0, 0, 0, NULL),
+    FLD(USE_GLOBAL_DEVICE_IDS, use_global_device_ids, BOOL, "use_global_device_ids", -1, 0, 0, 0,
+        NULL),
+    FLD(CONSTRAIN_LAYOUT, constrain_layout, BOOL, "constrain_layout", -1, 0, 0, 0, NULL),
+    FLD(RNG_ALGORITHM, rng_algorithm, ENUM, "rng algorithm", -1, 0, OT_RNG_PHILOX, 0, NULL),
+    FLD(FUSION_KIND, fusion_kind, ENUM, "fusion kind", -1, 0, OT_FUSION_CUSTOM, 0, NULL),
+    FLD(CHANNEL_ID, channel_id, I64, "channel id", -1, 0, 0, 0, NULL),
+    FLD(FEATURE_GROUP_COUNT, feature_group_count, I64, "feature group count", -1, 0, 0, 0, NULL),
+    FLD(BATCH_GROUP_COUNT, batch_group_count, I64, "batch group count", -1, 0, 0, 0, NULL),
     FLD(PRECISION, precision, PRECISION, "precision", CNT(nprecision), 0, OT_PRECISION_HIGHEST,
-        sizeof(ot_precision)),
-    FLD(SLICE, slice, PER_DIM, "slice", -1, 0, 0, sizeof(ot_slice_dim)),
-    FLD(PADDING, padding, PER_DIM, "padding", -1, 0, 0, sizeof(ot_pad_dim)),
-    FLD(WINDOW, window, WINDOW, "window", -1, 0, 0, sizeof(ot_window)),
-    FLD(DOT, dot, DOT, "dot", -1, 0, 0, sizeof(ot_dot_dims)),
-    FLD(CONV, conv, CONV, "convolution", -1, 0, 0, sizeof(ot_conv_dims)),
-    FLD(GATHER, gather, GATHER, "gather", -1, 0, 0, sizeof(ot_gather_dims)),
-    FLD(SCATTER, scatter, SCATTER, "scatter", -1, 0, 0, sizeof(ot_scatter_dims)),
-    FLD(GROUPS, groups, GROUPS, "replica groups", -1, 0, 0, sizeof(ot_replica_groups)),
-    FLD(PAIRS, pairs, PAIRS, "source_target_pairs", CNT(npairs), 0, 1 << 20, 2 * sizeof(int64_t)),
-    FLD(CUSTOM_CALL_TARGET, custom_call_target, STRING, "custom call target", -1, 0, 1023, 0),
-    FLD(BACKEND_CONFIG, backend_config, STRING, "backend config", -1, 0, 65535, 0),
-    FLD(API_VERSION, api_version, INT, "api version", -1, 0, 16, 0),
-    FLD(LITERAL, literal, LITERAL, "literal", -1, 0, 0, sizeof(ot_literal)),
+        sizeof(ot_precision), NULL),
+    FLD(SLICE, slice, PER_DIM, "slice", -1, 0, 0, sizeof(ot_slice_dim), "slice flag"),
+    FLD(PADDING, padding, PER_DIM, "padding", -1, 0, 0, sizeof(ot_pad_dim), "padding flag"),
+    FLD(WINDOW, window, WINDOW, "window", -1, 0, 0, sizeof(ot_window), "window flag"),
+    FLD(DOT, dot, DOT, "dot", -1, 0, 0, sizeof(ot_dot_dims), "dot flag"),
+    FLD(CONV, conv, CONV, "convolution", -1, 0, 0, sizeof(ot_conv_dims), "convolution flag"),
+    FLD(GATHER, gather, GATHER, "gather", -1, 0, 0, sizeof(ot_gather_dims), "gather flag"),
+    FLD(SCATTER, scatter, SCATTER, "scatter", -1, 0, 0, sizeof(ot_scatter_dims), "scatter flag"),
+    FLD(GROUPS, groups, GROUPS, "replica groups", -1, 0, 0, sizeof(ot_replica_groups),
+        "replica groups flag"),
+    FLD(PAIRS, pairs, PAIRS, "source_target_pairs", CNT(npairs), 0, 1 << 20, 2 * sizeof(int64_t),
+        NULL),
+    FLD(CUSTOM_CALL_TARGET, custom_call_target, STRING, "custom call target", -1, 0, 1023, 0, NULL),
+    FLD(BACKEND_CONFIG, backend_config, STRING, "backend config", -1, 0, 65535, 0, NULL),
+    FLD(API_VERSION, api_version, INT, "api version", -1, 0, 16, 0, NULL),
+    FLD(LITERAL, literal, LITERAL, "literal", -1, 0, 0, sizeof(ot_literal), "literal flag"),
 };
 #undef FLD
 #undef CNT

@@ -90,7 +90,10 @@ typedef struct ir_attr_field {
     uint16_t off, size; /* offset and size in ot_attrs */
     uint32_t elem;      /* pointers and arrays: the size of one element pointed to */
     int16_t count_off;  /* DIMS, PAIRS, PRECISION: offset of the int count; else -1 */
-    int64_t lo, hi;     /* INT, ENUM, PRECISION, STRING: see ir_field_kind */
+    int64_t lo, hi;     /* INT, ENUM, PRECISION, STRING: see ir_field_kind; DIMS, PAIRS: the
+                         * most entries an executable may hold */
+    const char *flag;   /* pointers to one struct, slice, padding: the name, in messages, of the
+                         * byte that says whether an executable holds it */
 } ir_attr_field;
 
 extern const ir_attr_field ir_attr_fields[IR_F_COUNT];
