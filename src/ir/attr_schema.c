@@ -271,11 +271,12 @@ static bool ops_has(const ot_opcode *l, ot_opcode op) {
 }
 
 static void index_init(void) {
-    static uint8_t rows[OT_OP_COUNT][IR_ATTR_OP_MAX], nrows[OT_OP_COUNT];
+    uint8_t rows[OT_OP_COUNT][IR_ATTR_OP_MAX], nrows[OT_OP_COUNT];
     bool has_called[OT_OP_COUNT] = {0};
     for (int k = 0; k < ir_attr_nrows; k++)
         for (const ot_opcode *l = ir_attr_rows[k].ops; l && *l != OT_OP_INVALID; l++)
             if (ir_attr_rows[k].field == IR_T_CALLED) has_called[*l] = true;
+    memset(rows, 0, sizeof rows);
     memset(nrows, 0, sizeof nrows);
     for (int op = 0; op < OT_OP_COUNT; op++) {
         for (int k = 0; k < ir_attr_nrows; k++) {
