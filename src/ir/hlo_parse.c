@@ -1308,21 +1308,23 @@ static ot_status not_for(P *x, const char *at, const char *s, size_t n, ot_opcod
 /* The struct row r writes into: the pending attributes, or the dimension numbers it belongs to
  * (allocated on first use). NULL when out of memory. */
 static char *row_target(P *x, pend *d, attr_state *st, const ir_attr_row *r) {
-    void **slot;
-    size_t size;
     switch (r->field) {
-    case IR_F_DOT: slot = (void **)&st->dot, size = sizeof *st->dot; break;
-    case IR_F_GATHER: slot = (void **)&st->gather, size = sizeof *st->gather; break;
-    case IR_F_SCATTER: slot = (void **)&st->scatter, size = sizeof *st->scatter; break;
+    case IR_F_DOT:
+        if (!st->dot && (st->dot = ir_alloc(x->m, sizeof *st->dot)) != NULL) {
+            memset(st->dot, 0, sizeof *st->dot);
+            st->dot->nbatch = st->dot->ncontract = -1; /* not given yet */
+        }
+        return (char *)st->dot;
+    case IR_F_GATHER:
+        if (!st->gather && (st->gather = ir_alloc(x->m, sizeof *st->gather)) != NULL)
+            memset(st->gather, 0, sizeof *st->gather);
+        return (char *)st->gather;
+    case IR_F_SCATTER:
+        if (!st->scatter && (st->scatter = ir_alloc(x->m, sizeof *st->scatter)) != NULL)
+            memset(st->scatter, 0, sizeof *st->scatter);
+        return (char *)st->scatter;
     default: return (char *)&d->attrs;
     }
-    if (!*slot) {
-        *slot = ir_alloc(x->m, size);
-        if (!*slot) return NULL;
-        memset(*slot, 0, size);
-        if (r->field == IR_F_DOT) st->dot->nbatch = st->dot->ncontract = -1; /* not given yet */
-    }
-    return *slot;
 }
 
 static void store_ptr(char *base, const ir_attr_row *r, const void *p) {
