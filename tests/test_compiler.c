@@ -2,6 +2,7 @@
  * legality, scheduling, buffer assignment, executables, options, serialization, fault injection,
  * and the Adam update compiling into one multi-output in-place kernel. */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -1535,6 +1536,89 @@ static void test_serialize_roundtrip(void) {
     EXPECT_INT_EQ(ot_alloc_live(), live);
 }
 
+/* serialize -> deserialize -> serialize gives the same bytes at every level for a module and
+ * its compiled schedule; the written entry order is what the reader sees. */
+static int roundtrip_module(ot_module *m, const char *what) {
+    int bad = 0;
+    for (int lvl = 0; lvl <= 2; lvl++) {
+        ot_compile_options o = ot_compile_options_default();
+        o.opt_level = lvl;
+        o.native = OT_NATIVE_OFF; /* the round trip, not native code, is under test */
+        ot_executable *e = NULL, *e2 = NULL;
+        if (ot_compile(m, &o, &e) != OT_OK) { /* not this test's business */
+            ot_clear_error();
+            continue;
+        }
+        void *buf = NULL, *buf2 = NULL;
+        size_t len = 0, len2 = 0;
+        ot_status s = ot_executable_serialize(e, &buf, &len);
+        if (s == OT_OK) s = ot_executable_deserialize(buf, len, &e2);
+        if (s == OT_OK) s = ot_executable_serialize(e2, &buf2, &len2);
+        if (s != OT_OK || len != len2 || memcmp(buf, buf2, len) != 0) {
+            fprintf(stderr, "  round trip of %s at -O%d: %s\n", what, lvl,
+                    s != OT_OK ? ot_last_error() : "bytes differ");
+            ot_clear_error();
+            bad++;
+        }
+        ot_free(buf);
+        ot_free(buf2);
+        ot_executable_free(e);
+        ot_executable_free(e2);
+    }
+    return bad;
+}
+
+/* A fusion's called computation reached in a different order in the schedule than in the
+ * instruction list (a broadcast and a reduce of one parameter, both returned). */
+static void test_serialize_roundtrip_schedule_order(void) {
+    const char *hlo = "HloModule m\n"
+                      "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n"
+                      "  ROOT s = f32[] add(a, b) }\n"
+                      "ENTRY e { x = f32[64,32] parameter(0)\n z = f32[] constant(0)\n"
+                      "  bc = f32[4,64,32] broadcast(x), dimensions={1,2}\n"
+                      "  r = f32[64] reduce(x, z), dimensions={1}, to_apply=add\n"
+                      "  ROOT t = (f32[4,64,32], f32[64]) tuple(bc, r) }\n";
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(hlo, strlen(hlo), NULL, &m));
+    EXPECT_INT_EQ(roundtrip_module(m, "broadcast + reduce"), 0);
+    ot_module_free(m);
+}
+
+/* Every module of the JAX corpus and the XLA HLO collection that compiles. */
+static void test_serialize_roundtrip_corpus(void) {
+    const char *dirs[] = {OT_SOURCE_DIR "/tests/data/jax", OT_SOURCE_DIR "/tests/data/hlo"};
+    int nmod = 0, bad = 0;
+    setenv("OPTITPU_CODEGEN", "0", 1); /* a loaded executable builds native code under AUTO */
+    for (int d = 0; d < 2; d++) {
+        DIR *dp = opendir(dirs[d]);
+        ASSERT_TRUE(dp != NULL);
+        struct dirent *de;
+        while ((de = readdir(dp))) {
+            if (de->d_name[0] == '.') continue;
+            char path[1024];
+            size_t nl = strlen(de->d_name);
+            if (d == 0)
+                snprintf(path, sizeof path, "%s/%s/module.hlo", dirs[d], de->d_name);
+            else if (nl > 4 && !strcmp(de->d_name + nl - 4, ".hlo"))
+                snprintf(path, sizeof path, "%s/%s", dirs[d], de->d_name);
+            else
+                continue;
+            ot_module *m = NULL;
+            if (ot_hlo_parse_file(path, NULL, &m) != OT_OK) { /* not a module this build reads */
+                ot_clear_error();
+                continue;
+            }
+            nmod++;
+            bad += roundtrip_module(m, path);
+            ot_module_free(m);
+        }
+        closedir(dp);
+    }
+    unsetenv("OPTITPU_CODEGEN");
+    EXPECT_TRUE(nmod > 500);
+    EXPECT_INT_EQ(bad, 0);
+}
+
 /* A module with every attribute kind the compiler keeps (topk, sort, gather, scatter, pad,
  * slice, windows, dot precision, convolution, compare type, reduce-precision, rng, collectives,
  * pairs, ...): compiled without fusion (-O0: every instruction keeps its own attributes), its
@@ -2389,9 +2473,10 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
              OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
-             OT_TEST(test_serialize_every_attribute), OT_TEST(test_serialize_bad_files),
-             OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold),
-             OT_TEST(test_hlo_text_and_dumps), OT_TEST(test_random_graphs_O0_O2),
-             OT_TEST(test_fuse_residual_chain), OT_TEST(test_fuse_size_capped),
-             OT_TEST(test_fuse_random_dags), OT_TEST(test_fuse_cycle_check_alone),
-             OT_TEST(test_inline_size_limit))
+             OT_TEST(test_serialize_roundtrip_schedule_order),
+             OT_TEST(test_serialize_roundtrip_corpus), OT_TEST(test_serialize_every_attribute),
+             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
+             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
+             OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
+             OT_TEST(test_fuse_size_capped), OT_TEST(test_fuse_random_dags),
+             OT_TEST(test_fuse_cycle_check_alone), OT_TEST(test_inline_size_limit))

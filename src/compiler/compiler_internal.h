@@ -22,8 +22,12 @@ ot_status cc_ptrmap_put(cc_ptrmap *m, const void *k, int64_t v);
 int64_t cc_ptrmap_get(const cc_ptrmap *m, const void *k);
 void cc_ptrmap_free(cc_ptrmap *m);
 
-/* Every computation reachable from the entry (entry included), callees first; ot_malloc'd. */
-ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n);
+/* Every computation reachable from the entry (entry included), callees first; ot_malloc'd. The
+ * entry's instructions are visited in entry_order[0..nentry) when it is given (a schedule: the
+ * order serialization writes them in, so a reader finds the same computation order), else in
+ * instruction-list order. */
+ot_status cc_reachable(const ot_module *m, ot_instr *const *entry_order, int64_t nentry,
+                       ot_computation ***out, int *n);
 
 /* Every computation reachable from the entry, callees first, each with its post order
  * (cc_post_order), found in one walk: the called computations are read from the post-order

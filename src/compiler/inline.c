@@ -71,7 +71,7 @@ ot_status ot_pass_inline(ot_module *m, bool *changed) {
     if (ir_module_call_count(m) == 0) return OT_OK; /* nothing to inline: no walk */
     ot_computation **reach = NULL;
     int nreach = 0;
-    OT_CHECK(cc_reachable(m, &reach, &nreach));
+    OT_CHECK(cc_reachable(m, NULL, 0, &reach, &nreach));
     ot_instr **calls = NULL;
     int64_t ncalls = 0, cap = 0;
     ot_status s = OT_OK;

@@ -128,7 +128,8 @@ int64_t cc_numel(const ot_instr *i) {
     return ot_shape_numel_unchecked(&i->shape.array);
 }
 
-ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n) {
+ot_status cc_reachable(const ot_module *m, ot_instr *const *entry_order, int64_t nentry,
+                       ot_computation ***out, int *n) {
     *out = NULL;
     *n = 0;
     ot_computation *entry = ot_module_entry(m);
@@ -141,6 +142,7 @@ ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n) {
         ot_computation *c;
         ot_instr *i;
         int k;
+        int64_t j; /* the entry's frame with entry_order: the index of i in it */
     } *st = ot_malloc((size_t)cap * sizeof *st);
     cc_ptrmap seen = {0};
     ot_status s = OT_OK;
@@ -150,11 +152,13 @@ ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n) {
         goto out;
     }
     if ((s = cc_ptrmap_put(&seen, entry, 1)) != OT_OK) goto out;
-    st[sp++] = (struct frame){entry, entry->first, 0};
+    if (entry_order && nentry == 0) entry_order = NULL;
+    st[sp++] = (struct frame){entry, entry_order ? entry_order[0] : entry->first, 0, 0};
     while (sp && s == OT_OK) {
         struct frame *f = &st[sp - 1];
+        bool ordered = sp == 1 && entry_order;
         while (f->i && f->k >= f->i->ncalled) {
-            f->i = f->i->next;
+            f->i = !ordered ? f->i->next : ++f->j < nentry ? entry_order[f->j] : NULL;
             f->k = 0;
         }
         if (!f->i) {
@@ -169,7 +173,7 @@ ot_status cc_reachable(const ot_module *m, ot_computation ***out, int *n) {
             break;
         }
         if ((s = cc_ptrmap_put(&seen, x, 1)) != OT_OK) break;
-        st[sp++] = (struct frame){x, x->first, 0};
+        st[sp++] = (struct frame){x, x->first, 0, 0};
     }
 out:
     cc_ptrmap_free(&seen);

@@ -232,7 +232,7 @@ static ot_status put_module(wb *w, const ot_module *m, ot_instr *const *entry_or
                             int64_t nentry) {
     ot_computation **comps = NULL;
     int nc = 0;
-    OT_CHECK(cc_reachable(m, &comps, &nc));
+    OT_CHECK(cc_reachable(m, entry_order, nentry, &comps, &nc));
     cc_ptrmap cidx = {0};
     ot_status s = OT_OK;
     put_str(w, ot_module_name(m));
