@@ -1313,24 +1313,6 @@ static ot_status hint_copy(const ictx *x, ot_ir_shape *out) {
     return OT_OK;
 }
 
-bool ir_op_takes_hint(ot_opcode op) {
-    switch (op) {
-    case OT_OP_PARAMETER:
-    case OT_OP_CONSTANT:
-    case OT_OP_IOTA:
-    case OT_OP_BROADCAST:
-    case OT_OP_RESHAPE:
-    case OT_OP_BITCAST:
-    case OT_OP_CONVERT:
-    case OT_OP_BITCAST_CONVERT:
-    case OT_OP_RNG_BIT_GENERATOR:
-    case OT_OP_CUSTOM_CALL:
-    case OT_OP_DOT:
-    case OT_OP_CONVOLUTION: return true;
-    default: return false;
-    }
-}
-
 ot_status ir_infer(ot_module *m, ot_opcode op, ot_instr *const *ops, int n, const ot_attrs *a,
                    ot_computation *const *called, int ncalled, const ot_ir_shape *hint,
                    ot_ir_shape *out) {

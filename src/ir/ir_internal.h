@@ -181,8 +181,6 @@ ot_status ir_shape_copy(ot_module *m, const ot_ir_shape *src, ot_ir_shape *dst);
 ot_status ir_infer(ot_module *m, ot_opcode op, ot_instr *const *ops, int n, const ot_attrs *a,
                    ot_computation *const *called, int ncalled, const ot_ir_shape *hint,
                    ot_ir_shape *out);
-/* Ops whose result shape comes from the hint rather than from operands. */
-bool ir_op_takes_hint(ot_opcode op);
 
 /* Instruction creation without sticky-error checks (used by ot_build, cloning and the parser):
  * returns OT_OK and *out, or an error (message set). flags:
