@@ -330,34 +330,6 @@ const ir_attr_row *ir_attr_lookup_any(const char *s, size_t n) {
 
 /* ---- values ---- */
 
-int64_t ir_attr_load_int(const void *p, size_t size) {
-    switch (size) {
-    case 1: return *(const bool *)p;
-    case 4: {
-        int v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    default: {
-        int64_t v;
-        memcpy(&v, p, 8);
-        return v;
-    }
-    }
-}
-
-void ir_attr_store_int(void *p, size_t size, int64_t v) {
-    switch (size) {
-    case 1: *(bool *)p = v != 0; break;
-    case 4: {
-        int w = (int)v;
-        memcpy(p, &w, 4);
-        break;
-    }
-    default: memcpy(p, &v, 8); break;
-    }
-}
-
 const void *ir_attr_row_base(const ir_attr_row *r, const ot_attrs *a) {
     switch (r->field) {
     case IR_F_DOT: return a->dot;

@@ -21,8 +21,10 @@
 
 #include "optitpu/ir.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- fields of ot_attrs ---- */
 
@@ -186,8 +188,33 @@ const ir_attr_row *ir_attr_lookup_any(const char *s, size_t n);
 /* Whether row r's attribute is printed for instruction i (its print policy). */
 bool ir_attr_printed(const ir_attr_row *r, const ot_instr *i);
 /* The integer stored at p, of `size` bytes (1: bool, 4: int or enum, 8: int64). */
-int64_t ir_attr_load_int(const void *p, size_t size);
-void ir_attr_store_int(void *p, size_t size, int64_t v);
+static inline int64_t ir_attr_load_int(const void *p, size_t size) {
+    switch (size) {
+    case 1: return *(const bool *)p;
+    case 4: {
+        int v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    default: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    }
+}
+
+static inline void ir_attr_store_int(void *p, size_t size, int64_t v) {
+    switch (size) {
+    case 1: *(bool *)p = v != 0; break;
+    case 4: {
+        int w = (int)v;
+        memcpy(p, &w, 4);
+        break;
+    }
+    default: memcpy(p, &v, 8); break;
+    }
+}
 /* The struct row r writes into: attrs itself, or the dimension numbers attrs points to (NULL
  * when that pointer is NULL). */
 const void *ir_attr_row_base(const ir_attr_row *r, const ot_attrs *a);

@@ -213,6 +213,8 @@ static bool field_eq(const ir_attr_field *f, int rank, const ot_attrs *a, const 
     if (f->kind >= IR_FK_DIMS && f->kind != IR_FK_PRECISION) {
         p = load_ptr(a, f);
         q = load_ptr(b, f);
+        /* the same array (mostly: both absent) with the same count is equal whatever its kind */
+        if (p == q && (f->count_off < 0 || load_count(a, f) == load_count(b, f))) return true;
     }
     switch ((ir_field_kind)f->kind) {
     case IR_FK_DIMS:
@@ -240,6 +242,8 @@ static bool field_eq(const ir_attr_field *f, int rank, const ot_attrs *a, const 
 
 bool ot_instr_attrs_equal(const ot_instr *ia, const ot_instr *ib) {
     if (ia->opcode != ib->opcode) return false;
+    /* common attributes are shared (module.c attrs_shared): CSE's comparisons mostly end here */
+    if (ia->attrs == ib->attrs) return true;
     int rank = ia->shape.kind == OT_IR_ARRAY ? ia->shape.array.rank : 0;
     for (int f = 0; f < IR_F_COUNT; f++)
         if (!field_eq(&ir_attr_fields[f], rank, ia->attrs, ib->attrs)) return false;
