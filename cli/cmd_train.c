@@ -29,7 +29,9 @@ static const char usage[] =
     "  --weight-decay X     (default: the optimizer's)\n"
     "  --schedule S         constant | cosine | warmup-cosine | step (default warmup-cosine)\n"
     "  --warmup N           warmup steps                             (default 20)\n"
-    "  --batch-size N       global batch                             (default 128)\n"
+    "  --batch-size N       global batch (per micro-batch)           (default 128)\n"
+    "  --grad-accum K       K micro-batches of --batch-size per optimizer step, gradients\n"
+    "                       summed: as one batch of K x --batch-size (default 1)\n"
     "  --steps N | --epochs N                                        (default 400 steps)\n"
     "  --eval-every N       test-set evaluation period               (default 50)\n"
     "  --seed N             data order and initialization            (default 0)\n"
@@ -39,6 +41,9 @@ static const char usage[] =
     "                       (default torus-2x4 with 8 devices, none otherwise)\n"
     "  --allreduce A        auto | ring | halving-doubling | tree | hier2d | direct (default "
     "tree)\n"
+    "  --grad-compress C    none | bf16 | int8 | topk:F: the gradient all-reduce compressed,\n"
+    "                       with error feedback (default none: exact); one process only, no\n"
+    "                       --resume (the residuals are not checkpointed)\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       created with its parents (default optitpu-train/ckpt; 'none'\n"
     "                       disables)\n"
@@ -67,7 +72,10 @@ static const char usage[] =
     "                       process; process 0 reports and checkpoints; --fail-device kills the\n"
     "                       device's process and launch restarts the job from the checkpoint\n"
     "  e.g. optitpu launch --np 2 --oversubscribe --ckpt-dir ck -- train --mpi --devices 4 \\\n"
-    "         --ckpt-dir ck\n";
+    "         --ckpt-dir ck\n"
+    "examples\n"
+    "  optitpu train --devices 1 --batch-size 32 --grad-accum 4   # batch 128 on one device\n"
+    "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n";
 
 typedef struct csv_stream csv_stream;
 static void csv_add(csv_stream *c, const ot_train_point *p);
@@ -255,6 +263,11 @@ static int parse_optim(train_cli *c, const char *a, const char *val, int *i) {
         if (!cli_parse_i64(val, 1, INT64_C(1) << 24, &v))
             return cli_usage_error("train", "--batch-size: 1..2^24");
         c->o.batch_size = v;
+    } else if (!strcmp(a, "--grad-accum")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, 65536, &v))
+            return cli_usage_error("train", "--grad-accum: micro-batches per step, 1..65536");
+        c->o.grad_accum = v;
     } else if (!strcmp(a, "--steps")) {
         NEED();
         if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
@@ -297,6 +310,16 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
         if (ot_coll_algo_from_name(val) < 0)
             return cli_usage_error("train", "--allreduce: unknown algorithm '%s'", val);
         c->o.allreduce = val;
+    } else if (!strcmp(a, "--grad-compress")) {
+        NEED();
+        char *end = NULL;
+        double f = !strncmp(val, "topk:", 5) ? strtod(val + 5, &end) : 0;
+        bool topk = end && end != val + 5 && *end == 0 && f > 0 && f <= 1;
+        if (!topk && strcmp(val, "none") && strcmp(val, "bf16") && strcmp(val, "int8"))
+            return cli_usage_error(
+                "train", "--grad-compress: none, bf16, int8 or topk:F with 0 < F <= 1, not '%s'",
+                val);
+        c->o.grad_compress = val;
     } else if (!strcmp(a, "--mpi")) {
         c->use_mpi = true;
     } else if (!strcmp(a, "--fail-device")) {
@@ -398,9 +421,19 @@ static int parse_args(train_cli *c, int argc, char **argv) {
     return CLI_OK;
 }
 
-/* An explicit topology is the pod's shape: another device count is a contradiction; across
- * processes the pod is every process's devices. */
-static int check_topology(const train_cli *c) {
+/* Flags that contradict each other. An explicit topology is the pod's shape: another device
+ * count is a contradiction; across processes the pod is every process's devices. Gradient
+ * compression has no MPI form and its residuals are not checkpointed. */
+static int check_combinations(const train_cli *c) {
+    bool compress = c->o.grad_compress && strcmp(c->o.grad_compress, "none") != 0;
+    if (compress && c->use_mpi)
+        return cli_usage_error("train", "--grad-compress is not available with --mpi yet (the MPI "
+                                        "pod's all-reduce has no compressed form)");
+    if (compress && c->o.resume)
+        return cli_usage_error("train",
+                               "--resume with --grad-compress is refused: every device's "
+                               "error-feedback residuals are not checkpointed, so a resumed run "
+                               "could not reproduce an uninterrupted one");
     if (c->use_mpi && c->topology_set)
         return cli_usage_error("train", "--topology applies to one process; with --mpi the pod is "
                                         "every process's devices");
@@ -448,7 +481,7 @@ static int run_train(train_cli *c, int prank);
 static int run(int argc, char **argv) {
     train_cli c = {.o = ot_train_options_default(), .out_dir = "optitpu-train"};
     int rc = parse_args(&c, argc, argv);
-    if (rc == CLI_OK) rc = check_topology(&c);
+    if (rc == CLI_OK) rc = check_combinations(&c);
     if (rc != CLI_OK) return rc;
     ot_mpi *mpi = NULL;
     int prank = 0;
@@ -580,6 +613,8 @@ static void print_summary(const ot_train_report *r, const char *ckpt_dir, const 
         printf("  failures: %d; detected %.0f ms after the device stopped, running again %.0f "
                "ms after detection\n",
                r->failures, 1e3 * r->detect_s, 1e3 * r->recover_s);
+    printf("  all-reduce: %lld bytes per device per step, %lld in all\n",
+           (long long)r->allreduce_bytes_per_step, (long long)r->allreduce_bytes);
     printf("  checkpoints written: %lld%s%s\n", (long long)r->checkpoints, ckpt_dir ? " in " : "",
            ckpt_dir ? ckpt_dir : "");
     printf("  parameters sha256 %s\n", hex);

@@ -101,7 +101,9 @@ grep -q "optimizer 'adam'; this run uses 'sgd'" "$work/err"
 "$bin" train --devices 2 --steps 50 --eval-every 0 --quiet --no-final-ckpt --ckpt-dir "$work/g" \
   --out "$work/out_g" >/dev/null
 [[ -z $(ls "$work/g") ]] || { echo "--no-final-ckpt saved"; exit 1; }
-"$bin" help train | grep -q -- "--no-final-ckpt"
+# (the help is written to a file first: grep -q leaving early would cut the pipe under pipefail)
+"$bin" help train >"$work/help.txt"
+grep -q -- "--no-final-ckpt" "$work/help.txt"
 # a stopped run without an evaluation says so (no -100%)
 "$bin" train --devices 2 --steps 50 --eval-every 0 --stop-after 5 --ckpt-dir none --out "$work/out_h" \
   >"$work/h.txt"
@@ -121,8 +123,34 @@ set -e
 [[ $rc -eq 2 ]] || { echo "--topology torus-2x4 --devices 3: exit $rc, want 2"; exit 1; }
 grep -q "torus-2x4 has 8 devices but --devices is 3" "$work/err"
 
+# --grad-accum K on one device is batch x K on K devices (K = 2: the same bits); the summary and
+# --json give the all-reduce bytes, which --grad-compress int8 divides by 4
+"$bin" train --devices 1 --batch-size 32 --grad-accum 2 --steps 20 --eval-every 0 --quiet --json \
+  --ckpt-dir none --out "$work/out_acc" >"$work/acc.json"
+"$bin" train --devices 2 --batch-size 64 --steps 20 --eval-every 0 --quiet --json \
+  --ckpt-dir none --out "$work/out_wide" >"$work/wide.json"
+[[ $(sha "$work/acc.json") == $(sha "$work/wide.json") ]] \
+  || { echo "--grad-accum 2 on 1 device differs from batch x 2 on 2 devices"; exit 1; }
+grep -q '"allreduce_bytes_per_step":38448,' "$work/wide.json"
+"$bin" train --devices 2 --steps 20 --eval-every 0 --quiet --grad-compress int8 --ckpt-dir none \
+  --out "$work/out_i8" >"$work/i8.txt"
+grep -q "all-reduce: 9622 bytes per device per step" "$work/i8.txt"
+grep -q -- "--grad-accum 4" "$work/help.txt"
+grep -q -- "--grad-compress int8" "$work/help.txt"
+# --grad-compress cannot be resumed (its residuals are not checkpointed) nor run under --mpi
+for bad in "--resume" "--mpi"; do
+  set +e
+  # shellcheck disable=SC2086
+  "$bin" train --grad-compress bf16 $bad --ckpt-dir "$work/gc" --out "$work/out_gc" >/dev/null 2>"$work/err"
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || { echo "train --grad-compress bf16 $bad: exit $rc, want 2"; exit 1; }
+  grep -q -- "--grad-compress" "$work/err"
+done
+
 # usage errors exit 2 with a message
-for bad in "--devices 0" "--fail-device 3" "--model resnet" "--lr -1" "--schedule sawtooth" "--bogus"; do
+for bad in "--devices 0" "--fail-device 3" "--model resnet" "--lr -1" "--schedule sawtooth" "--bogus" \
+  "--grad-accum 0" "--grad-compress int4" "--grad-compress topk:2"; do
   set +e
   # shellcheck disable=SC2086
   "$bin" train $bad --out "$work/out_d" >/dev/null 2>"$work/err"

@@ -48,4 +48,20 @@ if "$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --device
   echo "a batch smaller than the pod was accepted"; exit 1
 fi
 grep -q "batch size 3 is smaller than the 4 devices" c.log
+
+# --grad-accum across processes: 2 processes x 1 device accumulating 2 micro-batches of 64 is the
+# same job, bit for bit, as 2 local devices doing so (the same shards, two-term sums)
+"$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 --batch-size 64 \
+  --grad-accum 2 --steps 20 --eval-every 0 --json --ckpt-dir none --out oe >e.json 2>e.log \
+  || { cat e.log; exit 1; }
+"$bin" train --devices 2 --batch-size 64 --grad-accum 2 --steps 20 --eval-every 0 --json --quiet \
+  --ckpt-dir none --out of >f.json
+[[ -n $(sha e.json) && $(sha e.json) == $(sha f.json) ]] \
+  || { echo "--grad-accum across processes differs: $(sha e.json) vs $(sha f.json)"; exit 1; }
+# --grad-compress has no MPI form: refused, not ignored
+if "$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 \
+  --grad-compress int8 --steps 5 --ckpt-dir none --out og >/dev/null 2>g.log; then
+  echo "--grad-compress was accepted with --mpi"; exit 1
+fi
+grep -q -- "--grad-compress is not available with --mpi" g.log
 echo "train mpi ok"

@@ -159,8 +159,20 @@ typedef struct ot_train_options {
      * cosine to 0) or "step" (x0.1 every third of the run). */
     const char *schedule;
     int64_t warmup_steps;
-    int64_t batch_size; /* global (default 128) */
-    int64_t steps;      /* default 400; epochs > 0 overrides */
+    int64_t batch_size; /* global, per micro-batch (default 128) */
+    /* Gradient accumulation: each optimizer step sums the gradients of grad_accum consecutive
+     * micro-batches of batch_size (the slices of one global batch of batch_size * grad_accum
+     * samples, so a run equals one of batch_size * grad_accum without accumulation up to float
+     * summation order). Default 1; epochs and samples/s count batch_size * grad_accum per step. */
+    int64_t grad_accum;
+    /* The gradient all-reduce through the pod's gradient aggregator (collectives.h), with error
+     * feedback: NULL or "none" (default: the exact f32 sum), "bf16", "int8" (a scale per fusion
+     * bucket) or "topk:F" (the fraction 0 < F <= 1 of largest magnitudes). Every replica still
+     * holds bit-identical parameters; the residuals start from zero in each segment (a start, a
+     * recovery) and are not checkpointed, so resume is refused with it. One process only (not
+     * with mpi). */
+    const char *grad_compress;
+    int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;
     int devices; /* default 8 */
     /* A ring, torus or TPU preset of exactly `devices` devices (INVALID_ARGUMENT otherwise);
@@ -228,6 +240,11 @@ typedef struct ot_train_report {
     /* The gradient all-reduce's deadline: a base plus the step's work at slow rates (docs/train.md)
      */
     double allreduce_timeout_s;
+    /* The bytes one replica contributes to a step's all-reduces (the gradients, compressed with
+     * grad_compress, and the loss and correct count), and that summed over the run's steps and
+     * replicas. */
+    int64_t allreduce_bytes_per_step;
+    int64_t allreduce_bytes;
     /* SHA-256 of the final parameters' f32 bytes in parameter order. Every replica's parameters
      * are hashed at the end and must be identical (else the run fails with OT_ERR_INTERNAL). */
     uint8_t params_sha256[32];

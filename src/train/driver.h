@@ -127,6 +127,10 @@ struct trainer {
     int ngexe;
     ot_executable *eval_exe;
     int64_t total_steps;
+    int64_t accum;             /* micro-batches per step (o->grad_accum) */
+    int64_t step_batch;        /* samples per optimizer step: o->batch_size * accum */
+    ot_grad_compress compress; /* the gradient all-reduce's compression (NONE: exact) */
+    double topk_fraction;
     replica reps[MAX_DEVICES]; /* this process's live replicas in rank order */
     int nlive;
     /* progress */

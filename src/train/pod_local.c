@@ -198,7 +198,12 @@ static ot_status local_member_begin(trainer *t, train_member *m) {
         if (s != OT_OK) return s;
     }
     ot_comm_set_timeout(m->comm, m->timeout_ns);
-    if (m->rank == 0) {
+    if (m->rank == 0 && t->compress != OT_COMPRESS_NONE) {
+        train_log(t,
+                  "gradient all-reduce: %s-compressed with error feedback through the gradient "
+                  "aggregator over %d devices (the loss and correct count exact), deadline %.1f s",
+                  ot_grad_compress_name(t->compress), m->n, (double)m->timeout_ns / 1e9);
+    } else if (m->rank == 0) {
         size_t bytes = ((size_t)t->total_elems + 2) * sizeof(float);
         ot_coll_algo a = t->coll.algo != OT_ALGO_AUTO
                              ? t->coll.algo

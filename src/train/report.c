@@ -264,6 +264,9 @@ ot_status ot_train_report_json(const ot_train_report *r, char **out) {
     bad |= set_num(o, "detect_s", r->detect_s);
     bad |= set_num(o, "recover_s", r->recover_s);
     bad |= json_object_set_new(o, "checkpoints", json_integer(r->checkpoints));
+    bad |= json_object_set_new(o, "allreduce_bytes_per_step",
+                               json_integer(r->allreduce_bytes_per_step));
+    bad |= json_object_set_new(o, "allreduce_bytes", json_integer(r->allreduce_bytes));
     bad |= json_object_set_new(o, "param_elements", json_integer(r->param_elements));
     bad |= json_object_set_new(o, "params_sha256", json_string(hex));
     bad |= json_object_set_new(o, "stopped", json_boolean(r->stopped));

@@ -209,7 +209,7 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
             .rng_algorithm = "splitmix64",
             .rng_state = rng,
             .rng_words = 1,
-            .data_epoch = step / (t->train.n / t->o->batch_size),
+            .data_epoch = step / (t->train.n / t->step_batch),
             .data_index = step,
             .metrics = metrics,
             .nmetrics = 1,

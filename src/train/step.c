@@ -1,7 +1,9 @@
-/* A replica's steps, phase by phase: load its shard of the batch, forward/backward, the gradient
- * all-reduce through the pod, the optimizer update; on the leader also metrics (evaluation,
- * history, progress) and checkpoints; a failure ends the replica's segment and, when it is its own
- * error, fails the pod so nobody waits for it. The same loop on every pod (driver.h). */
+/* A replica's steps, phase by phase: load its shard of the batch, forward/backward and gather
+ * the gradients (once per accumulated micro-batch), the gradient all-reduce through the pod (or
+ * through a compressing gradient aggregator), the optimizer update; on the leader also metrics
+ * (evaluation, history, progress) and checkpoints; a failure ends the replica's segment and, when
+ * it is its own error, fails the pod so nobody waits for it. The same loop on every pod (driver.h).
+ */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -89,13 +91,14 @@ static int64_t allreduce_timeout(const trainer *t, const ot_executable *exe) {
         .local_replicas = t->nlive,
         .members = t->nlive * t->psize,
         .allreduce_bytes = (t->total_elems + 2) * (int64_t)sizeof(float),
-        /* the update: about 16 operations per element and slot; it reads parameter, gradient
-         * and slots and writes parameter and slots; the gradients are copied three times (out
-         * of the device, into the flat buffer, back onto the device) */
-        .replica_flops =
-            (double)ot_executable_total_flops(exe) + 16.0 * (double)t->total_elems * (1 + nstate),
-        .replica_bytes =
-            (double)ot_executable_total_bytes(exe) + pbytes * (3 + 2 * nstate) + 3 * pbytes,
+        /* forward/backward once per accumulated micro-batch; the update: about 16 operations
+         * per element and slot; it reads parameter, gradient and slots and writes parameter and
+         * slots; the gradients are copied out of the device and into the flat buffer per
+         * micro-batch, and back onto the device once */
+        .replica_flops = (double)t->accum * (double)ot_executable_total_flops(exe) +
+                         16.0 * (double)t->total_elems * (1 + nstate),
+        .replica_bytes = (double)t->accum * (double)ot_executable_total_bytes(exe) +
+                         pbytes * (3 + 2 * nstate) + (double)(2 * t->accum + 1) * pbytes,
         .leader_flops = t->eval_exe ? (double)ot_executable_total_flops(t->eval_exe) : 0,
         /* the snapshot copies parameters and slots to the host */
         .leader_bytes = (t->eval_exe ? (double)ot_executable_total_bytes(t->eval_exe) : 0) +
@@ -118,13 +121,15 @@ typedef struct replica_run {
     int64_t *idx; /* the global batch's sample indices */
     float *xb;    /* its shard: nb * features */
     int32_t *yb;
-    float *flat; /* gradients, loss and correct count: what the all-reduce sums */
+    float *flat;             /* gradients, loss and correct count: what the all-reduce sums */
+    ot_grad_aggregator *agg; /* the gradients' compressing all-reduce (NULL: uncompressed) */
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
 } replica_run;
 
-/* Load batch: the shard of global batch `step` onto the device (args[nparams], args[nparams+1],
- * released by phase_forward_backward). */
-static ot_status phase_load_batch(replica_run *rr, int64_t step) {
+/* Load batch: the shard of micro-batch `micro` of global batch `step` onto the device
+ * (args[nparams], args[nparams+1], released by phase_forward_backward). Micro-batch j is the
+ * slice [j * batch_size, (j + 1) * batch_size) of the step's t->step_batch samples. */
+static ot_status phase_load_batch(replica_run *rr, int64_t step, int64_t micro) {
     trainer *t = rr->t;
     const ot_train_options *o = t->o;
     replica *r = rr->m.r;
@@ -132,10 +137,12 @@ static ot_status phase_load_batch(replica_run *rr, int64_t step) {
     int64_t F = t->train.features;
     rr->args[np] = rr->args[np + 1] = NULL;
     phase_clock pc = train_phase_start();
-    ot_status s = ot_dataset_batch_indices(t->train.n, o->batch_size, o->seed, step, rr->idx);
+    ot_status s = OT_OK;
+    if (micro == 0) s = ot_dataset_batch_indices(t->train.n, t->step_batch, o->seed, step, rr->idx);
     if (s != OT_OK) return s;
+    const int64_t *idx = rr->idx + micro * o->batch_size + rr->off;
     for (int64_t i = 0; i < rr->nb; i++) {
-        int64_t j = rr->idx[rr->off + i];
+        int64_t j = idx[i];
         memcpy(rr->xb + i * F, t->train.x + j * F, (size_t)F * sizeof(float));
         rr->yb[i] = t->train.y[j];
     }
@@ -166,11 +173,11 @@ static ot_status phase_forward_backward(replica_run *rr, ot_status s) {
     return s;
 }
 
-/* Gradient all-reduce: gradients, then loss and correct count, packed into one flat vector and
- * summed over every replica of the pod (the loss scale makes the sum the global batch's mean). */
-static ot_status phase_allreduce(replica_run *rr) {
+/* Gather: gradients, then loss and correct count, packed into one flat vector; a later
+ * micro-batch of the step (add) is summed into it in micro-batch order (each micro-batch's loss
+ * is scaled by 1 / t->step_batch, so the sum is the step's mean). */
+static ot_status phase_gather(replica_run *rr, bool add) {
     trainer *t = rr->t;
-    replica *r = rr->m.r;
     int nouts = 2 + t->nparams;
     phase_clock pc = train_phase_start();
     ot_status s = OT_OK;
@@ -179,7 +186,12 @@ static ot_status phase_allreduce(replica_run *rr) {
         ot_tensor h;
         s = ot_buffer_to_host(rr->outs[2 + k], &h);
         if (s == OT_OK) {
-            memcpy(rr->flat + pos, h.data, h.nbytes);
+            if (add) {
+                const float *g = h.data;
+                for (size_t i = 0; i < t->sizes[k]; i++) rr->flat[pos + i] += g[i];
+            } else {
+                memcpy(rr->flat + pos, h.data, h.nbytes);
+            }
             pos += t->sizes[k];
             ot_tensor_release(&h);
         }
@@ -188,16 +200,40 @@ static ot_status phase_allreduce(replica_run *rr) {
         ot_tensor h;
         s = ot_buffer_to_host(rr->outs[k], &h);
         if (s == OT_OK) {
-            rr->flat[t->total_elems + k] = *(float *)h.data;
+            float v = *(float *)h.data;
+            rr->flat[t->total_elems + k] = add ? rr->flat[t->total_elems + k] + v : v;
             ot_tensor_release(&h);
         }
     }
     for (int k = 0; k < nouts; k++) ot_buffer_free(rr->outs[k]);
-    train_phase_end(t, r, PH_OTHER, pc, "gather", false);
-    if (s != OT_OK) return s;
-    pc = train_phase_start();
-    s = t->pod_vt->allreduce(t, &rr->m, rr->flat, (size_t)t->total_elems + 2);
+    train_phase_end(t, rr->m.r, PH_OTHER, pc, "gather", false);
+    return s;
+}
+
+/* Gradient all-reduce: the flat vector summed over every replica of the pod (the loss scale
+ * makes the sum the global batch's mean). With compression the gradients go through the
+ * aggregator (every member decodes and sums the same payloads: identical results everywhere) and
+ * the loss and correct count through the pod's exact sum. The leader counts the bytes. */
+static ot_status phase_allreduce(replica_run *rr) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    phase_clock pc = train_phase_start();
+    ot_status s;
+    int64_t bytes;
+    if (rr->agg) {
+        float *g = rr->flat;
+        s = ot_grad_aggregate(rr->agg, &g);
+        if (s == OT_OK) s = t->pod_vt->allreduce(t, &rr->m, rr->flat + t->total_elems, 2);
+        bytes = (int64_t)ot_grad_last_wire_bytes(rr->agg) + 2 * (int64_t)sizeof(float);
+    } else {
+        s = t->pod_vt->allreduce(t, &rr->m, rr->flat, (size_t)t->total_elems + 2);
+        bytes = (t->total_elems + 2) * (int64_t)sizeof(float);
+    }
     train_phase_end(t, r, PH_COMM, pc, "all-reduce", !t->pod_vt->comm_traced);
+    if (s == OT_OK && rr->m.g == 0) {
+        t->rep->allreduce_bytes_per_step = bytes;
+        t->rep->allreduce_bytes += bytes * rr->m.n;
+    }
     return s;
 }
 
@@ -247,7 +283,7 @@ static ot_status phase_metrics(replica_run *rr, int64_t step, double lr) {
     const ot_train_options *o = t->o;
     int64_t done_steps = step + 1;
     double loss = rr->flat[t->total_elems];
-    double tacc = rr->flat[t->total_elems + 1] / (double)o->batch_size;
+    double tacc = rr->flat[t->total_elems + 1] / (double)t->step_batch;
     bool evaluated = false;
     ot_status s;
     if ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == t->total_steps) {
@@ -266,7 +302,7 @@ static ot_status phase_metrics(replica_run *rr, int64_t step, double lr) {
         /* the run's average so far: per-step rates jump with the host's scheduling */
         double elapsed = (double)(now - t->loop_start_ns) / 1e9;
         int64_t run_done = done_steps - t->rep->start_step;
-        double sps = elapsed > 0 ? (double)(run_done * o->batch_size) / elapsed : 0;
+        double sps = elapsed > 0 ? (double)(run_done * t->step_batch) / elapsed : 0;
         double eta =
             run_done > 0 ? elapsed / (double)run_done * (double)(t->total_steps - done_steps) : 0;
         ot_train_progress p = {
@@ -336,7 +372,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     }
     if (rank == 0) t->rep->allreduce_timeout_s = (double)m->timeout_ns / 1e9;
     int64_t F = t->train.features;
-    rr->idx = ot_malloc((size_t)t->o->batch_size * sizeof *rr->idx);
+    rr->idx = ot_malloc((size_t)t->step_batch * sizeof *rr->idx);
     rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
     rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
     rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
@@ -344,6 +380,25 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
     ot_shape_make(&rr->xs, OT_F32, 2, (int64_t[]){rr->nb, F});
     ot_shape_make(&rr->ys, OT_S32, 1, (int64_t[]){rr->nb});
+    if (t->compress != OT_COMPRESS_NONE) {
+        /* a fresh aggregator per segment: its residuals start from zero (driver.h) */
+        if (!m->comm)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "train: the %s pod cannot compress gradients",
+                            t->pod_vt->name);
+        ot_grad_aggregator_options ao = ot_grad_aggregator_options_default();
+        ao.op = OT_REDOP_SUM;
+        ao.compress = t->compress;
+        ao.error_feedback = true;
+        ao.topk_fraction = t->topk_fraction;
+        ao.coll = t->coll;
+        /* int8 and top-k payloads are all-gathered: --allreduce names the all-reduce's
+         * algorithm, which the all-gather may not have */
+        if (t->compress == OT_COMPRESS_INT8 || t->compress == OT_COMPRESS_TOPK)
+            ao.coll.algo = OT_ALGO_AUTO;
+        size_t total = (size_t)t->total_elems;
+        s = ot_grad_aggregator_create(m->comm, 1, &total, &ao, &rr->agg);
+        if (s != OT_OK) return s;
+    }
     return OT_OK;
 }
 
@@ -353,6 +408,7 @@ static void run_end(replica_run *rr) {
     ot_free(rr->xb);
     ot_free(rr->yb);
     ot_free(rr->flat);
+    ot_grad_aggregator_free(rr->agg);
 }
 
 /* One step of the replica; the leader (the pod's replica 0) also records and checkpoints it. */
@@ -364,7 +420,10 @@ static ot_status run_step(replica_run *rr, int64_t step) {
         s = t->pod_vt->inject_fault(t, &rr->m, step);
         if (s != OT_OK) return s;
     }
-    s = phase_forward_backward(rr, phase_load_batch(rr, step));
+    for (int64_t j = 0; s == OT_OK && j < t->accum; j++) {
+        s = phase_forward_backward(rr, phase_load_batch(rr, step, j));
+        if (s == OT_OK) s = phase_gather(rr, j > 0);
+    }
     if (s == OT_OK) s = phase_allreduce(rr);
     double lr = ot_lr_schedule_lr(t->sched, step);
     if (s == OT_OK) s = phase_update(rr, step, lr);

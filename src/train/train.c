@@ -26,6 +26,7 @@ ot_train_options ot_train_options_default(void) {
     o.schedule = "warmup-cosine";
     o.warmup_steps = 20;
     o.batch_size = 128;
+    o.grad_accum = 1;
     o.steps = 400;
     o.devices = 8;
     o.topology = NULL; /* torus-2x4 when there are 8 devices */
@@ -92,7 +93,7 @@ static ot_status compile_grad(trainer *t, int64_t batch, ot_executable **out) {
         }
     if (t->ngexe == MAX_EXES) return ot_error(OT_ERR_OUT_OF_RANGE, "train: too many batch shapes");
     ot_module *loss = NULL, *g = NULL;
-    ot_status s = ot_model_build_loss(t->model, batch, 1.0 / (double)t->o->batch_size, &loss);
+    ot_status s = ot_model_build_loss(t->model, batch, 1.0 / (double)t->step_batch, &loss);
     int64_t wrt[MAX_PARAMS];
     for (int k = 0; k < t->nparams; k++) wrt[k] = k;
     ot_grad_options go = ot_grad_options_default();
@@ -187,6 +188,34 @@ static ot_status load_data(trainer *t) {
                     o->dataset);
 }
 
+/* --grad-compress: none | bf16 | int8 | topk:F. */
+static ot_status parse_compress(const char *v, ot_grad_compress *c, double *frac) {
+    *c = OT_COMPRESS_NONE;
+    *frac = 0.01;
+    if (!v || !strcmp(v, "none")) return OT_OK;
+    if (!strcmp(v, "bf16")) {
+        *c = OT_COMPRESS_BF16;
+        return OT_OK;
+    }
+    if (!strcmp(v, "int8")) {
+        *c = OT_COMPRESS_INT8;
+        return OT_OK;
+    }
+    if (!strncmp(v, "topk:", 5)) {
+        char *end = NULL;
+        double f = strtod(v + 5, &end);
+        if (end != v + 5 && *end == 0 && f > 0 && f <= 1) {
+            *c = OT_COMPRESS_TOPK;
+            *frac = f;
+            return OT_OK;
+        }
+    }
+    return ot_error(OT_ERR_INVALID_ARGUMENT,
+                    "train: unknown gradient compression '%s' (none, bf16, int8, topk:F with 0 < "
+                    "F <= 1)",
+                    v);
+}
+
 static ot_status validate(const ot_train_options *o) {
     if (o->devices < 1 || o->devices > MAX_DEVICES - 1)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: devices must be 1..%d, got %d",
@@ -206,6 +235,24 @@ static ot_status validate(const ot_train_options *o) {
                         o->devices, o->fail_device, (long long)o->fail_step);
     if (o->resume && !o->ckpt_dir)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: --resume needs --ckpt-dir");
+    if (o->grad_accum < 1 || o->grad_accum > 1 << 16 || o->batch_size > (INT64_C(1) << 40))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --grad-accum must be 1..65536, got %lld (with batch size %lld)",
+                        (long long)o->grad_accum, (long long)o->batch_size);
+    ot_grad_compress c;
+    double f;
+    ot_status s = parse_compress(o->grad_compress, &c, &f);
+    if (s != OT_OK) return s;
+    if (c != OT_COMPRESS_NONE && o->mpi)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "train: --grad-compress is not available with --mpi: the MPI pod sums "
+                        "gradients with ot_mpi_hier_allreduce, which has no compressed form");
+    if (c != OT_COMPRESS_NONE && o->resume)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "train: --resume with --grad-compress %s is refused: every device's "
+                        "error-feedback residuals are not checkpointed, so a resumed run could "
+                        "not reproduce an uninterrupted one",
+                        o->grad_compress);
     return OT_OK;
 }
 
@@ -226,7 +273,12 @@ void ot_train_report_clear(ot_train_report *r) {
 static ot_status setup_model(trainer *t) {
     const ot_train_options *o = t->o;
     ot_status s = load_data(t);
-    if (s == OT_OK && t->train.n < o->batch_size)
+    if (s == OT_OK && t->train.n < t->step_batch && t->accum > 1)
+        s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                     "train: batch size %lld x %lld accumulated micro-batches exceeds the %lld "
+                     "training samples",
+                     (long long)o->batch_size, (long long)t->accum, (long long)t->train.n);
+    else if (s == OT_OK && t->train.n < t->step_batch)
         s = ot_error(OT_ERR_INVALID_ARGUMENT,
                      "train: batch size %lld exceeds the %lld training samples",
                      (long long)o->batch_size, (long long)t->train.n);
@@ -242,7 +294,7 @@ static ot_status setup_model(trainer *t) {
         t->sizes[k] = (size_t)ot_shape_numel_unchecked(ot_model_param_shape(t->model, k));
         t->total_elems += (int64_t)t->sizes[k];
     }
-    int64_t per_epoch = t->train.n / o->batch_size;
+    int64_t per_epoch = t->train.n / t->step_batch;
     t->total_steps = o->epochs > 0 ? o->epochs * per_epoch : o->steps;
     s = make_schedule(t);
     t->coll = ot_coll_options_default();
@@ -351,6 +403,11 @@ static ot_status setup(trainer *t) {
                   t->nlive * t->psize, t->pod_vt->processes ? " in several processes" : "",
                   (long long)o->batch_size, o->optimizer ? o->optimizer : "adam", o->lr,
                   ot_lr_schedule_kind(t->sched), (long long)t->total_steps);
+    if (s == OT_OK && t->accum > 1)
+        train_log(t,
+                  "gradient accumulation: %lld micro-batches of %lld per step (%lld samples a "
+                  "step)",
+                  (long long)t->accum, (long long)o->batch_size, (long long)t->step_batch);
     return s;
 }
 
@@ -433,7 +490,7 @@ static ot_status finish_report(trainer *t, uint64_t loop_end) {
     out->final_loss = t->npoints ? t->points[t->npoints - 1].loss : NAN;
     out->wall_s = (double)(loop_end - t->loop_start_ns) / 1e9;
     out->samples_per_s =
-        out->wall_s > 0 ? (double)(out->steps_run * o->batch_size) / out->wall_s : 0;
+        out->wall_s > 0 ? (double)(out->steps_run * t->step_batch) / out->wall_s : 0;
     out->devices_end = t->nlive * t->psize;
     out->param_elements = t->total_elems;
     /* phase shares: CPU time summed over the replicas (on a host with fewer cores than devices,
@@ -501,6 +558,9 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     t->pod_vt = o->mpi ? &train_pod_mpi : &train_pod_local;
     t->last_test_acc = -1;
     t->psize = 1;
+    t->accum = o->grad_accum;
+    t->step_batch = o->batch_size * o->grad_accum;
+    parse_compress(o->grad_compress, &t->compress, &t->topk_fraction); /* validated */
     pthread_mutex_init(&t->mu, NULL);
 
     s = setup(t);
