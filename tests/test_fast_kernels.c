@@ -845,6 +845,110 @@ static void test_gather(void) {
     }
 }
 
+/* Reduces of a middle run of dims ([O, R, I] with I > 1, each output folding its column in order)
+ * and of several dims, unit dims between them, with infinities, signed zeros, subnormals and
+ * NaNs: bitwise the reference on every pool. A sum or product gets at most one NaN payload and no
+ * -inf (which NaN an add of two NaNs returns depends on the compiler's operand order). */
+static void columns_case(ot_dtype t, int r, const int64_t *dims, const int64_t *rd, int nd,
+                         ot_opcode op, int nspecial) {
+    ot_shape s;
+    ASSERT_OK(ot_shape_make(&s, t, r, dims));
+    double init = op == OT_OP_MULTIPLY ? 1.0 : op == OT_OP_ADD ? 0.5 : -3.0;
+    ot_module *m = reduce_module(t, &s, rd, nd, op, init, false);
+    ASSERT_TRUE(m);
+    ot_executable *e = compile0(m);
+    ASSERT_TRUE(e);
+    ot_tensor x;
+    ASSERT_OK(ot_tensor_alloc(&x, &s));
+    if (op == OT_OP_MULTIPLY)
+        fill_random(&x, 0.999, 1.001);
+    else
+        fill_random(&x, -1, 1);
+    int64_t n = ot_shape_numel_unchecked(&s);
+    static const int sum_kinds[] = {1, 2, 3, 4, 5, 6};
+    for (int k = 0; k < nspecial && n > 0; k++) {
+        int64_t at = (int64_t)(next_u64() % (uint64_t)n);
+        bool mm = op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM;
+        int kind = mm ? (int)(next_u64() % 8) : sum_kinds[next_u64() % 6];
+        if (op == OT_OP_MULTIPLY && kind == 1) kind = 2; /* no inf * 0 */
+        set_special(&x, at, kind);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "columns %s %s rank %d", ot_dtype_name(t), ot_opcode_name(op), r);
+    expect_rows_bitwise(e, &x, what);
+    ot_tensor_release(&x);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
+static void test_reduce_columns(void) {
+    g_rng = 0xc01;
+    static const ot_opcode ops[] = {OT_OP_ADD, OT_OP_MAXIMUM, OT_OP_MINIMUM, OT_OP_MULTIPLY};
+    static const int64_t is[] = {1, 3, 17, 1000}, rs[] = {1, 5, 9, 34};
+    for (int k = 0; k < 8; k++) {
+        ot_dtype t = k % 2 ? OT_F64 : OT_F32;
+        ot_opcode op = ops[k / 2];
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 4; b++) { /* [O, R, I], O making at least 256 outputs */
+                int64_t I = is[a], R = rs[b], O = (256 + I - 1) / I + (int64_t)b;
+                columns_case(t, 3, (int64_t[]){O, R, I}, (int64_t[]){1}, 1, op, 6);
+            }
+        /* few outputs of short columns; several reduced dims; unit dims around and between */
+        columns_case(t, 3, (int64_t[]){2, 7, 3}, (int64_t[]){1}, 1, op, 2);
+        columns_case(t, 4, (int64_t[]){6, 5, 4, 70}, (int64_t[]){1, 2}, 2, op, 12);
+        columns_case(t, 5, (int64_t[]){5, 1, 9, 1, 33}, (int64_t[]){2}, 1, op, 8);
+        columns_case(t, 5, (int64_t[]){5, 1, 9, 1, 33}, (int64_t[]){1, 2, 3}, 3, op, 8);
+        columns_case(t, 4, (int64_t[]){1, 40, 1, 17}, (int64_t[]){1}, 1, op, 8);
+        columns_case(t, 4, (int64_t[]){3, 1, 1, 1000}, (int64_t[]){1, 2}, 2, op, 8);
+        columns_case(t, 4, (int64_t[]){300, 1, 9, 1}, (int64_t[]){2}, 1, op, 8);
+        columns_case(t, 4, (int64_t[]){6, 5, 4, 30}, (int64_t[]){0, 2}, 2, op, 12);
+        columns_case(t, 3, (int64_t[]){4, 37, 21}, (int64_t[]){0, 1, 2}, 3, op, 8);
+    }
+}
+
+/* Sums whose partial sums pass through the subnormal band (3m - 2.5m = 0.5m with m the smallest
+ * normal, flushed to zero under FTZ, and so on), with subnormal inputs among them: lane-ordered
+ * rows (many outputs), one long lane-ordered row (blocks), and columns ([O, R, I] over R, each
+ * output folding in order) match the reference bit for bit on every pool. */
+static void test_reduce_subnormal_sums(void) {
+    static const double pat[] = {3, -2.5, 1.25, -1, 2, -1.5, 0.3, 7};
+    for (int k = 0; k < 6; k++) {
+        ot_dtype t = k % 2 ? OT_F64 : OT_F32;
+        int kind = k / 2; /* 0 rows, 1 one long row, 2 columns */
+        static const int64_t shapes[3][3] = {
+            {300, 16 * 9 + 5, 1}, {1, 3 * 4096 + 37, 1}, {3, 37, 101}};
+        const int64_t *dims = shapes[kind];
+        ot_shape s;
+        ASSERT_OK(ot_shape_make(&s, t, 3, dims));
+        ot_module *m = kind == 1 ? reduce_module(t, &s, (int64_t[]){0, 1}, 2, OT_OP_ADD, 0.0, false)
+                                 : reduce_module(t, &s, (int64_t[]){1}, 1, OT_OP_ADD, 0.0, false);
+        ASSERT_TRUE(m);
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        ot_tensor x;
+        ASSERT_OK(ot_tensor_alloc(&x, &s));
+        int64_t n = dims[0] * dims[1] * dims[2];
+        for (int64_t i = 0; i < n; i++) {
+            /* the step along the reduced elements (a lane group for rows, a row for columns) and
+             * the position across them; 0.3m is a subnormal input */
+            int64_t step = kind == 2 ? i / dims[2] % dims[1] : i % dims[1] / 16;
+            int64_t across =
+                kind == 2 ? i % dims[2] + i / (dims[1] * dims[2]) : i % 16 + i / dims[1];
+            double v = pat[(step + across) % 8];
+            if (t == OT_F32)
+                ((float *)x.data)[i] = (float)(v * FLT_MIN);
+            else
+                ((double *)x.data)[i] = v * DBL_MIN;
+        }
+        static const char *names[] = {"subnormal sums of rows", "subnormal sum of one long row",
+                                      "subnormal sums of columns"};
+        expect_rows_bitwise(e, &x, names[kind]);
+        ot_tensor_release(&x);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 /* -O2 turns a lone reduce into an input fusion of one reduce: the fast reduce runs it. */
 static void test_reduce_fusion(void) {
     g_rng = 0xf5;
@@ -1026,5 +1130,6 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_bla
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
-             OT_TEST(test_gather), OT_TEST(test_reduce_fusion), OT_TEST(test_elementwise),
+             OT_TEST(test_gather), OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
+             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_elementwise),
              OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

@@ -52,12 +52,37 @@ static ot_opcode reducer_op(const ot_computation *f, ot_dtype t) {
 #define RED_CLONES
 #endif
 
+/* add_f/add_d with the flush as integer operations (the same bits: a subnormal keeps only its
+ * sign bit), which vectorize to a mask and an AND instead of compares and blends. */
+static inline float fzb_f(float v, bool z) {
+    if (!z) return v;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u &= (u & 0x7fffffffu) < 0x00800000u ? 0x80000000u : 0xffffffffu;
+    memcpy(&v, &u, 4);
+    return v;
+}
+static inline double fzb_d(double v, bool z) {
+    if (!z) return v;
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    u &= (u & 0x7fffffffffffffffull) < 0x0010000000000000ull ? 0x8000000000000000ull : ~0ull;
+    memcpy(&v, &u, 8);
+    return v;
+}
+static inline float addb_f(float a, float b, bool z) {
+    return fzb_f(fzb_f(a, z) + fzb_f(b, z), z);
+}
+static inline double addb_d(double a, double b, bool z) {
+    return fzb_d(fzb_d(a, z) + fzb_d(b, z), z);
+}
+
 /* The canonical lane order's pieces for an add reducer (exec_internal.h): the tree of the m
  * elements of x (m a positive multiple of RL), and a whole row of n from acc. z is a constant
  * after inlining, so the loops vectorize with or without flushing. */
-#define DEFINE_LANES(T, SUF, ADDF)                                                                 \
+#define DEFINE_LANES(T, SUF, ADDF, FZB, UT, ABS, MINN)                                             \
     static inline __attribute__((always_inline))                                                   \
-    T lane_tree_##SUF##_k(const T *x, int64_t m, bool z) {                                         \
+    T lane_tree_##SUF##_x(const T *x, int64_t m, bool z) {                                         \
         T lane[RL];                                                                                \
         for (int l = 0; l < RL; l++) lane[l] = x[l];                                               \
         for (int64_t r = RL; r < m; r += RL)                                                       \
@@ -65,6 +90,47 @@ static ot_opcode reducer_op(const ot_computation *f, ot_dtype t) {
         for (int s = RL / 2; s >= 1; s /= 2)                                                       \
             for (int l = 0; l < s; l++) lane[l] = ADDF(lane[l], lane[l + s], z);                   \
         return lane[0];                                                                            \
+    }                                                                                              \
+    /* Under FTZ the lanes add without flushing their sums, which keeps the flush off the chain    \
+     * of dependent adds, and note any sum that is a nonzero subnormal: with none, every flush of  \
+     * a sum would have left it as it is, so the lanes hold the flushed order's values exactly;    \
+     * with one, the block is summed again flushing every add. The lanes are one generic vector    \
+     * (GCC/Clang vector extensions), split to whatever width the target has. */                   \
+    typedef T vt_##SUF __attribute__((vector_size(RL * sizeof(T))));                               \
+    typedef UT vu_##SUF __attribute__((vector_size(RL * sizeof(T))));                              \
+    static inline __attribute__((always_inline)) void vfz_##SUF(vt_##SUF *v) {                     \
+        vu_##SUF u;                                                                                \
+        memcpy(&u, v, sizeof u);                                                                   \
+        u &= ~((vu_##SUF)((u & (ABS)) < (MINN)) & (ABS));                                          \
+        memcpy(v, &u, sizeof u);                                                                   \
+    }                                                                                              \
+    static inline                                                                                  \
+        __attribute__((always_inline)) void vtiny_##SUF(const vt_##SUF *v, vu_##SUF *tiny) {       \
+        vu_##SUF u;                                                                                \
+        memcpy(&u, v, sizeof u);                                                                   \
+        *tiny |= (vu_##SUF)((u & (ABS)) - 1 < (MINN)-1);                                           \
+    }                                                                                              \
+    static inline __attribute__((always_inline))                                                   \
+    T lane_tree_##SUF##_k(const T *x, int64_t m, bool z) {                                         \
+        if (!z) return lane_tree_##SUF##_x(x, m, false);                                           \
+        vt_##SUF lane, v;                                                                          \
+        vu_##SUF tiny = {0};                                                                       \
+        memcpy(&lane, x, sizeof lane);                                                             \
+        vfz_##SUF(&lane);                                                                          \
+        for (int64_t r = RL; r < m; r += RL) {                                                     \
+            memcpy(&v, x + r, sizeof v);                                                           \
+            vfz_##SUF(&v);                                                                         \
+            lane += v;                                                                             \
+            vtiny_##SUF(&lane, &tiny);                                                             \
+        }                                                                                          \
+        UT any = 0;                                                                                \
+        for (int l = 0; l < RL; l++) any |= tiny[l];                                               \
+        if (any) return lane_tree_##SUF##_x(x, m, true);                                           \
+        T ln[RL];                                                                                  \
+        memcpy(ln, &lane, sizeof ln);                                                              \
+        for (int s = RL / 2; s >= 1; s /= 2)                                                       \
+            for (int l = 0; l < s; l++) ln[l] = ADDF(ln[l], ln[l + s], true);                      \
+        return ln[0];                                                                              \
     }                                                                                              \
     RED_CLONES static T lane_tree_##SUF(const T *x, int64_t m, bool z) {                           \
         return z ? lane_tree_##SUF##_k(x, m, true) : lane_tree_##SUF##_k(x, m, false);             \
@@ -80,6 +146,44 @@ static ot_opcode reducer_op(const ot_computation *f, ot_dtype t) {
         for (; r < n; r++) acc = ADDF(acc, x[r], z);                                               \
         return acc;                                                                                \
     }
+
+/* The column fold of mode A (I > 1): y[0..n) = init, then y[i] = OP(y[i], x[r * stride + i]) for
+ * r = 0..R-1 in order, so each output folds its elements one by one from init, as the reference.
+ * Four rows per pass keep the partial results in registers (same order per output). y is the
+ * output, which reduce_core has checked does not overlap x. */
+#define DEFINE_COLS(T, SUF, OPF)                                                                   \
+    static inline __attribute__((always_inline)) void cols_##SUF##_k(                              \
+        T *restrict y, const T *restrict x, int64_t R, int64_t stride, int64_t n, T init,          \
+        bool z) {                                                                                  \
+        for (int64_t i = 0; i < n; i++) y[i] = init;                                               \
+        int64_t r = 0;                                                                             \
+        for (; r + 4 <= R; r += 4) {                                                               \
+            const T *restrict a = x + r * stride, *restrict b = a + stride;                        \
+            const T *restrict c = b + stride, *restrict d = c + stride;                            \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                y[i] = OPF(OPF(OPF(OPF(y[i], a[i], z), b[i], z), c[i], z), d[i], z);               \
+        }                                                                                          \
+        for (; r < R; r++) {                                                                       \
+            const T *restrict a = x + r * stride;                                                  \
+            for (int64_t i = 0; i < n; i++) y[i] = OPF(y[i], a[i], z);                             \
+        }                                                                                          \
+    }                                                                                              \
+    RED_CLONES static void cols_##SUF(T *restrict y, const T *restrict x, int64_t R,               \
+                                      int64_t stride, int64_t n, T init, bool z) {                 \
+        if (z)                                                                                     \
+            cols_##SUF##_k(y, x, R, stride, n, init, true);                                        \
+        else                                                                                       \
+            cols_##SUF##_k(y, x, R, stride, n, init, false);                                       \
+    }
+
+DEFINE_COLS(float, add_f32, addb_f)
+DEFINE_COLS(float, mul_f32, mul_f)
+DEFINE_COLS(float, max_f32, max_f)
+DEFINE_COLS(float, min_f32, min_f)
+DEFINE_COLS(double, add_f64, addb_d)
+DEFINE_COLS(double, mul_f64, mul_d)
+DEFINE_COLS(double, max_f64, max_d)
+DEFINE_COLS(double, min_f64, min_d)
 
 typedef struct red_plan {
     ot_opcode op;
@@ -106,12 +210,7 @@ typedef struct red_plan {
                 y[o] = acc;                                                                        \
                 continue;                                                                          \
             }                                                                                      \
-            T *yo = y + o * p->I;                                                                  \
-            for (int64_t i = i0; i < i1; i++) yo[i] = init;                                        \
-            for (int64_t r = 0; r < p->R; r++) {                                                   \
-                const T *row = x + (o * p->R + r) * p->I;                                          \
-                for (int64_t i = i0; i < i1; i++) yo[i] = OPF(yo[i], row[i], z);                   \
-            }                                                                                      \
+            cols_##SUF(y + o * p->I + i0, x + o * p->R * p->I + i0, p->R, p->I, i1 - i0, init, z); \
         }                                                                                          \
     }                                                                                              \
     static void red_b_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                      \
@@ -179,8 +278,8 @@ typedef struct red_plan {
             }                                                                                      \
     }
 
-DEFINE_LANES(float, f32, add_f)
-DEFINE_LANES(double, f64, add_d)
+DEFINE_LANES(float, f32, addb_f, fzb_f, uint32_t, 0x7fffffffu, 0x00800000u)
+DEFINE_LANES(double, f64, addb_d, fzb_d, uint64_t, 0x7fffffffffffffffull, 0x0010000000000000ull)
 
 /* maximum/minimum of a row in RL lanes, on integer keys: DAZ inputs (a subnormal is a signed
  * zero), then the bits mapped to a signed integer whose order is the floats' with -0 < +0. The
