@@ -15,9 +15,10 @@
  * elements [b, e) of the loop fusion kd (output elements of a reduce-rooted fusion, each *work
  * input elements) to src. Returns OT_OK, or OT_ERR_UNIMPLEMENTED with the
  * reason when the fusion holds something the generator does not emit (the interpreter then runs
- * it); *numel gets the iteration space. */
+ * it); *numel gets the iteration space, *min_iters the fewest iterations a piece of the
+ * parallel partition may hold. */
 ot_status cg_emit_fusion(const cg_kernel_desc *kd, const char *fname, ot_strbuf *src,
-                         int64_t *numel, int64_t *work);
+                         int64_t *numel, int64_t *work, int64_t *min_iters);
 
 /* The helper functions every generated file starts with. */
 void cg_emit_preamble(ot_strbuf *src);

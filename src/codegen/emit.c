@@ -1372,10 +1372,10 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
         rr->operands[0] == rr->operands[1])
         return fail(E, "%s: reducer is not one binary op", r->name);
     ot_dtype t = r->shape.array.dtype;
+    /* a float sum in the canonical lane order, else (the row max of a softmax, ...) a serial
+     * chain from init in column order: the reference's order for a reduce the lane order does
+     * not cover */
     bool lanes = rr->opcode == OT_OP_ADD && (t == OT_F32 || t == OT_F64) && ex_reduce_lanes(r);
-    if (!lanes)
-        return fail(E, "%s: reducer %s on %s in a row fusion", r->name, ot_opcode_name(rr->opcode),
-                    ot_dtype_name(t));
     bool acc_left = rr->operands[0]->attrs->index == 0;
     int mi = emit(E, r->operands[1], "0");
     if (mi < 0) return -1;
@@ -1406,6 +1406,7 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     int v = E->nvar++;
     ot_strbuf *R = &E->rowb;
     bool ok = true;
+    bool flushed = true; /* the sum is flushed by its combines (RN >= 16: at least one) */
 #define CMB(OP, L, RR, NL, NR, HW, OUT)                                                            \
     (acc_left ? combine_expr(OP, t, L, RR, NL, NR, HW, OUT, sizeof OUT)                            \
               : combine_expr(OP, t, RR, L, NR, NL, HW, OUT, sizeof OUT))
@@ -1447,13 +1448,33 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
             IDX("rr");
             ot_strbuf_printf(R, "%s    acc = %s;\n    }\n    v%d = acc;\n    }\n", B, c_ax, v);
         }
+    } else {
+        /* as emit_reduce's serial chain: operands flushed as the reducer's op does, the
+         * accumulator flushed after its first combine */
+        bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY ||
+                      rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM;
+        bool f3264 = t == OT_F32 || t == OT_F64;
+        acc_needs = ftz_op && !(E->m[mi].flushed && f3264);
+        x_needs = ftz_op && !(E->m[mx].flushed && f3264);
+        flushed = ftz_op && f3264 && (RN > 0 || E->m[mi].flushed);
+        char c_ax[2048];
+        ok = CMB(rr->opcode, "acc", vx, acc_needs, x_needs, false, c_ax);
+        if (ok) {
+            ot_strbuf_printf(R,
+                             "    %s v%d;\n    { /* %s (serial) */\n    %s acc = %s;\n"
+                             "    for (int64_t rr = 0; rr < %lld; rr++) {\n",
+                             T, v, r->name, T, vi, RN);
+            IDX("rr");
+            ot_strbuf_printf(R, "%s    acc = %s;\n    }\n    v%d = acc;\n    }\n", B, c_ax, v);
+        }
     }
 #undef IDX
 #undef CMB
     ot_strbuf_free(&body);
-    if (!ok) return fail(E, "%s: reducer", r->name);
-    /* the sum is flushed by its combines (RN >= 16: at least one) */
-    return memo_add(E, r, ctx, v, true);
+    if (!ok)
+        return fail(E, "%s: reducer %s on %s", r->name, ot_opcode_name(rr->opcode),
+                    ot_dtype_name(t));
+    return memo_add(E, r, ctx, v, flushed);
 }
 
 static int count_reduces(const ot_computation *c) {
@@ -1573,10 +1594,208 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
     return st;
 }
 
+/* ---- column fusions ---------------------------------------------------------------------
+ * A multi-output fusion whose reduces all reduce the leading dims of operands of RN * O elements
+ * into O elements (a bias gradient: the sum over the batch), next to outputs of one element per
+ * operand element: one loop over the RN reduced rows, inside it a loop over the piece's output
+ * columns [b, e) that computes the elementwise values at i = row * O + col, stores the elementwise
+ * outputs and combines each reduce's value into its output element, set to init before the first
+ * row. Every output element is combined from init in row-major order of its reduced indices: the
+ * reference's order for a reduce that the lane order does not cover (a reduce whose last
+ * non-unit dim is kept). The columns are independent (the inner loop vectorizes) and pieces of
+ * columns run in parallel. */
+
+/* Whether r reduces leading dims (ignoring unit dims) of its operand in the reference's serial
+ * order; its kept and reduced element counts. */
+static bool col_form(const ot_instr *r, int64_t *O, int64_t *RN) {
+    if (r->opcode != OT_OP_REDUCE || r->noperands != 2 || r->ncalled != 1 ||
+        r->shape.kind != OT_IR_ARRAY || ex_reduce_lanes(r))
+        return false;
+    const ot_instr *x = r->operands[0], *init = r->operands[1];
+    if (x->shape.kind != OT_IR_ARRAY || x->shape.array.dtype != r->shape.array.dtype ||
+        numel(init) != 1)
+        return false;
+    const ot_shape *S = &x->shape.array;
+    bool red[OT_MAX_RANK] = {false};
+    for (int k = 0; k < r->attrs->ndims; k++) {
+        int64_t d = r->attrs->dims[k];
+        if (d < 0 || d >= S->rank) return false;
+        red[d] = true;
+    }
+    int64_t o = 1, n = 1;
+    bool kept = false; /* a kept dim of size > 1 seen */
+    for (int d = 0; d < S->rank; d++) {
+        if (S->dims[d] == 1) continue;
+        if (red[d] && kept) return false; /* a reduced dim after a kept one */
+        if (red[d])
+            n *= S->dims[d];
+        else {
+            o *= S->dims[d];
+            kept = true;
+        }
+    }
+    *O = o;
+    *RN = n;
+    return o > 1 && n > 1;
+}
+
+static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
+                           int64_t *numel_out, int64_t *work_out, int64_t *min_iters) {
+    const ot_computation *c = kn->fused;
+    const ot_instr *root = c->root;
+    const ot_instr *const *leaves = (const ot_instr *const *)&root;
+    int nleaves = 1;
+    if (root->shape.kind == OT_IR_TUPLE) {
+        if (root->opcode != OT_OP_TUPLE)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: tuple root is not a tuple op",
+                            kn->name);
+        leaves = (const ot_instr *const *)root->operands;
+        nleaves = root->noperands;
+    }
+    if (nleaves != kn->noutputs || c->nparams != kn->ninputs)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: inputs/outputs do not match", kn->name);
+    int64_t O = -1, RN = -1;
+    for (const ot_instr *x = c->first; x; x = x->next) {
+        if (x->opcode != OT_OP_REDUCE) continue;
+        int64_t o, n;
+        if (!col_form(x, &o, &n))
+            return ot_error(OT_ERR_UNIMPLEMENTED,
+                            "codegen: %s: %s: not a reduce of the fusion's rows or leading dims",
+                            kn->name, x->name);
+        if (O >= 0 && (o != O || n != RN))
+            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s: reduces of different shapes",
+                            kn->name, x->name);
+        O = o;
+        RN = n;
+    }
+    if (O < 0) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: no reduce", kn->name);
+    for (int r = 0; r < nleaves; r++) {
+        const ot_instr *l = leaves[r];
+        if (l->shape.kind != OT_IR_ARRAY ||
+            (l->opcode == OT_OP_REDUCE ? numel(l) != O : numel(l) != O * RN))
+            return ot_error(OT_ERR_UNIMPLEMENTED,
+                            "codegen: %s: an output is not one per column or per element",
+                            kn->name);
+    }
+    for (int q = 0; q < c->nparams; q++)
+        if (!c->params[q] || c->params[q]->shape.kind != OT_IR_ARRAY)
+            return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: non-array parameter", kn->name);
+    em E;
+    ot_strbuf init = {0}; /* the reduces' outputs set to their init values */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        memset(&E, 0, sizeof E);
+        ot_strbuf_free(&init);
+        E.kn = kn;
+        E.C = O;
+        E.hw = attempt == 0;
+        for (int q = 0; q < kn->ninputs; q++) {
+            int r = kn->alias[q];
+            if (r >= 0 && leaves[r]->opcode == OT_OP_REDUCE)
+                fail(&E, "input %d updated in place as a reduce's output", q);
+            else if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
+                fail(&E, "input %d updated in place as another type", q);
+        }
+        for (int r = 0; r < nleaves && !E.bad; r++) {
+            const ot_instr *l = leaves[r];
+            if (l->opcode != OT_OP_REDUCE) {
+                /* a reduce inside the fusion (read by another op) is refused by emit */
+                int m = emit(&E, l, "i");
+                if (m < 0) break;
+                ot_strbuf_printf(&E.stores, "    o%d[i] = v%d;\n", r, E.m[m].var);
+                continue;
+            }
+            const ot_computation *rc = l->called[0];
+            const ot_instr *rr = rc->root;
+            if (!rr || rc->nparams != 2 || rc->ninstrs != 3 || rr->noperands != 2 ||
+                rr->operands[0]->opcode != OT_OP_PARAMETER ||
+                rr->operands[1]->opcode != OT_OP_PARAMETER || rr->operands[0] == rr->operands[1]) {
+                fail(&E, "%s: reducer is not one binary op", l->name);
+                break;
+            }
+            ot_dtype t = l->shape.array.dtype;
+            int mi = emit(&E, l->operands[1], "0");
+            int mx = mi >= 0 ? emit(&E, l->operands[0], "i") : -1;
+            if (mx < 0) break;
+            /* flushing as emit_reduce's serial chain; under the hardware mode an f32/f64 add is
+             * the plain add, which flushes its operands and sum itself */
+            bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY ||
+                          rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM;
+            bool f3264 = t == OT_F32 || t == OT_F64;
+            bool acc_needs = ftz_op && !(E.m[mi].flushed && f3264);
+            bool x_needs = ftz_op && !(E.m[mx].flushed && f3264);
+            char acc[32], vx[32], cmb[2048];
+            snprintf(acc, sizeof acc, "o%d[col]", r);
+            var(&E, mx, vx, sizeof vx);
+            bool ok = rr->operands[0]->attrs->index == 0
+                          ? combine_expr(rr->opcode, t, acc, vx, acc_needs, x_needs, E.hw, cmb,
+                                         sizeof cmb)
+                          : combine_expr(rr->opcode, t, vx, acc, x_needs, acc_needs, E.hw, cmb,
+                                         sizeof cmb);
+            if (!ok) {
+                fail(&E, "%s: reducer %s on %s", l->name, ot_opcode_name(rr->opcode),
+                     ot_dtype_name(t));
+                break;
+            }
+            ot_strbuf_printf(&init, "    for (int64_t col = b; col < e; col++) o%d[col] = v%d;\n",
+                             r, E.m[mi].var);
+            ot_strbuf_printf(&E.stores, "    o%d[col] = %s;\n", r, cmb);
+        }
+        if (!E.hw || !E.hw_bad || attempt == 1) break;
+        em_free(&E);
+    }
+    ot_status st = OT_OK;
+    if (E.bad) {
+        st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
+    } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom || init.oom) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+    } else {
+        ot_strbuf_printf(src,
+                         "\n/* %s (columns) */\nvoid %s(void *const *in, void *const *out, int64_t "
+                         "b, int64_t e) {\n",
+                         kn->name, fname);
+        for (int q = 0; q < kn->ninputs; q++)
+            if (kn->alias[q] < 0)
+                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                                 ctype(c->params[q]->shape.array.dtype), q,
+                                 ctype(c->params[q]->shape.array.dtype), q);
+        for (int r = 0; r < nleaves; r++)
+            ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
+                             ctype(leaves[r]->shape.array.dtype), r,
+                             ctype(leaves[r]->shape.array.dtype), r);
+        /* the prologue (values computed once, flushed in software, and the reduces' init) runs
+         * before the mode is set */
+        ot_strbuf_printf(src, "%s%s", E.pro.p ? E.pro.p : "", init.p ? init.p : "");
+        if (E.hw)
+            ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
+                                  "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                                  "    __asm__ volatile(\"\" ::: \"memory\");\n");
+        ot_strbuf_printf(src,
+                         "    for (int64_t row = 0; row < %lld; row++) {\n%s"
+                         "    for (int64_t col = b; col < e; col++) {\n"
+                         "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n",
+                         (long long)RN, E.rowb.p ? E.rowb.p : "", (long long)O,
+                         E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "");
+        if (E.hw)
+            ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
+                                  "    _mm_setcsr(ot_csr);\n");
+        ot_strbuf_printf(src, "}\n");
+        if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+        *numel_out = O;
+        *work_out = RN;
+        /* a piece reads each of its RN rows' columns: at least 64 of them (a cache line of
+         * doubles, four of floats) so that a long reduce is not read a few bytes per row */
+        *min_iters = 64;
+    }
+    ot_strbuf_free(&init);
+    em_free(&E);
+    return st;
+}
+
 ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
-                         int64_t *numel_out, int64_t *work_out) {
+                         int64_t *numel_out, int64_t *work_out, int64_t *min_iters) {
     *numel_out = 0;
     *work_out = 1;
+    *min_iters = 1;
     if (!kn->fused)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s is not a loop fusion", kn->name);
     const ot_computation *c = kn->fused;
@@ -1585,7 +1804,14 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
     int nred = count_reduces(c);
     if (root->opcode == OT_OP_REDUCE && nred == 1)
         return emit_reduce(kn, fname, src, numel_out, work_out);
-    if (nred > 0) return emit_rows(kn, fname, src, numel_out, work_out);
+    if (nred > 0) {
+        const ot_instr *r0 = c->first;
+        int64_t o, n;
+        while (r0->opcode != OT_OP_REDUCE) r0 = r0->next;
+        if (!ex_reduce_rows(r0, &o, &n) && col_form(r0, &o, &n))
+            return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
+        return emit_rows(kn, fname, src, numel_out, work_out);
+    }
     const ot_instr *const *leaves = (const ot_instr *const *)&root;
     int nleaves = 1;
     if (root->shape.kind == OT_IR_TUPLE) {

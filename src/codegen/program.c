@@ -571,8 +571,8 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         char fname[32];
         snprintf(fname, sizeof fname, "otk_%d", k);
         size_t mark = src.n;
-        int64_t n = 0, work = 1;
-        ot_status es = cg_emit_fusion(d, fname, &src, &n, &work);
+        int64_t n = 0, work = 1, min_iters = 1;
+        ot_status es = cg_emit_fusion(d, fname, &src, &n, &work, &min_iters);
         if (es == OT_ERR_OUT_OF_MEMORY) {
             st = es;
             break;
@@ -588,7 +588,7 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         koff[k] = mark;
         klen[k] = src.n - mark;
         en->numel = n;
-        en->chunk = CG_CHUNK / work > 1 ? CG_CHUNK / work : 1;
+        en->chunk = CG_CHUNK / work > min_iters ? CG_CHUNK / work : min_iters;
         en->nin = d->ninputs;
         en->nout = d->noutputs;
         en->fn = (cg_fn)1; /* resolved after loading */
