@@ -610,6 +610,42 @@ static void test_reduce_outputs(void) {
             }
         }
     }
+    /* a sum over batch and space per channel (NCHW): the lane-ordered reduce's loops store the
+     * elementwise output as they visit each element; an f16 sum there (serial) stays
+     * interpreted */
+    static const char *const mdts[] = {"f32", "f64", "f16"};
+    static const char *const mx[] = {"5,6,7,9", "3,7,5,33"}, *const mc[] = {"6", "7"},
+                             *const mb[] = {"5", "3"};
+    for (int j = 0; j < 3; j++)
+        for (int f = 0; f < 2; f++) {
+            const char *dt = mdts[j];
+            b.n = 0;
+            tp(&b,
+               "HloModule mo\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+               "  ROOT c = %s[] add(%s)\n}\n",
+               dt, dt, dt, f ? "b, a" : "a, b");
+            tp(&b,
+               "ENTRY main {\n  x = %s[%s] parameter(0)\n  u = %s[%s] parameter(1)\n"
+               "  g = %s[%s] parameter(2)\n  z = %s[] parameter(3)\n"
+               "  ub = %s[%s] broadcast(u), dimensions={1}\n"
+               "  gb = %s[%s] broadcast(g), dimensions={0}\n"
+               "  y = %s[%s] multiply(x, ub)\n  w = %s[%s] add(y, gb)\n"
+               "  s = %s[%s] reduce(w, z), dimensions={0,2,3}, to_apply=rd\n"
+               "  ROOT t = (%s[%s], %s[%s]) tuple(w, s)\n}\n",
+               dt, mx[f], dt, mc[f], dt, mb[f], dt, dt, mx[f], dt, mx[f], dt, mx[f], dt, mx[f], dt,
+               mc[f], dt, mx[f], dt, mc[f]);
+            bool native = j < 2;
+            g_keep_src = true;
+            for (int t = 0; t < 4; t += 3) {
+                int before = g_stats.interp_kernels;
+                g_run_pool = pools[t];
+                check_module(text, 1500 + (uint64_t)(j * 2 + f), native);
+                EXPECT_INT_EQ(g_stats.interp_kernels, before + (native ? 0 : 1));
+                if (native) EXPECT_TRUE(g_src && strstr(g_src, "(reduce, lane order) */"));
+            }
+            g_keep_src = false;
+            g_run_pool = NULL;
+        }
     free(g_src);
     g_src = NULL;
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);

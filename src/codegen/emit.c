@@ -1047,10 +1047,18 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
  * of the input, the two-level index (row = output element, col = reduced element) hoists values
  * that depend only on the output element out of the lanes. */
 static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
-                                   const ot_instr *x, const ot_instr *init, bool acc_left,
-                                   ot_dtype t, bool suffix, const char *base, const char *off,
-                                   int64_t RN, int64_t O, int64_t *numel_out, int64_t *work_out) {
+                                   const ot_instr *red, const ot_instr *const *leaves, int nleaves,
+                                   bool acc_left, ot_dtype t, bool suffix, const char *base,
+                                   const char *off, int64_t RN, int64_t O, int64_t *numel_out,
+                                   int64_t *work_out) {
     const ot_computation *c = kn->fused;
+    const ot_instr *x = red->operands[0], *init = red->operands[1];
+    if (!leaves) {
+        leaves = &red;
+        nleaves = 1;
+    }
+    int ro = 0; /* the reduce's output */
+    while (leaves[ro] != red) ro++;
     em E;
     int mi = -1, mx = -1;
     /* first with the loops under the hardware FTZ/DAZ mode (f32/f64 sums whose fused ops it
@@ -1062,6 +1070,12 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         if (suffix && RN >= EX_RED_LANES) E.C = RN;
         mi = emit(&E, init, "0");
         mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
+        /* the other outputs, stored where the loops visit their element */
+        for (int r = 0; r < nleaves && mx >= 0 && !E.bad; r++) {
+            if (r == ro) continue;
+            int m = emit(&E, leaves[r], "i");
+            if (m >= 0) ot_strbuf_printf(&E.stores, "    o%d[i] = v%d;\n", r, E.m[m].var);
+        }
         if (!E.hw || !E.hw_bad || attempt == 1) break;
         em_free(&E);
     }
@@ -1086,11 +1100,15 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         if (!ok)
             st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer add on %s", kn->name,
                           ot_dtype_name(t));
-        if (st == OT_OK && (E.pro.oom || E.rowb.oom || E.body.oom))
+        if (st == OT_OK && (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom))
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+        ot_strbuf bs = {0}; /* the body and the other outputs' stores */
+        ot_strbuf_printf(&bs, "%s%s", E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "");
+        if (st == OT_OK && bs.oom)
             st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
         if (st == OT_OK) {
             const char *T = ctype(t);
-            const char *body = E.body.p ? E.body.p : "";
+            const char *body = bs.p ? bs.p : "";
             /* the index of reduced element RE (a C expression) of output o */
 #define IDX(RE)                                                                                    \
     (E.C > 0                                                                                       \
@@ -1105,11 +1123,15 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                 "*out, int64_t b, int64_t e) {\n",
                 kn->name, fname);
             for (int q = 0; q < kn->ninputs; q++)
-                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                                 ctype(c->params[q]->shape.array.dtype), q,
-                                 ctype(c->params[q]->shape.array.dtype), q);
-            ot_strbuf_printf(src, "    %s *restrict o0 = (%s *)out[0];\n%s", T, T,
-                             E.pro.p ? E.pro.p : "");
+                if (kn->alias[q] < 0)
+                    ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                                     ctype(c->params[q]->shape.array.dtype), q,
+                                     ctype(c->params[q]->shape.array.dtype), q);
+            for (int r = 0; r < nleaves; r++)
+                ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
+                                 ctype(leaves[r]->shape.array.dtype), r,
+                                 ctype(leaves[r]->shape.array.dtype), r);
+            ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
             if (E.hw)
                 ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
                                       "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
@@ -1142,7 +1164,8 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                              body, c_lx, EX_RED_LANES / 2, c_tree, c_acc, (long long)RN);
             IDX("rr");
 #undef IDX
-            ot_strbuf_printf(src, "%s    acc = %s;\n    }\n    o0[o] = acc;\n    }\n", body, c_ax);
+            ot_strbuf_printf(src, "%s    acc = %s;\n    }\n    o%d[o] = acc;\n    }\n", body, c_ax,
+                             ro);
             if (E.hw)
                 ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
                                       "    _mm_setcsr(ot_csr);\n");
@@ -1151,17 +1174,21 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
         }
+        ot_strbuf_free(&bs);
     }
     em_free(&E);
     return st;
 }
 
+/* A reduce-rooted fusion (leaves NULL), or one reduce red beside outputs of one element per
+ * element of its operand (leaves[0..nleaves), red among them; lane order only): these are
+ * stored at the element's index as the reduce's inner loops visit it, each once. */
 static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
+                             const ot_instr *red, const ot_instr *const *leaves, int nleaves,
                              int64_t *numel_out, int64_t *work_out) {
     const ot_computation *c = kn->fused;
-    const ot_instr *red = c->root;
     if (red->noperands != 2 || red->ncalled != 1 || red->shape.kind != OT_IR_ARRAY ||
-        kn->noutputs != 1 || c->nparams != kn->ninputs)
+        kn->noutputs != (leaves ? nleaves : 1) || c->nparams != kn->ninputs)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: not a single-input reduce", kn->name);
     const ot_computation *rc = red->called[0];
     const ot_instr *rr = rc->root;
@@ -1175,12 +1202,20 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
     if (x->shape.kind != OT_IR_ARRAY || x->shape.array.dtype != t || numel(init) != 1 || !ctype(t))
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce operand types", kn->name);
     for (int q = 0; q < kn->ninputs; q++)
-        if (kn->alias[q] >= 0)
+        if (kn->alias[q] >= 0 &&
+            (!leaves || leaves[kn->alias[q]] == red ||
+             c->params[q]->shape.array.dtype != leaves[kn->alias[q]]->shape.array.dtype))
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reduce over an in-place input",
+                            kn->name);
+    for (int r = 0; leaves && r < nleaves; r++)
+        if (leaves[r] != red &&
+            (leaves[r]->shape.kind != OT_IR_ARRAY || numel(leaves[r]) != numel(x)))
+            return ot_error(OT_ERR_UNIMPLEMENTED,
+                            "codegen: %s: an output beside the reduce is not one per element",
                             kn->name);
     /* a lone f32/f64 reduce of a parameter is the fast reduce kernel's (parallel within
      * long rows, src/exec/fast_reduce.c); native code here is for reduces with fused producers */
-    if (x->opcode == OT_OP_PARAMETER && (t == OT_F32 || t == OT_F64) &&
+    if (!leaves && x->opcode == OT_OP_PARAMETER && (t == OT_F32 || t == OT_F64) &&
         (rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY || rr->opcode == OT_OP_MAXIMUM ||
          rr->opcode == OT_OP_MINIMUM))
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: a lone reduce (the fast reduce kernel)",
@@ -1236,8 +1271,14 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
         }
     }
     if (ex_reduce_lanes(red))
-        return emit_reduce_lanes(kn, fname, src, x, init, rr->operands[0]->attrs->index == 0, t,
-                                 suffix, base, off, RN, O, numel_out, work_out);
+        return emit_reduce_lanes(kn, fname, src, red, leaves, nleaves,
+                                 rr->operands[0]->attrs->index == 0, t, suffix, base, off, RN, O,
+                                 numel_out, work_out);
+    if (leaves)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "codegen: %s: %s: a reduce outside the lane order beside other outputs "
+                        "(not of leading or trailing dims)",
+                        kn->name, red->name);
     em E;
     memset(&E, 0, sizeof E);
     E.kn = kn;
@@ -1803,13 +1844,21 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
     if (!root) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s has no root", kn->name);
     int nred = count_reduces(c);
     if (root->opcode == OT_OP_REDUCE && nred == 1)
-        return emit_reduce(kn, fname, src, numel_out, work_out);
+        return emit_reduce(kn, fname, src, root, NULL, 0, numel_out, work_out);
     if (nred > 0) {
         const ot_instr *r0 = c->first;
         int64_t o, n;
         while (r0->opcode != OT_OP_REDUCE) r0 = r0->next;
-        if (!ex_reduce_rows(r0, &o, &n) && col_form(r0, &o, &n))
-            return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
+        if (ex_reduce_rows(r0, &o, &n)) return emit_rows(kn, fname, src, numel_out, work_out);
+        if (col_form(r0, &o, &n)) return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
+        /* one reduce of other dims (NCHW's sum over batch and space per channel) as a leaf
+         * beside elementwise outputs */
+        bool leaf = false;
+        if (nred == 1 && root->opcode == OT_OP_TUPLE)
+            for (int r = 0; r < root->noperands; r++) leaf |= root->operands[r] == r0;
+        if (leaf)
+            return emit_reduce(kn, fname, src, r0, (const ot_instr *const *)root->operands,
+                               root->noperands, numel_out, work_out);
         return emit_rows(kn, fname, src, numel_out, work_out);
     }
     const ot_instr *const *leaves = (const ot_instr *const *)&root;
