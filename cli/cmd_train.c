@@ -44,6 +44,9 @@ static const char usage[] =
     "  --grad-compress C    none | bf16 | int8 | topk:F: the gradient all-reduce compressed,\n"
     "                       with error feedback (default none: exact); one process only, no\n"
     "                       --resume (the residuals are not checkpointed)\n"
+    "  --local-sgd H        LocalSGD: each device steps on its own shard, parameters averaged\n"
+    "                       every H steps and at the end (default off); no --resume, no\n"
+    "                       --fail-device, no --grad-compress\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       created with its parents (default optitpu-train/ckpt; 'none'\n"
     "                       disables)\n"
@@ -75,7 +78,8 @@ static const char usage[] =
     "         --ckpt-dir ck\n"
     "examples\n"
     "  optitpu train --devices 1 --batch-size 32 --grad-accum 4   # batch 128 on one device\n"
-    "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n";
+    "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n"
+    "  optitpu train --optimizer sgd --local-sgd 8   # average the parameters every 8 steps\n";
 
 typedef struct csv_stream csv_stream;
 static void csv_add(csv_stream *c, const ot_train_point *p);
@@ -310,6 +314,11 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
         if (ot_coll_algo_from_name(val) < 0)
             return cli_usage_error("train", "--allreduce: unknown algorithm '%s'", val);
         c->o.allreduce = val;
+    } else if (!strcmp(a, "--local-sgd")) {
+        NEED();
+        if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
+            return cli_usage_error("train", "--local-sgd: steps between averages, >= 1");
+        c->o.local_sgd = v;
     } else if (!strcmp(a, "--grad-compress")) {
         NEED();
         char *end = NULL;
@@ -423,12 +432,23 @@ static int parse_args(train_cli *c, int argc, char **argv) {
 
 /* Flags that contradict each other. An explicit topology is the pod's shape: another device
  * count is a contradiction; across processes the pod is every process's devices. Gradient
- * compression has no MPI form and its residuals are not checkpointed. */
+ * compression has no MPI form and its residuals are not checkpointed; LocalSGD's replicas differ
+ * between averages (nothing to resume or recover from) and it has no gradient to compress. */
 static int check_combinations(const train_cli *c) {
     bool compress = c->o.grad_compress && strcmp(c->o.grad_compress, "none") != 0;
     if (compress && c->use_mpi)
         return cli_usage_error("train", "--grad-compress is not available with --mpi yet (the MPI "
                                         "pod's all-reduce has no compressed form)");
+    if (c->o.local_sgd && compress)
+        return cli_usage_error("train", "--local-sgd and --grad-compress exclude each other "
+                                        "(LocalSGD has no gradient all-reduce to compress)");
+    if (c->o.local_sgd && c->o.resume)
+        return cli_usage_error("train", "--resume with --local-sgd is refused: between averages "
+                                        "every device holds its own state, a checkpoint the "
+                                        "leader's only");
+    if (c->o.local_sgd && c->o.fail_device >= 0)
+        return cli_usage_error("train", "--fail-device with --local-sgd is refused: between "
+                                        "averages no survivor holds the pod's state");
     if (compress && c->o.resume)
         return cli_usage_error("train",
                                "--resume with --grad-compress is refused: every device's "

@@ -282,6 +282,62 @@ static void test_grad_flags_refused(void) {
     ot_train_report_clear(&r);
 }
 
+/* --local-sgd H: with plain SGD and H = 1, averaging the replicas' parameters after each local
+ * step on its shard's mean gradient is the synchronous step (p - lr * mean of the shard means),
+ * up to rounding. With Adam and H = 4 the run is deterministic, ends with identical replicas also
+ * when the last step is not a multiple of H (the end averages too), and its all-reduces carry the
+ * metrics each step and the parameters every H steps. */
+static void test_local_sgd(void) {
+    ot_train_options o = small(4, 20);
+    o.optimizer = "sgd";
+    o.lr = 0.1;
+    ot_train_report sync, local, again;
+    ASSERT_OK(ot_train(&o, &sync));
+    o.local_sgd = 1;
+    ASSERT_OK(ot_train(&o, &local));
+    double d = max_param_diff(&sync, &local);
+    printf("  SGD: --local-sgd 1 vs synchronous on 4 devices after 20 steps: max |diff| %.3g\n", d);
+    EXPECT_TRUE(d <= 1e-6);
+    ot_train_report_clear(&sync);
+    ot_train_report_clear(&local);
+
+    o = small(4, 30);
+    o.local_sgd = 4;
+    ASSERT_OK(ot_train(&o, &local));
+    ASSERT_OK(ot_train(&o, &again));
+    EXPECT_TRUE(same_params(&local, &again));
+    EXPECT_STR_CONTAINS(local.log, "parameters averaged every 4 steps");
+    int64_t n = local.param_elements, averages = 30 / 4 + 1; /* steps 4, 8, ..., 28 and 30 */
+    EXPECT_INT_EQ(local.allreduce_bytes, 4 * (8 * 30 + 4 * n * averages));
+    EXPECT_INT_EQ(local.allreduce_bytes_per_step, (8 * 30 + 4 * n * averages) / 30);
+    o.local_sgd = 0;
+    ASSERT_OK(ot_train(&o, &sync));
+    EXPECT_TRUE(!same_params(&local, &sync));
+    EXPECT_TRUE(local.final_loss < sync.points[0].loss * 0.8);
+    ot_train_report_clear(&sync);
+    ot_train_report_clear(&local);
+    ot_train_report_clear(&again);
+
+    ot_train_report r;
+    o = small(4, 10);
+    o.local_sgd = -1;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o.local_sgd = 2;
+    o.grad_compress = "int8";
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "exclude each other");
+    o.grad_compress = NULL;
+    o.fail_device = 1;
+    o.fail_step = 3;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "--fail-device with --local-sgd");
+    o.fail_device = -1;
+    o.ckpt_dir = tmpdir("localsgd_resume");
+    o.resume = true;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STR_CONTAINS(ot_last_error(), "--resume with --local-sgd");
+}
+
 static void test_fail_shrink(void) {
     ot_train_options o = small(4, 40);
     o.fail_device = 2;
@@ -656,4 +712,4 @@ OT_TEST_MAIN(OT_TEST(test_learns_digits), OT_TEST(test_resume_bit_identical),
              OT_TEST(test_fail_shrink), OT_TEST(test_fail_restore), OT_TEST(test_bad_options),
              OT_TEST(test_other_models), OT_TEST(test_report_files),
              OT_TEST(test_grad_accum_matches_devices), OT_TEST(test_grad_accum_resume),
-             OT_TEST(test_grad_compress), OT_TEST(test_grad_flags_refused))
+             OT_TEST(test_grad_compress), OT_TEST(test_grad_flags_refused), OT_TEST(test_local_sgd))

@@ -137,6 +137,7 @@ grep -q '"allreduce_bytes_per_step":38448,' "$work/wide.json"
 grep -q "all-reduce: 9622 bytes per device per step" "$work/i8.txt"
 grep -q -- "--grad-accum 4" "$work/help.txt"
 grep -q -- "--grad-compress int8" "$work/help.txt"
+grep -q -- "--local-sgd 8" "$work/help.txt"
 # --grad-compress cannot be resumed (its residuals are not checkpointed) nor run under --mpi
 for bad in "--resume" "--mpi"; do
   set +e
@@ -150,7 +151,8 @@ done
 
 # usage errors exit 2 with a message
 for bad in "--devices 0" "--fail-device 3" "--model resnet" "--lr -1" "--schedule sawtooth" "--bogus" \
-  "--grad-accum 0" "--grad-compress int4" "--grad-compress topk:2"; do
+  "--grad-accum 0" "--grad-compress int4" "--grad-compress topk:2" "--local-sgd 0" \
+  "--local-sgd 4 --grad-compress bf16" "--local-sgd 4 --resume" "--local-sgd 4 --fail-device 1@5"; do
   set +e
   # shellcheck disable=SC2086
   "$bin" train $bad --out "$work/out_d" >/dev/null 2>"$work/err"

@@ -58,6 +58,14 @@ grep -q "batch size 3 is smaller than the 4 devices" c.log
   --ckpt-dir none --out of >f.json
 [[ -n $(sha e.json) && $(sha e.json) == $(sha f.json) ]] \
   || { echo "--grad-accum across processes differs: $(sha e.json) vs $(sha f.json)"; exit 1; }
+# --local-sgd across processes: the pod's all-reduce averages the parameters, the same bits as in
+# one process
+"$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 --local-sgd 3 \
+  --steps 20 --eval-every 0 --json --ckpt-dir none --out oh >h.json 2>h.log || { cat h.log; exit 1; }
+"$bin" train --devices 2 --local-sgd 3 --steps 20 --eval-every 0 --json --quiet --ckpt-dir none \
+  --out oi >i.json
+[[ -n $(sha h.json) && $(sha h.json) == $(sha i.json) ]] \
+  || { echo "--local-sgd across processes differs: $(sha h.json) vs $(sha i.json)"; exit 1; }
 # --grad-compress has no MPI form: refused, not ignored
 if "$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 \
   --grad-compress int8 --steps 5 --ckpt-dir none --out og >/dev/null 2>g.log; then

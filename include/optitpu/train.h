@@ -172,6 +172,14 @@ typedef struct ot_train_options {
      * recovery) and are not checkpointed, so resume is refused with it. One process only (not
      * with mpi). */
     const char *grad_compress;
+    /* LocalSGD: > 0: no gradient all-reduce; every replica updates its own parameters and
+     * optimizer state from its shard's mean gradient, and the parameters are averaged over the
+     * pod (the pod's all-reduce, then / replicas) after every local_sgd-th step and after the
+     * run's last step; optimizer state stays per replica. Evaluations and checkpoints between
+     * averages see the leader's replica. Refused with grad_compress (nothing to compress), resume
+     * and fail_device (replicas' states differ between averages: neither a checkpoint nor a
+     * survivor holds the pod's); a failure ends the run. 0 (default): off. */
+    int64_t local_sgd;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;
     int devices; /* default 8 */
@@ -241,8 +249,8 @@ typedef struct ot_train_report {
      */
     double allreduce_timeout_s;
     /* The bytes one replica contributes to a step's all-reduces (the gradients, compressed with
-     * grad_compress, and the loss and correct count), and that summed over the run's steps and
-     * replicas. */
+     * grad_compress, and the loss and correct count; with local_sgd the averages' parameters),
+     * on average over the run's steps, and their sum over the run's steps and replicas. */
     int64_t allreduce_bytes_per_step;
     int64_t allreduce_bytes;
     /* SHA-256 of the final parameters' f32 bytes in parameter order. Every replica's parameters

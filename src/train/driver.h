@@ -131,6 +131,8 @@ struct trainer {
     int64_t step_batch;        /* samples per optimizer step: o->batch_size * accum */
     ot_grad_compress compress; /* the gradient all-reduce's compression (NONE: exact) */
     double topk_fraction;
+    int64_t local_sgd;         /* o->local_sgd: average parameters every local_sgd steps (0: off) */
+    int64_t member_steps;      /* the leader's sum over steps of the replicas in the all-reduce */
     replica reps[MAX_DEVICES]; /* this process's live replicas in rank order */
     int nlive;
     /* progress */

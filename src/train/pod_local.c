@@ -198,7 +198,13 @@ static ot_status local_member_begin(trainer *t, train_member *m) {
         if (s != OT_OK) return s;
     }
     ot_comm_set_timeout(m->comm, m->timeout_ns);
-    if (m->rank == 0 && t->compress != OT_COMPRESS_NONE) {
+    if (m->rank == 0 && t->local_sgd) {
+        train_log(t,
+                  "LocalSGD all-reduces over %d devices: the loss and correct count each step, "
+                  "the %lld parameters every %lld steps, %s, deadline %.1f s",
+                  m->n, (long long)t->total_elems, (long long)t->local_sgd,
+                  ot_coll_algo_name(t->coll.algo), (double)m->timeout_ns / 1e9);
+    } else if (m->rank == 0 && t->compress != OT_COMPRESS_NONE) {
         train_log(t,
                   "gradient all-reduce: %s-compressed with error feedback through the gradient "
                   "aggregator over %d devices (the loss and correct count exact), deadline %.1f s",

@@ -75,7 +75,13 @@ static ot_status mpi_run_segment(trainer *t, ot_status *st) {
 }
 
 static ot_status mpi_member_begin(trainer *t, train_member *m) {
-    if (m->rank == 0 && t->prank == 0)
+    if (m->rank == 0 && t->prank == 0 && t->local_sgd)
+        train_log(t,
+                  "LocalSGD all-reduces over %d devices: the loss and correct count each step, "
+                  "the %lld parameters every %lld steps, deadline %.1f s",
+                  m->n, (long long)t->total_elems, (long long)t->local_sgd,
+                  (double)m->timeout_ns / 1e9);
+    else if (m->rank == 0 && t->prank == 0)
         train_log(t, "gradient all-reduce: %zu bytes over %d devices, deadline %.1f s",
                   ((size_t)t->total_elems + 2) * sizeof(float), m->n, (double)m->timeout_ns / 1e9);
     return OT_OK;

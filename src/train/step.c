@@ -220,7 +220,14 @@ static ot_status phase_allreduce(replica_run *rr) {
     phase_clock pc = train_phase_start();
     ot_status s;
     int64_t bytes;
-    if (rr->agg) {
+    if (t->local_sgd) {
+        /* LocalSGD: the metrics only; the replica's gradient becomes its shard's mean (the loss
+         * scale made it sum / t->step_batch) */
+        s = t->pod_vt->allreduce(t, &rr->m, rr->flat + t->total_elems, 2);
+        bytes = 2 * (int64_t)sizeof(float);
+        float scale = (float)((double)t->step_batch / (double)(rr->nb * t->accum));
+        for (int64_t i = 0; i < t->total_elems; i++) rr->flat[i] *= scale;
+    } else if (rr->agg) {
         float *g = rr->flat;
         s = ot_grad_aggregate(rr->agg, &g);
         if (s == OT_OK) s = t->pod_vt->allreduce(t, &rr->m, rr->flat + t->total_elems, 2);
@@ -231,9 +238,46 @@ static ot_status phase_allreduce(replica_run *rr) {
     }
     train_phase_end(t, r, PH_COMM, pc, "all-reduce", !t->pod_vt->comm_traced);
     if (s == OT_OK && rr->m.g == 0) {
-        t->rep->allreduce_bytes_per_step = bytes;
         t->rep->allreduce_bytes += bytes * rr->m.n;
+        t->member_steps += rr->m.n;
     }
+    return s;
+}
+
+/* LocalSGD's average, after step `step`'s update when it is due (every t->local_sgd steps and at
+ * the segment's end, so the run ends with identical replicas): the parameters summed over the pod
+ * through its all-reduce (fixed order: the same bits everywhere), divided by the replica count and
+ * put back on the device. The optimizer state stays the replica's. */
+static ot_status phase_average(replica_run *rr, int64_t step) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    if (!t->local_sgd || ((step + 1) % t->local_sgd != 0 && step + 1 != t->run_end)) return OT_OK;
+    phase_clock pc = train_phase_start();
+    ot_status s = OT_OK;
+    size_t pos = 0;
+    for (int k = 0; k < t->nparams && s == OT_OK; k++) {
+        ot_tensor h;
+        s = ot_buffer_to_host(r->params[k], &h);
+        if (s == OT_OK) {
+            memcpy(rr->flat + pos, h.data, h.nbytes);
+            pos += t->sizes[k];
+            ot_tensor_release(&h);
+        }
+    }
+    if (s == OT_OK) s = t->pod_vt->allreduce(t, &rr->m, rr->flat, (size_t)t->total_elems);
+    if (s == OT_OK) {
+        float n = (float)rr->m.n;
+        for (int64_t i = 0; i < t->total_elems; i++) rr->flat[i] /= n;
+        ot_tensor host[MAX_PARAMS];
+        pos = 0;
+        for (int k = 0; k < t->nparams; k++) {
+            ot_tensor_borrow(&host[k], ot_model_param_shape(t->model, k), rr->flat + pos);
+            pos += t->sizes[k];
+        }
+        s = train_put_params(t, r, host);
+    }
+    train_phase_end(t, r, PH_COMM, pc, "parameter average", !t->pod_vt->comm_traced);
+    if (s == OT_OK && rr->m.g == 0) t->rep->allreduce_bytes += t->total_elems * 4 * rr->m.n;
     return s;
 }
 
@@ -427,6 +471,7 @@ static ot_status run_step(replica_run *rr, int64_t step) {
     if (s == OT_OK) s = phase_allreduce(rr);
     double lr = ot_lr_schedule_lr(t->sched, step);
     if (s == OT_OK) s = phase_update(rr, step, lr);
+    if (s == OT_OK) s = phase_average(rr, step);
     if (s != OT_OK) return s;
     rr->m.r->done = step + 1;
     if (rr->m.g != 0) return OT_OK;

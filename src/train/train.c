@@ -247,6 +247,22 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "train: --grad-compress is not available with --mpi: the MPI pod sums "
                         "gradients with ot_mpi_hier_allreduce, which has no compressed form");
+    if (o->local_sgd < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "train: --local-sgd must be >= 1, got %lld",
+                        (long long)o->local_sgd);
+    if (o->local_sgd > 0 && c != OT_COMPRESS_NONE)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --local-sgd and --grad-compress exclude each other: LocalSGD has "
+                        "no gradient all-reduce to compress");
+    if (o->local_sgd > 0 && o->resume)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "train: --resume with --local-sgd is refused: between averages every "
+                        "device holds its own parameters and optimizer state, and a checkpoint "
+                        "holds the leader's only");
+    if (o->local_sgd > 0 && o->fail_device >= 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --fail-device with --local-sgd is refused: between averages no "
+                        "survivor holds the pod's state to recover from");
     if (c != OT_COMPRESS_NONE && o->resume)
         return ot_error(OT_ERR_FAILED_PRECONDITION,
                         "train: --resume with --grad-compress %s is refused: every device's "
@@ -408,6 +424,11 @@ static ot_status setup(trainer *t) {
                   "gradient accumulation: %lld micro-batches of %lld per step (%lld samples a "
                   "step)",
                   (long long)t->accum, (long long)o->batch_size, (long long)t->step_batch);
+    if (s == OT_OK && t->local_sgd > 0)
+        train_log(t,
+                  "LocalSGD: every device steps on its own shard; parameters averaged every %lld "
+                  "steps and after the last",
+                  (long long)t->local_sgd);
     return s;
 }
 
@@ -436,7 +457,9 @@ static ot_status run_loop(trainer *t) {
         ot_status st[MAX_DEVICES];
         ot_status rs = run_segment(t, end, st);
         if (rs == OT_OK) break;
-        s = t->pod_vt->recover ? t->pod_vt->recover(t, rs, st) : train_first_error(t, rs);
+        /* LocalSGD: the replicas' states differ between averages; none can stand for the pod */
+        s = t->pod_vt->recover && !t->local_sgd ? t->pod_vt->recover(t, rs, st)
+                                                : train_first_error(t, rs);
     }
     return s;
 }
@@ -493,6 +516,7 @@ static ot_status finish_report(trainer *t, uint64_t loop_end) {
         out->wall_s > 0 ? (double)(out->steps_run * t->step_batch) / out->wall_s : 0;
     out->devices_end = t->nlive * t->psize;
     out->param_elements = t->total_elems;
+    out->allreduce_bytes_per_step = t->member_steps ? out->allreduce_bytes / t->member_steps : 0;
     /* phase shares: CPU time summed over the replicas (on a host with fewer cores than devices,
      * wall time spent waiting for the others' compute is not overhead) */
     double cpu[4] = {0, 0, 0, 0};
@@ -560,6 +584,7 @@ ot_status ot_train(const ot_train_options *o, ot_train_report *out) {
     t->psize = 1;
     t->accum = o->grad_accum;
     t->step_batch = o->batch_size * o->grad_accum;
+    t->local_sgd = o->local_sgd;
     parse_compress(o->grad_compress, &t->compress, &t->topk_fraction); /* validated */
     pthread_mutex_init(&t->mu, NULL);
 
