@@ -459,7 +459,7 @@ static void run_end(replica_run *rr) {
 static ot_status run_step(replica_run *rr, int64_t step) {
     trainer *t = rr->t;
     const ot_train_options *o = t->o;
-    ot_status s;
+    ot_status s = OT_OK;
     if (o->fail_device >= 0 && step + 1 == o->fail_step) {
         s = t->pod_vt->inject_fault(t, &rr->m, step);
         if (s != OT_OK) return s;
