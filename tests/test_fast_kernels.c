@@ -50,6 +50,9 @@ static void fill_random(ot_tensor *t, double lo, double hi) {
     }
 }
 
+/* Set: parameter 0 is donated to the output (run_exe passes one buffer for both). */
+static bool g_in_place;
+
 /* Runs exe on args; outs[k] allocated here. pool NULL: reference kernels. */
 static ot_status run_exe(const ot_executable *exe, const ot_tensor *args, int nargs, ot_tensor *out,
                          ot_threadpool *pool, bool reference, int *fast_run) {
@@ -60,6 +63,10 @@ static ot_status run_exe(const ot_executable *exe, const ot_tensor *args, int na
     void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
     void *params[8];
     for (int k = 0; k < nargs; k++) params[k] = args[k].data;
+    if (g_in_place) { /* parameter 0 donated: the output is its buffer, holding its values */
+        memcpy(out->data, args[0].data, out->nbytes);
+        params[0] = out->data;
+    }
     void *outs[1] = {out->data};
     ot_run_options o = ot_run_options_default();
     o.reference_kernels = reference;
@@ -788,6 +795,11 @@ static const struct {
      "  ROOT g = bf16[5,3,2,3] gather(x, i), offset_dims={2,3}, collapsed_slice_dims={}, "
      "start_index_map={1,0}, index_vector_dim=0, slice_sizes={2,3}\n}\n",
      1},
+    /* an embedding lookup large enough to split over the threads: rows of 64 f32 */
+    {"HloModule g5\nENTRY e {\n  x = f32[1000,64] parameter(0)\n  i = s32[64,32,1] parameter(1)\n"
+     "  ROOT g = f32[64,32,64] gather(x, i), offset_dims={2}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=2, slice_sizes={1,64}\n}\n",
+     1},
     /* offset dims before the batch dim: the reference runs it */
     {"HloModule g4\nENTRY e {\n  x = f32[40,12] parameter(0)\n  i = s32[6] parameter(1)\n"
      "  ROOT g = f32[12,6] gather(x, i), offset_dims={0}, collapsed_slice_dims={0}, "
@@ -944,6 +956,164 @@ static void test_reduce_subnormal_sums(void) {
                                       "subnormal sums of columns"};
         expect_rows_bitwise(e, &x, names[kind]);
         ot_tensor_release(&x);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
+/* ---- scatter ------------------------------------------------------------------------------ */
+
+/* Scatters with an add or overwrite computation and trailing update window dims run in the fast
+ * kernel; the rest stay with the reference (want 0). Indices are drawn from a small range (many
+ * duplicates) plus negative, past-the-end and INT32/INT64-extreme values (windows skipped);
+ * float updates and operands hold NaNs with payloads, infinities, signed zeros and subnormals. */
+#define SC_ADD_F32                                                                                 \
+    "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+static const struct {
+    const char *hlo;
+    int want_fast;
+    bool donate; /* parameter 0 donated to the output: the scatter runs in place */
+} k_scatters[] = {
+    /* an embedding gradient as JAX lowers it: rows of 40 f32, s32 indices [30,20,1] */
+    {"HloModule s0\n" SC_ADD_F32 "ENTRY e {\n  x = f32[100,40] parameter(0)\n"
+     "  i = s32[30,20,1] parameter(1)\n  u = f32[30,20,40] parameter(2)\n"
+     "  ROOT s = f32[100,40] scatter(x, i, u), update_window_dims={2}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, "
+     "to_apply=add\n}\n",
+     1, false},
+    /* the same in place (donated operand) */
+    {"HloModule s1, input_output_alias={ {}: (0, {}, may-alias) }\n" SC_ADD_F32
+     "ENTRY e {\n  x = f32[100,40] parameter(0)\n"
+     "  i = s32[30,20,1] parameter(1)\n  u = f32[30,20,40] parameter(2)\n"
+     "  ROOT s = f32[100,40] scatter(x, i, u), update_window_dims={2}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=2, "
+     "to_apply=add\n}\n",
+     1, true},
+    /* f64, s64 indices, implicit index vector dim, windows of [3,70] (whole trailing dims) */
+    {"HloModule s2\nadd {\n  a = f64[] parameter(0)\n  b = f64[] parameter(1)\n"
+     "  ROOT s = f64[] add(a, b)\n}\nENTRY e {\n  x = f64[64,3,70] parameter(0)\n"
+     "  i = s64[60] parameter(1)\n  u = f64[60,3,70] parameter(2)\n"
+     "  ROOT s = f64[64,3,70] scatter(x, i, u), update_window_dims={1,2}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+     "to_apply=add\n}\n",
+     1, false},
+    /* s32 add (wrapping) of partial [5,7] windows at two start indices, index vector dim first,
+     * the computation's operands swapped */
+    {"HloModule s3\nadd {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n"
+     "  ROOT s = s32[] add(b, a)\n}\nENTRY e {\n  x = s32[40,30] parameter(0)\n"
+     "  i = s32[2,25] parameter(1)\n  u = s32[25,5,7] parameter(2)\n"
+     "  ROOT s = s32[40,30] scatter(x, i, u), update_window_dims={1,2}, "
+     "inserted_window_dims={}, scatter_dims_to_operand_dims={1,0}, index_vector_dim=0, "
+     "to_apply=add\n}\n",
+     1, false},
+    /* overwrite (.at[].set): the last update of an element wins, f32 bits copied */
+    {"HloModule s4\nset {\n  a = f32[] parameter(0)\n  ROOT b = f32[] parameter(1)\n}\n"
+     "ENTRY e {\n  x = f32[50,16] parameter(0)\n  i = s32[200,1] parameter(1)\n"
+     "  u = f32[200,16] parameter(2)\n"
+     "  ROOT s = f32[50,16] scatter(x, i, u), update_window_dims={1}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+     "to_apply=set\n}\n",
+     1, false},
+    /* f32 add with the computation's operands swapped, scalar updates (windows of one element) */
+    {"HloModule s5\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+     "  ROOT s = f32[] add(b, a)\n}\nENTRY e {\n  x = f32[20,9] parameter(0)\n"
+     "  i = s64[3000,2] parameter(1)\n  u = f32[3000] parameter(2)\n"
+     "  ROOT s = f32[20,9] scatter(x, i, u), update_window_dims={}, "
+     "inserted_window_dims={0,1}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, "
+     "to_apply=add\n}\n",
+     1, false},
+    /* the window dims lead the updates: the reference runs it */
+    {"HloModule s6\n" SC_ADD_F32 "ENTRY e {\n  x = f32[30,12] parameter(0)\n"
+     "  i = s32[8,1] parameter(1)\n  u = f32[12,8] parameter(2)\n"
+     "  ROOT s = f32[30,12] scatter(x, i, u), update_window_dims={0}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+     "to_apply=add\n}\n",
+     0, false},
+    /* a multiply computation: the reference runs it */
+    {"HloModule s7\nmul {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+     "  ROOT s = f32[] multiply(a, b)\n}\nENTRY e {\n  x = f32[30,12] parameter(0)\n"
+     "  i = s32[8,1] parameter(1)\n  u = f32[8,12] parameter(2)\n"
+     "  ROOT s = f32[30,12] scatter(x, i, u), update_window_dims={1}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+     "to_apply=mul\n}\n",
+     0, false},
+};
+
+/* Floats in [-1, 1) with about one element in six special. */
+static void fill_special(ot_tensor *t) {
+    fill_random(t, -1, 1);
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    bool f32 = t->shape.dtype == OT_F32;
+    if (!f32 && t->shape.dtype != OT_F64) return;
+    for (int64_t e = 0; e < n; e++) {
+        int k = (int)(next_u64() % 48);
+        if (k >= 8) continue;
+        uint64_t pay = next_u64() & 0xffff;
+        double v = 0;
+        switch (k) {
+        case 0: v = INFINITY; break;
+        case 1: v = -INFINITY; break;
+        case 2: v = -0.0; break;
+        case 3: v = f32 ? FLT_MIN * 0.25 : DBL_MIN * 0.25; break; /* subnormal */
+        case 4: v = f32 ? -FLT_MIN * 0.75 : -DBL_MIN * 0.75; break;
+        default: break;
+        }
+        if (k < 5) {
+            if (f32)
+                ((float *)t->data)[e] = (float)v;
+            else
+                ((double *)t->data)[e] = v;
+        } else if (f32) { /* NaNs, quiet or signalling, either sign, with a payload */
+            uint32_t u = 0x7f800000u | (uint32_t)(pay + 1) | (k == 5 ? 0x400000u : 0) |
+                         (k == 7 ? 0x80000000u : 0);
+            memcpy((float *)t->data + e, &u, 4);
+        } else {
+            uint64_t u = 0x7ff0000000000000ull | (pay + 1) | (k == 5 ? 1ull << 51 : 0) |
+                         (k == 7 ? 1ull << 63 : 0);
+            memcpy((double *)t->data + e, &u, 8);
+        }
+    }
+}
+
+static void test_scatter(void) {
+    g_rng = 0x5ca7;
+    for (int k = 0; k < (int)(sizeof k_scatters / sizeof k_scatters[0]); k++) {
+        ot_module *m = NULL;
+        ASSERT_OK(ot_hlo_parse(k_scatters[k].hlo, strlen(k_scatters[k].hlo), NULL, &m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        const ot_computation *c = ot_module_entry(m);
+        ot_tensor args[3], ref, fast;
+        for (int a = 0; a < 3; a++)
+            ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+        fill_special(&args[0]);
+        fill_special(&args[2]);
+        /* small index ranges: many duplicates; fill_indices adds out-of-range values */
+        fill_indices(&args[1], args[0].shape.dims[0] / 2);
+        g_in_place = k_scatters[k].donate;
+        EXPECT_OK(run_exe(e, args, 3, &ref, NULL, true, NULL));
+        if (!run_all_pools(e, args, 3, &fast, k_scatters[k].want_fast)) {
+            fprintf(stderr, "scatter %d\n", k);
+            EXPECT_TRUE(false);
+        } else {
+            if (!bits_equal(&fast, &ref)) {
+                fprintf(stderr, "scatter %d: not bitwise equal\n", k);
+                for (size_t q = 0; q < ref.nbytes / 4; q++) {
+                    uint32_t a, b;
+                    memcpy(&a, (char *)fast.data + 4 * q, 4);
+                    memcpy(&b, (char *)ref.data + 4 * q, 4);
+                    if (a != b) {
+                        fprintf(stderr, "  word %zu fast %08x ref %08x\n", q, a, b);
+                        break;
+                    }
+                }
+            }
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        }
+        g_in_place = false;
+        ot_tensor_release(&ref);
+        for (int a = 0; a < 3; a++) ot_tensor_release(&args[a]);
         ot_executable_free(e);
         ot_module_free(m);
     }
@@ -1130,6 +1300,7 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_bla
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
-             OT_TEST(test_gather), OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
-             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_elementwise),
-             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))
+             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_reduce_fusion),
+             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
+             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
+             OT_TEST(test_teardown))

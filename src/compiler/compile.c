@@ -662,7 +662,8 @@ out:
 
 /* Donation: output k written into parameter P's buffer. Safe in place when every reader of P
  * runs no later than the kernel writing output k and, if that kernel reads P itself, reads it
- * elementwise. Otherwise the kernel writes a temporary and a copy at the end moves it. */
+ * elementwise (or as the operand of a one-operand scatter). Otherwise the kernel writes a temporary
+ * and a copy at the end moves it. */
 static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
     const ot_module_config *cfg = ot_module_get_config(e->mod);
     for (int a = 0; a < cfg->nalias; a++) {
@@ -711,6 +712,10 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
                     if (e->io[kb->in0 + q] == ps)
                         writer_reads_linear =
                             q < 64 ? (kb->linear >> q) & 1 : param_linear(wi->called[0], (int)q);
+            } else if (wi->opcode == OT_OP_SCATTER && wi->noperands == 3 && kb->nin == 3) {
+                /* a scatter updates its operand in place (kernels.h: the output may be the
+                 * operand's memory) when it reads P as that operand only */
+                writer_reads_linear = e->io[kb->in0 + 1] != ps && e->io[kb->in0 + 2] != ps;
             } else {
                 writer_reads_linear =
                     ot_opcode_is_elementwise(wi->opcode) && wi->opcode != OT_OP_MAP;

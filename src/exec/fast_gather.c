@@ -4,8 +4,48 @@
  * walks the offset dims' operand strides (computed once, into scratch) and base(b) sums each start
  * index clamped to [0, dim - slice size] (the reference's clamp) times its operand stride, and for
  * each operand batching dim the matching batch position times its stride. s32/s64 indices, elements
- * of 1, 2, 4 or 8 bytes; anything else is left to the reference. The copies are the same bytes. */
+ * of 1, 2, 4 or 8 bytes; anything else is left to the reference. The copies are the same bytes.
+ * The start positions are computed first; the batch elements' copies (one block each when the
+ * slice is contiguous in the operand) are then split over the pool, each writing its own rows. */
 #include "exec/fast_internal.h"
+
+typedef struct gather_job {
+    const int64_t *oo;    /* per offset element: its operand offset from the slice's start */
+    const int64_t *bases; /* per batch element: the slice's start in the operand */
+    int64_t no;
+    size_t es;
+    bool contig; /* oo[o] == o: each slice is copied as one block */
+    const char *x;
+    char *y;
+} gather_job;
+
+/* Batch elements [begin, end): each writes its own part of the output. */
+static void gather_rows(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const gather_job *p = arg;
+    int64_t NO = p->no;
+    const int64_t *oo = p->oo;
+    const char *x = p->x;
+    char *y = p->y;
+    for (int64_t b = begin; b < end; b++) {
+        int64_t base = p->bases[b];
+        if (p->contig) {
+            memcpy(y + (size_t)(b * NO) * p->es, x + (size_t)base * p->es, (size_t)NO * p->es);
+            continue;
+        }
+        switch (p->es) {
+#define GATHER_COPY(UT)                                                                            \
+    for (int64_t o = 0; o < NO; o++)                                                               \
+        ((UT *)(void *)y)[b * NO + o] = ((const UT *)(const void *)x)[base + oo[o]];               \
+    break;
+        case 1: GATHER_COPY(uint8_t)
+        case 2: GATHER_COPY(uint16_t)
+        case 4: GATHER_COPY(uint32_t)
+        default: GATHER_COPY(uint64_t)
+#undef GATHER_COPY
+        }
+    }
+}
 
 ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                          void *out, const ex_leaf *os, bool *done) {
@@ -59,17 +99,18 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
     c->fast_run++;
     if (NO == 0 || NB == 0) return OT_OK;
     int64_t *oo = NULL;
-    OT_CHECK(ex_scratch(c, (size_t)NO * sizeof *oo, (void **)&oo));
+    OT_CHECK(ex_scratch(c, (size_t)(NO + NB) * sizeof *oo, (void **)&oo));
+    int64_t *bases = oo + NO;
     int64_t idx[OT_MAX_RANK] = {0};
+    bool contig = true; /* the slice is one contiguous run of the operand */
     for (int64_t o = 0; o < NO; o++) {
         int64_t off = 0;
         for (int k = 0; k < no; k++) off += idx[k] * xstr[offd[k]];
         oo[o] = off;
+        contig &= off == o;
         for (int k = no - 1; k >= 0 && ++idx[k] == ys->dims[nbd + k]; k--) idx[k] = 0;
     }
     int64_t ivs = ivd < ks->rank ? kstr[ivd] : 0, bidx[OT_MAX_RANK] = {0};
-    const char *x = in[0];
-    char *y = out;
     for (int64_t b = 0; b < NB; b++) {
         int64_t kb = 0, base = 0;
         for (int q = 0; q < nbd; q++) kb += bidx[q] * kstr[kd[q]];
@@ -82,18 +123,10 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
         }
         for (int k = 0; k < g->nbatching; k++)
             base += bidx[bq[k]] * xstr[g->operand_batching_dims[k]];
-        switch (es) {
-#define GATHER_COPY(UT)                                                                            \
-    for (int64_t o = 0; o < NO; o++)                                                               \
-        ((UT *)(void *)y)[b * NO + o] = ((const UT *)(const void *)x)[base + oo[o]];               \
-    break;
-        case 1: GATHER_COPY(uint8_t)
-        case 2: GATHER_COPY(uint16_t)
-        case 4: GATHER_COPY(uint32_t)
-        default: GATHER_COPY(uint64_t)
-#undef GATHER_COPY
-        }
+        bases[b] = base;
         for (int q = nbd - 1; q >= 0 && ++bidx[q] == ys->dims[q]; q--) bidx[q] = 0;
     }
+    gather_job p = {oo, bases, NO, es, contig, in[0], out};
+    ex_par_for(c, NB, NB * NO * (int64_t)es * 2, gather_rows, &p);
     return OT_OK;
 }

@@ -73,6 +73,9 @@ static ot_status fast_kernel(ex_kernel_ctx *c, const ot_instr *i, int nin, void 
     case OT_OP_GATHER:
         if (nin != 2) return OT_OK;
         return ex_fast_gather(c, i, in, ins, out, os, done);
+    case OT_OP_SCATTER:
+        if (nin != 3) return OT_OK;
+        return ex_fast_scatter(c, i, in, ins, out, os, done);
     default:
         if (ot_opcode_is_elementwise_unary(i->opcode) ||
             ot_opcode_is_elementwise_binary(i->opcode) || i->opcode == OT_OP_CONVERT)

@@ -1,0 +1,246 @@
+/* The fast scatter (kernels.h): the reference's scatter (src/exec/shape_ops.c) for one operand
+ * whose update computation is exactly add of its two parameters (f32, f64 and the integer types:
+ * `.at[].add`, embedding gradients) or returns its second parameter (a plain overwrite:
+ * `.at[].set`), the updates' window dims their trailing dims and no batching dims. s32/s64
+ * indices, index_vector_dim anywhere.
+ *
+ * The reference applies the update elements in row-major order of the updates; with trailing
+ * window dims that is scatter position b after b, each position's window in order. Two elements
+ * of one window never meet in the operand, so the updates of any one operand element come in
+ * order of b. The kernel computes each position's window start once (-1 when the window does not
+ * fit: the reference skips it), then for b in order adds (or copies) the window's contiguous runs
+ * row by row; each element gets the reference's scalar add (add_f/add_d with its FTZ and NaN
+ * rules, operands in the computation's order) in the same order. The threads split the columns of
+ * the runs (a fixed partition of each run's elements), each walking every b in order, so every
+ * element sees the same sequence of adds whatever the thread count. The operand is copied into
+ * the output first unless the output is the operand's memory (in place). */
+#include "exec/fast_internal.h"
+
+typedef enum { SC_ADD, SC_ADD_SWAPPED, SC_SET } sc_kind;
+
+/* The computation's kind for element type t, or -1: add(p0, p1), add(p1, p0), or p1. */
+static int update_kind(const ot_computation *f, ot_dtype t) {
+    if (!f || f->nparams != 2 || !f->root) return -1;
+    for (int k = 0; k < 2; k++) {
+        const ot_ir_shape *s = &f->params[k]->shape;
+        if (s->kind != OT_IR_ARRAY || s->array.rank != 0 || s->array.dtype != t) return -1;
+    }
+    const ot_instr *r = f->root;
+    if (r == f->params[1]) return SC_SET;
+    if (r->opcode != OT_OP_ADD || r->noperands != 2) return -1;
+    if (r->shape.kind != OT_IR_ARRAY || r->shape.array.dtype != t) return -1;
+    if (r->operands[0] == f->params[0] && r->operands[1] == f->params[1]) return SC_ADD;
+    if (r->operands[0] == f->params[1] && r->operands[1] == f->params[0]) return SC_ADD_SWAPPED;
+    return -1;
+}
+
+typedef struct sc_job {
+    sc_kind kind;
+    ot_dtype t;
+    size_t es;
+    bool ftz;
+    const int64_t *base; /* per scatter position: the window's operand offset, -1 skipped */
+    const int64_t *roff; /* per run of a window: its operand offset from the window's start */
+    int64_t nb, nr, len; /* positions, runs per window, elements per run */
+    int64_t chunk;       /* the columns one unit of the partition covers */
+    char *y;
+    const char *u;
+} sc_job;
+
+/* dst[j] = op(dst[j], src[j]) for j < n, in the reference's arithmetic. */
+static void run_row(const sc_job *p, void *dst, const void *src, int64_t n) {
+    bool z = p->ftz;
+    switch (p->kind) {
+    case SC_SET: memcpy(dst, src, (size_t)n * p->es); return;
+    case SC_ADD:
+    case SC_ADD_SWAPPED: break;
+    }
+    bool sw = p->kind == SC_ADD_SWAPPED;
+#define ROW_LOOP(T, EXPR)                                                                          \
+    do {                                                                                           \
+        T *o = dst;                                                                                \
+        const T *w = src;                                                                          \
+        for (int64_t j = 0; j < n; j++) o[j] = EXPR;                                               \
+    } while (0)
+    /* Which NaN a sum of two NaNs returns is the reference's compiled add's choice (x86 keeps
+     * one operand's payload); a row of updates holding a NaN therefore takes the reference's own
+     * ex_binary for each element where both operands are NaN. */
+#define FLOAT_ROW(T, ADD)                                                                          \
+    do {                                                                                           \
+        const T *u_ = src;                                                                         \
+        bool nan = false;                                                                          \
+        for (int64_t j = 0; j < n; j++) nan |= u_[j] != u_[j];                                     \
+        if (!nan) {                                                                                \
+            if (sw)                                                                                \
+                ROW_LOOP(T, ADD(w[j], o[j], z));                                                   \
+            else if (z)                                                                            \
+                ROW_LOOP(T, ADD(o[j], w[j], true));                                                \
+            else                                                                                   \
+                ROW_LOOP(T, o[j] + w[j]);                                                          \
+            return;                                                                                \
+        }                                                                                          \
+        T *y_ = dst;                                                                               \
+        for (int64_t j = 0; j < n; j++) {                                                          \
+            T a = sw ? u_[j] : y_[j], b = sw ? y_[j] : u_[j];                                      \
+            if (a != a && b != b)                                                                  \
+                ex_binary(OT_OP_ADD, p->t, &a, &b, &y_[j], 1);                                     \
+            else                                                                                   \
+                y_[j] = ADD(a, b, z);                                                              \
+        }                                                                                          \
+        return;                                                                                    \
+    } while (0)
+    switch (p->t) {
+    case OT_F32: FLOAT_ROW(float, add_f);
+    case OT_F64: FLOAT_ROW(double, add_d);
+    default: break;
+    }
+    /* integers wrap (the reference adds as unsigned 64-bit and truncates); the order of the
+     * operands does not matter */
+    switch (p->es) {
+    case 1: ROW_LOOP(uint8_t, (uint8_t)(o[j] + w[j])); return;
+    case 2: ROW_LOOP(uint16_t, (uint16_t)(o[j] + w[j])); return;
+    case 4: ROW_LOOP(uint32_t, o[j] + w[j]); return;
+    default: ROW_LOOP(uint64_t, o[j] + w[j]); return;
+    }
+#undef FLOAT_ROW
+#undef ROW_LOOP
+}
+
+/* Columns [begin * chunk, end * chunk) of every run, for every scatter position in order. */
+static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const sc_job *p = arg;
+    int64_t c0 = begin * p->chunk, c1 = end * p->chunk;
+    if (c1 > p->len) c1 = p->len;
+    if (c0 >= c1) return;
+    size_t es = p->es;
+    for (int64_t b = 0; b < p->nb; b++) {
+        if (p->base[b] < 0) continue;
+        for (int64_t r = 0; r < p->nr; r++) {
+            char *dst = p->y + (size_t)(p->base[b] + p->roff[r] + c0) * es;
+            const char *src = p->u + (size_t)((b * p->nr + r) * p->len + c0) * es;
+            run_row(p, dst, src, c1 - c0);
+        }
+    }
+}
+
+typedef struct sc_copy {
+    char *y;
+    const char *x;
+    int64_t n;
+} sc_copy;
+
+static void copy_part(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const sc_copy *p = arg;
+    int64_t a = begin << 16, e = end << 16 < p->n ? end << 16 : p->n;
+    if (a < e) memcpy(p->y + a, p->x + a, (size_t)(e - a));
+}
+
+ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                          void *out, const ex_leaf *os, bool *done) {
+    const ot_scatter_dims *sd = i->attrs->scatter;
+    if (!sd || i->noperands != 3 || sd->nbatching != 0) return OT_OK;
+    const ot_shape *xs = ins[0].shape, *ks = ins[1].shape, *us = ins[2].shape, *ys = os->shape;
+    ot_dtype t = ys->dtype, kt = ks->dtype;
+    size_t es = ot_dtype_size(t);
+    if ((kt != OT_S32 && kt != OT_S64) || xs->dtype != t || us->dtype != t ||
+        !ot_shape_equal(xs, ys))
+        return OT_OK;
+    int kind = update_kind(i->called[0], t);
+    if (kind < 0) return OT_OK;
+    if (kind != SC_SET) {
+        bool ok = t == OT_F32 || t == OT_F64 || t == OT_S8 || t == OT_S16 || t == OT_S32 ||
+                  t == OT_S64 || t == OT_U8 || t == OT_U16 || t == OT_U32 || t == OT_U64;
+        if (!ok) return OT_OK;
+    } else if (es != 1 && es != 2 && es != 4 && es != 8) {
+        return OT_OK;
+    }
+    int xr = xs->rank, ur = us->rank, nw = sd->nupdate_window, nbd = ur - nw;
+    if (nbd < 0) return OT_OK;
+    for (int k = 0; k < nw; k++)
+        if (sd->update_window_dims[k] != nbd + k) return OT_OK;
+    /* window size per operand dim: the update window dims' sizes in order, 1 for inserted dims */
+    int64_t wsize[OT_MAX_RANK];
+    int w = 0;
+    for (int d = 0; d < xr; d++) {
+        bool ins_d = false;
+        for (int k = 0; k < sd->ninserted; k++) ins_d |= sd->inserted_window_dims[k] == d;
+        wsize[d] = ins_d ? 1 : w < nw ? us->dims[nbd + w] : -1;
+        if (!ins_d) w++;
+    }
+    if (w != nw) return OT_OK;
+    /* the updates' scatter dims are the indices' dims without index_vector_dim, in order */
+    int64_t ivd = sd->index_vector_dim;
+    int kd[OT_MAX_RANK], nk = 0;
+    for (int d = 0; d < ks->rank; d++)
+        if (d != ivd) kd[nk++] = d;
+    if (nk != nbd) return OT_OK;
+    for (int q = 0; q < nbd; q++)
+        if (ks->dims[kd[q]] != us->dims[q]) return OT_OK;
+    if (sd->nscatter_to_operand != (ivd < ks->rank ? ks->dims[ivd] : 1)) return OT_OK;
+    for (int k = 0; k < sd->nscatter_to_operand; k++)
+        if (sd->scatter_dims_to_operand_dims[k] < 0 || sd->scatter_dims_to_operand_dims[k] >= xr)
+            return OT_OK;
+    if (ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes) ||
+        ex_overlaps(out, os->nbytes, in[2], ins[2].nbytes) ||
+        (out != in[0] && ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes)))
+        return OT_OK;
+
+    int64_t xstr[OT_MAX_RANK], kstr[OT_MAX_RANK];
+    ot_shape_strides(xs, xstr);
+    ot_shape_strides(ks, kstr);
+    /* runs: the innermost window dim, merged outward while the window spans the whole dim */
+    int od = xr - 1;
+    int64_t len = xr ? wsize[xr - 1] : 1;
+    while (od > 0 && wsize[od] == xs->dims[od]) len *= wsize[--od];
+    int64_t NB = 1, W = 1;
+    for (int q = 0; q < nbd; q++) NB *= us->dims[q];
+    for (int d = 0; d < xr; d++) W *= wsize[d];
+    int64_t NR = len ? W / len : 0;
+    *done = true;
+    c->fast_run++;
+    if (out != in[0] && os->nbytes) {
+        sc_copy cp = {out, in[0], os->nbytes};
+        ex_par_for(c, (os->nbytes + 0xffff) >> 16, os->nbytes * 2, copy_part, &cp);
+    }
+    if (NB == 0 || W == 0) return OT_OK;
+
+    int64_t *base = NULL;
+    OT_CHECK(ex_scratch(c, (size_t)(NB + NR) * sizeof *base, (void **)&base));
+    int64_t *roff = base + NB;
+    /* run r's offset: the window dims outside the merged run, row-major */
+    int64_t idx[OT_MAX_RANK] = {0};
+    for (int64_t r = 0; r < NR; r++) {
+        int64_t off = 0;
+        for (int d = 0; d < od; d++) off += idx[d] * xstr[d];
+        roff[r] = off;
+        for (int d = od - 1; d >= 0 && ++idx[d] == wsize[d]; d--) idx[d] = 0;
+    }
+    int64_t ivs = ivd < ks->rank ? kstr[ivd] : 0, bidx[OT_MAX_RANK] = {0};
+    for (int64_t b = 0; b < NB; b++) {
+        int64_t kb = 0, start[OT_MAX_RANK] = {0};
+        for (int q = 0; q < nbd; q++) kb += bidx[q] * kstr[kd[q]];
+        for (int k = 0; k < sd->nscatter_to_operand; k++) {
+            int64_t at = kb + k * ivs;
+            start[sd->scatter_dims_to_operand_dims[k]] =
+                kt == OT_S32 ? ((const int32_t *)in[1])[at] : ((const int64_t *)in[1])[at];
+        }
+        /* a window that does not fit in the operand is skipped, as the reference does */
+        int64_t at = 0;
+        for (int d = 0; d < xr && at >= 0; d++) {
+            if (start[d] < 0 || start[d] > xs->dims[d] - wsize[d])
+                at = -1;
+            else
+                at += start[d] * xstr[d];
+        }
+        base[b] = at;
+        for (int q = nbd - 1; q >= 0 && ++bidx[q] == us->dims[q]; q--) bidx[q] = 0;
+    }
+    /* partition units of 64 bytes of a run, so threads do not share cache lines of a row */
+    int64_t chunk = 64 / (int64_t)es;
+    sc_job p = {(sc_kind)kind,      t, es, c->ftz, base, roff, NB, NR, len, chunk, out,
+                (const char *)in[2]};
+    ex_par_for(c, (len + chunk - 1) / chunk, NB * W * (int64_t)es * 3, run_cols, &p);
+    return OT_OK;
+}
