@@ -29,8 +29,8 @@
  * again is FAILED_PRECONDITION). The generic execution loop hands each kernel to the device's
  * launch (ot_device_vtable.launch); the host's, ot_launch_host, runs a loop fusion's native code
  * when the executable has some (docs/codegen.md), else exec's kernel dispatch: the fast kernel
- * when one covers the op (dot, convolution, transpose, reduce, gather, plain elementwise), else
- * the reference kernel of src/exec — a fusion evaluates its fused computation, control flow
+ * when one covers the op (dot, convolution, transpose, reduce, gather, scatter, plain elementwise),
+ * else the reference kernel of src/exec — a fusion evaluates its fused computation, control flow
  * (while, conditional, call) its called computations, collectives go through the run's
  * communicator (ot_comm) or, without one, the single-device semantics of exec.h. With
  * ot_run_options.reference_kernels every kernel is the reference kernel and results are
@@ -171,9 +171,9 @@ typedef struct ot_run_options {
     ot_profile *profile;          /* per-kernel events go here (NULL: none) */
     int64_t max_while_iterations; /* 0: none */
     /* false (default): loop fusions with native code run it, and dot, convolution, transpose,
-     * reduce, gather and plain elementwise kernels run their fast kernels (docs/runtime.md,
-     * "Fast kernels"); true: every kernel is the reference kernel, bit-identical to
-     * ot_evaluate. */
+     * reduce, gather, scatter and plain elementwise kernels run their fast kernels
+     * (docs/runtime.md, "Fast kernels"); true: every kernel is the reference kernel, bit-identical
+     * to ot_evaluate. */
     bool reference_kernels;
     ot_threadpool *pool; /* fast kernels split over it; NULL: ot_threadpool_default() */
 } ot_run_options;
