@@ -148,10 +148,10 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp (src/exec/expf_poly.h): the same text */
+/* the reference's f32 exp and tanh (src/exec/expf_poly.h): the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
-static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n";
+static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n";
 
 void cg_emit_preamble(ot_strbuf *src) {
     ot_strbuf_printf(src, "%s%s", preamble, preamble_expf);
@@ -319,13 +319,15 @@ static bool hw_op_ok(ot_opcode op) {
 #endif
 }
 
-/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, the library's own
- * ot_expf_ftz (src/exec/expf_poly.h), whose steps never produce or read a subnormal float and so
- * give the same bits under the modes (its operand keeps its software flushing). */
+/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp and tanh, the
+ * library's own ot_expf_ftz and ot_tanhf (src/exec/expf_poly.h), whose steps never produce or
+ * read a subnormal float for a zero or normal operand and so give the same bits under the modes
+ * (their operand keeps its software flushing). */
 static bool hw_instr_ok(const ot_instr *x) {
     if (hw_op_ok(x->opcode)) return true;
 #if defined(__x86_64__) && defined(__SSE2__)
-    return x->opcode == OT_OP_EXP && x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
+    return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH) && x->shape.kind == OT_IR_ARRAY &&
+           x->shape.array.dtype != OT_F64;
 #else
     return false;
 #endif
@@ -473,7 +475,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
     case OT_OP_CBRT: return d ? "cbrt(%s)" : "cbrtf(%s)";
-    case OT_OP_TANH: return d ? "tanh(%s)" : "tanhf(%s)";
+    case OT_OP_TANH: return d ? "tanh(%s)" : "ot_tanhf(%s)";
     case OT_OP_LOGISTIC: return d ? "(1.0 / (1.0 + exp(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";
     case OT_OP_SIN: return d ? "sin(%s)" : "sinf(%s)";
     case OT_OP_COS: return d ? "cos(%s)" : "cosf(%s)";
@@ -525,7 +527,8 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
-        if (op == OT_OP_EXP && t == OT_F32) /* ot_expf_ftz's result is flushed */
+        /* ot_expf_ftz's result is flushed; ot_tanhf's, of a flushed operand, is never subnormal */
+        if ((op == OT_OP_EXP || op == OT_OP_TANH) && t == OT_F32)
             return define(E, x, ctx, t, true, "%s", r);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {
             /* the square root of zero, a normal number, inf or NaN is never subnormal: the

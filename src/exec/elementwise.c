@@ -153,6 +153,7 @@ static inline double daz_wide(ot_dtype t, double v) {
 /* ---- unary ----------------------------------------------------------------------------- */
 
 OT_EXPF_DEF
+OT_TANHF_DEF
 
 static float logistic_f(float x) {
     /* 1 / (1 + exp(-x)), saturating cleanly at both ends */
@@ -189,7 +190,7 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_SQRT: return sqrtf(x);
     case OT_OP_RSQRT: return 1.0f / sqrtf(x);
     case OT_OP_CBRT: return cbrtf(x);
-    case OT_OP_TANH: return tanhf(x);
+    case OT_OP_TANH: return ot_tanhf(x);
     case OT_OP_LOGISTIC: return logistic_f(x);
     case OT_OP_SIN: return sinf(x);
     case OT_OP_COS: return cosf(x);
@@ -242,10 +243,10 @@ static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     }
 }
 
-/* f32 exp and logistic over an array, with unary_f32's functions and flushing: built for
+/* f32 exp, logistic and tanh over an array, with unary_f32's functions and flushing: built for
  * AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen at load, as the runtime's reduce
  * rows), where fmaf is the FMA instruction and the loop vectorizes; the baseline build calls
- * glibc's fmaf nine times per element. fmaf rounds once by definition, so every clone gives the
+ * glibc's fmaf for each fmaf. fmaf rounds once by definition, so every clone gives the
  * same bits (and no a * b + c is written outside fmaf, so nothing can be contracted). */
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
     !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
@@ -258,15 +259,22 @@ static inline float daz_f32(float v) {
     return v != 0 && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
 }
 
-EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, bool logistic) {
-    if (ftz && logistic)
+EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, ot_opcode op) {
+    if (op == OT_OP_TANH) {
+        /* the tanh of a zero or normal float is never subnormal: only the input flushes */
+        if (ftz)
+            for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(daz_f32(x[i]));
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(x[i]);
+    } else if (ftz && op == OT_OP_LOGISTIC) {
         for (int64_t i = 0; i < n; i++) y[i] = daz_f32(logistic_f(daz_f32(x[i])));
-    else if (ftz)
+    } else if (ftz) {
         for (int64_t i = 0; i < n; i++) y[i] = ot_expf_ftz(daz_f32(x[i]));
-    else if (logistic)
+    } else if (op == OT_OP_LOGISTIC) {
         for (int64_t i = 0; i < n; i++) y[i] = logistic_f(x[i]);
-    else
+    } else {
         for (int64_t i = 0; i < n; i++) y[i] = ot_expf(x[i]);
+    }
 }
 
 ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void *y, int64_t n) {
@@ -274,8 +282,9 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         if (n) memcpy(y, x, (size_t)n * ot_dtype_size(in));
         return OT_OK;
     }
-    if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC) && in == OT_F32 && out == OT_F32) {
-        expf_array(x, y, n, ex_ftz, op == OT_OP_LOGISTIC);
+    if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH) && in == OT_F32 &&
+        out == OT_F32) {
+        expf_array(x, y, n, ex_ftz, op);
         return OT_OK;
     }
     if (ot_dtype_is_float(in)) {

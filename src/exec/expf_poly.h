@@ -1,5 +1,5 @@
-/* e^x for f32, shared by the reference evaluator (src/exec/elementwise.c) and generated code
- * (src/codegen/emit.c pastes this text into its preamble), so both give the same bits.
+/* e^x and tanh for f32, shared by the reference evaluator (src/exec/elementwise.c) and generated
+ * code (src/codegen/emit.c pastes this text into its preamble), so both give the same bits.
  *
  * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
  * libm call and the FMA instruction give the same bits): x is clamped to [-200, 89] (below, the
@@ -91,6 +91,44 @@
         uint32_t res = m >= 0x7fffffu ? (m > 0x800000u ? m : 0x800000u) : 0u;                      \
         xb.u = x != x ? xb.u | 0x400000u : res;                                                    \
         return xb.f;                                                                               \
+    }
+
+/* tanh for f32 (ot_tanhf, needs OT_EXPF_DEF's ot_expf_core_ before it), branch-free like
+ * ot_expf. With a = |x| clamped to [2^-12, 10] by two integer comparisons on the bits (a NaN's
+ * bits clamp to 10): for a < 0.625, Cephes' tanhf polynomial a + a·z·P(z), z = a², P of degree 4
+ * (Horner with fmaf); otherwise 1 - 2/(e^(2a) + 1), with e^(2a) from ot_expf_core_ (2a is in
+ * [1.25, 20], so its result is p·2^k with k added to the exponent field, never subnormal or
+ * infinite); |x| < 2^-12 gives x itself (tanh(x) rounds to x there; this keeps ±0, and a
+ * subnormal x, which the caller flushes where its rules say so); the sign is x's, a NaN comes
+ * back quieted. At 10 and beyond the result is ±1 (tanh(x) rounds to 1 from 9.01). For a zero or
+ * normal x no step produces or reads a subnormal float, so the result does not depend on the
+ * CPU's FTZ/DAZ modes, and a tanh of a zero or normal x is never subnormal (nothing to flush).
+ * Accuracy over every f32 input: docs/exec.md (bench/ulp_check.c measures it). */
+#define OT_TANHF_DEF                                                                               \
+    static inline float ot_tanhf(float x) {                                                        \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, ab, cb, eb, rb;                                                                \
+        ab.u = xb.u & 0x7fffffffu;                                                                 \
+        uint32_t c = ab.u < 0x39800000u ? 0x39800000u : ab.u; /* at least 2^-12 */                 \
+        cb.u = c < 0x41200000u ? c : 0x41200000u;             /* at most 10 (NaN too) */           \
+        float a = cb.f, z = a * a;                                                                 \
+        float p = -5.70498872745e-3f;                                                              \
+        p = fmaf(p, z, 2.06390887954e-2f);                                                         \
+        p = fmaf(p, z, -5.37397155531e-2f);                                                        \
+        p = fmaf(p, z, 1.33314422036e-1f);                                                         \
+        p = fmaf(p, z, -3.33332819422e-1f);                                                        \
+        float small = fmaf(p * z, a, a);                                                           \
+        int32_t e, k;                                                                              \
+        eb.f = ot_expf_core_(a + a, &e, &k);                                                       \
+        eb.u += (uint32_t)k << 23;                                                                 \
+        float large = 1.0f - 2.0f / (eb.f + 1.0f);                                                 \
+        rb.f = a < 0.625f ? small : large;                                                         \
+        rb.u = ab.u < 0x39800000u ? ab.u : rb.u;                                                   \
+        rb.u |= xb.u & 0x80000000u;                                                                \
+        rb.u = ab.u > 0x7f800000u ? xb.u | 0x400000u : rb.u;                                       \
+        return rb.f;                                                                               \
     }
 
 #endif

@@ -1,0 +1,187 @@
+/* The library's own f32 tanh (ot_tanhf, src/exec/expf_poly.h, shared by the reference evaluator
+ * and generated code): accuracy over every f32 input, and throughput against glibc's tanhf.
+ *
+ *   bench_vmath ulp [--threads N]   every one of the 2^32 inputs against tanh() in double
+ *   bench_vmath speed [--n N] [--reps R]   elements/s on N floats (16M), one thread each
+ *
+ * ulp: the reference is glibc's double tanh (within 1 ulp of double, 2^-29 of a float ulp), so
+ * the error in float ulps printed (|got - ref| / ulp(ref), ulp of the float binade of ref) is
+ * exact to about 1e-8 ulp; "correctly rounded" counts inputs whose result equals ref rounded
+ * to float (that rounding is wrong only where ref lies within 2^-53 of a float midpoint: rare,
+ * and it moves a count, not the maximum). NaN inputs must come back as a quiet NaN, and the
+ * special values (±0, ±inf, subnormals) are checked exactly.
+ * speed: medians of R passes over the same array, ot_tanhf and tanhf interleaved pass by pass.
+ * Built with the generated code's flags (-O3 -march=native -fno-math-errno -ffp-contract=off),
+ * so the ot_tanhf loop is what a native fusion gets. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exec/expf_poly.h"
+
+OT_EXPF_DEF
+OT_TANHF_DEF
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* the ulp of the float binade holding |r| (subnormal spacing below FLT_MIN) */
+static double ulp_at(double r) {
+    int e;
+    frexp(fabs(r), &e);
+    return ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+}
+
+typedef struct part {
+    uint64_t lo, hi;
+    double worst;
+    uint32_t worst_x;
+    uint64_t exact, bad_special;
+} part;
+
+static void *ulp_part(void *arg) {
+    part *p = arg;
+    for (uint64_t i = p->lo; i < p->hi; i++) {
+        uint32_t u = (uint32_t)i;
+        float x = from_bits(u), y = ot_tanhf(x);
+        uint32_t uy = to_bits(y);
+        if (isnan(x)) {
+            if (!isnan(y) || !(uy & 0x400000u) || (uy & 0x80000000u) != (u & 0x80000000u))
+                p->bad_special++;
+            continue;
+        }
+        double r = tanh((double)x);
+        if (fabsf(x) < 0x1p-12f || isinf(x)) { /* tanh rounds to x, or ±1: exactly */
+            if (uy != (isinf(x) ? to_bits(copysignf(1.0f, x)) : u)) p->bad_special++;
+        }
+        if ((float)r == y) p->exact++;
+        double err = fabs((double)y - r) / ulp_at(r);
+        if (err > p->worst) {
+            p->worst = err;
+            p->worst_x = u;
+        }
+    }
+    return NULL;
+}
+
+static int run_ulp(int threads) {
+    if (threads < 1 || threads > 64) threads = 2;
+    part ps[64];
+    pthread_t th[64];
+    uint64_t total = 1ull << 32;
+    for (int t = 0; t < threads; t++) {
+        memset(&ps[t], 0, sizeof ps[t]);
+        ps[t].lo = total * (uint64_t)t / (uint64_t)threads;
+        ps[t].hi = total * (uint64_t)(t + 1) / (uint64_t)threads;
+        if (pthread_create(&th[t], NULL, ulp_part, &ps[t]) != 0) return 1;
+    }
+    part all = {0};
+    for (int t = 0; t < threads; t++) {
+        pthread_join(th[t], NULL);
+        if (ps[t].worst > all.worst) {
+            all.worst = ps[t].worst;
+            all.worst_x = ps[t].worst_x;
+        }
+        all.exact += ps[t].exact;
+        all.bad_special += ps[t].bad_special;
+    }
+    float wx = from_bits(all.worst_x);
+    printf("ot_tanhf over all 2^32 inputs: max error %.4f ulp at x = %a (%.9g): got %a, tanh %a\n",
+           all.worst, (double)wx, (double)wx, (double)ot_tanhf(wx), tanh((double)wx));
+    uint64_t nonnan = total - 2ull * ((1ull << 23) - 1);
+    printf("correctly rounded on %llu of %llu non-NaN inputs (%.4f %%); special values wrong: "
+           "%llu\n",
+           (unsigned long long)all.exact, (unsigned long long)nonnan,
+           100.0 * (double)all.exact / (double)nonnan, (unsigned long long)all.bad_special);
+    return all.bad_special ? 1 : 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* noinline: each loop is compiled (and vectorized) on its own, as in a native fusion */
+__attribute__((noinline)) static void loop_ot(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(x[i]);
+}
+
+__attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+}
+
+static int run_speed(int64_t n, int reps) {
+    if (n < 1 || reps < 1 || reps > 1000) return 2;
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    double *to = malloc((size_t)reps * sizeof *to), *tl = malloc((size_t)reps * sizeof *tl);
+    if (!x || !y || !to || !tl) return 1;
+    uint64_t g = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < n; i++) { /* uniform in [-6, 6): GELU's tanh sees this range */
+        g = g * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(g >> 40) * 0x1p-24 * 12.0 - 6.0);
+    }
+    loop_ot(x, y, n); /* warm-up: page in y */
+    loop_libm(x, y, n);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        loop_ot(x, y, n);
+        double t1 = now_s();
+        loop_libm(x, y, n);
+        double t2 = now_s();
+        to[r] = t1 - t0;
+        tl[r] = t2 - t1;
+    }
+    qsort(to, (size_t)reps, sizeof *to, cmp_d);
+    qsort(tl, (size_t)reps, sizeof *tl, cmp_d);
+    double mo = to[reps / 2], ml = tl[reps / 2];
+    printf("tanh f32, %lld elements, 1 thread, median of %d: ot_tanhf %.1f Melem/s (%.2f ms), "
+           "glibc tanhf %.1f Melem/s (%.2f ms), ratio %.2fx\n",
+           (long long)n, reps, (double)n / mo * 1e-6, mo * 1e3, (double)n / ml * 1e-6, ml * 1e3,
+           ml / mo);
+    free(x);
+    free(y);
+    free(to);
+    free(tl);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_vmath ulp [--threads N] | speed [--n N] [--reps R]\n");
+        return 2;
+    }
+    int threads = 2, reps = 11;
+    int64_t n = 1 << 24;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--n"))
+            n = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else
+            return 2;
+    }
+    if (!strcmp(argv[1], "ulp")) return run_ulp(threads);
+    if (!strcmp(argv[1], "speed")) return run_speed(n, reps);
+    return 2;
+}
