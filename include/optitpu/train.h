@@ -13,9 +13,9 @@
  * loss is sum(cross-entropy) / global batch, so the gradients summed over replicas are exactly the
  * full-batch mean gradient), the gradients are summed by an all-reduce through the pod's
  * communicator, and every replica applies the same compiled optimizer update (ot_tpu_optimizer).
- * Replicas therefore hold bit-identical parameters. Data order, initialization and the learning
- * rate are functions of (seed, step) only, so a run resumed from a checkpoint reproduces an
- * uninterrupted run bit for bit.
+ * Replicas therefore hold bit-identical parameters (with local_sgd: after each average). Data
+ * order, initialization and the learning rate are functions of (seed, step) only, so a run resumed
+ * from a checkpoint reproduces an uninterrupted run bit for bit.
  *
  * Faults: a heartbeat agent beats for every live device; `fail_device` stops one device at a step
  * (its heartbeats stop and it leaves the collective). The coordinator's phi-accrual detector
