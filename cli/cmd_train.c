@@ -186,6 +186,7 @@ typedef struct train_cli {
     ot_train_options o;
     const char *out_dir, *ckpt_dir, *trace;
     bool json, quiet, ckpt_off, use_mpi, topology_set;
+    bool peer_failed; /* the run failed because another process did (PEER_FAILED) */
 } train_cli;
 
 /* Each parse_* takes the flags of one group: -1 when `a` is none of them, else CLI_OK or a usage
@@ -507,8 +508,10 @@ static int run(int argc, char **argv) {
     int prank = 0;
     if (c.use_mpi && (rc = join_mpi(&c, &mpi, &prank)) != CLI_OK) return rc;
     rc = run_train(&c, prank);
-    /* a process that fails ends the job: the others would wait for it until their deadline */
-    if (rc != CLI_OK && mpi && ot_mpi_size(mpi) > 1) ot_mpi_abort_job(mpi, rc);
+    /* The process whose own failure it is ends the job (the others would wait for it until their
+     * deadline), after printing why; one that failed only because another did leaves the abort to
+     * that one, so it cannot kill the job before the cause is printed. */
+    if (rc != CLI_OK && mpi && ot_mpi_size(mpi) > 1 && !c.peer_failed) ot_mpi_abort_job(mpi, rc);
     ot_mpi_free(mpi);
     return rc;
 }
@@ -675,7 +678,9 @@ static int run_train(train_cli *c, int prank) {
     o.on_progress = on_progress;
     o.ud = &u;
     ot_train_report r;
-    if (ot_train(&o, &r) != OT_OK) {
+    ot_status ts = ot_train(&o, &r);
+    if (ts != OT_OK) {
+        c->peer_failed = ts == OT_ERR_PEER_FAILED;
         int rc = cli_fail("train");
         ot_train_report_clear(&r);
         ot_free(cs.rows);

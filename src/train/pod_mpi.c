@@ -109,9 +109,7 @@ static ot_status mpi_agree(trainer *t, ot_status s, const char *what) {
         ot_comm_allreduce(ot_mpi_comm(t->o->mpi), &bad, &any, 1, OT_S32, OT_REDOP_MAX, NULL);
     if (s != OT_OK) return s;
     if (c != OT_OK) return c;
-    if (any)
-        return ot_error(OT_ERR_FAILED_PRECONDITION, "train: another process failed during %s",
-                        what);
+    if (any) return ot_error(OT_ERR_PEER_FAILED, "train: another process failed during %s", what);
     return OT_OK;
 }
 
