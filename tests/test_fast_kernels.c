@@ -1119,6 +1119,56 @@ static void test_scatter(void) {
     }
 }
 
+/* At -O1 a scatter whose operand is a temporary dying there updates it in place (the kernel's
+ * output shares its buffer); the fast kernel then adds into it without the copy. Same bits as the
+ * reference on every pool. */
+static void test_scatter_in_place_temp(void) {
+    g_rng = 0x1b5;
+    static const char *hlo =
+        "HloModule sip\n" SC_ADD_F32 "ENTRY e {\n  p = f32[300,64] parameter(0)\n"
+        "  i = s32[40,16,1] parameter(1)\n  u = f32[40,16,64] parameter(2)\n"
+        "  x = f32[300,64] sine(p)\n"
+        "  s = f32[300,64] scatter(x, i, u), update_window_dims={2}, inserted_window_dims={0}, "
+        "scatter_dims_to_operand_dims={0}, index_vector_dim=2, to_apply=add\n"
+        "  ROOT r = f32[300,64] cosine(s)\n}\n";
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(hlo, strlen(hlo), NULL, &m));
+    ot_compile_options o = ot_compile_options_default();
+    o.opt_level = 1;
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    int found = 0;
+    for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        if (kn->opcode != OT_OP_SCATTER) continue;
+        found++;
+        EXPECT_INT_EQ(kn->in_place_input, 0);
+        EXPECT_INT_EQ(ot_executable_slot(e, kn->outputs[0])->offset,
+                      ot_executable_slot(e, kn->inputs[0])->offset);
+    }
+    EXPECT_INT_EQ(found, 1);
+    const ot_computation *c = ot_module_entry(m);
+    ot_tensor args[3], ref;
+    for (int a = 0; a < 3; a++) ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+    fill_special(&args[0]);
+    fill_special(&args[2]);
+    fill_indices(&args[1], 150);
+    EXPECT_OK(run_exe(e, args, 3, &ref, NULL, true, NULL));
+    for (int p = 0; p < 4; p++) {
+        ot_tensor t;
+        int fr = 0;
+        ASSERT_OK(run_exe(e, args, 3, &t, g_pools[p], false, &fr));
+        EXPECT_TRUE(fr >= 1);
+        if (!bits_equal(&t, &ref)) fprintf(stderr, "in-place scatter, %d threads\n", g_nthreads[p]);
+        EXPECT_TRUE(bits_equal(&t, &ref));
+        ot_tensor_release(&t);
+    }
+    ot_tensor_release(&ref);
+    for (int a = 0; a < 3; a++) ot_tensor_release(&args[a]);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
 /* -O2 turns a lone reduce into an input fusion of one reduce: the fast reduce runs it. */
 static void test_reduce_fusion(void) {
     g_rng = 0xf5;
@@ -1300,7 +1350,7 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_bla
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
-             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_reduce_fusion),
-             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
-             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
-             OT_TEST(test_teardown))
+             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_in_place_temp),
+             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
+             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

@@ -795,6 +795,19 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
                     break;
                 }
             }
+            /* a one-operand scatter updates its operand in place (kernels.h) when that operand
+             * is a temp dying here and read nowhere else in the kernel */
+            if (in_place && q == 0 && os->offset < 0 && kn->instr &&
+                kn->instr->opcode == OT_OP_SCATTER && kn->instr->noperands == 3 && kb[k].nin == 3) {
+                int32_t v = e->io[kb[k].in0];
+                ot_slot *vs = &e->s[v];
+                if (vs->kind == OT_SLOT_TEMP && last[v] == k && !moved[v] && times[v] == 1 &&
+                    vs->offset >= 0 && vs->nbytes == os->nbytes) {
+                    os->offset = vs->offset;
+                    moved[v] = true;
+                    kn->in_place_input = 0;
+                }
+            }
             if (os->offset < 0) {
                 if ((s = al_alloc(&a, size, &os->offset)) != OT_OK) break;
                 live += size;
