@@ -9,13 +9,15 @@
 #include <sys/stat.h>
 
 static const char usage[] =
-    "usage: optitpu run FILE.hlo [--input NAME=x.npy]... [--fill random:SEED|zeros]\n"
+    "usage: optitpu run FILE [--input NAME=x.npy]... [--fill random:SEED|zeros]\n"
     "                   [--output-dir D] [--devices N] [--device-memory SIZE | --hbm PRESET]\n"
     "                   [-O LEVEL] [--trace t.json] [--repeat K] [--summary] [--limits] [--json]\n"
-    "                   [--module K]\n"
+    "                   [--module K] [--compile-cache]\n"
     "\n"
-    "Compiles FILE.hlo, runs it, writes the results as D/out_0.npy, out_1.npy, ... in the order\n"
-    "of the result tuple, and prints the compile and run times.\n"
+    "Compiles FILE (HLO text), runs it, writes the results as D/out_0.npy, out_1.npy, ... in\n"
+    "the order of the result tuple, and prints the compile and run times. FILE may also be an\n"
+    "executable written by `optitpu compile -o` (recognized by its magic): it is loaded and\n"
+    "verified instead of compiled (-O and --module do not apply to it).\n"
     "\n"
     "  --input NAME=F   parameter NAME (its name in the module, or its number) from .npy file F;\n"
     "                   a bf16 parameter reads a u16 file as bf16 bit patterns\n"
@@ -37,7 +39,10 @@ static const char usage[] =
     "  --limits         measure STREAM triad first and print each kernel's share of it\n"
     "  --json           one JSON object instead of text\n"
     "  --module K       in a file of several modules separated by '// -----' lines, run the\n"
-    "                   K-th (from 0)\n";
+    "                   K-th (from 0)\n"
+    "  --compile-cache  compile through the persistent compilation cache (`optitpu help\n"
+    "                   cache`): a module compiled before with the same options is loaded\n"
+    "                   (the trace then shows no compile passes)\n";
 
 #define MAX_INPUTS 256
 
@@ -198,7 +203,7 @@ typedef struct run_args {
     input_arg inputs[MAX_INPUTS];
     int ninputs;
     int64_t devices, repeat, level, devmem, modix;
-    bool json, summary, limits;
+    bool json, summary, limits, level_given, cache;
     uint64_t seed;      /* --fill random:SEED */
     bool zeros, random; /* --fill zeros, --fill random:SEED */
 } run_args;
@@ -255,9 +260,11 @@ static int parse_args(int argc, char **argv, run_args *ra) {
         } else if (!strcmp(a, "-O") && more) {
             if (!cli_parse_i64(argv[++i], 0, 2, &ra->level))
                 return cli_usage_error("run", "-O needs 0, 1 or 2");
+            ra->level_given = true;
         } else if (!strncmp(a, "-O", 2) && a[2]) {
             if (!cli_parse_i64(a + 2, 0, 2, &ra->level))
                 return cli_usage_error("run", "-O needs 0, 1 or 2");
+            ra->level_given = true;
         } else if (!strcmp(a, "--trace") && more) {
             ra->trace = argv[++i];
         } else if (!strcmp(a, "--repeat") && more) {
@@ -268,6 +275,8 @@ static int parse_args(int argc, char **argv, run_args *ra) {
                 return cli_usage_error("run", "--module needs an index >= 0");
         } else if (!strcmp(a, "--json")) {
             ra->json = true;
+        } else if (!strcmp(a, "--compile-cache")) {
+            ra->cache = true;
         } else if (!strcmp(a, "--summary")) {
             ra->summary = true;
         } else if (!strcmp(a, "--limits")) {
@@ -278,7 +287,7 @@ static int parse_args(int argc, char **argv, run_args *ra) {
             return cli_usage_error("run", "unknown or incomplete argument '%s'", a);
         }
     }
-    if (!ra->file) return cli_usage_error("run", "no HLO file given");
+    if (!ra->file) return cli_usage_error("run", "no HLO or executable file given");
     if (ra->hbm && ra->devmem)
         return cli_usage_error("run", "--hbm and --device-memory exclude each other");
     return parse_fill(ra);
@@ -287,7 +296,11 @@ static int parse_args(int argc, char **argv, run_args *ra) {
 /* One `optitpu run`; run_free releases what was made, whatever phase stopped. */
 typedef struct run_ctx {
     run_args *a;
-    ot_module *m;
+    const ot_module *m; /* own_m, or the module of the loaded executable */
+    ot_module *own_m;
+    ot_executable *loaded; /* FILE is an executable: it, until the backend takes it over */
+    bool from_exe;         /* FILE is an executable (compile_ms: its load and verification) */
+    bool cache_hit;        /* --compile-cache found the executable */
     const ot_computation *entry;
     ot_profile *prof;
     ot_backend *b;
@@ -300,10 +313,32 @@ typedef struct run_ctx {
     int dev; /* the device a single-device module ran on */
 } run_ctx;
 
+/* Whether file starts with the executable file's magic. */
+static bool is_executable_file(const char *file) {
+    char magic[8];
+    FILE *f = fopen(file, "rb");
+    if (!f) return false; /* the HLO reader reports the error */
+    bool yes = fread(magic, 1, 8, f) == 8 && !memcmp(magic, "OPTITPUX", 8);
+    fclose(f);
+    return yes;
+}
+
 /* The module, its entry, and the devices it runs on (one per replica and partition). */
 static ot_status load_module(run_ctx *x) {
     run_args *a = x->a;
-    OT_CHECK(parse_module(a->file, a->modix, &x->m));
+    if (is_executable_file(a->file)) {
+        if (a->level_given || a->modix >= 0)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "%s is a compiled executable: -O and --module do not apply", a->file);
+        uint64_t t0 = ot_now_ns();
+        OT_CHECK(ot_executable_load(a->file, &x->loaded));
+        x->from_exe = true;
+        x->compile_ms = (double)(ot_now_ns() - t0) / 1e6;
+        x->m = ot_executable_module(x->loaded);
+    } else {
+        OT_CHECK(parse_module(a->file, a->modix, &x->own_m));
+        x->m = x->own_m;
+    }
     x->entry = ot_module_entry(x->m);
     if (!x->entry) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: no entry computation", a->file);
     x->st.np = x->entry->nparams;
@@ -373,10 +408,26 @@ static ot_status compile_module(run_ctx *x) {
     OT_CHECK(ot_backend_create(&bo, &x->b));
     for (int k = 0; k < ot_backend_device_count(x->b); k++)
         ot_device_set_profile(ot_backend_device(x->b, k), x->prof);
+    if (x->loaded) { /* loaded and verified by load_module (compile_ms is its time) */
+        ot_executable *e = x->loaded;
+        x->loaded = NULL; /* the backend takes it over, also on failure */
+        OT_CHECK(ot_backend_register_executable(x->b, "main", e));
+        return ot_backend_lookup(x->b, "main", &x->st.exe);
+    }
     ot_compile_options co = ot_compile_options_default();
     co.opt_level = (int)a->level;
     uint64_t tc = ot_now_ns();
-    OT_CHECK(ot_backend_register_module_profiled(x->b, "main", x->m, &co, x->prof));
+    if (a->cache) {
+        ot_compile_cache *cache = NULL;
+        ot_executable *e = NULL;
+        OT_CHECK(ot_compile_cache_open(NULL, &cache));
+        ot_status s = ot_compile_cached(x->m, &co, cache, &e, &x->cache_hit);
+        ot_compile_cache_free(cache);
+        OT_CHECK(s);
+        OT_CHECK(ot_backend_register_executable(x->b, "main", e));
+    } else {
+        OT_CHECK(ot_backend_register_module_profiled(x->b, "main", x->m, &co, x->prof));
+    }
     x->compile_ms = (double)(ot_now_ns() - tc) / 1e6;
     return ot_backend_lookup(x->b, "main", &x->st.exe);
 }
@@ -511,9 +562,13 @@ static void print_json(const run_ctx *x, const run_figures *f) {
     json_str(ot_module_name(x->m));
     printf(",\"file\":");
     json_str(a->file);
-    printf(",\"devices\":%lld,\"replicas\":%d,\"opt_level\":%lld,\"kernels\":%d,"
-           "\"arena_bytes\":%lld,\"compile_ms\":%.3f,\"repeat\":%lld,\"run_ms\":[",
-           (long long)a->devices, st->replicas, (long long)a->level,
+    printf(",\"devices\":%lld,\"replicas\":%d,", (long long)a->devices, st->replicas);
+    if (x->from_exe) /* the file's level is not recorded where the CLI can read it */
+        printf("\"executable\":true,\"opt_level\":null,");
+    else
+        printf("\"opt_level\":%lld,", (long long)a->level);
+    if (a->cache) printf("\"compile_cache_hit\":%s,", x->cache_hit ? "true" : "false");
+    printf("\"kernels\":%d,\"arena_bytes\":%lld,\"compile_ms\":%.3f,\"repeat\":%lld,\"run_ms\":[",
            ot_executable_kernel_count(st->exe), (long long)ot_executable_arena_size(st->exe),
            x->compile_ms, (long long)a->repeat);
     for (int64_t r = 0; r < a->repeat; r++) printf("%s%.4f", r ? "," : "", x->times[r] / 1e6);
@@ -543,9 +598,16 @@ static ot_status print_text(const run_ctx *x, const run_figures *f) {
     const run_args *a = x->a;
     const run_state *st = &x->st;
     printf("module      %s (%s)\n", ot_module_name(x->m), a->file);
-    printf("compiled    -O%lld in %.3f ms: %d kernels, arena %lld bytes\n", (long long)a->level,
-           x->compile_ms, ot_executable_kernel_count(st->exe),
-           (long long)ot_executable_arena_size(st->exe));
+    if (x->from_exe)
+        printf("loaded      executable in %.3f ms: %d kernels, arena %lld bytes\n", x->compile_ms,
+               ot_executable_kernel_count(st->exe), (long long)ot_executable_arena_size(st->exe));
+    else
+        printf("compiled    -O%lld in %.3f ms%s: %d kernels, arena %lld bytes\n",
+               (long long)a->level, x->compile_ms,
+               !a->cache      ? ""
+               : x->cache_hit ? " (compilation cache hit)"
+                              : " (compilation cache miss)",
+               ot_executable_kernel_count(st->exe), (long long)ot_executable_arena_size(st->exe));
     printf("devices     %lld%s\n", (long long)a->devices,
            st->replicas > 1 ? " (one replica or partition each)" : "");
     printf("run         %lld x: min %.4f ms, median %.4f ms", (long long)a->repeat, f->min_ms,
@@ -604,7 +666,8 @@ static void run_free(run_ctx *x) {
             ot_device_set_profile(ot_backend_device(x->b, k), NULL);
     ot_backend_free(x->b);
     ot_profile_free(x->prof);
-    ot_module_free(x->m);
+    ot_executable_free(x->loaded);
+    ot_module_free(x->own_m);
 }
 
 static int run(int argc, char **argv) {

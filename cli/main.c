@@ -7,6 +7,7 @@
 /* Subcommands live in cli/cmd_NAME.c, each defining `const cli_command cli_cmd_NAME`; add one
  * extern line and one table line per command. */
 extern const cli_command cli_cmd_bench;
+extern const cli_command cli_cmd_cache;
 extern const cli_command cli_cmd_ckpt;
 extern const cli_command cli_cmd_compile;
 extern const cli_command cli_cmd_hlo;
@@ -17,8 +18,8 @@ extern const cli_command cli_cmd_topo;
 extern const cli_command cli_cmd_train;
 
 static const cli_command *const commands[] = {
-    &cli_cmd_bench, &cli_cmd_ckpt, &cli_cmd_compile, &cli_cmd_hlo,   &cli_cmd_launch,
-    &cli_cmd_ntp,   &cli_cmd_run,  &cli_cmd_topo,    &cli_cmd_train,
+    &cli_cmd_bench,  &cli_cmd_cache, &cli_cmd_ckpt, &cli_cmd_compile, &cli_cmd_hlo,
+    &cli_cmd_launch, &cli_cmd_ntp,   &cli_cmd_run,  &cli_cmd_topo,    &cli_cmd_train,
 };
 
 static const cli_command *find_command(const char *name) {

@@ -299,6 +299,72 @@ OT_API ot_status ot_executable_load(const char *path, ot_executable **out);
 OT_API int ot_executable_stat_count(const ot_executable *e);
 OT_API const ot_pass_stat *ot_executable_stat(const ot_executable *e, int i);
 
+/* ---------------------------------------------------------------------------------------------
+ * Persistent compilation cache (as JAX's): a directory of serialized executables, one file per
+ * key, so that compiling a module a process compiled before costs a load (docs/compiler.md).
+ *
+ * Key: SHA-256 of the compile fingerprint (ot_compile_fingerprint: the module's canonical text,
+ * the options that change code, the target), the library version (OPTITPU_VERSION_STRING) and
+ * the executable format version. An entry holds no native code: loading it rebuilds native code
+ * through src/codegen, whose objects are cached apart, keyed by the compiler and CPU features,
+ * with the caller's native options. Entry KEY.otx is exactly an ot_executable_save file, written
+ * to a unique temporary file and renamed (concurrent writers of one key leave one whole entry);
+ * a load re-verifies it (checksum, canonical form, and a fingerprint equal to the one asked for):
+ * a damaged or stale entry is logged as a warning, removed and rebuilt, never used. After a
+ * store the least recently used entries (by access time, set on each hit) are removed until the
+ * total is within max_bytes; an executable larger than max_bytes is not stored.
+ *
+ * Ownership: the handle owns its directory string; ot_compile_cache_free releases it.
+ * Thread safety: a handle is read-only after open and may be used from any thread; processes
+ * may share a directory. Failures to store, touch or evict are warnings, never errors of the
+ * compile.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct ot_compile_cache ot_compile_cache;
+
+typedef struct ot_compile_cache_options {
+    /* NULL: $OPTITPU_CACHE_DIR/executables, else $XDG_CACHE_HOME/optitpu/executables, else
+     * $HOME/.cache/optitpu/executables (beside the native objects' cache). Created if missing. */
+    const char *dir;
+    /* 0: $OPTITPU_CACHE_MAX_BYTES (a byte count, K/M/G suffixes allowed), else 1 GiB */
+    int64_t max_bytes;
+} ot_compile_cache_options;
+
+#define OT_COMPILE_CACHE_DEFAULT_MAX_BYTES ((int64_t)1 << 30)
+
+/* Opens (creating the directory) a cache. INVALID_ARGUMENT for a bad OPTITPU_CACHE_MAX_BYTES or
+ * a negative max_bytes, IO when the directory cannot be created, FAILED_PRECONDITION when no
+ * directory is set and HOME is unset. o NULL: defaults. */
+OT_API ot_status ot_compile_cache_open(const ot_compile_cache_options *o, ot_compile_cache **out);
+OT_API void ot_compile_cache_free(ot_compile_cache *c); /* NULL is a no-op */
+OT_API const char *ot_compile_cache_dir(const ot_compile_cache *c);
+OT_API int64_t ot_compile_cache_max_bytes(const ot_compile_cache *c);
+
+/* The key of (m, opts) (opts NULL: defaults); computable without compiling. */
+OT_API ot_status ot_compile_cache_key(const ot_module *m, const ot_compile_options *opts,
+                                      uint8_t out[32]);
+
+/* ot_compile through cache c: a valid entry is loaded (native code built with opts' native
+ * settings), else the module is compiled and stored. c NULL: ot_compile. *hit (may be NULL) says
+ * whether the entry was used. Errors are ot_compile's; on failure *out is NULL. */
+OT_API ot_status ot_compile_cached(const ot_module *m, const ot_compile_options *opts,
+                                   ot_compile_cache *c, ot_executable **out, bool *hit);
+
+typedef struct ot_compile_cache_entry {
+    char key[65];     /* hex */
+    int64_t bytes;    /* file size */
+    int64_t atime_ns; /* last use (nanoseconds since the epoch) */
+} ot_compile_cache_entry;
+
+/* The entries, least recently used first. *out is ot_malloc'd (ot_free; NULL when *n is 0). */
+OT_API ot_status ot_compile_cache_list(const ot_compile_cache *c, ot_compile_cache_entry **out,
+                                       int64_t *n);
+/* Loads every entry (without native code); removes those that do not load (logged as warnings).
+ * good / removed may be NULL. */
+OT_API ot_status ot_compile_cache_verify(const ot_compile_cache *c, int64_t *good,
+                                         int64_t *removed);
+/* Removes every entry and leftover temporary file. removed (may be NULL): entries removed. */
+OT_API ot_status ot_compile_cache_clear(const ot_compile_cache *c, int64_t *removed);
+
 #ifdef __cplusplus
 }
 #endif

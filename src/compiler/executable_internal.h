@@ -34,4 +34,12 @@ struct ot_executable {
 ot_status cc_build_executable(ot_module *m, ot_instr **order, int64_t n,
                               const ot_compile_options *o, ot_executable **out);
 
+/* The executable file's format version (serialize.c); part of the compilation cache's key. */
+#define CC_EXECUTABLE_FORMAT_VERSION 1u
+
+/* ot_executable_deserialize, building native code with native's native / native_unit_bytes /
+ * native_cc (NULL: the defaults). native's strings are read during the call only. */
+ot_status cc_executable_deserialize(const void *buf, size_t len, const ot_compile_options *native,
+                                    ot_executable **out);
+
 #endif

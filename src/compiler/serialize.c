@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #define MAGIC          "OPTITPUX"
-#define FORMAT_VERSION 1u
+#define FORMAT_VERSION CC_EXECUTABLE_FORMAT_VERSION
 #define MAX_COUNT      (1 << 26)
 
 /* ---- writer ---- */
@@ -959,6 +959,11 @@ fail:
 }
 
 ot_status ot_executable_deserialize(const void *buf, size_t len, ot_executable **out) {
+    return cc_executable_deserialize(buf, len, NULL, out);
+}
+
+ot_status cc_executable_deserialize(const void *buf, size_t len, const ot_compile_options *native,
+                                    ot_executable **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "deserialize: out is NULL");
     *out = NULL;
     if (!buf && len) return ot_error(OT_ERR_INVALID_ARGUMENT, "deserialize: NULL buffer");
@@ -1087,7 +1092,13 @@ ot_status ot_executable_deserialize(const void *buf, size_t len, ot_executable *
         ot_executable_free(e);
         return s2;
     }
-    /* native code with default settings (the file holds none), as ot_compile's last stage */
+    /* native code (the file holds none) with the caller's settings, else the defaults, as
+     * ot_compile's last stage */
+    if (native) {
+        o.native = native->native;
+        o.native_unit_bytes = native->native_unit_bytes;
+        o.native_cc = native->native_cc;
+    }
     cc_native_stage(e, &o);
     *out = e;
     return OT_OK;
