@@ -69,6 +69,9 @@ static const char usage[] =
     "                       (default DIR/trace.json)\n"
     "  --json               print the final report as one JSON object on stdout\n"
     "  --quiet              no progress output\n"
+    "  --no-compile-cache   compile every executable; by default they go through the\n"
+    "                       persistent compilation cache (optitpu help cache), so a run that\n"
+    "                       starts again loads them\n"
     "  --threads N          threads of the shared kernel pool (sets OPTITPU_THREADS)\n"
     "across processes\n"
     "  --mpi                join the MPI job (run under optitpu launch): --devices is per\n"
@@ -185,7 +188,7 @@ static int mkdir_parent(const char *file) {
 typedef struct train_cli {
     ot_train_options o;
     const char *out_dir, *ckpt_dir, *trace;
-    bool json, quiet, ckpt_off, use_mpi, topology_set;
+    bool json, quiet, ckpt_off, use_mpi, topology_set, no_compile_cache;
     bool peer_failed; /* the run failed because another process did (PEER_FAILED) */
 } train_cli;
 
@@ -410,6 +413,8 @@ static int parse_output(train_cli *c, const char *a, const char *val, int *i) {
         c->json = true;
     } else if (!strcmp(a, "--quiet")) {
         c->quiet = true;
+    } else if (!strcmp(a, "--no-compile-cache")) {
+        c->no_compile_cache = true;
     } else {
         return -1;
     }
@@ -638,6 +643,12 @@ static void print_summary(const ot_train_report *r, const char *ckpt_dir, const 
                r->failures, 1e3 * r->detect_s, 1e3 * r->recover_s);
     printf("  all-reduce: %lld bytes per device per step, %lld in all\n",
            (long long)r->allreduce_bytes_per_step, (long long)r->allreduce_bytes);
+    if (r->compile_cache_hits + r->compile_cache_misses)
+        printf("  compile: %.3f s (%d executable(s) loaded from the compilation cache, %d "
+               "compiled)\n",
+               r->compile_s, r->compile_cache_hits, r->compile_cache_misses);
+    else
+        printf("  compile: %.3f s\n", r->compile_s);
     printf("  checkpoints written: %lld%s%s\n", (long long)r->checkpoints, ckpt_dir ? " in " : "",
            ckpt_dir ? ckpt_dir : "");
     printf("  parameters sha256 %s\n", hex);
@@ -677,8 +688,14 @@ static int run_train(train_cli *c, int prank) {
     o.on_event = on_event;
     o.on_progress = on_progress;
     o.ud = &u;
+    ot_compile_cache *cache = NULL;
+    if (!c->no_compile_cache && ot_compile_cache_open(NULL, &cache) != OT_OK)
+        fprintf(stderr, "optitpu train: warning: compiling without the compilation cache: %s\n",
+                ot_last_error());
+    o.compile_cache = cache;
     ot_train_report r;
     ot_status ts = ot_train(&o, &r);
+    ot_compile_cache_free(cache);
     if (ts != OT_OK) {
         c->peer_failed = ts == OT_ERR_PEER_FAILED;
         int rc = cli_fail("train");

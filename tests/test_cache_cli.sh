@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # optitpu run on a compiled executable (the same outputs as running the HLO), run
-# --compile-cache (miss then hit), and optitpu cache ls / verify / clear, with a damaged entry.
+# --compile-cache (miss then hit), optitpu cache ls / verify / clear with a damaged entry, and
+# optitpu train starting again from the cache.
 # Every cache lives in a private temporary directory.
 set -euo pipefail
 bin=$1
@@ -59,6 +60,24 @@ grep -q "^1 good, 1 removed" "$tmp/v"
 grep -q "removing unusable entry" "$tmp/err"
 [[ ! -e $entry ]]
 "$bin" cache verify | grep -q "^1 good, 0 removed"
+
+# optitpu train: the second start loads every executable from the cache and ends with the same
+# parameters, bit for bit, as the first and as a run without the cache
+"$bin" cache clear >/dev/null
+tr() { "$bin" train --steps 6 --eval-every 3 --json --quiet --out "$tmp/tr" --ckpt-dir none "$@"; }
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+tr >"$tmp/t1.json"
+tr >"$tmp/t2.json"
+tr --no-compile-cache >"$tmp/t3.json"
+[[ $(field "$tmp/t1.json" compile_cache_hits) == 0 && $(field "$tmp/t1.json" compile_cache_misses) == 3 ]]
+[[ $(field "$tmp/t2.json" compile_cache_hits) == 3 && $(field "$tmp/t2.json" compile_cache_misses) == 0 ]]
+[[ $(field "$tmp/t3.json" compile_cache_hits) == 0 && $(field "$tmp/t3.json" compile_cache_misses) == 0 ]]
+sha=$(field "$tmp/t1.json" params_sha256)
+[[ $(field "$tmp/t2.json" params_sha256) == "$sha" && $(field "$tmp/t3.json" params_sha256) == "$sha" ]]
+"$bin" cache ls | grep -q "^3 entries"
+"$bin" cache clear >/dev/null
+f=$hlo/backends__cpu__lite_aot__tests__hlos__dot.hlo
+"$bin" run "$f" --fill random:1 --output-dir "$tmp/c1" --compile-cache >/dev/null
 
 # --dir, clear, and usage errors
 mkdir -p "$tmp/other"

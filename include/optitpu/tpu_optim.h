@@ -104,6 +104,9 @@ typedef struct ot_tpu_optimizer_options {
                                g unchanged when the norm < max_norm, else (g / norm) * max_norm
                                (norm summed in f64, rounded to the gradient dtype) */
     const ot_compile_options *compile; /* NULL: ot_compile_options_default() */
+    /* The persistent compilation cache (compiler.h; not owned, must outlive create) the update
+     * is compiled through; NULL (default): compiled every time. */
+    ot_compile_cache *compile_cache;
     /* Dynamic loss scaling (torch.amp.GradScaler): gradients arrive multiplied by the replica's
      * loss scale (ot_tpu_optimizer_loss_scale); the step unscales them in f32 (g * f32(1/scale))
      * before clipping; when any unscaled element is inf/NaN the step changes nothing (params,
@@ -255,6 +258,7 @@ typedef struct ot_tpu_profile {
                                the host and runs the C callback per parameter) */
     int64_t compiles;       /* 1 after create when compiled (never more), 0 for host callbacks */
     double compile_seconds; /* building the update module and compiling it, once, at create */
+    bool compile_cache_hit; /* the compile was a load from opts.compile_cache */
     int64_t steps;          /* successful steps */
     int64_t failed_steps;   /* steps that returned an error (nothing changed, or the state was
                                lost by a failed execution, see ot_tpu_optimizer_step) */

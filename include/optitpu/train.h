@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "optitpu/compiler.h"
 #include "optitpu/core.h"
 #include "optitpu/ir.h"
 
@@ -209,7 +210,10 @@ typedef struct ot_train_options {
     int64_t eval_every;     /* default 50 (and at the end) */
     uint64_t seed;          /* default 0 */
     const char *trace_path; /* Chrome trace JSON of compute, communication, checkpoints */
-    int64_t stop_after;     /* > 0: stop (as a crash would) after this many steps of this run */
+    /* The persistent compilation cache (compiler.h; not owned) the gradient, evaluation and
+     * optimizer executables are compiled through; NULL (default): compiled every time. */
+    ot_compile_cache *compile_cache;
+    int64_t stop_after; /* > 0: stop (as a crash would) after this many steps of this run */
     /* Across processes (optitpu launch): the MPI job from ot_mpi_init with `devices` local
      * devices per process; the pod is every process's devices, gradients are summed by
      * ot_mpi_hier_allreduce, process 0 evaluates, reports and writes checkpoints, and a resume
@@ -253,6 +257,10 @@ typedef struct ot_train_report {
      * on average over the run's steps, and their sum over the run's steps and replicas. */
     int64_t allreduce_bytes_per_step;
     int64_t allreduce_bytes;
+    /* Compiling the executables (or loading them from compile_cache), and how many of them were
+     * loaded from / stored into the cache. */
+    double compile_s;
+    int compile_cache_hits, compile_cache_misses;
     /* SHA-256 of the final parameters' f32 bytes in parameter order. Every replica's parameters
      * are hashed at the end and must be identical (else the run fails with OT_ERR_INTERNAL). */
     uint8_t params_sha256[32];

@@ -840,7 +840,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         ot_module *m = NULL;
         OT_CHECK_GOTO(build_module(t, &m), s, fail);
         ot_compile_options co = op.compile ? *op.compile : ot_compile_options_default();
-        s = ot_compile(m, &co, &t->exe);
+        s = ot_compile_cached(m, &co, op.compile_cache, &t->exe, &t->prof.compile_cache_hit);
         ot_module_free(m);
         if (s != OT_OK) goto fail;
         t->compiles = 1;

@@ -267,6 +267,9 @@ ot_status ot_train_report_json(const ot_train_report *r, char **out) {
     bad |= json_object_set_new(o, "allreduce_bytes_per_step",
                                json_integer(r->allreduce_bytes_per_step));
     bad |= json_object_set_new(o, "allreduce_bytes", json_integer(r->allreduce_bytes));
+    bad |= set_num(o, "compile_s", r->compile_s);
+    bad |= json_object_set_new(o, "compile_cache_hits", json_integer(r->compile_cache_hits));
+    bad |= json_object_set_new(o, "compile_cache_misses", json_integer(r->compile_cache_misses));
     bad |= json_object_set_new(o, "param_elements", json_integer(r->param_elements));
     bad |= json_object_set_new(o, "params_sha256", json_string(hex));
     bad |= json_object_set_new(o, "stopped", json_boolean(r->stopped));

@@ -85,6 +85,18 @@ static ot_status pod_agree(trainer *t, ot_status s, const char *what) {
  * Executables
  * ------------------------------------------------------------------------------------------- */
 
+/* Compiles m with the default options, through the run's compilation cache when it has one. */
+static ot_status compile_module(trainer *t, const ot_module *m, ot_executable **out) {
+    ot_compile_options co = ot_compile_options_default();
+    bool hit = false;
+    uint64_t t0 = ot_now_ns();
+    ot_status s = ot_compile_cached(m, &co, t->o->compile_cache, out, &hit);
+    t->rep->compile_s += (double)(ot_now_ns() - t0) / 1e9;
+    if (s == OT_OK && t->o->compile_cache)
+        ++*(hit ? &t->rep->compile_cache_hits : &t->rep->compile_cache_misses);
+    return s;
+}
+
 static ot_status compile_grad(trainer *t, int64_t batch, ot_executable **out) {
     for (int i = 0; i < t->ngexe; i++)
         if (t->gexe[i].batch == batch) {
@@ -100,10 +112,7 @@ static ot_status compile_grad(trainer *t, int64_t batch, ot_executable **out) {
     go.loss_index = 0;
     if (s == OT_OK) s = ot_grad(loss, wrt, t->nparams, &go, &g);
     ot_executable *exe = NULL;
-    if (s == OT_OK) {
-        ot_compile_options co = ot_compile_options_default();
-        s = ot_compile(g, &co, &exe);
-    }
+    if (s == OT_OK) s = compile_module(t, g, &exe);
     ot_module_free(loss);
     ot_module_free(g);
     if (s != OT_OK)
@@ -119,10 +128,7 @@ static ot_status compile_grad(trainer *t, int64_t batch, ot_executable **out) {
 static ot_status compile_eval(trainer *t) {
     ot_module *loss = NULL;
     ot_status s = ot_model_build_loss(t->model, t->test.n, 1.0 / (double)t->test.n, &loss);
-    if (s == OT_OK) {
-        ot_compile_options co = ot_compile_options_default();
-        s = ot_compile(loss, &co, &t->eval_exe);
-    }
+    if (s == OT_OK) s = compile_module(t, loss, &t->eval_exe);
     ot_module_free(loss);
     return s;
 }
@@ -345,7 +351,16 @@ static ot_status setup_devices(trainer *t) {
         ot_shape shapes[MAX_PARAMS];
         for (int k = 0; k < t->nparams; k++) shapes[k] = *ot_model_param_shape(t->model, k);
         ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+        to.compile_cache = o->compile_cache;
         s = ot_tpu_optimizer_create(t->optim, shapes, t->nparams, &to, &t->topt);
+        if (s == OT_OK) {
+            ot_tpu_profile tp;
+            ot_tpu_optimizer_profile(t->topt, &tp);
+            t->rep->compile_s += tp.compile_seconds;
+            if (o->compile_cache && tp.compiled)
+                ++*(tp.compile_cache_hit ? &t->rep->compile_cache_hits
+                                         : &t->rep->compile_cache_misses);
+        }
     }
     if (s == OT_OK) { /* memory admission (runtime.h) before the replicas take their memory */
         int64_t e = t->total_elems * (int64_t)sizeof(float);
