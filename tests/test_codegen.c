@@ -703,6 +703,50 @@ static char *program_source(const cg_program *p) {
     return buf;
 }
 
+/* f32 and bf16 tanh (ot_tanhf, src/exec/expf_poly.h) and logistic (1 / (1 + ot_expf(-x))) keep
+ * a fusion of arithmetic under the hardware mode: on inputs around the smallest normal number
+ * (products flushed or not, subnormal operands, tanh's x-itself range below 2^-12) and on
+ * ordinary ones with NaN, inf and ±0 (tanh's polynomial, its 0.625 switch and saturation;
+ * logistic of x·10, down to -100, where e^-x overflows and the quotient is subnormal), the
+ * results equal the reference's bit for bit. */
+static void test_hw_ftz_tanh_logistic(void) {
+    static const char *const dts[] = {"f32", "bf16"};
+    char text[4096];
+    for (int j = 0; j < 2; j++) {
+        const char *t = dts[j];
+        snprintf(text, sizeof text,
+                 "HloModule hw_tanh\nENTRY main {\n"
+                 "  x = %s[3000] parameter(0)\n  y = %s[3000] parameter(1)\n"
+                 "  m = %s[3000] multiply(x, y)\n  th = %s[3000] tanh(m)\n"
+                 "  a = %s[3000] add(th, x)\n  tx = %s[3000] tanh(x)\n"
+                 "  lm = %s[3000] logistic(m)\n  ten = %s[] constant(10)\n"
+                 "  tb = %s[3000] broadcast(ten), dimensions={}\n  xt = %s[3000] multiply(x, tb)\n"
+                 "  lx = %s[3000] logistic(xt)\n  sl = %s[3000] multiply(lx, x)\n"
+                 "  ROOT t = (%s[3000], %s[3000], %s[3000], %s[3000], %s[3000]) "
+                 "tuple(th, a, tx, lm, sl)\n}\n",
+                 t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
+        for (int tiny = 0; tiny < 2; tiny++) {
+            g_tiny = tiny == 1;
+            check_module(text, 950 + (uint64_t)(2 * j + tiny), true);
+            g_tiny = false;
+        }
+        ot_module *m = parse(text);
+        ASSERT_TRUE(m != NULL);
+        ot_executable *e = NULL;
+        EXPECT_OK(ot_compile(m, NULL, &e));
+        ot_module_free(m);
+        const cg_program *p = e ? cc_executable_native(e) : NULL;
+        EXPECT_TRUE(p != NULL && p->nnative >= 1);
+        char *src = p ? program_source(p) : NULL;
+        EXPECT_TRUE(src != NULL && strstr(src, "ot_tanhf(") != NULL);
+#if defined(__x86_64__)
+        EXPECT_TRUE(src && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+#endif
+        free(src);
+        ot_executable_free(e);
+    }
+}
+
 /* Loop fusions of basic arithmetic run under the CPU's FTZ/DAZ mode instead of flushing in
  * software; on inputs around the smallest normal number, whose sums, products, quotients and
  * roots fall on both sides of it, every result must still equal the reference evaluator's bit for
@@ -1413,6 +1457,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_fault_injection),
         OT_TEST(test_native_option),
         OT_TEST(test_hw_ftz),
+        OT_TEST(test_hw_ftz_tanh_logistic),
         OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),
         OT_TEST(test_summary),

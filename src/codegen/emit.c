@@ -322,12 +322,15 @@ static bool hw_op_ok(ot_opcode op) {
 /* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp and tanh, the
  * library's own ot_expf_ftz and ot_tanhf (src/exec/expf_poly.h), whose steps never produce or
  * read a subnormal float for a zero or normal operand and so give the same bits under the modes
- * (their operand keeps its software flushing). */
+ * (their operand keeps its software flushing); and logistic, 1 / (1 + ot_expf(-x)): a subnormal
+ * ot_expf result only meets 1 + (it is below half an ulp of 1, read as 0 or not), and 1 / F for
+ * a float F > 2^126 is at most 2^-126 - 2^-149 + 2^-172, never in the band just below FLT_MIN
+ * where FTZ and rounding-then-flushing differ (its result keeps its software flushing too). */
 static bool hw_instr_ok(const ot_instr *x) {
     if (hw_op_ok(x->opcode)) return true;
 #if defined(__x86_64__) && defined(__SSE2__)
-    return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH) && x->shape.kind == OT_IR_ARRAY &&
-           x->shape.array.dtype != OT_F64;
+    return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_LOGISTIC) &&
+           x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
 #else
     return false;
 #endif
