@@ -1045,6 +1045,27 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
     }
 }
 
+/* A kernel's opening: its comment (the fusion's name and form) and signature, then its typed
+ * input pointers (an input that is an output's memory is read through that output) and output
+ * pointers, one per leaf of the root. */
+static void emit_head(ot_strbuf *src, const cg_kernel_desc *kn, const char *fname, const char *form,
+                      const ot_instr *const *leaves, int nleaves) {
+    const ot_computation *c = kn->fused;
+    ot_strbuf_printf(src,
+                     "\n/* %s%s */\nvoid %s(void *const *in, void *const *out, int64_t b, int64_t "
+                     "e) {\n",
+                     kn->name, form, fname);
+    for (int q = 0; q < kn->ninputs; q++)
+        if (kn->alias[q] < 0)
+            ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
+                             ctype(c->params[q]->shape.array.dtype), q,
+                             ctype(c->params[q]->shape.array.dtype), q);
+    for (int r = 0; r < nleaves; r++)
+        ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
+                         ctype(leaves[r]->shape.array.dtype), r,
+                         ctype(leaves[r]->shape.array.dtype), r);
+}
+
 /* A float sum in the canonical lane order (ex_reduce_lanes, exec/exec_internal.h): per output
  * element, blocks of EX_RED_BLOCK reduced elements; a block's whole groups of EX_RED_LANES go to
  * lanes that fold element l of every group, the lanes combine by the fixed pairwise tree and the
@@ -1057,7 +1078,6 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                                    bool acc_left, ot_dtype t, bool suffix, const char *base,
                                    const char *off, int64_t RN, int64_t O, int64_t *numel_out,
                                    int64_t *work_out) {
-    const ot_computation *c = kn->fused;
     const ot_instr *x = red->operands[0], *init = red->operands[1];
     if (!leaves) {
         leaves = &red;
@@ -1123,20 +1143,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                (long long)RN)                                                                      \
          : ot_strbuf_printf(src, "    const int64_t r = %s;\n    const int64_t i = %s + %s;\n",    \
                             RE, base, off))
-            ot_strbuf_printf(
-                src,
-                "\n/* %s (reduce, lane order) */\nvoid %s(void *const *in, void *const "
-                "*out, int64_t b, int64_t e) {\n",
-                kn->name, fname);
-            for (int q = 0; q < kn->ninputs; q++)
-                if (kn->alias[q] < 0)
-                    ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                                     ctype(c->params[q]->shape.array.dtype), q,
-                                     ctype(c->params[q]->shape.array.dtype), q);
-            for (int r = 0; r < nleaves; r++)
-                ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
-                                 ctype(leaves[r]->shape.array.dtype), r,
-                                 ctype(leaves[r]->shape.array.dtype), r);
+            emit_head(src, kn, fname, " (reduce, lane order)", leaves, nleaves);
             ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
             if (E.hw)
                 ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
@@ -1608,19 +1615,7 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        ot_strbuf_printf(src,
-                         "\n/* %s (rows) */\nvoid %s(void *const *in, void *const *out, int64_t b, "
-                         "int64_t e) {\n",
-                         kn->name, fname);
-        for (int q = 0; q < kn->ninputs; q++)
-            if (kn->alias[q] < 0)
-                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                                 ctype(c->params[q]->shape.array.dtype), q,
-                                 ctype(c->params[q]->shape.array.dtype), q);
-        for (int r = 0; r < nleaves; r++)
-            ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
-                             ctype(leaves[r]->shape.array.dtype), r,
-                             ctype(leaves[r]->shape.array.dtype), r);
+        emit_head(src, kn, fname, " (rows)", leaves, nleaves);
         ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
         if (E.hw)
             ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
@@ -1796,19 +1791,7 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom || init.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        ot_strbuf_printf(src,
-                         "\n/* %s (columns) */\nvoid %s(void *const *in, void *const *out, int64_t "
-                         "b, int64_t e) {\n",
-                         kn->name, fname);
-        for (int q = 0; q < kn->ninputs; q++)
-            if (kn->alias[q] < 0)
-                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                                 ctype(c->params[q]->shape.array.dtype), q,
-                                 ctype(c->params[q]->shape.array.dtype), q);
-        for (int r = 0; r < nleaves; r++)
-            ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
-                             ctype(leaves[r]->shape.array.dtype), r,
-                             ctype(leaves[r]->shape.array.dtype), r);
+        emit_head(src, kn, fname, " (columns)", leaves, nleaves);
         /* the prologue (values computed once, flushed in software, and the reduces' init) runs
          * before the mode is set */
         ot_strbuf_printf(src, "%s%s", E.pro.p ? E.pro.p : "", init.p ? init.p : "");
@@ -1924,19 +1907,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        ot_strbuf_printf(src,
-                         "\n/* %s */\nvoid %s(void *const *in, void *const *out, int64_t b, "
-                         "int64_t e) {\n",
-                         kn->name, fname);
-        for (int q = 0; q < kn->ninputs; q++)
-            if (kn->alias[q] < 0)
-                ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
-                                 ctype(c->params[q]->shape.array.dtype), q,
-                                 ctype(c->params[q]->shape.array.dtype), q);
-        for (int r = 0; r < nleaves; r++)
-            ot_strbuf_printf(src, "    %s *restrict o%d = (%s *)out[%d];\n",
-                             ctype(leaves[r]->shape.array.dtype), r,
-                             ctype(leaves[r]->shape.array.dtype), r);
+        emit_head(src, kn, fname, "", leaves, nleaves);
         /* the mode is set after the prologue (values computed once, flushed in software) and
          * before the loops' first load, and restored after their last store (the empty asm
          * statements keep memory accesses on their side of the mode switches) */
