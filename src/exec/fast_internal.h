@@ -148,6 +148,11 @@ ot_status ex_fast_elementwise(ex_kernel_ctx *c, const ot_instr *i, int nin, void
                               const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                          void *out, const ex_leaf *os, bool *done);
+/* reduce-window of one input and select-and-scatter (fast_window.c). */
+ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                                const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+ot_status ex_fast_select_and_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                                     const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 /* out may be exactly in[0]'s memory (the scatter updates in place). */
 ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                           void *out, const ex_leaf *os, bool *done);

@@ -1,0 +1,431 @@
+/* The fast window kernels (src/exec/fast_window.c: reduce-window and select-and-scatter) against
+ * their reference kernels, bit for bit: random ranks, shapes and windows (strides, overlapping
+ * windows, negative and positive padding, base and window dilation, reversal), f32 and f64, every
+ * covered computation (add/max/min reducers, GE/GT/LE/LT selects, operands in either order),
+ * inputs full of ties, NaNs (quiet and signalling, with payloads), infinities, signed zeros and
+ * subnormals, under FTZ/DAZ and IEEE modes, on pools of 1, 2 and 3 threads. Then the pooling
+ * layouts a conv net uses (NHWC and NCHW, 2x2 stride 2 and overlapping 3x3 stride 2) through the
+ * runtime at sizes that split over the pool, and the computations the kernels leave to the
+ * reference. */
+#include "exec/kernels.h"
+#include "optitpu/compiler.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+#include "optitpu/runtime.h"
+#include "ot_test.h"
+
+#include <float.h>
+
+static uint64_t g_rng = 0x3a11;
+
+static uint64_t next_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
+    return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
+}
+
+static ot_threadpool *g_pools[3];
+
+/* Small integers (many ties, both zeros) with about one element in five special: infinities,
+ * subnormals of either sign, NaNs quiet or signalling, either sign, with payloads. */
+static void fill_window_values(ot_tensor *t) {
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    bool f32 = t->shape.dtype == OT_F32;
+    if (!f32 && t->shape.dtype != OT_F64) { /* integers: small values, many ties */
+        for (int64_t e = 0; e < n; e++) {
+            uint64_t v = (uint64_t)rnd(-3, 3);
+            memcpy((char *)t->data + e * (int64_t)ot_dtype_size(t->shape.dtype), &v,
+                   ot_dtype_size(t->shape.dtype));
+        }
+        return;
+    }
+    for (int64_t e = 0; e < n; e++) {
+        int k = (int)rnd(0, 39);
+        double v = (double)rnd(-3, 3) * 0.5;
+        if (k == 0) v = INFINITY;
+        if (k == 1) v = -INFINITY;
+        if (k == 2 || k == 3) v = -0.0;
+        if (k == 4) v = (f32 ? FLT_MIN : DBL_MIN) * 0.25;
+        if (k == 5) v = -(f32 ? FLT_MIN : DBL_MIN) * 0.75;
+        if (k == 6) v = 1e-3 * (double)rnd(1, 100);
+        if (k >= 7 && k <= 9) { /* NaN: 7 quiet, 8 signalling, 9 negative quiet */
+            uint64_t pay = next_u64() & 0xffff;
+            if (f32) {
+                uint32_t u = 0x7f800000u | (uint32_t)(pay + 1) | (k != 8 ? 0x400000u : 0) |
+                             (k == 9 ? 0x80000000u : 0);
+                memcpy((float *)t->data + e, &u, 4);
+            } else {
+                uint64_t u = 0x7ff0000000000000ull | (pay + 1) | (k != 8 ? 1ull << 51 : 0) |
+                             (k == 9 ? 1ull << 63 : 0);
+                memcpy((double *)t->data + e, &u, 8);
+            }
+            continue;
+        }
+        if (f32)
+            ((float *)t->data)[e] = (float)v;
+        else
+            ((double *)t->data)[e] = v;
+    }
+}
+
+/* op(p0, p1) or op(p1, p0) over scalars of t; compare when op is OT_OP_COMPARE. */
+static ot_computation *binary_comp(ot_module *m, const char *name, ot_opcode op, ot_dtype t,
+                                   bool swap, ot_cmp_dir dir) {
+    ot_computation *f = ot_module_add_computation(m, name);
+    ot_instr *a = ot_build_parameter(f, 0, ot_shape_scalar(t), "a");
+    ot_instr *b = ot_build_parameter(f, 1, ot_shape_scalar(t), "b");
+    ot_instr *x = swap ? b : a, *y = swap ? a : b;
+    ot_instr *r = op == OT_OP_COMPARE ? ot_build_compare(f, x, y, dir, OT_CMP_TYPE_DEFAULT)
+                                      : ot_build_binary(f, op, x, y);
+    ot_computation_set_root(f, r);
+    return f;
+}
+
+/* A random window over dims[r] with a non-empty output; out receives the output dims. */
+static void random_window(int r, const int64_t *dims, ot_window *w, int64_t *out) {
+    for (;;) {
+        memset(w, 0, sizeof *w);
+        w->rank = r;
+        bool ok = true;
+        for (int d = 0; d < r; d++) {
+            ot_window_dim *wd = &w->dims[d];
+            wd->size = rnd(1, 4);
+            wd->stride = rnd(1, 3);
+            wd->pad_lo = rnd(0, 5) == 0 ? -1 : rnd(0, 2);
+            wd->pad_hi = rnd(0, 5) == 0 ? -1 : rnd(0, 2);
+            wd->window_dilation = rnd(0, 4) == 0 ? 2 : 1;
+            wd->base_dilation = rnd(0, 5) == 0 ? 2 : 1;
+            wd->reversal = rnd(0, 7) == 0;
+            int64_t base = (dims[d] - 1) * wd->base_dilation + 1;
+            int64_t padded = base + wd->pad_lo + wd->pad_hi;
+            int64_t win = (wd->size - 1) * wd->window_dilation + 1;
+            if (padded < win) {
+                ok = false;
+                break;
+            }
+            out[d] = (padded - win) / wd->stride + 1;
+        }
+        if (ok) return;
+    }
+}
+
+static bool bits_equal(const ot_tensor *a, const ot_tensor *b) {
+    return a->nbytes == b->nbytes && (a->nbytes == 0 || !memcmp(a->data, b->data, a->nbytes));
+}
+
+/* Runs root (of shape osh) over args with the reference kernel, then the fast kernel on each
+ * pool; every fast result must equal the reference bit for bit and come from the fast kernel. */
+static bool check_kernel(const ot_instr *root, const ot_shape *osh, const ot_tensor *args,
+                         int nargs, bool keep_denormals, const char *what) {
+    ot_eval_options eo = ot_eval_options_default();
+    eo.keep_denormals = keep_denormals;
+    void *in[4];
+    ex_leaf ins[4];
+    for (int k = 0; k < nargs; k++) {
+        in[k] = args[k].data;
+        ins[k] = (ex_leaf){&args[k].shape, (int64_t)args[k].nbytes};
+    }
+    ot_tensor ref;
+    if (ot_tensor_alloc(&ref, osh) != OT_OK) return false;
+    ex_leaf ol = {osh, (int64_t)ref.nbytes};
+    void *out[1] = {ref.data};
+    ex_kernel_ctx c;
+    ex_kernel_ctx_init(&c, g_pools[0], &eo, true);
+    bool fast = true, ok = true;
+    ot_status st = ex_kernel_run(&c, root, what, nargs, in, ins, 1, out, &ol, &fast);
+    ex_kernel_ctx_release(&c);
+    if (st != OT_OK || fast) {
+        fprintf(stderr, "%s: reference kernel: %s\n", what, st ? ot_last_error() : "ran fast");
+        ot_tensor_release(&ref);
+        return false;
+    }
+    for (int p = 0; p < 3 && ok; p++) {
+        ot_tensor got;
+        if (ot_tensor_alloc(&got, osh) != OT_OK) {
+            ok = false;
+            break;
+        }
+        memset(got.data, 0xa5, got.nbytes); /* every element must be written */
+        out[0] = got.data;
+        ex_kernel_ctx_init(&c, g_pools[p], &eo, false);
+        st = ex_kernel_run(&c, root, what, nargs, in, ins, 1, out, &ol, &fast);
+        ex_kernel_ctx_release(&c);
+        if (st != OT_OK || !fast) {
+            fprintf(stderr, "%s: fast kernel: %s\n", what, st ? ot_last_error() : "did not run");
+            ok = false;
+        } else if (!bits_equal(&got, &ref)) {
+            size_t es = ot_dtype_size(osh->dtype);
+            for (size_t q = 0; q < ref.nbytes / es; q++) {
+                uint64_t a = 0, b = 0;
+                memcpy(&a, (char *)got.data + q * es, es);
+                memcpy(&b, (char *)ref.data + q * es, es);
+                if (a != b) {
+                    fprintf(stderr, "%s (%d threads, %s): element %zu fast %llx reference %llx\n",
+                            what, p + 1, keep_denormals ? "IEEE" : "FTZ", q, (unsigned long long)a,
+                            (unsigned long long)b);
+                    break;
+                }
+            }
+            ok = false;
+        }
+        ot_tensor_release(&got);
+    }
+    ot_tensor_release(&ref);
+    return ok;
+}
+
+static void random_dims(int r, int64_t *dims) {
+    for (int d = 0; d < r; d++) dims[d] = rnd(1, 9);
+    if (rnd(0, 3) == 0) dims[r - 1] = rnd(10, 40);
+    if (rnd(0, 15) == 0) dims[r - 1] = rnd(300, 600); /* rows longer than one chunk */
+}
+
+static void random_init(ot_tensor *t, ot_opcode op) {
+    fill_window_values(t);
+    if (op == OT_OP_MAXIMUM && rnd(0, 1)) {
+        if (t->shape.dtype == OT_F32)
+            *(float *)t->data = -INFINITY;
+        else
+            *(double *)t->data = -INFINITY;
+    }
+}
+
+static void test_reduce_window_random(void) {
+    static const ot_opcode ops[3] = {OT_OP_ADD, OT_OP_MAXIMUM, OT_OP_MINIMUM};
+    int cases = 0, failed = 0;
+    for (int it = 0; it < 400; it++) {
+        ot_dtype t = rnd(0, 2) ? OT_F32 : OT_F64;
+        ot_opcode op = ops[rnd(0, 2)];
+        bool swap = rnd(0, 3) == 0, ieee = rnd(0, 3) == 0;
+        int r = (int)rnd(1, 4);
+        int64_t dims[OT_MAX_RANK], odims[OT_MAX_RANK];
+        random_dims(r, dims);
+        ot_window w;
+        random_window(r, dims, &w, odims);
+        ot_module *m = ot_module_new("rw");
+        ot_computation *f = binary_comp(m, "reducer", op, t, swap, OT_CMP_EQ);
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_shape xs;
+        ASSERT_OK(ot_shape_make(&xs, t, r, dims));
+        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
+        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
+        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
+        ot_computation_set_root(c, rw);
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ASSERT_TRUE(rw->shape.kind == OT_IR_ARRAY && rw->shape.array.rank == r);
+        for (int d = 0; d < r; d++) EXPECT_INT_EQ(rw->shape.array.dims[d], odims[d]);
+        ot_tensor args[2];
+        ot_shape is = ot_shape_scalar(t);
+        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+        fill_window_values(&args[0]);
+        random_init(&args[1], op);
+        char what[96];
+        snprintf(what, sizeof what, "reduce-window %d: %s %s%s rank %d", it, ot_dtype_name(t),
+                 ot_opcode_name(op), swap ? " swapped" : "", r);
+        cases++;
+        if (!check_kernel(rw, &rw->shape.array, args, 2, ieee, what)) failed++;
+        for (int k = 0; k < 2; k++) ot_tensor_release(&args[k]);
+        ot_module_free(m);
+    }
+    EXPECT_INT_EQ(failed, 0);
+    EXPECT_INT_EQ(cases, 400);
+}
+
+static void test_select_and_scatter_random(void) {
+    static const ot_cmp_dir dirs[4] = {OT_CMP_GE, OT_CMP_GT, OT_CMP_LE, OT_CMP_LT};
+    int failed = 0, overlapping = 0;
+    for (int it = 0; it < 400; it++) {
+        ot_dtype t = rnd(0, 2) ? OT_F32 : OT_F64;
+        ot_cmp_dir dir = dirs[rnd(0, 3)];
+        bool sswap = rnd(0, 3) == 0, aswap = rnd(0, 3) == 0, ieee = rnd(0, 3) == 0;
+        int r = (int)rnd(1, 4);
+        int64_t dims[OT_MAX_RANK], odims[OT_MAX_RANK];
+        random_dims(r, dims);
+        ot_window w;
+        random_window(r, dims, &w, odims);
+        for (int d = 0; d < r; d++)
+            if (w.dims[d].stride < (w.dims[d].size - 1) * w.dims[d].window_dilation + 1)
+                overlapping++;
+        ot_module *m = ot_module_new("ss");
+        ot_computation *sel = binary_comp(m, "select", OT_OP_COMPARE, t, sswap, dir);
+        ot_computation *sca = binary_comp(m, "scatter", OT_OP_ADD, t, aswap, OT_CMP_EQ);
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_shape xs, ss;
+        ASSERT_OK(ot_shape_make(&xs, t, r, dims));
+        ASSERT_OK(ot_shape_make(&ss, t, r, odims));
+        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
+        ot_instr *s = ot_build_parameter(c, 1, ss, "s");
+        ot_instr *init = ot_build_parameter(c, 2, ot_shape_scalar(t), "init");
+        ot_instr *root = ot_build_select_and_scatter(c, x, s, init, &w, sel, sca);
+        ot_computation_set_root(c, root);
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_tensor args[3];
+        ot_shape is = ot_shape_scalar(t);
+        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &ss));
+        ASSERT_OK(ot_tensor_alloc(&args[2], &is));
+        fill_window_values(&args[0]);
+        fill_window_values(&args[1]);
+        fill_window_values(&args[2]);
+        if (rnd(0, 1)) memset(args[2].data, 0, args[2].nbytes);
+        char what[96];
+        snprintf(what, sizeof what, "select-and-scatter %d: %s %s%s add%s rank %d", it,
+                 ot_dtype_name(t), ot_cmp_dir_name(dir), sswap ? " swapped" : "",
+                 aswap ? " swapped" : "", r);
+        if (!check_kernel(root, &xs, args, 3, ieee, what)) failed++;
+        for (int k = 0; k < 3; k++) ot_tensor_release(&args[k]);
+        ot_module_free(m);
+    }
+    EXPECT_INT_EQ(failed, 0);
+    EXPECT_TRUE(overlapping > 100); /* the sweep does cover overlapping windows */
+}
+
+/* Max pooling and its gradient as a conv net lowers them, through the runtime (-O0: one kernel
+ * per op), large enough to split over the pool: fast kernels ran, same bits as the reference on
+ * every pool. */
+static void pooling_case(const char *hlo, int nargs, int want_fast) {
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(hlo, strlen(hlo), NULL, &m));
+    ot_compile_options co = ot_compile_options_default();
+    co.opt_level = 0;
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, &co, &e));
+    const ot_computation *c = ot_module_entry(m);
+    ot_tensor args[3], ref;
+    for (int a = 0; a < nargs; a++) {
+        ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+        fill_window_values(&args[a]);
+    }
+    const ot_slot *sl = ot_executable_slot(e, ot_executable_output_slot(e, 0));
+    ASSERT_OK(ot_tensor_alloc(&ref, &sl->shape));
+    int64_t an = ot_executable_arena_size(e);
+    void *arena = ot_aligned_alloc(64, (size_t)(an ? an : 64));
+    void *params[3];
+    for (int a = 0; a < nargs; a++) params[a] = args[a].data;
+    ot_run_options o = ot_run_options_default();
+    o.reference_kernels = true;
+    ot_run_result rr;
+    void *outs[1] = {ref.data};
+    ASSERT_OK(ot_execute_on_host(e, arena, params, outs, &o, 0, &rr));
+    for (int p = 0; p < 3; p++) {
+        ot_tensor got;
+        ASSERT_OK(ot_tensor_alloc(&got, &sl->shape));
+        o.reference_kernels = false;
+        o.pool = g_pools[p];
+        outs[0] = got.data;
+        ASSERT_OK(ot_execute_on_host(e, arena, params, outs, &o, 0, &rr));
+        EXPECT_INT_EQ(rr.fast_kernels_run, want_fast);
+        EXPECT_TRUE(bits_equal(&got, &ref));
+        ot_tensor_release(&got);
+    }
+    ot_aligned_free(arena);
+    ot_tensor_release(&ref);
+    for (int a = 0; a < nargs; a++) ot_tensor_release(&args[a]);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
+#define MAX_F32 "max {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT m = f32[] maximum(a, b)\n}\n"
+#define GE_F32                                                                                     \
+    "ge {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"                                   \
+    "  ROOT c = pred[] compare(a, b), direction=GE\n}\n"
+#define ADD_F32 "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+
+static void test_pooling_layouts(void) {
+    /* NHWC 2x2 stride 2 (a conv net's max pool), forward and gradient */
+    pooling_case("HloModule p0\n" MAX_F32 "ENTRY e {\n  x = f32[8,32,32,32] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[8,16,16,32] reduce-window(x, i), "
+                 "window={size=1x2x2x1 stride=1x2x2x1}, to_apply=max\n}\n",
+                 2, 1);
+    pooling_case("HloModule p1\n" GE_F32 ADD_F32 "ENTRY e {\n  x = f32[8,32,32,32] parameter(0)\n"
+                 "  s = f32[8,16,16,32] parameter(1)\n  i = f32[] parameter(2)\n"
+                 "  ROOT r = f32[8,32,32,32] select-and-scatter(x, s, i), "
+                 "window={size=1x2x2x1 stride=1x2x2x1}, select=ge, scatter=add\n}\n",
+                 3, 1);
+    /* NCHW, 2x2 stride 2 */
+    pooling_case("HloModule p2\n" MAX_F32 "ENTRY e {\n  x = f32[8,32,32,32] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[8,32,16,16] reduce-window(x, i), "
+                 "window={size=1x1x2x2 stride=1x1x2x2}, to_apply=max\n}\n",
+                 2, 1);
+    pooling_case("HloModule p3\n" GE_F32 ADD_F32 "ENTRY e {\n  x = f32[8,32,32,32] parameter(0)\n"
+                 "  s = f32[8,32,16,16] parameter(1)\n  i = f32[] parameter(2)\n"
+                 "  ROOT r = f32[8,32,32,32] select-and-scatter(x, s, i), "
+                 "window={size=1x1x2x2 stride=1x1x2x2}, select=ge, scatter=add\n}\n",
+                 3, 1);
+    /* overlapping 3x3 stride 2 with SAME padding (ResNet's stem pool), both layouts */
+    pooling_case("HloModule p4\n" GE_F32 ADD_F32 "ENTRY e {\n  x = f32[8,33,33,24] parameter(0)\n"
+                 "  s = f32[8,17,17,24] parameter(1)\n  i = f32[] parameter(2)\n"
+                 "  ROOT r = f32[8,33,33,24] select-and-scatter(x, s, i), "
+                 "window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0}, select=ge, "
+                 "scatter=add\n}\n",
+                 3, 1);
+    pooling_case("HloModule p5\n" GE_F32 ADD_F32 "ENTRY e {\n  x = f32[8,24,33,33] parameter(0)\n"
+                 "  s = f32[8,24,17,17] parameter(1)\n  i = f32[] parameter(2)\n"
+                 "  ROOT r = f32[8,24,33,33] select-and-scatter(x, s, i), "
+                 "window={size=1x1x3x3 stride=1x1x2x2 pad=0_0x0_0x1_1x1_1}, select=ge, "
+                 "scatter=add\n}\n",
+                 3, 1);
+    /* overlapping in every dim: one task, still the reference's bits */
+    pooling_case("HloModule p6\n" GE_F32 ADD_F32 "ENTRY e {\n  x = f32[300,301] parameter(0)\n"
+                 "  s = f32[298,299] parameter(1)\n  i = f32[] parameter(2)\n"
+                 "  ROOT r = f32[300,301] select-and-scatter(x, s, i), "
+                 "window={size=3x3 stride=1x1}, select=ge, scatter=add\n}\n",
+                 3, 1);
+    /* average pooling's sum */
+    pooling_case("HloModule p7\n" ADD_F32 "ENTRY e {\n  x = f32[8,32,32,32] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[8,32,11,11] reduce-window(x, i), "
+                 "window={size=1x1x3x3 stride=1x1x3x3 pad=0_0x0_0x1_0x1_0}, to_apply=add\n}\n",
+                 2, 1);
+}
+
+/* What the fast kernels leave to the reference: a multiply reducer, a select that is not a float
+ * compare of its parameters, integer elements, a multiply scatter. */
+static void test_window_fallbacks(void) {
+    pooling_case("HloModule f0\nmul {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                 "  ROOT m = f32[] multiply(a, b)\n}\nENTRY e {\n  x = f32[4,9] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[4,4] reduce-window(x, i), "
+                 "window={size=1x2 stride=1x2}, to_apply=mul\n}\n",
+                 2, 0);
+    pooling_case("HloModule f1\nmax {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n"
+                 "  ROOT m = s32[] maximum(a, b)\n}\nENTRY e {\n  x = s32[4,9] parameter(0)\n"
+                 "  i = s32[] parameter(1)\n  ROOT r = s32[4,4] reduce-window(x, i), "
+                 "window={size=1x2 stride=1x2}, to_apply=max\n}\n",
+                 2, 0);
+    pooling_case("HloModule f2\nsel {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                 "  ROOT c = pred[] compare(a, b), direction=GE, type=TOTALORDER\n}\n" ADD_F32
+                 "ENTRY e {\n  x = f32[4,8] parameter(0)\n  s = f32[4,4] parameter(1)\n"
+                 "  i = f32[] parameter(2)\n  ROOT r = f32[4,8] select-and-scatter(x, s, i), "
+                 "window={size=1x2 stride=1x2}, select=sel, scatter=add\n}\n",
+                 3, 0);
+    pooling_case("HloModule f3\n" GE_F32 "mul {\n  a = f32[] parameter(0)\n"
+                 "  b = f32[] parameter(1)\n  ROOT m = f32[] multiply(a, b)\n}\n"
+                 "ENTRY e {\n  x = f32[4,8] parameter(0)\n  s = f32[4,4] parameter(1)\n"
+                 "  i = f32[] parameter(2)\n  ROOT r = f32[4,8] select-and-scatter(x, s, i), "
+                 "window={size=1x2 stride=1x2}, select=ge, scatter=mul\n}\n",
+                 3, 0);
+}
+
+static void test_setup(void) {
+    static const int n[3] = {1, 2, 3};
+    for (int k = 0; k < 3; k++) ASSERT_OK(ot_threadpool_create(n[k], &g_pools[k]));
+    EXPECT_INT_EQ(ot_threadpool_size(g_pools[2]), 3);
+}
+
+static void test_teardown(void) {
+    for (int k = 0; k < 3; k++) {
+        ot_threadpool_free(g_pools[k]);
+        g_pools[k] = NULL;
+    }
+    EXPECT_TRUE(true);
+}
+
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_reduce_window_random),
+             OT_TEST(test_select_and_scatter_random), OT_TEST(test_pooling_layouts),
+             OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))
