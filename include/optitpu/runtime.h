@@ -171,7 +171,8 @@ typedef struct ot_run_options {
     ot_profile *profile;          /* per-kernel events go here (NULL: none) */
     int64_t max_while_iterations; /* 0: none */
     /* false (default): loop fusions with native code run it, and dot, convolution, transpose,
-     * reduce, gather, scatter and plain elementwise kernels run their fast kernels
+     * reduce, reduce-window, select-and-scatter, gather, scatter and plain elementwise kernels
+     * run their fast kernels
      * (docs/runtime.md, "Fast kernels"); true: every kernel is the reference kernel, bit-identical
      * to ot_evaluate. */
     bool reference_kernels;
