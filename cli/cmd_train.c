@@ -58,6 +58,9 @@ static const char usage[] =
     "                       metrics.csv keeps its rows up to the resumed step; a checkpoint of\n"
     "                       another optimizer or model is refused (exit 1, nothing moved)\n"
     "  --fresh              delete checkpoints already in --ckpt-dir first\n"
+    "  --ckpt-replicas R    R more copies of every checkpoint, in DIR.replica1..DIR.replicaR,\n"
+    "                       each verified after its commit; --resume repairs a bad copy from a\n"
+    "                       good one, and stops (exit 1, nothing moved) when no copy verifies\n"
     "  --fail-device D@S    device D stops at step S (its heartbeats stop)\n"
     "  --recovery R         shrink (continue on the survivors) | restore (newest checkpoint\n"
     "                       onto a spare device)                     (default shrink)\n"
@@ -82,7 +85,8 @@ static const char usage[] =
     "examples\n"
     "  optitpu train --devices 1 --batch-size 32 --grad-accum 4   # batch 128 on one device\n"
     "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n"
-    "  optitpu train --optimizer sgd --local-sgd 8   # average the parameters every 8 steps\n";
+    "  optitpu train --optimizer sgd --local-sgd 8   # average the parameters every 8 steps\n"
+    "  optitpu train --ckpt-dir ck --ckpt-replicas 2   # ck, ck.replica1 and ck.replica2\n";
 
 typedef struct csv_stream csv_stream;
 static void csv_add(csv_stream *c, const ot_train_point *p);
@@ -189,7 +193,8 @@ typedef struct train_cli {
     ot_train_options o;
     const char *out_dir, *ckpt_dir, *trace;
     bool json, quiet, ckpt_off, use_mpi, topology_set, no_compile_cache;
-    bool peer_failed; /* the run failed because another process did (PEER_FAILED) */
+    int ckpt_replicas; /* --ckpt-replicas: copies in CKPT_DIR.replica1..R */
+    bool peer_failed;  /* the run failed because another process did (PEER_FAILED) */
 } train_cli;
 
 /* Each parse_* takes the flags of one group: -1 when `a` is none of them, else CLI_OK or a usage
@@ -379,6 +384,11 @@ static int parse_ckpt(train_cli *c, const char *a, const char *val, int *i) {
         NEED();
         if (!cli_parse_i64(val, 1, 1 << 20, &v)) return cli_usage_error("train", "--keep: >= 1");
         c->o.keep = (int)v;
+    } else if (!strcmp(a, "--ckpt-replicas")) {
+        NEED();
+        if (!cli_parse_i64(val, 0, 8, &v))
+            return cli_usage_error("train", "--ckpt-replicas: copies of every checkpoint, 0..8");
+        c->ckpt_replicas = (int)v;
     } else if (!strcmp(a, "--no-final-ckpt")) {
         c->o.final_ckpt = false;
     } else if (!strcmp(a, "--resume")) {
@@ -460,6 +470,8 @@ static int check_combinations(const train_cli *c) {
                                "--resume with --grad-compress is refused: every device's "
                                "error-feedback residuals are not checkpointed, so a resumed run "
                                "could not reproduce an uninterrupted one");
+    if (c->ckpt_replicas > 0 && c->ckpt_off)
+        return cli_usage_error("train", "--ckpt-replicas needs checkpoints (not --ckpt-dir none)");
     if (c->use_mpi && c->topology_set)
         return cli_usage_error("train", "--topology applies to one process; with --mpi the pod is "
                                         "every process's devices");
@@ -671,6 +683,21 @@ static int run_train(train_cli *c, int prank) {
         if (!o.resume) o.fresh = true;
     }
     o.ckpt_dir = c->ckpt_off ? NULL : ckpt_dir;
+    char replica_buf[8][4096];
+    const char *replicas[8];
+    size_t dl = strlen(ckpt_dir);
+    while (dl > 1 && ckpt_dir[dl - 1] == '/') dl--; /* ck/ -> ck.replica1, beside ck */
+    for (int r = 0; r < c->ckpt_replicas && o.ckpt_dir; r++) {
+        int n = snprintf(replica_buf[r], sizeof replica_buf[r], "%.*s.replica%d", (int)dl, ckpt_dir,
+                         r + 1);
+        if (n < 0 || (size_t)n >= sizeof replica_buf[r]) {
+            fprintf(stderr, "optitpu train: --ckpt-replicas: %s is too long a path\n", ckpt_dir);
+            return CLI_FAIL;
+        }
+        replicas[r] = replica_buf[r];
+    }
+    o.ckpt_replicas = replicas;
+    o.nckpt_replicas = o.ckpt_dir ? c->ckpt_replicas : 0;
     if (!trace) {
         snprintf(trace_buf, sizeof trace_buf, "%s/trace.json", out_dir);
         trace = trace_buf;

@@ -196,6 +196,16 @@ typedef struct ot_train_options {
      * stop_after, which stands for a crash). */
     bool final_ckpt;
     int keep; /* checkpoints kept (default 3) */
+    /* Replicated checkpoints: roots (not owned) that hold a copy of every checkpoint, written and
+     * verified after each commit in ckpt_dir, with the same retention. On restore a step whose
+     * copy in ckpt_dir is missing or fails verification is repaired from the first replica whose
+     * copy verifies, and every replica's copy of the restored step that is missing or fails
+     * verification is repaired from the verified one, so the run ends with nckpt_replicas + 1
+     * good copies again. When checkpoints exist but no copy of any step verifies, resume fails
+     * with FAILED_PRECONDITION and nothing is moved (without replicas the run would start from
+     * step 0). Without resume the replica roots are prepared like ckpt_dir (fresh). */
+    const char *const *ckpt_replicas;
+    int nckpt_replicas;
     /* Continue from the newest checkpoint in ckpt_dir that verifies and whose tensors fit this
      * run. Damaged steps (failing verification, tensors missing or of other shapes) are passed
      * over and set aside as step_N.damaged; none left: from step 0. A checkpoint recorded for

@@ -190,7 +190,10 @@ ot_status train_describe_state(trainer *t);
 ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double loss);
 /* The newest checkpoint that verifies and fits, into every live replica (*found false: none). */
 ot_status train_restore_latest(trainer *t, int64_t *step, bool *found);
-/* Without resume: a directory holding checkpoints is refused, or emptied with fresh. */
+/* The run's checkpoint options: retention (keep) and the replica roots. */
+ot_ckpt_options train_ckpt_options(const trainer *t);
+/* Without resume: a directory (or replica root) holding checkpoints is refused, or emptied with
+ * fresh. */
 ot_status train_prepare_ckpt_dir(trainer *t);
 
 #endif

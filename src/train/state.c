@@ -247,9 +247,125 @@ static ot_status load_checkpoint(trainer *t, const ot_ckpt *ck, replica *r) {
     return s;
 }
 
+ot_ckpt_options train_ckpt_options(const trainer *t) {
+    ot_ckpt_options co = ot_ckpt_options_default();
+    co.retention.keep_last = t->o->keep > 0 ? t->o->keep : 0;
+    co.replicas = t->o->ckpt_replicas;
+    co.nreplicas = t->o->nckpt_replicas > 0 ? (size_t)t->o->nckpt_replicas : 0;
+    return co;
+}
+
+typedef struct step_copy {
+    int64_t step;
+    char *path;
+} step_copy;
+
+static int cmp_copy_desc(const void *a, const void *b) {
+    int64_t x = ((const step_copy *)a)->step, y = ((const step_copy *)b)->step;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* With replicas, a resume that finds checkpoints but no copy of any of them that verifies stops
+ * instead of starting over (the copies are the run's; nothing is moved): every committed copy in
+ * ckpt_dir and its replicas, newest step first, until one verifies. */
+static ot_status check_some_copy_verifies(trainer *t, const ot_ckpt_options *co) {
+    step_copy *v = NULL;
+    size_t n = 0, cap = 0;
+    ot_status s = OT_OK;
+    for (size_t r = 0; s == OT_OK && r <= co->nreplicas; r++) {
+        const char *root = r == 0 ? t->o->ckpt_dir : co->replicas[r - 1];
+        ot_ckpt_entry *e = NULL;
+        size_t ne = 0;
+        s = ot_ckpt_list(root, &e, &ne);
+        if (s == OT_ERR_NOT_FOUND) {
+            ot_clear_error();
+            s = OT_OK;
+            continue;
+        }
+        for (size_t i = 0; s == OT_OK && i < ne; i++) {
+            if (!e[i].committed) continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 16;
+                step_copy *nv = ot_realloc(v, nc * sizeof *nv);
+                if (!nv) {
+                    s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: checkpoint list");
+                    break;
+                }
+                v = nv;
+                cap = nc;
+            }
+            v[n].step = e[i].step;
+            v[n].path = e[i].path;
+            e[i].path = NULL; /* moved into v */
+            n++;
+        }
+        ot_ckpt_entries_free(e, ne);
+    }
+    if (s == OT_OK && n > 0) {
+        qsort(v, n, sizeof *v, cmp_copy_desc);
+        bool any = false;
+        char newest[600] = "";
+        for (size_t i = 0; i < n && !any; i++) {
+            any = ot_ckpt_verify_dir(v[i].path, NULL) == OT_OK;
+            if (!any && !newest[0]) snprintf(newest, sizeof newest, "%s", ot_last_error());
+        }
+        ot_clear_error();
+        if (!any)
+            s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                         "train: no copy of any checkpoint in %s or its %zu replica(s) verifies "
+                         "(%zu copies checked; newest: %s); nothing was moved: inspect them with "
+                         "optitpu ckpt verify, or start over with --fresh",
+                         t->o->ckpt_dir, co->nreplicas, n, newest);
+    }
+    for (size_t i = 0; i < n; i++) ot_free(v[i].path);
+    ot_free(v);
+    return s;
+}
+
+/* Every replica's copy of the restored step (step_dir, verified) that is missing or fails
+ * verification is replaced by a copy of step_dir. A replica that cannot be repaired is logged and
+ * the run goes on with the copies it has. */
+static void repair_replicas(trainer *t, const ot_ckpt_options *co, const char *step_dir,
+                            int64_t step) {
+    const char *base = strrchr(step_dir, '/');
+    base = base ? base + 1 : step_dir;
+    const char *prim[1] = {t->o->ckpt_dir};
+    ot_ckpt_options from_primary = ot_ckpt_options_default();
+    from_primary.replicas = prim;
+    from_primary.nreplicas = 1;
+    for (size_t r = 0; r < co->nreplicas; r++) {
+        char *p = ot_ft_join(co->replicas[r], base);
+        if (!p) {
+            train_log(t, "warning: out of memory checking replica %s", co->replicas[r]);
+            continue;
+        }
+        bool present = ot_ft_exists(p);
+        if (present && ot_ckpt_verify_dir(p, NULL) == OT_OK) {
+            ot_free(p);
+            continue;
+        }
+        char why[512];
+        snprintf(why, sizeof why, "%s", present ? ot_last_error() : "missing");
+        if (ot_ckpt_repair(co->replicas[r], &from_primary, step) == OT_OK)
+            train_log(t, "checkpoint step %lld: replica copy %s repaired from %s (it was: %s)",
+                      (long long)step, p, step_dir, why);
+        else
+            train_log(t,
+                      "warning: checkpoint step %lld: replica copy %s is bad (%s) and could not "
+                      "be repaired: %s",
+                      (long long)step, p, why, ot_last_error());
+        ot_clear_error();
+        ot_free(p);
+    }
+}
+
 ot_status train_restore_latest(trainer *t, int64_t *step, bool *found) {
     *found = false;
-    ot_ckpt_options co = ot_ckpt_options_default();
+    ot_ckpt_options co = train_ckpt_options(t);
+    if (co.nreplicas > 0) {
+        ot_status cs = check_some_copy_verifies(t, &co);
+        if (cs != OT_OK) return cs;
+    }
     ot_ckpt *ck = NULL;
     ot_ckpt_restore_report rr;
     memset(&rr, 0, sizeof rr);
@@ -261,6 +377,9 @@ ot_status train_restore_latest(trainer *t, int64_t *step, bool *found) {
                   rr.skipped[i].reason ? rr.skipped[i].reason : "",
                   rr.skipped[i].moved_to ? "; set aside as " : "",
                   rr.skipped[i].moved_to ? rr.skipped[i].moved_to : "");
+    if (s == OT_OK && rr.nrepaired > 0)
+        train_log(t, "checkpoint step %lld: the copy in %s was repaired from a replica",
+                  (long long)ot_ckpt_step(ck), t->o->ckpt_dir);
     ot_ckpt_restore_report_clear(&rr);
     if (s == OT_ERR_NOT_FOUND) {
         ot_clear_error();
@@ -268,6 +387,7 @@ ot_status train_restore_latest(trainer *t, int64_t *step, bool *found) {
     }
     if (s != OT_OK) s = ot_error(s, "%s", msg);
     if (s != OT_OK) return s;
+    if (co.nreplicas > 0) repair_replicas(t, &co, ot_ckpt_dir(ck), ot_ckpt_step(ck));
     for (int r = 0; s == OT_OK && r < t->nlive; r++) s = load_checkpoint(t, ck, &t->reps[r]);
     if (s == OT_OK) {
         *step = ot_ckpt_step(ck);
@@ -277,10 +397,11 @@ ot_status train_restore_latest(trainer *t, int64_t *step, bool *found) {
     return s;
 }
 
-ot_status train_prepare_ckpt_dir(trainer *t) {
+/* One root (ckpt_dir or a replica): holding checkpoints without fresh is refused, else emptied. */
+static ot_status prepare_root(trainer *t, const char *root) {
     ot_ckpt_entry *e = NULL;
     size_t n = 0;
-    ot_status s = ot_ckpt_list(t->o->ckpt_dir, &e, &n);
+    ot_status s = ot_ckpt_list(root, &e, &n);
     if (s == OT_ERR_NOT_FOUND) {
         ot_clear_error();
         return OT_OK;
@@ -290,13 +411,20 @@ ot_status train_prepare_ckpt_dir(trainer *t) {
         s = ot_error(OT_ERR_ALREADY_EXISTS,
                      "train: %s already holds %zu checkpoint(s) (newest step %lld): pass --resume "
                      "to continue from them or --fresh to delete them",
-                     t->o->ckpt_dir, n, (long long)e[n - 1].step);
+                     root, n, (long long)e[n - 1].step);
     }
     /* whatever each entry is (a set-aside step may be a file or a symlink): removed as such */
     for (size_t i = 0; s == OT_OK && i < n; i++) s = ot_ft_rmtree(e[i].path);
     if (s == OT_OK && n > 0)
-        train_log(t, "--fresh: deleted %zu old checkpoint(s) from %s", n, t->o->ckpt_dir);
+        train_log(t, "--fresh: deleted %zu old checkpoint(s) from %s", n, root);
     ot_ckpt_entries_free(e, n);
+    return s;
+}
+
+ot_status train_prepare_ckpt_dir(trainer *t) {
+    ot_status s = prepare_root(t, t->o->ckpt_dir);
+    for (int r = 0; s == OT_OK && r < t->o->nckpt_replicas; r++)
+        s = prepare_root(t, t->o->ckpt_replicas[r]);
     return s;
 }
 

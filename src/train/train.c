@@ -241,6 +241,18 @@ static ot_status validate(const ot_train_options *o) {
                         o->devices, o->fail_device, (long long)o->fail_step);
     if (o->resume && !o->ckpt_dir)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: --resume needs --ckpt-dir");
+    if (o->nckpt_replicas < 0 || o->nckpt_replicas > 64 ||
+        (o->nckpt_replicas > 0 && (!o->ckpt_dir || !o->ckpt_replicas)))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: checkpoint replicas need a checkpoint directory and 1..64 replica "
+                        "roots (got %d)",
+                        o->nckpt_replicas);
+    for (int r = 0; r < o->nckpt_replicas; r++)
+        if (!o->ckpt_replicas[r] || !o->ckpt_replicas[r][0] ||
+            !strcmp(o->ckpt_replicas[r], o->ckpt_dir))
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "train: checkpoint replica %d must be a directory other than %s", r,
+                            o->ckpt_dir);
     if (o->grad_accum < 1 || o->grad_accum > 1 << 16 || o->batch_size > (INT64_C(1) << 40))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --grad-accum must be 1..65536, got %lld (with batch size %lld)",
@@ -406,10 +418,12 @@ static ot_status setup_checkpoints(trainer *t, ot_status s) {
         }
     }
     if (s == OT_OK && o->ckpt_dir && root) {
-        ot_ckpt_options co = ot_ckpt_options_default();
-        co.retention.keep_last = o->keep > 0 ? o->keep : 0;
+        ot_ckpt_options co = train_ckpt_options(t);
         if (!o->resume) s = train_prepare_ckpt_dir(t);
         if (s == OT_OK) s = ot_ckpt_open(o->ckpt_dir, &co, &t->ckpt);
+        for (int r = 0; s == OT_OK && r < o->nckpt_replicas; r++)
+            train_log(t, "checkpoints replicated: every commit in %s is copied to %s and verified",
+                      o->ckpt_dir, o->ckpt_replicas[r]);
     }
     return pod_agree(t, s, "checkpoint set-up");
 }
