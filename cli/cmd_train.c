@@ -62,6 +62,9 @@ static const char usage[] =
     "                       each verified after its commit; --resume repairs a bad copy from a\n"
     "                       good one, and stops (exit 1, nothing moved) when no copy verifies\n"
     "  --fail-device D@S    device D stops at step S (its heartbeats stop)\n"
+    "  --migrate D@S        device D's replica moves to a spare device when it begins step S,\n"
+    "                       its state read back from the spare and verified bit for bit (one\n"
+    "                       process only)\n"
     "  --recovery R         shrink (continue on the survivors) | restore (newest checkpoint\n"
     "                       onto a spare device)                     (default shrink)\n"
     "  --stop-after N       stop after N steps of this run, as a crash would (for testing)\n"
@@ -86,7 +89,8 @@ static const char usage[] =
     "  optitpu train --devices 1 --batch-size 32 --grad-accum 4   # batch 128 on one device\n"
     "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n"
     "  optitpu train --optimizer sgd --local-sgd 8   # average the parameters every 8 steps\n"
-    "  optitpu train --ckpt-dir ck --ckpt-replicas 2   # ck, ck.replica1 and ck.replica2\n";
+    "  optitpu train --ckpt-dir ck --ckpt-replicas 2   # ck, ck.replica1 and ck.replica2\n"
+    "  optitpu train --devices 4 --migrate 2@100   # device 2's replica onto a spare at step 100\n";
 
 typedef struct csv_stream csv_stream;
 static void csv_add(csv_stream *c, const ot_train_point *p);
@@ -340,20 +344,24 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
         c->o.grad_compress = val;
     } else if (!strcmp(a, "--mpi")) {
         c->use_mpi = true;
-    } else if (!strcmp(a, "--fail-device")) {
+    } else if (!strcmp(a, "--fail-device") || !strcmp(a, "--migrate")) {
         NEED();
         const char *at = strchr(val, '@');
         char dev[32];
         if (!at || (size_t)(at - val) >= sizeof dev)
-            return cli_usage_error("train", "--fail-device: expected D@STEP, e.g. 3@50");
+            return cli_usage_error("train", "%s: expected D@STEP, e.g. 3@50", a);
         memcpy(dev, val, (size_t)(at - val));
         dev[at - val] = 0;
         int64_t dv, sv;
         if (!cli_parse_i64(dev, 0, 62, &dv) || !cli_parse_i64(at + 1, 1, INT64_C(1) << 40, &sv))
-            return cli_usage_error("train",
-                                   "--fail-device: expected D@STEP with D >= 0, STEP >= 1");
-        c->o.fail_device = (int)dv;
-        c->o.fail_step = sv;
+            return cli_usage_error("train", "%s: expected D@STEP with D >= 0, STEP >= 1", a);
+        if (!strcmp(a, "--migrate")) {
+            c->o.migrate_device = (int)dv;
+            c->o.migrate_step = sv;
+        } else {
+            c->o.fail_device = (int)dv;
+            c->o.fail_step = sv;
+        }
     } else if (!strcmp(a, "--recovery")) {
         NEED();
         if (!strcmp(val, "shrink"))
@@ -472,6 +480,12 @@ static int check_combinations(const train_cli *c) {
                                "could not reproduce an uninterrupted one");
     if (c->ckpt_replicas > 0 && c->ckpt_off)
         return cli_usage_error("train", "--ckpt-replicas needs checkpoints (not --ckpt-dir none)");
+    if (c->use_mpi && c->o.migrate_device >= 0)
+        return cli_usage_error("train", "--migrate is not available with --mpi (the MPI pod has "
+                                        "no spare device)");
+    if (c->o.migrate_device >= c->o.devices)
+        return cli_usage_error("train", "--migrate %d@%lld: the pod's devices are 0..%d",
+                               c->o.migrate_device, (long long)c->o.migrate_step, c->o.devices - 1);
     if (c->use_mpi && c->topology_set)
         return cli_usage_error("train", "--topology applies to one process; with --mpi the pod is "
                                         "every process's devices");
@@ -653,6 +667,9 @@ static void print_summary(const ot_train_report *r, const char *ckpt_dir, const 
         printf("  failures: %d; detected %.0f ms after the device stopped, running again %.0f "
                "ms after detection\n",
                r->failures, 1e3 * r->detect_s, 1e3 * r->recover_s);
+    if (r->migrations)
+        printf("  migrations: %d, verified bit for bit, %.0f ms\n", r->migrations,
+               1e3 * r->migrate_s);
     printf("  all-reduce: %lld bytes per device per step, %lld in all\n",
            (long long)r->allreduce_bytes_per_step, (long long)r->allreduce_bytes);
     if (r->compile_cache_hits + r->compile_cache_misses)

@@ -216,6 +216,13 @@ typedef struct ot_train_options {
     bool fresh;
     int fail_device; /* -1: none */
     int64_t fail_step;
+    /* Live migration: the replica on device migrate_device (0..devices-1) moves to a spare device
+     * when it begins step migrate_step (>= 1) through ot_ft_migrate's verified path (its
+     * parameters and optimizer state serialized with their SHA-256, loaded onto the spare, read
+     * back and compared byte for byte); the run's bits do not change. Once per run; one process
+     * only (not with mpi). A migration that does not verify fails the run. -1: none. */
+    int migrate_device;
+    int64_t migrate_step;
     ot_recovery_policy recovery;
     int64_t eval_every;     /* default 50 (and at the end) */
     uint64_t seed;          /* default 0 */
@@ -257,6 +264,8 @@ typedef struct ot_train_report {
     double outside_compute_share;              /* (wall - compute) / wall of the step loop */
     int devices_start, devices_end;
     int failures;
+    int migrations;             /* replicas moved by migrate_device */
+    double migrate_s;           /* their time (read, verify, load, read back) */
     double detect_s, recover_s; /* last failure: heartbeat stop → detection; detection → running */
     int64_t checkpoints;
     /* The gradient all-reduce's deadline: a base plus the step's work at slow rates (docs/train.md)

@@ -95,6 +95,12 @@ typedef struct train_pod_vtable {
     /* Optional. The final check that every process holds the parameters hashed in sha; s is this
      * process's verdict so far. */
     ot_status (*check_same)(trainer *t, ot_status s, const uint8_t sha[32]);
+    /* Optional (NULL: the pod cannot migrate, --migrate is refused). Takes an unused device of
+     * this process's backend for a migration (t->mu not held; the slot locks what it needs). */
+    ot_status (*take_spare)(trainer *t, int *dev_index);
+    /* Required with take_spare. Replica m now runs on m->r->dev_index, which was `from`, on the
+     * replica's thread: the pod's failure detection and trace follow it, `from` leaves the pod. */
+    void (*moved)(trainer *t, train_member *m, int from);
     /* Optional (NULL: 0). The membership epoch recorded in checkpoints. */
     uint64_t (*epoch)(trainer *t);
     /* Optional. Stops what start started (before the report is made). */
@@ -179,6 +185,9 @@ void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char 
  */
 ot_status train_replica_run(void *ud, int rank, ot_comm *comm);
 ot_status train_evaluate(trainer *t, replica *r, double *acc, double *loss);
+
+/* migrate.c: --migrate, on the replica's thread at the start of 0-based step `step` */
+ot_status train_migrate_replica(trainer *t, train_member *m, int64_t step);
 
 /* state.c: parameters, optimizer state and checkpoints */
 ot_status train_put_params(trainer *t, replica *r, const ot_tensor *host);

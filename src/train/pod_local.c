@@ -54,8 +54,8 @@ static ot_status local_open(trainer *t) {
     if (o->fail_device >= 0 && o->devices < 2 && o->recovery == OT_RECOVER_SHRINK)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: a one-device pod cannot shrink after a failure");
-    /* one spare device for the restore policy */
-    t->spares = o->recovery == OT_RECOVER_RESTORE ? 1 : 0;
+    /* one spare device for the restore policy, one for a migration */
+    t->spares = (o->recovery == OT_RECOVER_RESTORE ? 1 : 0) + (o->migrate_device >= 0 ? 1 : 0);
     lp->ndev = o->devices + t->spares;
     for (int d = 0; d < o->devices; d++) lp->used_dev[d] = true;
     /* an explicit topology must fit the pod; without one, 8 devices are a 2x4 torus and other
@@ -252,6 +252,40 @@ static void local_fail_member(trainer *t, train_member *m) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Migration: a spare takes a live replica's place
+ * ------------------------------------------------------------------------------------------- */
+
+static ot_status local_take_spare(trainer *t, int *dev_index) {
+    local_pod *lp = lp_of(t);
+    pthread_mutex_lock(&t->mu);
+    int spare = -1;
+    for (int d = 0; d < lp->ndev && spare < 0; d++)
+        if (!lp->used_dev[d]) spare = d;
+    if (spare >= 0) lp->used_dev[spare] = true;
+    pthread_mutex_unlock(&t->mu);
+    *dev_index = spare;
+    if (spare < 0)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "train: no spare device left to migrate to (a recovery took it)");
+    return OT_OK;
+}
+
+/* The drained device leaves the pod (removed from the coordinator first, so its silence is not a
+ * failure; it stays taken: it is not a spare again); the spare is the member's device now. */
+static void local_moved(trainer *t, train_member *m, int from) {
+    local_pod *lp = lp_of(t);
+    int to = m->r->dev_index;
+    /* not under t->mu: the coordinator's event handler takes it */
+    ot_coord_remove(lp->coord, lp->coord_id[from]);
+    atomic_store(&lp->alive[from], false);
+    pthread_mutex_lock(&t->mu);
+    lp->world_rank_of_dev[to] = lp->world_rank_of_dev[from];
+    lp->world_rank_of_dev[from] = -1;
+    pthread_mutex_unlock(&t->mu);
+    if (t->trace && m->comm) ot_comm_set_trace(m->comm, t->trace, to);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Recovery
  * ------------------------------------------------------------------------------------------- */
 
@@ -426,6 +460,8 @@ const train_pod_vtable train_pod_local = {
     .inject_fault = local_inject_fault,
     .fail_member = local_fail_member,
     .recover = local_recover,
+    .take_spare = local_take_spare,
+    .moved = local_moved,
     .epoch = local_epoch,
     .stop = local_stop,
     .close = local_close,

@@ -261,6 +261,8 @@ ot_status ot_train_report_json(const ot_train_report *r, char **out) {
     bad |= json_object_set_new(o, "devices_start", json_integer(r->devices_start));
     bad |= json_object_set_new(o, "devices_end", json_integer(r->devices_end));
     bad |= json_object_set_new(o, "failures", json_integer(r->failures));
+    bad |= json_object_set_new(o, "migrations", json_integer(r->migrations));
+    bad |= set_num(o, "migrate_s", r->migrate_s);
     bad |= set_num(o, "detect_s", r->detect_s);
     bad |= set_num(o, "recover_s", r->recover_s);
     bad |= json_object_set_new(o, "checkpoints", json_integer(r->checkpoints));

@@ -460,6 +460,11 @@ static ot_status run_step(replica_run *rr, int64_t step) {
     trainer *t = rr->t;
     const ot_train_options *o = t->o;
     ot_status s = OT_OK;
+    if (o->migrate_device >= 0 && step + 1 == o->migrate_step &&
+        rr->m.r->dev_index == o->migrate_device) {
+        s = train_migrate_replica(t, &rr->m, step);
+        if (s != OT_OK) return s;
+    }
     if (o->fail_device >= 0 && step + 1 == o->fail_step) {
         s = t->pod_vt->inject_fault(t, &rr->m, step);
         if (s != OT_OK) return s;

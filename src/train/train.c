@@ -39,6 +39,8 @@ ot_train_options ot_train_options_default(void) {
     o.keep = 3;
     o.fail_device = -1;
     o.fail_step = -1;
+    o.migrate_device = -1;
+    o.migrate_step = -1;
     o.recovery = OT_RECOVER_SHRINK;
     o.eval_every = 50;
     return o;
@@ -239,6 +241,14 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --fail-device D@STEP needs 0 <= D < %d and STEP >= 1 (got %d@%lld)",
                         o->devices, o->fail_device, (long long)o->fail_step);
+    if (o->migrate_device >= 0 && (o->migrate_device >= o->devices || o->migrate_step < 1))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --migrate D@STEP needs 0 <= D < %d and STEP >= 1 (got %d@%lld)",
+                        o->devices, o->migrate_device, (long long)o->migrate_step);
+    if (o->migrate_device >= 0 && o->mpi)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "train: --migrate is not available with --mpi: the MPI pod has no spare "
+                        "device to move a replica to");
     if (o->resume && !o->ckpt_dir)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: --resume needs --ckpt-dir");
     if (o->nckpt_replicas < 0 || o->nckpt_replicas > 64 ||
