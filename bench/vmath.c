@@ -1,19 +1,24 @@
-/* The library's own f32 tanh (ot_tanhf, src/exec/expf_poly.h, shared by the reference evaluator
- * and generated code): accuracy over every f32 input, and throughput against glibc's tanhf.
+/* The library's own f32 math functions (ot_tanhf, ot_erff, ... in src/exec/expf_poly.h, shared by
+ * the reference evaluator and generated code): accuracy over every f32 input, and throughput
+ * against glibc's float function.
  *
- *   bench_vmath ulp [--threads N]   every one of the 2^32 inputs against tanh() in double
- *   bench_vmath speed [--n N] [--reps R]   elements/s on N floats (16M), one thread each
+ *   bench_vmath ulp [--fn F] [--threads N] [--json]   every one of the 2^32 inputs against F() in
+ *                                                      double
+ *   bench_vmath speed [--fn F] [--n N] [--reps R] [--json]   elements/s on N floats (16M), one
+ *                                                              thread
  *
- * ulp: the reference is glibc's double tanh (within 1 ulp of double, 2^-29 of a float ulp), so
+ * F is tanh (the default) or erf. ulp: the reference is glibc's double function (within 1 ulp of
+ * double, 2^-29 of a float ulp), so
  * the error in float ulps printed (|got - ref| / ulp(ref), ulp of the float binade of ref) is
  * exact to about 1e-8 ulp; "correctly rounded" counts inputs whose result equals ref rounded
  * to float (that rounding is wrong only where ref lies within 2^-53 of a float midpoint: rare,
  * and it moves a count, not the maximum); also how often and how far it differs from glibc's
- * tanhf. NaN inputs must come back as a quiet NaN, and the
- * special values (±0, ±inf, subnormals) are checked exactly.
- * speed: medians of R passes over the same array, ot_tanhf and tanhf interleaved pass by pass.
- * Built with the generated code's flags (-O3 -march=native -fno-math-errno -ffp-contract=off),
- * so the ot_tanhf loop is what a native fusion gets. */
+ * float function. NaN inputs must come back as a quiet NaN with their sign, and each function's
+ * special values (±0, ±inf, its saturation and x-itself ranges) are checked exactly.
+ * speed: medians of R passes over the same array, the library's function and glibc's interleaved
+ * pass by pass, on inputs in the range the suite's programs give it. Built with the generated
+ * code's flags (-O3 -march=native -fno-math-errno -ffp-contract=off), so the loop is what a native
+ * fusion gets. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -26,6 +31,51 @@
 
 OT_EXPF_DEF
 OT_TANHF_DEF
+OT_ERFF_DEF
+
+/* one function under test: the library's, glibc's float one, the double reference, its exact
+ * special values (special() returns 1 and sets *want when x is one), and the speed test's range */
+typedef struct vfn {
+    const char *name;
+    float (*ot)(float);
+    float (*libm)(float);
+    double (*ref)(double);
+    int (*special)(float x, float *want);
+    float lo, hi;
+} vfn;
+
+static float ot_tanhf_fn(float x) {
+    return ot_tanhf(x);
+}
+
+static float ot_erff_fn(float x) {
+    return ot_erff(x);
+}
+
+/* tanh rounds to x below 2^-12 and to ±1 at ±inf */
+static int tanh_special(float x, float *want) {
+    if (fabsf(x) < 0x1p-12f || isinf(x)) {
+        *want = isinf(x) ? copysignf(1.0f, x) : x;
+        return 1;
+    }
+    return 0;
+}
+
+/* erf: ±0 kept, ±1 at ±inf and from 4 on (erf rounds to 1 from 3.8325) */
+static int erf_special(float x, float *want) {
+    if (x == 0 || fabsf(x) >= 4.0f) {
+        *want = x == 0 ? x : copysignf(1.0f, x);
+        return 1;
+    }
+    return 0;
+}
+
+static const vfn fns[] = {
+    {"tanh", ot_tanhf_fn, tanhf, tanh, tanh_special, -6.0f, 6.0f}, /* GELU's tanh sees this */
+    {"erf", ot_erff_fn, erff, erf, erf_special, -4.0f, 4.0f},      /* exact GELU's x/sqrt(2) */
+};
+
+static const vfn *fn_cur = &fns[0];
 
 static float from_bits(uint32_t u) {
     float f;
@@ -58,22 +108,20 @@ static void *ulp_part(void *arg) {
     part *p = arg;
     for (uint64_t i = p->lo; i < p->hi; i++) {
         uint32_t u = (uint32_t)i;
-        float x = from_bits(u), y = ot_tanhf(x);
+        float x = from_bits(u), y = fn_cur->ot(x), want;
         uint32_t uy = to_bits(y);
         if (isnan(x)) {
             if (!isnan(y) || !(uy & 0x400000u) || (uy & 0x80000000u) != (u & 0x80000000u))
                 p->bad_special++;
             continue;
         }
-        double r = tanh((double)x);
-        if (fabsf(x) < 0x1p-12f || isinf(x)) { /* tanh rounds to x, or ±1: exactly */
-            if (uy != (isinf(x) ? to_bits(copysignf(1.0f, x)) : u)) p->bad_special++;
-        }
+        double r = fn_cur->ref((double)x);
+        if (fn_cur->special(x, &want) && uy != to_bits(want)) p->bad_special++;
         if ((float)r == y) p->exact++;
-        uint32_t ul = to_bits(tanhf(x));
+        uint32_t ul = to_bits(fn_cur->libm(x));
         if (ul != uy) {
             p->differ_libm++;
-            uint32_t d = ul > uy ? ul - uy : uy - ul; /* same sign: tanh keeps x's */
+            uint32_t d = ul > uy ? ul - uy : uy - ul; /* same sign: tanh and erf keep x's */
             if (d > p->far_libm) p->far_libm = d;
         }
         double err = fabs((double)y - r) / ulp_at(r);
@@ -85,7 +133,7 @@ static void *ulp_part(void *arg) {
     return NULL;
 }
 
-static int run_ulp(int threads) {
+static int run_ulp(int threads, int json) {
     if (threads < 1 || threads > 64) threads = 2;
     part ps[64];
     pthread_t th[64];
@@ -109,14 +157,25 @@ static int run_ulp(int threads) {
         if (ps[t].far_libm > all.far_libm) all.far_libm = ps[t].far_libm;
     }
     float wx = from_bits(all.worst_x);
-    printf("ot_tanhf over all 2^32 inputs: max error %.4f ulp at x = %a (%.9g): got %a, tanh %a\n",
-           all.worst, (double)wx, (double)wx, (double)ot_tanhf(wx), tanh((double)wx));
     uint64_t nonnan = total - 2ull * ((1ull << 23) - 1);
+    if (json) {
+        printf("{\"fn\": \"%s\", \"inputs\": %llu, \"max_ulp\": %.4f, \"worst_x\": \"%a\", "
+               "\"correctly_rounded\": %llu, \"non_nan\": %llu, \"bad_special\": %llu, "
+               "\"differ_libm\": %llu, \"far_libm_ulp\": %u}\n",
+               fn_cur->name, (unsigned long long)total, all.worst, (double)wx,
+               (unsigned long long)all.exact, (unsigned long long)nonnan,
+               (unsigned long long)all.bad_special, (unsigned long long)all.differ_libm,
+               all.far_libm);
+        return all.bad_special ? 1 : 0;
+    }
+    printf("ot_%sf over all 2^32 inputs: max error %.4f ulp at x = %a (%.9g): got %a, %s %a\n",
+           fn_cur->name, all.worst, (double)wx, (double)wx, (double)fn_cur->ot(wx), fn_cur->name,
+           fn_cur->ref((double)wx));
     printf("correctly rounded on %llu of %llu non-NaN inputs (%.4f %%); special values wrong: "
            "%llu\n",
            (unsigned long long)all.exact, (unsigned long long)nonnan,
            100.0 * (double)all.exact / (double)nonnan, (unsigned long long)all.bad_special);
-    printf("differs from glibc's tanhf on %llu inputs (%.4f %%), by at most %u ulp\n",
+    printf("differs from glibc's %sf on %llu inputs (%.4f %%), by at most %u ulp\n", fn_cur->name,
            (unsigned long long)all.differ_libm, 100.0 * (double)all.differ_libm / (double)nonnan,
            all.far_libm);
     return all.bad_special ? 1 : 0;
@@ -134,23 +193,37 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* noinline: each loop is compiled (and vectorized) on its own, as in a native fusion */
-__attribute__((noinline)) static void loop_ot(const float *x, float *y, int64_t n) {
+__attribute__((noinline)) static void loop_ot_tanh(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(x[i]);
 }
 
-__attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+__attribute__((noinline)) static void loop_ot_erf(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ot_erff(x[i]);
 }
 
-static int run_speed(int64_t n, int reps) {
+/* glibc's function through a pointer: a call per element either way (it does not vectorize) */
+__attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_t n) {
+    float (*f)(float) = fn_cur->libm;
+    for (int64_t i = 0; i < n; i++) y[i] = f(x[i]);
+}
+
+static void loop_ot(const float *x, float *y, int64_t n) {
+    if (fn_cur->ot == ot_erff_fn)
+        loop_ot_erf(x, y, n);
+    else
+        loop_ot_tanh(x, y, n);
+}
+
+static int run_speed(int64_t n, int reps, int json) {
     if (n < 1 || reps < 1 || reps > 1000) return 2;
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     double *to = malloc((size_t)reps * sizeof *to), *tl = malloc((size_t)reps * sizeof *tl);
     if (!x || !y || !to || !tl) return 1;
     uint64_t g = 0x9e3779b97f4a7c15ull;
-    for (int64_t i = 0; i < n; i++) { /* uniform in [-6, 6): GELU's tanh sees this range */
+    double lo = fn_cur->lo, w = (double)fn_cur->hi - lo;
+    for (int64_t i = 0; i < n; i++) { /* uniform in [lo, hi) */
         g = g * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(g >> 40) * 0x1p-24 * 12.0 - 6.0);
+        x[i] = (float)((double)(g >> 40) * 0x1p-24 * w + lo);
     }
     loop_ot(x, y, n); /* warm-up: page in y */
     loop_libm(x, y, n);
@@ -166,10 +239,16 @@ static int run_speed(int64_t n, int reps) {
     qsort(to, (size_t)reps, sizeof *to, cmp_d);
     qsort(tl, (size_t)reps, sizeof *tl, cmp_d);
     double mo = to[reps / 2], ml = tl[reps / 2];
-    printf("tanh f32, %lld elements, 1 thread, median of %d: ot_tanhf %.1f Melem/s (%.2f ms), "
-           "glibc tanhf %.1f Melem/s (%.2f ms), ratio %.2fx\n",
-           (long long)n, reps, (double)n / mo * 1e-6, mo * 1e3, (double)n / ml * 1e-6, ml * 1e3,
-           ml / mo);
+    if (json)
+        printf("{\"fn\": \"%s\", \"n\": %lld, \"reps\": %d, \"ot_melem_s\": %.1f, "
+               "\"libm_melem_s\": %.1f, \"ratio\": %.2f}\n",
+               fn_cur->name, (long long)n, reps, (double)n / mo * 1e-6, (double)n / ml * 1e-6,
+               ml / mo);
+    else
+        printf("%s f32, %lld elements, 1 thread, median of %d: ot_%sf %.1f Melem/s (%.2f ms), "
+               "glibc %sf %.1f Melem/s (%.2f ms), ratio %.2fx\n",
+               fn_cur->name, (long long)n, reps, fn_cur->name, (double)n / mo * 1e-6, mo * 1e3,
+               fn_cur->name, (double)n / ml * 1e-6, ml * 1e3, ml / mo);
     free(x);
     free(y);
     free(to);
@@ -179,22 +258,34 @@ static int run_speed(int64_t n, int reps) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_vmath ulp [--threads N] | speed [--n N] [--reps R]\n");
+        fprintf(stderr, "usage: bench_vmath ulp [--fn tanh|erf] [--threads N] [--json] | speed "
+                        "[--fn tanh|erf] [--n N] [--reps R] [--json]\n");
         return 2;
     }
-    int threads = 2, reps = 11;
+    int threads = 2, reps = 11, json = 0;
     int64_t n = 1 << 24;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--threads"))
-            threads = atoi(argv[i + 1]);
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
+            continue;
+        }
+        if (i + 1 >= argc) return 2;
+        if (!strcmp(argv[i], "--fn")) {
+            const char *f = argv[++i];
+            fn_cur = NULL;
+            for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++)
+                if (!strcmp(f, fns[k].name)) fn_cur = &fns[k];
+            if (!fn_cur) return 2;
+        } else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--n"))
-            n = atoll(argv[i + 1]);
+            n = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[i + 1]);
+            reps = atoi(argv[++i]);
         else
             return 2;
     }
-    if (!strcmp(argv[1], "ulp")) return run_ulp(threads);
-    if (!strcmp(argv[1], "speed")) return run_speed(n, reps);
+    if (!strcmp(argv[1], "ulp")) return run_ulp(threads, json);
+    if (!strcmp(argv[1], "speed")) return run_speed(n, reps, json);
     return 2;
 }

@@ -14,7 +14,8 @@ Build optitpu in release first (cmake -DCMAKE_BUILD_TYPE=Release, target optitpu
 Programs (`--list` prints them with their sizes; `--quick` shrinks every size for a smoke run):
   MLP 784-1024-1024-10, batch 512: forward with ReLU and with exact GELU; value_and_grad of the
     softmax cross-entropy (integer labels) with ReLU, exact GELU, tanh GELU and SiLU
-  GELU (tanh and exact) of x + bias, 4096x4096
+  GELU (tanh and exact) of x + bias, 4096x4096; exact GELU written with jax.scipy.special.erf
+    (jax.nn.gelu expands erfc into polynomials in the HLO; this one keeps an erf op)
   pre-LN transformer block (batch 8, seq 128, d 256, 4 heads, MLP 1024, causal): forward and
     value_and_grad with respect to its 10 parameters
   attention b4 h8 s256 d64: causal and not (forward), causal value_and_grad w.r.t. q, k, v
@@ -147,6 +148,9 @@ def make_gelu_bias(approx, quick):
     b = _f32(rng.standard_normal(n))
 
     def f(x, b):
+        if approx == "erf":  # written with erf by hand, as a port of PyTorch's GELU: an erf op
+            v = x + b
+            return v * 0.5 * (1 + jax.scipy.special.erf(v * np.float32(0.7071067811865476)))
         return jax.nn.gelu(x + b, approximate=approx)
     return f, [x, b], {}
 
@@ -492,6 +496,8 @@ def case_list(quick):
               lambda: make_gelu_bias(True, q)))
     c.append((f"gelu_exact(x+bias) {sz('4096x4096', '256x256')}",
               lambda: make_gelu_bias(False, q)))
+    c.append((f"gelu_erf(x+bias) {sz('4096x4096', '256x256')}",
+              lambda: make_gelu_bias("erf", q)))
     c.append((f"transformer_block forward {tb}", lambda: make_tblock(False, q)))
     c.append((f"transformer_block value_and_grad {tb}", lambda: make_tblock(True, q)))
     c.append((f"attention causal forward {att}", lambda: make_attention(True, False, q)))

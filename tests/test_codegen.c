@@ -747,6 +747,50 @@ static void test_hw_ftz_tanh_logistic(void) {
     }
 }
 
+/* f32 and bf16 erf (ot_erff, src/exec/expf_poly.h) keep a fusion of arithmetic under the hardware
+ * mode too, exact GELU's x·0.5·(1 + erf(x·(1/sqrt 2))) among it: on inputs around the smallest
+ * normal number (erf's z = a² raised to 2^-60, the products flushed or not) and on ordinary ones
+ * with NaN, inf and ±0 (both polynomials, the switch at 1, the saturation from 4), the results
+ * equal the reference's bit for bit, and the generated source calls ot_erff. */
+static void test_hw_ftz_erf(void) {
+    static const char *const dts[] = {"f32", "bf16"};
+    char text[4096];
+    for (int j = 0; j < 2; j++) {
+        const char *t = dts[j];
+        snprintf(text, sizeof text,
+                 "HloModule hw_erf\nENTRY main {\n"
+                 "  x = %s[3000] parameter(0)\n  y = %s[3000] parameter(1)\n"
+                 "  m = %s[3000] multiply(x, y)\n  em = %s[3000] erf(m)\n"
+                 "  ex = %s[3000] erf(x)\n  r2 = %s[] constant(0.707106769)\n"
+                 "  rb = %s[3000] broadcast(r2), dimensions={}\n  xs = %s[3000] multiply(x, rb)\n"
+                 "  e = %s[3000] erf(xs)\n  one = %s[] constant(1)\n"
+                 "  ob = %s[3000] broadcast(one), dimensions={}\n  s = %s[3000] add(e, ob)\n"
+                 "  h = %s[] constant(0.5)\n  hb = %s[3000] broadcast(h), dimensions={}\n"
+                 "  xh = %s[3000] multiply(x, hb)\n  g = %s[3000] multiply(xh, s)\n"
+                 "  ROOT t = (%s[3000], %s[3000], %s[3000]) tuple(em, ex, g)\n}\n",
+                 t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
+        for (int tiny = 0; tiny < 2; tiny++) {
+            g_tiny = tiny == 1;
+            check_module(text, 960 + (uint64_t)(2 * j + tiny), true);
+            g_tiny = false;
+        }
+        ot_module *m = parse(text);
+        ASSERT_TRUE(m != NULL);
+        ot_executable *e = NULL;
+        EXPECT_OK(ot_compile(m, NULL, &e));
+        ot_module_free(m);
+        const cg_program *p = e ? cc_executable_native(e) : NULL;
+        EXPECT_TRUE(p != NULL && p->nnative >= 1);
+        char *src = p ? program_source(p) : NULL;
+        EXPECT_TRUE(src != NULL && strstr(src, "ot_erff(") != NULL);
+#if defined(__x86_64__)
+        EXPECT_TRUE(src && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+#endif
+        free(src);
+        ot_executable_free(e);
+    }
+}
+
 /* Loop fusions of basic arithmetic run under the CPU's FTZ/DAZ mode instead of flushing in
  * software; on inputs around the smallest normal number, whose sums, products, quotients and
  * roots fall on both sides of it, every result must still equal the reference evaluator's bit for
@@ -1458,6 +1502,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_native_option),
         OT_TEST(test_hw_ftz),
         OT_TEST(test_hw_ftz_tanh_logistic),
+        OT_TEST(test_hw_ftz_erf),
         OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),
         OT_TEST(test_summary),

@@ -151,7 +151,8 @@ static const char preamble[] =
 /* the reference's f32 exp and tanh (src/exec/expf_poly.h): the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
-static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n";
+static const char preamble_expf[] =
+    OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n" OT_STR(OT_ERFF_DEF) "\n";
 
 void cg_emit_preamble(ot_strbuf *src) {
     ot_strbuf_printf(src, "%s%s", preamble, preamble_expf);
@@ -319,9 +320,9 @@ static bool hw_op_ok(ot_opcode op) {
 #endif
 }
 
-/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp and tanh, the
- * library's own ot_expf_ftz and ot_tanhf (src/exec/expf_poly.h), whose steps never produce or
- * read a subnormal float for a zero or normal operand and so give the same bits under the modes
+/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, tanh and erf, the
+ * library's own ot_expf_ftz, ot_tanhf and ot_erff (src/exec/expf_poly.h), whose steps never produce
+ * or read a subnormal float for a zero or normal operand and so give the same bits under the modes
  * (their operand keeps its software flushing); and logistic, 1 / (1 + ot_expf(-x)): a subnormal
  * ot_expf result only meets 1 + (it is below half an ulp of 1, read as 0 or not), and 1 / F for
  * a float F > 2^126 is at most 2^-126 - 2^-149 + 2^-172, never in the band just below FLT_MIN
@@ -329,7 +330,8 @@ static bool hw_op_ok(ot_opcode op) {
 static bool hw_instr_ok(const ot_instr *x) {
     if (hw_op_ok(x->opcode)) return true;
 #if defined(__x86_64__) && defined(__SSE2__)
-    return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_LOGISTIC) &&
+    return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
+            x->opcode == OT_OP_LOGISTIC) &&
            x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
 #else
     return false;
@@ -483,7 +485,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_SIN: return d ? "sin(%s)" : "sinf(%s)";
     case OT_OP_COS: return d ? "cos(%s)" : "cosf(%s)";
     case OT_OP_TAN: return d ? "tan(%s)" : "tanf(%s)";
-    case OT_OP_ERF: return d ? "erf(%s)" : "erff(%s)";
+    case OT_OP_ERF: return d ? "erf(%s)" : "ot_erff(%s)";
     default: return NULL;
     }
 }
@@ -530,8 +532,9 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
-        /* ot_expf_ftz's result is flushed; ot_tanhf's, of a flushed operand, is never subnormal */
-        if ((op == OT_OP_EXP || op == OT_OP_TANH) && t == OT_F32)
+        /* ot_expf_ftz's result is flushed; ot_tanhf's and ot_erff's, of a flushed operand, are
+         * never subnormal */
+        if ((op == OT_OP_EXP || op == OT_OP_TANH || op == OT_OP_ERF) && t == OT_F32)
             return define(E, x, ctx, t, true, "%s", r);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {
             /* the square root of zero, a normal number, inf or NaN is never subnormal: the

@@ -154,6 +154,7 @@ static inline double daz_wide(ot_dtype t, double v) {
 
 OT_EXPF_DEF
 OT_TANHF_DEF
+OT_ERFF_DEF
 
 static float logistic_f(float x) {
     /* 1 / (1 + exp(-x)), saturating cleanly at both ends */
@@ -195,7 +196,7 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_SIN: return sinf(x);
     case OT_OP_COS: return cosf(x);
     case OT_OP_TAN: return tanf(x);
-    case OT_OP_ERF: return erff(x);
+    case OT_OP_ERF: return ot_erff(x);
     default: return x; /* copy */
     }
 }
@@ -243,7 +244,7 @@ static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     }
 }
 
-/* f32 exp, logistic and tanh over an array, with unary_f32's functions and flushing: built for
+/* f32 exp, logistic, tanh and erf over an array, with unary_f32's functions and flushing: built for
  * AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen at load, as the runtime's reduce
  * rows), where fmaf is the FMA instruction and the loop vectorizes; the baseline build calls
  * glibc's fmaf for each fmaf. fmaf rounds once by definition, so every clone gives the
@@ -266,6 +267,11 @@ EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, 
             for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(daz_f32(x[i]));
         else
             for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(x[i]);
+    } else if (op == OT_OP_ERF) { /* the same for erf */
+        if (ftz)
+            for (int64_t i = 0; i < n; i++) y[i] = ot_erff(daz_f32(x[i]));
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = ot_erff(x[i]);
     } else if (ftz && op == OT_OP_LOGISTIC) {
         for (int64_t i = 0; i < n; i++) y[i] = daz_f32(logistic_f(daz_f32(x[i])));
     } else if (ftz) {
@@ -282,8 +288,8 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         if (n) memcpy(y, x, (size_t)n * ot_dtype_size(in));
         return OT_OK;
     }
-    if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH) && in == OT_F32 &&
-        out == OT_F32) {
+    if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH || op == OT_OP_ERF) &&
+        in == OT_F32 && out == OT_F32) {
         expf_array(x, y, n, ex_ftz, op);
         return OT_OK;
     }

@@ -131,4 +131,61 @@
         return rb.f;                                                                               \
     }
 
+/* erf for f32 (ot_erff, needs OT_EXPF_DEF's ot_expf_core_ before it), branch-free like ot_expf:
+ * both halves are computed and one selected. With a = |x| clamped to at most 4 by an integer
+ * minimum on the bits (a NaN's bits clamp to 4):
+ *   a < 1: a + a·P(z), z = a², P of degree 6 (erf(a)/a - 1 near 2/sqrt(pi) - 1; Horner with
+ *          fmaf); z is computed from a raised to at least 2^-30 (z is then never subnormal, and
+ *          P(2^-60) rounds to P(0));
+ *   a >= 1: 1 - e^(-a²)·Q(a - 2.5), Q of degree 8 approximating erfc(a)·e^(a²) on [1, 3.92];
+ *          a² = h + l exactly (l = fmaf(a, a, -h)), e^(-h) = p·2^k from ot_expf_core_ (h is in
+ *          [1, 16]: never subnormal), e^(-a²) = e^(-h)·(1 - l) to well under an ulp, and 2^k
+ *          goes into the exponent field of p·Q·(1 - l) (at least 2^-28: normal). erf(a) rounds
+ *          to 1 from 3.8325 on, so a clamped to 4 gives ±1 for every larger |x| and ±inf.
+ * The coefficients are weighted least-squares fits iterated towards minimax (Lawson) against
+ * scipy's erf and erfcx: P within 1.2e-9 of erf(a)/a - 1, Q·e^(-a²) within 0.04 ulp of 1 of
+ * erfc(a). ±0 gives ±0; a subnormal x gives its correctly rounded erf (the caller flushes a
+ * subnormal operand where its rules say so); the sign is x's; a NaN comes back quieted. For a
+ * zero or normal x no step produces or reads a subnormal float, so the result does not depend on
+ * the CPU's FTZ/DAZ modes, and the erf of a zero or normal x is never subnormal (|erf(x)| >= |x|
+ * below 1). Accuracy over every f32 input: docs/exec.md (bench_vmath ulp --fn erf). */
+#define OT_ERFF_DEF                                                                                \
+    static inline float ot_erff(float x) {                                                         \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, ab, cb, zb, eb, rb;                                                            \
+        ab.u = xb.u & 0x7fffffffu;                                                                 \
+        cb.u = ab.u < 0x40800000u ? ab.u : 0x40800000u; /* at most 4 (NaN too) */                  \
+        zb.u = cb.u < 0x30800000u ? 0x30800000u : cb.u; /* at least 2^-30 for z */                 \
+        float a = cb.f, z = zb.f * zb.f;                                                           \
+        float p = 0x1.4ae4cep-14f;                                                                 \
+        p = fmaf(p, z, -0x1.a485ecp-11f);                                                          \
+        p = fmaf(p, z, 0x1.5419f4p-8f);                                                            \
+        p = fmaf(p, z, -0x1.b7fbb4p-6f);                                                           \
+        p = fmaf(p, z, 0x1.ce2d2p-4f);                                                             \
+        p = fmaf(p, z, -0x1.81273ep-2f);                                                           \
+        p = fmaf(p, z, 0x1.06eba8p-3f);                                                            \
+        float small = fmaf(a, p, a);                                                               \
+        float l = a < 1.0f ? 1.0f : a, s = l - 2.5f;                                               \
+        float q = 0x1.c0224p-14f;                                                                  \
+        q = fmaf(q, s, 0x1.d7fe4cp-13f);                                                           \
+        q = fmaf(q, s, 0x1.1cdb7cp-11f);                                                           \
+        q = fmaf(q, s, -0x1.5a9ddap-11f);                                                          \
+        q = fmaf(q, s, 0x1.2dcb2ep-9f);                                                            \
+        q = fmaf(q, s, -0x1.0a7a48p-7f);                                                           \
+        q = fmaf(q, s, 0x1.983384p-6f);                                                            \
+        q = fmaf(q, s, -0x1.30816ep-4f);                                                           \
+        q = fmaf(q, s, 0x1.afbbe6p-3f);                                                            \
+        float h = l * l, lo = fmaf(l, l, -h);                                                      \
+        int32_t e, k;                                                                              \
+        float m = ot_expf_core_(-h, &e, &k) * q;                                                   \
+        eb.f = fmaf(-m, lo, m);                                                                    \
+        eb.u += (uint32_t)k << 23;                                                                 \
+        rb.f = a < 1.0f ? small : 1.0f - eb.f;                                                     \
+        rb.u |= xb.u & 0x80000000u;                                                                \
+        rb.u = ab.u > 0x7f800000u ? xb.u | 0x400000u : rb.u;                                       \
+        return rb.f;                                                                               \
+    }
+
 #endif
