@@ -30,7 +30,7 @@
  * bits never depend on the thread count. */
 #include "exec/fast_internal.h"
 
-#define WIN_CHUNK 256                    /* outputs of a row folded together */
+#define WIN_CHUNK     256                /* outputs of a row folded together */
 #define WIN_MAX_TABLE ((int64_t)1 << 22) /* entries of the per-dim tables (else the reference) */
 
 typedef enum { WIN_ADD, WIN_MAX, WIN_MIN } win_op;
@@ -43,12 +43,18 @@ typedef struct win_plan {
     bool strict; /* select: keep = P > Q (else P >= Q) */
     bool flip;   /* select: (P, Q) = (candidate, current) (else (current, candidate)) */
     bool f64;
+    bool aff;      /* the last dim's window positions are affine in j (no base dilation) */
+    bool init_nan; /* the init value is a NaN (reduce-window: the exact fold throughout) */
+    bool idx32;    /* select-and-scatter f32: operand offsets fit the 32-bit lanes */
     int64_t odims[OT_MAX_RANK];      /* reduce-window: output dims; select-and-scatter: source */
     int64_t wsize[OT_MAX_RANK];      /* window size per dim (table row length) */
     const int64_t *cnt[OT_MAX_RANK]; /* [odims[d]]: window elements output coordinate o visits */
     const int64_t *off[OT_MAX_RANK]; /* [odims[d] * wsize[d]]: their input offsets, in order */
-    int64_t L;                       /* the last output dim */
-    int64_t lin;     /* >= 0: the last dim's window is one element at offset j * lin for every j */
+    /* aff: window position k of the last dim is valid for outputs j in [ja[k], jb[k]) and reads
+     * offset j * S + koff[k] */
+    const int64_t *ja, *jb, *koff;
+    int64_t S;
+    int64_t L;       /* the last output dim */
     int64_t rpt;     /* rows per task */
     const void *x;   /* the input / operand */
     const void *src; /* select-and-scatter: the source */
@@ -118,15 +124,152 @@ static inline double addn_d(double a, double b, bool z) {
     return add_d(a, b, z);
 }
 
+/* ---- vector folds (no NaN among the elements) ---------------------------------------------- */
+
+/* Where the last dim's window is affine in j, each (outer combination, window position) is one
+ * strided loop over a range of outputs: integer and IEEE-add operations only (no multiply to
+ * contract), so any vector width gives the same bits; x86-64 GCC builds them for AVX-512, AVX2
+ * and the baseline. Each loop also reports whether an element was a NaN; a chunk that saw one
+ * is folded again by the exact loop (which NaN comes out is then the reference's). Without NaNs:
+ * maximum/minimum compare integer keys of the (DAZ) bits, ordered as the floats with -0 < +0 —
+ * the reference's result exactly; an add of two non-NaNs (or of the one NaN an inf - inf made)
+ * is the reference's add. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define WIN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define WIN_CLONES
+#endif
+
+#define AI static inline __attribute__((always_inline))
+
+/* T's bits as UT, a subnormal flushed to its signed zero under z (DAZ), and back. */
+#define DEFINE_BITS(T, UT, ST, SUF, ABS, MINN, INF, SIGN)                                          \
+    AI UT bits_##SUF(T v, bool z) {                                                                \
+        UT u;                                                                                      \
+        memcpy(&u, &v, sizeof u);                                                                  \
+        if (z) u &= (u & (ABS)) < (MINN) ? (SIGN) : ~(UT)0;                                        \
+        return u;                                                                                  \
+    }                                                                                              \
+    AI T from_##SUF(UT u) {                                                                        \
+        T v;                                                                                       \
+        memcpy(&v, &u, sizeof v);                                                                  \
+        return v;                                                                                  \
+    }                                                                                              \
+    AI UT isnan_##SUF(T v) {                                                                       \
+        UT u;                                                                                      \
+        memcpy(&u, &v, sizeof u);                                                                  \
+        return (UT)((u & (ABS)) > (INF));                                                          \
+    }                                                                                              \
+    /* a total order key: -0 below +0 (maximum/minimum) */                                         \
+    AI ST okey_##SUF(UT u) {                                                                       \
+        return (ST)(u ^ ((UT)((ST)u >> (sizeof(UT) * 8 - 1)) >> 1));                               \
+    }                                                                                              \
+    /* the compare's key: -0 equal to +0 */                                                        \
+    AI ST ckey_##SUF(UT u) {                                                                       \
+        ST k = (ST)(u & (ABS));                                                                    \
+        return (u & (SIGN)) ? -k : k;                                                              \
+    }                                                                                              \
+    AI T maxk_##SUF(T a, T b, bool z) {                                                            \
+        UT ua = bits_##SUF(a, z), ub = bits_##SUF(b, z);                                           \
+        return from_##SUF(okey_##SUF(ua) >= okey_##SUF(ub) ? ua : ub);                             \
+    }                                                                                              \
+    AI T mink_##SUF(T a, T b, bool z) {                                                            \
+        UT ua = bits_##SUF(a, z), ub = bits_##SUF(b, z);                                           \
+        return from_##SUF(okey_##SUF(ua) <= okey_##SUF(ub) ? ua : ub);                             \
+    }                                                                                              \
+    AI T addk_##SUF(T a, T b, bool z) {                                                            \
+        return from_##SUF(                                                                         \
+            bits_##SUF(from_##SUF(bits_##SUF(a, z)) + from_##SUF(bits_##SUF(b, z)), z));           \
+    }
+
+DEFINE_BITS(float, uint32_t, int32_t, f32, 0x7fffffffu, 0x00800000u, 0x7f800000u, 0x80000000u)
+DEFINE_BITS(double, uint64_t, int64_t, f64, 0x7fffffffffffffffull, 0x0010000000000000ull,
+            0x7ff0000000000000ull, 0x8000000000000000ull)
+
+/* acc[j] = OP(acc[j], xb[j * S]) for j < n; returns nonzero when an element was a NaN. */
+#define DEFINE_FOLD(T, UT, SUF, NAME, OPK)                                                         \
+    AI UT fold_##NAME##_##SUF##_k(T *restrict acc, const T *restrict xb, int64_t n, int64_t S,     \
+                                  bool z) {                                                        \
+        UT nan = 0;                                                                                \
+        if (S == 1) {                                                                              \
+            for (int64_t j = 0; j < n; j++) {                                                      \
+                nan |= isnan_##SUF(xb[j]);                                                         \
+                acc[j] = OPK(acc[j], xb[j], z);                                                    \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t j = 0; j < n; j++) {                                                      \
+                T v = xb[j * S];                                                                   \
+                nan |= isnan_##SUF(v);                                                             \
+                acc[j] = OPK(acc[j], v, z);                                                        \
+            }                                                                                      \
+        }                                                                                          \
+        return nan;                                                                                \
+    }                                                                                              \
+    WIN_CLONES static UT fold_##NAME##_##SUF(T *restrict acc, const T *restrict xb, int64_t n,     \
+                                             int64_t S, bool z) {                                  \
+        return z ? fold_##NAME##_##SUF##_k(acc, xb, n, S, true)                                    \
+                 : fold_##NAME##_##SUF##_k(acc, xb, n, S, false);                                  \
+    }
+
+DEFINE_FOLD(float, uint32_t, f32, add, addk_f32)
+DEFINE_FOLD(float, uint32_t, f32, max, maxk_f32)
+DEFINE_FOLD(float, uint32_t, f32, min, mink_f32)
+DEFINE_FOLD(double, uint64_t, f64, add, addk_f64)
+DEFINE_FOLD(double, uint64_t, f64, max, maxk_f64)
+DEFINE_FOLD(double, uint64_t, f64, min, mink_f64)
+
+/* The select over candidates xb[j * S] (operand offsets at0 + j * S) for j < n: bk/bi hold the
+ * current selection's key (sign-adjusted so that the select keeps the larger) and offset;
+ * replaced when the candidate's key is greater (ge: or equal — a strict compare keeps only a
+ * strictly larger current). Returns nonzero when a candidate was a NaN. */
+#define DEFINE_SEL(T, UT, ST, SUF)                                                                 \
+    AI UT sel_##SUF##_k(ST *restrict bk, ST *restrict bi, const T *restrict xb, ST at0, int64_t n, \
+                        int64_t S, bool z, bool neg, bool ge) {                                    \
+        UT nan = 0;                                                                                \
+        for (int64_t j = 0; j < n; j++) {                                                          \
+            T v = xb[j * S];                                                                       \
+            nan |= isnan_##SUF(v);                                                                 \
+            ST key = ckey_##SUF(bits_##SUF(v, z));                                                 \
+            key = neg ? -key : key;                                                                \
+            bool rep = ge ? key >= bk[j] : key > bk[j];                                            \
+            bk[j] = rep ? key : bk[j];                                                             \
+            bi[j] = rep ? at0 + (ST)(j * S) : bi[j];                                               \
+        }                                                                                          \
+        return nan;                                                                                \
+    }                                                                                              \
+    WIN_CLONES static UT sel_##SUF(ST *restrict bk, ST *restrict bi, const T *restrict xb, ST at0, \
+                                   int64_t n, int64_t S, bool z, bool neg, bool ge) {              \
+        if (z)                                                                                     \
+            return neg ? (ge ? sel_##SUF##_k(bk, bi, xb, at0, n, S, true, true, true)              \
+                             : sel_##SUF##_k(bk, bi, xb, at0, n, S, true, true, false))            \
+                       : (ge ? sel_##SUF##_k(bk, bi, xb, at0, n, S, true, false, true)             \
+                             : sel_##SUF##_k(bk, bi, xb, at0, n, S, true, false, false));          \
+        return neg ? (ge ? sel_##SUF##_k(bk, bi, xb, at0, n, S, false, true, true)                 \
+                         : sel_##SUF##_k(bk, bi, xb, at0, n, S, false, true, false))               \
+                   : (ge ? sel_##SUF##_k(bk, bi, xb, at0, n, S, false, false, true)                \
+                         : sel_##SUF##_k(bk, bi, xb, at0, n, S, false, false, false));             \
+    }
+
+DEFINE_SEL(float, uint32_t, int32_t, f32)
+DEFINE_SEL(double, uint64_t, int64_t, f64)
+
+/* The outputs [lo, hi) of chunk [j0, j0 + n) that window position k of the last dim reaches. */
+AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *lo, int64_t *hi) {
+    *lo = p->ja[k] > j0 ? p->ja[k] : j0;
+    *hi = p->jb[k] < j0 + n ? p->jb[k] : j0 + n;
+    return *lo < *hi;
+}
+
 /* ---- reduce-window ------------------------------------------------------------------------ */
 
-#define DEFINE_RW(T, SUF, OPF)                                                                     \
+#define DEFINE_RW(T, UT, SUF, OPF, FOLD)                                                           \
     static inline __attribute__((always_inline)) void rw_##SUF##_k(                                \
         const win_plan *p, int64_t begin, int64_t end, bool z, bool sw) {                          \
         const T *x = p->x;                                                                         \
         T *y = p->y, init, acc[WIN_CHUNK];                                                         \
         memcpy(&init, p->init, sizeof init);                                                       \
-        int64_t L = p->L, wl = p->wsize[p->r - 1], lin = p->lin;                                   \
+        int64_t L = p->L, wl = p->wsize[p->r - 1];                                                 \
         const int64_t *cl = p->cnt[p->r - 1], *ol = p->off[p->r - 1];                              \
         win_iter it;                                                                               \
         for (int64_t row = begin; row < end; row++) {                                              \
@@ -134,13 +277,20 @@ static inline double addn_d(double a, double b, bool z) {
             for (int64_t j0 = 0; j0 < L; j0 += WIN_CHUNK) {                                        \
                 int64_t n = L - j0 < WIN_CHUNK ? L - j0 : WIN_CHUNK;                               \
                 for (int64_t j = 0; j < n; j++) acc[j] = init;                                     \
-                for (bool more = iter_first(&it); more; more = iter_next(&it)) {                   \
-                    if (lin >= 0) {                                                                \
-                        const T *xb = x + it.base + j0 * lin;                                      \
-                        for (int64_t j = 0; j < n; j++)                                            \
-                            acc[j] = sw ? OPF(xb[j * lin], acc[j], z) : OPF(acc[j], xb[j * lin], z); \
-                        continue;                                                                  \
+                bool exact = !p->aff || p->init_nan;                                               \
+                if (!exact) {                                                                      \
+                    UT nan = 0;                                                                    \
+                    for (bool more = iter_first(&it); more; more = iter_next(&it))                 \
+                        for (int64_t k = 0, lo, hi; k < wl; k++)                                   \
+                            if (aff_range(p, k, j0, n, &lo, &hi))                                  \
+                                nan |= FOLD(acc + (lo - j0), x + it.base + p->koff[k] + lo * p->S, \
+                                            hi - lo, p->S, z);                                     \
+                    if (nan) {                                                                     \
+                        exact = true;                                                              \
+                        for (int64_t j = 0; j < n; j++) acc[j] = init;                             \
                     }                                                                              \
+                }                                                                                  \
+                for (bool more = exact && iter_first(&it); more; more = iter_next(&it)) {          \
                     for (int64_t j = 0; j < n; j++) {                                              \
                         const int64_t *o = ol + (j0 + j) * wl;                                     \
                         T a = acc[j];                                                              \
@@ -166,20 +316,20 @@ static inline double addn_d(double a, double b, bool z) {
                     : rw_##SUF##_k(p, begin, end, false, false);                                   \
     }
 
-DEFINE_RW(float, add_f32, addn_f)
-DEFINE_RW(float, max_f32, max_f)
-DEFINE_RW(float, min_f32, min_f)
-DEFINE_RW(double, add_f64, addn_d)
-DEFINE_RW(double, max_f64, max_d)
-DEFINE_RW(double, min_f64, min_d)
+DEFINE_RW(float, uint32_t, add_f32, addn_f, fold_add_f32)
+DEFINE_RW(float, uint32_t, max_f32, max_f, fold_max_f32)
+DEFINE_RW(float, uint32_t, min_f32, min_f, fold_min_f32)
+DEFINE_RW(double, uint64_t, add_f64, addn_d, fold_add_f64)
+DEFINE_RW(double, uint64_t, max_f64, max_d, fold_max_f64)
+DEFINE_RW(double, uint64_t, min_f64, min_d, fold_min_f64)
 
 /* ---- select-and-scatter ------------------------------------------------------------------- */
 
 /* select(current, candidate) of the reference's float compare: operands read through DAZ, a NaN
  * on either side unordered (false). */
-#define DEFINE_SS(T, SUF, FZ, ADDF)                                                                \
-    static inline __attribute__((always_inline)) bool keep_##SUF(const win_plan *p, T cur, T cand, \
-                                                                 bool z) {                         \
+#define DEFINE_SS(T, UT, ST, SUF, FZ, ADDF, STMIN, VEC)                                            \
+    static inline                                                                                  \
+        __attribute__((always_inline)) bool keep_##SUF(const win_plan *p, T cur, T cand, bool z) { \
         T a = FZ(cur, z), b = FZ(cand, z);                                                         \
         T P = p->flip ? b : a, Q = p->flip ? a : b;                                                \
         return p->strict ? P > Q : P >= Q;                                                         \
@@ -189,24 +339,45 @@ DEFINE_RW(double, min_f64, min_d)
         const T *x = p->x, *s = p->src;                                                            \
         T *y = p->y, bv[WIN_CHUNK];                                                                \
         int64_t best[WIN_CHUNK];                                                                   \
-        int64_t L = p->L, wl = p->wsize[p->r - 1], lin = p->lin;                                   \
+        ST bk[WIN_CHUNK], bi[WIN_CHUNK];                                                           \
+        int64_t L = p->L, wl = p->wsize[p->r - 1];                                                 \
         const int64_t *cl = p->cnt[p->r - 1], *ol = p->off[p->r - 1];                              \
         win_iter it;                                                                               \
         for (int64_t row = tb * p->rpt; row < te * p->rpt; row++) {                                \
             iter_row(p, row, &it);                                                                 \
             for (int64_t j0 = 0; j0 < L; j0 += WIN_CHUNK) {                                        \
                 int64_t n = L - j0 < WIN_CHUNK ? L - j0 : WIN_CHUNK;                               \
-                for (int64_t j = 0; j < n; j++) best[j] = -1;                                      \
-                for (bool more = iter_first(&it); more; more = iter_next(&it)) {                   \
+                bool exact = !p->aff || !(VEC);                                                    \
+                if (!exact) {                                                                      \
+                    UT nan = 0;                                                                    \
                     for (int64_t j = 0; j < n; j++) {                                              \
-                        const int64_t *o = lin >= 0 ? NULL : ol + (j0 + j) * wl;                   \
-                        int64_t ct = lin >= 0 ? 1 : cl[j0 + j];                                    \
-                        for (int64_t t = 0; t < ct; t++) {                                         \
-                            int64_t at = it.base + (lin >= 0 ? (j0 + j) * lin : o[t]);             \
-                            T v = x[at];                                                           \
-                            if (best[j] < 0 || !keep_##SUF(p, bv[j], v, z)) {                      \
-                                best[j] = at;                                                      \
-                                bv[j] = v;                                                         \
+                        bk[j] = STMIN;                                                             \
+                        bi[j] = -1;                                                                \
+                    }                                                                              \
+                    for (bool more = iter_first(&it); more; more = iter_next(&it))                 \
+                        for (int64_t k = 0, lo, hi; k < wl; k++)                                   \
+                            if (aff_range(p, k, j0, n, &lo, &hi)) {                                \
+                                int64_t at = it.base + p->koff[k] + lo * p->S;                     \
+                                nan |= sel_##SUF(bk + (lo - j0), bi + (lo - j0), x + at, (ST)at,   \
+                                                 hi - lo, p->S, z, p->flip, p->strict);            \
+                            }                                                                      \
+                    if (nan)                                                                       \
+                        exact = true;                                                              \
+                    else                                                                           \
+                        for (int64_t j = 0; j < n; j++) best[j] = bi[j];                           \
+                }                                                                                  \
+                if (exact) {                                                                       \
+                    for (int64_t j = 0; j < n; j++) best[j] = -1;                                  \
+                    for (bool more = iter_first(&it); more; more = iter_next(&it)) {               \
+                        for (int64_t j = 0; j < n; j++) {                                          \
+                            const int64_t *o = ol + (j0 + j) * wl;                                 \
+                            for (int64_t t = 0, ct = cl[j0 + j]; t < ct; t++) {                    \
+                                int64_t at = it.base + o[t];                                       \
+                                T v = x[at];                                                       \
+                                if (best[j] < 0 || !keep_##SUF(p, bv[j], v, z)) {                  \
+                                    best[j] = at;                                                  \
+                                    bv[j] = v;                                                     \
+                                }                                                                  \
                             }                                                                      \
                         }                                                                          \
                     }                                                                              \
@@ -228,8 +399,8 @@ DEFINE_RW(double, min_f64, min_d)
             ss_##SUF##_k(p, begin, end, false);                                                    \
     }
 
-DEFINE_SS(float, f32, fz_f, addn_f)
-DEFINE_SS(double, f64, fz_d, addn_d)
+DEFINE_SS(float, uint32_t, int32_t, f32, fz_f, addn_f, INT32_MIN, p->idx32)
+DEFINE_SS(double, uint64_t, int64_t, f64, fz_d, addn_d, INT64_MIN, true)
 
 /* Fills y[begin..end) with the init value's bits. */
 static void fill_init(void *arg, int64_t begin, int64_t end, int ith) {
@@ -280,7 +451,7 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
     for (int d = 0; d < r; d++) {
         int64_t ws = w->dims[d].size;
         if (ws < 0 || ws > WIN_MAX_TABLE || w->dims[d].stride < 1) return false;
-        total += p->odims[d] * (ws + 1);
+        total += p->odims[d] * (ws + 1) + (d == r - 1 ? 3 * ws : 0);
         if (total > WIN_MAX_TABLE) return false;
     }
     void *sp = NULL;
@@ -313,12 +484,27 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
     }
     p->r = r;
     p->L = p->odims[r - 1];
-    /* the last dim's window one element at j * lin for every output j (NHWC channels: lin 1) */
-    const int64_t *cl = p->cnt[r - 1], *ol = p->off[r - 1];
-    p->lin = p->wsize[r - 1] == 1 && p->L > 0 && cl[0] == 1 && ol[0] == 0 ? 0 : -1;
-    if (p->lin == 0 && p->L > 1) p->lin = cl[1] == 1 ? ol[1] : -1;
-    for (int64_t j = 0; p->lin >= 0 && j < p->L; j++)
-        if (cl[j] != 1 || ol[j] != j * p->lin) p->lin = -1;
+    /* without base dilation in the last dim, window position k reaches a range of outputs j at
+     * input offsets j * stride + koff (the last dim's stride is 1) */
+    const ot_window_dim *wl = &w->dims[r - 1];
+    p->aff = (wl->base_dilation ? wl->base_dilation : 1) == 1;
+    if (p->aff) {
+        int64_t ws = wl->size, I = is->dims[r - 1], S = wl->stride;
+        int64_t wdil = wl->window_dilation ? wl->window_dilation : 1;
+        int64_t *ja = tab, *jb = tab + ws, *koff = tab + 2 * ws;
+        for (int64_t k = 0; k < ws; k++) {
+            int64_t kk = wl->reversal ? ws - 1 - k : k;
+            koff[k] = kk * wdil - wl->pad_lo;
+            ja[k] = koff[k] >= 0 ? 0 : (-koff[k] + S - 1) / S;
+            jb[k] = I - 1 - koff[k] < 0 ? 0 : (I - 1 - koff[k]) / S + 1;
+            if (jb[k] > p->L) jb[k] = p->L;
+            if (ja[k] > jb[k]) ja[k] = jb[k];
+        }
+        p->ja = ja;
+        p->jb = jb;
+        p->koff = koff;
+        p->S = S;
+    }
     return true;
 }
 
@@ -351,6 +537,7 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
     p.ftz = c->ftz;
     p.x = in[0];
     p.init = in[1];
+    p.init_nan = t == OT_F32 ? isnan(*(const float *)in[1]) : isnan(*(const double *)in[1]);
     p.y = out;
     if (on > 0) {
         int64_t rows = on / p.L;
@@ -367,8 +554,7 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
 }
 
 ot_status ex_fast_select_and_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
-                                     const ex_leaf *ins, void *out, const ex_leaf *os,
-                                     bool *done) {
+                                     const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
     const ot_shape *is = ins[0].shape, *ss = ins[1].shape, *osh = os->shape;
     ot_dtype t = osh->dtype;
     if ((t != OT_F32 && t != OT_F64) || is->dtype != t || ss->dtype != t ||
@@ -405,6 +591,7 @@ ot_status ex_fast_select_and_scatter(ex_kernel_ctx *c, const ot_instr *i, void *
     p.x = in[0];
     p.src = in[1];
     p.init = in[2];
+    p.idx32 = ot_shape_numel_unchecked(is) <= INT32_MAX;
     p.y = out;
     int64_t on = ot_shape_numel_unchecked(osh), sn = ot_shape_numel_unchecked(ss);
     p.f64 = t == OT_F64;
