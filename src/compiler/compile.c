@@ -43,7 +43,13 @@ void ot_executable_free(ot_executable *e) {
     ot_free(e->out_slot);
     ot_pass_manager_free(e->pm);
     cg_program_free(e->native);
+    ex_scratch_cache_clear(&e->scratch);
     ot_free(e);
+}
+
+ex_scratch_cache *cc_executable_scratch(const ot_executable *e) {
+    /* the cache is the executable's one mutable part: synchronized by itself (atomic slots) */
+    return (ex_scratch_cache *)&e->scratch;
 }
 
 const ot_module *ot_executable_module(const ot_executable *e) {

@@ -4,6 +4,7 @@
 
 #include "compiler_internal.h"
 #include "native.h"
+#include "scratch.h"
 
 struct ot_executable {
     ot_module *mod;
@@ -27,6 +28,8 @@ struct ot_executable {
     /* native code for the loop fusions (src/codegen), built by cc_native_stage; NULL: none */
     cg_program *native;
     uint64_t native_ns; /* the native stage's wall time */
+    /* the kernels' scratch kept between runs (compiler/scratch.h); zeroed = empty */
+    ex_scratch_cache scratch;
 };
 
 /* Builds kernels, slots, aliasing and buffer assignment for module m (taken over: owned by the

@@ -3,6 +3,8 @@
  * context the fast kernels share (pool, scratch). */
 #include "exec/fast_internal.h"
 
+#include <stdatomic.h>
+
 void ex_kernel_ctx_init(ex_kernel_ctx *c, ot_threadpool *pool, const ot_eval_options *eval,
                         bool reference_only) {
     memset(c, 0, sizeof *c);
@@ -13,22 +15,61 @@ void ex_kernel_ctx_init(ex_kernel_ctx *c, ot_threadpool *pool, const ot_eval_opt
     c->reference_only = reference_only;
 }
 
+/* A scratch buffer is one allocation: a 64-byte header holding its capacity, then the scratch
+ * (c->scratch points past the header), so a cache slot is one pointer. */
+#define SCRATCH_HEAD 64
+
+static void scratch_free(char *scratch) {
+    if (scratch) ot_aligned_free(scratch - SCRATCH_HEAD);
+}
+
+void ex_scratch_cache_clear(ex_scratch_cache *sc) {
+    for (int k = 0; k < EX_SCRATCH_SLOTS; k++) {
+        char *b = atomic_exchange(&sc->slot[k], NULL);
+        if (b) ot_aligned_free(b);
+    }
+}
+
+void ex_kernel_ctx_set_cache(ex_kernel_ctx *c, ex_scratch_cache *sc) {
+    c->cache = sc;
+    if (!sc || c->scratch) return;
+    for (int k = 0; k < EX_SCRATCH_SLOTS; k++) {
+        char *b = atomic_exchange(&sc->slot[k], NULL);
+        if (b) {
+            memcpy(&c->cap, b, sizeof c->cap);
+            c->scratch = b + SCRATCH_HEAD;
+            return;
+        }
+    }
+}
+
 void ex_kernel_ctx_release(ex_kernel_ctx *c) {
-    ot_aligned_free(c->scratch);
+    if (c->scratch && c->cache && c->cap <= EX_SCRATCH_KEEP) {
+        char *b = c->scratch - SCRATCH_HEAD;
+        memcpy(b, &c->cap, sizeof c->cap);
+        for (int k = 0; k < EX_SCRATCH_SLOTS && b; k++) {
+            void *empty = NULL;
+            if (atomic_compare_exchange_strong(&c->cache->slot[k], &empty, b)) b = NULL;
+        }
+        if (b) ot_aligned_free(b);
+    } else {
+        scratch_free(c->scratch);
+    }
     c->scratch = NULL;
     c->cap = 0;
+    c->cache = NULL;
 }
 
 ot_status ex_scratch(ex_kernel_ctx *c, size_t bytes, void **out) {
     if (bytes == 0) bytes = 64;
     if (bytes > c->cap) {
         size_t want = bytes + bytes / 4;
-        void *p = ot_aligned_alloc(64, want);
+        char *p = ot_aligned_alloc(64, want + SCRATCH_HEAD);
         if (!p)
             return ot_error(OT_ERR_OUT_OF_MEMORY,
                             "fast kernel: out of memory for %zu scratch bytes", bytes);
-        ot_aligned_free(c->scratch);
-        c->scratch = p;
+        scratch_free(c->scratch);
+        c->scratch = p + SCRATCH_HEAD;
         c->cap = want;
     }
     *out = c->scratch;

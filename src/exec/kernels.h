@@ -26,9 +26,25 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Scratch buffers kept between runs (of one executable): up to EX_SCRATCH_SLOTS buffers of at
+ * most EX_SCRATCH_KEEP bytes each, so that a run whose kernels need tens of MB of scratch (im2col)
+ * does not map and fault in fresh pages every time. All zero (static or calloc'd memory) is an
+ * empty cache. Thread-safe: runs on different threads take and return buffers concurrently (one
+ * atomic exchange per slot, no lock); a buffer is used by one run at a time. The owner frees the
+ * buffers with ex_scratch_cache_clear when no run uses the cache any more. */
+#define EX_SCRATCH_SLOTS 4
+#define EX_SCRATCH_KEEP  ((size_t)256 << 20)
+typedef struct ex_scratch_cache {
+    _Atomic(void *) slot[EX_SCRATCH_SLOTS];
+} ex_scratch_cache;
+
+/* Frees every buffer the cache holds; no run may be using it. */
+void ex_scratch_cache_clear(ex_scratch_cache *sc);
+
 /* Per-run kernel context: the pool kernels split over, the FTZ/DAZ mode, the reference kernels'
  * options, and one scratch buffer that grows to the largest need of the run (so a run allocates
- * at most once per larger need, never per kernel). */
+ * at most once per larger need, never per kernel), taken from and returned to a scratch cache
+ * when one is attached. */
 typedef struct ex_kernel_ctx {
     ot_threadpool *pool;         /* size 1: everything on the calling thread */
     bool use_default_pool;       /* pool NULL: ot_threadpool_default(), created at the first kernel
@@ -39,14 +55,20 @@ typedef struct ex_kernel_ctx {
                                     borrowed, outlives the run */
     char *scratch;
     size_t cap;
-    int64_t fast_run; /* kernels run by a fast kernel (statistics for tests) */
+    ex_scratch_cache *cache; /* where the scratch comes from and goes back to (NULL: none) */
+    int64_t fast_run;        /* kernels run by a fast kernel (statistics for tests) */
 } ex_kernel_ctx;
 
 /* pool NULL: the process-wide default pool. eval NULL: ot_eval_options_default(). The FTZ mode
  * follows eval->keep_denormals. reference_only: never a fast kernel. */
 void ex_kernel_ctx_init(ex_kernel_ctx *c, ot_threadpool *pool, const ot_eval_options *eval,
                         bool reference_only);
-/* Frees the scratch; the context may be initialized again. */
+/* Attaches cache sc (borrowed; outlives the context): c takes a buffer from it now, if it holds
+ * one, and ex_kernel_ctx_release returns c's scratch to it. sc NULL detaches: the scratch is then
+ * freed at release (a failed run's caller may detach so that failures leave nothing behind). */
+void ex_kernel_ctx_set_cache(ex_kernel_ctx *c, ex_scratch_cache *sc);
+/* Returns the scratch to the attached cache (freed when the cache is full or the buffer is over
+ * EX_SCRATCH_KEEP bytes), or frees it; the context may be initialized again. */
 void ex_kernel_ctx_release(ex_kernel_ctx *c);
 
 /* One leaf of a kernel's operands or results: an array of `shape` (borrowed) in nbytes bytes. */

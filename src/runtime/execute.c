@@ -6,6 +6,7 @@
 #include "runtime/runtime_internal.h"
 
 #include "compiler/native.h"
+#include "compiler/scratch.h"
 #include "exec/kernels.h"
 
 #include <stdio.h>
@@ -191,6 +192,7 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     /* one frame per run: the run's kernel state and the kernel's memory tables */
     ot_launch run;
     ex_kernel_ctx_init(&run.kc, ro.pool, &eo, ro.reference_kernels);
+    ex_kernel_ctx_set_cache(&run.kc, cc_executable_scratch(exe));
     run.native = !ro.reference_kernels && !eo.keep_denormals;
     run.cg = cc_executable_native(exe);
     run.bound = -1;
@@ -246,6 +248,7 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     }
     ot_free(ca.scratch);
     r.fast_kernels_run = (int)run.kc.fast_run;
+    if (st != OT_OK) ex_kernel_ctx_set_cache(&run.kc, NULL); /* a failed run keeps nothing */
     ex_kernel_ctx_release(&run.kc);
     r.time_ns = ot_now_ns() - t_start;
     if (res) *res = r;
