@@ -4,7 +4,8 @@
 # when everything is present. Runs apt-get as root, or through sudo.
 #   scripts/deps.sh            build + test dependencies: what every test needs that a package
 #                              provides (Open MPI for the MPI tests, iproute2 for the two-host
-#                              test, python3 for the CLI tests, chrony for test_clock_chrony)
+#                              test, python3 for the CLI tests, python3-venv and python3-dev for
+#                              the Python package's test, chrony for test_clock_chrony)
 #   scripts/deps.sh --ci       also the tools CI uses (clang for fuzzers, clang-format)
 # chrony is the one exception to "install what is missing": on a machine that already has another
 # NTP daemon (systemd-timesyncd, ntp, ntpsec, openntpd), installing chrony would replace that
@@ -13,7 +14,7 @@
 # the clock); they need only its binary.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libssl-dev libjansson-dev
-      libopenmpi-dev openmpi-bin iproute2 python3 util-linux)
+      libopenmpi-dev openmpi-bin iproute2 python3 python3-venv python3-dev util-linux)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 if [[ "${1:-}" == "--ci" ]]; then
   pkgs+=(clang clang-format libclang-rt-14-dev chrony)

@@ -1,0 +1,124 @@
+"""optitpu from Python: compile and run HLO modules, optimizers, checkpoints (docs/python.md).
+
+    import numpy as np, optitpu
+    exe = optitpu.compile(hlo_text)            # or a path to a .hlo file
+    y = exe(np.float32(2), x, b)               # NumPy / torch CPU / JAX CPU arrays, no copies
+    np.asarray(y)                              # shares y's memory
+
+Errors are optitpu.Error subclasses named after the C status (InvalidArgument, ShapeMismatch,
+CorruptData, ...). The GIL is released while the library compiles and runs.
+"""
+
+import os as _os
+
+from . import _core
+from ._core import (  # noqa: F401  (the exception classes, one per C status)
+    AlreadyExists,
+    Array,
+    Cancelled,
+    CorruptData,
+    Error,
+    Executable,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    IOError,
+    NotFound,
+    OutOfMemory,
+    OutOfRange,
+    PeerFailed,
+    ResourceExhausted,
+    ShapeMismatch,
+    Timeout,
+    Unimplemented,
+    UnsupportedHardware,
+)
+
+__version__ = _core.version()
+
+_NUMPY_DTYPES = {
+    "pred": "bool", "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64",
+}
+
+
+def numpy_dtype(name):
+    """The NumPy dtype of an optitpu dtype name ('bf16' needs ml_dtypes)."""
+    import numpy as np
+
+    if name == "bf16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(_NUMPY_DTYPES[name])
+
+
+def _array_numpy(self, dtype=None, copy=None):
+    """A NumPy view of the array's memory (no copy); bf16 as ml_dtypes.bfloat16."""
+    import numpy as np
+
+    if self.dtype == "bf16":
+        a = np.asarray(memoryview(self.view("u16"))).view(numpy_dtype("bf16"))
+    else:
+        a = np.asarray(memoryview(self))
+    if dtype is not None and np.dtype(dtype) != a.dtype:
+        return a.astype(dtype)
+    return a.copy() if copy else a
+
+
+# the C type is a heap type: these methods are the NumPy side of its interface
+Array.__array__ = _array_numpy
+Array.numpy = lambda self: _array_numpy(self)
+Array.numpy.__doc__ = "A NumPy view of the array's memory (no copy)."
+
+
+def array(obj):
+    """A new optitpu.Array holding a copy of any array-like (buffer protocol or __dlpack__)."""
+    return _core.copy(obj)
+
+
+def compile(hlo, opt_level=2, *, profile=False, cache=None):
+    """Parses and compiles an HLO module: `hlo` is HLO text (str or bytes), or a path
+    (str / os.PathLike) to a file holding it. opt_level 0, 1 or 2 (the CLI's -O). profile=True
+    records the compile's passes and every run's kernels (exe.profile(), exe.chrome_trace(path)).
+    cache: None/False (compile), True (the persistent compilation cache in its default
+    directory) or a directory. Returns an Executable."""
+    filename = None
+    if isinstance(hlo, _os.PathLike) or (
+        isinstance(hlo, str) and "\n" not in hlo and "{" not in hlo
+    ):
+        filename = _os.fspath(hlo)
+        try:
+            with open(filename, "rb") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise NotFound(f"NOT_FOUND: {filename}: no such HLO file") from None
+        except OSError as e:
+            raise IOError(f"IO: {filename}: {e.strerror}") from None
+    elif isinstance(hlo, str):
+        text = hlo.encode()
+    elif isinstance(hlo, (bytes, bytearray, memoryview)):
+        text = bytes(hlo)
+    else:
+        raise InvalidArgument(
+            f"INVALID_ARGUMENT: compile takes HLO text or a path, not {type(hlo).__name__}")
+    return _core.compile(text, filename, opt_level, bool(profile), cache)
+
+
+def load(path):
+    """An executable saved with Executable.save (verified: damaged files raise CorruptData)."""
+    return _core.load(_os.fspath(path))
+
+
+def jit(fn=None, **compile_kwargs):
+    """optitpu.jit(fn): lowers fn with JAX (jax.jit(fn).lower) once per input signature,
+    compiles the HLO with optitpu and runs it through optitpu. Needs jax."""
+    from ._jit import jit as _jit
+
+    if fn is None:
+        return lambda f: _jit(f, **compile_kwargs)
+    return _jit(fn, **compile_kwargs)
+
+
+from . import ckpt, optim  # noqa: E402,F401
