@@ -620,6 +620,184 @@ static void test_simplify_reduce_size1(void) {
     EXPECT_INT_EQ(reduce_left_after_simplify("s32", "multiply", "1", "4,1", "1", "4"), 1);
 }
 
+/* ---- transpose of a dot ---- */
+
+static uint64_t g_dt_seed;
+static int64_t dt_rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
+    g_dt_seed = g_dt_seed * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (int64_t)((g_dt_seed >> 33) % (uint64_t)(hi - lo + 1));
+}
+static void dt_shuffle(int64_t *a, int n) {
+    for (int k = n - 1; k > 0; k--) {
+        int j = (int)dt_rnd(0, k);
+        int64_t t = a[k];
+        a[k] = a[j];
+        a[j] = t;
+    }
+}
+
+typedef struct dt_case {
+    ot_dtype t;
+    ot_shape ls, rs;
+    ot_dot_dims dn;
+    int64_t perm[OT_MAX_RANK];
+    int rank;
+    bool shared; /* the dot has a second user */
+    ot_precision lp, rp;
+} dt_case;
+
+static ot_module *dt_module(const dt_case *k) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_instr *l = ot_build_parameter(c, 0, k->ls, "l"), *r = ot_build_parameter(c, 1, k->rs, "r");
+    ot_instr *d = ot_build_dot(c, l, r, &k->dn, k->lp, k->rp);
+    ot_instr *t = ot_build_transpose(c, d, k->perm, k->rank);
+    ot_computation_set_root(c, k->shared ? ot_build_tuple(c, (ot_instr *[]){t, d}, 2) : t);
+    if (ot_module_finalize(m) != OT_OK) {
+        fprintf(stderr, "dt_module: %s\n", ot_last_error());
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Random operands: f32/f64 with NaN, infinities, -0 and subnormals among them, s32 small. */
+static void dt_fill(ot_tensor *x) {
+    static const uint32_t sp32[] = {0x7fc00000u, 0xff800000u, 0x7f800000u, 0x80000000u,
+                                    0x00000001u, 0x80400000u, 0x00000000u, 0x3f800000u};
+    int64_t ne = ot_shape_numel_unchecked(&x->shape);
+    for (int64_t j = 0; j < ne; j++) {
+        int64_t v = dt_rnd(-1000, 1000);
+        bool special = dt_rnd(0, 15) == 0;
+        if (x->shape.dtype == OT_S32) {
+            ((int32_t *)x->data)[j] = (int32_t)v;
+        } else if (x->shape.dtype == OT_F32) {
+            float f = (float)v / 64.0f;
+            if (special) memcpy(&f, &sp32[dt_rnd(0, 7)], 4);
+            ((float *)x->data)[j] = f;
+        } else {
+            double f = (double)v / 64.0;
+            if (special) f = dt_rnd(0, 1) ? 0x1p-1060 * (double)v : -0.0;
+            ((double *)x->data)[j] = f;
+        }
+    }
+}
+
+/* transpose(dot(a, b)) putting b's free dims before a's (batch dims in place) becomes
+ * dot(b, a) with swapped dimension numbers: random dimension-number layouts (batch, contracting
+ * and free dims of each operand in random positions, free dims 0..2 on each side), f32, f64 and
+ * s32, the reference's result bit for bit the same. Other permutations, and a dot with a second
+ * user, keep their transpose. */
+static void test_simplify_dot_transpose(void) {
+    g_dt_seed = 0x7d07;
+    int rewritten = 0, kept = 0;
+    for (int cs = 0; cs < 150; cs++) {
+        dt_case k;
+        memset(&k, 0, sizeof k);
+        static const ot_dtype types[] = {OT_F32, OT_F64, OT_S32};
+        k.t = types[cs % 3];
+        int nb = (int)dt_rnd(0, 2), nc = (int)dt_rnd(1, 2), nlf = (int)dt_rnd(0, 2),
+            nrf = (int)dt_rnd(0, 2);
+        if (nlf + nrf == 0) nrf = 1;
+        int64_t bd[4], cd[4], lfd[4], rfd[4];
+        for (int j = 0; j < nb; j++) bd[j] = dt_rnd(1, 3);
+        for (int j = 0; j < nc; j++) cd[j] = dt_rnd(1, 5);
+        for (int j = 0; j < nlf; j++) lfd[j] = dt_rnd(1, 4);
+        for (int j = 0; j < nrf; j++) rfd[j] = dt_rnd(1, 4);
+        int lr = nb + nc + nlf, rr = nb + nc + nrf;
+        int64_t lpos[OT_MAX_RANK], rpos[OT_MAX_RANK], ld[OT_MAX_RANK], rd[OT_MAX_RANK];
+        for (int j = 0; j < lr; j++) lpos[j] = j;
+        for (int j = 0; j < rr; j++) rpos[j] = j;
+        dt_shuffle(lpos, lr);
+        dt_shuffle(rpos, rr);
+        k.dn.nbatch = nb;
+        k.dn.ncontract = nc;
+        for (int j = 0; j < lr; j++) { /* roles: batch, free, contracting */
+            int64_t d = lpos[j];
+            if (j < nb) {
+                ld[d] = bd[j];
+                k.dn.lhs_batch[j] = d;
+            } else if (j < nb + nlf) {
+                ld[d] = lfd[j - nb];
+            } else {
+                ld[d] = cd[j - nb - nlf];
+                k.dn.lhs_contract[j - nb - nlf] = d;
+            }
+        }
+        for (int j = 0; j < rr; j++) { /* roles: batch, contracting, free */
+            int64_t d = rpos[j];
+            if (j < nb) {
+                rd[d] = bd[j];
+                k.dn.rhs_batch[j] = d;
+            } else if (j < nb + nc) {
+                rd[d] = cd[j - nb];
+                k.dn.rhs_contract[j - nb] = d;
+            } else {
+                rd[d] = rfd[j - nb - nc];
+            }
+        }
+        ASSERT_OK(ot_shape_make(&k.ls, k.t, lr, ld));
+        ASSERT_OK(ot_shape_make(&k.rs, k.t, rr, rd));
+        k.rank = nb + nlf + nrf;
+        /* the swapping permutation half the time, else a random one */
+        for (int j = 0; j < k.rank; j++)
+            k.perm[j] = j < nb ? j : j < nb + nrf ? nb + nlf + (j - nb) : nb + (j - nb - nrf);
+        if (dt_rnd(0, 1)) {
+            for (int j = 0; j < k.rank; j++) k.perm[j] = j;
+            dt_shuffle(k.perm, k.rank);
+        }
+        k.shared = dt_rnd(0, 5) == 0;
+        if (dt_rnd(0, 3) == 0) {
+            k.lp = OT_PRECISION_HIGH;
+            k.rp = OT_PRECISION_DEFAULT;
+        }
+        bool identity = true, swaps = nlf > 0 && nrf > 0;
+        for (int j = 0; j < k.rank; j++) {
+            int64_t want = j < nb ? j : j < nb + nrf ? nb + nlf + (j - nb) : nb + (j - nb - nrf);
+            identity &= k.perm[j] == j;
+            swaps &= k.perm[j] == want;
+        }
+        ot_module *m = dt_module(&k), *m2 = dt_module(&k);
+        ASSERT_TRUE(m && m2);
+        ot_value args[2];
+        ASSERT_OK(ot_value_alloc_array(&args[0], &k.ls));
+        ASSERT_OK(ot_value_alloc_array(&args[1], &k.rs));
+        dt_fill(&args[0].array);
+        dt_fill(&args[1].array);
+        ASSERT_OK(ot_pass_simplify(m2, NULL));
+        ASSERT_OK(ot_pass_dce(m2, NULL));
+        ASSERT_OK(ot_module_verify(m2));
+        ot_computation *c2 = ot_module_entry(m2);
+        int want = identity || (swaps && !k.shared) ? 0 : 1;
+        EXPECT_INT_EQ(count_op(c2, OT_OP_TRANSPOSE), want);
+        EXPECT_INT_EQ(count_op(c2, OT_OP_DOT), 1);
+        if (swaps && !k.shared) {
+            rewritten++;
+            const ot_instr *d = c2->root;
+            EXPECT_TRUE(d->opcode == OT_OP_DOT && d->operands[0]->opcode == OT_OP_PARAMETER &&
+                        d->operands[0]->attrs->index == 1);
+            if (k.lp != OT_PRECISION_DEFAULT)
+                EXPECT_TRUE(d->attrs->nprecision == 2 && d->attrs->precision[1] == k.lp &&
+                            d->attrs->precision[0] == k.rp);
+        } else if (!identity) {
+            kept++;
+        }
+        ot_value ref = ot_value_empty(), got = ot_value_empty();
+        ASSERT_OK(ot_evaluate(m, args, 2, NULL, &ref));
+        ASSERT_OK(ot_evaluate(m2, args, 2, NULL, &got));
+        bool same = ot_value_equal(&ref, &got);
+        if (!same) fprintf(stderr, "dot transpose case %d: results differ\n", cs);
+        EXPECT_TRUE(same);
+        ot_value_release(&ref);
+        ot_value_release(&got);
+        ot_value_release(&args[0]);
+        ot_value_release(&args[1]);
+        ot_module_free(m);
+        ot_module_free(m2);
+    }
+    EXPECT_TRUE(rewritten >= 20 && kept >= 20); /* both branches well covered */
+}
+
 /* ---- call inlining ---- */
 
 static const char *k_nested_calls = "HloModule nested_calls\n"
@@ -2463,15 +2641,16 @@ static void test_removed_storage_reused_between_passes(void) {
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
              OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
              OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
-             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_inline_calls),
-             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
-             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
-             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
-             OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),
-             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
-             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
-             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
-             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_simplify_dot_transpose),
+             OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
+             OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
+             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
+             OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
+             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
+             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
+             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
+             OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
              OT_TEST(test_serialize_roundtrip_schedule_order),
              OT_TEST(test_serialize_roundtrip_corpus), OT_TEST(test_serialize_every_attribute),

@@ -12,6 +12,7 @@
  *   (conditions below: never more work)
  *   reduce over size-1 dimensions with an identity init (integer/pred add, or, xor, and) →
  *   reshape
+ *   transpose(dot(a, b)) that moves b's free dims before a's → dot(b, a) (conditions below)
  * Not applied (they change float results): x*0 → 0, x-x → 0, x+0.0 → x. */
 #include "compiler_internal.h"
 
@@ -237,6 +238,50 @@ static bool reduce_is_reshape(const ot_instr *i) {
     }
 }
 
+/* transpose(d = dot(a, b)) → dot(b, a) with the operands' dimension numbers swapped, when the
+ * transpose keeps d's batch dims in place and puts b's free dims (in their order) before a's (in
+ * theirs): dot(b, a)'s result is [batch, b free, a free], exactly the transposed layout. Each
+ * element is the same sum of the same products in the same order (contracting dims stay paired
+ * in their listed order; x * y = y * x in IEEE arithmetic, flushing included), so the values are
+ * bit-identical in the reference. Autodiff writes weight gradients this way (transpose(dot(g, x))
+ * over the batch dims), and the rewrite saves materializing the transpose. Applied when the
+ * transpose is d's only user (else d would be computed twice) and both operands have one dtype. */
+static ot_status dot_transpose(ot_computation *c, const ot_instr *t, const ot_instr *d,
+                               ot_instr **out) {
+    *out = NULL;
+    const ot_dot_dims *dn = d->attrs->dot;
+    if (!dn || d->nusers != 1 || d->noperands != 2 || d->shape.kind != OT_IR_ARRAY) return OT_OK;
+    ot_instr *a = d->operands[0], *b = d->operands[1];
+    if (a->shape.kind != OT_IR_ARRAY || b->shape.kind != OT_IR_ARRAY ||
+        a->shape.array.dtype != b->shape.array.dtype)
+        return OT_OK;
+    int nb = dn->nbatch, n = t->attrs->ndims, r = d->shape.array.rank;
+    int nlf = a->shape.array.rank - nb - dn->ncontract,
+        nrf = b->shape.array.rank - nb - dn->ncontract;
+    if (n != r || nlf < 0 || nrf < 0 || nb + nlf + nrf != r) return OT_OK;
+    const int64_t *p = t->attrs->dims; /* result dim k = d's dim p[k] */
+    for (int k = 0; k < r; k++) {
+        int64_t want = k < nb ? k : k < nb + nrf ? nb + nlf + (k - nb) : nb + (k - nb - nrf);
+        if (p[k] != want) return OT_OK;
+    }
+    ot_dot_dims sw = *dn;
+    memcpy(sw.lhs_batch, dn->rhs_batch, sizeof sw.lhs_batch);
+    memcpy(sw.rhs_batch, dn->lhs_batch, sizeof sw.rhs_batch);
+    memcpy(sw.lhs_contract, dn->rhs_contract, sizeof sw.lhs_contract);
+    memcpy(sw.rhs_contract, dn->lhs_contract, sizeof sw.rhs_contract);
+    ot_attrs at = *d->attrs;
+    at.dot = &sw;
+    if (at.nprecision == 2) {
+        at.precision[0] = d->attrs->precision[1];
+        at.precision[1] = d->attrs->precision[0];
+    }
+    ot_ir_shape hint = {.kind = OT_IR_ARRAY};
+    hint.array.rank = -1;
+    hint.array.dtype = d->shape.array.dtype; /* the result dtype, when the HLO gave its own */
+    ot_instr *ops[2] = {b, a};
+    return built(c, ot_build(c, OT_OP_DOT, ops, 2, &at, NULL, 0, &hint, NULL), out);
+}
+
 /* The replacement for i, or NULL when no rule applies. */
 static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     *out = NULL;
@@ -336,6 +381,8 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
                 ot_instr *r = ot_build_transpose(c, a->operands[0], comp, n);
                 OT_CHECK(built(c, r, out));
             }
+        } else if (a->opcode == OT_OP_DOT) {
+            OT_CHECK(dot_transpose(c, i, a, out));
         }
         break;
     }
