@@ -271,6 +271,154 @@ static void test_dot_random(void) {
     }
 }
 
+/* Shapes large enough for the GEMM's tile grid to cut them (over M, over N when M is small, both,
+ * and batch elements x tiles), with odd sizes, M, N or K of 1, N = 10, transposed operands and
+ * layouts that need a copy: bits equal on 1, 2, 3 and 8 threads and within the bound of the
+ * reference. */
+static void test_dot_tiled(void) {
+    g_rng = 0x711e;
+    static const struct {
+        ot_dtype t;
+        int64_t b, m, n, k;
+        int layout; /* 0: [b,m,k] x [b,k,n]; 1: lhs [b,k,m]; 2: rhs [b,n,k]; 3: both;
+                     * 4: lhs [m,b,k] and rhs [k,n,b] (copies) */
+    } cs[] = {
+        {OT_F32, 1, 517, 263, 301, 0}, {OT_F32, 1, 517, 263, 301, 3}, {OT_F32, 1, 1100, 10, 300, 0},
+        {OT_F32, 1, 1100, 10, 300, 1}, {OT_F32, 1, 700, 1500, 10, 2}, {OT_F32, 1, 7, 1500, 200, 0},
+        {OT_F32, 1, 7, 1500, 200, 2},  {OT_F32, 1, 1500, 700, 1, 0},  {OT_F32, 1, 4000, 1, 300, 1},
+        {OT_F32, 1, 1, 3000, 400, 2},  {OT_F32, 3, 190, 170, 60, 0},  {OT_F32, 3, 190, 170, 60, 4},
+        {OT_F32, 2, 129, 515, 33, 3},  {OT_F64, 1, 333, 257, 129, 0}, {OT_F64, 1, 333, 257, 129, 3},
+        {OT_F64, 5, 100, 90, 80, 1},
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        int64_t B = cs[q].b, M = cs[q].m, N = cs[q].n, K = cs[q].k;
+        int lay = cs[q].layout;
+        bool batched = B > 1, lt = lay == 1 || lay == 3, rt = lay == 2 || lay == 3;
+        ot_dot_dims dn;
+        memset(&dn, 0, sizeof dn);
+        dn.ncontract = 1;
+        int64_t ld[3], rd[3];
+        int o = batched ? 1 : 0, lr = 2 + o, rr = 2 + o;
+        if (lay == 4) { /* lhs [m, b, k], rhs [k, n, b] */
+            ld[0] = M, ld[1] = B, ld[2] = K;
+            rd[0] = K, rd[1] = N, rd[2] = B;
+            dn.nbatch = 1;
+            dn.lhs_batch[0] = 1, dn.rhs_batch[0] = 2;
+            dn.lhs_contract[0] = 2, dn.rhs_contract[0] = 0;
+        } else {
+            if (batched) {
+                ld[0] = rd[0] = B;
+                dn.nbatch = 1;
+            }
+            ld[o] = lt ? K : M, ld[o + 1] = lt ? M : K;
+            rd[o] = rt ? N : K, rd[o + 1] = rt ? K : N;
+            dn.lhs_contract[0] = lt ? o : o + 1;
+            dn.rhs_contract[0] = rt ? o + 1 : o;
+        }
+        ot_shape ls, rs;
+        ASSERT_OK(ot_shape_make(&ls, cs[q].t, lr, ld));
+        ASSERT_OK(ot_shape_make(&rs, cs[q].t, rr, rd));
+        ot_module *m = dot_module(cs[q].t, &ls, &rs, &dn, false),
+                  *ma = dot_module(cs[q].t, &ls, &rs, &dn, true);
+        ASSERT_TRUE(m && ma);
+        ot_tensor args[2];
+        ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+        fill_random(&args[0], -1, 1);
+        fill_random(&args[1], -1, 1);
+        char what[64];
+        snprintf(what, sizeof what, "tiled dot case %zu", q);
+        check_bound_case(m, ma, args, 2, K, what);
+        ot_tensor_release(&args[0]);
+        ot_tensor_release(&args[1]);
+        ot_module_free(m);
+        ot_module_free(ma);
+    }
+}
+
+/* Under the reference's FTZ the fast dot flushes subnormal results, and on x86 subnormal inputs
+ * too (the GEMM runs under FTZ | DAZ): small integers (exact sums in any order) mixed with
+ * subnormal inputs times 2^30 (a normal product unless the input reads as zero), products
+ * 2^-100 x 2^-30 (subnormal, flushed) and elements whose whole sum is subnormal; the result
+ * equals the reference's bit for bit, on every pool (the grid cuts these shapes). Elsewhere
+ * only the results are flushed, so the subnormal-input elements are left out of the check. */
+static void test_dot_subnormal_ftz(void) {
+    g_rng = 0x5b7;
+    for (int dt = 0; dt < 2; dt++) {
+        ot_dtype t = dt ? OT_F64 : OT_F32;
+        int64_t M = 300, N = 200, K = 130;
+        ot_shape ls, rs;
+        ASSERT_OK(ot_shape_make(&ls, t, 2, (int64_t[]){M, K}));
+        ASSERT_OK(ot_shape_make(&rs, t, 2, (int64_t[]){K, N}));
+        ot_dot_dims dn = {.nbatch = 0, .ncontract = 1, .lhs_contract = {1}, .rhs_contract = {0}};
+        ot_module *m = dot_module(t, &ls, &rs, &dn, false);
+        ASSERT_TRUE(m);
+        ot_tensor args[2];
+        ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+        double sub = dt ? 0x1p-1060 : 0x1p-140, tiny = dt ? 0x1p-540 : 0x1p-100,
+               small = dt ? 0x1p-530 : 0x1p-30;
+        /* lhs rows: r % 4 == 0 integers with a subnormal in column 0 (rhs row 0 is 2^30), only
+         * that subnormal when r % 8 == 0;
+         * 1: only tiny values (whole sums 2^-130 x k: subnormal, flushed); 2, 3: integers */
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t k = 0; k < K; k++) {
+                double v = (double)rnd(-8, 8);
+                if (r % 4 == 1) v = k < 3 ? tiny : 0;
+                if (r % 8 == 0 && k > 0) v = 0;       /* the subnormal input alone */
+                if (k == 0) v = r % 4 == 0 ? sub : 0; /* (2^30 x an integer: inexact sums) */
+                if (dt)
+                    ((double *)args[0].data)[r * K + k] = v;
+                else
+                    ((float *)args[0].data)[r * K + k] = (float)v;
+            }
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t n = 0; n < N; n++) {
+                double v = k == 0 ? 0x1p30 : (double)rnd(-8, 8);
+                if (k > 0 && k < 3) v = n % 2 ? small : (double)rnd(-8, 8);
+                if (dt)
+                    ((double *)args[1].data)[k * N + n] = v;
+                else
+                    ((float *)args[1].data)[k * N + n] = (float)v;
+            }
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        ot_tensor ref, fast;
+        ASSERT_OK(run_exe(e, args, 2, &ref, NULL, true, NULL));
+        bool ok = run_all_pools(e, args, 2, &fast, 1);
+        EXPECT_TRUE(ok);
+        if (ok) {
+            size_t es = ot_dtype_size(t);
+            int64_t bad = -1, flushed = 0;
+            for (int64_t r = 0; r < M && bad < 0; r++) {
+#if !(defined(__x86_64__) || defined(__i386__))
+                if (r % 4 == 0) continue; /* subnormal inputs read as they are */
+#endif
+                for (int64_t n = 0; n < N; n++) {
+                    size_t at = (size_t)(r * N + n) * es;
+                    if (memcmp((char *)fast.data + at, (char *)ref.data + at, es)) {
+                        bad = r * N + n;
+                        break;
+                    }
+                    double v =
+                        dt ? ((double *)ref.data)[r * N + n] : ((float *)ref.data)[r * N + n];
+                    flushed += r % 4 == 1 && n % 2 && v == 0;
+                }
+            }
+            if (bad >= 0)
+                fprintf(stderr, "subnormal dot %d: element %lld differs\n", dt, (long long)bad);
+            EXPECT_TRUE(bad < 0);
+            EXPECT_INT_EQ(flushed, (M / 4) * (N / 2)); /* the subnormal sums are there, as 0 */
+            ot_tensor_release(&fast);
+        }
+        ot_tensor_release(&ref);
+        ot_tensor_release(&args[0]);
+        ot_tensor_release(&args[1]);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 /* OpenBLAS's own thread count does not change a GEMM's bits (it splits M and N, never K). */
 static void test_dot_blas_threads(void) {
     g_rng = 0xb1a5;
@@ -1356,7 +1504,8 @@ static void test_teardown(void) {
     EXPECT_TRUE(true);
 }
 
-OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_blas_threads),
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_tiled),
+             OT_TEST(test_dot_subnormal_ftz), OT_TEST(test_dot_blas_threads),
              OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
              OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),

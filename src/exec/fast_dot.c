@@ -7,6 +7,12 @@
 #undef I /* <complex.h>, pulled in by cblas.h */
 #include <limits.h>
 #include <pthread.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define GEMM_CSR_FTZ 1 /* subnormals flushed by the FPU's FTZ | DAZ modes during the GEMM */
+#else
+#define GEMM_CSR_FTZ 0
+#endif
 
 static bool listed(int64_t v, const int64_t *l, int n) {
     for (int k = 0; k < n; k++)
@@ -42,14 +48,19 @@ void ex_flush_out(ot_dtype t, void *y, int64_t n) {
 
 /* C[b] (M x N) = op(A[b]) (M x K) * op(B[b]) (K x N) for b < nb, row-major, through BLAS.
  * OpenBLAS runs single-threaded (its threaded GEMM gives different bits for different thread
- * counts); the pool splits the work instead, over a grid of GEMM_TM x GEMM_TN tiles of C fixed by
- * the shape alone. Every tile is one sgemm/dgemm over the whole K, so each element's sum is the
- * same whichever thread computes its tile: bits never depend on the thread count. */
-#define GEMM_TM 512
-#define GEMM_TN 1024
+ * counts); the pool splits the work instead, over batch elements x a grid of rm x rn tiles of C
+ * chosen from the shape alone (gemm_grid). Every tile is one sgemm/dgemm over the whole K, so
+ * each element's sum is the same whichever thread computes its tile: bits never depend on the
+ * thread count. */
+typedef struct gemm_run {
+    const ex_gemm *g;
+    int64_t rm, rn; /* rows and columns of a tile (the last ones in M and N may be smaller) */
+} gemm_run;
 
 static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
-    const ex_gemm *g = arg;
+    (void)ith;
+    const gemm_run *run = arg;
+    const ex_gemm *g = run->g;
     size_t es = ot_dtype_size(g->t);
     int lda = (int)(g->ta ? g->M : g->K), ldb = (int)(g->tb ? g->K : g->N), ldc = (int)g->N;
     if (lda < 1) lda = 1;
@@ -57,9 +68,9 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
     if (ldc < 1) ldc = 1;
     for (int64_t w = begin; w < end; w++) {
         int64_t b = w / (g->tm * g->tn), t = w % (g->tm * g->tn);
-        int64_t m0 = (t / g->tn) * GEMM_TM, n0 = (t % g->tn) * GEMM_TN;
-        int64_t mm = g->M - m0 < GEMM_TM ? g->M - m0 : GEMM_TM;
-        int64_t nn = g->N - n0 < GEMM_TN ? g->N - n0 : GEMM_TN;
+        int64_t m0 = (t / g->tn) * run->rm, n0 = (t % g->tn) * run->rn;
+        int64_t mm = g->M - m0 < run->rm ? g->M - m0 : run->rm;
+        int64_t nn = g->N - n0 < run->rn ? g->N - n0 : run->rn;
         const char *a = (const char *)g->a + (size_t)(b * g->M * g->K) * es;
         const char *bb = (const char *)g->b + (size_t)(b * g->K * g->N) * es;
         char *c = (char *)g->c + (size_t)(b * g->M * g->N + m0 * g->N + n0) * es;
@@ -70,6 +81,13 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
                 memset(c + (size_t)(r * g->N) * es, 0, (size_t)nn * es);
             continue;
         }
+#if GEMM_CSR_FTZ
+        /* Under the reference's FTZ: the FPU flushes every subnormal input (DAZ) and result (FTZ)
+         * of the GEMM, as the reference's arithmetic does, instead of a pass over C afterwards
+         * (a quarter of a K = 10 GEMM's time). This thread's mode is restored after the call. */
+        unsigned int csr = _mm_getcsr();
+        if (g->ftz) _mm_setcsr(csr | 0x8040u);
+#endif
         if (g->t == OT_F32)
             cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                         g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0f,
@@ -78,9 +96,65 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
             cblas_dgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                         g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0,
                         (const double *)a, lda, (const double *)bb, ldb, 0.0, (double *)c, ldc);
+#if GEMM_CSR_FTZ
+        if (g->ftz) _mm_setcsr(csr);
+#else
         if (g->ftz)
             for (int64_t r = 0; r < mm; r++) ex_flush_out(g->t, c + (size_t)(r * g->N) * es, nn);
+#endif
     }
+}
+
+/* The tile grid, from the shape alone (never the thread count: see gemm_tiles).
+ * Aim: GEMM_TARGET work items in all (batch elements x tiles) so that any pool of up to about 8
+ * threads gets an even share, each tile at least GEMM_MIN_TILE multiply-adds (below that a
+ * tile's own packing and call overhead outweigh the parallelism; the whole GEMM stays one tile).
+ * Batch elements count first: a batch of >= GEMM_TARGET elements keeps each element whole.
+ * Otherwise each element is cut into about t tiles. Every tile packs its rows of A and its
+ * columns of B again (K x (tm N + tn M) packed in all), so the grid is the tm x tn with
+ * about t tiles that packs least, i.e. tiles about as square as M and N allow; tile sides are
+ * multiples of 16 (the kernels' vector widths and register blocks divide 16) and at least 64
+ * rows or columns. A narrow N (< 128) is never split (column tiles would be narrower than the
+ * kernels' packing panels); M alone carries the split. */
+#define GEMM_TARGET   8
+#define GEMM_MIN_TILE ((int64_t)1 << 19)
+
+static int64_t cdiv(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+static int64_t side(int64_t n, int64_t parts) { /* n cut in `parts`: rounded up to 16, >= 64 */
+    int64_t s = (cdiv(n, parts) + 15) / 16 * 16;
+    return s < 64 ? 64 : s;
+}
+
+static void gemm_grid(ex_gemm *g, gemm_run *run) {
+    run->g = g;
+    run->rm = g->M > 0 ? g->M : 1;
+    run->rn = g->N > 0 ? g->N : 1;
+    int64_t mnk = g->M * g->N * (g->K ? g->K : 1);
+    int64_t t = g->nb >= GEMM_TARGET ? 1 : cdiv(GEMM_TARGET, g->nb);
+    if (mnk / GEMM_MIN_TILE < t) t = mnk / GEMM_MIN_TILE;
+    if (t > 1) {
+        int64_t best_cost = -1, best_n = 0;
+        /* pm rows of tiles x enough columns for t; sides rounded up may give fewer tiles: the
+         * grid with the most tiles up to t wins, then the least packed volume tm N + tn M */
+        for (int64_t pm = 1; pm <= t; pm++) {
+            int64_t pn = cdiv(t, pm);
+            if (g->N < 128 && pn > 1) continue;
+            int64_t rm = side(g->M, pm), rn = pn > 1 ? side(g->N, pn) : g->N;
+            int64_t tm = cdiv(g->M, rm), tn = cdiv(g->N, rn);
+            int64_t n = tm * tn < t ? tm * tn : t, cost = tm * g->N + tn * g->M;
+            if (n > best_n || (n == best_n && cost < best_cost)) {
+                best_n = n;
+                best_cost = cost;
+                run->rm = rm;
+                run->rn = rn;
+            }
+        }
+    }
+    g->tm = cdiv(g->M, run->rm);
+    g->tn = cdiv(g->N, run->rn);
 }
 
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
@@ -94,11 +168,11 @@ void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
      * the application changed it since */
     pthread_once(&g_blas_once, blas_one_thread);
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-    g->tm = (g->M + GEMM_TM - 1) / GEMM_TM;
-    g->tn = (g->N + GEMM_TN - 1) / GEMM_TN;
+    gemm_run run;
+    gemm_grid(g, &run);
     /* "bytes" for the inline decision: the multiply-adds, scaled so ~64K of them stay inline */
     int64_t work = g->nb * g->M * g->N * (g->K ? g->K : 1);
-    ex_par_for(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, g);
+    ex_par_for(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, &run);
 }
 
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
