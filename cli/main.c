@@ -14,12 +14,14 @@ extern const cli_command cli_cmd_hlo;
 extern const cli_command cli_cmd_launch;
 extern const cli_command cli_cmd_ntp;
 extern const cli_command cli_cmd_run;
+extern const cli_command cli_cmd_simulate;
 extern const cli_command cli_cmd_topo;
 extern const cli_command cli_cmd_train;
 
 static const cli_command *const commands[] = {
-    &cli_cmd_bench,  &cli_cmd_cache, &cli_cmd_ckpt, &cli_cmd_compile, &cli_cmd_hlo,
-    &cli_cmd_launch, &cli_cmd_ntp,   &cli_cmd_run,  &cli_cmd_topo,    &cli_cmd_train,
+    &cli_cmd_bench,    &cli_cmd_cache,  &cli_cmd_ckpt,  &cli_cmd_compile,
+    &cli_cmd_hlo,      &cli_cmd_launch, &cli_cmd_ntp,   &cli_cmd_run,
+    &cli_cmd_simulate, &cli_cmd_topo,   &cli_cmd_train,
 };
 
 static const cli_command *find_command(const char *name) {

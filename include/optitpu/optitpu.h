@@ -18,5 +18,6 @@
 #include "optitpu/tpu_optim.h"
 #include "optitpu/autodiff.h"
 #include "optitpu/train.h"
+#include "optitpu/sim.h"
 
 #endif /* OPTITPU_OPTITPU_H */

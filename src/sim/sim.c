@@ -1,0 +1,382 @@
+/*
+ * The training-step simulator: roofline compute per kernel, the pod's collective cost model for
+ * the gradients, memory per chip, checkpoint goodput (docs/simulate.md).
+ */
+#include "optitpu/sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "optitpu/core.h"
+
+/* ---- device presets --------------------------------------------------------------------------
+ * Per-chip figures from Google Cloud's TPU pages (docs/simulate.md lists the URLs):
+ *   v4:  275 TFLOP/s bf16 or int8, HBM2 32 GiB at 1200 GB/s, 4 chips per host;
+ *   v5e: 197 TFLOP/s bf16, 393 TOP/s int8, HBM2 16 GB at 819 GB/s, 8 chips per host;
+ *   v5p: 459 TFLOP/s bf16, HBM2e 95 GB at 2765 GB/s, 4 chips per host.
+ * f32 dots are taken at JAX's default precision on TPU (one bf16 pass), so at the bf16 peak.
+ * Not published, so assumptions named in the docs: the launch cost (1 us per kernel) and the
+ * checkpoint bandwidth per host (1 GB/s write, 2 GB/s read). */
+typedef struct {
+    const char *name;
+    double bf16_tflops, int8_tops, hbm_gbs, hbm_gb;
+    int chips_per_host;
+} tpu_spec;
+
+static const tpu_spec tpu_specs[] = {
+    {"v4", 275, 275, 1200, 32 * 1.073741824, 4},
+    {"v5e", 197, 393, 819, 16, 8},
+    {"v5p", 459, 459, 2765, 95, 4},
+};
+
+ot_status ot_sim_device_preset(const char *name, ot_sim_device *out) {
+    if (!name || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: NULL device name or output");
+    size_t len = strcspn(name, "-");
+    for (size_t i = 0; i < sizeof tpu_specs / sizeof tpu_specs[0]; i++) {
+        const tpu_spec *s = &tpu_specs[i];
+        if (strlen(s->name) != len || strncmp(s->name, name, len) != 0) continue;
+        memset(out, 0, sizeof *out);
+        snprintf(out->name, sizeof out->name, "%s", s->name);
+        out->peak_flops_bf16 = out->peak_flops_f32 = s->bf16_tflops * 1e12;
+        out->peak_flops_int8 = s->int8_tops * 1e12;
+        out->hbm_bytes_per_s = s->hbm_gbs * 1e9;
+        out->hbm_capacity_bytes = s->hbm_gb * 1e9;
+        out->launch_s = 1e-6;
+        out->chips_per_host = s->chips_per_host;
+        out->ckpt_write_bytes_per_s = 1e9;
+        out->ckpt_read_bytes_per_s = 2e9;
+        return OT_OK;
+    }
+    return ot_error(OT_ERR_INVALID_ARGUMENT,
+                    "sim: no device model '%s' (v4, v5e, v5p; 'host' is measured on this machine)",
+                    name);
+}
+
+void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devices, ot_sim_device *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "host");
+    out->peak_flops_f32 = out->peak_flops_bf16 = out->peak_flops_int8 = cal->dot_flops;
+    out->hbm_bytes_per_s = cal->stream_bytes_per_s;
+    out->hbm_capacity_bytes = INFINITY; /* host memory: no per-device capacity */
+    out->launch_s = cal->launch_s;
+    out->chips_per_host = 1 << 30; /* one process writes the checkpoint */
+    out->ckpt_write_bytes_per_s = cal->write_bytes_per_s;
+    out->ckpt_read_bytes_per_s = cal->read_bytes_per_s;
+    out->shared_host = true;
+    out->cores = cal->cores > 0 ? cal->cores : 1;
+    int n = devices < 1 ? 1 : devices > 8 ? 8 : devices;
+    /* the members copy at the same time over one memory bus */
+    out->shm_cost.alpha_us = n >= 2 ? cal->alpha_s[n] * 1e6 : 0;
+    out->shm_cost.gbytes_per_s = cal->memcpy_bytes_per_s / 1e9 / (devices > 0 ? devices : 1);
+}
+
+/* ---- compute ---------------------------------------------------------------------------------- */
+
+static double kernel_peak(const ot_sim_device *d, ot_dtype dt) {
+    switch (dt) {
+    case OT_BF16:
+    case OT_F16: return d->peak_flops_bf16;
+    case OT_S8:
+    case OT_U8: return d->peak_flops_int8;
+    default: return d->peak_flops_f32;
+    }
+}
+
+double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale, int share,
+                        double *flops) {
+    double t = 0, f = 0;
+    if (share < 1) share = 1;
+    /* threads beyond the cores wait their turn for a launch too */
+    double launch = d->launch_s * (d->shared_host && share > d->cores ? (double)share / d->cores
+                                                                      : 1.0);
+    int n = ot_executable_kernel_count(e);
+    for (int k = 0; k < n; k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        int32_t slot = kn->ninputs > 0 ? kn->inputs[0] : kn->noutputs > 0 ? kn->outputs[0] : -1;
+        ot_dtype dt = slot >= 0 ? ot_executable_slot(e, slot)->shape.dtype : OT_F32;
+        double kf = (double)kn->flops * scale;
+        double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
+        double peak = kernel_peak(d, dt) / share, bw = d->hbm_bytes_per_s / share;
+        double tf = peak > 0 ? kf / peak : 0, tb = bw > 0 ? kb / bw : 0;
+        t += (tf > tb ? tf : tb) + launch;
+        f += kf;
+    }
+    if (flops) *flops = f;
+    return t;
+}
+
+/* ---- communication ---------------------------------------------------------------------------- */
+
+double ot_sim_ring_allreduce_s(int n, double bytes, double link_bytes_per_s, double alpha_s) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / link_bytes_per_s + 2.0 * (n - 1) * alpha_s;
+}
+
+/* A communicator that only answers the cost model (ot_coll_cost_us): its transport moves
+ * nothing. With exchange_ptrs it is priced as shared memory, like the in-process world. */
+static ot_status model_sendrecv(void *ctx, int to, const void *sbuf, size_t sbytes, int from,
+                                void *rbuf, size_t rbytes, uint64_t deadline_ns) {
+    (void)ctx, (void)to, (void)sbuf, (void)sbytes, (void)from, (void)rbuf, (void)rbytes;
+    (void)deadline_ns;
+    return ot_error(OT_ERR_FAILED_PRECONDITION, "sim: a cost-model communicator moves no data");
+}
+static ot_status model_exchange(void *ctx, void *mine, void **all, uint64_t deadline_ns) {
+    (void)ctx, (void)mine, (void)all, (void)deadline_ns;
+    return ot_error(OT_ERR_FAILED_PRECONDITION, "sim: a cost-model communicator moves no data");
+}
+static const ot_comm_vtable link_vt = {.name = "sim-links", .sendrecv = model_sendrecv};
+static const ot_comm_vtable shm_vt = {
+    .name = "sim-shm", .sendrecv = model_sendrecv, .exchange_ptrs = model_exchange};
+
+static ot_status model_comm(const ot_sim_config *c, int n, ot_comm **out) {
+    bool shm = c->device.shared_host && !c->topology;
+    OT_CHECK(ot_comm_create(shm ? &shm_vt : &link_vt, NULL, 0, n, out));
+    if (shm) {
+        ot_comm_set_cost_params(*out, c->device.shm_cost);
+        return OT_OK;
+    }
+    ot_status s = ot_comm_set_topology(*out, c->topology);
+    if (s != OT_OK) {
+        ot_comm_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+/* Cost in seconds of one collective on the model communicator; the chosen algorithm in *used. */
+static ot_status coll_s(const ot_comm *m, ot_coll_kind k, ot_coll_algo a, size_t bytes, double *t,
+                        ot_coll_algo *used) {
+    ot_coll_algo x = a == OT_ALGO_AUTO ? ot_coll_choose(m, k, bytes) : a;
+    double us = ot_coll_cost_us(m, k, x, bytes);
+    if (us < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: %s does not implement %s on %d chips",
+                        ot_coll_algo_name(x), ot_coll_kind_name(k), ot_comm_size(m));
+    *t = us * 1e-6;
+    if (used) *used = x;
+    return OT_OK;
+}
+
+/* ---- goodput ---------------------------------------------------------------------------------- */
+
+double ot_sim_daly_interval_s(double delta, double m) {
+    if (!(m > 0) || isinf(m)) return INFINITY;
+    if (delta >= 2 * m) return m;
+    double x = delta / (2 * m);
+    return sqrt(2 * delta * m) * (1 + sqrt(x) / 3 + x / 9) - delta;
+}
+
+double ot_sim_useful_fraction(double tau, double delta, double r, double m) {
+    if (!(tau > 0)) return 0;
+    if (!(m > 0) || isinf(m)) return tau / (tau + delta);
+    /* Daly: wall time = M e^(R/M) (e^((tau+delta)/M) - 1) per tau of work */
+    return tau / (m * exp(r / m) * expm1((tau + delta) / m));
+}
+
+/* ---- the step --------------------------------------------------------------------------------- */
+
+ot_sim_config ot_sim_config_default(void) {
+    ot_sim_config c;
+    memset(&c, 0, sizeof c);
+    c.global_batch = 128;
+    c.optimizer_states = 2;
+    c.optimizer_flops = 12;
+    c.overlap = true;
+    c.backward_fraction = 2.0 / 3.0;
+    c.bucket_bytes = 25 << 20;
+    c.algo = OT_ALGO_AUTO;
+    return c;
+}
+
+static const double GiB = 1024.0 * 1024 * 1024;
+
+ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
+    if (!c || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: NULL config or result");
+    memset(out, 0, sizeof *out);
+    int n = c->chips;
+    if (c->topology) {
+        int ts = ot_topology_size(c->topology);
+        if (n != 0 && n != ts)
+            return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: %d chips but topology %s has %d", n,
+                            ot_topology_name(c->topology), ts);
+        n = ts;
+    } else if (!c->device.shared_host) {
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "sim: device '%s' needs a topology (only host devices share memory)",
+                        c->device.name);
+    }
+    if (n < 1) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: %d chips", n);
+    if (!c->step || c->step_batch < 1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: no step executable (step_batch %lld)",
+                        (long long)c->step_batch);
+    if (c->global_batch < 1 || c->global_batch % n != 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "sim: batch %lld is not divisible by the data-parallel degree %d "
+                        "(%lld = %d x %lld + %lld)",
+                        (long long)c->global_batch, n, (long long)c->global_batch, n,
+                        (long long)(c->global_batch / n), (long long)(c->global_batch % n));
+    if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 ||
+        c->ckpt_every < 0 || c->mtbf_hours < 0 || c->restart_s < 0 ||
+        !(c->backward_fraction >= 0 && c->backward_fraction <= 1))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "sim: negative size, interval or MTBF, or a backward fraction outside "
+                        "[0, 1] (%g)",
+                        c->backward_fraction);
+    const ot_sim_device *d = &c->device;
+    int share = d->shared_host ? n : 1;
+    out->chips = n;
+    out->per_chip_batch = c->global_batch / n;
+    double scale = (double)out->per_chip_batch / (double)c->step_batch;
+    out->kernels = ot_executable_kernel_count(c->step);
+    out->compute_s = ot_sim_compute_s(d, c->step, scale, share, &out->flops);
+
+    /* gradients in buckets, in the order the backward pass finishes them */
+    double G = (double)c->param_bytes;
+    double bucket = c->bucket_bytes > 0 ? (double)c->bucket_bytes : G;
+    int nb = G > 0 ? (int)ceil(G / bucket) : 0;
+    out->buckets = nb;
+    snprintf(out->algo, sizeof out->algo, "%s", n > 1 && nb ? "" : "none");
+    double comm_end = 0, total = 0, gather = 0;
+    if (n > 1 && nb > 0) {
+        ot_comm *m;
+        OT_CHECK(model_comm(c, n, &m));
+        ot_status s = OT_OK;
+        double bwd_start = out->compute_s * (1 - c->backward_fraction);
+        double done = 0, biggest = -1;
+        for (int b = 0; b < nb && s == OT_OK; b++) {
+            double sz = b < nb - 1 ? bucket : G - bucket * (nb - 1);
+            done += sz;
+            double t = 0;
+            ot_coll_algo used = OT_ALGO_RING;
+            if (c->shard_optimizer) {
+                size_t per = (size_t)ceil(sz / n); /* each member's block */
+                s = coll_s(m, OT_COLL_REDUCE_SCATTER, c->algo, per, &t, &used);
+            } else {
+                s = coll_s(m, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, &t, &used);
+            }
+            if (s != OT_OK) break;
+            if (sz > biggest) {
+                biggest = sz;
+                snprintf(out->algo, sizeof out->algo, "%s", ot_coll_algo_name(used));
+            }
+            double ready = c->overlap ? bwd_start + out->compute_s * c->backward_fraction * done / G
+                                      : out->compute_s;
+            comm_end = (comm_end > ready ? comm_end : ready) + t;
+            total += t;
+        }
+        /* the updated parameter shards come back in one all-gather after the update */
+        if (s == OT_OK && c->shard_optimizer)
+            s = coll_s(m, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / n), &gather, NULL);
+        ot_comm_free(m);
+        if (s != OT_OK) return s;
+    }
+    out->comm_s = total + gather;
+    /* the all-gather of updated parameters follows the optimizer: never hidden here */
+    double tail = comm_end > out->compute_s ? comm_end - out->compute_s : 0;
+    out->exposed_comm_s = tail + gather;
+
+    /* optimizer: one fused elementwise update over this chip's parameters (f32) */
+    double elems = G / 4.0;
+    double local = c->shard_optimizer ? ceil(elems / n) : elems;
+    if (local > 0) {
+        double bytes = local * 4.0 * (3.0 + 2.0 * c->optimizer_states);
+        double tf = local * c->optimizer_flops / (d->peak_flops_f32 / share);
+        double tb = bytes / (d->hbm_bytes_per_s / share);
+        out->optimizer_s = (tf > tb ? tf : tb) + d->launch_s;
+    }
+    out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s;
+    out->samples_per_s = out->step_s > 0 ? (double)c->global_batch / out->step_s : 0;
+
+    /* memory per chip */
+    out->mem_params = G;
+    out->mem_grads = G + (n > 1 ? (bucket < G ? bucket : G) : 0); /* + one fusion buffer */
+    out->mem_optimizer = G * c->optimizer_states / (c->shard_optimizer ? n : 1);
+    out->mem_activations = (double)ot_executable_arena_size(c->step) * scale;
+    out->mem_inputs = (double)c->input_bytes * scale;
+    out->mem_total = out->mem_params + out->mem_grads + out->mem_optimizer +
+                     out->mem_activations + out->mem_inputs;
+    out->mem_capacity = d->hbm_capacity_bytes;
+    out->fits = out->mem_total <= out->mem_capacity;
+
+    /* checkpoints and failures */
+    out->ckpt_bytes = G * (1 + c->optimizer_states);
+    double writers = ceil((double)n / (d->chips_per_host > 0 ? d->chips_per_host : 1));
+    out->ckpt_write_s = out->ckpt_bytes / writers / d->ckpt_write_bytes_per_s;
+    out->ckpt_restore_s = out->ckpt_bytes / writers / d->ckpt_read_bytes_per_s;
+    out->system_mtbf_s = c->mtbf_hours > 0 ? c->mtbf_hours * 3600.0 / n : INFINITY;
+    double M = out->system_mtbf_s, delta = out->ckpt_write_s;
+    double R = out->ckpt_restore_s + c->restart_s;
+    double topt = ot_sim_daly_interval_s(delta, M);
+    if (out->step_s > 0 && !isinf(topt)) {
+        double k = round(topt / out->step_s);
+        out->optimal_ckpt_every = k < 1 ? 1 : k;
+        out->goodput_optimal =
+            ot_sim_useful_fraction(out->optimal_ckpt_every * out->step_s, delta, R, M);
+    } else {
+        out->goodput_optimal = 1; /* no failures: checkpoints are not needed */
+    }
+    out->ckpt_every = c->ckpt_every > 0 ? (double)c->ckpt_every : out->optimal_ckpt_every;
+    out->goodput = out->ckpt_every > 0
+                       ? ot_sim_useful_fraction(out->ckpt_every * out->step_s, delta, R, M)
+                       : out->goodput_optimal;
+    if (!out->fits)
+        return ot_error(OT_ERR_OUT_OF_MEMORY,
+                        "sim: does not fit on %d chips: %.3f GiB per chip (parameters %.3f + "
+                        "gradients and bucket %.3f + optimizer state %.3f + activations %.3f + "
+                        "inputs %.3f) > %.3f GiB of HBM",
+                        n, out->mem_total / GiB, out->mem_params / GiB, out->mem_grads / GiB,
+                        out->mem_optimizer / GiB, out->mem_activations / GiB,
+                        out->mem_inputs / GiB, out->mem_capacity / GiB);
+    return OT_OK;
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------- */
+
+static int jnum(char *b, size_t n, const char *k, double v, bool last) {
+    if (!isfinite(v)) return snprintf(b, n, "\"%s\":null%s", k, last ? "" : ",");
+    return snprintf(b, n, "\"%s\":%.9g%s", k, v, last ? "" : ",");
+}
+
+ot_status ot_sim_result_json(const ot_sim_result *r, char **out) {
+    if (!r || !out) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim json: NULL argument");
+    size_t cap = 2048, k = 0;
+    char *b = ot_malloc(cap);
+    if (!b) return ot_error(OT_ERR_OUT_OF_MEMORY, "sim json");
+#define J(name, v) k += (size_t)jnum(b + k, cap - k, name, (double)(v), false)
+    k += (size_t)snprintf(b + k, cap - k, "{\"chips\":%d,\"algo\":\"%s\",\"fits\":%s,", r->chips,
+                          r->algo, r->fits ? "true" : "false");
+    J("per_chip_batch", r->per_chip_batch);
+    J("kernels", r->kernels);
+    J("flops", r->flops);
+    J("compute_s", r->compute_s);
+    J("comm_s", r->comm_s);
+    J("exposed_comm_s", r->exposed_comm_s);
+    J("optimizer_s", r->optimizer_s);
+    J("step_s", r->step_s);
+    J("samples_per_s", r->samples_per_s);
+    J("buckets", r->buckets);
+    J("mem_params", r->mem_params);
+    J("mem_grads", r->mem_grads);
+    J("mem_optimizer", r->mem_optimizer);
+    J("mem_activations", r->mem_activations);
+    J("mem_inputs", r->mem_inputs);
+    J("mem_total", r->mem_total);
+    J("mem_capacity", r->mem_capacity);
+    J("ckpt_bytes", r->ckpt_bytes);
+    J("ckpt_write_s", r->ckpt_write_s);
+    J("ckpt_restore_s", r->ckpt_restore_s);
+    J("system_mtbf_s", r->system_mtbf_s);
+    J("ckpt_every", r->ckpt_every);
+    J("optimal_ckpt_every", r->optimal_ckpt_every);
+    J("goodput", r->goodput);
+#undef J
+    k += (size_t)jnum(b + k, cap - k, "goodput_optimal", r->goodput_optimal, true);
+    if (k + 2 > cap) {
+        ot_free(b);
+        return ot_error(OT_ERR_INTERNAL, "sim json: buffer too small");
+    }
+    b[k++] = '}';
+    b[k] = 0;
+    *out = b;
+    return OT_OK;
+}

@@ -1,0 +1,308 @@
+/* The training-step simulator: the ring all-reduce formula and nccl-tests' bus bandwidth through
+ * the pod's cost model, roofline compute, memory and its errors, bucket overlap, goodput. */
+#include <math.h>
+#include <string.h>
+
+#include "optitpu/collectives.h"
+#include "optitpu/compiler.h"
+#include "optitpu/ir.h"
+#include "optitpu/sim.h"
+#include "ot_test.h"
+
+static ot_status no_sendrecv(void *ctx, int to, const void *sbuf, size_t sbytes, int from,
+                             void *rbuf, size_t rbytes, uint64_t deadline_ns) {
+    (void)ctx, (void)to, (void)sbuf, (void)sbytes, (void)from, (void)rbuf, (void)rbytes;
+    (void)deadline_ns;
+    return OT_ERR_FAILED_PRECONDITION;
+}
+static const ot_comm_vtable links_vt = {.name = "test-links", .sendrecv = no_sendrecv};
+
+static ot_topology *ring_topo(int n, double gbs, double lat_us) {
+    ot_topology_desc d = ot_topology_desc_default();
+    d.ndims = 1;
+    d.dims[0] = n;
+    d.wrap[0] = true;
+    d.link_gbytes_per_s = gbs;
+    d.link_latency_us = lat_us;
+    ot_topology *t = NULL;
+    if (ot_topology_create(&d, &t) != OT_OK) return NULL;
+    return t;
+}
+
+static ot_executable *compile_hlo(const char *text) {
+    ot_module *m = NULL;
+    ot_executable *e = NULL;
+    ot_compile_options co = ot_compile_options_default();
+    co.native = OT_NATIVE_OFF;
+    if (ot_hlo_parse(text, strlen(text), NULL, &m) == OT_OK) (void)ot_compile(m, &co, &e);
+    ot_module_free(m);
+    return e;
+}
+
+static const char dot_hlo[] =
+    "HloModule d\n"
+    "ENTRY main {\n"
+    "  a = f32[64,128] parameter(0)\n"
+    "  b = f32[128,32] parameter(1)\n"
+    "  ROOT d = f32[64,32] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+    "}\n";
+
+/* The pod's ring all-reduce is 2(n-1)/n * S/B + 2(n-1) alpha, and at alpha 0 nccl-tests' bus
+ * bandwidth of that time is the link bandwidth (busbw = algbw * 2(n-1)/n); reduce-scatter and
+ * all-gather rings likewise with factor (n-1)/n. */
+static void test_ring_formula_and_busbw(void) {
+    const int ns[] = {2, 3, 4, 8, 16, 64, 1000};
+    const double sizes[] = {4096, 1 << 20, 64 << 20};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        int n = ns[i];
+        for (int lat = 0; lat < 2; lat++) {
+            ot_topology *t = ring_topo(n, 50.0, lat ? 1.5 : 0.0);
+            ASSERT_TRUE(t != NULL);
+            ot_comm *c = NULL;
+            ASSERT_OK(ot_comm_create(&links_vt, NULL, 0, n, &c));
+            ASSERT_OK(ot_comm_set_topology(c, t));
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+                double S = sizes[k];
+                double model = ot_coll_cost_us(c, OT_COLL_ALLREDUCE, OT_ALGO_RING, (size_t)S) * 1e-6;
+                double want = 2.0 * (n - 1) / n * S / 50e9 + 2.0 * (n - 1) * (lat ? 1.5e-6 : 0);
+                EXPECT_NEAR(model / want, 1.0, 1e-9);
+                EXPECT_NEAR(ot_sim_ring_allreduce_s(n, S, 50e9, lat ? 1.5e-6 : 0) / want, 1.0,
+                            1e-12);
+                if (lat) continue;
+                /* nccl-tests: busbw of an all-reduce at the ring's time is the link bandwidth */
+                size_t count = (size_t)S / 4;
+                double algbw = ot_coll_algbw_gbs(OT_COLL_ALLREDUCE, n, count, OT_F32, model);
+                EXPECT_NEAR(algbw * ot_coll_bus_factor(OT_COLL_ALLREDUCE, n), 50.0, 1e-6);
+                /* reduce-scatter / all-gather rings: (n-1) steps of one block each */
+                size_t blk = count / (size_t)n;
+                if (blk == 0) continue;
+                for (int kind = 0; kind < 2; kind++) {
+                    ot_coll_kind kk = kind ? OT_COLL_ALLGATHER : OT_COLL_REDUCE_SCATTER;
+                    double tk = ot_coll_cost_us(c, kk, OT_ALGO_RING, blk * 4) * 1e-6;
+                    EXPECT_NEAR(tk / ((n - 1) * (double)blk * 4 / 50e9), 1.0, 1e-9);
+                    double bw = ot_coll_algbw_gbs(kk, n, blk, OT_F32, tk) * ot_coll_bus_factor(kk, n);
+                    EXPECT_NEAR(bw, 50.0, 1e-6);
+                }
+            }
+            ot_comm_free(c);
+            ot_topology_free(t);
+        }
+    }
+    EXPECT_NEAR(ot_coll_bus_factor(OT_COLL_ALLREDUCE, 8), 1.75, 1e-12);
+    EXPECT_NEAR(ot_coll_bus_factor(OT_COLL_ALLGATHER, 8), 0.875, 1e-12);
+    EXPECT_NEAR(ot_sim_ring_allreduce_s(1, 1e9, 1e9, 1), 0.0, 0);
+}
+
+/* The simulator's exposed communication without overlap is the pod model's ring all-reduce. */
+static void test_sim_uses_pod_model(void) {
+    ot_executable *e = compile_hlo(dot_hlo);
+    ASSERT_TRUE(e != NULL);
+    ot_sim_device d;
+    ASSERT_OK(ot_sim_device_preset("v5p", &d));
+    for (int n = 2; n <= 16; n *= 2) {
+        ot_topology *t = ring_topo(n, 25.0, 2.0);
+        ot_sim_config c = ot_sim_config_default();
+        c.device = d;
+        c.topology = t;
+        c.global_batch = 64 * n;
+        c.step = e;
+        c.step_batch = 64;
+        c.param_bytes = 8 << 20;
+        c.overlap = false;
+        c.algo = OT_ALGO_RING;
+        ot_sim_result r;
+        ASSERT_OK(ot_sim_run(&c, &r));
+        EXPECT_INT_EQ(r.chips, n);
+        EXPECT_INT_EQ(r.buckets, 1);
+        EXPECT_STR_EQ(r.algo, "ring");
+        double want = ot_sim_ring_allreduce_s(n, 8 << 20, 25e9, 2e-6);
+        EXPECT_NEAR(r.exposed_comm_s / want, 1.0, 1e-9);
+        EXPECT_NEAR(r.comm_s / want, 1.0, 1e-9);
+        EXPECT_NEAR(r.step_s, r.compute_s + r.exposed_comm_s + r.optimizer_s, 1e-15);
+        /* overlapped: buckets of 1 MiB start during the backward pass; only a tail shows */
+        c.overlap = true;
+        c.bucket_bytes = 1 << 20;
+        c.backward_fraction = 1.0;
+        ot_sim_result o;
+        ASSERT_OK(ot_sim_run(&c, &o));
+        EXPECT_INT_EQ(o.buckets, 8);
+        EXPECT_TRUE(o.exposed_comm_s <= o.comm_s + 1e-15);
+        EXPECT_TRUE(o.exposed_comm_s >= o.comm_s / 8 - 1e-12); /* the last bucket never hides */
+        ot_topology_free(t);
+    }
+    ot_executable_free(e);
+}
+
+static void test_presets(void) {
+    ot_sim_device d;
+    ASSERT_OK(ot_sim_device_preset("v4", &d));
+    EXPECT_NEAR(d.peak_flops_bf16, 275e12, 1);
+    EXPECT_NEAR(d.hbm_bytes_per_s, 1200e9, 1);
+    EXPECT_NEAR(d.hbm_capacity_bytes, 32.0 * 1024 * 1024 * 1024, 1e3);
+    ASSERT_OK(ot_sim_device_preset("v5e-16x16", &d));
+    EXPECT_STR_EQ(d.name, "v5e");
+    EXPECT_NEAR(d.peak_flops_bf16, 197e12, 1);
+    EXPECT_NEAR(d.peak_flops_int8, 393e12, 1);
+    EXPECT_NEAR(d.hbm_bytes_per_s, 819e9, 1);
+    ASSERT_OK(ot_sim_device_preset("v5p", &d));
+    EXPECT_NEAR(d.peak_flops_bf16, 459e12, 1);
+    EXPECT_NEAR(d.hbm_bytes_per_s, 2765e9, 1);
+    EXPECT_NEAR(d.hbm_capacity_bytes, 95e9, 1);
+    EXPECT_STATUS(ot_sim_device_preset("v9", &d), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "v4, v5e, v5p");
+    EXPECT_STATUS(ot_sim_device_preset("v5", &d), OT_ERR_INVALID_ARGUMENT);
+}
+
+/* One dot kernel: 2*64*128*32 FLOPs and (64*128 + 128*32 + 64*32) * 4 bytes. */
+static void test_roofline(void) {
+    ot_executable *e = compile_hlo(dot_hlo);
+    ASSERT_TRUE(e != NULL);
+    ASSERT_TRUE(ot_executable_kernel_count(e) == 1);
+    const ot_kernel *k = ot_executable_kernel(e, 0);
+    EXPECT_INT_EQ(k->flops, 2 * 64 * 128 * 32);
+    EXPECT_INT_EQ(k->bytes_read + k->bytes_written, (64 * 128 + 128 * 32 + 64 * 32) * 4);
+    ot_sim_device d;
+    memset(&d, 0, sizeof d);
+    d.peak_flops_f32 = 1e9, d.peak_flops_bf16 = 1e12, d.hbm_bytes_per_s = 1e9;
+    d.launch_s = 1e-6;
+    double f;
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, &f), 524288e-9 + 1e-6, 1e-12); /* FLOP-bound */
+    EXPECT_NEAR(f, 524288, 0);
+    d.peak_flops_f32 = 1e12;
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 57344e-9 + 1e-6, 1e-12); /* bytes */
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 2.0, 1, NULL), 2 * 57344e-9 + 1e-6, 1e-12);
+    /* shared host devices: each of 4 gets a quarter of the rates; launches wait past 2 cores */
+    d.shared_host = true, d.cores = 2;
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 4, NULL), 4 * 57344e-9 + 2e-6, 1e-12);
+    ot_executable_free(e);
+}
+
+static void test_errors_and_memory(void) {
+    ot_executable *e = compile_hlo(dot_hlo);
+    ASSERT_TRUE(e != NULL);
+    ot_sim_device d;
+    ASSERT_OK(ot_sim_device_preset("v5e", &d));
+    ot_topology *t = NULL;
+    ASSERT_OK(ot_topology_preset("v5e-2x4", &t));
+    ot_sim_config c = ot_sim_config_default();
+    c.device = d;
+    c.topology = t;
+    c.global_batch = 100;
+    c.step = e;
+    c.step_batch = 64;
+    c.param_bytes = 1 << 20;
+    ot_sim_result r;
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "batch 100 is not divisible by the data-parallel degree 8");
+    EXPECT_STR_CONTAINS(ot_last_error(), "100 = 8 x 12 + 4");
+    c.global_batch = 512;
+    c.chips = 4;
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "4 chips but topology v5e-2x4 has 8");
+    c.chips = 0;
+    c.algo = OT_ALGO_DIRECT; /* shared memory only */
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "direct does not implement allreduce on 8 chips");
+    c.algo = OT_ALGO_AUTO;
+    c.topology = NULL; /* a TPU without links */
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    c.topology = t;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_TRUE(r.fits);
+    EXPECT_NEAR(r.mem_params, 1 << 20, 0);
+    EXPECT_NEAR(r.mem_optimizer, 2 << 20, 0);
+    EXPECT_NEAR(r.mem_grads, 2 << 20, 0); /* gradients + one fusion buffer */
+    /* 4 GiB of parameters with Adam: 4 + 8 + 8 > 16 GB of v5e HBM */
+    c.param_bytes = INT64_C(4) << 30;
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_OUT_OF_MEMORY);
+    EXPECT_STR_CONTAINS(ot_last_error(), "does not fit on 8 chips");
+    EXPECT_STR_CONTAINS(ot_last_error(), "> 14.901 GiB of HBM");
+    EXPECT_STR_CONTAINS(ot_last_error(), "parameters 4.000");
+    EXPECT_TRUE(!r.fits);
+    EXPECT_TRUE(r.mem_total > r.mem_capacity);
+    /* sharding the optimizer divides its state by the chips: 4 + 4.02 + 1 GiB fits */
+    c.shard_optimizer = true;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.mem_optimizer, (double)(INT64_C(8) << 30) / 8, 0);
+    EXPECT_TRUE(r.fits);
+    EXPECT_TRUE(strcmp(r.algo, "none") != 0);
+    char *js = NULL;
+    ASSERT_OK(ot_sim_result_json(&r, &js));
+    EXPECT_STR_CONTAINS(js, "\"chips\":8");
+    EXPECT_STR_CONTAINS(js, "\"fits\":true");
+    EXPECT_STR_CONTAINS(js, "\"system_mtbf_s\":null");
+    ot_free(js);
+    ot_topology_free(t);
+    ot_executable_free(e);
+}
+
+/* Young's interval sqrt(2 delta M) is Daly's first term; the useful fraction peaks there. */
+static void test_goodput(void) {
+    double delta = 30, m = 86400;
+    double tau = ot_sim_daly_interval_s(delta, m);
+    EXPECT_NEAR(tau / sqrt(2 * delta * m), 1.0, 0.02);
+    double best = ot_sim_useful_fraction(tau, delta, 60, m);
+    EXPECT_TRUE(best > ot_sim_useful_fraction(tau * 3, delta, 60, m));
+    EXPECT_TRUE(best > ot_sim_useful_fraction(tau / 3, delta, 60, m));
+    EXPECT_TRUE(best < 1 && best > 0.9);
+    /* first order: waste ~ delta/tau + (tau/2 + R)/M */
+    EXPECT_NEAR(1 - best, delta / tau + (tau / 2 + 60) / m, 0.002);
+    EXPECT_NEAR(ot_sim_daly_interval_s(100, 40), 40, 0); /* delta >= 2M: M */
+    EXPECT_TRUE(isinf(ot_sim_daly_interval_s(1, INFINITY)));
+    EXPECT_NEAR(ot_sim_useful_fraction(90, 10, 0, INFINITY), 0.9, 1e-12);
+    /* a pod: MTBF per chip / chips */
+    ot_executable *e = compile_hlo(dot_hlo);
+    ASSERT_TRUE(e != NULL);
+    ot_topology *t = NULL;
+    ASSERT_OK(ot_topology_preset("v4-4x4x4", &t));
+    ot_sim_config c = ot_sim_config_default();
+    ASSERT_OK(ot_sim_device_preset("v4", &c.device));
+    c.topology = t;
+    c.global_batch = 64 * 64;
+    c.step = e;
+    c.step_batch = 64;
+    c.param_bytes = 100 << 20;
+    c.mtbf_hours = 1000;
+    ot_sim_result r;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.system_mtbf_s, 1000 * 3600.0 / 64, 1e-9);
+    EXPECT_NEAR(r.ckpt_bytes, 300 << 20, 0);
+    EXPECT_NEAR(r.ckpt_write_s, (300 << 20) / 16.0 / 1e9, 1e-12); /* 16 hosts of 4 chips */
+    EXPECT_TRUE(r.optimal_ckpt_every >= 1);
+    EXPECT_NEAR(r.ckpt_every, r.optimal_ckpt_every, 0);
+    EXPECT_NEAR(r.goodput, r.goodput_optimal, 0);
+    c.ckpt_every = (int64_t)r.optimal_ckpt_every * 20 + 20;
+    ot_sim_result r2;
+    ASSERT_OK(ot_sim_run(&c, &r2));
+    EXPECT_TRUE(r2.goodput < r.goodput_optimal);
+    ot_topology_free(t);
+    ot_executable_free(e);
+}
+
+/* The whole v5p pod (8,960 chips) through the model communicator. */
+static void test_full_pod(void) {
+    ot_executable *e = compile_hlo(dot_hlo);
+    ASSERT_TRUE(e != NULL);
+    ot_topology *t = NULL;
+    ASSERT_OK(ot_topology_preset("v5p-16x20x28", &t));
+    ot_sim_config c = ot_sim_config_default();
+    ASSERT_OK(ot_sim_device_preset("v5p", &c.device));
+    c.topology = t;
+    c.global_batch = 8960 * 2;
+    c.step = e;
+    c.step_batch = 64;
+    c.param_bytes = INT64_C(1) << 30;
+    ot_sim_result r;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_INT_EQ(r.chips, 8960);
+    EXPECT_INT_EQ(r.per_chip_batch, 2);
+    EXPECT_TRUE(r.comm_s > 0 && isfinite(r.comm_s));
+    /* no algorithm beats the bandwidth bound 2(n-1)/n S / (link) over one link */
+    EXPECT_TRUE(r.comm_s >= 2.0 * 8959 / 8960 * (double)(INT64_C(1) << 30) / 100e9 * 0.999);
+    ot_topology_free(t);
+    ot_executable_free(e);
+}
+
+OT_TEST_MAIN(OT_TEST(test_ring_formula_and_busbw), OT_TEST(test_sim_uses_pod_model),
+             OT_TEST(test_presets), OT_TEST(test_roofline), OT_TEST(test_errors_and_memory),
+             OT_TEST(test_goodput), OT_TEST(test_full_pod))

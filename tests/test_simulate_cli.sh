@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# optitpu simulate: the table on TPU presets, JSON, the SVG, the host model, and clear errors
+# (batch not divisible, too many chips, a model that does not fit, bad arguments).
+set -euo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+expect_fail() { # rc pattern args...
+    local rc=$1 pat=$2
+    shift 2
+    local got=0
+    "$bin" simulate "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
+    if [[ $got -ne $rc ]]; then
+        echo "simulate $*: exit $got, wanted $rc"
+        cat "$tmp/out" "$tmp/err"
+        exit 1
+    fi
+    grep -q -- "$pat" "$tmp/out" "$tmp/err" || { echo "simulate $*: no '$pat'"; cat "$tmp/err"; exit 1; }
+}
+
+"$bin" help simulate | grep -q -- "--shard-optimizer"
+out=$("$bin" simulate --preset v5p-4x4x8 --batch 1024 --hidden 512,512 --svg "$tmp/s.svg")
+grep -q "device v5p: 459 TFLOP/s" <<<"$out"
+grep -q "^   128 v5p-4x4x8 " <<<"$out"
+grep -q "^    64 v5p-4x4x4 " <<<"$out"
+grep -q "^     1 v5p-1x1x1 " <<<"$out"
+grep -q "<polyline" "$tmp/s.svg"
+grep -q "</svg>" "$tmp/s.svg"
+
+# JSON: one object per chip count and a summary; step = compute + exposed comm + optimizer
+"$bin" simulate --preset v5e-16x16 --batch 512 --chips 1,16,256 --mtbf-hours 10000 --json >"$tmp/j"
+python3 - "$tmp/j" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert "summary" in rows[-1] and rows[-1]["summary"]["fits"] == 3, rows[-1]
+res = [r["result"] for r in rows[:-1]]
+assert [r["chips"] for r in res] == [1, 16, 256]
+for r in res:
+    assert abs(r["step_s"] - (r["compute_s"] + r["exposed_comm_s"] + r["optimizer_s"])) < 1e-12
+    assert 0 < r["goodput"] <= 1 and r["optimal_ckpt_every"] >= 1
+assert res[0]["comm_s"] == 0 and res[2]["comm_s"] > 0
+assert rows[2]["topology"] == "v5e-16x16"
+PY
+
+# errors with numbers
+expect_fail 2 "batch 1000 is not divisible by the data-parallel degree 16 (1000 = 16 x 62 + 8)" \
+    --preset v5e-4x4 --batch 1000 --chips 16
+expect_fail 2 "the preset v5e-4x4 has 16 chips" --preset v5e-4x4 --chips 32
+expect_fail 1 "does not fit on 1 chips" --preset v5e-2x2 --batch 4 --chips 1 \
+    --hidden 32768,32768 --inputs 4096
+grep -q "GiB of HBM" "$tmp/out"
+expect_fail 1 "fits on none" --preset v5e-2x2 --batch 4 --hidden 32768,32768 --inputs 4096
+expect_fail 2 "--preset ring-8 has no chip model" --preset ring-8
+expect_fail 1 "unknown kind 'v9'" --preset v9-4
+expect_fail 2 "--allreduce" --allreduce fastest
+expect_fail 2 "--batch: a positive integer" --batch -3
+expect_fail 2 "--chips" --preset v4-4x4x4 --chips 1,x
+expect_fail 1 "cannot open model" --preset v4-4x4x4 --model "$tmp/nope.hlo"
+expect_fail 1 "direct does not implement" --preset v4-2x2x2 --allreduce direct --batch 8
+
+# an HLO file: a parameter whose shape an output repeats is a parameter, the rest is the batch
+cat >"$tmp/step.hlo" <<'HLO'
+HloModule step
+ENTRY main {
+  w = f32[256,256] parameter(0)
+  x = f32[64,256] parameter(1)
+  y = f32[64,256] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  g = f32[256,256] dot(x, y), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT t = (f32[256,256]) tuple(g)
+}
+HLO
+out=$("$bin" simulate --preset v4-2x2x2 --model "$tmp/step.hlo" --batch 64 --chips 1,8)
+grep -q "0.06554 M parameters" <<<"$out"
+grep -q "^     8 v4-2x2x2 " <<<"$out"
+
+# the host model (measured here) with in-process devices
+out=$("$bin" simulate --preset host-2 --batch 64 2>/dev/null)
+grep -q "^     2 host-2 " <<<"$out"
+echo "simulate cli ok"
