@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CLI_BENCH_SUBCOMMANDS(X) X(limits) X(collectives) X(ckpt) X(compile) X(ir) X(optim) X(train)
+#define CLI_BENCH_SUBCOMMANDS(X)                                                                   \
+    X(limits) X(collectives) X(ckpt) X(compile) X(ir) X(optim) X(train) X(simulate)
 
 #define CLI_BENCH_DECLARE(name) extern const cli_command cli_bench_##name;
 CLI_BENCH_SUBCOMMANDS(CLI_BENCH_DECLARE)

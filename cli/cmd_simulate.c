@@ -124,14 +124,15 @@ static int parse_args(int argc, char **argv, sim_args *a) {
         } else if (!strcmp(o, "--chips")) {
             int64_t c[MAX_ROWS];
             if (!parse_list(v, 1, OT_TOPO_MAX_DEVICES, c, MAX_ROWS, &a->nchips))
-                return cli_usage_error(cmd, "--chips: up to %d counts in 1..%d, got '%s'",
-                                       MAX_ROWS, OT_TOPO_MAX_DEVICES, v);
+                return cli_usage_error(cmd, "--chips: up to %d counts in 1..%d, got '%s'", MAX_ROWS,
+                                       OT_TOPO_MAX_DEVICES, v);
             for (int k = 0; k < a->nchips; k++) a->chips[k] = (int)c[k];
         } else if (!strcmp(o, "--allreduce")) {
             int al = ot_coll_algo_from_name(v);
             if (al < 0)
                 return cli_usage_error(
-                    cmd, "--allreduce: auto, ring, halving_doubling, tree, hier2d or direct, got '%s'",
+                    cmd,
+                    "--allreduce: auto, ring, halving_doubling, tree, hier2d or direct, got '%s'",
                     v);
             a->algo = (ot_coll_algo)al;
         } else if (!strcmp(o, "--bucket")) {
@@ -193,7 +194,8 @@ static ot_status workload_open(const sim_args *a, workload *w) {
         return OT_OK;
     }
     FILE *f = fopen(a->model, "rb");
-    if (!f) return ot_error(OT_ERR_NOT_FOUND, "cannot open model '%s' (mlp or an HLO file)", a->model);
+    if (!f)
+        return ot_error(OT_ERR_NOT_FOUND, "cannot open model '%s' (mlp or an HLO file)", a->model);
     fseek(f, 0, SEEK_END);
     long len = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -217,7 +219,8 @@ static ot_status workload_open(const sim_args *a, workload *w) {
     bool *used = calloc((size_t)no + 1, 1);
     if (!used) return ot_error(OT_ERR_OUT_OF_MEMORY, "simulate");
     for (int k = 0; k < np; k++) {
-        const ot_slot *p = ot_executable_slot(w->file_exe, ot_executable_param_slot(w->file_exe, k));
+        const ot_slot *p =
+            ot_executable_slot(w->file_exe, ot_executable_param_slot(w->file_exe, k));
         bool param = false;
         for (int j = 0; j < no && ot_dtype_is_float(p->shape.dtype) && !param; j++) {
             const ot_slot *q =
@@ -362,7 +365,8 @@ static ot_status topology_for(const preset_info *pi, const char *preset, int n, 
     return ot_topology_preset(name, out);
 }
 
-/* ---- output ----------------------------------------------------------------------------------- */
+/* ---- output -----------------------------------------------------------------------------------
+ */
 
 static const double GiB = 1024.0 * 1024 * 1024;
 
@@ -468,8 +472,8 @@ static int run(int argc, char **argv) {
         const char *dn = a.device ? a.device : pi.kind;
         if (ot_sim_device_preset(dn, &dev) != OT_OK) {
             if (!a.device)
-                return cli_usage_error(cmd, "--preset %s has no chip model: add --device v4|v5e|v5p",
-                                       a.preset);
+                return cli_usage_error(
+                    cmd, "--preset %s has no chip model: add --device v4|v5e|v5p", a.preset);
             return cli_fail(cmd);
         }
         if (a.ckpt_w > 0) {
@@ -543,8 +547,7 @@ static int run(int argc, char **argv) {
         c.ckpt_every = a.ckpt_every;
         c.mtbf_hours = a.mtbf;
         c.restart_s = a.restart;
-        if (s == OT_OK)
-            s = workload_step(&w, a.batch / n, &c.step, &c.step_batch, &c.input_bytes);
+        if (s == OT_OK) s = workload_step(&w, a.batch / n, &c.step, &c.step_batch, &c.input_bytes);
         if (s == OT_OK) s = ot_sim_run(&c, &r->r);
         ot_topology_free(t);
         r->ok = s == OT_OK;
@@ -594,8 +597,8 @@ static int run(int argc, char **argv) {
                dev.hbm_bytes_per_s / 1e9, dev.launch_s * 1e6,
                pi.host ? " (the whole machine; N devices share it)" : "");
         printf("%6s %-16s %7s %10s %10s %10s %10s %10s %6s %-16s %9s %8s %8s\n", "chips",
-               "topology", "batch/c", "step", "compute", "exp.comm", "comm", "optimizer",
-               "eff", "algo", "mem GiB", "ckpt/N", "goodput");
+               "topology", "batch/c", "step", "compute", "exp.comm", "comm", "optimizer", "eff",
+               "algo", "mem GiB", "ckpt/N", "goodput");
         for (int i = 0; i < nrows; i++) {
             const ot_sim_result *r = &rows[i].r;
             char st[16], cs[16], ec[16], cm[16], os[16];

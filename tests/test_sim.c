@@ -63,7 +63,8 @@ static void test_ring_formula_and_busbw(void) {
             ASSERT_OK(ot_comm_set_topology(c, t));
             for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
                 double S = sizes[k];
-                double model = ot_coll_cost_us(c, OT_COLL_ALLREDUCE, OT_ALGO_RING, (size_t)S) * 1e-6;
+                double model =
+                    ot_coll_cost_us(c, OT_COLL_ALLREDUCE, OT_ALGO_RING, (size_t)S) * 1e-6;
                 double want = 2.0 * (n - 1) / n * S / 50e9 + 2.0 * (n - 1) * (lat ? 1.5e-6 : 0);
                 EXPECT_NEAR(model / want, 1.0, 1e-9);
                 EXPECT_NEAR(ot_sim_ring_allreduce_s(n, S, 50e9, lat ? 1.5e-6 : 0) / want, 1.0,
@@ -80,7 +81,8 @@ static void test_ring_formula_and_busbw(void) {
                     ot_coll_kind kk = kind ? OT_COLL_ALLGATHER : OT_COLL_REDUCE_SCATTER;
                     double tk = ot_coll_cost_us(c, kk, OT_ALGO_RING, blk * 4) * 1e-6;
                     EXPECT_NEAR(tk / ((n - 1) * (double)blk * 4 / 50e9), 1.0, 1e-9);
-                    double bw = ot_coll_algbw_gbs(kk, n, blk, OT_F32, tk) * ot_coll_bus_factor(kk, n);
+                    double bw =
+                        ot_coll_algbw_gbs(kk, n, blk, OT_F32, tk) * ot_coll_bus_factor(kk, n);
                     EXPECT_NEAR(bw, 50.0, 1e-6);
                 }
             }
@@ -171,9 +173,14 @@ static void test_roofline(void) {
     d.peak_flops_f32 = 1e12;
     EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 57344e-9 + 1e-6, 1e-12); /* bytes */
     EXPECT_NEAR(ot_sim_compute_s(&d, e, 2.0, 1, NULL), 2 * 57344e-9 + 1e-6, 1e-12);
-    /* shared host devices: each of 4 gets a quarter of the rates; launches wait past 2 cores */
+    /* shared host devices: 4 device threads that each get half a core run at half the rates,
+     * launches included; a TPU ignores the count */
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 4, NULL), 57344e-9 + 1e-6, 1e-12);
     d.shared_host = true, d.cores = 2;
-    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 4, NULL), 4 * 57344e-9 + 2e-6, 1e-12);
+    for (int j = 1; j <= 8; j++) d.core_share[j] = j <= 2 ? 1.0 : 2.0 / j;
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 4, NULL), 2 * 57344e-9 + 2e-6, 1e-12);
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 2, NULL), 57344e-9 + 1e-6, 1e-12);
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 16, NULL), 8 * 57344e-9 + 8e-6, 1e-12);
     ot_executable_free(e);
 }
 
@@ -193,7 +200,8 @@ static void test_errors_and_memory(void) {
     c.param_bytes = 1 << 20;
     ot_sim_result r;
     EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
-    EXPECT_STR_CONTAINS(ot_last_error(), "batch 100 is not divisible by the data-parallel degree 8");
+    EXPECT_STR_CONTAINS(ot_last_error(),
+                        "batch 100 is not divisible by the data-parallel degree 8");
     EXPECT_STR_CONTAINS(ot_last_error(), "100 = 8 x 12 + 4");
     c.global_batch = 512;
     c.chips = 4;

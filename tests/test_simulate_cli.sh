@@ -76,4 +76,16 @@ grep -q "^     8 v4-2x2x2 " <<<"$out"
 # the host model (measured here) with in-process devices
 out=$("$bin" simulate --preset host-2 --batch 64 2>/dev/null)
 grep -q "^     2 host-2 " <<<"$out"
+
+# the validation benchmark: predicted beside measured, in one run (figures are not asserted)
+"$bin" bench simulate --devices 1,2 --steps 20 --reps 1 --json >"$tmp/b"
+python3 - "$tmp/b" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rows if r["case"].startswith("train mlp")]
+ars = [r for r in rows if r["case"].startswith("allreduce")]
+assert len(steps) == 2 and len(ars) == 3, rows
+for r in steps + ars:
+    assert r["value"] > 0 and r["baseline_value"] > 0 and r["ratio"] > 0, r
+PY
 echo "simulate cli ok"

@@ -51,13 +51,15 @@ typedef struct ot_sim_device {
     double launch_s;           /* fixed cost per kernel */
     int chips_per_host;        /* chips whose host writes one share of a checkpoint */
     double ckpt_write_bytes_per_s, ckpt_read_bytes_per_s; /* per writing host */
-    /* In-process host devices: every chip is a thread of this machine, so N chips share its
-     * rates (each gets 1/N of peak and bandwidth, launches slow down once N exceeds `cores`),
-     * the gradients move in shared memory (the collectives' shared-memory cost model with
-     * shm_cost: a fitted alpha and the machine's copy bandwidth, shared by the members), and
-     * one process writes the whole checkpoint. */
+    /* In-process host devices: every chip is one thread of this process. Rates above are one
+     * thread's; with N devices each runs at them times core_share[N] (the share of a core each
+     * of N busy threads gets: min(1, cores / N) from calibration),
+     * gradients move in shared memory (the collectives' shared-memory cost model with
+     * shm_cost: the measured per-message cost and copy bandwidth), and one process writes the
+     * whole checkpoint. */
     bool shared_host;
     int cores;
+    double core_share[9]; /* [n] for n = 1..8 devices; beyond 8: core_share[8] * 8 / n */
     ot_cost_params shm_cost;
 } ot_sim_device;
 
@@ -67,19 +69,22 @@ typedef struct ot_sim_device {
 OT_API ot_status ot_sim_device_preset(const char *name, ot_sim_device *out);
 
 typedef struct ot_sim_host_calibration {
-    double dot_flops;     /* f32 dot [256x256]x[256x256] through the runtime, FLOP/s */
-    double stream_bytes_per_s; /* STREAM triad (ot_bench_limits_measure) */
-    double memcpy_bytes_per_s;
-    double launch_s;      /* one-kernel executable, per execute */
+    double dot_flops;              /* f32 dot [256x256]x[256x256] on one thread, FLOP/s */
+    double stream_bytes_per_s;     /* STREAM triad, one thread (ot_bench_limits_measure) */
+    double memcpy_bytes_per_s;     /* memcpy, one thread */
+    double memcpy_all_bytes_per_s; /* memcpy, every core */
+    double launch_s;               /* one-kernel executable, per execute */
     double write_bytes_per_s, read_bytes_per_s; /* file write+fsync, read (bench limits) */
-    double alpha_s[9];    /* fitted all-reduce message cost with n in-process devices (n 2..8) */
+    double alpha_s[9];    /* fitted all-reduce message cost with n in-process devices (2..8) */
+    double core_share[9]; /* of a core, per thread of n busy ones: min(1, cores / n) */
     int cores;
 } ot_sim_host_calibration;
 
-/* Measures this machine (about 2-5 s): a dot through the runtime, bench limits' memcpy, STREAM
- * and file figures (tmp_dir, NULL: $TMPDIR or /tmp), a one-kernel executable's launch cost and
- * the in-process all-reduce's per-message cost. Fills the calibration (may be NULL) and the
- * "host" device model. */
+/* Measures this machine (about 2 s): a dot through the runtime on one thread, bench limits'
+ * memcpy, STREAM and file figures (tmp_dir, NULL: $TMPDIR or /tmp), a one-kernel executable's
+ * launch cost and the in-process all-reduce's per-message cost; the cores are counted. Other
+ * processes' load is not modelled: timings are medians, so they see the machine when it runs. Fills
+ * the calibration (may be NULL) and the "host" device model for one device. */
 OT_API ot_status ot_sim_device_host_calibrate(const char *tmp_dir, ot_sim_device *out,
                                               ot_sim_host_calibration *cal);
 /* The "host" device model from a calibration (for n in-process devices: alpha_s[n]). */
@@ -97,18 +102,18 @@ typedef struct ot_sim_config {
      * approximation: recompile at the per-chip batch for exact figures). */
     const ot_executable *step;
     int64_t step_batch;
-    int64_t param_bytes;       /* model parameters; gradients and each state tensor equal it */
-    int optimizer_states;      /* state tensors per parameter (Adam: 2) */
-    double optimizer_flops;    /* per parameter element (Adam: about 12) */
-    int64_t input_bytes;       /* one chip's batch inputs held during the step */
-    bool shard_optimizer;      /* reduce-scatter, 1/N of the update and state, all-gather */
-    bool overlap;              /* buckets all-reduced while the backward pass runs */
-    double backward_fraction;  /* of the step's compute; default 2/3 */
-    int64_t bucket_bytes;      /* gradient fusion buckets; default 25 MiB */
-    ot_coll_algo algo;         /* OT_ALGO_AUTO: the cost model's choice per bucket */
-    int64_t ckpt_every;        /* steps between checkpoints; 0: the optimal interval */
-    double mtbf_hours;         /* per chip; 0: no failures */
-    double restart_s;          /* lost to a failure beyond the restore (rescheduling) */
+    int64_t param_bytes;      /* model parameters; gradients and each state tensor equal it */
+    int optimizer_states;     /* state tensors per parameter (Adam: 2) */
+    double optimizer_flops;   /* per parameter element (Adam: about 12) */
+    int64_t input_bytes;      /* one chip's batch inputs held during the step */
+    bool shard_optimizer;     /* reduce-scatter, 1/N of the update and state, all-gather */
+    bool overlap;             /* buckets all-reduced while the backward pass runs */
+    double backward_fraction; /* of the step's compute; default 2/3 */
+    int64_t bucket_bytes;     /* gradient fusion buckets; default 25 MiB */
+    ot_coll_algo algo;        /* OT_ALGO_AUTO: the cost model's choice per bucket */
+    int64_t ckpt_every;       /* steps between checkpoints; 0: the optimal interval */
+    double mtbf_hours;        /* per chip; 0: no failures */
+    double restart_s;         /* lost to a failure beyond the restore (rescheduling) */
 } ot_sim_config;
 
 OT_API ot_sim_config ot_sim_config_default(void);
@@ -117,9 +122,9 @@ typedef struct ot_sim_result {
     int chips;
     int64_t per_chip_batch;
     int kernels;
-    double flops;        /* one chip's step */
-    double compute_s;    /* forward+backward, roofline per kernel */
-    double comm_s;       /* every gradient collective, end to end */
+    double flops;          /* one chip's step */
+    double compute_s;      /* forward+backward, roofline per kernel */
+    double comm_s;         /* every gradient collective, end to end */
     double exposed_comm_s; /* comm not hidden under the backward pass */
     double optimizer_s;
     double step_s; /* compute + exposed comm + optimizer */
@@ -143,13 +148,19 @@ typedef struct ot_sim_result {
 OT_API ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out);
 
 /* The roofline time of one executable on one chip, each kernel's FLOPs and bytes scaled by
- * `scale` (> 0), with `share` chips sharing the device (1 for a TPU). */
+ * `scale` (> 0); for a shared host device, with `share` devices running at once (ignored for a
+ * TPU). */
 OT_API double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale,
                                int share, double *flops);
 
+/* One collective priced by the pod's cost model (ot_coll_cost_us) on the topology (or, for a
+ * shared-memory host device with t NULL, on n in-process members with d->shm_cost): seconds, and
+ * the algorithm AUTO picked. bytes as in ot_coll_cost_us (per member). */
+OT_API ot_status ot_sim_collective_s(const ot_sim_device *d, const ot_topology *t, int n,
+                                     ot_coll_kind kind, ot_coll_algo algo, size_t bytes,
+                                     double *seconds, ot_coll_algo *used);
 /* The ring all-reduce time 2(n-1)/n * S/B + 2(n-1) * alpha (seconds; B bytes/s per link). */
-OT_API double ot_sim_ring_allreduce_s(int n, double bytes, double link_bytes_per_s,
-                                      double alpha_s);
+OT_API double ot_sim_ring_allreduce_s(int n, double bytes, double link_bytes_per_s, double alpha_s);
 /* Daly's optimal checkpoint interval (seconds of work between checkpoints) for checkpoint cost
  * delta and system MTBF m (Daly 2006; m when delta >= 2m), and the expected useful
  * fraction of wall time with interval tau, restart r (Daly 2006, exponential failures). */

@@ -53,6 +53,13 @@ ot_status ot_sim_device_preset(const char *name, ot_sim_device *out) {
                     name);
 }
 
+/* The share of a core each of n busy device threads gets (1 for chips of their own). */
+static double core_share(const ot_sim_device *d, int n) {
+    if (!d->shared_host || n < 1) return 1;
+    double c = n <= 8 ? d->core_share[n] : d->core_share[8] * 8.0 / n;
+    return c > 0 && c <= 1 ? c : 1;
+}
+
 void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devices, ot_sim_device *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "host");
@@ -65,13 +72,18 @@ void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devices, ot
     out->ckpt_read_bytes_per_s = cal->read_bytes_per_s;
     out->shared_host = true;
     out->cores = cal->cores > 0 ? cal->cores : 1;
-    int n = devices < 1 ? 1 : devices > 8 ? 8 : devices;
-    /* the members copy at the same time over one memory bus */
-    out->shm_cost.alpha_us = n >= 2 ? cal->alpha_s[n] * 1e6 : 0;
-    out->shm_cost.gbytes_per_s = cal->memcpy_bytes_per_s / 1e9 / (devices > 0 ? devices : 1);
+    for (int k = 1; k <= 8; k++) out->core_share[k] = cal->core_share[k];
+    int n = devices < 1 ? 1 : devices;
+    /* each member copies on its own thread, at its share of a core, over one memory bus */
+    double bw = cal->memcpy_bytes_per_s * core_share(out, n);
+    if (cal->memcpy_all_bytes_per_s > 0 && bw > cal->memcpy_all_bytes_per_s / n)
+        bw = cal->memcpy_all_bytes_per_s / n;
+    out->shm_cost.alpha_us = n >= 2 ? cal->alpha_s[n < 8 ? n : 8] * 1e6 : 0;
+    out->shm_cost.gbytes_per_s = bw / 1e9;
 }
 
-/* ---- compute ---------------------------------------------------------------------------------- */
+/* ---- compute ----------------------------------------------------------------------------------
+ */
 
 static double kernel_peak(const ot_sim_device *d, ot_dtype dt) {
     switch (dt) {
@@ -86,10 +98,8 @@ static double kernel_peak(const ot_sim_device *d, ot_dtype dt) {
 double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale, int share,
                         double *flops) {
     double t = 0, f = 0;
-    if (share < 1) share = 1;
-    /* threads beyond the cores wait their turn for a launch too */
-    double launch = d->launch_s * (d->shared_host && share > d->cores ? (double)share / d->cores
-                                                                      : 1.0);
+    double cs = core_share(d, share); /* a device thread runs this share of the time */
+    double launch = d->launch_s / cs;
     int n = ot_executable_kernel_count(e);
     for (int k = 0; k < n; k++) {
         const ot_kernel *kn = ot_executable_kernel(e, k);
@@ -97,7 +107,7 @@ double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double s
         ot_dtype dt = slot >= 0 ? ot_executable_slot(e, slot)->shape.dtype : OT_F32;
         double kf = (double)kn->flops * scale;
         double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
-        double peak = kernel_peak(d, dt) / share, bw = d->hbm_bytes_per_s / share;
+        double peak = kernel_peak(d, dt) * cs, bw = d->hbm_bytes_per_s * cs;
         double tf = peak > 0 ? kf / peak : 0, tb = bw > 0 ? kb / bw : 0;
         t += (tf > tb ? tf : tb) + launch;
         f += kf;
@@ -106,7 +116,8 @@ double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double s
     return t;
 }
 
-/* ---- communication ---------------------------------------------------------------------------- */
+/* ---- communication ----------------------------------------------------------------------------
+ */
 
 double ot_sim_ring_allreduce_s(int n, double bytes, double link_bytes_per_s, double alpha_s) {
     if (n <= 1) return 0;
@@ -129,14 +140,18 @@ static const ot_comm_vtable link_vt = {.name = "sim-links", .sendrecv = model_se
 static const ot_comm_vtable shm_vt = {
     .name = "sim-shm", .sendrecv = model_sendrecv, .exchange_ptrs = model_exchange};
 
-static ot_status model_comm(const ot_sim_config *c, int n, ot_comm **out) {
-    bool shm = c->device.shared_host && !c->topology;
+static ot_status model_comm(const ot_sim_device *d, const ot_topology *t, int n, ot_comm **out) {
+    bool shm = d->shared_host && !t;
+    if (!shm && !t)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "sim: device '%s' needs a topology (only host devices share memory)",
+                        d->name);
     OT_CHECK(ot_comm_create(shm ? &shm_vt : &link_vt, NULL, 0, n, out));
     if (shm) {
-        ot_comm_set_cost_params(*out, c->device.shm_cost);
+        ot_comm_set_cost_params(*out, d->shm_cost);
         return OT_OK;
     }
-    ot_status s = ot_comm_set_topology(*out, c->topology);
+    ot_status s = ot_comm_set_topology(*out, t);
     if (s != OT_OK) {
         ot_comm_free(*out);
         *out = NULL;
@@ -157,7 +172,21 @@ static ot_status coll_s(const ot_comm *m, ot_coll_kind k, ot_coll_algo a, size_t
     return OT_OK;
 }
 
-/* ---- goodput ---------------------------------------------------------------------------------- */
+ot_status ot_sim_collective_s(const ot_sim_device *d, const ot_topology *t, int n,
+                              ot_coll_kind kind, ot_coll_algo algo, size_t bytes, double *seconds,
+                              ot_coll_algo *used) {
+    if (!d || !seconds) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: NULL argument");
+    if (t) n = ot_topology_size(t);
+    if (n < 1) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: %d members", n);
+    ot_comm *m;
+    OT_CHECK(model_comm(d, t, n, &m));
+    ot_status s = coll_s(m, kind, algo, bytes, seconds, used);
+    ot_comm_free(m);
+    return s;
+}
+
+/* ---- goodput ----------------------------------------------------------------------------------
+ */
 
 double ot_sim_daly_interval_s(double delta, double m) {
     if (!(m > 0) || isinf(m)) return INFINITY;
@@ -173,7 +202,8 @@ double ot_sim_useful_fraction(double tau, double delta, double r, double m) {
     return tau / (m * exp(r / m) * expm1((tau + delta) / m));
 }
 
-/* ---- the step --------------------------------------------------------------------------------- */
+/* ---- the step ---------------------------------------------------------------------------------
+ */
 
 ot_sim_config ot_sim_config_default(void) {
     ot_sim_config c;
@@ -215,20 +245,20 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                         "(%lld = %d x %lld + %lld)",
                         (long long)c->global_batch, n, (long long)c->global_batch, n,
                         (long long)(c->global_batch / n), (long long)(c->global_batch % n));
-    if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 ||
-        c->ckpt_every < 0 || c->mtbf_hours < 0 || c->restart_s < 0 ||
+    if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 || c->ckpt_every < 0 ||
+        c->mtbf_hours < 0 || c->restart_s < 0 ||
         !(c->backward_fraction >= 0 && c->backward_fraction <= 1))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "sim: negative size, interval or MTBF, or a backward fraction outside "
                         "[0, 1] (%g)",
                         c->backward_fraction);
     const ot_sim_device *d = &c->device;
-    int share = d->shared_host ? n : 1;
+    double cs = core_share(d, n);
     out->chips = n;
     out->per_chip_batch = c->global_batch / n;
     double scale = (double)out->per_chip_batch / (double)c->step_batch;
     out->kernels = ot_executable_kernel_count(c->step);
-    out->compute_s = ot_sim_compute_s(d, c->step, scale, share, &out->flops);
+    out->compute_s = ot_sim_compute_s(d, c->step, scale, n, &out->flops);
 
     /* gradients in buckets, in the order the backward pass finishes them */
     double G = (double)c->param_bytes;
@@ -239,7 +269,7 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     double comm_end = 0, total = 0, gather = 0;
     if (n > 1 && nb > 0) {
         ot_comm *m;
-        OT_CHECK(model_comm(c, n, &m));
+        OT_CHECK(model_comm(&c->device, c->topology, n, &m));
         ot_status s = OT_OK;
         double bwd_start = out->compute_s * (1 - c->backward_fraction);
         double done = 0, biggest = -1;
@@ -280,9 +310,9 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     double local = c->shard_optimizer ? ceil(elems / n) : elems;
     if (local > 0) {
         double bytes = local * 4.0 * (3.0 + 2.0 * c->optimizer_states);
-        double tf = local * c->optimizer_flops / (d->peak_flops_f32 / share);
-        double tb = bytes / (d->hbm_bytes_per_s / share);
-        out->optimizer_s = (tf > tb ? tf : tb) + d->launch_s;
+        double tf = local * c->optimizer_flops / (d->peak_flops_f32 * cs);
+        double tb = bytes / (d->hbm_bytes_per_s * cs);
+        out->optimizer_s = (tf > tb ? tf : tb) + d->launch_s / cs;
     }
     out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s;
     out->samples_per_s = out->step_s > 0 ? (double)c->global_batch / out->step_s : 0;
@@ -293,8 +323,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     out->mem_optimizer = G * c->optimizer_states / (c->shard_optimizer ? n : 1);
     out->mem_activations = (double)ot_executable_arena_size(c->step) * scale;
     out->mem_inputs = (double)c->input_bytes * scale;
-    out->mem_total = out->mem_params + out->mem_grads + out->mem_optimizer +
-                     out->mem_activations + out->mem_inputs;
+    out->mem_total = out->mem_params + out->mem_grads + out->mem_optimizer + out->mem_activations +
+                     out->mem_inputs;
     out->mem_capacity = d->hbm_capacity_bytes;
     out->fits = out->mem_total <= out->mem_capacity;
 
@@ -325,12 +355,13 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                         "gradients and bucket %.3f + optimizer state %.3f + activations %.3f + "
                         "inputs %.3f) > %.3f GiB of HBM",
                         n, out->mem_total / GiB, out->mem_params / GiB, out->mem_grads / GiB,
-                        out->mem_optimizer / GiB, out->mem_activations / GiB,
-                        out->mem_inputs / GiB, out->mem_capacity / GiB);
+                        out->mem_optimizer / GiB, out->mem_activations / GiB, out->mem_inputs / GiB,
+                        out->mem_capacity / GiB);
     return OT_OK;
 }
 
-/* ---- JSON ------------------------------------------------------------------------------------- */
+/* ---- JSON -------------------------------------------------------------------------------------
+ */
 
 static int jnum(char *b, size_t n, const char *k, double v, bool last) {
     if (!isfinite(v)) return snprintf(b, n, "\"%s\":null%s", k, last ? "" : ",");

@@ -1,0 +1,215 @@
+/* optitpu bench simulate: the simulator's host model against what this machine measures in the
+ * same run: optitpu train's step time on 1, 2, 4, 8 in-process devices, and in-process
+ * all-reduces (bench collectives' measurement) at several sizes. Rows give the prediction as the
+ * value and the measurement as the baseline; ratio = predicted / measured (1 is exact). */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ot_coll_algo algo;
+    size_t count;
+    int reps;
+    double sec; /* rank 0's median */
+    float *buf[64];
+} ar_job;
+
+static ot_status ar_fn(void *ud, int rank, ot_comm *c) {
+    ar_job *j = ud;
+    ot_coll_options o = ot_coll_options_default();
+    o.algo = j->algo;
+    double t[64];
+    float *b = j->buf[rank];
+    OT_CHECK(ot_comm_allreduce(c, b, b, j->count, OT_F32, OT_REDOP_SUM, &o));
+    for (int r = 0; r < j->reps; r++) {
+        uint64_t t0 = ot_now_ns();
+        OT_CHECK(ot_comm_allreduce(c, b, b, j->count, OT_F32, OT_REDOP_SUM, &o));
+        t[r] = (double)(ot_now_ns() - t0) / 1e9;
+    }
+    if (rank == 0) j->sec = ot_bench_median(t, (size_t)j->reps);
+    return OT_OK;
+}
+
+/* The gradient executable optitpu train compiles for one replica of `per` samples. */
+static ot_status grad_exe(const ot_model *m, int64_t per, int64_t global, ot_executable **out) {
+    ot_module *loss = NULL, *g = NULL;
+    ot_status s = ot_model_build_loss(m, per, 1.0 / (double)global, &loss);
+    int np = ot_model_param_count(m);
+    int64_t wrt[2 * OT_MODEL_MAX_HIDDEN + 4];
+    for (int k = 0; k < np; k++) wrt[k] = k;
+    ot_grad_options go = ot_grad_options_default();
+    go.loss_index = 0;
+    if (s == OT_OK) s = ot_grad(loss, wrt, np, &go, &g);
+    ot_compile_options co = ot_compile_options_default();
+    co.native = OT_NATIVE_OFF;
+    if (s == OT_OK) s = ot_compile(g, &co, out);
+    ot_module_free(loss);
+    ot_module_free(g);
+    return s;
+}
+
+static int run(int argc, char **argv) {
+    const char *cmd = "bench simulate";
+    bool json = false;
+    int64_t steps = 300, reps = 3, batch = 128;
+    int64_t devs[8] = {1, 2, 4, 8};
+    int ndev = 4;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+            if (!cli_parse_i64(argv[++i], 20, 1000000, &steps))
+                return cli_usage_error(cmd, "--steps: 20..1000000");
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            if (!cli_parse_i64(argv[++i], 1, 50, &reps))
+                return cli_usage_error(cmd, "--reps: 1..50");
+        } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            ndev = 0;
+            for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
+                if (ndev >= 8 || !cli_parse_i64(t, 1, 8, &devs[ndev++]))
+                    return cli_usage_error(cmd, "--devices: up to 8 counts in 1..8");
+            if (ndev == 0) return cli_usage_error(cmd, "--devices: up to 8 counts in 1..8");
+        } else {
+            return cli_usage_error(cmd, "unknown or incomplete argument '%s'", argv[i]);
+        }
+    }
+    ot_sim_host_calibration cal;
+    ot_sim_device dev;
+    if (ot_sim_device_host_calibrate(NULL, &dev, &cal) != OT_OK) return cli_fail(cmd);
+    ot_bench_print_header(json);
+    ot_bench_row cr[] = {
+        {"simulate", "host model: f32 dot 256^3", "GFLOP/s", cal.dot_flops / 1e9, NULL, 0, 0},
+        {"simulate", "host model: STREAM triad", "GB/s", cal.stream_bytes_per_s / 1e9, NULL, 0, 0},
+        {"simulate", "host model: memcpy", "GB/s", cal.memcpy_bytes_per_s / 1e9, NULL, 0, 0},
+        {"simulate", "host model: launch per kernel", "us", cal.launch_s * 1e6, NULL, 0, 0},
+        {"simulate", "host model: all-reduce alpha, 8 dev", "us", cal.alpha_s[8] * 1e6, NULL, 0, 0},
+    };
+    for (size_t k = 0; k < sizeof cr / sizeof cr[0]; k++) ot_bench_print(&cr[k], json);
+    double load[3] = {0, 0, 0};
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (fscanf(lf, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = 0;
+        fclose(lf);
+    }
+    ot_bench_row lr = {
+        "simulate", "machine: load average (1 min) / cores", "ratio", load[0] / cal.cores, NULL, 0,
+        0};
+    ot_bench_print(&lr, json);
+
+    ot_model_config mc = ot_model_config_default();
+    ot_model *model = NULL;
+    if (ot_model_create(&mc, &model) != OT_OK) return cli_fail(cmd);
+    int rc = CLI_OK;
+    for (int d = 0; d < ndev && rc == CLI_OK; d++) {
+        int n = (int)devs[d];
+        /* measured: optitpu train's default job on n devices, no checkpoints, one evaluation */
+        double wall[50];
+        for (int64_t r = 0; r < reps && rc == CLI_OK; r++) {
+            ot_train_options o = ot_train_options_default();
+            o.devices = n;
+            o.steps = steps;
+            o.eval_every = steps;
+            o.ckpt_dir = NULL;
+            o.batch_size = batch;
+            if (n != 8) o.topology = NULL;
+            ot_train_report rep;
+            if (ot_train(&o, &rep) != OT_OK) rc = cli_fail(cmd);
+            wall[r] = rc == CLI_OK ? rep.wall_s / (double)rep.steps_run : 0;
+            ot_train_report_clear(&rep);
+        }
+        if (rc != CLI_OK) break;
+        double measured = ot_bench_median(wall, (size_t)reps);
+        /* predicted: the same per-replica executable, all-reduced by tree (train's default)
+         * after the backward pass, Adam's two state tensors */
+        ot_executable *e = NULL;
+        if (grad_exe(model, batch / n, batch, &e) != OT_OK) {
+            rc = cli_fail(cmd);
+            break;
+        }
+        ot_sim_config c = ot_sim_config_default();
+        ot_sim_device_host_from(&cal, n, &c.device);
+        c.chips = n;
+        c.global_batch = batch;
+        c.step = e;
+        c.step_batch = batch / n;
+        c.param_bytes = ot_model_param_elements(model) * 4 + 8; /* + loss and correct count */
+        c.overlap = false;
+        c.algo = n > 1 ? OT_ALGO_TREE : OT_ALGO_AUTO;
+        ot_sim_result sr;
+        ot_status s = ot_sim_run(&c, &sr);
+        ot_executable_free(e);
+        if (s != OT_OK) {
+            rc = cli_fail(cmd);
+            break;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "train mlp digits batch %lld, %d dev: step", (long long)batch,
+                 n);
+        ot_bench_row row = {"simulate",
+                            name,
+                            "ms",
+                            sr.step_s * 1e3,
+                            "optitpu train measured",
+                            measured * 1e3,
+                            sr.step_s / measured};
+        ot_bench_print(&row, json);
+        if (!json)
+            printf("  predicted: compute %.3f ms + exposed all-reduce %.3f ms (%s) + optimizer "
+                   "%.3f ms\n",
+                   sr.compute_s * 1e3, sr.exposed_comm_s * 1e3, sr.algo, sr.optimizer_s * 1e3);
+    }
+    ot_model_free(model);
+    if (rc != CLI_OK) return rc;
+
+    /* collectives: the shared-memory cost model with the calibrated alpha and bandwidth against
+     * in-process all-reduces with the algorithm the model picks */
+    const size_t sizes[] = {4096, 256 << 10, 16 << 20};
+    for (int d = 0; d < ndev && rc == CLI_OK; d++) {
+        int n = (int)devs[d];
+        if (n < 2) continue;
+        ot_sim_device hd;
+        ot_sim_device_host_from(&cal, n, &hd);
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && rc == CLI_OK; k++) {
+            double pred = 0;
+            ot_coll_algo used = OT_ALGO_RING;
+            if (ot_sim_collective_s(&hd, NULL, n, OT_COLL_ALLREDUCE, OT_ALGO_AUTO, sizes[k], &pred,
+                                    &used) != OT_OK) {
+                rc = cli_fail(cmd);
+                break;
+            }
+            ar_job j = {.algo = used, .count = sizes[k] / 4, .reps = sizes[k] > (1 << 20) ? 5 : 41};
+            for (int r = 0; r < n; r++)
+                if (!(j.buf[r] = calloc(j.count, sizeof(float)))) rc = CLI_FAIL;
+            if (rc == CLI_OK && ot_local_run(n, ar_fn, &j, NULL) != OT_OK) rc = cli_fail(cmd);
+            for (int r = 0; r < n; r++) free(j.buf[r]);
+            if (rc != CLI_OK) break;
+            char name[96];
+            snprintf(name, sizeof name, "allreduce %zu KiB, %d dev, %s", sizes[k] >> 10, n,
+                     ot_coll_algo_name(used));
+            ot_bench_row row = {"simulate",  name,        "us", pred * 1e6, "in-process measured",
+                                j.sec * 1e6, pred / j.sec};
+            ot_bench_print(&row, json);
+        }
+    }
+    if (rc == CLI_OK && !json)
+        printf("(value: predicted by the host model calibrated at the start of this run; baseline:"
+               " measured in the same run; ratio = predicted / measured, goal 0.8-1.2 for step "
+               "time)\n");
+    return rc;
+}
+
+const cli_command cli_bench_simulate = {
+    "simulate", "the simulator's host model vs optitpu train and in-process all-reduces, same run",
+    "usage: optitpu bench simulate [--json] [--steps N] [--reps R] [--devices LIST]\n"
+    "\n"
+    "Calibrates the host device model (as optitpu simulate --preset host does), then for each\n"
+    "device count (default 1,2,4,8) runs optitpu train's default job (MLP 64-128-10 on digits,\n"
+    "batch 128, Adam, tree all-reduce, no checkpoints) R times (default 3) for N steps (default\n"
+    "300) and prints the predicted step time beside the measured median; then in-process\n"
+    "all-reduces of 4 KiB, 256 KiB and 16 MiB with the algorithm the model picks, predicted\n"
+    "beside measured. ratio = predicted / measured.\n",
+    run};
