@@ -607,15 +607,18 @@ static int run(int argc, char **argv) {
             fmt_time(r->exposed_comm_s, ec, sizeof ec);
             fmt_time(r->comm_s, cm, sizeof cm);
             fmt_time(r->optimizer_s, os, sizeof os);
-            char ck[16] = "-";
+            char ck[16] = "-", ef[16] = "-", gp[16] = "-";
             if (r->ckpt_every > 0) snprintf(ck, sizeof ck, "%.0f", r->ckpt_every);
-            printf("%6d %-16s %7lld %10s %10s %10s %10s %10s %5.0f%% %-16s %9.3f %8s %7.2f%%%s\n",
-                   r->chips, rows[i].topo, (long long)r->per_chip_batch, st, cs, ec, cm, os,
-                   rows[i].ok ? rows[i].eff * 100 : 0.0, r->algo, r->mem_total / GiB, ck,
-                   r->goodput * 100, rows[i].ok ? "" : "  DOES NOT FIT");
+            if (rows[i].ok) {
+                snprintf(ef, sizeof ef, "%.0f%%", rows[i].eff * 100);
+                snprintf(gp, sizeof gp, "%.2f%%", r->goodput * 100);
+            }
+            printf("%6d %-16s %7lld %10s %10s %10s %10s %10s %6s %-16s %9.3f %8s %8s%s\n", r->chips,
+                   rows[i].topo, (long long)r->per_chip_batch, st, cs, ec, cm, os, ef, r->algo,
+                   r->mem_total / GiB, ck, gp, rows[i].ok ? "" : "  DOES NOT FIT");
         }
         for (int i = 0; i < nrows; i++)
-            if (!rows[i].ok) printf("\n%d chips: %s", rows[i].r.chips, rows[i].note);
+            if (!rows[i].ok) printf("\n%s", rows[i].note);
         if (nbad) printf("\n");
         if (skipped[0])
             printf("\nleft out (batch %lld not divisible): %s chips\n", (long long)a.batch,

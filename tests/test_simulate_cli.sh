@@ -46,7 +46,7 @@ PY
 expect_fail 2 "batch 1000 is not divisible by the data-parallel degree 16 (1000 = 16 x 62 + 8)" \
     --preset v5e-4x4 --batch 1000 --chips 16
 expect_fail 2 "the preset v5e-4x4 has 16 chips" --preset v5e-4x4 --chips 32
-expect_fail 1 "does not fit on 1 chips" --preset v5e-2x2 --batch 4 --chips 1 \
+expect_fail 1 "does not fit on 1 chip" --preset v5e-2x2 --batch 4 --chips 1 \
     --hidden 32768,32768 --inputs 4096
 grep -q "GiB of HBM" "$tmp/out"
 expect_fail 1 "fits on none" --preset v5e-2x2 --batch 4 --hidden 32768,32768 --inputs 4096

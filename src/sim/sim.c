@@ -351,12 +351,12 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                        : out->goodput_optimal;
     if (!out->fits)
         return ot_error(OT_ERR_OUT_OF_MEMORY,
-                        "sim: does not fit on %d chips: %.3f GiB per chip (parameters %.3f + "
+                        "sim: does not fit on %d chip%s: %.3f GiB per chip (parameters %.3f + "
                         "gradients and bucket %.3f + optimizer state %.3f + activations %.3f + "
                         "inputs %.3f) > %.3f GiB of HBM",
-                        n, out->mem_total / GiB, out->mem_params / GiB, out->mem_grads / GiB,
-                        out->mem_optimizer / GiB, out->mem_activations / GiB, out->mem_inputs / GiB,
-                        out->mem_capacity / GiB);
+                        n, n == 1 ? "" : "s", out->mem_total / GiB, out->mem_params / GiB,
+                        out->mem_grads / GiB, out->mem_optimizer / GiB, out->mem_activations / GiB,
+                        out->mem_inputs / GiB, out->mem_capacity / GiB);
     return OT_OK;
 }
 
