@@ -104,6 +104,8 @@ static double cpu_seconds(void) {
 
 typedef struct bench_args {
     bool json, limits, fusion, flat;
+    int state; /* --state: a flat wrapper with compressed state beside the flat f32 one */
+    bool sr;   /* --state bf16-sr: stochastic rounding */
     const char *name;
     int64_t n, k, reps, threads;
 } bench_args;
@@ -113,6 +115,7 @@ typedef struct bench {
     bench_args a;
     ot_optimizer *o;
     ot_tpu_optimizer *t, *tf; /* tf: flat mode (--flat) */
+    ot_tpu_optimizer *tc;     /* --state: flat mode with compressed state */
     ot_device *d;
     ot_threadpool *pool;
     int nthreads;
@@ -121,7 +124,7 @@ typedef struct bench {
     ot_shape *shapes;
     ot_buffer **pb, **gb;
     float **hp, **hg, **hm, **hv; /* the loop's p, g, m, v */
-    double *tt, *tl, *tfl;        /* per rep: step, loop, flat step seconds */
+    double *tt, *tl, *tfl, *tcl;  /* per rep: step, loop, flat step, compressed step seconds */
     ot_bench_limits lim;
     double compile_s;
     const char *nm; /* the optimizer's name */
@@ -150,6 +153,13 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->fusion = false;
         } else if (!strcmp(argv[i], "--flat")) {
             a->flat = true;
+        } else if (!strcmp(argv[i], "--state")) {
+            if (!v || (strcmp(v, "bf16") && strcmp(v, "bf16-sr")))
+                return cli_usage_error(CMD, "--state needs bf16 or bf16-sr");
+            a->state = OT_TPU_STATE_BF16;
+            a->sr = !strcmp(v, "bf16-sr");
+            a->flat = true;
+            i++;
         } else if (!strcmp(argv[i], "--optimizer")) {
             if (!v) return cli_usage_error(CMD, "--optimizer needs a name");
             a->name = v;
@@ -190,8 +200,9 @@ static int bench_prepare(bench *b) {
     b->hm = calloc(k, sizeof *b->hm), b->hv = calloc(k, sizeof *b->hv);
     b->tt = calloc(reps, sizeof *b->tt), b->tl = calloc(reps, sizeof *b->tl);
     b->tfl = calloc(reps, sizeof *b->tfl);
+    b->tcl = calloc(reps, sizeof *b->tcl);
     if (!b->sz || !b->shapes || !b->pb || !b->gb || !b->hp || !b->hg || !b->hm || !b->hv ||
-        !b->tt || !b->tl || !b->tfl) {
+        !b->tt || !b->tl || !b->tfl || !b->tcl) {
         fprintf(stderr, "optitpu %s: out of memory\n", CMD);
         return CLI_FAIL;
     }
@@ -200,8 +211,8 @@ static int bench_prepare(bench *b) {
      * and state (twice with --flat), the staging tensor of one upload, the loop's 4 arrays */
     int64_t n = b->a.n, e = n * (int64_t)sizeof(float), ns = ot_optimizer_state_count(b->o);
     ot_mem_item need[] = {
-        {"parameters and gradients", (b->a.flat ? 4 : 2) * e, true},
-        {"optimizer state", (b->a.flat ? 2 : 1) * ns * e, true},
+        {"parameters and gradients", (b->a.flat ? 4 : 2) * e + (b->a.state ? 2 * e : 0), true},
+        {"optimizer state", (b->a.flat ? 2 : 1) * ns * e + (b->a.state ? ns * e / 2 : 0), true},
         {"upload staging", (n + b->a.k - 1) / b->a.k * (int64_t)sizeof(float), false},
         {"baseline loop arrays", 4 * e, false},
     };
@@ -244,6 +255,14 @@ static int bench_setup(bench *b) {
             ot_tpu_optimizer_add_replica(b->tf, b->d) != OT_OK)
             return cli_fail(CMD);
     }
+    if (b->a.state) {
+        to.flat = true;
+        to.state_format = (ot_tpu_state_format)b->a.state;
+        to.state_stochastic_rounding = b->a.sr;
+        if (ot_tpu_optimizer_create(b->o, b->shapes, (int)k, &to, &b->tc) != OT_OK ||
+            ot_tpu_optimizer_add_replica(b->tc, b->d) != OT_OK)
+            return cli_fail(CMD);
+    }
     return CLI_OK;
 }
 
@@ -258,11 +277,13 @@ static int bench_fill(bench *b) {
         for (int64_t e = 0; e < n; e++) x[e] = (float)sin(0.001 * (double)(e + 7 * i));
         ot_status s = ot_buffer_from_host(b->d, &h, &b->pb[i]);
         if (s == OT_OK && b->tf) s = ot_tpu_optimizer_write_param(b->tf, b->d, (int)i, &h);
+        if (s == OT_OK && b->tc) s = ot_tpu_optimizer_write_param(b->tc, b->d, (int)i, &h);
         b->hp[i] = ot_stream_alloc(nb);
         if (b->hp[i]) memcpy(b->hp[i], x, nb);
         for (int64_t e = 0; e < n; e++) x[e] = (float)(0.01 * cos(0.003 * (double)(e + i)));
         if (s == OT_OK) s = ot_buffer_from_host(b->d, &h, &b->gb[i]);
         if (s == OT_OK && b->tf) s = ot_tpu_optimizer_write_grad(b->tf, b->d, (int)i, &h);
+        if (s == OT_OK && b->tc) s = ot_tpu_optimizer_write_grad(b->tc, b->d, (int)i, &h);
         b->hg[i] = ot_stream_alloc(nb);
         if (b->hg[i]) memcpy(b->hg[i], x, nb);
         /* the loop's arrays are huge-page backed like the device's buffers (memory pool) */
@@ -321,6 +342,13 @@ static int bench_rep(bench *b, int64_t r) {
             b->wall_step += b->tt[r];
         }
     }
+    if (b->tc) { /* compressed state: after the f32 flat step, which alternates with the
+                  * per-tensor one */
+        t0 = ot_now_ns();
+        if (ot_tpu_optimizer_step_flat(b->tc, b->d, 2 + r, lr, &b->ro) != OT_OK)
+            return cli_fail(CMD);
+        b->tcl[r] = (double)(ot_now_ns() - t0) / 1e9;
+    }
     if (b->adam) {
         double c0s = cpu_seconds();
         t0 = ot_now_ns();
@@ -335,7 +363,8 @@ static int bench_rep(bench *b, int64_t r) {
 /* Warm-up step 1, then reps timed steps. */
 static int bench_time(bench *b) {
     if (ot_tpu_optimizer_step(b->t, b->d, b->pb, b->gb, 1, b->lr, &b->ro) != OT_OK ||
-        (b->tf && ot_tpu_optimizer_step_flat(b->tf, b->d, 1, b->lr, &b->ro) != OT_OK))
+        (b->tf && ot_tpu_optimizer_step_flat(b->tf, b->d, 1, b->lr, &b->ro) != OT_OK) ||
+        (b->tc && ot_tpu_optimizer_step_flat(b->tc, b->d, 1, b->lr, &b->ro) != OT_OK))
         return cli_fail(CMD);
     if (b->adam) run_loop(b->pool, &b->lc, 1, b->lr);
     for (int64_t r = 0; r < b->a.reps; r++) {
@@ -428,6 +457,22 @@ static int report_flat(const bench *b, const char *cs, const char *thr, double s
             (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(b->t)), NAN);
     snprintf(c1, sizeof c1, "%s flat parameters != per-tensor's", cs);
     put_row(b, c1, "elements", (double)b->nflatdiff, NULL, 0, 0);
+    if (b->tc) { /* compressed state beside the flat f32 state: time, bytes per parameter */
+        ot_tpu_profile cprof;
+        if (ot_tpu_optimizer_profile(b->tc, &cprof) != OT_OK) return cli_fail(CMD);
+        const char *sn = b->a.sr ? "bf16-state (stochastic rounding)" : "bf16-state";
+        double cs_s = ot_bench_median(b->tcl, (size_t)b->a.reps);
+        snprintf(c1, sizeof c1, "%s flat %s step, %s", cs, sn, thr);
+        snprintf(base, sizeof base, "flat f32-state step, %s", thr);
+        put_row(b, c1, "ms/step", cs_s * 1e3, base, flat_s * 1e3, flat_s / cs_s);
+        double np = (double)b->a.n;
+        snprintf(c1, sizeof c1, "%s flat %s bytes moved per parameter", cs, sn);
+        put_row(b, c1, "B", (double)cprof.bytes_per_step / np, "f32 state",
+                (double)fprof.bytes_per_step / np, NAN);
+        snprintf(c1, sizeof c1, "%s flat %s kernels", cs, sn);
+        put_row(b, c1, "count",
+                (double)ot_executable_kernel_count(ot_tpu_optimizer_executable(b->tc)), NULL, 0, 0);
+    }
     return CLI_OK;
 }
 
@@ -479,6 +524,7 @@ static void bench_free(bench *b) {
     }
     ot_tpu_optimizer_free(b->t);
     ot_tpu_optimizer_free(b->tf);
+    ot_tpu_optimizer_free(b->tc);
     ot_device_free(b->d);
     ot_threadpool_free(b->pool);
     ot_optimizer_free(b->o);
@@ -493,6 +539,7 @@ static void bench_free(bench *b) {
     free(b->tt);
     free(b->tl);
     free(b->tfl);
+    free(b->tcl);
 }
 
 static int run_optim_bench(int argc, char **argv) {
@@ -516,7 +563,8 @@ const cli_command cli_bench_optim = {
     "optim",
     "device optimizer step (one compiled update, donated) vs a fused C loop; GB/s vs STREAM",
     "usage: optitpu bench optim [--optimizer NAME] [--params N] [--tensors K] [--reps R]\n"
-    "                           [--threads T] [--flat] [--no-fusion] [--no-limits] [--json]\n"
+    "                           [--threads T] [--flat] [--state bf16|bf16-sr] [--no-fusion]\n"
+    "                           [--no-limits] [--json]\n"
     "\n"
     "Steps NAME (default adam) over N f32 parameters (default 16M; K/M/G suffixes) split into K\n"
     "tensors of mixed sizes (default 1) with ot_tpu_optimizer on one host device: compile time\n"
@@ -529,6 +577,8 @@ const cli_command cli_bench_optim = {
     "--no-fusion compiles without fusion (plain elementwise kernels). --flat also steps a\n"
     "flat-mode wrapper (one buffer per dtype, one update over it) on the same data in the same\n"
     "run: its step time beside the per-tensor mode's, kernel counts, and the elements where the\n"
-    "two results differ (0: bit-identical).",
+    "two results differ (0: bit-identical). --state bf16 (implies --flat) also steps a flat\n"
+    "wrapper whose moments are kept in bf16 (bf16-sr: stochastic rounding) on the same data:\n"
+    "its step time beside the flat f32-state step, and the bytes each moves per parameter.",
     run_optim_bench,
 };

@@ -27,6 +27,8 @@ static const char usage[] =
     "  --optimizer O        sgd adam adamw rmsprop adagrad ...       (default adam)\n"
     "  --lr X               peak learning rate                       (default 0.003)\n"
     "  --weight-decay X     (default: the optimizer's)\n"
+    "  --state F            optimizer moments kept as f32 | bf16 (rounded to nearest even,\n"
+    "                       half the state bytes)                    (default f32)\n"
     "  --schedule S         constant | cosine | warmup-cosine | step (default warmup-cosine)\n"
     "  --warmup N           warmup steps                             (default 20)\n"
     "  --batch-size N       global batch (per micro-batch)           (default 128)\n"
@@ -263,6 +265,11 @@ static int parse_optim(train_cli *c, const char *a, const char *val, int *i) {
         if (!cli_parse_double(val, &d) || !(d >= 0))
             return cli_usage_error("train", "--weight-decay: a number >= 0");
         c->o.weight_decay = d;
+    } else if (!strcmp(a, "--state")) {
+        NEED();
+        if (strcmp(val, "f32") && strcmp(val, "bf16"))
+            return cli_usage_error("train", "--state: f32 or bf16 (got '%s')", val);
+        c->o.state_format = strcmp(val, "bf16") ? OT_TPU_STATE_F32 : OT_TPU_STATE_BF16;
     } else if (!strcmp(a, "--schedule")) {
         NEED();
         if (strcmp(val, "constant") && strcmp(val, "cosine") && strcmp(val, "warmup-cosine") &&

@@ -149,8 +149,23 @@ for bad in "--resume" "--mpi"; do
   grep -q -- "--grad-compress" "$work/err"
 done
 
+# --state bf16 keeps the moments in bf16: a run resumes from its own checkpoint, an f32-state
+# run does not take it (the state's dtypes differ)
+"$bin" train --devices 2 --steps 20 --eval-every 0 --quiet --state bf16 --ckpt-dir "$work/sb" \
+  --out "$work/out_sb" >/dev/null
+"$bin" train --devices 2 --steps 30 --eval-every 0 --quiet --state bf16 --ckpt-dir "$work/sb" \
+  --resume --out "$work/out_sb" >"$work/sb.txt"
+grep -q "(10 this run)" "$work/sb.txt"
+set +e
+"$bin" train --devices 2 --steps 40 --eval-every 0 --quiet --ckpt-dir "$work/sb" --resume \
+  --out "$work/out_sb" >/dev/null 2>"$work/err"
+rc=$?
+set -e
+[[ $rc -eq 1 ]] || { echo "f32 state resumed a bf16-state checkpoint: exit $rc"; exit 1; }
+grep -q -- "--state F " "$work/help.txt"
+
 # usage errors exit 2 with a message
-for bad in "--devices 0" "--fail-device 3" "--model resnet" "--lr -1" "--schedule sawtooth" "--bogus" \
+for bad in "--state int4" "--devices 0" "--fail-device 3" "--model resnet" "--lr -1" "--schedule sawtooth" "--bogus" \
   "--grad-accum 0" "--grad-compress int4" "--grad-compress topk:2" "--local-sgd 0" \
   "--local-sgd 4 --grad-compress bf16" "--local-sgd 4 --resume" "--local-sgd 4 --fail-device 1@5"; do
   set +e

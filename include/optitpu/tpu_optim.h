@@ -93,6 +93,15 @@ extern "C" {
 
 typedef struct ot_tpu_optimizer ot_tpu_optimizer;
 
+/* How the array state slots (Adam's moments, Lion's and SGD's momentum) are stored between
+ * steps (options.state_format). The update itself always runs in f32: the state is widened
+ * when it is read and compressed again when it is written, inside the update's fused loops (in
+ * flat mode one loop for Adam). Scalar slots and f32 masters stay f32. */
+typedef enum ot_tpu_state_format {
+    OT_TPU_STATE_F32 = 0, /* the update's dtype, as it is (default) */
+    OT_TPU_STATE_BF16,    /* bf16: rounded to nearest even, or stochastically (options) */
+} ot_tpu_state_format;
+
 typedef struct ot_tpu_optimizer_options {
     bool donate;            /* default true: params and state are donated to the update
                                (input_output_alias), updated in place */
@@ -152,7 +161,27 @@ typedef struct ot_tpu_optimizer_options {
      * the flat buffers, in the per-tensor order) and loss scaling work. A scalar state slot
      * (NAdam's mu_product) is kept once per group. */
     bool flat;
+    /* Compressed state (an f32 update: f32, bf16 and f16 parameters): state_format
+     * OT_TPU_STATE_BF16 keeps every array state slot in bf16 (2 bytes instead of 4 per slot and
+     * parameter); its state tensors are bf16 (get_state / set_state). Rounding is to nearest even,
+     * or with state_stochastic_rounding stochastic: the f32 value's low 16 bits plus 16 random
+     * bits, truncated (so a value is rounded up with probability low16 / 65536 and E[stored] =
+     * value), the random bits a counter-based hash of (state_seed, unit, slot, step, element index)
+     * — the unit is the flat group (flat mode) or the parameter, the index the element's in the
+     * unit's buffer: the same seed and steps give the same bits on every run, replica and thread
+     * count. Non-finite values round to nearest. Another format, or an f64 parameter:
+     * INVALID_ARGUMENT. */
+    ot_tpu_state_format state_format;
+    bool state_stochastic_rounding;
+    uint64_t state_seed;
 } ot_tpu_optimizer_options;
+
+/* Stochastic rounding's random bits, as the compiled update computes them (for references and
+ * tests): ot_tpu_sr_key(seed, group, slot) once per state buffer, then element idx of the flat
+ * buffer at step t gets the top 16 bits of ot_tpu_sr_bits(key, t, idx) added to its f32 bits
+ * before truncation to bf16. Pure functions. */
+OT_API uint32_t ot_tpu_sr_key(uint64_t seed, int group, int slot);
+OT_API uint32_t ot_tpu_sr_bits(uint32_t key, int64_t step, int64_t idx);
 
 /* Element alignment of each tensor inside a flat buffer (64 bytes of f32). */
 #define OT_TPU_FLAT_ALIGN 16

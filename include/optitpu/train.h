@@ -155,6 +155,10 @@ typedef struct ot_train_options {
     const char *optimizer; /* a built-in of optim.h (default "adam") */
     double lr;             /* default 3e-3 */
     double weight_decay;   /* set on the optimizer when > 0 */
+    /* How the optimizer keeps its moments between steps (tpu_optim.h's state_format:
+     * OT_TPU_STATE_F32 by default, OT_TPU_STATE_BF16 rounded to nearest even); checkpoints
+     * hold the state in that dtype. */
+    int state_format;
     /* The learning-rate schedule over the run's steps (optim.h's ot_lr_schedule): "constant",
      * "cosine" (to 0), "warmup-cosine" (default: linear warmup from 0 over warmup_steps, then
      * cosine to 0) or "step" (x0.1 every third of the run). */

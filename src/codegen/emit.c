@@ -330,6 +330,18 @@ static bool hw_op_ok(ot_opcode op) {
 static bool hw_instr_ok(const ot_instr *x) {
     if (hw_op_ok(x->opcode)) return true;
 #if defined(__x86_64__) && defined(__SSE2__)
+    /* bit moves and integer ops: a bf16 <-> f32 convert (ot_b2f shifts the bits, ot_f2b rounds
+     * them as integers, after ot_qf), a bitcast-convert, shifts and is-finite (an exponent
+     * test) read and write no float arithmetic the modes could flush (compressed optimizer
+     * state, tpu_optim.h) */
+    if (x->opcode == OT_OP_BITCAST_CONVERT || x->opcode == OT_OP_SHIFT_LEFT ||
+        x->opcode == OT_OP_SHIFT_RIGHT_LOGICAL || x->opcode == OT_OP_IS_FINITE)
+        return true;
+    if (x->opcode == OT_OP_CONVERT && x->noperands == 1 && x->shape.kind == OT_IR_ARRAY &&
+        x->operands[0]->shape.kind == OT_IR_ARRAY) {
+        ot_dtype f = x->operands[0]->shape.array.dtype, t = x->shape.array.dtype;
+        if ((f == OT_F32 && t == OT_BF16) || (f == OT_BF16 && t == OT_F32)) return true;
+    }
     return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
             x->opcode == OT_OP_LOGISTIC) &&
            x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
@@ -677,6 +689,12 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
     case OT_OP_MINIMUM:
         if (sgn) return define(E, x, ctx, t, false, "(%s < %s ? %s : %s)", va, vb, va, vb);
         return define(E, x, ctx, t, false, "((%s)%s < (%s)%s ? %s : %s)", W, va, W, vb, va, vb);
+    case OT_OP_SHIFT_LEFT: /* XLA: an amount (read unsigned) of at least the width gives 0 */
+    case OT_OP_SHIFT_RIGHT_LOGICAL: {
+        int bits = (int)ot_dtype_size(t) * 8;
+        return define(E, x, ctx, t, false, "((%s)%s < %du ? (%s)((%s)%s %s (%s)%s) : (%s)0)", U, vb,
+                      bits, T, U, va, op == OT_OP_SHIFT_LEFT ? "<<" : ">>", U, vb, T);
+    }
     default: return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
     }
 }
@@ -945,6 +963,21 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
         return memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
     }
     case OT_OP_CONVERT: return emit_convert(E, x, ctx);
+    case OT_OP_BITCAST_CONVERT: { /* f32 <-> u32: the same bits (stochastic rounding) */
+        const ot_instr *o = x->operands[0];
+        ot_dtype f = o->shape.kind == OT_IR_ARRAY ? o->shape.array.dtype : OT_DTYPE_INVALID;
+        ot_dtype t = x->shape.array.dtype;
+        const char *fn = f == OT_F32 && t == OT_U32   ? "ot_fbits"
+                         : f == OT_U32 && t == OT_F32 ? "ot_bitsf"
+                                                      : NULL;
+        if (!fn || numel(o) != numel(x))
+            return fail(E, "%s: bitcast-convert %s to %s", x->name, ot_dtype_name(f),
+                        ot_dtype_name(t));
+        int k = operand(E, x, 0, ctx);
+        if (k < 0) return k;
+        char v[32];
+        return define(E, x, ctx, t, false, "%s(%s)", fn, var(E, k, v, sizeof v));
+    }
     case OT_OP_REDUCE: return emit_row_reduce(E, x, ctx);
     case OT_OP_SELECT:
     case OT_OP_CLAMP: return emit_select_clamp(E, x, ctx);

@@ -21,8 +21,9 @@
 enum { CL_LOOP = 0, CL_INPUT = 1 };
 
 /* How deep copies of cheap instructions may feed each other (a broadcast of a converted
- * constant is two deep). */
-enum { MAX_DUP_DEPTH = 3 };
+ * constant is two deep; a bf16 state widened to f32 and read by a lerp, m + c * (g - m), whose
+ * result is also stored rounded, four). */
+enum { MAX_DUP_DEPTH = 4 };
 
 typedef struct cluster {
     int32_t parent; /* union-find */

@@ -53,8 +53,10 @@ struct ot_tpu_optimizer {
     bool *umaster;
     double *ulr;
     ot_optimizer **upopt; /* borrowed from popt */
-    bool *useg; /* [ngroups] the group's optimizer reduces over its tensors (lamb, lars): its
-                 * update is built tensor by tensor over segments of the flat buffers */
+    bool *useg;  /* [ngroups] the group's optimizer reduces over its tensors (lamb, lars): its
+                  * update is built tensor by tensor over segments of the flat buffers */
+    bool *ucomp; /* [ngroups] the group's array state slots are stored compressed
+                  * (opts.state_format) and widened to f32 for the update */
 };
 
 /* What the module updates: the tensors, or (flat mode) the flat groups. */
@@ -90,7 +92,10 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
                                   .lr_scale = NULL,
                                   .weight_decay_mask = NULL,
                                   .trust_ratio_mask = NULL,
-                                  .flat = false};
+                                  .flat = false,
+                                  .state_format = OT_TPU_STATE_F32,
+                                  .state_stochastic_rounding = false,
+                                  .state_seed = 0};
     return o;
 }
 
@@ -274,6 +279,80 @@ static ot_status clip_norm(mbuild *b) {
     return ot_module_status(b->m);
 }
 
+/* A u32 constant broadcast to shape s. */
+static ot_instr *u32_const(ot_computation *c, uint32_t v, ot_shape s) {
+    return ot_build_broadcast(c, ot_build_constant_scalar(c, OT_U32, (double)v), s, NULL, 0);
+}
+
+/* Stochastic rounding's random bits: a counter-based hash of (seed, group, slot) folded into a
+ * key, the step and the element index (murmur3's 32-bit finalizer over idx * golden + key ^
+ * step * c2): deterministic for a seed, independent of threads and replicas. The same function
+ * is ot_tpu_sr_bits (tests) and scripts/optim_state_ref.py. */
+static ot_instr *sr_bits(mbuild *b, ot_shape s, uint32_t key) {
+    ot_computation *c = b->c;
+    ot_shape us = s;
+    us.dtype = OT_U32;
+    /* the row-major linear index: an iota over the element count, reshaped */
+    int64_t ne = ot_shape_numel_unchecked(&s);
+    ot_shape ls;
+    if (ot_shape_make(&ls, OT_U32, 1, &ne) != OT_OK) return NULL;
+    ot_instr *idx = ot_build_reshape(c, ot_build_iota(c, ls, 0), us);
+    ot_instr *st = ot_build_broadcast(c, ot_build_convert(c, b->step, OT_U32), us, NULL, 0);
+    ot_instr *h = ot_build_binary(c, OT_OP_MULTIPLY, idx, u32_const(c, 0x9E3779B1u, us));
+    h = ot_build_binary(c, OT_OP_ADD, h, u32_const(c, key, us));
+    h = ot_build_binary(c, OT_OP_XOR, h,
+                        ot_build_binary(c, OT_OP_MULTIPLY, st, u32_const(c, 0x85EBCA77u, us)));
+    static const uint32_t mul[2] = {0x7FEB352Du, 0x846CA68Bu};
+    static const uint32_t sh[3] = {16, 15, 16};
+    for (int r = 0; r < 3; r++) {
+        h = ot_build_binary(
+            c, OT_OP_XOR, h,
+            ot_build_binary(c, OT_OP_SHIFT_RIGHT_LOGICAL, h, u32_const(c, sh[r], us)));
+        if (r < 2) h = ot_build_binary(c, OT_OP_MULTIPLY, h, u32_const(c, mul[r], us));
+    }
+    return h;
+}
+
+uint32_t ot_tpu_sr_bits(uint32_t key, int64_t step, int64_t idx) {
+    uint32_t h = (uint32_t)idx * 0x9E3779B1u + key;
+    h ^= (uint32_t)step * 0x85EBCA77u;
+    h ^= h >> 16;
+    h *= 0x7FEB352Du;
+    h ^= h >> 15;
+    h *= 0x846CA68Bu;
+    h ^= h >> 16;
+    return h;
+}
+
+uint32_t ot_tpu_sr_key(uint64_t seed, int g, int j) {
+    uint64_t z = seed ^ ((uint64_t)(uint32_t)g << 32) ^ (uint64_t)(uint32_t)(j * 0x9E37u + 1u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL; /* splitmix64's finalizer */
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (uint32_t)(z ^ (z >> 31));
+}
+
+/* Slot j of flat group k, computed in f32 (x), stored in the group's compressed format. */
+static ot_instr *compress_state(mbuild *b, ot_instr *x, int k, int j) {
+    ot_computation *c = b->c;
+    const ot_tpu_optimizer *t = b->t;
+    ot_instr *rne = ot_build_convert(c, x, OT_BF16);
+    if (!t->opts.state_stochastic_rounding || !x) return rne;
+    ot_shape s = x->shape.array, us = s, ps = s;
+    us.dtype = OT_U32;
+    ps.dtype = OT_PRED;
+    /* bits + 16 random bits, low half cleared: rounds the magnitude up with probability
+     * low16 / 65536; the result is exactly representable in bf16, so the convert is exact */
+    ot_instr *r16 = ot_build_binary(c, OT_OP_SHIFT_RIGHT_LOGICAL,
+                                    sr_bits(b, s, ot_tpu_sr_key(t->opts.state_seed, k, j)),
+                                    u32_const(c, 16, us));
+    ot_instr *bits = ot_build_binary(c, OT_OP_ADD, ot_build_bitcast_convert(c, x, OT_U32), r16);
+    bits = ot_build_binary(c, OT_OP_AND, bits, u32_const(c, 0xFFFF0000u, us));
+    ot_instr *sr = ot_build_convert(c, ot_build_bitcast_convert(c, bits, OT_F32), OT_BF16);
+    ot_instr *fin = ot_build_unary(c, OT_OP_IS_FINITE, x);
+    (void)ps;
+    return ot_build_select(c, fin, sr, rne);
+}
+
 /* Unit k's update by its optimizer: outs[k] (the parameter) and its state outputs. */
 static ot_status build_update(mbuild *b, int k) {
     const ot_tpu_optimizer *t = b->t;
@@ -287,6 +366,10 @@ static ot_status build_update(mbuild *b, int k) {
                                           ot_build_constant_scalar(c, OT_F64, P->lr_scale[k]));
     ot_optim_inputs in = {.c = c, .param = w, .grad = b->grads[k], .step = b->step, .lr = lrk};
     for (int j = 0; j < S; j++) in.state[j] = b->st[o0 + j];
+    bool comp = t->ucomp && t->ucomp[k];
+    for (int j = 0; j < S && comp; j++) /* compressed slots: the update reads them in f32 */
+        if (t->sshape[o0 + j].dtype != P->wshape[k].dtype)
+            in.state[j] = ot_build_convert(c, in.state[j], P->wshape[k].dtype);
     /* flat group of lamb/lars: per-tensor norms over its tensors' segments */
     ot_optim_segments sg = {0, b->segoff, b->segshape};
     for (int q = 0; t->flat && t->useg[k] && q < t->nparams; q++) {
@@ -301,8 +384,11 @@ static ot_status build_update(mbuild *b, int k) {
     if (s != OT_OK) return ot_error_wrap(s, t->flat ? "flat group %d" : "parameter %d", k);
     b->outs[k] = P->master[k] ? ot_build_convert(c, r.param, P->pshape[k].dtype) : r.param;
     for (int j = 0; j < S; j++) b->outs[n + o0 + j] = r.state[j];
+    for (int j = 0; j < S && comp; j++)
+        if (t->sshape[o0 + j].dtype != P->wshape[k].dtype)
+            b->outs[n + o0 + j] = compress_state(b, r.state[j], k, j);
     if (P->master[k]) b->outs[n + o0 + S] = r.param;
-    return OT_OK;
+    return ot_module_status(b->m);
 }
 
 /* The root tuple (with loss scaling a step with inf/NaN gradients changes nothing, and
@@ -412,6 +498,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->ulr);
     ot_free(t->upopt);
     ot_free(t->useg);
+    ot_free(t->ucomp);
     ot_executable_free(t->exe);
     for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
     ot_optimizer_free(t->base);
@@ -554,11 +641,12 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
     t->ulr = ot_calloc((size_t)n, sizeof *t->ulr);
     t->upopt = ot_calloc((size_t)n, sizeof *t->upopt);
     t->useg = ot_calloc((size_t)n, sizeof *t->useg);
+    t->ucomp = ot_calloc((size_t)n, sizeof *t->ucomp);
     int *first = ot_calloc((size_t)n, sizeof *first); /* group g's first tensor */
     int64_t *len = ot_calloc((size_t)n, sizeof *len);
     ot_status s = OT_OK;
     if (!t->pgroup || !t->poff || !t->ushape || !t->uwshape || !t->uslots || !t->usoff ||
-        !t->umaster || !t->ulr || !t->upopt || !t->useg || !first || !len) {
+        !t->umaster || !t->ulr || !t->upopt || !t->useg || !t->ucomp || !first || !len) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
         goto done;
     }
@@ -604,12 +692,29 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
         }
         t->uslots[g] = ot_optimizer_state_count(t->upopt[g]);
         nstate += t->uslots[g] + (t->umaster[g] ? 1 : 0);
+        if (s == OT_OK && op->state_format != OT_TPU_STATE_F32) {
+            if (dt != OT_F32)
+                s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                             "ot_tpu_optimizer_create: state format bf16 is not supported for "
+                             "the %s group %d (compressed state needs an f32 update: f32, bf16 "
+                             "or f16 parameters)",
+                             ot_dtype_name(dt), g);
+            t->ucomp[g] = true;
+        }
     }
     t->nstate = nstate;
 done:
     ot_free(first);
     ot_free(len);
     return s;
+}
+
+/* Whether slot j of optimizer o (shape ss, for an update of shape ws) is stored compressed:
+ * the array slots shaped like the update, not a per-parameter scalar (NAdam's mu_product). */
+static bool slot_compressed(const ot_optimizer *o, int j, const ot_shape *ss, const ot_shape *ws) {
+    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(o);
+    if (vt->state_is_scalar && vt->state_is_scalar(o, j)) return false;
+    return ot_shape_equal(ss, ws);
 }
 
 ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
@@ -628,6 +733,10 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "ot_tpu_optimizer_create: loss scaling needs init_scale > 0, "
                         "growth_factor >= 1, 0 < backoff_factor <= 1, growth_interval >= 1");
+    if (op.state_format != OT_TPU_STATE_F32 && op.state_format != OT_TPU_STATE_BF16)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: unknown state format %d (f32, bf16)",
+                        (int)op.state_format);
     if (!isfinite(op.clip_grad_norm) || op.clip_grad_norm < 0 || !isfinite(op.clip_grad_value) ||
         op.clip_grad_value < 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -774,6 +883,8 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             if (j < t->uslots[g]) {
                 OT_CHECK_GOTO(ot_optimizer_state_shape(og, j, &t->uwshape[g], &t->sshape[i]), s,
                               fail);
+                if (t->ucomp[g] && slot_compressed(og, j, &t->sshape[i], &t->uwshape[g]))
+                    t->sshape[i].dtype = OT_BF16;
                 t->sinit[i] = vt->state_init ? vt->state_init(og, j) : 0.0;
                 sn = ot_optimizer_state_name(og, j);
             } else {
@@ -788,10 +899,24 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             }
         }
     }
+    if (!t->flat && op.state_format != OT_TPU_STATE_F32 &&
+        !(t->ucomp = ot_calloc((size_t)nparams, sizeof *t->ucomp))) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+        goto fail;
+    }
     for (int k = 0; k < nparams && !t->flat; k++) {
         t->wshape[k] = param_shapes[k];
         t->master[k] = param_shapes[k].dtype == OT_BF16 || param_shapes[k].dtype == OT_F16;
         if (t->master[k]) t->wshape[k].dtype = OT_F32;
+        if (t->ucomp && t->wshape[k].dtype != OT_F32) {
+            s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                         "ot_tpu_optimizer_create: state format bf16 is not supported for the "
+                         "f64 parameter %d (compressed state needs an f32 update: f32, bf16 or "
+                         "f16 parameters)",
+                         k);
+            goto fail;
+        }
+        if (t->ucomp) t->ucomp[k] = true;
         t->soff[k] = i;
         const ot_optimizer *ok = t->popt[k];
         const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(ok);
@@ -800,6 +925,8 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             if (j < t->slots[k]) {
                 OT_CHECK_GOTO(ot_optimizer_state_shape(ok, j, &t->wshape[k], &t->sshape[i]), s,
                               fail);
+                if (t->ucomp && slot_compressed(ok, j, &t->sshape[i], &t->wshape[k]))
+                    t->sshape[i].dtype = OT_BF16;
                 sn = ot_optimizer_state_name(ok, j);
                 t->sinit[i] = vt->state_init ? vt->state_init(ok, j) : 0.0;
             } else if (t->master[k]) {
@@ -906,6 +1033,8 @@ static ot_status fill_state(const ot_tpu_optimizer *t, int i, ot_tensor *out) {
     for (int64_t e = 0; e < n; e++) {
         if (t->sshape[i].dtype == OT_F32)
             ((float *)out->data)[e] = (float)v;
+        else if (t->sshape[i].dtype == OT_BF16)
+            ((uint16_t *)out->data)[e] = ot_f32_to_bf16((float)v);
         else
             ((double *)out->data)[e] = v;
     }

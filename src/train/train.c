@@ -374,6 +374,7 @@ static ot_status setup_devices(trainer *t) {
         for (int k = 0; k < t->nparams; k++) shapes[k] = *ot_model_param_shape(t->model, k);
         ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
         to.compile_cache = o->compile_cache;
+        to.state_format = (ot_tpu_state_format)o->state_format;
         s = ot_tpu_optimizer_create(t->optim, shapes, t->nparams, &to, &t->topt);
         if (s == OT_OK) {
             ot_tpu_profile tp;
