@@ -121,4 +121,23 @@ def jit(fn=None, **compile_kwargs):
     return _jit(fn, **compile_kwargs)
 
 
+def train(*, on_progress=None, **options):
+    """Runs `optitpu train` in this process (ot_train): data-parallel training of a model on
+    in-process host devices with the CLI's options as keywords (steps, epochs, devices, topology,
+    optimizer, lr, weight_decay, schedule, warmup_steps, batch_size, grad_accum, dataset,
+    synthetic_n, model ("logreg", "mlp", "cnn"), hidden=[...], activation, allreduce,
+    grad_compress, local_sgd, ckpt_dir, ckpt_every, keep, resume, fresh, final_ckpt, fail_device,
+    fail_step, recovery ("shrink", "restore"), eval_every, seed, trace_path, stop_after).
+    on_progress(dict) is called after every step (on the leader device's thread, with the GIL).
+    Returns the report as a dict (ot_train_report_json's fields) with "params": {name: Array},
+    the final parameters."""
+    import json
+
+    report, params = _core.train(options, on_progress)
+    out = json.loads(report)
+    out["params"] = dict(params)
+    return out
+
+
 from . import ckpt, optim  # noqa: E402,F401
+from .pod import Pod  # noqa: E402,F401

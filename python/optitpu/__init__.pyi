@@ -3,6 +3,7 @@ import os
 from typing import Any, Callable, TypeVar
 
 from . import ckpt as ckpt, optim as optim
+from .pod import Pod as Pod
 from ._core import (AlreadyExists as AlreadyExists, Array as Array, Cancelled as Cancelled,
                     CorruptData as CorruptData, Error as Error, Executable as Executable,
                     FailedPrecondition as FailedPrecondition, Internal as Internal,
@@ -21,3 +22,5 @@ def compile(hlo: str | bytes | os.PathLike[str], opt_level: int = ..., *, profil
             cache: bool | str | None = ...) -> Executable: ...
 def load(path: str | os.PathLike[str]) -> Executable: ...
 def jit(fn: F | None = ..., **compile_kwargs: Any) -> Any: ...
+def train(*, on_progress: Callable[[dict[str, Any]], Any] | None = ...,
+          **options: Any) -> dict[str, Any]: ...

@@ -22,6 +22,7 @@
 
 #include <optitpu/optitpu.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1749,6 +1750,502 @@ static PyObject *mod_ckpt_list(PyObject *mod, PyObject *args) {
     return l;
 }
 
+/* ---- pod: collectives over in-process host devices --------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD int n;
+    ot_topology *topo; /* NULL: the collectives' own rings */
+    ot_local_world *world;
+    ot_comm **comms;
+    atomic_int busy; /* a collective in progress (one at a time per pod) */
+} PodObject;
+
+static PyTypeObject *g_pod_type;
+
+static void pod_release_world(PodObject *p) {
+    for (int r = 0; p->comms && r < p->n; r++) ot_comm_free(p->comms[r]);
+    free(p->comms);
+    p->comms = NULL;
+    ot_local_world_free(p->world);
+    p->world = NULL;
+}
+
+/* A fresh world and communicators (also after a failed collective aborted the old ones). */
+static ot_status pod_build_world(PodObject *p) {
+    pod_release_world(p);
+    ot_status st = ot_local_world_create(p->n, &p->world);
+    if (st != OT_OK) return st;
+    p->comms = calloc((size_t)p->n, sizeof *p->comms);
+    if (!p->comms) return ot_error(OT_ERR_OUT_OF_MEMORY, "pod: out of memory");
+    for (int r = 0; r < p->n; r++) {
+        if ((st = ot_local_world_comm(p->world, r, &p->comms[r])) != OT_OK) return st;
+        if (p->topo && (st = ot_comm_set_topology(p->comms[r], p->topo)) != OT_OK) return st;
+    }
+    return OT_OK;
+}
+
+static void pod_dealloc(PyObject *self) {
+    PodObject *p = (PodObject *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    pod_release_world(p);
+    ot_topology_free(p->topo);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *pod_get_size(PyObject *self, void *c) {
+    (void)c;
+    return PyLong_FromLong(((PodObject *)self)->n);
+}
+static PyObject *pod_get_topology(PyObject *self, void *c) {
+    (void)c;
+    PodObject *p = (PodObject *)self;
+    if (!p->topo) Py_RETURN_NONE;
+    return PyUnicode_FromString(ot_topology_name(p->topo));
+}
+
+static PyGetSetDef pod_getset[] = {
+    {"devices", pod_get_size, NULL, "number of devices", NULL},
+    {"topology", pod_get_topology, NULL, "topology name, or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot pod_slots[] = {
+    {Py_tp_dealloc, pod_dealloc},
+    {Py_tp_getset, pod_getset},
+    {Py_tp_doc, "In-process host devices joined by a communicator (optitpu.Pod)."},
+    {0, NULL},
+};
+
+static PyType_Spec pod_spec = {"optitpu._core.PodHandle", sizeof(PodObject), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, pod_slots};
+
+/* _core.pod_create(devices, topology|None) */
+static PyObject *mod_pod_create(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int n;
+    const char *topo = NULL;
+    if (!PyArg_ParseTuple(args, "i|z", &n, &topo)) return NULL;
+    if (n < 1 || n > 4096) return raise_fmt(OT_ERR_INVALID_ARGUMENT, "devices %d: 1..4096", n);
+    allocfunc alloc = (allocfunc)PyType_GetSlot(g_pod_type, Py_tp_alloc);
+    PodObject *p = (PodObject *)alloc(g_pod_type, 0);
+    if (!p) return NULL;
+    p->n = n;
+    atomic_init(&p->busy, 0);
+    ot_status st = OT_OK;
+    if (topo && (st = ot_topology_preset(topo, &p->topo)) == OT_OK &&
+        ot_topology_size(p->topo) != n)
+        st = ot_error(OT_ERR_INVALID_ARGUMENT, "topology %s has %d devices, not %d", topo,
+                      ot_topology_size(p->topo), n);
+    if (st == OT_OK) st = pod_build_world(p);
+    if (st != OT_OK) {
+        Py_DECREF(p);
+        return raise_status(st);
+    }
+    return (PyObject *)p;
+}
+
+typedef struct {
+    ot_comm *comm;
+    ot_coll_kind kind;
+    ot_redop op;
+    int root;
+    ot_coll_options co;
+    const void *send;
+    void *recv;
+    size_t count;
+    ot_dtype dt;
+    ot_status st;
+    char err[256];
+} coll_job;
+
+static void *coll_thread(void *arg) {
+    coll_job *j = arg;
+    switch (j->kind) {
+    case OT_COLL_ALLREDUCE:
+        j->st = ot_comm_allreduce(j->comm, j->send, j->recv, j->count, j->dt, j->op, &j->co);
+        break;
+    case OT_COLL_ALLGATHER:
+        j->st = ot_comm_allgather(j->comm, j->send, j->recv, j->count, j->dt, &j->co);
+        break;
+    case OT_COLL_REDUCE_SCATTER:
+        j->st = ot_comm_reduce_scatter(j->comm, j->send, j->recv, j->count, j->dt, j->op, &j->co);
+        break;
+    case OT_COLL_BROADCAST:
+        j->st = ot_comm_broadcast(j->comm, j->recv, j->count, j->dt, j->root, &j->co);
+        break;
+    case OT_COLL_ALLTOALL:
+        j->st = ot_comm_alltoall(j->comm, j->send, j->recv, j->count, j->dt, &j->co);
+        break;
+    default: j->st = ot_error(OT_ERR_UNIMPLEMENTED, "collective %d", (int)j->kind);
+    }
+    if (j->st != OT_OK) snprintf(j->err, sizeof j->err, "%s", ot_last_error());
+    return NULL;
+}
+
+/* _core.pod_collective(pod, kind, [array per device], op="sum", root=0, algo="auto")
+ *   -> [Array per device] (new arrays; the inputs are read only)
+ * allreduce / broadcast: each output has the input's shape; allgather: [devices * d0, ...];
+ * reduce_scatter: [d0 / devices, ...]; alltoall: the input's shape (d0 divisible by devices). */
+static PyObject *mod_pod_collective(PyObject *mod, PyObject *args, PyObject *kw) {
+    (void)mod;
+    static char *kwlist[] = {"pod", "kind", "arrays", "op", "root", "algo", NULL};
+    PyObject *podobj, *arrays;
+    const char *kname, *opname = "sum", *algoname = "auto";
+    int root = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!sO|sis", kwlist, g_pod_type, &podobj, &kname,
+                                     &arrays, &opname, &root, &algoname))
+        return NULL;
+    PodObject *p = (PodObject *)podobj;
+    int kind = ot_coll_kind_from_name(kname), op = ot_redop_from_name(opname),
+        algo = ot_coll_algo_from_name(algoname);
+    if (kind < 0 || kind == OT_COLL_REDUCE || kind == OT_COLL_BARRIER)
+        return raise_fmt(OT_ERR_INVALID_ARGUMENT,
+                         "collective '%s': allreduce, allgather, reduce_scatter, broadcast or "
+                         "alltoall",
+                         kname);
+    if (op < 0)
+        return raise_fmt(OT_ERR_INVALID_ARGUMENT, "reduction '%s': sum, prod, max, min or mean",
+                         opname);
+    if (algo < 0) return raise_fmt(OT_ERR_INVALID_ARGUMENT, "algorithm '%s' is unknown", algoname);
+    if (root < 0 || root >= p->n)
+        return raise_fmt(OT_ERR_INVALID_ARGUMENT, "root %d: 0..%d", root, p->n - 1);
+    PyObject *seq = PySequence_Fast(arrays, "arrays: one array per device");
+    if (!seq) return NULL;
+    int n = p->n;
+    PyObject *ret = NULL;
+    argview *v = calloc((size_t)n, sizeof *v);
+    coll_job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    PyObject **outs = calloc((size_t)n, sizeof *outs);
+    int got = 0;
+    if (!v || !jobs || !th || !outs) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (PySequence_Size(seq) != n) {
+        raise_fmt(OT_ERR_INVALID_ARGUMENT, "the pod has %d devices; got %zd arrays", n,
+                  PySequence_Size(seq));
+        goto out;
+    }
+    for (; got < n; got++) {
+        PyObject *item = PySequence_GetItem(seq, got); /* the list keeps it alive after */
+        int r = item ? view_from_obj(item, &v[got], NULL, got) : -1;
+        Py_XDECREF(item);
+        if (r < 0) goto out;
+        if (got > 0 && !ot_shape_equal(&v[got].shape, &v[0].shape)) {
+            char a[160], b[160];
+            shape_str(&v[0].shape, a, sizeof a);
+            shape_str(&v[got].shape, b, sizeof b);
+            got++;
+            raise_fmt(OT_ERR_SHAPE_MISMATCH, "array %d is %s, array 0 %s", got - 1, b, a);
+            goto out;
+        }
+    }
+    ot_shape in = v[0].shape, os = in;
+    int64_t numel = ot_shape_numel_unchecked(&in);
+    if ((kind == OT_COLL_ALLREDUCE || kind == OT_COLL_REDUCE_SCATTER) &&
+        !ot_coll_dtype_supported(in.dtype)) {
+        raise_fmt(OT_ERR_INVALID_ARGUMENT, "%s cannot reduce %s", kname, ot_dtype_name(in.dtype));
+        goto out;
+    }
+    size_t count = (size_t)numel;
+    if (kind == OT_COLL_ALLGATHER || kind == OT_COLL_REDUCE_SCATTER || kind == OT_COLL_ALLTOALL) {
+        if (in.rank == 0) {
+            raise_fmt(OT_ERR_INVALID_ARGUMENT, "%s needs arrays of rank >= 1", kname);
+            goto out;
+        }
+        if (kind == OT_COLL_ALLGATHER)
+            os.dims[0] = in.dims[0] * n;
+        else {
+            if (in.dims[0] % n) {
+                raise_fmt(OT_ERR_SHAPE_MISMATCH, "%s: dimension 0 (%lld) is not a multiple of %d",
+                          kname, (long long)in.dims[0], n);
+                goto out;
+            }
+            if (kind == OT_COLL_REDUCE_SCATTER) os.dims[0] = in.dims[0] / n;
+            count = (size_t)(numel / n);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        ArrayObject *a = array_new(&os);
+        if (!a) goto out;
+        outs[r] = (PyObject *)a;
+        if (kind == OT_COLL_BROADCAST) memcpy(a->data, v[r].data, (size_t)a->nbytes);
+        jobs[r] = (coll_job){p->comms[r],
+                             (ot_coll_kind)kind,
+                             (ot_redop)op,
+                             root,
+                             ot_coll_options_default(),
+                             v[r].data,
+                             a->data,
+                             count,
+                             in.dtype,
+                             OT_OK,
+                             ""};
+        jobs[r].co.algo = (ot_coll_algo)algo;
+    }
+    if (atomic_exchange(&p->busy, 1)) {
+        raise_fmt(OT_ERR_FAILED_PRECONDITION, "the pod is running another collective");
+        goto out;
+    }
+    ot_status st = OT_OK;
+    int started = 0;
+    Py_BEGIN_ALLOW_THREADS for (; started < n;
+                                started++) if (pthread_create(&th[started], NULL, coll_thread,
+                                                              &jobs[started]) != 0) break;
+    if (started < n) {
+        /* the members already started wait for the missing ones: fail them */
+        ot_local_world_fail(p->world, started);
+        st = ot_error(OT_ERR_RESOURCE_EXHAUSTED, "pod: cannot start thread %d", started);
+    }
+    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    Py_END_ALLOW_THREADS int bad = -1;
+    for (int r = 0; r < started && bad < 0; r++)
+        if (jobs[r].st != OT_OK) bad = r;
+    if (st != OT_OK || bad >= 0) {
+        ot_status fst = st != OT_OK ? st : jobs[bad].st;
+        ot_status rst = pod_build_world(p); /* the failure aborted the communicators */
+        atomic_store(&p->busy, 0);
+        if (st != OT_OK)
+            raise_status(st);
+        else
+            raise_fmt(fst, "device %d: %s", bad, jobs[bad].err);
+        if (rst != OT_OK) PyErr_Format(error_class(rst), "%s", ot_last_error());
+        goto out;
+    }
+    atomic_store(&p->busy, 0);
+    ret = PyList_New(n);
+    if (!ret) goto out;
+    for (int r = 0; r < n; r++) {
+        PyList_SetItem(ret, r, outs[r]);
+        outs[r] = NULL;
+    }
+out:
+    for (int r = 0; v && r < got && r < n; r++) view_release(&v[r]);
+    for (int r = 0; outs && r < n; r++) Py_XDECREF(outs[r]);
+    free(v);
+    free(jobs);
+    free(th);
+    free(outs);
+    Py_DECREF(seq);
+    return ret;
+}
+
+/* ---- train ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject *cb;
+    bool failed;
+} train_cb;
+
+static void train_progress(void *ud, const ot_train_progress *pr) {
+    train_cb *c = ud;
+    if (!c->cb || c->failed) return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *d = Py_BuildValue(
+        "{s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:i,s:O}", "step", (long long)pr->step, "total_steps",
+        (long long)pr->total_steps, "loss", pr->loss, "train_accuracy", pr->train_accuracy,
+        "test_accuracy", pr->test_accuracy, "lr", pr->lr, "samples_per_s", pr->samples_per_s,
+        "devices", pr->devices, "evaluated", pr->evaluated ? Py_True : Py_False);
+    PyObject *r = d ? PyObject_CallFunctionObjArgs(c->cb, d, NULL) : NULL;
+    if (!r) {
+        /* a callback cannot stop the run: reported once, then no longer called */
+        PyErr_WriteUnraisable(c->cb);
+        c->failed = true;
+    }
+    Py_XDECREF(r);
+    Py_XDECREF(d);
+    PyGILState_Release(g);
+}
+
+/* Strings of the options, copied (the GIL is released while training). */
+#define TRAIN_STRS 8
+
+/* _core.train(options: dict, on_progress=None) -> (report JSON, [(name, Array)]) */
+static PyObject *mod_train(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *opts, *cb = Py_None;
+    if (!PyArg_ParseTuple(args, "O!|O", &PyDict_Type, &opts, &cb)) return NULL;
+    ot_train_options o = ot_train_options_default();
+    char *strs[TRAIN_STRS] = {0};
+    int nstr = 0;
+    PyObject *key, *val, *ret = NULL;
+    Py_ssize_t pos = 0;
+    ot_train_report rep;
+    memset(&rep, 0, sizeof rep);
+    while (PyDict_Next(opts, &pos, &key, &val)) {
+        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, NULL) : NULL;
+        if (!k) {
+            if (!PyErr_Occurred()) raise_fmt(OT_ERR_INVALID_ARGUMENT, "option names are strings");
+            goto out;
+        }
+        const char **sp = !strcmp(k, "dataset")         ? &o.dataset
+                          : !strcmp(k, "optimizer")     ? &o.optimizer
+                          : !strcmp(k, "schedule")      ? &o.schedule
+                          : !strcmp(k, "topology")      ? &o.topology
+                          : !strcmp(k, "allreduce")     ? &o.allreduce
+                          : !strcmp(k, "ckpt_dir")      ? &o.ckpt_dir
+                          : !strcmp(k, "trace_path")    ? &o.trace_path
+                          : !strcmp(k, "grad_compress") ? &o.grad_compress
+                                                        : NULL;
+        if (sp) {
+            if (val == Py_None) continue;
+            const char *sv = PyUnicode_Check(val) ? PyUnicode_AsUTF8AndSize(val, NULL) : NULL;
+            if (!sv) {
+                if (!PyErr_Occurred()) raise_fmt(OT_ERR_INVALID_ARGUMENT, "%s: a string", k);
+                goto out;
+            }
+            if (nstr == TRAIN_STRS || !(strs[nstr] = strdup(sv))) {
+                PyErr_NoMemory();
+                goto out;
+            }
+            *sp = strs[nstr++];
+            continue;
+        }
+        if (!strcmp(k, "model") || !strcmp(k, "activation")) {
+            const char *sv = PyUnicode_Check(val) ? PyUnicode_AsUTF8AndSize(val, NULL) : NULL;
+            int x = !sv           ? -1
+                    : k[0] == 'm' ? ot_model_kind_from_name(sv)
+                                  : ot_activation_from_name(sv);
+            if (x < 0) {
+                if (!PyErr_Occurred()) raise_fmt(OT_ERR_INVALID_ARGUMENT, "%s: unknown value", k);
+                goto out;
+            }
+            if (k[0] == 'm')
+                o.model.kind = (ot_model_kind)x;
+            else
+                o.model.activation = (ot_activation)x;
+            continue;
+        }
+        if (!strcmp(k, "hidden")) {
+            PyObject *hs = PySequence_Fast(val, "hidden: a sequence of layer widths");
+            if (!hs) goto out;
+            Py_ssize_t nh = PySequence_Size(hs);
+            if (nh < 1 || nh > OT_MODEL_MAX_HIDDEN) {
+                Py_DECREF(hs);
+                raise_fmt(OT_ERR_INVALID_ARGUMENT, "hidden: 1..%d layers", OT_MODEL_MAX_HIDDEN);
+                goto out;
+            }
+            o.model.nhidden = (int)nh;
+            for (Py_ssize_t i = 0; i < nh; i++) {
+                PyObject *x = PySequence_GetItem(hs, i);
+                o.model.hidden[i] = x ? PyLong_AsLongLong(x) : -1;
+                Py_XDECREF(x);
+            }
+            Py_DECREF(hs);
+            if (PyErr_Occurred()) goto out;
+            continue;
+        }
+        bool isb = !strcmp(k, "resume") || !strcmp(k, "fresh") || !strcmp(k, "final_ckpt");
+        if (isb) {
+            int t = PyObject_IsTrue(val);
+            if (t < 0) goto out;
+            if (k[0] == 'r')
+                o.resume = t;
+            else if (k[0] == 'f' && k[1] == 'r')
+                o.fresh = t;
+            else
+                o.final_ckpt = t;
+            continue;
+        }
+        if (!strcmp(k, "lr") || !strcmp(k, "weight_decay")) {
+            double d = PyFloat_AsDouble(val);
+            if (d == -1.0 && PyErr_Occurred()) goto out;
+            *(k[0] == 'l' ? &o.lr : &o.weight_decay) = d;
+            continue;
+        }
+        if (!strcmp(k, "recovery")) {
+            const char *sv = PyUnicode_Check(val) ? PyUnicode_AsUTF8AndSize(val, NULL) : NULL;
+            if (!sv || (strcmp(sv, "shrink") && strcmp(sv, "restore"))) {
+                if (!PyErr_Occurred())
+                    raise_fmt(OT_ERR_INVALID_ARGUMENT, "recovery: 'shrink' or 'restore'");
+                goto out;
+            }
+            o.recovery = sv[0] == 's' ? OT_RECOVER_SHRINK : OT_RECOVER_RESTORE;
+            continue;
+        }
+        long long x = PyLong_AsLongLong(val);
+        if (x == -1 && PyErr_Occurred()) goto out;
+        if (!strcmp(k, "steps"))
+            o.steps = x;
+        else if (!strcmp(k, "epochs"))
+            o.epochs = x;
+        else if (!strcmp(k, "devices"))
+            o.devices = (int)x;
+        else if (!strcmp(k, "batch_size"))
+            o.batch_size = x;
+        else if (!strcmp(k, "grad_accum"))
+            o.grad_accum = x;
+        else if (!strcmp(k, "warmup_steps"))
+            o.warmup_steps = x;
+        else if (!strcmp(k, "synthetic_n"))
+            o.synthetic_n = x;
+        else if (!strcmp(k, "local_sgd"))
+            o.local_sgd = x;
+        else if (!strcmp(k, "ckpt_every"))
+            o.ckpt_every = x;
+        else if (!strcmp(k, "keep"))
+            o.keep = (int)x;
+        else if (!strcmp(k, "fail_device"))
+            o.fail_device = (int)x;
+        else if (!strcmp(k, "fail_step"))
+            o.fail_step = x;
+        else if (!strcmp(k, "eval_every"))
+            o.eval_every = x;
+        else if (!strcmp(k, "seed"))
+            o.seed = (uint64_t)x;
+        else if (!strcmp(k, "stop_after"))
+            o.stop_after = x;
+        else {
+            raise_fmt(OT_ERR_INVALID_ARGUMENT, "train: unknown option '%s'", k);
+            goto out;
+        }
+    }
+    train_cb tc = {cb != Py_None ? cb : NULL, false};
+    if (tc.cb && !PyCallable_Check(tc.cb)) {
+        raise_fmt(OT_ERR_INVALID_ARGUMENT, "on_progress: a callable");
+        goto out;
+    }
+    o.on_progress = train_progress;
+    o.ud = &tc;
+    ot_status st;
+    Py_BEGIN_ALLOW_THREADS st = ot_train(&o, &rep);
+    Py_END_ALLOW_THREADS if (st != OT_OK) {
+        raise_status(st);
+        goto out;
+    }
+    char *json = NULL;
+    if ((st = ot_train_report_json(&rep, &json)) != OT_OK) {
+        raise_status(st);
+        goto out;
+    }
+    ot_model *m = NULL;
+    if ((st = ot_model_create(&o.model, &m)) != OT_OK) {
+        ot_free(json);
+        raise_status(st);
+        goto out;
+    }
+    PyObject *params = PyList_New(rep.nparams);
+    for (int i = 0; params && i < rep.nparams; i++) {
+        PyObject *a = array_copy_of(&rep.params[i].shape, rep.params[i].data);
+        PyObject *t = a ? Py_BuildValue("(sN)", ot_model_param_name(m, i), a) : NULL;
+        if (!t) {
+            Py_CLEAR(params);
+            break;
+        }
+        PyList_SetItem(params, i, t);
+    }
+    ot_model_free(m);
+    if (params) ret = Py_BuildValue("(sN)", json, params);
+    ot_free(json);
+out:
+    ot_train_report_clear(&rep);
+    for (int i = 0; i < nstr; i++) free(strs[i]);
+    return ret;
+}
+
 static PyMethodDef mod_methods[] = {
     {"compile", (PyCFunction)(void (*)(void))mod_compile, METH_VARARGS | METH_KEYWORDS,
      "compile(text: bytes, filename=None, opt_level=2, profile=False, cache=None)"},
@@ -1764,6 +2261,10 @@ static PyMethodDef mod_methods[] = {
      "ckpt_save(root, step, {role: {name: array}}, metrics)"},
     {"ckpt_restore", mod_ckpt_restore, METH_VARARGS, "ckpt_restore(root, step_dir|None)"},
     {"ckpt_verify", mod_ckpt_verify, METH_VARARGS, "ckpt_verify(step_dir) -> report"},
+    {"pod_create", mod_pod_create, METH_VARARGS, "pod_create(devices, topology=None)"},
+    {"pod_collective", (PyCFunction)(void (*)(void))mod_pod_collective,
+     METH_VARARGS | METH_KEYWORDS, "pod_collective(pod, kind, arrays, op, root, algo)"},
+    {"train", mod_train, METH_VARARGS, "train(options, on_progress=None) -> (report JSON, params)"},
     {"ckpt_list", mod_ckpt_list, METH_VARARGS,
      "ckpt_list(root) -> [(step, path, committed, damaged)]"},
     {NULL, NULL, 0, NULL},
@@ -1778,6 +2279,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (make_errors(m) < 0) goto fail;
     g_array_type = (PyTypeObject *)PyType_FromSpec(&array_spec);
     if (!g_array_type || PyModule_AddObjectRef(m, "Array", (PyObject *)g_array_type) < 0) goto fail;
+    g_pod_type = (PyTypeObject *)PyType_FromSpec(&pod_spec);
+    if (!g_pod_type || PyModule_AddObjectRef(m, "PodHandle", (PyObject *)g_pod_type) < 0) goto fail;
     g_exe_type = (PyTypeObject *)PyType_FromSpec(&exe_spec);
     if (!g_exe_type || PyModule_AddObjectRef(m, "Executable", (PyObject *)g_exe_type) < 0)
         goto fail;
