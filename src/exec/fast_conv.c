@@ -1,61 +1,95 @@
-/* The fast convolution (kernels.h): im2col + the GEMM of fast_dot.c, summing in the reference's
- * order of terms per output (linalg.c) but through BLAS, so within a reordered sum's error bound
- * of it; the bits do not depend on the thread count. */
+/* The fast convolution (kernels.h): im2col + GEMM (OpenBLAS), summing in the reference's order of
+ * terms per output (linalg.c) but through BLAS, so within a reordered sum's error bound of it; the
+ * bits do not depend on the thread count. */
 #include "exec/fast_internal.h"
 
+#include <cblas.h>
+#undef I /* <complex.h>, pulled in by cblas.h */
 #include <limits.h>
 
-/* For a chunk of batch elements and one feature group: col[(n, p), (q, c)] holds the input value
- * kernel position q and group feature c read for output position p (0 in the padding and
- * between dilated input elements), in the reference's order of the sum (kernel positions
- * row-major, then features); W[(q, c), o] the kernel; C = col x W by GEMM, then scattered into the
- * output's layout. */
-#define CONV_COL_BYTES ((size_t)64 << 20)
+/* Per feature group the kernel is laid out once as W[(q, c), o] (kernel positions q row-major,
+ * then group features c: the reference's order of the sum; kernel reversal applied). The output
+ * positions (n, p) are cut into tiles fixed by the shape; one task per tile (and per block of
+ * output features when there is only one tile) writes the tile's im2col rows
+ * into its thread's buffer — col[(n, p), (q, c)], the input value kernel position q and feature
+ * c read for output position p, 0 in the padding and between dilated input elements — and runs
+ * one GEMM over the whole K for it, C = col x W, straight into the output when the output's
+ * layout allows, else through a buffer scattered into it. The im2col stays in cache and the
+ * GEMMs run in parallel even when M is small (filter gradients: M = features x kernel positions,
+ * K = batch x image).
+ * Inputs whose innermost dim is spatial (NCHW) with at least CONV_TR_MIN_P output positions per
+ * batch element use the transposed form: colT[(q, c), p] for the positions p of one batch element,
+ * whose rows are runs of an input row (contiguous reads), and C^T = W^T x colT, whose rows are runs
+ * of one output feature's positions (the NCHW output's rows): written straight into such an output.
+ * Each output element is one GEMM's full-K sum over a tile of a shape fixed by the convolution, so
+ * its bits do not depend on the thread count. */
+#define CONV_TILE_ROWS  256               /* output positions per tile, at most */
+#define CONV_TILE_BYTES ((size_t)2 << 20) /* im2col bytes per tile, at most (fewer rows) */
+#define CONV_MIN_TASKS  8                 /* tiles wanted, where the positions allow */
+#define CONV_TR_MIN_P   64                /* positions per batch element for the transposed form */
 
 typedef struct conv_plan {
     size_t es;
+    ot_dtype t;
     int ns;
+    bool tr;     /* the transposed form (spatial innermost input) */
+    bool direct; /* GEMM results written straight into the output */
     int64_t N, P, Cg, Og, G, kn, Kd;
     int64_t odims[OT_MAX_RANK], kdims[OT_MAX_RANK], idims[OT_MAX_RANK];
     int64_t lstr_s[OT_MAX_RANK], lstr_b, lstr_f;
     int64_t ostr_s[OT_MAX_RANK], ostr_b, ostr_f;
     int64_t stride[OT_MAX_RANK], pad_lo[OT_MAX_RANK], wdil[OT_MAX_RANK], bdil[OT_MAX_RANK];
-    const char *x;
-    char *col, *cm, *y;
-    int64_t n0, g; /* current chunk's first batch element, group */
+    int64_t rs;         /* direct, normal form: the output's stride between positions (n, p) */
+    int64_t tm;         /* positions per tile */
+    int64_t ptiles;     /* transposed form: tiles per batch element */
+    int64_t nto, to;    /* blocks of output features and their size */
+    size_t colb, cbufb; /* per-thread im2col and result buffer bytes */
+    const char *x, *wm; /* the input, the packed kernel W of the current group */
+    char *buf, *y;      /* per-thread buffers (colb + cbufb each), the output */
+    int64_t g;          /* the current group */
 } conv_plan;
 
-static void conv_im2col(void *arg, int64_t begin, int64_t end, int ith) {
-    const conv_plan *p = arg;
+/* The input offset (from the batch element's and feature's base) that kernel position k and
+ * output position oi read, or -1 in the padding or a base-dilation hole. */
+static inline int64_t conv_src(const conv_plan *p, const int64_t *oi, const int64_t *k) {
+    int64_t off = 0;
+    for (int s = 0; s < p->ns; s++) {
+        int64_t pos = oi[s] * p->stride[s] - p->pad_lo[s] + k[s] * p->wdil[s];
+        if (pos < 0 || pos % p->bdil[s]) return -1;
+        pos /= p->bdil[s];
+        if (pos >= p->idims[s]) return -1;
+        off += pos * p->lstr_s[s];
+    }
+    return off;
+}
+
+static inline void conv_unflat(const conv_plan *p, int64_t pp, int64_t *oi) {
+    for (int s = p->ns - 1; s >= 0; s--) {
+        oi[s] = pp % p->odims[s];
+        pp /= p->odims[s];
+    }
+}
+
+static inline bool conv_next(int64_t *idx, const int64_t *dims, int n) {
+    for (int s = n - 1; s >= 0; s--) {
+        if (++idx[s] < dims[s]) return true;
+        idx[s] = 0;
+    }
+    return false;
+}
+
+/* Normal form: col[r - r0, (q, c)] for global rows r = n * P + p in [r0, r1). */
+static void im2col_rows(const conv_plan *p, int64_t r0, int64_t r1, char *col) {
     size_t es = p->es;
-    for (int64_t row = begin; row < end; row++) {
-        int64_t n = p->n0 + row / p->P, pp = row % p->P;
-        int64_t oi[OT_MAX_RANK];
-        for (int s = p->ns - 1, r = (int)pp; s >= 0; s--) {
-            oi[s] = r % p->odims[s];
-            r /= p->odims[s];
-        }
-        char *dst = p->col + (size_t)(row * p->Kd) * es;
+    for (int64_t row = r0; row < r1; row++) {
+        int64_t n = row / p->P, oi[OT_MAX_RANK], k[OT_MAX_RANK] = {0};
+        conv_unflat(p, row % p->P, oi);
+        char *dst = col + (size_t)((row - r0) * p->Kd) * es;
         const char *base = p->x + (size_t)(n * p->lstr_b + p->g * p->Cg * p->lstr_f) * es;
-        int64_t k[OT_MAX_RANK] = {0};
-        for (int64_t q = 0; q < p->kn; q++) {
-            int64_t off = 0;
-            bool ok = true;
-            for (int s = 0; s < p->ns; s++) {
-                int64_t pos = oi[s] * p->stride[s] - p->pad_lo[s] + k[s] * p->wdil[s];
-                if (pos < 0 || pos % p->bdil[s]) {
-                    ok = false;
-                    break;
-                }
-                pos /= p->bdil[s];
-                if (pos >= p->idims[s]) {
-                    ok = false;
-                    break;
-                }
-                off += pos * p->lstr_s[s];
-            }
+        for (int64_t q = 0; q < p->kn; q++, conv_next(k, p->kdims, p->ns)) {
+            int64_t off = conv_src(p, oi, k);
             char *d = dst + (size_t)(q * p->Cg) * es;
-            if (!ok) {
+            if (off < 0) {
                 memset(d, 0, (size_t)p->Cg * es);
             } else if (p->lstr_f == 1) {
                 memcpy(d, base + (size_t)off * es, (size_t)p->Cg * es);
@@ -66,35 +100,133 @@ static void conv_im2col(void *arg, int64_t begin, int64_t end, int ith) {
                 const uint64_t *sp = (const uint64_t *)base + off;
                 for (int64_t c = 0; c < p->Cg; c++) ((uint64_t *)d)[c] = sp[c * p->lstr_f];
             }
-            for (int s = p->ns - 1; s >= 0; s--) {
-                if (++k[s] < p->kdims[s]) break;
-                k[s] = 0;
+        }
+    }
+}
+
+/* Transposed form: colT[(q, c), pp - p0] for positions pp in [p0, p1) of batch element n. Per
+ * kernel position the positions' input offsets are found once and merged into runs (contiguous
+ * in the input, or in the padding), copied for every feature with memcpy/memset. offs: scratch
+ * of 4 (p1 - p0) offsets. */
+static void im2col_tr(const conv_plan *p, int64_t n, int64_t p0, int64_t p1, char *col,
+                      int64_t *offs) {
+    size_t es = p->es;
+    int64_t tp = p1 - p0, k[OT_MAX_RANK] = {0};
+    int64_t *rj = offs + tp, *rl = rj + tp, *ro = rl + tp; /* runs: start, length, offset */
+    const char *base = p->x + (size_t)(n * p->lstr_b + p->g * p->Cg * p->lstr_f) * es;
+    for (int64_t q = 0; q < p->kn; q++, conv_next(k, p->kdims, p->ns)) {
+        int64_t oi[OT_MAX_RANK], nr = 0;
+        conv_unflat(p, p0, oi);
+        for (int64_t j = 0; j < tp; j++, conv_next(oi, p->odims, p->ns)) {
+            int64_t o = conv_src(p, oi, k);
+            offs[j] = o;
+            bool extend = nr > 0 && (o < 0 ? ro[nr - 1] < 0
+                                           : ro[nr - 1] >= 0 && ro[nr - 1] + rl[nr - 1] == o);
+            if (extend) {
+                rl[nr - 1]++;
+            } else {
+                rj[nr] = j;
+                rl[nr] = 1;
+                ro[nr] = o;
+                nr++;
+            }
+        }
+        for (int64_t c = 0; c < p->Cg; c++) {
+            char *d = col + (size_t)((q * p->Cg + c) * tp) * es;
+            const char *sp = base + (size_t)(c * p->lstr_f) * es;
+            for (int64_t r = 0; r < nr; r++) {
+                if (ro[r] < 0)
+                    memset(d + (size_t)rj[r] * es, 0, (size_t)rl[r] * es);
+                else
+                    memcpy(d + (size_t)rj[r] * es, sp + (size_t)ro[r] * es, (size_t)rl[r] * es);
             }
         }
     }
 }
 
-static void conv_scatter(void *arg, int64_t begin, int64_t end, int ith) {
+/* C (m x n, ldc) = op(A) x op(B) over the whole K, in the output's dtype. */
+static void conv_gemm(const conv_plan *p, bool ta, int64_t m, int64_t n, const char *a, int64_t lda,
+                      const char *b, int64_t ldb, char *c, int64_t ldc) {
+    if (p->t == OT_F32)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, (int)n,
+                    (int)p->Kd, 1.0f, (const float *)a, (int)lda, (const float *)b, (int)ldb, 0.0f,
+                    (float *)c, (int)ldc);
+    else
+        cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)m, (int)n,
+                    (int)p->Kd, 1.0, (const double *)a, (int)lda, (const double *)b, (int)ldb, 0.0,
+                    (double *)c, (int)ldc);
+}
+
+static inline void copy_el(char *dst, const char *src, size_t es) {
+    if (es == 4)
+        *(uint32_t *)dst = *(const uint32_t *)src;
+    else
+        *(uint64_t *)dst = *(const uint64_t *)src;
+}
+
+/* One task: a tile of output positions and a block of output features. */
+static void conv_tasks(void *arg, int64_t begin, int64_t end, int ith) {
     const conv_plan *p = arg;
     size_t es = p->es;
-    for (int64_t row = begin; row < end; row++) {
-        int64_t n = p->n0 + row / p->P, pp = row % p->P, off = n * p->ostr_b;
-        for (int s = p->ns - 1, r = (int)pp; s >= 0; s--) {
-            off += (r % p->odims[s]) * p->ostr_s[s];
-            r /= p->odims[s];
-        }
-        off += p->g * p->Og * p->ostr_f;
-        const char *src = p->cm + (size_t)(row * p->Og) * es;
-        if (p->ostr_f == 1) {
-            memcpy(p->y + (size_t)off * es, src, (size_t)p->Og * es);
-        } else if (es == 4) {
-            for (int64_t o = 0; o < p->Og; o++)
-                ((uint32_t *)p->y)[off + o * p->ostr_f] = ((const uint32_t *)src)[o];
+    char *col = p->buf + (size_t)ith * (p->colb + p->cbufb), *cb = col + p->colb;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t rt = t / p->nto, o0 = (t % p->nto) * p->to;
+        int64_t on = p->Og - o0 < p->to ? p->Og - o0 : p->to;
+        int64_t fo = p->g * p->Og + o0; /* the block's first output feature */
+        const char *w = p->wm + (size_t)o0 * es;
+        if (!p->tr) {
+            int64_t NP = p->N * p->P, r0 = rt * p->tm, r1 = r0 + p->tm < NP ? r0 + p->tm : NP;
+            im2col_rows(p, r0, r1, col);
+            if (p->direct) { /* C rows are the output's positions, its features contiguous */
+                conv_gemm(p, false, r1 - r0, on, col, p->Kd, w, p->Og,
+                          p->y + (size_t)(r0 * p->rs + fo) * es, p->rs);
+                continue;
+            }
+            conv_gemm(p, false, r1 - r0, on, col, p->Kd, w, p->Og, cb, on);
+            for (int64_t r = r0; r < r1; r++) {
+                int64_t n = r / p->P, pp = r % p->P, off = n * p->ostr_b + fo * p->ostr_f;
+                for (int s = p->ns - 1; s >= 0; s--) {
+                    off += (pp % p->odims[s]) * p->ostr_s[s];
+                    pp /= p->odims[s];
+                }
+                const char *src = cb + (size_t)((r - r0) * on) * es;
+                for (int64_t o = 0; o < on; o++)
+                    copy_el(p->y + (size_t)(off + o * p->ostr_f) * es, src + (size_t)o * es, es);
+            }
         } else {
-            for (int64_t o = 0; o < p->Og; o++)
-                ((uint64_t *)p->y)[off + o * p->ostr_f] = ((const uint64_t *)src)[o];
+            int64_t n = rt / p->ptiles, p0 = (rt % p->ptiles) * p->tm;
+            int64_t p1 = p0 + p->tm < p->P ? p0 + p->tm : p->P, tp = p1 - p0;
+            im2col_tr(p, n, p0, p1, col, (int64_t *)cb);
+            char *yb = p->y + (size_t)(n * p->ostr_b + fo * p->ostr_f + p0) * es;
+            if (p->direct) { /* C^T rows are one output feature's positions */
+                conv_gemm(p, true, on, tp, w, p->Og, col, tp, yb, p->ostr_f);
+                continue;
+            }
+            char *cbt = cb + ex_align64((size_t)(4 * p->tm) * sizeof(int64_t));
+            conv_gemm(p, true, on, tp, w, p->Og, col, tp, cbt, tp);
+            for (int64_t j = 0; j < tp; j++) {
+                int64_t pp = p0 + j, off = n * p->ostr_b + fo * p->ostr_f;
+                for (int s = p->ns - 1; s >= 0; s--) {
+                    off += (pp % p->odims[s]) * p->ostr_s[s];
+                    pp /= p->odims[s];
+                }
+                for (int64_t o = 0; o < on; o++)
+                    copy_el(p->y + (size_t)(off + o * p->ostr_f) * es,
+                            cbt + (size_t)(o * tp + j) * es, es);
+            }
         }
     }
+}
+
+/* The pool size ex_par_for will use for work of `bytes` (1 when it runs inline). */
+static int conv_threads(ex_kernel_ctx *c, int64_t ntasks, int64_t bytes) {
+    if (bytes < EX_INLINE_BYTES || ntasks <= 1) return 1;
+    if (!c->pool && c->use_default_pool) c->pool = ot_threadpool_default(); /* first need */
+    return c->pool ? ot_threadpool_size(c->pool) : 1;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
 }
 
 ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
@@ -110,6 +242,7 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
         return OT_OK;
     conv_plan p;
     memset(&p, 0, sizeof p);
+    p.t = osh->dtype;
     p.es = ot_dtype_size(osh->dtype);
     p.ns = cd->nspatial;
     p.G = i->attrs->feature_group_count > 0 ? i->attrs->feature_group_count : 1;
@@ -143,28 +276,73 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
         p.kn *= p.kdims[s];
     }
     p.Kd = p.kn * p.Cg;
-    if (p.Kd > INT_MAX || p.Og > INT_MAX || p.P > INT_MAX) return OT_OK;
+    if (p.Kd > INT_MAX || p.Og > INT_MAX || p.P > INT_MAX || p.N * p.P > INT_MAX) return OT_OK;
     *done = true;
     if (p.N * p.P * O == 0) {
         c->fast_run++;
         return OT_OK;
     }
     size_t es = p.es;
-    int64_t chunk =
-        (p.P * p.Kd) != 0 ? (int64_t)(CONV_COL_BYTES / ((size_t)(p.P * p.Kd) * es)) : p.N;
-    if (chunk < 1) chunk = 1;
-    if (chunk > p.N) chunk = p.N;
-    if (chunk * p.P > INT_MAX) chunk = INT_MAX / p.P;
+    if (p.Kd == 0) { /* every output an empty sum */
+        memset(out, 0, (size_t)os->nbytes);
+        c->fast_run++;
+        return OT_OK;
+    }
+    /* the positions' layouts: contiguous runs of the output's positions (direct writes) */
+    bool pos_rowmajor = true; /* the spatial dims row-major among themselves */
+    for (int s = 0; s + 1 < p.ns; s++)
+        if (p.ostr_s[s] != p.odims[s + 1] * p.ostr_s[s + 1]) pos_rowmajor = false;
+    /* the transposed form packs W^T for each tile's GEMM: only with tiles of many positions */
+    p.tr = p.ns >= 1 && p.lstr_f != 1 && p.lstr_s[p.ns - 1] == 1 && p.P >= CONV_TR_MIN_P;
+    int64_t per_tile = (int64_t)(CONV_TILE_BYTES / ((size_t)p.Kd * es));
+    if (per_tile < 1) per_tile = 1;
+    int64_t ntiles;
+    if (!p.tr) {
+        int64_t NP = p.N * p.P;
+        p.tm = cdiv(NP, CONV_MIN_TASKS);
+        if (p.tm > CONV_TILE_ROWS) p.tm = CONV_TILE_ROWS;
+        if (p.tm > per_tile) p.tm = per_tile;
+        ntiles = cdiv(NP, p.tm);
+        p.rs = p.ns > 0 ? p.ostr_s[p.ns - 1] : p.ostr_b;
+        p.direct = p.ostr_f == 1 && pos_rowmajor && p.rs <= INT_MAX && p.rs >= p.Og &&
+                   (p.N == 1 || p.ostr_b == (p.ns > 0 ? p.odims[0] * p.ostr_s[0] : p.rs));
+    } else {
+        p.tm = p.P < CONV_TILE_ROWS ? p.P : CONV_TILE_ROWS;
+        int64_t want = cdiv(CONV_MIN_TASKS, p.N); /* tiles per batch element to feed the pool */
+        int64_t even = cdiv(p.P, want);
+        if (even < 16) even = p.P < 16 ? p.P : 16;
+        if (p.tm > even) p.tm = even;
+        if (p.tm > per_tile) p.tm = per_tile;
+        p.ptiles = cdiv(p.P, p.tm);
+        ntiles = p.N * p.ptiles;
+        p.direct = p.ostr_s[p.ns - 1] == 1 && pos_rowmajor && p.ostr_f <= INT_MAX &&
+                   p.ostr_f >= p.tm; /* the GEMM's ldc covers a tile's positions */
+    }
+    /* one tile: blocks of output features too, so that the pool has work (each block does the
+     * tile's im2col again, as costly as a GEMM of a few dozen features: only then) */
+    p.nto = 1;
+    if (ntiles == 1 && p.Og >= 16) {
+        p.nto = CONV_MIN_TASKS;
+        if (p.nto > p.Og / 8) p.nto = p.Og / 8;
+    }
+    p.to = cdiv(p.Og, p.nto);
+    p.nto = cdiv(p.Og, p.to);
+    int64_t ntasks = ntiles * p.nto;
+    p.colb = ex_align64((size_t)(p.tm * p.Kd) * es);
+    p.cbufb = p.tr ? ex_align64((size_t)(4 * p.tm) * sizeof(int64_t)) : 0;
+    if (!p.direct) p.cbufb += ex_align64((size_t)(p.tm * p.to) * es);
+    int64_t work = p.N * p.P * p.Og * p.Kd * p.G; /* multiply-adds: the inline decision */
+    int nth = conv_threads(c, ntasks, work * 4);
     size_t wbytes = ex_align64((size_t)(p.Kd * p.Og) * es);
-    size_t colbytes = ex_align64((size_t)(chunk * p.P * p.Kd) * es);
-    size_t cbytes = (size_t)(chunk * p.P * p.Og) * es;
     void *sp = NULL;
-    OT_CHECK(ex_scratch(c, wbytes + colbytes + cbytes, &sp));
+    OT_CHECK(ex_scratch(c, wbytes + (size_t)nth * (p.colb + p.cbufb), &sp));
     char *wm = sp;
-    p.col = wm + wbytes;
-    p.cm = p.col + colbytes;
+    p.wm = wm;
+    p.buf = wm + wbytes;
     p.x = in[0];
     p.y = out;
+    /* OpenBLAS on one thread per call (its threaded GEMM's bits depend on the thread count) */
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     const char *r = in[1];
     for (p.g = 0; p.g < p.G; p.g++) {
         /* W[(q, c), o] = kernel[o, c, kk(q)] (kk reversed where the window says so) */
@@ -175,26 +353,19 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
                 bool rev = w && w->dims[s].reversal;
                 koff += (rev ? p.kdims[s] - 1 - k[s] : k[s]) * rstr[cd->kernel_spatial[s]];
             }
-            for (int64_t ci = 0; ci < p.Cg; ci++)
-                for (int64_t o = 0; o < p.Og; o++) {
-                    int64_t src = koff + ci * rstr[cd->kernel_input_feature] +
-                                  (p.g * p.Og + o) * rstr[cd->kernel_output_feature];
-                    memcpy(wm + (size_t)((q * p.Cg + ci) * p.Og + o) * es, r + (size_t)src * es,
-                           es);
-                }
-            for (int s = p.ns - 1; s >= 0; s--) {
-                if (++k[s] < p.kdims[s]) break;
-                k[s] = 0;
+            int64_t ri = rstr[cd->kernel_input_feature], ro = rstr[cd->kernel_output_feature];
+            for (int64_t ci = 0; ci < p.Cg; ci++) {
+                int64_t src = koff + ci * ri + p.g * p.Og * ro, dst = (q * p.Cg + ci) * p.Og;
+                if (es == 4)
+                    for (int64_t o = 0; o < p.Og; o++)
+                        ((uint32_t *)wm)[dst + o] = ((const uint32_t *)r)[src + o * ro];
+                else
+                    for (int64_t o = 0; o < p.Og; o++)
+                        ((uint64_t *)wm)[dst + o] = ((const uint64_t *)r)[src + o * ro];
             }
+            conv_next(k, p.kdims, p.ns);
         }
-        for (p.n0 = 0; p.n0 < p.N; p.n0 += chunk) {
-            int64_t nb = p.N - p.n0 < chunk ? p.N - p.n0 : chunk, rows = nb * p.P;
-            ex_par_for(c, rows, rows * p.Kd * (int64_t)es, conv_im2col, &p);
-            ex_gemm g = {osh->dtype, 1,  rows, p.Og, p.Kd, false, false,
-                         p.col,      wm, p.cm, 0,    0,    false};
-            ex_run_gemm(c, &g);
-            ex_par_for(c, rows, rows * p.Og * (int64_t)es, conv_scatter, &p);
-        }
+        ex_par_for(c, ntasks, work * 4, conv_tasks, &p);
     }
     if (c->ftz) { /* the output is fully written: flush it whole */
         ex_flush_out(osh->dtype, out, ot_shape_numel_unchecked(osh));
