@@ -1,0 +1,195 @@
+/* Convolutions through compile -> execute against OpenBLAS on the equivalent GEMM, in the same
+ * run: the convolutions of a small conv net's training step (scripts/xla_compare.py's "convnet
+ * value_and_grad": 16x32x32x3 images, 3x3 convolutions to 32 then 64 features, a 2x2 max pool
+ * between) — forward, input gradient and filter gradient, as JAX lowers them for NHWC/HWIO and
+ * NCHW/OIHW — and the suite's 3x3 16x32x32x64 -> 64 convolution in both layouts.
+ * ours: the lone convolution compiled (-O2) and run by ot_execute_on_host (the fast convolution,
+ * src/exec/fast_conv.c) on the default pool (OPTITPU_THREADS, else the CPU count). Baseline:
+ * cblas_sgemm of the GEMM the convolution is — M = output positions (batch x spatial), N =
+ * output features, K = kernel positions x input features — on operands of those sizes already
+ * laid out, OpenBLAS set to the same number of threads. GFLOP/s = 2 M N K / time, medians of
+ * --reps (default 5) after a warm-up, the sides interleaved rep by rep, each timed section
+ * started when the process is idle (OpenBLAS's and the pool's workers asleep, as bench_dot);
+ * ratio = ours / cblas_sgemm.
+ *   bench_conv [--json] [--reps N] [--only TEXT] */
+#include "optitpu/bench.h"
+#include "optitpu/compiler.h"
+#include "optitpu/ir.h"
+#include "optitpu/runtime.h"
+
+#include <cblas.h>
+#undef I
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct ccase {
+    const char *name;
+    const char *lhs, *rhs, *out, *window, *labels;
+    int64_t m, n, k; /* the equivalent GEMM */
+} ccase;
+
+#define W3 "size=3x3 pad=1_1x1_1"
+static const ccase k_cases[] = {
+    {"NHWC conv1 forward", "f32[16,32,32,3]", "f32[3,3,3,32]", "f32[16,32,32,32]", W3,
+     "b01f_01io->b01f", 16384, 32, 27},
+    {"NHWC conv2 forward", "f32[16,16,16,32]", "f32[3,3,32,64]", "f32[16,16,16,64]", W3,
+     "b01f_01io->b01f", 4096, 64, 288},
+    {"NHWC conv2 input gradient", "f32[16,16,16,64]", "f32[3,3,32,64]", "f32[16,16,16,32]", W3,
+     "b01f_01oi->b01f", 4096, 32, 576},
+    {"NHWC conv1 filter gradient", "f32[16,32,32,3]", "f32[16,32,32,32]", "f32[3,3,3,32]",
+     "size=32x32 pad=1_1x1_1", "f01b_i01o->01bf", 27, 32, 16384},
+    {"NHWC conv2 filter gradient", "f32[16,16,16,32]", "f32[16,16,16,64]", "f32[3,3,32,64]",
+     "size=16x16 pad=1_1x1_1", "f01b_i01o->01bf", 288, 64, 4096},
+    {"NHWC 3x3 16x32x32x64->64", "f32[16,32,32,64]", "f32[3,3,64,64]", "f32[16,32,32,64]", W3,
+     "b01f_01io->b01f", 16384, 64, 576},
+    {"NCHW conv1 forward", "f32[16,3,32,32]", "f32[32,3,3,3]", "f32[16,32,32,32]", W3,
+     "bf01_oi01->bf01", 16384, 32, 27},
+    {"NCHW conv2 forward", "f32[16,32,16,16]", "f32[64,32,3,3]", "f32[16,64,16,16]", W3,
+     "bf01_oi01->bf01", 4096, 64, 288},
+    {"NCHW conv2 input gradient", "f32[16,64,16,16]", "f32[64,32,3,3]", "f32[16,32,16,16]", W3,
+     "bf01_io01->bf01", 4096, 32, 576},
+    {"NCHW conv1 filter gradient", "f32[16,3,32,32]", "f32[16,32,32,32]", "f32[32,3,3,3]",
+     "size=32x32 pad=1_1x1_1", "fb01_io01->fb01", 27, 32, 16384},
+    {"NCHW conv2 filter gradient", "f32[16,32,16,16]", "f32[16,64,16,16]", "f32[64,32,3,3]",
+     "size=16x16 pad=1_1x1_1", "fb01_io01->fb01", 288, 64, 4096},
+    {"NCHW 3x3 16x64x32x32->64", "f32[16,64,32,32]", "f32[64,64,3,3]", "f32[16,64,32,32]", W3,
+     "bf01_oi01->bf01", 16384, 64, 576},
+};
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Untimed: until the process's threads are idle: under 0.1 CPU over a 5 ms window, at most 1 s. */
+static void wait_quiet(void) {
+    for (int i = 0; i < 200; i++) {
+        double c0 = cpu_seconds();
+        uint64_t t0 = ot_now_ns();
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+        double wall = (double)(ot_now_ns() - t0) / 1e9;
+        if (cpu_seconds() - c0 < 0.1 * wall) return;
+    }
+}
+
+static void fill(float *v, size_t n, uint64_t s) {
+    for (size_t e = 0; e < n; e++)
+        v[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+}
+
+int main(int argc, char **argv) {
+    bool json = false;
+    int reps = 5;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_conv [--json] [--reps N] [--only TEXT]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    int threads = ot_threadpool_size(ot_threadpool_default());
+    const char *ths = threads == 1 ? "" : "s";
+    ot_bench_print_header(json);
+    int rc = 0;
+    for (size_t ci = 0; ci < sizeof k_cases / sizeof k_cases[0] && !rc; ci++) {
+        const ccase *d = &k_cases[ci];
+        if (only && !strstr(d->name, only)) continue;
+        char hlo[1024];
+        snprintf(hlo, sizeof hlo,
+                 "HloModule conv\nENTRY e {\n  a = %s parameter(0)\n  b = %s parameter(1)\n"
+                 "  ROOT c = %s convolution(a, b), window={%s}, dim_labels=%s\n}\n",
+                 d->lhs, d->rhs, d->out, d->window, d->labels);
+        ot_module *m = NULL;
+        ot_executable *exe = NULL;
+        if (ot_hlo_parse(hlo, strlen(hlo), NULL, &m) != OT_OK ||
+            ot_compile(m, NULL, &exe) != OT_OK) {
+            fprintf(stderr, "bench_conv: %s: %s\n", d->name, ot_last_error());
+            ot_module_free(m);
+            return 1;
+        }
+        const ot_computation *c = ot_module_entry(m);
+        float *in[2];
+        for (int a = 0; a < 2; a++) {
+            size_t n = (size_t)ot_shape_numel_unchecked(&c->params[a]->shape.array);
+            in[a] = ot_aligned_alloc(64, n * 4);
+            fill(in[a], n, 12345 + (uint64_t)a);
+        }
+        const ot_slot *sl = ot_executable_slot(exe, ot_executable_output_slot(exe, 0));
+        float *out = ot_aligned_alloc(64, (size_t)sl->nbytes);
+        float *ga = ot_aligned_alloc(64, (size_t)(d->m * d->k) * 4),
+              *gb = ot_aligned_alloc(64, (size_t)(d->k * d->n) * 4),
+              *gc = ot_aligned_alloc(64, (size_t)(d->m * d->n) * 4);
+        fill(ga, (size_t)(d->m * d->k), 7);
+        fill(gb, (size_t)(d->k * d->n), 8);
+        int64_t an = ot_executable_arena_size(exe);
+        void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
+        void *params[2] = {in[0], in[1]}, *outs[1] = {out};
+        double flops = 2.0 * (double)d->m * (double)d->n * (double)d->k;
+        double *ours = calloc((size_t)reps, sizeof *ours),
+               *base = calloc((size_t)reps, sizeof *base);
+        ot_run_result rr;
+        memset(&rr, 0, sizeof rr);
+        for (int r = -1; r < reps; r++) {
+            openblas_set_num_threads(1); /* what ours sets: set here, outside its timing */
+            wait_quiet();
+            uint64_t t0 = ot_now_ns();
+            if (ot_execute_on_host(exe, arena, params, outs, NULL, 0, &rr) != OT_OK) {
+                fprintf(stderr, "bench_conv: %s\n", ot_last_error());
+                rc = 1;
+                break;
+            }
+            uint64_t t1 = ot_now_ns();
+            openblas_set_num_threads(threads);
+            wait_quiet();
+            uint64_t t2 = ot_now_ns();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n,
+                        (int)d->k, 1.0f, ga, (int)d->k, gb, (int)d->n, 0.0f, gc, (int)d->n);
+            uint64_t t3 = ot_now_ns();
+            if (r >= 0) {
+                ours[r] = flops / (double)(t1 - t0);
+                base[r] = flops / (double)(t3 - t2);
+            }
+        }
+        if (!rc && rr.fast_kernels_run < 1) {
+            fprintf(stderr, "bench_conv: %s: the convolution did not run the fast kernel\n",
+                    d->name);
+            rc = 1;
+        }
+        if (!rc) {
+            char name[128], bname[128];
+            snprintf(name, sizeof name, "%s (GEMM %lldx%lldx%lld), %d thread%s", d->name,
+                     (long long)d->m, (long long)d->n, (long long)d->k, threads, ths);
+            snprintf(bname, sizeof bname, "cblas_sgemm on the GEMM, OpenBLAS %d thread%s", threads,
+                     ths);
+            ot_bench_row row = {.bench = "conv",
+                                .case_name = name,
+                                .metric = "GFLOP/s",
+                                .value = ot_bench_median(ours, (size_t)reps),
+                                .baseline = bname,
+                                .baseline_value = ot_bench_median(base, (size_t)reps)};
+            row.ratio = row.value / row.baseline_value;
+            ot_bench_print(&row, json);
+        }
+        free(ours);
+        free(base);
+        for (int a = 0; a < 2; a++) ot_aligned_free(in[a]);
+        ot_aligned_free(out);
+        ot_aligned_free(ga);
+        ot_aligned_free(gb);
+        ot_aligned_free(gc);
+        ot_aligned_free(arena);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+    return rc;
+}
