@@ -41,6 +41,11 @@ static const char usage[] =
     "  --devices N          host devices                             (default 8)\n"
     "  --topology T         torus-2x4, ring-N, mesh-AxB, ... of exactly --devices devices\n"
     "                       (default torus-2x4 with 8 devices, none otherwise)\n"
+    "  --slice PRESET:SHAPE train on a contiguous SHAPE sub-mesh of the pod preset, placed by the\n"
+    "                       slice scheduler around the slices other jobs on this host hold\n"
+    "                       (several optitpu train side by side on one pod; the registry is\n"
+    "                       $OPTITPU_SLICE_DIR, default /tmp/optitpu-slices-UID); --devices is\n"
+    "                       the slice's size; not with --topology, --migrate, --recovery restore\n"
     "  --allreduce A        auto | ring | halving-doubling | tree | hier2d | direct (default "
     "tree)\n"
     "  --grad-compress C    none | bf16 | int8 | topk:F: the gradient all-reduce compressed,\n"
@@ -92,7 +97,8 @@ static const char usage[] =
     "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n"
     "  optitpu train --optimizer sgd --local-sgd 8   # average the parameters every 8 steps\n"
     "  optitpu train --ckpt-dir ck --ckpt-replicas 2   # ck, ck.replica1 and ck.replica2\n"
-    "  optitpu train --devices 4 --migrate 2@100   # device 2's replica onto a spare at step 100\n";
+    "  optitpu train --devices 4 --migrate 2@100   # device 2's replica onto a spare at step 100\n"
+    "  optitpu train --slice v4-2x2x2:2x2x1 & optitpu train --slice v4-2x2x2:2x2x1   # 2 jobs\n";
 
 typedef struct csv_stream csv_stream;
 static void csv_add(csv_stream *c, const ot_train_point *p);
@@ -200,7 +206,9 @@ typedef struct train_cli {
     const char *out_dir, *ckpt_dir, *trace;
     bool json, quiet, ckpt_off, use_mpi, topology_set, no_compile_cache;
     int ckpt_replicas; /* --ckpt-replicas: copies in CKPT_DIR.replica1..R */
-    bool peer_failed;  /* the run failed because another process did (PEER_FAILED) */
+    bool devices_set;
+    char slice_registry[4096];
+    bool peer_failed; /* the run failed because another process did (PEER_FAILED) */
 } train_cli;
 
 /* Each parse_* takes the flags of one group: -1 when `a` is none of them, else CLI_OK or a usage
@@ -325,6 +333,10 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
         NEED();
         if (!cli_parse_i64(val, 1, 63, &v)) return cli_usage_error("train", "--devices: 1..63");
         c->o.devices = (int)v;
+        c->devices_set = true;
+    } else if (!strcmp(a, "--slice")) {
+        NEED();
+        c->o.slice = val;
     } else if (!strcmp(a, "--topology")) {
         NEED();
         c->o.topology = val;
@@ -461,11 +473,64 @@ static int parse_args(train_cli *c, int argc, char **argv) {
     return CLI_OK;
 }
 
+/* --slice PRESET:SHAPE: the syntax, the preset, a shape that fits it in some orientation, the
+ * device count (the slice's size unless --devices says otherwise, which is a contradiction) and
+ * the combinations that need what a slice does not have. */
+static int check_slice(train_cli *c) {
+    char preset[64];
+    int sh[OT_TOPO_MAX_DIMS];
+    if (ot_slice_spec_parse(c->o.slice, preset, sizeof preset, sh) != OT_OK)
+        return cli_usage_error("train", "--slice: %s", ot_last_error());
+    ot_topology *tp = NULL;
+    if (ot_topology_preset(preset, &tp) != OT_OK)
+        return cli_usage_error("train", "--slice: %s", ot_last_error());
+    int d[3] = {ot_topology_dim(tp, 0), ot_topology_dim(tp, 1), ot_topology_dim(tp, 2)};
+    ot_topology_free(tp);
+    static const int perms[6][3] = {{0, 1, 2}, {1, 0, 2}, {0, 2, 1},
+                                    {2, 0, 1}, {1, 2, 0}, {2, 1, 0}};
+    bool fits = false;
+    for (int p = 0; p < 6; p++)
+        fits |= sh[perms[p][0]] <= d[0] && sh[perms[p][1]] <= d[1] && sh[perms[p][2]] <= d[2];
+    if (!fits)
+        return cli_usage_error("train",
+                               "--slice %s: a %dx%dx%d slice does not fit the %dx%dx%d pod "
+                               "%s in any orientation",
+                               c->o.slice, sh[0], sh[1], sh[2], d[0], d[1], d[2], preset);
+    int64_t n = (int64_t)sh[0] * sh[1] * sh[2];
+    if (n > 63)
+        return cli_usage_error("train", "--slice %s: %lld devices (at most 63)", c->o.slice,
+                               (long long)n);
+    if (c->devices_set && c->o.devices != n)
+        return cli_usage_error("train",
+                               "--slice %s has %lld devices but --devices is %d (leave "
+                               "--devices out)",
+                               c->o.slice, (long long)n, c->o.devices);
+    c->o.devices = (int)n;
+    if (c->topology_set || c->use_mpi || c->o.migrate_device >= 0 ||
+        c->o.recovery == OT_RECOVER_RESTORE)
+        return cli_usage_error("train",
+                               "--slice excludes %s (the slice's devices are the job's: "
+                               "its sub-mesh is the topology, it has no spare device and "
+                               "lives in one process)",
+                               c->topology_set            ? "--topology"
+                               : c->use_mpi               ? "--mpi"
+                               : c->o.migrate_device >= 0 ? "--migrate"
+                                                          : "--recovery restore");
+    const char *env = getenv("OPTITPU_SLICE_DIR");
+    if (env && env[0])
+        snprintf(c->slice_registry, sizeof c->slice_registry, "%s", env);
+    else
+        snprintf(c->slice_registry, sizeof c->slice_registry, "/tmp/optitpu-slices-%u",
+                 (unsigned)getuid());
+    c->o.slice_registry = c->slice_registry;
+    return CLI_OK;
+}
+
 /* Flags that contradict each other. An explicit topology is the pod's shape: another device
  * count is a contradiction; across processes the pod is every process's devices. Gradient
  * compression has no MPI form and its residuals are not checkpointed; LocalSGD's replicas differ
  * between averages (nothing to resume or recover from) and it has no gradient to compress. */
-static int check_combinations(const train_cli *c) {
+static int check_combinations(train_cli *c) {
     bool compress = c->o.grad_compress && strcmp(c->o.grad_compress, "none") != 0;
     if (compress && c->use_mpi)
         return cli_usage_error("train", "--grad-compress is not available with --mpi yet (the MPI "
@@ -493,6 +558,10 @@ static int check_combinations(const train_cli *c) {
     if (c->o.migrate_device >= c->o.devices)
         return cli_usage_error("train", "--migrate %d@%lld: the pod's devices are 0..%d",
                                c->o.migrate_device, (long long)c->o.migrate_step, c->o.devices - 1);
+    if (c->o.slice) {
+        int rc = check_slice(c);
+        if (rc != CLI_OK) return rc;
+    }
     if (c->use_mpi && c->topology_set)
         return cli_usage_error("train", "--topology applies to one process; with --mpi the pod is "
                                         "every process's devices");

@@ -344,6 +344,47 @@ OT_API int ot_slice_largest_free(const ot_slice_sched *s, int extent[OT_TOPO_MAX
 OT_API double ot_slice_fragmentation(const ot_slice_sched *s);
 /* The job holding a device, or -1. */
 OT_API int ot_slice_owner(const ot_slice_sched *s, int device);
+/* Reserves a given box (origin + extent per axis, wrapping on torus axes) for a new job: a
+ * placement made elsewhere (another process's scheduler). OT_ERR_ALREADY_EXISTS when a device of
+ * it is taken, OT_ERR_INVALID_ARGUMENT when it leaves the grid on an axis that does not wrap. */
+OT_API ot_status ot_slice_reserve(ot_slice_sched *s, const int origin[OT_TOPO_MAX_DIMS],
+                                  const int extent[OT_TOPO_MAX_DIMS], int *job);
+/* Parses "PRESET:SHAPE" ("v4-4x4x4:2x2x1", "torus-2x4:2x2"): the preset name is copied into
+ * preset (cap bytes) and SHAPE's extents into shape (1 to 3 axes; unused axes 1). Only the syntax
+ * is checked here (OT_ERR_INVALID_ARGUMENT naming the part that is wrong). */
+OT_API ot_status ot_slice_spec_parse(const char *spec, char *preset, size_t cap,
+                                     int shape[OT_TOPO_MAX_DIMS]);
+
+/* ---------------------------------------------------------------------------------------------
+ * Slice leases: one pod preset shared by jobs in any number of threads and processes on a host.
+ * The registry is a directory (DIR/PRESET/) of lock files, one per device of the pod, each held
+ * with flock(2) by the job whose slice contains it, and one that serializes placements. Acquiring
+ * takes the placement lock, sees which devices other jobs hold (their locks), places SHAPE best
+ * fit around them with the slice scheduler, locks the slice's devices and lets go of the
+ * placement lock. A lease holds its devices until it is released or its process ends (the kernel
+ * drops the locks of a process that dies: a crashed job never leaks its slice). Nothing is parsed
+ * from the files; their contents are empty.
+ * Errors: OT_ERR_INVALID_ARGUMENT for an unknown preset or a shape that fits the pod in no
+ * orientation; OT_ERR_OUT_OF_RANGE when no contiguous free box of that shape is left (the message
+ * gives the free devices and the largest free box); OT_ERR_IO naming the file. Threads: a lease
+ * is used from one thread at a time; different leases are independent.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_slice_lease ot_slice_lease;
+
+/* dir is created with its parents when missing. */
+OT_API ot_status ot_slice_lease_acquire(const char *dir, const char *preset,
+                                        const int shape[OT_TOPO_MAX_DIMS], ot_slice_lease **out);
+/* Frees the slice's devices. NULL is a no-op. */
+OT_API void ot_slice_lease_release(ot_slice_lease *l);
+/* The placement: origin and extent per axis in the pod preset. */
+OT_API void ot_slice_lease_box(const ot_slice_lease *l, int origin[OT_TOPO_MAX_DIMS],
+                               int extent[OT_TOPO_MAX_DIMS]);
+/* Devices in the slice; ids[i] (cap entries) receives the pod id of slice device i (the order of
+ * ot_topology_slice). Returns the slice's size. */
+OT_API int ot_slice_lease_devices(const ot_slice_lease *l, int *ids, int cap);
+/* Devices other jobs held when this lease was placed. */
+OT_API int ot_slice_lease_others(const ot_slice_lease *l);
 
 #ifdef __cplusplus
 }

@@ -191,6 +191,14 @@ typedef struct ot_train_options {
     /* A ring, torus or TPU preset of exactly `devices` devices (INVALID_ARGUMENT otherwise);
      * NULL (default): "torus-2x4" with 8 devices, none (the collectives' rings) otherwise. */
     const char *topology;
+    /* Train on a slice of a pod preset, "PRESET:SHAPE" ("v4-2x2x2:2x2x1"): a slice lease
+     * (pod.h) in slice_registry places a contiguous sub-mesh of SHAPE best fit around the slices
+     * other jobs hold there (in this process or any other on the host) and holds it until the
+     * run ends; the job's devices are the slice's (devices must equal its size), its topology
+     * the sub-mesh's, and the report lists their pod ids. One process only; not with topology,
+     * nor with what needs a spare device (migrate_device, OT_RECOVER_RESTORE). NULL: no slice. */
+    const char *slice;
+    const char *slice_registry; /* the lease directory (created when missing); needed by slice */
     /* The gradient all-reduce's algorithm (collectives.h): "tree" by default (measured best for
      * the small gradients of the default model here, docs/train.md); "auto": the cost model. */
     const char *allreduce;
@@ -268,6 +276,8 @@ typedef struct ot_train_report {
     double outside_compute_share;              /* (wall - compute) / wall of the step loop */
     int devices_start, devices_end;
     int failures;
+    int *slice_devices; /* with slice: the pod id of each of the job's devices (owned) */
+    int nslice_devices;
     int migrations;             /* replicas moved by migrate_device */
     double migrate_s;           /* their time (read, verify, load, read back) */
     double detect_s, recover_s; /* last failure: heartbeat stop → detection; detection → running */

@@ -207,6 +207,39 @@ ot_status ot_slice_alloc(ot_slice_sched *s, const int shape[OT_TOPO_MAX_DIMS], i
     return st;
 }
 
+ot_status ot_slice_reserve(ot_slice_sched *s, const int origin[OT_TOPO_MAX_DIMS],
+                           const int extent[OT_TOPO_MAX_DIMS], int *job) {
+    if (!s || !origin || !extent || !job)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "slice reserve: NULL argument");
+    for (int i = 0; i < 3; i++)
+        if (extent[i] < 1 || extent[i] > s->dims[i] || origin[i] < 0 || origin[i] >= s->dims[i])
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "slice reserve: origin %d, extent %d on axis %d of a %dx%dx%d grid",
+                            origin[i], extent[i], i, s->dims[0], s->dims[1], s->dims[2]);
+    pthread_mutex_lock(&s->mu);
+    for (int z = 0; z < extent[2]; z++)
+        for (int y = 0; y < extent[1]; y++)
+            for (int x = 0; x < extent[0]; x++) {
+                int id = cell(s, origin, x, y, z);
+                if (id < 0 || s->owner[id] >= 0) {
+                    pthread_mutex_unlock(&s->mu);
+                    if (id < 0)
+                        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                                        "slice reserve: the box leaves the grid on an axis that "
+                                        "does not wrap");
+                    return ot_error(OT_ERR_ALREADY_EXISTS,
+                                    "slice reserve: device %d is held by job %d", id, s->owner[id]);
+                }
+            }
+    int j = s->next_job++;
+    for (int z = 0; z < extent[2]; z++)
+        for (int y = 0; y < extent[1]; y++)
+            for (int x = 0; x < extent[0]; x++) s->owner[cell(s, origin, x, y, z)] = j;
+    pthread_mutex_unlock(&s->mu);
+    *job = j;
+    return OT_OK;
+}
+
 ot_status ot_slice_release(ot_slice_sched *s, int job) {
     if (!s) return ot_error(OT_ERR_INVALID_ARGUMENT, "slice release: NULL scheduler");
     pthread_mutex_lock(&s->mu);

@@ -45,7 +45,7 @@ ot_topology_desc ot_topology_desc_default(void) {
 
 static void shape_name(char *buf, size_t n, const char *prefix, int nd, const int *dims) {
     int k = snprintf(buf, n, "%s", prefix);
-    for (int i = 0; i < nd && k > 0 && (size_t)k < n; i++)
+    for (int i = 0; i < nd && k >= 0 && (size_t)k < n; i++)
         k += snprintf(buf + k, n - (size_t)k, i ? "x%d" : "%d", dims[i]);
 }
 
@@ -108,6 +108,31 @@ static int parse_shape(const char *s, int dims[OT_TOPO_MAX_DIMS]) {
         }
     }
     return n;
+}
+
+ot_status ot_slice_spec_parse(const char *spec, char *preset, size_t cap,
+                              int shape[OT_TOPO_MAX_DIMS]) {
+    if (!spec || !preset || !shape || cap == 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "slice: NULL argument");
+    preset[0] = 0;
+    const char *colon = strchr(spec, ':');
+    if (!colon || colon == spec || !colon[1])
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "slice '%s': expected PRESET:SHAPE, e.g. v4-4x4x4:2x2x1 or torus-2x4:2x2",
+                        spec);
+    size_t pl = (size_t)(colon - spec);
+    if (pl >= cap)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "slice '%s': preset name too long", spec);
+    int dims[OT_TOPO_MAX_DIMS] = {1, 1, 1};
+    int nd = parse_shape(colon + 1, dims);
+    if (nd < 1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "slice '%s': SHAPE '%s' is not 1 to %d extents >= 1 joined by x (2x2x1)",
+                        spec, colon + 1, OT_TOPO_MAX_DIMS);
+    memcpy(preset, spec, pl);
+    preset[pl] = 0;
+    for (int i = 0; i < OT_TOPO_MAX_DIMS; i++) shape[i] = i < nd ? dims[i] : 1;
+    return OT_OK;
 }
 
 ot_status ot_topology_preset(const char *spec, ot_topology **out) {

@@ -15,6 +15,7 @@
 typedef struct local_pod {
     int ndev; /* backend devices: the pod's and the spares */
     ot_topology *topo;
+    ot_slice_lease *lease; /* --slice: held until the pod closes */
     bool used_dev[MAX_DEVICES];
     /* failure detection */
     ot_coord *coord;
@@ -39,6 +40,43 @@ static local_pod *lp_of(trainer *t) {
  * Set-up: the spare, the topology; heartbeats and failure detection
  * ------------------------------------------------------------------------------------------- */
 
+/* --slice: the lease, the sub-mesh as the pod's topology, the devices' pod ids in the report. */
+static ot_status open_slice(trainer *t, local_pod *lp) {
+    const ot_train_options *o = t->o;
+    char preset[64];
+    int shape[OT_TOPO_MAX_DIMS], origin[OT_TOPO_MAX_DIMS], extent[OT_TOPO_MAX_DIMS];
+    ot_status s = ot_slice_spec_parse(o->slice, preset, sizeof preset, shape);
+    if (s == OT_OK) s = ot_slice_lease_acquire(o->slice_registry, preset, shape, &lp->lease);
+    if (s != OT_OK) return ot_error_wrap(s, "train: --slice %s", o->slice);
+    int n = ot_slice_lease_devices(lp->lease, NULL, 0);
+    if (n != o->devices)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --slice %s has %d devices but --devices is %d (leave --devices "
+                        "out, or give %d)",
+                        o->slice, n, o->devices, n);
+    t->rep->slice_devices = ot_malloc(sizeof(int) * (size_t)n);
+    if (!t->rep->slice_devices) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: slice");
+    t->rep->nslice_devices = ot_slice_lease_devices(lp->lease, t->rep->slice_devices, n);
+    ot_topology *pod = NULL;
+    ot_slice_lease_box(lp->lease, origin, extent);
+    s = ot_topology_preset(preset, &pod);
+    if (s == OT_OK) s = ot_topology_slice(pod, origin, extent, &lp->topo, NULL);
+    char ids[512];
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof ids - 16; i++)
+        k += (size_t)snprintf(ids + k, sizeof ids - k, "%s%d", i ? "," : "",
+                              t->rep->slice_devices[i]);
+    if (s == OT_OK)
+        train_log(t,
+                  "slice %s: devices %s of %s (origin %d,%d,%d, extent %dx%dx%d; %d of its %d "
+                  "devices held by other jobs), topology %s",
+                  o->slice, ids, preset, origin[0], origin[1], origin[2], extent[0], extent[1],
+                  extent[2], ot_slice_lease_others(lp->lease), ot_topology_size(pod),
+                  ot_topology_name(lp->topo));
+    ot_topology_free(pod);
+    return s;
+}
+
 static ot_status local_open(trainer *t) {
     const ot_train_options *o = t->o;
     local_pod *lp = ot_calloc(1, sizeof *lp);
@@ -54,12 +92,17 @@ static ot_status local_open(trainer *t) {
     if (o->fail_device >= 0 && o->devices < 2 && o->recovery == OT_RECOVER_SHRINK)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: a one-device pod cannot shrink after a failure");
+    if (o->slice) {
+        ot_status s = open_slice(t, lp);
+        if (s != OT_OK) return s;
+    }
     /* one spare device for the restore policy, one for a migration */
     t->spares = (o->recovery == OT_RECOVER_RESTORE ? 1 : 0) + (o->migrate_device >= 0 ? 1 : 0);
     lp->ndev = o->devices + t->spares;
     for (int d = 0; d < o->devices; d++) lp->used_dev[d] = true;
     /* an explicit topology must fit the pod; without one, 8 devices are a 2x4 torus and other
      * counts have none (the collectives' own rings) */
+    if (lp->topo) return OT_OK; /* the slice's */
     bool topo_explicit = o->topology && o->topology[0];
     const char *name = topo_explicit ? o->topology : o->devices == 8 ? "torus-2x4" : NULL;
     if (!name) return OT_OK;
@@ -158,6 +201,7 @@ static void local_close(trainer *t) {
     local_stop(t);
     ot_coord_free(lp->coord);
     ot_topology_free(lp->topo);
+    ot_slice_lease_release(lp->lease);
     ot_free(lp);
     t->pod = NULL;
 }

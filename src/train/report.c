@@ -261,6 +261,10 @@ ot_status ot_train_report_json(const ot_train_report *r, char **out) {
     bad |= json_object_set_new(o, "devices_start", json_integer(r->devices_start));
     bad |= json_object_set_new(o, "devices_end", json_integer(r->devices_end));
     bad |= json_object_set_new(o, "failures", json_integer(r->failures));
+    json_t *sd = json_array();
+    for (int i = 0; sd && i < r->nslice_devices; i++)
+        bad |= json_array_append_new(sd, json_integer(r->slice_devices[i]));
+    bad |= sd ? json_object_set_new(o, "slice_devices", sd) : -1;
     bad |= json_object_set_new(o, "migrations", json_integer(r->migrations));
     bad |= set_num(o, "migrate_s", r->migrate_s);
     bad |= set_num(o, "detect_s", r->detect_s);

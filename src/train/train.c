@@ -249,6 +249,23 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "train: --migrate is not available with --mpi: the MPI pod has no spare "
                         "device to move a replica to");
+    if (o->slice && (!o->slice_registry || !o->slice_registry[0]))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --slice needs a slice registry directory (slice_registry)");
+    if (o->slice && o->topology && o->topology[0])
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --slice and --topology exclude each other: the slice's sub-mesh "
+                        "is the job's topology");
+    if (o->slice && o->mpi)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "train: --slice is not available with --mpi: a slice lease holds devices "
+                        "of one host");
+    if (o->slice && (o->migrate_device >= 0 || o->recovery == OT_RECOVER_RESTORE))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --slice with %s is refused: the job's devices are the slice's and "
+                        "it has no spare device (lease a larger slice and train on fewer devices "
+                        "without --slice)",
+                        o->migrate_device >= 0 ? "--migrate" : "--recovery restore");
     if (o->resume && !o->ckpt_dir)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: --resume needs --ckpt-dir");
     if (o->nckpt_replicas < 0 || o->nckpt_replicas > 64 ||
@@ -306,6 +323,7 @@ void ot_train_report_clear(ot_train_report *r) {
     ot_free(r->params);
     ot_free(r->points);
     ot_free(r->log);
+    ot_free(r->slice_devices);
     memset(r, 0, sizeof *r);
 }
 
