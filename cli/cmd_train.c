@@ -90,8 +90,11 @@ static const char usage[] =
     "  --mpi                join the MPI job (run under optitpu launch): --devices is per\n"
     "                       process; process 0 reports and checkpoints; --fail-device kills the\n"
     "                       device's process and launch restarts the job from the checkpoint\n"
+    "                       process 0 writes one --trace for the job: each process's events\n"
+    "                       shifted onto its clock by an NTP-measured offset, stated in the\n"
+    "                       file with its error bound\n"
     "  e.g. optitpu launch --np 2 --oversubscribe --ckpt-dir ck -- train --mpi --devices 4 \\\n"
-    "         --ckpt-dir ck\n"
+    "         --ckpt-dir ck --trace job.json\n"
     "examples\n"
     "  optitpu train --devices 1 --batch-size 32 --grad-accum 4   # batch 128 on one device\n"
     "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n"
@@ -799,7 +802,8 @@ static int run_train(train_cli *c, int prank) {
                 strerror(errno));
         return CLI_FAIL;
     }
-    o.trace_path = prank == 0 ? trace : NULL;
+    /* every process traces (--mpi: the processes' traces are merged, process 0 writes the file) */
+    o.trace_path = trace;
     snprintf(csv, sizeof csv, "%s/metrics.csv", out_dir);
     snprintf(svg, sizeof svg, "%s/curves.svg", out_dir);
 

@@ -101,6 +101,10 @@ typedef struct train_pod_vtable {
     /* Required with take_spare. Replica m now runs on m->r->dev_index, which was `from`, on the
      * replica's thread: the pod's failure detection and trace follow it, `from` leaves the pod. */
     void (*moved)(trainer *t, train_member *m, int from);
+    /* Optional (NULL: this process writes pf to o->trace_path). The run's trace, pf holding
+     * this process's events (NULL when s, this process's verdict so far, is an error); called on
+     * every process when tracing, so a pod of processes may merge their traces collectively. */
+    ot_status (*write_trace)(trainer *t, ot_status s, ot_profile *pf);
     /* Optional (NULL: 0). The membership epoch recorded in checkpoints. */
     uint64_t (*epoch)(trainer *t);
     /* Optional. Stops what start started (before the report is made). */

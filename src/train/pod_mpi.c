@@ -5,12 +5,17 @@
  * Every stage's verdict is agreed by all-reduce, so a failure on one process stops all instead of
  * leaving them waiting. A failure is not survived in place: Debian's Open MPI ends the job when a
  * process dies, and optitpu launch restarts it from the newest verified checkpoint. */
+#include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <jansson.h>
 
+#include "optitpu/clock.h"
 #include "optitpu/mpi.h"
 #include "train/driver.h"
 
@@ -171,6 +176,209 @@ static ot_status mpi_check_same(trainer *t, ot_status s, const uint8_t sha[32]) 
     return s;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * One timeline: every process's trace shifted onto process 0's clock and merged there
+ * ------------------------------------------------------------------------------------------- */
+
+/* Tracing is on for every process when it is on for one (the merge is collective). */
+static ot_status mpi_start(trainer *t) {
+    int32_t on = t->trace != NULL, any = 0;
+    ot_status s =
+        ot_comm_allreduce(ot_mpi_comm(t->o->mpi), &on, &any, 1, OT_S32, OT_REDOP_MAX, NULL);
+    if (s == OT_OK && any && !t->trace) s = ot_pod_trace_create(&t->trace);
+    return s;
+}
+
+/* RFC 5905's frequency tolerance: how far two clocks may drift apart per second. */
+#define CLOCK_PHI 15e-6
+
+/* A process's clock against process 0's: offset (process 0's clock minus this one's) and the
+ * bound on its error, in ns; what measured it. */
+typedef struct clock_rel {
+    int64_t offset_ns, bound_ns, delay_ns, samples;
+} clock_rel;
+
+static void *ntp_serve(void *arg) {
+    ot_ntp_server_run(arg);
+    return NULL;
+}
+
+/* Collective. Process 0 serves NTP on a free port; every other process queries it (8 exchanges,
+ * the minimum-delay sample's offset θ, delay δ and dispersion ε): the true offset lies within
+ * θ ± (δ/2 + ε) at the measurement, plus the clocks' possible drift since the trace began
+ * (PHI · span). */
+static ot_status measure_offset(trainer *t, clock_rel *me) {
+    ot_comm *c = ot_mpi_comm(t->o->mpi);
+    memset(me, 0, sizeof *me);
+    ot_ntp_server *srv = NULL;
+    pthread_t th;
+    bool serving = false;
+    int64_t hdr[2] = {0, 0}; /* port, 1 when serving */
+    char host[256] = "";
+    ot_status s = OT_OK;
+    if (t->prank == 0) {
+        ot_ntp_server_options so = ot_ntp_server_options_default();
+        so.port = 0;
+        s = ot_ntp_server_create(&so, &srv);
+        if (s == OT_OK && pthread_create(&th, NULL, ntp_serve, srv) == 0) {
+            serving = true;
+            hdr[0] = ot_ntp_server_port(srv);
+            hdr[1] = 1;
+        } else if (s == OT_OK) {
+            s = ot_error(OT_ERR_INTERNAL, "train: cannot start the NTP server thread");
+        }
+        if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    }
+    ot_status bs = ot_comm_broadcast(c, hdr, 2, OT_S64, 0, NULL);
+    if (bs == OT_OK) bs = ot_comm_broadcast(c, host, sizeof host, OT_U8, 0, NULL);
+    if (s == OT_OK) s = bs;
+    if (s == OT_OK && t->prank != 0 && !hdr[1])
+        s = ot_error(OT_ERR_PEER_FAILED, "train: process 0 could not serve its clock");
+    if (s == OT_OK && t->prank != 0) {
+        char mine[256] = "", addr[300];
+        if (gethostname(mine, sizeof mine - 1) != 0) mine[0] = 0;
+        host[sizeof host - 1] = 0;
+        /* the same host: the loopback, whatever the name resolves to */
+        snprintf(addr, sizeof addr, "%s:%lld", !host[0] || !strcmp(host, mine) ? "127.0.0.1" : host,
+                 (long long)hdr[0]);
+        ot_ntp_query_options qo = ot_ntp_query_options_default();
+        qo.samples = 8;
+        qo.interval_ms = 5;
+        qo.timeout_ms = 1000;
+        qo.skip_distance_check = true;
+        ot_ntp_query_result *r = ot_calloc(1, sizeof *r);
+        s = r ? ot_ntp_query(addr, &qo, r) : ot_error(OT_ERR_OUT_OF_MEMORY, "train: NTP query");
+        if (s == OT_OK) {
+            double span = (double)(ot_now_ns() - t->loop_start_ns) / 1e9;
+            me->offset_ns = llround(r->offset * 1e9);
+            me->delay_ns = llround(r->delay * 1e9);
+            me->bound_ns = llround((r->delay / 2 + r->dispersion + CLOCK_PHI * span) * 1e9);
+            me->samples = r->n_samples;
+        } else {
+            s = ot_error_wrap(s, "train: measuring this process's clock against process 0's (%s)",
+                              addr);
+        }
+        ot_free(r);
+    }
+    /* process 0 serves until every process has measured */
+    s = mpi_agree(t, s, "the clock offset measurement");
+    if (serving) {
+        ot_ntp_server_stop(srv);
+        pthread_join(th, NULL);
+    }
+    ot_ntp_server_free(srv);
+    return s;
+}
+
+/* Process 0: the processes' traces as one Chrome trace, each event's pid its process, a
+ * process_name row saying its offset and bound, and otherData.clock listing them. */
+static ot_status merge_traces(trainer *t, char *const *js, const int64_t *len, const clock_rel *rel,
+                              const char *path) {
+    json_t *root = json_object(), *evs = json_array(), *clk = json_array(), *other = json_object();
+    ot_status s =
+        root && evs && clk && other ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "train: trace");
+    for (int p = 0; s == OT_OK && p < t->psize; p++) {
+        json_error_t err;
+        json_t *tr = json_loadb(js[p], (size_t)len[p], 0, &err);
+        json_t *pe = json_object_get(tr, "traceEvents");
+        if (!json_is_array(pe)) {
+            s = ot_error(OT_ERR_CORRUPT_DATA, "train: process %d's trace does not parse: %s", p,
+                         err.text);
+        } else {
+            char name[160];
+            snprintf(name, sizeof name, "process %d (clock %+.1f us +/- %.1f us from process 0's)",
+                     p, (double)rel[p].offset_ns / 1e3, (double)rel[p].bound_ns / 1e3);
+            json_t *m = json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M",
+                                  "pid", p, "args", "name", name);
+            json_t *c = json_pack(
+                "{s:i, s:I, s:I, s:I, s:I}", "process", p, "offset_ns",
+                (json_int_t)rel[p].offset_ns, "error_bound_ns", (json_int_t)rel[p].bound_ns,
+                "delay_ns", (json_int_t)rel[p].delay_ns, "samples", (json_int_t)rel[p].samples);
+            if (!m || !c || json_array_append_new(evs, m) || json_array_extend(evs, pe) ||
+                json_array_append_new(clk, c))
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: trace");
+        }
+        json_decref(tr);
+    }
+    if (s == OT_OK &&
+        (json_object_set_new(other, "time_base",
+                             json_string("process 0's clock: each process's events shifted by "
+                                         "its NTP-measured offset to process 0")) ||
+         json_object_set(other, "clock", clk) || json_object_set(root, "traceEvents", evs) ||
+         json_object_set_new(root, "displayTimeUnit", json_string("ns")) ||
+         json_object_set(root, "otherData", other)))
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: trace");
+    char tmp[4200];
+    if (s == OT_OK && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        s = ot_error(OT_ERR_INVALID_ARGUMENT, "train: trace path too long");
+    if (s == OT_OK && json_dump_file(root, tmp, JSON_COMPACT) != 0)
+        s = ot_error(OT_ERR_IO, "train: cannot write %s", tmp);
+    if (s == OT_OK && rename(tmp, path) != 0)
+        s = ot_error(OT_ERR_IO, "train: rename %s -> %s: %s", tmp, path, strerror(errno));
+    json_decref(root);
+    json_decref(evs);
+    json_decref(clk);
+    json_decref(other);
+    return s;
+}
+
+/* Collective: each process's events on process 0's time base (its measured offset applied),
+ * gathered on process 0 and written there as one file. */
+static ot_status mpi_write_trace(trainer *t, ot_status s, ot_profile *pf) {
+    s = mpi_agree(t, s, "the trace");
+    if (s != OT_OK) return s;
+    ot_comm *c = ot_mpi_comm(t->o->mpi);
+    clock_rel me;
+    s = measure_offset(t, &me);
+    if (s != OT_OK) return s;
+    ot_profile_set_time_offset(pf, me.offset_ns);
+    ot_profile_set_pid(pf, t->prank);
+    char *mine = NULL;
+    s = ot_profile_chrome_trace(pf, &mine);
+    s = mpi_agree(t, s, "the trace");
+    int P = t->psize;
+    clock_rel *rel = ot_calloc((size_t)P, sizeof *rel);
+    int64_t *len = ot_calloc((size_t)P, sizeof *len);
+    char **js = ot_calloc((size_t)P, sizeof *js);
+    if (s == OT_OK && (!rel || !len || !js)) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: trace");
+    s = mpi_agree(t, s, "the trace");
+    int64_t ml = mine ? (int64_t)strlen(mine) : 0;
+    if (s == OT_OK) s = ot_comm_allgather(c, &me, rel, 4, OT_S64, NULL);
+    if (s == OT_OK) s = ot_comm_allgather(c, &ml, len, 1, OT_S64, NULL);
+    /* each process's text to process 0 (a broadcast: the communicator's one-to-all) */
+    for (int p = 0; s == OT_OK && p < P; p++) {
+        if (p == t->prank) {
+            js[p] = mine;
+            mine = NULL;
+        } else if (!(js[p] = ot_malloc((size_t)len[p] + 1))) {
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: trace of process %d", p);
+        }
+        s = mpi_agree(t, s, "the trace");
+        if (s == OT_OK) s = ot_comm_broadcast(c, js[p], (size_t)len[p], OT_U8, p, NULL);
+        if (s == OT_OK && t->prank != 0 && p != t->prank) {
+            ot_free(js[p]); /* only process 0 keeps them */
+            js[p] = NULL;
+        }
+    }
+    if (s == OT_OK && t->prank == 0 && t->o->trace_path) {
+        s = merge_traces(t, js, len, rel, t->o->trace_path);
+        for (int p = 1; s == OT_OK && p < P; p++)
+            train_log(t,
+                      "trace: process %d's events shifted onto process 0's clock by %+.1f us "
+                      "(NTP, %lld samples, delay %.1f us; error bound %.1f us)",
+                      p, (double)rel[p].offset_ns / 1e3, (long long)rel[p].samples,
+                      (double)rel[p].delay_ns / 1e3, (double)rel[p].bound_ns / 1e3);
+        if (s == OT_OK) train_log(t, "trace: %d processes merged into %s", P, t->o->trace_path);
+    }
+    s = mpi_agree(t, s, "writing the merged trace");
+    for (int p = 0; js && p < P; p++) ot_free(js[p]);
+    ot_free(js);
+    ot_free(len);
+    ot_free(rel);
+    ot_free(mine);
+    return s;
+}
+
 const train_pod_vtable train_pod_mpi = {
     .name = "mpi",
     .processes = true,
@@ -183,4 +391,6 @@ const train_pod_vtable train_pod_mpi = {
     .agree = mpi_agree,
     .share_restore = mpi_share_restore,
     .check_same = mpi_check_same,
+    .start = mpi_start,
+    .write_trace = mpi_write_trace,
 };

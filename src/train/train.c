@@ -598,12 +598,15 @@ static ot_status finish_report(trainer *t, uint64_t loop_end) {
     out->points = t->points;
     out->npoints = t->npoints;
     t->points = NULL;
-    if (s == OT_OK && o->trace_path && t->trace) {
+    if (t->trace && (t->pod_vt->write_trace || (s == OT_OK && o->trace_path))) {
         /* the step breakdown of every device through the runtime's profiler */
         ot_profile *pf = NULL;
-        s = ot_profile_create(&pf);
+        if (s == OT_OK) s = ot_profile_create(&pf);
         if (s == OT_OK) s = ot_profile_add_pod_trace(pf, t->trace);
-        if (s == OT_OK) s = ot_profile_write_chrome_trace(pf, o->trace_path);
+        if (t->pod_vt->write_trace)
+            s = t->pod_vt->write_trace(t, s, s == OT_OK ? pf : NULL);
+        else
+            s = ot_profile_write_chrome_trace(pf, o->trace_path);
         ot_profile_free(pf);
     }
     return s;
