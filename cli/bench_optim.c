@@ -154,9 +154,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(argv[i], "--flat")) {
             a->flat = true;
         } else if (!strcmp(argv[i], "--state")) {
-            if (!v || (strcmp(v, "bf16") && strcmp(v, "bf16-sr")))
-                return cli_usage_error(CMD, "--state needs bf16 or bf16-sr");
-            a->state = OT_TPU_STATE_BF16;
+            if (!v || (strcmp(v, "bf16") && strcmp(v, "bf16-sr") && strcmp(v, "int8")))
+                return cli_usage_error(CMD, "--state needs bf16, bf16-sr or int8");
+            a->state = strcmp(v, "int8") ? OT_TPU_STATE_BF16 : OT_TPU_STATE_INT8;
             a->sr = !strcmp(v, "bf16-sr");
             a->flat = true;
             i++;
@@ -460,7 +460,9 @@ static int report_flat(const bench *b, const char *cs, const char *thr, double s
     if (b->tc) { /* compressed state beside the flat f32 state: time, bytes per parameter */
         ot_tpu_profile cprof;
         if (ot_tpu_optimizer_profile(b->tc, &cprof) != OT_OK) return cli_fail(CMD);
-        const char *sn = b->a.sr ? "bf16-state (stochastic rounding)" : "bf16-state";
+        const char *sn = b->a.state == OT_TPU_STATE_INT8 ? "int8-state"
+                         : b->a.sr                       ? "bf16-state (stochastic rounding)"
+                                                         : "bf16-state";
         double cs_s = ot_bench_median(b->tcl, (size_t)b->a.reps);
         snprintf(c1, sizeof c1, "%s flat %s step, %s", cs, sn, thr);
         snprintf(base, sizeof base, "flat f32-state step, %s", thr);
@@ -563,7 +565,7 @@ const cli_command cli_bench_optim = {
     "optim",
     "device optimizer step (one compiled update, donated) vs a fused C loop; GB/s vs STREAM",
     "usage: optitpu bench optim [--optimizer NAME] [--params N] [--tensors K] [--reps R]\n"
-    "                           [--threads T] [--flat] [--state bf16|bf16-sr] [--no-fusion]\n"
+    "                           [--threads T] [--flat] [--state bf16|bf16-sr|int8] [--no-fusion]\n"
     "                           [--no-limits] [--json]\n"
     "\n"
     "Steps NAME (default adam) over N f32 parameters (default 16M; K/M/G suffixes) split into K\n"
@@ -578,7 +580,8 @@ const cli_command cli_bench_optim = {
     "flat-mode wrapper (one buffer per dtype, one update over it) on the same data in the same\n"
     "run: its step time beside the per-tensor mode's, kernel counts, and the elements where the\n"
     "two results differ (0: bit-identical). --state bf16 (implies --flat) also steps a flat\n"
-    "wrapper whose moments are kept in bf16 (bf16-sr: stochastic rounding) on the same data:\n"
-    "its step time beside the flat f32-state step, and the bytes each moves per parameter.",
+    "wrapper whose moments are kept in bf16 (bf16-sr: stochastic rounding; int8: 8-bit\n"
+    "block-wise) on the same data: its step time beside the flat f32-state step, and the bytes\n"
+    "each moves per parameter.",
     run_optim_bench,
 };

@@ -220,12 +220,14 @@ static void test_bytes_and_kernels(void) {
     for (int k = 0; k < 40; k++) ot_shape_make(&sh[k], OT_F32, 2, (int64_t[]){k + 1, 13});
     ot_optimizer *o = make_opt("adam");
     ASSERT_TRUE(o != NULL);
-    ot_tpu_profile pf[3];
-    int kernels[3];
-    for (int m = 0; m < 3; m++) {
+    ot_tpu_profile pf[4];
+    int kernels[4];
+    for (int m = 0; m < 4; m++) {
         ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
         to.flat = true;
-        to.state_format = m == 0 ? OT_TPU_STATE_F32 : OT_TPU_STATE_BF16;
+        to.state_format = m == 0   ? OT_TPU_STATE_F32
+                          : m == 3 ? OT_TPU_STATE_INT8
+                                   : OT_TPU_STATE_BF16;
         to.state_stochastic_rounding = m == 2;
         ot_tpu_optimizer *t = NULL;
         ASSERT_OK(ot_tpu_optimizer_create(o, sh, 40, &to, &t));
@@ -237,6 +239,11 @@ static void test_bytes_and_kernels(void) {
     EXPECT_INT_EQ(pf[1].param_bytes, pf[0].param_bytes);
     /* Adam: 4 + 4 + 4 + 2 * (4 + 4) = 28 bytes per parameter in f32, 20 with bf16 moments */
     EXPECT_INT_EQ(pf[1].bytes_per_step * 28, pf[0].bytes_per_step * 20);
+    /* int8: 1 byte per slot and element plus 4 per block of 256 elements (tensors start at
+     * multiples of 256, so the 40 tensors of 13..520 elements take 256..768 each) */
+    int64_t padded = 0;
+    for (int k = 0; k < 40; k++) padded += ((k + 1) * 13 + 255) / 256 * 256;
+    EXPECT_INT_EQ(pf[3].state_bytes, 2 * padded + 2 * (padded / 256) * 4);
     EXPECT_INT_EQ(kernels[0], 1);
     EXPECT_INT_EQ(kernels[1], 1);
     EXPECT_TRUE(kernels[2] <= 2); /* plus a scalar kernel: the step as u32 */
@@ -253,6 +260,11 @@ static void test_refused(void) {
     to.state_format = (ot_tpu_state_format)77;
     EXPECT_STATUS(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(strstr(ot_last_error(), "state format") != NULL);
+    to.state_format = OT_TPU_STATE_INT8; /* int8 needs flat mode */
+    to.flat = false;
+    EXPECT_STATUS(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(ot_last_error(), "flat mode") != NULL);
+    to.flat = true;
     ot_shape f64s[2];
     ot_shape_make(&f64s[0], OT_F32, 1, (int64_t[]){5});
     ot_shape_make(&f64s[1], OT_F64, 1, (int64_t[]){5});
@@ -263,6 +275,10 @@ static void test_refused(void) {
     EXPECT_STATUS(ot_tpu_optimizer_create(o, f64s, 2, &to, &t), OT_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(strstr(ot_last_error(), "f64 parameter 1") != NULL);
     to.flat = true;
+    to.state_format = OT_TPU_STATE_INT8;
+    EXPECT_STATUS(ot_tpu_optimizer_create(o, f64s, 2, &to, &t), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(strstr(ot_last_error(), "int8") != NULL);
+    to.state_format = OT_TPU_STATE_BF16;
     EXPECT_TRUE(t == NULL);
     /* a state tensor of the wrong dtype is refused by set_state */
     ot_device *dev = NULL;
@@ -283,6 +299,301 @@ static void test_refused(void) {
     ot_optimizer_free(o);
 }
 
+/* ---- 8-bit block-wise state ------------------------------------------------------------- */
+
+#define QDIR OT_SOURCE_DIR "/tests/data/optim_state/"
+
+static bool load(const char *name, ot_tensor *t) {
+    ot_status s = ot_npy_read_file(name, t);
+    if (s != OT_OK) fprintf(stderr, "%s: %s\n", name, ot_last_error());
+    return s == OT_OK;
+}
+
+/* The dynamic maps are scripts/optim_state_ref.py's (bitsandbytes' create_dynamic_map with
+ * torch's f32 linspace), bit for bit. */
+static void test_int8_map(void) {
+    for (int sg = 0; sg < 2; sg++) {
+        float m[256];
+        ot_tpu_int8_map(sg == 0, m);
+        ot_tensor ref = {0};
+        ASSERT_TRUE(load(sg == 0 ? QDIR "code_signed.npy" : QDIR "code_unsigned.npy", &ref));
+        EXPECT_INT_EQ(ot_shape_numel_unchecked(&ref.shape), 256);
+        EXPECT_TRUE(memcmp(m, ref.data, sizeof m) == 0);
+        for (int k = 1; k < 256; k++) EXPECT_TRUE(m[k - 1] < m[k]);
+        ot_tensor_release(&ref);
+    }
+}
+
+/* The NumPy reference's bf16 rounding (nearest even; stochastic with seed 7, group 0, slot 1,
+ * step 3 through its copy of the hash) equals the library's: ot_f32_to_bf16 and the documented
+ * stochastic rounding over ot_tpu_sr_key / ot_tpu_sr_bits, on 4099 values over 60 decades with
+ * zeros, infinities, the largest finite value and a subnormal. */
+static void test_bf16_fixture(void) {
+    ot_tensor x = {0}, rn = {0}, rs = {0};
+    ASSERT_TRUE(load(QDIR "bf16_x.npy", &x));
+    ASSERT_TRUE(load(QDIR "bf16_nearest.npy", &rn));
+    ASSERT_TRUE(load(QDIR "bf16_stochastic.npy", &rs));
+    int64_t n = ot_shape_numel_unchecked(&x.shape);
+    uint32_t key = ot_tpu_sr_key(7, 0, 1);
+    int bad = 0;
+    for (int64_t e = 0; e < n; e++) {
+        float v = ((float *)x.data)[e];
+        bad += ot_f32_to_bf16(v) != ((uint16_t *)rn.data)[e];
+        bad += round_ref(v, true, key, 3, e) != ((uint16_t *)rs.data)[e];
+    }
+    EXPECT_INT_EQ(bad, 0);
+    ot_tensor_release(&x);
+    ot_tensor_release(&rn);
+    ot_tensor_release(&rs);
+}
+
+/* A custom optimizer whose state is the gradient itself (state' = g, p' = p): after one step the
+ * stored codes and absmax are the quantization of the gradient. Slot 0 is "m" (signed map),
+ * slot 1 "exp_avg_sq" (unsigned). */
+static const char *const copy_states[] = {"m", "exp_avg_sq"};
+static int copy_nstate(const ot_optimizer *o) {
+    (void)o;
+    return 2;
+}
+static const char *copy_state(const ot_optimizer *o, int i) {
+    (void)o;
+    return i >= 0 && i < 2 ? copy_states[i] : NULL;
+}
+static ot_status copy_build(const ot_optimizer *o, const ot_optim_inputs *in,
+                            ot_optim_outputs *out) {
+    (void)o;
+    out->param = in->param;
+    out->state[0] = in->grad;
+    out->state[1] = ot_build_unary(in->c, OT_OP_ABS, in->grad);
+    return OT_OK;
+}
+static const ot_optimizer_vtable copy_vt = {
+    .name = "copy_grad", .state_count = copy_nstate, .state_name = copy_state, .build = copy_build};
+
+/* Quantization of given values (every map value and midpoint scaled by a block absmax, zeros,
+ * +-absmax, 12 decades of random values, an all-zero block, a partial last block): codes and
+ * absmax bit for bit the NumPy reference's argmin. */
+static void test_int8_quantize(void) {
+    ot_tensor x = {0}, rc[2], ra[2];
+    memset(rc, 0, sizeof rc);
+    memset(ra, 0, sizeof ra);
+    ASSERT_TRUE(load(QDIR "quant_x.npy", &x));
+    ASSERT_TRUE(load(QDIR "quant_signed_codes.npy", &rc[0]));
+    ASSERT_TRUE(load(QDIR "quant_signed_absmax.npy", &ra[0]));
+    ASSERT_TRUE(load(QDIR "quant_unsigned_codes.npy", &rc[1]));
+    ASSERT_TRUE(load(QDIR "quant_unsigned_absmax.npy", &ra[1]));
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new_custom(&copy_vt, &o));
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.flat = true;
+    to.state_format = OT_TPU_STATE_INT8;
+    ot_tpu_optimizer *t = NULL;
+    ot_device *dev = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &dev));
+    ASSERT_OK(ot_tpu_optimizer_create(o, &x.shape, 1, &to, &t));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, dev));
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), 4); /* m, exp_avg_sq, their absmax */
+    EXPECT_TRUE(strcmp(ot_tpu_optimizer_state_name(t, 2), "flat0.f32.m.absmax") == 0);
+    ASSERT_OK(ot_tpu_optimizer_write_grad(t, dev, 0, &x));
+    ASSERT_OK(ot_tpu_optimizer_step_flat(t, dev, 1, 0.1, NULL));
+    int64_t n = ot_shape_numel_unchecked(&x.shape), nb = (n + 255) / 256;
+    for (int sg = 0; sg < 2; sg++) {
+        ot_tensor c = {0}, a = {0};
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, dev, sg, &c));
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, dev, 2 + sg, &a));
+        EXPECT_INT_EQ(c.shape.dtype, OT_U8);
+        EXPECT_INT_EQ(ot_shape_numel_unchecked(&a.shape), nb);
+        int bad = 0;
+        const uint8_t *got = c.data, *want = rc[sg].data;
+        for (int64_t e = 0; e < n; e++)
+            if (got[e] != want[e]) {
+                if (bad++ < 5)
+                    fprintf(stderr, "%s: element %lld (x %.9g, absmax %.9g): code %d, want %d\n",
+                            sg ? "unsigned" : "signed", (long long)e, ((float *)x.data)[e],
+                            ((float *)ra[sg].data)[e / 256], got[e], want[e]);
+            }
+        EXPECT_INT_EQ(bad, 0);
+        EXPECT_TRUE(memcmp(a.data, ra[sg].data, (size_t)nb * 4) == 0);
+        ot_tensor_release(&c);
+        ot_tensor_release(&a);
+    }
+    for (int sg = 0; sg < 2; sg++) {
+        ot_tensor_release(&rc[sg]);
+        ot_tensor_release(&ra[sg]);
+    }
+    ot_tensor_release(&x);
+    ot_tpu_optimizer_free(t);
+    ot_device_free(dev);
+    ot_optimizer_free(o);
+}
+
+/* AdamW with 8-bit state over two tensors (1000 and 300 elements) for 12 steps against the NumPy
+ * reference of bitsandbytes' algorithm: parameters within 1e-7 + 1e-5 |p| every step (the
+ * library's Adam graph orders a few f32 operations differently), and at the end at most 1% of
+ * the codes one index apart, none further, absmax within rtol 1e-5. */
+static void test_int8_adamw_reference(void) {
+    ot_shape sh[2];
+    ot_shape_make(&sh[0], OT_F32, 1, (int64_t[]){1000});
+    ot_shape_make(&sh[1], OT_F32, 1, (int64_t[]){300});
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new("adamw", &o));
+    ASSERT_OK(ot_optimizer_set(o, "weight_decay", 0.01));
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.flat = true;
+    to.state_format = OT_TPU_STATE_INT8;
+    ot_tpu_optimizer *t = NULL;
+    ot_device *dev = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &dev));
+    ASSERT_OK(ot_tpu_optimizer_create(o, sh, 2, &to, &t));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, dev));
+    ot_tensor g[2], pr[2];
+    memset(g, 0, sizeof g);
+    memset(pr, 0, sizeof pr);
+    char path[512];
+    for (int k = 0; k < 2; k++) {
+        ot_tensor p0 = {0};
+        snprintf(path, sizeof path, QDIR "adamw_p0_%d.npy", k);
+        ASSERT_TRUE(load(path, &p0));
+        ASSERT_OK(ot_tpu_optimizer_write_param(t, dev, k, &p0));
+        ot_tensor_release(&p0);
+        snprintf(path, sizeof path, QDIR "adamw_g_%d.npy", k);
+        ASSERT_TRUE(load(path, &g[k]));
+        snprintf(path, sizeof path, QDIR "adamw_p_%d.npy", k);
+        ASSERT_TRUE(load(path, &pr[k]));
+    }
+    double worst = 0, excess = 0; /* max rel where |p| > 1e-3; max |d| - (1e-7 + 1e-5 |p|) */
+    for (int s = 1; s <= 12; s++) {
+        for (int k = 0; k < 2; k++) {
+            ot_tensor gs;
+            ASSERT_OK(ot_tensor_borrow(&gs, &sh[k], (float *)g[k].data + (s - 1) * sh[k].dims[0]));
+            ASSERT_OK(ot_tpu_optimizer_write_grad(t, dev, k, &gs));
+        }
+        ASSERT_OK(ot_tpu_optimizer_step_flat(t, dev, s, 1e-3, NULL));
+        for (int k = 0; k < 2; k++) {
+            ot_tensor p = {0};
+            ASSERT_OK(ot_tpu_optimizer_read_param(t, dev, k, &p));
+            const float *a = p.data, *b = (const float *)pr[k].data + (s - 1) * sh[k].dims[0];
+            for (int64_t e = 0; e < sh[k].dims[0]; e++) {
+                double d = fabs((double)a[e] - b[e]);
+                if (fabs((double)b[e]) > 1e-3) worst = fmax(worst, d / fabs((double)b[e]));
+                excess = fmax(excess, d - (1e-7 + 1e-5 * fabs((double)b[e])));
+            }
+            ot_tensor_release(&p);
+        }
+    }
+    fprintf(stderr, "int8 adamw: max rel parameter deviation %.3g\n", worst);
+    EXPECT_TRUE(excess <= 0);
+    ot_tpu_flat_view v[2];
+    for (int k = 0; k < 2; k++) ASSERT_OK(ot_tpu_optimizer_flat_view(t, k, &v[k]));
+    EXPECT_INT_EQ(v[1].offset % OT_TPU_INT8_BLOCK, 0);
+    for (int j = 0; j < 2; j++) {
+        ot_tensor c = {0}, a = {0};
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, dev, j, &c));
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, dev, 2 + j, &a));
+        int64_t off1 = 0, far = 0, total = 0;
+        double aw = 0;
+        for (int k = 0; k < 2; k++) {
+            ot_tensor rc = {0}, ra = {0};
+            snprintf(path, sizeof path, QDIR "adamw_codes%d_%d.npy", j + 1, k);
+            ASSERT_TRUE(load(path, &rc));
+            snprintf(path, sizeof path, QDIR "adamw_absmax%d_%d.npy", j + 1, k);
+            ASSERT_TRUE(load(path, &ra));
+            const uint8_t *gc = (const uint8_t *)c.data + v[k].offset, *wc = rc.data;
+            for (int64_t e = 0; e < v[k].count; e++, total++) {
+                int d = abs((int)gc[e] - (int)wc[e]);
+                off1 += d == 1;
+                far += d > 1;
+            }
+            const float *ga = (const float *)a.data + v[k].offset / 256, *wa = ra.data;
+            for (int64_t b = 0; b < ot_shape_numel_unchecked(&ra.shape); b++)
+                aw = fmax(aw, fabs((double)ga[b] - wa[b]) / fabs((double)wa[b]));
+            ot_tensor_release(&rc);
+            ot_tensor_release(&ra);
+        }
+        fprintf(stderr, "int8 adamw state %d: %lld of %lld codes one apart, absmax rel %.3g\n", j,
+                (long long)off1, (long long)total, aw);
+        EXPECT_INT_EQ(far, 0);
+        EXPECT_TRUE(off1 * 100 <= total);
+        EXPECT_TRUE(aw <= 1e-5);
+        ot_tensor_release(&c);
+        ot_tensor_release(&a);
+    }
+    for (int k = 0; k < 2; k++) {
+        ot_tensor_release(&g[k]);
+        ot_tensor_release(&pr[k]);
+    }
+    ot_tpu_optimizer_free(t);
+    ot_device_free(dev);
+    ot_optimizer_free(o);
+}
+
+/* Lion, SGD with momentum, NAdam and LAMB step with int8 state (the signed map for their
+ * momentum, NAdam's scalar mu_product in f32): after 4 steps the parameters are within a tenth
+ * of the largest update of the same optimizer's f32-state run. */
+static void test_int8_other_optimizers(void) {
+    make_shapes();
+    const char *nm[] = {"lion", "sgd_momentum", "nadam", "lamb"};
+    for (size_t q = 0; q < sizeof nm / sizeof *nm; q++) {
+        ot_device *dev = NULL;
+        ASSERT_OK(ot_host_device_create(0, 0, &dev));
+        ot_optimizer *o = make_opt(nm[q]);
+        ASSERT_TRUE(o != NULL);
+        ot_tpu_optimizer *t[2] = {NULL, NULL};
+        for (int m = 0; m < 2; m++) {
+            ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+            to.flat = true;
+            to.state_format = m ? OT_TPU_STATE_INT8 : OT_TPU_STATE_F32;
+            ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &t[m]));
+            ASSERT_OK(ot_tpu_optimizer_add_replica(t[m], dev));
+        }
+        double upd = 0, dev_max = 0;
+        for (int step = 1; step <= 4; step++) {
+            for (int k = 0; k < NT; k++) {
+                ot_tensor g = {0}, p = {0};
+                ASSERT_OK(ot_tensor_alloc(&g, &shapes[k]));
+                ASSERT_OK(ot_tensor_alloc(&p, &shapes[k]));
+                int64_t ne = ot_shape_numel_unchecked(&shapes[k]);
+                for (int64_t e = 0; e < ne; e++) {
+                    ((float *)g.data)[e] =
+                        val(31u * (uint64_t)step + 1009u * (uint64_t)k + (uint64_t)e, 0.1);
+                    ((float *)p.data)[e] = val(77u * (uint64_t)k + (uint64_t)e, 1.0);
+                }
+                for (int m = 0; m < 2; m++) {
+                    if (step == 1) ASSERT_OK(ot_tpu_optimizer_write_param(t[m], dev, k, &p));
+                    ASSERT_OK(ot_tpu_optimizer_write_grad(t[m], dev, k, &g));
+                }
+                ot_tensor_release(&g);
+                ot_tensor_release(&p);
+            }
+            for (int m = 0; m < 2; m++)
+                ASSERT_OK(ot_tpu_optimizer_step_flat(t[m], dev, step, 0.01, NULL));
+        }
+        for (int k = 0; k < NT; k++) {
+            ot_tensor a = {0}, b = {0};
+            ASSERT_OK(ot_tpu_optimizer_read_param(t[0], dev, k, &a));
+            ASSERT_OK(ot_tpu_optimizer_read_param(t[1], dev, k, &b));
+            int64_t ne = ot_shape_numel_unchecked(&shapes[k]);
+            for (int64_t e = 0; e < ne; e++) {
+                float x = ((float *)a.data)[e], y = ((float *)b.data)[e];
+                EXPECT_TRUE(isfinite(y));
+                upd = fmax(upd, fabs((double)x - val(77u * (uint64_t)k + (uint64_t)e, 1.0)));
+                dev_max = fmax(dev_max, fabs((double)x - y));
+            }
+            ot_tensor_release(&a);
+            ot_tensor_release(&b);
+        }
+        fprintf(stderr, "int8 %s: max |p - p_f32| %.3g, largest update %.3g\n", nm[q], dev_max,
+                upd);
+        EXPECT_TRUE(upd > 0 && dev_max <= 0.1 * upd);
+        ot_tpu_optimizer_free(t[0]);
+        ot_tpu_optimizer_free(t[1]);
+        ot_optimizer_free(o);
+        ot_device_free(dev);
+    }
+}
+
 OT_TEST_MAIN(OT_TEST(test_bf16_nearest_bitwise), OT_TEST(test_bf16_stochastic_bitwise),
              OT_TEST(test_stochastic_rounding_statistics), OT_TEST(test_bytes_and_kernels),
-             OT_TEST(test_refused))
+             OT_TEST(test_refused), OT_TEST(test_bf16_fixture), OT_TEST(test_int8_map),
+             OT_TEST(test_int8_quantize), OT_TEST(test_int8_adamw_reference),
+             OT_TEST(test_int8_other_optimizers))

@@ -100,7 +100,24 @@ typedef struct ot_tpu_optimizer ot_tpu_optimizer;
 typedef enum ot_tpu_state_format {
     OT_TPU_STATE_F32 = 0, /* the update's dtype, as it is (default) */
     OT_TPU_STATE_BF16,    /* bf16: rounded to nearest even, or stochastically (options) */
+    OT_TPU_STATE_INT8,    /* 8-bit block-wise (bitsandbytes): flat mode only, see below */
 } ot_tpu_state_format;
+
+/* 8-bit block-wise state (OT_TPU_STATE_INT8, Dettmers et al. 2022, bitsandbytes' blockwise 8-bit
+ * optimizers): each array slot is a u8 code per element ("flat<g>.<dtype>.<slot>") and an f32
+ * absmax per block of OT_TPU_INT8_BLOCK elements ("...<slot>.absmax", after the group's slots
+ * and master). A value is map[code] * absmax of its block; after the f32 update the block's new
+ * absmax is max |s| (1 for an all-zero block) and the code the first index of the smallest
+ * |s / absmax - map[k]|. The map is bitsandbytes' dynamic map (create_dynamic_map, 7 exponent
+ * bits): unsigned for slots that never go negative (exp_avg_sq, max_exp_avg_sq, square_avg,
+ * sum, acc_delta, nu), signed for the others. In int8 mode every tensor starts at a multiple of
+ * OT_TPU_INT8_BLOCK elements, so blocks never straddle two tensors (bitsandbytes' blocks are per
+ * tensor too). */
+#define OT_TPU_INT8_BLOCK 256
+
+/* The 256 values of the dynamic map, sorted (signed: 0 at 127 and 1 at 255, no -1; unsigned: 0
+ * at 0, 1 at 255), as the compiled update computes them. */
+OT_API void ot_tpu_int8_map(bool is_signed, float out[256]);
 
 typedef struct ot_tpu_optimizer_options {
     bool donate;            /* default true: params and state are donated to the update
@@ -169,8 +186,9 @@ typedef struct ot_tpu_optimizer_options {
      * value), the random bits a counter-based hash of (state_seed, unit, slot, step, element index)
      * — the unit is the flat group (flat mode) or the parameter, the index the element's in the
      * unit's buffer: the same seed and steps give the same bits on every run, replica and thread
-     * count. Non-finite values round to nearest. Another format, or an f64 parameter:
-     * INVALID_ARGUMENT. */
+     * count. Non-finite values round to nearest. OT_TPU_STATE_INT8 (flat mode only; see above)
+     * keeps 1 byte per slot and parameter plus 4 per block of 256. Another format, int8 outside
+     * flat mode, or an f64 parameter: INVALID_ARGUMENT. */
     ot_tpu_state_format state_format;
     bool state_stochastic_rounding;
     uint64_t state_seed;

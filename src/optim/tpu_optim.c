@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "optim_internal.h"
+#include "state_quant.h"
 
 typedef struct replica {
     ot_device *dev;
@@ -57,6 +58,10 @@ struct ot_tpu_optimizer {
                   * update is built tensor by tensor over segments of the flat buffers */
     bool *ucomp; /* [ngroups] the group's array state slots are stored compressed
                   * (opts.state_format) and widened to f32 for the update */
+    /* int8 state: per state tensor, the index of its absmax tensor (a slot's codes), or -1;
+     * whether its codes use the signed map */
+    int *sabs;
+    bool *ssigned;
 };
 
 /* What the module updates: the tensors, or (flat mode) the flat groups. */
@@ -122,6 +127,7 @@ typedef struct mbuild {
     bool ls; /* loss scaling */
     ot_module *m;
     ot_computation *c, *add, *lor; /* the update; add_f64 (clip_grad_norm); or_pred (ls) */
+    ot_computation *max32;         /* max_f32 (int8 state: block absmax) */
     ot_instr **outs, **grads, **prm, **st;
     int64_t *segoff; /* [nparams] flat lamb/lars: a group's tensors' segments */
     ot_shape *segshape;
@@ -138,6 +144,13 @@ static void add_reducers(mbuild *b) {
         ot_instr *x = ot_build_parameter(b->lor, 0, pb, "a");
         ot_instr *y = ot_build_parameter(b->lor, 1, pb, "b");
         ot_computation_set_root(b->lor, ot_build_binary(b->lor, OT_OP_OR, x, y));
+    }
+    if (b->t->opts.state_format == OT_TPU_STATE_INT8) {
+        ot_shape sc = ot_shape_scalar(OT_F32);
+        b->max32 = ot_module_add_computation(m, "max_f32");
+        ot_instr *x = ot_build_parameter(b->max32, 0, sc, "a");
+        ot_instr *y = ot_build_parameter(b->max32, 1, sc, "b");
+        ot_computation_set_root(b->max32, ot_build_binary(b->max32, OT_OP_MAXIMUM, x, y));
     }
     if (b->t->opts.clip_grad_norm > 0) {
         ot_shape sc = ot_shape_scalar(OT_F64);
@@ -367,9 +380,13 @@ static ot_status build_update(mbuild *b, int k) {
     ot_optim_inputs in = {.c = c, .param = w, .grad = b->grads[k], .step = b->step, .lr = lrk};
     for (int j = 0; j < S; j++) in.state[j] = b->st[o0 + j];
     bool comp = t->ucomp && t->ucomp[k];
-    for (int j = 0; j < S && comp; j++) /* compressed slots: the update reads them in f32 */
-        if (t->sshape[o0 + j].dtype != P->wshape[k].dtype)
+    for (int j = 0; j < S && comp; j++) { /* compressed slots: the update reads them in f32 */
+        int q = o0 + j;
+        if (t->sabs && t->sabs[q] >= 0)
+            in.state[j] = ot_quant8_dequantize(c, in.state[j], b->st[t->sabs[q]], t->ssigned[q]);
+        else if (t->sshape[q].dtype != P->wshape[k].dtype)
             in.state[j] = ot_build_convert(c, in.state[j], P->wshape[k].dtype);
+    }
     /* flat group of lamb/lars: per-tensor norms over its tensors' segments */
     ot_optim_segments sg = {0, b->segoff, b->segshape};
     for (int q = 0; t->flat && t->useg[k] && q < t->nparams; q++) {
@@ -384,9 +401,15 @@ static ot_status build_update(mbuild *b, int k) {
     if (s != OT_OK) return ot_error_wrap(s, t->flat ? "flat group %d" : "parameter %d", k);
     b->outs[k] = P->master[k] ? ot_build_convert(c, r.param, P->pshape[k].dtype) : r.param;
     for (int j = 0; j < S; j++) b->outs[n + o0 + j] = r.state[j];
-    for (int j = 0; j < S && comp; j++)
-        if (t->sshape[o0 + j].dtype != P->wshape[k].dtype)
-            b->outs[n + o0 + j] = compress_state(b, r.state[j], k, j);
+    for (int j = 0; j < S && comp; j++) {
+        int q = o0 + j;
+        if (t->sabs && t->sabs[q] >= 0) {
+            OT_CHECK(ot_quant8_quantize(c, b->max32, r.state[j], t->ssigned[q], &b->outs[n + q],
+                                        &b->outs[n + t->sabs[q]]));
+        } else if (t->sshape[q].dtype != P->wshape[k].dtype) {
+            b->outs[n + q] = compress_state(b, r.state[j], k, j);
+        }
+    }
     if (P->master[k]) b->outs[n + o0 + S] = r.param;
     return ot_module_status(b->m);
 }
@@ -499,6 +522,8 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->upopt);
     ot_free(t->useg);
     ot_free(t->ucomp);
+    ot_free(t->sabs);
+    ot_free(t->ssigned);
     ot_executable_free(t->exe);
     for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
     ot_optimizer_free(t->base);
@@ -625,6 +650,23 @@ static bool flat_segmentable(const ot_tpu_optimizer *t, const ot_shape *ps, int 
     return true;
 }
 
+/* int8 state: slots that never go negative take the unsigned map (as bitsandbytes' state2) */
+static bool slot_unsigned(const char *name) {
+    static const char *const u[] = {"exp_avg_sq", "max_exp_avg_sq", "square_avg",
+                                    "sum",        "acc_delta",      "nu"};
+    for (size_t k = 0; name && k < sizeof u / sizeof *u; k++)
+        if (strcmp(name, u[k]) == 0) return true;
+    return false;
+}
+
+/* Whether slot j of optimizer o (shape ss, for an update of shape ws) is stored compressed:
+ * the array slots shaped like the update, not a per-parameter scalar (NAdam's mu_product). */
+static bool slot_compressed(const ot_optimizer *o, int j, const ot_shape *ss, const ot_shape *ws) {
+    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(o);
+    if (vt->state_is_scalar && vt->state_is_scalar(o, j)) return false;
+    return ot_shape_equal(ss, ws);
+}
+
 /* The flat layout: a group per dtype and hyper-parameter group (the same param_optimizers
  * entry, masks and lr_scale), in order of first appearance, each tensor at an offset aligned
  * to OT_TPU_FLAT_ALIGN elements; the groups' update and state. */
@@ -642,6 +684,8 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
     t->upopt = ot_calloc((size_t)n, sizeof *t->upopt);
     t->useg = ot_calloc((size_t)n, sizeof *t->useg);
     t->ucomp = ot_calloc((size_t)n, sizeof *t->ucomp);
+    /* int8 state: blocks of OT_TPU_INT8_BLOCK never straddle two tensors */
+    int64_t al = op->state_format == OT_TPU_STATE_INT8 ? OT_TPU_INT8_BLOCK : OT_TPU_FLAT_ALIGN;
     int *first = ot_calloc((size_t)n, sizeof *first); /* group g's first tensor */
     int64_t *len = ot_calloc((size_t)n, sizeof *len);
     ot_status s = OT_OK;
@@ -671,14 +715,14 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
         t->pgroup[k] = g;
         t->poff[k] = len[g];
         int64_t ne = ot_shape_numel_unchecked(&ps[k]);
-        len[g] += (ne + OT_TPU_FLAT_ALIGN - 1) / OT_TPU_FLAT_ALIGN * OT_TPU_FLAT_ALIGN;
+        len[g] += (ne + al - 1) / al * al;
     }
 #undef GROUP_OPT
 #undef WD_MASK
 #undef TR_MASK
     int nstate = 0;
     for (int g = 0; g < t->ngroups && s == OT_OK; g++) {
-        if (len[g] == 0) len[g] = OT_TPU_FLAT_ALIGN; /* every tensor empty */
+        if (len[g] == 0) len[g] = al; /* every tensor empty */
         ot_dtype pdt = ps[first[g]].dtype;
         /* a bf16/f16 group keeps an f32 master: its update is built in f32 */
         t->umaster[g] = pdt == OT_BF16 || pdt == OT_F16;
@@ -695,11 +739,18 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
         if (s == OT_OK && op->state_format != OT_TPU_STATE_F32) {
             if (dt != OT_F32)
                 s = ot_error(OT_ERR_INVALID_ARGUMENT,
-                             "ot_tpu_optimizer_create: state format bf16 is not supported for "
+                             "ot_tpu_optimizer_create: state format %s is not supported for "
                              "the %s group %d (compressed state needs an f32 update: f32, bf16 "
                              "or f16 parameters)",
+                             op->state_format == OT_TPU_STATE_INT8 ? "int8" : "bf16",
                              ot_dtype_name(dt), g);
             t->ucomp[g] = true;
+        }
+        for (int j = 0; s == OT_OK && op->state_format == OT_TPU_STATE_INT8 && j < t->uslots[g];
+             j++) { /* one absmax tensor per quantized slot */
+            ot_shape ss;
+            s = ot_optimizer_state_shape(t->upopt[g], j, &t->uwshape[g], &ss);
+            if (s == OT_OK && slot_compressed(t->upopt[g], j, &ss, &t->uwshape[g])) nstate++;
         }
     }
     t->nstate = nstate;
@@ -707,14 +758,6 @@ done:
     ot_free(first);
     ot_free(len);
     return s;
-}
-
-/* Whether slot j of optimizer o (shape ss, for an update of shape ws) is stored compressed:
- * the array slots shaped like the update, not a per-parameter scalar (NAdam's mu_product). */
-static bool slot_compressed(const ot_optimizer *o, int j, const ot_shape *ss, const ot_shape *ws) {
-    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(o);
-    if (vt->state_is_scalar && vt->state_is_scalar(o, j)) return false;
-    return ot_shape_equal(ss, ws);
 }
 
 ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
@@ -733,10 +776,16 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "ot_tpu_optimizer_create: loss scaling needs init_scale > 0, "
                         "growth_factor >= 1, 0 < backoff_factor <= 1, growth_interval >= 1");
-    if (op.state_format != OT_TPU_STATE_F32 && op.state_format != OT_TPU_STATE_BF16)
+    if (op.state_format != OT_TPU_STATE_F32 && op.state_format != OT_TPU_STATE_BF16 &&
+        op.state_format != OT_TPU_STATE_INT8)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "ot_tpu_optimizer_create: unknown state format %d (f32, bf16)",
+                        "ot_tpu_optimizer_create: unknown state format %d (f32, bf16, int8)",
                         (int)op.state_format);
+    if (op.state_format == OT_TPU_STATE_INT8 && !op.flat)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: int8 state needs flat mode (options.flat): its "
+                        "blocks of %d elements are laid out in the flat buffers",
+                        OT_TPU_INT8_BLOCK);
     if (!isfinite(op.clip_grad_norm) || op.clip_grad_norm < 0 || !isfinite(op.clip_grad_value) ||
         op.clip_grad_value < 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -874,6 +923,13 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             }
         }
     }
+    bool int8 = op.state_format == OT_TPU_STATE_INT8;
+    if (int8 && (!(t->sabs = ot_calloc((size_t)t->nstate + 1, sizeof *t->sabs)) ||
+                 !(t->ssigned = ot_calloc((size_t)t->nstate + 1, sizeof *t->ssigned)))) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+        goto fail;
+    }
+    for (int q = 0; int8 && q < t->nstate; q++) t->sabs[q] = -1;
     for (int g = 0; g < t->ngroups; g++) { /* the flat state: slot j of group g */
         const ot_optimizer *og = t->upopt[g];
         const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(og);
@@ -884,7 +940,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
                 OT_CHECK_GOTO(ot_optimizer_state_shape(og, j, &t->uwshape[g], &t->sshape[i]), s,
                               fail);
                 if (t->ucomp[g] && slot_compressed(og, j, &t->sshape[i], &t->uwshape[g]))
-                    t->sshape[i].dtype = OT_BF16;
+                    t->sshape[i].dtype = int8 ? OT_U8 : OT_BF16;
                 t->sinit[i] = vt->state_init ? vt->state_init(og, j) : 0.0;
                 sn = ot_optimizer_state_name(og, j);
             } else {
@@ -894,6 +950,21 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             snprintf(buf, sizeof buf, "flat%d.%s.%s", g, ot_dtype_name(t->ushape[g].dtype),
                      sn ? sn : "?");
             if (!(t->sname[i] = ot_strdup(buf))) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+                goto fail;
+            }
+        }
+        for (int j = 0; int8 && j < t->uslots[g]; j++) { /* the quantized slots' absmax */
+            int q = t->usoff[g] + j;
+            if (t->sshape[q].dtype != OT_U8) continue;
+            int64_t nb = t->sshape[q].dims[0] / OT_TPU_INT8_BLOCK;
+            OT_CHECK_GOTO(ot_shape_make(&t->sshape[i], OT_F32, 1, &nb), s, fail);
+            t->sinit[i] = t->sinit[q];
+            t->sabs[q] = i;
+            t->ssigned[q] = !slot_unsigned(ot_optimizer_state_name(og, j));
+            char buf[192];
+            snprintf(buf, sizeof buf, "%s.absmax", t->sname[q]);
+            if (!(t->sname[i++] = ot_strdup(buf))) {
                 s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
                 goto fail;
             }
@@ -1030,6 +1101,15 @@ static ot_status fill_state(const ot_tpu_optimizer *t, int i, ot_tensor *out) {
     OT_CHECK(ot_tensor_alloc(out, &t->sshape[i]));
     int64_t n = ot_shape_numel_unchecked(&t->sshape[i]);
     double v = t->sinit[i];
+    if (t->sshape[i].dtype == OT_U8) { /* int8 codes: v is 0 (the zero code) or the block's
+                                        * absmax (1.0, code 255 in both maps) */
+        uint8_t z = t->ssigned[i] ? 127 : 0;
+        memset(out->data, v == 0 ? z : 255, (size_t)n);
+        return OT_OK;
+    }
+    bool absmax = false;
+    for (int q = 0; t->sabs && q < t->nstate && !absmax; q++) absmax = t->sabs[q] == i;
+    if (absmax) v = v == 0 ? 1.0 : fabs(v);
     for (int64_t e = 0; e < n; e++) {
         if (t->sshape[i].dtype == OT_F32)
             ((float *)out->data)[e] = (float)v;
