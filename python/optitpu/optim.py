@@ -17,7 +17,11 @@ state_dict()/load_state_dict() are interchangeable with torch.optim's for the sa
 
 from . import _core
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "ScheduleLR",
+           "constant_schedule", "exponential_decay", "polynomial_schedule", "linear_schedule",
+           "cosine_decay_schedule", "warmup_cosine_decay_schedule", "piecewise_constant_schedule",
+           "step_schedule", "cosine_restarts_schedule", "onecycle_schedule",
+           "GradientTransformation", "TransformState", "transform"]
 
 
 def _is_torch(x):
@@ -344,3 +348,211 @@ class Adagrad(Optimizer):
         return {"lr": g["lr"], "lr_decay": g["lr_decay"], "weight_decay": g["weight_decay"],
                 "initial_accumulator_value": g["initial_accumulator_value"], "eps": g["eps"],
                 "maximize": _flag(g["maximize"])}
+
+
+# ---- learning-rate schedules (liboptitpu's ot_lr_schedule, optax's formulas) ----
+
+def constant_schedule(value):
+    """optax.constant_schedule."""
+    return _core.lr_schedule("constant", float(value))
+
+
+def exponential_decay(init_value, transition_steps, decay_rate, transition_begin=0,
+                      staircase=False, end_value=None):
+    """optax.exponential_decay (torch ExponentialLR(gamma): (init, 1, gamma))."""
+    return _core.lr_schedule("exponential", float(init_value), int(transition_steps),
+                             float(decay_rate), int(transition_begin), bool(staircase),
+                             float("nan") if end_value is None else float(end_value))
+
+
+def polynomial_schedule(init_value, end_value, power, transition_steps, transition_begin=0):
+    """optax.polynomial_schedule."""
+    return _core.lr_schedule("polynomial", float(init_value), float(end_value), float(power),
+                             int(transition_steps), int(transition_begin))
+
+
+def linear_schedule(init_value, end_value, transition_steps, transition_begin=0):
+    """optax.linear_schedule."""
+    return _core.lr_schedule("linear", float(init_value), float(end_value),
+                             int(transition_steps), int(transition_begin))
+
+
+def cosine_decay_schedule(init_value, decay_steps, alpha=0.0, exponent=1.0):
+    """optax.cosine_decay_schedule (torch CosineAnnealingLR(T_max, eta_min): alpha =
+    eta_min / init)."""
+    return _core.lr_schedule("cosine", float(init_value), float(init_value) * float(alpha),
+                             int(decay_steps), float(exponent))
+
+
+def warmup_cosine_decay_schedule(init_value, peak_value, warmup_steps, decay_steps,
+                                 end_value=0.0, exponent=1.0):
+    """optax.warmup_cosine_decay_schedule."""
+    return _core.lr_schedule("warmup_cosine", float(init_value), float(peak_value),
+                             int(warmup_steps), int(decay_steps), float(end_value),
+                             float(exponent))
+
+
+def piecewise_constant_schedule(init_value, boundaries_and_scales):
+    """optax.piecewise_constant_schedule (torch MultiStepLR: every scale gamma)."""
+    items = sorted((int(k), float(v)) for k, v in dict(boundaries_and_scales).items())
+    return _core.lr_schedule("piecewise_constant", float(init_value), [k for k, _ in items],
+                             [v for _, v in items])
+
+
+def step_schedule(init_value, step_size, gamma=0.1):
+    """torch StepLR: init * gamma ** (t // step_size)."""
+    return _core.lr_schedule("step", float(init_value), int(step_size), float(gamma))
+
+
+def cosine_restarts_schedule(base, eta_min, t0, t_mult=1):
+    """torch CosineAnnealingWarmRestarts."""
+    return _core.lr_schedule("cosine_restarts", float(base), float(eta_min), int(t0), int(t_mult))
+
+
+def onecycle_schedule(total_steps, peak, pct_start=0.3, div_factor=25.0, final_div_factor=1e4,
+                      torch_convention=True):
+    """torch OneCycleLR (cosine annealing); torch_convention=False: optax's
+    cosine_onecycle_schedule."""
+    return _core.lr_schedule("onecycle", int(total_steps), float(peak), float(pct_start),
+                             float(div_factor), float(final_div_factor), bool(torch_convention))
+
+
+class ScheduleLR:
+    """Drives an optimizer's learning rate from a schedule, as a torch LR scheduler does: the
+    constructor sets every group's lr to schedule(0); step() (after optimizer.step()) to
+    schedule(t) for the next step index t. Changing group["lr"] never recompiles."""
+
+    def __init__(self, optimizer, schedule):
+        self.optimizer = optimizer
+        self.schedule = schedule
+        self.last_epoch = 0
+        self._apply()
+
+    def _apply(self):
+        lr = self.schedule(self.last_epoch)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
+    def step(self):
+        self.last_epoch += 1
+        self._apply()
+
+    def get_last_lr(self):
+        return [g["lr"] for g in self.optimizer.param_groups]
+
+    def state_dict(self):
+        return {"last_epoch": self.last_epoch}
+
+    def load_state_dict(self, sd):
+        self.last_epoch = int(sd["last_epoch"])
+        self._apply()
+
+
+# ---- optax-style transformations (for JAX users) ----
+
+_OPTAX_FLAG = {"adam", "adamw", "rmsprop", "adagrad", "radam", "nadam"}
+_OPTAX_NAMES = {"b1": "beta1", "b2": "beta2"}
+
+
+class GradientTransformation:
+    """optax's (init, update) pair: state = init(params); updates, state = update(grads, state,
+    params). Arrays in: any pytree of array-likes; out: NumPy arrays in the same structure."""
+
+    def __init__(self, init, update):
+        self.init = init
+        self.update = update
+
+    def __iter__(self):  # unpacks as optax's NamedTuple does
+        return iter((self.init, self.update))
+
+
+class TransformState:
+    """The state of a GradientTransformation: the step count and each leaf's slots (NumPy)."""
+
+    def __init__(self, count, slots):
+        self.count = count
+        self.slots = slots
+
+    def __repr__(self):
+        return f"TransformState(count={self.count}, {len(self.slots)} leaves)"
+
+
+def _tree_flatten(tree):
+    try:
+        import jax
+
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        return leaves, lambda xs: jax.tree_util.tree_unflatten(treedef, xs)
+    except ImportError:
+        pass
+    if isinstance(tree, dict):
+        keys = sorted(tree)
+        return [tree[k] for k in keys], lambda xs: dict(zip(keys, xs))
+    if isinstance(tree, (list, tuple)):
+        return list(tree), lambda xs: type(tree)(xs)
+    return [tree], lambda xs: xs[0]
+
+
+def transform(name, learning_rate, *, clip_by_global_norm=0.0, **hparams):
+    """An optax-style GradientTransformation running liboptitpu's compiled update of optimizer
+    `name` ("adam", "adamw", "sgd", "lion", "lamb", ...), with optax's formulas where the
+    library has both conventions (its "optax" flag). learning_rate: a number or a schedule
+    (callable of the step index, e.g. optitpu.optim.warmup_cosine_decay_schedule(...)).
+    Hyper-parameters by the library's names or optax's b1/b2; clip_by_global_norm > 0 clips
+    first with optax.clip_by_global_norm's formula.
+
+    The update is computed as the step's new parameters minus the parameters, so
+    params + updates equals the step to the rounding of that subtraction; with params=None the
+    update starts from zero parameters, which is exact for optimizers whose update does not read
+    the parameters (no weight decay)."""
+    import numpy as np
+
+    hp = {_OPTAX_NAMES.get(k, k): float(v) for k, v in hparams.items()}
+    if name in _OPTAX_FLAG:
+        hp["optax"] = 1.0
+    compiled = {}
+
+    def executable(leaves):
+        shapes = tuple((_core.describe(x)[0], tuple(np.shape(x))) for x in leaves)
+        hit = compiled.get(shapes)
+        if hit is None:
+            hit = compiled[shapes] = _core.optimizer_update(
+                name, hp, list(shapes), float(clip_by_global_norm), 0.0,
+                clip_by_global_norm > 0)
+        return hit
+
+    def init(params):
+        leaves, _ = _tree_flatten(params)
+        _, states = executable([np.asarray(x) for x in leaves])
+        per = len(states) // len(leaves) if leaves else 0
+        slots = []
+        for k in range(len(leaves)):
+            slots.append({nm.split(".", 1)[1]: np.full(shape, init, dtype=numpy_dtype(dt))
+                          for nm, dt, shape, init in states[k * per:(k + 1) * per]})
+        return TransformState(0, slots)
+
+    def update(updates, state, params=None):
+        gl, unflatten = _tree_flatten(updates)
+        gl = [np.asarray(g, order="C") for g in gl]  # a copy only when not contiguous
+        if params is None:
+            pl = [np.zeros_like(g) for g in gl]
+        else:
+            pl = [np.array(p, copy=True, order="C") for p in _tree_flatten(params)[0]]
+        old = [p.copy() for p in pl] if params is not None else None
+        exe, states = executable(pl)
+        per = len(states) // len(pl) if pl else 0
+        slots = [{k: v.copy() for k, v in s.items()} for s in state.slots]
+        sargs = [slots[k][nm.split(".", 1)[1]] for k in range(len(pl))
+                 for nm, _, _, _ in states[k * per:(k + 1) * per]]
+        lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+        exe(*pl, *gl, *sargs, float(state.count + 1), float(lr), donate=True)
+        ups = pl if old is None else [p - o for p, o in zip(pl, old)]
+        return unflatten(ups), TransformState(state.count + 1, slots)
+
+    return GradientTransformation(init, update)
+
+
+def numpy_dtype(name):
+    from . import numpy_dtype as nd
+
+    return nd(name)

@@ -1228,20 +1228,21 @@ static PyObject *mod_load(PyObject *mod, PyObject *args) {
 }
 
 /* _core.optimizer_update(name, hparams: dict[str, float], shapes: [(dtype, shape)],
- *                        clip_grad_norm=0.0, clip_grad_value=0.0)
+ *                        clip_grad_norm=0.0, clip_grad_value=0.0, clip_norm_optax=False)
  *   -> (Executable, [(state name, dtype, shape, initial value)])
  * One compiled update (ot_tpu_optimizer, donated): parameters 0..n-1 the params, n..2n-1 the
  * grads, then the state tensors (parameter-major), then step and lr (f64 scalars); every output
  * is aliased to its parameter or state input, so exe(..., donate=True) updates them in place. */
 static PyObject *mod_optimizer_update(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
-    static char *kwlist[] = {"name",           "hparams",         "shapes",
-                             "clip_grad_norm", "clip_grad_value", NULL};
+    static char *kwlist[] = {
+        "name", "hparams", "shapes", "clip_grad_norm", "clip_grad_value", "clip_norm_optax", NULL};
     const char *name;
     PyObject *hp, *shapes;
     double clip_norm = 0, clip_value = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!O|dd", kwlist, &name, &PyDict_Type, &hp, &shapes,
-                                     &clip_norm, &clip_value))
+    int clip_optax = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!O|ddp", kwlist, &name, &PyDict_Type, &hp,
+                                     &shapes, &clip_norm, &clip_value, &clip_optax))
         return NULL;
     PyObject *seq = PySequence_Fast(shapes, "shapes: a sequence of (dtype, shape)");
     if (!seq) return NULL;
@@ -1318,6 +1319,7 @@ static PyObject *mod_optimizer_update(PyObject *mod, PyObject *args, PyObject *k
     ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
     to.clip_grad_norm = clip_norm;
     to.clip_grad_value = clip_value;
+    to.clip_norm_optax = clip_optax;
     ot_tpu_optimizer *t = NULL;
     Py_BEGIN_ALLOW_THREADS st = ot_tpu_optimizer_create(o, ps, (int)n, &to, &t);
     Py_END_ALLOW_THREADS if (st != OT_OK) {
@@ -2246,6 +2248,154 @@ out:
     return ret;
 }
 
+/* ---- learning-rate schedules (optim.h) ------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD ot_lr_schedule *s;
+} ScheduleObject;
+
+static PyTypeObject *g_sched_type;
+
+static void sched_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    ot_lr_schedule_free(((ScheduleObject *)self)->s);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *sched_call(PyObject *self, PyObject *args, PyObject *kw) {
+    long long t;
+    if (kw && PyDict_Size(kw)) return raise_fmt(OT_ERR_INVALID_ARGUMENT, "schedule(step)");
+    if (!PyArg_ParseTuple(args, "L", &t)) return NULL;
+    return PyFloat_FromDouble(ot_lr_schedule_lr(((ScheduleObject *)self)->s, (int64_t)t));
+}
+
+static PyObject *sched_get_kind(PyObject *self, void *c) {
+    (void)c;
+    return PyUnicode_FromString(ot_lr_schedule_kind(((ScheduleObject *)self)->s));
+}
+
+static PyObject *sched_repr(PyObject *self) {
+    return PyUnicode_FromFormat("<optitpu schedule %s>",
+                                ot_lr_schedule_kind(((ScheduleObject *)self)->s));
+}
+
+static PyGetSetDef sched_getset[] = {
+    {"kind", sched_get_kind, NULL, "\"constant\", \"cosine\", ...", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot sched_slots[] = {
+    {Py_tp_dealloc, sched_dealloc},
+    {Py_tp_call, sched_call},
+    {Py_tp_repr, sched_repr},
+    {Py_tp_getset, sched_getset},
+    {Py_tp_doc, "A learning-rate schedule: schedule(t) is the rate at step index t (0 first)."},
+    {0, NULL},
+};
+
+static PyType_Spec sched_spec = {"optitpu.Schedule", sizeof(ScheduleObject), 0,
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                 sched_slots};
+
+/* sp, not the pointer: the constructor call in the same argument list sets it, and C leaves the
+ * order in which arguments are evaluated open. */
+static PyObject *sched_wrap(ot_status st, ot_lr_schedule **sp) {
+    if (st != OT_OK) return raise_status(st);
+    ot_lr_schedule *s = *sp;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(g_sched_type, Py_tp_alloc);
+    ScheduleObject *o = (ScheduleObject *)alloc(g_sched_type, 0);
+    if (!o) {
+        ot_lr_schedule_free(s);
+        return NULL;
+    }
+    o->s = s;
+    return (PyObject *)o;
+}
+
+#define SCHED_MAX 64
+
+/* A sequence of numbers into a[0..n) (n <= SCHED_MAX); -1 with an exception set. */
+static Py_ssize_t doubles_of(PyObject *o, double *a, const char *what) {
+    PyObject *seq = PySequence_Fast(o, what);
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Size(seq);
+    if (n > SCHED_MAX) {
+        Py_DECREF(seq);
+        raise_fmt(OT_ERR_INVALID_ARGUMENT, "%s: at most %d entries", what, SCHED_MAX);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PySequence_GetItem(seq, i);
+        a[i] = x ? PyFloat_AsDouble(x) : -1;
+        Py_XDECREF(x);
+    }
+    Py_DECREF(seq);
+    return PyErr_Occurred() ? -1 : n;
+}
+
+/* _core.lr_schedule(kind, *args): the constructors of optim.h, arguments in their order. */
+static PyObject *mod_lr_schedule(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_ssize_t n = PyTuple_Size(args);
+    if (n < 1) return raise_fmt(OT_ERR_INVALID_ARGUMENT, "lr_schedule(kind, ...)");
+    const char *kind = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(args, 0), NULL);
+    if (!kind) return NULL;
+    PyObject *rest = PyTuple_GetSlice(args, 1, n);
+    if (!rest) return NULL;
+    ot_lr_schedule *s = NULL;
+    double a, b, c, d, e;
+    long long i, j, k;
+    int flag;
+    PyObject *ret = NULL, *o1, *o2;
+    if (!strcmp(kind, "constant")) {
+        if (PyArg_ParseTuple(rest, "d", &a)) ret = sched_wrap(ot_lr_schedule_constant(a, &s), &s);
+    } else if (!strcmp(kind, "step")) {
+        if (PyArg_ParseTuple(rest, "dLd", &a, &i, &b))
+            ret = sched_wrap(ot_lr_schedule_step(a, i, b, &s), &s);
+    } else if (!strcmp(kind, "exponential")) {
+        if (PyArg_ParseTuple(rest, "dLdLpd", &a, &i, &b, &j, &flag, &c))
+            ret = sched_wrap(ot_lr_schedule_exponential(a, i, b, j, flag, c, &s), &s);
+    } else if (!strcmp(kind, "polynomial")) {
+        if (PyArg_ParseTuple(rest, "dddLL", &a, &b, &c, &i, &j))
+            ret = sched_wrap(ot_lr_schedule_polynomial(a, b, c, i, j, &s), &s);
+    } else if (!strcmp(kind, "linear")) {
+        if (PyArg_ParseTuple(rest, "ddLL", &a, &b, &i, &j))
+            ret = sched_wrap(ot_lr_schedule_linear(a, b, i, j, &s), &s);
+    } else if (!strcmp(kind, "cosine")) {
+        if (PyArg_ParseTuple(rest, "ddLd", &a, &b, &i, &c))
+            ret = sched_wrap(ot_lr_schedule_cosine(a, b, i, c, &s), &s);
+    } else if (!strcmp(kind, "warmup_cosine")) {
+        if (PyArg_ParseTuple(rest, "ddLLdd", &a, &b, &i, &j, &c, &d))
+            ret = sched_wrap(ot_lr_schedule_warmup_cosine(a, b, i, j, c, d, &s), &s);
+    } else if (!strcmp(kind, "cosine_restarts")) {
+        if (PyArg_ParseTuple(rest, "ddLL", &a, &b, &i, &j))
+            ret = sched_wrap(ot_lr_schedule_cosine_restarts(a, b, i, j, &s), &s);
+    } else if (!strcmp(kind, "onecycle")) {
+        if (PyArg_ParseTuple(rest, "Lddddp", &k, &a, &b, &c, &d, &flag))
+            ret = sched_wrap(ot_lr_schedule_onecycle(k, a, b, c, d, flag, &s), &s);
+    } else if (!strcmp(kind, "piecewise_constant")) {
+        double bd[SCHED_MAX], sc[SCHED_MAX];
+        if (PyArg_ParseTuple(rest, "dOO", &e, &o1, &o2)) {
+            Py_ssize_t nb = doubles_of(o1, bd, "boundaries"), ns = doubles_of(o2, sc, "scales");
+            if (nb >= 0 && ns >= 0) {
+                if (nb != ns) {
+                    raise_fmt(OT_ERR_INVALID_ARGUMENT, "%zd boundaries, %zd scales", nb, ns);
+                } else {
+                    int64_t bi[SCHED_MAX];
+                    for (Py_ssize_t q = 0; q < nb; q++) bi[q] = (int64_t)bd[q];
+                    ret = sched_wrap(ot_lr_schedule_piecewise_constant(e, bi, sc, (int)nb, &s), &s);
+                }
+            }
+        }
+    } else {
+        raise_fmt(OT_ERR_INVALID_ARGUMENT, "schedule '%s' is unknown", kind);
+    }
+    Py_DECREF(rest);
+    return ret;
+}
+
 static PyMethodDef mod_methods[] = {
     {"compile", (PyCFunction)(void (*)(void))mod_compile, METH_VARARGS | METH_KEYWORDS,
      "compile(text: bytes, filename=None, opt_level=2, profile=False, cache=None)"},
@@ -2261,6 +2411,7 @@ static PyMethodDef mod_methods[] = {
      "ckpt_save(root, step, {role: {name: array}}, metrics)"},
     {"ckpt_restore", mod_ckpt_restore, METH_VARARGS, "ckpt_restore(root, step_dir|None)"},
     {"ckpt_verify", mod_ckpt_verify, METH_VARARGS, "ckpt_verify(step_dir) -> report"},
+    {"lr_schedule", mod_lr_schedule, METH_VARARGS, "lr_schedule(kind, *args) -> Schedule"},
     {"pod_create", mod_pod_create, METH_VARARGS, "pod_create(devices, topology=None)"},
     {"pod_collective", (PyCFunction)(void (*)(void))mod_pod_collective,
      METH_VARARGS | METH_KEYWORDS, "pod_collective(pod, kind, arrays, op, root, algo)"},
@@ -2279,6 +2430,9 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (make_errors(m) < 0) goto fail;
     g_array_type = (PyTypeObject *)PyType_FromSpec(&array_spec);
     if (!g_array_type || PyModule_AddObjectRef(m, "Array", (PyObject *)g_array_type) < 0) goto fail;
+    g_sched_type = (PyTypeObject *)PyType_FromSpec(&sched_spec);
+    if (!g_sched_type || PyModule_AddObjectRef(m, "Schedule", (PyObject *)g_sched_type) < 0)
+        goto fail;
     g_pod_type = (PyTypeObject *)PyType_FromSpec(&pod_spec);
     if (!g_pod_type || PyModule_AddObjectRef(m, "PodHandle", (PyObject *)g_pod_type) < 0) goto fail;
     g_exe_type = (PyTypeObject *)PyType_FromSpec(&exe_spec);

@@ -42,3 +42,15 @@ def test_unused_argument_kept():
     f = optitpu.jit(lambda x, unused: x + 1)
     np.testing.assert_array_equal(np.asarray(f(np.ones(3, np.float32), np.ones(2, np.float32))),
                                   2 * np.ones(3))
+
+
+def test_transform_on_jax_pytree():
+    tx = optitpu.optim.transform("adam", 0.1)
+    params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+    state = tx.init(params)
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    updates, state = tx.update(grads, state, params)
+    assert set(updates) == {"w", "b"} and updates["w"].shape == (2, 3)
+    # adam's first step is -lr, up to optax's f32 bias correction (1 - f32(0.999) = 0.00099998713)
+    np.testing.assert_allclose(np.asarray(updates["w"]), -0.1, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(updates["b"]), -0.1, rtol=1e-5)

@@ -116,3 +116,68 @@ def test_bad_optimizer_arguments():
     ro.flags.writeable = False
     with pytest.raises(optitpu.InvalidArgument):
         optim.SGD([ro], lr=0.1).step(grads=[np.ones(4, np.float32)])
+
+
+def test_schedules_match_fixture_and_formulas(repo):
+    _, _, _, _, lr = load_case(repo, "torch_adamw")
+    peak = 0.01
+    s = optim.warmup_cosine_decay_schedule(0.1 * peak, peak, 10, 100, 0.01 * peak)
+    np.testing.assert_allclose([s(t) for t in range(100)], lr, rtol=1e-6)
+    assert s.kind == "warmup_cosine"
+    c = optim.cosine_decay_schedule(1.0, 10, alpha=0.1)
+    assert c(0) == 1.0 and abs(c(10) - 0.1) < 1e-12 and abs(c(5) - 0.55) < 1e-12
+    st = optim.step_schedule(1.0, 3, 0.5)
+    assert [st(t) for t in range(7)] == [1, 1, 1, 0.5, 0.5, 0.5, 0.25]
+    p = optim.piecewise_constant_schedule(2.0, {5: 0.5, 2: 0.1})
+    assert [p(t) for t in (0, 2, 5)] == [2.0, 2.0 * 0.1, 2.0 * 0.1 * 0.5]
+    assert optim.linear_schedule(1.0, 0.0, 4)(2) == 0.5
+    with pytest.raises(optitpu.InvalidArgument):
+        optim.step_schedule(1.0, 0)
+    with pytest.raises(optitpu.InvalidArgument):
+        optitpu._core.lr_schedule("nope")
+
+
+def test_schedule_lr_drives_the_optimizer(repo):
+    case, p0, grads, want, lr = load_case(repo, "torch_adamw")
+    params = [p.copy() for p in p0]
+    hp = case["hyperparams"]
+    opt = optim.AdamW(params, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
+                      weight_decay=hp["weight_decay"], clip_grad_norm=5.0)
+    sched = optim.ScheduleLR(opt, optim.warmup_cosine_decay_schedule(0.001, 0.01, 10, 100, 1e-4))
+    tol = case["suggested_tolerance"]
+    for t in range(100):
+        opt.step(grads=[g[t] for g in grads])
+        sched.step()
+    for p, w in zip(params, want):
+        np.testing.assert_allclose(p, w[-1], rtol=tol["rtol"], atol=tol["atol"])
+
+
+@pytest.mark.parametrize("with_params", [False, True])
+def test_optax_transform_matches_optax_trajectory(repo, with_params):
+    case, p0, grads, want, lr = load_case(repo, "optax_adam")
+    hp = case["hyperparams"]
+    peak = hp["learning_rate"]
+    tx = optim.transform("adam", optim.warmup_cosine_decay_schedule(0.1 * peak, peak, 10, 100,
+                                                                    0.01 * peak),
+                         b1=hp["b1"], b2=hp["b2"], eps=hp["eps"], clip_by_global_norm=5.0)
+    params = {n: p.copy() for n, p in zip("abcd", p0)}
+    state = tx.init(params)
+    tol = case["suggested_tolerance"]
+    for t in range(100):
+        g = {n: gr[t] for n, gr in zip("abcd", grads)}
+        updates, state = tx.update(g, state, params if with_params else None)
+        params = {n: params[n] + updates[n] for n in params}  # optax.apply_updates
+    assert state.count == 100
+    for n, w in zip("abcd", want):
+        np.testing.assert_allclose(params[n], w[-1], rtol=tol["rtol"], atol=tol["atol"])
+
+
+def test_optax_transform_is_functional():
+    tx = optim.transform("sgd", 0.1, momentum=0.9)
+    p = [np.ones(3, np.float32)]
+    s0 = tx.init(p)
+    u1, s1 = tx.update([np.ones(3, np.float32)], s0, p)
+    u2, _ = tx.update([np.ones(3, np.float32)], s0, p)  # the old state again: same update
+    np.testing.assert_array_equal(u1[0], u2[0])
+    np.testing.assert_array_equal(p[0], 1)
+    assert s0.count == 0 and s1.count == 1
