@@ -50,6 +50,37 @@ static ot_status grad_exe(const ot_model *m, int64_t per, int64_t global, ot_exe
     return s;
 }
 
+/* A fresh host device's peak pool bytes while it runs exe once on zeroed inputs: parameters,
+ * batch, outputs (the gradients) and the arena. */
+static ot_status step_peak_bytes(const ot_executable *e, int64_t *peak) {
+    ot_device *d = NULL;
+    OT_CHECK(ot_host_device_create(0, 0, &d));
+    int np = ot_executable_param_count(e), no = ot_executable_output_count(e);
+    ot_buffer **in = calloc((size_t)np + 1, sizeof *in),
+              **out = calloc((size_t)no + 1, sizeof *out);
+    ot_status s = in && out ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "bench simulate");
+    for (int k = 0; s == OT_OK && k < np; k++) {
+        const ot_slot *sl = ot_executable_slot(e, ot_executable_param_slot(e, k));
+        s = ot_buffer_alloc(d, &sl->shape, &in[k]);
+        void *z = s == OT_OK ? calloc(1, (size_t)sl->nbytes + 1) : NULL;
+        if (s == OT_OK && !z) s = ot_error(OT_ERR_OUT_OF_MEMORY, "bench simulate");
+        if (s == OT_OK) s = ot_buffer_write_bytes(in[k], 0, z, sl->nbytes);
+        free(z);
+    }
+    if (s == OT_OK) s = ot_device_execute(d, e, in, np, out, no, NULL, NULL);
+    if (s == OT_OK) {
+        ot_mem_stats ms;
+        ot_device_memory(d, &ms);
+        *peak = ms.peak_in_use;
+    }
+    for (int k = 0; out && k < no; k++) ot_buffer_free(out[k]);
+    for (int k = 0; in && k < np; k++) ot_buffer_free(in[k]);
+    free(in);
+    free(out);
+    ot_device_free(d);
+    return s;
+}
+
 static int run(int argc, char **argv) {
     const char *cmd = "bench simulate";
     bool json = false;
@@ -165,6 +196,53 @@ static int run(int argc, char **argv) {
     ot_model_free(model);
     if (rc != CLI_OK) return rc;
 
+    /* memory: the simulator's per-chip step memory (parameters, gradients, activations, inputs)
+     * against a host device's pool peak running the same executable */
+    const int64_t widths[] = {128, 1024, 4096};
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0] && rc == CLI_OK; k++) {
+        ot_model_config wc = ot_model_config_default();
+        wc.hidden[0] = wc.hidden[1] = widths[k];
+        wc.nhidden = widths[k] > 128 ? 2 : 1;
+        ot_model *wm = NULL;
+        ot_executable *e = NULL;
+        int64_t peak = 0;
+        ot_status s = ot_model_create(&wc, &wm);
+        if (s == OT_OK) s = grad_exe(wm, batch, batch, &e);
+        if (s == OT_OK) s = step_peak_bytes(e, &peak);
+        ot_sim_result sr;
+        if (s == OT_OK) {
+            ot_sim_config c = ot_sim_config_default();
+            ot_sim_device_host_from(&cal, 1, &c.device);
+            c.chips = 1;
+            c.global_batch = batch;
+            c.step = e;
+            c.step_batch = batch;
+            c.param_bytes = ot_model_param_elements(wm) * 4;
+            c.input_bytes = batch * (wc.inputs * 4 + 4);
+            s = ot_sim_run(&c, &sr);
+        }
+        if (s != OT_OK) {
+            rc = cli_fail(cmd);
+        } else {
+            /* one chip: no fusion bucket; the optimizer state is not part of the step */
+            double pred = sr.mem_params + sr.mem_grads + sr.mem_activations + sr.mem_inputs;
+            char name[96];
+            snprintf(name, sizeof name, "step memory, mlp 64-%lld%s-10, batch %lld",
+                     (long long)widths[k], wc.nhidden > 1 ? "x2" : "", (long long)batch);
+            ot_bench_row row = {"simulate",
+                                name,
+                                "MiB",
+                                pred / 1048576.0,
+                                "host device pool peak",
+                                (double)peak / 1048576.0,
+                                pred / (double)peak};
+            ot_bench_print(&row, json);
+        }
+        ot_executable_free(e);
+        ot_model_free(wm);
+    }
+    if (rc != CLI_OK) return rc;
+
     /* collectives: the shared-memory cost model with the calibrated alpha and bandwidth against
      * in-process all-reduces with the algorithm the model picks */
     const size_t sizes[] = {4096, 256 << 10, 16 << 20};
@@ -211,5 +289,7 @@ const cli_command cli_bench_simulate = {
     "batch 128, Adam, tree all-reduce, no checkpoints) R times (default 3) for N steps (default\n"
     "300) and prints the predicted step time beside the measured median; then in-process\n"
     "all-reduces of 4 KiB, 256 KiB and 16 MiB with the algorithm the model picks, predicted\n"
-    "beside measured. ratio = predicted / measured.\n",
+    "beside measured; then one step's memory (parameters, gradients, activations, inputs) for\n"
+    "three MLP widths beside a host device's pool peak running the same executable.\n"
+    "ratio = predicted / measured.\n",
     run};
