@@ -577,8 +577,15 @@ static int run(int argc, char **argv) {
         for (int i = 0; i < nrows; i++) {
             char *js = NULL;
             if (ot_sim_result_json(&rows[i].r, &js) != OT_OK) continue;
-            printf("{\"topology\":\"%s\",\"scaling_efficiency\":%.6g,\"result\":%s}\n",
-                   rows[i].topo, rows[i].ok ? rows[i].eff : 0.0, js);
+            /* the error of a row that does not fit, quotes and backslashes dropped */
+            char err[sizeof rows[i].note];
+            size_t m = 0;
+            for (const char *q = rows[i].note; *q && m + 1 < sizeof err; q++)
+                if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) err[m++] = *q;
+            err[m] = 0;
+            printf("{\"topology\":\"%s\",\"scaling_efficiency\":%.6g,\"error\":\"%s\","
+                   "\"result\":%s}\n",
+                   rows[i].topo, rows[i].ok ? rows[i].eff : 0.0, err, js);
             ot_free(js);
         }
         printf("{\"summary\":{\"model\":\"%s\",\"preset\":\"%s\",\"device\":\"%s\",\"batch\":%lld,"

@@ -49,7 +49,19 @@ expect_fail 2 "the preset v5e-4x4 has 16 chips" --preset v5e-4x4 --chips 32
 expect_fail 1 "does not fit on 1 chip" --preset v5e-2x2 --batch 4 --chips 1 \
     --hidden 32768,32768 --inputs 4096
 grep -q "GiB of HBM" "$tmp/out"
-expect_fail 1 "fits on none" --preset v5e-2x2 --batch 4 --hidden 32768,32768 --inputs 4096
+expect_fail 1 "fits on none" --preset v5e-2x2 --batch 4 --hidden 49152,49152 --inputs 4096
+"$bin" simulate --preset v5e-2x2 --batch 4 --hidden 49152,49152 --inputs 4096 --shard-optimizer \
+    --json >"$tmp/j" 2>/dev/null && { echo "a job that fits nowhere succeeded"; exit 1; }
+python3 - "$tmp/j" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert rows[-1]["summary"]["fits"] == 0 and rows[-1]["summary"]["does_not_fit"] == 3
+for r in rows[:-1]:
+    assert not r["result"]["fits"] and "does not fit on" in r["error"], r
+    assert r["result"]["mem_total"] > r["result"]["mem_capacity"]
+PY
+expect_fail 1 "no v5e topology has 17 chips (preset v5e-16x16)" --preset v5e-16x16 --chips 17 --batch 17
+expect_fail 1 "TPU v5p pods have at most 8960 chips" --preset v5p-16x20x30
 expect_fail 2 "--preset ring-8 has no chip model" --preset ring-8
 expect_fail 1 "unknown kind 'v9'" --preset v9-4
 expect_fail 2 "--allreduce" --allreduce fastest
