@@ -254,8 +254,8 @@ static int run(int argc, char **argv) {
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && rc == CLI_OK; k++) {
             double pred = 0;
             ot_coll_algo used = OT_ALGO_RING;
-            if (ot_sim_collective_s(&hd, NULL, n, OT_COLL_ALLREDUCE, OT_ALGO_AUTO, sizes[k], &pred,
-                                    &used) != OT_OK) {
+            if (ot_sim_collective_s(&hd, NULL, n, OT_COLL_ALLREDUCE, OT_ALGO_AUTO, sizes[k], 1,
+                                    &pred, &used) != OT_OK) {
                 rc = cli_fail(cmd);
                 break;
             }

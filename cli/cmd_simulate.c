@@ -34,6 +34,8 @@ static const char usage[] =
     "                     update 1/N, all-gather)\n"
     "  --allreduce ALGO   auto (default), ring, halving_doubling, tree, hier2d, direct\n"
     "  --bucket SIZE      gradient fusion bucket (default 25M)\n"
+    "  --rings N          rings of disjoint links each collective is split over (default: 2 x\n"
+    "                     axes on a full torus, 2 with one Hamiltonian ring, else 1)\n"
     "  --no-overlap       all-reduce after the backward pass (the default on host, as optitpu\n"
     "                     train does); --overlap: buckets during the backward pass (TPU default)\n"
     "  --ckpt-every N     steps between checkpoints (default: the Young/Daly optimum)\n"
@@ -49,7 +51,7 @@ typedef struct {
     const char *model;
     int64_t hidden[OT_MODEL_MAX_HIDDEN];
     int nhidden;
-    int64_t inputs, classes, file_batch, batch, bucket, ckpt_every;
+    int64_t inputs, classes, file_batch, batch, bucket, ckpt_every, rings;
     const char *preset, *device, *optimizer, *svg;
     int chips[MAX_ROWS], nchips;
     bool shard, json, overlap_set, overlap;
@@ -135,6 +137,9 @@ static int parse_args(int argc, char **argv, sim_args *a) {
                     "--allreduce: auto, ring, halving_doubling, tree, hier2d or direct, got '%s'",
                     v);
             a->algo = (ot_coll_algo)al;
+        } else if (!strcmp(o, "--rings")) {
+            if (!cli_parse_i64(v, 1, 64, &a->rings))
+                return cli_usage_error(cmd, "--rings: 1..64, got '%s'", v);
         } else if (!strcmp(o, "--bucket")) {
             if (!cli_parse_size(v, &a->bucket) || a->bucket < 1)
                 return cli_usage_error(cmd, "--bucket: a size such as 25M, got '%s'", v);
@@ -543,6 +548,7 @@ static int run(int argc, char **argv) {
         c.shard_optimizer = a.shard;
         c.overlap = a.overlap_set ? a.overlap : !pi.host;
         c.bucket_bytes = a.bucket;
+        c.rings = (int)a.rings;
         c.algo = a.algo;
         c.ckpt_every = a.ckpt_every;
         c.mtbf_hours = a.mtbf;
@@ -603,9 +609,9 @@ static int run(int argc, char **argv) {
                dev.name, dev.peak_flops_f32 / 1e12, dev.peak_flops_bf16 / 1e12,
                dev.hbm_bytes_per_s / 1e9, dev.launch_s * 1e6,
                pi.host ? " (the whole machine; N devices share it)" : "");
-        printf("%6s %-16s %7s %10s %10s %10s %10s %10s %6s %-16s %9s %8s %8s\n", "chips",
+        printf("%6s %-16s %7s %10s %10s %10s %10s %10s %6s %-19s %9s %8s %8s\n", "chips",
                "topology", "batch/c", "step", "compute", "exp.comm", "comm", "optimizer", "eff",
-               "algo", "mem GiB", "ckpt/N", "goodput");
+               "algo x rings", "mem GiB", "ckpt/N", "goodput");
         for (int i = 0; i < nrows; i++) {
             const ot_sim_result *r = &rows[i].r;
             char st[16], cs[16], ec[16], cm[16], os[16];
@@ -620,8 +626,10 @@ static int run(int argc, char **argv) {
                 snprintf(ef, sizeof ef, "%.0f%%", rows[i].eff * 100);
                 snprintf(gp, sizeof gp, "%.2f%%", r->goodput * 100);
             }
-            printf("%6d %-16s %7lld %10s %10s %10s %10s %10s %6s %-16s %9.3f %8s %8s%s\n", r->chips,
-                   rows[i].topo, (long long)r->per_chip_batch, st, cs, ec, cm, os, ef, r->algo,
+            char al[40];
+            snprintf(al, sizeof al, r->chips > 1 ? "%s x%d" : "%s", r->algo, r->rings);
+            printf("%6d %-16s %7lld %10s %10s %10s %10s %10s %6s %-19s %9.3f %8s %8s%s\n", r->chips,
+                   rows[i].topo, (long long)r->per_chip_batch, st, cs, ec, cm, os, ef, al,
                    r->mem_total / GiB, ck, gp, rows[i].ok ? "" : "  DOES NOT FIT");
         }
         for (int i = 0; i < nrows; i++)

@@ -111,9 +111,12 @@ typedef struct ot_sim_config {
     double backward_fraction; /* of the step's compute; default 2/3 */
     int64_t bucket_bytes;     /* gradient fusion buckets; default 25 MiB */
     ot_coll_algo algo;        /* OT_ALGO_AUTO: the cost model's choice per bucket */
-    int64_t ckpt_every;       /* steps between checkpoints; 0: the optimal interval */
-    double mtbf_hours;        /* per chip; 0: no failures */
-    double restart_s;         /* lost to a failure beyond the restore (rescheduling) */
+    /* Rings of disjoint links a collective's bytes are split over, all running at once (each
+     * priced by the pod's cost model); 0: ot_sim_link_rings(topology). */
+    int rings;
+    int64_t ckpt_every; /* steps between checkpoints; 0: the optimal interval */
+    double mtbf_hours;  /* per chip; 0: no failures */
+    double restart_s;   /* lost to a failure beyond the restore (rescheduling) */
 } ot_sim_config;
 
 OT_API ot_sim_config ot_sim_config_default(void);
@@ -131,6 +134,7 @@ typedef struct ot_sim_result {
     double samples_per_s;
     char algo[24]; /* the algorithm of the (largest) bucket: "ring", ... */
     int buckets;
+    int rings; /* rings the collectives were split over */
     double mem_params, mem_grads, mem_optimizer, mem_activations, mem_inputs, mem_total,
         mem_capacity;
     bool fits;
@@ -153,11 +157,17 @@ OT_API ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out);
 OT_API double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale,
                                int share, double *flops);
 
+/* How many rings of disjoint links a collective can use at once on t, each in both directions:
+ * 2 x axes on a torus whose every axis (of more than one chip) wraps and has at least 3 chips
+ * (such a torus splits into that many edge-disjoint Hamiltonian cycles); 2 when the topology
+ * has one Hamiltonian ring; else (and for t NULL, shared memory) 1. */
+OT_API int ot_sim_link_rings(const ot_topology *t);
 /* One collective priced by the pod's cost model (ot_coll_cost_us) on the topology (or, for a
- * shared-memory host device with t NULL, on n in-process members with d->shm_cost): seconds, and
- * the algorithm AUTO picked. bytes as in ot_coll_cost_us (per member). */
+ * shared-memory host device with t NULL, on n in-process members with d->shm_cost), its bytes
+ * split over `rings` rings at once (0: ot_sim_link_rings(t)): seconds, and the algorithm AUTO
+ * picked. bytes as in ot_coll_cost_us (per member). */
 OT_API ot_status ot_sim_collective_s(const ot_sim_device *d, const ot_topology *t, int n,
-                                     ot_coll_kind kind, ot_coll_algo algo, size_t bytes,
+                                     ot_coll_kind kind, ot_coll_algo algo, size_t bytes, int rings,
                                      double *seconds, ot_coll_algo *used);
 /* The ring all-reduce time 2(n-1)/n * S/B + 2(n-1) * alpha (seconds; B bytes/s per link). */
 OT_API double ot_sim_ring_allreduce_s(int n, double bytes, double link_bytes_per_s, double alpha_s);

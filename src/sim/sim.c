@@ -159,9 +159,32 @@ static ot_status model_comm(const ot_sim_device *d, const ot_topology *t, int n,
     return s;
 }
 
-/* Cost in seconds of one collective on the model communicator; the chosen algorithm in *used. */
-static ot_status coll_s(const ot_comm *m, ot_coll_kind k, ot_coll_algo a, size_t bytes, double *t,
-                        ot_coll_algo *used) {
+int ot_sim_link_rings(const ot_topology *t) {
+    if (!t) return 1;
+    int axes = 0, n = ot_topology_size(t);
+    bool torus = true;
+    for (int i = 0; i < ot_topology_ndims(t); i++) {
+        int d = ot_topology_dim(t, i);
+        if (d <= 1) continue;
+        axes++;
+        if (!ot_topology_wraps(t, i) || d < 3) torus = false;
+    }
+    if (axes == 0) return 1;
+    /* a torus of k axes (each >= 3, all wrapping) splits into k edge-disjoint Hamiltonian
+     * cycles, each usable both ways */
+    if (torus) return 2 * axes;
+    int *ring = ot_malloc(sizeof(int) * (size_t)n);
+    bool has = ring && ot_topology_ring(t, ring) == OT_OK;
+    if (!has) ot_clear_error();
+    ot_free(ring);
+    return has ? 2 : 1; /* one ring, both directions */
+}
+
+/* Cost in seconds of one collective on the model communicator, its bytes split evenly over
+ * `rings` rings of disjoint links that run at once; the chosen algorithm in *used. */
+static ot_status coll_s(const ot_comm *m, ot_coll_kind k, ot_coll_algo a, size_t bytes, int rings,
+                        double *t, ot_coll_algo *used) {
+    if (rings > 1) bytes = (bytes + (size_t)rings - 1) / (size_t)rings;
     ot_coll_algo x = a == OT_ALGO_AUTO ? ot_coll_choose(m, k, bytes) : a;
     double us = ot_coll_cost_us(m, k, x, bytes);
     if (us < 0)
@@ -173,14 +196,15 @@ static ot_status coll_s(const ot_comm *m, ot_coll_kind k, ot_coll_algo a, size_t
 }
 
 ot_status ot_sim_collective_s(const ot_sim_device *d, const ot_topology *t, int n,
-                              ot_coll_kind kind, ot_coll_algo algo, size_t bytes, double *seconds,
-                              ot_coll_algo *used) {
+                              ot_coll_kind kind, ot_coll_algo algo, size_t bytes, int rings,
+                              double *seconds, ot_coll_algo *used) {
     if (!d || !seconds) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: NULL argument");
     if (t) n = ot_topology_size(t);
     if (n < 1) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: %d members", n);
     ot_comm *m;
     OT_CHECK(model_comm(d, t, n, &m));
-    ot_status s = coll_s(m, kind, algo, bytes, seconds, used);
+    ot_status s =
+        coll_s(m, kind, algo, bytes, rings > 0 ? rings : ot_sim_link_rings(t), seconds, used);
     ot_comm_free(m);
     return s;
 }
@@ -245,8 +269,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                         "(%lld = %d x %lld + %lld)",
                         (long long)c->global_batch, n, (long long)c->global_batch, n,
                         (long long)(c->global_batch / n), (long long)(c->global_batch % n));
-    if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 || c->ckpt_every < 0 ||
-        c->mtbf_hours < 0 || c->restart_s < 0 ||
+    if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 || c->rings < 0 ||
+        c->ckpt_every < 0 || c->mtbf_hours < 0 || c->restart_s < 0 ||
         !(c->backward_fraction >= 0 && c->backward_fraction <= 1))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "sim: negative size, interval or MTBF, or a backward fraction outside "
@@ -267,6 +291,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     out->buckets = nb;
     snprintf(out->algo, sizeof out->algo, "%s", n > 1 && nb ? "" : "none");
     double comm_end = 0, total = 0, gather = 0;
+    int rings = c->rings > 0 ? c->rings : ot_sim_link_rings(c->topology);
+    out->rings = rings;
     if (n > 1 && nb > 0) {
         ot_comm *m;
         OT_CHECK(model_comm(&c->device, c->topology, n, &m));
@@ -280,9 +306,9 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
             ot_coll_algo used = OT_ALGO_RING;
             if (c->shard_optimizer) {
                 size_t per = (size_t)ceil(sz / n); /* each member's block */
-                s = coll_s(m, OT_COLL_REDUCE_SCATTER, c->algo, per, &t, &used);
+                s = coll_s(m, OT_COLL_REDUCE_SCATTER, c->algo, per, rings, &t, &used);
             } else {
-                s = coll_s(m, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, &t, &used);
+                s = coll_s(m, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, rings, &t, &used);
             }
             if (s != OT_OK) break;
             if (sz > biggest) {
@@ -296,7 +322,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         }
         /* the updated parameter shards come back in one all-gather after the update */
         if (s == OT_OK && c->shard_optimizer)
-            s = coll_s(m, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / n), &gather, NULL);
+            s = coll_s(m, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / n), rings, &gather,
+                       NULL);
         ot_comm_free(m);
         if (s != OT_OK) return s;
     }
@@ -386,6 +413,7 @@ ot_status ot_sim_result_json(const ot_sim_result *r, char **out) {
     J("step_s", r->step_s);
     J("samples_per_s", r->samples_per_s);
     J("buckets", r->buckets);
+    J("rings", r->rings);
     J("mem_params", r->mem_params);
     J("mem_grads", r->mem_grads);
     J("mem_optimizer", r->mem_optimizer);
