@@ -30,6 +30,8 @@ static const char usage[] =
     "  --chips LIST       chip counts, e.g. 1,8,64 (default: 1, 2, 4, ... and the preset's size;\n"
     "                     counts the batch does not divide are left out with a note)\n"
     "  --optimizer NAME   any built-in optimizer (default adam): its state tensors per parameter\n"
+    "  --state F          optimizer state kept as f32 (default) or bf16 (as optitpu train "
+    "--state)\n"
     "  --shard-optimizer  optimizer state and update sharded over the chips (reduce-scatter,\n"
     "                     update 1/N, all-gather)\n"
     "  --allreduce ALGO   auto (default), ring, halving_doubling, tree, hier2d, direct\n"
@@ -54,7 +56,7 @@ typedef struct {
     int64_t inputs, classes, file_batch, batch, bucket, ckpt_every, rings;
     const char *preset, *device, *optimizer, *svg;
     int chips[MAX_ROWS], nchips;
-    bool shard, json, overlap_set, overlap;
+    bool shard, json, overlap_set, overlap, bf16_state;
     ot_coll_algo algo;
     double mtbf, restart, ckpt_w, ckpt_r;
 } sim_args;
@@ -137,6 +139,10 @@ static int parse_args(int argc, char **argv, sim_args *a) {
                     "--allreduce: auto, ring, halving_doubling, tree, hier2d or direct, got '%s'",
                     v);
             a->algo = (ot_coll_algo)al;
+        } else if (!strcmp(o, "--state")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16"))
+                return cli_usage_error(cmd, "--state: f32 or bf16, got '%s'", v);
+            a->bf16_state = v[0] == 'b';
         } else if (!strcmp(o, "--rings")) {
             if (!cli_parse_i64(v, 1, 64, &a->rings))
                 return cli_usage_error(cmd, "--rings: 1..64, got '%s'", v);
@@ -545,6 +551,7 @@ static int run(int argc, char **argv) {
         c.global_batch = a.batch;
         c.param_bytes = w.param_bytes;
         c.optimizer_states = states;
+        c.state_bytes = a.bf16_state ? 2 : 4;
         c.shard_optimizer = a.shard;
         c.overlap = a.overlap_set ? a.overlap : !pi.host;
         c.bucket_bytes = a.bucket;

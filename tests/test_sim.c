@@ -235,6 +235,14 @@ static void test_errors_and_memory(void) {
     EXPECT_STR_CONTAINS(ot_last_error(), "parameters 4.000");
     EXPECT_TRUE(!r.fits);
     EXPECT_TRUE(r.mem_total > r.mem_capacity);
+    /* bf16 state halves it: 4 + 4.02 + 4 GiB fits */
+    c.state_bytes = 2;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.mem_optimizer, (double)(INT64_C(4) << 30), 0);
+    EXPECT_NEAR(r.ckpt_bytes, (double)(INT64_C(8) << 30), 0);
+    c.state_bytes = 3;
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    c.state_bytes = 4;
     /* sharding the optimizer divides its state by the chips: 4 + 4.02 + 1 GiB fits */
     c.shard_optimizer = true;
     ASSERT_OK(ot_sim_run(&c, &r));

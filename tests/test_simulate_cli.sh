@@ -63,6 +63,11 @@ PY
 expect_fail 1 "no v5e topology has 17 chips (preset v5e-16x16)" --preset v5e-16x16 --chips 17 --batch 17
 expect_fail 1 "TPU v5p pods have at most 8960 chips" --preset v5p-16x20x30
 expect_fail 2 "--preset ring-8 has no chip model" --preset ring-8
+expect_fail 2 "--state: f32 or bf16" --preset v4-2x2x2 --state f16
+# bf16 state: 2 + 2 bytes of Adam state a parameter instead of 4 + 4
+f32=$("$bin" simulate --preset v4-2x2x2 --chips 1 --batch 8 --hidden 2048 --json | head -1)
+b16=$("$bin" simulate --preset v4-2x2x2 --chips 1 --batch 8 --hidden 2048 --state bf16 --json | head -1)
+python3 -c 'import json,sys; a=json.loads(sys.argv[1])["result"]; b=json.loads(sys.argv[2])["result"]; assert b["mem_optimizer"]*2 == a["mem_optimizer"] and b["optimizer_s"] < a["optimizer_s"], (a, b)' "$f32" "$b16"
 expect_fail 1 "unknown kind 'v9'" --preset v9-4
 expect_fail 2 "--allreduce" --allreduce fastest
 expect_fail 2 "--batch: a positive integer" --batch -3

@@ -102,8 +102,9 @@ typedef struct ot_sim_config {
      * approximation: recompile at the per-chip batch for exact figures). */
     const ot_executable *step;
     int64_t step_batch;
-    int64_t param_bytes;      /* model parameters; gradients and each state tensor equal it */
+    int64_t param_bytes;      /* model parameters (f32); the gradients are as large */
     int optimizer_states;     /* state tensors per parameter (Adam: 2) */
+    int state_bytes;          /* bytes per state element: 4 (f32, default) or 2 (bf16) */
     double optimizer_flops;   /* per parameter element (Adam: about 12) */
     int64_t input_bytes;      /* one chip's batch inputs held during the step */
     bool shard_optimizer;     /* reduce-scatter, 1/N of the update and state, all-gather */

@@ -234,6 +234,7 @@ ot_sim_config ot_sim_config_default(void) {
     memset(&c, 0, sizeof c);
     c.global_batch = 128;
     c.optimizer_states = 2;
+    c.state_bytes = 4;
     c.optimizer_flops = 12;
     c.overlap = true;
     c.backward_fraction = 2.0 / 3.0;
@@ -269,6 +270,9 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                         "(%lld = %d x %lld + %lld)",
                         (long long)c->global_batch, n, (long long)c->global_batch, n,
                         (long long)(c->global_batch / n), (long long)(c->global_batch % n));
+    if (c->state_bytes != 2 && c->state_bytes != 4)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: state_bytes %d (4: f32, 2: bf16)",
+                        c->state_bytes);
     if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 || c->rings < 0 ||
         c->ckpt_every < 0 || c->mtbf_hours < 0 || c->restart_s < 0 ||
         !(c->backward_fraction >= 0 && c->backward_fraction <= 1))
@@ -336,7 +340,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     double elems = G / 4.0;
     double local = c->shard_optimizer ? ceil(elems / n) : elems;
     if (local > 0) {
-        double bytes = local * 4.0 * (3.0 + 2.0 * c->optimizer_states);
+        /* parameter and gradient read, parameter written, each state read and written */
+        double bytes = local * (12.0 + 2.0 * c->optimizer_states * c->state_bytes);
         double tf = local * c->optimizer_flops / (d->peak_flops_f32 * cs);
         double tb = bytes / (d->hbm_bytes_per_s * cs);
         out->optimizer_s = (tf > tb ? tf : tb) + d->launch_s / cs;
@@ -346,8 +351,9 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
 
     /* memory per chip */
     out->mem_params = G;
-    out->mem_grads = G + (n > 1 ? (bucket < G ? bucket : G) : 0); /* + one fusion buffer */
-    out->mem_optimizer = G * c->optimizer_states / (c->shard_optimizer ? n : 1);
+    out->mem_grads = G + (n > 1 ? (bucket < G ? bucket : G) : 0);  /* + one fusion buffer */
+    double state = G / 4.0 * c->state_bytes * c->optimizer_states; /* f32 parameters */
+    out->mem_optimizer = state / (c->shard_optimizer ? n : 1);
     out->mem_activations = (double)ot_executable_arena_size(c->step) * scale;
     out->mem_inputs = (double)c->input_bytes * scale;
     out->mem_total = out->mem_params + out->mem_grads + out->mem_optimizer + out->mem_activations +
@@ -356,7 +362,7 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     out->fits = out->mem_total <= out->mem_capacity;
 
     /* checkpoints and failures */
-    out->ckpt_bytes = G * (1 + c->optimizer_states);
+    out->ckpt_bytes = G + state;
     double writers = ceil((double)n / (d->chips_per_host > 0 ? d->chips_per_host : 1));
     out->ckpt_write_s = out->ckpt_bytes / writers / d->ckpt_write_bytes_per_s;
     out->ckpt_restore_s = out->ckpt_bytes / writers / d->ckpt_read_bytes_per_s;
