@@ -7,18 +7,17 @@
  *   bench_vmath speed [--fn F] [--n N] [--reps R] [--json]   elements/s on N floats (16M), one
  *                                                              thread
  *
- * F is tanh (the default) or erf. ulp: the reference is glibc's double function (within 1 ulp of
- * double, 2^-29 of a float ulp), so
- * the error in float ulps printed (|got - ref| / ulp(ref), ulp of the float binade of ref) is
- * exact to about 1e-8 ulp; "correctly rounded" counts inputs whose result equals ref rounded
- * to float (that rounding is wrong only where ref lies within 2^-53 of a float midpoint: rare,
- * and it moves a count, not the maximum); also how often and how far it differs from glibc's
- * float function. NaN inputs must come back as a quiet NaN with their sign, and each function's
- * special values (±0, ±inf, its saturation and x-itself ranges) are checked exactly.
- * speed: medians of R passes over the same array, the library's function and glibc's interleaved
- * pass by pass, on inputs in the range the suite's programs give it. Built with the generated
- * code's flags (-O3 -march=native -fno-math-errno -ffp-contract=off), so the loop is what a native
- * fusion gets. */
+ * F is tanh (the default), erf, log or log1p. ulp: the reference is glibc's double function (within
+ * 1 ulp of double, 2^-29 of a float ulp), so the error in float ulps printed (|got - ref| /
+ * ulp(ref), ulp of the float binade of ref) is exact to about 1e-8 ulp; "correctly rounded" counts
+ * inputs whose result equals ref rounded to float (that rounding is wrong only where ref lies
+ * within 2^-53 of a float midpoint: rare, and it moves a count, not the maximum); also how often
+ * and how far it differs from glibc's float function. NaN inputs must come back as a quiet NaN with
+ * their sign, and each function's special values (±0, ±inf, its saturation and x-itself ranges) are
+ * checked exactly. speed: medians of R passes over the same array, the library's function and
+ * glibc's interleaved pass by pass, on inputs in the range the suite's programs give it. Built with
+ * the generated code's flags (-O3 -march=native -fno-math-errno -ffp-contract=off), so the loop is
+ * what a native fusion gets. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -32,6 +31,7 @@
 OT_EXPF_DEF
 OT_TANHF_DEF
 OT_ERFF_DEF
+OT_LOGF_DEF
 
 /* one function under test: the library's, glibc's float one, the double reference, its exact
  * special values (special() returns 1 and sets *want when x is one), and the speed test's range */
@@ -52,6 +52,14 @@ static float ot_erff_fn(float x) {
     return ot_erff(x);
 }
 
+static float ot_logf_fn(float x) {
+    return ot_logf(x);
+}
+
+static float ot_log1pf_fn(float x) {
+    return ot_log1pf(x);
+}
+
 /* tanh rounds to x below 2^-12 and to ±1 at ±inf */
 static int tanh_special(float x, float *want) {
     if (fabsf(x) < 0x1p-12f || isinf(x)) {
@@ -70,9 +78,29 @@ static int erf_special(float x, float *want) {
     return 0;
 }
 
+/* log: -inf at ±0, +0 at 1, +inf at +inf, the default NaN below 0 */
+static int log_special(float x, float *want) {
+    if (x == 0 || x == 1 || x < 0 || isinf(x)) {
+        *want = x == 0 ? -INFINITY : x == 1 ? 0.0f : x < 0 ? NAN : x;
+        return 1;
+    }
+    return 0;
+}
+
+/* log1p: ±0 kept (and x itself below 2^-24), -inf at -1, +inf at +inf, NaN below -1 */
+static int log1p_special(float x, float *want) {
+    if (fabsf(x) < 0x1p-24f || x <= -1 || isinf(x)) {
+        *want = fabsf(x) < 0x1p-24f ? x : x == -1 ? -INFINITY : x < -1 ? NAN : x;
+        return 1;
+    }
+    return 0;
+}
+
 static const vfn fns[] = {
     {"tanh", ot_tanhf_fn, tanhf, tanh, tanh_special, -6.0f, 6.0f}, /* GELU's tanh sees this */
     {"erf", ot_erff_fn, erff, erf, erf_special, -4.0f, 4.0f},      /* exact GELU's x/sqrt(2) */
+    {"log", ot_logf_fn, logf, log, log_special, 0.0f, 16.0f},
+    {"log1p", ot_log1pf_fn, log1pf, log1p, log1p_special, -1.0f, 16.0f},
 };
 
 static const vfn *fn_cur = &fns[0];
@@ -100,7 +128,7 @@ typedef struct part {
     uint64_t lo, hi;
     double worst;
     uint32_t worst_x;
-    uint64_t exact, bad_special, differ_libm;
+    uint64_t exact, bad_special, differ_libm, numbers; /* numbers: inputs with a number result */
     uint32_t far_libm; /* the largest distance from glibc's tanhf, in representable floats */
 } part;
 
@@ -116,12 +144,18 @@ static void *ulp_part(void *arg) {
             continue;
         }
         double r = fn_cur->ref((double)x);
-        if (fn_cur->special(x, &want) && uy != to_bits(want)) p->bad_special++;
+        if (fn_cur->special(x, &want) && (isnan(want) ? !isnan(y) : uy != to_bits(want)))
+            p->bad_special++;
+        if (isnan(y)) { /* NaN where the function is NaN: checked above */
+            if (!isnan(r)) p->bad_special++;
+            continue;
+        }
+        p->numbers++;
         if ((float)r == y) p->exact++;
         uint32_t ul = to_bits(fn_cur->libm(x));
         if (ul != uy) {
             p->differ_libm++;
-            uint32_t d = ul > uy ? ul - uy : uy - ul; /* same sign: tanh and erf keep x's */
+            uint32_t d = ul > uy ? ul - uy : uy - ul; /* the same sign where both are numbers */
             if (d > p->far_libm) p->far_libm = d;
         }
         double err = fabs((double)y - r) / ulp_at(r);
@@ -152,12 +186,13 @@ static int run_ulp(int threads, int json) {
             all.worst_x = ps[t].worst_x;
         }
         all.exact += ps[t].exact;
+        all.numbers += ps[t].numbers;
         all.bad_special += ps[t].bad_special;
         all.differ_libm += ps[t].differ_libm;
         if (ps[t].far_libm > all.far_libm) all.far_libm = ps[t].far_libm;
     }
     float wx = from_bits(all.worst_x);
-    uint64_t nonnan = total - 2ull * ((1ull << 23) - 1);
+    uint64_t nonnan = all.numbers; /* x and f(x) not NaN */
     if (json) {
         printf("{\"fn\": \"%s\", \"inputs\": %llu, \"max_ulp\": %.4f, \"worst_x\": \"%a\", "
                "\"correctly_rounded\": %llu, \"non_nan\": %llu, \"bad_special\": %llu, "
@@ -171,7 +206,8 @@ static int run_ulp(int threads, int json) {
     printf("ot_%sf over all 2^32 inputs: max error %.4f ulp at x = %a (%.9g): got %a, %s %a\n",
            fn_cur->name, all.worst, (double)wx, (double)wx, (double)fn_cur->ot(wx), fn_cur->name,
            fn_cur->ref((double)wx));
-    printf("correctly rounded on %llu of %llu non-NaN inputs (%.4f %%); special values wrong: "
+    printf("correctly rounded on %llu of %llu inputs with a number result (%.4f %%); special "
+           "values wrong: "
            "%llu\n",
            (unsigned long long)all.exact, (unsigned long long)nonnan,
            100.0 * (double)all.exact / (double)nonnan, (unsigned long long)all.bad_special);
@@ -201,6 +237,14 @@ __attribute__((noinline)) static void loop_ot_erf(const float *x, float *y, int6
     for (int64_t i = 0; i < n; i++) y[i] = ot_erff(x[i]);
 }
 
+__attribute__((noinline)) static void loop_ot_log(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ot_logf(x[i]);
+}
+
+__attribute__((noinline)) static void loop_ot_log1p(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ot_log1pf(x[i]);
+}
+
 /* glibc's function through a pointer: a call per element either way (it does not vectorize) */
 __attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_t n) {
     float (*f)(float) = fn_cur->libm;
@@ -210,6 +254,10 @@ __attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_
 static void loop_ot(const float *x, float *y, int64_t n) {
     if (fn_cur->ot == ot_erff_fn)
         loop_ot_erf(x, y, n);
+    else if (fn_cur->ot == ot_logf_fn)
+        loop_ot_log(x, y, n);
+    else if (fn_cur->ot == ot_log1pf_fn)
+        loop_ot_log1p(x, y, n);
     else
         loop_ot_tanh(x, y, n);
 }
@@ -258,8 +306,8 @@ static int run_speed(int64_t n, int reps, int json) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_vmath ulp [--fn tanh|erf] [--threads N] [--json] | speed "
-                        "[--fn tanh|erf] [--n N] [--reps R] [--json]\n");
+        fprintf(stderr, "usage: bench_vmath ulp [--fn F] [--threads N] [--json] | speed [--fn F] "
+                        " [--n N] [--reps R] [--json]\n");
         return 2;
     }
     int threads = 2, reps = 11, json = 0;

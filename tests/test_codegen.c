@@ -747,14 +747,16 @@ static void test_hw_ftz_tanh_logistic(void) {
     }
 }
 
-/* f32 and bf16 erf (ot_erff, src/exec/expf_poly.h) keep a fusion of arithmetic under the hardware
- * mode too, exact GELU's x·0.5·(1 + erf(x·(1/sqrt 2))) among it: on inputs around the smallest
- * normal number (erf's z = a² raised to 2^-60, the products flushed or not) and on ordinary ones
- * with NaN, inf and ±0 (both polynomials, the switch at 1, the saturation from 4), the results
- * equal the reference's bit for bit, and the generated source calls ot_erff. */
+/* f32 and bf16 erf, log and log1p (ot_erff, ot_logf, ot_log1pf, src/exec/expf_poly.h) keep a
+ * fusion of arithmetic under the hardware mode too, exact GELU's x·0.5·(1 + erf(x·(1/sqrt 2)))
+ * among it: on inputs around the smallest normal number (erf's z = a² raised to 2^-60, the
+ * products flushed or not, log of subnormal operands) and on ordinary ones with NaN, inf and ±0
+ * (both polynomials, the switch at 1, the saturation from 4; log and log1p of negative numbers,
+ * zeros and -1), the results equal the reference's bit for bit, and the generated source calls
+ * ot_erff and ot_logf. */
 static void test_hw_ftz_erf(void) {
     static const char *const dts[] = {"f32", "bf16"};
-    char text[4096];
+    char text[8192];
     for (int j = 0; j < 2; j++) {
         const char *t = dts[j];
         snprintf(text, sizeof text,
@@ -767,8 +769,13 @@ static void test_hw_ftz_erf(void) {
                  "  ob = %s[3000] broadcast(one), dimensions={}\n  s = %s[3000] add(e, ob)\n"
                  "  h = %s[] constant(0.5)\n  hb = %s[3000] broadcast(h), dimensions={}\n"
                  "  xh = %s[3000] multiply(x, hb)\n  g = %s[3000] multiply(xh, s)\n"
-                 "  ROOT t = (%s[3000], %s[3000], %s[3000]) tuple(em, ex, g)\n}\n",
-                 t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
+                 "  lm = %s[3000] log(m)\n  lx = %s[3000] log(x)\n  pm = %s[3000] log-plus-one(m)\n"
+                 "  py = %s[3000] log-plus-one(y)\n  mo = %s[3000] subtract(x, ob)\n"
+                 "  pmo = %s[3000] log-plus-one(mo)\n"
+                 "  ROOT t = (%s[3000], %s[3000], %s[3000], %s[3000], %s[3000], %s[3000], "
+                 "%s[3000], %s[3000]) tuple(em, ex, g, lm, lx, pm, py, pmo)\n}\n",
+                 t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t,
+                 t, t);
         for (int tiny = 0; tiny < 2; tiny++) {
             g_tiny = tiny == 1;
             check_module(text, 960 + (uint64_t)(2 * j + tiny), true);
@@ -782,7 +789,12 @@ static void test_hw_ftz_erf(void) {
         const cg_program *p = e ? cc_executable_native(e) : NULL;
         EXPECT_TRUE(p != NULL && p->nnative >= 1);
         char *src = p ? program_source(p) : NULL;
-        EXPECT_TRUE(src != NULL && strstr(src, "ot_erff(") != NULL);
+        /* called: named again after the preamble's definition */
+        static const char *const fns[] = {"ot_erff(", "ot_logf(", "ot_log1pf("};
+        for (int k = 0; k < 3; k++) {
+            const char *d = src ? strstr(src, fns[k]) : NULL;
+            EXPECT_TRUE(d != NULL && strstr(d + 1, fns[k]) != NULL);
+        }
 #if defined(__x86_64__)
         EXPECT_TRUE(src && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
 #endif
@@ -888,13 +900,13 @@ static void test_hw_ftz(void) {
         for (int k = 0; k < 3; k++) ot_value_release(&a3[k]);
         ot_module_free(m);
     }
-    /* log in the fusion (a libm call): software flushing; exp (the library's own ot_expf, which
+    /* sine in the fusion (a libm call): software flushing; exp (the library's own ot_expf, which
      * never produces or reads a subnormal) and an exp-sum in the lane order (softmax's): the
      * hardware mode; the same results as the reference either way */
     static const char *const modes[] = {
-        "HloModule sw_log\nENTRY main {\n  x = f32[3000] parameter(0)\n"
+        "HloModule sw_sin\nENTRY main {\n  x = f32[3000] parameter(0)\n"
         "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
-        "  ex = f32[3000] log(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",
+        "  ex = f32[3000] sine(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",
         "HloModule hw_exp\nENTRY main {\n  x = f32[3000] parameter(0)\n"
         "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
         "  ex = f32[3000] exponential(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",

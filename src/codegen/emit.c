@@ -151,8 +151,8 @@ static const char preamble[] =
 /* the reference's f32 exp and tanh (src/exec/expf_poly.h): the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
-static const char preamble_expf[] =
-    OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n" OT_STR(OT_ERFF_DEF) "\n";
+static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n" OT_STR(
+    OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n";
 
 void cg_emit_preamble(ot_strbuf *src) {
     ot_strbuf_printf(src, "%s%s", preamble, preamble_expf);
@@ -320,8 +320,9 @@ static bool hw_op_ok(ot_opcode op) {
 #endif
 }
 
-/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, tanh and erf, the
- * library's own ot_expf_ftz, ot_tanhf and ot_erff (src/exec/expf_poly.h), whose steps never produce
+/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, tanh, erf, log and
+ * log1p, the library's own ot_expf_ftz, ot_tanhf, ot_erff, ot_logf and ot_log1pf
+ * (src/exec/expf_poly.h), whose steps never produce
  * or read a subnormal float for a zero or normal operand and so give the same bits under the modes
  * (their operand keeps its software flushing); and logistic, 1 / (1 + ot_expf(-x)): a subnormal
  * ot_expf result only meets 1 + (it is below half an ulp of 1, read as 0 or not), and 1 / F for
@@ -343,7 +344,7 @@ static bool hw_instr_ok(const ot_instr *x) {
         if ((f == OT_F32 && t == OT_BF16) || (f == OT_BF16 && t == OT_F32)) return true;
     }
     return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
-            x->opcode == OT_OP_LOGISTIC) &&
+            x->opcode == OT_OP_LOG || x->opcode == OT_OP_LOG1P || x->opcode == OT_OP_LOGISTIC) &&
            x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
 #else
     return false;
@@ -487,8 +488,8 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
     case OT_OP_EXP: return d ? "exp(%s)" : "ot_expf_ftz(%s)"; /* generated code always flushes */
     case OT_OP_EXPM1: return d ? "expm1(%s)" : "expm1f(%s)";
-    case OT_OP_LOG: return d ? "log(%s)" : "logf(%s)";
-    case OT_OP_LOG1P: return d ? "log1p(%s)" : "log1pf(%s)";
+    case OT_OP_LOG: return d ? "log(%s)" : "ot_logf(%s)";
+    case OT_OP_LOG1P: return d ? "log1p(%s)" : "ot_log1pf(%s)";
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
     case OT_OP_CBRT: return d ? "cbrt(%s)" : "cbrtf(%s)";
@@ -544,9 +545,11 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
-        /* ot_expf_ftz's result is flushed; ot_tanhf's and ot_erff's, of a flushed operand, are
-         * never subnormal */
-        if ((op == OT_OP_EXP || op == OT_OP_TANH || op == OT_OP_ERF) && t == OT_F32)
+        /* ot_expf_ftz's result is flushed; ot_tanhf's, ot_erff's, ot_logf's and ot_log1pf's, of a
+         * flushed operand, are never subnormal */
+        if ((op == OT_OP_EXP || op == OT_OP_TANH || op == OT_OP_ERF || op == OT_OP_LOG ||
+             op == OT_OP_LOG1P) &&
+            t == OT_F32)
             return define(E, x, ctx, t, true, "%s", r);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {
             /* the square root of zero, a normal number, inf or NaN is never subnormal: the

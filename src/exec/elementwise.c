@@ -155,6 +155,7 @@ static inline double daz_wide(ot_dtype t, double v) {
 OT_EXPF_DEF
 OT_TANHF_DEF
 OT_ERFF_DEF
+OT_LOGF_DEF
 
 static float logistic_f(float x) {
     /* 1 / (1 + exp(-x)), saturating cleanly at both ends */
@@ -186,8 +187,8 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_ROUND_NEAREST_EVEN: return nearbyintf(x);
     case OT_OP_EXP: return ex_ftz ? ot_expf_ftz(x) : ot_expf(x); /* the same bits, flushed */
     case OT_OP_EXPM1: return expm1f(x);
-    case OT_OP_LOG: return logf(x);
-    case OT_OP_LOG1P: return log1pf(x);
+    case OT_OP_LOG: return ot_logf(x);
+    case OT_OP_LOG1P: return ot_log1pf(x);
     case OT_OP_SQRT: return sqrtf(x);
     case OT_OP_RSQRT: return 1.0f / sqrtf(x);
     case OT_OP_CBRT: return cbrtf(x);
@@ -244,11 +245,11 @@ static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     }
 }
 
-/* f32 exp, logistic, tanh and erf over an array, with unary_f32's functions and flushing: built for
- * AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen at load, as the runtime's reduce
- * rows), where fmaf is the FMA instruction and the loop vectorizes; the baseline build calls
- * glibc's fmaf for each fmaf. fmaf rounds once by definition, so every clone gives the
- * same bits (and no a * b + c is written outside fmaf, so nothing can be contracted). */
+/* f32 exp, logistic, tanh, erf, log and log1p over an array, with unary_f32's functions and
+ * flushing: built for AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen at load, as
+ * the runtime's reduce rows), where fmaf is the FMA instruction and the loop vectorizes; the
+ * baseline build calls glibc's fmaf for each fmaf. fmaf rounds once by definition, so every clone
+ * gives the same bits (and no a * b + c is written outside fmaf, so nothing can be contracted). */
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
     !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define EX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -267,11 +268,21 @@ EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, 
             for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(daz_f32(x[i]));
         else
             for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(x[i]);
-    } else if (op == OT_OP_ERF) { /* the same for erf */
+    } else if (op == OT_OP_ERF) { /* the same for erf, log and log1p */
         if (ftz)
             for (int64_t i = 0; i < n; i++) y[i] = ot_erff(daz_f32(x[i]));
         else
             for (int64_t i = 0; i < n; i++) y[i] = ot_erff(x[i]);
+    } else if (op == OT_OP_LOG) {
+        if (ftz)
+            for (int64_t i = 0; i < n; i++) y[i] = ot_logf(daz_f32(x[i]));
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = ot_logf(x[i]);
+    } else if (op == OT_OP_LOG1P) {
+        if (ftz)
+            for (int64_t i = 0; i < n; i++) y[i] = ot_log1pf(daz_f32(x[i]));
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = ot_log1pf(x[i]);
     } else if (ftz && op == OT_OP_LOGISTIC) {
         for (int64_t i = 0; i < n; i++) y[i] = daz_f32(logistic_f(daz_f32(x[i])));
     } else if (ftz) {
@@ -288,7 +299,8 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         if (n) memcpy(y, x, (size_t)n * ot_dtype_size(in));
         return OT_OK;
     }
-    if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH || op == OT_OP_ERF) &&
+    if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH || op == OT_OP_ERF ||
+         op == OT_OP_LOG || op == OT_OP_LOG1P) &&
         in == OT_F32 && out == OT_F32) {
         expf_array(x, y, n, ex_ftz, op);
         return OT_OK;

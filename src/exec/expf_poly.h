@@ -188,4 +188,97 @@
         return rb.f;                                                                               \
     }
 
+/* log and log1p for f32 (ot_logf, ot_log1pf), branch-free like ot_expf. ot_logf_core_(ub, ...)
+ * takes the bits ub of a positive finite normal float m·2^k, m in [sqrt(1/2), sqrt(2)), and
+ * returns f²·(f·P(f)) with f = m - 1 (exact) and P of degree 8 (Cephes' logf coefficients, Horner
+ * with fmaf); m comes from integer operations on the bits (musl's offset trick: adding
+ * 1 - sqrt(1/2)'s offset to the exponent field makes k one shift, ot_logf_k_). ot_logf_sum_ adds
+ * -f²/2, f and k·ln 2 in two parts (0.693359375, exact in 9 bits, and -2.12194440e-4). ot_logf
+ * reads a subnormal x as its significand M (the normal float M·2^-23, built from bits) times
+ * 2^-126, so it takes no float step on x itself: the result does not depend on FTZ/DAZ, and a
+ * subnormal x (kept denormals) gets its logarithm. Special values: ±0 -> -inf, +inf -> +inf,
+ * x < 0 (-inf too) -> the default NaN 0xffc00000 (what glibc and the x86 invalid operation
+ * give), a NaN comes back quieted. ot_log1pf(x) = log(u) + (x - (u - 1))/u with u = 1 + x
+ * rounded: the quotient corrects u's rounding to first order (u is 0 or at least 2^-24, never
+ * subnormal, and the correction is 0 or at least 2^-48 in magnitude); |x| < 2^-24 gives x itself
+ * (log1p rounds to x there; this keeps ±0 and a subnormal x, which the caller flushes where its
+ * rules say so), -1 -> -inf, x < -1 -> the default NaN, +inf -> +inf, NaN quieted. Neither result
+ * is ever subnormal for a zero or normal x. Accuracy over every f32 input: docs/exec.md
+ * (bench_vmath ulp --fn log, --fn log1p). */
+#define OT_LOGF_DEF                                                                                \
+    static inline float ot_logf_core_(uint32_t ub, float *f_out, float *z_out) {                   \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } mb;                                                                                      \
+        mb.u = ((ub + 0x4afb0du) & 0x7fffffu) + 0x3f3504f3u;                                       \
+        float f = mb.f - 1.0f, z = f * f;                                                          \
+        float p = 7.0376836292e-2f;                                                                \
+        p = fmaf(p, f, -1.1514610310e-1f);                                                         \
+        p = fmaf(p, f, 1.1676998740e-1f);                                                          \
+        p = fmaf(p, f, -1.2420140846e-1f);                                                         \
+        p = fmaf(p, f, 1.4249322787e-1f);                                                          \
+        p = fmaf(p, f, -1.6668057665e-1f);                                                         \
+        p = fmaf(p, f, 2.0000714765e-1f);                                                          \
+        p = fmaf(p, f, -2.4999993993e-1f);                                                         \
+        p = fmaf(p, f, 3.3333331174e-1f);                                                          \
+        *f_out = f;                                                                                \
+        *z_out = z;                                                                                \
+        return (f * z) * p;                                                                        \
+    }                                                                                              \
+    /* k of ub's split, as a float: the exponent after the offset, minus the bias, put into the    \
+     * significand of 1.5·2^23 and that subtracted (exact; an int-to-float conversion would do,   \
+     * but gcc counts it as a possible trap and then does not if-convert the loop) */              \
+    static inline float ot_logf_k_(uint32_t ub, int32_t bias) {                                    \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } kb;                                                                                      \
+        kb.u = 0x4b400000u + (((ub + 0x4afb0du) >> 23) - (uint32_t)bias);                          \
+        return kb.f - 0x1.8p23f;                                                                   \
+    }                                                                                              \
+    static inline float ot_logf_sum_(float y, float f, float z, float k) {                         \
+        y = fmaf(k, -2.12194440e-4f, y);                                                           \
+        y = fmaf(-0.5f, z, y);                                                                     \
+        return fmaf(k, 0.693359375f, f + y);                                                       \
+    }                                                                                              \
+    static inline float ot_logf(float x) {                                                         \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, sb, rb;                                                                        \
+        uint32_t ux = xb.u;                                                                        \
+        /* a subnormal's significand M as the normal float M·2^-23 (exact), so x = sb·2^-126 */  \
+        sb.u = 0x3f800000u | (ux & 0x7fffffu);                                                     \
+        sb.f -= 1.0f;                                                                              \
+        uint32_t ub = ux < 0x800000u ? sb.u : ux;                                                  \
+        int32_t bias = ux < 0x800000u ? 127 + 126 : 127;                                           \
+        float f, z, y = ot_logf_core_(ub, &f, &z);                                                 \
+        rb.f = ot_logf_sum_(y, f, z, ot_logf_k_(ub, bias));                                        \
+        rb.u = ux == 0x7f800000u ? ux : rb.u;                /* +inf */                            \
+        rb.u = (ux & 0x7fffffffu) == 0 ? 0xff800000u : rb.u; /* ±0: -inf */                       \
+        rb.u = ux > 0x80000000u ? 0xffc00000u : rb.u;        /* below 0: the default NaN */        \
+        rb.u = (ux & 0x7fffffffu) > 0x7f800000u ? ux | 0x400000u : rb.u;                           \
+        return rb.f;                                                                               \
+    }                                                                                              \
+    /* log1p(x) = log(u) + (x - (u - 1)) / u with u = 1 + x rounded (the quotient corrects         \
+     * u's rounding error to first order) */                                                       \
+    static inline float ot_log1pf(float x) {                                                       \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, ub, rb;                                                                        \
+        float u = 1.0f + x;                                                                        \
+        ub.f = u;                                                                                  \
+        float c = (x - (u - 1.0f)) / u;                                                            \
+        float f, z, y = ot_logf_core_(ub.u, &f, &z);                                               \
+        rb.f = ot_logf_sum_(y + c, f, z, ot_logf_k_(ub.u, 127));                                   \
+        rb.u = xb.u == 0x7f800000u ? xb.u : rb.u;                /* +inf */                        \
+        rb.u = x == -1.0f ? 0xff800000u : rb.u;                  /* -1: -inf */                    \
+        rb.u = x < -1.0f ? 0xffc00000u : rb.u;                   /* below -1: the default NaN */   \
+        rb.u = (xb.u & 0x7fffffffu) < 0x33800000u ? xb.u : rb.u; /* |x| < 2^-24: x itself */       \
+        rb.u = (xb.u & 0x7fffffffu) > 0x7f800000u ? xb.u | 0x400000u : rb.u;                       \
+        return rb.f;                                                                               \
+    }
+
 #endif
