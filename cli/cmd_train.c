@@ -49,8 +49,8 @@ static const char usage[] =
     "  --allreduce A        auto | ring | halving-doubling | tree | hier2d | direct (default "
     "tree)\n"
     "  --grad-compress C    none | bf16 | int8 | topk:F: the gradient all-reduce compressed,\n"
-    "                       with error feedback (default none: exact); one process only, no\n"
-    "                       --resume (the residuals are not checkpointed)\n"
+    "                       with error feedback (default none: exact); one process only; the\n"
+    "                       residuals are checkpointed, so --resume continues exactly\n"
     "  --local-sgd H        LocalSGD: each device steps on its own shard, parameters averaged\n"
     "                       every H steps and at the end (default off); no --resume, no\n"
     "                       --fail-device, no --grad-compress\n"
@@ -531,7 +531,7 @@ static int check_slice(train_cli *c) {
 
 /* Flags that contradict each other. An explicit topology is the pod's shape: another device
  * count is a contradiction; across processes the pod is every process's devices. Gradient
- * compression has no MPI form and its residuals are not checkpointed; LocalSGD's replicas differ
+ * compression has no MPI form; LocalSGD's replicas differ
  * between averages (nothing to resume or recover from) and it has no gradient to compress. */
 static int check_combinations(train_cli *c) {
     bool compress = c->o.grad_compress && strcmp(c->o.grad_compress, "none") != 0;
@@ -548,11 +548,6 @@ static int check_combinations(train_cli *c) {
     if (c->o.local_sgd && c->o.fail_device >= 0)
         return cli_usage_error("train", "--fail-device with --local-sgd is refused: between "
                                         "averages no survivor holds the pod's state");
-    if (compress && c->o.resume)
-        return cli_usage_error("train",
-                               "--resume with --grad-compress is refused: every device's "
-                               "error-feedback residuals are not checkpointed, so a resumed run "
-                               "could not reproduce an uninterrupted one");
     if (c->ckpt_replicas > 0 && c->ckpt_off)
         return cli_usage_error("train", "--ckpt-replicas needs checkpoints (not --ckpt-dir none)");
     if (c->use_mpi && c->o.migrate_device >= 0)

@@ -270,14 +270,17 @@ static void test_grad_flags_refused(void) {
         EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
         EXPECT_STR_CONTAINS(ot_last_error(), "unknown gradient compression");
     }
+    /* a checkpoint without residuals cannot continue a compressed run (test_train_resume_state.sh
+     * resumes compressed runs bit for bit) */
     o = small(2, 10);
-    o.grad_compress = "int8";
     o.ckpt_dir = tmpdir("compress_resume");
+    ASSERT_OK(ot_train(&o, &r));
+    ot_train_report_clear(&r);
+    o.grad_compress = "int8";
     o.resume = true;
     EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_FAILED_PRECONDITION);
-    EXPECT_STR_CONTAINS(ot_last_error(), "residuals are not checkpointed");
+    EXPECT_STR_CONTAINS(ot_last_error(), "saved without --grad-compress");
     o.grad_compress = "none"; /* the exact sum: no state, resume as usual */
-    o.resume = false;
     ASSERT_OK(ot_train(&o, &r));
     ot_train_report_clear(&r);
 }

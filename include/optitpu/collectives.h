@@ -296,6 +296,13 @@ OT_API ot_status ot_grad_aggregate(ot_grad_aggregator *a, float *const *grads);
 OT_API int ot_grad_bucket_count(const ot_grad_aggregator *a);
 /* Bytes this member put on the wire in the last ot_grad_aggregate (the compressed payload). */
 OT_API size_t ot_grad_last_wire_bytes(const ot_grad_aggregator *a);
+/* The error-feedback residuals (what compression has not delivered yet, added to the next
+ * gradients): n = the total f32 elements, in tensor order. get copies them out (a checkpoint),
+ * set replaces them (a resume), so a restored member continues exactly. OT_ERR_FAILED_PRECONDITION
+ * without compression or error feedback; OT_ERR_INVALID_ARGUMENT when n is not the total. Not
+ * during an ot_grad_aggregate on the same aggregator. */
+OT_API ot_status ot_grad_residual_get(const ot_grad_aggregator *a, float *out, size_t n);
+OT_API ot_status ot_grad_residual_set(ot_grad_aggregator *a, const float *in, size_t n);
 
 /* LocalSGD: at steps where (step + 1) % period == 0, replaces params with their mean over the
  * members (collective); other steps do nothing. */

@@ -173,9 +173,9 @@ typedef struct ot_train_options {
     /* The gradient all-reduce through the pod's gradient aggregator (collectives.h), with error
      * feedback: NULL or "none" (default: the exact f32 sum), "bf16", "int8" (a scale per fusion
      * bucket) or "topk:F" (the fraction 0 < F <= 1 of largest magnitudes). Every replica still
-     * holds bit-identical parameters; the residuals start from zero in each segment (a start, a
-     * recovery) and are not checkpointed, so resume is refused with it. One process only (not
-     * with mpi). */
+     * holds bit-identical parameters. Every member's error-feedback residuals are checkpointed
+     * (role "residual") and restored by resume and restore recovery, so those continue bit for
+     * bit; after a shrink they start from zero. One process only (not with mpi). */
     const char *grad_compress;
     /* LocalSGD: > 0: no gradient all-reduce; every replica updates its own parameters and
      * optimizer state from its shard's mean gradient, and the parameters are averaged over the

@@ -131,6 +131,32 @@ size_t ot_grad_last_wire_bytes(const ot_grad_aggregator *a) {
     return a->wire_bytes;
 }
 
+static ot_status residual_check(const ot_grad_aggregator *a, const void *p, size_t n) {
+    if (!a || (!p && n)) return ot_error(OT_ERR_INVALID_ARGUMENT, "grad residual: NULL argument");
+    if (!a->residual)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "grad residual: the aggregator keeps none (no compression or no error "
+                        "feedback)");
+    if (n != a->total)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "grad residual: %zu elements, the aggregator's "
+                        "gradients have %zu",
+                        n, a->total);
+    return OT_OK;
+}
+
+ot_status ot_grad_residual_get(const ot_grad_aggregator *a, float *out, size_t n) {
+    OT_CHECK(residual_check(a, out, n));
+    if (n) memcpy(out, a->residual, n * sizeof(float));
+    return OT_OK;
+}
+
+ot_status ot_grad_residual_set(ot_grad_aggregator *a, const float *in, size_t n) {
+    OT_CHECK(residual_check(a, in, n));
+    if (n) memcpy(a->residual, in, n * sizeof(float));
+    return OT_OK;
+}
+
 /* Copies the flat range [lo, lo+n) between the tensors and buf[0..n) (dir 0: gather,
  * 1: scatter). */
 static void move_range(ot_grad_aggregator *a, float *const *grads, size_t lo, size_t n, int dir) {

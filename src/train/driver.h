@@ -141,7 +141,16 @@ struct trainer {
     int64_t step_batch;        /* samples per optimizer step: o->batch_size * accum */
     ot_grad_compress compress; /* the gradient all-reduce's compression (NONE: exact) */
     double topk_fraction;
-    int64_t local_sgd;         /* o->local_sgd: average parameters every local_sgd steps (0: off) */
+    int64_t local_sgd; /* o->local_sgd: average parameters every local_sgd steps (0: off) */
+    /* --grad-compress's error-feedback residuals, total_elems floats per member in pod rank
+     * order: every member's row is written at checkpoint steps and at a segment's end (then a
+     * barrier), for the leader's checkpoint of step ck_resid_step over ck_resid_n members; and
+     * those a restore loaded, set into the next segment's aggregators (then freed). */
+    float *ck_resid;
+    int64_t ck_resid_step;
+    int ck_resid_n;
+    float *resid_init;
+    int resid_init_n;
     int64_t member_steps;      /* the leader's sum over steps of the replicas in the all-reduce */
     replica reps[MAX_DEVICES]; /* this process's live replicas in rank order */
     int nlive;

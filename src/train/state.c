@@ -90,8 +90,17 @@ ot_status train_describe_state(trainer *t) {
     return OT_OK;
 }
 
+/* The gradient compression as recorded ("none", "bf16", "int8", "topk:0.01"). */
+static void compress_desc(const trainer *t, char *buf, size_t cap) {
+    if (t->compress == OT_COMPRESS_TOPK)
+        snprintf(buf, cap, "topk:%g", t->topk_fraction);
+    else
+        snprintf(buf, cap, "%s",
+                 t->compress == OT_COMPRESS_NONE ? "none" : ot_grad_compress_name(t->compress));
+}
+
 /* The manifest's "optimizer" object (ot_malloc'd JSON): its configuration and what the state
- * belongs to. */
+ * belongs to; with compression, whose error-feedback residuals it holds (role "residual"). */
 static char *state_json(trainer *t) {
     json_t *j =
         json_pack("{s:s, s:f, s:s, s:s, s:s, s:I, s:I, s:s}", "name", optimizer_name(t), "lr",
@@ -99,6 +108,15 @@ static char *state_json(trainer *t) {
                   "state_layout", t->state_layout, "state_tensors",
                   (json_int_t)ot_tpu_optimizer_state_count(t->topt), "batch_size",
                   (json_int_t)t->o->batch_size, "data", t->o->dataset ? t->o->dataset : "digits");
+    if (j && t->compress != OT_COMPRESS_NONE) {
+        char cd[48];
+        compress_desc(t, cd, sizeof cd);
+        if (json_object_set_new(j, "grad_compress", json_string(cd)) ||
+            json_object_set_new(j, "residual_devices", json_integer(t->ck_resid_n))) {
+            json_decref(j);
+            j = NULL;
+        }
+    }
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     char *out = text ? ot_strdup(text) : NULL;
@@ -134,8 +152,46 @@ static ot_status accept_ckpt(void *ud, const ot_ckpt *ck) {
                      "train: the checkpoint of step %lld in %s has another optimizer state "
                      "layout than this run's %s (its options differ)",
                      (long long)m->step, t->o->ckpt_dir, optimizer_name(t));
+    /* with compression the checkpoint must hold this compression's residuals of this pod */
+    const char *rc = json_string_value(json_object_get(j, "grad_compress"));
+    json_int_t rdev = json_integer_value(json_object_get(j, "residual_devices"));
+    char cd[48];
+    compress_desc(t, cd, sizeof cd);
+    int n = t->nlive * t->psize;
+    if (s == OT_OK && t->compress != OT_COMPRESS_NONE && (!rc || strcmp(rc, cd) != 0))
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s was saved %s%s, this run uses "
+                     "--grad-compress %s: it holds no error-feedback residuals of that "
+                     "compression, so the resumed run could not continue the interrupted one "
+                     "(resume with %s%s, or start over with --fresh or another --ckpt-dir)",
+                     (long long)m->step, t->o->ckpt_dir,
+                     rc ? "with --grad-compress "
+                        : "without "
+                          "--grad-compress",
+                     rc ? rc : "", cd,
+                     rc ? "--grad-compress "
+                        : "no "
+                          "--grad-compress",
+                     rc ? rc : "");
+    else if (s == OT_OK && t->compress != OT_COMPRESS_NONE && rdev != n)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s holds the error-feedback residuals "
+                     "of %lld devices; this run has %d (resume with --devices %lld, or start "
+                     "over with --fresh or another --ckpt-dir)",
+                     (long long)m->step, t->o->ckpt_dir, (long long)rdev, n, (long long)rdev);
     json_decref(j);
     if (s != OT_OK) return s;
+    if (t->compress != OT_COMPRESS_NONE) {
+        ot_tensor v;
+        if (ot_ckpt_get(ck, "residual", "error_feedback", &v) != OT_OK)
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: no error-feedback residuals",
+                            ot_ckpt_dir(ck));
+        if (v.shape.dtype != OT_F32 || v.shape.rank != 2 || v.shape.dims[0] != n ||
+            v.shape.dims[1] != t->total_elems)
+            return ot_error(OT_ERR_CORRUPT_DATA,
+                            "%s: the error-feedback residuals are not f32[%d, %lld]",
+                            ot_ckpt_dir(ck), n, (long long)t->total_elems);
+    }
     /* the same record: every tensor must be there with this run's shape, or the step is damaged */
     for (int k = 0; k < t->nparams; k++) {
         ot_tensor v;
@@ -189,9 +245,22 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
                 (ot_ckpt_tensor){ot_tpu_optimizer_state_name(t->topt, i),
                                  host[t->nparams + i].shape, host[t->nparams + i].data};
     }
+    /* with compression: every member's residuals, snapshotted at this step (step.c) */
+    ot_ckpt_tensor resid;
+    size_t nshards = 2;
+    if (s == OT_OK && t->compress != OT_COMPRESS_NONE) {
+        if (!t->ck_resid || t->ck_resid_step != step)
+            s = ot_error(OT_ERR_INTERNAL, "train: no error-feedback residuals of step %lld",
+                         (long long)step);
+        ot_shape rs;
+        ot_shape_make(&rs, OT_F32, 2, (int64_t[]){t->ck_resid_n, t->total_elems});
+        resid = (ot_ckpt_tensor){"error_feedback", rs, t->ck_resid};
+        nshards = 3;
+    }
     if (s == OT_OK) {
-        ot_ckpt_shard shards[2] = {{"model", 0, 1, ct, (size_t)t->nparams},
-                                   {"optim", 0, 1, ct + t->nparams, (size_t)nstate}};
+        ot_ckpt_shard shards[3] = {{"model", 0, 1, ct, (size_t)t->nparams},
+                                   {"optim", 0, 1, ct + t->nparams, (size_t)nstate},
+                                   {"residual", 0, 1, &resid, 1}};
         char *optjson = state_json(t);
         if (!optjson) s = ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: optimizer record");
         uint64_t rng[1] = {t->o->seed};
@@ -202,7 +271,7 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
         ot_ckpt_save_args a = {
             .step = step,
             .shards = shards,
-            .nshards = 2,
+            .nshards = nshards,
             .pod = {t->nlive * t->psize, t->psize, 1,
                     t->pod_vt->epoch ? (int64_t)t->pod_vt->epoch(t) : 0, topo},
             .optimizer_json = optjson,
@@ -243,6 +312,17 @@ static ot_status load_checkpoint(trainer *t, const ot_ckpt *ck, replica *r) {
         ot_tensor v;
         s = ot_ckpt_get(ck, "optim", ot_tpu_optimizer_state_name(t->topt, i), &v);
         if (s == OT_OK) s = ot_tpu_optimizer_set_state(t->topt, r->dev, i, &v);
+    }
+    if (s == OT_OK && t->compress != OT_COMPRESS_NONE && !t->resid_init) {
+        /* checked by accept_ckpt: f32[members, total_elems]; kept until the next segment starts */
+        ot_tensor v;
+        s = ot_ckpt_get(ck, "residual", "error_feedback", &v);
+        if (s == OT_OK && !(t->resid_init = ot_malloc(v.nbytes)))
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: restored residuals");
+        if (s == OT_OK) {
+            memcpy(t->resid_init, v.data, v.nbytes);
+            t->resid_init_n = (int)v.shape.dims[0];
+        }
     }
     return s;
 }

@@ -281,6 +281,25 @@ static ot_status phase_average(replica_run *rr, int64_t step) {
     return s;
 }
 
+/* The error-feedback residuals into the run's snapshot when a checkpoint may be taken of this
+ * step (a multiple of ckpt_every, or the segment's last: the final checkpoint): every member
+ * writes its row, then a barrier, so the leader saves all of them. Each member writes again only
+ * after a later all-reduce, which waits for the leader's save. */
+static ot_status phase_residuals(replica_run *rr, int64_t step) {
+    trainer *t = rr->t;
+    int64_t done = step + 1;
+    if (!rr->agg || !t->ck_resid || !t->ckpt) return OT_OK;
+    if (done != t->run_end && (t->o->ckpt_every <= 0 || done % t->o->ckpt_every != 0)) return OT_OK;
+    size_t e = (size_t)t->total_elems;
+    ot_status s = ot_grad_residual_get(rr->agg, t->ck_resid + (size_t)rr->m.g * e, e);
+    if (s == OT_OK) s = ot_comm_barrier(rr->m.comm, &t->coll);
+    if (s == OT_OK && rr->m.g == 0) {
+        t->ck_resid_step = done;
+        t->ck_resid_n = rr->m.n;
+    }
+    return s;
+}
+
 /* Optimizer update: the summed gradients back onto the device, then the compiled update of
  * every parameter with this step's learning rate. */
 static ot_status phase_update(replica_run *rr, int64_t step, double lr) {
@@ -425,7 +444,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     ot_shape_make(&rr->xs, OT_F32, 2, (int64_t[]){rr->nb, F});
     ot_shape_make(&rr->ys, OT_S32, 1, (int64_t[]){rr->nb});
     if (t->compress != OT_COMPRESS_NONE) {
-        /* a fresh aggregator per segment: its residuals start from zero (driver.h) */
+        /* a fresh aggregator per segment: zero residuals, or a restored checkpoint's */
         if (!m->comm)
             return ot_error(OT_ERR_UNIMPLEMENTED, "train: the %s pod cannot compress gradients",
                             t->pod_vt->name);
@@ -441,6 +460,10 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
             ao.coll.algo = OT_ALGO_AUTO;
         size_t total = (size_t)t->total_elems;
         s = ot_grad_aggregator_create(m->comm, 1, &total, &ao, &rr->agg);
+        if (s != OT_OK) return s;
+        /* a restored checkpoint's residuals, when they are this pod's */
+        if (t->resid_init && t->resid_init_n == m->n)
+            s = ot_grad_residual_set(rr->agg, t->resid_init + (size_t)m->g * total, total);
         if (s != OT_OK) return s;
     }
     return OT_OK;
@@ -477,6 +500,7 @@ static ot_status run_step(replica_run *rr, int64_t step) {
     double lr = ot_lr_schedule_lr(t->sched, step);
     if (s == OT_OK) s = phase_update(rr, step, lr);
     if (s == OT_OK) s = phase_average(rr, step);
+    if (s == OT_OK) s = phase_residuals(rr, step);
     if (s != OT_OK) return s;
     rr->m.r->done = step + 1;
     if (rr->m.g != 0) return OT_OK;

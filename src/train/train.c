@@ -308,12 +308,6 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --fail-device with --local-sgd is refused: between averages no "
                         "survivor holds the pod's state to recover from");
-    if (c != OT_COMPRESS_NONE && o->resume)
-        return ot_error(OT_ERR_FAILED_PRECONDITION,
-                        "train: --resume with --grad-compress %s is refused: every device's "
-                        "error-feedback residuals are not checkpointed, so a resumed run could "
-                        "not reproduce an uninterrupted one",
-                        o->grad_compress);
     return OT_OK;
 }
 
@@ -416,6 +410,12 @@ static ot_status setup_devices(trainer *t) {
         t->reps[r].dev = ot_backend_device(t->backend, r);
         s = ot_tpu_optimizer_add_replica(t->topt, t->reps[r].dev);
     }
+    if (s == OT_OK && t->compress != OT_COMPRESS_NONE && o->ckpt_dir) {
+        /* every member's error-feedback residuals, for the checkpoints */
+        t->ck_resid = ot_calloc((size_t)t->nlive * (size_t)t->total_elems, sizeof(float));
+        t->ck_resid_step = -1;
+        if (!t->ck_resid) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: residual snapshot");
+    }
     if (s == OT_OK) s = train_describe_state(t);
     if (s == OT_OK) s = train_prepare_executables(t);
     if (s == OT_OK) s = compile_eval(t);
@@ -498,7 +498,11 @@ static ot_status setup(trainer *t) {
 static ot_status run_segment(trainer *t, int64_t end, ot_status *st) {
     t->run_end = end;
     t->seg_start = t->step;
-    return t->pod_vt->run_segment(t, st);
+    ot_status s = t->pod_vt->run_segment(t, st);
+    /* restored residuals apply to the segment that started from the restored step only */
+    ot_free(t->resid_init);
+    t->resid_init = NULL;
+    return s;
 }
 
 /* Every step of the run (stop_after cuts it short, as a crash would); a segment that ends early
@@ -622,6 +626,8 @@ static void teardown(trainer *t) {
     ot_executable_free(t->eval_exe);
     ot_backend_free(t->backend);
     ot_pod_trace_free(t->trace);
+    ot_free(t->ck_resid);
+    ot_free(t->resid_init);
     ot_model_free(t->model);
     ot_dataset_free(&t->train);
     ot_dataset_free(&t->test);
