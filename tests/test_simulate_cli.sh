@@ -102,7 +102,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in rows if r["case"].startswith("train mlp")]
 ars = [r for r in rows if r["case"].startswith("allreduce")]
 mem = [r for r in rows if r["case"].startswith("step memory")]
-assert len(steps) == 2 and len(ars) == 3 and len(mem) == 3, rows
+assert len(steps) == 4 and len(ars) == 3 and len(mem) == 3, rows
 for r in steps + ars + mem:
     assert r["value"] > 0 and r["baseline_value"] > 0 and r["ratio"] > 0, r
 PY
