@@ -172,7 +172,9 @@ void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
     gemm_grid(g, &run);
     /* "bytes" for the inline decision: the multiply-adds, scaled so ~64K of them stay inline */
     int64_t work = g->nb * g->M * g->N * (g->K ? g->K : 1);
-    ex_par_for(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, &run);
+    /* handed out one by one: a thread that the OS preempts (a shared machine) or that runs a
+     * smaller edge tile takes fewer tiles; the bits do not depend on who computes which */
+    ex_par_for_dynamic(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, &run);
 }
 
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,

@@ -22,6 +22,9 @@ ot_status ex_scratch(ex_kernel_ctx *c, size_t bytes, void **out);
 /* Splits [0, n) over c's pool with a fixed partition (fn(arg, begin, end, thread)), or runs it on
  * the calling thread when it touches under EX_INLINE_BYTES bytes. */
 void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg);
+/* The same, items [0, n) handed out one at a time to whichever thread is free (for few large
+ * items whose results do not depend on which thread computes them). */
+void ex_par_for_dynamic(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg);
 
 static inline size_t ex_align64(size_t n) {
     return (n + 63) & ~(size_t)63;

@@ -76,7 +76,8 @@ ot_status ex_scratch(ex_kernel_ctx *c, size_t bytes, void **out) {
     return OT_OK;
 }
 
-void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg) {
+static void par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_schedule sched, ot_range_fn fn,
+                    void *arg) {
     if (n <= 0) return;
     if (bytes < EX_INLINE_BYTES || n == 1) {
         fn(arg, 0, n, 0);
@@ -87,7 +88,15 @@ void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void
         fn(arg, 0, n, 0);
         return;
     }
-    ot_parallel_for(c->pool, n, 1, OT_SCHEDULE_STATIC, fn, arg);
+    ot_parallel_for(c->pool, n, 1, sched, fn, arg);
+}
+
+void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg) {
+    par_for(c, n, bytes, OT_SCHEDULE_STATIC, fn, arg);
+}
+
+void ex_par_for_dynamic(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg) {
+    par_for(c, n, bytes, OT_SCHEDULE_DYNAMIC, fn, arg);
 }
 
 /* ---- fast kernels ------------------------------------------------------------------------ */
