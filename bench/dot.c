@@ -6,7 +6,8 @@
  * transposed, PV, and the gradient's lhs-transposed products), plus square 1024^3 and a batched
  * 32 x 256^3. Each case is f32 [batch..., M, K] (or [batch..., K, M]: lhs transposed) times
  * [batch..., K, N] (or [batch..., N, K]: rhs transposed), batch dims leading, as the suite's HLO
- * has them.
+ * has them; one more case has attention's operands in [batch, seq, heads, dim] (batch dims 0 and
+ * 2, as flax's einsums give them), the baseline reading them with leading dimension heads x dim.
  * ours: the module compiled (-O2) and run by ot_execute_on_host; its dot kernel splits the work
  * over the default pool (OPTITPU_THREADS, else the CPU count), OpenBLAS single-threaded inside.
  * Baselines, on the same number of threads T and the same operands, each a cblas_sgemm with the
@@ -46,29 +47,32 @@ typedef struct dcase {
     int64_t m, n, k; /* per batch element */
     bool lhs_t;      /* lhs stored [batch..., k, m] */
     bool rhs_t;      /* rhs stored [batch..., n, k] */
+    bool bshd;       /* 2 batch dims, the second between the matrix dims: lhs [b0, m, b1, k],
+                      * rhs [b0, n, b1, k] (attention's [batch, seq, heads, dim]; rhs_t) */
 } dcase;
 
 static const dcase g_cases[] = {
-    {"mlp fwd 512x1024x784", 0, 1, 1, 512, 1024, 784, false, false},
-    {"mlp fwd 512x1024x1024", 0, 1, 1, 512, 1024, 1024, false, false},
-    {"mlp fwd 512x10x1024 (N=10)", 0, 1, 1, 512, 10, 1024, false, false},
-    {"mlp dx 512x1024x10 rhs^T (K=10)", 0, 1, 1, 512, 1024, 10, false, true},
-    {"mlp dx 512x1024x1024 rhs^T", 0, 1, 1, 512, 1024, 1024, false, true},
-    {"mlp dW 784x1024x512 lhs^T", 0, 1, 1, 784, 1024, 512, true, false},
-    {"mlp dW 1024x1024x512 lhs^T", 0, 1, 1, 1024, 1024, 512, true, false},
-    {"mlp dW 1024x10x512 lhs^T (N=10)", 0, 1, 1, 1024, 10, 512, true, false},
-    {"tblock qkv 1024x768x256", 0, 1, 1, 1024, 768, 256, false, false},
-    {"tblock ffn1 1024x1024x256", 0, 1, 1, 1024, 1024, 256, false, false},
-    {"tblock ffn2 1024x256x1024", 0, 1, 1, 1024, 256, 1024, false, false},
-    {"tblock dx 1024x256x1024 rhs^T", 0, 1, 1, 1024, 256, 1024, false, true},
-    {"tblock dW 256x1024x1024 lhs^T", 0, 1, 1, 256, 1024, 1024, true, false},
-    {"tblock QK^T 8x4 x 128x128x64 rhs^T", 2, 8, 4, 128, 128, 64, false, true},
-    {"attention QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true},
-    {"attention PV 4x8 x 256x64x256", 2, 4, 8, 256, 64, 256, false, false},
-    {"attention dV 4x8 x 256x64x256 lhs^T", 2, 4, 8, 256, 64, 256, true, false},
-    {"square 1024^3", 0, 1, 1, 1024, 1024, 1024, false, false},
-    {"square 1024^3 rhs^T", 0, 1, 1, 1024, 1024, 1024, false, true},
-    {"batched 32 x 256^3", 1, 32, 1, 256, 256, 256, false, false},
+    {"mlp fwd 512x1024x784", 0, 1, 1, 512, 1024, 784, false, false, false},
+    {"mlp fwd 512x1024x1024", 0, 1, 1, 512, 1024, 1024, false, false, false},
+    {"mlp fwd 512x10x1024 (N=10)", 0, 1, 1, 512, 10, 1024, false, false, false},
+    {"mlp dx 512x1024x10 rhs^T (K=10)", 0, 1, 1, 512, 1024, 10, false, true, false},
+    {"mlp dx 512x1024x1024 rhs^T", 0, 1, 1, 512, 1024, 1024, false, true, false},
+    {"mlp dW 784x1024x512 lhs^T", 0, 1, 1, 784, 1024, 512, true, false, false},
+    {"mlp dW 1024x1024x512 lhs^T", 0, 1, 1, 1024, 1024, 512, true, false, false},
+    {"mlp dW 1024x10x512 lhs^T (N=10)", 0, 1, 1, 1024, 10, 512, true, false, false},
+    {"tblock qkv 1024x768x256", 0, 1, 1, 1024, 768, 256, false, false, false},
+    {"tblock ffn1 1024x1024x256", 0, 1, 1, 1024, 1024, 256, false, false, false},
+    {"tblock ffn2 1024x256x1024", 0, 1, 1, 1024, 256, 1024, false, false, false},
+    {"tblock dx 1024x256x1024 rhs^T", 0, 1, 1, 1024, 256, 1024, false, true, false},
+    {"tblock dW 256x1024x1024 lhs^T", 0, 1, 1, 256, 1024, 1024, true, false, false},
+    {"tblock QK^T 8x4 x 128x128x64 rhs^T", 2, 8, 4, 128, 128, 64, false, true, false},
+    {"attention QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, false},
+    {"attention PV 4x8 x 256x64x256", 2, 4, 8, 256, 64, 256, false, false, false},
+    {"attention dV 4x8 x 256x64x256 lhs^T", 2, 4, 8, 256, 64, 256, true, false, false},
+    {"attention BSHD QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, true},
+    {"square 1024^3", 0, 1, 1, 1024, 1024, 1024, false, false, false},
+    {"square 1024^3 rhs^T", 0, 1, 1, 1024, 1024, 1024, false, true, false},
+    {"batched 32 x 256^3", 1, 32, 1, 256, 256, 256, false, false, false},
 };
 
 static int64_t nbatch(const dcase *d) {
@@ -89,12 +93,21 @@ static ot_module *build(const dcase *d) {
     }
     dn.nbatch = nb;
     dn.ncontract = 1;
+    if (d->bshd) { /* [b0, m, b1, k] x [b0, n, b1, k], batch dims 0 and 2, contracting 3 */
+        int64_t l4[4] = {d->b0, d->m, d->b1, d->k}, r4[4] = {d->b0, d->n, d->b1, d->k};
+        memcpy(ld, l4, sizeof l4);
+        memcpy(rd, r4, sizeof r4);
+        dn.lhs_batch[1] = dn.rhs_batch[1] = 2;
+        dn.lhs_contract[0] = dn.rhs_contract[0] = 3;
+        goto shapes;
+    }
     ld[nb] = d->lhs_t ? d->k : d->m;
     ld[nb + 1] = d->lhs_t ? d->m : d->k;
     dn.lhs_contract[0] = d->lhs_t ? nb : nb + 1;
     rd[nb] = d->rhs_t ? d->n : d->k;
     rd[nb + 1] = d->rhs_t ? d->k : d->n;
     dn.rhs_contract[0] = d->rhs_t ? nb + 1 : nb;
+shapes:;
     ot_shape ls, rs;
     ot_shape_make(&ls, OT_F32, nb + 2, ld);
     ot_shape_make(&rs, OT_F32, nb + 2, rd);
@@ -117,6 +130,13 @@ typedef struct gemm_job {
 
 static void gemm_one(const gemm_job *j, int64_t q) {
     const dcase *d = j->d;
+    if (d->bshd) { /* batch element (q / b1, q % b1): rows b1 * k apart */
+        int64_t i0 = q / d->b1, i1 = q % d->b1, ld = d->b1 * d->k;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->m, (int)d->n, (int)d->k, 1.0f,
+                    j->a + i0 * d->m * ld + i1 * d->k, (int)ld, j->b + i0 * d->n * ld + i1 * d->k,
+                    (int)ld, 0.0f, j->c + q * d->m * d->n, (int)d->n);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, d->lhs_t ? CblasTrans : CblasNoTrans,
                 d->rhs_t ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n, (int)d->k, 1.0f,
                 j->a + q * d->m * d->k, d->lhs_t ? (int)d->m : (int)d->k, j->b + q * d->k * d->n,

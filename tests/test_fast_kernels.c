@@ -336,6 +336,61 @@ static void test_dot_tiled(void) {
     }
 }
 
+/* Operands read where they lie with batch dims anywhere (attention in [batch, seq, heads, dim]:
+ * batch dims 0 and 2, rows seq apart by heads x dim), transposed or not, unit dims between, and
+ * layouts whose merged dims are not evenly strided (copied): bits equal on 1, 2, 3 and 8 threads
+ * and within the bound of the reference. */
+static void test_dot_strided(void) {
+    g_rng = 0x57d;
+    static const struct {
+        int lr, rr;
+        int64_t ld[5], rd[5];
+        ot_dot_dims dn;
+    } cs[] = {
+        /* QK^T: [b, q, h, d] x [b, k, h, d] -> [b, h, q, k] */
+        {4, 4, {3, 130, 5, 64}, {3, 120, 5, 64}, {2, 1, {0, 2}, {0, 2}, {3}, {3}}},
+        /* PV: [b, h, q, k] x [b, k, h, d] -> [b, h, q, d] */
+        {4, 4, {3, 5, 130, 120}, {3, 120, 5, 64}, {2, 1, {0, 1}, {0, 2}, {3}, {1}}},
+        /* dV-like: lhs contracted on the seq dim: [b, q, h, k] x [b, q, h, d] */
+        {4, 4, {2, 150, 4, 70}, {2, 150, 4, 33}, {2, 1, {0, 2}, {0, 2}, {1}, {1}}},
+        /* batch dims last, a unit dim among the free dims */
+        {4, 4, {90, 1, 80, 6}, {80, 70, 6, 1}, {1, 1, {3}, {2}, {2}, {0}}},
+        /* two contracting dims merged ([b, k1, m, k2]: not evenly strided -> copied) */
+        {4, 4, {2, 7, 100, 9}, {2, 7, 9, 50}, {1, 2, {0}, {0}, {1, 3}, {1, 2}}},
+        /* two contracting dims that merge: lhs [m, k1, k2], rhs [k1, k2, n] */
+        {3, 3, {200, 6, 11}, {6, 11, 150}, {0, 2, {0}, {0}, {1, 2}, {0, 1}}},
+        /* the same contracting dims listed in the other order (does not merge: copied) */
+        {3, 3, {200, 6, 11}, {6, 11, 150}, {0, 2, {0}, {0}, {2, 1}, {1, 0}}},
+        /* free dims that merge ([b, m1, m2, k]), the rhs's batch dim between its others */
+        {4, 3, {3, 20, 30, 40}, {40, 3, 77}, {1, 1, {0}, {1}, {3}, {0}}},
+        /* free dims that do not merge (the batch dim between them: copied) */
+        {4, 3, {20, 3, 30, 40}, {40, 3, 77}, {1, 1, {1}, {1}, {3}, {0}}},
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        ot_dot_dims dn = cs[q].dn;
+        ot_shape ls, rs;
+        ASSERT_OK(ot_shape_make(&ls, OT_F32, cs[q].lr, cs[q].ld));
+        ASSERT_OK(ot_shape_make(&rs, OT_F32, cs[q].rr, cs[q].rd));
+        ot_module *m = dot_module(OT_F32, &ls, &rs, &dn, false),
+                  *ma = dot_module(OT_F32, &ls, &rs, &dn, true);
+        ASSERT_TRUE(m && ma);
+        ot_tensor args[2];
+        ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+        fill_random(&args[0], -1, 1);
+        fill_random(&args[1], -1, 1);
+        int64_t K = 1;
+        for (int k = 0; k < dn.ncontract; k++) K *= ls.dims[dn.lhs_contract[k]];
+        char what[64];
+        snprintf(what, sizeof what, "strided dot case %zu", q);
+        check_bound_case(m, ma, args, 2, K, what);
+        ot_tensor_release(&args[0]);
+        ot_tensor_release(&args[1]);
+        ot_module_free(m);
+        ot_module_free(ma);
+    }
+}
+
 /* Under the reference's FTZ the fast dot flushes subnormal results, and on x86 subnormal inputs
  * too (the GEMM runs under FTZ | DAZ): small integers (exact sums in any order) mixed with
  * subnormal inputs times 2^30 (a normal product unless the input reads as zero), products
@@ -1505,11 +1560,12 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_tiled),
-             OT_TEST(test_dot_subnormal_ftz), OT_TEST(test_dot_blas_threads),
-             OT_TEST(test_conv_random), OT_TEST(test_conv_large), OT_TEST(test_transpose_random),
-             OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
-             OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
-             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_in_place_temp),
-             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
-             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_elementwise),
-             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))
+             OT_TEST(test_dot_strided), OT_TEST(test_dot_subnormal_ftz),
+             OT_TEST(test_dot_blas_threads), OT_TEST(test_conv_random), OT_TEST(test_conv_large),
+             OT_TEST(test_transpose_random), OT_TEST(test_reduce_random),
+             OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_minmax_nan_rows),
+             OT_TEST(test_reduce_minmax_special_rows), OT_TEST(test_gather), OT_TEST(test_scatter),
+             OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
+             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
+             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
+             OT_TEST(test_teardown))

@@ -20,17 +20,86 @@ static bool listed(int64_t v, const int64_t *l, int n) {
     return false;
 }
 
-/* True when visiting the dims in `order` is row-major order over s (dims of extent 1 may sit
- * anywhere): the operand already is that permutation, no copy needed. */
-static bool in_order(const int64_t *order, int n, const ot_shape *s) {
+/* Each batch element's operand matrix in memory: a row-major matrix with leading dimension ld
+ * (transposed or not, as ex_gemm's ta / tb say) at the offset sum_j idx_j * bstride[j] of the
+ * batch index (idx_0, ..., idx_{nbd-1}), the batch dims in the dot's listed order. */
+typedef struct gemm_view {
+    int64_t ld;
+    int nbd;
+    int64_t bdim[OT_MAX_RANK], bstride[OT_MAX_RANK]; /* sizes and element strides */
+} gemm_view;
+
+/* Batch elements stored one after the other, each rows x cols. */
+static void view_dense(gemm_view *v, int64_t nb, int64_t rows, int64_t cols, int64_t ld) {
+    v->ld = ld < 1 ? 1 : ld;
+    v->nbd = 1;
+    v->bdim[0] = nb;
+    v->bstride[0] = rows * cols;
+}
+
+/* The stride of dims g[0..n) of s (row-major strides st) merged into one index in that order,
+ * when they can be (each non-unit dim's stride is the next non-unit dim's stride times its
+ * extent); *any when every extent is 1 (one element: any stride). False when they cannot. */
+static bool merged(const ot_shape *s, const int64_t *st, const int64_t *g, int n, int64_t *stride,
+                   bool *any) {
     int64_t last = -1;
     for (int k = 0; k < n; k++) {
-        int64_t d = order[k];
+        int64_t d = g[k];
         if (s->dims[d] == 1) continue;
-        if (d < last) return false;
+        if (last >= 0 && st[last] != st[d] * s->dims[d]) return false;
         last = d;
     }
+    *any = last < 0;
+    *stride = last < 0 ? 0 : st[last];
     return true;
+}
+
+/* Operand s as batch (dims bat[0..nb)) x free (fr[0..nf), merged in that order: `rows` in all)
+ * x contracting (con[0..nc), merged in listed order: `cols` in all) matrices without a copy: the
+ * free and contracting dims each merge into one index, one of them of stride 1 (*trans: the
+ * contracting one does not), and the other's stride a valid BLAS leading dimension. Batch dims
+ * may lie anywhere (attention's [batch, seq, heads, dim] with batch dims 0 and 2). False when the
+ * operand has to be copied into that order first. */
+static bool view_of(const ot_shape *s, const int64_t *bat, int nb, const int64_t *fr, int nf,
+                    const int64_t *con, int nc, int64_t rows, int64_t cols, bool *trans,
+                    gemm_view *v) {
+    int64_t st[OT_MAX_RANK], acc = 1;
+    for (int d = s->rank - 1; d >= 0; d--) {
+        st[d] = acc;
+        acc *= s->dims[d];
+    }
+    int64_t fs, cs;
+    bool fany, cany;
+    if (!merged(s, st, fr, nf, &fs, &fany) || !merged(s, st, con, nc, &cs, &cany)) return false;
+    int64_t lo_r = cols > 1 ? cols : 1, lo_c = rows > 1 ? rows : 1;
+    if (cany || cs == 1) { /* [rows, cols] rows apart by ld */
+        *trans = false;
+        v->ld = fany ? lo_r : fs;
+        if (v->ld < lo_r) return false;
+    } else if (fany || fs == 1) { /* [cols, rows] */
+        *trans = true;
+        v->ld = cs;
+        if (v->ld < lo_c) return false;
+    } else {
+        return false;
+    }
+    if (v->ld > INT_MAX) return false;
+    v->nbd = nb;
+    for (int j = 0; j < nb; j++) {
+        v->bdim[j] = s->dims[bat[j]];
+        v->bstride[j] = st[bat[j]];
+    }
+    return true;
+}
+
+/* Element offset of batch element b (row-major over v's batch dims) in v. */
+static int64_t view_offset(const gemm_view *v, int64_t b) {
+    int64_t off = 0;
+    for (int j = v->nbd - 1; j >= 0; j--) {
+        off += (b % v->bdim[j]) * v->bstride[j];
+        b /= v->bdim[j];
+    }
+    return off;
 }
 
 /* Subnormal results to zero of the same sign (the reference's FTZ), on the bits and without
@@ -55,6 +124,7 @@ void ex_flush_out(ot_dtype t, void *y, int64_t n) {
 typedef struct gemm_run {
     const ex_gemm *g;
     int64_t rm, rn; /* rows and columns of a tile (the last ones in M and N may be smaller) */
+    const gemm_view *va, *vb; /* where each batch element's A and B lie */
 } gemm_run;
 
 static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
@@ -62,20 +132,18 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
     const gemm_run *run = arg;
     const ex_gemm *g = run->g;
     size_t es = ot_dtype_size(g->t);
-    int lda = (int)(g->ta ? g->M : g->K), ldb = (int)(g->tb ? g->K : g->N), ldc = (int)g->N;
-    if (lda < 1) lda = 1;
-    if (ldb < 1) ldb = 1;
+    int lda = (int)run->va->ld, ldb = (int)run->vb->ld, ldc = (int)g->N;
     if (ldc < 1) ldc = 1;
     for (int64_t w = begin; w < end; w++) {
         int64_t b = w / (g->tm * g->tn), t = w % (g->tm * g->tn);
         int64_t m0 = (t / g->tn) * run->rm, n0 = (t % g->tn) * run->rn;
         int64_t mm = g->M - m0 < run->rm ? g->M - m0 : run->rm;
         int64_t nn = g->N - n0 < run->rn ? g->N - n0 : run->rn;
-        const char *a = (const char *)g->a + (size_t)(b * g->M * g->K) * es;
-        const char *bb = (const char *)g->b + (size_t)(b * g->K * g->N) * es;
+        const char *a = (const char *)g->a + (size_t)view_offset(run->va, b) * es;
+        const char *bb = (const char *)g->b + (size_t)view_offset(run->vb, b) * es;
         char *c = (char *)g->c + (size_t)(b * g->M * g->N + m0 * g->N + n0) * es;
-        a += (size_t)(g->ta ? m0 : m0 * g->K) * es;
-        bb += (size_t)(g->tb ? n0 * g->K : n0) * es;
+        a += (size_t)(g->ta ? m0 : m0 * lda) * es;
+        bb += (size_t)(g->tb ? n0 * ldb : n0) * es;
         if (g->K == 0) {
             for (int64_t r = 0; r < mm; r++)
                 memset(c + (size_t)(r * g->N) * es, 0, (size_t)nn * es);
@@ -163,13 +231,15 @@ static void blas_one_thread(void) {
     openblas_set_num_threads(1);
 }
 
-void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
+static void run_gemm(ex_kernel_ctx *c, ex_gemm *g, const gemm_view *va, const gemm_view *vb) {
     /* once per process (concurrent first calls from several devices set it once); again only if
      * the application changed it since */
     pthread_once(&g_blas_once, blas_one_thread);
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     gemm_run run;
     gemm_grid(g, &run);
+    run.va = va;
+    run.vb = vb;
     /* "bytes" for the inline decision: the multiply-adds, scaled so ~64K of them stay inline */
     int64_t work = g->nb * g->M * g->N * (g->K ? g->K : 1);
     /* handed out one by one: a thread that the OS preempts (a shared machine) or that runs a
@@ -177,43 +247,37 @@ void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
     ex_par_for_dynamic(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, &run);
 }
 
+void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
+    gemm_view va, vb;
+    view_dense(&va, g->nb, g->M, g->K, g->ta ? g->M : g->K);
+    view_dense(&vb, g->nb, g->K, g->N, g->tb ? g->K : g->N);
+    run_gemm(c, g, &va, &vb);
+}
+
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done) {
     const ot_dot_dims *dn = i->attrs->dot;
     const ot_shape *ls = ins[0].shape, *rs = ins[1].shape;
     if (!dn || !ex_gemm_dtype(ls->dtype, rs->dtype, os->shape->dtype)) return OT_OK;
-    int64_t lbfk[OT_MAX_RANK], lbkf[OT_MAX_RANK], rbkf[OT_MAX_RANK], rbfk[OT_MAX_RANK];
-    int nl = 0, nr = 0;
+    int64_t lbat[OT_MAX_RANK], rbat[OT_MAX_RANK], lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
+    int nb = dn->nbatch, nlf = 0, nrf = 0, nc = dn->ncontract;
     int64_t NB = 1, M = 1, N = 1, K = 1;
-    for (int b = 0; b < dn->nbatch; b++) {
-        lbfk[nl] = lbkf[nl] = dn->lhs_batch[b];
-        rbkf[nr] = rbfk[nr] = dn->rhs_batch[b];
-        nl++, nr++;
+    for (int b = 0; b < nb; b++) {
+        lbat[b] = dn->lhs_batch[b];
+        rbat[b] = dn->rhs_batch[b];
         NB *= ls->dims[dn->lhs_batch[b]];
     }
-    int lf0 = nl, rf0 = nr;
-    int64_t lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
-    int nlf = 0, nrf = 0;
     for (int d = 0; d < ls->rank; d++)
-        if (!listed(d, dn->lhs_batch, dn->nbatch) && !listed(d, dn->lhs_contract, dn->ncontract)) {
+        if (!listed(d, dn->lhs_batch, nb) && !listed(d, dn->lhs_contract, nc)) {
             lfree[nlf++] = d;
             M *= ls->dims[d];
         }
     for (int d = 0; d < rs->rank; d++)
-        if (!listed(d, dn->rhs_batch, dn->nbatch) && !listed(d, dn->rhs_contract, dn->ncontract)) {
+        if (!listed(d, dn->rhs_batch, nb) && !listed(d, dn->rhs_contract, nc)) {
             rfree[nrf++] = d;
             N *= rs->dims[d];
         }
-    for (int k = 0; k < dn->ncontract; k++) K *= ls->dims[dn->lhs_contract[k]];
-    /* (b, f, k) and (b, k, f) orders of each operand */
-    for (int k = 0; k < nlf; k++) lbfk[lf0 + k] = lfree[k];
-    for (int k = 0; k < dn->ncontract; k++) lbfk[lf0 + nlf + k] = dn->lhs_contract[k];
-    for (int k = 0; k < dn->ncontract; k++) lbkf[lf0 + k] = dn->lhs_contract[k];
-    for (int k = 0; k < nlf; k++) lbkf[lf0 + dn->ncontract + k] = lfree[k];
-    for (int k = 0; k < dn->ncontract; k++) rbkf[rf0 + k] = dn->rhs_contract[k];
-    for (int k = 0; k < nrf; k++) rbkf[rf0 + dn->ncontract + k] = rfree[k];
-    for (int k = 0; k < nrf; k++) rbfk[rf0 + k] = rfree[k];
-    for (int k = 0; k < dn->ncontract; k++) rbfk[rf0 + nrf + k] = dn->rhs_contract[k];
+    for (int k = 0; k < nc; k++) K *= ls->dims[dn->lhs_contract[k]];
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return OT_OK; /* BLAS takes int sizes */
     if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
         ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
@@ -222,40 +286,45 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     if (NB * M * N == 0) return OT_OK;
     size_t es = ot_dtype_size(os->shape->dtype);
     ex_gemm g = {os->shape->dtype, NB, M, N, K, false, false, in[0], in[1], out, 0, 0, false};
+    gemm_view va, vb;
+    /* each operand read where it lies when its dims allow (view_of: A as [M, K] or transposed
+     * [K, M], B as [K, N] or transposed [N, K]), else copied into the (batch, free, contracting)
+     * order for A and (batch, contracting, free) for B */
+    bool lcopy = !view_of(ls, lbat, nb, lfree, nlf, dn->lhs_contract, nc, M, K, &g.ta, &va);
+    bool rcopy = !view_of(rs, rbat, nb, dn->rhs_contract, nc, rfree, nrf, K, N, &g.tb, &vb);
     size_t need = 0, lbytes = ex_align64((size_t)ins[0].nbytes), rbytes = (size_t)ins[1].nbytes;
-    bool lcopy = false, rcopy = false;
-    if (in_order(lbfk, ls->rank, ls)) {
-        g.ta = false;
-    } else if (in_order(lbkf, ls->rank, ls)) {
-        g.ta = true;
-    } else {
-        lcopy = true;
-        need += lbytes;
-    }
-    if (in_order(rbkf, rs->rank, rs)) {
-        g.tb = false;
-    } else if (in_order(rbfk, rs->rank, rs)) {
-        g.tb = true;
-    } else {
-        rcopy = true;
-        need += rbytes;
-    }
+    if (lcopy) need += lbytes;
+    if (rcopy) need += rbytes;
     if (need) {
-        void *s = NULL;
-        OT_CHECK(ex_scratch(c, need, &s));
-        char *p = s;
+        void *sc = NULL;
+        OT_CHECK(ex_scratch(c, need, &sc));
+        char *p = sc;
         if (lcopy) {
-            ex_transpose(c, es, ls->rank, ls->dims, lbfk, in[0], p);
+            int64_t perm[OT_MAX_RANK];
+            int n = 0;
+            for (int k = 0; k < nb; k++) perm[n++] = lbat[k];
+            for (int k = 0; k < nlf; k++) perm[n++] = lfree[k];
+            for (int k = 0; k < nc; k++) perm[n++] = dn->lhs_contract[k];
+            ex_transpose(c, es, ls->rank, ls->dims, perm, in[0], p);
             g.a = p;
+            g.ta = false;
+            view_dense(&va, NB, M, K, K);
             p += lbytes;
         }
         if (rcopy) {
-            ex_transpose(c, es, rs->rank, rs->dims, rbkf, in[1], p);
+            int64_t perm[OT_MAX_RANK];
+            int n = 0;
+            for (int k = 0; k < nb; k++) perm[n++] = rbat[k];
+            for (int k = 0; k < nc; k++) perm[n++] = dn->rhs_contract[k];
+            for (int k = 0; k < nrf; k++) perm[n++] = rfree[k];
+            ex_transpose(c, es, rs->rank, rs->dims, perm, in[1], p);
             g.b = p;
+            g.tb = false;
+            view_dense(&vb, NB, K, N, N);
         }
     }
     g.ftz = c->ftz;
-    ex_run_gemm(c, &g);
+    run_gemm(c, &g, &va, &vb);
     c->fast_run++;
     return OT_OK;
 }
