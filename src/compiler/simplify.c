@@ -13,6 +13,7 @@
  *   reduce over size-1 dimensions with an identity init (integer/pred add, or, xor, and) →
  *   reshape
  *   transpose(dot(a, b)) that moves b's free dims before a's → dot(b, a) (conditions below)
+ *   dot(transpose(x), y) → dot(x, y) with x's dimension numbers (conditions below)
  * Not applied (they change float results): x*0 → 0, x-x → 0, x+0.0 → x. */
 #include "compiler_internal.h"
 
@@ -282,6 +283,96 @@ static ot_status dot_transpose(ot_computation *c, const ot_instr *t, const ot_in
     return built(c, ot_build(c, OT_OP_DOT, ops, 2, &at, NULL, 0, &hint, NULL), out);
 }
 
+/* True when the fast dot can read operand x as a GEMM matrix where it lies: its free dims
+ * (increasing) merge into one index, its contracting dims (in con's order) into another, and one
+ * of the two has stride 1 (src/exec/fast_dot.c, view_of: batch dims may lie anywhere). */
+static bool gemm_readable(const ot_shape *x, const int64_t *bat, int nb, const int64_t *con,
+                          int nc) {
+    int64_t st[OT_MAX_RANK], acc = 1, fr[OT_MAX_RANK];
+    int nf = 0;
+    for (int d = x->rank - 1; d >= 0; d--) {
+        st[d] = acc;
+        acc *= x->dims[d];
+    }
+    for (int d = 0; d < x->rank; d++) {
+        bool other = false;
+        for (int k = 0; k < nb; k++) other |= bat[k] == d;
+        for (int k = 0; k < nc; k++) other |= con[k] == d;
+        if (!other) fr[nf++] = d;
+    }
+    int64_t inner[2];
+    const int64_t *grp[2] = {fr, con};
+    int ng[2] = {nf, nc};
+    for (int g = 0; g < 2; g++) {
+        int64_t last = -1;
+        for (int k = 0; k < ng[g]; k++) {
+            int64_t d = grp[g][k];
+            if (x->dims[d] == 1) continue;
+            if (last >= 0 && st[last] != st[d] * x->dims[d]) return false;
+            last = d;
+        }
+        inner[g] = last < 0 ? 1 : st[last];
+    }
+    return inner[0] == 1 || inner[1] == 1;
+}
+
+/* dot(transpose(x), y) (either operand, or both) → dot(x, y) with the operand's batch and
+ * contracting dims mapped through the permutation. The same products are summed in the same
+ * order (contracting dims stay paired in their listed order), so the result is bit-identical,
+ * provided the operand's free dims keep their relative order (they give the result's dims in
+ * that order). Applied when the transpose is used by dots only (once each has folded it, it is
+ * dead) and the fast dot can read x in place (gemm_readable): the transpose's copy is then
+ * saved; otherwise the dot would copy x itself, once per dot using it. */
+static ot_status dot_fold_transpose(ot_computation *c, const ot_instr *d, ot_instr **out) {
+    *out = NULL;
+    const ot_dot_dims *dn = d->attrs->dot;
+    if (!dn || d->noperands != 2 || d->shape.kind != OT_IR_ARRAY) return OT_OK;
+    ot_dot_dims nd = *dn;
+    ot_instr *ops[2] = {d->operands[0], d->operands[1]};
+    bool any = false;
+    for (int k = 0; k < 2; k++) {
+        const ot_instr *t = ops[k];
+        if (t->opcode != OT_OP_TRANSPOSE || t->shape.kind != OT_IR_ARRAY) continue;
+        ot_instr *x = t->operands[0];
+        if (x->shape.kind != OT_IR_ARRAY || t->attrs->ndims != x->shape.array.rank) continue;
+        bool dots_only = true;
+        for (int u = 0; u < t->nusers; u++) dots_only &= t->users[u]->opcode == OT_OP_DOT;
+        if (!dots_only) continue;
+        const int64_t *p = t->attrs->dims; /* t's dim j is x's dim p[j] */
+        int64_t *bat = k ? nd.rhs_batch : nd.lhs_batch,
+                *con = k ? nd.rhs_contract : nd.lhs_contract;
+        const int64_t *obat = k ? dn->rhs_batch : dn->lhs_batch,
+                      *ocon = k ? dn->rhs_contract : dn->lhs_contract;
+        int64_t nbat[OT_MAX_RANK], ncon[OT_MAX_RANK];
+        for (int j = 0; j < dn->nbatch; j++) nbat[j] = p[obat[j]];
+        for (int j = 0; j < dn->ncontract; j++) ncon[j] = p[ocon[j]];
+        /* t's free dims, in increasing order, must stay increasing in x */
+        int64_t last = -1;
+        bool kept = true;
+        for (int j = 0; j < t->attrs->ndims && kept; j++) {
+            bool other = false;
+            for (int q = 0; q < dn->nbatch; q++) other |= obat[q] == j;
+            for (int q = 0; q < dn->ncontract; q++) other |= ocon[q] == j;
+            if (other) continue;
+            kept = p[j] > last;
+            last = p[j];
+        }
+        if (!kept || !gemm_readable(&x->shape.array, nbat, dn->nbatch, ncon, dn->ncontract))
+            continue;
+        memcpy(bat, nbat, sizeof nbat[0] * (size_t)dn->nbatch);
+        memcpy(con, ncon, sizeof ncon[0] * (size_t)dn->ncontract);
+        ops[k] = x;
+        any = true;
+    }
+    if (!any) return OT_OK;
+    ot_attrs at = *d->attrs;
+    at.dot = &nd;
+    ot_ir_shape hint = {.kind = OT_IR_ARRAY};
+    hint.array.rank = -1;
+    hint.array.dtype = d->shape.array.dtype;
+    return built(c, ot_build(c, OT_OP_DOT, ops, 2, &at, NULL, 0, &hint, NULL), out);
+}
+
 /* The replacement for i, or NULL when no rule applies. */
 static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     *out = NULL;
@@ -427,6 +518,7 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     case OT_OP_REDUCE:
         if (reduce_is_reshape(i)) OT_CHECK(built(c, ot_build_reshape(c, a, i->shape.array), out));
         break;
+    case OT_OP_DOT: OT_CHECK(dot_fold_transpose(c, i, out)); break;
     case OT_OP_GATHER:
         if (a->shape.kind == OT_IR_ARRAY && i->shape.kind == OT_IR_ARRAY && i->attrs->gather)
             OT_CHECK(gpush(c, i, a, 0, out));
