@@ -722,6 +722,11 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
                 /* a scatter updates its operand in place (kernels.h: the output may be the
                  * operand's memory) when it reads P as that operand only */
                 writer_reads_linear = e->io[kb->in0 + 1] != ps && e->io[kb->in0 + 2] != ps;
+            } else if (wi->opcode == OT_OP_DYNAMIC_UPDATE_SLICE && kb->nin == wi->noperands) {
+                /* so does a dynamic-update-slice (the fast kernel then writes only the update)
+                 * when it reads P as its operand only */
+                for (int64_t q = 1; q < kb->nin && writer_reads_linear; q++)
+                    writer_reads_linear = e->io[kb->in0 + q] != ps;
             } else {
                 writer_reads_linear =
                     ot_opcode_is_elementwise(wi->opcode) && wi->opcode != OT_OP_MAP;
@@ -801,10 +806,14 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
                     break;
                 }
             }
-            /* a one-operand scatter updates its operand in place (kernels.h) when that operand
-             * is a temp dying here and read nowhere else in the kernel */
+            /* a one-operand scatter or a dynamic-update-slice updates its operand in place
+             * (kernels.h) when that operand is a temp dying here and read nowhere else in the
+             * kernel */
             if (in_place && q == 0 && os->offset < 0 && kn->instr &&
-                kn->instr->opcode == OT_OP_SCATTER && kn->instr->noperands == 3 && kb[k].nin == 3) {
+                ((kn->instr->opcode == OT_OP_SCATTER && kn->instr->noperands == 3 &&
+                  kb[k].nin == 3) ||
+                 (kn->instr->opcode == OT_OP_DYNAMIC_UPDATE_SLICE &&
+                  kb[k].nin == kn->instr->noperands))) {
                 int32_t v = e->io[kb[k].in0];
                 ot_slot *vs = &e->s[v];
                 if (vs->kind == OT_SLOT_TEMP && last[v] == k && !moved[v] && times[v] == 1 &&

@@ -120,6 +120,13 @@ static ot_status fast_kernel(ex_kernel_ctx *c, const ot_instr *i, int nin, void 
         if (nin != 2) return OT_OK;
         return ex_fast_reduce(c, i, in, ins, out, os, done);
     case OT_OP_FUSION: return ex_fast_reduce_fusion(c, i, nin, in, ins, out, os, done);
+    case OT_OP_SLICE:
+    case OT_OP_DYNAMIC_SLICE:
+    case OT_OP_DYNAMIC_UPDATE_SLICE:
+    case OT_OP_CONCATENATE:
+    case OT_OP_PAD:
+    case OT_OP_BROADCAST:
+    case OT_OP_REVERSE: return ex_fast_shape(c, i, nin, in, ins, out, os, done);
     case OT_OP_GATHER:
         if (nin != 2) return OT_OK;
         return ex_fast_gather(c, i, in, ins, out, os, done);

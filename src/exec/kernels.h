@@ -5,10 +5,11 @@
  * Kernels, all in src/exec: the reference kernels (the evaluator's per-op code: elementwise.c,
  * linalg.c, reduce.c, shape_ops.c, ...) and their fast twins in the fast_*.c files: dot through
  * OpenBLAS GEMM (fast_dot.c), convolution by im2col + GEMM (fast_conv.c), cache-blocked transpose
- * (fast_transpose.c), parallel reductions (fast_reduce.c), typed elementwise loops
- * (fast_elementwise.c), gather (fast_gather.c), add/overwrite scatter (fast_scatter.c) and
- * pooling: reduce-window and select-and-scatter (fast_window.c), each writing straight into its
- * output leaf.
+ * (fast_transpose.c), data movement as copies of contiguous runs (fast_shape.c: slice,
+ * dynamic-slice, dynamic-update-slice, concatenate, pad, broadcast, reverse), parallel reductions
+ * (fast_reduce.c), typed elementwise loops (fast_elementwise.c), gather (fast_gather.c),
+ * add/overwrite scatter (fast_scatter.c) and pooling: reduce-window and select-and-scatter
+ * (fast_window.c), each writing straight into its output leaf.
  * A kernel a fast twin does not cover (dtype, shape, aliasing) runs the reference kernel, which
  * evaluates on borrowed views of the inputs and copies its result into the outputs. Generated
  * native code for loop fusions is a compile stage (src/codegen); the runtime offers a fusion to
