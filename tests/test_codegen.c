@@ -599,7 +599,11 @@ static void test_reduce_outputs(void) {
                     check_module(text, 1300 + (uint64_t)seed, true);
                     EXPECT_INT_EQ(g_stats.interp_kernels, before);
                     /* the form under test was generated (not some other split of the module) */
-                    const char *want = forms[f].cols ? "(columns) */" : "(serial) */";
+                    /* f32/f64 maximum and minimum rows: the integer-key reduction */
+                    bool keyed = !forms[f].cols && j < 2 && (r == 1 || r == 2);
+                    const char *want = forms[f].cols ? "(columns) */"
+                                       : keyed       ? "keys) */"
+                                                     : "(serial) */";
                     if (!g_src || !strstr(g_src, want))
                         fprintf(stderr, "no %s kernel for\n%s\n", want, text);
                     EXPECT_TRUE(g_src && strstr(g_src, want));
@@ -1085,6 +1089,88 @@ static void test_row_fusion(void) {
     }
 }
 
+/* Masked softmax as JAX lowers attention's (scale, select against a [S,S] mask broadcast over batch
+ * and heads, row max, exp of the difference, its sum, the division) and a log-softmax, on f32 and
+ * f64, rows of 1 to 130 elements (odd lengths, shorter than a lane group, one element), inputs with
+ * NaNs, infinities, signed zeros and subnormals (rows with and without NaN): every output bit for
+ * bit the reference evaluator's, every fusion native (but with rows of one element). Where the rows
+ * are long enough for the row kernels: the row maximum is the integer-key reduction, the mask is
+ * read at a per-row base plus the column (no division per element), and the exp beside the sum is
+ * stored by the sum's loops (no second loop over the row computing it again). */
+static void test_softmax_rows(void) {
+    static const char *const dts[] = {"f32", "f64"};
+    static const int lens[] = {1, 3, 15, 16, 17, 33, 128, 130};
+    char text[8192];
+    tb b = {text, 0, sizeof text};
+    int seed = 0;
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < (int)(sizeof lens / sizeof lens[0]); k++)
+            for (int form = 0; form < 2; form++) {
+                const char *T = dts[j];
+                int S = lens[k];
+                b.n = 0;
+                tp(&b,
+                   "HloModule sm\nmx {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                   "  ROOT c = %s[] maximum(a, b)\n}\nadd {\n  a = %s[] parameter(0)\n"
+                   "  b = %s[] parameter(1)\n  ROOT c = %s[] add(a, b)\n}\n",
+                   T, T, T, T, T, T);
+                tp(&b,
+                   "ENTRY main {\n  x = %s[2,3,%d,%d] parameter(0)\n  m = pred[%d,%d] "
+                   "parameter(1)\n"
+                   "  c = %s[] constant(0.125)\n  cb = %s[2,3,%d,%d] broadcast(c), dimensions={}\n"
+                   "  xs = %s[2,3,%d,%d] multiply(x, cb)\n"
+                   "  mb = pred[2,3,%d,%d] broadcast(m), dimensions={2,3}\n"
+                   "  lo = %s[] constant(-3.40282347e+38)\n"
+                   "  lb = %s[2,3,%d,%d] broadcast(lo), dimensions={}\n"
+                   "  sel = %s[2,3,%d,%d] select(mb, xs, lb)\n  ni = %s[] constant(-inf)\n"
+                   "  rm = %s[2,3,%d] reduce(sel, ni), dimensions={3}, to_apply=mx\n"
+                   "  rmb = %s[2,3,%d,%d] broadcast(rm), dimensions={0,1,2}\n"
+                   "  d = %s[2,3,%d,%d] subtract(sel, rmb)\n  ex = %s[2,3,%d,%d] exponential(d)\n"
+                   "  z = %s[] constant(0)\n"
+                   "  s = %s[2,3,%d] reduce(ex, z), dimensions={3}, to_apply=add\n"
+                   "  sb = %s[2,3,%d,%d] broadcast(s), dimensions={0,1,2}\n",
+                   T, S, S, S, S, T, T, S, S, T, S, S, S, S, T, T, S, S, T, S, S, T, T, S, T, S, S,
+                   T, S, S, T, S, S, T, T, S, T, S, S);
+                if (form == 0)
+                    tp(&b, "  ROOT y = %s[2,3,%d,%d] divide(ex, sb)\n}\n", T, S, S);
+                else /* log-softmax: d - log(sum) */
+                    tp(&b,
+                       "  ls = %s[2,3,%d,%d] log(sb)\n  ROOT y = %s[2,3,%d,%d] subtract(d, "
+                       "ls)\n}\n",
+                       T, S, S, T, S, S);
+                g_keep_src = true;
+                /* rows of one element: a reduce over a unit dim lands inside a loop fusion,
+                 * which stays interpreted */
+                check_module(text, 1500 + (uint64_t)seed++, S > 1);
+                g_keep_src = false;
+                if (S < 16 || !g_src) continue;
+                /* the row maximum with keys; no division or remainder in any per-element index */
+                EXPECT_TRUE(strstr(g_src, "(maximum, keys) */") != NULL);
+                for (const char *q = g_src; (q = strstr(q, "const int64_t ix")) != NULL; q++) {
+                    const char *eol = strchr(q, '\n');
+                    bool divmod = false;
+                    for (const char *c = q; c < eol; c++) divmod |= *c == '%' || *c == '/';
+                    if (divmod) fprintf(stderr, "%.*s\n", (int)(eol - q), q);
+                    EXPECT_TRUE(!divmod);
+                }
+                /* softmax's exp-sum row kernel computes the exp once: stored inside the sum's
+                 * loops, no loop over the row after it (the log-softmax's exp feeds the sum only)
+                 */
+                if (form == 1) continue;
+                const char *rk = strstr(g_src, "(rows) */");
+                EXPECT_TRUE(rk != NULL);
+                if (rk) {
+                    const char *end = strstr(rk, "\n}\n");
+                    const char *el = strstr(rk, "for (int64_t col = 0; col <");
+                    EXPECT_TRUE(end && (!el || el > end));
+                    const char *st = strstr(rk, "o0[i] = ");
+                    EXPECT_TRUE(st && end && st < end);
+                }
+            }
+    free(g_src);
+    g_src = NULL;
+}
+
 static void test_cache(void) {
     ot_executable *e1 = compile_adam();
     ASSERT_TRUE(e1 != NULL);
@@ -1517,6 +1603,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_hw_ftz_erf),
         OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),
+        OT_TEST(test_softmax_rows),
         OT_TEST(test_summary),
         OT_TEST(test_small_beside_large),
         OT_TEST(test_units),

@@ -228,6 +228,13 @@ typedef struct em {
     int64_t O;         /* row fusion: the number of rows */
     int scope, nscope; /* row fusion: the reduce loop being emitted */
     bool hw_bad;       /* an op the mode does not cover was emitted inside the loops */
+    /* row fusion: outputs of one element per input element that depend on no reduce (softmax's
+     * exp beside its sum); stored by the loops of the first reduce emitted, which visit each
+     * element of the row once, so the values the sum computes are not computed again */
+    const ot_instr *const *early;
+    const int *early_out; /* their output numbers */
+    int nearly;
+    bool early_done;
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -893,6 +900,14 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
             snprintf(expr, sizeof expr, "((row / %lld) %% %lld)", (long long)(div / C),
                      (long long)no);
         if (strcmp(expr, "(row / 1)") == 0) snprintf(expr, sizeof expr, "row");
+    } else if (run && C > 0 && strcmp(ctx, "i") == 0 && rs[last] == 1 && no % C == 0) {
+        /* an operand of whole rows repeated along the leading dims (an attention mask over the
+         * batch and heads): its row once per row, then the column, with no division per
+         * element (the loads of a row are contiguous and vectorize) */
+        char rexpr[128], rv[64];
+        snprintf(rexpr, sizeof rexpr, "((row %% %lld) * %lld)", (long long)(no / C), (long long)C);
+        index_var(E, rexpr, rv, sizeof rv);
+        snprintf(expr, sizeof expr, "(%s + col)", rv);
     } else if (run) {
         /* the operand's linear index is a contiguous digit range of the result's */
         int64_t div = rs[last];
@@ -1232,6 +1247,124 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
     return st;
 }
 
+/* A float maximum or minimum (f32/f64) of the RN elements of a row, appended to R: the elements
+ * (body B, value vx) map to integer keys ordered as the floats are, -0 below +0 (the sign bit
+ * flips the other bits of a negative value), so one integer max/min over the row — a loop the
+ * vectorizer turns into vector integer max/min — finds the result, and a second integer
+ * reduction notes whether a NaN went by. Without NaNs the reference's serial chain returns the
+ * same bits in any order (its result is the largest operand; equal operands are bitwise equal
+ * but for -0 and +0, ordered as the keys order them), so the keys' result is its result, init
+ * (folded last) included. With a NaN (or a NaN init) the row runs the reference's serial chain
+ * (c_ax, from init in column order), whose first NaN is the result. RN >= 1: the chain's
+ * result is then one of its flushed operands. The result goes to dst. */
+static void emit_keyed_minmax(ot_strbuf *R, const char *name, ot_opcode op, ot_dtype t,
+                              const char *vi, bool acc_needs, const char *vx, bool x_needs,
+                              const char *B, long long RN, const char *c_ax, const char *dst) {
+    bool d = is_f64(t), mx = op == OT_OP_MAXIMUM;
+    const char *U = d ? "uint64_t" : "uint32_t", *S = d ? "int64_t" : "int32_t";
+    const char *bits = d ? "ot_dbits" : "ot_fbits", *from = d ? "ot_bitsd" : "ot_bitsf";
+    const char *fz = d ? "ot_ftzd" : "ot_ftzf";
+    const char *mag = d ? "0x7fffffffffffffffull" : "0x7fffffffu";
+    const char *inf = d ? "0x7ff0000000000000ll" : "0x7f800000";
+    int sh = d ? 63 : 31;
+    const char *lim = mx ? (d ? "INT64_MIN" : "INT32_MIN") : (d ? "INT64_MAX" : "INT32_MAX");
+    const char *cmp = mx ? ">" : "<";
+    char xf[96], inf_[96];
+    snprintf(xf, sizeof xf, x_needs ? "%s(%s)" : "%.0s%s", fz, vx);
+    snprintf(inf_, sizeof inf_, acc_needs ? "%s(%s)" : "%.0s%s", fz, vi);
+    ot_strbuf_printf(R,
+                     "    { /* %s (%s, keys) */\n"
+                     "    %s km = %s;\n    %s knan = 0;\n"
+                     "    for (int64_t rr = 0; rr < %lld; rr++) {\n"
+                     "    const int64_t col = rr;\n    const int64_t i = row * %lld + col;\n"
+                     "%s    const %s ku = %s(%s);\n"
+                     "    const %s kk = (%s)(ku ^ ((%s)((%s)ku >> %d) >> 1));\n"
+                     "    km = kk %s km ? kk : km;\n"
+                     "    knan |= (%s)((%s)(ku & %s) > %s);\n"
+                     "    }\n",
+                     name, mx ? "maximum" : "minimum", S, lim, U, RN, RN, B, U, bits, xf, S, S, U,
+                     S, sh, cmp, U, S, mag, inf);
+    ot_strbuf_printf(
+        R,
+        "    const %s ku0 = %s(%s);\n"
+        "    if (knan == 0 && (%s)(ku0 & %s) <= %s) {\n"
+        "    const %s kk0 = (%s)(ku0 ^ ((%s)((%s)ku0 >> %d) >> 1));\n"
+        "    km = kk0 %s km ? kk0 : km;\n"
+        "    %s = %s((%s)km ^ ((%s)(km >> %d) >> 1));\n"
+        "    } else { /* a NaN: the reference's chain, whose first NaN is the result */\n"
+        "    %s acc = %s;\n"
+        "    for (int64_t rr = 0; rr < %lld; rr++) {\n"
+        "    const int64_t col = rr;\n    const int64_t i = row * %lld + col;\n"
+        "%s    acc = %s;\n    }\n    %s = acc;\n    }\n    }\n",
+        U, bits, inf_, S, mag, inf, S, S, U, S, sh, cmp, dst, from, U, U, sh, ctype(t), vi, RN, RN,
+        B, c_ax, dst);
+}
+
+/* A reduce-rooted maximum or minimum of f32/f64 rows (the reduced dims a suffix of the input):
+ * per output element (row = o, col = reduced element, i = row * RN + col, so values of the row
+ * are computed once per row and a broadcast of whole rows is read contiguously) the keyed
+ * reduction of emit_keyed_minmax; its loops under the hardware FTZ/DAZ mode when the fused ops
+ * allow (as loop fusions). Same bits as the reference's serial chain. */
+static ot_status emit_reduce_keyed(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
+                                   const ot_instr *red, ot_opcode op, bool acc_left, ot_dtype t,
+                                   int64_t RN, int64_t O, int64_t *numel_out, int64_t *work_out) {
+    const ot_instr *x = red->operands[0], *init = red->operands[1];
+    em E;
+    int mi = -1, mx = -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        memset(&E, 0, sizeof E);
+        E.kn = kn;
+        E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD);
+        E.C = RN;
+        mi = emit(&E, init, "0");
+        mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
+        if (!E.hw || !E.hw_bad || attempt == 1) break;
+        em_free(&E);
+    }
+    ot_status st = OT_OK;
+    char vi[32], vx[32], c_ax[2048];
+    if (E.bad) {
+        st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
+    } else {
+        var(&E, mi, vi, sizeof vi);
+        var(&E, mx, vx, sizeof vx);
+        /* as the serial chain: operands through DAZ unless already flushed */
+        bool acc_needs = !E.m[mi].flushed, x_needs = !E.m[mx].flushed;
+        bool ok =
+            acc_left ? combine_expr(op, t, "acc", vx, acc_needs, x_needs, false, c_ax, sizeof c_ax)
+                     : combine_expr(op, t, vx, "acc", x_needs, acc_needs, false, c_ax, sizeof c_ax);
+        if (!ok)
+            st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer %s on %s", kn->name,
+                          ot_opcode_name(op), ot_dtype_name(t));
+        if (st == OT_OK && (E.pro.oom || E.rowb.oom || E.body.oom))
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+        if (st == OT_OK) {
+            emit_head(src, kn, fname, " (reduce, keys)", &red, 1);
+            ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
+            if (E.hw)
+                ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
+                                      "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                                      "    __asm__ volatile(\"\" ::: \"memory\");\n");
+            ot_strbuf_printf(src,
+                             "    for (int64_t o = b; o < e; o++) {\n"
+                             "    const int64_t row = o;\n    (void)row;\n%s    %s res;\n",
+                             E.rowb.p ? E.rowb.p : "", ctype(t));
+            emit_keyed_minmax(src, red->name, op, t, vi, acc_needs, vx, x_needs,
+                              E.body.p ? E.body.p : "", (long long)RN, c_ax, "res");
+            ot_strbuf_printf(src, "    o0[o] = res;\n    }\n");
+            if (E.hw)
+                ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
+                                      "    _mm_setcsr(ot_csr);\n");
+            ot_strbuf_printf(src, "}\n");
+            if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+            *numel_out = O;
+            *work_out = RN;
+        }
+    }
+    em_free(&E);
+    return st;
+}
+
 /* A reduce-rooted fusion (leaves NULL), or one reduce red beside outputs of one element per
  * element of its operand (leaves[0..nleaves), red among them; lane order only): these are
  * stored at the element's index as the reduce's inner loops visit it, each once. */
@@ -1326,6 +1459,10 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
         return emit_reduce_lanes(kn, fname, src, red, leaves, nleaves,
                                  rr->operands[0]->attrs->index == 0, t, suffix, base, off, RN, O,
                                  numel_out, work_out);
+    if (!leaves && suffix && RN >= 1 && (t == OT_F32 || t == OT_F64) &&
+        (rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM))
+        return emit_reduce_keyed(kn, fname, src, red, rr->opcode,
+                                 rr->operands[0]->attrs->index == 0, t, RN, O, numel_out, work_out);
     if (leaves)
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "codegen: %s: %s: a reduce outside the lane order beside other outputs "
@@ -1478,6 +1615,14 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     ot_strbuf saved = E->body;
     memset(&E->body, 0, sizeof E->body);
     int mx = emit(E, r->operands[0], "i");
+    /* the outputs that depend on no reduce, stored in the first reduce's loops (each element
+     * once), sharing the values computed for the sum */
+    for (int k = 0; k < E->nearly && mx >= 0 && !E->bad && !E->early_done; k++) {
+        int me = emit(E, E->early[k], "i");
+        if (me < 0) break;
+        ot_strbuf_printf(&E->body, "    o%d[i] = v%d;\n", E->early_out[k], E->m[me].var);
+    }
+    E->early_done = E->nearly > 0;
     ot_strbuf body = E->body;
     E->body = saved;
     E->scope = outer;
@@ -1552,7 +1697,14 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
         flushed = ftz_op && f3264 && (RN > 0 || E->m[mi].flushed);
         char c_ax[2048];
         ok = CMB(rr->opcode, "acc", vx, acc_needs, x_needs, false, c_ax);
-        if (ok) {
+        if (ok && f3264 && RN >= 1 &&
+            (rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM)) {
+            char dst[32];
+            snprintf(dst, sizeof dst, "v%d", v);
+            ot_strbuf_printf(R, "    %s v%d;\n", T, v);
+            emit_keyed_minmax(R, r->name, rr->opcode, t, vi, acc_needs, vx, x_needs, B, RN, c_ax,
+                              dst);
+        } else if (ok) {
             ot_strbuf_printf(R,
                              "    %s v%d;\n    { /* %s (serial) */\n    %s acc = %s;\n"
                              "    for (int64_t rr = 0; rr < %lld; rr++) {\n",
@@ -1574,6 +1726,49 @@ static int count_reduces(const ot_computation *c) {
     int n = 0;
     for (const ot_instr *x = c->first; x; x = x->next) n += x->opcode == OT_OP_REDUCE;
     return n;
+}
+
+static int ptr_cmp(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (const ot_instr *const *)a,
+              y = (uintptr_t) * (const ot_instr *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* dep[k]: whether leaf k of c's root depends on a reduce of c (one pass over c in post order,
+ * operands found by binary search: n log n). False when out of memory (nothing is moved). */
+static bool reduce_deps(const ot_computation *c, const ot_instr *const *leaves, int nleaves,
+                        bool *dep) {
+    ot_instr **po = NULL;
+    int64_t n = 0;
+    if (ot_computation_post_order(c, &po, &n) != OT_OK) return false;
+    const ot_instr **sorted = ot_malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    bool *flag = ot_calloc((size_t)(n ? n : 1), sizeof *flag);
+    bool ok = sorted && flag;
+    if (ok) {
+        for (int64_t k = 0; k < n; k++) sorted[k] = po[k];
+        qsort(sorted, (size_t)n, sizeof *sorted, ptr_cmp);
+    }
+#define FIND(X) ((const ot_instr *const *)bsearch(&(X), sorted, (size_t)n, sizeof *sorted, ptr_cmp))
+    /* flags are kept in sorted order: flag[position in sorted] */
+    for (int64_t k = 0; k < n && ok; k++) {
+        const ot_instr *x = po[k];
+        const ot_instr *const *at = FIND(x);
+        bool f = x->opcode == OT_OP_REDUCE;
+        for (int q = 0; q < x->noperands && !f; q++) {
+            const ot_instr *const *oa = FIND(x->operands[q]);
+            f = oa && flag[oa - sorted];
+        }
+        if (at) flag[at - sorted] = f;
+    }
+    for (int k = 0; k < nleaves && ok; k++) {
+        const ot_instr *const *at = FIND(leaves[k]);
+        dep[k] = !at || flag[at - sorted];
+    }
+#undef FIND
+    ot_free(sorted);
+    ot_free(flag);
+    ot_free(po);
+    return ok;
 }
 
 static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
@@ -1606,6 +1801,19 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
     for (int q = 0; q < c->nparams; q++)
         if (!c->params[q] || c->params[q]->shape.kind != OT_IR_ARRAY)
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: non-array parameter", kn->name);
+    /* outputs of one element per input element that depend on no reduce go into the first
+     * reduce's loops, unless an input is updated in place (a later pass over the row could then
+     * read an element already overwritten) */
+    const ot_instr *early[64];
+    int early_out[64], nearly = 0;
+    bool dep[64], any_alias = false;
+    for (int q = 0; q < kn->ninputs; q++) any_alias |= kn->alias[q] >= 0;
+    if (!any_alias && O < O * RN && nleaves <= 64 && reduce_deps(c, leaves, nleaves, dep))
+        for (int r = 0; r < nleaves; r++)
+            if (numel(leaves[r]) == O * RN && !dep[r]) {
+                early[nearly] = leaves[r];
+                early_out[nearly++] = r;
+            }
     em E;
     for (int attempt = 0; attempt < 2; attempt++) {
         memset(&E, 0, sizeof E);
@@ -1614,6 +1822,9 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
         E.O = O;
         E.C = RN;
         E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD);
+        E.early = early;
+        E.early_out = early_out;
+        E.nearly = nearly;
         for (int q = 0; q < kn->ninputs; q++) {
             int r = kn->alias[q];
             if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
@@ -1630,12 +1841,17 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
         ot_strbuf el = {0};
         int outer = E.scope;
         E.scope = ++E.nscope;
-        for (int r = 0; r < nleaves && !E.bad; r++) {
-            if (numel(leaves[r]) != O * RN) continue;
-            int m = emit(&E, leaves[r], "i");
-            if (m < 0) break;
-            ot_strbuf_printf(&el, "    o%d[i] = v%d;\n", r, E.m[m].var);
-        }
+        /* the others (and the early ones if no reduce was emitted yet), after the sums */
+        for (int pass = 0; pass < 2; pass++)
+            for (int r = 0; r < nleaves && !E.bad; r++) {
+                if (numel(leaves[r]) != O * RN) continue;
+                bool is_early = false;
+                for (int k = 0; k < nearly; k++) is_early |= early_out[k] == r;
+                if (is_early != (pass == 1) || (is_early && E.early_done)) continue;
+                int m = emit(&E, leaves[r], "i");
+                if (m < 0) break;
+                ot_strbuf_printf(&el, "    o%d[i] = v%d;\n", r, E.m[m].var);
+            }
         E.scope = outer;
         if (el.p && !E.bad) {
             ot_strbuf_printf(&E.rowb,
