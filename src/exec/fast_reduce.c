@@ -283,43 +283,55 @@ DEFINE_LANES(double, f64, addb_d, fzb_d, uint64_t, 0x7fffffffffffffffull, 0x0010
 
 /* maximum/minimum of a row in RL lanes, on integer keys: DAZ inputs (a subnormal is a signed
  * zero), then the bits mapped to a signed integer whose order is the floats' with -0 < +0. The
- * result is the reference's whatever the order. A NaN is detected from the largest magnitude bits
- * seen, kept per lane beside the keys (one vector maximum per vector of input: no horizontal
- * reduction inside the loop, which made the loop slower than memory); a NaN anywhere (the init
- * included) returns false and the caller folds the row in order, so the NaN is the reference's. */
+ * result is the reference's whatever the order. The lanes are one generic vector (GCC/Clang
+ * vector extensions, split to the target's width), so the loop is vector code whatever the
+ * vectorizer makes of it: per vector of input, a flush, the key, a compare and a select, and a
+ * NaN noted by OR-ing a compare of the magnitude bits (a magnitude above the exponent mask). A NaN
+ * anywhere (the init included) returns false and the caller folds the row in order, so the NaN
+ * is the reference's. */
 #define DEFINE_MINMAX_ROW(T, SUF, UT, ST, EXP, ABS, SGN, MAXP)                                     \
-    static inline __attribute__((always_inline)) ST mm_key_##SUF(T v, bool z, UT *amax) {          \
+    typedef ST vk_##SUF __attribute__((vector_size(RL * sizeof(T))));                              \
+    typedef UT vb_##SUF __attribute__((vector_size(RL * sizeof(T))));                              \
+    static inline __attribute__((always_inline)) ST mm_key_##SUF(T v, bool z, UT *nan) {           \
         UT u;                                                                                      \
         memcpy(&u, &v, sizeof u);                                                                  \
         if (z) u = (u & (EXP)) == 0 ? u & (SGN) : u;                                               \
-        UT a = u & (ABS);                                                                          \
-        *amax = a > *amax ? a : *amax;                                                             \
+        *nan |= (u & (ABS)) > (EXP);                                                               \
         ST k = (ST)u;                                                                              \
         return k ^ ((k >> (sizeof(ST) * 8 - 1)) & (ST)(ABS));                                      \
     }                                                                                              \
     static inline __attribute__((always_inline)) bool mm_row_##SUF##_k(const T *x, int64_t n,      \
                                                                        T init, bool z, T *y) {     \
         if (n == 0) return false;                                                                  \
-        UT a0 = 0, amax[RL];                                                                       \
-        ST k0 = mm_key_##SUF(init, z, &a0), lane[RL];                                              \
-        for (int l = 0; l < RL; l++) lane[l] = k0, amax[l] = a0;                                   \
+        UT nan0 = 0;                                                                               \
+        ST k0 = mm_key_##SUF(init, z, &nan0);                                                      \
+        vk_##SUF lane = (vk_##SUF){0} + k0;                                                        \
+        vb_##SUF nan = {0};                                                                        \
         int64_t r = 0;                                                                             \
-        for (; r + RL <= n; r += RL)                                                               \
-            for (int l = 0; l < RL; l++) {                                                         \
-                ST k = mm_key_##SUF(x[r + l], z, &amax[l]);                                        \
-                lane[l] = (MAXP) ? (k > lane[l] ? k : lane[l]) : (k < lane[l] ? k : lane[l]);      \
+        for (; r + RL <= n; r += RL) {                                                             \
+            vb_##SUF u;                                                                            \
+            memcpy(&u, x + r, sizeof u);                                                           \
+            if (z) {                                                                               \
+                vb_##SUF t = (vb_##SUF)((u & (EXP)) == 0);                                         \
+                u &= (t & (UT)(SGN)) | ~t;                                                         \
             }                                                                                      \
-        for (; r < n; r++) {                                                                       \
-            ST k = mm_key_##SUF(x[r], z, &amax[0]);                                                \
-            lane[0] = (MAXP) ? (k > lane[0] ? k : lane[0]) : (k < lane[0] ? k : lane[0]);          \
+            nan |= (vb_##SUF)((u & (ABS)) > (EXP));                                                \
+            vk_##SUF k = (vk_##SUF)u;                                                              \
+            k ^= (k >> (sizeof(ST) * 8 - 1)) & (ST)(ABS);                                          \
+            vk_##SUF m = (MAXP) ? (k > lane) : (k < lane);                                         \
+            lane = (k & m) | (lane & ~m);                                                          \
         }                                                                                          \
-        ST acc = lane[0];                                                                          \
-        UT am = amax[0];                                                                           \
-        for (int l = 1; l < RL; l++) {                                                             \
+        ST acc = k0;                                                                               \
+        UT any = nan0;                                                                             \
+        for (int l = 0; l < RL; l++) {                                                             \
             acc = (MAXP) ? (lane[l] > acc ? lane[l] : acc) : (lane[l] < acc ? lane[l] : acc);      \
-            am = amax[l] > am ? amax[l] : am;                                                      \
+            any |= nan[l];                                                                         \
         }                                                                                          \
-        if (am > (EXP)) return false;                                                              \
+        for (; r < n; r++) {                                                                       \
+            ST k = mm_key_##SUF(x[r], z, &any);                                                    \
+            acc = (MAXP) ? (k > acc ? k : acc) : (k < acc ? k : acc);                              \
+        }                                                                                          \
+        if (any) return false;                                                                     \
         acc ^= (acc >> (sizeof(ST) * 8 - 1)) & (ST)(ABS);                                          \
         memcpy(y, &acc, sizeof acc);                                                               \
         return true;                                                                               \
