@@ -8,7 +8,8 @@
 #include <limits.h>
 
 /* Per feature group the kernel is laid out once as W[(q, c), o] (kernel positions q row-major,
- * then group features c: the reference's order of the sum; kernel reversal applied). The output
+ * then group features c: the reference's order of the sum; kernel reversal applied; W[(c, q), o]
+ * where the input's features are not innermost: im2col_rows). The output
  * positions (n, p) are cut into tiles fixed by the shape; one task per tile (and per block of
  * output features when there is only one tile) writes the tile's im2col rows
  * into its thread's buffer — col[(n, p), (q, c)], the input value kernel position q and feature
@@ -33,6 +34,7 @@ typedef struct conv_plan {
     ot_dtype t;
     int ns;
     bool tr;     /* the transposed form (spatial innermost input) */
+    bool cmaj;   /* normal form with K ordered (c, q): the input's features not innermost */
     bool direct; /* GEMM results written straight into the output */
     int64_t N, P, Cg, Og, G, kn, Kd;
     int64_t odims[OT_MAX_RANK], kdims[OT_MAX_RANK], idims[OT_MAX_RANK];
@@ -78,17 +80,51 @@ static inline bool conv_next(int64_t *idx, const int64_t *dims, int n) {
     return false;
 }
 
-/* Normal form: col[r - r0, (q, c)] for global rows r = n * P + p in [r0, r1). */
-static void im2col_rows(const conv_plan *p, int64_t r0, int64_t r1, char *col) {
+/* Normal form: col[r - r0, (q, c)] for global rows r = n * P + p in [r0, r1); with cmaj (the
+ * input's features not innermost) col[r - r0, (c, q)]: the kernel positions' offsets found once
+ * per row (offs: kn scratch offsets), then each feature's plane read at them. Where the features
+ * are innermost and a row's whole run of the last kernel dim is inside the input and contiguous
+ * in it (no dilation; the input holds just the group's features), the run is one memcpy. */
+static void im2col_rows(const conv_plan *p, int64_t r0, int64_t r1, char *col, int64_t *offs) {
     size_t es = p->es;
+    int last = p->ns - 1;
+    int64_t kl = p->ns > 0 ? p->kdims[last] : 1;
+    bool runs = p->ns > 0 && !p->cmaj && p->lstr_f == 1 && p->wdil[last] == 1 &&
+                p->bdil[last] == 1 && p->lstr_s[last] == p->Cg && kl > 1;
     for (int64_t row = r0; row < r1; row++) {
         int64_t n = row / p->P, oi[OT_MAX_RANK], k[OT_MAX_RANK] = {0};
         conv_unflat(p, row % p->P, oi);
         char *dst = col + (size_t)((row - r0) * p->Kd) * es;
         const char *base = p->x + (size_t)(n * p->lstr_b + p->g * p->Cg * p->lstr_f) * es;
+        if (p->cmaj) {
+            for (int64_t q = 0; q < p->kn; q++, conv_next(k, p->kdims, p->ns))
+                offs[q] = conv_src(p, oi, k);
+            for (int64_t c = 0; c < p->Cg; c++) {
+                if (es == 4) {
+                    const uint32_t *sp = (const uint32_t *)base + c * p->lstr_f;
+                    uint32_t *d = (uint32_t *)dst + c * p->kn;
+                    for (int64_t q = 0; q < p->kn; q++) d[q] = offs[q] >= 0 ? sp[offs[q]] : 0;
+                } else {
+                    const uint64_t *sp = (const uint64_t *)base + c * p->lstr_f;
+                    uint64_t *d = (uint64_t *)dst + c * p->kn;
+                    for (int64_t q = 0; q < p->kn; q++) d[q] = offs[q] >= 0 ? sp[offs[q]] : 0;
+                }
+            }
+            continue;
+        }
         for (int64_t q = 0; q < p->kn; q++, conv_next(k, p->kdims, p->ns)) {
             int64_t off = conv_src(p, oi, k);
             char *d = dst + (size_t)(q * p->Cg) * es;
+            if (runs && k[last] == 0 && off >= 0) {
+                /* the run's last position inside the input too: all kl positions are (no holes) */
+                int64_t endp = oi[last] * p->stride[last] - p->pad_lo[last] + kl - 1;
+                if (endp < p->idims[last]) {
+                    memcpy(d, base + (size_t)off * es, (size_t)(kl * p->Cg) * es);
+                    for (int64_t t = 1; t < kl; t++) conv_next(k, p->kdims, p->ns);
+                    q += kl - 1;
+                    continue;
+                }
+            }
             if (off < 0) {
                 memset(d, 0, (size_t)p->Cg * es);
             } else if (p->lstr_f == 1) {
@@ -176,20 +212,21 @@ static void conv_tasks(void *arg, int64_t begin, int64_t end, int ith) {
         const char *w = p->wm + (size_t)o0 * es;
         if (!p->tr) {
             int64_t NP = p->N * p->P, r0 = rt * p->tm, r1 = r0 + p->tm < NP ? r0 + p->tm : NP;
-            im2col_rows(p, r0, r1, col);
+            im2col_rows(p, r0, r1, col, (int64_t *)cb);
             if (p->direct) { /* C rows are the output's positions, its features contiguous */
                 conv_gemm(p, false, r1 - r0, on, col, p->Kd, w, p->Og,
                           p->y + (size_t)(r0 * p->rs + fo) * es, p->rs);
                 continue;
             }
-            conv_gemm(p, false, r1 - r0, on, col, p->Kd, w, p->Og, cb, on);
+            char *cbn = cb + (p->cmaj ? ex_align64((size_t)p->kn * sizeof(int64_t)) : 0);
+            conv_gemm(p, false, r1 - r0, on, col, p->Kd, w, p->Og, cbn, on);
             for (int64_t r = r0; r < r1; r++) {
                 int64_t n = r / p->P, pp = r % p->P, off = n * p->ostr_b + fo * p->ostr_f;
                 for (int s = p->ns - 1; s >= 0; s--) {
                     off += (pp % p->odims[s]) * p->ostr_s[s];
                     pp /= p->odims[s];
                 }
-                const char *src = cb + (size_t)((r - r0) * on) * es;
+                const char *src = cbn + (size_t)((r - r0) * on) * es;
                 for (int64_t o = 0; o < on; o++)
                     copy_el(p->y + (size_t)(off + o * p->ostr_f) * es, src + (size_t)o * es, es);
             }
@@ -329,7 +366,10 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     p.nto = cdiv(p.Og, p.to);
     int64_t ntasks = ntiles * p.nto;
     p.colb = ex_align64((size_t)(p.tm * p.Kd) * es);
-    p.cbufb = p.tr ? ex_align64((size_t)(4 * p.tm) * sizeof(int64_t)) : 0;
+    p.cmaj = !p.tr && p.lstr_f != 1;
+    p.cbufb = p.tr     ? ex_align64((size_t)(4 * p.tm) * sizeof(int64_t))
+              : p.cmaj ? ex_align64((size_t)p.kn * sizeof(int64_t))
+                       : 0;
     if (!p.direct) p.cbufb += ex_align64((size_t)(p.tm * p.to) * es);
     int64_t work = p.N * p.P * p.Og * p.Kd * p.G; /* multiply-adds: the inline decision */
     int nth = conv_threads(c, ntasks, work * 4);
@@ -345,7 +385,8 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     const char *r = in[1];
     for (p.g = 0; p.g < p.G; p.g++) {
-        /* W[(q, c), o] = kernel[o, c, kk(q)] (kk reversed where the window says so) */
+        /* W[(q, c), o] = kernel[o, c, kk(q)] (kk reversed where the window says so); with cmaj
+         * W[(c, q), o] */
         int64_t k[OT_MAX_RANK] = {0};
         for (int64_t q = 0; q < p.kn; q++) {
             int64_t koff = 0;
@@ -355,7 +396,8 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
             }
             int64_t ri = rstr[cd->kernel_input_feature], ro = rstr[cd->kernel_output_feature];
             for (int64_t ci = 0; ci < p.Cg; ci++) {
-                int64_t src = koff + ci * ri + p.g * p.Og * ro, dst = (q * p.Cg + ci) * p.Og;
+                int64_t src = koff + ci * ri + p.g * p.Og * ro;
+                int64_t dst = (p.cmaj ? ci * p.kn + q : q * p.Cg + ci) * p.Og;
                 if (es == 4)
                     for (int64_t o = 0; o < p.Og; o++)
                         ((uint32_t *)wm)[dst + o] = ((const uint32_t *)r)[src + o * ro];
