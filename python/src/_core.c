@@ -244,9 +244,10 @@ typedef struct {
 } ArrayObject;
 
 /* A new array of shape s with uninitialized memory (zero bytes get a valid 64-byte block). */
-static ArrayObject *array_new(const ot_shape *s) {
+static ArrayObject *array_new_in(const ot_shape *s, bool stream) {
     int64_t nb = ot_shape_nbytes_unchecked(s);
-    void *mem = ot_aligned_alloc(OT_ALIGNMENT, (size_t)(nb > 0 ? nb : OT_ALIGNMENT));
+    void *mem = stream ? ot_stream_alloc((size_t)(nb > 0 ? nb : OT_ALIGNMENT))
+                       : ot_aligned_alloc(OT_ALIGNMENT, (size_t)(nb > 0 ? nb : OT_ALIGNMENT));
     if (!mem) {
         PyErr_NoMemory();
         return NULL;
@@ -268,6 +269,10 @@ static ArrayObject *array_new(const ot_shape *s) {
         stride *= (Py_ssize_t)s->dims[k];
     }
     return a;
+}
+
+static ArrayObject *array_new(const ot_shape *s) {
+    return array_new_in(s, false);
 }
 
 static void array_dealloc(PyObject *self) {
@@ -727,21 +732,19 @@ static int view_from_obj(PyObject *o, argview *v, const ot_shape *want, int argn
         int r = view_from_buffer(o, v, argno, OT_DTYPE_INVALID);
         if (r < 0) goto fail;
         if (r == 0) return 0;
-        PyErr_Clear(); /* no buffer with a format (NumPy's bf16): try the other ways */
-    }
-    /* NumPy bf16 (ml_dtypes): its uint16 view, read as bf16 */
-    if (has_attr(o, "dtype") && has_attr(o, "view") && !has_attr(o, "__dlpack_device__x")) {
+        /* no buffer with a format: NumPy's bf16 (ml_dtypes), read through its uint16 view */
+        PyErr_Clear();
         PyObject *dt = PyObject_GetAttrString(o, "dtype");
         PyObject *name = dt ? PyObject_GetAttrString(dt, "name") : NULL;
         Py_XDECREF(dt);
         const char *n = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
-        bool bf16 = n && strcmp(n, "bfloat16") == 0 && PyObject_CheckBuffer(o);
+        bool bf16 = n && strcmp(n, "bfloat16") == 0;
         Py_XDECREF(name);
         PyErr_Clear();
         if (bf16) {
             PyObject *u16 = PyObject_CallMethod(o, "view", "s", "uint16");
             if (!u16) goto fail;
-            int r = view_from_buffer(u16, v, argno, OT_BF16);
+            r = view_from_buffer(u16, v, argno, OT_BF16);
             v->keep = u16;
             if (r != 0) {
                 if (r > 0)
@@ -2396,6 +2399,52 @@ static PyObject *mod_lr_schedule(PyObject *mod, PyObject *args) {
     return ret;
 }
 
+/* _core.full(dtype, shape, value, stream=False) -> Array filled with value. stream: memory from
+ * ot_stream_alloc (huge-page backed, its start staggered within 4 KiB so that arrays streamed
+ * side by side, an optimizer's state beside its parameter, do not alias in the low address bits).
+ */
+static PyObject *mod_full(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *dt;
+    PyObject *dims;
+    double value;
+    int stream = 0;
+    if (!PyArg_ParseTuple(args, "sOd|p", &dt, &dims, &value, &stream)) return NULL;
+    ot_dtype t = ot_dtype_from_name(dt, strlen(dt));
+    if (t == OT_DTYPE_INVALID) return raise_fmt(OT_ERR_INVALID_ARGUMENT, "unknown dtype '%s'", dt);
+    PyObject *seq = PySequence_Fast(dims, "shape: a sequence of ints");
+    if (!seq) return NULL;
+    Py_ssize_t r = PySequence_Size(seq);
+    int64_t d[OT_MAX_RANK];
+    if (r > OT_MAX_RANK) {
+        Py_DECREF(seq);
+        return raise_fmt(OT_ERR_INVALID_ARGUMENT, "rank %zd; at most %d", r, OT_MAX_RANK);
+    }
+    for (Py_ssize_t i = 0; i < r; i++) {
+        PyObject *x = PySequence_GetItem(seq, i);
+        d[i] = x ? PyLong_AsLongLong(x) : -1;
+        Py_XDECREF(x);
+    }
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) return NULL;
+    ot_shape s;
+    if (ot_shape_make(&s, t, (int)r, d) != OT_OK) return raise_status(OT_ERR_INVALID_ARGUMENT);
+    ArrayObject *a = array_new_in(&s, stream);
+    if (!a) return NULL;
+    int64_t n = ot_shape_numel_unchecked(&s);
+    if (value == 0.0) {
+        memset(a->data, 0, (size_t)a->nbytes);
+    } else if (t == OT_F32) {
+        for (int64_t i = 0; i < n; i++) ((float *)a->data)[i] = (float)value;
+    } else if (t == OT_F64) {
+        for (int64_t i = 0; i < n; i++) ((double *)a->data)[i] = value;
+    } else {
+        Py_DECREF(a);
+        return raise_fmt(OT_ERR_UNIMPLEMENTED, "full: a nonzero value needs f32 or f64");
+    }
+    return (PyObject *)a;
+}
+
 static PyMethodDef mod_methods[] = {
     {"compile", (PyCFunction)(void (*)(void))mod_compile, METH_VARARGS | METH_KEYWORDS,
      "compile(text: bytes, filename=None, opt_level=2, profile=False, cache=None)"},
@@ -2405,6 +2454,7 @@ static PyMethodDef mod_methods[] = {
     {"version", mod_version, METH_NOARGS, "liboptitpu's version"},
     {"describe", mod_describe, METH_O, "(dtype, shape, address, readonly) as optitpu sees obj"},
     {"copy", mod_copy, METH_O, "A new optitpu.Array holding a copy of obj"},
+    {"full", mod_full, METH_VARARGS, "full(dtype, shape, value, stream=False) -> Array"},
     {"st_save", mod_st_save, METH_VARARGS, "st_save(path, {name: array}, metadata=None)"},
     {"st_load", mod_st_load, METH_VARARGS, "st_load(path) -> ({name: Array}, metadata)"},
     {"ckpt_save", mod_ckpt_save, METH_VARARGS,

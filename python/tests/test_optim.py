@@ -181,3 +181,19 @@ def test_optax_transform_is_functional():
     np.testing.assert_array_equal(u1[0], u2[0])
     np.testing.assert_array_equal(p[0], 1)
     assert s0.count == 0 and s1.count == 1
+
+
+def test_state_is_stream_memory_shared_with_numpy():
+    w = np.ones(1000, np.float32)
+    opt = optim.Adam([w], lr=0.1)
+    opt.step(grads=[np.ones(1000, np.float32)])
+    m = opt.state[0]["exp_avg"]
+    assert isinstance(m, np.ndarray) and m.dtype == np.float32
+    np.testing.assert_allclose(m, 0.1)  # (1 - beta1) * g
+    m[:] = 0  # the compiled update reads this very memory
+    opt.step(grads=[np.zeros(1000, np.float32)])
+    np.testing.assert_array_equal(opt.state[0]["exp_avg"], 0)
+    a = optitpu._core.full("f64", (3, 2), 2.5, True)
+    assert a.shape == (3, 2) and np.all(np.asarray(a) == 2.5)
+    with pytest.raises(optitpu.Unimplemented):
+        optitpu._core.full("s32", (2,), 1.0)
