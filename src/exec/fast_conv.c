@@ -384,7 +384,20 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     /* OpenBLAS on one thread per call (its threaded GEMM's bits depend on the thread count) */
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     const char *r = in[1];
+    bool anyrev = false;
+    for (int s = 0; s < p.ns; s++) anyrev |= w && w->dims[s].reversal;
     for (p.g = 0; p.g < p.G; p.g++) {
+        if (p.G == 1 && !anyrev) { /* W is a permutation of the kernel: the blocked transpose */
+            int64_t perm[OT_MAX_RANK];
+            int np = 0;
+            if (p.cmaj) perm[np++] = cd->kernel_input_feature;
+            for (int s = 0; s < p.ns; s++) perm[np++] = cd->kernel_spatial[s];
+            if (!p.cmaj) perm[np++] = cd->kernel_input_feature;
+            perm[np++] = cd->kernel_output_feature;
+            ex_transpose(c, es, rs->rank, rs->dims, perm, r, wm);
+            ex_par_for(c, ntasks, work * 4, conv_tasks, &p);
+            continue;
+        }
         /* W[(q, c), o] = kernel[o, c, kk(q)] (kk reversed where the window says so); with cmaj
          * W[(c, q), o] */
         int64_t k[OT_MAX_RANK] = {0};
