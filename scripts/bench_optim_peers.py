@@ -3,6 +3,7 @@
 
     python3 scripts/bench_optim_peers.py --optitpu build/optitpu [--sizes 16M,128M]
         [--tensors 1,200] [--reps 5] [--threads 1] [--optimizer adam]
+        [--state bf16|bf16-sr|int8]
 
 For every size and tensor count: `optitpu bench optim --json` (its own fused C loop baseline is
 printed too; with more than one tensor also --flat: the flat-mode wrapper, one buffer and one
@@ -15,7 +16,12 @@ optitpu's ratio (peer time / optitpu time: > 1 means optitpu is faster).
 Every side runs on --threads threads (default 1): optitpu gets `bench optim --threads N` (its step's
 kernels and its fused C loop on one pool of N threads; the thread count its rows name is checked
 against N), torch torch.set_num_threads(N), XLA intra_op_parallelism_threads=N (Eigen's
-multi-threading on when N > 1). Needs torch, jax and optax (e.g. /work/venv-peers).
+multi-threading on when N > 1). Needs torch, and jax and optax for the optax row (skipped, and
+said so, when jax is not installed).
+
+--state S also runs optitpu's flat mode with compressed optimizer state (`bench optim --state S`:
+bf16 moments, bf16 with stochastic rounding, or 8-bit block-wise) on the same data and prints its
+step time beside the peers, with the bytes each side moves per parameter (torch's Adam: 28).
 """
 
 import argparse
@@ -96,22 +102,26 @@ def bench_optax(sizes, reps, lr):
     return median_time(run, reps)
 
 
-def bench_optitpu(binary, opt, n, k, reps, threads):
-    """(per-tensor step, fused C loop, flat-mode step or None) in seconds; --flat when k > 1."""
+def bench_optitpu(binary, opt, n, k, reps, threads, state=None):
+    """(per-tensor step, fused C loop, flat-mode step or None, (compressed-state step, bytes
+    per parameter) or None) in seconds; --flat when k > 1 or a state format is given."""
     cmd = [binary, "bench", "optim", "--optimizer", opt, "--params", str(n), "--tensors", str(k),
            "--reps", str(reps), "--threads", str(threads), "--no-limits", "--json"] + \
-          (["--flat"] if k > 1 else [])
+          (["--flat"] if k > 1 else []) + (["--state", state] if state else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    step = next(r for r in rows if " step, " in r["case"] and " flat step, " not in r["case"])
+    step = next(r for r in rows if " step, " in r["case"] and " flat " not in r["case"])
     flat = next((r for r in rows if " flat step, " in r["case"]), None)
+    comp = next((r for r in rows if "-state" in r["case"] and " step, " in r["case"]), None)
+    cbytes = next((r for r in rows if "-state" in r["case"] and "bytes moved" in r["case"]), None)
     want = f"{threads} thread{'s' if threads != 1 else ''}"
     for r in [step, flat] if flat else [step]:  # what ran, as the CLI reports it
         if not r["case"].endswith(", " + want) or (r["baseline"] and
                                                    not r["baseline"].endswith(", " + want)):
             raise SystemExit(f"optitpu ran on other threads than --threads {threads}: {r}")
     return (step["value"] / 1e3, (step["baseline_value"] or math.nan) / 1e3,
-            flat["value"] / 1e3 if flat else None)
+            flat["value"] / 1e3 if flat else None,
+            (comp["value"] / 1e3, cbytes["value"]) if comp else None)
 
 
 def main():
@@ -122,6 +132,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--optimizer", default="adam", choices=["adam"])
+    ap.add_argument("--state", choices=["bf16", "bf16-sr", "int8"])
     a = ap.parse_args()
     os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if a.threads > 1 else 'false'}"
                                f" intra_op_parallelism_threads={a.threads}")
@@ -137,15 +148,21 @@ def main():
         for k in [int(x) for x in a.tensors.split(",")]:
             case = f"{n >> 20}M x{k}" if n >= 1 << 20 else f"{n >> 10}K x{k}"
             sizes = split_sizes(n, k)
-            ours, loop, flat = bench_optitpu(a.optitpu, a.optimizer, n, k, a.reps, a.threads)
+            ours, loop, flat, comp = bench_optitpu(a.optitpu, a.optimizer, n, k, a.reps,
+                                                   a.threads, a.state)
             rows = [("optitpu ot_tpu_optimizer", ours), ("fused C loop (optitpu CLI)", loop)]
             if flat is not None:
                 rows.insert(1, ("optitpu flat mode", flat))
+            if comp is not None:
+                rows.insert(2, (f"optitpu flat {a.state} state", comp[0]))
             npeer = len(rows)
             rows.append(("torch foreach=False", bench_torch(sizes, a.reps, lr, foreach=False)))
             rows.append(("torch foreach=True", bench_torch(sizes, a.reps, lr, foreach=True)))
             rows.append(("torch fused=True", bench_torch(sizes, a.reps, lr, fused=True)))
-            rows.append(("optax.adam jax.jit", bench_optax(sizes, a.reps, lr)))
+            try:
+                rows.append(("optax.adam jax.jit", bench_optax(sizes, a.reps, lr)))
+            except ImportError:
+                print(f"{case:<22} {'optax.adam jax.jit':<28} {'(jax not installed)':>19}")
             best = min(t for name, t in rows[npeer:])
             for name, t in rows:
                 print(f"{case:<22} {name:<28} {t * 1e3:>10.3f} {t / ours:>8.3f}")
@@ -153,6 +170,12 @@ def main():
             if flat is not None:
                 print(f"{case:<22} {'fastest peer / flat mode':<28} {best * 1e3:>10.3f} "
                       f"{best / flat:>8.3f}")
+            if comp is not None:
+                fused = next(t for name, t in rows if name == "torch fused=True")
+                print(f"{case:<22} {'torch fused / ' + a.state + ' state':<28} "
+                      f"{fused * 1e3:>10.3f} {fused / comp[0]:>8.3f}")
+                print(f"{case:<22} {'bytes/param ' + a.state + ' vs torch':<28} {comp[1]:>10.3f} "
+                      f"{28.0:>8.3f}")
             sys.stdout.flush()
 
 

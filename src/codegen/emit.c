@@ -235,6 +235,9 @@ typedef struct em {
     const int *early_out; /* their output numbers */
     int nearly;
     bool early_done;
+    /* loop fusions: per input, the dtype of the output it is updated in place as (an element
+     * of the same size: read through a cast, at the element being written); NULL: none */
+    const ot_dtype *alias_dt;
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -349,6 +352,7 @@ static bool hw_instr_ok(const ot_instr *x) {
         x->operands[0]->shape.kind == OT_IR_ARRAY) {
         ot_dtype f = x->operands[0]->shape.array.dtype, t = x->shape.array.dtype;
         if ((f == OT_F32 && t == OT_BF16) || (f == OT_BF16 && t == OT_F32)) return true;
+        if (!ot_dtype_is_float(f) && !ot_dtype_is_float(t)) return true; /* integer to integer */
     }
     return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
             x->opcode == OT_OP_LOG || x->opcode == OT_OP_LOG1P || x->opcode == OT_OP_LOGISTIC) &&
@@ -954,7 +958,10 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
                 return define(E, x, ctx, x->shape.array.dtype, false, "o%d[row]", r);
             if (strcmp(ctx, "i") != 0)
                 return fail(E, "%s: in-place input read at another index", x->name);
-            return define(E, x, ctx, x->shape.array.dtype, false, "o%d[i]", r);
+            ot_dtype dt = x->shape.array.dtype;
+            if (E->alias_dt && E->alias_dt[q] != dt) /* the buffer holds the output's type */
+                return define(E, x, ctx, dt, false, "((const %s *)o%d)[i]", ctype(dt), r);
+            return define(E, x, ctx, dt, false, "o%d[i]", r);
         }
         return define(E, x, ctx, x->shape.array.dtype, false, "i%d[%s]", q, ctx);
     }
@@ -2127,6 +2134,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
         if (!c->params[q] || c->params[q]->shape.kind != OT_IR_ARRAY)
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: non-array parameter", kn->name);
     em E;
+    ot_dtype alias_dt[64]; /* inputs updated in place as an output of another type */
     /* first with the loops under the hardware mode; again without it when an op inside the loops
      * is not one the mode covers */
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -2135,8 +2143,15 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
         E.hw = attempt == 0;
         for (int q = 0; q < kn->ninputs; q++) {
             int r = kn->alias[q];
-            if (r >= 0 && c->params[q]->shape.array.dtype != leaves[r]->shape.array.dtype)
+            if (r < 0 || c->params[q]->shape.array.dtype == leaves[r]->shape.array.dtype) continue;
+            /* another type of the same size (a temporary buffer reused): read through a cast */
+            if (q < 64 && ot_dtype_size(c->params[q]->shape.array.dtype) ==
+                              ot_dtype_size(leaves[r]->shape.array.dtype)) {
+                alias_dt[q] = leaves[r]->shape.array.dtype;
+                E.alias_dt = alias_dt;
+            } else {
                 fail(&E, "input %d updated in place as another type", q);
+            }
         }
         /* two loops (rows of the last dimension, then its columns) when the last dimension is
          * long enough: values that depend only on the row are computed once per row */

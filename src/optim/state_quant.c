@@ -42,7 +42,8 @@ static float mag_host(int m, bool sgn) {
     volatile float d = 1.0f - 0.1f; /* f32 arithmetic, as the graph and torch */
     float step = d / (float)(1 << e);
     float b0 = j < half ? 0.1f + step * (float)j : 1.0f - step * (float)((1 << e) - j);
-    float b1 = j + 1 < half ? 0.1f + step * (float)(j + 1) : 1.0f - step * (float)((1 << e) - j - 1);
+    float b1 =
+        j + 1 < half ? 0.1f + step * (float)(j + 1) : 1.0f - step * (float)((1 << e) - j - 1);
     float mean = (b0 + b1) / 2.0f;
     return pow10f_dec(i) * mean;
 }
@@ -83,8 +84,17 @@ static ot_instr *cmp(qb *q, ot_instr *a, ot_instr *b, ot_cmp_dir d) {
 static ot_instr *sel(qb *q, ot_instr *p, ot_instr *a, ot_instr *b) {
     return ot_build_select(q->c, p, a, b);
 }
+/* u32 x < 2^23 to f32, exactly, by the bits of 2^23 + x (no int-float convert in the loop) */
 static ot_instr *u2f(qb *q, ot_instr *x) {
-    return ot_build_convert(q->c, x, OT_F32);
+    ot_instr *b = ot_build_bitcast_convert(q->c, bin(q, OT_OP_OR, x, cu(q, 0x4B000000u)), OT_F32);
+    return bin(q, OT_OP_SUBTRACT, b, cf(q, 8388608.0f));
+}
+/* floor of f32 0 <= x < 2^22 as u32: round through 2^23 + x, one down where that rounded up */
+static ot_instr *f2u_floor(qb *q, ot_instr *x) {
+    ot_instr *t = ot_build_bitcast_convert(q->c, bin(q, OT_OP_ADD, x, cf(q, 8388608.0f)), OT_U32);
+    ot_instr *r = bin(q, OT_OP_SUBTRACT, t, cu(q, 0x4B000000u));
+    ot_instr *up = cmp(q, u2f(q, r), x, OT_CMP_GT);
+    return sel(q, up, bin(q, OT_OP_SUBTRACT, r, cu(q, 1)), r);
 }
 
 /* 2^e (u32 e, 0..8) and 2^-e as exact f32 */
@@ -96,7 +106,8 @@ static ot_instr *pow2f(qb *q, ot_instr *e, bool neg) {
 /* f32(10^(i-6)) for a u32 decade i (0..6): a chain of selects */
 static ot_instr *decade_scale(qb *q, ot_instr *i) {
     ot_instr *r = cf(q, pow10f_dec(0));
-    for (int l = 1; l < 7; l++) r = sel(q, cmp(q, i, cu(q, (uint32_t)l), OT_CMP_GE), cf(q, pow10f_dec(l)), r);
+    for (int l = 1; l < 7; l++)
+        r = sel(q, cmp(q, i, cu(q, (uint32_t)l), OT_CMP_GE), cf(q, pow10f_dec(l)), r);
     return r;
 }
 
@@ -117,10 +128,10 @@ static ot_instr *decode_mag(qb *q, ot_instr *m, bool sgn) {
     /* e = floor(log2(m + u)) from the f32 exponent of m + u (m + u >= 1 where it matters) */
     ot_instr *mu = bin(q, OT_OP_MAXIMUM, bin(q, OT_OP_ADD, m, cu(q, u)), cu(q, 1));
     ot_instr *bits = ot_build_bitcast_convert(q->c, u2f(q, mu), OT_U32);
-    ot_instr *e = bin(q, OT_OP_SUBTRACT, bin(q, OT_OP_SHIFT_RIGHT_LOGICAL, bits, cu(q, 23)),
-                      cu(q, 127));
+    ot_instr *e =
+        bin(q, OT_OP_SUBTRACT, bin(q, OT_OP_SHIFT_RIGHT_LOGICAL, bits, cu(q, 23)), cu(q, 127));
     ot_instr *n = bin(q, OT_OP_SHIFT_LEFT, cu(q, 1), e); /* 2^e intervals */
-    ot_instr *i = bin(q, OT_OP_MAXIMUM, e, cu(q, u));     /* >= u: i = e - u >= 0 */
+    ot_instr *i = bin(q, OT_OP_MAXIMUM, e, cu(q, u));    /* >= u: i = e - u >= 0 */
     i = bin(q, OT_OP_SUBTRACT, i, cu(q, u));
     ot_instr *j = bin(q, OT_OP_SUBTRACT, mu, n);
     ot_instr *step = bin(q, OT_OP_MULTIPLY, cf(q, 1.0f - 0.1f), pow2f(q, e, true));
@@ -184,8 +195,8 @@ ot_status ot_quant8_quantize(ot_computation *c, ot_computation *max_f32, ot_inst
     ot_instr *ax = ot_build_unary(c, OT_OP_ABS, x);
     ot_instr *zero = ot_build_constant_scalar(c, OT_F32, 0.0);
     int64_t rd = 1;
-    ot_instr *am = ot_build_reduce(c, (ot_instr *[]){ot_build_reshape(c, ax, b2)}, &zero, 1, &rd, 1,
-                                   max_f32);
+    ot_instr *am =
+        ot_build_reduce(c, (ot_instr *[]){ot_build_reshape(c, ax, b2)}, &zero, 1, &rd, 1, max_f32);
     ot_shape bs;
     OT_CHECK(ot_shape_make(&bs, OT_F32, 1, &d2[0]));
     ot_shape bp = bs;
@@ -201,18 +212,19 @@ ot_status ot_quant8_quantize(ot_computation *c, ot_computation *max_f32, ot_inst
     /* the decade from thresholds 10^(l-7), the position from the decade's linspace */
     ot_instr *i = cu(&q, 0);
     for (int l = 1; l < 7; l++)
-        i = bin(&q, OT_OP_ADD, i,
-                ot_build_convert(c, cmp(&q, a, cf(&q, (float)pow(10.0, l - 7)), OT_CMP_GE), OT_U32));
+        i = bin(
+            &q, OT_OP_ADD, i,
+            sel(&q, cmp(&q, a, cf(&q, (float)pow(10.0, l - 7)), OT_CMP_GE), cu(&q, 1), cu(&q, 0)));
     ot_instr *e = bin(&q, OT_OP_ADD, i, cu(&q, u));
     ot_instr *n = bin(&q, OT_OP_SHIFT_LEFT, cu(&q, 1), e);
     ot_instr *step = bin(&q, OT_OP_MULTIPLY, cf(&q, 1.0f - 0.1f), pow2f(&q, e, true));
-    ot_instr *jf = bin(&q, OT_OP_DIVIDE,
-                       bin(&q, OT_OP_SUBTRACT, bin(&q, OT_OP_DIVIDE, a, decade_scale(&q, i)),
-                           cf(&q, 0.1f)),
-                       step);
-    jf = ot_build_clamp(c, cf(&q, 0.0f), jf, bin(&q, OT_OP_SUBTRACT, u2f(&q, n), cf(&q, 1.0f)));
-    ot_instr *m0 = bin(&q, OT_OP_ADD, bin(&q, OT_OP_SUBTRACT, n, cu(&q, u)),
-                       ot_build_convert(c, jf, OT_U32)); /* jf >= 0: truncation is floor */
+    ot_instr *jf = bin(
+        &q, OT_OP_DIVIDE,
+        bin(&q, OT_OP_SUBTRACT, bin(&q, OT_OP_DIVIDE, a, decade_scale(&q, i)), cf(&q, 0.1f)), step);
+    /* clamped to [0, 2^e - 1] with maximum / minimum (NaN-free here: a is finite) */
+    jf = bin(&q, OT_OP_MINIMUM, bin(&q, OT_OP_MAXIMUM, jf, cf(&q, 0.0f)),
+             bin(&q, OT_OP_SUBTRACT, u2f(&q, n), cf(&q, 1.0f)));
+    ot_instr *m0 = bin(&q, OT_OP_ADD, bin(&q, OT_OP_SUBTRACT, n, cu(&q, u)), f2u_floor(&q, jf));
     /* candidates m0 - 1, m0, m0 + 1 within [0, top] (a negative value has no -1.0: top - 1) */
     ot_instr *hi = sgn ? sel(&q, neg, cu(&q, top - 1), cu(&q, top)) : cu(&q, top);
     ot_instr *cand[3];
@@ -222,7 +234,8 @@ ot_status ot_quant8_quantize(ot_computation *c, ot_computation *max_f32, ot_inst
     cand[0] = bin(&q, OT_OP_MINIMUM, cand[0], hi);
     ot_instr *d[3];
     for (int k = 0; k < 3; k++)
-        d[k] = ot_build_unary(c, OT_OP_ABS, bin(&q, OT_OP_SUBTRACT, a, decode_mag(&q, cand[k], sgn)));
+        d[k] =
+            ot_build_unary(c, OT_OP_ABS, bin(&q, OT_OP_SUBTRACT, a, decode_mag(&q, cand[k], sgn)));
     /* ascending m, strictly smaller replaces: the lower m on ties (x >= 0) */
     ot_instr *bu = cand[0], *bd = d[0];
     for (int k = 1; k < 3; k++) {
