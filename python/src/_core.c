@@ -782,7 +782,8 @@ typedef struct {
     atomic_int running;    /* runs in progress (close refuses meanwhile) */
     int nparams, nouts;
     ot_shape *pshape, *oshape;
-    int *alias; /* per output: the donated parameter it writes, or -1 */
+    int *alias;    /* per output: the donated parameter it writes, or -1 */
+    bool *donated; /* per parameter: some output is written into it */
     int64_t arena_size;
     bool tuple_root;
 } ExeObject;
@@ -800,8 +801,10 @@ static void exe_release(ExeObject *e) {
     free(e->pshape);
     free(e->oshape);
     free(e->alias);
+    free(e->donated);
     e->pshape = e->oshape = NULL;
     e->alias = NULL;
+    e->donated = NULL;
 }
 
 static void exe_dealloc(PyObject *self) {
@@ -835,7 +838,8 @@ static PyObject *exe_wrap(ot_executable *exe, ot_tpu_optimizer *tpu, ot_profile 
     e->pshape = calloc((size_t)e->nparams + 1, sizeof(ot_shape));
     e->oshape = calloc((size_t)e->nouts + 1, sizeof(ot_shape));
     e->alias = calloc((size_t)e->nouts + 1, sizeof(int));
-    if (!e->pshape || !e->oshape || !e->alias) {
+    e->donated = calloc((size_t)e->nparams + 1, sizeof(bool));
+    if (!e->pshape || !e->oshape || !e->alias || !e->donated) {
         Py_DECREF(e);
         return PyErr_NoMemory();
     }
@@ -845,6 +849,7 @@ static PyObject *exe_wrap(ot_executable *exe, ot_tpu_optimizer *tpu, ot_profile 
         const ot_slot *s = ot_executable_slot(exe, ot_executable_output_slot(exe, k));
         e->oshape[k] = s->shape;
         e->alias[k] = (int)s->alias_param;
+        if (s->alias_param >= 0 && s->alias_param < e->nparams) e->donated[s->alias_param] = true;
     }
     const ot_module *m = ot_executable_module(exe);
     const ot_computation *entry = ot_module_entry(m);
@@ -861,6 +866,58 @@ static int exe_live(ExeObject *e) {
 }
 
 #define MAX_ARGS 4096
+
+typedef struct {
+    uintptr_t lo, hi;
+    int param;
+    bool donated;
+} mem_range;
+
+static int range_cmp(const void *a, const void *b) {
+    const mem_range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* With donate=True an output is written where a parameter lies: that memory must not be another
+ * argument's too (the same array twice, or views of one buffer), which the compiled kernels
+ * would read while writing it. Sorted by start, so n log n for the optimizers' hundreds of
+ * arguments. 0, or -1 with InvalidArgument naming both parameters. */
+static int donated_overlap(const ExeObject *e, const argview *v, int n) {
+    bool any = false;
+    for (int k = 0; k < e->nouts; k++) any |= e->alias[k] >= 0;
+    if (!any) return 0;
+    mem_range st[16], *r = n <= 16 ? st : calloc((size_t)n, sizeof *r);
+    if (!r) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int m = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t nb = ot_shape_nbytes_unchecked(&v[k].shape);
+        if (nb > 0)
+            r[m++] = (mem_range){(uintptr_t)v[k].data, (uintptr_t)v[k].data + (uintptr_t)nb, k,
+                                 e->donated[k]};
+    }
+    qsort(r, (size_t)m, sizeof *r, range_cmp);
+    int rc = 0;
+    /* an overlap of a donated range with any other shows between neighbours in start order, or
+     * with the range of largest end seen so far */
+    int far = -1;
+    for (int q = 0; q < m && rc == 0; q++) {
+        if (far >= 0 && r[q].lo < r[far].hi && (r[q].donated || r[far].donated)) {
+            int a = r[far].param < r[q].param ? r[far].param : r[q].param;
+            int b = r[far].param < r[q].param ? r[q].param : r[far].param;
+            raise_fmt(OT_ERR_INVALID_ARGUMENT,
+                      "parameters %d and %d share memory and one of them is donated "
+                      "(donate=True writes it)",
+                      a, b);
+            rc = -1;
+        }
+        if (far < 0 || r[q].hi > r[far].hi || (r[q].hi == r[far].hi && r[q].donated)) far = q;
+    }
+    if (r != st) free(r);
+    return rc;
+}
 
 static PyObject *exe_call(PyObject *self, PyObject *args, PyObject *kw) {
     ExeObject *e = (ExeObject *)self;
@@ -907,6 +964,7 @@ static PyObject *exe_call(PyObject *self, PyObject *args, PyObject *kw) {
         }
         params[got] = v[got].data;
     }
+    if (donate && donated_overlap(e, v, nv) < 0) goto done;
     for (int k = 0; k < no; k++) {
         int a = e->alias[k];
         if (a >= 0 && donate) {

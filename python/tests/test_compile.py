@@ -130,6 +130,10 @@ def test_closed_executable_raises():
     exe.close()  # twice is fine
 
 
+def test_stable_abi_build():
+    assert optitpu._core.__file__.endswith(".abi3.so")
+
+
 def test_gc_frees():
     import weakref
 
@@ -181,6 +185,26 @@ ENTRY main {
     ro.flags.writeable = False
     with pytest.raises(optitpu.InvalidArgument, match="read-only"):
         exe(ro, donate=True)
+
+
+def test_donated_memory_shared_with_another_argument():
+    hlo = """HloModule acc, input_output_alias={ {}: (0, {}, must-alias) }
+ENTRY main {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  ROOT r = f32[4] add(x, y)
+}
+"""
+    exe = optitpu.compile(hlo)
+    buf = np.arange(8, dtype=np.float32)
+    for x, y in ((buf[:4], buf[:4]), (buf[:4], buf[2:6]), (buf[2:6], buf[:4])):
+        with pytest.raises(optitpu.InvalidArgument, match="share memory"):
+            exe(x, y, donate=True)
+    np.testing.assert_array_equal(buf, np.arange(8))  # nothing written
+    np.testing.assert_array_equal(np.asarray(exe(buf[:4], buf[:4])), 2 * buf[:4])  # no donation
+    x = buf[:4].copy()
+    exe(x, buf[4:], donate=True)  # disjoint: fine
+    np.testing.assert_array_equal(x, buf[:4] + buf[4:])
 
 
 def test_compile_cache(tmp_path):
