@@ -52,7 +52,8 @@ static const char usage[] =
     "                       with error feedback (default none: exact); one process only; the\n"
     "                       residuals are checkpointed, so --resume continues exactly\n"
     "  --local-sgd H        LocalSGD: each device steps on its own shard, parameters averaged\n"
-    "                       every H steps and at the end (default off); no --resume, no\n"
+    "                       every H steps and at the end (default off); every device's state\n"
+    "                       is checkpointed (--resume is exact; not with --mpi); no\n"
     "                       --fail-device, no --grad-compress\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       created with its parents (default optitpu-train/ckpt; 'none'\n"
@@ -531,8 +532,9 @@ static int check_slice(train_cli *c) {
 
 /* Flags that contradict each other. An explicit topology is the pod's shape: another device
  * count is a contradiction; across processes the pod is every process's devices. Gradient
- * compression has no MPI form; LocalSGD's replicas differ
- * between averages (nothing to resume or recover from) and it has no gradient to compress. */
+ * compression has no MPI form; LocalSGD's replicas differ between averages (across processes
+ * only process 0's are checkpointed; no survivor stands for the pod) and it has no gradient to
+ * compress. */
 static int check_combinations(train_cli *c) {
     bool compress = c->o.grad_compress && strcmp(c->o.grad_compress, "none") != 0;
     if (compress && c->use_mpi)
@@ -541,10 +543,11 @@ static int check_combinations(train_cli *c) {
     if (c->o.local_sgd && compress)
         return cli_usage_error("train", "--local-sgd and --grad-compress exclude each other "
                                         "(LocalSGD has no gradient all-reduce to compress)");
-    if (c->o.local_sgd && c->o.resume)
-        return cli_usage_error("train", "--resume with --local-sgd is refused: between averages "
-                                        "every device holds its own state, a checkpoint the "
-                                        "leader's only");
+    if (c->o.local_sgd && c->o.resume && c->use_mpi)
+        return cli_usage_error("train", "--resume with --local-sgd --mpi is refused: between "
+                                        "averages every device holds its own state, and process "
+                                        "0's checkpoints hold its own devices' only (in one "
+                                        "process every device's state is checkpointed)");
     if (c->o.local_sgd && c->o.fail_device >= 0)
         return cli_usage_error("train", "--fail-device with --local-sgd is refused: between "
                                         "averages no survivor holds the pod's state");

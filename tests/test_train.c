@@ -335,10 +335,13 @@ static void test_local_sgd(void) {
     EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(ot_last_error(), "--fail-device with --local-sgd");
     o.fail_device = -1;
+    /* in one process every device's state is checkpointed, so it resumes (bit for bit:
+     * test_train_resume_state.sh) */
     o.ckpt_dir = tmpdir("localsgd_resume");
     o.resume = true;
-    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_FAILED_PRECONDITION);
-    EXPECT_STR_CONTAINS(ot_last_error(), "--resume with --local-sgd");
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_STR_CONTAINS(r.log, "no checkpoint");
+    ot_train_report_clear(&r);
 }
 
 static void test_fail_shrink(void) {

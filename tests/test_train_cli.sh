@@ -167,7 +167,7 @@ grep -q -- "--state F " "$work/help.txt"
 # usage errors exit 2 with a message
 for bad in "--state int4" "--devices 0" "--fail-device 3" "--model resnet" "--lr -1" "--schedule sawtooth" "--bogus" \
   "--grad-accum 0" "--grad-compress int4" "--grad-compress topk:2" "--local-sgd 0" \
-  "--local-sgd 4 --grad-compress bf16" "--local-sgd 4 --resume" "--local-sgd 4 --fail-device 1@5"; do
+  "--local-sgd 4 --grad-compress bf16" "--local-sgd 4 --resume --mpi" "--local-sgd 4 --fail-device 1@5"; do
   set +e
   # shellcheck disable=SC2086
   "$bin" train $bad --out "$work/out_d" >/dev/null 2>"$work/err"

@@ -2,7 +2,8 @@
 # State beyond parameters and optimizer slots survives checkpoints: with --grad-compress (int8,
 # bf16, top-k) every device's error-feedback residuals are checkpointed, so a run stopped and
 # resumed, and a run rolled back onto a spare by --recovery restore, end with the uninterrupted
-# run's parameters; a checkpoint of another compression or device count is refused clearly.
+# run's parameters; with --local-sgd every device's own state is, so a resume is exact too; a
+# checkpoint of another compression or device count is refused clearly.
 set -euo pipefail
 bin=$1
 builddir=$3
@@ -31,6 +32,17 @@ for c in int8 bf16 topk:0.05; do
   same "$c restored onto a spare" "$d.ref.json" "$d.rec.json"
 done
 
+# LocalSGD: between averages every device holds its own parameters and optimizer state; all of
+# them are checkpointed, so a run stopped between averages and resumed ends with the
+# uninterrupted run's parameters (H = 7: the checkpoint of step 40 falls between averages)
+job=("${base[@]}" --local-sgd 7)
+"$bin" train "${job[@]}" --ckpt-dir "$work/l_ref" --out "$work/o" >"$work/l_ref.json"
+"$bin" train "${job[@]}" --ckpt-dir "$work/l" --stop-after 45 --out "$work/o" >/dev/null
+[[ -s $work/l/step_00000040/replica.safetensors ]]
+"$bin" train "${job[@]}" --ckpt-dir "$work/l" --resume --out "$work/o" >"$work/l.json"
+grep -q '"start_step":40' "$work/l.json"
+same "--local-sgd 7 resumed" "$work/l_ref.json" "$work/l.json"
+
 # refusals: another compression, no compression, another device count (nothing moved)
 ck=$work/int8/ck
 before=$(ls "$ck")
@@ -49,6 +61,9 @@ refuse "saved with --grad-compress int8, this run uses --grad-compress bf16" "${
 refuse "holds the error-feedback residuals of 4 devices; this run has 2 (resume with --devices 4" \
   --devices 2 --steps 60 --ckpt-every 20 --eval-every 0 --quiet --grad-compress int8
 [[ $(ls "$ck") == "$before" ]] || { echo "a refused resume moved checkpoints"; exit 1; }
+ck=$work/l
+refuse "holds the LocalSGD state of 4 of its devices; this run has 2 (resume with the same --devices" \
+  --devices 2 --steps 60 --ckpt-every 20 --eval-every 0 --quiet --local-sgd 7
 ck=$work/exact
 "$bin" train "${base[@]}" --ckpt-dir "$ck" --stop-after 25 --out "$work/o" >/dev/null
 refuse "saved without --grad-compress, this run uses --grad-compress int8" "${base[@]}" \

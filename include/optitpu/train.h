@@ -180,10 +180,11 @@ typedef struct ot_train_options {
     /* LocalSGD: > 0: no gradient all-reduce; every replica updates its own parameters and
      * optimizer state from its shard's mean gradient, and the parameters are averaged over the
      * pod (the pod's all-reduce, then / replicas) after every local_sgd-th step and after the
-     * run's last step; optimizer state stays per replica. Evaluations and checkpoints between
-     * averages see the leader's replica. Refused with grad_compress (nothing to compress), resume
-     * and fail_device (replicas' states differ between averages: neither a checkpoint nor a
-     * survivor holds the pod's); a failure ends the run. 0 (default): off. */
+     * run's last step; optimizer state stays per replica. Evaluations between averages see the
+     * leader's replica; in one process checkpoints hold every replica's parameters and optimizer
+     * state (role "replica"), so resume is exact (refused with mpi: process 0's checkpoints hold
+     * its own replicas only). Refused with grad_compress (nothing to compress) and fail_device
+     * (no survivor holds the pod's state); a failure ends the run. 0 (default): off. */
     int64_t local_sgd;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;

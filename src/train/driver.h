@@ -151,6 +151,13 @@ struct trainer {
     int ck_resid_n;
     float *resid_init;
     int resid_init_n;
+    /* LocalSGD (one process): every member's parameters and optimizer state (nparams + state
+     * tensors per member, host copies), snapshotted with the residuals, for the leader's save of
+     * step ck_rep_step over ck_rep_n members (the leader's own are its model and optim roles). */
+    ot_tensor *ck_rep;
+    int ck_rep_cap; /* tensors in ck_rep */
+    int64_t ck_rep_step;
+    int ck_rep_n;
     int64_t member_steps;      /* the leader's sum over steps of the replicas in the all-reduce */
     replica reps[MAX_DEVICES]; /* this process's live replicas in rank order */
     int nlive;

@@ -117,6 +117,14 @@ static char *state_json(trainer *t) {
             j = NULL;
         }
     }
+    /* LocalSGD: the averaging period and whose states the checkpoint holds (every device's in
+     * one process: role "replica" for all but the leader; across processes the leader's only) */
+    if (j && t->local_sgd > 0 &&
+        (json_object_set_new(j, "local_sgd", json_integer(t->local_sgd)) ||
+         json_object_set_new(j, "replica_states", json_integer(t->ck_rep ? t->ck_rep_n : 1)))) {
+        json_decref(j);
+        j = NULL;
+    }
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     char *out = text ? ot_strdup(text) : NULL;
@@ -179,8 +187,41 @@ static ot_status accept_ckpt(void *ud, const ot_ckpt *ck) {
                      "of %lld devices; this run has %d (resume with --devices %lld, or start "
                      "over with --fresh or another --ckpt-dir)",
                      (long long)m->step, t->o->ckpt_dir, (long long)rdev, n, (long long)rdev);
+    /* LocalSGD: every device's own state, of this pod's devices (a synchronous run's checkpoint,
+     * whose replicas were identical, serves as every device's) */
+    json_int_t lsgd = json_integer_value(json_object_get(j, "local_sgd"));
+    json_int_t nst = json_integer_value(json_object_get(j, "replica_states"));
+    if (s == OT_OK && t->local_sgd > 0 && lsgd > 0 && nst != n)
+        s = ot_error(OT_ERR_FAILED_PRECONDITION,
+                     "train: the checkpoint of step %lld in %s holds the LocalSGD state of %lld of "
+                     "its devices; this run has %d (%s, or start over with --fresh or another "
+                     "--ckpt-dir)",
+                     (long long)m->step, t->o->ckpt_dir, (long long)nst, n,
+                     nst > 1 ? "resume with the same --devices"
+                             : "a run across processes checkpoints process 0's devices only");
+    bool want_states = t->local_sgd > 0 && lsgd > 0 && n > 1;
     json_decref(j);
     if (s != OT_OK) return s;
+    for (int g = 1; want_states && g < n; g++) {
+        int ns = ot_tpu_optimizer_state_count(t->topt);
+        for (int i = 0; i < t->nparams + ns; i++) {
+            char rn[160];
+            ot_shape want;
+            if (i < t->nparams)
+                want = *ot_model_param_shape(t->model, i);
+            else
+                OT_CHECK(ot_tpu_optimizer_state_shape(t->topt, i - t->nparams, &want));
+            snprintf(rn, sizeof rn, "r%d.%s", g,
+                     i < t->nparams ? ot_model_param_name(t->model, i)
+                                    : ot_tpu_optimizer_state_name(t->topt, i - t->nparams));
+            ot_tensor v;
+            if (ot_ckpt_get(ck, "replica", rn, &v) != OT_OK || !ot_shape_equal(&v.shape, &want))
+                return ot_error(OT_ERR_CORRUPT_DATA,
+                                "%s: device %d's LocalSGD state %s is "
+                                "missing or of another shape",
+                                ot_ckpt_dir(ck), g, rn);
+        }
+    }
     if (t->compress != OT_COMPRESS_NONE) {
         ot_tensor v;
         if (ot_ckpt_get(ck, "residual", "error_feedback", &v) != OT_OK)
@@ -248,6 +289,29 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
     /* with compression: every member's residuals, snapshotted at this step (step.c) */
     ot_ckpt_tensor resid;
     size_t nshards = 2;
+    /* LocalSGD in one process: every other member's parameters and optimizer state */
+    int k = t->nparams + nstate, nrep = 0;
+    ot_ckpt_tensor *rt = NULL;
+    char(*rnames)[160] = NULL;
+    if (s == OT_OK && t->ck_rep) {
+        if (t->ck_rep_step != step)
+            s = ot_error(OT_ERR_INTERNAL, "train: no LocalSGD replica states of step %lld",
+                         (long long)step);
+        nrep = s == OT_OK ? (t->ck_rep_n - 1) * k : 0;
+        rt = ot_calloc((size_t)nrep + 1, sizeof *rt);
+        rnames = ot_calloc((size_t)nrep + 1, sizeof *rnames);
+        if (s == OT_OK && (!rt || !rnames))
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: checkpoint staging");
+        for (int g = 1; s == OT_OK && g < t->ck_rep_n; g++)
+            for (int i = 0; i < k; i++) {
+                int j = (g - 1) * k + i;
+                const ot_tensor *v = &t->ck_rep[(size_t)g * (size_t)k + (size_t)i];
+                snprintf(rnames[j], sizeof rnames[j], "r%d.%s", g,
+                         i < t->nparams ? ot_model_param_name(t->model, i)
+                                        : ot_tpu_optimizer_state_name(t->topt, i - t->nparams));
+                rt[j] = (ot_ckpt_tensor){rnames[j], v->shape, v->data};
+            }
+    }
     if (s == OT_OK && t->compress != OT_COMPRESS_NONE) {
         if (!t->ck_resid || t->ck_resid_step != step)
             s = ot_error(OT_ERR_INTERNAL, "train: no error-feedback residuals of step %lld",
@@ -261,6 +325,7 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
         ot_ckpt_shard shards[3] = {{"model", 0, 1, ct, (size_t)t->nparams},
                                    {"optim", 0, 1, ct + t->nparams, (size_t)nstate},
                                    {"residual", 0, 1, &resid, 1}};
+        if (nrep > 0) shards[nshards++] = (ot_ckpt_shard){"replica", 0, 1, rt, (size_t)nrep};
         char *optjson = state_json(t);
         if (!optjson) s = ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: optimizer record");
         uint64_t rng[1] = {t->o->seed};
@@ -293,14 +358,25 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
     for (int i = 0; i < got; i++) ot_tensor_release(&host[i]);
     ot_free(host);
     ot_free(ct);
+    ot_free(rt);
+    ot_free(rnames);
     return s;
 }
 
-/* Loads checkpoint ck into replica r (params and optimizer state). */
+/* Loads checkpoint ck into replica r (params and optimizer state): the leader's, or with LocalSGD
+ * the replica's own when the checkpoint holds every device's (checked by accept_ckpt). */
 static ot_status load_checkpoint(trainer *t, const ot_ckpt *ck, replica *r) {
     ot_tensor views[MAX_PARAMS];
+    int g = t->prank * t->nlive + (int)(r - t->reps);
+    char name[160];
+    ot_tensor probe;
+    snprintf(name, sizeof name, "r%d.%s", g, ot_model_param_name(t->model, 0));
+    bool own = t->local_sgd > 0 && g > 0 && ot_ckpt_get(ck, "replica", name, &probe) == OT_OK;
+    ot_clear_error();
     for (int k = 0; k < t->nparams; k++) {
-        ot_status s = ot_ckpt_get(ck, "model", ot_model_param_name(t->model, k), &views[k]);
+        snprintf(name, sizeof name, "r%d.%s", g, ot_model_param_name(t->model, k));
+        ot_status s = own ? ot_ckpt_get(ck, "replica", name, &views[k])
+                          : ot_ckpt_get(ck, "model", ot_model_param_name(t->model, k), &views[k]);
         if (s != OT_OK) return s;
         if (!ot_shape_equal(&views[k].shape, ot_model_param_shape(t->model, k)))
             return ot_error(OT_ERR_SHAPE_MISMATCH, "checkpoint %s: parameter %s has another shape",
@@ -310,7 +386,9 @@ static ot_status load_checkpoint(trainer *t, const ot_ckpt *ck, replica *r) {
     int nstate = ot_tpu_optimizer_state_count(t->topt);
     for (int i = 0; s == OT_OK && i < nstate; i++) {
         ot_tensor v;
-        s = ot_ckpt_get(ck, "optim", ot_tpu_optimizer_state_name(t->topt, i), &v);
+        snprintf(name, sizeof name, "r%d.%s", g, ot_tpu_optimizer_state_name(t->topt, i));
+        s = own ? ot_ckpt_get(ck, "replica", name, &v)
+                : ot_ckpt_get(ck, "optim", ot_tpu_optimizer_state_name(t->topt, i), &v);
         if (s == OT_OK) s = ot_tpu_optimizer_set_state(t->topt, r->dev, i, &v);
     }
     if (s == OT_OK && t->compress != OT_COMPRESS_NONE && !t->resid_init) {

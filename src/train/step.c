@@ -281,21 +281,33 @@ static ot_status phase_average(replica_run *rr, int64_t step) {
     return s;
 }
 
-/* The error-feedback residuals into the run's snapshot when a checkpoint may be taken of this
- * step (a multiple of ckpt_every, or the segment's last: the final checkpoint): every member
- * writes its row, then a barrier, so the leader saves all of them. Each member writes again only
+/* The error-feedback residuals (--grad-compress) and with LocalSGD every member's parameters and
+ * optimizer state into the run's snapshot when a checkpoint may be taken of this step (a multiple
+ * of ckpt_every, or the segment's last: the final checkpoint): every member writes its row, then
+ * a barrier, so the leader saves all of them. Each member writes again only
  * after a later all-reduce, which waits for the leader's save. */
 static ot_status phase_residuals(replica_run *rr, int64_t step) {
     trainer *t = rr->t;
     int64_t done = step + 1;
-    if (!rr->agg || !t->ck_resid || !t->ckpt) return OT_OK;
+    bool resid = rr->agg && t->ck_resid, states = t->ck_rep && rr->m.comm;
+    if ((!resid && !states) || !t->ckpt) return OT_OK;
     if (done != t->run_end && (t->o->ckpt_every <= 0 || done % t->o->ckpt_every != 0)) return OT_OK;
     size_t e = (size_t)t->total_elems;
-    ot_status s = ot_grad_residual_get(rr->agg, t->ck_resid + (size_t)rr->m.g * e, e);
+    ot_status s = OT_OK;
+    if (resid) s = ot_grad_residual_get(rr->agg, t->ck_resid + (size_t)rr->m.g * e, e);
+    /* LocalSGD: this member's parameters and optimizer state (the leader's are saved as its own) */
+    int ns = ot_tpu_optimizer_state_count(t->topt), k = t->nparams + ns;
+    ot_tensor *row = states ? t->ck_rep + (size_t)rr->m.g * (size_t)k : NULL;
+    for (int i = 0; s == OT_OK && row && rr->m.g > 0 && i < k; i++) {
+        ot_tensor_release(&row[i]);
+        s = i < t->nparams
+                ? ot_buffer_to_host(rr->m.r->params[i], &row[i])
+                : ot_tpu_optimizer_get_state(t->topt, rr->m.r->dev, i - t->nparams, &row[i]);
+    }
     if (s == OT_OK) s = ot_comm_barrier(rr->m.comm, &t->coll);
     if (s == OT_OK && rr->m.g == 0) {
-        t->ck_resid_step = done;
-        t->ck_resid_n = rr->m.n;
+        t->ck_resid_step = t->ck_rep_step = done;
+        t->ck_resid_n = t->ck_rep_n = rr->m.n;
     }
     return s;
 }

@@ -299,11 +299,12 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --local-sgd and --grad-compress exclude each other: LocalSGD has "
                         "no gradient all-reduce to compress");
-    if (o->local_sgd > 0 && o->resume)
+    if (o->local_sgd > 0 && o->resume && o->mpi)
         return ot_error(OT_ERR_FAILED_PRECONDITION,
-                        "train: --resume with --local-sgd is refused: between averages every "
-                        "device holds its own parameters and optimizer state, and a checkpoint "
-                        "holds the leader's only");
+                        "train: --resume with --local-sgd across processes (--mpi) is refused: "
+                        "between averages every device holds its own parameters and optimizer "
+                        "state, and process 0's checkpoints hold its own devices' only (in one "
+                        "process every device's state is checkpointed and the resume is exact)");
     if (o->local_sgd > 0 && o->fail_device >= 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --fail-device with --local-sgd is refused: between averages no "
@@ -409,6 +410,14 @@ static ot_status setup_devices(trainer *t) {
         t->reps[r].dev_index = r;
         t->reps[r].dev = ot_backend_device(t->backend, r);
         s = ot_tpu_optimizer_add_replica(t->topt, t->reps[r].dev);
+    }
+    if (s == OT_OK && t->local_sgd > 0 && o->ckpt_dir && !o->mpi) {
+        /* LocalSGD: every device's parameters and optimizer state, for the checkpoints */
+        size_t k = (size_t)(t->nparams + ot_tpu_optimizer_state_count(t->topt));
+        t->ck_rep = ot_calloc((size_t)t->nlive * k, sizeof *t->ck_rep);
+        t->ck_rep_cap = t->nlive * (int)k;
+        t->ck_rep_step = -1;
+        if (!t->ck_rep) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica snapshot");
     }
     if (s == OT_OK && t->compress != OT_COMPRESS_NONE && o->ckpt_dir) {
         /* every member's error-feedback residuals, for the checkpoints */
@@ -627,6 +636,8 @@ static void teardown(trainer *t) {
     ot_backend_free(t->backend);
     ot_pod_trace_free(t->trace);
     ot_free(t->ck_resid);
+    for (int i = 0; t->ck_rep && i < t->ck_rep_cap; i++) ot_tensor_release(&t->ck_rep[i]);
+    ot_free(t->ck_rep);
     ot_free(t->resid_init);
     ot_model_free(t->model);
     ot_dataset_free(&t->train);
