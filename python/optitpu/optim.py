@@ -17,7 +17,8 @@ state_dict()/load_state_dict() are interchangeable with torch.optim's for the sa
 
 from . import _core
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "ScheduleLR",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "RAdam", "NAdam",
+           "Adadelta", "ScheduleLR",
            "constant_schedule", "exponential_decay", "polynomial_schedule", "linear_schedule",
            "cosine_decay_schedule", "warmup_cosine_decay_schedule", "piecewise_constant_schedule",
            "step_schedule", "cosine_restarts_schedule", "onecycle_schedule",
@@ -372,6 +373,61 @@ class Adagrad(Optimizer):
                 "initial_accumulator_value": g["initial_accumulator_value"], "eps": g["eps"],
                 "maximize": _flag(g["maximize"])}
 
+
+
+class RAdam(Optimizer):
+    """torch.optim.RAdam (betas, eps, weight_decay, decoupled_weight_decay, maximize)."""
+
+    _c_name = "radam"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 decoupled_weight_decay=False, *, maximize=False, **kw):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay,
+                                      maximize=maximize), **kw)
+
+    def _hparams(self, g):
+        b1, b2 = g["betas"]
+        return {"lr": g["lr"], "beta1": float(b1), "beta2": float(b2), "eps": g["eps"],
+                "weight_decay": g["weight_decay"],
+                "decoupled_weight_decay": _flag(g["decoupled_weight_decay"]),
+                "maximize": _flag(g["maximize"])}
+
+
+class NAdam(Optimizer):
+    """torch.optim.NAdam (betas, eps, weight_decay, momentum_decay, decoupled_weight_decay)."""
+
+    _c_name = "nadam"
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 momentum_decay=4e-3, decoupled_weight_decay=False, *, maximize=False, **kw):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, momentum_decay=momentum_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay,
+                                      maximize=maximize), **kw)
+
+    def _hparams(self, g):
+        b1, b2 = g["betas"]
+        return {"lr": g["lr"], "beta1": float(b1), "beta2": float(b2), "eps": g["eps"],
+                "weight_decay": g["weight_decay"], "momentum_decay": g["momentum_decay"],
+                "decoupled_weight_decay": _flag(g["decoupled_weight_decay"]),
+                "maximize": _flag(g["maximize"])}
+
+
+class Adadelta(Optimizer):
+    """torch.optim.Adadelta (rho, eps, weight_decay, maximize)."""
+
+    _c_name = "adadelta"
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *, maximize=False,
+                 **kw):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                                      maximize=maximize), **kw)
+
+    def _hparams(self, g):
+        return {"lr": g["lr"], "rho": g["rho"], "eps": g["eps"],
+                "weight_decay": g["weight_decay"], "maximize": _flag(g["maximize"])}
 
 # ---- learning-rate schedules (liboptitpu's ot_lr_schedule, optax's formulas) ----
 

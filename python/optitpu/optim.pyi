@@ -41,6 +41,21 @@ class Adagrad(Optimizer):
                  weight_decay: float = ..., initial_accumulator_value: float = ...,
                  eps: float = ..., *, maximize: bool = ..., **kw: float) -> None: ...
 
+class RAdam(Optimizer):
+    def __init__(self, params: Iterable[Any], lr: float = ..., betas: tuple[float, float] = ...,
+                 eps: float = ..., weight_decay: float = ..., decoupled_weight_decay: bool = ...,
+                 *, maximize: bool = ..., **kw: float) -> None: ...
+
+class NAdam(Optimizer):
+    def __init__(self, params: Iterable[Any], lr: float = ..., betas: tuple[float, float] = ...,
+                 eps: float = ..., weight_decay: float = ..., momentum_decay: float = ...,
+                 decoupled_weight_decay: bool = ..., *, maximize: bool = ...,
+                 **kw: float) -> None: ...
+
+class Adadelta(Optimizer):
+    def __init__(self, params: Iterable[Any], lr: float = ..., rho: float = ..., eps: float = ...,
+                 weight_decay: float = ..., *, maximize: bool = ..., **kw: float) -> None: ...
+
 def constant_schedule(value: float) -> Schedule: ...
 def exponential_decay(init_value: float, transition_steps: int, decay_rate: float,
                       transition_begin: int = ..., staircase: bool = ...,

@@ -22,14 +22,30 @@ def load_case(repo, name):
     return case, p0, grads, want, lr
 
 
+def _torch_kwargs(hp):
+    hp = dict(hp)
+    if "betas" in hp:
+        hp["betas"] = tuple(hp["betas"])
+    return hp
+
+
+# every torch case of the fixture whose optimizer has a torch-style class here
 CASES = {
-    "torch_adam": lambda ps, hp: optim.Adam(ps, lr=hp["lr"], betas=hp.get("betas", (0.9, 0.999)),
-                                            eps=hp.get("eps", 1e-8),
-                                            weight_decay=hp.get("weight_decay", 0)),
-    "torch_adamw": lambda ps, hp: optim.AdamW(ps, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
-                                              weight_decay=hp["weight_decay"]),
-    "torch_sgd_momentum_dampening_wd": lambda ps, hp: optim.SGD(ps, **hp),
-    "torch_adam_amsgrad": lambda ps, hp: optim.Adam(ps, **hp),
+    "torch_sgd": optim.SGD,
+    "torch_sgd_momentum_dampening_wd": optim.SGD,
+    "torch_sgd_nesterov_wd_maximize": optim.SGD,
+    "torch_adam": optim.Adam,
+    "torch_adamw": optim.AdamW,
+    "torch_adam_amsgrad": optim.Adam,
+    "torch_adamw_amsgrad_maximize": optim.AdamW,
+    "torch_rmsprop": optim.RMSprop,
+    "torch_rmsprop_centered_momentum": optim.RMSprop,
+    "torch_adagrad": optim.Adagrad,
+    "torch_adadelta": optim.Adadelta,
+    "torch_radam": optim.RAdam,
+    "torch_radam_decoupled_wd": optim.RAdam,
+    "torch_nadam": optim.NAdam,
+    "torch_nadam_decoupled_wd": optim.NAdam,
 }
 
 
@@ -40,7 +56,7 @@ def test_trajectory_matches_torch(repo, name):
     addrs = [p.ctypes.data for p in params]
     hp = dict(case["hyperparams"])
     clip = case.get("clip_global_norm", {}).get("max_norm", 0.0)
-    opt = CASES[name](params, hp)
+    opt = CASES[name](params, **_torch_kwargs(hp))
     opt.clip_grad_norm = clip
     tol = case.get("suggested_tolerance", {"rtol": 1e-5, "atol": 1e-6})
     for t in range(grads[0].shape[0]):
