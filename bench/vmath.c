@@ -7,8 +7,8 @@
  *   bench_vmath speed [--fn F] [--n N] [--reps R] [--json]   elements/s on N floats (16M), one
  *                                                              thread
  *
- * F is tanh (the default), erf, log or log1p. ulp: the reference is glibc's double function (within
- * 1 ulp of double, 2^-29 of a float ulp), so the error in float ulps printed (|got - ref| /
+ * F is tanh (the default), erf, log, log1p or expm1. ulp: the reference is glibc's double function
+ * (within 1 ulp of double, 2^-29 of a float ulp), so the error in float ulps printed (|got - ref| /
  * ulp(ref), ulp of the float binade of ref) is exact to about 1e-8 ulp; "correctly rounded" counts
  * inputs whose result equals ref rounded to float (that rounding is wrong only where ref lies
  * within 2^-53 of a float midpoint: rare, and it moves a count, not the maximum); also how often
@@ -32,6 +32,7 @@ OT_EXPF_DEF
 OT_TANHF_DEF
 OT_ERFF_DEF
 OT_LOGF_DEF
+OT_EXPM1F_DEF
 
 /* one function under test: the library's, glibc's float one, the double reference, its exact
  * special values (special() returns 1 and sets *want when x is one), and the speed test's range */
@@ -58,6 +59,19 @@ static float ot_logf_fn(float x) {
 
 static float ot_log1pf_fn(float x) {
     return ot_log1pf(x);
+}
+
+static float ot_expm1f_fn(float x) {
+    return ot_expm1f(x);
+}
+
+/* expm1: x itself below 2^-25 (±0 kept), -1 from -25 and at -inf, +inf at +inf */
+static int expm1_special(float x, float *want) {
+    if (fabsf(x) < 0x1p-25f || x <= -25.0f || x == INFINITY) {
+        *want = fabsf(x) < 0x1p-25f ? x : x == INFINITY ? x : -1.0f;
+        return 1;
+    }
+    return 0;
 }
 
 /* tanh rounds to x below 2^-12 and to ±1 at ±inf */
@@ -101,6 +115,7 @@ static const vfn fns[] = {
     {"erf", ot_erff_fn, erff, erf, erf_special, -4.0f, 4.0f},      /* exact GELU's x/sqrt(2) */
     {"log", ot_logf_fn, logf, log, log_special, 0.0f, 16.0f},
     {"log1p", ot_log1pf_fn, log1pf, log1p, log1p_special, -1.0f, 16.0f},
+    {"expm1", ot_expm1f_fn, expm1f, expm1, expm1_special, -10.0f, 10.0f},
 };
 
 static const vfn *fn_cur = &fns[0];
@@ -158,7 +173,8 @@ static void *ulp_part(void *arg) {
             uint32_t d = ul > uy ? ul - uy : uy - ul; /* the same sign where both are numbers */
             if (d > p->far_libm) p->far_libm = d;
         }
-        double err = fabs((double)y - r) / ulp_at(r);
+        /* an overflow to inf where the function rounds to inf: no error */
+        double err = isinf(y) && (float)r == y ? 0.0 : fabs((double)y - r) / ulp_at(r);
         if (err > p->worst) {
             p->worst = err;
             p->worst_x = u;
@@ -245,6 +261,10 @@ __attribute__((noinline)) static void loop_ot_log1p(const float *x, float *y, in
     for (int64_t i = 0; i < n; i++) y[i] = ot_log1pf(x[i]);
 }
 
+__attribute__((noinline)) static void loop_ot_expm1(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(x[i]);
+}
+
 /* glibc's function through a pointer: a call per element either way (it does not vectorize) */
 __attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_t n) {
     float (*f)(float) = fn_cur->libm;
@@ -258,6 +278,8 @@ static void loop_ot(const float *x, float *y, int64_t n) {
         loop_ot_log(x, y, n);
     else if (fn_cur->ot == ot_log1pf_fn)
         loop_ot_log1p(x, y, n);
+    else if (fn_cur->ot == ot_expm1f_fn)
+        loop_ot_expm1(x, y, n);
     else
         loop_ot_tanh(x, y, n);
 }

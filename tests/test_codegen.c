@@ -751,13 +751,13 @@ static void test_hw_ftz_tanh_logistic(void) {
     }
 }
 
-/* f32 and bf16 erf, log and log1p (ot_erff, ot_logf, ot_log1pf, src/exec/expf_poly.h) keep a
- * fusion of arithmetic under the hardware mode too, exact GELU's x·0.5·(1 + erf(x·(1/sqrt 2)))
- * among it: on inputs around the smallest normal number (erf's z = a² raised to 2^-60, the
- * products flushed or not, log of subnormal operands) and on ordinary ones with NaN, inf and ±0
- * (both polynomials, the switch at 1, the saturation from 4; log and log1p of negative numbers,
- * zeros and -1), the results equal the reference's bit for bit, and the generated source calls
- * ot_erff and ot_logf. */
+/* f32 and bf16 erf, log, log1p and expm1 (ot_erff, ot_logf, ot_log1pf, ot_expm1f,
+ * src/exec/expf_poly.h) keep a fusion of arithmetic under the hardware mode too, exact GELU's
+ * x·0.5·(1 + erf(x·(1/sqrt 2))) among it: on inputs around the smallest normal number (erf's z = a²
+ * raised to 2^-60, the products flushed or not, log of subnormal operands) and on ordinary ones
+ * with NaN, inf and ±0 (both polynomials, the switch at 1, the saturation from 4; log and log1p of
+ * negative numbers, zeros and -1; expm1 of tiny, ordinary and huge products), the results equal the
+ * reference's bit for bit, and the generated source calls all four. */
 static void test_hw_ftz_erf(void) {
     static const char *const dts[] = {"f32", "bf16"};
     char text[8192];
@@ -775,11 +775,13 @@ static void test_hw_ftz_erf(void) {
                  "  xh = %s[3000] multiply(x, hb)\n  g = %s[3000] multiply(xh, s)\n"
                  "  lm = %s[3000] log(m)\n  lx = %s[3000] log(x)\n  pm = %s[3000] log-plus-one(m)\n"
                  "  py = %s[3000] log-plus-one(y)\n  mo = %s[3000] subtract(x, ob)\n"
-                 "  pmo = %s[3000] log-plus-one(mo)\n"
+                 "  pmo = %s[3000] log-plus-one(mo)\n  xm = %s[3000] exponential-minus-one(m)\n"
+                 "  xx = %s[3000] exponential-minus-one(xs)\n"
                  "  ROOT t = (%s[3000], %s[3000], %s[3000], %s[3000], %s[3000], %s[3000], "
-                 "%s[3000], %s[3000]) tuple(em, ex, g, lm, lx, pm, py, pmo)\n}\n",
+                 "%s[3000], %s[3000], %s[3000], %s[3000]) "
+                 "tuple(em, ex, g, lm, lx, pm, py, pmo, xm, xx)\n}\n",
                  t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t,
-                 t, t);
+                 t, t, t, t, t, t);
         for (int tiny = 0; tiny < 2; tiny++) {
             g_tiny = tiny == 1;
             check_module(text, 960 + (uint64_t)(2 * j + tiny), true);
@@ -794,8 +796,8 @@ static void test_hw_ftz_erf(void) {
         EXPECT_TRUE(p != NULL && p->nnative >= 1);
         char *src = p ? program_source(p) : NULL;
         /* called: named again after the preamble's definition */
-        static const char *const fns[] = {"ot_erff(", "ot_logf(", "ot_log1pf("};
-        for (int k = 0; k < 3; k++) {
+        static const char *const fns[] = {"ot_erff(", "ot_logf(", "ot_log1pf(", "ot_expm1f("};
+        for (int k = 0; k < 4; k++) {
             const char *d = src ? strstr(src, fns[k]) : NULL;
             EXPECT_TRUE(d != NULL && strstr(d + 1, fns[k]) != NULL);
         }

@@ -148,11 +148,15 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp and tanh (src/exec/expf_poly.h): the same text */
+/* the reference's f32 exp, tanh, erf, log, log1p and expm1 (src/exec/expf_poly.h): the same
+ * text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
-static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n" OT_STR(
-    OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n";
+/* clang-format off */
+static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
+                                    OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
+                                    OT_STR(OT_EXPM1F_DEF) "\n";
+/* clang-format on */
 
 void cg_emit_preamble(ot_strbuf *src) {
     ot_strbuf_printf(src, "%s%s", preamble, preamble_expf);
@@ -330,9 +334,9 @@ static bool hw_op_ok(ot_opcode op) {
 #endif
 }
 
-/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, tanh, erf, log and
- * log1p, the library's own ot_expf_ftz, ot_tanhf, ot_erff, ot_logf and ot_log1pf
- * (src/exec/expf_poly.h), whose steps never produce
+/* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, tanh, erf, log,
+ * log1p and expm1, the library's own ot_expf_ftz, ot_tanhf, ot_erff, ot_logf, ot_log1pf and
+ * ot_expm1f (src/exec/expf_poly.h), whose steps never produce
  * or read a subnormal float for a zero or normal operand and so give the same bits under the modes
  * (their operand keeps its software flushing); and logistic, 1 / (1 + ot_expf(-x)): a subnormal
  * ot_expf result only meets 1 + (it is below half an ulp of 1, read as 0 or not), and 1 / F for
@@ -355,7 +359,8 @@ static bool hw_instr_ok(const ot_instr *x) {
         if (!ot_dtype_is_float(f) && !ot_dtype_is_float(t)) return true; /* integer to integer */
     }
     return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
-            x->opcode == OT_OP_LOG || x->opcode == OT_OP_LOG1P || x->opcode == OT_OP_LOGISTIC) &&
+            x->opcode == OT_OP_LOG || x->opcode == OT_OP_LOG1P || x->opcode == OT_OP_EXPM1 ||
+            x->opcode == OT_OP_LOGISTIC) &&
            x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
 #else
     return false;
@@ -498,7 +503,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_ROUND_NEAREST_AFZ: return d ? "round(%s)" : "roundf(%s)";
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
     case OT_OP_EXP: return d ? "exp(%s)" : "ot_expf_ftz(%s)"; /* generated code always flushes */
-    case OT_OP_EXPM1: return d ? "expm1(%s)" : "expm1f(%s)";
+    case OT_OP_EXPM1: return d ? "expm1(%s)" : "ot_expm1f(%s)";
     case OT_OP_LOG: return d ? "log(%s)" : "ot_logf(%s)";
     case OT_OP_LOG1P: return d ? "log1p(%s)" : "ot_log1pf(%s)";
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
@@ -556,10 +561,10 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
-        /* ot_expf_ftz's result is flushed; ot_tanhf's, ot_erff's, ot_logf's and ot_log1pf's, of a
-         * flushed operand, are never subnormal */
+        /* ot_expf_ftz's result is flushed; ot_tanhf's, ot_erff's, ot_logf's, ot_log1pf's and
+         * ot_expm1f's, of a flushed operand, are never subnormal */
         if ((op == OT_OP_EXP || op == OT_OP_TANH || op == OT_OP_ERF || op == OT_OP_LOG ||
-             op == OT_OP_LOG1P) &&
+             op == OT_OP_LOG1P || op == OT_OP_EXPM1) &&
             t == OT_F32)
             return define(E, x, ctx, t, true, "%s", r);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {

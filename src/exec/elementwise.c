@@ -156,6 +156,7 @@ OT_EXPF_DEF
 OT_TANHF_DEF
 OT_ERFF_DEF
 OT_LOGF_DEF
+OT_EXPM1F_DEF
 
 static float logistic_f(float x) {
     /* 1 / (1 + exp(-x)), saturating cleanly at both ends */
@@ -186,7 +187,7 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_ROUND_NEAREST_AFZ: return roundf(x);
     case OT_OP_ROUND_NEAREST_EVEN: return nearbyintf(x);
     case OT_OP_EXP: return ex_ftz ? ot_expf_ftz(x) : ot_expf(x); /* the same bits, flushed */
-    case OT_OP_EXPM1: return expm1f(x);
+    case OT_OP_EXPM1: return ot_expm1f(x);
     case OT_OP_LOG: return ot_logf(x);
     case OT_OP_LOG1P: return ot_log1pf(x);
     case OT_OP_SQRT: return sqrtf(x);
@@ -245,7 +246,7 @@ static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     }
 }
 
-/* f32 exp, logistic, tanh, erf, log and log1p over an array, with unary_f32's functions and
+/* f32 exp, logistic, tanh, erf, log, log1p and expm1 over an array, with unary_f32's functions and
  * flushing: built for AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen at load, as
  * the runtime's reduce rows), where fmaf is the FMA instruction and the loop vectorizes; the
  * baseline build calls glibc's fmaf for each fmaf. fmaf rounds once by definition, so every clone
@@ -283,6 +284,11 @@ EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, 
             for (int64_t i = 0; i < n; i++) y[i] = ot_log1pf(daz_f32(x[i]));
         else
             for (int64_t i = 0; i < n; i++) y[i] = ot_log1pf(x[i]);
+    } else if (op == OT_OP_EXPM1) {
+        if (ftz)
+            for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(daz_f32(x[i]));
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(x[i]);
     } else if (ftz && op == OT_OP_LOGISTIC) {
         for (int64_t i = 0; i < n; i++) y[i] = daz_f32(logistic_f(daz_f32(x[i])));
     } else if (ftz) {
@@ -300,7 +306,7 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         return OT_OK;
     }
     if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH || op == OT_OP_ERF ||
-         op == OT_OP_LOG || op == OT_OP_LOG1P) &&
+         op == OT_OP_LOG || op == OT_OP_LOG1P || op == OT_OP_EXPM1) &&
         in == OT_F32 && out == OT_F32) {
         expf_array(x, y, n, ex_ftz, op);
         return OT_OK;

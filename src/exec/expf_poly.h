@@ -281,4 +281,53 @@
         return rb.f;                                                                               \
     }
 
+/* e^x - 1 for f32 (ot_expm1f), branch-free. x is clamped to [-25, 89] by integer minimums on the
+ * bits as in ot_expf (below -25 the result rounds to -1, above 88.73 it is inf; a NaN's result is
+ * decided from x), k = round(x / ln 2), r = x - k·ln 2 in two fmaf steps (|r| <= 0.347; r = x
+ * exactly when k = 0), e^r - 1 = r + r²·P(r), P of degree 5 (a weighted least-squares fit
+ * iterated towards minimax, within 2.4e-10 of (e^r - 1 - r)/r² relative to e^r - 1), then
+ * e^x - 1 = 2^k·(e^r - 1) + (2^k - 1) with one fmaf, 2^k - 1 being exact for k in [-24, 24];
+ * below, (2^k·(e^r - 1) + 2^k) - 1 (the fmaf's rounding is far below 1's ulp); above, where
+ * 2^k - 1 is not a float, 2^k·((e^r - 1) - 2^-k) + 2^k (2^-k taken as 2^-50 from k = 50 on, where
+ * it no longer matters; the inner subtraction's rounding costs under a quarter of an ulp).
+ * k = 128 takes 2^127 and doubles the result (exact, or the overflow to inf that rounding would
+ * give).
+ * |x| < 2^-25 gives x itself (e^x - 1 rounds to x there; this keeps ±0 and a subnormal x, which
+ * the caller flushes where its rules say so); a NaN comes back quieted. Only for such tiny x,
+ * whose result is x, can a step produce a subnormal (r²), so the result does not depend on the
+ * CPU's FTZ/DAZ modes, and it is never subnormal for a zero or normal x. Accuracy over every f32
+ * input: docs/exec.md (bench_vmath ulp --fn expm1). */
+#define OT_EXPM1F_DEF                                                                              \
+    static inline float ot_expm1f(float x) {                                                       \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, cb, tb, sb = {0x1.8p23f}, rb;                                                  \
+        uint32_t ux = xb.u < 0xc1c80000u ? xb.u : 0xc1c80000u; /* below -25 (-NaN too): -25 */     \
+        int32_t sx = (int32_t)ux;                              /* above 89 (+NaN too): 89 */       \
+        cb.u = (uint32_t)(sx < 0x42b20000 ? sx : 0x42b20000);                                      \
+        float t = fmaf(cb.f, 0x1.715476p0f, 0x1.8p23f);                                            \
+        float k = t - 0x1.8p23f;                                                                   \
+        float r = fmaf(k, -0x1.62e43p-1f, cb.f);                                                   \
+        r = fmaf(k, 0x1.05c61p-29f, r);                                                            \
+        float p = 0x1.a032bep-13f;                                                                 \
+        p = fmaf(p, r, 0x1.6d71f4p-10f);                                                           \
+        p = fmaf(p, r, 0x1.11118ap-7f);                                                            \
+        p = fmaf(p, r, 0x1.5554b2p-5f);                                                            \
+        p = fmaf(p, r, 0x1.555554p-3f);                                                            \
+        p = fmaf(p, r, 0x1p-1f);                                                                   \
+        float em = fmaf(r * r, p, r);                                                              \
+        tb.f = t;                                                                                  \
+        int32_t ki = (int32_t)(tb.u - sb.u);                                                       \
+        tb.u = (uint32_t)((ki < 127 ? ki : 127) + 127) << 23;                                      \
+        float mid = fmaf(tb.f, em, tb.f - 1.0f);                                                   \
+        float low = fmaf(tb.f, em, tb.f) - 1.0f;                                                   \
+        cb.u = (uint32_t)(127 - (ki < 50 ? ki : 50)) << 23; /* 2^-k, for k in [25, 50] */          \
+        float high = fmaf(tb.f, em - cb.f, tb.f);                                                  \
+        rb.f = ki < -24 ? low : ki <= 24 ? mid : ki > 127 ? high * 2.0f : high;                    \
+        rb.u = (xb.u & 0x7fffffffu) < 0x33000000u ? xb.u : rb.u; /* |x| < 2^-25: x itself */       \
+        rb.u = (xb.u & 0x7fffffffu) > 0x7f800000u ? xb.u | 0x400000u : rb.u;                       \
+        return rb.f;                                                                               \
+    }
+
 #endif
