@@ -152,8 +152,8 @@ int main(int argc, char **argv) {
             openblas_set_num_threads(threads);
             wait_quiet();
             uint64_t t2 = ot_now_ns();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n,
-                        (int)d->k, 1.0f, ga, (int)d->k, gb, (int)d->n, 0.0f, gc, (int)d->n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n, (int)d->k,
+                        1.0f, ga, (int)d->k, gb, (int)d->n, 0.0f, gc, (int)d->n);
             uint64_t t3 = ot_now_ns();
             if (r >= 0) {
                 ours[r] = flops / (double)(t1 - t0);
