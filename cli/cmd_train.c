@@ -55,6 +55,11 @@ static const char usage[] =
     "                       every H steps and at the end (default off); every device's state\n"
     "                       is checkpointed (--resume is exact; not with --mpi); no\n"
     "                       --fail-device, no --grad-compress\n"
+    "  --shard-optimizer    ZeRO-1: gradients reduce-scattered, each device updates and holds\n"
+    "                       the optimizer state of its 1/N block of the parameters, which are\n"
+    "                       then all-gathered; bit for bit the unsharded run. Elementwise\n"
+    "                       optimizers only (not lamb, lars, adafactor), --allreduce tree or\n"
+    "                       direct, one process, no checkpoints (off by default with it)\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       created with its parents (default optitpu-train/ckpt; 'none'\n"
     "                       disables)\n"
@@ -100,6 +105,7 @@ static const char usage[] =
     "  optitpu train --devices 1 --batch-size 32 --grad-accum 4   # batch 128 on one device\n"
     "  optitpu train --grad-compress int8 --json   # 1/4 of the all-reduce bytes\n"
     "  optitpu train --optimizer sgd --local-sgd 8   # average the parameters every 8 steps\n"
+    "  optitpu train --devices 4 --shard-optimizer --json   # 1/4 of the optimizer state each\n"
     "  optitpu train --ckpt-dir ck --ckpt-replicas 2   # ck, ck.replica1 and ck.replica2\n"
     "  optitpu train --devices 4 --migrate 2@100   # device 2's replica onto a spare at step 100\n"
     "  optitpu train --slice v4-2x2x2:2x2x1 & optitpu train --slice v4-2x2x2:2x2x1   # 2 jobs\n";
@@ -350,6 +356,8 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
         if (ot_coll_algo_from_name(val) < 0)
             return cli_usage_error("train", "--allreduce: unknown algorithm '%s'", val);
         c->o.allreduce = val;
+    } else if (!strcmp(a, "--shard-optimizer")) {
+        c->o.shard_optimizer = true;
     } else if (!strcmp(a, "--local-sgd")) {
         NEED();
         if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))
@@ -749,6 +757,9 @@ static void print_summary(const ot_train_report *r, const char *ckpt_dir, const 
                1e3 * r->migrate_s);
     printf("  all-reduce: %lld bytes per device per step, %lld in all\n",
            (long long)r->allreduce_bytes_per_step, (long long)r->allreduce_bytes);
+    printf("  optimizer state: %lld bytes per device%s\n",
+           (long long)r->optim_state_bytes_per_device,
+           r->shard_optimizer ? " (sharded: its block of the parameters)" : "");
     if (r->compile_cache_hits + r->compile_cache_misses)
         printf("  compile: %.3f s (%d executable(s) loaded from the compilation cache, %d "
                "compiled)\n",
@@ -776,7 +787,10 @@ static int run_train(train_cli *c, int prank) {
         /* the default directory belongs to this command: a new run without --resume starts over */
         if (!o.resume) o.fresh = true;
     }
-    o.ckpt_dir = c->ckpt_off ? NULL : ckpt_dir;
+    /* the sharded optimizer state is not checkpointed: no default checkpoints with it (an
+     * explicit --ckpt-dir is refused by ot_train) */
+    bool no_ckpt = c->ckpt_off || (o.shard_optimizer && !c->ckpt_dir);
+    o.ckpt_dir = no_ckpt ? NULL : ckpt_dir;
     char replica_buf[8][4096];
     const char *replicas[8];
     size_t dl = strlen(ckpt_dir);

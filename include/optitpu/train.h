@@ -186,6 +186,19 @@ typedef struct ot_train_options {
      * its own replicas only). Refused with grad_compress (nothing to compress) and fail_device
      * (no survivor holds the pod's state); a failure ends the run. 0 (default): off. */
     int64_t local_sgd;
+    /* Sharded optimizer update (ZeRO stage 1, one process): the gradients are reduce-scattered
+     * over the pod instead of all-reduced, each device updates only its contiguous block of
+     * ceil(P / devices) elements (rounded up to 16) of the flat parameters (all parameters back
+     * to back in model order, zero-padded at the end) and holds only that block's optimizer
+     * state, then the updated blocks are all-gathered into every device's parameters. The
+     * reduction is the all-reduce's algorithm (tree or direct: their summation order does not
+     * depend on the vector's length or split) and the update elementwise, so the run is bit
+     * for bit the unsharded one. Refused (with the reason): optimizers whose update couples
+     * elements (lamb, lars, adafactor; allowed: sgd, adam, adamw, rmsprop, adagrad, adadelta,
+     * radam, nadam, lion), the ring, halving-doubling and hier2d all-reduces (also when auto
+     * picks one), int8 state, mpi, checkpoints and resume (the sharded state is not
+     * checkpointed), grad_compress, local_sgd, fail_device and migrate_device. */
+    bool shard_optimizer;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;
     int devices; /* default 8 */
@@ -291,6 +304,10 @@ typedef struct ot_train_report {
      * on average over the run's steps, and their sum over the run's steps and replicas. */
     int64_t allreduce_bytes_per_step;
     int64_t allreduce_bytes;
+    /* The optimizer state one device holds (its state tensors' bytes; with shard_optimizer its
+     * block's, about 1/devices of the unsharded figure). */
+    int64_t optim_state_bytes_per_device;
+    bool shard_optimizer; /* the run sharded its optimizer update */
     /* Compiling the executables (or loading them from compile_cache), and how many of them were
      * loaded from / stored into the cache. */
     double compile_s;

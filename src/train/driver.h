@@ -142,6 +142,9 @@ struct trainer {
     ot_grad_compress compress; /* the gradient all-reduce's compression (NONE: exact) */
     double topk_fraction;
     int64_t local_sgd; /* o->local_sgd: average parameters every local_sgd steps (0: off) */
+    /* o->shard_optimizer: elements of each device's block of the flat parameters (topt then
+     * updates one f32[shard_len] tensor per device); 0: not sharded */
+    int64_t shard_len;
     /* --grad-compress's error-feedback residuals, total_elems floats per member in pod rank
      * order: every member's row is written at checkpoint steps and at a segment's end (then a
      * barrier), for the leader's checkpoint of step ck_resid_step over ck_resid_n members; and

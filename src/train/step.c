@@ -123,6 +123,11 @@ typedef struct replica_run {
     int32_t *yb;
     float *flat;             /* gradients, loss and correct count: what the all-reduce sums */
     ot_grad_aggregator *agg; /* the gradients' compressing all-reduce (NULL: uncompressed) */
+    /* --shard-optimizer: the reduce-scatter's options (the all-reduce's algorithm), the flat
+     * parameters (devices * t->shard_len, identical on every device), this device's block of
+     * the reduced gradients and of the updated parameters (t->shard_len each) */
+    ot_coll_options rs_coll, ag_coll; /* the all-gather copies: any algorithm (auto) */
+    float *pflat, *gblock, *pblock;
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
 } replica_run;
 
@@ -232,11 +237,24 @@ static ot_status phase_allreduce(replica_run *rr) {
         s = ot_grad_aggregate(rr->agg, &g);
         if (s == OT_OK) s = t->pod_vt->allreduce(t, &rr->m, rr->flat + t->total_elems, 2);
         bytes = (int64_t)ot_grad_last_wire_bytes(rr->agg) + 2 * (int64_t)sizeof(float);
+    } else if (t->shard_len) {
+        /* sharded: the gradients (zero-padded to the devices' blocks) reduce-scattered, the
+         * loss and correct count all-reduced on their own (the same algorithm: same bits) */
+        size_t total = (size_t)t->total_elems, padded = (size_t)rr->m.n * (size_t)t->shard_len;
+        float metrics[2] = {rr->flat[total], rr->flat[total + 1]};
+        memset(rr->flat + total, 0, (padded - total) * sizeof(float));
+        s = ot_comm_reduce_scatter(rr->m.comm, rr->flat, rr->gblock, (size_t)t->shard_len, OT_F32,
+                                   OT_REDOP_SUM, &rr->rs_coll);
+        if (s == OT_OK) s = t->pod_vt->allreduce(t, &rr->m, metrics, 2);
+        rr->flat[total] = metrics[0];
+        rr->flat[total + 1] = metrics[1];
+        bytes = ((int64_t)padded + 2) * (int64_t)sizeof(float);
     } else {
         s = t->pod_vt->allreduce(t, &rr->m, rr->flat, (size_t)t->total_elems + 2);
         bytes = (t->total_elems + 2) * (int64_t)sizeof(float);
     }
-    train_phase_end(t, r, PH_COMM, pc, "all-reduce", !t->pod_vt->comm_traced);
+    train_phase_end(t, r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce",
+                    !t->pod_vt->comm_traced);
     if (s == OT_OK && rr->m.g == 0) {
         t->rep->allreduce_bytes += bytes * rr->m.n;
         t->member_steps += rr->m.n;
@@ -312,11 +330,60 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
     return s;
 }
 
+/* Sharded update: this device's block of the flat parameters and of the reduced gradients onto
+ * the device, the compiled update of that block (its optimizer state is the device's only),
+ * then every device's updated block all-gathered into the flat parameters and those put back
+ * as the device's parameters. */
+static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    size_t len = (size_t)t->shard_len;
+    ot_shape bs;
+    ot_shape_make(&bs, OT_F32, 1, (int64_t[]){t->shard_len});
+    ot_tensor hp, hg;
+    ot_tensor_borrow(&hp, &bs, rr->pflat + (size_t)rr->m.rank * len);
+    ot_tensor_borrow(&hg, &bs, rr->gblock);
+    ot_buffer *p = NULL, *g = NULL;
+    phase_clock pc = train_phase_start();
+    ot_status s = ot_buffer_from_host(r->dev, &hp, &p);
+    if (s == OT_OK) s = ot_buffer_from_host(r->dev, &hg, &g);
+    train_phase_end(t, r, PH_OTHER, pc, "scatter", false);
+    if (s == OT_OK) {
+        pc = train_phase_start();
+        s = ot_tpu_optimizer_step(t->topt, r->dev, &p, &g, step + 1, lr, NULL);
+        train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
+    }
+    ot_buffer_free(g);
+    if (s == OT_OK) {
+        ot_tensor h;
+        s = ot_buffer_to_host(p, &h);
+        if (s == OT_OK) {
+            memcpy(rr->pblock, h.data, len * sizeof(float));
+            ot_tensor_release(&h);
+        }
+    }
+    ot_buffer_free(p);
+    if (s != OT_OK) return s;
+    pc = train_phase_start();
+    s = ot_comm_allgather(rr->m.comm, rr->pblock, rr->pflat, len, OT_F32, &rr->ag_coll);
+    train_phase_end(t, r, PH_COMM, pc, "all-gather", !t->pod_vt->comm_traced);
+    if (s != OT_OK) return s;
+    if (rr->m.g == 0) t->rep->allreduce_bytes += (int64_t)(len * sizeof(float)) * rr->m.n;
+    ot_tensor host[MAX_PARAMS];
+    size_t pos = 0;
+    for (int k = 0; k < t->nparams; k++) {
+        ot_tensor_borrow(&host[k], ot_model_param_shape(t->model, k), rr->pflat + pos);
+        pos += t->sizes[k];
+    }
+    return train_put_params(t, r, host);
+}
+
 /* Optimizer update: the summed gradients back onto the device, then the compiled update of
  * every parameter with this step's learning rate. */
 static ot_status phase_update(replica_run *rr, int64_t step, double lr) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
+    if (t->shard_len) return phase_update_shard(rr, step, lr);
     phase_clock pc = train_phase_start();
     ot_buffer *grads[MAX_PARAMS];
     memset(grads, 0, sizeof grads);
@@ -419,6 +486,54 @@ static void replica_failed(replica_run *rr, ot_status s) {
  * The loop
  * ------------------------------------------------------------------------------------------- */
 
+/* --shard-optimizer's member set-up: the reduce-scatter takes the algorithm the unsharded
+ * all-reduce of the same gradients would run (the cost model's choice under auto), which must
+ * be one whose summation order does not depend on the split (tree, direct); the flat parameters
+ * start as the device's parameters. */
+static ot_status shard_begin(replica_run *rr) {
+    trainer *t = rr->t;
+    train_member *m = &rr->m;
+    if (!m->comm || m->n != t->o->devices)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "train: --shard-optimizer needs the in-process pod of all %d devices",
+                        t->o->devices);
+    rr->rs_coll = rr->ag_coll = t->coll;
+    rr->ag_coll.algo = OT_ALGO_AUTO;
+    if (rr->rs_coll.algo == OT_ALGO_AUTO)
+        rr->rs_coll.algo = ot_coll_choose(m->comm, OT_COLL_ALLREDUCE,
+                                          (size_t)(t->total_elems + 2) * sizeof(float));
+    if (rr->rs_coll.algo != OT_ALGO_TREE && rr->rs_coll.algo != OT_ALGO_DIRECT)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --shard-optimizer: the all-reduce here is %s, whose summation "
+                        "order depends on the split; give --allreduce tree or direct",
+                        ot_coll_algo_name(rr->rs_coll.algo));
+    size_t len = (size_t)t->shard_len, total = (size_t)m->n * len;
+    rr->pflat = ot_calloc(total, sizeof(float));
+    rr->gblock = ot_malloc(len * sizeof(float));
+    rr->pblock = ot_malloc(len * sizeof(float));
+    if (!rr->pflat || !rr->gblock || !rr->pblock)
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
+    size_t pos = 0;
+    ot_status s = OT_OK;
+    for (int k = 0; k < t->nparams && s == OT_OK; k++) {
+        ot_tensor h;
+        s = ot_buffer_to_host(m->r->params[k], &h);
+        if (s == OT_OK) {
+            memcpy(rr->pflat + pos, h.data, h.nbytes);
+            pos += t->sizes[k];
+            ot_tensor_release(&h);
+        }
+    }
+    if (s == OT_OK && m->rank == 0)
+        train_log(t,
+                  "sharded optimizer update: gradients reduce-scattered (%s) in blocks of %lld "
+                  "elements over %d devices, each updating its block and holding its optimizer "
+                  "state (%lld bytes), parameters all-gathered",
+                  ot_coll_algo_name(rr->rs_coll.algo), (long long)t->shard_len, m->n,
+                  (long long)t->rep->optim_state_bytes_per_device);
+    return s;
+}
+
 /* The replica's shard, executable, deadline and scratch; the pod's member set-up. */
 static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm) {
     memset(rr, 0, sizeof *rr);
@@ -450,9 +565,16 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     rr->idx = ot_malloc((size_t)t->step_batch * sizeof *rr->idx);
     rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
     rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
-    rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
+    size_t nflat = (size_t)t->total_elems + 2;
+    if (t->shard_len && (size_t)m->n * (size_t)t->shard_len > nflat)
+        nflat = (size_t)m->n * (size_t)t->shard_len;
+    rr->flat = ot_malloc(nflat * sizeof *rr->flat);
     if (!rr->idx || !rr->xb || !rr->yb || !rr->flat)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
+    if (t->shard_len) {
+        s = shard_begin(rr);
+        if (s != OT_OK) return s;
+    }
     ot_shape_make(&rr->xs, OT_F32, 2, (int64_t[]){rr->nb, F});
     ot_shape_make(&rr->ys, OT_S32, 1, (int64_t[]){rr->nb});
     if (t->compress != OT_COMPRESS_NONE) {
@@ -483,6 +605,9 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
 
 static void run_end(replica_run *rr) {
     if (rr->t->pod_vt->member_end) rr->t->pod_vt->member_end(rr->t, &rr->m);
+    ot_free(rr->pflat);
+    ot_free(rr->gblock);
+    ot_free(rr->pblock);
     ot_free(rr->idx);
     ot_free(rr->xb);
     ot_free(rr->yb);

@@ -224,6 +224,53 @@ static ot_status parse_compress(const char *v, ot_grad_compress *c, double *frac
                     v);
 }
 
+/* The optimizers whose update is elementwise: a block of the flat parameters updates exactly as
+ * the same elements of the whole tensors do. */
+static const char *const shard_optimizers[] = {"sgd",      "adam",  "adamw", "rmsprop", "adagrad",
+                                               "adadelta", "radam", "nadam", "lion"};
+
+/* --shard-optimizer's refusals (options.shard_optimizer says why each one is refused). */
+static ot_status validate_shard(const ot_train_options *o, ot_grad_compress c) {
+    const char *opt = o->optimizer ? o->optimizer : "adam";
+    bool ok = false;
+    for (size_t i = 0; i < sizeof shard_optimizers / sizeof *shard_optimizers; i++)
+        ok |= !strcmp(opt, shard_optimizers[i]);
+    if (!ok)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --shard-optimizer with --optimizer %s is refused: its update "
+                        "couples elements (trust ratios, factored moments) across the devices' "
+                        "blocks; elementwise ones shard: sgd, adam, adamw, rmsprop, adagrad, "
+                        "adadelta, radam, nadam, lion",
+                        opt);
+    if (o->mpi)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "train: --shard-optimizer is not available with --mpi (the in-process "
+                        "pod only)");
+    if (o->ckpt_dir || o->resume)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "train: --shard-optimizer does not checkpoint its sharded optimizer state "
+                        "(each device holds its block only): run without checkpoints and resume");
+    if (o->state_format == OT_TPU_STATE_INT8)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --shard-optimizer with int8 state is refused (f32 or bf16)");
+    if (c != OT_COMPRESS_NONE || o->local_sgd > 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --shard-optimizer excludes --grad-compress and --local-sgd (it "
+                        "reduce-scatters the exact gradients)");
+    if (o->fail_device >= 0 || o->migrate_device >= 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --shard-optimizer excludes --fail-device and --migrate: no other "
+                        "device holds a device's block of the optimizer state");
+    int a = o->allreduce && o->allreduce[0] ? ot_coll_algo_from_name(o->allreduce) : OT_ALGO_AUTO;
+    if (a != OT_ALGO_AUTO && a != OT_ALGO_TREE && a != OT_ALGO_DIRECT)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --shard-optimizer with --allreduce %s is refused: its summation "
+                        "order depends on how the vector is split, so the reduce-scatter would "
+                        "not give the all-reduce's bits (tree or direct)",
+                        o->allreduce);
+    return OT_OK;
+}
+
 static ot_status validate(const ot_train_options *o) {
     if (o->devices < 1 || o->devices > MAX_DEVICES - 1)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: devices must be 1..%d, got %d",
@@ -309,7 +356,7 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --fail-device with --local-sgd is refused: between averages no "
                         "survivor holds the pod's state to recover from");
-    return OT_OK;
+    return o->shard_optimizer ? validate_shard(o, c) : OT_OK;
 }
 
 void ot_train_report_clear(ot_train_report *r) {
@@ -385,10 +432,19 @@ static ot_status setup_devices(trainer *t) {
     if (s == OT_OK) {
         ot_shape shapes[MAX_PARAMS];
         for (int k = 0; k < t->nparams; k++) shapes[k] = *ot_model_param_shape(t->model, k);
+        int nshapes = t->nparams;
+        if (o->shard_optimizer) {
+            /* one f32 block per device; a multiple of 16 elements keeps every block's start
+             * aligned like the flat buffers' tensors */
+            int64_t n = o->devices;
+            t->shard_len = ((t->total_elems + n - 1) / n + 15) / 16 * 16;
+            ot_shape_make(&shapes[0], OT_F32, 1, (int64_t[]){t->shard_len});
+            nshapes = 1;
+        }
         ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
         to.compile_cache = o->compile_cache;
         to.state_format = (ot_tpu_state_format)o->state_format;
-        s = ot_tpu_optimizer_create(t->optim, shapes, t->nparams, &to, &t->topt);
+        s = ot_tpu_optimizer_create(t->optim, shapes, nshapes, &to, &t->topt);
         if (s == OT_OK) {
             ot_tpu_profile tp;
             ot_tpu_optimizer_profile(t->topt, &tp);
@@ -402,7 +458,10 @@ static ot_status setup_devices(trainer *t) {
         int64_t e = t->total_elems * (int64_t)sizeof(float);
         ot_mem_item need[] = {{"parameters", e, true},
                               {"gradients", e, true},
-                              {"optimizer state", e * ot_optimizer_state_count(t->optim), true},
+                              {"optimizer state",
+                               (t->shard_len ? t->shard_len * (int64_t)sizeof(float) : e) *
+                                   ot_optimizer_state_count(t->optim),
+                               true},
                               {"all-reduce buffer", e, true}};
         s = ot_mem_admit("train", need, 4, ndev, 0, NULL);
     }
@@ -425,6 +484,12 @@ static ot_status setup_devices(trainer *t) {
         t->ck_resid_step = -1;
         if (!t->ck_resid) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: residual snapshot");
     }
+    for (int i = 0; s == OT_OK && i < ot_tpu_optimizer_state_count(t->topt); i++) {
+        ot_shape sh;
+        s = ot_tpu_optimizer_state_shape(t->topt, i, &sh);
+        if (s == OT_OK) t->rep->optim_state_bytes_per_device += ot_shape_nbytes_unchecked(&sh);
+    }
+    t->rep->shard_optimizer = t->shard_len > 0;
     if (s == OT_OK) s = train_describe_state(t);
     if (s == OT_OK) s = train_prepare_executables(t);
     if (s == OT_OK) s = compile_eval(t);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# optitpu train --shard-optimizer (ZeRO-1): the parameters end bit for bit as in the unsharded
+# data-parallel run (2, 3, 4 and 5 devices; several elementwise optimizers, bf16 state, gradient
+# accumulation, the tree and direct reductions), each device holds about 1/N of the optimizer
+# state, and what cannot shard is refused with a clear message and a non-zero exit.
+set -euo pipefail
+bin=$1
+builddir=$3
+work=$(mktemp -d "$builddir/train_shard_XXXXXX")
+trap 'rm -rf "$work"' EXIT
+field() { sed -n "s/.*\"$2\":\"\\{0,1\\}\\([0-9a-z]*\\).*/\\1/p" "$1"; }
+common=(--steps 25 --eval-every 10 --ckpt-dir none --json --quiet --out "$work/o")
+
+check() { # NAME DEVICES SLOTS EXTRA...: SLOTS array state slots of the optimizer
+  local name=$1 n=$2 slots=$3
+  shift 3
+  "$bin" train "${common[@]}" --devices "$n" "$@" >"$work/$name.ref.json"
+  "$bin" train "${common[@]}" --devices "$n" --shard-optimizer "$@" >"$work/$name.json"
+  local a b u s
+  a=$(field "$work/$name.ref.json" params_sha256)
+  b=$(field "$work/$name.json" params_sha256)
+  [[ -n $a && $a == "$b" ]] || { echo "$name: sharded parameters $b differ from unsharded $a"; exit 1; }
+  grep -q '"shard_optimizer":true' "$work/$name.json"
+  grep -q '"shard_optimizer":false' "$work/$name.ref.json"
+  u=$(field "$work/$name.ref.json" optim_state_bytes_per_device)
+  s=$(field "$work/$name.json" optim_state_bytes_per_device)
+  # N blocks cover the parameters; each block is padded by at most 16 elements plus the
+  # rounding of P / N, and a scalar slot (nadam) adds 4 bytes per device
+  ((s * n >= u && s * n <= u + n * (16 + 1) * 4 * slots + 4 * n)) \
+    || { echo "$name: $s bytes of state per device sharded, $u unsharded, $n devices"; exit 1; }
+  ((slots == 0 || s * n < u + u / 2)) || { echo "$name: state not sharded ($s vs $u)"; exit 1; }
+}
+check adam2 2 2
+check adam4 4 2
+check lion3 3 1 --optimizer lion
+check nadam4 4 2 --optimizer nadam
+check rmsprop4 4 1 --optimizer rmsprop --state bf16
+check adamw_accum 4 2 --optimizer adamw --weight-decay 0.01 --grad-accum 2
+check direct5 5 2 --allreduce direct
+check sgd4 4 0 --optimizer sgd
+
+# the log names the reduction and the block
+"$bin" train --steps 2 --devices 4 --ckpt-dir none --out "$work/o" --shard-optimizer \
+  >/dev/null 2>"$work/log"
+grep -q "sharded optimizer update: gradients reduce-scattered (tree) in blocks of 2416 elements over 4 devices" "$work/log" \
+  || { echo "no sharding line in the log"; cat "$work/log"; exit 1; }
+
+refused() { # MESSAGE ARGS...
+  local msg=$1
+  shift
+  set +e
+  "$bin" train --steps 2 --devices 4 --quiet --out "$work/o" --shard-optimizer "$@" >/dev/null \
+    2>"$work/err"
+  local rc=$?
+  set -e
+  [[ $rc -ne 0 ]] || { echo "--shard-optimizer $*: accepted"; exit 1; }
+  grep -q -- "$msg" "$work/err" || { echo "--shard-optimizer $*: message"; cat "$work/err"; exit 1; }
+}
+refused "with --optimizer lamb is refused: its update couples elements" --optimizer lamb
+refused "with --optimizer lars is refused" --optimizer lars
+refused "with --allreduce ring is refused" --allreduce ring
+refused "does not checkpoint its sharded optimizer state" --ckpt-dir "$work/ck"
+refused "excludes --grad-compress and --local-sgd" --grad-compress int8
+refused "excludes --grad-compress and --local-sgd" --optimizer sgd --local-sgd 2
+refused "excludes --fail-device and --migrate" --fail-device 1@2
+echo ok
