@@ -188,8 +188,9 @@ typedef struct ot_train_options {
     int64_t local_sgd;
     /* Sharded optimizer update (ZeRO stage 1, one process): the gradients are reduce-scattered
      * over the pod instead of all-reduced, each device updates only its contiguous block of
-     * ceil(P / devices) elements (rounded up to 16) of the flat parameters (all parameters back
-     * to back in model order, zero-padded at the end) and holds only that block's optimizer
+     * ceil((16 + P) / devices) elements (rounded up to 16) of a flat vector (16 head elements
+     * carrying the loss and correct count, then all parameters back to back in model order,
+     * zero-padded at the end) and holds only that block's optimizer
      * state, then the updated blocks are all-gathered into every device's parameters. The
      * reduction is the all-reduce's algorithm (tree or direct: their summation order does not
      * depend on the vector's length or split) and the update elementwise, so the run is bit

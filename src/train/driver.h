@@ -26,7 +26,9 @@
 
 #define MAX_PARAMS  (2 * (OT_MODEL_MAX_HIDDEN + 2))
 #define MAX_DEVICES 64
-#define MAX_EXES    8
+/* --shard-optimizer: elements before the parameters in the flat vector (a multiple of 16) */
+#define SHARD_HEAD 16
+#define MAX_EXES   8
 /* what a device stopped by an injected fault returns (it leaves without telling anyone) */
 #define INJECTED_STOP OT_ERR_CANCELLED
 
@@ -142,8 +144,9 @@ struct trainer {
     ot_grad_compress compress; /* the gradient all-reduce's compression (NONE: exact) */
     double topk_fraction;
     int64_t local_sgd; /* o->local_sgd: average parameters every local_sgd steps (0: off) */
-    /* o->shard_optimizer: elements of each device's block of the flat parameters (topt then
-     * updates one f32[shard_len] tensor per device); 0: not sharded */
+    /* o->shard_optimizer: elements of each device's block of the flat vector, SHARD_HEAD
+     * elements (the loss and correct count, then zeros) then the parameters in model order,
+     * zero-padded (topt then updates one f32[shard_len] tensor per device); 0: not sharded */
     int64_t shard_len;
     /* --grad-compress's error-feedback residuals, total_elems floats per member in pod rank
      * order: every member's row is written at checkpoint steps and at a segment's end (then a

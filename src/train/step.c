@@ -123,11 +123,13 @@ typedef struct replica_run {
     int32_t *yb;
     float *flat;             /* gradients, loss and correct count: what the all-reduce sums */
     ot_grad_aggregator *agg; /* the gradients' compressing all-reduce (NULL: uncompressed) */
-    /* --shard-optimizer: the reduce-scatter's options (the all-reduce's algorithm), the flat
-     * parameters (devices * t->shard_len, identical on every device), this device's block of
-     * the reduced gradients and of the updated parameters (t->shard_len each) */
+    /* --shard-optimizer: the reduce-scatter's options (the all-reduce's algorithm); the
+     * reduce-scatter's input and the flat parameters (devices * t->shard_len each, laid out as
+     * SHARD_HEAD then the parameters in model order, then zeros; the parameters identical on
+     * every device); this device's block of the reduced vector and of the updated parameters
+     * (t->shard_len each) */
     ot_coll_options rs_coll, ag_coll; /* the all-gather copies: any algorithm (auto) */
-    float *pflat, *gblock, *pblock;
+    float *send, *pflat, *gblock, *pblock;
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
 } replica_run;
 
@@ -238,17 +240,23 @@ static ot_status phase_allreduce(replica_run *rr) {
         if (s == OT_OK) s = t->pod_vt->allreduce(t, &rr->m, rr->flat + t->total_elems, 2);
         bytes = (int64_t)ot_grad_last_wire_bytes(rr->agg) + 2 * (int64_t)sizeof(float);
     } else if (t->shard_len) {
-        /* sharded: the gradients (zero-padded to the devices' blocks) reduce-scattered, the
-         * loss and correct count all-reduced on their own (the same algorithm: same bits) */
+        /* sharded: loss and correct count in the head, the gradients after it, zero-padded to
+         * the devices' blocks, reduce-scattered (one collective: the leader's block holds the
+         * head) */
         size_t total = (size_t)t->total_elems, padded = (size_t)rr->m.n * (size_t)t->shard_len;
-        float metrics[2] = {rr->flat[total], rr->flat[total + 1]};
-        memset(rr->flat + total, 0, (padded - total) * sizeof(float));
-        s = ot_comm_reduce_scatter(rr->m.comm, rr->flat, rr->gblock, (size_t)t->shard_len, OT_F32,
+        float *x = rr->send;
+        memset(x, 0, SHARD_HEAD * sizeof(float));
+        x[0] = rr->flat[total];
+        x[1] = rr->flat[total + 1];
+        memcpy(x + SHARD_HEAD, rr->flat, total * sizeof(float));
+        memset(x + SHARD_HEAD + total, 0, (padded - SHARD_HEAD - total) * sizeof(float));
+        s = ot_comm_reduce_scatter(rr->m.comm, x, rr->gblock, (size_t)t->shard_len, OT_F32,
                                    OT_REDOP_SUM, &rr->rs_coll);
-        if (s == OT_OK) s = t->pod_vt->allreduce(t, &rr->m, metrics, 2);
-        rr->flat[total] = metrics[0];
-        rr->flat[total + 1] = metrics[1];
-        bytes = ((int64_t)padded + 2) * (int64_t)sizeof(float);
+        if (s == OT_OK && rr->m.rank == 0) {
+            rr->flat[total] = rr->gblock[0];
+            rr->flat[total + 1] = rr->gblock[1];
+        }
+        bytes = (int64_t)padded * (int64_t)sizeof(float);
     } else {
         s = t->pod_vt->allreduce(t, &rr->m, rr->flat, (size_t)t->total_elems + 2);
         bytes = (t->total_elems + 2) * (int64_t)sizeof(float);
@@ -333,7 +341,9 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
 /* Sharded update: this device's block of the flat parameters and of the reduced gradients onto
  * the device, the compiled update of that block (its optimizer state is the device's only),
  * then every device's updated block all-gathered into the flat parameters and those put back
- * as the device's parameters. */
+ * as the device's parameters. The head's slots in the leader's block are updated too (with the
+ * loss and correct count as their gradients) and never read: an elementwise update leaves the
+ * parameters' elements alone. */
 static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
@@ -372,7 +382,7 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     ot_tensor host[MAX_PARAMS];
     size_t pos = 0;
     for (int k = 0; k < t->nparams; k++) {
-        ot_tensor_borrow(&host[k], ot_model_param_shape(t->model, k), rr->pflat + pos);
+        ot_tensor_borrow(&host[k], ot_model_param_shape(t->model, k), rr->pflat + SHARD_HEAD + pos);
         pos += t->sizes[k];
     }
     return train_put_params(t, r, host);
@@ -508,10 +518,11 @@ static ot_status shard_begin(replica_run *rr) {
                         "order depends on the split; give --allreduce tree or direct",
                         ot_coll_algo_name(rr->rs_coll.algo));
     size_t len = (size_t)t->shard_len, total = (size_t)m->n * len;
+    rr->send = ot_malloc(total * sizeof(float));
     rr->pflat = ot_calloc(total, sizeof(float));
     rr->gblock = ot_malloc(len * sizeof(float));
     rr->pblock = ot_malloc(len * sizeof(float));
-    if (!rr->pflat || !rr->gblock || !rr->pblock)
+    if (!rr->send || !rr->pflat || !rr->gblock || !rr->pblock)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
     size_t pos = 0;
     ot_status s = OT_OK;
@@ -519,7 +530,7 @@ static ot_status shard_begin(replica_run *rr) {
         ot_tensor h;
         s = ot_buffer_to_host(m->r->params[k], &h);
         if (s == OT_OK) {
-            memcpy(rr->pflat + pos, h.data, h.nbytes);
+            memcpy(rr->pflat + SHARD_HEAD + pos, h.data, h.nbytes);
             pos += t->sizes[k];
             ot_tensor_release(&h);
         }
@@ -565,10 +576,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     rr->idx = ot_malloc((size_t)t->step_batch * sizeof *rr->idx);
     rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
     rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
-    size_t nflat = (size_t)t->total_elems + 2;
-    if (t->shard_len && (size_t)m->n * (size_t)t->shard_len > nflat)
-        nflat = (size_t)m->n * (size_t)t->shard_len;
-    rr->flat = ot_malloc(nflat * sizeof *rr->flat);
+    rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
     if (!rr->idx || !rr->xb || !rr->yb || !rr->flat)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
     if (t->shard_len) {
@@ -605,6 +613,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
 
 static void run_end(replica_run *rr) {
     if (rr->t->pod_vt->member_end) rr->t->pod_vt->member_end(rr->t, &rr->m);
+    ot_free(rr->send);
     ot_free(rr->pflat);
     ot_free(rr->gblock);
     ot_free(rr->pblock);

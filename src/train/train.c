@@ -437,12 +437,21 @@ static ot_status setup_devices(trainer *t) {
             /* one f32 block per device; a multiple of 16 elements keeps every block's start
              * aligned like the flat buffers' tensors */
             int64_t n = o->devices;
-            t->shard_len = ((t->total_elems + n - 1) / n + 15) / 16 * 16;
+            t->shard_len = ((SHARD_HEAD + t->total_elems + n - 1) / n + 15) / 16 * 16;
             ot_shape_make(&shapes[0], OT_F32, 1, (int64_t[]){t->shard_len});
             nshapes = 1;
         }
         ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
         to.compile_cache = o->compile_cache;
+        /* a device's block is often under the size from which AUTO generates native code (the
+         * unsharded update reaches it through the largest tensor): native code for it anyway,
+         * unless the environment turned code generation off */
+        ot_compile_options co = ot_compile_options_default();
+        const char *cg = getenv("OPTITPU_CODEGEN");
+        if (t->shard_len && !(cg && !strcmp(cg, "0"))) {
+            co.native = OT_NATIVE_ON;
+            to.compile = &co;
+        }
         to.state_format = (ot_tpu_state_format)o->state_format;
         s = ot_tpu_optimizer_create(t->optim, shapes, nshapes, &to, &t->topt);
         if (s == OT_OK) {
