@@ -602,9 +602,10 @@ static ot_status run_loop(trainer *t) {
         ot_status st[MAX_DEVICES];
         ot_status rs = run_segment(t, end, st);
         if (rs == OT_OK) break;
-        /* LocalSGD: the replicas' states differ between averages; none can stand for the pod */
-        s = t->pod_vt->recover && !t->local_sgd ? t->pod_vt->recover(t, rs, st)
-                                                : train_first_error(t, rs);
+        /* LocalSGD: the replicas' states differ between averages; the sharded update: each
+         * device holds its block's state only; either way none can stand for the pod */
+        s = t->pod_vt->recover && !t->local_sgd && !t->shard_len ? t->pod_vt->recover(t, rs, st)
+                                                                 : train_first_error(t, rs);
     }
     return s;
 }
