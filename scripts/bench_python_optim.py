@@ -2,7 +2,7 @@
 """optitpu.optim.AdamW.step() from Python against the C path and torch, in one run.
 
     python scripts/bench_python_optim.py --optitpu build/optitpu [--params 16M] [--tensors 200]
-                                         [--reps 7] [--rounds 3] [--json]
+                                         [--reps 7] [--rounds 3] [--json] [--breakdown]
 
 The parameters are split into tensors with the sizes `optitpu bench optim` uses (a fixed mix
 spanning three orders of magnitude). Each round runs, one after the other: the C path
@@ -12,6 +12,13 @@ and torch.optim.AdamW(fused=True) on the same tensors (foreach=True on a torch w
 CPU AdamW), each the median of `reps` steps after a
 warm-up. Figures are the medians over rounds; ratios are Python / C and torch / Python, every
 side on --threads threads (default: the CPU count).
+
+--breakdown adds, per round, where the NumPy step's time goes, the cases taking turns step by
+step: the NumPy step again, the compiled update called directly on the same arrays (the step
+minus it is the Python layer's own work), the same call on copies of every array placed back to
+back in one huge-page stream allocation (what the arrays' placement in memory costs), and the
+NumPy step, the direct call and the C path on as many 1-element tensors (the fixed per-tensor
+cost of the update itself, by side), with torch the Python step on 1-element torch tensors too.
 """
 
 import argparse
@@ -24,6 +31,7 @@ import time
 import numpy as np
 
 import optitpu
+from optitpu import _core
 
 M64 = (1 << 64) - 1
 
@@ -66,6 +74,70 @@ def c_path(binary, params, tensors, reps):
     raise SystemExit("optitpu bench optim printed no step time")
 
 
+def one_arena(arrays):
+    """Copies of arrays back to back in one stream allocation (huge pages), each start 64-byte
+    aligned and staggered by 1..7 further cache lines so that neighbours do not alias."""
+    pad = [16 * (i % 7 + 1) for i in range(len(arrays))]
+    total = sum((a.size + 15) // 16 * 16 + q for a, q in zip(arrays, pad))
+    big = np.asarray(_core.full("f32", (total,), 0.0, True))
+    out, off = [], 0
+    for a, q in zip(arrays, pad):
+        v = big[off:off + a.size].reshape(a.shape)
+        v[...] = a
+        out.append(v)
+        off += (a.size + 15) // 16 * 16 + q
+    return out
+
+
+def direct_call(opt):
+    """The group's compiled update and its arguments, as step() passes them (NumPy params)."""
+    g = opt.param_groups[0]
+    subset = tuple(range(len(g["params"])))
+    exe, states = opt._executable(0, g, subset)
+    ps, sargs = opt._arguments(0, g, subset, exe, states)
+    return exe, ps, sargs
+
+
+def median_steps(steps, reps):
+    """Medians of each callable's time, the callables taking turns (a change of load hits all)."""
+    for f in steps:
+        f()
+    ts = [[] for _ in steps]
+    for _ in range(reps):
+        for f, t in zip(steps, ts):
+            t0 = time.perf_counter()
+            f()
+            t.append((time.perf_counter() - t0) * 1e3)
+    return [statistics.median(t) for t in ts]
+
+
+def breakdown(args, gs, opt, reps, torch):
+    exe, pa, sa = direct_call(opt)
+    arena = one_arena(list(pa) + list(gs) + list(sa))
+    n = len(pa)
+    ap, ag, ast = arena[:n], arena[n:2 * n], arena[2 * n:]
+    row = dict(zip(("step_numpy_turns", "direct_call", "direct_call_one_arena"), median_steps(
+        [lambda: opt.step(grads=gs), lambda: exe(*pa, *gs, *sa, 2.0, 1e-3, donate=True),
+         lambda: exe(*ap, *ag, *ast, 2.0, 1e-3, donate=True)], reps)))
+    k = len(pa)
+    tp = [np.ones(1, np.float32) for _ in range(k)]
+    tg = [np.full(1, 1e-2, np.float32) for _ in range(k)]
+    tiny = optitpu.optim.AdamW(tp, lr=1e-3, weight_decay=0.01)
+    te, tpa, tsa = direct_call(tiny)
+    row["tiny_python_numpy"], row["tiny_direct_call"] = median_steps(
+        [lambda: tiny.step(grads=tg), lambda: te(*tpa, *tg, *tsa, 2.0, 1e-3, donate=True)],
+        5 * reps)
+    row["tiny_c_path"] = c_path(args.optitpu, k, k, 5 * reps)
+    if torch is not None:
+        tt = [torch.ones(1) for _ in range(k)]
+        for p in tt:
+            p.grad = torch.full((1,), 1e-2)
+        tiny_t = optitpu.optim.AdamW(tt, lr=1e-3, weight_decay=0.01)
+        row["tiny_python_torch"], row["tiny_python_numpy_turns"] = median_steps(
+            [tiny_t.step, lambda: tiny.step(grads=tg)], 5 * reps)
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--optitpu", required=True, help="the optitpu binary (the C path)")
@@ -76,6 +148,8 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="threads on every side (OPTITPU_THREADS, torch.set_num_threads)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the direct call, one-arena placement and 1-element tensors")
     args = ap.parse_args()
     # before the first run creates optitpu's pool; inherited by the C path's process
     os.environ["OPTITPU_THREADS"] = str(args.threads)
@@ -115,6 +189,9 @@ def main():
         if torch is not None:
             rows["python_torch"].append(median_step(opt_t.step, args.reps))
             rows["torch"].append(median_step(torch_fused.step, args.reps))
+        if args.breakdown:
+            for k, v in breakdown(args, gs, opt, args.reps, torch).items():
+                rows.setdefault(k, []).append(v)
     res = {k: round(statistics.median(v), 2) for k, v in rows.items() if v}
     out = {"benchmark": "python_optim_step", "unit": "ms_per_step", "params": n,
            "threads": args.threads,
@@ -122,6 +199,19 @@ def main():
            "first_step_s": round(compile_s, 3), "results": res,
            "rounds_raw": {k: [round(x, 2) for x in v] for k, v in rows.items() if v},
            "ratio_python_to_c": round(res["python_numpy"] / res["c_path"], 3)}
+    if args.breakdown:
+        # per round (the cases took turns there), then the median over rounds
+        r = rows
+        out["python_layer_ms"] = round(statistics.median(
+            a - b for a, b in zip(r["step_numpy_turns"], r["direct_call"])), 2)
+        out["tiny_python_layer_ms"] = round(statistics.median(
+            a - b for a, b in zip(r["tiny_python_numpy"], r["tiny_direct_call"])), 3)
+        if "tiny_python_torch" in r:
+            out["tiny_torch_over_numpy_ms"] = round(statistics.median(
+                a - b for a, b in zip(r["tiny_python_torch"], r["tiny_python_numpy_turns"])), 3)
+        out["ratio_one_arena_to_direct_call"] = round(statistics.median(
+            a / b for a, b in zip(r["direct_call_one_arena"], r["direct_call"])), 3)
+        out["ratio_one_arena_to_c"] = round(res["direct_call_one_arena"] / res["c_path"], 3)
     if torch is not None:
         out["torch"] = f"{torch.__version__} {torch_kind}, {torch.get_num_threads()} threads"
         out["ratio_torch_to_python_torch"] = round(res["torch"] / res["python_torch"], 3)
@@ -131,6 +221,11 @@ def main():
         for k, v in res.items():
             print(f"{k:14s} {v:8.2f} ms/step   rounds {out['rounds_raw'][k]}")
         print(f"first step (compile) {compile_s:.2f} s; Python / C {out['ratio_python_to_c']}")
+        if args.breakdown:
+            print(f"Python layer (step - direct call) {out['python_layer_ms']} ms, on 1-element "
+                  f"tensors {out['tiny_python_layer_ms']} ms; direct call on one arena / on the "
+                  f"arrays {out['ratio_one_arena_to_direct_call']}, / C "
+                  f"{out['ratio_one_arena_to_c']}")
         if torch is not None:
             print(f"{out['torch']} / optitpu on torch tensors {out['ratio_torch_to_python_torch']}")
 
