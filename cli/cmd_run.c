@@ -34,7 +34,8 @@ static const char usage[] =
     "  --hbm PRESET     memory per device = a TPU chip's HBM (v2, v3, v4, v5e, v5p, v6e)\n"
     "  -O LEVEL         optimization level 0, 1 or 2 (default 2)\n"
     "  --trace F        Chrome trace JSON (compile passes, kernels, memory; opens in Perfetto)\n"
-    "  --repeat K       run K times (inputs uploaded before each run; times per run)\n"
+    "  --repeat K       run K times (times per run; inputs uploaded once, a donated one again\n"
+    "                   before each run)\n"
     "  --summary        print the profile summary (top kernels, totals)\n"
     "  --limits         measure STREAM triad first and print each kernel's share of it\n"
     "  --json           one JSON object instead of text\n"
@@ -60,6 +61,9 @@ typedef struct run_state {
     int replicas;
     ot_tensor *result; /* replica 0's outputs of the last run */
     uint64_t *ns;      /* per replica: this run's execute time */
+    /* per device: its input buffers, kept from run to run as a caller keeps its arrays (jax.jit
+     * on device_put arrays); a donated one is uploaded again before the next run */
+    ot_buffer ***in;
 } run_state;
 
 static uint64_t splitmix(uint64_t *s) {
@@ -106,10 +110,12 @@ static int find_param(const ot_computation *c, const char *name) {
 
 static ot_status run_on(run_state *st, int dev, ot_comm *comm, bool keep) {
     ot_device *d = ot_backend_device(st->b, dev);
-    ot_buffer **in = ot_calloc((size_t)st->np + 1, sizeof *in);
+    if (!st->in[dev]) st->in[dev] = ot_calloc((size_t)st->np + 1, sizeof *st->in[dev]);
+    ot_buffer **in = st->in[dev];
     ot_buffer **out = ot_calloc((size_t)st->no + 1, sizeof *out);
     ot_status s = (in && out) ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
-    for (int k = 0; k < st->np && s == OT_OK; k++) s = ot_buffer_from_host(d, &st->host[k], &in[k]);
+    for (int k = 0; k < st->np && s == OT_OK; k++)
+        if (!in[k]) s = ot_buffer_from_host(d, &st->host[k], &in[k]);
     if (s == OT_OK) {
         ot_run_options ro = ot_run_options_default();
         ro.comm = comm;
@@ -127,9 +133,12 @@ static ot_status run_on(run_state *st, int dev, ot_comm *comm, bool keep) {
         ot_tensor_release(&st->result[k]);
         s = ot_buffer_to_host(out[k], &st->result[k]);
     }
-    for (int k = 0; in && k < st->np; k++) ot_buffer_free(in[k]);
+    for (int k = 0; in && k < st->np; k++) {
+        if (s == OT_OK && in[k] && !ot_buffer_donated(in[k])) continue;
+        ot_buffer_free(in[k]); /* donated (its memory is now an output's), or after a failure */
+        in[k] = NULL;
+    }
     for (int k = 0; out && k < st->no; k++) ot_buffer_free(out[k]);
-    ot_free(in);
     ot_free(out);
     return s;
 }
@@ -511,7 +520,8 @@ static ot_status execute_all(run_ctx *x) {
     st->result = ot_calloc((size_t)st->no + 1, sizeof *st->result);
     st->ns = ot_calloc((size_t)a->devices, sizeof *st->ns);
     x->times = ot_calloc((size_t)a->repeat, sizeof *x->times);
-    if (!st->result || !st->ns || !x->times)
+    st->in = ot_calloc((size_t)a->devices, sizeof *st->in);
+    if (!st->result || !st->ns || !x->times || !st->in)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "run: out of memory");
     x->dev = 0;
     if (st->replicas == 1)
@@ -656,6 +666,11 @@ static void run_free(run_ctx *x) {
     run_state *st = &x->st;
     for (int k = 0; st->host && k < st->np; k++) ot_tensor_release(&st->host[k]);
     for (int k = 0; st->result && k < st->no; k++) ot_tensor_release(&st->result[k]);
+    for (int64_t d = 0; st->in && d < x->a->devices; d++) {
+        for (int k = 0; st->in[d] && k < st->np; k++) ot_buffer_free(st->in[d][k]);
+        ot_free(st->in[d]);
+    }
+    ot_free(st->in);
     ot_free(x->given);
     ot_free(st->host);
     ot_free(st->result);

@@ -42,8 +42,9 @@ ones), each side timing --repeat/--rounds calls a round; the median over all rou
 JAX: jax.jit on device_put inputs, three warm-up calls before the first round and one before the
 others, each call ended by block_until_ready. Where users donate (the optimizer updates), jax.jit
 gets donate_argnums and the outputs feed the next call (a training loop); optitpu runs the same
-module, whose input_output_alias donates the same parameters (inputs uploaded before each run,
-outside the time). optitpu: run_ms of each run except the first of each invocation (that one
+module, whose input_output_alias donates the same parameters (a donated input is uploaded again
+before each run, outside the time). Inputs not donated are uploaded once and kept from run to run
+on both sides (jax.jit's device_put arrays; `optitpu run --repeat`). optitpu: run_ms of each run except the first of each invocation (that one
 builds native code on a cold cache); compile time is outside the figure on both sides.
 
 Threads: both sides get --threads N (default: the CPU count). optitpu: OPTITPU_THREADS=N. XLA:

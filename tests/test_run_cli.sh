@@ -37,6 +37,13 @@ done
 "$bin" run "$hlo/tools__data__must_alias.hlo" --fill random:3 --output-dir "$tmp/o2" >/dev/null
 "$bin" run "$hlo/tools__data__must_alias.hlo" --fill random:3 --output-dir "$tmp/o0" -O0 >/dev/null
 cmp "$tmp/o0/out_0.npy" "$tmp/o2/out_0.npy"
+# --repeat: inputs are uploaded once and kept, a donated one uploaded again before each run, so
+# the last of several runs gives the first run's result (a reused donated input would be doubled)
+"$bin" run "$hlo/tools__data__must_alias.hlo" --fill random:3 --output-dir "$tmp/or" --repeat 3 >/dev/null
+cmp "$tmp/o2/out_0.npy" "$tmp/or/out_0.npy"
+"$bin" run "$hlo/tools__data__add.hlo" --fill random:3 --output-dir "$tmp/a1" >/dev/null
+"$bin" run "$hlo/tools__data__add.hlo" --fill random:3 --output-dir "$tmp/a3" --repeat 3 >/dev/null
+cmp "$tmp/a1/out_0.npy" "$tmp/a3/out_0.npy"
 
 # Unimplemented features: a clear error naming the feature
 expect_fail() { # file, message fragment, extra args...
