@@ -542,10 +542,11 @@ static void test_reductions(void) {
 
 /* Multi-output fusions of an elementwise value and its reduce (a bias gradient summed over the
  * batch, a row maximum next to the logits): reduces of the leading dims (columns kernel, 2-D and
- * 3-D, each column combined from init in row order) and serial row reduces (maximum, minimum,
- * multiply, and f16/bf16/integer sums, which the lane order does not cover) on odd sizes, every
- * dtype's reducers in both operand orders, compared bit for bit with the reference on 1, 2, 3 and
- * 8 threads (the columns are split over the pool: results must not depend on it). */
+ * 3-D, each column combined from init in row order; also as the fusion's only output) and serial
+ * row reduces (maximum, minimum, multiply, and f16/bf16/integer sums, which the lane order does not
+ * cover) on odd sizes, every dtype's reducers in both operand orders, compared bit for bit with the
+ * reference on 1, 2, 3 and 8 threads (the columns are split over the pool: results must not depend
+ * on it). */
 static void test_reduce_outputs(void) {
     static const char *const dts[] = {"f32", "f64", "f16", "bf16", "s32"};
     static const char *const fred[] = {"add", "maximum", "minimum", "multiply"};
@@ -570,11 +571,14 @@ static void test_reduce_outputs(void) {
         const char *dt = dts[j];
         bool fl = dt[0] != 's';
         for (int f = 0; f < 4; f++) {
-            for (int r = 0; r < 4; r++) {
+            for (int r = 0; r < 8; r++) {
+                /* r >= 4: the reduce alone (its producers fused into it), which takes the
+                 * columns kernel too, in the same order as the serial chain per output */
+                bool single = r >= 4;
                 /* a row reduce that qualifies for the lane order is the row fusion's (tested
                  * apart); an integer product wraps to zero quickly: maximum instead */
-                const char *red = !fl && r == 3 ? "maximum" : fred[r];
-                if (!forms[f].cols && r == 0 && (j == 0 || j == 1)) continue;
+                const char *red = !fl && r % 4 == 3 ? "maximum" : fred[r % 4];
+                if (!forms[f].cols && (single || (r == 0 && (j == 0 || j == 1)))) continue;
                 b.n = 0;
                 tp(&b,
                    "HloModule mo\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
@@ -586,12 +590,15 @@ static void test_reduce_outputs(void) {
                    "  ub = %s[%s] broadcast(u), dimensions=%s\n"
                    "  gb = %s[%s] broadcast(g), dimensions=%s\n"
                    "  y = %s[%s] %s(x, ub)\n  w = %s[%s] add(y, gb)\n"
-                   "  s = %s[%s] reduce(w, z), dimensions=%s, to_apply=rd\n"
-                   "  ROOT t = (%s[%s], %s[%s]) tuple(w, s)\n}\n",
+                   "  %ss = %s[%s] reduce(w, z), dimensions=%s, to_apply=rd\n",
                    dt, forms[f].x, dt, forms[f].cs, dt, forms[f].rs, dt, dt, forms[f].x,
                    forms[f].cb, dt, forms[f].x, forms[f].rb, dt, forms[f].x,
-                   fl ? "multiply" : "subtract", dt, forms[f].x, dt, forms[f].out, forms[f].dims,
-                   dt, forms[f].x, dt, forms[f].out);
+                   fl ? "multiply" : "subtract", dt, forms[f].x, single ? "ROOT " : "", dt,
+                   forms[f].out, forms[f].dims);
+                if (!single)
+                    tp(&b, "  ROOT t = (%s[%s], %s[%s]) tuple(w, s)\n", dt, forms[f].x, dt,
+                       forms[f].out);
+                tp(&b, "}\n");
                 g_keep_src = true;
                 for (int t = 0; t < 4; t++) {
                     int before = g_stats.interp_kernels;
@@ -600,7 +607,7 @@ static void test_reduce_outputs(void) {
                     EXPECT_INT_EQ(g_stats.interp_kernels, before);
                     /* the form under test was generated (not some other split of the module) */
                     /* f32/f64 maximum and minimum rows: the integer-key reduction */
-                    bool keyed = !forms[f].cols && j < 2 && (r == 1 || r == 2);
+                    bool keyed = !forms[f].cols && j < 2 && (r % 4 == 1 || r % 4 == 2);
                     const char *want = forms[f].cols ? "(columns) */"
                                        : keyed       ? "keys) */"
                                                      : "(serial) */";
