@@ -820,6 +820,31 @@ static void test_reduce_long_rows(void) {
     }
 }
 
+/* Row sums taken four rows at a time (mode A, a lane-ordered add): row counts around multiples of
+ * four (the leftover rows go one by one, and each thread's range starts anywhere), rows shorter
+ * than a lane group, with a tail, of exactly one block and of several blocks with a tail; a row
+ * sum over two trailing dims; NaNs, signed zeros and subnormals in some. Bitwise the reference on
+ * every pool. */
+static void test_reduce_row_groups(void) {
+    g_rng = 0x4a0c;
+    static const int64_t nrows[] = {1, 3, 4, 5, 7, 8, 9, 258, 261};
+    static const int64_t lens[] = {1, 15, 16, 17, 40, 256, 301, 4096, 4097, 2 * 4096 + 35};
+    for (int t = 0; t < 2; t++)
+        for (size_t a = 0; a < sizeof nrows / sizeof nrows[0]; a++)
+            for (size_t b = 0; b < sizeof lens / sizeof lens[0]; b++) {
+                if (nrows[a] * lens[b] > 300000) continue;
+                char what[80];
+                snprintf(what, sizeof what, "row groups %s %lldx%lld", t ? "f64" : "f32",
+                         (long long)nrows[a], (long long)lens[b]);
+                reduce_case(t ? OT_F64 : OT_F32, 2, (int64_t[]){nrows[a], lens[b]}, (int64_t[]){1},
+                            1, OT_OP_ADD, (a + b) % 3 == 0, what);
+            }
+    reduce_case(OT_F32, 3, (int64_t[]){13, 7, 48}, (int64_t[]){1, 2}, 2, OT_OP_ADD, true,
+                "row groups over two dims");
+    reduce_case(OT_F64, 4, (int64_t[]){6, 1, 5, 99}, (int64_t[]){3}, 1, OT_OP_ADD, false,
+                "row groups with a unit dim");
+}
+
 /* One reduction's rows from the reference and from the fast kernels on every pool: bitwise
  * equal. what (NULL: none) names the case on stderr with the first differing row. */
 static void expect_rows_bitwise(ot_executable *e, const ot_tensor *x, const char *what) {
@@ -1563,9 +1588,9 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_til
              OT_TEST(test_dot_strided), OT_TEST(test_dot_subnormal_ftz),
              OT_TEST(test_dot_blas_threads), OT_TEST(test_conv_random), OT_TEST(test_conv_large),
              OT_TEST(test_transpose_random), OT_TEST(test_reduce_random),
-             OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_minmax_nan_rows),
-             OT_TEST(test_reduce_minmax_special_rows), OT_TEST(test_gather), OT_TEST(test_scatter),
-             OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
-             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
-             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
-             OT_TEST(test_teardown))
+             OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_row_groups),
+             OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
+             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_in_place_temp),
+             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
+             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

@@ -40,6 +40,7 @@ static ot_opcode reducer_op(const ot_computation *f, ot_dtype t) {
 #define RED_MANY_OUTPUTS 256
 #define RED_ICHUNK       1024
 #define RL               EX_RED_LANES
+_Static_assert(RL == 16, "lane_rows4_f32 holds 16 lanes in two vectors of 8");
 
 /* The row loops below are integer operations or one IEEE add per element (no multiply to
  * contract), so any vector width gives the same bits: x86-64 GCC builds them for AVX-512, AVX2
@@ -236,6 +237,10 @@ typedef struct red_plan {
             int64_t i1 = i0 + RED_ICHUNK < p->I ? i0 + RED_ICHUNK : p->I;                          \
             if (p->I == 1) {                                                                       \
                 const T *row = x + o * p->R;                                                       \
+                if (w + 4 <= end && red_rows4_##SUF(p, row, init, z, &y[o])) {                     \
+                    w += 3;                                                                        \
+                    continue;                                                                      \
+                }                                                                                  \
                 if (red_row_##SUF(p, row, init, z, &y[o])) continue;                               \
                 T acc = init;                                                                      \
                 for (int64_t r = 0; r < p->R; r++) acc = OPF(acc, row[r], z);                      \
@@ -316,6 +321,51 @@ typedef struct red_plan {
 DEFINE_LANES(float, f32, addb_f, fzb_f, uint32_t, 0x7fffffffu, 0x00800000u)
 DEFINE_LANES(double, f64, addb_d, fzb_d, uint64_t, 0x7fffffffffffffffull, 0x0010000000000000ull)
 
+/* lane_row_f32 without flushing (z false) of four consecutive rows of n: each row keeps its own
+ * order, but the four rows' chains of dependent lane adds interleave, so a short row is not held
+ * to one add per add latency (lane_row alone runs one chain at a time). A row's 16 lanes are two
+ * vectors of 8 (one AVX register each, eight accumulators in all), and the tree's first step
+ * (lane l with lane l + 8) is their sum. */
+typedef float v8f __attribute__((vector_size(8 * sizeof(float))));
+typedef float v4f __attribute__((vector_size(4 * sizeof(float))));
+static inline __attribute__((always_inline)) float tree8_f32(v8f p8) {
+    float a[8];
+    memcpy(a, &p8, sizeof a);
+    v4f p4, q4;
+    memcpy(&p4, a, sizeof p4);
+    memcpy(&q4, a + 4, sizeof q4);
+    p4 += q4;
+    memcpy(a, &p4, sizeof p4);
+    float b0 = a[0] + a[2], b1 = a[1] + a[3];
+    return b0 + b1;
+}
+RED_CLONES static void lane_rows4_f32(const float *x, int64_t n, float init, float *y) {
+    float acc[4] = {init, init, init, init};
+    int64_t r = 0;
+    for (int64_t rb = 0; rb + RL <= n; rb += RED_BLOCK) {
+        int64_t re = rb + RED_BLOCK < n ? rb + RED_BLOCK : n;
+        re = rb + (re - rb) / RL * RL;
+        v8f a[4], b[4], v, w;
+        for (int k = 0; k < 4; k++) {
+            memcpy(&a[k], x + k * n + rb, sizeof v);
+            memcpy(&b[k], x + k * n + rb + 8, sizeof v);
+        }
+        for (int64_t q = rb + RL; q < re; q += RL)
+            for (int k = 0; k < 4; k++) {
+                memcpy(&v, x + k * n + q, sizeof v);
+                memcpy(&w, x + k * n + q + 8, sizeof w);
+                a[k] += v;
+                b[k] += w;
+            }
+        for (int k = 0; k < 4; k++) acc[k] += tree8_f32(a[k] + b[k]);
+        r = re;
+    }
+    for (int k = 0; k < 4; k++) {
+        for (int64_t q = r; q < n; q++) acc[k] += x[k * n + q];
+        y[k] = acc[k];
+    }
+}
+
 /* maximum/minimum of a row in RL lanes, on integer keys: DAZ inputs (a subnormal is a signed
  * zero), then the bits mapped to a signed integer whose order is the floats' with -0 < +0. The
  * result is the reference's whatever the order. The lanes are one generic vector (GCC/Clang
@@ -389,6 +439,20 @@ static bool red_row_add_f64(const red_plan *p, const double *x, double init, boo
     *y = lane_row_f64(x, p->R, init, z);
     return true;
 }
+/* Four rows at once where that is the same as red_row (a lane-ordered f32 sum without software
+ * flushing): true when y[0..4) are written. */
+static bool red_rows4_add_f32(const red_plan *p, const float *x, float init, bool z, float *y) {
+    if (!p->lanes || z) return false;
+    lane_rows4_f32(x, p->R, init, y);
+    return true;
+}
+#define red_rows4_add_f64(p, x, init, z, y) ((void)(p), (void)(x), (void)(init), (void)(z), false)
+#define red_rows4_mul_f32(p, x, init, z, y) ((void)(p), (void)(x), (void)(init), (void)(z), false)
+#define red_rows4_mul_f64                   red_rows4_mul_f32
+#define red_rows4_max_f32                   red_rows4_mul_f32
+#define red_rows4_min_f32                   red_rows4_mul_f32
+#define red_rows4_max_f64                   red_rows4_mul_f32
+#define red_rows4_min_f64                   red_rows4_mul_f32
 static bool red_row_mul_f32(const red_plan *p, const float *x, float init, bool z, float *y) {
     (void)p, (void)x, (void)init, (void)z, (void)y;
     return false;
