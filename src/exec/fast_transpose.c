@@ -44,10 +44,25 @@ static void tr_outer(const tr_plan *p, int64_t q, int skip, int64_t *io, int64_t
 static void tr_rows(void *arg, int64_t begin, int64_t end, int ith) {
     const tr_plan *p = arg;
     size_t row = (size_t)p->od[p->r - 1] * p->es;
-    for (int64_t q = begin; q < end; q++) {
-        int64_t io, oo;
-        tr_outer(p, q, -1, &io, &oo);
+    int64_t x[OT_MAX_RANK] = {0}, io = 0, oo = 0, q = begin;
+    for (int d = p->r - 2; d >= 0; d--) {
+        x[d] = q % p->od[d];
+        q /= p->od[d];
+        io += x[d] * p->is[d];
+        oo += x[d] * p->os[d];
+    }
+    /* the next outer position by counting (last outer dim fastest) instead of a division per dim
+     * per row, which cost as much as copying a short row */
+    for (int64_t w = begin; w < end; w++) {
         memcpy(p->dst + oo * (int64_t)p->es, p->src + io * (int64_t)p->es, row);
+        for (int d = p->r - 2; d >= 0; d--) {
+            io += p->is[d];
+            oo += p->os[d];
+            if (++x[d] < p->od[d]) break;
+            io -= p->is[d] * p->od[d];
+            oo -= p->os[d] * p->od[d];
+            x[d] = 0;
+        }
     }
 }
 
