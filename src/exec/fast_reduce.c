@@ -328,9 +328,10 @@ DEFINE_LANES(double, f64, addb_d, fzb_d, uint64_t, 0x7fffffffffffffffull, 0x0010
  * (lane l with lane l + 8) is their sum. */
 typedef float v8f __attribute__((vector_size(8 * sizeof(float))));
 typedef float v4f __attribute__((vector_size(4 * sizeof(float))));
-static inline __attribute__((always_inline)) float tree8_f32(v8f p8) {
+/* by pointer: a vector argument by value would change the ABI between the clones' targets */
+static inline __attribute__((always_inline)) float tree8_f32(const v8f *p8) {
     float a[8];
-    memcpy(a, &p8, sizeof a);
+    memcpy(a, p8, sizeof a);
     v4f p4, q4;
     memcpy(&p4, a, sizeof p4);
     memcpy(&q4, a + 4, sizeof q4);
@@ -357,7 +358,10 @@ RED_CLONES static void lane_rows4_f32(const float *x, int64_t n, float init, flo
                 a[k] += v;
                 b[k] += w;
             }
-        for (int k = 0; k < 4; k++) acc[k] += tree8_f32(a[k] + b[k]);
+        for (int k = 0; k < 4; k++) {
+            v8f s = a[k] + b[k];
+            acc[k] += tree8_f32(&s);
+        }
         r = re;
     }
     for (int k = 0; k < 4; k++) {
