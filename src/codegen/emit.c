@@ -1111,6 +1111,16 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
     }
 }
 
+/* The end of a kernel emit_head opened: the caller's MXCSR back where the body ran under the
+ * hardware FTZ/DAZ modes (hw), then the closing brace; OUT_OF_MEMORY when src ran out. */
+static ot_status emit_tail(ot_strbuf *src, bool hw) {
+    if (hw)
+        ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
+                              "    _mm_setcsr(ot_csr);\n");
+    ot_strbuf_printf(src, "}\n");
+    return src->oom ? ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory") : OT_OK;
+}
+
 /* A kernel's opening: its comment (the fusion's name and form) and signature, then its typed
  * input pointers (an input that is an output's memory is read through that output) and output
  * pointers, one per leaf of the root. */
@@ -1245,11 +1255,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
 #undef IDX
             ot_strbuf_printf(src, "%s    acc = %s;\n    }\n    o%d[o] = acc;\n    }\n", body, c_ax,
                              ro);
-            if (E.hw)
-                ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
-                                      "    _mm_setcsr(ot_csr);\n");
-            ot_strbuf_printf(src, "}\n");
-            if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+            st = emit_tail(src, E.hw);
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
         }
@@ -1364,11 +1370,7 @@ static ot_status emit_reduce_keyed(const cg_kernel_desc *kn, const char *fname, 
             emit_keyed_minmax(src, red->name, op, t, vi, acc_needs, vx, x_needs,
                               E.body.p ? E.body.p : "", (long long)RN, c_ax, "res");
             ot_strbuf_printf(src, "    o0[o] = res;\n    }\n");
-            if (E.hw)
-                ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
-                                      "    _mm_setcsr(ot_csr);\n");
-            ot_strbuf_printf(src, "}\n");
-            if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+            st = emit_tail(src, E.hw);
             *numel_out = O;
             *work_out = RN;
         }
@@ -1891,11 +1893,7 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
         ot_strbuf_printf(
             src, "    for (int64_t o = b; o < e; o++) {\n    const int64_t row = o;\n%s%s    }\n",
             E.rowb.p ? E.rowb.p : "", E.stores.p ? E.stores.p : "");
-        if (E.hw)
-            ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
-                                  "    _mm_setcsr(ot_csr);\n");
-        ot_strbuf_printf(src, "}\n");
-        if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+        st = emit_tail(src, E.hw);
         *numel_out = O;
         *work_out = RN > 0 ? RN : 1;
     }
@@ -2072,11 +2070,7 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
                          "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n",
                          (long long)RN, E.rowb.p ? E.rowb.p : "", (long long)O,
                          E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "");
-        if (E.hw)
-            ot_strbuf_printf(src, "    __asm__ volatile(\"\" ::: \"memory\");\n"
-                                  "    _mm_setcsr(ot_csr);\n");
-        ot_strbuf_printf(src, "}\n");
-        if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
+        st = emit_tail(src, E.hw);
         *numel_out = O;
         *work_out = RN;
         /* a piece reads each of its RN rows' columns: at least 64 of them (a cache line of
