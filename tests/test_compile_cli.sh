@@ -77,6 +77,9 @@ grep -q '"native": *{[^}]*"units_cached": *1' <<<"$json"
 if "$bin" compile "$work/adam.hlo" --native sometimes 2>/dev/null; then echo "bad --native accepted"; exit 1; fi
 # dumps after one pass, and -o
 "$bin" compile "$work/adam.hlo" --dump-dir "$work/dump" --dump-after fuse -o "$work/adam.otx" >/dev/null
+# -o into something that is not a regular file writes into it and leaves it what it was
+"$bin" compile "$work/adam.hlo" -o /dev/null >/dev/null
+[[ -c /dev/null ]] || { echo "compile -o /dev/null replaced the device"; exit 1; }
 ls "$work/dump" | grep -q "fuse.hlo"
 ls "$work/dump" | grep -q "fuse.dot"
 [[ $(ls "$work/dump" | wc -l) -eq 2 ]]

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #define MAGIC          "OPTITPUX"
 #define FORMAT_VERSION CC_EXECUTABLE_FORMAT_VERSION
@@ -1108,19 +1109,24 @@ ot_status ot_executable_save(const ot_executable *e, const char *path) {
     void *buf = NULL;
     size_t len = 0;
     OT_CHECK(ot_executable_serialize(e, &buf, &len));
+    /* a regular file is replaced atomically (written beside it, then renamed over it); anything
+     * else that exists (/dev/null, a pipe) is written in place, never replaced by a file */
+    struct stat sb;
+    bool direct = stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
+    const char *target = direct ? path : tmp;
+    FILE *f = fopen(target, "wb");
     if (!f) {
         ot_free(buf);
-        return ot_error(OT_ERR_IO, "save %s: %s", tmp, strerror(errno));
+        return ot_error(OT_ERR_IO, "save %s: %s", target, strerror(errno));
     }
     bool ok = fwrite(buf, 1, len, f) == len;
     ok = fflush(f) == 0 && ok;
     ok = fclose(f) == 0 && ok;
     ot_free(buf);
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
+    if (!ok || (!direct && rename(tmp, path) != 0)) {
+        if (!direct) remove(tmp);
         return ot_error(OT_ERR_IO, "save %s: %s", path, strerror(errno));
     }
     return OT_OK;
