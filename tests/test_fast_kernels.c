@@ -822,13 +822,15 @@ static void test_reduce_long_rows(void) {
 
 /* Row sums taken four rows at a time (mode A, a lane-ordered add): row counts around multiples of
  * four (the leftover rows go one by one, and each thread's range starts anywhere), rows shorter
- * than a lane group, with a tail, of exactly one block and of several blocks with a tail; a row
- * sum over two trailing dims; NaNs, signed zeros and subnormals in some. Bitwise the reference on
- * every pool. */
+ * than a lane group, with a tail, on either side of the length where the four rows stop being
+ * summed side by side (64 f32), of exactly one block and of several blocks with a tail; a
+ * row sum over two trailing dims; NaNs, signed zeros and subnormals in some. Bitwise the reference
+ * on every pool. */
 static void test_reduce_row_groups(void) {
     g_rng = 0x4a0c;
     static const int64_t nrows[] = {1, 3, 4, 5, 7, 8, 9, 258, 261};
-    static const int64_t lens[] = {1, 15, 16, 17, 40, 256, 301, 4096, 4097, 2 * 4096 + 35};
+    static const int64_t lens[] = {1,  15,  16,  17,   40,   64,           65,
+                                   80, 256, 301, 4096, 4097, 2 * 4096 + 35};
     for (int t = 0; t < 2; t++)
         for (size_t a = 0; a < sizeof nrows / sizeof nrows[0]; a++)
             for (size_t b = 0; b < sizeof lens / sizeof lens[0]; b++) {

@@ -150,23 +150,19 @@ static inline double addb_d(double a, double b, bool z) {
 
 /* The column fold of mode A (I > 1): y[0..n) = init, then y[i] = OP(y[i], x[r * stride + i]) for
  * r = 0..R-1 in order, so each output folds its elements one by one from init, as the reference.
- * Four rows per pass keep the partial results in registers (same order per output). y is the
- * output, which reduce_core has checked does not overlap x. */
+ * One row per pass: y (at most RED_ICHUNK elements) stays in the first-level cache and x is read
+ * in address order when n == stride (several rows per pass, four streams a row apart, ran at a
+ * third of the memory bandwidth on 256 rows of 1 KiB). y is the output, which reduce_core has
+ * checked does not overlap x. */
 #define DEFINE_COLS(T, SUF, OPF)                                                                   \
     static inline __attribute__((always_inline)) void cols_##SUF##_k(                              \
         T *restrict y, const T *restrict x, int64_t R, int64_t stride, int64_t n, T init,          \
         bool z) {                                                                                  \
         for (int64_t i = 0; i < n; i++) y[i] = init;                                               \
-        int64_t r = 0;                                                                             \
-        for (; r + 4 <= R; r += 4) {                                                               \
-            const T *restrict a = x + r * stride, *restrict b = a + stride;                        \
-            const T *restrict c = b + stride, *restrict d = c + stride;                            \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                y[i] = OPF(OPF(OPF(OPF(y[i], a[i], z), b[i], z), c[i], z), d[i], z);               \
-        }                                                                                          \
-        for (; r < R; r++) {                                                                       \
+        for (int64_t r = 0; r < R; r++) {                                                          \
             const T *restrict a = x + r * stride;                                                  \
             for (int64_t i = 0; i < n; i++) y[i] = OPF(y[i], a[i], z);                             \
+            __asm__ volatile("" ::: "memory"); /* keeps GCC from jamming rows into one pass */     \
         }                                                                                          \
     }                                                                                              \
     RED_CLONES static void cols_##SUF(T *restrict y, const T *restrict x, int64_t R,               \
@@ -322,10 +318,15 @@ DEFINE_LANES(float, f32, addb_f, fzb_f, uint32_t, 0x7fffffffu, 0x00800000u)
 DEFINE_LANES(double, f64, addb_d, fzb_d, uint64_t, 0x7fffffffffffffffull, 0x0010000000000000ull)
 
 /* lane_row_f32 without flushing (z false) of four consecutive rows of n: each row keeps its own
- * order, but the four rows' chains of dependent lane adds interleave, so a short row is not held
- * to one add per add latency (lane_row alone runs one chain at a time). A row's 16 lanes are two
- * vectors of 8 (one AVX register each, eight accumulators in all), and the tree's first step
- * (lane l with lane l + 8) is their sum. */
+ * order. Short rows (RED_SHORT_ROW_BYTES or less) interleave the four rows' chains of dependent
+ * lane adds, so a short row is not held to one add per add latency (lane_row alone runs one chain
+ * at a time). Longer rows are summed one after another: the loads then walk memory in order, the
+ * one pattern the hardware prefetchers follow at full speed (the four rows side by side, four
+ * streams a row apart, ran at a third of the memory bandwidth on 1 KiB rows of 64 MiB), and the
+ * out-of-order core overlaps a row's chain with the next row's. A row's 16 lanes are two vectors
+ * of 8 (one AVX register each), and the tree's first step (lane l with lane l + 8) is their
+ * sum. */
+#define RED_SHORT_ROW_BYTES 256
 typedef float v8f __attribute__((vector_size(8 * sizeof(float))));
 typedef float v4f __attribute__((vector_size(4 * sizeof(float))));
 /* by pointer: a vector argument by value would change the ABI between the clones' targets */
@@ -343,6 +344,7 @@ static inline __attribute__((always_inline)) float tree8_f32(const v8f *p8) {
 RED_CLONES static void lane_rows4_f32(const float *x, int64_t n, float init, float *y) {
     float acc[4] = {init, init, init, init};
     int64_t r = 0;
+    bool apart = n * (int64_t)sizeof(float) > RED_SHORT_ROW_BYTES;
     for (int64_t rb = 0; rb + RL <= n; rb += RED_BLOCK) {
         int64_t re = rb + RED_BLOCK < n ? rb + RED_BLOCK : n;
         re = rb + (re - rb) / RL * RL;
@@ -351,13 +353,23 @@ RED_CLONES static void lane_rows4_f32(const float *x, int64_t n, float init, flo
             memcpy(&a[k], x + k * n + rb, sizeof v);
             memcpy(&b[k], x + k * n + rb + 8, sizeof v);
         }
-        for (int64_t q = rb + RL; q < re; q += RL)
-            for (int k = 0; k < 4; k++) {
-                memcpy(&v, x + k * n + q, sizeof v);
-                memcpy(&w, x + k * n + q + 8, sizeof w);
-                a[k] += v;
-                b[k] += w;
-            }
+        if (apart) {
+            for (int k = 0; k < 4; k++)
+                for (int64_t q = rb + RL; q < re; q += RL) {
+                    memcpy(&v, x + k * n + q, sizeof v);
+                    memcpy(&w, x + k * n + q + 8, sizeof w);
+                    a[k] += v;
+                    b[k] += w;
+                }
+        } else {
+            for (int64_t q = rb + RL; q < re; q += RL)
+                for (int k = 0; k < 4; k++) {
+                    memcpy(&v, x + k * n + q, sizeof v);
+                    memcpy(&w, x + k * n + q + 8, sizeof w);
+                    a[k] += v;
+                    b[k] += w;
+                }
+        }
         for (int k = 0; k < 4; k++) {
             v8f s = a[k] + b[k];
             acc[k] += tree8_f32(&s);
