@@ -1030,6 +1030,22 @@ static const struct {
      "  ROOT g = f32[64,32,64] gather(x, i), offset_dims={2}, collapsed_slice_dims={0}, "
      "start_index_map={0}, index_vector_dim=2, slice_sizes={1,64}\n}\n",
      1},
+    /* contiguous rows copied in pieces while a later row is prefetched: rows of 700 f32 (three
+     * pieces, the last partial) */
+    {"HloModule g6\nENTRY e {\n  x = f32[90,700] parameter(0)\n  i = s32[40,3] parameter(1)\n"
+     "  ROOT g = f32[40,3,700] gather(x, i), offset_dims={2}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=2, slice_sizes={1,700}\n}\n",
+     1},
+    /* rows of 3 bytes (the prefetch runs the most rows ahead), more rows than that distance */
+    {"HloModule g7\nENTRY e {\n  x = u8[500,3] parameter(0)\n  i = s32[200] parameter(1)\n"
+     "  ROOT g = u8[200,3] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,3}\n}\n",
+     1},
+    /* fewer rows than the prefetch distance, each of many pieces, s64 indices */
+    {"HloModule g8\nENTRY e {\n  x = f32[10,5000] parameter(0)\n  i = s64[2,1] parameter(1)\n"
+     "  ROOT g = f32[2,5000] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,5000}\n}\n",
+     1},
     /* offset dims before the batch dim: the reference runs it */
     {"HloModule g4\nENTRY e {\n  x = f32[40,12] parameter(0)\n  i = s32[6] parameter(1)\n"
      "  ROOT g = f32[12,6] gather(x, i), offset_dims={0}, collapsed_slice_dims={0}, "

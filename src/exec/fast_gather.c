@@ -12,12 +12,36 @@
 typedef struct gather_job {
     const int64_t *oo;    /* per offset element: its operand offset from the slice's start */
     const int64_t *bases; /* per batch element: the slice's start in the operand */
-    int64_t no;
+    int64_t no, nb;
     size_t es;
     bool contig; /* oo[o] == o: each slice is copied as one block */
     const char *x;
     char *y;
 } gather_job;
+
+/* The contiguous slices' copy: slice b, while the slice GATHER_AHEAD_BYTES further along the
+ * batch (at least two slices on) is prefetched piece by piece. The slices start at indices the
+ * hardware cannot guess (an embedding's token ids), so each slice's first lines would otherwise
+ * wait for memory before its stream is recognized: on 8192 rows of 2 KiB taken at random from a
+ * 64 MiB table, the copies with the prefetch took 0.75-0.8 of plain memcpy's time. */
+#define GATHER_AHEAD_BYTES 4096
+#define GATHER_PIECE       1024
+static void gather_contig(const gather_job *p, int64_t begin, int64_t end) {
+    size_t nbytes = (size_t)p->no * p->es;
+    int64_t ahead = (int64_t)(GATHER_AHEAD_BYTES / nbytes);
+    ahead = ahead < 2 ? 2 : ahead > 16 ? 16 : ahead;
+    for (int64_t b = begin; b < end; b++) {
+        const char *src = p->x + (size_t)p->bases[b] * p->es;
+        char *dst = p->y + (size_t)b * nbytes;
+        const char *next = b + ahead < p->nb ? p->x + (size_t)p->bases[b + ahead] * p->es : NULL;
+        for (size_t off = 0; off < nbytes; off += GATHER_PIECE) {
+            size_t len = nbytes - off < GATHER_PIECE ? nbytes - off : GATHER_PIECE;
+            if (next)
+                for (size_t l = 0; l < len; l += 64) __builtin_prefetch(next + off + l);
+            memcpy(dst + off, src + off, len);
+        }
+    }
+}
 
 /* Batch elements [begin, end): each writes its own part of the output. */
 static void gather_rows(void *arg, int64_t begin, int64_t end, int ith) {
@@ -27,12 +51,12 @@ static void gather_rows(void *arg, int64_t begin, int64_t end, int ith) {
     const int64_t *oo = p->oo;
     const char *x = p->x;
     char *y = p->y;
+    if (p->contig) {
+        gather_contig(p, begin, end);
+        return;
+    }
     for (int64_t b = begin; b < end; b++) {
         int64_t base = p->bases[b];
-        if (p->contig) {
-            memcpy(y + (size_t)(b * NO) * p->es, x + (size_t)base * p->es, (size_t)NO * p->es);
-            continue;
-        }
         switch (p->es) {
 #define GATHER_COPY(UT)                                                                            \
     for (int64_t o = 0; o < NO; o++)                                                               \
@@ -126,7 +150,7 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
         bases[b] = base;
         for (int q = nbd - 1; q >= 0 && ++bidx[q] == ys->dims[q]; q--) bidx[q] = 0;
     }
-    gather_job p = {oo, bases, NO, es, contig, in[0], out};
+    gather_job p = {oo, bases, NO, NB, es, contig, in[0], out};
     ex_par_for(c, NB, NB * NO * (int64_t)es * 2, gather_rows, &p);
     return OT_OK;
 }
