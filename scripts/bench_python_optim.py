@@ -5,13 +5,17 @@
                                          [--reps 7] [--rounds 3] [--json] [--breakdown]
 
 The parameters are split into tensors with the sizes `optitpu bench optim` uses (a fixed mix
-spanning three orders of magnitude). Each round runs, one after the other: the C path
-(`optitpu bench optim --optimizer adamw`, ot_tpu_optimizer stepping pool buffers), the Python
-optimizer on NumPy arrays, and where torch is installed the Python optimizer on torch CPU tensors
-and torch.optim.AdamW(fused=True) on the same tensors (foreach=True on a torch without a fused
-CPU AdamW), each the median of `reps` steps after a
-warm-up. Figures are the medians over rounds; ratios are Python / C and torch / Python, every
-side on --threads threads (default: the CPU count).
+spanning three orders of magnitude). Each round runs the C path (`optitpu bench optim
+--optimizer adamw --flat`, ot_tpu_optimizer stepping pool buffers: its per-tensor mode and its
+flat mode, the two taking turns), then the Python cases taking turns step by step: the Python
+optimizer on NumPy arrays, and where torch is installed the Python optimizer on torch CPU
+tensors (default mode, the update run on the tensors' own memory), the Python optimizer with
+flat=True on a copy of those tensors (re-pointed into its flat buffers), its compiled flat
+update called directly on the same buffers (the step minus it is flat mode's Python layer), and
+torch.optim.AdamW(fused=True) on the same tensors (foreach=True on a torch without a fused CPU
+AdamW), each the median of `reps` steps after a warm-up. Figures are the medians over rounds;
+ratios are Python / C (default mode against the C per-tensor mode, flat against flat) and
+torch / Python, every side on --threads threads (default: the CPU count).
 
 --breakdown adds, per round, where the NumPy step's time goes, the cases taking turns step by
 step: the NumPy step again, the compiled update called directly on the same arrays (the step
@@ -53,25 +57,24 @@ def parse_count(s):
     return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
 
 
-def median_step(step, reps):
-    step()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        step()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
-
-
-def c_path(binary, params, tensors, reps):
+def c_path(binary, params, tensors, reps, flat=False):
+    """The C path's ms per step: per-tensor mode, or with flat (per-tensor, flat) in one run."""
     out = subprocess.run([binary, "bench", "optim", "--optimizer", "adamw", "--params",
                           str(params), "--tensors", str(tensors), "--reps", str(reps),
-                          "--no-limits", "--json"], check=True, capture_output=True, text=True)
+                          "--no-limits", "--json"] + (["--flat"] if flat else []),
+                         check=True, capture_output=True, text=True)
+    per, fl = None, None
     for line in out.stdout.splitlines():
         row = json.loads(line)
-        if " step, " in row["case"] and row["metric"] == "ms/step":
-            return row["value"]
-    raise SystemExit("optitpu bench optim printed no step time")
+        if row["metric"] != "ms/step":
+            continue
+        if " flat step, " in row["case"]:
+            fl = row["value"]
+        elif " step, " in row["case"] and per is None:
+            per = row["value"]
+    if per is None or (flat and fl is None):
+        raise SystemExit("optitpu bench optim printed no step time")
+    return (per, fl) if flat else per
 
 
 def one_arena(arrays):
@@ -173,6 +176,13 @@ def main():
         for p, g in zip(tq, gs):
             p.grad = torch.from_numpy(g)
         opt_t = optitpu.optim.AdamW(tp, lr=1e-3, weight_decay=0.01)
+        tf = [torch.from_numpy(p.copy()) for p in ps]
+        for p, g in zip(tf, gs):
+            p.grad = torch.from_numpy(g.copy())
+        opt_f = optitpu.optim.AdamW(tf, lr=1e-3, weight_decay=0.01, flat=True)
+        opt_f.step()
+        fl = opt_f.param_groups[0]["_flat"]
+        exe_f = fl._compile(opt_f.param_groups[0], fl.shapes)[0]
         torch_kind = "torch_fused"
         try:
             torch_fused = torch.optim.AdamW(tq, lr=1e-3, weight_decay=0.01, fused=True)
@@ -182,13 +192,19 @@ def main():
             torch_fused = torch.optim.AdamW(tq, lr=1e-3, weight_decay=0.01, foreach=True)
     except ImportError:
         torch = None
-    rows = {"c_path": [], "python_numpy": [], "python_torch": [], "torch": []}
+    rows = {"c_path": [], "c_path_flat": [], "python_numpy": [], "python_torch": [],
+            "python_torch_flat": [], "flat_direct_call": [], "torch": []}
     for _ in range(args.rounds):
-        rows["c_path"].append(c_path(args.optitpu, n, args.tensors, args.reps))
-        rows["python_numpy"].append(median_step(lambda: opt.step(grads=gs), args.reps))
+        per, fl = c_path(args.optitpu, n, args.tensors, args.reps, flat=True)
+        rows["c_path"].append(per)
+        rows["c_path_flat"].append(fl)
+        cases = {"python_numpy": lambda: opt.step(grads=gs)}
         if torch is not None:
-            rows["python_torch"].append(median_step(opt_t.step, args.reps))
-            rows["torch"].append(median_step(torch_fused.step, args.reps))
+            cases.update(python_torch=opt_t.step, python_torch_flat=opt_f.step,
+                         flat_direct_call=lambda: exe_f(*fl.args, 2.0, 1e-3, donate=True),
+                         torch=torch_fused.step)
+        for k, v in zip(cases, median_steps(list(cases.values()), args.reps)):
+            rows[k].append(v)
         if args.breakdown:
             for k, v in breakdown(args, gs, opt, args.reps, torch).items():
                 rows.setdefault(k, []).append(v)
@@ -215,6 +231,18 @@ def main():
     if torch is not None:
         out["torch"] = f"{torch.__version__} {torch_kind}, {torch.get_num_threads()} threads"
         out["ratio_torch_to_python_torch"] = round(res["torch"] / res["python_torch"], 3)
+        out["ratio_python_torch_flat_to_c_flat"] = round(
+            res["python_torch_flat"] / res["c_path_flat"], 3)
+        # per round (the C path ran just before the Python cases), then the median over rounds
+        out["ratio_python_torch_flat_to_c_flat_paired"] = round(statistics.median(
+            a / b for a, b in zip(rows["python_torch_flat"], rows["c_path_flat"])), 3)
+        # the flat step minus its compiled update called directly on the same buffers (the
+        # two taking turns): the Python layer's own cost in flat mode
+        out["python_layer_flat_ms"] = round(statistics.median(
+            a - b for a, b in zip(rows["python_torch_flat"], rows["flat_direct_call"])), 2)
+        out["ratio_python_torch_flat_to_c"] = round(res["python_torch_flat"] / res["c_path"], 3)
+        out["ratio_torch_to_python_torch_flat"] = round(
+            res["torch"] / res["python_torch_flat"], 3)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
@@ -227,7 +255,12 @@ def main():
                   f"arrays {out['ratio_one_arena_to_direct_call']}, / C "
                   f"{out['ratio_one_arena_to_c']}")
         if torch is not None:
-            print(f"{out['torch']} / optitpu on torch tensors {out['ratio_torch_to_python_torch']}")
+            print(f"{out['torch']} / optitpu on torch tensors {out['ratio_torch_to_python_torch']}"
+                  f", / optitpu flat=True {out['ratio_torch_to_python_torch_flat']}; optitpu "
+                  f"flat=True / C flat {out['ratio_python_torch_flat_to_c_flat']} (per round "
+                  f"{out['ratio_python_torch_flat_to_c_flat_paired']}), / C per-tensor "
+                  f"{out['ratio_python_torch_flat_to_c']}; flat step - direct call "
+                  f"{out['python_layer_flat_ms']} ms")
 
 
 if __name__ == "__main__":

@@ -124,19 +124,59 @@ def jit(fn=None, **compile_kwargs):
 def train(*, on_progress=None, **options):
     """Runs `optitpu train` in this process (ot_train): data-parallel training of a model on
     in-process host devices with the CLI's options as keywords (steps, epochs, devices, topology,
-    optimizer, lr, weight_decay, schedule, warmup_steps, batch_size, grad_accum, dataset,
-    synthetic_n, model ("logreg", "mlp", "cnn"), hidden=[...], activation, allreduce,
-    grad_compress, local_sgd, ckpt_dir, ckpt_every, keep, resume, fresh, final_ckpt, fail_device,
-    fail_step, recovery ("shrink", "restore"), eval_every, seed, trace_path, stop_after).
+    optimizer, lr, weight_decay, state ("f32", "bf16"), schedule, warmup_steps, batch_size,
+    grad_accum, dataset, synthetic_n, model ("logreg", "mlp", "cnn"), hidden=[...], activation,
+    allreduce, grad_compress ("none", "bf16", "int8", "topk:F"), local_sgd, shard_optimizer,
+    slice ("PRESET:SHAPE"; devices defaults to the slice's size, slice_registry to the CLI's
+    $OPTITPU_SLICE_DIR or /tmp/optitpu-slices-UID), ckpt_dir, ckpt_every, keep, ckpt_replicas
+    (R: copies in CKPT_DIR.replica1..R as the CLI's --ckpt-replicas, or a list of directories),
+    resume, fresh, final_ckpt, fail_device, fail_step, migrate ((device, step) or "D@S", the
+    CLI's --migrate; or migrate_device and migrate_step), recovery ("shrink", "restore"),
+    eval_every, seed, trace_path, stop_after).
     on_progress(dict) is called after every step (on the leader device's thread, with the GIL).
     Returns the report as a dict (ot_train_report_json's fields) with "params": {name: Array},
     the final parameters."""
     import json
 
+    options = _train_options(options)
     report, params = _core.train(options, on_progress)
     out = json.loads(report)
     out["params"] = dict(params)
     return out
+
+
+def _train_options(options):
+    """The CLI's spellings of train's options as ot_train_options' fields."""
+    o = {k: v for k, v in options.items() if v is not None}  # None: the default
+    mig = o.pop("migrate", None)
+    if mig is not None:
+        try:
+            d, s = mig.split("@") if isinstance(mig, str) else mig
+            o["migrate_device"], o["migrate_step"] = int(d), int(s)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"INVALID_ARGUMENT: migrate {mig!r}: (device, step) or "
+                                  "'D@S'") from None
+    reps = o.get("ckpt_replicas")
+    if reps is not None and not isinstance(reps, (list, tuple)):
+        if isinstance(reps, bool) or not isinstance(reps, int) or reps < 0:
+            raise InvalidArgument(f"INVALID_ARGUMENT: ckpt_replicas {reps!r}: a count or a "
+                                  "list of directories")
+        if reps and not o.get("ckpt_dir"):
+            raise InvalidArgument("INVALID_ARGUMENT: ckpt_replicas needs ckpt_dir")
+        o["ckpt_replicas"] = [f"{o.get('ckpt_dir')}.replica{i}" for i in range(1, reps + 1)]
+    if o.get("slice"):
+        if "slice_registry" not in o:
+            o["slice_registry"] = (_os.environ.get("OPTITPU_SLICE_DIR")
+                                   or f"/tmp/optitpu-slices-{_os.getuid()}")
+        if "devices" not in o:  # the slice's size ("v4-2x2x2:2x2x1": 4)
+            n = 1
+            try:
+                for d in str(o["slice"]).split(":", 1)[1].split("x"):
+                    n *= int(d)
+                o["devices"] = n
+            except (IndexError, ValueError):
+                pass  # the library reports the malformed spec
+    return o
 
 
 from . import ckpt, optim  # noqa: E402,F401

@@ -13,12 +13,21 @@ recompiles; changing another hyper-parameter recompiles that group once.
 State and hyper-parameters use torch's names (exp_avg, exp_avg_sq, max_exp_avg_sq,
 momentum_buffer, betas, eps, weight_decay, amsgrad, maximize, momentum, dampening, nesterov), so
 state_dict()/load_state_dict() are interchangeable with torch.optim's for the same optimizer.
+
+bf16 and f16 parameters get an f32 master copy (state "master", the parameter widened at its
+first step): the gradient in the parameter's dtype is widened, the update runs in f32 on the
+master and its state, and the parameter becomes the master rounded to nearest even.
+
+flat=True (flat mode) keeps every parameter group's parameters, gradients and state in one
+contiguous buffer per dtype (liboptitpu's flat mode, one fused loop over all tensors) and
+re-points the caller's tensors into it; see Optimizer and docs/python.md for exactly what that
+does to them.
 """
 
 from . import _core
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "RAdam", "NAdam",
-           "Adadelta", "ScheduleLR",
+           "Adadelta", "Adafactor", "ScheduleLR",
            "constant_schedule", "exponential_decay", "polynomial_schedule", "linear_schedule",
            "cosine_decay_schedule", "warmup_cosine_decay_schedule", "piecewise_constant_schedule",
            "step_schedule", "cosine_restarts_schedule", "onecycle_schedule",
@@ -44,17 +53,50 @@ class _ParamInfo:
         self.dtype, self.shape = dt, tuple(shape)
 
 
+_DTYPES = ("f32", "f64", "bf16", "f16")
+
+
 class Optimizer:
     """Base class: subclasses give the C optimizer's name and how torch's hyper-parameters map
-    onto it (_hparams)."""
+    onto it (_hparams).
+
+    flat=False (default): each step runs the group's compiled update on the parameters',
+    gradients' and state tensors' own memory, wherever they were allocated.
+
+    flat=True: at construction (and in add_param_group) each group's tensors are laid back to
+    back, per dtype, in one parameter buffer and one gradient buffer (huge-page backed, every
+    tensor starting at a multiple of 64 bytes, zero padding between them), and the optimizer
+    state in buffers of the same layout; a step is one fused loop over each buffer (the C
+    library's flat mode, bit-identical to the per-tensor update). What it does to the caller's
+    parameters:
+
+    - torch tensors: each parameter's values are copied into its place in the buffer and the
+      parameter is re-pointed there (``p.data = view``), so the parameter object, its
+      requires_grad and the module that holds it stay the same but its data_ptr() changes;
+      each ``p.grad`` becomes a view into the gradient buffer (an existing gradient is copied
+      in, else zeros), which backward() then accumulates into in place. zero_grad() zeroes the
+      gradient buffers in place and keeps the views (set_to_none is ignored: a .grad set to
+      None would detach it from the buffer).
+    - NumPy arrays cannot be re-pointed: the caller's arrays are copied in and no longer
+      updated; the parameters are the views in param_groups[i]["params"] (and
+      flat_grads()'s views the gradients, which step(grads=...) takes without a copy).
+
+    A step whose gradients are not all the buffer's views still works: a gradient tensor
+    elsewhere (``p.grad = t``) is copied into the buffer and the parameter's .grad re-pointed;
+    a parameter re-pointed elsewhere (``p.data = t``) is copied back in and re-pointed again.
+    When some parameter has no gradient (None, skipped as torch skips it) or the parameters'
+    step counts differ, that step runs the per-tensor update on the buffers' views."""
 
     _c_name = None
 
-    def __init__(self, params, defaults, *, clip_grad_norm=0.0, clip_grad_value=0.0):
+    def __init__(self, params, defaults, *, clip_grad_norm=0.0, clip_grad_value=0.0,
+                 flat=False):
         self.defaults = dict(defaults)
         self.clip_grad_norm = float(clip_grad_norm)
         self.clip_grad_value = float(clip_grad_value)
+        self.flat = bool(flat)
         self.param_groups = []
+        self._exes = {}  # (group index, subset, hyper-parameters) -> (Executable, state info)
         params = list(params)
         if not params:
             raise _core.InvalidArgument("INVALID_ARGUMENT: optimizer got an empty parameter list")
@@ -62,7 +104,6 @@ class Optimizer:
             params = [{"params": params}]
         for g in params:
             self.add_param_group(g)
-        self._exes = {}  # (group index, subset, hyper-parameters) -> (Executable, state info)
 
     # ---- torch.optim.Optimizer's interface ----
 
@@ -79,11 +120,14 @@ class Optimizer:
                     "INVALID_ARGUMENT: a parameter appears more than once")
             seen.add(id(p))
             info = _ParamInfo(p)
-            if info.dtype not in ("f32", "f64"):
+            if info.dtype not in _DTYPES:
                 raise _core.InvalidArgument(
-                    f"INVALID_ARGUMENT: parameters must be f32 or f64, got {info.dtype}")
+                    f"INVALID_ARGUMENT: parameters must be f32, f64, bf16 or f16, got "
+                    f"{info.dtype}")
         group["_info"] = [_ParamInfo(p) for p in group["params"]]
         group["_state"] = [{} for _ in group["params"]]
+        if self.flat:
+            _Flat(self, len(self.param_groups), group)  # re-points the tensors (may raise)
         self.param_groups.append(group)
 
     @property
@@ -99,6 +143,9 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
+            if "_flat" in g:
+                g["_flat"].zero_grad()
+                continue
             for p in g["params"]:
                 if _is_torch(p) and p.grad is not None:
                     if set_to_none:
@@ -129,8 +176,19 @@ class Optimizer:
             gs = grads[base:base + n] if grads is not None else [
                 p.grad if _is_torch(p) else None for p in g["params"]]
             base += n
-            self._step_group(gi, g, gs)
+            if "_flat" in g:
+                g["_flat"].step(gs, grads is None)
+            else:
+                self._step_group(gi, g, gs)
         return loss
+
+    def flat_grads(self):
+        """flat=True: the gradients' views into the flat buffers, in parameter order (all
+        groups); step(grads=flat_grads()) copies nothing. FailedPrecondition otherwise."""
+        if not self.flat:
+            raise _core.FailedPrecondition(
+                "FAILED_PRECONDITION: flat_grads() needs an optimizer made with flat=True")
+        return [v for g in self.param_groups for v in g["_flat"].gviews]
 
     def state_dict(self):
         groups, state, i = [], {}, 0
@@ -144,7 +202,8 @@ class Optimizer:
                     state[i] = s
                 idx.append(i)
                 i += 1
-            groups.append({**{k: v for k, v in g.items() if k not in ("params", "_info", "_state")},
+            groups.append({**{k: v for k, v in g.items()
+                              if k not in ("params", "_info", "_state", "_flat")},
                            "params": idx})
         return {"state": state, "param_groups": groups}
 
@@ -161,9 +220,13 @@ class Optimizer:
             for k, v in sg.items():
                 if k != "params":
                     g[k] = v
+            flat = g.get("_flat")
             for j, (p, pid) in enumerate(zip(g["params"], sg["params"])):
                 src = state_dict["state"].get(pid, state_dict["state"].get(str(pid)))
-                g["_state"][j] = {} if not src else self._import_state(p, g["_info"][j], src)
+                if flat is not None:
+                    g["_state"][j] = {} if not src else flat.import_state(j, src)
+                else:
+                    g["_state"][j] = {} if not src else self._import_state(p, g["_info"][j], src)
         self._exes.clear()
         self.__dict__.pop("_args", None)
 
@@ -191,7 +254,11 @@ class Optimizer:
             if k == "step":
                 st["step"] = int(float(v))
                 continue
-            arr = self._new_state(p, info.dtype, info.shape, 0.0)
+            # state of a bf16/f16 parameter (its master too) is f32; Adafactor's factored
+            # moments have their own shapes: the executable checks them at the step
+            dt = "f32" if info.dtype in ("bf16", "f16") else info.dtype
+            shape = tuple(v.shape) if hasattr(v, "shape") else info.shape
+            arr = self._new_state(p, dt, shape, 0.0)
             _copy_into(arr, v)
             st[k] = arr
         if "step" not in st:
@@ -214,7 +281,7 @@ class Optimizer:
     def _executable(self, gi, g, subset):
         # lr is a runtime scalar of the update: only the other hyper-parameters are compiled in
         hp = {k: v for k, v in self._hparams(g).items() if k != "lr"}
-        key = (gi, subset, tuple(sorted(hp.items())))
+        key = (gi, subset, tuple(sorted(hp.items())), self.clip_grad_norm, self.clip_grad_value)
         hit = self._exes.get(key)
         if hit is None:
             if self.clip_grad_norm > 0 and len(self.param_groups) > 1:
@@ -255,19 +322,244 @@ class Optimizer:
         hit = self._args.get((gi, subset))
         if hit is not None and hit[0] is exe and hit[1] == ptrs:
             return hit[2], hit[3]
-        per = len(states) // len(subset) if subset else 0
         sargs = []
-        for local, j in enumerate(subset):
+        for name, dtype, shape, init in states:  # "<local index>.<slot>", parameter-major
+            local, slot = name.split(".", 1)
+            j = subset[int(local)]
             st = g["_state"][j]
-            p = g["params"][j]
-            for name, dtype, shape, init in states[local * per:(local + 1) * per]:
-                slot = name.split(".", 1)[1]
-                if slot not in st:
-                    st[slot] = self._new_state(p, dtype, shape, init)
-                sargs.append(_fast_view(st[slot]))
+            if slot not in st:
+                p = g["params"][j]
+                st[slot] = self._new_state(p, dtype, shape, init)
+                if slot == "master":  # the f32 master starts as the parameter, widened
+                    _copy_into(st[slot], p.detach() if _is_torch(p) else p)
+            sargs.append(_fast_view(st[slot]))
         ps = [_fast_view(p) for p in params]
         self._args[(gi, subset)] = (exe, ptrs, ps, sargs)
         return ps, sargs
+
+
+class _Flat:
+    """One parameter group in flat mode (Optimizer's docstring): the group's flat buffers,
+    each tensor's views into them, and the flat update. Stored as group["_flat"]."""
+
+    def __init__(self, opt, gi, g):
+        params = g["params"]
+        torch_kind = [_is_torch(p) for p in params]
+        if any(torch_kind) and not all(torch_kind):
+            raise _core.InvalidArgument(
+                "INVALID_ARGUMENT: flat=True: a group's parameters must be all torch tensors or "
+                "all NumPy arrays")
+        self.opt, self.gi, self.torch = opt, gi, torch_kind[0]
+        shapes = [(i.dtype, i.shape) for i in g["_info"]]
+        exe, states, views = self._compile(g, shapes)
+        self.shapes, self.views = shapes, views
+        ngroups = max(v[0] for v in views) + 1
+        proto = params[0]
+        # zero padding between the tensors: the update leaves it zero (tpu_optim.h)
+        self.pbuf = [opt._new_state(proto, dt, shp, 0.0) for dt, shp in exe.params[:ngroups]]
+        self.gbuf = [opt._new_state(proto, dt, shp, 0.0)
+                     for dt, shp in exe.params[ngroups:2 * ngroups]]
+        self.sbuf = [opt._new_state(proto, dt, shp, init) for _, dt, shp, init in states]
+        self.pviews = [self._view(self.pbuf[grp], off, cnt, shp)
+                       for (grp, off, cnt), (_, shp) in zip(views, shapes)]
+        self.gviews = [self._view(self.gbuf[grp], off, cnt, shp)
+                       for (grp, off, cnt), (_, shp) in zip(views, shapes)]
+        # each tensor's state: its slots' views ("flat<g>.<dtype>.<slot>"); a scalar slot
+        # (NAdam's mu_product) is the group's, shared by its tensors
+        self.sviews = [{} for _ in params]
+        self.scalar_slots = False
+        self.inits = {}
+        for (name, _, shp, init), buf in zip(states, self.sbuf):
+            grp, slot = int(name.split(".", 1)[0][4:]), name.split(".", 2)[2]
+            self.scalar_slots |= len(shp) == 0
+            self.inits[slot] = init
+            for j, (vg, off, cnt) in enumerate(views):
+                if vg == grp:
+                    self.sviews[j][slot] = buf if len(shp) == 0 else self._view(
+                        buf, off, cnt, shapes[j][1])
+        grads = [p.grad for p in params] if self.torch else [None] * len(params)
+        if self.torch:
+            import torch
+
+            with torch.no_grad():
+                for j, p in enumerate(params):
+                    self.pviews[j].copy_(p)
+                    if grads[j] is not None:
+                        self.gviews[j].copy_(grads[j])
+                for j, p in enumerate(params):
+                    p.data = self.pviews[j]
+                    p.grad = self.gviews[j]
+        else:
+            for j, p in enumerate(params):
+                self.pviews[j][...] = p
+            g["params"] = list(self.pviews)
+        self.pptr = [_address(v) for v in self.pviews]
+        self.gptr = [_address(v) for v in self.gviews]
+        self.args = tuple(_fast_view(b) for b in self.pbuf + self.gbuf + self.sbuf)
+        self.group = g
+        g["_flat"] = self
+
+    @staticmethod
+    def _view(buf, off, cnt, shape):
+        return buf[off:off + cnt].reshape(shape)
+
+    def _compile(self, g, shapes):
+        opt = self.opt
+        hp = {k: v for k, v in opt._hparams(g).items() if k != "lr"}
+        key = ("flat", self.gi, tuple(sorted(hp.items())), opt.clip_grad_norm,
+               opt.clip_grad_value)
+        hit = opt._exes.get(key)
+        if hit is None:
+            if opt.clip_grad_norm > 0 and (len(opt.param_groups) > 1 or self.gi > 0):
+                raise _core.Unimplemented(
+                    "UNIMPLEMENTED: clip_grad_norm clips within one group; use one group")
+            exe, states, views = _core.optimizer_update(
+                opt._c_name, hp, shapes, opt.clip_grad_norm, opt.clip_grad_value, flat=True)
+            if getattr(self, "views", views) != views:  # the layout depends on shapes only
+                raise _core.Internal("INTERNAL: the flat layout changed between compiles")
+            hit = opt._exes[key] = (exe, states, views)
+        return hit
+
+    def zero_grad(self):
+        for b in self.gbuf:
+            b[...] = 0
+        if self.torch:
+            for p, v, ptr in zip(self.group["params"], self.gviews, self.gptr):
+                gr = p.grad
+                if gr is None or gr.data_ptr() != ptr:
+                    p.grad = v
+
+    def _check(self, j, x, what):
+        dt, shape, _, _ = _core.describe(x.detach() if _is_torch(x) else x)
+        if (dt, tuple(shape)) != self.shapes[j]:
+            want = self.shapes[j]
+            raise _core.ShapeMismatch(
+                f"SHAPE_MISMATCH: parameter {j}'s {what}: expected {want[0]}{list(want[1])}, "
+                f"got {dt}{list(shape)}")
+
+    def _relink(self):
+        """Parameters and gradients that were re-pointed or replaced since the last step are
+        copied back into the buffers and re-pointed to their views. Returns whether every
+        parameter has a gradient."""
+        all_grads = True
+        if not self.torch:
+            return all_grads
+        import torch
+
+        moved = []
+        for j, (p, pptr, gptr) in enumerate(zip(self.group["params"], self.pptr, self.gptr)):
+            gr = p.grad
+            if gr is None:
+                all_grads = False
+            if p.data_ptr() != pptr or (gr is not None and gr.data_ptr() != gptr):
+                moved.append(j)
+        for j in moved:  # everything checked before anything is copied
+            p = self.group["params"][j]
+            self._check(j, p, "values (re-pointed since)")
+            if p.grad is not None:
+                self._check(j, p.grad, "gradient")
+        for j in moved:
+            p, pv, gv = self.group["params"][j], self.pviews[j], self.gviews[j]
+            with torch.no_grad():
+                if p.data_ptr() != self.pptr[j]:
+                    pv.copy_(p)
+                    p.data = pv
+                if p.grad is not None and p.grad.data_ptr() != self.gptr[j]:
+                    gv.copy_(p.grad)
+                    p.grad = gv
+        return all_grads
+
+    def step(self, grads, from_tensors):
+        g = self.group
+        lr = float(g["lr"])
+        if not lr >= 0 or lr == float("inf"):
+            raise _core.InvalidArgument(f"INVALID_ARGUMENT: lr {lr}: must be finite and >= 0")
+        if from_tensors:
+            all_grads = self._relink()
+        else:
+            all_grads, copies = True, []
+            for j, gr in enumerate(grads):  # everything checked before anything is copied
+                if gr is None:
+                    all_grads = False
+                elif _address(gr) != self.gptr[j]:
+                    self._check(j, gr, "gradient")
+                    copies.append(j)
+            for j in copies:
+                _copy_into(self.gviews[j], grads[j])
+        states = g["_state"]
+        steps = {st.get("step", 0) for st in states}
+        if all_grads and len(steps) == 1:
+            step = steps.pop()
+            if step == 0:
+                for j in range(len(states)):
+                    if not states[j]:
+                        self._start(j)
+            exe, _, _ = self._compile(g, self.shapes)
+            exe(*self.args, float(step + 1), lr, donate=True)
+            for st in states:
+                st["step"] = step + 1
+            return
+        # some parameter without a gradient, or step counts that differ: the per-tensor update
+        # on the views (the same state memory)
+        if self.scalar_slots:
+            raise _core.Unimplemented(
+                f"UNIMPLEMENTED: flat=True with {type(self.opt).__name__}: its scalar state is "
+                "kept once per group, so every parameter needs a gradient at every step")
+        for j in range(len(states)):
+            if not states[j]:
+                self._start(j)
+        if from_tensors:
+            grads = [p.grad for p in g["params"]] if self.torch else self.gviews
+        gs = [None if gr is None else self.gviews[j] for j, gr in enumerate(grads)]
+        self.opt._step_group(self.gi, g, gs)
+
+    def _start(self, j):
+        """Parameter j's state before its first step (none loaded): the views (a master holds
+        the parameter, widened), step 0."""
+        st = self.group["_state"][j]
+        st.update(self.sviews[j])
+        if "master" in st:
+            _copy_into(st["master"], self.pviews[j])
+        st.setdefault("step", 0)
+
+    def import_state(self, j, src):
+        """load_state_dict: copies into parameter j's views."""
+        st = {}
+        for k, v in src.items():
+            if k == "step":
+                st["step"] = int(float(v))
+            elif k in self.sviews[j]:
+                _copy_into(self.sviews[j][k], v)
+                st[k] = self.sviews[j][k]
+            else:
+                raise _core.InvalidArgument(
+                    f"INVALID_ARGUMENT: state_dict: unknown state '{k}' for this optimizer")
+        for k, v in self.sviews[j].items():  # slots the state_dict does not hold start afresh
+            if k not in st:
+                if k == "master":
+                    _copy_into(v, self.pviews[j])
+                else:
+                    _copy_into(v, _full_like(v, self.inits[k]))
+                st[k] = v
+        if "step" not in st:
+            st["step"] = 1
+        return st
+
+
+def _full_like(x, value):
+    if _is_torch(x):
+        import torch
+
+        return torch.full_like(x, value)
+    import numpy as np
+
+    return np.full_like(x, value)
+
+
+def _address(x):
+    if _is_torch(x):
+        return x.data_ptr()
+    return _core.describe(x)[2]
 
 
 def _fast_view(x):
@@ -428,6 +720,30 @@ class Adadelta(Optimizer):
     def _hparams(self, g):
         return {"lr": g["lr"], "rho": g["rho"], "eps": g["eps"],
                 "weight_decay": g["weight_decay"], "maximize": _flag(g["maximize"])}
+
+class Adafactor(Optimizer):
+    """torch.optim.Adafactor (beta2_decay, eps=(eps1, eps2) with eps1 None: the parameter
+    dtype's machine epsilon, d, weight_decay, maximize): liboptitpu's "adafactor_torch".
+    Factored second moments (row_var, col_var) for parameters of rank >= 2, variance
+    otherwise; the unused slots are kept as one element. Not in flat mode (its state is not
+    shaped like the parameters: Unimplemented)."""
+
+    _c_name = "adafactor_torch"
+
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0,
+                 weight_decay=0.0, *, maximize=False, **kw):
+        eps = tuple(eps)
+        if len(eps) != 2:
+            raise _core.InvalidArgument("INVALID_ARGUMENT: eps: a pair (eps1 or None, eps2)")
+        super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d,
+                                      weight_decay=weight_decay, maximize=maximize), **kw)
+
+    def _hparams(self, g):
+        e1, e2 = g["eps"]
+        return {"lr": g["lr"], "beta2_decay": g["beta2_decay"],
+                "eps1": 0.0 if e1 is None else float(e1), "eps2": float(e2), "d": g["d"],
+                "weight_decay": g["weight_decay"], "maximize": _flag(g["maximize"])}
+
 
 # ---- learning-rate schedules (liboptitpu's ot_lr_schedule, optax's formulas) ----
 

@@ -22,6 +22,7 @@
 
 #include <optitpu/optitpu.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1289,21 +1290,27 @@ static PyObject *mod_load(PyObject *mod, PyObject *args) {
 }
 
 /* _core.optimizer_update(name, hparams: dict[str, float], shapes: [(dtype, shape)],
- *                        clip_grad_norm=0.0, clip_grad_value=0.0, clip_norm_optax=False)
+ *                        clip_grad_norm=0.0, clip_grad_value=0.0, clip_norm_optax=False,
+ *                        flat=False)
  *   -> (Executable, [(state name, dtype, shape, initial value)])
+ *   flat=True: -> (Executable, states, [(group, offset, count)] per tensor)
  * One compiled update (ot_tpu_optimizer, donated): parameters 0..n-1 the params, n..2n-1 the
  * grads, then the state tensors (parameter-major), then step and lr (f64 scalars); every output
- * is aliased to its parameter or state input, so exe(..., donate=True) updates them in place. */
+ * is aliased to its parameter or state input, so exe(..., donate=True) updates them in place.
+ * flat=True: the wrapper's flat mode (tpu_optim.h): the same layout with one flat 1-D
+ * parameter, gradient and state buffer per flat group instead of one per tensor; each tensor's
+ * place in its group's buffers is its (group, offset, count), the padding between tensors zero. */
 static PyObject *mod_optimizer_update(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
     static char *kwlist[] = {
-        "name", "hparams", "shapes", "clip_grad_norm", "clip_grad_value", "clip_norm_optax", NULL};
+        "name", "hparams", "shapes", "clip_grad_norm", "clip_grad_value", "clip_norm_optax",
+        "flat", NULL};
     const char *name;
     PyObject *hp, *shapes;
     double clip_norm = 0, clip_value = 0;
-    int clip_optax = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!O|ddp", kwlist, &name, &PyDict_Type, &hp,
-                                     &shapes, &clip_norm, &clip_value, &clip_optax))
+    int clip_optax = 0, flat = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO!O|ddpp", kwlist, &name, &PyDict_Type, &hp,
+                                     &shapes, &clip_norm, &clip_value, &clip_optax, &flat))
         return NULL;
     PyObject *seq = PySequence_Fast(shapes, "shapes: a sequence of (dtype, shape)");
     if (!seq) return NULL;
@@ -1381,6 +1388,7 @@ static PyObject *mod_optimizer_update(PyObject *mod, PyObject *args, PyObject *k
     to.clip_grad_norm = clip_norm;
     to.clip_grad_value = clip_value;
     to.clip_norm_optax = clip_optax;
+    to.flat = flat;
     ot_tpu_optimizer *t = NULL;
     Py_BEGIN_ALLOW_THREADS st = ot_tpu_optimizer_create(o, ps, (int)n, &to, &t);
     Py_END_ALLOW_THREADS if (st != OT_OK) {
@@ -1403,8 +1411,15 @@ static PyObject *mod_optimizer_update(PyObject *mod, PyObject *args, PyObject *k
             ot_tpu_optimizer_free(t);
             goto out;
         }
-        int slot = per > 0 ? i % per : 0;
-        double init = vt->state_init ? vt->state_init(o, slot) : 0.0;
+        /* the optimizer's slot by name ("<k>.<slot>", flat "flat<g>.<dtype>.<slot>"): a bf16 or
+         * f16 tensor or group has its f32 master after its slots (initial value: the
+         * parameter, widened, which the caller copies in) */
+        const char *sn = ot_tpu_optimizer_state_name(t, i), *dot = strchr(sn, '.');
+        if (flat && dot) dot = strchr(dot + 1, '.');
+        int slot = per;
+        for (int q = 0; q < per && dot; q++)
+            if (!strcmp(ot_optimizer_state_name(o, q), dot + 1)) slot = q;
+        double init = vt->state_init && slot < per ? vt->state_init(o, slot) : 0.0;
         PyObject *dims = shape_tuple(&s);
         PyObject *tup = dims ? Py_BuildValue("(ssNd)", ot_tpu_optimizer_state_name(t, i),
                                              ot_dtype_name(s.dtype), dims, init)
@@ -1421,7 +1436,30 @@ static PyObject *mod_optimizer_update(PyObject *mod, PyObject *args, PyObject *k
         Py_DECREF(states);
         goto out;
     }
-    ret = Py_BuildValue("(NN)", exe, states);
+    if (!flat) {
+        ret = Py_BuildValue("(NN)", exe, states);
+        goto out;
+    }
+    PyObject *views = PyList_New(n);
+    for (Py_ssize_t k = 0; views && k < n; k++) {
+        ot_tpu_flat_view fv;
+        if ((st = ot_tpu_optimizer_flat_view(t, (int)k, &fv)) != OT_OK) {
+            raise_status(st);
+            Py_CLEAR(views);
+            break;
+        }
+        PyObject *tup = Py_BuildValue("(iLL)", fv.group, (long long)fv.offset, (long long)fv.count);
+        if (!tup)
+            Py_CLEAR(views);
+        else
+            PyList_SetItem(views, k, tup);
+    }
+    if (!views) {
+        Py_DECREF(exe);
+        Py_DECREF(states);
+        goto out;
+    }
+    ret = Py_BuildValue("(NNN)", exe, states, views);
 out:
     ot_optimizer_free(o);
     free(ps);
@@ -2123,8 +2161,10 @@ static void train_progress(void *ud, const ot_train_progress *pr) {
     PyGILState_Release(g);
 }
 
-/* Strings of the options, copied (the GIL is released while training). */
-#define TRAIN_STRS 8
+/* Strings of the options, copied (the GIL is released while training): 10 string options and
+ * up to TRAIN_MAX_REPLICAS checkpoint replica roots. */
+#define TRAIN_MAX_REPLICAS 8
+#define TRAIN_STRS         (10 + TRAIN_MAX_REPLICAS)
 
 /* _core.train(options: dict, on_progress=None) -> (report JSON, [(name, Array)]) */
 static PyObject *mod_train(PyObject *mod, PyObject *args) {
@@ -2133,6 +2173,7 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!|O", &PyDict_Type, &opts, &cb)) return NULL;
     ot_train_options o = ot_train_options_default();
     char *strs[TRAIN_STRS] = {0};
+    const char *replicas[TRAIN_MAX_REPLICAS];
     int nstr = 0;
     PyObject *key, *val, *ret = NULL;
     Py_ssize_t pos = 0;
@@ -2144,15 +2185,17 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
             if (!PyErr_Occurred()) raise_fmt(OT_ERR_INVALID_ARGUMENT, "option names are strings");
             goto out;
         }
-        const char **sp = !strcmp(k, "dataset")         ? &o.dataset
-                          : !strcmp(k, "optimizer")     ? &o.optimizer
-                          : !strcmp(k, "schedule")      ? &o.schedule
-                          : !strcmp(k, "topology")      ? &o.topology
-                          : !strcmp(k, "allreduce")     ? &o.allreduce
-                          : !strcmp(k, "ckpt_dir")      ? &o.ckpt_dir
-                          : !strcmp(k, "trace_path")    ? &o.trace_path
-                          : !strcmp(k, "grad_compress") ? &o.grad_compress
-                                                        : NULL;
+        const char **sp = !strcmp(k, "dataset")          ? &o.dataset
+                          : !strcmp(k, "optimizer")      ? &o.optimizer
+                          : !strcmp(k, "schedule")       ? &o.schedule
+                          : !strcmp(k, "topology")       ? &o.topology
+                          : !strcmp(k, "allreduce")      ? &o.allreduce
+                          : !strcmp(k, "ckpt_dir")       ? &o.ckpt_dir
+                          : !strcmp(k, "trace_path")     ? &o.trace_path
+                          : !strcmp(k, "grad_compress")  ? &o.grad_compress
+                          : !strcmp(k, "slice")          ? &o.slice
+                          : !strcmp(k, "slice_registry") ? &o.slice_registry
+                                                         : NULL;
         if (sp) {
             if (val == Py_None) continue;
             const char *sv = PyUnicode_Check(val) ? PyUnicode_AsUTF8AndSize(val, NULL) : NULL;
@@ -2182,6 +2225,43 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
                 o.model.activation = (ot_activation)x;
             continue;
         }
+        if (!strcmp(k, "ckpt_replicas")) { /* the replica roots (paths) */
+            PyObject *rs = PySequence_Fast(val, "ckpt_replicas: a sequence of directories");
+            if (!rs) goto out;
+            Py_ssize_t nr = PySequence_Size(rs);
+            if (nr > TRAIN_MAX_REPLICAS) {
+                Py_DECREF(rs);
+                raise_fmt(OT_ERR_INVALID_ARGUMENT, "ckpt_replicas: 0..%d copies",
+                          TRAIN_MAX_REPLICAS);
+                goto out;
+            }
+            for (Py_ssize_t i = 0; i < nr; i++) {
+                PyObject *x = PySequence_GetItem(rs, i);
+                const char *sv = x && PyUnicode_Check(x) ? PyUnicode_AsUTF8AndSize(x, NULL) : NULL;
+                if (sv && nstr < TRAIN_STRS) strs[nstr] = strdup(sv);
+                Py_XDECREF(x);
+                if (!sv || nstr == TRAIN_STRS || !strs[nstr]) {
+                    Py_DECREF(rs);
+                    if (!PyErr_Occurred())
+                        raise_fmt(OT_ERR_INVALID_ARGUMENT, "ckpt_replicas: directory names");
+                    goto out;
+                }
+                replicas[i] = strs[nstr++];
+            }
+            Py_DECREF(rs);
+            o.ckpt_replicas = nr ? replicas : NULL;
+            o.nckpt_replicas = (int)nr;
+            continue;
+        }
+        if (!strcmp(k, "state")) {
+            const char *sv = PyUnicode_Check(val) ? PyUnicode_AsUTF8AndSize(val, NULL) : NULL;
+            if (!sv || (strcmp(sv, "f32") && strcmp(sv, "bf16"))) {
+                if (!PyErr_Occurred()) raise_fmt(OT_ERR_INVALID_ARGUMENT, "state: 'f32' or 'bf16'");
+                goto out;
+            }
+            o.state_format = strcmp(sv, "bf16") ? OT_TPU_STATE_F32 : OT_TPU_STATE_BF16;
+            continue;
+        }
         if (!strcmp(k, "hidden")) {
             PyObject *hs = PySequence_Fast(val, "hidden: a sequence of layer widths");
             if (!hs) goto out;
@@ -2201,16 +2281,15 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
             if (PyErr_Occurred()) goto out;
             continue;
         }
-        bool isb = !strcmp(k, "resume") || !strcmp(k, "fresh") || !strcmp(k, "final_ckpt");
-        if (isb) {
+        bool *bp = !strcmp(k, "resume")            ? &o.resume
+                   : !strcmp(k, "fresh")           ? &o.fresh
+                   : !strcmp(k, "final_ckpt")      ? &o.final_ckpt
+                   : !strcmp(k, "shard_optimizer") ? &o.shard_optimizer
+                                                   : NULL;
+        if (bp) {
             int t = PyObject_IsTrue(val);
             if (t < 0) goto out;
-            if (k[0] == 'r')
-                o.resume = t;
-            else if (k[0] == 'f' && k[1] == 'r')
-                o.fresh = t;
-            else
-                o.final_ckpt = t;
+            *bp = t;
             continue;
         }
         if (!strcmp(k, "lr") || !strcmp(k, "weight_decay")) {
@@ -2231,6 +2310,12 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
         }
         long long x = PyLong_AsLongLong(val);
         if (x == -1 && PyErr_Occurred()) goto out;
+        if ((x < INT_MIN || x > INT_MAX) &&
+            (!strcmp(k, "devices") || !strcmp(k, "keep") || !strcmp(k, "fail_device") ||
+             !strcmp(k, "migrate_device"))) {
+            raise_fmt(OT_ERR_INVALID_ARGUMENT, "%s %lld is out of range", k, x);
+            goto out;
+        }
         if (!strcmp(k, "steps"))
             o.steps = x;
         else if (!strcmp(k, "epochs"))
@@ -2255,6 +2340,10 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
             o.fail_device = (int)x;
         else if (!strcmp(k, "fail_step"))
             o.fail_step = x;
+        else if (!strcmp(k, "migrate_device"))
+            o.migrate_device = (int)x;
+        else if (!strcmp(k, "migrate_step"))
+            o.migrate_step = x;
         else if (!strcmp(k, "eval_every"))
             o.eval_every = x;
         else if (!strcmp(k, "seed"))

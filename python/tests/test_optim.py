@@ -49,15 +49,17 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["per_tensor", "flat"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_trajectory_matches_torch(repo, name):
+def test_trajectory_matches_torch(repo, name, flat):
     case, p0, grads, want, lr = load_case(repo, name)
     params = [p.copy() for p in p0]
-    addrs = [p.ctypes.data for p in params]
     hp = dict(case["hyperparams"])
     clip = case.get("clip_global_norm", {}).get("max_norm", 0.0)
-    opt = CASES[name](params, **_torch_kwargs(hp))
-    opt.clip_grad_norm = clip
+    opt = CASES[name](params, **_torch_kwargs(hp), clip_grad_norm=clip, flat=flat)
+    if flat:  # NumPy arrays are copied into the flat buffer: the parameters are its views
+        params = opt.param_groups[0]["params"]
+    addrs = [p.ctypes.data for p in params]
     tol = case.get("suggested_tolerance", {"rtol": 1e-5, "atol": 1e-6})
     for t in range(grads[0].shape[0]):
         if lr is not None:
@@ -68,6 +70,162 @@ def test_trajectory_matches_torch(repo, name):
                                        err_msg=f"{name} step {t}")
     assert [p.ctypes.data for p in params] == addrs  # updated in place
     assert len(opt._exes) == 1  # the lr schedule never recompiled
+
+
+def _mixed_params(rng, dtype=np.float32):
+    shapes = [(3, 5), (7,), (), (4, 4, 3), (33,), (1,)]
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("cls,kw", [(optim.AdamW, {"weight_decay": 0.1}),
+                                    (optim.SGD, {"momentum": 0.9, "nesterov": True}),
+                                    (optim.Adagrad, {"initial_accumulator_value": 0.1}),
+                                    (optim.NAdam, {})])
+def test_flat_is_bit_identical_to_per_tensor(cls, kw):
+    rng = np.random.default_rng(3)
+    w = _mixed_params(rng) + [rng.standard_normal(6)]  # an f64 tensor: a second flat group
+    grads = [[rng.standard_normal(x.shape).astype(x.dtype) for x in w] for _ in range(5)]
+    a = [x.copy() for x in w]
+    opt_a = cls(a, lr=0.01, **kw)
+    opt_b = cls([x.copy() for x in w], lr=0.01, flat=True, **kw)
+    b = opt_b.param_groups[0]["params"]
+    assert all(x.ctypes.data % 64 == 0 for x in b)  # every tensor starts on a cache line
+    for t, g in enumerate(grads):
+        opt_a.param_groups[0]["lr"] = opt_b.param_groups[0]["lr"] = 0.01 * (t + 1)
+        opt_a.step(grads=g)
+        opt_b.step(grads=g if t % 2 else [x.copy() for x in g])  # copied into the buffer
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+    sa, sb = opt_a.state_dict()["state"], opt_b.state_dict()["state"]
+    for k in sa:
+        assert set(sa[k]) == set(sb[k])
+        for slot in sa[k]:
+            np.testing.assert_array_equal(sa[k][slot], sb[k][slot])
+
+
+def test_flat_numpy_grads_views_and_fallback():
+    rng = np.random.default_rng(4)
+    w = _mixed_params(rng)
+    ref = optim.AdamW([x.copy() for x in w], lr=0.1)
+    opt = optim.AdamW([x.copy() for x in w], lr=0.1, flat=True)
+    ps = opt.param_groups[0]["params"]
+    gv = opt.flat_grads()
+    assert [g.shape for g in gv] == [x.shape for x in w]
+    g = [rng.standard_normal(x.shape).astype(np.float32) for x in w]
+    for v, x in zip(gv, g):
+        v[...] = x
+    opt.step()  # NumPy: without grads= the gradients are flat_grads()'s views
+    ref.step(grads=g)
+    # a parameter without a gradient is skipped (torch's rule): the per-tensor update runs
+    # on the buffers' views, and the step counts then differ
+    g2 = [None] + [x * 2 for x in g[1:]]
+    opt.step(grads=g2)
+    ref.step(grads=g2)
+    assert opt.state[0]["step"] == 1 and opt.state[1]["step"] == 2
+    opt.step(grads=g)
+    ref.step(grads=g)
+    for x, y in zip(ref.param_groups[0]["params"], ps):
+        np.testing.assert_array_equal(x, y)
+    opt.zero_grad()
+    assert all(not v.any() for v in gv)
+    # state_dict round trip into another flat optimizer
+    other = optim.AdamW([x.copy() for x in w], lr=0.5, flat=True)
+    other.load_state_dict(opt.state_dict())
+    for v in other.param_groups[0]["params"]:
+        v[...] = 0
+    for a, b in zip(other.param_groups[0]["params"], ps):
+        a[...] = b
+    opt.step(grads=g)
+    other.step(grads=g)
+    for a, b in zip(other.param_groups[0]["params"], ps):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_flat_bad_arguments():
+    w = np.ones(4, np.float32)
+    with pytest.raises(optitpu.FailedPrecondition):
+        optim.AdamW([w]).flat_grads()
+    with pytest.raises(optitpu.Unimplemented):  # factored state is not shaped like the tensors
+        optim.Adafactor([np.ones((4, 3), np.float32)], flat=True)
+    opt = optim.NAdam([np.ones(4, np.float32), np.ones(3, np.float32)], flat=True)
+    with pytest.raises(optitpu.Unimplemented, match="scalar state"):
+        opt.step(grads=[None, np.ones(3, np.float32)])
+    opt = optim.AdamW([np.ones(4, np.float32)], flat=True)
+    with pytest.raises(optitpu.ShapeMismatch):
+        opt.step(grads=[np.ones(5, np.float32)])
+    with pytest.raises(optitpu.InvalidArgument):
+        opt.step(grads=[np.ones(4, np.float32)] * 2)
+    opt.param_groups[0]["lr"] = float("nan")
+    with pytest.raises(optitpu.InvalidArgument):
+        opt.step(grads=[np.ones(4, np.float32)])
+    np.testing.assert_array_equal(opt.param_groups[0]["params"][0], 1)  # nothing changed
+    with pytest.raises(optitpu.Unimplemented):
+        optim.AdamW([{"params": [np.ones(2, np.float32)]},
+                     {"params": [np.ones(2, np.float32)]}], flat=True, clip_grad_norm=1.0)
+
+
+def test_bf16_params_with_f32_master(repo):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    base = repo / "tests" / "data" / "optim"
+    index = json.loads((base / "index.json").read_text())
+    case = next(c for c in index["cases"] if c["name"] == "torch_bf16_master_adamw")
+    order = index["param_order"]
+    files = case["files"]
+
+    def fx(key):
+        return np.load(base / case["name"] / files[key]["file"])
+
+    p0 = [np.load(base / "inputs" / f"param0_{p}.npy") for p in order]
+    bf = ml_dtypes.bfloat16
+    gb = [fx(f"grad_bf16.{p}").view(bf) for p in order]
+    want_bf = [fx(f"param_bf16.{p}").view(bf) for p in order]
+    want_master = [fx(f"param.{p}") for p in order]
+    for flat in (False, True):
+        params = [x.astype(bf) for x in p0]
+        opt = optim.AdamW(params, **case["hyperparams"], flat=flat)
+        if flat:
+            params = opt.param_groups[0]["params"]
+        # the masters start as the f32 weights the bf16 copy was made from (torch's recipe)
+        sd = opt.state_dict()
+        sd["state"] = {i: {"step": 0, "master": x} for i, x in enumerate(p0)}
+        opt.load_state_dict(sd)
+        for t in range(gb[0].shape[0]):
+            opt.step(grads=[g[t] for g in gb])
+            for k, p in enumerate(params):
+                assert p.dtype == bf
+                np.testing.assert_array_equal(p.view(np.uint16), want_bf[k][t].view(np.uint16),
+                                              err_msg=f"flat={flat} step {t}")
+        for k, m in enumerate(want_master):
+            master = opt.state[k]["master"]
+            assert master.dtype == np.float32
+            np.testing.assert_allclose(master, m[-1], rtol=1e-5, atol=1e-6)
+    # without a master given, it starts as the parameter widened
+    p = np.array([1.5, -2.0], bf)
+    opt = optim.SGD([p], lr=0.5)
+    opt.step(grads=[np.array([1.0, 1.0], bf)])
+    np.testing.assert_array_equal(opt.state[0]["master"], [1.0, -2.5])
+    np.testing.assert_array_equal(p.astype(np.float32), [1.0, -2.5])
+
+
+def test_adafactor_matches_torch(repo):
+    case, p0, grads, want, lr = load_case(repo, "torch_adafactor")
+    params = [p.copy() for p in p0]
+    hp = dict(case["hyperparams"])
+    hp["eps"] = tuple(hp["eps"])
+    opt = optim.Adafactor(params, **hp)
+    tol = case["suggested_tolerance"]
+    for t in range(grads[0].shape[0]):
+        if lr is not None:
+            opt.param_groups[0]["lr"] = float(lr[t])
+        opt.step(grads=[g[t] for g in grads])
+        for p, w in zip(params, want):
+            np.testing.assert_allclose(p, w[t], rtol=tol["rtol"], atol=tol["atol"])
+    assert opt.state[2]["row_var"].shape[-1] == 1  # the matrix's factored moments
+    with pytest.raises(optitpu.InvalidArgument):
+        optim.Adafactor(params, eps=(1e-3,))
+    with pytest.raises(optitpu.InvalidArgument):
+        optim.Adafactor(params, beta2_decay=0.5).step(grads=[g[0] for g in grads])
 
 
 def test_state_dict_roundtrip():

@@ -92,3 +92,63 @@ def test_train_callback_error_does_not_stop_run():
 
     rep = optitpu.train(steps=5, devices=1, eval_every=5, on_progress=boom)
     assert rep["final_step"] == 5
+
+
+def _small(**kw):
+    base = dict(steps=12, devices=2, topology="ring-2", eval_every=12, seed=5)
+    base.update(kw)
+    return optitpu.train(**base)
+
+
+def test_train_state_shard_and_accumulation_options():
+    ref = _small()
+    bf = _small(state="bf16")
+    assert bf["optim_state_bytes_per_device"] * 2 == ref["optim_state_bytes_per_device"]
+    # ZeRO-1: each device holds half the state, and the run is bit for bit the unsharded one
+    sh = _small(shard_optimizer=True, allreduce="tree")
+    assert sh["shard_optimizer"] and not ref["shard_optimizer"]
+    assert sh["optim_state_bytes_per_device"] < ref["optim_state_bytes_per_device"]
+    assert sh["params_sha256"] == ref["params_sha256"]
+    acc = _small(grad_accum=2, batch_size=64)
+    assert acc["final_step"] == 12 and acc["params_sha256"] != ref["params_sha256"]
+    loc = _small(local_sgd=4)
+    assert loc["final_step"] == 12
+    gc = _small(grad_compress="bf16")
+    assert gc["final_step"] == 12 and gc["params_sha256"] != ref["params_sha256"]
+
+
+def test_train_migrate_replicas_and_slice(tmp_path):
+    ref = _small(devices=4, topology="ring-4")
+    for mig in ((1, 6), "1@6"):
+        m = _small(devices=4, topology="ring-4", migrate=mig)
+        assert m["migrations"] == 1 and m["params_sha256"] == ref["params_sha256"]
+    ck = tmp_path / "ck"
+    _small(ckpt_dir=str(ck), ckpt_every=6, ckpt_replicas=2)
+    for d in (ck, tmp_path / "ck.replica1", tmp_path / "ck.replica2"):
+        assert optitpu.ckpt.latest(d) == 12
+    s = _small(topology=None, devices=None, slice="v4-2x2x2:2x1x1",
+               slice_registry=str(tmp_path / "slices"))
+    assert len(s["slice_devices"]) == 2 and s["final_step"] == 12
+
+
+def test_train_bad_new_options(tmp_path):
+    with pytest.raises(optitpu.InvalidArgument):
+        _small(state="int8")
+    with pytest.raises(optitpu.InvalidArgument):
+        _small(migrate="1-6")
+    with pytest.raises(optitpu.InvalidArgument):
+        _small(ckpt_replicas=-1, ckpt_dir=str(tmp_path / "a"))
+    with pytest.raises(optitpu.InvalidArgument):
+        _small(ckpt_replicas=1)  # no ckpt_dir
+    with pytest.raises(optitpu.InvalidArgument, match="0..8"):
+        _small(ckpt_replicas=[str(tmp_path / f"r{i}") for i in range(9)],
+               ckpt_dir=str(tmp_path / "b"))
+    with pytest.raises(optitpu.InvalidArgument, match="couples elements"):
+        _small(shard_optimizer=True, optimizer="lamb")
+    with pytest.raises(optitpu.InvalidArgument, match="migrate"):
+        _small(migrate=(7, 3))  # no device 7 in a pod of 2
+    with pytest.raises(optitpu.InvalidArgument, match="devices"):
+        _small(topology=None, devices=None, slice="v4-2x2x2:9x9x9",
+               slice_registry=str(tmp_path / "slices"))
+    with pytest.raises(optitpu.InvalidArgument):
+        _small(devices=1 << 40)
