@@ -920,17 +920,30 @@ static int donated_overlap(const ExeObject *e, const argview *v, int n) {
     return rc;
 }
 
+static PyObject *exe_call_devices(ExeObject *e, PyObject *args, PyObject *devices);
+
 static PyObject *exe_call(PyObject *self, PyObject *args, PyObject *kw) {
     ExeObject *e = (ExeObject *)self;
     int donate = 0;
+    PyObject *devices = NULL;
     if (kw) {
         PyObject *d = PyDict_GetItemString(kw, "donate");
+        devices = PyDict_GetItemString(kw, "devices");
+        if (devices == Py_None) devices = NULL;
         Py_ssize_t nkw = PyDict_Size(kw);
-        if ((d && nkw != 1) || (!d && nkw != 0))
-            return raise_fmt(OT_ERR_INVALID_ARGUMENT, "an executable takes arrays and donate=");
+        if (nkw != (d != NULL) + (PyDict_GetItemString(kw, "devices") != NULL))
+            return raise_fmt(OT_ERR_INVALID_ARGUMENT,
+                             "an executable takes arrays, donate= and devices=");
         if (d && (donate = PyObject_IsTrue(d)) < 0) return NULL;
     }
     if (exe_live(e) < 0) return NULL;
+    if (devices) {
+        if (donate)
+            return raise_fmt(OT_ERR_INVALID_ARGUMENT,
+                             "donate=True does not apply with devices= (each device's outputs "
+                             "are new arrays)");
+        return exe_call_devices(e, args, devices);
+    }
     Py_ssize_t n = PyTuple_Size(args);
     if (n != e->nparams)
         return raise_fmt(OT_ERR_INVALID_ARGUMENT, "the executable takes %d arrays, got %zd",
@@ -2131,6 +2144,220 @@ out:
     free(th);
     free(outs);
     Py_DECREF(seq);
+    return ret;
+}
+
+/* ---- an executable on a pod's devices ------------------------------------------------------ */
+
+typedef struct {
+    const ot_executable *exe;
+    void *arena;
+    void **params, **outs;
+    ot_run_options ro;
+    int device;
+    ot_status st;
+    char err[256];
+} device_job;
+
+static void *device_thread(void *arg) {
+    device_job *j = arg;
+    j->st = ot_execute_on_host(j->exe, j->arena, j->params, j->outs, &j->ro, j->device, NULL);
+    if (j->st != OT_OK) snprintf(j->err, sizeof j->err, "%s", ot_last_error());
+    return NULL;
+}
+
+/* exe(*args, devices=pod): every device of the pod (an optitpu.Pod, its handle, or a count: a
+ * pod of that many devices for this call) runs the executable on its own thread with the GIL
+ * released. An argument is one array-like (every device reads it) or a list or tuple of one per
+ * device. A module with replica_count x num_partitions > 1 must have exactly that many devices
+ * (device g = replica * partitions + partition) and its collectives go through the pod's
+ * communicators; a module of one replica runs independently on every device. Returns a list of
+ * each device's results (as a call without devices= returns them). Outputs are new arrays (an
+ * aliased output is computed in a copy of its parameter). */
+static PyObject *exe_call_devices(ExeObject *e, PyObject *args, PyObject *devices) {
+    PyObject *podobj = NULL;
+    if (PyLong_Check(devices)) {
+        PyObject *a = Py_BuildValue("(O)", devices);
+        if (!a) return NULL;
+        podobj = mod_pod_create(NULL, a);
+        Py_DECREF(a);
+        if (!podobj) return NULL;
+    } else if (PyObject_TypeCheck(devices, g_pod_type)) {
+        podobj = Py_NewRef(devices);
+    } else {
+        PyObject *h = PyObject_GetAttrString(devices, "_h"); /* optitpu.Pod */
+        if (!h || !PyObject_TypeCheck(h, g_pod_type)) {
+            Py_XDECREF(h);
+            PyErr_Clear();
+            return raise_fmt(OT_ERR_INVALID_ARGUMENT,
+                             "devices=: an optitpu.Pod or a number of devices");
+        }
+        podobj = h;
+    }
+    PodObject *p = (PodObject *)podobj;
+    int n = p->n, np = e->nparams, no = e->nouts;
+    const ot_module_config *cfg = ot_module_get_config(ot_executable_module(e->exe));
+    int64_t groups = (cfg->replica_count > 1 ? cfg->replica_count : 1) *
+                     (cfg->num_partitions > 1 ? cfg->num_partitions : 1);
+    Py_ssize_t na = PyTuple_Size(args);
+    PyObject *ret = NULL;
+    argview *v = NULL;
+    device_job *jobs = NULL;
+    pthread_t *th = NULL;
+    PyObject **res = NULL;
+    bool *got = NULL;
+    bool busy = false;
+    if (groups > 1 && groups != n) {
+        raise_fmt(OT_ERR_INVALID_ARGUMENT,
+                  "the module has replica_count=%lld, num_partitions=%lld: it runs on %lld "
+                  "devices, not %d",
+                  (long long)cfg->replica_count, (long long)cfg->num_partitions, (long long)groups,
+                  n);
+        goto out;
+    }
+    if (na != np) {
+        raise_fmt(OT_ERR_INVALID_ARGUMENT, "the executable takes %d arrays, got %zd", np, na);
+        goto out;
+    }
+    if ((int64_t)n * (np + 1) > (int64_t)MAX_ARGS * 64 || np > MAX_ARGS || no > MAX_ARGS) {
+        raise_fmt(OT_ERR_UNIMPLEMENTED, "too many parameters or outputs for %d devices", n);
+        goto out;
+    }
+    size_t nv = (size_t)n * (size_t)(np + 1);
+    v = calloc(nv, sizeof *v);
+    got = calloc(nv, sizeof *got);
+    jobs = calloc((size_t)n, sizeof *jobs);
+    th = calloc((size_t)n, sizeof *th);
+    res = calloc((size_t)n * (size_t)(no + 1), sizeof *res);
+    if (!v || !got || !jobs || !th || !res) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (int r = 0; r < n; r++) {
+        jobs[r].params = calloc((size_t)np + 1, sizeof(void *));
+        jobs[r].outs = calloc((size_t)no + 1, sizeof(void *));
+        if (!jobs[r].params || !jobs[r].outs) {
+            PyErr_NoMemory();
+            goto out;
+        }
+    }
+    /* every argument of every device viewed and checked before anything runs */
+    for (int k = 0; k < np; k++) {
+        PyObject *o = PyTuple_GetItem(args, k);
+        bool per = PyList_Check(o) || PyTuple_Check(o);
+        if (per && PySequence_Size(o) != n) {
+            raise_fmt(OT_ERR_INVALID_ARGUMENT,
+                      "argument %d: a list of one array per device needs %d, got %zd", k, n,
+                      PySequence_Size(o));
+            goto out;
+        }
+        for (int r = 0; r < (per ? n : 1); r++) {
+            PyObject *item = per ? PySequence_GetItem(o, r) : Py_NewRef(o);
+            argview *av = &v[(size_t)r * (size_t)np + (size_t)k];
+            int rc = item ? view_from_obj(item, av, &e->pshape[k], k) : -1;
+            Py_XDECREF(item); /* the tuple or list keeps it alive */
+            if (rc < 0) goto out;
+            got[(size_t)r * (size_t)np + (size_t)k] = true;
+            if (!ot_shape_equal(&av->shape, &e->pshape[k])) {
+                char w[160], h[160];
+                shape_str(&e->pshape[k], w, sizeof w);
+                shape_str(&av->shape, h, sizeof h);
+                raise_fmt(OT_ERR_SHAPE_MISMATCH, "parameter %d (device %d): expected %s, got %s", k,
+                          r, w, h);
+                goto out;
+            }
+        }
+        for (int r = 0; r < n; r++)
+            jobs[r].params[k] = v[(size_t)(per ? r : 0) * (size_t)np + (size_t)k].data;
+    }
+    for (int r = 0; r < n; r++) {
+        jobs[r].exe = e->exe;
+        jobs[r].device = r;
+        jobs[r].ro = ot_run_options_default();
+        jobs[r].ro.profile = e->prof;
+        jobs[r].ro.comm = groups > 1 ? p->comms[r] : NULL;
+        for (int k = 0; k < no; k++) {
+            ArrayObject *arr = array_new(&e->oshape[k]);
+            if (!arr) goto out;
+            res[(size_t)r * (size_t)no + (size_t)k] = (PyObject *)arr;
+            jobs[r].outs[k] = arr->data;
+            int a = e->alias[k];
+            if (a >= 0) { /* the run updates a copy of the parameter in place */
+                memcpy(arr->data, jobs[r].params[a], (size_t)arr->nbytes);
+                jobs[r].params[a] = arr->data;
+            }
+        }
+        if (e->arena_size > 0 &&
+            !(jobs[r].arena = ot_aligned_alloc(OT_ALIGNMENT, (size_t)e->arena_size))) {
+            PyErr_NoMemory();
+            goto out;
+        }
+    }
+    if (atomic_exchange(&p->busy, 1)) {
+        raise_fmt(OT_ERR_FAILED_PRECONDITION, "the pod is running another collective or call");
+        goto out;
+    }
+    busy = true;
+    ot_status st = OT_OK;
+    int started = 0;
+    atomic_fetch_add(&e->running, 1);
+    Py_BEGIN_ALLOW_THREADS for (; started < n;
+                                started++) if (pthread_create(&th[started], NULL, device_thread,
+                                                              &jobs[started]) != 0) break;
+    if (started < n) {
+        if (groups > 1) ot_local_world_fail(p->world, started); /* the others wait for it */
+        st = ot_error(OT_ERR_RESOURCE_EXHAUSTED, "devices=: cannot start thread %d", started);
+    }
+    for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+    Py_END_ALLOW_THREADS atomic_fetch_sub(&e->running, 1);
+    int bad = -1;
+    for (int r = 0; r < started && bad < 0; r++)
+        if (jobs[r].st != OT_OK) bad = r;
+    if (st != OT_OK || bad >= 0) {
+        ot_status rst = groups > 1 ? pod_build_world(p) : OT_OK; /* a failure aborts them */
+        if (st != OT_OK)
+            raise_status(st);
+        else
+            raise_fmt(jobs[bad].st, "device %d: %s", bad, jobs[bad].err);
+        if (rst != OT_OK) PyErr_Format(error_class(rst), "%s", ot_last_error());
+        goto out;
+    }
+    ret = PyList_New(n);
+    for (int r = 0; ret && r < n; r++) {
+        PyObject *one;
+        PyObject **rr = &res[(size_t)r * (size_t)no];
+        if (!e->tuple_root && no == 1) {
+            one = rr[0];
+            rr[0] = NULL;
+        } else {
+            one = PyTuple_New(no);
+            for (int k = 0; one && k < no; k++) {
+                PyTuple_SetItem(one, k, rr[k]);
+                rr[k] = NULL;
+            }
+        }
+        if (!one) {
+            Py_CLEAR(ret);
+            break;
+        }
+        PyList_SetItem(ret, r, one);
+    }
+out:
+    if (busy) atomic_store(&p->busy, 0);
+    for (size_t i = 0; v && got && i < (size_t)n * (size_t)np; i++)
+        if (got[i]) view_release(&v[i]);
+    for (size_t i = 0; res && i < (size_t)n * (size_t)no; i++) Py_XDECREF(res[i]);
+    for (int r = 0; jobs && r < n; r++) {
+        free(jobs[r].params);
+        free(jobs[r].outs);
+        ot_aligned_free(jobs[r].arena);
+    }
+    free(v);
+    free(got);
+    free(jobs);
+    free(th);
+    free(res);
+    Py_DECREF(podobj);
     return ret;
 }
 

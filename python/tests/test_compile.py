@@ -213,3 +213,62 @@ def test_compile_cache(tmp_path):
     x = np.ones(4, np.float32)
     np.testing.assert_array_equal(np.asarray(exe2(1.0, x, x)), np.asarray(exe(1.0, x, x)))
     assert any((tmp_path / "cache").iterdir())
+
+
+ALLREDUCE4 = """HloModule ar, replica_count=4
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[3] parameter(0)
+  id = u32[] replica-id()
+  f = f32[] convert(id)
+  b = f32[3] broadcast(f), dimensions={}
+  y = f32[3] add(x, b)
+  ROOT r = f32[3] all-reduce(y), replica_groups={{0,1,2,3}}, to_apply=add
+}
+"""
+
+
+def test_run_on_pod_devices_with_collectives():
+    pod = optitpu.Pod(devices=4, topology="ring-4")
+    exe = optitpu.compile(ALLREDUCE4)
+    x = np.zeros(3, np.float32)
+    outs = exe(x, devices=pod)  # one input read by every device
+    assert len(outs) == 4
+    for o in outs:  # sum over replicas of (x + replica id)
+        np.testing.assert_array_equal(np.asarray(o), [6, 6, 6])
+    xs = [np.full(3, r, np.float32) for r in range(4)]  # one input per device
+    outs = exe(xs, devices=pod._h)
+    for o in outs:
+        np.testing.assert_array_equal(np.asarray(o), [12, 12, 12])
+    outs = exe(xs, devices=4)  # a pod of 4 for this call
+    np.testing.assert_array_equal(np.asarray(outs[3]), [12, 12, 12])
+    np.testing.assert_array_equal(xs[1], 1)  # inputs untouched
+    with pytest.raises(optitpu.InvalidArgument, match="runs on 4 devices"):
+        exe(x, devices=2)
+    with pytest.raises(optitpu.InvalidArgument, match="one array per device"):
+        exe(xs[:3], devices=pod)
+    with pytest.raises(optitpu.ShapeMismatch, match="device 2"):
+        exe(xs[:2] + [np.zeros(4, np.float32)] + xs[3:], devices=pod)
+    with pytest.raises(optitpu.InvalidArgument, match="donate"):
+        exe(x, devices=pod, donate=True)
+    with pytest.raises(optitpu.InvalidArgument, match="Pod"):
+        exe(x, devices="four")
+    with pytest.raises(optitpu.InvalidArgument):
+        exe(x, devices=0)
+    with pytest.raises(optitpu.InvalidArgument):
+        exe(x, x, devices=pod)
+    np.testing.assert_array_equal(np.asarray(exe(x, devices=pod)[0]), [6, 6, 6])  # still usable
+    # a pod collective and a call share the communicators: the pod still works
+    np.testing.assert_array_equal(np.asarray(pod.allreduce(xs)[0]), [6, 6, 6])
+
+
+def test_single_replica_module_on_every_device(axpy):
+    xs = [np.full(4, r, np.float32) for r in range(3)]
+    outs = axpy([1.0, 2.0, 3.0], xs, np.ones(4, np.float32), devices=3)
+    for r, o in enumerate(outs):  # independent runs, each with its own inputs
+        np.testing.assert_array_equal(np.asarray(o), (r + 1) * r + 1)
+    assert axpy(2.0, xs[1], xs[2], devices=None).shape == (4,)  # devices=None: one device
