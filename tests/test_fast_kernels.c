@@ -1161,6 +1161,9 @@ static void test_reduce_columns(void) {
         columns_case(t, 4, (int64_t[]){300, 1, 9, 1}, (int64_t[]){2}, 1, op, 8);
         columns_case(t, 4, (int64_t[]){6, 5, 4, 30}, (int64_t[]){0, 2}, 2, op, 12);
         columns_case(t, 3, (int64_t[]){4, 37, 21}, (int64_t[]){0, 1, 2}, 3, op, 8);
+        /* rows of 256 (one whole row per pass), and wider than one chunk of outputs with a tail */
+        columns_case(t, 3, (int64_t[]){3, 41, 256}, (int64_t[]){1}, 1, op, 8);
+        columns_case(t, 2, (int64_t[]){23, 1500}, (int64_t[]){0}, 1, op, 8);
     }
 }
 
