@@ -1,17 +1,22 @@
-/* The fast convolution (src/exec/fast_conv.c) on the convolutions a conv net's training step
- * runs — forward, input gradient and filter gradient, NHWC/HWIO and NCHW/OIHW as JAX lowers
- * them — at sizes that take the tiled, parallel paths (many tiles; filter gradients with a few
- * positions and a long K split by output features; NCHW in the transposed form with direct
- * writes). Inputs are multiples of 1/8 in [-1, 1], never zero, so every product and every sum is
- * exact in f32: the fast kernel must then equal the reference kernel bit for bit, whatever the
- * order of its sums, on pools of 1, 2 and 3 threads. */
+/* The fast convolution (src/exec/fast_conv.c, and fast_conv_dnnl.c where oneDNN is built in) on
+ * the convolutions a conv net's training step runs — forward, input gradient and filter
+ * gradient, NHWC/HWIO and NCHW/OIHW as JAX lowers them — at sizes that take the tiled, parallel
+ * paths (many tiles; filter gradients with a few positions and a long K split by output
+ * features; NCHW in the transposed form with direct writes; oneDNN's forward and
+ * backward-weights forms over chunks of the images), and strided, dilated, reversed, 1-D and
+ * 3-D windows. Inputs are multiples of 1/8 in [-1, 1], never zero, so every product and every
+ * sum is exact in f32: the fast kernel must then equal the reference kernel bit for bit, whatever
+ * the order of its sums, on pools of 1, 2, 3 and 8 threads. Then on inputs whose sums round
+ * (uniform in [-1, 1)), the fast kernel's bits must be the same on every pool size. */
 #include "optitpu/compiler.h"
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
 #include "optitpu/runtime.h"
 #include "ot_test.h"
 
-static ot_threadpool *g_pools[3];
+#define NPOOLS 4
+static ot_threadpool *g_pools[NPOOLS];
+static const int k_pool_threads[NPOOLS] = {1, 2, 3, 8};
 
 static void fill_eighths(ot_tensor *t, uint64_t seed) {
     float *v = t->data;
@@ -19,6 +24,14 @@ static void fill_eighths(ot_tensor *t, uint64_t seed) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         int k = (int)((seed >> 33) % 16); /* 0..15 -> -8..-1, 1..8 */
         v[q] = (float)(k < 8 ? k - 8 : k - 7) / 8.0f;
+    }
+}
+
+static void fill_uniform(ot_tensor *t, uint64_t seed) {
+    float *v = t->data;
+    for (int64_t q = 0; q < (int64_t)(t->nbytes / 4); q++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        v[q] = (float)(seed >> 40) / 8388608.0f - 1.0f;
     }
 }
 
@@ -61,14 +74,30 @@ static void conv_case(const char *lhs, const char *rhs, const char *out, const c
     ASSERT_OK(ot_tensor_alloc(&ref, &sl->shape));
     int fast = -1;
     ASSERT_OK(run(e, args, &ref, NULL, true, &fast));
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < NPOOLS; p++) {
         ot_tensor got;
         ASSERT_OK(ot_tensor_alloc(&got, &sl->shape));
         memset(got.data, 0xa5, got.nbytes);
         ASSERT_OK(run(e, args, &got, g_pools[p], false, &fast));
         EXPECT_INT_EQ(fast, 1);
         if (memcmp(got.data, ref.data, ref.nbytes) != 0) {
-            fprintf(stderr, "%s (%d threads): differs from the reference\n", labels, p + 1);
+            fprintf(stderr, "%s %s (%d threads): differs from the reference\n", lhs, labels,
+                    k_pool_threads[p]);
+            EXPECT_TRUE(false);
+        }
+        ot_tensor_release(&got);
+    }
+    /* rounding sums: the same bits on every pool */
+    for (int a = 0; a < 2; a++) fill_uniform(&args[a], 91 + (uint64_t)a);
+    ASSERT_OK(run(e, args, &ref, g_pools[0], false, &fast));
+    for (int p = 1; p < NPOOLS; p++) {
+        ot_tensor got;
+        ASSERT_OK(ot_tensor_alloc(&got, &sl->shape));
+        memset(got.data, 0xa5, got.nbytes);
+        ASSERT_OK(run(e, args, &got, g_pools[p], false, &fast));
+        if (memcmp(got.data, ref.data, ref.nbytes) != 0) {
+            fprintf(stderr, "%s %s: %d threads differ from 1 thread\n", lhs, labels,
+                    k_pool_threads[p]);
             EXPECT_TRUE(false);
         }
         ot_tensor_release(&got);
@@ -108,19 +137,39 @@ static void test_convnet_nhwc(void) {
               "size=3x3 stride=2x2 pad=0_0x0_0", "b01f_01io->bf01");
 }
 
+/* Windows beyond the conv net's: reversed (JAX's input gradient with the flip folded in),
+ * dilated, strided with a rectangular kernel, 1-D and 3-D, and an odd batch (one chunk). */
+static void test_windows(void) {
+    conv_case("f32[4,16,16,32]", "f32[3,3,16,32]", "f32[4,16,16,16]",
+              "size=3x3 pad=1_1x1_1 rhs_reversal=1x1", "b01f_01oi->b01f");
+    conv_case("f32[4,16,16,32]", "f32[16,32,3,3]", "f32[4,16,16,16]",
+              "size=3x3 pad=1_1x1_1 rhs_reversal=1x0", "b01f_oi01->b01f");
+    conv_case("f32[4,20,20,8]", "f32[3,3,8,16]", "f32[4,16,16,16]", "size=3x3 rhs_dilate=2x2",
+              "b01f_01io->b01f");
+    conv_case("f32[4,8,21,19]", "f32[16,8,3,5]", "f32[4,16,10,9]",
+              "size=3x5 stride=2x2 pad=0_1x1_1", "bf01_oi01->bf01");
+    conv_case("f32[6,100,24]", "f32[5,24,32]", "f32[6,100,32]", "size=5 pad=2_2", "b0f_0io->b0f");
+    conv_case("f32[2,8,8,8,16]", "f32[3,3,3,16,16]", "f32[2,8,8,8,16]",
+              "size=3x3x3 pad=1_1x1_1x1_1", "b012f_012io->b012f");
+    conv_case("f32[3,18,18,16]", "f32[3,3,16,32]", "f32[3,18,18,32]", "size=3x3 pad=1_1x1_1",
+              "b01f_01io->b01f");
+    /* a filter gradient of a strided convolution (window dilation 2 in the HLO) */
+    conv_case("f32[4,17,17,8]", "f32[4,8,8,16]", "f32[3,3,8,16]",
+              "size=8x8 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");
+}
+
 static void test_setup(void) {
-    static const int n[3] = {1, 2, 3};
-    for (int k = 0; k < 3; k++) ASSERT_OK(ot_threadpool_create(n[k], &g_pools[k]));
-    EXPECT_INT_EQ(ot_threadpool_size(g_pools[2]), 3);
+    for (int k = 0; k < NPOOLS; k++) ASSERT_OK(ot_threadpool_create(k_pool_threads[k], &g_pools[k]));
+    EXPECT_INT_EQ(ot_threadpool_size(g_pools[3]), 8);
 }
 
 static void test_teardown(void) {
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NPOOLS; k++) {
         ot_threadpool_free(g_pools[k]);
         g_pools[k] = NULL;
     }
     EXPECT_TRUE(true);
 }
 
-OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc),
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc), OT_TEST(test_windows),
              OT_TEST(test_teardown))

@@ -1,4 +1,5 @@
-/* The fast convolution (kernels.h): im2col + GEMM (OpenBLAS), summing in the reference's order of
+/* The fast convolution (kernels.h): oneDNN's where it covers the convolution (fast_conv_dnnl.c),
+ * else im2col + GEMM (OpenBLAS), summing in the reference's order of
  * terms per output (linalg.c) but through BLAS, so within a reordered sum's error bound of it; the
  * bits do not depend on the thread count. */
 #include "exec/fast_internal.h"
@@ -272,6 +273,10 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     const ot_window *w = i->attrs->window;
     const ot_shape *ls = ins[0].shape, *rs = ins[1].shape, *osh = os->shape;
     if (!cd || !ex_gemm_dtype(ls->dtype, rs->dtype, osh->dtype)) return OT_OK;
+#ifdef OT_HAVE_DNNL
+    OT_CHECK(ex_fast_conv_dnnl(c, i, in, ins, out, os, done));
+    if (*done) return OT_OK;
+#endif
     if (i->attrs->batch_group_count > 1 || cd->nspatial > 3) return OT_OK;
     if (w && w->rank != cd->nspatial) return OT_OK;
     if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||

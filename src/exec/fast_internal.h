@@ -140,6 +140,12 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
                       void *out, const ex_leaf *os, bool *done);
 ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                        void *out, const ex_leaf *os, bool *done);
+#ifdef OT_HAVE_DNNL
+/* The convolution through oneDNN where it covers it (fast_conv_dnnl.c); ex_fast_conv tries it
+ * first. */
+ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                            const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+#endif
 ot_status ex_fast_transpose(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
                             const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 ot_status ex_fast_reduce(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,

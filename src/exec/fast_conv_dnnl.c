@@ -1,0 +1,581 @@
+/* The fast convolution through oneDNN (kernels.h; built when CMake finds libdnnl: OT_HAVE_DNNL).
+ * f32 convolutions with one feature group, no input (base) dilation and no negative padding run
+ * as oneDNN's direct convolution (its JIT kernels for the CPU: brgconv / jit:avx512_core ...) in
+ * the channels-innermost ("nxc") layout, one of two ways chosen by the shape alone:
+ *  - forward: out[n, o, p] = sum_{c, k} x[n, c, p * stride + k * dilation - pad_lo] w[o, c, k],
+ *    the HLO convolution itself (a forward convolution, or JAX's input gradient: the kernel's
+ *    features swapped and its window reversed, packed here);
+ *  - filter gradient, where the kernel's window is larger than the output (a convolution over
+ *    the images, as JAX lowers the gradient of the weights): the HLO convolution read as oneDNN's
+ *    backward-weights primitive — oneDNN's images are the HLO lhs's features, its channels the
+ *    lhs's batch, its output gradient the HLO kernel, its weight gradient the HLO output.
+ * Layouts: operands whose features are innermost are read and written in place; others are
+ * transposed into that layout in scratch (ex_transpose) and the result back, except where the
+ * image operand has few features (a first layer: 3 colours): it is then read as it lies and the
+ * other image operand (output, or output gradient) goes through oneDNN's blocked layout (16
+ * features innermost), reordered chunk by chunk while in cache — oneDNN's first-layer kernels.
+ * Determinism: every oneDNN call runs on one thread (its OpenMP team set to one
+ * thread around the call) over a chunk of the images fixed by the shape; the chunks run in
+ * parallel on the pool. A forward output element is one call's sum; a filter gradient is the
+ * chunks' partial sums added in chunk order. So the bits depend on the shape and the CPU's ISA,
+ * never on the thread count. Every sum is the reference's terms in another order, as the
+ * OpenBLAS path's (fast_conv.c). Where oneDNN offers only its reference or GEMM implementation
+ * for a shape, or refuses it, ex_fast_conv runs its own im2col + GEMM path. */
+#include "exec/fast_internal.h"
+
+#ifdef OT_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define DN_CSR 1 /* subnormals flushed by the FPU's FTZ | DAZ modes during oneDNN's kernels */
+#else
+#define DN_CSR 0
+#endif
+
+/* libgomp's (oneDNN's OpenMP runtime, linked with it): the calling thread's team size */
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+
+#define DN_CHUNKS 8 /* image chunks per convolution, at most (a divisor of the image count) */
+
+static dnnl_engine_t g_engine;
+static bool g_enabled;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void dn_init(void) {
+    const char *e = getenv("OPTITPU_DNNL");
+    if (e && !strcmp(e, "0")) return; /* measurement of the im2col + GEMM path */
+    g_enabled = dnnl_engine_create(&g_engine, dnnl_cpu, 0) == dnnl_success;
+}
+
+enum { DN_NXC, DN_ASIS, DN_BLK };
+
+/* A convolution's oneDNN objects, kept in a process-wide cache keyed by everything they depend
+ * on (creating them costs as much as running a small convolution: oneDNN searches its
+ * implementations and JIT-compiles). A primitive with a user scratchpad may run on several
+ * threads at once (oneDNN's rule), so an entry is shared; users counts the runs holding it, and
+ * only an entry nobody holds is replaced. A refusal is kept too (prim NULL).
+ * Operand A is oneDNN's src; B its dst (forward) or diff_dst (filter gradient); W its weights or
+ * diff_weights. Dims are oneDNN's (N, C, spatial...), N the images of one chunk (mb). */
+typedef struct dn_key {
+    bool bwdw, rev;
+    int ns, amode, bmode; /* amode DN_NXC or DN_ASIS, bmode DN_NXC or DN_BLK */
+    int64_t mb;
+    dnnl_dims_t adims, astr; /* A's chunk: dims, element strides (nxc dense, or as A lies) */
+    dnnl_dims_t bdims, bstr; /* B's chunk: dims, strides (nxc dense, or as B lies: DN_BLK) */
+    dnnl_dims_t wdims, wstr; /* W as it lies (or packed reversed: dense (o, i, spatial...)) */
+    dnnl_dims_t stride, dil, pl, ph;
+} dn_key;
+
+typedef struct dn_entry {
+    dn_key key;
+    bool used;
+    _Atomic int users;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dnnl_primitive_t wreorder; /* W plain -> oneDNN's (forward), oneDNN's -> plain (filter
+                                  gradient); NULL when they are the same layout */
+    dnnl_primitive_t breorder; /* DN_BLK: B blocked -> as it lies (forward), or back */
+    dnnl_memory_desc_t amd, bmd, bio, wmd, padmd, wplain;
+    size_t wbytes, padbytes, bblk; /* bblk: one chunk of B blocked (DN_BLK) */
+} dn_entry;
+
+#define DN_CACHE 64
+static dn_entry g_cache[DN_CACHE];
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned g_cache_next;
+
+static void dn_entry_free(dn_entry *e) {
+    if (e->breorder) dnnl_primitive_destroy(e->breorder);
+    if (e->wreorder) dnnl_primitive_destroy(e->wreorder);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->pd) dnnl_primitive_desc_destroy(e->pd);
+    e->breorder = e->wreorder = e->prim = NULL;
+    e->pd = NULL;
+}
+
+static bool dn_reorder_create(const dnnl_memory_desc_t *smd, const dnnl_memory_desc_t *dmd,
+                              dnnl_primitive_t *out) {
+    dnnl_primitive_desc_t pd;
+    if (dnnl_reorder_primitive_desc_create(&pd, smd, g_engine, dmd, g_engine, NULL) !=
+        dnnl_success)
+        return false;
+    dnnl_status_t st = dnnl_primitive_create(out, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st == dnnl_success;
+}
+
+/* oneDNN's own kernels only: not its reference loops nor its im2col + GEMM. */
+static bool dn_impl_ok(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+        return false;
+    return !strstr(impl, "ref") && !strstr(impl, "gemm");
+}
+
+/* Creates e's objects for e->key on the calling thread with a team of one (as they run); false
+ * when oneDNN refuses the convolution or has only its reference or GEMM implementation. */
+static bool dn_entry_make(dn_entry *e) {
+    const dn_key *k = &e->key;
+    int nd = k->ns + 2;
+    static const dnnl_format_tag_t blk[4] = {dnnl_format_tag_undef, dnnl_nCw16c, dnnl_nChw16c,
+                                             dnnl_nCdhw16c};
+    dnnl_memory_desc_t bprim, wany;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t fpd = NULL;
+    dnnl_convolution_desc_t fd, bd;
+    bool ok =
+        dnnl_memory_desc_init_by_strides(&e->amd, nd, k->adims, dnnl_f32, k->astr) ==
+            dnnl_success &&
+        dnnl_memory_desc_init_by_strides(&e->bio, nd, k->bdims, dnnl_f32, k->bstr) ==
+            dnnl_success &&
+        (k->bmode != DN_BLK ||
+         dnnl_memory_desc_init_by_tag(&bprim, nd, k->bdims, dnnl_f32, blk[k->ns]) ==
+             dnnl_success) &&
+        dnnl_memory_desc_init_by_strides(&e->wplain, nd, k->wdims, dnnl_f32, k->wstr) ==
+            dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&wany, nd, k->wdims, dnnl_f32, dnnl_format_tag_any) ==
+            dnnl_success &&
+        dnnl_primitive_attr_create(&attr) == dnnl_success &&
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
+    if (ok && k->bmode != DN_BLK) bprim = e->bio;
+    ok = ok &&
+         dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                    dnnl_convolution_direct, &e->amd, &wany, NULL,
+                                                    &bprim, k->stride, k->dil, k->pl,
+                                                    k->ph) == dnnl_success &&
+         dnnl_primitive_desc_create(&fpd, &fd, attr, g_engine, NULL) == dnnl_success;
+    if (ok && !k->bwdw) {
+        e->pd = fpd;
+        fpd = NULL;
+    } else if (ok) {
+        ok = dnnl_dilated_convolution_backward_weights_desc_init(
+                 &bd, dnnl_convolution_direct, &e->amd, &wany, NULL, &bprim, k->stride, k->dil,
+                 k->pl, k->ph) == dnnl_success &&
+             dnnl_primitive_desc_create(&e->pd, &bd, attr, g_engine, fpd) == dnnl_success;
+    }
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    ok = ok && dn_impl_ok(e->pd) && dnnl_primitive_create(&e->prim, e->pd) == dnnl_success;
+    if (ok) {
+        e->bmd = *dnnl_primitive_desc_query_md(
+            e->pd, k->bwdw ? dnnl_query_diff_dst_md : dnnl_query_dst_md, 0);
+        e->wmd = *dnnl_primitive_desc_query_md(
+            e->pd, k->bwdw ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+        e->padmd = *dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
+        e->wbytes = ex_align64(dnnl_memory_desc_get_size(&e->wmd));
+        e->padbytes = ex_align64(dnnl_memory_desc_get_size(&e->padmd));
+        if (e->padbytes == 0) e->padbytes = 64;
+        e->bblk = k->bmode == DN_BLK ? ex_align64(dnnl_memory_desc_get_size(&e->bmd)) : 0;
+        if (k->rev || !dnnl_memory_desc_equal(&e->wmd, &e->wplain))
+            ok = k->bwdw ? dn_reorder_create(&e->wmd, &e->wplain, &e->wreorder)
+                         : dn_reorder_create(&e->wplain, &e->wmd, &e->wreorder);
+        if (ok && k->bmode == DN_BLK)
+            ok = k->bwdw ? dn_reorder_create(&e->bio, &e->bmd, &e->breorder)
+                         : dn_reorder_create(&e->bmd, &e->bio, &e->breorder);
+    }
+    if (!ok) dn_entry_free(e);
+    return ok;
+}
+
+/* The entry for key (held: dn_release it), or NULL when oneDNN does not cover the convolution.
+ * *own: an entry outside the cache (every slot held), freed by dn_release. */
+static dn_entry *dn_acquire(const dn_key *key, bool *own) {
+    *own = false;
+    pthread_mutex_lock(&g_cache_mu);
+    for (int k = 0; k < DN_CACHE; k++) {
+        dn_entry *e = &g_cache[k];
+        if (e->used && !memcmp(&e->key, key, sizeof *key)) {
+            if (e->prim) e->users++;
+            pthread_mutex_unlock(&g_cache_mu);
+            return e->prim ? e : NULL;
+        }
+    }
+    pthread_mutex_unlock(&g_cache_mu);
+    dn_entry made;
+    memset(&made, 0, sizeof made);
+    made.key = *key;
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    bool ok = dn_entry_make(&made);
+    omp_set_num_threads(saved);
+    pthread_mutex_lock(&g_cache_mu);
+    dn_entry *slot = NULL;
+    for (int k = 0; k < DN_CACHE && !slot; k++) {
+        dn_entry *e = &g_cache[(g_cache_next + (unsigned)k) % DN_CACHE];
+        if (!e->used || e->users == 0) slot = e;
+    }
+    if (slot) {
+        g_cache_next = (unsigned)(slot - g_cache + 1) % DN_CACHE;
+        dn_entry_free(slot);
+        memcpy(&slot->key, &made.key, sizeof made.key);
+        slot->pd = made.pd, slot->prim = made.prim;
+        slot->wreorder = made.wreorder, slot->breorder = made.breorder;
+        slot->amd = made.amd, slot->bmd = made.bmd, slot->bio = made.bio;
+        slot->wmd = made.wmd, slot->padmd = made.padmd, slot->wplain = made.wplain;
+        slot->wbytes = made.wbytes, slot->padbytes = made.padbytes, slot->bblk = made.bblk;
+        slot->used = true;
+        slot->users = ok ? 1 : 0;
+    }
+    pthread_mutex_unlock(&g_cache_mu);
+    if (!ok) return NULL;
+    if (slot) return slot;
+    dn_entry *e = malloc(sizeof *e);
+    if (!e) {
+        dn_entry_free(&made);
+        return NULL;
+    }
+    memcpy(e, &made, sizeof made);
+    *own = true;
+    return e;
+}
+
+static void dn_release(dn_entry *e, bool own) {
+    if (own) {
+        dn_entry_free(e);
+        free(e);
+    } else {
+        e->users--;
+    }
+}
+
+static dnnl_status_t dn_exec(dnnl_primitive_t prim, int n, dnnl_exec_arg_t *args) {
+    dnnl_stream_t s;
+    dnnl_status_t st = dnnl_stream_create(&s, g_engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) return st;
+    st = dnnl_primitive_execute(prim, s, n, args);
+    if (st == dnnl_success) st = dnnl_stream_wait(s);
+    dnnl_stream_destroy(s);
+    return st;
+}
+
+/* Memories for the args (md, handle); executes prim on this thread alone (with the FPU's FTZ |
+ * DAZ modes under ftz: subnormal inputs and results are zero, as the reference's arithmetic);
+ * frees them. */
+static dnnl_status_t dn_run(dnnl_primitive_t prim, int n, const int *arg,
+                            const dnnl_memory_desc_t *const *md, void *const *h, bool ftz) {
+    dnnl_exec_arg_t args[4];
+    dnnl_status_t st = dnnl_success;
+    int made = 0;
+    for (; made < n && st == dnnl_success; made++) {
+        args[made].arg = arg[made];
+        st = dnnl_memory_create(&args[made].memory, md[made], g_engine, h[made]);
+        if (st != dnnl_success) args[made].memory = NULL;
+    }
+    if (st == dnnl_success) {
+        int saved = omp_get_max_threads();
+        omp_set_num_threads(1);
+#if DN_CSR
+        unsigned csr = _mm_getcsr();
+        if (ftz) _mm_setcsr(csr | 0x8040u);
+#endif
+        st = dn_exec(prim, n, args);
+#if DN_CSR
+        if (ftz) _mm_setcsr(csr);
+#endif
+        omp_set_num_threads(saved);
+    }
+    for (int k = 0; k < made; k++)
+        if (args[k].memory) dnnl_memory_destroy(args[k].memory);
+    return st;
+}
+
+static dnnl_status_t dn_copy(dnnl_primitive_t reorder, const dnnl_memory_desc_t *smd,
+                             const void *src, const dnnl_memory_desc_t *dmd, void *dst) {
+    int args[2] = {DNNL_ARG_FROM, DNNL_ARG_TO};
+    const dnnl_memory_desc_t *md[2] = {smd, dmd};
+    void *h[2] = {(void *)src, dst};
+    return dn_run(reorder, 2, args, md, h, false);
+}
+
+typedef struct dn_plan {
+    const dn_entry *e;
+    int64_t nch;           /* chunks of the images */
+    size_t a_step, b_step; /* bytes between chunks of A and B (as passed: in place or nxc) */
+    const char *a, *w;     /* A; the weights in oneDNN's layout (forward) */
+    char *b;               /* B */
+    char *blk;             /* DN_BLK: per-chunk B in the blocked layout (e->bblk each) */
+    char *part;            /* filter gradient: per-chunk partial sums (e->wbytes each) */
+    char *pad;             /* per-chunk scratchpads (e->padbytes each) */
+    bool ftz;
+    _Atomic int failed;
+} dn_plan;
+
+/* One chunk of images per item. */
+static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
+    dn_plan *p = arg;
+    const dn_entry *e = p->e;
+    bool blk = e->key.bmode == DN_BLK;
+    for (int64_t t = begin; t < end; t++) {
+        void *pad = p->pad + (size_t)t * e->padbytes;
+        const char *a = p->a + (size_t)t * p->a_step;
+        char *b = p->b + (size_t)t * p->b_step;
+        char *bk = blk ? p->blk + (size_t)t * e->bblk : b;
+        dnnl_status_t st = dnnl_success;
+        if (!e->key.bwdw) {
+            int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+            const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
+            void *h[4] = {(void *)a, (void *)p->w, bk, pad};
+            st = dn_run(e->prim, 4, args, md, h, p->ftz);
+            if (st == dnnl_success && blk) st = dn_copy(e->breorder, &e->bmd, bk, &e->bio, b);
+        } else {
+            if (blk) st = dn_copy(e->breorder, &e->bio, b, &e->bmd, bk);
+            int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
+                           DNNL_ARG_SCRATCHPAD};
+            const dnnl_memory_desc_t *md[4] = {&e->amd, &e->bmd, &e->wmd, &e->padmd};
+            void *h[4] = {(void *)a, bk, p->part + (size_t)t * e->wbytes, pad};
+            if (st == dnnl_success) st = dn_run(e->prim, 4, args, md, h, p->ftz);
+        }
+        if (st != dnnl_success) p->failed = 1;
+    }
+}
+
+/* part[0] += part[1], += part[2], ... in chunk order, element by element (split over the pool by
+ * elements; the same sums whatever the split). */
+static void dn_sum(void *arg, int64_t begin, int64_t end, int ith) {
+    const dn_plan *p = arg;
+    float *d = (float *)p->part;
+    for (int64_t k = 1; k < p->nch; k++) {
+        const float *s = (const float *)(p->part + (size_t)k * p->e->wbytes);
+        for (int64_t q = begin; q < end; q++) d[q] += s[q];
+    }
+}
+
+static int64_t dn_nchunks(int64_t n) {
+    for (int64_t k = DN_CHUNKS; k > 1; k--)
+        if (n % k == 0) return k;
+    return 1;
+}
+
+/* One image operand: oneDNN dims (N, C, spatial...) = dims map[] of an array of shape s (element
+ * strides st); order[]: the array's dims in nxc memory order (N, spatial..., C); tr: that is not
+ * the array's own order. */
+typedef struct dn_arr {
+    int nd;
+    dnnl_dims_t dims, as; /* dims; strides as the array lies */
+    dnnl_dims_t nxc;      /* strides of the dense nxc layout */
+    int64_t order[OT_MAX_RANK];
+    bool tr;
+    size_t bytes;
+} dn_arr;
+
+static void dn_arr_init(dn_arr *a, const ot_shape *s, const int64_t *map, int ns) {
+    int64_t st[OT_MAX_RANK];
+    ot_shape_strides(s, st);
+    a->nd = ns + 2;
+    for (int k = 0; k < a->nd; k++) {
+        a->dims[k] = s->dims[map[k]];
+        a->as[k] = st[map[k]];
+    }
+    a->order[0] = map[0];
+    for (int k = 0; k < ns; k++) a->order[1 + k] = map[2 + k];
+    a->order[ns + 1] = map[1];
+    a->tr = false;
+    for (int k = 0; k < a->nd; k++) a->tr |= a->order[k] != k;
+    a->nxc[1] = 1;
+    int64_t acc = a->dims[1];
+    for (int k = ns - 1; k >= 0; k--) {
+        a->nxc[2 + k] = acc;
+        acc *= a->dims[2 + k];
+    }
+    a->nxc[0] = acc;
+    a->bytes = (size_t)(acc * a->dims[0]) * 4;
+}
+
+/* Into nxc scratch from the array x of shape s. */
+static void dn_to_nxc(ex_kernel_ctx *c, const dn_arr *a, const ot_shape *s, const void *x,
+                      void *dst) {
+    ex_transpose(c, 4, s->rank, s->dims, a->order, x, dst);
+}
+
+/* From nxc scratch back into the array y of shape s. */
+static void dn_from_nxc(ex_kernel_ctx *c, const dn_arr *a, const ot_shape *s, const void *src,
+                        void *y) {
+    int64_t nd[OT_MAX_RANK], perm[OT_MAX_RANK];
+    for (int j = 0; j < a->nd; j++) {
+        nd[j] = s->dims[a->order[j]];
+        perm[a->order[j]] = j;
+    }
+    ex_transpose(c, 4, a->nd, nd, perm, src, y);
+}
+
+ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                            const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
+    const ot_conv_dims *cd = i->attrs->conv;
+    const ot_window *w = i->attrs->window;
+    const ot_shape *ls = ins[0].shape, *rs = ins[1].shape, *osh = os->shape;
+    int ns = cd->nspatial;
+    if (osh->dtype != OT_F32 || ls->dtype != OT_F32 || rs->dtype != OT_F32) return OT_OK;
+    if (ns < 1 || ns > 3 || (w && w->rank != ns)) return OT_OK;
+    if (i->attrs->batch_group_count > 1 || i->attrs->feature_group_count > 1) return OT_OK;
+    pthread_once(&g_once, dn_init);
+    if (!g_enabled) return OT_OK;
+    int64_t nout = ot_shape_numel_unchecked(osh);
+    if (nout == 0 || ot_shape_numel_unchecked(ls) == 0 || ot_shape_numel_unchecked(rs) == 0)
+        return OT_OK; /* empty sums: the own path */
+    if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
+        ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
+        return OT_OK;
+    dn_key key;
+    memset(&key, 0, sizeof key); /* compared bytewise */
+    key.ns = ns;
+    int64_t wsz = 1, osz = 1, stride[OT_MAX_RANK], dil[OT_MAX_RANK];
+    for (int s = 0; s < ns; s++) {
+        const ot_window_dim *wd = w ? &w->dims[s] : NULL;
+        int64_t bd = wd && wd->base_dilation ? wd->base_dilation : 1;
+        if (bd != 1 || (wd && (wd->pad_lo < 0 || wd->pad_hi < 0))) return OT_OK;
+        key.rev |= wd && wd->reversal;
+        stride[s] = wd && wd->stride ? wd->stride : 1;
+        dil[s] = wd && wd->window_dilation ? wd->window_dilation : 1;
+        key.pl[s] = wd ? wd->pad_lo : 0;
+        key.ph[s] = wd ? wd->pad_hi : 0;
+        wsz *= rs->dims[cd->kernel_spatial[s]];
+        osz *= osh->dims[cd->output_spatial[s]];
+    }
+    /* the filter-gradient form where the window is larger than the output (shape only) */
+    key.bwdw = !key.rev && wsz > osz;
+    int64_t amap[OT_MAX_RANK], bmap[OT_MAX_RANK], wmap[OT_MAX_RANK];
+    const ot_shape *bs, *wsh;
+    if (!key.bwdw) { /* src = lhs (b, f), dst = out (b, f), weights = rhs (o, i) */
+        amap[0] = cd->input_batch, amap[1] = cd->input_feature;
+        bmap[0] = cd->output_batch, bmap[1] = cd->output_feature;
+        wmap[0] = cd->kernel_output_feature, wmap[1] = cd->kernel_input_feature;
+        for (int s = 0; s < ns; s++) {
+            amap[2 + s] = cd->input_spatial[s];
+            bmap[2 + s] = cd->output_spatial[s];
+            wmap[2 + s] = cd->kernel_spatial[s];
+            key.stride[s] = stride[s];
+            key.dil[s] = dil[s] - 1;
+        }
+        bs = osh, wsh = rs;
+    } else { /* src = lhs (f, b), diff_dst = rhs (i, o), diff_weights = out (f, b) */
+        amap[0] = cd->input_feature, amap[1] = cd->input_batch;
+        bmap[0] = cd->kernel_input_feature, bmap[1] = cd->kernel_output_feature;
+        wmap[0] = cd->output_feature, wmap[1] = cd->output_batch;
+        for (int s = 0; s < ns; s++) {
+            amap[2 + s] = cd->input_spatial[s];
+            bmap[2 + s] = cd->kernel_spatial[s];
+            wmap[2 + s] = cd->output_spatial[s];
+            key.stride[s] = dil[s];
+            key.dil[s] = stride[s] - 1;
+        }
+        bs = rs, wsh = osh;
+    }
+    dn_arr A, B;
+    dn_arr_init(&A, ls, amap, ns);
+    dn_arr_init(&B, bs, bmap, ns);
+    dn_plan p;
+    memset(&p, 0, sizeof p);
+    p.nch = dn_nchunks(A.dims[0]);
+    key.mb = A.dims[0] / p.nch;
+    /* the weights as they lie (a strided view of the rhs / the output), or packed reversed into
+     * dense (o, i, spatial...) */
+    int64_t hstr[OT_MAX_RANK];
+    ot_shape_strides(wsh, hstr);
+    int64_t acc = 1;
+    for (int k = ns + 1; k >= 0; k--) {
+        key.wdims[k] = wsh->dims[wmap[k]];
+        key.wstr[k] = key.rev ? acc : hstr[wmap[k]];
+        acc *= key.wdims[k];
+    }
+    /* the layouts tried, in order: A as it lies with B blocked where A is not nxc and has few
+     * features (a first layer); both nxc */
+    int modes[2][2] = {{DN_ASIS, DN_BLK}, {DN_NXC, DN_NXC}};
+    int m0 = A.tr && A.dims[1] < 16 ? 0 : 1;
+    bool own = false;
+    dn_entry *e = NULL;
+    for (int m = m0; m < 2 && !e; m++) {
+        key.amode = modes[m][0];
+        key.bmode = modes[m][1];
+        memcpy(key.adims, A.dims, sizeof key.adims);
+        memcpy(key.bdims, B.dims, sizeof key.bdims);
+        key.adims[0] = key.bdims[0] = key.mb;
+        memcpy(key.astr, key.amode == DN_ASIS ? A.as : A.nxc, sizeof key.astr);
+        memcpy(key.bstr, key.bmode == DN_BLK ? B.as : B.nxc, sizeof key.bstr);
+        e = dn_acquire(&key, &own);
+    }
+    if (!e) return OT_OK; /* the own path */
+    *done = true;
+    p.e = e;
+    p.ftz = c->ftz;
+    bool atr = key.amode == DN_NXC && A.tr, btr = key.bmode == DN_NXC && B.tr;
+    size_t abytes = atr ? ex_align64(A.bytes) : 0, bbytes = btr ? ex_align64(B.bytes) : 0;
+    size_t packb = key.rev ? ex_align64((size_t)ot_shape_numel_unchecked(rs) * 4) : 0;
+    size_t wbytes = key.bwdw ? e->wbytes * (size_t)p.nch : e->wreorder ? e->wbytes : 0;
+    size_t nch = (size_t)p.nch;
+    void *sp = NULL;
+    ot_status st = ex_scratch(
+        c, abytes + bbytes + packb + wbytes + (e->padbytes + e->bblk) * nch, &sp);
+    if (st != OT_OK) {
+        dn_release(e, own);
+        return st;
+    }
+    char *at = sp, *bt = at + abytes, *pk = bt + bbytes, *wb = pk + packb;
+    p.pad = wb + wbytes;
+    p.blk = p.pad + e->padbytes * nch;
+    p.a_step = (size_t)(key.mb * key.astr[0]) * 4;
+    p.b_step = (size_t)(key.mb * key.bstr[0]) * 4;
+    p.a = in[0];
+    if (atr) {
+        dn_to_nxc(c, &A, ls, in[0], at);
+        p.a = at;
+    }
+    dnnl_status_t ds = dnnl_success;
+    int64_t work = (int64_t)(A.bytes + B.bytes) * 4; /* the inline decision */
+    if (!key.bwdw) {
+        const void *wsrc = in[1];
+        if (key.rev) { /* pk[o, i, k...] = rhs[o, i, reversed k...] */
+            int64_t nw = ot_shape_numel_unchecked(rs);
+            for (int64_t q = 0; q < nw; q++) {
+                int64_t rem = q, off = 0;
+                for (int d = ns + 1; d >= 0; d--) {
+                    int64_t v = rem % key.wdims[d];
+                    rem /= key.wdims[d];
+                    if (d >= 2 && w->dims[d - 2].reversal) v = key.wdims[d] - 1 - v;
+                    off += v * hstr[wmap[d]];
+                }
+                ((float *)pk)[q] = ((const float *)in[1])[off];
+            }
+            wsrc = pk;
+        }
+        p.w = wsrc;
+        if (e->wreorder) {
+            ds = dn_copy(e->wreorder, &e->wplain, wsrc, &e->wmd, wb);
+            p.w = wb;
+        }
+        p.b = btr ? bt : out;
+        if (ds == dnnl_success) {
+            ex_par_for(c, p.nch, work, dn_chunks, &p);
+            if (p.failed) ds = dnnl_runtime_error;
+        }
+        if (ds == dnnl_success && btr) dn_from_nxc(c, &B, osh, bt, out);
+    } else {
+        p.b = in[1];
+        if (btr) {
+            dn_to_nxc(c, &B, rs, in[1], bt);
+            p.b = bt;
+        }
+        p.part = wb;
+        ex_par_for(c, p.nch, work, dn_chunks, &p);
+        if (p.failed) ds = dnnl_runtime_error;
+        if (ds == dnnl_success && p.nch > 1)
+            ex_par_for(c, (int64_t)(e->wbytes / 4), (int64_t)(e->wbytes * nch), dn_sum, &p);
+        if (ds == dnnl_success && e->wreorder)
+            ds = dn_copy(e->wreorder, &e->wmd, wb, &e->wplain, out);
+        else if (ds == dnnl_success)
+            memcpy(out, wb, (size_t)os->nbytes);
+        /* the chunks' sum: its subnormals flushed as the reference's adds would */
+        if (ds == dnnl_success && c->ftz && p.nch > 1) ex_flush_out(OT_F32, out, nout);
+    }
+    dn_release(e, own);
+    if (ds != dnnl_success)
+        return ot_error(OT_ERR_INTERNAL, "convolution: oneDNN failed (status %d)", (int)ds);
+#if !DN_CSR
+    if (c->ftz) ex_flush_out(OT_F32, out, nout);
+#endif
+    c->fast_run++;
+    return OT_OK;
+}
+#endif
