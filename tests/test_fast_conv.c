@@ -159,7 +159,8 @@ static void test_windows(void) {
 }
 
 static void test_setup(void) {
-    for (int k = 0; k < NPOOLS; k++) ASSERT_OK(ot_threadpool_create(k_pool_threads[k], &g_pools[k]));
+    for (int k = 0; k < NPOOLS; k++)
+        ASSERT_OK(ot_threadpool_create(k_pool_threads[k], &g_pools[k]));
     EXPECT_INT_EQ(ot_threadpool_size(g_pools[3]), 8);
 }
 
@@ -171,5 +172,5 @@ static void test_teardown(void) {
     EXPECT_TRUE(true);
 }
 
-OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc), OT_TEST(test_windows),
-             OT_TEST(test_teardown))
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc),
+             OT_TEST(test_windows), OT_TEST(test_teardown))

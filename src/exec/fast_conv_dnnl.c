@@ -99,8 +99,7 @@ static void dn_entry_free(dn_entry *e) {
 static bool dn_reorder_create(const dnnl_memory_desc_t *smd, const dnnl_memory_desc_t *dmd,
                               dnnl_primitive_t *out) {
     dnnl_primitive_desc_t pd;
-    if (dnnl_reorder_primitive_desc_create(&pd, smd, g_engine, dmd, g_engine, NULL) !=
-        dnnl_success)
+    if (dnnl_reorder_primitive_desc_create(&pd, smd, g_engine, dmd, g_engine, NULL) != dnnl_success)
         return false;
     dnnl_status_t st = dnnl_primitive_create(out, pd);
     dnnl_primitive_desc_destroy(pd);
@@ -131,9 +130,8 @@ static bool dn_entry_make(dn_entry *e) {
             dnnl_success &&
         dnnl_memory_desc_init_by_strides(&e->bio, nd, k->bdims, dnnl_f32, k->bstr) ==
             dnnl_success &&
-        (k->bmode != DN_BLK ||
-         dnnl_memory_desc_init_by_tag(&bprim, nd, k->bdims, dnnl_f32, blk[k->ns]) ==
-             dnnl_success) &&
+        (k->bmode != DN_BLK || dnnl_memory_desc_init_by_tag(&bprim, nd, k->bdims, dnnl_f32,
+                                                            blk[k->ns]) == dnnl_success) &&
         dnnl_memory_desc_init_by_strides(&e->wplain, nd, k->wdims, dnnl_f32, k->wstr) ==
             dnnl_success &&
         dnnl_memory_desc_init_by_tag(&wany, nd, k->wdims, dnnl_f32, dnnl_format_tag_any) ==
@@ -142,10 +140,9 @@ static bool dn_entry_make(dn_entry *e) {
         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && k->bmode != DN_BLK) bprim = e->bio;
     ok = ok &&
-         dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training,
-                                                    dnnl_convolution_direct, &e->amd, &wany, NULL,
-                                                    &bprim, k->stride, k->dil, k->pl,
-                                                    k->ph) == dnnl_success &&
+         dnnl_dilated_convolution_forward_desc_init(
+             &fd, dnnl_forward_training, dnnl_convolution_direct, &e->amd, &wany, NULL, &bprim,
+             k->stride, k->dil, k->pl, k->ph) == dnnl_success &&
          dnnl_primitive_desc_create(&fpd, &fd, attr, g_engine, NULL) == dnnl_success;
     if (ok && !k->bwdw) {
         e->pd = fpd;
@@ -506,8 +503,8 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     size_t wbytes = key.bwdw ? e->wbytes * (size_t)p.nch : e->wreorder ? e->wbytes : 0;
     size_t nch = (size_t)p.nch;
     void *sp = NULL;
-    ot_status st = ex_scratch(
-        c, abytes + bbytes + packb + wbytes + (e->padbytes + e->bblk) * nch, &sp);
+    ot_status st =
+        ex_scratch(c, abytes + bbytes + packb + wbytes + (e->padbytes + e->bblk) * nch, &sp);
     if (st != OT_OK) {
         dn_release(e, own);
         return st;
