@@ -193,7 +193,7 @@ static dn_entry *dn_acquire(const dn_key *key, bool *own) {
     pthread_mutex_unlock(&g_cache_mu);
     dn_entry made;
     memset(&made, 0, sizeof made);
-    made.key = *key;
+    memcpy(&made.key, key, sizeof *key); /* padding bytes too: keys compare bytewise */
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
     bool ok = dn_entry_make(&made);
