@@ -132,7 +132,8 @@ def train(*, on_progress=None, **options):
     (R: copies in CKPT_DIR.replica1..R as the CLI's --ckpt-replicas, or a list of directories),
     resume, fresh, final_ckpt, fail_device, fail_step, migrate ((device, step) or "D@S", the
     CLI's --migrate; or migrate_device and migrate_step), recovery ("shrink", "restore"),
-    eval_every, seed, trace_path, stop_after).
+    eval_every, seed, trace_path, stop_after, compile_cache (True: the default cache directory,
+    or a directory; off by default, unlike the CLI's)).
     on_progress(dict) is called after every step (on the leader device's thread, with the GIL).
     Returns the report as a dict (ot_train_report_json's fields) with "params": {name: Array},
     the final parameters."""

@@ -2388,10 +2388,10 @@ static void train_progress(void *ud, const ot_train_progress *pr) {
     PyGILState_Release(g);
 }
 
-/* Strings of the options, copied (the GIL is released while training): 10 string options and
+/* Strings of the options, copied (the GIL is released while training): 11 string options and
  * up to TRAIN_MAX_REPLICAS checkpoint replica roots. */
 #define TRAIN_MAX_REPLICAS 8
-#define TRAIN_STRS         (10 + TRAIN_MAX_REPLICAS)
+#define TRAIN_STRS         (11 + TRAIN_MAX_REPLICAS)
 
 /* _core.train(options: dict, on_progress=None) -> (report JSON, [(name, Array)]) */
 static PyObject *mod_train(PyObject *mod, PyObject *args) {
@@ -2401,6 +2401,9 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
     ot_train_options o = ot_train_options_default();
     char *strs[TRAIN_STRS] = {0};
     const char *replicas[TRAIN_MAX_REPLICAS];
+    const char *cache_dir = NULL;
+    bool use_cache = false;
+    ot_compile_cache *cc = NULL;
     int nstr = 0;
     PyObject *key, *val, *ret = NULL;
     Py_ssize_t pos = 0;
@@ -2478,6 +2481,22 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
             Py_DECREF(rs);
             o.ckpt_replicas = nr ? replicas : NULL;
             o.nckpt_replicas = (int)nr;
+            continue;
+        }
+        if (!strcmp(k, "compile_cache")) { /* True: the default directory; or a directory */
+            if (PyUnicode_Check(val)) {
+                const char *sv = PyUnicode_AsUTF8AndSize(val, NULL);
+                if (!sv || nstr == TRAIN_STRS || !(strs[nstr] = strdup(sv))) {
+                    if (!PyErr_Occurred()) PyErr_NoMemory();
+                    goto out;
+                }
+                cache_dir = strs[nstr++];
+                use_cache = true;
+            } else if (val != Py_None) {
+                int t = PyObject_IsTrue(val);
+                if (t < 0) goto out;
+                use_cache = t;
+            }
             continue;
         }
         if (!strcmp(k, "state")) {
@@ -2590,6 +2609,14 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
     o.on_progress = train_progress;
     o.ud = &tc;
     ot_status st;
+    if (use_cache) {
+        ot_compile_cache_options cco = {cache_dir, 0};
+        if ((st = ot_compile_cache_open(&cco, &cc)) != OT_OK) {
+            raise_status(st);
+            goto out;
+        }
+        o.compile_cache = cc;
+    }
     Py_BEGIN_ALLOW_THREADS st = ot_train(&o, &rep);
     Py_END_ALLOW_THREADS if (st != OT_OK) {
         raise_status(st);
@@ -2620,6 +2647,7 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
     if (params) ret = Py_BuildValue("(sN)", json, params);
     ot_free(json);
 out:
+    ot_compile_cache_free(cc);
     ot_train_report_clear(&rep);
     for (int i = 0; i < nstr; i++) free(strs[i]);
     return ret;

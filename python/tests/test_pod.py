@@ -152,3 +152,12 @@ def test_train_bad_new_options(tmp_path):
                slice_registry=str(tmp_path / "slices"))
     with pytest.raises(optitpu.InvalidArgument):
         _small(devices=1 << 40)
+
+
+def test_train_compile_cache(tmp_path):
+    first = _small(compile_cache=str(tmp_path / "cc"))
+    again = _small(compile_cache=str(tmp_path / "cc"))
+    assert first["compile_cache_misses"] > 0 and first["compile_cache_hits"] == 0
+    assert again["compile_cache_hits"] == first["compile_cache_misses"]
+    assert again["params_sha256"] == first["params_sha256"]
+    assert _small(compile_cache=False)["compile_cache_misses"] == 0
