@@ -181,8 +181,8 @@ def main():
             p.grad = torch.from_numpy(g.copy())
         opt_f = optitpu.optim.AdamW(tf, lr=1e-3, weight_decay=0.01, flat=True)
         opt_f.step()
-        fl = opt_f.param_groups[0]["_flat"]
-        exe_f = fl._compile(opt_f.param_groups[0], fl.shapes)[0]
+        flat_g = opt_f.param_groups[0]["_flat"]
+        exe_f = flat_g._compile(opt_f.param_groups[0], flat_g.shapes)[0]
         torch_kind = "torch_fused"
         try:
             torch_fused = torch.optim.AdamW(tq, lr=1e-3, weight_decay=0.01, fused=True)
@@ -201,7 +201,7 @@ def main():
         cases = {"python_numpy": lambda: opt.step(grads=gs)}
         if torch is not None:
             cases.update(python_torch=opt_t.step, python_torch_flat=opt_f.step,
-                         flat_direct_call=lambda: exe_f(*fl.args, 2.0, 1e-3, donate=True),
+                         flat_direct_call=lambda: exe_f(*flat_g.args, 2.0, 1e-3, donate=True),
                          torch=torch_fused.step)
         for k, v in zip(cases, median_steps(list(cases.values()), args.reps)):
             rows[k].append(v)

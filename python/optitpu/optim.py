@@ -173,13 +173,14 @@ class Optimizer:
         base = 0
         for gi, g in enumerate(self.param_groups):
             n = len(g["params"])
-            gs = grads[base:base + n] if grads is not None else [
-                p.grad if _is_torch(p) else None for p in g["params"]]
             base += n
-            if "_flat" in g:
-                g["_flat"].step(gs, grads is None)
-            else:
-                self._step_group(gi, g, gs)
+            if "_flat" in g:  # reads the tensors' .grad itself
+                g["_flat"].step(grads[base - n:base] if grads is not None else None,
+                                grads is None)
+                continue
+            gs = grads[base - n:base] if grads is not None else [
+                p.grad if _is_torch(p) else None for p in g["params"]]
+            self._step_group(gi, g, gs)
         return loss
 
     def flat_grads(self):
