@@ -371,6 +371,67 @@ static void test_determinism(void) {
     }
 }
 
+/* ---- the tree reduce-scatter reduces in the tree all-reduce's order ---- */
+
+/* Inexact values, so any other summation order shows: each member's block of the tree
+ * reduce-scatter must be bit for bit that block of the tree all-reduce of the whole vector (what
+ * a sharded optimizer update relies on), for f32, bf16 (accumulated in f32) and f64, SUM and
+ * MEAN, in place and out of place, whatever the chunking. */
+typedef struct rsorder {
+    size_t count; /* per member */
+    atomic_int bad, checked;
+} rsorder;
+
+static ot_status rsorder_rank(void *ud, int rank, ot_comm *c) {
+    rsorder *t = ud;
+    int n = ot_comm_size(c);
+    size_t total = t->count * (size_t)n;
+    const ot_dtype dts[] = {OT_F32, OT_BF16, OT_F64};
+    const ot_redop ops[] = {OT_REDOP_SUM, OT_REDOP_MEAN};
+    char *x = ot_malloc(total * 8), *ar = ot_malloc(total * 8), *rs = ot_malloc(total * 8);
+    if (!x || !ar || !rs) return OT_ERR_OUT_OF_MEMORY;
+    ot_status st = OT_OK;
+    for (size_t d = 0; d < 3 && st == OT_OK; d++)
+        for (size_t p = 0; p < 2 && st == OT_OK; p++)
+            for (int inplace = 0; inplace < 2 && st == OT_OK; inplace++) {
+                ot_dtype dt = dts[d];
+                size_t esz = ot_dtype_size(dt);
+                uint32_t s = 777u + (uint32_t)rank * 104729u;
+                for (size_t i = 0; i < total; i++) {
+                    s = s * 1664525u + 1013904223u;
+                    double v = ((double)s / 4294967296.0 * 2 - 1) * (i % 3 ? 1e-3 : 1e4);
+                    put(x, i, dt, v);
+                }
+                ot_coll_options o = ot_coll_options_default();
+                o.algo = OT_ALGO_TREE;
+                o.chunk_bytes = inplace ? 1024 : 0;
+                st = ot_comm_allreduce(c, x, ar, total, dt, ops[p], &o);
+                void *res = rs;
+                if (st == OT_OK && inplace) {
+                    res = x + (size_t)rank * t->count * esz;
+                    st = ot_comm_reduce_scatter(c, x, res, t->count, dt, ops[p], &o);
+                } else if (st == OT_OK) {
+                    st = ot_comm_reduce_scatter(c, x, rs, t->count, dt, ops[p], &o);
+                }
+                if (st == OT_OK) {
+                    if (rank == 0) atomic_fetch_add(&t->checked, 1);
+                    if (memcmp(res, ar + (size_t)rank * t->count * esz, t->count * esz) != 0)
+                        atomic_fetch_add(&t->bad, 1);
+                }
+            }
+    ot_free(x), ot_free(ar), ot_free(rs);
+    return st;
+}
+
+static void test_tree_reduce_scatter_order(void) {
+    for (int n = 2; n <= 8; n++) {
+        rsorder t = {.count = n % 2 ? 1500 : 2053}; /* more than one tile, a partial last one */
+        ASSERT_OK(ot_local_run(n, rsorder_rank, &t, NULL));
+        EXPECT_INT_EQ(atomic_load(&t.checked), 12);
+        EXPECT_INT_EQ(atomic_load(&t.bad), 0);
+    }
+}
+
 /* ---- failures ---- */
 
 typedef struct failctx {
@@ -602,7 +663,8 @@ static void test_topology_ring_placement(void) {
 
 OT_TEST_MAIN(OT_TEST(test_matrix_1), OT_TEST(test_matrix_2), OT_TEST(test_matrix_3_chunked),
              OT_TEST(test_matrix_5), OT_TEST(test_matrix_6_chunked), OT_TEST(test_matrix_8_chunked),
-             OT_TEST(test_determinism), OT_TEST(test_peer_failed_mid_allreduce),
-             OT_TEST(test_timeout_mid_allreduce), OT_TEST(test_subcomm_replica_groups),
-             OT_TEST(test_replica_groups_parse_errors), OT_TEST(test_bad_arguments),
-             OT_TEST(test_cost_model), OT_TEST(test_topology_ring_placement))
+             OT_TEST(test_determinism), OT_TEST(test_tree_reduce_scatter_order),
+             OT_TEST(test_peer_failed_mid_allreduce), OT_TEST(test_timeout_mid_allreduce),
+             OT_TEST(test_subcomm_replica_groups), OT_TEST(test_replica_groups_parse_errors),
+             OT_TEST(test_bad_arguments), OT_TEST(test_cost_model),
+             OT_TEST(test_topology_ring_placement))

@@ -204,8 +204,8 @@ static void test_other_collectives(void) {
                 fill(send, k + op, R, tot, (ot_redop)op, dt);
                 for (size_t i = 0; i < n; i++)
                     put(want, i, dt, ref(k + op, P, (size_t)R * n + i, (ot_redop)op, dt));
-                for (int a = 0; a < 2; a++) {
-                    o.algo = a ? OT_ALGO_HALVING_DOUBLING : OT_ALGO_RING;
+                for (int a = 0; a < 3; a++) {
+                    o.algo = a == 2 ? OT_ALGO_TREE : a ? OT_ALGO_HALVING_DOUBLING : OT_ALGO_RING;
                     EXPECT_OK(ot_comm_reduce_scatter(c, send, recv, n, dt, (ot_redop)op, &o));
                     if (n && memcmp(recv, want, n * esz)) bad++;
                 }

@@ -605,6 +605,77 @@ static ot_status direct_reduce(ot_comm *c, ot_coll_kind kind, const void *src, v
     return xbarrier(c, dl);
 }
 
+/* ---- tree reduce-scatter -------------------------------------------------------------------- */
+
+/* The tree algorithm's reduce-scatter gives every element the summation order of the tree
+ * all-reduce (tree_reduce to rank 0): at level mask = 1, 2, 4, ... every rank v that is a
+ * multiple of 2 * mask adds rank v + mask's partial sum (v + mask < n). That order is per element
+ * and independent of how the vector is split, so a block of the reduce-scatter is bit for bit the
+ * same block of the tree all-reduce of the whole vector: a sharded update reduces exactly what
+ * the unsharded one does.
+ *
+ * In shared memory each member computes its own block only, tile by tile: it reads its block of
+ * every member's input once (n tiles into the work buffer) and combines them level by level in
+ * that order in cache — no member touches the rest of the vector, where the all-reduce reduces
+ * and broadcasts all of it. */
+static ot_status tree_rs_shm(ot_comm *c, const void *src, void *dst, size_t count, ot_dtype dt,
+                             ot_redop op, uint64_t dl) {
+    int n = c->size;
+    ot_dtype adt = ot_pod_acc_dtype(dt);
+    size_t esz = ot_dtype_size(dt), aesz = ot_dtype_size(adt), stride = (size_t)TILE * aesz;
+    /* allocated before the exchange: a member that cannot fails before it publishes its input
+     * (the others then time out at the exchange) */
+    char *acc = ensure(&c->work, &c->work_cap, (size_t)n * stride);
+    if (!acc) return ot_error(OT_ERR_OUT_OF_MEMORY, "reduce_scatter: tree work tiles");
+    dptr mine;
+    OT_CHECK(direct_exchange(c, src, dst, &mine, dl));
+    ot_redop cop = op == OT_REDOP_MEAN ? OT_REDOP_SUM : op;
+    size_t src_off = (size_t)c->rank * count;
+    for (size_t i = 0; i < count; i += TILE) {
+        size_t k = count - i < TILE ? count - i : TILE;
+        for (int r = 0; r < n; r++) {
+            const char *s = (const char *)((const dptr *)c->ptrs[r])->src + (src_off + i) * esz;
+            if (adt == dt)
+                memcpy(acc + (size_t)r * stride, s, k * esz);
+            else
+                ot_pod_widen((float *)(acc + (size_t)r * stride), s, k, dt);
+        }
+        for (int mask = 1; mask < n; mask <<= 1)
+            for (int v = 0; v + mask < n; v += 2 * mask)
+                ot_pod_combine(acc + (size_t)v * stride, acc + (size_t)(v + mask) * stride, k, adt,
+                               cop);
+        if (op == OT_REDOP_MEAN) ot_pod_divide(acc, k, adt, n);
+        char *d = (char *)dst + i * esz;
+        if (adt == dt)
+            memcpy(d, acc, k * esz);
+        else
+            ot_pod_narrow(d, (const float *)acc, k, dt);
+    }
+    /* nobody returns (and reuses its input) before every member has read its block */
+    return xbarrier(c, dl);
+}
+
+/* Over messages: the tree reduce of the whole vector to rank 0 (the all-reduce's first half, so
+ * the same order), then rank 0 sends every member its block — the all-reduce's broadcast of the
+ * whole vector is not needed. w: the whole vector in the accumulation dtype on every member; on
+ * return block `rank` of w holds the result. */
+static ot_status tree_rs_msg(ot_comm *c, char *w, size_t count, ot_dtype adt, ot_redop op,
+                             size_t chunk, uint64_t dl) {
+    size_t aesz = ot_dtype_size(adt), bytes = count * aesz;
+    int n = c->size;
+    OT_CHECK(tree_reduce(c, w, count * (size_t)n, adt, aesz,
+                         op == OT_REDOP_MEAN ? OT_REDOP_SUM : op, 0, chunk, dl));
+    char *mine = w + (size_t)c->rank * bytes;
+    if (c->rank == 0) {
+        for (int r = 1; r < n; r++)
+            OT_CHECK(xsendrecv(c, r, w + (size_t)r * bytes, bytes, -1, NULL, 0, dl));
+    } else {
+        OT_CHECK(xsendrecv(c, -1, NULL, 0, 0, mine, bytes, dl));
+    }
+    if (op == OT_REDOP_MEAN) ot_pod_divide(mine, count, adt, n);
+    return OT_OK;
+}
+
 /* ---- the collective entry points ------------------------------------------------------------ */
 
 bool ot_coll_algo_supported(const ot_comm *c, ot_coll_kind kind, ot_coll_algo algo) {
@@ -617,7 +688,8 @@ bool ot_coll_algo_supported(const ot_comm *c, ot_coll_kind kind, ot_coll_algo al
     case OT_COLL_ALLREDUCE:
     case OT_COLL_REDUCE_SCATTER:
     case OT_COLL_REDUCE:
-        return true; /* the non-native ones run as an all-reduce of the full vector */
+        return true; /* halving-doubling and hier2d reduce-scatter as an all-reduce of the whole
+                        vector, the block kept (ring, tree and direct natively) */
     case OT_COLL_ALLGATHER:
     case OT_COLL_ALLTOALL: return algo == OT_ALGO_RING;
     case OT_COLL_BROADCAST: return algo == OT_ALGO_RING || algo == OT_ALGO_TREE;
@@ -682,6 +754,13 @@ double ot_coll_cost_us(const ot_comm *c, ot_coll_kind kind, ot_coll_algo algo, s
     case OT_COLL_REDUCE_SCATTER:
         if (algo == OT_ALGO_RING) return (n - 1) * (al + B * be);
         if (algo == OT_ALGO_DIRECT) return 2 * lg * al + B * be;
+        if (algo == OT_ALGO_TREE) {
+            /* shared memory: each member reads its block of every input, one exchange and a
+             * barrier more than direct's; messages: the tree reduce of the whole vector to rank
+             * 0, which sends each member its block */
+            if (c->vt->exchange_ptrs && !c->placed) return 3 * lg * al + B * be;
+            return ar_cost(c, OT_ALGO_TREE, S) / 2 + (n - 1) * (al + B * be);
+        }
         return ar_cost(c, algo, S);
     case OT_COLL_REDUCE:
         if (algo == OT_ALGO_TREE) return ar_cost(c, OT_ALGO_TREE, B) / 2;
@@ -882,6 +961,10 @@ ot_status ot_comm_reduce_scatter(ot_comm *c, const void *sendbuf, void *recvbuf,
         st = direct_reduce(c, OT_COLL_REDUCE_SCATTER, sendbuf, recvbuf, count, dt, op, 0, dl);
         return finish(c, OT_COLL_REDUCE_SCATTER, st, t0, count, dt);
     }
+    if (algo == OT_ALGO_TREE && c->vt->exchange_ptrs) {
+        st = tree_rs_shm(c, sendbuf, recvbuf, count, dt, op, dl);
+        return finish(c, OT_COLL_REDUCE_SCATTER, st, t0, count, dt);
+    }
     /* a work copy of the whole input in the accumulation dtype */
     ot_dtype adt = ot_pod_acc_dtype(dt);
     size_t aesz = ot_dtype_size(adt);
@@ -900,6 +983,8 @@ ot_status ot_comm_reduce_scatter(ot_comm *c, const void *sendbuf, void *recvbuf,
         st = ring_rs(&R, op == OT_REDOP_MEAN ? OT_REDOP_SUM : op);
         if (st == OT_OK && op == OT_REDOP_MEAN)
             ot_pod_divide(w + (size_t)c->rank * count * aesz, count, adt, c->size);
+    } else if (algo == OT_ALGO_TREE) {
+        st = tree_rs_msg(c, w, count, adt, op, chunk_elems(o, aesz), dl);
     } else {
         st = run_ar(c, algo, w, total, adt, op, o, dl);
     }

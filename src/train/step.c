@@ -126,10 +126,13 @@ typedef struct replica_run {
     /* --shard-optimizer: the reduce-scatter's options (the all-reduce's algorithm); the
      * reduce-scatter's input and the flat parameters (devices * t->shard_len each, laid out as
      * SHARD_HEAD then the parameters in model order, then zeros; the parameters identical on
-     * every device); this device's block of the reduced vector and of the updated parameters
-     * (t->shard_len each) */
-    ot_coll_options rs_coll, ag_coll; /* the all-gather copies: any algorithm (auto) */
-    float *send, *pflat, *gblock, *pblock;
+     * every device) — `flat` is send + SHARD_HEAD, so the gather writes the gradients where the
+     * reduce-scatter reads them; this device's block of the reduced vector (t->shard_len); the
+     * device's own block of the parameters and of the reduced gradients as device buffers, kept
+     * from step to step (the update writes the parameters' block in place) */
+    ot_coll_options rs_coll, ag_coll;
+    float *send, *pflat, *gblock;
+    ot_buffer *pdev, *gdev;
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
 } replica_run;
 
@@ -244,12 +247,11 @@ static ot_status phase_allreduce(replica_run *rr) {
          * the devices' blocks, reduce-scattered (one collective: the leader's block holds the
          * head) */
         size_t total = (size_t)t->total_elems, padded = (size_t)rr->m.n * (size_t)t->shard_len;
-        float *x = rr->send;
-        memset(x, 0, SHARD_HEAD * sizeof(float));
+        float *x = rr->send; /* the gradients are in place (flat = x + SHARD_HEAD); the rest of
+                                the head and the padding stay zero */
         x[0] = rr->flat[total];
         x[1] = rr->flat[total + 1];
-        memcpy(x + SHARD_HEAD, rr->flat, total * sizeof(float));
-        memset(x + SHARD_HEAD + total, 0, (padded - SHARD_HEAD - total) * sizeof(float));
+        rr->flat[total] = rr->flat[total + 1] = 0;
         s = ot_comm_reduce_scatter(rr->m.comm, x, rr->gblock, (size_t)t->shard_len, OT_F32,
                                    OT_REDOP_SUM, &rr->rs_coll);
         if (s == OT_OK && rr->m.rank == 0) {
@@ -338,54 +340,43 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
     return s;
 }
 
-/* Sharded update: this device's block of the flat parameters and of the reduced gradients onto
- * the device, the compiled update of that block (its optimizer state is the device's only),
- * then every device's updated block all-gathered into the flat parameters and those put back
- * as the device's parameters. The head's slots in the leader's block are updated too (with the
- * loss and correct count as their gradients) and never read: an elementwise update leaves the
- * parameters' elements alone. */
+/* Sharded update: this device's block of the reduced gradients into its gradient block on the
+ * device, the compiled update of its parameter block there (in place; its optimizer state is the
+ * device's only), the updated block read into its place in the flat parameters, every device's
+ * block all-gathered (in place) and the parameters written back into the device's parameter
+ * buffers. The head's slots in the leader's block are updated too (with the loss and correct
+ * count as their gradients) and never read: an elementwise update leaves the parameters'
+ * elements alone. */
 static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
     size_t len = (size_t)t->shard_len;
-    ot_shape bs;
-    ot_shape_make(&bs, OT_F32, 1, (int64_t[]){t->shard_len});
-    ot_tensor hp, hg;
-    ot_tensor_borrow(&hp, &bs, rr->pflat + (size_t)rr->m.rank * len);
-    ot_tensor_borrow(&hg, &bs, rr->gblock);
-    ot_buffer *p = NULL, *g = NULL;
+    float *mine = rr->pflat + (size_t)rr->m.rank * len;
+    int64_t bytes = (int64_t)(len * sizeof(float));
     phase_clock pc = train_phase_start();
-    ot_status s = ot_buffer_from_host(r->dev, &hp, &p);
-    if (s == OT_OK) s = ot_buffer_from_host(r->dev, &hg, &g);
+    ot_status s = ot_buffer_write_bytes(rr->gdev, 0, rr->gblock, bytes);
     train_phase_end(t, r, PH_OTHER, pc, "scatter", false);
     if (s == OT_OK) {
         pc = train_phase_start();
-        s = ot_tpu_optimizer_step(t->topt, r->dev, &p, &g, step + 1, lr, NULL);
+        s = ot_tpu_optimizer_step(t->topt, r->dev, &rr->pdev, &rr->gdev, step + 1, lr, NULL);
         train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
     }
-    ot_buffer_free(g);
-    if (s == OT_OK) {
-        ot_tensor h;
-        s = ot_buffer_to_host(p, &h);
-        if (s == OT_OK) {
-            memcpy(rr->pblock, h.data, len * sizeof(float));
-            ot_tensor_release(&h);
-        }
-    }
-    ot_buffer_free(p);
+    if (s == OT_OK) s = ot_buffer_read_bytes(rr->pdev, 0, mine, bytes);
     if (s != OT_OK) return s;
     pc = train_phase_start();
-    s = ot_comm_allgather(rr->m.comm, rr->pblock, rr->pflat, len, OT_F32, &rr->ag_coll);
+    s = ot_comm_allgather(rr->m.comm, mine, rr->pflat, len, OT_F32, &rr->ag_coll);
     train_phase_end(t, r, PH_COMM, pc, "all-gather", !t->pod_vt->comm_traced);
     if (s != OT_OK) return s;
-    if (rr->m.g == 0) t->rep->allreduce_bytes += (int64_t)(len * sizeof(float)) * rr->m.n;
-    ot_tensor host[MAX_PARAMS];
+    if (rr->m.g == 0) t->rep->allreduce_bytes += bytes * rr->m.n;
+    pc = train_phase_start();
     size_t pos = 0;
-    for (int k = 0; k < t->nparams; k++) {
-        ot_tensor_borrow(&host[k], ot_model_param_shape(t->model, k), rr->pflat + SHARD_HEAD + pos);
+    for (int k = 0; k < t->nparams && s == OT_OK; k++) {
+        s = ot_buffer_write_bytes(r->params[k], 0, rr->pflat + SHARD_HEAD + pos,
+                                  (int64_t)(t->sizes[k] * sizeof(float)));
         pos += t->sizes[k];
     }
-    return train_put_params(t, r, host);
+    train_phase_end(t, r, PH_OTHER, pc, "parameters", false);
+    return s;
 }
 
 /* Optimizer update: the summed gradients back onto the device, then the compiled update of
@@ -508,7 +499,12 @@ static ot_status shard_begin(replica_run *rr) {
                         "train: --shard-optimizer needs the in-process pod of all %d devices",
                         t->o->devices);
     rr->rs_coll = rr->ag_coll = t->coll;
-    rr->ag_coll.algo = OT_ALGO_AUTO;
+    /* the all-gather only copies (any algorithm gives the same bits): in shared memory each
+     * device copies every block once (direct: one exchange and one barrier, where the ring
+     * hands n - 1 pieces on, a rendezvous each) */
+    rr->ag_coll.algo = ot_coll_algo_supported(m->comm, OT_COLL_ALLGATHER, OT_ALGO_DIRECT)
+                           ? OT_ALGO_DIRECT
+                           : OT_ALGO_AUTO;
     if (rr->rs_coll.algo == OT_ALGO_AUTO)
         rr->rs_coll.algo = ot_coll_choose(m->comm, OT_COLL_ALLREDUCE,
                                           (size_t)(t->total_elems + 2) * sizeof(float));
@@ -518,12 +514,12 @@ static ot_status shard_begin(replica_run *rr) {
                         "order depends on the split; give --allreduce tree or direct",
                         ot_coll_algo_name(rr->rs_coll.algo));
     size_t len = (size_t)t->shard_len, total = (size_t)m->n * len;
-    rr->send = ot_malloc(total * sizeof(float));
+    rr->send = ot_calloc(total, sizeof(float));
     rr->pflat = ot_calloc(total, sizeof(float));
     rr->gblock = ot_malloc(len * sizeof(float));
-    rr->pblock = ot_malloc(len * sizeof(float));
-    if (!rr->send || !rr->pflat || !rr->gblock || !rr->pblock)
+    if (!rr->send || !rr->pflat || !rr->gblock)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
+    rr->flat = rr->send + SHARD_HEAD; /* t->shard_len leaves room for the loss and count */
     size_t pos = 0;
     ot_status s = OT_OK;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
@@ -535,6 +531,12 @@ static ot_status shard_begin(replica_run *rr) {
             ot_tensor_release(&h);
         }
     }
+    ot_shape bs;
+    ot_shape_make(&bs, OT_F32, 1, (int64_t[]){t->shard_len});
+    ot_tensor hp;
+    ot_tensor_borrow(&hp, &bs, rr->pflat + (size_t)m->rank * len);
+    if (s == OT_OK) s = ot_buffer_from_host(m->r->dev, &hp, &rr->pdev);
+    if (s == OT_OK) s = ot_buffer_alloc(m->r->dev, &bs, &rr->gdev);
     if (s == OT_OK && m->rank == 0)
         train_log(t,
                   "sharded optimizer update: gradients reduce-scattered (%s) in blocks of %lld "
@@ -576,8 +578,8 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     rr->idx = ot_malloc((size_t)t->step_batch * sizeof *rr->idx);
     rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
     rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
-    rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
-    if (!rr->idx || !rr->xb || !rr->yb || !rr->flat)
+    if (!t->shard_len) rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
+    if (!rr->idx || !rr->xb || !rr->yb || (!t->shard_len && !rr->flat))
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
     if (t->shard_len) {
         s = shard_begin(rr);
@@ -613,14 +615,15 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
 
 static void run_end(replica_run *rr) {
     if (rr->t->pod_vt->member_end) rr->t->pod_vt->member_end(rr->t, &rr->m);
+    if (!rr->send) ot_free(rr->flat); /* else it points into send */
     ot_free(rr->send);
     ot_free(rr->pflat);
     ot_free(rr->gblock);
-    ot_free(rr->pblock);
+    ot_buffer_free(rr->pdev);
+    ot_buffer_free(rr->gdev);
     ot_free(rr->idx);
     ot_free(rr->xb);
     ot_free(rr->yb);
-    ot_free(rr->flat);
     ot_grad_aggregator_free(rr->agg);
 }
 

@@ -435,9 +435,10 @@ static ot_status setup_devices(trainer *t) {
         int nshapes = t->nparams;
         if (o->shard_optimizer) {
             /* one f32 block per device; a multiple of 16 elements keeps every block's start
-             * aligned like the flat buffers' tensors */
+             * aligned like the flat buffers' tensors; 2 elements after the parameters hold the
+             * loss and correct count as the gradients are gathered */
             int64_t n = o->devices;
-            t->shard_len = ((SHARD_HEAD + t->total_elems + n - 1) / n + 15) / 16 * 16;
+            t->shard_len = ((SHARD_HEAD + t->total_elems + 2 + n - 1) / n + 15) / 16 * 16;
             ot_shape_make(&shapes[0], OT_F32, 1, (int64_t[]){t->shard_len});
             nshapes = 1;
         }
