@@ -59,7 +59,8 @@ static const char usage[] =
     "                       the optimizer state of its 1/N block of the parameters, which are\n"
     "                       then all-gathered; bit for bit the unsharded run. Elementwise\n"
     "                       optimizers only (not lamb, lars, adafactor), --allreduce tree or\n"
-    "                       direct, one process, no checkpoints (off by default with it)\n"
+    "                       direct, one process; checkpoints hold one optimizer shard per\n"
+    "                       device and resume onto any --devices, sharded or not\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       created with its parents (default optitpu-train/ckpt; 'none'\n"
     "                       disables)\n"
@@ -787,9 +788,7 @@ static int run_train(train_cli *c, int prank) {
         /* the default directory belongs to this command: a new run without --resume starts over */
         if (!o.resume) o.fresh = true;
     }
-    /* the sharded optimizer state is not checkpointed: no default checkpoints with it (an
-     * explicit --ckpt-dir is refused by ot_train) */
-    bool no_ckpt = c->ckpt_off || (o.shard_optimizer && !c->ckpt_dir);
+    bool no_ckpt = c->ckpt_off;
     o.ckpt_dir = no_ckpt ? NULL : ckpt_dir;
     char replica_buf[8][4096];
     const char *replicas[8];

@@ -10,6 +10,7 @@
 #include "ckpt_util.h"
 #include "ft/ft_io.h"
 #include "optitpu/ft.h"
+#include "optitpu/tpu_optim.h"
 #include "optitpu/train.h"
 #include "ot_test.h"
 #include "train/train_internal.h"
@@ -282,6 +283,34 @@ static void test_grad_flags_refused(void) {
     EXPECT_STR_CONTAINS(ot_last_error(), "saved without --grad-compress");
     o.grad_compress = "none"; /* the exact sum: no state, resume as usual */
     ASSERT_OK(ot_train(&o, &r));
+    ot_train_report_clear(&r);
+}
+
+/* --shard-optimizer's bad input: a state format the sharded update does not take, an optimizer
+ * whose update couples elements across blocks, a reduction whose order depends on the split;
+ * each refused before anything runs, with the reason (test_train_shard.sh: the CLI's refusals). */
+static void test_shard_refused(void) {
+    ot_train_report r;
+    ot_train_options o = small(4, 5);
+    o.shard_optimizer = true;
+    o.state_format = OT_TPU_STATE_INT8;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "with int8 state is refused (f32 or bf16)");
+    o = small(4, 5);
+    o.shard_optimizer = true;
+    o.optimizer = "adafactor";
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "couples elements");
+    o = small(4, 5);
+    o.shard_optimizer = true;
+    o.allreduce = "ring";
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "its summation order depends on how the vector is split");
+    o = small(4, 5); /* and what is accepted runs */
+    o.shard_optimizer = true;
+    o.state_format = OT_TPU_STATE_BF16;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_TRUE(r.shard_optimizer);
     ot_train_report_clear(&r);
 }
 
@@ -718,4 +747,5 @@ OT_TEST_MAIN(OT_TEST(test_learns_digits), OT_TEST(test_resume_bit_identical),
              OT_TEST(test_fail_shrink), OT_TEST(test_fail_restore), OT_TEST(test_bad_options),
              OT_TEST(test_other_models), OT_TEST(test_report_files),
              OT_TEST(test_grad_accum_matches_devices), OT_TEST(test_grad_accum_resume),
-             OT_TEST(test_grad_compress), OT_TEST(test_grad_flags_refused), OT_TEST(test_local_sgd))
+             OT_TEST(test_grad_compress), OT_TEST(test_grad_flags_refused),
+             OT_TEST(test_shard_refused), OT_TEST(test_local_sgd))

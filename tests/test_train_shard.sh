@@ -2,7 +2,10 @@
 # optitpu train --shard-optimizer (ZeRO-1): the parameters end bit for bit as in the unsharded
 # data-parallel run (2, 3, 4 and 5 devices; several elementwise optimizers, bf16 state, gradient
 # accumulation, the tree and direct reductions), each device holds about 1/N of the optimizer
-# state, and what cannot shard is refused with a clear message and a non-zero exit.
+# state, and what cannot shard (an optimizer coupling elements, a reduction whose order depends
+# on the split, --mpi, ...) is refused with a clear message and a non-zero exit (int8 state:
+# test_train test_shard_refused).
+# Checkpoints: test_train_shard_ckpt.sh.
 set -euo pipefail
 bin=$1
 builddir=$3
@@ -59,7 +62,7 @@ refused() { # MESSAGE ARGS...
 refused "with --optimizer lamb is refused: its update couples elements" --optimizer lamb
 refused "with --optimizer lars is refused" --optimizer lars
 refused "with --allreduce ring is refused" --allreduce ring
-refused "does not checkpoint its sharded optimizer state" --ckpt-dir "$work/ck"
+refused "is not available with --mpi" --mpi
 refused "excludes --grad-compress and --local-sgd" --grad-compress int8
 refused "excludes --grad-compress and --local-sgd" --optimizer sgd --local-sgd 2
 refused "excludes --fail-device and --migrate" --fail-device 1@2

@@ -197,8 +197,10 @@ typedef struct ot_train_options {
      * for bit the unsharded one. Refused (with the reason): optimizers whose update couples
      * elements (lamb, lars, adafactor; allowed: sgd, adam, adamw, rmsprop, adagrad, adadelta,
      * radam, nadam, lion), the ring, halving-doubling and hier2d all-reduces (also when auto
-     * picks one), int8 state, mpi, checkpoints and resume (the sharded state is not
-     * checkpointed), grad_compress, local_sgd, fail_device and migrate_device. */
+     * picks one), int8 state, mpi, grad_compress, local_sgd, fail_device and migrate_device.
+     * Checkpoints hold the optimizer state as one "optim" shard per device (the manifest's
+     * record: shard_devices, shard_len) and resume onto any device count, sharded or not; an
+     * unsharded checkpoint resumes sharded (docs/train.md). */
     bool shard_optimizer;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;

@@ -164,6 +164,13 @@ struct trainer {
     int ck_rep_cap; /* tensors in ck_rep */
     int64_t ck_rep_step;
     int ck_rep_n;
+    /* --shard-optimizer with checkpoints: every member's block of the optimizer state (its state
+     * tensors, host copies, member-major), snapshotted like ck_rep, for the leader's save of step
+     * ck_shard_step over ck_shard_n members (one optim shard per member, state.c). */
+    ot_tensor *ck_shard;
+    int ck_shard_cap; /* tensors in ck_shard */
+    int64_t ck_shard_step;
+    int ck_shard_n;
     int64_t member_steps;      /* the leader's sum over steps of the replicas in the all-reduce */
     replica reps[MAX_DEVICES]; /* this process's live replicas in rank order */
     int nlive;

@@ -52,6 +52,9 @@ static const char *optimizer_name(const trainer *t) {
     return t->o->optimizer ? t->o->optimizer : "adam";
 }
 
+static int state_slots(const trainer *t);
+static ot_status logical_state(const trainer *t, int i, char *name, size_t cap, ot_shape *sh);
+
 /* What defines the layout of the checkpointed state: the model (kind, activation, every
  * parameter's name and shape) in words, and the optimizer's state tensors (names and shapes)
  * as a SHA-256. */
@@ -69,15 +72,17 @@ ot_status train_describe_state(trainer *t) {
     ot_sha256 h;
     OT_CHECK(ot_sha256_init(&h));
     ot_status s = OT_OK;
-    int ns = ot_tpu_optimizer_state_count(t->topt);
+    /* sharded, the layout is described as the unsharded one's (parameter k's slots "<k>.<slot>"
+     * shaped like it), so a checkpoint moves between sharded and unsharded runs */
+    int ns = t->shard_len ? t->nparams * state_slots(t) : ot_tpu_optimizer_state_count(t->topt);
     for (int i = 0; s == OT_OK && i < ns; i++) {
         ot_shape sh;
-        char line[512];
-        s = ot_tpu_optimizer_state_shape(t->topt, i, &sh);
+        char line[512], name[160];
+        s = logical_state(t, i, name, sizeof name, &sh);
         if (s != OT_OK) break;
         char shs[128];
         ot_shape_format(&sh, shs, sizeof shs);
-        int n = snprintf(line, sizeof line, "%s %s;", ot_tpu_optimizer_state_name(t->topt, i), shs);
+        int n = snprintf(line, sizeof line, "%s %s;", name, shs);
         s = ot_sha256_update(&h, line, (size_t)n);
     }
     uint8_t dg[32];
@@ -88,6 +93,164 @@ ot_status train_describe_state(trainer *t) {
     OT_CHECK(ot_sha256_final(&h, dg));
     ot_hex(dg, 32, t->state_layout);
     return OT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The sharded optimizer state (--shard-optimizer) in checkpoints
+ *
+ * A sharded run saves the optimizer state as role "optim" in one file per device: shard r of N
+ * holds device r's block of every slot, "shard<r>.<slot>" (f32 or bf16 [shard_len], a scalar
+ * slot []), and the manifest's optimizer record says shard_devices N and shard_len. The blocks
+ * concatenated are the flat vector (SHARD_HEAD elements, the parameters in model order, zeros),
+ * so a restore onto any device count, sharded or not, reads what it needs from it; an unsharded
+ * checkpoint ("<k>.<slot>" per parameter) gives the same vector. The checkpoint's verification
+ * (every file against the manifest, its step and shard in its own metadata) keeps shards of two
+ * steps from ever being mixed, and a shard file missing fails it.
+ * ------------------------------------------------------------------------------------------- */
+
+/* State slots per parameter (param-major: the state of parameter k is k * slots + j). */
+static int state_slots(const trainer *t) {
+    int ns = ot_tpu_optimizer_state_count(t->topt);
+    return t->shard_len ? ns : (t->nparams ? ns / t->nparams : 0);
+}
+
+/* Slot j's name ("exp_avg") and shape (a scalar slot: rank 0) as parameter 0's. */
+static ot_status slot_of(const trainer *t, int j, const char **slot, ot_shape *sh) {
+    OT_CHECK(ot_tpu_optimizer_state_shape(t->topt, j, sh));
+    const char *n = ot_tpu_optimizer_state_name(t->topt, j);
+    const char *dot = n ? strchr(n, '.') : NULL;
+    if (!dot) return ot_error(OT_ERR_INTERNAL, "train: optimizer state %d has no slot name", j);
+    *slot = dot + 1;
+    return OT_OK;
+}
+
+/* Logical state tensor i (parameter i / slots, slot i % slots) as the unsharded run names and
+ * shapes it. */
+static ot_status logical_state(const trainer *t, int i, char *name, size_t cap, ot_shape *sh) {
+    if (!t->shard_len) {
+        snprintf(name, cap, "%s", ot_tpu_optimizer_state_name(t->topt, i));
+        return ot_tpu_optimizer_state_shape(t->topt, i, sh);
+    }
+    int S = state_slots(t), k = i / S;
+    const char *slot = NULL;
+    OT_CHECK(slot_of(t, i % S, &slot, sh));
+    snprintf(name, cap, "%d.%s", k, slot);
+    if (sh->rank > 0) {
+        ot_dtype dt = sh->dtype;
+        *sh = *ot_model_param_shape(t->model, k);
+        sh->dtype = dt;
+    }
+    return OT_OK;
+}
+
+/* A sharded checkpoint's layout from its manifest record (0, 0: not sharded). */
+static void ckpt_shard_info(const ot_ckpt *ck, int64_t *n, int64_t *len) {
+    json_t *j = json_loads(ot_ckpt_manifest_of(ck)->optimizer_json, 0, NULL);
+    *n = json_integer_value(json_object_get(j, "shard_devices"));
+    *len = json_integer_value(json_object_get(j, "shard_len"));
+    json_decref(j);
+}
+
+/* Slot j of the checkpointed optimizer state as the flat vector: nout elements of the slot's
+ * dtype at out (zeros past what the checkpoint holds); a scalar slot: out[0]. From a sharded
+ * checkpoint of any device count or an unsharded one. A tensor missing or of another shape:
+ * CORRUPT_DATA naming it (the resume sets the step aside as damaged). */
+static ot_status ckpt_flat_slot(const trainer *t, const ot_ckpt *ck, int j, char *out,
+                                int64_t nout) {
+    const char *slot = NULL;
+    ot_shape want;
+    OT_CHECK(slot_of(t, j, &slot, &want));
+    bool scalar = want.rank == 0;
+    size_t esz = ot_dtype_size(want.dtype);
+    int64_t n, len;
+    ckpt_shard_info(ck, &n, &len);
+    memset(out, 0, (size_t)nout * esz);
+    char name[160], a[128];
+    int64_t units = n > 0 ? n : t->nparams, pos = SHARD_HEAD;
+    for (int64_t u = 0; u < units; u++) {
+        ot_shape sh = want;
+        if (n > 0) {
+            snprintf(name, sizeof name, "shard%lld.%s", (long long)u, slot);
+            if (!scalar) ot_shape_make(&sh, want.dtype, 1, (int64_t[]){len});
+        } else {
+            snprintf(name, sizeof name, "%lld.%s", (long long)u, slot);
+            if (!scalar) {
+                sh = *ot_model_param_shape(t->model, (int)u);
+                sh.dtype = want.dtype;
+            }
+        }
+        ot_tensor v;
+        if (ot_ckpt_get(ck, "optim", name, &v) != OT_OK) {
+            ot_clear_error();
+            if (n > 0)
+                return ot_error(OT_ERR_CORRUPT_DATA,
+                                "%s: the optimizer state of shard %lld of %lld (%s) is missing",
+                                ot_ckpt_dir(ck), (long long)u, (long long)n, name);
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: no optimizer state %s", ot_ckpt_dir(ck),
+                            name);
+        }
+        if (!ot_shape_equal(&v.shape, &sh)) {
+            ot_shape_format(&sh, a, sizeof a);
+            return ot_error(OT_ERR_CORRUPT_DATA, "%s: optimizer state %s is not %s",
+                            ot_ckpt_dir(ck), name, a);
+        }
+        if (scalar) {
+            if (u == 0) memcpy(out, v.data, esz);
+            continue;
+        }
+        int64_t lo = n > 0 ? u * len : pos, cnt = v.nbytes / esz;
+        if (n <= 0) pos += cnt;
+        if (lo < nout)
+            memcpy(out + (size_t)lo * esz, v.data,
+                   (size_t)(lo + cnt <= nout ? cnt : nout - lo) * esz);
+    }
+    return OT_OK;
+}
+
+/* Every slot of the checkpointed state readable as this run needs it (accept_ckpt). */
+static ot_status check_flat_state(const trainer *t, const ot_ckpt *ck) {
+    int64_t nout = SHARD_HEAD + t->total_elems;
+    char *flat = ot_malloc((size_t)nout * sizeof(double));
+    if (!flat) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: optimizer state staging");
+    ot_status s = OT_OK;
+    for (int j = 0; s == OT_OK && j < state_slots(t); j++) s = ckpt_flat_slot(t, ck, j, flat, nout);
+    ot_free(flat);
+    return s;
+}
+
+/* Sets replica r's optimizer state from a checkpoint when either side is sharded: its block (the
+ * sharded run's device `rank`), or every parameter's slices (an unsharded run). */
+static ot_status load_flat_state(trainer *t, const ot_ckpt *ck, replica *r, int rank) {
+    int S = state_slots(t);
+    int64_t nout =
+        t->shard_len ? t->shard_len * (int64_t)t->o->devices : SHARD_HEAD + t->total_elems;
+    char *flat = ot_malloc((size_t)nout * sizeof(double));
+    if (!flat) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: optimizer state staging");
+    ot_status s = OT_OK;
+    for (int j = 0; s == OT_OK && j < S; j++) {
+        const char *slot = NULL;
+        ot_shape want;
+        s = slot_of(t, j, &slot, &want);
+        if (s == OT_OK) s = ckpt_flat_slot(t, ck, j, flat, nout);
+        size_t esz = ot_dtype_size(want.dtype);
+        ot_tensor v;
+        if (s == OT_OK && t->shard_len) {
+            ot_tensor_borrow(&v, &want,
+                             flat + (want.rank ? (size_t)rank * (size_t)t->shard_len * esz : 0));
+            s = ot_tpu_optimizer_set_state(t->topt, r->dev, j, &v);
+        }
+        size_t pos = SHARD_HEAD;
+        for (int k = 0; s == OT_OK && !t->shard_len && k < t->nparams; k++) {
+            ot_shape sh;
+            s = ot_tpu_optimizer_state_shape(t->topt, k * S + j, &sh);
+            if (s != OT_OK) break;
+            ot_tensor_borrow(&v, &sh, flat + (sh.rank ? pos * esz : 0));
+            s = ot_tpu_optimizer_set_state(t->topt, r->dev, k * S + j, &v);
+            pos += t->sizes[k];
+        }
+    }
+    ot_free(flat);
+    return s;
 }
 
 /* The gradient compression as recorded ("none", "bf16", "int8", "topk:0.01"). */
@@ -102,12 +265,20 @@ static void compress_desc(const trainer *t, char *buf, size_t cap) {
 /* The manifest's "optimizer" object (ot_malloc'd JSON): its configuration and what the state
  * belongs to; with compression, whose error-feedback residuals it holds (role "residual"). */
 static char *state_json(trainer *t) {
-    json_t *j =
-        json_pack("{s:s, s:f, s:s, s:s, s:s, s:I, s:I, s:s}", "name", optimizer_name(t), "lr",
-                  t->o->lr, "schedule", ot_lr_schedule_kind(t->sched), "model", t->state_model,
-                  "state_layout", t->state_layout, "state_tensors",
-                  (json_int_t)ot_tpu_optimizer_state_count(t->topt), "batch_size",
-                  (json_int_t)t->o->batch_size, "data", t->o->dataset ? t->o->dataset : "digits");
+    json_t *j = json_pack("{s:s, s:f, s:s, s:s, s:s, s:I, s:I, s:s}", "name", optimizer_name(t),
+                          "lr", t->o->lr, "schedule", ot_lr_schedule_kind(t->sched), "model",
+                          t->state_model, "state_layout", t->state_layout, "state_tensors",
+                          (json_int_t)(t->shard_len ? t->nparams * state_slots(t)
+                                                    : ot_tpu_optimizer_state_count(t->topt)),
+                          "batch_size", (json_int_t)t->o->batch_size, "data",
+                          t->o->dataset ? t->o->dataset : "digits");
+    /* sharded: the optim role holds one shard per device of shard_len elements per slot */
+    if (j && t->shard_len &&
+        (json_object_set_new(j, "shard_devices", json_integer(t->o->devices)) ||
+         json_object_set_new(j, "shard_len", json_integer(t->shard_len)))) {
+        json_decref(j);
+        j = NULL;
+    }
     if (j && t->compress != OT_COMPRESS_NONE) {
         char cd[48];
         compress_desc(t, cd, sizeof cd);
@@ -247,6 +418,9 @@ static ot_status accept_ckpt(void *ud, const ot_ckpt *ck) {
                             ot_ckpt_dir(ck), pn, a, b);
         }
     }
+    int64_t shard_n, shard_len;
+    ckpt_shard_info(ck, &shard_n, &shard_len);
+    if (t->shard_len || shard_n > 0) return check_flat_state(t, ck);
     int ns = ot_tpu_optimizer_state_count(t->topt);
     for (int i = 0; i < ns; i++) {
         ot_tensor v;
@@ -270,16 +444,35 @@ static ot_status accept_ckpt(void *ud, const ot_ckpt *ck) {
 /* Saves params (replica r) and optimizer state as checkpoint `step` (async). */
 ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double loss) {
     int nstate = ot_tpu_optimizer_state_count(t->topt);
+    /* sharded: every device's block of the state, one optim shard each (the snapshot step.c
+     * took at this step); else the leader's state */
+    int nshard = t->shard_len ? t->ck_shard_n : 0, nown = t->shard_len ? 0 : nstate;
     ot_tensor *host = ot_calloc((size_t)(t->nparams + nstate), sizeof *host);
     ot_ckpt_tensor *ct = ot_calloc((size_t)(t->nparams + nstate), sizeof *ct);
-    ot_status s = (host && ct) ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint staging");
+    ot_ckpt_tensor *st = ot_calloc((size_t)nshard * (size_t)nstate + 1, sizeof *st);
+    char(*stn)[160] = ot_calloc((size_t)nshard * (size_t)nstate + 1, sizeof *stn);
+    ot_ckpt_shard *shards = ot_calloc((size_t)nshard + 4, sizeof *shards);
+    ot_status s = (host && ct && st && stn && shards)
+                      ? OT_OK
+                      : ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint staging");
+    if (s == OT_OK && t->shard_len && t->ck_shard_step != step)
+        s = ot_error(OT_ERR_INTERNAL, "train: no sharded optimizer state of step %lld",
+                     (long long)step);
+    for (int g = 0; s == OT_OK && g < nshard; g++)
+        for (int i = 0; i < nstate; i++) {
+            size_t x = (size_t)g * (size_t)nstate + (size_t)i;
+            const char *sn = ot_tpu_optimizer_state_name(t->topt, i);
+            const ot_tensor *v = &t->ck_shard[x];
+            snprintf(stn[x], sizeof stn[x], "shard%d.%s", g, strchr(sn, '.') + 1);
+            st[x] = (ot_ckpt_tensor){stn[x], v->shape, v->data};
+        }
     int got = 0;
     for (int k = 0; s == OT_OK && k < t->nparams; k++, got++) {
         s = ot_buffer_to_host(r->params[k], &host[k]);
         if (s == OT_OK)
             ct[k] = (ot_ckpt_tensor){ot_model_param_name(t->model, k), host[k].shape, host[k].data};
     }
-    for (int i = 0; s == OT_OK && i < nstate; i++, got++) {
+    for (int i = 0; s == OT_OK && i < nown; i++, got++) {
         s = ot_tpu_optimizer_get_state(t->topt, r->dev, i, &host[t->nparams + i]);
         if (s == OT_OK)
             ct[t->nparams + i] =
@@ -322,10 +515,16 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
         nshards = 3;
     }
     if (s == OT_OK) {
-        ot_ckpt_shard shards[3] = {{"model", 0, 1, ct, (size_t)t->nparams},
-                                   {"optim", 0, 1, ct + t->nparams, (size_t)nstate},
-                                   {"residual", 0, 1, &resid, 1}};
+        shards[0] = (ot_ckpt_shard){"model", 0, 1, ct, (size_t)t->nparams};
+        shards[1] = (ot_ckpt_shard){"optim", 0, 1, ct + t->nparams, (size_t)nstate};
+        shards[2] = (ot_ckpt_shard){"residual", 0, 1, &resid, 1};
         if (nrep > 0) shards[nshards++] = (ot_ckpt_shard){"replica", 0, 1, rt, (size_t)nrep};
+        if (nshard > 0) {
+            shards[1] = (ot_ckpt_shard){"optim", 0, nshard, st, (size_t)nstate};
+            for (int g = 1; g < nshard; g++)
+                shards[nshards++] = (ot_ckpt_shard){
+                    "optim", g, nshard, st + (size_t)g * (size_t)nstate, (size_t)nstate};
+        }
         char *optjson = state_json(t);
         if (!optjson) s = ot_error(OT_ERR_OUT_OF_MEMORY, "checkpoint: optimizer record");
         uint64_t rng[1] = {t->o->seed};
@@ -358,6 +557,9 @@ ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double los
     for (int i = 0; i < got; i++) ot_tensor_release(&host[i]);
     ot_free(host);
     ot_free(ct);
+    ot_free(st);
+    ot_free(stn);
+    ot_free(shards);
     ot_free(rt);
     ot_free(rnames);
     return s;
@@ -383,7 +585,11 @@ static ot_status load_checkpoint(trainer *t, const ot_ckpt *ck, replica *r) {
                             ot_ckpt_dir(ck), ot_model_param_name(t->model, k));
     }
     ot_status s = train_put_params(t, r, views);
-    int nstate = ot_tpu_optimizer_state_count(t->topt);
+    int64_t shard_n, shard_len;
+    ckpt_shard_info(ck, &shard_n, &shard_len);
+    bool flat = t->shard_len || shard_n > 0; /* either side sharded */
+    if (s == OT_OK && flat) s = load_flat_state(t, ck, r, g);
+    int nstate = flat ? 0 : ot_tpu_optimizer_state_count(t->topt);
     for (int i = 0; s == OT_OK && i < nstate; i++) {
         ot_tensor v;
         snprintf(name, sizeof name, "r%d.%s", g, ot_tpu_optimizer_state_name(t->topt, i));

@@ -309,8 +309,9 @@ static ot_status phase_average(replica_run *rr, int64_t step) {
     return s;
 }
 
-/* The error-feedback residuals (--grad-compress) and with LocalSGD every member's parameters and
- * optimizer state into the run's snapshot when a checkpoint may be taken of this step (a multiple
+/* The error-feedback residuals (--grad-compress), with LocalSGD every member's parameters and
+ * optimizer state, and with --shard-optimizer every member's block of the optimizer state into
+ * the run's snapshot when a checkpoint may be taken of this step (a multiple
  * of ckpt_every, or the segment's last: the final checkpoint): every member writes its row, then
  * a barrier, so the leader saves all of them. Each member writes again only
  * after a later all-reduce, which waits for the leader's save. */
@@ -318,7 +319,8 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
     trainer *t = rr->t;
     int64_t done = step + 1;
     bool resid = rr->agg && t->ck_resid, states = t->ck_rep && rr->m.comm;
-    if ((!resid && !states) || !t->ckpt) return OT_OK;
+    bool shard = t->ck_shard && rr->m.comm;
+    if ((!resid && !states && !shard) || !t->ckpt) return OT_OK;
     if (done != t->run_end && (t->o->ckpt_every <= 0 || done % t->o->ckpt_every != 0)) return OT_OK;
     size_t e = (size_t)t->total_elems;
     ot_status s = OT_OK;
@@ -332,10 +334,17 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
                 ? ot_buffer_to_host(rr->m.r->params[i], &row[i])
                 : ot_tpu_optimizer_get_state(t->topt, rr->m.r->dev, i - t->nparams, &row[i]);
     }
+    /* --shard-optimizer: this member's block of the optimizer state (the leader's too) */
+    int nb = shard ? ot_tpu_optimizer_state_count(t->topt) : 0;
+    ot_tensor *brow = shard ? t->ck_shard + (size_t)rr->m.g * (size_t)nb : NULL;
+    for (int i = 0; s == OT_OK && i < nb; i++) {
+        ot_tensor_release(&brow[i]);
+        s = ot_tpu_optimizer_get_state(t->topt, rr->m.r->dev, i, &brow[i]);
+    }
     if (s == OT_OK) s = ot_comm_barrier(rr->m.comm, &t->coll);
     if (s == OT_OK && rr->m.g == 0) {
-        t->ck_resid_step = t->ck_rep_step = done;
-        t->ck_resid_n = t->ck_rep_n = rr->m.n;
+        t->ck_resid_step = t->ck_rep_step = t->ck_shard_step = done;
+        t->ck_resid_n = t->ck_rep_n = t->ck_shard_n = rr->m.n;
     }
     return s;
 }

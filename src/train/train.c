@@ -246,10 +246,6 @@ static ot_status validate_shard(const ot_train_options *o, ot_grad_compress c) {
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "train: --shard-optimizer is not available with --mpi (the in-process "
                         "pod only)");
-    if (o->ckpt_dir || o->resume)
-        return ot_error(OT_ERR_UNIMPLEMENTED,
-                        "train: --shard-optimizer does not checkpoint its sharded optimizer state "
-                        "(each device holds its block only): run without checkpoints and resume");
     if (o->state_format == OT_TPU_STATE_INT8)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --shard-optimizer with int8 state is refused (f32 or bf16)");
@@ -488,6 +484,14 @@ static ot_status setup_devices(trainer *t) {
         t->ck_rep_step = -1;
         if (!t->ck_rep) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica snapshot");
     }
+    if (s == OT_OK && t->shard_len && o->ckpt_dir) {
+        /* the sharded update: every device's block of the optimizer state, for the checkpoints */
+        int k = ot_tpu_optimizer_state_count(t->topt);
+        t->ck_shard = ot_calloc((size_t)t->nlive * (size_t)k + 1, sizeof *t->ck_shard);
+        t->ck_shard_cap = t->nlive * k;
+        t->ck_shard_step = -1;
+        if (!t->ck_shard) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: sharded state snapshot");
+    }
     if (s == OT_OK && t->compress != OT_COMPRESS_NONE && o->ckpt_dir) {
         /* every member's error-feedback residuals, for the checkpoints */
         t->ck_resid = ot_calloc((size_t)t->nlive * (size_t)t->total_elems, sizeof(float));
@@ -714,6 +718,8 @@ static void teardown(trainer *t) {
     ot_free(t->ck_resid);
     for (int i = 0; t->ck_rep && i < t->ck_rep_cap; i++) ot_tensor_release(&t->ck_rep[i]);
     ot_free(t->ck_rep);
+    for (int i = 0; t->ck_shard && i < t->ck_shard_cap; i++) ot_tensor_release(&t->ck_shard[i]);
+    ot_free(t->ck_shard);
     ot_free(t->resid_init);
     ot_model_free(t->model);
     ot_dataset_free(&t->train);
