@@ -50,14 +50,14 @@ static ot_status run(const ot_executable *e, const ot_tensor *args, ot_tensor *o
     return st;
 }
 
-/* out = convolution(lhs, rhs) with the given window and dim_labels. */
-static void conv_case(const char *lhs, const char *rhs, const char *out, const char *window,
-                      const char *labels) {
+/* out = convolution(lhs, rhs) with the given window, dim_labels and further attributes. */
+static void conv_case_attrs(const char *lhs, const char *rhs, const char *out, const char *window,
+                            const char *labels, const char *attrs) {
     char hlo[1024];
     snprintf(hlo, sizeof hlo,
              "HloModule c\nENTRY e {\n  a = %s parameter(0)\n  b = %s parameter(1)\n"
-             "  ROOT c = %s convolution(a, b), window={%s}, dim_labels=%s\n}\n",
-             lhs, rhs, out, window, labels);
+             "  ROOT c = %s convolution(a, b), window={%s}, dim_labels=%s%s\n}\n",
+             lhs, rhs, out, window, labels, attrs);
     ot_module *m = NULL;
     ASSERT_OK(ot_hlo_parse(hlo, strlen(hlo), NULL, &m));
     ot_compile_options co = ot_compile_options_default();
@@ -108,6 +108,11 @@ static void conv_case(const char *lhs, const char *rhs, const char *out, const c
     ot_module_free(m);
 }
 
+static void conv_case(const char *lhs, const char *rhs, const char *out, const char *window,
+                      const char *labels) {
+    conv_case_attrs(lhs, rhs, out, window, labels, "");
+}
+
 static void test_convnet_nchw(void) {
     const char *w3 = "size=3x3 pad=1_1x1_1";
     conv_case("f32[4,3,32,32]", "f32[32,3,3,3]", "f32[4,32,32,32]", w3, "bf01_oi01->bf01");
@@ -153,6 +158,13 @@ static void test_windows(void) {
               "size=3x3x3 pad=1_1x1_1x1_1", "b012f_012io->b012f");
     conv_case("f32[3,18,18,16]", "f32[3,3,16,32]", "f32[3,18,18,32]", "size=3x3 pad=1_1x1_1",
               "b01f_01io->b01f");
+    /* feature groups: grouped, depthwise, depthwise with a channel multiplier */
+    conv_case_attrs("f32[4,16,16,32]", "f32[3,3,8,64]", "f32[4,16,16,64]", "size=3x3 pad=1_1x1_1",
+                    "b01f_01io->b01f", ", feature_group_count=4");
+    conv_case_attrs("f32[4,16,16,32]", "f32[3,3,1,32]", "f32[4,16,16,32]", "size=3x3 pad=1_1x1_1",
+                    "b01f_01io->b01f", ", feature_group_count=32");
+    conv_case_attrs("f32[4,16,12,12]", "f32[32,1,3,3]", "f32[4,32,12,12]", "size=3x3 pad=1_1x1_1",
+                    "bf01_oi01->bf01", ", feature_group_count=16");
     /* a filter gradient of a strided convolution (window dilation 2 in the HLO) */
     conv_case("f32[4,17,17,8]", "f32[4,8,8,16]", "f32[3,3,8,16]",
               "size=8x8 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");

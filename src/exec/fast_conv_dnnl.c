@@ -1,10 +1,11 @@
 /* The fast convolution through oneDNN (kernels.h; built when CMake finds libdnnl: OT_HAVE_DNNL).
- * f32 convolutions with one feature group, no input (base) dilation and no negative padding run
+ * f32 convolutions with no input (base) dilation, no negative padding and batch_group_count 1 run
  * as oneDNN's direct convolution (its JIT kernels for the CPU: brgconv / jit:avx512_core ...) in
  * the channels-innermost ("nxc") layout, one of two ways chosen by the shape alone:
  *  - forward: out[n, o, p] = sum_{c, k} x[n, c, p * stride + k * dilation - pad_lo] w[o, c, k],
  *    the HLO convolution itself (a forward convolution, or JAX's input gradient: the kernel's
- *    features swapped and its window reversed, packed here);
+ *    features swapped and its window reversed, packed here); feature groups (grouped and
+ *    depthwise convolutions) as oneDNN's groups;
  *  - filter gradient, where the kernel's window is larger than the output (a convolution over
  *    the images, as JAX lowers the gradient of the weights): the HLO convolution read as oneDNN's
  *    backward-weights primitive — oneDNN's images are the HLO lhs's features, its channels the
@@ -65,6 +66,7 @@ typedef struct dn_key {
     int64_t mb;
     dnnl_dims_t adims, astr; /* A's chunk: dims, element strides (nxc dense, or as A lies) */
     dnnl_dims_t bdims, bstr; /* B's chunk: dims, strides (nxc dense, or as B lies: DN_BLK) */
+    int64_t groups;          /* feature groups (forward): W's dims (g, o, i, spatial...) */
     dnnl_dims_t wdims, wstr; /* W as it lies (or packed reversed: dense (o, i, spatial...)) */
     dnnl_dims_t stride, dil, pl, ph;
 } dn_key;
@@ -118,7 +120,7 @@ static bool dn_impl_ok(const_dnnl_primitive_desc_t pd) {
  * when oneDNN refuses the convolution or has only its reference or GEMM implementation. */
 static bool dn_entry_make(dn_entry *e) {
     const dn_key *k = &e->key;
-    int nd = k->ns + 2;
+    int nd = k->ns + 2, wnd = nd + (k->groups > 1);
     static const dnnl_format_tag_t blk[4] = {dnnl_format_tag_undef, dnnl_nCw16c, dnnl_nChw16c,
                                              dnnl_nCdhw16c};
     dnnl_memory_desc_t bprim, wany;
@@ -132,9 +134,9 @@ static bool dn_entry_make(dn_entry *e) {
             dnnl_success &&
         (k->bmode != DN_BLK || dnnl_memory_desc_init_by_tag(&bprim, nd, k->bdims, dnnl_f32,
                                                             blk[k->ns]) == dnnl_success) &&
-        dnnl_memory_desc_init_by_strides(&e->wplain, nd, k->wdims, dnnl_f32, k->wstr) ==
+        dnnl_memory_desc_init_by_strides(&e->wplain, wnd, k->wdims, dnnl_f32, k->wstr) ==
             dnnl_success &&
-        dnnl_memory_desc_init_by_tag(&wany, nd, k->wdims, dnnl_f32, dnnl_format_tag_any) ==
+        dnnl_memory_desc_init_by_tag(&wany, wnd, k->wdims, dnnl_f32, dnnl_format_tag_any) ==
             dnnl_success &&
         dnnl_primitive_attr_create(&attr) == dnnl_success &&
         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
@@ -406,7 +408,8 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     int ns = cd->nspatial;
     if (osh->dtype != OT_F32 || ls->dtype != OT_F32 || rs->dtype != OT_F32) return OT_OK;
     if (ns < 1 || ns > 3 || (w && w->rank != ns)) return OT_OK;
-    if (i->attrs->batch_group_count > 1 || i->attrs->feature_group_count > 1) return OT_OK;
+    int64_t groups = i->attrs->feature_group_count > 1 ? i->attrs->feature_group_count : 1;
+    if (i->attrs->batch_group_count > 1) return OT_OK;
     pthread_once(&g_once, dn_init);
     if (!g_enabled) return OT_OK;
     int64_t nout = ot_shape_numel_unchecked(osh);
@@ -433,6 +436,8 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     }
     /* the filter-gradient form where the window is larger than the output (shape only) */
     key.bwdw = !key.rev && wsz > osz;
+    if (groups > 1 && (key.bwdw || rs->dims[cd->kernel_output_feature] % groups)) return OT_OK;
+    key.groups = groups;
     int64_t amap[OT_MAX_RANK], bmap[OT_MAX_RANK], wmap[OT_MAX_RANK];
     const ot_shape *bs, *wsh;
     if (!key.bwdw) { /* src = lhs (b, f), dst = out (b, f), weights = rhs (o, i) */
@@ -471,11 +476,19 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
      * dense (o, i, spatial...) */
     int64_t hstr[OT_MAX_RANK];
     ot_shape_strides(wsh, hstr);
-    int64_t acc = 1;
+    int64_t acc = 1, wd[OT_MAX_RANK] = {0};
     for (int k = ns + 1; k >= 0; k--) {
-        key.wdims[k] = wsh->dims[wmap[k]];
+        wd[k] = wsh->dims[wmap[k]];
         key.wstr[k] = key.rev ? acc : hstr[wmap[k]];
-        acc *= key.wdims[k];
+        acc *= wd[k];
+    }
+    memcpy(key.wdims, wd, sizeof wd);
+    if (groups > 1) { /* o = g * (O / groups) + o' */
+        memmove(key.wdims + 1, key.wdims, (size_t)(ns + 2) * sizeof key.wdims[0]);
+        memmove(key.wstr + 1, key.wstr, (size_t)(ns + 2) * sizeof key.wstr[0]);
+        key.wdims[0] = groups;
+        key.wdims[1] /= groups;
+        key.wstr[0] = key.wdims[1] * key.wstr[1];
     }
     /* the layouts tried, in order: A as it lies with B blocked where A is not nxc and has few
      * features (a first layer); both nxc */
@@ -528,9 +541,9 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
             for (int64_t q = 0; q < nw; q++) {
                 int64_t rem = q, off = 0;
                 for (int d = ns + 1; d >= 0; d--) {
-                    int64_t v = rem % key.wdims[d];
-                    rem /= key.wdims[d];
-                    if (d >= 2 && w->dims[d - 2].reversal) v = key.wdims[d] - 1 - v;
+                    int64_t v = rem % wd[d];
+                    rem /= wd[d];
+                    if (d >= 2 && w->dims[d - 2].reversal) v = wd[d] - 1 - v;
                     off += v * hstr[wmap[d]];
                 }
                 ((float *)pk)[q] = ((const float *)in[1])[off];
