@@ -200,7 +200,9 @@ def main():
         rows["c_path_flat"].append(fl)
         cases = {"python_numpy": lambda: opt.step(grads=gs)}
         if torch is not None:
-            cases.update(python_torch=opt_t.step, python_torch_flat=opt_f.step,
+            # the flat step and its direct call each follow a per-tensor case (the same memory
+            # traffic before them), torch fused after the direct call
+            cases.update(python_torch_flat=opt_f.step, python_torch=opt_t.step,
                          flat_direct_call=lambda: exe_f(*flat_g.args, 2.0, 1e-3, donate=True),
                          torch=torch_fused.step)
         for k, v in zip(cases, median_steps(list(cases.values()), args.reps)):

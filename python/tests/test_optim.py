@@ -142,6 +142,17 @@ def test_flat_numpy_grads_views_and_fallback():
         np.testing.assert_array_equal(a, b)
 
 
+def test_flat_add_param_group():
+    w1, w2 = np.ones(4, np.float32), np.ones(3, np.float64)
+    opt = optim.SGD([w1], lr=0.1, flat=True)
+    opt.add_param_group({"params": [w2], "lr": 0.5})  # its own flat buffers and update
+    assert len(opt.flat_grads()) == 2
+    opt.step(grads=[np.ones(4, np.float32), np.ones(3, np.float64)])
+    np.testing.assert_allclose(opt.param_groups[0]["params"][0], 0.9)
+    np.testing.assert_allclose(opt.param_groups[1]["params"][0], 0.5)
+    np.testing.assert_array_equal(w1, 1)  # NumPy: the caller's arrays were copied in
+
+
 def test_flat_bad_arguments():
     w = np.ones(4, np.float32)
     with pytest.raises(optitpu.FailedPrecondition):
