@@ -219,6 +219,20 @@ def test_bf16_params_with_f32_master(repo):
     np.testing.assert_array_equal(p.astype(np.float32), [1.0, -2.5])
 
 
+@pytest.mark.parametrize("flat", [False, True])
+def test_f16_params_and_bad_mixed_precision_grads(flat):
+    p = np.array([1.5, -2.0], np.float16)
+    opt = optim.SGD([p], lr=0.5, flat=flat)
+    with pytest.raises(optitpu.ShapeMismatch):  # the gradient comes in the parameter's dtype
+        opt.step(grads=[np.ones(2, np.float32)])
+    q = opt.param_groups[0]["params"][0]
+    np.testing.assert_array_equal(q, [1.5, -2.0])  # nothing changed
+    opt.step(grads=[np.ones(2, np.float16)])
+    assert q.dtype == np.float16 and opt.state[0]["master"].dtype == np.float32
+    np.testing.assert_array_equal(q, [1.0, -2.5])
+    np.testing.assert_array_equal(opt.state[0]["master"], [1.0, -2.5])
+
+
 def test_adafactor_matches_torch(repo):
     case, p0, grads, want, lr = load_case(repo, "torch_adafactor")
     params = [p.copy() for p in p0]

@@ -142,13 +142,17 @@ def test_flat_follows_replaced_tensors_and_missing_grads():
         opt.step()
 
 
-def test_flat_bf16_tensors_and_bad_groups():
+@pytest.mark.parametrize("flat", [False, True])
+def test_bf16_tensors_with_f32_masters(flat):
     w = torch.tensor([1.5, -2.0, 0.25], dtype=torch.bfloat16)
     w.grad = torch.ones(3, dtype=torch.bfloat16)
-    opt = optim.SGD([w], lr=0.5, flat=True)
+    opt = optim.SGD([w], lr=0.5, flat=flat)
     opt.step()
     assert w.dtype == torch.bfloat16
     assert torch.equal(w, torch.tensor([1.0, -2.5, -0.25], dtype=torch.bfloat16))
     assert opt.state[w]["master"].dtype == torch.float32
+
+
+def test_flat_bad_groups():
     with pytest.raises(optitpu.InvalidArgument, match="all torch tensors or all NumPy"):
         optim.AdamW([torch.ones(2), np.ones(2, np.float32)], flat=True)
