@@ -192,6 +192,13 @@ typedef struct ot_tpu_optimizer_options {
     ot_tpu_state_format state_format;
     bool state_stochastic_rounding;
     uint64_t state_seed;
+    /* int8 state: the update of an f32 group whose optimizer is adam or adamw (torch's form, no
+     * amsgrad), lion or sgd with momentum is one fused kernel that decodes, updates and
+     * quantizes block by block in one pass over memory; other optimizers (and bf16/f16 groups)
+     * build it as graph code: dequantize, the optimizer's update graph, quantize. Both give the
+     * same bits. state_int8_unfused (default false) takes the graph code for every group (tests,
+     * comparisons). */
+    bool state_int8_unfused;
 } ot_tpu_optimizer_options;
 
 /* Stochastic rounding's random bits, as the compiled update computes them (for references and

@@ -2,6 +2,7 @@
  * allocator over free blocks in treaps by address and size, coalescing, 64-byte alignment, in-place
  * reuse, donation), the executable (kernels, slots, bindings, FLOPs and bytes), and last its
  * native code (native.c). */
+#include "exec/state8.h"
 #include "executable_internal.h"
 
 #include <pthread.h>
@@ -722,6 +723,16 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
                 /* a scatter updates its operand in place (kernels.h: the output may be the
                  * operand's memory) when it reads P as that operand only */
                 writer_reads_linear = e->io[kb->in0 + 1] != ps && e->io[kb->in0 + 2] != ps;
+            } else if (wi->opcode == OT_OP_CUSTOM_CALL && wi->attrs->custom_call_target &&
+                       !strcmp(wi->attrs->custom_call_target, EX_STATE8_TARGET)) {
+                /* the 8-bit state update reads each block of its operands before it writes the
+                 * block: in place for the parameter and state it updates (exec/state8.h), when P
+                 * is read as the operand in the output's position only */
+                int64_t want = -1;
+                for (int64_t q = 0; q < kb->nout; q++)
+                    if (e->io[kb->out0 + q] == os) want = q == 0 ? 0 : q + 1;
+                for (int64_t q = 0; q < kb->nin && writer_reads_linear; q++)
+                    if (e->io[kb->in0 + q] == ps) writer_reads_linear = q == want;
             } else if (wi->opcode == OT_OP_DYNAMIC_UPDATE_SLICE && kb->nin == wi->noperands) {
                 /* so does a dynamic-update-slice (the fast kernel then writes only the update)
                  * when it reads P as its operand only */

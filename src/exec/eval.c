@@ -2,6 +2,7 @@
  * freed after their last use, called computations evaluated recursively, and scalar functions
  * (reducers, comparators) run as allocation-free straight-line programs. */
 #include "exec/exec_internal.h"
+#include "exec/state8.h"
 
 #include <stdio.h>
 
@@ -418,6 +419,8 @@ ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops
     case OT_OP_RNG_BIT_GENERATOR: return ex_kernel_rng(i, ops, out);
     case OT_OP_CUSTOM_CALL: {
         const char *target = i->attrs->custom_call_target ? i->attrs->custom_call_target : "";
+        if (!strcmp(target, EX_STATE8_TARGET))
+            return ex_kernel_state8(i, ops, !x->opts.keep_denormals, out);
         const char *hw = custom_call_hardware(target);
         if (hw)
             return ot_error(OT_ERR_UNSUPPORTED_HARDWARE,

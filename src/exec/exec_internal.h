@@ -70,6 +70,10 @@ ot_status ex_scalar_fn_pred(ex_scalar_fn *f, const void *const *args, bool *out)
 
 /* ---- kernels by op family (each fills *out, allocating it) ------------------------------ */
 
+/* The 8-bit block-wise optimizer update (exec/state8.h), element by element; z: flush
+ * subnormals. */
+ot_status ex_kernel_state8(const ot_instr *i, const ot_value *const *ops, bool z, ot_value *out);
+
 ot_status ex_kernel_shape(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out);
 ot_status ex_kernel_gather(const ot_instr *i, const ot_value *const *ops, ot_value *out);
 ot_status ex_kernel_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,

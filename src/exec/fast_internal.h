@@ -136,6 +136,14 @@ static inline double div_d(double a, double b, bool z) {
 
 /* ---- the fast kernels (instruction i; in/ins its input leaves, out/os its one output) ------- */
 
+/* The 8-bit block-wise optimizer update (exec/state8.h): several outputs, in place allowed. */
+ot_status ex_fast_state8(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                         const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
+                         bool *done);
+/* Its table quantizer: whether the table passed its checks, and one value's code (tests). */
+bool ex_q8_fast_table_ok(void);
+uint8_t ex_q8_code_table(float xn, bool sgn);
+
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done);
 ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,

@@ -2,6 +2,7 @@
  * covers it, else by the reference kernel on borrowed views of the inputs; plus the per-run
  * context the fast kernels share (pool, scratch). */
 #include "exec/fast_internal.h"
+#include "exec/state8.h"
 
 #include <stdatomic.h>
 
@@ -233,6 +234,12 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
             return ot_error(OT_ERR_INTERNAL, "copy kernel %s: sizes differ", name);
         if (outs[0].nbytes && out[0] != in[0]) memmove(out[0], in[0], (size_t)outs[0].nbytes);
         return OT_OK;
+    }
+    if (!c->reference_only && i->opcode == OT_OP_CUSTOM_CALL && i->attrs->custom_call_target &&
+        !strcmp(i->attrs->custom_call_target, EX_STATE8_TARGET)) {
+        ot_status st = ex_fast_state8(c, i, nin, in, ins, nout, out, outs, fast);
+        if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
+        if (*fast) return OT_OK;
     }
     if (!c->reference_only && nout == 1) {
         ot_status st = fast_kernel(c, i, nin, in, ins, out[0], &outs[0], fast);

@@ -1124,6 +1124,70 @@ static const ot_optimizer_vtable builtins[] = {
      tadafactor_shape},
 };
 
+/* ---- the fused 8-bit state kernel's rules (exec/state8.h) ---------------------------------- */
+
+/* The same scalars as the graphs above build (K's constants, S's converts of the f64 host
+ * expressions), as rank-0 f32 nodes for the kernel; its element update repeats the graphs'
+ * operation order (src/exec/state8_internal.h), and tests/test_tpu_optim_state.c checks both
+ * bit for bit. */
+bool ot_optim_state8_rule(const ot_optimizer *o, const ot_optim_inputs *in, char *cfg, size_t cap,
+                          ot_instr **sc, int *nsc) {
+    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(o);
+    ot_computation *c = in->c;
+    gb b = {c, ot_shape_scalar(OT_F32), OT_F32};
+    *nsc = 0;
+    if (in->param->shape.array.dtype != OT_F32) return false;
+    if (vt == ot_optim_builtin("adam") ||
+        vt == ot_optim_builtin("adamw")) { /* adam, adamw: torch's form */
+        bool decoupled = vt == ot_optim_builtin("adamw");
+        if (ON("optax") || ON("amsgrad")) return false;
+        double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
+        ot_instr *bc1 = sub(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, D(&b, b1), in->step));
+        ot_instr *bc2 = sub(&b, D(&b, 1.0), bin(&b, OT_OP_POWER, D(&b, b2), in->step));
+        ot_instr *step_size = dvd(&b, in->lr, bc1);
+        sc[0] = C(&b, 1.0 - b1);
+        sc[1] = C(&b, b2);
+        sc[2] = C(&b, 1.0 - b2);
+        sc[3] = ot_build_convert(c, sqr(&b, bc2), OT_F32);
+        sc[4] = C(&b, HP("eps"));
+        sc[5] = ot_build_convert(c, neg(&b, step_size), OT_F32);
+        sc[6] = decoupled && wd != 0.0
+                    ? ot_build_convert(c, sub(&b, D(&b, 1.0), mul(&b, in->lr, D(&b, wd))), OT_F32)
+                    : C(&b, wd);
+        *nsc = 7;
+        snprintf(cfg, cap, "adam%s%s", ON("maximize") ? ",maximize" : "",
+                 wd == 0.0   ? ""
+                 : decoupled ? ",wd_decoupled"
+                             : ",wd_coupled");
+        return true;
+    }
+    if (vt == ot_optim_builtin("lion")) { /* lion */
+        double b1 = HP("beta1"), b2 = HP("beta2"), wd = HP("weight_decay");
+        sc[0] = C(&b, 1.0 - b1);
+        sc[1] = C(&b, b1);
+        sc[2] = C(&b, 1.0 - b2);
+        sc[3] = C(&b, b2);
+        sc[4] = C(&b, wd);
+        sc[5] = ot_build_convert(c, neg(&b, in->lr), OT_F32);
+        *nsc = 6;
+        snprintf(cfg, cap, "lion%s", wd != 0.0 ? ",wd" : "");
+        return true;
+    }
+    if (vt == ot_optim_builtin("sgd") && HP("momentum") != 0.0) { /* sgd with momentum */
+        double wd = HP("weight_decay");
+        sc[0] = C(&b, HP("momentum"));
+        sc[1] = C(&b, 1.0 - HP("dampening"));
+        sc[2] = C(&b, wd);
+        sc[3] = ot_build_convert(c, ot_build_unary(c, OT_OP_NEGATE, in->lr), OT_F32);
+        sc[4] = ot_build_compare(c, in->step, D(&b, 1.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT);
+        *nsc = 5;
+        snprintf(cfg, cap, "sgd%s%s%s", ON("maximize") ? ",maximize" : "", wd != 0.0 ? ",wd" : "",
+                 ON("nesterov") ? ",nesterov" : "");
+        return true;
+    }
+    return false;
+}
+
 /* ---- Lookahead (optax.lookahead around any optimizer) ---------------------------------------- */
 
 static const char *const lookahead_names[] = {"sync_period", "slow_step_size"};

@@ -24,4 +24,11 @@ const ot_optimizer *ot_optim_host_target(const ot_optimizer *o);
 ot_status ot_optim_host_call(const ot_optimizer *o, const ot_shape *ps, void *param,
                              const void *grad, void *const *state, int64_t step, double lr);
 
+/* The fused 8-bit state kernel's rule for o's update (exec/state8.h): adam and adamw (torch's
+ * form, without amsgrad), lion, sgd with momentum, on f32. Writes the rule and its flags to cfg
+ * (the backend_config without maps=) and its scalar operands, built from in->step and in->lr in
+ * in->c as o's graph computes them, to sc[0..*nsc); false (nothing built) for other optimizers. */
+bool ot_optim_state8_rule(const ot_optimizer *o, const ot_optim_inputs *in, char *cfg, size_t cap,
+                          ot_instr **sc, int *nsc);
+
 #endif

@@ -24,40 +24,17 @@
 #include <math.h>
 #include <string.h>
 
+#include "exec/state8.h"
 #include "state_quant.h"
 
-/* ---- the map on the host (the same f32 steps as the graph) ---------------------------------- */
+/* ---- the map on the host: exec's (src/exec/state8.c, the same f32 steps as the graph) -------- */
+
+void ot_tpu_int8_map(bool is_signed, float out[256]) {
+    ex_q8_map(is_signed, out);
+}
 
 static float pow10f_dec(int i) { /* f32(10^(i-6)), i = 0..6: torch's scalar times an f32 tensor */
     return (float)pow(10.0, (double)(i - 6));
-}
-
-static float mag_host(int m, bool sgn) {
-    int u = sgn ? 0 : 1, top = sgn ? 128 : 255;
-    if (m <= 0) return 0.0f;
-    if (m >= top) return 1.0f;
-    int e = 0;
-    while ((1 << (e + 1)) <= m + u) e++;
-    int i = e - u, j = m + u - (1 << e), half = ((1 << e) + 1) >> 1; /* torch: steps / 2 */
-    volatile float d = 1.0f - 0.1f; /* f32 arithmetic, as the graph and torch */
-    float step = d / (float)(1 << e);
-    float b0 = j < half ? 0.1f + step * (float)j : 1.0f - step * (float)((1 << e) - j);
-    float b1 =
-        j + 1 < half ? 0.1f + step * (float)(j + 1) : 1.0f - step * (float)((1 << e) - j - 1);
-    float mean = (b0 + b1) / 2.0f;
-    return pow10f_dec(i) * mean;
-}
-
-void ot_tpu_int8_map(bool is_signed, float out[256]) {
-    for (int c = 0; c < 256; c++) {
-        if (!is_signed) {
-            out[c] = mag_host(c, false);
-        } else if (c >= 127) {
-            out[c] = mag_host(c - 127, true);
-        } else {
-            out[c] = -mag_host(127 - c, true);
-        }
-    }
 }
 
 /* ---- graph helpers ------------------------------------------------------------------------- */

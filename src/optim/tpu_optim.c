@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "exec/state8.h"
 #include "optim_internal.h"
 #include "state_quant.h"
 
@@ -100,7 +101,8 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
                                   .flat = false,
                                   .state_format = OT_TPU_STATE_F32,
                                   .state_stochastic_rounding = false,
-                                  .state_seed = 0};
+                                  .state_seed = 0,
+                                  .state_int8_unfused = false};
     return o;
 }
 
@@ -366,6 +368,56 @@ static ot_instr *compress_state(mbuild *b, ot_instr *x, int k, int j) {
     return ot_build_select(c, fin, sr, rne);
 }
 
+/* int8 state: unit k's update as the fused block kernel (exec/state8.h) when its optimizer has
+ * one and the unit is an f32 parameter whose array slots are all int8; *done false otherwise
+ * (the graph path: dequantize, the optimizer's graph, quantize, the same bits). */
+static ot_status build_update_state8(mbuild *b, int k, ot_optim_inputs *in, bool *done) {
+    const ot_tpu_optimizer *t = b->t;
+    const plan *P = &b->P;
+    ot_computation *c = b->c;
+    int n = b->n, o0 = P->soff[k], S = P->slots[k];
+    *done = false;
+    if (!t->sabs || t->opts.state_int8_unfused || P->master[k] || S < 1 || S > 2) return OT_OK;
+    char maps[4] = {0};
+    for (int j = 0; j < S; j++) {
+        if (t->sabs[o0 + j] < 0) return OT_OK;
+        maps[j] = t->ssigned[o0 + j] ? 's' : 'u';
+    }
+    /* the slots' maps must be the kernel's (adam: exp_avg signed, exp_avg_sq unsigned) */
+    const char *nm = ot_optimizer_name(P->popt[k]);
+    if (strcmp(maps, !strcmp(nm, "adam") || !strcmp(nm, "adamw") ? "su" : "s") != 0) return OT_OK;
+    char rule[64], cfg[80];
+    ot_instr *ops[2 + 2 * 2 + 8];
+    int nsc = 0;
+    if (!ot_optim_state8_rule(P->popt[k], in, rule, sizeof rule, ops + 2 + 2 * S, &nsc))
+        return OT_OK;
+    snprintf(cfg, sizeof cfg, "%s,maps=%s", rule, maps);
+    ops[0] = in->param;
+    ops[1] = in->grad;
+    ot_ir_shape el[1 + 2 * 2];
+    el[0] = in->param->shape;
+    for (int j = 0; j < S; j++) {
+        ops[2 + 2 * j] = b->st[o0 + j];
+        ops[3 + 2 * j] = b->st[t->sabs[o0 + j]];
+        el[1 + 2 * j] = ops[2 + 2 * j]->shape;
+        el[2 + 2 * j] = ops[3 + 2 * j]->shape;
+    }
+    ot_ir_shape tup;
+    memset(&tup, 0, sizeof tup);
+    tup.kind = OT_IR_TUPLE;
+    tup.ntuple = 1 + 2 * S;
+    tup.tuple = el;
+    ot_instr *cc =
+        ot_build_custom_call(c, EX_STATE8_TARGET, ops, 2 + 2 * S + nsc, &tup, cfg, false);
+    b->outs[k] = ot_build_get_tuple_element(c, cc, 0);
+    for (int j = 0; j < S; j++) {
+        b->outs[n + o0 + j] = ot_build_get_tuple_element(c, cc, 1 + 2 * j);
+        b->outs[n + t->sabs[o0 + j]] = ot_build_get_tuple_element(c, cc, 2 + 2 * j);
+    }
+    *done = true;
+    return ot_module_status(b->m);
+}
+
 /* Unit k's update by its optimizer: outs[k] (the parameter) and its state outputs. */
 static ot_status build_update(mbuild *b, int k) {
     const ot_tpu_optimizer *t = b->t;
@@ -380,6 +432,11 @@ static ot_status build_update(mbuild *b, int k) {
     ot_optim_inputs in = {.c = c, .param = w, .grad = b->grads[k], .step = b->step, .lr = lrk};
     for (int j = 0; j < S; j++) in.state[j] = b->st[o0 + j];
     bool comp = t->ucomp && t->ucomp[k];
+    if (comp) {
+        bool fused;
+        OT_CHECK(build_update_state8(b, k, &in, &fused));
+        if (fused) return OT_OK;
+    }
     for (int j = 0; j < S && comp; j++) { /* compressed slots: the update reads them in f32 */
         int q = o0 + j;
         if (t->sabs && t->sabs[q] >= 0)

@@ -1,0 +1,304 @@
+/* The fused 8-bit block-wise optimizer update (src/exec/state8.h): its fast kernel against its
+ * reference kernel and both against the same update built as graph code (dequantize, the
+ * optimizer's graph, quantize: options.state_int8_unfused), bit for bit, parameters and every
+ * state tensor after every step, over adam, adamw, lion and sgd with their flags, several flat
+ * groups, 1, 2, 3 and 8 threads; the fast kernel's table quantizer against the exact one over a
+ * dense sweep of floats; and the kernel's refusals of a bad configuration. */
+#include "ot_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/state8_internal.h"
+#include "exec/state8.h"
+#include "optitpu/exec.h"
+#include "optitpu/optim.h"
+#include "optitpu/runtime.h"
+#include "optitpu/tpu_optim.h"
+
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+/* a deterministic value in [-a, a) */
+static float val(uint64_t seed, double a) {
+    return (float)(a * ((double)(mix(seed) >> 11) / 4503599627370496.0 - 1.0));
+}
+
+/* The table quantizer gives the exact quantizer's code for every 1021st float bit pattern in
+ * [0, 1] and its negation, for both maps, and every float near each map value and midpoint. */
+static void test_table_quantizer(void) {
+    ASSERT_TRUE(ex_q8_fast_table_ok());
+    int64_t bad = 0, n = 0;
+    for (int sg = 0; sg < 2; sg++) {
+        const float *map = ex_q8_table(sg == 1);
+        for (uint32_t u = 0; u <= 0x3f800000u; u += 1021) {
+            for (int neg = 0; neg < 2; neg++) {
+                uint32_t b = u | (neg ? 0x80000000u : 0u);
+                float x;
+                memcpy(&x, &b, 4);
+                n++;
+                if (ex_q8_code_table(x, sg == 1) != ex_q8_code_exact(map, x, sg == 1, true) &&
+                    bad++ < 5)
+                    fprintf(stderr, "map %d: x %.9g: table %d, exact %d\n", sg, x,
+                            ex_q8_code_table(x, sg == 1), ex_q8_code_exact(map, x, sg == 1, true));
+            }
+        }
+        for (int c = 0; c < 256; c++) {
+            float pts[2] = {map[c], c < 255 ? (map[c] + map[c + 1]) / 2 : map[c]};
+            for (int q = 0; q < 2; q++) {
+                uint32_t b;
+                memcpy(&b, &pts[q], 4);
+                for (int d = -400; d <= 400; d++) {
+                    uint32_t v = b + (uint32_t)d;
+                    float x;
+                    memcpy(&x, &v, 4);
+                    if (!(fabsf(x) <= 1.0f)) continue;
+                    n++;
+                    if (ex_q8_code_table(x, sg == 1) != ex_q8_code_exact(map, x, sg == 1, true))
+                        bad++;
+                }
+            }
+        }
+    }
+    fprintf(stderr, "table quantizer: %lld of %lld values differ\n", (long long)bad, (long long)n);
+    EXPECT_INT_EQ(bad, 0);
+}
+
+typedef struct ocase {
+    const char *name, *opt;
+    const char *hp[4];
+    double hv[4];
+} ocase;
+
+static const ocase cases[] = {
+    {"adam", "adam", {NULL}, {0}},
+    {"adam maximize coupled wd", "adam", {"maximize", "weight_decay"}, {1, 0.05}},
+    {"adamw", "adamw", {"weight_decay", "beta2"}, {0.1, 0.99}},
+    {"lion", "lion", {"weight_decay"}, {0}},
+    {"lion wd", "lion", {"weight_decay", "beta1"}, {0.02, 0.8}},
+    {"sgd momentum", "sgd", {"momentum", "dampening"}, {0.9, 0.1}},
+    {"sgd nesterov wd maximize",
+     "sgd",
+     {"momentum", "nesterov", "weight_decay", "maximize"},
+     {0.8, 1, 0.01, 1}},
+};
+
+#define NT 5
+static const int64_t lens[NT] = {1, 7, 300, 1000, 5000};
+
+static ot_optimizer *make_opt(const ocase *c) {
+    ot_optimizer *o = NULL;
+    if (ot_optimizer_new(c->opt, &o) != OT_OK) return NULL;
+    for (int k = 0; k < 4 && c->hp[k]; k++)
+        if (ot_optimizer_set(o, c->hp[k], c->hv[k]) != OT_OK) return NULL;
+    return o;
+}
+
+/* The differences between wrapper t's parameters and state and the graph code's (r): bitwise,
+ * except that two NaNs are equal and a block whose absmax is NaN in both holds codes that encode
+ * nothing (every value of it decodes to NaN), which are not compared. */
+static int64_t compare(ot_tpu_optimizer *t, ot_tpu_optimizer *r, ot_device *dev) {
+    int64_t d = 0;
+    for (int k = 0; k < NT; k++) {
+        ot_tensor a = {0}, b = {0};
+        if (ot_tpu_optimizer_read_param(t, dev, k, &a) != OT_OK ||
+            ot_tpu_optimizer_read_param(r, dev, k, &b) != OT_OK)
+            return -1;
+        for (int64_t e = 0; e < lens[k]; e++) {
+            float x = ((float *)a.data)[e], y = ((float *)b.data)[e];
+            d += memcmp(&x, &y, 4) != 0 && !(isnan(x) && isnan(y));
+        }
+        ot_tensor_release(&a);
+        ot_tensor_release(&b);
+    }
+    int ns = ot_tpu_optimizer_state_count(r);
+    for (int q = 0; q < ns; q++) {
+        ot_tensor a = {0}, b = {0}, am = {0};
+        if (ot_tpu_optimizer_get_state(t, dev, q, &a) != OT_OK ||
+            ot_tpu_optimizer_get_state(r, dev, q, &b) != OT_OK || a.nbytes != b.nbytes)
+            return -1;
+        if (b.shape.dtype == OT_U8) { /* codes: their absmax is the state named NAME.absmax */
+            char want[256];
+            snprintf(want, sizeof want, "%s.absmax", ot_tpu_optimizer_state_name(r, q));
+            for (int z = 0; z < ns; z++)
+                if (strcmp(ot_tpu_optimizer_state_name(r, z), want) == 0 &&
+                    ot_tpu_optimizer_get_state(r, dev, z, &am) != OT_OK)
+                    return -1;
+            if (!am.data) return -1;
+            for (size_t e = 0; e < b.nbytes; e++)
+                d += ((uint8_t *)a.data)[e] != ((uint8_t *)b.data)[e] &&
+                     !isnan(((float *)am.data)[e / 256]);
+        } else {
+            for (size_t e = 0; e < b.nbytes / 4; e++) {
+                float x = ((float *)a.data)[e], y = ((float *)b.data)[e];
+                d += memcmp(&x, &y, 4) != 0 && !(isnan(x) && isnan(y));
+            }
+        }
+        ot_tensor_release(&a);
+        ot_tensor_release(&b);
+        ot_tensor_release(&am);
+    }
+    return d;
+}
+
+/* Per case: the graph-code wrapper and fused wrappers stepped with 1, 2, 3 and 8 threads and with
+ * the reference kernels, 6 steps with a changing lr (and an infinite gradient element at step 4
+ * in one tensor, which makes its block NaN): every wrapper's parameters and state equal the graph
+ * code's after every step (compare()). */
+static void test_fused_matches_graph(void) {
+    ot_shape sh[NT];
+    for (int k = 0; k < NT; k++) ot_shape_make(&sh[k], OT_F32, 1, &lens[k]);
+    ot_threadpool *pools[4] = {NULL};
+    const int nth[4] = {1, 2, 3, 8};
+    for (int q = 0; q < 4; q++) ASSERT_OK(ot_threadpool_create(nth[q], &pools[q]));
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const ocase *c = &cases[ci];
+        ot_device *dev = NULL;
+        ASSERT_OK(ot_host_device_create(0, 0, &dev));
+        ot_optimizer *o = make_opt(c);
+        ASSERT_TRUE(o != NULL);
+        enum { NW = 6 }; /* graph, fused x 4 pools, fused reference kernels */
+        ot_tpu_optimizer *t[NW] = {NULL};
+        for (int w = 0; w < NW; w++) {
+            ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+            to.flat = true;
+            to.state_format = OT_TPU_STATE_INT8;
+            to.state_int8_unfused = w == 0;
+            ASSERT_OK(ot_tpu_optimizer_create(o, sh, NT, &to, &t[w]));
+            ASSERT_OK(ot_tpu_optimizer_add_replica(t[w], dev));
+        }
+        int64_t diffs = 0;
+        for (int step = 1; step <= 6; step++) {
+            for (int k = 0; k < NT; k++) {
+                ot_tensor g = {0}, p = {0};
+                ASSERT_OK(ot_tensor_alloc(&g, &sh[k]));
+                ASSERT_OK(ot_tensor_alloc(&p, &sh[k]));
+                for (int64_t e = 0; e < lens[k]; e++) {
+                    /* gradients over a few decades, some exactly zero */
+                    double sc = pow(10.0, -(double)((e * 7 + k) % 5));
+                    float gv = val(31u * (uint64_t)step + 1009u * (uint64_t)k + (uint64_t)e, sc);
+                    ((float *)g.data)[e] = e % 11 == 3 ? 0.0f : gv;
+                    ((float *)p.data)[e] = val(77u * (uint64_t)k + (uint64_t)e, 1.0);
+                }
+                if (step == 4 && k == 3) ((float *)g.data)[500] = INFINITY;
+                for (int w = 0; w < NW; w++) {
+                    if (step == 1) ASSERT_OK(ot_tpu_optimizer_write_param(t[w], dev, k, &p));
+                    ASSERT_OK(ot_tpu_optimizer_write_grad(t[w], dev, k, &g));
+                }
+                ot_tensor_release(&g);
+                ot_tensor_release(&p);
+            }
+            double lr = 0.01 / step;
+            for (int w = 0; w < NW; w++) {
+                ot_run_options ro = ot_run_options_default();
+                if (w >= 1 && w <= 4) ro.pool = pools[w - 1];
+                ro.reference_kernels = w == 5;
+                ASSERT_OK(ot_tpu_optimizer_step_flat(t[w], dev, step, lr, &ro));
+            }
+            for (int w = 1; w < NW; w++) {
+                int64_t d = compare(t[w], t[0], dev);
+                if (d && diffs == 0)
+                    fprintf(stderr,
+                            "%s: wrapper %d differs from the graph code at step %d (%lld)\n",
+                            c->name, w, step, (long long)d);
+                diffs += d != 0;
+            }
+        }
+        EXPECT_INT_EQ(diffs, 0);
+        for (int w = 0; w < NW; w++) ot_tpu_optimizer_free(t[w]);
+        ot_optimizer_free(o);
+        ot_device_free(dev);
+    }
+    for (int q = 0; q < 4; q++) ot_threadpool_free(pools[q]);
+}
+
+/* The fused update is one pass: adam over 40 tensors compiles to few kernels (the custom call
+ * and the scalar prologue), and moves the same bytes per step as before. */
+static void test_fused_kernel_count(void) {
+    ot_shape sh[40];
+    for (int k = 0; k < 40; k++) ot_shape_make(&sh[k], OT_F32, 2, (int64_t[]){k + 1, 13});
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new("adam", &o));
+    int64_t kernels[2] = {0, 0};
+    for (int w = 0; w < 2; w++) {
+        ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+        to.flat = true;
+        to.state_format = OT_TPU_STATE_INT8;
+        to.state_int8_unfused = w == 1;
+        ot_tpu_optimizer *t = NULL;
+        ASSERT_OK(ot_tpu_optimizer_create(o, sh, 40, &to, &t));
+        const ot_executable *e = ot_tpu_optimizer_executable(t);
+        ASSERT_TRUE(e != NULL);
+        kernels[w] = ot_executable_kernel_count(e);
+        ot_tpu_optimizer_free(t);
+    }
+    fprintf(stderr, "int8 adam kernels: fused %lld, graph code %lld\n", (long long)kernels[0],
+            (long long)kernels[1]);
+    EXPECT_TRUE(kernels[0] <= 3 && kernels[0] < kernels[1]);
+    ot_optimizer_free(o);
+}
+
+/* A custom call with a bad configuration or operands: INVALID_ARGUMENT naming it. */
+static void test_refusals(void) {
+    static const char *const bad[] = {"",
+                                      "adam",
+                                      "adam,maps=s",
+                                      "adam,maps=sx",
+                                      "adam,wd,maps=su",
+                                      "adam,maps=su,",
+                                      "rmsprop,maps=s",
+                                      "adam,maps=su,maximize"};
+    for (size_t q = 0; q < sizeof bad / sizeof *bad; q++) {
+        ot_module *m = ot_module_new("bad");
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_shape f, u, a;
+        ot_shape_make(&f, OT_F32, 1, (int64_t[]){256});
+        ot_shape_make(&u, OT_U8, 1, (int64_t[]){256});
+        ot_shape_make(&a, OT_F32, 1, (int64_t[]){1});
+        ot_instr *ops[13];
+        int n = 0;
+        ops[n++] = ot_build_parameter(c, 0, f, "p");
+        ops[n++] = ot_build_parameter(c, 1, f, "g");
+        for (int j = 0; j < 2; j++) {
+            ops[n++] = ot_build_parameter(c, 2 + 2 * j, u, NULL);
+            ops[n++] = ot_build_parameter(c, 3 + 2 * j, a, NULL);
+        }
+        for (int k = 0; k < 7; k++) ops[n++] = ot_build_constant_scalar(c, OT_F32, 0.5);
+        ot_ir_shape el[5] = {ot_ir_shape_array(f), ot_ir_shape_array(u), ot_ir_shape_array(a),
+                             ot_ir_shape_array(u), ot_ir_shape_array(a)};
+        ot_ir_shape tup;
+        memset(&tup, 0, sizeof tup);
+        tup.kind = OT_IR_TUPLE;
+        tup.ntuple = 5;
+        tup.tuple = el;
+        ot_computation_set_root(
+            c, ot_build_custom_call(c, EX_STATE8_TARGET, ops, n, &tup, bad[q], false));
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_tensor in[6];
+        ot_tensor_alloc(&in[0], &f);
+        ot_tensor_alloc(&in[1], &f);
+        ot_tensor_alloc(&in[2], &u);
+        ot_tensor_alloc(&in[3], &a);
+        ot_tensor_alloc(&in[4], &u);
+        ot_tensor_alloc(&in[5], &a);
+        ot_value args[6], out = ot_value_empty();
+        for (int k = 0; k < 6; k++) ASSERT_OK(ot_value_from_tensor(&args[k], &in[k]));
+        ot_status st = ot_evaluate(m, args, 6, NULL, &out);
+        EXPECT_INT_EQ(st, OT_ERR_INVALID_ARGUMENT);
+        EXPECT_TRUE(strstr(ot_last_error(), EX_STATE8_TARGET) != NULL);
+        ot_value_release(&out);
+        for (int k = 0; k < 6; k++) {
+            ot_value_release(&args[k]);
+            ot_tensor_release(&in[k]);
+        }
+        ot_module_free(m);
+    }
+}
+
+OT_TEST_MAIN(OT_TEST(test_table_quantizer), OT_TEST(test_fused_matches_graph),
+             OT_TEST(test_fused_kernel_count), OT_TEST(test_refusals))
