@@ -28,7 +28,8 @@ static const char usage[] =
     "  --lr X               peak learning rate                       (default 0.003)\n"
     "  --weight-decay X     (default: the optimizer's)\n"
     "  --state F            optimizer moments kept as f32 | bf16 (rounded to nearest even,\n"
-    "                       half the state bytes)                    (default f32)\n"
+    "                       half the state bytes) | int8 (8-bit block-wise, a quarter;\n"
+    "                       adam, adamw, lion, sgd with momentum)    (default f32)\n"
     "  --schedule S         constant | cosine | warmup-cosine | step (default warmup-cosine)\n"
     "  --warmup N           warmup steps                             (default 20)\n"
     "  --batch-size N       global batch (per micro-batch)           (default 128)\n"
@@ -286,9 +287,11 @@ static int parse_optim(train_cli *c, const char *a, const char *val, int *i) {
         c->o.weight_decay = d;
     } else if (!strcmp(a, "--state")) {
         NEED();
-        if (strcmp(val, "f32") && strcmp(val, "bf16"))
-            return cli_usage_error("train", "--state: f32 or bf16 (got '%s')", val);
-        c->o.state_format = strcmp(val, "bf16") ? OT_TPU_STATE_F32 : OT_TPU_STATE_BF16;
+        if (strcmp(val, "f32") && strcmp(val, "bf16") && strcmp(val, "int8"))
+            return cli_usage_error("train", "--state: f32, bf16 or int8 (got '%s')", val);
+        c->o.state_format = !strcmp(val, "bf16")   ? OT_TPU_STATE_BF16
+                            : !strcmp(val, "int8") ? OT_TPU_STATE_INT8
+                                                   : OT_TPU_STATE_F32;
     } else if (!strcmp(a, "--schedule")) {
         NEED();
         if (strcmp(val, "constant") && strcmp(val, "cosine") && strcmp(val, "warmup-cosine") &&

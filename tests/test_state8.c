@@ -242,6 +242,97 @@ static void test_fused_kernel_count(void) {
     ot_optimizer_free(o);
 }
 
+/* Per-tensor int8 state (each tensor's codes flattened and padded to whole blocks) gives the
+ * flat mode's bits: a flat tensor starts at a block and its gap is zero, so the blocks hold the
+ * same elements. adam, lion and sgd over a scalar, 7, 3x4x5, 16x17 and 300 elements, 5 steps:
+ * parameters, codes of the tensor's elements and absmax equal. */
+static void test_per_tensor_matches_flat(void) {
+    enum { N = 5 };
+    ot_shape sh[N];
+    ot_shape_make(&sh[0], OT_F32, 0, NULL);
+    ot_shape_make(&sh[1], OT_F32, 1, (int64_t[]){7});
+    ot_shape_make(&sh[2], OT_F32, 3, (int64_t[]){3, 4, 5});
+    ot_shape_make(&sh[3], OT_F32, 2, (int64_t[]){16, 17});
+    ot_shape_make(&sh[4], OT_F32, 1, (int64_t[]){300});
+    const int ci[3] = {2, 4, 6}; /* adamw, lion wd, sgd nesterov wd maximize */
+    for (int q = 0; q < 3; q++) {
+        const ocase *c = &cases[ci[q]];
+        ot_device *dev = NULL;
+        ASSERT_OK(ot_host_device_create(0, 0, &dev));
+        ot_optimizer *o = make_opt(c);
+        ASSERT_TRUE(o != NULL);
+        ot_tpu_optimizer *t[2] = {NULL, NULL}; /* per tensor, flat */
+        for (int w = 0; w < 2; w++) {
+            ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+            to.flat = w == 1;
+            to.state_format = OT_TPU_STATE_INT8;
+            ASSERT_OK(ot_tpu_optimizer_create(o, sh, N, &to, &t[w]));
+            ASSERT_OK(ot_tpu_optimizer_add_replica(t[w], dev));
+        }
+        ot_buffer *pb[N], *gb[N];
+        int64_t diffs = 0;
+        for (int k = 0; k < N; k++) {
+            int64_t ne = ot_shape_numel_unchecked(&sh[k]);
+            ot_tensor p = {0};
+            ASSERT_OK(ot_tensor_alloc(&p, &sh[k]));
+            for (int64_t e = 0; e < ne; e++)
+                ((float *)p.data)[e] = val(77u * (uint64_t)k + (uint64_t)e, 1.0);
+            ASSERT_OK(ot_tpu_optimizer_write_param(t[1], dev, k, &p));
+            ASSERT_OK(ot_buffer_from_host(dev, &p, &pb[k]));
+            ot_tensor_release(&p);
+        }
+        for (int step = 1; step <= 5; step++) {
+            for (int k = 0; k < N; k++) {
+                int64_t ne = ot_shape_numel_unchecked(&sh[k]);
+                ot_tensor g = {0};
+                ASSERT_OK(ot_tensor_alloc(&g, &sh[k]));
+                for (int64_t e = 0; e < ne; e++)
+                    ((float *)g.data)[e] =
+                        val(31u * (uint64_t)step + 1009u * (uint64_t)k + (uint64_t)e, 0.1);
+                ASSERT_OK(ot_tpu_optimizer_write_grad(t[1], dev, k, &g));
+                ASSERT_OK(ot_buffer_from_host(dev, &g, &gb[k]));
+                ot_tensor_release(&g);
+            }
+            ASSERT_OK(ot_tpu_optimizer_step(t[0], dev, pb, gb, step, 0.01, NULL));
+            ASSERT_OK(ot_tpu_optimizer_step_flat(t[1], dev, step, 0.01, NULL));
+            for (int k = 0; k < N; k++) {
+                ot_buffer_free(gb[k]);
+                ot_tensor a = {0}, b = {0};
+                ASSERT_OK(ot_buffer_to_host(pb[k], &a));
+                ASSERT_OK(ot_tpu_optimizer_read_param(t[1], dev, k, &b));
+                diffs += memcmp(a.data, b.data, a.nbytes) != 0;
+                ot_tensor_release(&a);
+                ot_tensor_release(&b);
+            }
+        }
+        /* per tensor k: slots k*S.., then their absmax; flat: slots, then absmax */
+        int S = ot_optimizer_state_count(o);
+        for (int k = 0; k < N; k++) {
+            ot_tpu_flat_view v;
+            ASSERT_OK(ot_tpu_optimizer_flat_view(t[1], k, &v));
+            for (int j = 0; j < 2 * S; j++) {
+                ot_tensor a = {0}, b = {0};
+                ASSERT_OK(ot_tpu_optimizer_get_state(t[0], dev, 2 * S * k + j, &a));
+                ASSERT_OK(ot_tpu_optimizer_get_state(t[1], dev, j, &b));
+                if (j < S)
+                    diffs += memcmp(a.data, (uint8_t *)b.data + v.offset, (size_t)v.count) != 0;
+                else
+                    diffs += memcmp(a.data, (float *)b.data + v.offset / 256, a.nbytes) != 0;
+                ot_tensor_release(&a);
+                ot_tensor_release(&b);
+            }
+        }
+        if (diffs)
+            fprintf(stderr, "%s: per tensor differs from flat (%lld)\n", c->name, (long long)diffs);
+        EXPECT_INT_EQ(diffs, 0);
+        for (int k = 0; k < N; k++) ot_buffer_free(pb[k]);
+        ot_tpu_optimizer_free(t[0]);
+        ot_tpu_optimizer_free(t[1]);
+        ot_optimizer_free(o);
+        ot_device_free(dev);
+    }
+}
+
 /* A custom call with a bad configuration or operands: INVALID_ARGUMENT naming it. */
 static void test_refusals(void) {
     static const char *const bad[] = {"",
@@ -301,4 +392,5 @@ static void test_refusals(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_table_quantizer), OT_TEST(test_fused_matches_graph),
-             OT_TEST(test_fused_kernel_count), OT_TEST(test_refusals))
+             OT_TEST(test_fused_kernel_count), OT_TEST(test_per_tensor_matches_flat),
+             OT_TEST(test_refusals))

@@ -162,6 +162,19 @@ set +e
 rc=$?
 set -e
 [[ $rc -eq 1 ]] || { echo "f32 state resumed a bf16-state checkpoint: exit $rc"; exit 1; }
+# --state int8 (8-bit block-wise moments for the tensors of 4096 elements and more): resumes
+# from its own checkpoint, and a bf16-state run does not take it
+"$bin" train --devices 2 --steps 20 --eval-every 0 --quiet --state int8 --ckpt-dir "$work/s8" \
+  --out "$work/out_s8" >/dev/null
+"$bin" train --devices 2 --steps 30 --eval-every 0 --quiet --state int8 --ckpt-dir "$work/s8" \
+  --resume --out "$work/out_s8" >"$work/s8.txt"
+grep -q "(10 this run)" "$work/s8.txt"
+set +e
+"$bin" train --devices 2 --steps 40 --eval-every 0 --quiet --state bf16 --ckpt-dir "$work/s8" \
+  --resume --out "$work/out_s8" >/dev/null 2>"$work/err"
+rc=$?
+set -e
+[[ $rc -eq 1 ]] || { echo "bf16 state resumed an int8-state checkpoint: exit $rc"; exit 1; }
 grep -q -- "--state F " "$work/help.txt"
 
 # usage errors exit 2 with a message

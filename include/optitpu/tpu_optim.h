@@ -100,7 +100,7 @@ typedef struct ot_tpu_optimizer ot_tpu_optimizer;
 typedef enum ot_tpu_state_format {
     OT_TPU_STATE_F32 = 0, /* the update's dtype, as it is (default) */
     OT_TPU_STATE_BF16,    /* bf16: rounded to nearest even, or stochastically (options) */
-    OT_TPU_STATE_INT8,    /* 8-bit block-wise (bitsandbytes): flat mode only, see below */
+    OT_TPU_STATE_INT8,    /* 8-bit block-wise (bitsandbytes), see below */
 } ot_tpu_state_format;
 
 /* 8-bit block-wise state (OT_TPU_STATE_INT8, Dettmers et al. 2022, bitsandbytes' blockwise 8-bit
@@ -114,6 +114,13 @@ typedef enum ot_tpu_state_format {
  * OT_TPU_INT8_BLOCK elements, so blocks never straddle two tensors (bitsandbytes' blocks are per
  * tensor too). */
 #define OT_TPU_INT8_BLOCK 256
+/* In per-tensor mode int8 state is kept for tensors of at least this many elements; smaller
+ * ones (biases, norms) keep f32 state, as bitsandbytes' min_8bit_size. Per tensor, int8 takes
+ * f32 parameters updated by adam or adamw (torch's form, no amsgrad), lion or sgd with momentum
+ * (the fused kernel); each slot's codes are the tensor's elements flattened and padded with
+ * zeros to whole blocks ([padded length], "<k>.<slot>"), its absmax "<k>.<slot>.absmax" after
+ * the tensor's slots. Flat mode compresses every tensor, with any elementwise optimizer. */
+#define OT_TPU_INT8_MIN_SIZE 4096
 
 /* The 256 values of the dynamic map, sorted (signed: 0 at 127 and 1 at 255, no -1; unsigned: 0
  * at 0, 1 at 255), as the compiled update computes them. */
@@ -186,9 +193,9 @@ typedef struct ot_tpu_optimizer_options {
      * value), the random bits a counter-based hash of (state_seed, unit, slot, step, element index)
      * — the unit is the flat group (flat mode) or the parameter, the index the element's in the
      * unit's buffer: the same seed and steps give the same bits on every run, replica and thread
-     * count. Non-finite values round to nearest. OT_TPU_STATE_INT8 (flat mode only; see above)
-     * keeps 1 byte per slot and parameter plus 4 per block of 256. Another format, int8 outside
-     * flat mode, or an f64 parameter: INVALID_ARGUMENT. */
+     * count. Non-finite values round to nearest. OT_TPU_STATE_INT8 (see above)
+     * keeps 1 byte per slot and parameter plus 4 per block of 256. Another format, an f64
+     * parameter, or per tensor an optimizer the int8 kernel lacks: INVALID_ARGUMENT. */
     ot_tpu_state_format state_format;
     bool state_stochastic_rounding;
     uint64_t state_seed;

@@ -156,8 +156,9 @@ typedef struct ot_train_options {
     double lr;             /* default 3e-3 */
     double weight_decay;   /* set on the optimizer when > 0 */
     /* How the optimizer keeps its moments between steps (tpu_optim.h's state_format:
-     * OT_TPU_STATE_F32 by default, OT_TPU_STATE_BF16 rounded to nearest even); checkpoints
-     * hold the state in that dtype. */
+     * OT_TPU_STATE_F32 by default, OT_TPU_STATE_BF16 rounded to nearest even,
+     * OT_TPU_STATE_INT8 8-bit block-wise for adam, adamw, lion and sgd with momentum);
+     * checkpoints hold the state in that format. */
     int state_format;
     /* The learning-rate schedule over the run's steps (optim.h's ot_lr_schedule): "constant",
      * "cosine" (to 0), "warmup-cosine" (default: linear warmup from 0 over warmup_steps, then

@@ -1188,6 +1188,14 @@ bool ot_optim_state8_rule(const ot_optimizer *o, const ot_optim_inputs *in, char
     return false;
 }
 
+bool ot_optim_state8_supported(const ot_optimizer *o) {
+    const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(o);
+    if (vt == ot_optim_builtin("adam") || vt == ot_optim_builtin("adamw"))
+        return !ON("optax") && !ON("amsgrad");
+    if (vt == ot_optim_builtin("lion")) return true;
+    return vt == ot_optim_builtin("sgd") && HP("momentum") != 0.0;
+}
+
 /* ---- Lookahead (optax.lookahead around any optimizer) ---------------------------------------- */
 
 static const char *const lookahead_names[] = {"sync_period", "slow_step_size"};

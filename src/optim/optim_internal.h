@@ -28,6 +28,7 @@ ot_status ot_optim_host_call(const ot_optimizer *o, const ot_shape *ps, void *pa
  * form, without amsgrad), lion, sgd with momentum, on f32. Writes the rule and its flags to cfg
  * (the backend_config without maps=) and its scalar operands, built from in->step and in->lr in
  * in->c as o's graph computes them, to sc[0..*nsc); false (nothing built) for other optimizers. */
+bool ot_optim_state8_supported(const ot_optimizer *o); /* whether the rule below exists for o */
 bool ot_optim_state8_rule(const ot_optimizer *o, const ot_optim_inputs *in, char *cfg, size_t cap,
                           ot_instr **sc, int *nsc);
 

@@ -377,7 +377,8 @@ static ot_status build_update_state8(mbuild *b, int k, ot_optim_inputs *in, bool
     ot_computation *c = b->c;
     int n = b->n, o0 = P->soff[k], S = P->slots[k];
     *done = false;
-    if (!t->sabs || t->opts.state_int8_unfused || P->master[k] || S < 1 || S > 2) return OT_OK;
+    if (!t->sabs || (t->opts.state_int8_unfused && t->flat) || P->master[k] || S < 1 || S > 2)
+        return OT_OK;
     char maps[4] = {0};
     for (int j = 0; j < S; j++) {
         if (t->sabs[o0 + j] < 0) return OT_OK;
@@ -392,10 +393,28 @@ static ot_status build_update_state8(mbuild *b, int k, ot_optim_inputs *in, bool
     if (!ot_optim_state8_rule(P->popt[k], in, rule, sizeof rule, ops + 2 + 2 * S, &nsc))
         return OT_OK;
     snprintf(cfg, sizeof cfg, "%s,maps=%s", rule, maps);
-    ops[0] = in->param;
-    ops[1] = in->grad;
+    /* per tensor: the parameter and gradient flattened and padded with zeros to the codes'
+     * whole blocks (a zero parameter, gradient and state stay zero: adam, lion, sgd) */
+    int64_t nel = ot_shape_numel_unchecked(&in->param->shape.array);
+    int64_t len = t->sshape[o0].dims[0];
+    ot_shape fs, ls, sc0 = ot_shape_scalar(OT_F32);
+    OT_CHECK(ot_shape_make(&fs, OT_F32, 1, &nel));
+    OT_CHECK(ot_shape_make(&ls, OT_F32, 1, &len));
+    ot_instr *pz = ot_build_constant_scalar(c, OT_F32, 0.0);
+    ot_instr *flatp[2] = {in->param, in->grad};
+    for (int q = 0; q < 2 && !t->flat; q++) {
+        flatp[q] = ot_build_reshape(c, flatp[q], fs);
+        if (len != nel) {
+            ot_pad_dim pd = {.lo = 0, .hi = len - nel, .interior = 0};
+            flatp[q] = ot_build_pad(c, flatp[q], pz, &pd);
+        }
+    }
+    (void)ls;
+    (void)sc0;
+    ops[0] = flatp[0];
+    ops[1] = flatp[1];
     ot_ir_shape el[1 + 2 * 2];
-    el[0] = in->param->shape;
+    el[0] = ops[0]->shape;
     for (int j = 0; j < S; j++) {
         ops[2 + 2 * j] = b->st[o0 + j];
         ops[3 + 2 * j] = b->st[t->sabs[o0 + j]];
@@ -410,6 +429,13 @@ static ot_status build_update_state8(mbuild *b, int k, ot_optim_inputs *in, bool
     ot_instr *cc =
         ot_build_custom_call(c, EX_STATE8_TARGET, ops, 2 + 2 * S + nsc, &tup, cfg, false);
     b->outs[k] = ot_build_get_tuple_element(c, cc, 0);
+    if (!t->flat) { /* back to the tensor's elements and shape */
+        if (len != nel) {
+            int64_t st = 0, lim = nel, stride = 1;
+            b->outs[k] = ot_build_slice(c, b->outs[k], &st, &lim, &stride);
+        }
+        b->outs[k] = ot_build_reshape(c, b->outs[k], in->param->shape.array);
+    }
     for (int j = 0; j < S; j++) {
         b->outs[n + o0 + j] = ot_build_get_tuple_element(c, cc, 1 + 2 * j);
         b->outs[n + t->sabs[o0 + j]] = ot_build_get_tuple_element(c, cc, 2 + 2 * j);
@@ -436,6 +462,8 @@ static ot_status build_update(mbuild *b, int k) {
         bool fused;
         OT_CHECK(build_update_state8(b, k, &in, &fused));
         if (fused) return OT_OK;
+        if (t->sabs && !t->flat) /* create admits only what the kernel takes */
+            return ot_error(OT_ERR_INTERNAL, "parameter %d: no fused int8 update", k);
     }
     for (int j = 0; j < S && comp; j++) { /* compressed slots: the update reads them in f32 */
         int q = o0 + j;
@@ -838,11 +866,6 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "ot_tpu_optimizer_create: unknown state format %d (f32, bf16, int8)",
                         (int)op.state_format);
-    if (op.state_format == OT_TPU_STATE_INT8 && !op.flat)
-        return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "ot_tpu_optimizer_create: int8 state needs flat mode (options.flat): its "
-                        "blocks of %d elements are laid out in the flat buffers",
-                        OT_TPU_INT8_BLOCK);
     if (!isfinite(op.clip_grad_norm) || op.clip_grad_norm < 0 || !isfinite(op.clip_grad_value) ||
         op.clip_grad_value < 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -919,6 +942,23 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
         }
         ot_dtype dt = param_shapes[k].dtype;
         t->nstate += t->slots[k] + (dt == OT_BF16 || dt == OT_F16 ? 1 : 0);
+        if (op.state_format == OT_TPU_STATE_INT8 && !op.flat && t->slots[k] > 0 &&
+            ot_shape_numel_unchecked(&param_shapes[k]) >= OT_TPU_INT8_MIN_SIZE) {
+            /* per tensor, int8 state is the fused kernel's only (exec/state8.h): every slot is
+             * an array (codes padded to whole blocks) with its absmax after the tensor's slots */
+            if (dt != OT_F32 || !ot_optim_state8_supported(t->popt[k]) ||
+                (op.param_optimizers && op.param_optimizers[k] &&
+                 ot_optimizer_is_host(op.param_optimizers[k]))) {
+                s = ot_error(OT_ERR_INVALID_ARGUMENT,
+                             "ot_tpu_optimizer_create: int8 state in per-tensor mode takes f32 "
+                             "parameters updated by adam or adamw (torch's form, no amsgrad), "
+                             "lion or sgd with momentum (parameter %d: %s '%s'); flat mode "
+                             "(options.flat) takes any elementwise optimizer",
+                             k, ot_dtype_name(dt), ot_optimizer_name(t->popt[k]));
+                goto fail;
+            }
+            t->nstate += t->slots[k];
+        }
         bool h = ot_optimizer_is_host(t->popt[k]);
         if (k == 0) t->host = h;
         if (h != t->host) {
@@ -1044,17 +1084,27 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
                          k);
             goto fail;
         }
-        if (t->ucomp) t->ucomp[k] = true;
+        /* int8 per tensor: tensors under OT_TPU_INT8_MIN_SIZE elements keep f32 state */
+        if (t->ucomp)
+            t->ucomp[k] = !int8 || (t->slots[k] > 0 && ot_shape_numel_unchecked(&param_shapes[k]) >=
+                                                           OT_TPU_INT8_MIN_SIZE);
         t->soff[k] = i;
         const ot_optimizer *ok = t->popt[k];
         const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(ok);
+        /* int8: the codes of the tensor's elements flattened, padded to whole blocks */
+        int64_t nel = ot_shape_numel_unchecked(&t->wshape[k]);
+        int64_t padded = (nel + OT_TPU_INT8_BLOCK - 1) / OT_TPU_INT8_BLOCK * OT_TPU_INT8_BLOCK;
         for (int j = 0; j <= t->slots[k]; j++, i++) {
             const char *sn;
             if (j < t->slots[k]) {
                 OT_CHECK_GOTO(ot_optimizer_state_shape(ok, j, &t->wshape[k], &t->sshape[i]), s,
                               fail);
-                if (t->ucomp && slot_compressed(ok, j, &t->sshape[i], &t->wshape[k]))
+                if (t->ucomp && t->ucomp[k] &&
+                    slot_compressed(ok, j, &t->sshape[i], &t->wshape[k])) {
                     t->sshape[i].dtype = OT_BF16;
+                    if (int8)
+                        OT_CHECK_GOTO(ot_shape_make(&t->sshape[i], OT_U8, 1, &padded), s, fail);
+                }
                 sn = ot_optimizer_state_name(ok, j);
                 t->sinit[i] = vt->state_init ? vt->state_init(ok, j) : 0.0;
             } else if (t->master[k]) {
@@ -1068,6 +1118,21 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
             snprintf(buf, sizeof buf, "%d.%s", k, sn ? sn : "?");
             t->sname[i] = ot_strdup(buf);
             if (!t->sname[i]) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
+                goto fail;
+            }
+        }
+        for (int j = 0; int8 && j < t->slots[k]; j++) { /* the slots' absmax */
+            int q = t->soff[k] + j;
+            if (t->sshape[q].dtype != OT_U8) continue;
+            int64_t nb = padded / OT_TPU_INT8_BLOCK;
+            OT_CHECK_GOTO(ot_shape_make(&t->sshape[i], OT_F32, 1, &nb), s, fail);
+            t->sinit[i] = t->sinit[q];
+            t->sabs[q] = i;
+            t->ssigned[q] = !slot_unsigned(ot_optimizer_state_name(ok, j));
+            char buf[192];
+            snprintf(buf, sizeof buf, "%s.absmax", t->sname[q]);
+            if (!(t->sname[i++] = ot_strdup(buf))) {
                 s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer");
                 goto fail;
             }
