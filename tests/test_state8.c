@@ -244,16 +244,17 @@ static void test_fused_kernel_count(void) {
 
 /* Per-tensor int8 state (each tensor's codes flattened and padded to whole blocks) gives the
  * flat mode's bits: a flat tensor starts at a block and its gap is zero, so the blocks hold the
- * same elements. adam, lion and sgd over a scalar, 7, 3x4x5, 16x17 and 300 elements, 5 steps:
- * parameters, codes of the tensor's elements and absmax equal. */
+ * same elements. adamw, lion and sgd over tensors of OT_TPU_INT8_MIN_SIZE elements and more
+ * (64x64, 4097, 3x40x50, 64x65, 5000), 5 steps: parameters, codes of the tensor's elements and
+ * absmax equal. */
 static void test_per_tensor_matches_flat(void) {
     enum { N = 5 };
     ot_shape sh[N];
-    ot_shape_make(&sh[0], OT_F32, 0, NULL);
-    ot_shape_make(&sh[1], OT_F32, 1, (int64_t[]){7});
-    ot_shape_make(&sh[2], OT_F32, 3, (int64_t[]){3, 4, 5});
-    ot_shape_make(&sh[3], OT_F32, 2, (int64_t[]){16, 17});
-    ot_shape_make(&sh[4], OT_F32, 1, (int64_t[]){300});
+    ot_shape_make(&sh[0], OT_F32, 2, (int64_t[]){64, 64});
+    ot_shape_make(&sh[1], OT_F32, 1, (int64_t[]){4097});
+    ot_shape_make(&sh[2], OT_F32, 3, (int64_t[]){3, 40, 50});
+    ot_shape_make(&sh[3], OT_F32, 2, (int64_t[]){64, 65});
+    ot_shape_make(&sh[4], OT_F32, 1, (int64_t[]){5000});
     const int ci[3] = {2, 4, 6}; /* adamw, lion wd, sgd nesterov wd maximize */
     for (int q = 0; q < 3; q++) {
         const ocase *c = &cases[ci[q]];
@@ -333,6 +334,40 @@ static void test_per_tensor_matches_flat(void) {
     }
 }
 
+/* Per tensor, a tensor under OT_TPU_INT8_MIN_SIZE elements keeps f32 state (and any optimizer):
+ * nadam over [7] and adam over [7] and [64, 64] name and type their state so. */
+static void test_per_tensor_small_f32(void) {
+    ot_shape sh[2];
+    ot_shape_make(&sh[0], OT_F32, 1, (int64_t[]){7});
+    ot_shape_make(&sh[1], OT_F32, 2, (int64_t[]){64, 64});
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.state_format = OT_TPU_STATE_INT8;
+    ot_optimizer *o = NULL;
+    ASSERT_OK(ot_optimizer_new("nadam", &o));
+    ot_tpu_optimizer *t = NULL;
+    ASSERT_OK(ot_tpu_optimizer_create(o, sh, 1, &to, &t));
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), 3); /* exp_avg, exp_avg_sq, mu_product */
+    ot_tpu_optimizer_free(t);
+    ot_optimizer_free(o);
+    ASSERT_OK(ot_optimizer_new("adam", &o));
+    ASSERT_OK(ot_tpu_optimizer_create(o, sh, 2, &to, &t));
+    EXPECT_INT_EQ(ot_tpu_optimizer_state_count(t), 6); /* 2 f32, 2 codes, 2 absmax */
+    EXPECT_TRUE(strcmp(ot_tpu_optimizer_state_name(t, 4), "1.exp_avg.absmax") == 0);
+    ot_device *dev = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &dev));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, dev));
+    const ot_dtype want[6] = {OT_F32, OT_F32, OT_U8, OT_U8, OT_F32, OT_F32};
+    for (int q = 0; q < 6; q++) {
+        ot_tensor x = {0};
+        ASSERT_OK(ot_tpu_optimizer_get_state(t, dev, q, &x));
+        EXPECT_INT_EQ(x.shape.dtype, want[q]);
+        ot_tensor_release(&x);
+    }
+    ot_tpu_optimizer_free(t);
+    ot_optimizer_free(o);
+    ot_device_free(dev);
+}
+
 /* A custom call with a bad configuration or operands: INVALID_ARGUMENT naming it. */
 static void test_refusals(void) {
     static const char *const bad[] = {"",
@@ -393,4 +428,4 @@ static void test_refusals(void) {
 
 OT_TEST_MAIN(OT_TEST(test_table_quantizer), OT_TEST(test_fused_matches_graph),
              OT_TEST(test_fused_kernel_count), OT_TEST(test_per_tensor_matches_flat),
-             OT_TEST(test_refusals))
+             OT_TEST(test_per_tensor_small_f32), OT_TEST(test_refusals))

@@ -264,7 +264,9 @@ static void test_refused(void) {
     to.flat = false;
     ot_optimizer *na = make_opt("nadam");
     ASSERT_TRUE(na != NULL);
-    EXPECT_STATUS(ot_tpu_optimizer_create(na, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
+    ot_shape big; /* at least OT_TPU_INT8_MIN_SIZE elements: compressed */
+    ot_shape_make(&big, OT_F32, 2, (int64_t[]){64, 64});
+    EXPECT_STATUS(ot_tpu_optimizer_create(na, &big, 1, &to, &t), OT_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(strstr(ot_last_error(), "per-tensor mode") != NULL);
     ot_optimizer_free(na);
     to.flat = true;

@@ -397,20 +397,16 @@ static ot_status build_update_state8(mbuild *b, int k, ot_optim_inputs *in, bool
      * whole blocks (a zero parameter, gradient and state stay zero: adam, lion, sgd) */
     int64_t nel = ot_shape_numel_unchecked(&in->param->shape.array);
     int64_t len = t->sshape[o0].dims[0];
-    ot_shape fs, ls, sc0 = ot_shape_scalar(OT_F32);
+    ot_shape fs;
     OT_CHECK(ot_shape_make(&fs, OT_F32, 1, &nel));
-    OT_CHECK(ot_shape_make(&ls, OT_F32, 1, &len));
-    ot_instr *pz = ot_build_constant_scalar(c, OT_F32, 0.0);
     ot_instr *flatp[2] = {in->param, in->grad};
     for (int q = 0; q < 2 && !t->flat; q++) {
         flatp[q] = ot_build_reshape(c, flatp[q], fs);
         if (len != nel) {
             ot_pad_dim pd = {.lo = 0, .hi = len - nel, .interior = 0};
-            flatp[q] = ot_build_pad(c, flatp[q], pz, &pd);
+            flatp[q] = ot_build_pad(c, flatp[q], ot_build_constant_scalar(c, OT_F32, 0.0), &pd);
         }
     }
-    (void)ls;
-    (void)sc0;
     ops[0] = flatp[0];
     ops[1] = flatp[1];
     ot_ir_shape el[1 + 2 * 2];
