@@ -225,6 +225,303 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
     g->tn = cdiv(g->N, run->rn);
 }
 
+/* ---- f32 GEMM of our own (x86-64 with AVX-512) -------------------------------------------
+ * OpenBLAS on one thread per tile packs each tile's share of A and B again (about 20 % more CPU
+ * than one call on the suite's 2 x 4 grids), and its own threading changes the bits with the
+ * thread count. This kernel packs each product's B once, shared by all threads, and computes
+ * every element of C as one chain of fused multiply-adds over k = 0, 1, ..., K-1 starting from 0
+ * (carried through C between blocks of k): its bits depend on the operands alone, not on the
+ * thread count, the split of the work or the blocking, so the split can follow the pool's size.
+ * Register blocks: 12 rows x 32 columns (24 zmm accumulators), or 24 x 16 for N <= 16 (the
+ * N = 10 products). A is packed per thread, SG_MC rows x SG_KC k at a time (in L2), except a
+ * transposed A under tasks of few columns, read where it lies; each register block streams one
+ * packed B panel (SG_KC x nr) against its rows of A. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SG_OWN    1
+#define SG_AVX512 __attribute__((target("avx512f,fma")))
+#define SG_KC     256
+#define SG_MC     96                  /* a multiple of both register blocks' rows */
+#define SG_BPACK  ((int64_t)16 << 20) /* packed B held at once (bytes); batches in groups */
+#define SG_DIRECT 4                   /* tasks of at most this many panels read A in place */
+
+/* The register blocks: c[0..mr) x [0..nr) (row stride ldc) = (load ? c : 0) + the sum over
+ * k < kc of a[i + k * ld] * bp[k * nr + j], each element's chain of fmas in k order: A packed
+ * (ld = mr) or a transposed operand read where it lies (ld = its leading dimension). Reading a
+ * row-major A in place instead (mr rows ld apart, every k) was 10x slower on a 4 KiB ld: the
+ * rows share one set of the L1 cache. */
+#define SG_R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define SG_R24(X) SG_R12(X) X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+
+/* 12 x 32: two zmm of columns per row */
+SG_AVX512 static void sg_ukr_12x32(int64_t kc, const float *restrict a, int64_t ld,
+                                   const float *restrict bp, float *c, int64_t ldc, bool load) {
+#define SG_DECL2(i)                                                                                \
+    __m512 c##i##a = load ? _mm512_loadu_ps(c + (i)*ldc) : _mm512_setzero_ps();                    \
+    __m512 c##i##b = load ? _mm512_loadu_ps(c + (i)*ldc + 16) : _mm512_setzero_ps();
+    SG_R12(SG_DECL2)
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#define SG_FMA2(i)                                                                                 \
+    {                                                                                              \
+        __m512 x = _mm512_set1_ps(a[i]);                                                           \
+        c##i##a = _mm512_fmadd_ps(x, b0, c##i##a);                                                 \
+        c##i##b = _mm512_fmadd_ps(x, b1, c##i##b);                                                 \
+    }
+        SG_R12(SG_FMA2)
+        a += ld;
+        bp += 32;
+    }
+#define SG_STORE2(i)                                                                               \
+    _mm512_storeu_ps(c + (i)*ldc, c##i##a);                                                        \
+    _mm512_storeu_ps(c + (i)*ldc + 16, c##i##b);
+    SG_R12(SG_STORE2)
+}
+
+/* 24 x 16: one zmm of columns per row (N <= 16) */
+SG_AVX512 static void sg_ukr_24x16(int64_t kc, const float *restrict a, int64_t ld,
+                                   const float *restrict bp, float *c, int64_t ldc, bool load) {
+#define SG_DECL1(i) __m512 c##i = load ? _mm512_loadu_ps(c + (i)*ldc) : _mm512_setzero_ps();
+    SG_R24(SG_DECL1)
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp);
+#define SG_FMA1(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i);
+        SG_R24(SG_FMA1)
+        a += ld;
+        bp += 16;
+    }
+#define SG_STORE1(i) _mm512_storeu_ps(c + (i)*ldc, c##i);
+    SG_R24(SG_STORE1)
+}
+
+static bool sg_cpu(void) {
+    static int ok = -1; /* a benign race: every thread stores the same value */
+    if (ok < 0) ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    return ok;
+}
+
+typedef struct sg_run {
+    const ex_gemm *g;
+    const gemm_view *va, *vb;
+    int mr, nr;      /* register block: 12 x 32 or 24 x 16 */
+    int64_t np;      /* B panels of nr columns per batch element */
+    int64_t b0, nbg; /* this group's batch elements [b0, b0 + nbg) */
+    float *bp;       /* the group's packed B: [element][panel][k][nr], zero past N */
+    float *ap;       /* per thread, apb bytes apart: SG_MC x SG_KC floats of packed A, then
+                        with own_b the element's packed B */
+    size_t apb;
+    bool own_b;          /* each task one batch element, its B packed by its thread */
+    bool direct;         /* A read where it lies (whole micro-panels) instead of packed */
+    int64_t rb, cb, pcb; /* row blocks of SG_MC, column blocks of pcb panels */
+} sg_run;
+
+/* Panel p (columns [p * nr, p * nr + nr), zero past N) of batch element b's B into d: [k][nr]. */
+static void sg_pack_panel(const sg_run *r, int64_t b, int64_t p, float *d) {
+    const ex_gemm *g = r->g;
+    int64_t K = g->K, nr = r->nr, ldb = r->vb->ld, j0 = p * nr;
+    int64_t nj = g->N - j0 < nr ? g->N - j0 : nr;
+    const float *src = (const float *)g->b + view_offset(r->vb, b);
+    if (!g->tb) {
+        for (int64_t k = 0; k < K; k++) {
+            memcpy(d + k * nr, src + k * ldb + j0, (size_t)nj * 4);
+            for (int64_t j = nj; j < nr; j++) d[k * nr + j] = 0.0f;
+        }
+    } else {
+        for (int64_t j = 0; j < nr; j++) {
+            const float *s = src + (j0 + j) * ldb;
+            for (int64_t k = 0; k < K; k++) d[k * nr + j] = j < nj ? s[k] : 0.0f;
+        }
+    }
+}
+
+static void sg_pack_b(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const sg_run *r = arg;
+    for (int64_t w = begin; w < end; w++)
+        sg_pack_panel(r, r->b0 + w / r->np, w % r->np, r->bp + w * r->g->K * r->nr);
+}
+
+/* rows [i0, i0 + mi) x k [k0, k0 + kc) of A (at a) into micro-panels of mr rows, each
+ * [k][mr], rows past mi zero */
+static void sg_pack_a(const sg_run *r, const float *a, float *ap, int64_t i0, int64_t mi,
+                      int64_t k0, int64_t kc) {
+    int64_t lda = r->va->ld, mr = r->mr;
+    for (int64_t q = 0; q < mi; q += mr) {
+        int64_t nq = mi - q < mr ? mi - q : mr;
+        float *d = ap + q * kc;
+        if (r->g->ta) {
+            for (int64_t k = 0; k < kc; k++) {
+                const float *s = a + (k0 + k) * lda + i0 + q;
+                for (int64_t i = 0; i < mr; i++) d[k * mr + i] = i < nq ? s[i] : 0.0f;
+            }
+        } else {
+            for (int64_t i = 0; i < mr; i++) {
+                const float *s = a + (i0 + q + i) * lda + k0;
+                if (i < nq)
+                    for (int64_t k = 0; k < kc; k++) d[k * mr + i] = s[k];
+                else
+                    for (int64_t k = 0; k < kc; k++) d[k * mr + i] = 0.0f;
+            }
+        }
+    }
+}
+
+/* One task: rows [m0, m1) (at most SG_MC) of C x B panels [p0, p1) of batch element b, whose
+ * packed B is at bp. A is packed SG_KC k at a time, or with r->direct (a transposed A, tasks of
+ * few panels: they would spend about as long packing their rows as multiplying them) read where
+ * it lies; a last micro-panel of fewer than mr rows is always packed (zero rows below it). */
+static void sg_block(const sg_run *r, int64_t b, const float *bp, int64_t m0, int64_t m1,
+                     int64_t p0, int64_t p1, float *ap) {
+    const ex_gemm *g = r->g;
+    int64_t K = g->K, N = g->N, mr = r->mr, nr = r->nr, lda = r->va->ld, mi = m1 - m0;
+    int64_t full = mi / mr * mr; /* rows in whole micro-panels */
+    const float *a = (const float *)g->a + view_offset(r->va, b);
+    float *cb = (float *)g->c + b * g->M * N;
+    float tmp[12 * 32] __attribute__((aligned(64)));
+    for (int64_t k0 = 0; k0 < K; k0 += SG_KC) {
+        int64_t kc = K - k0 < SG_KC ? K - k0 : SG_KC;
+        if (!r->direct)
+            sg_pack_a(r, a, ap, m0, mi, k0, kc);
+        else if (full < mi) /* the short micro-panel, at its place in a packed block */
+            sg_pack_a(r, a, ap + full * kc, m0 + full, mi - full, k0, kc);
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
+            const float *bk = bp + p * K * nr + k0 * nr;
+            for (int64_t q = 0; q < mi; q += mr) {
+                int64_t nq = mi - q < mr ? mi - q : mr;
+                float *c = cb + (m0 + q) * N + j0, *t = c;
+                int64_t ldt = N;
+                if (nq < mr || nj < nr) { /* an edge: through a whole register block */
+                    t = tmp;
+                    ldt = nr;
+                    if (k0 > 0)
+                        for (int64_t i = 0; i < nq; i++)
+                            memcpy(t + i * nr, c + i * N, (size_t)nj * 4);
+                }
+                const float *x = ap + q * kc; /* packed: A(i, k) at x[i + k * mr] */
+                int64_t ld = mr;
+                if (r->direct && nq == mr) { /* transposed A in place: A(i, k) at x[i + k * lda] */
+                    x = a + k0 * lda + m0 + q;
+                    ld = lda;
+                }
+                if (nr == 32)
+                    sg_ukr_12x32(kc, x, ld, bk, t, ldt, k0 > 0);
+                else
+                    sg_ukr_24x16(kc, x, ld, bk, t, ldt, k0 > 0);
+                if (t == tmp)
+                    for (int64_t i = 0; i < nq; i++) memcpy(c + i * N, t + i * nr, (size_t)nj * 4);
+            }
+        }
+    }
+}
+
+/* Shared B (own_b false): task w is a block of rows x a block of panels of element
+ * b0 + w / (rb * cb), B packed beforehand by sg_pack_b. own_b: task w is element b0 + w whole,
+ * its B packed into this thread's buffer first (many small products: no pass between). */
+static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
+    const sg_run *r = arg;
+    const ex_gemm *g = r->g;
+    float *ap = r->ap + (size_t)ith * (r->apb / 4);
+    /* under the reference's FTZ: subnormal inputs read as zero and results flushed by the FPU's
+     * DAZ | FTZ, as around the OpenBLAS calls (gemm_tiles) */
+    unsigned int csr = _mm_getcsr();
+    if (g->ftz) _mm_setcsr(csr | 0x8040u);
+    for (int64_t w = begin; w < end; w++) {
+        if (r->own_b) {
+            float *bp = ap + SG_MC * SG_KC;
+            for (int64_t p = 0; p < r->np; p++)
+                sg_pack_panel(r, r->b0 + w, p, bp + p * g->K * r->nr);
+            for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC)
+                sg_block(r, r->b0 + w, bp, m0, m0 + SG_MC < g->M ? m0 + SG_MC : g->M, 0, r->np, ap);
+            continue;
+        }
+        int64_t b = w / (r->rb * r->cb), rr = w / r->cb % r->rb, q = w % r->cb;
+        int64_t m0 = rr * SG_MC, m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
+        int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
+        if (p0 < p1) sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, ap);
+    }
+    if (g->ftz) _mm_setcsr(csr);
+}
+
+/* Where this kernel runs: f32 products of at least one register block of rows. A narrow N
+ * (<= 16) with a row-major A stays with OpenBLAS: packing A's rows costs as much as the few
+ * columns' multiply-adds there (512 x 10 x 1024 at 17 against OpenBLAS's 48 GFLOP/s, one
+ * thread); with a transposed A, read in place, it runs here. */
+static bool sg_use(const ex_gemm *g) {
+    return g->t == OT_F32 && g->M >= 12 && g->N >= 8 && g->K >= 1 && (g->N > 16 || g->ta) &&
+           sg_cpu();
+}
+
+static int sg_nr(const ex_gemm *g) {
+    return g->N <= 16 ? 16 : 32;
+}
+
+/* packed B of one batch element, bytes */
+static int64_t sg_bpack(const ex_gemm *g) {
+    int64_t nr = sg_nr(g);
+    return cdiv(g->N, nr) * nr * g->K * 4;
+}
+
+/* Each thread packs whole batch elements' B itself when there are at least 2 per thread and
+ * each is small (no shared pass, no waiting between passes) */
+static bool sg_own_b(const ex_gemm *g, int threads) {
+    return g->nb >= 2 * (int64_t)threads && sg_bpack(g) <= ((int64_t)1 << 20);
+}
+
+/* batch elements whose packed B is held at once (shared B) */
+static int64_t sg_group(const ex_gemm *g) {
+    int64_t gb = SG_BPACK / sg_bpack(g);
+    return gb < 1 ? 1 : gb > g->nb ? g->nb : gb;
+}
+
+/* per-thread scratch: packed A, and with own_b the element's packed B */
+static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
+    return ex_align64((size_t)SG_MC * SG_KC * 4) +
+           (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
+}
+
+static size_t sg_scratch_bytes(const ex_gemm *g, int threads) {
+    size_t shared = sg_own_b(g, threads) ? 0 : ex_align64((size_t)(sg_group(g) * sg_bpack(g)));
+    return shared + (size_t)threads * sg_thread_bytes(g, threads);
+}
+
+/* scratch: sg_scratch_bytes(g, threads), threads >= the pool's threads that will run it */
+static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
+                    char *scratch, int threads) {
+    sg_run r = {.g = g, .va = va, .vb = vb, .nr = sg_nr(g), .own_b = sg_own_b(g, threads)};
+    r.mr = r.nr == 32 ? 12 : 24;
+    r.np = cdiv(g->N, r.nr);
+    r.apb = sg_thread_bytes(g, threads);
+    int64_t gb = r.own_b ? g->nb : sg_group(g), per = r.np * r.nr * g->K;
+    size_t shared = r.own_b ? 0 : ex_align64((size_t)(gb * per * 4));
+    r.bp = (float *)scratch;
+    r.ap = (float *)(scratch + shared);
+    r.rb = cdiv(g->M, SG_MC);
+    for (r.b0 = 0; r.b0 < g->nb; r.b0 += gb) {
+        r.nbg = g->nb - r.b0 < gb ? g->nb - r.b0 : gb;
+        int64_t work = r.nbg * g->M * g->N * g->K;
+        if (r.own_b) {
+            r.direct = g->ta && r.np <= SG_DIRECT;
+            ex_par_for_dynamic(c, r.nbg, work * 4, sg_tasks, &r);
+            continue;
+        }
+        /* about 8 tasks per thread (handed out dynamically: even shares on a shared machine),
+         * each at least 2 panels wide: the more columns a task spans, the fewer times its rows
+         * of A are packed */
+        int64_t cb = 1, want = 8 * (int64_t)threads, maxcb = r.np / 2 > 1 ? r.np / 2 : 1;
+        if (r.nbg * r.rb < want) cb = cdiv(want, r.nbg * r.rb);
+        if (cb > maxcb) cb = maxcb;
+        r.pcb = cdiv(r.np, cb);
+        r.cb = cdiv(r.np, r.pcb);
+        r.direct = g->ta && r.pcb <= SG_DIRECT;
+        ex_par_for_dynamic(c, r.nbg * r.np, r.nbg * per * 8, sg_pack_b, &r);
+        ex_par_for_dynamic(c, r.nbg * r.rb * r.cb, work * 4, sg_tasks, &r);
+    }
+}
+#else
+#define SG_OWN 0
+#endif
+
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_one_thread(void) {
@@ -292,9 +589,21 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
      * order for A and (batch, contracting, free) for B */
     bool lcopy = !view_of(ls, lbat, nb, lfree, nlf, dn->lhs_contract, nc, M, K, &g.ta, &va);
     bool rcopy = !view_of(rs, rbat, nb, dn->rhs_contract, nc, rfree, nrf, K, N, &g.tb, &vb);
-    size_t need = 0, lbytes = ex_align64((size_t)ins[0].nbytes), rbytes = (size_t)ins[1].nbytes;
+    size_t need = 0, lbytes = ex_align64((size_t)ins[0].nbytes),
+           rbytes = ex_align64((size_t)ins[1].nbytes), gbytes = 0;
     if (lcopy) need += lbytes;
     if (rcopy) need += rbytes;
+    g.ftz = c->ftz;
+    char *gscratch = NULL;
+#if SG_OWN
+    int threads = 1;
+    bool own = sg_use(&g);
+    if (own) {
+        threads = ex_par_threads(c, NB * M * N * K * 4);
+        gbytes = sg_scratch_bytes(&g, threads);
+        need += gbytes;
+    }
+#endif
     if (need) {
         void *sc = NULL;
         OT_CHECK(ex_scratch(c, need, &sc));
@@ -321,9 +630,18 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
             g.b = p;
             g.tb = false;
             view_dense(&vb, NB, K, N, N);
+            p += rbytes;
         }
+        if (gbytes) gscratch = p;
     }
-    g.ftz = c->ftz;
+#if SG_OWN
+    if (own) {
+        sg_gemm(c, &g, &va, &vb, gscratch, threads);
+        c->fast_run++;
+        return OT_OK;
+    }
+#endif
+    (void)gscratch;
     run_gemm(c, &g, &va, &vb);
     c->fast_run++;
     return OT_OK;

@@ -25,6 +25,9 @@ void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void
 /* The same, items [0, n) handed out one at a time to whichever thread is free (for few large
  * items whose results do not depend on which thread computes them). */
 void ex_par_for_dynamic(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg);
+/* The most threads ex_par_for / ex_par_for_dynamic will run work of `bytes` on (1 when it runs
+ * inline): what per-thread scratch (indexed by the range function's thread number) is sized by. */
+int ex_par_threads(ex_kernel_ctx *c, int64_t bytes);
 
 static inline size_t ex_align64(size_t n) {
     return (n + 63) & ~(size_t)63;

@@ -1,0 +1,144 @@
+/* The fast dot's own f32 GEMM (src/exec/fast_dot.c, x86-64 with AVX-512): every element of the
+ * product is one chain of fused multiply-adds over k = 0, 1, ..., K-1 starting from 0, whatever
+ * the thread count, the split of the work and the blocking. Checked bitwise against that chain
+ * computed here with fmaf, on pools of 1, 2, 3 and 8 threads, for shapes that cross the blocking
+ * (K over the k block, M and N not multiples of the register block, both register blocks: N <= 16
+ * with a transposed lhs, and wider), transposed operands, a transposed lhs read in place and
+ * packed (the task split follows the pool), and batches that each thread packs itself on some
+ * pools and that share one packed B on others. Skipped where the CPU lacks AVX-512 (OpenBLAS runs the dot
+ * there; test_fast_kernels checks it). */
+#include "optitpu/compiler.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+#include "optitpu/runtime.h"
+#include "ot_test.h"
+
+#include <math.h>
+
+static ot_threadpool *g_pools[4];
+static const int g_nthreads[4] = {1, 2, 3, 8};
+static uint64_t g_rng = 0x6e33;
+
+static float rnd_f(void) { /* uniform in [-1, 1), never subnormal */
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)(g_rng >> 40) / 8388608.0f - 1.0f;
+}
+
+typedef struct gcase {
+    int64_t b, m, n, k;
+    bool ta, tb; /* lhs stored [b, k, m], rhs stored [b, n, k] */
+} gcase;
+
+static ot_module *gemm_module(const gcase *g, ot_shape *ls, ot_shape *rs) {
+    int64_t ld[3] = {g->b, g->ta ? g->k : g->m, g->ta ? g->m : g->k};
+    int64_t rd[3] = {g->b, g->tb ? g->n : g->k, g->tb ? g->k : g->n};
+    ot_dot_dims dn = {.nbatch = 1, .ncontract = 1, .lhs_batch = {0}, .rhs_batch = {0}};
+    dn.lhs_contract[0] = g->ta ? 1 : 2;
+    dn.rhs_contract[0] = g->tb ? 2 : 1;
+    if (ot_shape_make(ls, OT_F32, 3, ld) != OT_OK || ot_shape_make(rs, OT_F32, 3, rd) != OT_OK)
+        return NULL;
+    ot_module *m = ot_module_new("gemm");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *l = ot_build_parameter(c, 0, *ls, "l"), *r = ot_build_parameter(c, 1, *rs, "r");
+    ot_computation_set_root(c,
+                            ot_build_dot(c, l, r, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT));
+    ot_module_set_entry(m, c);
+    if (ot_module_finalize(m) != OT_OK) {
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The result of one case on `pool`, compared bitwise with want; true when equal. */
+static bool run_case(const ot_executable *exe, float *a, float *b, float *out, size_t nout,
+                     const float *want, ot_threadpool *pool) {
+    int64_t an = ot_executable_arena_size(exe);
+    void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
+    void *params[2] = {a, b}, *outs[1] = {out};
+    ot_run_options o = ot_run_options_default();
+    o.pool = pool;
+    ot_run_result r;
+    memset(out, 0xff, nout * sizeof *out);
+    ot_status st = ot_execute_on_host(exe, arena, params, outs, &o, 0, &r);
+    ot_aligned_free(arena);
+    if (st != OT_OK || r.fast_kernels_run != 1) {
+        fprintf(stderr, "run: %s, %d fast kernels\n", ot_last_error(), (int)r.fast_kernels_run);
+        return false;
+    }
+    for (size_t e = 0; e < nout; e++)
+        if (memcmp(&out[e], &want[e], sizeof *out)) {
+            fprintf(stderr, "element %zu: %a, the fma chain gives %a\n", e, (double)out[e],
+                    (double)want[e]);
+            return false;
+        }
+    return true;
+}
+
+static void test_fma_chain(void) {
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+        OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS");
+    static const gcase cs[] = {
+        {1, 100, 70, 600, false, false}, /* k blocks of 256, 256, 88; M, N tails */
+        {1, 100, 70, 600, true, true},  {1, 37, 13, 300, true, false}, /* N <= 16: 24 x 16 */
+        {1, 512, 10, 1024, true, false},  {1, 13, 33, 5, false, true},
+        {1, 12, 8, 1, false, false},     {1, 600, 1100, 40, false, false},
+        {1, 300, 520, 700, true, false}, /* many tasks over rows and panel blocks */
+        {40, 30, 20, 50, false, true},   /* each thread packs its elements' B */
+        {5, 64, 48, 300, true, true},    /* own B on 1 and 2 threads, shared on 3 and 8 */
+        {3, 200, 260, 20, false, false},
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        const gcase *g = &cs[q];
+        ot_shape ls, rs;
+        ot_module *m = gemm_module(g, &ls, &rs);
+        ASSERT_TRUE(m);
+        ot_executable *exe = NULL;
+        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
+        size_t na = (size_t)(g->b * g->m * g->k), nb = (size_t)(g->b * g->k * g->n),
+               nc = (size_t)(g->b * g->m * g->n);
+        float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *want = malloc(nc * 4);
+        ASSERT_TRUE(a && b && c && want);
+        for (size_t e = 0; e < na; e++) a[e] = rnd_f();
+        for (size_t e = 0; e < nb; e++) b[e] = rnd_f();
+        for (int64_t t = 0; t < g->b; t++)
+            for (int64_t i = 0; i < g->m; i++)
+                for (int64_t j = 0; j < g->n; j++) {
+                    float acc = 0.0f;
+                    for (int64_t k = 0; k < g->k; k++) {
+                        float x = g->ta ? a[(t * g->k + k) * g->m + i] : a[(t * g->m + i) * g->k + k];
+                        float y = g->tb ? b[(t * g->n + j) * g->k + k] : b[(t * g->k + k) * g->n + j];
+                        acc = fmaf(x, y, acc);
+                    }
+                    want[(t * g->m + i) * g->n + j] = acc;
+                }
+        for (int p = 0; p < 4; p++) {
+            bool ok = run_case(exe, a, b, c, nc, want, g_pools[p]);
+            if (!ok)
+                fprintf(stderr, "case %zu (%lld x %lld x %lld x %lld%s%s) on %d threads\n", q,
+                        (long long)g->b, (long long)g->m, (long long)g->n, (long long)g->k,
+                        g->ta ? ", lhs^T" : "", g->tb ? ", rhs^T" : "", g_nthreads[p]);
+            EXPECT_TRUE(ok);
+        }
+        free(a);
+        free(b);
+        free(c);
+        free(want);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+}
+
+static void test_setup(void) {
+    for (int k = 0; k < 4; k++) EXPECT_TRUE(ot_threadpool_create(g_nthreads[k], &g_pools[k]) == OT_OK);
+}
+
+static void test_teardown(void) {
+    for (int k = 0; k < 4; k++) {
+        ot_threadpool_free(g_pools[k]);
+        g_pools[k] = NULL;
+    }
+    EXPECT_TRUE(true);
+}
+
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_teardown))
