@@ -5,8 +5,8 @@
  * (K over the k block, M and N not multiples of the register block, both register blocks: N <= 16
  * with a transposed lhs, and wider), transposed operands, a transposed lhs read in place and
  * packed (the task split follows the pool), and batches that each thread packs itself on some
- * pools and that share one packed B on others. Skipped where the CPU lacks AVX-512 (OpenBLAS runs the dot
- * there; test_fast_kernels checks it). */
+ * pools and that share one packed B on others. Skipped where the CPU lacks AVX-512 (OpenBLAS runs
+ * the dot there; test_fast_kernels checks it). */
 #include "optitpu/compiler.h"
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
@@ -80,8 +80,8 @@ static void test_fma_chain(void) {
         OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS");
     static const gcase cs[] = {
         {1, 100, 70, 600, false, false}, /* k blocks of 256, 256, 88; M, N tails */
-        {1, 100, 70, 600, true, true},  {1, 37, 13, 300, true, false}, /* N <= 16: 24 x 16 */
-        {1, 512, 10, 1024, true, false},  {1, 13, 33, 5, false, true},
+        {1, 100, 70, 600, true, true},   {1, 37, 13, 300, true, false}, /* N <= 16: 24 x 16 */
+        {1, 512, 10, 1024, true, false}, {1, 13, 33, 5, false, true},
         {1, 12, 8, 1, false, false},     {1, 600, 1100, 40, false, false},
         {1, 300, 520, 700, true, false}, /* many tasks over rows and panel blocks */
         {40, 30, 20, 50, false, true},   /* each thread packs its elements' B */
@@ -106,8 +106,10 @@ static void test_fma_chain(void) {
                 for (int64_t j = 0; j < g->n; j++) {
                     float acc = 0.0f;
                     for (int64_t k = 0; k < g->k; k++) {
-                        float x = g->ta ? a[(t * g->k + k) * g->m + i] : a[(t * g->m + i) * g->k + k];
-                        float y = g->tb ? b[(t * g->n + j) * g->k + k] : b[(t * g->k + k) * g->n + j];
+                        float x =
+                            g->ta ? a[(t * g->k + k) * g->m + i] : a[(t * g->m + i) * g->k + k];
+                        float y =
+                            g->tb ? b[(t * g->n + j) * g->k + k] : b[(t * g->k + k) * g->n + j];
                         acc = fmaf(x, y, acc);
                     }
                     want[(t * g->m + i) * g->n + j] = acc;
@@ -129,8 +131,141 @@ static void test_fma_chain(void) {
     }
 }
 
+/* ---- output fusion ------------------------------------------------------------------------ */
+
+typedef struct fcase {
+    int64_t b, m, n, k; /* b > 1: batch dim 0 on both operands, the bias broadcast over it */
+    int act;            /* 0: relu(dot + bias), 1: tanh(dot + bias) * dot, 2: dot * bias only */
+} fcase;
+
+/* The loop after the dot: act applied to d (the dot's result, or a parameter standing for it)
+ * and the bias [n] broadcast along the last dim. */
+static ot_instr *loop_of(ot_computation *c, const fcase *f, ot_instr *d, ot_instr *bias) {
+    int r = f->b > 1 ? 3 : 2;
+    int64_t od[3] = {f->b, f->m, f->n}, bd[1] = {r - 1};
+    ot_shape os;
+    ot_shape_make(&os, OT_F32, r, f->b > 1 ? od : od + 1);
+    ot_instr *bb = ot_build_broadcast(c, bias, os, bd, 1);
+    if (f->act == 2) return ot_build_binary(c, OT_OP_MULTIPLY, d, bb);
+    ot_instr *s = ot_build_binary(c, OT_OP_ADD, d, bb);
+    if (f->act == 0) {
+        ot_instr *z = ot_build_broadcast(c, ot_build_constant_scalar(c, OT_F32, 0.0), os, NULL, 0);
+        return ot_build_binary(c, OT_OP_MAXIMUM, s, z);
+    }
+    return ot_build_binary(c, OT_OP_MULTIPLY, ot_build_unary(c, OT_OP_TANH, s), d);
+}
+
+/* part 0: x . w then the loop (one program); 1: x . w alone; 2: the loop over a parameter */
+static ot_module *fusion_module(const fcase *f, int part) {
+    int r = f->b > 1 ? 3 : 2, o = r - 2;
+    int64_t xd[3] = {f->b, f->m, f->k}, wd[3] = {f->b, f->k, f->n}, od[3] = {f->b, f->m, f->n};
+    ot_shape xs, ws, os, bs;
+    ot_shape_make(&xs, OT_F32, r, xd + 1 - o);
+    ot_shape_make(&ws, OT_F32, r, wd + 1 - o);
+    ot_shape_make(&os, OT_F32, r, od + 1 - o);
+    ot_shape_make(&bs, OT_F32, 1, &f->n);
+    ot_module *m = ot_module_new("ofusion");
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *root;
+    if (part == 2) {
+        ot_instr *d = ot_build_parameter(c, 0, os, "d"), *b = ot_build_parameter(c, 1, bs, "b");
+        root = loop_of(c, f, d, b);
+    } else {
+        ot_dot_dims dn = {.nbatch = o, .ncontract = 1, .lhs_batch = {0}, .rhs_batch = {0}};
+        dn.lhs_contract[0] = o + 1;
+        dn.rhs_contract[0] = o;
+        ot_instr *x = ot_build_parameter(c, 0, xs, "x"), *w = ot_build_parameter(c, 1, ws, "w");
+        root = ot_build_dot(c, x, w, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+        if (part == 0) root = loop_of(c, f, root, ot_build_parameter(c, 2, bs, "b"));
+    }
+    ot_computation_set_root(c, root);
+    ot_module_set_entry(m, c);
+    if (ot_module_finalize(m) != OT_OK) {
+        ot_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static ot_executable *compile_native(const ot_module *m) {
+    ot_compile_options o = ot_compile_options_default();
+    o.native = OT_NATIVE_ON;
+    ot_executable *e = NULL;
+    if (!m || ot_compile(m, &o, &e) != OT_OK) {
+        fprintf(stderr, "compile: %s\n", ot_last_error());
+        return NULL;
+    }
+    return e;
+}
+
+static ot_status run_on(const ot_executable *exe, void **params, float *out, ot_threadpool *pool,
+                        ot_run_result *r) {
+    int64_t an = ot_executable_arena_size(exe);
+    void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
+    void *outs[1] = {out};
+    ot_run_options o = ot_run_options_default();
+    o.pool = pool;
+    ot_status st = ot_execute_on_host(exe, arena, params, outs, &o, 0, r);
+    ot_aligned_free(arena);
+    return st;
+}
+
+/* A dot followed by a loop over its result (bias, activation) runs the loop inside the dot, on
+ * each block of the result: its bits equal the dot run alone followed by the loop run alone, on
+ * 1, 2, 3 and 8 threads, for blocks of whole rows and of row segments (N of many panels), a batch
+ * each thread computes whole, and a loop that reads the dot's result twice. */
+static void test_output_fusion(void) {
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+        OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS, without output fusion");
+    static const fcase cs[] = {
+        {1, 200, 300, 70, 0}, {1, 130, 1100, 40, 1}, {1, 64, 48, 33, 2},
+        {20, 30, 40, 50, 0},  {3, 100, 200, 60, 1},
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        const fcase *f = &cs[q];
+        ot_module *m0 = fusion_module(f, 0), *m1 = fusion_module(f, 1), *m2 = fusion_module(f, 2);
+        ot_executable *e0 = compile_native(m0), *e1 = compile_native(m1), *e2 = compile_native(m2);
+        ASSERT_TRUE(e0 && e1 && e2);
+        size_t nx = (size_t)(f->b * f->m * f->k), nw = (size_t)(f->b * f->k * f->n),
+               no = (size_t)(f->b * f->m * f->n);
+        float *x = malloc(nx * 4), *w = malloc(nw * 4), *bias = malloc((size_t)f->n * 4);
+        float *d = malloc(no * 4), *want = malloc(no * 4), *got = malloc(no * 4);
+        ASSERT_TRUE(x && w && bias && d && want && got);
+        for (size_t e = 0; e < nx; e++) x[e] = rnd_f();
+        for (size_t e = 0; e < nw; e++) w[e] = rnd_f();
+        for (int64_t e = 0; e < f->n; e++) bias[e] = rnd_f();
+        ot_run_result r;
+        void *p1[2] = {x, w}, *p2[2] = {d, bias}, *p0[3] = {x, w, bias};
+        ASSERT_TRUE(run_on(e1, p1, d, g_pools[0], &r) == OT_OK);
+        ASSERT_TRUE(run_on(e2, p2, want, g_pools[0], &r) == OT_OK);
+        for (int p = 0; p < 4; p++) {
+            memset(got, 0xff, no * 4);
+            ASSERT_TRUE(run_on(e0, p0, got, g_pools[p], &r) == OT_OK);
+            bool fused = r.output_fusions == 1, same = !memcmp(got, want, no * 4);
+            if (!fused || !same)
+                fprintf(stderr, "output fusion case %zu on %d threads: %d fused, %s\n", q,
+                        g_nthreads[p], r.output_fusions, same ? "equal" : "bits differ");
+            EXPECT_TRUE(fused);
+            EXPECT_TRUE(same);
+        }
+        free(x);
+        free(w);
+        free(bias);
+        free(d);
+        free(want);
+        free(got);
+        ot_executable_free(e0);
+        ot_executable_free(e1);
+        ot_executable_free(e2);
+        ot_module_free(m0);
+        ot_module_free(m1);
+        ot_module_free(m2);
+    }
+}
+
 static void test_setup(void) {
-    for (int k = 0; k < 4; k++) EXPECT_TRUE(ot_threadpool_create(g_nthreads[k], &g_pools[k]) == OT_OK);
+    for (int k = 0; k < 4; k++)
+        EXPECT_TRUE(ot_threadpool_create(g_nthreads[k], &g_pools[k]) == OT_OK);
 }
 
 static void test_teardown(void) {
@@ -141,4 +276,5 @@ static void test_teardown(void) {
     EXPECT_TRUE(true);
 }
 
-OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_teardown))
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_output_fusion),
+             OT_TEST(test_teardown))

@@ -184,6 +184,9 @@ OT_API ot_run_options ot_run_options_default(void);
 typedef struct ot_run_result {
     int kernels_run;      /* kernels finished */
     int fast_kernels_run; /* of which a fast kernel ran (not the reference kernel) */
+    int output_fusions;   /* of which a native loop ran inside the dot before it, on each block
+                             of the dot's result as it was finished (counted in kernels_run; its
+                             profile record is "fusion-native" with no time of its own) */
     bool donated_written; /* a donated parameter's memory was written */
     uint64_t time_ns;     /* wall time of the run */
 } ot_run_result;

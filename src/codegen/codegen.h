@@ -26,6 +26,9 @@ typedef struct cg_kernel_desc {
     int ninputs, noutputs;       /* tuple operands and results flattened into their leaves */
     const int *alias;            /* per input: the output whose memory it is (in place), or -1 */
     const int64_t *in_bytes, *out_bytes; /* per input / output: its buffer's size */
+    uint64_t linear; /* bit q (q < 64): element e of every output depends only on element e of
+                        input q (the compiler's fusion analysis), so any range of the loop
+                        reads input q only in that range */
 } cg_kernel_desc;
 
 typedef enum cg_mode {
@@ -71,5 +74,24 @@ bool cg_native(const cg_program *p, int k);
  * split over pool (NULL: the default pool): returns true with the kernel done. False: the caller
  * interprets it. */
 bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_threadpool *pool);
+
+/* A native loop run over part of its iteration space by another kernel (an output fusion: the
+ * fast dot applies the loop to each block of rows of its result right after computing it). */
+typedef struct cg_range {
+    void (*fn)(void *const *in, void *const *out, int64_t b, int64_t e);
+    void *const *in, *const *out; /* borrowed: they outlive the runs */
+    int64_t per;                  /* elements per iteration: 1, or one row of the last dim */
+} cg_range;
+/* Whether kernel k can run piecewise over its input q: it has native code, the elementwise loop
+ * (no reduce) over numel elements of every output, input q read only at each element's own
+ * index (cg_kernel_desc.linear) and its buffers laid out as compiled for (as cg_run checks).
+ * On true *r runs it: cg_range_run(r, b, e) computes elements [b, e) of every output, b and e
+ * multiples of the last dim's size (whole rows); every range once, in any order, equals
+ * cg_run. */
+bool cg_range_of(const cg_program *p, int k, int q, int64_t numel, void *const *in,
+                 void *const *out, cg_range *r);
+static inline void cg_range_run(const cg_range *r, int64_t b, int64_t e) {
+    r->fn(r->in, r->out, b / r->per, e / r->per);
+}
 
 #endif

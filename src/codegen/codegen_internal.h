@@ -34,7 +34,10 @@ typedef struct cg_entry {
     int nin, nout;
     int *alias; /* per input: the output whose memory it is, or -1 */
     int64_t *in_bytes, *out_bytes;
-    int unit; /* the unit holding its code */
+    int unit;        /* the unit holding its code */
+    uint64_t linear; /* cg_kernel_desc.linear */
+    int64_t per;     /* elements of each output per iteration (1, or a row of the last dim) in the
+                        elementwise loop; 0 for the reduction forms */
 } cg_entry;
 
 /* A unit: consecutive native kernels compiled into one shared object. */

@@ -576,6 +576,7 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
             en->in_bytes[q] = d->in_bytes[q];
         }
         for (int r = 0; r < d->noutputs; r++) en->out_bytes[r] = d->out_bytes[r];
+        en->linear = d->linear;
         char fname[32];
         snprintf(fname, sizeof fname, "otk_%d", k);
         size_t mark = src.n;
@@ -596,6 +597,11 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         koff[k] = mark;
         klen[k] = src.n - mark;
         en->numel = n;
+        /* the elementwise loop (no reduce): each iteration one element, or one row of `work` */
+        en->per = 1;
+        for (const ot_instr *x = d->fused->first; x; x = x->next)
+            if (x->opcode == OT_OP_REDUCE) en->per = 0;
+        if (en->per) en->per = work;
         en->chunk = CG_CHUNK / work > min_iters ? CG_CHUNK / work : min_iters;
         en->nin = d->ninputs;
         en->nout = d->noutputs;
@@ -686,12 +692,9 @@ static bool overlaps(const void *a, int64_t an, const void *b, int64_t bn) {
     return an > 0 && bn > 0 && x < y + (uintptr_t)bn && y < x + (uintptr_t)an;
 }
 
-bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_threadpool *pool) {
-    if (!p || k < 0 || k >= p->nk) return false;
-    const cg_entry *en = &p->k[k];
-    if (!en->fn) return false;
-    /* the buffers must be laid out as the kernel was compiled for: an in-place input is its
-     * output's memory, every other input overlaps no output */
+/* The buffers are laid out as the kernel was compiled for: an in-place input is its output's
+ * memory, every other input overlaps no output. */
+static bool laid_out(const cg_entry *en, void *const *in, void *const *out) {
     for (int q = 0; q < en->nin; q++) {
         int r = en->alias[q];
         if (r >= 0) {
@@ -701,6 +704,24 @@ bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_th
         for (int o = 0; o < en->nout; o++)
             if (overlaps(in[q], en->in_bytes[q], out[o], en->out_bytes[o])) return false;
     }
+    return true;
+}
+
+bool cg_range_of(const cg_program *p, int k, int q, int64_t numel, void *const *in,
+                 void *const *out, cg_range *r) {
+    if (!p || k < 0 || k >= p->nk) return false;
+    const cg_entry *en = &p->k[k];
+    if (!en->fn || q < 0 || q >= en->nin || q >= 64 || !(en->linear >> q & 1) || en->per < 1 ||
+        en->numel * en->per != numel || !laid_out(en, in, out))
+        return false;
+    *r = (cg_range){en->fn, in, out, en->per};
+    return true;
+}
+
+bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_threadpool *pool) {
+    if (!p || k < 0 || k >= p->nk) return false;
+    const cg_entry *en = &p->k[k];
+    if (!en->fn || !laid_out(en, in, out)) return false;
     if (en->numel == 0) return true;
     run_ctx c = {en->fn, in, out};
     if (en->numel <= en->chunk || tl_in_task) {

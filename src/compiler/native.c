@@ -47,6 +47,22 @@ static bool kernel_alias(const ot_executable *e, const ot_kernel *kn, int *alias
     return true;
 }
 
+/* cg_kernel_desc.linear: for a loop fusion whose fused parameters are its array inputs, one to
+ * one, the parameters every path from which to the outputs keeps the element index */
+static uint64_t kernel_linear(const ot_kernel *kn) {
+    const ot_instr *i = kn->instr;
+    ot_computation *fc = i->called[0];
+    if (i->attrs->fusion_kind != OT_FUSION_LOOP || fc->nparams != kn->ninputs ||
+        i->noperands != kn->ninputs)
+        return 0;
+    for (int q = 0; q < i->noperands; q++)
+        if (i->operands[q]->shape.kind != OT_IR_ARRAY) return 0;
+    int64_t flops;
+    uint64_t linear;
+    cc_fusion_analysis(fc, &flops, &linear);
+    return linear;
+}
+
 static ot_status build(ot_executable *e, const ot_compile_options *o) {
     cg_options co = {o->native == OT_NATIVE_ON    ? CG_ON
                      : o->native == OT_NATIVE_OFF ? CG_OFF
@@ -72,7 +88,8 @@ static ot_status build(ot_executable *e, const ot_compile_options *o) {
         for (int q = 0; q < kn->ninputs; q++) ib[q] = e->s[kn->inputs[q]].nbytes;
         for (int r = 0; r < kn->noutputs; r++) ob[r] = e->s[kn->outputs[r]].nbytes;
         d[k] =
-            (cg_kernel_desc){kn->instr->called[0], kn->name, kn->ninputs, kn->noutputs, al, ib, ob};
+            (cg_kernel_desc){kn->instr->called[0], kn->name, kn->ninputs, kn->noutputs, al, ib, ob,
+                             kernel_linear(kn)};
     }
     if (st == OT_OK) st = cg_program_build(d, nk, &co, &e->native);
     ot_free(d);

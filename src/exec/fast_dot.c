@@ -1,12 +1,15 @@
-/* The fast dot (kernels.h): OpenBLAS GEMM over operands viewed as row-major matrices, on one
- * thread per tile of a grid fixed by the shape, so the bits do not depend on the thread count;
- * they differ from the reference dot (linalg.c) only by the order of each sum. */
+/* The fast dot (kernels.h): a GEMM over operands viewed as row-major matrices — f32 on x86-64
+ * with AVX-512 by a kernel of its own (sg_*: each element one fma chain in k order, B packed once
+ * and shared by the pool's threads), otherwise OpenBLAS on one thread per tile of a grid fixed by
+ * the shape. Either way the bits do not depend on the thread count; they differ from the
+ * reference dot (linalg.c) only by the order and rounding of each sum. */
 #include "exec/fast_internal.h"
 
 #include <cblas.h>
 #undef I /* <complex.h>, pulled in by cblas.h */
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #define GEMM_CSR_FTZ 1 /* subnormals flushed by the FPU's FTZ | DAZ modes during the GEMM */
@@ -310,9 +313,11 @@ typedef struct sg_run {
     float *ap;       /* per thread, apb bytes apart: SG_MC x SG_KC floats of packed A, then
                         with own_b the element's packed B */
     size_t apb;
-    bool own_b;          /* each task one batch element, its B packed by its thread */
-    bool direct;         /* A read where it lies (whole micro-panels) instead of packed */
-    int64_t rb, cb, pcb; /* row blocks of SG_MC, column blocks of pcb panels */
+    bool own_b;             /* each task one batch element, its B packed by its thread */
+    bool direct;            /* A read where it lies (whole micro-panels) instead of packed */
+    const ex_epilogue *epi; /* the output fusion, applied to each finished row block (or NULL) */
+    atomic_int_least64_t *rowdone; /* with epi and cb > 1: tasks finished per row block */
+    int64_t rb, cb, pcb;           /* row blocks of SG_MC, column blocks of pcb panels */
 } sg_run;
 
 /* Panel p (columns [p * nr, p * nr + nr), zero past N) of batch element b's B into d: [k][nr]. */
@@ -415,6 +420,16 @@ static void sg_block(const sg_run *r, int64_t b, const float *bp, int64_t m0, in
     }
 }
 
+/* The output fusion over rows [m0, m1) of element b, whole rows just finished, under the
+ * caller's MXCSR (csr), not the GEMM's. */
+static void sg_epilogue(const sg_run *r, unsigned int csr, int64_t b, int64_t m0, int64_t m1) {
+    const ex_gemm *g = r->g;
+    int64_t base = b * g->M * g->N;
+    if (g->ftz) _mm_setcsr(csr);
+    r->epi->fn(r->epi->ctx, base + m0 * g->N, base + m1 * g->N);
+    if (g->ftz) _mm_setcsr(csr | 0x8040u);
+}
+
 /* Shared B (own_b false): task w is a block of rows x a block of panels of element
  * b0 + w / (rb * cb), B packed beforehand by sg_pack_b. own_b: task w is element b0 + w whole,
  * its B packed into this thread's buffer first (many small products: no pass between). */
@@ -431,14 +446,22 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
             float *bp = ap + SG_MC * SG_KC;
             for (int64_t p = 0; p < r->np; p++)
                 sg_pack_panel(r, r->b0 + w, p, bp + p * g->K * r->nr);
-            for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC)
-                sg_block(r, r->b0 + w, bp, m0, m0 + SG_MC < g->M ? m0 + SG_MC : g->M, 0, r->np, ap);
+            for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC) {
+                int64_t m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
+                sg_block(r, r->b0 + w, bp, m0, m1, 0, r->np, ap);
+                if (r->epi) sg_epilogue(r, csr, r->b0 + w, m0, m1);
+            }
             continue;
         }
         int64_t b = w / (r->rb * r->cb), rr = w / r->cb % r->rb, q = w % r->cb;
         int64_t m0 = rr * SG_MC, m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
         int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
-        if (p0 < p1) sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, ap);
+        if (p0 >= p1) continue;
+        sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, ap);
+        /* the output fusion runs on whole rows: the last of the row block's cb tasks to finish
+         * runs it (its own columns still in cache) */
+        if (r->epi && (r->cb == 1 || atomic_fetch_add(&r->rowdone[b * r->rb + rr], 1) == r->cb - 1))
+            sg_epilogue(r, csr, r->b0 + b, m0, m1);
     }
     if (g->ftz) _mm_setcsr(csr);
 }
@@ -480,22 +503,33 @@ static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
            (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
 }
 
+/* the output fusion's counters of finished tasks, one per row block of a group */
+static size_t sg_counter_bytes(const ex_gemm *g) {
+    return ex_align64((size_t)(sg_group(g) * cdiv(g->M, SG_MC)) * sizeof(atomic_int_least64_t));
+}
+
 static size_t sg_scratch_bytes(const ex_gemm *g, int threads) {
     size_t shared = sg_own_b(g, threads) ? 0 : ex_align64((size_t)(sg_group(g) * sg_bpack(g)));
-    return shared + (size_t)threads * sg_thread_bytes(g, threads);
+    return shared + sg_counter_bytes(g) + (size_t)threads * sg_thread_bytes(g, threads);
 }
 
 /* scratch: sg_scratch_bytes(g, threads), threads >= the pool's threads that will run it */
 static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
                     char *scratch, int threads) {
-    sg_run r = {.g = g, .va = va, .vb = vb, .nr = sg_nr(g), .own_b = sg_own_b(g, threads)};
+    sg_run r = {.g = g,
+                .va = va,
+                .vb = vb,
+                .nr = sg_nr(g),
+                .own_b = sg_own_b(g, threads),
+                .epi = c->epilogue};
     r.mr = r.nr == 32 ? 12 : 24;
     r.np = cdiv(g->N, r.nr);
     r.apb = sg_thread_bytes(g, threads);
     int64_t gb = r.own_b ? g->nb : sg_group(g), per = r.np * r.nr * g->K;
     size_t shared = r.own_b ? 0 : ex_align64((size_t)(gb * per * 4));
     r.bp = (float *)scratch;
-    r.ap = (float *)(scratch + shared);
+    r.rowdone = (atomic_int_least64_t *)(scratch + shared);
+    r.ap = (float *)(scratch + shared + sg_counter_bytes(g));
     r.rb = cdiv(g->M, SG_MC);
     for (r.b0 = 0; r.b0 < g->nb; r.b0 += gb) {
         r.nbg = g->nb - r.b0 < gb ? g->nb - r.b0 : gb;
@@ -514,6 +548,8 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         r.pcb = cdiv(r.np, cb);
         r.cb = cdiv(r.np, r.pcb);
         r.direct = g->ta && r.pcb <= SG_DIRECT;
+        if (r.epi && r.cb > 1)
+            for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
         ex_par_for_dynamic(c, r.nbg * r.np, r.nbg * per * 8, sg_pack_b, &r);
         ex_par_for_dynamic(c, r.nbg * r.rb * r.cb, work * 4, sg_tasks, &r);
     }
@@ -637,6 +673,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
 #if SG_OWN
     if (own) {
         sg_gemm(c, &g, &va, &vb, gscratch, threads);
+        c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;
         return OT_OK;
     }

@@ -46,6 +46,13 @@ void ex_scratch_cache_clear(ex_scratch_cache *sc);
  * options, and one scratch buffer that grows to the largest need of the run (so a run allocates
  * at most once per larger need, never per kernel), taken from and returned to a scratch cache
  * when one is attached. */
+/* An output fusion: a loop applied to elements [b, e) (row-major linear indices) of a kernel's
+ * result right after the kernel has computed them, while they are in cache. */
+typedef struct ex_epilogue {
+    void (*fn)(const void *ctx, int64_t b, int64_t e);
+    const void *ctx;
+} ex_epilogue;
+
 typedef struct ex_kernel_ctx {
     ot_threadpool *pool;         /* size 1: everything on the calling thread */
     bool use_default_pool;       /* pool NULL: ot_threadpool_default(), created at the first kernel
@@ -58,6 +65,11 @@ typedef struct ex_kernel_ctx {
     size_t cap;
     ex_scratch_cache *cache; /* where the scratch comes from and goes back to (NULL: none) */
     int64_t fast_run;        /* kernels run by a fast kernel (statistics for tests) */
+    /* Set by the caller for one dot (NULL otherwise): the fast dot's own f32 GEMM applies it to
+     * every block of its result and sets epilogue_done; any other path leaves epilogue_done
+     * false and the caller runs the loop itself. */
+    const ex_epilogue *epilogue;
+    bool epilogue_done;
 } ex_kernel_ctx;
 
 /* pool NULL: the process-wide default pool. eval NULL: ot_eval_options_default(). The FTZ mode

@@ -148,6 +148,56 @@ static const char *profile_kind(const ot_kernel *kn, launch_path path) {
     }
 }
 
+static bool mem_overlaps(const void *a, int64_t na, const void *b, int64_t nb) {
+    const char *pa = a, *pb = b;
+    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+static void run_epilogue(const void *ctx, int64_t b, int64_t e) {
+    cg_range_run(ctx, b, e);
+}
+
+/* Output fusion: kernel k + 1 when it is a native loop that reads the result of dot kernel k
+ * (bound to kin/kout) only at each element's own index and can run piecewise (cg_range_of), with
+ * its other inputs clear of the dot's result and its outputs clear of the dot's operands (the
+ * dot reads and writes those while the loop runs on its finished blocks). fin/fout receive its
+ * bindings, *r the loop; NULL when it does not qualify. The loop computes every element exactly
+ * as its own launch would (the same generated code over the same inputs), only earlier. */
+static const ot_kernel *output_fusion(const ot_executable *exe, const ot_launch *run, int k,
+                                      const ot_kernel *kn, void *const *kin, void *const *kout,
+                                      char *arena, void *const *params, void *const *outs,
+                                      void **fin, void **fout, cg_range *r) {
+    if (k + 1 >= ot_executable_kernel_count(exe) || kn->noutputs != 1 || kn->ninputs != 2)
+        return NULL;
+    const ot_kernel *f = ot_executable_kernel(exe, k + 1);
+    if (!f || f->kind != OT_KERNEL_FUSION || !cg_native(run->cg, k + 1) || f->ninputs > MAX_IO ||
+        f->noutputs > MAX_IO)
+        return NULL;
+    const ot_slot *ds = ot_executable_slot(exe, kn->outputs[0]);
+    int64_t numel = ot_shape_numel_unchecked(&ds->shape);
+    int reads = 0;
+    for (int q = 0; q < f->ninputs; q++)
+        fin[q] = slot_mem(ot_executable_slot(exe, f->inputs[q]), arena, params, outs);
+    for (int o = 0; o < f->noutputs; o++)
+        fout[o] = slot_mem(ot_executable_slot(exe, f->outputs[o]), arena, params, outs);
+    for (int q = 0; q < f->ninputs; q++) {
+        int64_t qb = ot_executable_slot(exe, f->inputs[q])->nbytes;
+        if (f->inputs[q] == kn->outputs[0]) {
+            if (!cg_range_of(run->cg, k + 1, q, numel, fin, fout, r)) return NULL;
+            reads++;
+        } else if (mem_overlaps(fin[q], qb, kout[0], ds->nbytes)) {
+            return NULL;
+        }
+    }
+    for (int o = 0; o < f->noutputs; o++) {
+        int64_t ob = ot_executable_slot(exe, f->outputs[o])->nbytes;
+        for (int j = 0; j < 2; j++)
+            if (mem_overlaps(fout[o], ob, kin[j], ot_executable_slot(exe, kn->inputs[j])->nbytes))
+                return NULL;
+    }
+    return reads ? f : NULL;
+}
+
 ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const *params,
                              void *const *outs, const ot_run_options *o, int device_index,
                              rt_launch_fn launch, void *launch_ctx, ot_run_result *res) {
@@ -197,7 +247,9 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     run.cg = cc_executable_native(exe);
     run.bound = -1;
     run.bound_kn = NULL;
-    void *kin[MAX_IO], *kout[MAX_IO];
+    void *kin[MAX_IO], *kout[MAX_IO], *fin[MAX_IO], *fout[MAX_IO];
+    cg_range fr;
+    ex_epilogue fepi = {run_epilogue, &fr};
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);
     for (int k = 0; k < nk; k++) {
@@ -236,15 +288,35 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
         run.bound = k;
         run.bound_kn = kn;
         run.path = PATH_DEVICE;
+        /* a dot whose result the next kernel, a native loop, reads elementwise: the fast dot
+         * runs that loop on each block of its result as it finishes it (output fusion) */
+        const ot_kernel *fk = NULL;
+        if (launch == rt_host_launch && run.native && run.cg && kn->opcode == OT_OP_DOT)
+            fk = output_fusion(exe, &run, k, kn, kin, kout, arena, params, outs, fin, fout, &fr);
+        run.kc.epilogue = fk ? &fepi : NULL;
+        run.kc.epilogue_done = false;
         /* the host's launch called directly: no indirect call per kernel on the common path */
         st = launch == rt_host_launch ? ot_launch_host(&run, exe, k, kin, kout)
                                       : launch(launch_ctx, &run, exe, k, kin, kout);
+        run.kc.epilogue = NULL;
         run.bound = -1;
         if (st != OT_OK) break;
         r.kernels_run++;
+        uint64_t t1 = ro.profile ? ot_now_ns() : 0;
         if (ro.profile)
             ot_profile_record(ro.profile, kn->name, profile_kind(kn, run.path), device_index, t0,
-                              ot_now_ns(), kn->flops, kn->bytes_read + kn->bytes_written);
+                              t1, kn->flops, kn->bytes_read + kn->bytes_written);
+        if (fk && run.kc.epilogue_done) { /* kernel k + 1 ran inside the dot */
+            k++;
+            for (int q = 0; q < fk->noutputs; q++)
+                if (ot_executable_slot(exe, fk->outputs[q])->alias_param >= 0)
+                    r.donated_written = true;
+            r.kernels_run++;
+            r.output_fusions++;
+            if (ro.profile)
+                ot_profile_record(ro.profile, fk->name, "fusion-native", device_index, t1, t1,
+                                  fk->flops, fk->bytes_read + fk->bytes_written);
+        }
     }
     ot_free(ca.scratch);
     r.fast_kernels_run = (int)run.kc.fast_run;
