@@ -17,6 +17,9 @@
  *     this OpenBLAS has no cblas_sgemm_batch);
  *   - batched cases also: the calls split over a pool of T threads with OpenBLAS
  *     single-threaded in each.
+ * Built with oneDNN (OT_HAVE_DNNL), one more row per case: oneDNN's dnnl_sgemm on the same
+ * operands and T OpenMP threads (the calls in a row) against the OpenBLAS baseline, its label
+ * saying whether its bits at 1, 2, 3 and 8 OpenMP threads are the same (the dot's must be).
  * Nothing is made to sleep inside a timed section. Before each timed section the program waits
  * (untimed) until the process is idle (under 0.1 CPU over a 5 ms window, at most 1 s): after a
  * threaded call OpenBLAS's workers spin for about 2^28 cycles (its default thread timeout) and
@@ -34,6 +37,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#if OT_HAVE_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#endif
 #undef I
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +150,26 @@ static void gemm_one(const gemm_job *j, int64_t q) {
                 d->rhs_t ? (int)d->k : (int)d->n, 0.0f, j->c + q * d->m * d->n, (int)d->n);
 }
 
+#if OT_HAVE_DNNL
+/* gemm_one through oneDNN's row-major dnnl_sgemm, into c */
+static void dnnl_one(const gemm_job *j, int64_t q, float *c) {
+    const dcase *d = j->d;
+    if (d->bshd) {
+        int64_t i0 = q / d->b1, i1 = q % d->b1, ld = d->b1 * d->k;
+        dnnl_sgemm('N', 'T', d->m, d->n, d->k, 1.0f, j->a + i0 * d->m * ld + i1 * d->k, ld,
+                   j->b + i0 * d->n * ld + i1 * d->k, ld, 0.0f, c + q * d->m * d->n, d->n);
+        return;
+    }
+    dnnl_sgemm(d->lhs_t ? 'T' : 'N', d->rhs_t ? 'T' : 'N', d->m, d->n, d->k, 1.0f,
+               j->a + q * d->m * d->k, d->lhs_t ? d->m : d->k, j->b + q * d->k * d->n,
+               d->rhs_t ? d->k : d->n, 0.0f, c + q * d->m * d->n, d->n);
+}
+
+static void dnnl_all(const gemm_job *j, float *c) {
+    for (int64_t q = 0; q < nbatch(j->d); q++) dnnl_one(j, q, c);
+}
+#endif
+
 /* every batch element in turn, with whatever threads OpenBLAS is set to */
 static void gemm_all(const gemm_job *j) {
     for (int64_t q = 0; q < nbatch(j->d); q++) gemm_one(j, q);
@@ -197,7 +224,10 @@ static int run_case(const dcase *d, int reps, bool json, ot_threadpool *pool, in
     void *params[2] = {a, b}, *outs[1] = {c1};
     double flops = 2.0 * (double)B * (double)d->m * (double)d->n * (double)d->k;
     double *ours = calloc((size_t)reps, sizeof *ours), *base = calloc((size_t)reps, sizeof *base),
-           *split = calloc((size_t)reps, sizeof *split);
+           *split = calloc((size_t)reps, sizeof *split), *dnn = calloc((size_t)reps, sizeof *dnn);
+#if OT_HAVE_DNNL
+    float *c3 = ot_aligned_alloc(64, nc * 4), *c4 = ot_aligned_alloc(64, nc * 4);
+#endif
     gemm_job job = {d, a, b, c2};
     ot_run_result rr;
     memset(&rr, 0, sizeof rr);
@@ -236,7 +266,25 @@ static int run_case(const dcase *d, int reps, bool json, ot_threadpool *pool, in
             uint64_t t5 = ot_now_ns();
             if (r >= 0) split[r] = inner * flops / (double)(t5 - t4);
         }
+#if OT_HAVE_DNNL
+        omp_set_num_threads(threads);
+        wait_quiet();
+        uint64_t t6 = ot_now_ns();
+        for (int q = 0; q < inner; q++) dnnl_all(&job, c3);
+        uint64_t t7 = ot_now_ns();
+        if (r >= 0) dnn[r] = inner * flops / (double)(t7 - t6);
+#endif
     }
+#if OT_HAVE_DNNL
+    /* oneDNN's bits at 1, 2, 3 and 8 OpenMP threads (untimed) */
+    bool dnnl_same = true;
+    static const int omp_threads[4] = {1, 2, 3, 8};
+    for (int q = 0; q < 4 && !rc; q++) {
+        omp_set_num_threads(omp_threads[q]);
+        dnnl_all(&job, q ? c4 : c3);
+        if (q && memcmp(c3, c4, nc * 4)) dnnl_same = false;
+    }
+#endif
     if (!rc && rr.fast_kernels_run < 1) {
         fprintf(stderr, "bench_dot: %s: the dot did not run the fast kernel\n", d->name);
         rc = 1;
@@ -279,10 +327,32 @@ static int run_case(const dcase *d, int reps, bool json, ot_threadpool *pool, in
             row.ratio = row.value / row.baseline_value;
             ot_bench_print(&row, json);
         }
+#if OT_HAVE_DNNL
+        char dname[200];
+        snprintf(dname, sizeof dname, "%s, dnnl_sgemm (oneDNN), %d OpenMP thread%s; bits %s",
+                 d->name, threads, ths,
+                 dnnl_same ? "the same at 1, 2, 3, 8 threads"
+                           : "differ between 1, 2, 3, 8 threads");
+        snprintf(bname, sizeof bname, "cblas_sgemm, OpenBLAS %d thread%s%s", threads, ths,
+                 B > 1 ? " (the calls in a row)" : "");
+        ot_bench_row drow = {.bench = "dot",
+                             .case_name = dname,
+                             .metric = "GFLOP/s",
+                             .value = ot_bench_median(dnn, (size_t)reps),
+                             .baseline = bname,
+                             .baseline_value = ot_bench_median(base, (size_t)reps)};
+        drow.ratio = drow.value / drow.baseline_value;
+        ot_bench_print(&drow, json);
+#endif
     }
     free(ours);
     free(base);
     free(split);
+    free(dnn);
+#if OT_HAVE_DNNL
+    ot_aligned_free(c3);
+    ot_aligned_free(c4);
+#endif
     ot_aligned_free(a);
     ot_aligned_free(b);
     ot_aligned_free(c1);
