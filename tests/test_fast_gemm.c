@@ -19,6 +19,15 @@ static ot_threadpool *g_pools[4];
 static const int g_nthreads[4] = {1, 2, 3, 8};
 static uint64_t g_rng = 0x6e33;
 
+/* The own GEMM's condition (src/exec/fast_dot.c sg_cpu). */
+static bool own_gemm_cpu(void) {
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
 static float rnd_f(void) { /* uniform in [-1, 1), never subnormal */
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
     return (float)(g_rng >> 40) / 8388608.0f - 1.0f;
@@ -76,8 +85,7 @@ static bool run_case(const ot_executable *exe, float *a, float *b, float *out, s
 }
 
 static void test_fma_chain(void) {
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
-        OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS");
+    if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS");
     static const gcase cs[] = {
         {1, 100, 70, 600, false, false}, /* k blocks of 256, 256, 88; M, N tails */
         {1, 100, 70, 600, true, true},   {1, 37, 13, 300, true, false}, /* N <= 16: 24 x 16 */
@@ -215,7 +223,7 @@ static ot_status run_on(const ot_executable *exe, void **params, float *out, ot_
  * 1, 2, 3 and 8 threads, for blocks of whole rows and of row segments (N of many panels), a batch
  * each thread computes whole, and a loop that reads the dot's result twice. */
 static void test_output_fusion(void) {
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+    if (!own_gemm_cpu())
         OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS, without output fusion");
     static const fcase cs[] = {
         {1, 200, 300, 70, 0}, {1, 130, 1100, 40, 1}, {1, 64, 48, 33, 2},

@@ -297,10 +297,8 @@ SG_AVX512 static void sg_ukr_24x16(int64_t kc, const float *restrict a, int64_t 
     SG_R24(SG_STORE1)
 }
 
-static bool sg_cpu(void) {
-    static int ok = -1; /* a benign race: every thread stores the same value */
-    if (ok < 0) ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-    return ok;
+static bool sg_cpu(void) { /* reads what libgcc found at load: no cost worth caching */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
 }
 
 typedef struct sg_run {
