@@ -333,8 +333,9 @@ static int run_case(const dcase *d, int reps, bool json, ot_threadpool *pool, in
                  d->name, threads, ths,
                  dnnl_same ? "the same at 1, 2, 3, 8 threads"
                            : "differ between 1, 2, 3, 8 threads");
-        snprintf(bname, sizeof bname, "cblas_sgemm, OpenBLAS %d thread%s%s", threads, ths,
-                 B > 1 ? " (the calls in a row)" : "");
+        if (B > 1) /* the first row's baseline */
+            snprintf(bname, sizeof bname, "%lld cblas_sgemm in a row, OpenBLAS %d thread%s",
+                     (long long)B, threads, ths);
         ot_bench_row drow = {.bench = "dot",
                              .case_name = dname,
                              .metric = "GFLOP/s",

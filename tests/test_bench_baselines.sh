@@ -2,7 +2,8 @@
 # The benchmarks compare like with like and say so: bench_dot and bench_adam_fused run on
 # OPTITPU_THREADS threads, and every row names the thread count of each side (ours and the
 # baseline), for 1 and 2 threads; bench_dot's batched cases have both baselines (the threaded
-# cblas_sgemm calls in a row, and the calls split over the same pool). One rep:
+# cblas_sgemm calls in a row, and the calls split over the same pool; built with oneDNN, its
+# dnnl_sgemm rows on the same threads against OpenBLAS). One rep:
 # this checks the rows, not the figures (docs/benchmarks.md has those). Skipped (77) when the
 # benchmarks are not built (-DOT_BUILD_BENCH=OFF).
 # Usage: test_bench_baselines.sh OPTITPU_BINARY SOURCE_DIR BUILD_DIR
@@ -26,6 +27,13 @@ th = f"{t} thread" + ("s" if t != 1 else "")
 dot = [json.loads(l) for l in open(sys.argv[2])]
 adam = [json.loads(l) for l in open(sys.argv[3])]
 assert len(dot) >= 20 and len(adam) == 2, (dot, adam)
+# built with oneDNN: one more row per case, oneDNN's dnnl_sgemm on the same threads
+dnnl = [r for r in dot if ", dnnl_sgemm (oneDNN), " in r["case"]]
+dot = [r for r in dot if ", dnnl_sgemm (oneDNN), " not in r["case"]]
+for r in dnnl:
+    assert f", dnnl_sgemm (oneDNN), {t} OpenMP thread{'s' if t != 1 else ''}; bits " in r["case"], r
+    assert r["baseline"].endswith(f"OpenBLAS {th}"), r
+    assert r["value"] > 0 and r["baseline_value"] > 0, r
 for r in dot:
     assert r["case"].endswith(f", compiled dot, {th}"), r
     b = r["baseline"]
