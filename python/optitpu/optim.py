@@ -65,7 +65,7 @@ class Optimizer:
 
     flat=True: at construction (and in add_param_group) each group's tensors are laid back to
     back, per dtype, in one parameter buffer and one gradient buffer (huge-page backed, every
-    tensor starting at a multiple of 64 bytes, zero padding between them), and the optimizer
+    tensor starting at a multiple of 16 elements, zero padding between them), and the optimizer
     state in buffers of the same layout; a step is one fused loop over each buffer (the C
     library's flat mode, bit-identical to the per-tensor update). What it does to the caller's
     parameters:
