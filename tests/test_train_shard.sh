@@ -59,8 +59,8 @@ refused() { # MESSAGE ARGS...
   [[ $rc -ne 0 ]] || { echo "--shard-optimizer $*: accepted"; exit 1; }
   grep -q -- "$msg" "$work/err" || { echo "--shard-optimizer $*: message"; cat "$work/err"; exit 1; }
 }
-refused "with --optimizer lamb is refused: its update couples elements" --optimizer lamb
-refused "with --optimizer lars is refused" --optimizer lars
+refused "needs an elementwise optimizer: 'lamb' couples elements" --optimizer lamb
+refused "needs an elementwise optimizer: 'lars' couples elements" --optimizer lars
 refused "with --allreduce ring is refused" --allreduce ring
 refused "is not available with --mpi" --mpi
 refused "excludes --grad-compress and --local-sgd" --grad-compress int8

@@ -82,6 +82,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "optitpu/collectives.h"
 #include "optitpu/compiler.h"
 #include "optitpu/core.h"
 #include "optitpu/optim.h"
@@ -206,6 +207,12 @@ typedef struct ot_tpu_optimizer_options {
      * same bits. state_int8_unfused (default false) takes the graph code for every group (tests,
      * comparisons). */
     bool state_int8_unfused;
+    /* Sharded update (ZeRO stage 1; see "sharded mode" below): shard_devices > 1 shards the
+     * update over that many devices; 0 or 1 (default): every replica updates everything. The
+     * flat vector starts with shard_head elements the caller may use (e.g. metrics reduced with
+     * the gradients; their update is computed and discarded), default 0. */
+    int shard_devices;
+    int64_t shard_head;
 } ot_tpu_optimizer_options;
 
 /* Stochastic rounding's random bits, as the compiled update computes them (for references and
@@ -311,6 +318,69 @@ OT_API ot_status ot_tpu_optimizer_read_param(ot_tpu_optimizer *t, ot_device *d, 
  * is FAILED_PRECONDITION in flat mode, and this one outside it). Same checks and guarantees. */
 OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, int64_t step,
                                             double lr, const ot_run_options *ro);
+
+/* ---- sharded mode (options.shard_devices = N > 1; ZeRO stage 1) ----
+ *
+ * The parameters are one flat f32 vector: shard_head elements, then the nparams tensors back to
+ * back in order, zero-padded to N blocks of block_len elements (a multiple of 16). Device `rank`
+ * of an N-member communicator owns block rank: its replica holds the optimizer state of that
+ * block only (about 1/N of the unsharded state) and updates it. A step is three calls, which
+ * every member makes in the same order (collectives):
+ *
+ *     ot_tpu_optimizer_shard_reduce(t, comm, coll, grads, reduced);    // reduce-scatter
+ *     ot_tpu_optimizer_shard_update(t, dev, comm, reduced, params, step, lr, NULL);
+ *     ot_tpu_optimizer_shard_gather(t, comm, coll, params);            // all-gather, in place
+ *
+ * (or ot_tpu_optimizer_step_sharded, which makes all three). grads: this member's gradients in
+ * the layout (N * block_len f32 on the host; the padding zero); reduced: block_len f32, this
+ * member's block of the sum over the members; params: N * block_len f32 on the host, the current
+ * parameters in the layout (identical on every member), of which the update rewrites block rank
+ * and the gather every other block. The module is the update of one f32[block_len] tensor
+ * (compiled once): param_count is 1 and the state tensors are block-shaped, "0.<slot>"
+ * (get_state / set_state / add_replica as usual; a replica is a device, its rank the one it steps
+ * with).
+ *
+ * Only an elementwise update shards: each element's update must not read other elements, so a
+ * block updates exactly as the same elements of the whole tensors do. With the tree or direct
+ * algorithm (coll; the comm's choice under auto) the reduce-scatter gives every element the
+ * all-reduce's summation order, so a sharded run is bit for bit the unsharded data-parallel run
+ * with that all-reduce; other algorithms sum in another order (still the same bits on every
+ * member and run). The gather only copies: coll's algorithm when it has an all-gather, else
+ * direct in shared memory, else the communicator's choice.
+ *
+ * Errors: create refuses (INVALID_ARGUMENT, with the reason) an optimizer whose update is not
+ * elementwise (lamb, lars: trust ratios; adafactor: factored moments), a non-f32 parameter,
+ * int8 state, clipping by global norm, loss scaling, host callbacks, parameter groups and flat
+ * mode; shard_devices < 0 or shard_head < 0. The shard calls: FAILED_PRECONDITION outside sharded
+ * mode, INVALID_ARGUMENT for a communicator of another size than shard_devices or a NULL buffer,
+ * the collective's and the step's errors otherwise (params are written only after a successful
+ * update, so a failed one leaves them as they were; a failed collective aborts the communicator).
+ *
+ * Ownership: grads, reduced and params stay the caller's (read during the call only); the
+ * device's parameter and gradient blocks are allocated on the replica's first update and freed
+ * with t.
+ *
+ * Thread safety: as ot_tpu_optimizer_step — each member steps its own device from its own thread;
+ * one device's calls must not overlap. */
+
+/* The layout: shard_devices (0 when not sharded: FAILED_PRECONDITION), block_len, and where each
+ * parameter starts in the flat vector (param_offset: nparams entries, or NULL). Any output may be
+ * NULL. */
+OT_API ot_status ot_tpu_optimizer_shard_layout(const ot_tpu_optimizer *t, int *devices,
+                                               int64_t *block_len, int64_t *param_offset);
+OT_API ot_status ot_tpu_optimizer_shard_reduce(ot_tpu_optimizer *t, ot_comm *comm,
+                                               const ot_coll_options *coll, const float *grads,
+                                               float *reduced);
+OT_API ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
+                                               const float *reduced, float *params, int64_t step,
+                                               double lr, const ot_run_options *ro);
+OT_API ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *comm,
+                                               const ot_coll_options *coll, float *params);
+/* The three calls in order; reduced is a scratch of block_len f32 (NULL: allocated per call). */
+OT_API ot_status ot_tpu_optimizer_step_sharded(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
+                                               const ot_coll_options *coll, const float *grads,
+                                               float *reduced, float *params, int64_t step,
+                                               double lr, const ot_run_options *ro);
 
 /* The wrapper's own profile (all replicas together). Times are wall-clock seconds. */
 typedef struct ot_tpu_profile {

@@ -19,6 +19,7 @@ typedef struct replica {
     int64_t tracker;             /* clean steps since the scale last changed */
     bool skipped;                /* the last step found inf/NaN gradients and changed nothing */
     ot_buffer **fparam, **fgrad; /* flat mode: [ngroups], owned by the wrapper */
+    ot_buffer *shard_p, *shard_g; /* sharded mode: the device's parameter and gradient blocks */
 } replica;
 
 struct ot_tpu_optimizer {
@@ -63,6 +64,10 @@ struct ot_tpu_optimizer {
      * whether its codes use the signed map */
     int *sabs;
     bool *ssigned;
+    /* sharded mode (opts.shard_devices > 1): the module updates one f32[shard_len] block; the
+     * flat vector's parameter k starts at shard_poff[k] ([shard_nparams]) */
+    int shard_n, shard_nparams;
+    int64_t shard_len, *shard_poff;
 };
 
 /* What the module updates: the tensors, or (flat mode) the flat groups. */
@@ -102,7 +107,9 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
                                   .state_format = OT_TPU_STATE_F32,
                                   .state_stochastic_rounding = false,
                                   .state_seed = 0,
-                                  .state_int8_unfused = false};
+                                  .state_int8_unfused = false,
+                                  .shard_devices = 0,
+                                  .shard_head = 0};
     return o;
 }
 
@@ -575,6 +582,8 @@ static void replica_free(ot_tpu_optimizer *t, replica *r) {
     }
     ot_free(r->fparam);
     ot_free(r->fgrad);
+    ot_buffer_free(r->shard_p);
+    ot_buffer_free(r->shard_g);
     ot_free(r->state);
     ot_free(r->master_ready);
     ot_free(r);
@@ -584,6 +593,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     if (!t) return;
     for (int r = 0; r < t->nreps; r++) replica_free(t, t->reps[r]);
     ot_free(t->reps);
+    ot_free(t->shard_poff);
     for (int i = 0; t->sname && i < t->nstate; i++) ot_free(t->sname[i]);
     ot_free(t->sname);
     ot_free(t->sinit);
@@ -841,6 +851,9 @@ done:
     return s;
 }
 
+static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int nparams,
+                              const ot_tpu_optimizer_options *op, ot_tpu_optimizer **out);
+
 ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
                                   const ot_tpu_optimizer_options *opts, ot_tpu_optimizer **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: out is NULL");
@@ -850,6 +863,11 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     if (nparams <= 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: %d parameters", nparams);
     ot_tpu_optimizer_options op = opts ? *opts : ot_tpu_optimizer_options_default();
+    if (op.shard_devices < 0 || op.shard_head < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: shard_devices %d, shard_head %lld (>= 0)",
+                        op.shard_devices, (long long)op.shard_head);
+    if (op.shard_devices > 1) return shard_create(o, param_shapes, nparams, &op, out);
     if (op.loss_scaling &&
         (!(op.init_scale > 0) || !isfinite(op.init_scale) || !(op.growth_factor >= 1) ||
          !isfinite(op.growth_factor) || !(op.backoff_factor > 0 && op.backoff_factor <= 1) ||
@@ -1803,4 +1821,158 @@ ot_status ot_tpu_optimizer_loss_scale(ot_tpu_optimizer *t, ot_device *d, double 
     *scale = r->scale;
     if (last_skipped) *last_skipped = r->skipped;
     return OT_OK;
+}
+
+/* ---- sharded mode (tpu_optim.h) -------------------------------------------------------------- */
+
+/* The layout and the refusals, then the wrapper of one f32[block_len] tensor. */
+static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int nparams,
+                              const ot_tpu_optimizer_options *op, ot_tpu_optimizer **out) {
+    int n = op->shard_devices;
+    const char *why =
+        op->state_format == OT_TPU_STATE_INT8 ? "int8 state"
+        : op->clip_grad_norm > 0              ? "clipping by global norm"
+        : op->loss_scaling                    ? "loss scaling"
+        : op->param_optimizers || op->lr_scale || op->weight_decay_mask || op->trust_ratio_mask
+            ? "parameter groups or masks"
+        : op->flat                ? "flat mode"
+        : ot_optimizer_is_host(o) ? "a host callback optimizer"
+                                  : NULL;
+    if (why)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: the sharded update (shard_devices %d) does not "
+                        "take %s",
+                        n, why);
+    int64_t total = 0;
+    for (int k = 0; k < nparams; k++) {
+        if (ps[k].dtype != OT_F32)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "ot_tpu_optimizer_create: the sharded update takes f32 parameters; "
+                            "parameter %d is %s",
+                            k, ot_dtype_name(ps[k].dtype));
+        total += ot_shape_numel_unchecked(&ps[k]);
+    }
+    if (flat_check_elementwise(o, OT_F32, false) != OT_OK)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: the sharded update needs an elementwise "
+                        "optimizer: '%s' couples elements across a tensor (norms, trust ratios or "
+                        "factored moments), so a block of the flat parameters cannot update alone",
+                        ot_optimizer_name(o));
+    int64_t len = ((op->shard_head + total + n - 1) / n + 15) / 16 * 16;
+    int64_t *poff = ot_calloc((size_t)nparams, sizeof *poff);
+    if (!poff) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: shard layout");
+    for (int64_t k = 0, pos = op->shard_head; k < nparams; k++) {
+        poff[k] = pos;
+        pos += ot_shape_numel_unchecked(&ps[k]);
+    }
+    ot_tpu_optimizer_options in = *op;
+    in.shard_devices = 0;
+    in.shard_head = 0;
+    ot_shape bs;
+    ot_status s = ot_shape_make(&bs, OT_F32, 1, &len);
+    if (s == OT_OK) s = ot_tpu_optimizer_create(o, &bs, 1, &in, out);
+    if (s != OT_OK) {
+        ot_free(poff);
+        return s;
+    }
+    (*out)->opts.shard_devices = n;
+    (*out)->opts.shard_head = op->shard_head;
+    (*out)->shard_n = n;
+    (*out)->shard_nparams = nparams;
+    (*out)->shard_len = len;
+    (*out)->shard_poff = poff;
+    return OT_OK;
+}
+
+ot_status ot_tpu_optimizer_shard_layout(const ot_tpu_optimizer *t, int *devices, int64_t *block_len,
+                                        int64_t *param_offset) {
+    if (!t) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_layout: NULL");
+    if (!t->shard_n)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_shard_layout: not in sharded mode (shard_devices)");
+    if (devices) *devices = t->shard_n;
+    if (block_len) *block_len = t->shard_len;
+    if (param_offset)
+        memcpy(param_offset, t->shard_poff, (size_t)t->shard_nparams * sizeof *param_offset);
+    return OT_OK;
+}
+
+/* Sharded mode and a communicator of shard_devices members. */
+static ot_status shard_check(const ot_tpu_optimizer *t, const ot_comm *comm, const char *fn) {
+    if (!t || !comm) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    if (!t->shard_n)
+        return ot_error(OT_ERR_FAILED_PRECONDITION, "%s: not in sharded mode (shard_devices)", fn);
+    if (ot_comm_size(comm) != t->shard_n)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "%s: the communicator has %d members; the update is sharded over %d", fn,
+                        ot_comm_size(comm), t->shard_n);
+    return OT_OK;
+}
+
+ot_status ot_tpu_optimizer_shard_reduce(ot_tpu_optimizer *t, ot_comm *comm,
+                                        const ot_coll_options *coll, const float *grads,
+                                        float *reduced) {
+    OT_CHECK(shard_check(t, comm, "ot_tpu_optimizer_shard_reduce"));
+    if (!grads || !reduced)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_reduce: NULL buffer");
+    return ot_comm_reduce_scatter(comm, grads, reduced, (size_t)t->shard_len, OT_F32, OT_REDOP_SUM,
+                                  coll);
+}
+
+/* The device's blocks stay on it between steps (the parameter block is donated to the update
+ * and comes back as a new handle); each step writes them from the host vectors, so the host
+ * parameters are always what is updated. */
+ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
+                                        const float *reduced, float *params, int64_t step,
+                                        double lr, const ot_run_options *ro) {
+    OT_CHECK(shard_check(t, comm, "ot_tpu_optimizer_shard_update"));
+    if (!d || !reduced || !params)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_update: NULL argument");
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND,
+                        "ot_tpu_optimizer_shard_update: device %d has no replica (add_replica)",
+                        ot_device_index(d));
+    int64_t bytes = t->shard_len * (int64_t)sizeof(float);
+    float *mine = params + (size_t)ot_comm_rank(comm) * (size_t)t->shard_len;
+    ot_status s = OT_OK;
+    if (!r->shard_p) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_p);
+    if (s == OT_OK && !r->shard_g) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_g);
+    if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_p, 0, mine, bytes);
+    if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_g, 0, reduced, bytes);
+    if (s == OT_OK) s = ot_tpu_optimizer_step(t, d, &r->shard_p, &r->shard_g, step, lr, ro);
+    if (s == OT_OK) s = ot_buffer_read_bytes(r->shard_p, 0, mine, bytes);
+    return s;
+}
+
+ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *comm,
+                                        const ot_coll_options *coll, float *params) {
+    OT_CHECK(shard_check(t, comm, "ot_tpu_optimizer_shard_gather"));
+    if (!params)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_gather: NULL buffer");
+    float *mine = params + (size_t)ot_comm_rank(comm) * (size_t)t->shard_len;
+    /* the gather only copies (every algorithm gives the same bits): coll's algorithm when it has
+     * an all-gather, else in shared memory direct (each member copies every block once: one
+     * exchange and one barrier, where the ring hands n - 1 pieces on, a rendezvous each), else
+     * the communicator's choice */
+    ot_coll_options ag = coll ? *coll : ot_coll_options_default();
+    if (!ot_coll_algo_supported(comm, OT_COLL_ALLGATHER, ag.algo))
+        ag.algo = ot_coll_algo_supported(comm, OT_COLL_ALLGATHER, OT_ALGO_DIRECT) ? OT_ALGO_DIRECT
+                                                                                  : OT_ALGO_AUTO;
+    return ot_comm_allgather(comm, mine, params, (size_t)t->shard_len, OT_F32, &ag);
+}
+
+ot_status ot_tpu_optimizer_step_sharded(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
+                                        const ot_coll_options *coll, const float *grads,
+                                        float *reduced, float *params, int64_t step, double lr,
+                                        const ot_run_options *ro) {
+    OT_CHECK(shard_check(t, comm, "ot_tpu_optimizer_step_sharded"));
+    float *own = NULL;
+    if (!reduced && !(reduced = own = ot_malloc((size_t)t->shard_len * sizeof(float))))
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "ot_tpu_optimizer_step_sharded: block");
+    ot_status s = ot_tpu_optimizer_shard_reduce(t, comm, coll, grads, reduced);
+    if (s == OT_OK) s = ot_tpu_optimizer_shard_update(t, d, comm, reduced, params, step, lr, ro);
+    if (s == OT_OK) s = ot_tpu_optimizer_shard_gather(t, comm, coll, params);
+    ot_free(own);
+    return s;
 }

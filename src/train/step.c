@@ -127,12 +127,10 @@ typedef struct replica_run {
      * reduce-scatter's input and the flat parameters (devices * t->shard_len each, laid out as
      * SHARD_HEAD then the parameters in model order, then zeros; the parameters identical on
      * every device) — `flat` is send + SHARD_HEAD, so the gather writes the gradients where the
-     * reduce-scatter reads them; this device's block of the reduced vector (t->shard_len); the
-     * device's own block of the parameters and of the reduced gradients as device buffers, kept
-     * from step to step (the update writes the parameters' block in place) */
-    ot_coll_options rs_coll, ag_coll;
+     * reduce-scatter reads them (send has 2 elements more, where the gather leaves the loss and
+     * correct count); this device's block of the reduced vector (t->shard_len) */
+    ot_coll_options rs_coll;
     float *send, *pflat, *gblock;
-    ot_buffer *pdev, *gdev;
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
 } replica_run;
 
@@ -252,8 +250,7 @@ static ot_status phase_allreduce(replica_run *rr) {
         x[0] = rr->flat[total];
         x[1] = rr->flat[total + 1];
         rr->flat[total] = rr->flat[total + 1] = 0;
-        s = ot_comm_reduce_scatter(rr->m.comm, x, rr->gblock, (size_t)t->shard_len, OT_F32,
-                                   OT_REDOP_SUM, &rr->rs_coll);
+        s = ot_tpu_optimizer_shard_reduce(t->topt, rr->m.comm, &rr->rs_coll, x, rr->gblock);
         if (s == OT_OK && rr->m.rank == 0) {
             rr->flat[total] = rr->gblock[0];
             rr->flat[total + 1] = rr->gblock[1];
@@ -349,34 +346,24 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
     return s;
 }
 
-/* Sharded update: this device's block of the reduced gradients into its gradient block on the
- * device, the compiled update of its parameter block there (in place; its optimizer state is the
- * device's only), the updated block read into its place in the flat parameters, every device's
- * block all-gathered (in place) and the parameters written back into the device's parameter
- * buffers. The head's slots in the leader's block are updated too (with the loss and correct
- * count as their gradients) and never read: an elementwise update leaves the parameters'
- * elements alone. */
+/* Sharded update (tpu_optim.h's sharded mode): this device's block of the flat parameters
+ * updated with its block of the reduced gradients (its optimizer state is the device's only),
+ * every device's block all-gathered into the flat parameters (in place), and those written into
+ * the device's parameter buffers. The head's slots in the leader's block are updated too (with
+ * the loss and correct count as their gradients) and never read. */
 static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
-    size_t len = (size_t)t->shard_len;
-    float *mine = rr->pflat + (size_t)rr->m.rank * len;
-    int64_t bytes = (int64_t)(len * sizeof(float));
     phase_clock pc = train_phase_start();
-    ot_status s = ot_buffer_write_bytes(rr->gdev, 0, rr->gblock, bytes);
-    train_phase_end(t, r, PH_OTHER, pc, "scatter", false);
-    if (s == OT_OK) {
-        pc = train_phase_start();
-        s = ot_tpu_optimizer_step(t->topt, r->dev, &rr->pdev, &rr->gdev, step + 1, lr, NULL);
-        train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
-    }
-    if (s == OT_OK) s = ot_buffer_read_bytes(rr->pdev, 0, mine, bytes);
+    ot_status s = ot_tpu_optimizer_shard_update(t->topt, r->dev, rr->m.comm, rr->gblock, rr->pflat,
+                                                step + 1, lr, NULL);
+    train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
     if (s != OT_OK) return s;
     pc = train_phase_start();
-    s = ot_comm_allgather(rr->m.comm, mine, rr->pflat, len, OT_F32, &rr->ag_coll);
+    s = ot_tpu_optimizer_shard_gather(t->topt, rr->m.comm, &rr->rs_coll, rr->pflat);
     train_phase_end(t, r, PH_COMM, pc, "all-gather", !t->pod_vt->comm_traced);
     if (s != OT_OK) return s;
-    if (rr->m.g == 0) t->rep->allreduce_bytes += bytes * rr->m.n;
+    if (rr->m.g == 0) t->rep->allreduce_bytes += t->shard_len * (int64_t)sizeof(float) * rr->m.n;
     pc = train_phase_start();
     size_t pos = 0;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
@@ -507,13 +494,7 @@ static ot_status shard_begin(replica_run *rr) {
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "train: --shard-optimizer needs the in-process pod of all %d devices",
                         t->o->devices);
-    rr->rs_coll = rr->ag_coll = t->coll;
-    /* the all-gather only copies (any algorithm gives the same bits): in shared memory each
-     * device copies every block once (direct: one exchange and one barrier, where the ring
-     * hands n - 1 pieces on, a rendezvous each) */
-    rr->ag_coll.algo = ot_coll_algo_supported(m->comm, OT_COLL_ALLGATHER, OT_ALGO_DIRECT)
-                           ? OT_ALGO_DIRECT
-                           : OT_ALGO_AUTO;
+    rr->rs_coll = t->coll;
     if (rr->rs_coll.algo == OT_ALGO_AUTO)
         rr->rs_coll.algo = ot_coll_choose(m->comm, OT_COLL_ALLREDUCE,
                                           (size_t)(t->total_elems + 2) * sizeof(float));
@@ -523,12 +504,12 @@ static ot_status shard_begin(replica_run *rr) {
                         "order depends on the split; give --allreduce tree or direct",
                         ot_coll_algo_name(rr->rs_coll.algo));
     size_t len = (size_t)t->shard_len, total = (size_t)m->n * len;
-    rr->send = ot_calloc(total, sizeof(float));
+    rr->send = ot_calloc(total + 2, sizeof(float));
     rr->pflat = ot_calloc(total, sizeof(float));
     rr->gblock = ot_malloc(len * sizeof(float));
     if (!rr->send || !rr->pflat || !rr->gblock)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
-    rr->flat = rr->send + SHARD_HEAD; /* t->shard_len leaves room for the loss and count */
+    rr->flat = rr->send + SHARD_HEAD;
     size_t pos = 0;
     ot_status s = OT_OK;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
@@ -540,12 +521,6 @@ static ot_status shard_begin(replica_run *rr) {
             ot_tensor_release(&h);
         }
     }
-    ot_shape bs;
-    ot_shape_make(&bs, OT_F32, 1, (int64_t[]){t->shard_len});
-    ot_tensor hp;
-    ot_tensor_borrow(&hp, &bs, rr->pflat + (size_t)m->rank * len);
-    if (s == OT_OK) s = ot_buffer_from_host(m->r->dev, &hp, &rr->pdev);
-    if (s == OT_OK) s = ot_buffer_alloc(m->r->dev, &bs, &rr->gdev);
     if (s == OT_OK && m->rank == 0)
         train_log(t,
                   "sharded optimizer update: gradients reduce-scattered (%s) in blocks of %lld "
@@ -628,8 +603,6 @@ static void run_end(replica_run *rr) {
     ot_free(rr->send);
     ot_free(rr->pflat);
     ot_free(rr->gblock);
-    ot_buffer_free(rr->pdev);
-    ot_buffer_free(rr->gdev);
     ot_free(rr->idx);
     ot_free(rr->xb);
     ot_free(rr->yb);

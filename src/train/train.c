@@ -224,31 +224,13 @@ static ot_status parse_compress(const char *v, ot_grad_compress *c, double *frac
                     v);
 }
 
-/* The optimizers whose update is elementwise: a block of the flat parameters updates exactly as
- * the same elements of the whole tensors do. */
-static const char *const shard_optimizers[] = {"sgd",      "adam",  "adamw", "rmsprop", "adagrad",
-                                               "adadelta", "radam", "nadam", "lion"};
-
-/* --shard-optimizer's refusals (options.shard_optimizer says why each one is refused). */
+/* --shard-optimizer's refusals of what the driver cannot combine with it (the optimizer and
+ * its state format are the sharded update's to refuse: ot_tpu_optimizer_create). */
 static ot_status validate_shard(const ot_train_options *o, ot_grad_compress c) {
-    const char *opt = o->optimizer ? o->optimizer : "adam";
-    bool ok = false;
-    for (size_t i = 0; i < sizeof shard_optimizers / sizeof *shard_optimizers; i++)
-        ok |= !strcmp(opt, shard_optimizers[i]);
-    if (!ok)
-        return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "train: --shard-optimizer with --optimizer %s is refused: its update "
-                        "couples elements (trust ratios, factored moments) across the devices' "
-                        "blocks; elementwise ones shard: sgd, adam, adamw, rmsprop, adagrad, "
-                        "adadelta, radam, nadam, lion",
-                        opt);
     if (o->mpi)
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "train: --shard-optimizer is not available with --mpi (the in-process "
                         "pod only)");
-    if (o->state_format == OT_TPU_STATE_INT8)
-        return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "train: --shard-optimizer with int8 state is refused (f32 or bf16)");
     if (c != OT_COMPRESS_NONE || o->local_sgd > 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --shard-optimizer excludes --grad-compress and --local-sgd (it "
@@ -428,29 +410,27 @@ static ot_status setup_devices(trainer *t) {
     if (s == OT_OK) {
         ot_shape shapes[MAX_PARAMS];
         for (int k = 0; k < t->nparams; k++) shapes[k] = *ot_model_param_shape(t->model, k);
-        int nshapes = t->nparams;
-        if (o->shard_optimizer) {
-            /* one f32 block per device; a multiple of 16 elements keeps every block's start
-             * aligned like the flat buffers' tensors; 2 elements after the parameters hold the
-             * loss and correct count as the gradients are gathered */
-            int64_t n = o->devices;
-            t->shard_len = ((SHARD_HEAD + t->total_elems + 2 + n - 1) / n + 15) / 16 * 16;
-            ot_shape_make(&shapes[0], OT_F32, 1, (int64_t[]){t->shard_len});
-            nshapes = 1;
-        }
         ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+        if (o->shard_optimizer) {
+            /* the sharded update (tpu_optim.h): the head carries the loss and correct count
+             * through the reduce-scatter */
+            to.shard_devices = o->devices;
+            to.shard_head = SHARD_HEAD;
+        }
         to.compile_cache = o->compile_cache;
         /* a device's block is often under the size from which AUTO generates native code (the
          * unsharded update reaches it through the largest tensor): native code for it anyway,
          * unless the environment turned code generation off */
         ot_compile_options co = ot_compile_options_default();
         const char *cg = getenv("OPTITPU_CODEGEN");
-        if (t->shard_len && !(cg && !strcmp(cg, "0"))) {
+        if (o->shard_optimizer && !(cg && !strcmp(cg, "0"))) {
             co.native = OT_NATIVE_ON;
             to.compile = &co;
         }
         to.state_format = (ot_tpu_state_format)o->state_format;
-        s = ot_tpu_optimizer_create(t->optim, shapes, nshapes, &to, &t->topt);
+        s = ot_tpu_optimizer_create(t->optim, shapes, t->nparams, &to, &t->topt);
+        if (s == OT_OK && o->shard_optimizer)
+            s = ot_tpu_optimizer_shard_layout(t->topt, NULL, &t->shard_len, NULL);
         if (s == OT_OK) {
             ot_tpu_profile tp;
             ot_tpu_optimizer_profile(t->topt, &tp);
