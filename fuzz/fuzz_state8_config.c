@@ -60,8 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (made == 6) {
             ot_value out = ot_value_empty();
             ot_status s = ot_evaluate(m, args, 6, NULL, &out);
-            if (s != OT_OK && (s != OT_ERR_INVALID_ARGUMENT ||
-                               !strstr(ot_last_error(), EX_STATE8_TARGET)))
+            if (s != OT_OK &&
+                (s != OT_ERR_INVALID_ARGUMENT || !strstr(ot_last_error(), EX_STATE8_TARGET)))
                 abort(); /* a bad configuration is refused, naming the custom call */
             ot_value_release(&out);
         }
