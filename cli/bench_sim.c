@@ -1,7 +1,8 @@
 /* optitpu bench simulate: the simulator's host model against what this machine measures in the
- * same run: optitpu train's step time on 1, 2, 4, 8 in-process devices, and in-process
- * all-reduces (bench collectives' measurement) at several sizes. Rows give the prediction as the
- * value and the measurement as the baseline; ratio = predicted / measured (1 is exact). */
+ * same run: optitpu train's step time and device memory on 1, 2, 4, 8 in-process devices (the
+ * model's rates measured right before and after each run), and in-process all-reduces (bench
+ * collectives' measurement) at several sizes. Rows give the prediction as the value and the
+ * measurement as the baseline; ratio = predicted / measured (1 is exact). */
 #include "cli.h"
 
 #include <stdio.h>
@@ -12,7 +13,7 @@ typedef struct {
     ot_coll_algo algo;
     size_t count;
     int reps;
-    double sec; /* rank 0's median */
+    double sec; /* rank 0's mean */
     float *buf[64];
 } ar_job;
 
@@ -20,15 +21,14 @@ static ot_status ar_fn(void *ud, int rank, ot_comm *c) {
     ar_job *j = ud;
     ot_coll_options o = ot_coll_options_default();
     o.algo = j->algo;
-    double t[64];
     float *b = j->buf[rank];
     OT_CHECK(ot_comm_allreduce(c, b, b, j->count, OT_F32, OT_REDOP_SUM, &o));
-    for (int r = 0; r < j->reps; r++) {
-        uint64_t t0 = ot_now_ns();
+    /* the mean over the repetitions, as the host model's rates (a member kept off the cores
+     * by other load makes the others wait: that is part of an all-reduce here) */
+    uint64_t t0 = ot_now_ns();
+    for (int r = 0; r < j->reps; r++)
         OT_CHECK(ot_comm_allreduce(c, b, b, j->count, OT_F32, OT_REDOP_SUM, &o));
-        t[r] = (double)(ot_now_ns() - t0) / 1e9;
-    }
-    if (rank == 0) j->sec = ot_bench_median(t, (size_t)j->reps);
+    if (rank == 0) j->sec = (double)(ot_now_ns() - t0) / 1e9 / j->reps;
     return OT_OK;
 }
 
@@ -42,11 +42,21 @@ static ot_status grad_exe(const ot_model *m, int64_t per, int64_t global, ot_exe
     ot_grad_options go = ot_grad_options_default();
     go.loss_index = 0;
     if (s == OT_OK) s = ot_grad(loss, wrt, np, &go, &g);
-    ot_compile_options co = ot_compile_options_default();
-    co.native = OT_NATIVE_OFF;
-    if (s == OT_OK) s = ot_compile(g, &co, out);
+    if (s == OT_OK) s = ot_compile(g, NULL, out); /* train's options: the defaults */
     ot_module_free(loss);
     ot_module_free(g);
+    return s;
+}
+
+/* The compiled Adam update optitpu train runs for the model's parameters. */
+static ot_status train_update(const ot_model *m, ot_tpu_optimizer **out) {
+    ot_optimizer *o = NULL;
+    OT_CHECK(ot_optimizer_new("adam", &o));
+    ot_shape shapes[2 * OT_MODEL_MAX_HIDDEN + 4];
+    int np = ot_model_param_count(m);
+    for (int k = 0; k < np; k++) shapes[k] = *ot_model_param_shape(m, k);
+    ot_status s = ot_tpu_optimizer_create(o, shapes, np, NULL, out);
+    ot_optimizer_free(o);
     return s;
 }
 
@@ -85,6 +95,7 @@ static int run(int argc, char **argv) {
     const char *cmd = "bench simulate";
     bool json = false;
     int64_t steps = 300, reps = 3, batch = 128;
+    double window = 0.15;
     int64_t devs[8] = {1, 2, 4, 8};
     int ndev = 4;
     for (int i = 1; i < argc; i++) {
@@ -96,6 +107,11 @@ static int run(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             if (!cli_parse_i64(argv[++i], 1, 50, &reps))
                 return cli_usage_error(cmd, "--reps: 1..50");
+        } else if (!strcmp(argv[i], "--window-ms") && i + 1 < argc) {
+            int64_t w;
+            if (!cli_parse_i64(argv[++i], 1, 1000, &w))
+                return cli_usage_error(cmd, "--window-ms: 1..1000");
+            window = (double)w / 1e3;
         } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
             char buf[128];
             snprintf(buf, sizeof buf, "%s", argv[++i]);
@@ -134,15 +150,36 @@ static int run(int argc, char **argv) {
     ot_model_config mc = ot_model_config_default();
     ot_model *model = NULL;
     if (ot_model_create(&mc, &model) != OT_OK) return cli_fail(cmd);
+    ot_tpu_optimizer *topt = NULL;
+    if (train_update(model, &topt) != OT_OK) {
+        ot_model_free(model);
+        return cli_fail(cmd);
+    }
     int rc = CLI_OK;
     for (int d = 0; d < ndev && rc == CLI_OK; d++) {
         int n = (int)devs[d];
-        /* measured: optitpu train's default job on n devices, no checkpoints, one evaluation */
-        double wall[50], cpu[50];
-        /* train's CPU time (summed over its device threads) spread over the cores they could
-         * use: what the step would take on this machine without other processes' load */
-        int usable = n < cal.cores ? n : cal.cores;
+        /* the same per-replica executable optitpu train compiles (default options) */
+        ot_executable *e = NULL;
+        if (grad_exe(model, batch / n, batch, &e) != OT_OK) {
+            rc = cli_fail(cmd);
+            break;
+        }
+        /* measured: optitpu train's default job on n devices, no checkpoints, one evaluation;
+         * predicted: the host model with n devices' rates measured right before and right after
+         * that run (the machine's load as the run saw it), tree all-reduce (train's default)
+         * after the backward pass, train's compiled Adam update and host pipeline */
+        double wall[50], pred[50], ratio[50];
+        int64_t peak = 0;
+        ot_sim_result last;
+        ot_sim_host_rates rate_last;
+        memset(&last, 0, sizeof last);
+        memset(&rate_last, 0, sizeof rate_last);
         for (int64_t r = 0; r < reps && rc == CLI_OK; r++) {
+            ot_sim_host_rates before, after;
+            if (ot_sim_host_measure(n, window, &before) != OT_OK) {
+                rc = cli_fail(cmd);
+                break;
+            }
             ot_train_options o = ot_train_options_default();
             o.devices = n;
             o.steps = steps;
@@ -151,65 +188,85 @@ static int run(int argc, char **argv) {
             o.batch_size = batch;
             if (n != 8) o.topology = NULL;
             ot_train_report rep;
-            if (ot_train(&o, &rep) != OT_OK) rc = cli_fail(cmd);
-            wall[r] = rc == CLI_OK ? rep.wall_s / (double)rep.steps_run : 0;
-            cpu[r] = rc == CLI_OK ? (rep.compute_s + rep.comm_s + rep.ckpt_s + rep.other_s) /
-                                        (double)rep.steps_run / usable
-                                  : 0;
+            if (ot_train(&o, &rep) != OT_OK) {
+                rc = cli_fail(cmd);
+                break;
+            }
+            wall[r] = rep.wall_s / (double)rep.steps_run;
+            peak = n > 1 ? rep.replica_peak_bytes : rep.leader_peak_bytes;
             ot_train_report_clear(&rep);
+            if (ot_sim_host_measure(n, window, &after) != OT_OK) {
+                rc = cli_fail(cmd);
+                break;
+            }
+            double p2[2];
+            for (int k = 0; k < 2 && rc == CLI_OK; k++) {
+                ot_sim_config c = ot_sim_config_default();
+                ot_sim_device_host_rates(k ? &after : &before, &cal, &c.device);
+                c.chips = n;
+                c.global_batch = batch;
+                c.step = e;
+                c.step_batch = batch / n;
+                c.param_bytes = ot_model_param_elements(model) * 4 + 8; /* + loss, correct */
+                c.input_bytes = batch / n * (mc.inputs * 4 + 4);
+                c.update = ot_tpu_optimizer_executable(topt);
+                c.overlap = false;
+                c.algo = n > 1 ? OT_ALGO_TREE : OT_ALGO_AUTO;
+                ot_sim_config_train_pipeline(&c, ot_model_param_count(model));
+                if (ot_sim_run(&c, &last) != OT_OK) rc = cli_fail(cmd);
+                p2[k] = last.step_s;
+            }
+            rate_last = after;
+            pred[r] = (p2[0] + p2[1]) / 2;
+            ratio[r] = pred[r] / wall[r];
         }
+        ot_executable_free(e);
         if (rc != CLI_OK) break;
         double measured = ot_bench_median(wall, (size_t)reps);
-        double measured_cpu = ot_bench_median(cpu, (size_t)reps);
-        /* predicted: the same per-replica executable, all-reduced by tree (train's default)
-         * after the backward pass, Adam's two state tensors */
-        ot_executable *e = NULL;
-        if (grad_exe(model, batch / n, batch, &e) != OT_OK) {
-            rc = cli_fail(cmd);
-            break;
-        }
-        ot_sim_config c = ot_sim_config_default();
-        ot_sim_device_host_from(&cal, n, &c.device);
-        c.chips = n;
-        c.global_batch = batch;
-        c.step = e;
-        c.step_batch = batch / n;
-        c.param_bytes = ot_model_param_elements(model) * 4 + 8; /* + loss and correct count */
-        c.overlap = false;
-        c.algo = n > 1 ? OT_ALGO_TREE : OT_ALGO_AUTO;
-        ot_sim_result sr;
-        ot_status s = ot_sim_run(&c, &sr);
-        ot_executable_free(e);
-        if (s != OT_OK) {
-            rc = cli_fail(cmd);
-            break;
-        }
+        double predicted = ot_bench_median(pred, (size_t)reps);
         char name[96];
         snprintf(name, sizeof name, "train mlp digits batch %lld, %d dev: step", (long long)batch,
                  n);
         ot_bench_row row = {"simulate",
                             name,
                             "ms",
-                            sr.step_s * 1e3,
+                            predicted * 1e3,
                             "optitpu train measured",
                             measured * 1e3,
-                            sr.step_s / measured};
+                            predicted / measured};
         ot_bench_print(&row, json);
-        snprintf(name, sizeof name, "train mlp digits batch %lld, %d dev: step vs CPU time",
+        /* memory: a replica's device pool peak in the same runs (the leader's alone on one
+         * device: it also holds the test set) against the simulator's per-chip figure without
+         * the fusion bucket (train's flat gradient vector is host memory, not the device's) */
+        double pmem = last.mem_params + last.mem_params /* gradients */ + last.mem_optimizer +
+                      last.mem_activations + last.mem_inputs;
+        snprintf(name, sizeof name, "train mlp digits batch %lld, %d dev: memory per device",
                  (long long)batch, n);
-        ot_bench_row rowc = {"simulate",
+        ot_bench_row mrow = {"simulate",
                              name,
-                             "ms",
-                             sr.step_s * 1e3,
-                             "train CPU / cores",
-                             measured_cpu * 1e3,
-                             sr.step_s / measured_cpu};
-        ot_bench_print(&rowc, json);
-        if (!json)
-            printf("  predicted: compute %.3f ms + exposed all-reduce %.3f ms (%s) + optimizer "
-                   "%.3f ms\n",
-                   sr.compute_s * 1e3, sr.exposed_comm_s * 1e3, sr.algo, sr.optimizer_s * 1e3);
+                             "MiB",
+                             pmem / 1048576.0,
+                             n > 1 ? "train: a replica's pool peak" : "train: leader's pool peak",
+                             (double)peak / 1048576.0,
+                             peak > 0 ? pmem / (double)peak : 0};
+        ot_bench_print(&mrow, json);
+        if (!json) {
+            printf("  per run (predicted / measured):");
+            for (int64_t r = 0; r < reps; r++) printf(" %.2f", ratio[r]);
+            printf("\n  last prediction: compute %.3f ms + exposed all-reduce %.3f ms (%s) + "
+                   "optimizer %.3f ms + host pipeline %.3f ms\n",
+                   last.compute_s * 1e3, last.exposed_comm_s * 1e3, last.algo,
+                   last.optimizer_s * 1e3, last.host_s * 1e3);
+            printf("  rates per device thread (%d at once): dot %.1f GFLOP/s, in-cache dot %.1f, "
+                   "memory %.1f GB/s, in-cache %.1f, launch %.2f us, transfer %.2f us, "
+                   "alpha %.1f us, interpreter %.1f ns, share of a core %.2f\n",
+                   n, rate_last.dot_flops / 1e9, rate_last.cache_flops / 1e9,
+                   rate_last.mem_bytes_per_s / 1e9, rate_last.cache_bytes_per_s / 1e9,
+                   rate_last.launch_s * 1e6, rate_last.transfer_s * 1e6, rate_last.alpha_s * 1e6,
+                   rate_last.interp_s * 1e9, rate_last.core_share);
+        }
     }
+    ot_tpu_optimizer_free(topt);
     ot_model_free(model);
     if (rc != CLI_OK) return rc;
 
@@ -267,7 +324,12 @@ static int run(int argc, char **argv) {
         int n = (int)devs[d];
         if (n < 2) continue;
         ot_sim_device hd;
-        ot_sim_device_host_from(&cal, n, &hd);
+        ot_sim_host_rates hr;
+        if (ot_sim_host_measure(n, window, &hr) != OT_OK) {
+            rc = cli_fail(cmd);
+            break;
+        }
+        ot_sim_device_host_rates(&hr, &cal, &hd);
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && rc == CLI_OK; k++) {
             double pred = 0;
             ot_coll_algo used = OT_ALGO_RING;
@@ -291,23 +353,25 @@ static int run(int argc, char **argv) {
         }
     }
     if (rc == CLI_OK && !json)
-        printf("(value: predicted by the host model calibrated at the start of this run; baseline:"
-               " measured in the same run; ratio = predicted / measured, goal 0.8-1.2 for step "
-               "time)\n");
+        printf("(value: predicted by the host model with rates measured beside each measurement; "
+               "baseline: measured in the same run; ratio = predicted / measured, goal 0.8-1.2 "
+               "for step time, 0.95-1.05 for memory)\n");
     return rc;
 }
 
 const cli_command cli_bench_simulate = {
     "simulate", "the simulator's host model vs optitpu train and in-process all-reduces, same run",
-    "usage: optitpu bench simulate [--json] [--steps N] [--reps R] [--devices LIST]\n"
+    "usage: optitpu bench simulate [--json] [--steps N] [--reps R] [--devices LIST] "
+    "[--window-ms W]\n"
     "\n"
-    "Calibrates the host device model (as optitpu simulate --preset host does), then for each\n"
-    "device count (default 1,2,4,8) runs optitpu train's default job (MLP 64-128-10 on digits,\n"
-    "batch 128, Adam, tree all-reduce, no checkpoints) R times (default 3) for N steps (default\n"
-    "300) and prints the predicted step time beside the measured median (wall time, and CPU time\n"
-    "summed over the device threads / min(devices, cores): the step without other load); then\n"
-    "in-process all-reduces of 4 KiB, 256 KiB and 16 MiB with the algorithm the model picks,\n"
-    "predicted beside measured; then one step's memory (parameters, gradients, activations,\n"
-    "inputs) for three MLP widths beside a host device's pool peak running the same\n"
-    "executable. ratio = predicted / measured.\n",
+    "For each device count (default 1,2,4,8) runs optitpu train's default job (MLP 64-128-10 on\n"
+    "digits, batch 128, Adam, tree all-reduce, no checkpoints) R times (default 3) for N steps\n"
+    "(default 300); right before and after each run it measures the host model's rates for that\n"
+    "many device threads (ot_sim_host_measure, W ms windows, default 150) and predicts the run's\n"
+    "step from them. Prints the median prediction beside the median measured wall time per step\n"
+    "and the per-run ratios; the predicted memory per device beside the device pools' peak that\n"
+    "train reports for the same runs; one step's memory (parameters, gradients, activations,\n"
+    "inputs) for three MLP widths beside a host device's pool peak; in-process all-reduces of\n"
+    "4 KiB, 256 KiB and 16 MiB with the algorithm the model picks, predicted beside measured.\n"
+    "ratio = predicted / measured.\n",
     run};

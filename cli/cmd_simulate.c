@@ -181,18 +181,21 @@ typedef struct {
     int64_t param_bytes, input_bytes_per_sample, file_input_bytes;
     ot_executable *cache_exe;
     int64_t cache_batch;
+    bool host; /* the host model: which fusions get native code matters */
 } workload;
 
-/* The kernel list, FLOPs and bytes do not depend on native code: leave the C compiler out. */
-static ot_compile_options sim_compile_options(void) {
+/* On a TPU the kernel list, FLOPs and bytes do not depend on native code: leave the C compiler
+ * out. The host model prices interpreted fusions apart: compile as optitpu train does. */
+static ot_compile_options sim_compile_options(const workload *w) {
     ot_compile_options co = ot_compile_options_default();
-    co.native = OT_NATIVE_OFF;
+    if (!w->host) co.native = OT_NATIVE_OFF;
     return co;
 }
 
-static ot_status workload_open(const sim_args *a, workload *w) {
+static ot_status workload_open(const sim_args *a, bool host, workload *w) {
     memset(w, 0, sizeof *w);
     w->a = a;
+    w->host = host;
     if (!strcmp(a->model, "mlp")) {
         ot_model_config mc = ot_model_config_default();
         mc.inputs = a->inputs;
@@ -220,7 +223,7 @@ static ot_status workload_open(const sim_args *a, workload *w) {
     ot_module *m = NULL;
     ot_status s = ot_hlo_parse(text, got, NULL, &m);
     free(text);
-    ot_compile_options co = sim_compile_options();
+    ot_compile_options co = sim_compile_options(w);
     if (s == OT_OK) s = ot_compile(m, &co, &w->file_exe);
     ot_module_free(m);
     if (s != OT_OK) return s;
@@ -280,7 +283,7 @@ static ot_status workload_step(workload *w, int64_t b, const ot_executable **exe
     ot_grad_options go = ot_grad_options_default();
     go.loss_index = 0;
     if (s == OT_OK) s = ot_grad(loss, wrt, np, &go, &g);
-    ot_compile_options co = sim_compile_options();
+    ot_compile_options co = sim_compile_options(w);
     if (s == OT_OK) s = ot_compile(g, &co, &w->cache_exe);
     ot_module_free(loss);
     ot_module_free(g);
@@ -518,7 +521,7 @@ static int run(int argc, char **argv) {
     int states = ot_optimizer_state_count(opt);
     ot_optimizer_free(opt);
     workload w;
-    if (workload_open(&a, &w) != OT_OK) {
+    if (workload_open(&a, pi.host, &w) != OT_OK) {
         workload_close(&w);
         return cli_fail(cmd);
     }
@@ -541,7 +544,14 @@ static int run(int argc, char **argv) {
         ot_sim_config c = ot_sim_config_default();
         c.device = dev;
         if (pi.host) {
-            ot_sim_device_host_from(&cal, n, &c.device);
+            /* n device threads' rates, measured now (the machine's load included) */
+            ot_sim_host_rates hr;
+            if (ot_sim_host_measure(n, 0.1, &hr) != OT_OK) {
+                workload_close(&w);
+                free(rows);
+                return cli_fail(cmd);
+            }
+            ot_sim_device_host_rates(&hr, &cal, &c.device);
             c.chips = n;
             snprintf(r->topo, sizeof r->topo, "host-%d", n);
         }
@@ -561,6 +571,9 @@ static int run(int argc, char **argv) {
         c.mtbf_hours = a.mtbf;
         c.restart_s = a.restart;
         if (s == OT_OK) s = workload_step(&w, a.batch / n, &c.step, &c.step_batch, &c.input_bytes);
+        /* optitpu train on host devices stages the batch and the gradients through host memory */
+        if (s == OT_OK && pi.host && w.mlp)
+            ot_sim_config_train_pipeline(&c, ot_model_param_count(w.mlp));
         if (s == OT_OK) s = ot_sim_run(&c, &r->r);
         ot_topology_free(t);
         r->ok = s == OT_OK;

@@ -372,7 +372,101 @@ static void test_published_pod_allreduce(void) {
     }
 }
 
-OT_TEST_MAIN(OT_TEST(test_link_rings), OT_TEST(test_published_pod_allreduce),
-             OT_TEST(test_ring_formula_and_busbw), OT_TEST(test_sim_uses_pod_model),
-             OT_TEST(test_presets), OT_TEST(test_roofline), OT_TEST(test_errors_and_memory),
-             OT_TEST(test_goodput), OT_TEST(test_full_pod))
+/* The host model's tiers: a kernel the runtime keeps on the device's thread (under cache_bytes
+ * touched, a dot under cache_bytes / 4 multiply-adds) runs at the cache rates, one on the pool
+ * pays pool_s more at the main rates, an interpreted fusion at least elements x instructions x
+ * interp_s; the host pipeline adds transfers and copies; a TPU (no tiers) is unchanged. */
+static void test_host_tiers(void) {
+    ot_executable *e = compile_hlo(dot_hlo); /* 524288 FLOPs: 262144 multiply-adds, 57344 B */
+    ASSERT_TRUE(e != NULL);
+    ot_sim_device d;
+    memset(&d, 0, sizeof d);
+    d.peak_flops_f32 = 1e9, d.hbm_bytes_per_s = 1e12, d.launch_s = 1e-6;
+    double tpu = ot_sim_compute_s(&d, e, 1.0, 1, NULL);
+    EXPECT_NEAR(tpu, 524288e-9 + 1e-6, 1e-12);
+    d.cache_flops_f32 = 1e10, d.cache_bytes_per_s = 1e12, d.pool_s = 5e-6;
+    d.cache_bytes = 2.0 * 524288 + 1; /* the dot stays on the device's thread */
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 524288e-10 + 1e-6, 1e-12);
+    d.cache_bytes = 2.0 * 524288; /* its multiply-adds reach a quarter of it: the pool */
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 524288e-9 + 1e-6 + 5e-6, 1e-12);
+    ot_executable_free(e);
+
+    /* one loop fusion of three instructions over 1000 elements, interpreted and native */
+    static const char fusion_hlo[] = "HloModule f\nENTRY main {\n"
+                                     "  a = f32[1000] parameter(0)\n  b = f32[1000] parameter(1)\n"
+                                     "  m = f32[1000] multiply(a, b)\n  s = f32[1000] add(m, a)\n"
+                                     "  ROOT r = f32[1000] maximum(s, b)\n}\n";
+    ot_executable *f = compile_hlo(fusion_hlo);
+    ASSERT_TRUE(f != NULL);
+    ASSERT_TRUE(ot_executable_kernel_count(f) == 1);
+    EXPECT_TRUE(ot_executable_kernel(f, 0)->kind == OT_KERNEL_FUSION);
+    EXPECT_TRUE(!ot_executable_kernel_native(f, 0));
+    EXPECT_TRUE(!ot_executable_kernel_native(f, 1)); /* out of range */
+    memset(&d, 0, sizeof d);
+    d.peak_flops_f32 = 1e15, d.hbm_bytes_per_s = 1e15;
+    d.interp_s = 1e-9;
+    EXPECT_NEAR(ot_sim_compute_s(&d, f, 1.0, 1, NULL), 3000e-9, 1e-15);
+    EXPECT_NEAR(ot_sim_compute_s(&d, f, 2.0, 1, NULL), 6000e-9, 1e-15);
+    d.interp_s = 0; /* a TPU compiles every fusion */
+    EXPECT_TRUE(ot_sim_compute_s(&d, f, 1.0, 1, NULL) < 1e-10);
+
+    /* the host pipeline: transfers and copies on top of the step */
+    ot_sim_config c = ot_sim_config_default();
+    d.shared_host = true, d.cores = 1, d.interp_s = 1e-9, d.hbm_capacity_bytes = INFINITY;
+    for (int j = 1; j <= 8; j++) d.core_share[j] = 1;
+    d.transfer_s = 2e-6, d.copy_bytes_per_s = 1e9;
+    c.device = d;
+    c.chips = 1;
+    c.global_batch = 8;
+    c.step = f;
+    c.step_batch = 8;
+    c.param_bytes = 4000;
+    c.input_bytes = 1000;
+    ot_sim_config_train_pipeline(&c, 4);
+    EXPECT_INT_EQ(c.host_transfers, 2 + 6 + 4 + 2);
+    EXPECT_NEAR(c.host_copy_bytes, 2.0 * (2 * 1000 + 3 * 4000), 0);
+    ot_sim_result r;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.host_s, 14 * 2e-6 + 28000e-9, 1e-15);
+    EXPECT_NEAR(r.step_s, r.compute_s + r.exposed_comm_s + r.optimizer_s + r.host_s, 1e-15);
+    /* the compiled update instead of the fused estimate: its kernels, 1/N of them sharded */
+    c.update = f;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.optimizer_s, 3000e-9, 1e-15);
+    c.host_transfers = -1;
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    ot_executable_free(f);
+
+    ot_sim_host_rates hr;
+    EXPECT_STATUS(ot_sim_host_measure(0, 0.01, &hr), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_sim_host_measure(65, 0.01, &hr), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_sim_host_measure(2, 0, &hr), OT_ERR_INVALID_ARGUMENT);
+}
+
+/* Measured rates with 2 device threads: every figure positive and finite, and the device built
+ * from them prices kernels at them (the share is in the rates: core_share 1). */
+static void test_host_measure(void) {
+    ot_sim_host_rates hr;
+    ASSERT_OK(ot_sim_host_measure(2, 0.01, &hr));
+    EXPECT_INT_EQ(hr.devices, 2);
+    double v[] = {hr.dot_flops, hr.cache_flops, hr.mem_bytes_per_s,  hr.cache_bytes_per_s,
+                  hr.launch_s,  hr.transfer_s,  hr.copy_bytes_per_s, hr.alpha_s,
+                  hr.interp_s,  hr.core_share,  hr.cache_limit_bytes};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) EXPECT_TRUE(v[i] > 0 && isfinite(v[i]));
+    EXPECT_TRUE(hr.pool_s >= 0 && isfinite(hr.pool_s));
+    EXPECT_TRUE(hr.core_share <= 1);
+    ot_sim_host_calibration cal;
+    memset(&cal, 0, sizeof cal);
+    cal.cores = 2, cal.write_bytes_per_s = 1e9, cal.read_bytes_per_s = 1e9;
+    ot_sim_device d;
+    ot_sim_device_host_rates(&hr, &cal, &d);
+    EXPECT_TRUE(d.shared_host);
+    EXPECT_NEAR(d.core_share[2], 1, 0);
+    EXPECT_NEAR(d.cache_flops_f32, hr.cache_flops, 0);
+    EXPECT_NEAR(d.shm_cost.alpha_us, hr.alpha_s * 1e6, 1e-9);
+}
+
+OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_measure), OT_TEST(test_link_rings),
+             OT_TEST(test_published_pod_allreduce), OT_TEST(test_ring_formula_and_busbw),
+             OT_TEST(test_sim_uses_pod_model), OT_TEST(test_presets), OT_TEST(test_roofline),
+             OT_TEST(test_errors_and_memory), OT_TEST(test_goodput), OT_TEST(test_full_pod))

@@ -61,6 +61,21 @@ typedef struct ot_sim_device {
     int cores;
     double core_share[9]; /* [n] for n = 1..8 devices; beyond 8: core_share[8] * 8 / n */
     ot_cost_params shm_cost;
+    /* A host's caches (0 for a TPU: one tier): a kernel touching at most cache_bytes (read +
+     * written) runs on its device's thread with data in the caches, at these rates instead; a
+     * shared-memory collective of at most cache_bytes per member moves at cache_shm_bytes_per_s
+     * (GB/s in shm_cost otherwise). */
+    double cache_bytes, cache_flops_f32, cache_bytes_per_s, cache_shm_bytes_per_s;
+    /* A loop fusion without native code (ot_executable_kernel_native) is interpreted: at least
+     * interp_s per output element and fused instruction (0 for a TPU: XLA compiles every one). */
+    double interp_s;
+    /* A kernel on the host runtime's pool (touching cache_bytes or more, or a dot of
+     * cache_bytes / 4 multiply-adds or more: the runtime's rule) pays pool_s more. */
+    double pool_s;
+    /* The host pipeline of a step that stages its data through host memory (optitpu train on
+     * host devices): one buffer put on or read off a device, and host copies (bytes read +
+     * written per second). 0 for a TPU (its input pipeline runs beside the step). */
+    double transfer_s, copy_bytes_per_s;
 } ot_sim_device;
 
 /* "v4", "v5e", "v5p" (figures from Google Cloud's TPU pages, cited in docs/simulate.md), also
@@ -91,6 +106,42 @@ OT_API ot_status ot_sim_device_host_calibrate(const char *tmp_dir, ot_sim_device
 OT_API void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devices,
                                     ot_sim_device *out);
 
+/* One in-process device thread's rates on this machine while `devices` device threads run the
+ * same work at once, in wall time: each figure's work is timed by the thread's CPU time (what it
+ * costs while the thread runs) and divided by the share of the wall time a busy device thread
+ * ran over the whole window (CPU time / wall time, averaged over the threads and figures): the
+ * share of the cores each thread gets, from the other device threads and from other processes'
+ * load, is in the figures as it is in a training step's wall time. The all-reduce's per-message
+ * cost is wall time (it waits for other threads to run). Taken right before and after a
+ * measurement, it prices that measurement under the same conditions. */
+typedef struct ot_sim_host_rates {
+    int devices;
+    double window_s;    /* per figure */
+    double dot_flops;   /* f32 dots on the runtime's pool: the rate between a 64^3 and a 256^3 */
+    double pool_s;      /* what a pooled kernel pays beyond its work: the hand-off to the pool's
+                           threads and waiting for them (the 64^3 dot's time less its work) */
+    double cache_flops; /* f32 dot 32^3 (on the device's thread, in the caches) */
+    double mem_bytes_per_s;   /* f32 add over 64 MiB / devices each (past the last-level cache),
+                                 bytes read + written */
+    double cache_bytes_per_s; /* f32 add over 192 KiB (in the caches), read + written */
+    double launch_s;          /* a one-kernel executable, per execution */
+    double transfer_s;        /* a 4 KiB buffer put on or read off a host device */
+    double copy_bytes_per_s;  /* memcpy of 64 KiB, read + written */
+    double alpha_s;           /* in-process all-reduce, per message (4-byte ring / 2(n-1)) */
+    double interp_s; /* an interpreted loop fusion of 3 instructions over 4096 f32, per element and
+                        instruction */
+    double cache_limit_bytes; /* the cache tier's bound: the runtime's inline-kernel size */
+    double core_share;        /* of the wall time a busy device thread ran (CPU time / wall time) */
+} ot_sim_host_rates;
+
+/* Measures the rates with `devices` (1..64) threads of this process at once, window_s (> 0) of
+ * wall time per figure (about 9 windows in all). */
+OT_API ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *out);
+/* The "host" device model for r->devices in-process devices from measured rates (their core
+ * share is in them); cal supplies what is not re-measured (checkpoint file bandwidth, cores). */
+OT_API void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_calibration *cal,
+                                     ot_sim_device *out);
+
 typedef struct ot_sim_config {
     ot_sim_device device;
     /* The chips and their links; NULL with device.shared_host: `chips` in-process devices. */
@@ -115,6 +166,13 @@ typedef struct ot_sim_config {
     /* Rings of disjoint links a collective's bytes are split over, all running at once (each
      * priced by the pod's cost model); 0: ot_sim_link_rings(topology). */
     int rings;
+    /* The compiled optimizer update (borrowed; NULL: one fused elementwise update priced from
+     * optimizer_flops and the state bytes); with shard_optimizer its kernels are scaled by 1/N. */
+    const ot_executable *update;
+    /* Host pipeline per step (device.transfer_s, device.copy_bytes_per_s): buffers put on or
+     * read off the device and bytes copied in host memory (read + written); 0 on a TPU. */
+    int64_t host_transfers;
+    double host_copy_bytes;
     int64_t ckpt_every; /* steps between checkpoints; 0: the optimal interval */
     double mtbf_hours;  /* per chip; 0: no failures */
     double restart_s;   /* lost to a failure beyond the restore (rescheduling) */
@@ -131,7 +189,8 @@ typedef struct ot_sim_result {
     double comm_s;         /* every gradient collective, end to end */
     double exposed_comm_s; /* comm not hidden under the backward pass */
     double optimizer_s;
-    double step_s; /* compute + exposed comm + optimizer */
+    double host_s; /* the host pipeline (transfers and copies) */
+    double step_s; /* compute + exposed comm + optimizer + host pipeline */
     double samples_per_s;
     char algo[24]; /* the algorithm of the (largest) bucket: "ring", ... */
     int buckets;
@@ -147,6 +206,14 @@ typedef struct ot_sim_result {
     double goodput_optimal;    /* at the optimal interval */
 } ot_sim_result;
 
+/* optitpu train's host pipeline on host devices (docs/train.md, a step's phases) for a model of
+ * nparams parameter tensors, from c->param_bytes and c->input_bytes (one chip's batch): the batch
+ * gathered and put on the device (2 transfers), the loss, correct count and gradients read off it
+ * (nparams + 2) and copied into one vector, the summed gradients put back (nparams), the
+ * optimizer's step and learning rate (2); copies: the batch twice, the gradients three times,
+ * each byte read and written. Sets c->host_transfers and c->host_copy_bytes. */
+OT_API void ot_sim_config_train_pipeline(ot_sim_config *c, int nparams);
+
 /* Predicts one chip count. OUT_OF_MEMORY with *out filled (fits false) when a chip's memory is
  * over its capacity; INVALID_ARGUMENT for a batch not divisible by the chips, a topology of
  * another size, an algorithm the topology does not support, non-positive sizes. */
@@ -154,7 +221,7 @@ OT_API ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out);
 
 /* The roofline time of one executable on one chip, each kernel's FLOPs and bytes scaled by
  * `scale` (> 0); for a shared host device, with `share` devices running at once (ignored for a
- * TPU). */
+ * TPU). An interpreted loop fusion takes at least its elements x instructions x interp_s. */
 OT_API double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale,
                                int share, double *flops);
 

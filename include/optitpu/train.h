@@ -311,6 +311,10 @@ typedef struct ot_train_report {
     /* The optimizer state one device holds (its state tensors' bytes; with shard_optimizer its
      * block's, about 1/devices of the unsharded figure). */
     int64_t optim_state_bytes_per_device;
+    /* Peak bytes in use of the device memory pools over the run: the leader's (which also holds
+     * the test set and evaluates) and the largest of the other replicas' in this process (0 when
+     * the leader is alone). Parameters, optimizer state, each step's batch, outputs and arena. */
+    int64_t leader_peak_bytes, replica_peak_bytes;
     bool shard_optimizer; /* the run sharded its optimizer update */
     /* Compiling the executables (or loading them from compile_cache), and how many of them were
      * loaded from / stored into the cache. */

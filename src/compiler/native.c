@@ -113,6 +113,10 @@ const cg_program *cc_executable_native(const ot_executable *e) {
     return e ? e->native : NULL;
 }
 
+bool ot_executable_kernel_native(const ot_executable *e, int k) {
+    return e && e->native && k >= 0 && k < ot_executable_kernel_count(e) && cg_native(e->native, k);
+}
+
 void ot_executable_native_stats(const ot_executable *e, ot_native_stats *out) {
     memset(out, 0, sizeof *out);
     if (!e) return;

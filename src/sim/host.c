@@ -4,8 +4,10 @@
  * in-process all-reduce's per-message cost.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "optitpu/bench.h"
@@ -14,6 +16,8 @@
 #include "optitpu/ir.h"
 #include "optitpu/runtime.h"
 #include "optitpu/sim.h"
+
+#include "exec/fast_internal.h" /* EX_INLINE_BYTES: kernels run on the caller's thread below it */
 
 static ot_status compile_text(const char *hlo, ot_executable **out) {
     ot_module *m = NULL;
@@ -149,5 +153,295 @@ ot_status ot_sim_device_host_calibrate(const char *tmp_dir, ot_sim_device *out,
     if (s != OT_OK) return ot_error_wrap(s, "sim: calibrating the host device model");
     if (cal) *cal = c;
     if (out) ot_sim_device_host_from(&c, 1, out);
+    return OT_OK;
+}
+
+/* ---- rates with every device thread running (ot_sim_host_measure) --------------------------- */
+
+/* Pooled figures (the kernel hands its work to the runtime's pool: other threads) first, then
+ * those that run on the calling thread alone. */
+enum { M_DOT, M_SDOT, M_MEM, M_CDOT, M_CMEM, M_LAUNCH, M_INTERP, M_NEXE };
+#define M_POOLED(k) ((k) <= M_MEM)
+enum { M_TRANSFER = M_NEXE, M_COPY, M_ALPHA, M_N };
+#define M_MAX_DEVICES 64
+#define COPY_BYTES    (64 << 10)
+
+typedef struct {
+    const ot_executable *exe[M_NEXE];
+    double window_ns;
+    double sec[M_N][M_MAX_DEVICES];   /* per rank: seconds running per unit of figure k */
+    double share[M_MAX_DEVICES];      /* per rank: its CPU time / wall time while busy */
+    uint64_t span_start, span_end;    /* ot_now_ns of this round's share span */
+    double alpha_wall[M_MAX_DEVICES]; /* per rank: wall seconds per 4-byte all-reduce */
+} measure_job;
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One executable's inputs, outputs and arena, zeroed, for one thread. */
+typedef struct {
+    void *arena, *in[4], *out[4];
+} exe_mem;
+
+static void exe_mem_free(exe_mem *m) {
+    ot_free(m->arena);
+    for (int k = 0; k < 4; k++) ot_free(m->in[k]), ot_free(m->out[k]);
+    memset(m, 0, sizeof *m);
+}
+
+static ot_status exe_mem_alloc(const ot_executable *e, exe_mem *m) {
+    memset(m, 0, sizeof *m);
+    int np = ot_executable_param_count(e), no = ot_executable_output_count(e);
+    if (np > 4 || no > 4) return ot_error(OT_ERR_INTERNAL, "sim calibration: arity");
+    int64_t asz = ot_executable_arena_size(e);
+    bool ok = (m->arena = ot_calloc(1, (size_t)(asz > 64 ? asz : 64))) != NULL;
+    for (int k = 0; ok && k < np; k++)
+        ok = (m->in[k] = ot_calloc(
+                  1, (size_t)ot_executable_slot(e, ot_executable_param_slot(e, k))->nbytes + 64));
+    for (int k = 0; ok && k < no; k++)
+        ok = (m->out[k] = ot_calloc(
+                  1, (size_t)ot_executable_slot(e, ot_executable_output_slot(e, k))->nbytes + 64));
+    if (!ok) {
+        exe_mem_free(m);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
+    }
+    return OT_OK;
+}
+
+/* Each figure is timed in rounds: every round runs each figure's work for a quantum (at least
+ * once) after all members reached it, round after round until the window has passed, so every
+ * figure sees the same moments of the machine's load. */
+#define QUANTUM_NS      1000000.0
+#define ALPHA_PER_ROUND 8
+#define SPAN_NS         5000000u /* the share's span per round */
+#define SPAN_LEAD_NS    200000u  /* from its announcement to its start */
+
+typedef struct {
+    measure_job *j;
+    int rank, n;
+    ot_comm *c;
+    exe_mem mem[M_NEXE];
+    ot_device *dev;
+    ot_tensor ht;
+    char *copy;
+    double total[M_N];          /* wall seconds */
+    double cpu[M_N];            /* this thread's CPU seconds in them */
+    double span_cpu, span_wall; /* the share's spans */
+    int64_t count[M_N];
+} measure_thread;
+
+static ot_status item_once(measure_thread *m, int k, int64_t it) {
+    switch (k) {
+    case M_TRANSFER: { /* a small buffer onto a host device and back: two transfers */
+        ot_buffer *b = NULL;
+        ot_tensor back;
+        ot_status s = ot_buffer_from_host(m->dev, &m->ht, &b);
+        if (s == OT_OK) s = ot_buffer_to_host(b, &back);
+        if (s == OT_OK) ot_tensor_release(&back);
+        ot_buffer_free(b);
+        return s;
+    }
+    case M_COPY:
+        memcpy(m->copy + (it & 1 ? 0 : COPY_BYTES), m->copy + (it & 1 ? COPY_BYTES : 0),
+               COPY_BYTES);
+        __asm__ volatile("" ::"r"(m->copy) : "memory"); /* the copy is not elided */
+        return OT_OK;
+    case M_ALPHA: { /* a 4-byte ring all-reduce: 2(n-1) messages, no bandwidth to speak of */
+        float v = 1;
+        ot_coll_options o = ot_coll_options_default();
+        o.algo = OT_ALGO_RING;
+        return ot_comm_allreduce(m->c, &v, &v, 1, OT_F32, OT_REDOP_SUM, &o);
+    }
+    default: {
+        ot_run_options ro = ot_run_options_default(); /* the default pool, as a host device's */
+        return ot_execute_on_host(m->j->exe[k], m->mem[k].arena, m->mem[k].in, m->mem[k].out, &ro,
+                                  0, NULL);
+    }
+    }
+}
+
+static ot_status measure_rounds(measure_thread *m) {
+    int nitems = m->n > 1 ? M_N : M_ALPHA;                         /* no all-reduce on one device */
+    for (int k = 0; k < nitems; k++) OT_CHECK(item_once(m, k, 0)); /* warm-up */
+    uint64_t start = ot_now_ns();
+    for (;;) {
+        for (int k = 0; k < nitems; k++) {
+            OT_CHECK(ot_comm_barrier(m->c, NULL));
+            uint64_t t0 = ot_now_ns(), t1 = t0, c0 = thread_cpu_ns();
+            int64_t it = 0;
+            /* a collective runs as often on every member: a fixed count */
+            do {
+                OT_CHECK(item_once(m, k, it));
+                it++;
+                t1 = ot_now_ns();
+            } while (k == M_ALPHA ? it < ALPHA_PER_ROUND : (double)(t1 - t0) < QUANTUM_NS);
+            m->total[k] += (double)(t1 - t0) / 1e9;
+            m->cpu[k] += (double)(thread_cpu_ns() - c0) / 1e9;
+            m->count[k] += it;
+        }
+        /* the share: every device thread busy on its own work over one span of wall time
+         * common to all (a thread kept off the cores at its start loses that time too) */
+        if (m->rank == 0) {
+            m->j->span_start = ot_now_ns() + SPAN_LEAD_NS;
+            m->j->span_end = m->j->span_start + SPAN_NS;
+        }
+        OT_CHECK(ot_comm_barrier(m->c, NULL)); /* publishes the span */
+        uint64_t s0 = m->j->span_start, s1 = m->j->span_end;
+        while (ot_now_ns() < s0) {
+        }
+        uint64_t c0 = thread_cpu_ns();
+        for (int64_t it = 0; ot_now_ns() < s1; it++) OT_CHECK(item_once(m, M_CMEM, it));
+        m->span_cpu += (double)(thread_cpu_ns() - c0) / 1e9;
+        m->span_wall += (double)(s1 - s0) / 1e9;
+        /* the leader's clock ends the rounds for everyone */
+        float more = m->rank == 0 && (double)(ot_now_ns() - start) < m->j->window_ns ? 1.f : 0.f;
+        OT_CHECK(ot_comm_allreduce(m->c, &more, &more, 1, OT_F32, OT_REDOP_SUM, NULL));
+        if (more == 0) break;
+    }
+    return OT_OK;
+}
+
+static ot_status measure_fn(void *ud, int rank, ot_comm *c) {
+    measure_job *j = ud;
+    measure_thread m;
+    memset(&m, 0, sizeof m);
+    m.j = j;
+    m.rank = rank;
+    m.n = ot_comm_size(c);
+    m.c = c;
+    static float small[1024]; /* read only */
+    ot_shape sh;
+    ot_shape_make(&sh, OT_F32, 1, (int64_t[]){1024});
+    ot_tensor_borrow(&m.ht, &sh, small);
+    ot_status s = ot_host_device_create(rank, 0, &m.dev);
+    for (int k = 0; k < M_NEXE && s == OT_OK; k++) s = exe_mem_alloc(j->exe[k], &m.mem[k]);
+    if (s == OT_OK && !(m.copy = ot_calloc(2, COPY_BYTES)))
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
+    if (s == OT_OK) s = measure_rounds(&m);
+    /* work on this thread alone costs its CPU time (robust to being kept off the cores); how
+     * much of the wall time the thread runs is its share, over the spans */
+    for (int k = 0; k < M_N; k++) {
+        /* pooled kernels: wall time (their work is on other threads too, and they wait for
+         * them); the all-reduce: wall time (it waits for the other members) */
+        bool own = !(k < M_NEXE && M_POOLED(k)) && k != M_ALPHA;
+        double t = own ? m.cpu[k] : m.total[k];
+        j->sec[k][rank] = m.count[k] ? t / (double)m.count[k] : 0;
+    }
+    j->share[rank] = m.span_wall > 0 && m.span_cpu > 0 && m.span_cpu < m.span_wall
+                         ? m.span_cpu / m.span_wall
+                         : 1;
+    j->alpha_wall[rank] = m.count[M_ALPHA] ? m.total[M_ALPHA] / (double)m.count[M_ALPHA] : 0;
+    ot_free(m.copy);
+    for (int k = 0; k < M_NEXE; k++) exe_mem_free(&m.mem[k]);
+    ot_device_free(m.dev);
+    return s;
+}
+
+static ot_status compile_add(int64_t elems, ot_executable **out) {
+    char hlo[256];
+    snprintf(hlo, sizeof hlo,
+             "HloModule sim_rate_add\nENTRY main {\n  a = f32[%lld] parameter(0)\n"
+             "  b = f32[%lld] parameter(1)\n  ROOT c = f32[%lld] add(a, b)\n}\n",
+             (long long)elems, (long long)elems, (long long)elems);
+    return compile_text(hlo, out);
+}
+
+static ot_status compile_dot(int d, ot_executable **out) {
+    char hlo[320];
+    snprintf(hlo, sizeof hlo,
+             "HloModule sim_rate_dot\nENTRY main {\n  a = f32[%d,%d] parameter(0)\n"
+             "  b = f32[%d,%d] parameter(1)\n  ROOT d = f32[%d,%d] dot(a, b), "
+             "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+             d, d, d, d, d, d);
+    return compile_text(hlo, out);
+}
+
+/* A loop fusion of three instructions over INTERP_ELEMS f32, without native code. */
+#define INTERP_ELEMS 4096
+static ot_status compile_interp(ot_executable **out) {
+    char hlo[512];
+    snprintf(hlo, sizeof hlo,
+             "HloModule sim_rate_interp\nENTRY main {\n  a = f32[%d] parameter(0)\n"
+             "  b = f32[%d] parameter(1)\n  m = f32[%d] multiply(a, b)\n"
+             "  s = f32[%d] add(m, a)\n  ROOT r = f32[%d] maximum(s, b)\n}\n",
+             INTERP_ELEMS, INTERP_ELEMS, INTERP_ELEMS, INTERP_ELEMS, INTERP_ELEMS);
+    ot_module *m = NULL;
+    ot_status s = ot_hlo_parse(hlo, strlen(hlo), NULL, &m);
+    ot_compile_options co = ot_compile_options_default();
+    co.native = OT_NATIVE_OFF;
+    if (s == OT_OK) s = ot_compile(m, &co, out);
+    ot_module_free(m);
+    if (s == OT_OK && (ot_executable_kernel_count(*out) != 1 ||
+                       ot_executable_kernel(*out, 0)->kind != OT_KERNEL_FUSION)) {
+        ot_executable_free(*out);
+        *out = NULL;
+        s = ot_error(OT_ERR_INTERNAL, "sim calibration: the interpreter's probe is not one fusion");
+    }
+    return s;
+}
+
+ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *out) {
+    if (!out || devices < 1 || devices > M_MAX_DEVICES || !(window_s > 0 && window_s < 60))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "sim: measuring %d devices (1..%d) for %g s windows (0 < w < 60)", devices,
+                        M_MAX_DEVICES, window_s);
+    measure_job *j = ot_calloc(1, sizeof *j);
+    if (!j) return ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
+    j->window_ns = window_s * 1e9;
+    ot_executable *e[M_NEXE] = {0};
+    /* 64 MiB over all devices: past a last-level cache of 32 MiB whatever the count */
+    int64_t mem_elems = ((int64_t)64 << 20) / 12 / devices;
+    /* dots of 64^3 and 256^3 multiply-adds go to the pool (64K and more), 32^3 stays inline */
+    ot_status s = compile_dot(256, &e[M_DOT]);
+    if (s == OT_OK) s = compile_dot(64, &e[M_SDOT]);
+    if (s == OT_OK) s = compile_dot(32, &e[M_CDOT]);
+    if (s == OT_OK) s = compile_add(mem_elems, &e[M_MEM]);
+    if (s == OT_OK) s = compile_add(16384, &e[M_CMEM]); /* 192 KiB */
+    if (s == OT_OK) s = compile_add(4, &e[M_LAUNCH]);
+    if (s == OT_OK) s = compile_interp(&e[M_INTERP]);
+    for (int k = 0; k < M_NEXE; k++) j->exe[k] = e[k];
+    if (s == OT_OK) s = ot_local_run(devices, measure_fn, j, NULL);
+    if (s == OT_OK) {
+        /* wall seconds per unit, averaged over the threads: work on a thread alone is its CPU
+         * time over the share a busy device thread got (the mean over the threads) */
+        double m[M_N] = {0}, share = 0;
+        for (int r = 0; r < devices; r++) share += j->share[r] / devices;
+        for (int k = 0; k < M_N; k++) {
+            bool own = !(k < M_NEXE && M_POOLED(k)) && k != M_ALPHA;
+            for (int r = 0; r < devices; r++)
+                m[k] += (k == M_ALPHA ? j->alpha_wall[r] : j->sec[k][r]) / devices;
+            if (own) m[k] /= share; /* CPU seconds at the threads' mean share of the time */
+        }
+        memset(out, 0, sizeof *out);
+        out->devices = devices;
+        out->window_s = window_s;
+        double tl = m[M_LAUNCH];
+        /* the kernel's own launch is in each time; what remains is its work */
+#define WORK(k) (m[k] > 2 * tl ? m[k] - tl : m[k] / 2) /* launch-bound: half of it */
+        /* a pooled kernel: hand-off + work at the pool's rate, from the two dots' times */
+        double fl = (double)ot_executable_total_flops(e[M_DOT]);
+        double fs = (double)ot_executable_total_flops(e[M_SDOT]);
+        double tL = WORK(M_DOT), tS = WORK(M_SDOT);
+        out->dot_flops = tL > tS ? (fl - fs) / (tL - tS) : fl / tL;
+        out->pool_s = tS - fs / out->dot_flops > 0 ? tS - fs / out->dot_flops : 0;
+        out->cache_flops = (double)ot_executable_total_flops(e[M_CDOT]) / WORK(M_CDOT);
+        double tm = WORK(M_MEM) > out->pool_s ? WORK(M_MEM) - out->pool_s : WORK(M_MEM);
+        out->mem_bytes_per_s = (double)ot_executable_total_bytes(e[M_MEM]) / tm;
+        out->cache_bytes_per_s = (double)ot_executable_total_bytes(e[M_CMEM]) / WORK(M_CMEM);
+        out->launch_s = tl;
+        out->interp_s = WORK(M_INTERP) / (INTERP_ELEMS * 3.0);
+#undef WORK
+        out->transfer_s = m[M_TRANSFER] / 2;
+        out->copy_bytes_per_s = 2.0 * COPY_BYTES / m[M_COPY];
+        out->alpha_s = devices > 1 ? m[M_ALPHA] / (2.0 * (devices - 1)) : 0;
+        out->cache_limit_bytes = (double)EX_INLINE_BYTES;
+        out->core_share = share;
+    }
+    for (int k = 0; k < M_NEXE; k++) ot_executable_free(e[k]);
+    ot_free(j);
+    if (s != OT_OK) return ot_error_wrap(s, "sim: measuring %d in-process devices", devices);
     return OT_OK;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "optitpu/core.h"
+#include "optitpu/ir.h"
 
 /* ---- device presets --------------------------------------------------------------------------
  * Per-chip figures from Google Cloud's TPU pages (docs/simulate.md lists the URLs):
@@ -82,6 +83,27 @@ void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devices, ot
     out->shm_cost.gbytes_per_s = bw / 1e9;
 }
 
+void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_calibration *cal,
+                              ot_sim_device *out) {
+    ot_sim_device_host_from(cal, r->devices, out);
+    /* the rates were measured with every device thread running: their share is in them */
+    for (int k = 1; k <= 8; k++) out->core_share[k] = 1;
+    out->peak_flops_f32 = out->peak_flops_bf16 = out->peak_flops_int8 = r->dot_flops;
+    out->hbm_bytes_per_s = r->mem_bytes_per_s;
+    out->launch_s = r->launch_s;
+    out->cache_bytes = r->cache_limit_bytes;
+    out->cache_flops_f32 = r->cache_flops;
+    out->cache_bytes_per_s = r->cache_bytes_per_s;
+    out->transfer_s = r->transfer_s;
+    out->interp_s = r->interp_s;
+    out->pool_s = r->pool_s;
+    out->copy_bytes_per_s = r->copy_bytes_per_s;
+    /* a member's copy moves each byte read once and written once */
+    out->shm_cost.alpha_us = r->devices >= 2 ? r->alpha_s * 1e6 : 0;
+    out->shm_cost.gbytes_per_s = r->mem_bytes_per_s / 2 / 1e9;
+    out->cache_shm_bytes_per_s = r->copy_bytes_per_s / 2;
+}
+
 /* ---- compute ----------------------------------------------------------------------------------
  */
 
@@ -93,6 +115,17 @@ static double kernel_peak(const ot_sim_device *d, ot_dtype dt) {
     case OT_U8: return d->peak_flops_int8;
     default: return d->peak_flops_f32;
     }
+}
+
+/* An interpreted fusion's work: its output elements times the fused computation's
+ * instructions (parameters not counted). */
+static double interp_work(const ot_executable *e, const ot_kernel *kn) {
+    double elems = 0;
+    for (int q = 0; q < kn->noutputs; q++)
+        elems += (double)ot_shape_numel_unchecked(&ot_executable_slot(e, kn->outputs[q])->shape);
+    const ot_computation *f = kn->instr && kn->instr->ncalled > 0 ? kn->instr->called[0] : NULL;
+    double ops = f ? (double)(f->ninstrs - f->nparams) : 1;
+    return elems * (ops > 1 ? ops : 1);
 }
 
 double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale, int share,
@@ -108,8 +141,21 @@ double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double s
         double kf = (double)kn->flops * scale;
         double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
         double peak = kernel_peak(d, dt) * cs, bw = d->hbm_bytes_per_s * cs;
+        /* the host runtime hands a kernel to its pool from cache_bytes touched, a dot from
+         * cache_bytes / 4 multiply-adds (src/exec); below, it runs on the device's thread */
+        bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
+        if (d->cache_bytes > 0 && pooled) t += d->pool_s / cs;
+        if (!pooled) { /* on the device's thread, its data in the caches */
+            if (d->cache_flops_f32 > 0) peak = d->cache_flops_f32 * cs;
+            if (d->cache_bytes_per_s > 0) bw = d->cache_bytes_per_s * cs;
+        }
         double tf = peak > 0 ? kf / peak : 0, tb = bw > 0 ? kb / bw : 0;
-        t += (tf > tb ? tf : tb) + launch;
+        if (tb > tf) tf = tb;
+        if (d->interp_s > 0 && kn->kind == OT_KERNEL_FUSION && !ot_executable_kernel_native(e, k)) {
+            double ti = interp_work(e, kn) * scale * d->interp_s / cs;
+            if (ti > tf) tf = ti;
+        }
+        t += tf + launch;
         f += kf;
     }
     if (flops) *flops = f;
@@ -182,9 +228,15 @@ int ot_sim_link_rings(const ot_topology *t) {
 
 /* Cost in seconds of one collective on the model communicator, its bytes split evenly over
  * `rings` rings of disjoint links that run at once; the chosen algorithm in *used. */
-static ot_status coll_s(const ot_comm *m, ot_coll_kind k, ot_coll_algo a, size_t bytes, int rings,
-                        double *t, ot_coll_algo *used) {
+static ot_status coll_s(const ot_sim_device *d, ot_comm *m, bool shm, ot_coll_kind k,
+                        ot_coll_algo a, size_t bytes, int rings, double *t, ot_coll_algo *used) {
     if (rings > 1) bytes = (bytes + (size_t)rings - 1) / (size_t)rings;
+    if (shm && d->cache_shm_bytes_per_s > 0) {
+        /* shared memory: a member's block that stays in the caches moves at their rate */
+        ot_cost_params p = d->shm_cost;
+        if ((double)bytes < d->cache_bytes) p.gbytes_per_s = d->cache_shm_bytes_per_s / 1e9;
+        ot_comm_set_cost_params(m, p);
+    }
     ot_coll_algo x = a == OT_ALGO_AUTO ? ot_coll_choose(m, k, bytes) : a;
     double us = ot_coll_cost_us(m, k, x, bytes);
     if (us < 0)
@@ -203,8 +255,8 @@ ot_status ot_sim_collective_s(const ot_sim_device *d, const ot_topology *t, int 
     if (n < 1) return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: %d members", n);
     ot_comm *m;
     OT_CHECK(model_comm(d, t, n, &m));
-    ot_status s =
-        coll_s(m, kind, algo, bytes, rings > 0 ? rings : ot_sim_link_rings(t), seconds, used);
+    ot_status s = coll_s(d, m, d->shared_host && !t, kind, algo, bytes,
+                         rings > 0 ? rings : ot_sim_link_rings(t), seconds, used);
     ot_comm_free(m);
     return s;
 }
@@ -243,6 +295,11 @@ ot_sim_config ot_sim_config_default(void) {
     return c;
 }
 
+void ot_sim_config_train_pipeline(ot_sim_config *c, int nparams) {
+    c->host_transfers = 2 + (nparams + 2) + nparams + 2;
+    c->host_copy_bytes = 2.0 * (2.0 * (double)c->input_bytes + 3.0 * (double)c->param_bytes);
+}
+
 static const double GiB = 1024.0 * 1024 * 1024;
 
 ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
@@ -274,7 +331,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: state_bytes %d (4: f32, 2: bf16)",
                         c->state_bytes);
     if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 || c->rings < 0 ||
-        c->ckpt_every < 0 || c->mtbf_hours < 0 || c->restart_s < 0 ||
+        c->host_transfers < 0 || !(c->host_copy_bytes >= 0) || c->ckpt_every < 0 ||
+        c->mtbf_hours < 0 || c->restart_s < 0 ||
         !(c->backward_fraction >= 0 && c->backward_fraction <= 1))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "sim: negative size, interval or MTBF, or a backward fraction outside "
@@ -299,6 +357,7 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     out->rings = rings;
     if (n > 1 && nb > 0) {
         ot_comm *m;
+        bool shm = d->shared_host && !c->topology;
         OT_CHECK(model_comm(&c->device, c->topology, n, &m));
         ot_status s = OT_OK;
         double bwd_start = out->compute_s * (1 - c->backward_fraction);
@@ -310,9 +369,9 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
             ot_coll_algo used = OT_ALGO_RING;
             if (c->shard_optimizer) {
                 size_t per = (size_t)ceil(sz / n); /* each member's block */
-                s = coll_s(m, OT_COLL_REDUCE_SCATTER, c->algo, per, rings, &t, &used);
+                s = coll_s(d, m, shm, OT_COLL_REDUCE_SCATTER, c->algo, per, rings, &t, &used);
             } else {
-                s = coll_s(m, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, rings, &t, &used);
+                s = coll_s(d, m, shm, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, rings, &t, &used);
             }
             if (s != OT_OK) break;
             if (sz > biggest) {
@@ -326,8 +385,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         }
         /* the updated parameter shards come back in one all-gather after the update */
         if (s == OT_OK && c->shard_optimizer)
-            s = coll_s(m, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / n), rings, &gather,
-                       NULL);
+            s = coll_s(d, m, shm, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / n), rings,
+                       &gather, NULL);
         ot_comm_free(m);
         if (s != OT_OK) return s;
     }
@@ -339,14 +398,22 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     /* optimizer: one fused elementwise update over this chip's parameters (f32) */
     double elems = G / 4.0;
     double local = c->shard_optimizer ? ceil(elems / n) : elems;
-    if (local > 0) {
+    if (c->update) {
+        /* the compiled update's kernels; a sharded update runs 1/N of each */
+        out->optimizer_s =
+            ot_sim_compute_s(d, c->update, c->shard_optimizer ? 1.0 / n : 1.0, n, NULL);
+    } else if (local > 0) {
         /* parameter and gradient read, parameter written, each state read and written */
         double bytes = local * (12.0 + 2.0 * c->optimizer_states * c->state_bytes);
         double tf = local * c->optimizer_flops / (d->peak_flops_f32 * cs);
         double tb = bytes / (d->hbm_bytes_per_s * cs);
         out->optimizer_s = (tf > tb ? tf : tb) + d->launch_s / cs;
     }
-    out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s;
+    /* the host pipeline: buffers on and off the device, copies in host memory */
+    if (c->host_transfers > 0) out->host_s += (double)c->host_transfers * d->transfer_s / cs;
+    if (c->host_copy_bytes > 0 && d->copy_bytes_per_s > 0)
+        out->host_s += c->host_copy_bytes / (d->copy_bytes_per_s * cs);
+    out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s + out->host_s;
     out->samples_per_s = out->step_s > 0 ? (double)c->global_batch / out->step_s : 0;
 
     /* memory per chip */
@@ -416,6 +483,7 @@ ot_status ot_sim_result_json(const ot_sim_result *r, char **out) {
     J("comm_s", r->comm_s);
     J("exposed_comm_s", r->exposed_comm_s);
     J("optimizer_s", r->optimizer_s);
+    J("host_s", r->host_s);
     J("step_s", r->step_s);
     J("samples_per_s", r->samples_per_s);
     J("buckets", r->buckets);

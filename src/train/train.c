@@ -657,6 +657,13 @@ static ot_status finish_report(trainer *t, uint64_t loop_end) {
     out->comm_s = cpu[PH_COMM];
     out->ckpt_s = cpu[PH_CKPT];
     out->other_s = cpu[PH_OTHER];
+    for (int r = 0; r < t->nlive; r++) {
+        ot_mem_stats ms;
+        if (!t->reps[r].dev) continue;
+        ot_device_memory(t->reps[r].dev, &ms);
+        int64_t *peak = r == 0 ? &out->leader_peak_bytes : &out->replica_peak_bytes;
+        if (ms.peak_in_use > *peak) *peak = ms.peak_in_use;
+    }
     double tot = cpu[0] + cpu[1] + cpu[2] + cpu[3];
     out->outside_compute_share = tot > 0 ? (tot - cpu[PH_COMPUTE]) / tot : 0;
     ot_status s = check_replicas(t, out->params_sha256);
