@@ -449,9 +449,9 @@ static void test_host_measure(void) {
     ot_sim_host_rates hr;
     ASSERT_OK(ot_sim_host_measure(2, 0.01, &hr));
     EXPECT_INT_EQ(hr.devices, 2);
-    double v[] = {hr.dot_flops, hr.cache_flops, hr.mem_bytes_per_s,  hr.cache_bytes_per_s,
-                  hr.launch_s,  hr.transfer_s,  hr.copy_bytes_per_s, hr.alpha_s,
-                  hr.interp_s,  hr.core_share,  hr.cache_limit_bytes};
+    double v[] = {hr.dot_flops, hr.cache_flops, hr.mem_bytes_per_s,   hr.cache_bytes_per_s,
+                  hr.launch_s,  hr.transfer_s,  hr.copy_bytes_per_s,  hr.alpha_s,
+                  hr.interp_s,  hr.core_share,  hr.cache_limit_bytes, hr.llc_bytes};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) EXPECT_TRUE(v[i] > 0 && isfinite(v[i]));
     EXPECT_TRUE(hr.pool_s >= 0 && isfinite(hr.pool_s));
     EXPECT_TRUE(hr.core_share <= 1);
@@ -464,6 +464,17 @@ static void test_host_measure(void) {
     EXPECT_NEAR(d.core_share[2], 1, 0);
     EXPECT_NEAR(d.cache_flops_f32, hr.cache_flops, 0);
     EXPECT_NEAR(d.shm_cost.alpha_us, hr.alpha_s * 1e6, 1e-9);
+    /* shared-memory blocks: in the last-level cache at the small copy's rate, else the large
+     * copy's (per-message cost left out: the bytes' time alone) */
+    d.shm_cost.alpha_us = 0;
+    double small = 0, large = 0;
+    size_t fit = (size_t)(hr.llc_bytes / 4) / 64 * 64; /* 2 blocks in half the cache */
+    ASSERT_OK(
+        ot_sim_collective_s(&d, NULL, 2, OT_COLL_ALLREDUCE, OT_ALGO_RING, fit, 1, &small, NULL));
+    ASSERT_OK(ot_sim_collective_s(&d, NULL, 2, OT_COLL_ALLREDUCE, OT_ALGO_RING, fit + 64, 1, &large,
+                                  NULL));
+    EXPECT_NEAR(large / (double)(fit + 64) / (small / (double)fit),
+                hr.copy_bytes_per_s / hr.mem_bytes_per_s, 1e-6);
 }
 
 OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_measure), OT_TEST(test_link_rings),

@@ -271,6 +271,10 @@ OT_API ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_bu
                                    int nparams, ot_buffer **outs, int nouts,
                                    const ot_run_options *o, ot_run_result *res);
 
+/* Host kernels touching fewer bytes than this run on the calling thread (a dot: fewer than a
+ * quarter of it in multiply-adds); larger ones are split over the run's thread pool. */
+OT_API int64_t ot_host_inline_bytes(void);
+
 /* The generic execution loop with the host's launch, on memory the caller placed: arena of
  * ot_executable_arena_size bytes, params[k] / outs[k] of each slot's byte size. What the host
  * device runs; exposed for tests, benchmarks and devices that place host memory themselves. */

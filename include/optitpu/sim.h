@@ -61,11 +61,12 @@ typedef struct ot_sim_device {
     int cores;
     double core_share[9]; /* [n] for n = 1..8 devices; beyond 8: core_share[8] * 8 / n */
     ot_cost_params shm_cost;
-    /* A host's caches (0 for a TPU: one tier): a kernel touching at most cache_bytes (read +
+    /* A host's caches (0 for a TPU: one tier): a kernel touching less than cache_bytes (read +
      * written) runs on its device's thread with data in the caches, at these rates instead; a
-     * shared-memory collective of at most cache_bytes per member moves at cache_shm_bytes_per_s
-     * (GB/s in shm_cost otherwise). */
+     * shared-memory collective whose members' blocks together fit in half of shm_cache_bytes
+     * (the last-level cache) moves at cache_shm_bytes_per_s (GB/s in shm_cost otherwise). */
     double cache_bytes, cache_flops_f32, cache_bytes_per_s, cache_shm_bytes_per_s;
+    double shm_cache_bytes;
     /* A loop fusion without native code (ot_executable_kernel_native) is interpreted: at least
      * interp_s per output element and fused instruction (0 for a TPU: XLA compiles every one). */
     double interp_s;
@@ -127,10 +128,11 @@ typedef struct ot_sim_host_rates {
     double launch_s;          /* a one-kernel executable, per execution */
     double transfer_s;        /* a 4 KiB buffer put on or read off a host device */
     double copy_bytes_per_s;  /* memcpy of 64 KiB, read + written */
+    double llc_bytes;         /* the last-level cache (sysconf) */
     double alpha_s;           /* in-process all-reduce, per message (4-byte ring / 2(n-1)) */
     double interp_s; /* an interpreted loop fusion of 3 instructions over 4096 f32, per element and
                         instruction */
-    double cache_limit_bytes; /* the cache tier's bound: the runtime's inline-kernel size */
+    double cache_limit_bytes; /* the cache tier's bound: ot_host_inline_bytes() */
     double core_share;        /* of the wall time a busy device thread ran (CPU time / wall time) */
 } ot_sim_host_rates;
 

@@ -92,6 +92,10 @@ static void par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_schedule sche
     ot_parallel_for(c->pool, n, 1, sched, fn, arg);
 }
 
+int64_t ex_inline_bytes(void) {
+    return EX_INLINE_BYTES;
+}
+
 void ex_par_for(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn fn, void *arg) {
     par_for(c, n, bytes, OT_SCHEDULE_STATIC, fn, arg);
 }

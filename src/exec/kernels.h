@@ -102,4 +102,8 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
                         void *const *in, const ex_leaf *ins, int nout, void *const *out,
                         const ex_leaf *outs, bool *fast);
 
+/* Below this many bytes touched (a dot: a quarter of it in multiply-adds) a fast kernel runs on
+ * the calling thread without waking the pool. */
+int64_t ex_inline_bytes(void);
+
 #endif

@@ -11,6 +11,10 @@
 
 #include <stdio.h>
 
+int64_t ot_host_inline_bytes(void) {
+    return ex_inline_bytes();
+}
+
 ot_run_options ot_run_options_default(void) {
     ot_run_options o;
     memset(&o, 0, sizeof o);

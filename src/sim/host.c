@@ -17,8 +17,6 @@
 #include "optitpu/runtime.h"
 #include "optitpu/sim.h"
 
-#include "exec/fast_internal.h" /* EX_INLINE_BYTES: kernels run on the caller's thread below it */
-
 static ot_status compile_text(const char *hlo, ot_executable **out) {
     ot_module *m = NULL;
     ot_status s = ot_hlo_parse(hlo, strlen(hlo), NULL, &m);
@@ -436,8 +434,11 @@ ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *o
 #undef WORK
         out->transfer_s = m[M_TRANSFER] / 2;
         out->copy_bytes_per_s = 2.0 * COPY_BYTES / m[M_COPY];
+        long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        out->llc_bytes = llc > 0 ? (double)llc : out->cache_limit_bytes;
         out->alpha_s = devices > 1 ? m[M_ALPHA] / (2.0 * (devices - 1)) : 0;
-        out->cache_limit_bytes = (double)EX_INLINE_BYTES;
+        out->cache_limit_bytes = (double)ot_host_inline_bytes();
         out->core_share = share;
     }
     for (int k = 0; k < M_NEXE; k++) ot_executable_free(e[k]);

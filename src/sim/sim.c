@@ -98,10 +98,11 @@ void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_cali
     out->interp_s = r->interp_s;
     out->pool_s = r->pool_s;
     out->copy_bytes_per_s = r->copy_bytes_per_s;
-    /* a member's copy moves each byte read once and written once */
+    /* a member's copy reads each byte once and writes it once */
     out->shm_cost.alpha_us = r->devices >= 2 ? r->alpha_s * 1e6 : 0;
     out->shm_cost.gbytes_per_s = r->mem_bytes_per_s / 2 / 1e9;
     out->cache_shm_bytes_per_s = r->copy_bytes_per_s / 2;
+    out->shm_cache_bytes = r->llc_bytes;
 }
 
 /* ---- compute ----------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double s
         double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
         double peak = kernel_peak(d, dt) * cs, bw = d->hbm_bytes_per_s * cs;
         /* the host runtime hands a kernel to its pool from cache_bytes touched, a dot from
-         * cache_bytes / 4 multiply-adds (src/exec); below, it runs on the device's thread */
+         * cache_bytes / 4 multiply-adds (ot_host_inline_bytes); below, on the device's thread */
         bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
         if (d->cache_bytes > 0 && pooled) t += d->pool_s / cs;
         if (!pooled) { /* on the device's thread, its data in the caches */
@@ -232,9 +233,11 @@ static ot_status coll_s(const ot_sim_device *d, ot_comm *m, bool shm, ot_coll_ki
                         ot_coll_algo a, size_t bytes, int rings, double *t, ot_coll_algo *used) {
     if (rings > 1) bytes = (bytes + (size_t)rings - 1) / (size_t)rings;
     if (shm && d->cache_shm_bytes_per_s > 0) {
-        /* shared memory: a member's block that stays in the caches moves at their rate */
+        /* shared memory: blocks that stay in the caches move at their rate (the members' blocks
+         * in half the last-level cache: the rest is the other processes' and the outputs') */
         ot_cost_params p = d->shm_cost;
-        if ((double)bytes < d->cache_bytes) p.gbytes_per_s = d->cache_shm_bytes_per_s / 1e9;
+        if ((double)bytes * ot_comm_size(m) <= d->shm_cache_bytes / 2)
+            p.gbytes_per_s = d->cache_shm_bytes_per_s / 1e9;
         ot_comm_set_cost_params(m, p);
     }
     ot_coll_algo x = a == OT_ALGO_AUTO ? ot_coll_choose(m, k, bytes) : a;
