@@ -1289,6 +1289,31 @@ static void profile_kinds(bool want_native) {
  * generated code must call the library even where it could fold (f(max(x, c)) becomes a call on
  * c in one branch). f32 exp and tanh are the library's own functions on both sides (pasted, not
  * called): checked the same way. */
+/* A logical right shift of an s8/s16 value reads it at its own width: a negative value's sign
+ * bits must not come down (s8 0x81 >> 1 is 0x40, not 0xc0), with the amount from a constant and
+ * from a parameter. */
+static void test_narrow_shift_right_logical(void) {
+    static const char *const types[] = {"s8", "s16", "u8", "s32", "s64"};
+    char text[1024];
+    for (int j = 0; j < (int)(sizeof types / sizeof types[0]); j++) {
+        const char *ty = types[j];
+        snprintf(text, sizeof text,
+                 "HloModule srl\nENTRY e {\n"
+                 "  x = %s[4096]{0} parameter(0)\n"
+                 "  y = %s[4096]{0} parameter(1)\n"
+                 "  c = %s[] constant(1)\n"
+                 "  cb = %s[4096]{0} broadcast(c), dimensions={}\n"
+                 "  a = %s[4096]{0} shift-right-logical(x, cb)\n"
+                 "  s = %s[] constant(7)\n"
+                 "  sb = %s[4096]{0} broadcast(s), dimensions={}\n"
+                 "  ya = %s[4096]{0} and(y, sb)\n"
+                 "  b = %s[4096]{0} shift-right-logical(x, ya)\n"
+                 "  ROOT r = %s[4096]{0} add(a, b)\n}\n",
+                 ty, ty, ty, ty, ty, ty, ty, ty, ty, ty);
+        check_module(text, 77 + (uint64_t)j, true);
+    }
+}
+
 static void test_libm_not_folded(void) {
     static const char *const fns[] = {
         "tanh", "exponential",           "log",          "sine", "cosine",
@@ -1472,6 +1497,70 @@ static void test_small_beside_large(void) {
     EXPECT_OK(ot_compile(m, NULL, &e));
     EXPECT_TRUE(e != NULL && cc_executable_native(e) == NULL);
     ot_executable_free(e);
+    ot_module_free(m);
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
+}
+
+/* The tier-up: a module of small fusions is interpreted at first and native from the run that
+ * reaches OPTITPU_CODEGEN_TIER_UP runs (here 2: the first run interprets, the second and third
+ * run native code), each run bit for bit the reference; 0 never tiers up, and neither do
+ * OT_NATIVE_OFF nor OPTITPU_CODEGEN=0. */
+static void tier_kinds(ot_module *m, const ot_executable *e, int run, bool want_native) {
+    ot_profile *prof;
+    ASSERT_OK(ot_profile_create(&prof));
+    run_profiled(m, e, 2, 1, 100, 40 + (uint64_t)run, prof);
+    char *trace = NULL;
+    EXPECT_OK(ot_profile_chrome_trace(prof, &trace));
+    if (trace) {
+        EXPECT_TRUE((strstr(trace, "\"fusion-native\"") != NULL) == want_native);
+        EXPECT_TRUE((strstr(trace, "\"fusion-interp\"") != NULL) == !want_native);
+    }
+    ot_free(trace);
+    ot_profile_free(prof);
+}
+
+static void test_tier_up(void) {
+    static const char small_only[] = "HloModule tier\n"
+                                     "ENTRY e {\n"
+                                     "  a = f32[100]{0} parameter(0)\n"
+                                     "  b = f32[100]{0} parameter(1)\n"
+                                     "  ea = f32[100]{0} sine(a)\n"
+                                     "  ROOT s = f32[100]{0} multiply(ea, b)\n"
+                                     "}\n";
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "4096", 1);
+    ot_module *m = parse(small_only);
+    ASSERT_TRUE(m != NULL);
+    const struct {
+        const char *tier;    /* OPTITPU_CODEGEN_TIER_UP */
+        const char *env;     /* OPTITPU_CODEGEN */
+        ot_native_mode mode; /* the compile's native option */
+        int first_native;    /* the first run with native code, 0: none */
+    } cases[] = {{"2", NULL, OT_NATIVE_AUTO, 2},
+                 {"1", NULL, OT_NATIVE_AUTO, 1},
+                 {"0", NULL, OT_NATIVE_AUTO, 0},
+                 {"2", NULL, OT_NATIVE_OFF, 0},
+                 {"2", "0", OT_NATIVE_AUTO, 0}};
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        setenv("OPTITPU_CODEGEN_TIER_UP", cases[c].tier, 1);
+        if (cases[c].env)
+            setenv("OPTITPU_CODEGEN", cases[c].env, 1);
+        else
+            unsetenv("OPTITPU_CODEGEN");
+        ot_compile_options o = ot_compile_options_default();
+        o.native = cases[c].mode;
+        ot_executable *e = NULL;
+        EXPECT_OK(ot_compile(m, &o, &e));
+        if (!e) continue;
+        EXPECT_TRUE(cc_executable_native(e) == NULL); /* nothing at compile time */
+        for (int run = 1; run <= 3; run++)
+            tier_kinds(m, e, run, cases[c].first_native && run >= cases[c].first_native);
+        ot_native_stats ns;
+        ot_executable_native_stats(e, &ns);
+        EXPECT_INT_EQ(ns.kernels, cases[c].first_native ? 1 : 0);
+        ot_executable_free(e);
+    }
+    unsetenv("OPTITPU_CODEGEN");
+    setenv("OPTITPU_CODEGEN_TIER_UP", "0", 1);
     ot_module_free(m);
     setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
 }
@@ -1691,6 +1780,8 @@ int main(int argc, char **argv) {
         OT_TEST(test_softmax_rows),
         OT_TEST(test_summary),
         OT_TEST(test_small_beside_large),
+        OT_TEST(test_tier_up),
+        OT_TEST(test_narrow_shift_right_logical),
         OT_TEST(test_units),
         OT_TEST(test_libm_not_folded),
         OT_TEST(test_many_operands_vectorize),

@@ -41,6 +41,8 @@ typedef struct cg_options {
     cg_mode mode;
     int64_t unit_bytes; /* C per shared object; 0: OPTITPU_CODEGEN_UNIT_BYTES, else 128 KiB */
     const char *cc;     /* compiler path or name on PATH; NULL: OPTITPU_CC, else cc */
+    bool all_sizes;     /* AUTO without the size threshold (the run-time tier-up of a module of
+                           small fusions, compiler/native.h); no effect on ON and OFF */
 } cg_options;
 
 /* Generates C for the supported fusions among k[0..nk) (program kernel i is k[i]), compiles the

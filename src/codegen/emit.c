@@ -711,8 +711,10 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
     case OT_OP_SHIFT_LEFT: /* XLA: an amount (read unsigned) of at least the width gives 0 */
     case OT_OP_SHIFT_RIGHT_LOGICAL: {
         int bits = (int)ot_dtype_size(t) * 8;
-        return define(E, x, ctx, t, false, "((%s)%s < %du ? (%s)((%s)%s %s (%s)%s) : (%s)0)", U, vb,
-                      bits, T, U, va, op == OT_OP_SHIFT_LEFT ? "<<" : ">>", U, vb, T);
+        /* the value shifted right is read at its own width (an s8/s16 value widened to U
+         * straight from its signed type would bring its sign bits down) */
+        return define(E, x, ctx, t, false, "((%s)%s < %du ? (%s)((%s)(%s)%s %s (%s)%s) : (%s)0)", U,
+                      vb, bits, T, U, W, va, op == OT_OP_SHIFT_LEFT ? "<<" : ">>", U, vb, T);
     }
     default: return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
     }

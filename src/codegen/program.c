@@ -532,7 +532,7 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         const char *env = getenv("OPTITPU_CODEGEN");
         if (env && strcmp(env, "0") == 0) return OT_OK;
     }
-    int64_t minel = o->mode == CG_ON ? 0 : min_elements();
+    int64_t minel = o->mode == CG_ON || o->all_sizes ? 0 : min_elements();
     /* only small fusions: no program (below), decided before looking for a compiler */
     if (!any_large(kd, nk, minel)) return OT_OK;
     char cc[4096];
@@ -629,7 +629,7 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
 
 ot_status cg_program_build(const cg_kernel_desc *k, int nk, const cg_options *o, cg_program **out) {
     *out = NULL;
-    static const cg_options defaults = {CG_AUTO, 0, NULL};
+    static const cg_options defaults = {CG_AUTO, 0, NULL, false};
     /* one build at a time: the compiler's identity and the temporary names are per process */
     pthread_mutex_lock(&g_mu);
     ot_status st = build(k, nk, o ? o : &defaults, out);

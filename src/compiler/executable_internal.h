@@ -6,6 +6,8 @@
 #include "native.h"
 #include "scratch.h"
 
+#include <stdatomic.h>
+
 struct ot_executable {
     ot_module *mod;
     ot_instr **order; /* the entry schedule */
@@ -26,8 +28,12 @@ struct ot_executable {
     ot_compile_options opts; /* strings point into the buffers below */
     char target[256], passes[1024], disable[1024];
     /* native code for the loop fusions (src/codegen), built by cc_native_stage; NULL: none */
-    cg_program *native;
+    cg_program *native; /* set again once by the tier-up: read with cc_executable_native */
     uint64_t native_ns; /* the native stage's wall time */
+    /* the tier-up (native.h): runs left until it builds native code for a module whose fusions
+     * were all below the size threshold (0: none pending), and the compiler to build it with */
+    _Atomic int64_t tier_left;
+    char native_cc[4096];
     /* the kernels' scratch kept between runs (compiler/scratch.h); zeroed = empty */
     ex_scratch_cache scratch;
 };

@@ -5,6 +5,7 @@
 #include "executable_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* Which memory a slot is: kind 'P' parameter, 'O' output, 'T' arena temp, 'C' constant. */
 typedef struct memid {
@@ -63,11 +64,16 @@ static uint64_t kernel_linear(const ot_kernel *kn) {
     return linear;
 }
 
-static ot_status build(ot_executable *e, const ot_compile_options *o) {
+/* Builds e's native program into *out under o's settings (all_sizes: AUTO without the size
+ * threshold); *ncand: the fusions it could generate code for, whatever their size. */
+static ot_status build(const ot_executable *e, const ot_compile_options *o, bool all_sizes,
+                       cg_program **out, int *ncand) {
     cg_options co = {o->native == OT_NATIVE_ON    ? CG_ON
                      : o->native == OT_NATIVE_OFF ? CG_OFF
                                                   : CG_AUTO,
-                     o->native_unit_bytes, o->native_cc};
+                     o->native_unit_bytes, o->native_cc, all_sizes};
+    *out = NULL;
+    *ncand = 0;
     if (co.mode == CG_OFF) return OT_OK; /* no descriptions either: off costs nothing */
     int nk = (int)e->nk;
     int64_t nio = 0;
@@ -90,27 +96,69 @@ static ot_status build(ot_executable *e, const ot_compile_options *o) {
         d[k] =
             (cg_kernel_desc){kn->instr->called[0], kn->name, kn->ninputs, kn->noutputs, al, ib, ob,
                              kernel_linear(kn)};
+        ++*ncand;
     }
-    if (st == OT_OK) st = cg_program_build(d, nk, &co, &e->native);
+    if (st == OT_OK && *ncand > 0) st = cg_program_build(d, nk, &co, out);
     ot_free(d);
     ot_free(alias);
     ot_free(bytes);
     return st;
 }
 
+/* OPTITPU_CODEGEN_TIER_UP: the run that builds a module of small fusions (default 2, 0: never) */
+static int64_t tier_up_run(void) {
+    const char *s = getenv("OPTITPU_CODEGEN_TIER_UP");
+    if (!s || !*s) return 2;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    return *end || v < 0 ? 2 : v;
+}
+
 void cc_native_stage(ot_executable *e, const ot_compile_options *o) {
     cg_program_free(e->native);
     e->native = NULL;
+    atomic_store(&e->tier_left, 0);
     uint64_t t0 = ot_now_ns();
-    if (build(e, o) != OT_OK) {
+    int ncand = 0;
+    if (build(e, o, false, &e->native, &ncand) != OT_OK) {
         ot_log(OT_LOG_WARN, "codegen: %s; fusions run in the interpreter", ot_last_error());
         ot_clear_error();
+    } else if (!e->native && ncand > 0 && o->native == OT_NATIVE_AUTO) {
+        /* AUTO left every fusion to the interpreter (all below the size threshold, or no
+         * compiler, or OPTITPU_CODEGEN=0: the tier-up's build finds the same then) */
+        snprintf(e->native_cc, sizeof e->native_cc, "%s", o->native_cc ? o->native_cc : "");
+        atomic_store(&e->tier_left, tier_up_run());
     }
     e->native_ns = ot_now_ns() - t0;
 }
 
+void cc_executable_tier_up(const ot_executable *ce) {
+    /* the pending tier-up and the program it publishes are the executable's mutable part beside
+     * its scratch cache: synchronized by themselves (an atomic count, an atomic pointer) */
+    ot_executable *e = (ot_executable *)ce;
+    if (!e || atomic_load_explicit(&e->tier_left, memory_order_relaxed) <= 0) return;
+    if (atomic_fetch_sub(&e->tier_left, 1) != 1) return; /* not the run that builds */
+    ot_compile_options o = e->opts;
+    o.native = OT_NATIVE_AUTO;
+    o.native_cc = e->native_cc[0] ? e->native_cc : NULL;
+    cg_program *p = NULL;
+    int ncand = 0;
+    uint64_t t0 = ot_now_ns();
+    if (build(e, &o, true, &p, &ncand) != OT_OK) {
+        ot_log(OT_LOG_DEBUG, "codegen tier-up: %s; fusions stay interpreted", ot_last_error());
+        ot_clear_error();
+        return;
+    }
+    if (!p) return;
+    cg_stats cs;
+    cg_program_stats(p, &cs);
+    ot_log(OT_LOG_DEBUG, "codegen tier-up: %d fusions native after %.3f s", cs.nnative,
+           (double)(ot_now_ns() - t0) * 1e-9);
+    __atomic_store_n(&e->native, p, __ATOMIC_RELEASE);
+}
+
 const cg_program *cc_executable_native(const ot_executable *e) {
-    return e ? e->native : NULL;
+    return e ? __atomic_load_n(&e->native, __ATOMIC_ACQUIRE) : NULL;
 }
 
 bool ot_executable_kernel_native(const ot_executable *e, int k) {
@@ -121,7 +169,7 @@ void ot_executable_native_stats(const ot_executable *e, ot_native_stats *out) {
     memset(out, 0, sizeof *out);
     if (!e) return;
     cg_stats s;
-    cg_program_stats(e->native, &s);
+    cg_program_stats(cc_executable_native(e), &s);
     out->kernels = s.nnative;
     out->units = s.nunits;
     out->units_compiled = s.ncompiled;

@@ -8,8 +8,21 @@
 #include "optitpu/compiler.h"
 
 /* The executable's native program (kernel k of the program is kernel k of the executable), or
- * NULL when no kernel has native code. Read-only; valid until the executable is freed. */
+ * NULL when no kernel has native code. Read-only; valid until the executable is freed. Safe to
+ * call while a tier-up publishes one (an atomic load). */
 const cg_program *cc_executable_native(const ot_executable *e);
+
+/* The tier-up of a module of small fusions. Under OT_NATIVE_AUTO a module whose fusions are all
+ * below the size threshold gets no native code at compile time: a module run once (a test, a
+ * one-off evaluation) should not pay a C compile for microseconds of interpreting. The run
+ * that reaches OPTITPU_CODEGEN_TIER_UP runs of the executable (default 2; 0: never) builds it
+ * then, every supported fusion whatever its size, from the disk cache when the units are there,
+ * and publishes it for that run and the later ones: a program run again is likely run many
+ * times, and native code runs a small fusion ~10x faster than the interpreter. Called by the
+ * runtime at the start of each run that may use native code; thread-safe: exactly one run
+ * builds, the others meanwhile keep interpreting (the results are the same bits either way).
+ * Never fails: an error is logged at debug level and the fusions stay interpreted. */
+void cc_executable_tier_up(const ot_executable *e);
 
 /* Builds e's native program under o's native settings, replacing any it had. Never fails: an
  * error is logged as a warning and leaves every fusion to the interpreter. Not thread-safe for

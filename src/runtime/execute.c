@@ -248,6 +248,7 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     ex_kernel_ctx_init(&run.kc, ro.pool, &eo, ro.reference_kernels);
     ex_kernel_ctx_set_cache(&run.kc, cc_executable_scratch(exe));
     run.native = !ro.reference_kernels && !eo.keep_denormals;
+    if (run.native) cc_executable_tier_up(exe); /* a module of small fusions, run again */
     run.cg = cc_executable_native(exe);
     run.bound = -1;
     run.bound_kn = NULL;
