@@ -7,17 +7,17 @@
  *   bench_vmath speed [--fn F] [--n N] [--reps R] [--json]   elements/s on N floats (16M), one
  *                                                              thread
  *
- * F is tanh (the default), erf, log, log1p or expm1. ulp: the reference is glibc's double function
- * (within 1 ulp of double, 2^-29 of a float ulp), so the error in float ulps printed (|got - ref| /
- * ulp(ref), ulp of the float binade of ref) is exact to about 1e-8 ulp; "correctly rounded" counts
- * inputs whose result equals ref rounded to float (that rounding is wrong only where ref lies
- * within 2^-53 of a float midpoint: rare, and it moves a count, not the maximum); also how often
- * and how far it differs from glibc's float function. NaN inputs must come back as a quiet NaN with
- * their sign, and each function's special values (±0, ±inf, its saturation and x-itself ranges) are
- * checked exactly. speed: medians of R passes over the same array, the library's function and
- * glibc's interleaved pass by pass, on inputs in the range the suite's programs give it. Built with
- * the generated code's flags (-O3 -march=native -fno-math-errno -ffp-contract=off), so the loop is
- * what a native fusion gets. */
+ * F is tanh (the default), erf, log, log1p, expm1, sin or cos. ulp: the reference is glibc's double
+ * function (within 1 ulp of double, 2^-29 of a float ulp), so the error in float ulps printed (|got
+ * - ref| / ulp(ref), ulp of the float binade of ref) is exact to about 1e-8 ulp; "correctly
+ * rounded" counts inputs whose result equals ref rounded to float (that rounding is wrong only
+ * where ref lies within 2^-53 of a float midpoint: rare, and it moves a count, not the maximum);
+ * also how often and how far it differs from glibc's float function. NaN inputs must come back as a
+ * quiet NaN with their sign, and each function's special values (±0, ±inf, its saturation and
+ * x-itself ranges) are checked exactly. speed: medians of R passes over the same array, the
+ * library's function and glibc's interleaved pass by pass, on inputs in the range the suite's
+ * programs give it. Built with the generated code's flags (-O3 -march=native -fno-math-errno
+ * -ffp-contract=off), so the loop is what a native fusion gets. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -33,6 +33,7 @@ OT_TANHF_DEF
 OT_ERFF_DEF
 OT_LOGF_DEF
 OT_EXPM1F_DEF
+OT_SINCOSF_DEF
 
 /* one function under test: the library's, glibc's float one, the double reference, its exact
  * special values (special() returns 1 and sets *want when x is one), and the speed test's range */
@@ -63,6 +64,32 @@ static float ot_log1pf_fn(float x) {
 
 static float ot_expm1f_fn(float x) {
     return ot_expm1f(x);
+}
+
+static float ot_sinf_fn(float x) {
+    return ot_sinf(x);
+}
+
+static float ot_cosf_fn(float x) {
+    return ot_cosf(x);
+}
+
+/* sin: x itself below 2^-12 (±0 kept), NaN at ±inf */
+static int sin_special(float x, float *want) {
+    if (fabsf(x) < 0x1p-12f || isinf(x)) {
+        *want = isinf(x) ? NAN : x;
+        return 1;
+    }
+    return 0;
+}
+
+/* cos: 1 below 2^-12, NaN at ±inf */
+static int cos_special(float x, float *want) {
+    if (fabsf(x) < 0x1p-12f || isinf(x)) {
+        *want = isinf(x) ? NAN : 1.0f;
+        return 1;
+    }
+    return 0;
 }
 
 /* expm1: x itself below 2^-25 (±0 kept), -1 from -25 and at -inf, +inf at +inf */
@@ -116,6 +143,8 @@ static const vfn fns[] = {
     {"log", ot_logf_fn, logf, log, log_special, 0.0f, 16.0f},
     {"log1p", ot_log1pf_fn, log1pf, log1p, log1p_special, -1.0f, 16.0f},
     {"expm1", ot_expm1f_fn, expm1f, expm1, expm1_special, -10.0f, 10.0f},
+    {"sin", ot_sinf_fn, sinf, sin, sin_special, -100.0f, 100.0f}, /* rotary embeddings' angles */
+    {"cos", ot_cosf_fn, cosf, cos, cos_special, -100.0f, 100.0f},
 };
 
 static const vfn *fn_cur = &fns[0];
@@ -265,6 +294,14 @@ __attribute__((noinline)) static void loop_ot_expm1(const float *x, float *y, in
     for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(x[i]);
 }
 
+__attribute__((noinline)) static void loop_ot_sin(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ot_sinf(x[i]);
+}
+
+__attribute__((noinline)) static void loop_ot_cos(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ot_cosf(x[i]);
+}
+
 /* glibc's function through a pointer: a call per element either way (it does not vectorize) */
 __attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_t n) {
     float (*f)(float) = fn_cur->libm;
@@ -280,6 +317,10 @@ static void loop_ot(const float *x, float *y, int64_t n) {
         loop_ot_log1p(x, y, n);
     else if (fn_cur->ot == ot_expm1f_fn)
         loop_ot_expm1(x, y, n);
+    else if (fn_cur->ot == ot_sinf_fn)
+        loop_ot_sin(x, y, n);
+    else if (fn_cur->ot == ot_cosf_fn)
+        loop_ot_cos(x, y, n);
     else
         loop_ot_tanh(x, y, n);
 }

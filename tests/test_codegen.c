@@ -758,13 +758,14 @@ static void test_hw_ftz_tanh_logistic(void) {
     }
 }
 
-/* f32 and bf16 erf, log, log1p and expm1 (ot_erff, ot_logf, ot_log1pf, ot_expm1f,
- * src/exec/expf_poly.h) keep a fusion of arithmetic under the hardware mode too, exact GELU's
- * x·0.5·(1 + erf(x·(1/sqrt 2))) among it: on inputs around the smallest normal number (erf's z = a²
- * raised to 2^-60, the products flushed or not, log of subnormal operands) and on ordinary ones
- * with NaN, inf and ±0 (both polynomials, the switch at 1, the saturation from 4; log and log1p of
- * negative numbers, zeros and -1; expm1 of tiny, ordinary and huge products), the results equal the
- * reference's bit for bit, and the generated source calls all four. */
+/* f32 and bf16 erf, log, log1p, expm1, sin and cos (ot_erff, ot_logf, ot_log1pf, ot_expm1f,
+ * ot_sinf, ot_cosf, src/exec/expf_poly.h) keep a fusion of arithmetic under the hardware mode too,
+ * exact GELU's x·0.5·(1 + erf(x·(1/sqrt 2))) among it: on inputs around the smallest normal number
+ * (erf's z = a² raised to 2^-60, the products flushed or not, log of subnormal operands) and on
+ * ordinary ones with NaN, inf and ±0 (both polynomials, the switch at 1, the saturation from 4; log
+ * and log1p of negative numbers, zeros and -1; expm1 of tiny, ordinary and huge products; sin and
+ * cos of both reductions' ranges, products times 3e7 past 2^20), the results equal the reference's
+ * bit for bit, and the generated source calls all six. */
 static void test_hw_ftz_erf(void) {
     static const char *const dts[] = {"f32", "bf16"};
     char text[8192];
@@ -784,11 +785,16 @@ static void test_hw_ftz_erf(void) {
                  "  py = %s[3000] log-plus-one(y)\n  mo = %s[3000] subtract(x, ob)\n"
                  "  pmo = %s[3000] log-plus-one(mo)\n  xm = %s[3000] exponential-minus-one(m)\n"
                  "  xx = %s[3000] exponential-minus-one(xs)\n"
+                 "  sm = %s[3000] sine(m)\n  cx = %s[3000] cosine(x)\n"
+                 "  big = %s[] constant(3e7)\n  bb = %s[3000] broadcast(big), dimensions={}\n"
+                 "  xb = %s[3000] multiply(x, bb)\n  sb = %s[3000] sine(xb)\n"
+                 "  cb = %s[3000] cosine(xb)\n"
                  "  ROOT t = (%s[3000], %s[3000], %s[3000], %s[3000], %s[3000], %s[3000], "
-                 "%s[3000], %s[3000], %s[3000], %s[3000]) "
-                 "tuple(em, ex, g, lm, lx, pm, py, pmo, xm, xx)\n}\n",
+                 "%s[3000], %s[3000], %s[3000], %s[3000], %s[3000], %s[3000], %s[3000], "
+                 "%s[3000]) "
+                 "tuple(em, ex, g, lm, lx, pm, py, pmo, xm, xx, sm, cx, sb, cb)\n}\n",
                  t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t,
-                 t, t, t, t, t, t);
+                 t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
         for (int tiny = 0; tiny < 2; tiny++) {
             g_tiny = tiny == 1;
             check_module(text, 960 + (uint64_t)(2 * j + tiny), true);
@@ -803,8 +809,9 @@ static void test_hw_ftz_erf(void) {
         EXPECT_TRUE(p != NULL && p->nnative >= 1);
         char *src = p ? program_source(p) : NULL;
         /* called: named again after the preamble's definition */
-        static const char *const fns[] = {"ot_erff(", "ot_logf(", "ot_log1pf(", "ot_expm1f("};
-        for (int k = 0; k < 4; k++) {
+        static const char *const fns[] = {"ot_erff(",   "ot_logf(", "ot_log1pf(",
+                                          "ot_expm1f(", "ot_sinf(", "ot_cosf("};
+        for (int k = 0; k < 6; k++) {
             const char *d = src ? strstr(src, fns[k]) : NULL;
             EXPECT_TRUE(d != NULL && strstr(d + 1, fns[k]) != NULL);
         }
@@ -913,13 +920,13 @@ static void test_hw_ftz(void) {
         for (int k = 0; k < 3; k++) ot_value_release(&a3[k]);
         ot_module_free(m);
     }
-    /* sine in the fusion (a libm call): software flushing; exp (the library's own ot_expf, which
+    /* tan in the fusion (a libm call): software flushing; exp (the library's own ot_expf, which
      * never produces or reads a subnormal) and an exp-sum in the lane order (softmax's): the
      * hardware mode; the same results as the reference either way */
     static const char *const modes[] = {
-        "HloModule sw_sin\nENTRY main {\n  x = f32[3000] parameter(0)\n"
+        "HloModule sw_tan\nENTRY main {\n  x = f32[3000] parameter(0)\n"
         "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
-        "  ex = f32[3000] sine(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",
+        "  ex = f32[3000] tan(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",
         "HloModule hw_exp\nENTRY main {\n  x = f32[3000] parameter(0)\n"
         "  y = f32[3000] parameter(1)\n  m = f32[3000] multiply(x, y)\n"
         "  ex = f32[3000] exponential(m)\n  ROOT a = f32[3000] add(ex, m)\n}\n",

@@ -148,14 +148,14 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp, tanh, erf, log, log1p and expm1 (src/exec/expf_poly.h): the same
- * text */
+/* the reference's f32 exp, tanh, erf, log, log1p, expm1, sin and cos (src/exec/expf_poly.h):
+ * the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
 /* clang-format off */
 static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
                                     OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
-                                    OT_STR(OT_EXPM1F_DEF) "\n";
+                                    OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_SINCOSF_DEF) "\n";
 /* clang-format on */
 
 void cg_emit_preamble(ot_strbuf *src) {
@@ -335,8 +335,8 @@ static bool hw_op_ok(ot_opcode op) {
 }
 
 /* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, tanh, erf, log,
- * log1p and expm1, the library's own ot_expf_ftz, ot_tanhf, ot_erff, ot_logf, ot_log1pf and
- * ot_expm1f (src/exec/expf_poly.h), whose steps never produce
+ * log1p, expm1, sin and cos, the library's own ot_expf_ftz, ot_tanhf, ot_erff, ot_logf,
+ * ot_log1pf, ot_expm1f, ot_sinf and ot_cosf (src/exec/expf_poly.h), whose steps never produce
  * or read a subnormal float for a zero or normal operand and so give the same bits under the modes
  * (their operand keeps its software flushing); and logistic, 1 / (1 + ot_expf(-x)): a subnormal
  * ot_expf result only meets 1 + (it is below half an ulp of 1, read as 0 or not), and 1 / F for
@@ -360,7 +360,7 @@ static bool hw_instr_ok(const ot_instr *x) {
     }
     return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
             x->opcode == OT_OP_LOG || x->opcode == OT_OP_LOG1P || x->opcode == OT_OP_EXPM1 ||
-            x->opcode == OT_OP_LOGISTIC) &&
+            x->opcode == OT_OP_SIN || x->opcode == OT_OP_COS || x->opcode == OT_OP_LOGISTIC) &&
            x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
 #else
     return false;
@@ -511,8 +511,8 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_CBRT: return d ? "cbrt(%s)" : "cbrtf(%s)";
     case OT_OP_TANH: return d ? "tanh(%s)" : "ot_tanhf(%s)";
     case OT_OP_LOGISTIC: return d ? "(1.0 / (1.0 + exp(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";
-    case OT_OP_SIN: return d ? "sin(%s)" : "sinf(%s)";
-    case OT_OP_COS: return d ? "cos(%s)" : "cosf(%s)";
+    case OT_OP_SIN: return d ? "sin(%s)" : "ot_sinf(%s)";
+    case OT_OP_COS: return d ? "cos(%s)" : "ot_cosf(%s)";
     case OT_OP_TAN: return d ? "tan(%s)" : "tanf(%s)";
     case OT_OP_ERF: return d ? "erf(%s)" : "ot_erff(%s)";
     default: return NULL;
@@ -561,10 +561,10 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
-        /* ot_expf_ftz's result is flushed; ot_tanhf's, ot_erff's, ot_logf's, ot_log1pf's and
-         * ot_expm1f's, of a flushed operand, are never subnormal */
+        /* ot_expf_ftz's result is flushed; ot_tanhf's, ot_erff's, ot_logf's, ot_log1pf's,
+         * ot_expm1f's, ot_sinf's and ot_cosf's, of a flushed operand, are never subnormal */
         if ((op == OT_OP_EXP || op == OT_OP_TANH || op == OT_OP_ERF || op == OT_OP_LOG ||
-             op == OT_OP_LOG1P || op == OT_OP_EXPM1) &&
+             op == OT_OP_LOG1P || op == OT_OP_EXPM1 || op == OT_OP_SIN || op == OT_OP_COS) &&
             t == OT_F32)
             return define(E, x, ctx, t, true, "%s", r);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {

@@ -157,6 +157,7 @@ OT_TANHF_DEF
 OT_ERFF_DEF
 OT_LOGF_DEF
 OT_EXPM1F_DEF
+OT_SINCOSF_DEF
 
 static float logistic_f(float x) {
     /* 1 / (1 + exp(-x)), saturating cleanly at both ends */
@@ -195,8 +196,8 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_CBRT: return cbrtf(x);
     case OT_OP_TANH: return ot_tanhf(x);
     case OT_OP_LOGISTIC: return logistic_f(x);
-    case OT_OP_SIN: return sinf(x);
-    case OT_OP_COS: return cosf(x);
+    case OT_OP_SIN: return ot_sinf(x);
+    case OT_OP_COS: return ot_cosf(x);
     case OT_OP_TAN: return tanf(x);
     case OT_OP_ERF: return ot_erff(x);
     default: return x; /* copy */
@@ -246,11 +247,12 @@ static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     }
 }
 
-/* f32 exp, logistic, tanh, erf, log, log1p and expm1 over an array, with unary_f32's functions and
- * flushing: built for AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen at load, as
- * the runtime's reduce rows), where fmaf is the FMA instruction and the loop vectorizes; the
- * baseline build calls glibc's fmaf for each fmaf. fmaf rounds once by definition, so every clone
- * gives the same bits (and no a * b + c is written outside fmaf, so nothing can be contracted). */
+/* f32 exp, logistic, tanh, erf, log, log1p, expm1, sin and cos over an array, with unary_f32's
+ * functions and flushing: built for AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen
+ * at load, as the runtime's reduce rows), where fmaf is the FMA instruction and the loop
+ * vectorizes; the baseline build calls glibc's fmaf for each fmaf. fmaf rounds once by definition,
+ * so every clone gives the same bits (and no a * b + c is written outside fmaf, so nothing can be
+ * contracted). */
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
     !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define EX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -289,6 +291,16 @@ EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, 
             for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(daz_f32(x[i]));
         else
             for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(x[i]);
+    } else if (op == OT_OP_SIN) {
+        if (ftz)
+            for (int64_t i = 0; i < n; i++) y[i] = ot_sinf(daz_f32(x[i]));
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = ot_sinf(x[i]);
+    } else if (op == OT_OP_COS) {
+        if (ftz)
+            for (int64_t i = 0; i < n; i++) y[i] = ot_cosf(daz_f32(x[i]));
+        else
+            for (int64_t i = 0; i < n; i++) y[i] = ot_cosf(x[i]);
     } else if (ftz && op == OT_OP_LOGISTIC) {
         for (int64_t i = 0; i < n; i++) y[i] = daz_f32(logistic_f(daz_f32(x[i])));
     } else if (ftz) {
@@ -306,7 +318,8 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         return OT_OK;
     }
     if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH || op == OT_OP_ERF ||
-         op == OT_OP_LOG || op == OT_OP_LOG1P || op == OT_OP_EXPM1) &&
+         op == OT_OP_LOG || op == OT_OP_LOG1P || op == OT_OP_EXPM1 || op == OT_OP_SIN ||
+         op == OT_OP_COS) &&
         in == OT_F32 && out == OT_F32) {
         expf_array(x, y, n, ex_ftz, op);
         return OT_OK;

@@ -330,4 +330,115 @@
         return rb.f;                                                                               \
     }
 
+/* sin and cos for f32 (ot_sinf, ot_cosf), branch-free, evaluated in double and rounded to float
+ * once. Both work on a = |x|; sin takes x's sign back at the end, cos is even.
+ * Reduction, r = a - n·pi/2 with |r| <= pi/4 (about) and n's two low bits the quadrant, both ways,
+ * one selected:
+ *   a < 2^20: n = round(a·2/pi) (adding 1.5·2^52), r = a - n·pi/2 in two fma steps with pi/2 as
+ *             a double-double (the product n·(pi/2 - hi - lo) is below 2^-86, and no float's
+ *             remainder is below 2^-30: far under a float ulp of the result);
+ *   a >= 2^20 (and every a from 2 on, computed always): a's 24-bit significand times 96 bits of
+ *             4/pi chosen by its exponent (the table holds 4/pi to 192 bits, 8 new bits per entry,
+ *             Arm's optimized-routines layout), a 32x96-bit integer product whose low 64 bits
+ *             are the exact 2.62 fixed-point remainder of a·4/pi modulo 4, the nearest quadrant
+ *             taken off; r is that remainder times pi/4·2^-62 (33 good bits at least).
+ * Then sin r = r + r^3·S(r^2), S of degree 2, and cos r = 1 + r^2·C(r^2), C of degree 3 (Horner
+ * with fma; the minimax coefficients of Arm's optimized-routines sinf/cosf, as glibc's), and the
+ * quadrant picks one and its sign. Special values: |x| < 2^-12 gives x itself for sin (sin x
+ * rounds to x there; ±0 and a subnormal x are kept: the caller flushes where its rules say so)
+ * and 1 for cos; ±inf gives the default NaN 0xffc00000 (what glibc and the x86 invalid operation
+ * give); a NaN comes back quieted. A float step only reads x's bits and a = |x| >= 2^-12 as a
+ * double (a subnormal x is selected away before), and no double step comes near the subnormal
+ * range, so the result does not depend on FTZ/DAZ, and neither result is ever subnormal.
+ * Accuracy over every f32 input: docs/exec.md (bench_vmath ulp --fn sin, --fn cos). */
+#define OT_SINCOSF_DEF                                                                             \
+    static const uint32_t ot_inv_pio4_[24] = {                                                     \
+        0xa2u,       0xa2f9u,     0xa2f983u,   0xa2f9836eu, 0xf9836e4eu, 0x836e4e44u,              \
+        0x6e4e4415u, 0x4e441529u, 0x441529fcu, 0x1529fc27u, 0x29fc2757u, 0xfc2757d1u,              \
+        0x2757d1f5u, 0x57d1f534u, 0xd1f534ddu, 0xf534ddc0u, 0x34ddc0dbu, 0xddc0db62u,              \
+        0xc0db6295u, 0xdb629599u, 0x6295993cu, 0x95993c43u, 0x993c4390u, 0x3c439041u};             \
+    /* ot_sincosf_core_(a's bits, &q, &c): sin r, with cos r in *c and the quadrant in *q */       \
+    static inline double ot_sincosf_core_(uint32_t a, uint32_t *q_out, double *c_out) {            \
+        union {                                                                                    \
+            double d;                                                                              \
+            uint64_t u;                                                                            \
+        } tb, sh = {0x1.8p52};                                                                     \
+        union {                                                                                    \
+            double d;                                                                              \
+            uint64_t u;                                                                            \
+        } xb;                                                                                      \
+        /* a as a double, from its bits (exact; a clamped to at least 2^-12 is normal, inf and     \
+         * NaN become large numbers the selection below discards) */                               \
+        xb.u = ((uint64_t)(a < 0x39800000u ? 0x39800000u : a) << 29) + 0x3800000000000000ull;      \
+        double xd = xb.d;                                                                          \
+        double t = fma(xd, 0x1.45f306dc9c883p-1, 0x1.8p52);                                        \
+        double k = t - 0x1.8p52;                                                                   \
+        double rm = fma(-k, 0x1.921fb54442d18p0, xd);                                              \
+        rm = fma(-k, 0x1.1a62633145c07p-54, rm);                                                   \
+        tb.d = t;                                                                                  \
+        uint32_t qm = (uint32_t)(tb.u - sh.u);                                                     \
+        uint32_t idx = (a >> 26) & 15u, m = ((a & 0x7fffffu) | 0x800000u) << ((a >> 23) & 7u);     \
+        uint64_t r0 = (uint64_t)(uint32_t)(m * ot_inv_pio4_[idx]);                                 \
+        uint64_t r1 = (uint64_t)m * ot_inv_pio4_[idx + 4];                                         \
+        uint64_t r2 = (uint64_t)m * ot_inv_pio4_[idx + 8];                                         \
+        uint64_t res = ((r2 >> 32) | (r0 << 32)) + r1;                                             \
+        uint64_t n = (res + (1ull << 61)) >> 62;                                                   \
+        res -= n << 62;                                                                            \
+        /* (double)(int64_t)res, correctly rounded, from two exact parts built from bits (gcc      \
+         * counts an integer-to-float conversion as a possible trap and would not if-convert) */   \
+        union {                                                                                    \
+            double d;                                                                              \
+            uint64_t u;                                                                            \
+        } hb = {0}, lb = {0};                                                                      \
+        hb.u = sh.u + (uint64_t)((int64_t)res >> 20); /* |res| < 2^61: the high part < 2^41 */     \
+        lb.u = sh.u + (res & 0xfffffu);                                                            \
+        double rl = fma(hb.d - 0x1.8p52, 0x1p20, lb.d - 0x1.8p52) * 0x1.921fb54442d18p-62;         \
+        int med = a < 0x49800000u;                                                                 \
+        double r = med ? rm : rl;                                                                  \
+        *q_out = med ? qm : (uint32_t)n;                                                           \
+        double z = r * r;                                                                          \
+        double s = fma(z, -0x1.994eb3774cf24p-13, 0x1.1107605230bc4p-7);                           \
+        s = fma(z, s, -0x1.555545995a603p-3);                                                      \
+        s = fma(r * z, s, r);                                                                      \
+        double c = fma(z, 0x1.99343027bf8c3p-16, -0x1.6c087e89a359dp-10);                          \
+        c = fma(z, c, 0x1.55553e1068f19p-5);                                                       \
+        c = fma(z, c, -0x1.ffffffd0c621cp-2);                                                      \
+        *c_out = fma(z, c, 1.0);                                                                   \
+        return s;                                                                                  \
+    }                                                                                              \
+    static inline float ot_sinf(float x) {                                                         \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, rb;                                                                            \
+        uint32_t a = xb.u & 0x7fffffffu, q;                                                        \
+        double c, s = ot_sincosf_core_(a, &q, &c);                                                 \
+        rb.f = (float)(q & 1u ? c : s);                                                            \
+        rb.u ^= ((q & 2u) << 30) ^ (xb.u & 0x80000000u); /* the quadrant's sign, and x's */        \
+        /* |x| < 2^-12: x itself, selected with a mask (a conditional would let gcc move the       \
+         * conversion above into a branch, which it then does not if-convert: it can trap) */      \
+        uint32_t tiny = 0u - (uint32_t)(a < 0x39800000u);                                          \
+        rb.u = (xb.u & tiny) | (rb.u & ~tiny);                                                     \
+        uint32_t inf = 0u - (uint32_t)(a == 0x7f800000u), nan = 0u - (uint32_t)(a > 0x7f800000u);  \
+        rb.u = (0xffc00000u & inf) | (rb.u & ~inf);        /* ±inf: the default NaN */            \
+        rb.u = ((xb.u | 0x400000u) & nan) | (rb.u & ~nan); /* NaN: quieted */                      \
+        return rb.f;                                                                               \
+    }                                                                                              \
+    static inline float ot_cosf(float x) {                                                         \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, rb;                                                                            \
+        uint32_t a = xb.u & 0x7fffffffu, q;                                                        \
+        double c, s = ot_sincosf_core_(a, &q, &c);                                                 \
+        rb.f = (float)(q & 1u ? s : c);                                                            \
+        rb.u ^= ((q + 1u) & 2u) << 30;                    /* the quadrant's sign */                \
+        uint32_t tiny = 0u - (uint32_t)(a < 0x39800000u); /* |x| < 2^-12: 1 (a mask: ot_sinf) */   \
+        rb.u = (0x3f800000u & tiny) | (rb.u & ~tiny);                                              \
+        uint32_t inf = 0u - (uint32_t)(a == 0x7f800000u), nan = 0u - (uint32_t)(a > 0x7f800000u);  \
+        rb.u = (0xffc00000u & inf) | (rb.u & ~inf);        /* ±inf: the default NaN */            \
+        rb.u = ((xb.u | 0x400000u) & nan) | (rb.u & ~nan); /* NaN: quieted */                      \
+        return rb.f;                                                                               \
+    }
+
 #endif
