@@ -165,6 +165,19 @@ static void test_windows(void) {
                     "b01f_01io->b01f", ", feature_group_count=32");
     conv_case_attrs("f32[4,16,12,12]", "f32[32,1,3,3]", "f32[4,32,12,12]", "size=3x3 pad=1_1x1_1",
                     "bf01_oi01->bf01", ", feature_group_count=16");
+    /* input gradients of strided convolutions (lhs dilation), reversed window or not, NHWC,
+     * NCHW; 1-D with a dilated kernel and a padding the backward-data reading cannot take (the
+     * im2col path) */
+    conv_case("f32[4,8,8,16]", "f32[3,3,8,16]", "f32[4,16,16,8]",
+              "size=3x3 pad=2_1x2_1 lhs_dilate=2x2 rhs_reversal=1x1", "b01f_01oi->b01f");
+    conv_case("f32[4,8,8,16]", "f32[3,3,8,16]", "f32[4,16,16,8]",
+              "size=3x3 pad=2_1x2_1 lhs_dilate=2x2", "b01f_01oi->b01f");
+    conv_case("f32[4,16,8,8]", "f32[16,8,3,3]", "f32[4,8,16,16]",
+              "size=3x3 pad=2_1x2_1 lhs_dilate=2x2 rhs_reversal=1x1", "bf01_io01->bf01");
+    conv_case("f32[3,10,8]", "f32[3,8,4]", "f32[3,30,4]",
+              "size=3 pad=4_2 lhs_dilate=3 rhs_dilate=2", "b0f_0io->b0f");
+    conv_case("f32[4,8,8,16]", "f32[3,3,8,16]", "f32[4,19,19,8]",
+              "size=3x3 pad=3_3x3_3 lhs_dilate=2x2 rhs_reversal=1x1", "b01f_01oi->b01f");
     /* a filter gradient of a strided convolution (window dilation 2 in the HLO) */
     conv_case("f32[4,17,17,8]", "f32[4,8,8,16]", "f32[3,3,8,16]",
               "size=8x8 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");

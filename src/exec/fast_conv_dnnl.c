@@ -1,11 +1,15 @@
 /* The fast convolution through oneDNN (kernels.h; built when CMake finds libdnnl: OT_HAVE_DNNL).
- * f32 convolutions with no input (base) dilation, no negative padding and batch_group_count 1 run
- * as oneDNN's direct convolution (its JIT kernels for the CPU: brgconv / jit:avx512_core ...) in
- * the channels-innermost ("nxc") layout, one of two ways chosen by the shape alone:
+ * f32 convolutions with no negative padding and batch_group_count 1 run as oneDNN's direct
+ * convolution (its JIT kernels for the CPU: brgconv / jit:avx512_core ...) in the
+ * channels-innermost ("nxc") layout, one of three ways chosen by the shape alone:
  *  - forward: out[n, o, p] = sum_{c, k} x[n, c, p * stride + k * dilation - pad_lo] w[o, c, k],
  *    the HLO convolution itself (a forward convolution, or JAX's input gradient: the kernel's
  *    features swapped and its window reversed, packed here); feature groups (grouped and
  *    depthwise convolutions) as oneDNN's groups;
+ *  - input gradient of a strided convolution, where the input is dilated (lhs dilation; window
+ *    stride 1): oneDNN's backward-data primitive, stride = the lhs dilation, left padding =
+ *    (kernel - 1) * window dilation - pad_lo, the kernel read flipped (a reversed window: as it
+ *    lies);
  *  - filter gradient, where the kernel's window is larger than the output (a convolution over
  *    the images, as JAX lowers the gradient of the weights): the HLO convolution read as oneDNN's
  *    backward-weights primitive — oneDNN's images are the HLO lhs's features, its channels the
@@ -61,7 +65,7 @@ enum { DN_NXC, DN_ASIS, DN_BLK };
  * Operand A is oneDNN's src; B its dst (forward) or diff_dst (filter gradient); W its weights or
  * diff_weights. Dims are oneDNN's (N, C, spatial...), N the images of one chunk (mb). */
 typedef struct dn_key {
-    bool bwdw, rev;
+    bool bwdw, bwdd, rev; /* the filter-gradient and input-gradient forms; W packed reversed */
     int ns, amode, bmode; /* amode DN_NXC or DN_ASIS, bmode DN_NXC or DN_BLK */
     int64_t mb;
     dnnl_dims_t adims, astr; /* A's chunk: dims, element strides (nxc dense, or as A lies) */
@@ -146,7 +150,12 @@ static bool dn_entry_make(dn_entry *e) {
              &fd, dnnl_forward_training, dnnl_convolution_direct, &e->amd, &wany, NULL, &bprim,
              k->stride, k->dil, k->pl, k->ph) == dnnl_success &&
          dnnl_primitive_desc_create(&fpd, &fd, attr, g_engine, NULL) == dnnl_success;
-    if (ok && !k->bwdw) {
+    if (ok && k->bwdd) {
+        ok = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &e->amd,
+                                                              &wany, &bprim, k->stride, k->dil,
+                                                              k->pl, k->ph) == dnnl_success &&
+             dnnl_primitive_desc_create(&e->pd, &bd, attr, g_engine, fpd) == dnnl_success;
+    } else if (ok && !k->bwdw) {
         e->pd = fpd;
         fpd = NULL;
     } else if (ok) {
@@ -160,7 +169,7 @@ static bool dn_entry_make(dn_entry *e) {
     ok = ok && dn_impl_ok(e->pd) && dnnl_primitive_create(&e->prim, e->pd) == dnnl_success;
     if (ok) {
         e->bmd = *dnnl_primitive_desc_query_md(
-            e->pd, k->bwdw ? dnnl_query_diff_dst_md : dnnl_query_dst_md, 0);
+            e->pd, k->bwdw || k->bwdd ? dnnl_query_diff_dst_md : dnnl_query_dst_md, 0);
         e->wmd = *dnnl_primitive_desc_query_md(
             e->pd, k->bwdw ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
         e->padmd = *dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
@@ -313,7 +322,13 @@ static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
         char *b = p->b + (size_t)t * p->b_step;
         char *bk = blk ? p->blk + (size_t)t * e->bblk : b;
         dnnl_status_t st = dnnl_success;
-        if (!e->key.bwdw) {
+        if (e->key.bwdd) { /* a: the output (diff_src), b: the input (diff_dst) */
+            int args[4] = {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST,
+                           DNNL_ARG_SCRATCHPAD};
+            const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
+            void *h[4] = {(void *)a, (void *)p->w, b, pad};
+            st = dn_run(e->prim, 4, args, md, h, p->ftz);
+        } else if (!e->key.bwdw) {
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
             void *h[4] = {(void *)a, (void *)p->w, bk, pad};
@@ -421,12 +436,19 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     dn_key key;
     memset(&key, 0, sizeof key); /* compared bytewise */
     key.ns = ns;
-    int64_t wsz = 1, osz = 1, stride[OT_MAX_RANK], dil[OT_MAX_RANK];
+    int64_t wsz = 1, osz = 1, stride[OT_MAX_RANK], dil[OT_MAX_RANK], bdil[OT_MAX_RANK];
+    bool flip[OT_MAX_RANK];
     for (int s = 0; s < ns; s++) {
         const ot_window_dim *wd = w ? &w->dims[s] : NULL;
-        int64_t bd = wd && wd->base_dilation ? wd->base_dilation : 1;
-        if (bd != 1 || (wd && (wd->pad_lo < 0 || wd->pad_hi < 0))) return OT_OK;
-        key.rev |= wd && wd->reversal;
+        bdil[s] = wd && wd->base_dilation ? wd->base_dilation : 1;
+        key.bwdd |= bdil[s] > 1;
+    }
+    for (int s = 0; s < ns; s++) {
+        const ot_window_dim *wd = w ? &w->dims[s] : NULL;
+        if (wd && (wd->pad_lo < 0 || wd->pad_hi < 0)) return OT_OK;
+        /* the input-gradient form reads the kernel flipped (W[k] = R[K - 1 - k]) */
+        flip[s] = (wd && wd->reversal) != key.bwdd;
+        key.rev |= flip[s];
         stride[s] = wd && wd->stride ? wd->stride : 1;
         dil[s] = wd && wd->window_dilation ? wd->window_dilation : 1;
         key.pl[s] = wd ? wd->pad_lo : 0;
@@ -435,12 +457,32 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         osz *= osh->dims[cd->output_spatial[s]];
     }
     /* the filter-gradient form where the window is larger than the output (shape only) */
-    key.bwdw = !key.rev && wsz > osz;
-    if (groups > 1 && (key.bwdw || rs->dims[cd->kernel_output_feature] % groups)) return OT_OK;
+    key.bwdw = !key.bwdd && !key.rev && wsz > osz;
+    if (groups > 1 && (key.bwdw || key.bwdd || rs->dims[cd->kernel_output_feature] % groups))
+        return OT_OK;
     key.groups = groups;
     int64_t amap[OT_MAX_RANK], bmap[OT_MAX_RANK], wmap[OT_MAX_RANK];
     const ot_shape *bs, *wsh;
-    if (!key.bwdw) { /* src = lhs (b, f), dst = out (b, f), weights = rhs (o, i) */
+    if (key.bwdd) { /* diff_src = out (b, f), diff_dst = lhs (b, f), weights = rhs (i, o):
+                     * out[i] = sum lhs[y] W[k] over y * bd = i + k * wdil - pad_lo in range */
+        amap[0] = cd->output_batch, amap[1] = cd->output_feature;
+        bmap[0] = cd->input_batch, bmap[1] = cd->input_feature;
+        wmap[0] = cd->kernel_input_feature, wmap[1] = cd->kernel_output_feature;
+        for (int s = 0; s < ns; s++) {
+            amap[2 + s] = cd->output_spatial[s];
+            bmap[2 + s] = cd->input_spatial[s];
+            wmap[2 + s] = cd->kernel_spatial[s];
+            int64_t K = rs->dims[cd->kernel_spatial[s]], I = ls->dims[cd->input_spatial[s]];
+            int64_t Io = osh->dims[cd->output_spatial[s]];
+            if (stride[s] != 1) return OT_OK;
+            key.stride[s] = bdil[s];
+            key.dil[s] = dil[s] - 1;
+            key.pl[s] = (K - 1) * dil[s] - key.pl[s];
+            key.ph[s] = (I - 1) * bdil[s] + (K - 1) * dil[s] + 1 - Io - key.pl[s];
+            if (key.pl[s] < 0 || key.ph[s] < 0) return OT_OK;
+        }
+        bs = ls, wsh = rs;
+    } else if (!key.bwdw) { /* src = lhs (b, f), dst = out (b, f), weights = rhs (o, i) */
         amap[0] = cd->input_batch, amap[1] = cd->input_feature;
         bmap[0] = cd->output_batch, bmap[1] = cd->output_feature;
         wmap[0] = cd->kernel_output_feature, wmap[1] = cd->kernel_input_feature;
@@ -466,7 +508,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         bs = rs, wsh = osh;
     }
     dn_arr A, B;
-    dn_arr_init(&A, ls, amap, ns);
+    dn_arr_init(&A, key.bwdd ? osh : ls, amap, ns);
     dn_arr_init(&B, bs, bmap, ns);
     dn_plan p;
     memset(&p, 0, sizeof p);
@@ -493,7 +535,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     /* the layouts tried, in order: A as it lies with B blocked where A is not nxc and has few
      * features (a first layer); both nxc */
     int modes[2][2] = {{DN_ASIS, DN_BLK}, {DN_NXC, DN_NXC}};
-    int m0 = A.tr && A.dims[1] < 16 ? 0 : 1;
+    int m0 = !key.bwdd && A.tr && A.dims[1] < 16 ? 0 : 1;
     bool own = false;
     dn_entry *e = NULL;
     for (int m = m0; m < 2 && !e; m++) {
@@ -528,7 +570,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     p.a_step = (size_t)(key.mb * key.astr[0]) * 4;
     p.b_step = (size_t)(key.mb * key.bstr[0]) * 4;
     p.a = in[0];
-    if (atr) {
+    if (atr && !key.bwdd) {
         dn_to_nxc(c, &A, ls, in[0], at);
         p.a = at;
     }
@@ -543,7 +585,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
                 for (int d = ns + 1; d >= 0; d--) {
                     int64_t v = rem % wd[d];
                     rem /= wd[d];
-                    if (d >= 2 && w->dims[d - 2].reversal) v = wd[d] - 1 - v;
+                    if (d >= 2 && flip[d - 2]) v = wd[d] - 1 - v;
                     off += v * hstr[wmap[d]];
                 }
                 ((float *)pk)[q] = ((const float *)in[1])[off];
@@ -555,12 +597,22 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
             ds = dn_copy(e->wreorder, &e->wplain, wsrc, &e->wmd, wb);
             p.w = wb;
         }
-        p.b = btr ? bt : out;
+        if (key.bwdd) { /* A the output, B the input */
+            p.a = atr ? at : out;
+            p.b = in[0];
+            if (btr) {
+                dn_to_nxc(c, &B, ls, in[0], bt);
+                p.b = bt;
+            }
+        } else {
+            p.b = btr ? bt : out;
+        }
         if (ds == dnnl_success) {
             ex_par_for(c, p.nch, work, dn_chunks, &p);
             if (p.failed) ds = dnnl_runtime_error;
         }
-        if (ds == dnnl_success && btr) dn_from_nxc(c, &B, osh, bt, out);
+        if (ds == dnnl_success && btr && !key.bwdd) dn_from_nxc(c, &B, osh, bt, out);
+        if (ds == dnnl_success && atr && key.bwdd) dn_from_nxc(c, &A, osh, at, out);
     } else {
         p.b = in[1];
         if (btr) {
