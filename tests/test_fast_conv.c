@@ -14,6 +14,8 @@
 #include "optitpu/runtime.h"
 #include "ot_test.h"
 
+#include <stdlib.h>
+
 #define NPOOLS 4
 static ot_threadpool *g_pools[NPOOLS];
 static const int k_pool_threads[NPOOLS] = {1, 2, 3, 8};
@@ -183,6 +185,117 @@ static void test_windows(void) {
               "size=8x8 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");
 }
 
+/* HLO text of a module with parameters a (lhs), b (rhs), bias [features] and root
+ * relu(conv(a, b) + bias) (part 0), conv(a, b) (part 1) or relu(a + bias) over a parameter a of
+ * the convolution's result shape (part 2). */
+static ot_module *ofusion_module(const char *lhs, const char *rhs, const char *out,
+                                 const char *bias, int fdim, const char *window, const char *labels,
+                                 int part) {
+    char hlo[2048], body[1024];
+    if (part == 2)
+        snprintf(body, sizeof body, "  c = %s parameter(0)\n  bias = %s parameter(1)\n", out, bias);
+    else
+        snprintf(body, sizeof body,
+                 "  a = %s parameter(0)\n  b = %s parameter(1)\n  bias = %s parameter(2)\n"
+                 "  c = %s convolution(a, b), window={%s}, dim_labels=%s\n",
+                 lhs, rhs, bias, out, window, labels);
+    if (part == 1)
+        snprintf(hlo, sizeof hlo, "HloModule c\nENTRY e {\n%s  ROOT r = %s copy(c)\n}\n", body,
+                 out);
+    else
+        snprintf(hlo, sizeof hlo,
+                 "HloModule c\nENTRY e {\n%s  bb = %s broadcast(bias), dimensions={%d}\n"
+                 "  s = %s add(c, bb)\n  z = f32[] constant(0)\n"
+                 "  zb = %s broadcast(z), dimensions={}\n  ROOT r = %s maximum(s, zb)\n}\n",
+                 body, out, fdim, out, out, out);
+    ot_module *m = NULL;
+    if (ot_hlo_parse(hlo, strlen(hlo), NULL, &m) != OT_OK) {
+        fprintf(stderr, "parse: %s\n", ot_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+static ot_status run_args(const ot_executable *e, void **params, void *out, ot_threadpool *pool,
+                          ot_run_result *r) {
+    int64_t an = ot_executable_arena_size(e);
+    void *arena = ot_aligned_alloc(64, (size_t)(an ? an : 64));
+    void *outs[1] = {out};
+    ot_run_options o = ot_run_options_default();
+    o.pool = pool;
+    ot_status st = ot_execute_on_host(e, arena, params, outs, &o, 0, r);
+    ot_aligned_free(arena);
+    return st;
+}
+
+/* A convolution followed by bias + ReLU runs that loop inside the convolution, on each chunk of
+ * images as it is written (oneDNN, NHWC and NCHW outputs, forward and input gradient): its bits
+ * equal the convolution run alone followed by the loop run alone, on 1, 2, 3 and 8 threads. */
+static void test_output_fusion(void) {
+#ifndef OT_HAVE_DNNL
+    OT_SKIP("built without oneDNN: the convolution runs no output fusion");
+#endif
+    if (getenv("OPTITPU_DNNL") && !strcmp(getenv("OPTITPU_DNNL"), "0"))
+        OT_SKIP("oneDNN's convolution is off (OPTITPU_DNNL=0): no output fusion");
+    static const struct {
+        const char *lhs, *rhs, *out, *bias, *window, *labels;
+        int fdim;
+    } cs[] = {
+        {"f32[8,16,16,32]", "f32[3,3,32,48]", "f32[8,16,16,48]", "f32[48]", "size=3x3 pad=1_1x1_1",
+         "b01f_01io->b01f", 3},
+        {"f32[8,3,24,24]", "f32[32,3,3,3]", "f32[8,32,24,24]", "f32[32]", "size=3x3 pad=1_1x1_1",
+         "bf01_oi01->bf01", 1},
+        {"f32[8,8,8,16]", "f32[3,3,8,16]", "f32[8,16,16,8]", "f32[8]",
+         "size=3x3 pad=2_1x2_1 lhs_dilate=2x2 rhs_reversal=1x1", "b01f_01oi->b01f", 3},
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        ot_module *m[3];
+        ot_executable *e[3];
+        for (int k = 0; k < 3; k++) {
+            m[k] = ofusion_module(cs[q].lhs, cs[q].rhs, cs[q].out, cs[q].bias, cs[q].fdim,
+                                  cs[q].window, cs[q].labels, k);
+            ot_compile_options co = ot_compile_options_default();
+            co.native = OT_NATIVE_ON;
+            e[k] = NULL;
+            ASSERT_TRUE(m[k] && ot_compile(m[k], &co, &e[k]) == OT_OK);
+        }
+        const ot_computation *c = ot_module_entry(m[0]);
+        ot_tensor args[3], mid, want, got;
+        for (int a = 0; a < 3; a++) {
+            ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+            fill_uniform(&args[a], 7 + (uint64_t)a);
+        }
+        const ot_slot *sl = ot_executable_slot(e[0], ot_executable_output_slot(e[0], 0));
+        ASSERT_OK(ot_tensor_alloc(&mid, &sl->shape));
+        ASSERT_OK(ot_tensor_alloc(&want, &sl->shape));
+        ASSERT_OK(ot_tensor_alloc(&got, &sl->shape));
+        ot_run_result r;
+        void *p1[2] = {args[0].data, args[1].data}, *p2[2] = {mid.data, args[2].data};
+        void *p0[3] = {args[0].data, args[1].data, args[2].data};
+        ASSERT_OK(run_args(e[1], p1, mid.data, g_pools[0], &r));
+        ASSERT_OK(run_args(e[2], p2, want.data, g_pools[0], &r));
+        for (int p = 0; p < NPOOLS; p++) {
+            memset(got.data, 0xa5, got.nbytes);
+            ASSERT_OK(run_args(e[0], p0, got.data, g_pools[p], &r));
+            bool same = !memcmp(got.data, want.data, want.nbytes);
+            if (r.output_fusions != 1 || !same)
+                fprintf(stderr, "%s %s on %d threads: %d output fusions, %s\n", cs[q].lhs,
+                        cs[q].labels, k_pool_threads[p], r.output_fusions,
+                        same ? "equal" : "bits differ");
+            EXPECT_INT_EQ(r.output_fusions, 1);
+            EXPECT_TRUE(same);
+        }
+        ot_tensor_release(&mid);
+        ot_tensor_release(&want);
+        ot_tensor_release(&got);
+        for (int a = 0; a < 3; a++) ot_tensor_release(&args[a]);
+        for (int k = 0; k < 3; k++) {
+            ot_executable_free(e[k]);
+            ot_module_free(m[k]);
+        }
+    }
+}
+
 static void test_setup(void) {
     for (int k = 0; k < NPOOLS; k++)
         ASSERT_OK(ot_threadpool_create(k_pool_threads[k], &g_pools[k]));
@@ -198,4 +311,4 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc),
-             OT_TEST(test_windows), OT_TEST(test_teardown))
+             OT_TEST(test_windows), OT_TEST(test_output_fusion), OT_TEST(test_teardown))

@@ -300,13 +300,15 @@ static dnnl_status_t dn_copy(dnnl_primitive_t reorder, const dnnl_memory_desc_t 
 
 typedef struct dn_plan {
     const dn_entry *e;
-    int64_t nch;           /* chunks of the images */
-    size_t a_step, b_step; /* bytes between chunks of A and B (as passed: in place or nxc) */
-    const char *a, *w;     /* A; the weights in oneDNN's layout (forward) */
-    char *b;               /* B */
-    char *blk;             /* DN_BLK: per-chunk B in the blocked layout (e->bblk each) */
-    char *part;            /* filter gradient: per-chunk partial sums (e->wbytes each) */
-    char *pad;             /* per-chunk scratchpads (e->padbytes each) */
+    int64_t nch;            /* chunks of the images */
+    size_t a_step, b_step;  /* bytes between chunks of A and B (as passed: in place or nxc) */
+    const char *a, *w;      /* A; the weights in oneDNN's layout (forward) */
+    char *b;                /* B */
+    char *blk;              /* DN_BLK: per-chunk B in the blocked layout (e->bblk each) */
+    char *part;             /* filter gradient: per-chunk partial sums (e->wbytes each) */
+    char *pad;              /* per-chunk scratchpads (e->padbytes each) */
+    const ex_epilogue *epi; /* output fusion: run on each chunk's output once written (or NULL) */
+    int64_t epi_step;       /* output elements per chunk (the output's batch dim outermost) */
     bool ftz;
     _Atomic int failed;
 } dn_plan;
@@ -328,12 +330,16 @@ static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
             void *h[4] = {(void *)a, (void *)p->w, b, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
+            if (st == dnnl_success && p->epi)
+                p->epi->fn(p->epi->ctx, t * p->epi_step, (t + 1) * p->epi_step);
         } else if (!e->key.bwdw) {
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
             void *h[4] = {(void *)a, (void *)p->w, bk, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
             if (st == dnnl_success && blk) st = dn_copy(e->breorder, &e->bmd, bk, &e->bio, b);
+            if (st == dnnl_success && p->epi)
+                p->epi->fn(p->epi->ctx, t * p->epi_step, (t + 1) * p->epi_step);
         } else {
             if (blk) st = dn_copy(e->breorder, &e->bio, b, &e->bmd, bk);
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
@@ -607,10 +613,18 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         } else {
             p.b = btr ? bt : out;
         }
+        /* output fusion: the caller's loop over each chunk's output as soon as it is final (in
+         * place, the images outermost: a chunk is a range of the output; on x86 no flush
+         * follows) */
+        if (DN_CSR && c->epilogue && cd->output_batch == 0 && !(key.bwdd ? atr : btr)) {
+            p.epi = c->epilogue;
+            p.epi_step = nout / p.nch;
+        }
         if (ds == dnnl_success) {
             ex_par_for(c, p.nch, work, dn_chunks, &p);
             if (p.failed) ds = dnnl_runtime_error;
         }
+        c->epilogue_done = p.epi != NULL && ds == dnnl_success;
         if (ds == dnnl_success && btr && !key.bwdd) dn_from_nxc(c, &B, osh, bt, out);
         if (ds == dnnl_success && atr && key.bwdd) dn_from_nxc(c, &A, osh, at, out);
     } else {

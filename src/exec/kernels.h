@@ -65,9 +65,11 @@ typedef struct ex_kernel_ctx {
     size_t cap;
     ex_scratch_cache *cache; /* where the scratch comes from and goes back to (NULL: none) */
     int64_t fast_run;        /* kernels run by a fast kernel (statistics for tests) */
-    /* Set by the caller for one dot (NULL otherwise): the fast dot's own f32 GEMM applies it to
-     * every block of its result and sets epilogue_done; any other path leaves epilogue_done
-     * false and the caller runs the loop itself. */
+    /* Set by the caller for one dot or convolution (NULL otherwise): the fast dot's own f32 GEMM
+     * and the oneDNN convolution (forward and input-gradient readings, output written in place
+     * with its images outermost) apply it to every block of their result and set
+     * epilogue_done; any other path leaves epilogue_done false and the caller runs the loop
+     * itself. */
     const ex_epilogue *epilogue;
     bool epilogue_done;
 } ex_kernel_ctx;

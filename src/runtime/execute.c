@@ -293,10 +293,12 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
         run.bound = k;
         run.bound_kn = kn;
         run.path = PATH_DEVICE;
-        /* a dot whose result the next kernel, a native loop, reads elementwise: the fast dot
-         * runs that loop on each block of its result as it finishes it (output fusion) */
+        /* a dot or convolution whose result the next kernel, a native loop, reads elementwise:
+         * the fast kernel runs that loop on each block of its result as it finishes it (output
+         * fusion) */
         const ot_kernel *fk = NULL;
-        if (launch == rt_host_launch && run.native && run.cg && kn->opcode == OT_OP_DOT)
+        if (launch == rt_host_launch && run.native && run.cg &&
+            (kn->opcode == OT_OP_DOT || kn->opcode == OT_OP_CONVOLUTION))
             fk = output_fusion(exe, &run, k, kn, kin, kout, arena, params, outs, fin, fout, &fr);
         run.kc.epilogue = fk ? &fepi : NULL;
         run.kc.epilogue_done = false;
