@@ -4,7 +4,7 @@
 # resumes onto the same device count, another one, or unsharded (and an unsharded checkpoint
 # resumes sharded); the sharded and unsharded runs describe the same state layout. A shard file
 # missing, or one of another step copied in, fails the step's verification: the resume sets it
-# aside and continues from the step before, never mixing shards of two steps.
+# aside and continues from the step before, never mixing shards of two steps. bf16 state too.
 set -euo pipefail
 bin=$1
 builddir=$3
@@ -75,4 +75,15 @@ cp "$work/mix/step_00000010/optim-00001-of-00004.safetensors" "$work/mix/step_00
   --out "$work/o" >"$work/mix.json" 2>"$work/mix.err"
 grep -q '"start_step":10' "$work/mix.json" || { echo "mixed shards: not step 10"; exit 1; }
 same "resumed past a shard of another step" "$work/ref.json" "$work/mix.json"
+# bf16 state (rmsprop): the slots are bf16 in the shards and re-cut as bf16 onto 2 devices
+jb=(--steps 40 --ckpt-every 10 --eval-every 0 --json --quiet --optimizer rmsprop --state bf16)
+"$bin" train "${jb[@]}" --devices 4 --ckpt-dir "$work/bref" --stop-after 25 --out "$work/o" >/dev/null
+"$bin" train "${jb[@]}" --devices 2 --ckpt-dir "$work/bref" --resume --out "$work/o" \
+  >"$work/bref2.json"
+"$bin" train "${jb[@]}" --devices 4 --shard-optimizer --ckpt-dir "$work/bck" --stop-after 25 \
+  --out "$work/o" >/dev/null
+"$bin" train "${jb[@]}" --devices 2 --shard-optimizer --ckpt-dir "$work/bck" --resume \
+  --out "$work/o" >"$work/bsh2.json"
+grep -q '"start_step":20' "$work/bsh2.json" || { echo "bf16: did not resume from step 20"; exit 1; }
+same "bf16 state resumed onto 2 sharded" "$work/bref2.json" "$work/bsh2.json"
 echo ok
