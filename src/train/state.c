@@ -164,6 +164,11 @@ static ot_status ckpt_flat_slot(const trainer *t, const ot_ckpt *ck, int j, char
     size_t esz = ot_dtype_size(want.dtype);
     int64_t n, len;
     ckpt_shard_info(ck, &n, &len);
+    if (n < 0 || n > 65536 || (n > 0 && (len <= 0 || len > ((int64_t)1 << 40))))
+        return ot_error(OT_ERR_CORRUPT_DATA,
+                        "%s: the optimizer record's shard_devices %lld, shard_len %lld are not a "
+                        "sharded layout",
+                        ot_ckpt_dir(ck), (long long)n, (long long)len);
     memset(out, 0, (size_t)nout * esz);
     char name[160], a[128];
     int64_t units = n > 0 ? n : t->nparams, pos = SHARD_HEAD;
@@ -171,7 +176,7 @@ static ot_status ckpt_flat_slot(const trainer *t, const ot_ckpt *ck, int j, char
         ot_shape sh = want;
         if (n > 0) {
             snprintf(name, sizeof name, "shard%lld.%s", (long long)u, slot);
-            if (!scalar) ot_shape_make(&sh, want.dtype, 1, (int64_t[]){len});
+            if (!scalar) OT_CHECK(ot_shape_make(&sh, want.dtype, 1, (int64_t[]){len}));
         } else {
             snprintf(name, sizeof name, "%lld.%s", (long long)u, slot);
             if (!scalar) {
