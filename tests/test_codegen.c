@@ -979,7 +979,8 @@ static void test_hw_ftz(void) {
  * 2D and 3D, the mean also an output or not, the variance an output). Refused (the two sums not
  * in one kernel): a row maximum first (softmax's), rows shorter than 16 or longer than 64 KiB,
  * column sums, a first sum over another input. */
-/* The number of sums computed inside row fusions, and of fusion kernels. */
+/* The largest number of sums computed inside one row fusion kernel, and the number of fusion
+ * kernels. */
 static int row_sums(const char *text, int *nfusions) {
     ot_module *m = parse(text);
     if (!m) return -1;
@@ -989,7 +990,16 @@ static int row_sums(const char *text, int *nfusions) {
     int rows = 0, nf = 0;
     const cg_program *p = e ? cc_executable_native(e) : NULL;
     char *src = p ? program_source(p) : NULL;
-    for (const char *q = src; q && (q = strstr(q, "    { /* ")) != NULL; q++) rows++;
+    /* each kernel's function starts with its signature */
+    static const char sig[] = "(void *const *in, void *const *out";
+    for (const char *k = src ? strstr(src, sig) : NULL; k;) {
+        const char *next = strstr(k + 1, sig);
+        int here = 0;
+        for (const char *q = k; (q = strstr(q, "    { /* ")) != NULL && (!next || q < next); q++)
+            here++;
+        if (here > rows) rows = here;
+        k = next;
+    }
     for (int k = 0; e && k < ot_executable_kernel_count(e); k++)
         nf += ot_executable_kernel(e, k)->kind == OT_KERNEL_FUSION;
     free(src);
@@ -1103,6 +1113,85 @@ static void test_row_fusion(void) {
         check_module(text, 1311, false);
         EXPECT_TRUE(row_sums(text, NULL) < 2);
     }
+}
+
+/* Layer norm and RMS norm as JAX lowers them (jnp.mean as a sum divided by a broadcast of the row
+ * length, reshapes through [R, 1], the scale and shift): every output bit for bit the reference
+ * evaluator's on 1, 2, 3 and 8 threads, f32 rows of 1, 7, 64, 1000, 1024 and 4097 elements, 1
+ * to 300 rows, ordinary and tiny inputs (subnormals, values near 1), and inputs with NaNs and
+ * infinities. Where row fusion applies (rows of 16 elements to 64 KiB; layer norm: more than
+ * one row) each is one kernel that reads each row from memory once: layer norm's two sums and
+ * RMS norm's one in the row kernel (the per-row 1/n read by both the mean and the variance is
+ * copied into each cluster, not an extra output of the mean's). */
+static void norm_text(tb *b, bool rms, int R, int N) {
+    b->n = 0;
+    tp(b,
+       "HloModule norm\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+       "  ROOT s = f32[] add(a, b)\n}\nENTRY main {\n  v = f32[%d,%d] parameter(0)\n"
+       "  g = f32[%d] parameter(1)\n  z = f32[] constant(0)\n  n = f32[] constant(%d)\n"
+       "  nb = f32[%d,1] broadcast(n), dimensions={}\n  eps = f32[] constant(1e-05)\n"
+       "  eb = f32[%d,1] broadcast(eps), dimensions={}\n"
+       "  gb = f32[%d,%d] broadcast(g), dimensions={1}\n",
+       R, N, N, N, R, R, R, N);
+    if (rms) {
+        tp(b,
+           "  sq = f32[%d,%d] multiply(v, v)\n"
+           "  s = f32[%d] reduce(sq, z), dimensions={1}, to_apply=add\n"
+           "  sr = f32[%d,1] reshape(s)\n  ms = f32[%d,1] divide(sr, nb)\n"
+           "  me = f32[%d,1] add(ms, eb)\n  r = f32[%d,1] rsqrt(me)\n  rr = f32[%d] reshape(r)\n"
+           "  rb = f32[%d,%d] broadcast(rr), dimensions={0}\n  y = f32[%d,%d] multiply(v, rb)\n"
+           "  ROOT o = f32[%d,%d] multiply(y, gb)\n}\n",
+           R, N, R, R, R, R, R, R, R, N, R, N, R, N);
+        return;
+    }
+    tp(b,
+       "  bias = f32[%d] parameter(2)\n  bb = f32[%d,%d] broadcast(bias), dimensions={1}\n"
+       "  s1 = f32[%d] reduce(v, z), dimensions={1}, to_apply=add\n"
+       "  s1r = f32[%d,1] reshape(s1)\n  mean = f32[%d,1] divide(s1r, nb)\n"
+       "  mr = f32[%d] reshape(mean)\n  mb = f32[%d,%d] broadcast(mr), dimensions={0}\n"
+       "  d = f32[%d,%d] subtract(v, mb)\n  sq = f32[%d,%d] multiply(d, d)\n"
+       "  s2 = f32[%d] reduce(sq, z), dimensions={1}, to_apply=add\n"
+       "  s2r = f32[%d,1] reshape(s2)\n  var = f32[%d,1] divide(s2r, nb)\n"
+       "  ve = f32[%d,1] add(var, eb)\n  r = f32[%d,1] rsqrt(ve)\n  rr = f32[%d] reshape(r)\n"
+       "  rb = f32[%d,%d] broadcast(rr), dimensions={0}\n  y = f32[%d,%d] multiply(d, rb)\n"
+       "  yg = f32[%d,%d] multiply(y, gb)\n  ROOT o = f32[%d,%d] add(yg, bb)\n}\n",
+       N, R, N, R, R, R, R, R, N, R, N, R, N, R, R, R, R, R, R, R, N, R, N, R, N, R, N);
+}
+
+static void test_norm_rows(void) {
+    static const int lens[] = {1, 7, 64, 1000, 1024, 4097};
+    static const int nrows[] = {1, 3, 37, 300};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    char text[8192];
+    tb b = {text, 0, sizeof text};
+    uint64_t seed = 2000;
+    for (int rms = 0; rms < 2; rms++)
+        for (int k = 0; k < (int)(sizeof lens / sizeof lens[0]); k++)
+            for (int j = 0; j < (int)(sizeof nrows / sizeof nrows[0]); j++) {
+                int N = lens[k], R = nrows[j];
+                if ((int64_t)N * R > 300000) continue; /* 4097 x 300: the test's time */
+                norm_text(&b, rms == 1, R, N);
+                for (int t = 0; t < 4; t++) {
+                    /* inputs with NaNs and infinities on one pool, else ordinary/tiny ones */
+                    g_tiny = t != 1;
+                    g_run_pool = pools[t];
+                    /* rows shorter than 16, and a layer norm of one row (the 1/n scalar
+                     * constant stays an extra output of the mean's loop): the fast reduce
+                     * kernel's mean, separate kernels */
+                    bool one = N >= 16 && (rms || R > 1);
+                    check_module(text, seed++, one);
+                }
+                g_tiny = false;
+                g_run_pool = NULL;
+                if (N < 16 || (!rms && R == 1)) continue;
+                /* one kernel; layer norm's two sums, RMS norm's one, in the row kernel */
+                int nf = 0;
+                EXPECT_INT_EQ(row_sums(text, &nf), rms ? 1 : 2);
+                EXPECT_INT_EQ(nf, 1);
+            }
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
 /* Masked softmax as JAX lowers attention's (scale, select against a [S,S] mask broadcast over batch
@@ -1784,6 +1873,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_hw_ftz_erf),
         OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),
+        OT_TEST(test_norm_rows),
         OT_TEST(test_softmax_rows),
         OT_TEST(test_summary),
         OT_TEST(test_small_beside_large),

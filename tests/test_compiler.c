@@ -1261,9 +1261,19 @@ static void test_fuse_reductions(void) {
         ot_instr *r = ot_build_reduce(c, &sq, &init, 1, dims, 1, sum);
         ot_computation_set_root(c, ot_build_unary(c, OT_OP_SQRT, r));
         ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
-        EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 2);
         const ot_instr *root = c->root;
         ASSERT_TRUE(root->opcode == OT_OP_FUSION);
+        if (dim == 1) {
+            /* row sums of rows of 32: row fusion takes the per-row sqrt in (one kernel, the sum
+             * with its producer and init, then the sqrt of each row's sum) */
+            EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 1);
+            EXPECT_INT_EQ(root->noperands, 1);
+            EXPECT_INT_EQ(root->called[0]->root->opcode, OT_OP_SQRT);
+            EXPECT_INT_EQ(count_op(root->called[0], OT_OP_REDUCE), 1);
+            ot_module_free(m);
+            continue;
+        }
+        EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 2);
         const ot_instr *red = root->operands[0];
         ASSERT_TRUE(red->opcode == OT_OP_FUSION);
         EXPECT_INT_EQ(red->attrs->fusion_kind, OT_FUSION_INPUT);

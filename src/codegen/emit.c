@@ -416,12 +416,19 @@ static int64_t numel(const ot_instr *x) {
 static int emit(em *E, const ot_instr *x, const char *ctx);
 static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx);
 
+/* The context of a one-element value read by a larger op: index 0, outside every loop; in a row
+ * fusion of one row, the row's own context, since such a value may be that row's reduce (a
+ * layer norm of one row), which is computed inside the row loop. */
+static const char *scalar_ctx(const em *E) {
+    return E->rows && E->O == 1 ? "row" : "0";
+}
+
 /* The operand's context for an elementwise op: the same index, or index 0 for a scalar operand
  * of a larger op (select's predicate, clamp's bounds). */
 static int operand(em *E, const ot_instr *x, int k, const char *ctx) {
     const ot_instr *o = x->operands[k];
     if (numel(o) == numel(x)) return emit(E, o, ctx);
-    if (numel(o) == 1) return emit(E, o, "0");
+    if (numel(o) == 1) return emit(E, o, scalar_ctx(E));
     return fail(E, "%s: operand %d of another size", x->name, k);
 }
 
@@ -874,7 +881,7 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
     const ot_shape *R = &x->shape.array, *O = &o->shape.array;
     int64_t no = ot_shape_numel_unchecked(O), nr = ot_shape_numel_unchecked(R);
     char expr[1024], iv[64];
-    if (no == 1) return emit(E, o, "0");
+    if (no == 1) return emit(E, o, scalar_ctx(E));
     int64_t rs[OT_MAX_RANK], os[OT_MAX_RANK];
     strides(R, rs);
     strides(O, os);

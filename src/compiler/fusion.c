@@ -392,9 +392,16 @@ static ot_status phase1(fz *f) {
         bool dup = !(ir_op_traits(i->opcode) & IR_OP_EXPENSIVE) && !many && !outside && nu >= 2 &&
                    depth <= MAX_DUP_DEPTH;
         if (dup) f->dupdepth[k] = (uint8_t)depth;
+        /* a copy smaller than its cluster leaves no small mark for its own operands (only the
+         * primary cluster's is kept), so only a broadcast of a scalar, whose operand needs
+         * none, is copied in as one: a per-row constant (layer norm's 1/n as [rows, 1]) read
+         * by two clusters is then no extra output of one of them, which would keep the
+         * per-row loop holding it out of row fusion */
+        bool scalar_bcast =
+            i->opcode == OT_OP_BROADCAST && i->noperands == 1 && cc_numel(i->operands[0]) == 1;
         for (int j = 0; j < nu && dup; j++) {
             bool sm = false;
-            dup = can_join(f, i, ucl[j], false, &sm) && !sm;
+            dup = can_join(f, i, ucl[j], false, &sm) && (!sm || scalar_bcast);
         }
         for (int j = 0; j < nu && dup; j++) OT_CHECK(add_dup(f, k, ucl[j]));
         if (dup) continue;

@@ -321,7 +321,8 @@ done:
  * kernels read stay outputs. */
 
 /* A fusion whose reduces are all row sums of inputs of rows * len elements, at least one of them
- * of a parameter: *x gets that parameter's operand. */
+ * of a parameter, or of elementwise ops of one (RMS norm's x * x): *x gets that parameter's
+ * operand. */
 static bool row_producer(const ot_instr *R, int64_t *rows, int64_t *len, ot_instr **x) {
     const ot_computation *c = fused(R);
     if (!c || !c->root) return false;
@@ -338,6 +339,20 @@ static bool row_producer(const ot_instr *R, int64_t *rows, int64_t *len, ot_inst
         if (!*x && op->opcode == OT_OP_PARAMETER && op->attrs->index >= 0 &&
             op->attrs->index < R->noperands)
             *x = R->operands[op->attrs->index];
+    }
+    /* no sum of a parameter itself (RMS norm's sum of x * x): x is a parameter of the rows'
+     * size read only elementwise (at each element's own index, as the sums read their rows) */
+    for (const ot_instr *p = c->first; nred && !*x && p; p = p->next) {
+        if (p->opcode != OT_OP_PARAMETER || numel_of(p) != *rows * *len || p->nusers == 0 ||
+            p->attrs->index < 0 || p->attrs->index >= R->noperands)
+            continue;
+        bool ew = true;
+        for (int u = 0; u < p->nusers && ew; u++) {
+            const ot_instr *y = p->users[u];
+            ew = ot_opcode_is_elementwise(y->opcode) && y->opcode != OT_OP_REDUCE &&
+                 numel_of(y) == *rows * *len;
+        }
+        if (ew) *x = R->operands[p->attrs->index];
     }
     if (!nred || !*x) return false;
     /* outputs: one element per row each */
