@@ -53,6 +53,15 @@ static const char preamble[] =
     "    uint64_t u = ot_dbits(v);\n"
     "    uint64_t z = (u & 0x7ff0000000000000ull) == 0 ? 0x7fffffffffffffffull : 0u;\n"
     "    return ot_bitsd(u & ~z);\n}\n"
+    /* select as a bit blend: the same bits as `p ? a : b`, but gcc keeps a vectorized loop
+     * whose ternary on a byte predicate meets an exp or another call-sized expression (a
+     * causal attention mask before softmax's exp ran 7x slower as a ternary) */
+    "static inline float ot_self(uint8_t p, float a, float b) {\n"
+    "    uint32_t m = 0u - (uint32_t)(p != 0);\n"
+    "    return ot_bitsf((ot_fbits(a) & m) | (ot_fbits(b) & ~m));\n}\n"
+    "static inline double ot_seld(uint8_t p, double a, double b) {\n"
+    "    uint64_t m = 0u - (uint64_t)(p != 0);\n"
+    "    return ot_bitsd((ot_dbits(a) & m) | (ot_dbits(b) & ~m));\n}\n"
     "static inline float ot_qf(float x) {\n"
     "    uint32_t u = ot_fbits(x);\n"
     "    u |= ((u & 0x7fffffffu) > 0x7f800000u) ? 0x400000u : 0u;\n"
@@ -794,8 +803,12 @@ static int emit_select_clamp(em *E, const ot_instr *x, const char *ctx) {
     var(E, a, va, sizeof va);
     var(E, b, vb, sizeof vb);
     var(E, c, vc, sizeof vc);
-    if (x->opcode == OT_OP_SELECT)
+    if (x->opcode == OT_OP_SELECT) {
+        if (t == OT_F32 || t == OT_F64)
+            return define(E, x, ctx, t, false,
+                          t == OT_F32 ? "ot_self(%s, %s, %s)" : "ot_seld(%s, %s, %s)", va, vb, vc);
         return define(E, x, ctx, t, false, "(%s != 0 ? %s : %s)", va, vb, vc);
+    }
     /* clamp(lo, x, hi) = min(max(x, lo), hi) */
     if (ot_dtype_is_float(t)) {
         char slo[256], sx[256], shi[256];
