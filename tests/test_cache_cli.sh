@@ -45,6 +45,24 @@ grep -q "compilation cache miss" "$tmp/o1"
 grep -q "compilation cache hit" "$tmp/o2"
 cmp "$tmp/c1/out_0.npy" "$tmp/c2/out_0.npy"
 "$bin" run "$f" --fill random:1 --output-dir "$tmp/c3" --compile-cache -O1 | grep -q "cache miss"
+# another build of the same version (a copy whose GNU build ID differs by one byte) misses, so an
+# executable compiled by an older build of the compiler is never loaded by a newer one
+if command -v readelf >/dev/null && id=$(readelf -n "$bin" | awk '/Build ID:/ {print $3}') && [[ -n $id ]]; then
+  python3 - "$bin" "$tmp/other-build" "$id" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+idb = bytes.fromhex(sys.argv[3])
+assert data.count(idb) == 1, "the build ID occurs once"
+data[data.index(idb)] ^= 0xFF
+open(sys.argv[2], "wb").write(data)
+PY
+  chmod +x "$tmp/other-build"
+  export OPTITPU_CACHE_DIR=$tmp/shared-cache
+  "$bin" run "$f" --fill random:1 --output-dir "$tmp/c4" --compile-cache | grep -q "cache miss"
+  "$tmp/other-build" run "$f" --fill random:1 --output-dir "$tmp/c4" --compile-cache | grep -q "cache miss"
+  "$bin" run "$f" --fill random:1 --output-dir "$tmp/c4" --compile-cache | grep -q "cache hit"
+  unset OPTITPU_CACHE_DIR
+fi
 dir=$XDG_CACHE_HOME/optitpu/executables
 "$bin" cache ls >"$tmp/ls"
 grep -q "^2 entries, [0-9]* bytes of 1073741824, in $dir\$" "$tmp/ls"

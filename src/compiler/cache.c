@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +115,58 @@ int64_t ot_compile_cache_max_bytes(const ot_compile_cache *c) {
     return c ? c->max_bytes : 0;
 }
 
+/* The GNU build ID (the linker's hash of the code, ld --build-id) of the binary that holds this
+ * function: liboptitpu.so, or the program liboptitpu.a was linked into. Any change to the
+ * compiler changes it, so a rebuilt library with an unchanged version string never loads an
+ * executable an older build compiled. Found once through the loaded program headers; absent
+ * (linked without --build-id) it is empty and the key holds the version alone. */
+typedef struct {
+    uintptr_t addr;
+    uint8_t id[64];
+    size_t len;
+} build_id_probe;
+
+static int build_id_of_object(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    build_id_probe *p = arg;
+    bool mine = false;
+    for (int i = 0; i < info->dlpi_phnum && !mine; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        mine = ph->p_type == PT_LOAD && p->addr >= lo && p->addr - lo < ph->p_memsz;
+    }
+    if (!mine) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE) continue;
+        const uint8_t *n = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+        size_t left = ph->p_memsz;
+        while (left >= sizeof(ElfW(Nhdr))) {
+            const ElfW(Nhdr) *h = (const ElfW(Nhdr) *)n;
+            size_t name = (h->n_namesz + 3u) & ~(size_t)3, desc = (h->n_descsz + 3u) & ~(size_t)3;
+            size_t whole = sizeof *h + name + desc;
+            if (name > left || desc > left || whole > left) break;
+            if (h->n_type == NT_GNU_BUILD_ID && h->n_namesz == 4 &&
+                memcmp(n + sizeof *h, "GNU", 4) == 0 && h->n_descsz <= sizeof p->id) {
+                memcpy(p->id, n + sizeof *h + name, h->n_descsz);
+                p->len = h->n_descsz;
+                return 1;
+            }
+            n += whole;
+            left -= whole;
+        }
+    }
+    return 1; /* this object, without a build ID */
+}
+
+static build_id_probe g_build_id;
+static pthread_once_t g_build_id_once = PTHREAD_ONCE_INIT;
+
+static void build_id_find(void) {
+    g_build_id.addr = (uintptr_t)&build_id_of_object;
+    dl_iterate_phdr(build_id_of_object, &g_build_id);
+}
+
 static ot_status key_of(const uint8_t fp[32], uint8_t out[32]) {
     ot_sha256 h;
     OT_CHECK(ot_sha256_init(&h));
@@ -124,6 +178,8 @@ static ot_status key_of(const uint8_t fp[32], uint8_t out[32]) {
     if (s == OT_OK) s = ot_sha256_update(&h, fp, 32);
     if (s == OT_OK) s = ot_sha256_update(&h, ver, strlen(ver) + 1);
     if (s == OT_OK) s = ot_sha256_update(&h, fmt, sizeof fmt);
+    pthread_once(&g_build_id_once, build_id_find);
+    if (s == OT_OK && g_build_id.len > 0) s = ot_sha256_update(&h, g_build_id.id, g_build_id.len);
     if (s != OT_OK) {
         ot_sha256_final(&h, NULL);
         return s;
