@@ -88,13 +88,19 @@ static void test_fma_chain(void) {
     if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS");
     static const gcase cs[] = {
         {1, 100, 70, 600, false, false}, /* k blocks of 256, 256, 88; M, N tails */
-        {1, 100, 70, 600, true, true},   {1, 37, 13, 300, true, false}, /* N <= 16: 24 x 16 */
-        {1, 512, 10, 1024, true, false}, {1, 13, 33, 5, false, true},
-        {1, 12, 8, 1, false, false},     {1, 600, 1100, 40, false, false},
+        {1, 100, 70, 600, true, true},
+        {1, 37, 13, 300, true, false}, /* N <= 16: 24 x 16 */
+        {1, 512, 10, 1024, true, false},
+        {1, 13, 33, 5, false, true},
+        {1, 12, 8, 1, false, false},
+        {1, 600, 1100, 40, false, false},
         {1, 300, 520, 700, true, false}, /* many tasks over rows and panel blocks */
         {40, 30, 20, 50, false, true},   /* each thread packs its elements' B */
         {5, 64, 48, 300, true, true},    /* own B on 1 and 2 threads, shared on 3 and 8 */
         {3, 200, 260, 20, false, false},
+        {1, 500, 60, 700, false, false}, /* one column block: tasks wait for its B slices */
+        {1, 290, 50, 530, false, true},
+        {1, 130, 300, 270, false, true},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         const gcase *g = &cs[q];

@@ -9,6 +9,7 @@
 #undef I /* <complex.h>, pulled in by cblas.h */
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -231,14 +232,18 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
 /* ---- f32 GEMM of our own (x86-64 with AVX-512) -------------------------------------------
  * OpenBLAS on one thread per tile packs each tile's share of A and B again (about 20 % more CPU
  * than one call on the suite's 2 x 4 grids), and its own threading changes the bits with the
- * thread count. This kernel packs each product's B once, shared by all threads, and computes
+ * thread count. This kernel packs each product's B once, shared by all threads (in slices of
+ * SG_KC k x a task's columns, by the first task that needs each: one pass over the pool per
+ * product, no pass to pack B before it), and computes
  * every element of C as one chain of fused multiply-adds over k = 0, 1, ..., K-1 starting from 0
  * (carried through C between blocks of k): its bits depend on the operands alone, not on the
  * thread count, the split of the work or the blocking, so the split can follow the pool's size.
  * Register blocks: 12 rows x 32 columns (24 zmm accumulators), or 24 x 16 for N <= 16 (the
  * N = 10 products). A is packed per thread, SG_MC rows x SG_KC k at a time (in L2), except a
  * transposed A under tasks of few columns, read where it lies; each register block streams one
- * packed B panel (SG_KC x nr) against its rows of A. */
+ * packed B panel (SG_KC x nr) against its rows of A. Packing is vectorized: rows copied 16
+ * floats at a time, a transposing pack (row-major A, transposed B) through 16 x 16 register
+ * transposes. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define SG_OWN    1
@@ -316,32 +321,104 @@ typedef struct sg_run {
     const ex_epilogue *epi; /* the output fusion, applied to each finished row block (or NULL) */
     atomic_int_least64_t *rowdone; /* with epi and cb > 1: tasks finished per row block */
     int64_t rb, cb, pcb;           /* row blocks of SG_MC, column blocks of pcb panels */
+    int64_t nkb;                   /* k blocks of SG_KC */
+    atomic_int
+        *bstate; /* shared B: per (element, column block, k block) of the group, whether
+                    its slice of packed B is SG_B_TODO, SG_B_BUSY (being packed), SG_B_DONE */
 } sg_run;
 
-/* Panel p (columns [p * nr, p * nr + nr), zero past N) of batch element b's B into d: [k][nr]. */
-static void sg_pack_panel(const sg_run *r, int64_t b, int64_t p, float *d) {
-    const ex_gemm *g = r->g;
-    int64_t K = g->K, nr = r->nr, ldb = r->vb->ld, j0 = p * nr;
-    int64_t nj = g->N - j0 < nr ? g->N - j0 : nr;
-    const float *src = (const float *)g->b + view_offset(r->vb, b);
-    if (!g->tb) {
-        for (int64_t k = 0; k < K; k++) {
-            memcpy(d + k * nr, src + k * ldb + j0, (size_t)nj * 4);
-            for (int64_t j = nj; j < nr; j++) d[k * nr + j] = 0.0f;
-        }
-    } else {
-        for (int64_t j = 0; j < nr; j++) {
-            const float *s = src + (j0 + j) * ldb;
-            for (int64_t k = 0; k < K; k++) d[k * nr + j] = j < nj ? s[k] : 0.0f;
+enum { SG_B_TODO, SG_B_BUSY, SG_B_DONE };
+
+/* Masks of the first n (0..16) lanes. */
+static inline __mmask16 sg_lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* The 16 x 16 block r[i] (lane k) transposed in place: r[k] lane i. Four rounds of 16
+ * shuffles: pairs of rows interleaved (unpack ps, then pd), then 128-bit lanes exchanged. */
+SG_AVX512 static inline void sg_tr16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4i + c], lane block j: element 4j + c of rows 4i..4i+3 */
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+
+/* Rows i < w of a row-major source (src, rows lds apart) over k [0, kc) into d as [k][w]
+ * (d[k * w + i] = src[i * lds + k]), rows in [n, w) zero: the transposing pack of a row-major A
+ * (w = mr) and of a transposed B (w = nr), 16 x 16 blocks through registers. */
+SG_AVX512 static void sg_pack_rows(const float *src, int64_t lds, int64_t n, int64_t w, int64_t kc,
+                                   float *d) {
+    for (int64_t i0 = 0; i0 < w; i0 += 16) {
+        int64_t nl = w - i0 < 16 ? w - i0 : 16, nv = n - i0 < 0 ? 0 : n - i0 < nl ? n - i0 : nl;
+        __mmask16 st = sg_lanes(nl);
+        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+            int64_t nk = kc - k0 < 16 ? kc - k0 : 16;
+            __mmask16 ld = sg_lanes(nk);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < nv ? _mm512_maskz_loadu_ps(ld, src + (i0 + i) * lds + k0)
+                              : _mm512_setzero_ps();
+            sg_tr16(r);
+            for (int k = 0; k < nk; k++) _mm512_mask_storeu_ps(d + (k0 + k) * w + i0, st, r[k]);
         }
     }
 }
 
-static void sg_pack_b(void *arg, int64_t begin, int64_t end, int ith) {
-    (void)ith;
-    const sg_run *r = arg;
-    for (int64_t w = begin; w < end; w++)
-        sg_pack_panel(r, r->b0 + w / r->np, w % r->np, r->bp + w * r->g->K * r->nr);
+/* Columns [j0, j0 + n) (n <= w) of kc rows of a row-major source (src at column 0 of the first
+ * row, rows lds apart) into d as [k][w], columns in [n, w) zero: the copying pack of a B (w = nr)
+ * and of a transposed A (w = mr). */
+SG_AVX512 static void sg_pack_cols(const float *src, int64_t lds, int64_t n, int64_t w, int64_t kc,
+                                   float *d) {
+    for (int64_t k = 0; k < kc; k++)
+        for (int64_t j = 0; j < w; j += 16)
+            _mm512_mask_storeu_ps(
+                d + k * w + j, sg_lanes(w - j),
+                _mm512_maskz_loadu_ps(sg_lanes(n - j < 0 ? 0 : n - j), src + k * lds + j));
+}
+
+/* Panels [p0, p1) of batch element b's B, k [k0, k0 + kc), into their places in bp (the
+ * element's packed B: panel p at bp + p * K * nr, [k][nr], zero past N). A row-major B is read
+ * row by row across the panels: one stream of B instead of one per panel. */
+SG_AVX512 static void sg_pack_b(const sg_run *r, int64_t b, int64_t p0, int64_t p1, int64_t k0,
+                                int64_t kc, float *bp) {
+    const ex_gemm *g = r->g;
+    int64_t K = g->K, N = g->N, nr = r->nr, ldb = r->vb->ld;
+    const float *src = (const float *)g->b + view_offset(r->vb, b);
+    if (g->tb) {
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
+            sg_pack_rows(src + j0 * ldb + k0, ldb, nj, nr, kc, bp + p * K * nr + k0 * nr);
+        }
+        return;
+    }
+    for (int64_t k = k0; k < k0 + kc; k++) {
+        const float *s = src + k * ldb;
+        float *d = bp + p0 * K * nr + k * nr;
+        for (int64_t j = p0 * nr; j < p1 * nr; j += 16) {
+            _mm512_store_ps(d + j % nr,
+                            _mm512_maskz_loadu_ps(sg_lanes(N - j < 0 ? 0 : N - j), s + j));
+            if (j % nr == nr - 16) d += K * nr;
+        }
+    }
 }
 
 /* rows [i0, i0 + mi) x k [k0, k0 + kc) of A (at a) into micro-panels of mr rows, each
@@ -352,29 +429,42 @@ static void sg_pack_a(const sg_run *r, const float *a, float *ap, int64_t i0, in
     for (int64_t q = 0; q < mi; q += mr) {
         int64_t nq = mi - q < mr ? mi - q : mr;
         float *d = ap + q * kc;
-        if (r->g->ta) {
-            for (int64_t k = 0; k < kc; k++) {
-                const float *s = a + (k0 + k) * lda + i0 + q;
-                for (int64_t i = 0; i < mr; i++) d[k * mr + i] = i < nq ? s[i] : 0.0f;
-            }
-        } else {
-            for (int64_t i = 0; i < mr; i++) {
-                const float *s = a + (i0 + q + i) * lda + k0;
-                if (i < nq)
-                    for (int64_t k = 0; k < kc; k++) d[k * mr + i] = s[k];
-                else
-                    for (int64_t k = 0; k < kc; k++) d[k * mr + i] = 0.0f;
-            }
-        }
+        if (r->g->ta)
+            sg_pack_cols(a + k0 * lda + i0 + q, lda, nq, mr, kc, d);
+        else
+            sg_pack_rows(a + (i0 + q) * lda + k0, lda, nq, mr, kc, d);
+    }
+}
+
+/* Shared B: the slice (column block q, k [k0, k0 + kc)) of batch element b's packed B (at bp),
+ * packed by the first task that needs it; a task that finds another thread packing it waits
+ * (spinning briefly, then yielding the CPU). Each slice is packed once, so its bits do not depend
+ * on which thread packs it. */
+static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t kc, float *bp) {
+    atomic_int *st = &r->bstate[((b - r->b0) * r->cb + q) * r->nkb + k0 / SG_KC];
+    int s = atomic_load_explicit(st, memory_order_acquire);
+    if (s == SG_B_DONE) return;
+    if (s == SG_B_TODO && atomic_compare_exchange_strong(st, &s, SG_B_BUSY)) {
+        int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
+        sg_pack_b(r, b, p0, p1, k0, kc, bp);
+        atomic_store_explicit(st, SG_B_DONE, memory_order_release);
+        return;
+    }
+    for (int spin = 0; atomic_load_explicit(st, memory_order_acquire) != SG_B_DONE; spin++) {
+        if (spin < 4096)
+            _mm_pause();
+        else
+            sched_yield();
     }
 }
 
 /* One task: rows [m0, m1) (at most SG_MC) of C x B panels [p0, p1) of batch element b, whose
- * packed B is at bp. A is packed SG_KC k at a time, or with r->direct (a transposed A, tasks of
- * few panels: they would spend about as long packing their rows as multiplying them) read where
- * it lies; a last micro-panel of fewer than mr rows is always packed (zero rows below it). */
-static void sg_block(const sg_run *r, int64_t b, const float *bp, int64_t m0, int64_t m1,
-                     int64_t p0, int64_t p1, float *ap) {
+ * packed B is at bp (cq >= 0: a shared B, the panels column block cq, each slice packed on first
+ * need; else packed beforehand). A is packed SG_KC k at a time, or with r->direct (a transposed A,
+ * tasks of few panels: they would spend about as long packing their rows as multiplying them) read
+ * where it lies; a last micro-panel of fewer than mr rows is always packed (zero rows below it). */
+static void sg_block(const sg_run *r, int64_t b, float *bp, int64_t m0, int64_t m1, int64_t p0,
+                     int64_t p1, int64_t cq, float *ap) {
     const ex_gemm *g = r->g;
     int64_t K = g->K, N = g->N, mr = r->mr, nr = r->nr, lda = r->va->ld, mi = m1 - m0;
     int64_t full = mi / mr * mr; /* rows in whole micro-panels */
@@ -383,6 +473,7 @@ static void sg_block(const sg_run *r, int64_t b, const float *bp, int64_t m0, in
     float tmp[12 * 32] __attribute__((aligned(64)));
     for (int64_t k0 = 0; k0 < K; k0 += SG_KC) {
         int64_t kc = K - k0 < SG_KC ? K - k0 : SG_KC;
+        if (cq >= 0) sg_need_b(r, b, cq, k0, kc, bp);
         if (!r->direct)
             sg_pack_a(r, a, ap, m0, mi, k0, kc);
         else if (full < mi) /* the short micro-panel, at its place in a packed block */
@@ -429,8 +520,9 @@ static void sg_epilogue(const sg_run *r, unsigned int csr, int64_t b, int64_t m0
 }
 
 /* Shared B (own_b false): task w is a block of rows x a block of panels of element
- * b0 + w / (rb * cb), B packed beforehand by sg_pack_b. own_b: task w is element b0 + w whole,
- * its B packed into this thread's buffer first (many small products: no pass between). */
+ * b0 + w / (rb * cb), its slices of B packed on first need (sg_need_b). own_b: task w is element b0
+ * + w whole, its B packed into this thread's buffer first (many small products: no pass between).
+ */
 static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
     const sg_run *r = arg;
     const ex_gemm *g = r->g;
@@ -442,11 +534,10 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
     for (int64_t w = begin; w < end; w++) {
         if (r->own_b) {
             float *bp = ap + SG_MC * SG_KC;
-            for (int64_t p = 0; p < r->np; p++)
-                sg_pack_panel(r, r->b0 + w, p, bp + p * g->K * r->nr);
+            sg_pack_b(r, r->b0 + w, 0, r->np, 0, g->K, bp);
             for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC) {
                 int64_t m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
-                sg_block(r, r->b0 + w, bp, m0, m1, 0, r->np, ap);
+                sg_block(r, r->b0 + w, bp, m0, m1, 0, r->np, -1, ap);
                 if (r->epi) sg_epilogue(r, csr, r->b0 + w, m0, m1);
             }
             continue;
@@ -455,7 +546,7 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
         int64_t m0 = rr * SG_MC, m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
         int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
         if (p0 >= p1) continue;
-        sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, ap);
+        sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, q, ap);
         /* the output fusion runs on whole rows: the last of the row block's cb tasks to finish
          * runs it (its own columns still in cache) */
         if (r->epi && (r->cb == 1 || atomic_fetch_add(&r->rowdone[b * r->rb + rr], 1) == r->cb - 1))
@@ -501,9 +592,21 @@ static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
            (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
 }
 
+/* column blocks of a shared B: at most one per 2 panels */
+static int64_t sg_max_cb(const ex_gemm *g) {
+    int64_t np = cdiv(g->N, sg_nr(g));
+    return np / 2 > 1 ? np / 2 : 1;
+}
+
 /* the output fusion's counters of finished tasks, one per row block of a group */
-static size_t sg_counter_bytes(const ex_gemm *g) {
+static size_t sg_rowdone_bytes(const ex_gemm *g) {
     return ex_align64((size_t)(sg_group(g) * cdiv(g->M, SG_MC)) * sizeof(atomic_int_least64_t));
+}
+
+/* the counters: the output fusion's, then the shared B's slice states */
+static size_t sg_counter_bytes(const ex_gemm *g) {
+    size_t slices = (size_t)(sg_group(g) * sg_max_cb(g) * cdiv(g->K, SG_KC));
+    return sg_rowdone_bytes(g) + ex_align64(slices * sizeof(atomic_int));
 }
 
 static size_t sg_scratch_bytes(const ex_gemm *g, int threads) {
@@ -527,6 +630,8 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     size_t shared = r.own_b ? 0 : ex_align64((size_t)(gb * per * 4));
     r.bp = (float *)scratch;
     r.rowdone = (atomic_int_least64_t *)(scratch + shared);
+    r.bstate = (atomic_int *)(scratch + shared + sg_rowdone_bytes(g));
+    r.nkb = cdiv(g->K, SG_KC);
     r.ap = (float *)(scratch + shared + sg_counter_bytes(g));
     r.rb = cdiv(g->M, SG_MC);
     for (r.b0 = 0; r.b0 < g->nb; r.b0 += gb) {
@@ -540,7 +645,7 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         /* about 8 tasks per thread (handed out dynamically: even shares on a shared machine),
          * each at least 2 panels wide: the more columns a task spans, the fewer times its rows
          * of A are packed */
-        int64_t cb = 1, want = 8 * (int64_t)threads, maxcb = r.np / 2 > 1 ? r.np / 2 : 1;
+        int64_t cb = 1, want = 8 * (int64_t)threads, maxcb = sg_max_cb(g);
         if (r.nbg * r.rb < want) cb = cdiv(want, r.nbg * r.rb);
         if (cb > maxcb) cb = maxcb;
         r.pcb = cdiv(r.np, cb);
@@ -548,7 +653,9 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         r.direct = g->ta && r.pcb <= SG_DIRECT;
         if (r.epi && r.cb > 1)
             for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
-        ex_par_for_dynamic(c, r.nbg * r.np, r.nbg * per * 8, sg_pack_b, &r);
+        for (int64_t q = 0; q < r.nbg * r.cb * r.nkb; q++) atomic_init(&r.bstate[q], SG_B_TODO);
+        /* one pass over the pool: B is packed by the tasks, slice by slice as they need it (the
+         * first tasks take different column blocks, so the threads pack different slices) */
         ex_par_for_dynamic(c, r.nbg * r.rb * r.cb, work * 4, sg_tasks, &r);
     }
 }
