@@ -60,40 +60,130 @@ static ot_status train_update(const ot_model *m, ot_tpu_optimizer **out) {
     return s;
 }
 
+/* A fresh host device holding exe's inputs (zeroed); in[] and out[] sized for it. */
+typedef struct {
+    ot_device *d;
+    ot_buffer **in, **out;
+    int np, no;
+} exe_run;
+
+static void exe_run_free(exe_run *x) {
+    for (int k = 0; x->out && k < x->no; k++) ot_buffer_free(x->out[k]);
+    for (int k = 0; x->in && k < x->np; k++) ot_buffer_free(x->in[k]);
+    free(x->in);
+    free(x->out);
+    ot_device_free(x->d);
+    memset(x, 0, sizeof *x);
+}
+
+static ot_status exe_run_open(const ot_executable *e, exe_run *x) {
+    memset(x, 0, sizeof *x);
+    OT_CHECK(ot_host_device_create(0, 0, &x->d));
+    x->np = ot_executable_param_count(e);
+    x->no = ot_executable_output_count(e);
+    x->in = calloc((size_t)x->np + 1, sizeof *x->in);
+    x->out = calloc((size_t)x->no + 1, sizeof *x->out);
+    ot_status s = x->in && x->out ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "bench simulate");
+    for (int k = 0; s == OT_OK && k < x->np; k++) {
+        const ot_slot *sl = ot_executable_slot(e, ot_executable_param_slot(e, k));
+        s = ot_buffer_alloc(x->d, &sl->shape, &x->in[k]);
+        void *z = s == OT_OK ? calloc(1, (size_t)sl->nbytes + 1) : NULL;
+        if (s == OT_OK && !z) s = ot_error(OT_ERR_OUT_OF_MEMORY, "bench simulate");
+        if (s == OT_OK) s = ot_buffer_write_bytes(x->in[k], 0, z, sl->nbytes);
+        free(z);
+    }
+    if (s != OT_OK) exe_run_free(x);
+    return s;
+}
+
+/* Runs exe once on x (outputs of the previous run freed first), profiled into pf (or NULL). */
+static ot_status exe_run_once(const ot_executable *e, exe_run *x, ot_profile *pf) {
+    for (int k = 0; k < x->no; k++) {
+        ot_buffer_free(x->out[k]);
+        x->out[k] = NULL;
+    }
+    ot_run_options ro = ot_run_options_default();
+    ro.profile = pf;
+    return ot_device_execute(x->d, e, x->in, x->np, x->out, x->no, &ro, NULL);
+}
+
 /* A fresh host device's peak pool bytes while it runs exe once on zeroed inputs: parameters,
  * batch, outputs (the gradients) and the arena. */
 static ot_status step_peak_bytes(const ot_executable *e, int64_t *peak) {
-    ot_device *d = NULL;
-    OT_CHECK(ot_host_device_create(0, 0, &d));
-    int np = ot_executable_param_count(e), no = ot_executable_output_count(e);
-    ot_buffer **in = calloc((size_t)np + 1, sizeof *in),
-              **out = calloc((size_t)no + 1, sizeof *out);
-    ot_status s = in && out ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "bench simulate");
-    for (int k = 0; s == OT_OK && k < np; k++) {
-        const ot_slot *sl = ot_executable_slot(e, ot_executable_param_slot(e, k));
-        s = ot_buffer_alloc(d, &sl->shape, &in[k]);
-        void *z = s == OT_OK ? calloc(1, (size_t)sl->nbytes + 1) : NULL;
-        if (s == OT_OK && !z) s = ot_error(OT_ERR_OUT_OF_MEMORY, "bench simulate");
-        if (s == OT_OK) s = ot_buffer_write_bytes(in[k], 0, z, sl->nbytes);
-        free(z);
-    }
-    if (s == OT_OK) s = ot_device_execute(d, e, in, np, out, no, NULL, NULL);
+    exe_run x;
+    OT_CHECK(exe_run_open(e, &x));
+    ot_status s = exe_run_once(e, &x, NULL);
     if (s == OT_OK) {
         ot_mem_stats ms;
-        ot_device_memory(d, &ms);
+        ot_device_memory(x.d, &ms);
         *peak = ms.peak_in_use;
     }
-    for (int k = 0; out && k < no; k++) ot_buffer_free(out[k]);
-    for (int k = 0; in && k < np; k++) ot_buffer_free(in[k]);
-    free(in);
-    free(out);
-    ot_device_free(d);
+    exe_run_free(&x);
+    return s;
+}
+
+/* --kernels: the step executable alone on one device thread (nothing else of this process
+ * running), each kernel's mean time under the profiler beside the host model's price for it with
+ * one device's rates measured right before; and the whole executable's mean wall time without
+ * the profiler beside the model's sum. */
+static ot_status kernel_breakdown(const ot_executable *e, int64_t per, double window,
+                                  const ot_sim_host_calibration *cal, bool json) {
+    exe_run x;
+    OT_CHECK(exe_run_open(e, &x));
+    ot_sim_host_rates hr;
+    ot_profile *pf = NULL;
+    ot_status s = ot_sim_host_measure(1, window, &hr);
+    const int reps = 300;
+    double whole = 0;
+    for (int r = 0; s == OT_OK && r < 20; r++) s = exe_run_once(e, &x, NULL); /* warm */
+    uint64_t t0 = ot_now_ns();
+    for (int r = 0; s == OT_OK && r < reps; r++) s = exe_run_once(e, &x, NULL);
+    whole = (double)(ot_now_ns() - t0) / 1e9 / reps;
+    if (s == OT_OK) s = ot_profile_create(&pf);
+    for (int r = 0; s == OT_OK && r < reps; r++) s = exe_run_once(e, &x, pf);
+    ot_sim_device dev;
+    ot_sim_device_host_rates(&hr, cal, &dev);
+    double psum = 0;
+    for (int k = 0; s == OT_OK && k < ot_executable_kernel_count(e); k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        double kf = 0, pk = ot_sim_kernel_s(&dev, e, k, 1.0, 1, &kf);
+        psum += pk;
+        double meas = 0;
+        for (int i = 0; i < ot_profile_kernel_count(pf); i++) {
+            const ot_kernel_profile *kp = ot_profile_kernel(pf, i);
+            if (kp->calls > 0 && !strcmp(kp->name, kn->name) && strcmp(kp->kind, "compile"))
+                meas = (double)kp->total_ns / 1e9 / (double)kp->calls;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "batch %lld kernel %s (%.0f kFLOP, %.0f KiB%s)", (long long)per,
+                 kn->name, kf / 1e3, (double)(kn->bytes_read + kn->bytes_written) / 1024.0,
+                 kn->kind == OT_KERNEL_FUSION && !ot_executable_kernel_native(e, k) ? ", interp."
+                                                                                    : "");
+        ot_bench_row row = {"simulate",
+                            name,
+                            "us",
+                            pk * 1e6,
+                            "profiled alone",
+                            meas * 1e6,
+                            meas > 0 ? pk / meas : 0};
+        ot_bench_print(&row, json);
+    }
+    if (s == OT_OK) {
+        char name[96];
+        snprintf(name, sizeof name, "batch %lld step executable alone", (long long)per);
+        ot_bench_row row = {
+            "simulate",  name,        "us", psum * 1e6, "measured alone, no profiler",
+            whole * 1e6, psum / whole};
+        ot_bench_print(&row, json);
+    }
+    ot_profile_free(pf);
+    exe_run_free(&x);
     return s;
 }
 
 static int run(int argc, char **argv) {
     const char *cmd = "bench simulate";
-    bool json = false;
+    bool json = false, kernels = false;
     int64_t steps = 300, reps = 3, batch = 128;
     double window = 0.15;
     int64_t devs[8] = {1, 2, 4, 8};
@@ -101,6 +191,8 @@ static int run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "--kernels")) {
+            kernels = true;
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             if (!cli_parse_i64(argv[++i], 20, 1000000, &steps))
                 return cli_usage_error(cmd, "--steps: 20..1000000");
@@ -156,6 +248,18 @@ static int run(int argc, char **argv) {
         return cli_fail(cmd);
     }
     int rc = CLI_OK;
+    for (int d = 0; kernels && d < ndev && rc == CLI_OK; d++) {
+        ot_executable *e = NULL;
+        if (grad_exe(model, batch / devs[d], batch, &e) != OT_OK ||
+            kernel_breakdown(e, batch / devs[d], window, &cal, json) != OT_OK)
+            rc = cli_fail(cmd);
+        ot_executable_free(e);
+    }
+    if (kernels) {
+        ot_tpu_optimizer_free(topt);
+        ot_model_free(model);
+        return rc;
+    }
     for (int d = 0; d < ndev && rc == CLI_OK; d++) {
         int n = (int)devs[d];
         /* the same per-replica executable optitpu train compiles (default options) */
@@ -258,12 +362,13 @@ static int run(int argc, char **argv) {
                    last.compute_s * 1e3, last.exposed_comm_s * 1e3, last.algo,
                    last.optimizer_s * 1e3, last.host_s * 1e3);
             printf("  rates per device thread (%d at once): dot %.1f GFLOP/s, in-cache dot %.1f, "
-                   "memory %.1f GB/s, in-cache %.1f, launch %.2f us, transfer %.2f us, "
+                   "memory %.1f GB/s, in-cache %.1f, pool hand-off %.1f us, launch %.2f us, "
+                   "transfer %.2f us, "
                    "alpha %.1f us, interpreter %.1f ns, share of a core %.2f\n",
                    n, rate_last.dot_flops / 1e9, rate_last.cache_flops / 1e9,
                    rate_last.mem_bytes_per_s / 1e9, rate_last.cache_bytes_per_s / 1e9,
-                   rate_last.launch_s * 1e6, rate_last.transfer_s * 1e6, rate_last.alpha_s * 1e6,
-                   rate_last.interp_s * 1e9, rate_last.core_share);
+                   rate_last.pool_s * 1e6, rate_last.launch_s * 1e6, rate_last.transfer_s * 1e6,
+                   rate_last.alpha_s * 1e6, rate_last.interp_s * 1e9, rate_last.core_share);
         }
     }
     ot_tpu_optimizer_free(topt);
@@ -362,7 +467,7 @@ static int run(int argc, char **argv) {
 const cli_command cli_bench_simulate = {
     "simulate", "the simulator's host model vs optitpu train and in-process all-reduces, same run",
     "usage: optitpu bench simulate [--json] [--steps N] [--reps R] [--devices LIST] "
-    "[--window-ms W]\n"
+    "[--window-ms W] [--kernels]\n"
     "\n"
     "For each device count (default 1,2,4,8) runs optitpu train's default job (MLP 64-128-10 on\n"
     "digits, batch 128, Adam, tree all-reduce, no checkpoints) R times (default 3) for N steps\n"
@@ -373,5 +478,8 @@ const cli_command cli_bench_simulate = {
     "train reports for the same runs; one step's memory (parameters, gradients, activations,\n"
     "inputs) for three MLP widths beside a host device's pool peak; in-process all-reduces of\n"
     "4 KiB, 256 KiB and 16 MiB with the algorithm the model picks, predicted beside measured.\n"
-    "ratio = predicted / measured.\n",
+    "ratio = predicted / measured.\n"
+    "--kernels: instead, for each device count's per-replica batch, the step executable alone on\n"
+    "one device thread: each kernel's price beside its profiled mean time, and the executable's\n"
+    "price beside its mean wall time without the profiler.\n",
     run};

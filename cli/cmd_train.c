@@ -752,6 +752,16 @@ static void print_summary(const ot_train_report *r, const char *ckpt_dir, const 
                "%.1f%%, other %.1f%% -> outside compute %.1f%%\n",
                100 * r->compute_s / tot, 100 * r->comm_s / tot, 100 * r->ckpt_s / tot,
                100 * r->other_s / tot, 100 * r->outside_compute_share);
+    if (r->nparts && r->steps_run > 0) {
+        /* the step's wall time by part (mean over replicas); the rest is outside every part */
+        double in = 0, per = 1e3 / (double)r->steps_run;
+        printf("  wall ms per step by part:");
+        for (int k = 0; k < r->nparts; k++) {
+            printf(" %s %.3f,", r->parts[k].name, r->parts[k].wall_s * per);
+            in += r->parts[k].wall_s;
+        }
+        printf(" outside the parts %.3f (step %.3f)\n", (r->wall_s - in) * per, r->wall_s * per);
+    }
     if (r->failures)
         printf("  failures: %d; detected %.0f ms after the device stopped, running again %.0f "
                "ms after detection\n",

@@ -59,6 +59,22 @@ static void test_learns_digits(void) {
     EXPECT_TRUE(r.devices_end == 4 && r.failures == 0);
     EXPECT_TRUE(r.outside_compute_share >= 0 && r.outside_compute_share < 1);
     EXPECT_INT_EQ(r.nparams, 4);
+    /* the timeline: every step's parts once per step on every replica, inside the wall time */
+    double in = 0;
+    int seen = 0;
+    for (int k = 0; k < r.nparts; k++) {
+        in += r.parts[k].wall_s;
+        EXPECT_TRUE(r.parts[k].cpu_s >= 0 && r.parts[k].wall_s >= 0);
+        const char *per_step[] = {"input", "forward+backward", "all-reduce", "optimizer"};
+        for (int q = 0; q < 4; q++)
+            if (!strcmp(r.parts[k].name, per_step[q])) {
+                EXPECT_TRUE(r.parts[k].count == 150);
+                seen++;
+            }
+        if (!strcmp(r.parts[k].name, "evaluate")) EXPECT_TRUE(r.parts[k].count < 150);
+    }
+    EXPECT_INT_EQ(seen, 4);
+    EXPECT_TRUE(in > 0 && in <= r.wall_s);
     ot_train_report_clear(&r);
 }
 

@@ -227,6 +227,10 @@ OT_API ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out);
 OT_API double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale,
                                int share, double *flops);
 
+/* Kernel k of e alone, as ot_sim_compute_s prices it (seconds; its scaled FLOPs in *flops). */
+OT_API double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,
+                              int share, double *flops);
+
 /* How many rings of disjoint links a collective can use at once on t, each in both directions:
  * 2 x axes on a torus whose every axis (of more than one chip) wraps and has at least 3 chips
  * (such a torus splits into that many edge-disjoint Hamiltonian cycles); 2 when the topology

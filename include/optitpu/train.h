@@ -283,6 +283,12 @@ typedef struct ot_train_point {
     double loss, train_accuracy, test_accuracy, lr; /* test_accuracy -1 when not evaluated */
 } ot_train_point;
 
+#define OT_TRAIN_MAX_PARTS 16
+typedef struct ot_train_part {
+    char name[24];
+    double wall_s, cpu_s, count;
+} ot_train_part;
+
 typedef struct ot_train_report {
     int64_t steps_run;  /* steps taken by this run (after a resume: from the restored step) */
     int64_t final_step; /* the step the parameters are at */
@@ -292,6 +298,13 @@ typedef struct ot_train_report {
     double wall_s, samples_per_s;
     double compute_s, comm_s, ckpt_s, other_s; /* leader's step time by phase */
     double outside_compute_share;              /* (wall - compute) / wall of the step loop */
+    /* The step loop's timeline by part, as the trace names them ("input", "forward+backward",
+     * "gather", "all-reduce", "scatter", "optimizer", "parameters", "evaluate", "checkpoint",
+     * ...): wall and thread CPU seconds over the run and times run, each the mean over this
+     * process's replicas. wall_s less their wall times summed is time outside every part (the
+     * loop's bookkeeping, a replica's thread off the cores between parts). */
+    ot_train_part parts[OT_TRAIN_MAX_PARTS];
+    int nparts;
     int devices_start, devices_end;
     int failures;
     int *slice_devices; /* with slice: the pod id of each of the job's devices (owned) */

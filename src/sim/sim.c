@@ -129,34 +129,40 @@ static double interp_work(const ot_executable *e, const ot_kernel *kn) {
     return elems * (ops > 1 ? ops : 1);
 }
 
+double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,
+                       int share, double *flops) {
+    double cs = core_share(d, share); /* a device thread runs this share of the time */
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    int32_t slot = kn->ninputs > 0 ? kn->inputs[0] : kn->noutputs > 0 ? kn->outputs[0] : -1;
+    ot_dtype dt = slot >= 0 ? ot_executable_slot(e, slot)->shape.dtype : OT_F32;
+    double kf = (double)kn->flops * scale;
+    double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
+    double peak = kernel_peak(d, dt) * cs, bw = d->hbm_bytes_per_s * cs, t = 0;
+    /* the host runtime hands a kernel to its pool from cache_bytes touched, a dot from
+     * cache_bytes / 4 multiply-adds (ot_host_inline_bytes); below, on the device's thread */
+    bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
+    if (d->cache_bytes > 0 && pooled) t += d->pool_s / cs;
+    if (!pooled) { /* on the device's thread, its data in the caches */
+        if (d->cache_flops_f32 > 0) peak = d->cache_flops_f32 * cs;
+        if (d->cache_bytes_per_s > 0) bw = d->cache_bytes_per_s * cs;
+    }
+    double tf = peak > 0 ? kf / peak : 0, tb = bw > 0 ? kb / bw : 0;
+    if (tb > tf) tf = tb;
+    if (d->interp_s > 0 && kn->kind == OT_KERNEL_FUSION && !ot_executable_kernel_native(e, k)) {
+        double ti = interp_work(e, kn) * scale * d->interp_s / cs;
+        if (ti > tf) tf = ti;
+    }
+    if (flops) *flops = kf;
+    return t + tf + d->launch_s / cs;
+}
+
 double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale, int share,
                         double *flops) {
     double t = 0, f = 0;
-    double cs = core_share(d, share); /* a device thread runs this share of the time */
-    double launch = d->launch_s / cs;
     int n = ot_executable_kernel_count(e);
     for (int k = 0; k < n; k++) {
-        const ot_kernel *kn = ot_executable_kernel(e, k);
-        int32_t slot = kn->ninputs > 0 ? kn->inputs[0] : kn->noutputs > 0 ? kn->outputs[0] : -1;
-        ot_dtype dt = slot >= 0 ? ot_executable_slot(e, slot)->shape.dtype : OT_F32;
-        double kf = (double)kn->flops * scale;
-        double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
-        double peak = kernel_peak(d, dt) * cs, bw = d->hbm_bytes_per_s * cs;
-        /* the host runtime hands a kernel to its pool from cache_bytes touched, a dot from
-         * cache_bytes / 4 multiply-adds (ot_host_inline_bytes); below, on the device's thread */
-        bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
-        if (d->cache_bytes > 0 && pooled) t += d->pool_s / cs;
-        if (!pooled) { /* on the device's thread, its data in the caches */
-            if (d->cache_flops_f32 > 0) peak = d->cache_flops_f32 * cs;
-            if (d->cache_bytes_per_s > 0) bw = d->cache_bytes_per_s * cs;
-        }
-        double tf = peak > 0 ? kf / peak : 0, tb = bw > 0 ? kb / bw : 0;
-        if (tb > tf) tf = tb;
-        if (d->interp_s > 0 && kn->kind == OT_KERNEL_FUSION && !ot_executable_kernel_native(e, k)) {
-            double ti = interp_work(e, kn) * scale * d->interp_s / cs;
-            if (ti > tf) tf = ti;
-        }
-        t += tf + launch;
+        double kf = 0;
+        t += ot_sim_kernel_s(d, e, k, scale, share, &kf);
         f += kf;
     }
     if (flops) *flops = f;

@@ -39,6 +39,13 @@ typedef struct replica {
     ot_buffer *test_x, *test_y; /* evaluation set on this device (leader only, lazily) */
     int64_t done;               /* steps this replica has completed */
     uint64_t cpu[4];            /* per-phase thread CPU ns of this replica in the current run */
+    /* the run's time per named part of the step (train_phase_end's names), in first-seen order */
+    struct {
+        const char *name;
+        uint64_t wall, cpu; /* ns */
+        int64_t count;
+    } parts[OT_TRAIN_MAX_PARTS];
+    int nparts;
 } replica;
 
 enum { PH_COMPUTE = 0, PH_COMM, PH_CKPT, PH_OTHER };
@@ -212,7 +219,8 @@ typedef struct phase_clock {
     uint64_t w0, c0;
 } phase_clock;
 phase_clock train_phase_start(void);
-/* Adds the phase's thread CPU time to r->cpu[ph]; traced phases go to t->trace too. */
+/* Adds the phase's thread CPU time to r->cpu[ph] and its wall and CPU time to the part `name`
+ * (a string literal); traced phases go to t->trace too. */
 void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char *name, bool traced);
 /* An ot_local_fn: replica `rank`'s steps of the current segment (comm: its communicator or NULL).
  */

@@ -26,6 +26,14 @@ void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char 
     uint64_t w1 = ot_now_ns(), c1 = thread_cpu_ns();
 
     r->cpu[ph] += c1 - pc.c0;
+    int k = 0;
+    while (k < r->nparts && strcmp(r->parts[k].name, name) != 0) k++;
+    if (k == r->nparts && k < OT_TRAIN_MAX_PARTS) r->parts[r->nparts++].name = name;
+    if (k < r->nparts) {
+        r->parts[k].wall += w1 - pc.w0;
+        r->parts[k].cpu += c1 - pc.c0;
+        r->parts[k].count++;
+    }
     if (traced && t->trace)
         ot_pod_trace_record(t->trace, r->dev_index,
                             ph == PH_COMPUTE ? OT_PHASE_COMPUTE

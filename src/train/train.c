@@ -657,6 +657,23 @@ static ot_status finish_report(trainer *t, uint64_t loop_end) {
     out->comm_s = cpu[PH_COMM];
     out->ckpt_s = cpu[PH_CKPT];
     out->other_s = cpu[PH_OTHER];
+    /* the timeline's parts: each name's mean over the replicas that ran it */
+    out->nparts = 0;
+    for (int r = 0; r < t->nlive; r++)
+        for (int k = 0; k < t->reps[r].nparts; k++) {
+            int j = 0;
+            while (j < out->nparts && strcmp(out->parts[j].name, t->reps[r].parts[k].name) != 0)
+                j++;
+            if (j == out->nparts) {
+                if (j == OT_TRAIN_MAX_PARTS) continue;
+                snprintf(out->parts[j].name, sizeof out->parts[j].name, "%s",
+                         t->reps[r].parts[k].name);
+                out->nparts++;
+            }
+            out->parts[j].wall_s += (double)t->reps[r].parts[k].wall / 1e9 / t->nlive;
+            out->parts[j].cpu_s += (double)t->reps[r].parts[k].cpu / 1e9 / t->nlive;
+            out->parts[j].count += (double)t->reps[r].parts[k].count / t->nlive;
+        }
     for (int r = 0; r < t->nlive; r++) {
         ot_mem_stats ms;
         if (!t->reps[r].dev) continue;
