@@ -102,6 +102,10 @@ OT_API ot_bench_limits_options ot_bench_limits_options_default(void);
  * return, also on failure); returns OT_ERR_IO when the temporary file cannot be written or read,
  * OT_ERR_OUT_OF_MEMORY when the arrays do not fit, OT_ERR_INTERNAL when STREAM validation fails. */
 OT_API ot_status ot_bench_limits_measure(const ot_bench_limits_options *o, ot_bench_limits *out);
+/* The last-level cache this machine's CPUs use, bytes: the sum over the distinct highest-level
+ * cache instances in sysfs (one per shared_cpu_list); without sysfs, the C library's L3 size
+ * (on a VM that can be the whole host socket's); 0 when neither says. */
+OT_API size_t ot_bench_llc_bytes(void);
 /* Prints every measured figure of `l` as rows of bench "limits" (table or JSON lines). */
 OT_API void ot_bench_limits_print(const ot_bench_limits *l, bool json);
 

@@ -128,7 +128,7 @@ typedef struct ot_sim_host_rates {
     double launch_s;          /* a one-kernel executable, per execution */
     double transfer_s;        /* a 4 KiB buffer put on or read off a host device */
     double copy_bytes_per_s;  /* memcpy of 64 KiB, read + written */
-    double llc_bytes;         /* the last-level cache (sysconf) */
+    double llc_bytes;         /* the last-level cache (ot_bench_llc_bytes) */
     double alpha_s;           /* in-process all-reduce, per message (4-byte ring / 2(n-1)) */
     double interp_s; /* an interpreted loop fusion of 3 instructions over 4096 f32, per element and
                         instruction */

@@ -58,7 +58,7 @@ static void read_line(const char *path, char *buf, size_t n) {
 /* The last-level cache this machine's CPUs use: the sum over the distinct highest-level cache
  * instances in sysfs (one per shared_cpu_list), as STREAM's sizing rule asks. Without sysfs, the
  * C library's L3 size (on a VM that can be the whole host socket's, which only errs large). */
-static size_t llc_bytes(void) {
+size_t ot_bench_llc_bytes(void) {
     enum { MAX_INST = 64 };
     char seen[MAX_INST][64];
     int nseen = 0, level_max = 0;
@@ -102,7 +102,7 @@ static size_t llc_bytes(void) {
 }
 
 static size_t default_stream_bytes(void) {
-    size_t b = 4 * llc_bytes();
+    size_t b = 4 * ot_bench_llc_bytes();
     if (b < 64 * MiB) b = 64 * MiB;
     if (b > GiB) b = GiB;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);

@@ -458,9 +458,10 @@ ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *o
 #undef WORK
         out->transfer_s = m[M_TRANSFER] / 2;
         out->copy_bytes_per_s = 2.0 * COPY_BYTES / m[M_COPY];
-        long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-        if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        out->llc_bytes = llc > 0 ? (double)llc : out->cache_limit_bytes;
+        /* sysfs's cache, not sysconf's: on a VM sysconf can report the host socket's (320 MiB
+         * here for a 32 MiB L3), and 16 MiB blocks were then priced at the in-cache rate */
+        size_t llc = ot_bench_llc_bytes();
+        out->llc_bytes = llc > 0 ? (double)llc : (double)ot_host_inline_bytes();
         out->alpha_s = devices > 1 ? m[M_ALPHA] / (2.0 * (devices - 1)) : 0;
         out->cache_limit_bytes = (double)ot_host_inline_bytes();
         out->core_share = share;
