@@ -6,8 +6,10 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     ot_coll_algo algo;
@@ -159,11 +161,12 @@ static ot_status kernel_breakdown(const ot_executable *e, int64_t per, double wi
                  kn->name, kf / 1e3, (double)(kn->bytes_read + kn->bytes_written) / 1024.0,
                  kn->kind == OT_KERNEL_FUSION && !ot_executable_kernel_native(e, k) ? ", interp."
                                                                                     : "");
+        /* a kernel the profile has no event of (one the runtime skips) has no baseline */
         ot_bench_row row = {"simulate",
                             name,
                             "us",
                             pk * 1e6,
-                            "profiled alone",
+                            meas > 0 ? "profiled alone" : NULL,
                             meas * 1e6,
                             meas > 0 ? pk / meas : 0};
         ot_bench_print(&row, json);
@@ -181,13 +184,131 @@ static ot_status kernel_breakdown(const ot_executable *e, int64_t per, double wi
     return s;
 }
 
+/* Runs this program under `optitpu launch --np np --oversubscribe --mca mpi_yield_when_idle 1
+ * --max-restarts 0 -- ARGS` (more processes than cores: MPI yields instead of spinning while it
+ * waits) and keeps its
+ * standard output (up to cap - 1 bytes) in out; its standard error goes to log_path. */
+static ot_status launch_capture(int np, const char *args, const char *log_path, char *out,
+                                size_t cap) {
+    char cmdline[1024];
+    snprintf(cmdline, sizeof cmdline,
+             "'%s' launch --np %d --oversubscribe --mca mpi_yield_when_idle 1 --max-restarts 0 -- "
+             "%s 2>>'%s'",
+             cli_self_exe(), np, args, log_path);
+    FILE *f = popen(cmdline, "r");
+    if (!f) return ot_error(OT_ERR_IO, "bench simulate: cannot run %s", cmdline);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int ws = pclose(f);
+    if (ws != 0)
+        return ot_error(OT_ERR_INTERNAL, "bench simulate: `%s` failed (status %d; its log: %s)",
+                        cmdline, ws, log_path);
+    return OT_OK;
+}
+
+/* The number after "key": in a JSON text (the first occurrence after from), or NAN. */
+static double json_num_after(const char *text, const char *from, const char *key) {
+    const char *p = from ? strstr(text, from) : text;
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    p = p ? strstr(p, k) : NULL;
+    return p ? strtod(p + strlen(k), NULL) : NAN;
+}
+
+/* MPI: optitpu train --mpi with np processes of one device each (under optitpu launch) against
+ * the host model with np device threads' rates measured right before and after it, and the
+ * processes' transport priced from bench collectives --mpi in the same minute: an all-reduce's
+ * time at 4 bytes (alpha) and 1 MiB (bandwidth), checked at the gradients' size. */
+static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *mc,
+                          const ot_tpu_optimizer *topt, const ot_sim_host_calibration *cal,
+                          int64_t steps, int64_t batch, double window, bool json) {
+    char log_path[] = "/tmp/optitpu-bench-simulate-XXXXXX";
+    int fd = mkstemp(log_path);
+    if (fd < 0) return ot_error(OT_ERR_IO, "bench simulate: a temporary log file");
+    close(fd);
+    static char out[1 << 16];
+    int64_t gbytes = ot_model_param_elements(model) * 4 + 8; /* gradients + loss, correct */
+    char args[256];
+    snprintf(args, sizeof args, "bench collectives --mpi --sizes 4,%lld,1M --json",
+             (long long)gbytes);
+    ot_status s = launch_capture(np, args, log_path, out, sizeof out);
+    double a4 = json_num_after(out, "allreduce f32 0KiB", "value");
+    char gcase[64];
+    snprintf(gcase, sizeof gcase, "allreduce f32 %lldKiB", (long long)(gbytes >> 10));
+    double ag = json_num_after(out, gcase, "value");
+    double a1m = json_num_after(out, "allreduce f32 1024KiB", "value");
+    if (s == OT_OK && !(a4 > 0 && ag > 0 && a1m > a4))
+        s = ot_error(OT_ERR_INTERNAL,
+                     "bench simulate: bench collectives --mpi printed no usable figures (4 B %g "
+                     "us, 1 MiB %g us)",
+                     a4, a1m);
+    double alpha = a4 * 1e-6, bw = (double)((1 << 20) - 4) / ((a1m - a4) * 1e-6);
+    ot_sim_host_rates before, after;
+    ot_executable *e = NULL;
+    if (s == OT_OK) s = grad_exe(model, batch / np, batch, &e);
+    if (s == OT_OK) s = ot_sim_host_measure(np, window, &before);
+    snprintf(
+        args, sizeof args,
+        "train --mpi --devices 1 --steps %lld --eval-every %lld --batch-size %lld --ckpt-dir none "
+        "--json",
+        (long long)steps, (long long)steps, (long long)batch);
+    if (s == OT_OK) s = launch_capture(np, args, log_path, out, sizeof out);
+    double wall = json_num_after(out, NULL, "wall_s"), ran = json_num_after(out, NULL, "steps_run");
+    if (s == OT_OK && !(wall > 0 && ran > 0))
+        s = ot_error(OT_ERR_INTERNAL, "bench simulate: optitpu train --mpi printed no report");
+    if (s == OT_OK) s = ot_sim_host_measure(np, window, &after);
+    double pred = 0;
+    ot_sim_result last;
+    for (int k = 0; k < 2 && s == OT_OK; k++) {
+        ot_sim_config c = ot_sim_config_default();
+        ot_sim_device_host_rates(k ? &after : &before, cal, &c.device);
+        c.chips = np;
+        c.processes = np;
+        c.process_alpha_s = alpha;
+        c.process_bytes_per_s = bw;
+        c.global_batch = batch;
+        c.step = e;
+        c.step_batch = batch / np;
+        c.param_bytes = gbytes;
+        c.input_bytes = batch / np * (mc->inputs * 4 + 4);
+        c.update = ot_tpu_optimizer_executable(topt);
+        c.overlap = false;
+        ot_sim_config_train_pipeline(&c, ot_model_param_count(model));
+        s = ot_sim_run(&c, &last);
+        pred += last.step_s / 2;
+    }
+    ot_executable_free(e);
+    if (s == OT_OK) {
+        char name[96];
+        snprintf(name, sizeof name, "MPI all-reduce %lld B, %d processes", (long long)gbytes, np);
+        double pa = alpha + (double)gbytes / bw;
+        ot_bench_row ar = {"simulate", name,         "us", pa * 1e6, "bench collectives --mpi",
+                           ag,         pa * 1e6 / ag};
+        ot_bench_print(&ar, json);
+        double measured = wall / ran;
+        snprintf(name, sizeof name, "train mlp digits batch %lld, %d MPI processes: step",
+                 (long long)batch, np);
+        ot_bench_row row = {
+            "simulate",     name,           "ms", pred * 1e3, "optitpu train --mpi measured",
+            measured * 1e3, pred / measured};
+        ot_bench_print(&row, json);
+        if (!json)
+            printf("  last prediction: compute %.3f ms + all-reduce %.3f ms (%d processes: %.1f us "
+                   "+ %.2f GB/s) + optimizer %.3f ms + host pipeline %.3f ms\n",
+                   last.compute_s * 1e3, last.exposed_comm_s * 1e3, np, alpha * 1e6, bw / 1e9,
+                   last.optimizer_s * 1e3, last.host_s * 1e3);
+        unlink(log_path);
+    }
+    return s;
+}
+
 static int run(int argc, char **argv) {
     const char *cmd = "bench simulate";
     bool json = false, kernels = false;
     int64_t steps = 300, reps = 3, batch = 128;
     double window = 0.15;
-    int64_t devs[8] = {1, 2, 4, 8};
-    int ndev = 4;
+    int64_t devs[8] = {1, 2, 4, 8}, procs[8] = {2, 4};
+    int ndev = 4, nproc = ot_mpi_available() ? 2 : 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = true;
@@ -204,6 +325,16 @@ static int run(int argc, char **argv) {
             if (!cli_parse_i64(argv[++i], 1, 1000, &w))
                 return cli_usage_error(cmd, "--window-ms: 1..1000");
             window = (double)w / 1e3;
+        } else if (!strcmp(argv[i], "--mpi") && i + 1 < argc) {
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            nproc = 0;
+            if (strcmp(buf, "none") != 0)
+                for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
+                    if (nproc >= 8 || !cli_parse_i64(t, 2, 8, &procs[nproc++]))
+                        return cli_usage_error(cmd, "--mpi: none or up to 8 counts in 2..8");
+            if (nproc && !ot_mpi_available())
+                return cli_usage_error(cmd, "--mpi: this optitpu was built without MPI");
         } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
             char buf[128];
             snprintf(buf, sizeof buf, "%s", argv[++i]);
@@ -371,6 +502,9 @@ static int run(int argc, char **argv) {
                    rate_last.alpha_s * 1e6, rate_last.interp_s * 1e9, rate_last.core_share);
         }
     }
+    for (int q = 0; q < nproc && rc == CLI_OK; q++)
+        if (mpi_case((int)procs[q], model, &mc, topt, &cal, steps, batch, window, json) != OT_OK)
+            rc = cli_fail(cmd);
     ot_tpu_optimizer_free(topt);
     ot_model_free(model);
     if (rc != CLI_OK) return rc;
@@ -467,7 +601,7 @@ static int run(int argc, char **argv) {
 const cli_command cli_bench_simulate = {
     "simulate", "the simulator's host model vs optitpu train and in-process all-reduces, same run",
     "usage: optitpu bench simulate [--json] [--steps N] [--reps R] [--devices LIST] "
-    "[--window-ms W] [--kernels]\n"
+    "[--window-ms W] [--mpi LIST|none] [--kernels]\n"
     "\n"
     "For each device count (default 1,2,4,8) runs optitpu train's default job (MLP 64-128-10 on\n"
     "digits, batch 128, Adam, tree all-reduce, no checkpoints) R times (default 3) for N steps\n"
@@ -479,6 +613,9 @@ const cli_command cli_bench_simulate = {
     "inputs) for three MLP widths beside a host device's pool peak; in-process all-reduces of\n"
     "4 KiB, 256 KiB and 16 MiB with the algorithm the model picks, predicted beside measured.\n"
     "ratio = predicted / measured.\n"
+    "--mpi LIST (default 2,4 when built with MPI): also optitpu train --mpi with that many\n"
+    "processes of one device each under optitpu launch, predicted with their transport priced\n"
+    "from bench collectives --mpi run just before (an all-reduce at 4 B and 1 MiB).\n"
     "--kernels: instead, for each device count's per-replica batch, the step executable alone on\n"
     "one device thread: each kernel's price beside its profiled mean time, and the executable's\n"
     "price beside its mean wall time without the profiler.\n",

@@ -36,6 +36,9 @@ bool cli_parse_double(const char *s, double *out);
 /* Parses a size with optional K/M/G/Ki/Mi/Gi suffix (powers of 1024 for both). */
 bool cli_parse_size(const char *s, int64_t *out);
 
+/* This program's path (/proc/self/exe; "optitpu" when unknown), to run it again. */
+const char *cli_self_exe(void);
+
 /* Installed as the library's log callback by main: prints "optitpu: level: msg" to stderr. */
 void cli_log(void *ud, ot_log_level level, const char *msg);
 

@@ -51,14 +51,6 @@ static void lmsg(const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
-static const char *self_exe(void) {
-    static char buf[4096];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return "optitpu";
-    buf[n] = 0;
-    return buf;
-}
-
 /* argv for mpirun: [mpirun, --oversubscribe, -np, N, --host, H:slots,..., --mca k v...,
  * -x VAR..., exe, cmd...] */
 static char **mpirun_argv(const launch_cfg *c, int np, char *const *hosts, int nhosts,
@@ -240,7 +232,7 @@ static int run_launch(int argc, char **argv) {
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
     }
     if (c.ckpt_dir) setenv("OPTITPU_RESUME_CKPT", "", 1);
-    const char *exe = self_exe();
+    const char *exe = cli_self_exe();
     int np = c.np;
     char *alive[MAX_HOSTS];
     int nalive = c.nhosts;

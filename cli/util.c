@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     fprintf(stderr, "optitpu %s: ", cmd);
@@ -73,4 +74,12 @@ bool cli_parse_size(const char *s, int64_t *out) {
 void cli_log(void *ud, ot_log_level level, const char *msg) {
     (void)ud;
     fprintf(stderr, "optitpu: %s: %s\n", ot_log_level_name(level), msg);
+}
+
+const char *cli_self_exe(void) {
+    static char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return "optitpu";
+    buf[n] = 0;
+    return buf;
 }

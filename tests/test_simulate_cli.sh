@@ -96,11 +96,18 @@ out=$("$bin" simulate --preset host-2 --batch 64 2>/dev/null)
 grep -q "^     2 host-2 " <<<"$out"
 
 # the validation benchmark: predicted beside measured, in one run (figures are not asserted)
-"$bin" bench simulate --devices 1,2 --steps 20 --reps 1 --window-ms 10 --json >"$tmp/b"
-python3 - "$tmp/b" <<'PY'
+# the benchmark's structure and its memory rows (accounting, not timing); with MPI built and
+# mpirun present, also 2 processes under optitpu launch
+mpi=none
+if command -v mpirun >/dev/null && "$bin" bench collectives --help 2>&1 | grep -q -- --mpi &&
+  ! "$bin" bench simulate --mpi 2 --bad 2>&1 | grep -q "built without MPI"; then
+  mpi=2
+fi
+"$bin" bench simulate --devices 1,2 --steps 20 --reps 1 --window-ms 10 --mpi $mpi --json >"$tmp/b"
+python3 - "$tmp/b" "$mpi" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-steps = [r for r in rows if r["case"].startswith("train mlp") and r["case"].endswith("step")]
+steps = [r for r in rows if r["case"].startswith("train mlp") and r["case"].endswith("dev: step")]
 tmem = [r for r in rows if r["case"].startswith("train mlp") and r["case"].endswith("per device")]
 ars = [r for r in rows if r["case"].startswith("allreduce")]
 mem = [r for r in rows if r["case"].startswith("step memory")]
@@ -110,5 +117,27 @@ for r in steps + tmem + ars + mem:
 # memory is accounting, not timing: the prediction against optitpu train's pool peaks
 for r in tmem:
     assert 0.95 <= r["ratio"] <= 1.05, r
+# rows without a baseline (the host model's figures, the load) have no ratio
+plain = [r for r in rows if r["baseline"] is None]
+assert len(plain) == 6, plain
+for r in plain:
+    assert r["ratio"] is None and r["baseline_value"] is None and r["value"] > 0, r
+# MPI: the transport at the gradients' size and the step, each beside its measurement
+mpi = [r for r in rows if "MPI" in r["case"]]
+assert len(mpi) == (2 if sys.argv[2] != "none" else 0), mpi
+for r in mpi:
+    assert r["value"] > 0 and r["baseline_value"] > 0 and r["ratio"] > 0, r
+PY
+# --kernels: one row per kernel of each device count's step executable and one for the whole
+"$bin" bench simulate --kernels --devices 1,8 --window-ms 10 --json >"$tmp/k"
+python3 - "$tmp/k" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for per in (128, 16):
+    ks = [r for r in rows if r["case"].startswith("batch %d kernel " % per)]
+    whole = [r for r in rows if r["case"] == "batch %d step executable alone" % per]
+    assert len(ks) >= 10 and len(whole) == 1, rows
+    assert all(r["value"] > 0 for r in ks + whole), ks
+    assert whole[0]["baseline_value"] > 0 and whole[0]["ratio"] > 0, whole
 PY
 echo "simulate cli ok"

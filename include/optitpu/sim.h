@@ -175,6 +175,14 @@ typedef struct ot_sim_config {
      * read off the device and bytes copied in host memory (read + written); 0 on a TPU. */
     int64_t host_transfers;
     double host_copy_bytes;
+    /* Host devices spread over `processes` processes of this machine (0 or 1: one process;
+     * chips a multiple of it): each process's chips all-reduce in shared memory as above, and
+     * every bucket then crosses the processes over their transport (MPI) in
+     * process_alpha_s + bytes / process_bytes_per_s, after the backward pass (as optitpu train
+     * --mpi does), measured for that many processes (bench simulate: bench collectives --mpi).
+     * Not with shard_optimizer. */
+    int processes;
+    double process_alpha_s, process_bytes_per_s;
     int64_t ckpt_every; /* steps between checkpoints; 0: the optimal interval */
     double mtbf_hours;  /* per chip; 0: no failures */
     double restart_s;   /* lost to a failure beyond the restore (rescheduling) */

@@ -347,6 +347,14 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                         "sim: negative size, interval or MTBF, or a backward fraction outside "
                         "[0, 1] (%g)",
                         c->backward_fraction);
+    int P = c->processes > 1 ? c->processes : 1;
+    if (P > 1 && (!c->device.shared_host || c->topology || n % P != 0 || c->shard_optimizer ||
+                  !(c->process_bytes_per_s > 0) || !(c->process_alpha_s >= 0)))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "sim: %d processes need host devices without a topology, chips (%d) a "
+                        "multiple of them, no sharded optimizer and a transport cost (%g s + "
+                        "%g B/s)",
+                        P, n, c->process_alpha_s, c->process_bytes_per_s);
     const ot_sim_device *d = &c->device;
     double cs = core_share(d, n);
     out->chips = n;
@@ -364,10 +372,19 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     double comm_end = 0, total = 0, gather = 0;
     int rings = c->rings > 0 ? c->rings : ot_sim_link_rings(c->topology);
     out->rings = rings;
-    if (n > 1 && nb > 0) {
+    /* across processes: each process's devices in shared memory, then the processes */
+    int members = n / P;
+    if (P > 1 && nb > 0) snprintf(out->algo, sizeof out->algo, "processes");
+    for (int b = 0; P > 1 && b < nb; b++) {
+        double sz = b < nb - 1 ? bucket : G - bucket * (nb - 1);
+        double t = c->process_alpha_s + sz / c->process_bytes_per_s;
+        comm_end = (comm_end > out->compute_s ? comm_end : out->compute_s) + t;
+        total += t;
+    }
+    if (members > 1 && nb > 0) {
         ot_comm *m;
         bool shm = d->shared_host && !c->topology;
-        OT_CHECK(model_comm(&c->device, c->topology, n, &m));
+        OT_CHECK(model_comm(&c->device, c->topology, members, &m));
         ot_status s = OT_OK;
         double bwd_start = out->compute_s * (1 - c->backward_fraction);
         double done = 0, biggest = -1;
@@ -394,7 +411,7 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         }
         /* the updated parameter shards come back in one all-gather after the update */
         if (s == OT_OK && c->shard_optimizer)
-            s = coll_s(d, m, shm, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / n), rings,
+            s = coll_s(d, m, shm, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / members), rings,
                        &gather, NULL);
         ot_comm_free(m);
         if (s != OT_OK) return s;

@@ -258,6 +258,18 @@ ot_status ot_train_report_json(const ot_train_report *r, char **out) {
     bad |= set_num(o, "ckpt_cpu_s", r->ckpt_s);
     bad |= set_num(o, "other_cpu_s", r->other_s);
     bad |= set_num(o, "outside_compute_share", r->outside_compute_share);
+    json_t *parts = json_array(); /* the step loop's timeline */
+    for (int k = 0; parts && k < r->nparts; k++) {
+        json_t *p = json_object();
+        bad |= p ? 0 : -1;
+        if (!p) break;
+        bad |= json_object_set_new(p, "name", json_string(r->parts[k].name));
+        bad |= set_num(p, "wall_s", r->parts[k].wall_s);
+        bad |= set_num(p, "cpu_s", r->parts[k].cpu_s);
+        bad |= set_num(p, "count", r->parts[k].count);
+        bad |= json_array_append_new(parts, p);
+    }
+    bad |= parts ? json_object_set_new(o, "parts", parts) : -1;
     bad |= json_object_set_new(o, "devices_start", json_integer(r->devices_start));
     bad |= json_object_set_new(o, "devices_end", json_integer(r->devices_end));
     bad |= json_object_set_new(o, "failures", json_integer(r->failures));
