@@ -2,8 +2,9 @@
  * reference kernel and both against the same update built as graph code (dequantize, the
  * optimizer's graph, quantize: options.state_int8_unfused), bit for bit, parameters and every
  * state tensor after every step, over adam, adamw, lion and sgd with their flags, several flat
- * groups, 1, 2, 3 and 8 threads; the fast kernel's table quantizer against the exact one over a
- * dense sweep of floats; and the kernel's refusals of a bad configuration. */
+ * groups, 1, 2, 3 and 8 threads; the fast kernel's table and block quantizers against the exact
+ * one over a dense sweep of floats, its decode over every code; and the kernel's refusals of a
+ * bad configuration. */
 #include "ot_test.h"
 
 #include <math.h>
@@ -65,6 +66,90 @@ static void test_table_quantizer(void) {
         }
     }
     fprintf(stderr, "table quantizer: %lld of %lld values differ\n", (long long)bad, (long long)n);
+    EXPECT_INT_EQ(bad, 0);
+}
+
+/* The kernel's block quantizer (256 values at a time, divided by an absmax of 1, so exactly the
+ * values, without flushing) gives the exact quantizer's code (flushing or not) for every 1021st
+ * float in [-1, 1], every float within 400 of each map value and midpoint (ties), zeros, subnormals
+ * and tiny values; the kernel's decode (byte permutes, a gather or C, as the CPU takes) gives
+ * map[c] * a for every code. */
+static void check_block(const float *x, int n, bool sgn, int64_t *bad, int64_t *count) {
+    const float *map = ex_q8_table(sgn);
+    float buf[EX_STATE8_BLOCK];
+    uint8_t co[EX_STATE8_BLOCK];
+    for (int e = 0; e < EX_STATE8_BLOCK; e++) buf[e] = e < n ? x[e] : 0.0f;
+    ASSERT_TRUE(ex_q8_quantize_fast(buf, 1.0f, sgn, co));
+    for (int e = 0; e < n; e++) {
+        /* the kernel's table serves both modes: the exact code is the same flushing or not */
+        uint8_t want = ex_q8_code_exact(map, x[e], sgn, false);
+        uint8_t want_z = ex_q8_code_exact(map, x[e], sgn, true);
+        *count += 1;
+        if ((co[e] != want || want_z != want) && (*bad)++ < 5)
+            fprintf(stderr, "map %d: x %.9g: block quantizer %d, exact %d (flushing %d)\n", sgn,
+                    x[e], co[e], want, want_z);
+    }
+}
+
+static void test_block_quantizer_decode(void) {
+    int64_t bad = 0, n = 0;
+    float x[EX_STATE8_BLOCK];
+    int nx = 0;
+#define PUSH(v)                                                                                    \
+    do {                                                                                           \
+        x[nx++] = (v);                                                                             \
+        if (nx == EX_STATE8_BLOCK) check_block(x, nx, sg == 1, &bad, &n), nx = 0;                  \
+    } while (0)
+    for (int sg = 0; sg < 2; sg++) {
+        const float *map = ex_q8_table(sg == 1);
+        for (uint32_t u = 0; u <= 0x3f800000u; u += 1021)
+            for (int neg = 0; neg < 2; neg++) {
+                uint32_t b = u | (neg ? 0x80000000u : 0u);
+                float v;
+                memcpy(&v, &b, 4);
+                PUSH(v);
+            }
+        for (int c = 0; c < 256; c++) {
+            float pts[2] = {map[c], c < 255 ? (map[c] + map[c + 1]) / 2 : map[c]};
+            for (int q = 0; q < 2; q++) {
+                uint32_t b;
+                memcpy(&b, &pts[q], 4);
+                for (int d = -400; d <= 400; d++) {
+                    uint32_t w = b + (uint32_t)d;
+                    float v;
+                    memcpy(&v, &w, 4);
+                    if (fabsf(v) <= 1.0f) PUSH(v);
+                }
+            }
+        }
+        /* zeros, subnormals, the smallest normals, 1 */
+        for (uint32_t q = 0; q < 0x01000000u; q = q * 5 + 1)
+            for (int neg = 0; neg < 2; neg++) {
+                uint32_t b = q | (neg ? 0x80000000u : 0u);
+                float v;
+                memcpy(&v, &b, 4);
+                PUSH(v);
+            }
+        PUSH(1.0f);
+        PUSH(-1.0f);
+        PUSH(-0.0f);
+        if (nx) check_block(x, nx, sg == 1, &bad, &n), nx = 0;
+        /* the decode: every code, in a shuffled order */
+        uint8_t c[EX_STATE8_BLOCK];
+        float d[EX_STATE8_BLOCK];
+        for (int e = 0; e < EX_STATE8_BLOCK; e++) c[e] = (uint8_t)(e * 167 + 13);
+        const float a = 0.37f;
+        ex_q8_decode_fast(c, sg == 1, a, d);
+        for (int e = 0; e < EX_STATE8_BLOCK; e++) {
+            float want = map[c[e]] * a;
+            n++;
+            if (memcmp(&want, &d[e], 4) != 0 && bad++ < 5)
+                fprintf(stderr, "map %d: decode of %d: %.9g, want %.9g\n", sg, c[e], d[e], want);
+        }
+    }
+#undef PUSH
+    fprintf(stderr, "block quantizer and decode: %lld of %lld values differ\n", (long long)bad,
+            (long long)n);
     EXPECT_INT_EQ(bad, 0);
 }
 
@@ -147,7 +232,8 @@ static int64_t compare(ot_tpu_optimizer *t, ot_tpu_optimizer *r, ot_device *dev)
 
 /* Per case: the graph-code wrapper and fused wrappers stepped with 1, 2, 3 and 8 threads and with
  * the reference kernels, 6 steps with a changing lr (and an infinite gradient element at step 4
- * in one tensor, which makes its block NaN): every wrapper's parameters and state equal the graph
+ * in one tensor, which makes its block NaN; in another, blocks of zero gradients, subnormal
+ * gradients and a NaN gradient at step 5): every wrapper's parameters and state equal the graph
  * code's after every step (compare()). */
 static void test_fused_matches_graph(void) {
     ot_shape sh[NT];
@@ -182,6 +268,12 @@ static void test_fused_matches_graph(void) {
                     double sc = pow(10.0, -(double)((e * 7 + k) % 5));
                     float gv = val(31u * (uint64_t)step + 1009u * (uint64_t)k + (uint64_t)e, sc);
                     ((float *)g.data)[e] = e % 11 == 3 ? 0.0f : gv;
+                    /* tensor 4: whole blocks of zeros (the state's absmax 0) for 3 steps,
+                     * subnormal gradients, and a NaN at step 5 */
+                    if (k == 4 && e < 768 && step <= 3) ((float *)g.data)[e] = 0.0f;
+                    if (k == 4 && e >= 1000 && e < 1300)
+                        ((float *)g.data)[e] = (e % 2 ? 1e-39f : -3e-41f) * (float)(e % 7 + 1);
+                    if (k == 4 && e == 3000 && step == 5) ((float *)g.data)[e] = NAN;
                     ((float *)p.data)[e] = val(77u * (uint64_t)k + (uint64_t)e, 1.0);
                 }
                 if (step == 4 && k == 3) ((float *)g.data)[500] = INFINITY;
@@ -426,6 +518,7 @@ static void test_refusals(void) {
     }
 }
 
-OT_TEST_MAIN(OT_TEST(test_table_quantizer), OT_TEST(test_fused_matches_graph),
-             OT_TEST(test_fused_kernel_count), OT_TEST(test_per_tensor_matches_flat),
-             OT_TEST(test_per_tensor_small_f32), OT_TEST(test_refusals))
+OT_TEST_MAIN(OT_TEST(test_table_quantizer), OT_TEST(test_block_quantizer_decode),
+             OT_TEST(test_fused_matches_graph), OT_TEST(test_fused_kernel_count),
+             OT_TEST(test_per_tensor_matches_flat), OT_TEST(test_per_tensor_small_f32),
+             OT_TEST(test_refusals))

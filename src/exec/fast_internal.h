@@ -143,9 +143,14 @@ static inline double div_d(double a, double b, bool z) {
 ot_status ex_fast_state8(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
                          const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
                          bool *done);
-/* Its table quantizer: whether the table passed its checks, and one value's code (tests). */
+/* Its table quantizer (tests): whether the table passed its checks, and one value's code; the
+ * kernel's block quantizer (256 codes of x[] / am, am finite and nonzero; false when the table
+ * failed its checks) and decode (map[c[e]] * a), the versions the CPU takes, in the caller's
+ * floating-point modes. */
 bool ex_q8_fast_table_ok(void);
 uint8_t ex_q8_code_table(float xn, bool sgn);
+bool ex_q8_quantize_fast(const float *x, float am, bool sgn, uint8_t *co);
+void ex_q8_decode_fast(const uint8_t *c, bool sgn, float a, float *x);
 
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done);
