@@ -21,7 +21,9 @@ said so, when jax is not installed).
 
 --state S also runs optitpu's flat mode with compressed optimizer state (`bench optim --state S`:
 bf16 moments, bf16 with stochastic rounding, or 8-bit block-wise) on the same data and prints its
-step time beside the peers, with the bytes each side moves per parameter (torch's Adam: 28).
+step time beside the peers, with the bytes each side moves per parameter (torch's Adam: 28), and
+the CPU time per step (the process's, all threads; median) of that step and of torch's fused
+Adam, which a loaded machine stretches far less than wall time.
 """
 
 import argparse
@@ -55,24 +57,30 @@ def split_sizes(n, k):
     return sz
 
 
-def median_time(fn, reps):
+def median_time(fn, reps, cpu=None):
+    """The median wall time of fn over reps calls after a warm-up; with cpu a list, the median
+    CPU time of the process per call (all threads) is appended to it."""
     fn()  # warm-up
-    ts = []
+    ts, cs = [], []
     for _ in range(reps):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
+        cs.append(time.process_time() - c0)
+    if cpu is not None:
+        cpu.append(statistics.median(cs))
     return statistics.median(ts)
 
 
-def bench_torch(sizes, reps, lr, **kw):
+def bench_torch(sizes, reps, lr, cpu=None, **kw):
     import torch
 
     params = [torch.nn.Parameter(torch.randn(n, dtype=torch.float32)) for n in sizes]
     for p in params:
         p.grad = torch.randn_like(p) * 0.01
     opt = torch.optim.Adam(params, lr=lr, **kw)
-    return median_time(opt.step, reps)
+    return median_time(opt.step, reps, cpu)
 
 
 def bench_optax(sizes, reps, lr):
@@ -104,7 +112,8 @@ def bench_optax(sizes, reps, lr):
 
 def bench_optitpu(binary, opt, n, k, reps, threads, state=None):
     """(per-tensor step, fused C loop, flat-mode step or None, (compressed-state step, bytes
-    per parameter) or None) in seconds; --flat when k > 1 or a state format is given."""
+    per parameter, CPU time per compressed-state step) or None) in seconds; --flat when k > 1 or
+    a state format is given."""
     cmd = [binary, "bench", "optim", "--optimizer", opt, "--params", str(n), "--tensors", str(k),
            "--reps", str(reps), "--threads", str(threads), "--no-limits", "--json"] + \
           (["--flat"] if k > 1 else []) + (["--state", state] if state else [])
@@ -114,6 +123,8 @@ def bench_optitpu(binary, opt, n, k, reps, threads, state=None):
     flat = next((r for r in rows if " flat step, " in r["case"]), None)
     comp = next((r for r in rows if "-state" in r["case"] and " step, " in r["case"]), None)
     cbytes = next((r for r in rows if "-state" in r["case"] and "bytes moved" in r["case"]), None)
+    ccpu = next((r for r in rows if "-state" in r["case"] and "CPU time per step" in r["case"]),
+                None)
     want = f"{threads} thread{'s' if threads != 1 else ''}"
     for r in [step, flat] if flat else [step]:  # what ran, as the CLI reports it
         if not r["case"].endswith(", " + want) or (r["baseline"] and
@@ -121,7 +132,7 @@ def bench_optitpu(binary, opt, n, k, reps, threads, state=None):
             raise SystemExit(f"optitpu ran on other threads than --threads {threads}: {r}")
     return (step["value"] / 1e3, (step["baseline_value"] or math.nan) / 1e3,
             flat["value"] / 1e3 if flat else None,
-            (comp["value"] / 1e3, cbytes["value"]) if comp else None)
+            (comp["value"] / 1e3, cbytes["value"], ccpu["value"] / 1e3) if comp else None)
 
 
 def main():
@@ -158,7 +169,9 @@ def main():
             npeer = len(rows)
             rows.append(("torch foreach=False", bench_torch(sizes, a.reps, lr, foreach=False)))
             rows.append(("torch foreach=True", bench_torch(sizes, a.reps, lr, foreach=True)))
-            rows.append(("torch fused=True", bench_torch(sizes, a.reps, lr, fused=True)))
+            fused_cpu = []
+            rows.append(("torch fused=True", bench_torch(sizes, a.reps, lr, fused_cpu,
+                                                         fused=True)))
             try:
                 rows.append(("optax.adam jax.jit", bench_optax(sizes, a.reps, lr)))
             except ImportError:
@@ -176,6 +189,11 @@ def main():
                       f"{fused * 1e3:>10.3f} {fused / comp[0]:>8.3f}")
                 print(f"{case:<22} {'bytes/param ' + a.state + ' vs torch':<28} {comp[1]:>10.3f} "
                       f"{28.0:>8.3f}")
+                # CPU time per step (the process's, all threads): what a loaded machine
+                # stretches least; torch fused's CPU time, and the ratio to ours
+                print(f"{case:<22} {'CPU: ' + a.state + ' state':<28} {comp[2] * 1e3:>10.3f}")
+                print(f"{case:<22} {'CPU: torch fused / ' + a.state:<28} "
+                      f"{fused_cpu[0] * 1e3:>10.3f} {fused_cpu[0] / comp[2]:>8.3f}")
             sys.stdout.flush()
 
 

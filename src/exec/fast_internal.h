@@ -150,6 +150,7 @@ ot_status ex_fast_state8(ex_kernel_ctx *c, const ot_instr *i, int nin, void *con
 bool ex_q8_fast_table_ok(void);
 uint8_t ex_q8_code_table(float xn, bool sgn);
 bool ex_q8_quantize_fast(const float *x, float am, bool sgn, uint8_t *co);
+int ex_q8_fast_quantizer(bool *est_possible); /* 2 estimate, 1 table, 0 exact */
 void ex_q8_decode_fast(const uint8_t *c, bool sgn, float a, float *x);
 
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,

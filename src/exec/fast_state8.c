@@ -1,21 +1,32 @@
 /* The fast twin of the 8-bit block-wise optimizer update (state8.h; reference: state8.c):
  * blocks of 256 elements split over the pool, each decoded into f32 arrays that stay in L1, the
  * element update as vector code under the CPU's FTZ/DAZ modes (the reference's flushing, as the
- * generated code's hardware mode, src/codegen), and the codes found by table instead of the
- * exact quantizer's decade and neighbour search. With AVX-512 VBMI the decode looks the map up
- * by byte permutes over its four byte planes instead of a gather (on AMD Zen 4 a 16-lane gather
- * costs about 6.6 ns even from L1, the decode of 16 values by permutes about 1.3 ns).
+ * generated code's hardware mode, src/codegen), and the codes found without the exact
+ * quantizer's divisions and neighbour search. Memory gathers are slow (on AMD Zen 4 a 16-lane
+ * gather costs about 6.6 ns even from L1, a permute over two registers about 0.4 ns), so with
+ * AVX-512 VBMI the decode and the quantizer look tables up by byte permutes over their four byte
+ * planes (two 128-byte lookups per plane and 64 values, then unpacking into 32-bit lanes).
  *
- * The code of a finite value is a non-decreasing (positive side) or non-increasing (negative
- * side) step function of its magnitude a = |x / absmax| <= 1 with steps wider than 2^-7 of
- * a binade. So a table over buckets of a's bits (exponent and the top 7 mantissa bits, from
- * 2^-24 to 1) holds, per bucket, the code at its first value, the code at its last, and the
- * first 16-bit offset at which the second holds (found by bisection with the exact quantizer);
- * below 2^-24 every magnitude has zero's code. The table is built once per process and checked
- * as it is built (at most one step per bucket, zero's code below the first); where a check
- * fails, or a block is not finite (absmax NaN or infinite), the block takes the exact quantizer.
- * tests/test_state8.c compares the table with the exact quantizer over a dense sweep of floats
- * and the kernel with the reference kernel over many shapes, steps and thread counts. */
+ * The estimate quantizer (AVX-512 VBMI): the code of a finite xn = x / absmax is a
+ * non-decreasing step function, with steps of one code, of an order-preserving key of xn's bits,
+ * so it is fixed by the 255 keys where it steps (found by bisection with the exact quantizer).
+ * Per decade piece of |xn| (found by the binade, then one comparison), a fused multiply-add and
+ * a floor estimate the code as c or c - 1; one comparison of the key with the threshold at the
+ * estimate finishes it. The estimate is monotone in the key wherever the piece and the sign are
+ * constant, so checking it at both ends of every run where the piece and the exact code are
+ * constant checks every value; that is done when it is first used.
+ *
+ * The table quantizer (without VBMI): the code is also a step function of the magnitude
+ * a = |xn| <= 1 on each side, with steps wider than 2^-7 of a binade. So a table over buckets of
+ * a's bits (exponent and the top 7 mantissa bits, from 2^-24 to 1) holds, per bucket, the code at
+ * its first value, the code at its last, and the first 16-bit offset at which the second holds
+ * (found by bisection with the exact quantizer); below 2^-24 every magnitude has zero's code. It
+ * is checked as it is built (at most one step per bucket, zero's code below the first).
+ *
+ * Where a check fails, or a block is not finite (absmax NaN or infinite), the block takes the
+ * exact quantizer. tests/test_state8.c compares both quantizers with the exact one over a dense
+ * sweep of floats (ties at midpoints, zeros, subnormals), the decode over every code, and the
+ * kernel with the reference kernel over many shapes, steps and thread counts. */
 #include "exec/state8_internal.h"
 
 #include <pthread.h>
@@ -97,6 +108,13 @@ static void qtab_init(void) {
             ok = ex_q8_code_exact(map, sg * bitsf(q), sgn, true) == zero;
     }
     g_qtab_ok = ok;
+}
+
+static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
+static void est_init(void);
+static bool g_est_ok;
+/* The byte planes of the map, the CPU's features, and the estimate quantizer's checks. */
+static void s8_init(void) {
     for (int t = 0; t < 2; t++) {
         const float *map = ex_q8_table(t == 1);
         for (int c = 0; c < 256; c++) {
@@ -114,6 +132,7 @@ static void qtab_init(void) {
     __builtin_cpu_init();
     g_512 = __builtin_cpu_supports("avx512f");
     g_vbmi = g_512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
+    if (g_vbmi) est_init();
 #endif
 }
 
@@ -136,6 +155,146 @@ uint8_t ex_q8_code_table(float xn, bool sgn) {
     uint32_t ent = g_qtab[t][idx];
     return (uint8_t)((ab & Q_FR) >= (ent >> 16) ? (ent >> 8) & 0xffu : ent & 0xffu);
 }
+
+#ifdef S8_HAVE_512
+/* ---- the estimate quantizer ----------------------------------------------------------------- */
+
+/* The order-preserving key of xn's bits: |xn|'s bits for the unsigned map; for the signed one the
+ * negatives complemented and the positives with the sign bit set (the map is sorted). The exact
+ * code is a non-decreasing step function of the key with steps of one code, so it is fixed by
+ * g_qk[s][c], the least key whose code is c + 1 (c < 255; [255] pads). */
+static uint32_t q8_key(uint32_t b, bool sgn) {
+    return sgn ? b ^ ((uint32_t)((int32_t)b >> 31) | 0x80000000u) : b & 0x7fffffffu;
+}
+static float q8_unkey(uint32_t k, bool sgn) {
+    return bitsf(!sgn ? k : k >= 0x80000000u ? k & 0x7fffffffu : ~k);
+}
+static uint32_t g_qk[2][256];
+static _Alignas(64) uint8_t g_qkp[2][4][256]; /* byte planes of g_qk */
+/* per map, per decade piece i: the slope g_ps, the intercepts g_pbias (positive side at i,
+ * negative at i + 8), g_pb the bits of the least |xn| of piece i + 1 (padded with all ones); g_pe:
+ * the piece of the least value of each binade 2^(e - 127), e = 96..127 */
+static _Alignas(64) float g_ps[2][16], g_pbias[2][16];
+static _Alignas(64) uint32_t g_pb[2][16], g_pe[2][32];
+
+static uint8_t code_of_key(const float *map, uint32_t k, bool sgn, bool z) {
+    return ex_q8_code_exact(map, q8_unkey(k, sgn), sgn, z);
+}
+
+/* The estimate of the code of xn (bits b), as the vector code computes it: a code c such that
+ * the exact code is c or c + 1 (where est_init's checks passed). */
+static int q8_estimate(uint32_t b, int t) {
+    uint32_t a = b & 0x7fffffffu;
+    bool neg = t == 1 && (b >> 31);
+    uint32_t e = a >> 23;
+    e = (e < 96u ? 96u : e) - 96u;
+    uint32_t i = g_pe[t][e];
+    i += a >= g_pb[t][i] ? 1u : 0u;
+    float phi = fmaf(bitsf(a), g_ps[t][i], g_pbias[t][i + (neg ? 8u : 0u)]);
+    int m = (int)floorf(phi);
+    int c = t == 1 ? (neg ? 127 - m : 127 + m) : m;
+    return c < 0 ? 0 : c > 254 ? 254 : c;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void est_init(void) {
+    bool ok = true;
+    for (int t = 0; t < 2 && ok; t++) {
+        bool sgn = t == 1;
+        const float *map = ex_q8_table(sgn);
+        uint32_t kmin = sgn ? q8_key(0xbf800000u, true) : 0u; /* key(-1), key(0) */
+        uint32_t kmax = q8_key(0x3f800000u, sgn);             /* key(1) */
+        ok = code_of_key(map, kmin, sgn, true) == 0 && code_of_key(map, kmax, sgn, true) == 255;
+        uint32_t prev = kmin;
+        for (int c = 0; c < 255 && ok; c++) { /* bisection: code(lo) <= c < code(hi) */
+            uint32_t lo = prev, hi = kmax;
+            while (hi - lo > 1) {
+                uint32_t m = lo + (hi - lo) / 2;
+                if (code_of_key(map, m, sgn, true) > c)
+                    hi = m;
+                else
+                    lo = m;
+            }
+            g_qk[t][c] = hi;
+            ok = code_of_key(map, hi, sgn, true) == c + 1 &&
+                 code_of_key(map, hi - 1, sgn, true) == c;
+            prev = hi;
+        }
+        g_qk[t][255] = 0xffffffffu;
+        /* the code constant between thresholds (sampled; the tests sweep far more floats) */
+        for (int c = 0; c <= 255 && ok; c++) {
+            uint32_t a = c ? g_qk[t][c - 1] : kmin, b = c < 255 ? g_qk[t][c] - 1 : kmax;
+            for (uint32_t q = 0; q <= 32 && ok; q++) {
+                uint32_t k = a + (uint32_t)(((uint64_t)(b - a) * q) / 32);
+                ok = code_of_key(map, k, sgn, true) == c && code_of_key(map, k, sgn, false) == c;
+            }
+        }
+        /* the magnitude thresholds on the positive side: tau[m], the least |xn| of magnitude
+         * index m (signed: code 127 + m; unsigned: code m) */
+        float tau[256];
+        int nm = sgn ? 128 : 255;
+        for (int m = 1; m <= nm && ok; m++) tau[m] = q8_unkey(g_qk[t][(sgn ? 126 : -1) + m], sgn);
+        /* decade i holds the indices [first(i), first(i + 1)); its piece starts halfway between
+         * the thresholds of its first index and the one before (the wide gap between decades) */
+        int first[8];
+        for (int i = 0; i < 8; i++) first[i] = sgn ? 1 << i : (2 << i) - 1;
+        first[7] = nm + 1;
+        memset(g_pb[t], 0xff, sizeof g_pb[t]);
+        for (int i = 1; i < 7; i++) {
+            float mid = (tau[first[i] - 1] + tau[first[i]]) / 2;
+            memcpy(&g_pb[t][i - 1], &mid, 4);
+        }
+        for (int i = 0; i < 7; i++) {
+            int f = first[i], n = first[i + 1] - f; /* n thresholds, the last decade with 1.0 */
+            if (i == 6) n--;
+            double w = n >= 3 ? ((double)tau[f + n - 1] - tau[f + 1]) / (n - 2)
+                              : pow(10.0, i - 6) * 0.9 / n;
+            int an = f + n / 2;
+            g_ps[t][i] = (float)(1.0 / w);
+            g_pbias[t][i] = (float)(an - 0.5 - (double)g_ps[t][i] * tau[an]);
+            g_pbias[t][i + 8] = g_pbias[t][i] + 1.0f;
+        }
+        for (uint32_t e = 0; e < 32; e++) {
+            uint32_t lo = (e + 96u) << 23, hi = lo | 0x7fffffu, i = 0;
+            while (i < 6 && lo >= g_pb[t][i]) i++;
+            g_pe[t][e] = i;
+            ok = ok && (i >= 6 || hi < g_pb[t][i + 1]); /* at most one boundary in a binade */
+        }
+        /* the estimate is monotone in the key within a piece and a side, the code constant
+         * between thresholds: checking both ends of every such run checks every key */
+        uint32_t pts[1100];
+        int np = 0;
+        pts[np++] = kmin;
+        pts[np++] = kmax;
+        for (int c = 0; c < 255; c++) pts[np++] = g_qk[t][c], pts[np++] = g_qk[t][c] - 1;
+        for (int i = 0; i < 6; i++)
+            for (int s = 0; s < (sgn ? 2 : 1); s++) {
+                uint32_t k = q8_key(g_pb[t][i] | (s ? 0x80000000u : 0u), sgn);
+                pts[np++] = k, pts[np++] = k - 1, pts[np++] = k + 1;
+            }
+        if (sgn) { /* -0 and +0: the sides meet */
+            pts[np++] = 0x7fffffffu;
+            pts[np++] = 0x80000000u;
+        }
+        qsort(pts, (size_t)np, sizeof *pts, cmp_u32);
+        for (int q = 0; q < np && ok; q++) {
+            if (pts[q] < kmin || pts[q] > kmax) continue;
+            float xn = q8_unkey(pts[q], sgn);
+            uint32_t b;
+            memcpy(&b, &xn, 4);
+            int c = q8_estimate(b, t), want = code_of_key(map, pts[q], sgn, true);
+            ok = (c == want || c + 1 == want) && code_of_key(map, pts[q], sgn, false) == want;
+        }
+        for (int k = 0; k < 4; k++)
+            for (int c = 0; c < 256; c++) g_qkp[t][k][c] = (uint8_t)(g_qk[t][c] >> (8 * k));
+    }
+    g_est_ok = ok;
+}
+#endif
 
 typedef struct s8_run {
     ex_s8 k;
@@ -210,6 +369,72 @@ S8_TVBMI static void decode_vbmi(const uint8_t *c, bool sgn, float a, float *x) 
     }
 }
 
+/* The codes of x[] / am by the estimate (see est_init): per 16 values the key, the decade piece
+ * (the binade's piece by a permute, then one comparison with the next boundary), a fused
+ * multiply-add and a floor for the magnitude index, and the code estimate c; per 64, the
+ * thresholds g_qk[c] by byte permutes over their 4 byte planes (as the decode); the code is c plus
+ * whether the key reaches that threshold. */
+S8_TVBMI static void quantize_est_512(const float *x, float am, bool sgn, uint8_t *co) {
+    const int t = sgn ? 1 : 0;
+    const __m512 va = _mm512_set1_ps(am);
+    const __m512i keep = _mm512_set1_epi32(sgn ? -1 : 0x7fffffff),
+                  flip = _mm512_set1_epi32(sgn ? 0x7fffffff : 0),
+                  set = _mm512_set1_epi32(sgn ? (int)0x80000000u : 0);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), e96 = _mm512_set1_epi32(96);
+    const __m512i one = _mm512_set1_epi32(1), eight = _mm512_set1_epi32(8);
+    const __m512i mid = _mm512_set1_epi32(sgn ? 127 : 0), lo = _mm512_setzero_si512(),
+                  hi = _mm512_set1_epi32(254);
+    const __m512i pe0 = _mm512_load_si512(g_pe[t]), pe1 = _mm512_load_si512(g_pe[t] + 16);
+    const __m512i pb = _mm512_load_si512(g_pb[t]); /* the next piece's boundary */
+    const __m512 ps = _mm512_load_ps(g_ps[t]), pbias = _mm512_load_ps(g_pbias[t]);
+    const __m512i perm = _mm512_load_si512((const void *)g_dperm);
+    __m512i T[4][4];
+    for (int k = 0; k < 4; k++)
+        for (int q = 0; q < 4; q++)
+            T[k][q] = _mm512_load_si512((const void *)(g_qkp[t][k] + 64 * q));
+    for (int e = 0; e < EX_STATE8_BLOCK; e += 64) {
+        __m512i key[4], c[4];
+        for (int q = 0; q < 4; q++) {
+            __m512i b = _mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + e + 16 * q), va));
+            key[q] = _mm512_xor_si512(
+                _mm512_and_si512(b, keep),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srai_epi32(b, 31), flip), set));
+            __m512i a = _mm512_and_si512(b, absm);
+            __mmask16 neg = sgn ? _mm512_cmplt_epi32_mask(b, lo) : 0;
+            __m512i ex = _mm512_sub_epi32(_mm512_max_epu32(_mm512_srli_epi32(a, 23), e96), e96);
+            __m512i i = _mm512_permutex2var_epi32(pe0, ex, pe1);
+            i = _mm512_mask_add_epi32(
+                i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, pb)), i, one);
+            __m512 phi = _mm512_fmadd_ps(
+                _mm512_castsi512_ps(a), _mm512_permutexvar_ps(i, ps),
+                _mm512_permutexvar_ps(_mm512_mask_or_epi32(i, neg, i, eight), pbias));
+            __m512i m = _mm512_cvt_roundps_epi32(phi, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+            __m512i cq = _mm512_mask_sub_epi32(_mm512_add_epi32(mid, m), neg, mid, m);
+            c[q] = _mm512_min_epi32(_mm512_max_epi32(cq, lo), hi);
+        }
+        /* the thresholds at c: the 64 estimates as bytes, reordered for the unpacking */
+        __m512i cb = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(c[0]));
+        cb = _mm512_inserti32x4(cb, _mm512_cvtepi32_epi8(c[1]), 1);
+        cb = _mm512_inserti32x4(cb, _mm512_cvtepi32_epi8(c[2]), 2);
+        cb = _mm512_inserti32x4(cb, _mm512_cvtepi32_epi8(c[3]), 3);
+        __m512i idx = _mm512_permutexvar_epi8(perm, cb);
+        __mmask64 top = _mm512_movepi8_mask(idx);
+        __m512i pl[4];
+        for (int k = 0; k < 4; k++)
+            pl[k] = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(T[k][0], idx, T[k][1]),
+                                           _mm512_permutex2var_epi8(T[k][2], idx, T[k][3]));
+        __m512i w0 = _mm512_unpacklo_epi8(pl[0], pl[1]), w1 = _mm512_unpackhi_epi8(pl[0], pl[1]);
+        __m512i w2 = _mm512_unpacklo_epi8(pl[2], pl[3]), w3 = _mm512_unpackhi_epi8(pl[2], pl[3]);
+        __m512i th[4] = {_mm512_unpacklo_epi16(w0, w2), _mm512_unpackhi_epi16(w0, w2),
+                         _mm512_unpacklo_epi16(w1, w3), _mm512_unpackhi_epi16(w1, w3)};
+        for (int q = 0; q < 4; q++) {
+            __m512i code =
+                _mm512_mask_add_epi32(c[q], _mm512_cmpge_epu32_mask(key[q], th[q]), c[q], one);
+            _mm_storeu_si128((__m128i *)(co + e + 16 * q), _mm512_cvtepi32_epi8(code));
+        }
+    }
+}
+
 S8_T512 static uint32_t maxbits_512(const float *x, uint32_t sub) {
     const __m512i mask = _mm512_set1_epi32(0x7fffffff), vs = _mm512_set1_epi32((int)sub);
     __m512i m = _mm512_setzero_si512();
@@ -246,10 +471,24 @@ S8_T512 static void quantize_512(const float *x, float am, bool sgn, uint8_t *co
 }
 #endif
 
-/* One block's codes of x[] / am (am finite and nonzero, the table checked) and one block's
- * decode, by the fastest version the CPU has. */
+/* Whether a checked quantizer is in use: the estimate (AVX-512 VBMI), else the table. */
+static bool quantizer_ok(void) {
+    return g_est_ok || g_qtab_ok;
+}
+/* Initialization: the table only where the estimate is not in use. */
+static void init_all(void) {
+    pthread_once(&g_init_once, s8_init);
+    if (!g_est_ok) pthread_once(&g_qtab_once, qtab_init);
+}
+
+/* One block's codes of x[] / am (am finite and nonzero, quantizer_ok()) and one block's decode,
+ * by the fastest version the CPU has. */
 static void quantize(const float *x, float am, bool sgn, uint8_t *co) {
 #ifdef S8_HAVE_512
+    if (g_est_ok) {
+        quantize_est_512(x, am, sgn, co);
+        return;
+    }
     if (g_512) {
         quantize_512(x, am, sgn, co);
         return;
@@ -271,15 +510,27 @@ static inline void decode(const uint8_t *c, bool sgn, const float *map, float a,
     for (int e = 0; e < EX_STATE8_BLOCK; e++) x[e] = map[c[e]] * a;
 }
 
+/* Which quantizer the kernel uses: 2 the estimate, 1 the table, 0 the exact one; *est_possible:
+ * whether the CPU and build have what the estimate needs (tests). */
+int ex_q8_fast_quantizer(bool *est_possible) {
+    init_all();
+#ifdef S8_HAVE_512
+    *est_possible = g_vbmi;
+#else
+    *est_possible = false;
+#endif
+    return g_est_ok ? 2 : g_qtab_ok ? 1 : 0;
+}
+
 /* The kernel's block quantizer and decode in the caller's floating-point modes (tests). */
 bool ex_q8_quantize_fast(const float *x, float am, bool sgn, uint8_t *co) {
-    pthread_once(&g_qtab_once, qtab_init);
-    if (!g_qtab_ok) return false;
+    init_all();
+    if (!quantizer_ok()) return false;
     quantize(x, am, sgn, co);
     return true;
 }
 void ex_q8_decode_fast(const uint8_t *c, bool sgn, float a, float *x) {
-    pthread_once(&g_qtab_once, qtab_init);
+    init_all();
     decode(c, sgn, ex_q8_table(sgn), a, x);
 }
 
@@ -345,7 +596,8 @@ S8_CLONES static void run_blocks(const s8_run *r, int64_t b0, int64_t b1) {
                 }
             float am = bitsf(mb);
             uint8_t *restrict co = r->co[j] + e0;
-            if (mb >= 0x7f800000u || !g_qtab_ok) { /* the exact quantizer, the reference's absmax */
+            if (mb >= 0x7f800000u || !quantizer_ok()) {
+                /* the exact quantizer, the reference's absmax */
                 am = 0.0f;
                 for (int e = 0; e < EX_STATE8_BLOCK; e++) am = max_f(am, fabsf(x[j][e]), z);
                 if (am == 0.0f) am = 1.0f;
@@ -406,7 +658,7 @@ ot_status ex_fast_state8(ex_kernel_ctx *c, const ot_instr *i, int nin, void *con
     s8_run r;
     if (ex_s8_parse(i, &r.k) != OT_OK) return OT_OK; /* the reference kernel says what is wrong */
     if (nin != i->noperands || nout != 1 + 2 * r.k.nslots) return OT_OK;
-    pthread_once(&g_qtab_once, qtab_init);
+    init_all();
     ex_s8_read_scalars(&r.k, (const void *const *)(in + 2 + 2 * r.k.nslots));
     r.z = c->ftz;
     r.p = in[0];
