@@ -111,8 +111,10 @@ static void qtab_init(void) {
 }
 
 static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
+static bool g_est_ok; /* the estimate quantizer passed its checks (AVX-512 VBMI only) */
+#ifdef S8_HAVE_512
 static void est_init(void);
-static bool g_est_ok;
+#endif
 /* The byte planes of the map, the CPU's features, and the estimate quantizer's checks. */
 static void s8_init(void) {
     for (int t = 0; t < 2; t++) {
