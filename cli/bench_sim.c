@@ -311,6 +311,28 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
     return s;
 }
 
+/* A train run's timeline in the simulator's terms, ms per step: forward+backward (compute),
+ * the gradient all-reduce, the optimizer, the host staging (input, gather, scatter,
+ * parameters) and the rest (other parts and time outside every part). */
+static void timeline_terms(const ot_train_report *rep, double t[5]) {
+    memset(t, 0, 5 * sizeof *t);
+    double per = rep->steps_run > 0 ? 1e3 / (double)rep->steps_run : 0, in = 0;
+    for (int k = 0; k < rep->nparts; k++) {
+        const char *nm = rep->parts[k].name;
+        double w = rep->parts[k].wall_s * per;
+        in += w;
+        int q = !strcmp(nm, "forward+backward") ? 0
+                : !strcmp(nm, "all-reduce")     ? 1
+                : !strcmp(nm, "optimizer")      ? 2
+                : !strcmp(nm, "input") || !strcmp(nm, "gather") || !strcmp(nm, "scatter") ||
+                        !strcmp(nm, "parameters")
+                    ? 3
+                    : 4;
+        t[q] += w;
+    }
+    t[4] += rep->wall_s * per - in;
+}
+
 static int run(int argc, char **argv) {
     const char *cmd = "bench simulate";
     bool json = false, kernels = false;
@@ -419,7 +441,7 @@ static int run(int argc, char **argv) {
          * predicted: the host model with n devices' rates measured right before and right after
          * that run (the machine's load as the run saw it), tree all-reduce (train's default)
          * after the backward pass, train's compiled Adam update and host pipeline */
-        double wall[50], pred[50], ratio[50];
+        double wall[50], pred[50], ratio[50], meas_last[5] = {0, 0, 0, 0, 0};
         int64_t peak = 0;
         ot_sim_result last;
         ot_sim_host_rates rate_last;
@@ -445,6 +467,7 @@ static int run(int argc, char **argv) {
                 break;
             }
             wall[r] = rep.wall_s / (double)rep.steps_run;
+            timeline_terms(&rep, meas_last);
             peak = n > 1 ? rep.replica_peak_bytes : rep.leader_peak_bytes;
             ot_train_report_clear(&rep);
             if (ot_sim_host_measure(n, window, &after) != OT_OK) {
@@ -509,6 +532,9 @@ static int run(int argc, char **argv) {
                    "optimizer %.3f ms + host pipeline %.3f ms\n",
                    last.compute_s * 1e3, last.exposed_comm_s * 1e3, last.algo,
                    last.optimizer_s * 1e3, last.host_s * 1e3);
+            printf("  last run's timeline: forward+backward %.3f ms + all-reduce %.3f ms + "
+                   "optimizer %.3f ms + host staging %.3f ms + rest %.3f ms\n",
+                   meas_last[0], meas_last[1], meas_last[2], meas_last[3], meas_last[4]);
             printf("  rates per device thread (%d at once): dot %.1f GFLOP/s, in-cache dot %.1f, "
                    "memory %.1f GB/s, in-cache %.1f, pool hand-off %.1f us, launch %.2f us, "
                    "transfer %.2f us, "
