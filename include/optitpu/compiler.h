@@ -285,6 +285,9 @@ typedef struct ot_native_stats {
 OT_API void ot_executable_native_stats(const ot_executable *e, ot_native_stats *out);
 /* Whether kernel k runs native code (false: the interpreter runs it; also for k out of range). */
 OT_API bool ot_executable_kernel_native(const ot_executable *e, int k);
+/* Whether kernel k's native code is split over the runtime's thread pool when it runs (its loop
+ * has more iterations than one piece); false without native code. */
+OT_API bool ot_executable_kernel_native_splits(const ot_executable *e, int k);
 
 /* Serialization to a versioned file: magic, format version, length, SHA-256 checksum, then the
  * options, fingerprint, compiled module (entry in schedule order) and the slot and kernel

@@ -71,6 +71,9 @@ ot_status cg_program_report(const cg_program *p, cg_report_fn fn, void *ctx);
 
 /* Whether kernel k has native code. */
 bool cg_native(const cg_program *p, int k);
+/* Whether cg_run splits kernel k's native loop over the pool (more iterations than one piece;
+ * from inside a pool task it never does). */
+bool cg_splits(const cg_program *p, int k);
 
 /* Runs kernel k natively when it has native code and its buffers are laid out as compiled for,
  * split over pool (NULL: the default pool): returns true with the kernel done. False: the caller

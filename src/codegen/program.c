@@ -668,6 +668,10 @@ bool cg_native(const cg_program *p, int k) {
     return p && k >= 0 && k < p->nk && p->k[k].fn;
 }
 
+bool cg_splits(const cg_program *p, int k) {
+    return cg_native(p, k) && p->k[k].numel > p->k[k].chunk; /* cg_run's rule */
+}
+
 /* ---- run ---------------------------------------------------------------------------------------
  */
 

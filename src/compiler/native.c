@@ -165,6 +165,10 @@ bool ot_executable_kernel_native(const ot_executable *e, int k) {
     return e && e->native && k >= 0 && k < ot_executable_kernel_count(e) && cg_native(e->native, k);
 }
 
+bool ot_executable_kernel_native_splits(const ot_executable *e, int k) {
+    return ot_executable_kernel_native(e, k) && cg_splits(e->native, k);
+}
+
 void ot_executable_native_stats(const ot_executable *e, ot_native_stats *out) {
     memset(out, 0, sizeof *out);
     if (!e) return;

@@ -141,6 +141,10 @@ double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, do
     /* the host runtime hands a kernel to its pool from cache_bytes touched, a dot from
      * cache_bytes / 4 multiply-adds (ot_host_inline_bytes); below, on the device's thread */
     bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
+    /* a fusion with native code goes to the pool by its own rule: more iterations than one piece
+     * of its loop (an Adam update of a 32768-element tensor, 640 KiB touched, runs inline) */
+    if (kn->kind == OT_KERNEL_FUSION && ot_executable_kernel_native(e, k))
+        pooled = ot_executable_kernel_native_splits(e, k);
     if (d->cache_bytes > 0 && pooled) t += d->pool_s / cs;
     if (!pooled) { /* on the device's thread, its data in the caches */
         if (d->cache_flops_f32 > 0) peak = d->cache_flops_f32 * cs;
