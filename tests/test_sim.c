@@ -39,6 +39,16 @@ static ot_executable *compile_hlo(const char *text) {
     return e;
 }
 
+static ot_executable *compile_hlo_native(const char *text) {
+    ot_module *m = NULL;
+    ot_executable *e = NULL;
+    ot_compile_options co = ot_compile_options_default();
+    co.native = OT_NATIVE_ON;
+    if (ot_hlo_parse(text, strlen(text), NULL, &m) == OT_OK) (void)ot_compile(m, &co, &e);
+    ot_module_free(m);
+    return e;
+}
+
 static const char dot_hlo[] =
     "HloModule d\n"
     "ENTRY main {\n"
@@ -433,9 +443,46 @@ static void test_host_tiers(void) {
     c.update = f;
     ASSERT_OK(ot_sim_run(&c, &r));
     EXPECT_NEAR(r.optimizer_s, 3000e-9, 1e-15);
+    /* processes: each bucket crosses them at alpha + bytes / bandwidth after the backward
+     * pass; one device a process has no shared-memory part */
+    c.update = NULL;
+    c.chips = 2, c.processes = 2, c.process_alpha_s = 3e-6, c.process_bytes_per_s = 1e9;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.exposed_comm_s, 3e-6 + 4000e-9, 1e-15);
+    EXPECT_NEAR(r.comm_s, r.exposed_comm_s, 1e-15);
+    EXPECT_TRUE(!strcmp(r.algo, "processes"));
+    c.chips = 3; /* not a multiple of the processes */
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    c.chips = 2, c.process_bytes_per_s = 0; /* no transport cost */
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    c.process_bytes_per_s = 1e9, c.shard_optimizer = true;
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    c.shard_optimizer = false, c.processes = 0, c.chips = 1;
     c.host_transfers = -1;
     EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
     ot_executable_free(f);
+
+    /* a native fusion is on the pool when the runtime splits its loop, whatever it touches */
+    static const char big_hlo[] = "HloModule g\nENTRY main {\n"
+                                  "  a = f32[100000] parameter(0)\n  b = f32[100000] parameter(1)\n"
+                                  "  m = f32[100000] multiply(a, b)\n"
+                                  "  ROOT s = f32[100000] add(m, a)\n}\n";
+    static const char mid_hlo[] = "HloModule h\nENTRY main {\n"
+                                  "  a = f32[30000] parameter(0)\n  b = f32[30000] parameter(1)\n"
+                                  "  m = f32[30000] multiply(a, b)\n"
+                                  "  ROOT s = f32[30000] add(m, a)\n}\n";
+    ot_executable *big = compile_hlo_native(big_hlo), *mid = compile_hlo_native(mid_hlo);
+    ASSERT_TRUE(big && mid);
+    ASSERT_TRUE(ot_executable_kernel_native(big, 0) && ot_executable_kernel_native(mid, 0));
+    EXPECT_TRUE(ot_executable_kernel_native_splits(big, 0));
+    EXPECT_TRUE(!ot_executable_kernel_native_splits(mid, 0)); /* 360 KB touched, one piece */
+    memset(&d, 0, sizeof d);
+    d.peak_flops_f32 = 1e15, d.hbm_bytes_per_s = 1e15, d.cache_flops_f32 = 1e15;
+    d.cache_bytes_per_s = 1e15, d.cache_bytes = 262144, d.pool_s = 1e-3;
+    EXPECT_TRUE(ot_sim_kernel_s(&d, big, 0, 1.0, 1, NULL) >= 1e-3);
+    EXPECT_TRUE(ot_sim_kernel_s(&d, mid, 0, 1.0, 1, NULL) < 1e-6);
+    ot_executable_free(big);
+    ot_executable_free(mid);
 
     ot_sim_host_rates hr;
     EXPECT_STATUS(ot_sim_host_measure(0, 0.01, &hr), OT_ERR_INVALID_ARGUMENT);
