@@ -14,22 +14,18 @@
  * next sum and the elementwise loop; each sum in the canonical lane order, hence the same bits as
  * the separate kernels and the reference. Results that other kernels read stay outputs.
  *
- * P may also be a row maximum or minimum (f32/f64): log-softmax and softmax cross-entropy (the
- * max, then the sum of exp(x - max)) become one kernel per row, and with the output loop that
- * joins (x - max - log(sum)) log-softmax is one kernel. The row kernel reduces the max on integer
- * keys (vector code; a row with a NaN runs the reference's chain), same bits as the reference;
- * the row is read from memory once, by the max, and from L1/L2 by the exp-sum. (Softmax's
- * exp-sum also stores the exp, which depends on the max: not this form.)
+ * Only float sums: softmax's row maximum followed by its exp-sum has the same shape, but there
+ * the exp-sum is compute-bound and already hides its own read of x, so one kernel doing both per
+ * row measured slower than the fast reduce kernel's maximum followed by the exp-sum.
  *
- * Legality: C's reduce and P's sums are f32/f64 adds in the lane order of exactly the trailing
- * dims of inputs of the same element count, into the same rows, of 16 elements to 64 KiB (P's
- * maximum or minimum: of 2 elements to 64 KiB); P's reduced input is a parameter of P, or
- * computed elementwise from P's one input of the rows' size (producer_input), and that input is
- * one of C's inputs (the same instruction), and with L, P has no other user; inside C (and inside a
- * joining loop), a per-row value is used only through elementwise ops and reshapes of one element
- * per row and broadcasts onto the leading dims; L and the per-row loops hold only such ops; an
- * elementwise loop reads x itself; no other input of the consumer depends on the producer (a
- * bounded search; too large a search refuses); the merged fusion fits max_io. */
+ * Legality: the reduces are f32/f64 adds in the lane order of exactly the trailing dims of
+ * inputs of the same element count, into the same rows, of 16 elements to 64 KiB; P's reduced
+ * input is a parameter of P and one of C's inputs (the same instruction), and P has no other
+ * user; inside C (and inside a joining loop), a per-row value is used only through elementwise
+ * ops and reshapes of one element per row and broadcasts onto the leading dims; L and the
+ * per-row loops hold only such ops; an elementwise loop reads x itself; no other input of the
+ * consumer depends on the producer (a bounded search; too large a search refuses); the merged
+ * fusion fits max_io. */
 #include "compiler_internal.h"
 #include "exec/numerics.h"
 
@@ -65,59 +61,6 @@ static bool row_reduce(const ot_instr *r, int64_t *rows, int64_t *len) {
     *rows = o;
     *len = n;
     return true;
-}
-
-/* P's root as a row producer: a row sum (row_reduce), or an f32/f64 row maximum or minimum
- * (softmax's and log-softmax's row max: the row kernel reduces it on integer keys, vector code,
- * with the same bits as the reference's chain) of the same size limit. */
-static bool row_reduce_producer(const ot_instr *r, int64_t *rows, int64_t *len) {
-    if (row_reduce(r, rows, len)) return true;
-    int64_t o, n;
-    if (!ex_reduce_rows(r, &o, &n) || n < 2) return false;
-    const ot_computation *rc = r->called[0];
-    const ot_instr *rr = rc->root;
-    if (!rr || rc->nparams != 2 || rc->ninstrs != 3 || rr->noperands != 2 ||
-        rr->operands[0]->opcode != OT_OP_PARAMETER || rr->operands[1]->opcode != OT_OP_PARAMETER ||
-        rr->operands[0] == rr->operands[1])
-        return false;
-    ot_dtype t = r->shape.array.dtype;
-    if ((rr->opcode != OT_OP_MAXIMUM && rr->opcode != OT_OP_MINIMUM) ||
-        (t != OT_F32 && t != OT_F64) || n * (int64_t)ot_dtype_size(t) > 65536)
-        return false;
-    *rows = o;
-    *len = n;
-    return true;
-}
-
-/* The input of P whose rows P's root reduces: the reduce's operand when it is a parameter, else
- * P's one input of rows * len elements when the operand is computed from it elementwise, beside
- * scalars and inputs broadcast onto it (attention's max of the scaled, masked scores): ops the
- * row kernel computes per element (as element_loop's). NULL otherwise. */
-static ot_instr *producer_input(const ot_instr *P, int64_t total) {
-    const ot_computation *pc = fused(P);
-    const ot_instr *px = pc->root->operands[0];
-    if (px->opcode == OT_OP_PARAMETER)
-        return px->attrs->index >= 0 && px->attrs->index < P->noperands
-                   ? P->operands[px->attrs->index]
-                   : NULL;
-    ot_instr *x = NULL;
-    for (const ot_instr *i = pc->first; i; i = i->next) {
-        if (i == pc->root) continue;
-        if (i->opcode == OT_OP_PARAMETER) {
-            if (numel_of(i) != total) continue;
-            if (x || i->attrs->index < 0 || i->attrs->index >= P->noperands) return NULL;
-            x = P->operands[i->attrs->index];
-            continue;
-        }
-        bool ok = i->opcode == OT_OP_CONSTANT || i->opcode == OT_OP_RESHAPE ||
-                  i->opcode == OT_OP_BITCAST || i->opcode == OT_OP_CONVERT ||
-                  i->opcode == OT_OP_BROADCAST || i->opcode == OT_OP_IOTA ||
-                  (ot_opcode_is_elementwise(i->opcode) && i->opcode != OT_OP_MAP);
-        if (!ok || i->opcode == OT_OP_REDUCE || ot_instr_has_side_effect(i) ||
-            i->shape.kind != OT_IR_ARRAY)
-            return NULL;
-    }
-    return x;
 }
 
 /* Inside C's computation, every use of parameter p is per row: elementwise ops, converts,
@@ -388,7 +331,7 @@ static bool row_producer(const ot_instr *R, int64_t *rows, int64_t *len, ot_inst
     for (const ot_instr *i = c->first; i; i = i->next) {
         if (i->opcode != OT_OP_REDUCE) continue;
         int64_t r, n;
-        if (!row_reduce_producer(i, &r, &n)) return false;
+        if (!row_reduce(i, &r, &n)) return false;
         if (nred++ && (r != *rows || n != *len)) return false;
         *rows = r;
         *len = n;
@@ -671,15 +614,14 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const b
             if (numel_of(y) != rows || !fused(y) || !cc->params[q]) continue;
             int64_t r1, n1;
             const ot_computation *yc = fused(y);
-            if (yc->root && row_reduce_producer(yc->root, &r1, &n1)) {
+            if (yc->root && row_reduce(yc->root, &r1, &n1)) {
                 P = y;
             } else if (per_row_loop(y, rows)) {
                 L = y;
                 for (int k = 0; k < L->noperands; k++) {
                     ot_instr *o = L->operands[k];
                     const ot_computation *oc = fused(o);
-                    if (oc && oc->root && numel_of(o) == rows &&
-                        row_reduce_producer(oc->root, &r1, &n1)) {
+                    if (oc && oc->root && numel_of(o) == rows && row_reduce(oc->root, &r1, &n1)) {
                         if (P && P != o) {
                             P = NULL; /* two reductions: not this form */
                             break;
@@ -688,14 +630,12 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const b
                     }
                 }
             }
-            if (!P || r1 != rows || n1 != len) continue;
-            /* P's result read by L alone; without L, P's result may have other readers (the
-             * log-softmax's output loop reads the max): it stays an output of the merged
-             * fusion */
-            if (L && (P->nusers != 1 || P->users[0] != L)) continue;
+            if (!P || r1 != rows || n1 != len || P->nusers != 1) continue;
+            if (P->users[0] != (L ? L : C)) continue;
             /* P reduces one of C's inputs, the same instruction */
-            ot_instr *x = producer_input(P, rows * len);
-            if (!x) continue;
+            const ot_instr *px = fused(P)->root->operands[0];
+            if (px->opcode != OT_OP_PARAMETER) continue;
+            ot_instr *x = P->operands[px->attrs->index];
             bool shared = false;
             for (int k = 0; k < C->noperands && !shared; k++)
                 shared = k != q && C->operands[k] == x;
