@@ -1195,22 +1195,27 @@ static void test_norm_rows(void) {
 }
 
 /* Masked softmax as JAX lowers attention's (scale, select against a [S,S] mask broadcast over batch
- * and heads, row max, exp of the difference, its sum, the division) and a log-softmax, on f32 and
- * f64, rows of 1 to 130 elements (odd lengths, shorter than a lane group, one element), inputs with
- * NaNs, infinities, signed zeros and subnormals (rows with and without NaN): every output bit for
- * bit the reference evaluator's, every fusion native (but with rows of one element). Where the rows
- * are long enough for the row kernels: the row maximum is the integer-key reduction, the mask is
- * read at a per-row base plus the column (no division per element), and the exp beside the sum is
- * stored by the sum's loops (no second loop over the row computing it again). */
+ * and heads, row max, exp of the difference, its sum, the division) and a log-softmax (masked with
+ * the lowest float, or with -inf: rows of -inf where the mask is all false), on f32 and f64, rows
+ * of 1 to 130 elements (odd lengths, shorter than a lane group, one element), inputs with NaNs,
+ * infinities, signed zeros and subnormals (rows with and without NaN), on 1, 2, 3 and 8 threads:
+ * every output bit for bit the reference evaluator's, every fusion native (but with rows of one
+ * element). Where the rows are long enough for the row kernels: the row maximum is the
+ * integer-key reduction, the mask is read at a per-row base plus the column (no division per
+ * element), the exp beside the sum is stored by the sum's loops (no second loop over the row
+ * computing it again), and the log-softmax's output loop runs in its exp-sum's kernel. */
 static void test_softmax_rows(void) {
     static const char *const dts[] = {"f32", "f64"};
     static const int lens[] = {1, 3, 15, 16, 17, 33, 128, 130};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
     char text[8192];
     tb b = {text, 0, sizeof text};
     int seed = 0;
     for (int j = 0; j < 2; j++)
         for (int k = 0; k < (int)(sizeof lens / sizeof lens[0]); k++)
-            for (int form = 0; form < 2; form++) {
+            for (int form = 0; form < 3; form++) {
                 const char *T = dts[j];
                 int S = lens[k];
                 b.n = 0;
@@ -1225,7 +1230,7 @@ static void test_softmax_rows(void) {
                    "  c = %s[] constant(0.125)\n  cb = %s[2,3,%d,%d] broadcast(c), dimensions={}\n"
                    "  xs = %s[2,3,%d,%d] multiply(x, cb)\n"
                    "  mb = pred[2,3,%d,%d] broadcast(m), dimensions={2,3}\n"
-                   "  lo = %s[] constant(-3.40282347e+38)\n"
+                   "  lo = %s[] constant(%s)\n"
                    "  lb = %s[2,3,%d,%d] broadcast(lo), dimensions={}\n"
                    "  sel = %s[2,3,%d,%d] select(mb, xs, lb)\n  ni = %s[] constant(-inf)\n"
                    "  rm = %s[2,3,%d] reduce(sel, ni), dimensions={3}, to_apply=mx\n"
@@ -1234,21 +1239,31 @@ static void test_softmax_rows(void) {
                    "  z = %s[] constant(0)\n"
                    "  s = %s[2,3,%d] reduce(ex, z), dimensions={3}, to_apply=add\n"
                    "  sb = %s[2,3,%d,%d] broadcast(s), dimensions={0,1,2}\n",
-                   T, S, S, S, S, T, T, S, S, T, S, S, S, S, T, T, S, S, T, S, S, T, T, S, T, S, S,
-                   T, S, S, T, S, S, T, T, S, T, S, S);
+                   T, S, S, S, S, T, T, S, S, T, S, S, S, S, T,
+                   form == 2 ? "-inf" : "-3.40282347e+38", T, S, S, T, S, S, T, T, S, T, S, S, T, S,
+                   S, T, S, S, T, T, S, T, S, S);
                 if (form == 0)
                     tp(&b, "  ROOT y = %s[2,3,%d,%d] divide(ex, sb)\n}\n", T, S, S);
-                else /* log-softmax: d - log(sum) */
+                else /* log-softmax: d - log(sum); form 2: masked with -inf (rows of -inf) */
                     tp(&b,
                        "  ls = %s[2,3,%d,%d] log(sb)\n  ROOT y = %s[2,3,%d,%d] subtract(d, "
                        "ls)\n}\n",
                        T, S, S, T, S, S);
-                g_keep_src = true;
-                /* rows of one element: a reduce over a unit dim lands inside a loop fusion,
-                 * which stays interpreted */
-                check_module(text, 1500 + (uint64_t)seed++, S > 1);
+                /* on 1, 2, 3 and 8 threads; rows of one element: a reduce over a unit dim lands
+                 * inside a loop fusion, which stays interpreted */
+                for (int t = 0; t < 4; t++) {
+                    g_run_pool = pools[t];
+                    g_keep_src = t == 3;
+                    check_module(text, 1500 + (uint64_t)seed++, S > 1);
+                }
                 g_keep_src = false;
+                g_run_pool = NULL;
                 if (S < 16 || !g_src) continue;
+                /* softmax: the maximum, the exp-sum (which stores the exp) and the division;
+                 * log-softmax: the maximum, then the exp-sum with the output loop */
+                int nf = 0;
+                EXPECT_INT_EQ(row_sums(text, &nf), 1);
+                EXPECT_INT_EQ(nf, form == 0 ? 3 : 2);
                 /* the row maximum with keys; no division or remainder in any per-element index */
                 EXPECT_TRUE(strstr(g_src, "(maximum, keys) */") != NULL);
                 for (const char *q = g_src; (q = strstr(q, "const int64_t ix")) != NULL; q++) {
@@ -1261,7 +1276,7 @@ static void test_softmax_rows(void) {
                 /* softmax's exp-sum row kernel computes the exp once: stored inside the sum's
                  * loops, no loop over the row after it (the log-softmax's exp feeds the sum only)
                  */
-                if (form == 1) continue;
+                if (form != 0) continue;
                 const char *rk = strstr(g_src, "(rows) */");
                 EXPECT_TRUE(rk != NULL);
                 if (rk) {
@@ -1274,6 +1289,7 @@ static void test_softmax_rows(void) {
             }
     free(g_src);
     g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
 static void test_cache(void) {
