@@ -3,14 +3,17 @@
  * after several steps the parameters are bit for bit those of the unsharded update of the tree
  * (or direct) all-reduced gradients, for 2-5 devices and several elementwise optimizers (bf16
  * state too). The layout, the state's size and names, and the refusals (an optimizer coupling
- * elements, a non-f32 parameter, int8 state, clipping by norm; a communicator of another size;
+ * elements, a non-f32 parameter, int8 state, flat mode; a communicator of another size;
  * the shard calls outside sharded mode). */
 #include "ot_test.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "optitpu/collectives.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
 #include "optitpu/optim.h"
 #include "optitpu/runtime.h"
 #include "optitpu/tpu_optim.h"
@@ -22,11 +25,13 @@
 static ot_shape shapes[NT];
 static int64_t sizes[NT], total;
 
-static void make_shapes(void) {
+/* big: a last tensor of 13,515 elements, so the canonical summation order's blocks of 4096
+ * straddle the members' blocks (the global norm's sum of squares) */
+static void make_shapes(bool big) {
     ot_shape_make(&shapes[0], OT_F32, 2, (int64_t[]){9, 13});
     ot_shape_make(&shapes[1], OT_F32, 1, (int64_t[]){7});
     ot_shape_make(&shapes[2], OT_F32, 0, NULL);
-    ot_shape_make(&shapes[3], OT_F32, 3, (int64_t[]){3, 5, 11});
+    ot_shape_make(&shapes[3], OT_F32, 3, (int64_t[]){3, 5, big ? 901 : 11});
     total = 0;
     for (int k = 0; k < NT; k++) total += sizes[k] = ot_shape_numel_unchecked(&shapes[k]);
 }
@@ -42,18 +47,50 @@ static float param0(int64_t e) {
     return (float)(e % 17) * 0.03f - 0.2f;
 }
 
+/* What a case adds to the optimizer's options. */
+typedef struct extra {
+    double clip_norm, clip_value;
+    bool optax, loss_scaling;
+    bool inf_step; /* loss scaling: member 0's gradient of the last element is inf at step 3 */
+    bool big;
+} extra;
+
 typedef struct job {
     const char *opt;
     int n;
     ot_coll_algo algo;
     ot_tpu_state_format fmt;
+    extra x;
     ot_backend *be;
     ot_tpu_optimizer *sharded;
     int64_t len;
-    float *params[8]; /* each member's flat parameters after the sharded steps */
-    float *ref;       /* the unsharded run's parameters, flat (HEAD offset) */
+    float *params[8];         /* each member's flat parameters after the sharded steps */
+    float *ref;               /* the unsharded run's parameters, flat (HEAD offset) */
+    double ref_ss[STEPS + 1]; /* the sum of squares of each step's all-reduced gradients */
+    double ss[8][STEPS + 1];  /* each member's, from shard_grad_norm */
     atomic_int errors;
 } job;
+
+/* Member r's gradient of element e (of `total`) at step i under case x. */
+static float grad_case(const extra *x, int r, int64_t e, int i) {
+    if (x->inf_step && i == 3 && r == 0 && e == total - 1) return INFINITY;
+    /* big: magnitudes over 12 octaves, so that the lanes' sums differ widely and a wrong order
+     * of summing them shows in the bits */
+    float big = x->big ? (float)(1 << (e % 13)) : 1.0f;
+    return grad_of(r, e, i) * big * (x->loss_scaling ? 512.0f : 1.0f);
+}
+
+static ot_tpu_optimizer_options case_options(const job *j) {
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.state_format = j->fmt;
+    to.clip_grad_norm = j->x.clip_norm;
+    to.clip_grad_value = j->x.clip_value;
+    to.clip_norm_optax = j->x.optax;
+    to.loss_scaling = j->x.loss_scaling;
+    to.init_scale = 512;
+    to.growth_interval = 2;
+    return to;
+}
 
 /* The sharded steps of member `rank`. */
 static ot_status member(void *ud, int rank, ot_comm *c) {
@@ -73,8 +110,11 @@ static ot_status member(void *ud, int rank, ot_comm *c) {
     for (int i = 1; s == OT_OK && i <= STEPS; i++) {
         for (int k = 0; k < NT; k++)
             for (int64_t e = 0; e < sizes[k]; e++)
-                g[off[k] + e] = grad_of(rank, off[k] - HEAD + e, i);
+                g[off[k] + e] = grad_case(&j->x, rank, off[k] - HEAD + e, i);
         s = ot_tpu_optimizer_step_sharded(j->sharded, d, c, &co, g, red, p, i, 0.01, NULL);
+        double nr;
+        if (s == OT_OK && j->x.clip_norm > 0)
+            s = ot_tpu_optimizer_shard_grad_norm(j->sharded, d, &nr, &j->ss[rank][i]);
     }
     if (s != OT_OK) atomic_fetch_add(&j->errors, 1);
     ot_free(g);
@@ -96,11 +136,47 @@ static ot_status ref_member(void *ud, int rank, ot_comm *c) {
     return ot_comm_allreduce(c, rj->g[rank], rj->g[rank], (size_t)total, OT_F32, OT_REDOP_SUM, &co);
 }
 
+/* The sum of squares of the reduced gradients g (flat, tensor by tensor) as the unsharded update
+ * computes it for the global norm: each tensor's squares summed in f64 by a reduce over all its
+ * dims, the sums added in parameter order; evaluated by the reference evaluator. */
+static void sum_sq_of(const float *g, double *ss_out) {
+    ot_module *m = ot_module_new("sum_sq");
+    ot_computation *add = ot_module_add_computation(m, "add_f64");
+    ot_shape sc = ot_shape_scalar(OT_F64);
+    ot_computation_set_root(add,
+                            ot_build_binary(add, OT_OP_ADD, ot_build_parameter(add, 0, sc, "a"),
+                                            ot_build_parameter(add, 1, sc, "b")));
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_instr *ss = NULL;
+    ot_tensor in[NT];
+    int64_t pos = 0;
+    for (int k = 0; k < NT; k++) {
+        ot_tensor_borrow(&in[k], &shapes[k], (void *)(g + pos));
+        pos += sizes[k];
+        ot_instr *x = ot_build_convert(c, ot_build_parameter(c, k, shapes[k], NULL), OT_F64);
+        x = ot_build_binary(c, OT_OP_MULTIPLY, x, x);
+        if (shapes[k].rank > 0) {
+            int64_t dims[OT_MAX_RANK];
+            for (int d = 0; d < shapes[k].rank; d++) dims[d] = d;
+            ot_instr *zero = ot_build_constant_scalar(c, OT_F64, 0.0);
+            x = ot_build_reduce(c, &x, &zero, 1, dims, shapes[k].rank, add);
+        }
+        ss = ss ? ot_build_binary(c, OT_OP_ADD, ss, x) : x;
+    }
+    ot_computation_set_root(c, ss);
+    ot_module_set_entry(m, c);
+    ot_value r;
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_OK(ot_evaluate_tensors(m, in, NT, NULL, &r));
+    memcpy(ss_out, ot_value_leaf(&r, 0)->array.data, sizeof *ss_out);
+    ot_value_release(&r);
+    ot_module_free(m);
+}
+
 static void reference(job *j) {
     ot_optimizer *o;
     ASSERT_OK(ot_optimizer_new(j->opt, &o));
-    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
-    to.state_format = j->fmt;
+    ot_tpu_optimizer_options to = case_options(j);
     ot_tpu_optimizer *t;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &t));
     ot_device *d = ot_backend_device(j->be, 0);
@@ -119,8 +195,9 @@ static void reference(job *j) {
     refjob rj = {j, g};
     for (int i = 1; i <= STEPS; i++) {
         for (int r = 0; r < j->n; r++)
-            for (int64_t e = 0; e < total; e++) g[r][e] = grad_of(r, e, i);
+            for (int64_t e = 0; e < total; e++) g[r][e] = grad_case(&j->x, r, e, i);
         ASSERT_OK(ot_local_run(j->n, ref_member, &rj, NULL));
+        sum_sq_of(g[0], &j->ref_ss[i]);
         pos = 0;
         for (int k = 0; k < NT; k++) {
             ot_tensor h;
@@ -142,18 +219,18 @@ static void reference(job *j) {
     ot_optimizer_free(o);
 }
 
-static void run_case(const char *opt, int n, ot_coll_algo algo, ot_tpu_state_format fmt) {
-    make_shapes();
-    job j = {.opt = opt, .n = n, .algo = algo, .fmt = fmt};
+static void run_case_x(const char *opt, int n, ot_coll_algo algo, ot_tpu_state_format fmt,
+                       extra x) {
+    make_shapes(x.big);
+    job j = {.opt = opt, .n = n, .algo = algo, .fmt = fmt, .x = x};
     ot_backend_options bo = ot_backend_options_default();
     bo.devices = n;
     ASSERT_OK(ot_backend_create(&bo, &j.be));
     ot_optimizer *o;
     ASSERT_OK(ot_optimizer_new(opt, &o));
-    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    ot_tpu_optimizer_options to = case_options(&j);
     to.shard_devices = n;
     to.shard_head = HEAD;
-    to.state_format = fmt;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &j.sharded));
     int devs = 0;
     ASSERT_OK(ot_tpu_optimizer_shard_layout(j.sharded, &devs, &j.len, NULL));
@@ -181,14 +258,45 @@ static void run_case(const char *opt, int n, ot_coll_algo algo, ot_tpu_state_for
     for (int r = 0; r < n; r++)
         bad += memcmp(j.params[r] + HEAD, j.ref, (size_t)total * sizeof(float)) != 0;
     if (bad)
-        fprintf(stderr, "  %s on %d devices (%s): %d members differ from the unsharded update\n",
-                opt, n, ot_coll_algo_name(algo), bad);
+        fprintf(stderr,
+                "  %s on %d devices (%s; clip norm %g%s, value %g, loss scaling %d%s, %s): %d "
+                "members differ from the unsharded update\n",
+                opt, n, ot_coll_algo_name(algo), x.clip_norm, x.optax ? " optax" : "", x.clip_value,
+                x.loss_scaling, x.inf_step ? " with inf" : "", x.big ? "big" : "small", bad);
     EXPECT_INT_EQ(bad, 0);
+    /* the norm's sum of squares itself, bit for bit (the update sees the norm rounded to f32, and
+     * the square root maps neighbouring sums to one norm): without loss scaling and clipping by
+     * value, that of the raw reduced gradients */
+    for (int r = 0; r < n && x.clip_norm > 0 && !x.loss_scaling && !(x.clip_value > 0); r++) {
+        for (int i = 1; i <= STEPS; i++) {
+            if (memcmp(&j.ss[r][i], &j.ref_ss[i], sizeof(double)))
+                fprintf(stderr, "  member %d step %d: sum of squares %.17g, unsharded %.17g\n", r,
+                        i, j.ss[r][i], j.ref_ss[i]);
+            EXPECT_TRUE(!memcmp(&j.ss[r][i], &j.ref_ss[i], sizeof(double)));
+        }
+        double nr = 0, ss = 0;
+        ASSERT_OK(
+            ot_tpu_optimizer_shard_grad_norm(j.sharded, ot_backend_device(j.be, r), &nr, &ss));
+        EXPECT_TRUE(nr == sqrt(ss));
+    }
+    if (x.loss_scaling) { /* every member's scale as the unsharded run's: 512 -> 1024 -> 2048 */
+        for (int r = 0; r < n; r++) {
+            double sc;
+            bool skipped;
+            ASSERT_OK(
+                ot_tpu_optimizer_loss_scale(j.sharded, ot_backend_device(j.be, r), &sc, &skipped));
+            EXPECT_TRUE(sc == (x.inf_step ? 1024.0 : 2048.0) && !skipped);
+        }
+    }
     for (int r = 0; r < n; r++) ot_free(j.params[r]);
     ot_free(j.ref);
     ot_tpu_optimizer_free(j.sharded);
     ot_optimizer_free(o);
     ot_backend_free(j.be);
+}
+
+static void run_case(const char *opt, int n, ot_coll_algo algo, ot_tpu_state_format fmt) {
+    run_case_x(opt, n, algo, fmt, (extra){0});
 }
 
 static void test_bit_identical(void) {
@@ -212,7 +320,7 @@ static ot_status wrong_size(void *ud, int rank, ot_comm *c) {
 }
 
 static void test_refused(void) {
-    make_shapes();
+    make_shapes(false);
     ot_optimizer *o;
     ot_tpu_optimizer *t = NULL;
     ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
@@ -230,10 +338,10 @@ static void test_refused(void) {
     EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(ot_last_error(), "does not take int8 state");
     to.state_format = OT_TPU_STATE_F32;
-    to.clip_grad_norm = 1.0;
+    to.flat = true;
     EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
-    EXPECT_STR_CONTAINS(ot_last_error(), "does not take clipping by global norm");
-    to.clip_grad_norm = 0;
+    EXPECT_STR_CONTAINS(ot_last_error(), "does not take flat mode");
+    to.flat = false;
     to.shard_devices = -2;
     EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
     to.shard_devices = 4;
@@ -255,4 +363,22 @@ static void test_refused(void) {
     ot_optimizer_free(o);
 }
 
-OT_TEST_MAIN(OT_TEST(test_bit_identical), OT_TEST(test_refused))
+/* Clipping by global norm (torch's and optax's formulas, after clipping by value) and loss
+ * scaling: the norm's sum of squares and found_inf are the pod's, reduced in the unsharded
+ * order. */
+static void test_global(void) {
+    extra torch = {.clip_norm = 1.0}, optax = {.clip_norm = 0.5, .optax = true};
+    extra big = {.clip_norm = 1.0, .big = true}, both = {.clip_norm = 2.0, .clip_value = 0.02};
+    extra ls = {.loss_scaling = true}, lsinf = {.loss_scaling = true, .inf_step = true};
+    extra all = {.clip_norm = 1.0, .loss_scaling = true, .inf_step = true, .big = true};
+    run_case_x("adam", 2, OT_ALGO_TREE, OT_TPU_STATE_F32, torch);
+    run_case_x("adamw", 3, OT_ALGO_DIRECT, OT_TPU_STATE_F32, optax);
+    run_case_x("adam", 4, OT_ALGO_TREE, OT_TPU_STATE_F32, both);
+    run_case_x("adam", 5, OT_ALGO_TREE, OT_TPU_STATE_F32, big);
+    run_case_x("sgd", 3, OT_ALGO_TREE, OT_TPU_STATE_F32, big);
+    run_case_x("adam", 4, OT_ALGO_TREE, OT_TPU_STATE_F32, ls);
+    run_case_x("lion", 3, OT_ALGO_DIRECT, OT_TPU_STATE_BF16, lsinf);
+    run_case_x("adamw", 5, OT_ALGO_TREE, OT_TPU_STATE_F32, all);
+}
+
+OT_TEST_MAIN(OT_TEST(test_bit_identical), OT_TEST(test_global), OT_TEST(test_refused))

@@ -348,10 +348,17 @@ OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, i
  * member and run). The gather only copies: coll's algorithm when it has an all-gather, else
  * direct in shared memory, else the communicator's choice.
  *
+ * Clipping by global norm and loss scaling take the pod's gradients: shard_update computes the
+ * norm's f64 sum of squares and found_inf from every member's block (two small all-gathers: the
+ * first elements of the blocks that a summation block straddles, then each member's partial
+ * sums and found_inf), summed in the unsharded update's order (the canonical summation order of
+ * each tensor, docs/exec.md, then tensor by tensor), so clipping, skipping and the loss scale
+ * are the unsharded run's bit for bit on every member.
+ *
  * Errors: create refuses (INVALID_ARGUMENT, with the reason) an optimizer whose update is not
  * elementwise (lamb, lars: trust ratios; adafactor: factored moments), a non-f32 parameter,
- * int8 state, clipping by global norm, loss scaling, host callbacks, parameter groups and flat
- * mode; shard_devices < 0 or shard_head < 0. The shard calls: FAILED_PRECONDITION outside sharded
+ * int8 state, host callbacks, parameter groups and flat mode; shard_devices < 0 or
+ * shard_head < 0. The shard calls: FAILED_PRECONDITION outside sharded
  * mode, INVALID_ARGUMENT for a communicator of another size than shard_devices or a NULL buffer,
  * the collective's and the step's errors otherwise (params are written only after a successful
  * update, so a failed one leaves them as they were; a failed collective aborts the communicator).
@@ -376,6 +383,11 @@ OT_API ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d
                                                double lr, const ot_run_options *ro);
 OT_API ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *comm,
                                                const ot_coll_options *coll, float *params);
+/* With clip_grad_norm: the global gradient norm device d's last shard_update clipped with (the
+ * pod's, before clipping) and the f64 sum of squares it is the root of (sum_sq may be NULL).
+ * FAILED_PRECONDITION without clipping by norm or before the first update. */
+OT_API ot_status ot_tpu_optimizer_shard_grad_norm(ot_tpu_optimizer *t, ot_device *d, double *norm,
+                                                  double *sum_sq);
 /* The three calls in order; reduced is a scratch of block_len f32 (NULL: allocated per call). */
 OT_API ot_status ot_tpu_optimizer_step_sharded(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
                                                const ot_coll_options *coll, const float *grads,

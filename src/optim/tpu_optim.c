@@ -2,11 +2,13 @@
  * replicas of the state, donation of parameters and state. */
 #include "optitpu/tpu_optim.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "exec/numerics.h"
 #include "exec/state8.h"
 #include "optim_internal.h"
 #include "state_quant.h"
@@ -20,6 +22,11 @@ typedef struct replica {
     bool skipped;                /* the last step found inf/NaN gradients and changed nothing */
     ot_buffer **fparam, **fgrad; /* flat mode: [ngroups], owned by the wrapper */
     ot_buffer *shard_p, *shard_g; /* sharded mode: the device's parameter and gradient blocks */
+    /* sharded mode: the pod's reductions for the next step (shard_update computes them, the
+     * update reads them as inputs): the gradients' sum of squares (clip_grad_norm) and whether
+     * any unscaled gradient element is inf/NaN (loss scaling) */
+    double shard_ss;
+    bool shard_found, shard_ss_set;
 } replica;
 
 struct ot_tpu_optimizer {
@@ -68,6 +75,15 @@ struct ot_tpu_optimizer {
      * flat vector's parameter k starts at shard_poff[k] ([shard_nparams]) */
     int shard_n, shard_nparams;
     int64_t shard_len, *shard_poff;
+    /* sharded mode with clipping by norm or loss scaling: the module takes the pod's sum of
+     * squares (f64, clip_grad_norm) and found_inf (pred, loss_scaling) as inputs after step, lr
+     * and inv_scale, instead of reducing its block alone (shard_ss / shard_found) */
+    bool shard_ext;
+    int64_t *shard_psize; /* [shard_nparams] each parameter's elements */
+    /* the sum of squares' pieces (shard_norm_plan): a member sends the first shard_edge elements
+     * of its block to the members before it (blocks of the canonical summation order that
+     * straddle members), and contributes at most shard_items f64 partial sums */
+    int64_t shard_edge, shard_items;
 };
 
 /* What the module updates: the tensors, or (flat mode) the flat groups. */
@@ -141,7 +157,8 @@ typedef struct mbuild {
     int64_t *segoff; /* [nparams] flat lamb/lars: a group's tensors' segments */
     ot_shape *segshape;
     ot_instr *step, *lr, *inv_scale;
-    ot_instr *found; /* ls: any non-finite gradient element */
+    ot_instr *found;              /* ls: any non-finite gradient element */
+    ot_instr *ext_ss, *ext_found; /* t->shard_ext: the pod's sum of squares and found_inf */
 } mbuild;
 
 /* The reductions' bodies: or_pred (found_inf) and add_f64 (the global norm). */
@@ -192,6 +209,11 @@ static ot_status add_parameters(mbuild *b) {
     b->inv_scale =
         b->ls ? ot_build_parameter(c, 2 * n + t->nstate + 2, ot_shape_scalar(OT_F32), "inv_scale")
               : NULL;
+    int64_t next = 2 * n + t->nstate + 2 + b->ls;
+    if (t->shard_ext && t->opts.clip_grad_norm > 0)
+        b->ext_ss = ot_build_parameter(c, next++, sc, "pod_sum_sq");
+    if (t->shard_ext && b->ls)
+        b->ext_found = ot_build_parameter(c, next, ot_shape_scalar(OT_PRED), "pod_found_inf");
     return ot_module_status(b->m);
 }
 
@@ -206,6 +228,10 @@ static void widen_unscale(mbuild *b) {
         ot_instr *is = wd == OT_F32 ? b->inv_scale : ot_build_convert(c, b->inv_scale, wd);
         b->grads[k] = ot_build_binary(c, OT_OP_MULTIPLY, b->grads[k],
                                       ot_build_broadcast(c, is, b->P.wshape[k], NULL, 0));
+        if (b->ext_found) { /* sharded: the pod's found_inf, not the block's */
+            b->found = b->ext_found;
+            continue;
+        }
         ot_instr *bad =
             ot_build_unary(c, OT_OP_NOT, ot_build_unary(c, OT_OP_IS_FINITE, b->grads[k]));
         int rank = b->P.wshape[k].rank;
@@ -236,6 +262,8 @@ static void clip_value(mbuild *b) {
 static ot_instr *global_norm(mbuild *b) {
     const ot_tpu_optimizer *t = b->t;
     ot_computation *c = b->c;
+    /* sharded: the pod's sum of squares, summed on the host in this order (shard_sum_sq) */
+    if (b->ext_ss) return ot_build_unary(c, OT_OP_SQRT, b->ext_ss);
     ot_instr *ss = NULL;
     for (int k = 0; k < b->n && !t->flat; k++) {
         ot_instr *x = sum_sq_f64(c, b->add, b->grads[k]);
@@ -594,6 +622,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     for (int r = 0; r < t->nreps; r++) replica_free(t, t->reps[r]);
     ot_free(t->reps);
     ot_free(t->shard_poff);
+    ot_free(t->shard_psize);
     for (int i = 0; t->sname && i < t->nstate; i++) ot_free(t->sname[i]);
     ot_free(t->sname);
     ot_free(t->sinit);
@@ -854,8 +883,20 @@ done:
 static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int nparams,
                               const ot_tpu_optimizer_options *op, ot_tpu_optimizer **out);
 
+/* create; shard_ext: the module takes the pod's reductions as inputs (sharded mode's block
+ * update, shard_create). */
+static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
+                             const ot_tpu_optimizer_options *opts, bool shard_ext,
+                             ot_tpu_optimizer **out);
+
 ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
                                   const ot_tpu_optimizer_options *opts, ot_tpu_optimizer **out) {
+    return create_impl(o, param_shapes, nparams, opts, false, out);
+}
+
+static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
+                             const ot_tpu_optimizer_options *opts, bool shard_ext,
+                             ot_tpu_optimizer **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: out is NULL");
     *out = NULL;
     if (!o || (nparams > 0 && !param_shapes))
@@ -904,6 +945,7 @@ ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_s
     }
     ot_status s = OT_OK;
     t->opts = op;
+    t->shard_ext = shard_ext;
     t->opts.compile = NULL; /* not kept: the caller's pointers may not outlive create */
     t->opts.param_optimizers = NULL;
     t->opts.lr_scale = NULL;
@@ -1525,10 +1567,11 @@ static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
                              const ot_run_options *ro) {
     int n = nu;
     bool ls = t->opts.loss_scaling;
-    int nin = 2 * n + t->nstate + 2 + ls, nout = n + t->nstate + ls;
+    bool xss = t->shard_ext && t->opts.clip_grad_norm > 0, xfound = t->shard_ext && ls;
+    int nin = 2 * n + t->nstate + 2 + ls + xss + xfound, nout = n + t->nstate + ls;
     ot_buffer **in = ot_calloc((size_t)nin, sizeof *in);
     ot_buffer **out = ot_calloc((size_t)nout, sizeof *out);
-    ot_buffer *sb = NULL, *lb = NULL, *ib = NULL;
+    ot_buffer *sb = NULL, *lb = NULL, *ib = NULL, *xb = NULL, *fb = NULL;
     ot_status s = OT_OK;
     if (!in || !out) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer step");
@@ -1553,6 +1596,20 @@ static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
         ot_tensor_borrow(&ti, &s32, &inv);
         OT_CHECK_GOTO(ot_buffer_from_host(d, &ti, &ib), s, done);
         in[2 * n + t->nstate + 2] = ib;
+    }
+    if (xss) { /* sharded: the pod's sum of squares and found_inf (shard_update) */
+        ot_tensor tx;
+        ot_tensor_borrow(&tx, &sc, &r->shard_ss);
+        OT_CHECK_GOTO(ot_buffer_from_host(d, &tx, &xb), s, done);
+        in[2 * n + t->nstate + 2 + ls] = xb;
+    }
+    if (xfound) {
+        uint8_t f = r->shard_found;
+        ot_shape sp = ot_shape_scalar(OT_PRED);
+        ot_tensor tf;
+        ot_tensor_borrow(&tf, &sp, &f);
+        OT_CHECK_GOTO(ot_buffer_from_host(d, &tf, &fb), s, done);
+        in[nin - 1] = fb;
     }
     for (int k = 0; k < n; k++) {
         in[k] = params[k];
@@ -1594,6 +1651,8 @@ done:
     ot_buffer_free(sb);
     ot_buffer_free(lb);
     ot_buffer_free(ib);
+    ot_buffer_free(xb);
+    ot_buffer_free(fb);
     ot_free(in);
     ot_free(out);
     return s;
@@ -1825,14 +1884,180 @@ ot_status ot_tpu_optimizer_loss_scale(ot_tpu_optimizer *t, ot_device *d, double 
 
 /* ---- sharded mode (tpu_optim.h) -------------------------------------------------------------- */
 
+/* ---- the pod's sum of squares (clipping by global norm) ----
+ *
+ * The unsharded update sums each gradient tensor's squares (f64) in the canonical summation
+ * order (docs/exec.md, "Reductions"; EX_RED_LANES, EX_RED_BLOCK) and adds the tensors' sums in
+ * parameter order. A tensor's sum folds, from 0, a sequence of items: for each block of
+ * EX_RED_BLOCK elements from the tensor's start, the pairwise tree of its lanes over the block's
+ * whole groups; then the elements past the last whole group one by one. Sharded, the item's
+ * owner is the member holding its first element: it computes the item's value (a tree whose
+ * block runs into later members reads their first shard_edge elements, all-gathered), the
+ * values are all-gathered and every member folds them in the unsharded order — the same sum,
+ * bit for bit, on every member. */
+typedef struct sq_item {
+    int64_t a, b; /* elements [a, b) of the tensor */
+} sq_item;
+
+/* The item after position *pos of a tensor of n elements (*pos starts at 0); false at the end. */
+static bool sq_next(int64_t n, int64_t *pos, sq_item *it) {
+    int64_t r = *pos;
+    if (r >= n) return false;
+    it->a = r;
+    it->b = r + 1;
+    if (r % EX_RED_BLOCK == 0 && r + EX_RED_LANES <= n) {
+        int64_t re = r + EX_RED_BLOCK < n ? r + EX_RED_BLOCK : n;
+        it->b = r + (re - r) / EX_RED_LANES * EX_RED_LANES;
+    }
+    *pos = it->b;
+    return true;
+}
+
+/* The items each member owns (the most of any member: shard_items) and the elements of a
+ * member's block that an earlier member's item reads (shard_edge). */
+static ot_status shard_norm_plan(ot_tpu_optimizer *t) {
+    int64_t len = t->shard_len;
+    int64_t *cnt = ot_calloc((size_t)t->shard_n, sizeof *cnt);
+    if (!cnt) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: shard layout");
+    t->shard_edge = t->shard_items = 0;
+    for (int k = 0; k < t->shard_nparams; k++) {
+        int64_t pos = 0, base = t->shard_poff[k];
+        sq_item it;
+        while (sq_next(t->shard_psize[k], &pos, &it)) {
+            int64_t own = (base + it.a) / len, past = base + it.b - (own + 1) * len;
+            cnt[own]++;
+            if (past > len) past = len;
+            if (past > t->shard_edge) t->shard_edge = past;
+        }
+    }
+    for (int m = 0; m < t->shard_n; m++)
+        if (cnt[m] > t->shard_items) t->shard_items = cnt[m];
+    ot_free(cnt);
+    return OT_OK;
+}
+
+/* Where the owner reads the gradient: its block, or the first shard_edge elements of a later
+ * member's (edge: the all-gathered [shard_n][shard_edge]). inv: 1/scale (loss scaling) or 0;
+ * clip: clip_grad_value as f32, or 0. */
+typedef struct sq_src {
+    const ot_tpu_optimizer *t;
+    int64_t lo; /* the owner's first flat element */
+    const float *mine, *edge;
+    float inv, clip;
+} sq_src;
+
+/* The gradient at flat element i as the update sees it: unscaled (f32 multiply) and clamped,
+ * with the executor's flush of subnormal inputs and results (docs/exec.md, "Denormals"), then
+ * widened to f64 (a subnormal f32 becomes 0). */
+static float sq_grad(const sq_src *q, int64_t i) {
+    int64_t len = q->t->shard_len, j = i - q->lo;
+    float x = j < len ? q->mine[j] : q->edge[(i / len) * q->t->shard_edge + i % len];
+    if (fabsf(x) < FLT_MIN) x = 0.0f * x;
+    if (q->inv != 0) x = ex_tiny_f((double)x * (double)q->inv);
+    if (q->clip > 0) x = x < -q->clip ? -q->clip : x > q->clip ? q->clip : x;
+    return x;
+}
+
+static double sq_f64(const sq_src *q, int64_t i) {
+    double v = sq_grad(q, i);
+    return v * v; /* exact: a product of two f32 */
+}
+
+/* One item's value: a tree of lanes, or an element's square. */
+static double sq_value(const sq_src *q, int64_t base, sq_item it) {
+    if (it.b - it.a == 1) return sq_f64(q, base + it.a);
+    double lane[EX_RED_LANES];
+    for (int l = 0; l < EX_RED_LANES; l++) lane[l] = sq_f64(q, base + it.a + l);
+    for (int64_t r = it.a + EX_RED_LANES; r < it.b; r += EX_RED_LANES)
+        for (int l = 0; l < EX_RED_LANES; l++) lane[l] += sq_f64(q, base + r + l);
+    for (int w = EX_RED_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    return lane[0];
+}
+
+/* The gather only copies, so any algorithm gives the same bits: coll's algorithm when it has an
+ * all-gather, else in shared memory direct (each member copies every block once: one exchange
+ * and one barrier, where the ring hands n - 1 pieces on, a rendezvous each), else the
+ * communicator's choice. */
+static ot_coll_options shard_gather_options(const ot_comm *comm, const ot_coll_options *coll) {
+    ot_coll_options ag = coll ? *coll : ot_coll_options_default();
+    if (!ot_coll_algo_supported(comm, OT_COLL_ALLGATHER, ag.algo))
+        ag.algo = ot_coll_algo_supported(comm, OT_COLL_ALLGATHER, OT_ALGO_DIRECT) ? OT_ALGO_DIRECT
+                                                                                  : OT_ALGO_AUTO;
+    return ag;
+}
+
+/* The pod's reductions for replica r's next update (shard_ext): the sum of squares of every
+ * parameter's gradient (clip_grad_norm) and found_inf (loss scaling), from this member's block
+ * of the reduced gradients; the same values on every member. A collective: every member calls
+ * it in the same order. */
+static ot_status shard_reductions(ot_tpu_optimizer *t, replica *r, ot_comm *comm,
+                                  const float *reduced) {
+    int n = t->shard_n, me = ot_comm_rank(comm);
+    int64_t len = t->shard_len, E = t->shard_edge, C = t->shard_items + 1;
+    bool clip = t->opts.clip_grad_norm > 0;
+    sq_src q = {t, me * len, reduced, NULL, 0.0f, 0.0f};
+    if (t->opts.loss_scaling) q.inv = (float)(1.0 / r->scale); /* as exec_update */
+    if (t->opts.clip_grad_value > 0) q.clip = (float)t->opts.clip_grad_value;
+    float *edge = clip && E ? ot_malloc((size_t)(n * E) * sizeof *edge) : NULL;
+    double *mine = ot_calloc((size_t)C, sizeof *mine);
+    double *all = ot_malloc((size_t)(n * C) * sizeof *all);
+    int64_t *at = ot_calloc((size_t)n, sizeof *at); /* the fold: each owner's next item */
+    ot_status s = OT_OK;
+    if (!mine || !all || !at || (clip && E && !edge)) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: the pod's sum of squares");
+        goto done;
+    }
+    ot_coll_options ag = shard_gather_options(comm, NULL);
+    if (clip && E) s = ot_comm_allgather(comm, reduced, edge, (size_t)E, OT_F32, &ag);
+    q.edge = edge;
+    int64_t c = 0;
+    bool found = false;
+    for (int k = 0; s == OT_OK && k < t->shard_nparams; k++) {
+        int64_t pos = 0, base = t->shard_poff[k];
+        sq_item it;
+        while (clip && sq_next(t->shard_psize[k], &pos, &it))
+            if ((base + it.a) / len == me) mine[c++] = sq_value(&q, base, it);
+        /* found_inf over this member's elements of the parameter (not the head, not padding) */
+        int64_t lo = base > q.lo ? base : q.lo, end = base + t->shard_psize[k];
+        int64_t hi = end < q.lo + len ? end : q.lo + len;
+        for (int64_t i = lo; q.inv != 0 && i < hi && !found; i++)
+            found = !isfinite(ex_tiny_f((double)reduced[i - q.lo] * (double)q.inv));
+    }
+    mine[C - 1] = found;
+    if (s == OT_OK) s = ot_comm_allgather(comm, mine, all, (size_t)C, OT_F64, &ag);
+    if (s != OT_OK) goto done;
+    /* every member folds the items in the unsharded order: tensor by tensor, each tensor's
+     * items from 0, owner by owner in the order each owner listed them */
+    double ss = 0;
+    for (int k = 0; clip && k < t->shard_nparams; k++) {
+        int64_t pos = 0, base = t->shard_poff[k];
+        double acc = 0;
+        sq_item it;
+        while (sq_next(t->shard_psize[k], &pos, &it)) {
+            int64_t own = (base + it.a) / len;
+            acc += all[own * C + at[own]++];
+        }
+        ss = k ? ss + acc : acc;
+    }
+    r->shard_ss = ss;
+    r->shard_ss_set = clip;
+    r->shard_found = false;
+    for (int m = 0; m < n; m++) r->shard_found |= all[m * C + C - 1] != 0;
+done:
+    ot_free(edge);
+    ot_free(mine);
+    ot_free(all);
+    ot_free(at);
+    return s;
+}
+
 /* The layout and the refusals, then the wrapper of one f32[block_len] tensor. */
 static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int nparams,
                               const ot_tpu_optimizer_options *op, ot_tpu_optimizer **out) {
     int n = op->shard_devices;
     const char *why =
         op->state_format == OT_TPU_STATE_INT8 ? "int8 state"
-        : op->clip_grad_norm > 0              ? "clipping by global norm"
-        : op->loss_scaling                    ? "loss scaling"
         : op->param_optimizers || op->lr_scale || op->weight_decay_mask || op->trust_ratio_mask
             ? "parameter groups or masks"
         : op->flat                ? "flat mode"
@@ -1860,28 +2085,42 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
                         ot_optimizer_name(o));
     int64_t len = ((op->shard_head + total + n - 1) / n + 15) / 16 * 16;
     int64_t *poff = ot_calloc((size_t)nparams, sizeof *poff);
-    if (!poff) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: shard layout");
+    int64_t *psize = ot_calloc((size_t)nparams, sizeof *psize);
+    if (!poff || !psize) {
+        ot_free(poff);
+        ot_free(psize);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: shard layout");
+    }
     for (int64_t k = 0, pos = op->shard_head; k < nparams; k++) {
         poff[k] = pos;
-        pos += ot_shape_numel_unchecked(&ps[k]);
+        pos += psize[k] = ot_shape_numel_unchecked(&ps[k]);
     }
     ot_tpu_optimizer_options in = *op;
     in.shard_devices = 0;
     in.shard_head = 0;
     ot_shape bs;
     ot_status s = ot_shape_make(&bs, OT_F32, 1, &len);
-    if (s == OT_OK) s = ot_tpu_optimizer_create(o, &bs, 1, &in, out);
+    if (s == OT_OK)
+        s = create_impl(o, &bs, 1, &in, op->clip_grad_norm > 0 || op->loss_scaling, out);
     if (s != OT_OK) {
         ot_free(poff);
+        ot_free(psize);
         return s;
     }
-    (*out)->opts.shard_devices = n;
-    (*out)->opts.shard_head = op->shard_head;
-    (*out)->shard_n = n;
-    (*out)->shard_nparams = nparams;
-    (*out)->shard_len = len;
-    (*out)->shard_poff = poff;
-    return OT_OK;
+    ot_tpu_optimizer *t = *out;
+    t->opts.shard_devices = n;
+    t->opts.shard_head = op->shard_head;
+    t->shard_n = n;
+    t->shard_nparams = nparams;
+    t->shard_len = len;
+    t->shard_poff = poff;
+    t->shard_psize = psize;
+    if (t->shard_ext) s = shard_norm_plan(t);
+    if (s != OT_OK) {
+        ot_tpu_optimizer_free(t);
+        *out = NULL;
+    }
+    return s;
 }
 
 ot_status ot_tpu_optimizer_shard_layout(const ot_tpu_optimizer *t, int *devices, int64_t *block_len,
@@ -1940,9 +2179,33 @@ ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d, ot_co
     if (s == OT_OK && !r->shard_g) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_g);
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_p, 0, mine, bytes);
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_g, 0, reduced, bytes);
+    if (s == OT_OK && t->shard_ext) s = shard_reductions(t, r, comm, reduced);
     if (s == OT_OK) s = ot_tpu_optimizer_step(t, d, &r->shard_p, &r->shard_g, step, lr, ro);
     if (s == OT_OK) s = ot_buffer_read_bytes(r->shard_p, 0, mine, bytes);
     return s;
+}
+
+ot_status ot_tpu_optimizer_shard_grad_norm(ot_tpu_optimizer *t, ot_device *d, double *norm,
+                                           double *sum_sq) {
+    if (!t || !d || !norm)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_grad_norm: NULL argument");
+    if (!t->shard_n || !(t->opts.clip_grad_norm > 0))
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_shard_grad_norm: not a sharded update clipping by "
+                        "global norm");
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND,
+                        "ot_tpu_optimizer_shard_grad_norm: device %d has no "
+                        "replica",
+                        ot_device_index(d));
+    if (!r->shard_ss_set)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_shard_grad_norm: device %d has not updated yet",
+                        ot_device_index(d));
+    *norm = sqrt(r->shard_ss); /* the update's sqrt of the same sum */
+    if (sum_sq) *sum_sq = r->shard_ss;
+    return OT_OK;
 }
 
 ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *comm,
@@ -1951,14 +2214,7 @@ ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *comm,
     if (!params)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_gather: NULL buffer");
     float *mine = params + (size_t)ot_comm_rank(comm) * (size_t)t->shard_len;
-    /* the gather only copies (every algorithm gives the same bits): coll's algorithm when it has
-     * an all-gather, else in shared memory direct (each member copies every block once: one
-     * exchange and one barrier, where the ring hands n - 1 pieces on, a rendezvous each), else
-     * the communicator's choice */
-    ot_coll_options ag = coll ? *coll : ot_coll_options_default();
-    if (!ot_coll_algo_supported(comm, OT_COLL_ALLGATHER, ag.algo))
-        ag.algo = ot_coll_algo_supported(comm, OT_COLL_ALLGATHER, OT_ALGO_DIRECT) ? OT_ALGO_DIRECT
-                                                                                  : OT_ALGO_AUTO;
+    ot_coll_options ag = shard_gather_options(comm, coll);
     return ot_comm_allgather(comm, mine, params, (size_t)t->shard_len, OT_F32, &ag);
 }
 
