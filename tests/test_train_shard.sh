@@ -62,8 +62,8 @@ refused() { # MESSAGE ARGS...
 refused "needs an elementwise optimizer: 'lamb' couples elements" --optimizer lamb
 refused "needs an elementwise optimizer: 'lars' couples elements" --optimizer lars
 refused "with --allreduce ring is refused" --allreduce ring
-refused "is not available with --mpi" --mpi
+refused "with --mpi takes one device per process (--devices 1, not 4)" --mpi
 refused "excludes --grad-compress and --local-sgd" --grad-compress int8
 refused "excludes --grad-compress and --local-sgd" --optimizer sgd --local-sgd 2
-refused "excludes --fail-device and --migrate" --fail-device 1@2
+refused "excludes --fail-device (in one process) and --migrate" --fail-device 1@2
 echo ok

@@ -187,21 +187,22 @@ typedef struct ot_train_options {
      * its own replicas only). Refused with grad_compress (nothing to compress) and fail_device
      * (no survivor holds the pod's state); a failure ends the run. 0 (default): off. */
     int64_t local_sgd;
-    /* Sharded optimizer update (ZeRO stage 1, one process): the gradients are reduce-scattered
-     * over the pod instead of all-reduced, each device updates only its contiguous block of
-     * ceil((16 + P) / devices) elements (rounded up to 16) of a flat vector (16 head elements
-     * carrying the loss and correct count, then all parameters back to back in model order,
-     * zero-padded at the end) and holds only that block's optimizer
-     * state, then the updated blocks are all-gathered into every device's parameters. The
-     * reduction is the all-reduce's algorithm (tree or direct: their summation order does not
-     * depend on the vector's length or split) and the update elementwise, so the run is bit
-     * for bit the unsharded one. Refused (with the reason): optimizers whose update couples
-     * elements (lamb, lars, adafactor; allowed: sgd, adam, adamw, rmsprop, adagrad, adadelta,
-     * radam, nadam, lion), the ring, halving-doubling and hier2d all-reduces (also when auto
-     * picks one), int8 state, mpi, grad_compress, local_sgd, fail_device and migrate_device.
-     * Checkpoints hold the optimizer state as one "optim" shard per device (the manifest's
-     * record: shard_devices, shard_len) and resume onto any device count, sharded or not; an
-     * unsharded checkpoint resumes sharded (docs/train.md). */
+    /* Sharded optimizer update (ZeRO stage 1; in one process, or with mpi one device per
+     * process, sharded over the processes' communicator with the tree): the gradients are
+     * reduce-scattered over the pod instead of all-reduced, each device updates only its contiguous
+     * block of ceil((16 + P) / devices) elements (rounded up to 16) of a flat vector (16 head
+     * elements carrying the loss and correct count, then all parameters back to back in model
+     * order, zero-padded at the end) and holds only that block's optimizer state, then the updated
+     * blocks are all-gathered into every device's parameters. The reduction is the all-reduce's
+     * algorithm (tree or direct: their summation order does not depend on the vector's length or
+     * split) and the update elementwise, so the run is bit for bit the unsharded one. Refused (with
+     * the reason): optimizers whose update couples elements (lamb, lars, adafactor; allowed: sgd,
+     * adam, adamw, rmsprop, adagrad, adadelta, radam, nadam, lion), the ring, halving-doubling and
+     * hier2d all-reduces (also when auto picks one), int8 state, mpi with devices > 1,
+     * grad_compress, local_sgd, fail_device in one process and migrate_device. Checkpoints hold the
+     * optimizer state as one "optim" shard per device (the manifest's record: shard_devices,
+     * shard_len) and resume onto any device count, sharded or not; an unsharded checkpoint resumes
+     * sharded (docs/train.md). */
     bool shard_optimizer;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;

@@ -155,6 +155,12 @@ struct trainer {
      * elements (the loss and correct count, then zeros) then the parameters in model order,
      * zero-padded (topt then updates one f32[shard_len] tensor per device); 0: not sharded */
     int64_t shard_len;
+    int shard_pod; /* the devices the update is sharded over: every process's (o->devices in one
+                    * process; across processes, one device each) */
+    /* across processes, a resumed sharded run: process 0's copy of every slot of the restored
+     * optimizer state over the whole flat vector (shard_pod * shard_len elements of the slot's
+     * dtype each), which the pod's share_restore hands out block by block, then frees */
+    char **shard_restore;
     /* --grad-compress's error-feedback residuals, total_elems floats per member in pod rank
      * order: every member's row is written at checkpoint steps and at a segment's end (then a
      * barrier), for the leader's checkpoint of step ck_resid_step over ck_resid_n members; and
@@ -240,6 +246,12 @@ ot_status train_describe_state(trainer *t);
 ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double loss);
 /* The newest checkpoint that verifies and fits, into every live replica (*found false: none). */
 ot_status train_restore_latest(trainer *t, int64_t *step, bool *found);
+/* Across processes, after process 0 restored a sharded run (t->shard_restore): every slot of the
+ * restored optimizer state broadcast over comm from process 0, each other process setting its
+ * device's block; t->shard_restore freed. Collective. */
+ot_status train_shard_restore_share(trainer *t, ot_comm *comm);
+/* Frees t->shard_restore (NULL: nothing). */
+void train_shard_restore_free(trainer *t);
 /* The run's checkpoint options: retention (keep) and the replica roots. */
 ot_ckpt_options train_ckpt_options(const trainer *t);
 /* Without resume: a directory (or replica root) holding checkpoints is refused, or emptied with

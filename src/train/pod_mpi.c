@@ -55,7 +55,10 @@ typedef struct mpi_thread {
 
 static void *mpi_thread_main(void *arg) {
     mpi_thread *m = arg;
-    m->st = train_replica_run(m->t, m->rank, NULL);
+    /* --shard-optimizer (one device per process): the update is sharded over the processes'
+     * communicator, which this thread alone uses during the segment */
+    ot_comm *c = m->t->shard_len ? ot_mpi_comm(m->t->o->mpi) : NULL;
+    m->st = train_replica_run(m->t, m->rank, c);
     return NULL;
 }
 
@@ -130,7 +133,8 @@ static ot_status mpi_share_restore(trainer *t, int64_t *step, bool *found) {
     }
     *found = true;
     *step = hdr[1];
-    int ns = ot_tpu_optimizer_state_count(t->topt);
+    /* sharded: the parameters as below, then each process's block of the optimizer state */
+    int ns = t->shard_len ? 0 : ot_tpu_optimizer_state_count(t->topt);
     for (int i = 0; s == OT_OK && i < t->nparams + ns; i++) {
         ot_tensor h;
         memset(&h, 0, sizeof h);
@@ -159,6 +163,7 @@ static ot_status mpi_share_restore(trainer *t, int64_t *step, bool *found) {
         }
         ot_tensor_release(&h);
     }
+    if (s == OT_OK && t->shard_len) s = train_shard_restore_share(t, c);
     return s;
 }
 

@@ -228,7 +228,7 @@ static ot_status check_flat_state(const trainer *t, const ot_ckpt *ck) {
 static ot_status load_flat_state(trainer *t, const ot_ckpt *ck, replica *r, int rank) {
     int S = state_slots(t);
     int64_t nout =
-        t->shard_len ? t->shard_len * (int64_t)t->o->devices : SHARD_HEAD + t->total_elems;
+        t->shard_len ? t->shard_len * (int64_t)t->shard_pod : SHARD_HEAD + t->total_elems;
     char *flat = ot_malloc((size_t)nout * sizeof(double));
     if (!flat) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: optimizer state staging");
     ot_status s = OT_OK;
@@ -244,6 +244,18 @@ static ot_status load_flat_state(trainer *t, const ot_ckpt *ck, replica *r, int 
                              flat + (want.rank ? (size_t)rank * (size_t)t->shard_len * esz : 0));
             s = ot_tpu_optimizer_set_state(t->topt, r->dev, j, &v);
         }
+        if (s == OT_OK && t->shard_len && t->psize > 1) { /* the other processes' blocks */
+            size_t bytes = (size_t)nout * esz;
+            if (!t->shard_restore) t->shard_restore = ot_calloc((size_t)S, sizeof(char *));
+            char *keep = t->shard_restore ? ot_malloc(bytes) : NULL;
+            if (!keep) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: restored optimizer state");
+            } else {
+                memcpy(keep, flat, bytes);
+                ot_free(t->shard_restore[j]);
+                t->shard_restore[j] = keep;
+            }
+        }
         size_t pos = SHARD_HEAD;
         for (int k = 0; s == OT_OK && !t->shard_len && k < t->nparams; k++) {
             ot_shape sh;
@@ -256,6 +268,39 @@ static ot_status load_flat_state(trainer *t, const ot_ckpt *ck, replica *r, int 
     }
     ot_free(flat);
     return s;
+}
+
+ot_status train_shard_restore_share(trainer *t, ot_comm *comm) {
+    int S = state_slots(t);
+    int64_t nout = t->shard_len * (int64_t)t->shard_pod;
+    ot_status s = OT_OK;
+    if (t->prank == 0 && !t->shard_restore)
+        s = ot_error(OT_ERR_INTERNAL, "train: no restored sharded optimizer state to share");
+    for (int j = 0; s == OT_OK && j < S; j++) {
+        const char *slot = NULL;
+        ot_shape want;
+        s = slot_of(t, j, &slot, &want);
+        if (s != OT_OK) break;
+        size_t esz = ot_dtype_size(want.dtype), bytes = (size_t)(want.rank ? nout : 1) * esz;
+        char *buf = t->prank == 0 ? t->shard_restore[j] : ot_malloc(bytes);
+        if (!buf) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: restored optimizer state");
+        if (s == OT_OK) s = ot_comm_broadcast(comm, buf, bytes, OT_U8, 0, NULL);
+        for (int r = 0; s == OT_OK && t->prank != 0 && r < t->nlive; r++) {
+            size_t g = (size_t)t->prank * (size_t)t->nlive + (size_t)r;
+            ot_tensor v;
+            ot_tensor_borrow(&v, &want, buf + (want.rank ? g * (size_t)t->shard_len * esz : 0));
+            s = ot_tpu_optimizer_set_state(t->topt, t->reps[r].dev, j, &v);
+        }
+        if (t->prank != 0) ot_free(buf);
+    }
+    train_shard_restore_free(t);
+    return s;
+}
+
+void train_shard_restore_free(trainer *t) {
+    for (int j = 0; t->shard_restore && j < state_slots(t); j++) ot_free(t->shard_restore[j]);
+    ot_free(t->shard_restore);
+    t->shard_restore = NULL;
 }
 
 /* The gradient compression as recorded ("none", "bf16", "int8", "topk:0.01"). */
@@ -279,7 +324,7 @@ static char *state_json(trainer *t) {
                           t->o->dataset ? t->o->dataset : "digits");
     /* sharded: the optim role holds one shard per device of shard_len elements per slot */
     if (j && t->shard_len &&
-        (json_object_set_new(j, "shard_devices", json_integer(t->o->devices)) ||
+        (json_object_set_new(j, "shard_devices", json_integer(t->shard_pod)) ||
          json_object_set_new(j, "shard_len", json_integer(t->shard_len)))) {
         json_decref(j);
         j = NULL;

@@ -325,7 +325,10 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
     int64_t done = step + 1;
     bool resid = rr->agg && t->ck_resid, states = t->ck_rep && rr->m.comm;
     bool shard = t->ck_shard && rr->m.comm;
-    if ((!resid && !states && !shard) || !t->ckpt) return OT_OK;
+    /* across processes only process 0 holds the checkpoint manager, but every member's block
+     * goes to it: the others take part too */
+    bool saver = t->ckpt || (shard && t->psize > 1);
+    if ((!resid && !states && !shard) || !saver) return OT_OK;
     if (done != t->run_end && (t->o->ckpt_every <= 0 || done % t->o->ckpt_every != 0)) return OT_OK;
     size_t e = (size_t)t->total_elems;
     ot_status s = OT_OK;
@@ -345,6 +348,21 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
     for (int i = 0; s == OT_OK && i < nb; i++) {
         ot_tensor_release(&brow[i]);
         s = ot_tpu_optimizer_get_state(t->topt, rr->m.r->dev, i, &brow[i]);
+    }
+    /* across processes (one device each): every member's block to process 0, which saves */
+    for (int i = 0; s == OT_OK && t->psize > 1 && i < nb; i++) {
+        size_t cnt = brow[i].nbytes;
+        char *all = ot_malloc(cnt * (size_t)rr->m.n + 1);
+        if (!all) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: sharded state snapshot");
+        if (s == OT_OK) s = ot_comm_allgather(rr->m.comm, brow[i].data, all, cnt, OT_U8, NULL);
+        for (int q = 0; s == OT_OK && t->prank == 0 && q < rr->m.n; q++) {
+            ot_tensor *v = &t->ck_shard[(size_t)q * (size_t)nb + (size_t)i];
+            if (q == rr->m.g) continue;
+            ot_tensor_release(v);
+            s = ot_tensor_alloc(v, &brow[i].shape);
+            if (s == OT_OK) memcpy(v->data, all + (size_t)q * cnt, cnt);
+        }
+        ot_free(all);
     }
     if (s == OT_OK) s = ot_comm_barrier(rr->m.comm, &t->coll);
     if (s == OT_OK && rr->m.g == 0) {
@@ -498,11 +516,14 @@ static void replica_failed(replica_run *rr, ot_status s) {
 static ot_status shard_begin(replica_run *rr) {
     trainer *t = rr->t;
     train_member *m = &rr->m;
-    if (!m->comm || m->n != t->o->devices)
+    if (!m->comm || m->n != t->shard_pod)
         return ot_error(OT_ERR_UNIMPLEMENTED,
-                        "train: --shard-optimizer needs the in-process pod of all %d devices",
-                        t->o->devices);
+                        "train: --shard-optimizer needs a communicator of all %d devices",
+                        t->shard_pod);
     rr->rs_coll = t->coll;
+    /* across processes the unsharded all-reduce is the hierarchical one (ot_mpi_hier_allreduce,
+     * its own choice): the tree, whose bits are the in-process sharded run's with the tree */
+    if (rr->rs_coll.algo == OT_ALGO_AUTO && t->psize > 1) rr->rs_coll.algo = OT_ALGO_TREE;
     if (rr->rs_coll.algo == OT_ALGO_AUTO)
         rr->rs_coll.algo = ot_coll_choose(m->comm, OT_COLL_ALLREDUCE,
                                           (size_t)(t->total_elems + 2) * sizeof(float));

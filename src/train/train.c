@@ -227,18 +227,23 @@ static ot_status parse_compress(const char *v, ot_grad_compress *c, double *frac
 /* --shard-optimizer's refusals of what the driver cannot combine with it (the optimizer and
  * its state format are the sharded update's to refuse: ot_tpu_optimizer_create). */
 static ot_status validate_shard(const ot_train_options *o, ot_grad_compress c) {
-    if (o->mpi)
+    if (o->mpi && o->devices != 1)
         return ot_error(OT_ERR_UNIMPLEMENTED,
-                        "train: --shard-optimizer is not available with --mpi (the in-process "
-                        "pod only)");
+                        "train: --shard-optimizer with --mpi takes one device per process "
+                        "(--devices 1, not %d): the update is sharded over the processes' "
+                        "communicator",
+                        o->devices);
     if (c != OT_COMPRESS_NONE || o->local_sgd > 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "train: --shard-optimizer excludes --grad-compress and --local-sgd (it "
                         "reduce-scatters the exact gradients)");
-    if (o->fail_device >= 0 || o->migrate_device >= 0)
+    /* across processes a failure restarts the job from its checkpoint (optitpu launch), which
+     * holds every block */
+    if ((o->fail_device >= 0 && !o->mpi) || o->migrate_device >= 0)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "train: --shard-optimizer excludes --fail-device and --migrate: no other "
-                        "device holds a device's block of the optimizer state");
+                        "train: --shard-optimizer excludes --fail-device (in one process) and "
+                        "--migrate: no other device holds a device's block of the optimizer "
+                        "state");
     int a = o->allreduce && o->allreduce[0] ? ot_coll_algo_from_name(o->allreduce) : OT_ALGO_AUTO;
     if (a != OT_ALGO_AUTO && a != OT_ALGO_TREE && a != OT_ALGO_DIRECT)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -414,7 +419,8 @@ static ot_status setup_devices(trainer *t) {
         if (o->shard_optimizer) {
             /* the sharded update (tpu_optim.h): the head carries the loss and correct count
              * through the reduce-scatter */
-            to.shard_devices = o->devices;
+            t->shard_pod = o->devices * t->psize;
+            to.shard_devices = t->shard_pod;
             to.shard_head = SHARD_HEAD;
         }
         to.compile_cache = o->compile_cache;
@@ -467,8 +473,8 @@ static ot_status setup_devices(trainer *t) {
     if (s == OT_OK && t->shard_len && o->ckpt_dir) {
         /* the sharded update: every device's block of the optimizer state, for the checkpoints */
         int k = ot_tpu_optimizer_state_count(t->topt);
-        t->ck_shard = ot_calloc((size_t)t->nlive * (size_t)k + 1, sizeof *t->ck_shard);
-        t->ck_shard_cap = t->nlive * k;
+        t->ck_shard = ot_calloc((size_t)t->shard_pod * (size_t)k + 1, sizeof *t->ck_shard);
+        t->ck_shard_cap = t->shard_pod * k;
         t->ck_shard_step = -1;
         if (!t->ck_shard) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: sharded state snapshot");
     }
@@ -724,6 +730,7 @@ static void teardown(trainer *t) {
     ot_free(t->ck_rep);
     for (int i = 0; t->ck_shard && i < t->ck_shard_cap; i++) ot_tensor_release(&t->ck_shard[i]);
     ot_free(t->ck_shard);
+    train_shard_restore_free(t);
     ot_free(t->resid_init);
     ot_model_free(t->model);
     ot_dataset_free(&t->train);
