@@ -59,7 +59,7 @@ static const char usage[] =
     "  --shard-optimizer    ZeRO-1: gradients reduce-scattered, each device updates and holds\n"
     "                       the optimizer state of its 1/N block of the parameters, which are\n"
     "                       then all-gathered; bit for bit the unsharded run. Elementwise\n"
-    "                       optimizers only (not lamb, lars, adafactor), --allreduce tree or\n"
+    "                       optimizers and lamb, lars (not adafactor), --allreduce tree or\n"
     "                       direct; with --mpi one device per process (tree); checkpoints\n"
     "                       hold one optimizer shard per device and resume onto any\n"
     "                       --devices, sharded or not\n"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # optitpu train --shard-optimizer (ZeRO-1): the parameters end bit for bit as in the unsharded
-# data-parallel run (2, 3, 4 and 5 devices; several elementwise optimizers, bf16 state, gradient
-# accumulation, the tree and direct reductions), each device holds about 1/N of the optimizer
-# state, and what cannot shard (an optimizer coupling elements, a reduction whose order depends
-# on the split, --mpi, ...) is refused with a clear message and a non-zero exit (int8 state:
+# data-parallel run (2, 3, 4 and 5 devices; several elementwise optimizers, lamb and lars, bf16
+# state, gradient accumulation, the tree and direct reductions), each device holds about 1/N of the optimizer
+# state, and what cannot shard (adafactor's factored moments, a reduction whose order depends
+# on the split, --mpi with several devices per process, ...) is refused with a clear message and a non-zero exit (int8 state:
 # test_train test_shard_refused).
 # Checkpoints: test_train_shard_ckpt.sh.
 set -euo pipefail
@@ -41,6 +41,9 @@ check rmsprop4 4 1 --optimizer rmsprop --state bf16
 check adamw_accum 4 2 --optimizer adamw --weight-decay 0.01 --grad-accum 2
 check direct5 5 2 --allreduce direct
 check sgd4 4 0 --optimizer sgd
+# trust ratios: each tensor's norms summed over the devices in the unsharded order
+check lamb3 3 2 --optimizer lamb
+check lars4 4 1 --optimizer lars --weight-decay 0.001
 
 # the log names the reduction and the block
 "$bin" train --steps 2 --devices 4 --ckpt-dir none --out "$work/o" --shard-optimizer \
@@ -59,8 +62,7 @@ refused() { # MESSAGE ARGS...
   [[ $rc -ne 0 ]] || { echo "--shard-optimizer $*: accepted"; exit 1; }
   grep -q -- "$msg" "$work/err" || { echo "--shard-optimizer $*: message"; cat "$work/err"; exit 1; }
 }
-refused "needs an elementwise optimizer: 'lamb' couples elements" --optimizer lamb
-refused "needs an elementwise optimizer: 'lars' couples elements" --optimizer lars
+refused "needs an elementwise optimizer (or one coupling elements by a trust ratio only, as lamb and lars): 'adafactor'" --optimizer adafactor
 refused "with --allreduce ring is refused" --allreduce ring
 refused "with --mpi takes one device per process (--devices 1, not 4)" --mpi
 refused "excludes --grad-compress and --local-sgd" --grad-compress int8

@@ -70,6 +70,14 @@ typedef struct ot_optim_inputs {
      * to its tensor's shape) and gives that segment's elements the result; gap elements get a
      * trust ratio of 0. Elementwise builders ignore it. */
     const ot_optim_segments *seg;
+    /* Norms reduced elsewhere (the device optimizer's sharded mode, where a tensor spans
+     * devices): NULL, or arrays of param's shape and dtype holding, for every element, its
+     * tensor's sum of squares of the parameter (trust_p2) and of the update the trust ratio
+     * scales (trust_u2); a builder with a trust ratio (lamb, lars) takes its norms from them
+     * instead of reducing (seg is then ignored). trust_u: NULL, or where such a builder stores
+     * that update (before the ratio), for whoever sums its squares. */
+    ot_instr *trust_p2, *trust_u2;
+    ot_instr **trust_u;
 } ot_optim_inputs;
 
 /* What a builder produces: the new parameter and new state values. */

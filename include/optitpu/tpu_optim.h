@@ -340,8 +340,9 @@ OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, i
  * (get_state / set_state / add_replica as usual; a replica is a device, its rank the one it steps
  * with).
  *
- * Only an elementwise update shards: each element's update must not read other elements, so a
- * block updates exactly as the same elements of the whole tensors do. With the tree or direct
+ * Only an elementwise update shards — each element's update must not read other elements, so a
+ * block updates exactly as the same elements of the whole tensors do — or one whose only
+ * coupling is a trust ratio (lamb, lars; see below). With the tree or direct
  * algorithm (coll; the comm's choice under auto) the reduce-scatter gives every element the
  * all-reduce's summation order, so a sharded run is bit for bit the unsharded data-parallel run
  * with that all-reduce; other algorithms sum in another order (still the same bits on every
@@ -355,8 +356,15 @@ OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, i
  * each tensor, docs/exec.md, then tensor by tensor), so clipping, skipping and the loss scale
  * are the unsharded run's bit for bit on every member.
  *
+ * Lamb's and lars's trust ratios take each tensor's norms of the parameter and of the update:
+ * shard_update first runs a second executable computing the block's update before the ratio
+ * (compile_count 2), sums the squares of both per tensor over the pod in the same way (f32, the
+ * canonical order of each tensor's reduce) and hands every element its tensor's two sums, from
+ * which the update takes the ratio — so the parameters are the unsharded ones bit for bit.
+ *
  * Errors: create refuses (INVALID_ARGUMENT, with the reason) an optimizer whose update is not
- * elementwise (lamb, lars: trust ratios; adafactor: factored moments), a non-f32 parameter,
+ * elementwise and couples elements otherwise than by a trust ratio (adafactor: factored
+ * moments), a non-f32 parameter,
  * int8 state, host callbacks, parameter groups and flat mode; shard_devices < 0 or
  * shard_head < 0. The shard calls: FAILED_PRECONDITION outside sharded
  * mode, INVALID_ARGUMENT for a communicator of another size than shard_devices or a NULL buffer,

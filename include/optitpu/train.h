@@ -195,9 +195,10 @@ typedef struct ot_train_options {
      * order, zero-padded at the end) and holds only that block's optimizer state, then the updated
      * blocks are all-gathered into every device's parameters. The reduction is the all-reduce's
      * algorithm (tree or direct: their summation order does not depend on the vector's length or
-     * split) and the update elementwise, so the run is bit for bit the unsharded one. Refused (with
-     * the reason): optimizers whose update couples elements (lamb, lars, adafactor; allowed: sgd,
-     * adam, adamw, rmsprop, adagrad, adadelta, radam, nadam, lion), the ring, halving-doubling and
+     * split) and the update elementwise, so the run is bit for bit the unsharded one (lamb's and
+     * lars's trust ratios from norms summed over the devices in the unsharded order). Refused
+     * (with the reason): adafactor (its factored moments couple elements), the ring,
+     * halving-doubling and
      * hier2d all-reduces (also when auto picks one), int8 state, mpi with devices > 1,
      * grad_compress, local_sgd, fail_device in one process and migrate_device. Checkpoints hold the
      * optimizer state as one "optim" shard per device (the manifest's record: shard_devices,

@@ -697,15 +697,20 @@ static ot_instr *rms(gb *b, ot_instr *x) {
 static ot_instr *B(gb *b, ot_instr *scalar) {
     return ot_build_broadcast(b->c, scalar, b->s, NULL, 0);
 }
-/* optax scale_by_trust_ratio's ratio, a scalar: where(pn == 0 | un == 0, 1, tc * pn / (un +
- * eps)) */
-static ot_instr *trust_scalar(gb *b, ot_instr *p, ot_instr *u, double tc, double eps) {
-    ot_instr *pn = l2norm(b, p), *un = l2norm(b, u);
-    ot_instr *tr = dvd(b, mul(b, C(b, tc), pn), add(b, un, C(b, eps)));
+/* optax scale_by_trust_ratio's ratio from the norms pn, un: where(pn == 0 | un == 0, 1, tc * pn /
+ * (un + eps)); scalars, or (per_element) arrays of the parameter's shape. */
+static ot_instr *trust_of(gb *b, ot_instr *pn, ot_instr *un, double tc, double eps,
+                          bool per_element) {
+    ot_instr *(*k)(gb *, double) = per_element ? K : C;
+    ot_instr *tr = dvd(b, mul(b, k(b, tc), pn), add(b, un, k(b, eps)));
     ot_instr *zero = ot_build_binary(
-        b->c, OT_OP_OR, ot_build_compare(b->c, pn, C(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT),
-        ot_build_compare(b->c, un, C(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT));
-    return ot_build_select(b->c, zero, C(b, 1.0), tr);
+        b->c, OT_OP_OR, ot_build_compare(b->c, pn, k(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT),
+        ot_build_compare(b->c, un, k(b, 0.0), OT_CMP_EQ, OT_CMP_TYPE_DEFAULT));
+    return ot_build_select(b->c, zero, k(b, 1.0), tr);
+}
+/* The ratio of a whole tensor, a scalar. */
+static ot_instr *trust_scalar(gb *b, ot_instr *p, ot_instr *u, double tc, double eps) {
+    return trust_of(b, l2norm(b, p), l2norm(b, u), tc, eps, false);
 }
 /* optax scale_by_trust_ratio: u * ratio. Over flat segments (in->seg): each segment's ratio
  * from the norms of its slices of p and u (reshaped to its tensor's shape, so reduced exactly as
@@ -713,6 +718,9 @@ static ot_instr *trust_scalar(gb *b, ot_instr *p, ot_instr *u, double tc, double
 static ot_instr *trust_ratio(gb *b, const ot_optim_inputs *in, ot_instr *p, ot_instr *u, double tc,
                              double eps) {
     const ot_optim_segments *sg = in->seg;
+    if (in->trust_u) *in->trust_u = u;
+    if (in->trust_p2 && in->trust_u2) /* the norms' sums given per element */
+        return mul(b, u, trust_of(b, sqr(b, in->trust_p2), sqr(b, in->trust_u2), tc, eps, true));
     if (!sg) return mul(b, u, B(b, trust_scalar(b, p, u, tc, eps)));
     int64_t len = b->s.dims[0], pos = 0, one = 1;
     ot_instr **pc = ot_calloc((size_t)(2 * sg->n + 1), sizeof *pc);

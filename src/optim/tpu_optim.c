@@ -27,6 +27,11 @@ typedef struct replica {
      * any unscaled gradient element is inf/NaN (loss scaling) */
     double shard_ss;
     bool shard_found, shard_ss_set;
+    /* sharded trust ratios: every element's tensor's pod-wide sums of squares of the parameter
+     * and of the update (f32[block_len] on the device, the update's inputs), and the host
+     * scratch they are made in (2 * block_len) */
+    ot_buffer *shard_p2, *shard_u2;
+    float *shard_sq;
 } replica;
 
 struct ot_tpu_optimizer {
@@ -79,6 +84,11 @@ struct ot_tpu_optimizer {
      * squares (f64, clip_grad_norm) and found_inf (pred, loss_scaling) as inputs after step, lr
      * and inv_scale, instead of reducing its block alone (shard_ss / shard_found) */
     bool shard_ext;
+    /* sharded lamb/lars: the update takes every element's tensor's sums of squares of the
+     * parameter and of its update as inputs (after shard_ext's); exe_u computes that update
+     * (before the trust ratio) from the same inputs, so the pod can sum its squares first */
+    bool shard_trust;
+    ot_executable *exe_u;
     int64_t *shard_psize; /* [shard_nparams] each parameter's elements */
     /* the sum of squares' pieces (shard_norm_plan): a member sends the first shard_edge elements
      * of its block to the members before it (blocks of the canonical summation order that
@@ -159,6 +169,9 @@ typedef struct mbuild {
     ot_instr *step, *lr, *inv_scale;
     ot_instr *found;              /* ls: any non-finite gradient element */
     ot_instr *ext_ss, *ext_found; /* t->shard_ext: the pod's sum of squares and found_inf */
+    ot_instr *ext_p2, *ext_u2;    /* t->shard_trust: the tensors' sums of squares, per element */
+    bool u_only;                  /* the module of exe_u: its output is the trust ratio's update */
+    ot_instr *u;                  /* u_only: that update */
 } mbuild;
 
 /* The reductions' bodies: or_pred (found_inf) and add_f64 (the global norm). */
@@ -213,7 +226,11 @@ static ot_status add_parameters(mbuild *b) {
     if (t->shard_ext && t->opts.clip_grad_norm > 0)
         b->ext_ss = ot_build_parameter(c, next++, sc, "pod_sum_sq");
     if (t->shard_ext && b->ls)
-        b->ext_found = ot_build_parameter(c, next, ot_shape_scalar(OT_PRED), "pod_found_inf");
+        b->ext_found = ot_build_parameter(c, next++, ot_shape_scalar(OT_PRED), "pod_found_inf");
+    if (t->shard_trust && !b->u_only) {
+        b->ext_p2 = ot_build_parameter(c, next++, b->P.pshape[0], "pod_param_sq");
+        b->ext_u2 = ot_build_parameter(c, next, b->P.pshape[0], "pod_update_sq");
+    }
     return ot_module_status(b->m);
 }
 
@@ -512,6 +529,9 @@ static ot_status build_update(mbuild *b, int k) {
         b->segshape[sg.n++].dtype = P->wshape[k].dtype;
     }
     if (t->flat && t->useg[k]) in.seg = &sg;
+    in.trust_p2 = b->ext_p2; /* sharded lamb/lars: the pod's norms */
+    in.trust_u2 = b->ext_u2;
+    if (b->u_only) in.trust_u = &b->u;
     ot_optim_outputs r;
     ot_status s = ot_optimizer_build(P->popt[k], &in, &r);
     if (s != OT_OK) return ot_error_wrap(s, t->flat ? "flat group %d" : "parameter %d", k);
@@ -536,6 +556,13 @@ static ot_status finish_module(mbuild *b) {
     const ot_tpu_optimizer *t = b->t;
     ot_computation *c = b->c;
     int n = b->n;
+    if (b->u_only) { /* exe_u: the update before the trust ratio, nothing donated */
+        if (!b->u)
+            return ot_error(OT_ERR_INTERNAL, "optimizer module: the update has no trust ratio");
+        ot_computation_set_root(c, ot_build_tuple(c, &b->u, 1));
+        ot_module_set_entry(b->m, c);
+        return ot_module_finalize(b->m);
+    }
     if (b->ls) {
         for (int q = 0; q < n + t->nstate; q++) {
             ot_instr *old = q < n ? b->prm[q] : b->st[q - n];
@@ -560,9 +587,9 @@ static ot_status finish_module(mbuild *b) {
     return ot_module_finalize(b->m);
 }
 
-static ot_status build_module(const ot_tpu_optimizer *t, ot_module **out) {
+static ot_status build_module(const ot_tpu_optimizer *t, bool u_only, ot_module **out) {
     *out = NULL;
-    mbuild b = {.t = t, .P = make_plan(t), .ls = t->opts.loss_scaling};
+    mbuild b = {.t = t, .P = make_plan(t), .ls = t->opts.loss_scaling, .u_only = u_only};
     b.n = b.P.n;
     b.m = ot_module_new("tpu_optimizer");
     if (!b.m) return ot_error(OT_ERR_OUT_OF_MEMORY, "optimizer module");
@@ -612,6 +639,9 @@ static void replica_free(ot_tpu_optimizer *t, replica *r) {
     ot_free(r->fgrad);
     ot_buffer_free(r->shard_p);
     ot_buffer_free(r->shard_g);
+    ot_buffer_free(r->shard_p2);
+    ot_buffer_free(r->shard_u2);
+    ot_free(r->shard_sq);
     ot_free(r->state);
     ot_free(r->master_ready);
     ot_free(r);
@@ -645,6 +675,7 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
     ot_free(t->sabs);
     ot_free(t->ssigned);
     ot_executable_free(t->exe);
+    ot_executable_free(t->exe_u);
     for (int k = 0; t->popt && k < t->nparams; k++) ot_optimizer_free(t->popt[k]);
     ot_optimizer_free(t->base);
     ot_free(t->popt);
@@ -660,7 +691,8 @@ void ot_tpu_optimizer_free(ot_tpu_optimizer *t) {
  * flat buffer computes exactly what updating each does). A scalar state slot (NAdam's
  * mu_product) is then computed from scalars only (step, lr, constants, itself): every
  * tensor's copy is the same, and the group keeps one. */
-static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt, bool segmented) {
+static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt, bool segmented,
+                                        bool trust) {
     ot_shape ps, sc = ot_shape_scalar(OT_F64);
     OT_CHECK(ot_shape_make(&ps, dt, 1, (int64_t[]){37}));
     ot_module *m = ot_module_new("flat_probe");
@@ -690,6 +722,10 @@ static ot_status flat_check_elementwise(const ot_optimizer *o, ot_dtype dt, bool
     }
     in.step = ot_build_parameter(c, 2 + S, sc, "step");
     in.lr = ot_build_parameter(c, 3 + S, sc, "lr");
+    if (trust) { /* the norms given per element (sharded lamb/lars) */
+        in.trust_p2 = ot_build_parameter(c, 4 + S, ps, "p2");
+        in.trust_u2 = ot_build_parameter(c, 5 + S, ps, "u2");
+    }
     ot_optim_outputs r;
     if (s == OT_OK && !why) s = ot_module_status(m);
     if (s == OT_OK && !why) s = ot_optimizer_build(o, &in, &r);
@@ -849,9 +885,9 @@ static ot_status flat_layout(ot_tpu_optimizer *t, const ot_shape *ps,
         ot_dtype dt = t->umaster[g] ? OT_F32 : pdt;
         s = ot_shape_make(&t->ushape[g], pdt, 1, &len[g]);
         if (s == OT_OK) s = ot_shape_make(&t->uwshape[g], dt, 1, &len[g]);
-        if (s == OT_OK) s = flat_check_elementwise(t->upopt[g], dt, false);
+        if (s == OT_OK) s = flat_check_elementwise(t->upopt[g], dt, false, false);
         if (s == OT_ERR_UNIMPLEMENTED && flat_segmentable(t, ps, g, dt, len[g])) {
-            s = flat_check_elementwise(t->upopt[g], dt, true);
+            s = flat_check_elementwise(t->upopt[g], dt, true, false);
             t->useg[g] = s == OT_OK;
         }
         t->uslots[g] = ot_optimizer_state_count(t->upopt[g]);
@@ -884,18 +920,18 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
                               const ot_tpu_optimizer_options *op, ot_tpu_optimizer **out);
 
 /* create; shard_ext: the module takes the pod's reductions as inputs (sharded mode's block
- * update, shard_create). */
+ * update, shard_create); shard_trust: also the trust ratios' sums, and exe_u is compiled. */
 static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
-                             const ot_tpu_optimizer_options *opts, bool shard_ext,
+                             const ot_tpu_optimizer_options *opts, bool shard_ext, bool shard_trust,
                              ot_tpu_optimizer **out);
 
 ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
                                   const ot_tpu_optimizer_options *opts, ot_tpu_optimizer **out) {
-    return create_impl(o, param_shapes, nparams, opts, false, out);
+    return create_impl(o, param_shapes, nparams, opts, false, false, out);
 }
 
 static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes, int nparams,
-                             const ot_tpu_optimizer_options *opts, bool shard_ext,
+                             const ot_tpu_optimizer_options *opts, bool shard_ext, bool shard_trust,
                              ot_tpu_optimizer **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_create: out is NULL");
     *out = NULL;
@@ -946,6 +982,7 @@ static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes
     ot_status s = OT_OK;
     t->opts = op;
     t->shard_ext = shard_ext;
+    t->shard_trust = shard_trust;
     t->opts.compile = NULL; /* not kept: the caller's pointers may not outlive create */
     t->opts.param_optimizers = NULL;
     t->opts.lr_scale = NULL;
@@ -1214,13 +1251,21 @@ static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes
     if (!t->host) { /* a host callback bypasses the compile pipeline: nothing to build */
         double c0 = (1e-9 * (double)ot_now_ns());
         ot_module *m = NULL;
-        OT_CHECK_GOTO(build_module(t, &m), s, fail);
+        OT_CHECK_GOTO(build_module(t, false, &m), s, fail);
         ot_compile_options co = op.compile ? *op.compile : ot_compile_options_default();
         s = ot_compile_cached(m, &co, op.compile_cache, &t->exe, &t->prof.compile_cache_hit);
         ot_module_free(m);
         if (s != OT_OK) goto fail;
         t->compiles = 1;
-        t->prof.compiles = 1;
+        if (shard_trust) { /* the update before the trust ratio, for the pod's norms */
+            bool hit = false;
+            OT_CHECK_GOTO(build_module(t, true, &m), s, fail);
+            s = ot_compile_cached(m, &co, op.compile_cache, &t->exe_u, &hit);
+            ot_module_free(m);
+            if (s != OT_OK) goto fail;
+            t->compiles = 2;
+        }
+        t->prof.compiles = t->compiles;
         t->prof.compile_seconds = (1e-9 * (double)ot_now_ns()) - c0;
         t->prof.executable_bytes = ot_executable_total_bytes(t->exe);
     }
@@ -1510,9 +1555,14 @@ done:
     return s;
 }
 
+static ot_status exec_module(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
+                             ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
+                             const ot_run_options *ro, float *u_out);
 static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
                              ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
-                             const ot_run_options *ro);
+                             const ot_run_options *ro) {
+    return exec_module(t, r, d, nu, params, grads, step, lr, ro, NULL);
+}
 
 /* The checks both step forms make first: step and lr in range, a replica on d. */
 static ot_status check_step(ot_tpu_optimizer *t, ot_device *d, int64_t step, double lr,
@@ -1561,14 +1611,17 @@ static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params
 }
 
 /* Executes the compiled update on replica r: the module's nu units (tensors, or flat groups)
- * in pb (replaced by the new handles) and gb (read only). */
-static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
+ * in pb (replaced by the new handles) and gb (read only). u_out (sharded lamb/lars): exe_u
+ * instead, its update (before the trust ratio) copied to u_out and nothing else changed. */
+static ot_status exec_module(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
                              ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
-                             const ot_run_options *ro) {
+                             const ot_run_options *ro, float *u_out) {
     int n = nu;
     bool ls = t->opts.loss_scaling;
     bool xss = t->shard_ext && t->opts.clip_grad_norm > 0, xfound = t->shard_ext && ls;
-    int nin = 2 * n + t->nstate + 2 + ls + xss + xfound, nout = n + t->nstate + ls;
+    bool xtrust = t->shard_trust && !u_out;
+    int base = 2 * n + t->nstate + 2;
+    int nin = base + ls + xss + xfound + 2 * xtrust, nout = u_out ? 1 : n + t->nstate + ls;
     ot_buffer **in = ot_calloc((size_t)nin, sizeof *in);
     ot_buffer **out = ot_calloc((size_t)nout, sizeof *out);
     ot_buffer *sb = NULL, *lb = NULL, *ib = NULL, *xb = NULL, *fb = NULL;
@@ -1601,7 +1654,7 @@ static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
         ot_tensor tx;
         ot_tensor_borrow(&tx, &sc, &r->shard_ss);
         OT_CHECK_GOTO(ot_buffer_from_host(d, &tx, &xb), s, done);
-        in[2 * n + t->nstate + 2 + ls] = xb;
+        in[base + ls] = xb;
     }
     if (xfound) {
         uint8_t f = r->shard_found;
@@ -1609,7 +1662,11 @@ static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
         ot_tensor tf;
         ot_tensor_borrow(&tf, &sp, &f);
         OT_CHECK_GOTO(ot_buffer_from_host(d, &tf, &fb), s, done);
-        in[nin - 1] = fb;
+        in[base + ls + xss] = fb;
+    }
+    if (xtrust) { /* sharded lamb/lars: the pod's sums of squares (shard_update) */
+        in[base + ls + xss + xfound] = r->shard_p2;
+        in[base + ls + xss + xfound + 1] = r->shard_u2;
     }
     for (int k = 0; k < n; k++) {
         in[k] = params[k];
@@ -1618,10 +1675,15 @@ static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
     for (int i = 0; i < t->nstate; i++) in[2 * n + i] = r->state[i];
     in[2 * n + t->nstate] = sb;
     in[2 * n + t->nstate + 1] = lb;
-    s = ot_device_execute(d, t->exe, in, nin, out, nout, ro, NULL);
+    s = ot_device_execute(d, u_out ? t->exe_u : t->exe, in, nin, out, nout, ro, NULL);
     if (s != OT_OK) {
         s = ot_error_wrap(s, "tpu optimizer step %lld on device %d", (long long)step,
                           ot_device_index(d));
+        goto done;
+    }
+    if (u_out) {
+        s = ot_buffer_read_bytes(out[0], 0, u_out, ot_shape_nbytes_unchecked(&t->pshape[0]));
+        ot_buffer_free(out[0]);
         goto done;
     }
     for (int k = 0; k < n; k++) {
@@ -1884,17 +1946,21 @@ ot_status ot_tpu_optimizer_loss_scale(ot_tpu_optimizer *t, ot_device *d, double 
 
 /* ---- sharded mode (tpu_optim.h) -------------------------------------------------------------- */
 
-/* ---- the pod's sum of squares (clipping by global norm) ----
+/* ---- the pod's sums of squares (clipping by global norm, trust ratios) ----
  *
- * The unsharded update sums each gradient tensor's squares (f64) in the canonical summation
- * order (docs/exec.md, "Reductions"; EX_RED_LANES, EX_RED_BLOCK) and adds the tensors' sums in
- * parameter order. A tensor's sum folds, from 0, a sequence of items: for each block of
- * EX_RED_BLOCK elements from the tensor's start, the pairwise tree of its lanes over the block's
- * whole groups; then the elements past the last whole group one by one. Sharded, the item's
- * owner is the member holding its first element: it computes the item's value (a tree whose
- * block runs into later members reads their first shard_edge elements, all-gathered), the
- * values are all-gathered and every member folds them in the unsharded order — the same sum,
- * bit for bit, on every member. */
+ * The unsharded update reduces each tensor's squares in the canonical summation order
+ * (docs/exec.md, "Reductions"; EX_RED_LANES, EX_RED_BLOCK): the gradients' in f64 for the global
+ * norm (the tensors' sums then added in parameter order), lamb's and lars's parameter and update
+ * in f32 for their trust ratios. A tensor's sum folds, from 0, a sequence of items: for each
+ * block of EX_RED_BLOCK elements from the tensor's start, the pairwise tree of its lanes over the
+ * block's whole groups; then the elements past the last whole group one by one. Sharded, the
+ * item's owner is the member holding its first element: it computes the item's value (a tree
+ * whose block runs into later members reads their first shard_edge elements, all-gathered), the
+ * values are all-gathered and every member folds them in the unsharded order — the same sums,
+ * bit for bit, on every member. f32 arithmetic is done in f64 and rounded once (exact for a
+ * product; for a sum f64's 53 bits are more than 2 * 24 + 2, so the double rounding is
+ * innocuous), with the executor's flush of subnormal inputs and results (docs/exec.md,
+ * "Denormals"). */
 typedef struct sq_item {
     int64_t a, b; /* elements [a, b) of the tensor */
 } sq_item;
@@ -1936,42 +2002,59 @@ static ot_status shard_norm_plan(ot_tpu_optimizer *t) {
     return OT_OK;
 }
 
-/* Where the owner reads the gradient: its block, or the first shard_edge elements of a later
- * member's (edge: the all-gathered [shard_n][shard_edge]). inv: 1/scale (loss scaling) or 0;
- * clip: clip_grad_value as f32, or 0. */
+/* f32 as the executor computes it: a subnormal input read as zero, then the operation in f64
+ * rounded once with a subnormal result flushed. */
+static float sq_daz(float x) {
+    return fabsf(x) < FLT_MIN ? 0.0f * x : x;
+}
+static float sq_mul32(float a, float b) {
+    return ex_tiny_f((double)sq_daz(a) * (double)sq_daz(b));
+}
+static float sq_add32(float a, float b) {
+    return ex_tiny_f((double)sq_daz(a) + (double)sq_daz(b));
+}
+
+/* A vector whose squares the pod sums: this member's block (mine; its first element is flat
+ * element lo), and the first shard_edge elements of every member's block (member q's at
+ * edge + q * estride, all-gathered). inv: 1/scale (gradients with loss scaling) or 0; clip:
+ * clip_grad_value as f32, or 0; wide: summed in f64 (the global norm) or f32 (trust ratios). */
 typedef struct sq_src {
     const ot_tpu_optimizer *t;
-    int64_t lo; /* the owner's first flat element */
+    int64_t lo;
     const float *mine, *edge;
+    int64_t estride;
     float inv, clip;
+    bool wide;
 } sq_src;
 
-/* The gradient at flat element i as the update sees it: unscaled (f32 multiply) and clamped,
- * with the executor's flush of subnormal inputs and results (docs/exec.md, "Denormals"), then
- * widened to f64 (a subnormal f32 becomes 0). */
-static float sq_grad(const sq_src *q, int64_t i) {
+/* Flat element i as the update sees it: unscaled (f32 multiply) and clamped. */
+static float sq_at(const sq_src *q, int64_t i) {
     int64_t len = q->t->shard_len, j = i - q->lo;
-    float x = j < len ? q->mine[j] : q->edge[(i / len) * q->t->shard_edge + i % len];
-    if (fabsf(x) < FLT_MIN) x = 0.0f * x;
-    if (q->inv != 0) x = ex_tiny_f((double)x * (double)q->inv);
+    float x = sq_daz(j < len ? q->mine[j] : q->edge[(i / len) * q->estride + i % len]);
+    if (q->inv != 0) x = sq_mul32(x, q->inv);
     if (q->clip > 0) x = x < -q->clip ? -q->clip : x > q->clip ? q->clip : x;
     return x;
 }
 
-static double sq_f64(const sq_src *q, int64_t i) {
-    double v = sq_grad(q, i);
-    return v * v; /* exact: a product of two f32 */
+/* Element i's square (f64: exact) and the reducer's add. */
+static double sq_of(const sq_src *q, int64_t i) {
+    float x = sq_at(q, i);
+    return q->wide ? (double)x * (double)x : (double)sq_mul32(x, x);
+}
+static double sq_plus(const sq_src *q, double a, double b) {
+    return q->wide ? a + b : (double)sq_add32((float)a, (float)b);
 }
 
 /* One item's value: a tree of lanes, or an element's square. */
 static double sq_value(const sq_src *q, int64_t base, sq_item it) {
-    if (it.b - it.a == 1) return sq_f64(q, base + it.a);
+    if (it.b - it.a == 1) return sq_of(q, base + it.a);
     double lane[EX_RED_LANES];
-    for (int l = 0; l < EX_RED_LANES; l++) lane[l] = sq_f64(q, base + it.a + l);
+    for (int l = 0; l < EX_RED_LANES; l++) lane[l] = sq_of(q, base + it.a + l);
     for (int64_t r = it.a + EX_RED_LANES; r < it.b; r += EX_RED_LANES)
-        for (int l = 0; l < EX_RED_LANES; l++) lane[l] += sq_f64(q, base + r + l);
+        for (int l = 0; l < EX_RED_LANES; l++)
+            lane[l] = sq_plus(q, lane[l], sq_of(q, base + r + l));
     for (int w = EX_RED_LANES / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+        for (int l = 0; l < w; l++) lane[l] = sq_plus(q, lane[l], lane[l + w]);
     return lane[0];
 }
 
@@ -1987,68 +2070,140 @@ static ot_coll_options shard_gather_options(const ot_comm *comm, const ot_coll_o
     return ag;
 }
 
-/* The pod's reductions for replica r's next update (shard_ext): the sum of squares of every
- * parameter's gradient (clip_grad_norm) and found_inf (loss scaling), from this member's block
- * of the reduced gradients; the same values on every member. A collective: every member calls
- * it in the same order. */
-static ot_status shard_reductions(ot_tpu_optimizer *t, replica *r, ot_comm *comm,
-                                  const float *reduced) {
-    int n = t->shard_n, me = ot_comm_rank(comm);
-    int64_t len = t->shard_len, E = t->shard_edge, C = t->shard_items + 1;
-    bool clip = t->opts.clip_grad_norm > 0;
-    sq_src q = {t, me * len, reduced, NULL, 0.0f, 0.0f};
-    if (t->opts.loss_scaling) q.inv = (float)(1.0 / r->scale); /* as exec_update */
-    if (t->opts.clip_grad_value > 0) q.clip = (float)t->opts.clip_grad_value;
-    float *edge = clip && E ? ot_malloc((size_t)(n * E) * sizeof *edge) : NULL;
+/* The pod's sums of squares of nv vectors (src[v].mine: this member's blocks), tensor by
+ * tensor: sums[v * shard_nparams + k], the same bits on every member and as the unsharded
+ * update's reductions. flag: this member's part of a pod-wide OR, *any its result (NULL: none).
+ * A collective: every member calls it in the same order. */
+static ot_status shard_sums(ot_tpu_optimizer *t, ot_comm *comm, sq_src *src, int nv, double *sums,
+                            bool flag, bool *any) {
+    int n = t->shard_n, np = t->shard_nparams, me = ot_comm_rank(comm);
+    int64_t len = t->shard_len, E = nv ? t->shard_edge : 0, I = t->shard_items, C = nv * I + 1;
+    float *send = E ? ot_malloc((size_t)(nv * E) * sizeof *send) : NULL;
+    float *edge = E ? ot_malloc((size_t)(n * nv * E) * sizeof *edge) : NULL;
     double *mine = ot_calloc((size_t)C, sizeof *mine);
     double *all = ot_malloc((size_t)(n * C) * sizeof *all);
     int64_t *at = ot_calloc((size_t)n, sizeof *at); /* the fold: each owner's next item */
     ot_status s = OT_OK;
-    if (!mine || !all || !at || (clip && E && !edge)) {
-        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: the pod's sum of squares");
+    if (!mine || !all || !at || (E && (!send || !edge))) {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: the pod's sums of squares");
         goto done;
     }
     ot_coll_options ag = shard_gather_options(comm, NULL);
-    if (clip && E) s = ot_comm_allgather(comm, reduced, edge, (size_t)E, OT_F32, &ag);
-    q.edge = edge;
-    int64_t c = 0;
-    bool found = false;
-    for (int k = 0; s == OT_OK && k < t->shard_nparams; k++) {
-        int64_t pos = 0, base = t->shard_poff[k];
-        sq_item it;
-        while (clip && sq_next(t->shard_psize[k], &pos, &it))
-            if ((base + it.a) / len == me) mine[c++] = sq_value(&q, base, it);
-        /* found_inf over this member's elements of the parameter (not the head, not padding) */
-        int64_t lo = base > q.lo ? base : q.lo, end = base + t->shard_psize[k];
-        int64_t hi = end < q.lo + len ? end : q.lo + len;
-        for (int64_t i = lo; q.inv != 0 && i < hi && !found; i++)
-            found = !isfinite(ex_tiny_f((double)reduced[i - q.lo] * (double)q.inv));
+    for (int v = 0; v < nv && E; v++) memcpy(send + v * E, src[v].mine, (size_t)E * sizeof *send);
+    if (E) s = ot_comm_allgather(comm, send, edge, (size_t)(nv * E), OT_F32, &ag);
+    for (int v = 0; s == OT_OK && v < nv; v++) {
+        src[v].t = t;
+        src[v].lo = me * len;
+        src[v].edge = edge ? edge + v * E : NULL;
+        src[v].estride = nv * E;
+        int64_t c = 0;
+        for (int k = 0; k < np; k++) {
+            int64_t pos = 0, base = t->shard_poff[k];
+            sq_item it;
+            while (sq_next(t->shard_psize[k], &pos, &it))
+                if ((base + it.a) / len == me) mine[v * I + c++] = sq_value(&src[v], base, it);
+        }
     }
-    mine[C - 1] = found;
+    mine[C - 1] = flag;
     if (s == OT_OK) s = ot_comm_allgather(comm, mine, all, (size_t)C, OT_F64, &ag);
     if (s != OT_OK) goto done;
     /* every member folds the items in the unsharded order: tensor by tensor, each tensor's
      * items from 0, owner by owner in the order each owner listed them */
-    double ss = 0;
-    for (int k = 0; clip && k < t->shard_nparams; k++) {
-        int64_t pos = 0, base = t->shard_poff[k];
-        double acc = 0;
-        sq_item it;
-        while (sq_next(t->shard_psize[k], &pos, &it)) {
-            int64_t own = (base + it.a) / len;
-            acc += all[own * C + at[own]++];
+    for (int v = 0; v < nv; v++) {
+        memset(at, 0, (size_t)n * sizeof *at);
+        for (int k = 0; k < np; k++) {
+            int64_t pos = 0, base = t->shard_poff[k];
+            double acc = 0;
+            sq_item it;
+            while (sq_next(t->shard_psize[k], &pos, &it)) {
+                int64_t own = (base + it.a) / len;
+                acc = sq_plus(&src[v], acc, all[own * C + v * I + at[own]++]);
+            }
+            sums[v * np + k] = acc;
         }
-        ss = k ? ss + acc : acc;
     }
-    r->shard_ss = ss;
-    r->shard_ss_set = clip;
-    r->shard_found = false;
-    for (int m = 0; m < n; m++) r->shard_found |= all[m * C + C - 1] != 0;
+    if (any) {
+        *any = false;
+        for (int m = 0; m < n; m++) *any |= all[m * C + C - 1] != 0;
+    }
 done:
+    ot_free(send);
     ot_free(edge);
     ot_free(mine);
     ot_free(all);
     ot_free(at);
+    return s;
+}
+
+/* The pod's reductions for replica r's next update (shard_ext): the sum of squares of every
+ * parameter's gradient (clip_grad_norm) and found_inf (loss scaling), from this member's block
+ * of the reduced gradients. A collective. */
+static ot_status shard_reductions(ot_tpu_optimizer *t, replica *r, ot_comm *comm,
+                                  const float *reduced) {
+    int np = t->shard_nparams;
+    int64_t len = t->shard_len, lo = ot_comm_rank(comm) * len;
+    bool clip = t->opts.clip_grad_norm > 0;
+    sq_src q = {.mine = reduced, .wide = true};
+    if (t->opts.loss_scaling) q.inv = (float)(1.0 / r->scale); /* as exec_module */
+    if (t->opts.clip_grad_value > 0) q.clip = (float)t->opts.clip_grad_value;
+    /* found_inf over this member's elements of the parameters (not the head, not padding) */
+    bool found = false;
+    for (int k = 0; q.inv != 0 && k < np && !found; k++) {
+        int64_t base = t->shard_poff[k], end = base + t->shard_psize[k];
+        int64_t a = base > lo ? base : lo, b = end < lo + len ? end : lo + len;
+        for (int64_t i = a; i < b && !found; i++)
+            found = !isfinite(sq_mul32(reduced[i - lo], q.inv));
+    }
+    double *sums = ot_calloc((size_t)np, sizeof *sums);
+    if (!sums) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: the pod's sum of squares");
+    bool any = false;
+    ot_status s = shard_sums(t, comm, &q, clip ? 1 : 0, sums, found, &any);
+    double ss = 0;
+    for (int k = 0; k < np; k++) ss = k ? ss + sums[k] : sums[k];
+    if (s == OT_OK) {
+        r->shard_ss = ss;
+        r->shard_ss_set = clip;
+        r->shard_found = any;
+    }
+    ot_free(sums);
+    return s;
+}
+
+/* Sharded lamb/lars: the update before its trust ratio (exe_u) on this member's block, then the
+ * pod's sums of squares of the parameters and of that update per tensor, handed to the update
+ * as every element's tensor's sums (r->shard_p2, shard_u2; 0 on the head and the padding).
+ * A collective. */
+static ot_status shard_trust_sums(ot_tpu_optimizer *t, replica *r, ot_device *d, ot_comm *comm,
+                                  const float *mine, int64_t step, double lr,
+                                  const ot_run_options *ro) {
+    int np = t->shard_nparams;
+    int64_t len = t->shard_len, lo = ot_comm_rank(comm) * len;
+    ot_status s = OT_OK;
+    if (!r->shard_sq && !(r->shard_sq = ot_malloc((size_t)(3 * len) * sizeof(float))))
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: trust ratio scratch");
+    if (!r->shard_p2) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_p2);
+    if (s == OT_OK && !r->shard_u2) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_u2);
+    float *u = r->shard_sq, *p2 = u + len, *u2 = p2 + len;
+    if (s == OT_OK) s = exec_module(t, r, d, 1, &r->shard_p, &r->shard_g, step, lr, ro, u);
+    double *sums = ot_calloc((size_t)(2 * np), sizeof *sums);
+    if (s == OT_OK && !sums) s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: trust ratios");
+    sq_src q[2] = {{.mine = mine}, {.mine = u}};
+    if (s == OT_OK) s = shard_sums(t, comm, q, 2, sums, false, NULL);
+    if (s == OT_OK) {
+        memset(p2, 0, (size_t)(2 * len) * sizeof *p2);
+        for (int k = 0; k < np; k++) {
+            int64_t base = t->shard_poff[k], end = base + t->shard_psize[k];
+            int64_t a = base > lo ? base : lo, b = end < lo + len ? end : lo + len;
+            for (int64_t i = a; i < b; i++) {
+                p2[i - lo] = (float)sums[k];
+                u2[i - lo] = (float)sums[np + k];
+            }
+        }
+        int64_t bytes = len * (int64_t)sizeof(float);
+        s = ot_buffer_write_bytes(r->shard_p2, 0, p2, bytes);
+        if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_u2, 0, u2, bytes);
+    }
+    ot_free(sums);
     return s;
 }
 
@@ -2077,12 +2232,16 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
                             k, ot_dtype_name(ps[k].dtype));
         total += ot_shape_numel_unchecked(&ps[k]);
     }
-    if (flat_check_elementwise(o, OT_F32, false) != OT_OK)
+    /* elementwise; or elementwise once its trust ratio's norms are given (lamb, lars) */
+    bool trust = flat_check_elementwise(o, OT_F32, false, false) != OT_OK;
+    if (trust && flat_check_elementwise(o, OT_F32, false, true) != OT_OK)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "ot_tpu_optimizer_create: the sharded update needs an elementwise "
-                        "optimizer: '%s' couples elements across a tensor (norms, trust ratios or "
-                        "factored moments), so a block of the flat parameters cannot update alone",
+                        "optimizer (or one coupling elements by a trust ratio only, as lamb and "
+                        "lars): '%s' couples elements across a tensor otherwise (factored "
+                        "moments), so a block of the flat parameters cannot update alone",
                         ot_optimizer_name(o));
+    ot_clear_error();
     int64_t len = ((op->shard_head + total + n - 1) / n + 15) / 16 * 16;
     int64_t *poff = ot_calloc((size_t)nparams, sizeof *poff);
     int64_t *psize = ot_calloc((size_t)nparams, sizeof *psize);
@@ -2101,7 +2260,7 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
     ot_shape bs;
     ot_status s = ot_shape_make(&bs, OT_F32, 1, &len);
     if (s == OT_OK)
-        s = create_impl(o, &bs, 1, &in, op->clip_grad_norm > 0 || op->loss_scaling, out);
+        s = create_impl(o, &bs, 1, &in, op->clip_grad_norm > 0 || op->loss_scaling, trust, out);
     if (s != OT_OK) {
         ot_free(poff);
         ot_free(psize);
@@ -2115,7 +2274,7 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
     t->shard_len = len;
     t->shard_poff = poff;
     t->shard_psize = psize;
-    if (t->shard_ext) s = shard_norm_plan(t);
+    if (t->shard_ext || t->shard_trust) s = shard_norm_plan(t);
     if (s != OT_OK) {
         ot_tpu_optimizer_free(t);
         *out = NULL;
@@ -2180,6 +2339,7 @@ ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d, ot_co
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_p, 0, mine, bytes);
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_g, 0, reduced, bytes);
     if (s == OT_OK && t->shard_ext) s = shard_reductions(t, r, comm, reduced);
+    if (s == OT_OK && t->shard_trust) s = shard_trust_sums(t, r, d, comm, mine, step, lr, ro);
     if (s == OT_OK) s = ot_tpu_optimizer_step(t, d, &r->shard_p, &r->shard_g, step, lr, ro);
     if (s == OT_OK) s = ot_buffer_read_bytes(r->shard_p, 0, mine, bytes);
     return s;
