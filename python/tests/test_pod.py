@@ -144,7 +144,7 @@ def test_train_bad_new_options(tmp_path):
         _small(ckpt_replicas=[str(tmp_path / f"r{i}") for i in range(9)],
                ckpt_dir=str(tmp_path / "b"))
     with pytest.raises(optitpu.InvalidArgument, match="couples elements"):
-        _small(shard_optimizer=True, optimizer="lamb")
+        _small(shard_optimizer=True, optimizer="adafactor")
     with pytest.raises(optitpu.InvalidArgument, match="migrate"):
         _small(migrate=(7, 3))  # no device 7 in a pod of 2
     with pytest.raises(optitpu.InvalidArgument, match="devices"):
