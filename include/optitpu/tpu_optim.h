@@ -235,7 +235,8 @@ OT_API ot_status ot_tpu_optimizer_create(const ot_optimizer *o, const ot_shape *
                                          ot_tpu_optimizer **out);
 /* Frees every replica's state buffers too. NULL is a no-op. */
 OT_API void ot_tpu_optimizer_free(ot_tpu_optimizer *t);
-/* Compiles done so far (1 after create; stepping never recompiles). */
+/* Compiles done so far (1 after create, 2 for a sharded update with a trust ratio; stepping
+ * never recompiles). */
 OT_API int64_t ot_tpu_optimizer_compile_count(const ot_tpu_optimizer *t);
 /* The compiled update (owned by t; read-only) and the module it was compiled from. */
 OT_API const ot_executable *ot_tpu_optimizer_executable(const ot_tpu_optimizer *t);
@@ -407,7 +408,8 @@ typedef struct ot_tpu_profile {
     bool compiled;          /* true: one compiled executable updates everything; false: host
                                callbacks (the compile pipeline is bypassed: every step copies to
                                the host and runs the C callback per parameter) */
-    int64_t compiles;       /* 1 after create when compiled (never more), 0 for host callbacks */
+    int64_t compiles;       /* 1 after create when compiled (2: sharded with a trust ratio;
+                               never more), 0 for host callbacks */
     double compile_seconds; /* building the update module and compiling it, once, at create */
     bool compile_cache_hit; /* the compile was a load from opts.compile_cache */
     int64_t steps;          /* successful steps */
