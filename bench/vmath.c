@@ -1,23 +1,32 @@
-/* The library's own f32 math functions (ot_tanhf, ot_erff, ... in src/exec/expf_poly.h, shared by
- * the reference evaluator and generated code): accuracy over every f32 input, and throughput
- * against glibc's float function.
+/* The library's f32 and f64 math functions, shared by the reference evaluator and generated code:
+ * its own f32 polynomials (ot_tanhf, ot_erff, ... in src/exec/expf_poly.h) and SLEEF's functions
+ * (src/exec/vmath.h): accuracy, and throughput against glibc's scalar function.
  *
- *   bench_vmath ulp [--fn F] [--threads N] [--json]   every one of the 2^32 inputs against F() in
- *                                                      double
- *   bench_vmath speed [--fn F] [--n N] [--reps R] [--json]   elements/s on N floats (16M), one
- *                                                              thread
+ *   bench_vmath ulp [--fn F] [--threads N] [--stride K] [--json]   f32 unary F: every one of
+ *                                                      the 2^32 inputs (or every K-th bit pattern)
+ *                                                      against F() in double
+ *   bench_vmath ulp --fn F --dtype f64 | --fn pow|atan2 [--n N] [--json]   a sample: N (16M)
+ *                                                      random inputs and the edge cases, against
+ *                                                      F() in long double (f64) or double (f32)
+ *   bench_vmath speed [--fn F] [--dtype f32|f64] [--n N] [--reps R] [--json]   elements/s on N
+ *                                                      elements (16M), one thread
  *
- * F is tanh (the default), erf, log, log1p, expm1, sin or cos. ulp: the reference is glibc's double
- * function (within 1 ulp of double, 2^-29 of a float ulp), so the error in float ulps printed (|got
- * - ref| / ulp(ref), ulp of the float binade of ref) is exact to about 1e-8 ulp; "correctly
- * rounded" counts inputs whose result equals ref rounded to float (that rounding is wrong only
- * where ref lies within 2^-53 of a float midpoint: rare, and it moves a count, not the maximum);
- * also how often and how far it differs from glibc's float function. NaN inputs must come back as a
- * quiet NaN with their sign, and each function's special values (±0, ±inf, its saturation and
- * x-itself ranges) are checked exactly. speed: medians of R passes over the same array, the
+ * F (f32) is tanh (the default), erf, log, log1p, expm1 (the library's polynomials), sin, cos, tan,
+ * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log, log1p, tanh, erf, sin, cos, tan, cbrt,
+ * pow or atan2 (SLEEF). ulp: the error in ulps printed (|got - ref| / ulp(ref), ulp of the binade
+ * of ref) is exact to about 1e-8 ulp (f32 against double) or 1e-3 ulp (f64 against x87 long
+ * double); "correctly rounded" counts inputs whose result equals ref rounded; also how often and
+ * how far it differs from glibc's function. NaN inputs must come back as a quiet NaN with their
+ * sign; f32 unary special values (±0, ±inf, saturation and x-itself ranges) are checked exactly;
+ * the sampled runs compare the edge cases (±0, ±inf, NaN, subnormals, the largest and smallest
+ * normals, ±1, ±0.5, ±2, integers and half-integers for pow's sign rules) with glibc's result
+ * (C99 Annex F) and print every difference. speed: medians of R passes over the same array, the
  * library's function and glibc's interleaved pass by pass, on inputs in the range the suite's
- * programs give it. Built with the generated code's flags (-O3 -march=native -fno-math-errno
- * -ffp-contract=off), so the loop is what a native fusion gets. */
+ * programs give it. Built with the generated code's flags (-O3 -march=native
+ * -mprefer-vector-width=512 -fno-math-errno -ffp-contract=off), and SLEEF's functions declared as
+ * generated code declares them (src/codegen/emit.c: a SIMD function whose clones wrap SLEEF's
+ * vector variants), so each loop is what a native fusion gets. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -27,13 +36,67 @@
 #include <time.h>
 
 #include "exec/expf_poly.h"
+#include "exec/vmath.h"
 
 OT_EXPF_DEF
 OT_TANHF_DEF
 OT_ERFF_DEF
 OT_LOGF_DEF
 OT_EXPM1F_DEF
-OT_SINCOSF_DEF
+
+/* SLEEF's finz (FMA) scalar variant, a SIMD function whose clones wrap the vector variants, as
+ * src/codegen/emit.c writes them into generated code for a target with FMA and AVX2 (elsewhere
+ * the loops here call the scalar variant) */
+#if defined(__x86_64__) && defined(__FMA__) && defined(__AVX2__) && defined(__GNUC__) &&           \
+    !defined(__clang__)
+#define BV_VEC  1
+#define BV_SIMD __attribute__((simd("notinbranch")))
+#else
+#define BV_VEC 0
+#define BV_SIMD
+#endif
+#define BV_DECL_(name, stem, arity, T) BV_DECL##arity##_(name, stem, T)
+#define BV_DECL1_(name, stem, T)                                                                   \
+    T ot_vmraw_##name(T) __asm__("Sleef_finz_" #stem "1_u10purecfma") __attribute__((const))       \
+    BV_SIMD;
+#define BV_DECL2_(name, stem, T)                                                                   \
+    T ot_vmraw_##name(T, T) __asm__("Sleef_finz_" #stem "1_u10purecfma") __attribute__((const))    \
+    BV_SIMD;
+OT_VMATH_LIST(BV_DECL_)
+OT_VMATH_DEF
+
+#if BV_VEC
+typedef float bv_f16 __attribute__((vector_size(64)));
+typedef float bv_f8 __attribute__((vector_size(32)));
+typedef float bv_f4 __attribute__((vector_size(16)));
+typedef double bv_d8 __attribute__((vector_size(64)));
+typedef double bv_d4 __attribute__((vector_size(32)));
+typedef double bv_d2 __attribute__((vector_size(16)));
+#if defined(__AVX512F__)
+#define BV_E(...) __VA_ARGS__
+#else
+#define BV_E(...)
+#endif
+/* the clone of isa I with L lanes of vector type V for SLEEF variant VAR of width W */
+#define BV_W1_(I, L, V, stem, W, VAR)                                                              \
+    V Sleef_finz_##stem##W##_u10##VAR(V);                                                          \
+    V _ZGV##I##N##L##v_Sleef_finz_##stem##1_u10purecfma(V x) {                                     \
+        return Sleef_finz_##stem##W##_u10##VAR(x);                                                 \
+    }
+#define BV_W2_(I, L, V, stem, W, VAR)                                                              \
+    V Sleef_finz_##stem##W##_u10##VAR(V, V);                                                       \
+    V _ZGV##I##N##L##vv_Sleef_finz_##stem##1_u10purecfma(V a, V b) {                               \
+        return Sleef_finz_##stem##W##_u10##VAR(a, b);                                              \
+    }
+#define BV_WRAP_(name, stem, arity, T) BV_WRAP_##T(stem, arity)
+#define BV_WRAP_float(stem, a)                                                                     \
+    BV_E(BV_W##a##_(e, 16, bv_f16, stem, 16, avx512f))                                             \
+    BV_W##a##_(d, 8, bv_f8, stem, 8, avx2) BV_W##a##_(b, 4, bv_f4, stem, 4, avx2128)
+#define BV_WRAP_double(stem, a)                                                                    \
+    BV_E(BV_W##a##_(e, 8, bv_d8, stem, 8, avx512f))                                                \
+    BV_W##a##_(d, 4, bv_d4, stem, 4, avx2) BV_W##a##_(b, 2, bv_d2, stem, 2, avx2128)
+OT_VMATH_LIST(BV_WRAP_)
+#endif
 
 /* one function under test: the library's, glibc's float one, the double reference, its exact
  * special values (special() returns 1 and sets *want when x is one), and the speed test's range */
@@ -44,6 +107,7 @@ typedef struct vfn {
     double (*ref)(double);
     int (*special)(float x, float *want);
     float lo, hi;
+    void (*loop)(const float *x, float *y, int64_t n); /* ot over an array, vectorized */
 } vfn;
 
 static float ot_tanhf_fn(float x) {
@@ -67,26 +131,43 @@ static float ot_expm1f_fn(float x) {
 }
 
 static float ot_sinf_fn(float x) {
-    return ot_sinf(x);
+    return ot_vm_sinf(x);
 }
 
 static float ot_cosf_fn(float x) {
-    return ot_cosf(x);
+    return ot_vm_cosf(x);
 }
 
-/* sin: x itself below 2^-12 (±0 kept), NaN at ±inf */
+static float ot_tanf_fn(float x) {
+    return ot_vm_tanf(x);
+}
+
+static float ot_cbrtf_fn(float x) {
+    return ot_vm_cbrtf(x);
+}
+
+/* sin and tan: ±0 kept, the default NaN at ±inf */
 static int sin_special(float x, float *want) {
-    if (fabsf(x) < 0x1p-12f || isinf(x)) {
+    if (x == 0 || isinf(x)) {
         *want = isinf(x) ? NAN : x;
         return 1;
     }
     return 0;
 }
 
-/* cos: 1 below 2^-12, NaN at ±inf */
+/* cos: 1 at ±0, the default NaN at ±inf */
 static int cos_special(float x, float *want) {
-    if (fabsf(x) < 0x1p-12f || isinf(x)) {
+    if (x == 0 || isinf(x)) {
         *want = isinf(x) ? NAN : 1.0f;
+        return 1;
+    }
+    return 0;
+}
+
+/* cbrt: ±0 and ±inf kept */
+static int cbrt_special(float x, float *want) {
+    if (x == 0 || isinf(x)) {
+        *want = x;
         return 1;
     }
     return 0;
@@ -137,16 +218,32 @@ static int log1p_special(float x, float *want) {
     return 0;
 }
 
-static const vfn fns[] = {
-    {"tanh", ot_tanhf_fn, tanhf, tanh, tanh_special, -6.0f, 6.0f}, /* GELU's tanh sees this */
-    {"erf", ot_erff_fn, erff, erf, erf_special, -4.0f, 4.0f},      /* exact GELU's x/sqrt(2) */
-    {"log", ot_logf_fn, logf, log, log_special, 0.0f, 16.0f},
-    {"log1p", ot_log1pf_fn, log1pf, log1p, log1p_special, -1.0f, 16.0f},
-    {"expm1", ot_expm1f_fn, expm1f, expm1, expm1_special, -10.0f, 10.0f},
-    {"sin", ot_sinf_fn, sinf, sin, sin_special, -100.0f, 100.0f}, /* rotary embeddings' angles */
-    {"cos", ot_cosf_fn, cosf, cos, cos_special, -100.0f, 100.0f},
-};
+/* noinline: each loop is compiled (and vectorized) on its own, as in a native fusion */
+#define BV_LOOP(fn, call)                                                                          \
+    __attribute__((noinline)) static void loop_##fn(const float *x, float *y, int64_t n) {         \
+        for (int64_t i = 0; i < n; i++) y[i] = call(x[i]);                                         \
+    }
+BV_LOOP(tanh, ot_tanhf)
+BV_LOOP(erf, ot_erff)
+BV_LOOP(log, ot_logf)
+BV_LOOP(log1p, ot_log1pf)
+BV_LOOP(expm1, ot_expm1f)
+BV_LOOP(sin, ot_vm_sinf)
+BV_LOOP(cos, ot_vm_cosf)
+BV_LOOP(tan, ot_vm_tanf)
+BV_LOOP(cbrt, ot_vm_cbrtf)
 
+static const vfn fns[] = {
+    {"tanh", ot_tanhf_fn, tanhf, tanh, tanh_special, -6.0f, 6.0f, loop_tanh}, /* GELU's tanh */
+    {"erf", ot_erff_fn, erff, erf, erf_special, -4.0f, 4.0f, loop_erf}, /* exact GELU's x/sqrt(2) */
+    {"log", ot_logf_fn, logf, log, log_special, 0.0f, 16.0f, loop_log},
+    {"log1p", ot_log1pf_fn, log1pf, log1p, log1p_special, -1.0f, 16.0f, loop_log1p},
+    {"expm1", ot_expm1f_fn, expm1f, expm1, expm1_special, -10.0f, 10.0f, loop_expm1},
+    {"sin", ot_sinf_fn, sinf, sin, sin_special, -100.0f, 100.0f, loop_sin}, /* rotary angles */
+    {"cos", ot_cosf_fn, cosf, cos, cos_special, -100.0f, 100.0f, loop_cos},
+    {"tan", ot_tanf_fn, tanf, tan, sin_special, -1.5f, 1.5f, loop_tan},
+    {"cbrt", ot_cbrtf_fn, cbrtf, cbrt, cbrt_special, -1000.0f, 1000.0f, loop_cbrt},
+};
 static const vfn *fn_cur = &fns[0];
 
 static float from_bits(uint32_t u) {
@@ -168,6 +265,8 @@ static double ulp_at(double r) {
     return ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
 }
 
+static uint64_t g_stride = 1; /* --stride K: every K-th bit pattern (1: all of them) */
+
 typedef struct part {
     uint64_t lo, hi;
     double worst;
@@ -178,7 +277,7 @@ typedef struct part {
 
 static void *ulp_part(void *arg) {
     part *p = arg;
-    for (uint64_t i = p->lo; i < p->hi; i++) {
+    for (uint64_t i = p->lo; i < p->hi; i += g_stride) {
         uint32_t u = (uint32_t)i;
         float x = from_bits(u), y = fn_cur->ot(x), want;
         uint32_t uy = to_bits(y);
@@ -220,6 +319,7 @@ static int run_ulp(int threads, int json) {
     for (int t = 0; t < threads; t++) {
         memset(&ps[t], 0, sizeof ps[t]);
         ps[t].lo = total * (uint64_t)t / (uint64_t)threads;
+        ps[t].lo += (g_stride - ps[t].lo % g_stride) % g_stride; /* multiples of the stride */
         ps[t].hi = total * (uint64_t)(t + 1) / (uint64_t)threads;
         if (pthread_create(&th[t], NULL, ulp_part, &ps[t]) != 0) return 1;
     }
@@ -239,17 +339,18 @@ static int run_ulp(int threads, int json) {
     float wx = from_bits(all.worst_x);
     uint64_t nonnan = all.numbers; /* x and f(x) not NaN */
     if (json) {
-        printf("{\"fn\": \"%s\", \"inputs\": %llu, \"max_ulp\": %.4f, \"worst_x\": \"%a\", "
+        printf("{\"fn\": \"%s\", \"stride\": %llu, \"max_ulp\": %.4f, \"worst_x\": \"%a\", "
                "\"correctly_rounded\": %llu, \"non_nan\": %llu, \"bad_special\": %llu, "
                "\"differ_libm\": %llu, \"far_libm_ulp\": %u}\n",
-               fn_cur->name, (unsigned long long)total, all.worst, (double)wx,
+               fn_cur->name, (unsigned long long)g_stride, all.worst, (double)wx,
                (unsigned long long)all.exact, (unsigned long long)nonnan,
                (unsigned long long)all.bad_special, (unsigned long long)all.differ_libm,
                all.far_libm);
         return all.bad_special ? 1 : 0;
     }
-    printf("ot_%sf over all 2^32 inputs: max error %.4f ulp at x = %a (%.9g): got %a, %s %a\n",
-           fn_cur->name, all.worst, (double)wx, (double)wx, (double)fn_cur->ot(wx), fn_cur->name,
+    printf("optitpu %sf over %s: max error %.4f ulp at x = %a (%.9g): got %a, %s %a\n",
+           fn_cur->name, g_stride == 1 ? "all 2^32 inputs" : "every --stride-th bit pattern",
+           all.worst, (double)wx, (double)wx, (double)fn_cur->ot(wx), fn_cur->name,
            fn_cur->ref((double)wx));
     printf("correctly rounded on %llu of %llu inputs with a number result (%.4f %%); special "
            "values wrong: "
@@ -273,56 +374,10 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* noinline: each loop is compiled (and vectorized) on its own, as in a native fusion */
-__attribute__((noinline)) static void loop_ot_tanh(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ot_tanhf(x[i]);
-}
-
-__attribute__((noinline)) static void loop_ot_erf(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ot_erff(x[i]);
-}
-
-__attribute__((noinline)) static void loop_ot_log(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ot_logf(x[i]);
-}
-
-__attribute__((noinline)) static void loop_ot_log1p(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ot_log1pf(x[i]);
-}
-
-__attribute__((noinline)) static void loop_ot_expm1(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(x[i]);
-}
-
-__attribute__((noinline)) static void loop_ot_sin(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ot_sinf(x[i]);
-}
-
-__attribute__((noinline)) static void loop_ot_cos(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ot_cosf(x[i]);
-}
-
 /* glibc's function through a pointer: a call per element either way (it does not vectorize) */
 __attribute__((noinline)) static void loop_libm(const float *x, float *y, int64_t n) {
     float (*f)(float) = fn_cur->libm;
     for (int64_t i = 0; i < n; i++) y[i] = f(x[i]);
-}
-
-static void loop_ot(const float *x, float *y, int64_t n) {
-    if (fn_cur->ot == ot_erff_fn)
-        loop_ot_erf(x, y, n);
-    else if (fn_cur->ot == ot_logf_fn)
-        loop_ot_log(x, y, n);
-    else if (fn_cur->ot == ot_log1pf_fn)
-        loop_ot_log1p(x, y, n);
-    else if (fn_cur->ot == ot_expm1f_fn)
-        loop_ot_expm1(x, y, n);
-    else if (fn_cur->ot == ot_sinf_fn)
-        loop_ot_sin(x, y, n);
-    else if (fn_cur->ot == ot_cosf_fn)
-        loop_ot_cos(x, y, n);
-    else
-        loop_ot_tanh(x, y, n);
 }
 
 static int run_speed(int64_t n, int reps, int json) {
@@ -336,11 +391,11 @@ static int run_speed(int64_t n, int reps, int json) {
         g = g * 6364136223846793005ull + 1442695040888963407ull;
         x[i] = (float)((double)(g >> 40) * 0x1p-24 * w + lo);
     }
-    loop_ot(x, y, n); /* warm-up: page in y */
+    fn_cur->loop(x, y, n); /* warm-up: page in y */
     loop_libm(x, y, n);
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        loop_ot(x, y, n);
+        fn_cur->loop(x, y, n);
         double t1 = now_s();
         loop_libm(x, y, n);
         double t2 = now_s();
@@ -356,11 +411,321 @@ static int run_speed(int64_t n, int reps, int json) {
                fn_cur->name, (long long)n, reps, (double)n / mo * 1e-6, (double)n / ml * 1e-6,
                ml / mo);
     else
-        printf("%s f32, %lld elements, 1 thread, median of %d: ot_%sf %.1f Melem/s (%.2f ms), "
+        printf("%s f32, %lld elements, 1 thread, median of %d: optitpu %sf %.1f Melem/s (%.2f ms), "
                "glibc %sf %.1f Melem/s (%.2f ms), ratio %.2fx\n",
                fn_cur->name, (long long)n, reps, fn_cur->name, (double)n / mo * 1e-6, mo * 1e3,
                fn_cur->name, (double)n / ml * 1e-6, ml * 1e3, ml / mo);
     free(x);
+    free(y);
+    free(to);
+    free(tl);
+    return 0;
+}
+
+/* ---- sampled: f32 pow and atan2, the f64 functions ----------------------------------------- */
+
+/* one sampled function: ours and glibc's (computed in the function's type, returned widened),
+ * the long double reference, the speed test's ranges (the second operand's for pow and atan2),
+ * and its loops */
+typedef struct sfn {
+    const char *name;
+    int f64, arity;
+    double (*ot)(double, double);
+    double (*libm)(double, double);
+    long double (*ref)(long double, long double);
+    double lo, hi, lo2, hi2;
+    void (*loop)(const void *a, const void *b, void *y, int64_t n);
+    void (*loop_libm)(const void *a, const void *b, void *y, int64_t n);
+} sfn;
+
+#define BV_S1(nm, T, otf, lf, rf)                                                                  \
+    static double s_ot_##nm(double a, double b) {                                                  \
+        (void)b;                                                                                   \
+        return (double)otf((T)a);                                                                  \
+    }                                                                                              \
+    static double s_lm_##nm(double a, double b) {                                                  \
+        (void)b;                                                                                   \
+        return (double)lf((T)a);                                                                   \
+    }                                                                                              \
+    static long double s_rf_##nm(long double a, long double b) {                                   \
+        (void)b;                                                                                   \
+        return rf(a);                                                                              \
+    }                                                                                              \
+    __attribute__((noinline)) static void s_lo_##nm(const void *a, const void *b, void *y,         \
+                                                    int64_t n) {                                   \
+        (void)b;                                                                                   \
+        const T *x = a;                                                                            \
+        T *o = y;                                                                                  \
+        for (int64_t i = 0; i < n; i++) o[i] = otf(x[i]);                                          \
+    }                                                                                              \
+    __attribute__((noinline)) static void s_ll_##nm(const void *a, const void *b, void *y,         \
+                                                    int64_t n) {                                   \
+        (void)b;                                                                                   \
+        T (*volatile f)(T) = lf; /* a call per element, as glibc's float loops above */            \
+        T (*g)(T) = f;                                                                             \
+        const T *x = a;                                                                            \
+        T *o = y;                                                                                  \
+        for (int64_t i = 0; i < n; i++) o[i] = g(x[i]);                                            \
+    }
+#define BV_S2(nm, T, otf, lf, rf)                                                                  \
+    static double s_ot_##nm(double a, double b) {                                                  \
+        return (double)otf((T)a, (T)b);                                                            \
+    }                                                                                              \
+    static double s_lm_##nm(double a, double b) {                                                  \
+        return (double)lf((T)a, (T)b);                                                             \
+    }                                                                                              \
+    static long double s_rf_##nm(long double a, long double b) {                                   \
+        return rf(a, b);                                                                           \
+    }                                                                                              \
+    __attribute__((noinline)) static void s_lo_##nm(const void *a, const void *b, void *y,         \
+                                                    int64_t n) {                                   \
+        const T *x = a, *x2 = b;                                                                   \
+        T *o = y;                                                                                  \
+        for (int64_t i = 0; i < n; i++) o[i] = otf(x[i], x2[i]);                                   \
+    }                                                                                              \
+    __attribute__((noinline)) static void s_ll_##nm(const void *a, const void *b, void *y,         \
+                                                    int64_t n) {                                   \
+        T (*volatile f)(T, T) = lf;                                                                \
+        T (*g)(T, T) = f;                                                                          \
+        const T *x = a, *x2 = b;                                                                   \
+        T *o = y;                                                                                  \
+        for (int64_t i = 0; i < n; i++) o[i] = g(x[i], x2[i]);                                     \
+    }
+/* f32 pow compared with powf(double) as the reference: its double result is within 2^-29 ulp */
+static long double powl_d(long double a, long double b) {
+    return (long double)pow((double)a, (double)b);
+}
+static long double atan2l_d(long double a, long double b) {
+    return (long double)atan2((double)a, (double)b);
+}
+static long double logistic_l(long double x) {
+    return 1.0L / (1.0L + expl(-x));
+}
+BV_S2(powf, float, ot_vm_powf1, powf, powl_d)
+BV_S2(atan2f, float, ot_vm_atan2f, atan2f, atan2l_d)
+BV_S1(exp, double, ot_vm_exp, exp, expl)
+BV_S1(expm1, double, ot_vm_expm1, expm1, expm1l)
+BV_S1(log, double, ot_vm_log, log, logl)
+BV_S1(log1p, double, ot_vm_log1p1, log1p, log1pl)
+BV_S1(tanh, double, ot_vm_tanh, tanh, tanhl)
+BV_S1(erf, double, ot_vm_erf, erf, erfl)
+BV_S1(sin, double, ot_vm_sin, sin, sinl)
+BV_S1(cos, double, ot_vm_cos, cos, cosl)
+BV_S1(tan, double, ot_vm_tan, tan, tanl)
+BV_S1(cbrt, double, ot_vm_cbrt, cbrt, cbrtl)
+BV_S2(pow, double, ot_vm_pow1, pow, powl)
+BV_S2(atan2, double, ot_vm_atan2, atan2, atan2l)
+static double logistic_glibc(double x) {
+    return 1.0 / (1.0 + exp(-x));
+}
+BV_S1(logistic, double, ot_vm_logistic, logistic_glibc, logistic_l)
+
+#define BV_SE(nm, f64, ar, lo, hi, lo2, hi2)                                                       \
+    { #nm, f64, ar, s_ot_##nm, s_lm_##nm, s_rf_##nm, lo, hi, lo2, hi2, s_lo_##nm, s_ll_##nm }
+static const sfn sfns[] = {
+    {"pow", 0, 2, s_ot_powf, s_lm_powf, s_rf_powf, 0, 10, -4, 4, s_lo_powf, s_ll_powf},
+    {"atan2", 0, 2, s_ot_atan2f, s_lm_atan2f, s_rf_atan2f, -10, 10, -10, 10, s_lo_atan2f,
+     s_ll_atan2f},
+    BV_SE(exp, 1, 1, -50, 50, 0, 0),
+    BV_SE(expm1, 1, 1, -10, 10, 0, 0),
+    BV_SE(log, 1, 1, 0, 16, 0, 0),
+    BV_SE(log1p, 1, 1, -1, 16, 0, 0),
+    BV_SE(tanh, 1, 1, -6, 6, 0, 0),
+    BV_SE(erf, 1, 1, -4, 4, 0, 0),
+    BV_SE(sin, 1, 1, -100, 100, 0, 0),
+    BV_SE(cos, 1, 1, -100, 100, 0, 0),
+    BV_SE(tan, 1, 1, -1.5, 1.5, 0, 0),
+    BV_SE(cbrt, 1, 1, -1000, 1000, 0, 0),
+    BV_SE(pow, 1, 2, 0, 10, -4, 4),
+    BV_SE(atan2, 1, 2, -10, 10, -10, 10),
+    BV_SE(logistic, 1, 1, -20, 20, 0, 0),
+};
+static const sfn *sfn_cur;
+
+static uint64_t rng(uint64_t *g) {
+    *g = *g * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t z = *g ^ (*g >> 29);
+    return z * 0xbf58476d1ce4e5b9ull ^ (z >> 32);
+}
+
+/* a sample input: half uniform in [lo, hi), a quarter any bit pattern of the type, a quarter a
+ * random sign and exponent (every binade equally) */
+static double sample(uint64_t *g, int f64, double lo, double hi) {
+    uint64_t r = rng(g);
+    switch (r & 3) {
+    case 0:
+    case 1: return lo + (double)(r >> 11) * 0x1p-53 * (hi - lo);
+    case 2:
+        if (f64) {
+            double d;
+            uint64_t u = rng(g);
+            memcpy(&d, &u, 8);
+            return d;
+        } else {
+            float f;
+            uint32_t u = (uint32_t)(r >> 32);
+            memcpy(&f, &u, 4);
+            return f;
+        }
+    default: {
+        int span = f64 ? 2098 : 276, lo_e = f64 ? -1074 : -149;
+        double m = 1.0 + (double)(rng(g) >> 12) * 0x1p-52;
+        double v = ldexp(m, lo_e + (int)((r >> 8) % (uint64_t)span));
+        v = f64 ? v : (double)(float)v;
+        return (r >> 7) & 1 ? -v : v;
+    }
+    }
+}
+
+static int is_nan_d(double v) {
+    return v != v;
+}
+
+/* the ulp of the binade of |r| in the function's type */
+static double ulp_t(long double r, int f64) {
+    int e;
+    frexpl(fabsl(r), &e);
+    int p = f64 ? 53 : 24, mn = f64 ? -1074 : -149;
+    return ldexp(1.0, e - p < mn ? mn : e - p);
+}
+
+static int run_ulp_sampled(int64_t n, int json) {
+    const sfn *f = sfn_cur;
+    int f64 = f->f64;
+    /* edge cases: each against glibc's result (C99 Annex F), all pairs for two operands */
+    static const double edge[] = {0.0,      -0.0,   INFINITY, -INFINITY, NAN,     -NAN,    1.0,
+                                  -1.0,     0.5,    -0.5,     2.0,       -2.0,    3.0,     -3.0,
+                                  2.5,      -2.5,   1e-310,   -1e-310,   5e-324,  DBL_MIN, DBL_MAX,
+                                  -DBL_MAX, 1e-40,  -1e-40,   FLT_MIN,   FLT_MAX, 710.0,   -745.5,
+                                  89.0,     -104.0, 1e300,    0x1p-30};
+    int ne = (int)(sizeof edge / sizeof edge[0]), printed = 0;
+    int64_t edge_n = 0, edge_diff = 0;
+    for (int i = 0; i < ne; i++)
+        for (int j = 0; j < (f->arity == 2 ? ne : 1); j++) {
+            double a = f64 ? edge[i] : (double)(float)edge[i];
+            double b = f64 ? edge[j] : (double)(float)edge[j];
+            double got = f->ot(a, b), lib = f->libm(a, b);
+            edge_n++;
+            /* a special value is one of NaN, ±inf, ±0; a finite nonzero result of the other
+             * sign counts too. Ordinary results differ by rounding: the sample measures those */
+            int sg = is_nan_d(got) || isinf(got) || got == 0,
+                sl = is_nan_d(lib) || isinf(lib) || lib == 0;
+            int same = (is_nan_d(got) && is_nan_d(lib)) || memcmp(&got, &lib, 8) == 0 ||
+                       (!sg && !sl && signbit(got) == signbit(lib));
+            if (!same) {
+                edge_diff++;
+                if (!json && printed++ < 40 && f->arity == 2)
+                    printf("edge: %s(%a, %a) = %a, glibc %a\n", f->name, a, b, got, lib);
+                else if (!json && printed <= 40)
+                    printf("edge: %s(%a) = %a, glibc %a\n", f->name, a, got, lib);
+            }
+            if (is_nan_d(a) && !is_nan_d(got)) {
+                if (!(f->arity == 2 && got == 1.0)) edge_diff++; /* pow(NaN, 0) = 1 */
+            }
+        }
+    uint64_t g = 0x243f6a8885a308d3ull;
+    double worst = 0, worst_a = 0, worst_b = 0;
+    int64_t numbers = 0, exact = 0, differ = 0, bad_nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double a = sample(&g, f64, f->lo, f->hi);
+        double b = f->arity == 2 ? sample(&g, f64, f->lo2, f->hi2) : 0.0;
+        if (!f64) { /* f32 operands: the reference takes the same floats */
+            a = (double)(float)a;
+            b = (double)(float)b;
+        }
+        double got = f->ot(a, b);
+        long double r = f->ref((long double)a, (long double)b);
+        if (is_nan_d(got) || isnan(r)) {
+            if (is_nan_d(got) != (int)isnan(r)) bad_nan++;
+            continue;
+        }
+        numbers++;
+        double lib = f->libm(a, b);
+        if (memcmp(&got, &lib, 8) != 0) differ++;
+        double rr = f64 ? (double)r : (double)(float)r;
+        if (rr == got) exact++;
+        double err =
+            isinf(got) && rr == got ? 0.0 : (double)(fabsl((long double)got - r) / ulp_t(r, f64));
+        if (err > worst) {
+            worst = err;
+            worst_a = a;
+            worst_b = b;
+        }
+    }
+    if (json) {
+        printf("{\"fn\": \"%s\", \"dtype\": \"%s\", \"samples\": %lld, \"max_ulp\": %.4f, "
+               "\"worst_a\": \"%a\", \"worst_b\": \"%a\", \"correctly_rounded\": %lld, "
+               "\"numbers\": %lld, \"differ_libm\": %lld, \"nan_mismatch\": %lld, "
+               "\"edge_cases\": %lld, \"edge_differ_libm\": %lld}\n",
+               f->name, f64 ? "f64" : "f32", (long long)n, worst, worst_a, worst_b,
+               (long long)exact, (long long)numbers, (long long)differ, (long long)bad_nan,
+               (long long)edge_n, (long long)edge_diff);
+    } else {
+        char at[80];
+        if (f->arity == 2)
+            snprintf(at, sizeof at, "(%a, %a)", worst_a, worst_b);
+        else
+            snprintf(at, sizeof at, "%a", worst_a);
+        printf("%s %s over %lld sampled inputs: max error %.4f ulp at x = %s; correctly rounded "
+               "on %lld of %lld (%.3f %%); differs from glibc on %lld (%.3f %%); NaN where the "
+               "reference is not (or not where it is): %lld\n",
+               f->name, f64 ? "f64" : "f32", (long long)n, worst, at, (long long)exact,
+               (long long)numbers, 100.0 * (double)exact / (double)(numbers ? numbers : 1),
+               (long long)differ, 100.0 * (double)differ / (double)(numbers ? numbers : 1),
+               (long long)bad_nan);
+        printf("edge cases: %lld, %lld special values (NaN, ±inf, ±0, sign) differ from glibc's "
+               "(NaN bits aside)\n",
+               (long long)edge_n, (long long)edge_diff);
+    }
+    return 0;
+}
+
+static int run_speed_sampled(int64_t n, int reps, int json) {
+    const sfn *f = sfn_cur;
+    size_t es = f->f64 ? 8 : 4;
+    if (n < 1 || reps < 1 || reps > 1000) return 2;
+    char *a = malloc((size_t)n * es), *b = malloc((size_t)n * es), *y = malloc((size_t)n * es);
+    double *to = malloc((size_t)reps * sizeof *to), *tl = malloc((size_t)reps * sizeof *tl);
+    if (!a || !b || !y || !to || !tl) return 1;
+    uint64_t g = 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < n; i++) { /* uniform in the ranges */
+        double va = f->lo + (double)(rng(&g) >> 11) * 0x1p-53 * (f->hi - f->lo);
+        double vb = f->lo2 + (double)(rng(&g) >> 11) * 0x1p-53 * (f->hi2 - f->lo2);
+        if (f->f64) {
+            ((double *)a)[i] = va;
+            ((double *)b)[i] = vb;
+        } else {
+            ((float *)a)[i] = (float)va;
+            ((float *)b)[i] = (float)vb;
+        }
+    }
+    f->loop(a, b, y, n); /* warm-up */
+    f->loop_libm(a, b, y, n);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        f->loop(a, b, y, n);
+        double t1 = now_s();
+        f->loop_libm(a, b, y, n);
+        double t2 = now_s();
+        to[r] = t1 - t0;
+        tl[r] = t2 - t1;
+    }
+    qsort(to, (size_t)reps, sizeof *to, cmp_d);
+    qsort(tl, (size_t)reps, sizeof *tl, cmp_d);
+    double mo = to[reps / 2], ml = tl[reps / 2];
+    const char *dt = f->f64 ? "f64" : "f32";
+    if (json)
+        printf("{\"fn\": \"%s\", \"dtype\": \"%s\", \"n\": %lld, \"reps\": %d, \"ot_melem_s\": "
+               "%.1f, \"libm_melem_s\": %.1f, \"ratio\": %.2f}\n",
+               f->name, dt, (long long)n, reps, (double)n / mo * 1e-6, (double)n / ml * 1e-6,
+               ml / mo);
+    else
+        printf("%s %s, %lld elements, 1 thread, median of %d: optitpu %.1f Melem/s (%.2f ms), "
+               "glibc %.1f Melem/s (%.2f ms), ratio %.2fx\n",
+               f->name, dt, (long long)n, reps, (double)n / mo * 1e-6, mo * 1e3,
+               (double)n / ml * 1e-6, ml * 1e3, ml / mo);
+    free(a);
+    free(b);
     free(y);
     free(to);
     free(tl);
@@ -373,7 +738,8 @@ int main(int argc, char **argv) {
                         " [--n N] [--reps R] [--json]\n");
         return 2;
     }
-    int threads = 2, reps = 11, json = 0;
+    int threads = 2, reps = 11, json = 0, f64 = 0;
+    const char *fname = "tanh";
     int64_t n = 1 << 24;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
@@ -382,21 +748,36 @@ int main(int argc, char **argv) {
         }
         if (i + 1 >= argc) return 2;
         if (!strcmp(argv[i], "--fn")) {
-            const char *f = argv[++i];
-            fn_cur = NULL;
-            for (size_t k = 0; k < sizeof fns / sizeof fns[0]; k++)
-                if (!strcmp(f, fns[k].name)) fn_cur = &fns[k];
-            if (!fn_cur) return 2;
+            fname = argv[++i];
+        } else if (!strcmp(argv[i], "--dtype")) {
+            const char *d = argv[++i];
+            if (strcmp(d, "f32") && strcmp(d, "f64")) return 2;
+            f64 = !strcmp(d, "f64");
         } else if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--n"))
+        else if (!strcmp(argv[i], "--stride")) {
+            long long k = atoll(argv[++i]);
+            g_stride = k > 0 ? (uint64_t)k : 1;
+        } else if (!strcmp(argv[i], "--n"))
             n = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--reps"))
             reps = atoi(argv[++i]);
         else
             return 2;
     }
-    if (!strcmp(argv[1], "ulp")) return run_ulp(threads, json);
-    if (!strcmp(argv[1], "speed")) return run_speed(n, reps, json);
+    /* f32 unary: the 2^32 harness; f32 pow/atan2 and every f64 function: sampled */
+    fn_cur = NULL;
+    sfn_cur = NULL;
+    for (size_t k = 0; !f64 && k < sizeof fns / sizeof fns[0]; k++)
+        if (!strcmp(fname, fns[k].name)) fn_cur = &fns[k];
+    for (size_t k = 0; !fn_cur && k < sizeof sfns / sizeof sfns[0]; k++)
+        if (!strcmp(fname, sfns[k].name) && sfns[k].f64 == f64) sfn_cur = &sfns[k];
+    if (!fn_cur && !sfn_cur) {
+        fprintf(stderr, "bench_vmath: no %s function %s\n", f64 ? "f64" : "f32", fname);
+        return 2;
+    }
+    if (!strcmp(argv[1], "ulp")) return fn_cur ? run_ulp(threads, json) : run_ulp_sampled(n, json);
+    if (!strcmp(argv[1], "speed"))
+        return fn_cur ? run_speed(n, reps, json) : run_speed_sampled(n, reps, json);
     return 2;
 }

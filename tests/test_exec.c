@@ -1004,17 +1004,15 @@ static void test_logf_poly(void) {
     free(x);
 }
 
-/* f32 sin and cos are the library's own branch-free functions (ot_sinf, ot_cosf in
- * src/exec/expf_poly.h, also in generated code; bench_vmath ulp --fn sin / --fn cos measured their
- * maximum over every f32 input, in docs/exec.md): on a spread of 2^20 inputs (a third of all bit
- * patterns, huge ones included, a third with |x| in [2^-14, 4), a third in [-1000, 1000), where
- * rotary embeddings' angles lie) each is within 0.6 ulp of the function in double and equals it
- * rounded on all but a few in a hundred; the special values are exact: x itself (sin) and 1 (cos)
- * below 2^-12, ±0 kept by sin, the default NaN 0xffc00000 at ±inf, NaN quieted with its sign and
- * payload, a signed zero (sin) or 1 (cos) for a subnormal x without keep_denormals, x itself with
- * it. The fixed inputs also take both reductions around their switch at 2^20, multiples of
- * pi/2 and the largest floats. */
-static void test_sincosf_poly(void) {
+/* f32 sin and cos are SLEEF's deterministic u10 functions (src/exec/vmath.h, also in generated
+ * code; docs/vmath.md has their accuracy): on a spread of 2^20 inputs (a third of all bit patterns,
+ * huge ones included, a third with |x| in [2^-14, 4), a third in [-1000, 1000), where rotary
+ * embeddings' angles lie) each is within 1 ulp of the function in double and equals it rounded on
+ * at least nine inputs in ten; the special values are exact: ±0 gives ±0 (sin) and 1 (cos), the
+ * default NaN 0xffc00000 at ±inf, NaN quieted with its sign and payload, a signed zero (sin) or 1
+ * (cos) for a subnormal x without keep_denormals. The fixed inputs also take multiples of pi/2 and
+ * the largest floats. */
+static void test_sincosf_sleef(void) {
     enum { N = 1 << 20 };
     float *x = malloc(N * sizeof *x);
     ASSERT_TRUE(x);
@@ -1068,7 +1066,7 @@ static void test_sincosf_poly(void) {
                 bool special = true;
                 if (isinf(xf)) {
                     want = 0xffc00000u;
-                } else if (fabsf(xf) < 0x1p-12f) {
+                } else if (xf == 0) {
                     float w = is_cos ? 1.0f : xf;
                     memcpy(&want, &w, 4);
                 } else {
@@ -1078,15 +1076,15 @@ static void test_sincosf_poly(void) {
                     OT_T_FAIL_("%s(%a) = %a, want bits %08x", is_cos ? "cos" : "sin", (double)xj,
                                (double)got, want);
                 if (special) continue;
-                double ex = is_cos ? cos((double)xj) : sin((double)xj);
+                double ex = is_cos ? cos((double)xf) : sin((double)xf);
                 double err = fabs((double)got - ex) / ulp_of(ex);
                 if (err > worst) worst = err;
                 numbers++;
                 if ((float)ex != got) differ++;
             }
-            EXPECT_TRUE(worst < 0.6);
+            EXPECT_TRUE(worst < 1.0); /* measured 0.82 (sin), 0.93 (cos) */
             EXPECT_TRUE(numbers > N / 2);
-            EXPECT_TRUE(differ < numbers / 25);
+            EXPECT_TRUE(differ < numbers / 10); /* measured 3.1 % (sin), 6.3 % (cos) */
             ot_value_release(&r);
         }
     }
@@ -1429,5 +1427,5 @@ OT_TEST_MAIN(OT_TEST(test_max_min_nan_signed_zero), OT_TEST(test_float_arith),
              OT_TEST(test_elided_constant_and_custom_call), OT_TEST(test_while_reduce_dot),
              OT_TEST(test_reduce_lane_order), OT_TEST(test_expf_poly), OT_TEST(test_tanhf_poly),
              OT_TEST(test_erff_poly), OT_TEST(test_logf_poly), OT_TEST(test_expm1f_poly),
-             OT_TEST(test_sincosf_poly), OT_TEST(test_alloc_failure_cleanup),
+             OT_TEST(test_sincosf_sleef), OT_TEST(test_alloc_failure_cleanup),
              OT_TEST(test_evaluate_instr), OT_TEST(test_tuple_root_and_gte))

@@ -23,6 +23,10 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kd, const char *fname, ot_strbuf 
 /* The helper functions every generated file starts with. */
 void cg_emit_preamble(ot_strbuf *src);
 
+/* Appends to a unit's source the vector wrappers (the GNU vector ABI clones) of the SLEEF
+ * functions that its kernels, the text from offset `from` on, call (src/exec/vmath.h). */
+void cg_emit_vmath_wrappers(ot_strbuf *src, size_t from);
+
 /* ---- the native program ---------------------------------------------------------------------- */
 
 typedef void (*cg_fn)(void *const *in, void *const *out, int64_t b, int64_t e);

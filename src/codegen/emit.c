@@ -22,6 +22,7 @@
 #include "codegen/codegen_internal.h"
 #include "exec/numerics.h"
 #include "exec/expf_poly.h"
+#include "exec/vmath.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,10 +79,6 @@ static const char preamble[] =
     "    return (isnan(x) || x == 0) ? x : x < 0 ? -1.0f : 1.0f;\n}\n"
     "static inline double ot_signd(double x) {\n"
     "    return (isnan(x) || x == 0) ? x : x < 0 ? -1.0 : 1.0;\n}\n"
-    "static inline float ot_powf(float a, float b) {\n"
-    "    return (a == 1.0f || b == 0.0f) ? 1.0f : powf(a, b);\n}\n"
-    "static inline double ot_powd(double a, double b) {\n"
-    "    return (a == 1.0 || b == 0.0) ? 1.0 : pow(a, b);\n}\n"
     /* f16 / bf16: copies of src/core/dtype.c */
     "static inline uint16_t ot_f2b(float f) {\n"
     "    uint32_t u = ot_fbits(f);\n"
@@ -157,20 +154,129 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp, tanh, erf, log, log1p, expm1, sin and cos (src/exec/expf_poly.h):
- * the same text */
+/* the reference's f32 exp, tanh, erf, log, log1p and expm1 (src/exec/expf_poly.h): the same
+ * text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
 /* clang-format off */
 static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
                                     OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
-                                    OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_SINCOSF_DEF) "\n";
+                                    OT_STR(OT_EXPM1F_DEF) "\n";
 /* clang-format on */
 
-void cg_emit_preamble(ot_strbuf *src) {
-    ot_strbuf_printf(src, "%s%s", preamble, preamble_expf);
+/* SLEEF's raw functions as generated code declares them (src/exec/vmath.h): the scalar variant
+ * of the deterministic class the target has (finz with FMA, cinz without), declared const and
+ * as a SIMD function (GCC's simd attribute, the GNU vector ABI) where the target has the
+ * vector variants of that class, so that the vectorizer calls _ZGV<isa>N<lanes>v[v]_<scalar
+ * name> clones: hidden wrappers around SLEEF's vector variants of the same class, appended after
+ * a unit's kernels for the functions they call (cg_emit_vmath_wrappers), for each vector ISA the
+ * target has (GCC only calls clones of ISAs the target has). The vector types are GCC's generic
+ * vectors, passed in the same registers as <immintrin.h>'s (not included: it would cost each
+ * compile ~0.1 s). Clang does not know the attribute: its loops call the scalar variant (the
+ * same bits). */
+static const char preamble_vmath_head[] =
+    "#if defined(__x86_64__) && !defined(__FMA__)\n#define OT_VM_FINZ 0\n"
+    "#else\n#define OT_VM_FINZ 1\n#endif\n"
+    "#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && "
+    "((OT_VM_FINZ && defined(__AVX2__)) || (!OT_VM_FINZ && defined(__SSE4_1__)))\n"
+    "#define OT_VM_VEC 1\n#define OT_VM_SIMD __attribute__((simd(\"notinbranch\")))\n"
+    "#else\n#define OT_VM_VEC 0\n#define OT_VM_SIMD\n#endif\n"
+    "#define OT_VM_W __attribute__((visibility(\"hidden\")))\n"
+    "typedef float ot_vf16 __attribute__((vector_size(64)));\n"
+    "typedef float ot_vf8 __attribute__((vector_size(32)));\n"
+    "typedef float ot_vf4 __attribute__((vector_size(16)));\n"
+    "typedef double ot_vd8 __attribute__((vector_size(64)));\n"
+    "typedef double ot_vd4 __attribute__((vector_size(32)));\n"
+    "typedef double ot_vd2 __attribute__((vector_size(16)));\n";
+
+/* One vector wrapper: clone isa (b/c/d/e) of scalar symbol sc, calling SLEEF's variant vf. */
+static void vm_wrapper(ot_strbuf *src, char isa, int lanes, bool f64, int arity, const char *sc,
+                       const char *vf) {
+    char v[16];
+    snprintf(v, sizeof v, "ot_v%c%d", f64 ? 'd' : 'f', lanes);
+    if (arity == 1)
+        ot_strbuf_printf(src, "%s %s(%s);\nOT_VM_W %s _ZGV%cN%dv_%s(%s x) { return %s(x); }\n", v,
+                         vf, v, v, isa, lanes, sc, v, vf);
+    else
+        ot_strbuf_printf(src,
+                         "%s %s(%s, %s);\nOT_VM_W %s _ZGV%cN%dvv_%s(%s a, %s b) { return %s(a, b); "
+                         "}\n",
+                         v, vf, v, v, v, isa, lanes, sc, v, v, vf);
 }
 
+static void vm_declare(ot_strbuf *src, const char *name, const char *stem, int arity,
+                       const char *T) {
+    const char *args = arity == 1 ? T : T[0] == 'd' ? "double, double" : "float, float";
+    ot_strbuf_printf(src,
+                     "#if OT_VM_FINZ\n%s ot_vmraw_%s(%s) __asm__(\"Sleef_finz_%s1_u10purecfma\") "
+                     "__attribute__((const)) OT_VM_SIMD;\n#else\n%s ot_vmraw_%s(%s) "
+                     "__asm__(\"Sleef_cinz_%s1_u10purec\") __attribute__((const)) OT_VM_SIMD;\n"
+                     "#endif\n",
+                     T, name, args, stem, T, name, args, stem);
+}
+
+static void vm_wrappers(ot_strbuf *src, const char *stem, int arity, const char *T) {
+    bool f64 = T[0] == 'd';
+    int w = f64 ? 8 : 16; /* lanes of a 512-bit vector */
+    char fz[64], cz[64], vf[64];
+    snprintf(fz, sizeof fz, "Sleef_finz_%s1_u10purecfma", stem);
+    snprintf(cz, sizeof cz, "Sleef_cinz_%s1_u10purec", stem);
+    ot_strbuf_printf(src, "#if OT_VM_VEC && OT_VM_FINZ\n#ifdef __AVX512F__\n");
+    snprintf(vf, sizeof vf, "Sleef_finz_%s%d_u10avx512f", stem, w);
+    vm_wrapper(src, 'e', w, f64, arity, fz, vf);
+    ot_strbuf_printf(src, "#endif\n");
+    snprintf(vf, sizeof vf, "Sleef_finz_%s%d_u10avx2", stem, w / 2);
+    vm_wrapper(src, 'd', w / 2, f64, arity, fz, vf);
+    vm_wrapper(src, 'c', w / 2, f64, arity, fz, vf);
+    snprintf(vf, sizeof vf, "Sleef_finz_%s%d_u10avx2128", stem, w / 4);
+    vm_wrapper(src, 'b', w / 4, f64, arity, fz, vf);
+    ot_strbuf_printf(src, "#elif OT_VM_VEC\n#ifdef __AVX512F__\n");
+    snprintf(vf, sizeof vf, "Sleef_cinz_%s%d_u10avx512fnofma", stem, w);
+    vm_wrapper(src, 'e', w, f64, arity, cz, vf);
+    ot_strbuf_printf(src, "#endif\n#ifdef __AVX__\n");
+    snprintf(vf, sizeof vf, "Sleef_cinz_%s%d_u10avx", stem, w / 2);
+    vm_wrapper(src, 'd', w / 2, f64, arity, cz, vf);
+    vm_wrapper(src, 'c', w / 2, f64, arity, cz, vf);
+    ot_strbuf_printf(src, "#endif\n");
+    snprintf(vf, sizeof vf, "Sleef_cinz_%s%d_u10sse4", stem, w / 4);
+    vm_wrapper(src, 'b', w / 4, f64, arity, cz, vf);
+    ot_strbuf_printf(src, "#endif\n");
+}
+
+/* the fix-ups around the raw calls, the reference's text (src/exec/vmath.h) */
+static const char preamble_vmath_fix[] = OT_STR(OT_VMATH_DEF) "\n";
+
+void cg_emit_preamble(ot_strbuf *src) {
+    ot_strbuf_printf(src, "%s%s%s", preamble, preamble_expf, preamble_vmath_head);
+#define CG_VM_DECL_(name, stem, arity, T) vm_declare(src, #name, #stem, arity, #T);
+    OT_VMATH_LIST(CG_VM_DECL_)
+#undef CG_VM_DECL_
+    ot_strbuf_printf(src, "%s", preamble_vmath_fix);
+}
+
+/* Whether the kernel text [p, end) calls ot_vm_<name> (or pow's ot_vm_pow[f]1, or logistic for
+ * exp). */
+static bool vm_called(const char *p, const char *name) {
+    char a[40], b[40];
+    snprintf(a, sizeof a, "ot_vm_%s(", name);
+    snprintf(b, sizeof b, "ot_vm_%s1(", name);
+    return strstr(p, a) || strstr(p, b) || (!strcmp(name, "exp") && strstr(p, "ot_vm_logistic("));
+}
+
+void cg_emit_vmath_wrappers(ot_strbuf *src, size_t from) {
+    if (!src->p || from >= src->n) return;
+    /* the calls are found in the kernels' text before anything is appended */
+    bool used[64] = {false};
+    int i = 0;
+#define CG_VM_USED_(name, stem, arity, T) used[i++] = vm_called(src->p + from, #name);
+    OT_VMATH_LIST(CG_VM_USED_)
+#undef CG_VM_USED_
+    i = 0;
+#define CG_VM_WRAP_(name, stem, arity, T)                                                          \
+    if (used[i++]) vm_wrappers(src, #stem, arity, #T);
+    OT_VMATH_LIST(CG_VM_WRAP_)
+#undef CG_VM_WRAP_
+}
 /* ---- types ------------------------------------------------------------------------------- */
 
 static const char *ctype(ot_dtype t) {
@@ -344,8 +450,8 @@ static bool hw_op_ok(ot_opcode op) {
 }
 
 /* hw_op_ok for one instruction: also f32 (and f16/bf16, computed in f32) exp, tanh, erf, log,
- * log1p, expm1, sin and cos, the library's own ot_expf_ftz, ot_tanhf, ot_erff, ot_logf,
- * ot_log1pf, ot_expm1f, ot_sinf and ot_cosf (src/exec/expf_poly.h), whose steps never produce
+ * log1p and expm1, the library's own ot_expf_ftz, ot_tanhf, ot_erff, ot_logf, ot_log1pf and
+ * ot_expm1f (src/exec/expf_poly.h), whose steps never produce
  * or read a subnormal float for a zero or normal operand and so give the same bits under the modes
  * (their operand keeps its software flushing); and logistic, 1 / (1 + ot_expf(-x)): a subnormal
  * ot_expf result only meets 1 + (it is below half an ulp of 1, read as 0 or not), and 1 / F for
@@ -369,7 +475,7 @@ static bool hw_instr_ok(const ot_instr *x) {
     }
     return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
             x->opcode == OT_OP_LOG || x->opcode == OT_OP_LOG1P || x->opcode == OT_OP_EXPM1 ||
-            x->opcode == OT_OP_SIN || x->opcode == OT_OP_COS || x->opcode == OT_OP_LOGISTIC) &&
+            x->opcode == OT_OP_LOGISTIC) &&
            x->shape.kind == OT_IR_ARRAY && x->shape.array.dtype != OT_F64;
 #else
     return false;
@@ -518,19 +624,19 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_CEIL: return d ? "ceil(%s)" : "ceilf(%s)";
     case OT_OP_ROUND_NEAREST_AFZ: return d ? "round(%s)" : "roundf(%s)";
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
-    case OT_OP_EXP: return d ? "exp(%s)" : "ot_expf_ftz(%s)"; /* generated code always flushes */
-    case OT_OP_EXPM1: return d ? "expm1(%s)" : "ot_expm1f(%s)";
-    case OT_OP_LOG: return d ? "log(%s)" : "ot_logf(%s)";
-    case OT_OP_LOG1P: return d ? "log1p(%s)" : "ot_log1pf(%s)";
+    case OT_OP_EXP: return d ? "ot_vm_exp(%s)" : "ot_expf_ftz(%s)"; /* generated code flushes */
+    case OT_OP_EXPM1: return d ? "ot_vm_expm1(%s)" : "ot_expm1f(%s)";
+    case OT_OP_LOG: return d ? "ot_vm_log(%s)" : "ot_logf(%s)";
+    case OT_OP_LOG1P: return d ? "ot_vm_log1p1(%s)" : "ot_log1pf(%s)";
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
-    case OT_OP_CBRT: return d ? "cbrt(%s)" : "cbrtf(%s)";
-    case OT_OP_TANH: return d ? "tanh(%s)" : "ot_tanhf(%s)";
-    case OT_OP_LOGISTIC: return d ? "(1.0 / (1.0 + exp(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";
-    case OT_OP_SIN: return d ? "sin(%s)" : "ot_sinf(%s)";
-    case OT_OP_COS: return d ? "cos(%s)" : "ot_cosf(%s)";
-    case OT_OP_TAN: return d ? "tan(%s)" : "tanf(%s)";
-    case OT_OP_ERF: return d ? "erf(%s)" : "ot_erff(%s)";
+    case OT_OP_CBRT: return d ? "ot_vm_cbrt(%s)" : "ot_vm_cbrtf(%s)";
+    case OT_OP_TANH: return d ? "ot_vm_tanh(%s)" : "ot_tanhf(%s)";
+    case OT_OP_LOGISTIC: return d ? "ot_vm_logistic(%s)" : "(1.0f / (1.0f + ot_expf(-%s)))";
+    case OT_OP_SIN: return d ? "ot_vm_sin(%s)" : "ot_vm_sinf(%s)";
+    case OT_OP_COS: return d ? "ot_vm_cos(%s)" : "ot_vm_cosf(%s)";
+    case OT_OP_TAN: return d ? "ot_vm_tan(%s)" : "ot_vm_tanf(%s)";
+    case OT_OP_ERF: return d ? "ot_vm_erf(%s)" : "ot_erff(%s)";
     default: return NULL;
     }
 }
@@ -545,10 +651,10 @@ static bool binary_fn(ot_opcode op, bool d, const char **pre, const char **mid, 
     case OT_OP_MULTIPLY: *mid = " * "; return true;
     case OT_OP_DIVIDE: *mid = " / "; return true;
     case OT_OP_REMAINDER: *pre = d ? "fmod(" : "fmodf("; break;
-    case OT_OP_POWER: *pre = d ? "ot_powd(" : "ot_powf("; break;
+    case OT_OP_POWER: *pre = d ? "ot_vm_pow1(" : "ot_vm_powf1("; break;
     case OT_OP_MAXIMUM: *pre = d ? "ot_maxd(" : "ot_maxf("; break;
     case OT_OP_MINIMUM: *pre = d ? "ot_mind(" : "ot_minf("; break;
-    case OT_OP_ATAN2: *pre = d ? "atan2(" : "atan2f("; break;
+    case OT_OP_ATAN2: *pre = d ? "ot_vm_atan2(" : "ot_vm_atan2f("; break;
     default: return false;
     }
     *mid = ", ";
@@ -577,10 +683,10 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         fdom(E, a, t, quiet, ftz && !hw_arith(E, op, ctx), s, sizeof s);
         char r[1024];
         snprintf(r, sizeof r, f, s);
-        /* ot_expf_ftz's result is flushed; ot_tanhf's, ot_erff's, ot_logf's, ot_log1pf's,
-         * ot_expm1f's, ot_sinf's and ot_cosf's, of a flushed operand, are never subnormal */
+        /* ot_expf_ftz's result is flushed; ot_tanhf's, ot_erff's, ot_logf's, ot_log1pf's and
+         * ot_expm1f's, of a flushed operand, are never subnormal */
         if ((op == OT_OP_EXP || op == OT_OP_TANH || op == OT_OP_ERF || op == OT_OP_LOG ||
-             op == OT_OP_LOG1P || op == OT_OP_EXPM1 || op == OT_OP_SIN || op == OT_OP_COS) &&
+             op == OT_OP_LOG1P || op == OT_OP_EXPM1) &&
             t == OT_F32)
             return define(E, x, ctx, t, true, "%s", r);
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {

@@ -332,7 +332,7 @@ static ot_status unit_spawn(const char *cc, const char *dir, const char *khex, c
     snprintf(j->c_final, sizeof j->c_final, "%s/%s.c", dir, khex);
     j->pid = -1;
     OT_CHECK(write_file(j->c_tmp, src->p, src->n));
-    char *argv[] = {(char *)cc, CG_FLAGS, "-o", j->so_tmp, j->c_tmp, "-lm", NULL};
+    char *argv[] = {(char *)cc, CG_FLAGS, "-o", j->so_tmp, j->c_tmp, "-lsleef", "-lm", NULL};
     j->pid = spawn_cmd(argv, j->log);
     if (j->pid < 0) {
         unlink(j->c_tmp);
@@ -428,6 +428,7 @@ static ot_status build_units(cg_program *p, const cg_options *o, const char *cc,
         ot_strbuf_printf(b, "%.*s", (int)pre, src->p);
         for (int k = u->first; k <= u->last; k++)
             if (p->k[k].fn) ot_strbuf_printf(b, "%.*s", (int)klen[k], src->p + koff[k]);
+        cg_emit_vmath_wrappers(b, pre);
         if (b->oom) {
             st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
             break;

@@ -5,6 +5,7 @@
  * truncated. Every kernel is a plain loop with a switch per element: clarity over speed. */
 #include "exec/exec_internal.h"
 #include "exec/expf_poly.h"
+#include "exec/vmath.h"
 #include "ir/op_traits.h"
 
 #include <float.h>
@@ -157,15 +158,12 @@ OT_TANHF_DEF
 OT_ERFF_DEF
 OT_LOGF_DEF
 OT_EXPM1F_DEF
-OT_SINCOSF_DEF
+OT_VMATH_REF_DECLS
+OT_VMATH_DEF
 
 static float logistic_f(float x) {
     /* 1 / (1 + exp(-x)), saturating cleanly at both ends */
     return 1.0f / (1.0f + ot_expf(-x));
-}
-
-static double logistic_d(double x) {
-    return 1.0 / (1.0 + exp(-x));
 }
 
 static float sign_f(float x) {
@@ -193,12 +191,12 @@ static float unary_f32(ot_opcode op, float x) {
     case OT_OP_LOG1P: return ot_log1pf(x);
     case OT_OP_SQRT: return sqrtf(x);
     case OT_OP_RSQRT: return 1.0f / sqrtf(x);
-    case OT_OP_CBRT: return cbrtf(x);
+    case OT_OP_CBRT: return ot_vm_cbrtf(x);
     case OT_OP_TANH: return ot_tanhf(x);
     case OT_OP_LOGISTIC: return logistic_f(x);
-    case OT_OP_SIN: return ot_sinf(x);
-    case OT_OP_COS: return ot_cosf(x);
-    case OT_OP_TAN: return tanf(x);
+    case OT_OP_SIN: return ot_vm_sinf(x);
+    case OT_OP_COS: return ot_vm_cosf(x);
+    case OT_OP_TAN: return ot_vm_tanf(x);
     case OT_OP_ERF: return ot_erff(x);
     default: return x; /* copy */
     }
@@ -213,19 +211,19 @@ static double unary_f64(ot_opcode op, double x) {
     case OT_OP_CEIL: return ceil(x);
     case OT_OP_ROUND_NEAREST_AFZ: return round(x);
     case OT_OP_ROUND_NEAREST_EVEN: return nearbyint(x);
-    case OT_OP_EXP: return exp(x);
-    case OT_OP_EXPM1: return expm1(x);
-    case OT_OP_LOG: return log(x);
-    case OT_OP_LOG1P: return log1p(x);
+    case OT_OP_EXP: return ot_vm_exp(x);
+    case OT_OP_EXPM1: return ot_vm_expm1(x);
+    case OT_OP_LOG: return ot_vm_log(x);
+    case OT_OP_LOG1P: return ot_vm_log1p1(x);
     case OT_OP_SQRT: return sqrt(x);
     case OT_OP_RSQRT: return 1.0 / sqrt(x);
-    case OT_OP_CBRT: return cbrt(x);
-    case OT_OP_TANH: return tanh(x);
-    case OT_OP_LOGISTIC: return logistic_d(x);
-    case OT_OP_SIN: return sin(x);
-    case OT_OP_COS: return cos(x);
-    case OT_OP_TAN: return tan(x);
-    case OT_OP_ERF: return erf(x);
+    case OT_OP_CBRT: return ot_vm_cbrt(x);
+    case OT_OP_TANH: return ot_vm_tanh(x);
+    case OT_OP_LOGISTIC: return ot_vm_logistic(x);
+    case OT_OP_SIN: return ot_vm_sin(x);
+    case OT_OP_COS: return ot_vm_cos(x);
+    case OT_OP_TAN: return ot_vm_tan(x);
+    case OT_OP_ERF: return ot_vm_erf(x);
     default: return x;
     }
 }
@@ -247,7 +245,7 @@ static int64_t unary_int(ot_opcode op, ot_dtype t, int64_t v) {
     }
 }
 
-/* f32 exp, logistic, tanh, erf, log, log1p, expm1, sin and cos over an array, with unary_f32's
+/* f32 exp, logistic, tanh, erf, log, log1p and expm1 over an array, with unary_f32's
  * functions and flushing: built for AVX-512 and AVX2 beside the baseline (GCC target_clones, chosen
  * at load, as the runtime's reduce rows), where fmaf is the FMA instruction and the loop
  * vectorizes; the baseline build calls glibc's fmaf for each fmaf. fmaf rounds once by definition,
@@ -291,16 +289,6 @@ EX_CLONES static void expf_array(const float *x, float *y, int64_t n, bool ftz, 
             for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(daz_f32(x[i]));
         else
             for (int64_t i = 0; i < n; i++) y[i] = ot_expm1f(x[i]);
-    } else if (op == OT_OP_SIN) {
-        if (ftz)
-            for (int64_t i = 0; i < n; i++) y[i] = ot_sinf(daz_f32(x[i]));
-        else
-            for (int64_t i = 0; i < n; i++) y[i] = ot_sinf(x[i]);
-    } else if (op == OT_OP_COS) {
-        if (ftz)
-            for (int64_t i = 0; i < n; i++) y[i] = ot_cosf(daz_f32(x[i]));
-        else
-            for (int64_t i = 0; i < n; i++) y[i] = ot_cosf(x[i]);
     } else if (ftz && op == OT_OP_LOGISTIC) {
         for (int64_t i = 0; i < n; i++) y[i] = daz_f32(logistic_f(daz_f32(x[i])));
     } else if (ftz) {
@@ -318,8 +306,7 @@ ot_status ex_unary(ot_opcode op, ot_dtype in, ot_dtype out, const void *x, void 
         return OT_OK;
     }
     if ((op == OT_OP_EXP || op == OT_OP_LOGISTIC || op == OT_OP_TANH || op == OT_OP_ERF ||
-         op == OT_OP_LOG || op == OT_OP_LOG1P || op == OT_OP_EXPM1 || op == OT_OP_SIN ||
-         op == OT_OP_COS) &&
+         op == OT_OP_LOG || op == OT_OP_LOG1P || op == OT_OP_EXPM1) &&
         in == OT_F32 && out == OT_F32) {
         expf_array(x, y, n, ex_ftz, op);
         return OT_OK;
@@ -374,10 +361,10 @@ static float binary_f32(ot_opcode op, float a, float b) {
     case OT_OP_MULTIPLY: return a * b;
     case OT_OP_DIVIDE: return a / b;
     case OT_OP_REMAINDER: return fmodf(a, b);
-    case OT_OP_POWER: return (a == 1.0f || b == 0.0f) ? 1.0f : powf(a, b);
+    case OT_OP_POWER: return ot_vm_powf1(a, b);
     case OT_OP_MAXIMUM: return (float)fmax_nan(a, b);
     case OT_OP_MINIMUM: return (float)fmin_nan(a, b);
-    case OT_OP_ATAN2: return atan2f(a, b);
+    case OT_OP_ATAN2: return ot_vm_atan2f(a, b);
     default: return NAN;
     }
 }
@@ -389,10 +376,10 @@ static double binary_f64(ot_opcode op, double a, double b) {
     case OT_OP_MULTIPLY: return a * b;
     case OT_OP_DIVIDE: return a / b;
     case OT_OP_REMAINDER: return fmod(a, b);
-    case OT_OP_POWER: return (a == 1.0 || b == 0.0) ? 1.0 : pow(a, b);
+    case OT_OP_POWER: return ot_vm_pow1(a, b);
     case OT_OP_MAXIMUM: return fmax_nan(a, b);
     case OT_OP_MINIMUM: return fmin_nan(a, b);
-    case OT_OP_ATAN2: return atan2(a, b);
+    case OT_OP_ATAN2: return ot_vm_atan2(a, b);
     default: return NAN;
     }
 }
