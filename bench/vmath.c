@@ -10,6 +10,11 @@
  *                                                      F() in long double (f64) or double (f32)
  *   bench_vmath speed [--fn F] [--dtype f32|f64] [--n N] [--reps R] [--json]   elements/s on N
  *                                                      elements (16M), one thread
+ *   bench_vmath variants [--n N] [--json]   every SLEEF function's finz (FMA) vector variants
+ *                                            against its scalar purecfma one and its cinz (no
+ *                                            FMA) ones against purec, bit for bit after the
+ *                                            fix-ups, on N sampled inputs (16M) with the edge
+ *                                            cases (AVX-512 builds)
  *
  * F (f32) is tanh (the default), erf, log, log1p, expm1 (the library's polynomials), sin, cos, tan,
  * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log, log1p, tanh, erf, sin, cos, tan, cbrt,
@@ -624,7 +629,7 @@ static int run_ulp_sampled(int64_t n, int json) {
             }
         }
     uint64_t g = 0x243f6a8885a308d3ull;
-    double worst = 0, worst_a = 0, worst_b = 0;
+    double worst = 0, worst_a = 0, worst_b = 0, worst_normal = 0;
     int64_t numbers = 0, exact = 0, differ = 0, bad_nan = 0;
     for (int64_t i = 0; i < n; i++) {
         double a = sample(&g, f64, f->lo, f->hi);
@@ -651,15 +656,18 @@ static int run_ulp_sampled(int64_t n, int json) {
             worst_a = a;
             worst_b = b;
         }
+        /* results the default flush-to-zero rules keep: the exact value normal */
+        if (err > worst_normal && fabsl(r) >= (f64 ? (long double)DBL_MIN : (long double)FLT_MIN))
+            worst_normal = err;
     }
     if (json) {
         printf("{\"fn\": \"%s\", \"dtype\": \"%s\", \"samples\": %lld, \"max_ulp\": %.4f, "
                "\"worst_a\": \"%a\", \"worst_b\": \"%a\", \"correctly_rounded\": %lld, "
                "\"numbers\": %lld, \"differ_libm\": %lld, \"nan_mismatch\": %lld, "
-               "\"edge_cases\": %lld, \"edge_differ_libm\": %lld}\n",
+               "\"edge_cases\": %lld, \"edge_differ_libm\": %lld, \"max_ulp_normal\": %.4f}\n",
                f->name, f64 ? "f64" : "f32", (long long)n, worst, worst_a, worst_b,
                (long long)exact, (long long)numbers, (long long)differ, (long long)bad_nan,
-               (long long)edge_n, (long long)edge_diff);
+               (long long)edge_n, (long long)edge_diff, worst_normal);
     } else {
         char at[80];
         if (f->arity == 2)
@@ -673,6 +681,7 @@ static int run_ulp_sampled(int64_t n, int json) {
                (long long)numbers, 100.0 * (double)exact / (double)(numbers ? numbers : 1),
                (long long)differ, 100.0 * (double)differ / (double)(numbers ? numbers : 1),
                (long long)bad_nan);
+        printf("max error where the exact result is normal: %.4f ulp\n", worst_normal);
         printf("edge cases: %lld, %lld special values (NaN, ±inf, ±0, sign) differ from glibc's "
                "(NaN bits aside)\n",
                (long long)edge_n, (long long)edge_diff);
@@ -732,6 +741,158 @@ static int run_speed_sampled(int64_t n, int reps, int json) {
     return 0;
 }
 
+/* ---- variants: SLEEF's deterministic classes agree across vector widths ---------------------- */
+
+#if BV_VEC && defined(__AVX512F__)
+/* every variant of a class on the same inputs, compared bit for bit with the class's scalar one
+ * after the fix-ups both sides apply (OT_VMATH_DEF: raw, only NaN bits differ: log's AVX-512
+ * variants give another NaN for a negative x, cbrt's cinz ones for a NaN x): finz (scalar
+ * purecfma, AVX2 128-bit, AVX2, AVX-512) and cinz (scalar purec, SSE4, AVX, AVX-512 without
+ * FMA); counts the inputs on which any differs */
+#define BV_VAR_DECL_(name, stem, arity, T) BV_VAR_DECL_##T(stem, arity)
+#define BV_VD_(T, V, stem, W, VAR, args)   V Sleef_##stem##W##_u10##VAR args;
+#define BV_VAR_DECL_float(stem, a)                                                                 \
+    BV_VD_(float, bv_f4, finz_##stem, 4, avx2128, BV_ARGS##a(bv_f4))                               \
+    BV_VD_(float, bv_f16, cinz_##stem, 16, avx512fnofma, BV_ARGS##a(bv_f16))                       \
+    BV_VD_(float, bv_f8, cinz_##stem, 8, avx, BV_ARGS##a(bv_f8))                                   \
+    BV_VD_(float, bv_f4, cinz_##stem, 4, sse4, BV_ARGS##a(bv_f4))                                  \
+    BV_VD_(float, float, cinz_##stem, 1, purec, BV_ARGS##a(float))
+#define BV_VAR_DECL_double(stem, a)                                                                \
+    BV_VD_(double, bv_d2, finz_##stem, 2, avx2128, BV_ARGS##a(bv_d2))                              \
+    BV_VD_(double, bv_d8, cinz_##stem, 8, avx512fnofma, BV_ARGS##a(bv_d8))                         \
+    BV_VD_(double, bv_d4, cinz_##stem, 4, avx, BV_ARGS##a(bv_d4))                                  \
+    BV_VD_(double, bv_d2, cinz_##stem, 2, sse4, BV_ARGS##a(bv_d2))                                 \
+    BV_VD_(double, double, cinz_##stem, 1, purec, BV_ARGS##a(double))
+#define BV_ARGS1(V) (V)
+#define BV_ARGS2(V) (V, V)
+OT_VMATH_LIST(BV_VAR_DECL_)
+
+/* one check: lanes L of vector type V from variant F against the scalar S on x[i..i+16) */
+#define BV_CHK1(T, V, L, F, S)                                                                     \
+    for (int o = 0; o < 16; o += L) {                                                              \
+        V va, vr;                                                                                  \
+        memcpy(&va, x + o, sizeof va);                                                             \
+        vr = F(va);                                                                                \
+        for (int l = 0; l < L; l++) {                                                              \
+            T s = OT_VM_FIX_(T)(x[o + l], x[o + l], S(x[o + l]));                                  \
+            T v = OT_VM_FIX_(T)(x[o + l], x[o + l], vr[l]);                                        \
+            if (memcmp(&s, &v, sizeof s)) bad = 1;                                                 \
+        }                                                                                          \
+    }
+#define BV_CHK2(T, V, L, F, S)                                                                     \
+    for (int o = 0; o < 16; o += L) {                                                              \
+        V va, vb, vr;                                                                              \
+        memcpy(&va, x + o, sizeof va);                                                             \
+        memcpy(&vb, y + o, sizeof vb);                                                             \
+        vr = F(va, vb);                                                                            \
+        for (int l = 0; l < L; l++) {                                                              \
+            T s = OT_VM_FIX_(T)(x[o + l], y[o + l], S(x[o + l], y[o + l]));                        \
+            T v = OT_VM_FIX_(T)(x[o + l], y[o + l], vr[l]);                                        \
+            if (memcmp(&s, &v, sizeof s)) bad = 1;                                                 \
+        }                                                                                          \
+    }
+#define BV_VAR_FN_(name, stem, arity, T) BV_VAR_FN_##T(name, stem, arity)
+#define BV_VAR_FN_float(name, stem, a)                                                             \
+    static int64_t var_##name(const float *x, const float *y, int64_t n16) {                       \
+        int64_t differ = 0;                                                                        \
+        (void)y;                                                                                   \
+        for (int64_t k = 0; k < n16; k++, x += 16, y += 16) {                                      \
+            int bad = 0;                                                                           \
+            BV_CHK##a(float, bv_f16, 16, Sleef_finz_##stem##16_u10avx512f,                         \
+                      Sleef_finz_##stem##1_u10purecfma)                                            \
+                BV_CHK##a(float, bv_f8, 8, Sleef_finz_##stem##8_u10avx2,                           \
+                          Sleef_finz_##stem##1_u10purecfma)                                        \
+                    BV_CHK##a(float, bv_f4, 4, Sleef_finz_##stem##4_u10avx2128,                    \
+                              Sleef_finz_##stem##1_u10purecfma)                                    \
+                        BV_CHK##a(float, bv_f16, 16, Sleef_cinz_##stem##16_u10avx512fnofma,        \
+                                  Sleef_cinz_##stem##1_u10purec)                                   \
+                            BV_CHK##a(float, bv_f8, 8, Sleef_cinz_##stem##8_u10avx,                \
+                                      Sleef_cinz_##stem##1_u10purec)                               \
+                                BV_CHK##a(float, bv_f4, 4, Sleef_cinz_##stem##4_u10sse4,           \
+                                          Sleef_cinz_##stem##1_u10purec) differ += bad;            \
+        }                                                                                          \
+        return differ;                                                                             \
+    }
+#define BV_VAR_FN_double(name, stem, a)                                                            \
+    static int64_t var_##name(const double *x, const double *y, int64_t n16) {                     \
+        int64_t differ = 0;                                                                        \
+        (void)y;                                                                                   \
+        for (int64_t k = 0; k < n16; k++, x += 16, y += 16) {                                      \
+            int bad = 0;                                                                           \
+            BV_CHK##a(double, bv_d8, 8, Sleef_finz_##stem##8_u10avx512f,                           \
+                      Sleef_finz_##stem##1_u10purecfma)                                            \
+                BV_CHK##a(double, bv_d4, 4, Sleef_finz_##stem##4_u10avx2,                          \
+                          Sleef_finz_##stem##1_u10purecfma)                                        \
+                    BV_CHK##a(double, bv_d2, 2, Sleef_finz_##stem##2_u10avx2128,                   \
+                              Sleef_finz_##stem##1_u10purecfma)                                    \
+                        BV_CHK##a(double, bv_d8, 8, Sleef_cinz_##stem##8_u10avx512fnofma,          \
+                                  Sleef_cinz_##stem##1_u10purec)                                   \
+                            BV_CHK##a(double, bv_d4, 4, Sleef_cinz_##stem##4_u10avx,               \
+                                      Sleef_cinz_##stem##1_u10purec)                               \
+                                BV_CHK##a(double, bv_d2, 2, Sleef_cinz_##stem##2_u10sse4,          \
+                                          Sleef_cinz_##stem##1_u10purec) differ += bad;            \
+        }                                                                                          \
+        return differ;                                                                             \
+    }
+/* the scalar variants, declared without the simd attribute (the ones above carry it) */
+#define BV_SC_DECL_(name, stem, arity, T) BV_SC_DECL##arity##_(stem, T)
+#define BV_SC_DECL1_(stem, T)             T Sleef_finz_##stem##1_u10purecfma(T);
+#define BV_SC_DECL2_(stem, T)             T Sleef_finz_##stem##1_u10purecfma(T, T);
+OT_VMATH_LIST(BV_SC_DECL_)
+OT_VMATH_LIST(BV_VAR_FN_)
+
+/* inputs: the sample mix of the ulp runs, the edge cases first */
+static int run_variants(int64_t n, int json) {
+    int64_t n16 = (n + 15) / 16, m = n16 * 16;
+    double *xd = malloc((size_t)m * 8), *yd = malloc((size_t)m * 8);
+    float *xf = malloc((size_t)m * 4), *yf = malloc((size_t)m * 4);
+    if (!xd || !yd || !xf || !yf) return 1;
+    static const double edge[] = {0.0,   -0.0,    INFINITY, -INFINITY, NAN,    1.0,     -1.0,
+                                  0.5,   2.0,     -2.5,     1e-310,    5e-324, DBL_MIN, DBL_MAX,
+                                  1e-40, FLT_MAX, 710.0,    -745.5,    89.0,   -104.0,  1e300};
+    uint64_t g = 0x13198a2e03707344ull;
+    for (int64_t i = 0; i < m; i++) {
+        int e = (int)(sizeof edge / sizeof edge[0]);
+        xd[i] = i < e ? edge[i] : sample(&g, 1, -100, 100);
+        yd[i] = i < e * e ? edge[i % e] : sample(&g, 1, -4, 4);
+        xf[i] = i < e ? (float)edge[i] : (float)sample(&g, 0, -100, 100);
+        yf[i] = i < e * e ? (float)edge[i % e] : (float)sample(&g, 0, -4, 4);
+        if (i >= e && i < e * e) { /* all pairs of edge cases for pow and atan2 */
+            xd[i] = edge[i / e];
+            xf[i] = (float)edge[i / e];
+        }
+    }
+    int64_t total = 0;
+#define BV_RUN_(name, stem, arity, T)                                                              \
+    {                                                                                              \
+        int64_t d = BV_RUN_##T(name);                                                              \
+        total += d;                                                                                \
+        if (json)                                                                                  \
+            printf("{\"fn\": \"%s\", \"inputs\": %lld, \"differ\": %lld}\n", #name, (long long)m,  \
+                   (long long)d);                                                                  \
+        else                                                                                       \
+            printf("%-7s %lld inputs: %lld on which a finz or cinz vector variant differs from "   \
+                   "its class's scalar one\n",                                                     \
+                   #name, (long long)m, (long long)d);                                             \
+    }
+#define BV_RUN_float(name)  var_##name(xf, yf, n16)
+#define BV_RUN_double(name) var_##name(xd, yd, n16)
+    OT_VMATH_LIST(BV_RUN_)
+    free(xd);
+    free(yd);
+    free(xf);
+    free(yf);
+    return total ? 1 : 0;
+}
+#else
+static int run_variants(int64_t n, int json) {
+    (void)n;
+    (void)json;
+    fprintf(stderr, "bench_vmath variants: needs a build for AVX-512 with FMA (GCC)\n");
+    return 77;
+}
+#endif
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_vmath ulp [--fn F] [--threads N] [--json] | speed [--fn F] "
@@ -765,6 +926,7 @@ int main(int argc, char **argv) {
         else
             return 2;
     }
+    if (!strcmp(argv[1], "variants")) return run_variants(n, json);
     /* f32 unary: the 2^32 harness; f32 pow/atan2 and every f64 function: sampled */
     fn_cur = NULL;
     sfn_cur = NULL;
