@@ -63,7 +63,7 @@
         uint32_t bn = ~an & (0u - (uint32_t)((bb.u & 0x7fffffffu) > 0x7f800000u));                 \
         uint32_t rn = ~an & ~bn & (0u - (uint32_t)((rb.u & 0x7fffffffu) > 0x7f800000u));           \
         uint32_t keep = ~an & ~bn & ~rn;                                                           \
-        rb.u = ((ab.u | 0x400000u) & an) | ((bb.u | 0x400000u) & bn) | (0xffc00000u & rn) |       \
+        rb.u = ((ab.u | 0x400000u) & an) | ((bb.u | 0x400000u) & bn) | (0xffc00000u & rn) |        \
                (rb.u & keep);                                                                      \
         return rb.f;                                                                               \
     }                                                                                              \
@@ -77,22 +77,22 @@
         uint64_t bn = ~an & (0u - (uint64_t)((bb.u & m) > inf));                                   \
         uint64_t rn = ~an & ~bn & (0u - (uint64_t)((rb.u & m) > inf));                             \
         uint64_t keep = ~an & ~bn & ~rn;                                                           \
-        rb.u = ((ab.u | q) & an) | ((bb.u | q) & bn) | (0xfff8000000000000ull & rn) |              \
-               (rb.u & keep);                                                                      \
+        rb.u =                                                                                     \
+            ((ab.u | q) & an) | ((bb.u | q) & bn) | (0xfff8000000000000ull & rn) | (rb.u & keep);  \
         return rb.f;                                                                               \
     }
 #define OT_VMATH_FN_(name, stem, arity, T) OT_VMATH_FN##arity##_(name, T)
 #define OT_VMATH_FN1_(name, T)                                                                     \
-    static inline T ot_vm_##name(T x) {                                                                 \
+    static inline T ot_vm_##name(T x) {                                                            \
         return OT_VM_FIX_(T)(x, x, ot_vmraw_##name(x));                                            \
     }
 #define OT_VMATH_FN2_(name, T)                                                                     \
-    static inline T ot_vm_##name(T a, T b) {                                                            \
+    static inline T ot_vm_##name(T a, T b) {                                                       \
         return OT_VM_FIX_(T)(a, b, ot_vmraw_##name(a, b));                                         \
     }
-#define OT_VM_FIX_(T)      OT_VM_FIX_##T##_
-#define OT_VM_FIX_float_   ot_vm_fixf_
-#define OT_VM_FIX_double_  ot_vm_fixd_
+#define OT_VM_FIX_(T)     OT_VM_FIX_##T##_
+#define OT_VM_FIX_float_  ot_vm_fixf_
+#define OT_VM_FIX_double_ ot_vm_fixd_
 /* ot_vm_sinf ... ot_vm_atan2, then pow with its 1 rule (selected after the call, so the call
  * stays unconditional), f64 logistic, and f64 log1p as called (ot_vm_log1p1): SLEEF's log1p
  * returns inf from x = 1e307 on, so x in [2^997, inf) is scaled by 2^-600 first (1 + x·2^-600
@@ -127,8 +127,8 @@
             double f;                                                                              \
             uint64_t u;                                                                            \
         } xb = {x}, sb, rb, bb;                                                                    \
-        uint64_t big = 0u - (uint64_t)((xb.u >= 0x7e40000000000000ull) &                           \
-                                       (xb.u < 0x7ff0000000000000ull));                            \
+        uint64_t big =                                                                             \
+            0u - (uint64_t)((xb.u >= 0x7e40000000000000ull) & (xb.u < 0x7ff0000000000000ull));     \
         sb.u = (0x1a70000000000000ull & big) | (0x3ff0000000000000ull & ~big);                     \
         rb.f = ot_vm_log1p(x * sb.f);                                                              \
         bb.f = (rb.f + 0x1.4aa84b6b3b125p-46) + 0x1.9fe3682cd3be4p+8;                              \
