@@ -223,9 +223,12 @@ static int log1p_special(float x, float *want) {
     return 0;
 }
 
-/* noinline: each loop is compiled (and vectorized) on its own, as in a native fusion */
+/* noinline: each loop is compiled (and vectorized) on its own, as in a native fusion; flatten:
+ * the function inlined as in a generated kernel (in this file, with many callers, GCC's
+ * unit-growth limit left ot_erff a call: a scalar loop) */
 #define BV_LOOP(fn, call)                                                                          \
-    __attribute__((noinline)) static void loop_##fn(const float *x, float *y, int64_t n) {         \
+    __attribute__((noinline, flatten)) static void loop_##fn(const float *x, float *y,             \
+                                                             int64_t n) {                          \
         for (int64_t i = 0; i < n; i++) y[i] = call(x[i]);                                         \
     }
 BV_LOOP(tanh, ot_tanhf)
@@ -456,8 +459,8 @@ typedef struct sfn {
         (void)b;                                                                                   \
         return rf(a);                                                                              \
     }                                                                                              \
-    __attribute__((noinline)) static void s_lo_##nm(const void *a, const void *b, void *y,         \
-                                                    int64_t n) {                                   \
+    __attribute__((noinline, flatten)) static void s_lo_##nm(const void *a, const void *b,         \
+                                                             void *y, int64_t n) {                 \
         (void)b;                                                                                   \
         const T *x = a;                                                                            \
         T *o = y;                                                                                  \
@@ -482,8 +485,8 @@ typedef struct sfn {
     static long double s_rf_##nm(long double a, long double b) {                                   \
         return rf(a, b);                                                                           \
     }                                                                                              \
-    __attribute__((noinline)) static void s_lo_##nm(const void *a, const void *b, void *y,         \
-                                                    int64_t n) {                                   \
+    __attribute__((noinline, flatten)) static void s_lo_##nm(const void *a, const void *b,         \
+                                                             void *y, int64_t n) {                 \
         const T *x = a, *x2 = b;                                                                   \
         T *o = y;                                                                                  \
         for (int64_t i = 0; i < n; i++) o[i] = otf(x[i], x2[i]);                                   \
