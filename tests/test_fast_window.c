@@ -3,7 +3,8 @@
  * windows, negative and positive padding, base and window dilation, reversal), f32 and f64, every
  * covered computation (add/max/min reducers, GE/GT/LE/LT selects, operands in either order),
  * inputs full of ties, NaNs (quiet and signalling, with payloads), infinities, signed zeros and
- * subnormals, under FTZ/DAZ and IEEE modes, on pools of 1, 2 and 3 threads. Then the pooling
+ * subnormals, under FTZ/DAZ and IEEE modes, on pools of 1, 2, 3 and 8 threads; prefix scans
+ * (cumsum, cumprod, cummax, cummin) the same way. Then the pooling
  * layouts a conv net uses (NHWC and NCHW, 2x2 stride 2 and overlapping 3x3 stride 2) through the
  * runtime at sizes that split over the pool, and the computations the kernels leave to the
  * reference. */
@@ -28,7 +29,7 @@ static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
     return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
 }
 
-static ot_threadpool *g_pools[3];
+static ot_threadpool *g_pools[4];
 /* Leave NaNs out of fill_window_values: the kernels' vector paths run only on NaN-free windows
  * (a chunk holding a NaN is folded again one element at a time). */
 static bool g_no_nan;
@@ -146,7 +147,7 @@ static bool check_kernel(const ot_instr *root, const ot_shape *osh, const ot_ten
         ot_tensor_release(&ref);
         return false;
     }
-    for (int p = 0; p < 3 && ok; p++) {
+    for (int p = 0; p < 4 && ok; p++) {
         ot_tensor got;
         if (ot_tensor_alloc(&got, osh) != OT_OK) {
             ok = false;
@@ -239,6 +240,73 @@ static void test_reduce_window_random(void) {
     }
     EXPECT_INT_EQ(failed, 0);
     EXPECT_INT_EQ(cases, 400);
+    g_no_nan = false;
+}
+
+/* Prefix scans (JAX's cumsum, cumprod, cummax and cummin): a window as long as its dim, padded
+ * below by all but one, along one dim of a random shape; add, multiply, maximum and minimum,
+ * either operand order. Lengths cross the kernel's inner blocks (1024) and come out long enough
+ * for products to overflow and underflow. */
+static void test_reduce_window_scans(void) {
+    static const ot_opcode ops[4] = {OT_OP_ADD, OT_OP_MULTIPLY, OT_OP_MAXIMUM, OT_OP_MINIMUM};
+    int cases = 0, failed = 0;
+    for (int it = 0; it < 200; it++) {
+        ot_dtype t = rnd(0, 2) ? OT_F32 : OT_F64;
+        ot_opcode op = ops[rnd(0, 3)];
+        bool swap = rnd(0, 3) == 0, ieee = rnd(0, 3) == 0;
+        g_no_nan = rnd(0, 1);
+        int r = (int)rnd(1, 4), sd = (int)rnd(0, r - 1);
+        int64_t dims[OT_MAX_RANK];
+        random_dims(r, dims);
+        if (dims[sd] < 2) dims[sd] = rnd(2, 40);
+        if (sd < r - 1 && rnd(0, 9) == 0) dims[r - 1] = rnd(1025, 1100); /* two inner blocks */
+        if (rnd(0, 9) == 0) dims[sd] = rnd(200, 300);
+        /* the reference folds n^2 / 2 elements per scanned line: keep its work small */
+        for (int d = 0, big = 0; d < r; d++)
+            if (d != sd && dims[d] > 9 && big++) dims[d] = rnd(1, 9);
+        if (dims[sd] > 40)
+            for (int d = 0; d < r; d++)
+                if (d != sd) dims[d] = rnd(1, 3);
+        ot_window w;
+        memset(&w, 0, sizeof w);
+        w.rank = r;
+        for (int d = 0; d < r; d++) {
+            w.dims[d] = (ot_window_dim){1, 1, 0, 0, 1, 1, false};
+            if (d == sd) w.dims[d].size = dims[d], w.dims[d].pad_lo = dims[d] - 1;
+        }
+        ot_module *m = ot_module_new("scan");
+        ot_computation *f = binary_comp(m, "reducer", op, t, swap, OT_CMP_EQ);
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_shape xs;
+        ASSERT_OK(ot_shape_make(&xs, t, r, dims));
+        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
+        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
+        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
+        ot_computation_set_root(c, rw);
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_tensor args[2];
+        ot_shape is = ot_shape_scalar(t);
+        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+        fill_window_values(&args[0]);
+        random_init(&args[1], op);
+        if (op == OT_OP_MULTIPLY && rnd(0, 1)) { /* the identity, as jnp.cumprod */
+            if (t == OT_F32)
+                *(float *)args[1].data = 1.0f;
+            else
+                *(double *)args[1].data = 1.0;
+        }
+        char what[96];
+        snprintf(what, sizeof what, "scan %d: %s %s%s rank %d dim %d", it, ot_dtype_name(t),
+                 ot_opcode_name(op), swap ? " swapped" : "", r, sd);
+        cases++;
+        if (!check_kernel(rw, &rw->shape.array, args, 2, ieee, what)) failed++;
+        for (int k = 0; k < 2; k++) ot_tensor_release(&args[k]);
+        ot_module_free(m);
+    }
+    EXPECT_INT_EQ(failed, 0);
+    EXPECT_INT_EQ(cases, 200);
     g_no_nan = false;
 }
 
@@ -431,13 +499,13 @@ static void test_window_fallbacks(void) {
 }
 
 static void test_setup(void) {
-    static const int n[3] = {1, 2, 3};
-    for (int k = 0; k < 3; k++) ASSERT_OK(ot_threadpool_create(n[k], &g_pools[k]));
-    EXPECT_INT_EQ(ot_threadpool_size(g_pools[2]), 3);
+    static const int n[4] = {1, 2, 3, 8};
+    for (int k = 0; k < 4; k++) ASSERT_OK(ot_threadpool_create(n[k], &g_pools[k]));
+    EXPECT_INT_EQ(ot_threadpool_size(g_pools[3]), 8);
 }
 
 static void test_teardown(void) {
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         ot_threadpool_free(g_pools[k]);
         g_pools[k] = NULL;
     }
@@ -445,5 +513,5 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_reduce_window_random),
-             OT_TEST(test_select_and_scatter_random), OT_TEST(test_pooling_layouts),
-             OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))
+             OT_TEST(test_reduce_window_scans), OT_TEST(test_select_and_scatter_random),
+             OT_TEST(test_pooling_layouts), OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))

@@ -22,6 +22,9 @@
  * dims with the last dim innermost: the reference's order. A row (the last output dim) is done
  * in chunks of WIN_CHUNK outputs held in registers/stack, each output's elements folded in order.
  *
+ * A reduce-window that is a prefix scan (cumsum, cumprod, cummax, cummin) runs as one: see
+ * "prefix scans" below.
+ *
  * Threads: reduce-window splits the output rows (each output written once). Select-and-scatter's
  * windows may overlap (stride < window), so two source elements can add into one output: the
  * source is split by its leading dims whose windows never overlap (stride >= the dilated window),
@@ -323,6 +326,89 @@ DEFINE_RW(double, uint64_t, add_f64, addn_d, fold_add_f64)
 DEFINE_RW(double, uint64_t, max_f64, max_d, fold_max_f64)
 DEFINE_RW(double, uint64_t, min_f64, min_d, fold_min_f64)
 
+/* ---- prefix scans ------------------------------------------------------------------------- */
+
+/* A reduce-window whose window along one dim (of n) is n wide with stride 1, n - 1 of padding
+ * below, none above, no dilation or reversal, and 1 wide with stride 1 and no padding elsewhere:
+ * output k along that dim folds x_0 .. x_k. JAX lowers cumsum, cumprod, cummax and cummin to it
+ * on CPU. The reference folds each output's window from the init value in window order, skipping
+ * the padding, which is acc_k = f(acc_{k-1}, x_k) from acc_{-1} = init: the same operations in
+ * the same order, so the scan below gives the reference's bits in n steps instead of n^2 / 2.
+ * The operand is viewed as [outer, n, inner]; a task is one outer index and one block of at most
+ * SCAN_BLOCK inner indices (the partition depends on the shape only). */
+#define SCAN_BLOCK 1024
+
+typedef struct scan_plan {
+    int64_t outer, n, inner, nblk;
+    ot_opcode op;
+    bool ftz, swap;
+    const void *x, *init;
+    void *y;
+} scan_plan;
+
+/* f(a, b) of the reference for the reducers a scan takes: the inline twins of fast_internal.h,
+ * and the reference's own ex_binary where an operand is a NaN (which payload comes out is then
+ * its choice, as addn_f). */
+#define DEFINE_SCAN(T, SUF, DT, ADD, MUL, MAX, MIN)                                                \
+    static inline T scan_op_##SUF(ot_opcode op, T a, T b, bool z) {                                \
+        if (a != a || b != b) {                                                                    \
+            T r;                                                                                   \
+            ex_binary(op, DT, &a, &b, &r, 1);                                                      \
+            return r;                                                                              \
+        }                                                                                          \
+        switch (op) {                                                                              \
+        case OT_OP_ADD: return ADD(a, b, z);                                                       \
+        case OT_OP_MULTIPLY: return MUL(a, b, z);                                                  \
+        case OT_OP_MAXIMUM: return MAX(a, b, z);                                                   \
+        default: return MIN(a, b, z);                                                              \
+        }                                                                                          \
+    }                                                                                              \
+    static void scan_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                       \
+        (void)ith;                                                                                 \
+        const scan_plan *p = arg;                                                                  \
+        const T *x = p->x;                                                                         \
+        T *y = p->y, init;                                                                         \
+        memcpy(&init, p->init, sizeof init);                                                       \
+        for (int64_t t = begin; t < end; t++) {                                                    \
+            int64_t o = t / p->nblk, j0 = t % p->nblk * SCAN_BLOCK;                                \
+            int64_t j1 = j0 + SCAN_BLOCK < p->inner ? j0 + SCAN_BLOCK : p->inner;                  \
+            for (int64_t k = 0; k < p->n; k++) {                                                   \
+                int64_t at = (o * p->n + k) * p->inner;                                            \
+                for (int64_t j = j0; j < j1; j++) {                                                \
+                    T prev = k ? y[at - p->inner + j] : init;                                      \
+                    y[at + j] = p->swap ? scan_op_##SUF(p->op, x[at + j], prev, p->ftz)            \
+                                        : scan_op_##SUF(p->op, prev, x[at + j], p->ftz);           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_SCAN(float, f32, OT_F32, add_f, mul_f, max_f, min_f)
+DEFINE_SCAN(double, f64, OT_F64, add_d, mul_d, max_d, min_d)
+
+/* The scan's dim of window w over input shape is (p->outer/n/inner set), else false. */
+static bool scan_form(const ot_window *w, const ot_shape *is, scan_plan *p) {
+    int r = is->rank, sd = -1;
+    if (!w || w->rank != r || r < 1) return false;
+    for (int d = 0; d < r; d++) {
+        const ot_window_dim *wd = &w->dims[d];
+        int64_t n = is->dims[d];
+        if (wd->stride != 1 || (wd->window_dilation && wd->window_dilation != 1) ||
+            (wd->base_dilation && wd->base_dilation != 1) || wd->reversal || wd->pad_hi != 0)
+            return false;
+        if (wd->size == 1 && wd->pad_lo == 0) continue;
+        if (sd >= 0 || n < 2 || wd->size != n || wd->pad_lo != n - 1) return false;
+        sd = d;
+    }
+    if (sd < 0) return false;
+    p->outer = p->inner = 1;
+    for (int d = 0; d < sd; d++) p->outer *= is->dims[d];
+    for (int d = sd + 1; d < r; d++) p->inner *= is->dims[d];
+    p->n = is->dims[sd];
+    p->nblk = (p->inner + SCAN_BLOCK - 1) / SCAN_BLOCK;
+    return true;
+}
+
 /* ---- select-and-scatter ------------------------------------------------------------------- */
 
 /* select(current, candidate) of the reference's float compare: operands read through DAZ, a NaN
@@ -519,6 +605,22 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
     win_plan p;
     memset(&p, 0, sizeof p);
     ot_opcode op = binary_of_params(i->called[0], t, &p.swap);
+    scan_plan sp;
+    if ((op == OT_OP_ADD || op == OT_OP_MULTIPLY || op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM) &&
+        i->called[0]->root->shape.array.dtype == t && scan_form(i->attrs->window, is, &sp)) {
+        *done = true;
+        sp.op = op;
+        sp.ftz = c->ftz;
+        sp.swap = p.swap;
+        sp.x = in[0];
+        sp.init = in[1];
+        sp.y = out;
+        if (sp.outer * sp.inner > 0)
+            ex_par_for(c, sp.outer * sp.nblk, ins[0].nbytes + os->nbytes,
+                       t == OT_F32 ? scan_f32 : scan_f64, &sp);
+        c->fast_run++;
+        return OT_OK;
+    }
     if (op == OT_OP_ADD)
         p.op = WIN_ADD;
     else if (op == OT_OP_MAXIMUM)
