@@ -904,10 +904,10 @@ static void test_hw_ftz(void) {
             "  mx = $[3000] maximum(x, m)\n  mn = $[3000] minimum(s, y)\n"
             "  c = pred[3000] compare(x, m), direction=LT\n"
             "  sel = $[3000] select(c, m, x)\n  ng = $[3000] negate(x)\n"
-            "  ab = $[3000] abs(y)\n"
+            "  ab = $[3000] abs(y)\n  sg = $[3000] sign(x)\n"
             "  ROOT t = ($[3000], $[3000], $[3000], $[3000], $[3000], $[3000], $[3000], "
-            "$[3000], $[3000], $[3000], pred[3000], $[3000], $[3000]) "
-            "tuple(a, s, m, d, q, r, ms, mx, mn, sel, c, ng, ab)\n}\n";
+            "$[3000], $[3000], $[3000], pred[3000], $[3000], $[3000], $[3000]) "
+            "tuple(a, s, m, d, q, r, ms, mx, mn, sel, c, ng, ab, sg)\n}\n";
         size_t n = 0;
         for (const char *q = tmpl; *q && n + 8 < sizeof text; q++) {
             if (*q == '$') {
@@ -1464,6 +1464,36 @@ static void profile_kinds(bool want_native) {
 /* A logical right shift of an s8/s16 value reads it at its own width: a negative value's sign
  * bits must not come down (s8 0x81 >> 1 is 0x40, not 0xc0), with the amount from a constant and
  * from a parameter. */
+/* Integer divide and remainder (jnp's // and % lower to them, with sign fix-ups around), native
+ * and equal to the reference: random operands (about one divisor in a hundred zero), and, where
+ * p holds, the most negative value over -1, which the C operators would trap on. */
+static void test_int_divide_remainder(void) {
+    static const char *const types[] = {"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"};
+    static const char *const mins[] = {"-128", "-32768", "-2147483648", "-9223372036854775808"};
+    char text[2048];
+    for (int j = 0; j < (int)(sizeof types / sizeof types[0]); j++) {
+        const char *ty = types[j];
+        bool sgn = ty[0] == 's';
+        snprintf(text, sizeof text,
+                 "HloModule divrem\nENTRY e {\n"
+                 "  x = %s[5000]{0} parameter(0)\n"
+                 "  y = %s[5000]{0} parameter(1)\n"
+                 "  p = pred[5000]{0} parameter(2)\n"
+                 "  mn = %s[] constant(%s)\n"
+                 "  mb = %s[5000]{0} broadcast(mn), dimensions={}\n"
+                 "  m1 = %s[] constant(%s)\n"
+                 "  m1b = %s[5000]{0} broadcast(m1), dimensions={}\n"
+                 "  xs = %s[5000]{0} select(p, mb, x)\n"
+                 "  ys = %s[5000]{0} select(p, m1b, y)\n"
+                 "  d = %s[5000]{0} divide(xs, ys)\n"
+                 "  r = %s[5000]{0} remainder(xs, ys)\n"
+                 "  ROOT t = (%s[5000]{0}, %s[5000]{0}) tuple(d, r)\n}\n",
+                 ty, ty, ty, sgn ? mins[j] : "0", ty, ty, sgn ? "-1" : "7", ty, ty, ty, ty, ty, ty,
+                 ty);
+        check_module(text, 300 + (uint64_t)j, true);
+    }
+}
+
 static void test_narrow_shift_right_logical(void) {
     static const char *const types[] = {"s8", "s16", "u8", "s32", "s64"};
     char text[1024];
@@ -1918,6 +1948,49 @@ static void test_many_operands_vectorize(void) {
         fprintf(stderr, "%d of %d loops vectorized (gcc's report: %s); the source:\n%s\n",
                 vectorized, kernels, report, g_src ? g_src : "(none)");
     EXPECT_INT_EQ(vectorized, kernels);
+    /* jnp.where / clip / sign chains: values flushed at several uses (compare operands, maximum
+     * and minimum), where a flush written as `cond ? mask : 0` let gcc thread jumps into the
+     * loop body and leave it scalar; one fusion, one vectorized loop */
+    static const char chain[] =
+        "HloModule where_chain\nENTRY e {\n"
+        "  x = f32[200,1001]{1,0} parameter(0)\n"
+        "  y = f32[200,1001]{1,0} parameter(1)\n"
+        "  gt = pred[200,1001]{1,0} compare(x, y), direction=GT\n"
+        "  lo = f32[] constant(-1.5)\n  lob = f32[200,1001]{1,0} broadcast(lo), dimensions={}\n"
+        "  hi = f32[] constant(2.5)\n  hib = f32[200,1001]{1,0} broadcast(hi), dimensions={}\n"
+        "  c0 = f32[200,1001]{1,0} maximum(lob, x)\n" /* jnp.clip */
+        "  cl = f32[200,1001]{1,0} minimum(hib, c0)\n"
+        "  m = f32[200,1001]{1,0} multiply(cl, y)\n"
+        "  one = f32[] constant(1)\n  ob = f32[200,1001]{1,0} broadcast(one), dimensions={}\n"
+        "  g1 = pred[200,1001]{1,0} compare(y, ob), direction=GT\n"
+        "  s = f32[200,1001]{1,0} subtract(x, y)\n"
+        "  a = f32[200,1001]{1,0} abs(x)\n  a1 = f32[200,1001]{1,0} add(a, ob)\n"
+        "  w1 = f32[200,1001]{1,0} select(g1, s, a1)\n"
+        "  w2 = f32[200,1001]{1,0} select(gt, m, w1)\n"
+        "  n = f32[200,1001]{1,0} negate(cl)\n  mx = f32[200,1001]{1,0} maximum(w2, n)\n"
+        "  sg = f32[200,1001]{1,0} sign(y)\n  p = f32[200,1001]{1,0} multiply(mx, sg)\n"
+        "  a2 = f32[200,1001]{1,0} abs(w2)\n  a3 = f32[200,1001]{1,0} add(a2, ob)\n"
+        "  ROOT d = f32[200,1001]{1,0} divide(p, a3)\n}\n";
+    r = fopen(report, "w"); /* empty the report */
+    ASSERT_TRUE(r != NULL);
+    fclose(r);
+    setenv("OPTITPU_CC", wrapper, 1);
+    g_keep_src = true;
+    check_module(chain, 92, true);
+    g_keep_src = false;
+    unsetenv("OPTITPU_CC");
+    vectorized = 0;
+    r = fopen(report, "r");
+    ASSERT_TRUE(r != NULL);
+    while (fgets(line, sizeof line, r))
+        if (strstr(line, "optimized: loop vectorized")) vectorized++;
+    fclose(r);
+    if (vectorized < 1)
+        fprintf(stderr,
+                "the where chain's loop did not vectorize (gcc's report: %s); the "
+                "source:\n%s\n",
+                report, g_src ? g_src : "(none)");
+    EXPECT_TRUE(vectorized >= 1);
 }
 
 static void cleanup_cache(void) {
@@ -1956,6 +2029,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_small_beside_large),
         OT_TEST(test_tier_up),
         OT_TEST(test_narrow_shift_right_logical),
+        OT_TEST(test_int_divide_remainder),
         OT_TEST(test_units),
         OT_TEST(test_libm_not_folded),
         OT_TEST(test_many_operands_vectorize),
