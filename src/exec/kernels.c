@@ -150,6 +150,9 @@ static ot_status fast_kernel(ex_kernel_ctx *c, const ot_instr *i, int nin, void 
     case OT_OP_SELECT_AND_SCATTER:
         if (nin != 3) return OT_OK;
         return ex_fast_select_and_scatter(c, i, in, ins, out, os, done);
+    case OT_OP_SORT:
+        if (nin != 1) return OT_OK;
+        return ex_fast_sort(c, i, in, ins, out, os, done);
     default:
         if (ot_opcode_is_elementwise_unary(i->opcode) ||
             ot_opcode_is_elementwise_binary(i->opcode) || i->opcode == OT_OP_CONVERT)

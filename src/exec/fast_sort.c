@@ -1,0 +1,233 @@
+/* The fast sort (kernels.h): a one-operand sort (jnp.sort, lax.sort of one array) whose
+ * comparator orders the elements by a key, as JAX writes them:
+ *  - compare(a, b), direction LT or GT, of the two parameters (integers: SIGNED or UNSIGNED;
+ *    floats: TOTALORDER), or
+ *  - the same compare of JAX's canonical floats, select(ne(p, p), NAN, select(eq(p, Z), Z, p))
+ *    for each parameter p (NaNs become one NaN and both zeros one zero), with TOTALORDER.
+ * Any other comparator (FLOAT compares, several operands, lexicographic keys) stays with the
+ * reference.
+ *
+ * Bit-identical to the reference (reduce.c), a stable merge sort that calls the comparator: the
+ * comparator is a strict weak order on the keys, so every stable sort gives the same permutation,
+ * and this one sorts (key, position) pairs with a stable merge sort whose compares are integer
+ * compares of the keys. The canonical form's compares (ne, eq) are the reference's own
+ * ex_compare on the row, so NaN and DAZ rules are its own; the keys of TOTALORDER are the
+ * reference's total_order_key (sign-extended bits, negatives with the magnitude bits flipped).
+ * The sorted values are the operand's own bits (a -0 and a +0 of equal keys keep their order).
+ *
+ * (ex_compare runs with the thread's denormal mode set to the run's.)
+ *
+ * Threads: the rows (every index but the sorted dim) are split over the pool, each sorted by
+ * one task, so the result does not depend on the thread count. */
+#include "exec/fast_internal.h"
+
+typedef struct sort_key {
+    int64_t key, pos;
+} sort_key;
+
+typedef struct sort_plan {
+    ot_dtype t;
+    int64_t outer, m, inner;      /* the operand as [outer, m, inner], sorted along m */
+    bool canon;                   /* keys of the canonical form (floats) */
+    bool desc;                    /* GT: the larger key first */
+    bool uns;                     /* UNSIGNED: the bits as an unsigned number */
+    bool ftz;                     /* the run's denormal mode (the compares' DAZ) */
+    uint64_t nan_bits, zero_bits; /* canon: the NaN and the zero it substitutes */
+    const ot_instr *ne, *eq;      /* canon: its compares (their directions and types) */
+    const void *x;
+    void *y;
+    ot_status st;
+} sort_plan;
+
+/* The element's bits, sign-extended from its width (as total_order_key and the SIGNED compare
+ * read them). */
+static inline int64_t ld_signed(size_t es, const void *p, int64_t i) {
+    uint64_t u = ex_ld_bits(es, p, i);
+    int w = (int)es * 8;
+    return w == 64 ? (int64_t)u : (int64_t)(u << (64 - w)) >> (64 - w);
+}
+
+/* A constant scalar's bits, or false. */
+static bool const_bits(const ot_instr *c, ot_dtype t, uint64_t *bits) {
+    if (!c || c->opcode != OT_OP_CONSTANT || c->shape.kind != OT_IR_ARRAY ||
+        c->shape.array.rank != 0 || c->shape.array.dtype != t || !c->attrs || !c->attrs->literal ||
+        c->attrs->literal->elided || !c->attrs->literal->data ||
+        c->attrs->literal->nbytes != (int64_t)ot_dtype_size(t))
+        return false;
+    *bits = ex_ld_bits(ot_dtype_size(t), c->attrs->literal->data, 0);
+    return true;
+}
+
+static bool is_compare(const ot_instr *x, ot_cmp_dir dir, const ot_instr *a, const ot_instr *b) {
+    return x && x->opcode == OT_OP_COMPARE && x->noperands == 2 && x->operands[0] == a &&
+           x->operands[1] == b && x->attrs && x->attrs->cmp_dir == dir;
+}
+
+/* x is p (*canon false) or select(ne(p, p), NaN, select(eq(p, Z), Z, p)) (*canon true, with its
+ * constants' bits and compares). */
+static bool key_form(const ot_instr *x, const ot_instr *p, ot_dtype t, bool *canon,
+                     uint64_t *nan_bits, uint64_t *zero_bits, const ot_instr **ne,
+                     const ot_instr **eq) {
+    if (x == p) {
+        *canon = false;
+        return true;
+    }
+    if (!ot_dtype_is_float(t) || x->opcode != OT_OP_SELECT || x->noperands != 3) return false;
+    const ot_instr *c1 = x->operands[0], *s2 = x->operands[2];
+    if (!is_compare(c1, OT_CMP_NE, p, p) || !const_bits(x->operands[1], t, nan_bits)) return false;
+    if (!s2 || s2->opcode != OT_OP_SELECT || s2->noperands != 3 || s2->operands[2] != p)
+        return false;
+    const ot_instr *c2 = s2->operands[0];
+    uint64_t z1, z2;
+    if (!c2 || c2->opcode != OT_OP_COMPARE || c2->noperands != 2 || c2->operands[0] != p ||
+        !is_compare(c2, OT_CMP_EQ, p, c2->operands[1]) || !const_bits(c2->operands[1], t, &z1) ||
+        !const_bits(s2->operands[1], t, &z2) || z1 != z2)
+        return false;
+    *canon = true;
+    *zero_bits = z1;
+    *ne = c1;
+    *eq = c2;
+    return true;
+}
+
+/* The plan of sort i, or false when its comparator is not one of the forms above. */
+static bool plan_sort(const ot_instr *i, const ot_shape *s, sort_plan *p) {
+    const ot_computation *f = i->ncalled == 1 ? i->called[0] : NULL;
+    ot_dtype t = s->dtype;
+    if (!f || f->nparams != 2 || !f->root || i->noperands != 1 || s->rank < 1) return false;
+    if (t != OT_F32 && t != OT_F64 && t != OT_S8 && t != OT_S16 && t != OT_S32 && t != OT_S64 &&
+        t != OT_U8 && t != OT_U16 && t != OT_U32 && t != OT_U64)
+        return false;
+    for (int k = 0; k < 2; k++) {
+        const ot_ir_shape *ps = &f->params[k]->shape;
+        if (ps->kind != OT_IR_ARRAY || ps->array.rank != 0 || ps->array.dtype != t) return false;
+    }
+    const ot_instr *r = f->root;
+    if (r->opcode != OT_OP_COMPARE || r->noperands != 2 || !r->attrs ||
+        (r->attrs->cmp_dir != OT_CMP_LT && r->attrs->cmp_dir != OT_CMP_GT))
+        return false;
+    ot_cmp_type ty = ot_cmp_type_resolve(r->attrs->cmp_type, t);
+    if (ot_dtype_is_float(t) ? ty != OT_CMP_TYPE_TOTALORDER
+                             : ty != OT_CMP_TYPE_SIGNED && ty != OT_CMP_TYPE_UNSIGNED)
+        return false;
+    bool ca, cb;
+    uint64_t na, nb, za, zb;
+    const ot_instr *nea, *neb, *eqa, *eqb;
+    if (!key_form(r->operands[0], f->params[0], t, &ca, &na, &za, &nea, &eqa) ||
+        !key_form(r->operands[1], f->params[1], t, &cb, &nb, &zb, &neb, &eqb) || ca != cb)
+        return false;
+    if (ca) {
+        /* both sides canonicalize the same way: the same constants and compare types */
+        if (na != nb || za != zb || nea->attrs->cmp_type != neb->attrs->cmp_type ||
+            eqa->attrs->cmp_type != eqb->attrs->cmp_type)
+            return false;
+        p->nan_bits = na;
+        p->zero_bits = za;
+        p->ne = nea;
+        p->eq = eqa;
+    }
+    int64_t dim = i->attrs->index;
+    if (dim < 0 || dim >= s->rank) return false;
+    p->t = t;
+    p->canon = ca;
+    p->desc = r->attrs->cmp_dir == OT_CMP_GT;
+    p->uns = ty == OT_CMP_TYPE_UNSIGNED;
+    p->outer = p->inner = 1;
+    for (int d = 0; d < dim; d++) p->outer *= s->dims[d];
+    for (int d = (int)dim + 1; d < s->rank; d++) p->inner *= s->dims[d];
+    p->m = s->dims[dim];
+    return true;
+}
+
+/* Stable bottom-up merge sort of a[0..m) by key (a right element goes first only when its key
+ * is strictly less), tmp as large. */
+static void merge_keys(sort_key *a, sort_key *tmp, int64_t m) {
+    for (int64_t w = 1; w < m; w *= 2) {
+        for (int64_t lo = 0; lo < m; lo += 2 * w) {
+            int64_t mid = lo + w < m ? lo + w : m, hi = lo + 2 * w < m ? lo + 2 * w : m;
+            int64_t l = lo, r = mid, o = lo;
+            while (l < mid && r < hi) tmp[o++] = a[r].key < a[l].key ? a[r++] : a[l++];
+            while (l < mid) tmp[o++] = a[l++];
+            while (r < hi) tmp[o++] = a[r++];
+        }
+        memcpy(a, tmp, (size_t)m * sizeof *a);
+    }
+}
+
+static void sort_rows(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    sort_plan *p = arg;
+    size_t es = ot_dtype_size(p->t);
+    int64_t m = p->m;
+    /* one row's keys and scratch, its values, and for the canonical form its compares and a
+     * row of the zero constant */
+    size_t need = (size_t)m * (2 * sizeof(sort_key) + es + (p->canon ? 2 + es : 0));
+    char *buf = ot_malloc(need ? need : 1);
+    if (!buf) {
+        p->st = ot_error(OT_ERR_OUT_OF_MEMORY, "sort: out of memory"); /* first writer wins */
+        return;
+    }
+    sort_key *a = (sort_key *)buf, *tmp = a + m;
+    char *row = (char *)(tmp + m);
+    uint8_t *isnan_ = (uint8_t *)(row + (size_t)m * es), *iszero = isnan_ + m;
+    char *zrow = (char *)(iszero + m);
+    if (p->canon)
+        for (int64_t k = 0; k < m; k++) memcpy(zrow + (size_t)k * es, &p->zero_bits, es);
+    bool ftz = ex_ftz; /* ex_compare reads the thread's mode: the run's, as the reference's */
+    ex_ftz = p->ftz;
+    for (int64_t rw = begin; rw < end; rw++) {
+        int64_t o = rw / p->inner, j = rw % p->inner;
+        const char *x = (const char *)p->x + (size_t)((o * m) * p->inner + j) * es;
+        for (int64_t k = 0; k < m; k++)
+            memcpy(row + (size_t)k * es, x + (size_t)(k * p->inner) * es, es);
+        if (p->canon) {
+            ot_status st = ex_compare(OT_CMP_NE, p->ne->attrs->cmp_type, p->t, row, row, isnan_, m);
+            if (st == OT_OK)
+                st = ex_compare(OT_CMP_EQ, p->eq->attrs->cmp_type, p->t, row, zrow, iszero, m);
+            if (st != OT_OK) {
+                p->st = st;
+                break;
+            }
+        }
+        for (int64_t k = 0; k < m; k++) {
+            int64_t key;
+            if (p->canon && isnan_[k]) {
+                key = ld_signed(es, &p->nan_bits, 0);
+            } else if (p->canon && iszero[k]) {
+                key = ld_signed(es, &p->zero_bits, 0);
+            } else if (p->uns) {
+                key = (int64_t)(ex_ld_bits(es, row, k) ^ (1ull << 63)); /* unsigned order */
+            } else {
+                key = ld_signed(es, row, k);
+            }
+            if (ot_dtype_is_float(p->t) && key < 0) key ^= (int64_t)(~0ull >> 1); /* total order */
+            a[k] = (sort_key){p->desc ? ~key : key, k};
+        }
+        merge_keys(a, tmp, m);
+        char *y = (char *)p->y + (size_t)((o * m) * p->inner + j) * es;
+        for (int64_t k = 0; k < m; k++)
+            memcpy(y + (size_t)(k * p->inner) * es, row + (size_t)a[k].pos * es, es);
+    }
+    ex_ftz = ftz;
+    ot_free(buf);
+}
+
+ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                       void *out, const ex_leaf *os, bool *done) {
+    const ot_shape *s = ins[0].shape;
+    if (!ot_shape_equal(s, os->shape) || ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes))
+        return OT_OK;
+    sort_plan p;
+    memset(&p, 0, sizeof p);
+    if (!plan_sort(i, s, &p)) return OT_OK;
+    *done = true;
+    p.x = in[0];
+    p.y = out;
+    p.ftz = c->ftz;
+    p.st = OT_OK;
+    int64_t rows = p.outer * p.inner;
+    if (rows > 0 && p.m > 0) ex_par_for(c, rows, ins[0].nbytes + os->nbytes, sort_rows, &p);
+    if (p.st != OT_OK) return p.st;
+    c->fast_run++;
+    return OT_OK;
+}

@@ -1,0 +1,234 @@
+/* The fast sort (src/exec/fast_sort.c) against the reference sort (reduce.c), bit for bit,
+ * kernel against kernel on pools of 1, 2, 3 and 8 threads: the comparators JAX writes (jnp.sort of
+ * floats: TOTALORDER on canonical NaNs and zeros; of integers: LT/GT, SIGNED and UNSIGNED; raw
+ * TOTALORDER), along every dim of 1-D to 3-D shapes, on rows full of ties, both zeros, NaNs with
+ * payloads and subnormals (FTZ and IEEE runs: the canonical form's compares read subnormals as
+ * zero under DAZ). A comparator outside the covered forms stays with the reference. */
+#include "exec/kernels.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+#include "ot_test.h"
+
+#include <float.h>
+
+static uint64_t g_rng = 0x50f7;
+
+static uint64_t next_u64(void) {
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
+    return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
+}
+
+static ot_threadpool *g_pools[4];
+
+/* Small values (many ties), both zeros, infinities, subnormals, NaNs of either sign with
+ * payloads, quiet and signalling; integers: small values and extremes. */
+static void fill_values(ot_tensor *t) {
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    ot_dtype dt = t->shape.dtype;
+    size_t es = ot_dtype_size(dt);
+    for (int64_t e = 0; e < n; e++) {
+        int k = (int)rnd(0, 29);
+        if (dt == OT_F32 || dt == OT_F64) {
+            bool f32 = dt == OT_F32;
+            double v = (double)rnd(-4, 4) * 0.5;
+            if (k == 0) v = INFINITY;
+            if (k == 1) v = -INFINITY;
+            if (k == 2 || k == 3) v = -0.0;
+            if (k == 4) v = (f32 ? FLT_MIN : DBL_MIN) * 0.25;
+            if (k == 5) v = -(f32 ? FLT_MIN : DBL_MIN) * 0.5;
+            if (k >= 6 && k <= 8) { /* NaN: quiet, signalling, negative */
+                uint64_t pay = next_u64() & 0xffff;
+                if (f32) {
+                    uint32_t u = 0x7f800000u | (uint32_t)(pay + 1) | (k != 7 ? 0x400000u : 0) |
+                                 (k == 8 ? 0x80000000u : 0);
+                    memcpy((char *)t->data + e * 4, &u, 4);
+                } else {
+                    uint64_t u = 0x7ff0000000000000ull | (pay + 1) | (k != 7 ? 1ull << 51 : 0) |
+                                 (k == 8 ? 1ull << 63 : 0);
+                    memcpy((char *)t->data + e * 8, &u, 8);
+                }
+                continue;
+            }
+            if (f32) {
+                float f = (float)v;
+                memcpy((char *)t->data + e * 4, &f, 4);
+            } else {
+                memcpy((char *)t->data + e * 8, &v, 8);
+            }
+        } else {
+            uint64_t v = (uint64_t)rnd(-5, 5);
+            if (k == 0) v = ~0ull;                /* -1 / the largest unsigned */
+            if (k == 1) v = 1ull << (es * 8 - 1); /* the most negative / the top bit */
+            memcpy((char *)t->data + (size_t)e * es, &v, es);
+        }
+    }
+}
+
+/* Parses hlo, runs its root (the sort) with the reference kernel, then with the fast kernel on
+ * each pool (ieee: denormals kept, else FTZ/DAZ): same bits; want_fast: the fast kernel ran. */
+static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
+    ot_module *m = NULL;
+    if (ot_hlo_parse(hlo, strlen(hlo), NULL, &m) != OT_OK) {
+        fprintf(stderr, "parse: %s\n%s\n", ot_last_error(), hlo);
+        return false;
+    }
+    const ot_computation *c = ot_module_entry(m);
+    const ot_instr *root = c->root;
+    const ot_shape *osh = &root->shape.array;
+    ot_tensor arg, ref;
+    if (ot_tensor_alloc(&arg, &c->params[0]->shape.array) != OT_OK) {
+        ot_module_free(m);
+        return false;
+    }
+    if (ot_tensor_alloc(&ref, osh) != OT_OK) {
+        ot_tensor_release(&arg);
+        ot_module_free(m);
+        return false;
+    }
+    fill_values(&arg);
+    ot_eval_options eo = ot_eval_options_default();
+    eo.keep_denormals = ieee;
+    void *in[1] = {arg.data}, *out[1] = {ref.data};
+    ex_leaf ins[1] = {{&arg.shape, (int64_t)arg.nbytes}}, ol = {osh, (int64_t)ref.nbytes};
+    ex_kernel_ctx kc;
+    ex_kernel_ctx_init(&kc, g_pools[0], &eo, true);
+    bool fast = true, ok = true;
+    ot_status st = ex_kernel_run(&kc, root, "sort", 1, in, ins, 1, out, &ol, &fast);
+    ex_kernel_ctx_release(&kc);
+    if (st != OT_OK || fast) {
+        fprintf(stderr, "reference kernel: %s\n", st ? ot_last_error() : "ran fast");
+        ok = false;
+    }
+    for (int p = 0; p < 4 && ok; p++) {
+        ot_tensor got;
+        if (ot_tensor_alloc(&got, osh) != OT_OK) {
+            ok = false;
+            break;
+        }
+        memset(got.data, 0xa5, got.nbytes); /* every element must be written */
+        out[0] = got.data;
+        ex_kernel_ctx_init(&kc, g_pools[p], &eo, false);
+        st = ex_kernel_run(&kc, root, "sort", 1, in, ins, 1, out, &ol, &fast);
+        ex_kernel_ctx_release(&kc);
+        if (st != OT_OK || fast != want_fast) {
+            fprintf(stderr, "fast kernel: %s\n%s\n",
+                    st     ? ot_last_error()
+                    : fast ? "ran, not expected"
+                           : "did not run",
+                    hlo);
+            ok = false;
+        } else if (memcmp(got.data, ref.data, ref.nbytes) != 0) {
+            fprintf(stderr, "%d threads (%s): fast sort differs from the reference:\n%s\n",
+                    ot_threadpool_size(g_pools[p]), ieee ? "IEEE" : "FTZ", hlo);
+            ok = false;
+        }
+        ot_tensor_release(&got);
+    }
+    ot_tensor_release(&ref);
+    ot_tensor_release(&arg);
+    ot_module_free(m);
+    return ok;
+}
+
+/* JAX's float comparator: canonical NaN and zero, then TOTALORDER. */
+static const char k_canon[] =
+    "cmp {\n  a = $[] parameter(0)\n  na = pred[] compare(a, a), direction=NE\n"
+    "  nan = $[] constant(nan)\n  z = $[] constant(0)\n"
+    "  ea = pred[] compare(a, z), direction=EQ\n  sa = $[] select(ea, z, a)\n"
+    "  ca = $[] select(na, nan, sa)\n"
+    "  b = $[] parameter(1)\n  nb = pred[] compare(b, b), direction=NE\n"
+    "  eb = pred[] compare(b, z), direction=EQ\n  sb = $[] select(eb, z, b)\n"
+    "  cb = $[] select(nb, nan, sb)\n"
+    "  ROOT r = pred[] compare(ca, cb), direction=@, type=TOTALORDER\n}\n";
+static const char k_raw[] = "cmp {\n  a = $[] parameter(0)\n  b = $[] parameter(1)\n"
+                            "  ROOT r = pred[] compare(a, b), direction=@%s\n}\n";
+
+/* text with '$' replaced by the type and '@' by the direction. */
+static void subst(char *out, size_t cap, const char *text, const char *ty, const char *dir) {
+    size_t n = 0;
+    for (const char *q = text; *q && n + 8 < cap; q++) {
+        const char *r = *q == '$' ? ty : *q == '@' ? dir : NULL;
+        if (r)
+            n += (size_t)snprintf(out + n, cap - n, "%s", r);
+        else
+            out[n++] = *q;
+    }
+    out[n] = 0;
+}
+
+static void test_sort_random(void) {
+    static const char *const types[] = {"f32", "f64", "s32", "u32", "s8", "u64", "s64", "u16"};
+    int failed = 0, cases = 0;
+    for (int it = 0; it < 120; it++) {
+        const char *ty = types[rnd(0, 7)];
+        bool fl = ty[0] == 'f';
+        const char *dir = rnd(0, 1) ? "LT" : "GT";
+        int form = fl ? (int)rnd(0, 2) : 3; /* 0-1 canonical, 2 raw TOTALORDER, 3 integer */
+        int r = (int)rnd(1, 3), sd = (int)rnd(0, r - 1);
+        int64_t dims[3];
+        for (int d = 0; d < r; d++) dims[d] = rnd(1, 6);
+        dims[sd] = rnd(0, 3) ? rnd(2, 70) : rnd(300, 700); /* past a few merge passes */
+        char shape[64];
+        int sn = snprintf(shape, sizeof shape, "%s[", ty);
+        for (int d = 0; d < r; d++)
+            sn += snprintf(shape + sn, sizeof shape - (size_t)sn, "%s%lld", d ? "," : "",
+                           (long long)dims[d]);
+        snprintf(shape + sn, sizeof shape - (size_t)sn, "]");
+        char cmp[2048], text[4096];
+        if (form <= 1) {
+            subst(cmp, sizeof cmp, k_canon, ty, dir);
+        } else {
+            char raw[512];
+            snprintf(raw, sizeof raw, k_raw,
+                     form == 2                   ? ", type=TOTALORDER"
+                     : ty[0] == 'u' && rnd(0, 1) ? ", type=UNSIGNED"
+                                                 : "");
+            subst(cmp, sizeof cmp, raw, ty, dir);
+        }
+        snprintf(text, sizeof text,
+                 "HloModule sort_%d\n%sENTRY e {\n  x = %s parameter(0)\n"
+                 "  ROOT s = %s sort(x), dimensions={%d}, is_stable=%s, to_apply=cmp\n}\n",
+                 it, cmp, shape, shape, sd, rnd(0, 1) ? "true" : "false");
+        cases++;
+        if (!check_hlo(text, rnd(0, 3) == 0, true)) failed++;
+    }
+    EXPECT_INT_EQ(failed, 0);
+    EXPECT_INT_EQ(cases, 120);
+}
+
+/* Comparators the fast sort leaves to the reference: a float compare (NaNs unordered), the
+ * parameters swapped, a lexicographic sort of two operands. */
+static void test_sort_fallbacks(void) {
+    EXPECT_TRUE(check_hlo("HloModule f0\ncmp {\n  a = f32[] parameter(0)\n"
+                          "  b = f32[] parameter(1)\n  ROOT r = pred[] compare(a, b), "
+                          "direction=LT\n}\nENTRY e {\n  x = f32[40,9] parameter(0)\n"
+                          "  ROOT s = f32[40,9] sort(x), dimensions={0}, to_apply=cmp\n}\n",
+                          false, false));
+    EXPECT_TRUE(check_hlo("HloModule f1\ncmp {\n  a = s32[] parameter(0)\n"
+                          "  b = s32[] parameter(1)\n  ROOT r = pred[] compare(b, a), "
+                          "direction=LT\n}\nENTRY e {\n  x = s32[40,9] parameter(0)\n"
+                          "  ROOT s = s32[40,9] sort(x), dimensions={1}, to_apply=cmp\n}\n",
+                          false, false));
+}
+
+static void test_setup(void) {
+    static const int n[4] = {1, 2, 3, 8};
+    for (int k = 0; k < 4; k++) ASSERT_OK(ot_threadpool_create(n[k], &g_pools[k]));
+    EXPECT_INT_EQ(ot_threadpool_size(g_pools[3]), 8);
+}
+
+static void test_teardown(void) {
+    for (int k = 0; k < 4; k++) {
+        ot_threadpool_free(g_pools[k]);
+        g_pools[k] = NULL;
+    }
+    EXPECT_TRUE(true);
+}
+
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_sort_random), OT_TEST(test_sort_fallbacks),
+             OT_TEST(test_teardown))
