@@ -3,7 +3,8 @@
  * floats: TOTALORDER on canonical NaNs and zeros; of integers: LT/GT, SIGNED and UNSIGNED; raw
  * TOTALORDER), along every dim of 1-D to 3-D shapes, on rows full of ties, both zeros, NaNs with
  * payloads and subnormals (FTZ and IEEE runs: the canonical form's compares read subnormals as
- * zero under DAZ). A comparator outside the covered forms stays with the reference. */
+ * zero under DAZ); topk (largest and smallest, every k). A comparator outside the covered forms
+ * stays with the reference. */
 #include "exec/kernels.h"
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
@@ -69,8 +70,9 @@ static void fill_values(ot_tensor *t) {
     }
 }
 
-/* Parses hlo, runs its root (the sort) with the reference kernel, then with the fast kernel on
- * each pool (ieee: denormals kept, else FTZ/DAZ): same bits; want_fast: the fast kernel ran. */
+/* Parses hlo, runs its root (a sort, or a topk with two outputs) with the reference kernel, then
+ * with the fast kernel on each pool (ieee: denormals kept, else FTZ/DAZ): same bits; want_fast:
+ * the fast kernel ran. */
 static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
     ot_module *m = NULL;
     if (ot_hlo_parse(hlo, strlen(hlo), NULL, &m) != OT_OK) {
@@ -79,41 +81,45 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
     }
     const ot_computation *c = ot_module_entry(m);
     const ot_instr *root = c->root;
-    const ot_shape *osh = &root->shape.array;
-    ot_tensor arg, ref;
-    if (ot_tensor_alloc(&arg, &c->params[0]->shape.array) != OT_OK) {
-        ot_module_free(m);
-        return false;
+    int nout = root->shape.kind == OT_IR_TUPLE ? root->shape.ntuple : 1;
+    const ot_shape *osh[2];
+    for (int q = 0; q < nout && q < 2; q++)
+        osh[q] = nout == 1 ? &root->shape.array : &root->shape.tuple[q].array;
+    ot_tensor arg, ref[2], got[2];
+    bool ok = nout <= 2 && ot_tensor_alloc(&arg, &c->params[0]->shape.array) == OT_OK;
+    for (int q = 0; q < nout && ok; q++) {
+        ok = ot_tensor_alloc(&ref[q], osh[q]) == OT_OK && ot_tensor_alloc(&got[q], osh[q]) == OT_OK;
     }
-    if (ot_tensor_alloc(&ref, osh) != OT_OK) {
-        ot_tensor_release(&arg);
+    if (!ok) {
+        fprintf(stderr, "cannot allocate\n");
         ot_module_free(m);
-        return false;
+        return false; /* a test process: the leak on this path does not matter */
     }
     fill_values(&arg);
     ot_eval_options eo = ot_eval_options_default();
     eo.keep_denormals = ieee;
-    void *in[1] = {arg.data}, *out[1] = {ref.data};
-    ex_leaf ins[1] = {{&arg.shape, (int64_t)arg.nbytes}}, ol = {osh, (int64_t)ref.nbytes};
+    void *in[1] = {arg.data}, *out[2];
+    ex_leaf ins[1] = {{&arg.shape, (int64_t)arg.nbytes}}, ol[2];
+    for (int q = 0; q < nout; q++) {
+        out[q] = ref[q].data;
+        ol[q] = (ex_leaf){osh[q], (int64_t)ref[q].nbytes};
+    }
     ex_kernel_ctx kc;
     ex_kernel_ctx_init(&kc, g_pools[0], &eo, true);
-    bool fast = true, ok = true;
-    ot_status st = ex_kernel_run(&kc, root, "sort", 1, in, ins, 1, out, &ol, &fast);
+    bool fast = true;
+    ot_status st = ex_kernel_run(&kc, root, "sort", 1, in, ins, nout, out, ol, &fast);
     ex_kernel_ctx_release(&kc);
     if (st != OT_OK || fast) {
         fprintf(stderr, "reference kernel: %s\n", st ? ot_last_error() : "ran fast");
         ok = false;
     }
     for (int p = 0; p < 4 && ok; p++) {
-        ot_tensor got;
-        if (ot_tensor_alloc(&got, osh) != OT_OK) {
-            ok = false;
-            break;
+        for (int q = 0; q < nout; q++) {
+            memset(got[q].data, 0xa5, got[q].nbytes); /* every element must be written */
+            out[q] = got[q].data;
         }
-        memset(got.data, 0xa5, got.nbytes); /* every element must be written */
-        out[0] = got.data;
         ex_kernel_ctx_init(&kc, g_pools[p], &eo, false);
-        st = ex_kernel_run(&kc, root, "sort", 1, in, ins, 1, out, &ol, &fast);
+        st = ex_kernel_run(&kc, root, "sort", 1, in, ins, nout, out, ol, &fast);
         ex_kernel_ctx_release(&kc);
         if (st != OT_OK || fast != want_fast) {
             fprintf(stderr, "fast kernel: %s\n%s\n",
@@ -122,14 +128,18 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
                            : "did not run",
                     hlo);
             ok = false;
-        } else if (memcmp(got.data, ref.data, ref.nbytes) != 0) {
-            fprintf(stderr, "%d threads (%s): fast sort differs from the reference:\n%s\n",
-                    ot_threadpool_size(g_pools[p]), ieee ? "IEEE" : "FTZ", hlo);
-            ok = false;
         }
-        ot_tensor_release(&got);
+        for (int q = 0; q < nout && ok; q++)
+            if (memcmp(got[q].data, ref[q].data, ref[q].nbytes) != 0) {
+                fprintf(stderr, "%d threads (%s): output %d differs from the reference:\n%s\n",
+                        ot_threadpool_size(g_pools[p]), ieee ? "IEEE" : "FTZ", q, hlo);
+                ok = false;
+            }
     }
-    ot_tensor_release(&ref);
+    for (int q = 0; q < nout; q++) {
+        ot_tensor_release(&ref[q]);
+        ot_tensor_release(&got[q]);
+    }
     ot_tensor_release(&arg);
     ot_module_free(m);
     return ok;
@@ -201,6 +211,26 @@ static void test_sort_random(void) {
     EXPECT_INT_EQ(cases, 120);
 }
 
+/* topk of every covered type, largest and smallest, k from 1 to the row (both the selection
+ * passes and the sort path), rows full of ties. */
+static void test_topk_random(void) {
+    static const char *const types[] = {"f32", "f64", "s32", "u32", "s8", "u64", "s64", "u16"};
+    int failed = 0;
+    for (int it = 0; it < 80; it++) {
+        const char *ty = types[rnd(0, 7)];
+        int64_t rows = rnd(1, 40), m = rnd(0, 2) ? rnd(1, 60) : rnd(100, 400);
+        int64_t k = rnd(0, 1) ? rnd(1, m < 8 ? m : 8) : rnd(1, m);
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "HloModule topk_%d\nENTRY e {\n  x = %s[%lld,%lld] parameter(0)\n"
+                 "  ROOT t = (%s[%lld,%lld], s32[%lld,%lld]) topk(x), k=%lld, largest=%s\n}\n",
+                 it, ty, (long long)rows, (long long)m, ty, (long long)rows, (long long)k,
+                 (long long)rows, (long long)k, (long long)k, rnd(0, 2) ? "true" : "false");
+        if (!check_hlo(text, rnd(0, 3) == 0, true)) failed++;
+    }
+    EXPECT_INT_EQ(failed, 0);
+}
+
 /* Comparators the fast sort leaves to the reference: a float compare (NaNs unordered), the
  * parameters swapped, a lexicographic sort of two operands. */
 static void test_sort_fallbacks(void) {
@@ -230,5 +260,5 @@ static void test_teardown(void) {
     EXPECT_TRUE(true);
 }
 
-OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_sort_random), OT_TEST(test_sort_fallbacks),
-             OT_TEST(test_teardown))
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_sort_random), OT_TEST(test_topk_random),
+             OT_TEST(test_sort_fallbacks), OT_TEST(test_teardown))

@@ -179,9 +179,12 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
                                 const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 ot_status ex_fast_select_and_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
                                      const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
-/* A one-operand sort whose comparator orders keys (fast_sort.c). */
+/* A one-operand sort whose comparator orders keys, and topk (fast_sort.c). */
 ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                        void *out, const ex_leaf *os, bool *done);
+ot_status ex_fast_topk(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                       const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
+                       bool *done);
 /* Slice, dynamic-slice, dynamic-update-slice, concatenate, pad, broadcast and reverse as copies
  * of contiguous runs (fast_shape.c); a dynamic-update-slice's out may be exactly in[0]'s memory. */
 ot_status ex_fast_shape(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,

@@ -231,3 +231,96 @@ ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     c->fast_run++;
     return OT_OK;
 }
+
+/* ---- top-k --------------------------------------------------------------------------------- */
+
+/* topk along the last dim (ex_kernel_topk): the k largest (smallest) elements of each row, in
+ * TOTALORDER for floats and in the type's own order for integers, ties by the lower index. The
+ * reference picks, k times, the first untaken element no later element beats; the same picks are
+ * the k first of the row ordered by (key descending (ascending), index), which this kernel takes
+ * from integer keys: by k passes over the keys for small k, else from a stable merge sort. Rows
+ * are split over the pool (one task per row). */
+typedef struct topk_plan {
+    ot_dtype t;
+    int64_t m, k;
+    bool largest;
+    const void *x;
+    void *vals;
+    int32_t *idx;
+    ot_status st;
+} topk_plan;
+
+#define TOPK_PASSES 32 /* up to this k, k passes over the keys; above, a sort */
+
+static void topk_rows(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    topk_plan *p = arg;
+    size_t es = ot_dtype_size(p->t);
+    int64_t m = p->m, k = p->k;
+    bool fl = ot_dtype_is_float(p->t), uns = ot_dtype_is_unsigned_int(p->t);
+    sort_key *a = ot_malloc((size_t)(2 * m) * sizeof *a);
+    uint8_t *taken = ot_calloc((size_t)m, 1);
+    if (!a || !taken) {
+        ot_free(a);
+        ot_free(taken);
+        p->st = ot_error(OT_ERR_OUT_OF_MEMORY, "topk: out of memory");
+        return;
+    }
+    for (int64_t r = begin; r < end; r++) {
+        const char *row = (const char *)p->x + (size_t)(r * m) * es;
+        for (int64_t q = 0; q < m; q++) {
+            int64_t key =
+                uns ? (int64_t)(ex_ld_bits(es, row, q) ^ (1ull << 63)) : ld_signed(es, row, q);
+            if (fl && key < 0) key ^= (int64_t)(~0ull >> 1); /* total order */
+            a[q] = (sort_key){p->largest ? ~key : key, q};   /* the wanted ones first */
+        }
+        char *vo = (char *)p->vals + (size_t)(r * k) * es;
+        int32_t *io = p->idx + r * k;
+        if (k <= TOPK_PASSES) {
+            memset(taken, 0, (size_t)m);
+            for (int64_t j = 0; j < k; j++) {
+                int64_t best = -1;
+                for (int64_t q = 0; q < m; q++)
+                    if (!taken[q] && (best < 0 || a[q].key < a[best].key)) best = q;
+                taken[best] = 1;
+                memcpy(vo + (size_t)j * es, row + (size_t)best * es, es);
+                io[j] = (int32_t)best;
+            }
+        } else {
+            merge_keys(a, a + m, m);
+            for (int64_t j = 0; j < k; j++) {
+                memcpy(vo + (size_t)j * es, row + (size_t)a[j].pos * es, es);
+                io[j] = (int32_t)a[j].pos;
+            }
+        }
+    }
+    ot_free(a);
+    ot_free(taken);
+}
+
+ot_status ex_fast_topk(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                       const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
+                       bool *done) {
+    *done = false;
+    if (nin != 1 || nout != 2 || !i->attrs) return OT_OK;
+    const ot_shape *s = ins[0].shape;
+    ot_dtype t = s->dtype;
+    if (s->rank < 1 || outs[0].shape->dtype != t || outs[1].shape->dtype != OT_S32) return OT_OK;
+    if (t != OT_F32 && t != OT_F64 && t != OT_S8 && t != OT_S16 && t != OT_S32 && t != OT_S64 &&
+        t != OT_U8 && t != OT_U16 && t != OT_U32 && t != OT_U64)
+        return OT_OK;
+    int64_t m = s->dims[s->rank - 1], k = i->attrs->index;
+    if (k < 0 || k > m || m > INT32_MAX ||
+        ot_shape_numel_unchecked(outs[0].shape) != (m ? ot_shape_numel_unchecked(s) / m : 0) * k)
+        return OT_OK;
+    for (int q = 0; q < 2; q++)
+        if (ex_overlaps(out[q], outs[q].nbytes, in[0], ins[0].nbytes)) return OT_OK;
+    *done = true;
+    topk_plan p = {t, m, k, i->attrs->largest, in[0], out[0], out[1], OT_OK};
+    int64_t rows = m ? ot_shape_numel_unchecked(s) / m : 0;
+    if (rows > 0 && k > 0)
+        ex_par_for(c, rows, ins[0].nbytes + outs[0].nbytes + outs[1].nbytes, topk_rows, &p);
+    if (p.st != OT_OK) return p.st;
+    c->fast_run++;
+    return OT_OK;
+}
