@@ -168,9 +168,8 @@ static void sort_rows(void *arg, int64_t begin, int64_t end, int ith) {
         return;
     }
     sort_key *a = (sort_key *)buf, *tmp = a + m;
-    char *row = (char *)(tmp + m);
-    uint8_t *isnan_ = (uint8_t *)(row + (size_t)m * es), *iszero = isnan_ + m;
-    char *zrow = (char *)(iszero + m);
+    char *row = (char *)(tmp + m), *zrow = row + (size_t)m * es; /* element-aligned */
+    uint8_t *isnan_ = (uint8_t *)(zrow + (p->canon ? (size_t)m * es : 0)), *iszero = isnan_ + m;
     if (p->canon)
         for (int64_t k = 0; k < m; k++) memcpy(zrow + (size_t)k * es, &p->zero_bits, es);
     bool ftz = ex_ftz; /* ex_compare reads the thread's mode: the run's, as the reference's */
