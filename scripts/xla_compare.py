@@ -4,7 +4,8 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--quick] [--only TEXT] [--list] [--json] [--tol-scale S]
+                           [--group suite|extra|all] [--quick] [--only TEXT] [--list] [--json]
+                           [--tol-scale S]
 
 Getting jax (not used by CI; nothing in CTest needs it):
     python3 -m venv /work/venv-peers && /work/venv-peers/bin/pip install jax optax numpy
@@ -31,6 +32,20 @@ Programs (`--list` prints them with their sizes; `--quick` shrinks every size fo
     softmax_cross_entropy 4096x1024, and "corpus CASE": the tiny tests/data/jax programs
     mlp_forward_backward, adam_update_optax, layer_norm, softmax_cross_entropy, attention_causal
     on their own inputs (dispatch-bound: microseconds)
+
+The second group (`--group extra`, names starting with "x "; `--group all` runs both) holds
+programs unlike the first group's, at sizes that are not multiples of 16: value_and_grad of SiLU
+and tanh-GELU MLPs (333-1000-1000-77 b250, 1000-333-77 b129); a 3x3 stride-2 NCHW convolution
+forward and value_and_grad; max-pool 3x3/2 and avg-pool 2x2 gradients; train-mode batch norm
+value_and_grad; grouped-query attention (8 query, 2 key/value heads) with rotary embeddings,
+forward and value_and_grad; cumsum/cumprod/cummax; argmax, top_k and sort; one_hot @ W;
+segment_sum with unsorted duplicate ids; a where/clip/sign chain; int32 hashing with floor
+division and modulo; an f64 layer norm-dense-tanh-logsumexp; a bf16 matmul with f32
+accumulation and GELU; pad/slice/concatenate stencils; reductions over non-contiguous axes;
+rank-5 broadcasting; an einsum with the batch dim in the middle; an RNN as lax.scan, forward and
+value_and_grad; dropout from jax.random (threefry) and from lax.rng_bit_generator; logsumexp
+along axis 0; L2 normalization value_and_grad. f64 cases run with jax.enable_x64; bf16 arrays
+travel as their u16 bit patterns.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -537,6 +552,382 @@ def case_list(quick):
     return c
 
 
+# ---- the second group: programs unlike the suite's, at odd sizes (`--group extra`) -------------
+# Sizes that are not multiples of 16, layouts and ops the first group does not use: each case is
+# something a user writes without thinking of the compiler (strided NCHW convolutions and their
+# gradients, pooling gradients, train-mode batch norm, grouped-query attention with rotary
+# embeddings, scans, sorting, scatter-adds with duplicate indices, integer and f64 arithmetic,
+# bf16 matmuls, counter-based random numbers).
+
+def make_x_mlp(actname, sizes, batch, quick):
+    if quick:
+        sizes, batch = [s // 8 + 3 for s in sizes[:-1]] + [sizes[-1]], 13
+    rng = _rng(31)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    f = act(actname)
+
+    def step(x, y, *params):
+        return jax.value_and_grad(lambda p: xent_int(mlp_apply(p, x, f), y))(params)
+    return step, [x, y] + ps, {"tol": 1e-3}
+
+
+def make_x_conv_s2(grad, quick):
+    n, c, hw, co = (16, 32, 56, 64) if not quick else (2, 3, 9, 5)
+    rng = _rng(32)
+    x = _f32(rng.standard_normal((n, c, hw, hw)))
+    w = _f32(rng.standard_normal((co, c, 3, 3)) / math.sqrt(9 * c))
+    b = _f32(0.1 * rng.standard_normal(co))
+
+    def f(x, w, b):
+        y = lax.conv_general_dilated(x, w, (2, 2), ((1, 1), (1, 1)),
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return jax.nn.relu(y + b.reshape(1, co, 1, 1))
+    if not grad:
+        return f, [x, w, b], {}
+    ct = _f32(rng.standard_normal(jax.eval_shape(f, x, w, b).shape))
+
+    def step(x, w, b, ct):
+        return jax.value_and_grad(lambda x, w, b: jnp.sum(f(x, w, b) * ct),
+                                  argnums=(0, 1, 2))(x, w, b)
+    return step, [x, w, b, ct], {"tol": 1e-3}
+
+
+def make_x_pool_grad(kind, quick):
+    n, hw, c = (32, 55, 64) if not quick else (2, 7, 3)
+    rng = _rng(33)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+
+    def pool(x):
+        if kind == "max":  # 3x3 stride 2, as in AlexNet/ResNet stems
+            return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "VALID")
+        s = lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "SAME")
+        return s * 0.25
+    ct = _f32(rng.standard_normal(jax.eval_shape(pool, x).shape))
+
+    def step(x, ct):
+        return jax.value_and_grad(lambda x: jnp.sum(pool(x) * ct))(x)
+    return step, [x, ct], {"tol": 1e-3}
+
+
+def make_x_batchnorm(quick):
+    n, hw, c = (32, 28, 96) if not quick else (2, 5, 3)
+    rng = _rng(34)
+    x = _f32(rng.standard_normal((n, hw, hw, c)) * 2 + 1)
+    g = _f32(1 + 0.1 * rng.standard_normal(c))
+    b = _f32(0.1 * rng.standard_normal(c))
+    ct = _f32(rng.standard_normal((n, hw, hw, c)))
+
+    def bn(x, g, b):  # train mode: batch statistics over N, H, W
+        mu = jnp.mean(x, axis=(0, 1, 2))
+        var = jnp.var(x, axis=(0, 1, 2))
+        return (x - mu) * lax.rsqrt(var + 1e-5) * g + b, mu, var
+
+    def step(x, g, b, ct):
+        (loss, (mu, var)), grads = jax.value_and_grad(
+            lambda x, g, b: (lambda y: (jnp.sum(y[0] * ct), y[1:]))(bn(x, g, b)),
+            argnums=(0, 1, 2), has_aux=True)(x, g, b)
+        return loss, mu, var, grads
+    return step, [x, g, b, ct], {"tol": 1e-3}
+
+
+def rope(x, pos):  # x: (b, s, h, d), rotary embedding on interleaved halves
+    d = x.shape[-1]
+    inv = 1.0 / (10000.0 ** (jnp.arange(0, d // 2, dtype=jnp.float32) / (d // 2)))
+    ang = pos[:, None].astype(jnp.float32) * inv[None, :]
+    cos, sin = jnp.cos(ang)[None, :, None, :], jnp.sin(ang)[None, :, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
+def make_x_gqa(grad, quick):
+    b, s, hq, hkv, d = (2, 300, 8, 2, 64) if not quick else (1, 11, 4, 2, 8)
+    rng = _rng(35)
+    q = _f32(rng.standard_normal((b, s, hq, d)))
+    k = _f32(rng.standard_normal((b, s, hkv, d)))
+    v = _f32(rng.standard_normal((b, s, hkv, d)))
+    pos = np.arange(s, dtype=np.int32)
+
+    def f(q, k, v, pos):
+        q, k = rope(q, pos), rope(k, pos)
+        qg = q.reshape(b, s, hkv, hq // hkv, d)
+        sc = jnp.einsum("bqgrd,bkgd->bgrqk", qg, k) / np.float32(math.sqrt(d))
+        mask = jnp.tril(jnp.ones((s, s), bool))
+        sc = jnp.where(mask, sc, -1e30)
+        o = jnp.einsum("bgrqk,bkgd->bqgrd", jax.nn.softmax(sc, axis=-1), v)
+        return o.reshape(b, s, hq, d)
+    if not grad:
+        return f, [q, k, v, pos], {}
+    ct = _f32(rng.standard_normal((b, s, hq, d)))
+
+    def step(q, k, v, pos, ct):
+        return jax.value_and_grad(lambda q, k, v: jnp.sum(f(q, k, v, pos) * ct),
+                                  argnums=(0, 1, 2))(q, k, v)
+    return step, [q, k, v, pos, ct], {"tol": 1e-3}
+
+
+def make_x_cumulative(quick):
+    r, c = (1000, 777) if not quick else (9, 7)
+    rng = _rng(36)
+    x = _f32(rng.standard_normal((r, c)))
+    y = _f32(1 + 0.001 * rng.standard_normal((r, c)))
+
+    def f(x, y):
+        return jnp.cumsum(x, axis=1), jnp.cumprod(y, axis=0), lax.cummax(x, axis=0)
+    return f, [x, y], {"tol": 1e-4}
+
+
+def make_x_sort(quick):
+    r, c = (1000, 1000) if not quick else (7, 33)
+    rng = _rng(37)
+    x = _f32(rng.standard_normal((r, c)))
+
+    def f(x):
+        vals, idx = lax.top_k(x, 5)
+        return jnp.argmax(x, axis=-1).astype(jnp.int32), vals, idx, jnp.sort(x, axis=0)
+    return f, [x], {"tol": 0.0}
+
+
+def make_x_onehot(quick):
+    n, vocab, d = (4000, 1000, 333) if not quick else (17, 11, 5)
+    rng = _rng(38)
+    ids = rng.integers(0, vocab, n).astype(np.int32)
+    w = _f32(rng.standard_normal((vocab, d)))
+
+    def f(ids, w):
+        return jax.nn.one_hot(ids, vocab, dtype=jnp.float32) @ w
+    return f, [ids, w], {}
+
+
+def make_x_segment_sum(quick):
+    n, d, segs = (200000, 48, 1000) if not quick else (50, 3, 7)
+    rng = _rng(39)
+    data = _f32(rng.standard_normal((n, d)))
+    seg = rng.integers(0, segs, n).astype(np.int32)  # unsorted, many duplicates
+
+    def f(data, seg):
+        return jax.ops.segment_sum(data, seg, num_segments=segs)
+    return f, [data, seg], {"tol": 1e-4}
+
+
+def make_x_where_chain(quick):
+    n = (2000, 1001) if not quick else (9, 13)
+    rng = _rng(40)
+    x, y = (_f32(rng.standard_normal(n) * 3) for _ in range(2))
+
+    def f(x, y):
+        a = jnp.clip(x, -1.5, 2.5)
+        s = jnp.where(x > y, a * y, jnp.where(y > 1, x - y, jnp.abs(x) + 1))
+        m = jnp.maximum(s, -a) * jnp.sign(y)
+        return jnp.where(jnp.isfinite(m) & (m != 0), m / (1 + jnp.abs(s)), 0.0)
+    return f, [x, y], {}
+
+
+def make_x_int32(quick):
+    n = 4000037 if not quick else 101
+    rng = _rng(41)
+    a = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int64).astype(np.int32)
+    b = rng.integers(1, 1000, n).astype(np.int32)
+
+    def f(a, b):
+        h = a * np.int32(-1640531535) + b  # wrapping multiply-add (a hash)
+        h = h ^ lax.shift_right_logical(h, np.int32(15))
+        h = h ^ lax.shift_left(h, np.int32(7))
+        q = h // b  # floor division and modulo of signed values
+        r = h % b
+        return q, r, jnp.sum(r), jnp.max(jnp.abs(q) // 7)
+    return f, [a, b], {"tol": 0.0}
+
+
+def make_x_f64(quick):
+    r, c, o = (1000, 333, 77) if not quick else (9, 7, 5)
+    rng = _rng(42)
+    x = rng.standard_normal((r, c))
+    w = rng.standard_normal((c, o)) / math.sqrt(c)
+    g = 1 + 0.1 * rng.standard_normal(c)
+
+    def f(x, w, g):  # layer norm, dense, tanh, log-sum-exp in double precision
+        mu = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
+        h = jnp.tanh((x - mu) / jnp.sqrt(var + 1e-12) * g @ w)
+        return h, jax.nn.logsumexp(h, axis=-1)
+    return f, [x, w, g], {"tol": 1e-10, "x64": True}
+
+
+def make_x_bf16(quick):
+    m, k, n = (1000, 768, 3072) if not quick else (9, 16, 24)
+    import ml_dtypes
+    rng = _rng(43)
+    bf = ml_dtypes.bfloat16
+    x = (rng.standard_normal((m, k))).astype(bf)
+    w = (rng.standard_normal((k, n)) / math.sqrt(k)).astype(bf)
+    b = _f32(0.1 * rng.standard_normal(n))
+
+    def f(x, w, b):  # bf16 operands, f32 accumulation, bf16 activations out
+        h = jnp.dot(x, w, preferred_element_type=jnp.float32) + b
+        return jax.nn.gelu(h).astype(jnp.bfloat16)
+    return f, [x, w, b], {"tol": 1e-2}
+
+
+def make_x_stencil(quick):
+    n, hw = (64, 127) if not quick else (2, 9)
+    rng = _rng(44)
+    x = _f32(rng.standard_normal((n, hw, hw)))
+
+    def f(x):  # pad, shifted slices, concatenation: a 5-point Laplacian and a space-to-depth
+        p = jnp.pad(x, ((0, 0), (1, 1), (1, 1)), mode="edge")
+        lap = (p[:, :-2, 1:-1] + p[:, 2:, 1:-1] + p[:, 1:-1, :-2] + p[:, 1:-1, 2:]
+               - 4 * x)
+        e = jnp.pad(x, ((0, 0), (0, 1), (0, 1)))
+        s2d = jnp.concatenate([e[:, 0::2, 0::2], e[:, 1::2, 0::2], e[:, 0::2, 1::2],
+                               e[:, 1::2, 1::2]], axis=0)
+        return lap, s2d
+    return f, [x], {}
+
+
+def make_x_reduce_axes(quick):
+    shape = (64, 120, 33, 40) if not quick else (3, 5, 7, 4)
+    rng = _rng(45)
+    x = _f32(rng.standard_normal(shape))
+
+    def f(x):
+        return jnp.sum(x, axis=(0, 2)), jnp.max(x, axis=1), jnp.mean(x * x, axis=(1, 3))
+    return f, [x], {}
+
+
+def make_x_broadcast(quick):
+    a, b, c, d, e = (16, 24, 65, 31, 7) if not quick else (2, 3, 5, 4, 3)
+    rng = _rng(46)
+    x = _f32(rng.standard_normal((a, 1, c, 1, e)))
+    y = _f32(rng.standard_normal((1, b, 1, d, e)))
+    z = _f32(rng.standard_normal((b, 1, 1, 1)))
+
+    def f(x, y, z):
+        return jnp.tanh(x * y + z) - x
+
+    return f, [x, y, z], {}
+
+
+def make_x_einsum(quick):
+    i, bt, j, k, l = (48, 6, 64, 40, 96) if not quick else (5, 2, 3, 4, 7)
+    rng = _rng(47)
+    x = _f32(rng.standard_normal((i, bt, j, k)))
+    y = _f32(rng.standard_normal((j, bt, k, l)))
+
+    def f(x, y):  # the batch dimension second in one operand, contracted j,k split around it
+        return jnp.einsum("ibjk,jbkl->lbi", x, y)
+    return f, [x, y], {}
+
+
+def make_x_rnn(grad, quick):
+    t, b, nin, nh = (64, 32, 129, 257) if not quick else (5, 3, 4, 6)
+    rng = _rng(48)
+    xs = _f32(rng.standard_normal((t, b, nin)))
+    wx = _f32(rng.standard_normal((nin, nh)) / math.sqrt(nin))
+    wh = _f32(rng.standard_normal((nh, nh)) / math.sqrt(nh))
+    bias = _f32(0.1 * rng.standard_normal(nh))
+
+    def run(wx, wh, bias, xs):
+        def cell(h, x):
+            h = jnp.tanh(x @ wx + h @ wh + bias)
+            return h, h
+        h, hs = lax.scan(cell, jnp.zeros((b, nh), jnp.float32), xs)
+        return h, hs
+    if not grad:
+        return run, [wx, wh, bias, xs], {}
+
+    def step(wx, wh, bias, xs):
+        return jax.value_and_grad(lambda p: jnp.mean(jnp.square(run(*p, xs)[1])))((wx, wh, bias))
+    return step, [wx, wh, bias, xs], {"tol": 1e-3}
+
+
+def make_x_dropout(impl, quick):
+    m, k, n = (1024, 999, 512) if not quick else (9, 7, 5)
+    rng = _rng(49)
+    x = _f32(rng.standard_normal((m, k)))
+    w = _f32(rng.standard_normal((k, n)) / math.sqrt(k))
+    seed = np.array([0, 1234], np.uint32) if impl == "threefry" else \
+        np.arange(4, dtype=np.uint32) * 977
+    if impl == "threefry":
+        def f(x, w, key):  # jax.random with its default threefry2x32 key
+            keep = jax.random.bernoulli(jax.random.wrap_key_data(key), 0.9, x.shape)
+            return jnp.where(keep, x / 0.9, 0.0) @ w
+    else:
+        def f(x, w, key):  # lax.rng_bit_generator (XLA's RngBitGenerator op, default algorithm)
+            _, bits = lax.rng_bit_generator(key, x.shape, dtype=jnp.uint32)
+            keep = bits < np.uint32(int(0.9 * 2**32))
+            return jnp.where(keep, x / 0.9, 0.0) @ w
+    return f, [x, w, seed], {}
+
+
+def make_x_logsumexp(quick):
+    r, c = (4000, 1000) if not quick else (9, 7)
+    rng = _rng(50)
+    x = _f32(rng.standard_normal((r, c)) * 4)
+
+    def f(x):  # along the first (non-contiguous) axis, and over the whole array
+        return jax.nn.logsumexp(x, axis=0), jax.nn.logsumexp(x)
+    return f, [x], {}
+
+
+def make_x_l2norm(quick):
+    r, c = (8191, 300) if not quick else (9, 7)
+    rng = _rng(51)
+    x = _f32(rng.standard_normal((r, c)))
+    ct = _f32(rng.standard_normal((r, c)))
+
+    def norm(x):
+        return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+    def step(x, ct):
+        return jax.value_and_grad(lambda x: jnp.sum(norm(x) * ct))(x)
+    return step, [x, ct], {"tol": 1e-3}
+
+
+def extra_case_list(quick):
+    """The second group, each name starting with "x ". Sizes are those of a full run."""
+    q = quick
+    c = [("x mlp_silu value_and_grad 333-1000-1000-77 b250",
+          lambda: make_x_mlp("silu", [333, 1000, 1000, 77], 250, q)),
+         ("x mlp_gelu_tanh value_and_grad 1000-333-77 b129",
+          lambda: make_x_mlp("gelu_tanh", [1000, 333, 77], 129, q)),
+         ("x conv3x3 stride2 NCHW 16x32x56x56->64 forward", lambda: make_x_conv_s2(False, q)),
+         ("x conv3x3 stride2 NCHW 16x32x56x56->64 value_and_grad",
+          lambda: make_x_conv_s2(True, q)),
+         ("x maxpool3x3s2 grad NHWC 32x55x55x64", lambda: make_x_pool_grad("max", q)),
+         ("x avgpool2x2 grad NHWC 32x55x55x64", lambda: make_x_pool_grad("avg", q)),
+         ("x batchnorm train value_and_grad NHWC 32x28x28x96", lambda: make_x_batchnorm(q)),
+         ("x gqa+rope causal forward b2 s300 hq8 hkv2 d64", lambda: make_x_gqa(False, q)),
+         ("x gqa+rope causal value_and_grad b2 s300 hq8 hkv2 d64",
+          lambda: make_x_gqa(True, q)),
+         ("x cumsum/cumprod/cummax 1000x777", lambda: make_x_cumulative(q)),
+         ("x argmax/top_k/sort 1000x1000", lambda: make_x_sort(q)),
+         ("x one_hot(4000 of 1000) @ 1000x333", lambda: make_x_onehot(q)),
+         ("x segment_sum 200000x48 -> 1000 segments", lambda: make_x_segment_sum(q)),
+         ("x where/clip/select chain 2000x1001", lambda: make_x_where_chain(q)),
+         ("x int32 hash/div/mod 4000037", lambda: make_x_int32(q)),
+         ("x f64 layer_norm-dense-tanh-logsumexp 1000x333x77", lambda: make_x_f64(q)),
+         ("x bf16 matmul 1000x768x3072 + gelu", lambda: make_x_bf16(q)),
+         ("x pad/slice/concat stencil 64x127x127", lambda: make_x_stencil(q)),
+         ("x reduce axes (0,2) 1 (1,3) 64x120x33x40", lambda: make_x_reduce_axes(q)),
+         ("x broadcast rank5 16x24x65x31x7", lambda: make_x_broadcast(q)),
+         ("x einsum ibjk,jbkl->lbi 48x6x64x40x96", lambda: make_x_einsum(q)),
+         ("x rnn scan forward T64 b32 129->257", lambda: make_x_rnn(False, q)),
+         ("x rnn scan value_and_grad T64 b32 129->257", lambda: make_x_rnn(True, q)),
+         ("x dropout threefry + matmul 1024x999x512", lambda: make_x_dropout("threefry", q)),
+         ("x dropout rng_bit_generator + matmul 1024x999x512",
+          lambda: make_x_dropout("rbg", q)),
+         ("x logsumexp axis0 and all 4000x1000", lambda: make_x_logsumexp(q)),
+         ("x l2_normalize value_and_grad 8191x300", lambda: make_x_l2norm(q))]
+    return c
+
+
+def group_cases(group, quick):
+    return ((case_list(quick) if group in ("suite", "all") else []) +
+            (extra_case_list(quick) if group in ("extra", "all") else []))
+
+
 # ---- timing and checking ------------------------------------------------------------------------
 
 class JaxSide:
@@ -642,9 +1033,22 @@ def compare(outs, refs, tol):
 
 
 def run_case(name, builder, a, tmp, env):
+    fn, args, opts = builder()
+    if not opts.get("x64"):
+        return run_case_in(name, fn, args, opts, a, tmp, env)
+    with jax.enable_x64(True):  # f64 programs: lowered, run and timed with 64-bit types on
+        return run_case_in(name, fn, args, opts, a, tmp, env)
+
+
+def npy_for_optitpu(arr):
+    """bf16 travels as its u16 bit patterns (what `optitpu run` reads and writes for bf16)."""
+    arr = np.asarray(arr)
+    return arr.view(np.uint16) if arr.dtype.name == "bfloat16" else arr
+
+
+def run_case_in(name, fn, args, opts, a, tmp, env):
     row = {"case": name, "xla_ms": None, "optitpu_ms": None, "ratio": None, "max_abs": None,
            "rel": None, "verdict": "FAIL", "reason": None, "kernels": None}
-    fn, args, opts = builder()
     donate = opts.get("donate", ())
     tol = opts.get("tol", 1e-4) * a.tol_scale
     d = tempfile.mkdtemp(prefix="case_", dir=tmp)
@@ -660,7 +1064,7 @@ def run_case(name, builder, a, tmp, env):
     inputs = []  # parameter K of the module <- inputs[K]
     for i in kept:
         p = os.path.join(d, f"in_{i}.npy")
-        np.save(p, np.asarray(args[i]))
+        np.save(p, npy_for_optitpu(args[i]))
         inputs.append(p)
     refs = [np.asarray(r) for r in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
 
@@ -688,8 +1092,10 @@ def run_case(name, builder, a, tmp, env):
     row["kernels"] = kernel_kinds(trace)
     row["kernels"]["total"] = js.get("kernels")
     outs = []
-    for o in js["outputs"]:
-        outs.append(np.load(o["file"]))
+    for o, r in zip(js["outputs"], refs):
+        v = np.load(o["file"])
+        outs.append(v.view(r.dtype) if r.dtype.name == "bfloat16" and v.dtype == np.uint16
+                    else v)
     ab, rel, why = compare(outs, refs, tol)
     row["max_abs"], row["rel"], row["tol"] = ab, rel, tol
     if why is not None:
@@ -708,6 +1114,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=30, help="timed calls per side, all rounds")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    ap.add_argument("--group", choices=("suite", "extra", "all"), default="suite",
+                    help="suite: the programs above (default); extra: the second group "
+                    "(names starting with 'x '); all: both")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
@@ -726,7 +1135,7 @@ def main():
     env = dict(os.environ, OPTITPU_THREADS=str(a.threads))
 
     if a.list:
-        for name, _ in case_list(a.quick):
+        for name, _ in group_cases(a.group, a.quick):
             print(name)
         return
     try:
@@ -741,7 +1150,7 @@ def main():
     if not os.access(a.optitpu, os.X_OK):
         sys.exit(f"xla_compare: {a.optitpu} is not an executable (build target optitpu_cli)")
 
-    cases = [(n, b) for n, b in case_list(a.quick) if a.only is None or a.only in n]
+    cases = [(n, b) for n, b in group_cases(a.group, a.quick) if a.only is None or a.only in n]
     tmp = tempfile.mkdtemp(prefix="xla_compare_")
     load0 = os.getloadavg()
     label = (f"jax {jax.__version__} CPU, {a.threads} threads each (XLA: PJRT_NPROC="
