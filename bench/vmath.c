@@ -511,7 +511,7 @@ static long double logistic_l(long double x) {
 }
 BV_S2(powf, float, ot_vm_powf1, powf, powl_d)
 BV_S2(atan2f, float, ot_vm_atan2f, atan2f, atan2l_d)
-BV_S1(exp, double, ot_vm_exp, exp, expl)
+BV_S1(exp, double, ot_vm_exp1, exp, expl)
 BV_S1(expm1, double, ot_vm_expm1, expm1, expm1l)
 BV_S1(log, double, ot_vm_log, log, logl)
 BV_S1(log1p, double, ot_vm_log1p1, log1p, log1pl)

@@ -868,9 +868,9 @@ static void test_vmath_sleef(void) {
         static const char *const f32s[] = {"ot_vm_sinf(",  "ot_vm_cosf(",  "ot_vm_tanf(",
                                            "ot_vm_cbrtf(", "ot_vm_powf1(", "ot_vm_atan2f("};
         static const char *const f64s[] = {
-            "ot_vm_sin(",   "ot_vm_cos(", "ot_vm_tan(",     "ot_vm_cbrt(", "ot_vm_pow1(",
-            "ot_vm_atan2(", "ot_vm_exp(", "ot_vm_expm1(",   "ot_vm_log(",  "ot_vm_log1p1(",
-            "ot_vm_tanh(",  "ot_vm_erf(", "ot_vm_logistic("};
+            "ot_vm_sin(",   "ot_vm_cos(",  "ot_vm_tan(",     "ot_vm_cbrt(", "ot_vm_pow1(",
+            "ot_vm_atan2(", "ot_vm_exp1(", "ot_vm_expm1(",   "ot_vm_log(",  "ot_vm_log1p1(",
+            "ot_vm_tanh(",  "ot_vm_erf(",  "ot_vm_logistic("};
         const char *const *names = j == 2 ? f64s : f32s;
         for (int k = 0; k < (j == 2 ? 13 : 6); k++) {
             /* named after the preamble: called by a kernel */

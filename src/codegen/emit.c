@@ -636,7 +636,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_CEIL: return d ? "ceil(%s)" : "ceilf(%s)";
     case OT_OP_ROUND_NEAREST_AFZ: return d ? "round(%s)" : "roundf(%s)";
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
-    case OT_OP_EXP: return d ? "ot_vm_exp(%s)" : "ot_expf_ftz(%s)"; /* generated code flushes */
+    case OT_OP_EXP: return d ? "ot_vm_exp1(%s)" : "ot_expf_ftz(%s)"; /* generated code flushes */
     case OT_OP_EXPM1: return d ? "ot_vm_expm1(%s)" : "ot_expm1f(%s)";
     case OT_OP_LOG: return d ? "ot_vm_log(%s)" : "ot_logf(%s)";
     case OT_OP_LOG1P: return d ? "ot_vm_log1p1(%s)" : "ot_log1pf(%s)";

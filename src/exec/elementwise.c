@@ -211,7 +211,7 @@ static double unary_f64(ot_opcode op, double x) {
     case OT_OP_CEIL: return ceil(x);
     case OT_OP_ROUND_NEAREST_AFZ: return round(x);
     case OT_OP_ROUND_NEAREST_EVEN: return nearbyint(x);
-    case OT_OP_EXP: return ot_vm_exp(x);
+    case OT_OP_EXP: return ot_vm_exp1(x);
     case OT_OP_EXPM1: return ot_vm_expm1(x);
     case OT_OP_LOG: return ot_vm_log(x);
     case OT_OP_LOG1P: return ot_vm_log1p1(x);
