@@ -277,6 +277,183 @@ static void test_output_fusion(void) {
     }
 }
 
+/* ---- 16-bit float operands ---------------------------------------------------------------- */
+
+/* A dot of bf16 / f16 operands into f32, bf16 or f16: the fast dot (the own GEMM on operands
+ * widened to f32) equals the reference kernel bit for bit, on 1, 2, 3 and 8 threads, over shapes
+ * with odd sizes and tails of every blocking, transposed operands, batches (own and shared packed
+ * B), operands that must be copied first (a batch dim between the matrix dims, contracting dims
+ * that do not merge), N <= 16 with a row-major lhs, and values that include NaN, infinities,
+ * signed zeros, subnormals, and products that overflow or underflow f32 (where an fma and a
+ * multiply-then-add differ). */
+typedef struct hcase {
+    ot_dtype lt, rt, ot;
+    int64_t b, m, n, k;
+    int layout; /* 0: [b,m,k] x [b,k,n]; 1: lhs [b,k,m], rhs [b,n,k]; 2: lhs [m,b,k] (copied),
+                   rhs [b,k,n]; 3: 2-D lhs [m, k1, k2] x rhs [k1, k2, n] with k = k1 * k2,
+                   contracting dims listed (2, 1) so neither operand merges them in place */
+    int values; /* 0: moderate random; 1: specials mixed in; 2: tiny and huge magnitudes; 3:
+                   (bf16) partial sums in and out of the subnormal range */
+} hcase;
+
+static uint16_t half_bits(ot_dtype t, int values) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t r = (uint32_t)(g_rng >> 32);
+    if (values == 1 && r % 23 == 0) { /* a special value */
+        static const uint16_t bsp[] = {0x7fc0, 0xffc1, 0x7f81, 0x7f80, 0xff80, 0x0000,
+                                       0x8000, 0x0001, 0x807f, 0x0040, 0x7f7f, 0xff7f};
+        static const uint16_t hsp[] = {0x7e00, 0xfe01, 0x7c01, 0x7c00, 0xfc00, 0x0000,
+                                       0x8000, 0x0001, 0x83ff, 0x0200, 0x7bff, 0xfbff};
+        return (t == OT_BF16 ? bsp : hsp)[(r >> 8) % 12];
+    }
+    float v = (float)((r >> 8) & 0xffff) / 32768.0f - 1.0f;
+    if (values == 2) { /* magnitudes 2^-90 .. 2^90 for bf16 (products under- and overflow) */
+        int e = t == OT_BF16 ? (int)((r >> 24) % 181) - 90 : (int)((r >> 24) % 41) - 20;
+        v = ldexpf(v, e);
+    } else if (values == 3) { /* bf16 products about 2^-132 .. 2^-120: partial sums subnormal */
+        v = ldexpf(v, -60 - (int)((r >> 24) % 7));
+    }
+    return t == OT_BF16 ? ot_f32_to_bf16(v) : ot_f32_to_f16(v);
+}
+
+static ot_module *half_module(const hcase *h, ot_shape *ls, ot_shape *rs) {
+    int64_t b = h->b, m = h->m, n = h->n, k = h->k;
+    ot_dot_dims dn = {.nbatch = 1, .ncontract = 1, .lhs_batch = {0}, .rhs_batch = {0}};
+    int lr = 3, rr = 3;
+    int64_t ld[3] = {b, m, k}, rd[3] = {b, k, n};
+    dn.lhs_contract[0] = 2;
+    dn.rhs_contract[0] = 1;
+    if (h->layout == 1) {
+        ld[1] = k;
+        ld[2] = m;
+        rd[1] = n;
+        rd[2] = k;
+        dn.lhs_contract[0] = 1;
+        dn.rhs_contract[0] = 2;
+    } else if (h->layout == 2) {
+        ld[0] = m;
+        ld[1] = b;
+        dn.lhs_batch[0] = 1;
+    } else if (h->layout == 3) { /* k = k1 * k2 with k1 = b */
+        int64_t k2 = k / b;
+        ld[0] = m;
+        ld[1] = b;
+        ld[2] = k2;
+        rd[0] = b;
+        rd[1] = k2;
+        rd[2] = n;
+        dn.nbatch = 0;
+        dn.ncontract = 2;
+        dn.lhs_contract[0] = 2;
+        dn.lhs_contract[1] = 1;
+        dn.rhs_contract[0] = 1;
+        dn.rhs_contract[1] = 0;
+    }
+    if (ot_shape_make(ls, h->lt, lr, ld) != OT_OK || ot_shape_make(rs, h->rt, rr, rd) != OT_OK)
+        return NULL;
+    ot_module *md = ot_module_new("half_dot");
+    ot_computation *c = ot_module_add_computation(md, "main");
+    ot_instr *l = ot_build_parameter(c, 0, *ls, "l"), *r = ot_build_parameter(c, 1, *rs, "r");
+    ot_attrs at;
+    memset(&at, 0, sizeof at);
+    at.dot = &dn;
+    ot_ir_shape hint = {.kind = OT_IR_ARRAY}; /* the result dtype (preferred_element_type) */
+    hint.array.rank = -1;
+    hint.array.dtype = h->ot;
+    ot_instr *ops[2] = {l, r};
+    ot_computation_set_root(c, ot_build(c, OT_OP_DOT, ops, 2, &at, NULL, 0, &hint, NULL));
+    ot_module_set_entry(md, c);
+    if (ot_module_finalize(md) != OT_OK) {
+        ot_module_free(md);
+        return NULL;
+    }
+    return md;
+}
+/* The result of exe on pool (reference kernels when ref), into out (nout bytes); false on
+ * failure. *fast: the fast kernels that ran. */
+static bool half_run(const ot_executable *exe, void *a, void *b, void *out, size_t nout, bool ref,
+                     ot_threadpool *pool, int *fast) {
+    int64_t an = ot_executable_arena_size(exe);
+    void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
+    void *params[2] = {a, b}, *outs[1] = {out};
+    ot_run_options o = ot_run_options_default();
+    o.pool = pool;
+    o.reference_kernels = ref;
+    ot_run_result r;
+    memset(out, 0xa5, nout);
+    ot_status st = ot_execute_on_host(exe, arena, params, outs, &o, 0, &r);
+    ot_aligned_free(arena);
+    *fast = r.fast_kernels_run;
+    if (st != OT_OK) fprintf(stderr, "run: %s\n", ot_last_error());
+    return st == OT_OK;
+}
+
+static void test_half_dot(void) {
+    if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: 16-bit dots run in the reference");
+    const ot_dtype B = OT_BF16, H = OT_F16, F = OT_F32;
+    const hcase cs[] = {
+        {B, B, F, 1, 100, 70, 600, 0, 1},  /* k blocks 256, 256, 88; M, N tails */
+        {B, B, F, 1, 100, 70, 600, 1, 1},  /* both transposed */
+        {B, B, B, 1, 37, 13, 300, 0, 1},   /* N <= 16, row-major lhs; bf16 result */
+        {B, B, F, 1, 37, 13, 300, 1, 2},   /* N <= 16, lhs read in place */
+        {B, B, F, 1, 300, 520, 700, 1, 2}, /* tiny and huge: products under- and overflow */
+        {B, B, F, 1, 130, 300, 270, 0, 2},
+        {B, B, B, 1, 61, 45, 129, 0, 2},
+        {B, B, F, 1, 60, 50, 40, 0, 3}, /* gradual underflow of the partial sums */
+        {B, B, F, 2, 70, 40, 300, 1, 3},
+        {H, H, F, 1, 100, 70, 600, 0, 1},
+        {H, H, H, 1, 77, 90, 333, 1, 1}, /* f16 result: subnormal and overflowing results */
+        {H, H, H, 1, 50, 40, 1000, 0, 2},
+        {B, H, F, 1, 64, 48, 300, 0, 1}, /* mixed operands */
+        {H, B, B, 1, 64, 48, 300, 1, 2},
+        {B, B, F, 40, 30, 20, 50, 0, 1},    /* each thread packs its elements' B */
+        {B, B, F, 5, 64, 48, 300, 1, 1},    /* own B on 1 and 2 threads, shared on 3 and 8 */
+        {B, B, B, 3, 45, 33, 70, 2, 1},     /* lhs copied into [b, m, k] first */
+        {H, H, F, 4, 29, 35, 4 * 31, 3, 1}, /* contracting dims copied into order */
+        {B, B, F, 1, 12, 8, 1, 0, 1},       /* the smallest the GEMM takes */
+        {B, B, F, 1, 11, 8, 5, 0, 1},       /* fewer rows: the reference */
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        const hcase *h = &cs[q];
+        ot_shape ls, rs;
+        ot_module *m = half_module(h, &ls, &rs);
+        ASSERT_TRUE(m);
+        ot_executable *exe = NULL;
+        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
+        size_t na = (size_t)ot_shape_numel_unchecked(&ls),
+               nb = (size_t)ot_shape_numel_unchecked(&rs);
+        size_t nout = (size_t)(h->b * h->m * h->n) * ot_dtype_size(h->ot);
+        uint16_t *a = malloc(na * 2), *b = malloc(nb * 2);
+        void *want = malloc(nout), *got = malloc(nout);
+        ASSERT_TRUE(a && b && want && got);
+        for (size_t e = 0; e < na; e++) a[e] = half_bits(h->lt, h->values);
+        for (size_t e = 0; e < nb; e++) b[e] = half_bits(h->rt, h->values);
+        int fast = 0;
+        ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
+        for (int p = 0; p < 4; p++) {
+            ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
+            bool same = !memcmp(got, want, nout), gemm = fast == (h->m >= 12 ? 1 : 0);
+            if (!same || !gemm) {
+                fprintf(stderr, "16-bit case %zu on %d threads: %d fast kernels, %s\n", q,
+                        g_nthreads[p], fast, same ? "equal" : "bits differ");
+                for (size_t e = 0, shown = 0; e < nout && shown < 4; e += 2)
+                    if (memcmp((char *)got + e, (char *)want + e, 2)) {
+                        fprintf(stderr, "  byte %zu\n", e);
+                        shown++;
+                    }
+            }
+            EXPECT_TRUE(same);
+            EXPECT_TRUE(gemm);
+        }
+        free(a);
+        free(b);
+        free(want);
+        free(got);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+}
+
 static void test_setup(void) {
     for (int k = 0; k < 4; k++)
         EXPECT_TRUE(ot_threadpool_create(g_nthreads[k], &g_pools[k]) == OT_OK);
@@ -291,4 +468,4 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_output_fusion),
-             OT_TEST(test_teardown))
+             OT_TEST(test_half_dot), OT_TEST(test_teardown))

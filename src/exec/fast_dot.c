@@ -560,9 +560,12 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
  * few columns' multiply-adds there (512 x 10 x 1024 on one thread, vectorized packing: 41-44
  * against 65-68 GFLOP/s for OpenBLAS on the tile grid); with a transposed A, read in place, it
  * runs here. */
+static bool sg_fits(const ex_gemm *g) { /* what the kernel computes at all */
+    return g->t == OT_F32 && g->M >= 12 && g->N >= 8 && g->K >= 1 && sg_cpu();
+}
+
 static bool sg_use(const ex_gemm *g) {
-    return g->t == OT_F32 && g->M >= 12 && g->N >= 8 && g->K >= 1 && (g->N > 16 || g->ta) &&
-           sg_cpu();
+    return sg_fits(g) && (g->N > 16 || g->ta);
 }
 
 static int sg_nr(const ex_gemm *g) {
@@ -660,6 +663,115 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         ex_par_for_dynamic(c, r.nbg * r.rb * r.cb, work * 4, sg_tasks, &r);
     }
 }
+
+/* ---- 16-bit float operands (bf16, f16) -------------------------------------------------------
+ * A dot of bf16 or f16 operands (either, mixed) into f32, bf16 or f16 runs the own f32 GEMM on
+ * the operands widened to f32 (exact; under FTZ a subnormal bf16 reads as zero, as the
+ * reference's widening does; every f16 value is a normal f32). The product of two such values has
+ * at most 22 significant bits, so the GEMM's fma chain over k adds each exact product with one
+ * rounding: the reference's ACC_F32_FMA chain (src/exec/linalg.c), bit for bit, provided the
+ * partial sums underflow gradually as in the reference — the GEMM runs without FTZ/DAZ (ftz
+ * false) and the finished f32 sums are flushed afterwards, with a NaN made the canonical quiet
+ * NaN, then rounded to the result dtype (half_finish). That pass runs on each finished block of
+ * rows through the GEMM's output-fusion hook, before the fused loop's own (if any). */
+static bool half_float(ot_dtype t) {
+    return t == OT_BF16 || t == OT_F16;
+}
+
+static bool half_dot_dtype(ot_dtype a, ot_dtype b, ot_dtype o) {
+    return half_float(a) && half_float(b) && (o == OT_F32 || half_float(o));
+}
+
+#define HALF_CHUNK ((int64_t)1 << 14) /* elements widened per task (a multiple of 16) */
+
+typedef struct half_widen {
+    const uint16_t *src;
+    float *dst;
+    int64_t n;
+    bool bf16, ftz;
+} half_widen;
+
+/* chunks [begin, end) of HALF_CHUNK elements of one operand to f32, 16 at a time */
+SG_AVX512 static void half_widen_range(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const half_widen *w = arg;
+    int64_t e = begin * HALF_CHUNK;
+    end = end * HALF_CHUNK < w->n ? end * HALF_CHUNK : w->n;
+    for (; e + 16 <= end; e += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(w->src + e));
+        __m512 f;
+        if (w->bf16) {
+            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+            if (w->ftz) { /* a zero exponent field (zero or subnormal) keeps only the sign */
+                __mmask16 sub = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+                u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32((int)0x80000000u));
+            }
+            f = _mm512_castsi512_ps(u);
+        } else {
+            f = _mm512_cvtph_ps(h);
+        }
+        _mm512_storeu_ps(w->dst + e, f);
+    }
+    for (; e < end; e++) {
+        if (!w->bf16) {
+            w->dst[e] = ot_f16_to_f32(w->src[e]);
+            continue;
+        }
+        uint32_t u = (uint32_t)w->src[e] << 16;
+        if (w->ftz && !(u & 0x7f800000u)) u &= 0x80000000u;
+        memcpy(&w->dst[e], &u, 4);
+    }
+}
+
+/* One operand (n elements of dtype t at src) widened into dst over the pool. */
+static void half_widen_all(ex_kernel_ctx *c, ot_dtype t, const void *src, float *dst, int64_t n,
+                           bool ftz) {
+    half_widen w = {src, dst, n, t == OT_BF16, ftz};
+    ex_par_for(c, cdiv(n, HALF_CHUNK), n * 6, half_widen_range, &w);
+}
+
+/* The finishing pass over the GEMM's f32 sums (an output-fusion hook: elements [b, e) of the
+ * result, row-major, right after the GEMM finished them): flushed under FTZ, a NaN made the
+ * canonical quiet NaN, rounded to the result dtype (nearest even: ot_f32_to_bf16 and
+ * ot_f32_to_f16, which give what the reference's store gives for an f32 value), then the fused
+ * loop's own hook (next) on the same elements. */
+typedef struct half_fin {
+    const float *acc; /* the GEMM's sums; for an f32 result, the result itself */
+    void *out;
+    ot_dtype t;
+    bool ftz;
+    const ex_epilogue *next;
+} half_fin;
+
+static void half_finish(const void *ctx, int64_t b, int64_t e) {
+    const half_fin *h = ctx;
+    const uint32_t *a = (const uint32_t *)h->acc;
+    uint32_t keep = h->ftz ? 0x80000000u : 0xffffffffu; /* what a zero exponent field keeps */
+    if (h->t == OT_F32) {
+        uint32_t *p = h->out;
+        for (int64_t i = b; i < e; i++) {
+            uint32_t u = a[i] & ((a[i] & 0x7f800000u) ? 0xffffffffu : keep);
+            p[i] = (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : u;
+        }
+    } else if (h->t == OT_BF16) { /* the canonical NaN rounds to 0x7fc0 like any value */
+        uint16_t *p = h->out;
+        for (int64_t i = b; i < e; i++) {
+            uint32_t u = a[i] & ((a[i] & 0x7f800000u) ? 0xffffffffu : keep);
+            u = (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : u;
+            p[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        }
+    } else {
+        uint16_t *p = h->out;
+        for (int64_t i = b; i < e; i++) {
+            uint32_t u = a[i] & ((a[i] & 0x7f800000u) ? 0xffffffffu : keep);
+            u = (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : u;
+            float v;
+            memcpy(&v, &u, 4);
+            p[i] = ot_f32_to_f16(v);
+        }
+    }
+    if (h->next) h->next->fn(h->next->ctx, b, e);
+}
 #else
 #define SG_OWN 0
 #endif
@@ -697,7 +809,13 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
                       void *out, const ex_leaf *os, bool *done) {
     const ot_dot_dims *dn = i->attrs->dot;
     const ot_shape *ls = ins[0].shape, *rs = ins[1].shape;
-    if (!dn || !ex_gemm_dtype(ls->dtype, rs->dtype, os->shape->dtype)) return OT_OK;
+    ot_dtype odt = os->shape->dtype;
+#if SG_OWN
+    bool half = half_dot_dtype(ls->dtype, rs->dtype, odt); /* the own GEMM on widened operands */
+#else
+    bool half = false;
+#endif
+    if (!dn || !(half || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return OT_OK;
     int64_t lbat[OT_MAX_RANK], rbat[OT_MAX_RANK], lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
     int nb = dn->nbatch, nlf = 0, nrf = 0, nc = dn->ncontract;
     int64_t NB = 1, M = 1, N = 1, K = 1;
@@ -721,25 +839,34 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
         ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
         return OT_OK;
+    ex_gemm g = {half ? OT_F32 : odt, NB, M, N, K, false, false, in[0], in[1], out, 0, 0, false};
+#if SG_OWN
+    /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS) */
+    if (half && (NB * M * N == 0 || !sg_fits(&g))) return OT_OK;
+#endif
     *done = true;
     if (NB * M * N == 0) return OT_OK;
-    size_t es = ot_dtype_size(os->shape->dtype);
-    ex_gemm g = {os->shape->dtype, NB, M, N, K, false, false, in[0], in[1], out, 0, 0, false};
+    size_t es = half ? 4 : ot_dtype_size(odt);
     gemm_view va, vb;
     /* each operand read where it lies when its dims allow (view_of: A as [M, K] or transposed
      * [K, M], B as [K, N] or transposed [N, K]), else copied into the (batch, free, contracting)
      * order for A and (batch, contracting, free) for B */
     bool lcopy = !view_of(ls, lbat, nb, lfree, nlf, dn->lhs_contract, nc, M, K, &g.ta, &va);
     bool rcopy = !view_of(rs, rbat, nb, dn->rhs_contract, nc, rfree, nrf, K, N, &g.tb, &vb);
-    size_t need = 0, lbytes = ex_align64((size_t)ins[0].nbytes),
-           rbytes = ex_align64((size_t)ins[1].nbytes), gbytes = 0;
+    int64_t lnum = ot_shape_numel_unchecked(ls), rnum = ot_shape_numel_unchecked(rs);
+    size_t need = 0, lbytes = ex_align64((size_t)lnum * es), rbytes = ex_align64((size_t)rnum * es),
+           gbytes = 0, hbytes = 0;
     if (lcopy) need += lbytes;
     if (rcopy) need += rbytes;
-    g.ftz = c->ftz;
+    if (half) { /* the widened operands, then the f32 sums unless the result is f32 */
+        hbytes = lbytes + rbytes + (odt == OT_F32 ? 0 : ex_align64((size_t)(NB * M * N) * 4));
+        need += hbytes;
+    }
+    g.ftz = c->ftz && !half; /* 16-bit operands: partial sums underflow gradually (see above) */
     char *gscratch = NULL;
 #if SG_OWN
     int threads = 1;
-    bool own = sg_use(&g);
+    bool own = half || sg_use(&g);
     if (own) {
         threads = ex_par_threads(c, NB * M * N * K * 4);
         gbytes = sg_scratch_bytes(&g, threads);
@@ -750,13 +877,23 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         void *sc = NULL;
         OT_CHECK(ex_scratch(c, need, &sc));
         char *p = sc;
+#if SG_OWN
+        if (half) {
+            half_widen_all(c, ls->dtype, in[0], (float *)p, lnum, c->ftz);
+            half_widen_all(c, rs->dtype, in[1], (float *)(p + lbytes), rnum, c->ftz);
+            g.a = p;
+            g.b = p + lbytes;
+            if (odt != OT_F32) g.c = p + lbytes + rbytes;
+            p += hbytes;
+        }
+#endif
         if (lcopy) {
             int64_t perm[OT_MAX_RANK];
             int n = 0;
             for (int k = 0; k < nb; k++) perm[n++] = lbat[k];
             for (int k = 0; k < nlf; k++) perm[n++] = lfree[k];
             for (int k = 0; k < nc; k++) perm[n++] = dn->lhs_contract[k];
-            ex_transpose(c, es, ls->rank, ls->dims, perm, in[0], p);
+            ex_transpose(c, es, ls->rank, ls->dims, perm, g.a, p);
             g.a = p;
             g.ta = false;
             view_dense(&va, NB, M, K, K);
@@ -768,7 +905,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
             for (int k = 0; k < nb; k++) perm[n++] = rbat[k];
             for (int k = 0; k < nc; k++) perm[n++] = dn->rhs_contract[k];
             for (int k = 0; k < nrf; k++) perm[n++] = rfree[k];
-            ex_transpose(c, es, rs->rank, rs->dims, perm, in[1], p);
+            ex_transpose(c, es, rs->rank, rs->dims, perm, g.b, p);
             g.b = p;
             g.tb = false;
             view_dense(&vb, NB, K, N, N);
@@ -777,6 +914,16 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         if (gbytes) gscratch = p;
     }
 #if SG_OWN
+    if (own && half) {
+        half_fin fin = {g.c, out, odt, c->ftz, c->epilogue};
+        ex_epilogue hook = {half_finish, &fin};
+        c->epilogue = &hook;
+        sg_gemm(c, &g, &va, &vb, gscratch, threads);
+        c->epilogue = fin.next;
+        c->epilogue_done = c->epilogue != NULL;
+        c->fast_run++;
+        return OT_OK;
+    }
     if (own) {
         sg_gemm(c, &g, &va, &vb, gscratch, threads);
         c->epilogue_done = c->epilogue != NULL;

@@ -1,12 +1,25 @@
 /* dot_general and general convolution, the reference way: one output element at a time,
  * accumulating in a fixed order in f32 (f16, bf16, f32), f64 (f64) or 64-bit wrapping integers,
  * then rounding once to the result dtype. Under FTZ/DAZ (the default, as XLA's CPU backend)
- * subnormal f32/f64 inputs read as zero and a subnormal result is flushed. */
+ * subnormal f32/f64 inputs read as zero and a subnormal result is flushed.
+ *
+ * A dot of 16-bit float operands (bf16 and f16, either) into f32, bf16 or f16 accumulates each
+ * product with one fused multiply-add (fmaf: the exact product added, one rounding), a NaN
+ * result is the canonical quiet NaN (0x7fc00000 before rounding to the result dtype), and the
+ * partial sums underflow gradually (only the final f32 sum is flushed). The products of such
+ * operands are exact in f32 unless they underflow or overflow it, so this is the plain
+ * multiply-then-add chain except there (and in NaN payloads); it is what the fast dot's f32 GEMM
+ * computes on the widened operands (src/exec/fast_dot.c), bit for bit at every thread count. */
 #include "exec/exec_internal.h"
 
 #include <float.h>
 
-typedef enum acc_kind { ACC_F32, ACC_F64, ACC_INT } acc_kind;
+/* ACC_F32_FMA: f32, each product added by one fma (16-bit float operands into f32 or narrower) */
+typedef enum acc_kind { ACC_F32, ACC_F32_FMA, ACC_F64, ACC_INT } acc_kind;
+
+static bool half_float(ot_dtype t) {
+    return t == OT_BF16 || t == OT_F16;
+}
 
 static acc_kind acc_for(ot_dtype out, ot_dtype a, ot_dtype b) {
     if (out == OT_F64 || a == OT_F64 || b == OT_F64) return ACC_F64;
@@ -25,13 +38,14 @@ typedef struct acc {
 static ot_status widen(const ot_value *v, acc_kind k, void **out) {
     const ot_shape *s = ex_arr(v);
     int64_t n = ot_shape_numel_unchecked(s);
-    size_t es = k == ACC_F32 ? 4 : 8;
+    size_t es = k == ACC_F32 || k == ACC_F32_FMA ? 4 : 8;
     void *p = ot_malloc((size_t)(n ? n : 1) * es);
     if (!p)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "dot/convolution: out of memory widening operands");
     for (int64_t e = 0; e < n; e++) {
         switch (k) {
-        case ACC_F32: {
+        case ACC_F32:
+        case ACC_F32_FMA: {
             float x = (float)ex_ld_f(s->dtype, v->array.data, e);
             ((float *)p)[e] = ex_ftz && x != 0 && fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;
             break;
@@ -56,6 +70,13 @@ static inline void acc_strided(acc *s, acc_kind k, const void *a, int64_t ia, in
         const float *x = (const float *)a + ia, *y = (const float *)b + ib;
         float t = s->f;
         for (int64_t j = 0; j < n; j++) t += x[j * sa] * y[j * sb];
+        s->f = t;
+        break;
+    }
+    case ACC_F32_FMA: {
+        const float *x = (const float *)a + ia, *y = (const float *)b + ib;
+        float t = s->f;
+        for (int64_t j = 0; j < n; j++) t = fmaf(x[j * sa], y[j * sb], t);
         s->f = t;
         break;
     }
@@ -84,6 +105,9 @@ static inline void acc_store(const acc *sum, acc_kind k, ot_dtype t, void *y, in
         flushed.f = copysignf(0.0f, flushed.f);
     if (ex_ftz && flushed.d != 0 && fabs(flushed.d) < DBL_MIN) flushed.d = copysign(0.0, flushed.d);
     switch (k) {
+    case ACC_F32_FMA:
+        if (isnan(s->f)) s->f = NAN; /* the canonical quiet NaN, 0x7fc00000 */
+        /* fall through */
     case ACC_F32:
         if (ot_dtype_is_float(t))
             ex_st_f(t, y, i, s->f);
@@ -111,7 +135,7 @@ static ot_status widen_permuted(const ot_value *v, acc_kind k, const int64_t *or
     const ot_shape *s = ex_arr(v);
     OT_CHECK(widen(v, k, out));
     int64_t n = ot_shape_numel_unchecked(s);
-    size_t es = k == ACC_F32 ? 4 : 8;
+    size_t es = k == ACC_F32 || k == ACC_F32_FMA ? 4 : 8;
     void *p = ot_malloc((size_t)(n ? n : 1) * es);
     if (!p) {
         ot_free(*out);
@@ -167,6 +191,7 @@ ot_status ex_kernel_dot(const ot_instr *i, const ot_value *const *ops, ot_value 
         K *= ls->dims[dn->lhs_contract[c]];
     }
     acc_kind ak = acc_for(os->dtype, ls->dtype, rs->dtype);
+    if (ak == ACC_F32 && half_float(ls->dtype) && half_float(rs->dtype)) ak = ACC_F32_FMA;
     void *lw = NULL, *rw = NULL;
     ot_status st = widen_permuted(ops[0], ak, lord, &lw);
     if (st == OT_OK) st = widen_permuted(ops[1], ak, rord, &rw);
