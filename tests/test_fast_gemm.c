@@ -147,9 +147,12 @@ static void test_fma_chain(void) {
 
 /* ---- output fusion ------------------------------------------------------------------------ */
 
+static uint16_t half_bits(ot_dtype t, int values);
+
 typedef struct fcase {
     int64_t b, m, n, k; /* b > 1: batch dim 0 on both operands, the bias broadcast over it */
     int act;            /* 0: relu(dot + bias), 1: tanh(dot + bias) * dot, 2: dot * bias only */
+    ot_dtype in;        /* the operands' dtype: 0 for f32, or bf16 / f16 (the dot's result f32) */
 } fcase;
 
 /* The loop after the dot: act applied to d (the dot's result, or a parameter standing for it)
@@ -174,8 +177,9 @@ static ot_module *fusion_module(const fcase *f, int part) {
     int r = f->b > 1 ? 3 : 2, o = r - 2;
     int64_t xd[3] = {f->b, f->m, f->k}, wd[3] = {f->b, f->k, f->n}, od[3] = {f->b, f->m, f->n};
     ot_shape xs, ws, os, bs;
-    ot_shape_make(&xs, OT_F32, r, xd + 1 - o);
-    ot_shape_make(&ws, OT_F32, r, wd + 1 - o);
+    ot_dtype in = f->in ? f->in : OT_F32;
+    ot_shape_make(&xs, in, r, xd + 1 - o);
+    ot_shape_make(&ws, in, r, wd + 1 - o);
     ot_shape_make(&os, OT_F32, r, od + 1 - o);
     ot_shape_make(&bs, OT_F32, 1, &f->n);
     ot_module *m = ot_module_new("ofusion");
@@ -188,8 +192,14 @@ static ot_module *fusion_module(const fcase *f, int part) {
         ot_dot_dims dn = {.nbatch = o, .ncontract = 1, .lhs_batch = {0}, .rhs_batch = {0}};
         dn.lhs_contract[0] = o + 1;
         dn.rhs_contract[0] = o;
-        ot_instr *x = ot_build_parameter(c, 0, xs, "x"), *w = ot_build_parameter(c, 1, ws, "w");
-        root = ot_build_dot(c, x, w, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT);
+        ot_instr *ops[2] = {ot_build_parameter(c, 0, xs, "x"), ot_build_parameter(c, 1, ws, "w")};
+        ot_attrs at;
+        memset(&at, 0, sizeof at);
+        at.dot = &dn;
+        ot_ir_shape hint = {.kind = OT_IR_ARRAY}; /* an f32 result (preferred_element_type) */
+        hint.array.rank = -1;
+        hint.array.dtype = OT_F32;
+        root = ot_build(c, OT_OP_DOT, ops, 2, &at, NULL, 0, &hint, NULL);
         if (part == 0) root = loop_of(c, f, root, ot_build_parameter(c, 2, bs, "b"));
     }
     ot_computation_set_root(c, root);
@@ -232,8 +242,15 @@ static void test_output_fusion(void) {
     if (!own_gemm_cpu())
         OT_SKIP("the CPU has no AVX-512: the dot runs through OpenBLAS, without output fusion");
     static const fcase cs[] = {
-        {1, 200, 300, 70, 0}, {1, 130, 1100, 40, 1}, {1, 64, 48, 33, 2},
-        {20, 30, 40, 50, 0},  {3, 100, 200, 60, 1},
+        {1, 200, 300, 70, 0, 0},
+        {1, 130, 1100, 40, 1, 0},
+        {1, 64, 48, 33, 2, 0},
+        {20, 30, 40, 50, 0, 0},
+        {3, 100, 200, 60, 1, 0},
+        /* bf16 / f16 operands: the result's finishing pass, then the loop */
+        {1, 200, 300, 70, 0, OT_BF16},
+        {1, 130, 1100, 40, 1, OT_BF16},
+        {20, 30, 40, 50, 1, OT_F16},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         const fcase *f = &cs[q];
@@ -247,6 +264,10 @@ static void test_output_fusion(void) {
         ASSERT_TRUE(x && w && bias && d && want && got);
         for (size_t e = 0; e < nx; e++) x[e] = rnd_f();
         for (size_t e = 0; e < nw; e++) w[e] = rnd_f();
+        if (f->in) { /* 16-bit operands (specials mixed in): the first half of x and w */
+            for (size_t e = 0; e < nx; e++) ((uint16_t *)x)[e] = half_bits(f->in, 1);
+            for (size_t e = 0; e < nw; e++) ((uint16_t *)w)[e] = half_bits(f->in, 1);
+        }
         for (int64_t e = 0; e < f->n; e++) bias[e] = rnd_f();
         ot_run_result r;
         void *p1[2] = {x, w}, *p2[2] = {d, bias}, *p0[3] = {x, w, bias};
@@ -410,8 +431,14 @@ static void test_half_dot(void) {
         {B, B, F, 5, 64, 48, 300, 1, 1},    /* own B on 1 and 2 threads, shared on 3 and 8 */
         {B, B, B, 3, 45, 33, 70, 2, 1},     /* lhs copied into [b, m, k] first */
         {H, H, F, 4, 29, 35, 4 * 31, 3, 1}, /* contracting dims copied into order */
-        {B, B, F, 1, 12, 8, 1, 0, 1},       /* the smallest the GEMM takes */
-        {B, B, F, 1, 11, 8, 5, 0, 1},       /* fewer rows: the reference */
+        {B, B, F, 1, 12, 8, 1, 0, 1},       /* K = 1 */
+        {B, B, F, 1, 11, 8, 5, 0, 1},       /* fewer rows or columns than a register block */
+        {B, B, F, 1, 1, 300, 270, 0, 1},    /* vector x matrix */
+        {B, B, B, 1, 1, 40, 70, 1, 1},
+        {H, H, F, 1, 300, 1, 270, 0, 1}, /* matrix x vector */
+        {B, B, F, 1, 300, 1, 270, 1, 2},
+        {B, B, F, 6, 1, 1, 33, 0, 1}, /* batched inner products */
+        {B, B, F, 2, 5, 3, 1000, 1, 1},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         const hcase *h = &cs[q];
@@ -432,7 +459,7 @@ static void test_half_dot(void) {
         ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
         for (int p = 0; p < 4; p++) {
             ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
-            bool same = !memcmp(got, want, nout), gemm = fast == (h->m >= 12 ? 1 : 0);
+            bool same = !memcmp(got, want, nout), gemm = fast == 1;
             if (!same || !gemm) {
                 fprintf(stderr, "16-bit case %zu on %d threads: %d fast kernels, %s\n", q,
                         g_nthreads[p], fast, same ? "equal" : "bits differ");

@@ -560,12 +560,9 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
  * few columns' multiply-adds there (512 x 10 x 1024 on one thread, vectorized packing: 41-44
  * against 65-68 GFLOP/s for OpenBLAS on the tile grid); with a transposed A, read in place, it
  * runs here. */
-static bool sg_fits(const ex_gemm *g) { /* what the kernel computes at all */
-    return g->t == OT_F32 && g->M >= 12 && g->N >= 8 && g->K >= 1 && sg_cpu();
-}
-
 static bool sg_use(const ex_gemm *g) {
-    return sg_fits(g) && (g->N > 16 || g->ta);
+    return g->t == OT_F32 && g->M >= 12 && g->N >= 8 && g->K >= 1 && (g->N > 16 || g->ta) &&
+           sg_cpu();
 }
 
 static int sg_nr(const ex_gemm *g) {
@@ -841,8 +838,9 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         return OT_OK;
     ex_gemm g = {half ? OT_F32 : odt, NB, M, N, K, false, false, in[0], in[1], out, 0, 0, false};
 #if SG_OWN
-    /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS) */
-    if (half && (NB * M * N == 0 || !sg_fits(&g))) return OT_OK;
+    /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS); it takes
+     * any shape (fewer rows or columns than a register block go through its edge blocks) */
+    if (half && (NB * M * N == 0 || K == 0 || !sg_cpu())) return OT_OK;
 #endif
     *done = true;
     if (NB * M * N == 0) return OT_OK;
