@@ -44,6 +44,7 @@ void ot_executable_free(ot_executable *e) {
     ot_free(e->out_slot);
     ot_pass_manager_free(e->pm);
     cg_program_free(e->native);
+    cc_free_loops(e);
     ex_scratch_cache_clear(&e->scratch);
     ot_free(e);
 }
@@ -709,7 +710,11 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
                 if (e->io[kb->in0 + q] == ps) last_read = k;
         }
         bool safe = writer >= 0 && last_read <= writer;
-        if (safe && last_read == writer) {
+        /* an output that is the donated parameter itself: its copy writes what is there */
+        if (writer >= 0 && !e->k[writer].instr && e->k[writer].opcode == OT_OP_COPY &&
+            (*kbp)[writer].nin == 1 && e->io[(*kbp)[writer].in0] == ps)
+            safe = true;
+        else if (safe && last_read == writer) {
             const ot_instr *wi = e->k[writer].instr;
             const kbuild *kb = &(*kbp)[writer];
             if (!wi) {
@@ -1104,6 +1109,11 @@ static void *fp_main(void *arg) {
 }
 
 ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_executable **out) {
+    return cc_compile_at(src, opts, 0, out);
+}
+
+ot_status cc_compile_at(const ot_module *src, const ot_compile_options *opts, int depth,
+                        ot_executable **out) {
     if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "compile: out is NULL");
     *out = NULL;
     ot_compile_options o = opts ? *opts : ot_compile_options_default();
@@ -1215,6 +1225,8 @@ ot_status ot_compile(const ot_module *src, const ot_compile_options *opts, ot_ex
     }
     /* last, on the finished executable: native code for its loop fusions */
     cc_native_stage(e, &o);
+    /* then its while loops, each condition and body compiled as an executable of its own */
+    cc_compile_loops(e, &o, depth);
     *out = e;
     return OT_OK;
 fail:

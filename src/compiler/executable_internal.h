@@ -3,6 +3,7 @@
 #define OT_EXECUTABLE_INTERNAL_H
 
 #include "compiler_internal.h"
+#include "loop.h"
 #include "native.h"
 #include "scratch.h"
 
@@ -36,6 +37,8 @@ struct ot_executable {
     char native_cc[4096];
     /* the kernels' scratch kept between runs (compiler/scratch.h); zeroed = empty */
     ex_scratch_cache scratch;
+    /* per kernel: its while loop compiled (loop.h), or zeroed; NULL: no loop compiled */
+    cc_loop *loops;
 };
 
 /* Builds kernels, slots, aliasing and buffer assignment for module m (taken over: owned by the

@@ -1101,6 +1101,7 @@ ot_status cc_executable_deserialize(const void *buf, size_t len, const ot_compil
         o.native_cc = native->native_cc;
     }
     cc_native_stage(e, &o);
+    cc_compile_loops(e, &o, 0);
     *out = e;
     return OT_OK;
 }

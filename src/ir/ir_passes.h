@@ -61,6 +61,11 @@ ot_status ir_module_clone_ordered(const ot_module *src, const ir_module_orders *
  * over orders. The clone writes nothing to src, so it may run beside ir_module_orders_build. */
 extern const ir_module_orders ir_orders_lists;
 #define IR_ORDERS_LISTS (&ir_orders_lists)
+/* A new module holding a copy of c (its entry, named as c) and of the computations it calls,
+ * directly or through them, callees first: what the compiler needs to compile a loop body or
+ * condition as a program of its own. Time and memory linear in what is copied (a walk with an
+ * explicit stack, no recursion). The module configuration (replicas, aliases) is not copied. */
+ot_status ir_module_extract(const ot_computation *c, ot_module **out);
 /* A parameter of c with the shape of an instruction of c's module (so known to be valid: no
  * inference), named "parameter.<id>". */
 ot_status ir_param_known(ot_computation *c, int64_t number, const ot_ir_shape *shape,

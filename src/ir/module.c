@@ -1790,6 +1790,92 @@ void ir_module_orders_free(ir_module_orders *o) {
     memset(o, 0, sizeof *o);
 }
 
+ot_status ir_module_extract(const ot_computation *root, ot_module **out) {
+    *out = NULL;
+    const ot_module *src = root->module;
+    ot_module *m = ot_module_new(src->name);
+    if (!m) return OT_ERR_OUT_OF_MEMORY;
+    ot_status s = OT_OK;
+    ir_ptr_map seen = {0}, cmap = {0};
+    clone_map map = {0};
+    /* callees first: a depth-first walk over called computations with an explicit stack */
+    struct xframe {
+        const ot_computation *c;
+        const ot_instr *i; /* the next instruction whose callees to visit */
+        int j;             /* the next of its called computations */
+    } *st = NULL;
+    int sp = 0, cap = 0;
+    const ot_computation **order = NULL;
+    int n = 0, ocap = 0;
+    s = ir_ptr_map_put(&seen, root, (void *)1);
+    if (s == OT_OK) {
+        cap = 16;
+        st = ot_malloc((size_t)cap * sizeof *st);
+        if (!st)
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "extract: out of memory");
+        else
+            st[sp++] = (struct xframe){root, root->first, 0};
+    }
+    while (s == OT_OK && sp > 0) {
+        struct xframe *f = &st[sp - 1];
+        if (f->i && f->j >= f->i->ncalled) {
+            f->i = f->i->next;
+            f->j = 0;
+            continue;
+        }
+        if (f->i) {
+            const ot_computation *next = f->i->called[f->j++];
+            if (ir_ptr_map_get(&seen, next)) continue;
+            if ((s = ir_ptr_map_put(&seen, next, (void *)1)) != OT_OK) break;
+            if (sp == cap) {
+                struct xframe *ns = ot_realloc(st, (size_t)cap * 2 * sizeof *st);
+                if (!ns) {
+                    s = ot_error(OT_ERR_OUT_OF_MEMORY, "extract: out of memory");
+                    break;
+                }
+                st = ns;
+                cap *= 2;
+            }
+            st[sp++] = (struct xframe){next, next->first, 0};
+            continue;
+        }
+        if (n == ocap) {
+            int nc = ocap ? ocap * 2 : 16;
+            const ot_computation **no = ot_realloc(order, (size_t)nc * sizeof *order);
+            if (!no) {
+                s = ot_error(OT_ERR_OUT_OF_MEMORY, "extract: out of memory");
+                break;
+            }
+            order = no;
+            ocap = nc;
+        }
+        order[n++] = f->c;
+        sp--;
+    }
+    for (int k = 0; k < n && s == OT_OK; k++) {
+        ot_computation *c;
+        s = ir_add_computation(m, order[k]->name, strlen(order[k]->name), &c);
+        if (s == OT_OK) s = clone_body(order[k], c, &map, &cmap, NULL, 0, false);
+        if (s == OT_OK) s = ir_ptr_map_put(&cmap, order[k], c);
+        if (s == OT_OK && order[k] == root) {
+            m->entry = c;
+            c->is_entry = true;
+        }
+    }
+    ot_free(st);
+    ot_free(order);
+    ir_ptr_map_free(&seen);
+    ir_ptr_map_free(&cmap);
+    ir_ptr_map_free(&map.ptr);
+    ot_free(map.attrs_tab);
+    if (s != OT_OK) {
+        ot_module_free(m);
+        return s;
+    }
+    *out = m;
+    return OT_OK;
+}
+
 ot_status ot_module_clone(const ot_module *src, ot_module **out) {
     return ir_module_clone_ordered(src, NULL, out);
 }

@@ -5,6 +5,7 @@
  * kernel, between the iterations of every while loop. */
 #include "runtime/runtime_internal.h"
 
+#include "compiler/loop.h"
 #include "compiler/native.h"
 #include "compiler/scratch.h"
 #include "exec/kernels.h"
@@ -82,7 +83,13 @@ static ot_status poll_run(void *ctx) {
 #define MAX_IO 4096
 
 /* How ot_launch_host ran the last kernel (the profile's kind for a fusion). */
-typedef enum launch_path { PATH_DEVICE, PATH_NATIVE, PATH_FAST, PATH_REFERENCE } launch_path;
+typedef enum launch_path {
+    PATH_DEVICE,
+    PATH_NATIVE,
+    PATH_FAST,
+    PATH_REFERENCE,
+    PATH_LOOP
+} launch_path;
 
 struct ot_launch {
     ex_kernel_ctx kc;     /* exec's per-run context: pool, FTZ, scratch, reference options */
@@ -93,7 +100,85 @@ struct ot_launch {
     const ot_kernel *bound_kn;
     ex_leaf ins[MAX_IO]; /* leaf tables of the kernel being launched */
     ex_leaf outs[MAX_IO];
+    const ot_run_options *ro; /* the run's options (compiled loops run their parts with them) */
+    int device_index;
 };
+
+/* A compiled while loop (compiler/loop.h) on leaves in/out: the state starts as a copy of the
+ * inputs in the output buffers; each iteration runs the condition on the state and the body from
+ * the state into a second set of buffers, which then becomes the state (the two sets alternate:
+ * nothing is allocated per iteration); a final state left in the second set is copied out. The
+ * parts run through rt_execute_kernels with the run's options: the kernels, native code and fast
+ * paths of top-level code, the same results bit for bit as the evaluator's loop. */
+static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_kernel *kn,
+                          const cc_loop *l, void *const *in, void *const *out) {
+    int n = kn->noutputs;
+    const ot_run_options *ro = run->ro;
+    /* the parts' kernels are the profile's events (the loop itself records none: its time is
+     * theirs, counted once) */
+    ot_run_options so = *ro;
+    int64_t total = 0;
+    for (int q = 0; q < n; q++)
+        total += (ot_executable_slot(exe, kn->outputs[q])->nbytes + 63) / 64 * 64;
+    int64_t ca = ot_executable_arena_size(l->cond), ba = ot_executable_arena_size(l->body);
+    char *mem = ot_aligned_alloc(64, (size_t)(total + ca + ba + 64));
+    void **cur = ot_malloc((size_t)(2 * n + 1) * sizeof *cur);
+    if (!mem || !cur) {
+        ot_aligned_free(mem);
+        ot_free(cur);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "while %s: out of memory for the loop state",
+                        kn->name);
+    }
+    void **nxt = cur + n;
+    char *p = mem;
+    for (int q = 0; q < n; q++) {
+        int64_t nb = ot_executable_slot(exe, kn->outputs[q])->nbytes;
+        const ot_slot *bo = ot_executable_slot(l->body, ot_executable_output_slot(l->body, q));
+        cur[q] = out[q];
+        /* a leaf the body updates in place (donated, compiler/loop.c) has one buffer */
+        nxt[q] = bo->alias_param == q ? out[q] : p;
+        if (bo->alias_param != q) p += (nb + 63) / 64 * 64;
+        if (nb && out[q] != in[q]) memmove(out[q], in[q], (size_t)nb);
+    }
+    char *carena = p, *barena = p + ca;
+    uint8_t *go = (uint8_t *)(barena + ba);
+    void *gov[1] = {go};
+    run_poll rp = {ro->deadline_ns, ro->cancel};
+    ot_status st = OT_OK;
+    int64_t iter = 0;
+    for (;; iter++) {
+        if ((st = poll_run(&rp)) != OT_OK) break;
+        st = rt_execute_kernels(l->cond, carena, cur, gov, &so, run->device_index, rt_host_launch,
+                                NULL, NULL);
+        if (st != OT_OK || !go[0]) break;
+        if (ro->max_while_iterations > 0 && iter >= ro->max_while_iterations) {
+            st = ot_error(OT_ERR_OUT_OF_RANGE, "more than %lld iterations",
+                          (long long)ro->max_while_iterations);
+            break;
+        }
+        st = rt_execute_kernels(l->body, barena, cur, nxt, &so, run->device_index, rt_host_launch,
+                                NULL, NULL);
+        if (st != OT_OK) break;
+        for (int q = 0; q < n; q++) {
+            void *t = cur[q];
+            cur[q] = nxt[q];
+            nxt[q] = t;
+        }
+    }
+    if (st == OT_ERR_TIMEOUT || st == OT_ERR_CANCELLED) {
+        ot_status again = poll_run(&rp); /* said as the evaluator's loop says it */
+        if (again != OT_OK) st = again;
+    }
+    if (st != OT_OK)
+        st = ot_error_wrap(st, "kernel %s (while): iteration %lld", kn->name, (long long)iter);
+    for (int q = 0; st == OT_OK && q < n; q++) {
+        int64_t nb = ot_executable_slot(exe, kn->outputs[q])->nbytes;
+        if (cur[q] != out[q] && nb) memcpy(out[q], cur[q], (size_t)nb);
+    }
+    ot_aligned_free(mem);
+    ot_free(cur);
+    return st;
+}
 
 ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *const *in,
                          void *const *out) {
@@ -102,6 +187,13 @@ ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *
     bool bound = k == run->bound;
     const ot_kernel *kn = bound ? run->bound_kn : ot_executable_kernel(exe, k);
     if (!kn) return ot_error(OT_ERR_INVALID_ARGUMENT, "launch: no kernel %d", k);
+    if (kn->opcode == OT_OP_WHILE && run->ro && !run->ro->reference_kernels) {
+        const cc_loop *l = cc_executable_loop(exe, k);
+        if (l) {
+            run->path = PATH_LOOP;
+            return run_loop(run, exe, kn, l, in, out);
+        }
+    }
     if (kn->kind == OT_KERNEL_FUSION && run->native) { /* native loop fusion */
         if (run->cg && cg_run(run->cg, k, in, out, run->kc.pool)) {
             run->path = PATH_NATIVE;
@@ -252,6 +344,8 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     run.cg = cc_executable_native(exe);
     run.bound = -1;
     run.bound_kn = NULL;
+    run.ro = &ro;
+    run.device_index = device_index;
     void *kin[MAX_IO], *kout[MAX_IO], *fin[MAX_IO], *fout[MAX_IO];
     cg_range fr;
     ex_epilogue fepi = {run_epilogue, &fr};
@@ -290,6 +384,12 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
             kout[q] = slot_mem(s, arena, params, outs);
             run.outs[q] = (ex_leaf){&s->shape, s->nbytes};
         }
+        /* the copy of a donated parameter into its own output (compile.c, apply_aliases) */
+        if (kn->kind == OT_KERNEL_COPY && kn->ninputs == 1 && kn->noutputs == 1 &&
+            kin[0] == kout[0]) {
+            r.kernels_run++;
+            continue;
+        }
         run.bound = k;
         run.bound_kn = kn;
         run.path = PATH_DEVICE;
@@ -310,7 +410,7 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
         if (st != OT_OK) break;
         r.kernels_run++;
         uint64_t t1 = ro.profile ? ot_now_ns() : 0;
-        if (ro.profile)
+        if (ro.profile && run.path != PATH_LOOP)
             ot_profile_record(ro.profile, kn->name, profile_kind(kn, run.path), device_index, t0,
                               t1, kn->flops, kn->bytes_read + kn->bytes_written);
         if (fk && run.kc.epilogue_done) { /* kernel k + 1 ran inside the dot */

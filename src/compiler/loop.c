@@ -1,0 +1,171 @@
+/* Compiled while loops (loop.h): each loop's condition and body extracted into a module of its
+ * own whose entry takes the loop state as array parameters (a tuple of them passed to a call of
+ * the original computation, which inlining and simplification dissolve), compiled by the whole
+ * pipeline. Linear in the module per level of nesting: a computation is copied once per loop
+ * level it sits under, at most CC_LOOP_MAX_DEPTH times. */
+#include "executable_internal.h"
+#include "loop.h"
+
+/* Appends the array leaves of shape s (depth first) as parameters of c and builds s's value
+ * from them; tuple nesting is walked with an explicit stack. */
+enum { MAX_TUPLE_NEST = 64 };
+
+static ot_status build_state(ot_computation *c, const ot_ir_shape *s, int64_t *nparam,
+                             ot_instr **out) {
+    if (s->kind == OT_IR_ARRAY) {
+        ot_instr *p = ot_build_parameter(c, (*nparam)++, s->array, NULL);
+        if (!p) return ot_module_status(c->module);
+        *out = p;
+        return OT_OK;
+    }
+    if (s->kind != OT_IR_TUPLE)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "loop: a token in the loop state");
+    struct frame {
+        const ot_ir_shape *s;
+        int k;
+        ot_instr **el;
+    } st[MAX_TUPLE_NEST];
+    int sp = 0;
+    ot_status r = OT_OK;
+    ot_instr *done = NULL;
+    st[sp++] = (struct frame){s, 0, ot_calloc((size_t)(s->ntuple ? s->ntuple : 1), sizeof(void *))};
+    if (!st[0].el) return ot_error(OT_ERR_OUT_OF_MEMORY, "loop: out of memory");
+    while (sp > 0 && r == OT_OK) {
+        struct frame *f = &st[sp - 1];
+        if (f->k == f->s->ntuple) {
+            ot_instr *t = ot_build_tuple(c, f->el, f->s->ntuple);
+            ot_free(f->el);
+            sp--;
+            if (!t) {
+                r = ot_module_status(c->module);
+                break;
+            }
+            if (sp == 0) done = t;
+            else st[sp - 1].el[st[sp - 1].k++] = t;
+            continue;
+        }
+        const ot_ir_shape *e = &f->s->tuple[f->k];
+        if (e->kind == OT_IR_ARRAY) {
+            ot_instr *p = ot_build_parameter(c, (*nparam)++, e->array, NULL);
+            if (!p) r = ot_module_status(c->module);
+            else f->el[f->k++] = p;
+        } else if (e->kind != OT_IR_TUPLE) {
+            r = ot_error(OT_ERR_UNIMPLEMENTED, "loop: a token in the loop state");
+        } else if (sp == MAX_TUPLE_NEST) {
+            r = ot_error(OT_ERR_UNIMPLEMENTED, "loop: state tuples nested over %d deep",
+                         MAX_TUPLE_NEST);
+        } else {
+            ot_instr **el = ot_calloc((size_t)(e->ntuple ? e->ntuple : 1), sizeof(void *));
+            if (!el) r = ot_error(OT_ERR_OUT_OF_MEMORY, "loop: out of memory");
+            else st[sp++] = (struct frame){e, 0, el};
+        }
+    }
+    while (sp > 0) ot_free(st[--sp].el);
+    if (r == OT_OK) *out = done;
+    return r;
+}
+
+/* Computation f (one parameter: the loop state) as a module of its own whose entry takes the
+ * state's array leaves, compiled at depth. With `in_place` and a state of arrays (or a tuple of
+ * them), each output leaf is donated from the parameter leaf in its place (input/output
+ * aliasing): the body then updates the state in its own buffers where buffer assignment finds
+ * that safe (a dynamic-update-slice of a scan's output writes only the update, an elementwise
+ * update writes over its operand, an element passed through is not copied), and through a
+ * temporary and a copy at the end where it does not. */
+static ot_status compile_part(const ot_computation *f, const ot_compile_options *o, int depth,
+                              bool in_place, ot_executable **out) {
+    *out = NULL;
+    if (f->nparams != 1)
+        return ot_error(OT_ERR_INTERNAL, "loop: %s takes %d parameters", f->name, f->nparams);
+    ot_module *m = NULL;
+    OT_CHECK(ir_module_extract(f, &m));
+    ot_computation *fc = ot_module_entry(m);
+    const ot_instr *p = NULL;
+    for (const ot_instr *i = fc->first; i; i = i->next)
+        if (i->opcode == OT_OP_PARAMETER) p = i;
+    ot_computation *c = ot_module_add_computation(m, "loop.entry");
+    ot_status s = c ? OT_OK : ot_module_status(m);
+    ot_instr *state = NULL, *call = NULL;
+    int64_t np = 0;
+    if (s == OT_OK && !p) s = ot_error(OT_ERR_INTERNAL, "loop: %s has no parameter", f->name);
+    if (s == OT_OK) s = build_state(c, &p->shape, &np, &state);
+    if (s == OT_OK) {
+        call = ot_build(c, OT_OP_CALL, &state, 1, NULL, &fc, 1, NULL, NULL);
+        if (!call) s = ot_module_status(m);
+    }
+    if (s == OT_OK) {
+        ot_computation_set_root(c, call);
+        ot_module_set_entry(m, c);
+        s = ot_module_status(m);
+    }
+    bool flat = p && (p->shape.kind == OT_IR_ARRAY || p->shape.kind == OT_IR_TUPLE);
+    for (int j = 0; flat && p->shape.kind == OT_IR_TUPLE && j < p->shape.ntuple; j++)
+        flat = p->shape.tuple[j].kind == OT_IR_ARRAY;
+    for (int64_t j = 0; s == OT_OK && in_place && flat && j < np; j++) {
+        ot_io_alias a;
+        memset(&a, 0, sizeof a);
+        a.noutput_index = p->shape.kind == OT_IR_TUPLE ? 1 : 0;
+        a.output_index[0] = j;
+        a.param_number = j;
+        s = ot_module_add_alias(m, &a);
+    }
+    ot_compile_options so = *o;
+    so.dump_dir = so.dump_after = NULL; /* the dumps are the top-level module's */
+    if (s == OT_OK) s = cc_compile_at(m, &so, depth, out);
+    ot_module_free(m);
+    return s;
+}
+
+void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) {
+    if (depth >= CC_LOOP_MAX_DEPTH) return;
+    for (int64_t k = 0; k < e->nk; k++) {
+        const ot_kernel *kn = &e->k[k];
+        if (kn->opcode != OT_OP_WHILE || !kn->instr) continue;
+        if (!e->loops) {
+            e->loops = ot_calloc((size_t)e->nk, sizeof *e->loops);
+            if (!e->loops) {
+                ot_log(OT_LOG_DEBUG, "loop: out of memory; while loops run in the evaluator");
+                return;
+            }
+        }
+        const ot_instr *w = kn->instr;
+        cc_loop l = {NULL, NULL};
+        ot_status s = compile_part(w->called[0], o, depth + 1, false, &l.cond);
+        if (s == OT_OK) s = compile_part(w->called[1], o, depth + 1, true, &l.body);
+        /* the kernel's leaves are the executables' parameters and the body's outputs */
+        if (s == OT_OK &&
+            (ot_executable_param_count(l.cond) != kn->ninputs ||
+             ot_executable_param_count(l.body) != kn->ninputs ||
+             ot_executable_output_count(l.body) != kn->noutputs ||
+             kn->ninputs != kn->noutputs || ot_executable_output_count(l.cond) != 1))
+            s = ot_error(OT_ERR_INTERNAL, "loop %s: compiled signature differs", kn->name);
+        if (s == OT_OK) {
+            const ot_slot *ps = ot_executable_slot(l.cond, ot_executable_output_slot(l.cond, 0));
+            if (ps->shape.dtype != OT_PRED || ot_shape_numel_unchecked(&ps->shape) != 1)
+                s = ot_error(OT_ERR_INTERNAL, "loop %s: condition is not a pred", kn->name);
+        }
+        if (s != OT_OK) {
+            ot_log(OT_LOG_DEBUG, "loop %s: %s; it runs in the evaluator", kn->name,
+                   ot_last_error());
+            ot_executable_free(l.cond);
+            ot_executable_free(l.body);
+            continue;
+        }
+        e->loops[k] = l;
+    }
+}
+
+void cc_free_loops(ot_executable *e) {
+    if (!e->loops) return;
+    for (int64_t k = 0; k < e->nk; k++) {
+        ot_executable_free(e->loops[k].cond);
+        ot_executable_free(e->loops[k].body);
+    }
+    ot_free(e->loops);
+    e->loops = NULL;
+}
+
+const cc_loop *cc_executable_loop(const ot_executable *e, int k) {
+    if (!e->loops || k < 0 || k >= e->nk || !e->loops[k].body) return NULL;
+    return &e->loops[k];
+}

@@ -1,0 +1,490 @@
+/* Compiled while loops (src/compiler/loop.h): each loop's condition and body run as executables
+ * of their own (fused, native or fast kernels, the state updated in place where safe). Every
+ * program gives the same bits as the evaluator's loop (reference_kernels) at 1, 2, 3 and 8
+ * threads, with native code on and off: a scan with a dot and a dynamic-update-slice, threefry's
+ * u32 rounds, a state whose elements swap and pass through, a single-array state with a reduce in
+ * the condition, a nested tuple state, nested loops (also deeper than CC_LOOP_MAX_DEPTH, where
+ * the innermost run in the evaluator) and a conditional inside a body. The profile shows the
+ * kernels of the body, not one "control" kernel. */
+#include "compiler/loop.h"
+#include "optitpu/exec.h"
+#include "optitpu/runtime.h"
+#include "ot_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* h <- tanh(h W + x_i); ys[i] <- h (a forward RNN as jax.lax.scan lowers it) */
+static const char *k_scan =
+    "HloModule scan\n"
+    "cond {\n"
+    "  s = (s32[], f32[48,80], f32[80,80], f32[7,48,80], f32[7,48,80]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  n = s32[] constant(7)\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "body {\n"
+    "  s = (s32[], f32[48,80], f32[80,80], f32[7,48,80], f32[7,48,80]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  h = f32[48,80] get-tuple-element(s), index=1\n"
+    "  w = f32[80,80] get-tuple-element(s), index=2\n"
+    "  xs = f32[7,48,80] get-tuple-element(s), index=3\n"
+    "  ys = f32[7,48,80] get-tuple-element(s), index=4\n"
+    "  z = s32[] constant(0)\n"
+    "  x3 = f32[1,48,80] dynamic-slice(xs, i, z, z), dynamic_slice_sizes={1,48,80}\n"
+    "  x = f32[48,80] reshape(x3)\n"
+    "  d = f32[48,80] dot(h, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+    "  a = f32[48,80] add(d, x)\n"
+    "  h2 = f32[48,80] tanh(a)\n"
+    "  h3 = f32[1,48,80] reshape(h2)\n"
+    "  ys2 = f32[7,48,80] dynamic-update-slice(ys, h3, i, z, z)\n"
+    "  one = s32[] constant(1)\n"
+    "  i2 = s32[] add(i, one)\n"
+    "  ROOT t = (s32[], f32[48,80], f32[80,80], f32[7,48,80], f32[7,48,80]) "
+    "tuple(i2, h2, w, xs, ys2)\n"
+    "}\n"
+    "ENTRY main {\n"
+    "  h0 = f32[48,80] parameter(0)\n"
+    "  w = f32[80,80] parameter(1)\n"
+    "  xs = f32[7,48,80] parameter(2)\n"
+    "  zero = f32[] constant(0)\n"
+    "  ys = f32[7,48,80] broadcast(zero), dimensions={}\n"
+    "  z = s32[] constant(0)\n"
+    "  t = (s32[], f32[48,80], f32[80,80], f32[7,48,80], f32[7,48,80]) tuple(z, h0, w, xs, ys)\n"
+    "  r = (s32[], f32[48,80], f32[80,80], f32[7,48,80], f32[7,48,80]) while(t), "
+    "condition=cond, body=body\n"
+    "  hf = f32[48,80] get-tuple-element(r), index=1\n"
+    "  yf = f32[7,48,80] get-tuple-element(r), index=4\n"
+    "  ROOT o = (f32[48,80], f32[7,48,80]) tuple(hf, yf)\n"
+    "}\n";
+
+/* k_scan's loop unrolled at the top level: the same kernels (dot, tanh, slices) as the body runs,
+ * which the compiled loop must match bit for bit (the fast dot's summation order differs from
+ * the evaluator's, docs/runtime.md, so the evaluator is matched within a tolerance only). */
+static void unrolled_scan(char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap,
+                                "HloModule unrolled\n"
+                                "ENTRY main {\n"
+                                "  h0 = f32[48,80] parameter(0)\n"
+                                "  w = f32[80,80] parameter(1)\n"
+                                "  xs = f32[7,48,80] parameter(2)\n");
+    for (int i = 0; i < 7; i++)
+        n += (size_t)snprintf(
+            buf + n, cap - n,
+            "  x3.%d = f32[1,48,80] slice(xs), slice={[%d:%d], [0:48], [0:80]}\n"
+            "  x.%d = f32[48,80] reshape(x3.%d)\n"
+            "  d.%d = f32[48,80] dot(h%d, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+            "  a.%d = f32[48,80] add(d.%d, x.%d)\n"
+            "  h%d = f32[48,80] tanh(a.%d)\n"
+            "  y.%d = f32[1,48,80] reshape(h%d)\n",
+            i, i, i + 1, i, i, i, i, i, i, i, i + 1, i, i, i + 1);
+    snprintf(buf + n, cap - n,
+             "  ys = f32[7,48,80] concatenate(y.0, y.1, y.2, y.3, y.4, y.5, y.6), dimensions={0}\n"
+             "  ROOT o = (f32[48,80], f32[7,48,80]) tuple(h7, ys)\n"
+             "}\n");
+}
+
+/* threefry2x32's rounds as jax.random lowers them: a loop over u32 arrays */
+static const char *k_threefry =
+    "HloModule threefry\n"
+    "cond {\n"
+    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  n = s32[] constant(5)\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "body {\n"
+    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  x = u32[3001] get-tuple-element(s), index=1\n"
+    "  y = u32[3001] get-tuple-element(s), index=2\n"
+    "  x1 = u32[3001] add(x, y)\n"
+    "  r = u32[] constant(13)\n"
+    "  rb = u32[3001] broadcast(r), dimensions={}\n"
+    "  l = u32[3001] shift-left(y, rb)\n"
+    "  c = u32[] constant(19)\n"
+    "  cb = u32[3001] broadcast(c), dimensions={}\n"
+    "  q = u32[3001] shift-right-logical(y, cb)\n"
+    "  y1 = u32[3001] or(l, q)\n"
+    "  y2 = u32[3001] xor(y1, x1)\n"
+    "  iu = u32[] convert(i)\n"
+    "  ib = u32[3001] broadcast(iu), dimensions={}\n"
+    "  x2 = u32[3001] add(x1, ib)\n"
+    "  one = s32[] constant(1)\n"
+    "  i2 = s32[] add(i, one)\n"
+    "  ROOT t = (s32[], u32[3001], u32[3001]) tuple(i2, x2, y2)\n"
+    "}\n"
+    "ENTRY main {\n"
+    "  x = u32[3001] parameter(0)\n"
+    "  y = u32[3001] parameter(1)\n"
+    "  z = s32[] constant(0)\n"
+    "  t = (s32[], u32[3001], u32[3001]) tuple(z, x, y)\n"
+    "  r = (s32[], u32[3001], u32[3001]) while(t), condition=cond, body=body\n"
+    "  a = u32[3001] get-tuple-element(r), index=1\n"
+    "  b = u32[3001] get-tuple-element(r), index=2\n"
+    "  ROOT o = (u32[3001], u32[3001]) tuple(a, b)\n"
+    "}\n";
+
+/* (i, a, b, c, d) -> (i + 1, b, a, 2c + a, d): two elements swap (neither can be updated in
+ * place: each buffer is read after the other's copy would write it), one is computed from
+ * another and one passes through */
+static const char *k_swap =
+    "HloModule swap\n"
+    "cond {\n"
+    "  s = (s32[], f32[100], f32[100], f32[100], f32[100]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  n = s32[] constant(6)\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "body {\n"
+    "  s = (s32[], f32[100], f32[100], f32[100], f32[100]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  a = f32[100] get-tuple-element(s), index=1\n"
+    "  b = f32[100] get-tuple-element(s), index=2\n"
+    "  c = f32[100] get-tuple-element(s), index=3\n"
+    "  d = f32[100] get-tuple-element(s), index=4\n"
+    "  two = f32[] constant(2)\n"
+    "  tb = f32[100] broadcast(two), dimensions={}\n"
+    "  c1 = f32[100] multiply(c, tb)\n"
+    "  c2 = f32[100] add(c1, a)\n"
+    "  one = s32[] constant(1)\n"
+    "  i2 = s32[] add(i, one)\n"
+    "  ROOT t = (s32[], f32[100], f32[100], f32[100], f32[100]) tuple(i2, b, a, c2, d)\n"
+    "}\n"
+    "ENTRY main {\n"
+    "  a = f32[100] parameter(0)\n"
+    "  b = f32[100] parameter(1)\n"
+    "  c = f32[100] parameter(2)\n"
+    "  d = f32[100] parameter(3)\n"
+    "  z = s32[] constant(0)\n"
+    "  t = (s32[], f32[100], f32[100], f32[100], f32[100]) tuple(z, a, b, c, d)\n"
+    "  r = (s32[], f32[100], f32[100], f32[100], f32[100]) while(t), condition=cond, body=body\n"
+    "  x = f32[100] get-tuple-element(r), index=1\n"
+    "  y = f32[100] get-tuple-element(r), index=2\n"
+    "  w = f32[100] get-tuple-element(r), index=3\n"
+    "  v = f32[100] get-tuple-element(r), index=4\n"
+    "  ROOT o = (f32[100], f32[100], f32[100], f32[100]) tuple(x, y, w, v)\n"
+    "}\n";
+
+/* a single-array state; the condition reduces it (a called computation inside the part) */
+static const char *k_array =
+    "HloModule arr\n"
+    "sum {\n"
+    "  p = f32[] parameter(0)\n"
+    "  q = f32[] parameter(1)\n"
+    "  ROOT r = f32[] add(p, q)\n"
+    "}\n"
+    "cond {\n"
+    "  x = f32[500] parameter(0)\n"
+    "  z = f32[] constant(0)\n"
+    "  m = f32[] reduce(x, z), dimensions={0}, to_apply=sum\n"
+    "  n = f32[] constant(100000)\n"
+    "  ROOT lt = pred[] compare(m, n), direction=LT\n"
+    "}\n"
+    "body {\n"
+    "  x = f32[500] parameter(0)\n"
+    "  k = f32[] constant(1.37)\n"
+    "  kb = f32[500] broadcast(k), dimensions={}\n"
+    "  y = f32[500] multiply(x, kb)\n"
+    "  e = f32[500] exponential(x)\n"
+    "  s = f32[500] sine(e)\n"
+    "  ROOT r = f32[500] add(y, s)\n"
+    "}\n"
+    "ENTRY main {\n"
+    "  x = f32[500] parameter(0)\n"
+    "  ROOT r = f32[500] while(x), condition=cond, body=body\n"
+    "}\n";
+
+/* a nested tuple state ((i, a), b) and a conditional in the body */
+static const char *k_nested_tuple =
+    "HloModule nt\n"
+    "cond {\n"
+    "  s = ((s32[], f32[64]), f32[64]) parameter(0)\n"
+    "  p = (s32[], f32[64]) get-tuple-element(s), index=0\n"
+    "  i = s32[] get-tuple-element(p), index=0\n"
+    "  n = s32[] constant(9)\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "even {\n"
+    "  v = f32[64] parameter(0)\n"
+    "  ROOT r = f32[64] negate(v)\n"
+    "}\n"
+    "odd {\n"
+    "  v = f32[64] parameter(0)\n"
+    "  ROOT r = f32[64] sqrt(v)\n"
+    "}\n"
+    "body {\n"
+    "  s = ((s32[], f32[64]), f32[64]) parameter(0)\n"
+    "  p = (s32[], f32[64]) get-tuple-element(s), index=0\n"
+    "  i = s32[] get-tuple-element(p), index=0\n"
+    "  a = f32[64] get-tuple-element(p), index=1\n"
+    "  b = f32[64] get-tuple-element(s), index=1\n"
+    "  two = s32[] constant(2)\n"
+    "  k = s32[] remainder(i, two)\n"
+    "  ab = f32[64] abs(a)\n"
+    "  c = f32[64] conditional(k, ab, ab), branch_computations={even, odd}\n"
+    "  b2 = f32[64] add(b, c)\n"
+    "  one = s32[] constant(1)\n"
+    "  i2 = s32[] add(i, one)\n"
+    "  p2 = (s32[], f32[64]) tuple(i2, b)\n"
+    "  ROOT t = ((s32[], f32[64]), f32[64]) tuple(p2, b2)\n"
+    "}\n"
+    "ENTRY main {\n"
+    "  a = f32[64] parameter(0)\n"
+    "  b = f32[64] parameter(1)\n"
+    "  z = s32[] constant(0)\n"
+    "  p = (s32[], f32[64]) tuple(z, a)\n"
+    "  t = ((s32[], f32[64]), f32[64]) tuple(p, b)\n"
+    "  r = ((s32[], f32[64]), f32[64]) while(t), condition=cond, body=body\n"
+    "  ROOT o = f32[64] get-tuple-element(r), index=1\n"
+    "}\n";
+
+/* Loops nested `depth` deep, each running 3 iterations of x <- x * 0.75 + sin(x) around the
+ * next; written into buf. */
+static void nested_module(int depth, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "HloModule nest\n");
+    for (int d = depth - 1; d >= 0; d--) {
+        n += (size_t)snprintf(buf + n, cap - n,
+                              "cond%d {\n"
+                              "  s = (s32[], f32[33]) parameter(0)\n"
+                              "  i = s32[] get-tuple-element(s), index=0\n"
+                              "  k = s32[] constant(3)\n"
+                              "  ROOT lt = pred[] compare(i, k), direction=LT\n"
+                              "}\n"
+                              "body%d {\n"
+                              "  s = (s32[], f32[33]) parameter(0)\n"
+                              "  i = s32[] get-tuple-element(s), index=0\n"
+                              "  x = f32[33] get-tuple-element(s), index=1\n"
+                              "  h = f32[] constant(0.75)\n"
+                              "  hb = f32[33] broadcast(h), dimensions={}\n"
+                              "  m = f32[33] multiply(x, hb)\n"
+                              "  sn = f32[33] sine(x)\n"
+                              "  x1 = f32[33] add(m, sn)\n",
+                              d, d);
+        if (d + 1 < depth)
+            n += (size_t)snprintf(buf + n, cap - n,
+                                  "  z = s32[] constant(0)\n"
+                                  "  t0 = (s32[], f32[33]) tuple(z, x1)\n"
+                                  "  w = (s32[], f32[33]) while(t0), condition=cond%d, body=body%d\n"
+                                  "  x2 = f32[33] get-tuple-element(w), index=1\n",
+                                  d + 1, d + 1);
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "  x2 = f32[33] negate(x1)\n");
+        n += (size_t)snprintf(buf + n, cap - n,
+                              "  one = s32[] constant(1)\n"
+                              "  i2 = s32[] add(i, one)\n"
+                              "  ROOT t = (s32[], f32[33]) tuple(i2, x2)\n"
+                              "}\n");
+    }
+    snprintf(buf + n, cap - n,
+             "ENTRY main {\n"
+             "  x = f32[33] parameter(0)\n"
+             "  z = s32[] constant(0)\n"
+             "  t = (s32[], f32[33]) tuple(z, x)\n"
+             "  w = (s32[], f32[33]) while(t), condition=cond0, body=body0\n"
+             "  ROOT r = f32[33] get-tuple-element(w), index=1\n"
+             "}\n");
+}
+
+static ot_executable *compile_text(const char *text, ot_native_mode native) {
+    ot_module *m = NULL;
+    if (ot_hlo_parse(text, strlen(text), NULL, &m) != OT_OK) {
+        fprintf(stderr, "parse: %s\n", ot_last_error());
+        return NULL;
+    }
+    ot_compile_options o = ot_compile_options_default();
+    o.native = native;
+    ot_executable *e = NULL;
+    if (ot_compile(m, &o, &e) != OT_OK) fprintf(stderr, "compile: %s\n", ot_last_error());
+    ot_module_free(m);
+    return e;
+}
+
+/* Runs e on deterministic inputs (small floats, or random u32 bits) and returns its outputs'
+ * bytes concatenated (ot_malloc'd), *n their size; NULL on failure. */
+static uint8_t *run(const ot_executable *e, ot_threadpool *pool, bool reference,
+                    ot_profile *prof, size_t *nbytes) {
+    ot_device *d = NULL;
+    if (ot_host_device_create(0, 0, &d) != OT_OK) return NULL;
+    int np = ot_executable_param_count(e), no = ot_executable_output_count(e);
+    ot_buffer *in[8] = {0}, *out[8] = {0};
+    uint8_t *res = NULL;
+    size_t total = 0;
+    bool ok = np <= 8 && no <= 8;
+    uint64_t seed = 12345;
+    for (int k = 0; ok && k < np; k++) {
+        const ot_slot *s = ot_executable_slot(e, ot_executable_param_slot(e, k));
+        int64_t numel = ot_shape_numel_unchecked(&s->shape);
+        void *data = ot_malloc((size_t)s->nbytes + 1);
+        for (int64_t j = 0; j < numel; j++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t bits = (uint32_t)(seed >> 32);
+            if (s->shape.dtype == OT_F32)
+                ((float *)data)[j] = (float)((int)(bits % 2001) - 1000) / 1000.0f;
+            else
+                ((uint32_t *)data)[j] = bits;
+        }
+        ot_tensor t;
+        ot_tensor_borrow(&t, &s->shape, data);
+        ok = ot_buffer_from_host(d, &t, &in[k]) == OT_OK;
+        ot_free(data);
+    }
+    ot_run_options ro = ot_run_options_default();
+    ro.pool = pool;
+    ro.reference_kernels = reference;
+    ro.profile = prof;
+    if (ok && ot_device_execute(d, e, in, np, out, no, &ro, NULL) != OT_OK) {
+        fprintf(stderr, "execute: %s\n", ot_last_error());
+        ok = false;
+    }
+    for (int k = 0; ok && k < no; k++) {
+        ot_tensor t;
+        if (ot_buffer_to_host(out[k], &t) != OT_OK) {
+            ok = false;
+            break;
+        }
+        size_t nb = ot_shape_nbytes_unchecked(&t.shape);
+        uint8_t *r = ot_realloc(res, total + nb + 1);
+        if (r) {
+            res = r;
+            memcpy(res + total, t.data, nb);
+            total += nb;
+        } else {
+            ok = false;
+        }
+        ot_tensor_release(&t);
+    }
+    for (int k = 0; k < 8; k++) {
+        ot_buffer_free(in[k]);
+        ot_buffer_free(out[k]);
+    }
+    ot_device_free(d);
+    if (!ok) {
+        ot_free(res);
+        return NULL;
+    }
+    *nbytes = total;
+    return res;
+}
+
+/* The compiled loops give the bits of `same` (NULL: the evaluator's) at every thread count,
+ * native code on and off; with `same`, the evaluator's values within rel_tol (relative to the
+ * largest magnitude). */
+static void check_against(const char *name, const char *text, const char *same_as,
+                          double rel_tol) {
+    static const int threads[] = {1, 2, 3, 8};
+    static const ot_native_mode modes[] = {OT_NATIVE_ON, OT_NATIVE_OFF};
+    for (size_t mi = 0; mi < 2; mi++) {
+        ot_executable *e = compile_text(text, modes[mi]);
+        ASSERT_TRUE(e != NULL);
+        int loops = 0;
+        for (int k = 0; k < ot_executable_kernel_count(e); k++) loops += !!cc_executable_loop(e, k);
+        EXPECT_TRUE(loops > 0);
+        ot_threadpool *p1 = NULL;
+        ASSERT_OK(ot_threadpool_create(1, &p1));
+        size_t nref = 0;
+        uint8_t *ref = run(e, p1, true, NULL, &nref);
+        if (same_as && ref) {
+            /* the evaluator within the tolerance, then the top-level kernels' bits */
+            ot_executable *u = compile_text(same_as, modes[mi]);
+            ASSERT_TRUE(u != NULL);
+            size_t nu = 0;
+            uint8_t *fast = run(u, p1, false, NULL, &nu);
+            ot_executable_free(u);
+            ASSERT_TRUE(fast != NULL && nu == nref);
+            const float *a = (const float *)ref, *b = (const float *)fast;
+            double big = 0, err = 0;
+            for (size_t j = 0; j < nref / 4; j++) {
+                if (fabs(a[j]) > big) big = fabs(a[j]);
+                if (fabs(a[j] - b[j]) > err) err = fabs(a[j] - b[j]);
+            }
+            if (err > rel_tol * big) fprintf(stderr, "%s: error %g of %g\n", name, err, big);
+            EXPECT_TRUE(err <= rel_tol * big);
+            ot_free(ref);
+            ref = fast;
+        }
+        ot_threadpool_free(p1);
+        ASSERT_TRUE(ref != NULL);
+        for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+            ot_threadpool *p = NULL;
+            ASSERT_OK(ot_threadpool_create(threads[ti], &p));
+            size_t n = 0;
+            uint8_t *got = run(e, p, false, NULL, &n);
+            ot_threadpool_free(p);
+            EXPECT_TRUE(got != NULL);
+            if (got) {
+                EXPECT_TRUE(n == nref);
+                bool same = n == nref && !memcmp(got, ref, n);
+                if (!same)
+                    fprintf(stderr, "%s: %d threads, native %s: bits differ from %s\n", name,
+                            threads[ti], mi == 0 ? "on" : "off",
+                            same_as ? "the top-level kernels" : "the evaluator");
+                EXPECT_TRUE(same);
+            }
+            ot_free(got);
+        }
+        ot_free(ref);
+        ot_executable_free(e);
+    }
+}
+
+static void check_program(const char *name, const char *text) {
+    check_against(name, text, NULL, 0);
+}
+
+static void test_scan(void) {
+    static char buf[1 << 14];
+    unrolled_scan(buf, sizeof buf);
+    check_against("scan", k_scan, buf, 1e-3); /* 7 dots of K = 80 (2·K·u·|A||B| each) */
+}
+static void test_threefry(void) {
+    check_program("threefry", k_threefry);
+}
+static void test_swap_and_pass_through(void) {
+    check_program("swap", k_swap);
+}
+static void test_array_state(void) {
+    check_program("array", k_array);
+}
+static void test_nested_tuple_and_conditional(void) {
+    check_program("nested tuple", k_nested_tuple);
+}
+
+/* Nested loops, up to and past the compiled depth: the innermost beyond it run in the
+ * evaluator, with the same results. */
+static void test_nested_loops(void) {
+    static char buf[1 << 16];
+    for (int depth = 1; depth <= CC_LOOP_MAX_DEPTH + 2; depth++) {
+        nested_module(depth, buf, sizeof buf);
+        char nm[32];
+        snprintf(nm, sizeof nm, "nested %d", depth);
+        check_program(nm, buf);
+    }
+}
+
+/* The profile of a compiled loop holds the kernels of its parts (the dot, the fusions), not one
+ * "control" kernel. */
+static void test_profile_shows_body(void) {
+    ot_executable *e = compile_text(k_scan, OT_NATIVE_OFF);
+    ASSERT_TRUE(e != NULL);
+    ot_profile *prof = NULL;
+    ASSERT_OK(ot_profile_create(&prof));
+    size_t n = 0;
+    uint8_t *got = run(e, NULL, false, prof, &n);
+    EXPECT_TRUE(got != NULL);
+    ot_free(got);
+    int control = 0, body = 0;
+    for (int k = 0; k < ot_profile_kernel_count(prof); k++) {
+        const ot_kernel_profile *kp = ot_profile_kernel(prof, k);
+        if (!strcmp(kp->kind, "control")) control++;
+        if (kp->calls == 7) body++; /* once per iteration */
+    }
+    EXPECT_INT_EQ(control, 0);
+    EXPECT_TRUE(body >= 3); /* the dot, the slices, the fusion */
+    ot_profile_free(prof);
+    ot_executable_free(e);
+}
+
+OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_threefry), OT_TEST(test_swap_and_pass_through),
+             OT_TEST(test_array_state), OT_TEST(test_nested_tuple_and_conditional),
+             OT_TEST(test_nested_loops), OT_TEST(test_profile_shows_body))
