@@ -125,6 +125,51 @@ static const char *k_threefry =
     "  ROOT o = (u32[3001], u32[3001]) tuple(a, b)\n"
     "}\n";
 
+/* two while loops with one condition and body (compiled once, run by both kernels) */
+static const char *k_twice =
+    "HloModule twice\n"
+    "cond {\n"
+    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  n = s32[] constant(5)\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "body {\n"
+    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  x = u32[3001] get-tuple-element(s), index=1\n"
+    "  y = u32[3001] get-tuple-element(s), index=2\n"
+    "  x1 = u32[3001] add(x, y)\n"
+    "  r = u32[] constant(13)\n"
+    "  rb = u32[3001] broadcast(r), dimensions={}\n"
+    "  l = u32[3001] shift-left(y, rb)\n"
+    "  c = u32[] constant(19)\n"
+    "  cb = u32[3001] broadcast(c), dimensions={}\n"
+    "  q = u32[3001] shift-right-logical(y, cb)\n"
+    "  y1 = u32[3001] or(l, q)\n"
+    "  y2 = u32[3001] xor(y1, x1)\n"
+    "  iu = u32[] convert(i)\n"
+    "  ib = u32[3001] broadcast(iu), dimensions={}\n"
+    "  x2 = u32[3001] add(x1, ib)\n"
+    "  one = s32[] constant(1)\n"
+    "  i2 = s32[] add(i, one)\n"
+    "  ROOT t = (s32[], u32[3001], u32[3001]) tuple(i2, x2, y2)\n"
+    "}\n"
+    "ENTRY main {\n"
+    "  x = u32[3001] parameter(0)\n"
+    "  y = u32[3001] parameter(1)\n"
+    "  z = s32[] constant(0)\n"
+    "  t = (s32[], u32[3001], u32[3001]) tuple(z, x, y)\n"
+    "  r = (s32[], u32[3001], u32[3001]) while(t), condition=cond, body=body\n"
+    "  a = u32[3001] get-tuple-element(r), index=1\n"
+    "  b = u32[3001] get-tuple-element(r), index=2\n"
+    "  t2 = (s32[], u32[3001], u32[3001]) tuple(z, b, a)\n"
+    "  r2 = (s32[], u32[3001], u32[3001]) while(t2), condition=cond, body=body\n"
+    "  a2 = u32[3001] get-tuple-element(r2), index=1\n"
+    "  b2 = u32[3001] get-tuple-element(r2), index=2\n"
+    "  ROOT o = (u32[3001], u32[3001], u32[3001]) tuple(a, a2, b2)\n"
+    "}\n";
+
 /* (i, a, b, c, d) -> (i + 1, b, a, 2c + a, d): two elements swap (neither can be updated in
  * place: each buffer is read after the other's copy would write it), one is computed from
  * another and one passes through */
@@ -167,33 +212,32 @@ static const char *k_swap =
     "}\n";
 
 /* a single-array state; the condition reduces it (a called computation inside the part) */
-static const char *k_array =
-    "HloModule arr\n"
-    "sum {\n"
-    "  p = f32[] parameter(0)\n"
-    "  q = f32[] parameter(1)\n"
-    "  ROOT r = f32[] add(p, q)\n"
-    "}\n"
-    "cond {\n"
-    "  x = f32[500] parameter(0)\n"
-    "  z = f32[] constant(0)\n"
-    "  m = f32[] reduce(x, z), dimensions={0}, to_apply=sum\n"
-    "  n = f32[] constant(100000)\n"
-    "  ROOT lt = pred[] compare(m, n), direction=LT\n"
-    "}\n"
-    "body {\n"
-    "  x = f32[500] parameter(0)\n"
-    "  k = f32[] constant(1.37)\n"
-    "  kb = f32[500] broadcast(k), dimensions={}\n"
-    "  y = f32[500] multiply(x, kb)\n"
-    "  e = f32[500] exponential(x)\n"
-    "  s = f32[500] sine(e)\n"
-    "  ROOT r = f32[500] add(y, s)\n"
-    "}\n"
-    "ENTRY main {\n"
-    "  x = f32[500] parameter(0)\n"
-    "  ROOT r = f32[500] while(x), condition=cond, body=body\n"
-    "}\n";
+static const char *k_array = "HloModule arr\n"
+                             "sum {\n"
+                             "  p = f32[] parameter(0)\n"
+                             "  q = f32[] parameter(1)\n"
+                             "  ROOT r = f32[] add(p, q)\n"
+                             "}\n"
+                             "cond {\n"
+                             "  x = f32[500] parameter(0)\n"
+                             "  z = f32[] constant(0)\n"
+                             "  m = f32[] reduce(x, z), dimensions={0}, to_apply=sum\n"
+                             "  n = f32[] constant(100000)\n"
+                             "  ROOT lt = pred[] compare(m, n), direction=LT\n"
+                             "}\n"
+                             "body {\n"
+                             "  x = f32[500] parameter(0)\n"
+                             "  k = f32[] constant(1.37)\n"
+                             "  kb = f32[500] broadcast(k), dimensions={}\n"
+                             "  y = f32[500] multiply(x, kb)\n"
+                             "  e = f32[500] exponential(x)\n"
+                             "  s = f32[500] sine(e)\n"
+                             "  ROOT r = f32[500] add(y, s)\n"
+                             "}\n"
+                             "ENTRY main {\n"
+                             "  x = f32[500] parameter(0)\n"
+                             "  ROOT r = f32[500] while(x), condition=cond, body=body\n"
+                             "}\n";
 
 /* a nested tuple state ((i, a), b) and a conditional in the body */
 static const char *k_nested_tuple =
@@ -262,12 +306,13 @@ static void nested_module(int depth, char *buf, size_t cap) {
                               "  x1 = f32[33] add(m, sn)\n",
                               d, d);
         if (d + 1 < depth)
-            n += (size_t)snprintf(buf + n, cap - n,
-                                  "  z = s32[] constant(0)\n"
-                                  "  t0 = (s32[], f32[33]) tuple(z, x1)\n"
-                                  "  w = (s32[], f32[33]) while(t0), condition=cond%d, body=body%d\n"
-                                  "  x2 = f32[33] get-tuple-element(w), index=1\n",
-                                  d + 1, d + 1);
+            n +=
+                (size_t)snprintf(buf + n, cap - n,
+                                 "  z = s32[] constant(0)\n"
+                                 "  t0 = (s32[], f32[33]) tuple(z, x1)\n"
+                                 "  w = (s32[], f32[33]) while(t0), condition=cond%d, body=body%d\n"
+                                 "  x2 = f32[33] get-tuple-element(w), index=1\n",
+                                 d + 1, d + 1);
         else
             n += (size_t)snprintf(buf + n, cap - n, "  x2 = f32[33] negate(x1)\n");
         n += (size_t)snprintf(buf + n, cap - n,
@@ -302,8 +347,8 @@ static ot_executable *compile_text(const char *text, ot_native_mode native) {
 
 /* Runs e on deterministic inputs (small floats, or random u32 bits) and returns its outputs'
  * bytes concatenated (ot_malloc'd), *n their size; NULL on failure. */
-static uint8_t *run(const ot_executable *e, ot_threadpool *pool, bool reference,
-                    ot_profile *prof, size_t *nbytes) {
+static uint8_t *run(const ot_executable *e, ot_threadpool *pool, bool reference, ot_profile *prof,
+                    size_t *nbytes) {
     ot_device *d = NULL;
     if (ot_host_device_create(0, 0, &d) != OT_OK) return NULL;
     int np = ot_executable_param_count(e), no = ot_executable_output_count(e);
@@ -370,8 +415,7 @@ static uint8_t *run(const ot_executable *e, ot_threadpool *pool, bool reference,
 /* The compiled loops give the bits of `same` (NULL: the evaluator's) at every thread count,
  * native code on and off; with `same`, the evaluator's values within rel_tol (relative to the
  * largest magnitude). */
-static void check_against(const char *name, const char *text, const char *same_as,
-                          double rel_tol) {
+static void check_against(const char *name, const char *text, const char *same_as, double rel_tol) {
     static const int threads[] = {1, 2, 3, 8};
     static const ot_native_mode modes[] = {OT_NATIVE_ON, OT_NATIVE_OFF};
     for (size_t mi = 0; mi < 2; mi++) {
@@ -440,6 +484,9 @@ static void test_scan(void) {
 static void test_threefry(void) {
     check_program("threefry", k_threefry);
 }
+static void test_shared_body(void) {
+    check_program("twice", k_twice);
+}
 static void test_swap_and_pass_through(void) {
     check_program("swap", k_swap);
 }
@@ -485,6 +532,7 @@ static void test_profile_shows_body(void) {
     ot_executable_free(e);
 }
 
-OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_threefry), OT_TEST(test_swap_and_pass_through),
-             OT_TEST(test_array_state), OT_TEST(test_nested_tuple_and_conditional),
-             OT_TEST(test_nested_loops), OT_TEST(test_profile_shows_body))
+OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_threefry), OT_TEST(test_shared_body),
+             OT_TEST(test_swap_and_pass_through), OT_TEST(test_array_state),
+             OT_TEST(test_nested_tuple_and_conditional), OT_TEST(test_nested_loops),
+             OT_TEST(test_profile_shows_body))

@@ -30,8 +30,9 @@
  * launch (ot_device_vtable.launch); the host's, ot_launch_host, runs a loop fusion's native code
  * when the executable has some (docs/codegen.md), else exec's kernel dispatch: the fast kernel
  * when one covers the op (dot, convolution, transpose, reduce, gather, scatter, plain elementwise),
- * else the reference kernel of src/exec — a fusion evaluates its fused computation, control flow
- * (while, conditional, call) its called computations, collectives go through the run's
+ * else the reference kernel of src/exec — a fusion evaluates its fused computation, a while loop
+ * runs its condition and body compiled as executables of their own (docs/runtime.md), a
+ * conditional or call its called computations, collectives go through the run's
  * communicator (ot_comm) or, without one, the single-device semantics of exec.h. With
  * ot_run_options.reference_kernels every kernel is the reference kernel and results are
  * bit-identical to ot_evaluate on the source module up to the compiler's float-preserving

@@ -40,15 +40,19 @@ static ot_status build_state(ot_computation *c, const ot_ir_shape *s, int64_t *n
                 r = ot_module_status(c->module);
                 break;
             }
-            if (sp == 0) done = t;
-            else st[sp - 1].el[st[sp - 1].k++] = t;
+            if (sp == 0)
+                done = t;
+            else
+                st[sp - 1].el[st[sp - 1].k++] = t;
             continue;
         }
         const ot_ir_shape *e = &f->s->tuple[f->k];
         if (e->kind == OT_IR_ARRAY) {
             ot_instr *p = ot_build_parameter(c, (*nparam)++, e->array, NULL);
-            if (!p) r = ot_module_status(c->module);
-            else f->el[f->k++] = p;
+            if (!p)
+                r = ot_module_status(c->module);
+            else
+                f->el[f->k++] = p;
         } else if (e->kind != OT_IR_TUPLE) {
             r = ot_error(OT_ERR_UNIMPLEMENTED, "loop: a token in the loop state");
         } else if (sp == MAX_TUPLE_NEST) {
@@ -56,8 +60,10 @@ static ot_status build_state(ot_computation *c, const ot_ir_shape *s, int64_t *n
                          MAX_TUPLE_NEST);
         } else {
             ot_instr **el = ot_calloc((size_t)(e->ntuple ? e->ntuple : 1), sizeof(void *));
-            if (!el) r = ot_error(OT_ERR_OUT_OF_MEMORY, "loop: out of memory");
-            else st[sp++] = (struct frame){e, 0, el};
+            if (!el)
+                r = ot_error(OT_ERR_OUT_OF_MEMORY, "loop: out of memory");
+            else
+                st[sp++] = (struct frame){e, 0, el};
         }
     }
     while (sp > 0) ot_free(st[--sp].el);
@@ -118,6 +124,9 @@ static ot_status compile_part(const ot_computation *f, const ot_compile_options 
 
 void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) {
     if (depth >= CC_LOOP_MAX_DEPTH) return;
+    /* loops with the same condition and body share one compiled pair: each computation is
+     * compiled once per executable, however many while instructions run it */
+    ir_ptr_map by_body = {0};
     for (int64_t k = 0; k < e->nk; k++) {
         const ot_kernel *kn = &e->k[k];
         if (kn->opcode != OT_OP_WHILE || !kn->instr) continue;
@@ -125,19 +134,24 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
             e->loops = ot_calloc((size_t)e->nk, sizeof *e->loops);
             if (!e->loops) {
                 ot_log(OT_LOG_DEBUG, "loop: out of memory; while loops run in the evaluator");
-                return;
+                break;
             }
         }
         const ot_instr *w = kn->instr;
-        cc_loop l = {NULL, NULL};
+        cc_loop *seen = ir_ptr_map_get(&by_body, w->called[1]);
+        if (seen && seen->cond_src == w->called[0] && seen->ninputs == kn->ninputs) {
+            e->loops[k] = *seen;
+            e->loops[k].shared = true;
+            continue;
+        }
+        cc_loop l = {NULL, NULL, w->called[0], kn->ninputs, false};
         ot_status s = compile_part(w->called[0], o, depth + 1, false, &l.cond);
         if (s == OT_OK) s = compile_part(w->called[1], o, depth + 1, true, &l.body);
         /* the kernel's leaves are the executables' parameters and the body's outputs */
-        if (s == OT_OK &&
-            (ot_executable_param_count(l.cond) != kn->ninputs ||
-             ot_executable_param_count(l.body) != kn->ninputs ||
-             ot_executable_output_count(l.body) != kn->noutputs ||
-             kn->ninputs != kn->noutputs || ot_executable_output_count(l.cond) != 1))
+        if (s == OT_OK && (ot_executable_param_count(l.cond) != kn->ninputs ||
+                           ot_executable_param_count(l.body) != kn->ninputs ||
+                           ot_executable_output_count(l.body) != kn->noutputs ||
+                           kn->ninputs != kn->noutputs || ot_executable_output_count(l.cond) != 1))
             s = ot_error(OT_ERR_INTERNAL, "loop %s: compiled signature differs", kn->name);
         if (s == OT_OK) {
             const ot_slot *ps = ot_executable_slot(l.cond, ot_executable_output_slot(l.cond, 0));
@@ -152,12 +166,16 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
             continue;
         }
         e->loops[k] = l;
+        if (!seen && ir_ptr_map_put(&by_body, w->called[1], &e->loops[k]) != OT_OK)
+            ot_clear_error(); /* (not shared then: compiled again for the next one) */
     }
+    ir_ptr_map_free(&by_body);
 }
 
 void cc_free_loops(ot_executable *e) {
     if (!e->loops) return;
     for (int64_t k = 0; k < e->nk; k++) {
+        if (e->loops[k].shared) continue;
         ot_executable_free(e->loops[k].cond);
         ot_executable_free(e->loops[k].body);
     }

@@ -19,6 +19,9 @@
  * (as the kernel's outputs). */
 typedef struct cc_loop {
     ot_executable *cond, *body;
+    const ot_computation *cond_src; /* the condition compiled (in the executable's module) */
+    int ninputs;                    /* the state's leaves */
+    bool shared;                    /* another kernel's pair, freed with that kernel's */
 } cc_loop;
 
 /* Kernel k's compiled loop, or NULL (not a while loop, or compiled too deep, or its compile
