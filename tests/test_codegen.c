@@ -487,6 +487,101 @@ static void test_random_fusions(void) {
     }
 }
 
+/* A random loop fusion of rank 1 to 6 with odd dims (last dims of 1 to 40): broadcasts of
+ * operands over random subsets of the result dims, in order and transposed (operand dims in
+ * another order than the result's), an iota of a random dim, a broadcast whose result is
+ * reshaped (the division forms), combined by arithmetic, tanh, maximum and select, with NaNs of
+ * both signs, infinities and subnormals in the inputs. */
+static void random_bcast_module(uint64_t seed, tb *b) {
+    uint64_t s = seed * 0x2545f4914f6cdd1dull + 3;
+    static const char *const fts[] = {"f32", "f32", "f64", "bf16"};
+    const char *T = fts[rng_next(&s) % 4];
+    int R = 1 + (int)(rng_next(&s) % 6);
+    int64_t dims[6], n = 1;
+    for (int d = 0; d < R; d++) {
+        dims[d] = 1 + (int64_t)(rng_next(&s) % (R <= 3 ? 13 : 6));
+        if (d == R - 1) dims[d] = 1 + (int64_t)(rng_next(&s) % 40);
+        n *= dims[d];
+    }
+    /* sometimes over 2000 elements, so that the pool splits the rows */
+    if (n < 2000 && R >= 2 && rng_next(&s) % 2) {
+        dims[0] *= 2000 / n + 1;
+        n = 1;
+        for (int d = 0; d < R; d++) n *= dims[d];
+    }
+    char sh[128], ds[96];
+    size_t w = 0;
+    for (int d = 0; d < R; d++)
+        w += (size_t)snprintf(ds + w, sizeof ds - w, "%s%lld", d ? "," : "", (long long)dims[d]);
+    snprintf(sh, sizeof sh, "%s[%s]", T, ds);
+    b->n = 0;
+    tp(b, "HloModule bc%llu\nENTRY main {\n  x = %s parameter(0)\n", (unsigned long long)seed, sh);
+    int np = 1, nv = 0;
+    char vals[8][16];
+    snprintf(vals[nv++], sizeof vals[0], "x");
+    for (int k = 0; k < 4; k++) {
+        /* a random subset of the result dims, in a random order when transposed */
+        int pick[6], m = 0;
+        for (int d = 0; d < R; d++)
+            if (rng_next(&s) % 2) pick[m++] = d;
+        if (m == 0) pick[m++] = (int)(rng_next(&s) % (uint64_t)R);
+        if (rng_next(&s) % 3 == 0)
+            for (int j = m - 1; j > 0; j--) {
+                int q = (int)(rng_next(&s) % (uint64_t)(j + 1)), t = pick[j];
+                pick[j] = pick[q];
+                pick[q] = t;
+            }
+        char od[96], dm[96];
+        size_t a = 0, c = 0;
+        for (int j = 0; j < m; j++) {
+            a += (size_t)snprintf(od + a, sizeof od - a, "%s%lld", j ? "," : "",
+                                  (long long)dims[pick[j]]);
+            c += (size_t)snprintf(dm + c, sizeof dm - c, "%s%d", j ? "," : "", pick[j]);
+        }
+        tp(b, "  p%d = %s[%s] parameter(%d)\n  b%d = %s broadcast(p%d), dimensions={%s}\n", k, T,
+           od, np++, k, sh, k, dm);
+        snprintf(vals[nv++], sizeof vals[0], "b%d", k);
+    }
+    int id = (int)(rng_next(&s) % (uint64_t)R);
+    tp(b, "  io = s32[%s] iota(), iota_dimension=%d\n  iv = %s convert(io)\n", ds, id, sh);
+    snprintf(vals[nv++], sizeof vals[0], "iv");
+    if (R >= 2) { /* a broadcast seen through a reshape to rank 1 */
+        tp(b, "  p9 = %s[%lld] parameter(%d)\n  b9 = %s[%lld,%lld] broadcast(p9), dimensions={1}\n",
+           T, (long long)dims[R - 1], np++, T, (long long)(n / dims[R - 1]),
+           (long long)dims[R - 1]);
+        tp(b, "  r9 = %s reshape(b9)\n", sh);
+        snprintf(vals[nv++], sizeof vals[0], "r9");
+    }
+    static const char *const ops[] = {"add", "multiply", "subtract", "maximum"};
+    char acc[16] = "x";
+    for (int k = 1; k < nv; k++) {
+        const char *op = ops[rng_next(&s) % 4];
+        tp(b, "  c%d = %s %s(%s, %s)\n", k, sh, op, acc, vals[k]);
+        snprintf(acc, sizeof acc, "c%d", k);
+    }
+    tp(b, "  th = %s tanh(%s)\n  q = pred[%s] compare(%s, b0), direction=LT\n", sh, acc, ds, acc);
+    tp(b, "  sl = %s select(q, th, b1)\n", sh);
+    tp(b, "  ROOT t = (%s, %s) tuple(sl, %s)\n}\n", sh, sh, acc);
+}
+
+/* The random broadcast fusions against the reference, each on 1, 2, 3 and 8 threads. */
+static void test_broadcast_ranks(void) {
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    char text[8192];
+    tb b = {text, 0, sizeof text};
+    for (uint64_t seed = 1; seed <= 30; seed++) {
+        random_bcast_module(seed, &b);
+        for (int t = 0; t < 4; t++) {
+            g_run_pool = pools[t];
+            check_module(text, seed, true);
+        }
+        g_run_pool = NULL;
+    }
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Reduce-rooted fusions: row, column, middle, several and all dims, with add / multiply /
  * maximum / minimum reducers (integers also and / or), over an elementwise producer. */
 static void test_reductions(void) {
@@ -2011,6 +2106,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_every_op),
         OT_TEST(test_converts),
         OT_TEST(test_random_fusions),
+        OT_TEST(test_broadcast_ranks),
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),
         OT_TEST(test_cache),

@@ -16,9 +16,14 @@
  * no reassociation.
  *
  * Index contexts: a value of the full iteration space is computed at index "i"; the operand of a
- * broadcast at the index the broadcast maps i to (i % n for a trailing broadcast, i / n for a
- * leading one, a sum of div/mod terms otherwise); values whose index does not depend on i
- * (scalars) are computed once before the loop. Reshapes and bitcasts keep the linear index. */
+ * broadcast at the index the broadcast maps i to; values whose index does not depend on i
+ * (scalars) are computed once before the loops. Reshapes and bitcasts keep the linear index.
+ * A fusion with broadcasts or iotas (or a long last dimension) runs as two loops, rows of the
+ * last dimension and their columns (i = row * C + col): the row loop keeps the row's digits over
+ * the outer dims as counters, so a broadcast operand's index is a per-row sum of digit times
+ * stride plus the column times its stride, with no division per element, and the column loop
+ * vectorizes. Elsewhere (a reshape between, a nested broadcast) the index is a sum of div/mod
+ * terms of i. */
 #include "codegen/codegen_internal.h"
 #include "exec/numerics.h"
 #include "exec/expf_poly.h"
@@ -365,6 +370,10 @@ typedef struct em {
     /* loop fusions: per input, the dtype of the output it is updated in place as (an element
      * of the same size: read through a cast, at the element being written); NULL: none */
     const ot_dtype *alias_dt;
+    /* loop fusions in two loops: the leaves' shape; its outer dims' digits of row are counters
+     * rowd<d> kept by the row loop (used_digits: some broadcast or iota reads them) */
+    const ot_shape *lshape;
+    bool used_digits;
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -998,19 +1007,39 @@ static int emit_constant(em *E, const ot_instr *x) {
     }
 }
 
+/* Whether a value of shape R at context ctx may take its index from the two-level loop's row
+ * digit counters and column: the full iteration index of a loop fusion whose leaves have R's
+ * dims (a reshape in between keeps the division forms). */
+static bool digits_ok(const em *E, const ot_shape *R, const char *ctx) {
+    if (E->C <= 0 || E->rows || !E->lshape || strcmp(ctx, "i") != 0) return false;
+    const ot_shape *L = E->lshape;
+    if (L->rank != R->rank || L->dims[L->rank - 1] != E->C) return false;
+    for (int d = 0; d < L->rank; d++)
+        if (L->dims[d] != R->dims[d]) return false;
+    return true;
+}
+
 static int emit_iota(em *E, const ot_instr *x, const char *ctx) {
     const ot_shape *s = &x->shape.array;
     int64_t st[OT_MAX_RANK];
     strides(s, st);
     int64_t d = x->attrs->index;
     char v[512];
-    if (s->rank == 0 || s->dims[d] == 1)
+    if (s->rank == 0 || s->dims[d] == 1) {
         snprintf(v, sizeof v, "(int64_t)0");
-    else if (d == 0)
+    } else if (digits_ok(E, s, ctx)) {
+        if (d == s->rank - 1) {
+            snprintf(v, sizeof v, "col");
+        } else {
+            snprintf(v, sizeof v, "rowd%d", (int)d);
+            E->used_digits = true;
+        }
+    } else if (d == 0) {
         snprintf(v, sizeof v, "((%s) / %lld)", ctx, (long long)st[d]);
-    else
+    } else {
         snprintf(v, sizeof v, "(((%s) / %lld) %% %lld)", ctx, (long long)st[d],
                  (long long)s->dims[d]);
+    }
     ot_dtype t = s->dtype;
     switch (t) {
     case OT_F64: return define(E, x, ctx, t, false, "(double)%s", v);
@@ -1052,8 +1081,38 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
     }
     if (no == nr && run) return emit(E, o, ctx);
     int64_t C = E->C;
-    if (run && C > 0 && strcmp(ctx, "i") == 0 &&
-        ((rs[last] == 1 && C % no == 0) || (rs[last] > 1 && rs[last] % C == 0))) {
+    if (digits_ok(E, R, ctx)) {
+        /* the row's part of the operand index from the row loop's digit counters (once per
+         * row), plus the column times the stride of the operand dim mapped to the last dim */
+        size_t n = (size_t)snprintf(expr, sizeof expr, "(0");
+        int64_t cs = 0;
+        for (int j = 0; j < k && n < sizeof expr; j++) {
+            if (O->dims[j] == 1) continue;
+            if (dm[j] == R->rank - 1) {
+                cs = os[j];
+                continue;
+            }
+            n += (size_t)snprintf(expr + n, sizeof expr - n, " + rowd%d * %lld", (int)dm[j],
+                                  (long long)os[j]);
+            E->used_digits = true;
+        }
+        if (n >= sizeof expr - 2) return fail(E, "%s: index expression too long", x->name);
+        snprintf(expr + n, sizeof expr - n, ")");
+        char rv[64];
+        if (strcmp(expr, "(0)") == 0)
+            snprintf(rv, sizeof rv, "0");
+        else
+            index_var(E, expr, rv, sizeof rv);
+        if (cs == 0)
+            snprintf(expr, sizeof expr, "%s", rv);
+        else if (strcmp(rv, "0") == 0)
+            snprintf(expr, sizeof expr, cs == 1 ? "col" : "(col * %lld)", (long long)cs);
+        else if (cs == 1)
+            snprintf(expr, sizeof expr, "(%s + col)", rv);
+        else
+            snprintf(expr, sizeof expr, "(%s + col * %lld)", rv, (long long)cs);
+    } else if (run && C > 0 && strcmp(ctx, "i") == 0 &&
+               ((rs[last] == 1 && C % no == 0) || (rs[last] > 1 && rs[last] % C == 0))) {
         /* in the two-level loop (i = row * C + col): an index of the column or of the row */
         int64_t div = rs[last];
         if (div == 1 && no == C)
@@ -2239,6 +2298,20 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
     return st;
 }
 
+/* Whether a loop fusion computes operand indices from the element's (a broadcast of a
+ * non-scalar operand into a larger result, an iota of rank >= 2): the two-level loop gives them
+ * without a division per element, whatever the last dimension's length. */
+static bool index_math(const ot_computation *c) {
+    for (const ot_instr *x = c->first; x; x = x->next) {
+        if (x->opcode == OT_OP_IOTA && x->shape.kind == OT_IR_ARRAY && x->shape.array.rank >= 2)
+            return true;
+        if (x->opcode == OT_OP_BROADCAST && numel(x->operands[0]) > 1 &&
+            numel(x->operands[0]) < numel(x))
+            return true;
+    }
+    return false;
+}
+
 ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                          int64_t *numel_out, int64_t *work_out, int64_t *min_iters) {
     *numel_out = 0;
@@ -2321,8 +2394,10 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
         /* two loops (rows of the last dimension, then its columns) when the last dimension is
          * long enough: values that depend only on the row are computed once per row */
         const ot_shape *ls = &leaves[0]->shape.array;
-        if (ls->rank >= 2 && ls->dims[ls->rank - 1] >= 16 && N > ls->dims[ls->rank - 1])
+        if (ls->rank >= 2 && (ls->dims[ls->rank - 1] >= 16 || index_math(c)) &&
+            N > ls->dims[ls->rank - 1] && ls->dims[ls->rank - 1] > 0)
             E.C = ls->dims[ls->rank - 1];
+        E.lshape = ls;
         for (int r = 0; r < nleaves && !E.bad; r++) {
             int m = emit(&E, leaves[r], "i");
             if (m < 0) break;
@@ -2354,13 +2429,33 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
                                     "    _mm_setcsr(ot_csr);\n"
                                   : "";
         if (E.C > 0) {
+            /* the row's digits over the outer dims: divided out once at the chunk's first row,
+             * then counted (the chunk bounds do not change the values: any split gives the same
+             * bits) */
+            ot_strbuf dg = {0}, inc = {0};
+            const ot_shape *ls = E.lshape;
+            int64_t span = 1;
+            for (int d = ls->rank - 2; d >= 0 && E.used_digits; d--) {
+                ot_strbuf_printf(&dg, "    int64_t rowd%d = (b / %lld) %% %lld;\n", d,
+                                 (long long)span, (long long)ls->dims[d]);
+                span *= ls->dims[d];
+            }
+            for (int d = ls->rank - 2; d >= 0 && E.used_digits; d--)
+                ot_strbuf_printf(&inc, "    if (++rowd%d == %lld) {\n    rowd%d = 0;\n", d,
+                                 (long long)ls->dims[d], d);
+            for (int d = ls->rank - 2; d >= 0 && E.used_digits; d--)
+                ot_strbuf_printf(&inc, "    }\n");
             ot_strbuf_printf(src,
-                             "%s%s    for (int64_t row = b; row < e; row++) {\n%s"
+                             "%s%s%s    for (int64_t row = b; row < e; row++) {\n%s"
                              "    for (int64_t col = 0; col < %lld; col++) {\n"
-                             "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n%s}\n",
-                             E.pro.p ? E.pro.p : "", hw_on, E.rowb.p ? E.rowb.p : "",
-                             (long long)E.C, (long long)E.C, E.body.p ? E.body.p : "",
-                             E.stores.p ? E.stores.p : "", hw_off);
+                             "    const int64_t i = row * %lld + col;\n%s%s    }\n%s    }\n%s}\n",
+                             E.pro.p ? E.pro.p : "", hw_on, dg.p ? dg.p : "",
+                             E.rowb.p ? E.rowb.p : "", (long long)E.C, (long long)E.C,
+                             E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "",
+                             inc.p ? inc.p : "", hw_off);
+            if (dg.oom || inc.oom) src->oom = true;
+            ot_strbuf_free(&dg);
+            ot_strbuf_free(&inc);
             *numel_out = N / E.C;
             *work_out = E.C;
         } else {
