@@ -2,7 +2,9 @@
  * maximum or minimum of its two parameters, split over the pool by a partition fixed by the
  * shape. Bitwise the reference (reduce.c) over many outputs or short rows, for every lane-ordered
  * sum (the canonical order, exec_internal.h) and for max/min; blocked column sums and products of
- * a few long rows differ only by summation order. None depends on the thread count. */
+ * a few long rows differ only by summation order. A reduce whose last non-unit dim is kept, with
+ * many outputs or short rows, reads its input in address order for any set of reduced dims (mode
+ * W below). None depends on the thread count. */
 #include "exec/fast_internal.h"
 
 /* The reducer op when the computation is exactly op(parameter 0, parameter 1) for a recognized
@@ -525,6 +527,185 @@ static red_fns red_pick(ot_opcode op, ot_dtype t) {
 #undef RF
 }
 
+/* ---- mode W: reductions whose last non-unit dim is kept, in address order ------------------ */
+
+/* maximum/minimum of y (the accumulator) and x as the reference's max_f/min_f/max_d/min_d, in
+ * integer operations only (so a column fold of them vectorizes): DAZ inputs under z, a NaN
+ * returned quieted (f32) with y's NaN first, otherwise the operand whose key (the bits mapped to
+ * a signed integer ordered as the floats, -0 < +0) is larger (smaller); equal keys are equal bits
+ * after the flush. */
+#define DEFINE_MM_SCALAR(T, SUF, UT, ST, EXP, ABS, SGN, QUIET, MAXP)                               \
+    static inline T mmv_##SUF(T a, T b, bool z) {                                                  \
+        UT ua, ub;                                                                                 \
+        memcpy(&ua, &a, sizeof ua);                                                                \
+        memcpy(&ub, &b, sizeof ub);                                                                \
+        if (z) {                                                                                   \
+            ua = (ua & (EXP)) == 0 ? ua & (SGN) : ua;                                              \
+            ub = (ub & (EXP)) == 0 ? ub & (SGN) : ub;                                              \
+        }                                                                                          \
+        ST ka = (ST)ua, kb = (ST)ub;                                                               \
+        ka ^= (ka >> (sizeof(ST) * 8 - 1)) & (ST)(ABS);                                            \
+        kb ^= (kb >> (sizeof(ST) * 8 - 1)) & (ST)(ABS);                                            \
+        UT r = ((MAXP) ? kb > ka : kb < ka) ? ub : ua;                                             \
+        r = (ub & (ABS)) > (EXP) ? ub | (QUIET) : r;                                               \
+        r = (ua & (ABS)) > (EXP) ? ua | (QUIET) : r;                                               \
+        T v;                                                                                       \
+        memcpy(&v, &r, sizeof v);                                                                  \
+        return v;                                                                                  \
+    }
+DEFINE_MM_SCALAR(float, max_f32, uint32_t, int32_t, 0x7f800000u, 0x7fffffffu, 0x80000000u,
+                 0x00400000u, 1)
+DEFINE_MM_SCALAR(float, min_f32, uint32_t, int32_t, 0x7f800000u, 0x7fffffffu, 0x80000000u,
+                 0x00400000u, 0)
+DEFINE_MM_SCALAR(double, max_f64, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7fffffffffffffffull,
+                 0x8000000000000000ull, 0, 1)
+DEFINE_MM_SCALAR(double, min_f64, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7fffffffffffffffull,
+                 0x8000000000000000ull, 0, 0)
+#define walk_op_add_f32 addb_f
+#define walk_op_add_f64 addb_d
+#define walk_op_mul_f32 mul_f
+#define walk_op_mul_f64 mul_d
+#define walk_op_max_f32 mmv_max_f32
+#define walk_op_min_f32 mmv_min_f32
+#define walk_op_max_f64 mmv_max_f64
+#define walk_op_min_f64 mmv_min_f64
+
+/* The input's dims with unit dims dropped and neighbours of the same kind (reduced or kept)
+ * merged, as groups g[0..ng) + the last two: rows of Rl reduced by I kept contiguous elements.
+ * An item is (I chunk ic, index p of the outermost kept group pg): it initializes its outputs and
+ * then walks the input in address order over every group, pg held to its index range, folding
+ * each Rl x chunk block into its output row one input row at a time. Walking the input in
+ * address order visits each output's reduced elements in row-major order: the reference's order,
+ * whatever the partition, so the partition may depend on the thread count. */
+typedef struct walk_plan {
+    ot_opcode op;
+    bool z, hw;
+    int ng, pg;
+    int64_t gsz[OT_MAX_RANK], gxs[OT_MAX_RANK], gys[OT_MAX_RANK];
+    int64_t P, Mid, Rl, I, ich, nic;
+    const void *x, *init;
+    void *y;
+} walk_plan;
+
+#define DEFINE_WALK(T, SUF)                                                                        \
+    static inline __attribute__((always_inline)) void wfold_##SUF##_k(                             \
+        T *restrict y, const T *restrict x, int64_t R, int64_t stride, int64_t n, bool z) {        \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            const T *restrict a = x + r * stride;                                                  \
+            for (int64_t i = 0; i < n; i++) y[i] = walk_op_##SUF(y[i], a[i], z);                   \
+            __asm__ volatile("" ::: "memory"); /* keeps GCC from jamming rows into one pass */     \
+        }                                                                                          \
+    }                                                                                              \
+    RED_CLONES static void wfold_##SUF(T *restrict y, const T *restrict x, int64_t R,              \
+                                       int64_t stride, int64_t n, bool z) {                        \
+        if (z)                                                                                     \
+            wfold_##SUF##_k(y, x, R, stride, n, true);                                             \
+        else                                                                                       \
+            wfold_##SUF##_k(y, x, R, stride, n, false);                                            \
+    }                                                                                              \
+    static void walk_run_##SUF(const walk_plan *p, int64_t ic, int64_t pa, int64_t pb) {           \
+        const T *x = p->x;                                                                         \
+        T *y = p->y, init = *(const T *)p->init;                                                   \
+        int64_t i0 = ic * p->ich, i1 = i0 + p->ich < p->I ? i0 + p->ich : p->I;                    \
+        for (int64_t q = pa * p->Mid; q < pb * p->Mid; q++)                                        \
+            for (int64_t i = i0; i < i1; i++) y[q * p->I + i] = init;                              \
+        int64_t lo[OT_MAX_RANK], hi[OT_MAX_RANK], idx[OT_MAX_RANK];                                \
+        for (int g = 0; g < p->ng; g++) {                                                          \
+            lo[g] = g == p->pg ? pa : 0;                                                           \
+            hi[g] = g == p->pg ? pb : p->gsz[g];                                                   \
+            idx[g] = lo[g];                                                                        \
+        }                                                                                          \
+        for (int g = 0; g < p->ng; g++)                                                            \
+            if (hi[g] <= lo[g]) return; /* an empty reduced group: the outputs stay init */        \
+        bool z = p->z && !p->hw;                                                                   \
+        for (;;) {                                                                                 \
+            int64_t xo = 0, yo = 0;                                                                \
+            for (int g = 0; g < p->ng; g++) {                                                      \
+                xo += idx[g] * p->gxs[g];                                                          \
+                yo += idx[g] * p->gys[g];                                                          \
+            }                                                                                      \
+            wfold_##SUF(y + yo + i0, x + xo + i0, p->Rl, p->I, i1 - i0, z);                        \
+            int g = p->ng - 1;                                                                     \
+            for (; g >= 0; g--) {                                                                  \
+                if (++idx[g] < hi[g]) break;                                                       \
+                idx[g] = lo[g];                                                                    \
+            }                                                                                      \
+            if (g < 0) break;                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    static void walk_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                       \
+        (void)ith;                                                                                 \
+        const walk_plan *p = arg;                                                                  \
+        unsigned csr = p->hw ? red_hw_on() : 0;                                                    \
+        for (int64_t w = begin; w < end;) {                                                        \
+            int64_t ic = w / p->P, pa = w % p->P;                                                  \
+            int64_t pb = p->P < pa + (end - w) ? p->P : pa + (end - w);                            \
+            walk_run_##SUF(p, ic, pa, pb);                                                         \
+            w += pb - pa;                                                                          \
+        }                                                                                          \
+        if (p->hw) red_hw_off(csr);                                                                \
+    }
+
+DEFINE_WALK(float, add_f32)
+DEFINE_WALK(float, mul_f32)
+DEFINE_WALK(float, max_f32)
+DEFINE_WALK(float, min_f32)
+DEFINE_WALK(double, add_f64)
+DEFINE_WALK(double, mul_f64)
+DEFINE_WALK(double, max_f64)
+DEFINE_WALK(double, min_f64)
+
+static ot_range_fn walk_pick(ot_opcode op, ot_dtype t) {
+    bool f = t == OT_F32;
+    switch (op) {
+    case OT_OP_ADD: return f ? walk_add_f32 : walk_add_f64;
+    case OT_OP_MULTIPLY: return f ? walk_mul_f32 : walk_mul_f64;
+    case OT_OP_MAXIMUM: return f ? walk_max_f32 : walk_max_f64;
+    default: return f ? walk_min_f32 : walk_min_f64;
+    }
+}
+
+/* Mode W's plan for x (shape xs, reduced dims red) when its last non-unit dim is kept and some
+ * non-unit dim is reduced; false otherwise. */
+static bool walk_plan_make(const ot_shape *xs, const bool *red, walk_plan *p) {
+    int64_t sz[OT_MAX_RANK], xst[OT_MAX_RANK];
+    bool kind[OT_MAX_RANK];
+    int n = 0;
+    int64_t stride = 1;
+    for (int d = xs->rank - 1; d >= 0; d--) { /* groups from the innermost, merged */
+        int64_t s = xs->dims[d];
+        if (s != 1) {
+            if (n > 0 && kind[n - 1] == red[d]) {
+                sz[n - 1] *= s;
+            } else {
+                sz[n] = s;
+                xst[n] = stride;
+                kind[n++] = red[d];
+            }
+        }
+        stride *= s;
+    }
+    /* groups innermost first: [0] the kept last, [1] the reduced rows, then the outer groups */
+    if (n < 2 || kind[0]) return false;
+    p->I = sz[0];
+    p->Rl = sz[1];
+    p->ng = n - 2;
+    int64_t ystride = p->I;
+    p->pg = -1;
+    for (int k = 2; k < n; k++) {
+        int g = n - 1 - k; /* outermost first */
+        p->gsz[g] = sz[k];
+        p->gxs[g] = xst[k];
+        p->gys[g] = kind[k] ? 0 : ystride;
+        if (!kind[k]) {
+            ystride *= sz[k];
+            p->pg = g; /* the last one set is the outermost kept group */
+        }
+    }
+    p->P = p->pg >= 0 ? p->gsz[p->pg] : 1;
+    return true;
+}
+
 /* Reduce instruction i of input x (shape xs, xbytes) from init (dtype it, ibytes), into out. */
 static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0,
                              const ot_shape *xs, int64_t xbytes, const void *init, ot_dtype it,
@@ -538,6 +719,38 @@ static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0
         return OT_OK;
     bool red[OT_MAX_RANK] = {false};
     for (int k = 0; k < i->attrs->ndims; k++) red[i->attrs->dims[k]] = true;
+    int64_t wout = 1, wred = 1;
+    for (int d = 0; d < xs->rank; d++) {
+        if (red[d])
+            wred *= xs->dims[d];
+        else
+            wout *= xs->dims[d];
+    }
+    walk_plan wp;
+    if (wout > 0 && (wout >= RED_MANY_OUTPUTS || wred <= RED_BLOCK) &&
+        walk_plan_make(xs, red, &wp)) {
+        /* mode W: the input in address order, each output folded in the reference's order */
+        wp.op = op;
+        wp.z = c->ftz;
+        wp.hw = RED_HW && c->ftz && op == OT_OP_ADD;
+        wp.x = x0;
+        wp.init = init;
+        wp.y = out;
+        wp.Mid = wout / (wp.P * wp.I);
+        int64_t bytes = (wout * wred + wout) * (int64_t)ot_dtype_size(t);
+        int th = ex_par_threads(c, bytes);
+        wp.ich = wp.I;
+        if (wp.P < 2 * th) { /* split the rows too, so that every thread has work */
+            int64_t want = (2 * th + wp.P - 1) / wp.P;
+            wp.ich = ((wp.I + want - 1) / want + 15) / 16 * 16;
+        }
+        if (wp.ich > 4 * RED_ICHUNK) wp.ich = 4 * RED_ICHUNK;
+        wp.nic = (wp.I + wp.ich - 1) / wp.ich;
+        ex_par_for(c, wp.nic * wp.P, bytes, walk_pick(op, t), &wp);
+        *done = true;
+        c->fast_run++;
+        return OT_OK;
+    }
     /* [O, R, I] when the reduced non-unit dims are one contiguous run, else transpose the
      * reduced dims last (keeping both groups in order, so the fold order is unchanged) */
     int first = -1, last = -1;
