@@ -996,6 +996,56 @@ static void test_reduce_minmax_special_rows(void) {
             }
 }
 
+/* Few long maximum/minimum rows (mode B's blocks, folded in lanes): the extreme at a block's first
+ * element, at its last, a subnormal extreme among negatives (a signed zero under DAZ), -0 beside
+ * +0, infinities, and a NaN in one block: bitwise the reference on every pool. */
+static void test_reduce_minmax_long_blocks(void) {
+    g_rng = 0x3b1c;
+    static const ot_opcode ops[] = {OT_OP_MAXIMUM, OT_OP_MINIMUM};
+    const int64_t n = 3 * 4096 + 5;
+    for (int k = 0; k < 4; k++)
+        for (int v = 0; v < 6; v++) {
+            ot_dtype t = k % 2 ? OT_F64 : OT_F32;
+            bool mx = k < 2;
+            ot_shape s;
+            ASSERT_OK(ot_shape_make(&s, t, 2, (int64_t[]){2, n}));
+            ot_module *m = reduce_module(t, &s, (int64_t[]){1}, 1, ops[k / 2],
+                                         mx ? -INFINITY : INFINITY, false);
+            ASSERT_TRUE(m);
+            ot_executable *e = compile0(m);
+            ASSERT_TRUE(e);
+            ot_tensor x;
+            ASSERT_OK(ot_tensor_alloc(&x, &s));
+            if (mx)
+                fill_random(&x, -2, -1);
+            else
+                fill_random(&x, 1, 2);
+            for (int64_t row = 0; row < 2; row++) {
+                int64_t b = row * n, at = b + 4096 * (1 + row) + (v == 1 ? 4095 : 0);
+                switch (v) {
+                case 0:
+                case 1: set_special(&x, at, mx ? 1 : 0); break; /* +inf (max) / -inf (min) */
+                case 2: set_special(&x, at, mx ? 5 : 4); break; /* the subnormal extreme */
+                case 3:                                         /* signed zeros, -0 first */
+                    set_special(&x, at, 2);
+                    set_special(&x, at + 7, 3);
+                    break;
+                case 4: set_special(&x, at + 3, 6); break; /* a NaN */
+                default:                                   /* the row's extreme in its tail */
+                    set_special(&x, b + n - 1, mx ? 1 : 0);
+                    break;
+                }
+            }
+            char what[96];
+            snprintf(what, sizeof what, "long blocks: %s %s case %d", ot_dtype_name(t),
+                     ot_opcode_name(ops[k / 2]), v);
+            expect_rows_bitwise(e, &x, what);
+            ot_tensor_release(&x);
+            ot_executable_free(e);
+            ot_module_free(m);
+        }
+}
+
 /* Any set of reduced dims whose last non-unit dim is kept (the input read in address order, each
  * output folded in the reference's row-major order): ranks 2-5 with unit and empty dims, every
  * reducer, infinities, signed zeros, subnormals and NaNs (quiet and signalling) scattered, inits
@@ -1700,5 +1750,5 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_til
              OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_in_place_temp),
              OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
              OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_reduce_axis_sets),
-             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
-             OT_TEST(test_teardown))
+             OT_TEST(test_reduce_minmax_long_blocks), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

@@ -266,6 +266,8 @@ typedef struct red_plan {
             }                                                                                      \
             if (p->I == 1) {                                                                       \
                 const T *row = x + o * p->R;                                                       \
+                if (r1 - r0 > 1 && red_blk_##SUF(row + r0 + 1, r1 - r0 - 1, row[r0], z, &pp[0]))   \
+                    continue;                                                                      \
                 T lane[RED_LANES];                                                                 \
                 int nlane = r1 - r0 < RED_LANES ? (int)(r1 - r0) : RED_LANES;                      \
                 for (int l = 0; l < nlane; l++) lane[l] = row[r0 + l];                             \
@@ -488,6 +490,20 @@ DEFINE_MM_DISPATCH(float, max_f32, maxf)
 DEFINE_MM_DISPATCH(float, min_f32, minf)
 DEFINE_MM_DISPATCH(double, max_f64, maxd)
 DEFINE_MM_DISPATCH(double, min_f64, mind)
+/* mode B's blocks of maximum/minimum rows in lanes: init, then x[0..n); false (the caller folds
+ * the block in order) when there is a NaN. */
+#define DEFINE_MM_BLOCK(T, SUF, K)                                                                 \
+    RED_CLONES static bool red_blk_##SUF(const T *x, int64_t n, T init, bool z, T *y) {            \
+        return z ? mm_row_##K##_k(x, n, init, true, y) : mm_row_##K##_k(x, n, init, false, y);     \
+    }
+DEFINE_MM_BLOCK(float, max_f32, maxf)
+DEFINE_MM_BLOCK(float, min_f32, minf)
+DEFINE_MM_BLOCK(double, max_f64, maxd)
+DEFINE_MM_BLOCK(double, min_f64, mind)
+#define red_blk_add_f32(x, n, init, z, y) ((void)(x), (void)(n), (void)(init), (void)(z), false)
+#define red_blk_add_f64                   red_blk_add_f32
+#define red_blk_mul_f32                   red_blk_add_f32
+#define red_blk_mul_f64                   red_blk_add_f32
 /* mode B's lane trees (only a lane-ordered sum uses them) */
 #define red_tree_add_f32          lane_tree_f32
 #define red_tree_add_f64          lane_tree_f64
