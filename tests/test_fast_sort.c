@@ -3,8 +3,9 @@
  * floats: TOTALORDER on canonical NaNs and zeros; of integers: LT/GT, SIGNED and UNSIGNED; raw
  * TOTALORDER), along every dim of 1-D to 3-D shapes, on rows full of ties, both zeros, NaNs with
  * payloads and subnormals (FTZ and IEEE runs: the canonical form's compares read subnormals as
- * zero under DAZ); topk (largest and smallest, every k). A comparator outside the covered forms
- * stays with the reference. */
+ * zero under DAZ); topk (largest and smallest, every k); argmax/argmin reduces of (values,
+ * indices) (fast_reduce.c). A comparator or reducer outside the covered forms stays with the
+ * reference. */
 #include "exec/kernels.h"
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
@@ -70,9 +71,10 @@ static void fill_values(ot_tensor *t) {
     }
 }
 
-/* Parses hlo, runs its root (a sort, or a topk with two outputs) with the reference kernel, then
- * with the fast kernel on each pool (ieee: denormals kept, else FTZ/DAZ): same bits; want_fast:
- * the fast kernel ran. */
+/* Parses hlo, runs its root (a sort, a topk with two outputs, or a reduce of (values, indices)
+ * whose operands are the entry's parameters in order) with the reference kernel, then with the
+ * fast kernel on each pool (ieee: denormals kept, else FTZ/DAZ): same bits; want_fast: the fast
+ * kernel ran. */
 static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
     ot_module *m = NULL;
     if (ot_hlo_parse(hlo, strlen(hlo), NULL, &m) != OT_OK) {
@@ -85,8 +87,11 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
     const ot_shape *osh[2];
     for (int q = 0; q < nout && q < 2; q++)
         osh[q] = nout == 1 ? &root->shape.array : &root->shape.tuple[q].array;
-    ot_tensor arg, ref[2], got[2];
-    bool ok = nout <= 2 && ot_tensor_alloc(&arg, &c->params[0]->shape.array) == OT_OK;
+    ot_tensor args[4], ref[2], got[2];
+    int nin = c->nparams;
+    bool ok = nout <= 2 && nin <= 4;
+    for (int k = 0; k < nin && ok; k++)
+        ok = ot_tensor_alloc(&args[k], &c->params[k]->shape.array) == OT_OK;
     for (int q = 0; q < nout && ok; q++) {
         ok = ot_tensor_alloc(&ref[q], osh[q]) == OT_OK && ot_tensor_alloc(&got[q], osh[q]) == OT_OK;
     }
@@ -95,11 +100,15 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
         ot_module_free(m);
         return false; /* a test process: the leak on this path does not matter */
     }
-    fill_values(&arg);
+    void *in[4], *out[2];
+    ex_leaf ins[4], ol[2];
+    for (int k = 0; k < nin; k++) {
+        fill_values(&args[k]);
+        in[k] = args[k].data;
+        ins[k] = (ex_leaf){&args[k].shape, (int64_t)args[k].nbytes};
+    }
     ot_eval_options eo = ot_eval_options_default();
     eo.keep_denormals = ieee;
-    void *in[1] = {arg.data}, *out[2];
-    ex_leaf ins[1] = {{&arg.shape, (int64_t)arg.nbytes}}, ol[2];
     for (int q = 0; q < nout; q++) {
         out[q] = ref[q].data;
         ol[q] = (ex_leaf){osh[q], (int64_t)ref[q].nbytes};
@@ -107,7 +116,7 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
     ex_kernel_ctx kc;
     ex_kernel_ctx_init(&kc, g_pools[0], &eo, true);
     bool fast = true;
-    ot_status st = ex_kernel_run(&kc, root, "sort", 1, in, ins, nout, out, ol, &fast);
+    ot_status st = ex_kernel_run(&kc, root, "sort", nin, in, ins, nout, out, ol, &fast);
     ex_kernel_ctx_release(&kc);
     if (st != OT_OK || fast) {
         fprintf(stderr, "reference kernel: %s\n", st ? ot_last_error() : "ran fast");
@@ -119,7 +128,7 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
             out[q] = got[q].data;
         }
         ex_kernel_ctx_init(&kc, g_pools[p], &eo, false);
-        st = ex_kernel_run(&kc, root, "sort", 1, in, ins, nout, out, ol, &fast);
+        st = ex_kernel_run(&kc, root, "sort", nin, in, ins, nout, out, ol, &fast);
         ex_kernel_ctx_release(&kc);
         if (st != OT_OK || fast != want_fast) {
             fprintf(stderr, "fast kernel: %s\n%s\n",
@@ -140,7 +149,7 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
         ot_tensor_release(&ref[q]);
         ot_tensor_release(&got[q]);
     }
-    ot_tensor_release(&arg);
+    for (int k = 0; k < nin; k++) ot_tensor_release(&args[k]);
     ot_module_free(m);
     return ok;
 }
@@ -246,6 +255,56 @@ static void test_sort_fallbacks(void) {
                           false, false));
 }
 
+/* argmax/argmin as JAX writes them: a reduce of (values, indices) whose reducer picks the
+ * accumulator's pair when its value is larger (smaller) or NaN, and the smaller index on equal
+ * values; also with the selects taking the input's pair first and the or/and operands swapped.
+ * Values with ties, both zeros, infinities, subnormals (FTZ and IEEE) and NaN payloads; indices
+ * (random, so ties are decided by the index rule) and inits of every kind; along each dim and
+ * over two dims. A reducer that differs (LE on the indices) stays with the reference. */
+static void argreduce_hlo(char *buf, size_t n, const char *vt, const char *it, const char *dir,
+                          bool input_first, bool swap, const char *ilt, const char *shape,
+                          const char *oshape, const char *dims) {
+    const char *a = input_first ? "c" : "a", *b = input_first ? "a" : "c";
+    const char *ia = input_first ? "d" : "b", *ib = input_first ? "b" : "d";
+    snprintf(buf, n,
+             "HloModule arg\nred {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+             "  c = %s[] parameter(2)\n  d = %s[] parameter(3)\n"
+             "  g = pred[] compare(%s, %s), direction=%s\n"
+             "  n = pred[] compare(%s, %s), direction=NE\n  p = pred[] or(%s, %s)\n"
+             "  sv = %s[] select(p, %s, %s)\n  e = pred[] compare(%s, %s), direction=EQ\n"
+             "  l = pred[] compare(%s, %s), direction=%s\n  q = pred[] and(%s, %s)\n"
+             "  r = pred[] or(%s, %s)\n  si = %s[] select(r, %s, %s)\n"
+             "  ROOT t = (%s[], %s[]) tuple(sv, si)\n}\n"
+             "ENTRY e {\n  x = %s[%s] parameter(0)\n  i = %s[%s] parameter(1)\n"
+             "  xi = %s[] parameter(2)\n  ii = %s[] parameter(3)\n"
+             "  ROOT o = (%s[%s], %s[%s]) reduce(x, i, xi, ii), dimensions={%s}, to_apply=red\n}\n",
+             vt, it, vt, it, a, b, dir, a, a, swap ? "n" : "g", swap ? "g" : "n", vt, a, b,
+             swap ? b : a, swap ? a : b, ia, ib, ilt, swap ? "l" : "e", swap ? "e" : "l",
+             swap ? "q" : "p", swap ? "p" : "q", it, ia, ib, vt, it, vt, shape, it, shape, vt, it,
+             vt, oshape, it, oshape, dims);
+}
+
+static void test_argreduce(void) {
+    g_rng = 0xa29;
+    static const char *shapes[][3] = {
+        {"37,29", "37", "1"},   {"37,29", "29", "0"},  {"1,300", "1", "1"},  {"5,7,9", "7", "0,2"},
+        {"5,7,9", "5,9", "1"},  {"3,0,4", "3,4", "1"}, {"2,1000", "2", "1"}, {"3000,40", "40", "0"},
+        {"4,1,33", "4,1", "2"}, {"6,4096", "6", "1"}};
+    char hlo[2048];
+    for (int cs = 0; cs < 64; cs++) {
+        const char *vt = cs % 2 ? "f64" : "f32", *it = (cs / 2) % 2 ? "s64" : "s32";
+        const char *dir = (cs / 4) % 2 ? "LT" : "GT";
+        bool input_first = cs % 8 >= 6, swap = cs % 3 == 0;
+        const char *const *sh = shapes[cs % 10];
+        argreduce_hlo(hlo, sizeof hlo, vt, it, dir, input_first, swap, "LT", sh[0], sh[1], sh[2]);
+        EXPECT_TRUE(check_hlo(hlo, cs % 5 == 0, true));
+    }
+    argreduce_hlo(hlo, sizeof hlo, "f32", "s32", "GT", false, false, "LE", "37,29", "37", "1");
+    EXPECT_TRUE(check_hlo(hlo, false, false));
+    argreduce_hlo(hlo, sizeof hlo, "f32", "s32", "GE", false, false, "LT", "37,29", "37", "1");
+    EXPECT_TRUE(check_hlo(hlo, false, false));
+}
+
 static void test_setup(void) {
     static const int n[4] = {1, 2, 3, 8};
     for (int k = 0; k < 4; k++) ASSERT_OK(ot_threadpool_create(n[k], &g_pools[k]));
@@ -261,4 +320,4 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_sort_random), OT_TEST(test_topk_random),
-             OT_TEST(test_sort_fallbacks), OT_TEST(test_teardown))
+             OT_TEST(test_sort_fallbacks), OT_TEST(test_argreduce), OT_TEST(test_teardown))

@@ -170,6 +170,11 @@ ot_status ex_fast_reduce(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
 /* A fusion that is one reduce of a parameter from a parameter or a scalar constant. */
 ot_status ex_fast_reduce_fusion(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
                                 const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+/* A reduce of (values, indices) by JAX's argmax/argmin reducer (f32/f64 values, s32/s64
+ * indices; two outputs, neither overlapping an input). */
+ot_status ex_fast_argreduce(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                            const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
+                            bool *done);
 ot_status ex_fast_elementwise(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
                               const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,

@@ -896,3 +896,200 @@ ot_status ex_fast_reduce_fusion(ex_kernel_ctx *c, const ot_instr *i, int nin, vo
     return reduce_core(c, r, in[xk], ins[xk].shape, ins[xk].nbytes, lit->data,
                        ip->shape.array.dtype, 0, out, os, done);
 }
+
+/* ---- argmax / argmin: a reduce of (values, indices) ------------------------------------------ */
+
+/* The reducer JAX emits for argmax/argmin (lax.argmax's _compute_argminmax), over parameters
+ * (value, index) of the accumulator (0, 1) and of the input (2, 3), A the pair the selects take
+ * when true and B the other:
+ *   pick  = or(compare(a, b, GT or LT), compare(a, a, NE))          (a larger/smaller, or NaN)
+ *   value = select(pick, a, b)
+ *   index = select(or(pick, and(compare(a, b, EQ), compare(ia, ib, LT))), ia, ib)
+ * or and and in either operand order. *side: 0 when A is the accumulator, 1 the input; *gt: GT. */
+static bool is_cmp(const ot_instr *c, ot_cmp_dir dir, const ot_instr *a, const ot_instr *b) {
+    return c->opcode == OT_OP_COMPARE && c->noperands == 2 && c->attrs->cmp_dir == dir &&
+           c->operands[0] == a && c->operands[1] == b &&
+           ot_cmp_type_resolve(c->attrs->cmp_type, a->shape.array.dtype) != OT_CMP_TYPE_TOTALORDER;
+}
+static bool is_pair(const ot_instr *op, ot_opcode code, const ot_instr **x, const ot_instr **y) {
+    if (op->opcode != code || op->noperands != 2) return false;
+    *x = op->operands[0];
+    *y = op->operands[1];
+    return true;
+}
+static bool is_pick(const ot_instr *p, const ot_instr *a, const ot_instr *b, bool gt) {
+    const ot_instr *u, *v;
+    if (!is_pair(p, OT_OP_OR, &u, &v)) return false;
+    ot_cmp_dir d = gt ? OT_CMP_GT : OT_CMP_LT;
+    return (is_cmp(u, d, a, b) && is_cmp(v, OT_CMP_NE, a, a)) ||
+           (is_cmp(v, d, a, b) && is_cmp(u, OT_CMP_NE, a, a));
+}
+static bool argreducer(const ot_computation *f, ot_dtype vt, ot_dtype it, int *side, bool *gt) {
+    if (!f || f->nparams != 4 || !f->root) return false;
+    for (int k = 0; k < 4; k++) {
+        const ot_ir_shape *s = &f->params[k]->shape;
+        if (s->kind != OT_IR_ARRAY || s->array.rank != 0 || s->array.dtype != (k % 2 ? it : vt))
+            return false;
+    }
+    const ot_instr *r = f->root;
+    if (r->opcode != OT_OP_TUPLE || r->noperands != 2) return false;
+    const ot_instr *sv = r->operands[0], *si = r->operands[1];
+    if (sv->opcode != OT_OP_SELECT || si->opcode != OT_OP_SELECT || sv->noperands != 3 ||
+        si->noperands != 3)
+        return false;
+    const ot_instr *a = sv->operands[1], *b = sv->operands[2];
+    if (a == f->params[0] && b == f->params[2])
+        *side = 0;
+    else if (a == f->params[2] && b == f->params[0])
+        *side = 1;
+    else
+        return false;
+    const ot_instr *ia = f->params[*side ? 3 : 1], *ib = f->params[*side ? 1 : 3];
+    if (si->operands[1] != ia || si->operands[2] != ib) return false;
+    const ot_instr *pick = sv->operands[0];
+    if (is_pick(pick, a, b, true))
+        *gt = true;
+    else if (is_pick(pick, a, b, false))
+        *gt = false;
+    else
+        return false;
+    const ot_instr *u, *v, *e, *l;
+    if (!is_pair(si->operands[0], OT_OP_OR, &u, &v)) return false;
+    if (!(u == pick || is_pick(u, a, b, *gt))) {
+        const ot_instr *t = u;
+        u = v;
+        v = t;
+    }
+    if (!(u == pick || is_pick(u, a, b, *gt))) return false;
+    if (!is_pair(v, OT_OP_AND, &e, &l)) return false;
+    if (e->opcode != OT_OP_COMPARE || e->attrs->cmp_dir != OT_CMP_EQ) {
+        const ot_instr *t = e;
+        e = l;
+        l = t;
+    }
+    return (is_cmp(e, OT_CMP_EQ, a, b) || is_cmp(e, OT_CMP_EQ, b, a)) &&
+           is_cmp(l, OT_CMP_LT, ia, ib);
+}
+
+typedef struct arg_plan {
+    int side;
+    bool gt, z;
+    ot_dtype vt, it;
+    int64_t n, no;                            /* reduced elements per output, outputs */
+    int nk;                                   /* kept dims */
+    int64_t kd[OT_MAX_RANK], ks[OT_MAX_RANK]; /* kept dims' sizes and element strides */
+    const int64_t *roff;                      /* the reduced elements' offsets, row-major */
+    const void *xv, *xi, *iv, *ii;
+    void *yv, *yi;
+} arg_plan;
+
+/* One output at a time, its elements in row-major order from the init pair: the reference's
+ * order. Compares read subnormals as zeros under FTZ (as the reference's compare); the selects
+ * move bits. */
+#define DEFINE_ARG(V, VS, I, IS)                                                                   \
+    static void arg_##VS##_##IS(void *arg, int64_t begin, int64_t end, int ith) {                  \
+        (void)ith;                                                                                 \
+        const arg_plan *p = arg;                                                                   \
+        const V *xv = p->xv;                                                                       \
+        const I *xi = p->xi;                                                                       \
+        bool z = p->z;                                                                             \
+        for (int64_t o = begin; o < end; o++) {                                                    \
+            int64_t base = 0, q = o;                                                               \
+            for (int d = p->nk - 1; d >= 0; d--) {                                                 \
+                base += q % p->kd[d] * p->ks[d];                                                   \
+                q /= p->kd[d];                                                                     \
+            }                                                                                      \
+            V av = *(const V *)p->iv;                                                              \
+            I ai = *(const I *)p->ii;                                                              \
+            for (int64_t k = 0; k < p->n; k++) {                                                   \
+                int64_t e = base + p->roff[k];                                                     \
+                V bv = xv[e];                                                                      \
+                I bi = xi[e];                                                                      \
+                V a = p->side ? bv : av, b = p->side ? av : bv;                                    \
+                I ia = p->side ? bi : ai, ib = p->side ? ai : bi;                                  \
+                V fa = fz_##VS(a, z), fb = fz_##VS(b, z);                                          \
+                bool pick = (p->gt ? fa > fb : fa < fb) || a != a;                                 \
+                bool picki = pick || (fa == fb && ia < ib);                                        \
+                av = pick ? a : b;                                                                 \
+                ai = picki ? ia : ib;                                                              \
+            }                                                                                      \
+            ((V *)p->yv)[o] = av;                                                                  \
+            ((I *)p->yi)[o] = ai;                                                                  \
+        }                                                                                          \
+    }
+#define fz_f32 fz_f
+#define fz_f64 fz_d
+DEFINE_ARG(float, f32, int32_t, s32)
+DEFINE_ARG(float, f32, int64_t, s64)
+DEFINE_ARG(double, f64, int32_t, s32)
+DEFINE_ARG(double, f64, int64_t, s64)
+
+ot_status ex_fast_argreduce(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                            const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
+                            bool *done) {
+    *done = false;
+    if (i->opcode != OT_OP_REDUCE || nin != 4 || nout != 2 || i->noperands != 4 || i->ncalled < 1)
+        return OT_OK;
+    const ot_shape *xs = ins[0].shape;
+    ot_dtype vt = xs->dtype, it = ins[1].shape->dtype;
+    if ((vt != OT_F32 && vt != OT_F64) || (it != OT_S32 && it != OT_S64) ||
+        xs->rank != ins[1].shape->rank || ins[2].shape->dtype != vt || ins[3].shape->dtype != it ||
+        ot_shape_numel_unchecked(ins[2].shape) != 1 ||
+        ot_shape_numel_unchecked(ins[3].shape) != 1 || outs[0].shape->dtype != vt ||
+        outs[1].shape->dtype != it)
+        return OT_OK;
+    for (int d = 0; d < xs->rank; d++)
+        if (xs->dims[d] != ins[1].shape->dims[d]) return OT_OK;
+    arg_plan p;
+    if (!argreducer(i->called[0], vt, it, &p.side, &p.gt)) return OT_OK;
+    for (int o = 0; o < 2; o++) {
+        if (ex_overlaps(out[o], outs[o].nbytes, out[1 - o], outs[1 - o].nbytes)) return OT_OK;
+        for (int k = 0; k < 4; k++)
+            if (ex_overlaps(out[o], outs[o].nbytes, in[k], ins[k].nbytes)) return OT_OK;
+    }
+    bool red[OT_MAX_RANK] = {false};
+    for (int k = 0; k < i->attrs->ndims; k++) red[i->attrs->dims[k]] = true;
+    int64_t str[OT_MAX_RANK], rd[OT_MAX_RANK], rs[OT_MAX_RANK];
+    ot_shape_strides(xs, str);
+    int nr = 0;
+    p.nk = 0;
+    p.n = 1;
+    p.no = 1;
+    for (int d = 0; d < xs->rank; d++) {
+        if (red[d]) {
+            rd[nr] = xs->dims[d];
+            rs[nr++] = str[d];
+            p.n *= xs->dims[d];
+        } else {
+            p.kd[p.nk] = xs->dims[d];
+            p.ks[p.nk++] = str[d];
+            p.no *= xs->dims[d];
+        }
+    }
+    *done = true;
+    c->fast_run++;
+    if (p.no == 0) return OT_OK;
+    int64_t *roff = NULL;
+    OT_CHECK(ex_scratch(c, (size_t)(p.n ? p.n : 1) * sizeof *roff, (void **)&roff));
+    int64_t idx[OT_MAX_RANK] = {0};
+    for (int64_t k = 0; k < p.n; k++) {
+        int64_t off = 0;
+        for (int d = 0; d < nr; d++) off += idx[d] * rs[d];
+        roff[k] = off;
+        ex_next_index(idx, rd, nr);
+    }
+    p.z = c->ftz;
+    p.vt = vt;
+    p.it = it;
+    p.roff = roff;
+    p.xv = in[0];
+    p.xi = in[1];
+    p.iv = in[2];
+    p.ii = in[3];
+    p.yv = out[0];
+    p.yi = out[1];
+    ot_range_fn fn = vt == OT_F32 ? (it == OT_S32 ? arg_f32_s32 : arg_f32_s64)
+                                  : (it == OT_S32 ? arg_f64_s32 : arg_f64_s64);
+    ex_par_for(c, p.no, ins[0].nbytes + ins[1].nbytes, fn, &p);
+    return OT_OK;
+}

@@ -259,6 +259,11 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
         if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
         if (*fast) return OT_OK;
     }
+    if (!c->reference_only && i->opcode == OT_OP_REDUCE && nout == 2) {
+        ot_status st = ex_fast_argreduce(c, i, nin, in, ins, nout, out, outs, fast);
+        if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
+        if (*fast) return OT_OK;
+    }
     if (!c->reference_only && nout == 1) {
         ot_status st = fast_kernel(c, i, nin, in, ins, out[0], &outs[0], fast);
         if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
