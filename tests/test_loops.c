@@ -84,37 +84,40 @@ static void unrolled_scan(char *buf, size_t cap) {
              "}\n");
 }
 
-/* threefry2x32's rounds as jax.random lowers them: a loop over u32 arrays */
+/* threefry2x32's rounds as jax.random lowers them: a loop over u32 arrays (the condition and
+ * body, shared by the modules below) */
+#define THREEFRY_COND_BODY                                                                         \
+    "cond {\n"                                                                                     \
+    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"                                           \
+    "  i = s32[] get-tuple-element(s), index=0\n"                                                  \
+    "  n = s32[] constant(5)\n"                                                                    \
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"                                             \
+    "}\n"                                                                                          \
+    "body {\n"                                                                                     \
+    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"                                           \
+    "  i = s32[] get-tuple-element(s), index=0\n"                                                  \
+    "  x = u32[3001] get-tuple-element(s), index=1\n"                                              \
+    "  y = u32[3001] get-tuple-element(s), index=2\n"                                              \
+    "  x1 = u32[3001] add(x, y)\n"                                                                 \
+    "  r = u32[] constant(13)\n"                                                                   \
+    "  rb = u32[3001] broadcast(r), dimensions={}\n"                                               \
+    "  l = u32[3001] shift-left(y, rb)\n"                                                          \
+    "  c = u32[] constant(19)\n"                                                                   \
+    "  cb = u32[3001] broadcast(c), dimensions={}\n"                                               \
+    "  q = u32[3001] shift-right-logical(y, cb)\n"                                                 \
+    "  y1 = u32[3001] or(l, q)\n"                                                                  \
+    "  y2 = u32[3001] xor(y1, x1)\n"                                                               \
+    "  iu = u32[] convert(i)\n"                                                                    \
+    "  ib = u32[3001] broadcast(iu), dimensions={}\n"                                              \
+    "  x2 = u32[3001] add(x1, ib)\n"                                                               \
+    "  one = s32[] constant(1)\n"                                                                  \
+    "  i2 = s32[] add(i, one)\n"                                                                   \
+    "  ROOT t = (s32[], u32[3001], u32[3001]) tuple(i2, x2, y2)\n"                                 \
+    "}\n"
+
+/* the rounds in one loop */
 static const char *k_threefry =
-    "HloModule threefry\n"
-    "cond {\n"
-    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
-    "  i = s32[] get-tuple-element(s), index=0\n"
-    "  n = s32[] constant(5)\n"
-    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
-    "}\n"
-    "body {\n"
-    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
-    "  i = s32[] get-tuple-element(s), index=0\n"
-    "  x = u32[3001] get-tuple-element(s), index=1\n"
-    "  y = u32[3001] get-tuple-element(s), index=2\n"
-    "  x1 = u32[3001] add(x, y)\n"
-    "  r = u32[] constant(13)\n"
-    "  rb = u32[3001] broadcast(r), dimensions={}\n"
-    "  l = u32[3001] shift-left(y, rb)\n"
-    "  c = u32[] constant(19)\n"
-    "  cb = u32[3001] broadcast(c), dimensions={}\n"
-    "  q = u32[3001] shift-right-logical(y, cb)\n"
-    "  y1 = u32[3001] or(l, q)\n"
-    "  y2 = u32[3001] xor(y1, x1)\n"
-    "  iu = u32[] convert(i)\n"
-    "  ib = u32[3001] broadcast(iu), dimensions={}\n"
-    "  x2 = u32[3001] add(x1, ib)\n"
-    "  one = s32[] constant(1)\n"
-    "  i2 = s32[] add(i, one)\n"
-    "  ROOT t = (s32[], u32[3001], u32[3001]) tuple(i2, x2, y2)\n"
-    "}\n"
-    "ENTRY main {\n"
+    "HloModule threefry\n" THREEFRY_COND_BODY "ENTRY main {\n"
     "  x = u32[3001] parameter(0)\n"
     "  y = u32[3001] parameter(1)\n"
     "  z = s32[] constant(0)\n"
@@ -127,35 +130,7 @@ static const char *k_threefry =
 
 /* two while loops with one condition and body (compiled once, run by both kernels) */
 static const char *k_twice =
-    "HloModule twice\n"
-    "cond {\n"
-    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
-    "  i = s32[] get-tuple-element(s), index=0\n"
-    "  n = s32[] constant(5)\n"
-    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
-    "}\n"
-    "body {\n"
-    "  s = (s32[], u32[3001], u32[3001]) parameter(0)\n"
-    "  i = s32[] get-tuple-element(s), index=0\n"
-    "  x = u32[3001] get-tuple-element(s), index=1\n"
-    "  y = u32[3001] get-tuple-element(s), index=2\n"
-    "  x1 = u32[3001] add(x, y)\n"
-    "  r = u32[] constant(13)\n"
-    "  rb = u32[3001] broadcast(r), dimensions={}\n"
-    "  l = u32[3001] shift-left(y, rb)\n"
-    "  c = u32[] constant(19)\n"
-    "  cb = u32[3001] broadcast(c), dimensions={}\n"
-    "  q = u32[3001] shift-right-logical(y, cb)\n"
-    "  y1 = u32[3001] or(l, q)\n"
-    "  y2 = u32[3001] xor(y1, x1)\n"
-    "  iu = u32[] convert(i)\n"
-    "  ib = u32[3001] broadcast(iu), dimensions={}\n"
-    "  x2 = u32[3001] add(x1, ib)\n"
-    "  one = s32[] constant(1)\n"
-    "  i2 = s32[] add(i, one)\n"
-    "  ROOT t = (s32[], u32[3001], u32[3001]) tuple(i2, x2, y2)\n"
-    "}\n"
-    "ENTRY main {\n"
+    "HloModule twice\n" THREEFRY_COND_BODY "ENTRY main {\n"
     "  x = u32[3001] parameter(0)\n"
     "  y = u32[3001] parameter(1)\n"
     "  z = s32[] constant(0)\n"
