@@ -8,6 +8,9 @@
 #include "ot_test.h"
 
 #include <math.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +98,11 @@ static void test_block_quantizer_decode(void) {
     bool est_possible = false;
     int which = ex_q8_fast_quantizer(&est_possible);
     fprintf(stderr, "the kernel's quantizer: %s\n",
-            which == 2   ? "estimate"
+            which == 3   ? "reciprocal"
+            : which == 2 ? "estimate"
             : which == 1 ? "table"
                          : "exact");
-    EXPECT_TRUE(which == 2 || (!est_possible && which == 1)); /* every check passed */
+    EXPECT_TRUE(which == 3 || (!est_possible && which == 1)); /* every check passed */
     int64_t bad = 0, n = 0;
     float x[EX_STATE8_BLOCK];
     int nx = 0;
@@ -156,6 +160,99 @@ static void test_block_quantizer_decode(void) {
     }
 #undef PUSH
     fprintf(stderr, "block quantizer and decode: %lld of %lld values differ\n", (long long)bad,
+            (long long)n);
+    EXPECT_INT_EQ(bad, 0);
+}
+
+/* The block quantizer with an absmax other than 1 (the reciprocal quantizer multiplies by 1 / am,
+ * within 2 ulps of the quotient): values at and within 6 ulps of am times every map value, every
+ * midpoint and every threshold of the exact quantizer, both signs, with absmaxes from 2^-125 to
+ * 2^125 and beyond (the estimate's range), give the exact code of x / am, in the caller's
+ * floating-point modes and under FTZ/DAZ (the kernel's, against the flushing exact code). */
+static void test_block_quantizer_absmax(void) {
+    const float ams[] = {1.0f,     0.37f,    3.1e-7f, 1.0000001f, 7.7e12f,  0x1p-125f,
+                         0x1p125f, 2.5e-38f, 1.5e38f, 0.9999999f, 123.456f, 5.9604645e-8f};
+    int64_t bad = 0, n = 0;
+    for (int sg = 0; sg < 2; sg++) {
+        const float *map = ex_q8_table(sg == 1);
+        /* the exact thresholds: the least x in [0, 1] whose code differs from the one below */
+        float pts[1100];
+        int np = 0;
+        for (int c = 0; c < 256; c++) {
+            pts[np++] = map[c];
+            if (c < 255) pts[np++] = (map[c] + map[c + 1]) / 2;
+        }
+        for (int neg = 0; neg < 2; neg++) {
+            uint32_t l = 0, h = 0x3f800000u;
+            uint32_t sb = neg ? 0x80000000u : 0u;
+            while (l < h) { /* every step of the code on this side, by bisection from below */
+                float xl, xh;
+                uint32_t lb = l | sb, hb = h | sb;
+                memcpy(&xl, &lb, 4);
+                memcpy(&xh, &hb, 4);
+                uint8_t cl = ex_q8_code_exact(map, xl, sg == 1, false);
+                if (cl == ex_q8_code_exact(map, xh, sg == 1, false) || np >= 1090) break;
+                uint32_t a = l, b = h; /* code(a) == cl != code(b) */
+                while (b - a > 1) {
+                    uint32_t m = a + (b - a) / 2, mb = m | sb;
+                    float xm;
+                    memcpy(&xm, &mb, 4);
+                    if (ex_q8_code_exact(map, xm, sg == 1, false) == cl)
+                        a = m;
+                    else
+                        b = m;
+                }
+                float th;
+                memcpy(&th, &b, 4);
+                pts[np++] = th;
+                l = b;
+            }
+        }
+        for (size_t ai = 0; ai < sizeof ams / sizeof *ams; ai++) {
+            const float am = ams[ai];
+            float x[EX_STATE8_BLOCK];
+            uint8_t co[EX_STATE8_BLOCK];
+            int nx = 0;
+            for (int q = 0; q <= np; q++) {
+                for (int d = -6; d <= 6; d++)
+                    for (int neg = 0; neg < 2; neg++) {
+                        float v = q < np ? pts[q] * am : am;
+                        uint32_t b;
+                        memcpy(&b, &v, 4);
+                        b += (uint32_t)d;
+                        memcpy(&v, &b, 4);
+                        if (!(fabsf(v) <= am)) continue;
+                        x[nx++] = neg ? -v : v;
+                        if (nx < EX_STATE8_BLOCK && !(q == np && d == 6 && neg == 1)) continue;
+                        for (int z = 0; z < 2; z++) {
+#if defined(__x86_64__)
+                            unsigned csr = _mm_getcsr();
+                            if (z) _mm_setcsr(csr | 0x8040u); /* the kernel's FTZ | DAZ */
+#else
+                            if (z) break;
+#endif
+                            bool got = ex_q8_quantize_fast(x, am, sg == 1, co);
+#if defined(__x86_64__)
+                            _mm_setcsr(csr);
+#endif
+                            ASSERT_TRUE(got);
+                            for (int e = 0; e < nx; e++) {
+                                uint8_t want =
+                                    ex_q8_code_exact(map, div_f(x[e], am, z), sg == 1, z);
+                                n++;
+                                if (co[e] != want && bad++ < 5)
+                                    fprintf(stderr,
+                                            "map %d, ftz %d: x %.9g, am %.9g: block quantizer %d, "
+                                            "exact %d\n",
+                                            sg, z, x[e], am, co[e], want);
+                            }
+                        }
+                        nx = 0;
+                    }
+            }
+        }
+    }
+    fprintf(stderr, "block quantizer with absmaxes: %lld of %lld values differ\n", (long long)bad,
             (long long)n);
     EXPECT_INT_EQ(bad, 0);
 }
@@ -526,6 +623,6 @@ static void test_refusals(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_table_quantizer), OT_TEST(test_block_quantizer_decode),
-             OT_TEST(test_fused_matches_graph), OT_TEST(test_fused_kernel_count),
-             OT_TEST(test_per_tensor_matches_flat), OT_TEST(test_per_tensor_small_f32),
-             OT_TEST(test_refusals))
+             OT_TEST(test_block_quantizer_absmax), OT_TEST(test_fused_matches_graph),
+             OT_TEST(test_fused_kernel_count), OT_TEST(test_per_tensor_matches_flat),
+             OT_TEST(test_per_tensor_small_f32), OT_TEST(test_refusals))

@@ -16,6 +16,12 @@
  * constant, so checking it at both ends of every run where the piece and the exact code are
  * constant checks every value; that is done when it is first used.
  *
+ * The reciprocal quantizer (AVX-512 VBMI and DQ, blocks with an absmax in [2^-125, 2^125]; see
+ * rcp_init): the product x * (1 / am) instead of the quotient, and a line per piece of |xn| whose
+ * rounding is the magnitude index wherever the line's value is far enough from a half-integer to
+ * absorb the product's error and the line's miss at the thresholds (both bounded when the tables
+ * are built); 64 values with one closer take the estimate quantizer.
+ *
  * The table quantizer (without VBMI): the code is also a step function of the magnitude
  * a = |xn| <= 1 on each side, with steps wider than 2^-7 of a binade. So a table over buckets of
  * a's bits (exponent and the top 7 mantissa bits, from 2^-24 to 1) holds, per bucket, the code at
@@ -49,6 +55,7 @@
 #define S8_HAVE_512 1
 #define S8_T512     __attribute__((target("avx512f"), noinline))
 #define S8_TVBMI    __attribute__((target("avx512f,avx512bw,avx512vbmi"), noinline))
+#define S8_TRCP     __attribute__((target("avx512f,avx512dq,avx512bw,avx512vbmi"), noinline))
 static bool g_512, g_vbmi;
 #endif
 
@@ -112,8 +119,10 @@ static void qtab_init(void) {
 
 static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
 static bool g_est_ok; /* the estimate quantizer passed its checks (AVX-512 VBMI only) */
+static bool g_rcp_ok; /* the reciprocal quantizer passed its checks (AVX-512 VBMI and DQ) */
 #ifdef S8_HAVE_512
 static void est_init(void);
+static void rcp_init(void);
 #endif
 /* The byte planes of the map, the CPU's features, and the estimate quantizer's checks. */
 static void s8_init(void) {
@@ -135,6 +144,7 @@ static void s8_init(void) {
     g_512 = __builtin_cpu_supports("avx512f");
     g_vbmi = g_512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi");
     if (g_vbmi) est_init();
+    if (g_est_ok && __builtin_cpu_supports("avx512dq")) rcp_init();
 #endif
 }
 
@@ -296,6 +306,155 @@ static void est_init(void) {
     }
     g_est_ok = ok;
 }
+
+/* ---- the reciprocal quantizer ----------------------------------------------------------------
+ *
+ * The code of xn = x / am from xn' = x * (1 / am) (a product instead of a division; xn' is
+ * within 2 ulps of xn) and a line per piece of |xn|, without a threshold lookup. On each side
+ * (sign) the exact magnitude index (code - 127, 127 - code, or the code) is a step function of
+ * a = |xn| with steps of one at thresholds tau[m]. The pieces split [0, 1] halfway between
+ * consecutive thresholds: one piece per threshold that does not follow a decade's regular
+ * spacing (each decade's first, the one below 1.0) and one per run of regular ones; on piece j
+ * psi = a * g_rs[j] + g_rb[j] (one fused multiply-add) puts the thresholds near m - 0.5, so that
+ * m = rint(psi) is the index wherever psi is far enough from a half-integer:
+ * |psi - rint(psi)| <= 0.5 - B. rcp_init finds, per side and piece, how close to a half-integer
+ * psi comes at the thresholds and the piece's ends (psi is monotone in a, the index constant
+ * between thresholds, so these points bound every value), adds how far xn' moves psi from xn,
+ * and sets B above the largest such need; values inside the band (rare: about 2 B of them) take
+ * the estimate quantizer, 64 at a time. The piece of a comes from its bucket (its exponent and
+ * top two mantissa bits: a byte lookup over 128 buckets) and two comparisons with the next
+ * piece boundaries (a bucket holds at most two). */
+static _Alignas(64) float g_rs[2][16], g_rb[2][16];
+static _Alignas(64) uint32_t g_rpb[2][16];
+static _Alignas(64) uint8_t g_rpq[2][128]; /* the piece at the start of each bucket */
+static float g_rband[2]; /* 0.5 - B: the largest |psi - rint(psi)| taken without a check */
+
+/* the exact magnitude index of a (bits, <= 1.0) on side neg of map t */
+static int rcp_index(const float *map, uint32_t a, int t, bool neg) {
+    float xn = bitsf(a | (neg ? 0x80000000u : 0u));
+    int c = ex_q8_code_exact(map, xn, t == 1, true);
+    /* the kernel serves both modes: a value whose code depends on them fails the checks */
+    if (c != ex_q8_code_exact(map, xn, t == 1, false)) return -1000;
+    return t == 0 ? c : neg ? 127 - c : c - 127;
+}
+
+static void rcp_init(void) {
+    bool ok = true;
+    for (int t = 0; t < 2 && ok; t++) {
+        const float *map = ex_q8_table(t == 1);
+        const int nm = t ? 128 : 255, nsides = t ? 2 : 1;
+        uint32_t tau[2][257]; /* [side][m]: the least a (bits) whose index is m or more */
+        for (int sd = 0; sd < nsides && ok; sd++) {
+            int cap = t && sd ? 127 : nm; /* the largest index on this side */
+            ok = rcp_index(map, 0, t, sd) == 0 && rcp_index(map, 0x3f800000u, t, sd) == cap;
+            uint32_t prev = 0;
+            for (int m = 1; m <= cap && ok; m++) {
+                uint32_t lo = prev, hi = 0x3f800000u; /* index(lo) < m <= index(hi) */
+                while (hi - lo > 1) {
+                    uint32_t mid = lo + (hi - lo) / 2;
+                    if (rcp_index(map, mid, t, sd) >= m)
+                        hi = mid;
+                    else
+                        lo = mid;
+                }
+                tau[sd][m] = hi;
+                ok = rcp_index(map, hi, t, sd) == m && rcp_index(map, hi - 1, t, sd) == m - 1;
+                prev = hi;
+            }
+        }
+        if (!ok) break;
+        /* the pieces, by the positive side's thresholds: [pm0[j], pm1[j]] */
+        bool irregular[257] = {false};
+        for (int i = 0; i < 7; i++) irregular[t ? 1 << i : (2 << i) - 1] = true;
+        irregular[nm] = true;
+        int pm0[16], pm1[16], np = 0;
+        for (int m = 1; m <= nm && ok; m++) {
+            if (np > 0 && !irregular[m] && !irregular[pm1[np - 1]]) {
+                pm1[np - 1] = m;
+                continue;
+            }
+            ok = np < 16;
+            if (ok) pm0[np] = pm1[np] = m, np++;
+        }
+        if (!ok) break;
+        /* boundaries halfway between the pieces' thresholds; lines through them */
+        double lo_d[16], hi_d[16];
+        memset(g_rpb[t], 0xff, sizeof g_rpb[t]);
+        for (int j = 0; j + 1 < np; j++) {
+            /* halfway, or a bucket's first value (below) in the middle half of the gap: a
+             * boundary there needs no comparison */
+            double t0 = bitsf(tau[0][pm1[j]]), t1 = bitsf(tau[0][pm0[j + 1]]);
+            float mid = (float)((t0 + t1) / 2);
+            memcpy(&g_rpb[t][j], &mid, 4);
+            for (uint32_t k = 0; k < 2; k++) {
+                uint32_t edge = ((g_rpb[t][j] >> 21) + k) << 21;
+                if (bitsf(edge) > t0 + (t1 - t0) / 4 && bitsf(edge) < t1 - (t1 - t0) / 4) {
+                    g_rpb[t][j] = edge;
+                    break;
+                }
+            }
+            ok = ok && g_rpb[t][j] > tau[0][pm1[j]] && g_rpb[t][j] < tau[0][pm0[j + 1]];
+        }
+        for (int j = 0; j < np; j++) {
+            lo_d[j] = j ? bitsf(g_rpb[t][j - 1]) : 0.0;
+            hi_d[j] = j + 1 < np ? bitsf(g_rpb[t][j]) : 1.0;
+            double t0 = bitsf(tau[0][pm0[j]]), t1 = bitsf(tau[0][pm1[j]]), s;
+            if (pm1[j] > pm0[j])
+                s = (pm1[j] - pm0[j]) / (t1 - t0);
+            else
+                s = 0.5 / fmax(t0 - lo_d[j], hi_d[j] - t0);
+            g_rs[t][j] = (float)s;
+            g_rb[t][j] = (float)(pm0[j] - 0.5 - s * t0);
+        }
+        for (int j = np; j < 16; j++) g_rs[t][j] = g_rb[t][j] = 0.0f;
+        /* the piece at the start of each quarter of the binades 2^-32 .. 1 (values below take the
+         * first bucket), and at most two boundaries inside a quarter */
+        for (uint32_t q = 0; q < 128 && ok; q++) {
+            uint32_t lo = (q + 384u) << 21, hi = lo | 0x1fffffu, i = 0, in = 0;
+            for (int j = 0; j + 1 < np; j++) {
+                i += g_rpb[t][j] <= lo;
+                in += g_rpb[t][j] > lo && g_rpb[t][j] <= hi;
+            }
+            g_rpq[t][q] = (uint8_t)i;
+            ok = in <= 2 && (q > 0 || i == 0);
+        }
+        /* per side and piece: the least B that keeps every value with |psi(xn') - m| <= 0.5 - B
+         * at index m. xn' is within 2 ulps of the exact quotient xn (4 steps of its bits across a
+         * binade), so over the piece's values extended by 8 steps, psi(xn) is within delta of
+         * psi(xn'): the slope times 4 ulps of the piece's largest value (and the flushed tail),
+         * and the two roundings of psi (< 256: half an ulp of 2^-16 each). */
+        double need = 0.0;
+        for (int sd = 0; sd < nsides && ok; sd++) {
+            int cap = t && sd ? 127 : nm;
+            for (int j = 0; j < np; j++) {
+                uint32_t lo = j ? g_rpb[t][j - 1] : 0u,
+                         hi = j + 1 < np ? g_rpb[t][j] - 1 : 0x3f800000u;
+                lo = lo >= 8u ? lo - 8u : 0u;
+                hi = hi + 8u < 0x3f800000u ? hi + 8u : 0x3f800000u;
+                float s = g_rs[t][j], b = g_rb[t][j];
+#define PSI(bits) ((double)fmaf(bitsf(bits), s, b))
+                double req = 0.0;
+                for (int m = 1; m <= cap; m++)
+                    if (tau[sd][m] > lo && tau[sd][m] <= hi) {
+                        req = fmax(req, PSI(tau[sd][m] - 1) - (m - 0.5));
+                        req = fmax(req, (m - 0.5) - PSI(tau[sd][m]));
+                    }
+                int mlo = rcp_index(map, lo, t, sd), mhi = rcp_index(map, hi, t, sd);
+                if (!(t == 0 && mlo == 0)) req = fmax(req, (mlo - 0.5) - PSI(lo));
+                if (mhi != cap) req = fmax(req, PSI(hi) - (mhi + 0.5));
+#undef PSI
+                double delta = s * (4.0 * 0x1p-23 * bitsf(hi) + 0x1p-125) + 0x1p-15;
+                need = fmax(need, req + delta);
+            }
+        }
+        double B = need * 1.25 + 0x1p-20;
+        ok = ok && B < 1.0 / 16;
+        float band = (float)(0.5 - B);
+        if ((double)band > 0.5 - B) band = nextafterf(band, 0.0f);
+        g_rband[t] = band;
+    }
+    g_rcp_ok = ok;
+}
 #endif
 
 typedef struct s8_run {
@@ -376,7 +535,7 @@ S8_TVBMI static void decode_vbmi(const uint8_t *c, bool sgn, float a, float *x) 
  * multiply-add and a floor for the magnitude index, and the code estimate c; per 64, the
  * thresholds g_qk[c] by byte permutes over their 4 byte planes (as the decode); the code is c plus
  * whether the key reaches that threshold. */
-S8_TVBMI static void quantize_est_512(const float *x, float am, bool sgn, uint8_t *co) {
+S8_TVBMI static void quantize_est_512(const float *x, float am, bool sgn, uint8_t *co, int n) {
     const int t = sgn ? 1 : 0;
     const __m512 va = _mm512_set1_ps(am);
     const __m512i keep = _mm512_set1_epi32(sgn ? -1 : 0x7fffffff),
@@ -394,7 +553,7 @@ S8_TVBMI static void quantize_est_512(const float *x, float am, bool sgn, uint8_
     for (int k = 0; k < 4; k++)
         for (int q = 0; q < 4; q++)
             T[k][q] = _mm512_load_si512((const void *)(g_qkp[t][k] + 64 * q));
-    for (int e = 0; e < EX_STATE8_BLOCK; e += 64) {
+    for (int e = 0; e < n; e += 64) {
         __m512i key[4], c[4];
         for (int q = 0; q < 4; q++) {
             __m512i b = _mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + e + 16 * q), va));
@@ -434,6 +593,58 @@ S8_TVBMI static void quantize_est_512(const float *x, float am, bool sgn, uint8_
                 _mm512_mask_add_epi32(c[q], _mm512_cmpge_epu32_mask(key[q], th[q]), c[q], one);
             _mm_storeu_si128((__m128i *)(co + e + 16 * q), _mm512_cvtepi32_epi8(code));
         }
+    }
+}
+
+/* The codes of x[] / am by the reciprocal quantizer (see rcp_init; am in [2^-125, 2^125], so
+ * 1 / am and every product are finite): per 16 values the product, the piece, the line, the index
+ * rounded to nearest with the value's sign (rint is odd), the code; per 64, the largest
+ * |psi - rint(psi)|, and the estimate quantizer where it is inside the band. The bucket lookup
+ * permutes bytes: the dword (a >> 21) holds the bucket (+ 384) in its low byte, whose low 7 bits
+ * index the table, and its other bytes look up garbage above bit 3, which the dword permutes by
+ * the piece ignore. Packing with unsigned saturation clamps the codes to [0, 255] (a negative
+ * value's index 128 at |xn'| near 1 makes -1: code 0). */
+S8_TRCP static void quantize_rcp_512(const float *x, float am, bool sgn, uint8_t *co, int n) {
+    const int t = sgn ? 1 : 0;
+    const __m512 vr = _mm512_set1_ps(1.0f / am), band = _mm512_set1_ps(g_rband[t]);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), q384 = _mm512_set1_epi32(384);
+    const __m512i one = _mm512_set1_epi32(1), mid = _mm512_set1_epi32(sgn ? 127 : 0);
+    const __m512i sign = _mm512_set1_epi32(sgn ? (int)0x80000000u : 0);
+    const __m512i pq0 = _mm512_load_si512((const void *)g_rpq[t]),
+                  pq1 = _mm512_load_si512((const void *)(g_rpq[t] + 64));
+    const __m512i pb = _mm512_load_si512(g_rpb[t]);
+    const __m512 rs = _mm512_load_ps(g_rs[t]), rb = _mm512_load_ps(g_rb[t]);
+    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    for (int e = 0; e < n; e += 64) {
+        __m512 worst = _mm512_setzero_ps();
+        __m512i c[4];
+        for (int q = 0; q < 4; q++) {
+            __m512 xv = _mm512_loadu_ps(x + e + 16 * q);
+            __m512i a = _mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(xv, vr)), absm);
+            __m512i bk = _mm512_max_epu32(_mm512_srli_epi32(a, 21), q384);
+            __m512i i = _mm512_permutex2var_epi8(pq0, bk, pq1);
+            i = _mm512_mask_add_epi32(
+                i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, pb)), i, one);
+            i = _mm512_mask_add_epi32(
+                i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, pb)), i, one);
+            __m512 psi = _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(i, rs),
+                                         _mm512_permutexvar_ps(i, rb));
+            worst = _mm512_range_ps(
+                worst, _mm512_reduce_ps(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                0x0b); /* max |.|, sign cleared */
+            /* psi with x's sign (signed map): rint is odd, so the index comes out signed */
+            psi = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+                _mm512_castps_si512(psi), _mm512_castps_si512(xv), sign, 0xd8));
+            c[q] = _mm512_add_epi32(
+                mid, _mm512_cvt_roundps_epi32(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
+        if (_mm512_cmp_ps_mask(worst, band, _CMP_GT_OQ)) {
+            quantize_est_512(x + e, am, sgn, co + e, 64);
+            continue;
+        }
+        __m512i w =
+            _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+        _mm512_storeu_si512((void *)(co + e), _mm512_permutexvar_epi32(order, w));
     }
 }
 
@@ -487,8 +698,12 @@ static void init_all(void) {
  * by the fastest version the CPU has. */
 static void quantize(const float *x, float am, bool sgn, uint8_t *co) {
 #ifdef S8_HAVE_512
+    if (g_rcp_ok && am >= 0x1p-125f && am <= 0x1p125f) {
+        quantize_rcp_512(x, am, sgn, co, EX_STATE8_BLOCK);
+        return;
+    }
     if (g_est_ok) {
-        quantize_est_512(x, am, sgn, co);
+        quantize_est_512(x, am, sgn, co, EX_STATE8_BLOCK);
         return;
     }
     if (g_512) {
@@ -512,16 +727,18 @@ static inline void decode(const uint8_t *c, bool sgn, const float *map, float a,
     for (int e = 0; e < EX_STATE8_BLOCK; e++) x[e] = map[c[e]] * a;
 }
 
-/* Which quantizer the kernel uses: 2 the estimate, 1 the table, 0 the exact one; *est_possible:
- * whether the CPU and build have what the estimate needs (tests). */
+/* Which quantizer the kernel uses: 3 the reciprocal (its blocks with an absmax in [2^-125,
+ * 2^125]; the others the estimate), 2 the estimate, 1 the table, 0 the exact one;
+ * *est_possible: whether the CPU and build have what the reciprocal and the estimate need
+ * (tests). */
 int ex_q8_fast_quantizer(bool *est_possible) {
     init_all();
 #ifdef S8_HAVE_512
-    *est_possible = g_vbmi;
+    *est_possible = g_vbmi && __builtin_cpu_supports("avx512dq");
 #else
     *est_possible = false;
 #endif
-    return g_est_ok ? 2 : g_qtab_ok ? 1 : 0;
+    return g_rcp_ok ? 3 : g_est_ok ? 2 : g_qtab_ok ? 1 : 0;
 }
 
 /* The kernel's block quantizer and decode in the caller's floating-point modes (tests). */
