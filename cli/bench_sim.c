@@ -133,8 +133,11 @@ static ot_status kernel_breakdown(const ot_executable *e, int64_t per, double wi
     exe_run x;
     OT_CHECK(exe_run_open(e, &x));
     ot_sim_host_rates hr;
+    ot_sim_host_probe pb;
     ot_profile *pf = NULL;
+    const ot_executable *pe[1] = {e};
     ot_status s = ot_sim_host_measure(1, window, &hr);
+    if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 1, &pb);
     const int reps = 300;
     double whole = 0;
     for (int r = 0; s == OT_OK && r < 20; r++) s = exe_run_once(e, &x, NULL); /* warm */
@@ -145,6 +148,7 @@ static ot_status kernel_breakdown(const ot_executable *e, int64_t per, double wi
     for (int r = 0; s == OT_OK && r < reps; r++) s = exe_run_once(e, &x, pf);
     ot_sim_device dev;
     ot_sim_device_host_rates(&hr, cal, &dev);
+    ot_sim_device_host_probe(&pb, &dev);
     double psum = 0;
     for (int k = 0; s == OT_OK && k < ot_executable_kernel_count(e); k++) {
         const ot_kernel *kn = ot_executable_kernel(e, k);
@@ -253,9 +257,12 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
                 "than the 4-byte one (%.1f us); bandwidth from the 1 MiB time alone\n",
                 np, a1m, a4);
     ot_sim_host_rates before, after;
+    ot_sim_host_probe pb[2];
     ot_executable *e = NULL;
     if (s == OT_OK) s = grad_exe(model, batch / np, batch, &e);
+    const ot_executable *pe[2] = {e, ot_tpu_optimizer_executable(topt)};
     if (s == OT_OK) s = ot_sim_host_measure(np, window, &before);
+    if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 2, &pb[0]);
     snprintf(
         args, sizeof args,
         "train --mpi --devices 1 --steps %lld --eval-every %lld --batch-size %lld --hidden %lld "
@@ -265,12 +272,23 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
     double wall = json_num_after(out, NULL, "wall_s"), ran = json_num_after(out, NULL, "steps_run");
     if (s == OT_OK && !(wall > 0 && ran > 0))
         s = ot_error(OT_ERR_INTERNAL, "bench simulate: optitpu train --mpi printed no report");
+    double mt[5] = {0, 0, 0, 0, 0}; /* the timeline of rank 0's report, ms per step */
+    for (int q = 0; q < 5; q++) {
+        static const char *const parts[5] = {"forward+backward", "all-reduce", "optimizer", "input",
+                                             "gather"};
+        char key[48];
+        snprintf(key, sizeof key, "\"name\":\"%s\"", parts[q]);
+        double w = json_num_after(out, key, "wall_s");
+        mt[q] = w > 0 && ran > 0 ? w / ran * 1e3 : 0;
+    }
     if (s == OT_OK) s = ot_sim_host_measure(np, window, &after);
-    double pred = 0;
+    if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 2, &pb[1]);
+    double pred = 0, pt[4] = {0, 0, 0, 0};
     ot_sim_result last;
     for (int k = 0; k < 2 && s == OT_OK; k++) {
         ot_sim_config c = ot_sim_config_default();
         ot_sim_device_host_rates(k ? &after : &before, cal, &c.device);
+        ot_sim_device_host_probe(&pb[k], &c.device);
         c.chips = np;
         c.processes = np;
         c.process_alpha_s = alpha;
@@ -285,6 +303,8 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
         ot_sim_config_train_pipeline(&c, ot_model_param_count(model));
         s = ot_sim_run(&c, &last);
         pred += last.step_s / 2;
+        pt[0] += last.compute_s * 1e3 / 2, pt[1] += last.exposed_comm_s * 1e3 / 2;
+        pt[2] += last.optimizer_s * 1e3 / 2, pt[3] += last.host_s * 1e3 / 2;
     }
     ot_executable_free(e);
     if (s == OT_OK) {
@@ -301,10 +321,24 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
             "simulate",     name,           "ms", pred * 1e3, "optitpu train --mpi measured",
             measured * 1e3, pred / measured};
         ot_bench_print(&row, json);
+        /* term by term against rank 0's timeline (host staging: input and gather only) */
+        static const char *const pname[3] = {"compute", "exposed all-reduce", "optimizer"};
+        static const char *const mname[3] = {"train timeline: forward+backward",
+                                             "train timeline: all-reduce",
+                                             "train timeline: optimizer"};
+        for (int q = 0; q < 3; q++) {
+            snprintf(name, sizeof name, "train mlp 64-%lld-10 batch %lld, %d MPI processes: %s",
+                     (long long)mc->hidden[0], (long long)batch, np, pname[q]);
+            ot_bench_row tr = {
+                "simulate", name, "ms", pt[q], mname[q], mt[q], mt[q] > 0 ? pt[q] / mt[q] : 0};
+            ot_bench_print(&tr, json);
+        }
         if (!json)
-            printf("  last prediction: compute %.3f ms + all-reduce %.3f ms (%d processes: %.1f us "
-                   "+ %.2f GB/s) + optimizer %.3f ms + host pipeline %.3f ms\n",
-                   last.compute_s * 1e3, last.exposed_comm_s * 1e3, np, alpha * 1e6, bw / 1e9,
+            printf("  last prediction: compute %.3f ms (bound: %s; path %.3f, cores %.3f, pool "
+                   "%.3f) + all-reduce %.3f ms (%d processes: %.1f us + %.2f GB/s) + optimizer "
+                   "%.3f ms + host pipeline %.3f ms\n",
+                   last.compute_s * 1e3, last.bound, last.path_s * 1e3, last.cores_s * 1e3,
+                   last.pool_s * 1e3, last.exposed_comm_s * 1e3, np, alpha * 1e6, bw / 1e9,
                    last.optimizer_s * 1e3, last.host_s * 1e3);
         unlink(log_path);
     }
@@ -442,6 +476,10 @@ static int run(int argc, char **argv) {
          * that run (the machine's load as the run saw it), tree all-reduce (train's default)
          * after the backward pass, train's compiled Adam update and host pipeline */
         double wall[50], pred[50], ratio[50], meas_last[5] = {0, 0, 0, 0, 0};
+        double pterm[4][50], mterm[4][50]; /* compute, exposed comm, optimizer, host: per run */
+        ot_sim_host_probe probe_last;
+        memset(&probe_last, 0, sizeof probe_last);
+        const ot_executable *probe_exes[2] = {e, ot_tpu_optimizer_executable(topt)};
         int64_t peak = 0;
         ot_sim_result last;
         ot_sim_host_rates rate_last;
@@ -449,7 +487,9 @@ static int run(int argc, char **argv) {
         memset(&rate_last, 0, sizeof rate_last);
         for (int64_t r = 0; r < reps && rc == CLI_OK; r++) {
             ot_sim_host_rates before, after;
-            if (ot_sim_host_measure(n, window, &before) != OT_OK) {
+            ot_sim_host_probe pb[2];
+            if (ot_sim_host_measure(n, window, &before) != OT_OK ||
+                ot_sim_host_probe_measure(probe_exes, 2, &pb[0]) != OT_OK) {
                 rc = cli_fail(cmd);
                 break;
             }
@@ -470,14 +510,19 @@ static int run(int argc, char **argv) {
             timeline_terms(&rep, meas_last);
             peak = n > 1 ? rep.replica_peak_bytes : rep.leader_peak_bytes;
             ot_train_report_clear(&rep);
-            if (ot_sim_host_measure(n, window, &after) != OT_OK) {
+            if (ot_sim_host_measure(n, window, &after) != OT_OK ||
+                ot_sim_host_probe_measure(probe_exes, 2, &pb[1]) != OT_OK) {
                 rc = cli_fail(cmd);
                 break;
             }
+            for (int q = 0; q < 4; q++) pterm[q][r] = 0;
+            mterm[0][r] = meas_last[0], mterm[1][r] = meas_last[1], mterm[2][r] = meas_last[2];
+            mterm[3][r] = meas_last[3] + meas_last[4];
             double p2[2];
             for (int k = 0; k < 2 && rc == CLI_OK; k++) {
                 ot_sim_config c = ot_sim_config_default();
                 ot_sim_device_host_rates(k ? &after : &before, &cal, &c.device);
+                ot_sim_device_host_probe(&pb[k], &c.device);
                 c.chips = n;
                 c.global_batch = batch;
                 c.step = e;
@@ -490,8 +535,12 @@ static int run(int argc, char **argv) {
                 ot_sim_config_train_pipeline(&c, ot_model_param_count(model));
                 if (ot_sim_run(&c, &last) != OT_OK) rc = cli_fail(cmd);
                 p2[k] = last.step_s;
+                pterm[0][r] += last.compute_s * 1e3 / 2,
+                    pterm[1][r] += last.exposed_comm_s * 1e3 / 2;
+                pterm[2][r] += last.optimizer_s * 1e3 / 2, pterm[3][r] += last.host_s * 1e3 / 2;
             }
             rate_last = after;
+            probe_last = pb[1];
             pred[r] = (p2[0] + p2[1]) / 2;
             ratio[r] = pred[r] / wall[r];
         }
@@ -510,6 +559,20 @@ static int run(int argc, char **argv) {
                             measured * 1e3,
                             predicted / measured};
         ot_bench_print(&row, json);
+        /* term by term: the model's parts beside the timeline's (medians over the runs) */
+        static const char *const pname[4] = {"compute", "exposed all-reduce", "optimizer",
+                                             "host pipeline"};
+        static const char *const mname[4] = {
+            "train timeline: forward+backward", "train timeline: all-reduce",
+            "train timeline: optimizer", "train timeline: host staging + rest"};
+        for (int q = 0; q < 4; q++) {
+            double pv = ot_bench_median(pterm[q], (size_t)reps);
+            double mv = ot_bench_median(mterm[q], (size_t)reps);
+            snprintf(name, sizeof name, "train mlp 64-%lld-10 batch %lld, %d dev: %s",
+                     (long long)mc.hidden[0], (long long)batch, n, pname[q]);
+            ot_bench_row tr = {"simulate", name, "ms", pv, mname[q], mv, mv > 0 ? pv / mv : 0};
+            ot_bench_print(&tr, json);
+        }
         /* memory: a replica's device pool peak in the same runs (the leader's alone on one
          * device: it also holds the test set) against the simulator's per-chip figure without
          * the fusion bucket (train's flat gradient vector is host memory, not the device's) */
@@ -528,10 +591,22 @@ static int run(int argc, char **argv) {
         if (!json) {
             printf("  per run (predicted / measured):");
             for (int64_t r = 0; r < reps; r++) printf(" %.2f", ratio[r]);
-            printf("\n  last prediction: compute %.3f ms + exposed all-reduce %.3f ms (%s) + "
-                   "optimizer %.3f ms + host pipeline %.3f ms\n",
-                   last.compute_s * 1e3, last.exposed_comm_s * 1e3, last.algo,
-                   last.optimizer_s * 1e3, last.host_s * 1e3);
+            printf("\n  last prediction: compute %.3f ms (bound: %s; path %.3f, cores %.3f, pool "
+                   "%.3f) + exposed all-reduce %.3f ms (%s) + optimizer %.3f ms + host pipeline "
+                   "%.3f ms\n",
+                   last.compute_s * 1e3, last.bound, last.path_s * 1e3, last.cores_s * 1e3,
+                   last.pool_s * 1e3, last.exposed_comm_s * 1e3, last.algo, last.optimizer_s * 1e3,
+                   last.host_s * 1e3);
+            printf("  kernel probes: launch %.2f us, one-thread dot %.1f GFLOP/s, pool %d threads "
+                   "x%.2f, hand-off %.1f us (back to back) / %.1f us (after 30 us) / %.1f us "
+                   "(after 300 us), other processes leave %.2f of each core; per element: "
+                   "arith %.3f ns, convert %.3f, exp %.3f, log %.3f, divide %.3f, reduce %.3f\n",
+                   probe_last.launch_s * 1e6, probe_last.dot1_flops / 1e9, probe_last.pool_threads,
+                   probe_last.pool_speedup, probe_last.pool_handoff_s[0] * 1e6,
+                   probe_last.pool_handoff_s[3] * 1e6, probe_last.pool_handoff_s[5] * 1e6,
+                   probe_last.avail, probe_last.op_s[0] * 1e9, probe_last.op_s[1] * 1e9,
+                   probe_last.op_s[2] * 1e9, probe_last.op_s[3] * 1e9, probe_last.op_s[4] * 1e9,
+                   probe_last.op_s[5] * 1e9);
             printf("  last run's timeline: forward+backward %.3f ms + all-reduce %.3f ms + "
                    "optimizer %.3f ms + host staging %.3f ms + rest %.3f ms\n",
                    meas_last[0], meas_last[1], meas_last[2], meas_last[3], meas_last[4]);

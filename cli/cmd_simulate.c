@@ -574,6 +574,14 @@ static int run(int argc, char **argv) {
         /* optitpu train on host devices stages the batch and the gradients through host memory */
         if (s == OT_OK && pi.host && w.mlp)
             ot_sim_config_train_pipeline(&c, ot_model_param_count(w.mlp));
+        if (s == OT_OK && pi.host) {
+            /* the host's kernel model: this step's dot shapes, the pool hand-off, per-element
+             * costs and the other processes' load, probed now */
+            ot_sim_host_probe pb;
+            const ot_executable *pe[1] = {c.step};
+            s = ot_sim_host_probe_measure(pe, 1, &pb);
+            if (s == OT_OK) ot_sim_device_host_probe(&pb, &c.device);
+        }
         if (s == OT_OK) s = ot_sim_run(&c, &r->r);
         ot_topology_free(t);
         r->ok = s == OT_OK;

@@ -524,7 +524,123 @@ static void test_host_measure(void) {
                 hr.copy_bytes_per_s / hr.mem_bytes_per_s, 1e-6);
 }
 
-OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_measure), OT_TEST(test_link_rings),
+/* The host's kernel model (pool_points > 0): a pooled kernel's hand-off by the gap since the pool
+ * last ran, a dot at its shape's measured rate, a native fusion at its instructions' per-element
+ * costs, and the step's three bounds: one device's path, the cores shared with other processes'
+ * threads, each process's pool taken in turns. */
+static void test_host_kernel_model(void) {
+    static const char two_dots[] =
+        "HloModule t\nENTRY main {\n  a = f32[64,128] parameter(0)\n"
+        "  b = f32[128,128] parameter(1)\n"
+        "  d1 = f32[64,128] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  ROOT d2 = f32[64,128] dot(d1, b), lhs_contracting_dims={1}, "
+        "rhs_contracting_dims={0}\n}\n";
+    ot_executable *e = compile_hlo(two_dots); /* 2 x 1048576 multiply-adds, both pooled */
+    ASSERT_TRUE(e != NULL);
+    ASSERT_TRUE(ot_executable_kernel_count(e) == 2);
+    ot_sim_device d;
+    memset(&d, 0, sizeof d);
+    d.peak_flops_f32 = 1e10, d.cache_flops_f32 = 1e10, d.hbm_bytes_per_s = 1e15;
+    d.cache_bytes_per_s = 1e15, d.cache_bytes = 262144, d.launch_s = 1e-6;
+    d.shared_host = true, d.cores = 2, d.hbm_capacity_bytes = INFINITY;
+    for (int j = 1; j <= 8; j++) d.core_share[j] = 1;
+    d.pool_points = 2, d.pool_threads = 2, d.pool_speedup = 2;
+    d.pool_gap_s[0] = 0, d.pool_gap_s[1] = 100e-6;
+    d.pool_handoff_s[0] = 2e-6, d.pool_handoff_s[1] = 402e-6;
+    double own = 2097152 / 1e10; /* 209.7 us on one thread */
+    /* the first after a long gap (asleep): h = 402 us > its work, so h */
+    EXPECT_NEAR(ot_sim_kernel_s(&d, e, 0, 1.0, 1, NULL), 402e-6 + 1e-6, 1e-12);
+    /* the second right after it (gap 0): h/2 alone, then the rest over the pool's speed-up */
+    double second = 1e-6 + (own - 1e-6) / 2;
+    EXPECT_NEAR(ot_sim_kernel_s(&d, e, 1, 1.0, 1, NULL), second + 1e-6, 1e-12);
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 402e-6 + second + 2e-6, 1e-12);
+    /* after the last measured gap: the last point's hand-off */
+    d.pool_gap_s[1] = 1e-3, d.pool_handoff_s[1] = 4e-3;
+    EXPECT_NEAR(ot_sim_kernel_s(&d, e, 0, 1.0, 1, NULL), 4e-3 + 1e-6, 1e-12);
+    d.pool_handoff_s[1] = 402e-6, d.pool_gap_s[1] = 100e-6;
+    /* a dot shape with its own measured rate */
+    d.ndots = 1;
+    d.dots[0].key = ot_sim_dot_key(e, 1);
+    d.dots[0].flops_per_s = 2e10;
+    EXPECT_TRUE(d.dots[0].key != 0 && d.dots[0].key == ot_sim_dot_key(e, 0)); /* same shapes */
+    second = 1e-6 + (own / 2 - 1e-6) / 2;
+    EXPECT_NEAR(ot_sim_kernel_s(&d, e, 1, 1.0, 1, NULL), second + 1e-6, 1e-12);
+    d.ndots = 0;
+
+    /* the bounds: 4 devices on 2 cores that other processes leave half of (2 more runnable
+     * threads): the cores take cpu x (4 + 2) / 2; the pool, 4 devices' pooled kernels in turn */
+    ot_sim_config c = ot_sim_config_default();
+    c.device = d;
+    c.chips = 4, c.global_batch = 256, c.step = e, c.step_batch = 64, c.param_bytes = 0;
+    c.overlap = false;
+    c.device.avail = 0.5;
+    ot_sim_result r;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    double path = 402e-6 + (1e-6 + (own - 1e-6) / 2) + 2e-6;
+    EXPECT_NEAR(r.path_s, path, 1e-12);
+    EXPECT_NEAR(r.pool_s, 4 * path, 1e-12); /* every kernel pooled */
+    EXPECT_NEAR(r.cores_s, (2 * own + 2e-6) * 6 / 2, 1e-12);
+    EXPECT_NEAR(r.compute_s, fmax(r.pool_s, r.cores_s), 1e-15);
+    EXPECT_TRUE(!strcmp(r.bound, "pool"));
+    /* processes: one pool each, so their devices do not take turns */
+    c.processes = 4, c.process_alpha_s = 1e-6, c.process_bytes_per_s = 1e9, c.param_bytes = 4000;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.pool_s, path, 1e-12);
+    EXPECT_TRUE(!strcmp(r.bound, "cores"));
+    EXPECT_NEAR(r.compute_s, r.cores_s, 0);
+    /* no other load and devices within the cores: the path */
+    c.processes = 0, c.chips = 2, c.global_batch = 128, c.param_bytes = 0;
+    c.device.avail = 1;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.cores_s, 2 * own + 2e-6, 1e-12);
+    ot_executable_free(e);
+
+    /* a native fusion: its instructions' elements at their class's cost */
+    static const char fused[] = "HloModule f\nENTRY main {\n"
+                                "  a = f32[30000] parameter(0)\n  b = f32[30000] parameter(1)\n"
+                                "  m = f32[30000] multiply(a, b)\n  x = f32[30000] exponential(m)\n"
+                                "  ROOT s = f32[30000] add(x, a)\n}\n";
+    ot_executable *f = compile_hlo_native(fused);
+    ASSERT_TRUE(f != NULL && ot_executable_kernel_count(f) == 1);
+    ASSERT_TRUE(ot_executable_kernel_native(f, 0) && !ot_executable_kernel_native_splits(f, 0));
+    d.op_s[OT_SIM_OP_ARITH] = 1e-9, d.op_s[OT_SIM_OP_EXP] = 5e-9;
+    EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 30000 * (2e-9 + 5e-9) + 1e-6, 1e-12);
+    d.cache_bytes_per_s = 1e6; /* bytes bound: 360000 B at 1 MB/s */
+    EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 0.36 + 1e-6, 1e-9);
+    ot_executable_free(f);
+}
+
+/* The kernel probes: every figure positive and finite, one rate per distinct dot shape, and a
+ * device built from them uses the kernel model. */
+static void test_host_probe(void) {
+    ot_sim_host_probe p;
+    EXPECT_STATUS(ot_sim_host_probe_measure(NULL, 1, &p), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_sim_host_probe_measure(NULL, 0, NULL), OT_ERR_INVALID_ARGUMENT);
+    ot_executable *e = compile_hlo(dot_hlo);
+    ASSERT_TRUE(e != NULL);
+    const ot_executable *ex[2] = {e, e};
+    ASSERT_OK(ot_sim_host_probe_measure(ex, 2, &p));
+    EXPECT_INT_EQ(p.ndots, 1);
+    EXPECT_TRUE(p.dots[0].key == ot_sim_dot_key(e, 0) && p.dots[0].flops_per_s > 0);
+    double v[] = {p.launch_s, p.dot1_flops,        p.pool_speedup,
+                  p.interp_s, p.cache_bytes_per_s, p.avail};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) EXPECT_TRUE(v[i] > 0 && isfinite(v[i]));
+    for (int c = 0; c < OT_SIM_OP_CLASSES; c++) EXPECT_TRUE(p.op_s[c] > 0 && isfinite(p.op_s[c]));
+    for (int i = 0; i < OT_SIM_POOL_POINTS; i++)
+        EXPECT_TRUE(p.pool_handoff_s[i] > 0 && isfinite(p.pool_handoff_s[i]));
+    EXPECT_TRUE(p.avail <= 1 && p.pool_threads >= 1 && p.cores >= 1);
+    EXPECT_TRUE(p.pool_speedup <= p.pool_threads);
+    ot_sim_device d;
+    memset(&d, 0, sizeof d);
+    ot_sim_device_host_probe(&p, &d);
+    EXPECT_INT_EQ(d.pool_points, OT_SIM_POOL_POINTS);
+    EXPECT_NEAR(d.peak_flops_f32, p.dot1_flops, 0);
+    EXPECT_TRUE(ot_sim_compute_s(&d, e, 1.0, 1, NULL) > 0);
+    ot_executable_free(e);
+}
+
+OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_kernel_model), OT_TEST(test_host_probe),
+             OT_TEST(test_host_measure), OT_TEST(test_link_rings),
              OT_TEST(test_published_pod_allreduce), OT_TEST(test_ring_formula_and_busbw),
              OT_TEST(test_sim_uses_pod_model), OT_TEST(test_presets), OT_TEST(test_roofline),
              OT_TEST(test_errors_and_memory), OT_TEST(test_goodput), OT_TEST(test_full_pod))

@@ -108,6 +108,12 @@ mem = [r for r in rows if r["case"].startswith("step memory")]
 assert len(steps) == 2 and len(tmem) == 2 and len(ars) == 3 and len(mem) == 3, rows
 for r in steps + tmem + ars + mem:
     assert r["value"] > 0 and r["baseline_value"] > 0 and r["ratio"] > 0, r
+# term by term: compute and the optimizer beside the timeline's forward+backward and optimizer
+terms = [r for r in rows if r["case"].endswith(("dev: compute", "dev: optimizer"))]
+assert len(terms) == 4, rows
+for r in terms:
+    assert r["value"] > 0 and r["baseline_value"] > 0 and r["ratio"] > 0, r
+    assert r["baseline"].startswith("train timeline: "), r
 # memory is accounting, not timing: the prediction against optitpu train's pool peaks
 for r in tmem:
     assert 0.95 <= r["ratio"] <= 1.05, r
@@ -128,8 +134,10 @@ if command -v mpirun >/dev/null &&
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 mpi = [r for r in rows if "MPI" in r["case"]]
-assert len(mpi) == 2 and mpi[1]["case"].endswith("2 MPI processes: step"), rows
-for r in mpi:
+step = [r for r in mpi if r["case"].endswith("2 MPI processes: step")]
+terms = [r for r in mpi if r["case"].endswith(("compute", "exposed all-reduce", "optimizer"))]
+assert mpi[0]["case"].startswith("MPI all-reduce") and len(step) == 1 and len(terms) == 3, rows
+for r in [mpi[0]] + step + terms:
     assert r["value"] > 0 and r["baseline_value"] > 0 and r["ratio"] > 0, r
 PY
 fi

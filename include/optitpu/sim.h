@@ -40,6 +40,34 @@
 extern "C" {
 #endif
 
+/* Classes of a fused instruction with native code on the host, each with its own measured cost
+ * per element (ot_sim_device.op_s): arithmetic (add, multiply, maximum, compare, select, iota,
+ * ...), conversions (convert), exp-like (exponential, exponential-minus-one, tanh, logistic),
+ * log-like (log, log-plus-one, power, sine, cosine, ...), division and roots (divide, sqrt,
+ * rsqrt, remainder), and reduce (per element of its input). Parameters, constants, broadcasts,
+ * reshapes, bitcasts and tuples cost nothing. */
+enum {
+    OT_SIM_OP_ARITH,
+    OT_SIM_OP_CONVERT,
+    OT_SIM_OP_EXP,
+    OT_SIM_OP_LOG,
+    OT_SIM_OP_DIVIDE,
+    OT_SIM_OP_REDUCE,
+    OT_SIM_OP_CLASSES
+};
+#define OT_SIM_POOL_POINTS 6  /* hand-off measured after this many gaps */
+#define OT_SIM_MAX_DOTS    32 /* dot shapes with a measured rate */
+
+/* One thread's measured rate for one dot shape (operand shapes, dimension numbers and dtype:
+ * ot_sim_dot_key). */
+typedef struct ot_sim_dot_rate {
+    uint64_t key;
+    double flops_per_s;
+} ot_sim_dot_rate;
+
+/* The dot shape key of kernel k of e (0 when it is not a dot). */
+OT_API uint64_t ot_sim_dot_key(const ot_executable *e, int k);
+
 /* A chip. Rates are per chip; a kernel takes max(flops / peak, bytes / hbm) + launch. */
 typedef struct ot_sim_device {
     char name[32];
@@ -77,6 +105,24 @@ typedef struct ot_sim_device {
      * host devices): one buffer put on or read off a device, and host copies (bytes read +
      * written per second). 0 for a TPU (its input pipeline runs beside the step). */
     double transfer_s, copy_bytes_per_s;
+    /* The host's kernel model (pool_points > 0; ot_sim_host_probe), replacing the tiers above:
+     * every kernel's own work is one thread's time from measured costs — a dot at the rate
+     * measured for its shape (dots[], else cache_flops_f32 / peak_flops_f32 by the tier), a
+     * native fusion at the larger of its instructions' op_s[class] per element and its bytes at the
+     * in-cache bandwidth, an interpreted fusion at interp_s, the rest roofline — divided by avail
+     * (the share of a core other processes leave). A kernel the runtime hands to its pool
+     * (pool_threads threads, caller included, pool_speedup times one thread's speed together) takes
+     * max(H, H/2 + (work - H/2) / pool_speedup), where H is the measured hand-off after the device
+     * thread ran `gap` seconds of other kernels since the pool last ran (pool_gap_s ascending,
+     * pool_handoff_s; linear between, clamped): the pool's threads spin briefly, then sleep, and a
+     * sleeping pool costs a wake-up each way. */
+    int pool_points, pool_threads;
+    double pool_gap_s[OT_SIM_POOL_POINTS], pool_handoff_s[OT_SIM_POOL_POINTS];
+    double pool_speedup;
+    double op_s[OT_SIM_OP_CLASSES];
+    int ndots;
+    ot_sim_dot_rate dots[OT_SIM_MAX_DOTS];
+    double avail; /* 0: 1 */
 } ot_sim_device;
 
 /* "v4", "v5e", "v5p" (figures from Google Cloud's TPU pages, cited in docs/simulate.md), also
@@ -139,6 +185,34 @@ typedef struct ot_sim_host_rates {
 /* Measures the rates with `devices` (1..64) threads of this process at once, window_s (> 0) of
  * wall time per figure (about 9 windows in all). */
 OT_API ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *out);
+
+/* The host's kernel model, measured by probes independent of the program it will price: on one
+ * thread (CPU time, medians) the rate of every dot shape that the given executables contain (a
+ * dot of the same operand shapes and dimension numbers compiled alone), a 256^3 dot, and the
+ * per-element cost of each fused-instruction class (a native loop fusion of that class over
+ * 8192 f32 in the caches, less the launch); through the runtime's default pool the 256^3 dot's
+ * speed-up and the hand-off of a 64^3 dot after 0, 3, 10, 30, 100 and 300 us of other work on
+ * the calling thread (wall-time medians); and, with every core busy on its own thread, the share
+ * of a core this process gets (other processes' load). About 0.3 s. */
+typedef struct ot_sim_host_probe {
+    double launch_s;   /* a one-kernel executable */
+    double dot1_flops; /* 256^3 on one thread */
+    int pool_threads;
+    double pool_speedup;
+    double pool_gap_s[OT_SIM_POOL_POINTS], pool_handoff_s[OT_SIM_POOL_POINTS];
+    double op_s[OT_SIM_OP_CLASSES];
+    int ndots;
+    ot_sim_dot_rate dots[OT_SIM_MAX_DOTS];
+    double interp_s; /* an interpreted fusion, per element and instruction (ot_sim_host_rates) */
+    double cache_bytes_per_s; /* f32 add over 8192 elements in the caches, read + written */
+    double avail;
+    int cores;
+} ot_sim_host_probe;
+OT_API ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
+                                           ot_sim_host_probe *out);
+/* Puts a probe's kernel model into a host device (one built by ot_sim_device_host_rates or
+ * _from): pool_points > 0 from then on. */
+OT_API void ot_sim_device_host_probe(const ot_sim_host_probe *p, ot_sim_device *d);
 /* The "host" device model for r->devices in-process devices from measured rates (their core
  * share is in them); cal supplies what is not re-measured (checkpoint file bandwidth, cores). */
 OT_API void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_calibration *cal,
@@ -194,8 +268,15 @@ typedef struct ot_sim_result {
     int chips;
     int64_t per_chip_batch;
     int kernels;
-    double flops;          /* one chip's step */
-    double compute_s;      /* forward+backward, roofline per kernel */
+    double flops;     /* one chip's step */
+    double compute_s; /* forward+backward, roofline per kernel */
+    /* With the host's kernel model (device.pool_points > 0): compute_s is the largest of one
+     * device's path (its kernels in order, hand-offs and waits included), the cores (every
+     * device's CPU work over cores x avail: devices beyond the cores take turns) and the pool
+     * (the devices of one process share its runtime pool, one kernel at a time), named in
+     * `bound` ("path", "cores", "pool"); 0 and "" otherwise. */
+    double path_s, cores_s, pool_s;
+    char bound[8];
     double comm_s;         /* every gradient collective, end to end */
     double exposed_comm_s; /* comm not hidden under the backward pass */
     double optimizer_s;

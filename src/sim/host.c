@@ -471,3 +471,285 @@ ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *o
     if (s != OT_OK) return ot_error_wrap(s, "sim: measuring %d in-process devices", devices);
     return OT_OK;
 }
+
+/* ---- the kernel model's probes (ot_sim_host_probe_measure) ---------------------------------- */
+
+/* Median seconds of one execution of e on m over reps runs (after one warm-up): this thread's CPU
+ * time (cpu) or wall time. */
+static ot_status probe_time(const ot_executable *e, exe_mem *m, ot_threadpool *pool, int reps,
+                            bool cpu, double *sec) {
+    ot_run_options ro = ot_run_options_default();
+    ro.pool = pool; /* NULL: the runtime's default pool, as a host device's */
+    double *t = ot_malloc(sizeof(double) * (size_t)reps);
+    if (!t) return ot_error(OT_ERR_OUT_OF_MEMORY, "sim probe");
+    ot_status s = ot_execute_on_host(e, m->arena, m->in, m->out, &ro, 0, NULL);
+    for (int r = 0; s == OT_OK && r < reps; r++) {
+        uint64_t w0 = ot_now_ns(), c0 = thread_cpu_ns();
+        s = ot_execute_on_host(e, m->arena, m->in, m->out, &ro, 0, NULL);
+        t[r] = (double)(cpu ? thread_cpu_ns() - c0 : ot_now_ns() - w0) / 1e9;
+    }
+    if (s == OT_OK) *sec = ot_bench_median(t, (size_t)reps);
+    ot_free(t);
+    return s;
+}
+
+/* f32 inputs set to 1.5 (a log or a division of zeros would take special-value paths) */
+static void fill_inputs(const ot_executable *e, exe_mem *m) {
+    for (int k = 0; k < ot_executable_param_count(e) && k < 4; k++) {
+        const ot_slot *sl = ot_executable_slot(e, ot_executable_param_slot(e, k));
+        if (sl->shape.dtype != OT_F32) continue;
+        float *p = m->in[k];
+        for (int64_t i = 0; i < sl->nbytes / 4; i++) p[i] = 1.5f;
+    }
+}
+
+static ot_status compile_opts(const char *hlo, bool native, ot_executable **out) {
+    ot_module *m = NULL;
+    ot_status s = ot_hlo_parse(hlo, strlen(hlo), NULL, &m);
+    ot_compile_options co = ot_compile_options_default();
+    if (native) co.native = OT_NATIVE_ON;
+    if (s == OT_OK) s = ot_compile(m, &co, out);
+    ot_module_free(m);
+    return s;
+}
+
+/* One thread's CPU seconds per run of an HLO text's executable (after one warm-up), launch
+ * included; *e_out keeps the executable when asked. */
+static ot_status probe_hlo(const char *hlo, bool native, ot_threadpool *one, int reps, double *sec,
+                           ot_executable **e_out) {
+    ot_executable *e = NULL;
+    exe_mem m;
+    memset(&m, 0, sizeof m);
+    ot_status s = compile_opts(hlo, native, &e);
+    if (s == OT_OK) s = exe_mem_alloc(e, &m);
+    if (s == OT_OK) fill_inputs(e, &m);
+    if (s == OT_OK) s = probe_time(e, &m, one, reps, true, sec);
+    exe_mem_free(&m);
+    if (e_out && s == OT_OK)
+        *e_out = e;
+    else
+        ot_executable_free(e);
+    return s;
+}
+
+#define OP_R 128
+#define OP_C 64 /* 8192 f32 a probe: native code, in the caches, one piece of a loop */
+
+/* The HLO of one class's probe over f32[OP_R, OP_C] a, b, and the instructions of the class in
+ * it. */
+static const char *op_probe_body(int c, int *count) {
+    *count = 1;
+    switch (c) {
+    case OT_SIM_OP_ARITH: /* seven operations, four independent: arithmetic, not memory */
+        *count = 7;
+        return "  t1 = f32[128,64] add(a, b)\n  t2 = f32[128,64] multiply(a, b)\n"
+               "  t3 = f32[128,64] subtract(a, b)\n  t4 = f32[128,64] maximum(a, b)\n"
+               "  t5 = f32[128,64] add(t1, t2)\n  t6 = f32[128,64] multiply(t3, t4)\n"
+               "  ROOT r = f32[128,64] add(t5, t6)\n";
+    case OT_SIM_OP_CONVERT: /* a comparison's predicate to f32 (less the comparison) */
+        return "  p = pred[128,64] compare(a, b), direction=GT\n"
+               "  ROOT r = f32[128,64] convert(p)\n";
+    case OT_SIM_OP_EXP: return "  ROOT r = f32[128,64] exponential(a)\n";
+    case OT_SIM_OP_LOG: return "  ROOT r = f32[128,64] log(a)\n";
+    case OT_SIM_OP_DIVIDE: return "  ROOT r = f32[128,64] divide(a, b)\n";
+    default: /* reduce over the minor axis, of a sum (one arithmetic instruction besides) */
+        return "  s = f32[128,64] add(a, b)\n  z = f32[] constant(0)\n"
+               "  ROOT r = f32[128] reduce(s, z), dimensions={1}, to_apply=sum\n";
+    }
+}
+
+/* The standalone HLO of dot kernel k of e (same operand shapes and dimension numbers). */
+static int dot_hlo(const ot_executable *e, int k, char *buf, size_t cap) {
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    const ot_dot_dims *dd = kn->instr->attrs->dot;
+    size_t n = (size_t)snprintf(buf, cap, "HloModule sim_probe_dot\nENTRY main {\n");
+    const ot_shape *sh[3] = {&kn->instr->operands[0]->shape.array,
+                             &kn->instr->operands[1]->shape.array, &kn->instr->shape.array};
+    for (int o = 0; o < 3 && n < cap; o++) {
+        if (o < 2)
+            n += (size_t)snprintf(buf + n, cap - n, "  p%d = %s[", o, ot_dtype_name(sh[o]->dtype));
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "  ROOT d = %s[", ot_dtype_name(sh[o]->dtype));
+        for (int i = 0; i < sh[o]->rank && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "",
+                                  (long long)sh[o]->dims[i]);
+        if (n >= cap) break;
+        if (o < 2)
+            n += (size_t)snprintf(buf + n, cap - n, "] parameter(%d)\n", o);
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "] dot(p0, p1)");
+    }
+    const char *names[4] = {"lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims",
+                            "rhs_contracting_dims"};
+    const int64_t *v[4] = {dd->lhs_batch, dd->rhs_batch, dd->lhs_contract, dd->rhs_contract};
+    for (int q = 0; q < 4 && n < cap; q++) {
+        int cnt = q < 2 ? dd->nbatch : dd->ncontract;
+        if (cnt == 0) continue;
+        n += (size_t)snprintf(buf + n, cap - n, ", %s={", names[q]);
+        for (int i = 0; i < cnt && n < cap; i++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)v[q][i]);
+        n += (size_t)snprintf(buf + n, cap - n, "}");
+    }
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "\n}\n");
+    return n < cap ? 0 : -1;
+}
+
+typedef struct {
+    double share[M_MAX_DEVICES];
+} avail_job;
+
+/* every thread busy for 20 ms of wall time: the share of it this thread ran */
+static ot_status avail_fn(void *ud, int rank, ot_comm *c) {
+    avail_job *j = ud;
+    OT_CHECK(ot_comm_barrier(c, NULL));
+    uint64_t w0 = ot_now_ns(), c0 = thread_cpu_ns();
+    volatile double x = 1;
+    while (ot_now_ns() - w0 < 20000000u) x = x * 1.0000001 + 1e-9;
+    double wall = (double)(ot_now_ns() - w0), cpu = (double)(thread_cpu_ns() - c0);
+    j->share[rank] = cpu < wall ? cpu / wall : 1;
+    return OT_OK;
+}
+
+ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
+                                    ot_sim_host_probe *out) {
+    if (!out || nexes < 0 || (nexes > 0 && !exes))
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "sim probe: NULL output or executables");
+    memset(out, 0, sizeof *out);
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    out->cores = nc > 0 ? (int)nc : 1;
+    ot_threadpool *one = NULL;
+    ot_status s = ot_threadpool_create(1, &one);
+    char hlo[2048];
+    /* launch: a one-kernel executable of 4 elements */
+    double tl = 0;
+    if (s == OT_OK)
+        s = probe_hlo("HloModule sim_probe_launch\nENTRY main {\n  x = f32[4] parameter(0)\n"
+                      "  ROOT y = f32[4] add(x, x)\n}\n",
+                      false, one, 401, &tl, NULL);
+    out->launch_s = tl;
+#define WORK(t) ((t) > 2 * tl ? (t)-tl : (t) / 2)
+    /* one thread's 256^3 dot, and the same through the default pool (wall time) */
+    ot_executable *d256 = NULL, *d64 = NULL, *d32 = NULL;
+    double t256 = 0;
+    if (s == OT_OK) s = compile_dot(256, &d256);
+    /* the smallest kind of dot the runtime splits over its pool (two tiles): 128x32x128 */
+    if (s == OT_OK)
+        s = compile_text(
+            "HloModule sim_probe_handoff\nENTRY main {\n  a = f32[128,32] parameter(0)\n"
+            "  b = f32[32,128] parameter(1)\n  ROOT d = f32[128,128] dot(a, b), "
+            "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+            &d64);
+    if (s == OT_OK) s = compile_dot(32, &d32);
+    exe_mem m256, m64, m32;
+    memset(&m256, 0, sizeof m256), memset(&m64, 0, sizeof m64), memset(&m32, 0, sizeof m32);
+    if (s == OT_OK) s = exe_mem_alloc(d256, &m256);
+    if (s == OT_OK) s = exe_mem_alloc(d64, &m64);
+    if (s == OT_OK) s = exe_mem_alloc(d32, &m32);
+    if (s == OT_OK) s = probe_time(d256, &m256, one, 9, true, &t256);
+    double f256 = (double)ot_executable_total_flops(d256);
+    out->dot1_flops = f256 / WORK(t256);
+    ot_threadpool *pool = ot_threadpool_default();
+    out->pool_threads = pool ? ot_threadpool_size(pool) : 1;
+    double tp = 0;
+    if (s == OT_OK) s = probe_time(d256, &m256, NULL, 9, false, &tp);
+    double sp = s == OT_OK && tp > 0 ? WORK(t256) / WORK(tp) : 1;
+    out->pool_speedup = sp < 1 ? 1 : sp > out->pool_threads ? out->pool_threads : sp;
+    /* the hand-off: a 128x32x128 dot (a pooled kernel of little work) after `gap` of other work on
+     * this thread (32^3 dots, which stay on it), wall time */
+    static const double gaps_us[OT_SIM_POOL_POINTS] = {0, 3, 10, 30, 100, 300};
+    ot_run_options ro1 = ot_run_options_default(), rod = ot_run_options_default();
+    ro1.pool = one;
+    enum { HREPS = 41 };
+    for (int g = 0; g < OT_SIM_POOL_POINTS && s == OT_OK; g++) {
+        double t[HREPS];
+        s = ot_execute_on_host(d64, m64.arena, m64.in, m64.out, &rod, 0, NULL);
+        for (int r = 0; r < HREPS && s == OT_OK; r++) {
+            uint64_t g0 = ot_now_ns();
+            while (s == OT_OK && (double)(ot_now_ns() - g0) < gaps_us[g] * 1e3)
+                s = ot_execute_on_host(d32, m32.arena, m32.in, m32.out, &ro1, 0, NULL);
+            uint64_t t0 = ot_now_ns();
+            if (s == OT_OK) s = ot_execute_on_host(d64, m64.arena, m64.in, m64.out, &rod, 0, NULL);
+            t[r] = (double)(ot_now_ns() - t0) / 1e9;
+        }
+        out->pool_gap_s[g] = gaps_us[g] * 1e-6;
+        if (s == OT_OK) out->pool_handoff_s[g] = ot_bench_median(t, HREPS);
+    }
+    exe_mem_free(&m256), exe_mem_free(&m64), exe_mem_free(&m32);
+    ot_executable_free(d256), ot_executable_free(d64), ot_executable_free(d32);
+    /* the in-cache bandwidth: one add over the probes' elements, 12 bytes each */
+    if (s == OT_OK) {
+        snprintf(hlo, sizeof hlo,
+                 "HloModule sim_probe_bw\nENTRY main {\n  a = f32[%d,%d] parameter(0)\n"
+                 "  b = f32[%d,%d] parameter(1)\n  ROOT r = f32[%d,%d] add(a, b)\n}\n",
+                 OP_R, OP_C, OP_R, OP_C, OP_R, OP_C);
+        double t = 0;
+        s = probe_hlo(hlo, true, one, 201, &t, NULL);
+        out->cache_bytes_per_s = 12.0 * OP_R * OP_C / WORK(t);
+    }
+    /* fused instructions per class, per element */
+    for (int c = 0; c < OT_SIM_OP_CLASSES && s == OT_OK; c++) {
+        int count = 1;
+        const char *body = op_probe_body(c, &count);
+        snprintf(
+            hlo, sizeof hlo,
+            "HloModule sim_probe_op\nsum {\n  x = f32[] parameter(0)\n"
+            "  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+            "ENTRY main {\n  a = f32[%d,%d] parameter(0)\n  b = f32[%d,%d] parameter(1)\n%s}\n",
+            OP_R, OP_C, OP_R, OP_C, body);
+        double t = 0;
+        s = probe_hlo(hlo, true, one, 201, &t, NULL);
+        double per = WORK(t) / ((double)OP_R * OP_C) / count;
+        /* the comparison before a convert, the add before the reduce */
+        if (c == OT_SIM_OP_CONVERT || c == OT_SIM_OP_REDUCE) per -= out->op_s[OT_SIM_OP_ARITH];
+        out->op_s[c] = per > 0 ? per : out->op_s[OT_SIM_OP_ARITH];
+    }
+    /* an interpreted loop fusion (3 instructions over INTERP_ELEMS) */
+    if (s == OT_OK) {
+        ot_executable *ie = NULL;
+        exe_mem mi;
+        memset(&mi, 0, sizeof mi);
+        double t = 0;
+        s = compile_interp(&ie);
+        if (s == OT_OK) s = exe_mem_alloc(ie, &mi);
+        if (s == OT_OK) s = probe_time(ie, &mi, one, 51, true, &t);
+        out->interp_s = WORK(t) / (INTERP_ELEMS * 3.0);
+        exe_mem_free(&mi);
+        ot_executable_free(ie);
+    }
+    /* every dot shape of the executables, alone on one thread */
+    for (int x = 0; x < nexes && s == OT_OK; x++) {
+        const ot_executable *e = exes[x];
+        for (int k = 0; e && k < ot_executable_kernel_count(e) && s == OT_OK; k++) {
+            uint64_t key = ot_sim_dot_key(e, k);
+            bool seen = key == 0;
+            for (int i = 0; i < out->ndots && !seen; i++) seen = out->dots[i].key == key;
+            if (seen || out->ndots >= OT_SIM_MAX_DOTS) continue;
+            if (dot_hlo(e, k, hlo, sizeof hlo) != 0) continue;
+            const ot_kernel *kn = ot_executable_kernel(e, k);
+            double f = (double)kn->flops, t = 0;
+            /* about 2 ms of work at 50 GFLOP/s, 5 runs at least */
+            int reps = (int)(1e8 / (f > 1 ? f : 1));
+            reps = reps < 5 ? 5 : reps > 201 ? 201 : reps;
+            s = probe_hlo(hlo, false, one, reps, &t, NULL);
+            if (s == OT_OK) {
+                out->dots[out->ndots].key = key;
+                out->dots[out->ndots].flops_per_s = f / WORK(t);
+                out->ndots++;
+            }
+        }
+    }
+#undef WORK
+    ot_threadpool_free(one);
+    /* other processes' load: every core busy on a thread of its own */
+    if (s == OT_OK) {
+        avail_job j;
+        memset(&j, 0, sizeof j);
+        int n = out->cores < M_MAX_DEVICES ? out->cores : M_MAX_DEVICES;
+        s = ot_local_run(n, avail_fn, &j, NULL);
+        double a = 0;
+        for (int r = 0; r < n; r++) a += j.share[r] / n;
+        out->avail = a > 0 && a <= 1 ? a : 1;
+    }
+    if (s != OT_OK) return ot_error_wrap(s, "sim: probing the host's kernels");
+    return OT_OK;
+}

@@ -105,6 +105,28 @@ void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_cali
     out->shm_cache_bytes = r->llc_bytes;
 }
 
+void ot_sim_device_host_probe(const ot_sim_host_probe *p, ot_sim_device *d) {
+    d->pool_points = OT_SIM_POOL_POINTS;
+    d->pool_threads = p->pool_threads;
+    d->pool_speedup = p->pool_speedup;
+    for (int i = 0; i < OT_SIM_POOL_POINTS; i++) {
+        d->pool_gap_s[i] = p->pool_gap_s[i];
+        d->pool_handoff_s[i] = p->pool_handoff_s[i];
+    }
+    for (int c = 0; c < OT_SIM_OP_CLASSES; c++) d->op_s[c] = p->op_s[c];
+    d->ndots = p->ndots < OT_SIM_MAX_DOTS ? p->ndots : OT_SIM_MAX_DOTS;
+    memcpy(d->dots, p->dots, sizeof(ot_sim_dot_rate) * (size_t)d->ndots);
+    d->avail = p->avail > 0 && p->avail <= 1 ? p->avail : 1;
+    if (p->cores > 0) d->cores = p->cores;
+    /* one thread's rates (other processes' load in avail, not in them) */
+    d->launch_s = p->launch_s;
+    d->peak_flops_f32 = d->peak_flops_bf16 = d->peak_flops_int8 = p->dot1_flops;
+    d->cache_flops_f32 = p->dot1_flops;
+    d->interp_s = p->interp_s;
+    if (p->cache_bytes_per_s > 0) d->cache_bytes_per_s = p->cache_bytes_per_s;
+    for (int k = 1; k <= 8; k++) d->core_share[k] = 1;
+}
+
 /* ---- compute ----------------------------------------------------------------------------------
  */
 
@@ -129,8 +151,179 @@ static double interp_work(const ot_executable *e, const ot_kernel *kn) {
     return elems * (ops > 1 ? ops : 1);
 }
 
+/* ---- the host's kernel model (pool_points > 0) ----------------------------------------------
+ * One thread's work per kernel from measured costs, the runtime's pool hand-off by the gap since
+ * the pool last ran, and the step's three bounds (ot_sim_run). */
+
+uint64_t ot_sim_dot_key(const ot_executable *e, int k) {
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    if (!kn || kn->opcode != OT_OP_DOT || !kn->instr || kn->instr->noperands != 2 ||
+        !kn->instr->attrs->dot)
+        return 0;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the shapes and dimension numbers */
+#define MIX(v) (h = (h ^ (uint64_t)(int64_t)(v)) * 1099511628211ull)
+    for (int o = 0; o < 2; o++) {
+        const ot_shape *sh = &kn->instr->operands[o]->shape.array;
+        MIX(sh->dtype);
+        MIX(sh->rank);
+        for (int i = 0; i < sh->rank; i++) MIX(sh->dims[i]);
+    }
+    const ot_dot_dims *dd = kn->instr->attrs->dot;
+    MIX(dd->nbatch);
+    MIX(dd->ncontract);
+    for (int i = 0; i < dd->nbatch; i++) MIX(dd->lhs_batch[i]), MIX(dd->rhs_batch[i]);
+    for (int i = 0; i < dd->ncontract; i++) MIX(dd->lhs_contract[i]), MIX(dd->rhs_contract[i]);
+#undef MIX
+    return h ? h : 1;
+}
+
+static int op_class(const char *op) {
+    static const char *const free_ops[] = {"parameter", "constant",          "broadcast", "reshape",
+                                           "bitcast",   "get-tuple-element", "tuple"};
+    static const char *const cv[] = {"convert"};
+    static const char *const ex[] = {"exponential", "exponential-minus-one", "tanh", "logistic"};
+    static const char *const lg[] = {"log",   "log-plus-one", "power", "sine", "cosine",
+                                     "atan2", "erf",          "tan",   "cbrt"};
+    static const char *const dv[] = {"divide", "sqrt", "rsqrt", "remainder"};
+#define IN(list)                                                                                   \
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)                                      \
+        if (!strcmp(op, list[i]))
+    IN(free_ops) return -1;
+    IN(cv) return OT_SIM_OP_CONVERT;
+    IN(ex) return OT_SIM_OP_EXP;
+    IN(lg) return OT_SIM_OP_LOG;
+    IN(dv) return OT_SIM_OP_DIVIDE;
+#undef IN
+    if (!strcmp(op, "reduce")) return OT_SIM_OP_REDUCE;
+    return OT_SIM_OP_ARITH;
+}
+
+/* A native fusion's work at the measured per-element costs: every fused instruction's elements
+ * (a reduce's: its input's) times its class's cost. */
+static double fused_ops_s(const ot_sim_device *d, const ot_kernel *kn) {
+    const ot_computation *f = kn->instr && kn->instr->ncalled > 0 ? kn->instr->called[0] : NULL;
+    if (!f) return 0;
+    double t = 0;
+    for (const ot_instr *i = f->first; i; i = i->next) {
+        int c = op_class(ot_opcode_name(i->opcode));
+        if (c < 0) continue;
+        const ot_instr *src = c == OT_SIM_OP_REDUCE && i->noperands > 0 ? i->operands[0] : i;
+        if (src->shape.kind != OT_IR_ARRAY) continue;
+        t += (double)ot_shape_numel_unchecked(&src->shape.array) * d->op_s[c];
+    }
+    return t;
+}
+
+/* Whether the host runtime hands kernel k to its pool: from cache_bytes touched, a dot from
+ * cache_bytes / 4 multiply-adds (ot_host_inline_bytes); a fusion with native code by its own
+ * rule, more iterations than one piece of its loop (an Adam update of a 32768-element tensor,
+ * 640 KiB touched, runs inline). */
+static bool host_pooled(const ot_sim_device *d, const ot_executable *e, int k, double kf,
+                        double kb) {
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
+    if (kn->kind == OT_KERNEL_FUSION && ot_executable_kernel_native(e, k))
+        pooled = ot_executable_kernel_native_splits(e, k);
+    return pooled;
+}
+
+/* One thread's work of kernel k (seconds, other processes' load included). */
+static double host_own_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,
+                         bool pooled, double *flops) {
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    double kf = (double)kn->flops * scale;
+    double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
+    double bw = pooled || !(d->cache_bytes_per_s > 0) ? d->hbm_bytes_per_s : d->cache_bytes_per_s;
+    double tb = bw > 0 ? kb / bw : 0, t = 0;
+    bool native = ot_executable_kernel_native(e, k);
+    if (kn->opcode == OT_OP_DOT) {
+        double rate = 0;
+        uint64_t key = ot_sim_dot_key(e, k);
+        for (int i = 0; i < d->ndots && i < OT_SIM_MAX_DOTS; i++)
+            if (d->dots[i].key == key) rate = d->dots[i].flops_per_s;
+        if (!(rate > 0))
+            rate = pooled || !(d->cache_flops_f32 > 0) ? d->peak_flops_f32 : d->cache_flops_f32;
+        t = rate > 0 ? kf / rate : 0;
+    } else if (kn->kind == OT_KERNEL_FUSION && native) {
+        t = fused_ops_s(d, kn) * scale;
+    } else if (kn->kind == OT_KERNEL_FUSION && d->interp_s > 0) {
+        t = interp_work(e, kn) * scale * d->interp_s;
+    } else {
+        double peak = pooled || !(d->cache_flops_f32 > 0) ? d->peak_flops_f32 : d->cache_flops_f32;
+        t = peak > 0 ? kf / peak : 0;
+    }
+    if (tb > t) t = tb;
+    if (flops) *flops = kf;
+    return t;
+}
+
+/* The hand-off of a pooled kernel after `gap` seconds of other work (linear between the measured
+ * gaps, clamped at both ends). */
+static double host_handoff_s(const ot_sim_device *d, double gap) {
+    int n = d->pool_points < OT_SIM_POOL_POINTS ? d->pool_points : OT_SIM_POOL_POINTS;
+    if (n < 1) return d->pool_s;
+    if (gap <= d->pool_gap_s[0]) return d->pool_handoff_s[0];
+    for (int i = 1; i < n; i++)
+        if (gap <= d->pool_gap_s[i]) {
+            double x = (gap - d->pool_gap_s[i - 1]) / (d->pool_gap_s[i] - d->pool_gap_s[i - 1]);
+            return d->pool_handoff_s[i - 1] + x * (d->pool_handoff_s[i] - d->pool_handoff_s[i - 1]);
+        }
+    return d->pool_handoff_s[n - 1];
+}
+
+typedef struct {
+    double path, cpu, pool; /* one device's path, its CPU work, its kernels' time on the pool */
+    double gap;             /* since the pool last ran */
+} host_walk;
+
+/* Kernel k on the path of w (kernels walked in order): its time, launch included. */
+static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,
+                            host_walk *w, double *flops) {
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    double kf = (double)kn->flops * scale;
+    double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
+    bool pooled = host_pooled(d, e, k, kf, kb) && d->pool_threads > 1;
+    double own = host_own_s(d, e, k, scale, pooled, flops);
+    double launch = d->launch_s, t = own;
+    if (pooled) {
+        /* the caller works alone until the pool's threads wake (half the measured hand-off:
+         * their wake-up, then the caller's when it went to sleep waiting), then they share */
+        double h = host_handoff_s(d, w->gap), sp = d->pool_speedup > 1 ? d->pool_speedup : 1;
+        t = own > h / 2 ? h / 2 + (own - h / 2) / sp : h / 2;
+        if (t < h) t = h;
+        w->pool += t + launch;
+        w->gap = 0;
+    } else {
+        w->gap += t + launch;
+    }
+    w->cpu += own + launch;
+    w->path += t + launch;
+    return t + launch;
+}
+
+/* Every kernel of e in order; the pool is taken as asleep when the executable starts. */
+static host_walk host_walk_exe(const ot_sim_device *d, const ot_executable *e, double scale,
+                               int upto, double *kernel_s, double *flops) {
+    host_walk w = {0, 0, 0, INFINITY};
+    double f = 0;
+    int n = ot_executable_kernel_count(e);
+    for (int k = 0; k < n && (upto < 0 || k <= upto); k++) {
+        double kf = 0, t = host_kernel_s(d, e, k, scale, &w, &kf);
+        if (k == upto && kernel_s) *kernel_s = t;
+        f += kf;
+        if (k == upto && flops) *flops = kf;
+    }
+    if (upto < 0 && flops) *flops = f;
+    return w;
+}
+
 double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,
                        int share, double *flops) {
+    if (d->pool_points > 0) {
+        double t = 0;
+        host_walk_exe(d, e, scale, k, &t, flops);
+        return t;
+    }
     double cs = core_share(d, share); /* a device thread runs this share of the time */
     const ot_kernel *kn = ot_executable_kernel(e, k);
     int32_t slot = kn->ninputs > 0 ? kn->inputs[0] : kn->noutputs > 0 ? kn->outputs[0] : -1;
@@ -162,6 +355,7 @@ double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, do
 
 double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale, int share,
                         double *flops) {
+    if (d->pool_points > 0) return host_walk_exe(d, e, scale, -1, NULL, flops).path;
     double t = 0, f = 0;
     int n = ot_executable_kernel_count(e);
     for (int k = 0; k < n; k++) {
@@ -366,6 +560,29 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     double scale = (double)out->per_chip_batch / (double)c->step_batch;
     out->kernels = ot_executable_kernel_count(c->step);
     out->compute_s = ot_sim_compute_s(d, c->step, scale, n, &out->flops);
+    int P0 = c->processes > 1 ? c->processes : 1;
+    if (d->pool_points > 0) {
+        /* the host's kernel model: one device's path, every device's CPU work on the cores,
+         * and each process's devices taking turns on its one pool */
+        host_walk w = host_walk_exe(d, c->step, scale, -1, NULL, NULL);
+        out->path_s = w.path;
+        /* the scheduler shares the cores among runnable threads: other processes' (as many as
+         * leave each of `cores` busy threads avail of a core) and the n device threads */
+        double C = d->cores > 0 ? d->cores : 1, a = d->avail > 0 && d->avail <= 1 ? d->avail : 1;
+        double others = C / a - C;
+        out->cores_s = n + others > C ? w.cpu * (n + others) / C : w.cpu;
+        out->pool_s = (double)(n / P0) * w.pool;
+        out->compute_s = out->path_s;
+        snprintf(out->bound, sizeof out->bound, "path");
+        if (out->cores_s > out->compute_s) {
+            out->compute_s = out->cores_s;
+            snprintf(out->bound, sizeof out->bound, "cores");
+        }
+        if (out->pool_s > out->compute_s) {
+            out->compute_s = out->pool_s;
+            snprintf(out->bound, sizeof out->bound, "pool");
+        }
+    }
 
     /* gradients in buckets, in the order the backward pass finishes them */
     double G = (double)c->param_bytes;
@@ -504,12 +721,16 @@ ot_status ot_sim_result_json(const ot_sim_result *r, char **out) {
     char *b = ot_malloc(cap);
     if (!b) return ot_error(OT_ERR_OUT_OF_MEMORY, "sim json");
 #define J(name, v) k += (size_t)jnum(b + k, cap - k, name, (double)(v), false)
-    k += (size_t)snprintf(b + k, cap - k, "{\"chips\":%d,\"algo\":\"%s\",\"fits\":%s,", r->chips,
-                          r->algo, r->fits ? "true" : "false");
+    k += (size_t)snprintf(b + k, cap - k,
+                          "{\"chips\":%d,\"algo\":\"%s\",\"bound\":\"%s\",\"fits\":%s,", r->chips,
+                          r->algo, r->bound, r->fits ? "true" : "false");
     J("per_chip_batch", r->per_chip_batch);
     J("kernels", r->kernels);
     J("flops", r->flops);
     J("compute_s", r->compute_s);
+    J("path_s", r->path_s);
+    J("cores_s", r->cores_s);
+    J("pool_s", r->pool_s);
     J("comm_s", r->comm_s);
     J("exposed_comm_s", r->exposed_comm_s);
     J("optimizer_s", r->optimizer_s);
