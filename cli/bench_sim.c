@@ -600,13 +600,14 @@ static int run(int argc, char **argv) {
             printf("  kernel probes: launch %.2f us, one-thread dot %.1f GFLOP/s, pool %d threads "
                    "x%.2f, hand-off %.1f us (back to back) / %.1f us (after 30 us) / %.1f us "
                    "(after 300 us), other processes leave %.2f of each core; per element: "
-                   "arith %.3f ns, convert %.3f, exp %.3f, log %.3f, divide %.3f, reduce %.3f\n",
+                   "arith %.3f ns, convert %.3f, exp %.3f, log %.3f, divide %.3f, reduce %.3f, "
+                   "convert before a reduce %.3f; %.2f us a run besides\n",
                    probe_last.launch_s * 1e6, probe_last.dot1_flops / 1e9, probe_last.pool_threads,
                    probe_last.pool_speedup, probe_last.pool_handoff_s[0] * 1e6,
                    probe_last.pool_handoff_s[3] * 1e6, probe_last.pool_handoff_s[5] * 1e6,
                    probe_last.avail, probe_last.op_s[0] * 1e9, probe_last.op_s[1] * 1e9,
                    probe_last.op_s[2] * 1e9, probe_last.op_s[3] * 1e9, probe_last.op_s[4] * 1e9,
-                   probe_last.op_s[5] * 1e9);
+                   probe_last.op_s[5] * 1e9, probe_last.op_s[6] * 1e9, probe_last.exec_s * 1e6);
             printf("  last run's timeline: forward+backward %.3f ms + all-reduce %.3f ms + "
                    "optimizer %.3f ms + host staging %.3f ms + rest %.3f ms\n",
                    meas_last[0], meas_last[1], meas_last[2], meas_last[3], meas_last[4]);

@@ -53,6 +53,7 @@ enum {
     OT_SIM_OP_LOG,
     OT_SIM_OP_DIVIDE,
     OT_SIM_OP_REDUCE,
+    OT_SIM_OP_CONVERT_REDUCED, /* a convert in a fusion whose result is reduced */
     OT_SIM_OP_CLASSES
 };
 #define OT_SIM_POOL_POINTS 6  /* hand-off measured after this many gaps */
@@ -122,7 +123,8 @@ typedef struct ot_sim_device {
     double op_s[OT_SIM_OP_CLASSES];
     int ndots;
     ot_sim_dot_rate dots[OT_SIM_MAX_DOTS];
-    double avail; /* 0: 1 */
+    double avail;  /* 0: 1 */
+    double exec_s; /* once per executable run, besides launch_s per kernel */
 } ot_sim_device;
 
 /* "v4", "v5e", "v5p" (figures from Google Cloud's TPU pages, cited in docs/simulate.md), also
@@ -195,7 +197,8 @@ OT_API ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_r
  * the calling thread (wall-time medians); and, with every core busy on its own thread, the share
  * of a core this process gets (other processes' load). About 0.3 s. */
 typedef struct ot_sim_host_probe {
-    double launch_s;   /* a one-kernel executable */
+    double exec_s;     /* a one-kernel executable's run, less one kernel's launch */
+    double launch_s;   /* one more kernel in an executable (a chain of 8 small dots against 1) */
     double dot1_flops; /* 256^3 on one thread */
     int pool_threads;
     double pool_speedup;

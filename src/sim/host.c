@@ -552,6 +552,10 @@ static const char *op_probe_body(int c, int *count) {
     case OT_SIM_OP_EXP: return "  ROOT r = f32[128,64] exponential(a)\n";
     case OT_SIM_OP_LOG: return "  ROOT r = f32[128,64] log(a)\n";
     case OT_SIM_OP_DIVIDE: return "  ROOT r = f32[128,64] divide(a, b)\n";
+    case OT_SIM_OP_CONVERT_REDUCED: /* less the comparison, the multiply and the reduce */
+        return "  p = pred[128,64] compare(a, b), direction=GT\n  c = f32[128,64] convert(p)\n"
+               "  m = f32[128,64] multiply(c, b)\n  z = f32[] constant(0)\n"
+               "  ROOT r = f32[128] reduce(m, z), dimensions={1}, to_apply=sum\n";
     default: /* reduce over the minor axis, of a sum (one arithmetic instruction besides) */
         return "  s = f32[128,64] add(a, b)\n  z = f32[] constant(0)\n"
                "  ROOT r = f32[128] reduce(s, z), dimensions={1}, to_apply=sum\n";
@@ -626,7 +630,25 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
         s = probe_hlo("HloModule sim_probe_launch\nENTRY main {\n  x = f32[4] parameter(0)\n"
                       "  ROOT y = f32[4] add(x, x)\n}\n",
                       false, one, 401, &tl, NULL);
-    out->launch_s = tl;
+    /* one more kernel: a chain of 8 small dots (each its own kernel) against one */
+    double t8 = 0;
+    ot_executable *chain = NULL;
+    if (s == OT_OK) {
+        size_t n = (size_t)snprintf(hlo, sizeof hlo,
+                                    "HloModule sim_probe_kernels\nENTRY main {\n"
+                                    "  d0 = f32[4,4] parameter(0)\n");
+        for (int k = 1; k <= 8 && n < sizeof hlo; k++)
+            n += (size_t)snprintf(hlo + n, sizeof hlo - n,
+                                  "  %sd%d = f32[4,4] dot(d%d, d0), lhs_contracting_dims={1}, "
+                                  "rhs_contracting_dims={0}\n",
+                                  k == 8 ? "ROOT " : "", k, k - 1);
+        if (n < sizeof hlo) snprintf(hlo + n, sizeof hlo - n, "}\n");
+        s = probe_hlo(hlo, false, one, 401, &t8, &chain);
+    }
+    int nk = chain ? ot_executable_kernel_count(chain) : 0;
+    ot_executable_free(chain);
+    out->launch_s = nk > 1 && t8 > tl ? (t8 - tl) / (nk - 1) : tl;
+    out->exec_s = tl > out->launch_s ? tl - out->launch_s : 0;
 #define WORK(t) ((t) > 2 * tl ? (t)-tl : (t) / 2)
     /* one thread's 256^3 dot, and the same through the default pool (wall time) */
     ot_executable *d256 = NULL, *d64 = NULL, *d32 = NULL;
@@ -701,6 +723,8 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
         double per = WORK(t) / ((double)OP_R * OP_C) / count;
         /* the comparison before a convert, the add before the reduce */
         if (c == OT_SIM_OP_CONVERT || c == OT_SIM_OP_REDUCE) per -= out->op_s[OT_SIM_OP_ARITH];
+        if (c == OT_SIM_OP_CONVERT_REDUCED)
+            per -= 2 * out->op_s[OT_SIM_OP_ARITH] + out->op_s[OT_SIM_OP_REDUCE];
         out->op_s[c] = per > 0 ? per : out->op_s[OT_SIM_OP_ARITH];
     }
     /* an interpreted loop fusion (3 instructions over INTERP_ELEMS) */

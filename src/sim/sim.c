@@ -120,6 +120,7 @@ void ot_sim_device_host_probe(const ot_sim_host_probe *p, ot_sim_device *d) {
     if (p->cores > 0) d->cores = p->cores;
     /* one thread's rates (other processes' load in avail, not in them) */
     d->launch_s = p->launch_s;
+    d->exec_s = p->exec_s;
     d->peak_flops_f32 = d->peak_flops_bf16 = d->peak_flops_int8 = p->dot1_flops;
     d->cache_flops_f32 = p->dot1_flops;
     d->interp_s = p->interp_s;
@@ -198,15 +199,23 @@ static int op_class(const char *op) {
     return OT_SIM_OP_ARITH;
 }
 
+static bool has_reduce(const ot_computation *f) {
+    for (const ot_instr *i = f->first; i; i = i->next)
+        if (i->opcode == OT_OP_REDUCE) return true;
+    return false;
+}
+
 /* A native fusion's work at the measured per-element costs: every fused instruction's elements
  * (a reduce's: its input's) times its class's cost. */
 static double fused_ops_s(const ot_sim_device *d, const ot_kernel *kn) {
     const ot_computation *f = kn->instr && kn->instr->ncalled > 0 ? kn->instr->called[0] : NULL;
     if (!f) return 0;
     double t = 0;
+    bool reduced = has_reduce(f);
     for (const ot_instr *i = f->first; i; i = i->next) {
         int c = op_class(ot_opcode_name(i->opcode));
         if (c < 0) continue;
+        if (c == OT_SIM_OP_CONVERT && reduced) c = OT_SIM_OP_CONVERT_REDUCED;
         const ot_instr *src = c == OT_SIM_OP_REDUCE && i->noperands > 0 ? i->operands[0] : i;
         if (src->shape.kind != OT_IR_ARRAY) continue;
         t += (double)ot_shape_numel_unchecked(&src->shape.array) * d->op_s[c];
@@ -304,7 +313,7 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
 /* Every kernel of e in order; the pool is taken as asleep when the executable starts. */
 static host_walk host_walk_exe(const ot_sim_device *d, const ot_executable *e, double scale,
                                int upto, double *kernel_s, double *flops) {
-    host_walk w = {0, 0, 0, INFINITY};
+    host_walk w = {d->exec_s, d->exec_s, 0, INFINITY};
     double f = 0;
     int n = ot_executable_kernel_count(e);
     for (int k = 0; k < n && (upto < 0 || k <= upto); k++) {
