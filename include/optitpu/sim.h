@@ -106,17 +106,18 @@ typedef struct ot_sim_device {
      * host devices): one buffer put on or read off a device, and host copies (bytes read +
      * written per second). 0 for a TPU (its input pipeline runs beside the step). */
     double transfer_s, copy_bytes_per_s;
-    /* The host's kernel model (pool_points > 0; ot_sim_host_probe), replacing the tiers above:
-     * every kernel's own work is one thread's time from measured costs — a dot at the rate
+    /* The host's kernel model (pool_points > 0; ot_sim_device_host_probe), replacing the tiers
+     * above: every kernel's work is one thread's time from measured costs — a dot at the rate
      * measured for its shape (dots[], else cache_flops_f32 / peak_flops_f32 by the tier), a
-     * native fusion at the larger of its instructions' op_s[class] per element and its bytes at the
-     * in-cache bandwidth, an interpreted fusion at interp_s, the rest roofline — divided by avail
-     * (the share of a core other processes leave). A kernel the runtime hands to its pool
-     * (pool_threads threads, caller included, pool_speedup times one thread's speed together) takes
-     * max(H, H/2 + (work - H/2) / pool_speedup), where H is the measured hand-off after the device
-     * thread ran `gap` seconds of other kernels since the pool last ran (pool_gap_s ascending,
-     * pool_handoff_s; linear between, clamped): the pool's threads spin briefly, then sleep, and a
-     * sleeping pool costs a wake-up each way. */
+     * native fusion at the larger of its instructions' op_s[class] per element and its bytes at
+     * the in-cache bandwidth, an interpreted fusion at interp_s, the rest roofline — plus
+     * launch_s per kernel and exec_s per executable run. A kernel the runtime hands to its pool
+     * (pool_threads threads, caller included, pool_speedup times one thread's speed together)
+     * takes max(H, H/2 + (work - H/2) / pool_speedup), where H is the measured hand-off after the
+     * device thread ran `gap` seconds of other kernels since the pool last ran (pool_gap_s
+     * ascending, pool_handoff_s; linear between, clamped): the pool's threads spin briefly, then
+     * sleep, and a sleeping pool costs a wake-up each way. avail, the share of a core that other
+     * processes leave each of `cores` busy threads, gives the cores bound of ot_sim_run. */
     int pool_points, pool_threads;
     double pool_gap_s[OT_SIM_POOL_POINTS], pool_handoff_s[OT_SIM_POOL_POINTS];
     double pool_speedup;
@@ -165,11 +166,12 @@ OT_API void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devi
  * measurement, it prices that measurement under the same conditions. */
 typedef struct ot_sim_host_rates {
     int devices;
-    double window_s;    /* per figure */
-    double dot_flops;   /* f32 dots on the runtime's pool: the rate between a 64^3 and a 256^3 */
-    double pool_s;      /* what a pooled kernel pays beyond its work: the hand-off to the pool's
-                           threads and waiting for them (the 64^3 dot's time less its work) */
-    double cache_flops; /* f32 dot 32^3 (on the device's thread, in the caches) */
+    double window_s; /* per figure */
+    double
+        dot_flops; /* f32 dots on the runtime's pool: the rate between a 128x32x128 and a 256^3 */
+    double pool_s; /* what a pooled kernel pays beyond its work: the hand-off to the pool's
+                      threads and waiting for them (the 128x32x128 dot's time less its work) */
+    double cache_flops;       /* f32 dot 32^3 (on the device's thread, in the caches) */
     double mem_bytes_per_s;   /* f32 add over 64 MiB / devices each (past the last-level cache),
                                  bytes read + written */
     double cache_bytes_per_s; /* f32 add over 192 KiB (in the caches), read + written */
@@ -193,7 +195,7 @@ OT_API ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_r
  * dot of the same operand shapes and dimension numbers compiled alone), a 256^3 dot, and the
  * per-element cost of each fused-instruction class (a native loop fusion of that class over
  * 8192 f32 in the caches, less the launch); through the runtime's default pool the 256^3 dot's
- * speed-up and the hand-off of a 64^3 dot after 0, 3, 10, 30, 100 and 300 us of other work on
+ * speed-up and the hand-off of a 128x32x128 dot after 0, 3, 10, 30, 100 and 300 us of other work on
  * the calling thread (wall-time medians); and, with every core busy on its own thread, the share
  * of a core this process gets (other processes' load). About 0.3 s. */
 typedef struct ot_sim_host_probe {

@@ -414,9 +414,14 @@ ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *o
     ot_executable *e[M_NEXE] = {0};
     /* 64 MiB over all devices: past a last-level cache of 32 MiB whatever the count */
     int64_t mem_elems = ((int64_t)64 << 20) / 12 / devices;
-    /* dots of 64^3 and 256^3 multiply-adds go to the pool (64K and more), 32^3 stays inline */
+    /* dots of 256^3 and 128x32x128 go to the pool (64K multiply-adds and more, and two tiles:
+     * a 64^3 dot is one tile, which the runtime runs inline), 32^3 stays inline */
     ot_status s = compile_dot(256, &e[M_DOT]);
-    if (s == OT_OK) s = compile_dot(64, &e[M_SDOT]);
+    if (s == OT_OK)
+        s = compile_text("HloModule sim_rate_sdot\nENTRY main {\n  a = f32[128,32] parameter(0)\n"
+                         "  b = f32[32,128] parameter(1)\n  ROOT d = f32[128,128] dot(a, b), "
+                         "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+                         &e[M_SDOT]);
     if (s == OT_OK) s = compile_dot(32, &e[M_CDOT]);
     if (s == OT_OK) s = compile_add(mem_elems, &e[M_MEM]);
     if (s == OT_OK) s = compile_add(16384, &e[M_CMEM]); /* 192 KiB */
@@ -446,7 +451,7 @@ ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_rates *o
         double fs = (double)ot_executable_total_flops(e[M_SDOT]);
         double tL = WORK(M_DOT), tS = WORK(M_SDOT);
         /* the 256^3 dots run back to back (the pool's threads awake: its hand-off is small
-         * against its work); the 64^3 one after a gap, as in a step: the rest is hand-off */
+         * against its work); the 128x32x128 one after a gap, as in a step: the rest is hand-off */
         out->dot_flops = fl / tL;
         out->pool_s = tS - fs / out->dot_flops > 0 ? tS - fs / out->dot_flops : 0;
         out->cache_flops = (double)ot_executable_total_flops(e[M_CDOT]) / WORK(M_CDOT);
