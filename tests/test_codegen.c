@@ -747,11 +747,83 @@ static void test_reduce_outputs(void) {
                 g_run_pool = pools[t];
                 check_module(text, 1500 + (uint64_t)(j * 2 + f), native);
                 EXPECT_INT_EQ(g_stats.interp_kernels, before + (native ? 0 : 1));
-                if (native) EXPECT_TRUE(g_src && strstr(g_src, "(reduce, lane order) */"));
+                if (native) EXPECT_TRUE(g_src && strstr(g_src, "(reduce, lane order, runs) */"));
             }
             g_keep_src = false;
             g_run_pool = NULL;
         }
+    free(g_src);
+    g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
+/* Float sums in the lane order whose reduced dims are not a suffix of the input (the last dim
+ * reduced, a kept dim before some reduced one: `{1,3}` of NCHW-like shapes, `{0,2}`), with a
+ * fused producer: each block's elements are computed run by run into a buffer and summed in
+ * lanes. Shapes cross the 4096-element block (runs that straddle a block's end, a partial last
+ * block, a tail shorter than a lane group, a row shorter than one group), with unit dims among
+ * the reduced ones; alone and beside an elementwise output; f32 (also on tiny values, across the
+ * flush) and f64; both reducer operand orders; bit for bit the reference on 1, 2, 3 and 8
+ * threads. */
+static void test_reduce_runs(void) {
+    static const struct {
+        const char *x, *dims, *out;
+    } forms[] = {
+        {"3,5,7,4", "{1,3}", "3,7"},      {"4,70,3,65", "{1,3}", "4,3"},
+        {"2,9,5,1000", "{1,3}", "2,5"},   {"6,130,3,33", "{0,1,3}", "3"},
+        {"5,3,7", "{0,2}", "3"},          {"3,4,5", "{0,2}", "4"},
+        {"7,2,3,1,17", "{0,2,3,4}", "2"}, {"2,3,4,5,6", "{0,2,4}", "3,5"},
+    };
+    enum { NF = sizeof forms / sizeof forms[0] };
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[32768];
+    tb b = {text, 0, sizeof text};
+    for (int v = 0; v < 6; v++) {
+        const char *dt = v % 3 == 1 ? "f64" : "f32";
+        bool multi = v >= 3;
+        g_tiny = v % 3 == 2;
+        b.n = 0;
+        tp(&b,
+           "HloModule runs\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+           "  ROOT c = %s[] add(%s)\n}\n",
+           dt, dt, dt, v % 2 ? "b, a" : "a, b");
+        tp(&b, "ENTRY main {\n  z = %s[] parameter(0)\n", dt);
+        char outs[2048], types[2048];
+        size_t on = 0, tn = 0;
+        for (int f = 0; f < NF; f++) {
+            tp(&b,
+               "  x%d = %s[%s] parameter(%d)\n  c%d = %s[] constant(%d.25)\n"
+               "  b%d = %s[%s] broadcast(c%d), dimensions={}\n"
+               "  m%d = %s[%s] multiply(x%d, x%d)\n  w%d = %s[%s] add(m%d, b%d)\n"
+               "  s%d = %s[%s] reduce(w%d, z), dimensions=%s, to_apply=rd\n",
+               f, dt, forms[f].x, f + 1, f, dt, f % 3, f, dt, forms[f].x, f, f, dt, forms[f].x, f,
+               f, f, dt, forms[f].x, f, f, f, dt, forms[f].out, f, forms[f].dims);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, "%ss%d", f ? ", " : "", f);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s[%s]", f ? ", " : "", dt,
+                                   forms[f].out);
+            if (multi) {
+                on += (size_t)snprintf(outs + on, sizeof outs - on, ", w%d", f);
+                tn += (size_t)snprintf(types + tn, sizeof types - tn, ", %s[%s]", dt, forms[f].x);
+            }
+        }
+        tp(&b, "  ROOT t = (%s) tuple(%s)\n}\n", types, outs);
+        g_keep_src = true;
+        for (int t = 0; t < 4; t++) {
+            int before = g_stats.interp_kernels;
+            g_run_pool = pools[t];
+            check_module(text, 1600 + (uint64_t)v, true);
+            EXPECT_INT_EQ(g_stats.interp_kernels, before);
+            int nruns = 0;
+            for (const char *q = g_src; q && (q = strstr(q, "(reduce, lane order, runs) */")); q++)
+                nruns++;
+            EXPECT_INT_EQ(nruns, NF);
+        }
+        g_keep_src = false;
+        g_run_pool = NULL;
+        g_tiny = false;
+    }
     free(g_src);
     g_src = NULL;
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
@@ -2109,6 +2181,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_broadcast_ranks),
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),
+        OT_TEST(test_reduce_runs),
         OT_TEST(test_cache),
         OT_TEST(test_fallbacks),
         OT_TEST(test_fault_injection),

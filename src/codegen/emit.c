@@ -1365,11 +1365,17 @@ static void emit_head(ot_strbuf *src, const cg_kernel_desc *kn, const char *fnam
  * The lane loop is what the vectorizer turns into vector adds. When the reduced dims are a suffix
  * of the input, the two-level index (row = output element, col = reduced element) hoists values
  * that depend only on the output element out of the lanes. */
+/* The tile of outputs and the chunk of a block's elements (a multiple of EX_RED_LANES) of a
+ * lane-ordered sum whose reduced dims are not a suffix (its buffers: 32 KB of f32) */
+#define RUN_TILE  32
+#define RUN_CHUNK 256
+_Static_assert(RUN_CHUNK % EX_RED_LANES == 0 && EX_RED_BLOCK % RUN_CHUNK == 0, "whole groups");
 static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                                    const ot_instr *red, const ot_instr *const *leaves, int nleaves,
                                    bool acc_left, ot_dtype t, bool suffix, const char *base,
-                                   const char *off, int64_t RN, int64_t O, int64_t *numel_out,
-                                   int64_t *work_out) {
+                                   const char *off, const char *offo, int64_t D0, int64_t K,
+                                   int64_t RN, int64_t O, int64_t *numel_out, int64_t *work_out,
+                                   int64_t *min_iters) {
     const ot_instr *x = red->operands[0], *init = red->operands[1];
     if (!leaves) {
         leaves = &red;
@@ -1405,7 +1411,8 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         var(&E, mi, vi, sizeof vi);
         var(&E, mx, vx, sizeof vx);
         bool acc_needs = !E.m[mi].flushed, x_needs = !E.m[mx].flushed;
-        char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048];
+        char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048], c_lb[2048], c_ab[2048],
+            c_ttree[2048], c_tacc[2048];
         bool ok = true;
 #define CMB(L, R, NL, NR, OUT)                                                                     \
     (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, E.hw, OUT, sizeof OUT)                    \
@@ -1414,6 +1421,10 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         ok = ok && CMB("lane[l]", "lane[l + s]", x_needs, x_needs, c_tree);
         ok = ok && CMB("acc", "lane[0]", acc_needs, x_needs, c_acc);
         ok = ok && CMB("acc", vx, acc_needs, x_needs, c_ax);
+        ok = ok && CMB("lane[t][l]", "buf[t][g + l]", x_needs, x_needs, c_lb);
+        ok = ok && CMB("lane[t][l]", "lane[t][l + s]", x_needs, x_needs, c_ttree);
+        ok = ok && CMB("acc[t]", "lane[t][0]", acc_needs, x_needs, c_tacc);
+        ok = ok && CMB("acc[t]", "buf[t][j - lc]", acc_needs, x_needs, c_ab);
 #undef CMB
         if (!ok)
             st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer add on %s", kn->name,
@@ -1435,12 +1446,82 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                (long long)RN)                                                                      \
          : ot_strbuf_printf(src, "    const int64_t r = %s;\n    const int64_t i = %s + %s;\n",    \
                             RE, base, off))
-            emit_head(src, kn, fname, " (reduce, lane order)", leaves, nleaves);
+            emit_head(src, kn, fname,
+                      suffix ? " (reduce, lane order)" : " (reduce, lane order, runs)", leaves,
+                      nleaves);
             ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
             if (E.hw)
                 ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
                                       "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
                                       "    __asm__ volatile(\"\" ::: \"memory\");\n");
+            if (!suffix && !(E.rowb.p && E.rowb.p[0])) {
+                /* reduced dims that are not a suffix: a tile of up to RUN_TILE neighbouring
+                 * outputs (along the innermost kept dim, whose stride is the innermost run of
+                 * reduced dims, D0) is reduced together; each block's elements are computed in
+                 * chunks of RUN_CHUNK (a multiple of the lane group), run by run (one division
+                 * per run) and, within a run, output by output — the input in address order —
+                 * into a buffer per output, which the lanes fold; after the block each output's
+                 * tree and tail fold into its accumulator: per output, exactly the canonical
+                 * order */
+                ot_strbuf_printf(
+                    src,
+                    "    %s acc[%d], lane[%d][%d], buf[%d][%d];\n"
+                    "    for (int64_t o = b; o < e;) {\n"
+                    "    const int64_t kr = %lld - o %% %lld;\n"
+                    "    const int64_t nt = e - o < kr ? (e - o < %d ? e - o : %d) "
+                    ": (kr < %d ? kr : %d);\n"
+                    "    for (int64_t t = 0; t < nt; t++) acc[t] = %s;\n"
+                    "    const int64_t ob = %s;\n"
+                    "    for (int64_t rb = 0; rb < %lld; rb += %d) {\n"
+                    "    const int64_t nb = %lld - rb < %d ? %lld - rb : %d, w = nb / %d * %d;\n"
+                    "    int64_t lc = 0;\n"
+                    "    for (int64_t cb = 0; cb < nb; cb += %d) {\n"
+                    "    const int64_t cn = nb - cb < %d ? nb - cb : %d;\n"
+                    "    lc = cb;\n"
+                    "    for (int64_t j = 0; j < cn;) {\n"
+                    "    const int64_t r0 = rb + cb + j, ro = r0 / %lld, rin = r0 %% %lld;\n"
+                    "    const int64_t len = %lld - rin < cn - j ? %lld - rin : cn - j;\n"
+                    "    const int64_t ib = ob + %s + rin;\n"
+                    "    (void)ro;\n"
+                    "    for (int64_t t = 0; t < nt; t++)\n"
+                    "    for (int64_t q = 0; q < len; q++) {\n"
+                    "    const int64_t i = ib + t * %lld + q;\n"
+                    "%s    buf[t][j + q] = %s;\n    }\n"
+                    "    j += len;\n    }\n"
+                    "    const int64_t gw = w - cb < cn ? w - cb : cn;\n"
+                    "    for (int64_t t = 0; t < nt; t++) {\n"
+                    "    int64_t g = 0;\n"
+                    "    if (cb == 0 && gw > 0) {\n"
+                    "    for (int l = 0; l < %d; l++) lane[t][l] = buf[t][l];\n"
+                    "    g = %d;\n    }\n"
+                    "    for (; g < gw; g += %d)\n"
+                    "    for (int l = 0; l < %d; l++) lane[t][l] = %s;\n"
+                    "    }\n    }\n"
+                    "    for (int64_t t = 0; t < nt; t++) {\n"
+                    "    if (w > 0) {\n"
+                    "    for (int s = %d; s >= 1; s /= 2)\n"
+                    "    for (int l = 0; l < s; l++) lane[t][l] = %s;\n"
+                    "    acc[t] = %s;\n    }\n"
+                    "    for (int64_t j = w; j < nb; j++) acc[t] = %s;\n"
+                    "    }\n    }\n"
+                    "    for (int64_t t = 0; t < nt; t++) o%d[o + t] = acc[t];\n"
+                    "    o += nt;\n    }\n",
+                    T, RUN_TILE, RUN_TILE, EX_RED_LANES, RUN_TILE, RUN_CHUNK, (long long)K,
+                    (long long)K, RUN_TILE, RUN_TILE, RUN_TILE, RUN_TILE, vi, base, (long long)RN,
+                    EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK,
+                    EX_RED_LANES, EX_RED_LANES, RUN_CHUNK, RUN_CHUNK, RUN_CHUNK, (long long)D0,
+                    (long long)D0, (long long)D0, (long long)D0, offo, (long long)D0, body, vx,
+                    EX_RED_LANES, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES, c_lb, EX_RED_LANES / 2,
+                    c_ttree, c_tacc, c_ab, ro);
+                st = emit_tail(src, E.hw);
+                *numel_out = O;
+                *work_out = RN > 0 ? RN : 1;
+                /* pieces of whole tiles where there are enough of them */
+                if (O / K >= 16) *min_iters = K < RUN_TILE ? K : RUN_TILE;
+                ot_strbuf_free(&bs);
+                em_free(&E);
+                return st;
+            }
             ot_strbuf_printf(src,
                              "    for (int64_t o = b; o < e; o++) {\n"
                              "    const int64_t row = o;\n    (void)row;\n%s"
@@ -1600,7 +1681,7 @@ static ot_status emit_reduce_keyed(const cg_kernel_desc *kn, const char *fname, 
  * stored at the element's index as the reduce's inner loops visit it, each once. */
 static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                              const ot_instr *red, const ot_instr *const *leaves, int nleaves,
-                             int64_t *numel_out, int64_t *work_out) {
+                             int64_t *numel_out, int64_t *work_out, int64_t *min_iters) {
     const ot_computation *c = kn->fused;
     if (red->noperands != 2 || red->ncalled != 1 || red->shape.kind != OT_IR_ARRAY ||
         kn->noutputs != (leaves ? nleaves : 1) || c->nparams != kn->ninputs)
@@ -1647,8 +1728,10 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
         else
             O *= S->dims[d];
     }
-    /* i = base(o) + off(r) */
-    char base[1024], off[1024];
+    /* i = base(o) + off(r); when neither a suffix nor a prefix is reduced, also
+     * i = base(o) + offo(r / D0) + r % D0: D0 the innermost run of reduced dims, contiguous */
+    char base[1024], off[1024], offo[1024] = "0";
+    int64_t D0 = 1, K = 1; /* K: the innermost kept dim (non-unit), of stride D0 */
     bool suffix = true, prefix = true;
     for (int d = 0; d < S->rank; d++) {
         if (S->dims[d] == 1) continue;
@@ -1667,28 +1750,38 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
         snprintf(off, sizeof off, "r * %lld", (long long)O);
     } else {
         size_t nb = (size_t)snprintf(base, sizeof base, "0"),
-               no = (size_t)snprintf(off, sizeof off, "0");
+               no = (size_t)snprintf(off, sizeof off, "0"),
+               nq = (size_t)snprintf(offo, sizeof offo, "0");
         int64_t ko = 1, kr = 1;
+        bool inner = true; /* still in the innermost run of reduced dims */
         for (int d = S->rank - 1; d >= 0; d--) {
             if (S->dims[d] == 1) continue;
             if (reduced[d]) {
                 no += (size_t)snprintf(off + no, sizeof off - no, " + ((r / %lld) %% %lld) * %lld",
                                        (long long)kr, (long long)S->dims[d], (long long)ss[d]);
+                if (inner && ss[d] == D0)
+                    D0 *= S->dims[d];
+                else
+                    nq += (size_t)snprintf(offo + nq, sizeof offo - nq,
+                                           " + ((ro / %lld) %% %lld) * %lld", (long long)(kr / D0),
+                                           (long long)S->dims[d], (long long)ss[d]);
                 kr *= S->dims[d];
             } else {
+                if (inner) K = S->dims[d];
+                inner = false;
                 nb +=
                     (size_t)snprintf(base + nb, sizeof base - nb, " + ((o / %lld) %% %lld) * %lld",
                                      (long long)ko, (long long)S->dims[d], (long long)ss[d]);
                 ko *= S->dims[d];
             }
-            if (nb >= sizeof base - 1 || no >= sizeof off - 1)
+            if (nb >= sizeof base - 1 || no >= sizeof off - 1 || nq >= sizeof offo - 1)
                 return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: index too long", kn->name);
         }
     }
     if (ex_reduce_lanes(red))
         return emit_reduce_lanes(kn, fname, src, red, leaves, nleaves,
-                                 rr->operands[0]->attrs->index == 0, t, suffix, base, off, RN, O,
-                                 numel_out, work_out);
+                                 rr->operands[0]->attrs->index == 0, t, suffix, base, off, offo, D0,
+                                 K, RN, O, numel_out, work_out, min_iters);
     if (!leaves && suffix && RN >= 1 && (t == OT_F32 || t == OT_F64) &&
         (rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM))
         return emit_reduce_keyed(kn, fname, src, red, rr->opcode,
@@ -2332,7 +2425,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
          * lone reduce of a parameter stays emit_reduce's (the fast reduce kernel's). */
         if (col_form(root, &o, &n) && root->operands[0]->opcode != OT_OP_PARAMETER)
             return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
-        return emit_reduce(kn, fname, src, root, NULL, 0, numel_out, work_out);
+        return emit_reduce(kn, fname, src, root, NULL, 0, numel_out, work_out, min_iters);
     }
     if (nred > 0) {
         const ot_instr *r0 = c->first;
@@ -2347,7 +2440,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             for (int r = 0; r < root->noperands; r++) leaf |= root->operands[r] == r0;
         if (leaf)
             return emit_reduce(kn, fname, src, r0, (const ot_instr *const *)root->operands,
-                               root->noperands, numel_out, work_out);
+                               root->noperands, numel_out, work_out, min_iters);
         return emit_rows(kn, fname, src, numel_out, work_out);
     }
     const ot_instr *const *leaves = (const ot_instr *const *)&root;
