@@ -1460,9 +1460,33 @@ static void fill_special(ot_tensor *t) {
     }
 }
 
+/* Floats at the bottom of the range and no NaN: signed zeros, subnormals and small normals
+ * whose sums land on both sides of the flush (rows without a NaN take the adds in the CPU's
+ * FTZ/DAZ mode). Other dtypes as fill_special. */
+static void fill_tiny(ot_tensor *t) {
+    fill_special(t);
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    bool f32 = t->shape.dtype == OT_F32;
+    if (!f32 && t->shape.dtype != OT_F64) return;
+    for (int64_t e = 0; e < n; e++) {
+        double m = f32 ? FLT_MIN : DBL_MIN, v;
+        switch (next_u64() % 4) {
+        case 0: v = next_u64() % 2 ? 0.0 : -0.0; break;
+        case 1: v = m * (double)rnd(1, 1000) / 1024.0; break; /* subnormal */
+        case 2: v = -m * (double)rnd(1, 1000) / 1024.0; break;
+        default: v = m * (double)rnd(-3000, 3000) / 1024.0; break;
+        }
+        if (f32)
+            ((float *)t->data)[e] = (float)v;
+        else
+            ((double *)t->data)[e] = v;
+    }
+}
+
 static void test_scatter(void) {
     g_rng = 0x5ca7;
-    for (int k = 0; k < (int)(sizeof k_scatters / sizeof k_scatters[0]); k++) {
+    for (int kk = 0; kk < 2 * (int)(sizeof k_scatters / sizeof k_scatters[0]); kk++) {
+        int k = kk >> 1, tiny = kk & 1; /* each case on special values, then on tiny ones */
         ot_module *m = NULL;
         ASSERT_OK(ot_hlo_parse(k_scatters[k].hlo, strlen(k_scatters[k].hlo), NULL, &m));
         ot_executable *e = compile0(m);
@@ -1471,8 +1495,8 @@ static void test_scatter(void) {
         ot_tensor args[3], ref, fast;
         for (int a = 0; a < 3; a++)
             ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
-        fill_special(&args[0]);
-        fill_special(&args[2]);
+        (tiny ? fill_tiny : fill_special)(&args[0]);
+        (tiny ? fill_tiny : fill_special)(&args[2]);
         /* small index ranges: many duplicates; fill_indices adds out-of-range values */
         fill_indices(&args[1], args[0].shape.dims[0] / 2);
         g_in_place = k_scatters[k].donate;

@@ -72,6 +72,36 @@ static inline float fz_f(float v, bool ftz) {
 static inline double fz_d(double v, bool ftz) {
     return ftz && v != 0 && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
 }
+/* A sum under FTZ (the fast reduce, the fast scatter) runs its loops with the CPU's flush-to-zero
+ * and denormals-are-zero modes set (x86 MXCSR, as generated code and XLA's CPU client do) and plain
+ * adds: an add reads subnormal operands as signed zeros and flushes a subnormal sum to a signed
+ * zero, exactly the reference's software flushing of its operands and result (a sum below the
+ * normal range is exact, so the hardware's tininess rule and rounding-then-flushing agree). The
+ * mode is set and restored by each piece of work on its own thread; the empty asm statements keep
+ * the loops' loads and stores between the switches. */
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <xmmintrin.h>
+#define EX_HW_FTZ 1
+static inline unsigned ex_hw_ftz_on(void) {
+    unsigned c = _mm_getcsr();
+    _mm_setcsr(c | 0x8040u); /* FTZ | DAZ */
+    __asm__ volatile("" ::: "memory");
+    return c;
+}
+static inline void ex_hw_ftz_off(unsigned c) {
+    __asm__ volatile("" ::: "memory");
+    _mm_setcsr(c);
+}
+#else
+#define EX_HW_FTZ 0
+static inline unsigned ex_hw_ftz_on(void) {
+    return 0;
+}
+static inline void ex_hw_ftz_off(unsigned c) {
+    (void)c;
+}
+#endif
+
 static inline float add_f(float a, float b, bool z) {
     return fz_f(fz_f(a, z) + fz_f(b, z), z);
 }

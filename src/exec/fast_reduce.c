@@ -183,37 +183,6 @@ DEFINE_COLS(double, add_f64, addb_d)
 DEFINE_COLS(double, mul_f64, mul_d)
 DEFINE_COLS(double, max_f64, max_d)
 DEFINE_COLS(double, min_f64, min_d)
-
-/* A sum under FTZ runs its loops with the CPU's flush-to-zero and denormals-are-zero modes set
- * (x86 MXCSR, as generated code and XLA's CPU client do) and plain adds: an add reads subnormal
- * operands as signed zeros and flushes a subnormal sum to a signed zero, exactly the reference's
- * software flushing of its operands and result (a sum below the normal range is exact, so the
- * hardware's tininess rule and rounding-then-flushing agree). The mode is set and restored by
- * each piece of work on its own thread; the empty asm statements keep the loops' loads and stores
- * between the switches. */
-#if defined(__x86_64__) && defined(__SSE2__)
-#include <xmmintrin.h>
-#define RED_HW 1
-static inline unsigned red_hw_on(void) {
-    unsigned c = _mm_getcsr();
-    _mm_setcsr(c | 0x8040u); /* FTZ | DAZ */
-    __asm__ volatile("" ::: "memory");
-    return c;
-}
-static inline void red_hw_off(unsigned c) {
-    __asm__ volatile("" ::: "memory");
-    _mm_setcsr(c);
-}
-#else
-#define RED_HW 0
-static inline unsigned red_hw_on(void) {
-    return 0;
-}
-static inline void red_hw_off(unsigned c) {
-    (void)c;
-}
-#endif
-
 typedef struct red_plan {
     ot_opcode op;
     bool ftz, lanes;
@@ -229,7 +198,7 @@ typedef struct red_plan {
         const T *x = p->x;                                                                         \
         T *y = p->y, init = *(const T *)p->init;                                                   \
         bool z = p->ftz && !p->hw;                                                                 \
-        unsigned csr = p->hw ? red_hw_on() : 0;                                                    \
+        unsigned csr = p->hw ? ex_hw_ftz_on() : 0;                                                 \
         for (int64_t w = begin; w < end; w++) {                                                    \
             int64_t o = w / p->nich, i0 = (w % p->nich) * RED_ICHUNK;                              \
             int64_t i1 = i0 + RED_ICHUNK < p->I ? i0 + RED_ICHUNK : p->I;                          \
@@ -247,14 +216,14 @@ typedef struct red_plan {
             }                                                                                      \
             cols_##SUF(y + o * p->I + i0, x + o * p->R * p->I + i0, p->R, p->I, i1 - i0, init, z); \
         }                                                                                          \
-        if (p->hw) red_hw_off(csr);                                                                \
+        if (p->hw) ex_hw_ftz_off(csr);                                                             \
     }                                                                                              \
     static void red_b_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                      \
         const red_plan *p = arg;                                                                   \
         const T *x = p->x;                                                                         \
         T *part = p->part;                                                                         \
         bool z = p->ftz && !p->hw;                                                                 \
-        unsigned csr = p->hw ? red_hw_on() : 0;                                                    \
+        unsigned csr = p->hw ? ex_hw_ftz_on() : 0;                                                 \
         for (int64_t w = begin; w < end; w++) {                                                    \
             int64_t o = w / p->nblk, blk = w % p->nblk;                                            \
             int64_t r0 = blk * RED_BLOCK, r1 = r0 + RED_BLOCK < p->R ? r0 + RED_BLOCK : p->R;      \
@@ -287,7 +256,7 @@ typedef struct red_plan {
                 for (int64_t i = 0; i < p->I; i++) pp[i] = OPF(pp[i], row[i], z);                  \
             }                                                                                      \
         }                                                                                          \
-        if (p->hw) red_hw_off(csr);                                                                \
+        if (p->hw) ex_hw_ftz_off(csr);                                                             \
     }                                                                                              \
     static void red_combine_##SUF(const red_plan *p) {                                             \
         const T *part = p->part;                                                                   \
@@ -652,14 +621,14 @@ typedef struct walk_plan {
     static void walk_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                       \
         (void)ith;                                                                                 \
         const walk_plan *p = arg;                                                                  \
-        unsigned csr = p->hw ? red_hw_on() : 0;                                                    \
+        unsigned csr = p->hw ? ex_hw_ftz_on() : 0;                                                 \
         for (int64_t w = begin; w < end;) {                                                        \
             int64_t ic = w / p->P, pa = w % p->P;                                                  \
             int64_t pb = p->P < pa + (end - w) ? p->P : pa + (end - w);                            \
             walk_run_##SUF(p, ic, pa, pb);                                                         \
             w += pb - pa;                                                                          \
         }                                                                                          \
-        if (p->hw) red_hw_off(csr);                                                                \
+        if (p->hw) ex_hw_ftz_off(csr);                                                             \
     }
 
 DEFINE_WALK(float, add_f32)
@@ -748,7 +717,7 @@ static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0
         /* mode W: the input in address order, each output folded in the reference's order */
         wp.op = op;
         wp.z = c->ftz;
-        wp.hw = RED_HW && c->ftz && op == OT_OP_ADD;
+        wp.hw = EX_HW_FTZ && c->ftz && op == OT_OP_ADD;
         wp.x = x0;
         wp.init = init;
         wp.y = out;
@@ -817,7 +786,7 @@ static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0
     red_plan p = {op,
                   c->ftz,
                   ex_reduce_lanes(i),
-                  RED_HW && c->ftz && op == OT_OP_ADD,
+                  EX_HW_FTZ && c->ftz && op == OT_OP_ADD,
                   O,
                   R,
                   I,

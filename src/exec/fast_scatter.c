@@ -10,7 +10,9 @@
  * order of b. The kernel computes each position's window start once (-1 when the window does not
  * fit: the reference skips it), then for b in order adds (or copies) the window's contiguous runs
  * row by row; each element gets the reference's scalar add (add_f/add_d with its FTZ and NaN
- * rules, operands in the computation's order) in the same order. The threads split the columns of
+ * rules, operands in the computation's order) in the same order. Under FTZ a float row without
+ * a NaN is added with plain (vector) adds in the CPU's FTZ/DAZ mode (ex_hw_ftz_on), which
+ * flushes exactly as add_f/add_d do. The threads split the columns of
  * the runs (a fixed partition of each run's elements), each walking every b in order, so every
  * element sees the same sequence of adds whatever the thread count. The operand is copied into
  * the output first unless the output is the operand's memory (in place). */
@@ -39,6 +41,7 @@ typedef struct sc_job {
     ot_dtype t;
     size_t es;
     bool ftz;
+    bool hw;             /* float adds under FTZ in the CPU's FTZ/DAZ mode (ex_hw_ftz_on) */
     const int64_t *base; /* per scatter position: the window's operand offset, -1 skipped */
     const int64_t *roff; /* per run of a window: its operand offset from the window's start */
     int64_t nb, nr, len; /* positions, runs per window, elements per run */
@@ -71,7 +74,9 @@ static void run_row(const sc_job *p, void *dst, const void *src, int64_t n) {
         bool nan = false;                                                                          \
         for (int64_t j = 0; j < n; j++) nan |= u_[j] != u_[j];                                     \
         if (!nan) {                                                                                \
-            if (sw)                                                                                \
+            if (p->hw)                                                                             \
+                ROW_LOOP(T, sw ? w[j] + o[j] : o[j] + w[j]);                                       \
+            else if (sw)                                                                           \
                 ROW_LOOP(T, ADD(w[j], o[j], z));                                                   \
             else if (z)                                                                            \
                 ROW_LOOP(T, ADD(o[j], w[j], true));                                                \
@@ -114,6 +119,7 @@ static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
     if (c1 > p->len) c1 = p->len;
     if (c0 >= c1) return;
     size_t es = p->es;
+    unsigned csr = p->hw ? ex_hw_ftz_on() : 0;
     for (int64_t b = 0; b < p->nb; b++) {
         if (p->base[b] < 0) continue;
         for (int64_t r = 0; r < p->nr; r++) {
@@ -122,6 +128,7 @@ static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
             run_row(p, dst, src, c1 - c0);
         }
     }
+    if (p->hw) ex_hw_ftz_off(csr);
 }
 
 typedef struct sc_copy {
@@ -239,7 +246,8 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
     }
     /* partition units of 64 bytes of a run, so threads do not share cache lines of a row */
     int64_t chunk = 64 / (int64_t)es;
-    sc_job p = {(sc_kind)kind,      t, es, c->ftz, base, roff, NB, NR, len, chunk, out,
+    bool hw = EX_HW_FTZ && c->ftz && kind != SC_SET && (t == OT_F32 || t == OT_F64);
+    sc_job p = {(sc_kind)kind,      t, es, c->ftz, hw, base, roff, NB, NR, len, chunk, out,
                 (const char *)in[2]};
     ex_par_for(c, (len + chunk - 1) / chunk, NB * W * (int64_t)es * 3, run_cols, &p);
     return OT_OK;
