@@ -3,15 +3,17 @@
  * scripts/xla_compare.py's MLP 784-1024-1024-10 batch 512 (forward, input and weight gradients:
  * transposed operands, N = 10 and K = 10), its transformer block (batch 8 x seq 128 tokens, d 256,
  * MLP 1024, 4 heads of 64) and its attention b4 h8 s256 d64 (batched QK^T with the rhs
- * transposed, PV, and the gradient's lhs-transposed products), plus square 1024^3 and a batched
- * 32 x 256^3. Each case is f32 [batch..., M, K] (or [batch..., K, M]: lhs transposed) times
- * [batch..., K, N] (or [batch..., N, K]: rhs transposed), batch dims leading, as the suite's HLO
- * has them; one more case has attention's operands in [batch, seq, heads, dim] (batch dims 0 and
- * 2, as flax's einsums give them), the baseline reading them with leading dimension heads x dim.
- * ours: the module compiled (-O2) and run by ot_execute_on_host; its dot kernel splits the work
- * over the default pool (OPTITPU_THREADS, else the CPU count), OpenBLAS single-threaded inside.
- * Baselines, on the same number of threads T and the same operands, each a cblas_sgemm with the
- * same transposition flags (no copies):
+ * transposed, PV, and the gradient's lhs-transposed products), plus square 1024^3, a batched
+ * 32 x 256^3, and small products with sizes off the kernels' blocking: the two dots of an RNN
+ * step (scripts/xla_compare.py's extra group: batch 32, 129 -> 257) and the dots of its MLP
+ * 1000-333-77 batch 129 (forward, input and weight gradients). Each case is f32 [batch..., M, K]
+ * (or [batch..., K, M]: lhs transposed) times [batch..., K, N] (or [batch..., N, K]: rhs
+ * transposed), batch dims leading, as the suite's HLO has them; one more case has attention's
+ * operands in [batch, seq, heads, dim] (batch dims 0 and 2, as flax's einsums give them), the
+ * baseline reading them with leading dimension heads x dim. ours: the module compiled (-O2) and run
+ * by ot_execute_on_host; its dot kernel splits the work over the default pool (OPTITPU_THREADS,
+ * else the CPU count), OpenBLAS single-threaded inside. Baselines, on the same number of threads T
+ * and the same operands, each a cblas_sgemm with the same transposition flags (no copies):
  *   - OpenBLAS's own threading: cblas_sgemm with OpenBLAS set to T threads (batched cases: the
  *     calls back to back, OpenBLAS's workers left to spin between them as they do by default;
  *     this OpenBLAS has no cblas_sgemm_batch);
@@ -80,6 +82,13 @@ static const dcase g_cases[] = {
     {"square 1024^3", 0, 1, 1, 1024, 1024, 1024, false, false, false},
     {"square 1024^3 rhs^T", 0, 1, 1, 1024, 1024, 1024, false, true, false},
     {"batched 32 x 256^3", 1, 32, 1, 256, 256, 256, false, false, false},
+    {"rnn step 32x257x129", 0, 1, 1, 32, 257, 129, false, false, false},
+    {"rnn step 32x257x257", 0, 1, 1, 32, 257, 257, false, false, false},
+    {"small mlp fwd 129x333x1000", 0, 1, 1, 129, 333, 1000, false, false, false},
+    {"small mlp fwd 129x77x333", 0, 1, 1, 129, 77, 333, false, false, false},
+    {"small mlp dx 129x333x77 rhs^T", 0, 1, 1, 129, 333, 77, false, true, false},
+    {"small mlp dW 333x1000x129 lhs^T", 0, 1, 1, 333, 1000, 129, true, false, false},
+    {"small mlp dW 77x333x129 lhs^T", 0, 1, 1, 77, 333, 129, true, false, false},
 };
 
 static int64_t nbatch(const dcase *d) {

@@ -101,6 +101,18 @@ static void test_fma_chain(void) {
         {1, 500, 60, 700, false, false}, /* one column block: tasks wait for its B slices */
         {1, 290, 50, 530, false, true},
         {1, 130, 300, 270, false, true},
+        /* edges through the narrower register blocks: rows left in a micro-panel 1-4, 5-8,
+         * 9-11 (12 x 32) and 4, 8, 12, 16, 24 (N <= 16); columns left in a panel 1-16, 17-31 */
+        {1, 32, 257, 129, false, false}, /* 12 + 12 + 8 rows, 1 column */
+        {1, 77, 333, 129, true, false},  /* 5 rows, 13 columns */
+        {1, 129, 77, 333, false, true},  /* 96 + 33 rows (9 left), 13 columns */
+        {1, 16, 47, 20, false, false},   /* 4 rows, 15 columns */
+        {1, 27, 50, 31, true, true},     /* 3 rows, 18 columns */
+        {1, 28, 7, 50, true, false},     /* N <= 16: 24 + 4 rows */
+        {1, 31, 9, 40, true, false},     /* 24 + 7 */
+        {1, 35, 12, 20, true, false},    /* 24 + 11 */
+        {1, 40, 16, 30, true, false},    /* 24 + 16 */
+        {2, 45, 15, 17, true, true},     /* 24 + 21 */
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         const gcase *g = &cs[q];

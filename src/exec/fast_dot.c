@@ -253,53 +253,111 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
 #define SG_BPACK  ((int64_t)16 << 20) /* packed B held at once (bytes); batches in groups */
 #define SG_DIRECT 4                   /* tasks of at most this many panels read A in place */
 
-/* The register blocks: c[0..mr) x [0..nr) (row stride ldc) = (load ? c : 0) + the sum over
- * k < kc of a[i + k * ld] * bp[k * nr + j], each element's chain of fmas in k order: A packed
- * (ld = mr) or a transposed operand read where it lies (ld = its leading dimension). Reading a
- * row-major A in place instead (mr rows ld apart, every k) was 10x slower on a 4 KiB ld: the
- * rows share one set of the L1 cache. */
-#define SG_R12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-#define SG_R24(X) SG_R12(X) X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+/* Masks of the first n (0..16) lanes. */
+static inline __mmask16 sg_lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
 
-/* 12 x 32: two zmm of columns per row */
-SG_AVX512 static void sg_ukr_12x32(int64_t kc, const float *restrict a, int64_t ld,
-                                   const float *restrict bp, float *c, int64_t ldc, bool load) {
+/* The register blocks: c[0..nq) x [0..nj) (row stride ldc) = (load ? c : 0) + the sum over
+ * k < kc of a[i + k * ld] * bp[k * bs + j], each element's chain of fmas in k order: A packed
+ * (ld = mr) or a transposed operand read where it lies (ld = its leading dimension); bp a packed
+ * B panel of bs (nr) floats per k. Each kernel computes R rows (R >= nq; the rows past nq of a
+ * packed A are zero, and are neither loaded nor stored) and V vectors of 16 columns, the last
+ * one loaded and stored through the mask m (the columns past nj): an edge of C is written in
+ * place, computing at most 3 rows and 15 columns that are not stored, instead of a whole
+ * 12 x 32 block through a buffer. Reading a row-major A in place instead of packing it (mr rows
+ * ld apart, every k) was 10x slower on a 4 KiB ld: the rows share one set of the L1 cache. */
+#define SG_R4(X)  X(0) X(1) X(2) X(3)
+#define SG_R8(X)  SG_R4(X) X(4) X(5) X(6) X(7)
+#define SG_R12(X) SG_R8(X) X(8) X(9) X(10) X(11)
+#define SG_R16(X) SG_R12(X) X(12) X(13) X(14) X(15)
+#define SG_R24(X) SG_R16(X) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+
+/* R x 32: two zmm of columns per row, the second masked */
+#define SG_UKR2(NAME, ROWS)                                                                        \
+    SG_AVX512 static void NAME(int64_t kc, const float *restrict a, int64_t ld,                    \
+                               const float *restrict bp, int64_t bs, float *c, int64_t ldc,        \
+                               bool load, int64_t nq, __mmask16 m) {                               \
+        ROWS(SG_DECL2)                                                                             \
+        for (int64_t k = 0; k < kc; k++) {                                                         \
+            __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                          \
+            ROWS(SG_FMA2)                                                                          \
+            a += ld;                                                                               \
+            bp += bs;                                                                              \
+        }                                                                                          \
+        ROWS(SG_STORE2)                                                                            \
+    }
 #define SG_DECL2(i)                                                                                \
-    __m512 c##i##a = load ? _mm512_loadu_ps(c + (i)*ldc) : _mm512_setzero_ps();                    \
-    __m512 c##i##b = load ? _mm512_loadu_ps(c + (i)*ldc + 16) : _mm512_setzero_ps();
-    SG_R12(SG_DECL2)
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+    __m512 c##i##a = _mm512_setzero_ps(), c##i##b = _mm512_setzero_ps();                           \
+    if (load && (i) < nq) {                                                                        \
+        c##i##a = _mm512_loadu_ps(c + (i)*ldc);                                                    \
+        c##i##b = _mm512_maskz_loadu_ps(m, c + (i)*ldc + 16);                                      \
+    }
 #define SG_FMA2(i)                                                                                 \
     {                                                                                              \
         __m512 x = _mm512_set1_ps(a[i]);                                                           \
         c##i##a = _mm512_fmadd_ps(x, b0, c##i##a);                                                 \
         c##i##b = _mm512_fmadd_ps(x, b1, c##i##b);                                                 \
     }
-        SG_R12(SG_FMA2)
-        a += ld;
-        bp += 32;
-    }
 #define SG_STORE2(i)                                                                               \
-    _mm512_storeu_ps(c + (i)*ldc, c##i##a);                                                        \
-    _mm512_storeu_ps(c + (i)*ldc + 16, c##i##b);
-    SG_R12(SG_STORE2)
-}
-
-/* 24 x 16: one zmm of columns per row (N <= 16) */
-SG_AVX512 static void sg_ukr_24x16(int64_t kc, const float *restrict a, int64_t ld,
-                                   const float *restrict bp, float *c, int64_t ldc, bool load) {
-#define SG_DECL1(i) __m512 c##i = load ? _mm512_loadu_ps(c + (i)*ldc) : _mm512_setzero_ps();
-    SG_R24(SG_DECL1)
-    for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(bp);
-#define SG_FMA1(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i);
-        SG_R24(SG_FMA1)
-        a += ld;
-        bp += 16;
+    if ((i) < nq) {                                                                                \
+        _mm512_storeu_ps(c + (i)*ldc, c##i##a);                                                    \
+        _mm512_mask_storeu_ps(c + (i)*ldc + 16, m, c##i##b);                                       \
     }
-#define SG_STORE1(i) _mm512_storeu_ps(c + (i)*ldc, c##i);
-    SG_R24(SG_STORE1)
+SG_UKR2(sg_ukr_4x32, SG_R4)
+SG_UKR2(sg_ukr_8x32, SG_R8)
+SG_UKR2(sg_ukr_12x32, SG_R12)
+
+/* R x 16: one zmm of columns per row, masked (N <= 16, and the last <= 16 columns of a wider C) */
+#define SG_UKR1(NAME, ROWS)                                                                        \
+    SG_AVX512 static void NAME(int64_t kc, const float *restrict a, int64_t ld,                    \
+                               const float *restrict bp, int64_t bs, float *c, int64_t ldc,        \
+                               bool load, int64_t nq, __mmask16 m) {                               \
+        ROWS(SG_DECL1)                                                                             \
+        for (int64_t k = 0; k < kc; k++) {                                                         \
+            __m512 b0 = _mm512_load_ps(bp);                                                        \
+            ROWS(SG_FMA1)                                                                          \
+            a += ld;                                                                               \
+            bp += bs;                                                                              \
+        }                                                                                          \
+        ROWS(SG_STORE1)                                                                            \
+    }
+#define SG_DECL1(i)                                                                                \
+    __m512 c##i = load && (i) < nq ? _mm512_maskz_loadu_ps(m, c + (i)*ldc) : _mm512_setzero_ps();
+#define SG_FMA1(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i);
+#define SG_STORE1(i)                                                                               \
+    if ((i) < nq) _mm512_mask_storeu_ps(c + (i)*ldc, m, c##i);
+SG_UKR1(sg_ukr_4x16, SG_R4)
+SG_UKR1(sg_ukr_8x16, SG_R8)
+SG_UKR1(sg_ukr_12x16, SG_R12)
+SG_UKR1(sg_ukr_16x16, SG_R16)
+SG_UKR1(sg_ukr_24x16, SG_R24)
+
+/* The register block for nq rows (<= mr) x nj columns (<= the panel's nr = bs) at c: the
+ * narrowest kernel that covers them (rows in steps of 4, or 8 past 16; columns in steps of 16) */
+static void sg_ukr(int64_t kc, const float *a, int64_t ld, const float *bp, int64_t bs, float *c,
+                   int64_t ldc, bool load, int64_t nq, int64_t nj) {
+    if (nj > 16) {
+        __mmask16 m = sg_lanes(nj - 16);
+        if (nq <= 4)
+            sg_ukr_4x32(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        else if (nq <= 8)
+            sg_ukr_8x32(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        else
+            sg_ukr_12x32(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        return;
+    }
+    __mmask16 m = sg_lanes(nj);
+    if (nq <= 4)
+        sg_ukr_4x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+    else if (nq <= 8)
+        sg_ukr_8x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+    else if (nq <= 12)
+        sg_ukr_12x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+    else if (nq <= 16)
+        sg_ukr_16x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+    else
+        sg_ukr_24x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
 }
 
 static bool sg_cpu(void) { /* reads what libgcc found at load: no cost worth caching */
@@ -328,11 +386,6 @@ typedef struct sg_run {
 } sg_run;
 
 enum { SG_B_TODO, SG_B_BUSY, SG_B_DONE };
-
-/* Masks of the first n (0..16) lanes. */
-static inline __mmask16 sg_lanes(int64_t n) {
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
 
 /* The 16 x 16 block r[i] (lane k) transposed in place: r[k] lane i. Four rounds of 16
  * shuffles: pairs of rows interleaved (unpack ps, then pd), then 128-bit lanes exchanged. */
@@ -470,7 +523,6 @@ static void sg_block(const sg_run *r, int64_t b, float *bp, int64_t m0, int64_t 
     int64_t full = mi / mr * mr; /* rows in whole micro-panels */
     const float *a = (const float *)g->a + view_offset(r->va, b);
     float *cb = (float *)g->c + b * g->M * N;
-    float tmp[12 * 32] __attribute__((aligned(64)));
     for (int64_t k0 = 0; k0 < K; k0 += SG_KC) {
         int64_t kc = K - k0 < SG_KC ? K - k0 : SG_KC;
         if (cq >= 0) sg_need_b(r, b, cq, k0, kc, bp);
@@ -483,27 +535,13 @@ static void sg_block(const sg_run *r, int64_t b, float *bp, int64_t m0, int64_t 
             const float *bk = bp + p * K * nr + k0 * nr;
             for (int64_t q = 0; q < mi; q += mr) {
                 int64_t nq = mi - q < mr ? mi - q : mr;
-                float *c = cb + (m0 + q) * N + j0, *t = c;
-                int64_t ldt = N;
-                if (nq < mr || nj < nr) { /* an edge: through a whole register block */
-                    t = tmp;
-                    ldt = nr;
-                    if (k0 > 0)
-                        for (int64_t i = 0; i < nq; i++)
-                            memcpy(t + i * nr, c + i * N, (size_t)nj * 4);
-                }
                 const float *x = ap + q * kc; /* packed: A(i, k) at x[i + k * mr] */
                 int64_t ld = mr;
                 if (r->direct && nq == mr) { /* transposed A in place: A(i, k) at x[i + k * lda] */
                     x = a + k0 * lda + m0 + q;
                     ld = lda;
                 }
-                if (nr == 32)
-                    sg_ukr_12x32(kc, x, ld, bk, t, ldt, k0 > 0);
-                else
-                    sg_ukr_24x16(kc, x, ld, bk, t, ldt, k0 > 0);
-                if (t == tmp)
-                    for (int64_t i = 0; i < nq; i++) memcpy(c + i * N, t + i * nr, (size_t)nj * 4);
+                sg_ukr(kc, x, ld, bk, nr, cb + (m0 + q) * N + j0, N, k0 > 0, nq, nj);
             }
         }
     }
