@@ -2,7 +2,8 @@
  * product is one chain of fused multiply-adds over k = 0, 1, ..., K-1 starting from 0, whatever
  * the thread count, the split of the work and the blocking. Checked bitwise against that chain
  * computed here with fmaf, on pools of 1, 2, 3 and 8 threads, for shapes that cross the blocking
- * (K over the k block, M and N not multiples of the register block, both register blocks: N <= 16
+ * (K over the k block and K one block up to 320, M and N not multiples of the register block, every
+ * edge register block, both register blocks: N <= 16
  * with a transposed lhs, and wider), transposed operands, a transposed lhs read in place and
  * packed (the task split follows the pool), and batches that each thread packs itself on some
  * pools and that share one packed B on others. Skipped where the CPU lacks AVX-512 (OpenBLAS runs
@@ -113,6 +114,10 @@ static void test_fma_chain(void) {
         {1, 35, 12, 20, true, false},    /* 24 + 11 */
         {1, 40, 16, 30, true, false},    /* 24 + 16 */
         {2, 45, 15, 17, true, true},     /* 24 + 21 */
+        /* K up to 320 is one k block: a thread's tasks on the same rows pack them once */
+        {1, 200, 700, 320, false, false},
+        {1, 150, 400, 300, true, false},
+        {1, 60, 500, 321, false, true}, /* 256 + 65 */
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         const gcase *g = &cs[q];

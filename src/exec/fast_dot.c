@@ -233,22 +233,25 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
  * OpenBLAS on one thread per tile packs each tile's share of A and B again (about 20 % more CPU
  * than one call on the suite's 2 x 4 grids), and its own threading changes the bits with the
  * thread count. This kernel packs each product's B once, shared by all threads (in slices of
- * SG_KC k x a task's columns, by the first task that needs each: one pass over the pool per
+ * a k block x a task's columns, by the first task that needs each: one pass over the pool per
  * product, no pass to pack B before it), and computes
  * every element of C as one chain of fused multiply-adds over k = 0, 1, ..., K-1 starting from 0
  * (carried through C between blocks of k): its bits depend on the operands alone, not on the
  * thread count, the split of the work or the blocking, so the split can follow the pool's size.
  * Register blocks: 12 rows x 32 columns (24 zmm accumulators), or 24 x 16 for N <= 16 (the
- * N = 10 products). A is packed per thread, SG_MC rows x SG_KC k at a time (in L2), except a
- * transposed A under tasks of few columns, read where it lies; each register block streams one
- * packed B panel (SG_KC x nr) against its rows of A. Packing is vectorized: rows copied 16
- * floats at a time, a transposing pack (row-major A, transposed B) through 16 x 16 register
- * transposes. */
+ * N = 10 products). K is cut into blocks of SG_KC k, except that K <= SG_KC1 is one block (257 is
+ * not 256 + 1). A is packed per thread, SG_MC rows x a k block at a
+ * time (in L2), except a transposed A under tasks of few columns, read where it lies; with one k
+ * block, a thread's next task on the same rows keeps the rows it packed. Each register block
+ * streams one packed B panel (a k block x nr) against its rows of A. Packing is vectorized: rows
+ * copied 16 floats at a time, a transposing pack (row-major A, transposed B) through 16 x 16
+ * register transposes. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define SG_OWN    1
 #define SG_AVX512 __attribute__((target("avx512f,fma")))
-#define SG_KC     256
+#define SG_KC     256                 /* k per block */
+#define SG_KC1    320                 /* K up to this is one block */
 #define SG_MC     96                  /* a multiple of both register blocks' rows */
 #define SG_BPACK  ((int64_t)16 << 20) /* packed B held at once (bytes); batches in groups */
 #define SG_DIRECT 4                   /* tasks of at most this many panels read A in place */
@@ -371,15 +374,16 @@ typedef struct sg_run {
     int64_t np;      /* B panels of nr columns per batch element */
     int64_t b0, nbg; /* this group's batch elements [b0, b0 + nbg) */
     float *bp;       /* the group's packed B: [element][panel][k][nr], zero past N */
-    float *ap;       /* per thread, apb bytes apart: SG_MC x SG_KC floats of packed A, then
-                        with own_b the element's packed B */
+    char *tb;        /* per thread, apb bytes apart: 64 bytes holding the key of the rows of A
+                        packed (sg_tasks), SG_MC x SG_KC1 floats of packed A, then with own_b the
+                        element's packed B */
     size_t apb;
     bool own_b;             /* each task one batch element, its B packed by its thread */
     bool direct;            /* A read where it lies (whole micro-panels) instead of packed */
     const ex_epilogue *epi; /* the output fusion, applied to each finished row block (or NULL) */
     atomic_int_least64_t *rowdone; /* with epi and cb > 1: tasks finished per row block */
     int64_t rb, cb, pcb;           /* row blocks of SG_MC, column blocks of pcb panels */
-    int64_t nkb;                   /* k blocks of SG_KC */
+    int64_t nkb, kc;               /* k blocks, and k per block (the last may be shorter) */
     atomic_int
         *bstate; /* shared B: per (element, column block, k block) of the group, whether
                     its slice of packed B is SG_B_TODO, SG_B_BUSY (being packed), SG_B_DONE */
@@ -494,7 +498,7 @@ static void sg_pack_a(const sg_run *r, const float *a, float *ap, int64_t i0, in
  * (spinning briefly, then yielding the CPU). Each slice is packed once, so its bits do not depend
  * on which thread packs it. */
 static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t kc, float *bp) {
-    atomic_int *st = &r->bstate[((b - r->b0) * r->cb + q) * r->nkb + k0 / SG_KC];
+    atomic_int *st = &r->bstate[((b - r->b0) * r->cb + q) * r->nkb + k0 / r->kc];
     int s = atomic_load_explicit(st, memory_order_acquire);
     if (s == SG_B_DONE) return;
     if (s == SG_B_TODO && atomic_compare_exchange_strong(st, &s, SG_B_BUSY)) {
@@ -513,20 +517,24 @@ static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t
 
 /* One task: rows [m0, m1) (at most SG_MC) of C x B panels [p0, p1) of batch element b, whose
  * packed B is at bp (cq >= 0: a shared B, the panels column block cq, each slice packed on first
- * need; else packed beforehand). A is packed SG_KC k at a time, or with r->direct (a transposed A,
- * tasks of few panels: they would spend about as long packing their rows as multiplying them) read
- * where it lies; a last micro-panel of fewer than mr rows is always packed (zero rows below it). */
+ * need; else packed beforehand). A is packed a k block at a time (not at all when apk: one k
+ * block, its rows already packed at ap by this thread's last task), or with r->direct (a transposed
+ * A, tasks of few panels: they would spend about as long packing their rows as multiplying them)
+ * read where it lies; a last micro-panel of fewer than mr rows is always packed (zero rows below
+ * it). */
 static void sg_block(const sg_run *r, int64_t b, float *bp, int64_t m0, int64_t m1, int64_t p0,
-                     int64_t p1, int64_t cq, float *ap) {
+                     int64_t p1, int64_t cq, float *ap, bool apk) {
     const ex_gemm *g = r->g;
     int64_t K = g->K, N = g->N, mr = r->mr, nr = r->nr, lda = r->va->ld, mi = m1 - m0;
     int64_t full = mi / mr * mr; /* rows in whole micro-panels */
     const float *a = (const float *)g->a + view_offset(r->va, b);
     float *cb = (float *)g->c + b * g->M * N;
-    for (int64_t k0 = 0; k0 < K; k0 += SG_KC) {
-        int64_t kc = K - k0 < SG_KC ? K - k0 : SG_KC;
+    for (int64_t k0 = 0; k0 < K; k0 += r->kc) {
+        int64_t kc = K - k0 < r->kc ? K - k0 : r->kc;
         if (cq >= 0) sg_need_b(r, b, cq, k0, kc, bp);
-        if (!r->direct)
+        if (apk) {
+            /* the rows this thread's last task packed: one k block, the same rows */
+        } else if (!r->direct)
             sg_pack_a(r, a, ap, m0, mi, k0, kc);
         else if (full < mi) /* the short micro-panel, at its place in a packed block */
             sg_pack_a(r, a, ap + full * kc, m0 + full, mi - full, k0, kc);
@@ -564,18 +572,20 @@ static void sg_epilogue(const sg_run *r, unsigned int csr, int64_t b, int64_t m0
 static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
     const sg_run *r = arg;
     const ex_gemm *g = r->g;
-    float *ap = r->ap + (size_t)ith * (r->apb / 4);
+    char *tb = r->tb + (size_t)ith * r->apb;
+    int64_t *akey = (int64_t *)tb; /* which rows ap holds (element x row block), or -1 */
+    float *ap = (float *)(tb + 64);
     /* under the reference's FTZ: subnormal inputs read as zero and results flushed by the FPU's
      * DAZ | FTZ, as around the OpenBLAS calls (gemm_tiles) */
     unsigned int csr = _mm_getcsr();
     if (g->ftz) _mm_setcsr(csr | 0x8040u);
     for (int64_t w = begin; w < end; w++) {
         if (r->own_b) {
-            float *bp = ap + SG_MC * SG_KC;
+            float *bp = (float *)(tb + 64 + ex_align64((size_t)SG_MC * SG_KC1 * 4));
             sg_pack_b(r, r->b0 + w, 0, r->np, 0, g->K, bp);
             for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC) {
                 int64_t m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
-                sg_block(r, r->b0 + w, bp, m0, m1, 0, r->np, -1, ap);
+                sg_block(r, r->b0 + w, bp, m0, m1, 0, r->np, -1, ap, false);
                 if (r->epi) sg_epilogue(r, csr, r->b0 + w, m0, m1);
             }
             continue;
@@ -584,7 +594,10 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
         int64_t m0 = rr * SG_MC, m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
         int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
         if (p0 >= p1) continue;
-        sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, q, ap);
+        int64_t key = b * r->rb + rr;
+        sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, q, ap,
+                 r->nkb == 1 && *akey == key);
+        *akey = key;
         /* the output fusion runs on whole rows: the last of the row block's cb tasks to finish
          * runs it (its own columns still in cache) */
         if (r->epi && (r->cb == 1 || atomic_fetch_add(&r->rowdone[b * r->rb + rr], 1) == r->cb - 1))
@@ -625,9 +638,19 @@ static int64_t sg_group(const ex_gemm *g) {
     return gb < 1 ? 1 : gb > g->nb ? g->nb : gb;
 }
 
-/* per-thread scratch: packed A, and with own_b the element's packed B */
+/* k per block (the last block may be shorter), and the blocks */
+static int64_t sg_kc(const ex_gemm *g) {
+    return g->K <= SG_KC1 ? g->K : SG_KC;
+}
+
+static int64_t sg_nkb(const ex_gemm *g) {
+    return cdiv(g->K, sg_kc(g));
+}
+
+/* per-thread scratch: the key of the rows packed, packed A, and with own_b the element's
+ * packed B */
 static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
-    return ex_align64((size_t)SG_MC * SG_KC * 4) +
+    return 64 + ex_align64((size_t)SG_MC * SG_KC1 * 4) +
            (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
 }
 
@@ -644,7 +667,7 @@ static size_t sg_rowdone_bytes(const ex_gemm *g) {
 
 /* the counters: the output fusion's, then the shared B's slice states */
 static size_t sg_counter_bytes(const ex_gemm *g) {
-    size_t slices = (size_t)(sg_group(g) * sg_max_cb(g) * cdiv(g->K, SG_KC));
+    size_t slices = (size_t)(sg_group(g) * sg_max_cb(g) * sg_nkb(g));
     return sg_rowdone_bytes(g) + ex_align64(slices * sizeof(atomic_int));
 }
 
@@ -670,12 +693,14 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     r.bp = (float *)scratch;
     r.rowdone = (atomic_int_least64_t *)(scratch + shared);
     r.bstate = (atomic_int *)(scratch + shared + sg_rowdone_bytes(g));
-    r.nkb = cdiv(g->K, SG_KC);
-    r.ap = (float *)(scratch + shared + sg_counter_bytes(g));
+    r.nkb = sg_nkb(g);
+    r.kc = sg_kc(g);
+    r.tb = scratch + shared + sg_counter_bytes(g);
     r.rb = cdiv(g->M, SG_MC);
     for (r.b0 = 0; r.b0 < g->nb; r.b0 += gb) {
         r.nbg = g->nb - r.b0 < gb ? g->nb - r.b0 : gb;
         int64_t work = r.nbg * g->M * g->N * g->K;
+        for (int t = 0; t < threads; t++) *(int64_t *)(r.tb + (size_t)t * r.apb) = -1;
         if (r.own_b) {
             r.direct = g->ta && r.np <= SG_DIRECT;
             ex_par_for_dynamic(c, r.nbg, work * 4, sg_tasks, &r);
