@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -139,11 +140,16 @@ static ot_status kernel_breakdown(const ot_executable *e, int64_t per, double wi
     ot_status s = ot_sim_host_measure(1, window, &hr);
     if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 1, &pb);
     const int reps = 300;
-    double whole = 0;
+    double whole = 0, cpu = 0;
     for (int r = 0; s == OT_OK && r < 20; r++) s = exe_run_once(e, &x, NULL); /* warm */
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     uint64_t t0 = ot_now_ns();
     for (int r = 0; s == OT_OK && r < reps; r++) s = exe_run_once(e, &x, NULL);
     whole = (double)(ot_now_ns() - t0) / 1e9 / reps;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    /* every thread of the process (the pool's included): the work, robust to other load */
+    cpu = ((double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9) / reps;
     if (s == OT_OK) s = ot_profile_create(&pf);
     for (int r = 0; s == OT_OK && r < reps; r++) s = exe_run_once(e, &x, pf);
     ot_sim_device dev;
@@ -182,6 +188,16 @@ static ot_status kernel_breakdown(const ot_executable *e, int64_t per, double wi
             "simulate",  name,        "us", psum * 1e6, "measured alone, no profiler",
             whole * 1e6, psum / whole};
         ot_bench_print(&row, json);
+        double pcpu = ot_sim_host_cpu_s(&dev, e, 1.0);
+        snprintf(name, sizeof name, "batch %lld step executable CPU work", (long long)per);
+        ot_bench_row crow = {"simulate",
+                             name,
+                             "us",
+                             pcpu * 1e6,
+                             "process CPU time per run",
+                             cpu * 1e6,
+                             cpu > 0 ? pcpu / cpu : 0};
+        ot_bench_print(&crow, json);
     }
     ot_profile_free(pf);
     exe_run_free(&x);

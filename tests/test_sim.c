@@ -593,6 +593,11 @@ static void test_host_kernel_model(void) {
     c.device.avail = 1;
     ASSERT_OK(ot_sim_run(&c, &r));
     EXPECT_NEAR(r.cores_s, 2 * own + 2e-6, 1e-12);
+    EXPECT_NEAR(ot_sim_host_cpu_s(&c.device, e, 1.0), 2 * own + 2e-6, 1e-12);
+    /* the CPU a hand-off burns besides the work (spinning, wake-ups) counts on the cores */
+    c.device.pool_handoff_cpu_s[0] = c.device.pool_handoff_cpu_s[1] = 5e-6;
+    EXPECT_NEAR(ot_sim_host_cpu_s(&c.device, e, 1.0), 2 * own + 2e-6 + 10e-6, 1e-12);
+    EXPECT_NEAR(ot_sim_compute_s(&c.device, e, 1.0, 1, NULL), path, 1e-12); /* not the path */
     ot_executable_free(e);
 
     /* a native fusion: its instructions' elements at their class's cost */

@@ -120,6 +120,7 @@ typedef struct ot_sim_device {
      * processes leave each of `cores` busy threads, gives the cores bound of ot_sim_run. */
     int pool_points, pool_threads;
     double pool_gap_s[OT_SIM_POOL_POINTS], pool_handoff_s[OT_SIM_POOL_POINTS];
+    double pool_handoff_cpu_s[OT_SIM_POOL_POINTS]; /* CPU the hand-off burns (the cores bound) */
     double pool_speedup;
     double op_s[OT_SIM_OP_CLASSES];
     int ndots;
@@ -205,6 +206,8 @@ typedef struct ot_sim_host_probe {
     int pool_threads;
     double pool_speedup;
     double pool_gap_s[OT_SIM_POOL_POINTS], pool_handoff_s[OT_SIM_POOL_POINTS];
+    /* the process's CPU time of a hand-off beyond the dot's work (spinning, wake-ups) */
+    double pool_handoff_cpu_s[OT_SIM_POOL_POINTS];
     double op_s[OT_SIM_OP_CLASSES];
     int ndots;
     ot_sim_dot_rate dots[OT_SIM_MAX_DOTS];
@@ -320,6 +323,11 @@ OT_API ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out);
  * TPU). An interpreted loop fusion takes at least its elements x instructions x interp_s. */
 OT_API double ot_sim_compute_s(const ot_sim_device *d, const ot_executable *e, double scale,
                                int share, double *flops);
+
+/* With the host's kernel model (d->pool_points > 0): the CPU work of one run of e, every kernel's
+ * one-thread work and launch, the run's fixed cost and the CPU its hand-offs burn
+ * (pool_handoff_cpu_s; what the cores bound counts per device); 0 without it. */
+OT_API double ot_sim_host_cpu_s(const ot_sim_device *d, const ot_executable *e, double scale);
 
 /* Kernel k of e alone, as ot_sim_compute_s prices it (seconds; its scaled FLOPs in *flops). */
 OT_API double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,

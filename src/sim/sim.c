@@ -112,6 +112,7 @@ void ot_sim_device_host_probe(const ot_sim_host_probe *p, ot_sim_device *d) {
     for (int i = 0; i < OT_SIM_POOL_POINTS; i++) {
         d->pool_gap_s[i] = p->pool_gap_s[i];
         d->pool_handoff_s[i] = p->pool_handoff_s[i];
+        d->pool_handoff_cpu_s[i] = p->pool_handoff_cpu_s[i];
     }
     for (int c = 0; c < OT_SIM_OP_CLASSES; c++) d->op_s[c] = p->op_s[c];
     d->ndots = p->ndots < OT_SIM_MAX_DOTS ? p->ndots : OT_SIM_MAX_DOTS;
@@ -268,16 +269,16 @@ static double host_own_s(const ot_sim_device *d, const ot_executable *e, int k, 
 
 /* The hand-off of a pooled kernel after `gap` seconds of other work (linear between the measured
  * gaps, clamped at both ends). */
-static double host_handoff_s(const ot_sim_device *d, double gap) {
+static double host_handoff_s(const ot_sim_device *d, const double *h, double gap) {
     int n = d->pool_points < OT_SIM_POOL_POINTS ? d->pool_points : OT_SIM_POOL_POINTS;
     if (n < 1) return d->pool_s;
-    if (gap <= d->pool_gap_s[0]) return d->pool_handoff_s[0];
+    if (gap <= d->pool_gap_s[0]) return h[0];
     for (int i = 1; i < n; i++)
         if (gap <= d->pool_gap_s[i]) {
             double x = (gap - d->pool_gap_s[i - 1]) / (d->pool_gap_s[i] - d->pool_gap_s[i - 1]);
-            return d->pool_handoff_s[i - 1] + x * (d->pool_handoff_s[i] - d->pool_handoff_s[i - 1]);
+            return h[i - 1] + x * (h[i] - h[i - 1]);
         }
-    return d->pool_handoff_s[n - 1];
+    return h[n - 1];
 }
 
 typedef struct {
@@ -297,7 +298,9 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
     if (pooled) {
         /* the caller works alone until the pool's threads wake (half the measured hand-off:
          * their wake-up, then the caller's when it went to sleep waiting), then they share */
-        double h = host_handoff_s(d, w->gap), sp = d->pool_speedup > 1 ? d->pool_speedup : 1;
+        double h = host_handoff_s(d, d->pool_handoff_s, w->gap);
+        double sp = d->pool_speedup > 1 ? d->pool_speedup : 1;
+        w->cpu += host_handoff_s(d, d->pool_handoff_cpu_s, w->gap);
         t = own > h / 2 ? h / 2 + (own - h / 2) / sp : h / 2;
         if (t < h) t = h;
         w->pool += t + launch;
@@ -324,6 +327,10 @@ static host_walk host_walk_exe(const ot_sim_device *d, const ot_executable *e, d
     }
     if (upto < 0 && flops) *flops = f;
     return w;
+}
+
+double ot_sim_host_cpu_s(const ot_sim_device *d, const ot_executable *e, double scale) {
+    return d->pool_points > 0 ? host_walk_exe(d, e, scale, -1, NULL, NULL).cpu : 0;
 }
 
 double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,
