@@ -880,6 +880,21 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
     }
 }
 
+/* Whether every user of x reads it through IEEE arithmetic (add, subtract, multiply, divide),
+ * which quiets a signalling NaN operand itself (the reference's read through double does the
+ * same), and x is not the fusion's result: a value widened from f16/bf16 then need not be quieted
+ * when widened (the same bits; the moves that would pass its bits through are not among the
+ * users). */
+static bool users_quiet(const ot_instr *x) {
+    if (!x->parent || x->parent->root == x || x->nusers == 0) return false;
+    for (int u = 0; u < x->nusers; u++) {
+        ot_opcode op = x->users[u]->opcode;
+        if (op != OT_OP_ADD && op != OT_OP_SUBTRACT && op != OT_OP_MULTIPLY && op != OT_OP_DIVIDE)
+            return false;
+    }
+    return true;
+}
+
 static int emit_convert(em *E, const ot_instr *x, const char *ctx) {
     ot_dtype from = x->operands[0]->shape.array.dtype, to = x->shape.array.dtype;
     int a = operand(E, x, 0, ctx);
@@ -895,8 +910,12 @@ static int emit_convert(em *E, const ot_instr *x, const char *ctx) {
     bool daz =
         (from == OT_F32 || from == OT_F64) && (to == OT_F32 || to == OT_F64 || to == OT_PRED);
     if (ff && tf) {
-        /* through double (quiets signalling NaNs), rounded once to the target */
-        fdom(E, a, from, true, daz, s, sizeof s);
+        /* through double (quiets signalling NaNs), rounded once to the target; ot_f2b and
+         * ot_f2h set a NaN's quiet bit themselves (the bit ot_qf would set lands on it), so an
+         * f32/f16/bf16 operand narrowed to bf16/f16 is not quieted first: the same bits */
+        bool narrow16 = (to == OT_BF16 || to == OT_F16) && from != OT_F64;
+        bool widen16 = (from == OT_BF16 || from == OT_F16) && to == OT_F32 && users_quiet(x);
+        fdom(E, a, from, !narrow16 && !widen16, daz, s, sizeof s);
         switch (to) {
         case OT_F64: return define(E, x, ctx, to, false, "(double)%s", s);
         case OT_F32:
@@ -1209,12 +1228,16 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
         return memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
     }
     case OT_OP_CONVERT: return emit_convert(E, x, ctx);
-    case OT_OP_BITCAST_CONVERT: { /* f32 <-> u32: the same bits (stochastic rounding) */
+    case OT_OP_BITCAST_CONVERT: { /* f32 <-> u32, u16 <-> bf16/f16: the same bits (stochastic
+                                     rounding; bf16/f16 values travel as their bits) */
         const ot_instr *o = x->operands[0];
         ot_dtype f = o->shape.kind == OT_IR_ARRAY ? o->shape.array.dtype : OT_DTYPE_INVALID;
         ot_dtype t = x->shape.array.dtype;
+        bool h16 = (f == OT_U16 && (t == OT_BF16 || t == OT_F16)) ||
+                   ((f == OT_BF16 || f == OT_F16) && t == OT_U16);
         const char *fn = f == OT_F32 && t == OT_U32   ? "ot_fbits"
                          : f == OT_U32 && t == OT_F32 ? "ot_bitsf"
+                         : h16                        ? "(uint16_t)"
                                                       : NULL;
         if (!fn || numel(o) != numel(x))
             return fail(E, "%s: bitcast-convert %s to %s", x->name, ot_dtype_name(f),
