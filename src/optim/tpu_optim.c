@@ -407,14 +407,16 @@ static ot_instr *compress_state(mbuild *b, ot_instr *x, int k, int j) {
     ot_shape s = x->shape.array, us = s, ps = s;
     us.dtype = OT_U32;
     ps.dtype = OT_PRED;
-    /* bits + 16 random bits, low half cleared: rounds the magnitude up with probability
-     * low16 / 65536; the result is exactly representable in bf16, so the convert is exact */
+    /* bits + 16 random bits, the top half kept: rounds the magnitude up with probability
+     * low16 / 65536. The top half of a finite value's sum is the bf16 value exactly (what
+     * converting it with the low half cleared gives, an overflow included: the infinity), so it
+     * is taken as the bits (a shift, a narrowing and a bitcast: no rounding code per element) */
     ot_instr *r16 = ot_build_binary(c, OT_OP_SHIFT_RIGHT_LOGICAL,
                                     sr_bits(b, s, ot_tpu_sr_key(t->opts.state_seed, k, j)),
                                     u32_const(c, 16, us));
     ot_instr *bits = ot_build_binary(c, OT_OP_ADD, ot_build_bitcast_convert(c, x, OT_U32), r16);
-    bits = ot_build_binary(c, OT_OP_AND, bits, u32_const(c, 0xFFFF0000u, us));
-    ot_instr *sr = ot_build_convert(c, ot_build_bitcast_convert(c, bits, OT_F32), OT_BF16);
+    bits = ot_build_binary(c, OT_OP_SHIFT_RIGHT_LOGICAL, bits, u32_const(c, 16, us));
+    ot_instr *sr = ot_build_bitcast_convert(c, ot_build_convert(c, bits, OT_U16), OT_BF16);
     ot_instr *fin = ot_build_unary(c, OT_OP_IS_FINITE, x);
     (void)ps;
     return ot_build_select(c, fin, sr, rne);
