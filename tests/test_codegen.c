@@ -2158,6 +2158,47 @@ static void test_many_operands_vectorize(void) {
                 "source:\n%s\n",
                 report, g_src ? g_src : "(none)");
     EXPECT_TRUE(vectorized >= 1);
+    /* a convolution's bias + ReLU in NCHW (the bias broadcast along dim 1, rows of 28) and a
+     * clamp in f64: maximum / minimum as bit blends, where the ternary chain left the loops
+     * scalar; every loop vectorized, the bits the reference's (check_module) */
+    static const char relu[] =
+        "HloModule bias_relu\nENTRY e {\n"
+        "  x = f32[4,64,28,28]{3,2,1,0} parameter(0)\n"
+        "  b = f32[64]{0} parameter(1)\n"
+        "  bb = f32[4,64,28,28]{3,2,1,0} broadcast(b), dimensions={1}\n"
+        "  s = f32[4,64,28,28]{3,2,1,0} add(x, bb)\n"
+        "  z = f32[] constant(0)\n  zb = f32[4,64,28,28]{3,2,1,0} broadcast(z), dimensions={}\n"
+        "  r = f32[4,64,28,28]{3,2,1,0} maximum(s, zb)\n"
+        "  y = f64[3,1000]{1,0} parameter(2)\n"
+        "  lo = f64[] constant(-0.5)\n  lb = f64[3,1000]{1,0} broadcast(lo), dimensions={}\n"
+        "  hi = f64[] constant(0.5)\n  hb = f64[3,1000]{1,0} broadcast(hi), dimensions={}\n"
+        "  c0 = f64[3,1000]{1,0} maximum(y, lb)\n  c1 = f64[3,1000]{1,0} minimum(c0, hb)\n"
+        "  ROOT t = (f32[4,64,28,28]{3,2,1,0}, f64[3,1000]{1,0}) tuple(r, c1)\n}\n";
+    r = fopen(report, "w");
+    ASSERT_TRUE(r != NULL);
+    fclose(r);
+    setenv("OPTITPU_CC", wrapper, 1);
+    g_keep_src = true;
+    check_module(relu, 93, true);
+    g_keep_src = false;
+    unsetenv("OPTITPU_CC");
+    kernels = 0;
+    for (const char *k = g_src ? strstr(g_src, "/* fusion.") : NULL; k;
+         k = strstr(k + 1, "/* fusion."))
+        kernels++;
+    vectorized = 0;
+    r = fopen(report, "r");
+    ASSERT_TRUE(r != NULL);
+    while (fgets(line, sizeof line, r))
+        if (strstr(line, "optimized: loop vectorized")) vectorized++;
+    fclose(r);
+    if (vectorized < kernels)
+        fprintf(stderr,
+                "bias + ReLU: %d of %d loops vectorized (gcc's report: %s); the "
+                "source:\n%s\n",
+                vectorized, kernels, report, g_src ? g_src : "(none)");
+    EXPECT_TRUE(kernels >= 1);
+    EXPECT_TRUE(vectorized >= kernels);
 }
 
 static void cleanup_cache(void) {

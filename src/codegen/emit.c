@@ -75,14 +75,36 @@ static const char preamble[] =
     "    uint32_t u = ot_fbits(x);\n"
     "    u |= ((u & 0x7fffffffu) > 0x7f800000u) ? 0x400000u : 0u;\n"
     "    return ot_bitsf(u);\n}\n"
+    /* maximum / minimum: a NaN operand (a first), else the larger / smaller, +0 above -0 (for
+     * equal operands the sign of a picks). The same bits as
+     * `isnan(a) ? a : isnan(b) ? b : a == b ? (signbit(a) ? b : a) : a > b ? a : b`, but as a bit
+     * blend of compare masks (the compares obey the CPU's DAZ mode as the ternary's did): gcc left
+     * loops with the ternary chain scalar (a conv's bias + ReLU over rows of 28 ran at 5.6 ns an
+     * element, the blend at 0.5) */
     "static inline float ot_maxf(float a, float b) {\n"
-    "    return isnan(a) ? a : isnan(b) ? b : a == b ? (signbit(a) ? b : a) : a > b ? a : b;\n}\n"
+    "    uint32_t ua = ot_fbits(a), ub = ot_fbits(b);\n"
+    "    uint32_t an = 0u - (uint32_t)(a != a), bn = 0u - (uint32_t)(b != b);\n"
+    "    uint32_t eq = 0u - (uint32_t)(a == b), gt = 0u - (uint32_t)(a > b);\n"
+    "    uint32_t pa = an | (~bn & (gt | (eq & ~(0u - (ua >> 31)))));\n"
+    "    return ot_bitsf((ua & pa) | (ub & ~pa));\n}\n"
     "static inline float ot_minf(float a, float b) {\n"
-    "    return isnan(a) ? a : isnan(b) ? b : a == b ? (signbit(a) ? a : b) : a < b ? a : b;\n}\n"
+    "    uint32_t ua = ot_fbits(a), ub = ot_fbits(b);\n"
+    "    uint32_t an = 0u - (uint32_t)(a != a), bn = 0u - (uint32_t)(b != b);\n"
+    "    uint32_t eq = 0u - (uint32_t)(a == b), lt = 0u - (uint32_t)(a < b);\n"
+    "    uint32_t pa = an | (~bn & (lt | (eq & (0u - (ua >> 31)))));\n"
+    "    return ot_bitsf((ua & pa) | (ub & ~pa));\n}\n"
     "static inline double ot_maxd(double a, double b) {\n"
-    "    return isnan(a) ? a : isnan(b) ? b : a == b ? (signbit(a) ? b : a) : a > b ? a : b;\n}\n"
+    "    uint64_t ua = ot_dbits(a), ub = ot_dbits(b);\n"
+    "    uint64_t an = 0u - (uint64_t)(a != a), bn = 0u - (uint64_t)(b != b);\n"
+    "    uint64_t eq = 0u - (uint64_t)(a == b), gt = 0u - (uint64_t)(a > b);\n"
+    "    uint64_t pa = an | (~bn & (gt | (eq & ~(0u - (ua >> 63)))));\n"
+    "    return ot_bitsd((ua & pa) | (ub & ~pa));\n}\n"
     "static inline double ot_mind(double a, double b) {\n"
-    "    return isnan(a) ? a : isnan(b) ? b : a == b ? (signbit(a) ? a : b) : a < b ? a : b;\n}\n"
+    "    uint64_t ua = ot_dbits(a), ub = ot_dbits(b);\n"
+    "    uint64_t an = 0u - (uint64_t)(a != a), bn = 0u - (uint64_t)(b != b);\n"
+    "    uint64_t eq = 0u - (uint64_t)(a == b), lt = 0u - (uint64_t)(a < b);\n"
+    "    uint64_t pa = an | (~bn & (lt | (eq & (0u - (ua >> 63)))));\n"
+    "    return ot_bitsd((ua & pa) | (ub & ~pa));\n}\n"
     /* sign from the bits (NaN and +-0 give x, else +-1): the reference's sign_f, which keeps a
      * subnormal's sign (+-1), also under the CPU's DAZ mode, where `x == 0` would hold */
     "static inline float ot_signf(float x) {\n"
