@@ -86,6 +86,29 @@ static inline void iter_row(const win_plan *p, int64_t row, win_iter *it) {
         if (*it->c[d] == 0) it->empty = true;
     }
 }
+/* The next row's iterator (row + 1 of the one it holds; digits od[] of that row, last outer dim
+ * fastest): no division per row. */
+static inline void iter_step(const win_plan *p, int64_t *od, win_iter *it) {
+    for (int d = it->nd - 1; d >= 0; d--) {
+        if (++od[d] < p->odims[d]) {
+            it->c[d]++;
+            it->o[d] += p->wsize[d];
+            break;
+        }
+        od[d] = 0;
+        it->c[d] = &p->cnt[d][0];
+        it->o[d] = p->off[d];
+    }
+    it->empty = false;
+    for (int d = 0; d < it->nd; d++)
+        if (*it->c[d] == 0) it->empty = true;
+}
+static inline void iter_digits(const win_plan *p, int64_t row, int64_t *od) {
+    for (int d = p->r - 2; d >= 0; d--) {
+        od[d] = row % p->odims[d];
+        row /= p->odims[d];
+    }
+}
 static inline bool iter_first(win_iter *it) {
     if (it->empty) return false;
     it->base = 0;
@@ -266,7 +289,10 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
 
 /* ---- reduce-window ------------------------------------------------------------------------ */
 
-#define DEFINE_RW(T, UT, SUF, OPF, FOLD)                                                           \
+/* HWZ: the vector folds of an add under FTZ run plain adds under the hardware modes
+ * (ex_hw_ftz_on, set by rw_* for the whole task; the exact loop's software flushing gives the
+ * same bits under them). */
+#define DEFINE_RW(T, UT, SUF, OPF, FOLD, HWZ)                                                      \
     static inline __attribute__((always_inline)) void rw_##SUF##_k(                                \
         const win_plan *p, int64_t begin, int64_t end, bool z, bool sw) {                          \
         const T *x = p->x;                                                                         \
@@ -275,8 +301,11 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
         int64_t L = p->L, wl = p->wsize[p->r - 1];                                                 \
         const int64_t *cl = p->cnt[p->r - 1], *ol = p->off[p->r - 1];                              \
         win_iter it;                                                                               \
+        int64_t od[OT_MAX_RANK];                                                                   \
+        iter_digits(p, begin, od);                                                                 \
+        iter_row(p, begin, &it);                                                                   \
         for (int64_t row = begin; row < end; row++) {                                              \
-            iter_row(p, row, &it);                                                                 \
+            if (row > begin) iter_step(p, od, &it);                                                \
             for (int64_t j0 = 0; j0 < L; j0 += WIN_CHUNK) {                                        \
                 int64_t n = L - j0 < WIN_CHUNK ? L - j0 : WIN_CHUNK;                               \
                 for (int64_t j = 0; j < n; j++) acc[j] = init;                                     \
@@ -287,7 +316,7 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
                         for (int64_t k = 0, lo, hi; k < wl; k++)                                   \
                             if (aff_range(p, k, j0, n, &lo, &hi))                                  \
                                 nan |= FOLD(acc + (lo - j0), x + it.base + p->koff[k] + lo * p->S, \
-                                            hi - lo, p->S, z);                                     \
+                                            hi - lo, p->S, z && !HWZ);                             \
                     if (nan) {                                                                     \
                         exact = true;                                                              \
                         for (int64_t j = 0; j < n; j++) acc[j] = init;                             \
@@ -311,20 +340,23 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
     static void rw_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                         \
         (void)ith;                                                                                 \
         const win_plan *p = arg;                                                                   \
-        if (p->ftz)                                                                                \
+        if (p->ftz) {                                                                              \
+            unsigned csr = HWZ ? ex_hw_ftz_on() : 0;                                               \
             p->swap ? rw_##SUF##_k(p, begin, end, true, true)                                      \
                     : rw_##SUF##_k(p, begin, end, true, false);                                    \
-        else                                                                                       \
+            if (HWZ) ex_hw_ftz_off(csr);                                                           \
+        } else {                                                                                   \
             p->swap ? rw_##SUF##_k(p, begin, end, false, true)                                     \
                     : rw_##SUF##_k(p, begin, end, false, false);                                   \
+        }                                                                                          \
     }
 
-DEFINE_RW(float, uint32_t, add_f32, addn_f, fold_add_f32)
-DEFINE_RW(float, uint32_t, max_f32, max_f, fold_max_f32)
-DEFINE_RW(float, uint32_t, min_f32, min_f, fold_min_f32)
-DEFINE_RW(double, uint64_t, add_f64, addn_d, fold_add_f64)
-DEFINE_RW(double, uint64_t, max_f64, max_d, fold_max_f64)
-DEFINE_RW(double, uint64_t, min_f64, min_d, fold_min_f64)
+DEFINE_RW(float, uint32_t, add_f32, addn_f, fold_add_f32, EX_HW_FTZ)
+DEFINE_RW(float, uint32_t, max_f32, max_f, fold_max_f32, 0)
+DEFINE_RW(float, uint32_t, min_f32, min_f, fold_min_f32, 0)
+DEFINE_RW(double, uint64_t, add_f64, addn_d, fold_add_f64, EX_HW_FTZ)
+DEFINE_RW(double, uint64_t, max_f64, max_d, fold_max_f64, 0)
+DEFINE_RW(double, uint64_t, min_f64, min_d, fold_min_f64, 0)
 
 /* ---- prefix scans ------------------------------------------------------------------------- */
 
