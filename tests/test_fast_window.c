@@ -469,6 +469,23 @@ static void test_pooling_layouts(void) {
                  "  i = f32[] parameter(1)\n  ROOT r = f32[8,32,11,11] reduce-window(x, i), "
                  "window={size=1x1x3x3 stride=1x1x3x3 pad=0_0x0_0x1_0x1_0}, to_apply=add\n}\n",
                  2, 1);
+    /* NHWC windows of stride 1 along W (W and C run as one dim): the average pool's gradient
+     * (a 2x2 sum over padding), a SAME 3x3 max pool dilated along W, and an f64 sum with
+     * negative padding and a reversed W window */
+    pooling_case("HloModule p8\n" ADD_F32 "ENTRY e {\n  x = f32[8,29,29,32] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[8,29,29,32] reduce-window(x, i), "
+                 "window={size=1x2x2x1 pad=0_0x1_0x1_0x0_0}, to_apply=add\n}\n",
+                 2, 1);
+    pooling_case("HloModule p9\n" MAX_F32 "ENTRY e {\n  x = f32[4,20,21,24] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[4,20,21,24] reduce-window(x, i), "
+                 "window={size=1x3x3x1 pad=0_0x1_1x2_2x0_0 rhs_dilate=1x1x2x1}, to_apply=max\n}\n",
+                 2, 1);
+    pooling_case("HloModule p10\nadd {\n  a = f64[] parameter(0)\n  b = f64[] parameter(1)\n"
+                 "  ROOT s = f64[] add(b, a)\n}\nENTRY e {\n  x = f64[6,17,19,8] parameter(0)\n"
+                 "  i = f64[] parameter(1)\n  ROOT r = f64[6,9,18,8] reduce-window(x, i), "
+                 "window={size=1x2x3x1 stride=1x2x1x1 pad=0_0x0_1x-1_2x0_0 rhs_reversal=0x0x1x0}, "
+                 "to_apply=add\n}\n",
+                 2, 1);
 }
 
 /* What the fast kernels leave to the reference: a multiply reducer, a select that is not a float

@@ -33,7 +33,8 @@
  * bits never depend on the thread count. */
 #include "exec/fast_internal.h"
 
-#define WIN_CHUNK     256                /* outputs of a row folded together */
+#define WIN_CHUNK     256                /* outputs of a row folded together (select) */
+#define RW_CHUNK      1024               /* outputs of a row folded together (reduce-window) */
 #define WIN_MAX_TABLE ((int64_t)1 << 22) /* entries of the per-dim tables (else the reference) */
 
 typedef enum { WIN_ADD, WIN_MAX, WIN_MIN } win_op;
@@ -296,7 +297,7 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
     static inline __attribute__((always_inline)) void rw_##SUF##_k(                                \
         const win_plan *p, int64_t begin, int64_t end, bool z, bool sw) {                          \
         const T *x = p->x;                                                                         \
-        T *y = p->y, init, acc[WIN_CHUNK];                                                         \
+        T *y = p->y, init, acc[RW_CHUNK];                                                          \
         memcpy(&init, p->init, sizeof init);                                                       \
         int64_t L = p->L, wl = p->wsize[p->r - 1];                                                 \
         const int64_t *cl = p->cnt[p->r - 1], *ol = p->off[p->r - 1];                              \
@@ -306,8 +307,8 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
         iter_row(p, begin, &it);                                                                   \
         for (int64_t row = begin; row < end; row++) {                                              \
             if (row > begin) iter_step(p, od, &it);                                                \
-            for (int64_t j0 = 0; j0 < L; j0 += WIN_CHUNK) {                                        \
-                int64_t n = L - j0 < WIN_CHUNK ? L - j0 : WIN_CHUNK;                               \
+            for (int64_t j0 = 0; j0 < L; j0 += RW_CHUNK) {                                         \
+                int64_t n = L - j0 < RW_CHUNK ? L - j0 : RW_CHUNK;                                 \
                 for (int64_t j = 0; j < n; j++) acc[j] = init;                                     \
                 bool exact = !p->aff || p->init_nan;                                               \
                 if (!exact) {                                                                      \
@@ -662,10 +663,41 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
     else
         return OT_OK;
     if (i->called[0]->root->shape.array.dtype != t) return OT_OK;
+    const ot_window *w = i->attrs->window;
+    if (!w || w->rank != is->rank) return OT_OK;
     for (int d = 0; d < osh->rank; d++) p.odims[d] = osh->dims[d];
     int64_t on = ot_shape_numel_unchecked(osh);
+    /* A last dim the window does not touch (channels: size 1, stride 1, no padding or dilation)
+     * behind a dim of stride 1 without base dilation (an NHWC pooling's W with stride 1, as the
+     * average pool's gradient has): the two are one dim of W * C elements whose window steps by
+     * C (dilation times C, padding times C). The same elements in the same order for every
+     * output, in rows W * C long instead of C: the per-row work is paid 1 / W as often. */
+    ot_shape ms = *is;
+    ot_window mw = *w;
+    int r = is->rank;
+    if (r >= 2) {
+        const ot_window_dim *lc = &w->dims[r - 1], *lw = &w->dims[r - 2];
+        int64_t C = is->dims[r - 1];
+        bool chan = lc->size == 1 && lc->stride == 1 && lc->pad_lo == 0 && lc->pad_hi == 0 &&
+                    (lc->window_dilation ? lc->window_dilation : 1) == 1 &&
+                    (lc->base_dilation ? lc->base_dilation : 1) == 1 && osh->dims[r - 1] == C;
+        bool unit = lw->stride == 1 && (lw->base_dilation ? lw->base_dilation : 1) == 1;
+        int64_t wdil = lw->window_dilation ? lw->window_dilation : 1;
+        if (chan && unit && C > 1 && C <= INT64_MAX / 4 / (is->dims[r - 2] + 1) &&
+            (lw->pad_lo < 0 ? -lw->pad_lo : lw->pad_lo) <= INT64_MAX / 4 / C &&
+            (lw->pad_hi < 0 ? -lw->pad_hi : lw->pad_hi) <= INT64_MAX / 4 / C &&
+            wdil <= INT64_MAX / 4 / C) {
+            ms.rank = r - 1;
+            ms.dims[r - 2] *= C;
+            mw.rank = r - 1;
+            mw.dims[r - 2].pad_lo *= C;
+            mw.dims[r - 2].pad_hi *= C;
+            mw.dims[r - 2].window_dilation = wdil * C;
+            p.odims[r - 2] *= C;
+        }
+    }
     ot_status st;
-    if (!plan_tables(c, &p, i->attrs->window, is, &st)) return OT_OK;
+    if (!plan_tables(c, &p, &mw, &ms, &st)) return OT_OK;
     *done = true;
     if (st != OT_OK) return st;
     p.ftz = c->ftz;
