@@ -431,6 +431,18 @@ SG_AVX512 static void sg_pack_rows(const float *src, int64_t lds, int64_t n, int
             int64_t nk = kc - k0 < 16 ? kc - k0 : 16;
             __mmask16 ld = sg_lanes(nk);
             __m512 r[16];
+            /* 4 blocks ahead: these rows further on, or the next rows' start (the address is
+             * computed as an integer: it may lie past the operand, and a prefetch never faults).
+             * The loads below wait on memory otherwise: one thread's attention PV spent 23 % of
+             * its time here, 4 % less CPU with this. */
+            int64_t pk = k0 + 64, pr = i0;
+            if (pk >= kc) {
+                pk -= kc;
+                pr += nl;
+            }
+            for (int i = 0; i < nl; i++)
+                _mm_prefetch((const char *)((uintptr_t)src + (uintptr_t)((pr + i) * lds + pk) * 4),
+                             _MM_HINT_T0);
             for (int i = 0; i < 16; i++)
                 r[i] = i < nv ? _mm512_maskz_loadu_ps(ld, src + (i0 + i) * lds + k0)
                               : _mm512_setzero_ps();
