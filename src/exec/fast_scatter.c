@@ -71,7 +71,7 @@ static void run_row(const sc_job *p, void *dst, const void *src, int64_t n) {
 #define FLOAT_ROW(T, ADD)                                                                          \
     do {                                                                                           \
         const T *u_ = src;                                                                         \
-        bool nan = false;                                                                          \
+        int nan = 0; /* an int, not a bool: the loop then vectorizes (a bool or-chain did not) */  \
         for (int64_t j = 0; j < n; j++) nan |= u_[j] != u_[j];                                     \
         if (!nan) {                                                                                \
             if (p->hw)                                                                             \
