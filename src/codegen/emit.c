@@ -963,7 +963,18 @@ static int emit_convert(em *E, const ot_instr *x, const char *ctx) {
     ival(E, a, from, s, sizeof s);
     if (tf) {
         char d[640];
-        snprintf(d, sizeof d, "ot_i2d(%s, %d, %d)", s, from == OT_U64, to == OT_F64);
+        /* a pred or an integer of up to 32 bits is exact in double, so one rounding from it
+         * is the reference's int_to_double_sticky then round: one cast from 32 bits, which
+         * the compiler vectorizes (ot_i2d's 64-bit magnitude path does not) */
+        if (ot_dtype_size(from) <= 4) {
+            char v[32];
+            var(E, a, v, sizeof v);
+            if (from == OT_PRED)
+                snprintf(d, sizeof d, "(int32_t)(%s != 0)", v);
+            else
+                snprintf(d, sizeof d, "(%s)%s", from == OT_U32 ? "uint32_t" : "int32_t", v);
+        } else
+            snprintf(d, sizeof d, "ot_i2d(%s, %d, %d)", s, from == OT_U64, to == OT_F64);
         switch (to) {
         case OT_F64: return define(E, x, ctx, to, false, "%s", d);
         case OT_F32: return define(E, x, ctx, to, false, "(float)%s", d);
