@@ -486,6 +486,23 @@ static void test_pooling_layouts(void) {
                  "window={size=1x2x3x1 stride=1x2x1x1 pad=0_0x0_1x-1_2x0_0 rhs_reversal=0x0x1x0}, "
                  "to_apply=add\n}\n",
                  2, 1);
+    /* NHWC windows of stride > 1 along W (rows of W x C outputs, C contiguous elements per
+     * window position): a SAME 3x3 stride-2 max pool, rows longer than one chunk with C = 24 (not
+     * a divisor of the chunk), and an f64 sum of stride 3 dilated and reversed along W */
+    pooling_case("HloModule p11\n" MAX_F32 "ENTRY e {\n  x = f32[4,17,33,24] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[4,9,17,24] reduce-window(x, i), "
+                 "window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0}, to_apply=max\n}\n",
+                 2, 1);
+    pooling_case("HloModule p12\n" ADD_F32 "ENTRY e {\n  x = f32[2,9,130,24] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[2,4,64,24] reduce-window(x, i), "
+                 "window={size=1x2x3x1 stride=1x2x2x1}, to_apply=add\n}\n",
+                 2, 1);
+    pooling_case("HloModule p13\nadd {\n  a = f64[] parameter(0)\n  b = f64[] parameter(1)\n"
+                 "  ROOT s = f64[] add(a, b)\n}\nENTRY e {\n  x = f64[3,7,40,6] parameter(0)\n"
+                 "  i = f64[] parameter(1)\n  ROOT r = f64[3,7,13,6] reduce-window(x, i), "
+                 "window={size=1x1x3x1 stride=1x1x3x1 pad=0_0x0_0x2_-1x0_0 rhs_dilate=1x1x2x1 "
+                 "rhs_reversal=0x0x1x0}, to_apply=add\n}\n",
+                 2, 1);
 }
 
 /* What the fast kernels leave to the reference: a multiply reducer, a select that is not a float

@@ -58,6 +58,11 @@ typedef struct win_plan {
      * offset j * S + koff[k] */
     const int64_t *ja, *jb, *koff;
     int64_t S;
+    /* reduce-window: blk > 0 when the last dim is an input's last two dims (W, C) whose C the
+     * window leaves alone: output j = w * blk + c; ja/jb/koff/S then count in w (positions of
+     * W), a window position reads blk contiguous elements at (w * S + koff[k]) * blk */
+    int64_t blk;
+    int64_t chunk;   /* reduce-window: outputs of a row folded together (a multiple of blk) */
     int64_t L;       /* the last output dim */
     int64_t rpt;     /* rows per task */
     const void *x;   /* the input / operand */
@@ -307,17 +312,23 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
         iter_row(p, begin, &it);                                                                   \
         for (int64_t row = begin; row < end; row++) {                                              \
             if (row > begin) iter_step(p, od, &it);                                                \
-            for (int64_t j0 = 0; j0 < L; j0 += RW_CHUNK) {                                         \
-                int64_t n = L - j0 < RW_CHUNK ? L - j0 : RW_CHUNK;                                 \
+            for (int64_t j0 = 0; j0 < L; j0 += p->chunk) {                                         \
+                int64_t n = L - j0 < p->chunk ? L - j0 : p->chunk;                                 \
                 for (int64_t j = 0; j < n; j++) acc[j] = init;                                     \
                 bool exact = !p->aff || p->init_nan;                                               \
                 if (!exact) {                                                                      \
                     UT nan = 0;                                                                    \
+                    int64_t B = p->blk;                                                            \
                     for (bool more = iter_first(&it); more; more = iter_next(&it))                 \
                         for (int64_t k = 0, lo, hi; k < wl; k++)                                   \
-                            if (aff_range(p, k, j0, n, &lo, &hi))                                  \
+                            if (!B && aff_range(p, k, j0, n, &lo, &hi))                            \
                                 nan |= FOLD(acc + (lo - j0), x + it.base + p->koff[k] + lo * p->S, \
                                             hi - lo, p->S, z && !HWZ);                             \
+                            else if (B && aff_range(p, k, j0 / B, n / B, &lo, &hi))                \
+                                for (int64_t w = lo; w < hi; w++)                                  \
+                                    nan |= FOLD(acc + (w * B - j0),                                \
+                                                x + it.base + (w * p->S + p->koff[k]) * B, B, 1,   \
+                                                z && !HWZ);                                        \
                     if (nan) {                                                                     \
                         exact = true;                                                              \
                         for (int64_t j = 0; j < n; j++) acc[j] = init;                             \
@@ -562,10 +573,10 @@ static ot_opcode binary_of_params(const ot_computation *f, ot_dtype t, bool *swa
 /* The window tables of p over input shape is (dims of the output/source in p->odims) in scratch;
  * false when the window is not covered (rank) or the tables would be too large. */
 static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const ot_shape *is,
-                        ot_status *st) {
+                        int64_t blk, ot_status *st) {
     *st = OT_OK;
-    int r = is->rank;
-    if (!w || w->rank != r || r < 1) return false;
+    int r = is->rank - (blk ? 1 : 0); /* blk: the input's last dim joins the one before */
+    if (!w || w->rank != is->rank || r < 1) return false;
     int64_t total = 0;
     for (int d = 0; d < r; d++) {
         int64_t ws = w->dims[d].size;
@@ -585,15 +596,16 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
         int64_t bdil = wd->base_dilation ? wd->base_dilation : 1;
         int64_t *cnt = tab, *off = tab + od;
         tab += od * (ws + 1);
+        int64_t B = blk && d == r - 1 ? blk : 1; /* output o = o' * B + (an element of C) */
         for (int64_t o = 0; o < od; o++) {
             int64_t n = 0;
             for (int64_t k = 0; k < ws; k++) { /* as the reference's window_source */
                 int64_t kk = wd->reversal ? ws - 1 - k : k;
-                int64_t pos = o * wd->stride + kk * wdil - wd->pad_lo;
+                int64_t pos = o / B * wd->stride + kk * wdil - wd->pad_lo;
                 if (pos < 0 || pos % bdil) continue;
                 pos /= bdil;
                 if (pos >= is->dims[d]) continue;
-                off[o * ws + n++] = pos * istr[d];
+                off[o * ws + n++] = pos * istr[d] + o % B;
             }
             cnt[o] = n;
         }
@@ -603,6 +615,8 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
     }
     p->r = r;
     p->L = p->odims[r - 1];
+    p->blk = blk;
+    p->chunk = blk ? RW_CHUNK / blk * blk : RW_CHUNK;
     /* without base dilation in the last dim, window position k reaches a range of outputs j at
      * input offsets j * stride + koff (the last dim's stride is 1) */
     const ot_window_dim *wl = &w->dims[r - 1];
@@ -616,7 +630,7 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
             koff[k] = kk * wdil - wl->pad_lo;
             ja[k] = koff[k] >= 0 ? 0 : (-koff[k] + S - 1) / S;
             jb[k] = I - 1 - koff[k] < 0 ? 0 : (I - 1 - koff[k]) / S + 1;
-            if (jb[k] > p->L) jb[k] = p->L;
+            if (jb[k] > p->L / (blk ? blk : 1)) jb[k] = p->L / (blk ? blk : 1);
             if (ja[k] > jb[k]) ja[k] = jb[k];
         }
         p->ja = ja;
@@ -675,6 +689,7 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
     ot_shape ms = *is;
     ot_window mw = *w;
     int r = is->rank;
+    int64_t blk = 0;
     if (r >= 2) {
         const ot_window_dim *lc = &w->dims[r - 1], *lw = &w->dims[r - 2];
         int64_t C = is->dims[r - 1];
@@ -694,10 +709,16 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
             mw.dims[r - 2].pad_hi *= C;
             mw.dims[r - 2].window_dilation = wdil * C;
             p.odims[r - 2] *= C;
+        } else if (chan && lw->stride > 1 && (lw->base_dilation ? lw->base_dilation : 1) == 1 &&
+                   C > 1 && C <= RW_CHUNK / 4) {
+            /* a stride along W (pools of stride 2): rows of W * C outputs all the same, each
+             * window position reading C contiguous elements per output position w */
+            blk = C;
+            p.odims[r - 2] *= C;
         }
     }
     ot_status st;
-    if (!plan_tables(c, &p, &mw, &ms, &st)) return OT_OK;
+    if (!plan_tables(c, &p, &mw, &ms, blk, &st)) return OT_OK;
     *done = true;
     if (st != OT_OK) return st;
     p.ftz = c->ftz;
@@ -750,7 +771,7 @@ ot_status ex_fast_select_and_scatter(ex_kernel_ctx *c, const ot_instr *i, void *
     const ot_window *w = i->attrs->window;
     for (int d = 0; d < ss->rank; d++) p.odims[d] = ss->dims[d];
     ot_status st;
-    if (!plan_tables(c, &p, w, is, &st)) return OT_OK;
+    if (!plan_tables(c, &p, w, is, 0, &st)) return OT_OK;
     *done = true;
     if (st != OT_OK) return st;
     p.ftz = c->ftz;
