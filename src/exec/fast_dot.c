@@ -452,16 +452,27 @@ SG_AVX512 static void sg_pack_rows(const float *src, int64_t lds, int64_t n, int
     }
 }
 
-/* Columns [j0, j0 + n) (n <= w) of kc rows of a row-major source (src at column 0 of the first
- * row, rows lds apart) into d as [k][w], columns in [n, w) zero: the copying pack of a B (w = nr)
- * and of a transposed A (w = mr). */
+/* Columns [0, n) of kc rows of a row-major source (src, rows lds apart) into micro-panels of w
+ * columns, each [k][w] (panel q at d + q * kc * w), columns past n zero: the copying pack of a
+ * transposed A. Row by row across the panels (one pass over each row's lines, not one per
+ * panel), each row's lines prefetched 8 rows ahead: the rows lie lds apart, often 4 KiB or more,
+ * where the hardware's prefetch does not follow. */
 SG_AVX512 static void sg_pack_cols(const float *src, int64_t lds, int64_t n, int64_t w, int64_t kc,
                                    float *d) {
-    for (int64_t k = 0; k < kc; k++)
-        for (int64_t j = 0; j < w; j += 16)
-            _mm512_mask_storeu_ps(
-                d + k * w + j, sg_lanes(w - j),
-                _mm512_maskz_loadu_ps(sg_lanes(n - j < 0 ? 0 : n - j), src + k * lds + j));
+    int64_t np = cdiv(n, w);
+    for (int64_t k = 0; k < kc; k++) {
+        uintptr_t pf = (uintptr_t)src + (uintptr_t)((k + 8) * lds) * 4;
+        for (int64_t j = 0; j < n; j += 16)
+            _mm_prefetch((const char *)(pf + (uintptr_t)j * 4), _MM_HINT_T0);
+        const float *s = src + k * lds;
+        for (int64_t q = 0; q < np; q++)
+            for (int64_t j = 0; j < w; j += 16) {
+                int64_t c = q * w + j;
+                _mm512_mask_storeu_ps(
+                    d + (q * kc + k) * w + j, sg_lanes(w - j),
+                    _mm512_maskz_loadu_ps(sg_lanes(n - c < 0 ? 0 : n - c), s + c));
+            }
+    }
 }
 
 /* Panels [p0, p1) of batch element b's B, k [k0, k0 + kc), into their places in bp (the
@@ -495,13 +506,13 @@ SG_AVX512 static void sg_pack_b(const sg_run *r, int64_t b, int64_t p0, int64_t 
 static void sg_pack_a(const sg_run *r, const float *a, float *ap, int64_t i0, int64_t mi,
                       int64_t k0, int64_t kc) {
     int64_t lda = r->va->ld, mr = r->mr;
+    if (r->g->ta) { /* row k of A^T across the micro-panels: one stream instead of one per panel */
+        sg_pack_cols(a + k0 * lda + i0, lda, mi, mr, kc, ap);
+        return;
+    }
     for (int64_t q = 0; q < mi; q += mr) {
         int64_t nq = mi - q < mr ? mi - q : mr;
-        float *d = ap + q * kc;
-        if (r->g->ta)
-            sg_pack_cols(a + k0 * lda + i0 + q, lda, nq, mr, kc, d);
-        else
-            sg_pack_rows(a + (i0 + q) * lda + k0, lda, nq, mr, kc, d);
+        sg_pack_rows(a + (i0 + q) * lda + k0, lda, nq, mr, kc, ap + q * kc);
     }
 }
 
