@@ -62,7 +62,10 @@ static const char usage[] =
     "                       optimizers and lamb, lars (not adafactor), --allreduce tree or\n"
     "                       direct; with --mpi one device per process (tree); checkpoints\n"
     "                       hold one optimizer shard per device and resume onto any\n"
-    "                       --devices, sharded or not\n"
+    "                       --devices, sharded or not; in one process the reduce-scatter\n"
+    "                       and all-gather overlap the backward and the next forward\n"
+    "  --no-overlap         --shard-optimizer without that overlap (one reduce-scatter\n"
+    "                       after the backward, one all-gather after the update)\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       created with its parents (default optitpu-train/ckpt; 'none'\n"
     "                       disables)\n"
@@ -363,6 +366,8 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
         c->o.allreduce = val;
     } else if (!strcmp(a, "--shard-optimizer")) {
         c->o.shard_optimizer = true;
+    } else if (!strcmp(a, "--no-overlap")) {
+        c->o.shard_no_overlap = true;
     } else if (!strcmp(a, "--local-sgd")) {
         NEED();
         if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))

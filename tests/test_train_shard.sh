@@ -5,6 +5,11 @@
 # state, and what cannot shard (adafactor's factored moments, a reduction whose order depends
 # on the split, --mpi with several devices per process, ...) is refused with a clear message and a non-zero exit (int8 state:
 # test_train test_shard_refused).
+# In one process the sharded step overlaps its reduce-scatter with the backward and its
+# all-gather with the next forward (the default) or not (--no-overlap): both end with the
+# unsharded run's parameters, and the overlapped run's metrics (every step's loss and accuracy,
+# the evaluations between steps) are the unsharded run's byte for byte; its trace shows the
+# reduce-scatter and the all-gather inside forward/backward intervals.
 # Checkpoints: test_train_shard_ckpt.sh.
 set -euo pipefail
 bin=$1
@@ -12,17 +17,24 @@ builddir=$3
 work=$(mktemp -d "$builddir/train_shard_XXXXXX")
 trap 'rm -rf "$work"' EXIT
 field() { sed -n "s/.*\"$2\":\"\\{0,1\\}\\([0-9a-z]*\\).*/\\1/p" "$1"; }
-common=(--steps 25 --eval-every 10 --ckpt-dir none --json --quiet --out "$work/o")
+common=(--steps 25 --eval-every 10 --ckpt-dir none --json --quiet)
 
 check() { # NAME DEVICES SLOTS EXTRA...: SLOTS array state slots of the optimizer
   local name=$1 n=$2 slots=$3
   shift 3
-  "$bin" train "${common[@]}" --devices "$n" "$@" >"$work/$name.ref.json"
-  "$bin" train "${common[@]}" --devices "$n" --shard-optimizer "$@" >"$work/$name.json"
-  local a b u s
+  "$bin" train "${common[@]}" --out "$work/ref" --devices "$n" "$@" >"$work/$name.ref.json"
+  "$bin" train "${common[@]}" --out "$work/o" --devices "$n" --shard-optimizer "$@" \
+    >"$work/$name.json"
+  "$bin" train "${common[@]}" --out "$work/no" --devices "$n" --shard-optimizer --no-overlap \
+    "$@" >"$work/$name.no.json"
+  local a b c u s
   a=$(field "$work/$name.ref.json" params_sha256)
   b=$(field "$work/$name.json" params_sha256)
+  c=$(field "$work/$name.no.json" params_sha256)
   [[ -n $a && $a == "$b" ]] || { echo "$name: sharded parameters $b differ from unsharded $a"; exit 1; }
+  [[ $a == "$c" ]] || { echo "$name: --no-overlap parameters $c differ from unsharded $a"; exit 1; }
+  cmp "$work/ref/metrics.csv" "$work/o/metrics.csv" \
+    || { echo "$name: the overlapped run's metrics differ from the unsharded run's"; exit 1; }
   grep -q '"shard_optimizer":true' "$work/$name.json"
   grep -q '"shard_optimizer":false' "$work/$name.ref.json"
   u=$(field "$work/$name.ref.json" optim_state_bytes_per_device)
@@ -50,6 +62,29 @@ check lars4 4 1 --optimizer lars --weight-decay 0.001
   >/dev/null 2>"$work/log"
 grep -q "sharded optimizer update: gradients reduce-scattered (tree) in blocks of 2416 elements over 4 devices" "$work/log" \
   || { echo "no sharding line in the log"; cat "$work/log"; exit 1; }
+
+# the trace: on every device the overlapped reduce-scatter and all-gather run inside
+# forward/backward intervals (between its kernels)
+"$bin" train --steps 4 --devices 4 --hidden 64,64 --ckpt-dir none --quiet --out "$work/o" \
+  --shard-optimizer --trace "$work/trace.json" >/dev/null
+if command -v python3 >/dev/null; then
+  python3 - "$work/trace.json" <<'PY'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('ph') == 'X']
+for dev in range(4):
+    fb = [(e['ts'], e['ts'] + e['dur']) for e in ev
+          if e.get('tid') == dev and e['name'] == 'forward+backward']
+    def inside(name):
+        return sum(1 for e in ev if e.get('tid') == dev and e['name'] == name and
+                   any(a <= e['ts'] and e['ts'] + e['dur'] <= b for a, b in fb))
+    rs, ag = inside('reduce-scatter'), inside('all-gather')
+    if rs == 0 or ag == 0:
+        sys.exit(f'device {dev}: {rs} reduce-scatter, {ag} all-gather events inside '
+                 f'forward/backward')
+PY
+else
+  echo "python3 missing: the trace's nesting not checked"
+fi
 
 refused() { # MESSAGE ARGS...
   local msg=$1

@@ -254,6 +254,73 @@ OT_API ot_status ot_local_run(int n, ot_local_fn fn, void *ud, ot_status *st);
 OT_API ot_status ot_local_world_run(ot_local_world *w, ot_local_fn fn, void *ud, ot_status *st);
 
 /* ---------------------------------------------------------------------------------------------
+ * The split-phase sharded exchange: a reduce-scatter and an all-gather of one flat f32 vector
+ * between the n threads of one process, bucket by bucket, so that each can overlap computation
+ * (ZeRO stage 1 with PyTorch DDP's bucketed overlap). Member r owns block r, the elements
+ * [r * block_len, (r + 1) * block_len) of a vector of n * block_len; buckets are disjoint ranges
+ * of the vector (elements no bucket covers are never reduced).
+ *
+ *   reduction, step seq (1, 2, ...):  grads_writable(seq) → write bucket b of grads → post(b) ...
+ *                                     reduce(wait=false) between other work, reduce(wait=true)
+ *   gather:                           params_writable(seq) → write block r of params →
+ *                                     publish(seq) ... wait_published(seq, range) → read the
+ *                                     owners' blocks (ot_shard_exchange_block) → fetched(seq)
+ *
+ * Member r's part of bucket b is reduced from every member's posted grads as soon as all have
+ * posted b, in a fixed order per element — order TREE: the tree all-reduce's (at level mask =
+ * 1, 2, 4, ... member v, a multiple of 2 * mask, adds member v + mask), DIRECT: rank order —
+ * which does not depend on the buckets or on when they arrive: the result is bit for bit the
+ * block of ot_comm_reduce_scatter with that algorithm (and of the tree all-reduce).
+ * grads_writable and params_writable wait until no member still reads this member's previous
+ * step (a member's grads until every member reduced seq - 1, its block of params until every
+ * member called fetched(seq - 1)).
+ *
+ * Waits end at the deadline (ot_now_ns value; 0: none) with TIMEOUT, which aborts the exchange;
+ * ot_shard_exchange_abort (any thread; e.g. a member failed) makes every wait, now and later,
+ * return `why` (PEER_FAILED, ...). Thread safety: member r's calls come from one thread at a
+ * time; members run concurrently; abort from anywhere.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ot_shard_exchange ot_shard_exchange;
+
+/* order: OT_ALGO_TREE or OT_ALGO_DIRECT (else INVALID_ARGUMENT); buckets (off, len) inside the
+ * vector, disjoint, at most 4096. */
+OT_API ot_status ot_shard_exchange_create(int n, size_t block_len, int nbuckets,
+                                          const size_t *bucket_off, const size_t *bucket_len,
+                                          ot_coll_algo order, ot_shard_exchange **out);
+OT_API void ot_shard_exchange_free(ot_shard_exchange *x); /* NULL is a no-op */
+/* Member rank's vectors for the exchange's life (n * block_len floats each; caller-owned):
+ * grads, read by every member during its reductions; params, whose block `rank` every member
+ * reads after publish. Before its first step. */
+OT_API ot_status ot_shard_exchange_bind(ot_shard_exchange *x, int rank, const float *grads,
+                                        const float *params);
+OT_API void ot_shard_exchange_abort(ot_shard_exchange *x, ot_status why, const char *msg);
+OT_API ot_status ot_shard_exchange_grads_writable(ot_shard_exchange *x, int rank, uint64_t seq,
+                                                  uint64_t deadline_ns);
+OT_API ot_status ot_shard_exchange_post(ot_shard_exchange *x, int rank, uint64_t seq, int bucket);
+/* Reduces into reduced (block_len floats: this member's block) its part of every bucket that
+ * every member has posted for seq and it has not reduced yet; wait: until all buckets are.
+ * *done (may be NULL): buckets this call reduced. */
+OT_API ot_status ot_shard_exchange_reduce(ot_shard_exchange *x, int rank, uint64_t seq,
+                                          float *reduced, bool wait, uint64_t deadline_ns,
+                                          int *done);
+/* Buckets that every member has posted, counted over the exchange's life, without a lock: a
+ * member polling between pieces of work calls reduce only when this has moved. */
+OT_API uint64_t ot_shard_exchange_completions(const ot_shard_exchange *x);
+/* Whether every bucket of seq is reduced by this member. */
+OT_API bool ot_shard_exchange_reduced(const ot_shard_exchange *x, int rank, uint64_t seq);
+OT_API ot_status ot_shard_exchange_params_writable(ot_shard_exchange *x, int rank, uint64_t seq,
+                                                   uint64_t deadline_ns);
+OT_API ot_status ot_shard_exchange_publish(ot_shard_exchange *x, int rank, uint64_t seq);
+/* Waits until the owners of [off, off + len) have published seq (none publishes seq + 1 before
+ * every member declared seq fetched: params_writable). */
+OT_API ot_status ot_shard_exchange_wait_published(ot_shard_exchange *x, uint64_t seq, size_t off,
+                                                  size_t len, uint64_t deadline_ns);
+/* Member q's params vector (bound), whose block q is valid once published. */
+OT_API const float *ot_shard_exchange_block(const ot_shard_exchange *x, int q);
+OT_API ot_status ot_shard_exchange_fetched(ot_shard_exchange *x, int rank, uint64_t seq);
+
+/* ---------------------------------------------------------------------------------------------
  * Gradient aggregation
  * ------------------------------------------------------------------------------------------- */
 

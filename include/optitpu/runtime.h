@@ -178,6 +178,18 @@ typedef struct ot_run_options {
      * to ot_evaluate. */
     bool reference_kernels;
     ot_threadpool *pool; /* fast kernels split over it; NULL: ot_threadpool_default() */
+    /* Called on the running thread before kernel k of the executable's list runs (done false)
+     * and once it has finished (done true), in list order (a kernel that may run inside the
+     * dot before it, an output fusion, is announced before the dot starts — again before its
+     * own run if it did not — and finished after the dot): what
+     * lets a caller act on an output as soon as its last writer is done, or fill a parameter
+     * just before its first reader, between kernels. An error stops the run with that status.
+     * NULL: none. With a hook, ot_device_execute's outs[q] hold the outputs' buffers during the
+     * run (the hook may read one whose last writer has finished; NULL again if the run fails).
+     * The generic execution loop calls it; a device with an execute of its own refuses a run
+     * that sets it (UNIMPLEMENTED). */
+    ot_status (*kernel_hook)(void *ud, int kernel, bool done);
+    void *kernel_hook_ud;
 } ot_run_options;
 
 OT_API ot_run_options ot_run_options_default(void);

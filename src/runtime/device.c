@@ -378,6 +378,16 @@ ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *c
                 st = ot_error_wrap(st, "execute %s: output %d", mname, q);
         }
     }
+    if (st == OT_OK && o && o->kernel_hook) {
+        if (d->vt->execute) {
+            st = ot_error(OT_ERR_UNIMPLEMENTED,
+                          "execute %s: device %d (%s) runs executables itself: no kernel hook",
+                          mname, d->index, d->vt->kind);
+            goto fail;
+        }
+        /* the hook may read an output once its last writer has run */
+        for (int q = 0; q < no; q++) outs[q] = made[q];
+    }
     if (st != OT_OK) goto fail;
     atomic_fetch_add(&d->active, 1);
     st = d->vt->execute ? d->vt->execute(d->ctx, d, exe, pm, om, o, res)
@@ -399,6 +409,7 @@ ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *c
     return OT_OK;
 fail:
     for (int q = 0; made && q < no; q++) ot_buffer_free(made[q]);
+    for (int q = 0; q < no; q++) outs[q] = NULL;
     ot_free(pm);
     ot_free(om);
     ot_free(made);

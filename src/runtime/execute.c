@@ -366,6 +366,7 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
                           nk, kn->name, (double)(t0 - ro.deadline_ns) / 1e6);
             break;
         }
+        if (ro.kernel_hook && (st = ro.kernel_hook(ro.kernel_hook_ud, k, false)) != OT_OK) break;
         for (int q = 0; q < kn->noutputs; q++)
             if (ot_executable_slot(exe, kn->outputs[q])->alias_param >= 0) r.donated_written = true;
         if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO) {
@@ -388,6 +389,7 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
         if (kn->kind == OT_KERNEL_COPY && kn->ninputs == 1 && kn->noutputs == 1 &&
             kin[0] == kout[0]) {
             r.kernels_run++;
+            if (ro.kernel_hook && (st = ro.kernel_hook(ro.kernel_hook_ud, k, true)) != OT_OK) break;
             continue;
         }
         run.bound = k;
@@ -400,6 +402,8 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
         if (launch == rt_host_launch && run.native && run.cg &&
             (kn->opcode == OT_OP_DOT || kn->opcode == OT_OP_CONVOLUTION))
             fk = output_fusion(exe, &run, k, kn, kin, kout, arena, params, outs, fin, fout, &fr);
+        if (fk && ro.kernel_hook && (st = ro.kernel_hook(ro.kernel_hook_ud, k + 1, false)) != OT_OK)
+            break;
         run.kc.epilogue = fk ? &fepi : NULL;
         run.kc.epilogue_done = false;
         /* the host's launch called directly: no indirect call per kernel on the common path */
@@ -423,6 +427,11 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
             if (ro.profile)
                 ot_profile_record(ro.profile, fk->name, "fusion-native", device_index, t1, t1,
                                   fk->flops, fk->bytes_read + fk->bytes_written);
+        }
+        if (ro.kernel_hook) { /* kernel k done (fused: the dot k - 1 first, then k) */
+            if (fk && run.kc.epilogue_done) st = ro.kernel_hook(ro.kernel_hook_ud, k - 1, true);
+            if (st == OT_OK) st = ro.kernel_hook(ro.kernel_hook_ud, k, true);
+            if (st != OT_OK) break;
         }
     }
     ot_free(ca.scratch);

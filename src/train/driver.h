@@ -157,6 +157,14 @@ struct trainer {
     int64_t shard_len;
     int shard_pod; /* the devices the update is sharded over: every process's (o->devices in one
                     * process; across processes, one device each) */
+    /* the in-process sharded step's overlapped exchange (shard_no_overlap false): made by the
+     * segment's first member (t->mu), freed by its last (xchg_users) */
+    ot_shard_exchange *xchg;
+    int xchg_users;
+    /* the members' vectors bound to it (send, pflat), which another member may still read when
+     * their owner leaves: freed with the exchange */
+    float **xchg_mem;
+    int xchg_nmem;
     /* across processes, a resumed sharded run: process 0's copy of every slot of the restored
      * optimizer state over the whole flat vector (shard_pod * shard_len elements of the slot's
      * dtype each), which the pod's share_restore hands out block by block, then frees */

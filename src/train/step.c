@@ -21,17 +21,23 @@ phase_clock train_phase_start(void) {
     return (phase_clock){ot_now_ns(), thread_cpu_ns()};
 }
 
-void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
-                     bool traced) {
+/* train_phase_end less excl_w, excl_c ns of wall and CPU time spent inside the phase on other
+ * parts (which recorded themselves); the trace still shows the phase's whole interval, the others
+ * nested in it. */
+static void phase_end_excl(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
+                           bool traced, uint64_t excl_w, uint64_t excl_c) {
     uint64_t w1 = ot_now_ns(), c1 = thread_cpu_ns();
+    uint64_t w = w1 - pc.w0, c = c1 - pc.c0;
+    w = w > excl_w ? w - excl_w : 0;
+    c = c > excl_c ? c - excl_c : 0;
 
-    r->cpu[ph] += c1 - pc.c0;
+    r->cpu[ph] += c;
     int k = 0;
     while (k < r->nparts && strcmp(r->parts[k].name, name) != 0) k++;
     if (k == r->nparts && k < OT_TRAIN_MAX_PARTS) r->parts[r->nparts++].name = name;
     if (k < r->nparts) {
-        r->parts[k].wall += w1 - pc.w0;
-        r->parts[k].cpu += c1 - pc.c0;
+        r->parts[k].wall += w;
+        r->parts[k].cpu += c;
         r->parts[k].count++;
     }
     if (traced && t->trace)
@@ -40,6 +46,11 @@ void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char 
                             : ph == PH_COMM  ? OT_PHASE_COMM
                                              : OT_PHASE_OTHER,
                             name, pc.w0, w1);
+}
+
+void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
+                     bool traced) {
+    phase_end_excl(t, r, ph, pc, name, traced, 0, 0);
 }
 
 ot_status train_evaluate(trainer *t, replica *r, double *acc, double *loss) {
@@ -140,6 +151,24 @@ typedef struct replica_run {
     ot_coll_options rs_coll;
     float *send, *pflat, *gblock;
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
+    size_t pos[MAX_PARAMS]; /* parameter k's offset in flat */
+    /* the overlapped sharded step (t->xchg, in one process): seq is the segment's step, 1-based
+     * (the exchange's); the gradient executable's kernel that first reads parameter k
+     * (first_read[k]) and that last writes output q (last_write[q]), -1: none; the parameters
+     * of exchange step fetch_seq still to be copied into the device's buffers (pending, before
+     * their first reader in the next forward); during the step's last forward/backward the
+     * kernel hook gathers and posts each parameter's gradients (grads_hook, add: summed into
+     * flat, posted[k]) and reduces what every member has posted; hook_w and hook_c: the wall
+     * and CPU ns the hook spent in the run, which are not the forward/backward's */
+    bool ovl;
+    uint64_t seq;
+    int first_read[MAX_PARAMS], last_write[MAX_PARAMS + 2];
+    uint64_t fetch_seq;
+    bool pending[MAX_PARAMS], posted[MAX_PARAMS];
+    int npending, buckets_left;
+    bool grads_hook, add;
+    uint64_t hook_w, hook_c;
+    uint64_t seen; /* the exchange's completions when the hook last reduced */
 } replica_run;
 
 /* Load batch: the shard of micro-batch `micro` of global batch `step` onto the device
@@ -172,6 +201,8 @@ static ot_status phase_load_batch(replica_run *rr, int64_t step, int64_t micro) 
     return s;
 }
 
+static ot_status step_hook(void *ud, int kernel, bool done);
+
 /* Forward/backward: the compiled gradient executable → outs (loss, correct, gradients). Runs
  * only when s (the batch's load) is OK; releases the batch either way. */
 static ot_status phase_forward_backward(replica_run *rr, ot_status s) {
@@ -179,47 +210,158 @@ static ot_status phase_forward_backward(replica_run *rr, ot_status s) {
     int np = t->nparams;
     memset(rr->outs, 0, sizeof rr->outs);
     if (s == OT_OK) {
+        ot_run_options ro = ot_run_options_default();
+        if (rr->ovl && (rr->grads_hook || rr->npending)) {
+            ro.kernel_hook = step_hook;
+            ro.kernel_hook_ud = rr;
+        }
+        rr->hook_w = rr->hook_c = 0;
         phase_clock pc = train_phase_start();
-        s = ot_device_execute(rr->m.r->dev, rr->exe, rr->args, np + 2, rr->outs, np + 2, NULL,
-                              NULL);
-        train_phase_end(t, rr->m.r, PH_COMPUTE, pc, "forward+backward", true);
+        s = ot_device_execute(rr->m.r->dev, rr->exe, rr->args, np + 2, rr->outs, np + 2,
+                              ro.kernel_hook ? &ro : NULL, NULL);
+        phase_end_excl(t, rr->m.r, PH_COMPUTE, pc, "forward+backward", true, rr->hook_w,
+                       rr->hook_c);
     }
     ot_buffer_free(rr->args[np]);
     ot_buffer_free(rr->args[np + 1]);
     return s;
 }
 
+/* Parameter k's gradients (output 2 + k of the last run) into flat, or summed into it (add). */
+static ot_status gather_param(replica_run *rr, int k, bool add) {
+    trainer *t = rr->t;
+    float *dst = rr->flat + rr->pos[k];
+    if (!add) /* one copy, straight into the flat vector */
+        return ot_buffer_read_bytes(rr->outs[2 + k], 0, dst,
+                                    (int64_t)(t->sizes[k] * sizeof(float)));
+    ot_tensor h;
+    ot_status s = ot_buffer_to_host(rr->outs[2 + k], &h);
+    if (s != OT_OK) return s;
+    const float *g = h.data;
+    for (size_t i = 0; i < t->sizes[k]; i++) dst[i] += g[i];
+    ot_tensor_release(&h);
+    return OT_OK;
+}
+
+/* Deadline of one wait in the overlapped exchange: the all-reduce's. */
+static uint64_t xchg_deadline(const replica_run *rr) {
+    return rr->m.timeout_ns > 0 ? ot_now_ns() + (uint64_t)rr->m.timeout_ns : 0;
+}
+
+/* The overlapped step's gradients of parameter k: gathered into flat (which is the exchange's
+ * send vector past its head), then posted as bucket k. */
+static ot_status post_param(replica_run *rr, int k) {
+    trainer *t = rr->t;
+    phase_clock pc = train_phase_start();
+    ot_status s = gather_param(rr, k, rr->add);
+    train_phase_end(t, rr->m.r, PH_OTHER, pc, "gather", false);
+    if (s == OT_OK) s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, k);
+    rr->posted[k] = s == OT_OK;
+    return s;
+}
+
+/* This device's part of every bucket all members have posted (wait: of every bucket), into
+ * its block of the reduced gradients; traced as the reduce-scatter when it reduced any. */
+static ot_status reduce_ready(replica_run *rr, bool wait) {
+    trainer *t = rr->t;
+    if (rr->buckets_left == 0) return OT_OK;
+    phase_clock pc = train_phase_start();
+    int done = 0;
+    ot_status s = ot_shard_exchange_reduce(t->xchg, rr->m.rank, rr->seq, rr->gblock, wait,
+                                           wait ? xchg_deadline(rr) : 0, &done);
+    rr->buckets_left -= done;
+    train_phase_end(t, rr->m.r, PH_COMM, pc, "reduce-scatter", wait || done > 0);
+    return s;
+}
+
+/* Parameter k of exchange step fetch_seq into the device's buffer, once its blocks' owners have
+ * published it: each owner's piece copied straight from its block (one copy, the all-gather's
+ * and the parameters' write in one). The last one pending declares the step fetched. */
+static ot_status fetch_param(replica_run *rr, int k) {
+    trainer *t = rr->t;
+    phase_clock pc = train_phase_start();
+    size_t off = SHARD_HEAD + rr->pos[k], len = t->sizes[k], blk = (size_t)t->shard_len;
+    ot_status s =
+        ot_shard_exchange_wait_published(t->xchg, rr->fetch_seq, off, len, xchg_deadline(rr));
+    for (size_t lo = off; s == OT_OK && lo < off + len;) {
+        size_t q = lo / blk, hi = (q + 1) * blk < off + len ? (q + 1) * blk : off + len;
+        s = ot_buffer_write_bytes(rr->m.r->params[k], (int64_t)((lo - off) * sizeof(float)),
+                                  ot_shard_exchange_block(t->xchg, (int)q) + lo,
+                                  (int64_t)((hi - lo) * sizeof(float)));
+        lo = hi;
+    }
+    if (s == OT_OK) {
+        rr->pending[k] = false;
+        if (--rr->npending == 0) {
+            s = ot_shard_exchange_fetched(t->xchg, rr->m.rank, rr->fetch_seq);
+            rr->fetch_seq = 0;
+        }
+    }
+    train_phase_end(t, rr->m.r, PH_COMM, pc, "all-gather", true);
+    return s;
+}
+
+static ot_status fetch_all(replica_run *rr) {
+    ot_status s = OT_OK;
+    for (int k = 0; s == OT_OK && rr->npending > 0 && k < rr->t->nparams; k++)
+        if (rr->pending[k]) s = fetch_param(rr, k);
+    return s;
+}
+
+/* The gradient executable's kernel hook in the overlapped step: before a kernel, the pending
+ * parameters it is the first to read are fetched (the all-gather of the last step under this
+ * forward); after one, the parameters whose gradients it finished are gathered and posted and
+ * whatever every member has posted is reduced (the reduce-scatter under the backward). Its time
+ * is the communication's and the gather's, not the forward/backward's. */
+static ot_status step_hook(void *ud, int kernel, bool done) {
+    replica_run *rr = ud;
+    trainer *t = rr->t;
+    /* the common case, nothing to do after this kernel, reads no clock and takes no lock */
+    bool work = false;
+    for (int k = 0; !work && k < t->nparams; k++)
+        work = done ? rr->grads_hook && !rr->posted[k] && rr->last_write[2 + k] == kernel
+                    : rr->pending[k] && rr->first_read[k] == kernel;
+    uint64_t comp = 0;
+    if (done && rr->grads_hook && rr->buckets_left > 0) {
+        comp = ot_shard_exchange_completions(t->xchg);
+        work = work || comp != rr->seen;
+    }
+    if (!work) return OT_OK;
+    phase_clock pc = train_phase_start();
+    ot_status s = OT_OK;
+    for (int k = 0; s == OT_OK && k < t->nparams; k++) {
+        if (!done && rr->pending[k] && rr->first_read[k] == kernel) s = fetch_param(rr, k);
+        if (done && !rr->posted[k] && rr->last_write[2 + k] == kernel) s = post_param(rr, k);
+    }
+    if (s == OT_OK && done && rr->buckets_left > 0) {
+        rr->seen = comp;
+        s = reduce_ready(rr, false);
+    }
+    phase_clock end = train_phase_start();
+    rr->hook_w += end.w0 - pc.w0;
+    rr->hook_c += end.c0 - pc.c0;
+    return s;
+}
+
 /* Gather: gradients, then loss and correct count, packed into one flat vector; a later
  * micro-batch of the step (add) is summed into it in micro-batch order (each micro-batch's loss
- * is scaled by 1 / t->step_batch, so the sum is the step's mean). */
+ * is scaled by 1 / t->step_batch, so the sum is the step's mean). In the overlapped step the
+ * hook has gathered and posted the gradients already; any it did not (an output no kernel
+ * writes) are posted here, and the parameters no kernel read are fetched. */
 static ot_status phase_gather(replica_run *rr, bool add) {
     trainer *t = rr->t;
     int nouts = 2 + t->nparams;
-    phase_clock pc = train_phase_start();
     ot_status s = OT_OK;
-    size_t pos = 0;
-    for (int k = 0; k < t->nparams && s == OT_OK; k++) {
-        ot_tensor h;
-        s = ot_buffer_to_host(rr->outs[2 + k], &h);
-        if (s == OT_OK) {
-            if (add) {
-                const float *g = h.data;
-                for (size_t i = 0; i < t->sizes[k]; i++) rr->flat[pos + i] += g[i];
-            } else {
-                memcpy(rr->flat + pos, h.data, h.nbytes);
-            }
-            pos += t->sizes[k];
-            ot_tensor_release(&h);
-        }
-    }
+    for (int k = 0; rr->grads_hook && s == OT_OK && k < t->nparams; k++)
+        if (!rr->posted[k]) s = post_param(rr, k);
+    if (s == OT_OK && rr->npending) s = fetch_all(rr);
+    phase_clock pc = train_phase_start();
+    for (int k = 0; !rr->grads_hook && k < t->nparams && s == OT_OK; k++)
+        s = gather_param(rr, k, add);
     for (int k = 0; k < 2 && s == OT_OK; k++) {
-        ot_tensor h;
-        s = ot_buffer_to_host(rr->outs[k], &h);
-        if (s == OT_OK) {
-            float v = *(float *)h.data;
-            rr->flat[t->total_elems + k] = add ? rr->flat[t->total_elems + k] + v : v;
-            ot_tensor_release(&h);
-        }
+        float v;
+        s = ot_buffer_read_bytes(rr->outs[k], 0, &v, sizeof v);
+        if (s == OT_OK) rr->flat[t->total_elems + k] = add ? rr->flat[t->total_elems + k] + v : v;
     }
     for (int k = 0; k < nouts; k++) ot_buffer_free(rr->outs[k]);
     train_phase_end(t, rr->m.r, PH_OTHER, pc, "gather", false);
@@ -258,7 +400,16 @@ static ot_status phase_allreduce(replica_run *rr) {
         x[0] = rr->flat[total];
         x[1] = rr->flat[total + 1];
         rr->flat[total] = rr->flat[total + 1] = 0;
-        s = ot_tpu_optimizer_shard_reduce(t->topt, rr->m.comm, &rr->rs_coll, x, rr->gblock);
+        if (rr->ovl) {
+            /* overlapped: the gradients' buckets are posted (and partly reduced); the head is
+             * the last bucket, then the rest of this device's block as it arrives */
+            s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, t->nparams);
+            train_phase_end(t, r, PH_COMM, pc, "reduce-scatter", false);
+            if (s == OT_OK) s = reduce_ready(rr, true);
+            pc = train_phase_start();
+        } else {
+            s = ot_tpu_optimizer_shard_reduce(t->topt, rr->m.comm, &rr->rs_coll, x, rr->gblock);
+        }
         if (s == OT_OK && rr->m.rank == 0) {
             rr->flat[total] = rr->gblock[0];
             rr->flat[total + 1] = rr->gblock[1];
@@ -372,6 +523,19 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
     return s;
 }
 
+/* Whether the device's parameters of this step are read before the next step's forward: at
+ * the segment's last step (the final hash, the next segment), and on the leader when it
+ * evaluates or checkpoints this step (phase_metrics, phase_checkpoint). */
+static bool params_read_before_forward(const replica_run *rr, int64_t step) {
+    const trainer *t = rr->t;
+    const ot_train_options *o = t->o;
+    int64_t done = step + 1;
+    if (done >= t->run_end) return true;
+    if (rr->m.g != 0) return false;
+    return (o->eval_every > 0 && done % o->eval_every == 0) || done == t->total_steps ||
+           (t->ckpt && o->ckpt_every > 0 && done % o->ckpt_every == 0);
+}
+
 /* Sharded update (tpu_optim.h's sharded mode): this device's block of the flat parameters
  * updated with its block of the reduced gradients (its optimizer state is the device's only),
  * every device's block all-gathered into the flat parameters (in place), and those written into
@@ -380,11 +544,31 @@ static ot_status phase_residuals(replica_run *rr, int64_t step) {
 static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
-    phase_clock pc = train_phase_start();
-    ot_status s = ot_tpu_optimizer_shard_update(t->topt, r->dev, rr->m.comm, rr->gblock, rr->pflat,
-                                                step + 1, lr, NULL);
+    phase_clock pc;
+    ot_status s = OT_OK;
+    if (rr->ovl) { /* nobody still reads this device's block of the last step */
+        pc = train_phase_start();
+        s = ot_shard_exchange_params_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
+        train_phase_end(t, r, PH_COMM, pc, "all-gather", false);
+        if (s != OT_OK) return s;
+    }
+    pc = train_phase_start();
+    s = ot_tpu_optimizer_shard_update(t->topt, r->dev, rr->m.comm, rr->gblock, rr->pflat, step + 1,
+                                      lr, NULL);
     train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
     if (s != OT_OK) return s;
+    if (rr->ovl) {
+        /* overlapped: the block is published; the device's parameters are fetched before their
+         * first reader in the next forward, or now when something reads them before it */
+        s = ot_shard_exchange_publish(t->xchg, rr->m.rank, rr->seq);
+        if (s != OT_OK) return s;
+        if (rr->m.g == 0)
+            t->rep->allreduce_bytes += t->shard_len * (int64_t)sizeof(float) * rr->m.n;
+        rr->fetch_seq = rr->seq;
+        rr->npending = t->nparams;
+        for (int k = 0; k < t->nparams; k++) rr->pending[k] = true;
+        return params_read_before_forward(rr, step) ? fetch_all(rr) : OT_OK;
+    }
     pc = train_phase_start();
     s = ot_tpu_optimizer_shard_gather(t->topt, rr->m.comm, &rr->rs_coll, rr->pflat);
     train_phase_end(t, r, PH_COMM, pc, "all-gather", !t->pod_vt->comm_traced);
@@ -502,12 +686,69 @@ static void replica_failed(replica_run *rr, ot_status s) {
                  ot_last_error());
     }
     if (t->pod_vt->fail_member) t->pod_vt->fail_member(t, &rr->m);
+    if (t->xchg) ot_shard_exchange_abort(t->xchg, OT_ERR_PEER_FAILED, t->err_msg);
     pthread_mutex_unlock(&t->mu);
 }
 
 /* ---------------------------------------------------------------------------------------------
  * The loop
  * ------------------------------------------------------------------------------------------- */
+
+/* The overlapped exchange's member set-up: the exchange (made by the segment's first member:
+ * one bucket per parameter, the head last, in the reduce-scatter's order), this device's
+ * vectors bound to it, the gradient executable's first readers and last writers. */
+static ot_status overlap_begin(replica_run *rr) {
+    trainer *t = rr->t;
+    size_t off[MAX_PARAMS + 1], len[MAX_PARAMS + 1];
+    for (int k = 0; k < t->nparams; k++) {
+        off[k] = SHARD_HEAD + rr->pos[k];
+        len[k] = t->sizes[k];
+    }
+    off[t->nparams] = 0;
+    len[t->nparams] = SHARD_HEAD;
+    ot_status s = OT_OK;
+    pthread_mutex_lock(&t->mu);
+    if (!t->xchg) {
+        t->xchg_nmem = 0;
+        t->xchg_mem = ot_calloc(2 * (size_t)rr->m.n, sizeof *t->xchg_mem);
+        s = t->xchg_mem ? ot_shard_exchange_create(rr->m.n, (size_t)t->shard_len, t->nparams + 1,
+                                                   off, len, rr->rs_coll.algo, &t->xchg)
+                        : ot_error(OT_ERR_OUT_OF_MEMORY, "train: exchange vectors");
+        if (s != OT_OK) {
+            ot_free(t->xchg_mem);
+            t->xchg_mem = NULL;
+        }
+    }
+    if (s == OT_OK) {
+        t->xchg_users++;
+        rr->ovl = true;
+        /* a member failed before the exchange existed: nobody may wait in it */
+        if (t->err_status != OT_OK)
+            ot_shard_exchange_abort(t->xchg, OT_ERR_PEER_FAILED, t->err_msg);
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (s != OT_OK) return s;
+    s = ot_shard_exchange_bind(t->xchg, rr->m.rank, rr->send, rr->pflat);
+    if (s != OT_OK) return s;
+    for (int k = 0; k < t->nparams; k++) rr->first_read[k] = -1;
+    for (int q = 0; q < t->nparams + 2; q++) rr->last_write[q] = -1;
+    int nk = ot_executable_kernel_count(rr->exe);
+    for (int i = 0; i < nk; i++) {
+        const ot_kernel *kn = ot_executable_kernel(rr->exe, i);
+        for (int q = 0; q < kn->ninputs; q++) {
+            const ot_slot *sl = ot_executable_slot(rr->exe, kn->inputs[q]);
+            if (sl->kind == OT_SLOT_PARAMETER && sl->number < t->nparams &&
+                rr->first_read[sl->number] < 0)
+                rr->first_read[sl->number] = i;
+        }
+        for (int q = 0; q < kn->noutputs; q++) {
+            const ot_slot *sl = ot_executable_slot(rr->exe, kn->outputs[q]);
+            if (sl->kind == OT_SLOT_OUTPUT && sl->number < t->nparams + 2)
+                rr->last_write[sl->number] = i;
+        }
+    }
+    return OT_OK;
+}
 
 /* --shard-optimizer's member set-up: the reduce-scatter takes the algorithm the unsharded
  * all-reduce of the same gradients would run (the cost model's choice under auto), which must
@@ -539,8 +780,9 @@ static ot_status shard_begin(replica_run *rr) {
     if (!rr->send || !rr->pflat || !rr->gblock)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
     rr->flat = rr->send + SHARD_HEAD;
-    size_t pos = 0;
     ot_status s = OT_OK;
+    if (t->psize == 1 && !t->o->shard_no_overlap) s = overlap_begin(rr);
+    size_t pos = 0;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
         ot_tensor h;
         s = ot_buffer_to_host(m->r->params[k], &h);
@@ -554,9 +796,13 @@ static ot_status shard_begin(replica_run *rr) {
         train_log(t,
                   "sharded optimizer update: gradients reduce-scattered (%s) in blocks of %lld "
                   "elements over %d devices, each updating its block and holding its optimizer "
-                  "state (%lld bytes), parameters all-gathered",
+                  "state (%lld bytes), parameters all-gathered%s",
                   ot_coll_algo_name(rr->rs_coll.algo), (long long)t->shard_len, m->n,
-                  (long long)t->rep->optim_state_bytes_per_device);
+                  (long long)t->rep->optim_state_bytes_per_device,
+                  rr->ovl ? "; overlapped: each parameter's gradients reduced during the "
+                            "backward, its values gathered before its first reader in the next "
+                            "forward"
+                          : "");
     return s;
 }
 
@@ -591,6 +837,11 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     rr->idx = ot_malloc((size_t)t->step_batch * sizeof *rr->idx);
     rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
     rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
+    size_t pos = 0;
+    for (int k = 0; k < t->nparams; k++) {
+        rr->pos[k] = pos;
+        pos += t->sizes[k];
+    }
     if (!t->shard_len) rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
     if (!rr->idx || !rr->xb || !rr->yb || (!t->shard_len && !rr->flat))
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
@@ -627,7 +878,24 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
 }
 
 static void run_end(replica_run *rr) {
-    if (rr->t->pod_vt->member_end) rr->t->pod_vt->member_end(rr->t, &rr->m);
+    trainer *t = rr->t;
+    if (t->pod_vt->member_end) t->pod_vt->member_end(t, &rr->m);
+    if (rr->ovl) { /* the segment's last member frees the exchange and the bound vectors */
+        pthread_mutex_lock(&t->mu);
+        t->xchg_mem[t->xchg_nmem++] = rr->send;
+        t->xchg_mem[t->xchg_nmem++] = rr->pflat;
+        rr->send = rr->pflat = NULL;
+        rr->flat = NULL;
+        if (--t->xchg_users == 0) {
+            ot_shard_exchange_free(t->xchg);
+            t->xchg = NULL;
+            for (int i = 0; i < t->xchg_nmem; i++) ot_free(t->xchg_mem[i]);
+            ot_free(t->xchg_mem);
+            t->xchg_mem = NULL;
+            t->xchg_nmem = 0;
+        }
+        pthread_mutex_unlock(&t->mu);
+    }
     if (!rr->send) ot_free(rr->flat); /* else it points into send */
     ot_free(rr->send);
     ot_free(rr->pflat);
@@ -652,9 +920,21 @@ static ot_status run_step(replica_run *rr, int64_t step) {
         s = t->pod_vt->inject_fault(t, &rr->m, step);
         if (s != OT_OK) return s;
     }
+    if (rr->ovl) { /* nobody still reads this device's gradients of the last step */
+        rr->seq = (uint64_t)(step - t->seg_start + 1);
+        phase_clock pc = train_phase_start();
+        s = ot_shard_exchange_grads_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
+        train_phase_end(t, rr->m.r, PH_COMM, pc, "reduce-scatter", false);
+        rr->buckets_left = t->nparams + 1;
+        for (int k = 0; k < t->nparams; k++) rr->posted[k] = false;
+    }
     for (int64_t j = 0; s == OT_OK && j < t->accum; j++) {
+        /* overlapped: the last micro-batch's backward posts the gradients */
+        rr->grads_hook = rr->ovl && j == t->accum - 1;
+        rr->add = j > 0;
         s = phase_forward_backward(rr, phase_load_batch(rr, step, j));
         if (s == OT_OK) s = phase_gather(rr, j > 0);
+        rr->grads_hook = false;
     }
     if (s == OT_OK) s = phase_allreduce(rr);
     double lr = ot_lr_schedule_lr(t->sched, step);
