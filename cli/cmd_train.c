@@ -367,7 +367,7 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
     } else if (!strcmp(a, "--shard-optimizer")) {
         c->o.shard_optimizer = true;
     } else if (!strcmp(a, "--no-overlap")) {
-        c->o.shard_no_overlap = true;
+        c->o.no_overlap = true;
     } else if (!strcmp(a, "--local-sgd")) {
         NEED();
         if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))

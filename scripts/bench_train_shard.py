@@ -13,9 +13,9 @@ bytes per device and the share of that CPU time spent outside compute (outside_c
 over the rounds and sharded / unsharded (with --json one row per figure, ratio = unsharded /
 sharded: > 1 when sharding does better); checks that both runs end with the same params_sha256.
 Medians and a ratio of one run, never one time: the machines are shared.
---no-overlap-too adds a third run per round, sharded with --no-overlap (one reduce-scatter after
-the backward, one all-gather after the update), interleaved with the other two; its figures
-are printed beside them.
+--no-overlap-too adds two runs per round with --no-overlap, sharded (one reduce-scatter after the
+backward, one all-gather after the update) and unsharded (one all-reduce after the backward),
+interleaved with the other two; their figures are printed beside them.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -44,19 +44,19 @@ def cpu_med(js):
 
 rows = []
 for d in [int(x) for x in a.devices.split(',')]:
-    runs = {False: [], True: [], 'no': []}
-    kinds = [False, True] + (['no'] if a.no_overlap_too else [])
+    runs = {False: [], True: [], 'no': [], 'refno': []}
+    kinds = [False, True] + (['no', 'refno'] if a.no_overlap_too else [])
     for r in range(a.rounds):
         for shard in (kinds if r % 2 == 0 else kinds[::-1]):
             cmd = [a.optitpu, 'train', '--devices', str(d), '--steps', str(a.steps), '--ckpt-dir',
                    'none', '--json', '--quiet', '--out', out, '--optimizer', a.optimizer,
                    '--allreduce', a.allreduce]
             if a.hidden: cmd += ['--hidden', a.hidden]
-            if shard: cmd.append('--shard-optimizer')
-            if shard == 'no': cmd.append('--no-overlap')
+            if shard and shard != 'refno': cmd.append('--shard-optimizer')
+            if shard in ('no', 'refno'): cmd.append('--no-overlap')
             j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
             runs[shard].append(j)
-    shas = {j['params_sha256'] for j in runs[False] + runs[True] + runs['no']}
+    shas = {j['params_sha256'] for j in runs[False] + runs[True] + runs['no'] + runs['refno']}
     if len(shas) != 1:
         sys.exit(f'{d} devices: the sharded and unsharded runs end with different parameters')
     med = {s: statistics.median(1e3 * j['wall_s'] / j['steps_run'] for j in runs[s])
@@ -73,9 +73,10 @@ for d in [int(x) for x in a.devices.split(',')]:
                  'sharded_state_bytes': runs[True][0]['optim_state_bytes_per_device'],
                  'bit_identical': True, 'rounds': a.rounds, 'steps': a.steps})
     if a.no_overlap_too:
-        rows[-1].update({'no_overlap_step_ms': med['no'], 'no_overlap_cpu_ms': cpu_med(runs['no']),
-                         'no_overlap_outside_compute': statistics.median(
-                             j['outside_compute_share'] for j in runs['no'])})
+        for k, pre in (('no', 'no_overlap_'), ('refno', 'unsharded_no_overlap_')):
+            rows[-1].update({pre + 'step_ms': med[k], pre + 'cpu_ms': cpu_med(runs[k]),
+                             pre + 'outside_compute': statistics.median(
+                                 j['outside_compute_share'] for j in runs[k])})
 if a.json:
     # one row per figure in the project's bench format (ratio > 1: the sharded run does better)
     out_rows = []
@@ -107,10 +108,14 @@ if a.json:
         if a.no_overlap_too:
             for metric, key in (('ms_per_step', 'step_ms'), ('cpu_ms_per_step', 'cpu_ms'),
                                 ('outside_compute_share', 'outside_compute')):
-                v, b = r['sharded_' + key], r['no_overlap_' + key]
-                out_rows.append({'bench': 'train_shard', 'case': case, 'metric': metric,
-                                 'value': v, 'baseline': 'the sharded run with --no-overlap',
-                                 'baseline_value': b, 'ratio': b / v})
+                for vk, bk, label in (
+                        ('sharded_', 'no_overlap_', 'the sharded run with --no-overlap'),
+                        ('unsharded_', 'unsharded_no_overlap_',
+                         'the unsharded run with --no-overlap')):
+                    v, b = r[vk + key], r[bk + key]
+                    out_rows.append({'bench': 'train_shard', 'case': case, 'metric': metric,
+                                     'value': v, 'baseline': label, 'baseline_value': b,
+                                     'ratio': b / v})
     for o in out_rows:
         print(json.dumps(o))
 else:
@@ -123,8 +128,9 @@ else:
               f"{r['sharded_step_ms']:>15.3f} {r['ratio']:>17.3f} {st:>28} "
               f"{r['unsharded_outside_compute']:>13.3f} -> {r['sharded_outside_compute']:<11.3f}")
     if a.no_overlap_too:
-        print('sharded --no-overlap: ' + ', '.join(
-            f"{r['devices']} devices {r['no_overlap_step_ms']:.3f} ms/step, CPU "
-            f"{r['no_overlap_cpu_ms']:.3f} ms/step, outside compute "
-            f"{r['no_overlap_outside_compute']:.3f}" for r in rows))
+        for pre, label in (('no_overlap_', 'sharded'), ('unsharded_no_overlap_', 'unsharded')):
+            print(f'{label} --no-overlap: ' + ', '.join(
+                f"{r['devices']} devices {r[pre + 'step_ms']:.3f} ms/step, CPU "
+                f"{r[pre + 'cpu_ms']:.3f} ms/step, outside compute "
+                f"{r[pre + 'outside_compute']:.3f}" for r in rows))
     print('parameters bit-identical sharded and unsharded: yes')

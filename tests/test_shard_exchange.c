@@ -135,12 +135,12 @@ static void test_exchange_matches_reduce_scatter(void) {
     for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
         for (size_t b = 0; b < sizeof blocks / sizeof *blocks; b++)
             for (int o = 0; o < 2; o++) {
-                xcase X = {.n = ns[a], .block = blocks[b],
-                           .order = o ? OT_ALGO_DIRECT : OT_ALGO_TREE};
+                xcase X = {
+                    .n = ns[a], .block = blocks[b], .order = o ? OT_ALGO_DIRECT : OT_ALGO_TREE};
                 pthread_mutex_init(&X.mu, NULL);
                 make_buckets(&X, mix(a * 1000 + b * 10 + (size_t)o));
-                ASSERT_OK(ot_shard_exchange_create(X.n, X.block, X.nb, X.off, X.len, X.order,
-                                                   &X.x));
+                ASSERT_OK(
+                    ot_shard_exchange_create(X.n, X.block, X.nb, X.off, X.len, X.order, &X.x));
                 EXPECT_OK(ot_local_run(X.n, member_fn, &X, NULL));
                 EXPECT_INT_EQ(X.bad, 0);
                 if (X.bad)

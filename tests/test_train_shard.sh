@@ -6,10 +6,11 @@
 # on the split, --mpi with several devices per process, ...) is refused with a clear message and a non-zero exit (int8 state:
 # test_train test_shard_refused).
 # In one process the sharded step overlaps its reduce-scatter with the backward and its
-# all-gather with the next forward (the default) or not (--no-overlap): both end with the
-# unsharded run's parameters, and the overlapped run's metrics (every step's loss and accuracy,
-# the evaluations between steps) are the unsharded run's byte for byte; its trace shows the
-# reduce-scatter and the all-gather inside forward/backward intervals.
+# all-gather with the next forward (the default) or not (--no-overlap), and the unsharded step
+# its all-reduce with the backward or not: all four end with the same parameters, and the
+# metrics (every step's loss and accuracy, the evaluations between steps) of the overlapped
+# runs are the unsharded non-overlapped run's byte for byte; the trace shows the reduce-scatter
+# and the all-gather inside forward/backward intervals.
 # Checkpoints: test_train_shard_ckpt.sh.
 set -euo pipefail
 bin=$1
@@ -27,12 +28,18 @@ check() { # NAME DEVICES SLOTS EXTRA...: SLOTS array state slots of the optimize
     >"$work/$name.json"
   "$bin" train "${common[@]}" --out "$work/no" --devices "$n" --shard-optimizer --no-overlap \
     "$@" >"$work/$name.no.json"
-  local a b c u s
+  "$bin" train "${common[@]}" --out "$work/refno" --devices "$n" --no-overlap "$@" \
+    >"$work/$name.refno.json"
+  local a b c d u s
   a=$(field "$work/$name.ref.json" params_sha256)
   b=$(field "$work/$name.json" params_sha256)
   c=$(field "$work/$name.no.json" params_sha256)
   [[ -n $a && $a == "$b" ]] || { echo "$name: sharded parameters $b differ from unsharded $a"; exit 1; }
   [[ $a == "$c" ]] || { echo "$name: --no-overlap parameters $c differ from unsharded $a"; exit 1; }
+  d=$(field "$work/$name.refno.json" params_sha256)
+  [[ $a == "$d" ]] || { echo "$name: unsharded --no-overlap parameters $d differ from $a"; exit 1; }
+  cmp "$work/ref/metrics.csv" "$work/refno/metrics.csv" \
+    || { echo "$name: the unsharded run's metrics differ with --no-overlap"; exit 1; }
   cmp "$work/ref/metrics.csv" "$work/o/metrics.csv" \
     || { echo "$name: the overlapped run's metrics differ from the unsharded run's"; exit 1; }
   grep -q '"shard_optimizer":true' "$work/$name.json"
@@ -63,24 +70,26 @@ check lars4 4 1 --optimizer lars --weight-decay 0.001
 grep -q "sharded optimizer update: gradients reduce-scattered (tree) in blocks of 2416 elements over 4 devices" "$work/log" \
   || { echo "no sharding line in the log"; cat "$work/log"; exit 1; }
 
-# the trace: on every device the overlapped reduce-scatter and all-gather run inside
-# forward/backward intervals (between its kernels)
+# the trace: on every device the overlapped reduce-scatter and all-gather (sharded) or
+# all-reduce (unsharded) run inside forward/backward intervals (between its kernels)
 "$bin" train --steps 4 --devices 4 --hidden 64,64 --ckpt-dir none --quiet --out "$work/o" \
   --shard-optimizer --trace "$work/trace.json" >/dev/null
+"$bin" train --steps 4 --devices 4 --hidden 64,64 --ckpt-dir none --quiet --out "$work/o" \
+  --trace "$work/trace_ar.json" >/dev/null
 if command -v python3 >/dev/null; then
-  python3 - "$work/trace.json" <<'PY'
+  python3 - "$work/trace.json" "$work/trace_ar.json" <<'PY'
 import json, sys
-ev = [e for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('ph') == 'X']
-for dev in range(4):
-    fb = [(e['ts'], e['ts'] + e['dur']) for e in ev
-          if e.get('tid') == dev and e['name'] == 'forward+backward']
-    def inside(name):
-        return sum(1 for e in ev if e.get('tid') == dev and e['name'] == name and
-                   any(a <= e['ts'] and e['ts'] + e['dur'] <= b for a, b in fb))
-    rs, ag = inside('reduce-scatter'), inside('all-gather')
-    if rs == 0 or ag == 0:
-        sys.exit(f'device {dev}: {rs} reduce-scatter, {ag} all-gather events inside '
-                 f'forward/backward')
+for path, names in ((sys.argv[1], ('reduce-scatter', 'all-gather')),
+                    (sys.argv[2], ('all-reduce',))):
+    ev = [e for e in json.load(open(path))['traceEvents'] if e.get('ph') == 'X']
+    for dev in range(4):
+        fb = [(e['ts'], e['ts'] + e['dur']) for e in ev
+              if e.get('tid') == dev and e['name'] == 'forward+backward']
+        for name in names:
+            inside = sum(1 for e in ev if e.get('tid') == dev and e['name'] == name and
+                         any(a <= e['ts'] and e['ts'] + e['dur'] <= b for a, b in fb))
+            if inside == 0:
+                sys.exit(f'{path}: device {dev}: no {name} event inside forward/backward')
 PY
 else
   echo "python3 missing: the trace's nesting not checked"

@@ -205,13 +205,15 @@ typedef struct ot_train_options {
      * shard_len) and resume onto any device count, sharded or not; an unsharded checkpoint resumes
      * sharded (docs/train.md). */
     bool shard_optimizer;
-    /* In one process the sharded step overlaps its communication with computation (default):
-     * each parameter's gradients are reduce-scattered, between the backward's kernels, as soon
-     * as every device has them, and the all-gather of step t's parameters happens during step
-     * t + 1's forward, each parameter just before its first reader (docs/train.md). true: one
-     * reduce-scatter after the backward and one all-gather after the update, as across
-     * processes. The bits are the same either way. */
-    bool shard_no_overlap;
+    /* In one process the step overlaps its communication with computation (default): each
+     * parameter's gradients are reduced, between the backward's kernels, as soon as every
+     * device has them; with shard_optimizer the all-gather of step t's parameters happens during
+     * step t + 1's forward, each parameter just before its first reader (docs/train.md). For the
+     * unsharded step this needs the tree or direct all-reduce, no grad_compress and no
+     * local_sgd (else the step is the non-overlapped one). true: one reduce-scatter or
+     * all-reduce after the backward and one all-gather after the update, as across processes.
+     * The bits are the same either way. */
+    bool no_overlap;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;
     int devices; /* default 8 */

@@ -22,10 +22,10 @@
 
 typedef struct member {
     const float *grads, *params;
-    uint64_t reduced;   /* every bucket of this step reduced */
-    uint64_t published; /* block of params holds this step */
-    uint64_t fetched;   /* done reading the owners' blocks of this step */
-    uint64_t cur;       /* the step its reduced[] flags are of */
+    uint64_t reduced;         /* every bucket of this step reduced */
+    uint64_t published;       /* block of params holds this step */
+    uint64_t fetched;         /* done reading the owners' blocks of this step */
+    uint64_t cur;             /* the step its reduced[] flags are of */
     unsigned char *mine_done; /* [nbuckets]: reduced this member's part of bucket b in step cur */
     int left;                 /* buckets of step cur not yet reduced */
     float *work;              /* n tiles for the tree order */
@@ -43,7 +43,7 @@ struct ot_shard_exchange {
     pthread_cond_t cv;
     int waiting;
     _Atomic uint64_t completions; /* buckets every member has posted, over all steps */
-    bool inited; /* mu and cv exist */
+    bool inited;                  /* mu and cv exist */
     bool aborted;
     ot_status why;
     char msg[256];
@@ -99,7 +99,8 @@ ot_status ot_shard_exchange_create(int n, size_t block_len, int nbuckets, const 
         return ot_error(OT_ERR_OUT_OF_MEMORY, "shard exchange: buckets");
     }
     /* insertion into offset order would be quadratic: sort (offset, index) pairs */
-    for (int b = 0; b < nbuckets; b++) ord[b] = bucket_off[b] * (size_t)(MAX_BUCKETS + 1) + (size_t)b;
+    for (int b = 0; b < nbuckets; b++)
+        ord[b] = bucket_off[b] * (size_t)(MAX_BUCKETS + 1) + (size_t)b;
     for (int gap = nbuckets / 2; gap > 0; gap /= 2) /* shell sort: n log² n, no recursion */
         for (int i = gap; i < nbuckets; i++)
             for (int j = i; j >= gap && ord[j - gap] > ord[j]; j -= gap) {
@@ -112,8 +113,8 @@ ot_status ot_shard_exchange_create(int n, size_t block_len, int nbuckets, const 
         if (bucket_off[a] + bucket_len[a] > bucket_off[b]) {
             ot_free(ord);
             ot_shard_exchange_free(x);
-            return ot_error(OT_ERR_INVALID_ARGUMENT, "shard exchange: buckets %d and %d overlap",
-                            a, b);
+            return ot_error(OT_ERR_INVALID_ARGUMENT, "shard exchange: buckets %d and %d overlap", a,
+                            b);
         }
     }
     ot_free(ord);
@@ -259,11 +260,13 @@ static void reduce_bucket(ot_shard_exchange *x, int rank, int b, float *reduced)
         if (x->order == OT_ALGO_DIRECT) {
             /* rank order, as the direct algorithm's tiles */
             memcpy(d, x->m[0].grads + i, k * sizeof(float));
-            for (int r = 1; r < n; r++) ot_pod_combine(d, x->m[r].grads + i, k, OT_F32, OT_REDOP_SUM);
+            for (int r = 1; r < n; r++)
+                ot_pod_combine(d, x->m[r].grads + i, k, OT_F32, OT_REDOP_SUM);
             continue;
         }
         /* the tree's: level by level on n tiles in cache (comm.c, tree_rs_shm) */
-        for (int r = 0; r < n; r++) memcpy(acc + (size_t)r * TILE, x->m[r].grads + i, k * sizeof(float));
+        for (int r = 0; r < n; r++)
+            memcpy(acc + (size_t)r * TILE, x->m[r].grads + i, k * sizeof(float));
         for (int mask = 1; mask < n; mask <<= 1)
             for (int v = 0; v + mask < n; v += 2 * mask)
                 ot_pod_combine(acc + (size_t)v * TILE, acc + (size_t)(v + mask) * TILE, k, OT_F32,
@@ -366,7 +369,8 @@ ot_status ot_shard_exchange_wait_published(ot_shard_exchange *x, uint64_t seq, s
     for (int q = q0; s == OT_OK && q <= q1; q++)
         while (s == OT_OK && x->m[q].published < seq)
             s = wait_locked(x, q, deadline_ns, "the all-gather");
-    if (s == OT_OK && x->aborted) s = ot_error(x->why, "shard exchange (the all-gather): %s", x->msg);
+    if (s == OT_OK && x->aborted)
+        s = ot_error(x->why, "shard exchange (the all-gather): %s", x->msg);
     pthread_mutex_unlock(&x->mu);
     return s;
 }

@@ -147,6 +147,11 @@ static void on_coord_event(void *ud, const ot_coord_event *e) {
         lp->failed_dev = dev;
         atomic_store(&lp->alive[dev], false);
         if (lp->world && rank >= 0) ot_local_world_fail(lp->world, rank);
+        if (t->xchg) { /* the overlapped step's exchange: nobody waits for it there either */
+            char m[64];
+            snprintf(m, sizeof m, "device %d failed", dev);
+            ot_shard_exchange_abort(t->xchg, OT_ERR_PEER_FAILED, m);
+        }
     }
     uint64_t stop = lp->stop_ns, det = lp->detect_ns;
     pthread_mutex_unlock(&t->mu);

@@ -25,7 +25,7 @@ phase_clock train_phase_start(void) {
  * parts (which recorded themselves); the trace still shows the phase's whole interval, the others
  * nested in it. */
 static void phase_end_excl(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
-                           bool traced, uint64_t excl_w, uint64_t excl_c) {
+                           bool traced, uint64_t excl_w, uint64_t excl_c, bool count) {
     uint64_t w1 = ot_now_ns(), c1 = thread_cpu_ns();
     uint64_t w = w1 - pc.w0, c = c1 - pc.c0;
     w = w > excl_w ? w - excl_w : 0;
@@ -38,7 +38,7 @@ static void phase_end_excl(trainer *t, replica *r, int ph, phase_clock pc, const
     if (k < r->nparts) {
         r->parts[k].wall += w;
         r->parts[k].cpu += c;
-        r->parts[k].count++;
+        r->parts[k].count += count;
     }
     if (traced && t->trace)
         ot_pod_trace_record(t->trace, r->dev_index,
@@ -50,7 +50,14 @@ static void phase_end_excl(trainer *t, replica *r, int ph, phase_clock pc, const
 
 void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
                      bool traced) {
-    phase_end_excl(t, r, ph, pc, name, traced, 0, 0);
+    phase_end_excl(t, r, ph, pc, name, traced, 0, 0, true);
+}
+
+/* A piece of a part that the step runs in several pieces (the overlapped exchange's): its time
+ * is the part's, and the part counts once per step (the piece that train_phase_end ends). */
+static void phase_piece(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
+                        bool traced) {
+    phase_end_excl(t, r, ph, pc, name, traced, 0, 0, false);
 }
 
 ot_status train_evaluate(trainer *t, replica *r, double *acc, double *loss) {
@@ -169,6 +176,15 @@ typedef struct replica_run {
     bool grads_hook, add;
     uint64_t hook_w, hook_c;
     uint64_t seen; /* the exchange's completions when the hook last reduced */
+    /* the overlapped unsharded step (ovl with t->shard_len 0): the exchange's block length
+     * (flat holds n * ar_block floats: gradients, loss and correct count, zeros), the reduced
+     * vector whose block `rank` this device reduces and publishes, and the gradient buffers on
+     * gdev that the update reads, filled from the owners' reduced blocks */
+    size_t ar_block;
+    float *red;
+    ot_buffer *grads[MAX_PARAMS];
+    ot_device *gdev;
+    float metric[2]; /* the step's summed loss and correct count */
 } replica_run;
 
 /* Load batch: the shard of micro-batch `micro` of global batch `step` onto the device
@@ -219,8 +235,8 @@ static ot_status phase_forward_backward(replica_run *rr, ot_status s) {
         phase_clock pc = train_phase_start();
         s = ot_device_execute(rr->m.r->dev, rr->exe, rr->args, np + 2, rr->outs, np + 2,
                               ro.kernel_hook ? &ro : NULL, NULL);
-        phase_end_excl(t, rr->m.r, PH_COMPUTE, pc, "forward+backward", true, rr->hook_w,
-                       rr->hook_c);
+        phase_end_excl(t, rr->m.r, PH_COMPUTE, pc, "forward+backward", true, rr->hook_w, rr->hook_c,
+                       true);
     }
     ot_buffer_free(rr->args[np]);
     ot_buffer_free(rr->args[np + 1]);
@@ -254,7 +270,7 @@ static ot_status post_param(replica_run *rr, int k) {
     trainer *t = rr->t;
     phase_clock pc = train_phase_start();
     ot_status s = gather_param(rr, k, rr->add);
-    train_phase_end(t, rr->m.r, PH_OTHER, pc, "gather", false);
+    phase_piece(t, rr->m.r, PH_OTHER, pc, "gather", false);
     if (s == OT_OK) s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, k);
     rr->posted[k] = s == OT_OK;
     return s;
@@ -270,7 +286,45 @@ static ot_status reduce_ready(replica_run *rr, bool wait) {
     ot_status s = ot_shard_exchange_reduce(t->xchg, rr->m.rank, rr->seq, rr->gblock, wait,
                                            wait ? xchg_deadline(rr) : 0, &done);
     rr->buckets_left -= done;
-    train_phase_end(t, rr->m.r, PH_COMM, pc, "reduce-scatter", wait || done > 0);
+    phase_piece(t, rr->m.r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce",
+                wait || done > 0);
+    return s;
+}
+
+/* The overlapped unsharded step's second half: every parameter's summed gradients copied from
+ * their owners' published blocks straight into this device's gradient buffers (allocated once,
+ * again after a migration to another device), the loss and correct count into metric. */
+static ot_status fetch_sums(replica_run *rr) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    phase_clock pc = train_phase_start();
+    ot_status s = OT_OK;
+    if (rr->gdev != r->dev) {
+        for (int k = 0; k < t->nparams; k++) {
+            ot_buffer_free(rr->grads[k]);
+            rr->grads[k] = NULL;
+        }
+        for (int k = 0; s == OT_OK && k < t->nparams; k++)
+            s = ot_buffer_alloc(r->dev, ot_model_param_shape(t->model, k), &rr->grads[k]);
+        rr->gdev = s == OT_OK ? r->dev : NULL;
+    }
+    size_t blk = rr->ar_block, total = (size_t)t->total_elems;
+    if (s == OT_OK)
+        s = ot_shard_exchange_wait_published(t->xchg, rr->seq, 0, total + 2, xchg_deadline(rr));
+    for (int k = 0; s == OT_OK && k < t->nparams; k++) {
+        size_t off = rr->pos[k], len = t->sizes[k];
+        for (size_t lo = off; s == OT_OK && lo < off + len;) {
+            size_t q = lo / blk, hi = (q + 1) * blk < off + len ? (q + 1) * blk : off + len;
+            s = ot_buffer_write_bytes(rr->grads[k], (int64_t)((lo - off) * sizeof(float)),
+                                      ot_shard_exchange_block(t->xchg, (int)q) + lo,
+                                      (int64_t)((hi - lo) * sizeof(float)));
+            lo = hi;
+        }
+    }
+    for (int k = 0; s == OT_OK && k < 2; k++)
+        rr->metric[k] = ot_shard_exchange_block(t->xchg, (int)((total + k) / blk))[total + k];
+    if (s == OT_OK) s = ot_shard_exchange_fetched(t->xchg, rr->m.rank, rr->seq);
+    phase_piece(t, r, PH_COMM, pc, "all-reduce", true);
     return s;
 }
 
@@ -297,7 +351,7 @@ static ot_status fetch_param(replica_run *rr, int k) {
             rr->fetch_seq = 0;
         }
     }
-    train_phase_end(t, rr->m.r, PH_COMM, pc, "all-gather", true);
+    phase_piece(t, rr->m.r, PH_COMM, pc, "all-gather", true);
     return s;
 }
 
@@ -404,7 +458,7 @@ static ot_status phase_allreduce(replica_run *rr) {
             /* overlapped: the gradients' buckets are posted (and partly reduced); the head is
              * the last bucket, then the rest of this device's block as it arrives */
             s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, t->nparams);
-            train_phase_end(t, r, PH_COMM, pc, "reduce-scatter", false);
+            phase_piece(t, r, PH_COMM, pc, "reduce-scatter", false);
             if (s == OT_OK) s = reduce_ready(rr, true);
             pc = train_phase_start();
         } else {
@@ -415,9 +469,24 @@ static ot_status phase_allreduce(replica_run *rr) {
             rr->flat[total + 1] = rr->gblock[1];
         }
         bytes = (int64_t)padded * (int64_t)sizeof(float);
+    } else if (rr->ovl) {
+        /* overlapped: the gradients' buckets are posted (and partly reduced); the loss and
+         * correct count are the last bucket, then this device reduces the rest of its block,
+         * publishes it and copies every block of the sums into its gradient buffers */
+        s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, t->nparams);
+        phase_piece(t, r, PH_COMM, pc, "all-reduce", false);
+        if (s == OT_OK) s = reduce_ready(rr, true);
+        if (s == OT_OK) s = ot_shard_exchange_publish(t->xchg, rr->m.rank, rr->seq);
+        if (s == OT_OK) s = fetch_sums(rr);
+        pc = train_phase_start();
+        bytes = (t->total_elems + 2) * (int64_t)sizeof(float);
     } else {
         s = t->pod_vt->allreduce(t, &rr->m, rr->flat, (size_t)t->total_elems + 2);
         bytes = (t->total_elems + 2) * (int64_t)sizeof(float);
+    }
+    if (!(rr->ovl && !t->shard_len)) {
+        rr->metric[0] = rr->flat[t->total_elems];
+        rr->metric[1] = rr->flat[t->total_elems + 1];
     }
     train_phase_end(t, r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce",
                     !t->pod_vt->comm_traced);
@@ -591,6 +660,13 @@ static ot_status phase_update(replica_run *rr, int64_t step, double lr) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
     if (t->shard_len) return phase_update_shard(rr, step, lr);
+    if (rr->ovl) { /* the sums are in the gradient buffers already (fetch_sums) */
+        phase_clock pc = train_phase_start();
+        ot_status s =
+            ot_tpu_optimizer_step(t->topt, r->dev, r->params, rr->grads, step + 1, lr, NULL);
+        train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
+        return s;
+    }
     phase_clock pc = train_phase_start();
     ot_buffer *grads[MAX_PARAMS];
     memset(grads, 0, sizeof grads);
@@ -631,8 +707,8 @@ static ot_status phase_metrics(replica_run *rr, int64_t step, double lr) {
     trainer *t = rr->t;
     const ot_train_options *o = t->o;
     int64_t done_steps = step + 1;
-    double loss = rr->flat[t->total_elems];
-    double tacc = rr->flat[t->total_elems + 1] / (double)t->step_batch;
+    double loss = rr->metric[0];
+    double tacc = rr->metric[1] / (double)t->step_batch;
     bool evaluated = false;
     ot_status s;
     if ((o->eval_every > 0 && done_steps % o->eval_every == 0) || done_steps == t->total_steps) {
@@ -668,7 +744,7 @@ static ot_status phase_checkpoint(replica_run *rr, int64_t done_steps) {
     trainer *t = rr->t;
     if (!t->ckpt || t->o->ckpt_every <= 0 || done_steps % t->o->ckpt_every != 0) return OT_OK;
     phase_clock pc = train_phase_start();
-    ot_status s = train_save_checkpoint(t, rr->m.r, done_steps, rr->flat[t->total_elems]);
+    ot_status s = train_save_checkpoint(t, rr->m.r, done_steps, rr->metric[0]);
     train_phase_end(t, rr->m.r, PH_CKPT, pc, "checkpoint", true);
     return s;
 }
@@ -697,23 +773,27 @@ static void replica_failed(replica_run *rr, ot_status s) {
 /* The overlapped exchange's member set-up: the exchange (made by the segment's first member:
  * one bucket per parameter, the head last, in the reduce-scatter's order), this device's
  * vectors bound to it, the gradient executable's first readers and last writers. */
-static ot_status overlap_begin(replica_run *rr) {
+static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
     trainer *t = rr->t;
     size_t off[MAX_PARAMS + 1], len[MAX_PARAMS + 1];
+    /* sharded: the head first, the parameters after it; unsharded: the parameters, then the
+     * loss and correct count */
+    size_t base = t->shard_len ? SHARD_HEAD : 0;
+    size_t block = t->shard_len ? (size_t)t->shard_len : rr->ar_block;
     for (int k = 0; k < t->nparams; k++) {
-        off[k] = SHARD_HEAD + rr->pos[k];
+        off[k] = base + rr->pos[k];
         len[k] = t->sizes[k];
     }
-    off[t->nparams] = 0;
-    len[t->nparams] = SHARD_HEAD;
+    off[t->nparams] = t->shard_len ? 0 : (size_t)t->total_elems;
+    len[t->nparams] = t->shard_len ? SHARD_HEAD : 2;
     ot_status s = OT_OK;
     pthread_mutex_lock(&t->mu);
     if (!t->xchg) {
         t->xchg_nmem = 0;
         t->xchg_mem = ot_calloc(2 * (size_t)rr->m.n, sizeof *t->xchg_mem);
-        s = t->xchg_mem ? ot_shard_exchange_create(rr->m.n, (size_t)t->shard_len, t->nparams + 1,
-                                                   off, len, rr->rs_coll.algo, &t->xchg)
-                        : ot_error(OT_ERR_OUT_OF_MEMORY, "train: exchange vectors");
+        s = t->xchg_mem
+                ? ot_shard_exchange_create(rr->m.n, block, t->nparams + 1, off, len, algo, &t->xchg)
+                : ot_error(OT_ERR_OUT_OF_MEMORY, "train: exchange vectors");
         if (s != OT_OK) {
             ot_free(t->xchg_mem);
             t->xchg_mem = NULL;
@@ -728,7 +808,8 @@ static ot_status overlap_begin(replica_run *rr) {
     }
     pthread_mutex_unlock(&t->mu);
     if (s != OT_OK) return s;
-    s = ot_shard_exchange_bind(t->xchg, rr->m.rank, rr->send, rr->pflat);
+    s = t->shard_len ? ot_shard_exchange_bind(t->xchg, rr->m.rank, rr->send, rr->pflat)
+                     : ot_shard_exchange_bind(t->xchg, rr->m.rank, rr->flat, rr->red);
     if (s != OT_OK) return s;
     for (int k = 0; k < t->nparams; k++) rr->first_read[k] = -1;
     for (int q = 0; q < t->nparams + 2; q++) rr->last_write[q] = -1;
@@ -781,7 +862,7 @@ static ot_status shard_begin(replica_run *rr) {
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
     rr->flat = rr->send + SHARD_HEAD;
     ot_status s = OT_OK;
-    if (t->psize == 1 && !t->o->shard_no_overlap) s = overlap_begin(rr);
+    if (t->psize == 1 && !t->o->no_overlap) s = overlap_begin(rr, rr->rs_coll.algo);
     size_t pos = 0;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
         ot_tensor h;
@@ -842,12 +923,42 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
         rr->pos[k] = pos;
         pos += t->sizes[k];
     }
-    if (!t->shard_len) rr->flat = ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
+    /* the overlapped unsharded step: in one process, exact sums in an order that does not
+     * depend on the split (the tree's or rank order) */
+    ot_coll_algo ar_algo = OT_ALGO_AUTO;
+    if (!t->shard_len && t->psize == 1 && !t->o->no_overlap && m->comm &&
+        t->compress == OT_COMPRESS_NONE && !t->local_sgd) {
+        ar_algo = t->coll.algo != OT_ALGO_AUTO
+                      ? t->coll.algo
+                      : ot_coll_choose(m->comm, OT_COLL_ALLREDUCE,
+                                       (size_t)(t->total_elems + 2) * sizeof(float));
+        if (ar_algo == OT_ALGO_TREE || ar_algo == OT_ALGO_DIRECT) {
+            size_t per = ((size_t)t->total_elems + 2 + (size_t)m->n - 1) / (size_t)m->n;
+            rr->ar_block = (per + 15) / 16 * 16;
+        }
+    }
+    if (!t->shard_len)
+        rr->flat = rr->ar_block ? ot_calloc(rr->ar_block * (size_t)m->n, sizeof *rr->flat)
+                                : ot_malloc((size_t)(t->total_elems + 2) * sizeof *rr->flat);
+    if (rr->ar_block) {
+        rr->red = ot_calloc(rr->ar_block * (size_t)m->n, sizeof *rr->red);
+        if (!rr->red) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d sums", rank);
+        rr->gblock = rr->red + (size_t)m->rank * rr->ar_block;
+    }
     if (!rr->idx || !rr->xb || !rr->yb || (!t->shard_len && !rr->flat))
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
     if (t->shard_len) {
         s = shard_begin(rr);
         if (s != OT_OK) return s;
+    } else if (rr->ar_block) {
+        s = overlap_begin(rr, ar_algo);
+        if (s != OT_OK) return s;
+        if (rank == 0)
+            train_log(t,
+                      "gradient all-reduce overlapped with the backward: each parameter's "
+                      "gradients reduced (%s order) in blocks of %zu elements as soon as every "
+                      "device has them",
+                      ot_coll_algo_name(ar_algo), rr->ar_block);
     }
     ot_shape_make(&rr->xs, OT_F32, 2, (int64_t[]){rr->nb, F});
     ot_shape_make(&rr->ys, OT_S32, 1, (int64_t[]){rr->nb});
@@ -882,9 +993,9 @@ static void run_end(replica_run *rr) {
     if (t->pod_vt->member_end) t->pod_vt->member_end(t, &rr->m);
     if (rr->ovl) { /* the segment's last member frees the exchange and the bound vectors */
         pthread_mutex_lock(&t->mu);
-        t->xchg_mem[t->xchg_nmem++] = rr->send;
-        t->xchg_mem[t->xchg_nmem++] = rr->pflat;
-        rr->send = rr->pflat = NULL;
+        t->xchg_mem[t->xchg_nmem++] = t->shard_len ? rr->send : rr->flat;
+        t->xchg_mem[t->xchg_nmem++] = t->shard_len ? rr->pflat : rr->red;
+        rr->send = rr->pflat = rr->red = NULL;
         rr->flat = NULL;
         if (--t->xchg_users == 0) {
             ot_shard_exchange_free(t->xchg);
@@ -899,7 +1010,9 @@ static void run_end(replica_run *rr) {
     if (!rr->send) ot_free(rr->flat); /* else it points into send */
     ot_free(rr->send);
     ot_free(rr->pflat);
-    ot_free(rr->gblock);
+    if (!rr->ar_block) ot_free(rr->gblock); /* else it points into red */
+    ot_free(rr->red);
+    for (int k = 0; k < t->nparams; k++) ot_buffer_free(rr->grads[k]);
     ot_free(rr->idx);
     ot_free(rr->xb);
     ot_free(rr->yb);
@@ -924,7 +1037,10 @@ static ot_status run_step(replica_run *rr, int64_t step) {
         rr->seq = (uint64_t)(step - t->seg_start + 1);
         phase_clock pc = train_phase_start();
         s = ot_shard_exchange_grads_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
-        train_phase_end(t, rr->m.r, PH_COMM, pc, "reduce-scatter", false);
+        /* unsharded: this device's block of the sums is rewritten from the first reduction on */
+        if (s == OT_OK && !t->shard_len)
+            s = ot_shard_exchange_params_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
+        phase_piece(t, rr->m.r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce", false);
         rr->buckets_left = t->nparams + 1;
         for (int k = 0; k < t->nparams; k++) rr->posted[k] = false;
     }
