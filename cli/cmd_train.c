@@ -62,12 +62,12 @@ static const char usage[] =
     "                       optimizers and lamb, lars (not adafactor), --allreduce tree or\n"
     "                       direct; with --mpi one device per process (tree); checkpoints\n"
     "                       hold one optimizer shard per device and resume onto any\n"
-    "                       --devices, sharded or not; in one process the reduce-scatter\n"
-    "                       and all-gather overlap the backward and the next forward\n"
-    "  --no-overlap         in one process the gradient all-reduce (tree or direct) or\n"
-    "                       reduce-scatter overlaps the backward by default; this runs it\n"
-    "                       after the backward (and the all-gather after the update): same\n"
-    "                       bits\n"
+    "                       --devices, sharded or not (--overlap below)\n"
+    "  --overlap auto|on|off  in one process the gradient all-reduce (tree or direct) or\n"
+    "                       reduce-scatter runs between the backward's kernels, the\n"
+    "                       all-gather before each parameter's first reader in the next\n"
+    "                       forward (on), or after the backward and the update (off); auto\n"
+    "                       (default): on from 1 MiB of gradients. Same bits either way\n"
     "checkpoints and faults\n"
     "  --ckpt-dir DIR       created with its parents (default optitpu-train/ckpt; 'none'\n"
     "                       disables)\n"
@@ -368,8 +368,16 @@ static int parse_pod(train_cli *c, const char *a, const char *val, int *i) {
         c->o.allreduce = val;
     } else if (!strcmp(a, "--shard-optimizer")) {
         c->o.shard_optimizer = true;
-    } else if (!strcmp(a, "--no-overlap")) {
-        c->o.no_overlap = true;
+    } else if (!strcmp(a, "--overlap")) {
+        NEED();
+        if (!strcmp(val, "auto"))
+            c->o.overlap = OT_OVERLAP_AUTO;
+        else if (!strcmp(val, "on"))
+            c->o.overlap = OT_OVERLAP_ON;
+        else if (!strcmp(val, "off"))
+            c->o.overlap = OT_OVERLAP_OFF;
+        else
+            return cli_usage_error("train", "--overlap: auto, on or off, not '%s'", val);
     } else if (!strcmp(a, "--local-sgd")) {
         NEED();
         if (!cli_parse_i64(val, 1, INT64_C(1) << 40, &v))

@@ -13,7 +13,7 @@ bytes per device and the share of that CPU time spent outside compute (outside_c
 over the rounds and sharded / unsharded (with --json one row per figure, ratio = unsharded /
 sharded: > 1 when sharding does better); checks that both runs end with the same params_sha256.
 Medians and a ratio of one run, never one time: the machines are shared.
---no-overlap-too adds two runs per round with --no-overlap, sharded (one reduce-scatter after the
+--no-overlap-too adds two runs per round with --overlap off, sharded (one reduce-scatter after the
 backward, one all-gather after the update) and unsharded (one all-reduce after the backward),
 interleaved with the other two; their figures are printed beside them.
 """
@@ -27,8 +27,9 @@ ap.add_argument('--devices', default='4,8')
 ap.add_argument('--hidden', default='', help='--hidden of the MLP (default: the demo model)')
 ap.add_argument('--optimizer', default='adam')
 ap.add_argument('--allreduce', default='tree', help='tree (the default) or direct')
+ap.add_argument('--overlap', default='', help='--overlap of the two main runs (default: auto)')
 ap.add_argument('--no-overlap-too', action='store_true',
-                help='also the sharded run with --no-overlap, interleaved')
+                help='also both runs with --overlap off, interleaved')
 ap.add_argument('--json', action='store_true')
 a = ap.parse_args()
 
@@ -53,7 +54,8 @@ for d in [int(x) for x in a.devices.split(',')]:
                    '--allreduce', a.allreduce]
             if a.hidden: cmd += ['--hidden', a.hidden]
             if shard and shard != 'refno': cmd.append('--shard-optimizer')
-            if shard in ('no', 'refno'): cmd.append('--no-overlap')
+            if shard in ('no', 'refno'): cmd += ['--overlap', 'off']
+            elif a.overlap: cmd += ['--overlap', a.overlap]
             j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
             runs[shard].append(j)
     shas = {j['params_sha256'] for j in runs[False] + runs[True] + runs['no'] + runs['refno']}
@@ -109,9 +111,9 @@ if a.json:
             for metric, key in (('ms_per_step', 'step_ms'), ('cpu_ms_per_step', 'cpu_ms'),
                                 ('outside_compute_share', 'outside_compute')):
                 for vk, bk, label in (
-                        ('sharded_', 'no_overlap_', 'the sharded run with --no-overlap'),
+                        ('sharded_', 'no_overlap_', 'the sharded run with --overlap off'),
                         ('unsharded_', 'unsharded_no_overlap_',
-                         'the unsharded run with --no-overlap')):
+                         'the unsharded run with --overlap off')):
                     v, b = r[vk + key], r[bk + key]
                     out_rows.append({'bench': 'train_shard', 'case': case, 'metric': metric,
                                      'value': v, 'baseline': label, 'baseline_value': b,
@@ -129,7 +131,7 @@ else:
               f"{r['unsharded_outside_compute']:>13.3f} -> {r['sharded_outside_compute']:<11.3f}")
     if a.no_overlap_too:
         for pre, label in (('no_overlap_', 'sharded'), ('unsharded_no_overlap_', 'unsharded')):
-            print(f'{label} --no-overlap: ' + ', '.join(
+            print(f'{label} --overlap off: ' + ', '.join(
                 f"{r['devices']} devices {r[pre + 'step_ms']:.3f} ms/step, CPU "
                 f"{r[pre + 'cpu_ms']:.3f} ms/step, outside compute "
                 f"{r[pre + 'outside_compute']:.3f}" for r in rows))

@@ -148,6 +148,16 @@ typedef struct ot_train_progress {
     bool evaluated; /* an evaluation ran at this step */
 } ot_train_progress;
 
+typedef enum ot_train_overlap {
+    OT_OVERLAP_AUTO = 0,
+    OT_OVERLAP_ON,
+    OT_OVERLAP_OFF,
+} ot_train_overlap;
+/* The gradients' size from which OT_OVERLAP_AUTO overlaps (docs/benchmarks.md: below it, at
+ * 38 KB and 340 KB, the unsharded overlapped step spent a larger share outside compute; from
+ * 1.2 MB on it spent less, and the step took less time). */
+#define OT_TRAIN_OVERLAP_MIN_BYTES (1 << 20)
+
 typedef struct ot_train_options {
     ot_model_config model;
     const char *dataset;   /* "digits" (default) or "synthetic" */
@@ -205,15 +215,16 @@ typedef struct ot_train_options {
      * shard_len) and resume onto any device count, sharded or not; an unsharded checkpoint resumes
      * sharded (docs/train.md). */
     bool shard_optimizer;
-    /* In one process the step overlaps its communication with computation (default): each
+    /* In one process the step can overlap its communication with computation: each
      * parameter's gradients are reduced, between the backward's kernels, as soon as every
      * device has them; with shard_optimizer the all-gather of step t's parameters happens during
-     * step t + 1's forward, each parameter just before its first reader (docs/train.md). For the
-     * unsharded step this needs the tree or direct all-reduce, no grad_compress and no
-     * local_sgd (else the step is the non-overlapped one). true: one reduce-scatter or
-     * all-reduce after the backward and one all-gather after the update, as across processes.
-     * The bits are the same either way. */
-    bool no_overlap;
+     * step t + 1's forward, each parameter just before its first reader (docs/train.md). The
+     * unsharded step needs the tree or direct all-reduce, no grad_compress and no local_sgd.
+     * OT_OVERLAP_AUTO (default): when the gradients are at least OT_TRAIN_OVERLAP_MIN_BYTES
+     * (below that the step is its synchronizations, which overlap multiplies); ON: always;
+     * OFF: one reduce-scatter or all-reduce after the backward and one all-gather after the
+     * update, as across processes. The bits are the same either way. */
+    ot_train_overlap overlap;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;
     int devices; /* default 8 */
@@ -340,6 +351,7 @@ typedef struct ot_train_report {
      * the leader is alone). Parameters, optimizer state, each step's batch, outputs and arena. */
     int64_t leader_peak_bytes, replica_peak_bytes;
     bool shard_optimizer; /* the run sharded its optimizer update */
+    bool overlapped;      /* its communication overlapped the backward (options.overlap) */
     /* Compiling the executables (or loading them from compile_cache), and how many of them were
      * loaded from / stored into the cache. */
     double compile_s;

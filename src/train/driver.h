@@ -157,7 +157,7 @@ struct trainer {
     int64_t shard_len;
     int shard_pod; /* the devices the update is sharded over: every process's (o->devices in one
                     * process; across processes, one device each) */
-    /* the in-process sharded step's overlapped exchange (no_overlap false): made by the
+    /* the in-process sharded step's overlapped exchange (o->overlap): made by the
      * segment's first member (t->mu), freed by its last (xchg_users) */
     ot_shard_exchange *xchg;
     int xchg_users;

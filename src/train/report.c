@@ -288,6 +288,7 @@ ot_status ot_train_report_json(const ot_train_report *r, char **out) {
     bad |= json_object_set_new(o, "optim_state_bytes_per_device",
                                json_integer(r->optim_state_bytes_per_device));
     bad |= json_object_set_new(o, "shard_optimizer", json_boolean(r->shard_optimizer));
+    bad |= json_object_set_new(o, "overlap", json_boolean(r->overlapped));
     bad |= set_num(o, "compile_s", r->compile_s);
     bad |= json_object_set_new(o, "compile_cache_hits", json_integer(r->compile_cache_hits));
     bad |= json_object_set_new(o, "compile_cache_misses", json_integer(r->compile_cache_misses));

@@ -770,6 +770,14 @@ static void replica_failed(replica_run *rr, ot_status s) {
  * The loop
  * ------------------------------------------------------------------------------------------- */
 
+/* Whether the in-process step overlaps its communication (o->overlap; AUTO: from
+ * OT_TRAIN_OVERLAP_MIN_BYTES of gradients). */
+static bool train_overlap(const trainer *t) {
+    if (t->o->overlap == OT_OVERLAP_AUTO)
+        return t->total_elems * (int64_t)sizeof(float) >= OT_TRAIN_OVERLAP_MIN_BYTES;
+    return t->o->overlap == OT_OVERLAP_ON;
+}
+
 /* The overlapped exchange's member set-up: the exchange (made by the segment's first member:
  * one bucket per parameter, the head last, in the reduce-scatter's order), this device's
  * vectors bound to it, the gradient executable's first readers and last writers. */
@@ -802,6 +810,7 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
     if (s == OT_OK) {
         t->xchg_users++;
         rr->ovl = true;
+        t->rep->overlapped = true;
         /* a member failed before the exchange existed: nobody may wait in it */
         if (t->err_status != OT_OK)
             ot_shard_exchange_abort(t->xchg, OT_ERR_PEER_FAILED, t->err_msg);
@@ -862,7 +871,7 @@ static ot_status shard_begin(replica_run *rr) {
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
     rr->flat = rr->send + SHARD_HEAD;
     ot_status s = OT_OK;
-    if (t->psize == 1 && !t->o->no_overlap) s = overlap_begin(rr, rr->rs_coll.algo);
+    if (t->psize == 1 && train_overlap(t)) s = overlap_begin(rr, rr->rs_coll.algo);
     size_t pos = 0;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
         ot_tensor h;
@@ -926,7 +935,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     /* the overlapped unsharded step: in one process, exact sums in an order that does not
      * depend on the split (the tree's or rank order) */
     ot_coll_algo ar_algo = OT_ALGO_AUTO;
-    if (!t->shard_len && t->psize == 1 && !t->o->no_overlap && m->comm &&
+    if (!t->shard_len && t->psize == 1 && train_overlap(t) && m->comm &&
         t->compress == OT_COMPRESS_NONE && !t->local_sgd) {
         ar_algo = t->coll.algo != OT_ALGO_AUTO
                       ? t->coll.algo
