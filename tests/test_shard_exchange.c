@@ -334,6 +334,69 @@ static void test_kernel_hook(void) {
     ot_executable_free(e);
 }
 
+static const char k_loop[] = "HloModule loop\n"
+                             "cond {\n"
+                             "  p = (s32[], f32[8]) parameter(0)\n"
+                             "  i = s32[] get-tuple-element(p), index=0\n"
+                             "  n = s32[] constant(5)\n"
+                             "  ROOT c = pred[] compare(i, n), direction=LT\n"
+                             "}\n"
+                             "body {\n"
+                             "  p = (s32[], f32[8]) parameter(0)\n"
+                             "  i = s32[] get-tuple-element(p), index=0\n"
+                             "  x = f32[8] get-tuple-element(p), index=1\n"
+                             "  one = s32[] constant(1)\n"
+                             "  i2 = s32[] add(i, one)\n"
+                             "  x2 = f32[8] add(x, x)\n"
+                             "  ROOT t = (s32[], f32[8]) tuple(i2, x2)\n"
+                             "}\n"
+                             "ENTRY main {\n"
+                             "  x = f32[8] parameter(0)\n"
+                             "  e = f32[8] add(x, x)\n"
+                             "  z = s32[] constant(0)\n"
+                             "  t = (s32[], f32[8]) tuple(z, e)\n"
+                             "  w = (s32[], f32[8]) while(t), condition=cond, body=body\n"
+                             "  ROOT r = f32[8] get-tuple-element(w), index=1\n"
+                             "}\n";
+
+/* A while loop's condition and body kernels are not the caller's list: the hook sees the
+ * top-level kernels only, in order. */
+static void test_kernel_hook_while(void) {
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(k_loop, strlen(k_loop), NULL, &m));
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    ot_module_free(m);
+    ot_backend_options bo = ot_backend_options_default();
+    bo.devices = 1;
+    ot_backend *b = NULL;
+    ASSERT_OK(ot_backend_create(&bo, &b));
+    ot_device *d = ot_backend_device(b, 0);
+    float xv[8] = {0, 1, 2, 3, -1, -2, 0.5f, 4};
+    ot_shape s;
+    ot_shape_make(&s, OT_F32, 1, (int64_t[]){8});
+    ot_tensor tx;
+    ot_tensor_borrow(&tx, &s, xv);
+    ot_buffer *arg = NULL, *out = NULL;
+    ASSERT_OK(ot_buffer_from_host(d, &tx, &arg));
+    hook_log h = {.exe = e, .outs = &out, .fail_at = -1, .last_writer0 = -1};
+    ot_run_options ro = ot_run_options_default();
+    ro.kernel_hook = record_hook;
+    ro.kernel_hook_ud = &h;
+    ASSERT_OK(ot_device_execute(d, e, &arg, 1, &out, 1, &ro, NULL));
+    int nk = ot_executable_kernel_count(e);
+    EXPECT_INT_EQ(h.bad_order, 0);
+    EXPECT_INT_EQ(h.next, nk);
+    EXPECT_TRUE(h.calls >= 2 * nk && h.calls <= 3 * nk);
+    float r[8];
+    EXPECT_OK(ot_buffer_read_bytes(out, 0, r, sizeof r));
+    for (int i = 0; i < 8; i++) EXPECT_TRUE(r[i] == 64.0f * xv[i]); /* 2x, five doublings */
+    ot_buffer_free(out);
+    ot_buffer_free(arg);
+    ot_backend_free(b);
+    ot_executable_free(e);
+}
+
 OT_TEST_MAIN(OT_TEST(test_exchange_matches_reduce_scatter), OT_TEST(test_orders_differ),
              OT_TEST(test_exchange_bad_input), OT_TEST(test_exchange_abort_and_deadline),
-             OT_TEST(test_kernel_hook))
+             OT_TEST(test_kernel_hook), OT_TEST(test_kernel_hook_while))

@@ -117,6 +117,7 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
     /* the parts' kernels are the profile's events (the loop itself records none: its time is
      * theirs, counted once) */
     ot_run_options so = *ro;
+    so.kernel_hook = NULL; /* the caller's hook sees the top-level list's kernels, this one */
     int64_t total = 0;
     for (int q = 0; q < n; q++)
         total += (ot_executable_slot(exe, kn->outputs[q])->nbytes + 63) / 64 * 64;
