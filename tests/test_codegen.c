@@ -829,6 +829,75 @@ static void test_reduce_runs(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Reduces of a fused producer whose input's last dim is kept, over dims that are not a prefix
+ * (`{0,2}` of a rank-4 input, a middle dim, several runs of reduced dims, unit dims, a kept run
+ * of several contiguous dims, runs of 3 to 600 outputs): the walk over each run of the innermost
+ * kept dims, every output folded from init in the reference's order. f32 with every reducer,
+ * f64, bf16 and s32; both reducer operand orders; bit for bit the reference on 1, 2, 3 and 8
+ * threads. */
+static void test_reduce_walk(void) {
+    static const struct {
+        const char *x, *dims, *out;
+    } forms[] = {
+        {"5,6,7,9", "{0,2}", "6,9"},
+        {"4,12,9,40", "{0,2}", "12,40"},
+        {"3,5,7", "{1}", "3,7"},
+        {"2,3,4,5,6", "{1,3}", "2,4,6"},
+        {"1,4,1,5,3,7,1", "{1,4}", "1,1,5,7,1"},
+        {"6,100,3", "{1}", "6,3"},
+        {"2,50,2,300", "{1}", "2,2,300"},
+    };
+    enum { NF = sizeof forms / sizeof forms[0] };
+    static const struct {
+        const char *dt, *red;
+    } mods[] = {{"f32", "add"},      {"f32", "maximum"}, {"f32", "minimum"},
+                {"f32", "multiply"}, {"f64", "add"},     {"f64", "maximum"},
+                {"bf16", "add"},     {"s32", "add"},     {"s32", "maximum"}};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[32768];
+    tb b = {text, 0, sizeof text};
+    for (int v = 0; v < (int)(sizeof mods / sizeof mods[0]); v++) {
+        const char *dt = mods[v].dt;
+        bool fl = dt[0] != 's';
+        b.n = 0;
+        tp(&b,
+           "HloModule walk\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+           "  ROOT c = %s[] %s(%s)\n}\n",
+           dt, dt, dt, mods[v].red, v % 2 ? "b, a" : "a, b");
+        tp(&b, "ENTRY main {\n  z = %s[] parameter(0)\n", dt);
+        char outs[2048], types[2048];
+        size_t on = 0, tn = 0;
+        for (int f = 0; f < NF; f++) {
+            tp(&b,
+               "  x%d = %s[%s] parameter(%d)\n  w%d = %s[%s] %s(x%d, x%d)\n"
+               "  s%d = %s[%s] reduce(w%d, z), dimensions=%s, to_apply=rd\n",
+               f, dt, forms[f].x, f + 1, f, dt, forms[f].x, fl ? "multiply" : "add", f, f, f, dt,
+               forms[f].out, f, forms[f].dims);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, "%ss%d", f ? ", " : "", f);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s[%s]", f ? ", " : "", dt,
+                                   forms[f].out);
+        }
+        tp(&b, "  ROOT t = (%s) tuple(%s)\n}\n", types, outs);
+        g_keep_src = true;
+        for (int t = 0; t < 4; t++) {
+            int before = g_stats.interp_kernels;
+            g_run_pool = pools[t];
+            check_module(text, 1700 + (uint64_t)v, true);
+            EXPECT_INT_EQ(g_stats.interp_kernels, before);
+            int nwalk = 0;
+            for (const char *q = g_src; q && (q = strstr(q, "(reduce, walk) */")); q++) nwalk++;
+            EXPECT_INT_EQ(nwalk, NF);
+        }
+        g_keep_src = false;
+        g_run_pool = NULL;
+    }
+    free(g_src);
+    g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* ---- cache and fallbacks --------------------------------------------------------------------- */
 
 static const char k_adam[] =
@@ -2223,6 +2292,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),
         OT_TEST(test_reduce_runs),
+        OT_TEST(test_reduce_walk),
         OT_TEST(test_cache),
         OT_TEST(test_fallbacks),
         OT_TEST(test_fault_injection),

@@ -1732,6 +1732,86 @@ static ot_status emit_reduce_keyed(const cg_kernel_desc *kn, const char *fname, 
     return st;
 }
 
+/* A reduce of a fused producer whose input's last non-unit dim is kept, over any other dims
+ * (`sum(x * x, axis=(0, 2))` of [A, B, C, D]): the outputs of one run of the innermost kept dims
+ * (Kin of them, contiguous in the input) are reduced together, each reduced index r in
+ * row-major order reading the run's elements side by side (one division per r, not per
+ * element), each combined into its output from init: every output folds its elements in the
+ * reference's order (the serial chain), vectorized across outputs, and the input is read in
+ * runs of Kin instead of one strided element at a time. */
+static ot_status emit_reduce_walk(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
+                                  const ot_instr *red, const char *base, const char *off,
+                                  int64_t Kin, int64_t RN, int64_t O, int64_t *numel_out,
+                                  int64_t *work_out, int64_t *min_iters) {
+    const ot_instr *rr = red->called[0]->root;
+    ot_dtype t = red->shape.array.dtype;
+    em E;
+    int mi = -1, mx = -1;
+    char cmb[2048];
+    for (int attempt = 0; attempt < 2; attempt++) {
+        memset(&E, 0, sizeof E);
+        E.kn = kn;
+        E.hw = attempt == 0;
+        mi = emit(&E, red->operands[1], "0");
+        mx = mi >= 0 && !E.bad ? emit(&E, red->operands[0], "i") : -1;
+        if (mx >= 0 && !E.bad) {
+            bool ftz_op = rr->opcode == OT_OP_ADD || rr->opcode == OT_OP_MULTIPLY ||
+                          rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM;
+            bool f3264 = t == OT_F32 || t == OT_F64;
+            bool acc_needs = ftz_op && !(E.m[mi].flushed && f3264);
+            bool x_needs = ftz_op && !(E.m[mx].flushed && f3264);
+            char vx[32];
+            var(&E, mx, vx, sizeof vx);
+            bool ok = rr->operands[0]->attrs->index == 0
+                          ? combine_expr(rr->opcode, t, "o0[o + t]", vx, acc_needs, x_needs, E.hw,
+                                         cmb, sizeof cmb)
+                          : combine_expr(rr->opcode, t, vx, "o0[o + t]", x_needs, acc_needs, E.hw,
+                                         cmb, sizeof cmb);
+            if (!ok)
+                fail(&E, "%s: reducer %s on %s", red->name, ot_opcode_name(rr->opcode),
+                     ot_dtype_name(t));
+        }
+        if (!E.hw || !E.hw_bad || attempt == 1) break;
+        em_free(&E);
+    }
+    ot_status st = OT_OK;
+    if (E.bad || mi < 0 || mx < 0) {
+        st = ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s", kn->name, E.why);
+    } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
+        st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+    } else {
+        emit_head(src, kn, fname, " (reduce, walk)", &red, 1);
+        ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
+        if (E.hw)
+            ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
+                                  "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                                  "    __asm__ volatile(\"\" ::: \"memory\");\n");
+        char vi[32];
+        var(&E, mi, vi, sizeof vi);
+        ot_strbuf_printf(src,
+                         "    for (int64_t o = b; o < e;) {\n"
+                         "    const int64_t kr = %lld - o %% %lld;\n"
+                         "    const int64_t nt = e - o < kr ? e - o : kr;\n"
+                         "    const int64_t ob = %s;\n"
+                         "    for (int64_t t = 0; t < nt; t++) o0[o + t] = %s;\n"
+                         "    for (int64_t r = 0; r < %lld; r++) {\n"
+                         "    const int64_t ib = ob + %s;\n"
+                         "    for (int64_t t = 0; t < nt; t++) {\n"
+                         "    const int64_t i = ib + t;\n"
+                         "%s    o0[o + t] = %s;\n    }\n    }\n"
+                         "    o += nt;\n    }\n",
+                         (long long)Kin, (long long)Kin, base, vi, (long long)RN, off,
+                         E.body.p ? E.body.p : "", cmb);
+        st = emit_tail(src, E.hw);
+        *numel_out = O;
+        *work_out = RN > 0 ? RN : 1;
+        /* pieces of whole runs where there are enough of them */
+        if (O / Kin >= 16) *min_iters = Kin < 1024 ? Kin : 1024;
+    }
+    em_free(&E);
+    return st;
+}
+
 /* A reduce-rooted fusion (leaves NULL), or one reduce red beside outputs of one element per
  * element of its operand (leaves[0..nleaves), red among them; lane order only): these are
  * stored at the element's index as the reduce's inner loops visit it, each once. */
@@ -1842,6 +1922,21 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
         (rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM))
         return emit_reduce_keyed(kn, fname, src, red, rr->opcode,
                                  rr->operands[0]->attrs->index == 0, t, RN, O, numel_out, work_out);
+    {
+        /* the last non-unit dim kept, some non-unit dim reduced: Kin the innermost kept run */
+        int64_t Kin = 1;
+        int last = -1;
+        bool some = false;
+        for (int d = S->rank - 1; d >= 0; d--) {
+            if (S->dims[d] == 1) continue;
+            if (last < 0) last = d;
+            if (reduced[d]) some = true;
+            if (!some) Kin *= S->dims[d];
+        }
+        if (!leaves && last >= 0 && !reduced[last] && some && RN >= 1 && O >= 1)
+            return emit_reduce_walk(kn, fname, src, red, base, off, Kin, RN, O, numel_out, work_out,
+                                    min_iters);
+    }
     if (leaves)
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "codegen: %s: %s: a reduce outside the lane order beside other outputs "
