@@ -494,8 +494,8 @@ static void test_random_fusions(void) {
  * both signs, infinities and subnormals in the inputs. */
 static void random_bcast_module(uint64_t seed, tb *b) {
     uint64_t s = seed * 0x2545f4914f6cdd1dull + 3;
-    static const char *const fts[] = {"f32", "f32", "f64", "bf16"};
-    const char *T = fts[rng_next(&s) % 4];
+    static const char *const fts[] = {"f32", "f32", "f64", "bf16", "f16"};
+    const char *T = fts[rng_next(&s) % 5];
     int R = 1 + (int)(rng_next(&s) % 6);
     int64_t dims[6], n = 1;
     for (int d = 0; d < R; d++) {
@@ -545,6 +545,21 @@ static void random_bcast_module(uint64_t seed, tb *b) {
     int id = (int)(rng_next(&s) % (uint64_t)R);
     tp(b, "  io = s32[%s] iota(), iota_dimension=%d\n  iv = %s convert(io)\n", ds, id, sh);
     snprintf(vals[nv++], sizeof vals[0], "iv");
+    { /* an s32 operand broadcast over the leading dims, converted (mixed types) */
+        int d0 = R >= 2 ? (int)(rng_next(&s) % (uint64_t)(R - 1)) + 1 : 0;
+        char od[96], dm[96];
+        size_t a = 0, c = 0;
+        for (int d = d0; d < R; d++) {
+            a += (size_t)snprintf(od + a, sizeof od - a, "%s%lld", d > d0 ? "," : "",
+                                  (long long)dims[d]);
+            c += (size_t)snprintf(dm + c, sizeof dm - c, "%s%d", d > d0 ? "," : "", d);
+        }
+        tp(b,
+           "  p8 = s32[%s] parameter(%d)\n  b8 = s32[%s] broadcast(p8), dimensions={%s}\n"
+           "  v8 = %s convert(b8)\n",
+           od, np++, ds, dm, sh);
+        snprintf(vals[nv++], sizeof vals[0], "v8");
+    }
     if (R >= 2) { /* a broadcast seen through a reshape to rank 1 */
         tp(b, "  p9 = %s[%lld] parameter(%d)\n  b9 = %s[%lld,%lld] broadcast(p9), dimensions={1}\n",
            T, (long long)dims[R - 1], np++, T, (long long)(n / dims[R - 1]),
@@ -564,21 +579,64 @@ static void random_bcast_module(uint64_t seed, tb *b) {
     tp(b, "  ROOT t = (%s, %s) tuple(sl, %s)\n}\n", sh, sh, acc);
 }
 
-/* The random broadcast fusions against the reference, each on 1, 2, 3 and 8 threads. */
+/* The random broadcast fusions against the reference, each on 1, 2, 3 and 8 threads: ranks 1-6,
+ * last dims of 1-40 (a short one takes more trailing dims into the column loop, with index
+ * tables where an operand's index is no multiple of the column), f32, f64, f16 and bf16 with an
+ * s32 operand converted. Some of them must have used the tables. */
 static void test_broadcast_ranks(void) {
     static const int threads[] = {1, 2, 3, 8};
     ot_threadpool *pools[4] = {NULL};
     for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
     char text[8192];
     tb b = {text, 0, sizeof text};
-    for (uint64_t seed = 1; seed <= 30; seed++) {
+    int tables = 0;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
         random_bcast_module(seed, &b);
         for (int t = 0; t < 4; t++) {
             g_run_pool = pools[t];
+            g_keep_src = t == 0;
             check_module(text, seed, true);
+            g_keep_src = false;
+            if (t == 0 && g_src && strstr(g_src, "ot_tab0[col]") != NULL &&
+                strstr(g_src, "#pragma GCC ivdep") != NULL)
+                tables++;
+            free(g_src);
+            g_src = NULL;
         }
         g_run_pool = NULL;
     }
+    EXPECT_TRUE(tables >= 3);
+    fprintf(stderr, "  %d of 40 modules with column index tables\n", tables);
+    /* large enough that the pool splits the rows (the digit counters start mid-way): x * y + z
+     * broadcast over rank 5 with a last dim of 7, and rank 6 with odd dims and a last dim of 2 */
+    static const char *const big[] = {
+        "HloModule bc5\nENTRY main {\n  x = f32[4,1,13,1,7] parameter(0)\n"
+        "  y = f32[1,6,1,31,7] parameter(1)\n  z = f32[6,1,1,1] parameter(2)\n"
+        "  xr = f32[4,13,7] reshape(x)\n  yr = f32[6,31,7] reshape(y)\n"
+        "  zr = f32[6] reshape(z)\n"
+        "  xb = f32[4,6,13,31,7] broadcast(xr), dimensions={0,2,4}\n"
+        "  yb = f32[4,6,13,31,7] broadcast(yr), dimensions={1,3,4}\n"
+        "  zb = f32[4,6,13,31,7] broadcast(zr), dimensions={1}\n"
+        "  m = f32[4,6,13,31,7] multiply(xb, yb)\n  a = f32[4,6,13,31,7] add(m, zb)\n"
+        "  t = f32[4,6,13,31,7] tanh(a)\n  ROOT s = f32[4,6,13,31,7] subtract(t, xb)\n}\n",
+        "HloModule bc6\nENTRY main {\n  x = f64[9,3,2] parameter(0)\n"
+        "  y = f32[5,7,3] parameter(1)\n  io = s32[20,5,7,9,3,2] iota(), iota_dimension=4\n"
+        "  xb = f64[20,5,7,9,3,2] broadcast(x), dimensions={3,4,5}\n"
+        "  yb = f32[20,5,7,9,3,2] broadcast(y), dimensions={1,2,4}\n"
+        "  yd = f64[20,5,7,9,3,2] convert(yb)\n  iod = f64[20,5,7,9,3,2] convert(io)\n"
+        "  m = f64[20,5,7,9,3,2] multiply(xb, yd)\n"
+        "  ROOT a = f64[20,5,7,9,3,2] add(m, iod)\n}\n"};
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < 4; t++) {
+            g_run_pool = pools[t];
+            g_keep_src = true;
+            check_module(big[j], 300 + (uint64_t)j, true);
+            g_keep_src = false;
+            EXPECT_TRUE(g_src && strstr(g_src, "ot_tab0[col]") != NULL);
+            free(g_src);
+            g_src = NULL;
+        }
+    g_run_pool = NULL;
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
@@ -1266,6 +1324,75 @@ static void test_hw_ftz(void) {
         free(src);
         ot_executable_free(e);
     }
+}
+
+/* Chains of maximum, minimum, clamp, compare, select, abs, negate and sign (a where/clip chain)
+ * under the hardware mode, where maximum/minimum/clamp flush and quiet an operand computed in the
+ * loop by multiplying it by an opaque 1 and compare without a software flush, and where values
+ * known flushed and quiet (arithmetic, select of such values, maximum/minimum results) skip both:
+ * f32, f64, f16 and bf16, rows of 1, 7, 19 and 1001 elements, ordinary inputs with NaNs (quiet
+ * and signalling), infinities and subnormals, and tiny ones; equal operands of both signs of zero
+ * (x against -x and x * 0); bit for bit, NaN payloads included. */
+static void test_hw_minmax(void) {
+    static const char *const dts[] = {"f32", "f64", "f16", "bf16"};
+    static const char *const dims[] = {"[3,1]", "[5,7]", "[37,19]", "[9,1001]"};
+    char text[8192];
+    for (int j = 0; j < 4; j++)
+        for (int d = 0; d < 4; d++)
+            for (int tiny = 0; tiny < 2; tiny++) {
+                const char *t = dts[j], *D = dims[d];
+                /* '$' stands for the element type, '@' for the dims */
+                static const char tmpl[] =
+                    "HloModule hw_minmax\nENTRY main {\n"
+                    "  x = $@ parameter(0)\n  y = $@ parameter(1)\n"
+                    "  lo = $[] constant(-1.5)\n  hi = $[] constant(2.5)\n"
+                    "  lob = $@ broadcast(lo), dimensions={}\n"
+                    "  hib = $@ broadcast(hi), dimensions={}\n"
+                    "  z = $[] constant(0)\n  zb = $@ broadcast(z), dimensions={}\n"
+                    "  cl = $@ clamp(lo, x, hi)\n  a = $@ maximum(x, lob)\n"
+                    "  a2 = $@ minimum(a, hib)\n  ng = $@ negate(x)\n"
+                    "  mz = $@ maximum(x, ng)\n  nz = $@ minimum(ng, x)\n"
+                    "  x0 = $@ multiply(x, zb)\n  n0 = $@ negate(x0)\n"
+                    "  m0 = $@ maximum(n0, x0)\n  i0 = $@ minimum(x0, n0)\n"
+                    "  gt = pred@ compare(x, y), direction=GT\n"
+                    "  ay = $@ abs(y)\n  ge = pred@ compare(ay, hib), direction=GE\n"
+                    "  xs = $@ multiply(x, hib)\n  sel = $@ select(gt, xs, ay)\n"
+                    "  sel2 = $@ select(ge, sel, a2)\n  na = $@ negate(a2)\n"
+                    "  mm = $@ maximum(sel2, na)\n  sg = $@ sign(y)\n"
+                    "  ms = $@ minimum(mm, sg)\n  my = $@ maximum(y, x)\n"
+                    "  eq = pred@ compare(ms, zb), direction=NE\n"
+                    "  fin = pred@ and(eq, gt)\n  o = pred@ or(fin, ge)\n"
+                    "  r = $@ select(o, ms, zb)\n"
+                    "  ROOT t = ($@, $@, $@, $@, $@, $@, $@, $@, $@, pred@) "
+                    "tuple(cl, a2, mz, nz, m0, i0, r, my, mm, o)\n}\n";
+                size_t n = 0;
+                for (const char *q = tmpl; *q && n + 16 < sizeof text; q++) {
+                    if (*q == '$')
+                        n += (size_t)snprintf(text + n, sizeof text - n, "%s", t);
+                    else if (*q == '@')
+                        n += (size_t)snprintf(text + n, sizeof text - n, "%s", D);
+                    else
+                        text[n++] = *q;
+                }
+                text[n] = '\0';
+                int64_t nan_before = g_nan_bits_differ;
+                g_tiny = tiny != 0;
+                g_keep_src = true;
+                check_module(text, 1700 + (uint64_t)(j * 8 + d * 2 + tiny), true);
+                g_keep_src = false;
+                g_tiny = false;
+                EXPECT_INT_EQ(g_nan_bits_differ, nan_before);
+#if defined(__x86_64__)
+                /* the kernels of 16 or more elements ran under the hardware mode, the f32, f16
+                 * and bf16 ones with the product by 1 */
+                if (d > 0) {
+                    EXPECT_TRUE(g_src && strstr(g_src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+                    if (j != 1) EXPECT_TRUE(g_src && strstr(g_src, "* ot_one)") != NULL);
+                }
+#endif
+                free(g_src);
+                g_src = NULL;
+            }
 }
 
 /* Row fusions (src/compiler/rowfuse.c): layer norm's mean and variance sums, the per-row ops
@@ -2298,6 +2425,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_fault_injection),
         OT_TEST(test_native_option),
         OT_TEST(test_hw_ftz),
+        OT_TEST(test_hw_minmax),
         OT_TEST(test_hw_ftz_tanh_logistic),
         OT_TEST(test_hw_ftz_erf),
         OT_TEST(test_vmath_sleef),

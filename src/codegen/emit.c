@@ -105,6 +105,36 @@ static const char preamble[] =
     "    uint64_t eq = 0u - (uint64_t)(a == b), lt = 0u - (uint64_t)(a < b);\n"
     "    uint64_t pa = an | (~bn & (lt | (eq & (0u - (ua >> 63)))));\n"
     "    return ot_bitsd((ua & pa) | (ub & ~pa));\n}\n"
+    /* maximum / minimum of operands already flushed (and, f32, quieted), as the elementwise
+     * ops emit them: the same bits as ot_maxf/ot_minf on such operands (the first NaN operand;
+     * -0 < +0: of two equal operands the AND / OR of their bits, which is the operand itself
+     * but for +-0) in three blends of compare masks (greater / less, equal, a unordered), about
+     * a third of ot_maxf's vector instructions once the operands need no fix-ups; blends, not
+     * ternaries, so that gcc vectorizes the loops around them (see ot_maxf) */
+    "static inline float ot_maxqf(float a, float b) {\n"
+    "    uint32_t ua = ot_fbits(a), ub = ot_fbits(b);\n"
+    "    uint32_t gt = 0u - (uint32_t)(a > b), eq = 0u - (uint32_t)(a == b);\n"
+    "    uint32_t an = 0u - (uint32_t)(a != a), m = (ua & gt) | (ub & ~gt);\n"
+    "    m = (ua & ub & eq) | (m & ~eq);\n"
+    "    return ot_bitsf((ua & an) | (m & ~an));\n}\n"
+    "static inline float ot_minqf(float a, float b) {\n"
+    "    uint32_t ua = ot_fbits(a), ub = ot_fbits(b);\n"
+    "    uint32_t lt = 0u - (uint32_t)(a < b), eq = 0u - (uint32_t)(a == b);\n"
+    "    uint32_t an = 0u - (uint32_t)(a != a), m = (ua & lt) | (ub & ~lt);\n"
+    "    m = ((ua | ub) & eq) | (m & ~eq);\n"
+    "    return ot_bitsf((ua & an) | (m & ~an));\n}\n"
+    "static inline double ot_maxqd(double a, double b) {\n"
+    "    uint64_t ua = ot_dbits(a), ub = ot_dbits(b);\n"
+    "    uint64_t gt = 0u - (uint64_t)(a > b), eq = 0u - (uint64_t)(a == b);\n"
+    "    uint64_t an = 0u - (uint64_t)(a != a), m = (ua & gt) | (ub & ~gt);\n"
+    "    m = (ua & ub & eq) | (m & ~eq);\n"
+    "    return ot_bitsd((ua & an) | (m & ~an));\n}\n"
+    "static inline double ot_minqd(double a, double b) {\n"
+    "    uint64_t ua = ot_dbits(a), ub = ot_dbits(b);\n"
+    "    uint64_t lt = 0u - (uint64_t)(a < b), eq = 0u - (uint64_t)(a == b);\n"
+    "    uint64_t an = 0u - (uint64_t)(a != a), m = (ua & lt) | (ub & ~lt);\n"
+    "    m = ((ua | ub) & eq) | (m & ~eq);\n"
+    "    return ot_bitsd((ua & an) | (m & ~an));\n}\n"
     /* sign from the bits (NaN and +-0 give x, else +-1): the reference's sign_f, which keeps a
      * subnormal's sign (+-1), also under the CPU's DAZ mode, where `x == 0` would hold */
     "static inline float ot_signf(float x) {\n"
@@ -365,6 +395,8 @@ typedef struct memo {
     char *ctx;
     int var;
     bool flushed; /* f32/f64 value known to hold no subnormal (an FTZ op's result) */
+    bool quiet;   /* f32 value known to hold no signalling NaN (an arithmetic op's result) */
+    bool inv;     /* the variable is defined before the loops (ctx_level 0) */
     int scope;    /* per-element values: the loop they were computed in (row fusions) */
 } memo;
 
@@ -382,6 +414,7 @@ typedef struct em {
     int64_t O;         /* row fusion: the number of rows */
     int scope, nscope; /* row fusion: the reduce loop being emitted */
     bool hw_bad;       /* an op the mode does not cover was emitted inside the loops */
+    bool one;          /* the prologue declares ot_one (minmax_operand) */
     /* row fusion: outputs of one element per input element that depend on no reduce (softmax's
      * exp beside its sum); stored by the loops of the first reduce emitted, which visit each
      * element of the row once, so the values the sum computes are not computed again */
@@ -396,6 +429,13 @@ typedef struct em {
      * rowd<d> kept by the row loop (used_digits: some broadcast or iota reads them) */
     const ot_shape *lshape;
     bool used_digits;
+    /* the column loop's trailing dims of lshape (1: the last; more when the last is short, so
+     * that the column loop is long enough to vectorize) and the index tables it reads: an
+     * operand index that is no multiple of col over several dims is ot_tab<N>[col], a static
+     * table (the loop then gathers; `#pragma GCC ivdep` lets gcc vectorize it) */
+    int K;
+    int ntab;
+    int64_t tabsig[8][OT_MAX_RANK]; /* each table's strides over the K dims */
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -442,8 +482,28 @@ static int memo_add(em *E, const ot_instr *x, const char *ctx, int var, bool flu
     char *c = ot_malloc(l + 1);
     if (!c) return fail(E, "out of memory");
     memcpy(c, ctx, l + 1);
-    E->m[E->nm] = (memo){x, c, var, flushed, E->scope};
+    E->m[E->nm] = (memo){x, c, var, flushed, false, ctx_level(ctx) == 0, E->scope};
     return E->nm++;
+}
+
+/* x as another name for the value of memo k (a copy, reshape, broadcast, same-type convert) */
+static int memo_alias(em *E, const ot_instr *x, const char *ctx, int k) {
+    bool quiet = E->m[k].quiet, inv = E->m[k].inv;
+    int m = memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
+    if (m >= 0) {
+        E->m[m].quiet = quiet;
+        E->m[m].inv = inv;
+    }
+    return m;
+}
+
+/* Records what is known of memo m's value (m < 0: passed through). */
+static int memo_know(em *E, int m, bool flushed, bool quiet) {
+    if (m >= 0) {
+        E->m[m].flushed = E->m[m].flushed || flushed;
+        E->m[m].quiet = E->m[m].quiet || quiet;
+    }
+    return m;
 }
 
 /* The loops of a loop fusion run with the CPU's flush-to-zero and denormals-are-zero modes set
@@ -477,6 +537,7 @@ static bool hw_op_ok(ot_opcode op) {
     case OT_OP_COMPARE:
     case OT_OP_MAXIMUM:
     case OT_OP_MINIMUM:
+    case OT_OP_CLAMP: /* a maximum and a minimum */
     case OT_OP_AND:
     case OT_OP_OR:
     case OT_OP_XOR:
@@ -607,7 +668,7 @@ static void fdom(em *E, int m, ot_dtype t, bool quiet, bool ftz, char *out, size
     else
         snprintf(a, sizeof a, "%s", v);
     char b[160];
-    if (quiet && !is_f64(t))
+    if (quiet && !is_f64(t) && !(t == OT_F32 && E->m[m].quiet))
         snprintf(b, sizeof b, "ot_qf(%s)", a);
     else
         snprintf(b, sizeof b, "%s", a);
@@ -711,7 +772,7 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
     if (a < 0) return -1;
     char va[32];
     var(E, a, va, sizeof va);
-    if (op == OT_OP_COPY) return memo_add(E, x, ctx, E->m[a].var, E->m[a].flushed);
+    if (op == OT_OP_COPY) return memo_alias(E, x, ctx, a);
     if (ot_dtype_is_float(t)) {
         char s[512];
         if (op == OT_OP_IS_FINITE) {
@@ -735,10 +796,13 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         if (op == OT_OP_SQRT && (t == OT_F32 || t == OT_F64)) {
             /* the square root of zero, a normal number, inf or NaN is never subnormal: the
              * flushed result is the result */
-            int m = define(E, x, ctx, t, true, "%s", r);
-            return m;
+            return memo_know(E, define(E, x, ctx, t, true, "%s", r), true, true);
         }
-        return define_float(E, x, ctx, t, ftz, r);
+        /* abs and negate of a flushed value are flushed, sign's result is +-1, +-0 or NaN;
+         * their operand is quieted, and arithmetic quiets a NaN */
+        bool fl = op == OT_OP_SIGN || ((op == OT_OP_ABS || op == OT_OP_NEGATE) && E->m[a].flushed);
+        return memo_know(E, define_float(E, x, ctx, t, ftz, r), fl && (t == OT_F32 || t == OT_F64),
+                         quiet || op == OT_OP_RSQRT);
     }
     if (t == OT_PRED) {
         if (op == OT_OP_NOT) return define(E, x, ctx, out, false, "(uint8_t)(%s == 0)", va);
@@ -783,6 +847,42 @@ static void ival(em *E, int m, ot_dtype t, char *out, size_t cap) {
         snprintf(out, cap, "(int64_t)%s", v);
 }
 
+/* An operand of maximum, minimum or clamp: flushed (DAZ) and, f32/f16/bf16, quieted, then
+ * compared by ot_maxqf/ot_minqf. Inside loops under the hardware mode an f32/f16/bf16 operand
+ * computed there is multiplied by 1 instead: under DAZ the product is the operand flushed (with
+ * its sign) and quieted, bit for bit over every f32, in one instruction where the software forms
+ * take about eleven. The 1 is opaque to gcc (ot_one, an asm output), which would otherwise fold
+ * x * 1 into x. f64 keeps the software flush: the reference does not quiet an f64 NaN. */
+static void minmax_operand(em *E, int m, ot_dtype t, const char *ctx, char *out, size_t cap) {
+    bool known = t == OT_F32 && E->m[m].flushed && E->m[m].quiet;
+    if (is_f64(t) || known || !E->hw || ctx_level(ctx) == 0 || E->m[m].inv) {
+        fdom(E, m, t, !is_f64(t), true, out, cap);
+        return;
+    }
+    char a[160];
+    fdom(E, m, t, false, false, a, sizeof a);
+    snprintf(out, cap, "(%s * ot_one)", a);
+    if (!E->one) {
+        E->one = true;
+        ot_strbuf_printf(&E->pro, "    float ot_one;\n    __asm__(\"\" : \"=x\"(ot_one) : "
+                                  "\"0\"(1.0f));\n");
+    }
+}
+
+static const char *minmax_fn(bool max, ot_dtype t) {
+    if (is_f64(t)) return max ? "ot_maxqd" : "ot_minqd";
+    return max ? "ot_maxqf" : "ot_minqf";
+}
+
+/* The result of maximum, minimum or clamp (expression r in the float domain): one of its
+ * flushed operands, so flushed itself, and quiet but for an f64 signalling NaN */
+static int minmax_define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, const char *r) {
+    char st[1200];
+    snprintf(st, sizeof st, store_fmt(t), r);
+    return memo_know(E, define(E, x, ctx, t, t == OT_F32 || t == OT_F64, "%s", st), false,
+                     !is_f64(t));
+}
+
 static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
     ot_opcode op = x->opcode;
     ot_dtype t = x->operands[0]->shape.array.dtype;
@@ -798,9 +898,12 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
         if (ot_dtype_is_float(t)) {
             if (ty != OT_CMP_TYPE_FLOAT)
                 return fail(E, "%s: compare type %s", x->name, ot_cmp_type_name(ty));
-            /* a compare reads subnormal operands as zero (DAZ), as the reference */
-            fdom(E, a, t, false, true, sa, sizeof sa);
-            fdom(E, b, t, false, true, sb, sizeof sb);
+            /* a compare reads subnormal operands as zero (DAZ), as the reference; inside loops
+             * run under the hardware mode the CPU does (operands computed before the loops
+             * keep the software flush, which is hoisted there) */
+            bool hwc = E->hw && ctx_level(ctx) > 0;
+            fdom(E, a, t, false, !(hwc && !E->m[a].inv), sa, sizeof sa);
+            fdom(E, b, t, false, !(hwc && !E->m[b].inv), sb, sizeof sb);
         } else if (ty == OT_CMP_TYPE_UNSIGNED) {
             char va[32], vb[32];
             snprintf(sa, sizeof sa, "(uint64_t)(%s)%s", uwidth(t), var(E, a, va, sizeof va));
@@ -812,6 +915,13 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
             return fail(E, "%s: compare type %s", x->name, ot_cmp_type_name(ty));
         }
         return define(E, x, ctx, OT_PRED, false, "(uint8_t)((%s %s %s) ? 1 : 0)", sa, c, sb);
+    }
+    if (ot_dtype_is_float(t) && (op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM)) {
+        minmax_operand(E, a, t, ctx, sa, sizeof sa);
+        minmax_operand(E, b, t, ctx, sb, sizeof sb);
+        char r[1100];
+        snprintf(r, sizeof r, "%s(%s, %s)", minmax_fn(op == OT_OP_MAXIMUM, t), sa, sb);
+        return minmax_define(E, x, ctx, t, r);
     }
     if (ot_dtype_is_float(t)) {
         const char *pre, *mid, *post;
@@ -829,19 +939,29 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
             snprintf(r, sizeof r, "ot_tinyf((double)%s%s(double)%s)", sa, mid, sb);
             char st[2200];
             snprintf(st, sizeof st, store_fmt(t), r);
-            return define(E, x, ctx, t, t == OT_F32, "%s", st);
+            return memo_know(E, define(E, x, ctx, t, t == OT_F32, "%s", st), false, true);
         }
         snprintf(r, sizeof r, "%s%s%s%s%s", pre, sa, mid, sb, post);
-        return define_float(E, x, ctx, t, ftz, r);
+        /* IEEE arithmetic never returns a signalling NaN */
+        bool arith =
+            op == OT_OP_ADD || op == OT_OP_SUBTRACT || op == OT_OP_MULTIPLY || op == OT_OP_DIVIDE;
+        return memo_know(E, define_float(E, x, ctx, t, ftz, r), false, arith);
     }
     const char *T = ctype(t);
     if (t == OT_PRED) {
         ival(E, a, t, sa, sizeof sa);
         ival(E, b, t, sb, sizeof sb);
+        char pa[32], pb[32];
+        var(E, a, pa, sizeof pa);
+        var(E, b, pb, sizeof pb);
         switch (op) {
-        case OT_OP_AND: return define(E, x, ctx, t, false, "(uint8_t)((%s & %s) != 0)", sa, sb);
-        case OT_OP_OR: return define(E, x, ctx, t, false, "(uint8_t)((%s | %s) != 0)", sa, sb);
-        case OT_OP_XOR: return define(E, x, ctx, t, false, "(uint8_t)((%s ^ %s) != 0)", sa, sb);
+        /* on bytes (0 or 1 after the test): no widening in the vector loop */
+        case OT_OP_AND:
+            return define(E, x, ctx, t, false, "(uint8_t)((%s != 0) & (%s != 0))", pa, pb);
+        case OT_OP_OR:
+            return define(E, x, ctx, t, false, "(uint8_t)((%s != 0) | (%s != 0))", pa, pb);
+        case OT_OP_XOR:
+            return define(E, x, ctx, t, false, "(uint8_t)((%s != 0) ^ (%s != 0))", pa, pb);
         case OT_OP_MAXIMUM:
             return define(E, x, ctx, t, false, "(uint8_t)((%s > %s ? %s : %s) != 0)", sa, sb, sa,
                           sb);
@@ -922,7 +1042,7 @@ static int emit_convert(em *E, const ot_instr *x, const char *ctx) {
     int a = operand(E, x, 0, ctx);
     if (a < 0) return -1;
     if (!ctype(from) || !ctype(to)) return fail(E, "%s: convert type", x->name);
-    if (from == to) return memo_add(E, x, ctx, E->m[a].var, E->m[a].flushed);
+    if (from == to) return memo_alias(E, x, ctx, a);
     char va[32];
     var(E, a, va, sizeof va);
     bool ff = ot_dtype_is_float(from), tf = ot_dtype_is_float(to);
@@ -1000,21 +1120,24 @@ static int emit_select_clamp(em *E, const ot_instr *x, const char *ctx) {
     var(E, b, vb, sizeof vb);
     var(E, c, vc, sizeof vc);
     if (x->opcode == OT_OP_SELECT) {
-        if (t == OT_F32 || t == OT_F64)
-            return define(E, x, ctx, t, false,
-                          t == OT_F32 ? "ot_self(%s, %s, %s)" : "ot_seld(%s, %s, %s)", va, vb, vc);
+        if (t == OT_F32 || t == OT_F64) /* one of two flushed (quiet) values is one */
+            return memo_know(E,
+                             define(E, x, ctx, t, false,
+                                    t == OT_F32 ? "ot_self(%s, %s, %s)" : "ot_seld(%s, %s, %s)", va,
+                                    vb, vc),
+                             E->m[b].flushed && E->m[c].flushed, E->m[b].quiet && E->m[c].quiet);
         return define(E, x, ctx, t, false, "(%s != 0 ? %s : %s)", va, vb, vc);
     }
     /* clamp(lo, x, hi) = min(max(x, lo), hi) */
     if (ot_dtype_is_float(t)) {
         char slo[256], sx[256], shi[256];
-        fdom(E, a, t, true, true, slo, sizeof slo); /* DAZ, as maximum and minimum */
-        fdom(E, b, t, true, true, sx, sizeof sx);
-        fdom(E, c, t, true, true, shi, sizeof shi);
+        minmax_operand(E, a, t, ctx, slo, sizeof slo); /* DAZ, as maximum and minimum */
+        minmax_operand(E, b, t, ctx, sx, sizeof sx);
+        minmax_operand(E, c, t, ctx, shi, sizeof shi);
         char r[1024];
-        snprintf(r, sizeof r, "%s(%s(%s, %s), %s)", is_f64(t) ? "ot_mind" : "ot_minf",
-                 is_f64(t) ? "ot_maxd" : "ot_maxf", sx, slo, shi);
-        return define_float(E, x, ctx, t, false, r);
+        snprintf(r, sizeof r, "%s(%s(%s, %s), %s)", minmax_fn(false, t), minmax_fn(true, t), sx,
+                 slo, shi);
+        return minmax_define(E, x, ctx, t, r);
     }
     if (!is_int(t)) return fail(E, "%s: clamp on %s", x->name, ot_dtype_name(t));
     const char *W = uwidth(t);
@@ -1046,9 +1169,11 @@ static int emit_constant(em *E, const ot_instr *x) {
     memcpy(&u, l->data, es); /* little-endian */
     /* a constant that is zero or normal needs no flushing */
     switch (t) {
-    case OT_F32:
-        return define(E, x, "0", t, (u & 0x7fffffffu) == 0 || (u & 0x7f800000u) != 0,
-                      "ot_bitsf(0x%08llxu)", (unsigned long long)u);
+    case OT_F32: /* quiet unless a signalling NaN */
+        return memo_know(E,
+                         define(E, x, "0", t, (u & 0x7fffffffu) == 0 || (u & 0x7f800000u) != 0,
+                                "ot_bitsf(0x%08llxu)", (unsigned long long)u),
+                         false, (u & 0x7fc00000u) != 0x7f800000u || (u & 0x7fffffu) == 0);
     case OT_F64:
         return define(E, x, "0", t,
                       (u & 0x7fffffffffffffffull) == 0 || (u & 0x7ff0000000000000ull) != 0,
@@ -1065,10 +1190,60 @@ static int emit_constant(em *E, const ot_instr *x) {
 static bool digits_ok(const em *E, const ot_shape *R, const char *ctx) {
     if (E->C <= 0 || E->rows || !E->lshape || strcmp(ctx, "i") != 0) return false;
     const ot_shape *L = E->lshape;
-    if (L->rank != R->rank || L->dims[L->rank - 1] != E->C) return false;
+    if (L->rank != R->rank) return false;
     for (int d = 0; d < L->rank; d++)
         if (L->dims[d] != R->dims[d]) return false;
     return true;
+}
+
+/* The column loop's part of an index (digits_ok contexts): sum over the loop's K trailing dims
+ * of the column's digit times s[d] (d from the first of those dims). A multiple of col where
+ * the strides are those of one contiguous range ("0", "col", "(col * S)"), else a table of
+ * the C values, declared once per distinct strides. */
+static void col_index(em *E, const int64_t *s, char *out, size_t cap) {
+    const ot_shape *L = E->lshape;
+    int K = E->K > 1 ? E->K : 1, d0 = L->rank - K;
+    int64_t cs = s[K - 1], want = cs;
+    bool lin = true;
+    for (int d = K - 1; d >= 0; d--) {
+        if (s[d] != want) lin = false;
+        want *= L->dims[d0 + d];
+    }
+    if (lin) {
+        if (cs == 0)
+            snprintf(out, cap, "0");
+        else if (cs == 1)
+            snprintf(out, cap, "col");
+        else
+            snprintf(out, cap, "(col * %lld)", (long long)cs);
+        return;
+    }
+    int id = -1;
+    for (int t = 0; t < E->ntab && id < 0; t++)
+        if (memcmp(E->tabsig[t], s, (size_t)K * sizeof *s) == 0) id = t;
+    if (id < 0) {
+        if (E->ntab == (int)(sizeof E->tabsig / sizeof E->tabsig[0])) {
+            fail(E, "more than %d column index tables", E->ntab);
+            snprintf(out, cap, "0");
+            return;
+        }
+        id = E->ntab++;
+        memcpy(E->tabsig[id], s, (size_t)K * sizeof *s);
+        int64_t top = 0;
+        for (int d = 0; d < K; d++) top += (L->dims[d0 + d] - 1) * s[d];
+        ot_strbuf_printf(&E->pro, "    static const %s ot_tab%d[%lld] = {",
+                         top > INT32_MAX ? "int64_t" : "int32_t", id, (long long)E->C);
+        int64_t dig[OT_MAX_RANK] = {0};
+        for (int64_t c = 0; c < E->C; c++) {
+            int64_t v = 0;
+            for (int d = 0; d < K; d++) v += dig[d] * s[d];
+            ot_strbuf_printf(&E->pro, "%s%lld", c % 16 ? ", " : (c ? ",\n        " : ""),
+                             (long long)v);
+            for (int d = K - 1; d >= 0 && ++dig[d] == L->dims[d0 + d]; d--) dig[d] = 0;
+        }
+        ot_strbuf_printf(&E->pro, "};\n");
+    }
+    snprintf(out, cap, "ot_tab%d[col]", id);
 }
 
 static int emit_iota(em *E, const ot_instr *x, const char *ctx) {
@@ -1080,8 +1255,11 @@ static int emit_iota(em *E, const ot_instr *x, const char *ctx) {
     if (s->rank == 0 || s->dims[d] == 1) {
         snprintf(v, sizeof v, "(int64_t)0");
     } else if (digits_ok(E, s, ctx)) {
-        if (d == s->rank - 1) {
-            snprintf(v, sizeof v, "col");
+        int K = E->K > 1 ? E->K : 1;
+        if (d >= s->rank - K) {
+            int64_t cs[OT_MAX_RANK] = {0};
+            cs[d - (s->rank - K)] = 1;
+            col_index(E, cs, v, sizeof v);
         } else {
             snprintf(v, sizeof v, "rowd%d", (int)d);
             E->used_digits = true;
@@ -1137,11 +1315,12 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
         /* the row's part of the operand index from the row loop's digit counters (once per
          * row), plus the column times the stride of the operand dim mapped to the last dim */
         size_t n = (size_t)snprintf(expr, sizeof expr, "(0");
-        int64_t cs = 0;
+        int K = E->K > 1 ? E->K : 1;
+        int64_t cst[OT_MAX_RANK] = {0}; /* strides over the column loop's dims */
         for (int j = 0; j < k && n < sizeof expr; j++) {
             if (O->dims[j] == 1) continue;
-            if (dm[j] == R->rank - 1) {
-                cs = os[j];
+            if (dm[j] >= R->rank - K) {
+                cst[dm[j] - (R->rank - K)] = os[j];
                 continue;
             }
             n += (size_t)snprintf(expr + n, sizeof expr - n, " + rowd%d * %lld", (int)dm[j],
@@ -1150,19 +1329,18 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
         }
         if (n >= sizeof expr - 2) return fail(E, "%s: index expression too long", x->name);
         snprintf(expr + n, sizeof expr - n, ")");
-        char rv[64];
+        char rv[64], cv[64];
         if (strcmp(expr, "(0)") == 0)
             snprintf(rv, sizeof rv, "0");
         else
             index_var(E, expr, rv, sizeof rv);
-        if (cs == 0)
+        col_index(E, cst, cv, sizeof cv);
+        if (strcmp(cv, "0") == 0)
             snprintf(expr, sizeof expr, "%s", rv);
         else if (strcmp(rv, "0") == 0)
-            snprintf(expr, sizeof expr, cs == 1 ? "col" : "(col * %lld)", (long long)cs);
-        else if (cs == 1)
-            snprintf(expr, sizeof expr, "(%s + col)", rv);
+            snprintf(expr, sizeof expr, "%s", cv);
         else
-            snprintf(expr, sizeof expr, "(%s + col * %lld)", rv, (long long)cs);
+            snprintf(expr, sizeof expr, "(%s + %s)", rv, cv);
     } else if (run && C > 0 && strcmp(ctx, "i") == 0 &&
                ((rs[last] == 1 && C % no == 0) || (rs[last] > 1 && rs[last] % C == 0))) {
         /* in the two-level loop (i = row * C + col): an index of the column or of the row */
@@ -1241,13 +1419,13 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
     case OT_OP_CONSTANT: {
         int k = emit_constant(E, x);
         if (k < 0 || strcmp(ctx, "0") == 0) return k;
-        return memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
+        return memo_alias(E, x, ctx, k);
     }
     case OT_OP_IOTA: return emit_iota(E, x, ctx);
     case OT_OP_BROADCAST: {
         int k = emit_broadcast(E, x, ctx);
         if (k < 0) return k;
-        return memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
+        return memo_alias(E, x, ctx, k);
     }
     case OT_OP_RESHAPE:
     case OT_OP_BITCAST: {
@@ -1258,7 +1436,7 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
                         ot_opcode_name(op));
         int k = emit(E, o, ctx);
         if (k < 0) return k;
-        return memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
+        return memo_alias(E, x, ctx, k);
     }
     case OT_OP_CONVERT: return emit_convert(E, x, ctx);
     case OT_OP_BITCAST_CONVERT: { /* f32 <-> u32, u16 <-> bf16/f16: the same bits (stochastic
@@ -2660,8 +2838,18 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
          * long enough: values that depend only on the row are computed once per row */
         const ot_shape *ls = &leaves[0]->shape.array;
         if (ls->rank >= 2 && (ls->dims[ls->rank - 1] >= 16 || index_math(c)) &&
-            N > ls->dims[ls->rank - 1] && ls->dims[ls->rank - 1] > 0)
+            N > ls->dims[ls->rank - 1] && ls->dims[ls->rank - 1] > 0) {
             E.C = ls->dims[ls->rank - 1];
+            E.K = 1;
+            /* a short last dim under broadcasts: the column loop takes more trailing dims
+             * (up to 64 elements, tables of at most 1024), whole rows still left to split */
+            while (index_math(c) && E.C < 64 && E.K < ls->rank - 1 &&
+                   E.C * ls->dims[ls->rank - 1 - E.K] <= 1024 &&
+                   N > E.C * ls->dims[ls->rank - 1 - E.K]) {
+                E.C *= ls->dims[ls->rank - 1 - E.K];
+                E.K++;
+            }
+        }
         E.lshape = ls;
         for (int r = 0; r < nleaves && !E.bad; r++) {
             int m = emit(&E, leaves[r], "i");
@@ -2700,24 +2888,27 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             ot_strbuf dg = {0}, inc = {0};
             const ot_shape *ls = E.lshape;
             int64_t span = 1;
-            for (int d = ls->rank - 2; d >= 0 && E.used_digits; d--) {
+            int dl = ls->rank - 1 - E.K; /* the last of the row's dims */
+            for (int d = dl; d >= 0 && E.used_digits; d--) {
                 ot_strbuf_printf(&dg, "    int64_t rowd%d = (b / %lld) %% %lld;\n", d,
                                  (long long)span, (long long)ls->dims[d]);
                 span *= ls->dims[d];
             }
-            for (int d = ls->rank - 2; d >= 0 && E.used_digits; d--)
+            for (int d = dl; d >= 0 && E.used_digits; d--)
                 ot_strbuf_printf(&inc, "    if (++rowd%d == %lld) {\n    rowd%d = 0;\n", d,
                                  (long long)ls->dims[d], d);
-            for (int d = ls->rank - 2; d >= 0 && E.used_digits; d--)
-                ot_strbuf_printf(&inc, "    }\n");
-            ot_strbuf_printf(src,
-                             "%s%s%s    for (int64_t row = b; row < e; row++) {\n%s"
-                             "    for (int64_t col = 0; col < %lld; col++) {\n"
-                             "    const int64_t i = row * %lld + col;\n%s%s    }\n%s    }\n%s}\n",
-                             E.pro.p ? E.pro.p : "", hw_on, dg.p ? dg.p : "",
-                             E.rowb.p ? E.rowb.p : "", (long long)E.C, (long long)E.C,
-                             E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "",
-                             inc.p ? inc.p : "", hw_off);
+            for (int d = dl; d >= 0 && E.used_digits; d--) ot_strbuf_printf(&inc, "    }\n");
+            ot_strbuf_printf(
+                src,
+                "%s%s%s    for (int64_t row = b; row < e; row++) {\n%s"
+                "%s    for (int64_t col = 0; col < %lld; col++) {\n"
+                "    const int64_t i = row * %lld + col;\n%s%s    }\n%s    }\n%s}\n",
+                E.pro.p ? E.pro.p : "", hw_on, dg.p ? dg.p : "", E.rowb.p ? E.rowb.p : "",
+                /* a gather from a table: no iteration reads what another writes
+                 * (inputs clear of outputs, an in-place input read at the
+                 * element written: cg_run's layout checks) */
+                E.ntab ? "#pragma GCC ivdep\n" : "", (long long)E.C, (long long)E.C,
+                E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "", inc.p ? inc.p : "", hw_off);
             if (dg.oom || inc.oom) src->oom = true;
             ot_strbuf_free(&dg);
             ot_strbuf_free(&inc);

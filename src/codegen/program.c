@@ -603,6 +603,14 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         for (const ot_instr *x = d->fused->first; x; x = x->next)
             if (x->opcode == OT_OP_REDUCE) en->per = 0;
         if (en->per) en->per = work;
+        /* a column loop over several trailing dims (a short last dim under broadcasts) is not
+         * one row of the last dim: such a kernel does not run piecewise (cg_range_of) */
+        const ot_instr *leaf = d->fused->root;
+        if (leaf && leaf->opcode == OT_OP_TUPLE && leaf->noperands > 0) leaf = leaf->operands[0];
+        if (en->per > 1 &&
+            (!leaf || leaf->shape.kind != OT_IR_ARRAY || leaf->shape.array.rank < 1 ||
+             leaf->shape.array.dims[leaf->shape.array.rank - 1] != work))
+            en->per = 0;
         en->chunk = CG_CHUNK / work > min_iters ? CG_CHUNK / work : min_iters;
         en->nin = d->ninputs;
         en->nout = d->noutputs;
