@@ -415,6 +415,7 @@ typedef struct em {
     int scope, nscope; /* row fusion: the reduce loop being emitted */
     bool hw_bad;       /* an op the mode does not cover was emitted inside the loops */
     bool one;          /* the prologue declares ot_one (minmax_operand) */
+    bool notrap;       /* an integer divide through double (emit_head) */
     /* row fusion: outputs of one element per input element that depend on no reduce (softmax's
      * exp beside its sum); stored by the loops of the first reduce emitted, which visit each
      * element of the row once, so the values the sum computes are not computed again */
@@ -883,6 +884,73 @@ static int minmax_define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, 
                      !is_f64(t));
 }
 
+/* An integer divide or remainder of at most 32 bits by a divisor that is no constant (gcc turns
+ * a constant one into a multiply and shifts, which vectorize): computed through double, whose
+ * quotient truncated is exact for such operands (|a|, |b| < 2^32: the double quotient is within
+ * |a / b| * 2^-53 < 2^-21 / |b| of a / b, nearer than any other integer's 1 / |b|; an integer
+ * quotient is exact), so x86 vectorizes it (vdivpd) where the integer divide is a scalar
+ * instruction per element. */
+static bool quot_by_double(const ot_instr *x, ot_dtype t) {
+    if (ot_dtype_size(t) > 4 || t == OT_PRED) return false;
+    const ot_instr *b = x->operands[1];
+    while ((b->opcode == OT_OP_BROADCAST || b->opcode == OT_OP_RESHAPE ||
+            b->opcode == OT_OP_BITCAST || b->opcode == OT_OP_COPY) &&
+           b->noperands == 1)
+        b = b->operands[0];
+    return b->opcode != OT_OP_CONSTANT;
+}
+
+/* The truncated quotient a / b through double, for quot_by_double's types. b == 0 and, signed,
+ * b == -1 divide by 1 instead (their results are selected apart, so the conversion is always in
+ * range); the divisor is adjusted by arithmetic on the compares and the results are picked by
+ * masks (quot_pick), not by conditionals: gcc (trapping math) keeps a conditional around a
+ * float divide or convert as a branch, and the loop would not vectorize. */
+static void quot_double(char *out, size_t cap, ot_dtype t, const char *a, const char *b) {
+    const char *T = ctype(t);
+    if (ot_dtype_is_signed_int(t))
+        snprintf(out, cap, "(%s)(int32_t)((double)%s / (double)(%s + (%s == 0) + 2 * (%s == -1)))",
+                 T, a, b, b, b);
+    else
+        snprintf(out, cap, "(%s)(uint32_t)((double)%s / (double)(%s + (%s == 0)))", T, a, b, b);
+}
+
+/* quot_double's quotient as a variable of its own, computed whatever the divisor (gcc would
+ * otherwise sink the divide into the one select arm that reads it, as a branch). Its name goes
+ * to out; false on failure. */
+static bool quot_var(em *E, const ot_instr *x, const char *ctx, ot_dtype t, const char *a,
+                     const char *b, char *out, size_t cap) {
+    char q[512];
+    quot_double(q, sizeof q, t, a, b);
+    int m = define(E, x, ctx, t, false, "%s", q);
+    if (m < 0) return false;
+    E->notrap = true;
+    var(E, m, out, cap);
+    E->nm--; /* the intermediate is not x's value */
+    ot_free(E->m[E->nm].ctx);
+    return true;
+}
+
+/* binary_int's divide (rem false) or remainder of a by b, quotient q, as 32-bit masks: a zero
+ * divisor gives all ones / a, a signed -1 gives -a / 0 (MIN / -1 is MIN), else q / a - q * b
+ * (wrapping, truncated to the type: C's remainder) */
+static int quot_pick(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool rem, const char *a,
+                     const char *b, const char *q) {
+    const char *T = ctype(t);
+    char m0[96], m1[96], r[256];
+    snprintf(m0, sizeof m0, "(0u - (uint32_t)(%s == 0))", b);
+    if (ot_dtype_is_signed_int(t))
+        snprintf(m1, sizeof m1, "(0u - (uint32_t)(%s == -1))", b);
+    else
+        snprintf(m1, sizeof m1, "0u");
+    snprintf(r, sizeof r, "((uint32_t)%s - (uint32_t)%s * (uint32_t)%s)", a, q, b);
+    if (rem)
+        return define(E, x, ctx, t, false, "(%s)(((uint32_t)%s & %s) | (%s & ~(%s | %s)))", T, a,
+                      m0, r, m0, m1);
+    return define(E, x, ctx, t, false,
+                  "(%s)(%s | ((0u - (uint32_t)%s) & %s) | ((uint32_t)%s & ~(%s | %s)))", T, m0, a,
+                  m1, q, m0, m1);
+}
+
 static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
     ot_opcode op = x->opcode;
     ot_dtype t = x->operands[0]->shape.array.dtype;
@@ -905,9 +973,15 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
             fdom(E, a, t, false, !(hwc && !E->m[a].inv), sa, sizeof sa);
             fdom(E, b, t, false, !(hwc && !E->m[b].inv), sb, sizeof sb);
         } else if (ty == OT_CMP_TYPE_UNSIGNED) {
+            /* at their own width up to 32 bits (C's promotions keep the order): no widening to
+             * 64-bit lanes in the vector loop */
             char va[32], vb[32];
-            snprintf(sa, sizeof sa, "(uint64_t)(%s)%s", uwidth(t), var(E, a, va, sizeof va));
-            snprintf(sb, sizeof sb, "(uint64_t)(%s)%s", uwidth(t), var(E, b, vb, sizeof vb));
+            const char *wide = ot_dtype_size(t) <= 4 ? "" : "(uint64_t)";
+            snprintf(sa, sizeof sa, "%s(%s)%s", wide, uwidth(t), var(E, a, va, sizeof va));
+            snprintf(sb, sizeof sb, "%s(%s)%s", wide, uwidth(t), var(E, b, vb, sizeof vb));
+        } else if (ty == OT_CMP_TYPE_SIGNED && t != OT_PRED && ot_dtype_size(t) <= 4) {
+            var(E, a, sa, sizeof sa);
+            var(E, b, sb, sizeof sb);
         } else if (ty == OT_CMP_TYPE_SIGNED) {
             ival(E, a, t, sa, sizeof sa);
             ival(E, b, t, sb, sizeof sb);
@@ -997,6 +1071,11 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
      * and MIN % -1 is 0 (the C operators would trap on both); the guards pick the operands, so
      * the division never sees them */
     case OT_OP_DIVIDE:
+        if (quot_by_double(x, t)) {
+            char q[32];
+            if (!quot_var(E, x, ctx, t, va, vb, q, sizeof q)) return -1;
+            return quot_pick(E, x, ctx, t, false, va, vb, q);
+        }
         if (sgn)
             return define(E, x, ctx, t, false,
                           "(%s == 0 ? (%s)-1 : (%s == (%s)((%s)1 << %d) && %s == -1) ? %s : "
@@ -1005,6 +1084,11 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
         return define(E, x, ctx, t, false, "(%s == 0 ? (%s)~(%s)0 : (%s)((%s)%s / (%s)%s))", vb, T,
                       W, T, W, va, W, vb);
     case OT_OP_REMAINDER:
+        if (quot_by_double(x, t)) {
+            char q[32];
+            if (!quot_var(E, x, ctx, t, va, vb, q, sizeof q)) return -1;
+            return quot_pick(E, x, ctx, t, true, va, vb, q);
+        }
         if (sgn)
             return define(E, x, ctx, t, false, "(%s == 0 ? %s : %s == -1 ? (%s)0 : (%s)(%s %% %s))",
                           vb, va, vb, T, T, va, vb);
@@ -1574,13 +1658,18 @@ static ot_status emit_tail(ot_strbuf *src, bool hw) {
 /* A kernel's opening: its comment (the fusion's name and form) and signature, then its typed
  * input pointers (an input that is an output's memory is read through that output) and output
  * pointers, one per leaf of the root. */
+/* notrap: the kernel divides integers through double (quot_by_double), and is compiled without
+ * trapping math: gcc then if-converts the selects around the divide and the conversions, and the
+ * loop vectorizes (with trapping math it keeps them as branches, and the scalar double divide is
+ * slower than the integer one). The option changes no value, only what gcc may speculate. */
 static void emit_head(ot_strbuf *src, const cg_kernel_desc *kn, const char *fname, const char *form,
-                      const ot_instr *const *leaves, int nleaves) {
+                      const ot_instr *const *leaves, int nleaves, bool notrap) {
     const ot_computation *c = kn->fused;
     ot_strbuf_printf(src,
-                     "\n/* %s%s */\nvoid %s(void *const *in, void *const *out, int64_t b, int64_t "
-                     "e) {\n",
-                     kn->name, form, fname);
+                     "\n/* %s%s */\n%svoid %s(void *const *in, void *const *out, int64_t b, "
+                     "int64_t e) {\n",
+                     kn->name, form,
+                     notrap ? "__attribute__((optimize(\"no-trapping-math\"))) " : "", fname);
     for (int q = 0; q < kn->ninputs; q++)
         if (kn->alias[q] < 0)
             ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
@@ -1682,7 +1771,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                             RE, base, off))
             emit_head(src, kn, fname,
                       suffix ? " (reduce, lane order)" : " (reduce, lane order, runs)", leaves,
-                      nleaves);
+                      nleaves, E.notrap);
             ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
             if (E.hw)
                 ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
@@ -1888,7 +1977,7 @@ static ot_status emit_reduce_keyed(const cg_kernel_desc *kn, const char *fname, 
         if (st == OT_OK && (E.pro.oom || E.rowb.oom || E.body.oom))
             st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
         if (st == OT_OK) {
-            emit_head(src, kn, fname, " (reduce, keys)", &red, 1);
+            emit_head(src, kn, fname, " (reduce, keys)", &red, 1, E.notrap);
             ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
             if (E.hw)
                 ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
@@ -1958,7 +2047,7 @@ static ot_status emit_reduce_walk(const cg_kernel_desc *kn, const char *fname, o
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        emit_head(src, kn, fname, " (reduce, walk)", &red, 1);
+        emit_head(src, kn, fname, " (reduce, walk)", &red, 1, E.notrap);
         ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
         if (E.hw)
             ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
@@ -2522,7 +2611,7 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        emit_head(src, kn, fname, " (rows)", leaves, nleaves);
+        emit_head(src, kn, fname, " (rows)", leaves, nleaves, E.notrap);
         ot_strbuf_printf(src, "%s", E.pro.p ? E.pro.p : "");
         if (E.hw)
             ot_strbuf_printf(src, "    const unsigned int ot_csr = _mm_getcsr();\n"
@@ -2698,7 +2787,7 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom || init.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        emit_head(src, kn, fname, " (columns)", leaves, nleaves);
+        emit_head(src, kn, fname, " (columns)", leaves, nleaves, E.notrap);
         /* the prologue (values computed once, flushed in software, and the reduces' init) runs
          * before the mode is set */
         ot_strbuf_printf(src, "%s%s", E.pro.p ? E.pro.p : "", init.p ? init.p : "");
@@ -2841,9 +2930,13 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             N > ls->dims[ls->rank - 1] && ls->dims[ls->rank - 1] > 0) {
             E.C = ls->dims[ls->rank - 1];
             E.K = 1;
-            /* a short last dim under broadcasts: the column loop takes more trailing dims
-             * (up to 64 elements, tables of at most 1024), whole rows still left to split */
-            while (index_math(c) && E.C < 64 && E.K < ls->rank - 1 &&
+            /* a last dim too short for one vector under broadcasts: the column loop takes
+             * more trailing dims (up to 64 elements, tables of at most 1024), whole rows still
+             * left to split. Not where an input is read at each element's own index (a dot's
+             * or convolution's result, which the loop may run on piecewise as its output
+             * fusion: cg_range_of takes rows of the last dim only) */
+            bool shortrow = E.C < 16 && kn->linear == 0 && index_math(c);
+            while (shortrow && E.C < 64 && E.K < ls->rank - 1 &&
                    E.C * ls->dims[ls->rank - 1 - E.K] <= 1024 &&
                    N > E.C * ls->dims[ls->rank - 1 - E.K]) {
                 E.C *= ls->dims[ls->rank - 1 - E.K];
@@ -2870,7 +2963,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
     } else if (E.pro.oom || E.rowb.oom || E.body.oom || E.stores.oom) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
     } else {
-        emit_head(src, kn, fname, "", leaves, nleaves);
+        emit_head(src, kn, fname, "", leaves, nleaves, E.notrap);
         /* the mode is set after the prologue (values computed once, flushed in software) and
          * before the loops' first load, and restored after their last store (the empty asm
          * statements keep memory accesses on their side of the mode switches) */
