@@ -28,10 +28,14 @@
  * our pool's workers briefly, and either would otherwise take CPUs from the next side timed.
  * The OpenBLAS thread count is set before the section that needs it, outside the timing. One
  * repetition runs the product `inner` times (fixed per case from the warm-up so that a
- * repetition of ours takes at least 5 ms). GFLOP/s medians of --reps (default 5) after the
+ * repetition of ours takes at least --rep-ms, default 5 ms). A repetition's first product starts
+ * with every side's workers asleep (the process idle before it), which on a VM can cost a
+ * product most of its second thread; a longer --rep-ms (50) measures products back to back, as
+ * a program's kernels run. GFLOP/s medians of --reps (default 5) after the
  * warm-up, the sides interleaved rep by rep; ratio = ours / baseline. Every label names its
  * thread counts. The results are checked against OpenBLAS's (normwise 1e-5).
- *   bench_dot [--json] [--reps N] [--only TEXT]   (--only: the cases whose name contains TEXT) */
+ *   bench_dot [--json] [--reps N] [--rep-ms MS] [--only TEXT]
+ *   (--only: the cases whose name contains TEXT) */
 #include "optitpu/bench.h"
 #include "optitpu/compiler.h"
 #include "optitpu/ir.h"
@@ -209,7 +213,8 @@ static void wait_quiet(void) {
 }
 
 /* One case: its rows printed; 0, or 1 on a failure (reported on stderr). */
-static int run_case(const dcase *d, int reps, bool json, ot_threadpool *pool, int threads) {
+static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threadpool *pool,
+                    int threads) {
     const char *ths = threads == 1 ? "" : "s";
     int64_t B = nbatch(d);
     ot_module *m = build(d);
@@ -251,9 +256,9 @@ static int run_case(const dcase *d, int reps, bool json, ot_threadpool *pool, in
                 rc = 1;
             }
         uint64_t t1 = ot_now_ns();
-        if (r < 0) { /* the warm-up fixes the calls per repetition: >= 5 ms of ours */
+        if (r < 0) { /* the warm-up fixes the calls per repetition: >= rep_ms of ours */
             double one = (double)(t1 - t0) > 1 ? (double)(t1 - t0) : 1;
-            inner = (int)ceil(5e6 / one);
+            inner = (int)ceil(rep_ms * 1e6 / one);
             if (inner < 1) inner = 1;
             if (inner > 1000) inner = 1000;
         }
@@ -376,27 +381,34 @@ static int run_case(const dcase *d, int reps, bool json, ot_threadpool *pool, in
 int main(int argc, char **argv) {
     bool json = false;
     int reps = 5;
+    double rep_ms = 5;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rep-ms") && i + 1 < argc)
+            rep_ms = atof(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_dot [--json] [--reps N] [--only TEXT]\n");
+            fprintf(stderr, "usage: bench_dot [--json] [--reps N] [--rep-ms MS] [--only TEXT]\n");
             return 2;
         }
     }
     if (reps < 1) reps = 1;
+    if (!(rep_ms > 0 && rep_ms <= 10000)) {
+        fprintf(stderr, "bench_dot: --rep-ms must be in (0, 10000]\n");
+        return 2;
+    }
     ot_threadpool *pool = ot_threadpool_default(); /* ours runs on it; so does the split loop */
     int threads = ot_threadpool_size(pool);
     ot_bench_print_header(json);
     int rc = 0, ran = 0;
     for (size_t ci = 0; ci < sizeof g_cases / sizeof g_cases[0] && !rc; ci++) {
         if (only && !strstr(g_cases[ci].name, only)) continue;
-        rc = run_case(&g_cases[ci], reps, json, pool, threads);
+        rc = run_case(&g_cases[ci], reps, rep_ms, json, pool, threads);
         ran++;
     }
     if (!ran) {
