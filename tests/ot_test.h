@@ -18,6 +18,14 @@ static int ot_test_failures_;   /* failures in the current test */
 static int ot_test_assertions_; /* assertions evaluated overall */
 static int ot_test_skipped_;    /* the current test called OT_SKIP */
 
+/* splitmix64: advances *state and returns the next 64 random bits (test inputs; not crypto). */
+static inline uint64_t ot_test_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* The exit code of a test program that skipped something and failed nothing. */
 #define OT_TEST_SKIP_CODE 77
 

@@ -17,10 +17,7 @@
 static uint64_t g_rng = 0x5a1ce;
 
 static uint64_t next_u64(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ot_test_splitmix64(&g_rng);
 }
 static int64_t rnd(int64_t lo, int64_t hi) { /* [lo, hi] */
     return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));

@@ -32,10 +32,7 @@ typedef struct xcase {
 } xcase;
 
 static uint64_t mix(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ot_test_splitmix64(&z);
 }
 
 /* Member r's gradient element i of step s: magnitudes 1e-3 to 1e3, so the order of the sums
