@@ -124,10 +124,10 @@ def jit(fn=None, **compile_kwargs):
 def train(*, on_progress=None, **options):
     """Runs `optitpu train` in this process (ot_train): data-parallel training of a model on
     in-process host devices with the CLI's options as keywords (steps, epochs, devices, topology,
-    optimizer, lr, weight_decay, state ("f32", "bf16"), schedule, warmup_steps, batch_size,
+    optimizer, lr, weight_decay, state ("f32", "bf16", "int8"), schedule, warmup_steps, batch_size,
     grad_accum, dataset, synthetic_n, model ("logreg", "mlp", "cnn"), hidden=[...], activation,
     allreduce, grad_compress ("none", "bf16", "int8", "topk:F"), local_sgd, shard_optimizer,
-    slice ("PRESET:SHAPE"; devices defaults to the slice's size, slice_registry to the CLI's
+    overlap ("auto", "on", "off"), slice ("PRESET:SHAPE"; devices defaults to the slice's size, slice_registry to the CLI's
     $OPTITPU_SLICE_DIR or /tmp/optitpu-slices-UID), ckpt_dir, ckpt_every, keep, ckpt_replicas
     (R: copies in CKPT_DIR.replica1..R as the CLI's --ckpt-replicas, or a list of directories),
     resume, fresh, final_ckpt, fail_device, fail_step, migrate ((device, step) or "D@S", the

@@ -2501,11 +2501,26 @@ static PyObject *mod_train(PyObject *mod, PyObject *args) {
         }
         if (!strcmp(k, "state")) {
             const char *sv = PyUnicode_Check(val) ? PyUnicode_AsUTF8AndSize(val, NULL) : NULL;
-            if (!sv || (strcmp(sv, "f32") && strcmp(sv, "bf16"))) {
-                if (!PyErr_Occurred()) raise_fmt(OT_ERR_INVALID_ARGUMENT, "state: 'f32' or 'bf16'");
+            if (!sv || (strcmp(sv, "f32") && strcmp(sv, "bf16") && strcmp(sv, "int8"))) {
+                if (!PyErr_Occurred())
+                    raise_fmt(OT_ERR_INVALID_ARGUMENT, "state: 'f32', 'bf16' or 'int8'");
                 goto out;
             }
-            o.state_format = strcmp(sv, "bf16") ? OT_TPU_STATE_F32 : OT_TPU_STATE_BF16;
+            o.state_format = !strcmp(sv, "bf16")   ? OT_TPU_STATE_BF16
+                             : !strcmp(sv, "int8") ? OT_TPU_STATE_INT8
+                                                   : OT_TPU_STATE_F32;
+            continue;
+        }
+        if (!strcmp(k, "overlap")) {
+            const char *sv = PyUnicode_Check(val) ? PyUnicode_AsUTF8AndSize(val, NULL) : NULL;
+            if (!sv || (strcmp(sv, "auto") && strcmp(sv, "on") && strcmp(sv, "off"))) {
+                if (!PyErr_Occurred())
+                    raise_fmt(OT_ERR_INVALID_ARGUMENT, "overlap: 'auto', 'on' or 'off'");
+                goto out;
+            }
+            o.overlap = !strcmp(sv, "on")    ? OT_OVERLAP_ON
+                        : !strcmp(sv, "off") ? OT_OVERLAP_OFF
+                                             : OT_OVERLAP_AUTO;
             continue;
         }
         if (!strcmp(k, "hidden")) {

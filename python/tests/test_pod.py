@@ -117,6 +117,18 @@ def test_train_state_shard_and_accumulation_options():
     assert gc["final_step"] == 12 and gc["params_sha256"] != ref["params_sha256"]
 
 
+def test_train_overlap_and_int8_state():
+    on = _small(overlap="on")
+    off = _small(overlap="off")
+    assert on["overlap"] and not off["overlap"]
+    # overlapping the all-reduce with the backward changes when bytes move, not the sums
+    assert on["params_sha256"] == off["params_sha256"]
+    q8 = _small(state="int8")
+    assert q8["final_step"] == 12
+    # 1-byte moments for the large tensors (small ones stay f32, as in bitsandbytes)
+    assert q8["optim_state_bytes_per_device"] * 2 < off["optim_state_bytes_per_device"]
+
+
 def test_train_migrate_replicas_and_slice(tmp_path):
     ref = _small(devices=4, topology="ring-4")
     for mig in ((1, 6), "1@6"):
@@ -133,7 +145,9 @@ def test_train_migrate_replicas_and_slice(tmp_path):
 
 def test_train_bad_new_options(tmp_path):
     with pytest.raises(optitpu.InvalidArgument):
-        _small(state="int8")
+        _small(state="int4")
+    with pytest.raises(optitpu.InvalidArgument):
+        _small(overlap="sometimes")
     with pytest.raises(optitpu.InvalidArgument):
         _small(migrate="1-6")
     with pytest.raises(optitpu.InvalidArgument):
