@@ -10,8 +10,10 @@
  * laid out, OpenBLAS set to the same number of threads. GFLOP/s = 2 M N K / time, medians of
  * --reps (default 5) after a warm-up, the sides interleaved rep by rep, each timed section
  * started when the process is idle (OpenBLAS's and the pool's workers asleep, as bench_dot);
- * ratio = ours / cblas_sgemm.
- *   bench_conv [--json] [--reps N] [--only TEXT] */
+ * a repetition of ours takes at least --rep-ms (default 5 ms: one convolution, started from
+ * idle; 50 measures convolutions back to back, as a program's kernels run, bench_dot's
+ * --rep-ms), the baseline the same count of GEMMs; ratio = ours / cblas_sgemm.
+ *   bench_conv [--json] [--reps N] [--rep-ms MS] [--only TEXT] */
 #include "optitpu/bench.h"
 #include "optitpu/compiler.h"
 #include "optitpu/ir.h"
@@ -19,6 +21,7 @@
 
 #include <cblas.h>
 #undef I
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,18 +86,25 @@ static void fill(float *v, size_t n, uint64_t s) {
 int main(int argc, char **argv) {
     bool json = false;
     int reps = 5;
+    double rep_ms = 5;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rep-ms") && i + 1 < argc)
+            rep_ms = atof(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_conv [--json] [--reps N] [--only TEXT]\n");
+            fprintf(stderr, "usage: bench_conv [--json] [--reps N] [--rep-ms MS] [--only TEXT]\n");
             return 2;
         }
+    }
+    if (!(rep_ms > 0 && rep_ms <= 10000)) {
+        fprintf(stderr, "bench_conv: --rep-ms must be in (0, 10000]\n");
+        return 2;
     }
     if (reps < 1) reps = 1;
     int threads = ot_threadpool_size(ot_threadpool_default());
@@ -139,25 +149,33 @@ int main(int argc, char **argv) {
                *base = calloc((size_t)reps, sizeof *base);
         ot_run_result rr;
         memset(&rr, 0, sizeof rr);
-        for (int r = -1; r < reps; r++) {
+        int inner = 1;
+        for (int r = -1; r < reps && !rc; r++) {
             openblas_set_num_threads(1); /* what ours sets: set here, outside its timing */
             wait_quiet();
             uint64_t t0 = ot_now_ns();
-            if (ot_execute_on_host(exe, arena, params, outs, NULL, 0, &rr) != OT_OK) {
-                fprintf(stderr, "bench_conv: %s\n", ot_last_error());
-                rc = 1;
-                break;
-            }
+            for (int q = 0; q < inner && !rc; q++)
+                if (ot_execute_on_host(exe, arena, params, outs, NULL, 0, &rr) != OT_OK) {
+                    fprintf(stderr, "bench_conv: %s\n", ot_last_error());
+                    rc = 1;
+                }
             uint64_t t1 = ot_now_ns();
+            if (r < 0) { /* the warm-up fixes the calls per repetition: >= rep_ms of ours */
+                double one = (double)(t1 - t0) > 1 ? (double)(t1 - t0) : 1;
+                inner = (int)ceil(rep_ms * 1e6 / one);
+                if (inner < 1) inner = 1;
+                if (inner > 1000) inner = 1000;
+            }
             openblas_set_num_threads(threads);
             wait_quiet();
             uint64_t t2 = ot_now_ns();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n, (int)d->k,
-                        1.0f, ga, (int)d->k, gb, (int)d->n, 0.0f, gc, (int)d->n);
+            for (int q = 0; q < inner; q++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n,
+                            (int)d->k, 1.0f, ga, (int)d->k, gb, (int)d->n, 0.0f, gc, (int)d->n);
             uint64_t t3 = ot_now_ns();
             if (r >= 0) {
-                ours[r] = flops / (double)(t1 - t0);
-                base[r] = flops / (double)(t3 - t2);
+                ours[r] = inner * flops / (double)(t1 - t0);
+                base[r] = inner * flops / (double)(t3 - t2);
             }
         }
         if (!rc && rr.fast_kernels_run < 1) {
