@@ -6,6 +6,7 @@
 #include "optitpu/collectives.h"
 #include "optitpu/compiler.h"
 #include "optitpu/ir.h"
+#include "optitpu/runtime.h"
 #include "optitpu/sim.h"
 #include "ot_test.h"
 
@@ -394,11 +395,18 @@ static void test_host_tiers(void) {
     d.peak_flops_f32 = 1e9, d.hbm_bytes_per_s = 1e12, d.launch_s = 1e-6;
     double tpu = ot_sim_compute_s(&d, e, 1.0, 1, NULL);
     EXPECT_NEAR(tpu, 524288e-9 + 1e-6, 1e-12);
-    d.cache_flops_f32 = 1e10, d.cache_bytes_per_s = 1e12, d.pool_s = 5e-6;
-    d.cache_bytes = 2.0 * 524288 + 1; /* the dot stays on the device's thread */
+    d.cache_flops_f32 = 1e10, d.cache_bytes_per_s = 1e12, d.pool_s = 5e-6, d.cores = 2;
+    d.cache_bytes = 1; /* one task for the fast GEMM: on the device's thread, whatever its size */
     EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 524288e-10 + 1e-6, 1e-12);
-    d.cache_bytes = 2.0 * 524288; /* its multiply-adds reach a quarter of it: the pool */
-    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 524288e-9 + 1e-6 + 5e-6, 1e-12);
+    ot_executable_free(e);
+    /* a 64x128x128 dot is split over a pool of 2 (ot_host_dot_splits): pool_s more, main rate */
+    e = compile_hlo("HloModule d\nENTRY main {\n  a = f32[64,128] parameter(0)\n"
+                    "  b = f32[128,128] parameter(1)\n  ROOT d = f32[64,128] dot(a, b), "
+                    "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n");
+    ASSERT_TRUE(e != NULL);
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 2097152e-9 + 1e-6 + 5e-6, 1e-12);
+    d.cores = 1; /* a pool of one thread: never split */
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 2097152e-10 + 1e-6, 1e-12);
     ot_executable_free(e);
 
     /* one loop fusion of three instructions over 1000 elements, interpreted and native */
@@ -576,16 +584,29 @@ static void test_host_kernel_model(void) {
     c.device.avail = 0.5;
     ot_sim_result r;
     ASSERT_OK(ot_sim_run(&c, &r));
-    double path = 402e-6 + (1e-6 + (own - 1e-6) / 2) + 2e-6;
+    /* steps back to back: the first dot meets the pool the previous step's last dot left (gap 0
+     * plus no communication, optimizer or host pipeline), so it costs as the second */
+    double path = 2 * (1e-6 + (own - 1e-6) / 2) + 2e-6;
     EXPECT_NEAR(r.path_s, path, 1e-12);
     EXPECT_NEAR(r.pool_s, 4 * path, 1e-12); /* every kernel pooled */
     EXPECT_NEAR(r.cores_s, (2 * own + 2e-6) * 6 / 2, 1e-12);
     EXPECT_NEAR(r.compute_s, fmax(r.pool_s, r.cores_s), 1e-15);
-    EXPECT_TRUE(!strcmp(r.bound, "pool"));
+    EXPECT_TRUE(!strcmp(r.bound, "cores"));
+    /* the cores to themselves: cpu x 4 / 2 < the pool's turns */
+    c.device.avail = 1;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.cores_s, (2 * own + 2e-6) * 4 / 2, 1e-12);
+    EXPECT_TRUE(!strcmp(r.bound, "pool") && r.compute_s == r.pool_s);
+    c.device.avail = 0.5;
     /* processes: one pool each, so their devices do not take turns */
     c.processes = 4, c.process_alpha_s = 1e-6, c.process_bytes_per_s = 1e9, c.param_bytes = 4000;
     ASSERT_OK(ot_sim_run(&c, &r));
-    EXPECT_NEAR(r.pool_s, path, 1e-12);
+    /* the first dot after the processes' all-reduce (1 + 4 us) and the optimizer: its hand-off
+     * between the measured gaps, linear */
+    EXPECT_NEAR(r.exposed_comm_s, 1e-6 + 4000 / 1e9, 1e-15);
+    double g5 = r.exposed_comm_s + r.optimizer_s + r.host_s, h5 = 2e-6 + g5 / 100e-6 * 400e-6;
+    double first5 = own > h5 / 2 ? h5 / 2 + (own - h5 / 2) / 2 : h5 / 2;
+    EXPECT_NEAR(r.pool_s, (first5 > h5 ? first5 : h5) + (1e-6 + (own - 1e-6) / 2) + 2e-6, 1e-12);
     EXPECT_TRUE(!strcmp(r.bound, "cores"));
     EXPECT_NEAR(r.compute_s, r.cores_s, 0);
     /* no other load and devices within the cores: the path */
@@ -597,7 +618,9 @@ static void test_host_kernel_model(void) {
     /* the CPU a hand-off burns besides the work (spinning, wake-ups) counts on the cores */
     c.device.pool_handoff_cpu_s[0] = c.device.pool_handoff_cpu_s[1] = 5e-6;
     EXPECT_NEAR(ot_sim_host_cpu_s(&c.device, e, 1.0), 2 * own + 2e-6 + 10e-6, 1e-12);
-    EXPECT_NEAR(ot_sim_compute_s(&c.device, e, 1.0, 1, NULL), path, 1e-12); /* not the path */
+    /* one run on its own: the pool asleep when it starts */
+    EXPECT_NEAR(ot_sim_compute_s(&c.device, e, 1.0, 1, NULL),
+                402e-6 + (1e-6 + (own - 1e-6) / 2) + 2e-6, 1e-12);
     ot_executable_free(e);
 
     /* a native fusion: its instructions' elements at their class's cost */
@@ -613,6 +636,52 @@ static void test_host_kernel_model(void) {
     d.cache_bytes_per_s = 1e6; /* bytes bound: 360000 B at 1 MB/s */
     EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 0.36 + 1e-6, 1e-9);
     ot_executable_free(f);
+}
+
+/* Which dots the host runtime splits over its pool (ot_host_dot_splits, the model's rule): more
+ * than one task of the fast GEMM, not the multiply-adds alone (a 128x128x10 product has 163840,
+ * past the inline bound, but one tile); never on a pool of one thread. */
+static void test_host_dot_splits(void) {
+    static const struct {
+        int m, k, n;
+        bool trans_a; /* lhs stored [k, m] */
+        bool split;
+    } cases[] = {
+        {128, 64, 128, false, true},  /* the MLP's first layer, batch 128 */
+        {128, 128, 10, false, false}, /* its second: one tile (N < 16 on OpenBLAS's path) */
+        {128, 128, 10, true, true},   /* the weight gradient's shape: two row blocks */
+        {64, 128, 32, false, false},  /* one row block, one panel */
+        {64, 128, 128, false, true},  /* one row block, two column blocks */
+        {16, 64, 128, false, true},   /* batch 16 of 8 devices */
+        {16, 128, 10, false, false},  /* under the inline bound */
+        {8, 8, 8, false, false},      {512, 512, 512, false, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char hlo[512];
+        int m = cases[i].m, k = cases[i].k, n = cases[i].n;
+        if (cases[i].trans_a)
+            snprintf(hlo, sizeof hlo,
+                     "HloModule d\nENTRY main {\n  a = f32[%d,%d] parameter(0)\n"
+                     "  b = f32[%d,%d] parameter(1)\n  ROOT d = f32[%d,%d] dot(a, b), "
+                     "lhs_contracting_dims={0}, rhs_contracting_dims={0}\n}\n",
+                     k, m, k, n, m, n);
+        else
+            snprintf(hlo, sizeof hlo,
+                     "HloModule d\nENTRY main {\n  a = f32[%d,%d] parameter(0)\n"
+                     "  b = f32[%d,%d] parameter(1)\n  ROOT d = f32[%d,%d] dot(a, b), "
+                     "lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n",
+                     m, k, k, n, m, n);
+        ot_executable *e = compile_hlo(hlo);
+        ASSERT_TRUE(e != NULL && ot_executable_kernel_count(e) == 1);
+        bool sp = ot_host_dot_splits(e, 0, 2);
+        if (sp != cases[i].split)
+            printf("  %dx%dx%d%s: splits %d, expected %d\n", m, k, n,
+                   cases[i].trans_a ? " (lhs transposed)" : "", sp, cases[i].split);
+        EXPECT_TRUE(sp == cases[i].split);
+        EXPECT_TRUE(!ot_host_dot_splits(e, 0, 1));
+        EXPECT_TRUE(!ot_host_dot_splits(e, 1, 2)); /* out of range */
+        ot_executable_free(e);
+    }
 }
 
 /* The kernel probes: every figure positive and finite, one rate per distinct dot shape, and a
@@ -644,8 +713,9 @@ static void test_host_probe(void) {
     ot_executable_free(e);
 }
 
-OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_kernel_model), OT_TEST(test_host_probe),
-             OT_TEST(test_host_measure), OT_TEST(test_link_rings),
-             OT_TEST(test_published_pod_allreduce), OT_TEST(test_ring_formula_and_busbw),
-             OT_TEST(test_sim_uses_pod_model), OT_TEST(test_presets), OT_TEST(test_roofline),
-             OT_TEST(test_errors_and_memory), OT_TEST(test_goodput), OT_TEST(test_full_pod))
+OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_dot_splits),
+             OT_TEST(test_host_kernel_model), OT_TEST(test_host_probe), OT_TEST(test_host_measure),
+             OT_TEST(test_link_rings), OT_TEST(test_published_pod_allreduce),
+             OT_TEST(test_ring_formula_and_busbw), OT_TEST(test_sim_uses_pod_model),
+             OT_TEST(test_presets), OT_TEST(test_roofline), OT_TEST(test_errors_and_memory),
+             OT_TEST(test_goodput), OT_TEST(test_full_pod))

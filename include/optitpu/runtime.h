@@ -287,6 +287,12 @@ OT_API ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_bu
 /* Host kernels touching fewer bytes than this run on the calling thread (a dot: fewer than a
  * quarter of it in multiply-adds); larger ones are split over the run's thread pool. */
 OT_API int64_t ot_host_inline_bytes(void);
+/* Whether dot kernel k of e is split over a host pool of `threads` threads (the caller
+ * included) when it runs: the fast GEMM hands out more than one task in its first pass over the
+ * pool and its multiply-adds reach the inline bound (a 128x128x10 product is one tile and runs
+ * inline). False for other kernels, dots the reference kernel runs, threads < 2. Decided from the
+ * shapes as the kernel decides; nothing is run. Thread-safe. */
+OT_API bool ot_host_dot_splits(const ot_executable *e, int k, int threads);
 
 /* The generic execution loop with the host's launch, on memory the caller placed: arena of
  * ot_executable_arena_size bytes, params[k] / outs[k] of each slot's byte size. What the host

@@ -99,8 +99,8 @@ typedef struct ot_sim_device {
     /* A loop fusion without native code (ot_executable_kernel_native) is interpreted: at least
      * interp_s per output element and fused instruction (0 for a TPU: XLA compiles every one). */
     double interp_s;
-    /* A kernel on the host runtime's pool (touching cache_bytes or more, or a dot of
-     * cache_bytes / 4 multiply-adds or more: the runtime's rule) pays pool_s more. */
+    /* A kernel on the host runtime's pool (touching cache_bytes or more; a dot the fast GEMM
+     * splits over a pool of `cores` threads, ot_host_dot_splits) pays pool_s more. */
     double pool_s;
     /* The host pipeline of a step that stages its data through host memory (optitpu train on
      * host devices): one buffer put on or read off a device, and host copies (bytes read +
@@ -112,12 +112,16 @@ typedef struct ot_sim_device {
      * native fusion at the larger of its instructions' op_s[class] per element and its bytes at
      * the in-cache bandwidth, an interpreted fusion at interp_s, the rest roofline — plus
      * launch_s per kernel and exec_s per executable run. A kernel the runtime hands to its pool
-     * (pool_threads threads, caller included, pool_speedup times one thread's speed together)
+     * (ot_host_dot_splits for a dot, ot_executable_kernel_native_splits for a native fusion;
+     * pool_threads threads, caller included, pool_speedup times one thread's speed together)
      * takes max(H, H/2 + (work - H/2) / pool_speedup), where H is the measured hand-off after the
      * device thread ran `gap` seconds of other kernels since the pool last ran (pool_gap_s
      * ascending, pool_handoff_s; linear between, clamped): the pool's threads spin briefly, then
-     * sleep, and a sleeping pool costs a wake-up each way. avail, the share of a core that other
-     * processes leave each of `cores` busy threads, gives the cores bound of ot_sim_run. */
+     * sleep, and a sleeping pool costs a wake-up each way. One executable run on its own starts
+     * with the pool asleep; ot_sim_run's step starts after the previous step's last pooled
+     * kernel, its exposed communication, optimizer and host pipeline. avail, the share of a core
+     * that other processes leave each of `cores` busy threads, gives the cores bound of ot_sim_run.
+     */
     int pool_points, pool_threads;
     double pool_gap_s[OT_SIM_POOL_POINTS], pool_handoff_s[OT_SIM_POOL_POINTS];
     double pool_handoff_cpu_s[OT_SIM_POOL_POINTS]; /* CPU the hand-off burns (the cores bound) */

@@ -699,6 +699,22 @@ static size_t sg_scratch_bytes(const ex_gemm *g, int threads) {
     return shared + sg_counter_bytes(g) + (size_t)threads * sg_thread_bytes(g, threads);
 }
 
+/* Column blocks of a shared B for a group of nbg batch elements: about 8 tasks per thread
+ * (handed out dynamically: even shares on a shared machine), each at least 2 panels wide. */
+static int64_t sg_cb(const ex_gemm *g, int64_t nbg, int threads) {
+    int64_t cb = 1, want = 8 * (int64_t)threads, maxcb = sg_max_cb(g), rb = cdiv(g->M, SG_MC);
+    if (nbg * rb < want) cb = cdiv(want, nbg * rb);
+    return cb > maxcb ? maxcb : cb;
+}
+
+/* The tasks of the first pass over the pool (one batch group) */
+static int64_t sg_first_tasks(const ex_gemm *g, int threads) {
+    if (sg_own_b(g, threads)) return g->nb;
+    int64_t gb = sg_group(g), nbg = g->nb < gb ? g->nb : gb;
+    int64_t np = cdiv(g->N, sg_nr(g)), cb = sg_cb(g, nbg, threads);
+    return nbg * cdiv(g->M, SG_MC) * cdiv(np, cdiv(np, cb));
+}
+
 /* scratch: sg_scratch_bytes(g, threads), threads >= the pool's threads that will run it */
 static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
                     char *scratch, int threads) {
@@ -732,9 +748,7 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         /* about 8 tasks per thread (handed out dynamically: even shares on a shared machine),
          * each at least 2 panels wide: the more columns a task spans, the fewer times its rows
          * of A are packed */
-        int64_t cb = 1, want = 8 * (int64_t)threads, maxcb = sg_max_cb(g);
-        if (r.nbg * r.rb < want) cb = cdiv(want, r.nbg * r.rb);
-        if (cb > maxcb) cb = maxcb;
+        int64_t cb = sg_cb(g, r.nbg, threads);
         r.pcb = cdiv(r.np, cb);
         r.cb = cdiv(r.np, r.pcb);
         r.direct = g->ta && r.pcb <= SG_DIRECT;
@@ -888,6 +902,70 @@ void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
     run_gemm(c, g, &va, &vb);
 }
 
+/* A dot's operands as batch x free x contracting: the dims of each kind and their products. */
+typedef struct {
+    int64_t lbat[OT_MAX_RANK], rbat[OT_MAX_RANK], lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
+    int nlf, nrf;
+    int64_t NB, M, N, K;
+} dot_layout;
+
+static void dot_layout_of(const ot_dot_dims *dn, const ot_shape *ls, const ot_shape *rs,
+                          dot_layout *L) {
+    int nb = dn->nbatch, nc = dn->ncontract;
+    L->nlf = L->nrf = 0;
+    L->NB = L->M = L->N = L->K = 1;
+    for (int b = 0; b < nb; b++) {
+        L->lbat[b] = dn->lhs_batch[b];
+        L->rbat[b] = dn->rhs_batch[b];
+        L->NB *= ls->dims[dn->lhs_batch[b]];
+    }
+    for (int d = 0; d < ls->rank; d++)
+        if (!listed(d, dn->lhs_batch, nb) && !listed(d, dn->lhs_contract, nc)) {
+            L->lfree[L->nlf++] = d;
+            L->M *= ls->dims[d];
+        }
+    for (int d = 0; d < rs->rank; d++)
+        if (!listed(d, dn->rhs_batch, nb) && !listed(d, dn->rhs_contract, nc)) {
+            L->rfree[L->nrf++] = d;
+            L->N *= rs->dims[d];
+        }
+    for (int k = 0; k < nc; k++) L->K *= ls->dims[dn->lhs_contract[k]];
+}
+
+bool ex_fast_dot_splits(const ot_instr *i, int threads) {
+    if (!i || i->opcode != OT_OP_DOT || i->noperands != 2 || !i->attrs || !i->attrs->dot ||
+        threads < 2 || i->shape.kind != OT_IR_ARRAY || i->operands[0]->shape.kind != OT_IR_ARRAY ||
+        i->operands[1]->shape.kind != OT_IR_ARRAY)
+        return false;
+    const ot_dot_dims *dn = i->attrs->dot;
+    const ot_shape *ls = &i->operands[0]->shape.array, *rs = &i->operands[1]->shape.array;
+    ot_dtype odt = i->shape.array.dtype;
+#if SG_OWN
+    bool half = half_dot_dtype(ls->dtype, rs->dtype, odt);
+#else
+    bool half = false;
+#endif
+    if (!(half || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return false; /* the reference's */
+    dot_layout L;
+    dot_layout_of(dn, ls, rs, &L);
+    if (L.M > INT_MAX || L.N > INT_MAX || L.K > INT_MAX || L.NB * L.M * L.N == 0) return false;
+    /* the runtime's inline rule (ex_par_for_dynamic): the multiply-adds x 4 as "bytes" */
+    if (L.NB * L.M * L.N * L.K * 4 < EX_INLINE_BYTES) return false;
+    ex_gemm g = {
+        half ? OT_F32 : odt, L.NB, L.M, L.N, L.K, false, false, NULL, NULL, NULL, 0, 0, false};
+    gemm_view va;
+    if (!view_of(ls, L.lbat, dn->nbatch, L.lfree, L.nlf, dn->lhs_contract, dn->ncontract, L.M, L.K,
+                 &g.ta, &va))
+        g.ta = false; /* copied into (batch, free, contracting) order first */
+#if SG_OWN
+    if (half && !sg_cpu()) return false; /* the reference's */
+    if (half || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
+#endif
+    gemm_run run;
+    gemm_grid(&g, &run);
+    return g.nb * g.tm * g.tn > 1;
+}
+
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done) {
     const ot_dot_dims *dn = i->attrs->dot;
@@ -899,25 +977,11 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     bool half = false;
 #endif
     if (!dn || !(half || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return OT_OK;
-    int64_t lbat[OT_MAX_RANK], rbat[OT_MAX_RANK], lfree[OT_MAX_RANK], rfree[OT_MAX_RANK];
-    int nb = dn->nbatch, nlf = 0, nrf = 0, nc = dn->ncontract;
-    int64_t NB = 1, M = 1, N = 1, K = 1;
-    for (int b = 0; b < nb; b++) {
-        lbat[b] = dn->lhs_batch[b];
-        rbat[b] = dn->rhs_batch[b];
-        NB *= ls->dims[dn->lhs_batch[b]];
-    }
-    for (int d = 0; d < ls->rank; d++)
-        if (!listed(d, dn->lhs_batch, nb) && !listed(d, dn->lhs_contract, nc)) {
-            lfree[nlf++] = d;
-            M *= ls->dims[d];
-        }
-    for (int d = 0; d < rs->rank; d++)
-        if (!listed(d, dn->rhs_batch, nb) && !listed(d, dn->rhs_contract, nc)) {
-            rfree[nrf++] = d;
-            N *= rs->dims[d];
-        }
-    for (int k = 0; k < nc; k++) K *= ls->dims[dn->lhs_contract[k]];
+    dot_layout L;
+    dot_layout_of(dn, ls, rs, &L);
+    const int64_t *lbat = L.lbat, *rbat = L.rbat, *lfree = L.lfree, *rfree = L.rfree;
+    int nb = dn->nbatch, nlf = L.nlf, nrf = L.nrf, nc = dn->ncontract;
+    int64_t NB = L.NB, M = L.M, N = L.N, K = L.K;
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX) return OT_OK; /* BLAS takes int sizes */
     if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
         ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))

@@ -108,4 +108,8 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
  * the calling thread without waking the pool. */
 int64_t ex_inline_bytes(void);
 
+/* Whether the fast dot kernel splits instruction i over a pool of `threads` threads (more than
+ * one task in its first pass, multiply-adds x 4 from ex_inline_bytes); ot_host_dot_splits. */
+bool ex_fast_dot_splits(const ot_instr *i, int threads);
+
 #endif

@@ -16,6 +16,11 @@ int64_t ot_host_inline_bytes(void) {
     return ex_inline_bytes();
 }
 
+bool ot_host_dot_splits(const ot_executable *e, int k, int threads) {
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    return kn && kn->opcode == OT_OP_DOT && ex_fast_dot_splits(kn->instr, threads);
+}
+
 ot_run_options ot_run_options_default(void) {
     ot_run_options o;
     memset(&o, 0, sizeof o);

@@ -10,6 +10,7 @@
 
 #include "optitpu/core.h"
 #include "optitpu/ir.h"
+#include "optitpu/runtime.h"
 
 /* ---- device presets --------------------------------------------------------------------------
  * Per-chip figures from Google Cloud's TPU pages (docs/simulate.md lists the URLs):
@@ -224,17 +225,19 @@ static double fused_ops_s(const ot_sim_device *d, const ot_kernel *kn) {
     return t;
 }
 
-/* Whether the host runtime hands kernel k to its pool: from cache_bytes touched, a dot from
- * cache_bytes / 4 multiply-adds (ot_host_inline_bytes); a fusion with native code by its own
- * rule, more iterations than one piece of its loop (an Adam update of a 32768-element tensor,
- * 640 KiB touched, runs inline). */
-static bool host_pooled(const ot_sim_device *d, const ot_executable *e, int k, double kf,
-                        double kb) {
+/* Whether the host runtime hands kernel k to its pool of `threads` threads: a dot by the fast
+ * GEMM's own rule (ot_host_dot_splits: more than one task, e.g. not a
+ * 128x128x10 product, one tile run inline whatever its multiply-adds); a fusion with native
+ * code by its own rule, more iterations than one piece of its loop (an Adam update of a
+ * 32768-element tensor, 640 KiB touched, runs inline); other kernels from cache_bytes touched
+ * (ot_host_inline_bytes). */
+static bool host_pooled(const ot_sim_device *d, const ot_executable *e, int k, double kb,
+                        int threads) {
     const ot_kernel *kn = ot_executable_kernel(e, k);
-    bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
+    if (kn->opcode == OT_OP_DOT) return ot_host_dot_splits(e, k, threads);
     if (kn->kind == OT_KERNEL_FUSION && ot_executable_kernel_native(e, k))
-        pooled = ot_executable_kernel_native_splits(e, k);
-    return pooled;
+        return ot_executable_kernel_native_splits(e, k);
+    return kb >= d->cache_bytes;
 }
 
 /* One thread's work of kernel k (seconds, other processes' load included). */
@@ -290,9 +293,8 @@ typedef struct {
 static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, double scale,
                             host_walk *w, double *flops) {
     const ot_kernel *kn = ot_executable_kernel(e, k);
-    double kf = (double)kn->flops * scale;
     double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
-    bool pooled = host_pooled(d, e, k, kf, kb) && d->pool_threads > 1;
+    bool pooled = d->pool_threads > 1 && host_pooled(d, e, k, kb, d->pool_threads);
     double own = host_own_s(d, e, k, scale, pooled, flops);
     double launch = d->launch_s, t = own;
     if (pooled) {
@@ -313,10 +315,11 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
     return t + launch;
 }
 
-/* Every kernel of e in order; the pool is taken as asleep when the executable starts. */
-static host_walk host_walk_exe(const ot_sim_device *d, const ot_executable *e, double scale,
-                               int upto, double *kernel_s, double *flops) {
-    host_walk w = {d->exec_s, d->exec_s, 0, INFINITY};
+/* Every kernel of e in order, the pool last run `gap` before the executable starts (INFINITY:
+ * asleep). */
+static host_walk host_walk_gap(const ot_sim_device *d, const ot_executable *e, double scale,
+                               int upto, double *kernel_s, double *flops, double gap) {
+    host_walk w = {d->exec_s, d->exec_s, 0, gap};
     double f = 0;
     int n = ot_executable_kernel_count(e);
     for (int k = 0; k < n && (upto < 0 || k <= upto); k++) {
@@ -327,6 +330,12 @@ static host_walk host_walk_exe(const ot_sim_device *d, const ot_executable *e, d
     }
     if (upto < 0 && flops) *flops = f;
     return w;
+}
+
+/* e run once on its own: the pool asleep when it starts */
+static host_walk host_walk_exe(const ot_sim_device *d, const ot_executable *e, double scale,
+                               int upto, double *kernel_s, double *flops) {
+    return host_walk_gap(d, e, scale, upto, kernel_s, flops, INFINITY);
 }
 
 double ot_sim_host_cpu_s(const ot_sim_device *d, const ot_executable *e, double scale) {
@@ -347,13 +356,8 @@ double ot_sim_kernel_s(const ot_sim_device *d, const ot_executable *e, int k, do
     double kf = (double)kn->flops * scale;
     double kb = (double)(kn->bytes_read + kn->bytes_written) * scale;
     double peak = kernel_peak(d, dt) * cs, bw = d->hbm_bytes_per_s * cs, t = 0;
-    /* the host runtime hands a kernel to its pool from cache_bytes touched, a dot from
-     * cache_bytes / 4 multiply-adds (ot_host_inline_bytes); below, on the device's thread */
-    bool pooled = kb >= d->cache_bytes || (kn->opcode == OT_OP_DOT && 2 * kf >= d->cache_bytes);
-    /* a fusion with native code goes to the pool by its own rule: more iterations than one piece
-     * of its loop (an Adam update of a 32768-element tensor, 640 KiB touched, runs inline) */
-    if (kn->kind == OT_KERNEL_FUSION && ot_executable_kernel_native(e, k))
-        pooled = ot_executable_kernel_native_splits(e, k);
+    /* the host runtime's pool (as many threads as cores), or the device's thread */
+    bool pooled = d->cache_bytes > 0 ? host_pooled(d, e, k, kb, d->cores) : true;
     if (d->cache_bytes > 0 && pooled) t += d->pool_s / cs;
     if (!pooled) { /* on the device's thread, its data in the caches */
         if (d->cache_flops_f32 > 0) peak = d->cache_flops_f32 * cs;
@@ -575,90 +579,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     out->per_chip_batch = c->global_batch / n;
     double scale = (double)out->per_chip_batch / (double)c->step_batch;
     out->kernels = ot_executable_kernel_count(c->step);
-    out->compute_s = ot_sim_compute_s(d, c->step, scale, n, &out->flops);
-    int P0 = c->processes > 1 ? c->processes : 1;
-    if (d->pool_points > 0) {
-        /* the host's kernel model: one device's path, every device's CPU work on the cores,
-         * and each process's devices taking turns on its one pool */
-        host_walk w = host_walk_exe(d, c->step, scale, -1, NULL, NULL);
-        out->path_s = w.path;
-        /* the scheduler shares the cores among runnable threads: other processes' (as many as
-         * leave each of `cores` busy threads avail of a core) and the n device threads */
-        double C = d->cores > 0 ? d->cores : 1, a = d->avail > 0 && d->avail <= 1 ? d->avail : 1;
-        double others = C / a - C;
-        out->cores_s = n + others > C ? w.cpu * (n + others) / C : w.cpu;
-        out->pool_s = (double)(n / P0) * w.pool;
-        out->compute_s = out->path_s;
-        snprintf(out->bound, sizeof out->bound, "path");
-        if (out->cores_s > out->compute_s) {
-            out->compute_s = out->cores_s;
-            snprintf(out->bound, sizeof out->bound, "cores");
-        }
-        if (out->pool_s > out->compute_s) {
-            out->compute_s = out->pool_s;
-            snprintf(out->bound, sizeof out->bound, "pool");
-        }
-    }
-
-    /* gradients in buckets, in the order the backward pass finishes them */
-    double G = (double)c->param_bytes;
-    double bucket = c->bucket_bytes > 0 ? (double)c->bucket_bytes : G;
-    int nb = G > 0 ? (int)ceil(G / bucket) : 0;
-    out->buckets = nb;
-    snprintf(out->algo, sizeof out->algo, "%s", n > 1 && nb ? "" : "none");
-    double comm_end = 0, total = 0, gather = 0;
-    int rings = c->rings > 0 ? c->rings : ot_sim_link_rings(c->topology);
-    out->rings = rings;
-    /* across processes: each process's devices in shared memory, then the processes */
-    int members = n / P;
-    if (P > 1 && nb > 0) snprintf(out->algo, sizeof out->algo, "processes");
-    for (int b = 0; P > 1 && b < nb; b++) {
-        double sz = b < nb - 1 ? bucket : G - bucket * (nb - 1);
-        double t = c->process_alpha_s + sz / c->process_bytes_per_s;
-        comm_end = (comm_end > out->compute_s ? comm_end : out->compute_s) + t;
-        total += t;
-    }
-    if (members > 1 && nb > 0) {
-        ot_comm *m;
-        bool shm = d->shared_host && !c->topology;
-        OT_CHECK(model_comm(&c->device, c->topology, members, &m));
-        ot_status s = OT_OK;
-        double bwd_start = out->compute_s * (1 - c->backward_fraction);
-        double done = 0, biggest = -1;
-        for (int b = 0; b < nb && s == OT_OK; b++) {
-            double sz = b < nb - 1 ? bucket : G - bucket * (nb - 1);
-            done += sz;
-            double t = 0;
-            ot_coll_algo used = OT_ALGO_RING;
-            if (c->shard_optimizer) {
-                size_t per = (size_t)ceil(sz / n); /* each member's block */
-                s = coll_s(d, m, shm, OT_COLL_REDUCE_SCATTER, c->algo, per, rings, &t, &used);
-            } else {
-                s = coll_s(d, m, shm, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, rings, &t, &used);
-            }
-            if (s != OT_OK) break;
-            if (sz > biggest) {
-                biggest = sz;
-                snprintf(out->algo, sizeof out->algo, "%s", ot_coll_algo_name(used));
-            }
-            double ready = c->overlap ? bwd_start + out->compute_s * c->backward_fraction * done / G
-                                      : out->compute_s;
-            comm_end = (comm_end > ready ? comm_end : ready) + t;
-            total += t;
-        }
-        /* the updated parameter shards come back in one all-gather after the update */
-        if (s == OT_OK && c->shard_optimizer)
-            s = coll_s(d, m, shm, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / members), rings,
-                       &gather, NULL);
-        ot_comm_free(m);
-        if (s != OT_OK) return s;
-    }
-    out->comm_s = total + gather;
-    /* the all-gather of updated parameters follows the optimizer: never hidden here */
-    double tail = comm_end > out->compute_s ? comm_end - out->compute_s : 0;
-    out->exposed_comm_s = tail + gather;
-
     /* optimizer: one fused elementwise update over this chip's parameters (f32) */
+    double G = (double)c->param_bytes;
     double elems = G / 4.0;
     double local = c->shard_optimizer ? ceil(elems / n) : elems;
     if (c->update) {
@@ -676,6 +598,101 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     if (c->host_transfers > 0) out->host_s += (double)c->host_transfers * d->transfer_s / cs;
     if (c->host_copy_bytes > 0 && d->copy_bytes_per_s > 0)
         out->host_s += c->host_copy_bytes / (d->copy_bytes_per_s * cs);
+    /* Steps run back to back: the pool last ran in the previous step, the end of the step's
+     * walk after its last pooled kernel plus the exposed communication, the optimizer and the
+     * host pipeline before the next step; priced once with the pool asleep, then again with
+     * that gap (the host's kernel model; a step without pooled kernels gives the same). */
+    double bucket = c->bucket_bytes > 0 ? (double)c->bucket_bytes : G;
+    double start_gap = INFINITY, end_gap = INFINITY;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            if (!(d->pool_points > 0) || !isfinite(end_gap)) break;
+            start_gap = end_gap + out->exposed_comm_s + out->optimizer_s + out->host_s;
+        }
+        out->compute_s = ot_sim_compute_s(d, c->step, scale, n, &out->flops);
+        int P0 = c->processes > 1 ? c->processes : 1;
+        if (d->pool_points > 0) {
+            /* the host's kernel model: one device's path, every device's CPU work on the cores,
+             * and each process's devices taking turns on its one pool */
+            host_walk w = host_walk_gap(d, c->step, scale, -1, NULL, NULL, start_gap);
+            end_gap = w.gap;
+            out->path_s = w.path;
+            /* the scheduler shares the cores among runnable threads: other processes' (as many as
+             * leave each of `cores` busy threads avail of a core) and the n device threads */
+            double C = d->cores > 0 ? d->cores : 1,
+                   a = d->avail > 0 && d->avail <= 1 ? d->avail : 1;
+            double others = C / a - C;
+            out->cores_s = n + others > C ? w.cpu * (n + others) / C : w.cpu;
+            out->pool_s = (double)(n / P0) * w.pool;
+            out->compute_s = out->path_s;
+            snprintf(out->bound, sizeof out->bound, "path");
+            if (out->cores_s > out->compute_s) {
+                out->compute_s = out->cores_s;
+                snprintf(out->bound, sizeof out->bound, "cores");
+            }
+            if (out->pool_s > out->compute_s) {
+                out->compute_s = out->pool_s;
+                snprintf(out->bound, sizeof out->bound, "pool");
+            }
+        }
+
+        /* gradients in buckets, in the order the backward pass finishes them */
+        int nb = G > 0 ? (int)ceil(G / bucket) : 0;
+        out->buckets = nb;
+        snprintf(out->algo, sizeof out->algo, "%s", n > 1 && nb ? "" : "none");
+        double comm_end = 0, total = 0, gather = 0;
+        int rings = c->rings > 0 ? c->rings : ot_sim_link_rings(c->topology);
+        out->rings = rings;
+        /* across processes: each process's devices in shared memory, then the processes */
+        int members = n / P;
+        if (P > 1 && nb > 0) snprintf(out->algo, sizeof out->algo, "processes");
+        for (int b = 0; P > 1 && b < nb; b++) {
+            double sz = b < nb - 1 ? bucket : G - bucket * (nb - 1);
+            double t = c->process_alpha_s + sz / c->process_bytes_per_s;
+            comm_end = (comm_end > out->compute_s ? comm_end : out->compute_s) + t;
+            total += t;
+        }
+        if (members > 1 && nb > 0) {
+            ot_comm *m;
+            bool shm = d->shared_host && !c->topology;
+            OT_CHECK(model_comm(&c->device, c->topology, members, &m));
+            ot_status s = OT_OK;
+            double bwd_start = out->compute_s * (1 - c->backward_fraction);
+            double done = 0, biggest = -1;
+            for (int b = 0; b < nb && s == OT_OK; b++) {
+                double sz = b < nb - 1 ? bucket : G - bucket * (nb - 1);
+                done += sz;
+                double t = 0;
+                ot_coll_algo used = OT_ALGO_RING;
+                if (c->shard_optimizer) {
+                    size_t per = (size_t)ceil(sz / n); /* each member's block */
+                    s = coll_s(d, m, shm, OT_COLL_REDUCE_SCATTER, c->algo, per, rings, &t, &used);
+                } else {
+                    s = coll_s(d, m, shm, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, rings, &t, &used);
+                }
+                if (s != OT_OK) break;
+                if (sz > biggest) {
+                    biggest = sz;
+                    snprintf(out->algo, sizeof out->algo, "%s", ot_coll_algo_name(used));
+                }
+                double ready = c->overlap
+                                   ? bwd_start + out->compute_s * c->backward_fraction * done / G
+                                   : out->compute_s;
+                comm_end = (comm_end > ready ? comm_end : ready) + t;
+                total += t;
+            }
+            /* the updated parameter shards come back in one all-gather after the update */
+            if (s == OT_OK && c->shard_optimizer)
+                s = coll_s(d, m, shm, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / members),
+                           rings, &gather, NULL);
+            ot_comm_free(m);
+            if (s != OT_OK) return s;
+        }
+        out->comm_s = total + gather;
+        /* the all-gather of updated parameters follows the optimizer: never hidden here */
+        double tail = comm_end > out->compute_s ? comm_end - out->compute_s : 0;
+        out->exposed_comm_s = tail + gather;
+    }
     out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s + out->host_s;
     out->samples_per_s = out->step_s > 0 ? (double)c->global_batch / out->step_s : 0;
 
