@@ -241,7 +241,7 @@ static double json_num_after(const char *text, const char *from, const char *key
  * time at 4 bytes (alpha) and 1 MiB (bandwidth), checked at the gradients' size. */
 static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *mc,
                           const ot_tpu_optimizer *topt, const ot_sim_host_calibration *cal,
-                          int64_t steps, int64_t batch, double window, bool json) {
+                          int64_t steps, int64_t reps, int64_t batch, double window, bool json) {
     char log_path[] = "/tmp/optitpu-bench-simulate-XXXXXX";
     int fd = mkstemp(log_path);
     if (fd < 0) return ot_error(OT_ERR_IO, "bench simulate: a temporary log file");
@@ -282,55 +282,65 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
                 "than the %.0f-byte one (%.1f us); bandwidth from the larger's time alone\n",
                 np, csz[q1 + 1], ct[q1 + 1] * 1e6, csz[q1], ct[q1] * 1e6);
     }
-    ot_sim_host_rates before, after;
-    ot_sim_host_probe pb[2];
     ot_executable *e = NULL;
     if (s == OT_OK) s = grad_exe(model, batch / np, batch, &e);
     const ot_executable *pe[2] = {e, ot_tpu_optimizer_executable(topt)};
-    if (s == OT_OK) s = ot_sim_host_measure(np, window, &before);
-    if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 2, &pb[0]);
     snprintf(
         args, sizeof args,
         "train --mpi --devices 1 --steps %lld --eval-every %lld --batch-size %lld --hidden %lld "
         "--ckpt-dir none --json",
         (long long)steps, (long long)steps, (long long)batch, (long long)mc->hidden[0]);
-    if (s == OT_OK) s = launch_capture(np, args, log_path, out, sizeof out);
-    double wall = json_num_after(out, NULL, "wall_s"), ran = json_num_after(out, NULL, "steps_run");
-    if (s == OT_OK && !(wall > 0 && ran > 0))
-        s = ot_error(OT_ERR_INTERNAL, "bench simulate: optitpu train --mpi printed no report");
-    double mt[5] = {0, 0, 0, 0, 0}; /* the timeline of rank 0's report, ms per step */
-    for (int q = 0; q < 5; q++) {
-        static const char *const parts[5] = {"forward+backward", "all-reduce", "optimizer", "input",
-                                             "gather"};
-        char key[48];
-        snprintf(key, sizeof key, "\"name\":\"%s\"", parts[q]);
-        double w = json_num_after(out, key, "wall_s");
-        mt[q] = w > 0 && ran > 0 ? w / ran * 1e3 : 0;
-    }
-    if (s == OT_OK) s = ot_sim_host_measure(np, window, &after);
-    if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 2, &pb[1]);
-    double pred = 0, pt[4] = {0, 0, 0, 0};
+    /* reps runs, each predicted from the probes right before and after it (paired) */
+    double pred[50], meas[50], ratio[50], pt[4][50], mt[4][50];
     ot_sim_result last;
-    for (int k = 0; k < 2 && s == OT_OK; k++) {
-        ot_sim_config c = ot_sim_config_default();
-        ot_sim_device_host_rates(k ? &after : &before, cal, &c.device);
-        ot_sim_device_host_probe(&pb[k], &c.device);
-        c.chips = np;
-        c.processes = np;
-        c.process_alpha_s = alpha;
-        c.process_bytes_per_s = bw;
-        c.global_batch = batch;
-        c.step = e;
-        c.step_batch = batch / np;
-        c.param_bytes = gbytes;
-        c.input_bytes = batch / np * (mc->inputs * 4 + 4);
-        c.update = ot_tpu_optimizer_executable(topt);
-        c.overlap = false;
-        ot_sim_config_train_pipeline(&c, ot_model_param_count(model));
-        s = ot_sim_run(&c, &last);
-        pred += last.step_s / 2;
-        pt[0] += last.compute_s * 1e3 / 2, pt[1] += last.exposed_comm_s * 1e3 / 2;
-        pt[2] += last.optimizer_s * 1e3 / 2, pt[3] += last.host_s * 1e3 / 2;
+    memset(&last, 0, sizeof last);
+    for (int64_t r = 0; r < reps && s == OT_OK; r++) {
+        ot_sim_host_rates before, after;
+        ot_sim_host_probe pb[2];
+        s = ot_sim_host_measure(np, window, &before);
+        if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 2, &pb[0]);
+        if (s == OT_OK) s = launch_capture(np, args, log_path, out, sizeof out);
+        double wall = json_num_after(out, NULL, "wall_s");
+        double ran = json_num_after(out, NULL, "steps_run");
+        if (s == OT_OK && !(wall > 0 && ran > 0))
+            s = ot_error(OT_ERR_INTERNAL, "bench simulate: optitpu train --mpi printed no report");
+        /* the timeline of rank 0's report, ms per step */
+        for (int q = 0; q < 3; q++) {
+            static const char *const parts[3] = {"forward+backward", "all-reduce", "optimizer"};
+            char key[48];
+            snprintf(key, sizeof key, "\"name\":\"%s\"", parts[q]);
+            double w = json_num_after(out, key, "wall_s");
+            mt[q][r] = w > 0 && ran > 0 ? w / ran * 1e3 : 0;
+        }
+        mt[3][r] = mt[0][r] + mt[1][r]; /* compute + all-reduce */
+        if (s == OT_OK) s = ot_sim_host_measure(np, window, &after);
+        if (s == OT_OK) s = ot_sim_host_probe_measure(pe, 2, &pb[1]);
+        pred[r] = 0;
+        for (int q = 0; q < 4; q++) pt[q][r] = 0;
+        for (int k = 0; k < 2 && s == OT_OK; k++) {
+            ot_sim_config c = ot_sim_config_default();
+            ot_sim_device_host_rates(k ? &after : &before, cal, &c.device);
+            ot_sim_device_host_probe(&pb[k], &c.device);
+            c.chips = np;
+            c.processes = np;
+            c.process_alpha_s = alpha;
+            c.process_bytes_per_s = bw;
+            c.global_batch = batch;
+            c.step = e;
+            c.step_batch = batch / np;
+            c.param_bytes = gbytes;
+            c.input_bytes = batch / np * (mc->inputs * 4 + 4);
+            c.update = ot_tpu_optimizer_executable(topt);
+            c.overlap = false;
+            ot_sim_config_train_pipeline(&c, ot_model_param_count(model));
+            s = ot_sim_run(&c, &last);
+            pred[r] += last.step_s / 2;
+            pt[0][r] += last.compute_s * 1e3 / 2, pt[1][r] += last.exposed_comm_s * 1e3 / 2;
+            pt[2][r] += last.optimizer_s * 1e3 / 2;
+            pt[3][r] += (last.compute_s + last.exposed_comm_s) * 1e3 / 2;
+        }
+        meas[r] = wall / ran;
+        ratio[r] = pred[r] / meas[r];
     }
     ot_executable_free(e);
     if (s == OT_OK) {
@@ -340,47 +350,46 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
         ot_bench_row ar = {"simulate", name,         "us", pa * 1e6, "bench collectives --mpi",
                            ag,         pa * 1e6 / ag};
         ot_bench_print(&ar, json);
-        double measured = wall / ran;
+        double measured = ot_bench_median(meas, (size_t)reps);
+        double predicted = ot_bench_median(pred, (size_t)reps);
         snprintf(name, sizeof name, "train mlp 64-%lld-10 batch %lld, %d MPI processes: step",
                  (long long)mc->hidden[0], (long long)batch, np);
-        ot_bench_row row = {
-            "simulate",     name,           "ms", pred * 1e3, "optitpu train --mpi measured",
-            measured * 1e3, pred / measured};
-        ot_bench_print(&row, json);
-        /* term by term against rank 0's timeline (host staging: input and gather only) */
-        static const char *const pname[3] = {"compute", "exposed all-reduce", "optimizer"};
-        static const char *const mname[3] = {"train timeline: forward+backward",
-                                             "train timeline: all-reduce",
-                                             "train timeline: optimizer"};
-        for (int q = 0; q < 3; q++) {
-            snprintf(name, sizeof name, "train mlp 64-%lld-10 batch %lld, %d MPI processes: %s",
-                     (long long)mc->hidden[0], (long long)batch, np, pname[q]);
-            ot_bench_row tr = {
-                "simulate", name, "ms", pt[q], mname[q], mt[q], mt[q] > 0 ? pt[q] / mt[q] : 0};
-            ot_bench_print(&tr, json);
-        }
-        /* like for like (rank 0's all-reduce part holds its wait for the other ranks) */
-        snprintf(name, sizeof name,
-                 "train mlp 64-%lld-10 batch %lld, %d MPI processes: compute+all-reduce",
-                 (long long)mc->hidden[0], (long long)batch, np);
-        double pca = pt[0] + pt[1], mca = mt[0] + mt[1];
-        ot_bench_row car = {"simulate",
+        ot_bench_row row = {"simulate",
                             name,
                             "ms",
-                            pca,
-                            "train: forward+backward+all-reduce",
-                            mca,
-                            mca > 0 ? pca / mca : 0};
-        ot_bench_print(&car, json);
-        if (!json)
+                            predicted * 1e3,
+                            "optitpu train --mpi measured",
+                            measured * 1e3,
+                            predicted / measured};
+        ot_bench_print(&row, json);
+        /* term by term against rank 0's timeline (host staging: input and gather only); like
+         * for like: compute + all-reduce (rank 0's all-reduce holds its wait for the others) */
+        static const char *const pname[4] = {"compute", "exposed all-reduce", "optimizer",
+                                             "compute+all-reduce"};
+        static const char *const mname[4] = {
+            "train timeline: forward+backward", "train timeline: all-reduce",
+            "train timeline: optimizer", "train: forward+backward+all-reduce"};
+        for (int q = 0; q < 4; q++) {
+            double pv = ot_bench_median(pt[q], (size_t)reps);
+            double mv = ot_bench_median(mt[q], (size_t)reps);
+            snprintf(name, sizeof name, "train mlp 64-%lld-10 batch %lld, %d MPI processes: %s",
+                     (long long)mc->hidden[0], (long long)batch, np, pname[q]);
+            ot_bench_row tr = {"simulate", name, "ms", pv, mname[q], mv, mv > 0 ? pv / mv : 0};
+            ot_bench_print(&tr, json);
+        }
+        if (!json) {
+            printf("  per run (predicted / measured):");
+            for (int64_t r = 0; r < reps; r++) printf(" %.2f", ratio[r]);
+            printf("; their median %.2f\n", ot_bench_median(ratio, (size_t)reps));
             printf("  last prediction: compute %.3f ms (bound: %s; path %.3f, cores %.3f, pool "
                    "%.3f) + all-reduce %.3f ms (%d processes: %.1f us + %.2f GB/s) + optimizer "
                    "%.3f ms + host pipeline %.3f ms\n",
                    last.compute_s * 1e3, last.bound, last.path_s * 1e3, last.cores_s * 1e3,
                    last.pool_s * 1e3, last.exposed_comm_s * 1e3, np, alpha * 1e6, bw / 1e9,
                    last.optimizer_s * 1e3, last.host_s * 1e3);
-        unlink(log_path);
+        }
     }
+    unlink(log_path);
     return s;
 }
 
@@ -679,7 +688,8 @@ static int run(int argc, char **argv) {
         }
     }
     for (int q = 0; q < nproc && rc == CLI_OK; q++)
-        if (mpi_case((int)procs[q], model, &mc, topt, &cal, steps, batch, window, json) != OT_OK)
+        if (mpi_case((int)procs[q], model, &mc, topt, &cal, steps, reps, batch, window, json) !=
+            OT_OK)
             rc = cli_fail(cmd);
     ot_tpu_optimizer_free(topt);
     ot_model_free(model);
@@ -795,9 +805,10 @@ const cli_command cli_bench_simulate = {
     "ratio = predicted / measured.\n"
     "--batch B, --hidden W: the job's global batch (default 128) and hidden width (default 128).\n"
     "--mpi LIST (default 2,4 when built with MPI): also optitpu train --mpi with that many\n"
-    "processes of one device each under optitpu launch, predicted with their transport priced\n"
-    "from bench collectives --mpi run just before (all-reduces of 4 B, 4 KiB, 64 KiB and 1 MiB:\n"
-    "the line through the two sizes around the gradients').\n"
+    "processes of one device each under optitpu launch (R runs, each paired with probes as\n"
+    "above), predicted with their transport priced from bench collectives --mpi run just\n"
+    "before (all-reduces of 4 B, 4 KiB, 64 KiB and 1 MiB: the line through the two sizes\n"
+    "around the gradients').\n"
     "--kernels: instead, for each device count's per-replica batch, the step executable alone on\n"
     "one device thread: each kernel's price beside its profiled mean time, and the executable's\n"
     "price beside its mean wall time without the profiler, and its modelled CPU work beside the\n"
