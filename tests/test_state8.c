@@ -290,14 +290,15 @@ static ot_optimizer *make_opt(const ocase *c) {
 /* The differences between wrapper t's parameters and state and the graph code's (r): bitwise,
  * except that two NaNs are equal and a block whose absmax is NaN in both holds codes that encode
  * nothing (every value of it decodes to NaN), which are not compared. */
-static int64_t compare(ot_tpu_optimizer *t, ot_tpu_optimizer *r, ot_device *dev) {
+static int64_t compare_n(ot_tpu_optimizer *t, ot_tpu_optimizer *r, ot_device *dev,
+                         const int64_t *len, int nt) {
     int64_t d = 0;
-    for (int k = 0; k < NT; k++) {
+    for (int k = 0; k < nt; k++) {
         ot_tensor a = {0}, b = {0};
         if (ot_tpu_optimizer_read_param(t, dev, k, &a) != OT_OK ||
             ot_tpu_optimizer_read_param(r, dev, k, &b) != OT_OK)
             return -1;
-        for (int64_t e = 0; e < lens[k]; e++) {
+        for (int64_t e = 0; e < len[k]; e++) {
             float x = ((float *)a.data)[e], y = ((float *)b.data)[e];
             d += memcmp(&x, &y, 4) != 0 && !(isnan(x) && isnan(y));
         }
@@ -332,6 +333,9 @@ static int64_t compare(ot_tpu_optimizer *t, ot_tpu_optimizer *r, ot_device *dev)
         ot_tensor_release(&am);
     }
     return d;
+}
+static int64_t compare(ot_tpu_optimizer *t, ot_tpu_optimizer *r, ot_device *dev) {
+    return compare_n(t, r, dev, lens, NT);
 }
 
 /* Per case: the graph-code wrapper and fused wrappers stepped with 1, 2, 3 and 8 threads and with
@@ -410,6 +414,105 @@ static void test_fused_matches_graph(void) {
         ot_device_free(dev);
     }
     for (int q = 0; q < 4; q++) ot_threadpool_free(pools[q]);
+}
+
+/* The fast kernel's pipelined Adam pass (the codes of a block found during the next block's
+ * update) across every way a block leaves the pipeline: the state set before the first step with
+ * each block's absmax from a list that puts neighbouring blocks on different quantizer paths (in
+ * the reciprocal quantizer's range; below 2^-125, normal and subnormal; above 2^125; infinite,
+ * which makes the block NaN; NaN; zero), so that blocks wait, flush and restart the pipeline;
+ * adam and adamw with maximize over 21 blocks in two flat tensors, 4 steps, 1, 2 and 3 threads,
+ * and once with every 64 values handed to the estimate quantizer (the path of values near a code
+ * boundary): parameters and state equal the graph code's after every step. */
+static void test_fused_pipeline_edges(void) {
+    enum { NP = 2, NW = 5 }; /* graph code, fused x 3 pools, fused with the estimate forced */
+    const int64_t plen[NP] = {19 * 256 - 5, 300};
+    ot_shape sh[NP];
+    for (int k = 0; k < NP; k++) ot_shape_make(&sh[k], OT_F32, 1, &plen[k]);
+    static const float ams[] = {1e-3f, 2e-39f, 0.5f, 1e-38f, 3e38f, 1e-3f, INFINITY,
+                                0.02f, NAN,    0.0f, 1e-20f, 2.0f,  1e-30f};
+    const int nam = (int)(sizeof ams / sizeof *ams);
+    ot_threadpool *pools[3] = {NULL};
+    for (int q = 0; q < 3; q++) ASSERT_OK(ot_threadpool_create(q + 1, &pools[q]));
+    const ocase adams[2] = {cases[0], cases[2]};
+    for (int ci = 0; ci < 2; ci++) {
+        ot_device *dev = NULL;
+        ASSERT_OK(ot_host_device_create(0, 0, &dev));
+        ot_optimizer *o = make_opt(&adams[ci]);
+        ASSERT_TRUE(o != NULL);
+        if (ci == 1) ASSERT_OK(ot_optimizer_set(o, "maximize", 1));
+        ot_tpu_optimizer *t[NW] = {NULL};
+        for (int w = 0; w < NW; w++) {
+            ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+            to.flat = true;
+            to.state_format = OT_TPU_STATE_INT8;
+            to.state_int8_unfused = w == 0;
+            ASSERT_OK(ot_tpu_optimizer_create(o, sh, NP, &to, &t[w]));
+            ASSERT_OK(ot_tpu_optimizer_add_replica(t[w], dev));
+        }
+        int64_t diffs = 0;
+        for (int step = 1; step <= 4; step++) {
+            for (int k = 0; k < NP; k++) {
+                ot_tensor g = {0}, p = {0};
+                ASSERT_OK(ot_tensor_alloc(&g, &sh[k]));
+                ASSERT_OK(ot_tensor_alloc(&p, &sh[k]));
+                for (int64_t e = 0; e < plen[k]; e++) {
+                    double sc = pow(10.0, -(double)((e * 3 + k) % 6));
+                    ((float *)g.data)[e] =
+                        val(41u * (uint64_t)step + 7u * (uint64_t)k + (uint64_t)e, sc);
+                    ((float *)p.data)[e] = val(13u * (uint64_t)k + (uint64_t)e, 1.0);
+                }
+                for (int w = 0; w < NW; w++) {
+                    if (step == 1) ASSERT_OK(ot_tpu_optimizer_write_param(t[w], dev, k, &p));
+                    ASSERT_OK(ot_tpu_optimizer_write_grad(t[w], dev, k, &g));
+                }
+                ot_tensor_release(&g);
+                ot_tensor_release(&p);
+            }
+            if (step == 1) { /* the state: random codes, absmax per block from the list */
+                int ns = ot_tpu_optimizer_state_count(t[0]);
+                for (int q = 0; q < ns; q++) {
+                    ot_shape ss;
+                    ASSERT_OK(ot_tpu_optimizer_state_shape(t[0], q, &ss));
+                    const char *name = ot_tpu_optimizer_state_name(t[0], q);
+                    bool is_am = strstr(name, ".absmax") != NULL;
+                    if (ss.dtype != OT_U8 && !is_am) continue;
+                    ot_tensor st = {0};
+                    ASSERT_OK(ot_tensor_alloc(&st, &ss));
+                    for (size_t e = 0; e < (is_am ? st.nbytes / 4 : st.nbytes); e++) {
+                        if (is_am)
+                            ((float *)st.data)[e] = ams[(e + (size_t)q * 5) % (size_t)nam];
+                        else
+                            ((uint8_t *)st.data)[e] = (uint8_t)mix(e * 977u + (uint64_t)q);
+                    }
+                    for (int w = 0; w < NW; w++)
+                        ASSERT_OK(ot_tpu_optimizer_set_state(t[w], dev, q, &st));
+                    ot_tensor_release(&st);
+                }
+            }
+            double lr = 0.01 / step;
+            for (int w = 0; w < NW; w++) {
+                ot_run_options ro = ot_run_options_default();
+                if (w >= 1) ro.pool = pools[w == 4 ? 0 : w - 1];
+                ex_q8_force_estimate(w == 4);
+                ASSERT_OK(ot_tpu_optimizer_step_flat(t[w], dev, step, lr, &ro));
+                ex_q8_force_estimate(false);
+            }
+            for (int w = 1; w < NW; w++) {
+                int64_t d = compare_n(t[w], t[0], dev, plen, NP);
+                if (d && diffs == 0)
+                    fprintf(stderr,
+                            "%s: wrapper %d differs from the graph code at step %d (%lld)\n",
+                            adams[ci].name, w, step, (long long)d);
+                diffs += d != 0;
+            }
+        }
+        EXPECT_INT_EQ(diffs, 0);
+        for (int w = 0; w < NW; w++) ot_tpu_optimizer_free(t[w]);
+        ot_optimizer_free(o);
+        ot_device_free(dev);
+    }
+    for (int q = 0; q < 3; q++) ot_threadpool_free(pools[q]);
 }
 
 /* The fused update is one pass: adam over 40 tensors compiles to few kernels (the custom call
@@ -624,5 +727,6 @@ static void test_refusals(void) {
 
 OT_TEST_MAIN(OT_TEST(test_table_quantizer), OT_TEST(test_block_quantizer_decode),
              OT_TEST(test_block_quantizer_absmax), OT_TEST(test_fused_matches_graph),
-             OT_TEST(test_fused_kernel_count), OT_TEST(test_per_tensor_matches_flat),
-             OT_TEST(test_per_tensor_small_f32), OT_TEST(test_refusals))
+             OT_TEST(test_fused_pipeline_edges), OT_TEST(test_fused_kernel_count),
+             OT_TEST(test_per_tensor_matches_flat), OT_TEST(test_per_tensor_small_f32),
+             OT_TEST(test_refusals))

@@ -182,6 +182,10 @@ uint8_t ex_q8_code_table(float xn, bool sgn);
 bool ex_q8_quantize_fast(const float *x, float am, bool sgn, uint8_t *co);
 int ex_q8_fast_quantizer(bool *est_possible); /* 2 estimate, 1 table, 0 exact */
 void ex_q8_decode_fast(const uint8_t *c, bool sgn, float a, float *x);
+/* Tests: with force, the reciprocal quantizer hands every 64 values to the estimate quantizer (as
+ * it does those near a code boundary), so that path is taken on any data; set between runs only
+ * (not thread-safe). */
+void ex_q8_force_estimate(bool force);
 
 ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done);

@@ -56,6 +56,10 @@
 #define S8_T512     __attribute__((target("avx512f"), noinline))
 #define S8_TVBMI    __attribute__((target("avx512f,avx512bw,avx512vbmi"), noinline))
 #define S8_TRCP     __attribute__((target("avx512f,avx512dq,avx512bw,avx512vbmi"), noinline))
+#define S8_INL_VBMI                                                                                \
+    static inline __attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline))
+#define S8_INL_RCP                                                                                 \
+    static inline __attribute__((target("avx512f,avx512dq,avx512bw,avx512vbmi"), always_inline))
 static bool g_512, g_vbmi;
 #endif
 
@@ -328,6 +332,7 @@ static _Alignas(64) float g_rs[2][16], g_rb[2][16];
 static _Alignas(64) uint32_t g_rpb[2][16];
 static _Alignas(64) uint8_t g_rpq[2][128]; /* the piece at the start of each bucket */
 static float g_rband[2]; /* 0.5 - B: the largest |psi - rint(psi)| taken without a check */
+static bool g_force_est; /* ex_q8_force_estimate */
 
 /* the exact magnitude index of a (bits, <= 1.0) on side neg of map t */
 static int rcp_index(const float *map, uint32_t a, int t, bool neg) {
@@ -507,26 +512,45 @@ S8_T512 static void decode_512(const uint8_t *c, const float *map, float a, floa
  * of the map is two 128-byte lookups (vpermi2b) chosen by the code's top bit, then unpacking
  * interleaves the planes into floats (the codes permuted first so the floats come out in order).
  * The product is the gather version's, so the same bits. */
-S8_TVBMI static void decode_vbmi(const uint8_t *c, bool sgn, float a, float *x) {
-    const __m512 va = _mm512_set1_ps(a);
-    const __m512i perm = _mm512_load_si512((const void *)g_dperm);
-    __m512i T[4][4];
+/* The map's byte planes for dec64 (16 registers) and the decode's code order. */
+typedef struct dec_tab {
+    __m512i T[4][4], perm;
+} dec_tab;
+S8_INL_VBMI dec_tab dec_load(bool sgn) {
+    dec_tab d;
+    d.perm = _mm512_load_si512((const void *)g_dperm);
     for (int k = 0; k < 4; k++)
         for (int q = 0; q < 4; q++)
-            T[k][q] = _mm512_load_si512((const void *)(g_planes[sgn][k] + 64 * q));
+            d.T[k][q] = _mm512_load_si512((const void *)(g_planes[sgn][k] + 64 * q));
+    return d;
+}
+/* 64 codes' map values times a, in order, as 4 vectors of 16. */
+S8_INL_VBMI void dec64(const dec_tab *t, const uint8_t *c, __m512 va, __m512 out[4]) {
+    __m512i idx = _mm512_permutexvar_epi8(t->perm, _mm512_loadu_si512((const void *)c));
+    __mmask64 top = _mm512_movepi8_mask(idx);
+    __m512i pl[4];
+    for (int k = 0; k < 4; k++)
+        pl[k] = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(t->T[k][0], idx, t->T[k][1]),
+                                       _mm512_permutex2var_epi8(t->T[k][2], idx, t->T[k][3]));
+    __m512i w0 = _mm512_unpacklo_epi8(pl[0], pl[1]), w1 = _mm512_unpackhi_epi8(pl[0], pl[1]);
+    __m512i w2 = _mm512_unpacklo_epi8(pl[2], pl[3]), w3 = _mm512_unpackhi_epi8(pl[2], pl[3]);
+    out[0] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(w0, w2)), va);
+    out[1] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(w0, w2)), va);
+    out[2] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(w1, w3)), va);
+    out[3] = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(w1, w3)), va);
+}
+
+/* The map's values of 256 codes times a by byte permutes: per 64 codes, each of the 4 byte planes
+ * of the map is two 128-byte lookups (vpermi2b) chosen by the code's top bit, then unpacking
+ * interleaves the planes into floats (the codes permuted first so the floats come out in order).
+ * The product is the gather version's, so the same bits. */
+S8_TVBMI static void decode_vbmi(const uint8_t *c, bool sgn, float a, float *x) {
+    const __m512 va = _mm512_set1_ps(a);
+    const dec_tab t = dec_load(sgn);
     for (int e = 0; e < EX_STATE8_BLOCK; e += 64) {
-        __m512i idx = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512((const void *)(c + e)));
-        __mmask64 top = _mm512_movepi8_mask(idx);
-        __m512i pl[4];
-        for (int k = 0; k < 4; k++)
-            pl[k] = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(T[k][0], idx, T[k][1]),
-                                           _mm512_permutex2var_epi8(T[k][2], idx, T[k][3]));
-        __m512i w0 = _mm512_unpacklo_epi8(pl[0], pl[1]), w1 = _mm512_unpackhi_epi8(pl[0], pl[1]);
-        __m512i w2 = _mm512_unpacklo_epi8(pl[2], pl[3]), w3 = _mm512_unpackhi_epi8(pl[2], pl[3]);
-        __m512i d[4] = {_mm512_unpacklo_epi16(w0, w2), _mm512_unpackhi_epi16(w0, w2),
-                        _mm512_unpacklo_epi16(w1, w3), _mm512_unpackhi_epi16(w1, w3)};
-        for (int q = 0; q < 4; q++)
-            _mm512_storeu_ps(x + e + 16 * q, _mm512_mul_ps(_mm512_castsi512_ps(d[q]), va));
+        __m512 d[4];
+        dec64(&t, c + e, va, d);
+        for (int q = 0; q < 4; q++) _mm512_storeu_ps(x + e + 16 * q, d[q]);
     }
 }
 
@@ -596,55 +620,74 @@ S8_TVBMI static void quantize_est_512(const float *x, float am, bool sgn, uint8_
     }
 }
 
-/* The codes of x[] / am by the reciprocal quantizer (see rcp_init; am in [2^-125, 2^125], so
- * 1 / am and every product are finite): per 16 values the product, the piece, the line, the index
- * rounded to nearest with the value's sign (rint is odd), the code; per 64, the largest
- * |psi - rint(psi)|, and the estimate quantizer where it is inside the band. The bucket lookup
- * permutes bytes: the dword (a >> 21) holds the bucket (+ 384) in its low byte, whose low 7 bits
- * index the table, and its other bytes look up garbage above bit 3, which the dword permutes by
- * the piece ignore. Packing with unsigned saturation clamps the codes to [0, 255] (a negative
- * value's index 128 at |xn'| near 1 makes -1: code 0). */
-S8_TRCP static void quantize_rcp_512(const float *x, float am, bool sgn, uint8_t *co, int n) {
+/* The reciprocal quantizer's constants for one map (18 registers). */
+typedef struct rcp_tab {
+    __m512 band, rs, rb;
+    __m512i absm, q384, one, mid, sign, pq0, pq1, pb, order;
+} rcp_tab;
+S8_INL_RCP rcp_tab rcp_load(bool sgn) {
     const int t = sgn ? 1 : 0;
-    const __m512 vr = _mm512_set1_ps(1.0f / am), band = _mm512_set1_ps(g_rband[t]);
-    const __m512i absm = _mm512_set1_epi32(0x7fffffff), q384 = _mm512_set1_epi32(384);
-    const __m512i one = _mm512_set1_epi32(1), mid = _mm512_set1_epi32(sgn ? 127 : 0);
-    const __m512i sign = _mm512_set1_epi32(sgn ? (int)0x80000000u : 0);
-    const __m512i pq0 = _mm512_load_si512((const void *)g_rpq[t]),
-                  pq1 = _mm512_load_si512((const void *)(g_rpq[t] + 64));
-    const __m512i pb = _mm512_load_si512(g_rpb[t]);
-    const __m512 rs = _mm512_load_ps(g_rs[t]), rb = _mm512_load_ps(g_rb[t]);
-    const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    rcp_tab k;
+    k.band = _mm512_set1_ps(g_force_est ? -1.0f : g_rband[t]);
+    k.absm = _mm512_set1_epi32(0x7fffffff);
+    k.q384 = _mm512_set1_epi32(384);
+    k.one = _mm512_set1_epi32(1);
+    k.mid = _mm512_set1_epi32(sgn ? 127 : 0);
+    k.sign = _mm512_set1_epi32(sgn ? (int)0x80000000u : 0);
+    k.pq0 = _mm512_load_si512((const void *)g_rpq[t]);
+    k.pq1 = _mm512_load_si512((const void *)(g_rpq[t] + 64));
+    k.pb = _mm512_load_si512(g_rpb[t]);
+    k.rs = _mm512_load_ps(g_rs[t]);
+    k.rb = _mm512_load_ps(g_rb[t]);
+    k.order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return k;
+}
+/* 16 values' codes (as 32-bit lanes; vr = 1 / am): the product, the piece, the line, the index
+ * rounded to nearest with the value's sign (rint is odd), the code; *worst takes the largest
+ * |psi - rint(psi)|. */
+S8_INL_RCP __m512i rcp16(const rcp_tab *k, __m512 xv, __m512 vr, __m512 *worst) {
+    __m512i a = _mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(xv, vr)), k->absm);
+    __m512i bk = _mm512_max_epu32(_mm512_srli_epi32(a, 21), k->q384);
+    __m512i i = _mm512_permutex2var_epi8(k->pq0, bk, k->pq1);
+    i = _mm512_mask_add_epi32(i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, k->pb)), i,
+                              k->one);
+    i = _mm512_mask_add_epi32(i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, k->pb)), i,
+                              k->one);
+    __m512 psi = _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(i, k->rs),
+                                 _mm512_permutexvar_ps(i, k->rb));
+    *worst = _mm512_range_ps(*worst,
+                             _mm512_reduce_ps(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                             0x0b); /* max |.|, sign cleared */
+    /* psi with x's sign (signed map): rint is odd, so the index comes out signed */
+    psi = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(psi),
+                                                        _mm512_castps_si512(xv), k->sign, 0xd8));
+    return _mm512_add_epi32(
+        k->mid, _mm512_cvt_roundps_epi32(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+/* 64 codes from rcp16's four results: packing with unsigned saturation clamps them to [0, 255]
+ * (a negative value's index 128 at |xn'| near 1 makes -1: code 0). */
+S8_INL_RCP void rcp_store64(const rcp_tab *k, const __m512i c[4], uint8_t *co) {
+    __m512i w =
+        _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
+    _mm512_storeu_si512((void *)co, _mm512_permutexvar_epi32(k->order, w));
+}
+
+/* The codes of x[] / am by the reciprocal quantizer (see rcp_init; am in [2^-125, 2^125], so
+ * 1 / am and every product are finite): rcp16 per 16 values; per 64, the estimate quantizer
+ * where the largest |psi - rint(psi)| is inside the band. The bucket lookup permutes bytes: the
+ * dword (a >> 21) holds the bucket (+ 384) in its low byte, whose low 7 bits index the table, and
+ * its other bytes look up garbage above bit 3, which the dword permutes by the piece ignore. */
+S8_TRCP static void quantize_rcp_512(const float *x, float am, bool sgn, uint8_t *co, int n) {
+    const rcp_tab k = rcp_load(sgn);
+    const __m512 vr = _mm512_set1_ps(1.0f / am);
     for (int e = 0; e < n; e += 64) {
         __m512 worst = _mm512_setzero_ps();
         __m512i c[4];
-        for (int q = 0; q < 4; q++) {
-            __m512 xv = _mm512_loadu_ps(x + e + 16 * q);
-            __m512i a = _mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(xv, vr)), absm);
-            __m512i bk = _mm512_max_epu32(_mm512_srli_epi32(a, 21), q384);
-            __m512i i = _mm512_permutex2var_epi8(pq0, bk, pq1);
-            i = _mm512_mask_add_epi32(
-                i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, pb)), i, one);
-            i = _mm512_mask_add_epi32(
-                i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, pb)), i, one);
-            __m512 psi = _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(i, rs),
-                                         _mm512_permutexvar_ps(i, rb));
-            worst = _mm512_range_ps(
-                worst, _mm512_reduce_ps(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                0x0b); /* max |.|, sign cleared */
-            /* psi with x's sign (signed map): rint is odd, so the index comes out signed */
-            psi = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
-                _mm512_castps_si512(psi), _mm512_castps_si512(xv), sign, 0xd8));
-            c[q] = _mm512_add_epi32(
-                mid, _mm512_cvt_roundps_epi32(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        }
-        if (_mm512_cmp_ps_mask(worst, band, _CMP_GT_OQ)) {
+        for (int q = 0; q < 4; q++) c[q] = rcp16(&k, _mm512_loadu_ps(x + e + 16 * q), vr, &worst);
+        if (_mm512_cmp_ps_mask(worst, k.band, _CMP_GT_OQ))
             quantize_est_512(x + e, am, sgn, co + e, 64);
-            continue;
-        }
-        __m512i w =
-            _mm512_packus_epi16(_mm512_packus_epi32(c[0], c[1]), _mm512_packus_epi32(c[2], c[3]));
-        _mm512_storeu_si512((void *)(co + e), _mm512_permutexvar_epi32(order, w));
+        else
+            rcp_store64(&k, c, co + e);
     }
 }
 
@@ -741,6 +784,14 @@ int ex_q8_fast_quantizer(bool *est_possible) {
     return g_rcp_ok ? 3 : g_est_ok ? 2 : g_qtab_ok ? 1 : 0;
 }
 
+void ex_q8_force_estimate(bool force) {
+#ifdef S8_HAVE_512
+    g_force_est = force;
+#else
+    (void)force;
+#endif
+}
+
 /* The kernel's block quantizer and decode in the caller's floating-point modes (tests). */
 bool ex_q8_quantize_fast(const float *x, float am, bool sgn, uint8_t *co) {
     init_all();
@@ -752,6 +803,131 @@ void ex_q8_decode_fast(const uint8_t *c, bool sgn, float a, float *x) {
     init_all();
     decode(c, sgn, ex_q8_table(sgn), a, x);
 }
+
+/* Slot j of block b (values x[]): stores the absmax from mb (the largest |x|'s bits, a subnormal
+ * as zero under FTZ) and returns it, for a checked quantizer to find the codes; or, where the
+ * block holds an infinity or a NaN or no quantizer passed its checks, the exact quantizer with
+ * the reference's absmax writes both, and it returns 0. */
+static float block_absmax(const s8_run *r, int j, int64_t b, const float *x, uint32_t mb) {
+    const bool z = r->z, sgn = r->k.sgn[j];
+    if (mb >= 0x7f800000u || !quantizer_ok()) {
+        float am = 0.0f;
+        for (int e = 0; e < EX_STATE8_BLOCK; e++) am = max_f(am, fabsf(x[e]), z);
+        if (am == 0.0f) am = 1.0f;
+        r->amo[j][b] = am;
+        uint8_t *co = r->co[j] + b * EX_STATE8_BLOCK;
+        for (int e = 0; e < EX_STATE8_BLOCK; e++)
+            co[e] = ex_q8_code_exact(r->map[j], div_f(x[e], am, z), sgn, z);
+        return 0.0f;
+    }
+    float am = mb ? bitsf(mb) : 1.0f;
+    r->amo[j][b] = am;
+    return am;
+}
+
+#ifdef S8_HAVE_512
+/* Adam's element update (ex_s8_element, the same operations in the same order) on 16 elements
+ * under the CPU's FTZ/DAZ modes; s0, s1 the moments in and out. */
+S8_INL_RCP __m512 adam16(const ex_s8 *k, __m512 p, __m512 g, __m512 *s0, __m512 *s1) {
+    const float *c = k->sc;
+    if (k->maximize)
+        g = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)0x80000000u)));
+    if (k->wd_coupled) g = _mm512_add_ps(g, _mm512_mul_ps(_mm512_set1_ps(c[6]), p));
+    if (k->wd_decoupled) p = _mm512_mul_ps(p, _mm512_set1_ps(c[6]));
+    __m512 m = _mm512_add_ps(*s0, _mm512_mul_ps(_mm512_set1_ps(c[0]), _mm512_sub_ps(g, *s0)));
+    __m512 v = _mm512_add_ps(_mm512_mul_ps(*s1, _mm512_set1_ps(c[1])),
+                             _mm512_mul_ps(_mm512_set1_ps(c[2]), _mm512_mul_ps(g, g)));
+    __m512 den =
+        _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), _mm512_set1_ps(c[3])), _mm512_set1_ps(c[4]));
+    *s0 = m;
+    *s1 = v;
+    return _mm512_add_ps(p, _mm512_mul_ps(_mm512_set1_ps(c[5]), _mm512_div_ps(m, den)));
+}
+
+/* Adam's blocks [b0, b1) as a software pipeline (AVX-512 VBMI and DQ, the reciprocal quantizer
+ * checked): while block b is decoded and updated, 16 elements at a time, the codes of block b - 1
+ * (whose absmax is known) are found between its updates, so the update's divisions and square
+ * root (one unit, about a third of the step) run beside the quantizer's permutes and arithmetic
+ * instead of after them; the block maximum is kept in registers during the update. Each block's
+ * values wait in a 2 KB buffer per slot until the next block's pass. Blocks whose absmax is
+ * outside the reciprocal quantizer's range, or that hold an infinity or a NaN, are quantized at
+ * once as run_blocks does; the bits are run_blocks' (the same functions on the same values). */
+S8_TRCP static void run_adam_pipelined(const s8_run *r, int64_t b0, int64_t b1) {
+    const ex_s8 kk = r->k;
+    const uint32_t sub = r->z ? 0x00800000u : 0u;
+    _Alignas(64) float buf[2][2][EX_STATE8_BLOCK]; /* [which][slot] */
+    const dec_tab dt0 = dec_load(kk.sgn[0]), dt1 = dec_load(kk.sgn[1]);
+    const rcp_tab rt0 = rcp_load(kk.sgn[0]), rt1 = rcp_load(kk.sgn[1]);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    int cur = 0;
+    int64_t pend = -1; /* the block whose codes the next pass finds */
+    float pam[2] = {1.0f, 1.0f};
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t e0 = b * EX_STATE8_BLOCK;
+        const float *p = r->p + e0, *g = r->g + e0; /* po may be p (in place) */
+        float *po = r->po + e0;
+        float *x0 = buf[cur][0], *x1 = buf[cur][1];
+        const float *y0 = buf[cur ^ 1][0], *y1 = buf[cur ^ 1][1];
+        const __m512 va0 = _mm512_set1_ps(r->am[0][b]), va1 = _mm512_set1_ps(r->am[1][b]);
+        const __m512 vr0 = _mm512_set1_ps(1.0f / pam[0]), vr1 = _mm512_set1_ps(1.0f / pam[1]);
+        uint8_t *pc0 = pend >= 0 ? r->co[0] + pend * EX_STATE8_BLOCK : NULL;
+        uint8_t *pc1 = pend >= 0 ? r->co[1] + pend * EX_STATE8_BLOCK : NULL;
+        __m512i mx0 = _mm512_setzero_si512(), mx1 = _mm512_setzero_si512();
+        for (int e = 0; e < EX_STATE8_BLOCK; e += 64) {
+            __m512 d0[4], d1[4];
+            dec64(&dt0, r->codes[0] + e0 + e, va0, d0);
+            dec64(&dt1, r->codes[1] + e0 + e, va1, d1);
+            __m512 w0 = _mm512_setzero_ps(), w1 = _mm512_setzero_ps();
+            __m512i c0[4], c1[4];
+            for (int q = 0; q < 4; q++) {
+                const int o = e + 16 * q;
+                __m512 np =
+                    adam16(&kk, _mm512_loadu_ps(p + o), _mm512_loadu_ps(g + o), &d0[q], &d1[q]);
+                _mm512_storeu_ps(po + o, np);
+                _mm512_store_ps(x0 + o, d0[q]);
+                _mm512_store_ps(x1 + o, d1[q]);
+                mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(_mm512_castps_si512(d0[q]), absm));
+                mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(_mm512_castps_si512(d1[q]), absm));
+                if (pend >= 0) {
+                    c0[q] = rcp16(&rt0, _mm512_load_ps(y0 + o), vr0, &w0);
+                    c1[q] = rcp16(&rt1, _mm512_load_ps(y1 + o), vr1, &w1);
+                }
+            }
+            if (pend >= 0) {
+                if (_mm512_cmp_ps_mask(w0, rt0.band, _CMP_GT_OQ))
+                    quantize_est_512(y0 + e, pam[0], kk.sgn[0], pc0 + e, 64);
+                else
+                    rcp_store64(&rt0, c0, pc0 + e);
+                if (_mm512_cmp_ps_mask(w1, rt1.band, _CMP_GT_OQ))
+                    quantize_est_512(y1 + e, pam[1], kk.sgn[1], pc1 + e, 64);
+                else
+                    rcp_store64(&rt1, c1, pc1 + e);
+            }
+        }
+        /* this block's absmax; the largest of values that all count as zero is zero */
+        bool later = true;
+        for (int j = 0; j < 2; j++) {
+            uint32_t mb = (uint32_t)_mm512_reduce_max_epu32(j ? mx1 : mx0);
+            float am = block_absmax(r, j, b, buf[cur][j], mb < sub ? 0u : mb);
+            pam[j] = am;
+            later = later && am >= 0x1p-125f && am <= 0x1p125f;
+        }
+        if (later) {
+            pend = b;
+            cur ^= 1;
+            continue;
+        }
+        for (int j = 0; j < 2; j++) /* now, by the fastest quantizer that takes the block */
+            if (pam[j] != 0.0f) quantize(buf[cur][j], pam[j], kk.sgn[j], r->co[j] + e0);
+        pend = -1;
+    }
+    if (pend >= 0)
+        for (int j = 0; j < 2; j++)
+            quantize_rcp_512(buf[cur ^ 1][j], pam[j], kk.sgn[j], r->co[j] + pend * EX_STATE8_BLOCK,
+                             EX_STATE8_BLOCK);
+}
+#endif
 
 #define S8_LOOP2(RULE)                                                                             \
     do {                                                                                           \
@@ -813,21 +989,8 @@ S8_CLONES static void run_blocks(const s8_run *r, int64_t b0, int64_t b1) {
                     ab = ab < sub ? 0u : ab;
                     mb = ab > mb ? ab : mb;
                 }
-            float am = bitsf(mb);
-            uint8_t *restrict co = r->co[j] + e0;
-            if (mb >= 0x7f800000u || !quantizer_ok()) {
-                /* the exact quantizer, the reference's absmax */
-                am = 0.0f;
-                for (int e = 0; e < EX_STATE8_BLOCK; e++) am = max_f(am, fabsf(x[j][e]), z);
-                if (am == 0.0f) am = 1.0f;
-                r->amo[j][b] = am;
-                for (int e = 0; e < EX_STATE8_BLOCK; e++)
-                    co[e] = ex_q8_code_exact(r->map[j], div_f(x[j][e], am, z), k->sgn[j], z);
-                continue;
-            }
-            if (am == 0.0f) am = 1.0f;
-            r->amo[j][b] = am;
-            quantize(x[j], am, k->sgn[j], co);
+            float am = block_absmax(r, j, b, x[j], mb);
+            if (am != 0.0f) quantize(x[j], am, k->sgn[j], r->co[j] + e0);
         }
     }
 }
@@ -839,7 +1002,12 @@ static void range(void *arg, int64_t b0, int64_t b1, int ith) {
     unsigned csr = _mm_getcsr();
     if (r->z) _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ: the reference's flushing */
     __asm__ volatile("" ::: "memory");
-    run_blocks(r, b0, b1);
+#ifdef S8_HAVE_512
+    if (r->k.rule == EX_S8_ADAM && g_rcp_ok)
+        run_adam_pipelined(r, b0, b1);
+    else
+#endif
+        run_blocks(r, b0, b1);
     __asm__ volatile("" ::: "memory");
     _mm_setcsr(csr);
 #else
