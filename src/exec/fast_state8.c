@@ -317,20 +317,23 @@ static void est_init(void) {
  * within 2 ulps of xn) and a line per piece of |xn|, without a threshold lookup. On each side
  * (sign) the exact magnitude index (code - 127, 127 - code, or the code) is a step function of
  * a = |xn| with steps of one at thresholds tau[m]. The pieces split [0, 1] halfway between
- * consecutive thresholds: one piece per threshold that does not follow a decade's regular
- * spacing (each decade's first, the one below 1.0) and one per run of regular ones; on piece j
+ * consecutive thresholds (or at a bucket's start, below): one piece per threshold that does not
+ * follow a decade's regular spacing (each decade's first, the one below 1.0) and one per run of
+ * regular ones; on piece j
  * psi = a * g_rs[j] + g_rb[j] (one fused multiply-add) puts the thresholds near m - 0.5, so that
  * m = rint(psi) is the index wherever psi is far enough from a half-integer:
  * |psi - rint(psi)| <= 0.5 - B. rcp_init finds, per side and piece, how close to a half-integer
  * psi comes at the thresholds and the piece's ends (psi is monotone in a, the index constant
  * between thresholds, so these points bound every value), adds how far xn' moves psi from xn,
  * and sets B above the largest such need; values inside the band (rare: about 2 B of them) take
- * the estimate quantizer, 64 at a time. The piece of a comes from its bucket (its exponent and
- * top two mantissa bits: a byte lookup over 128 buckets) and two comparisons with the next
- * piece boundaries (a bucket holds at most two). */
+ * the estimate quantizer, 64 at a time. The piece of a comes from its bucket (the exponent and
+ * top two mantissa bits of a's bits plus a per-map offset: a byte lookup over 128 buckets) and
+ * one comparison with the next piece boundary (the offset is chosen so that a bucket holds at
+ * most one). */
 static _Alignas(64) float g_rs[2][16], g_rb[2][16];
 static _Alignas(64) uint32_t g_rpb[2][16];
 static _Alignas(64) uint8_t g_rpq[2][128]; /* the piece at the start of each bucket */
+static uint32_t g_roff[2];                 /* the buckets' offset (see rcp_init) */
 static float g_rband[2]; /* 0.5 - B: the largest |psi - rint(psi)| taken without a check */
 static bool g_force_est; /* ex_q8_force_estimate */
 
@@ -382,24 +385,54 @@ static void rcp_init(void) {
             if (ok) pm0[np] = pm1[np] = m, np++;
         }
         if (!ok) break;
-        /* boundaries halfway between the pieces' thresholds; lines through them */
-        double lo_d[16], hi_d[16];
-        memset(g_rpb[t], 0xff, sizeof g_rpb[t]);
-        for (int j = 0; j + 1 < np; j++) {
-            /* halfway, or a bucket's first value (below) in the middle half of the gap: a
-             * boundary there needs no comparison */
-            double t0 = bitsf(tau[0][pm1[j]]), t1 = bitsf(tau[0][pm0[j + 1]]);
-            float mid = (float)((t0 + t1) / 2);
-            memcpy(&g_rpb[t][j], &mid, 4);
-            for (uint32_t k = 0; k < 2; k++) {
-                uint32_t edge = ((g_rpb[t][j] >> 21) + k) << 21;
-                if (bitsf(edge) > t0 + (t1 - t0) / 4 && bitsf(edge) < t1 - (t1 - t0) / 4) {
-                    g_rpb[t][j] = edge;
-                    break;
+        /* The boundaries between pieces: halfway between their thresholds, or a bucket's first
+         * value inside the gap where the neighbouring lines stay a quarter from the next
+         * half-integer, which needs no comparison. A bucket is
+         * (bits(a) + g_roff[t]) >> 21, a quarter of a binade moved down by the offset: the least
+         * multiple of 2^15 below 2^21 that leaves at most one boundary inside every bucket, so one
+         * comparison finds the piece. */
+        bool placed = false;
+        for (uint32_t ko = 0; ko < 64 && ok && !placed; ko++) {
+            const uint32_t off = ko << 15;
+            memset(g_rpb[t], 0xff, sizeof g_rpb[t]);
+            for (int j = 0; j + 1 < np; j++) {
+                double t0 = bitsf(tau[0][pm1[j]]), t1 = bitsf(tau[0][pm0[j + 1]]);
+                float mid = (float)((t0 + t1) / 2);
+                memcpy(&g_rpb[t][j], &mid, 4);
+                /* a regular run's line reaches the next half-integer one spacing past its end */
+                double w0 = pm1[j] > pm0[j]
+                                ? 0.75 * (t0 - bitsf(tau[0][pm0[j]])) / (pm1[j] - pm0[j])
+                                : t1 - t0;
+                double w1 = pm1[j + 1] > pm0[j + 1] ? 0.75 * (bitsf(tau[0][pm1[j + 1]]) - t1) /
+                                                          (pm1[j + 1] - pm0[j + 1])
+                                                    : t1 - t0;
+                for (uint32_t k = 0; k < 2; k++) {
+                    double edge_d = bitsf(((((g_rpb[t][j] + off) >> 21) + k) << 21) - off);
+                    if (edge_d > t0 + (t1 - t0) / 8 && edge_d < t1 - (t1 - t0) / 8 &&
+                        edge_d - t0 <= w0 && t1 - edge_d <= w1) {
+                        g_rpb[t][j] = ((((g_rpb[t][j] + off) >> 21) + k) << 21) - off;
+                        break;
+                    }
                 }
+                ok = ok && g_rpb[t][j] > tau[0][pm1[j]] && g_rpb[t][j] < tau[0][pm0[j + 1]];
             }
-            ok = ok && g_rpb[t][j] > tau[0][pm1[j]] && g_rpb[t][j] < tau[0][pm0[j + 1]];
+            /* the piece at the start of each bucket from 2^-31 (below: the first bucket) to 1 */
+            placed = true;
+            for (uint32_t q = 0; q < 128 && ok; q++) {
+                uint32_t lo = ((q + 384u) << 21) - off, hi = lo + 0x1fffffu, i = 0, in = 0;
+                for (int j = 0; j + 1 < np; j++) {
+                    i += g_rpb[t][j] <= lo;
+                    in += g_rpb[t][j] > lo && g_rpb[t][j] <= hi;
+                }
+                g_rpq[t][q] = (uint8_t)i;
+                ok = q > 0 || i == 0;
+                placed = placed && in <= 1;
+            }
+            g_roff[t] = off;
         }
+        ok = ok && placed;
+        /* the lines through the pieces' thresholds */
+        double lo_d[16], hi_d[16];
         for (int j = 0; j < np; j++) {
             lo_d[j] = j ? bitsf(g_rpb[t][j - 1]) : 0.0;
             hi_d[j] = j + 1 < np ? bitsf(g_rpb[t][j]) : 1.0;
@@ -412,17 +445,6 @@ static void rcp_init(void) {
             g_rb[t][j] = (float)(pm0[j] - 0.5 - s * t0);
         }
         for (int j = np; j < 16; j++) g_rs[t][j] = g_rb[t][j] = 0.0f;
-        /* the piece at the start of each quarter of the binades 2^-32 .. 1 (values below take the
-         * first bucket), and at most two boundaries inside a quarter */
-        for (uint32_t q = 0; q < 128 && ok; q++) {
-            uint32_t lo = (q + 384u) << 21, hi = lo | 0x1fffffu, i = 0, in = 0;
-            for (int j = 0; j + 1 < np; j++) {
-                i += g_rpb[t][j] <= lo;
-                in += g_rpb[t][j] > lo && g_rpb[t][j] <= hi;
-            }
-            g_rpq[t][q] = (uint8_t)i;
-            ok = in <= 2 && (q > 0 || i == 0);
-        }
         /* per side and piece: the least B that keeps every value with |psi(xn') - m| <= 0.5 - B
          * at index m. xn' is within 2 ulps of the exact quotient xn (4 steps of its bits across a
          * binade), so over the piece's values extended by 8 steps, psi(xn) is within delta of
@@ -622,15 +644,17 @@ S8_TVBMI static void quantize_est_512(const float *x, float am, bool sgn, uint8_
 
 /* The reciprocal quantizer's constants for one map (18 registers). */
 typedef struct rcp_tab {
-    __m512 band, rs, rb;
-    __m512i absm, q384, one, mid, sign, pq0, pq1, pb, order;
+    __m512 band, rs, rb, lo;
+    __m512i off, one, mid, sign, pq0, pq1, pb, order;
+    bool sgn;
 } rcp_tab;
 S8_INL_RCP rcp_tab rcp_load(bool sgn) {
     const int t = sgn ? 1 : 0;
     rcp_tab k;
     k.band = _mm512_set1_ps(g_force_est ? -1.0f : g_rband[t]);
-    k.absm = _mm512_set1_epi32(0x7fffffff);
-    k.q384 = _mm512_set1_epi32(384);
+    k.lo = _mm512_set1_ps(0x1p-31f); /* bits 384 << 21: the table's first bucket */
+    k.sgn = sgn;
+    k.off = _mm512_set1_epi32((int)g_roff[t]);
     k.one = _mm512_set1_epi32(1);
     k.mid = _mm512_set1_epi32(sgn ? 127 : 0);
     k.sign = _mm512_set1_epi32(sgn ? (int)0x80000000u : 0);
@@ -642,15 +666,14 @@ S8_INL_RCP rcp_tab rcp_load(bool sgn) {
     k.order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     return k;
 }
-/* 16 values' codes (as 32-bit lanes; vr = 1 / am): the product, the piece, the line, the index
- * rounded to nearest with the value's sign (rint is odd), the code; *worst takes the largest
- * |psi - rint(psi)|. */
+/* 16 values' codes (as 32-bit lanes; vr = 1 / am): the product's magnitude a (raised to 2^-31,
+ * in piece 0 below the first threshold: the same index, and a psi the checks cover), its bucket
+ * and piece, the line, the index rounded to nearest with the value's sign (rint is odd), the code;
+ * *worst takes the largest |psi - rint(psi)|. */
 S8_INL_RCP __m512i rcp16(const rcp_tab *k, __m512 xv, __m512 vr, __m512 *worst) {
-    __m512i a = _mm512_and_si512(_mm512_castps_si512(_mm512_mul_ps(xv, vr)), k->absm);
-    __m512i bk = _mm512_max_epu32(_mm512_srli_epi32(a, 21), k->q384);
+    __m512i a = _mm512_castps_si512(_mm512_range_ps(_mm512_mul_ps(xv, vr), k->lo, 0x0b));
+    __m512i bk = _mm512_srli_epi32(_mm512_add_epi32(a, k->off), 21);
     __m512i i = _mm512_permutex2var_epi8(k->pq0, bk, k->pq1);
-    i = _mm512_mask_add_epi32(i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, k->pb)), i,
-                              k->one);
     i = _mm512_mask_add_epi32(i, _mm512_cmpge_epu32_mask(a, _mm512_permutexvar_epi32(i, k->pb)), i,
                               k->one);
     __m512 psi = _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_permutexvar_ps(i, k->rs),
@@ -658,6 +681,8 @@ S8_INL_RCP __m512i rcp16(const rcp_tab *k, __m512 xv, __m512 vr, __m512 *worst) 
     *worst = _mm512_range_ps(*worst,
                              _mm512_reduce_ps(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                              0x0b); /* max |.|, sign cleared */
+    if (!k->sgn)
+        return _mm512_cvt_roundps_epi32(psi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     /* psi with x's sign (signed map): rint is odd, so the index comes out signed */
     psi = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(psi),
                                                         _mm512_castps_si512(xv), k->sign, 0xd8));
@@ -875,20 +900,22 @@ S8_TRCP static void run_adam_pipelined(const s8_run *r, int64_t b0, int64_t b1) 
         uint8_t *pc1 = pend >= 0 ? r->co[1] + pend * EX_STATE8_BLOCK : NULL;
         __m512i mx0 = _mm512_setzero_si512(), mx1 = _mm512_setzero_si512();
         for (int e = 0; e < EX_STATE8_BLOCK; e += 64) {
-            __m512 d0[4], d1[4];
-            dec64(&dt0, r->codes[0] + e0 + e, va0, d0);
-            dec64(&dt1, r->codes[1] + e0 + e, va1, d1);
+            __m512 d[4]; /* decoded into the buffer, updated there */
+            dec64(&dt0, r->codes[0] + e0 + e, va0, d);
+            for (int q = 0; q < 4; q++) _mm512_store_ps(x0 + e + 16 * q, d[q]);
+            dec64(&dt1, r->codes[1] + e0 + e, va1, d);
+            for (int q = 0; q < 4; q++) _mm512_store_ps(x1 + e + 16 * q, d[q]);
             __m512 w0 = _mm512_setzero_ps(), w1 = _mm512_setzero_ps();
             __m512i c0[4], c1[4];
             for (int q = 0; q < 4; q++) {
                 const int o = e + 16 * q;
-                __m512 np =
-                    adam16(&kk, _mm512_loadu_ps(p + o), _mm512_loadu_ps(g + o), &d0[q], &d1[q]);
+                __m512 m = _mm512_load_ps(x0 + o), v = _mm512_load_ps(x1 + o);
+                __m512 np = adam16(&kk, _mm512_loadu_ps(p + o), _mm512_loadu_ps(g + o), &m, &v);
                 _mm512_storeu_ps(po + o, np);
-                _mm512_store_ps(x0 + o, d0[q]);
-                _mm512_store_ps(x1 + o, d1[q]);
-                mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(_mm512_castps_si512(d0[q]), absm));
-                mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(_mm512_castps_si512(d1[q]), absm));
+                _mm512_store_ps(x0 + o, m);
+                _mm512_store_ps(x1 + o, v);
+                mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(_mm512_castps_si512(m), absm));
+                mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(_mm512_castps_si512(v), absm));
                 if (pend >= 0) {
                     c0[q] = rcp16(&rt0, _mm512_load_ps(y0 + o), vr0, &w0);
                     c1[q] = rcp16(&rt1, _mm512_load_ps(y1 + o), vr1, &w1);
