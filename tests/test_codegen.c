@@ -38,6 +38,9 @@ static ot_module *parse(const char *text) {
  * few above the smallest normal down into the subnormals), so sums, products and quotients land
  * on both sides of the flush-to-zero boundary. */
 static bool g_tiny;
+/* When set, f32/f64 elements are ordinary finite values only (no NaN or infinity that would make
+ * every long sum NaN or infinite whatever its order). */
+static bool g_finite;
 /* When set, f32 parameter 0 holds +-(2^24 - 1) * 2^-50 and parameter 1 alternates 2^-100 and
  * 2^100: x*y (even elements) and x/y (odd ones) are exactly 2^-126 - 2^-150, which rounds to
  * FLT_MIN at subnormal precision but which x86's FTZ flushes (tininess after rounding). */
@@ -87,7 +90,7 @@ static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
             float f = (float)((int64_t)(r >> 20) % 20001 - 10000) / 997.0f;
             uint32_t u;
             memcpy(&u, &f, 4);
-            if (pick == 0) u = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+            if (pick == 0 && !g_finite) u = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
             ((uint32_t *)data)[i] = u;
             break;
         }
@@ -99,7 +102,7 @@ static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
             double f = (double)((int64_t)(r >> 20) % 20001 - 10000) / 997.0;
             uint64_t u;
             memcpy(&u, &f, 8);
-            if (pick == 0) u = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
+            if (pick == 0 && !g_finite) u = sp[(r >> 8) % (sizeof sp / sizeof sp[0])];
             ((uint64_t *)data)[i] = u;
             break;
         }
@@ -897,6 +900,83 @@ static void test_reduce_runs(void) {
         g_run_pool = NULL;
         g_tiny = false;
     }
+    free(g_src);
+    g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
+/* Lane-ordered sums of few long rows with a fused producer (a full-array sum, a loss, a few row
+ * sums): the block form, whose block trees split over the pool and whose fold combines them in
+ * block order. Outputs 1 to 20, rows of 2 to 18 blocks (a partial last block, a tail shorter than
+ * a lane group, exact multiples), reduced unit dims; f32 and f64, each also on tiny values (across
+ * the flush); both reducer operand orders; finite values (a NaN would hide the order); bit for
+ * bit the reference on 1, 2, 3 and 8 threads, where the block form runs whenever the outputs are
+ * fewer than 4 per thread. (A sum beside elementwise outputs is a row fusion: its own loop.) */
+static void test_reduce_blocks(void) {
+    static const struct {
+        const char *x, *dims, *out;
+    } forms[] = {
+        {"70001", "{0}", ""},
+        {"3,40000", "{1}", "3"},
+        {"5,7,4099", "{1,2}", "5"},
+        {"2,65536", "{1}", "2"},
+        {"7,16400", "{1}", "7"},
+        {"9,8200", "{1}", "9"},
+        {"1,3,1,24577", "{1,2,3}", "1"},
+        {"20,8208", "{1}", "20"},
+    };
+    enum { NF = sizeof forms / sizeof forms[0] };
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[32768];
+    tb b = {text, 0, sizeof text};
+    g_finite = true;
+    for (int v = 0; v < 4; v++) {
+        const char *dt = v % 2 ? "f64" : "f32";
+        g_tiny = v >= 2;
+        b.n = 0;
+        tp(&b,
+           "HloModule blocks\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+           "  ROOT c = %s[] add(%s)\n}\n",
+           dt, dt, dt, v % 2 ? "b, a" : "a, b");
+        tp(&b, "ENTRY main {\n  z = %s[] parameter(0)\n", dt);
+        char outs[2048], types[2048];
+        size_t on = 0, tn = 0;
+        for (int f = 0; f < NF; f++) {
+            tp(&b,
+               "  x%d = %s[%s] parameter(%d)\n  c%d = %s[] constant(%d.25)\n"
+               "  b%d = %s[%s] broadcast(c%d), dimensions={}\n"
+               "  m%d = %s[%s] multiply(x%d, x%d)\n  w%d = %s[%s] subtract(m%d, b%d)\n"
+               "  s%d = %s[%s] reduce(w%d, z), dimensions=%s, to_apply=rd\n",
+               f, dt, forms[f].x, f + 1, f, dt, f % 3, f, dt, forms[f].x, f, f, dt, forms[f].x, f,
+               f, f, dt, forms[f].x, f, f, f, dt, forms[f].out, f, forms[f].dims);
+            on += (size_t)snprintf(outs + on, sizeof outs - on, "%ss%d", f ? ", " : "", f);
+            tn += (size_t)snprintf(types + tn, sizeof types - tn, "%s%s[%s]", f ? ", " : "", dt,
+                                   forms[f].out);
+        }
+        tp(&b, "  ROOT t = (%s) tuple(%s)\n}\n", types, outs);
+        g_keep_src = true;
+        for (int t = 0; t < 4; t++) {
+            int before = g_stats.interp_kernels;
+            g_run_pool = pools[t];
+            check_module(text, 1650 + (uint64_t)v, true);
+            EXPECT_INT_EQ(g_stats.interp_kernels, before);
+            int ntree = 0, nfold = 0;
+            for (const char *q = g_src;
+                 q && (q = strstr(q, "(reduce, lane order, block trees) */")); q++)
+                ntree++;
+            for (const char *q = g_src; q && (q = strstr(q, "(reduce, lane order, block fold) */"));
+                 q++)
+                nfold++;
+            EXPECT_INT_EQ(ntree, NF);
+            EXPECT_INT_EQ(nfold, NF);
+        }
+        g_keep_src = false;
+        g_run_pool = NULL;
+        g_tiny = false;
+    }
+    g_finite = false;
     free(g_src);
     g_src = NULL;
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
@@ -2459,6 +2539,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),
         OT_TEST(test_reduce_runs),
+        OT_TEST(test_reduce_blocks),
         OT_TEST(test_reduce_walk),
         OT_TEST(test_cache),
         OT_TEST(test_fallbacks),

@@ -1404,6 +1404,29 @@ static const struct {
      "inserted_window_dims={0,1}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=1, "
      "to_apply=add\n}\n",
      1, false},
+    /* segment_sum: short rows (3 units of 64 bytes of columns) over many positions */
+    {"HloModule s8\n" SC_ADD_F32 "ENTRY e {\n  x = f32[500,48] parameter(0)\n"
+     "  i = s32[6000,1] parameter(1)\n  u = f32[6000,48] parameter(2)\n"
+     "  ROOT s = f32[500,48] scatter(x, i, u), update_window_dims={1}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+     "to_apply=add\n}\n",
+     1, false},
+    /* s32 partial [5,7] windows (five runs each) over many positions */
+    {"HloModule s9\nadd {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n"
+     "  ROOT s = s32[] add(a, b)\n}\nENTRY e {\n  x = s32[400,300] parameter(0)\n"
+     "  i = s32[2,3000] parameter(1)\n  u = s32[3000,5,7] parameter(2)\n"
+     "  ROOT s = s32[400,300] scatter(x, i, u), update_window_dims={1,2}, "
+     "inserted_window_dims={}, scatter_dims_to_operand_dims={0,1}, index_vector_dim=0, "
+     "to_apply=add\n}\n",
+     1, false},
+    /* overwrite of short rows by many positions (the last one wins) */
+    {"HloModule s10\nset {\n  a = f32[] parameter(0)\n  ROOT b = f32[] parameter(1)\n}\n"
+     "ENTRY e {\n  x = f32[300,16] parameter(0)\n  i = s32[20000,1] parameter(1)\n"
+     "  u = f32[20000,16] parameter(2)\n"
+     "  ROOT s = f32[300,16] scatter(x, i, u), update_window_dims={1}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
+     "to_apply=set\n}\n",
+     1, false},
     /* the window dims lead the updates: the reference runs it */
     {"HloModule s6\n" SC_ADD_F32 "ENTRY e {\n  x = f32[30,12] parameter(0)\n"
      "  i = s32[8,1] parameter(1)\n  u = f32[12,8] parameter(2)\n"

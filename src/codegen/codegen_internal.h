@@ -16,9 +16,12 @@
  * input elements) to src. Returns OT_OK, or OT_ERR_UNIMPLEMENTED with the
  * reason when the fusion holds something the generator does not emit (the interpreter then runs
  * it); *numel gets the iteration space, *min_iters the fewest iterations a piece of the
- * parallel partition may hold. */
+ * parallel partition may hold. *nblk > 0: the kernel also has the block form of a lane-ordered
+ * sum of few long rows, "void <fname>_tree(in, out, void *part, b, e)" (the lane trees of blocks
+ * [b, e) of numel * nblk, each into part[q]) and "<fname>_fold" (outputs [b, e) from the trees;
+ * part holds numel * nblk elements of the output's type); see emit_reduce_blocks. */
 ot_status cg_emit_fusion(const cg_kernel_desc *kd, const char *fname, ot_strbuf *src,
-                         int64_t *numel, int64_t *work, int64_t *min_iters);
+                         int64_t *numel, int64_t *work, int64_t *min_iters, int64_t *nblk);
 
 /* The helper functions every generated file starts with. */
 void cg_emit_preamble(ot_strbuf *src);
@@ -30,6 +33,7 @@ void cg_emit_vmath_wrappers(ot_strbuf *src, size_t from);
 /* ---- the native program ---------------------------------------------------------------------- */
 
 typedef void (*cg_fn)(void *const *in, void *const *out, int64_t b, int64_t e);
+typedef void (*cg_part_fn)(void *const *in, void *const *out, void *part, int64_t b, int64_t e);
 
 typedef struct cg_entry {
     cg_fn fn;      /* NULL: this kernel is interpreted */
@@ -42,6 +46,8 @@ typedef struct cg_entry {
     uint64_t linear; /* cg_kernel_desc.linear */
     int64_t per;     /* elements of each output per iteration (1, or a row of the last dim) in the
                         elementwise loop; 0 for the reduction forms */
+    int64_t nblk;    /* > 0: the block form (cg_emit_fusion), blocks per output */
+    cg_part_fn tree, fold; /* its two functions */
 } cg_entry;
 
 /* A unit: consecutive native kernels compiled into one shared object. */

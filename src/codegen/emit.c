@@ -1662,14 +1662,16 @@ static ot_status emit_tail(ot_strbuf *src, bool hw) {
  * trapping math: gcc then if-converts the selects around the divide and the conversions, and the
  * loop vectorizes (with trapping math it keeps them as branches, and the scalar double divide is
  * slower than the integer one). The option changes no value, only what gcc may speculate. */
-static void emit_head(ot_strbuf *src, const cg_kernel_desc *kn, const char *fname, const char *form,
-                      const ot_instr *const *leaves, int nleaves, bool notrap) {
+static void emit_head_sig(ot_strbuf *src, const cg_kernel_desc *kn, const char *fname,
+                          const char *form, const ot_instr *const *leaves, int nleaves, bool notrap,
+                          bool part) {
     const ot_computation *c = kn->fused;
     ot_strbuf_printf(src,
-                     "\n/* %s%s */\n%svoid %s(void *const *in, void *const *out, int64_t b, "
+                     "\n/* %s%s */\n%svoid %s(void *const *in, void *const *out, %sint64_t b, "
                      "int64_t e) {\n",
                      kn->name, form,
-                     notrap ? "__attribute__((optimize(\"no-trapping-math\"))) " : "", fname);
+                     notrap ? "__attribute__((optimize(\"no-trapping-math\"))) " : "", fname,
+                     part ? "void *ot_part_, " : "");
     for (int q = 0; q < kn->ninputs; q++)
         if (kn->alias[q] < 0)
             ot_strbuf_printf(src, "    const %s *restrict i%d = (const %s *)in[%d];\n",
@@ -1680,6 +1682,16 @@ static void emit_head(ot_strbuf *src, const cg_kernel_desc *kn, const char *fnam
                          ctype(leaves[r]->shape.array.dtype), r,
                          ctype(leaves[r]->shape.array.dtype), r);
 }
+static void emit_head(ot_strbuf *src, const cg_kernel_desc *kn, const char *fname, const char *form,
+                      const ot_instr *const *leaves, int nleaves, bool notrap) {
+    emit_head_sig(src, kn, fname, form, leaves, nleaves, notrap, false);
+}
+/* The head of a block-form function (emit_reduce_blocks): one more parameter, the partials. */
+static void emit_head_part(ot_strbuf *src, const cg_kernel_desc *kn, const char *fname,
+                           const char *form, const ot_instr *const *leaves, int nleaves,
+                           bool notrap) {
+    emit_head_sig(src, kn, fname, form, leaves, nleaves, notrap, true);
+}
 
 /* A float sum in the canonical lane order (ex_reduce_lanes, exec/exec_internal.h): per output
  * element, blocks of EX_RED_BLOCK reduced elements; a block's whole groups of EX_RED_LANES go to
@@ -1688,6 +1700,92 @@ static void emit_head(ot_strbuf *src, const cg_kernel_desc *kn, const char *fnam
  * The lane loop is what the vectorizer turns into vector adds. When the reduced dims are a suffix
  * of the input, the two-level index (row = output element, col = reduced element) hoists values
  * that depend only on the output element out of the lanes. */
+/* The block form of a lane-ordered sum of few long rows (cg_run picks it when the outputs are
+ * too few to spread over the pool): <fname>_tree computes the lane tree of every whole-group
+ * block (output o = q / nblk, block q % nblk) into part[q], each block on its own, so they split
+ * over the pool; <fname>_fold then folds per output init, the trees in block order and the tail,
+ * exactly what the one-loop form's accumulator does, so both give the canonical order's bits
+ * whatever the split. Every element is visited once, by one of the two (the outputs beside the
+ * reduce are stored there). Only for the suffix form with a row index (E.C), at least two
+ * blocks, fewer than CG_BLOCK_MAX_OUT outputs and no input updated in place. */
+#define CG_BLOCK_MAX_OUT 64
+static int64_t red_nblk(int64_t RN) {
+    return RN >= EX_RED_LANES ? (RN - EX_RED_LANES) / EX_RED_BLOCK + 1 : 0;
+}
+static bool blocks_ok(const cg_kernel_desc *kn, int64_t O, int64_t RN) {
+    for (int q = 0; q < kn->ninputs; q++)
+        if (kn->alias[q] >= 0) return false;
+    return O >= 1 && O < CG_BLOCK_MAX_OUT && red_nblk(RN) >= 2;
+}
+static ot_status emit_reduce_blocks(ot_strbuf *src, const cg_kernel_desc *kn, const char *fname,
+                                    const em *E, const ot_instr *const *leaves, int nleaves, int ro,
+                                    bool acc_left, ot_dtype t, const char *vi, const char *vx,
+                                    const char *body, bool acc_needs, bool x_needs, int64_t RN) {
+    const char *T = ctype(t);
+    int64_t nb = red_nblk(RN), rl = (nb - 1) * EX_RED_BLOCK;
+    int64_t re = rl + EX_RED_BLOCK < RN ? rl + EX_RED_BLOCK : RN;
+    int64_t rt = rl + (re - rl) / EX_RED_LANES * EX_RED_LANES; /* where the tail starts */
+    char c_lx[2048], c_tree[2048], c_pacc[2048], c_ax[2048], pk[64];
+    snprintf(pk, sizeof pk, "ot_part[o * %lld + ot_k]", (long long)nb);
+    bool ok = true;
+#define CMB(L, R, NL, NR, OUT)                                                                     \
+    (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, E->hw, OUT, sizeof OUT)                   \
+              : combine_expr(OT_OP_ADD, t, R, L, NR, NL, E->hw, OUT, sizeof OUT))
+    ok = ok && CMB("lane[l]", vx, x_needs, x_needs, c_lx);
+    ok = ok && CMB("lane[l]", "lane[l + s]", x_needs, x_needs, c_tree);
+    ok = ok && CMB("acc", pk, acc_needs, x_needs, c_pacc);
+    ok = ok && CMB("acc", vx, acc_needs, x_needs, c_ax);
+#undef CMB
+    if (!ok)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: reducer add on %s", kn->name,
+                        ot_dtype_name(t));
+    const char *pro = E->pro.p ? E->pro.p : "", *rowb = E->rowb.p ? E->rowb.p : "";
+    static const char *const hw_on = "    const unsigned int ot_csr = _mm_getcsr();\n"
+                                     "    _mm_setcsr(ot_csr | 0x8040u); /* FTZ | DAZ */\n"
+                                     "    __asm__ volatile(\"\" ::: \"memory\");\n";
+    char name[64];
+    snprintf(name, sizeof name, "%s_tree", fname);
+    emit_head_part(src, kn, name, " (reduce, lane order, block trees)", leaves, nleaves, E->notrap);
+    ot_strbuf_printf(src,
+                     "    %s *restrict ot_part = (%s *)ot_part_;\n%s%s"
+                     "    for (int64_t ot_q = b; ot_q < e; ot_q++) {\n"
+                     "    const int64_t o = ot_q / %lld, rb = ot_q %% %lld * %d;\n"
+                     "    const int64_t row = o;\n    (void)row;\n%s"
+                     "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
+                     "    re = rb + (re - rb) / %d * %d;\n"
+                     "    %s lane[%d];\n"
+                     "    for (int l = 0; l < %d; l++) {\n"
+                     "    const int64_t col = rb + l;\n    const int64_t i = row * %lld + col;\n"
+                     "%s    lane[l] = %s;\n    }\n"
+                     "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
+                     "    for (int l = 0; l < %d; l++) {\n"
+                     "    const int64_t col = rg + l;\n    const int64_t i = row * %lld + col;\n"
+                     "%s    lane[l] = %s;\n    }\n"
+                     "    for (int s = %d; s >= 1; s /= 2)\n"
+                     "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
+                     "    ot_part[ot_q] = lane[0];\n    }\n",
+                     T, T, pro, E->hw ? hw_on : "", (long long)nb, (long long)nb, EX_RED_BLOCK,
+                     rowb, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN, EX_RED_LANES,
+                     EX_RED_LANES, T, EX_RED_LANES, EX_RED_LANES, (long long)RN, body, vx,
+                     EX_RED_LANES, EX_RED_LANES, EX_RED_LANES, (long long)RN, body, c_lx,
+                     EX_RED_LANES / 2, c_tree);
+    OT_CHECK(emit_tail(src, E->hw));
+    snprintf(name, sizeof name, "%s_fold", fname);
+    emit_head_part(src, kn, name, " (reduce, lane order, block fold)", leaves, nleaves, E->notrap);
+    ot_strbuf_printf(src,
+                     "    const %s *restrict ot_part = (const %s *)ot_part_;\n%s%s"
+                     "    for (int64_t o = b; o < e; o++) {\n"
+                     "    const int64_t row = o;\n    (void)row;\n%s"
+                     "    %s acc = %s;\n"
+                     "    for (int64_t ot_k = 0; ot_k < %lld; ot_k++) acc = %s;\n"
+                     "    for (int64_t rr = %lld; rr < %lld; rr++) {\n"
+                     "    const int64_t col = rr;\n    const int64_t i = row * %lld + col;\n"
+                     "%s    acc = %s;\n    }\n    o%d[o] = acc;\n    }\n",
+                     T, T, pro, E->hw ? hw_on : "", rowb, T, vi, (long long)nb, c_pacc,
+                     (long long)rt, (long long)RN, (long long)RN, body, c_ax, ro);
+    return emit_tail(src, E->hw);
+}
+
 /* The tile of outputs and the chunk of a block's elements (a multiple of EX_RED_LANES) of a
  * lane-ordered sum whose reduced dims are not a suffix (its buffers: 32 KB of f32) */
 #define RUN_TILE  32
@@ -1698,7 +1796,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                                    bool acc_left, ot_dtype t, bool suffix, const char *base,
                                    const char *off, const char *offo, int64_t D0, int64_t K,
                                    int64_t RN, int64_t O, int64_t *numel_out, int64_t *work_out,
-                                   int64_t *min_iters) {
+                                   int64_t *min_iters, int64_t *nblk_out) {
     const ot_instr *x = red->operands[0], *init = red->operands[1];
     if (!leaves) {
         leaves = &red;
@@ -1878,6 +1976,11 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
             st = emit_tail(src, E.hw);
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
+            if (st == OT_OK && E.C > 0 && blocks_ok(kn, O, RN)) {
+                st = emit_reduce_blocks(src, kn, fname, &E, leaves, nleaves, ro, acc_left, t, vi,
+                                        vx, body, acc_needs, x_needs, RN);
+                if (st == OT_OK) *nblk_out = red_nblk(RN);
+            }
         }
         ot_strbuf_free(&bs);
     }
@@ -2084,7 +2187,8 @@ static ot_status emit_reduce_walk(const cg_kernel_desc *kn, const char *fname, o
  * stored at the element's index as the reduce's inner loops visit it, each once. */
 static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                              const ot_instr *red, const ot_instr *const *leaves, int nleaves,
-                             int64_t *numel_out, int64_t *work_out, int64_t *min_iters) {
+                             int64_t *numel_out, int64_t *work_out, int64_t *min_iters,
+                             int64_t *nblk_out) {
     const ot_computation *c = kn->fused;
     if (red->noperands != 2 || red->ncalled != 1 || red->shape.kind != OT_IR_ARRAY ||
         kn->noutputs != (leaves ? nleaves : 1) || c->nparams != kn->ninputs)
@@ -2184,7 +2288,7 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
     if (ex_reduce_lanes(red))
         return emit_reduce_lanes(kn, fname, src, red, leaves, nleaves,
                                  rr->operands[0]->attrs->index == 0, t, suffix, base, off, offo, D0,
-                                 K, RN, O, numel_out, work_out, min_iters);
+                                 K, RN, O, numel_out, work_out, min_iters, nblk_out);
     if (!leaves && suffix && RN >= 1 && (t == OT_F32 || t == OT_F64) &&
         (rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM))
         return emit_reduce_keyed(kn, fname, src, red, rr->opcode,
@@ -2845,10 +2949,12 @@ static bool index_math(const ot_computation *c) {
 }
 
 ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
-                         int64_t *numel_out, int64_t *work_out, int64_t *min_iters) {
+                         int64_t *numel_out, int64_t *work_out, int64_t *min_iters,
+                         int64_t *nblk_out) {
     *numel_out = 0;
     *work_out = 1;
     *min_iters = 1;
+    *nblk_out = 0;
     if (!kn->fused)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s is not a loop fusion", kn->name);
     const ot_computation *c = kn->fused;
@@ -2864,7 +2970,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
          * lone reduce of a parameter stays emit_reduce's (the fast reduce kernel's). */
         if (col_form(root, &o, &n) && root->operands[0]->opcode != OT_OP_PARAMETER)
             return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
-        return emit_reduce(kn, fname, src, root, NULL, 0, numel_out, work_out, min_iters);
+        return emit_reduce(kn, fname, src, root, NULL, 0, numel_out, work_out, min_iters, nblk_out);
     }
     if (nred > 0) {
         const ot_instr *r0 = c->first;
@@ -2879,7 +2985,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             for (int r = 0; r < root->noperands; r++) leaf |= root->operands[r] == r0;
         if (leaf)
             return emit_reduce(kn, fname, src, r0, (const ot_instr *const *)root->operands,
-                               root->noperands, numel_out, work_out, min_iters);
+                               root->noperands, numel_out, work_out, min_iters, nblk_out);
         return emit_rows(kn, fname, src, numel_out, work_out);
     }
     const ot_instr *const *leaves = (const ot_instr *const *)&root;

@@ -7,6 +7,7 @@
  * profile. Built by the compiler as its last stage (src/compiler/native.c), one build at a time
  * in the process. */
 #include "codegen/codegen_internal.h"
+#include "exec/numerics.h" /* EX_RED_BLOCK: the block form's blocks */
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -503,6 +504,16 @@ static ot_status build_units(cg_program *p, const cg_options *o, const char *cc,
             break;
         }
         memcpy(&p->k[k].fn, &sym, sizeof sym);
+        for (int f = 0; f < 2 && p->k[k].nblk > 0; f++) {
+            snprintf(fname, sizeof fname, "otk_%d_%s", k, f ? "fold" : "tree");
+            sym = dlsym(p->units[p->k[k].unit].handle, fname);
+            if (!sym) {
+                st =
+                    ot_error(OT_ERR_INTERNAL, "codegen: %s lacks %s", jobs[p->k[k].unit].so, fname);
+                break;
+            }
+            memcpy(f ? &p->k[k].fold : &p->k[k].tree, &sym, sizeof sym);
+        }
     }
     for (int i = 0; usrc && i < nu; i++) ot_strbuf_free(&usrc[i]);
     ot_free(usrc);
@@ -581,8 +592,8 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         char fname[32];
         snprintf(fname, sizeof fname, "otk_%d", k);
         size_t mark = src.n;
-        int64_t n = 0, work = 1, min_iters = 1;
-        ot_status es = cg_emit_fusion(d, fname, &src, &n, &work, &min_iters);
+        int64_t n = 0, work = 1, min_iters = 1, nblk = 0;
+        ot_status es = cg_emit_fusion(d, fname, &src, &n, &work, &min_iters, &nblk);
         if (es == OT_ERR_OUT_OF_MEMORY) {
             st = es;
             break;
@@ -598,6 +609,7 @@ static ot_status build(const cg_kernel_desc *kd, int nk, const cg_options *o, cg
         koff[k] = mark;
         klen[k] = src.n - mark;
         en->numel = n;
+        en->nblk = nblk;
         /* the elementwise loop (no reduce): each iteration one element, or one row of `work` */
         en->per = 1;
         for (const ot_instr *x = d->fused->first; x; x = x->next)
@@ -678,7 +690,8 @@ bool cg_native(const cg_program *p, int k) {
 }
 
 bool cg_splits(const cg_program *p, int k) {
-    return cg_native(p, k) && p->k[k].numel > p->k[k].chunk; /* cg_run's rule */
+    /* cg_run's rule (the block form splits whenever its outputs are few for the pool) */
+    return cg_native(p, k) && (p->k[k].numel > p->k[k].chunk || p->k[k].nblk > 0);
 }
 
 /* ---- run ---------------------------------------------------------------------------------------
@@ -731,12 +744,59 @@ bool cg_range_of(const cg_program *p, int k, int q, int64_t numel, void *const *
     return true;
 }
 
+/* The block form (cg_emit_fusion's nblk): the trees over the pool, then the fold (few outputs:
+ * on this thread). part: numel * nblk elements of at most 8 bytes. */
+typedef struct part_ctx {
+    cg_part_fn fn;
+    void *const *in, *const *out;
+    void *part;
+} part_ctx;
+
+static void run_part(void *ctx, int64_t b, int64_t e, int ith) {
+    (void)ith;
+    part_ctx *c = ctx;
+    bool was = tl_in_task;
+    tl_in_task = true;
+    c->fn(c->in, c->out, c->part, b, e);
+    tl_in_task = was;
+}
+
+/* Whether kernel en runs in the block form on nth threads: fewer outputs than CG_GRAIN per
+ * thread (the loop over outputs would leave threads idle or unbalanced) and enough elements for
+ * two pieces of the partition. Either form gives the same bits. */
+#define CG_GRAIN 4
+static bool use_blocks(const cg_entry *en, int nth) {
+    return en->nblk > 0 && nth > 1 && en->numel < (int64_t)CG_GRAIN * nth &&
+           en->numel * en->nblk >= 2 * (CG_CHUNK / EX_RED_BLOCK);
+}
+
+static bool run_blocks(const cg_entry *en, void *const *in, void *const *out, ot_threadpool *pool) {
+    enum { STACK = 2048 };
+    uint64_t stack[STACK];
+    int64_t n = en->numel * en->nblk;
+    void *part = n <= STACK ? stack : ot_malloc((size_t)n * sizeof(uint64_t));
+    if (!part) return false; /* the one-loop form then runs */
+    part_ctx c = {en->tree, in, out, part};
+    int nth = ot_threadpool_size(pool);
+    /* pieces of whole blocks, at least four per thread, at most CG_CHUNK elements */
+    int64_t chunk = n / (4 * nth);
+    chunk = chunk < 1 ? 1 : chunk > CG_CHUNK / EX_RED_BLOCK ? CG_CHUNK / EX_RED_BLOCK : chunk;
+    ot_parallel_for(pool, n, chunk, OT_SCHEDULE_DYNAMIC, run_part, &c);
+    en->fold(in, out, part, 0, en->numel);
+    if (part != stack) ot_free(part);
+    return true;
+}
+
 bool cg_run(const cg_program *p, int k, void *const *in, void *const *out, ot_threadpool *pool) {
     if (!p || k < 0 || k >= p->nk) return false;
     const cg_entry *en = &p->k[k];
     if (!en->fn || !laid_out(en, in, out)) return false;
     if (en->numel == 0) return true;
     run_ctx c = {en->fn, in, out};
+    if (en->nblk > 0 && !tl_in_task) {
+        ot_threadpool *bp = pool ? pool : ot_threadpool_default();
+        if (use_blocks(en, ot_threadpool_size(bp)) && run_blocks(en, in, out, bp)) return true;
+    }
     if (en->numel <= en->chunk || tl_in_task) {
         en->fn(in, out, 0, en->numel);
         return true;
