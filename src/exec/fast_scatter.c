@@ -8,14 +8,14 @@
  * window dims that is scatter position b after b, each position's window in order. Two elements
  * of one window never meet in the operand, so the updates of any one operand element come in
  * order of b. The kernel computes each position's window start once (-1 when the window does not
- * fit: the reference skips it), then for b in order adds (or copies) the window's contiguous runs
- * row by row; each element gets the reference's scalar add (add_f/add_d with its FTZ and NaN
- * rules, operands in the computation's order) in the same order. Under FTZ a float row without
- * a NaN is added with plain (vector) adds in the CPU's FTZ/DAZ mode (ex_hw_ftz_on), which
- * flushes exactly as add_f/add_d do. The threads split the columns of
- * the runs (a fixed partition of each run's elements), each walking every b in order, so every
- * element sees the same sequence of adds whatever the thread count. The operand is copied into
- * the output first unless the output is the operand's memory (in place). */
+ * fit: the reference skips it; positions in chunks over the pool), then for b in order adds (or
+ * copies) the window's contiguous runs row by row; each element gets the reference's scalar add
+ * (add_f/add_d with its FTZ and NaN rules, operands in the computation's order) in the same order.
+ * Under FTZ a float row without a NaN is added with plain (vector) adds in the CPU's FTZ/DAZ mode
+ * (ex_hw_ftz_on), which flushes exactly as add_f/add_d do. The threads split the columns of the
+ * runs (a fixed partition of each run's elements), each walking every b in order, so every element
+ * sees the same sequence of adds whatever the thread count. The operand is copied into the output
+ * first unless the output is the operand's memory (in place). */
 #include "exec/fast_internal.h"
 
 typedef enum { SC_ADD, SC_ADD_SWAPPED, SC_SET } sc_kind;
@@ -131,6 +131,54 @@ static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
     if (p->hw) ex_hw_ftz_off(csr);
 }
 
+/* The window start of every scatter position (base[b], -1 when the window does not fit: the
+ * reference skips it), positions in chunks of SC_BASE_CHUNK over the pool (each independent). */
+#define SC_BASE_CHUNK 4096
+typedef struct sc_base {
+    const ot_scatter_dims *sd;
+    const ot_shape *xs, *us, *ks;
+    const void *idx;
+    const int *kd; /* the indices' dims but index_vector_dim, in order */
+    int nbd;       /* the updates' scatter dims */
+    const int64_t *wsize, *xstr, *kstr;
+    int64_t ivs; /* the index vector's stride */
+    int64_t nb;  /* positions */
+    int64_t *base;
+} sc_base;
+
+static void run_base(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const sc_base *p = arg;
+    const ot_scatter_dims *sd = p->sd;
+    int64_t b0 = begin * SC_BASE_CHUNK, xr = p->xs->rank;
+    int64_t b1 = end * SC_BASE_CHUNK < p->nb ? end * SC_BASE_CHUNK : p->nb;
+    bool s32 = p->ks->dtype == OT_S32;
+    int64_t bidx[OT_MAX_RANK] = {0}, r = b0;
+    for (int q = p->nbd - 1; q >= 0; q--) {
+        bidx[q] = r % p->us->dims[q];
+        r /= p->us->dims[q];
+    }
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t kb = 0, start[OT_MAX_RANK] = {0};
+        for (int q = 0; q < p->nbd; q++) kb += bidx[q] * p->kstr[p->kd[q]];
+        for (int k = 0; k < sd->nscatter_to_operand; k++) {
+            int64_t at = kb + k * p->ivs;
+            start[sd->scatter_dims_to_operand_dims[k]] =
+                s32 ? ((const int32_t *)p->idx)[at] : ((const int64_t *)p->idx)[at];
+        }
+        /* a window that does not fit in the operand is skipped, as the reference does */
+        int64_t at = 0;
+        for (int d = 0; d < xr && at >= 0; d++) {
+            if (start[d] < 0 || start[d] > p->xs->dims[d] - p->wsize[d])
+                at = -1;
+            else
+                at += start[d] * p->xstr[d];
+        }
+        p->base[b] = at;
+        for (int q = p->nbd - 1; q >= 0 && ++bidx[q] == p->us->dims[q]; q--) bidx[q] = 0;
+    }
+}
+
 typedef struct sc_copy {
     char *y;
     const char *x;
@@ -224,26 +272,10 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
         roff[r] = off;
         for (int d = od - 1; d >= 0 && ++idx[d] == wsize[d]; d--) idx[d] = 0;
     }
-    int64_t ivs = ivd < ks->rank ? kstr[ivd] : 0, bidx[OT_MAX_RANK] = {0};
-    for (int64_t b = 0; b < NB; b++) {
-        int64_t kb = 0, start[OT_MAX_RANK] = {0};
-        for (int q = 0; q < nbd; q++) kb += bidx[q] * kstr[kd[q]];
-        for (int k = 0; k < sd->nscatter_to_operand; k++) {
-            int64_t at = kb + k * ivs;
-            start[sd->scatter_dims_to_operand_dims[k]] =
-                kt == OT_S32 ? ((const int32_t *)in[1])[at] : ((const int64_t *)in[1])[at];
-        }
-        /* a window that does not fit in the operand is skipped, as the reference does */
-        int64_t at = 0;
-        for (int d = 0; d < xr && at >= 0; d++) {
-            if (start[d] < 0 || start[d] > xs->dims[d] - wsize[d])
-                at = -1;
-            else
-                at += start[d] * xstr[d];
-        }
-        base[b] = at;
-        for (int q = nbd - 1; q >= 0 && ++bidx[q] == us->dims[q]; q--) bidx[q] = 0;
-    }
+    sc_base sb = {
+        sd, xs,  us, ks, in[1], kd, nbd, wsize, xstr, kstr, ivd < ks->rank ? kstr[ivd] : 0,
+        NB, base};
+    ex_par_for(c, (NB + SC_BASE_CHUNK - 1) / SC_BASE_CHUNK, NB * 16, run_base, &sb);
     /* partition units of 64 bytes of a run, so threads do not share cache lines of a row */
     int64_t chunk = 64 / (int64_t)es;
     bool hw = EX_HW_FTZ && c->ftz && kind != SC_SET && (t == OT_F32 || t == OT_F64);
