@@ -688,31 +688,38 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
     double sp = s == OT_OK && tp > 0 ? WORK(t256) / WORK(tp) : 1;
     out->pool_speedup = sp < 1 ? 1 : sp > out->pool_threads ? out->pool_threads : sp;
     /* the hand-off: a 128x32x128 dot (a pooled kernel of little work) after `gap` of other work on
-     * this thread (32^3 dots, which stay on it), wall time */
+     * this thread (32^3 dots, which stay on it), wall time. The gaps take turns, round after
+     * round, so that every gap's median sees the same moments: the pool's hand-off has modes that
+     * last (one wake-up or two, or threads still spinning) and a probe of one gap after another
+     * read a mode switch as a dependence on the gap. */
     static const double gaps_us[OT_SIM_POOL_POINTS] = {0, 3, 10, 30, 100, 300};
     ot_run_options ro1 = ot_run_options_default(), rod = ot_run_options_default();
     ro1.pool = one;
     enum { HREPS = 41 };
     double t64 = 0; /* its work on one thread */
     if (s == OT_OK) s = probe_time(d64, &m64, one, 21, true, &t64);
-    for (int g = 0; g < OT_SIM_POOL_POINTS && s == OT_OK; g++) {
-        double t[HREPS], gap_cpu = 0;
-        s = ot_execute_on_host(d64, m64.arena, m64.in, m64.out, &rod, 0, NULL);
-        uint64_t p0 = process_cpu_ns();
-        for (int r = 0; r < HREPS && s == OT_OK; r++) {
-            uint64_t g0 = ot_now_ns(), c0 = thread_cpu_ns();
+    double ht[OT_SIM_POOL_POINTS][HREPS], hcpu[OT_SIM_POOL_POINTS];
+    memset(hcpu, 0, sizeof hcpu);
+    if (s == OT_OK) s = ot_execute_on_host(d64, m64.arena, m64.in, m64.out, &rod, 0, NULL);
+    for (int r = 0; r < HREPS && s == OT_OK; r++) {
+        for (int g = 0; g < OT_SIM_POOL_POINTS && s == OT_OK; g++) {
+            uint64_t p0 = process_cpu_ns(), g0 = ot_now_ns(), c0 = thread_cpu_ns();
             while (s == OT_OK && (double)(ot_now_ns() - g0) < gaps_us[g] * 1e3)
                 s = ot_execute_on_host(d32, m32.arena, m32.in, m32.out, &ro1, 0, NULL);
-            gap_cpu += (double)(thread_cpu_ns() - c0) / 1e9;
+            double gap_cpu = (double)(thread_cpu_ns() - c0) / 1e9;
             uint64_t t0 = ot_now_ns();
             if (s == OT_OK) s = ot_execute_on_host(d64, m64.arena, m64.in, m64.out, &rod, 0, NULL);
-            t[r] = (double)(ot_now_ns() - t0) / 1e9;
+            ht[g][r] = (double)(ot_now_ns() - t0) / 1e9;
+            /* the CPU it burns besides its work: the threads' spinning (the previous run's,
+             * cut short by this gap), wake-ups and sleeps */
+            hcpu[g] += (double)(process_cpu_ns() - p0) / 1e9 - gap_cpu - t64;
         }
-        /* the CPU it burns besides its work: the threads' spinning, wake-ups and sleeps */
-        double cpu = ((double)(process_cpu_ns() - p0) / 1e9 - gap_cpu) / HREPS - t64;
+    }
+    for (int g = 0; g < OT_SIM_POOL_POINTS && s == OT_OK; g++) {
+        double cpu = hcpu[g] / HREPS;
         out->pool_gap_s[g] = gaps_us[g] * 1e-6;
         out->pool_handoff_cpu_s[g] = cpu > 0 ? cpu : 0;
-        if (s == OT_OK) out->pool_handoff_s[g] = ot_bench_median(t, HREPS);
+        out->pool_handoff_s[g] = ot_bench_median(ht[g], HREPS);
     }
     exe_mem_free(&m256), exe_mem_free(&m64), exe_mem_free(&m32);
     ot_executable_free(d256), ot_executable_free(d64), ot_executable_free(d32);
