@@ -625,31 +625,35 @@ static ot_status tree_rs_shm(ot_comm *c, const void *src, void *dst, size_t coun
     size_t esz = ot_dtype_size(dt), aesz = ot_dtype_size(adt), stride = (size_t)TILE * aesz;
     /* allocated before the exchange: a member that cannot fails before it publishes its input
      * (the others then time out at the exchange) */
-    char *acc = ensure(&c->work, &c->work_cap, (size_t)n * stride);
+    /* n work tiles, then the n members' tile pointers */
+    size_t ptr_off = (size_t)n * stride;
+    char *acc = ensure(&c->work, &c->work_cap, ptr_off + (size_t)n * sizeof(void *));
     if (!acc) return ot_error(OT_ERR_OUT_OF_MEMORY, "reduce_scatter: tree work tiles");
+    const void **in = (const void **)(void *)(acc + ptr_off);
     dptr mine;
     OT_CHECK(direct_exchange(c, src, dst, &mine, dl));
     ot_redop cop = op == OT_REDOP_MEAN ? OT_REDOP_SUM : op;
     size_t src_off = (size_t)c->rank * count;
     for (size_t i = 0; i < count; i += TILE) {
         size_t k = count - i < TILE ? count - i : TILE;
+        char *d = (char *)dst + i * esz;
+        if (adt == dt) { /* the members' tiles read in place, the result written to dst */
+            for (int r = 0; r < n; r++)
+                in[r] = (const char *)((const dptr *)c->ptrs[r])->src + (src_off + i) * esz;
+            ot_pod_tree_combine(d, in, n, k, adt, cop, acc);
+            if (op == OT_REDOP_MEAN) ot_pod_divide(d, k, adt, n);
+            continue;
+        }
         for (int r = 0; r < n; r++) {
             const char *s = (const char *)((const dptr *)c->ptrs[r])->src + (src_off + i) * esz;
-            if (adt == dt)
-                memcpy(acc + (size_t)r * stride, s, k * esz);
-            else
-                ot_pod_widen((float *)(acc + (size_t)r * stride), s, k, dt);
+            ot_pod_widen((float *)(acc + (size_t)r * stride), s, k, dt);
         }
         for (int mask = 1; mask < n; mask <<= 1)
             for (int v = 0; v + mask < n; v += 2 * mask)
                 ot_pod_combine(acc + (size_t)v * stride, acc + (size_t)(v + mask) * stride, k, adt,
                                cop);
         if (op == OT_REDOP_MEAN) ot_pod_divide(acc, k, adt, n);
-        char *d = (char *)dst + i * esz;
-        if (adt == dt)
-            memcpy(d, acc, k * esz);
-        else
-            ot_pod_narrow(d, (const float *)acc, k, dt);
+        ot_pod_narrow(d, (const float *)acc, k, dt);
     }
     /* nobody returns (and reuses its input) before every member has read its block */
     return xbarrier(c, dl);

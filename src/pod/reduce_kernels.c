@@ -69,6 +69,90 @@ void ot_pod_combine(void *dst, const void *src, size_t n, ot_dtype dt, ot_redop 
     }
 }
 
+#define COMBINE_TO_LOOP(T, EXPR)                                                                   \
+    do {                                                                                           \
+        T *restrict d = dst;                                                                       \
+        const T *restrict x = src_a, *restrict y = src_b;                                          \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            T a = x[i], b = y[i];                                                                  \
+            d[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    } while (0)
+
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#endif
+void ot_pod_combine_to(void *dst, const void *src_a, const void *src_b, size_t n, ot_dtype dt,
+                       ot_redop op) {
+    switch (dt) {
+    case OT_F32:
+        if (op == OT_REDOP_SUM)
+            COMBINE_TO_LOOP(float, a + b);
+        else if (op == OT_REDOP_PROD)
+            COMBINE_TO_LOOP(float, a *b);
+        else if (op == OT_REDOP_MAX)
+            COMBINE_TO_LOOP(float, a > b ? a : b);
+        else
+            COMBINE_TO_LOOP(float, a < b ? a : b);
+        break;
+    case OT_F64:
+        if (op == OT_REDOP_SUM)
+            COMBINE_TO_LOOP(double, a + b);
+        else if (op == OT_REDOP_PROD)
+            COMBINE_TO_LOOP(double, a *b);
+        else if (op == OT_REDOP_MAX)
+            COMBINE_TO_LOOP(double, a > b ? a : b);
+        else
+            COMBINE_TO_LOOP(double, a < b ? a : b);
+        break;
+    case OT_S32:
+        if (op == OT_REDOP_SUM)
+            COMBINE_TO_LOOP(int32_t, (int32_t)((uint32_t)a + (uint32_t)b));
+        else if (op == OT_REDOP_PROD)
+            COMBINE_TO_LOOP(int32_t, (int32_t)((uint32_t)a * (uint32_t)b));
+        else if (op == OT_REDOP_MAX)
+            COMBINE_TO_LOOP(int32_t, a > b ? a : b);
+        else
+            COMBINE_TO_LOOP(int32_t, a < b ? a : b);
+        break;
+    case OT_S64:
+        if (op == OT_REDOP_SUM)
+            COMBINE_TO_LOOP(int64_t, (int64_t)((uint64_t)a + (uint64_t)b));
+        else if (op == OT_REDOP_PROD)
+            COMBINE_TO_LOOP(int64_t, (int64_t)((uint64_t)a * (uint64_t)b));
+        else if (op == OT_REDOP_MAX)
+            COMBINE_TO_LOOP(int64_t, a > b ? a : b);
+        else
+            COMBINE_TO_LOOP(int64_t, a < b ? a : b);
+        break;
+    default: OT_ASSERT(!"ot_pod_combine_to: not an accumulation dtype");
+    }
+}
+
+void ot_pod_tree_combine(void *dst, const void *const *in, int n, size_t k, ot_dtype dt,
+                         ot_redop op, void *work) {
+    size_t bytes = k * ot_dtype_size(dt);
+    if (n == 1) {
+        memcpy(dst, in[0], bytes);
+        return;
+    }
+    /* Node w's partial sum at a level above the first: its work tile (slot w / 2) once it has
+     * combined at the first level (w + 1 < n), else still its input, which no level changed. */
+#define TREE_AT(w, mask)                                                                           \
+    ((mask) == 1 || (w) + 1 >= n ? in[w] : (const void *)((char *)work + (size_t)((w) / 2) * bytes))
+    for (int mask = 1; mask < n; mask <<= 1)
+        for (int v = 0; v + mask < n; v += 2 * mask) {
+            const void *a = TREE_AT(v, mask), *b = TREE_AT(v + mask, mask);
+            if (2 * mask >= n) /* the root's last combination: straight into dst */
+                ot_pod_combine_to(dst, a, b, k, dt, op);
+            else if (mask == 1) /* first level: out of place, no copy of the inputs */
+                ot_pod_combine_to((char *)work + (size_t)(v / 2) * bytes, a, b, k, dt, op);
+            else /* above it, v's partial sum is in its tile already */
+                ot_pod_combine((char *)work + (size_t)(v / 2) * bytes, b, k, dt, op);
+        }
+#undef TREE_AT
+}
+
 void ot_pod_widen(float *dst, const void *src, size_t n, ot_dtype dt) {
     const uint16_t *s = src;
     if (dt == OT_F16)

@@ -19,6 +19,19 @@ static inline ot_dtype ot_pod_acc_dtype(ot_dtype dt) {
  * op is SUM, PROD, MAX or MIN. Integer arithmetic wraps (computed unsigned). */
 void ot_pod_combine(void *dst, const void *src, size_t n, ot_dtype dt, ot_redop op);
 
+/* dst[i] = op(a[i], b[i]), the same arithmetic as ot_pod_combine on a copy of a, without the
+ * copy (dst overlaps neither input). */
+void ot_pod_combine_to(void *dst, const void *src_a, const void *src_b, size_t n, ot_dtype dt,
+                       ot_redop op);
+
+/* dst = the n inputs' k elements (accumulation dtype) combined in the tree order: at level mask =
+ * 1, 2, 4, ... node v, a multiple of 2 * mask with v + mask < n, combines node v + mask's partial
+ * result into its own — per element the order of the tree all-reduce. The first level reads the
+ * inputs in place and the last writes dst, so no input is copied. work: (n + 1) / 2 tiles of k
+ * elements; dst overlaps neither inputs nor work. */
+void ot_pod_tree_combine(void *dst, const void *const *in, int n, size_t k, ot_dtype dt,
+                         ot_redop op, void *work);
+
 /* n f16 (dt OT_F16) or bf16 (any other dt) values to f32, and back (ot_f16_to_f32 and friends). */
 void ot_pod_widen(float *dst, const void *src, size_t n, ot_dtype dt);
 void ot_pod_narrow(void *dst, const float *src, size_t n, ot_dtype dt);

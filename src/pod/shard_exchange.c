@@ -29,6 +29,7 @@ typedef struct member {
     unsigned char *mine_done; /* [nbuckets]: reduced this member's part of bucket b in step cur */
     int left;                 /* buckets of step cur not yet reduced */
     float *work;              /* n tiles for the tree order */
+    const void **in;          /* [n]: the members' tiles the tree order combines */
 } member;
 
 struct ot_shard_exchange {
@@ -82,8 +83,9 @@ ot_status ot_shard_exchange_create(int n, size_t block_len, int nbuckets, const 
     for (int r = 0; ok && r < n; r++) {
         x->m[r].mine_done = ot_calloc((size_t)nbuckets + 1, 1);
         x->m[r].work = ot_malloc((size_t)n * TILE * sizeof(float));
+        x->m[r].in = ot_malloc((size_t)n * sizeof *x->m[r].in);
         x->m[r].left = nbuckets;
-        ok = x->m[r].mine_done && x->m[r].work;
+        ok = x->m[r].mine_done && x->m[r].work && x->m[r].in;
     }
     if (!ok) {
         ot_shard_exchange_free(x);
@@ -135,6 +137,7 @@ void ot_shard_exchange_free(ot_shard_exchange *x) {
         for (int r = 0; r < x->n; r++) {
             ot_free(x->m[r].mine_done);
             ot_free(x->m[r].work);
+            ot_free(x->m[r].in);
         }
     }
     if (x->inited) {
@@ -254,24 +257,24 @@ static void reduce_bucket(ot_shard_exchange *x, int rank, int b, float *reduced)
     size_t hi = x->boff[b] + x->blen[b] < bhi ? x->boff[b] + x->blen[b] : bhi;
     int n = x->n;
     float *acc = x->m[rank].work;
+    const void **in = x->m[rank].in;
     for (size_t i = lo; i < hi; i += TILE) {
         size_t k = hi - i < TILE ? hi - i : TILE;
         float *d = reduced + (i - blo);
         if (x->order == OT_ALGO_DIRECT) {
-            /* rank order, as the direct algorithm's tiles */
-            memcpy(d, x->m[0].grads + i, k * sizeof(float));
-            for (int r = 1; r < n; r++)
+            /* rank order, as the direct algorithm's tiles (the first two summed out of place) */
+            if (n == 1) {
+                memcpy(d, x->m[0].grads + i, k * sizeof(float));
+                continue;
+            }
+            ot_pod_combine_to(d, x->m[0].grads + i, x->m[1].grads + i, k, OT_F32, OT_REDOP_SUM);
+            for (int r = 2; r < n; r++)
                 ot_pod_combine(d, x->m[r].grads + i, k, OT_F32, OT_REDOP_SUM);
             continue;
         }
-        /* the tree's: level by level on n tiles in cache (comm.c, tree_rs_shm) */
-        for (int r = 0; r < n; r++)
-            memcpy(acc + (size_t)r * TILE, x->m[r].grads + i, k * sizeof(float));
-        for (int mask = 1; mask < n; mask <<= 1)
-            for (int v = 0; v + mask < n; v += 2 * mask)
-                ot_pod_combine(acc + (size_t)v * TILE, acc + (size_t)(v + mask) * TILE, k, OT_F32,
-                               OT_REDOP_SUM);
-        memcpy(d, acc, k * sizeof(float));
+        /* the tree's, reading the members' tiles in place (comm.c, tree_rs_shm) */
+        for (int r = 0; r < n; r++) in[r] = x->m[r].grads + i;
+        ot_pod_tree_combine(d, in, n, k, OT_F32, OT_REDOP_SUM, acc);
     }
 }
 
