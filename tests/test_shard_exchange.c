@@ -6,8 +6,10 @@
  * each member's reduced block is bit for bit ot_comm_reduce_scatter's with the same algorithm
  * (tree and direct, which differ on these values), and every member reads every published block
  * of the all-gather; bad buckets and orders are refused; an abort and a deadline end a wait.
+ * Odd members post in place (post_view) on even steps, their bound grads zeroed.
  * Hook: called before and after every kernel in order, an output readable once its last writer
- * has run, an error from it stops the run with nothing returned. */
+ * has run (in place on the host device), an error from it stops the run with nothing returned,
+ * or with the outputs left to the caller (keep_outputs). */
 #include "optitpu/collectives.h"
 #include "optitpu/compiler.h"
 #include "optitpu/ir.h"
@@ -47,9 +49,10 @@ static ot_status member_fn(void *ud, int r, ot_comm *c) {
     xcase *X = ud;
     size_t total = (size_t)X->n * X->block;
     float *g = calloc(total, sizeof *g), *p = calloc(total, sizeof *p);
+    float *gv = calloc(total, sizeof *gv); /* the values posted in place (post_view) */
     float *red = calloc(X->block, sizeof *red), *ref = calloc(X->block, sizeof *ref);
     int *perm = malloc((size_t)X->nb * sizeof *perm);
-    ot_status s = g && p && red && ref && perm ? OT_OK : OT_ERR_OUT_OF_MEMORY;
+    ot_status s = g && gv && p && red && ref && perm ? OT_OK : OT_ERR_OUT_OF_MEMORY;
     bool ok = true;
     if (s == OT_OK) s = ot_shard_exchange_bind(X->x, r, g, p);
     ot_coll_options co = ot_coll_options_default();
@@ -57,7 +60,13 @@ static ot_status member_fn(void *ud, int r, ot_comm *c) {
     for (int step = 1; s == OT_OK && step <= STEPS; step++) {
         uint64_t seq = (uint64_t)step;
         s = ot_shard_exchange_grads_writable(X->x, r, seq, 0);
-        for (size_t i = 0; i < total; i++) g[i] = grad(r, i, step);
+        /* odd members post their values in place on even steps: the bound grads hold zeros
+         * then, so a reduction that read them would differ */
+        bool view = r % 2 == 1 && step % 2 == 0;
+        for (size_t i = 0; i < total; i++) {
+            gv[i] = grad(r, i, step);
+            g[i] = view ? 0.0f : gv[i];
+        }
         for (int b = 0; b < X->nb; b++) perm[b] = b;
         uint64_t h = mix((uint64_t)(r * 131 + step));
         for (int b = X->nb - 1; b > 0; b--) { /* this member's own posting order */
@@ -67,12 +76,13 @@ static ot_status member_fn(void *ud, int r, ot_comm *c) {
             perm[j] = t;
         }
         for (int b = 0; s == OT_OK && b < X->nb; b++) {
-            s = ot_shard_exchange_post(X->x, r, seq, perm[b]);
+            s = view ? ot_shard_exchange_post_view(X->x, r, seq, perm[b], gv + X->off[perm[b]])
+                     : ot_shard_exchange_post(X->x, r, seq, perm[b]);
             if (s == OT_OK) s = ot_shard_exchange_reduce(X->x, r, seq, red, false, 0, NULL);
         }
         if (s == OT_OK) s = ot_shard_exchange_reduce(X->x, r, seq, red, true, 0, NULL);
         if (s == OT_OK) ok &= ot_shard_exchange_reduced(X->x, r, seq);
-        if (s == OT_OK) s = ot_comm_reduce_scatter(c, g, ref, X->block, OT_F32, OT_REDOP_SUM, &co);
+        if (s == OT_OK) s = ot_comm_reduce_scatter(c, gv, ref, X->block, OT_F32, OT_REDOP_SUM, &co);
         /* the buckets cover the whole vector here: every element of the block is reduced */
         if (s == OT_OK) ok &= memcmp(red, ref, X->block * sizeof *red) == 0;
         /* the all-gather: this member's block, then every member's */
@@ -96,6 +106,7 @@ static ot_status member_fn(void *ud, int r, ot_comm *c) {
         pthread_mutex_unlock(&X->mu);
     }
     free(g);
+    free(gv);
     free(p);
     free(red);
     free(ref);
@@ -317,6 +328,10 @@ static void test_kernel_hook(void) {
     float fin[64];
     EXPECT_OK(ot_buffer_read_bytes(outs[0], 0, fin, sizeof fin));
     EXPECT_TRUE(memcmp(fin, h.out0, sizeof fin) == 0); /* final when its last writer was done */
+    /* a host device's buffer is readable in place */
+    const void *view = ot_buffer_host_data(outs[0]);
+    EXPECT_TRUE(view && memcmp(view, fin, sizeof fin) == 0);
+    EXPECT_TRUE(ot_buffer_host_data(NULL) == NULL);
     ot_buffer_free(outs[0]);
     ot_buffer_free(outs[1]);
     /* an error from the hook stops the run: that status, no outputs */
@@ -325,6 +340,16 @@ static void test_kernel_hook(void) {
     EXPECT_STATUS(ot_device_execute(d, e, args, 2, outs, 2, &ro, NULL), OT_ERR_CANCELLED);
     EXPECT_STR_CONTAINS(ot_last_error(), "before kernel 1");
     EXPECT_TRUE(outs[0] == NULL && outs[1] == NULL);
+    /* keep_outputs: the failed run leaves the outputs the hook was shown to the caller */
+    hook_log k = {.exe = e, .outs = outs, .fail_at = h.last_writer0 + 1, .last_writer0 = -1};
+    ro.kernel_hook_ud = &k;
+    ro.keep_outputs = true;
+    EXPECT_STATUS(ot_device_execute(d, e, args, 2, outs, 2, &ro, NULL), OT_ERR_CANCELLED);
+    EXPECT_TRUE(outs[0] != NULL && outs[1] != NULL);
+    if (outs[0]) EXPECT_OK(ot_buffer_read_bytes(outs[0], 0, fin, sizeof fin));
+    EXPECT_TRUE(memcmp(fin, h.out0, sizeof fin) == 0); /* its last writer had run */
+    ot_buffer_free(outs[0]);
+    ot_buffer_free(outs[1]);
     ot_buffer_free(args[0]);
     ot_buffer_free(args[1]);
     ot_backend_free(b);

@@ -260,7 +260,8 @@ OT_API ot_status ot_local_world_run(ot_local_world *w, ot_local_fn fn, void *ud,
  * [r * block_len, (r + 1) * block_len) of a vector of n * block_len; buckets are disjoint ranges
  * of the vector (elements no bucket covers are never reduced).
  *
- *   reduction, step seq (1, 2, ...):  grads_writable(seq) → write bucket b of grads → post(b) ...
+ *   reduction, step seq (1, 2, ...):  grads_writable(seq) → write bucket b of grads → post(b)
+ *                                     (or post_view(b, data) of values held elsewhere) ...
  *                                     reduce(wait=false) between other work, reduce(wait=true)
  *   gather:                           params_writable(seq) → write block r of params →
  *                                     publish(seq) ... wait_published(seq, range) → read the
@@ -298,6 +299,12 @@ OT_API void ot_shard_exchange_abort(ot_shard_exchange *x, ot_status why, const c
 OT_API ot_status ot_shard_exchange_grads_writable(ot_shard_exchange *x, int rank, uint64_t seq,
                                                   uint64_t deadline_ns);
 OT_API ot_status ot_shard_exchange_post(ot_shard_exchange *x, int rank, uint64_t seq, int bucket);
+/* post, with bucket b's values read from data (the bucket's length of floats) instead of the
+ * bound grads — e.g. a host device's output buffer, so the values are never copied into grads.
+ * data must stay unchanged until every member has reduced seq (this member's grads_writable of
+ * seq + 1 returns; after an abort, until no member is inside the exchange any more). */
+OT_API ot_status ot_shard_exchange_post_view(ot_shard_exchange *x, int rank, uint64_t seq,
+                                             int bucket, const float *data);
 /* Reduces into reduced (block_len floats: this member's block) its part of every bucket that
  * every member has posted for seq and it has not reduced yet; wait: until all buckets are.
  * *done (may be NULL): buckets this call reduced. */

@@ -190,6 +190,10 @@ typedef struct ot_run_options {
      * that sets it (UNIMPLEMENTED). */
     ot_status (*kernel_hook)(void *ud, int kernel, bool done);
     void *kernel_hook_ud;
+    /* With a hook: a run that fails once the hook has been shown the outputs leaves outs[q]
+     * holding them for the caller to free (the hook may have lent one out to other threads),
+     * instead of freeing them and setting NULL. Default false. */
+    bool keep_outputs;
 } ot_run_options;
 
 OT_API ot_run_options ot_run_options_default(void);
@@ -276,6 +280,10 @@ OT_API void ot_buffer_free(ot_buffer *b); /* NULL is a no-op; also frees a donat
 OT_API const ot_shape *ot_buffer_shape(const ot_buffer *b);
 OT_API ot_device *ot_buffer_device(const ot_buffer *b);
 OT_API bool ot_buffer_donated(const ot_buffer *b);
+/* The buffer's memory when its device's memory is the host's (the host CPU device), to read in
+ * place while nothing writes it (a finished run's output): valid until the buffer is freed or
+ * donated. NULL for any other device's buffer and for a donated handle. */
+OT_API const void *ot_buffer_host_data(const ot_buffer *b);
 
 /* Executes exe on d: params[0..nparams) must match the entry parameters (count, dtype, dims:
  * INVALID_ARGUMENT / SHAPE_MISMATCH naming the parameter) and live on d; outs[0..nouts) receive

@@ -30,6 +30,7 @@ typedef struct member {
     int left;                 /* buckets of step cur not yet reduced */
     float *work;              /* n tiles for the tree order */
     const void **in;          /* [n]: the members' tiles the tree order combines */
+    const float **src;        /* [n]: the members' values of the bucket being reduced */
 } member;
 
 struct ot_shard_exchange {
@@ -37,8 +38,10 @@ struct ot_shard_exchange {
     size_t block;
     ot_coll_algo order;
     size_t *boff, *blen;
-    uint64_t *posted; /* [rank * nb + b]; a member posts after binding, so a bucket every member
-                         posted has every member's grads bound */
+    uint64_t *posted;   /* [rank * nb + b]; a member posts after binding, so a bucket every member
+                           posted has every member's grads bound */
+    const float **view; /* [rank * nb + b]: the posted values (post_view), NULL: the bound grads;
+                           set under mu before the post that makes the bucket reducible */
     member *m;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -78,14 +81,16 @@ ot_status ot_shard_exchange_create(int n, size_t block_len, int nbuckets, const 
     x->boff = ot_malloc(((size_t)nbuckets + 1) * sizeof *x->boff);
     x->blen = ot_malloc(((size_t)nbuckets + 1) * sizeof *x->blen);
     x->posted = ot_calloc((size_t)n * (size_t)nbuckets + 1, sizeof *x->posted);
+    x->view = ot_calloc((size_t)n * (size_t)nbuckets + 1, sizeof *x->view);
     x->m = ot_calloc((size_t)n, sizeof *x->m);
-    bool ok = x->boff && x->blen && x->posted && x->m;
+    bool ok = x->boff && x->blen && x->posted && x->view && x->m;
     for (int r = 0; ok && r < n; r++) {
         x->m[r].mine_done = ot_calloc((size_t)nbuckets + 1, 1);
         x->m[r].work = ot_malloc((size_t)n * TILE * sizeof(float));
         x->m[r].in = ot_malloc((size_t)n * sizeof *x->m[r].in);
+        x->m[r].src = ot_malloc((size_t)n * sizeof *x->m[r].src);
         x->m[r].left = nbuckets;
-        ok = x->m[r].mine_done && x->m[r].work && x->m[r].in;
+        ok = x->m[r].mine_done && x->m[r].work && x->m[r].in && x->m[r].src;
     }
     if (!ok) {
         ot_shard_exchange_free(x);
@@ -138,6 +143,7 @@ void ot_shard_exchange_free(ot_shard_exchange *x) {
             ot_free(x->m[r].mine_done);
             ot_free(x->m[r].work);
             ot_free(x->m[r].in);
+            ot_free(x->m[r].src);
         }
     }
     if (x->inited) {
@@ -148,6 +154,7 @@ void ot_shard_exchange_free(ot_shard_exchange *x) {
     ot_free(x->boff);
     ot_free(x->blen);
     ot_free(x->posted);
+    ot_free(x->view);
     ot_free(x);
 }
 
@@ -231,12 +238,13 @@ ot_status ot_shard_exchange_grads_writable(ot_shard_exchange *x, int rank, uint6
     return s;
 }
 
-ot_status ot_shard_exchange_post(ot_shard_exchange *x, int rank, uint64_t seq, int bucket) {
-    OT_CHECK(check_rank(x, rank, "ot_shard_exchange_post"));
+static ot_status post(ot_shard_exchange *x, int rank, uint64_t seq, int bucket, const float *data,
+                      const char *fn) {
+    OT_CHECK(check_rank(x, rank, fn));
     if (bucket < 0 || bucket >= x->nb)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_post: bucket %d of %d", bucket,
-                        x->nb);
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: bucket %d of %d", fn, bucket, x->nb);
     pthread_mutex_lock(&x->mu);
+    x->view[(size_t)rank * (size_t)x->nb + (size_t)bucket] = data;
     x->posted[(size_t)rank * (size_t)x->nb + (size_t)bucket] = seq;
     /* only the last member's post of a bucket can let a reduction start */
     int q = 0;
@@ -249,9 +257,21 @@ ot_status ot_shard_exchange_post(ot_shard_exchange *x, int rank, uint64_t seq, i
     return OT_OK;
 }
 
+ot_status ot_shard_exchange_post(ot_shard_exchange *x, int rank, uint64_t seq, int bucket) {
+    return post(x, rank, seq, bucket, NULL, "ot_shard_exchange_post");
+}
+
+ot_status ot_shard_exchange_post_view(ot_shard_exchange *x, int rank, uint64_t seq, int bucket,
+                                      const float *data) {
+    if (!data) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_post_view: NULL data");
+    return post(x, rank, seq, bucket, data, "ot_shard_exchange_post_view");
+}
+
 /* Member rank's part of bucket b: [lo, hi) of the vector within its block, every member's grads
- * combined per element in the exchange's order, written to reduced. */
-static void reduce_bucket(ot_shard_exchange *x, int rank, int b, float *reduced) {
+ * (or posted view) combined per element in the exchange's order, written to reduced. Called
+ * with x->mu released; the views were read under it (src). */
+static void reduce_bucket(ot_shard_exchange *x, int rank, int b, float *reduced,
+                          const float *const *src) {
     size_t blo = (size_t)rank * x->block, bhi = blo + x->block;
     size_t lo = x->boff[b] > blo ? x->boff[b] : blo;
     size_t hi = x->boff[b] + x->blen[b] < bhi ? x->boff[b] + x->blen[b] : bhi;
@@ -264,16 +284,16 @@ static void reduce_bucket(ot_shard_exchange *x, int rank, int b, float *reduced)
         if (x->order == OT_ALGO_DIRECT) {
             /* rank order, as the direct algorithm's tiles (the first two summed out of place) */
             if (n == 1) {
-                memcpy(d, x->m[0].grads + i, k * sizeof(float));
+                memcpy(d, src[0] + (i - lo), k * sizeof(float));
                 continue;
             }
-            ot_pod_combine_to(d, x->m[0].grads + i, x->m[1].grads + i, k, OT_F32, OT_REDOP_SUM);
+            ot_pod_combine_to(d, src[0] + (i - lo), src[1] + (i - lo), k, OT_F32, OT_REDOP_SUM);
             for (int r = 2; r < n; r++)
-                ot_pod_combine(d, x->m[r].grads + i, k, OT_F32, OT_REDOP_SUM);
+                ot_pod_combine(d, src[r] + (i - lo), k, OT_F32, OT_REDOP_SUM);
             continue;
         }
         /* the tree's, reading the members' tiles in place (comm.c, tree_rs_shm) */
-        for (int r = 0; r < n; r++) in[r] = x->m[r].grads + i;
+        for (int r = 0; r < n; r++) in[r] = src[r] + (i - lo);
         ot_pod_tree_combine(d, in, n, k, OT_F32, OT_REDOP_SUM, acc);
     }
 }
@@ -312,8 +332,15 @@ ot_status ot_shard_exchange_reduce(ot_shard_exchange *x, int rank, uint64_t seq,
             s = ot_error(x->why, "shard exchange (the reduce-scatter): %s", x->msg);
             break;
         }
+        /* each member's values of [lo, hi): its view of the bucket, or its bound grads */
+        size_t blo = (size_t)rank * x->block, end = x->boff[ready] + x->blen[ready];
+        size_t lo = x->boff[ready] > blo ? x->boff[ready] : blo;
+        for (int q = 0; lo < end && lo < blo + x->block && q < x->n; q++) {
+            const float *v = x->view[(size_t)q * (size_t)x->nb + (size_t)ready];
+            me->src[q] = v ? v + (lo - x->boff[ready]) : x->m[q].grads + lo;
+        }
         pthread_mutex_unlock(&x->mu);
-        reduce_bucket(x, rank, ready, reduced);
+        reduce_bucket(x, rank, ready, reduced, me->src);
         pthread_mutex_lock(&x->mu);
         me->mine_done[ready] = 1;
         me->left--;

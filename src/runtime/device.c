@@ -271,6 +271,9 @@ ot_device *ot_buffer_device(const ot_buffer *b) {
 bool ot_buffer_donated(const ot_buffer *b) {
     return b->donated;
 }
+const void *ot_buffer_host_data(const ot_buffer *b) {
+    return b && b->dev && b->dev->vt == &host_vt && !b->donated ? b->data : NULL;
+}
 
 /* ---- execute ------------------------------------------------------------------------------ */
 
@@ -350,6 +353,7 @@ ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *c
     void **om = ot_calloc((size_t)nmax, sizeof *om);
     ot_buffer **made = ot_calloc((size_t)nmax, sizeof *made);
     ot_status st = OT_OK;
+    bool shown = false; /* outs[] hold the outputs for the hook */
     if (!pm || !om || !made) {
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "execute %s: out of memory", mname);
         goto fail;
@@ -387,6 +391,7 @@ ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *c
         }
         /* the hook may read an output once its last writer has run */
         for (int q = 0; q < no; q++) outs[q] = made[q];
+        shown = true;
     }
     if (st != OT_OK) goto fail;
     atomic_fetch_add(&d->active, 1);
@@ -408,8 +413,10 @@ ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *c
     ot_free(made);
     return OT_OK;
 fail:
-    for (int q = 0; made && q < no; q++) ot_buffer_free(made[q]);
-    for (int q = 0; q < no; q++) outs[q] = NULL;
+    if (!(shown && o->keep_outputs)) {
+        for (int q = 0; made && q < no; q++) ot_buffer_free(made[q]);
+        for (int q = 0; q < no; q++) outs[q] = NULL;
+    }
     ot_free(pm);
     ot_free(om);
     ot_free(made);

@@ -165,6 +165,10 @@ struct trainer {
      * their owner leaves: freed with the exchange */
     float **xchg_mem;
     int xchg_nmem;
+    /* the members' gradient outputs posted in place (ot_shard_exchange_post_view) when they
+     * left, which another member may still read: freed with the exchange (cap: n * MAX_PARAMS) */
+    ot_buffer **xchg_bufs;
+    int xchg_nbufs;
     /* across processes, a resumed sharded run: process 0's copy of every slot of the restored
      * optimizer state over the whole flat vector (shard_pod * shard_len elements of the slot's
      * dtype each), which the pod's share_restore hands out block by block, then frees */

@@ -176,6 +176,9 @@ typedef struct replica_run {
     bool grads_hook, add;
     uint64_t hook_w, hook_c;
     uint64_t seen; /* the exchange's completions when the hook last reduced */
+    /* the gradient outputs of the last step posted in place (post_param): the members read them
+     * until every member has reduced that step (the next step's grads_writable) */
+    ot_buffer *held[MAX_PARAMS];
     /* the overlapped unsharded step (ovl with t->shard_len 0): the exchange's block length
      * (flat holds n * ar_block floats: gradients, loss and correct count, zeros), the reduced
      * vector whose block `rank` this device reduces and publishes, and the gradient buffers on
@@ -230,11 +233,17 @@ static ot_status phase_forward_backward(replica_run *rr, ot_status s) {
         if (rr->ovl && (rr->grads_hook || rr->npending)) {
             ro.kernel_hook = step_hook;
             ro.kernel_hook_ud = rr;
+            ro.keep_outputs = true; /* the outputs posted in place outlive a failed run */
         }
         rr->hook_w = rr->hook_c = 0;
         phase_clock pc = train_phase_start();
         s = ot_device_execute(rr->m.r->dev, rr->exe, rr->args, np + 2, rr->outs, np + 2,
                               ro.kernel_hook ? &ro : NULL, NULL);
+        if (s != OT_OK) /* a failed run's outputs, but those the others may still read (held) */
+            for (int q = 0; q < np + 2; q++) {
+                if (q < 2 || rr->outs[q] != rr->held[q - 2]) ot_buffer_free(rr->outs[q]);
+                rr->outs[q] = NULL;
+            }
         phase_end_excl(t, rr->m.r, PH_COMPUTE, pc, "forward+backward", true, rr->hook_w, rr->hook_c,
                        true);
     }
@@ -264,16 +273,33 @@ static uint64_t xchg_deadline(const replica_run *rr) {
     return rr->m.timeout_ns > 0 ? ot_now_ns() + (uint64_t)rr->m.timeout_ns : 0;
 }
 
-/* The overlapped step's gradients of parameter k: gathered into flat (which is the exchange's
- * send vector past its head), then posted as bucket k. */
+/* The overlapped step's gradients of parameter k posted as bucket k: in place when the device's
+ * output is host memory and is the step's whole gradient (no accumulated micro-batch to add:
+ * the output is held until every member has reduced it), else gathered into flat (which is the
+ * exchange's send vector past its head) first. */
 static ot_status post_param(replica_run *rr, int k) {
     trainer *t = rr->t;
-    phase_clock pc = train_phase_start();
-    ot_status s = gather_param(rr, k, rr->add);
-    phase_piece(t, rr->m.r, PH_OTHER, pc, "gather", false);
-    if (s == OT_OK) s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, k);
+    const float *view = rr->add ? NULL : ot_buffer_host_data(rr->outs[2 + k]);
+    ot_status s = OT_OK;
+    if (view) {
+        s = ot_shard_exchange_post_view(t->xchg, rr->m.rank, rr->seq, k, view);
+        if (s == OT_OK) rr->held[k] = rr->outs[2 + k]; /* not freed with the run's outputs */
+    } else {
+        phase_clock pc = train_phase_start();
+        s = gather_param(rr, k, rr->add);
+        phase_piece(t, rr->m.r, PH_OTHER, pc, "gather", false);
+        if (s == OT_OK) s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, k);
+    }
     rr->posted[k] = s == OT_OK;
     return s;
+}
+
+/* The gradient outputs posted in place in the last step, once nobody reads them. */
+static void free_held(replica_run *rr) {
+    for (int k = 0; k < rr->t->nparams; k++) {
+        ot_buffer_free(rr->held[k]);
+        rr->held[k] = NULL;
+    }
 }
 
 /* This device's part of every bucket all members have posted (wait: of every bucket), into
@@ -417,7 +443,8 @@ static ot_status phase_gather(replica_run *rr, bool add) {
         s = ot_buffer_read_bytes(rr->outs[k], 0, &v, sizeof v);
         if (s == OT_OK) rr->flat[t->total_elems + k] = add ? rr->flat[t->total_elems + k] + v : v;
     }
-    for (int k = 0; k < nouts; k++) ot_buffer_free(rr->outs[k]);
+    for (int k = 0; k < nouts; k++)
+        if (k < 2 || rr->outs[k] != rr->held[k - 2]) ot_buffer_free(rr->outs[k]);
     train_phase_end(t, rr->m.r, PH_OTHER, pc, "gather", false);
     return s;
 }
@@ -798,13 +825,17 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
     pthread_mutex_lock(&t->mu);
     if (!t->xchg) {
         t->xchg_nmem = 0;
+        t->xchg_nbufs = 0;
         t->xchg_mem = ot_calloc(2 * (size_t)rr->m.n, sizeof *t->xchg_mem);
-        s = t->xchg_mem
+        t->xchg_bufs = ot_calloc((size_t)rr->m.n * MAX_PARAMS, sizeof *t->xchg_bufs);
+        s = t->xchg_mem && t->xchg_bufs
                 ? ot_shard_exchange_create(rr->m.n, block, t->nparams + 1, off, len, algo, &t->xchg)
                 : ot_error(OT_ERR_OUT_OF_MEMORY, "train: exchange vectors");
         if (s != OT_OK) {
             ot_free(t->xchg_mem);
+            ot_free(t->xchg_bufs);
             t->xchg_mem = NULL;
+            t->xchg_bufs = NULL;
         }
     }
     if (s == OT_OK) {
@@ -1006,13 +1037,19 @@ static void run_end(replica_run *rr) {
         t->xchg_mem[t->xchg_nmem++] = t->shard_len ? rr->pflat : rr->red;
         rr->send = rr->pflat = rr->red = NULL;
         rr->flat = NULL;
+        for (int k = 0; k < t->nparams; k++)
+            if (rr->held[k]) t->xchg_bufs[t->xchg_nbufs++] = rr->held[k];
+        memset(rr->held, 0, sizeof rr->held);
         if (--t->xchg_users == 0) {
             ot_shard_exchange_free(t->xchg);
             t->xchg = NULL;
             for (int i = 0; i < t->xchg_nmem; i++) ot_free(t->xchg_mem[i]);
+            for (int i = 0; i < t->xchg_nbufs; i++) ot_buffer_free(t->xchg_bufs[i]);
             ot_free(t->xchg_mem);
+            ot_free(t->xchg_bufs);
             t->xchg_mem = NULL;
-            t->xchg_nmem = 0;
+            t->xchg_bufs = NULL;
+            t->xchg_nmem = t->xchg_nbufs = 0;
         }
         pthread_mutex_unlock(&t->mu);
     }
@@ -1047,6 +1084,7 @@ static ot_status run_step(replica_run *rr, int64_t step) {
         phase_clock pc = train_phase_start();
         s = ot_shard_exchange_grads_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
         /* unsharded: this device's block of the sums is rewritten from the first reduction on */
+        if (s == OT_OK) free_held(rr); /* every member has reduced the last step */
         if (s == OT_OK && !t->shard_len)
             s = ot_shard_exchange_params_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
         phase_piece(t, rr->m.r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce", false);
