@@ -112,6 +112,17 @@ static ot_status member(void *ud, int rank, ot_comm *c) {
             for (int64_t e = 0; e < sizes[k]; e++)
                 g[off[k] + e] = grad_case(&j->x, rank, off[k] - HEAD + e, i);
         s = ot_tpu_optimizer_step_sharded(j->sharded, d, c, &co, g, red, p, i, 0.01, NULL);
+        /* the update's split: some copying always; collectives exactly when it sums squares
+         * over the pod (trust ratios, clipping by norm, loss scaling's found_inf) */
+        int64_t cp = -1, cm = -1;
+        bool coll = !strcmp(j->opt, "lamb") || !strcmp(j->opt, "lars") || j->x.clip_norm > 0 ||
+                    j->x.loss_scaling;
+        if (s == OT_OK) s = ot_tpu_optimizer_shard_times(j->sharded, d, &cp, &cm);
+        if (s == OT_OK && (cp < 0 || cm < 0 || (cm > 0) != coll)) {
+            fprintf(stderr, "  member %d step %d: shard_times copy %lld comm %lld ns\n", rank, i,
+                    (long long)cp, (long long)cm);
+            atomic_fetch_add(&j->errors, 1);
+        }
         double nr;
         if (s == OT_OK && j->x.clip_norm > 0)
             s = ot_tpu_optimizer_shard_grad_norm(j->sharded, d, &nr, &j->ss[rank][i]);
@@ -251,6 +262,8 @@ static void run_case_x(const char *opt, int n, ot_coll_algo algo, ot_tpu_state_f
         ASSERT_TRUE((j.params[r] = ot_calloc((size_t)(n * j.len), sizeof(float))));
     }
     ASSERT_TRUE((j.ref = ot_malloc((size_t)total * sizeof(float))));
+    int64_t cp, cm;
+    EXPECT_STATUS(ot_tpu_optimizer_shard_times(j.sharded, NULL, &cp, &cm), OT_ERR_INVALID_ARGUMENT);
     ASSERT_OK(ot_local_run(n, member, &j, NULL));
     EXPECT_INT_EQ(atomic_load(&j.errors), 0);
     reference(&j);

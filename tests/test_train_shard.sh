@@ -47,6 +47,18 @@ check() { # NAME DEVICES SLOTS EXTRA...: SLOTS array state slots of the optimize
     || { echo "$name: the overlapped run's metrics differ from the unsharded run's"; exit 1; }
   grep -q '"shard_optimizer":true' "$work/$name.json"
   grep -q '"shard_optimizer":false' "$work/$name.ref.json"
+  # the sharded update's copies between the host vectors and the device are outside compute
+  # (a part of their own), like the unsharded step's copies of the sums; its collectives (the
+  # norms' all-gathers: lamb, lars) are communication
+  for f in "$work/$name.json" "$work/$name.no.json"; do
+    grep -q '"name":"block copies"' "$f" || { echo "$name: no block copies part in $f"; exit 1; }
+  done
+  if [[ " $* " == *" lamb "* || " $* " == *" lars "* ]]; then
+    grep -q '"name":"norms all-gather"' "$work/$name.json" \
+      || { echo "$name: no norms all-gather part"; exit 1; }
+  elif grep -q '"name":"norms all-gather"' "$work/$name.json"; then
+    echo "$name: a norms all-gather part without norms"; exit 1
+  fi
   u=$(field "$work/$name.ref.json" optim_state_bytes_per_device)
   s=$(field "$work/$name.json" optim_state_bytes_per_device)
   # N blocks cover the parameters; each block is padded by at most 16 elements plus the

@@ -392,6 +392,14 @@ OT_API ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d
                                                double lr, const ot_run_options *ro);
 OT_API ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *comm,
                                                const ot_coll_options *coll, float *params);
+/* Device d's last shard_update in the calling thread's CPU nanoseconds: *copy_ns copying its
+ * blocks between the host vectors and the device (parameters and gradients in, the updated
+ * parameters out; lamb/lars: the norms in), *comm_ns in the pod's collectives (the sums of
+ * squares' all-gathers: lamb/lars, clipping by norm); the rest of the call is the update's
+ * computation. 0 before the first update. NOT_FOUND: no replica on d. Same thread as the
+ * update (the times are that thread's). */
+OT_API ot_status ot_tpu_optimizer_shard_times(ot_tpu_optimizer *t, const ot_device *d,
+                                              int64_t *copy_ns, int64_t *comm_ns);
 /* With clip_grad_norm: the global gradient norm device d's last shard_update clipped with (the
  * pod's, before clipping) and the f64 sum of squares it is the root of (sum_sq may be NULL).
  * FAILED_PRECONDITION without clipping by norm or before the first update. */

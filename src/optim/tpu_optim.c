@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "exec/numerics.h"
 #include "exec/state8.h"
@@ -32,6 +33,9 @@ typedef struct replica {
      * scratch they are made in (2 * block_len) */
     ot_buffer *shard_p2, *shard_u2;
     float *shard_sq;
+    /* the last shard_update's thread CPU ns copying blocks between host and device, and in the
+     * pod's collectives (ot_tpu_optimizer_shard_times) */
+    int64_t shard_copy_ns, shard_comm_ns;
 } replica;
 
 struct ot_tpu_optimizer {
@@ -2060,6 +2064,13 @@ static double sq_value(const sq_src *q, int64_t base, sq_item it) {
     return lane[0];
 }
 
+/* The calling thread's CPU time (the sharded update's split, shard_times). */
+static int64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+
 /* The gather only copies, so any algorithm gives the same bits: coll's algorithm when it has an
  * all-gather, else in shared memory direct (each member copies every block once: one exchange
  * and one barrier, where the ring hands n - 1 pieces on, a rendezvous each), else the
@@ -2075,9 +2086,10 @@ static ot_coll_options shard_gather_options(const ot_comm *comm, const ot_coll_o
 /* The pod's sums of squares of nv vectors (src[v].mine: this member's blocks), tensor by
  * tensor: sums[v * shard_nparams + k], the same bits on every member and as the unsharded
  * update's reductions. flag: this member's part of a pod-wide OR, *any its result (NULL: none).
- * A collective: every member calls it in the same order. */
+ * *comm_ns gets the CPU time of its all-gathers added. A collective: every member calls it in
+ * the same order. */
 static ot_status shard_sums(ot_tpu_optimizer *t, ot_comm *comm, sq_src *src, int nv, double *sums,
-                            bool flag, bool *any) {
+                            bool flag, bool *any, int64_t *comm_ns) {
     int n = t->shard_n, np = t->shard_nparams, me = ot_comm_rank(comm);
     int64_t len = t->shard_len, E = nv ? t->shard_edge : 0, I = t->shard_items, C = nv * I + 1;
     float *send = E ? ot_malloc((size_t)(nv * E) * sizeof *send) : NULL;
@@ -2092,7 +2104,9 @@ static ot_status shard_sums(ot_tpu_optimizer *t, ot_comm *comm, sq_src *src, int
     }
     ot_coll_options ag = shard_gather_options(comm, NULL);
     for (int v = 0; v < nv && E; v++) memcpy(send + v * E, src[v].mine, (size_t)E * sizeof *send);
+    int64_t c0 = thread_cpu_ns();
     if (E) s = ot_comm_allgather(comm, send, edge, (size_t)(nv * E), OT_F32, &ag);
+    *comm_ns += thread_cpu_ns() - c0;
     for (int v = 0; s == OT_OK && v < nv; v++) {
         src[v].t = t;
         src[v].lo = me * len;
@@ -2107,7 +2121,9 @@ static ot_status shard_sums(ot_tpu_optimizer *t, ot_comm *comm, sq_src *src, int
         }
     }
     mine[C - 1] = flag;
+    c0 = thread_cpu_ns();
     if (s == OT_OK) s = ot_comm_allgather(comm, mine, all, (size_t)C, OT_F64, &ag);
+    *comm_ns += thread_cpu_ns() - c0;
     if (s != OT_OK) goto done;
     /* every member folds the items in the unsharded order: tensor by tensor, each tensor's
      * items from 0, owner by owner in the order each owner listed them */
@@ -2159,7 +2175,7 @@ static ot_status shard_reductions(ot_tpu_optimizer *t, replica *r, ot_comm *comm
     double *sums = ot_calloc((size_t)np, sizeof *sums);
     if (!sums) return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: the pod's sum of squares");
     bool any = false;
-    ot_status s = shard_sums(t, comm, &q, clip ? 1 : 0, sums, found, &any);
+    ot_status s = shard_sums(t, comm, &q, clip ? 1 : 0, sums, found, &any, &r->shard_comm_ns);
     double ss = 0;
     for (int k = 0; k < np; k++) ss = k ? ss + sums[k] : sums[k];
     if (s == OT_OK) {
@@ -2190,7 +2206,7 @@ static ot_status shard_trust_sums(ot_tpu_optimizer *t, replica *r, ot_device *d,
     double *sums = ot_calloc((size_t)(2 * np), sizeof *sums);
     if (s == OT_OK && !sums) s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: trust ratios");
     sq_src q[2] = {{.mine = mine}, {.mine = u}};
-    if (s == OT_OK) s = shard_sums(t, comm, q, 2, sums, false, NULL);
+    if (s == OT_OK) s = shard_sums(t, comm, q, 2, sums, false, NULL, &r->shard_comm_ns);
     if (s == OT_OK) {
         memset(p2, 0, (size_t)(2 * len) * sizeof *p2);
         for (int k = 0; k < np; k++) {
@@ -2201,9 +2217,10 @@ static ot_status shard_trust_sums(ot_tpu_optimizer *t, replica *r, ot_device *d,
                 u2[i - lo] = (float)sums[np + k];
             }
         }
-        int64_t bytes = len * (int64_t)sizeof(float);
+        int64_t bytes = len * (int64_t)sizeof(float), c0 = thread_cpu_ns();
         s = ot_buffer_write_bytes(r->shard_p2, 0, p2, bytes);
         if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_u2, 0, u2, bytes);
+        r->shard_copy_ns += thread_cpu_ns() - c0;
     }
     ot_free(sums);
     return s;
@@ -2336,15 +2353,33 @@ ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d, ot_co
     int64_t bytes = t->shard_len * (int64_t)sizeof(float);
     float *mine = params + (size_t)ot_comm_rank(comm) * (size_t)t->shard_len;
     ot_status s = OT_OK;
+    r->shard_copy_ns = r->shard_comm_ns = 0;
     if (!r->shard_p) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_p);
     if (s == OT_OK && !r->shard_g) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_g);
+    int64_t c0 = thread_cpu_ns();
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_p, 0, mine, bytes);
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_g, 0, reduced, bytes);
+    r->shard_copy_ns += thread_cpu_ns() - c0;
     if (s == OT_OK && t->shard_ext) s = shard_reductions(t, r, comm, reduced);
     if (s == OT_OK && t->shard_trust) s = shard_trust_sums(t, r, d, comm, mine, step, lr, ro);
     if (s == OT_OK) s = ot_tpu_optimizer_step(t, d, &r->shard_p, &r->shard_g, step, lr, ro);
+    c0 = thread_cpu_ns();
     if (s == OT_OK) s = ot_buffer_read_bytes(r->shard_p, 0, mine, bytes);
+    r->shard_copy_ns += thread_cpu_ns() - c0;
     return s;
+}
+
+ot_status ot_tpu_optimizer_shard_times(ot_tpu_optimizer *t, const ot_device *d, int64_t *copy_ns,
+                                       int64_t *comm_ns) {
+    if (!t || !d || !copy_ns || !comm_ns)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_times: NULL argument");
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND, "ot_tpu_optimizer_shard_times: device %d has no replica",
+                        ot_device_index(d));
+    *copy_ns = r->shard_copy_ns;
+    *comm_ns = r->shard_comm_ns;
+    return OT_OK;
 }
 
 ot_status ot_tpu_optimizer_shard_grad_norm(ot_tpu_optimizer *t, ot_device *d, double *norm,

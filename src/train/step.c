@@ -53,6 +53,19 @@ void train_phase_end(trainer *t, replica *r, int ph, phase_clock pc, const char 
     phase_end_excl(t, r, ph, pc, name, traced, 0, 0, true);
 }
 
+/* cpu ns of a part timed inside another call (which excluded them from its own part): CPU time
+ * only, its wall time stays in the enclosing part's. */
+static void phase_add_cpu(replica *r, int ph, const char *name, uint64_t cpu) {
+    r->cpu[ph] += cpu;
+    int k = 0;
+    while (k < r->nparts && strcmp(r->parts[k].name, name) != 0) k++;
+    if (k == r->nparts && k < OT_TRAIN_MAX_PARTS) r->parts[r->nparts++].name = name;
+    if (k < r->nparts) {
+        r->parts[k].cpu += cpu;
+        r->parts[k].count++;
+    }
+}
+
 /* A piece of a part that the step runs in several pieces (the overlapped exchange's): its time
  * is the part's, and the part counts once per step (the piece that train_phase_end ends). */
 static void phase_piece(trainer *t, replica *r, int ph, phase_clock pc, const char *name,
@@ -651,7 +664,14 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     pc = train_phase_start();
     s = ot_tpu_optimizer_shard_update(t->topt, r->dev, rr->m.comm, rr->gblock, rr->pflat, step + 1,
                                       lr, NULL);
-    train_phase_end(t, r, PH_COMPUTE, pc, "optimizer", true);
+    /* like the unsharded step, whose update reads the sums already on the device (their copy is
+     * the all-reduce's): the block's copies between the host vectors and the device are not the
+     * update's compute, nor are its collectives (the norms' all-gathers) */
+    int64_t copy_ns = 0, comm_ns = 0;
+    if (s == OT_OK) s = ot_tpu_optimizer_shard_times(t->topt, r->dev, &copy_ns, &comm_ns);
+    phase_end_excl(t, r, PH_COMPUTE, pc, "optimizer", true, 0, (uint64_t)(copy_ns + comm_ns), true);
+    if (copy_ns > 0) phase_add_cpu(r, PH_OTHER, "block copies", (uint64_t)copy_ns);
+    if (comm_ns > 0) phase_add_cpu(r, PH_COMM, "norms all-gather", (uint64_t)comm_ns);
     if (s != OT_OK) return s;
     if (rr->ovl) {
         /* overlapped: the block is published; the device's parameters are fetched before their
