@@ -907,6 +907,7 @@ S8_TRCP static void run_adam_pipelined(const s8_run *r, int64_t b0, int64_t b1) 
             for (int q = 0; q < 4; q++) _mm512_store_ps(x1 + e + 16 * q, d[q]);
             __m512 w0 = _mm512_setzero_ps(), w1 = _mm512_setzero_ps();
             __m512i c0[4], c1[4];
+#pragma GCC unroll 4
             for (int q = 0; q < 4; q++) {
                 const int o = e + 16 * q;
                 __m512 m = _mm512_load_ps(x0 + o), v = _mm512_load_ps(x1 + o);
