@@ -160,6 +160,7 @@ typedef struct run_stats {
 } run_stats;
 
 static run_stats g_stats;
+static int g_lib_kernels;         /* check_module: library kernels (a copy, a dot, ...) compiled */
 static ot_threadpool *g_run_pool; /* the run's pool when set (else the default pool) */
 static char *g_src;               /* when g_keep_src: the last checked module's generated C */
 static bool g_keep_src;
@@ -196,6 +197,7 @@ static void check_module(const char *text, uint64_t seed, bool want_native) {
         int nk = ot_executable_kernel_count(e), nfus = 0, nnat = 0;
         for (int k = 0; k < nk; k++) {
             const ot_kernel *kn = ot_executable_kernel(e, k);
+            g_lib_kernels += kn->kind == OT_KERNEL_LIBRARY;
             if (kn->kind != OT_KERNEL_FUSION) continue;
             nfus++;
             if (cg_native(p, k)) nnat++;
@@ -479,6 +481,229 @@ static void random_module(uint64_t seed, tb *b) {
         }
     }
     tp(b, "  ROOT t = (%s, %s, %s) tuple(v%d, v%d, v%d)\n}\n", sh, sh, sh, v - 1, v / 2, v - 2);
+}
+
+/* ---- slice, pad, concatenate, reverse inside loop fusions -------------------------------------
+ * Random chains of index remapping from parameters to one target shape (pads with negative and
+ * interior padding, strided slices, reverses, concatenates of a value with a slice or reverse of
+ * itself, unary and squaring ops in between), combined elementwise: each remap reads its operand
+ * at the mapped index inside the loop, and the results must be the reference's bits. */
+typedef struct rshape {
+    int rank;
+    int d[4];
+} rshape;
+
+static void rs_print(char *out, size_t cap, const char *T, const rshape *r) {
+    size_t n = (size_t)snprintf(out, cap, "%s[", T);
+    for (int k = 0; k < r->rank; k++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%d", k ? "," : "", r->d[k]);
+    snprintf(out + n, cap - n, "]");
+}
+
+static int64_t rnd_in(uint64_t *s, int64_t lo, int64_t hi) { /* [lo, hi] */
+    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* Appends a chain from value `from` (shape cur) to shape T; returns the last value's number. */
+static int remap_chain(tb *b, uint64_t *s, const char *T, bool fl, const char *from, rshape cur,
+                       const rshape *tgt, int *v, bool *has_exp) {
+    char sh[96], prev[32];
+    snprintf(prev, sizeof prev, "%s", from);
+    int steps = (int)rnd_in(s, 1, 4);
+    for (int st = 0; st <= steps; st++) {
+        rshape out = cur;
+        int me = (*v)++;
+        int op = st == steps ? 0 : (int)rnd_in(s, 0, 6);
+        char attr[256];
+        size_t an = 0;
+        attr[0] = 0;
+        if (op == 0) { /* pad; the last step pads (or crops) to the target */
+            for (int k = 0; k < cur.rank; k++) {
+                int64_t n = cur.d[k], lo, hi, in = 0;
+                if (st == steps) {
+                    int64_t diff = tgt->d[k] - n;
+                    lo = rnd_in(s, (diff < 0 ? diff : 0) - 1, (diff > 0 ? diff : 0) + 1);
+                    hi = diff - lo;
+                    if (lo < -(n - 1) || hi < -(n - 1)) {
+                        lo = diff / 2;
+                        hi = diff - lo;
+                    }
+                } else {
+                    in = rnd_in(s, 0, 3) == 0 && n > 1 ? 1 : 0;
+                    int64_t w = n + (n - 1) * in;
+                    lo = rnd_in(s, -(w - 1 < 2 ? w - 1 : 2), 3);
+                    hi = rnd_in(s, -(w - 1 < 2 ? w - 1 : 2), 3);
+                    if (w + lo + hi < 1) lo = hi = 0;
+                }
+                out.d[k] = (int)(n + (n - 1) * in + lo + hi);
+                an += (size_t)snprintf(attr + an, sizeof attr - an, "%s%lld_%lld%s", k ? "x" : "",
+                                       (long long)lo, (long long)hi, in ? "_1" : "");
+            }
+            if (cur.rank == 0) snprintf(attr, sizeof attr, "{}");
+            rs_print(sh, sizeof sh, T, &out);
+            tp(b, "  v%d = %s pad(%s, %s), padding=%s\n", me, sh, prev,
+               rnd_in(s, 0, 1) ? "ps" : "pk", attr);
+        } else if (op == 1 || op == 2) { /* slice */
+            an += (size_t)snprintf(attr, sizeof attr, "{");
+            for (int k = 0; k < cur.rank; k++) {
+                int64_t n = cur.d[k], a = rnd_in(s, 0, (n - 1) / 2), l = rnd_in(s, a + 1, n),
+                        sd = rnd_in(s, 1, 3);
+                out.d[k] = (int)((l - a + sd - 1) / sd);
+                an += (size_t)snprintf(attr + an, sizeof attr - an, "%s[%lld:%lld:%lld]",
+                                       k ? ", " : "", (long long)a, (long long)l, (long long)sd);
+            }
+            snprintf(attr + an, sizeof attr - an, "}");
+            rs_print(sh, sizeof sh, T, &out);
+            tp(b, "  v%d = %s slice(%s), slice=%s\n", me, sh, prev, attr);
+        } else if (op == 3) { /* reverse */
+            an += (size_t)snprintf(attr, sizeof attr, "{");
+            int nd = 0;
+            for (int k = 0; k < cur.rank; k++)
+                if (rnd_in(s, 0, 1) || (k == cur.rank - 1 && nd == 0))
+                    an += (size_t)snprintf(attr + an, sizeof attr - an, "%s%d", nd++ ? "," : "", k);
+            snprintf(attr + an, sizeof attr - an, "}");
+            rs_print(sh, sizeof sh, T, &cur);
+            tp(b, "  v%d = %s reverse(%s), dimensions=%s\n", me, sh, prev, attr);
+        } else if (op == 4) { /* concatenate with a reverse and a slice of itself */
+            int d = (int)rnd_in(s, 0, cur.rank - 1);
+            rshape part = cur;
+            part.d[d] = (int)rnd_in(s, 1, cur.d[d]);
+            char psh[96], csh[96];
+            rs_print(csh, sizeof csh, T, &cur);
+            rs_print(psh, sizeof psh, T, &part);
+            an += (size_t)snprintf(attr, sizeof attr, "{");
+            for (int k = 0; k < cur.rank; k++)
+                an += (size_t)snprintf(attr + an, sizeof attr - an, "%s[0:%d]", k ? ", " : "",
+                                       part.d[k]);
+            snprintf(attr + an, sizeof attr - an, "}");
+            tp(b, "  r%d = %s reverse(%s), dimensions={%d}\n", me, csh, prev, d);
+            tp(b, "  s%d = %s slice(%s), slice=%s\n", me, psh, prev, attr);
+            out.d[d] = cur.d[d] * 2 + part.d[d];
+            rs_print(sh, sizeof sh, T, &out);
+            char nr[32], ns[32];
+            snprintf(nr, sizeof nr, "r%d", me);
+            snprintf(ns, sizeof ns, "s%d", me);
+            const char *ops3[3] = {prev, nr, ns};
+            int o = (int)rnd_in(s, 0, 2); /* which comes first; the others in turn */
+            tp(b, "  v%d = %s concatenate(%s, %s, %s), dimensions={%d}\n", me, sh, ops3[o],
+               ops3[(o + 1) % 3], ops3[(o + 2) % 3], d);
+        } else if (op == 5) { /* unary */
+            static const char *const fu[] = {"negate", "exponential", "abs"};
+            static const char *const iu[] = {"negate", "abs", "negate"};
+            int w = (int)rnd_in(s, 0, 2);
+            *has_exp = *has_exp || (fl && w == 1);
+            rs_print(sh, sizeof sh, T, &cur);
+            tp(b, "  v%d = %s %s(%s)\n", me, sh, fl ? fu[w] : iu[w], prev);
+        } else { /* a value read twice */
+            rs_print(sh, sizeof sh, T, &cur);
+            tp(b, "  v%d = %s multiply(%s, %s)\n", me, sh, prev, prev);
+        }
+        cur = out;
+        snprintf(prev, sizeof prev, "v%d", me);
+    }
+    return *v - 1;
+}
+
+/* A module of 1-4 chains (remap_chain) from two parameters to a random target shape, combined
+ * elementwise; outputs: the combination and the first chain's value. *fused_all: every remap
+ * should sit in a fusion (more than one chain and no exponential, which is not evaluated at two
+ * indices). */
+static void random_remap_module(uint64_t seed, tb *b, bool *fused_all) {
+    uint64_t s = seed * 0x2545f4914f6cdd1dull + 3;
+    static const char *const dts[] = {"f32", "f32", "f64", "s32", "bf16"};
+    const char *T = dts[rng_next(&s) % 5];
+    bool fl = T[0] != 's';
+    rshape x = {(int)rnd_in(&s, 1, 4), {0}}, tgt;
+    bool big = rnd_in(&s, 0, 4) == 0; /* enough elements to split over threads */
+    for (int k = 0; k < x.rank; k++) x.d[k] = (int)rnd_in(&s, 1, big && x.rank <= 3 ? 40 : 9);
+    tgt.rank = x.rank;
+    for (int k = 0; k < x.rank; k++) tgt.d[k] = (int)rnd_in(&s, 1, big && x.rank <= 3 ? 40 : 9);
+    char xs[96], ts[96];
+    rs_print(xs, sizeof xs, T, &x);
+    rs_print(ts, sizeof ts, T, &tgt);
+    b->n = 0;
+    tp(b, "HloModule remap%llu\nENTRY main {\n", (unsigned long long)seed);
+    tp(b, "  x0 = %s parameter(0)\n  x1 = %s parameter(1)\n  ps = %s[] parameter(2)\n", xs, xs, T);
+    tp(b, "  pk = %s[] constant(%s)\n", T, fl ? "-2.5" : "-7");
+    int v = 0, nterms = (int)rnd_in(&s, 1, 4), first = -1, acc = -1;
+    bool has_exp = false;
+    for (int t = 0; t < nterms; t++) {
+        int r = remap_chain(b, &s, T, fl, rnd_in(&s, 0, 1) ? "x0" : "x1", x, &tgt, &v, &has_exp);
+        if (first < 0) first = r;
+        if (acc < 0) {
+            acc = r;
+            continue;
+        }
+        static const char *const bin[] = {"add", "multiply", "subtract", "maximum"};
+        int me = v++;
+        tp(b, "  v%d = %s %s(v%d, v%d)\n", me, ts, bin[rng_next(&s) % 4], acc, r);
+        acc = me;
+    }
+    tp(b, "  ROOT t = (%s, %s) tuple(v%d, v%d)\n}\n", ts, ts, acc, first);
+    *fused_all = nterms > 1 && !has_exp;
+}
+
+/* Remaps inside loop fusions: native code for every fusion, the reference's bits at 1, 2, 3 and
+ * 8 threads, and no copy kernel left where every chain meets another in an elementwise op. */
+static void test_remap_fusions(void) {
+    static char text[65536];
+    tb b = {text, 0, sizeof text};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    int nfused = 0;
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        bool all = false;
+        random_remap_module(seed, &b, &all);
+        for (int t = 0; t < 4; t++) {
+            int lib = g_lib_kernels;
+            g_run_pool = pools[t];
+            check_module(text, 2100 + seed, true);
+            if (all && g_lib_kernels != lib) {
+                fprintf(stderr, "seed %llu: %d copy kernels left\n%s\n", (unsigned long long)seed,
+                        g_lib_kernels - lib, text);
+                EXPECT_INT_EQ(g_lib_kernels, lib);
+            }
+        }
+        nfused += all;
+    }
+    g_run_pool = NULL;
+    EXPECT_TRUE(nfused >= 10);
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
+/* The stencil of `xla_compare.py --group extra` (JAX's edge pad as slices and concatenates, a
+ * 5-point Laplacian, a space-to-depth): two loop fusions, no copy kernel, the reference's bits. */
+static void test_remap_stencil(void) {
+    static const char text[] =
+        "HloModule stencil\nENTRY main {\n"
+        "  x = f32[6,33,31] parameter(0)\n"
+        "  a = f32[6,1,31] slice(x), slice={[0:6], [0:1], [0:31]}\n"
+        "  b = f32[6,1,31] slice(x), slice={[0:6], [32:33], [0:31]}\n"
+        "  c2 = f32[6,35,31] concatenate(a, x, b), dimensions={1}\n"
+        "  l = f32[6,35,1] slice(c2), slice={[0:6], [0:35], [0:1]}\n"
+        "  r = f32[6,35,1] slice(c2), slice={[0:6], [0:35], [30:31]}\n"
+        "  p = f32[6,35,33] concatenate(l, c2, r), dimensions={2}\n"
+        "  n = f32[6,33,31] slice(p), slice={[0:6], [0:33], [1:32]}\n"
+        "  s = f32[6,33,31] slice(p), slice={[0:6], [2:35], [1:32]}\n"
+        "  w = f32[6,33,31] slice(p), slice={[0:6], [1:34], [0:31]}\n"
+        "  e = f32[6,33,31] slice(p), slice={[0:6], [1:34], [2:33]}\n"
+        "  a1 = f32[6,33,31] add(n, s)\n  a2 = f32[6,33,31] add(a1, w)\n"
+        "  a3 = f32[6,33,31] add(a2, e)\n"
+        "  k = f32[] constant(4)\n  kb = f32[6,33,31] broadcast(k), dimensions={}\n"
+        "  m = f32[6,33,31] multiply(x, kb)\n  lap = f32[6,33,31] subtract(a3, m)\n"
+        "  z = f32[] constant(0)\n"
+        "  q = f32[6,34,32] pad(x, z), padding=0_0x0_1x0_1\n"
+        "  q0 = f32[6,17,16] slice(q), slice={[0:6:1], [0:34:2], [0:32:2]}\n"
+        "  q1 = f32[6,17,16] slice(q), slice={[0:6:1], [1:34:2], [0:32:2]}\n"
+        "  q2 = f32[6,17,16] slice(q), slice={[0:6:1], [0:34:2], [1:32:2]}\n"
+        "  q3 = f32[6,17,16] slice(q), slice={[0:6:1], [1:34:2], [1:32:2]}\n"
+        "  s2d = f32[24,17,16] concatenate(q0, q1, q2, q3), dimensions={0}\n"
+        "  ROOT t = (f32[6,33,31], f32[24,17,16]) tuple(lap, s2d)\n}\n";
+    int lib = g_lib_kernels, before = g_stats.native_kernels;
+    check_module(text, 2200, true);
+    EXPECT_INT_EQ(g_lib_kernels, lib);
+    EXPECT_INT_EQ(g_stats.native_kernels - before, 2);
 }
 
 static void test_random_fusions(void) {
@@ -2535,6 +2760,8 @@ int main(int argc, char **argv) {
         OT_TEST(test_every_op),
         OT_TEST(test_converts),
         OT_TEST(test_random_fusions),
+        OT_TEST(test_remap_fusions),
+        OT_TEST(test_remap_stencil),
         OT_TEST(test_broadcast_ranks),
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),

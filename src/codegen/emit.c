@@ -71,6 +71,14 @@ static const char preamble[] =
     "static inline double ot_seld(uint8_t p, double a, double b) {\n"
     "    uint64_t m = 0u - (uint64_t)(p != 0);\n"
     "    return ot_bitsd((ot_dbits(a) & m) | (ot_dbits(b) & ~m));\n}\n"
+    /* a select on an index test (pad, concatenate): a condition as wide as the value, so that
+     * the loop's vectors hold as many lanes as its floats (a byte would ask for 64) */
+    "static inline float ot_pickf(uint32_t p, float a, float b) {\n"
+    "    uint32_t m = 0u - p;\n"
+    "    return ot_bitsf((ot_fbits(a) & m) | (ot_fbits(b) & ~m));\n}\n"
+    "static inline double ot_pickd(uint64_t p, double a, double b) {\n"
+    "    uint64_t m = 0u - p;\n"
+    "    return ot_bitsd((ot_dbits(a) & m) | (ot_dbits(b) & ~m));\n}\n"
     "static inline float ot_qf(float x) {\n"
     "    uint32_t u = ot_fbits(x);\n"
     "    u |= ((u & 0x7fffffffu) > 0x7f800000u) ? 0x400000u : 0u;\n"
@@ -400,6 +408,22 @@ typedef struct memo {
     int scope;    /* per-element values: the loop they were computed in (row fusions) */
 } memo;
 
+/* One digit of an index: a C expression and the values it can take (a superset). */
+typedef struct ixdig {
+    char e[64];
+    int64_t lo, hi;
+} ixdig;
+
+/* An index context made by remap_at: its variable, the linear expression it names (contexts of
+ * one expression are one), and its digits over the shape it indexes. */
+struct dctx {
+    char ctx[32];
+    char expr[448];
+    int rank, scope;
+    int64_t dims[OT_MAX_RANK];
+    ixdig d[OT_MAX_RANK];
+};
+
 typedef struct em {
     const cg_kernel_desc *kn;
     ot_strbuf pro, rowb, body, stores; /* before the loops, per row, per element, stores */
@@ -437,6 +461,11 @@ typedef struct em {
     int K;
     int ntab;
     int64_t tabsig[8][OT_MAX_RANK]; /* each table's strides over the K dims */
+    /* index contexts made by slice, pad, concatenate and reverse (remap_ctx): the operand's
+     * digits as expressions, so that a remap of a remap reads them without dividing */
+    struct dctx *dc;
+    int ndc, dccap;
+    bool remapped; /* a remap read an operand at another index: gathers (loop fusions: ivdep) */
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -539,6 +568,10 @@ static bool hw_op_ok(ot_opcode op) {
     case OT_OP_MAXIMUM:
     case OT_OP_MINIMUM:
     case OT_OP_CLAMP: /* a maximum and a minimum */
+    case OT_OP_SLICE: /* moves and selects of operand elements */
+    case OT_OP_PAD:
+    case OT_OP_CONCATENATE:
+    case OT_OP_REVERSE:
     case OT_OP_AND:
     case OT_OP_OR:
     case OT_OP_XOR:
@@ -1473,6 +1506,317 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
     return emit(E, o, iv);
 }
 
+/* ---- index remapping: slice, pad, concatenate, reverse ----------------------------------------
+ * The value at index ctx of x is an operand's value at another index: the digits of ctx over x's
+ * shape (ctx_digits) are mapped to the operand's, whose linear index becomes the operand's
+ * context. Each digit carries the range of values it can take, so that a pad or concatenate
+ * whose selection the range decides (a slice of the padded interior) costs no test, and the
+ * tests left are on digits. An element that reads padding, or another operand of a
+ * concatenate, still evaluates the operand at a clamped index (always inside it, so every read
+ * is in bounds), and a select picks the result: no branch in the loop, the same bits as the
+ * reference's copies. */
+
+static void dig_set(ixdig *d, int64_t lo, int64_t hi, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void dig_set(ixdig *d, int64_t lo, int64_t hi, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->e, sizeof d->e, fmt, ap);
+    va_end(ap);
+    d->lo = lo;
+    d->hi = hi;
+}
+
+/* The digits of index context ctx over shape R: a context made by remap_at has them recorded;
+ * the two-level loop's own index takes the row's digit counters and the column; any other is
+ * divided out of the linear index. */
+static void ctx_digits(em *E, const ot_shape *R, const char *ctx, ixdig *out) {
+    for (int k = E->ndc - 1; k >= 0; k--) {
+        const struct dctx *q = &E->dc[k];
+        if (q->rank != R->rank || strcmp(q->ctx, ctx) != 0 ||
+            memcmp(q->dims, R->dims, (size_t)R->rank * sizeof *R->dims) != 0)
+            continue;
+        if (ctx_level(ctx) == 2 && q->scope != E->scope) continue;
+        memcpy(out, q->d, (size_t)R->rank * sizeof *out);
+        return;
+    }
+    int64_t st[OT_MAX_RANK];
+    strides(R, st);
+    bool dg = digits_ok(E, R, ctx);
+    int K = E->K > 1 ? E->K : 1;
+    for (int d = 0; d < R->rank; d++) {
+        int64_t n = R->dims[d], hi = n > 0 ? n - 1 : 0;
+        if (n <= 1) {
+            dig_set(&out[d], 0, 0, "0");
+        } else if (dg && d < R->rank - K) {
+            dig_set(&out[d], 0, hi, "rowd%d", d);
+            E->used_digits = true;
+        } else if (dg && K == 1) {
+            dig_set(&out[d], 0, hi, "col");
+        } else if (dg) { /* a column dim of several: its digit of col */
+            if (d == R->rank - K)
+                dig_set(&out[d], 0, hi, "(col / %lld)", (long long)st[d]);
+            else if (st[d] == 1)
+                dig_set(&out[d], 0, hi, "(col %% %lld)", (long long)n);
+            else
+                dig_set(&out[d], 0, hi, "((col / %lld) %% %lld)", (long long)st[d], (long long)n);
+        } else {
+            char e[64];
+            if (d == 0)
+                snprintf(e, sizeof e, "((%s) / %lld)", ctx, (long long)st[d]);
+            else if (st[d] == 1)
+                snprintf(e, sizeof e, "((%s) %% %lld)", ctx, (long long)n);
+            else
+                snprintf(e, sizeof e, "(((%s) / %lld) %% %lld)", ctx, (long long)st[d],
+                         (long long)n);
+            char v[32];
+            index_var(E, e, v, sizeof v);
+            dig_set(&out[d], 0, hi, "%s", v);
+        }
+    }
+}
+
+/* A digit expression as a name (an index variable where it is not one already). */
+static void dig_name(em *E, ixdig *d) {
+    const char *e = d->e;
+    bool simple = true;
+    for (const char *p = e; *p && simple; p++)
+        simple = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9');
+    if (simple) return;
+    char v[32];
+    index_var(E, e, v, sizeof v);
+    snprintf(d->e, sizeof d->e, "%s", v);
+}
+
+/* t clamped into [0, n - 1] where its range leaves it; the range is narrowed to match. */
+static void dig_clamp(em *E, ixdig *t, int64_t n) {
+    char e[512];
+    if (t->lo < 0 && t->hi > n - 1)
+        snprintf(e, sizeof e, "(%s < 0 ? 0 : %s > %lld ? %lld : %s)", t->e, t->e,
+                 (long long)(n - 1), (long long)(n - 1), t->e);
+    else if (t->lo < 0)
+        snprintf(e, sizeof e, "(%s < 0 ? 0 : %s)", t->e, t->e);
+    else if (t->hi > n - 1)
+        snprintf(e, sizeof e, "(%s > %lld ? %lld : %s)", t->e, (long long)(n - 1),
+                 (long long)(n - 1), t->e);
+    else
+        return;
+    t->lo = t->lo < 0 ? 0 : t->lo;
+    t->hi = t->hi > n - 1 ? n - 1 : t->hi;
+    if (t->lo > t->hi) t->lo = t->hi;
+    index_var(E, e, t->e, sizeof t->e);
+}
+
+/* The value of o at the index whose digits over o's shape are od[] (each inside o). */
+static int remap_at(em *E, const ot_instr *o, ixdig *od) {
+    const ot_shape *O = &o->shape.array;
+    int64_t os[OT_MAX_RANK];
+    strides(O, os);
+    char expr[448];
+    size_t n = (size_t)snprintf(expr, sizeof expr, "(0");
+    for (int d = 0; d < O->rank && n < sizeof expr; d++) {
+        dig_name(E, &od[d]);
+        if (strcmp(od[d].e, "0") == 0) continue;
+        if (os[d] == 1)
+            n += (size_t)snprintf(expr + n, sizeof expr - n, " + %s", od[d].e);
+        else
+            n += (size_t)snprintf(expr + n, sizeof expr - n, " + %s * %lld", od[d].e,
+                                  (long long)os[d]);
+    }
+    if (n >= sizeof expr - 2) return fail(E, "%s: index expression too long", o->name);
+    snprintf(expr + n, sizeof expr - n, ")");
+    const char *e = strcmp(expr, "(0)") == 0 ? "0" : strcmp(expr, "(0 + col)") == 0 ? "col" : expr;
+    /* one context per expression: its values are computed once */
+    int lv = ctx_level(e);
+    for (int k = 0; k < E->ndc; k++) {
+        const struct dctx *q = &E->dc[k];
+        if (strcmp(q->expr, e) == 0 && (lv < 2 || q->scope == E->scope) && q->rank == O->rank &&
+            memcmp(q->dims, O->dims, (size_t)O->rank * sizeof *O->dims) == 0)
+            return emit(E, o, q->ctx);
+    }
+    if (E->ndc == E->dccap) {
+        int cap = E->dccap ? E->dccap * 2 : 16;
+        struct dctx *nd = ot_realloc(E->dc, (size_t)cap * sizeof *nd);
+        if (!nd) return fail(E, "out of memory");
+        E->dc = nd;
+        E->dccap = cap;
+    }
+    struct dctx *q = &E->dc[E->ndc];
+    memset(q, 0, sizeof *q);
+    snprintf(q->expr, sizeof q->expr, "%s", e);
+    index_var(E, e, q->ctx, sizeof q->ctx);
+    q->rank = O->rank;
+    q->scope = E->scope;
+    memcpy(q->dims, O->dims, (size_t)O->rank * sizeof *O->dims);
+    memcpy(q->d, od, (size_t)O->rank * sizeof *od);
+    E->ndc++;
+    char c[32];
+    snprintf(c, sizeof c, "%s", q->ctx);
+    return emit(E, o, c);
+}
+
+/* cond ? a : b for values of type t, as an expression (bit moves for floats, as select); false
+ * when it does not fit. */
+static bool pick(ot_dtype t, const char *cond, const char *a, const char *b, char *out,
+                 size_t cap) {
+    int w;
+    if (t == OT_F32)
+        w = snprintf(out, cap, "ot_pickf((uint32_t)(%s), %s, %s)", cond, a, b);
+    else if (t == OT_F64)
+        w = snprintf(out, cap, "ot_pickd((uint64_t)(%s), %s, %s)", cond, a, b);
+    else
+        w = snprintf(out, cap, "((%s) ? %s : %s)", cond, a, b);
+    return w >= 0 && (size_t)w < cap;
+}
+
+static int emit_remap(em *E, const ot_instr *x, const char *ctx) {
+    const ot_shape *R = &x->shape.array;
+    const ot_attrs *a = x->attrs;
+    ot_dtype t = R->dtype;
+    ixdig D[OT_MAX_RANK], od[OT_MAX_RANK];
+    for (int q = 0; q < x->noperands; q++)
+        if (x->operands[q]->shape.kind != OT_IR_ARRAY || x->operands[q]->shape.array.dtype != t ||
+            (q == 0 || x->opcode == OT_OP_CONCATENATE ? x->operands[q]->shape.array.rank != R->rank
+                                                      : numel(x->operands[q]) != 1))
+            return fail(E, "%s: operand shapes", x->name);
+    ctx_digits(E, R, ctx, D);
+    E->remapped = true;
+    const ot_shape *O = &x->operands[0]->shape.array;
+    char v0[32], v1[32], ex[8192];
+    switch (x->opcode) {
+    case OT_OP_SLICE:
+        for (int d = 0; d < R->rank; d++) {
+            int64_t s0 = a->slice[d].start, sd = a->slice[d].stride;
+            if (s0 == 0 && sd == 1)
+                od[d] = D[d];
+            else if (sd == 1)
+                dig_set(&od[d], D[d].lo + s0, D[d].hi + s0, "(%s + %lld)", D[d].e, (long long)s0);
+            else
+                dig_set(&od[d], s0 + D[d].lo * sd, s0 + D[d].hi * sd, "(%s * %lld + %lld)", D[d].e,
+                        (long long)sd, (long long)s0);
+        }
+        return memo_alias(E, x, ctx, remap_at(E, x->operands[0], od));
+    case OT_OP_REVERSE: {
+        for (int d = 0; d < R->rank; d++) od[d] = D[d];
+        for (int k = 0; k < a->ndims; k++) {
+            int d = (int)a->dims[k];
+            int64_t n1 = R->dims[d] - 1;
+            if (n1 <= 0) continue;
+            dig_set(&od[d], n1 - D[d].hi, n1 - D[d].lo, "(%lld - %s)", (long long)n1, D[d].e);
+        }
+        return memo_alias(E, x, ctx, remap_at(E, x->operands[0], od));
+    }
+    case OT_OP_PAD: {
+        int pv = emit(E, x->operands[1], scalar_ctx(E));
+        if (pv < 0) return -1;
+        char cond[2048];
+        size_t cn = 0;
+        bool none = numel(x->operands[0]) == 0; /* every element is padding */
+        cond[0] = 0;
+        for (int d = 0; d < R->rank && !none; d++) {
+            int64_t lo = a->padding[d].lo, s = a->padding[d].interior + 1, n = O->dims[d];
+            ixdig tt;
+            if (lo == 0)
+                tt = D[d];
+            else
+                dig_set(&tt, D[d].lo - lo, D[d].hi - lo, "(%s - %lld)", D[d].e, (long long)lo);
+            if (s == 1) {
+                if (tt.hi < 0 || tt.lo > n - 1) {
+                    none = true;
+                    break;
+                }
+                dig_name(E, &tt);
+                if (tt.lo < 0)
+                    cn += (size_t)snprintf(cond + cn, sizeof cond - cn, "%s%s >= 0",
+                                           cn ? " && " : "", tt.e);
+                if (tt.hi > n - 1 && cn < sizeof cond)
+                    cn += (size_t)snprintf(cond + cn, sizeof cond - cn, "%s%s < %lld",
+                                           cn ? " && " : "", tt.e, (long long)n);
+                od[d] = tt;
+                dig_clamp(E, &od[d], n);
+            } else {
+                if (tt.hi < 0 || tt.lo > (n - 1) * s) {
+                    none = true;
+                    break;
+                }
+                dig_name(E, &tt);
+                cn += (size_t)snprintf(
+                    cond + cn, sizeof cond - cn, "%s%s >= 0 && %s <= %lld && %s %% %lld == 0",
+                    cn ? " && " : "", tt.e, tt.e, (long long)((n - 1) * s), tt.e, (long long)s);
+                int64_t qlo = tt.lo < 0 ? 0 : tt.lo / s, qhi = tt.hi < 0 ? 0 : tt.hi / s;
+                if (qhi > n - 1) qhi = n - 1;
+                if (qlo > qhi) qlo = qhi;
+                char e[512];
+                snprintf(e, sizeof e, "(%s < 0 ? 0 : %s / %lld > %lld ? %lld : %s / %lld)", tt.e,
+                         tt.e, (long long)s, (long long)(n - 1), (long long)(n - 1), tt.e,
+                         (long long)s);
+                dig_set(&od[d], qlo, qhi, "%s", "0");
+                index_var(E, e, od[d].e, sizeof od[d].e);
+            }
+            if (cn >= sizeof cond - 64) return fail(E, "%s: condition too long", x->name);
+        }
+        if (none) return memo_alias(E, x, ctx, pv);
+        int v = remap_at(E, x->operands[0], od);
+        if (v < 0) return -1;
+        if (!cn) return memo_alias(E, x, ctx, v);
+        if (!pick(t, cond, var(E, v, v0, sizeof v0), var(E, pv, v1, sizeof v1), ex, sizeof ex))
+            return fail(E, "%s: expression too long", x->name);
+        return memo_know(E, define(E, x, ctx, t, false, "%s", ex),
+                         E->m[v].flushed && E->m[pv].flushed, E->m[v].quiet && E->m[pv].quiet);
+    }
+    case OT_OP_CONCATENATE: {
+        int k = (int)a->index;
+        if (k < 0 || k >= R->rank) return fail(E, "%s: dimension", x->name);
+        dig_name(E, &D[k]);
+        /* operands whose part of dim k meets the digit's range, last to first: each earlier one
+         * is picked where the digit lies below the next one's offset */
+        int64_t off = 0, offs[64];
+        int cands[64], nc = 0;
+        for (int q = 0; q < x->noperands; q++) {
+            int64_t n = x->operands[q]->shape.array.dims[k];
+            if (n > 0 && D[k].hi >= off && D[k].lo <= off + n - 1) {
+                if (nc == 64) return fail(E, "%s: more than 64 operands in range", x->name);
+                offs[nc] = off;
+                cands[nc++] = q;
+            }
+            off += n;
+        }
+        if (nc == 0) return fail(E, "%s: no operand in range", x->name);
+        int acc = -1;
+        bool fl = true, qu = true;
+        ex[0] = 0;
+        for (int j = nc - 1; j >= 0; j--) {
+            const ot_instr *o = x->operands[cands[j]];
+            int64_t n = o->shape.array.dims[k];
+            for (int d = 0; d < R->rank; d++) od[d] = D[d];
+            if (offs[j] != 0)
+                dig_set(&od[k], D[k].lo - offs[j], D[k].hi - offs[j], "(%s - %lld)", D[k].e,
+                        (long long)offs[j]);
+            dig_name(E, &od[k]);
+            dig_clamp(E, &od[k], n);
+            int v = remap_at(E, o, od);
+            if (v < 0) return -1;
+            fl = fl && E->m[v].flushed;
+            qu = qu && E->m[v].quiet;
+            if (acc < 0) {
+                var(E, v, ex, sizeof ex);
+            } else {
+                char c[128], prev[8192];
+                memcpy(prev, ex, sizeof prev);
+                snprintf(c, sizeof c, "%s < %lld", D[k].e, (long long)offs[j + 1]);
+                if (!pick(t, c, var(E, v, v0, sizeof v0), prev, ex, sizeof ex))
+                    return fail(E, "%s: expression too long", x->name);
+            }
+            acc = v;
+            if (strlen(ex) > sizeof ex - 256) return fail(E, "%s: expression too long", x->name);
+        }
+        if (nc == 1) return memo_alias(E, x, ctx, acc);
+        return memo_know(E, define(E, x, ctx, t, false, "%s", ex), fl, qu);
+    }
+    default: return fail(E, "%s: opcode %s", x->name, ot_opcode_name(x->opcode));
+    }
+}
+
 static int emit(em *E, const ot_instr *x, const char *ctx) {
     if (E->bad) return -1;
     int m = memo_find(E, x, ctx);
@@ -1543,6 +1887,10 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
         return define(E, x, ctx, t, false, "%s(%s)", fn, var(E, k, v, sizeof v));
     }
     case OT_OP_REDUCE: return emit_row_reduce(E, x, ctx);
+    case OT_OP_SLICE:
+    case OT_OP_PAD:
+    case OT_OP_CONCATENATE:
+    case OT_OP_REVERSE: return emit_remap(E, x, ctx);
     case OT_OP_SELECT:
     case OT_OP_CLAMP: return emit_select_clamp(E, x, ctx);
     default: break;
@@ -1561,6 +1909,7 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
 static void em_free(em *E) {
     for (int k = 0; k < E->nm; k++) ot_free(E->m[k].ctx);
     ot_free(E->m);
+    ot_free(E->dc);
     ot_strbuf_free(&E->pro);
     ot_strbuf_free(&E->rowb);
     ot_strbuf_free(&E->body);
@@ -2944,6 +3293,9 @@ static bool index_math(const ot_computation *c) {
         if (x->opcode == OT_OP_BROADCAST && numel(x->operands[0]) > 1 &&
             numel(x->operands[0]) < numel(x))
             return true;
+        if (x->opcode == OT_OP_SLICE || x->opcode == OT_OP_PAD || x->opcode == OT_OP_CONCATENATE ||
+            x->opcode == OT_OP_REVERSE)
+            return true; /* their operands' indices are sums of the row's digits and col */
     }
     return false;
 }
@@ -3056,12 +3408,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             ot_strbuf_printf(&E.stores, "    o%d[i] = v%d;\n", r, E.m[m].var);
         }
         if (!E.hw || !E.hw_bad || attempt == 1) break;
-        for (int k = 0; k < E.nm; k++) ot_free(E.m[k].ctx);
-        ot_free(E.m);
-        ot_strbuf_free(&E.pro);
-        ot_strbuf_free(&E.rowb);
-        ot_strbuf_free(&E.body);
-        ot_strbuf_free(&E.stores);
+        em_free(&E);
     }
     ot_status st = OT_OK;
     if (E.bad) {
@@ -3103,10 +3450,10 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
                 "%s    for (int64_t col = 0; col < %lld; col++) {\n"
                 "    const int64_t i = row * %lld + col;\n%s%s    }\n%s    }\n%s}\n",
                 E.pro.p ? E.pro.p : "", hw_on, dg.p ? dg.p : "", E.rowb.p ? E.rowb.p : "",
-                /* a gather from a table: no iteration reads what another writes
-                 * (inputs clear of outputs, an in-place input read at the
-                 * element written: cg_run's layout checks) */
-                E.ntab ? "#pragma GCC ivdep\n" : "", (long long)E.C, (long long)E.C,
+                /* a gather from a table or through a remap: no iteration reads what
+                 * another writes (inputs clear of outputs, an in-place input read at
+                 * the element written: cg_run's layout checks) */
+                E.ntab || E.remapped ? "#pragma GCC ivdep\n" : "", (long long)E.C, (long long)E.C,
                 E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "", inc.p ? inc.p : "", hw_off);
             if (dg.oom || inc.oom) src->oom = true;
             ot_strbuf_free(&dg);
@@ -3114,18 +3461,13 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             *numel_out = N / E.C;
             *work_out = E.C;
         } else {
-            ot_strbuf_printf(src, "%s%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n",
-                             E.pro.p ? E.pro.p : "", hw_on, E.body.p ? E.body.p : "",
-                             E.stores.p ? E.stores.p : "", hw_off);
+            ot_strbuf_printf(src, "%s%s%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n",
+                             E.pro.p ? E.pro.p : "", hw_on, E.remapped ? "#pragma GCC ivdep\n" : "",
+                             E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "", hw_off);
             *numel_out = N;
         }
         if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
     }
-    for (int k = 0; k < E.nm; k++) ot_free(E.m[k].ctx);
-    ot_free(E.m);
-    ot_strbuf_free(&E.pro);
-    ot_strbuf_free(&E.rowb);
-    ot_strbuf_free(&E.body);
-    ot_strbuf_free(&E.stores);
+    em_free(&E);
     return st;
 }

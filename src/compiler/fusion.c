@@ -11,8 +11,9 @@
  * Phase 2 (siblings) merges loop clusters of one iteration space that read a common full-size
  * input (not a constant, iota or broadcast scalar), when neither reaches the other.
  * Legality: a member has the cluster's element count (same iteration space, reshapes included),
- * or is smaller and feeds only broadcasts (or the reduce's init) inside the cluster; a reduce is
- * only ever a cluster root; operands + outputs stay within max_io. */
+ * or is smaller and feeds only broadcasts (or the reduce's init) inside the cluster, or (loop
+ * clusters) feeds slices, pads, concatenates and reverses, which read it at mapped indices; a
+ * reduce is only ever a cluster root; operands + outputs stay within max_io. */
 #include "compiler_internal.h"
 #include "ir/op_traits.h"
 
@@ -66,6 +67,11 @@ typedef struct fz {
     bool *keep;        /* per duplicated original: it stays in the entry beside its copies */
     uint32_t *cvis;    /* per cluster: visit stamp of the current reachability query */
     int64_t cviscap;
+    /* per position, for a member of a loop cluster: whether it is evaluated at the cluster's
+     * own index (ident), and how many other indices it is evaluated at through slices, pads,
+     * concatenates and reverses (nctx, an upper bound; see can_join) */
+    uint8_t *ident;
+    int32_t *nctx;
     int64_t budget; /* visits left to all reachability queries together */
     int64_t fused_count;
 } fz;
@@ -100,9 +106,24 @@ static bool reducer_simple(const ot_instr *r) {
            root->operands[1]->opcode == OT_OP_PARAMETER && root->operands[0] != root->operands[1];
 }
 
+/* An op whose element is one of its operand's at another index (or the pad value): inside a
+ * loop fusion the operand is evaluated at the mapped index, never stored. */
+static bool remap_op(const ot_instr *i) {
+    return i->opcode == OT_OP_SLICE || i->opcode == OT_OP_PAD || i->opcode == OT_OP_REVERSE ||
+           i->opcode == OT_OP_CONCATENATE;
+}
+
+/* Contexts one member may be evaluated at, and operands a fused concatenate may have: each
+ * context of a concatenate evaluates every operand whose range the index may fall in. */
+enum { MAX_REMAP_CTX = 16, MAX_CONCAT_OPERANDS = 8 };
+
 static bool fusible(const ot_instr *i) {
     if (i->shape.kind != OT_IR_ARRAY || ot_instr_has_side_effect(i)) return false;
     switch (i->opcode) {
+    case OT_OP_SLICE:
+    case OT_OP_PAD:
+    case OT_OP_REVERSE: return true;
+    case OT_OP_CONCATENATE: return i->noperands <= MAX_CONCAT_OPERANDS;
     case OT_OP_BROADCAST:
     case OT_OP_RESHAPE:
     case OT_OP_BITCAST:
@@ -155,6 +176,8 @@ static ot_status new_cluster(fz *f, int64_t k, int kind, int64_t iter) {
                            i->opcode != OT_OP_CONSTANT};
     f->cls[id].nio = io_delta(f, i, id, true) + 2; /* its inputs and its output */
     f->cl[k] = id;
+    f->ident[k] = 1;
+    f->nctx[k] = 0;
     f->next_out[k] = -1;
     return OT_OK;
 }
@@ -292,24 +315,64 @@ static bool in_cluster(fz *f, int64_t p, int32_t c) {
     return false;
 }
 
-/* Whether i may become a member of c (iteration space and operand budget). */
-static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small) {
+/* Whether i may become a member of c (iteration space, operand budget, contexts). A member of a
+ * loop cluster is evaluated at the index of each of its users in c; a slice, pad, concatenate or
+ * reverse maps its own index to another of its operand, which is then evaluated there (the
+ * native loop computes it again; nothing is stored). *id and *nc receive i's contexts in c: the
+ * cluster's own index (ident) and others (nctx, counted through remap ops only; broadcasts keep
+ * their users' counts, as before remaps fused). An op that computes values (arithmetic, a
+ * convert, a compare) is not evaluated at two indices when one comes from a remap: fusing
+ * moves never repeats arithmetic, only index work and loads (a stencil of a computed array
+ * stores the array once; 300 chained 64x64 stencil steps ran 10x slower with each step's
+ * arithmetic repeated at up to 16 indices than as copies). Moves are evaluated at no more than
+ * MAX_REMAP_CTX indices. */
+static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small, bool *id,
+                     int32_t *nc) {
     cluster *C = &f->cls[c];
     int64_t n = cc_numel(i);
     if (C->nio + io_delta(f, i, c, false) + (as_output ? 1 : 0) > f->max_io) return false;
     if (C->nmembers >= OT_FUSION_MAX_INSTRUCTIONS) return false;
     if (i->opcode == OT_OP_REDUCE) return false; /* only ever a root */
     *small = false;
-    if (n == C->iter) return true;
-    if (n > C->iter || as_output) return false;
-    /* smaller: only into broadcasts, smaller members, or a reduce's init */
+    bool ident = as_output, remapped = false, others = false;
+    int64_t nctx = 0;
     for (int u = 0; u < i->nusers; u++) {
         ot_instr *x = i->users[u];
         int64_t p = pos_of(x);
         if (!in_cluster(f, p, c)) continue;
-        if (x->opcode == OT_OP_BROADCAST || f->small[p]) continue;
-        if (x->opcode == OT_OP_REDUCE && x->operands[0] != i) continue;
-        return false;
+        if (remap_op(x)) {
+            remapped = true;
+            nctx += f->nctx[p] + f->ident[p];
+        } else {
+            others = others || !(x->opcode == OT_OP_BROADCAST || f->small[p] ||
+                                 (x->opcode == OT_OP_REDUCE && x->operands[0] != i));
+            ident = ident || f->ident[p];
+            nctx += f->nctx[p];
+        }
+    }
+    if (remap_op(i) && C->kind != CL_LOOP) return false;
+    if ((remapped || nctx > 0) && C->kind != CL_LOOP) return false;
+    if (nctx > MAX_REMAP_CTX) return false;
+    /* only index work is repeated: an op that computes values is evaluated at one index */
+    bool moves = remap_op(i) || i->opcode == OT_OP_BROADCAST || i->opcode == OT_OP_RESHAPE ||
+                 i->opcode == OT_OP_BITCAST || i->opcode == OT_OP_IOTA ||
+                 i->opcode == OT_OP_CONSTANT;
+    if (nctx > 0 && nctx + ident > 1 && !moves) return false;
+    *id = ident;
+    *nc = (int32_t)nctx;
+    if (n == C->iter) return true;
+    if (as_output) return false;
+    /* at another element count: only into broadcasts, such members, a reduce's init, or (loop
+     * clusters) remap ops, which read it at indices of its own shape */
+    if (others) return false;
+    if (n > C->iter && !remapped) {
+        /* larger: every user in c must read it through a remap (directly or through members
+         * marked small, which were themselves so admitted) */
+        for (int u = 0; u < i->nusers; u++) {
+            ot_instr *x = i->users[u];
+            int64_t p = pos_of(x);
+            if (in_cluster(f, p, c) && !f->small[p]) return false;
+        }
     }
     *small = true;
     return true;
@@ -325,10 +388,12 @@ static ot_status add_dup(fz *f, int64_t k, int32_t c) {
 }
 
 /* i (at position k) joins cluster c, as an extra output when it has users outside c. */
-static void join(fz *f, int64_t k, int32_t c, bool outside, bool small) {
+static void join(fz *f, int64_t k, int32_t c, bool outside, bool small, bool id, int32_t nc) {
     cluster *C = &f->cls[c];
     f->cl[k] = c;
     f->small[k] = small;
+    f->ident[k] = id;
+    f->nctx[k] = nc;
     C->nio += io_delta(f, f->po[k], c, true) + (outside ? 1 : 0);
     C->nmembers++;
     if (f->pos2[k] > C->maxpos2) C->maxpos2 = f->pos2[k];
@@ -372,10 +437,11 @@ static ot_status phase1(fz *f) {
             }
             if (!any) outside = true;
         }
-        bool small = false;
-        if (!many && nu == 1 && can_join(f, i, ucl[0], outside, &small)) {
+        bool small = false, id = true;
+        int32_t nc = 0;
+        if (!many && nu == 1 && can_join(f, i, ucl[0], outside, &small, &id, &nc)) {
             if (!outside || !reaches(f, &i, 1, ucl[0], ucl[0])) {
-                join(f, k, ucl[0], outside, small);
+                join(f, k, ucl[0], outside, small, id, nc);
                 continue;
             }
         }
@@ -399,12 +465,21 @@ static ot_status phase1(fz *f) {
          * per-row loop holding it out of row fusion */
         bool scalar_bcast =
             i->opcode == OT_OP_BROADCAST && i->noperands == 1 && cc_numel(i->operands[0]) == 1;
+        bool did = false;
+        int32_t dnc = 0;
         for (int j = 0; j < nu && dup; j++) {
-            bool sm = false;
-            dup = can_join(f, i, ucl[j], false, &sm) && (!sm || scalar_bcast);
+            bool sm = false, jid = false;
+            int32_t jnc = 0;
+            dup = can_join(f, i, ucl[j], false, &sm, &jid, &jnc) && (!sm || scalar_bcast);
+            did = did || jid;
+            if (jnc > dnc) dnc = jnc;
         }
         for (int j = 0; j < nu && dup; j++) OT_CHECK(add_dup(f, k, ucl[j]));
-        if (dup) continue;
+        if (dup) {
+            f->ident[k] = did; /* (the most of any cluster holding a copy) */
+            f->nctx[k] = dnc;
+            continue;
+        }
         /* otherwise it joins the cluster of its users made last (the most upstream: the one
          * the others are least likely to reach) as an extra output, where that makes no cycle,
          * so that a chain read from two clusters goes on in one instead of splitting in two */
@@ -412,8 +487,8 @@ static ot_status phase1(fz *f) {
             int32_t c = ucl[0];
             for (int j = 1; j < nu; j++)
                 if (ucl[j] > c) c = ucl[j];
-            if (can_join(f, i, c, true, &small) && !reaches(f, &i, 1, c, c)) {
-                join(f, k, c, true, small);
+            if (can_join(f, i, c, true, &small, &id, &nc) && !reaches(f, &i, 1, c, c)) {
+                join(f, k, c, true, small, id, nc);
                 continue;
             }
         }
@@ -711,7 +786,8 @@ static ot_status materialize(fz *f, mat *mt, int32_t c, const int64_t *mem, int6
     ot_module *m = f->m;
     ot_computation *entry = f->c;
     /* a cluster of constants only stays as it is (only a constant's own cluster is one: no
-     * member joins a cluster through a constant, which has no operands) */
+     * member joins a cluster through a constant, which has no operands); so does a lone remap
+     * (ot_pass_fuse) */
     if (!f->cls[c].work) return OT_OK;
     for (int64_t j = 0; j < nm; j++) mt->stamp[mem[j]] = c;
     /* "fused_computation.<n>", written out: snprintf costs over a thousand instructions */
@@ -909,11 +985,13 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
     f.dupdepth = ot_calloc((size_t)n, sizeof *f.dupdepth);
     f.in_of = ot_malloc((size_t)n * sizeof *f.in_of);
     f.keep = ot_calloc((size_t)n, sizeof *f.keep);
+    f.ident = ot_calloc((size_t)n, sizeof *f.ident);
+    f.nctx = ot_calloc((size_t)n, sizeof *f.nctx);
     f.budget = REACH_VISITS_MIN + REACH_VISITS_PER_INSTR * f.n;
     int64_t *cnt = NULL, *order = NULL, *fill = NULL;
     bool ch = false;
     if (!f.cl || !f.small || !f.next_out || !f.dup_head || !f.vis || !f.stack || !f.pos2 ||
-        !f.dupdepth || !f.in_of || !f.keep) {
+        !f.dupdepth || !f.in_of || !f.keep || !f.ident || !f.nctx) {
         s = ot_error(OT_ERR_OUT_OF_MEMORY, "fuse: out of memory");
         goto out;
     }
@@ -941,6 +1019,16 @@ ot_status ot_pass_fuse(ot_module *m, int max_io, bool *changed) {
             s = ot_error(OT_ERR_INTERNAL, "fuse: clusters still form a cycle after splitting");
             goto out;
         }
+    }
+    /* a lone slice, pad, concatenate or reverse stays in the entry: the library's copy kernels
+     * move whole runs, where a loop would test each element (and read every operand of a
+     * concatenate); before materializing, so that its readers are rewired as for any
+     * instruction outside clusters */
+    for (int64_t c = 0; c < f.ncls; c++) {
+        cluster *C = &f.cls[c];
+        if (cfind(&f, (int32_t)c) == c && C->nmembers == 1 && C->first_out >= 0 &&
+            remap_op(f.po[C->first_out]))
+            C->work = false;
     }
     /* member lists per cluster root (CSR), in position order */
     cnt = ot_calloc((size_t)(f.ncls + 1), sizeof *cnt);
@@ -1043,6 +1131,8 @@ out:
     ot_free(f.dupdepth);
     ot_free(f.in_of);
     ot_free(f.keep);
+    ot_free(f.ident);
+    ot_free(f.nctx);
     ot_free(f.cvis);
     if (changed) *changed = ch;
     return s;
