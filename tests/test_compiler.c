@@ -528,6 +528,104 @@ static void check_gather_rewrite(const char *text, const int32_t *idx, int nidx,
     ot_module_free(m2);
 }
 
+/* reduce-window(pad(y, v), init) → reduce-window(y, init) with the pad in the window (simplify):
+ * applied exactly when v and init are the same zero and the reducer adds; the result must be
+ * the reference's bits with -0, NaNs, infinities and subnormals in y (a quarter of y is -0). */
+static void check_pad_window(const char *dt, const char *pv, const char *init, const char *red,
+                             const char *pad, const char *yd, const char *pd, const char *od,
+                             const char *win, bool twice, int want_pads) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "HloModule pw\nr {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+             "  ROOT c = %s[] %s(a, b)\n}\nENTRY main {\n  y = %s[%s] parameter(0)\n"
+             "  v = %s[] constant(%s)\n  z = %s[] constant(%s)\n"
+             "  p = %s[%s] pad(y, v), padding=%s\n"
+             "  w = %s[%s] reduce-window(p, z), window={%s}, to_apply=r\n"
+             "  n = %s[%s] negate(p)\n"
+             "  ROOT t = (%s[%s], %s[%s]) tuple(w, %s)\n}\n",
+             dt, dt, dt, red, dt, yd, dt, pv, dt, init, dt, pd, pad, dt, od, win, dt, pd, dt, od,
+             dt, twice ? pd : od, twice ? "n" : "w");
+    if (!twice) { /* no second reader of the pad */
+        char *n = strstr(text, "  n = ");
+        char *e = n ? strchr(n, '\n') : NULL;
+        if (e) memmove(n, e + 1, strlen(e + 1) + 1);
+    }
+    ot_module *m = NULL, *m2 = NULL;
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m2));
+    ot_computation *entry = ot_module_entry(m);
+    ot_value arg;
+    ASSERT_OK(ot_value_alloc_array(&arg, &entry->params[0]->shape.array));
+    ot_tensor *t = &arg.array;
+    int64_t ne = ot_shape_numel_unchecked(&t->shape);
+    static const uint32_t special[] = {0x7fc00000u, 0xff800000u, 0x7f800000u, 0x00000001u,
+                                       0x80400000u, 0x7f7fffffu, 0x42b17218u, 0x80000000u};
+    uint64_t seed = 7;
+    for (int64_t j = 0; j < ne; j++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int r = (int)(seed >> 59);
+        double val = (double)((int)((seed >> 33) % 2001) - 1000) / 64.0;
+        if (t->shape.dtype == OT_S32) {
+            ((int32_t *)t->data)[j] = (int32_t)(val * 64);
+        } else if (t->shape.dtype == OT_F64) {
+            ((double *)t->data)[j] = r < 8 ? -0.0 : val;
+        } else if (r < 8) {
+            ((float *)t->data)[j] = -0.0f;
+        } else if (r == 8) {
+            memcpy((float *)t->data + j, &special[(seed >> 40) % 8], 4);
+        } else {
+            ((float *)t->data)[j] = (float)val;
+        }
+    }
+    ot_value ref = ot_value_empty(), got = ot_value_empty();
+    ASSERT_OK(ot_evaluate(m, &arg, 1, NULL, &ref));
+    ASSERT_OK(ot_module_finalize(m2));
+    ASSERT_OK(ot_pass_simplify(m2, NULL));
+    ASSERT_OK(ot_pass_dce(m2, NULL));
+    ASSERT_OK(ot_module_verify(m2));
+    int pads = count_op(ot_module_entry(m2), OT_OP_PAD);
+    if (pads != want_pads) fprintf(stderr, "%s\n", text);
+    EXPECT_INT_EQ(pads, want_pads);
+    ot_module *m3 = NULL; /* a clone is in post order (the rewrite appended the new op) */
+    ASSERT_OK(ot_module_clone(m2, &m3));
+    ASSERT_OK(ot_evaluate(m3, &arg, 1, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    ot_module_free(m3);
+    ot_value_release(&ref);
+    ot_value_release(&got);
+    ot_value_release(&arg);
+    ot_module_free(m);
+    ot_module_free(m2);
+}
+
+static void test_simplify_pad_window(void) {
+    /* JAX's average-pool gradient: interior padding and a low edge as base dilation and padding */
+    static const char *const avg_pad = "0_0_0x1_0_1x1_0_1x0_0_0";
+    static const char *const avg_win = "size=1x2x2x1";
+    check_pad_window("f32", "0", "0", "add", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4", avg_win,
+                     false, 0);
+    check_pad_window("f32", "-0", "-0", "add", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4", avg_win,
+                     false, 0);
+    check_pad_window("f64", "0", "0", "add", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4", avg_win,
+                     false, 0);
+    check_pad_window("s32", "0", "0", "add", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4", avg_win,
+                     false, 0);
+    /* edges on both sides beside the window's own padding, strides and window dilation */
+    check_pad_window("f32", "0", "0", "add", "2_1x0_3x1_1", "5,4,3", "8,7,5", "4,3,5",
+                     "size=3x2x2 stride=2x2x1 pad=1_1x0_1x0_1 rhs_dilate=1x2x1", false, 0);
+    /* not applied: another pad value, another init, a non-add reducer, negative edges, a pad
+     * read twice */
+    check_pad_window("f32", "0", "-0", "add", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4", avg_win,
+                     false, 1);
+    check_pad_window("f32", "1", "1", "add", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4", avg_win,
+                     false, 1);
+    check_pad_window("f32", "0", "0", "maximum", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4",
+                     avg_win, false, 1);
+    check_pad_window("f32", "0", "0", "add", "-1_2x0_0", "6,5", "7,5", "6,4", "size=2x2", false, 1);
+    check_pad_window("f32", "0", "0", "add", avg_pad, "3,6,5,4", "3,12,10,4", "3,11,9,4", avg_win,
+                     true, 1);
+}
+
 static void test_simplify_gather(void) {
     /* take_along_axis of a log-softmax as JAX lowers it (batched gather): the gather moves to
      * x, the subtractions run on one element per row, broadcasts of the row values become
@@ -2793,16 +2891,17 @@ static void test_removed_storage_reused_between_passes(void) {
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
              OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
              OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
-             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_simplify_dot_transpose),
-             OT_TEST(test_simplify_dot_fold_transpose), OT_TEST(test_inline_calls),
-             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
-             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
-             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
-             OT_TEST(test_fuse_no_duplicate_expensive), OT_TEST(test_fuse_no_cycle),
-             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
-             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
-             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
-             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_simplify_pad_window), OT_TEST(test_simplify_reduce_size1),
+             OT_TEST(test_simplify_dot_transpose), OT_TEST(test_simplify_dot_fold_transpose),
+             OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
+             OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
+             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
+             OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
+             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
+             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
+             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
+             OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
              OT_TEST(test_serialize_roundtrip_schedule_order),
              OT_TEST(test_serialize_roundtrip_corpus), OT_TEST(test_serialize_every_attribute),
