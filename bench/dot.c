@@ -33,8 +33,14 @@
  * product most of its second thread; a longer --rep-ms (50) measures products back to back, as
  * a program's kernels run. GFLOP/s medians of --reps (default 5) after the
  * warm-up, the sides interleaved rep by rep; ratio = ours / baseline. Every label names its
- * thread counts. The results are checked against OpenBLAS's (normwise 1e-5).
- *   bench_dot [--json] [--reps N] [--rep-ms MS] [--only TEXT]
+ * thread counts. The results are checked against OpenBLAS's (normwise 1e-5; f64 1e-13).
+ * Cases named "bf16" have bf16 operands and an f32 result (preferred_element_type f32), the
+ * baselines computing the same product on the operands' f32 values (cblas_sgemm, exact widening;
+ * the widening outside the timing); cases named "f64" are f64 throughout against cblas_dgemm.
+ * --cpu-time times each side by the process's CPU time instead of the wall clock: with one thread
+ * per side (OPTITPU_THREADS=1) that is each side's own computing time, which other processes on a
+ * loaded machine do not inflate the way they inflate the wall clock (the labels say so).
+ *   bench_dot [--json] [--reps N] [--rep-ms MS] [--only TEXT] [--cpu-time]
  *   (--only: the cases whose name contains TEXT) */
 #include "optitpu/bench.h"
 #include "optitpu/compiler.h"
@@ -62,38 +68,62 @@ typedef struct dcase {
     bool rhs_t;      /* rhs stored [batch..., n, k] */
     bool bshd;       /* 2 batch dims, the second between the matrix dims: lhs [b0, m, b1, k],
                       * rhs [b0, n, b1, k] (attention's [batch, seq, heads, dim]; rhs_t) */
+    int prec;        /* 0: f32; PREC_BF16: bf16 operands, f32 result; PREC_F64: f64 */
 } dcase;
 
+enum { PREC_BF16 = 1, PREC_F64 = 2 };
+
 static const dcase g_cases[] = {
-    {"mlp fwd 512x1024x784", 0, 1, 1, 512, 1024, 784, false, false, false},
-    {"mlp fwd 512x1024x1024", 0, 1, 1, 512, 1024, 1024, false, false, false},
-    {"mlp fwd 512x10x1024 (N=10)", 0, 1, 1, 512, 10, 1024, false, false, false},
-    {"mlp dx 512x1024x10 rhs^T (K=10)", 0, 1, 1, 512, 1024, 10, false, true, false},
-    {"mlp dx 512x1024x1024 rhs^T", 0, 1, 1, 512, 1024, 1024, false, true, false},
-    {"mlp dW 784x1024x512 lhs^T", 0, 1, 1, 784, 1024, 512, true, false, false},
-    {"mlp dW 1024x1024x512 lhs^T", 0, 1, 1, 1024, 1024, 512, true, false, false},
-    {"mlp dW 1024x10x512 lhs^T (N=10)", 0, 1, 1, 1024, 10, 512, true, false, false},
-    {"tblock qkv 1024x768x256", 0, 1, 1, 1024, 768, 256, false, false, false},
-    {"tblock ffn1 1024x1024x256", 0, 1, 1, 1024, 1024, 256, false, false, false},
-    {"tblock ffn2 1024x256x1024", 0, 1, 1, 1024, 256, 1024, false, false, false},
-    {"tblock dx 1024x256x1024 rhs^T", 0, 1, 1, 1024, 256, 1024, false, true, false},
-    {"tblock dW 256x1024x1024 lhs^T", 0, 1, 1, 256, 1024, 1024, true, false, false},
-    {"tblock QK^T 8x4 x 128x128x64 rhs^T", 2, 8, 4, 128, 128, 64, false, true, false},
-    {"attention QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, false},
-    {"attention PV 4x8 x 256x64x256", 2, 4, 8, 256, 64, 256, false, false, false},
-    {"attention dV 4x8 x 256x64x256 lhs^T", 2, 4, 8, 256, 64, 256, true, false, false},
-    {"attention BSHD QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, true},
-    {"square 1024^3", 0, 1, 1, 1024, 1024, 1024, false, false, false},
-    {"square 1024^3 rhs^T", 0, 1, 1, 1024, 1024, 1024, false, true, false},
-    {"batched 32 x 256^3", 1, 32, 1, 256, 256, 256, false, false, false},
-    {"rnn step 32x257x129", 0, 1, 1, 32, 257, 129, false, false, false},
-    {"rnn step 32x257x257", 0, 1, 1, 32, 257, 257, false, false, false},
-    {"small mlp fwd 129x333x1000", 0, 1, 1, 129, 333, 1000, false, false, false},
-    {"small mlp fwd 129x77x333", 0, 1, 1, 129, 77, 333, false, false, false},
-    {"small mlp dx 129x333x77 rhs^T", 0, 1, 1, 129, 333, 77, false, true, false},
-    {"small mlp dW 333x1000x129 lhs^T", 0, 1, 1, 333, 1000, 129, true, false, false},
-    {"small mlp dW 77x333x129 lhs^T", 0, 1, 1, 77, 333, 129, true, false, false},
+    {"mlp fwd 512x1024x784", 0, 1, 1, 512, 1024, 784, false, false, false, 0},
+    {"mlp fwd 512x1024x1024", 0, 1, 1, 512, 1024, 1024, false, false, false, 0},
+    {"mlp fwd 512x10x1024 (N=10)", 0, 1, 1, 512, 10, 1024, false, false, false, 0},
+    {"mlp dx 512x1024x10 rhs^T (K=10)", 0, 1, 1, 512, 1024, 10, false, true, false, 0},
+    {"mlp dx 512x1024x1024 rhs^T", 0, 1, 1, 512, 1024, 1024, false, true, false, 0},
+    {"mlp dW 784x1024x512 lhs^T", 0, 1, 1, 784, 1024, 512, true, false, false, 0},
+    {"mlp dW 1024x1024x512 lhs^T", 0, 1, 1, 1024, 1024, 512, true, false, false, 0},
+    {"mlp dW 1024x10x512 lhs^T (N=10)", 0, 1, 1, 1024, 10, 512, true, false, false, 0},
+    {"tblock qkv 1024x768x256", 0, 1, 1, 1024, 768, 256, false, false, false, 0},
+    {"tblock ffn1 1024x1024x256", 0, 1, 1, 1024, 1024, 256, false, false, false, 0},
+    {"tblock ffn2 1024x256x1024", 0, 1, 1, 1024, 256, 1024, false, false, false, 0},
+    {"tblock dx 1024x256x1024 rhs^T", 0, 1, 1, 1024, 256, 1024, false, true, false, 0},
+    {"tblock dW 256x1024x1024 lhs^T", 0, 1, 1, 256, 1024, 1024, true, false, false, 0},
+    {"tblock QK^T 8x4 x 128x128x64 rhs^T", 2, 8, 4, 128, 128, 64, false, true, false, 0},
+    {"attention QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, false, 0},
+    {"attention PV 4x8 x 256x64x256", 2, 4, 8, 256, 64, 256, false, false, false, 0},
+    {"attention dV 4x8 x 256x64x256 lhs^T", 2, 4, 8, 256, 64, 256, true, false, false, 0},
+    {"attention BSHD QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, true, 0},
+    {"square 1024^3", 0, 1, 1, 1024, 1024, 1024, false, false, false, 0},
+    {"square 1024^3 rhs^T", 0, 1, 1, 1024, 1024, 1024, false, true, false, 0},
+    {"batched 32 x 256^3", 1, 32, 1, 256, 256, 256, false, false, false, 0},
+    {"rnn step 32x257x129", 0, 1, 1, 32, 257, 129, false, false, false, 0},
+    {"rnn step 32x257x257", 0, 1, 1, 32, 257, 257, false, false, false, 0},
+    {"small mlp fwd 129x333x1000", 0, 1, 1, 129, 333, 1000, false, false, false, 0},
+    {"small mlp fwd 129x77x333", 0, 1, 1, 129, 77, 333, false, false, false, 0},
+    {"small mlp dx 129x333x77 rhs^T", 0, 1, 1, 129, 333, 77, false, true, false, 0},
+    {"small mlp dW 333x1000x129 lhs^T", 0, 1, 1, 333, 1000, 129, true, false, false, 0},
+    {"small mlp dW 77x333x129 lhs^T", 0, 1, 1, 77, 333, 129, true, false, false, 0},
+    /* 16-bit operands: xla_compare's bf16 matmul + GELU and the MLP's shapes */
+    {"bf16 matmul 1000x3072x768", 0, 1, 1, 1000, 3072, 768, false, false, false, PREC_BF16},
+    {"bf16 mlp dx 512x1024x1024 rhs^T", 0, 1, 1, 512, 1024, 1024, false, true, false, PREC_BF16},
+    {"bf16 mlp dW 1024x1024x512 lhs^T", 0, 1, 1, 1024, 1024, 512, true, false, false, PREC_BF16},
+    {"bf16 attention QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, false,
+     PREC_BF16},
+    {"bf16 small 129x77x333", 0, 1, 1, 129, 77, 333, false, false, false, PREC_BF16},
+    /* f64: xla_compare's layer norm + dense (1000 x 333 -> 77) and its gradients' shapes */
+    {"f64 dense 1000x77x333", 0, 1, 1, 1000, 77, 333, false, false, false, PREC_F64},
+    {"f64 dense dx 1000x333x77 rhs^T", 0, 1, 1, 1000, 333, 77, false, true, false, PREC_F64},
+    {"f64 dense dW 333x77x1000 lhs^T", 0, 1, 1, 333, 77, 1000, true, false, false, PREC_F64},
+    {"f64 square 512^3", 0, 1, 1, 512, 512, 512, false, false, false, PREC_F64},
+    {"f64 batched 16 x 128x128x128", 1, 16, 1, 128, 128, 128, false, false, false, PREC_F64},
 };
+
+static size_t op_size(const dcase *d) { /* bytes per operand element as the dot takes it */
+    return d->prec == PREC_F64 ? 8 : d->prec == PREC_BF16 ? 2 : 4;
+}
+
+static size_t out_size(const dcase *d) {
+    return d->prec == PREC_F64 ? 8 : 4;
+}
 
 static int64_t nbatch(const dcase *d) {
     return d->b0 * d->b1;
@@ -129,11 +159,18 @@ static ot_module *build(const dcase *d) {
     dn.rhs_contract[0] = d->rhs_t ? nb + 1 : nb;
 shapes:;
     ot_shape ls, rs;
-    ot_shape_make(&ls, OT_F32, nb + 2, ld);
-    ot_shape_make(&rs, OT_F32, nb + 2, rd);
+    ot_dtype dt = d->prec == PREC_F64 ? OT_F64 : d->prec == PREC_BF16 ? OT_BF16 : OT_F32;
+    ot_shape_make(&ls, dt, nb + 2, ld);
+    ot_shape_make(&rs, dt, nb + 2, rd);
     ot_instr *l = ot_build_parameter(c, 0, ls, "l"), *r = ot_build_parameter(c, 1, rs, "r");
-    ot_computation_set_root(c,
-                            ot_build_dot(c, l, r, &dn, OT_PRECISION_DEFAULT, OT_PRECISION_DEFAULT));
+    ot_attrs at;
+    memset(&at, 0, sizeof at);
+    at.dot = &dn;
+    ot_ir_shape hint = {.kind = OT_IR_ARRAY}; /* the result dtype (preferred_element_type) */
+    hint.array.rank = -1;
+    hint.array.dtype = d->prec == PREC_F64 ? OT_F64 : OT_F32;
+    ot_instr *ops[2] = {l, r};
+    ot_computation_set_root(c, ot_build(c, OT_OP_DOT, ops, 2, &at, NULL, 0, &hint, NULL));
     ot_module_set_entry(m, c);
     if (ot_module_finalize(m) != OT_OK) {
         ot_module_free(m);
@@ -144,12 +181,22 @@ shapes:;
 
 typedef struct gemm_job {
     const dcase *d;
-    const float *a, *b;
+    const float *a, *b; /* f32 cases and bf16 (the operands' values) */
     float *c;
+    const double *ad, *bd; /* f64 cases */
+    double *cd;
 } gemm_job;
 
 static void gemm_one(const gemm_job *j, int64_t q) {
     const dcase *d = j->d;
+    if (d->prec == PREC_F64) { /* no f64 case has bshd */
+        cblas_dgemm(CblasRowMajor, d->lhs_t ? CblasTrans : CblasNoTrans,
+                    d->rhs_t ? CblasTrans : CblasNoTrans, (int)d->m, (int)d->n, (int)d->k, 1.0,
+                    j->ad + q * d->m * d->k, d->lhs_t ? (int)d->m : (int)d->k,
+                    j->bd + q * d->k * d->n, d->rhs_t ? (int)d->k : (int)d->n, 0.0,
+                    j->cd + q * d->m * d->n, (int)d->n);
+        return;
+    }
     if (d->bshd) { /* batch element (q / b1, q % b1): rows b1 * k apart */
         int64_t i0 = q / d->b1, i1 = q % d->b1, ld = d->b1 * d->k;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->m, (int)d->n, (int)d->k, 1.0f,
@@ -200,6 +247,16 @@ static double cpu_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static bool g_cpu_time; /* --cpu-time */
+
+/* what a timed section reads: the wall clock, or with --cpu-time the process's CPU time */
+static uint64_t now_ns(void) {
+    if (!g_cpu_time) return ot_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Untimed: until the process's threads are idle (spinning workers of the last side gone to
  * sleep): under 0.1 CPU over a 5 ms window, at most 1 s. */
 static void wait_quiet(void) {
@@ -226,15 +283,29 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
     }
     size_t na = (size_t)(B * d->m * d->k), nb = (size_t)(B * d->k * d->n),
            nc = (size_t)(B * d->m * d->n);
-    float *a = ot_aligned_alloc(64, na * 4), *b = ot_aligned_alloc(64, nb * 4);
-    float *c1 = ot_aligned_alloc(64, nc * 4), *c2 = ot_aligned_alloc(64, nc * 4);
+    size_t es = op_size(d), os = out_size(d);
+    void *a = ot_aligned_alloc(64, na * es), *b = ot_aligned_alloc(64, nb * es);
+    void *c1 = ot_aligned_alloc(64, nc * os), *c2 = ot_aligned_alloc(64, nc * os);
+    /* the baselines' f32 operands: a and b themselves, or bf16's values widened */
+    float *af = d->prec == PREC_BF16 ? ot_aligned_alloc(64, na * 4) : a;
+    float *bf = d->prec == PREC_BF16 ? ot_aligned_alloc(64, nb * 4) : b;
     int64_t an = ot_executable_arena_size(exe);
     void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
     uint64_t s = 12345;
-    for (size_t e = 0; e < na; e++)
-        a[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
-    for (size_t e = 0; e < nb; e++)
-        b[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
+    for (size_t e = 0; e < na + nb; e++) { /* uniform in [-0.5, 0.5) */
+        s = s * 6364136223846793005ull + 1;
+        double v = (double)(s >> 11) / 9007199254740992.0 - 0.5;
+        void *o = e < na ? a : b;
+        size_t i = e < na ? e : e - na;
+        if (d->prec == PREC_F64) {
+            ((double *)o)[i] = v;
+        } else if (d->prec == PREC_BF16) {
+            ((uint16_t *)o)[i] = ot_f32_to_bf16((float)v);
+            (e < na ? af : bf)[i] = ot_bf16_to_f32(((uint16_t *)o)[i]);
+        } else {
+            ((float *)o)[i] = (float)v;
+        }
+    }
     void *params[2] = {a, b}, *outs[1] = {c1};
     double flops = 2.0 * (double)B * (double)d->m * (double)d->n * (double)d->k;
     double *ours = calloc((size_t)reps, sizeof *ours), *base = calloc((size_t)reps, sizeof *base),
@@ -242,20 +313,20 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
 #if OT_HAVE_DNNL
     float *c3 = ot_aligned_alloc(64, nc * 4), *c4 = ot_aligned_alloc(64, nc * 4);
 #endif
-    gemm_job job = {d, a, b, c2};
+    gemm_job job = {d, af, bf, c2, a, b, c2};
     ot_run_result rr;
     memset(&rr, 0, sizeof rr);
     int rc = 0, inner = 1;
     for (int r = -1; r < reps && !rc; r++) {
         openblas_set_num_threads(1); /* what ours sets: set here, outside its timing */
         wait_quiet();
-        uint64_t t0 = ot_now_ns();
+        uint64_t t0 = now_ns();
         for (int q = 0; q < inner && !rc; q++)
             if (ot_execute_on_host(exe, arena, params, outs, NULL, 0, &rr) != OT_OK) {
                 fprintf(stderr, "bench_dot: %s: %s\n", d->name, ot_last_error());
                 rc = 1;
             }
-        uint64_t t1 = ot_now_ns();
+        uint64_t t1 = now_ns();
         if (r < 0) { /* the warm-up fixes the calls per repetition: >= rep_ms of ours */
             double one = (double)(t1 - t0) > 1 ? (double)(t1 - t0) : 1;
             inner = (int)ceil(rep_ms * 1e6 / one);
@@ -264,9 +335,9 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
         }
         openblas_set_num_threads(threads);
         wait_quiet();
-        uint64_t t2 = ot_now_ns();
+        uint64_t t2 = now_ns();
         for (int q = 0; q < inner; q++) gemm_all(&job);
-        uint64_t t3 = ot_now_ns();
+        uint64_t t3 = now_ns();
         if (r >= 0) {
             ours[r] = inner * flops / (double)(t1 - t0);
             base[r] = inner * flops / (double)(t3 - t2);
@@ -274,26 +345,28 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
         if (B > 1) {
             openblas_set_num_threads(1);
             wait_quiet();
-            uint64_t t4 = ot_now_ns();
+            uint64_t t4 = now_ns();
             for (int q = 0; q < inner; q++)
                 ot_parallel_for(pool, B, 1, OT_SCHEDULE_STATIC, gemm_range, &job);
-            uint64_t t5 = ot_now_ns();
+            uint64_t t5 = now_ns();
             if (r >= 0) split[r] = inner * flops / (double)(t5 - t4);
         }
 #if OT_HAVE_DNNL
-        omp_set_num_threads(threads);
-        wait_quiet();
-        uint64_t t6 = ot_now_ns();
-        for (int q = 0; q < inner; q++) dnnl_all(&job, c3);
-        uint64_t t7 = ot_now_ns();
-        if (r >= 0) dnn[r] = inner * flops / (double)(t7 - t6);
+        if (!d->prec) {
+            omp_set_num_threads(threads);
+            wait_quiet();
+            uint64_t t6 = now_ns();
+            for (int q = 0; q < inner; q++) dnnl_all(&job, c3);
+            uint64_t t7 = now_ns();
+            if (r >= 0) dnn[r] = inner * flops / (double)(t7 - t6);
+        }
 #endif
     }
 #if OT_HAVE_DNNL
     /* oneDNN's bits at 1, 2, 3 and 8 OpenMP threads (untimed) */
     bool dnnl_same = true;
     static const int omp_threads[4] = {1, 2, 3, 8};
-    for (int q = 0; q < 4 && !rc; q++) {
+    for (int q = 0; q < 4 && !rc && !d->prec; q++) {
         omp_set_num_threads(omp_threads[q]);
         dnnl_all(&job, q ? c4 : c3);
         if (q && memcmp(c3, c4, nc * 4)) dnnl_same = false;
@@ -307,23 +380,29 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
      * come from cancellation, where the sum order alone changes their relative error) */
     double maxd = 0, maxv = 0;
     for (size_t e = 0; e < nc && !rc; e++) {
-        double df = fabs((double)c1[e] - c2[e]), v = fabs((double)c2[e]);
+        double x = os == 8 ? ((double *)c1)[e] : ((float *)c1)[e];
+        double y = os == 8 ? ((double *)c2)[e] : ((float *)c2)[e];
+        double df = fabs(x - y), v = fabs(y);
         if (!(df <= maxd)) maxd = df; /* NaN too */
         if (v > maxv) maxv = v;
     }
-    if (!rc && !(maxd <= 1e-5 * maxv)) {
+    if (!rc && !(maxd <= (d->prec == PREC_F64 ? 1e-13 : 1e-5) * maxv)) {
         fprintf(stderr, "bench_dot: %s: results differ from OpenBLAS's (normwise %g)\n", d->name,
                 maxd / maxv);
         rc = 1;
     }
     if (!rc) {
-        char name[128], bname[128];
-        snprintf(name, sizeof name, "%s, compiled dot, %d thread%s", d->name, threads, ths);
+        char name[128], bname[160];
+        const char *gm = d->prec == PREC_F64    ? "cblas_dgemm"
+                         : d->prec == PREC_BF16 ? "cblas_sgemm on the f32 values"
+                                                : "cblas_sgemm";
+        snprintf(name, sizeof name, "%s, compiled dot, %d thread%s%s", d->name, threads, ths,
+                 g_cpu_time ? ", CPU time" : "");
         if (B > 1)
-            snprintf(bname, sizeof bname, "%lld cblas_sgemm in a row, OpenBLAS %d thread%s",
-                     (long long)B, threads, ths);
+            snprintf(bname, sizeof bname, "%lld %s in a row, OpenBLAS %d thread%s", (long long)B,
+                     gm, threads, ths);
         else
-            snprintf(bname, sizeof bname, "cblas_sgemm, OpenBLAS %d thread%s", threads, ths);
+            snprintf(bname, sizeof bname, "%s, OpenBLAS %d thread%s", gm, threads, ths);
         ot_bench_row row = {.bench = "dot",
                             .case_name = name,
                             .metric = "GFLOP/s",
@@ -334,14 +413,15 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
         ot_bench_print(&row, json);
         if (B > 1) {
             snprintf(bname, sizeof bname,
-                     "%lld cblas_sgemm split over %d pool thread%s, OpenBLAS 1 thread each",
-                     (long long)B, threads, ths);
+                     "%lld %s split over %d pool thread%s, OpenBLAS 1 thread each", (long long)B,
+                     gm, threads, ths);
             row.baseline = bname;
             row.baseline_value = ot_bench_median(split, (size_t)reps);
             row.ratio = row.value / row.baseline_value;
             ot_bench_print(&row, json);
         }
 #if OT_HAVE_DNNL
+        if (d->prec) goto done; /* dnnl_sgemm: f32 only */
         char dname[200];
         snprintf(dname, sizeof dname, "%s, dnnl_sgemm (oneDNN), %d OpenMP thread%s; bits %s",
                  d->name, threads, ths,
@@ -358,6 +438,7 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
                              .baseline_value = ot_bench_median(base, (size_t)reps)};
         drow.ratio = drow.value / drow.baseline_value;
         ot_bench_print(&drow, json);
+    done:;
 #endif
     }
     free(ours);
@@ -370,6 +451,10 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
 #endif
     ot_aligned_free(a);
     ot_aligned_free(b);
+    if (d->prec == PREC_BF16) {
+        ot_aligned_free(af);
+        ot_aligned_free(bf);
+    }
     ot_aligned_free(c1);
     ot_aligned_free(c2);
     ot_aligned_free(arena);
@@ -388,12 +473,15 @@ int main(int argc, char **argv) {
             json = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cpu-time"))
+            g_cpu_time = true;
         else if (!strcmp(argv[i], "--rep-ms") && i + 1 < argc)
             rep_ms = atof(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_dot [--json] [--reps N] [--rep-ms MS] [--only TEXT]\n");
+            fprintf(stderr, "usage: bench_dot [--json] [--reps N] [--rep-ms MS] [--only TEXT] "
+                            "[--cpu-time]\n");
             return 2;
         }
     }

@@ -3,7 +3,8 @@
 # OPTITPU_THREADS threads, and every row names the thread count of each side (ours and the
 # baseline), for 1 and 2 threads; bench_dot's batched cases have both baselines (the threaded
 # cblas_sgemm calls in a row, and the calls split over the same pool; built with oneDNN, its
-# dnnl_sgemm rows on the same threads against OpenBLAS). One rep:
+# dnnl_sgemm rows on the same threads against OpenBLAS); the bf16 cases' baseline is
+# cblas_sgemm on the operands' f32 values, the f64 cases' cblas_dgemm. One rep:
 # this checks the rows, not the figures (docs/benchmarks.md has those). Skipped (77) when the
 # benchmarks are not built (-DOT_BUILD_BENCH=OFF).
 # Usage: test_bench_baselines.sh OPTITPU_BINARY SOURCE_DIR BUILD_DIR
@@ -45,10 +46,16 @@ for r in dot:
     if " x " in r["case"]:  # batched: "... 4x8 x 256x256x64 ...", "batched 32 x 256^3"
         batched.setdefault(r["case"], []).append(r["baseline"])
 assert len(batched) >= 4, batched
+def gemm(case):  # the baseline's GEMM, by the case's precision
+    return ("cblas_dgemm" if case.startswith("f64 ") else
+            "cblas_sgemm on the f32 values" if case.startswith("bf16 ") else "cblas_sgemm")
 for case, bl in batched.items():
-    assert len(bl) == 2 and "cblas_sgemm in a row" in bl[0] and "split" in bl[1], (case, bl)
+    assert len(bl) == 2 and f"{gemm(case)} in a row" in bl[0] and "split" in bl[1], (case, bl)
 single = [r for r in dot if r["case"] not in batched]
-assert single and all(r["baseline"].startswith("cblas_sgemm, OpenBLAS") for r in single), single
+assert single and all(r["baseline"].startswith(f"{gemm(r['case'])}, OpenBLAS")
+                      for r in single), single
+assert any(r["case"].startswith("bf16 ") for r in dot), "no bf16 case"
+assert any(r["case"].startswith("f64 ") for r in dot), "no f64 case"
 for r in adam:
     assert r["case"].endswith(", " + th), r
     assert r["baseline"].endswith(", " + th), r

@@ -23,7 +23,8 @@ static uint64_t g_rng = 0x6e33;
 /* The own GEMM's condition (src/exec/fast_dot.c sg_cpu). */
 static bool own_gemm_cpu(void) {
 #if defined(__x86_64__)
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
 #else
     return false;
 #endif
@@ -498,6 +499,99 @@ static void test_half_dot(void) {
     }
 }
 
+/* ---- f64 ------------------------------------------------------------------------------------
+ * An f64 dot of at least 12 rows and 9 columns: the fast dot (the own GEMM on 8 lanes, one fma
+ * chain per element) equals the reference kernel (fma in k order) bit for bit, on 1, 2, 3 and 8
+ * threads, over shapes with tails of every blocking, every edge register block, transposed and
+ * copied operands, batches with own and shared packed B, and values with NaN, infinities, signed
+ * zeros,
+ * subnormal operands (read as zero under FTZ), products that overflow or underflow, and partial
+ * sums in and out of the subnormal range (kept, as in the reference). */
+static double f64_val(int values) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t r = g_rng;
+    if (values == 1 && (r >> 32) % 23 == 0) {
+        static const uint64_t sp[] = {0x7ff8000000000000ull, 0xfff8000000000123ull,
+                                      0x7ff0000000000001ull, 0x7ff0000000000000ull,
+                                      0xfff0000000000000ull, 0x0000000000000000ull,
+                                      0x8000000000000000ull, 0x0000000000000001ull,
+                                      0x800fffffffffffffull, 0x7fefffffffffffffull};
+        double v;
+        memcpy(&v, &sp[(r >> 40) % 10], 8);
+        return v;
+    }
+    double v = (double)(r >> 11) / 4503599627370496.0 - 1.0;     /* [-1, 1), 52 random bits */
+    if (values == 2) v = ldexp(v, (int)((r >> 8) % 1201) - 600); /* products under- and overflow */
+    if (values == 3) v = ldexp(v, -515 - (int)((r >> 8) % 7));   /* partial sums subnormal */
+    return v;
+}
+
+static void test_f64_dot(void) {
+    if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: f64 dots run through OpenBLAS");
+    const ot_dtype D = OT_F64;
+    const hcase cs[] = {
+        {D, D, D, 1, 100, 70, 600, 0, 1}, /* k blocks 256, 256, 88; M, N tails */
+        {D, D, D, 1, 100, 70, 600, 1, 1}, /* both transposed */
+        {D, D, D, 1, 37, 13, 300, 1, 2},  /* 12 x 16 with 5 columns masked */
+        {D, D, D, 1, 300, 520, 700, 1, 2},
+        {D, D, D, 1, 130, 300, 270, 0, 2},
+        {D, D, D, 1, 61, 45, 129, 0, 2},
+        {D, D, D, 1, 60, 50, 40, 0, 3}, /* gradual underflow of the partial sums */
+        {D, D, D, 2, 70, 40, 300, 1, 3},
+        {D, D, D, 1, 1000, 77, 333, 0, 0}, /* xla_compare's f64 dense */
+        {D, D, D, 1, 333, 77, 1000, 1, 0},
+        {D, D, D, 40, 30, 20, 50, 0, 1},    /* each thread packs its elements' B */
+        {D, D, D, 5, 64, 48, 300, 1, 1},    /* own B on 1 and 2 threads, shared on 3 and 8 */
+        {D, D, D, 3, 45, 33, 70, 2, 1},     /* lhs copied into [b, m, k] first */
+        {D, D, D, 4, 29, 35, 4 * 31, 3, 1}, /* contracting dims copied into order */
+        {D, D, D, 1, 12, 9, 1, 0, 1},       /* K = 1 */
+        {D, D, D, 1, 29, 17, 50, 0, 1},     /* rows left 5 (8 x 16), columns 1 past a panel */
+        {D, D, D, 1, 28, 9, 20, 1, 0},      /* 12 + 12 + 4 rows, 1 column masked in */
+        {D, D, D, 1, 14, 300, 3, 0, 1},     /* 12 + 2 rows (4 x 16), 19 panels */
+        {D, D, D, 1, 200, 700, 320, 0, 2},  /* K 320: one k block */
+        {D, D, D, 1, 60, 500, 321, 1, 1},   /* 256 + 65 */
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        const hcase *h = &cs[q];
+        ot_shape ls, rs;
+        ot_module *m = half_module(h, &ls, &rs);
+        ASSERT_TRUE(m);
+        ot_executable *exe = NULL;
+        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
+        size_t na = (size_t)ot_shape_numel_unchecked(&ls),
+               nb = (size_t)ot_shape_numel_unchecked(&rs), nout = (size_t)(h->b * h->m * h->n) * 8;
+        double *a = malloc(na * 8), *b = malloc(nb * 8);
+        void *want = malloc(nout), *got = malloc(nout);
+        ASSERT_TRUE(a && b && want && got);
+        for (size_t e = 0; e < na; e++) a[e] = f64_val(h->values);
+        for (size_t e = 0; e < nb; e++) b[e] = f64_val(h->values);
+        int fast = 0;
+        ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
+        for (int p = 0; p < 4; p++) {
+            ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
+            bool same = !memcmp(got, want, nout), gemm = fast == 1;
+            if (!same || !gemm) {
+                fprintf(stderr, "f64 case %zu on %d threads: %d fast kernels, %s\n", q,
+                        g_nthreads[p], fast, same ? "equal" : "bits differ");
+                for (size_t e = 0, shown = 0; e < nout / 8 && shown < 4; e++)
+                    if (memcmp((double *)got + e, (double *)want + e, 8)) {
+                        fprintf(stderr, "  element %zu: %a, the reference %a\n", e,
+                                ((double *)got)[e], ((double *)want)[e]);
+                        shown++;
+                    }
+            }
+            EXPECT_TRUE(same);
+            EXPECT_TRUE(gemm);
+        }
+        free(a);
+        free(b);
+        free(want);
+        free(got);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+}
+
 static void test_setup(void) {
     for (int k = 0; k < 4; k++)
         EXPECT_TRUE(ot_threadpool_create(g_nthreads[k], &g_pools[k]) == OT_OK);
@@ -512,4 +606,4 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_output_fusion),
-             OT_TEST(test_half_dot), OT_TEST(test_teardown))
+             OT_TEST(test_half_dot), OT_TEST(test_f64_dot), OT_TEST(test_teardown))

@@ -1,8 +1,10 @@
-/* The fast dot (kernels.h): a GEMM over operands viewed as row-major matrices — f32 on x86-64
- * with AVX-512 by a kernel of its own (sg_*: each element one fma chain in k order, B packed once
- * and shared by the pool's threads), otherwise OpenBLAS on one thread per tile of a grid fixed by
- * the shape. Either way the bits do not depend on the thread count; they differ from the
- * reference dot (linalg.c) only by the order and rounding of each sum. */
+/* The fast dot (kernels.h): a GEMM over operands viewed as row-major matrices — on x86-64 with
+ * AVX-512 by a kernel of its own (sg_*: each element one fma chain in k order, B packed once and
+ * shared by the pool's threads) for f32, bf16 / f16 operands (widened as they are packed) and f64
+ * (sd_*: 8 lanes), otherwise OpenBLAS on one thread per tile of a grid fixed by the shape. Either
+ * way the bits do not depend on the thread count. The 16-bit and f64 products of the own kernel
+ * are the reference dot's (linalg.c) bit for bit; f32 ones and OpenBLAS's differ from it only by
+ * the order and rounding of each sum. */
 #include "exec/fast_internal.h"
 
 #include <cblas.h>
@@ -249,7 +251,7 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define SG_OWN    1
-#define SG_AVX512 __attribute__((target("avx512f,fma")))
+#define SG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define SG_KC     256                 /* k per block */
 #define SG_KC1    320                 /* K up to this is one block */
 #define SG_MC     96                  /* a multiple of both register blocks' rows */
@@ -364,19 +366,216 @@ static void sg_ukr(int64_t kc, const float *a, int64_t ld, const float *bp, int6
 }
 
 static bool sg_cpu(void) { /* reads what libgcc found at load: no cost worth caching */
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+}
+
+/* An operand as the packing reads it: f32, or bf16 / f16 widened to f32 as it is read (exact;
+ * with daz a subnormal bf16 reads as a zero of its sign, as the reference widens it under FTZ;
+ * every f16 value is a normal f32), so a 16-bit operand needs no widened copy. */
+typedef struct sg_src {
+    const void *p;
+    ot_dtype t;
+    bool daz;
+} sg_src;
+
+static inline int64_t sg_es(sg_src s) {
+    return s.t == OT_F64 ? 8 : s.t == OT_F32 ? 4 : 2;
+}
+
+/* The address of element off (a prefetch's: computed as an integer, it may lie past the
+ * operand, and a prefetch never faults) */
+static inline const char *sg_at(sg_src s, int64_t off) {
+    return (const char *)((uintptr_t)s.p + (uintptr_t)(off * sg_es(s)));
+}
+
+/* Lanes m of the 16 elements at element off, as f32 (the others zero; never read) */
+SG_AVX512 static inline __m512 sg_load(sg_src s, int64_t off, __mmask16 m) {
+    if (s.t == OT_F32) return _mm512_maskz_loadu_ps(m, (const float *)s.p + off);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)s.p + off);
+    if (s.t == OT_F16) return _mm512_cvtph_ps(h);
+    __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    if (s.daz) { /* a zero exponent field (zero or subnormal) keeps only the sign */
+        __mmask16 sub = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+        u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32((int)0x80000000u));
+    }
+    return _mm512_castsi512_ps(u);
+}
+
+/* ---- f64: the same GEMM on 8 lanes, each element the reference's chain -------------------
+ * An f64 product (N > 8) runs the driver below with panels of 16 doubles and these
+ * kernels: every element of C is the reference's sum (src/exec/linalg.c ACC_F64_FMA): one chain
+ * of fmas in k order from 0, the partial sums underflowing gradually (the GEMM runs without
+ * FTZ/DAZ), the operands flushed as they are packed under FTZ (sd_load), the finished sums
+ * flushed and a NaN made the canonical quiet NaN (half_finish). */
+static inline __mmask8 sd_lanes(int64_t n) {
+    return n >= 8 ? (__mmask8)0xff : (__mmask8)((1u << n) - 1u);
+}
+
+/* Lanes m of the 8 doubles at element off (the others zero); with daz a subnormal reads as a
+ * zero of its sign */
+SG_AVX512 static inline __m512d sd_load(sg_src s, int64_t off, __mmask8 m) {
+    __m512i u = _mm512_castpd_si512(_mm512_maskz_loadu_pd(m, (const double *)s.p + off));
+    if (s.daz) {
+        __mmask8 sub = _mm512_testn_epi64_mask(u, _mm512_set1_epi64(0x7ff0000000000000ll));
+        u = _mm512_mask_and_epi64(u, sub, u, _mm512_set1_epi64((long long)0x8000000000000000ull));
+    }
+    return _mm512_castsi512_pd(u);
+}
+
+/* R x 16: two zmm of columns per row, the second masked */
+#define SD_UKR2(NAME, ROWS)                                                                        \
+    SG_AVX512 static void NAME(int64_t kc, const double *restrict a, int64_t ld,                   \
+                               const double *restrict bp, int64_t bs, double *c, int64_t ldc,      \
+                               bool load, int64_t nq, __mmask8 m) {                                \
+        ROWS(SD_DECL2)                                                                             \
+        for (int64_t k = 0; k < kc; k++) {                                                         \
+            __m512d b0 = _mm512_load_pd(bp), b1 = _mm512_load_pd(bp + 8);                          \
+            ROWS(SD_MA2)                                                                           \
+            a += ld;                                                                               \
+            bp += bs;                                                                              \
+        }                                                                                          \
+        ROWS(SD_STORE2)                                                                            \
+    }
+#define SD_DECL2(i)                                                                                \
+    __m512d c##i##a = _mm512_setzero_pd(), c##i##b = _mm512_setzero_pd();                          \
+    if (load && (i) < nq) {                                                                        \
+        c##i##a = _mm512_loadu_pd(c + (i)*ldc);                                                    \
+        c##i##b = _mm512_maskz_loadu_pd(m, c + (i)*ldc + 8);                                       \
+    }
+#define SD_MA2(i)                                                                                  \
+    {                                                                                              \
+        __m512d x = _mm512_set1_pd(a[i]);                                                          \
+        c##i##a = _mm512_fmadd_pd(x, b0, c##i##a);                                                 \
+        c##i##b = _mm512_fmadd_pd(x, b1, c##i##b);                                                 \
+    }
+#define SD_STORE2(i)                                                                               \
+    if ((i) < nq) {                                                                                \
+        _mm512_storeu_pd(c + (i)*ldc, c##i##a);                                                    \
+        _mm512_mask_storeu_pd(c + (i)*ldc + 8, m, c##i##b);                                        \
+    }
+SD_UKR2(sd_ukr_4x16, SG_R4)
+SD_UKR2(sd_ukr_8x16, SG_R8)
+SD_UKR2(sd_ukr_12x16, SG_R12)
+
+/* R x 8: one zmm of columns per row, masked (the last <= 8 columns of C) */
+#define SD_UKR1(NAME, ROWS)                                                                        \
+    SG_AVX512 static void NAME(int64_t kc, const double *restrict a, int64_t ld,                   \
+                               const double *restrict bp, int64_t bs, double *c, int64_t ldc,      \
+                               bool load, int64_t nq, __mmask8 m) {                                \
+        ROWS(SD_DECL1)                                                                             \
+        for (int64_t k = 0; k < kc; k++) {                                                         \
+            __m512d b0 = _mm512_load_pd(bp);                                                       \
+            ROWS(SD_MA1)                                                                           \
+            a += ld;                                                                               \
+            bp += bs;                                                                              \
+        }                                                                                          \
+        ROWS(SD_STORE1)                                                                            \
+    }
+#define SD_DECL1(i)                                                                                \
+    __m512d c##i = load && (i) < nq ? _mm512_maskz_loadu_pd(m, c + (i)*ldc) : _mm512_setzero_pd();
+#define SD_MA1(i) c##i = _mm512_fmadd_pd(_mm512_set1_pd(a[i]), b0, c##i);
+#define SD_STORE1(i)                                                                               \
+    if ((i) < nq) _mm512_mask_storeu_pd(c + (i)*ldc, m, c##i);
+SD_UKR1(sd_ukr_4x8, SG_R4)
+SD_UKR1(sd_ukr_8x8, SG_R8)
+SD_UKR1(sd_ukr_12x8, SG_R12)
+
+/* sg_ukr's f64 twin: nq rows (<= mr = 12) x nj columns (<= the panel's nr = bs = 16) */
+static void sd_ukr(int64_t kc, const double *a, int64_t ld, const double *bp, int64_t bs, double *c,
+                   int64_t ldc, bool load, int64_t nq, int64_t nj) {
+    if (nj > 8) {
+        __mmask8 m = sd_lanes(nj - 8);
+        if (nq <= 4)
+            sd_ukr_4x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        else if (nq <= 8)
+            sd_ukr_8x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        else
+            sd_ukr_12x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        return;
+    }
+    __mmask8 m = sd_lanes(nj);
+    if (nq <= 4)
+        sd_ukr_4x8(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+    else if (nq <= 8)
+        sd_ukr_8x8(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+    else
+        sd_ukr_12x8(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+}
+
+/* The 8 x 8 block r[i] (lane k) transposed in place: r[k] lane i. Pairs of rows interleaved,
+ * then 128-bit lanes exchanged twice. */
+SG_AVX512 static inline void sd_tr8(__m512d r[8]) {
+    __m512d t[8], u[8];
+    for (int i = 0; i < 4; i++) { /* t[2i] lane pair j: (r[2i][2j], r[2i+1][2j]); t[2i+1]: odd */
+        t[2 * i] = _mm512_unpacklo_pd(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_pd(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) /* rows 4h..4h+3: u[4h + c], c < 4, columns c, c + 4 */
+        for (int o = 0; o < 2; o++) {
+            u[4 * h + o] = _mm512_shuffle_f64x2(t[4 * h + o], t[4 * h + 2 + o], 0x88);
+            u[4 * h + 2 + o] = _mm512_shuffle_f64x2(t[4 * h + o], t[4 * h + 2 + o], 0xdd);
+        }
+    /* u[c] (c < 4) holds columns: c = 0: 0, 4; 1: 1, 5; 2: 2, 6; 3: 3, 7 as pairs of rows 0..3 */
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f64x2(u[c], u[4 + c], 0x88);
+        r[4 + c] = _mm512_shuffle_f64x2(u[c], u[4 + c], 0xdd);
+    }
+}
+
+/* sg_pack_rows for f64: d[k * w + i] = src[i * lds + k], rows in [n, w) zero, 8 x 8 blocks */
+SG_AVX512 static void sd_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t n, int64_t w,
+                                   int64_t kc, double *d) {
+    for (int64_t i0 = 0; i0 < w; i0 += 8) {
+        int64_t nl = w - i0 < 8 ? w - i0 : 8, nv = n - i0 < 0 ? 0 : n - i0 < nl ? n - i0 : nl;
+        __mmask8 st = sd_lanes(nl);
+        for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+            int64_t nk = kc - k0 < 8 ? kc - k0 : 8, pk = k0 + 64, pr = i0;
+            if (pk >= kc) { /* prefetch 8 blocks ahead, as sg_pack_rows */
+                pk -= kc;
+                pr += nl;
+            }
+            for (int i = 0; i < nl; i++)
+                _mm_prefetch(sg_at(src, off + (pr + i) * lds + pk), _MM_HINT_T0);
+            __m512d r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nv ? sd_load(src, off + (i0 + i) * lds + k0, sd_lanes(nk))
+                              : _mm512_setzero_pd();
+            sd_tr8(r);
+            for (int k = 0; k < nk; k++) _mm512_mask_storeu_pd(d + (k0 + k) * w + i0, st, r[k]);
+        }
+    }
+}
+
+/* sg_pack_cols for f64: columns [0, n) of kc rows into micro-panels of w columns */
+SG_AVX512 static void sd_pack_cols(sg_src src, int64_t off, int64_t lds, int64_t n, int64_t w,
+                                   int64_t kc, double *d) {
+    int64_t np = cdiv(n, w);
+    for (int64_t k = 0; k < kc; k++) {
+        for (int64_t j = 0; j < n; j += 8)
+            _mm_prefetch(sg_at(src, off + (k + 8) * lds + j), _MM_HINT_T0);
+        int64_t s = off + k * lds;
+        for (int64_t q = 0; q < np; q++)
+            for (int64_t j = 0; j < w; j += 8) {
+                int64_t c = q * w + j;
+                _mm512_mask_storeu_pd(d + (q * kc + k) * w + j, sd_lanes(w - j),
+                                      sd_load(src, s + c, sd_lanes(n - c < 0 ? 0 : n - c)));
+            }
+    }
 }
 
 typedef struct sg_run {
     const ex_gemm *g;
     const gemm_view *va, *vb;
-    int mr, nr;      /* register block: 12 x 32 or 24 x 16 */
+    sg_src sa, sb;   /* the operands as packed (A read in place only when f32) */
+    int64_t es;      /* bytes per element of the GEMM: 4 (f32) or 8 (f64) */
+    int mr, nr;      /* register block: 12 x 2 vectors or 24 x 1 (f32 16 lanes, f64 8) */
     int64_t np;      /* B panels of nr columns per batch element */
     int64_t b0, nbg; /* this group's batch elements [b0, b0 + nbg) */
-    float *bp;       /* the group's packed B: [element][panel][k][nr], zero past N */
+    char *bp;        /* the group's packed B: [element][panel][k][nr], zero past N */
     char *tb;        /* per thread, apb bytes apart: 64 bytes holding the key of the rows of A
-                        packed (sg_tasks), SG_MC x SG_KC1 floats of packed A, then with own_b the
-                        element's packed B */
+                        packed (sg_tasks), SG_MC x SG_KC1 elements of packed A, then with own_b
+                        the element's packed B */
     size_t apb;
     bool own_b;             /* each task one batch element, its B packed by its thread */
     bool direct;            /* A read where it lies (whole micro-panels) instead of packed */
@@ -422,8 +621,8 @@ SG_AVX512 static inline void sg_tr16(__m512 r[16]) {
 /* Rows i < w of a row-major source (src, rows lds apart) over k [0, kc) into d as [k][w]
  * (d[k * w + i] = src[i * lds + k]), rows in [n, w) zero: the transposing pack of a row-major A
  * (w = mr) and of a transposed B (w = nr), 16 x 16 blocks through registers. */
-SG_AVX512 static void sg_pack_rows(const float *src, int64_t lds, int64_t n, int64_t w, int64_t kc,
-                                   float *d) {
+SG_AVX512 static void sg_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t n, int64_t w,
+                                   int64_t kc, float *d) {
     for (int64_t i0 = 0; i0 < w; i0 += 16) {
         int64_t nl = w - i0 < 16 ? w - i0 : 16, nv = n - i0 < 0 ? 0 : n - i0 < nl ? n - i0 : nl;
         __mmask16 st = sg_lanes(nl);
@@ -441,11 +640,9 @@ SG_AVX512 static void sg_pack_rows(const float *src, int64_t lds, int64_t n, int
                 pr += nl;
             }
             for (int i = 0; i < nl; i++)
-                _mm_prefetch((const char *)((uintptr_t)src + (uintptr_t)((pr + i) * lds + pk) * 4),
-                             _MM_HINT_T0);
+                _mm_prefetch(sg_at(src, off + (pr + i) * lds + pk), _MM_HINT_T0);
             for (int i = 0; i < 16; i++)
-                r[i] = i < nv ? _mm512_maskz_loadu_ps(ld, src + (i0 + i) * lds + k0)
-                              : _mm512_setzero_ps();
+                r[i] = i < nv ? sg_load(src, off + (i0 + i) * lds + k0, ld) : _mm512_setzero_ps();
             sg_tr16(r);
             for (int k = 0; k < nk; k++) _mm512_mask_storeu_ps(d + (k0 + k) * w + i0, st, r[k]);
         }
@@ -457,20 +654,18 @@ SG_AVX512 static void sg_pack_rows(const float *src, int64_t lds, int64_t n, int
  * transposed A. Row by row across the panels (one pass over each row's lines, not one per
  * panel), each row's lines prefetched 8 rows ahead: the rows lie lds apart, often 4 KiB or more,
  * where the hardware's prefetch does not follow. */
-SG_AVX512 static void sg_pack_cols(const float *src, int64_t lds, int64_t n, int64_t w, int64_t kc,
-                                   float *d) {
-    int64_t np = cdiv(n, w);
+SG_AVX512 static void sg_pack_cols(sg_src src, int64_t off, int64_t lds, int64_t n, int64_t w,
+                                   int64_t kc, float *d) {
+    int64_t np = cdiv(n, w), step = 64 / sg_es(src); /* elements per cache line */
     for (int64_t k = 0; k < kc; k++) {
-        uintptr_t pf = (uintptr_t)src + (uintptr_t)((k + 8) * lds) * 4;
-        for (int64_t j = 0; j < n; j += 16)
-            _mm_prefetch((const char *)(pf + (uintptr_t)j * 4), _MM_HINT_T0);
-        const float *s = src + k * lds;
+        for (int64_t j = 0; j < n; j += step)
+            _mm_prefetch(sg_at(src, off + (k + 8) * lds + j), _MM_HINT_T0);
+        int64_t s = off + k * lds;
         for (int64_t q = 0; q < np; q++)
             for (int64_t j = 0; j < w; j += 16) {
                 int64_t c = q * w + j;
-                _mm512_mask_storeu_ps(
-                    d + (q * kc + k) * w + j, sg_lanes(w - j),
-                    _mm512_maskz_loadu_ps(sg_lanes(n - c < 0 ? 0 : n - c), s + c));
+                _mm512_mask_storeu_ps(d + (q * kc + k) * w + j, sg_lanes(w - j),
+                                      sg_load(src, s + c, sg_lanes(n - c < 0 ? 0 : n - c)));
             }
     }
 }
@@ -479,40 +674,66 @@ SG_AVX512 static void sg_pack_cols(const float *src, int64_t lds, int64_t n, int
  * element's packed B: panel p at bp + p * K * nr, [k][nr], zero past N). A row-major B is read
  * row by row across the panels: one stream of B instead of one per panel. */
 SG_AVX512 static void sg_pack_b(const sg_run *r, int64_t b, int64_t p0, int64_t p1, int64_t k0,
-                                int64_t kc, float *bp) {
+                                int64_t kc, char *bpc) {
     const ex_gemm *g = r->g;
-    int64_t K = g->K, N = g->N, nr = r->nr, ldb = r->vb->ld;
-    const float *src = (const float *)g->b + view_offset(r->vb, b);
+    int64_t K = g->K, N = g->N, nr = r->nr, ldb = r->vb->ld, off = view_offset(r->vb, b);
+    if (g->t == OT_F64) {
+        double *bp = (double *)bpc;
+        if (g->tb) {
+            for (int64_t p = p0; p < p1; p++) {
+                int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
+                sd_pack_rows(r->sb, off + j0 * ldb + k0, ldb, nj, nr, kc,
+                             bp + p * K * nr + k0 * nr);
+            }
+            return;
+        }
+        for (int64_t k = k0; k < k0 + kc; k++) {
+            int64_t s = off + k * ldb;
+            double *d = bp + p0 * K * nr + k * nr;
+            for (int64_t j = p0 * nr; j < p1 * nr; j += 8) {
+                _mm512_store_pd(d + j % nr, sd_load(r->sb, s + j, sd_lanes(N - j < 0 ? 0 : N - j)));
+                if (j % nr == nr - 8) d += K * nr;
+            }
+        }
+        return;
+    }
+    float *bp = (float *)bpc;
     if (g->tb) {
         for (int64_t p = p0; p < p1; p++) {
             int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
-            sg_pack_rows(src + j0 * ldb + k0, ldb, nj, nr, kc, bp + p * K * nr + k0 * nr);
+            sg_pack_rows(r->sb, off + j0 * ldb + k0, ldb, nj, nr, kc, bp + p * K * nr + k0 * nr);
         }
         return;
     }
     for (int64_t k = k0; k < k0 + kc; k++) {
-        const float *s = src + k * ldb;
+        int64_t s = off + k * ldb;
         float *d = bp + p0 * K * nr + k * nr;
         for (int64_t j = p0 * nr; j < p1 * nr; j += 16) {
-            _mm512_store_ps(d + j % nr,
-                            _mm512_maskz_loadu_ps(sg_lanes(N - j < 0 ? 0 : N - j), s + j));
+            _mm512_store_ps(d + j % nr, sg_load(r->sb, s + j, sg_lanes(N - j < 0 ? 0 : N - j)));
             if (j % nr == nr - 16) d += K * nr;
         }
     }
 }
 
-/* rows [i0, i0 + mi) x k [k0, k0 + kc) of A (at a) into micro-panels of mr rows, each
- * [k][mr], rows past mi zero */
-static void sg_pack_a(const sg_run *r, const float *a, float *ap, int64_t i0, int64_t mi,
-                      int64_t k0, int64_t kc) {
+/* rows [i0, i0 + mi) x k [k0, k0 + kc) of A (the batch element's at element aoff) into
+ * micro-panels of mr rows, each [k][mr], rows past mi zero */
+static void sg_pack_a(const sg_run *r, int64_t aoff, char *ap, int64_t i0, int64_t mi, int64_t k0,
+                      int64_t kc) {
     int64_t lda = r->va->ld, mr = r->mr;
+    bool f64 = r->g->t == OT_F64;
     if (r->g->ta) { /* row k of A^T across the micro-panels: one stream instead of one per panel */
-        sg_pack_cols(a + k0 * lda + i0, lda, mi, mr, kc, ap);
+        if (f64)
+            sd_pack_cols(r->sa, aoff + k0 * lda + i0, lda, mi, mr, kc, (double *)ap);
+        else
+            sg_pack_cols(r->sa, aoff + k0 * lda + i0, lda, mi, mr, kc, (float *)ap);
         return;
     }
     for (int64_t q = 0; q < mi; q += mr) {
         int64_t nq = mi - q < mr ? mi - q : mr;
-        sg_pack_rows(a + (i0 + q) * lda + k0, lda, nq, mr, kc, ap + q * kc);
+        if (f64)
+            sd_pack_rows(r->sa, aoff + (i0 + q) * lda + k0, lda, nq, mr, kc, (double *)ap + q * kc);
+        else
+            sg_pack_rows(r->sa, aoff + (i0 + q) * lda + k0, lda, nq, mr, kc, (float *)ap + q * kc);
     }
 }
 
@@ -520,7 +741,7 @@ static void sg_pack_a(const sg_run *r, const float *a, float *ap, int64_t i0, in
  * packed by the first task that needs it; a task that finds another thread packing it waits
  * (spinning briefly, then yielding the CPU). Each slice is packed once, so its bits do not depend
  * on which thread packs it. */
-static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t kc, float *bp) {
+static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t kc, char *bp) {
     atomic_int *st = &r->bstate[((b - r->b0) * r->cb + q) * r->nkb + k0 / r->kc];
     int s = atomic_load_explicit(st, memory_order_acquire);
     if (s == SG_B_DONE) return;
@@ -545,34 +766,40 @@ static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t
  * A, tasks of few panels: they would spend about as long packing their rows as multiplying them)
  * read where it lies; a last micro-panel of fewer than mr rows is always packed (zero rows below
  * it). */
-static void sg_block(const sg_run *r, int64_t b, float *bp, int64_t m0, int64_t m1, int64_t p0,
-                     int64_t p1, int64_t cq, float *ap, bool apk) {
+static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m1, int64_t p0,
+                     int64_t p1, int64_t cq, char *ap, bool apk) {
     const ex_gemm *g = r->g;
-    int64_t K = g->K, N = g->N, mr = r->mr, nr = r->nr, lda = r->va->ld, mi = m1 - m0;
+    int64_t K = g->K, N = g->N, mr = r->mr, nr = r->nr, lda = r->va->ld, mi = m1 - m0, es = r->es;
     int64_t full = mi / mr * mr; /* rows in whole micro-panels */
-    const float *a = (const float *)g->a + view_offset(r->va, b);
-    float *cb = (float *)g->c + b * g->M * N;
+    int64_t aoff = view_offset(r->va, b);
+    char *cb = (char *)g->c + b * g->M * N * es;
     for (int64_t k0 = 0; k0 < K; k0 += r->kc) {
         int64_t kc = K - k0 < r->kc ? K - k0 : r->kc;
         if (cq >= 0) sg_need_b(r, b, cq, k0, kc, bp);
         if (apk) {
             /* the rows this thread's last task packed: one k block, the same rows */
         } else if (!r->direct)
-            sg_pack_a(r, a, ap, m0, mi, k0, kc);
+            sg_pack_a(r, aoff, ap, m0, mi, k0, kc);
         else if (full < mi) /* the short micro-panel, at its place in a packed block */
-            sg_pack_a(r, a, ap + full * kc, m0 + full, mi - full, k0, kc);
+            sg_pack_a(r, aoff, ap + full * kc * es, m0 + full, mi - full, k0, kc);
         for (int64_t p = p0; p < p1; p++) {
             int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
-            const float *bk = bp + p * K * nr + k0 * nr;
+            const char *bk = bp + (p * K * nr + k0 * nr) * es;
             for (int64_t q = 0; q < mi; q += mr) {
                 int64_t nq = mi - q < mr ? mi - q : mr;
-                const float *x = ap + q * kc; /* packed: A(i, k) at x[i + k * mr] */
+                const char *x = ap + q * kc * es; /* packed: A(i, k) at x[i + k * mr] */
                 int64_t ld = mr;
                 if (r->direct && nq == mr) { /* transposed A in place: A(i, k) at x[i + k * lda] */
-                    x = a + k0 * lda + m0 + q;
+                    x = (const char *)g->a + (aoff + k0 * lda + m0 + q) * es;
                     ld = lda;
                 }
-                sg_ukr(kc, x, ld, bk, nr, cb + (m0 + q) * N + j0, N, k0 > 0, nq, nj);
+                char *cq0 = cb + ((m0 + q) * N + j0) * es;
+                if (es == 8)
+                    sd_ukr(kc, (const double *)x, ld, (const double *)bk, nr, (double *)cq0, N,
+                           k0 > 0, nq, nj);
+                else
+                    sg_ukr(kc, (const float *)x, ld, (const float *)bk, nr, (float *)cq0, N, k0 > 0,
+                           nq, nj);
             }
         }
     }
@@ -597,14 +824,14 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
     const ex_gemm *g = r->g;
     char *tb = r->tb + (size_t)ith * r->apb;
     int64_t *akey = (int64_t *)tb; /* which rows ap holds (element x row block), or -1 */
-    float *ap = (float *)(tb + 64);
+    char *ap = tb + 64;
     /* under the reference's FTZ: subnormal inputs read as zero and results flushed by the FPU's
      * DAZ | FTZ, as around the OpenBLAS calls (gemm_tiles) */
     unsigned int csr = _mm_getcsr();
     if (g->ftz) _mm_setcsr(csr | 0x8040u);
     for (int64_t w = begin; w < end; w++) {
         if (r->own_b) {
-            float *bp = (float *)(tb + 64 + ex_align64((size_t)SG_MC * SG_KC1 * 4));
+            char *bp = tb + 64 + ex_align64((size_t)(SG_MC * SG_KC1 * r->es));
             sg_pack_b(r, r->b0 + w, 0, r->np, 0, g->K, bp);
             for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC) {
                 int64_t m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
@@ -618,7 +845,7 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
         int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
         if (p0 >= p1) continue;
         int64_t key = b * r->rb + rr;
-        sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr, m0, m1, p0, p1, q, ap,
+        sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr * r->es, m0, m1, p0, p1, q, ap,
                  r->nkb == 1 && *akey == key);
         *akey = key;
         /* the output fusion runs on whole rows: the last of the row block's cb tasks to finish
@@ -639,14 +866,26 @@ static bool sg_use(const ex_gemm *g) {
            sg_cpu();
 }
 
+/* Where the f64 kernels run: products of at least one register block of rows and more than one
+ * vector (8) of columns, whose fma chains are the reference's sums bit for bit. Narrower ones
+ * (matrix x vector, vector x matrix, N <= 8) stay with OpenBLAS on the tile grid (bits of its
+ * own, still independent of the thread count): there the own GEMM spends more on packing and
+ * idle lanes than on multiply-adds (one thread, CPU time, against the tile grid: 300 x 1 x 270 at
+ * 0.27x, 1 x 300 x 270 at 0.34x, 1000 x 8 x 333 at 0.6x). K = 0 (zeros) goes to gemm_tiles. */
+static bool sd_use(const ex_gemm *g) {
+    return g->t == OT_F64 && g->M >= 12 && g->N > 8 && g->K >= 1 && sg_cpu();
+}
+
+/* panel width: f32 one vector of columns (16) when N fits in it, else two; f64 (N > 8) two */
 static int sg_nr(const ex_gemm *g) {
+    if (g->t == OT_F64) return 16;
     return g->N <= 16 ? 16 : 32;
 }
 
 /* packed B of one batch element, bytes */
 static int64_t sg_bpack(const ex_gemm *g) {
     int64_t nr = sg_nr(g);
-    return cdiv(g->N, nr) * nr * g->K * 4;
+    return cdiv(g->N, nr) * nr * g->K * (int64_t)ot_dtype_size(g->t);
 }
 
 /* Each thread packs whole batch elements' B itself when there are at least 2 per thread and
@@ -673,7 +912,7 @@ static int64_t sg_nkb(const ex_gemm *g) {
 /* per-thread scratch: the key of the rows packed, packed A, and with own_b the element's
  * packed B */
 static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
-    return 64 + ex_align64((size_t)SG_MC * SG_KC1 * 4) +
+    return 64 + ex_align64((size_t)SG_MC * SG_KC1 * ot_dtype_size(g->t)) +
            (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
 }
 
@@ -721,15 +960,18 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     sg_run r = {.g = g,
                 .va = va,
                 .vb = vb,
+                .sa = {g->a, g->ad, c->ftz},
+                .sb = {g->b, g->bd, c->ftz},
+                .es = (int64_t)ot_dtype_size(g->t),
                 .nr = sg_nr(g),
                 .own_b = sg_own_b(g, threads),
                 .epi = c->epilogue};
-    r.mr = r.nr == 32 ? 12 : 24;
+    r.mr = r.nr * r.es == 128 ? 12 : 24; /* two vectors of columns: 12 rows, else 24 */
     r.np = cdiv(g->N, r.nr);
     r.apb = sg_thread_bytes(g, threads);
     int64_t gb = r.own_b ? g->nb : sg_group(g), per = r.np * r.nr * g->K;
-    size_t shared = r.own_b ? 0 : ex_align64((size_t)(gb * per * 4));
-    r.bp = (float *)scratch;
+    size_t shared = r.own_b ? 0 : ex_align64((size_t)(gb * per * r.es));
+    r.bp = scratch;
     r.rowdone = (atomic_int_least64_t *)(scratch + shared);
     r.bstate = (atomic_int *)(scratch + shared + sg_rowdone_bytes(g));
     r.nkb = sg_nkb(g);
@@ -741,7 +983,7 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         int64_t work = r.nbg * g->M * g->N * g->K;
         for (int t = 0; t < threads; t++) *(int64_t *)(r.tb + (size_t)t * r.apb) = -1;
         if (r.own_b) {
-            r.direct = g->ta && r.np <= SG_DIRECT;
+            r.direct = g->ta && g->ad == OT_F32 && r.np <= SG_DIRECT;
             ex_par_for_dynamic(c, r.nbg, work * 4, sg_tasks, &r);
             continue;
         }
@@ -751,7 +993,7 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         int64_t cb = sg_cb(g, r.nbg, threads);
         r.pcb = cdiv(r.np, cb);
         r.cb = cdiv(r.np, r.pcb);
-        r.direct = g->ta && r.pcb <= SG_DIRECT;
+        r.direct = g->ta && g->ad == OT_F32 && r.pcb <= SG_DIRECT;
         if (r.epi && r.cb > 1)
             for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
         for (int64_t q = 0; q < r.nbg * r.cb * r.nkb; q++) atomic_init(&r.bstate[q], SG_B_TODO);
@@ -762,69 +1004,24 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
 }
 
 /* ---- 16-bit float operands (bf16, f16) -------------------------------------------------------
- * A dot of bf16 or f16 operands (either, mixed) into f32, bf16 or f16 runs the own f32 GEMM on
- * the operands widened to f32 (exact; under FTZ a subnormal bf16 reads as zero, as the
- * reference's widening does; every f16 value is a normal f32). The product of two such values has
- * at most 22 significant bits, so the GEMM's fma chain over k adds each exact product with one
- * rounding: the reference's ACC_F32_FMA chain (src/exec/linalg.c), bit for bit, provided the
- * partial sums underflow gradually as in the reference — the GEMM runs without FTZ/DAZ (ftz
- * false) and the finished f32 sums are flushed afterwards, with a NaN made the canonical quiet
- * NaN, then rounded to the result dtype (half_finish). That pass runs on each finished block of
- * rows through the GEMM's output-fusion hook, before the fused loop's own (if any). */
+ * A dot of bf16 or f16 operands (either, mixed) into f32, bf16 or f16 runs the own f32 GEMM, the
+ * operands widened to f32 by its packing as they are packed (sg_load: exact; under FTZ a
+ * subnormal bf16 reads as zero, as the reference's widening does; every f16 value is a normal
+ * f32), no widened copy. The product of two such values has at most 22 significant bits, so the
+ * GEMM's fma chain over k adds each exact product with one rounding: the reference's ACC_F32_FMA
+ * chain (src/exec/linalg.c), bit for bit, provided the partial sums underflow gradually as in the
+ * reference — the GEMM runs without FTZ/DAZ (ftz false) and the finished f32 sums are flushed
+ * afterwards, with a NaN made the canonical quiet NaN, then rounded to the result dtype
+ * (half_finish). That pass runs on each finished block of rows through the GEMM's output-fusion
+ * hook, before the fused loop's own (if any). AVX512_BF16's vdpbf16ps (two products per lane and
+ * instruction) cannot give these bits: it flushes subnormal inputs, products and partial sums
+ * whatever MXCSR says, where the reference's partial sums underflow gradually. */
 static bool half_float(ot_dtype t) {
     return t == OT_BF16 || t == OT_F16;
 }
 
 static bool half_dot_dtype(ot_dtype a, ot_dtype b, ot_dtype o) {
     return half_float(a) && half_float(b) && (o == OT_F32 || half_float(o));
-}
-
-#define HALF_CHUNK ((int64_t)1 << 14) /* elements widened per task (a multiple of 16) */
-
-typedef struct half_widen {
-    const uint16_t *src;
-    float *dst;
-    int64_t n;
-    bool bf16, ftz;
-} half_widen;
-
-/* chunks [begin, end) of HALF_CHUNK elements of one operand to f32, 16 at a time */
-SG_AVX512 static void half_widen_range(void *arg, int64_t begin, int64_t end, int ith) {
-    (void)ith;
-    const half_widen *w = arg;
-    int64_t e = begin * HALF_CHUNK;
-    end = end * HALF_CHUNK < w->n ? end * HALF_CHUNK : w->n;
-    for (; e + 16 <= end; e += 16) {
-        __m256i h = _mm256_loadu_si256((const __m256i *)(w->src + e));
-        __m512 f;
-        if (w->bf16) {
-            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-            if (w->ftz) { /* a zero exponent field (zero or subnormal) keeps only the sign */
-                __mmask16 sub = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-                u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32((int)0x80000000u));
-            }
-            f = _mm512_castsi512_ps(u);
-        } else {
-            f = _mm512_cvtph_ps(h);
-        }
-        _mm512_storeu_ps(w->dst + e, f);
-    }
-    for (; e < end; e++) {
-        if (!w->bf16) {
-            w->dst[e] = ot_f16_to_f32(w->src[e]);
-            continue;
-        }
-        uint32_t u = (uint32_t)w->src[e] << 16;
-        if (w->ftz && !(u & 0x7f800000u)) u &= 0x80000000u;
-        memcpy(&w->dst[e], &u, 4);
-    }
-}
-
-/* One operand (n elements of dtype t at src) widened into dst over the pool. */
-static void half_widen_all(ex_kernel_ctx *c, ot_dtype t, const void *src, float *dst, int64_t n,
-                           bool ftz) {
-    half_widen w = {src, dst, n, t == OT_BF16, ftz};
-    ex_par_for(c, cdiv(n, HALF_CHUNK), n * 6, half_widen_range, &w);
 }
 
 /* The finishing pass over the GEMM's f32 sums (an output-fusion hook: elements [b, e) of the
@@ -844,7 +1041,13 @@ static void half_finish(const void *ctx, int64_t b, int64_t e) {
     const half_fin *h = ctx;
     const uint32_t *a = (const uint32_t *)h->acc;
     uint32_t keep = h->ftz ? 0x80000000u : 0xffffffffu; /* what a zero exponent field keeps */
-    if (h->t == OT_F32) {
+    if (h->t == OT_F64) { /* an f64 product (the sums are the result): the same, on 64 bits */
+        uint64_t *p = h->out, keep64 = h->ftz ? 0x8000000000000000ull : ~0ull;
+        for (int64_t i = b; i < e; i++) {
+            uint64_t u = p[i] & ((p[i] & 0x7ff0000000000000ull) ? ~0ull : keep64);
+            p[i] = (u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull ? 0x7ff8000000000000ull : u;
+        }
+    } else if (h->t == OT_F32) {
         uint32_t *p = h->out;
         for (int64_t i = b; i < e; i++) {
             uint32_t u = a[i] & ((a[i] & 0x7f800000u) ? 0xffffffffu : keep);
@@ -951,15 +1154,20 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
     if (L.M > INT_MAX || L.N > INT_MAX || L.K > INT_MAX || L.NB * L.M * L.N == 0) return false;
     /* the runtime's inline rule (ex_par_for_dynamic): the multiply-adds x 4 as "bytes" */
     if (L.NB * L.M * L.N * L.K * 4 < EX_INLINE_BYTES) return false;
-    ex_gemm g = {
-        half ? OT_F32 : odt, L.NB, L.M, L.N, L.K, false, false, NULL, NULL, NULL, 0, 0, false};
+    ex_gemm g = {.t = half ? OT_F32 : odt,
+                 .nb = L.NB,
+                 .M = L.M,
+                 .N = L.N,
+                 .K = L.K,
+                 .ad = ls->dtype,
+                 .bd = rs->dtype};
     gemm_view va;
     if (!view_of(ls, L.lbat, dn->nbatch, L.lfree, L.nlf, dn->lhs_contract, dn->ncontract, L.M, L.K,
                  &g.ta, &va))
         g.ta = false; /* copied into (batch, free, contracting) order first */
 #if SG_OWN
     if (half && !sg_cpu()) return false; /* the reference's */
-    if (half || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
+    if (half || sd_use(&g) || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
 #endif
     gemm_run run;
     gemm_grid(&g, &run);
@@ -972,7 +1180,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     const ot_shape *ls = ins[0].shape, *rs = ins[1].shape;
     ot_dtype odt = os->shape->dtype;
 #if SG_OWN
-    bool half = half_dot_dtype(ls->dtype, rs->dtype, odt); /* the own GEMM on widened operands */
+    bool half = half_dot_dtype(ls->dtype, rs->dtype, odt); /* the own GEMM, widening as it packs */
 #else
     bool half = false;
 #endif
@@ -986,15 +1194,28 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
         ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
         return OT_OK;
-    ex_gemm g = {half ? OT_F32 : odt, NB, M, N, K, false, false, in[0], in[1], out, 0, 0, false};
+    ex_gemm g = {.t = half ? OT_F32 : odt,
+                 .nb = NB,
+                 .M = M,
+                 .N = N,
+                 .K = K,
+                 .a = in[0],
+                 .b = in[1],
+                 .c = out,
+                 .ad = ls->dtype,
+                 .bd = rs->dtype};
 #if SG_OWN
     /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS); it takes
      * any shape (fewer rows or columns than a register block go through its edge blocks) */
     if (half && (NB * M * N == 0 || K == 0 || !sg_cpu())) return OT_OK;
+    /* f64: the own GEMM's fma chains are the reference's sums, bit for bit (sd_use) */
+    bool exact = half || sd_use(&g);
+#else
+    bool exact = false;
 #endif
     *done = true;
     if (NB * M * N == 0) return OT_OK;
-    size_t es = half ? 4 : ot_dtype_size(odt);
+    size_t les = ot_dtype_size(ls->dtype), res = ot_dtype_size(rs->dtype); /* copies */
     gemm_view va, vb;
     /* each operand read where it lies when its dims allow (view_of: A as [M, K] or transposed
      * [K, M], B as [K, N] or transposed [N, K]), else copied into the (batch, free, contracting)
@@ -1002,19 +1223,21 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     bool lcopy = !view_of(ls, lbat, nb, lfree, nlf, dn->lhs_contract, nc, M, K, &g.ta, &va);
     bool rcopy = !view_of(rs, rbat, nb, dn->rhs_contract, nc, rfree, nrf, K, N, &g.tb, &vb);
     int64_t lnum = ot_shape_numel_unchecked(ls), rnum = ot_shape_numel_unchecked(rs);
-    size_t need = 0, lbytes = ex_align64((size_t)lnum * es), rbytes = ex_align64((size_t)rnum * es),
-           gbytes = 0, hbytes = 0;
+    size_t need = 0, lbytes = ex_align64((size_t)lnum * les),
+           rbytes = ex_align64((size_t)rnum * res), gbytes = 0, hbytes = 0;
     if (lcopy) need += lbytes;
     if (rcopy) need += rbytes;
-    if (half) { /* the widened operands, then the f32 sums unless the result is f32 */
-        hbytes = lbytes + rbytes + (odt == OT_F32 ? 0 : ex_align64((size_t)(NB * M * N) * 4));
+    if (half && odt != OT_F32) { /* the f32 sums, rounded to the result by half_finish */
+        hbytes = ex_align64((size_t)(NB * M * N) * 4);
         need += hbytes;
     }
-    g.ftz = c->ftz && !half; /* 16-bit operands: partial sums underflow gradually (see above) */
+    /* 16-bit operands and f64: partial sums underflow gradually (see above), the finished sums
+     * flushed by half_finish */
+    g.ftz = c->ftz && !exact;
     char *gscratch = NULL;
 #if SG_OWN
     int threads = 1;
-    bool own = half || sg_use(&g);
+    bool own = exact || sg_use(&g);
     if (own) {
         threads = ex_par_threads(c, NB * M * N * K * 4);
         gbytes = sg_scratch_bytes(&g, threads);
@@ -1025,23 +1248,17 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         void *sc = NULL;
         OT_CHECK(ex_scratch(c, need, &sc));
         char *p = sc;
-#if SG_OWN
-        if (half) {
-            half_widen_all(c, ls->dtype, in[0], (float *)p, lnum, c->ftz);
-            half_widen_all(c, rs->dtype, in[1], (float *)(p + lbytes), rnum, c->ftz);
-            g.a = p;
-            g.b = p + lbytes;
-            if (odt != OT_F32) g.c = p + lbytes + rbytes;
+        if (hbytes) {
+            g.c = p;
             p += hbytes;
         }
-#endif
         if (lcopy) {
             int64_t perm[OT_MAX_RANK];
             int n = 0;
             for (int k = 0; k < nb; k++) perm[n++] = lbat[k];
             for (int k = 0; k < nlf; k++) perm[n++] = lfree[k];
             for (int k = 0; k < nc; k++) perm[n++] = dn->lhs_contract[k];
-            ex_transpose(c, es, ls->rank, ls->dims, perm, g.a, p);
+            ex_transpose(c, les, ls->rank, ls->dims, perm, g.a, p);
             g.a = p;
             g.ta = false;
             view_dense(&va, NB, M, K, K);
@@ -1053,7 +1270,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
             for (int k = 0; k < nb; k++) perm[n++] = rbat[k];
             for (int k = 0; k < nc; k++) perm[n++] = dn->rhs_contract[k];
             for (int k = 0; k < nrf; k++) perm[n++] = rfree[k];
-            ex_transpose(c, es, rs->rank, rs->dims, perm, g.b, p);
+            ex_transpose(c, res, rs->rank, rs->dims, perm, g.b, p);
             g.b = p;
             g.tb = false;
             view_dense(&vb, NB, K, N, N);
@@ -1062,7 +1279,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         if (gbytes) gscratch = p;
     }
 #if SG_OWN
-    if (own && half) {
+    if (own && exact) {
         half_fin fin = {g.c, out, odt, c->ftz, c->epilogue};
         ex_epilogue hook = {half_finish, &fin};
         c->epilogue = &hook;

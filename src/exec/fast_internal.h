@@ -52,8 +52,10 @@ typedef struct ex_gemm {
     bool ta, tb;
     const void *a, *b;
     void *c;
-    int64_t tm, tn; /* tiles along M and N */
-    bool ftz;       /* flush subnormal results, each tile right after its GEMM (still in cache) */
+    int64_t tm, tn;  /* tiles along M and N */
+    bool ftz;        /* flush subnormal results, each tile right after its GEMM (still in cache) */
+    ot_dtype ad, bd; /* the operands' dtypes: t, or with the own f32 GEMM (fast_dot.c) bf16 or
+                        f16, widened to f32 as they are packed */
 } ex_gemm;
 void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g);
 /* Operands and result of one dtype, f32 or f64: what the GEMM kernels take. */
