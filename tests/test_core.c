@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/core_util.h"
@@ -301,45 +300,6 @@ static void barrier_task(void *arg, int ith, int nth) {
     ot_threadpool_barrier(c->p, ith);
 }
 
-/* Polls until pool p has `want` sleeping workers; false after about 5 s. */
-static bool sleepers_reach(ot_threadpool *p, int want) {
-    for (int i = 0; i < 5000; i++) {
-        if (ot_threadpool_sleepers(p) == want) return true;
-        struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-    }
-    return false;
-}
-
-/* ot_threadpool_prepare wakes a sleeping worker, which spins for a while and then sleeps again;
- * runs stay correct with prepares between and during them; a one-thread pool and NULL are
- * no-ops; a pool freed while prepared returns. */
-static void test_threadpool_prepare(const int64_t *x, int64_t n, int64_t want) {
-    ot_threadpool_prepare(NULL);
-    ot_threadpool *one;
-    ASSERT_OK(ot_threadpool_create(1, &one));
-    ot_threadpool_prepare(one);
-    EXPECT_INT_EQ(ot_threadpool_sleepers(one), 0);
-    ot_threadpool_free(one);
-    ot_threadpool *p;
-    ASSERT_OK(ot_threadpool_create(2, &p));
-    EXPECT_TRUE(sleepers_reach(p, 1)); /* idle: blocked after its spin */
-    ot_threadpool_prepare(p);
-    EXPECT_TRUE(sleepers_reach(p, 0)); /* woken, spinning */
-    EXPECT_TRUE(sleepers_reach(p, 1)); /* asleep again once the preparation lapsed */
-    for (int rep = 0; rep < 200; rep++) {
-        if (rep % 3 == 0) ot_threadpool_prepare(p);
-        sum_ctx c = {.x = x};
-        ot_parallel_for(p, n, 1000, OT_SCHEDULE_DYNAMIC, sum_range, &c);
-        if (rep % 3 == 1) ot_threadpool_prepare(p);
-        int64_t got = 0;
-        for (int i = 0; i < 64; i++) got += c.partial[i];
-        EXPECT_INT_EQ(got, want);
-    }
-    ot_threadpool_prepare(p);
-    ot_threadpool_free(p);
-}
-
 static void test_threadpool(void) {
     enum { N = 100003 };
     int64_t *x = malloc(N * sizeof *x);
@@ -372,7 +332,6 @@ static void test_threadpool(void) {
     }
     ot_threadpool_free(NULL);
     EXPECT_TRUE(ot_threadpool_default() != NULL);
-    test_threadpool_prepare(x, N, want);
     /* allocation failure during creation cleans up */
     for (int fail = 1; fail <= 8; fail++) {
         int64_t live0 = ot_alloc_live();

@@ -263,11 +263,6 @@ OT_API void ot_threadpool_free(ot_threadpool *p); /* joins all workers; NULL is 
 OT_API int ot_threadpool_size(const ot_threadpool *p);
 OT_API void ot_threadpool_run(ot_threadpool *p, ot_task_fn fn, void *ctx);
 OT_API void ot_threadpool_barrier(ot_threadpool *p, int ith);
-/* A hint that a run is coming soon (the caller is about to run a short serial stretch first):
- * wakes the workers that sleep and keeps the idle ones spinning for a few milliseconds, so the
- * run does not wait for them to wake. Costs nothing when nothing sleeps and a recent call already
- * did it; thread-safe; NULL or a one-thread pool is a no-op. */
-OT_API void ot_threadpool_prepare(ot_threadpool *p);
 OT_API void ot_parallel_for(ot_threadpool *p, int64_t n, int64_t chunk, ot_schedule sched,
                             ot_range_fn fn, void *ctx);
 /* A process-wide pool created on first use (OPTITPU_THREADS or the CPU count). */

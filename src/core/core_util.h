@@ -36,9 +36,4 @@ int ot_read_full(int fd, void *dst, size_t n, size_t *got);
  * set. */
 int ot_write_full(int fd, const void *src, size_t n, bool (*fail_now)(void));
 
-/* Workers of pool p blocked on their condition variable (or about to block) now; for tests of
- * ot_threadpool_prepare. NULL: 0. */
-struct ot_threadpool;
-int ot_threadpool_sleepers(struct ot_threadpool *p);
-
 #endif /* OT_CORE_UTIL_H */

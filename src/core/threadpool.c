@@ -1,15 +1,9 @@
 /* A persistent thread pool. Workers sleep on a condition variable between runs; waits spin for a
  * short, bounded time first (cheap hand-off when cores are free) and then block, so that an
- * oversubscribed machine is not burned by spinning. ot_threadpool_prepare announces a run: it
- * wakes the sleeping workers and keeps the idle ones spinning for up to PREPARE_NS, so that a run
- * which follows a serial stretch (a serial kernel, an idle gap) finds its workers awake: on the
- * 2-vCPU VM a worker woken from its condition variable took 0.3-2.2 ms to start, the product
- * losing most of its second thread meanwhile. */
-#include "core/core_util.h"
+ * oversubscribed machine is not burned by spinning. */
 #include "optitpu/core.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +17,6 @@
 #endif
 
 #define SPIN_ITERS 2000
-/* How long a prepared worker waits spinning (ns): longer than the serial kernels that typically
- * separate two parallel ones (an erf fusion of 0.5M elements takes 0.6-2.8 ms), short enough that
- * a worker prepared for a run that does not come soon goes back to sleep. */
-#define PREPARE_NS ((uint64_t)5000000)
-/* Pauses between a spinning worker's sched_yield calls (about 10-20 us): a worker the scheduler
- * put on the caller's CPU lets the caller run. */
-#define YIELD_ITERS 256
 
 struct ot_threadpool {
     int n; /* threads including the caller */
@@ -41,8 +28,6 @@ struct ot_threadpool {
     pthread_mutex_t run_mu; /* serializes runs from different caller threads */
     atomic_uint gen;
     atomic_int pending;
-    atomic_uint_least64_t warm_until; /* ot_now_ns() until which idle workers spin */
-    atomic_int sleepers;              /* workers blocked on cv_work (or about to be) */
     ot_task_fn fn;
     void *ctx;
     bool stop;
@@ -58,38 +43,15 @@ typedef struct worker_arg {
     int ith;
 } worker_arg;
 
-/* Whether an idle worker keeps spinning after its SPIN_ITERS: the pool is prepared (i counts
- * its pauses; the clock is read once every YIELD_ITERS of them, when it also yields). */
-static bool keep_spinning(ot_threadpool *p, int i) {
-    if (i % YIELD_ITERS) return true;
-    if (ot_now_ns() >= atomic_load_explicit(&p->warm_until, memory_order_relaxed)) return false;
-    sched_yield();
-    return true;
-}
-
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     ot_threadpool *p = wa.p;
     unsigned seen = 0;
     for (;;) {
-        for (int i = 0; atomic_load(&p->gen) == seen; i++) {
-            if (i >= SPIN_ITERS && !keep_spinning(p, i)) break;
-            cpu_relax();
-        }
+        for (int i = 0; i < SPIN_ITERS && atomic_load(&p->gen) == seen; i++) cpu_relax();
         pthread_mutex_lock(&p->mu);
-        /* sleepers then warm_until here, warm_until then sleepers in ot_threadpool_prepare (both
-         * sequentially consistent): a prepare either sees this worker counted and wakes it, or
-         * this worker sees the new warm_until and does not block */
-        atomic_fetch_add(&p->sleepers, 1);
-        while (!p->stop && atomic_load(&p->gen) == seen &&
-               ot_now_ns() >= atomic_load(&p->warm_until))
-            pthread_cond_wait(&p->cv_work, &p->mu);
-        atomic_fetch_sub(&p->sleepers, 1);
+        while (!p->stop && atomic_load(&p->gen) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
         bool stop = p->stop;
-        if (!stop && atomic_load(&p->gen) == seen) { /* prepared: back to spinning */
-            pthread_mutex_unlock(&p->mu);
-            continue;
-        }
         seen = atomic_load(&p->gen);
         ot_task_fn fn = p->fn;
         void *ctx = p->ctx;
@@ -151,7 +113,6 @@ ot_status ot_threadpool_create(int nthreads, ot_threadpool **out) {
 
 void ot_threadpool_free(ot_threadpool *p) {
     if (!p) return;
-    atomic_store(&p->warm_until, 0); /* prepared workers stop spinning within YIELD_ITERS */
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_broadcast(&p->cv_work);
@@ -166,10 +127,6 @@ void ot_threadpool_free(ot_threadpool *p) {
     pthread_mutex_destroy(&p->bmu);
     pthread_cond_destroy(&p->bcv);
     ot_free(p);
-}
-
-int ot_threadpool_sleepers(ot_threadpool *p) {
-    return p ? atomic_load(&p->sleepers) : 0;
 }
 
 int ot_threadpool_size(const ot_threadpool *p) {
@@ -197,19 +154,6 @@ void ot_threadpool_run(ot_threadpool *p, ot_task_fn fn, void *ctx) {
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&p->run_mu);
-}
-
-void ot_threadpool_prepare(ot_threadpool *p) {
-    if (!p || p->n == 1) return;
-    uint64_t until = ot_now_ns() + PREPARE_NS;
-    /* many calls per run: the shared line written at most once per 1/8 of PREPARE_NS */
-    if (until < atomic_load_explicit(&p->warm_until, memory_order_relaxed) + PREPARE_NS / 8) return;
-    atomic_store(&p->warm_until, until);
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv_work);
-        pthread_mutex_unlock(&p->mu);
-    }
 }
 
 void ot_threadpool_barrier(ot_threadpool *p, int ith) {

@@ -104,12 +104,6 @@ void ex_par_for_dynamic(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn 
     par_for(c, n, bytes, OT_SCHEDULE_DYNAMIC, fn, arg);
 }
 
-void ex_prepare_pool(ex_kernel_ctx *c) {
-    if (c->reference_only) return;
-    if (!c->pool && c->use_default_pool) c->pool = ot_threadpool_default(); /* needed next */
-    ot_threadpool_prepare(c->pool);
-}
-
 int ex_par_threads(ex_kernel_ctx *c, int64_t bytes) {
     if (bytes < EX_INLINE_BYTES) return 1;
     if (!c->pool && c->use_default_pool) c->pool = ot_threadpool_default(); /* first need */

@@ -112,8 +112,4 @@ int64_t ex_inline_bytes(void);
  * one task in its first pass, multiply-adds x 4 from ex_inline_bytes); ot_host_dot_splits. */
 bool ex_fast_dot_splits(const ot_instr *i, int threads);
 
-/* A kernel that splits over the pool comes next (ot_threadpool_prepare on c's pool, the default
- * pool created if c uses it and it does not exist yet); nothing under reference_only. */
-void ex_prepare_pool(ex_kernel_ctx *c);
-
 #endif

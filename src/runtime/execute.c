@@ -300,19 +300,6 @@ static const ot_kernel *output_fusion(const ot_executable *exe, const ot_launch 
     return reads ? f : NULL;
 }
 
-/* Whether kernel k is likely to split over the pool: a native loop by codegen's own rule, a
- * while loop never (its parts say for themselves), any other kernel when it touches at least the
- * fast kernels' inline bytes (a dot: its multiply-adds x 4, i.e. 2 x flops). A guess for
- * ot_threadpool_prepare: wrong only costs a few milliseconds of a spinning worker. */
-static bool kernel_splits(const ot_executable *exe, const ot_launch *run, int k) {
-    const ot_kernel *kn = ot_executable_kernel(exe, k);
-    if (!kn || kn->opcode == OT_OP_WHILE || kn->kind == OT_KERNEL_COPY) return false;
-    if (kn->kind == OT_KERNEL_FUSION && run->native && cg_native(run->cg, k))
-        return cg_splits(run->cg, k);
-    int64_t bytes = kn->bytes_read + kn->bytes_written;
-    return bytes >= ex_inline_bytes() || kn->flops >= ex_inline_bytes() / 2;
-}
-
 ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const *params,
                              void *const *outs, const ot_run_options *o, int device_index,
                              rt_launch_fn launch, void *launch_ctx, ot_run_result *res) {
@@ -370,20 +357,8 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     ex_epilogue fepi = {run_epilogue, &fr};
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);
-    /* the pool's workers woken ahead of the kernels that split over it: at the start when any
-     * kernel does (the first ones are often small serial ones), then one kernel ahead, so that
-     * they wake while a serial kernel runs instead of inside the parallel one */
-    bool pool_work = launch == rt_host_launch && !ro.reference_kernels;
-    if (pool_work) {
-        for (int k = 0; k < nk; k++)
-            if (kernel_splits(exe, &run, k)) {
-                ex_prepare_pool(&run.kc);
-                break;
-            }
-    }
     for (int k = 0; k < nk; k++) {
         const ot_kernel *kn = ot_executable_kernel(exe, k);
-        if (pool_work && k + 1 < nk && kernel_splits(exe, &run, k + 1)) ex_prepare_pool(&run.kc);
         if (ro.cancel && atomic_load(ro.cancel)) {
             st = ot_error(OT_ERR_CANCELLED, "execute: cancelled before kernel %d of %d (%s)", k, nk,
                           kn->name);
