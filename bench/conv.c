@@ -61,23 +61,6 @@ static const ccase k_cases[] = {
      "bf01_oi01->bf01", 16384, 64, 576},
 };
 
-static double cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Untimed: until the process's threads are idle: under 0.1 CPU over a 5 ms window, at most 1 s. */
-static void wait_quiet(void) {
-    for (int i = 0; i < 200; i++) {
-        double c0 = cpu_seconds();
-        uint64_t t0 = ot_now_ns();
-        nanosleep(&(struct timespec){0, 5000000}, NULL);
-        double wall = (double)(ot_now_ns() - t0) / 1e9;
-        if (cpu_seconds() - c0 < 0.1 * wall) return;
-    }
-}
-
 static void fill(float *v, size_t n, uint64_t s) {
     for (size_t e = 0; e < n; e++)
         v[e] = (float)((s = s * 6364136223846793005ull + 1) >> 40) / 16777216.0f - 0.5f;
@@ -152,7 +135,7 @@ int main(int argc, char **argv) {
         int inner = 1;
         for (int r = -1; r < reps && !rc; r++) {
             openblas_set_num_threads(1); /* what ours sets: set here, outside its timing */
-            wait_quiet();
+            ot_bench_wait_idle();
             uint64_t t0 = ot_now_ns();
             for (int q = 0; q < inner && !rc; q++)
                 if (ot_execute_on_host(exe, arena, params, outs, NULL, 0, &rr) != OT_OK) {
@@ -167,7 +150,7 @@ int main(int argc, char **argv) {
                 if (inner > 1000) inner = 1000;
             }
             openblas_set_num_threads(threads);
-            wait_quiet();
+            ot_bench_wait_idle();
             uint64_t t2 = ot_now_ns();
             for (int q = 0; q < inner; q++)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->m, (int)d->n,

@@ -241,12 +241,6 @@ static void gemm_range(void *ctx, int64_t b, int64_t e, int ith) {
     for (int64_t q = b; q < e; q++) gemm_one(ctx, q);
 }
 
-static double cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static bool g_cpu_time; /* --cpu-time */
 
 /* what a timed section reads: the wall clock, or with --cpu-time the process's CPU time */
@@ -255,18 +249,6 @@ static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Untimed: until the process's threads are idle (spinning workers of the last side gone to
- * sleep): under 0.1 CPU over a 5 ms window, at most 1 s. */
-static void wait_quiet(void) {
-    for (int i = 0; i < 200; i++) {
-        double c0 = cpu_seconds();
-        uint64_t t0 = ot_now_ns();
-        nanosleep(&(struct timespec){0, 5000000}, NULL);
-        double wall = (double)(ot_now_ns() - t0) / 1e9;
-        if (cpu_seconds() - c0 < 0.1 * wall) return;
-    }
 }
 
 /* One case: its rows printed; 0, or 1 on a failure (reported on stderr). */
@@ -319,7 +301,7 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
     int rc = 0, inner = 1;
     for (int r = -1; r < reps && !rc; r++) {
         openblas_set_num_threads(1); /* what ours sets: set here, outside its timing */
-        wait_quiet();
+        ot_bench_wait_idle();
         uint64_t t0 = now_ns();
         for (int q = 0; q < inner && !rc; q++)
             if (ot_execute_on_host(exe, arena, params, outs, NULL, 0, &rr) != OT_OK) {
@@ -334,7 +316,7 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
             if (inner > 1000) inner = 1000;
         }
         openblas_set_num_threads(threads);
-        wait_quiet();
+        ot_bench_wait_idle();
         uint64_t t2 = now_ns();
         for (int q = 0; q < inner; q++) gemm_all(&job);
         uint64_t t3 = now_ns();
@@ -344,7 +326,7 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
         }
         if (B > 1) {
             openblas_set_num_threads(1);
-            wait_quiet();
+            ot_bench_wait_idle();
             uint64_t t4 = now_ns();
             for (int q = 0; q < inner; q++)
                 ot_parallel_for(pool, B, 1, OT_SCHEDULE_STATIC, gemm_range, &job);
@@ -354,7 +336,7 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
 #if OT_HAVE_DNNL
         if (!d->prec) {
             omp_set_num_threads(threads);
-            wait_quiet();
+            ot_bench_wait_idle();
             uint64_t t6 = now_ns();
             for (int q = 0; q < inner; q++) dnnl_all(&job, c3);
             uint64_t t7 = now_ns();

@@ -64,6 +64,10 @@ OT_API void ot_bench_print(const ot_bench_row *r, bool json);
 OT_API void ot_bench_print_header(bool json);
 /* Median of n values (sorts v in place); NaN when n == 0. */
 OT_API double ot_bench_median(double *v, size_t n);
+/* Untimed, before a timed section: returns once the process's threads are idle (spinning
+ * workers of the previous section gone to sleep): under 0.1 CPU over a 5 ms window, at most 1 s.
+ * Thread-safe; sleeps in 5 ms steps. */
+OT_API void ot_bench_wait_idle(void);
 
 /* Which limits to measure (bit mask). */
 enum {

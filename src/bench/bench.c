@@ -1,10 +1,12 @@
-/* The common benchmark row format: an aligned table, or one JSON object per line (jansson). */
+/* The common benchmark row format (an aligned table, or one JSON object per line, jansson) and
+ * the idle wait before a timed section. */
 #include "optitpu/bench.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -17,6 +19,21 @@ double ot_bench_median(double *v, size_t n) {
     if (n == 0) return NAN;
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double seconds(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void ot_bench_wait_idle(void) {
+    for (int i = 0; i < 200; i++) {
+        double c0 = seconds(CLOCK_PROCESS_CPUTIME_ID), t0 = seconds(CLOCK_MONOTONIC);
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+        double wall = seconds(CLOCK_MONOTONIC) - t0;
+        if (seconds(CLOCK_PROCESS_CPUTIME_ID) - c0 < 0.1 * wall) return;
+    }
 }
 
 void ot_bench_print_header(bool json) {
