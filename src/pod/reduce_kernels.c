@@ -18,55 +18,59 @@
         }                                                                                          \
     } while (0)
 
+/* Both combines' dispatch: LOOP(T, EXPR) for the dtype and op; integers wrap. */
+#define COMBINE_DISPATCH(LOOP, WHO)                                                                \
+    switch (dt) {                                                                                  \
+    case OT_F32:                                                                                   \
+        if (op == OT_REDOP_SUM)                                                                    \
+            LOOP(float, a + b);                                                                    \
+        else if (op == OT_REDOP_PROD)                                                              \
+            LOOP(float, a *b);                                                                     \
+        else if (op == OT_REDOP_MAX)                                                               \
+            LOOP(float, a > b ? a : b);                                                            \
+        else                                                                                       \
+            LOOP(float, a < b ? a : b);                                                            \
+        break;                                                                                     \
+    case OT_F64:                                                                                   \
+        if (op == OT_REDOP_SUM)                                                                    \
+            LOOP(double, a + b);                                                                   \
+        else if (op == OT_REDOP_PROD)                                                              \
+            LOOP(double, a *b);                                                                    \
+        else if (op == OT_REDOP_MAX)                                                               \
+            LOOP(double, a > b ? a : b);                                                           \
+        else                                                                                       \
+            LOOP(double, a < b ? a : b);                                                           \
+        break;                                                                                     \
+    case OT_S32:                                                                                   \
+        if (op == OT_REDOP_SUM)                                                                    \
+            LOOP(int32_t, (int32_t)((uint32_t)a + (uint32_t)b));                                   \
+        else if (op == OT_REDOP_PROD)                                                              \
+            LOOP(int32_t, (int32_t)((uint32_t)a * (uint32_t)b));                                   \
+        else if (op == OT_REDOP_MAX)                                                               \
+            LOOP(int32_t, a > b ? a : b);                                                          \
+        else                                                                                       \
+            LOOP(int32_t, a < b ? a : b);                                                          \
+        break;                                                                                     \
+    case OT_S64:                                                                                   \
+        if (op == OT_REDOP_SUM)                                                                    \
+            LOOP(int64_t, (int64_t)((uint64_t)a + (uint64_t)b));                                   \
+        else if (op == OT_REDOP_PROD)                                                              \
+            LOOP(int64_t, (int64_t)((uint64_t)a * (uint64_t)b));                                   \
+        else if (op == OT_REDOP_MAX)                                                               \
+            LOOP(int64_t, a > b ? a : b);                                                          \
+        else                                                                                       \
+            LOOP(int64_t, a < b ? a : b);                                                          \
+        break;                                                                                     \
+    default: OT_ASSERT(!WHO ": not an accumulation dtype");                                        \
+    }
+
 /* The build's -O2 vectorizes only loops without an epilogue; these streaming loops are the
  * inner loop of every reduction, so GCC gets the full vectorizer here. */
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #endif
 void ot_pod_combine(void *dst, const void *src, size_t n, ot_dtype dt, ot_redop op) {
-    switch (dt) {
-    case OT_F32:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(float, a + b);
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(float, a *b);
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(float, a > b ? a : b);
-        else
-            COMBINE_LOOP(float, a < b ? a : b);
-        break;
-    case OT_F64:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(double, a + b);
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(double, a *b);
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(double, a > b ? a : b);
-        else
-            COMBINE_LOOP(double, a < b ? a : b);
-        break;
-    case OT_S32:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(int32_t, (int32_t)((uint32_t)a + (uint32_t)b));
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(int32_t, (int32_t)((uint32_t)a * (uint32_t)b));
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(int32_t, a > b ? a : b);
-        else
-            COMBINE_LOOP(int32_t, a < b ? a : b);
-        break;
-    case OT_S64:
-        if (op == OT_REDOP_SUM)
-            COMBINE_LOOP(int64_t, (int64_t)((uint64_t)a + (uint64_t)b));
-        else if (op == OT_REDOP_PROD)
-            COMBINE_LOOP(int64_t, (int64_t)((uint64_t)a * (uint64_t)b));
-        else if (op == OT_REDOP_MAX)
-            COMBINE_LOOP(int64_t, a > b ? a : b);
-        else
-            COMBINE_LOOP(int64_t, a < b ? a : b);
-        break;
-    default: OT_ASSERT(!"ot_pod_combine: not an accumulation dtype");
-    }
+    COMBINE_DISPATCH(COMBINE_LOOP, "ot_pod_combine")
 }
 
 #define COMBINE_TO_LOOP(T, EXPR)                                                                   \
@@ -84,49 +88,7 @@ __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #endif
 void ot_pod_combine_to(void *dst, const void *src_a, const void *src_b, size_t n, ot_dtype dt,
                        ot_redop op) {
-    switch (dt) {
-    case OT_F32:
-        if (op == OT_REDOP_SUM)
-            COMBINE_TO_LOOP(float, a + b);
-        else if (op == OT_REDOP_PROD)
-            COMBINE_TO_LOOP(float, a *b);
-        else if (op == OT_REDOP_MAX)
-            COMBINE_TO_LOOP(float, a > b ? a : b);
-        else
-            COMBINE_TO_LOOP(float, a < b ? a : b);
-        break;
-    case OT_F64:
-        if (op == OT_REDOP_SUM)
-            COMBINE_TO_LOOP(double, a + b);
-        else if (op == OT_REDOP_PROD)
-            COMBINE_TO_LOOP(double, a *b);
-        else if (op == OT_REDOP_MAX)
-            COMBINE_TO_LOOP(double, a > b ? a : b);
-        else
-            COMBINE_TO_LOOP(double, a < b ? a : b);
-        break;
-    case OT_S32:
-        if (op == OT_REDOP_SUM)
-            COMBINE_TO_LOOP(int32_t, (int32_t)((uint32_t)a + (uint32_t)b));
-        else if (op == OT_REDOP_PROD)
-            COMBINE_TO_LOOP(int32_t, (int32_t)((uint32_t)a * (uint32_t)b));
-        else if (op == OT_REDOP_MAX)
-            COMBINE_TO_LOOP(int32_t, a > b ? a : b);
-        else
-            COMBINE_TO_LOOP(int32_t, a < b ? a : b);
-        break;
-    case OT_S64:
-        if (op == OT_REDOP_SUM)
-            COMBINE_TO_LOOP(int64_t, (int64_t)((uint64_t)a + (uint64_t)b));
-        else if (op == OT_REDOP_PROD)
-            COMBINE_TO_LOOP(int64_t, (int64_t)((uint64_t)a * (uint64_t)b));
-        else if (op == OT_REDOP_MAX)
-            COMBINE_TO_LOOP(int64_t, a > b ? a : b);
-        else
-            COMBINE_TO_LOOP(int64_t, a < b ? a : b);
-        break;
-    default: OT_ASSERT(!"ot_pod_combine_to: not an accumulation dtype");
-    }
+    COMBINE_DISPATCH(COMBINE_TO_LOOP, "ot_pod_combine_to")
 }
 
 void ot_pod_tree_combine(void *dst, const void *const *in, int n, size_t k, ot_dtype dt,
