@@ -185,6 +185,24 @@ static void test_windows(void) {
               "size=8x8 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");
 }
 
+/* Features outermost (NCHW and its 1-D and 3-D forms) with at least 16 features on both image
+ * operands: oneDNN's blocked layout, each chunk of images reordered into it and back — forward,
+ * filter gradient and lhs-dilated input gradient; feature counts not a multiple of the block
+ * (padded blocks), several images per chunk, strided, dilated and odd-sized windows. */
+static void test_nchw_blocked(void) {
+    conv_case("f32[16,24,17,15]", "f32[40,24,3,3]", "f32[16,40,8,7]",
+              "size=3x3 stride=2x2 pad=0_0x0_0", "bf01_oi01->bf01");
+    conv_case("f32[6,16,14,14]", "f32[32,16,3,3]", "f32[6,32,10,10]", "size=3x3 rhs_dilate=2x2",
+              "bf01_oi01->bf01");
+    conv_case("f32[16,16,9,9]", "f32[16,32,9,9]", "f32[32,16,3,3]", "size=9x9 pad=1_1x1_1",
+              "fb01_io01->fb01");
+    conv_case("f32[8,32,8,8]", "f32[32,16,3,3]", "f32[8,16,16,16]",
+              "size=3x3 pad=2_1x2_1 lhs_dilate=2x2 rhs_reversal=1x1", "bf01_io01->bf01");
+    conv_case("f32[8,16,50]", "f32[32,16,5]", "f32[8,32,50]", "size=5 pad=2_2", "bf0_oi0->bf0");
+    conv_case("f32[2,16,6,6,6]", "f32[20,16,3,3,3]", "f32[2,20,6,6,6]",
+              "size=3x3x3 pad=1_1x1_1x1_1", "bf012_oi012->bf012");
+}
+
 /* HLO text of a module with parameters a (lhs), b (rhs), bias [features] and root
  * relu(conv(a, b) + bias) (part 0), conv(a, b) (part 1) or relu(a + bias) over a parameter a of
  * the convolution's result shape (part 2). */
@@ -247,6 +265,10 @@ static void test_output_fusion(void) {
          "bf01_oi01->bf01", 1},
         {"f32[8,8,8,16]", "f32[3,3,8,16]", "f32[8,16,16,8]", "f32[8]",
          "size=3x3 pad=2_1x2_1 lhs_dilate=2x2 rhs_reversal=1x1", "b01f_01oi->b01f", 3},
+        {"f32[8,16,12,12]", "f32[32,16,3,3]", "f32[8,32,12,12]", "f32[32]", "size=3x3 pad=1_1x1_1",
+         "bf01_oi01->bf01", 1},
+        {"f32[8,32,8,8]", "f32[32,16,3,3]", "f32[8,16,16,16]", "f32[16]",
+         "size=3x3 pad=2_1x2_1 lhs_dilate=2x2 rhs_reversal=1x1", "bf01_io01->bf01", 1},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         ot_module *m[3];
@@ -311,4 +333,5 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc),
-             OT_TEST(test_windows), OT_TEST(test_output_fusion), OT_TEST(test_teardown))
+             OT_TEST(test_windows), OT_TEST(test_nchw_blocked), OT_TEST(test_output_fusion),
+             OT_TEST(test_teardown))

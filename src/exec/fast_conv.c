@@ -400,7 +400,7 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
             if (!p.cmaj) perm[np++] = cd->kernel_input_feature;
             perm[np++] = cd->kernel_output_feature;
             ex_transpose(c, es, rs->rank, rs->dims, perm, r, wm);
-            ex_par_for(c, ntasks, work * 4, conv_tasks, &p);
+            ex_par_for_dynamic(c, ntasks, work * 4, conv_tasks, &p);
             continue;
         }
         /* W[(q, c), o] = kernel[o, c, kk(q)] (kk reversed where the window says so); with cmaj
@@ -425,7 +425,7 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
             }
             conv_next(k, p.kdims, p.ns);
         }
-        ex_par_for(c, ntasks, work * 4, conv_tasks, &p);
+        ex_par_for_dynamic(c, ntasks, work * 4, conv_tasks, &p);
     }
     if (c->ftz) { /* the output is fully written: flush it whole */
         ex_flush_out(osh->dtype, out, ot_shape_numel_unchecked(osh));

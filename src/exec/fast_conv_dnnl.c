@@ -14,18 +14,23 @@
  *    the images, as JAX lowers the gradient of the weights): the HLO convolution read as oneDNN's
  *    backward-weights primitive — oneDNN's images are the HLO lhs's features, its channels the
  *    lhs's batch, its output gradient the HLO kernel, its weight gradient the HLO output.
- * Layouts: operands whose features are innermost are read and written in place; others are
- * transposed into that layout in scratch (ex_transpose) and the result back, except where the
- * image operand has few features (a first layer: 3 colours): it is then read as it lies and the
- * other image operand (output, or output gradient) goes through oneDNN's blocked layout (16
- * features innermost), reordered chunk by chunk while in cache — oneDNN's first-layer kernels.
+ * Layouts: operands whose features are innermost are read and written in place. Where the image
+ * operand has few features (a first layer: 3 colours) and they are not innermost, it is read as
+ * it lies and the other image operand (output, or output gradient) goes through oneDNN's blocked
+ * layout (16 features innermost), reordered chunk by chunk while in cache — oneDNN's first-layer
+ * kernels. Where neither image operand has its features innermost (NCHW) and both have at least
+ * 16, both go through the blocked layout the same way: each chunk's images reordered into
+ * per-thread scratch before the call, its results reordered back into place after it, so no
+ * pass over the whole arrays (a transpose) precedes or follows the parallel chunks. Other
+ * layouts are transposed into nxc scratch (ex_transpose) and the result back.
  * Determinism: every oneDNN call runs on one thread (its OpenMP team set to one
- * thread around the call) over a chunk of the images fixed by the shape; the chunks run in
- * parallel on the pool. A forward output element is one call's sum; a filter gradient is the
- * chunks' partial sums added in chunk order. So the bits depend on the shape and the CPU's ISA,
- * never on the thread count. Every sum is the reference's terms in another order, as the
- * OpenBLAS path's (fast_conv.c). Where oneDNN offers only its reference or GEMM implementation
- * for a shape, or refuses it, ex_fast_conv runs its own im2col + GEMM path. */
+ * thread around the call) over a chunk of the images fixed by the shape; the chunks are handed
+ * out to the pool's threads one at a time (whichever is free: a late worker costs no idle wait). A
+ * forward output element is one call's sum; a filter gradient is the chunks' partial sums added in
+ * chunk order. So the bits depend on the shape and the CPU's ISA, never on the thread count. Every
+ * sum is the reference's terms in another order, as the OpenBLAS path's (fast_conv.c). Where oneDNN
+ * offers only its reference or GEMM implementation for a shape, or refuses it, ex_fast_conv runs
+ * its own im2col + GEMM path. */
 #include "exec/fast_internal.h"
 
 #ifdef OT_HAVE_DNNL
@@ -84,8 +89,9 @@ typedef struct dn_entry {
     dnnl_primitive_t wreorder; /* W plain -> oneDNN's (forward), oneDNN's -> plain (filter
                                   gradient); NULL when they are the same layout */
     dnnl_primitive_t breorder; /* DN_BLK: B blocked -> as it lies (forward), or back */
-    dnnl_memory_desc_t amd, bmd, bio, wmd, padmd, wplain;
-    size_t wbytes, padbytes, bblk; /* bblk: one chunk of B blocked (DN_BLK) */
+    dnnl_primitive_t areorder; /* DN_BLK: A as it lies -> blocked, or back (input gradient) */
+    dnnl_memory_desc_t amd, aio, bmd, bio, wmd, padmd, wplain;
+    size_t wbytes, padbytes, ablk, bblk; /* ablk, bblk: one chunk of A, B blocked (DN_BLK) */
 } dn_entry;
 
 #define DN_CACHE 64
@@ -95,10 +101,11 @@ static unsigned g_cache_next;
 
 static void dn_entry_free(dn_entry *e) {
     if (e->breorder) dnnl_primitive_destroy(e->breorder);
+    if (e->areorder) dnnl_primitive_destroy(e->areorder);
     if (e->wreorder) dnnl_primitive_destroy(e->wreorder);
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->pd) dnnl_primitive_desc_destroy(e->pd);
-    e->breorder = e->wreorder = e->prim = NULL;
+    e->areorder = e->breorder = e->wreorder = e->prim = NULL;
     e->pd = NULL;
 }
 
@@ -127,13 +134,15 @@ static bool dn_entry_make(dn_entry *e) {
     int nd = k->ns + 2, wnd = nd + (k->groups > 1);
     static const dnnl_format_tag_t blk[4] = {dnnl_format_tag_undef, dnnl_nCw16c, dnnl_nChw16c,
                                              dnnl_nCdhw16c};
-    dnnl_memory_desc_t bprim, wany;
+    dnnl_memory_desc_t aprim, bprim, wany;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fpd = NULL;
     dnnl_convolution_desc_t fd, bd;
     bool ok =
-        dnnl_memory_desc_init_by_strides(&e->amd, nd, k->adims, dnnl_f32, k->astr) ==
+        dnnl_memory_desc_init_by_strides(&e->aio, nd, k->adims, dnnl_f32, k->astr) ==
             dnnl_success &&
+        (k->amode != DN_BLK || dnnl_memory_desc_init_by_tag(&aprim, nd, k->adims, dnnl_f32,
+                                                            blk[k->ns]) == dnnl_success) &&
         dnnl_memory_desc_init_by_strides(&e->bio, nd, k->bdims, dnnl_f32, k->bstr) ==
             dnnl_success &&
         (k->bmode != DN_BLK || dnnl_memory_desc_init_by_tag(&bprim, nd, k->bdims, dnnl_f32,
@@ -144,14 +153,15 @@ static bool dn_entry_make(dn_entry *e) {
             dnnl_success &&
         dnnl_primitive_attr_create(&attr) == dnnl_success &&
         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
+    if (ok && k->amode != DN_BLK) aprim = e->aio;
     if (ok && k->bmode != DN_BLK) bprim = e->bio;
     ok = ok &&
          dnnl_dilated_convolution_forward_desc_init(
-             &fd, dnnl_forward_training, dnnl_convolution_direct, &e->amd, &wany, NULL, &bprim,
+             &fd, dnnl_forward_training, dnnl_convolution_direct, &aprim, &wany, NULL, &bprim,
              k->stride, k->dil, k->pl, k->ph) == dnnl_success &&
          dnnl_primitive_desc_create(&fpd, &fd, attr, g_engine, NULL) == dnnl_success;
     if (ok && k->bwdd) {
-        ok = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &e->amd,
+        ok = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &aprim,
                                                               &wany, &bprim, k->stride, k->dil,
                                                               k->pl, k->ph) == dnnl_success &&
              dnnl_primitive_desc_create(&e->pd, &bd, attr, g_engine, fpd) == dnnl_success;
@@ -160,7 +170,7 @@ static bool dn_entry_make(dn_entry *e) {
         fpd = NULL;
     } else if (ok) {
         ok = dnnl_dilated_convolution_backward_weights_desc_init(
-                 &bd, dnnl_convolution_direct, &e->amd, &wany, NULL, &bprim, k->stride, k->dil,
+                 &bd, dnnl_convolution_direct, &aprim, &wany, NULL, &bprim, k->stride, k->dil,
                  k->pl, k->ph) == dnnl_success &&
              dnnl_primitive_desc_create(&e->pd, &bd, attr, g_engine, fpd) == dnnl_success;
     }
@@ -168,6 +178,8 @@ static bool dn_entry_make(dn_entry *e) {
     if (attr) dnnl_primitive_attr_destroy(attr);
     ok = ok && dn_impl_ok(e->pd) && dnnl_primitive_create(&e->prim, e->pd) == dnnl_success;
     if (ok) {
+        e->amd = *dnnl_primitive_desc_query_md(
+            e->pd, k->bwdd ? dnnl_query_diff_src_md : dnnl_query_src_md, 0);
         e->bmd = *dnnl_primitive_desc_query_md(
             e->pd, k->bwdw || k->bwdd ? dnnl_query_diff_dst_md : dnnl_query_dst_md, 0);
         e->wmd = *dnnl_primitive_desc_query_md(
@@ -176,13 +188,17 @@ static bool dn_entry_make(dn_entry *e) {
         e->wbytes = ex_align64(dnnl_memory_desc_get_size(&e->wmd));
         e->padbytes = ex_align64(dnnl_memory_desc_get_size(&e->padmd));
         if (e->padbytes == 0) e->padbytes = 64;
+        e->ablk = k->amode == DN_BLK ? ex_align64(dnnl_memory_desc_get_size(&e->amd)) : 0;
         e->bblk = k->bmode == DN_BLK ? ex_align64(dnnl_memory_desc_get_size(&e->bmd)) : 0;
         if (k->rev || !dnnl_memory_desc_equal(&e->wmd, &e->wplain))
             ok = k->bwdw ? dn_reorder_create(&e->wmd, &e->wplain, &e->wreorder)
                          : dn_reorder_create(&e->wplain, &e->wmd, &e->wreorder);
         if (ok && k->bmode == DN_BLK)
-            ok = k->bwdw ? dn_reorder_create(&e->bio, &e->bmd, &e->breorder)
-                         : dn_reorder_create(&e->bmd, &e->bio, &e->breorder);
+            ok = k->bwdw || k->bwdd ? dn_reorder_create(&e->bio, &e->bmd, &e->breorder)
+                                    : dn_reorder_create(&e->bmd, &e->bio, &e->breorder);
+        if (ok && k->amode == DN_BLK)
+            ok = k->bwdd ? dn_reorder_create(&e->amd, &e->aio, &e->areorder)
+                         : dn_reorder_create(&e->aio, &e->amd, &e->areorder);
     }
     if (!ok) dn_entry_free(e);
     return ok;
@@ -221,9 +237,11 @@ static dn_entry *dn_acquire(const dn_key *key, bool *own) {
         memcpy(&slot->key, &made.key, sizeof made.key);
         slot->pd = made.pd, slot->prim = made.prim;
         slot->wreorder = made.wreorder, slot->breorder = made.breorder;
-        slot->amd = made.amd, slot->bmd = made.bmd, slot->bio = made.bio;
+        slot->areorder = made.areorder;
+        slot->amd = made.amd, slot->aio = made.aio, slot->bmd = made.bmd, slot->bio = made.bio;
         slot->wmd = made.wmd, slot->padmd = made.padmd, slot->wplain = made.wplain;
-        slot->wbytes = made.wbytes, slot->padbytes = made.padbytes, slot->bblk = made.bblk;
+        slot->wbytes = made.wbytes, slot->padbytes = made.padbytes;
+        slot->ablk = made.ablk, slot->bblk = made.bblk;
         slot->used = true;
         slot->users = ok ? 1 : 0;
     }
@@ -304,9 +322,10 @@ typedef struct dn_plan {
     size_t a_step, b_step;  /* bytes between chunks of A and B (as passed: in place or nxc) */
     const char *a, *w;      /* A; the weights in oneDNN's layout (forward) */
     char *b;                /* B */
-    char *blk;              /* DN_BLK: per-chunk B in the blocked layout (e->bblk each) */
+    char *blk;              /* DN_BLK: per-thread B chunk in the blocked layout (e->bblk each) */
+    char *ablk;             /* DN_BLK: per-thread A chunk in the blocked layout (e->ablk each) */
     char *part;             /* filter gradient: per-chunk partial sums (e->wbytes each) */
-    char *pad;              /* per-chunk scratchpads (e->padbytes each) */
+    char *pad;              /* per-thread scratchpads (e->padbytes each) */
     const ex_epilogue *epi; /* output fusion: run on each chunk's output once written (or NULL) */
     int64_t epi_step;       /* output elements per chunk (the output's batch dim outermost) */
     bool ftz;
@@ -317,25 +336,35 @@ typedef struct dn_plan {
 static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
     dn_plan *p = arg;
     const dn_entry *e = p->e;
-    bool blk = e->key.bmode == DN_BLK;
+    bool blk = e->key.bmode == DN_BLK, ablk = e->key.amode == DN_BLK;
     for (int64_t t = begin; t < end; t++) {
-        void *pad = p->pad + (size_t)t * e->padbytes;
-        const char *a = p->a + (size_t)t * p->a_step;
+        void *pad = p->pad + (size_t)ith * e->padbytes;
+        char *a = (char *)p->a + (size_t)t * p->a_step; /* written by the input gradient only */
         char *b = p->b + (size_t)t * p->b_step;
-        char *bk = blk ? p->blk + (size_t)t * e->bblk : b;
+        char *bk = blk ? p->blk + (size_t)ith * e->bblk : b;
+        char *ak = ablk ? p->ablk + (size_t)ith * e->ablk : a;
         dnnl_status_t st = dnnl_success;
+        /* the images read, into the blocked layout while in cache */
+        if (ablk && !e->key.bwdd) st = dn_copy(e->areorder, &e->aio, a, &e->amd, ak);
+        if (st == dnnl_success && blk && e->key.bwdd)
+            st = dn_copy(e->breorder, &e->bio, b, &e->bmd, bk);
+        if (st != dnnl_success) {
+            p->failed = 1;
+            continue;
+        }
         if (e->key.bwdd) { /* a: the output (diff_src), b: the input (diff_dst) */
             int args[4] = {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST,
                            DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
-            void *h[4] = {(void *)a, (void *)p->w, b, pad};
+            void *h[4] = {ak, (void *)p->w, bk, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
+            if (st == dnnl_success && ablk) st = dn_copy(e->areorder, &e->amd, ak, &e->aio, a);
             if (st == dnnl_success && p->epi)
                 p->epi->fn(p->epi->ctx, t * p->epi_step, (t + 1) * p->epi_step);
         } else if (!e->key.bwdw) {
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
-            void *h[4] = {(void *)a, (void *)p->w, bk, pad};
+            void *h[4] = {ak, (void *)p->w, bk, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
             if (st == dnnl_success && blk) st = dn_copy(e->breorder, &e->bmd, bk, &e->bio, b);
             if (st == dnnl_success && p->epi)
@@ -345,7 +374,7 @@ static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                            DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->bmd, &e->wmd, &e->padmd};
-            void *h[4] = {(void *)a, bk, p->part + (size_t)t * e->wbytes, pad};
+            void *h[4] = {ak, bk, p->part + (size_t)t * e->wbytes, pad};
             if (st == dnnl_success) st = dn_run(e->prim, 4, args, md, h, p->ftz);
         }
         if (st != dnnl_success) p->failed = 1;
@@ -539,18 +568,22 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         key.wstr[0] = key.wdims[1] * key.wstr[1];
     }
     /* the layouts tried, in order: A as it lies with B blocked where A is not nxc and has few
-     * features (a first layer); both nxc */
-    int modes[2][2] = {{DN_ASIS, DN_BLK}, {DN_NXC, DN_NXC}};
-    int m0 = !key.bwdd && A.tr && A.dims[1] < 16 ? 0 : 1;
+     * features (a first layer); both blocked where neither is nxc (NCHW: each chunk reordered
+     * while in cache, no transpose of the whole arrays); both nxc */
+    int modes[3][2] = {{DN_ASIS, DN_BLK}, {DN_BLK, DN_BLK}, {DN_NXC, DN_NXC}};
+    int m0 = !key.bwdd && A.tr && A.dims[1] < 16                  ? 0
+             : A.tr && B.tr && A.dims[1] >= 16 && B.dims[1] >= 16 ? 1
+                                                                  : 2;
     bool own = false;
     dn_entry *e = NULL;
-    for (int m = m0; m < 2 && !e; m++) {
+    for (int m = m0; m < 3 && !e; m++) {
+        if (m == 1 && m0 != 1) continue;
         key.amode = modes[m][0];
         key.bmode = modes[m][1];
         memcpy(key.adims, A.dims, sizeof key.adims);
         memcpy(key.bdims, B.dims, sizeof key.bdims);
         key.adims[0] = key.bdims[0] = key.mb;
-        memcpy(key.astr, key.amode == DN_ASIS ? A.as : A.nxc, sizeof key.astr);
+        memcpy(key.astr, key.amode == DN_NXC ? A.nxc : A.as, sizeof key.astr);
         memcpy(key.bstr, key.bmode == DN_BLK ? B.as : B.nxc, sizeof key.bstr);
         e = dn_acquire(&key, &own);
     }
@@ -563,16 +596,19 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     size_t packb = key.rev ? ex_align64((size_t)ot_shape_numel_unchecked(rs) * 4) : 0;
     size_t wbytes = key.bwdw ? e->wbytes * (size_t)p.nch : e->wreorder ? e->wbytes : 0;
     size_t nch = (size_t)p.nch;
+    int64_t work = (int64_t)(A.bytes + B.bytes) * 4; /* the inline decision */
+    size_t nth = (size_t)ex_par_threads(c, work);    /* per-thread scratch */
     void *sp = NULL;
-    ot_status st =
-        ex_scratch(c, abytes + bbytes + packb + wbytes + (e->padbytes + e->bblk) * nch, &sp);
+    ot_status st = ex_scratch(
+        c, abytes + bbytes + packb + wbytes + (e->padbytes + e->ablk + e->bblk) * nth, &sp);
     if (st != OT_OK) {
         dn_release(e, own);
         return st;
     }
     char *at = sp, *bt = at + abytes, *pk = bt + bbytes, *wb = pk + packb;
     p.pad = wb + wbytes;
-    p.blk = p.pad + e->padbytes * nch;
+    p.blk = p.pad + e->padbytes * nth;
+    p.ablk = p.blk + e->bblk * nth;
     p.a_step = (size_t)(key.mb * key.astr[0]) * 4;
     p.b_step = (size_t)(key.mb * key.bstr[0]) * 4;
     p.a = in[0];
@@ -581,7 +617,6 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         p.a = at;
     }
     dnnl_status_t ds = dnnl_success;
-    int64_t work = (int64_t)(A.bytes + B.bytes) * 4; /* the inline decision */
     if (!key.bwdw) {
         const void *wsrc = in[1];
         if (key.rev) { /* pk[o, i, k...] = rhs[o, i, reversed k...] */
@@ -621,7 +656,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
             p.epi_step = nout / p.nch;
         }
         if (ds == dnnl_success) {
-            ex_par_for(c, p.nch, work, dn_chunks, &p);
+            ex_par_for_dynamic(c, p.nch, work, dn_chunks, &p);
             if (p.failed) ds = dnnl_runtime_error;
         }
         c->epilogue_done = p.epi != NULL && ds == dnnl_success;
@@ -634,7 +669,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
             p.b = bt;
         }
         p.part = wb;
-        ex_par_for(c, p.nch, work, dn_chunks, &p);
+        ex_par_for_dynamic(c, p.nch, work, dn_chunks, &p);
         if (p.failed) ds = dnnl_runtime_error;
         if (ds == dnnl_success && p.nch > 1)
             ex_par_for(c, (int64_t)(e->wbytes / 4), (int64_t)(e->wbytes * nch), dn_sum, &p);
