@@ -54,7 +54,7 @@ static ot_status member_fn(void *ud, int r, ot_comm *c) {
     int *perm = malloc((size_t)X->nb * sizeof *perm);
     ot_status s = g && gv && p && red && ref && perm ? OT_OK : OT_ERR_OUT_OF_MEMORY;
     bool ok = true;
-    if (s == OT_OK) s = ot_shard_exchange_bind(X->x, r, g, p);
+    if (s == OT_OK) s = ot_shard_exchange_bind(X->x, r, g, p + (size_t)r * X->block);
     ot_coll_options co = ot_coll_options_default();
     co.algo = X->order;
     for (int step = 1; s == OT_OK && step <= STEPS; step++) {
@@ -92,7 +92,7 @@ static ot_status member_fn(void *ud, int r, ot_comm *c) {
         if (s == OT_OK) s = ot_shard_exchange_publish(X->x, r, seq);
         if (s == OT_OK) s = ot_shard_exchange_wait_published(X->x, seq, 0, total, 0);
         for (int q = 0; s == OT_OK && q < X->n; q++) {
-            const float *b = ot_shard_exchange_block(X->x, q) + (size_t)q * X->block;
+            const float *b = ot_shard_exchange_block(X->x, q);
             for (size_t i = 0; i < X->block; i++)
                 ok &= b[i] == (float)(step * 100000 + q * 1000) + (float)(i % 997);
         }

@@ -263,7 +263,7 @@ OT_API ot_status ot_local_world_run(ot_local_world *w, ot_local_fn fn, void *ud,
  *   reduction, step seq (1, 2, ...):  grads_writable(seq) → write bucket b of grads → post(b)
  *                                     (or post_view(b, data) of values held elsewhere) ...
  *                                     reduce(wait=false) between other work, reduce(wait=true)
- *   gather:                           params_writable(seq) → write block r of params →
+ *   gather:                           params_writable(seq) → write the bound block →
  *                                     publish(seq) ... wait_published(seq, range) → read the
  *                                     owners' blocks (ot_shard_exchange_block) → fetched(seq)
  *
@@ -290,11 +290,12 @@ OT_API ot_status ot_shard_exchange_create(int n, size_t block_len, int nbuckets,
                                           const size_t *bucket_off, const size_t *bucket_len,
                                           ot_coll_algo order, ot_shard_exchange **out);
 OT_API void ot_shard_exchange_free(ot_shard_exchange *x); /* NULL is a no-op */
-/* Member rank's vectors for the exchange's life (n * block_len floats each; caller-owned):
- * grads, read by every member during its reductions; params, whose block `rank` every member
- * reads after publish. Before its first step. */
+/* Member rank's memory for the exchange's life (caller-owned): grads (n * block_len floats),
+ * read by every member during its reductions; block (block_len floats), its block of the
+ * parameters, which every member reads after publish — anywhere, e.g. the device memory its
+ * update writes in place. Before its first step. */
 OT_API ot_status ot_shard_exchange_bind(ot_shard_exchange *x, int rank, const float *grads,
-                                        const float *params);
+                                        const float *block);
 OT_API void ot_shard_exchange_abort(ot_shard_exchange *x, ot_status why, const char *msg);
 OT_API ot_status ot_shard_exchange_grads_writable(ot_shard_exchange *x, int rank, uint64_t seq,
                                                   uint64_t deadline_ns);
@@ -323,7 +324,8 @@ OT_API ot_status ot_shard_exchange_publish(ot_shard_exchange *x, int rank, uint6
  * every member declared seq fetched: params_writable). */
 OT_API ot_status ot_shard_exchange_wait_published(ot_shard_exchange *x, uint64_t seq, size_t off,
                                                   size_t len, uint64_t deadline_ns);
-/* Member q's params vector (bound), whose block q is valid once published. */
+/* Member q's bound block (block_len floats: elements [q * block_len, (q + 1) * block_len) of
+ * the vector), valid once published. */
 OT_API const float *ot_shard_exchange_block(const ot_shard_exchange *x, int q);
 OT_API ot_status ot_shard_exchange_fetched(ot_shard_exchange *x, int rank, uint64_t seq);
 

@@ -284,6 +284,9 @@ OT_API bool ot_buffer_donated(const ot_buffer *b);
  * place while nothing writes it (a finished run's output): valid until the buffer is freed or
  * donated. NULL for any other device's buffer and for a donated handle. */
 OT_API const void *ot_buffer_host_data(const ot_buffer *b);
+/* The same memory, writable: to fill or update the buffer in place while no run reads or writes
+ * it (e.g. a reduction written straight into an update's input). Same validity and NULLs. */
+OT_API void *ot_buffer_host_data_mut(ot_buffer *b);
 
 /* Executes exe on d: params[0..nparams) must match the entry parameters (count, dtype, dims:
  * INVALID_ARGUMENT / SHAPE_MISMATCH naming the parameter) and live on d; outs[0..nouts) receive

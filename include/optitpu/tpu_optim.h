@@ -373,8 +373,8 @@ OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, i
  * update, so a failed one leaves them as they were; a failed collective aborts the communicator).
  *
  * Ownership: grads, reduced and params stay the caller's (read during the call only); the
- * device's parameter and gradient blocks are allocated on the replica's first update and freed
- * with t.
+ * device's parameter and gradient blocks are allocated on the replica's first update (or
+ * shard_blocks) and freed with t.
  *
  * Thread safety: as ot_tpu_optimizer_step — each member steps its own device from its own thread;
  * one device's calls must not overlap. */
@@ -392,6 +392,24 @@ OT_API ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d
                                                double lr, const ot_run_options *ro);
 OT_API ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *comm,
                                                const ot_coll_options *coll, float *params);
+/* Resident blocks (in place of shard_update's host vectors, where the device's memory is the
+ * host's): device d's parameter and gradient blocks (block_len f32 each) in its own memory,
+ * allocated on the first call, then the same memory for t's life (the update writes the
+ * parameter block in place). The caller fills *grad (e.g. reduces its block of the gradients
+ * straight into it) and reads *param (e.g. publishes it to the others, who all-gather it); it
+ * writes *param only to replace the parameters (at the start, after a restore). Either output
+ * may be NULL. FAILED_PRECONDITION: not in sharded mode, the device's memory is not the host's
+ * (ot_buffer_host_data_mut), or donation is off (the update would move the block). NOT_FOUND: no
+ * replica on d. */
+OT_API ot_status ot_tpu_optimizer_shard_blocks(ot_tpu_optimizer *t, ot_device *d, float **param,
+                                               float **grad);
+/* shard_update on the resident blocks: the parameter block updated in place with the gradient
+ * block; nothing is copied between host vectors and the device (shard_times' copy_ns counts
+ * only lamb's and lars's per-element norms). A collective when shard_update is one. Before
+ * shard_blocks: FAILED_PRECONDITION. */
+OT_API ot_status ot_tpu_optimizer_shard_update_blocks(ot_tpu_optimizer *t, ot_device *d,
+                                                      ot_comm *comm, int64_t step, double lr,
+                                                      const ot_run_options *ro);
 /* Device d's last shard_update in the calling thread's CPU nanoseconds: *copy_ns copying its
  * blocks between the host vectors and the device (parameters and gradients in, the updated
  * parameters out; lamb/lars: the norms in), *comm_ns in the pod's collectives (the sums of

@@ -23,6 +23,8 @@ typedef struct replica {
     bool skipped;                /* the last step found inf/NaN gradients and changed nothing */
     ot_buffer **fparam, **fgrad; /* flat mode: [ngroups], owned by the wrapper */
     ot_buffer *shard_p, *shard_g; /* sharded mode: the device's parameter and gradient blocks */
+    /* their memory once shard_blocks handed it out (resident: the update keeps it in place) */
+    float *shard_pdata, *shard_gdata;
     /* sharded mode: the pod's reductions for the next step (shard_update computes them, the
      * update reads them as inputs): the gradients' sum of squares (clip_grad_norm) and whether
      * any unscaled gradient element is inf/NaN (loss scaling) */
@@ -1563,7 +1565,7 @@ done:
 
 static ot_status exec_module(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
                              ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
-                             const ot_run_options *ro, float *u_out);
+                             const ot_run_options *ro, ot_buffer **u_out);
 static ot_status exec_update(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
                              ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
                              const ot_run_options *ro) {
@@ -1618,10 +1620,11 @@ static ot_status step_impl(ot_tpu_optimizer *t, ot_device *d, ot_buffer **params
 
 /* Executes the compiled update on replica r: the module's nu units (tensors, or flat groups)
  * in pb (replaced by the new handles) and gb (read only). u_out (sharded lamb/lars): exe_u
- * instead, its update (before the trust ratio) copied to u_out and nothing else changed. */
+ * instead, its update (before the trust ratio) a new buffer in *u_out (the caller's) and nothing
+ * else changed. */
 static ot_status exec_module(ot_tpu_optimizer *t, replica *r, ot_device *d, int nu,
                              ot_buffer **params, ot_buffer *const *grads, int64_t step, double lr,
-                             const ot_run_options *ro, float *u_out) {
+                             const ot_run_options *ro, ot_buffer **u_out) {
     int n = nu;
     bool ls = t->opts.loss_scaling;
     bool xss = t->shard_ext && t->opts.clip_grad_norm > 0, xfound = t->shard_ext && ls;
@@ -1688,8 +1691,7 @@ static ot_status exec_module(ot_tpu_optimizer *t, replica *r, ot_device *d, int 
         goto done;
     }
     if (u_out) {
-        s = ot_buffer_read_bytes(out[0], 0, u_out, ot_shape_nbytes_unchecked(&t->pshape[0]));
-        ot_buffer_free(out[0]);
+        *u_out = out[0];
         goto done;
     }
     for (int k = 0; k < n; k++) {
@@ -2051,9 +2053,46 @@ static double sq_plus(const sq_src *q, double a, double b) {
     return q->wide ? a + b : (double)sq_add32((float)a, (float)b);
 }
 
+/* A tree of lanes over n contiguous elements of this member's block read as they are (no
+ * unscaling, no clamping): sq_value's operations without its per-element dispatch, so the lanes'
+ * loop vectorizes. f32 (trust ratios) and f64 (the global norm). */
+static double sq_tree32(const float *x, int64_t n) {
+    float lane[EX_RED_LANES];
+    for (int l = 0; l < EX_RED_LANES; l++) {
+        float v = sq_daz(x[l]);
+        lane[l] = sq_mul32(v, v);
+    }
+    for (int64_t r = EX_RED_LANES; r < n; r += EX_RED_LANES)
+        for (int l = 0; l < EX_RED_LANES; l++) {
+            float v = sq_daz(x[r + l]);
+            lane[l] = sq_add32(lane[l], sq_mul32(v, v));
+        }
+    for (int w = EX_RED_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] = sq_add32(lane[l], lane[l + w]);
+    return lane[0];
+}
+static double sq_tree64(const float *x, int64_t n) {
+    double lane[EX_RED_LANES];
+    for (int l = 0; l < EX_RED_LANES; l++) {
+        double v = sq_daz(x[l]);
+        lane[l] = v * v;
+    }
+    for (int64_t r = EX_RED_LANES; r < n; r += EX_RED_LANES)
+        for (int l = 0; l < EX_RED_LANES; l++) {
+            double v = sq_daz(x[r + l]);
+            lane[l] += v * v;
+        }
+    for (int w = EX_RED_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    return lane[0];
+}
+
 /* One item's value: a tree of lanes, or an element's square. */
 static double sq_value(const sq_src *q, int64_t base, sq_item it) {
     if (it.b - it.a == 1) return sq_of(q, base + it.a);
+    int64_t j = base + it.a - q->lo;
+    if (q->inv == 0 && !(q->clip > 0) && j + (it.b - it.a) <= q->t->shard_len)
+        return q->wide ? sq_tree64(q->mine + j, it.b - it.a) : sq_tree32(q->mine + j, it.b - it.a);
     double lane[EX_RED_LANES];
     for (int l = 0; l < EX_RED_LANES; l++) lane[l] = sq_of(q, base + it.a + l);
     for (int64_t r = it.a + EX_RED_LANES; r < it.b; r += EX_RED_LANES)
@@ -2189,35 +2228,61 @@ static ot_status shard_reductions(ot_tpu_optimizer *t, replica *r, ot_comm *comm
 
 /* Sharded lamb/lars: the update before its trust ratio (exe_u) on this member's block, then the
  * pod's sums of squares of the parameters and of that update per tensor, handed to the update
- * as every element's tensor's sums (r->shard_p2, shard_u2; 0 on the head and the padding).
+ * as every element's tensor's sums (r->shard_p2, shard_u2; 0 on the head and the padding). On a
+ * device whose memory is the host's the sums read exe_u's output and are written into the
+ * update's inputs in place; elsewhere through the host scratch (copies: shard_copy_ns).
  * A collective. */
 static ot_status shard_trust_sums(ot_tpu_optimizer *t, replica *r, ot_device *d, ot_comm *comm,
                                   const float *mine, int64_t step, double lr,
                                   const ot_run_options *ro) {
     int np = t->shard_nparams;
     int64_t len = t->shard_len, lo = ot_comm_rank(comm) * len;
+    int64_t bytes = len * (int64_t)sizeof(float);
     ot_status s = OT_OK;
-    if (!r->shard_sq && !(r->shard_sq = ot_malloc((size_t)(3 * len) * sizeof(float))))
-        return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: trust ratio scratch");
     if (!r->shard_p2) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_p2);
     if (s == OT_OK && !r->shard_u2) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_u2);
-    float *u = r->shard_sq, *p2 = u + len, *u2 = p2 + len;
-    if (s == OT_OK) s = exec_module(t, r, d, 1, &r->shard_p, &r->shard_g, step, lr, ro, u);
+    if (s != OT_OK) return s;
+    float *p2 = ot_buffer_host_data_mut(r->shard_p2), *u2 = ot_buffer_host_data_mut(r->shard_u2);
+    ot_buffer *ub = NULL;
+    s = exec_module(t, r, d, 1, &r->shard_p, &r->shard_g, step, lr, ro, &ub);
+    const float *u = s == OT_OK ? ot_buffer_host_data(ub) : NULL;
+    bool host = p2 && u2 && u;
+    if (s == OT_OK && !host && !r->shard_sq &&
+        !(r->shard_sq = ot_malloc((size_t)(3 * len) * sizeof(float))))
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: trust ratio scratch");
+    if (s == OT_OK && !host) {
+        int64_t c0 = thread_cpu_ns();
+        s = ot_buffer_read_bytes(ub, 0, r->shard_sq, bytes);
+        r->shard_copy_ns += thread_cpu_ns() - c0;
+        u = r->shard_sq;
+    }
+    if (!host && r->shard_sq) {
+        p2 = r->shard_sq + len;
+        u2 = p2 + len;
+    }
     double *sums = ot_calloc((size_t)(2 * np), sizeof *sums);
     if (s == OT_OK && !sums) s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: trust ratios");
     sq_src q[2] = {{.mine = mine}, {.mine = u}};
     if (s == OT_OK) s = shard_sums(t, comm, q, 2, sums, false, NULL, &r->shard_comm_ns);
-    if (s == OT_OK) {
-        memset(p2, 0, (size_t)(2 * len) * sizeof *p2);
+    ot_buffer_free(ub);
+    if (s == OT_OK) { /* the tensors lie back to back: zeros before the first and after the last */
+        int64_t pos = lo;
         for (int k = 0; k < np; k++) {
             int64_t base = t->shard_poff[k], end = base + t->shard_psize[k];
             int64_t a = base > lo ? base : lo, b = end < lo + len ? end : lo + len;
+            if (a >= b) continue;
+            for (int64_t i = pos; i < a; i++) p2[i - lo] = u2[i - lo] = 0;
+            float ps = (float)sums[k], us = (float)sums[np + k];
             for (int64_t i = a; i < b; i++) {
-                p2[i - lo] = (float)sums[k];
-                u2[i - lo] = (float)sums[np + k];
+                p2[i - lo] = ps;
+                u2[i - lo] = us;
             }
+            pos = b;
         }
-        int64_t bytes = len * (int64_t)sizeof(float), c0 = thread_cpu_ns();
+        for (int64_t i = pos; i < lo + len; i++) p2[i - lo] = u2[i - lo] = 0;
+    }
+    if (s == OT_OK && !host) {
+        int64_t c0 = thread_cpu_ns();
         s = ot_buffer_write_bytes(r->shard_p2, 0, p2, bytes);
         if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_u2, 0, u2, bytes);
         r->shard_copy_ns += thread_cpu_ns() - c0;
@@ -2336,36 +2401,116 @@ ot_status ot_tpu_optimizer_shard_reduce(ot_tpu_optimizer *t, ot_comm *comm,
                                   coll);
 }
 
-/* The device's blocks stay on it between steps (the parameter block is donated to the update
- * and comes back as a new handle); each step writes them from the host vectors, so the host
- * parameters are always what is updated. */
+/* The device's blocks, allocated on the first update (zero: the padding stays zero). */
+static ot_status shard_alloc(ot_tpu_optimizer *t, replica *r, ot_device *d) {
+    ot_status s = OT_OK;
+    int64_t bytes = t->shard_len * (int64_t)sizeof(float);
+    for (int i = 0; i < 2 && s == OT_OK; i++) {
+        ot_buffer **b = i ? &r->shard_g : &r->shard_p;
+        if (*b) continue;
+        s = ot_buffer_alloc(d, &t->pshape[0], b);
+        float *z = s == OT_OK ? ot_calloc((size_t)t->shard_len, sizeof *z) : NULL;
+        if (s == OT_OK && !z) s = ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: shard blocks");
+        if (s == OT_OK) s = ot_buffer_write_bytes(*b, 0, z, bytes);
+        ot_free(z);
+    }
+    return s;
+}
+
+/* The update of replica r's blocks on the device, whose values reduced and mine hold in host
+ * memory (the pod's reductions are computed from them): the pod's sums, then the step, which
+ * donates the parameter block (its memory moves to the new handle). */
+static ot_status shard_update_impl(ot_tpu_optimizer *t, replica *r, ot_device *d, ot_comm *comm,
+                                   const float *reduced, const float *mine, int64_t step,
+                                   double lr, const ot_run_options *ro) {
+    ot_status s = OT_OK;
+    if (t->shard_ext) s = shard_reductions(t, r, comm, reduced);
+    if (s == OT_OK && t->shard_trust) s = shard_trust_sums(t, r, d, comm, mine, step, lr, ro);
+    if (s == OT_OK) s = ot_tpu_optimizer_step(t, d, &r->shard_p, &r->shard_g, step, lr, ro);
+    return s;
+}
+
+/* shard_update's checks: sharded mode, the communicator, the arguments, a replica on d. */
+static ot_status shard_replica(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm, bool ok,
+                               const char *fn, replica **out) {
+    OT_CHECK(shard_check(t, comm, fn));
+    if (!d || !ok) return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
+    *out = find_replica(t, d);
+    if (!*out)
+        return ot_error(OT_ERR_NOT_FOUND, "%s: device %d has no replica (add_replica)", fn,
+                        ot_device_index(d));
+    return OT_OK;
+}
+
+/* Host vectors: each step writes the device's blocks from them and reads the parameter block
+ * back, so the host parameters are always what is updated. */
 ot_status ot_tpu_optimizer_shard_update(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
                                         const float *reduced, float *params, int64_t step,
                                         double lr, const ot_run_options *ro) {
-    OT_CHECK(shard_check(t, comm, "ot_tpu_optimizer_shard_update"));
-    if (!d || !reduced || !params)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_update: NULL argument");
-    replica *r = find_replica(t, d);
-    if (!r)
-        return ot_error(OT_ERR_NOT_FOUND,
-                        "ot_tpu_optimizer_shard_update: device %d has no replica (add_replica)",
-                        ot_device_index(d));
+    replica *r = NULL;
+    OT_CHECK(shard_replica(t, d, comm, reduced && params, "ot_tpu_optimizer_shard_update", &r));
     int64_t bytes = t->shard_len * (int64_t)sizeof(float);
     float *mine = params + (size_t)ot_comm_rank(comm) * (size_t)t->shard_len;
-    ot_status s = OT_OK;
     r->shard_copy_ns = r->shard_comm_ns = 0;
-    if (!r->shard_p) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_p);
-    if (s == OT_OK && !r->shard_g) s = ot_buffer_alloc(d, &t->pshape[0], &r->shard_g);
+    ot_status s = shard_alloc(t, r, d);
     int64_t c0 = thread_cpu_ns();
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_p, 0, mine, bytes);
     if (s == OT_OK) s = ot_buffer_write_bytes(r->shard_g, 0, reduced, bytes);
     r->shard_copy_ns += thread_cpu_ns() - c0;
-    if (s == OT_OK && t->shard_ext) s = shard_reductions(t, r, comm, reduced);
-    if (s == OT_OK && t->shard_trust) s = shard_trust_sums(t, r, d, comm, mine, step, lr, ro);
-    if (s == OT_OK) s = ot_tpu_optimizer_step(t, d, &r->shard_p, &r->shard_g, step, lr, ro);
+    if (s == OT_OK) s = shard_update_impl(t, r, d, comm, reduced, mine, step, lr, ro);
     c0 = thread_cpu_ns();
     if (s == OT_OK) s = ot_buffer_read_bytes(r->shard_p, 0, mine, bytes);
     r->shard_copy_ns += thread_cpu_ns() - c0;
+    return s;
+}
+
+ot_status ot_tpu_optimizer_shard_blocks(ot_tpu_optimizer *t, ot_device *d, float **param,
+                                        float **grad) {
+    if (!t || !d) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_tpu_optimizer_shard_blocks: NULL");
+    if (!t->shard_n)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_shard_blocks: not in sharded mode (shard_devices)");
+    if (!t->opts.donate)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_shard_blocks: donation is off, so every update would "
+                        "write the parameter block to new memory");
+    replica *r = find_replica(t, d);
+    if (!r)
+        return ot_error(OT_ERR_NOT_FOUND,
+                        "ot_tpu_optimizer_shard_blocks: device %d has no replica (add_replica)",
+                        ot_device_index(d));
+    if (!r->shard_pdata) {
+        OT_CHECK(shard_alloc(t, r, d));
+        float *p = ot_buffer_host_data_mut(r->shard_p), *g = ot_buffer_host_data_mut(r->shard_g);
+        if (!p || !g)
+            return ot_error(OT_ERR_FAILED_PRECONDITION,
+                            "ot_tpu_optimizer_shard_blocks: device %d (%s) keeps its memory "
+                            "apart from the host's: use shard_update's host vectors",
+                            ot_device_index(d), ot_device_kind(d));
+        r->shard_pdata = p;
+        r->shard_gdata = g;
+    }
+    if (param) *param = r->shard_pdata;
+    if (grad) *grad = r->shard_gdata;
+    return OT_OK;
+}
+
+ot_status ot_tpu_optimizer_shard_update_blocks(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
+                                               int64_t step, double lr,
+                                               const ot_run_options *ro) {
+    replica *r = NULL;
+    OT_CHECK(shard_replica(t, d, comm, true, "ot_tpu_optimizer_shard_update_blocks", &r));
+    if (!r->shard_pdata)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "ot_tpu_optimizer_shard_update_blocks: device %d's blocks were not "
+                        "handed out (ot_tpu_optimizer_shard_blocks)",
+                        ot_device_index(d));
+    r->shard_copy_ns = r->shard_comm_ns = 0;
+    ot_status s =
+        shard_update_impl(t, r, d, comm, r->shard_gdata, r->shard_pdata, step, lr, ro);
+    /* donated: the parameter block's memory moved to the new handle (device.c) */
+    if (s == OT_OK && ot_buffer_host_data_mut(r->shard_p) != r->shard_pdata)
+        s = ot_error(OT_ERR_INTERNAL, "tpu optimizer: the resident parameter block moved");
     return s;
 }
 

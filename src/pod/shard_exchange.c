@@ -21,11 +21,11 @@
 #define TILE        1024
 
 typedef struct member {
-    const float *grads, *params;
-    uint64_t reduced;         /* every bucket of this step reduced */
-    uint64_t published;       /* block of params holds this step */
-    uint64_t fetched;         /* done reading the owners' blocks of this step */
-    uint64_t cur;             /* the step its reduced[] flags are of */
+    const float *grads, *params; /* params: its block (bind) */
+    uint64_t reduced;            /* every bucket of this step reduced */
+    uint64_t published;          /* block of params holds this step */
+    uint64_t fetched;            /* done reading the owners' blocks of this step */
+    uint64_t cur;                /* the step its reduced[] flags are of */
     unsigned char *mine_done; /* [nbuckets]: reduced this member's part of bucket b in step cur */
     int left;                 /* buckets of step cur not yet reduced */
     float *work;              /* n tiles for the tree order */
@@ -165,12 +165,12 @@ static ot_status check_rank(const ot_shard_exchange *x, int rank, const char *wh
 }
 
 ot_status ot_shard_exchange_bind(ot_shard_exchange *x, int rank, const float *grads,
-                                 const float *params) {
+                                 const float *block) {
     OT_CHECK(check_rank(x, rank, "ot_shard_exchange_bind"));
-    if (!grads || !params)
+    if (!grads || !block)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_bind: NULL vector");
     x->m[rank].grads = grads;
-    x->m[rank].params = params;
+    x->m[rank].params = block;
     return OT_OK;
 }
 

@@ -274,6 +274,9 @@ bool ot_buffer_donated(const ot_buffer *b) {
 const void *ot_buffer_host_data(const ot_buffer *b) {
     return b && b->dev && b->dev->vt == &host_vt && !b->donated ? b->data : NULL;
 }
+void *ot_buffer_host_data_mut(ot_buffer *b) {
+    return b && b->dev && b->dev->vt == &host_vt && !b->donated ? b->data : NULL;
+}
 
 /* ---- execute ------------------------------------------------------------------------------ */
 

@@ -167,9 +167,12 @@ typedef struct replica_run {
      * SHARD_HEAD then the parameters in model order, then zeros; the parameters identical on
      * every device) — `flat` is send + SHARD_HEAD, so the gather writes the gradients where the
      * reduce-scatter reads them (send has 2 elements more, where the gather leaves the loss and
-     * correct count); this device's block of the reduced vector (t->shard_len) */
+     * correct count); this device's block of the reduced vector (t->shard_len): the update's
+     * gradient block in the device's memory (ot_tpu_optimizer_shard_blocks), which the
+     * reduce-scatter writes; pblock: the update's parameter block there, updated in place and
+     * read by the all-gather (nothing copied between the host vectors and the update) */
     ot_coll_options rs_coll;
-    float *send, *pflat, *gblock;
+    float *send, *pflat, *gblock, *pblock;
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
     size_t pos[MAX_PARAMS]; /* parameter k's offset in flat */
     /* the overlapped sharded step (t->xchg, in one process): seq is the segment's step, 1-based
@@ -355,13 +358,14 @@ static ot_status fetch_sums(replica_run *rr) {
         for (size_t lo = off; s == OT_OK && lo < off + len;) {
             size_t q = lo / blk, hi = (q + 1) * blk < off + len ? (q + 1) * blk : off + len;
             s = ot_buffer_write_bytes(rr->grads[k], (int64_t)((lo - off) * sizeof(float)),
-                                      ot_shard_exchange_block(t->xchg, (int)q) + lo,
+                                      ot_shard_exchange_block(t->xchg, (int)q) + (lo - q * blk),
                                       (int64_t)((hi - lo) * sizeof(float)));
             lo = hi;
         }
     }
     for (int k = 0; s == OT_OK && k < 2; k++)
-        rr->metric[k] = ot_shard_exchange_block(t->xchg, (int)((total + k) / blk))[total + k];
+        rr->metric[k] =
+            ot_shard_exchange_block(t->xchg, (int)((total + k) / blk))[(total + k) % blk];
     if (s == OT_OK) s = ot_shard_exchange_fetched(t->xchg, rr->m.rank, rr->seq);
     phase_piece(t, r, PH_COMM, pc, "all-reduce", true);
     return s;
@@ -379,7 +383,7 @@ static ot_status fetch_param(replica_run *rr, int k) {
     for (size_t lo = off; s == OT_OK && lo < off + len;) {
         size_t q = lo / blk, hi = (q + 1) * blk < off + len ? (q + 1) * blk : off + len;
         s = ot_buffer_write_bytes(rr->m.r->params[k], (int64_t)((lo - off) * sizeof(float)),
-                                  ot_shard_exchange_block(t->xchg, (int)q) + lo,
+                                  ot_shard_exchange_block(t->xchg, (int)q) + (lo - q * blk),
                                   (int64_t)((hi - lo) * sizeof(float)));
         lo = hi;
     }
@@ -662,10 +666,9 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
         if (s != OT_OK) return s;
     }
     pc = train_phase_start();
-    s = ot_tpu_optimizer_shard_update(t->topt, r->dev, rr->m.comm, rr->gblock, rr->pflat, step + 1,
-                                      lr, NULL);
+    s = ot_tpu_optimizer_shard_update_blocks(t->topt, r->dev, rr->m.comm, step + 1, lr, NULL);
     /* like the unsharded step, whose update reads the sums already on the device (their copy is
-     * the all-reduce's): the block's copies between the host vectors and the device are not the
+     * the all-reduce's): copies between host and device (lamb's and lars's norms) are not the
      * update's compute, nor are its collectives (the norms' all-gathers) */
     int64_t copy_ns = 0, comm_ns = 0;
     if (s == OT_OK) s = ot_tpu_optimizer_shard_times(t->topt, r->dev, &copy_ns, &comm_ns);
@@ -685,7 +688,9 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
         for (int k = 0; k < t->nparams; k++) rr->pending[k] = true;
         return params_read_before_forward(rr, step) ? fetch_all(rr) : OT_OK;
     }
-    pc = train_phase_start();
+    pc = train_phase_start(); /* this device's block from the device, then the others' */
+    memcpy(rr->pflat + (size_t)ot_comm_rank(rr->m.comm) * (size_t)t->shard_len, rr->pblock,
+           (size_t)t->shard_len * sizeof(float));
     s = ot_tpu_optimizer_shard_gather(t->topt, rr->m.comm, &rr->rs_coll, rr->pflat);
     train_phase_end(t, r, PH_COMM, pc, "all-gather", !t->pod_vt->comm_traced);
     if (s != OT_OK) return s;
@@ -868,8 +873,8 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
     }
     pthread_mutex_unlock(&t->mu);
     if (s != OT_OK) return s;
-    s = t->shard_len ? ot_shard_exchange_bind(t->xchg, rr->m.rank, rr->send, rr->pflat)
-                     : ot_shard_exchange_bind(t->xchg, rr->m.rank, rr->flat, rr->red);
+    s = ot_shard_exchange_bind(t->xchg, rr->m.rank, t->shard_len ? rr->send : rr->flat,
+                               t->shard_len ? rr->pblock : rr->gblock);
     if (s != OT_OK) return s;
     for (int k = 0; k < t->nparams; k++) rr->first_read[k] = -1;
     for (int q = 0; q < t->nparams + 2; q++) rr->last_write[q] = -1;
@@ -917,12 +922,10 @@ static ot_status shard_begin(replica_run *rr) {
     size_t len = (size_t)t->shard_len, total = (size_t)m->n * len;
     rr->send = ot_calloc(total + 2, sizeof(float));
     rr->pflat = ot_calloc(total, sizeof(float));
-    rr->gblock = ot_malloc(len * sizeof(float));
-    if (!rr->send || !rr->pflat || !rr->gblock)
+    if (!rr->send || !rr->pflat)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
     rr->flat = rr->send + SHARD_HEAD;
-    ot_status s = OT_OK;
-    if (t->psize == 1 && train_overlap(t)) s = overlap_begin(rr, rr->rs_coll.algo);
+    ot_status s = ot_tpu_optimizer_shard_blocks(t->topt, m->r->dev, &rr->pblock, &rr->gblock);
     size_t pos = 0;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
         ot_tensor h;
@@ -933,6 +936,10 @@ static ot_status shard_begin(replica_run *rr) {
             ot_tensor_release(&h);
         }
     }
+    /* the update's parameter block starts as the device's parameters (a restore, a new segment) */
+    if (s == OT_OK)
+        memcpy(rr->pblock, rr->pflat + (size_t)ot_comm_rank(m->comm) * len, len * sizeof(float));
+    if (s == OT_OK && t->psize == 1 && train_overlap(t)) s = overlap_begin(rr, rr->rs_coll.algo);
     if (s == OT_OK && m->rank == 0)
         train_log(t,
                   "sharded optimizer update: gradients reduce-scattered (%s) in blocks of %lld "
@@ -1076,7 +1083,6 @@ static void run_end(replica_run *rr) {
     if (!rr->send) ot_free(rr->flat); /* else it points into send */
     ot_free(rr->send);
     ot_free(rr->pflat);
-    if (!rr->ar_block) ot_free(rr->gblock); /* else it points into red */
     ot_free(rr->red);
     for (int k = 0; k < t->nparams; k++) ot_buffer_free(rr->grads[k]);
     ot_free(rr->idx);
