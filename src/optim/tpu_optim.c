@@ -2296,7 +2296,10 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
                               const ot_tpu_optimizer_options *op, ot_tpu_optimizer **out) {
     int n = op->shard_devices;
     const char *why =
-        op->state_format == OT_TPU_STATE_INT8 ? "int8 state"
+        op->state_format == OT_TPU_STATE_INT8
+            ? "int8 state (its quantization blocks start at each tensor's first element, where the "
+              "devices' blocks of the flat vector do not: the bits would not be the unsharded "
+              "update's)"
         : op->param_optimizers || op->lr_scale || op->weight_decay_mask || op->trust_ratio_mask
             ? "parameter groups or masks"
         : op->flat                ? "flat mode"
@@ -2421,8 +2424,8 @@ static ot_status shard_alloc(ot_tpu_optimizer *t, replica *r, ot_device *d) {
  * memory (the pod's reductions are computed from them): the pod's sums, then the step, which
  * donates the parameter block (its memory moves to the new handle). */
 static ot_status shard_update_impl(ot_tpu_optimizer *t, replica *r, ot_device *d, ot_comm *comm,
-                                   const float *reduced, const float *mine, int64_t step,
-                                   double lr, const ot_run_options *ro) {
+                                   const float *reduced, const float *mine, int64_t step, double lr,
+                                   const ot_run_options *ro) {
     ot_status s = OT_OK;
     if (t->shard_ext) s = shard_reductions(t, r, comm, reduced);
     if (s == OT_OK && t->shard_trust) s = shard_trust_sums(t, r, d, comm, mine, step, lr, ro);
@@ -2496,8 +2499,7 @@ ot_status ot_tpu_optimizer_shard_blocks(ot_tpu_optimizer *t, ot_device *d, float
 }
 
 ot_status ot_tpu_optimizer_shard_update_blocks(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
-                                               int64_t step, double lr,
-                                               const ot_run_options *ro) {
+                                               int64_t step, double lr, const ot_run_options *ro) {
     replica *r = NULL;
     OT_CHECK(shard_replica(t, d, comm, true, "ot_tpu_optimizer_shard_update_blocks", &r));
     if (!r->shard_pdata)
@@ -2506,8 +2508,7 @@ ot_status ot_tpu_optimizer_shard_update_blocks(ot_tpu_optimizer *t, ot_device *d
                         "handed out (ot_tpu_optimizer_shard_blocks)",
                         ot_device_index(d));
     r->shard_copy_ns = r->shard_comm_ns = 0;
-    ot_status s =
-        shard_update_impl(t, r, d, comm, r->shard_gdata, r->shard_pdata, step, lr, ro);
+    ot_status s = shard_update_impl(t, r, d, comm, r->shard_gdata, r->shard_pdata, step, lr, ro);
     /* donated: the parameter block's memory moved to the new handle (device.c) */
     if (s == OT_OK && ot_buffer_host_data_mut(r->shard_p) != r->shard_pdata)
         s = ot_error(OT_ERR_INTERNAL, "tpu optimizer: the resident parameter block moved");
