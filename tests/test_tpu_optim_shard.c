@@ -4,7 +4,8 @@
  * (or direct) all-reduced gradients, for 2-5 devices and several elementwise optimizers (bf16
  * state too). The layout, the state's size and names, and the refusals (an optimizer coupling
  * elements, a non-f32 parameter, int8 state, flat mode; a communicator of another size;
- * the shard calls outside sharded mode). */
+ * the shard calls outside sharded mode). The resident blocks (shard_blocks,
+ * shard_update_blocks) give the same bits with nothing copied. */
 #include "ot_test.h"
 
 #include <math.h>
@@ -53,6 +54,9 @@ typedef struct extra {
     bool optax, loss_scaling;
     bool inf_step; /* loss scaling: member 0's gradient of the last element is inf at step 3 */
     bool big;
+    /* the resident blocks (shard_blocks, shard_update_blocks): the reduce-scatter writes the
+     * device's gradient block, the all-gather reads its parameter block */
+    bool blocks;
 } extra;
 
 typedef struct job {
@@ -107,18 +111,35 @@ static ot_status member(void *ud, int rank, ot_comm *c) {
     co.algo = j->algo;
     ot_device *d = ot_backend_device(j->be, rank);
     ot_status s = OT_OK;
+    float *pb = NULL, *gb = NULL;
+    if (j->x.blocks) {
+        /* before the blocks are handed out there is nothing to update in place */
+        if (ot_tpu_optimizer_shard_update_blocks(j->sharded, d, c, 1, 0.01, NULL) !=
+            OT_ERR_FAILED_PRECONDITION)
+            atomic_fetch_add(&j->errors, 1);
+        s = ot_tpu_optimizer_shard_blocks(j->sharded, d, &pb, &gb);
+        if (s == OT_OK) memcpy(pb, p + rank * len, (size_t)len * sizeof(float));
+    }
     for (int i = 1; s == OT_OK && i <= STEPS; i++) {
         for (int k = 0; k < NT; k++)
             for (int64_t e = 0; e < sizes[k]; e++)
                 g[off[k] + e] = grad_case(&j->x, rank, off[k] - HEAD + e, i);
-        s = ot_tpu_optimizer_step_sharded(j->sharded, d, c, &co, g, red, p, i, 0.01, NULL);
+        if (j->x.blocks) {
+            s = ot_tpu_optimizer_shard_reduce(j->sharded, c, &co, g, gb);
+            if (s == OT_OK)
+                s = ot_tpu_optimizer_shard_update_blocks(j->sharded, d, c, i, 0.01, NULL);
+            if (s == OT_OK) s = ot_comm_allgather(c, pb, p, (size_t)len, OT_F32, NULL);
+        } else {
+            s = ot_tpu_optimizer_step_sharded(j->sharded, d, c, &co, g, red, p, i, 0.01, NULL);
+        }
         /* the update's split: some copying always; collectives exactly when it sums squares
          * over the pod (trust ratios, clipping by norm, loss scaling's found_inf) */
         int64_t cp = -1, cm = -1;
         bool coll = !strcmp(j->opt, "lamb") || !strcmp(j->opt, "lars") || j->x.clip_norm > 0 ||
                     j->x.loss_scaling;
         if (s == OT_OK) s = ot_tpu_optimizer_shard_times(j->sharded, d, &cp, &cm);
-        if (s == OT_OK && (cp < 0 || cm < 0 || (cm > 0) != coll)) {
+        /* resident blocks on a host device: nothing copied */
+        if (s == OT_OK && (cp < 0 || cm < 0 || (cm > 0) != coll || (j->x.blocks && cp != 0))) {
             fprintf(stderr, "  member %d step %d: shard_times copy %lld comm %lld ns\n", rank, i,
                     (long long)cp, (long long)cm);
             atomic_fetch_add(&j->errors, 1);
@@ -333,6 +354,44 @@ static void test_trust_ratio(void) {
     run_case_x("lamb", 3, OT_ALGO_TREE, OT_TPU_STATE_BF16, all);
 }
 
+/* The resident blocks: the same bits as the unsharded update (and so as the host vectors'). */
+static void test_resident_blocks(void) {
+    run_case_x("adam", 3, OT_ALGO_TREE, OT_TPU_STATE_F32, (extra){.blocks = true});
+    run_case_x("lamb", 2, OT_ALGO_TREE, OT_TPU_STATE_F32, (extra){.big = true, .blocks = true});
+    run_case_x("lars", 4, OT_ALGO_DIRECT, OT_TPU_STATE_F32, (extra){.big = true, .blocks = true});
+    run_case_x(
+        "adamw", 5, OT_ALGO_TREE, OT_TPU_STATE_BF16,
+        (extra){
+            .clip_norm = 1.0, .loss_scaling = true, .inf_step = true, .big = true, .blocks = true});
+    /* refused: donation off (every update would move the block), outside sharded mode */
+    make_shapes(false);
+    ot_backend *be;
+    ot_backend_options bo = ot_backend_options_default();
+    bo.devices = 1;
+    ASSERT_OK(ot_backend_create(&bo, &be));
+    ot_device *d = ot_backend_device(be, 0);
+    ot_optimizer *o;
+    ASSERT_OK(ot_optimizer_new("adam", &o));
+    ot_tpu_optimizer_options to = ot_tpu_optimizer_options_default();
+    to.shard_devices = 2;
+    to.donate = false;
+    ot_tpu_optimizer *t;
+    ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &t));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    float *pb = NULL;
+    EXPECT_STATUS(ot_tpu_optimizer_shard_blocks(t, d, &pb, NULL), OT_ERR_FAILED_PRECONDITION);
+    EXPECT_STR_CONTAINS(ot_last_error(), "donation is off");
+    ot_tpu_optimizer_free(t);
+    to.donate = true;
+    to.shard_devices = 0;
+    ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &t));
+    ASSERT_OK(ot_tpu_optimizer_add_replica(t, d));
+    EXPECT_STATUS(ot_tpu_optimizer_shard_blocks(t, d, &pb, NULL), OT_ERR_FAILED_PRECONDITION);
+    ot_tpu_optimizer_free(t);
+    ot_optimizer_free(o);
+    ot_backend_free(be);
+}
+
 /* The member count must be the shard count: every member's call fails before any collective. */
 static ot_status wrong_size(void *ud, int rank, ot_comm *c) {
     ot_tpu_optimizer *t = ud;
@@ -411,4 +470,4 @@ static void test_global(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_bit_identical), OT_TEST(test_global), OT_TEST(test_trust_ratio),
-             OT_TEST(test_refused))
+             OT_TEST(test_resident_blocks), OT_TEST(test_refused))
