@@ -883,6 +883,65 @@ static void test_broadcast_ranks(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Counter-based random bits (threefry's rounds, unrolled): u32 adds, rotates by amounts
+ * sliced from an array (shift-left | shift-right-logical by 32 - r) and xors, a round's
+ * value tapped as an output before the chain goes on, and the bits turned into floats in
+ * [0, 1) (shift, or with 1.0's exponent, bitcast-convert, subtract). One native loop
+ * computes the chain once and stores the three outputs; the bits are the reference's at 1,
+ * 2, 3 and 8 threads, over shapes one row to several chunks of the pool. */
+static void test_rounds_chain(void) {
+    static const int threads[] = {1, 2, 3, 8};
+    static const int shapes[][2] = {{1, 7}, {37, 29}, {129, 257}, {300, 999}};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    char text[16384];
+    tb b = {text, 0, sizeof text};
+    for (int q = 0; q < 4; q++) {
+        int R = shapes[q][0], C = shapes[q][1], rounds = 4 + 2 * q, tap = 1 + q;
+        b.n = 0;
+        tp(&b, "HloModule rounds%d\nENTRY main {\n  x0 = u32[%d,%d] parameter(0)\n", q, R, C);
+        tp(&b, "  y0 = u32[%d,%d] parameter(1)\n  rot = u32[4] parameter(2)\n", R, C);
+        tp(&b, "  ks = u32[] parameter(3)\n  c32 = u32[] constant(32)\n");
+        for (int r = 0; r < rounds; r++) {
+            tp(&b, "  s%d = u32[1] slice(rot), slice={[%d:%d]}\n", r, r % 4, r % 4 + 1);
+            tp(&b, "  a%d = u32[] reshape(s%d)\n  d%d = u32[] subtract(c32, a%d)\n", r, r, r, r);
+            tp(&b, "  l%d = u32[%d,%d] broadcast(a%d), dimensions={}\n", r, R, C, r);
+            tp(&b, "  m%d = u32[%d,%d] broadcast(d%d), dimensions={}\n", r, R, C, r);
+            tp(&b, "  x%d = u32[%d,%d] add(x%d, y%d)\n", r + 1, R, C, r, r);
+            tp(&b, "  p%d = u32[%d,%d] shift-left(y%d, l%d)\n", r, R, C, r, r);
+            tp(&b, "  n%d = u32[%d,%d] shift-right-logical(y%d, m%d)\n", r, R, C, r, r);
+            tp(&b, "  o%d = u32[%d,%d] or(p%d, n%d)\n", r, R, C, r, r);
+            tp(&b, "  y%d = u32[%d,%d] xor(x%d, o%d)\n", r + 1, R, C, r + 1, r);
+        }
+        tp(&b, "  kb = u32[%d,%d] broadcast(ks), dimensions={}\n", R, C);
+        tp(&b, "  t1 = u32[%d,%d] add(x%d, kb)\n  t2 = u32[%d,%d] add(y%d, kb)\n", R, C, tap, R, C,
+           rounds);
+        tp(&b, "  c9 = u32[] constant(9)\n  b9 = u32[%d,%d] broadcast(c9), dimensions={}\n", R, C);
+        tp(&b, "  one = u32[] constant(1065353216)\n");
+        tp(&b, "  ob = u32[%d,%d] broadcast(one), dimensions={}\n", R, C);
+        tp(&b, "  h = u32[%d,%d] shift-right-logical(x%d, b9)\n", R, C, rounds);
+        tp(&b, "  e = u32[%d,%d] or(h, ob)\n  f = f32[%d,%d] bitcast-convert(e)\n", R, C, R, C);
+        tp(&b, "  f1 = f32[] constant(1)\n  fb = f32[%d,%d] broadcast(f1), dimensions={}\n", R, C);
+        tp(&b, "  u = f32[%d,%d] subtract(f, fb)\n", R, C);
+        tp(&b, "  ROOT t = (u32[%d,%d], u32[%d,%d], f32[%d,%d]) tuple(t1, t2, u)\n}\n", R, C, R, C,
+           R, C);
+        for (int t = 0; t < 4; t++) {
+            g_run_pool = pools[t];
+            g_keep_src = true;
+            check_module(text, 400 + (uint64_t)q, true);
+            g_keep_src = false;
+            /* one loop: a single kernel function in the generated source */
+            const char *k1 = g_src ? strstr(g_src, "void otk_0(") : NULL;
+            EXPECT_TRUE(k1 != NULL);
+            EXPECT_TRUE(k1 && strstr(g_src, "void otk_1(") == NULL);
+            free(g_src);
+            g_src = NULL;
+        }
+    }
+    g_run_pool = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Reduce-rooted fusions: row, column, middle, several and all dims, with add / multiply /
  * maximum / minimum reducers (integers also and / or), over an elementwise producer. */
 static void test_reductions(void) {
@@ -2763,6 +2822,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_remap_fusions),
         OT_TEST(test_remap_stencil),
         OT_TEST(test_broadcast_ranks),
+        OT_TEST(test_rounds_chain),
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),
         OT_TEST(test_reduce_runs),

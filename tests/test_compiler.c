@@ -2721,6 +2721,51 @@ static void test_fuse_size_capped(void) {
     ot_module_free(m);
 }
 
+/* A chain of cheap ops over x read at two depths, each read feeding an output of its own
+ * (threefry's rounds: one output taps the chain, the next round goes on from it): the two
+ * output loops run as one fusion computing the chain once and storing both outputs, however
+ * deep the tap (copies of the chain into two loops stop at a depth and split it, storing
+ * intermediates), and the results are the reference's bits. */
+static ot_module *tapped_chain(int n, int tap, bool three) {
+    ot_computation *c;
+    ot_module *m = new_mod(&c);
+    ot_shape s = mat2(OT_F32, 37, 29);
+    ot_instr *x = ot_build_parameter(c, 0, s, "x");
+    ot_instr *y = ot_build_parameter(c, 1, s, "y");
+    ot_instr *k = bcast(c, ot_build_parameter(c, 2, ot_shape_scalar(OT_F32), "k"), s);
+    static const ot_opcode ops[] = {OT_OP_ADD, OT_OP_MULTIPLY, OT_OP_SUBTRACT, OT_OP_MAXIMUM};
+    ot_instr *outs[3], *t = NULL, *t2 = NULL;
+    for (int i = 0; i < n; i++) {
+        x = ot_build_binary(c, ops[i % 4], x, i % 3 ? y : k);
+        if (i == tap) t = x;
+        if (i == tap / 2) t2 = x;
+    }
+    outs[0] = ot_build_binary(c, OT_OP_ADD, t, k);
+    outs[1] = ot_build_binary(c, OT_OP_MULTIPLY, x, k);
+    outs[2] = ot_build_binary(c, OT_OP_SUBTRACT, t2, y);
+    ot_computation_set_root(c, ot_build_tuple(c, outs, three ? 3 : 2));
+    ot_module_finalize(m);
+    return m;
+}
+
+static void test_fuse_tapped_chain(void) {
+    static const int shapes[][2] = {{6, 1}, {10, 2}, {16, 5}, {24, 3}, {40, 20}};
+    for (int q = 0; q < 5; q++) {
+        for (int three = 0; three <= 1; three++) {
+            ot_module *m = tapped_chain(shapes[q][0], shapes[q][1], three);
+            int64_t biggest = 0;
+            int kernels = exact_at_O2(m, (uint64_t)q * 7 + (uint64_t)three, &biggest, NULL);
+            if (kernels != 1)
+                fprintf(stderr, "chain %d tap %d%s: %d kernels\n", shapes[q][0], shapes[q][1],
+                        three ? " (three outputs)" : "", kernels);
+            EXPECT_INT_EQ(kernels, 1);
+            /* computed once: the chain and the outputs, no copies */
+            EXPECT_TRUE(biggest <= shapes[q][0] + 4 + (three ? 1 : 0));
+            ot_module_free(m);
+        }
+    }
+}
+
 /* Calls nested 40 deep, each level calling the one below twice: 2^40 instructions once
  * inlined. Inlining refuses with RESOURCE_EXHAUSTED naming its limit, at once. */
 static void test_inline_size_limit(void) {
@@ -2908,5 +2953,6 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
              OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
              OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
-             OT_TEST(test_fuse_size_capped), OT_TEST(test_fuse_random_dags),
-             OT_TEST(test_fuse_cycle_check_alone), OT_TEST(test_inline_size_limit))
+             OT_TEST(test_fuse_tapped_chain), OT_TEST(test_fuse_size_capped),
+             OT_TEST(test_fuse_random_dags), OT_TEST(test_fuse_cycle_check_alone),
+             OT_TEST(test_inline_size_limit))

@@ -405,6 +405,80 @@ static void join(fz *f, int64_t k, int32_t c, bool outside, bool small, bool id,
     }
 }
 
+/* Outputs of cluster c (its root and extra outputs) as instructions, into out (cap entries). */
+static int64_t cluster_outputs(fz *f, int32_t c, ot_instr **out, int64_t cap) {
+    int64_t n = 0;
+    for (int64_t p = f->cls[c].first_out; p >= 0 && n < cap; p = f->next_out[p])
+        out[n++] = f->po[p];
+    return n;
+}
+
+/* Whether loops reading z gain from running as one (XLA's IsProfitableOperand): a constant, an
+ * iota or a broadcast of a scalar costs nothing to read in every loop, so sharing it saves no
+ * memory traffic (and CSE makes one such value feed loops all over the graph). */
+static bool profitable_shared(const ot_instr *z) {
+    if (z->opcode == OT_OP_CONSTANT || z->opcode == OT_OP_IOTA) return false;
+    if (z->opcode == OT_OP_BROADCAST && cc_numel(z->operands[0]) <= 1) return false;
+    return true;
+}
+
+/* Merges loop cluster b into a (siblings: neither reaches the other, operand and size budgets
+ * kept); false, nothing changed, when it would break one of those. */
+static bool merge_siblings(fz *f, int32_t a, int32_t b) {
+    ot_instr *outs[64];
+    cluster *A = &f->cls[a], *B = &f->cls[b];
+    if (a == b || A->kind != CL_LOOP || B->kind != CL_LOOP || A->iter != B->iter) return false;
+    if (A->nio + B->nio - 1 > f->max_io) return false;
+    if (A->nmembers + B->nmembers > OT_FUSION_MAX_INSTRUCTIONS) return false;
+    int64_t na = cluster_outputs(f, a, outs, 64);
+    if (na == 64 || reaches(f, outs, na, a, b)) return false;
+    int64_t nb = cluster_outputs(f, b, outs, 64);
+    if (nb == 64 || reaches(f, outs, nb, b, a)) return false;
+    /* concatenate the output lists */
+    int64_t *tail = &A->first_out;
+    while (*tail >= 0) tail = &f->next_out[*tail];
+    *tail = B->first_out;
+    A->nio += B->nio - 1;
+    A->nmembers += B->nmembers;
+    A->work = A->work || B->work;
+    if (B->maxpos > A->maxpos) A->maxpos = B->maxpos;
+    if (B->maxpos2 > A->maxpos2) A->maxpos2 = B->maxpos2;
+    if (B->minpos < A->minpos) A->minpos = B->minpos;
+    if (B->minpos2 < A->minpos2) A->minpos2 = B->minpos2;
+    B->parent = a;
+    return true;
+}
+
+/* The distinct clusters (up to 16, in ucl) holding i's users, primary or copies; *outside: a
+ * user sits in none (or i is the root); *many: more than 16. */
+static int user_clusters(fz *f, const ot_instr *i, int32_t ucl[16], bool *outside, bool *many) {
+    int nu = 0;
+    *outside = f->c->root == i;
+    *many = false;
+    for (int u = 0; u < i->nusers && !*many; u++) {
+        int64_t p = pos_of(i->users[u]);
+        bool any = false;
+        int32_t cands[17];
+        int nc = 0;
+        if (f->cl[p] >= 0) cands[nc++] = cfind(f, f->cl[p]);
+        for (int64_t d = f->dup_head[p]; d >= 0 && nc < 17; d = f->dups[d].next)
+            cands[nc++] = cfind(f, f->dups[d].cluster);
+        for (int q = 0; q < nc; q++) {
+            any = true;
+            bool seen = false;
+            for (int j = 0; j < nu && !seen; j++) seen = ucl[j] == cands[q];
+            if (seen) continue;
+            if (nu == 16) {
+                *many = true;
+                break;
+            }
+            ucl[nu++] = cands[q];
+        }
+        if (!any) *outside = true;
+    }
+    return nu;
+}
+
 static ot_status phase1(fz *f) {
     int32_t ucl[16];
     for (int64_t k = f->n - 1; k >= 0; k--) {
@@ -414,36 +488,37 @@ static ot_status phase1(fz *f) {
             OT_CHECK(new_cluster(f, k, CL_INPUT, cc_numel(i->operands[0])));
             continue;
         }
-        int nu = 0;
-        bool outside = f->c->root == i, many = false;
-        for (int u = 0; u < i->nusers && !many; u++) {
-            int64_t p = pos_of(i->users[u]);
-            bool any = false;
-            int32_t cands[17];
-            int nc = 0;
-            if (f->cl[p] >= 0) cands[nc++] = cfind(f, f->cl[p]);
-            for (int64_t d = f->dup_head[p]; d >= 0 && nc < 17; d = f->dups[d].next)
-                cands[nc++] = cfind(f, f->dups[d].cluster);
-            for (int q = 0; q < nc; q++) {
-                any = true;
-                bool seen = false;
-                for (int j = 0; j < nu && !seen; j++) seen = ucl[j] == cands[q];
-                if (seen) continue;
-                if (nu == 16) {
-                    many = true;
-                    break;
-                }
-                ucl[nu++] = cands[q];
-            }
-            if (!any) outside = true;
-        }
+        bool outside, many;
+        int nu = user_clusters(f, i, ucl, &outside, &many);
         bool small = false, id = true;
         int32_t nc = 0;
-        if (!many && nu == 1 && can_join(f, i, ucl[0], outside, &small, &id, &nc)) {
-            if (!outside || !reaches(f, &i, 1, ucl[0], ucl[0])) {
-                join(f, k, ucl[0], outside, small, id, nc);
+        /* users in several loop clusters over its own iteration space that do not reach each
+         * other: the clusters become one (multi-output, XLA's sibling fusion) and it joins
+         * that, computed once, instead of being copied into each; a chain read by two outputs
+         * (threefry's rounds, the running sum and its state) then runs as one loop storing
+         * each output, where copies stop at MAX_DUP_DEPTH and split it into two loops joined
+         * by stored intermediates */
+        if (!many && nu >= 2 && profitable_shared(i)) {
+            int32_t c = ucl[0];
+            bool all = true;
+            for (int j = 1; j < nu && all; j++) {
+                int32_t d = cfind(f, ucl[j]);
+                c = cfind(f, c);
+                all = f->cls[c].iter == cc_numel(i) && merge_siblings(f, c, d);
+            }
+            c = cfind(f, c);
+            if (all && can_join(f, i, c, outside, &small, &id, &nc) &&
+                (!outside || !reaches(f, &i, 1, c, c))) {
+                join(f, k, c, outside, small, id, nc);
                 continue;
             }
+            /* (clusters merged before a refusal stay merged: siblings, legal either way) */
+            nu = user_clusters(f, i, ucl, &outside, &many);
+        }
+        if (!many && nu == 1 && can_join(f, i, ucl[0], outside, &small, &id, &nc) &&
+            (!outside || !reaches(f, &i, 1, ucl[0], ucl[0]))) {
+            join(f, k, ucl[0], outside, small, id, nc);
+            continue;
         }
         /* a cheap instruction whose users all sit in several clusters is duplicated into each,
          * unless copies would feed copies more than MAX_DUP_DEPTH deep: a chain whose values
@@ -497,25 +572,7 @@ static ot_status phase1(fz *f) {
     return OT_OK;
 }
 
-/* Outputs of cluster c (its root and extra outputs) as instructions, into out (cap entries). */
-static int64_t cluster_outputs(fz *f, int32_t c, ot_instr **out, int64_t cap) {
-    int64_t n = 0;
-    for (int64_t p = f->cls[c].first_out; p >= 0 && n < cap; p = f->next_out[p])
-        out[n++] = f->po[p];
-    return n;
-}
-
-/* Whether loops reading z gain from running as one (XLA's IsProfitableOperand): a constant, an
- * iota or a broadcast of a scalar costs nothing to read in every loop, so sharing it saves no
- * memory traffic (and CSE makes one such value feed loops all over the graph). */
-static bool profitable_shared(const ot_instr *z) {
-    if (z->opcode == OT_OP_CONSTANT || z->opcode == OT_OP_IOTA) return false;
-    if (z->opcode == OT_OP_BROADCAST && cc_numel(z->operands[0]) <= 1) return false;
-    return true;
-}
-
 static ot_status phase2(fz *f) {
-    ot_instr *outs[64];
     for (int64_t k = 0; k < f->n; k++) {
         ot_instr *z = f->po[k];
         if (!profitable_shared(z)) continue;
@@ -532,25 +589,7 @@ static ot_status phase2(fz *f) {
                 continue;
             }
             if (c == first) continue;
-            cluster *A = &f->cls[first], *B = &f->cls[c];
-            if (A->nio + B->nio - 1 > f->max_io) continue;
-            if (A->nmembers + B->nmembers > OT_FUSION_MAX_INSTRUCTIONS) continue;
-            int64_t na = cluster_outputs(f, first, outs, 64);
-            if (na == 64 || reaches(f, outs, na, first, c)) continue;
-            int64_t nb = cluster_outputs(f, c, outs, 64);
-            if (nb == 64 || reaches(f, outs, nb, c, first)) continue;
-            /* merge B into A: concatenate output lists */
-            int64_t *tail = &A->first_out;
-            while (*tail >= 0) tail = &f->next_out[*tail];
-            *tail = B->first_out;
-            A->nio += B->nio - 1;
-            A->nmembers += B->nmembers;
-            A->work = A->work || B->work;
-            if (B->maxpos > A->maxpos) A->maxpos = B->maxpos;
-            if (B->maxpos2 > A->maxpos2) A->maxpos2 = B->maxpos2;
-            if (B->minpos < A->minpos) A->minpos = B->minpos;
-            if (B->minpos2 < A->minpos2) A->minpos2 = B->minpos2;
-            B->parent = first;
+            merge_siblings(f, first, c);
         }
     }
     return OT_OK;
