@@ -832,7 +832,7 @@ static void test_broadcast_ranks(void) {
     for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
     char text[8192];
     tb b = {text, 0, sizeof text};
-    int tables = 0;
+    int tables = 0, reps = 0;
     for (uint64_t seed = 1; seed <= 40; seed++) {
         random_bcast_module(seed, &b);
         for (int t = 0; t < 4; t++) {
@@ -843,13 +843,15 @@ static void test_broadcast_ranks(void) {
             if (t == 0 && g_src && strstr(g_src, "ot_tab0[col]") != NULL &&
                 strstr(g_src, "#pragma GCC ivdep") != NULL)
                 tables++;
+            if (t == 0 && g_src && strstr(g_src, "ot_rep0[col]") != NULL) reps++;
             free(g_src);
             g_src = NULL;
         }
         g_run_pool = NULL;
     }
     EXPECT_TRUE(tables >= 2);
-    fprintf(stderr, "  %d of 40 modules with column index tables\n", tables);
+    fprintf(stderr, "  %d of 40 modules with column index tables, %d with row buffers\n", tables,
+            reps);
     /* large enough that the pool splits the rows (the digit counters start mid-way): x * y + z
      * broadcast over rank 5 with a last dim of 7, and rank 6 with odd dims and a last dim of 2 */
     static const char *const big[] = {
@@ -868,14 +870,28 @@ static void test_broadcast_ranks(void) {
         "  yb = f32[20,5,7,9,3,2] broadcast(y), dimensions={1,2,4}\n"
         "  yd = f64[20,5,7,9,3,2] convert(yb)\n  iod = f64[20,5,7,9,3,2] convert(io)\n"
         "  m = f64[20,5,7,9,3,2] multiply(xb, yd)\n"
-        "  ROOT a = f64[20,5,7,9,3,2] add(m, iod)\n}\n"};
-    for (int j = 0; j < 2; j++)
+        "  ROOT a = f64[20,5,7,9,3,2] add(m, iod)\n}\n",
+        /* inputs repeating a run along the column: one moved by a row dim, one by none */
+        "HloModule bcrep\nENTRY main {\n  x = f16[3] parameter(0)\n"
+        "  y = f16[3000,5] parameter(1)\n  k = s32[3000,1,3] parameter(2)\n"
+        "  xb = f16[3000,5,3] broadcast(x), dimensions={2}\n  kr = s32[3000,3] reshape(k)\n"
+        "  yb = f16[3000,5,3] broadcast(y), dimensions={0,1}\n"
+        "  kb = s32[3000,5,3] broadcast(kr), dimensions={0,2}\n"
+        "  kf = f16[3000,5,3] convert(kb)\n  m = f16[3000,5,3] multiply(xb, yb)\n"
+        "  ROOT a = f16[3000,5,3] add(m, kf)\n}\n"};
+    /* x of bc5, x of bc6 (a run of 54 over the column loop's 378) and x and k of bcrep repeat
+     * one contiguous run along the column loop: they are copied into row buffers, not
+     * gathered through a table; bc6's y and bcrep's y (one element per run) are no such run */
+    static const char *const want[] = {"ot_rep0[col]", "ot_tab0[col]", "ot_rep1[col]"};
+    static const char *const never[] = {"ot_tab", "ot_rep1", "ot_rep2"};
+    for (int j = 0; j < 3; j++)
         for (int t = 0; t < 4; t++) {
             g_run_pool = pools[t];
             g_keep_src = true;
             check_module(big[j], 300 + (uint64_t)j, true);
             g_keep_src = false;
-            EXPECT_TRUE(g_src && strstr(g_src, "ot_tab0[col]") != NULL);
+            EXPECT_TRUE(g_src && strstr(g_src, want[j]) != NULL);
+            EXPECT_TRUE(g_src && strstr(g_src, never[j]) == NULL);
             free(g_src);
             g_src = NULL;
         }

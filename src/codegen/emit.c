@@ -461,6 +461,7 @@ typedef struct em {
     int K;
     int ntab;
     int64_t tabsig[8][OT_MAX_RANK]; /* each table's strides over the K dims */
+    int nrep;                       /* row buffers ot_rep<N> (rep_broadcast) */
     /* index contexts made by slice, pad, concatenate and reverse (remap_ctx): the operand's
      * digits as expressions, so that a remap of a remap reads them without dividing */
     struct dctx *dc;
@@ -1363,6 +1364,52 @@ static void col_index(em *E, const int64_t *s, char *out, size_t cap) {
     snprintf(out, cap, "ot_tab%d[col]", id);
 }
 
+/* A broadcast operand whose column index repeats one contiguous run of P elements: its
+ * trailing dims are the column loop's last dims and its other column dims are broadcast
+ * (x[a,1,c,1,e] * y[1,b,1,d,e], the column loop over (d, e): x at ot_tab[col] = col % e).
+ * Read through a table, each element is a gather; when the operand is an input (through
+ * reshapes, which keep the linear index), its run is copied C / P times once per row (once
+ * per kernel when no row dim moves it) into ot_rep<N>[C], and the column loop loads that
+ * contiguously: the same elements, so the same bits. -2: not that case. */
+static int rep_broadcast(em *E, const ot_instr *o, const int64_t *cst, const char *rv) {
+    const ot_shape *L = E->lshape;
+    int K = E->K, d0 = L->rank - K;
+    if (K < 2 || E->C <= 1) return -2;
+    int64_t P = 1;
+    int d = K - 1;
+    for (; d >= 0; d--) {
+        if (L->dims[d0 + d] == 1) continue;
+        if (cst[d] != P) break;
+        P *= L->dims[d0 + d];
+    }
+    for (; d >= 0; d--)
+        if (L->dims[d0 + d] != 1 && cst[d] != 0) return -2;
+    if (P <= 1 || P >= E->C) return -2;
+    const ot_instr *p = o;
+    while (p->opcode == OT_OP_RESHAPE && p->noperands == 1) p = p->operands[0];
+    if (p->opcode != OT_OP_PARAMETER || p->shape.kind != OT_IR_ARRAY) return -2;
+    int q = (int)p->attrs->index;
+    if (q < 0 || q >= E->kn->ninputs || E->kn->alias[q] >= 0) return -2;
+    ot_dtype t = p->shape.array.dtype;
+    const char *ct = ctype(t);
+    if (!ct) return -2;
+    char key[128];
+    snprintf(key, sizeof key, "(ot_rep %d %s %lld col)", q, rv, (long long)P);
+    int m = memo_find(E, p, key);
+    if (m >= 0) return m;
+    int id = E->nrep++;
+    ot_strbuf *b = level_buf(E, strcmp(rv, "0") == 0 ? 0 : 1);
+    ot_strbuf_printf(b, "    %s ot_rep%d[%lld] __attribute__((aligned(64)));\n", ct, id,
+                     (long long)E->C);
+    /* each copy of the run read from the input (copies of copies would wait on the stores
+     * just made: 5% slower) */
+    ot_strbuf_printf(b,
+                     "    for (int64_t r = 0; r < %lld; r += %lld)\n"
+                     "    for (int64_t c = 0; c < %lld; c++) ot_rep%d[r + c] = i%d[%s + c];\n",
+                     (long long)E->C, (long long)P, (long long)P, id, q, rv);
+    return define(E, p, key, t, false, "ot_rep%d[col]", id);
+}
+
 static int emit_iota(em *E, const ot_instr *x, const char *ctx) {
     const ot_shape *s = &x->shape.array;
     int64_t st[OT_MAX_RANK];
@@ -1451,6 +1498,8 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
             snprintf(rv, sizeof rv, "0");
         else
             index_var(E, expr, rv, sizeof rv);
+        int rk = rep_broadcast(E, o, cst, rv);
+        if (rk != -2) return rk;
         col_index(E, cst, cv, sizeof cv);
         if (strcmp(cv, "0") == 0)
             snprintf(expr, sizeof expr, "%s", rv);
