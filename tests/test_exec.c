@@ -1098,9 +1098,10 @@ static void test_sincosf_sleef(void) {
  * glibc's is NaN, ±inf or ±0 (a NaN operand's NaN quieted, the first of two; NaN from numbers the
  * default NaN), and within 2 ulps of it otherwise (each is within 1 ulp of the exact value); but
  * f64 tan and log1p of 2^-1074 are 0 (one subnormal ulp off), and f64 pow overflows to inf from
- * results of 0x1.ffffc57ca8781p+1023 on, 2^-18 below DBL_MAX (SLEEF's overflow threshold; exp has
- * the same threshold and a fix-up in OT_VMATH_DEF, checked here on x = 709.782712). log1p(x)
- * from 1e307 on is SLEEF's inf without the scaling in OT_VMATH_DEF. */
+ * results of 0x1.ffffc57ca8781p+1023 on, 2^-18 below DBL_MAX (SLEEF's overflow threshold). f64
+ * exp is the library's ot_exp (src/exec/expf_poly.h), checked here too: up to the true overflow
+ * (x = 709.782712...) and through the subnormal results (-745.5 gives 0). log1p(x) from 1e307 on
+ * is SLEEF's inf without the scaling in OT_VMATH_DEF. */
 static double ulp_t(double v, bool f64) {
     int e;
     frexp(v, &e);
@@ -1128,7 +1129,8 @@ static void test_vmath_edges(void) {
                                   0x1p-30,    100.0,
                                   -1000.5,    0x1p-60,
                                   709.782712, 709.7827128933839,
-                                  709.5};
+                                  709.5,      -708.5,
+                                  -744.5,     -745.1};
     enum { NE = sizeof edge / sizeof edge[0] };
     typedef struct {
         ot_opcode op;

@@ -1,5 +1,6 @@
-/* e^x and tanh for f32, shared by the reference evaluator (src/exec/elementwise.c) and generated
- * code (src/codegen/emit.c pastes this text into its preamble), so both give the same bits.
+/* e^x, tanh, erf, log, log1p and expm1 for f32 and e^x for f64, shared by the reference evaluator
+ * (src/exec/elementwise.c) and generated code (src/codegen/emit.c pastes this text into its
+ * preamble), so both give the same bits.
  *
  * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
  * libm call and the FMA instruction give the same bits): x is clamped to [-200, 89] (below, the
@@ -327,6 +328,56 @@
         rb.f = ki < -24 ? low : ki <= 24 ? mid : ki > 127 ? high * 2.0f : high;                    \
         rb.u = (xb.u & 0x7fffffffu) < 0x33000000u ? xb.u : rb.u; /* |x| < 2^-25: x itself */       \
         rb.u = (xb.u & 0x7fffffffu) > 0x7f800000u ? xb.u | 0x400000u : rb.u;                       \
+        return rb.f;                                                                               \
+    }
+
+/* e^x for f64 (ot_exp), branch-free like ot_expf, evaluated in double with fma (one rounding
+ * each, so the C library's fma and the FMA instruction give the same bits). x is clamped to
+ * [-746, 710] by two integer minimums on the bits (below, the result is 0; above, inf; a NaN
+ * becomes one of the two, and the result is the NaN quieted, decided from x), k = round(x / ln 2)
+ * by adding 1.5·2^52, r = x - k·ln 2 with ln 2 in two parts: rh = x - k·L1 (L1 = ln 2 rounded: k
+ * has at most 11 bits, so rh is exact), r = rh - k·L2. e^r = 1 + r + r²·Q(r), Q of degree 9 (a
+ * Chebyshev fit of (e^r - 1 - r)/r² on |r| <= ln 2 / 2, within 1.1e-16), summed as
+ * (1 + rh) + (the rounding error of 1 + rh, exact by Fast2Sum) + (r²·Q - k·L2), so the only
+ * roundings that reach the result are the last sum's and a few below 2^-55. 2^k is applied as
+ * two exact powers of two, 2^(k >> 1) and 2^(k - (k >> 1)), built in the exponent field (both in
+ * [-538, 513]): the second product rounds once, also to a subnormal, 0 or inf. Subnormal results
+ * and the multiplications that make them need the CPU's FTZ/DAZ modes off (f64 math never runs
+ * under them: the caller flushes in software). Accuracy (bench_vmath ulp --fn exp --dtype f64):
+ * docs/vmath.md. */
+#define OT_EXPD_DEF                                                                                \
+    static inline double ot_exp(double x) {                                                        \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, cb, tb, s1, s2, rb, sh = {0x1.8p52};                                           \
+        uint64_t ux = xb.u < 0xc087500000000000ull ? xb.u : 0xc087500000000000ull; /* -746 */      \
+        int64_t sx = (int64_t)ux; /* 710, +NaN too */                                              \
+        cb.u = (uint64_t)(sx < 0x4086300000000000ll ? sx : 0x4086300000000000ll);                  \
+        double t = fma(cb.f, 0x1.71547652b82fep0, 0x1.8p52);                                       \
+        double k = t - 0x1.8p52;                                                                   \
+        double rh = fma(k, -0x1.62e42fefa39efp-1, cb.f);                                           \
+        double r = fma(k, -0x1.abc9e3b39803fp-56, rh);                                             \
+        double q = 0x1.af389eea54156p-26;                                                          \
+        q = fma(q, r, 0x1.28917c9f3a495p-22);                                                      \
+        q = fma(q, r, 0x1.71de0db2eb873p-19);                                                      \
+        q = fma(q, r, 0x1.a019b914881bap-16);                                                      \
+        q = fma(q, r, 0x1.a01a01a7c2f2cp-13);                                                      \
+        q = fma(q, r, 0x1.6c16c17889f3cp-10);                                                      \
+        q = fma(q, r, 0x1.11111111109b5p-7);                                                       \
+        q = fma(q, r, 0x1.5555555553d68p-5);                                                       \
+        q = fma(q, r, 0x1.5555555555556p-3);                                                       \
+        q = fma(q, r, 0x1.0000000000001p-1);                                                       \
+        double c = fma(k, -0x1.abc9e3b39803fp-56, (r * r) * q);                                    \
+        double u = 1.0 + rh;                                                                       \
+        double p = u + (((1.0 - u) + rh) + c);                                                     \
+        tb.f = t;                                                                                  \
+        int64_t ki = (int64_t)(tb.u - sh.u), k1 = ki >> 1;                                         \
+        s1.u = (uint64_t)(k1 + 1023) << 52;                                                        \
+        s2.u = (uint64_t)(ki - k1 + 1023) << 52;                                                   \
+        rb.f = p * s1.f * s2.f;                                                                    \
+        rb.u =                                                                                     \
+            (xb.u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull ? xb.u | (1ull << 51) : rb.u;   \
         return rb.f;                                                                               \
     }
 

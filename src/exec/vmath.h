@@ -1,8 +1,8 @@
 /* Vector math from SLEEF (Debian libsleef-dev, the library PyTorch's vectorized CPU math uses) for
  * the f32 and f64 functions the library does not compute with its own polynomials
- * (src/exec/expf_poly.h): f32 sin, cos, tan, cbrt, pow and atan2; f64 exp, expm1, log, log1p,
- * tanh, erf, sin, cos, tan, cbrt, pow and atan2 (and f64 logistic through exp). docs/vmath.md
- * has the accuracy and speed of each.
+ * (src/exec/expf_poly.h: the f32 exp family and f64 exp, with f64 logistic through it): f32 sin,
+ * cos, tan, cbrt, pow and atan2; f64 expm1, log, log1p, tanh, erf, sin, cos, tan, cbrt, pow and
+ * atan2. docs/vmath.md has the accuracy and speed of each.
  *
  * Bit-identical twins: SLEEF's deterministic variants give the same bits in every vector width
  * of one class: "finz" (with FMA: the scalar purecfma, AVX2 128/256-bit, AVX-512) and "cinz"
@@ -34,7 +34,6 @@
     X(cbrtf, cbrtf, 1, float)                                                                      \
     X(powf, powf, 2, float)                                                                        \
     X(atan2f, atan2f, 2, float)                                                                    \
-    X(exp, expd, 1, double)                                                                        \
     X(expm1, expm1d, 1, double)                                                                    \
     X(log, logd, 1, double)                                                                        \
     X(log1p, log1pd, 1, double)                                                                    \
@@ -94,13 +93,9 @@
 #define OT_VM_FIX_float_  ot_vm_fixf_
 #define OT_VM_FIX_double_ ot_vm_fixd_
 /* ot_vm_sinf ... ot_vm_atan2, then pow with its 1 rule (selected after the call, so the call
- * stays unconditional), f64 exp as called (ot_vm_exp1): SLEEF's exp returns inf from
- * x = 709.7827111495576 on, 2^-18 below the true overflow at 709.782712893384, so x in
- * (709, inf) takes exp(x - c)·e^c, c = ln 2 rounded to a multiple of 2^-43 (x - c is exact
- * there) and e^c = 0x1.ffffffffffe11p+0 rounded (within 2 ulps in all); f64 logistic through it;
- * and f64 log1p as called (ot_vm_log1p1): SLEEF's log1p returns inf from x = 1e307 on, so x in
- * [2^997, inf) is scaled by 2^-600 first (1 + x·2^-600 rounds to x·2^-600 there, so log1p gives
- * its log) and 600·ln 2 (two doubles) added back. */
+ * stays unconditional), and f64 log1p as called (ot_vm_log1p1): SLEEF's log1p returns inf from x =
+ * 1e307 on, so x in [2^997, inf) is scaled by 2^-600 first (1 + x·2^-600 rounds to x·2^-600 there,
+ * so log1p gives its log) and 600·ln 2 (two doubles) added back. */
 #define OT_VMATH_DEF                                                                               \
     OT_VMATH_FIX_(static inline)                                                                   \
     OT_VMATH_LIST(OT_VMATH_FN_)                                                                    \
@@ -122,20 +117,6 @@
                                        ((bb.u & 0x7fffffffffffffffull) == 0u));                    \
         rb.u = (0x3ff0000000000000ull & one) | (rb.u & ~one);                                      \
         return rb.f;                                                                               \
-    }                                                                                              \
-    static inline double ot_vm_exp1(double x) {                                                    \
-        union {                                                                                    \
-            double f;                                                                              \
-            uint64_t u;                                                                            \
-        } xb = {x}, cb, kb;                                                                        \
-        uint64_t big =                                                                             \
-            0u - (uint64_t)((xb.u > 0x4086280000000000ull) & (xb.u < 0x7ff0000000000000ull));      \
-        cb.u = 0x3fe62e42fefa3800ull & big;                                                        \
-        kb.u = (0x3ffffffffffffe11ull & big) | (0x3ff0000000000000ull & ~big);                     \
-        return ot_vm_exp(x - cb.f) * kb.f;                                                         \
-    }                                                                                              \
-    static inline double ot_vm_logistic(double x) {                                                \
-        return 1.0 / (1.0 + ot_vm_exp1(-x));                                                       \
     }                                                                                              \
     static inline double ot_vm_log1p1(double x) {                                                  \
         union {                                                                                    \
