@@ -1506,7 +1506,7 @@ static void test_hw_ftz_erf(void) {
 }
 
 /* The SLEEF functions (src/exec/vmath.h): f32, bf16 and f64 sin, cos, tan, cbrt, pow and atan2,
- * and f64 expm1, log, log1p, tanh and erf, with f64 exp and logistic (ot_exp in
+ * and f64 expm1, log1p, tanh and erf, with f64 exp, log and logistic (ot_expd and ot_logd in
  * src/exec/expf_poly.h), each of parameters directly (and sin, cos
  * and tan of products times 3e7 for f32/bf16, 1e15 for f64: large arguments), on ordinary values
  * with NaNs (quiet and signalling, both signs), ±inf, ±0 and subnormals, and on values around the
@@ -1563,13 +1563,13 @@ static void test_vmath_sleef(void) {
                                            "ot_vm_cbrt(",
                                            "ot_vm_pow1(",
                                            "ot_vm_atan2(",
-                                           "ot_exp(",
+                                           "ot_expd(",
                                            "ot_vm_expm1(",
-                                           "ot_vm_log(",
+                                           "ot_logd(",
                                            "ot_vm_log1p1(",
                                            "ot_vm_tanh(",
                                            "ot_vm_erf(",
-                                           "(1.0 / (1.0 + ot_exp(-"};
+                                           "(1.0 / (1.0 + ot_expd(-"};
         const char *const *names = j == 2 ? f64s : f32s;
         for (int k = 0; k < (j == 2 ? 13 : 6); k++) {
             /* named after the preamble: called by a kernel */

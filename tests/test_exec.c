@@ -1099,7 +1099,7 @@ static void test_sincosf_sleef(void) {
  * default NaN), and within 2 ulps of it otherwise (each is within 1 ulp of the exact value); but
  * f64 tan and log1p of 2^-1074 are 0 (one subnormal ulp off), and f64 pow overflows to inf from
  * results of 0x1.ffffc57ca8781p+1023 on, 2^-18 below DBL_MAX (SLEEF's overflow threshold). f64
- * exp is the library's ot_exp (src/exec/expf_poly.h), checked here too: up to the true overflow
+ * exp is the library's ot_expd (src/exec/expf_poly.h), checked here too: up to the true overflow
  * (x = 709.782712...) and through the subnormal results (-745.5 gives 0). log1p(x) from 1e307 on
  * is SLEEF's inf without the scaling in OT_VMATH_DEF. */
 static double ulp_t(double v, bool f64) {

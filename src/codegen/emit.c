@@ -227,14 +227,15 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp, tanh, erf, log, log1p and expm1 and f64 exp (src/exec/expf_poly.h):
+/* the reference's f32 exp, tanh, erf, log, log1p and expm1, f64 exp and log (src/exec/expf_poly.h):
  * the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
 /* clang-format off */
 static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
                                     OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
-                                    OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_EXPD_DEF) "\n";
+                                    OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_EXPD_DEF) "\n"
+                                    OT_STR(OT_LOGD_DEF) "\n";
 /* clang-format on */
 
 /* SLEEF's raw functions as generated code declares them (src/exec/vmath.h): the scalar variant
@@ -763,16 +764,16 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_CEIL: return d ? "ceil(%s)" : "ceilf(%s)";
     case OT_OP_ROUND_NEAREST_AFZ: return d ? "round(%s)" : "roundf(%s)";
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
-    case OT_OP_EXP: return d ? "ot_exp(%s)" : "ot_expf_ftz(%s)"; /* generated code flushes */
+    case OT_OP_EXP: return d ? "ot_expd(%s)" : "ot_expf_ftz(%s)"; /* generated code flushes */
     case OT_OP_EXPM1: return d ? "ot_vm_expm1(%s)" : "ot_expm1f(%s)";
-    case OT_OP_LOG: return d ? "ot_vm_log(%s)" : "ot_logf(%s)";
+    case OT_OP_LOG: return d ? "ot_logd(%s)" : "ot_logf(%s)";
     case OT_OP_LOG1P: return d ? "ot_vm_log1p1(%s)" : "ot_log1pf(%s)";
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
     case OT_OP_CBRT: return d ? "ot_vm_cbrt(%s)" : "ot_vm_cbrtf(%s)";
     case OT_OP_TANH: return d ? "ot_vm_tanh(%s)" : "ot_tanhf(%s)";
     case OT_OP_LOGISTIC:
-        return d ? "(1.0 / (1.0 + ot_exp(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";
+        return d ? "(1.0 / (1.0 + ot_expd(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";
     case OT_OP_SIN: return d ? "ot_vm_sin(%s)" : "ot_vm_sinf(%s)";
     case OT_OP_COS: return d ? "ot_vm_cos(%s)" : "ot_vm_cosf(%s)";
     case OT_OP_TAN: return d ? "ot_vm_tan(%s)" : "ot_vm_tanf(%s)";

@@ -159,6 +159,7 @@ OT_ERFF_DEF
 OT_LOGF_DEF
 OT_EXPM1F_DEF
 OT_EXPD_DEF
+OT_LOGD_DEF
 OT_VMATH_REF_DECLS
 OT_VMATH_DEF
 
@@ -168,7 +169,7 @@ static float logistic_f(float x) {
 }
 
 static double logistic_d(double x) {
-    return 1.0 / (1.0 + ot_exp(-x)); /* as generated code computes it */
+    return 1.0 / (1.0 + ot_expd(-x)); /* as generated code computes it */
 }
 
 static float sign_f(float x) {
@@ -216,9 +217,9 @@ static double unary_f64(ot_opcode op, double x) {
     case OT_OP_CEIL: return ceil(x);
     case OT_OP_ROUND_NEAREST_AFZ: return round(x);
     case OT_OP_ROUND_NEAREST_EVEN: return nearbyint(x);
-    case OT_OP_EXP: return ot_exp(x);
+    case OT_OP_EXP: return ot_expd(x);
     case OT_OP_EXPM1: return ot_vm_expm1(x);
-    case OT_OP_LOG: return ot_vm_log(x);
+    case OT_OP_LOG: return ot_logd(x);
     case OT_OP_LOG1P: return ot_vm_log1p1(x);
     case OT_OP_SQRT: return sqrt(x);
     case OT_OP_RSQRT: return 1.0 / sqrt(x);

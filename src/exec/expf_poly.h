@@ -1,6 +1,6 @@
-/* e^x, tanh, erf, log, log1p and expm1 for f32 and e^x for f64, shared by the reference evaluator
- * (src/exec/elementwise.c) and generated code (src/codegen/emit.c pastes this text into its
- * preamble), so both give the same bits.
+/* e^x, tanh, erf, log, log1p and expm1 for f32 and e^x and log for f64, shared by the reference
+ * evaluator (src/exec/elementwise.c) and generated code (src/codegen/emit.c pastes this text into
+ * its preamble), so both give the same bits.
  *
  * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
  * libm call and the FMA instruction give the same bits): x is clamped to [-200, 89] (below, the
@@ -331,7 +331,7 @@
         return rb.f;                                                                               \
     }
 
-/* e^x for f64 (ot_exp), branch-free like ot_expf, evaluated in double with fma (one rounding
+/* e^x for f64 (ot_expd), branch-free like ot_expf, evaluated in double with fma (one rounding
  * each, so the C library's fma and the FMA instruction give the same bits). x is clamped to
  * [-746, 710] by two integer minimums on the bits (below, the result is 0; above, inf; a NaN
  * becomes one of the two, and the result is the NaN quieted, decided from x), k = round(x / ln 2)
@@ -346,7 +346,7 @@
  * under them: the caller flushes in software). Accuracy (bench_vmath ulp --fn exp --dtype f64):
  * docs/vmath.md. */
 #define OT_EXPD_DEF                                                                                \
-    static inline double ot_exp(double x) {                                                        \
+    static inline double ot_expd(double x) {                                                       \
         union {                                                                                    \
             double f;                                                                              \
             uint64_t u;                                                                            \
@@ -378,6 +378,53 @@
         rb.f = p * s1.f * s2.f;                                                                    \
         rb.u =                                                                                     \
             (xb.u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull ? xb.u | (1ull << 51) : rb.u;   \
+        return rb.f;                                                                               \
+    }
+
+/* log for f64 (ot_logd), branch-free like ot_logf, evaluated in double with fma. A subnormal x is
+ * scaled by 2^54 first (a multiplication: f64 math never runs under the FTZ/DAZ modes) and 54
+ * taken off k. x = m·2^k with m in [sqrt(1/2), sqrt(2)) by integer operations on the bits (the
+ * offset trick of ot_logf), k converted by adding it to 1.5·2^52's bits. With f = m - 1 (exact),
+ * s = f / (2 + f), z = s²: log(1 + f) = f - f²/2 + s·(f²/2 + z·P(z)), P of degree 6 (a Chebyshev
+ * fit of (log((1 + s)/(1 - s)) - 2s)/s³ on z <= 0.0295, within 3.1e-16), so s's rounding only
+ * reaches the small term; it is computed as k·L1 - ((g - (s·(g + z·2P) + k·2·L2))·0.5 - f) with
+ * g = f² (the halving folded into the coefficients: the same roundings as with f²/2) and ln 2 in
+ * two parts, L1 = 0x1.62e42feep-1 (k·L1 exact) and L2 the rest. Special values: ±0 -> -inf,
+ * +inf -> +inf (x + x), x < 0 (-inf too) -> the default NaN 0xfff8000000000000, a NaN comes back
+ * quieted (x + x): selected when x is not a positive finite number, the unsigned test
+ * bits(x) - 1 >= 0x7fefffffffffffff. Accuracy (bench_vmath ulp --fn log --dtype f64):
+ * docs/vmath.md. */
+#define OT_LOGD_DEF                                                                                \
+    static inline double ot_logd(double x) {                                                       \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, cb, mb, kb, rb, dn = {.u = 0xfff8000000000000ull},                             \
+          ni = {.u = 0xfff0000000000000ull};                                                       \
+        uint64_t sub = 0u - (uint64_t)(xb.u < 0x0010000000000000ull);                              \
+        cb.u = (0x4350000000000000ull & sub) | (0x3ff0000000000000ull & ~sub); /* 2^54 or 1 */     \
+        mb.f = x * cb.f;                                                                           \
+        uint64_t ix = mb.u, tmp = ix - 0x3fe6a09e667f3bcdull;                                      \
+        kb.u = ((0x4337ffffffffffcaull & sub) | (0x4338000000000000ull & ~sub)) +                  \
+               (uint64_t)((int64_t)tmp >> 52);                                                     \
+        double k = kb.f - 0x1.8p52;                                                                \
+        mb.u = ix - (tmp & 0xfff0000000000000ull);                                                 \
+        double f = mb.f - 1.0;                                                                     \
+        double s = f / (2.0 + f), z = s * s;                                                       \
+        double p = 0x1.2b584c6b42d6p-2;                                                            \
+        p = fma(p, z, 0x1.39fe604146b74p-2);                                                       \
+        p = fma(p, z, 0x1.7462b4ac441afp-2);                                                       \
+        p = fma(p, z, 0x1.c71c62e57c3c4p-2);                                                       \
+        p = fma(p, z, 0x1.2492492df14bcp-1);                                                       \
+        p = fma(p, z, 0x1.99999999952e2p-1);                                                       \
+        p = fma(p, z, 0x1.5555555555558p+0);                                                       \
+        double g = f * f;                                                                          \
+        double w = g - fma(s, fma(z, p, g), k * 0x1.a39ef35793c76p-32);                            \
+        rb.f = fma(k, 0x1.62e42feep-1, -fma(w, 0.5, -f));                                          \
+        double sv = x + x;      /* +inf; a NaN quieted */                                          \
+        sv = x < 0 ? dn.f : sv; /* -inf and every negative number */                               \
+        sv = x == 0 ? ni.f : sv;                                                                   \
+        rb.f = xb.u - 1u >= 0x7fefffffffffffffull ? sv : rb.f;                                     \
         return rb.f;                                                                               \
     }
 
