@@ -1,6 +1,7 @@
 /* The library's f32 and f64 math functions, shared by the reference evaluator and generated code:
- * its own polynomials (ot_tanhf, ot_erff, ... and f64 ot_expd, ot_logd in src/exec/expf_poly.h) and
- * SLEEF's functions (src/exec/vmath.h): accuracy, and throughput against glibc's scalar function.
+ * its own polynomials (ot_tanhf, ot_erff, ... and f64 ot_expd, ot_expm1d, ot_logd in
+ * src/exec/expf_poly.h) and SLEEF's functions (src/exec/vmath.h): accuracy, and throughput against
+ * glibc's scalar function.
  *
  *   bench_vmath ulp [--fn F] [--threads N] [--stride K] [--json]   f32 unary F: every one of
  *                                                      the 2^32 inputs (or every K-th bit pattern)
@@ -17,7 +18,7 @@
  *                                            cases (AVX-512 builds)
  *
  * F (f32) is tanh (the default), erf, log, log1p, expm1 (the library's polynomials), sin, cos, tan,
- * cbrt, pow or atan2 (SLEEF); F (f64) is exp, log or logistic (the library's), expm1, log1p,
+ * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log or logistic (the library's), log1p,
  * tanh, erf, sin, cos, tan, cbrt, pow or atan2 (SLEEF). ulp: the error in ulps printed (|got - ref|
  * / ulp(ref), ulp of the binade of ref) is exact to about 1e-8 ulp (f32 against double) or 1e-3 ulp
  * (f64 against x87 long double); "correctly rounded" counts inputs whose result equals ref rounded;
@@ -50,6 +51,7 @@ OT_LOGF_DEF
 OT_EXPM1F_DEF
 OT_EXPD_DEF
 OT_LOGD_DEF
+OT_EXPM1D_DEF
 
 /* SLEEF's finz (FMA) scalar variant, a SIMD function whose clones wrap the vector variants, as
  * src/codegen/emit.c writes them into generated code for a target with FMA and AVX2 (elsewhere
@@ -514,7 +516,7 @@ static long double logistic_l(long double x) {
 BV_S2(powf, float, ot_vm_powf1, powf, powl_d)
 BV_S2(atan2f, float, ot_vm_atan2f, atan2f, atan2l_d)
 BV_S1(exp, double, ot_expd, exp, expl)
-BV_S1(expm1, double, ot_vm_expm1, expm1, expm1l)
+BV_S1(expm1, double, ot_expm1d, expm1, expm1l)
 BV_S1(log, double, ot_logd, log, logl)
 BV_S1(log1p, double, ot_vm_log1p1, log1p, log1pl)
 BV_S1(tanh, double, ot_vm_tanh, tanh, tanhl)

@@ -227,15 +227,15 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp, tanh, erf, log, log1p and expm1, f64 exp and log (src/exec/expf_poly.h):
- * the same text */
+/* the reference's f32 exp, tanh, erf, log, log1p and expm1, f64 exp, expm1 and log
+ * (src/exec/expf_poly.h): the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
 /* clang-format off */
 static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
                                     OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
                                     OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_EXPD_DEF) "\n"
-                                    OT_STR(OT_LOGD_DEF) "\n";
+                                    OT_STR(OT_LOGD_DEF) "\n" OT_STR(OT_EXPM1D_DEF) "\n";
 /* clang-format on */
 
 /* SLEEF's raw functions as generated code declares them (src/exec/vmath.h): the scalar variant
@@ -765,7 +765,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_ROUND_NEAREST_AFZ: return d ? "round(%s)" : "roundf(%s)";
     case OT_OP_ROUND_NEAREST_EVEN: return d ? "nearbyint(%s)" : "nearbyintf(%s)";
     case OT_OP_EXP: return d ? "ot_expd(%s)" : "ot_expf_ftz(%s)"; /* generated code flushes */
-    case OT_OP_EXPM1: return d ? "ot_vm_expm1(%s)" : "ot_expm1f(%s)";
+    case OT_OP_EXPM1: return d ? "ot_expm1d(%s)" : "ot_expm1f(%s)";
     case OT_OP_LOG: return d ? "ot_logd(%s)" : "ot_logf(%s)";
     case OT_OP_LOG1P: return d ? "ot_vm_log1p1(%s)" : "ot_log1pf(%s)";
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";

@@ -1,6 +1,6 @@
-/* e^x, tanh, erf, log, log1p and expm1 for f32 and e^x and log for f64, shared by the reference
- * evaluator (src/exec/elementwise.c) and generated code (src/codegen/emit.c pastes this text into
- * its preamble), so both give the same bits.
+/* e^x, tanh, erf, log, log1p and expm1 for f32 and e^x, e^x - 1 and log for f64, shared by the
+ * reference evaluator (src/exec/elementwise.c) and generated code (src/codegen/emit.c pastes this
+ * text into its preamble), so both give the same bits.
  *
  * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
  * libm call and the FMA instruction give the same bits): x is clamped to [-200, 89] (below, the
@@ -425,6 +425,59 @@
         sv = x < 0 ? dn.f : sv; /* -inf and every negative number */                               \
         sv = x == 0 ? ni.f : sv;                                                                   \
         rb.f = xb.u - 1u >= 0x7fefffffffffffffull ? sv : rb.f;                                     \
+        return rb.f;                                                                               \
+    }
+
+/* e^x - 1 for f64 (ot_expm1d), branch-free like ot_expm1f, evaluated in double with fma. x is
+ * clamped to [-40, 710] by integer minimums on the bits (below -37.5 the result rounds to -1,
+ * above 709.79 it is inf; a NaN's result is decided from x), k = round(x / ln 2) and
+ * rh = x - k·L1 exactly as in ot_expd, d = -k·L2 (r = rh + d). e^rh - 1 = rh + c0 with
+ * c0 = rh²/2 + rh³·Q(rh), rh² exact as r2h + r2l, Q of degree 9 (a Chebyshev fit of
+ * (e^r - 1 - r - r²/2)/r³ on |r| <= ln 2 / 2, within 1.9e-17 after rounding the coefficients);
+ * then e^r - 1 = eh + el with eh = rh + c0 and el its rounding error plus d·(1 + eh) (Fast2Sum:
+ * |rh| > |c0|). e^x - 1 = 2^k·(eh + el) + (2^k - 1): u = 2^k - 1 (exact for k < 54; from 54 on
+ * u = 2^k and the -1 joins the low part) and v = 2^k·eh (exact) are summed by Fast2Sum (|u| >=
+ * |v|), the error and 2^k·el added, and the result rounded once more for the sum, so it is within
+ * about 0.7 ulp. k is capped at 1023 and the result doubled for k = 1024 (exact, or the overflow
+ * to inf). |x| < 2^-54 gives x itself (e^x - 1 rounds to x; this keeps ±0 and a subnormal x); a
+ * NaN comes back quieted. Accuracy (bench_vmath ulp --fn expm1 --dtype f64): docs/vmath.md. */
+#define OT_EXPM1D_DEF                                                                              \
+    static inline double ot_expm1d(double x) {                                                     \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, cb, tb, tk, sk, rb, sh = {0x1.8p52};                                           \
+        uint64_t ux = xb.u < 0xc044000000000000ull ? xb.u : 0xc044000000000000ull; /* -40 */       \
+        int64_t sx = (int64_t)ux; /* 710, +NaN too */                                              \
+        cb.u = (uint64_t)(sx < 0x4086300000000000ll ? sx : 0x4086300000000000ll);                  \
+        double t = fma(cb.f, 0x1.71547652b82fep0, 0x1.8p52);                                       \
+        double k = t - 0x1.8p52;                                                                   \
+        double rh = fma(k, -0x1.62e42fefa39efp-1, cb.f);                                           \
+        double q = 0x1.1f66d957d0ef0p-29;                                                          \
+        q = fma(q, rh, 0x1.af389eea54156p-26);                                                     \
+        q = fma(q, rh, 0x1.27e4e1f71bcbbp-22);                                                     \
+        q = fma(q, rh, 0x1.71de0db2eb873p-19);                                                     \
+        q = fma(q, rh, 0x1.a01a01a47a5abp-16);                                                     \
+        q = fma(q, rh, 0x1.a01a01a7c2f2cp-13);                                                     \
+        q = fma(q, rh, 0x1.6c16c16c167e2p-10);                                                     \
+        q = fma(q, rh, 0x1.11111111109b5p-7);                                                      \
+        q = fma(q, rh, 0x1.5555555555555p-5);                                                      \
+        q = fma(q, rh, 0x1.5555555555556p-3);                                                      \
+        double r2h = rh * rh, r2l = fma(rh, rh, -r2h);                                             \
+        double c0 = fma(0.5, r2h, fma(r2h * rh, q, 0.5 * r2l));                                    \
+        double eh = rh + c0, d = k * -0x1.abc9e3b39803fp-56;                                       \
+        double el = ((rh - eh) + c0) + fma(d, eh, d);                                              \
+        tb.f = t;                                                                                  \
+        int64_t ki = (int64_t)(tb.u - sh.u), kc = ki < 1023 ? ki : 1023;                           \
+        tk.u = (uint64_t)(kc + 1023) << 52;                                                        \
+        sk.u = (uint64_t)(ki - kc + 1023) << 52; /* 1, or 2 for k = 1024 */                        \
+        double one = ki < 54 ? 1.0 : 0.0;                                                          \
+        double u = tk.f - one, v = tk.f * eh;                                                      \
+        double a = u + v, e = v - (a - u);                                                         \
+        rb.f = (a + (fma(tk.f, el, e) - (1.0 - one))) * sk.f;                                      \
+        uint64_t ax = xb.u & 0x7fffffffffffffffull;                                                \
+        rb.u = ax < 0x3c90000000000000ull ? xb.u : rb.u; /* |x| < 2^-54: x itself */               \
+        rb.u = ax > 0x7ff0000000000000ull ? xb.u | (1ull << 51) : rb.u;                            \
         return rb.f;                                                                               \
     }
 

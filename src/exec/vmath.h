@@ -1,7 +1,7 @@
 /* Vector math from SLEEF (Debian libsleef-dev, the library PyTorch's vectorized CPU math uses) for
  * the f32 and f64 functions the library does not compute with its own polynomials
- * (src/exec/expf_poly.h: the f32 exp family, f64 exp and log, with f64 logistic through exp): f32
- * sin, cos, tan, cbrt, pow and atan2; f64 expm1, log1p, tanh, erf, sin, cos, tan, cbrt, pow and
+ * (src/exec/expf_poly.h: the f32 exp family, f64 exp, expm1 and log, with f64 logistic through
+ * exp): f32 sin, cos, tan, cbrt, pow and atan2; f64 log1p, tanh, erf, sin, cos, tan, cbrt, pow and
  * atan2. docs/vmath.md has the accuracy and speed of each.
  *
  * Bit-identical twins: SLEEF's deterministic variants give the same bits in every vector width
@@ -34,7 +34,6 @@
     X(cbrtf, cbrtf, 1, float)                                                                      \
     X(powf, powf, 2, float)                                                                        \
     X(atan2f, atan2f, 2, float)                                                                    \
-    X(expm1, expm1d, 1, double)                                                                    \
     X(log1p, log1pd, 1, double)                                                                    \
     X(tanh, tanhd, 1, double)                                                                      \
     X(erf, erfd, 1, double)                                                                        \
