@@ -376,8 +376,8 @@
         s1.u = (uint64_t)(k1 + 1023) << 52;                                                        \
         s2.u = (uint64_t)(ki - k1 + 1023) << 52;                                                   \
         rb.f = p * s1.f * s2.f;                                                                    \
-        rb.u =                                                                                     \
-            (xb.u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull ? xb.u | (1ull << 51) : rb.u;   \
+        uint64_t nan = 0u - (uint64_t)((xb.u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull);    \
+        rb.u = (rb.u & ~nan) | ((xb.u | (1ull << 51)) & nan);                                      \
         return rb.f;                                                                               \
     }
 
@@ -399,7 +399,7 @@
         union {                                                                                    \
             double f;                                                                              \
             uint64_t u;                                                                            \
-        } xb = {x}, cb, mb, kb, rb, dn = {.u = 0xfff8000000000000ull},                             \
+        } xb = {x}, cb, mb, kb, rb, sb, dn = {.u = 0xfff8000000000000ull},                         \
           ni = {.u = 0xfff0000000000000ull};                                                       \
         uint64_t sub = 0u - (uint64_t)(xb.u < 0x0010000000000000ull);                              \
         cb.u = (0x4350000000000000ull & sub) | (0x3ff0000000000000ull & ~sub); /* 2^54 or 1 */     \
@@ -421,10 +421,11 @@
         double g = f * f;                                                                          \
         double w = g - fma(s, fma(z, p, g), k * 0x1.a39ef35793c76p-32);                            \
         rb.f = fma(k, 0x1.62e42feep-1, -fma(w, 0.5, -f));                                          \
-        double sv = x + x;      /* +inf; a NaN quieted */                                          \
-        sv = x < 0 ? dn.f : sv; /* -inf and every negative number */                               \
-        sv = x == 0 ? ni.f : sv;                                                                   \
-        rb.f = xb.u - 1u >= 0x7fefffffffffffffull ? sv : rb.f;                                     \
+        sb.f = x + x; /* +inf; a NaN quieted */                                                    \
+        uint64_t neg = 0u - (uint64_t)(x < 0), zero = 0u - (uint64_t)(x == 0);                     \
+        uint64_t spec = 0u - (uint64_t)(xb.u - 1u >= 0x7fefffffffffffffull);                       \
+        sb.u = (sb.u & ~neg & ~zero) | (dn.u & neg) | (ni.u & zero);                               \
+        rb.u = (rb.u & ~spec) | (sb.u & spec);                                                     \
         return rb.f;                                                                               \
     }
 
@@ -476,8 +477,9 @@
         double a = u + v, e = v - (a - u);                                                         \
         rb.f = (a + (fma(tk.f, el, e) - (1.0 - one))) * sk.f;                                      \
         uint64_t ax = xb.u & 0x7fffffffffffffffull;                                                \
-        rb.u = ax < 0x3c90000000000000ull ? xb.u : rb.u; /* |x| < 2^-54: x itself */               \
-        rb.u = ax > 0x7ff0000000000000ull ? xb.u | (1ull << 51) : rb.u;                            \
+        uint64_t tiny = 0u - (uint64_t)(ax < 0x3c90000000000000ull); /* |x| < 2^-54: x itself */   \
+        uint64_t nan = 0u - (uint64_t)(ax > 0x7ff0000000000000ull);                                \
+        rb.u = (rb.u & ~tiny & ~nan) | (xb.u & tiny) | ((xb.u | (1ull << 51)) & nan);              \
         return rb.f;                                                                               \
     }
 
