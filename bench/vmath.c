@@ -52,6 +52,7 @@ OT_EXPM1F_DEF
 OT_EXPD_DEF
 OT_LOGD_DEF
 OT_EXPM1D_DEF
+OT_POWF_DEF
 
 /* SLEEF's finz (FMA) scalar variant, a SIMD function whose clones wrap the vector variants, as
  * src/codegen/emit.c writes them into generated code for a target with FMA and AVX2 (elsewhere

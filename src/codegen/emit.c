@@ -227,7 +227,7 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp, tanh, erf, log, log1p and expm1, f64 exp, expm1 and log
+/* the reference's f32 exp, tanh, erf, log, log1p, expm1 and pow, f64 exp, expm1 and log
  * (src/exec/expf_poly.h): the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
@@ -235,7 +235,8 @@ static const char preamble[] =
 static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
                                     OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
                                     OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_EXPD_DEF) "\n"
-                                    OT_STR(OT_LOGD_DEF) "\n" OT_STR(OT_EXPM1D_DEF) "\n";
+                                    OT_STR(OT_LOGD_DEF) "\n" OT_STR(OT_EXPM1D_DEF) "\n"
+                                    OT_STR(OT_POWF_DEF) "\n";
 /* clang-format on */
 
 /* SLEEF's raw functions as generated code declares them (src/exec/vmath.h): the scalar variant

@@ -1,4 +1,4 @@
-/* e^x, tanh, erf, log, log1p and expm1 for f32 and e^x, e^x - 1 and log for f64, shared by the
+/* e^x, tanh, erf, log, log1p, expm1 and pow for f32 and e^x, e^x - 1 and log for f64, shared by the
  * reference evaluator (src/exec/elementwise.c) and generated code (src/codegen/emit.c pastes this
  * text into its preamble), so both give the same bits.
  *
@@ -480,6 +480,79 @@
         uint64_t tiny = 0u - (uint64_t)(ax < 0x3c90000000000000ull); /* |x| < 2^-54: x itself */   \
         uint64_t nan = 0u - (uint64_t)(ax > 0x7ff0000000000000ull);                                \
         rb.u = (rb.u & ~tiny & ~nan) | (xb.u & tiny) | ((xb.u | (1ull << 51)) & nan);              \
+        return rb.f;                                                                               \
+    }
+
+/* x^y for f32 (ot_powf), branch-free, evaluated in double with fma; the caller applies the NaN
+ * and 1 rules (ot_vm_powf1 in src/exec/vmath.h: a NaN operand's NaN quieted, pow(1, y) =
+ * pow(x, 0) = 1). log2|x|: |x| converted to double (exact, and normal for a subnormal x) is
+ * m·2^k, m in [sqrt(1/2), sqrt(2)) by the offset trick of ot_logd, s = f/(2 + f) with f = m - 1,
+ * ln m = 2s + s·z·P(z), z = s², P of degree 4 (a Chebyshev fit, within 2^-43 of ln m relative),
+ * log2|x| = k + ln m·log2(e). w = y·log2|x|, clamped to [-300, 300] by integer minimums on the
+ * bits (a NaN too: the caller replaces that result); 2^w = 2^n·2^r, n = round(w), r = w - n exact,
+ * 2^r by a degree-7 polynomial (within 2^-34 relative), 2^n added to the exponent field, and one
+ * rounding to float, which gives the overflow to inf, subnormal results and 0. The error before
+ * that rounding is below 2^-30 relative for every finite result, so the result is within about
+ * 0.501 ulp (bench_vmath ulp --fn pow). Special values as C99's powf: x = ±0 gives +0 for y > 0
+ * and +inf for y < 0, x = ±inf the reverse; a negative x (-0 and -inf included) gives the sign of
+ * (-1)^y for an integer y (every |y| >= 2^24 is an even integer, and so are ±inf for this rule)
+ * and the default NaN 0xffc00000 for a finite negative x and a non-integer y; (-1)^±inf = 1.
+ * y's integrality and parity come from adding 1.5·2^52 to |y| in double (|y| capped at 2^24).
+ * Every selection is a mask on the bits, so the loop vectorizes for AVX2 as for AVX-512. */
+#define OT_POWF_DEF                                                                                \
+    static inline float ot_powf(float x, float y) {                                                \
+        union {                                                                                    \
+            float f;                                                                               \
+            uint32_t u;                                                                            \
+        } xb = {x}, yb = {y}, cb, rb;                                                              \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } mb, kb, sb, lb;                                                                          \
+        uint32_t ax = xb.u & 0x7fffffffu, ay = yb.u & 0x7fffffffu;                                 \
+        cb.u = ax;                                                                                 \
+        mb.f = (double)cb.f;                                                                       \
+        uint64_t ix = mb.u, tmp = ix - 0x3fe6a09e667f3bcdull;                                      \
+        kb.u = 0x4338000000000000ull + (uint64_t)((int64_t)tmp >> 52);                             \
+        double k = kb.f - 0x1.8p52;                                                                \
+        mb.u = ix - (tmp & 0xfff0000000000000ull);                                                 \
+        double f = mb.f - 1.0;                                                                     \
+        double s = f / (2.0 + f), z = s * s;                                                       \
+        double p = 0x1.8c8c1378bf76ep-3;                                                           \
+        p = fma(p, z, 0x1.c67ad9ecb9497p-3);                                                       \
+        p = fma(p, z, 0x1.249323e501d94p-2);                                                       \
+        p = fma(p, z, 0x1.999998cafbbe2p-2);                                                       \
+        p = fma(p, z, 0x1.5555555564e97p-1);                                                       \
+        double lnm = fma(s * z, p, s + s);                                                         \
+        lb.f = (double)y * fma(lnm, 0x1.71547652b82fep0, k);                                       \
+        uint64_t uw = lb.u < 0xc072c00000000000ull ? lb.u : 0xc072c00000000000ull; /* -300 */      \
+        int64_t sw = (int64_t)uw;                                                  /* 300 */       \
+        lb.u = (uint64_t)(sw < 0x4072c00000000000ll ? sw : 0x4072c00000000000ll);                  \
+        double t = lb.f + 0x1.8p52, r = lb.f - (t - 0x1.8p52);                                     \
+        double e = 0x1.00c0e4fcb8e68p-16;                                                          \
+        e = fma(e, r, 0x1.446c7a1c56440p-13);                                                      \
+        e = fma(e, r, 0x1.5d87759812cd2p-10);                                                      \
+        e = fma(e, r, 0x1.3b29d8bad3f6ap-7);                                                       \
+        e = fma(e, r, 0x1.c6b08da70ce2cp-5);                                                       \
+        e = fma(e, r, 0x1.ebfbe0aa0421cp-3);                                                       \
+        e = fma(e, r, 0x1.62e42fef9cc69p-1);                                                       \
+        e = fma(e, r, 0x1.ffffffffa7132p-1);                                                       \
+        sb.f = t;                                                                                  \
+        mb.f = e;                                                                                  \
+        mb.u += (sb.u - 0x4338000000000000ull) << 52;                                              \
+        rb.f = (float)mb.f;                                                                        \
+        cb.u = ay < 0x4b800000u ? ay : 0x4b800000u; /* |y|, at most 2^24 */                        \
+        double yc = (double)cb.f;                                                                  \
+        sb.f = yc + 0x1.8p52; /* round(|y|) in the low bits */                                     \
+        uint32_t yint = (uint32_t)(sb.f - 0x1.8p52 == yc);                                         \
+        uint32_t odd = 0u - ((uint32_t)sb.u & 1u & yint);                                          \
+        uint32_t zi = 0u - (uint32_t)((ax == 0) | (ax == 0x7f800000u));                            \
+        uint32_t big = 0u - (uint32_t)((ax == 0x7f800000u) == (y > 0));                            \
+        rb.u = (rb.u & ~zi) | (0x7f800000u & big & zi);                                            \
+        rb.u |= xb.u & 0x80000000u & odd;                                                          \
+        uint32_t one = 0u - (uint32_t)((ax == 0x3f800000u) & (ay == 0x7f800000u));                 \
+        uint32_t inv = 0u - (uint32_t)((x < 0) & (ax < 0x7f800000u) & (yint == 0));                \
+        rb.u = (rb.u & ~one & ~inv) | (0x3f800000u & one) | (0xffc00000u & inv);                   \
         return rb.f;                                                                               \
     }
 

@@ -1,8 +1,8 @@
 /* Vector math from SLEEF (Debian libsleef-dev, the library PyTorch's vectorized CPU math uses) for
  * the f32 and f64 functions the library does not compute with its own polynomials
- * (src/exec/expf_poly.h: the f32 exp family, f64 exp, expm1 and log, with f64 logistic through
- * exp): f32 sin, cos, tan, cbrt, pow and atan2; f64 log1p, tanh, erf, sin, cos, tan, cbrt, pow and
- * atan2. docs/vmath.md has the accuracy and speed of each.
+ * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1 and log, with f64 logistic
+ * through exp): f32 sin, cos, tan, cbrt and atan2; f64 log1p, tanh, erf, sin, cos, tan, cbrt, pow
+ * and atan2. docs/vmath.md has the accuracy and speed of each.
  *
  * Bit-identical twins: SLEEF's deterministic variants give the same bits in every vector width
  * of one class: "finz" (with FMA: the scalar purecfma, AVX2 128/256-bit, AVX-512) and "cinz"
@@ -32,7 +32,6 @@
     X(cosf, cosf, 1, float)                                                                        \
     X(tanf, tanf, 1, float)                                                                        \
     X(cbrtf, cbrtf, 1, float)                                                                      \
-    X(powf, powf, 2, float)                                                                        \
     X(atan2f, atan2f, 2, float)                                                                    \
     X(log1p, log1pd, 1, double)                                                                    \
     X(tanh, tanhd, 1, double)                                                                      \
@@ -91,9 +90,10 @@
 #define OT_VM_FIX_float_  ot_vm_fixf_
 #define OT_VM_FIX_double_ ot_vm_fixd_
 /* ot_vm_sinf ... ot_vm_atan2, then pow with its 1 rule (selected after the call, so the call
- * stays unconditional), and f64 log1p as called (ot_vm_log1p1): SLEEF's log1p returns inf from x =
- * 1e307 on, so x in [2^997, inf) is scaled by 2^-600 first (1 + x·2^-600 rounds to x·2^-600 there,
- * so log1p gives its log) and 600·ln 2 (two doubles) added back. */
+ * stays unconditional; f32 pow is the library's ot_powf, src/exec/expf_poly.h, under the same NaN
+ * rules as the SLEEF functions), and f64 log1p as called (ot_vm_log1p1): SLEEF's log1p returns inf
+ * from x = 1e307 on, so x in [2^997, inf) is scaled by 2^-600 first (1 + x·2^-600 rounds to
+ * x·2^-600 there, so log1p gives its log) and 600·ln 2 (two doubles) added back. */
 #define OT_VMATH_DEF                                                                               \
     OT_VMATH_FIX_(static inline)                                                                   \
     OT_VMATH_LIST(OT_VMATH_FN_)                                                                    \
@@ -101,7 +101,7 @@
         union {                                                                                    \
             float f;                                                                               \
             uint32_t u;                                                                            \
-        } rb = {ot_vm_powf(a, b)}, ab = {a}, bb = {b};                                             \
+        } rb = {ot_vm_fixf_(a, b, ot_powf(a, b))}, ab = {a}, bb = {b};                             \
         uint32_t one = 0u - (uint32_t)((ab.u == 0x3f800000u) | ((bb.u & 0x7fffffffu) == 0u));      \
         rb.u = (0x3f800000u & one) | (rb.u & ~one);                                                \
         return rb.f;                                                                               \
