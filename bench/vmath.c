@@ -1,5 +1,5 @@
 /* The library's f32 and f64 math functions, shared by the reference evaluator and generated code:
- * its own polynomials (ot_tanhf, ot_erff, ... and f64 ot_expd, ot_expm1d, ot_logd in
+ * its own polynomials (ot_tanhf, ot_erff, ... and f64 ot_expd, ot_expm1d, ot_logd, ot_tanhd in
  * src/exec/expf_poly.h) and SLEEF's functions (src/exec/vmath.h): accuracy, and throughput against
  * glibc's scalar function.
  *
@@ -18,8 +18,8 @@
  *                                            cases (AVX-512 builds)
  *
  * F (f32) is tanh (the default), erf, log, log1p, expm1 (the library's polynomials), sin, cos, tan,
- * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log or logistic (the library's), log1p,
- * tanh, erf, sin, cos, tan, cbrt, pow or atan2 (SLEEF). ulp: the error in ulps printed (|got - ref|
+ * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log, tanh or logistic (the library's), log1p,
+ * erf, sin, cos, tan, cbrt, pow or atan2 (SLEEF). ulp: the error in ulps printed (|got - ref|
  * / ulp(ref), ulp of the binade of ref) is exact to about 1e-8 ulp (f32 against double) or 1e-3 ulp
  * (f64 against x87 long double); "correctly rounded" counts inputs whose result equals ref rounded;
  * also how often and how far it differs from glibc's function. NaN inputs must come back as a quiet
@@ -52,6 +52,7 @@ OT_EXPM1F_DEF
 OT_EXPD_DEF
 OT_LOGD_DEF
 OT_EXPM1D_DEF
+OT_TANHD_DEF
 OT_POWF_DEF
 
 /* SLEEF's finz (FMA) scalar variant, a SIMD function whose clones wrap the vector variants, as
@@ -520,7 +521,7 @@ BV_S1(exp, double, ot_expd, exp, expl)
 BV_S1(expm1, double, ot_expm1d, expm1, expm1l)
 BV_S1(log, double, ot_logd, log, logl)
 BV_S1(log1p, double, ot_vm_log1p1, log1p, log1pl)
-BV_S1(tanh, double, ot_vm_tanh, tanh, tanhl)
+BV_S1(tanh, double, ot_tanhd, tanh, tanhl)
 BV_S1(erf, double, ot_vm_erf, erf, erfl)
 BV_S1(sin, double, ot_vm_sin, sin, sinl)
 BV_S1(cos, double, ot_vm_cos, cos, cosl)

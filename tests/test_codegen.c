@@ -1506,8 +1506,8 @@ static void test_hw_ftz_erf(void) {
 }
 
 /* The SLEEF functions (src/exec/vmath.h): f32, bf16 and f64 sin, cos, tan, cbrt, pow and atan2,
- * and f64 log1p, tanh and erf, with f64 exp, expm1, log and logistic (ot_expd, ot_expm1d and
- * ot_logd in src/exec/expf_poly.h), each of parameters directly (and sin, cos
+ * and f64 log1p and erf, with f64 exp, expm1, log, tanh and logistic (ot_expd, ot_expm1d, ot_logd
+ * and ot_tanhd in src/exec/expf_poly.h), each of parameters directly (and sin, cos
  * and tan of products times 3e7 for f32/bf16, 1e15 for f64: large arguments), on ordinary values
  * with NaNs (quiet and signalling, both signs), ±inf, ±0 and subnormals, and on values around the
  * smallest normal number: every output equals the reference's bit for bit, NaN payloads included
@@ -1567,7 +1567,7 @@ static void test_vmath_sleef(void) {
                                            "ot_expm1d(",
                                            "ot_logd(",
                                            "ot_vm_log1p1(",
-                                           "ot_vm_tanh(",
+                                           "ot_tanhd(",
                                            "ot_vm_erf(",
                                            "(1.0 / (1.0 + ot_expd(-"};
         const char *const *names = j == 2 ? f64s : f32s;

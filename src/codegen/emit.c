@@ -227,7 +227,7 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp, tanh, erf, log, log1p, expm1 and pow, f64 exp, expm1 and log
+/* the reference's f32 exp, tanh, erf, log, log1p, expm1 and pow, f64 exp, expm1, log and tanh
  * (src/exec/expf_poly.h): the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
@@ -236,7 +236,7 @@ static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF
                                     OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
                                     OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_EXPD_DEF) "\n"
                                     OT_STR(OT_LOGD_DEF) "\n" OT_STR(OT_EXPM1D_DEF) "\n"
-                                    OT_STR(OT_POWF_DEF) "\n";
+                                    OT_STR(OT_TANHD_DEF) "\n" OT_STR(OT_POWF_DEF) "\n";
 /* clang-format on */
 
 /* SLEEF's raw functions as generated code declares them (src/exec/vmath.h): the scalar variant
@@ -772,7 +772,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
     case OT_OP_CBRT: return d ? "ot_vm_cbrt(%s)" : "ot_vm_cbrtf(%s)";
-    case OT_OP_TANH: return d ? "ot_vm_tanh(%s)" : "ot_tanhf(%s)";
+    case OT_OP_TANH: return d ? "ot_tanhd(%s)" : "ot_tanhf(%s)";
     case OT_OP_LOGISTIC:
         return d ? "(1.0 / (1.0 + ot_expd(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";
     case OT_OP_SIN: return d ? "ot_vm_sin(%s)" : "ot_vm_sinf(%s)";

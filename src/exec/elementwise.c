@@ -161,6 +161,7 @@ OT_EXPM1F_DEF
 OT_EXPD_DEF
 OT_LOGD_DEF
 OT_EXPM1D_DEF
+OT_TANHD_DEF
 OT_POWF_DEF
 OT_VMATH_REF_DECLS
 OT_VMATH_DEF
@@ -226,7 +227,7 @@ static double unary_f64(ot_opcode op, double x) {
     case OT_OP_SQRT: return sqrt(x);
     case OT_OP_RSQRT: return 1.0 / sqrt(x);
     case OT_OP_CBRT: return ot_vm_cbrt(x);
-    case OT_OP_TANH: return ot_vm_tanh(x);
+    case OT_OP_TANH: return ot_tanhd(x);
     case OT_OP_LOGISTIC: return logistic_d(x);
     case OT_OP_SIN: return ot_vm_sin(x);
     case OT_OP_COS: return ot_vm_cos(x);

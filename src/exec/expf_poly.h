@@ -443,11 +443,11 @@
  * to inf). |x| < 2^-54 gives x itself (e^x - 1 rounds to x; this keeps ±0 and a subnormal x); a
  * NaN comes back quieted. Accuracy (bench_vmath ulp --fn expm1 --dtype f64): docs/vmath.md. */
 #define OT_EXPM1D_DEF                                                                              \
-    static inline double ot_expm1d(double x) {                                                     \
+    static inline double ot_expm1d_core_(double x, double *lo, double *sc) {                       \
         union {                                                                                    \
             double f;                                                                              \
             uint64_t u;                                                                            \
-        } xb = {x}, cb, tb, tk, sk, rb, sh = {0x1.8p52};                                           \
+        } xb = {x}, cb, tb, tk, sk, sh = {0x1.8p52};                                               \
         uint64_t ux = xb.u < 0xc044000000000000ull ? xb.u : 0xc044000000000000ull; /* -40 */       \
         int64_t sx = (int64_t)ux; /* 710, +NaN too */                                              \
         cb.u = (uint64_t)(sx < 0x4086300000000000ll ? sx : 0x4086300000000000ll);                  \
@@ -475,11 +475,48 @@
         double one = ki < 54 ? 1.0 : 0.0;                                                          \
         double u = tk.f - one, v = tk.f * eh;                                                      \
         double a = u + v, e = v - (a - u);                                                         \
-        rb.f = (a + (fma(tk.f, el, e) - (1.0 - one))) * sk.f;                                      \
+        *lo = fma(tk.f, el, e) - (1.0 - one);                                                      \
+        *sc = sk.f;                                                                                \
+        return a;                                                                                  \
+    }                                                                                              \
+    static inline double ot_expm1d(double x) {                                                     \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, rb;                                                                            \
+        double lo, sc, hi = ot_expm1d_core_(x, &lo, &sc);                                          \
+        rb.f = (hi + lo) * sc;                                                                     \
         uint64_t ax = xb.u & 0x7fffffffffffffffull;                                                \
         uint64_t tiny = 0u - (uint64_t)(ax < 0x3c90000000000000ull); /* |x| < 2^-54: x itself */   \
         uint64_t nan = 0u - (uint64_t)(ax > 0x7ff0000000000000ull);                                \
         rb.u = (rb.u & ~tiny & ~nan) | (xb.u & tiny) | ((xb.u | (1ull << 51)) & nan);              \
+        return rb.f;                                                                               \
+    }
+
+/* tanh for f64 (ot_tanhd, needs OT_EXPM1D_DEF before it), branch-free: with a = |x| capped at 20
+ * by an integer minimum on the bits (tanh rounds to 1 from 19.1; a NaN's result is decided from
+ * x), E = e^(2a) - 1 = hi + lo from ot_expm1d_core_ (before its last rounding), D = E + 2 = dh + dl
+ * by TwoSum, q = hi/dh and tanh(a) = E/D = q + (hi - q·dh + lo - q·dl)/dh (fma for the exact
+ * remainder), then x's sign; a NaN comes back quieted. ±0 and subnormal x give themselves (E = 2a
+ * exactly there). Two divisions; accuracy (bench_vmath ulp --fn tanh --dtype f64): docs/vmath.md.
+ */
+#define OT_TANHD_DEF                                                                               \
+    static inline double ot_tanhd(double x) {                                                      \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, ab, rb;                                                                        \
+        ab.u = xb.u & 0x7fffffffffffffffull;                                                       \
+        ab.u = ab.u < 0x4034000000000000ull ? ab.u : 0x4034000000000000ull; /* 20, NaN too */      \
+        double lo, sc, hi = ot_expm1d_core_(ab.f + ab.f, &lo, &sc);                                \
+        double dh = hi + 2.0, bb = dh - hi;                                                        \
+        double dl = ((hi - (dh - bb)) + (2.0 - bb)) + lo;                                          \
+        double q = hi / dh;                                                                        \
+        rb.f = q + (fma(-q, dh, hi) + fma(-q, dl, lo)) / dh;                                       \
+        rb.u |= xb.u & 0x8000000000000000ull;                                                      \
+        uint64_t nan = 0u - (uint64_t)((xb.u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull);    \
+        rb.u = (rb.u & ~nan) | ((xb.u | (1ull << 51)) & nan);                                      \
+        (void)sc;                                                                                  \
         return rb.f;                                                                               \
     }
 
