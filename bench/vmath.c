@@ -51,6 +51,7 @@ OT_LOGF_DEF
 OT_EXPM1F_DEF
 OT_EXPD_DEF
 OT_LOGD_DEF
+OT_LOG1PD_DEF
 OT_EXPM1D_DEF
 OT_TANHD_DEF
 OT_POWF_DEF
@@ -520,7 +521,7 @@ BV_S2(atan2f, float, ot_vm_atan2f, atan2f, atan2l_d)
 BV_S1(exp, double, ot_expd, exp, expl)
 BV_S1(expm1, double, ot_expm1d, expm1, expm1l)
 BV_S1(log, double, ot_logd, log, logl)
-BV_S1(log1p, double, ot_vm_log1p1, log1p, log1pl)
+BV_S1(log1p, double, ot_log1pd, log1p, log1pl)
 BV_S1(tanh, double, ot_tanhd, tanh, tanhl)
 BV_S1(erf, double, ot_vm_erf, erf, erfl)
 BV_S1(sin, double, ot_vm_sin, sin, sinl)

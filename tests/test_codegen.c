@@ -1566,7 +1566,7 @@ static void test_vmath_sleef(void) {
                                            "ot_expd(",
                                            "ot_expm1d(",
                                            "ot_logd(",
-                                           "ot_vm_log1p1(",
+                                           "ot_log1pd(",
                                            "ot_tanhd(",
                                            "ot_vm_erf(",
                                            "(1.0 / (1.0 + ot_expd(-"};

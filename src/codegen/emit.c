@@ -227,7 +227,8 @@ static const char preamble[] =
     "    }\n"
     "    return neg ? -d : d;\n}\n";
 
-/* the reference's f32 exp, tanh, erf, log, log1p, expm1 and pow, f64 exp, expm1, log and tanh
+/* the reference's f32 exp, tanh, erf, log, log1p, expm1 and pow, f64 exp, expm1, log, log1p and
+ * tanh
  * (src/exec/expf_poly.h): the same text */
 #define OT_STR_(...) #__VA_ARGS__
 #define OT_STR(...)  OT_STR_(__VA_ARGS__)
@@ -235,7 +236,7 @@ static const char preamble[] =
 static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
                                     OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
                                     OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_EXPD_DEF) "\n"
-                                    OT_STR(OT_LOGD_DEF) "\n" OT_STR(OT_EXPM1D_DEF) "\n"
+                                    OT_STR(OT_LOGD_DEF) "\n" OT_STR(OT_LOG1PD_DEF) "\n" OT_STR(OT_EXPM1D_DEF) "\n"
                                     OT_STR(OT_TANHD_DEF) "\n" OT_STR(OT_POWF_DEF) "\n";
 /* clang-format on */
 
@@ -329,8 +330,7 @@ void cg_emit_preamble(ot_strbuf *src) {
     ot_strbuf_printf(src, "%s", preamble_vmath_fix);
 }
 
-/* Whether the kernel text [p, end) calls ot_vm_<name> (or pow's ot_vm_pow[f]1, log1p's
- * ot_vm_log1p1). */
+/* Whether the kernel text [p, end) calls ot_vm_<name> (or f64 pow's ot_vm_pow1). */
 static bool vm_called(const char *p, const char *name) {
     char a[40], b[40];
     snprintf(a, sizeof a, "ot_vm_%s(", name);
@@ -768,7 +768,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_EXP: return d ? "ot_expd(%s)" : "ot_expf_ftz(%s)"; /* generated code flushes */
     case OT_OP_EXPM1: return d ? "ot_expm1d(%s)" : "ot_expm1f(%s)";
     case OT_OP_LOG: return d ? "ot_logd(%s)" : "ot_logf(%s)";
-    case OT_OP_LOG1P: return d ? "ot_vm_log1p1(%s)" : "ot_log1pf(%s)";
+    case OT_OP_LOG1P: return d ? "ot_log1pd(%s)" : "ot_log1pf(%s)";
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
     case OT_OP_CBRT: return d ? "ot_vm_cbrt(%s)" : "ot_vm_cbrtf(%s)";

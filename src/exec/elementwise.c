@@ -160,6 +160,7 @@ OT_LOGF_DEF
 OT_EXPM1F_DEF
 OT_EXPD_DEF
 OT_LOGD_DEF
+OT_LOG1PD_DEF
 OT_EXPM1D_DEF
 OT_TANHD_DEF
 OT_POWF_DEF
@@ -223,7 +224,7 @@ static double unary_f64(ot_opcode op, double x) {
     case OT_OP_EXP: return ot_expd(x);
     case OT_OP_EXPM1: return ot_expm1d(x);
     case OT_OP_LOG: return ot_logd(x);
-    case OT_OP_LOG1P: return ot_vm_log1p1(x);
+    case OT_OP_LOG1P: return ot_log1pd(x);
     case OT_OP_SQRT: return sqrt(x);
     case OT_OP_RSQRT: return 1.0 / sqrt(x);
     case OT_OP_CBRT: return ot_vm_cbrt(x);

@@ -395,6 +395,19 @@
  * bits(x) - 1 >= 0x7fefffffffffffff. Accuracy (bench_vmath ulp --fn log --dtype f64):
  * docs/vmath.md. */
 #define OT_LOGD_DEF                                                                                \
+    static inline double ot_logd_sum_(double f, double k, double t) {                              \
+        double s = f / (2.0 + f), z = s * s;                                                       \
+        double p = 0x1.2b584c6b42d6p-2;                                                            \
+        p = fma(p, z, 0x1.39fe604146b74p-2);                                                       \
+        p = fma(p, z, 0x1.7462b4ac441afp-2);                                                       \
+        p = fma(p, z, 0x1.c71c62e57c3c4p-2);                                                       \
+        p = fma(p, z, 0x1.2492492df14bcp-1);                                                       \
+        p = fma(p, z, 0x1.99999999952e2p-1);                                                       \
+        p = fma(p, z, 0x1.5555555555558p+0);                                                       \
+        double g = f * f;                                                                          \
+        double w = g - fma(s, fma(z, p, g), fma(k, 0x1.a39ef35793c76p-32, t));                     \
+        return fma(k, 0x1.62e42feep-1, -fma(w, 0.5, -f));                                          \
+    }                                                                                              \
     static inline double ot_logd(double x) {                                                       \
         union {                                                                                    \
             double f;                                                                              \
@@ -409,23 +422,45 @@
                (uint64_t)((int64_t)tmp >> 52);                                                     \
         double k = kb.f - 0x1.8p52;                                                                \
         mb.u = ix - (tmp & 0xfff0000000000000ull);                                                 \
-        double f = mb.f - 1.0;                                                                     \
-        double s = f / (2.0 + f), z = s * s;                                                       \
-        double p = 0x1.2b584c6b42d6p-2;                                                            \
-        p = fma(p, z, 0x1.39fe604146b74p-2);                                                       \
-        p = fma(p, z, 0x1.7462b4ac441afp-2);                                                       \
-        p = fma(p, z, 0x1.c71c62e57c3c4p-2);                                                       \
-        p = fma(p, z, 0x1.2492492df14bcp-1);                                                       \
-        p = fma(p, z, 0x1.99999999952e2p-1);                                                       \
-        p = fma(p, z, 0x1.5555555555558p+0);                                                       \
-        double g = f * f;                                                                          \
-        double w = g - fma(s, fma(z, p, g), k * 0x1.a39ef35793c76p-32);                            \
-        rb.f = fma(k, 0x1.62e42feep-1, -fma(w, 0.5, -f));                                          \
+        rb.f = ot_logd_sum_(mb.f - 1.0, k, 0.0);                                                   \
         sb.f = x + x; /* +inf; a NaN quieted */                                                    \
         uint64_t neg = 0u - (uint64_t)(x < 0), zero = 0u - (uint64_t)(x == 0);                     \
         uint64_t spec = 0u - (uint64_t)(xb.u - 1u >= 0x7fefffffffffffffull);                       \
         sb.u = (sb.u & ~neg & ~zero) | (dn.u & neg) | (ni.u & zero);                               \
         rb.u = (rb.u & ~spec) | (sb.u & spec);                                                     \
+        return rb.f;                                                                               \
+    }
+
+/* log(1 + x) for f64 (ot_log1pd, needs OT_LOGD_DEF before it): u = 1 + x rounded and its error c
+ * (TwoSum: 1 + x = u + c exactly); u = m·2^k as in ot_logd (u is 0 or at least 2^-53: never
+ * subnormal), and log(1 + x) = log(m + c·2^-k) + k·ln 2 = ot_logd_sum_ of f = m - 1 with the
+ * correction c·2^-k/m (2^-k built in the exponent field, k capped at 1022, where the correction
+ * is far below an ulp). Special values: -1 -> -inf, x < -1 (-inf too) -> the default NaN,
+ * +inf -> +inf (x + x), a NaN quieted (x + x), |x| < 2^-54 -> x itself (log1p rounds to x; this
+ * keeps ±0 and a subnormal x). Accuracy (bench_vmath ulp --fn log1p --dtype f64): docs/vmath.md. */
+#define OT_LOG1PD_DEF                                                                              \
+    static inline double ot_log1pd(double x) {                                                     \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, mb, kb, sc, rb, sb, dn = {.u = 0xfff8000000000000ull},                         \
+          ni = {.u = 0xfff0000000000000ull};                                                       \
+        double u = 1.0 + x, bb = u - x;                                                            \
+        double c = (x - (u - bb)) + (1.0 - bb);                                                    \
+        mb.f = u;                                                                                  \
+        uint64_t ix = mb.u, tmp = ix - 0x3fe6a09e667f3bcdull;                                      \
+        int64_t ki = (int64_t)tmp >> 52;                                                           \
+        kb.u = 0x4338000000000000ull + (uint64_t)ki;                                               \
+        sc.u = (uint64_t)(1023 - (ki < 1022 ? ki : 1022)) << 52; /* 2^-k */                        \
+        mb.u = ix - (tmp & 0xfff0000000000000ull);                                                 \
+        rb.f = ot_logd_sum_(mb.f - 1.0, kb.f - 0x1.8p52, (c * sc.f) / (0.5 * mb.f));               \
+        sb.f = x + x; /* +inf; a NaN quieted */                                                    \
+        uint64_t ax = xb.u & 0x7fffffffffffffffull;                                                \
+        uint64_t neg = 0u - (uint64_t)(x < -1.0), m1 = 0u - (uint64_t)(x == -1.0);                 \
+        uint64_t spec = neg | m1 | (0u - (uint64_t)(ax >= 0x7ff0000000000000ull));                 \
+        uint64_t tiny = 0u - (uint64_t)(ax < 0x3c90000000000000ull);                               \
+        sb.u = (sb.u & ~neg & ~m1) | (dn.u & neg) | (ni.u & m1);                                   \
+        rb.u = (rb.u & ~spec & ~tiny) | (sb.u & spec) | (xb.u & tiny);                             \
         return rb.f;                                                                               \
     }
 

@@ -1,7 +1,7 @@
 /* Vector math from SLEEF (Debian libsleef-dev, the library PyTorch's vectorized CPU math uses) for
  * the f32 and f64 functions the library does not compute with its own polynomials
- * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log and tanh, with f64
- * logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 log1p, erf, sin, cos, tan, cbrt,
+ * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log, log1p and tanh, with f64
+ * logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 erf, sin, cos, tan, cbrt,
  * pow and atan2. docs/vmath.md has the accuracy and speed of each.
  *
  * Bit-identical twins: SLEEF's deterministic variants give the same bits in every vector width
@@ -33,7 +33,6 @@
     X(tanf, tanf, 1, float)                                                                        \
     X(cbrtf, cbrtf, 1, float)                                                                      \
     X(atan2f, atan2f, 2, float)                                                                    \
-    X(log1p, log1pd, 1, double)                                                                    \
     X(erf, erfd, 1, double)                                                                        \
     X(sin, sind, 1, double)                                                                        \
     X(cos, cosd, 1, double)                                                                        \
@@ -90,9 +89,7 @@
 #define OT_VM_FIX_double_ ot_vm_fixd_
 /* ot_vm_sinf ... ot_vm_atan2, then pow with its 1 rule (selected after the call, so the call
  * stays unconditional; f32 pow is the library's ot_powf, src/exec/expf_poly.h, under the same NaN
- * rules as the SLEEF functions), and f64 log1p as called (ot_vm_log1p1): SLEEF's log1p returns inf
- * from x = 1e307 on, so x in [2^997, inf) is scaled by 2^-600 first (1 + x·2^-600 rounds to
- * x·2^-600 there, so log1p gives its log) and 600·ln 2 (two doubles) added back. */
+ * rules as the SLEEF functions). */
 #define OT_VMATH_DEF                                                                               \
     OT_VMATH_FIX_(static inline)                                                                   \
     OT_VMATH_LIST(OT_VMATH_FN_)                                                                    \
@@ -113,19 +110,6 @@
         uint64_t one = 0u - (uint64_t)((ab.u == 0x3ff0000000000000ull) |                           \
                                        ((bb.u & 0x7fffffffffffffffull) == 0u));                    \
         rb.u = (0x3ff0000000000000ull & one) | (rb.u & ~one);                                      \
-        return rb.f;                                                                               \
-    }                                                                                              \
-    static inline double ot_vm_log1p1(double x) {                                                  \
-        union {                                                                                    \
-            double f;                                                                              \
-            uint64_t u;                                                                            \
-        } xb = {x}, sb, rb, bb;                                                                    \
-        uint64_t big =                                                                             \
-            0u - (uint64_t)((xb.u >= 0x7e40000000000000ull) & (xb.u < 0x7ff0000000000000ull));     \
-        sb.u = (0x1a70000000000000ull & big) | (0x3ff0000000000000ull & ~big);                     \
-        rb.f = ot_vm_log1p(x * sb.f);                                                              \
-        bb.f = (rb.f + 0x1.4aa84b6b3b125p-46) + 0x1.9fe3682cd3be4p+8;                              \
-        rb.u = (bb.u & big) | (rb.u & ~big);                                                       \
         return rb.f;                                                                               \
     }
 
