@@ -1245,7 +1245,7 @@ static void test_vmath_own_ulp(void) {
                {OT_OP_LOG, logl, 0, 1e6},
                {OT_OP_LOG1P, log1pl, -1, 1e6},
                {OT_OP_TANH, tanhl, -20, 20}};
-    double *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    double *x = malloc(N * sizeof *x), *y = calloc(N, sizeof *y); /* y: the unused second operand */
     float *xf = malloc(N * sizeof *xf), *yf = malloc(N * sizeof *yf);
     ASSERT_TRUE(x && y && xf && yf);
     uint64_t g = 0x9e3779b97f4a7c15ull;
