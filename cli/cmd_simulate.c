@@ -575,6 +575,9 @@ static int run(int argc, char **argv) {
         if (s == OT_OK && pi.host && w.mlp)
             ot_sim_config_train_pipeline(&c, ot_model_param_count(w.mlp));
         if (s == OT_OK && pi.host) {
+            /* train runs the step natively from its tier-up run on (small fusions,
+             * docs/codegen.md): the steps priced are those after it */
+            ot_executable_tier_up(c.step);
             /* the host's kernel model: this step's dot shapes, the pool hand-off, per-element
              * costs and the other processes' load, probed now */
             ot_sim_host_probe pb;

@@ -2560,6 +2560,62 @@ static void test_tier_up(void) {
     setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
 }
 
+static bool any_kernel_native(const ot_executable *e) {
+    for (int k = 0; k < ot_executable_kernel_count(e); k++)
+        if (ot_executable_kernel_native(e, k)) return true;
+    return false;
+}
+
+/* ot_executable_tier_up: the pending tier-up built before any run (the first run then runs
+ * native code), nothing built where no tier-up is pending, the same answer when called again. */
+static void test_tier_up_now(void) {
+    static const char small_only[] = "HloModule tier_now\n"
+                                     "ENTRY e {\n"
+                                     "  a = f32[100]{0} parameter(0)\n"
+                                     "  b = f32[100]{0} parameter(1)\n"
+                                     "  ea = f32[100]{0} sine(a)\n"
+                                     "  ROOT s = f32[100]{0} multiply(ea, b)\n"
+                                     "}\n";
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "4096", 1);
+    ot_module *m = parse(small_only);
+    ASSERT_TRUE(m != NULL);
+    const struct {
+        const char *tier, *env;
+        ot_native_mode mode;
+        bool native; /* after ot_executable_tier_up */
+    } cases[] = {{"2", NULL, OT_NATIVE_AUTO, true},
+                 {"5", NULL, OT_NATIVE_AUTO, true},
+                 {"0", NULL, OT_NATIVE_AUTO, false},
+                 {"2", NULL, OT_NATIVE_OFF, false},
+                 {"2", "0", OT_NATIVE_AUTO, false}};
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        setenv("OPTITPU_CODEGEN_TIER_UP", cases[c].tier, 1);
+        if (cases[c].env)
+            setenv("OPTITPU_CODEGEN", cases[c].env, 1);
+        else
+            unsetenv("OPTITPU_CODEGEN");
+        ot_compile_options o = ot_compile_options_default();
+        o.native = cases[c].mode;
+        ot_executable *e = NULL;
+        EXPECT_OK(ot_compile(m, &o, &e));
+        if (!e) continue;
+        EXPECT_TRUE(!any_kernel_native(e));
+        EXPECT_TRUE(ot_executable_tier_up(e) == cases[c].native);
+        EXPECT_TRUE(any_kernel_native(e) == cases[c].native);
+        EXPECT_TRUE(ot_executable_tier_up(e) == cases[c].native); /* nothing left to build */
+        tier_kinds(m, e, 1, cases[c].native);
+        ot_native_stats ns;
+        ot_executable_native_stats(e, &ns);
+        EXPECT_INT_EQ(ns.kernels, cases[c].native ? 1 : 0);
+        ot_executable_free(e);
+    }
+    EXPECT_TRUE(!ot_executable_tier_up(NULL));
+    unsetenv("OPTITPU_CODEGEN");
+    setenv("OPTITPU_CODEGEN_TIER_UP", "0", 1);
+    ot_module_free(m);
+    setenv("OPTITPU_CODEGEN_MIN_ELEMENTS", "0", 1);
+}
+
 static void test_fallbacks(void) {
     profile_kinds(true);
     setenv("OPTITPU_CODEGEN", "0", 1);
@@ -2870,6 +2926,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_summary),
         OT_TEST(test_small_beside_large),
         OT_TEST(test_tier_up),
+        OT_TEST(test_tier_up_now),
         OT_TEST(test_narrow_shift_right_logical),
         OT_TEST(test_int_divide_remainder),
         OT_TEST(test_units),

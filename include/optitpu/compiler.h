@@ -285,6 +285,14 @@ typedef struct ot_native_stats {
 OT_API void ot_executable_native_stats(const ot_executable *e, ot_native_stats *out);
 /* Whether kernel k runs native code (false: the interpreter runs it; also for k out of range). */
 OT_API bool ot_executable_kernel_native(const ot_executable *e, int k);
+/* An executable whose fusions OT_NATIVE_AUTO left to the interpreter (all below the size
+ * threshold) is built natively by its OPTITPU_CODEGEN_TIER_UP-th run, and later runs use that
+ * code (docs/codegen.md, "Tier-up"). This builds it now, as that run would, so that the kernels
+ * report what every run from then on runs (the host simulator prices a training step's steady
+ * state with it). True when e runs native code after the call; nothing is built when no tier-up
+ * is pending (already built, OT_NATIVE_OFF, OPTITPU_CODEGEN_TIER_UP=0) and a failed build leaves
+ * the interpreter (false). Safe against runs of e on other threads: exactly one builds. */
+OT_API bool ot_executable_tier_up(const ot_executable *e);
 /* Whether kernel k's native code is split over the runtime's thread pool when it runs (its loop
  * has more iterations than one piece); false without native code. */
 OT_API bool ot_executable_kernel_native_splits(const ot_executable *e, int k);

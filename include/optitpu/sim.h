@@ -289,6 +289,9 @@ typedef struct ot_sim_result {
      * `bound` ("path", "cores", "pool"); 0 and "" otherwise. */
     double path_s, cores_s, pool_s;
     char bound[8];
+    /* With the host's kernel model: the process CPU seconds of one step, every device's step and
+     * update (kernels' work, launches, what hand-offs burn) and the host pipeline; 0 otherwise. */
+    double cpu_s;
     double comm_s;         /* every gradient collective, end to end */
     double exposed_comm_s; /* comm not hidden under the backward pass */
     double optimizer_s;

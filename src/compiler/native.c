@@ -132,12 +132,8 @@ void cc_native_stage(ot_executable *e, const ot_compile_options *o) {
     e->native_ns = ot_now_ns() - t0;
 }
 
-void cc_executable_tier_up(const ot_executable *ce) {
-    /* the pending tier-up and the program it publishes are the executable's mutable part beside
-     * its scratch cache: synchronized by themselves (an atomic count, an atomic pointer) */
-    ot_executable *e = (ot_executable *)ce;
-    if (!e || atomic_load_explicit(&e->tier_left, memory_order_relaxed) <= 0) return;
-    if (atomic_fetch_sub(&e->tier_left, 1) != 1) return; /* not the run that builds */
+/* The tier-up's build, by the one caller that took the pending count to 0. */
+static void tier_up_build(ot_executable *e) {
     ot_compile_options o = e->opts;
     o.native = OT_NATIVE_AUTO;
     o.native_cc = e->native_cc[0] ? e->native_cc : NULL;
@@ -155,6 +151,27 @@ void cc_executable_tier_up(const ot_executable *ce) {
     ot_log(OT_LOG_DEBUG, "codegen tier-up: %d fusions native after %.3f s", cs.nnative,
            (double)(ot_now_ns() - t0) * 1e-9);
     __atomic_store_n(&e->native, p, __ATOMIC_RELEASE);
+}
+
+void cc_executable_tier_up(const ot_executable *ce) {
+    /* the pending tier-up and the program it publishes are the executable's mutable part beside
+     * its scratch cache: synchronized by themselves (an atomic count, an atomic pointer) */
+    ot_executable *e = (ot_executable *)ce;
+    if (!e || atomic_load_explicit(&e->tier_left, memory_order_relaxed) <= 0) return;
+    if (atomic_fetch_sub(&e->tier_left, 1) != 1) return; /* not the run that builds */
+    tier_up_build(e);
+}
+
+bool ot_executable_tier_up(const ot_executable *ce) {
+    ot_executable *e = (ot_executable *)ce;
+    if (!e) return false;
+    /* take the whole pending count at once: this call is then the one that builds (a run that
+     * took it first builds instead, and this call only reports) */
+    int64_t left = atomic_load(&e->tier_left);
+    while (left > 0 && !atomic_compare_exchange_weak(&e->tier_left, &left, 0)) {
+    }
+    if (left > 0) tier_up_build(e);
+    return cc_executable_native(e) != NULL;
 }
 
 const cg_program *cc_executable_native(const ot_executable *e) {

@@ -693,6 +693,12 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         double tail = comm_end > out->compute_s ? comm_end - out->compute_s : 0;
         out->exposed_comm_s = tail + gather;
     }
+    if (d->pool_points > 0) {
+        host_walk w = host_walk_gap(d, c->step, scale, -1, NULL, NULL, start_gap);
+        double upd = c->update ? ot_sim_host_cpu_s(d, c->update, c->shard_optimizer ? 1.0 / n : 1.0)
+                               : out->optimizer_s;
+        out->cpu_s = n * (w.cpu + upd) + out->host_s;
+    }
     out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s + out->host_s;
     out->samples_per_s = out->step_s > 0 ? (double)c->global_batch / out->step_s : 0;
 
