@@ -102,6 +102,15 @@ static const dcase g_cases[] = {
     {"small mlp dx 129x333x77 rhs^T", 0, 1, 1, 129, 333, 77, false, true, false, 0},
     {"small mlp dW 333x1000x129 lhs^T", 0, 1, 1, 333, 1000, 129, true, false, false, 0},
     {"small mlp dW 77x333x129 lhs^T", 0, 1, 1, 77, 333, 129, true, false, false, 0},
+    /* narrow products: few columns (a classifier's logits, a matrix x vector), few rows (a
+     * batch of 1 or 8: a vector x matrix) */
+    {"narrow 2048x16x512 (N=16)", 0, 1, 1, 2048, 16, 512, false, false, false, 0},
+    {"narrow 1024x4x1024 (N=4)", 0, 1, 1, 1024, 4, 1024, false, false, false, 0},
+    {"narrow matvec 2048x1x1024", 0, 1, 1, 2048, 1, 1024, false, false, false, 0},
+    {"narrow 8x1024x1024 (M=8)", 0, 1, 1, 8, 1024, 1024, false, false, false, 0},
+    {"narrow vecmat 1x2048x1024", 0, 1, 1, 1, 2048, 1024, false, false, false, 0},
+    {"narrow vecmat 1x2048x1024 rhs^T", 0, 1, 1, 1, 2048, 1024, false, true, false, 0},
+    {"narrow batched 64 x 4x64x64 (M=4)", 1, 64, 1, 4, 64, 64, false, false, false, 0},
     /* 16-bit operands: xla_compare's bf16 matmul + GELU and the MLP's shapes */
     {"bf16 matmul 1000x3072x768", 0, 1, 1, 1000, 3072, 768, false, false, false, PREC_BF16},
     {"bf16 mlp dx 512x1024x1024 rhs^T", 0, 1, 1, 512, 1024, 1024, false, true, false, PREC_BF16},

@@ -24,7 +24,8 @@ static uint64_t g_rng = 0x6e33;
 static bool own_gemm_cpu(void) {
 #if defined(__x86_64__)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("fma");
 #else
     return false;
 #endif
@@ -332,7 +333,8 @@ typedef struct hcase {
                    rhs [b,k,n]; 3: 2-D lhs [m, k1, k2] x rhs [k1, k2, n] with k = k1 * k2,
                    contracting dims listed (2, 1) so neither operand merges them in place */
     int values; /* 0: moderate random; 1: specials mixed in; 2: tiny and huge magnitudes; 3:
-                   (bf16) partial sums in and out of the subnormal range */
+                   (bf16) partial sums in and out of the subnormal range; 4 (f32): zeros,
+                   subnormals and values near 2^60 */
 } hcase;
 
 static uint16_t half_bits(ot_dtype t, int values) {
@@ -526,6 +528,63 @@ static double f64_val(int values) {
     return v;
 }
 
+/* Runs each case through the reference kernel and the fast dot on 1, 2, 3 and 8 threads (es-byte
+ * elements drawn by val) and checks the fast results equal the reference's bit for bit, the dot
+ * one fast kernel run (the own GEMM; its_own false: any fast kernel or none, for the shapes
+ * OpenBLAS computes). */
+static void check_exact(const char *what, const hcase *cs, size_t ncs, size_t es,
+                        void (*val)(void *, int)) {
+    for (size_t q = 0; q < ncs; q++) {
+        const hcase *h = &cs[q];
+        ot_shape ls, rs;
+        ot_module *m = half_module(h, &ls, &rs);
+        ASSERT_TRUE(m);
+        ot_executable *exe = NULL;
+        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
+        size_t na = (size_t)ot_shape_numel_unchecked(&ls),
+               nb = (size_t)ot_shape_numel_unchecked(&rs), nout = (size_t)(h->b * h->m * h->n) * es;
+        char *a = malloc(na * es), *b = malloc(nb * es);
+        void *want = malloc(nout), *got = malloc(nout);
+        ASSERT_TRUE(a && b && want && got);
+        for (size_t e = 0; e < na; e++) val(a + e * es, h->values);
+        for (size_t e = 0; e < nb; e++) val(b + e * es, h->values);
+        int fast = 0;
+        ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
+        for (int p = 0; p < 4; p++) {
+            ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
+            bool same = !memcmp(got, want, nout), gemm = fast == 1;
+            if (!same || !gemm) {
+                fprintf(stderr, "%s case %zu on %d threads: %d fast kernels, %s\n", what, q,
+                        g_nthreads[p], fast, same ? "equal" : "bits differ");
+                for (size_t e = 0, shown = 0; e < nout / es && shown < 4; e++) {
+                    char *x = (char *)got + e * es, *y = (char *)want + e * es;
+                    if (!memcmp(x, y, es)) continue;
+                    if (es == 8)
+                        fprintf(stderr, "  element %zu: %a, the reference %a\n", e,
+                                *(double *)(void *)x, *(double *)(void *)y);
+                    else
+                        fprintf(stderr, "  element %zu: %a, the reference %a\n", e,
+                                (double)*(float *)(void *)x, (double)*(float *)(void *)y);
+                    shown++;
+                }
+            }
+            EXPECT_TRUE(same);
+            EXPECT_TRUE(gemm);
+        }
+        free(a);
+        free(b);
+        free(want);
+        free(got);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+}
+
+static void f64_put(void *p, int values) {
+    double v = f64_val(values);
+    memcpy(p, &v, 8);
+}
+
 static void test_f64_dot(void) {
     if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: f64 dots run through OpenBLAS");
     const ot_dtype D = OT_F64;
@@ -551,45 +610,78 @@ static void test_f64_dot(void) {
         {D, D, D, 1, 200, 700, 320, 0, 2},  /* K 320: one k block */
         {D, D, D, 1, 60, 500, 321, 1, 1},   /* 256 + 65 */
     };
-    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
-        const hcase *h = &cs[q];
-        ot_shape ls, rs;
-        ot_module *m = half_module(h, &ls, &rs);
-        ASSERT_TRUE(m);
-        ot_executable *exe = NULL;
-        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
-        size_t na = (size_t)ot_shape_numel_unchecked(&ls),
-               nb = (size_t)ot_shape_numel_unchecked(&rs), nout = (size_t)(h->b * h->m * h->n) * 8;
-        double *a = malloc(na * 8), *b = malloc(nb * 8);
-        void *want = malloc(nout), *got = malloc(nout);
-        ASSERT_TRUE(a && b && want && got);
-        for (size_t e = 0; e < na; e++) a[e] = f64_val(h->values);
-        for (size_t e = 0; e < nb; e++) b[e] = f64_val(h->values);
-        int fast = 0;
-        ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
-        for (int p = 0; p < 4; p++) {
-            ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
-            bool same = !memcmp(got, want, nout), gemm = fast == 1;
-            if (!same || !gemm) {
-                fprintf(stderr, "f64 case %zu on %d threads: %d fast kernels, %s\n", q,
-                        g_nthreads[p], fast, same ? "equal" : "bits differ");
-                for (size_t e = 0, shown = 0; e < nout / 8 && shown < 4; e++)
-                    if (memcmp((double *)got + e, (double *)want + e, 8)) {
-                        fprintf(stderr, "  element %zu: %a, the reference %a\n", e,
-                                ((double *)got)[e], ((double *)want)[e]);
-                        shown++;
-                    }
-            }
-            EXPECT_TRUE(same);
-            EXPECT_TRUE(gemm);
+    check_exact("f64", cs, sizeof cs / sizeof cs[0], 8, f64_put);
+}
+
+/* ---- f32 ------------------------------------------------------------------------------------
+ * An f32 dot: the fast dot (the own GEMM, one fma chain per element, run without FTZ/DAZ, the
+ * operands flushed as packed and the sums afterwards) equals the reference kernel (fmaf in k
+ * order) bit for bit, on 1, 2, 3 and 8 threads, over shapes with tails of every blocking, every
+ * edge register block, N <= 16 with a transposed lhs (read in place, or packed when it holds a
+ * subnormal under FTZ), the narrowest products it takes (12 rows, 8 columns), K = 1 and K of
+ * several blocks, transposed and copied operands, batches with own and shared packed B, and
+ * values with NaN (payloads), infinities, signed zeros, subnormal operands, products that
+ * overflow or underflow, partial sums in the subnormal range, and subnormal operands whose
+ * products (with 2^60) would show in the sums. Narrower products (OpenBLAS)
+ * are test_fast_kernels' (within a bound). */
+static void f32_put(void *p, int values) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t r = g_rng;
+    float v;
+    if (values == 1 && (r >> 32) % 23 == 0) {
+        static const uint32_t sp[] = {0x7fc00000u, 0xffc00123u, 0x7f800001u, 0x7f800000u,
+                                      0xff800000u, 0x00000000u, 0x80000000u, 0x00000001u,
+                                      0x807fffffu, 0x7f7fffffu};
+        memcpy(&v, &sp[(r >> 40) % 10], 4);
+    } else {
+        v = (float)((double)(r >> 40) / 8388608.0 - 1.0);           /* [-1, 1), 24 random bits */
+        if (values == 2) v = ldexpf(v, (int)((r >> 8) % 141) - 70); /* products under/overflow */
+        if (values == 3) v = ldexpf(v, -64 - (int)((r >> 8) % 7));  /* partial sums subnormal */
+        if (values == 4) { /* zeros, subnormals and 2^60: subnormal x 2^60 shows in the sums */
+            uint32_t u = (uint32_t)(r >> 40) & 0x807fffffu;
+            if ((r >> 8) % 4 < 2)
+                v = 0;
+            else if ((r >> 8) % 4 == 2)
+                memcpy(&v, &u, 4);
+            else
+                v = ldexpf(v, 60);
         }
-        free(a);
-        free(b);
-        free(want);
-        free(got);
-        ot_executable_free(exe);
-        ot_module_free(m);
     }
+    memcpy(p, &v, 4);
+}
+
+static void test_f32_dot(void) {
+    if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: f32 dots run through OpenBLAS");
+    const ot_dtype F = OT_F32;
+    const hcase cs[] = {
+        {F, F, F, 1, 100, 70, 600, 0, 1},  /* k blocks 256, 256, 88; M, N tails */
+        {F, F, F, 1, 100, 70, 600, 1, 1},  /* both transposed */
+        {F, F, F, 1, 37, 13, 300, 1, 2},   /* N <= 16, transposed lhs (read in place) */
+        {F, F, F, 1, 300, 520, 700, 1, 2}, /* products under- and overflow */
+        {F, F, F, 1, 130, 300, 270, 0, 2},
+        {F, F, F, 1, 61, 45, 129, 0, 3}, /* gradual underflow of the partial sums */
+        {F, F, F, 2, 70, 40, 300, 1, 3},
+        {F, F, F, 1, 1024, 10, 512, 1, 1}, /* its dW: N = 10, transposed lhs */
+        {F, F, F, 1, 130, 16, 70, 1, 1},   /* transposed lhs with a subnormal: packed */
+        {F, F, F, 1, 130, 16, 3, 1, 4},    /* the same, subnormals that would show */
+        {F, F, F, 1, 130, 40, 3, 0, 4},
+        {F, F, F, 40, 30, 20, 50, 0, 1},    /* each thread packs its elements' B */
+        {F, F, F, 5, 64, 48, 300, 1, 1},    /* own B on 1 and 2 threads, shared on 3 and 8 */
+        {F, F, F, 3, 45, 33, 70, 2, 1},     /* lhs copied into [b, m, k] first */
+        {F, F, F, 4, 29, 35, 4 * 31, 3, 1}, /* contracting dims copied into order */
+        {F, F, F, 1, 12, 9, 1, 0, 1},       /* K = 1 */
+        {F, F, F, 1, 300, 200, 1, 1, 1},
+        {F, F, F, 1, 29, 17, 50, 0, 1},    /* rows left 5, columns 1 past a panel */
+        {F, F, F, 1, 200, 700, 320, 0, 2}, /* K 320: one k block */
+        {F, F, F, 1, 60, 500, 321, 1, 1},  /* 256 + 65 */
+        {F, F, F, 1, 70, 40, 2000, 0, 0},  /* K of 8 blocks */
+        {F, F, F, 1, 12, 8, 90, 1, 1},     /* the smallest: 12 x 8 (transposed lhs) */
+        {F, F, F, 1, 13, 17, 90, 0, 3},    /* N = 17, row-major lhs: one panel and a column */
+        {F, F, F, 1, 600, 16, 200, 1, 0},  /* N = 16 read in place, no subnormal */
+        {F, F, F, 64, 12, 64, 64, 0, 1},   /* many small products */
+        {F, F, F, 6, 14, 9, 33, 1, 3},
+    };
+    check_exact("f32", cs, sizeof cs / sizeof cs[0], 4, f32_put);
 }
 
 static void test_setup(void) {
@@ -606,4 +698,5 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_output_fusion),
-             OT_TEST(test_half_dot), OT_TEST(test_f64_dot), OT_TEST(test_teardown))
+             OT_TEST(test_half_dot), OT_TEST(test_f64_dot), OT_TEST(test_f32_dot),
+             OT_TEST(test_teardown))

@@ -2,7 +2,8 @@
  * program compiled at -O0 (one kernel per op) and executed twice through ot_execute_on_host —
  * reference kernels, then fast kernels on pools of 1, 2, 3 and 8 threads. Fast results must be
  * bitwise identical for every thread count. Against the reference: transpose, elementwise ops and
- * reductions over many outputs bitwise; max/min reductions bitwise; dot, convolution and the
+ * reductions over many outputs bitwise; max/min reductions bitwise; dots that the own GEMM
+ * computes (own_gemm) bitwise; the narrower dots (OpenBLAS), convolution and the
  * blocked add/multiply reductions within the error bound of a reordered sum,
  * |fast - ref| <= 2 * n * u * S (+ the smallest normal), where n is the length of the sum, u the
  * unit roundoff (2^-24 f32, 2^-53 f64) and S the same sum over absolute values. */
@@ -174,6 +175,22 @@ static ot_module *dot_module(ot_dtype t, const ot_shape *ls, const ot_shape *rs,
     return m;
 }
 
+/* Whether the fast dot runs an f32 (t) product of M x N x K (after any copy of the lhs: lt, the
+ * lhs read transposed) on its own GEMM, bit-identical to the reference (src/exec/fast_dot.c
+ * sg_use, sd_use): x86-64 with AVX-512; at least 12 rows and 8 columns, more than 16 with a
+ * row-major lhs (f32) or more than 8 (f64). The narrower ones run through OpenBLAS. */
+static bool own_gemm(ot_dtype t, int64_t M, int64_t N, int64_t K, bool lt) {
+#if defined(__x86_64__)
+    bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma");
+#else
+    bool cpu = false;
+#endif
+    if (!cpu || K < 1 || M < 12) return false;
+    return t == OT_F32 ? N >= 8 && (N > 16 || lt) : N > 8;
+}
+
 /* Checks fast vs reference for module m (params args), and the bound module mabs. */
 static void check_bound_case(ot_module *m, ot_module *mabs, ot_tensor *args, int nargs, int64_t n,
                              const char *what) {
@@ -195,6 +212,30 @@ static void check_bound_case(ot_module *m, ot_module *mabs, ot_tensor *args, int
     ot_tensor_release(&sabs);
     ot_executable_free(e);
     ot_executable_free(ea);
+}
+
+/* Checks fast vs reference for module m (params args): bitwise when exact, else within the
+ * bound of a reordered sum (mabs: the same over absolute values). */
+static void check_case(ot_module *m, ot_module *mabs, ot_tensor *args, int nargs, int64_t n,
+                       bool exact, const char *what) {
+    if (exact) {
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        ot_tensor ref, fast;
+        EXPECT_OK(run_exe(e, args, nargs, &ref, NULL, true, NULL));
+        bool ok = run_all_pools(e, args, nargs, &fast, 1);
+        EXPECT_TRUE(ok);
+        if (ok) {
+            bool same = bits_equal(&fast, &ref);
+            if (!same) fprintf(stderr, "%s: not bitwise equal to the reference\n", what);
+            EXPECT_TRUE(same);
+            ot_tensor_release(&fast);
+        }
+        ot_tensor_release(&ref);
+        ot_executable_free(e);
+        return;
+    }
+    check_bound_case(m, mabs, args, nargs, n, what);
 }
 
 static void test_dot_random(void) {
@@ -256,11 +297,13 @@ static void test_dot_random(void) {
         ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
         fill_random(&args[0], -1, 1);
         fill_random(&args[1], -1, 1);
-        int64_t K = 1;
+        int64_t K = 1, M = 1, N = 1;
         for (int k = 0; k < nc; k++) K *= cd[k];
+        for (int k = 0; k < nlf; k++) M *= lfd[k];
+        for (int k = 0; k < nrf; k++) N *= rfd[k];
         char what[64];
         snprintf(what, sizeof what, "dot case %d", cs);
-        check_bound_case(m, ma, args, 2, K, what);
+        check_case(m, ma, args, 2, K, own_gemm(t, M, N, K, false), what);
         ot_tensor_release(&args[0]);
         ot_tensor_release(&args[1]);
         ot_module_free(m);
@@ -325,7 +368,7 @@ static void test_dot_tiled(void) {
         fill_random(&args[1], -1, 1);
         char what[64];
         snprintf(what, sizeof what, "tiled dot case %zu", q);
-        check_bound_case(m, ma, args, 2, K, what);
+        check_case(m, ma, args, 2, K, own_gemm(cs[q].t, M, N, K, lt && lay != 4), what);
         ot_tensor_release(&args[0]);
         ot_tensor_release(&args[1]);
         ot_module_free(m);
@@ -376,11 +419,17 @@ static void test_dot_strided(void) {
         ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
         fill_random(&args[0], -1, 1);
         fill_random(&args[1], -1, 1);
-        int64_t K = 1;
+        int64_t K = 1, M = 1, N = 1;
         for (int k = 0; k < dn.ncontract; k++) K *= ls.dims[dn.lhs_contract[k]];
+        for (int d = 0; d < ls.rank; d++) M *= ls.dims[d];
+        for (int d = 0; d < rs.rank; d++) N *= rs.dims[d];
+        for (int k = 0; k < dn.nbatch; k++) { /* per batch element */
+            M /= ls.dims[dn.lhs_batch[k]];
+            N /= rs.dims[dn.rhs_batch[k]];
+        }
         char what[64];
         snprintf(what, sizeof what, "strided dot case %zu", q);
-        check_bound_case(m, ma, args, 2, K, what);
+        check_case(m, ma, args, 2, K, own_gemm(OT_F32, M / K, N / K, K, false), what);
         ot_tensor_release(&args[0]);
         ot_tensor_release(&args[1]);
         ot_module_free(m);

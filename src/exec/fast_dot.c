@@ -2,9 +2,13 @@
  * AVX-512 by a kernel of its own (sg_*: each element one fma chain in k order, B packed once and
  * shared by the pool's threads) for f32, bf16 / f16 operands (widened as they are packed) and f64
  * (sd_*: 8 lanes), otherwise OpenBLAS on one thread per tile of a grid fixed by the shape. Either
- * way the bits do not depend on the thread count. The 16-bit and f64 products of the own kernel
- * are the reference dot's (linalg.c) bit for bit; f32 ones and OpenBLAS's differ from it only by
- * the order and rounding of each sum. */
+ * way the bits do not depend on the thread count. Every product of the own kernel is the
+ * reference dot's (linalg.c: fma in k order) bit for bit. The products it leaves to OpenBLAS —
+ * f32 with fewer than 12 rows, fewer than 8 columns, or at most 16 columns and a row-major lhs;
+ * f64 with fewer than 12 rows or at most 8 columns; any on a CPU without AVX-512 — differ from
+ * the reference by the order and rounding of each sum (OpenBLAS's kernels are its own, and its
+ * threads run under FTZ | DAZ), within 2 K u sum |a||b|: the own kernel ran those shapes at 0.1
+ * to 0.5 of the OpenBLAS tile grid (packing and idle lanes; bench_dot's "narrow" cases). */
 #include "exec/fast_internal.h"
 
 #include <cblas.h>
@@ -240,6 +244,11 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
  * every element of C as one chain of fused multiply-adds over k = 0, 1, ..., K-1 starting from 0
  * (carried through C between blocks of k): its bits depend on the operands alone, not on the
  * thread count, the split of the work or the blocking, so the split can follow the pool's size.
+ * It is the reference's chain (linalg.c) bit for bit: the GEMM asks no FTZ/DAZ of the FPU (partial
+ * sums underflow gradually), under FTZ the operands are flushed as they are packed (sg_load) and
+ * a transposed A is read in place only where it holds no subnormal (sg_rows_normal: about a tenth
+ * of such a product's time, against a third for packing it), and each finished sum is flushed
+ * and a NaN made canonical in registers as it is stored (sg_fix).
  * Register blocks: 12 rows x 32 columns (24 zmm accumulators), or 24 x 16 for N <= 16 (the
  * N = 10 products). K is cut into blocks of SG_KC k, except that K <= SG_KC1 is one block (257 is
  * not 256 + 1). A is packed per thread, SG_MC rows x a k block at a
@@ -251,7 +260,7 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define SG_OWN    1
-#define SG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define SG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #define SG_KC     256                 /* k per block */
 #define SG_KC1    320                 /* K up to this is one block */
 #define SG_MC     96                  /* a multiple of both register blocks' rows */
@@ -278,11 +287,32 @@ static inline __mmask16 sg_lanes(int64_t n) {
 #define SG_R16(X) SG_R12(X) X(12) X(13) X(14) X(15)
 #define SG_R24(X) SG_R16(X) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
 
+/* The finished sums of an f32 product as the reference stores them (fix, on the last k block):
+ * SG_FIX_NAN a NaN made the canonical quiet NaN 0x7fc00000 (which NaN an fma propagates depends
+ * on its operand order); SG_FIX_FTZ also a subnormal flushed to a zero of its sign. In registers,
+ * before the store, one classification per vector (the lanes to change are rare): a pass over C
+ * afterwards took half a K = 10 product's time, a compare and a blend per kind a fifth. */
+enum { SG_FIX_NONE, SG_FIX_NAN, SG_FIX_FTZ };
+SG_AVX512 static __attribute__((noinline)) __m512 sg_fix_lanes(__m512 v, __mmask16 f) {
+    __m512i u = _mm512_castps_si512(v);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & f;
+    u = _mm512_mask_and_epi32(u, f & ~nan, u, _mm512_set1_epi32((int)0x80000000u));
+    u = _mm512_mask_mov_epi32(u, nan, _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(u);
+}
+SG_AVX512 static inline __m512 sg_fix(__m512 v, int fix) {
+    if (fix == SG_FIX_NONE) return v;
+    /* classes: 0x01 quiet NaN, 0x80 signalling NaN, 0x20 subnormal */
+    __mmask16 f =
+        fix == SG_FIX_FTZ ? _mm512_fpclass_ps_mask(v, 0xa1) : _mm512_fpclass_ps_mask(v, 0x81);
+    return f ? sg_fix_lanes(v, f) : v;
+}
+
 /* R x 32: two zmm of columns per row, the second masked */
 #define SG_UKR2(NAME, ROWS)                                                                        \
     SG_AVX512 static void NAME(int64_t kc, const float *restrict a, int64_t ld,                    \
                                const float *restrict bp, int64_t bs, float *c, int64_t ldc,        \
-                               bool load, int64_t nq, __mmask16 m) {                               \
+                               bool load, int64_t nq, __mmask16 m, int fix) {                      \
         ROWS(SG_DECL2)                                                                             \
         for (int64_t k = 0; k < kc; k++) {                                                         \
             __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                          \
@@ -306,8 +336,8 @@ static inline __mmask16 sg_lanes(int64_t n) {
     }
 #define SG_STORE2(i)                                                                               \
     if ((i) < nq) {                                                                                \
-        _mm512_storeu_ps(c + (i)*ldc, c##i##a);                                                    \
-        _mm512_mask_storeu_ps(c + (i)*ldc + 16, m, c##i##b);                                       \
+        _mm512_storeu_ps(c + (i)*ldc, sg_fix(c##i##a, fix));                                       \
+        _mm512_mask_storeu_ps(c + (i)*ldc + 16, m, sg_fix(c##i##b, fix));                          \
     }
 SG_UKR2(sg_ukr_4x32, SG_R4)
 SG_UKR2(sg_ukr_8x32, SG_R8)
@@ -317,7 +347,7 @@ SG_UKR2(sg_ukr_12x32, SG_R12)
 #define SG_UKR1(NAME, ROWS)                                                                        \
     SG_AVX512 static void NAME(int64_t kc, const float *restrict a, int64_t ld,                    \
                                const float *restrict bp, int64_t bs, float *c, int64_t ldc,        \
-                               bool load, int64_t nq, __mmask16 m) {                               \
+                               bool load, int64_t nq, __mmask16 m, int fix) {                      \
         ROWS(SG_DECL1)                                                                             \
         for (int64_t k = 0; k < kc; k++) {                                                         \
             __m512 b0 = _mm512_load_ps(bp);                                                        \
@@ -331,7 +361,7 @@ SG_UKR2(sg_ukr_12x32, SG_R12)
     __m512 c##i = load && (i) < nq ? _mm512_maskz_loadu_ps(m, c + (i)*ldc) : _mm512_setzero_ps();
 #define SG_FMA1(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i);
 #define SG_STORE1(i)                                                                               \
-    if ((i) < nq) _mm512_mask_storeu_ps(c + (i)*ldc, m, c##i);
+    if ((i) < nq) _mm512_mask_storeu_ps(c + (i)*ldc, m, sg_fix(c##i, fix));
 SG_UKR1(sg_ukr_4x16, SG_R4)
 SG_UKR1(sg_ukr_8x16, SG_R8)
 SG_UKR1(sg_ukr_12x16, SG_R12)
@@ -341,38 +371,40 @@ SG_UKR1(sg_ukr_24x16, SG_R24)
 /* The register block for nq rows (<= mr) x nj columns (<= the panel's nr = bs) at c: the
  * narrowest kernel that covers them (rows in steps of 4, or 8 past 16; columns in steps of 16) */
 static void sg_ukr(int64_t kc, const float *a, int64_t ld, const float *bp, int64_t bs, float *c,
-                   int64_t ldc, bool load, int64_t nq, int64_t nj) {
+                   int64_t ldc, bool load, int64_t nq, int64_t nj, int fix) {
     if (nj > 16) {
         __mmask16 m = sg_lanes(nj - 16);
         if (nq <= 4)
-            sg_ukr_4x32(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+            sg_ukr_4x32(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
         else if (nq <= 8)
-            sg_ukr_8x32(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+            sg_ukr_8x32(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
         else
-            sg_ukr_12x32(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+            sg_ukr_12x32(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
         return;
     }
     __mmask16 m = sg_lanes(nj);
     if (nq <= 4)
-        sg_ukr_4x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sg_ukr_4x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
     else if (nq <= 8)
-        sg_ukr_8x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sg_ukr_8x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
     else if (nq <= 12)
-        sg_ukr_12x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sg_ukr_12x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
     else if (nq <= 16)
-        sg_ukr_16x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sg_ukr_16x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
     else
-        sg_ukr_24x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sg_ukr_24x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
 }
 
 static bool sg_cpu(void) { /* reads what libgcc found at load: no cost worth caching */
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("fma");
 }
 
 /* An operand as the packing reads it: f32, or bf16 / f16 widened to f32 as it is read (exact;
- * with daz a subnormal bf16 reads as a zero of its sign, as the reference widens it under FTZ;
- * every f16 value is a normal f32), so a 16-bit operand needs no widened copy. */
+ * every f16 value is a normal f32), so a 16-bit operand needs no widened copy; with daz a
+ * subnormal f32 or bf16 reads as a zero of its sign, as the reference widens it under FTZ (the
+ * GEMM itself runs without DAZ: its partial sums underflow gradually, as the reference's). */
 typedef struct sg_src {
     const void *p;
     ot_dtype t;
@@ -391,15 +423,21 @@ static inline const char *sg_at(sg_src s, int64_t off) {
 
 /* Lanes m of the 16 elements at element off, as f32 (the others zero; never read) */
 SG_AVX512 static inline __m512 sg_load(sg_src s, int64_t off, __mmask16 m) {
-    if (s.t == OT_F32) return _mm512_maskz_loadu_ps(m, (const float *)s.p + off);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)s.p + off);
-    if (s.t == OT_F16) return _mm512_cvtph_ps(h);
-    __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-    if (s.daz) { /* a zero exponent field (zero or subnormal) keeps only the sign */
-        __mmask16 sub = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-        u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32((int)0x80000000u));
+    __m512i u;
+    if (s.t == OT_F32) {
+        __m512 v = _mm512_maskz_loadu_ps(m, (const float *)s.p + off);
+        if (!s.daz) return v;
+        u = _mm512_castps_si512(v);
+    } else {
+        __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)s.p + off);
+        if (s.t == OT_F16) return _mm512_cvtph_ps(h);
+        u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+        if (!s.daz) return _mm512_castsi512_ps(u);
     }
-    return _mm512_castsi512_ps(u);
+    /* a zero exponent field (zero or subnormal) keeps only the sign */
+    __mmask16 sub = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    return _mm512_castsi512_ps(
+        _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32((int)0x80000000u)));
 }
 
 /* ---- f64: the same GEMM on 8 lanes, each element the reference's chain -------------------
@@ -579,6 +617,7 @@ typedef struct sg_run {
     size_t apb;
     bool own_b;             /* each task one batch element, its B packed by its thread */
     bool direct;            /* A read where it lies (whole micro-panels) instead of packed */
+    int fix;                /* sg_fix on the last k block: an f32 product's finished sums */
     const ex_epilogue *epi; /* the output fusion, applied to each finished row block (or NULL) */
     atomic_int_least64_t *rowdone; /* with epi and cb > 1: tasks finished per row block */
     int64_t rb, cb, pcb;           /* row blocks of SG_MC, column blocks of pcb panels */
@@ -759,6 +798,22 @@ static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t
     }
 }
 
+/* Whether rows [m0, m0 + mi) x k [k0, k0 + kc) of batch element b's transposed f32 A ([K, M],
+ * rows va->ld apart) hold no subnormal: then reading them in place (r->direct) gives what packing
+ * them with daz would. A task reads each k block just before it multiplies it (into cache): one
+ * classification per 16 elements against N / 16 multiply-adds per element. */
+SG_AVX512 static bool sg_rows_normal(const sg_run *r, int64_t b, int64_t m0, int64_t mi, int64_t k0,
+                                     int64_t kc) {
+    const float *a = (const float *)r->g->a + view_offset(r->va, b) + m0;
+    __mmask16 any = 0;
+    for (int64_t k = k0; k < k0 + kc; k++) {
+        const float *row = a + k * r->va->ld;
+        for (int64_t i = 0; i < mi; i += 16) /* class 0x20: subnormal */
+            any |= _mm512_fpclass_ps_mask(_mm512_maskz_loadu_ps(sg_lanes(mi - i), row + i), 0x20);
+    }
+    return !any;
+}
+
 /* One task: rows [m0, m1) (at most SG_MC) of C x B panels [p0, p1) of batch element b, whose
  * packed B is at bp (cq >= 0: a shared B, the panels column block cq, each slice packed on first
  * need; else packed beforehand). A is packed a k block at a time (not at all when apk: one k
@@ -775,10 +830,13 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
     char *cb = (char *)g->c + b * g->M * N * es;
     for (int64_t k0 = 0; k0 < K; k0 += r->kc) {
         int64_t kc = K - k0 < r->kc ? K - k0 : r->kc;
+        /* under FTZ a transposed A is read in place only where it holds no subnormal (the GEMM
+         * runs without DAZ; the packing flushes them): either way the same values */
+        bool direct = r->direct && (!r->sa.daz || sg_rows_normal(r, b, m0, full, k0, kc));
         if (cq >= 0) sg_need_b(r, b, cq, k0, kc, bp);
         if (apk) {
             /* the rows this thread's last task packed: one k block, the same rows */
-        } else if (!r->direct)
+        } else if (!direct)
             sg_pack_a(r, aoff, ap, m0, mi, k0, kc);
         else if (full < mi) /* the short micro-panel, at its place in a packed block */
             sg_pack_a(r, aoff, ap + full * kc * es, m0 + full, mi - full, k0, kc);
@@ -789,7 +847,7 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
                 int64_t nq = mi - q < mr ? mi - q : mr;
                 const char *x = ap + q * kc * es; /* packed: A(i, k) at x[i + k * mr] */
                 int64_t ld = mr;
-                if (r->direct && nq == mr) { /* transposed A in place: A(i, k) at x[i + k * lda] */
+                if (direct && nq == mr) { /* transposed A in place: A(i, k) at x[i + k * lda] */
                     x = (const char *)g->a + (aoff + k0 * lda + m0 + q) * es;
                     ld = lda;
                 }
@@ -799,20 +857,17 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
                            k0 > 0, nq, nj);
                 else
                     sg_ukr(kc, (const float *)x, ld, (const float *)bk, nr, (float *)cq0, N, k0 > 0,
-                           nq, nj);
+                           nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE);
             }
         }
     }
 }
 
-/* The output fusion over rows [m0, m1) of element b, whole rows just finished, under the
- * caller's MXCSR (csr), not the GEMM's. */
-static void sg_epilogue(const sg_run *r, unsigned int csr, int64_t b, int64_t m0, int64_t m1) {
+/* The output fusion over rows [m0, m1) of element b, whole rows just finished. */
+static void sg_epilogue(const sg_run *r, int64_t b, int64_t m0, int64_t m1) {
     const ex_gemm *g = r->g;
     int64_t base = b * g->M * g->N;
-    if (g->ftz) _mm_setcsr(csr);
     r->epi->fn(r->epi->ctx, base + m0 * g->N, base + m1 * g->N);
-    if (g->ftz) _mm_setcsr(csr | 0x8040u);
 }
 
 /* Shared B (own_b false): task w is a block of rows x a block of panels of element
@@ -825,10 +880,8 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
     char *tb = r->tb + (size_t)ith * r->apb;
     int64_t *akey = (int64_t *)tb; /* which rows ap holds (element x row block), or -1 */
     char *ap = tb + 64;
-    /* under the reference's FTZ: subnormal inputs read as zero and results flushed by the FPU's
-     * DAZ | FTZ, as around the OpenBLAS calls (gemm_tiles) */
-    unsigned int csr = _mm_getcsr();
-    if (g->ftz) _mm_setcsr(csr | 0x8040u);
+    /* the caller's MXCSR: no FTZ/DAZ asked of the GEMM (its partial sums underflow gradually, as
+     * the reference's; operands are flushed as packed, sums as stored or by half_finish) */
     for (int64_t w = begin; w < end; w++) {
         if (r->own_b) {
             char *bp = tb + 64 + ex_align64((size_t)(SG_MC * SG_KC1 * r->es));
@@ -836,7 +889,7 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
             for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC) {
                 int64_t m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
                 sg_block(r, r->b0 + w, bp, m0, m1, 0, r->np, -1, ap, false);
-                if (r->epi) sg_epilogue(r, csr, r->b0 + w, m0, m1);
+                if (r->epi) sg_epilogue(r, r->b0 + w, m0, m1);
             }
             continue;
         }
@@ -851,16 +904,17 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
         /* the output fusion runs on whole rows: the last of the row block's cb tasks to finish
          * runs it (its own columns still in cache) */
         if (r->epi && (r->cb == 1 || atomic_fetch_add(&r->rowdone[b * r->rb + rr], 1) == r->cb - 1))
-            sg_epilogue(r, csr, r->b0 + b, m0, m1);
+            sg_epilogue(r, r->b0 + b, m0, m1);
     }
-    if (g->ftz) _mm_setcsr(csr);
 }
 
 /* Where this kernel runs: f32 products of at least one register block of rows. A narrow N
  * (<= 16) with a row-major A stays with OpenBLAS: packing A's rows costs about as much as the
  * few columns' multiply-adds there (512 x 10 x 1024 on one thread, vectorized packing: 41-44
  * against 65-68 GFLOP/s for OpenBLAS on the tile grid); with a transposed A, read in place, it
- * runs here. */
+ * runs here. Narrower products (M < 12, N < 8: matrix x vector, vector x matrix) ran here at 0.1
+ * to 0.5 of the tile grid (bench_dot's "narrow" cases, 2 threads), so they stay with OpenBLAS
+ * too, whose sums differ from the reference's (the file's head). */
 static bool sg_use(const ex_gemm *g) {
     return g->t == OT_F32 && g->M >= 12 && g->N >= 8 && g->K >= 1 && (g->N > 16 || g->ta) &&
            sg_cpu();
@@ -966,6 +1020,9 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
                 .nr = sg_nr(g),
                 .own_b = sg_own_b(g, threads),
                 .epi = c->epilogue};
+    /* f32 operands: the sums finished in registers (16-bit operands and f64: half_finish) */
+    if (g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32)
+        r.fix = c->ftz ? SG_FIX_FTZ : SG_FIX_NAN;
     r.mr = r.nr * r.es == 128 ? 12 : 24; /* two vectors of columns: 12 rows, else 24 */
     r.np = cdiv(g->N, r.nr);
     r.apb = sg_thread_bytes(g, threads);
@@ -978,12 +1035,15 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     r.kc = sg_kc(g);
     r.tb = scratch + shared + sg_counter_bytes(g);
     r.rb = cdiv(g->M, SG_MC);
+    /* a transposed f32 A may be read where it lies (under FTZ only where it holds no subnormal:
+     * sg_block) */
+    bool ta32 = g->ta && g->ad == OT_F32;
     for (r.b0 = 0; r.b0 < g->nb; r.b0 += gb) {
         r.nbg = g->nb - r.b0 < gb ? g->nb - r.b0 : gb;
         int64_t work = r.nbg * g->M * g->N * g->K;
         for (int t = 0; t < threads; t++) *(int64_t *)(r.tb + (size_t)t * r.apb) = -1;
         if (r.own_b) {
-            r.direct = g->ta && g->ad == OT_F32 && r.np <= SG_DIRECT;
+            r.direct = ta32 && r.np <= SG_DIRECT;
             ex_par_for_dynamic(c, r.nbg, work * 4, sg_tasks, &r);
             continue;
         }
@@ -993,7 +1053,7 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         int64_t cb = sg_cb(g, r.nbg, threads);
         r.pcb = cdiv(r.np, cb);
         r.cb = cdiv(r.np, r.pcb);
-        r.direct = g->ta && g->ad == OT_F32 && r.pcb <= SG_DIRECT;
+        r.direct = ta32 && r.pcb <= SG_DIRECT;
         if (r.epi && r.cb > 1)
             for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
         for (int64_t q = 0; q < r.nbg * r.cb * r.nkb; q++) atomic_init(&r.bstate[q], SG_B_TODO);
@@ -1208,10 +1268,6 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS); it takes
      * any shape (fewer rows or columns than a register block go through its edge blocks) */
     if (half && (NB * M * N == 0 || K == 0 || !sg_cpu())) return OT_OK;
-    /* f64: the own GEMM's fma chains are the reference's sums, bit for bit (sd_use) */
-    bool exact = half || sd_use(&g);
-#else
-    bool exact = false;
 #endif
     *done = true;
     if (NB * M * N == 0) return OT_OK;
@@ -1222,6 +1278,12 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
      * order for A and (batch, contracting, free) for B */
     bool lcopy = !view_of(ls, lbat, nb, lfree, nlf, dn->lhs_contract, nc, M, K, &g.ta, &va);
     bool rcopy = !view_of(rs, rbat, nb, dn->rhs_contract, nc, rfree, nrf, K, N, &g.tb, &vb);
+#if SG_OWN
+    /* f32 and f64: the own GEMM's fma chains are the reference's sums, bit for bit */
+    bool exact = half || sd_use(&g) || sg_use(&g);
+#else
+    bool exact = false;
+#endif
     int64_t lnum = ot_shape_numel_unchecked(ls), rnum = ot_shape_numel_unchecked(rs);
     size_t need = 0, lbytes = ex_align64((size_t)lnum * les),
            rbytes = ex_align64((size_t)rnum * res), gbytes = 0, hbytes = 0;
@@ -1231,13 +1293,14 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         hbytes = ex_align64((size_t)(NB * M * N) * 4);
         need += hbytes;
     }
-    /* 16-bit operands and f64: partial sums underflow gradually (see above), the finished sums
-     * flushed by half_finish */
+    /* the FPU's FTZ | DAZ for the OpenBLAS calls only: the own GEMM's partial sums underflow
+     * gradually (as the reference's), its operands flushed as packed and its finished sums as
+     * stored (f32: sg_fix) or by half_finish */
     g.ftz = c->ftz && !exact;
     char *gscratch = NULL;
 #if SG_OWN
     int threads = 1;
-    bool own = exact || sg_use(&g);
+    bool own = exact;
     if (own) {
         threads = ex_par_threads(c, NB * M * N * K * 4);
         gbytes = sg_scratch_bytes(&g, threads);
@@ -1279,18 +1342,18 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         if (gbytes) gscratch = p;
     }
 #if SG_OWN
-    if (own && exact) {
-        half_fin fin = {g.c, out, odt, c->ftz, c->epilogue};
-        ex_epilogue hook = {half_finish, &fin};
-        c->epilogue = &hook;
+    if (own && !half && odt == OT_F32) { /* the sums finished as stored (sg_fix) */
         sg_gemm(c, &g, &va, &vb, gscratch, threads);
-        c->epilogue = fin.next;
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;
         return OT_OK;
     }
     if (own) {
+        half_fin fin = {g.c, out, odt, c->ftz, c->epilogue};
+        ex_epilogue hook = {half_finish, &fin};
+        c->epilogue = &hook;
         sg_gemm(c, &g, &va, &vb, gscratch, threads);
+        c->epilogue = fin.next;
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;
         return OT_OK;

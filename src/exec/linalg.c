@@ -3,33 +3,24 @@
  * then rounding once to the result dtype. Under FTZ/DAZ (the default, as XLA's CPU backend)
  * subnormal f32/f64 inputs read as zero and a subnormal result is flushed.
  *
- * A dot of 16-bit float operands (bf16 and f16, either) into f32, bf16 or f16 accumulates each
- * product with one fused multiply-add (fmaf: the exact product added, one rounding), a NaN
- * result is the canonical quiet NaN (0x7fc00000 before rounding to the result dtype), and the
- * partial sums underflow gradually (only the final f32 sum is flushed). The products of such
- * operands are exact in f32 unless they underflow or overflow it, so this is the plain
- * multiply-then-add chain except there (and in NaN payloads); it is what the fast dot's f32 GEMM
- * computes on the operands it widens as it packs them (src/exec/fast_dot.c), bit for bit at
- * every thread count.
- *
- * A dot accumulating in f64 adds each product with one fused multiply-add (fma: one rounding per
- * product), in k order, the partial sums underflowing gradually (only the final sum is flushed),
- * and a NaN sum is the canonical quiet NaN (0x7ff8000000000000: which NaN payload an operation
- * propagates depends on its operand order). The fast dot's f64 GEMM computes that chain, bit for
- * bit at every thread count; a multiply-then-add chain would run there at about 0.7 of an fma
- * chain's speed (512^3 on one thread of an AMD EPYC with AVX-512). Convolutions keep the
- * multiply-then-add chain. */
+ * A float dot adds each product with one fused multiply-add (fmaf in f32, fma in f64: the exact
+ * product added, one rounding per product), in k order from 0; the partial sums underflow
+ * gradually (only the final sum is flushed), and a NaN sum is the canonical quiet NaN
+ * (0x7fc00000 in f32, 0x7ff8000000000000 in f64: which NaN payload an operation propagates
+ * depends on its operand order), rounded once to the result dtype. Operands of 16-bit float
+ * dtypes (bf16, f16) widen to f32 exactly, so their products are exact unless they underflow or
+ * overflow f32. This is what the fast dot's own GEMM computes (src/exec/fast_dot.c, f32 and
+ * 16-bit operands into f32 lanes, f64 into f64 lanes), bit for bit at every thread count; a
+ * multiply-then-add chain would run there at about 0.7 of an fma chain's speed (f64 512^3 on one
+ * thread of an AMD EPYC with AVX-512). Convolutions keep the multiply-then-add chain (their fast
+ * kernels, OpenBLAS and oneDNN, sum in orders of their own). */
 #include "exec/exec_internal.h"
 
 #include <float.h>
 
-/* ACC_F32_FMA: f32, each product added by one fma (16-bit float operands into f32 or narrower);
- * ACC_F64_FMA: f64 the same way (dots) */
+/* ACC_F32_FMA, ACC_F64_FMA: each product added by one fma (dots); ACC_F32, ACC_F64: multiplied,
+ * then added (convolutions) */
 typedef enum acc_kind { ACC_F32, ACC_F32_FMA, ACC_F64, ACC_F64_FMA, ACC_INT } acc_kind;
-
-static bool half_float(ot_dtype t) {
-    return t == OT_BF16 || t == OT_F16;
-}
 
 static acc_kind acc_for(ot_dtype out, ot_dtype a, ot_dtype b) {
     if (out == OT_F64 || a == OT_F64 || b == OT_F64) return ACC_F64;
@@ -212,7 +203,7 @@ ot_status ex_kernel_dot(const ot_instr *i, const ot_value *const *ops, ot_value 
         K *= ls->dims[dn->lhs_contract[c]];
     }
     acc_kind ak = acc_for(os->dtype, ls->dtype, rs->dtype);
-    if (ak == ACC_F32 && half_float(ls->dtype) && half_float(rs->dtype)) ak = ACC_F32_FMA;
+    if (ak == ACC_F32) ak = ACC_F32_FMA;
     if (ak == ACC_F64) ak = ACC_F64_FMA;
     void *lw = NULL, *rw = NULL;
     ot_status st = widen_permuted(ops[0], ak, lord, &lw);
