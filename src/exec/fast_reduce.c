@@ -1,10 +1,10 @@
 /* The fast reductions (kernels.h): one-input f32/f64 reduces whose reducer is add, multiply,
  * maximum or minimum of its two parameters, split over the pool by a partition fixed by the
- * shape. Bitwise the reference (reduce.c) over many outputs or short rows, for every lane-ordered
- * sum (the canonical order, exec_internal.h) and for max/min; blocked column sums and products of
- * a few long rows differ only by summation order. A reduce whose last non-unit dim is kept, with
- * many outputs or short rows, reads its input in address order for any set of reduced dims (mode
- * W below). None depends on the thread count. */
+ * shape. Bitwise the reference (reduce.c) for every reduce whose last non-unit dim is kept (mode
+ * W below: the input read in address order, any set of reduced dims, any number of outputs), for
+ * rows over many outputs or short rows, for every lane-ordered sum (the canonical order,
+ * exec_internal.h) and for max/min; products of a few long rows (mode B) differ only by the order
+ * of their multiplies. None depends on the thread count. */
 #include "exec/fast_internal.h"
 
 /* The reducer op when the computation is exactly op(parameter 0, parameter 1) for a recognized
@@ -26,17 +26,18 @@ static ot_opcode reducer_op(const ot_computation *f, ot_dtype t) {
     return r->opcode;
 }
 
-/* Reduction of x viewed as [O, R, I] over R. Mode A (many outputs or short rows): each output
- * folds its R elements in the reference's order (bit-identical to it): a float sum of rows (I ==
- * 1) in the canonical lane order (ex_reduce_lanes), maximum/minimum rows in lanes (their result
- * does not depend on the order; a row holding a NaN is folded again in order, so the NaN returned
- * is the reference's), anything else one by one from init. Mode B (few outputs, long rows): R is
- * cut into fixed blocks of RED_BLOCK (= EX_RED_BLOCK). For a lane-ordered sum, each block's
- * whole lane groups reduce to their tree in parallel and the combine folds init, the trees in
- * block order and the tail: exactly the canonical order. Otherwise each block folds from its
- * first element (rows of I == 1 in RED_LANES interleaved lanes, combined in lane order); the
- * result folds init then the block partials in block order. The blocks depend on the shape only,
- * so the result is the same for any thread count. */
+/* Reduction of rows: x viewed as [O, R] over R (the last non-unit dim reduced; mode W takes the
+ * reduces that keep it). Mode A (many outputs or short rows): each output folds its R elements in
+ * the reference's order (bit-identical to it): a float sum in the canonical lane order
+ * (ex_reduce_lanes), maximum/minimum in lanes (their result does not depend on the order; a row
+ * holding a NaN is folded again in order, so the NaN returned is the reference's), anything else
+ * one by one from init. Mode B (few outputs, long rows): R is cut into fixed blocks of RED_BLOCK
+ * (= EX_RED_BLOCK). For a lane-ordered sum, each block's whole lane groups reduce to their tree in
+ * parallel and the combine folds init, the trees in block order and the tail: exactly the
+ * canonical order. Otherwise each block folds from its first element in RED_LANES interleaved
+ * lanes, combined in lane order, and the result folds init then the block partials in block
+ * order: a product differs from the reference's serial chain by that order (maximum/minimum do
+ * not). The blocks depend on the shape only, so the result is the same for any thread count. */
 #define RED_BLOCK        EX_RED_BLOCK
 #define RED_LANES        8
 #define RED_MANY_OUTPUTS 256
@@ -150,44 +151,11 @@ static inline double addb_d(double a, double b, bool z) {
         return acc;                                                                                \
     }
 
-/* The column fold of mode A (I > 1): y[0..n) = init, then y[i] = OP(y[i], x[r * stride + i]) for
- * r = 0..R-1 in order, so each output folds its elements one by one from init, as the reference.
- * One row per pass: y (at most RED_ICHUNK elements) stays in the first-level cache and x is read
- * in address order when n == stride (several rows per pass, four streams a row apart, ran at a
- * third of the memory bandwidth on 256 rows of 1 KiB). y is the output, which reduce_core has
- * checked does not overlap x. */
-#define DEFINE_COLS(T, SUF, OPF)                                                                   \
-    static inline __attribute__((always_inline)) void cols_##SUF##_k(                              \
-        T *restrict y, const T *restrict x, int64_t R, int64_t stride, int64_t n, T init,          \
-        bool z) {                                                                                  \
-        for (int64_t i = 0; i < n; i++) y[i] = init;                                               \
-        for (int64_t r = 0; r < R; r++) {                                                          \
-            const T *restrict a = x + r * stride;                                                  \
-            for (int64_t i = 0; i < n; i++) y[i] = OPF(y[i], a[i], z);                             \
-            __asm__ volatile("" ::: "memory"); /* keeps GCC from jamming rows into one pass */     \
-        }                                                                                          \
-    }                                                                                              \
-    RED_CLONES static void cols_##SUF(T *restrict y, const T *restrict x, int64_t R,               \
-                                      int64_t stride, int64_t n, T init, bool z) {                 \
-        if (z)                                                                                     \
-            cols_##SUF##_k(y, x, R, stride, n, init, true);                                        \
-        else                                                                                       \
-            cols_##SUF##_k(y, x, R, stride, n, init, false);                                       \
-    }
-
-DEFINE_COLS(float, add_f32, addb_f)
-DEFINE_COLS(float, mul_f32, mul_f)
-DEFINE_COLS(float, max_f32, max_f)
-DEFINE_COLS(float, min_f32, min_f)
-DEFINE_COLS(double, add_f64, addb_d)
-DEFINE_COLS(double, mul_f64, mul_d)
-DEFINE_COLS(double, max_f64, max_d)
-DEFINE_COLS(double, min_f64, min_d)
 typedef struct red_plan {
     ot_opcode op;
     bool ftz, lanes;
     bool hw; /* an add under FTZ: the loops run under the hardware modes with plain adds */
-    int64_t O, R, I, nblk, nich;
+    int64_t O, R, nblk; /* O rows of R */
     const void *x, *init;
     void *y, *part;
 } red_plan;
@@ -199,22 +167,16 @@ typedef struct red_plan {
         T *y = p->y, init = *(const T *)p->init;                                                   \
         bool z = p->ftz && !p->hw;                                                                 \
         unsigned csr = p->hw ? ex_hw_ftz_on() : 0;                                                 \
-        for (int64_t w = begin; w < end; w++) {                                                    \
-            int64_t o = w / p->nich, i0 = (w % p->nich) * RED_ICHUNK;                              \
-            int64_t i1 = i0 + RED_ICHUNK < p->I ? i0 + RED_ICHUNK : p->I;                          \
-            if (p->I == 1) {                                                                       \
-                const T *row = x + o * p->R;                                                       \
-                if (w + 4 <= end && red_rows4_##SUF(p, row, init, z, &y[o])) {                     \
-                    w += 3;                                                                        \
-                    continue;                                                                      \
-                }                                                                                  \
-                if (red_row_##SUF(p, row, init, z, &y[o])) continue;                               \
-                T acc = init;                                                                      \
-                for (int64_t r = 0; r < p->R; r++) acc = OPF(acc, row[r], z);                      \
-                y[o] = acc;                                                                        \
+        for (int64_t o = begin; o < end; o++) {                                                    \
+            const T *row = x + o * p->R;                                                           \
+            if (o + 4 <= end && red_rows4_##SUF(p, row, init, z, &y[o])) {                         \
+                o += 3;                                                                            \
                 continue;                                                                          \
             }                                                                                      \
-            cols_##SUF(y + o * p->I + i0, x + o * p->R * p->I + i0, p->R, p->I, i1 - i0, init, z); \
+            if (red_row_##SUF(p, row, init, z, &y[o])) continue;                                   \
+            T acc = init;                                                                          \
+            for (int64_t r = 0; r < p->R; r++) acc = OPF(acc, row[r], z);                          \
+            y[o] = acc;                                                                            \
         }                                                                                          \
         if (p->hw) ex_hw_ftz_off(csr);                                                             \
     }                                                                                              \
@@ -227,41 +189,32 @@ typedef struct red_plan {
         for (int64_t w = begin; w < end; w++) {                                                    \
             int64_t o = w / p->nblk, blk = w % p->nblk;                                            \
             int64_t r0 = blk * RED_BLOCK, r1 = r0 + RED_BLOCK < p->R ? r0 + RED_BLOCK : p->R;      \
-            T *pp = part + w * p->I;                                                               \
-            if (p->I == 1 && p->lanes) { /* the canonical order: this block's lane tree */         \
+            T *pp = part + w;                                                                      \
+            if (p->lanes) { /* the canonical order: this block's lane tree */                      \
                 int64_t m = (r1 - r0) / RL * RL;                                                   \
                 if (m) pp[0] = red_tree_##SUF(x + o * p->R + r0, m, z);                            \
                 continue;                                                                          \
             }                                                                                      \
-            if (p->I == 1) {                                                                       \
-                const T *row = x + o * p->R;                                                       \
-                if (r1 - r0 > 1 && red_blk_##SUF(row + r0 + 1, r1 - r0 - 1, row[r0], z, &pp[0]))   \
-                    continue;                                                                      \
-                T lane[RED_LANES];                                                                 \
-                int nlane = r1 - r0 < RED_LANES ? (int)(r1 - r0) : RED_LANES;                      \
-                for (int l = 0; l < nlane; l++) lane[l] = row[r0 + l];                             \
-                int64_t r = r0 + nlane;                                                            \
-                for (; r + RED_LANES <= r1; r += RED_LANES)                                        \
-                    for (int l = 0; l < RED_LANES; l++) lane[l] = OPF(lane[l], row[r + l], z);     \
-                for (int l = 0; r < r1; r++, l++) lane[l] = OPF(lane[l], row[r], z);               \
-                T acc = lane[0];                                                                   \
-                for (int l = 1; l < nlane; l++) acc = OPF(acc, lane[l], z);                        \
-                pp[0] = acc;                                                                       \
+            const T *row = x + o * p->R;                                                           \
+            if (r1 - r0 > 1 && red_blk_##SUF(row + r0 + 1, r1 - r0 - 1, row[r0], z, &pp[0]))       \
                 continue;                                                                          \
-            }                                                                                      \
-            const T *first = x + (o * p->R + r0) * p->I;                                           \
-            for (int64_t i = 0; i < p->I; i++) pp[i] = first[i];                                   \
-            for (int64_t r = r0 + 1; r < r1; r++) {                                                \
-                const T *row = x + (o * p->R + r) * p->I;                                          \
-                for (int64_t i = 0; i < p->I; i++) pp[i] = OPF(pp[i], row[i], z);                  \
-            }                                                                                      \
+            T lane[RED_LANES];                                                                     \
+            int nlane = r1 - r0 < RED_LANES ? (int)(r1 - r0) : RED_LANES;                          \
+            for (int l = 0; l < nlane; l++) lane[l] = row[r0 + l];                                 \
+            int64_t r = r0 + nlane;                                                                \
+            for (; r + RED_LANES <= r1; r += RED_LANES)                                            \
+                for (int l = 0; l < RED_LANES; l++) lane[l] = OPF(lane[l], row[r + l], z);         \
+            for (int l = 0; r < r1; r++, l++) lane[l] = OPF(lane[l], row[r], z);                   \
+            T acc = lane[0];                                                                       \
+            for (int l = 1; l < nlane; l++) acc = OPF(acc, lane[l], z);                            \
+            pp[0] = acc;                                                                           \
         }                                                                                          \
         if (p->hw) ex_hw_ftz_off(csr);                                                             \
     }                                                                                              \
     static void red_combine_##SUF(const red_plan *p) {                                             \
         const T *part = p->part;                                                                   \
         T *y = p->y, init = *(const T *)p->init;                                                   \
-        if (p->I == 1 && p->lanes) { /* init, the block trees in order, then the tail */           \
+        if (p->lanes) { /* init, the block trees in order, then the tail */                        \
             const T *x = p->x;                                                                     \
             for (int64_t o = 0; o < p->O; o++) {                                                   \
                 T acc = init;                                                                      \
@@ -278,13 +231,11 @@ typedef struct red_plan {
             }                                                                                      \
             return;                                                                                \
         }                                                                                          \
-        for (int64_t o = 0; o < p->O; o++)                                                         \
-            for (int64_t i = 0; i < p->I; i++) {                                                   \
-                T acc = init;                                                                      \
-                for (int64_t b = 0; b < p->nblk; b++)                                              \
-                    acc = OPF(acc, part[(o * p->nblk + b) * p->I + i], p->ftz);                    \
-                y[o * p->I + i] = acc;                                                             \
-            }                                                                                      \
+        for (int64_t o = 0; o < p->O; o++) {                                                       \
+            T acc = init;                                                                          \
+            for (int64_t b = 0; b < p->nblk; b++) acc = OPF(acc, part[o * p->nblk + b], p->ftz);   \
+            y[o] = acc;                                                                            \
+        }                                                                                          \
     }
 
 DEFINE_LANES(float, f32, addb_f, fzb_f, uint32_t, 0x7fffffffu, 0x00800000u)
@@ -712,9 +663,10 @@ static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0
             wout *= xs->dims[d];
     }
     walk_plan wp;
-    if (wout > 0 && (wout >= RED_MANY_OUTPUTS || wred <= RED_BLOCK) &&
-        walk_plan_make(xs, red, &wp)) {
-        /* mode W: the input in address order, each output folded in the reference's order */
+    if (wout > 0 && walk_plan_make(xs, red, &wp)) {
+        /* mode W: the input in address order, each output folded in the reference's order, for
+         * many outputs and few alike (a column sum of few long columns, batch norm's per-channel
+         * sum: 2-10x faster than folding fixed blocks of rows in parallel, as this kernel did) */
         wp.op = op;
         wp.z = c->ftz;
         wp.hw = EX_HW_FTZ && c->ftz && op == OT_OP_ADD;
@@ -747,7 +699,8 @@ static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0
     }
     for (int d = first; first >= 0 && d <= last; d++)
         if (!red[d] && xs->dims[d] != 1) contiguous = false;
-    int64_t O = 1, R = 1, I = 1;
+    /* the last non-unit dim is reduced (mode W took the others): rows [O, R] */
+    int64_t O = 1, R = 1;
     size_t es = ot_dtype_size(t);
     const void *x = x0;
     *done = true;
@@ -755,8 +708,6 @@ static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0
         for (int d = 0; d < xs->rank; d++) {
             if (red[d])
                 R *= xs->dims[d];
-            else if (first >= 0 && d > last)
-                I *= xs->dims[d];
             else
                 O *= xs->dims[d];
         }
@@ -778,32 +729,21 @@ static ot_status reduce_core(ex_kernel_ctx *c, const ot_instr *i, const void *x0
         ex_transpose(c, es, xs->rank, xs->dims, perm, x0, s);
         x = s;
     }
-    int64_t nout = O * I;
+    int64_t nout = O;
     if (nout == 0) {
         c->fast_run++;
         return OT_OK;
     }
-    red_plan p = {op,
-                  c->ftz,
-                  ex_reduce_lanes(i),
-                  EX_HW_FTZ && c->ftz && op == OT_OP_ADD,
-                  O,
-                  R,
-                  I,
-                  0,
-                  0,
-                  x,
-                  init,
-                  out,
-                  NULL};
+    red_plan p = {
+        op,  c->ftz, ex_reduce_lanes(i), EX_HW_FTZ && c->ftz && op == OT_OP_ADD, O, R, 0, x, init,
+        out, NULL};
     red_fns f = red_pick(op, t);
-    int64_t bytes = O * R * I * (int64_t)es;
+    int64_t bytes = O * R * (int64_t)es;
     if (nout >= RED_MANY_OUTPUTS || R <= RED_BLOCK) {
-        p.nich = I == 1 ? 1 : (I + RED_ICHUNK - 1) / RED_ICHUNK;
-        ex_par_for(c, O * p.nich, bytes, f.a, &p);
+        ex_par_for(c, O, bytes, f.a, &p);
     } else {
         p.nblk = (R + RED_BLOCK - 1) / RED_BLOCK;
-        size_t pbytes = (size_t)(O * p.nblk * I) * es;
+        size_t pbytes = (size_t)(O * p.nblk) * es;
         void *s = NULL;
         if (x == c->scratch) { /* the transposed input lives in scratch: keep it, add behind */
             size_t off = ex_align64((size_t)xbytes);
