@@ -438,11 +438,12 @@ static void test_dot_strided(void) {
 }
 
 /* Under the reference's FTZ the fast dot flushes subnormal results, and on x86 subnormal inputs
- * too (the GEMM runs under FTZ | DAZ): small integers (exact sums in any order) mixed with
- * subnormal inputs times 2^30 (a normal product unless the input reads as zero), products
- * 2^-100 x 2^-30 (subnormal, flushed) and elements whose whole sum is subnormal; the result
- * equals the reference's bit for bit, on every pool (the grid cuts these shapes). Elsewhere
- * only the results are flushed, so the subnormal-input elements are left out of the check. */
+ * too (the own GEMM as it packs them, OpenBLAS under FTZ | DAZ): small integers (exact sums in
+ * any order) mixed with subnormal inputs times 2^30 (a normal product unless the input reads as
+ * zero), products 2^-100 x 2^-30 (subnormal, flushed) and elements whose whole sum is subnormal;
+ * the result equals the reference's bit for bit, on every pool (the grid cuts these shapes).
+ * Elsewhere only the results are flushed, so the subnormal-input elements are left out of the
+ * check. */
 static void test_dot_subnormal_ftz(void) {
     g_rng = 0x5b7;
     for (int dt = 0; dt < 2; dt++) {
