@@ -207,6 +207,53 @@ static void test_execute_donation(void) {
     ot_device_free(d);
 }
 
+/* A view over the caller's memory: runs read and write it in place, donation keeps it the
+ * caller's (freeing the output handle releases nothing: here the memory is another buffer's of
+ * the same device, whose pool would otherwise get it back), and two views of one array see each
+ * other's writes. */
+static void test_buffer_view_host(void) {
+    ot_device *d;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    ot_executable *e = compile_text(k_sgd, 2);
+    ASSERT_TRUE(e != NULL);
+    ot_shape s4, s8;
+    ASSERT_OK(ot_shape_make(&s4, OT_F32, 1, (int64_t[]){4}));
+    ASSERT_OK(ot_shape_make(&s8, OT_F32, 1, (int64_t[]){8}));
+    ot_buffer *base;
+    ASSERT_OK(ot_buffer_alloc(d, &s8, &base));
+    float *mem = ot_buffer_host_data_mut(base);
+    ASSERT_TRUE(mem != NULL);
+    for (int i = 0; i < 8; i++) mem[i] = (float)(i + 1);
+    ot_mem_stats st0, st;
+    ot_device_memory(d, &st0);
+    ot_buffer *p, *g, *out[2], *again;
+    ASSERT_OK(ot_buffer_view_host(d, &s4, mem, &p));
+    ASSERT_OK(ot_buffer_view_host(d, &s4, mem + 4, &g));
+    ASSERT_OK(ot_buffer_view_host(d, &s4, mem, &again));
+    EXPECT_TRUE(ot_buffer_host_data(p) == mem);
+    ot_buffer *in[2] = {p, g};
+    EXPECT_OK(ot_device_execute(d, e, in, 2, out, 2, NULL, NULL));
+    EXPECT_TRUE(ot_buffer_host_data(out[0]) == mem); /* written in place: 1 - 0.5 * 5, ... */
+    EXPECT_TRUE(mem[0] == -1.5f && mem[3] == 0.0f && mem[4] == 5.0f);
+    float r[4];
+    read_f32(again, r, 4);
+    EXPECT_TRUE(r[0] == -1.5f && r[3] == 0.0f);
+    ot_buffer_free(out[0]);
+    ot_buffer_free(out[1]);
+    ot_buffer_free(p);
+    ot_buffer_free(g);
+    ot_buffer_free(again);
+    ot_device_memory(d, &st);
+    EXPECT_INT_EQ(st.in_use, st0.in_use); /* base's memory is still allocated, base's */
+    EXPECT_TRUE(mem[0] == -1.5f);
+    EXPECT_STATUS(ot_buffer_view_host(d, &s4, NULL, &p), OT_ERR_INVALID_ARGUMENT);
+    ot_buffer_free(base);
+    ot_device_memory(d, &st);
+    EXPECT_INT_EQ(st.in_use, 0);
+    ot_executable_free(e);
+    ot_device_free(d);
+}
+
 static void test_execute_bad_input(void) {
     ot_device *d, *d2;
     ASSERT_OK(ot_host_device_create(0, 0, &d));
@@ -1293,6 +1340,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_pool_limit),
         OT_TEST(test_pool_fault_injection),
         OT_TEST(test_execute_donation),
+        OT_TEST(test_buffer_view_host),
         OT_TEST(test_execute_bad_input),
         OT_TEST(test_execute_memory_limit),
         OT_TEST(test_execute_fault_injection),

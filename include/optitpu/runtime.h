@@ -287,6 +287,12 @@ OT_API const void *ot_buffer_host_data(const ot_buffer *b);
 /* The same memory, writable: to fill or update the buffer in place while no run reads or writes
  * it (e.g. a reduction written straight into an update's input). Same validity and NULLs. */
 OT_API void *ot_buffer_host_data_mut(ot_buffer *b);
+/* A buffer of shape s on the host device d over the caller's memory `data` (at least s's bytes,
+ * suitably aligned, outliving the buffer and any buffer its memory is donated to): runs read and
+ * write it in place, ot_buffer_free releases the handle only. Several views may share memory
+ * (e.g. the devices of one process reading one parameter vector); the caller orders their
+ * writes and reads. FAILED_PRECONDITION: d's memory is not the host's. */
+OT_API ot_status ot_buffer_view_host(ot_device *d, const ot_shape *s, void *data, ot_buffer **out);
 
 /* Executes exe on d: params[0..nparams) must match the entry parameters (count, dtype, dims:
  * INVALID_ARGUMENT / SHAPE_MISMATCH naming the parameter) and live on d; outs[0..nouts) receive

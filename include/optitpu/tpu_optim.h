@@ -403,6 +403,12 @@ OT_API ot_status ot_tpu_optimizer_shard_gather(ot_tpu_optimizer *t, ot_comm *com
  * replica on d. */
 OT_API ot_status ot_tpu_optimizer_shard_blocks(ot_tpu_optimizer *t, ot_device *d, float **param,
                                                float **grad);
+/* The device's parameter block moved into the caller's memory mem (block_len f32, outliving t
+ * or the next call; a view, ot_buffer_view_host): the update then writes mem in place, e.g. the
+ * device's block of one parameter vector that every device of the process reads. mem holds the
+ * parameters (the block's old values are not copied). mem NULL: back into memory of the device's
+ * own, the values copied (before mem is freed). Errors as shard_blocks. */
+OT_API ot_status ot_tpu_optimizer_shard_param_view(ot_tpu_optimizer *t, ot_device *d, float *mem);
 /* shard_update on the resident blocks: the parameter block updated in place with the gradient
  * block; nothing is copied between host vectors and the device (shard_times' copy_ns counts
  * only lamb's and lars's per-element norms). A collective when shard_update is one. Before

@@ -2498,6 +2498,29 @@ ot_status ot_tpu_optimizer_shard_blocks(ot_tpu_optimizer *t, ot_device *d, float
     return OT_OK;
 }
 
+ot_status ot_tpu_optimizer_shard_param_view(ot_tpu_optimizer *t, ot_device *d, float *mem) {
+    OT_CHECK(ot_tpu_optimizer_shard_blocks(t, d, NULL, NULL));
+    replica *r = find_replica(t, d);
+    ot_buffer *v = NULL;
+    if (!mem) { /* its own memory again, with the values */
+        OT_CHECK(ot_buffer_alloc(d, &t->pshape[0], &v));
+        ot_status s = ot_buffer_copy(v, r->shard_p);
+        if (s != OT_OK) {
+            ot_buffer_free(v);
+            return s;
+        }
+        ot_buffer_free(r->shard_p);
+        r->shard_p = v;
+        r->shard_pdata = ot_buffer_host_data_mut(v);
+        return OT_OK;
+    }
+    OT_CHECK(ot_buffer_view_host(d, &t->pshape[0], mem, &v));
+    ot_buffer_free(r->shard_p);
+    r->shard_p = v;
+    r->shard_pdata = mem;
+    return OT_OK;
+}
+
 ot_status ot_tpu_optimizer_shard_update_blocks(ot_tpu_optimizer *t, ot_device *d, ot_comm *comm,
                                                int64_t step, double lr, const ot_run_options *ro) {
     replica *r = NULL;

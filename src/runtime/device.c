@@ -23,6 +23,7 @@ struct ot_buffer {
     int64_t nbytes;
     void *data;
     bool donated;
+    bool view; /* ot_buffer_view_host: data is the caller's, never freed here */
 };
 
 /* ---- host device ------------------------------------------------------------------------- */
@@ -255,7 +256,7 @@ ot_status ot_buffer_read_bytes(const ot_buffer *b, int64_t off, void *dst, int64
 
 void ot_buffer_free(ot_buffer *b) {
     if (!b) return;
-    if (!b->donated && b->dev) {
+    if (!b->donated && b->dev && !b->view) {
         b->dev->vt->free(b->dev->ctx, b->data);
         atomic_fetch_sub(&b->dev->live_buffers, 1);
     }
@@ -274,6 +275,28 @@ bool ot_buffer_donated(const ot_buffer *b) {
 const void *ot_buffer_host_data(const ot_buffer *b) {
     return b && b->dev && b->dev->vt == &host_vt && !b->donated ? b->data : NULL;
 }
+ot_status ot_buffer_view_host(ot_device *d, const ot_shape *s, void *data, ot_buffer **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "buffer view: NULL output");
+    *out = NULL;
+    if (!d || !s || !data)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "buffer view: device, shape or memory is NULL");
+    if (d->vt != &host_vt)
+        return ot_error(OT_ERR_FAILED_PRECONDITION,
+                        "buffer view: device %d (%s) does not run on the host's memory", d->index,
+                        d->vt->kind);
+    int64_t nb;
+    OT_CHECK(ot_shape_nbytes(s, &nb));
+    ot_buffer *b = ot_calloc(1, sizeof *b);
+    if (!b) return ot_error(OT_ERR_OUT_OF_MEMORY, "buffer view: out of memory");
+    b->dev = d;
+    b->shape = *s;
+    b->nbytes = nb;
+    b->data = data;
+    b->view = true;
+    *out = b;
+    return OT_OK;
+}
+
 void *ot_buffer_host_data_mut(ot_buffer *b) {
     return b && b->dev && b->dev->vt == &host_vt && !b->donated ? b->data : NULL;
 }
@@ -407,6 +430,7 @@ ot_status ot_device_execute(ot_device *d, const ot_executable *exe, ot_buffer *c
         const ot_slot *os = ot_executable_slot(exe, ot_executable_output_slot(exe, q));
         if (os->alias_param >= 0) {
             made[q]->donated = false;
+            made[q]->view = params[os->alias_param]->view; /* the memory stays the caller's */
             params[os->alias_param]->donated = true;
         }
         outs[q] = made[q];

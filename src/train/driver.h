@@ -165,6 +165,11 @@ struct trainer {
      * their owner leaves: freed with the exchange */
     float **xchg_mem;
     int xchg_nmem;
+    /* the overlapped sharded step's parameters: one vector laid out as the members' pflat, which
+     * every device of the process reads through views (its parameter buffers during the
+     * segment) and each owner's update writes its block of in place: the all-gather copies
+     * nothing; freed with the exchange */
+    float *xshared;
     /* the members' gradient outputs posted in place (ot_shard_exchange_post_view) when they
      * left, which another member may still read: freed with the exchange (cap: n * MAX_PARAMS) */
     ot_buffer **xchg_bufs;

@@ -173,6 +173,10 @@ typedef struct replica_run {
      * read by the all-gather (nothing copied between the host vectors and the update) */
     ot_coll_options rs_coll;
     float *send, *pflat, *gblock, *pblock;
+    /* overlapped: the device's parameter buffers of the segment, views of t->xshared (own:
+     * the device's own buffers, put back with the values at the segment's end) */
+    bool views;
+    ot_buffer *own[MAX_PARAMS];
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
     size_t pos[MAX_PARAMS]; /* parameter k's offset in flat */
     /* the overlapped sharded step (t->xchg, in one process): seq is the segment's step, 1-based
@@ -380,7 +384,7 @@ static ot_status fetch_param(replica_run *rr, int k) {
     size_t off = SHARD_HEAD + rr->pos[k], len = t->sizes[k], blk = (size_t)t->shard_len;
     ot_status s =
         ot_shard_exchange_wait_published(t->xchg, rr->fetch_seq, off, len, xchg_deadline(rr));
-    for (size_t lo = off; s == OT_OK && lo < off + len;) {
+    for (size_t lo = off; s == OT_OK && !rr->views && lo < off + len;) { /* views: read in place */
         size_t q = lo / blk, hi = (q + 1) * blk < off + len ? (q + 1) * blk : off + len;
         s = ot_buffer_write_bytes(rr->m.r->params[k], (int64_t)((lo - off) * sizeof(float)),
                                   ot_shard_exchange_block(t->xchg, (int)q) + (lo - q * blk),
@@ -853,14 +857,17 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
         t->xchg_nbufs = 0;
         t->xchg_mem = ot_calloc(2 * (size_t)rr->m.n, sizeof *t->xchg_mem);
         t->xchg_bufs = ot_calloc((size_t)rr->m.n * MAX_PARAMS, sizeof *t->xchg_bufs);
-        s = t->xchg_mem && t->xchg_bufs
+        t->xshared = t->shard_len ? ot_calloc((size_t)rr->m.n * block, sizeof(float)) : NULL;
+        s = t->xchg_mem && t->xchg_bufs && (t->xshared || !t->shard_len)
                 ? ot_shard_exchange_create(rr->m.n, block, t->nparams + 1, off, len, algo, &t->xchg)
                 : ot_error(OT_ERR_OUT_OF_MEMORY, "train: exchange vectors");
         if (s != OT_OK) {
             ot_free(t->xchg_mem);
             ot_free(t->xchg_bufs);
+            ot_free(t->xshared);
             t->xchg_mem = NULL;
             t->xchg_bufs = NULL;
+            t->xshared = NULL;
         }
     }
     if (s == OT_OK) {
@@ -871,6 +878,8 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
         if (t->err_status != OT_OK)
             ot_shard_exchange_abort(t->xchg, OT_ERR_PEER_FAILED, t->err_msg);
     }
+    /* sharded: this device's block of the shared parameters is what it publishes */
+    if (s == OT_OK && t->shard_len) rr->pblock = t->xshared + (size_t)rr->m.rank * block;
     pthread_mutex_unlock(&t->mu);
     if (s != OT_OK) return s;
     s = ot_shard_exchange_bind(t->xchg, rr->m.rank, t->shard_len ? rr->send : rr->flat,
@@ -894,6 +903,49 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
         }
     }
     return OT_OK;
+}
+
+/* The overlapped sharded step's shared parameters: this device's block written from its
+ * parameters and made the update's parameter block, then (once every block is written) the
+ * device's parameter buffers replaced by views of the vector. A member reads an owner's block of
+ * step t only after the owner published it (fetch_param), and the owner writes step t + 1's only
+ * after every member has ended its run of step t + 1 (its reduce-scatter waits for their last
+ * bucket), so the views need no copy. */
+static ot_status shared_params_begin(replica_run *rr) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    size_t len = (size_t)t->shard_len;
+    memcpy(rr->pblock, rr->pflat + (size_t)rr->m.rank * len, len * sizeof(float));
+    ot_status s = ot_tpu_optimizer_shard_param_view(t->topt, r->dev, rr->pblock);
+    if (s == OT_OK) s = ot_comm_barrier(rr->m.comm, &t->coll);
+    for (int k = 0; s == OT_OK && k < t->nparams; k++) {
+        ot_buffer *v = NULL;
+        s = ot_buffer_view_host(r->dev, ot_model_param_shape(t->model, k),
+                                t->xshared + SHARD_HEAD + rr->pos[k], &v);
+        if (s == OT_OK) {
+            rr->own[k] = r->params[k];
+            r->params[k] = v;
+        }
+    }
+    rr->views = true;
+    return s;
+}
+
+/* The segment's end: the device's own parameter buffers back, with the shared values. */
+static void shared_params_end(replica_run *rr) {
+    trainer *t = rr->t;
+    replica *r = rr->m.r;
+    for (int k = 0; k < t->nparams; k++) {
+        if (!rr->own[k]) continue;
+        if (rr->t->err_status == OT_OK)
+            ot_buffer_write_bytes(rr->own[k], 0, t->xshared + SHARD_HEAD + rr->pos[k],
+                                  (int64_t)(t->sizes[k] * sizeof(float)));
+        ot_buffer_free(r->params[k]);
+        r->params[k] = rr->own[k];
+        rr->own[k] = NULL;
+    }
+    ot_tpu_optimizer_shard_param_view(t->topt, r->dev, NULL);
+    rr->views = false;
 }
 
 /* --shard-optimizer's member set-up: the reduce-scatter takes the algorithm the unsharded
@@ -940,6 +992,7 @@ static ot_status shard_begin(replica_run *rr) {
     if (s == OT_OK)
         memcpy(rr->pblock, rr->pflat + (size_t)ot_comm_rank(m->comm) * len, len * sizeof(float));
     if (s == OT_OK && t->psize == 1 && train_overlap(t)) s = overlap_begin(rr, rr->rs_coll.algo);
+    if (s == OT_OK && rr->ovl) s = shared_params_begin(rr);
     if (s == OT_OK && m->rank == 0)
         train_log(t,
                   "sharded optimizer update: gradients reduce-scattered (%s) in blocks of %lld "
@@ -1058,6 +1111,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
 static void run_end(replica_run *rr) {
     trainer *t = rr->t;
     if (t->pod_vt->member_end) t->pod_vt->member_end(t, &rr->m);
+    if (rr->views) shared_params_end(rr);
     if (rr->ovl) { /* the segment's last member frees the exchange and the bound vectors */
         pthread_mutex_lock(&t->mu);
         t->xchg_mem[t->xchg_nmem++] = t->shard_len ? rr->send : rr->flat;
@@ -1074,8 +1128,10 @@ static void run_end(replica_run *rr) {
             for (int i = 0; i < t->xchg_nbufs; i++) ot_buffer_free(t->xchg_bufs[i]);
             ot_free(t->xchg_mem);
             ot_free(t->xchg_bufs);
+            ot_free(t->xshared);
             t->xchg_mem = NULL;
             t->xchg_bufs = NULL;
+            t->xshared = NULL;
             t->xchg_nmem = t->xchg_nbufs = 0;
         }
         pthread_mutex_unlock(&t->mu);
