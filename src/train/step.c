@@ -935,9 +935,12 @@ static ot_status shared_params_begin(replica_run *rr) {
 static void shared_params_end(replica_run *rr) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
+    pthread_mutex_lock(&t->mu);
+    bool ok = t->err_status == OT_OK; /* else a block may be of another step */
+    pthread_mutex_unlock(&t->mu);
     for (int k = 0; k < t->nparams; k++) {
         if (!rr->own[k]) continue;
-        if (rr->t->err_status == OT_OK)
+        if (ok)
             ot_buffer_write_bytes(rr->own[k], 0, t->xshared + SHARD_HEAD + rr->pos[k],
                                   (int64_t)(t->sizes[k] * sizeof(float)));
         ot_buffer_free(r->params[k]);
