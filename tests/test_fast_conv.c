@@ -151,6 +151,12 @@ static void test_windows(void) {
               "size=3x3 pad=1_1x1_1 rhs_reversal=1x1", "b01f_01oi->b01f");
     conv_case("f32[4,16,16,32]", "f32[16,32,3,3]", "f32[4,16,16,16]",
               "size=3x3 pad=1_1x1_1 rhs_reversal=1x0", "b01f_oi01->b01f");
+    /* reversed windows packed for oneDNN: 3-D with one dim kept, 1-D with the kernel's
+     * features outermost */
+    conv_case("f32[2,6,7,8,16]", "f32[3,2,3,16,16]", "f32[2,6,7,8,16]",
+              "size=3x2x3 pad=1_1x0_1x1_1 rhs_reversal=1x0x1", "b012f_012io->b012f");
+    conv_case("f32[4,20,16]", "f32[16,16,4]", "f32[4,20,16]", "size=4 pad=2_1 rhs_reversal=1",
+              "b0f_oi0->b0f");
     conv_case("f32[4,20,20,8]", "f32[3,3,8,16]", "f32[4,16,16,16]", "size=3x3 rhs_dilate=2x2",
               "b01f_01io->b01f");
     conv_case("f32[4,8,21,19]", "f32[16,8,3,5]", "f32[4,16,10,9]",

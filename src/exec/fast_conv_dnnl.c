@@ -620,16 +620,27 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     if (!key.bwdw) {
         const void *wsrc = in[1];
         if (key.rev) { /* pk[o, i, k...] = rhs[o, i, reversed k...] */
-            int64_t nw = ot_shape_numel_unchecked(rs);
-            for (int64_t q = 0; q < nw; q++) {
-                int64_t rem = q, off = 0;
-                for (int d = ns + 1; d >= 0; d--) {
-                    int64_t v = rem % wd[d];
-                    rem /= wd[d];
-                    if (d >= 2 && flip[d - 2]) v = wd[d] - 1 - v;
-                    off += v * hstr[wmap[d]];
+            /* in pk's order, the rhs offset kept by steps (backwards along a reversed dim): no
+             * division per element (JAX's input gradients all come this way) */
+            int nd = ns + 2;
+            int64_t nw = ot_shape_numel_unchecked(rs), step[OT_MAX_RANK], idx[OT_MAX_RANK] = {0};
+            int64_t off = 0;
+            for (int d = 0; d < nd; d++) {
+                bool f = d >= 2 && flip[d - 2];
+                step[d] = f ? -hstr[wmap[d]] : hstr[wmap[d]];
+                if (f) off += (wd[d] - 1) * hstr[wmap[d]];
+            }
+            const float *src = in[1];
+            float *dst = (float *)pk;
+            int64_t inner = wd[nd - 1], is = step[nd - 1];
+            for (int64_t q = 0; q < nw; q += inner) {
+                for (int64_t j = 0; j < inner; j++) dst[q + j] = src[off + j * is];
+                for (int d = nd - 2; d >= 0; d--) {
+                    off += step[d];
+                    if (++idx[d] < wd[d]) break;
+                    off -= step[d] * wd[d];
+                    idx[d] = 0;
                 }
-                ((float *)pk)[q] = ((const float *)in[1])[off];
             }
             wsrc = pk;
         }
