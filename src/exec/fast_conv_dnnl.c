@@ -71,7 +71,7 @@ enum { DN_NXC, DN_ASIS, DN_BLK };
  * diff_weights. Dims are oneDNN's (N, C, spatial...), N the images of one chunk (mb). */
 typedef struct dn_key {
     bool bwdw, bwdd, rev; /* the filter-gradient and input-gradient forms; W packed reversed */
-    int ns, amode, bmode; /* amode DN_NXC or DN_ASIS, bmode DN_NXC or DN_BLK */
+    int ns, amode, bmode; /* amode DN_NXC, DN_ASIS or DN_BLK; bmode DN_NXC or DN_BLK */
     int64_t mb;
     dnnl_dims_t adims, astr; /* A's chunk: dims, element strides (nxc dense, or as A lies) */
     dnnl_dims_t bdims, bstr; /* B's chunk: dims, strides (nxc dense, or as B lies: DN_BLK) */
