@@ -1606,6 +1606,98 @@ static void test_scatter(void) {
     }
 }
 
+/* Random scatters of rows into a table: segment sums, embedding gradients, .at[].set and
+ * .at[].add of whole rows ([R, D] rows picked by one index; [R, A, D] blocks; [R, B, D] rows
+ * picked by two indices) and of partial rows (windows [1, Dw] of [R, D]), widths 1–100 across
+ * the 64-byte units the threads split, f32/f64/s32, s32/s64 indices (one index per position:
+ * the window starts' one-compare path; two: the general one), enough positions that the pool
+ * splits the work. Bits equal to the reference's on 1, 2, 3 and 8 threads. */
+static void test_scatter_random(void) {
+    g_rng = 0x5c47;
+    static const char *dts[] = {"f32", "f64", "s32"};
+    for (int it = 0; it < 48; it++) {
+        int dt = it % 3, v = (it / 3) % 4, kind = (int)rnd(0, 2), tiny = (it / 12) % 2;
+        const char *T = dts[dt], *K = rnd(0, 1) ? "s32" : "s64";
+        int64_t R = rnd(1, 300), D = rnd(1, 100), A = rnd(2, 3), B = rnd(2, 5);
+        int64_t Dw = rnd(1, D), es = dt == 1 ? 8 : 4;
+        int64_t row = v == 1 ? A * D : v == 3 ? Dw : D;
+        int64_t N = 1 + (300000 + rnd(0, 200000)) / (row * es * 3); /* past EX_INLINE_BYTES */
+        char xs[64], us[64], ks[64], dims[160], comp[200], hlo[1200];
+        snprintf(comp, sizeof comp,
+                 kind == 2   ? "upd {\n  a = %s[] parameter(0)\n  ROOT b = %s[] parameter(1)\n}\n"
+                 : kind == 1 ? "upd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                               "  ROOT s = %s[] add(b, a)\n}\n"
+                             : "upd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                               "  ROOT s = %s[] add(a, b)\n}\n",
+                 T, T, T);
+        switch (v) {
+        case 0: /* [R, D] rows, the index vector implicit or [N, 1] */
+            snprintf(xs, sizeof xs, "%s[%lld,%lld]", T, (long long)R, (long long)D);
+            snprintf(us, sizeof us, "%s[%lld,%lld]", T, (long long)N, (long long)D);
+            snprintf(ks, sizeof ks, it % 2 ? "%s[%lld]" : "%s[%lld,1]", K, (long long)N);
+            snprintf(dims, sizeof dims,
+                     "update_window_dims={1}, inserted_window_dims={0}, "
+                     "scatter_dims_to_operand_dims={0}, index_vector_dim=1");
+            break;
+        case 1: /* [R, A, D] blocks */
+            snprintf(xs, sizeof xs, "%s[%lld,%lld,%lld]", T, (long long)R, (long long)A,
+                     (long long)D);
+            snprintf(us, sizeof us, "%s[%lld,%lld,%lld]", T, (long long)N, (long long)A,
+                     (long long)D);
+            snprintf(ks, sizeof ks, "%s[%lld,1]", K, (long long)N);
+            snprintf(dims, sizeof dims,
+                     "update_window_dims={1,2}, inserted_window_dims={0}, "
+                     "scatter_dims_to_operand_dims={0}, index_vector_dim=1");
+            break;
+        case 2: /* [R, B, D] rows picked by two indices */
+            snprintf(xs, sizeof xs, "%s[%lld,%lld,%lld]", T, (long long)R, (long long)B,
+                     (long long)D);
+            snprintf(us, sizeof us, "%s[%lld,%lld]", T, (long long)N, (long long)D);
+            snprintf(ks, sizeof ks, "%s[%lld,2]", K, (long long)N);
+            snprintf(dims, sizeof dims,
+                     "update_window_dims={1}, inserted_window_dims={0,1}, "
+                     "scatter_dims_to_operand_dims={0,1}, index_vector_dim=1");
+            break;
+        default: /* windows [1, Dw] of [R, D]: runs shorter than the rows */
+            snprintf(xs, sizeof xs, "%s[%lld,%lld]", T, (long long)R, (long long)D);
+            snprintf(us, sizeof us, "%s[%lld,%lld]", T, (long long)N, (long long)Dw);
+            snprintf(ks, sizeof ks, "%s[%lld,1]", K, (long long)N);
+            snprintf(dims, sizeof dims,
+                     "update_window_dims={1}, inserted_window_dims={0}, "
+                     "scatter_dims_to_operand_dims={0}, index_vector_dim=1");
+            break;
+        }
+        snprintf(hlo, sizeof hlo,
+                 "HloModule sr\n%sENTRY e {\n  x = %s parameter(0)\n  i = %s parameter(1)\n"
+                 "  u = %s parameter(2)\n  ROOT s = %s scatter(x, i, u), %s, to_apply=upd\n}\n",
+                 comp, xs, ks, us, xs, dims);
+        ot_module *m = NULL;
+        ASSERT_OK(ot_hlo_parse(hlo, strlen(hlo), NULL, &m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        const ot_computation *c = ot_module_entry(m);
+        ot_tensor args[3], ref, fast;
+        for (int a = 0; a < 3; a++)
+            ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+        (tiny ? fill_tiny : fill_special)(&args[0]);
+        (tiny ? fill_tiny : fill_special)(&args[2]);
+        fill_indices(&args[1], v == 2 ? (R < B ? R : B) : R);
+        EXPECT_OK(run_exe(e, args, 3, &ref, NULL, true, NULL));
+        if (!run_all_pools(e, args, 3, &fast, 1)) {
+            fprintf(stderr, "random scatter %d:\n%s", it, hlo);
+            EXPECT_TRUE(false);
+        } else {
+            if (!bits_equal(&fast, &ref)) fprintf(stderr, "random scatter %d:\n%s", it, hlo);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        }
+        ot_tensor_release(&ref);
+        for (int a = 0; a < 3; a++) ot_tensor_release(&args[a]);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 /* At -O1 a scatter whose operand is a temporary dying there updates it in place (the kernel's
  * output shares its buffer); the fast kernel then adds into it without the copy. Same bits as the
  * reference on every pool. */
@@ -1849,8 +1941,9 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_til
              OT_TEST(test_transpose_random), OT_TEST(test_reduce_random),
              OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_row_groups),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
-             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_in_place_temp),
-             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
-             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_reduce_axis_sets),
-             OT_TEST(test_reduce_minmax_long_blocks), OT_TEST(test_elementwise),
-             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))
+             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_random),
+             OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
+             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
+             OT_TEST(test_reduce_axis_sets), OT_TEST(test_reduce_minmax_long_blocks),
+             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
+             OT_TEST(test_teardown))

@@ -47,11 +47,13 @@ typedef struct sc_job {
     int64_t nb, nr, len; /* positions, runs per window, elements per run */
     int64_t chunk;       /* the columns one unit of the partition covers */
     char *y;
-    const char *u;
+    const char *u, *uend; /* the updates, and their end */
 } sc_job;
 
-/* dst[j] = op(dst[j], src[j]) for j < n, in the reference's arithmetic. */
-static void run_row(const sc_job *p, void *dst, const void *src, int64_t n) {
+/* dst[j] = op(dst[j], src[j]) for j < n, in the reference's arithmetic (inlined into each clone
+ * of its callers). */
+static inline __attribute__((always_inline)) void run_row(const sc_job *p, void *dst,
+                                                          const void *src, int64_t n) {
     bool z = p->ftz;
     switch (p->kind) {
     case SC_SET: memcpy(dst, src, (size_t)n * p->es); return;
@@ -111,8 +113,26 @@ static void run_row(const sc_job *p, void *dst, const void *src, int64_t n) {
 #undef ROW_LOOP
 }
 
+/* GCC's target_clones: the row loops built for AVX-512 and AVX2 beside the baseline, chosen at
+ * load (as elementwise.c's); every clone does the same scalar-exact adds. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define SC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SC_CLONES
+#endif
+
+/* The updates are read once, in order, in runs of a few lines: the lines SC_AHEAD bytes further
+ * on are requested before each run (a short run's stream otherwise waits on memory latency). */
+#define SC_AHEAD 2048
+static inline void prefetch_ahead(const char *src, size_t nbytes, const char *end) {
+    size_t left = (size_t)(end - src);
+    for (size_t o = SC_AHEAD; o < SC_AHEAD + nbytes && o < left; o += 64)
+        __builtin_prefetch(src + o);
+}
+
 /* Columns [begin * chunk, end * chunk) of every run, for every scatter position in order. */
-static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
+SC_CLONES static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
     (void)ith;
     const sc_job *p = arg;
     int64_t c0 = begin * p->chunk, c1 = end * p->chunk;
@@ -125,6 +145,7 @@ static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
         for (int64_t r = 0; r < p->nr; r++) {
             char *dst = p->y + (size_t)(p->base[b] + p->roff[r] + c0) * es;
             const char *src = p->u + (size_t)((b * p->nr + r) * p->len + c0) * es;
+            prefetch_ahead(src, (size_t)(c1 - c0) * es, p->uend);
             run_row(p, dst, src, c1 - c0);
         }
     }
@@ -144,6 +165,12 @@ typedef struct sc_base {
     int64_t ivs; /* the index vector's stride */
     int64_t nb;  /* positions */
     int64_t *base;
+    /* one index per position, position b's at element b (the index vector has one element):
+     * start = idx[b] along operand dim d1 (stride str1), valid in [0, lim1]; fits1 false when
+     * the window does not fit along another dim (every window skipped) */
+    bool one;
+    bool fits1;
+    int64_t lim1, str1;
 } sc_base;
 
 static void run_base(void *arg, int64_t begin, int64_t end, int ith) {
@@ -153,6 +180,16 @@ static void run_base(void *arg, int64_t begin, int64_t end, int ith) {
     int64_t b0 = begin * SC_BASE_CHUNK, xr = p->xs->rank;
     int64_t b1 = end * SC_BASE_CHUNK < p->nb ? end * SC_BASE_CHUNK : p->nb;
     bool s32 = p->ks->dtype == OT_S32;
+    if (p->one) { /* segment ids, embedding rows: no odometer, one compare per position */
+        int64_t lim = p->fits1 ? p->lim1 : -1, str = p->str1;
+        const int32_t *i32 = p->idx;
+        const int64_t *i64 = p->idx;
+        for (int64_t b = b0; b < b1; b++) {
+            int64_t v = s32 ? i32[b] : i64[b];
+            p->base[b] = v >= 0 && v <= lim ? v * str : -1;
+        }
+        return;
+    }
     int64_t bidx[OT_MAX_RANK] = {0}, r = b0;
     for (int q = p->nbd - 1; q >= 0; q--) {
         bidx[q] = r % p->us->dims[q];
@@ -253,6 +290,9 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
     for (int q = 0; q < nbd; q++) NB *= us->dims[q];
     for (int d = 0; d < xr; d++) W *= wsize[d];
     int64_t NR = len ? W / len : 0;
+    /* partition units of 64 bytes of a run, so threads do not share cache lines of a row */
+    int64_t chunk = 64 / (int64_t)es, units = (len + chunk - 1) / chunk;
+    int64_t work = NB * W * (int64_t)es * 3;
     *done = true;
     c->fast_run++;
     if (out != in[0] && os->nbytes) {
@@ -273,14 +313,31 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
         for (int d = od - 1; d >= 0 && ++idx[d] == wsize[d]; d--) idx[d] = 0;
     }
     sc_base sb = {
-        sd, xs,  us, ks, in[1], kd, nbd, wsize, xstr, kstr, ivd < ks->rank ? kstr[ivd] : 0,
-        NB, base};
+        sd, xs,   us,    ks,   in[1], kd, nbd, wsize, xstr, kstr, ivd < ks->rank ? kstr[ivd] : 0,
+        NB, base, false, true, 0,     0};
+    if (sd->nscatter_to_operand == 1 && (ivd >= ks->rank || ks->dims[ivd] == 1)) {
+        int d1 = (int)sd->scatter_dims_to_operand_dims[0];
+        sb.one = true;
+        for (int d = 0; d < xr; d++) sb.fits1 = sb.fits1 && xs->dims[d] >= wsize[d];
+        sb.lim1 = xs->dims[d1] - wsize[d1];
+        sb.str1 = sb.xstr[d1];
+    }
     ex_par_for(c, (NB + SC_BASE_CHUNK - 1) / SC_BASE_CHUNK, NB * 16, run_base, &sb);
-    /* partition units of 64 bytes of a run, so threads do not share cache lines of a row */
-    int64_t chunk = 64 / (int64_t)es;
     bool hw = EX_HW_FTZ && c->ftz && kind != SC_SET && (t == OT_F32 || t == OT_F64);
-    sc_job p = {(sc_kind)kind,      t, es, c->ftz, hw, base, roff, NB, NR, len, chunk, out,
-                (const char *)in[2]};
-    ex_par_for(c, (len + chunk - 1) / chunk, NB * W * (int64_t)es * 3, run_cols, &p);
+    sc_job p = {(sc_kind)kind,
+                t,
+                es,
+                c->ftz,
+                hw,
+                base,
+                roff,
+                NB,
+                NR,
+                len,
+                chunk,
+                out,
+                in[2],
+                (const char *)in[2] + (size_t)(NB * W) * es};
+    ex_par_for(c, units, work, run_cols, &p);
     return OT_OK;
 }
