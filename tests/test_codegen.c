@@ -672,6 +672,113 @@ static void test_remap_fusions(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Slices and reverses inside row sums: random chains (strided slices, reverses, unary ops, a
+ * value squared) from two parameters of rank 2-4 to a shape whose last dim, of 16 or more, is
+ * summed (f32/f64 adds in lanes; a few long rows: in blocks), sometimes beside the summed values
+ * as a second output. The
+ * remaps are read at mapped indices inside the reduce's fusion (fusion.c, rows_reduce): no copy
+ * kernel is left, and the results are the reference's bits at 1, 2, 3 and 8 threads. */
+static void test_remap_row_sums(void) {
+    static char text[16384];
+    tb b = {text, 0, sizeof text};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    int nfused = 0;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull + 11;
+        const char *T = rnd_in(&s, 0, 2) ? "f32" : "f64";
+        rshape x = {(int)rnd_in(&s, 2, 4), {0}};
+        bool big = rnd_in(&s, 0, 3) == 0; /* enough rows to split over threads */
+        for (int k = 0; k < x.rank - 1; k++) x.d[k] = (int)rnd_in(&s, 1, big ? 60 : 7);
+        x.d[x.rank - 1] = (int)rnd_in(&s, 48, 300);
+        if (seed % 5 == 0) { /* few long rows: the blocks form (emit_reduce_blocks) */
+            x.rank = 2;
+            x.d[0] = (int)rnd_in(&s, 1, 5);
+            x.d[1] = (int)rnd_in(&s, 4200, 9000);
+        }
+        char xs[96], cs[96], os[96];
+        rs_print(xs, sizeof xs, T, &x);
+        b.n = 0;
+        tp(&b,
+           "HloModule rowremap%llu\nadd {\n  a = %s[] parameter(0)\n  c = %s[] parameter(1)\n"
+           "  ROOT s = %s[] add(a, c)\n}\nENTRY main {\n",
+           (unsigned long long)seed, T, T, T);
+        tp(&b, "  x0 = %s parameter(0)\n  x1 = %s parameter(1)\n", xs, xs);
+        /* the same slices for both chains, so that their shapes meet */
+        rshape cur = x;
+        int nsteps = (int)rnd_in(&s, 1, 3), v = 0, nremaps = 0;
+        char prev[2][32] = {"x0", "x1"};
+        for (int st = 0; st < nsteps; st++) {
+            int op = (int)rnd_in(&s, 0, 4);
+            nremaps += op <= 2;
+            rshape out = cur;
+            char attr[256];
+            size_t an = (size_t)snprintf(attr, sizeof attr, "{");
+            if (op <= 1) { /* slice; the last dim keeps 16 or more */
+                for (int k = 0; k < cur.rank; k++) {
+                    int64_t n = cur.d[k], sd = k == cur.rank - 1 ? rnd_in(&s, 1, 2) : 1;
+                    int64_t a = k == cur.rank - 1 ? rnd_in(&s, 0, 5) : rnd_in(&s, 0, (n - 1) / 2);
+                    int64_t l = k == cur.rank - 1 ? n - rnd_in(&s, 0, 5) : rnd_in(&s, a + 1, n);
+                    if (k == cur.rank - 1 && (l - a + sd - 1) / sd < 16) a = 0, l = n, sd = 1;
+                    out.d[k] = (int)((l - a + sd - 1) / sd);
+                    an +=
+                        (size_t)snprintf(attr + an, sizeof attr - an, "%s[%lld:%lld:%lld]",
+                                         k ? ", " : "", (long long)a, (long long)l, (long long)sd);
+                }
+            } else if (op == 2) { /* reverse */
+                int nd = 0;
+                for (int k = 0; k < cur.rank; k++)
+                    if (rnd_in(&s, 0, 1) || (k == cur.rank - 1 && nd == 0))
+                        an += (size_t)snprintf(attr + an, sizeof attr - an, "%s%d", nd++ ? "," : "",
+                                               k);
+            }
+            snprintf(attr + an, sizeof attr - an, "}");
+            rs_print(os, sizeof os, T, &out);
+            for (int c = 0; c < 2; c++) {
+                int me = v++;
+                if (op <= 1)
+                    tp(&b, "  v%d = %s slice(%s), slice=%s\n", me, os, prev[c], attr);
+                else if (op == 2)
+                    tp(&b, "  v%d = %s reverse(%s), dimensions=%s\n", me, os, prev[c], attr);
+                else if (op == 3)
+                    tp(&b, "  v%d = %s %s(%s)\n", me, os, c ? "negate" : "abs", prev[c]);
+                else
+                    tp(&b, "  v%d = %s multiply(%s, %s)\n", me, os, prev[c], prev[c]);
+                snprintf(prev[c], sizeof prev[c], "v%d", me);
+            }
+            cur = out;
+        }
+        rs_print(cs, sizeof cs, T, &cur);
+        rshape rr = cur;
+        rr.rank--;
+        rs_print(os, sizeof os, T, &rr);
+        bool two = rnd_in(&s, 0, 2) == 0;
+        tp(&b, "  m = %s multiply(%s, %s)\n  z = %s[] constant(0)\n", cs, prev[0], prev[1], T);
+        tp(&b, "  r = %s reduce(m, z), dimensions={%d}, to_apply=add\n", os, cur.rank - 1);
+        if (two)
+            tp(&b, "  ROOT t = (%s, %s) tuple(r, m)\n}\n", os, cs);
+        else
+            tp(&b, "  ROOT t = (%s) tuple(r)\n}\n", os);
+        for (int t = 0; t < 4; t++) {
+            int lib = g_lib_kernels;
+            g_run_pool = pools[t];
+            check_module(text, 2300 + seed, true);
+            /* one remap per chain, read at the loop's own index, fuses; a remap read through
+             * another stays a copy (its digits would be divided out per element) */
+            if (nremaps <= 1 && g_lib_kernels != lib) {
+                fprintf(stderr, "seed %llu: %d copy kernels left\n%s\n", (unsigned long long)seed,
+                        g_lib_kernels - lib, text);
+                EXPECT_INT_EQ(g_lib_kernels, lib);
+            }
+        }
+        nfused += nremaps == 1;
+    }
+    EXPECT_TRUE(nfused >= 8);
+    g_run_pool = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* The stencil of `xla_compare.py --group extra` (JAX's edge pad as slices and concatenates, a
  * 5-point Laplacian, a space-to-depth): two loop fusions, no copy kernel, the reference's bits. */
 static void test_remap_stencil(void) {
@@ -2903,6 +3010,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_random_fusions),
         OT_TEST(test_remap_fusions),
         OT_TEST(test_remap_stencil),
+        OT_TEST(test_remap_row_sums),
         OT_TEST(test_broadcast_ranks),
         OT_TEST(test_rounds_chain),
         OT_TEST(test_reductions),

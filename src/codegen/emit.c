@@ -469,6 +469,10 @@ typedef struct em {
     struct dctx *dc;
     int ndc, dccap;
     bool remapped; /* a remap read an operand at another index: gathers (loop fusions: ivdep) */
+    /* reduce and row fusions: every loop that defines i defines it as row * irn + col, col in
+     * [0, irn) (0: not so): the digits of i over a shape whose trailing dims hold irn elements
+     * are then the row's and the column's (ctx_digits), the row's invariant in the inner loop */
+    int64_t irn;
 } em;
 
 static int fail(em *E, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1579,6 +1583,40 @@ static void dig_set(ixdig *d, int64_t lo, int64_t hi, const char *fmt, ...) {
     d->hi = hi;
 }
 
+/* The digits of i = row * rn + col (col < rn) over shape R (strides st) when R's trailing dims
+ * hold exactly rn elements: the leading dims' digits from row, the trailing dims' from col. */
+static bool row_col_digits(const ot_shape *R, const int64_t *st, int64_t rn, ixdig *out) {
+    int s0 = R->rank;
+    int64_t prod = 1;
+    while (prod < rn && s0 > 0) prod *= R->dims[--s0];
+    if (prod != rn) return false;
+    bool first_row = true, first_col = true;
+    for (int d = 0; d < R->rank; d++) {
+        int64_t n = R->dims[d], hi = n > 0 ? n - 1 : 0;
+        bool inner = d >= s0;
+        int64_t div = inner ? st[d] : st[d] / rn;
+        const char *v = inner ? "col" : "row";
+        bool first = inner ? first_col : first_row;
+        if (n <= 1)
+            dig_set(&out[d], 0, 0, "0");
+        else if (first && div == 1)
+            dig_set(&out[d], 0, hi, "%s", v);
+        else if (first)
+            dig_set(&out[d], 0, hi, "(%s / %lld)", v, (long long)div);
+        else if (div == 1)
+            dig_set(&out[d], 0, hi, "(%s %% %lld)", v, (long long)n);
+        else
+            dig_set(&out[d], 0, hi, "((%s / %lld) %% %lld)", v, (long long)div, (long long)n);
+        if (n > 1) {
+            if (inner)
+                first_col = false;
+            else
+                first_row = false;
+        }
+    }
+    return true;
+}
+
 /* The digits of index context ctx over shape R: a context made by remap_at has them recorded;
  * the two-level loop's own index takes the row's digit counters and the column; any other is
  * divided out of the linear index. */
@@ -1594,6 +1632,7 @@ static void ctx_digits(em *E, const ot_shape *R, const char *ctx, ixdig *out) {
     }
     int64_t st[OT_MAX_RANK];
     strides(R, st);
+    if (E->irn > 0 && strcmp(ctx, "i") == 0 && row_col_digits(R, st, E->irn, out)) return;
     bool dg = digits_ok(E, R, ctx);
     int K = E->K > 1 ? E->K : 1;
     for (int d = 0; d < R->rank; d++) {
@@ -2214,6 +2253,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         E.kn = kn;
         E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD) && (t == OT_F32 || t == OT_F64);
         if (suffix && RN >= EX_RED_LANES) E.C = RN;
+        if (E.C > 0) E.irn = RN; /* the loops' i = row * RN + col (IDX, emit_reduce_blocks) */
         mi = emit(&E, init, "0");
         mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
         /* the other outputs, stored where the loops visit their element */
@@ -3067,6 +3107,7 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
         E.rows = true;
         E.O = O;
         E.C = RN;
+        E.irn = RN; /* every loop's i = row * RN + col */
         E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD);
         E.early = early;
         E.early_out = early_out;

@@ -12,9 +12,11 @@
  * input (not a constant, iota or broadcast scalar), when neither reaches the other.
  * Legality: a member has the cluster's element count (same iteration space, reshapes included),
  * or is smaller and feeds only broadcasts (or the reduce's init) inside the cluster, or (loop
- * clusters) feeds slices, pads, concatenates and reverses, which read it at mapped indices; a
- * reduce is only ever a cluster root; operands + outputs stay within max_io. */
+ * clusters) feeds slices, pads, concatenates and reverses, which read it at mapped indices (a
+ * row sum's cluster: slices and reverses, rows_reduce); a reduce is only ever a cluster root;
+ * operands + outputs stay within max_io. */
 #include "compiler_internal.h"
+#include "exec/numerics.h"
 #include "ir/op_traits.h"
 
 #include <stdio.h>
@@ -111,6 +113,32 @@ static bool reducer_simple(const ot_instr *r) {
 static bool remap_op(const ot_instr *i) {
     return i->opcode == OT_OP_SLICE || i->opcode == OT_OP_PAD || i->opcode == OT_OP_REVERSE ||
            i->opcode == OT_OP_CONCATENATE;
+}
+
+/* A reduce-rooted cluster may hold slices and reverses when its reduce is a float sum of the
+ * trailing dims in lanes (a row sum, emit_reduce_lanes or a row fusion): the generated loops'
+ * index is then
+ * row * len + col, whose digits the remaps read without dividing per element (codegen's
+ * row_col_digits). Other reduce forms would divide the index per element, slower than the
+ * remap's own copy kernel, so their remaps stay outside. */
+static int64_t rows_reduce(const ot_instr *r) {
+    int64_t rows, len;
+    return r->opcode == OT_OP_REDUCE && ex_reduce_lanes(r) && ex_reduce_rows(r, &rows, &len) &&
+                   len >= EX_RED_LANES
+               ? len
+               : 0;
+}
+
+/* Whether the trailing dims of s holding len elements are one dim (and unit dims): its digit
+ * is then the column itself, the leading dims' are the row's (no division in the inner loop). */
+static bool one_column_dim(const ot_shape *s, int64_t len) {
+    int64_t prod = 1;
+    int d = s->rank, big = 0;
+    while (prod < len && d > 0) {
+        prod *= s->dims[--d];
+        big += s->dims[d] > 1;
+    }
+    return prod == len && big <= 1;
 }
 
 /* Contexts one member may be evaluated at, and operands a fused concatenate may have: each
@@ -350,8 +378,24 @@ static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small,
             nctx += f->nctx[p];
         }
     }
-    if (remap_op(i) && C->kind != CL_LOOP) return false;
-    if ((remapped || nctx > 0) && C->kind != CL_LOOP) return false;
+    if (C->kind != CL_LOOP && (remap_op(i) || remapped || nctx > 0)) {
+        /* in a row sum's cluster: a slice or reverse evaluated at the loop's own index, whose
+         * trailing dims are one column dim (a pad or a concatenate reads each element through
+         * a clamp and a select, a gather in the lanes loop, and the digits of several column
+         * dims divide per element: both measured slower than the remap's copy kernel beside
+         * the sum); below it, ops that need no digits of their index (values, reshapes, a
+         * scalar's broadcast) */
+        int64_t len = rows_reduce(f->po[C->maxpos]);
+        if (!len) return false;
+        if (remap_op(i) && (i->opcode == OT_OP_PAD || i->opcode == OT_OP_CONCATENATE || nctx > 0 ||
+                            n != C->iter || !one_column_dim(&i->shape.array, len)))
+            return false;
+        bool plain = ot_opcode_is_elementwise(i->opcode) || i->opcode == OT_OP_CONVERT ||
+                     i->opcode == OT_OP_RESHAPE || i->opcode == OT_OP_BITCAST ||
+                     i->opcode == OT_OP_CONSTANT ||
+                     (i->opcode == OT_OP_BROADCAST && cc_numel(i->operands[0]) == 1);
+        if (nctx > 0 && !remap_op(i) && !plain) return false;
+    }
     if (nctx > MAX_REMAP_CTX) return false;
     /* only index work is repeated: an op that computes values is evaluated at one index */
     bool moves = remap_op(i) || i->opcode == OT_OP_BROADCAST || i->opcode == OT_OP_RESHAPE ||
