@@ -494,8 +494,8 @@ static ot_status phase_allreduce(replica_run *rr) {
         bytes = (int64_t)ot_grad_last_wire_bytes(rr->agg) + 2 * (int64_t)sizeof(float);
     } else if (t->shard_len) {
         /* sharded: loss and correct count in the head, the gradients after it, zero-padded to
-         * the devices' blocks, reduce-scattered (one collective: the leader's block holds the
-         * head) */
+         * the devices' blocks, reduce-scattered (one collective: the pod leader's block, g == 0,
+         * holds the head; over MPI every process has a local rank 0) */
         size_t total = (size_t)t->total_elems, padded = (size_t)rr->m.n * (size_t)t->shard_len;
         float *x = rr->send; /* the gradients are in place (flat = x + SHARD_HEAD); the rest of
                                 the head and the padding stay zero */
@@ -512,7 +512,7 @@ static ot_status phase_allreduce(replica_run *rr) {
         } else {
             s = ot_tpu_optimizer_shard_reduce(t->topt, rr->m.comm, &rr->rs_coll, x, rr->gblock);
         }
-        if (s == OT_OK && rr->m.rank == 0) {
+        if (s == OT_OK && rr->m.g == 0) {
             rr->flat[total] = rr->gblock[0];
             rr->flat[total + 1] = rr->gblock[1];
         }
