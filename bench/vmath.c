@@ -44,17 +44,7 @@
 #include "exec/expf_poly.h"
 #include "exec/vmath.h"
 
-OT_EXPF_DEF
-OT_TANHF_DEF
-OT_ERFF_DEF
-OT_LOGF_DEF
-OT_EXPM1F_DEF
-OT_EXPD_DEF
-OT_LOGD_DEF
-OT_LOG1PD_DEF
-OT_EXPM1D_DEF
-OT_TANHD_DEF
-OT_POWF_DEF
+OT_VMATH_OWN_DEFS(OT_VMATH_DEF_TEXT)
 
 /* SLEEF's finz (FMA) scalar variant, a SIMD function whose clones wrap the vector variants, as
  * src/codegen/emit.c writes them into generated code for a target with FMA and AVX2 (elsewhere

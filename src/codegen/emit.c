@@ -230,15 +230,10 @@ static const char preamble[] =
 /* the reference's f32 exp, tanh, erf, log, log1p, expm1 and pow, f64 exp, expm1, log, log1p and
  * tanh
  * (src/exec/expf_poly.h): the same text */
-#define OT_STR_(...) #__VA_ARGS__
-#define OT_STR(...)  OT_STR_(__VA_ARGS__)
-/* clang-format off */
-static const char preamble_expf[] = OT_STR(OT_EXPF_DEF) "\n" OT_STR(OT_TANHF_DEF) "\n"
-                                    OT_STR(OT_ERFF_DEF) "\n" OT_STR(OT_LOGF_DEF) "\n"
-                                    OT_STR(OT_EXPM1F_DEF) "\n" OT_STR(OT_EXPD_DEF) "\n"
-                                    OT_STR(OT_LOGD_DEF) "\n" OT_STR(OT_LOG1PD_DEF) "\n" OT_STR(OT_EXPM1D_DEF) "\n"
-                                    OT_STR(OT_TANHD_DEF) "\n" OT_STR(OT_POWF_DEF) "\n";
-/* clang-format on */
+#define OT_STR_(...)          #__VA_ARGS__
+#define OT_STR(...)           OT_STR_(__VA_ARGS__)
+#define OT_VMATH_DEF_STR(def) OT_STR(def) "\n"
+static const char preamble_expf[] = OT_VMATH_OWN_DEFS(OT_VMATH_DEF_STR);
 
 /* SLEEF's raw functions as generated code declares them (src/exec/vmath.h): the scalar variant
  * of the deterministic class the target has (finz with FMA, cinz without), declared const and

@@ -153,17 +153,7 @@ static inline double daz_wide(ot_dtype t, double v) {
 
 /* ---- unary ----------------------------------------------------------------------------- */
 
-OT_EXPF_DEF
-OT_TANHF_DEF
-OT_ERFF_DEF
-OT_LOGF_DEF
-OT_EXPM1F_DEF
-OT_EXPD_DEF
-OT_LOGD_DEF
-OT_LOG1PD_DEF
-OT_EXPM1D_DEF
-OT_TANHD_DEF
-OT_POWF_DEF
+OT_VMATH_OWN_DEFS(OT_VMATH_DEF_TEXT)
 OT_VMATH_REF_DECLS
 OT_VMATH_DEF
 

@@ -628,4 +628,22 @@
         return rb.f;                                                                               \
     }
 
+/* Every function above, in the order each needs the ones before it: X(def) per definition. The
+ * reference (elementwise.c), generated code's preamble (emit.c) and bench_vmath expand this one
+ * list, so a new function is added here once. */
+#define OT_VMATH_OWN_DEFS(X)                                                                       \
+    X(OT_EXPF_DEF)                                                                                 \
+    X(OT_TANHF_DEF)                                                                                \
+    X(OT_ERFF_DEF)                                                                                 \
+    X(OT_LOGF_DEF)                                                                                 \
+    X(OT_EXPM1F_DEF)                                                                               \
+    X(OT_EXPD_DEF)                                                                                 \
+    X(OT_LOGD_DEF)                                                                                 \
+    X(OT_LOG1PD_DEF)                                                                               \
+    X(OT_EXPM1D_DEF)                                                                               \
+    X(OT_TANHD_DEF)                                                                                \
+    X(OT_POWF_DEF)
+/* X for OT_VMATH_OWN_DEFS in C source: the definition itself */
+#define OT_VMATH_DEF_TEXT(def) def
+
 #endif
