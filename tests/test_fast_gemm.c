@@ -334,7 +334,10 @@ typedef struct hcase {
                    contracting dims listed (2, 1) so neither operand merges them in place */
     int values; /* 0: moderate random; 1: specials mixed in; 2: tiny and huge magnitudes; 3:
                    (bf16) partial sums in and out of the subnormal range; 4 (f32): zeros,
-                   subnormals and values near 2^60 */
+                   subnormals and values near 2^60; 5 (bf16): +-0 and +-2^-70, whose products
+                   flush partial sums to zeros of either sign (bf16 x bf16 pairs, odd K); 6
+                   (bf16): exact sums just below FLT_MIN that round up to it only in the
+                   subnormal range (flushed by the pairs' steps) */
 } hcase;
 
 static uint16_t half_bits(ot_dtype t, int values) {
@@ -348,6 +351,15 @@ static uint16_t half_bits(ot_dtype t, int values) {
         return (t == OT_BF16 ? bsp : hsp)[(r >> 8) % 12];
     }
     float v = (float)((r >> 8) & 0xffff) / 32768.0f - 1.0f;
+    if (values == 6) { /* products 2^-126 exactly and about -2^-150: sums rounding up to FLT_MIN */
+        int c = (int)((r >> 9) % 3);
+        v = c == 0 ? ldexpf(1.0f, -63) : ldexpf(1.0f + (float)((r >> 11) % 128) / 128, -74 - c);
+        v = (r >> 8) & 1 ? -v : v;
+    }
+    if (values == 5) {
+        v = (r >> 9) % 3 == 0 ? 0.0f : ldexpf(1.0f, -70);
+        v = (r >> 8) & 1 ? -v : v;
+    }
     if (values == 2) { /* magnitudes 2^-90 .. 2^90 for bf16 (products under- and overflow) */
         int e = t == OT_BF16 ? (int)((r >> 24) % 181) - 90 : (int)((r >> 24) % 41) - 20;
         v = ldexpf(v, e);
@@ -441,6 +453,11 @@ static void test_half_dot(void) {
         {B, B, F, 1, 130, 300, 270, 0, 2},
         {B, B, B, 1, 61, 45, 129, 0, 2},
         {B, B, F, 1, 60, 50, 40, 0, 3}, /* gradual underflow of the partial sums */
+        {B, B, F, 1, 40, 40, 33, 0, 5}, /* zeros of either sign, odd K */
+        {B, B, F, 1, 40, 40, 33, 1, 5},
+        {B, B, B, 2, 30, 20, 7, 0, 5},
+        {B, B, F, 1, 64, 64, 2, 0, 6},
+        {B, B, F, 1, 40, 48, 6, 1, 6},
         {B, B, F, 2, 70, 40, 300, 1, 3},
         {H, H, F, 1, 100, 70, 600, 0, 1},
         {H, H, H, 1, 77, 90, 333, 1, 1}, /* f16 result: subnormal and overflowing results */

@@ -309,14 +309,14 @@ SG_AVX512 static inline __m512 sg_fix(__m512 v, int fix) {
 }
 
 /* R x 32: two zmm of columns per row, the second masked */
-#define SG_UKR2(NAME, ROWS)                                                                        \
-    SG_AVX512 static void NAME(int64_t kc, const float *restrict a, int64_t ld,                    \
-                               const float *restrict bp, int64_t bs, float *c, int64_t ldc,        \
-                               bool load, int64_t nq, __mmask16 m, int fix) {                      \
+#define SG_UKR2(NAME, ROWS, FMA, TARGET)                                                           \
+    TARGET static void NAME(int64_t kc, const float *restrict a, int64_t ld,                       \
+                            const float *restrict bp, int64_t bs, float *c, int64_t ldc,           \
+                            bool load, int64_t nq, __mmask16 m, int fix) {                         \
         ROWS(SG_DECL2)                                                                             \
         for (int64_t k = 0; k < kc; k++) {                                                         \
             __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                          \
-            ROWS(SG_FMA2)                                                                          \
+            ROWS(FMA)                                                                              \
             a += ld;                                                                               \
             bp += bs;                                                                              \
         }                                                                                          \
@@ -339,19 +339,19 @@ SG_AVX512 static inline __m512 sg_fix(__m512 v, int fix) {
         _mm512_storeu_ps(c + (i)*ldc, sg_fix(c##i##a, fix));                                       \
         _mm512_mask_storeu_ps(c + (i)*ldc + 16, m, sg_fix(c##i##b, fix));                          \
     }
-SG_UKR2(sg_ukr_4x32, SG_R4)
-SG_UKR2(sg_ukr_8x32, SG_R8)
-SG_UKR2(sg_ukr_12x32, SG_R12)
+SG_UKR2(sg_ukr_4x32, SG_R4, SG_FMA2, SG_AVX512)
+SG_UKR2(sg_ukr_8x32, SG_R8, SG_FMA2, SG_AVX512)
+SG_UKR2(sg_ukr_12x32, SG_R12, SG_FMA2, SG_AVX512)
 
 /* R x 16: one zmm of columns per row, masked (N <= 16, and the last <= 16 columns of a wider C) */
-#define SG_UKR1(NAME, ROWS)                                                                        \
-    SG_AVX512 static void NAME(int64_t kc, const float *restrict a, int64_t ld,                    \
-                               const float *restrict bp, int64_t bs, float *c, int64_t ldc,        \
-                               bool load, int64_t nq, __mmask16 m, int fix) {                      \
+#define SG_UKR1(NAME, ROWS, FMA, TARGET)                                                           \
+    TARGET static void NAME(int64_t kc, const float *restrict a, int64_t ld,                       \
+                            const float *restrict bp, int64_t bs, float *c, int64_t ldc,           \
+                            bool load, int64_t nq, __mmask16 m, int fix) {                         \
         ROWS(SG_DECL1)                                                                             \
         for (int64_t k = 0; k < kc; k++) {                                                         \
             __m512 b0 = _mm512_load_ps(bp);                                                        \
-            ROWS(SG_FMA1)                                                                          \
+            ROWS(FMA)                                                                              \
             a += ld;                                                                               \
             bp += bs;                                                                              \
         }                                                                                          \
@@ -362,16 +362,82 @@ SG_UKR2(sg_ukr_12x32, SG_R12)
 #define SG_FMA1(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i);
 #define SG_STORE1(i)                                                                               \
     if ((i) < nq) _mm512_mask_storeu_ps(c + (i)*ldc, m, sg_fix(c##i, fix));
-SG_UKR1(sg_ukr_4x16, SG_R4)
-SG_UKR1(sg_ukr_8x16, SG_R8)
-SG_UKR1(sg_ukr_12x16, SG_R12)
-SG_UKR1(sg_ukr_16x16, SG_R16)
-SG_UKR1(sg_ukr_24x16, SG_R24)
+SG_UKR1(sg_ukr_4x16, SG_R4, SG_FMA1, SG_AVX512)
+SG_UKR1(sg_ukr_8x16, SG_R8, SG_FMA1, SG_AVX512)
+SG_UKR1(sg_ukr_12x16, SG_R12, SG_FMA1, SG_AVX512)
+SG_UKR1(sg_ukr_16x16, SG_R16, SG_FMA1, SG_AVX512)
+SG_UKR1(sg_ukr_24x16, SG_R24, SG_FMA1, SG_AVX512)
+
+/* The same blocks over bf16 pairs (SG_PAIR, under FTZ): each packed "float" of A and B holds the
+ * bf16 elements k = 2p (low half) and 2p + 1 (high half) of one row or column, and vdpbf16ps adds
+ * both products to each lane, 2p + 1 first, every step an fma whose result is flushed (inputs read
+ * through DAZ): the reference's ACC_F32_PAIR chain (src/exec/linalg.c), bit for bit. */
+#define SG_AVX512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")))
+#define SGP_FMA2(i)                                                                                \
+    {                                                                                              \
+        __m512bh x = (__m512bh)_mm512_set1_ps(a[i]);                                               \
+        c##i##a = _mm512_dpbf16_ps(c##i##a, x, (__m512bh)b0);                                      \
+        c##i##b = _mm512_dpbf16_ps(c##i##b, x, (__m512bh)b1);                                      \
+    }
+#define SGP_FMA1(i) c##i = _mm512_dpbf16_ps(c##i, (__m512bh)_mm512_set1_ps(a[i]), (__m512bh)b0);
+SG_UKR2(sgp_ukr_4x32, SG_R4, SGP_FMA2, SG_AVX512BF)
+SG_UKR2(sgp_ukr_8x32, SG_R8, SGP_FMA2, SG_AVX512BF)
+SG_UKR2(sgp_ukr_12x32, SG_R12, SGP_FMA2, SG_AVX512BF)
+SG_UKR1(sgp_ukr_4x16, SG_R4, SGP_FMA1, SG_AVX512BF)
+SG_UKR1(sgp_ukr_8x16, SG_R8, SGP_FMA1, SG_AVX512BF)
+SG_UKR1(sgp_ukr_12x16, SG_R12, SGP_FMA1, SG_AVX512BF)
+SG_UKR1(sgp_ukr_16x16, SG_R16, SGP_FMA1, SG_AVX512BF)
+SG_UKR1(sgp_ukr_24x16, SG_R24, SGP_FMA1, SG_AVX512BF)
+
+/* Without AVX512_BF16 (or with OPTITPU_DPBF16=0): the same steps as two fmas per pair, the high
+ * half's product first, run while the FPU's FTZ | DAZ modes are set (sg_block): an fma under FTZ
+ * flushes exactly as vdpbf16ps does (the tininess of the result rounded with an unbounded
+ * exponent), and DAZ reads a subnormal operand as zero, as vdpbf16ps reads it. */
+#define SGE_HI(v) _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), sge_hi))
+#define SGE_LO(v) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(v), 16))
+#define SGE_FMA2(i)                                                                                \
+    {                                                                                              \
+        const __m512i sge_hi = _mm512_set1_epi32((int)0xffff0000u);                                \
+        __m512 x = _mm512_set1_ps(a[i]), xh = SGE_HI(x), xl = SGE_LO(x);                           \
+        c##i##a = _mm512_fmadd_ps(xl, SGE_LO(b0), _mm512_fmadd_ps(xh, SGE_HI(b0), c##i##a));       \
+        c##i##b = _mm512_fmadd_ps(xl, SGE_LO(b1), _mm512_fmadd_ps(xh, SGE_HI(b1), c##i##b));       \
+    }
+#define SGE_FMA1(i)                                                                                \
+    {                                                                                              \
+        const __m512i sge_hi = _mm512_set1_epi32((int)0xffff0000u);                                \
+        __m512 x = _mm512_set1_ps(a[i]);                                                           \
+        c##i =                                                                                     \
+            _mm512_fmadd_ps(SGE_LO(x), SGE_LO(b0), _mm512_fmadd_ps(SGE_HI(x), SGE_HI(b0), c##i));  \
+    }
+SG_UKR2(sge_ukr_4x32, SG_R4, SGE_FMA2, SG_AVX512)
+SG_UKR2(sge_ukr_8x32, SG_R8, SGE_FMA2, SG_AVX512)
+SG_UKR2(sge_ukr_12x32, SG_R12, SGE_FMA2, SG_AVX512)
+SG_UKR1(sge_ukr_4x16, SG_R4, SGE_FMA1, SG_AVX512)
+SG_UKR1(sge_ukr_8x16, SG_R8, SGE_FMA1, SG_AVX512)
+SG_UKR1(sge_ukr_12x16, SG_R12, SGE_FMA1, SG_AVX512)
+SG_UKR1(sge_ukr_16x16, SG_R16, SGE_FMA1, SG_AVX512)
+SG_UKR1(sge_ukr_24x16, SG_R24, SGE_FMA1, SG_AVX512)
+
+typedef void (*sg_ukr_fn)(int64_t, const float *restrict, int64_t, const float *restrict, int64_t,
+                          float *, int64_t, bool, int64_t, __mmask16, int);
+/* the pair kernels by width (0: R x 32, 1: R x 16) and rows (4, 8, 12, 16, 24) */
+static const sg_ukr_fn sgp_ukrs[2][2][5] = {
+    {{sge_ukr_4x32, sge_ukr_8x32, sge_ukr_12x32, sge_ukr_12x32, sge_ukr_12x32},
+     {sge_ukr_4x16, sge_ukr_8x16, sge_ukr_12x16, sge_ukr_16x16, sge_ukr_24x16}},
+    {{sgp_ukr_4x32, sgp_ukr_8x32, sgp_ukr_12x32, sgp_ukr_12x32, sgp_ukr_12x32},
+     {sgp_ukr_4x16, sgp_ukr_8x16, sgp_ukr_12x16, sgp_ukr_16x16, sgp_ukr_24x16}}};
 
 /* The register block for nq rows (<= mr) x nj columns (<= the panel's nr = bs) at c: the
- * narrowest kernel that covers them (rows in steps of 4, or 8 past 16; columns in steps of 16) */
+ * narrowest kernel that covers them (rows in steps of 4, or 8 past 16; columns in steps of 16);
+ * pair: the bf16-pair kernels (dp: vdpbf16ps, else two fmas a pair) */
 static void sg_ukr(int64_t kc, const float *a, int64_t ld, const float *bp, int64_t bs, float *c,
-                   int64_t ldc, bool load, int64_t nq, int64_t nj, int fix) {
+                   int64_t ldc, bool load, int64_t nq, int64_t nj, int fix, bool pair, bool dp) {
+    if (pair) {
+        int rows = nq <= 4 ? 0 : nq <= 8 ? 1 : nq <= 12 ? 2 : nq <= 16 ? 3 : 4;
+        sgp_ukrs[dp][nj <= 16][rows](kc, a, ld, bp, bs, c, ldc, load, nq,
+                                     sg_lanes(nj > 16 ? nj - 16 : nj), fix);
+        return;
+    }
     if (nj > 16) {
         __mmask16 m = sg_lanes(nj - 16);
         if (nq <= 4)
@@ -399,6 +465,19 @@ static bool sg_cpu(void) { /* reads what libgcc found at load: no cost worth cac
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("fma");
+}
+
+/* vdpbf16ps for bf16 x bf16 products under FTZ, unless OPTITPU_DPBF16=0 (measurement, and the
+ * tests of the fallback kernels on CPUs that have it) */
+static bool sg_dpbf16(void) {
+    static atomic_int known; /* 0 not yet read, 1 no, 2 yes */
+    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    if (!k) {
+        const char *e = getenv("OPTITPU_DPBF16");
+        k = sg_cpu() && __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "0")) ? 2 : 1;
+        atomic_store_explicit(&known, k, memory_order_relaxed);
+    }
+    return k == 2;
 }
 
 /* An operand as the packing reads it: f32, or bf16 / f16 widened to f32 as it is read (exact;
@@ -615,7 +694,10 @@ typedef struct sg_run {
                         packed (sg_tasks), SG_MC x SG_KC1 elements of packed A, then with own_b
                         the element's packed B */
     size_t apb;
-    bool own_b;             /* each task one batch element, its B packed by its thread */
+    bool own_b; /* each task one batch element, its B packed by its thread */
+    bool pair;  /* bf16 pairs (SG_PAIR): K, k are pairs; kel the elements of K */
+    bool dp;    /* pairs by vdpbf16ps, else by fmas under the FPU's FTZ | DAZ */
+    int64_t kel;
     bool direct;            /* A read where it lies (whole micro-panels) instead of packed */
     int fix;                /* sg_fix on the last k block: an f32 product's finished sums */
     const ex_epilogue *epi; /* the output fusion, applied to each finished row block (or NULL) */
@@ -709,6 +791,82 @@ SG_AVX512 static void sg_pack_cols(sg_src src, int64_t off, int64_t lds, int64_t
     }
 }
 
+/* ---- bf16 pairs (SG_PAIR) ----
+ * A packed "float" holds the bf16 elements k = 2p (low half) and 2p + 1 (high half) of a row of A
+ * or a column of B, in the f32 GEMM's places with p for k. With K odd the last pair's high half
+ * is -0 (0x8000) in A and +0 in B: their product -0 leaves any sum as it is (x + -0 = x, -0
+ * included), so the lone last element is added alone, as the reference adds it. */
+#define SGP_PAD_A ((uint16_t)0x8000)
+#define SGP_PAD_B ((uint16_t)0)
+
+/* Rows i < n of a row-major bf16 source (src at element off, rows lds elements apart, kel
+ * elements each), pairs [p0, p0 + pc), into d as [p][w] (d[p * w + i]), rows in [n, w) zero: a
+ * row-major A (w = mr) and a transposed B (w = nr), 16 rows x 16 pairs through registers. */
+SG_AVX512 static void sgp_pack_rows(const uint16_t *src, int64_t off, int64_t lds, int64_t n,
+                                    int64_t w, int64_t p0, int64_t pc, int64_t kel, uint16_t pad,
+                                    float *d) {
+    for (int64_t i0 = 0; i0 < w; i0 += 16) {
+        int64_t nl = w - i0 < 16 ? w - i0 : 16, nv = n - i0 < 0 ? 0 : n - i0 < nl ? n - i0 : nl;
+        __mmask16 st = sg_lanes(nl);
+        for (int64_t q0 = 0; q0 < pc; q0 += 16) {
+            int64_t nk = pc - q0 < 16 ? pc - q0 : 16, e0 = 2 * (p0 + q0);
+            int64_t ne = kel - e0 < 2 * nk ? kel - e0 : 2 * nk; /* elements present */
+            __mmask32 ld = ne >= 32 ? (__mmask32)0xffffffffu : (((__mmask32)1 << ne) - 1);
+            int64_t pk = e0 + 128, pr = i0; /* prefetch 4 blocks ahead, as sg_pack_rows */
+            if (pk >= kel) {
+                pk -= kel;
+                pr += nl;
+            }
+            for (int i = 0; i < nl; i++)
+                _mm_prefetch((const char *)(uintptr_t)(src + off + (pr + i) * lds + pk),
+                             _MM_HINT_T0);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) {
+                __m512i v = _mm512_setzero_si512();
+                if (i < nv) {
+                    v = _mm512_maskz_loadu_epi16(ld, src + off + (i0 + i) * lds + e0);
+                    if (ne < 2 * nk) /* K odd: the last pair's high half */
+                        v = _mm512_mask_mov_epi16(v, (__mmask32)1 << ne,
+                                                  _mm512_set1_epi16((short)pad));
+                }
+                r[i] = _mm512_castsi512_ps(v);
+            }
+            sg_tr16(r);
+            for (int k = 0; k < nk; k++) _mm512_mask_storeu_ps(d + (q0 + k) * w + i0, st, r[k]);
+        }
+    }
+}
+
+/* Columns [0, n) of a bf16 source whose rows are k (src at element off = row 0, rows lds elements
+ * apart, kel rows), pairs [p0, p0 + pc), rows 2p and 2p + 1 interleaved into micro-panels of w
+ * columns, each [p][w], panel q at d + q * ps, columns past n zero: a transposed A (ps = pc * w)
+ * and a row-major B (ps = K pairs * nr). */
+SG_AVX512 static void sgp_pack_cols(const uint16_t *src, int64_t off, int64_t lds, int64_t n,
+                                    int64_t w, int64_t p0, int64_t pc, int64_t kel, uint16_t pad,
+                                    float *d, int64_t ps) {
+    int64_t np = cdiv(n, w);
+    for (int64_t p = 0; p < pc; p++) {
+        int64_t k = 2 * (p0 + p);
+        const uint16_t *r0 = src + off + k * lds, *r1 = r0 + lds;
+        bool lone = k + 1 >= kel;
+        for (int64_t j = 0; j < n; j += 32) { /* the next pairs' rows, 4 pairs ahead */
+            _mm_prefetch((const char *)(uintptr_t)(r0 + 8 * lds + j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(uintptr_t)(r1 + 8 * lds + j), _MM_HINT_T0);
+        }
+        for (int64_t q = 0; q < np; q++)
+            for (int64_t j = 0; j < w; j += 16) {
+                int64_t c = q * w + j;
+                __mmask16 m = sg_lanes(n - c < 0 ? 0 : n - c);
+                __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r0 + c));
+                __m512i hi = lone ? _mm512_set1_epi32(pad)
+                                  : _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r1 + c));
+                __m512i v = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+                _mm512_mask_storeu_ps(d + q * ps + p * w + j, sg_lanes(w - j),
+                                      _mm512_castsi512_ps(v));
+            }
+    }
+}
+
 /* Panels [p0, p1) of batch element b's B, k [k0, k0 + kc), into their places in bp (the
  * element's packed B: panel p at bp + p * K * nr, [k][nr], zero past N). A row-major B is read
  * row by row across the panels: one stream of B instead of one per panel. */
@@ -737,6 +895,21 @@ SG_AVX512 static void sg_pack_b(const sg_run *r, int64_t b, int64_t p0, int64_t 
         return;
     }
     float *bp = (float *)bpc;
+    if (r->pair) { /* k0, kc, K in pairs */
+        const uint16_t *src = g->b;
+        if (g->tb) {
+            for (int64_t p = p0; p < p1; p++) {
+                int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
+                sgp_pack_rows(src, off + j0 * ldb, ldb, nj, nr, k0, kc, r->kel, SGP_PAD_B,
+                              bp + p * K * nr + k0 * nr);
+            }
+        } else {
+            int64_t c1 = p1 * nr < N ? p1 * nr : N;
+            sgp_pack_cols(src, off + p0 * nr, ldb, c1 - p0 * nr, nr, k0, kc, r->kel, SGP_PAD_B,
+                          bp + p0 * K * nr + k0 * nr, K * nr);
+        }
+        return;
+    }
     if (g->tb) {
         for (int64_t p = p0; p < p1; p++) {
             int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
@@ -760,6 +933,20 @@ static void sg_pack_a(const sg_run *r, int64_t aoff, char *ap, int64_t i0, int64
                       int64_t kc) {
     int64_t lda = r->va->ld, mr = r->mr;
     bool f64 = r->g->t == OT_F64;
+    if (r->pair) { /* k0, kc in pairs */
+        const uint16_t *src = r->g->a;
+        if (r->g->ta) {
+            sgp_pack_cols(src, aoff + i0, lda, mi, mr, k0, kc, r->kel, SGP_PAD_A, (float *)ap,
+                          kc * mr);
+            return;
+        }
+        for (int64_t q = 0; q < mi; q += mr) {
+            int64_t nq = mi - q < mr ? mi - q : mr;
+            sgp_pack_rows(src, aoff + (i0 + q) * lda, lda, nq, mr, k0, kc, r->kel, SGP_PAD_A,
+                          (float *)ap + q * kc);
+        }
+        return;
+    }
     if (r->g->ta) { /* row k of A^T across the micro-panels: one stream instead of one per panel */
         if (f64)
             sd_pack_cols(r->sa, aoff + k0 * lda + i0, lda, mi, mr, kc, (double *)ap);
@@ -840,6 +1027,9 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
             sg_pack_a(r, aoff, ap, m0, mi, k0, kc);
         else if (full < mi) /* the short micro-panel, at its place in a packed block */
             sg_pack_a(r, aoff, ap + full * kc * es, m0 + full, mi - full, k0, kc);
+        /* the pairs' fma kernels flush as vdpbf16ps with the FPU's FTZ | DAZ (packing is
+         * integer work; the output fusion runs after the mode is restored) */
+        unsigned csr = r->pair && !r->dp ? ex_hw_ftz_on() : 0;
         for (int64_t p = p0; p < p1; p++) {
             int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
             const char *bk = bp + (p * K * nr + k0 * nr) * es;
@@ -857,9 +1047,10 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
                            k0 > 0, nq, nj);
                 else
                     sg_ukr(kc, (const float *)x, ld, (const float *)bk, nr, (float *)cq0, N, k0 > 0,
-                           nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE);
+                           nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE, r->pair, r->dp);
             }
         }
+        if (r->pair && !r->dp) ex_hw_ftz_off(csr);
     }
 }
 
@@ -1009,9 +1200,13 @@ static int64_t sg_first_tasks(const ex_gemm *g, int threads) {
 }
 
 /* scratch: sg_scratch_bytes(g, threads), threads >= the pool's threads that will run it */
+/* kel > 0: bf16 pairs (SG_PAIR): g->K is the pairs, kel the elements */
 static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
-                    char *scratch, int threads) {
+                    char *scratch, int threads, int64_t kel) {
     sg_run r = {.g = g,
+                .pair = kel > 0,
+                .dp = kel > 0 && sg_dpbf16(),
+                .kel = kel,
                 .va = va,
                 .vb = vb,
                 .sa = {g->a, g->ad, c->ftz},
@@ -1073,15 +1268,21 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
  * reference — the GEMM runs without FTZ/DAZ (ftz false) and the finished f32 sums are flushed
  * afterwards, with a NaN made the canonical quiet NaN, then rounded to the result dtype
  * (half_finish). That pass runs on each finished block of rows through the GEMM's output-fusion
- * hook, before the fused loop's own (if any). AVX512_BF16's vdpbf16ps (two products per lane and
- * instruction) cannot give these bits: it flushes subnormal inputs, products and partial sums
- * whatever MXCSR says, where the reference's partial sums underflow gradually. */
+ * hook, before the fused loop's own (if any). bf16 x bf16 under FTZ is the reference's pairs
+ * chain instead (ACC_F32_PAIR): the GEMM packs pairs of k (SG_PAIR, sgp_*) and runs vdpbf16ps,
+ * two products per lane and instruction, or without AVX512_BF16 two fmas a pair under the FPU's
+ * FTZ | DAZ (sge_*); half_finish then only makes NaNs canonical and rounds. */
 static bool half_float(ot_dtype t) {
     return t == OT_BF16 || t == OT_F16;
 }
 
 static bool half_dot_dtype(ot_dtype a, ot_dtype b, ot_dtype o) {
     return half_float(a) && half_float(b) && (o == OT_F32 || half_float(o));
+}
+
+/* bf16 x bf16 under FTZ: the reference's pairs (src/exec/linalg.c ACC_F32_PAIR) */
+static bool sg_pair_dot(ot_dtype a, ot_dtype b, bool ftz) {
+    return ftz && a == OT_BF16 && b == OT_BF16;
 }
 
 /* The finishing pass over the GEMM's f32 sums (an output-fusion hook: elements [b, e) of the
@@ -1227,6 +1428,7 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
         g.ta = false; /* copied into (batch, free, contracting) order first */
 #if SG_OWN
     if (half && !sg_cpu()) return false; /* the reference's */
+    if (sg_pair_dot(ls->dtype, rs->dtype, ex_ftz)) g.K = cdiv(g.K, 2);
     if (half || sd_use(&g) || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
 #endif
     gemm_run run;
@@ -1268,6 +1470,8 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS); it takes
      * any shape (fewer rows or columns than a register block go through its edge blocks) */
     if (half && (NB * M * N == 0 || K == 0 || !sg_cpu())) return OT_OK;
+    /* bf16 x bf16 under FTZ: the pairs' chain (ACC_F32_PAIR) */
+    bool pair = half && sg_pair_dot(ls->dtype, rs->dtype, c->ftz);
 #endif
     *done = true;
     if (NB * M * N == 0) return OT_OK;
@@ -1301,9 +1505,11 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
 #if SG_OWN
     int threads = 1;
     bool own = exact;
+    ex_gemm gk = g; /* the GEMM's view: with pairs, K counts them */
+    if (pair) gk.K = cdiv(K, 2);
     if (own) {
         threads = ex_par_threads(c, NB * M * N * K * 4);
-        gbytes = sg_scratch_bytes(&g, threads);
+        gbytes = sg_scratch_bytes(&gk, threads);
         need += gbytes;
     }
 #endif
@@ -1343,7 +1549,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     }
 #if SG_OWN
     if (own && !half && odt == OT_F32) { /* the sums finished as stored (sg_fix) */
-        sg_gemm(c, &g, &va, &vb, gscratch, threads);
+        sg_gemm(c, &g, &va, &vb, gscratch, threads, 0);
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;
         return OT_OK;
@@ -1352,7 +1558,12 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         half_fin fin = {g.c, out, odt, c->ftz, c->epilogue};
         ex_epilogue hook = {half_finish, &fin};
         c->epilogue = &hook;
-        sg_gemm(c, &g, &va, &vb, gscratch, threads);
+        gk.a = g.a; /* the operands as copied, if they were */
+        gk.b = g.b;
+        gk.c = g.c;
+        gk.ta = g.ta;
+        gk.tb = g.tb;
+        sg_gemm(c, &gk, &va, &vb, gscratch, threads, pair ? K : 0);
         c->epilogue = fin.next;
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;

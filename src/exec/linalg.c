@@ -9,18 +9,32 @@
  * (0x7fc00000 in f32, 0x7ff8000000000000 in f64: which NaN payload an operation propagates
  * depends on its operand order), rounded once to the result dtype. Operands of 16-bit float
  * dtypes (bf16, f16) widen to f32 exactly, so their products are exact unless they underflow or
- * overflow f32. This is what the fast dot's own GEMM computes (src/exec/fast_dot.c, f32 and
- * 16-bit operands into f32 lanes, f64 into f64 lanes), bit for bit at every thread count; a
- * multiply-then-add chain would run there at about 0.7 of an fma chain's speed (f64 512^3 on one
- * thread of an AMD EPYC with AVX-512). Convolutions keep the multiply-then-add chain (their fast
- * kernels, OpenBLAS and oneDNN, sum in orders of their own). */
+ * overflow f32. A bf16 x bf16 dot under FTZ (ACC_F32_PAIR) takes k in pairs, the odd one first,
+ * each step flushed as x86's FTZ flushes (pair_step): vdpbf16ps's sums (docs/exec.md). This is what
+ * the fast dot's own GEMM computes (src/exec/fast_dot.c, f32 and 16-bit operands into f32 lanes,
+ * f64 into f64 lanes), bit for bit at every thread count; a multiply-then-add chain would run there
+ * at about 0.7 of an fma chain's speed (f64 512^3 on one thread of an AMD EPYC with AVX-512).
+ * Convolutions keep the multiply-then-add chain (their fast kernels, OpenBLAS and oneDNN, sum in
+ * orders of their own). */
 #include "exec/exec_internal.h"
 
 #include <float.h>
 
-/* ACC_F32_FMA, ACC_F64_FMA: each product added by one fma (dots); ACC_F32, ACC_F64: multiplied,
+/* ACC_F32_FMA, ACC_F64_FMA: each product added by one fma (dots); ACC_F32_PAIR: a bf16 x bf16 dot
+ * under FTZ, in pairs (acc_strided); ACC_F32, ACC_F64: multiplied,
  * then added (convolutions) */
-typedef enum acc_kind { ACC_F32, ACC_F32_FMA, ACC_F64, ACC_F64_FMA, ACC_INT } acc_kind;
+typedef enum acc_kind {
+    ACC_F32,
+    ACC_F32_FMA,
+    ACC_F32_PAIR,
+    ACC_F64,
+    ACC_F64_FMA,
+    ACC_INT
+} acc_kind;
+
+static bool acc_f32(acc_kind k) {
+    return k == ACC_F32 || k == ACC_F32_FMA || k == ACC_F32_PAIR;
+}
 
 static acc_kind acc_for(ot_dtype out, ot_dtype a, ot_dtype b) {
     if (out == OT_F64 || a == OT_F64 || b == OT_F64) return ACC_F64;
@@ -39,14 +53,15 @@ typedef struct acc {
 static ot_status widen(const ot_value *v, acc_kind k, void **out) {
     const ot_shape *s = ex_arr(v);
     int64_t n = ot_shape_numel_unchecked(s);
-    size_t es = k == ACC_F32 || k == ACC_F32_FMA ? 4 : 8;
+    size_t es = acc_f32(k) ? 4 : 8;
     void *p = ot_malloc((size_t)(n ? n : 1) * es);
     if (!p)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "dot/convolution: out of memory widening operands");
     for (int64_t e = 0; e < n; e++) {
         switch (k) {
         case ACC_F32:
-        case ACC_F32_FMA: {
+        case ACC_F32_FMA:
+        case ACC_F32_PAIR: {
             float x = (float)ex_ld_f(s->dtype, v->array.data, e);
             ((float *)p)[e] = ex_ftz && x != 0 && fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;
             break;
@@ -64,7 +79,21 @@ static ot_status widen(const ot_value *v, acc_kind k, void **out) {
     return OT_OK;
 }
 
-/* s += sum over j < n of a[ia + j * sa] * b[ib + j * sb], in order j = 0, 1, ... */
+/* One step of ACC_F32_PAIR: t + x * y by one fma, flushed as x86's FTZ flushes it (what
+ * vdpbf16ps and an fma under MXCSR FTZ compute): to a zero of its sign when the result rounded to
+ * 24 bits with an unbounded exponent is below FLT_MIN, so also when it rounds up to FLT_MIN only in
+ * the subnormal range (exact sums in [FLT_MIN - 2^-150, FLT_MIN - 2^-151)). t + x * y is exact in
+ * double wherever that case can arise (x, y widened from bf16: 8-bit significands). */
+static inline float pair_step(float x, float y, float t) {
+    float r = fmaf(x, y, t);
+    if (r != 0 && fabsf(r) < FLT_MIN) return copysignf(0.0f, r);
+    if (fabsf(r) == FLT_MIN && fabs((double)t + (double)x * (double)y) < 0x1.ffffffp-127)
+        return copysignf(0.0f, r);
+    return r;
+}
+
+/* s += sum over j < n of a[ia + j * sa] * b[ib + j * sb], in order j = 0, 1, ... (ACC_F32_PAIR:
+ * in pairs (j, j + 1), j even, j + 1 first, each step flushed: pair_step) */
 static inline void acc_strided(acc *s, acc_kind k, const void *a, int64_t ia, int64_t sa,
                                const void *b, int64_t ib, int64_t sb, int64_t n) {
     switch (k) {
@@ -79,6 +108,16 @@ static inline void acc_strided(acc *s, acc_kind k, const void *a, int64_t ia, in
         const float *x = (const float *)a + ia, *y = (const float *)b + ib;
         float t = s->f;
         for (int64_t j = 0; j < n; j++) t = fmaf(x[j * sa], y[j * sb], t);
+        s->f = t;
+        break;
+    }
+    case ACC_F32_PAIR: { /* the chain from k = 0 (k block boundaries are even) */
+        const float *x = (const float *)a + ia, *y = (const float *)b + ib;
+        float t = s->f;
+        for (int64_t j = 0; j < n; j += 2) {
+            if (j + 1 < n) t = pair_step(x[(j + 1) * sa], y[(j + 1) * sb], t);
+            t = pair_step(x[j * sa], y[j * sb], t);
+        }
         s->f = t;
         break;
     }
@@ -115,6 +154,7 @@ static inline void acc_store(const acc *sum, acc_kind k, ot_dtype t, void *y, in
     if (ex_ftz && flushed.d != 0 && fabs(flushed.d) < DBL_MIN) flushed.d = copysign(0.0, flushed.d);
     switch (k) {
     case ACC_F32_FMA:
+    case ACC_F32_PAIR:
         if (isnan(s->f)) s->f = NAN; /* the canonical quiet NaN, 0x7fc00000 */
         /* fall through */
     case ACC_F32:
@@ -147,7 +187,7 @@ static ot_status widen_permuted(const ot_value *v, acc_kind k, const int64_t *or
     const ot_shape *s = ex_arr(v);
     OT_CHECK(widen(v, k, out));
     int64_t n = ot_shape_numel_unchecked(s);
-    size_t es = k == ACC_F32 || k == ACC_F32_FMA ? 4 : 8;
+    size_t es = acc_f32(k) ? 4 : 8;
     void *p = ot_malloc((size_t)(n ? n : 1) * es);
     if (!p) {
         ot_free(*out);
@@ -204,6 +244,8 @@ ot_status ex_kernel_dot(const ot_instr *i, const ot_value *const *ops, ot_value 
     }
     acc_kind ak = acc_for(os->dtype, ls->dtype, rs->dtype);
     if (ak == ACC_F32) ak = ACC_F32_FMA;
+    if (ak == ACC_F32_FMA && ex_ftz && ls->dtype == OT_BF16 && rs->dtype == OT_BF16)
+        ak = ACC_F32_PAIR;
     if (ak == ACC_F64) ak = ACC_F64_FMA;
     void *lw = NULL, *rw = NULL;
     ot_status st = widen_permuted(ops[0], ak, lord, &lw);
