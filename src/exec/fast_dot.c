@@ -817,9 +817,10 @@ SG_AVX512 static void sgp_pack_rows(const uint16_t *src, int64_t off, int64_t ld
                 pk -= kel;
                 pr += nl;
             }
-            for (int i = 0; i < nl; i++)
-                _mm_prefetch((const char *)(uintptr_t)(src + off + (pr + i) * lds + pk),
-                             _MM_HINT_T0);
+            for (int i = 0; i < nl; i++) /* the address as an integer: it may lie past src */
+                _mm_prefetch(
+                    (const char *)((uintptr_t)src + (uintptr_t)((off + (pr + i) * lds + pk) * 2)),
+                    _MM_HINT_T0);
             __m512 r[16];
             for (int i = 0; i < 16; i++) {
                 __m512i v = _mm512_setzero_si512();
@@ -847,11 +848,12 @@ SG_AVX512 static void sgp_pack_cols(const uint16_t *src, int64_t off, int64_t ld
     int64_t np = cdiv(n, w);
     for (int64_t p = 0; p < pc; p++) {
         int64_t k = 2 * (p0 + p);
-        const uint16_t *r0 = src + off + k * lds, *r1 = r0 + lds;
         bool lone = k + 1 >= kel;
-        for (int64_t j = 0; j < n; j += 32) { /* the next pairs' rows, 4 pairs ahead */
-            _mm_prefetch((const char *)(uintptr_t)(r0 + 8 * lds + j), _MM_HINT_T0);
-            _mm_prefetch((const char *)(uintptr_t)(r1 + 8 * lds + j), _MM_HINT_T0);
+        const uint16_t *r0 = src + off + k * lds, *r1 = lone ? r0 : r0 + lds;
+        for (int64_t j = 0; j < n; j += 32) { /* the rows 4 pairs ahead (may lie past src) */
+            uintptr_t ahead = (uintptr_t)src + (uintptr_t)((off + (k + 8) * lds + j) * 2);
+            _mm_prefetch((const char *)ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)(ahead + (uintptr_t)(lds * 2)), _MM_HINT_T0);
         }
         for (int64_t q = 0; q < np; q++)
             for (int64_t j = 0; j < w; j += 16) {
