@@ -258,6 +258,76 @@ static const char *k_nested_tuple =
     "  ROOT o = f32[64] get-tuple-element(r), index=1\n"
     "}\n";
 
+/* A conditional at the top level: a pred from the data picks a branch of a dot and a tanh
+ * over a tuple operand, or an elementwise branch over an array; DIR flips the compare, so the
+ * two modules run one branch each. */
+#define COND_PRED(DIR)                                                                             \
+    "HloModule cp\n"                                                                               \
+    "sum {\n"                                                                                      \
+    "  a = f32[] parameter(0)\n"                                                                   \
+    "  b = f32[] parameter(1)\n"                                                                   \
+    "  ROOT s = f32[] add(a, b)\n"                                                                 \
+    "}\n"                                                                                          \
+    "yes {\n"                                                                                      \
+    "  t = (f32[64,48], f32[48,40]) parameter(0)\n"                                                \
+    "  a = f32[64,48] get-tuple-element(t), index=0\n"                                             \
+    "  w = f32[48,40] get-tuple-element(t), index=1\n"                                             \
+    "  d = f32[64,40] dot(a, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"             \
+    "  ROOT r = f32[64,40] tanh(d)\n"                                                              \
+    "}\n"                                                                                          \
+    "no {\n"                                                                                       \
+    "  v = f32[64,40] parameter(0)\n"                                                              \
+    "  two = f32[] constant(2)\n"                                                                  \
+    "  tb = f32[64,40] broadcast(two), dimensions={}\n"                                            \
+    "  n = f32[64,40] negate(v)\n"                                                                 \
+    "  ROOT r = f32[64,40] multiply(n, tb)\n"                                                      \
+    "}\n"                                                                                          \
+    "ENTRY main {\n"                                                                               \
+    "  a = f32[64,48] parameter(0)\n"                                                              \
+    "  w = f32[48,40] parameter(1)\n"                                                              \
+    "  v = f32[64,40] parameter(2)\n"                                                              \
+    "  z = f32[] constant(0)\n"                                                                    \
+    "  s = f32[] reduce(a, z), dimensions={0,1}, to_apply=sum\n"                                   \
+    "  p = pred[] compare(s, z), direction=" DIR "\n"                                              \
+    "  t = (f32[64,48], f32[48,40]) tuple(a, w)\n"                                                 \
+    "  ROOT c = f32[64,40] conditional(p, t, v), true_computation=yes, false_computation=no\n"     \
+    "}\n"
+
+/* An index conditional of three branches (one returning its operand as it is) with tuple
+ * results; K is added to an index from the data that is 0, so K = 3 and -1 are out of range
+ * (the last branch). */
+#define COND_INDEX(K)                                                                              \
+    "HloModule ci\n"                                                                               \
+    "b0 {\n"                                                                                       \
+    "  v = f32[300] parameter(0)\n"                                                                \
+    "  e = f32[300] exponential(v)\n"                                                              \
+    "  ROOT t = (f32[300], f32[300]) tuple(e, v)\n"                                                \
+    "}\n"                                                                                          \
+    "b1 {\n"                                                                                       \
+    "  v = f32[300] parameter(0)\n"                                                                \
+    "  s = f32[300] sine(v)\n"                                                                     \
+    "  c = f32[300] cosine(v)\n"                                                                   \
+    "  ROOT t = (f32[300], f32[300]) tuple(s, c)\n"                                                \
+    "}\n"                                                                                          \
+    "b2 {\n"                                                                                       \
+    "  v = f32[300] parameter(0)\n"                                                                \
+    "  ROOT t = (f32[300], f32[300]) tuple(v, v)\n"                                                \
+    "}\n"                                                                                          \
+    "ENTRY main {\n"                                                                               \
+    "  x = f32[300] parameter(0)\n"                                                                \
+    "  x0 = f32[1] slice(x), slice={[0:1]}\n"                                                      \
+    "  small = f32[1] constant({0.0001})\n"                                                        \
+    "  m = f32[1] multiply(x0, small)\n"                                                           \
+    "  r = f32[] reshape(m)\n"                                                                     \
+    "  i = s32[] convert(r)\n"                                                                     \
+    "  k = s32[] constant(" K ")\n"                                                                \
+    "  j = s32[] add(i, k)\n"                                                                      \
+    "  c = (f32[300], f32[300]) conditional(j, x, x, x), branch_computations={b0, b1, b2}\n"       \
+    "  g0 = f32[300] get-tuple-element(c), index=0\n"                                              \
+    "  g1 = f32[300] get-tuple-element(c), index=1\n"                                              \
+    "  ROOT o = f32[300] add(g0, g1)\n"                                                            \
+    "}\n"
+
 /* Loops nested `depth` deep, each running 3 iterations of x <- x * 0.75 + sin(x) around the
  * next; written into buf. */
 static void nested_module(int depth, char *buf, size_t cap) {
@@ -396,8 +466,9 @@ static void check_against(const char *name, const char *text, const char *same_a
     for (size_t mi = 0; mi < 2; mi++) {
         ot_executable *e = compile_text(text, modes[mi]);
         ASSERT_TRUE(e != NULL);
-        int loops = 0;
-        for (int k = 0; k < ot_executable_kernel_count(e); k++) loops += !!cc_executable_loop(e, k);
+        int loops = 0; /* compiled while loops and conditionals */
+        for (int k = 0; k < ot_executable_kernel_count(e); k++)
+            loops += cc_executable_loop(e, k) || cc_executable_cond(e, k);
         EXPECT_TRUE(loops > 0);
         ot_threadpool *p1 = NULL;
         ASSERT_OK(ot_threadpool_create(1, &p1));
@@ -472,6 +543,19 @@ static void test_nested_tuple_and_conditional(void) {
     check_program("nested tuple", k_nested_tuple);
 }
 
+static void test_conditionals(void) {
+    check_program("cond true", COND_PRED("GT"));
+    check_program("cond false", COND_PRED("LE"));
+    const char *ks[] = {"0", "1", "2", "3", "-1"};
+    for (int q = 0; q < 5; q++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "cond index %s", ks[q]);
+        static char buf[1 << 12];
+        snprintf(buf, sizeof buf, COND_INDEX("%s"), ks[q]);
+        check_program(nm, buf);
+    }
+}
+
 /* Nested loops, up to and past the compiled depth: the innermost beyond it run in the
  * evaluator, with the same results. */
 static void test_nested_loops(void) {
@@ -510,4 +594,4 @@ static void test_profile_shows_body(void) {
 OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_threefry), OT_TEST(test_shared_body),
              OT_TEST(test_swap_and_pass_through), OT_TEST(test_array_state),
              OT_TEST(test_nested_tuple_and_conditional), OT_TEST(test_nested_loops),
-             OT_TEST(test_profile_shows_body))
+             OT_TEST(test_profile_shows_body), OT_TEST(test_conditionals))

@@ -39,6 +39,11 @@ struct ot_executable {
     ex_scratch_cache scratch;
     /* per kernel: its while loop compiled (loop.h), or zeroed; NULL: no loop compiled */
     cc_loop *loops;
+    /* per kernel: its conditional's branches compiled (loop.h), or zeroed; NULL: none compiled;
+     * the branch executables, each compiled once per computation, owned here */
+    cc_cond *conds;
+    ot_executable **branch_exes;
+    int64_t nbranch_exes;
 };
 
 /* Builds kernels, slots, aliasing and buffer assignment for module m (taken over: owned by the

@@ -1,8 +1,9 @@
-/* Compiled while loops (loop.h): each loop's condition and body extracted into a module of its
- * own whose entry takes the loop state as array parameters (a tuple of them passed to a call of
- * the original computation, which inlining and simplification dissolve), compiled by the whole
- * pipeline. Linear in the module per level of nesting: a computation is copied once per loop
- * level it sits under, at most CC_LOOP_MAX_DEPTH times. */
+/* Compiled while loops and conditionals (loop.h): each loop's condition and body, and each
+ * conditional's branch, extracted into a module of its own whose entry takes the loop state as
+ * array parameters (a tuple of them passed to a call of the original computation, which inlining
+ * and simplification dissolve), compiled by the whole pipeline. Linear in the module per level of
+ * nesting: a computation is copied once per loop level it sits under, at most CC_LOOP_MAX_DEPTH
+ * times. */
 #include "executable_internal.h"
 #include "loop.h"
 
@@ -122,8 +123,92 @@ static ot_status compile_part(const ot_computation *f, const ot_compile_options 
     return s;
 }
 
+/* Branch f compiled once per executable (by_comp: computation -> its executable, NULL when its
+ * compile failed; kept in e->branch_exes); NULL when it does not compile. */
+static ot_executable *branch_exe(ot_executable *e, const ot_computation *f,
+                                 const ot_compile_options *o, int depth, ir_ptr_map *by_comp,
+                                 int64_t *cap) {
+    if (ir_ptr_map_get(by_comp, f)) { /* the entry is the index + 1 in e->branch_exes */
+        intptr_t at = (intptr_t)ir_ptr_map_get(by_comp, f) - 1;
+        return at >= 0 ? e->branch_exes[at] : NULL;
+    }
+    ot_executable *x = NULL;
+    ot_status s = compile_part(f, o, depth + 1, false, &x);
+    if (s == OT_OK && e->nbranch_exes == *cap) {
+        int64_t nc = *cap ? 2 * *cap : 8;
+        ot_executable **g = ot_realloc(e->branch_exes, (size_t)nc * sizeof *g);
+        if (!g)
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "conditional: out of memory");
+        else {
+            e->branch_exes = g;
+            *cap = nc;
+        }
+    }
+    if (s != OT_OK) {
+        ot_log(OT_LOG_DEBUG, "branch %s: %s; its conditionals run in the evaluator", f->name,
+               ot_last_error());
+        ot_executable_free(x);
+        if (ir_ptr_map_put(by_comp, f, (void *)(intptr_t)-1) != OT_OK) ot_clear_error();
+        return NULL;
+    }
+    e->branch_exes[e->nbranch_exes++] = x;
+    if (ir_ptr_map_put(by_comp, f, (void *)(intptr_t)e->nbranch_exes) != OT_OK) ot_clear_error();
+    return x;
+}
+
+/* Kernel k, a conditional: its branches compiled (shared with the executable's other
+ * conditionals that call the same computation) and checked against the kernel's leaves. */
+static void compile_cond(ot_executable *e, int64_t k, const ot_compile_options *o, int depth,
+                         ir_ptr_map *by_comp, int64_t *cap) {
+    const ot_kernel *kn = &e->k[k];
+    const ot_instr *c = kn->instr;
+    int nb = c->ncalled;
+    if (nb < 1 || c->noperands != nb + 1) return;
+    if (kn->ninputs < 1) return;
+    const ot_slot *sel = &e->s[kn->inputs[0]];
+    if (ot_shape_numel_unchecked(&sel->shape) != 1 ||
+        (sel->shape.dtype != OT_PRED && sel->shape.dtype != OT_S32))
+        return;
+    if (!e->conds) {
+        e->conds = ot_calloc((size_t)e->nk, sizeof *e->conds);
+        if (!e->conds) return;
+    }
+    ot_executable **br = ot_calloc((size_t)nb, sizeof *br);
+    int *leaf0 = ot_calloc((size_t)nb, sizeof *leaf0);
+    bool ok = br && leaf0;
+    int at = 1; /* the selector is leaf 0 */
+    for (int b = 0; ok && b < nb; b++) {
+        br[b] = branch_exe(e, c->called[b], o, depth, by_comp, cap);
+        ok = br[b] && ot_executable_output_count(br[b]) == kn->noutputs;
+        if (ok) {
+            leaf0[b] = at;
+            at += ot_executable_param_count(br[b]);
+        }
+    }
+    if (ok && at != kn->ninputs) {
+        ot_log(OT_LOG_DEBUG,
+               "conditional %s: branch parameters differ from its operands; it "
+               "runs in the evaluator",
+               kn->name);
+        ok = false;
+    }
+    if (!ok) {
+        ot_free(br);
+        ot_free(leaf0);
+        return;
+    }
+    e->conds[k] = (cc_cond){br, leaf0, nb};
+}
+
 void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) {
     if (depth >= CC_LOOP_MAX_DEPTH) return;
+    /* conditionals: each branch computation compiled once per executable */
+    ir_ptr_map by_comp = {0};
+    int64_t cap = 0;
+    for (int64_t k = 0; k < e->nk; k++)
+        if (e->k[k].opcode == OT_OP_CONDITIONAL && e->k[k].instr)
+            compile_cond(e, k, o, depth, &by_comp, &cap);
+    ir_ptr_map_free(&by_comp);
     /* loops with the same condition and body share one compiled pair: each computation is
      * compiled once per executable, however many while instructions run it */
     ir_ptr_map by_body = {0};
@@ -173,6 +258,18 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
 }
 
 void cc_free_loops(ot_executable *e) {
+    if (e->conds) {
+        for (int64_t k = 0; k < e->nk; k++) {
+            ot_free(e->conds[k].branch);
+            ot_free(e->conds[k].leaf0);
+        }
+        ot_free(e->conds);
+        e->conds = NULL;
+    }
+    for (int64_t q = 0; q < e->nbranch_exes; q++) ot_executable_free(e->branch_exes[q]);
+    ot_free(e->branch_exes);
+    e->branch_exes = NULL;
+    e->nbranch_exes = 0;
     if (!e->loops) return;
     for (int64_t k = 0; k < e->nk; k++) {
         if (e->loops[k].shared) continue;
@@ -186,4 +283,9 @@ void cc_free_loops(ot_executable *e) {
 const cc_loop *cc_executable_loop(const ot_executable *e, int k) {
     if (!e->loops || k < 0 || k >= e->nk || !e->loops[k].body) return NULL;
     return &e->loops[k];
+}
+
+const cc_cond *cc_executable_cond(const ot_executable *e, int k) {
+    if (!e->conds || k < 0 || k >= e->nk || !e->conds[k].branch) return NULL;
+    return &e->conds[k];
 }

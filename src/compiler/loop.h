@@ -1,9 +1,10 @@
-/* Compiled while loops: the condition and the body of each while loop of an executable's entry
- * compiled as executables of their own (the whole pipeline: passes, fusion, buffer assignment,
- * native code, nested loops), so that the runtime runs an iteration through the same kernels as
- * top-level code instead of evaluating the body op by op. Built by ot_compile after the native
- * stage and by the loader (ot_executable_deserialize), owned by the executable, freed with it.
- * Read-only once the executable is handed out: safe to read from any thread. */
+/* Compiled while loops and conditionals: the condition and the body of each while loop of an
+ * executable's entry, and each branch of a conditional, compiled as executables of their own (the
+ * whole pipeline: passes, fusion, buffer assignment, native code, nested loops), so that the
+ * runtime runs an iteration through the same kernels as top-level code instead of evaluating the
+ * body op by op. Built by ot_compile after the native stage and by the loader
+ * (ot_executable_deserialize), owned by the executable, freed with it. Read-only once the
+ * executable is handed out: safe to read from any thread. */
 #ifndef OT_COMPILER_LOOP_H
 #define OT_COMPILER_LOOP_H
 
@@ -24,13 +25,26 @@ typedef struct cc_loop {
     bool shared;                    /* another kernel's pair, freed with that kernel's */
 } cc_loop;
 
+/* A conditional compiled: branch b's executable takes the array leaves of the conditional's
+ * operand 1 + b (depth first: the kernel's inputs leaf0[b] .. leaf0[b] + its parameter count)
+ * and returns the conditional's leaves (the kernel's outputs). Branches are chosen as the
+ * evaluator chooses them: a pred selects branch 0 (true) or 1, an index out of range the last. */
+typedef struct cc_cond {
+    ot_executable **branch; /* nbranch, owned by the executable's branch_exes */
+    int *leaf0;
+    int nbranch;
+} cc_cond;
+
 /* Kernel k's compiled loop, or NULL (not a while loop, or compiled too deep, or its compile
  * failed: then the evaluator runs it). */
 const cc_loop *cc_executable_loop(const ot_executable *e, int k);
 
-/* Compiles the while loops of e's kernels with options o at nesting depth `depth` (0 for a
- * top-level executable). Never fails: a loop that does not compile is logged at debug level and
- * left to the evaluator. Not thread-safe for one executable. */
+/* Kernel k's compiled conditional, or NULL (as cc_executable_loop). */
+const cc_cond *cc_executable_cond(const ot_executable *e, int k);
+
+/* Compiles the while loops and conditionals of e's kernels with options o at nesting depth
+ * `depth` (0 for a top-level executable). Never fails: one that does not compile is logged at
+ * debug level and left to the evaluator. Not thread-safe for one executable. */
 void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth);
 
 /* Frees what cc_compile_loops built for e (ot_executable_free calls it). */

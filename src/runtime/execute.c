@@ -186,6 +186,71 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
     return st;
 }
 
+static bool mem_overlaps(const void *a, int64_t na, const void *b, int64_t nb) {
+    const char *pa = a, *pb = b;
+    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+/* A compiled conditional (compiler/loop.h) on leaves in/out: the branch the selector picks (as
+ * the evaluator picks it) runs through rt_execute_kernels on its operand's leaves, writing the
+ * kernel's outputs; an operand leaf that overlaps an output is copied first (the branch was
+ * compiled without aliasing, so it may write an output before its last read of a parameter). */
+static ot_status run_cond(ot_launch *run, const ot_executable *exe, const ot_kernel *kn,
+                          const cc_cond *c, void *const *in, void *const *out) {
+    const ot_slot *sel = ot_executable_slot(exe, kn->inputs[0]);
+    int b;
+    if (sel->shape.dtype == OT_PRED) {
+        b = ((const uint8_t *)in[0])[0] ? 0 : 1;
+    } else {
+        int32_t v;
+        memcpy(&v, in[0], sizeof v);
+        b = v < 0 || v >= c->nbranch ? c->nbranch - 1 : (int)v; /* XLA: out of range, the last */
+    }
+    const ot_executable *x = c->branch[b];
+    int np = ot_executable_param_count(x);
+    int64_t copies = 0;
+    for (int q = 0; q < np; q++) {
+        int64_t nb = ot_executable_slot(exe, kn->inputs[c->leaf0[b] + q])->nbytes;
+        for (int o = 0; o < kn->noutputs; o++)
+            if (mem_overlaps(in[c->leaf0[b] + q], nb, out[o],
+                             ot_executable_slot(exe, kn->outputs[o])->nbytes)) {
+                copies += (nb + 63) / 64 * 64;
+                break;
+            }
+    }
+    int64_t arena = ot_executable_arena_size(x);
+    char *mem = ot_aligned_alloc(64, (size_t)(arena + copies + 64));
+    void **pv = ot_malloc((size_t)(np ? np : 1) * sizeof *pv);
+    if (!mem || !pv) {
+        ot_aligned_free(mem);
+        ot_free(pv);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "conditional %s: out of memory for branch %d",
+                        kn->name, b);
+    }
+    char *p = mem + arena;
+    for (int q = 0; q < np; q++) {
+        void *src = in[c->leaf0[b] + q];
+        int64_t nb = ot_executable_slot(exe, kn->inputs[c->leaf0[b] + q])->nbytes;
+        pv[q] = src;
+        for (int o = 0; o < kn->noutputs; o++)
+            if (mem_overlaps(src, nb, out[o], ot_executable_slot(exe, kn->outputs[o])->nbytes)) {
+                memcpy(p, src, (size_t)nb);
+                pv[q] = p;
+                p += (nb + 63) / 64 * 64;
+                break;
+            }
+    }
+    /* the branch's kernels are the profile's events (the conditional records none) */
+    ot_run_options so = *run->ro;
+    so.kernel_hook = NULL;
+    ot_status st =
+        rt_execute_kernels(x, mem, pv, out, &so, run->device_index, rt_host_launch, NULL, NULL);
+    if (st != OT_OK) st = ot_error_wrap(st, "kernel %s (conditional): branch %d", kn->name, b);
+    ot_aligned_free(mem);
+    ot_free(pv);
+    return st;
+}
+
 ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *const *in,
                          void *const *out) {
     if (!run || !exe) return ot_error(OT_ERR_INVALID_ARGUMENT, "launch: run or executable is NULL");
@@ -198,6 +263,13 @@ ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *
         if (l) {
             run->path = PATH_LOOP;
             return run_loop(run, exe, kn, l, in, out);
+        }
+    }
+    if (kn->opcode == OT_OP_CONDITIONAL && run->ro && !run->ro->reference_kernels) {
+        const cc_cond *c = cc_executable_cond(exe, k);
+        if (c) {
+            run->path = PATH_LOOP;
+            return run_cond(run, exe, kn, c, in, out);
         }
     }
     if (kn->kind == OT_KERNEL_FUSION && run->native) { /* native loop fusion */
@@ -248,11 +320,6 @@ static const char *profile_kind(const ot_kernel *kn, launch_path path) {
     case PATH_REFERENCE: return "fusion-interp";
     default: return ot_kernel_kind_name(kn->kind);
     }
-}
-
-static bool mem_overlaps(const void *a, int64_t na, const void *b, int64_t nb) {
-    const char *pa = a, *pb = b;
-    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
 static void run_epilogue(const void *ctx, int64_t b, int64_t e) {
