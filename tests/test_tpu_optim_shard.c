@@ -2,8 +2,9 @@
  * parameters with their block of the reduce-scattered gradients and hold only that block's state;
  * after several steps the parameters are bit for bit those of the unsharded update of the tree
  * (or direct) all-reduced gradients, for 2-5 devices and several elementwise optimizers (bf16
- * state too). The layout, the state's size and names, and the refusals (an optimizer coupling
- * elements, a non-f32 parameter, int8 state, flat mode; a communicator of another size;
+ * state too; int8 state on 2-8 devices: the unsharded int8 update of every tensor). The layout,
+ * the state's size and names, and the refusals (an optimizer coupling elements, a non-f32
+ * parameter, int8 state without the fused kernel, flat mode; a communicator of another size;
  * the shard calls outside sharded mode). The resident blocks (shard_blocks,
  * shard_update_blocks) give the same bits with nothing copied. */
 #include "ot_test.h"
@@ -24,7 +25,7 @@
 #define HEAD  16
 
 static ot_shape shapes[NT];
-static int64_t sizes[NT], total;
+static int64_t sizes[NT], total, lpos[NT]; /* lpos: tensor k's first element of `total` */
 
 /* big: a last tensor of 13,515 elements, so the canonical summation order's blocks of 4096
  * straddle the members' blocks (the global norm's sum of squares) */
@@ -34,7 +35,10 @@ static void make_shapes(bool big) {
     ot_shape_make(&shapes[2], OT_F32, 0, NULL);
     ot_shape_make(&shapes[3], OT_F32, 3, (int64_t[]){3, 5, big ? 901 : 11});
     total = 0;
-    for (int k = 0; k < NT; k++) total += sizes[k] = ot_shape_numel_unchecked(&shapes[k]);
+    for (int k = 0; k < NT; k++) {
+        lpos[k] = total;
+        total += sizes[k] = ot_shape_numel_unchecked(&shapes[k]);
+    }
 }
 
 /* Member r's gradient of element e at step i, and the initial parameters: inexact values. */
@@ -57,6 +61,7 @@ typedef struct extra {
     /* the resident blocks (shard_blocks, shard_update_blocks): the reduce-scatter writes the
      * device's gradient block, the all-gather reads its parameter block */
     bool blocks;
+    double momentum; /* sgd's */
 } extra;
 
 typedef struct job {
@@ -93,6 +98,7 @@ static ot_tpu_optimizer_options case_options(const job *j) {
     to.loss_scaling = j->x.loss_scaling;
     to.init_scale = 512;
     to.growth_interval = 2;
+    to.state_int8_min_size = 1; /* unsharded int8: every tensor's state, as the sharded update */
     return to;
 }
 
@@ -106,7 +112,7 @@ static ot_status member(void *ud, int rank, ot_comm *c) {
     float *red = ot_malloc((size_t)len * sizeof(float));
     if (!g || !red) return OT_ERR_OUT_OF_MEMORY;
     for (int k = 0; k < NT; k++)
-        for (int64_t e = 0; e < sizes[k]; e++) p[off[k] + e] = param0(off[k] - HEAD + e);
+        for (int64_t e = 0; e < sizes[k]; e++) p[off[k] + e] = param0(lpos[k] + e);
     ot_coll_options co = ot_coll_options_default();
     co.algo = j->algo;
     ot_device *d = ot_backend_device(j->be, rank);
@@ -123,7 +129,7 @@ static ot_status member(void *ud, int rank, ot_comm *c) {
     for (int i = 1; s == OT_OK && i <= STEPS; i++) {
         for (int k = 0; k < NT; k++)
             for (int64_t e = 0; e < sizes[k]; e++)
-                g[off[k] + e] = grad_case(&j->x, rank, off[k] - HEAD + e, i);
+                g[off[k] + e] = grad_case(&j->x, rank, lpos[k] + e, i);
         if (j->x.blocks) {
             s = ot_tpu_optimizer_shard_reduce(j->sharded, c, &co, g, gb);
             if (s == OT_OK)
@@ -205,9 +211,15 @@ static void sum_sq_of(const float *g, double *ss_out) {
     ot_module_free(m);
 }
 
+/* The optimizer of case j. */
+static void case_optimizer(const job *j, ot_optimizer **o) {
+    ASSERT_OK(ot_optimizer_new(j->opt, o));
+    if (j->x.momentum > 0) ASSERT_OK(ot_optimizer_set(*o, "momentum", j->x.momentum));
+}
+
 static void reference(job *j) {
     ot_optimizer *o;
-    ASSERT_OK(ot_optimizer_new(j->opt, &o));
+    case_optimizer(j, &o);
     ot_tpu_optimizer_options to = case_options(j);
     ot_tpu_optimizer *t;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &t));
@@ -259,25 +271,42 @@ static void run_case_x(const char *opt, int n, ot_coll_algo algo, ot_tpu_state_f
     bo.devices = n;
     ASSERT_OK(ot_backend_create(&bo, &j.be));
     ot_optimizer *o;
-    ASSERT_OK(ot_optimizer_new(opt, &o));
+    case_optimizer(&j, &o);
     ot_tpu_optimizer_options to = case_options(&j);
     to.shard_devices = n;
     to.shard_head = HEAD;
     ASSERT_OK(ot_tpu_optimizer_create(o, shapes, NT, &to, &j.sharded));
     int devs = 0;
-    ASSERT_OK(ot_tpu_optimizer_shard_layout(j.sharded, &devs, &j.len, NULL));
+    int64_t off[NT];
+    ASSERT_OK(ot_tpu_optimizer_shard_layout(j.sharded, &devs, &j.len, off));
     EXPECT_INT_EQ(devs, n);
-    EXPECT_TRUE(j.len % 16 == 0 && j.len * n >= HEAD + total && (j.len - 16) * n < HEAD + total);
+    /* the tensors back to back after the head; int8: each on a quantization block, and the
+     * devices' blocks whole quantization blocks */
+    bool int8 = fmt == OT_TPU_STATE_INT8;
+    int64_t al = int8 ? OT_TPU_INT8_BLOCK : 1, blk = int8 ? OT_TPU_INT8_BLOCK : 16;
+    int64_t end = (HEAD + al - 1) / al * al;
+    for (int k = 0; k < NT; k++) {
+        EXPECT_INT_EQ(off[k], end);
+        end = (end + sizes[k] + al - 1) / al * al;
+    }
+    EXPECT_TRUE(j.len % blk == 0 && j.len * n >= end && (j.len - blk) * n < end);
     EXPECT_INT_EQ(ot_tpu_optimizer_param_count(j.sharded), 1);
-    /* each device's state: the block's slots, block-shaped */
-    int ns = ot_tpu_optimizer_state_count(j.sharded);
-    EXPECT_INT_EQ(ns, ot_optimizer_state_count(o));
+    /* each device's state: the block's slots, block-shaped (int8: u8 codes, then each code
+     * slot's absmax per quantization block) */
+    int ns = ot_tpu_optimizer_state_count(j.sharded), arrays = 0;
     for (int i = 0; i < ns; i++) {
         ot_shape sh;
         ASSERT_OK(ot_tpu_optimizer_state_shape(j.sharded, i, &sh));
-        EXPECT_TRUE(sh.rank == 0 || (sh.rank == 1 && sh.dims[0] == j.len));
-        EXPECT_TRUE(!strncmp(ot_tpu_optimizer_state_name(j.sharded, i), "0.", 2));
+        const char *nm = ot_tpu_optimizer_state_name(j.sharded, i);
+        bool absmax = strstr(nm, ".absmax") != NULL;
+        arrays += sh.rank == 1 && !absmax;
+        EXPECT_TRUE(sh.rank == 0 ||
+                    (sh.rank == 1 && sh.dims[0] == (absmax ? j.len / OT_TPU_INT8_BLOCK : j.len)));
+        EXPECT_TRUE(sh.rank == 0 || absmax || sh.dtype == (int8 ? OT_U8 : fmt ? OT_BF16 : OT_F32));
+        EXPECT_TRUE(absmax == (int8 && i >= ot_optimizer_state_count(o)));
+        EXPECT_TRUE(!strncmp(nm, "0.", 2));
     }
+    EXPECT_INT_EQ(ns, ot_optimizer_state_count(o) + (int8 ? arrays : 0));
     for (int r = 0; r < n; r++) {
         ASSERT_OK(ot_tpu_optimizer_add_replica(j.sharded, ot_backend_device(j.be, r)));
         ASSERT_TRUE((j.params[r] = ot_calloc((size_t)(n * j.len), sizeof(float))));
@@ -290,7 +319,9 @@ static void run_case_x(const char *opt, int n, ot_coll_algo algo, ot_tpu_state_f
     reference(&j);
     int bad = 0;
     for (int r = 0; r < n; r++)
-        bad += memcmp(j.params[r] + HEAD, j.ref, (size_t)total * sizeof(float)) != 0;
+        for (int k = 0; k < NT; k++)
+            bad += memcmp(j.params[r] + off[k], j.ref + lpos[k],
+                          (size_t)sizes[k] * sizeof(float)) != 0;
     if (bad)
         fprintf(stderr,
                 "  %s on %d devices (%s; clip norm %g%s, value %g, loss scaling %d%s, %s): %d "
@@ -422,10 +453,20 @@ static void test_refused(void) {
     t = NULL;
     ot_optimizer_free(o);
     ASSERT_OK(ot_optimizer_new("adam", &o));
-    to.state_format = OT_TPU_STATE_INT8;
-    EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
-    EXPECT_STR_CONTAINS(ot_last_error(), "does not take int8 state");
+    to.state_format = OT_TPU_STATE_INT8;            /* int8: the fused kernel's optimizers */
+    const char *no8[] = {"lamb", "rmsprop", "sgd"}; /* sgd: without momentum */
+    for (int i = 0; i < 3; i++) {
+        ot_optimizer *x;
+        ASSERT_OK(ot_optimizer_new(no8[i], &x));
+        EXPECT_INT_EQ(ot_tpu_optimizer_create(x, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
+        EXPECT_STR_CONTAINS(ot_last_error(), "does not take int8 state with this optimizer");
+        ot_optimizer_free(x);
+    }
     to.state_format = OT_TPU_STATE_F32;
+    to.state_int8_min_size = -1;
+    EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "state_int8_min_size -1");
+    to.state_int8_min_size = OT_TPU_INT8_MIN_SIZE;
     to.flat = true;
     EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
     EXPECT_STR_CONTAINS(ot_last_error(), "does not take flat mode");
@@ -469,5 +510,22 @@ static void test_global(void) {
     run_case_x("adamw", 5, OT_ALGO_TREE, OT_TPU_STATE_F32, all);
 }
 
+/* int8 state: each device holds its blocks' codes and absmax; the parameters are the unsharded
+ * int8 update's (every tensor quantized) for 2-8 devices, a device with padding only, tensors
+ * straddling devices, clipping and loss scaling, the resident blocks. */
+static void test_int8(void) {
+    extra mom = {.momentum = 0.9};
+    extra big = {.big = true};
+    extra all = {.clip_norm = 1.0, .loss_scaling = true, .inf_step = true, .big = true};
+    run_case("adam", 2, OT_ALGO_TREE, OT_TPU_STATE_INT8);
+    run_case("adamw", 3, OT_ALGO_DIRECT, OT_TPU_STATE_INT8);
+    run_case("adam", 8, OT_ALGO_TREE, OT_TPU_STATE_INT8); /* devices 5-7: padding only */
+    run_case("lion", 4, OT_ALGO_TREE, OT_TPU_STATE_INT8);
+    run_case_x("sgd", 3, OT_ALGO_TREE, OT_TPU_STATE_INT8, mom);
+    run_case_x("adam", 5, OT_ALGO_TREE, OT_TPU_STATE_INT8, big);
+    run_case_x("adamw", 4, OT_ALGO_TREE, OT_TPU_STATE_INT8, all);
+    run_case_x("adam", 3, OT_ALGO_DIRECT, OT_TPU_STATE_INT8, (extra){.big = true, .blocks = true});
+}
+
 OT_TEST_MAIN(OT_TEST(test_bit_identical), OT_TEST(test_global), OT_TEST(test_trust_ratio),
-             OT_TEST(test_resident_blocks), OT_TEST(test_refused))
+             OT_TEST(test_resident_blocks), OT_TEST(test_refused), OT_TEST(test_int8))

@@ -115,8 +115,9 @@ typedef enum ot_tpu_state_format {
  * OT_TPU_INT8_BLOCK elements, so blocks never straddle two tensors (bitsandbytes' blocks are per
  * tensor too). */
 #define OT_TPU_INT8_BLOCK 256
-/* In per-tensor mode int8 state is kept for tensors of at least this many elements; smaller
- * ones (biases, norms) keep f32 state, as bitsandbytes' min_8bit_size. Per tensor, int8 takes
+/* In per-tensor mode int8 state is kept for tensors of at least this many elements
+ * (options.state_int8_min_size, default this); smaller ones (biases, norms) keep f32 state, as
+ * bitsandbytes' min_8bit_size. Per tensor, int8 takes
  * f32 parameters updated by adam or adamw (torch's form, no amsgrad), lion or sgd with momentum
  * (the fused kernel); each slot's codes are the tensor's elements flattened and padded with
  * zeros to whole blocks ([padded length], "<k>.<slot>"), its absmax "<k>.<slot>.absmax" after
@@ -207,6 +208,10 @@ typedef struct ot_tpu_optimizer_options {
      * same bits. state_int8_unfused (default false) takes the graph code for every group (tests,
      * comparisons). */
     bool state_int8_unfused;
+    /* int8 state per tensor: tensors of fewer elements keep f32 state (bitsandbytes'
+     * min_8bit_size); default OT_TPU_INT8_MIN_SIZE, 0 or 1: every tensor with array state.
+     * Negative: INVALID_ARGUMENT. Flat and sharded mode quantize every tensor (not read). */
+    int64_t state_int8_min_size;
     /* Sharded update (ZeRO stage 1; see "sharded mode" below): shard_devices > 1 shards the
      * update over that many devices; 0 or 1 (default): every replica updates everything. The
      * flat vector starts with shard_head elements the caller may use (e.g. metrics reduced with
@@ -323,7 +328,13 @@ OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, i
 /* ---- sharded mode (options.shard_devices = N > 1; ZeRO stage 1) ----
  *
  * The parameters are one flat f32 vector: shard_head elements, then the nparams tensors back to
- * back in order, zero-padded to N blocks of block_len elements (a multiple of 16). Device `rank`
+ * back in order, zero-padded to N blocks of block_len elements (a multiple of 16). With int8
+ * state the head and every tensor start at multiples of OT_TPU_INT8_BLOCK (zeros between them)
+ * and block_len is a multiple of it: the shard boundaries fall on quantization blocks, each
+ * block lies in one tensor and starts where that tensor's own block does, so a device's state
+ * is its block's codes ("0.<slot>", u8[block_len]) and absmax ("0.<slot>.absmax",
+ * f32[block_len / OT_TPU_INT8_BLOCK]) and the update is the unsharded int8 update of every
+ * tensor (state_int8_min_size 1, or flat mode) bit for bit. Device `rank`
  * of an N-member communicator owns block rank: its replica holds the optimizer state of that
  * block only (about 1/N of the unsharded state) and updates it. A step is three calls, which
  * every member makes in the same order (collectives):
@@ -365,9 +376,9 @@ OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, i
  *
  * Errors: create refuses (INVALID_ARGUMENT, with the reason) an optimizer whose update is not
  * elementwise and couples elements otherwise than by a trust ratio (adafactor: factored
- * moments), a non-f32 parameter,
- * int8 state, host callbacks, parameter groups and flat mode; shard_devices < 0 or
- * shard_head < 0. The shard calls: FAILED_PRECONDITION outside sharded
+ * moments), a non-f32 parameter, int8 state with an optimizer its fused kernel lacks (it takes
+ * adam, adamw, lion, sgd with momentum), host callbacks, parameter groups and flat mode;
+ * shard_devices < 0 or shard_head < 0. The shard calls: FAILED_PRECONDITION outside sharded
  * mode, INVALID_ARGUMENT for a communicator of another size than shard_devices or a NULL buffer,
  * the collective's and the step's errors otherwise (params are written only after a successful
  * update, so a failed one leaves them as they were; a failed collective aborts the communicator).

@@ -140,6 +140,7 @@ ot_tpu_optimizer_options ot_tpu_optimizer_options_default(void) {
                                   .state_stochastic_rounding = false,
                                   .state_seed = 0,
                                   .state_int8_unfused = false,
+                                  .state_int8_min_size = OT_TPU_INT8_MIN_SIZE,
                                   .shard_devices = 0,
                                   .shard_head = 0};
     return o;
@@ -952,6 +953,10 @@ static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "ot_tpu_optimizer_create: shard_devices %d, shard_head %lld (>= 0)",
                         op.shard_devices, (long long)op.shard_head);
+    if (op.state_int8_min_size < 0)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "ot_tpu_optimizer_create: state_int8_min_size %lld (>= 0)",
+                        (long long)op.state_int8_min_size);
     if (op.shard_devices > 1) return shard_create(o, param_shapes, nparams, &op, out);
     if (op.loss_scaling &&
         (!(op.init_scale > 0) || !isfinite(op.init_scale) || !(op.growth_factor >= 1) ||
@@ -1044,7 +1049,7 @@ static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes
         ot_dtype dt = param_shapes[k].dtype;
         t->nstate += t->slots[k] + (dt == OT_BF16 || dt == OT_F16 ? 1 : 0);
         if (op.state_format == OT_TPU_STATE_INT8 && !op.flat && t->slots[k] > 0 &&
-            ot_shape_numel_unchecked(&param_shapes[k]) >= OT_TPU_INT8_MIN_SIZE) {
+            ot_shape_numel_unchecked(&param_shapes[k]) >= op.state_int8_min_size) {
             /* per tensor, int8 state is the fused kernel's only (exec/state8.h): every slot is
              * an array (codes padded to whole blocks) with its absmax after the tensor's slots */
             if (dt != OT_F32 || !ot_optim_state8_supported(t->popt[k]) ||
@@ -1185,10 +1190,10 @@ static ot_status create_impl(const ot_optimizer *o, const ot_shape *param_shapes
                          k);
             goto fail;
         }
-        /* int8 per tensor: tensors under OT_TPU_INT8_MIN_SIZE elements keep f32 state */
+        /* int8 per tensor: tensors under state_int8_min_size elements keep f32 state */
         if (t->ucomp)
             t->ucomp[k] = !int8 || (t->slots[k] > 0 && ot_shape_numel_unchecked(&param_shapes[k]) >=
-                                                           OT_TPU_INT8_MIN_SIZE);
+                                                           op.state_int8_min_size);
         t->soff[k] = i;
         const ot_optimizer *ok = t->popt[k];
         const ot_optimizer_vtable *vt = ot_optimizer_vtable_of(ok);
@@ -2295,11 +2300,11 @@ static ot_status shard_trust_sums(ot_tpu_optimizer *t, replica *r, ot_device *d,
 static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int nparams,
                               const ot_tpu_optimizer_options *op, ot_tpu_optimizer **out) {
     int n = op->shard_devices;
+    bool int8 = op->state_format == OT_TPU_STATE_INT8;
     const char *why =
-        op->state_format == OT_TPU_STATE_INT8
-            ? "int8 state (its quantization blocks start at each tensor's first element, where the "
-              "devices' blocks of the flat vector do not: the bits would not be the unsharded "
-              "update's)"
+        int8 && !ot_optimizer_is_host(o) && !ot_optim_state8_supported(o)
+            ? "int8 state with this optimizer (the fused int8 kernel's: adam, adamw without "
+              "amsgrad, lion, sgd with momentum; bf16 state shards with any)"
         : op->param_optimizers || op->lr_scale || op->weight_decay_mask || op->trust_ratio_mask
             ? "parameter groups or masks"
         : op->flat                ? "flat mode"
@@ -2310,14 +2315,12 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
                         "ot_tpu_optimizer_create: the sharded update (shard_devices %d) does not "
                         "take %s",
                         n, why);
-    int64_t total = 0;
     for (int k = 0; k < nparams; k++) {
         if (ps[k].dtype != OT_F32)
             return ot_error(OT_ERR_INVALID_ARGUMENT,
                             "ot_tpu_optimizer_create: the sharded update takes f32 parameters; "
                             "parameter %d is %s",
                             k, ot_dtype_name(ps[k].dtype));
-        total += ot_shape_numel_unchecked(&ps[k]);
     }
     /* elementwise; or elementwise once its trust ratio's norms are given (lamb, lars) */
     bool trust = flat_check_elementwise(o, OT_F32, false, false) != OT_OK;
@@ -2329,7 +2332,9 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
                         "moments), so a block of the flat parameters cannot update alone",
                         ot_optimizer_name(o));
     ot_clear_error();
-    int64_t len = ((op->shard_head + total + n - 1) / n + 15) / 16 * 16;
+    /* int8: the head and every tensor start on a quantization block and the devices' blocks are
+     * whole quantization blocks, so each quantization block is one tensor's, as unsharded */
+    int64_t al = int8 ? OT_TPU_INT8_BLOCK : 1, blk = int8 ? OT_TPU_INT8_BLOCK : 16;
     int64_t *poff = ot_calloc((size_t)nparams, sizeof *poff);
     int64_t *psize = ot_calloc((size_t)nparams, sizeof *psize);
     if (!poff || !psize) {
@@ -2337,13 +2342,16 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
         ot_free(psize);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "tpu optimizer: shard layout");
     }
-    for (int64_t k = 0, pos = op->shard_head; k < nparams; k++) {
-        poff[k] = pos;
-        pos += psize[k] = ot_shape_numel_unchecked(&ps[k]);
+    int64_t end = (op->shard_head + al - 1) / al * al;
+    for (int64_t k = 0; k < nparams; k++) {
+        poff[k] = end;
+        end = (end + (psize[k] = ot_shape_numel_unchecked(&ps[k])) + al - 1) / al * al;
     }
+    int64_t len = ((end + n - 1) / n + blk - 1) / blk * blk;
     ot_tpu_optimizer_options in = *op;
     in.shard_devices = 0;
     in.shard_head = 0;
+    in.state_int8_min_size = 1; /* the block's codes whatever its length */
     ot_shape bs;
     ot_status s = ot_shape_make(&bs, OT_F32, 1, &len);
     if (s == OT_OK)
