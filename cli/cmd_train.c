@@ -30,6 +30,8 @@ static const char usage[] =
     "  --state F            optimizer moments kept as f32 | bf16 (rounded to nearest even,\n"
     "                       half the state bytes) | int8 (8-bit block-wise, a quarter;\n"
     "                       adam, adamw, lion, sgd with momentum)    (default f32)\n"
+    "  --int8-min-size N    int8 state: tensors under N elements keep f32 state (default\n"
+    "                       4096); --shard-optimizer quantizes every tensor and needs 0\n"
     "  --schedule S         constant | cosine | warmup-cosine | step (default warmup-cosine)\n"
     "  --warmup N           warmup steps                             (default 20)\n"
     "  --batch-size N       global batch (per micro-batch)           (default 128)\n"
@@ -298,6 +300,11 @@ static int parse_optim(train_cli *c, const char *a, const char *val, int *i) {
         c->o.state_format = !strcmp(val, "bf16")   ? OT_TPU_STATE_BF16
                             : !strcmp(val, "int8") ? OT_TPU_STATE_INT8
                                                    : OT_TPU_STATE_F32;
+    } else if (!strcmp(a, "--int8-min-size")) {
+        NEED();
+        if (!cli_parse_i64(val, 0, INT64_C(1) << 40, &v))
+            return cli_usage_error("train", "--int8-min-size: elements >= 0 (got '%s')", val);
+        c->o.int8_min_size = v;
     } else if (!strcmp(a, "--schedule")) {
         NEED();
         if (strcmp(val, "constant") && strcmp(val, "cosine") && strcmp(val, "warmup-cosine") &&

@@ -310,8 +310,20 @@ static void test_shard_refused(void) {
     ot_train_options o = small(4, 5);
     o.shard_optimizer = true;
     o.state_format = OT_TPU_STATE_INT8;
+    o.int8_min_size = 0;
+    o.optimizer = "rmsprop"; /* int8 state: the fused kernel's optimizers */
     EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
-    EXPECT_STR_CONTAINS(ot_last_error(), "the sharded update (shard_devices 4) does not take int8");
+    EXPECT_STR_CONTAINS(ot_last_error(),
+                        "the sharded update (shard_devices 4) does not take int8 state with this "
+                        "optimizer");
+    o.optimizer = "adam"; /* sharded, every tensor is quantized: the caller opts in */
+    o.int8_min_size = -1;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "give --int8-min-size 0 to accept that");
+    o.int8_min_size = 4096;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
+    o.int8_min_size = -2;
+    EXPECT_INT_EQ(ot_train(&o, &r), OT_ERR_INVALID_ARGUMENT);
     o = small(4, 5);
     o.shard_optimizer = true;
     o.optimizer = "adafactor";
@@ -325,6 +337,11 @@ static void test_shard_refused(void) {
     o = small(4, 5); /* and what is accepted runs */
     o.shard_optimizer = true;
     o.state_format = OT_TPU_STATE_BF16;
+    ASSERT_OK(ot_train(&o, &r));
+    EXPECT_TRUE(r.shard_optimizer);
+    ot_train_report_clear(&r);
+    o.state_format = OT_TPU_STATE_INT8;
+    o.int8_min_size = 0;
     ASSERT_OK(ot_train(&o, &r));
     EXPECT_TRUE(r.shard_optimizer);
     ot_train_report_clear(&r);

@@ -4,7 +4,7 @@
 # state, gradient accumulation, the tree and direct reductions), each device holds about 1/N of the optimizer
 # state, and what cannot shard (adafactor's factored moments, a reduction whose order depends
 # on the split, --mpi with several devices per process, ...) is refused with a clear message and a non-zero exit (int8 state:
-# test_train test_shard_refused).
+# test_train_shard_int8.sh).
 # In one process the sharded step overlaps its reduce-scatter with the backward and its
 # all-gather with the next forward (--overlap on; auto, the default, from 1 MiB of gradients:
 # off for these models) or not (off), and the unsharded step its all-reduce with the backward

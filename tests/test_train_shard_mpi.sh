@@ -4,7 +4,8 @@
 # in-process sharded run on 3 devices with the tree; their checkpoints hold one optim shard per
 # process, byte for byte the in-process run's; a process killed by --fail-device is restarted by
 # launch from the sharded checkpoint (process 0 restores and hands every process its block) and
-# the job ends as the uninterrupted one. More than one device per process is refused.
+# the job ends as the uninterrupted one; int8 state too. More than one device per process is
+# refused.
 set -euo pipefail
 bin=$1 build=$3
 source "$(dirname "$0")/mpi_env.sh"
@@ -36,6 +37,24 @@ grep -q '"shard_devices": *3' a/step_00000020/manifest.json
 grep -q "restart 1: resuming from c/step_00000020" c.log
 grep -q '"start_step":20' c.json
 same "restarted from the sharded checkpoint" a.json c.json
+
+# int8 state: each process holds its block's codes and absmax; bit for bit the in-process run,
+# its shards byte for byte, and a restart from the sharded int8 checkpoint ends the same
+"$bin" launch --np 3 --oversubscribe --max-restarts 0 -- "${job[@]}" --state int8 \
+  --int8-min-size 0 --ckpt-dir e \
+  --out oe >e.json 2>e.log || { cat e.log; exit 1; }
+"$bin" train --devices 3 --allreduce tree "${steps[@]}" --state int8 \
+  --int8-min-size 0 --quiet --ckpt-dir f \
+  --out of >f.json
+same "int8 state across processes vs in one process" e.json f.json
+for f in optim-00000-of-00003 optim-00001-of-00003 optim-00002-of-00003; do
+  cmp "e/step_00000020/$f.safetensors" "f/step_00000020/$f.safetensors"
+done
+"$bin" launch --np 3 --oversubscribe --ckpt-dir g --max-restarts 2 -- "${job[@]}" --state int8 \
+  --int8-min-size 0 --ckpt-dir g --out og --fail-device 1@25 >g.json 2>g.log \
+  || { cat g.log; exit 1; }
+grep -q '"start_step":20' g.json
+same "int8: restarted from the sharded checkpoint" e.json g.json
 
 # two devices per process: refused on every process, with the reason
 if "$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 2 \

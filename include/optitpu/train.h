@@ -170,6 +170,12 @@ typedef struct ot_train_options {
      * OT_TPU_STATE_INT8 8-bit block-wise for adam, adamw, lion and sgd with momentum);
      * checkpoints hold the state in that format. */
     int state_format;
+    /* int8 state: tensors of fewer elements keep f32 state (tpu_optim.h's
+     * state_int8_min_size, bitsandbytes' min_8bit_size); -1 (default): 4096. shard_optimizer
+     * quantizes every tensor (a device's block mixes tensors) and takes only 0 (or 1), which
+     * the caller gives to accept that (INVALID_ARGUMENT otherwise): the same run without
+     * shard_optimizer is its unsharded twin, bit for bit. */
+    int64_t int8_min_size;
     /* The learning-rate schedule over the run's steps (optim.h's ot_lr_schedule): "constant",
      * "cosine" (to 0), "warmup-cosine" (default: linear warmup from 0 over warmup_steps, then
      * cosine to 0) or "step" (x0.1 every third of the run). */

@@ -155,6 +155,13 @@ struct trainer {
      * elements (the loss and correct count, then zeros) then the parameters in model order,
      * zero-padded (topt then updates one f32[shard_len] tensor per device); 0: not sharded */
     int64_t shard_len;
+    /* The sharded layout's flat vector (also what a checkpoint's optimizer state converts
+     * through, sharded or not): parameter k at fpos[k], fend after the last one — SHARD_HEAD,
+     * then the parameters back to back; with int8 state the head and every parameter on a
+     * multiple of OT_TPU_INT8_BLOCK (tpu_optim.h). flat_metrics: where the step's loss and
+     * correct count follow the gradients in replica_run's flat (total_elems unsharded,
+     * fend - SHARD_HEAD sharded). */
+    int64_t fpos[MAX_PARAMS], fend, flat_metrics;
     int shard_pod; /* the devices the update is sharded over: every process's (o->devices in one
                     * process; across processes, one device each) */
     /* the in-process sharded step's overlapped exchange (o->overlap): made by the
@@ -260,6 +267,8 @@ ot_status train_init_params(trainer *t);
 ot_status train_params_sha256(trainer *t, const replica *r, uint8_t out[32]);
 ot_status train_copy_optimizer_state(trainer *t, const replica *src, const replica *dst);
 ot_status train_describe_state(trainer *t);
+/* t->fpos, fend and flat_metrics (sharded: checked against the update's layout). */
+ot_status train_flat_layout(trainer *t);
 ot_status train_save_checkpoint(trainer *t, replica *r, int64_t step, double loss);
 /* The newest checkpoint that verifies and fits, into every live replica (*found false: none). */
 ot_status train_restore_latest(trainer *t, int64_t *step, bool *found);

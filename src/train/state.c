@@ -108,6 +108,28 @@ ot_status train_describe_state(trainer *t) {
  * steps from ever being mixed, and a shard file missing fails it.
  * ------------------------------------------------------------------------------------------- */
 
+ot_status train_flat_layout(trainer *t) {
+    int64_t al = t->o->state_format == OT_TPU_STATE_INT8 ? OT_TPU_INT8_BLOCK : 1;
+    int64_t end = (SHARD_HEAD + al - 1) / al * al;
+    for (int k = 0; k < t->nparams; k++) {
+        t->fpos[k] = end;
+        end = (end + (int64_t)t->sizes[k] + al - 1) / al * al;
+    }
+    t->fend = end;
+    t->flat_metrics = t->total_elems;
+    if (!t->o->shard_optimizer) return OT_OK;
+    int64_t off[MAX_PARAMS];
+    OT_CHECK(ot_tpu_optimizer_shard_layout(t->topt, NULL, &t->shard_len, off));
+    for (int k = 0; k < t->nparams; k++)
+        if (off[k] != t->fpos[k])
+            return ot_error(OT_ERR_INTERNAL,
+                            "train: parameter %d at %lld of the sharded layout, "
+                            "not %lld",
+                            k, (long long)off[k], (long long)t->fpos[k]);
+    t->flat_metrics = t->fend - SHARD_HEAD;
+    return OT_OK;
+}
+
 /* State slots per parameter (param-major: the state of parameter k is k * slots + j). */
 static int state_slots(const trainer *t) {
     int ns = ot_tpu_optimizer_state_count(t->topt);
@@ -124,6 +146,28 @@ static ot_status slot_of(const trainer *t, int j, const char **slot, ot_shape *s
     return OT_OK;
 }
 
+/* Elements of the flat vector per entry of slot `slot`: OT_TPU_INT8_BLOCK for an int8 slot's
+ * absmax (one per quantization block), else 1. */
+static int64_t slot_scale(const char *slot) {
+    const char *a = strstr(slot, ".absmax");
+    return a && !a[7] ? OT_TPU_INT8_BLOCK : 1;
+}
+
+/* Parameter k's tensor of slot `slot` (an array; dtype from sh) as the unsharded run shapes it:
+ * the parameter's shape, or with int8 state its codes and absmax over its whole blocks. */
+static void unsharded_shape(const trainer *t, int k, const char *slot, ot_shape *sh) {
+    ot_dtype dt = sh->dtype;
+    int64_t sc = slot_scale(slot);
+    if (dt == OT_U8 || sc > 1) {
+        int64_t nb = ((int64_t)t->sizes[k] + OT_TPU_INT8_BLOCK - 1) / OT_TPU_INT8_BLOCK;
+        int64_t n = sc > 1 ? nb : nb * OT_TPU_INT8_BLOCK;
+        ot_shape_make(sh, dt, 1, &n);
+        return;
+    }
+    *sh = *ot_model_param_shape(t->model, k);
+    sh->dtype = dt;
+}
+
 /* Logical state tensor i (parameter i / slots, slot i % slots) as the unsharded run names and
  * shapes it. */
 static ot_status logical_state(const trainer *t, int i, char *name, size_t cap, ot_shape *sh) {
@@ -135,11 +179,7 @@ static ot_status logical_state(const trainer *t, int i, char *name, size_t cap, 
     const char *slot = NULL;
     OT_CHECK(slot_of(t, i % S, &slot, sh));
     snprintf(name, cap, "%d.%s", k, slot);
-    if (sh->rank > 0) {
-        ot_dtype dt = sh->dtype;
-        *sh = *ot_model_param_shape(t->model, k);
-        sh->dtype = dt;
-    }
+    if (sh->rank > 0) unsharded_shape(t, k, slot, sh);
     return OT_OK;
 }
 
@@ -151,10 +191,11 @@ static void ckpt_shard_info(const ot_ckpt *ck, int64_t *n, int64_t *len) {
     json_decref(j);
 }
 
-/* Slot j of the checkpointed optimizer state as the flat vector: nout elements of the slot's
- * dtype at out (zeros past what the checkpoint holds); a scalar slot: out[0]. From a sharded
- * checkpoint of any device count or an unsharded one. A tensor missing or of another shape:
- * CORRUPT_DATA naming it (the resume sets the step aside as damaged). */
+/* Slot j of the checkpointed optimizer state as the flat vector (t->fpos; an absmax slot: one
+ * entry per quantization block of it): nout entries of the slot's dtype at out (zeros past
+ * what the checkpoint holds); a scalar slot: out[0]. From a sharded checkpoint of any device
+ * count or an unsharded one. A tensor missing or of another shape: CORRUPT_DATA naming it (the
+ * resume sets the step aside as damaged). */
 static ot_status ckpt_flat_slot(const trainer *t, const ot_ckpt *ck, int j, char *out,
                                 int64_t nout) {
     const char *slot = NULL;
@@ -162,27 +203,25 @@ static ot_status ckpt_flat_slot(const trainer *t, const ot_ckpt *ck, int j, char
     OT_CHECK(slot_of(t, j, &slot, &want));
     bool scalar = want.rank == 0;
     size_t esz = ot_dtype_size(want.dtype);
+    int64_t sc = slot_scale(slot);
     int64_t n, len;
     ckpt_shard_info(ck, &n, &len);
-    if (n < 0 || n > 65536 || (n > 0 && (len <= 0 || len > ((int64_t)1 << 40))))
+    if (n < 0 || n > 65536 || (n > 0 && (len <= 0 || len > ((int64_t)1 << 40) || len % sc)))
         return ot_error(OT_ERR_CORRUPT_DATA,
                         "%s: the optimizer record's shard_devices %lld, shard_len %lld are not a "
                         "sharded layout",
                         ot_ckpt_dir(ck), (long long)n, (long long)len);
     memset(out, 0, (size_t)nout * esz);
     char name[160], a[128];
-    int64_t units = n > 0 ? n : t->nparams, pos = SHARD_HEAD;
+    int64_t units = n > 0 ? n : t->nparams;
     for (int64_t u = 0; u < units; u++) {
         ot_shape sh = want;
         if (n > 0) {
             snprintf(name, sizeof name, "shard%lld.%s", (long long)u, slot);
-            if (!scalar) OT_CHECK(ot_shape_make(&sh, want.dtype, 1, (int64_t[]){len}));
+            if (!scalar) OT_CHECK(ot_shape_make(&sh, want.dtype, 1, (int64_t[]){len / sc}));
         } else {
             snprintf(name, sizeof name, "%lld.%s", (long long)u, slot);
-            if (!scalar) {
-                sh = *ot_model_param_shape(t->model, (int)u);
-                sh.dtype = want.dtype;
-            }
+            if (!scalar) unsharded_shape(t, (int)u, slot, &sh);
         }
         ot_tensor v;
         if (ot_ckpt_get(ck, "optim", name, &v) != OT_OK) {
@@ -203,8 +242,7 @@ static ot_status ckpt_flat_slot(const trainer *t, const ot_ckpt *ck, int j, char
             if (u == 0) memcpy(out, v.data, esz);
             continue;
         }
-        int64_t lo = n > 0 ? u * len : pos, cnt = v.nbytes / esz;
-        if (n <= 0) pos += cnt;
+        int64_t lo = (n > 0 ? u * len : t->fpos[u]) / sc, cnt = v.nbytes / esz;
         if (lo < nout)
             memcpy(out + (size_t)lo * esz, v.data,
                    (size_t)(lo + cnt <= nout ? cnt : nout - lo) * esz);
@@ -214,7 +252,7 @@ static ot_status ckpt_flat_slot(const trainer *t, const ot_ckpt *ck, int j, char
 
 /* Every slot of the checkpointed state readable as this run needs it (accept_ckpt). */
 static ot_status check_flat_state(const trainer *t, const ot_ckpt *ck) {
-    int64_t nout = SHARD_HEAD + t->total_elems;
+    int64_t nout = t->fend;
     char *flat = ot_malloc((size_t)nout * sizeof(double));
     if (!flat) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: optimizer state staging");
     ot_status s = OT_OK;
@@ -227,21 +265,22 @@ static ot_status check_flat_state(const trainer *t, const ot_ckpt *ck) {
  * sharded run's device `rank`), or every parameter's slices (an unsharded run). */
 static ot_status load_flat_state(trainer *t, const ot_ckpt *ck, replica *r, int rank) {
     int S = state_slots(t);
-    int64_t nout =
-        t->shard_len ? t->shard_len * (int64_t)t->shard_pod : SHARD_HEAD + t->total_elems;
-    char *flat = ot_malloc((size_t)nout * sizeof(double));
+    int64_t nall = t->shard_len ? t->shard_len * (int64_t)t->shard_pod : t->fend;
+    char *flat = ot_malloc((size_t)nall * sizeof(double));
     if (!flat) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: optimizer state staging");
     ot_status s = OT_OK;
     for (int j = 0; s == OT_OK && j < S; j++) {
         const char *slot = NULL;
         ot_shape want;
         s = slot_of(t, j, &slot, &want);
+        int64_t sc = s == OT_OK ? slot_scale(slot) : 1, nout = nall / sc;
         if (s == OT_OK) s = ckpt_flat_slot(t, ck, j, flat, nout);
         size_t esz = ot_dtype_size(want.dtype);
         ot_tensor v;
         if (s == OT_OK && t->shard_len) {
-            ot_tensor_borrow(&v, &want,
-                             flat + (want.rank ? (size_t)rank * (size_t)t->shard_len * esz : 0));
+            ot_tensor_borrow(
+                &v, &want,
+                flat + (want.rank ? (size_t)rank * (size_t)(t->shard_len / sc) * esz : 0));
             s = ot_tpu_optimizer_set_state(t->topt, r->dev, j, &v);
         }
         if (s == OT_OK && t->shard_len && t->psize > 1) { /* the other processes' blocks */
@@ -256,14 +295,12 @@ static ot_status load_flat_state(trainer *t, const ot_ckpt *ck, replica *r, int 
                 t->shard_restore[j] = keep;
             }
         }
-        size_t pos = SHARD_HEAD;
         for (int k = 0; s == OT_OK && !t->shard_len && k < t->nparams; k++) {
             ot_shape sh;
             s = ot_tpu_optimizer_state_shape(t->topt, k * S + j, &sh);
             if (s != OT_OK) break;
-            ot_tensor_borrow(&v, &sh, flat + (sh.rank ? pos * esz : 0));
+            ot_tensor_borrow(&v, &sh, flat + (sh.rank ? (size_t)(t->fpos[k] / sc) * esz : 0));
             s = ot_tpu_optimizer_set_state(t->topt, r->dev, k * S + j, &v);
-            pos += t->sizes[k];
         }
     }
     ot_free(flat);
@@ -281,14 +318,16 @@ ot_status train_shard_restore_share(trainer *t, ot_comm *comm) {
         ot_shape want;
         s = slot_of(t, j, &slot, &want);
         if (s != OT_OK) break;
-        size_t esz = ot_dtype_size(want.dtype), bytes = (size_t)(want.rank ? nout : 1) * esz;
+        int64_t sc = slot_scale(slot);
+        size_t esz = ot_dtype_size(want.dtype), bytes = (size_t)(want.rank ? nout / sc : 1) * esz;
         char *buf = t->prank == 0 ? t->shard_restore[j] : ot_malloc(bytes);
         if (!buf) s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: restored optimizer state");
         if (s == OT_OK) s = ot_comm_broadcast(comm, buf, bytes, OT_U8, 0, NULL);
         for (int r = 0; s == OT_OK && t->prank != 0 && r < t->nlive; r++) {
             size_t g = (size_t)t->prank * (size_t)t->nlive + (size_t)r;
             ot_tensor v;
-            ot_tensor_borrow(&v, &want, buf + (want.rank ? g * (size_t)t->shard_len * esz : 0));
+            ot_tensor_borrow(&v, &want,
+                             buf + (want.rank ? g * (size_t)(t->shard_len / sc) * esz : 0));
             s = ot_tpu_optimizer_set_state(t->topt, t->reps[r].dev, j, &v);
         }
         if (t->prank != 0) ot_free(buf);

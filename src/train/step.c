@@ -164,7 +164,8 @@ typedef struct replica_run {
     ot_grad_aggregator *agg; /* the gradients' compressing all-reduce (NULL: uncompressed) */
     /* --shard-optimizer: the reduce-scatter's options (the all-reduce's algorithm); the
      * reduce-scatter's input and the flat parameters (devices * t->shard_len each, laid out as
-     * SHARD_HEAD then the parameters in model order, then zeros; the parameters identical on
+     * SHARD_HEAD then the parameters in model order at t->fpos, then zeros; the parameters
+     * identical on
      * every device) — `flat` is send + SHARD_HEAD, so the gather writes the gradients where the
      * reduce-scatter reads them (send has 2 elements more, where the gather leaves the loss and
      * correct count); this device's block of the reduced vector (t->shard_len): the update's
@@ -462,7 +463,7 @@ static ot_status phase_gather(replica_run *rr, bool add) {
     for (int k = 0; k < 2 && s == OT_OK; k++) {
         float v;
         s = ot_buffer_read_bytes(rr->outs[k], 0, &v, sizeof v);
-        if (s == OT_OK) rr->flat[t->total_elems + k] = add ? rr->flat[t->total_elems + k] + v : v;
+        if (s == OT_OK) rr->flat[t->flat_metrics + k] = add ? rr->flat[t->flat_metrics + k] + v : v;
     }
     for (int k = 0; k < nouts; k++)
         if (k < 2 || rr->outs[k] != rr->held[k - 2]) ot_buffer_free(rr->outs[k]);
@@ -496,7 +497,7 @@ static ot_status phase_allreduce(replica_run *rr) {
         /* sharded: loss and correct count in the head, the gradients after it, zero-padded to
          * the devices' blocks, reduce-scattered (one collective: the pod leader's block, g == 0,
          * holds the head; over MPI every process has a local rank 0) */
-        size_t total = (size_t)t->total_elems, padded = (size_t)rr->m.n * (size_t)t->shard_len;
+        size_t total = (size_t)t->flat_metrics, padded = (size_t)rr->m.n * (size_t)t->shard_len;
         float *x = rr->send; /* the gradients are in place (flat = x + SHARD_HEAD); the rest of
                                 the head and the padding stay zero */
         x[0] = rr->flat[total];
@@ -533,8 +534,8 @@ static ot_status phase_allreduce(replica_run *rr) {
         bytes = (t->total_elems + 2) * (int64_t)sizeof(float);
     }
     if (!(rr->ovl && !t->shard_len)) {
-        rr->metric[0] = rr->flat[t->total_elems];
-        rr->metric[1] = rr->flat[t->total_elems + 1];
+        rr->metric[0] = rr->flat[t->flat_metrics];
+        rr->metric[1] = rr->flat[t->flat_metrics + 1];
     }
     train_phase_end(t, r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce",
                     !t->pod_vt->comm_traced);
@@ -700,12 +701,9 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     if (s != OT_OK) return s;
     if (rr->m.g == 0) t->rep->allreduce_bytes += t->shard_len * (int64_t)sizeof(float) * rr->m.n;
     pc = train_phase_start();
-    size_t pos = 0;
-    for (int k = 0; k < t->nparams && s == OT_OK; k++) {
-        s = ot_buffer_write_bytes(r->params[k], 0, rr->pflat + SHARD_HEAD + pos,
+    for (int k = 0; k < t->nparams && s == OT_OK; k++)
+        s = ot_buffer_write_bytes(r->params[k], 0, rr->pflat + SHARD_HEAD + rr->pos[k],
                                   (int64_t)(t->sizes[k] * sizeof(float)));
-        pos += t->sizes[k];
-    }
     train_phase_end(t, r, PH_OTHER, pc, "parameters", false);
     return s;
 }
@@ -981,13 +979,11 @@ static ot_status shard_begin(replica_run *rr) {
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d shard buffers", m->rank);
     rr->flat = rr->send + SHARD_HEAD;
     ot_status s = ot_tpu_optimizer_shard_blocks(t->topt, m->r->dev, &rr->pblock, &rr->gblock);
-    size_t pos = 0;
     for (int k = 0; k < t->nparams && s == OT_OK; k++) {
         ot_tensor h;
         s = ot_buffer_to_host(m->r->params[k], &h);
         if (s == OT_OK) {
-            memcpy(rr->pflat + SHARD_HEAD + pos, h.data, h.nbytes);
-            pos += t->sizes[k];
+            memcpy(rr->pflat + SHARD_HEAD + rr->pos[k], h.data, h.nbytes);
             ot_tensor_release(&h);
         }
     }
@@ -1041,9 +1037,9 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     rr->idx = ot_malloc((size_t)t->step_batch * sizeof *rr->idx);
     rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
     rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
-    size_t pos = 0;
+    size_t pos = 0; /* sharded: the update's layout (with int8 state, gaps between them) */
     for (int k = 0; k < t->nparams; k++) {
-        rr->pos[k] = pos;
+        rr->pos[k] = t->shard_len ? (size_t)(t->fpos[k] - SHARD_HEAD) : pos;
         pos += t->sizes[k];
     }
     /* the overlapped unsharded step: in one process, exact sums in an order that does not

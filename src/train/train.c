@@ -41,6 +41,7 @@ ot_train_options ot_train_options_default(void) {
     o.fail_step = -1;
     o.migrate_device = -1;
     o.migrate_step = -1;
+    o.int8_min_size = -1;
     o.recovery = OT_RECOVER_SHRINK;
     o.eval_every = 50;
     return o;
@@ -244,6 +245,15 @@ static ot_status validate_shard(const ot_train_options *o, ot_grad_compress c) {
                         "train: --shard-optimizer excludes --fail-device (in one process) and "
                         "--migrate: no other device holds a device's block of the optimizer "
                         "state");
+    /* a device's block mixes tensors, so there is no per-tensor floor: the user opts in */
+    if (o->state_format == OT_TPU_STATE_INT8 && o->int8_min_size != 0 && o->int8_min_size != 1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: --shard-optimizer with --state int8 quantizes every tensor (a "
+                        "device's block of the flat parameters mixes tensors, so no tensor keeps "
+                        "f32 state under --int8-min-size %s): give --int8-min-size 0 to accept "
+                        "that (int8 state on small tensors such as biases can diverge: the default "
+                        "Adam run does)",
+                        o->int8_min_size < 0 ? "4096, the default" : "N");
     int a = o->allreduce && o->allreduce[0] ? ot_coll_algo_from_name(o->allreduce) : OT_ALGO_AUTO;
     if (a != OT_ALGO_AUTO && a != OT_ALGO_TREE && a != OT_ALGO_DIRECT)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -266,6 +276,11 @@ static ot_status validate(const ot_train_options *o) {
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: learning rate must be > 0, got %g", o->lr);
     if (o->steps < 1 && o->epochs < 1)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "train: steps must be >= 1");
+    if (o->int8_min_size < -1)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "train: the int8 state's minimum tensor size must be >= 0 (or -1: the "
+                        "default), got %lld",
+                        (long long)o->int8_min_size);
     /* the device's range and what a failure leaves are the pod's to check */
     if (o->fail_device >= 0 && o->fail_step < 1)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
@@ -434,9 +449,9 @@ static ot_status setup_devices(trainer *t) {
             to.compile = &co;
         }
         to.state_format = (ot_tpu_state_format)o->state_format;
+        if (o->int8_min_size >= 0) to.state_int8_min_size = o->int8_min_size;
         s = ot_tpu_optimizer_create(t->optim, shapes, t->nparams, &to, &t->topt);
-        if (s == OT_OK && o->shard_optimizer)
-            s = ot_tpu_optimizer_shard_layout(t->topt, NULL, &t->shard_len, NULL);
+        if (s == OT_OK) s = train_flat_layout(t);
         if (s == OT_OK) {
             ot_tpu_profile tp;
             ot_tpu_optimizer_profile(t->topt, &tp);
