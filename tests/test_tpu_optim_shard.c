@@ -4,8 +4,8 @@
  * (or direct) all-reduced gradients, for 2-5 devices and several elementwise optimizers (bf16
  * state too; int8 state on 2-8 devices: the unsharded int8 update of every tensor). The layout,
  * the state's size and names, and the refusals (an optimizer coupling elements, a non-f32
- * parameter, int8 state without the fused kernel, flat mode; a communicator of another size;
- * the shard calls outside sharded mode). The resident blocks (shard_blocks,
+ * parameter, int8 state without the fused kernel, stochastic rounding, flat mode; a communicator
+ * of another size; the shard calls outside sharded mode). The resident blocks (shard_blocks,
  * shard_update_blocks) give the same bits with nothing copied. */
 #include "ot_test.h"
 
@@ -462,6 +462,11 @@ static void test_refused(void) {
         EXPECT_STR_CONTAINS(ot_last_error(), "does not take int8 state with this optimizer");
         ot_optimizer_free(x);
     }
+    to.state_format = OT_TPU_STATE_BF16; /* stochastic rounding: bits drawn per tensor element */
+    to.state_stochastic_rounding = true;
+    EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STR_CONTAINS(ot_last_error(), "does not take stochastic rounding");
+    to.state_stochastic_rounding = false;
     to.state_format = OT_TPU_STATE_F32;
     to.state_int8_min_size = -1;
     EXPECT_INT_EQ(ot_tpu_optimizer_create(o, shapes, NT, &to, &t), OT_ERR_INVALID_ARGUMENT);

@@ -377,7 +377,8 @@ OT_API ot_status ot_tpu_optimizer_step_flat(ot_tpu_optimizer *t, ot_device *d, i
  * Errors: create refuses (INVALID_ARGUMENT, with the reason) an optimizer whose update is not
  * elementwise and couples elements otherwise than by a trust ratio (adafactor: factored
  * moments), a non-f32 parameter, int8 state with an optimizer its fused kernel lacks (it takes
- * adam, adamw, lion, sgd with momentum), host callbacks, parameter groups and flat mode;
+ * adam, adamw, lion, sgd with momentum), bf16 state with stochastic rounding (the block would
+ * draw other random bits than the tensors), host callbacks, parameter groups and flat mode;
  * shard_devices < 0 or shard_head < 0. The shard calls: FAILED_PRECONDITION outside sharded
  * mode, INVALID_ARGUMENT for a communicator of another size than shard_devices or a NULL buffer,
  * the collective's and the step's errors otherwise (params are written only after a successful

@@ -2305,6 +2305,9 @@ static ot_status shard_create(const ot_optimizer *o, const ot_shape *ps, int npa
         int8 && !ot_optimizer_is_host(o) && !ot_optim_state8_supported(o)
             ? "int8 state with this optimizer (the fused int8 kernel's: adam, adamw without "
               "amsgrad, lion, sgd with momentum; bf16 state shards with any)"
+        : op->state_format == OT_TPU_STATE_BF16 && op->state_stochastic_rounding
+            ? "stochastic rounding (its random bits are drawn per tensor and element; a device's "
+              "block would draw other bits than the unsharded update)"
         : op->param_optimizers || op->lr_scale || op->weight_decay_mask || op->trust_ratio_mask
             ? "parameter groups or masks"
         : op->flat                ? "flat mode"
