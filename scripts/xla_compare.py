@@ -4,7 +4,7 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--group suite|extra|all] [--quick] [--only TEXT] [--list] [--json]
+                           [--group suite|extra|utils|all] [--quick] [--only TEXT] [--list] [--json]
                            [--tol-scale S]
 
 Getting jax (not used by CI; nothing in CTest needs it):
@@ -46,6 +46,18 @@ rank-5 broadcasting; an einsum with the batch dim in the middle; an RNN as lax.s
 value_and_grad; dropout from jax.random (threefry) and from lax.rng_bit_generator; logsumexp
 along axis 0; L2 normalization value_and_grad. f64 cases run with jax.enable_x64; bf16 arrays
 travel as their u16 bit patterns.
+
+The third group (`--group utils`, names starting with "u ") holds the utility and training-loop
+code written around models: power iteration in lax.fori_loop (30 steps, 1024x1024); Newton cube
+roots in lax.while_loop with a data-dependent stop (1M); a gather of 262144 rows of a 100000x64
+table and take_along_axis; a k-means step (20000x64, 256 centroids: distances, argmin, segment
+mean); cdist and top_k nearest neighbours (2048 queries, 8192 points, d 64, k 10, integer-valued
+coordinates so that ties are exact); optax chains clip_by_global_norm + sgd momentum and +
+adamw over a donated pytree of 20 tensors of mixed shapes; label-smoothed cross-entropy + Huber
+loss value_and_grad; argsort and sort of 1M f32 and a stable key/value sort; an int8 x int8 ->
+int32 dot with dequantization; scatter max, min and set with duplicate ids; cumulative
+logsumexp by lax.associative_scan; jnp.histogram and bincount of 4M values; masked mean and
+variance (where=); sliding windows by dynamic_slice in a fori_loop.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -923,9 +935,271 @@ def extra_case_list(quick):
     return c
 
 
+# ---- the third group: utility and training-loop programs (`--group utils`) ---------------------
+# What a user writes around a model rather than inside it: loops (fori_loop, while_loop with a
+# data-dependent stop, dynamic slices), gathers by large index vectors, k-means and nearest
+# neighbours, optimizer chains over a pytree, losses with their gradients, sorting, integer dots,
+# scatters that are not additions, prefix scans built by lax.associative_scan, histograms and
+# masked statistics. Data whose integer results would depend on rounding (argmin, top_k indices)
+# is built so that they do not: clustered points, integer-valued coordinates.
+def make_u_power_iteration(quick):
+    n, steps = (1024, 30) if not quick else (33, 5)
+    rng = _rng(60)
+    a = _f32(rng.standard_normal((n, n)) / math.sqrt(n))
+    a = _f32(a @ a.T)  # symmetric positive semi-definite: the iteration converges
+    v0 = _f32(rng.standard_normal(n))
+
+    def f(a, v0):
+        def body(_, v):
+            w = a @ v
+            return w / jnp.linalg.norm(w)
+        v = lax.fori_loop(0, steps, body, v0)
+        return v, v @ (a @ v)
+    return f, [a, v0], {"tol": 1e-3}
+
+
+def make_u_newton(quick):
+    n = 1 << 20 if not quick else 37
+    rng = _rng(61)
+    c = _f32(rng.uniform(0.5, 1000.0, n))
+
+    def f(c):  # cube roots by Newton's method until every relative residual is below 1e-6
+        def cond(s):
+            x, it = s
+            return (jnp.max(jnp.abs(x * x * x - c) / c) > 1e-6) & (it < 60)
+
+        def body(s):
+            x, it = s
+            return x - (x * x * x - c) / (3 * x * x), it + 1
+        x, it = lax.while_loop(cond, body, (jnp.maximum(c / 3, 1.0), np.int32(0)))
+        return x, it
+    return f, [c], {"tol": 1e-5}
+
+
+def make_u_gather(quick):
+    rows, d, n, r2, c2, k2 = ((100000, 64, 262144, 4096, 1000, 64) if not quick else
+                              (50, 3, 40, 6, 9, 4))
+    rng = _rng(62)
+    table = _f32(rng.standard_normal((rows, d)))
+    ids = rng.integers(0, rows, n).astype(np.int32)
+    x = _f32(rng.standard_normal((r2, c2)))
+    idx = rng.integers(0, c2, (r2, k2)).astype(np.int32)
+
+    def f(table, ids, x, idx):
+        return table[ids], jnp.take_along_axis(x, idx, axis=1)
+    return f, [table, ids, x, idx], {"tol": 0.0}
+
+
+def make_u_kmeans(quick):
+    n, d, k = (20000, 64, 256) if not quick else (300, 5, 7)
+    rng = _rng(63)
+    centers = _f32(rng.standard_normal((k, d)) * 10)
+    x = _f32(centers[rng.integers(0, k, n)] + rng.standard_normal((n, d)))
+    c0 = _f32(centers + 0.5 * rng.standard_normal((k, d)))
+
+    def f(x, c):  # one Lloyd step: squared distances, nearest centroid, segment mean
+        d2 = (jnp.sum(x * x, 1)[:, None] - 2 * x @ c.T + jnp.sum(c * c, 1)[None, :])
+        a = jnp.argmin(d2, axis=1).astype(jnp.int32)
+        s = jax.ops.segment_sum(x, a, num_segments=k)
+        cnt = jax.ops.segment_sum(jnp.ones_like(a, jnp.float32), a, num_segments=k)
+        return s / jnp.maximum(cnt, 1)[:, None], a, jnp.sum(jnp.min(d2, axis=1))
+    return f, [x, c0], {"tol": 1e-4}
+
+
+def make_u_knn(quick):
+    q, nb, d, k = (2048, 8192, 64, 10) if not quick else (9, 40, 5, 3)
+    rng = _rng(64)  # small integer coordinates: every distance exact in f32, ties by index
+    xq = _f32(rng.integers(-4, 5, (q, d)))
+    xb = _f32(rng.integers(-4, 5, (nb, d)))
+
+    def f(xq, xb):  # cdist, then the k nearest by lax.top_k of the negated distances
+        d2 = (jnp.sum(xq * xq, 1)[:, None] - 2 * xq @ xb.T + jnp.sum(xb * xb, 1)[None, :])
+        v, i = lax.top_k(-d2, k)
+        return -v, i
+    return f, [xq, xb], {"tol": 0.0}
+
+
+def _pytree_shapes(quick):
+    if quick:
+        return [(7, 5), (5,), (3, 3, 2, 4), (4,), (11,), (6, 2)]
+    s = []
+    for cin, cout in ((3, 32), (32, 64), (64, 128)):
+        s += [(3, 3, cin, cout), (cout,), (cout,), (cout,)]  # conv kernel, bias, norm scale/bias
+    s += [(2048, 512), (512,), (512, 256), (256,), (256, 10), (10,), (1000, 64), (64, 64)]
+    return s  # 20 tensors, 1.4M parameters
+
+
+def make_u_optax_chain(kind, quick):
+    import optax
+    shapes = _pytree_shapes(quick)
+    rng = _rng(65)
+    params = [_f32(rng.standard_normal(s) * 0.1) for s in shapes]
+    grads = [_f32(rng.standard_normal(s) * 0.05) for s in shapes]
+    if kind == "sgd":
+        opt = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(1e-2, momentum=0.9))
+    else:
+        opt = optax.chain(optax.clip_by_global_norm(1.0),
+                          optax.adamw(1e-3, b1=0.9, b2=0.999, weight_decay=1e-4))
+    state0 = opt.init(params)
+    leaves0, treedef = jax.tree_util.tree_flatten(state0)
+    leaves0 = [np.asarray(v) for v in leaves0]
+    # a state a few steps in: moments nonzero, count 3
+    leaves0 = [(np.int32(3) if v.dtype == np.int32 else
+                _f32(np.abs(rng.standard_normal(v.shape)) * 1e-3)) for v in leaves0]
+    np_, ns = len(params), len(leaves0)
+
+    def step(*args):
+        p, st, g = list(args[:np_]), args[np_:np_ + ns], list(args[np_ + ns:])
+        upd, new = opt.update(g, jax.tree_util.tree_unflatten(treedef, list(st)), p)
+        return optax.apply_updates(p, upd), jax.tree_util.tree_leaves(new)
+
+    def chain(out, args):
+        return out[:np_ + ns] + args[np_ + ns:]
+    return step, params + leaves0 + grads, {"donate": tuple(range(np_ + ns)), "chain": chain}
+
+
+def make_u_losses(quick):
+    n, d, ncls, nreg = (4096, 512, 1000, 16) if not quick else (9, 7, 11, 3)
+    rng = _rng(66)
+    x = _f32(rng.standard_normal((n, d)))
+    w = _f32(rng.standard_normal((d, ncls)) / math.sqrt(d))
+    w2 = _f32(rng.standard_normal((d, nreg)) / math.sqrt(d))
+    y = rng.integers(0, ncls, n).astype(np.int32)
+    t = _f32(rng.standard_normal((n, nreg)) * 2)
+
+    def loss(w, w2, x, y, t):  # label-smoothed cross-entropy + Huber loss of a regression head
+        eps = 0.1
+        lp = jax.nn.log_softmax(x @ w)
+        tgt = jax.nn.one_hot(y, ncls) * (1 - eps) + eps / ncls
+        ce = -jnp.mean(jnp.sum(tgt * lp, axis=-1))
+        r = jnp.abs(x @ w2 - t)
+        hub = jnp.mean(jnp.where(r < 1.0, 0.5 * r * r, r - 0.5))
+        return ce + hub
+
+    def step(w, w2, x, y, t):
+        return jax.value_and_grad(loss, argnums=(0, 1))(w, w2, x, y, t)
+    return step, [w, w2, x, y, t], {"tol": 1e-3}
+
+
+def make_u_sort(quick):
+    n = 1 << 20 if not quick else 101
+    rng = _rng(67)
+    x = _f32(rng.standard_normal(n))
+    keys = rng.integers(0, 1000, n).astype(np.int32)  # many equal keys: stability matters
+    vals = _f32(rng.standard_normal(n))
+
+    def f(x, keys, vals):
+        ks, vs = lax.sort((keys, vals), num_keys=1, is_stable=True)
+        return jnp.argsort(x).astype(jnp.int32), jnp.sort(x), ks, vs
+    return f, [x, keys, vals], {"tol": 0.0}
+
+
+def make_u_int8_dot(quick):
+    m, k, n = (1024, 1024, 1024) if not quick else (9, 33, 7)
+    rng = _rng(68)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    s = _f32(rng.uniform(0.001, 0.01, n))
+
+    def f(a, b, s):  # quantized matmul: int8 x int8 -> int32, then dequantized
+        acc = jnp.dot(a, b, preferred_element_type=jnp.int32)
+        return acc, acc.astype(jnp.float32) * s
+    return f, [a, b, s], {"tol": 0.0}
+
+
+def make_u_scatter(quick):
+    size, n = (1 << 16, 1 << 20) if not quick else (13, 50)
+    rng = _rng(69)
+    base = _f32(rng.standard_normal(size))
+    ids = rng.integers(0, size, n).astype(np.int32)  # about 16 updates per element
+    upd = _f32(rng.standard_normal(n) * 2)
+
+    def f(base, ids, upd):  # .at[].max/.min, and .at[].set whose duplicate ids carry one value
+        return (base.at[ids].max(upd), base.at[ids].min(upd),
+                base.at[ids].set(jnp.sin(ids.astype(jnp.float32))))
+    return f, [base, ids, upd], {"tol": 0.0}
+
+
+def make_u_cumlogsumexp(quick):
+    r, c = (256, 4096) if not quick else (3, 37)
+    rng = _rng(70)
+    x = _f32(rng.standard_normal((r, c)) * 3)
+
+    def f(x):
+        return lax.associative_scan(jnp.logaddexp, x, axis=1)
+    return f, [x], {"tol": 1e-5}
+
+
+def make_u_histogram(quick):
+    n, nb, nk = (1 << 22, 100, 1000) if not quick else (200, 7, 11)
+    rng = _rng(71)
+    x = _f32(rng.standard_normal(n))
+    k = rng.integers(0, nk, n).astype(np.int32)
+
+    def f(x, k):
+        h, _ = jnp.histogram(x, bins=nb, range=(-4.0, 4.0))
+        return h.astype(jnp.int32), jnp.bincount(k, length=nk).astype(jnp.int32)
+    return f, [x, k], {"tol": 0.0}
+
+
+def make_u_masked_stats(quick):
+    r, c = (4096, 2048) if not quick else (9, 13)
+    rng = _rng(72)
+    x = _f32(rng.standard_normal((r, c)) + 3)
+    m = rng.random((r, c)) < 0.7
+
+    def f(x, m):
+        return (jnp.mean(x, axis=1, where=m), jnp.var(x, axis=1, where=m),
+                jnp.sum(jnp.where(m, x, 0.0), axis=0))
+    return f, [x, m], {"tol": 1e-4}
+
+
+def make_u_windows(quick):
+    n, w, hop = (1 << 20, 4096, 1024) if not quick else (100, 16, 8)
+    nwin = (n - w) // hop + 1
+    rng = _rng(73)
+    sig = _f32(rng.standard_normal(n))
+    win = _f32(np.hanning(w))
+
+    def f(sig, win):  # framed energy and windowed frames, one dynamic_slice per loop step
+        def body(i, acc):
+            e, frames = acc
+            fr = lax.dynamic_slice(sig, (i * hop,), (w,)) * win
+            return (e.at[i].set(jnp.sum(fr * fr)),
+                    lax.dynamic_update_slice(frames, fr[None, :], (i, 0)))
+        return lax.fori_loop(0, nwin, body, (jnp.zeros(nwin, jnp.float32),
+                                             jnp.zeros((nwin, w), jnp.float32)))
+    return f, [sig, win], {"tol": 1e-5}
+
+
+def utils_case_list(quick):
+    """The third group, each name starting with "u ". Sizes are those of a full run."""
+    q = quick
+    return [("u power iteration fori_loop 30 x 1024x1024", lambda: make_u_power_iteration(q)),
+            ("u newton cbrt while_loop (data-dependent stop) 1M", lambda: make_u_newton(q)),
+            ("u gather 262144 rows of 100000x64 + take_along_axis",
+             lambda: make_u_gather(q)),
+            ("u kmeans step 20000x64, 256 centroids", lambda: make_u_kmeans(q)),
+            ("u knn cdist 2048x8192x64 + top_k 10", lambda: make_u_knn(q)),
+            ("u optax clip+sgd momentum, 20 tensors donated",
+             lambda: make_u_optax_chain("sgd", q)),
+            ("u optax clip+adamw, 20 tensors donated", lambda: make_u_optax_chain("adamw", q)),
+            ("u label-smoothed xent + huber value_and_grad 4096x512x1000",
+             lambda: make_u_losses(q)),
+            ("u argsort/sort 1M f32 + sort keys/values", lambda: make_u_sort(q)),
+            ("u int8 dot -> int32 1024^3 + dequantize", lambda: make_u_int8_dot(q)),
+            ("u scatter max/min/set dup ids 1M into 65536", lambda: make_u_scatter(q)),
+            ("u cumulative logsumexp associative_scan 256x4096",
+             lambda: make_u_cumlogsumexp(q)),
+            ("u histogram 4M + bincount", lambda: make_u_histogram(q)),
+            ("u masked mean/var where 4096x2048", lambda: make_u_masked_stats(q)),
+            ("u sliding windows dynamic_slice fori_loop 1M/4096", lambda: make_u_windows(q))]
+
+
 def group_cases(group, quick):
     return ((case_list(quick) if group in ("suite", "all") else []) +
-            (extra_case_list(quick) if group in ("extra", "all") else []))
+            (extra_case_list(quick) if group in ("extra", "all") else []) +
+            (utils_case_list(quick) if group in ("utils", "all") else []))
 
 
 # ---- timing and checking ------------------------------------------------------------------------
@@ -1114,9 +1388,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=30, help="timed calls per side, all rounds")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    ap.add_argument("--group", choices=("suite", "extra", "all"), default="suite",
+    ap.add_argument("--group", choices=("suite", "extra", "utils", "all"), default="suite",
                     help="suite: the programs above (default); extra: the second group "
-                    "(names starting with 'x '); all: both")
+                    "(names starting with 'x '); utils: the third ('u '); all: every group")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
