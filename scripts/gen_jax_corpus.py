@@ -795,6 +795,18 @@ def add_sort():
     case("argsort_stable_f32", lambda a: jnp.argsort(a, axis=-1, stable=True),
          [np.round(normal(r, (2, 12)) * 2) / 2], EXACT, "sort")
     case("sort_bf16", lambda a: jnp.sort(a), [normal(r, (9,), "bf16")], EXACT, "sort")
+    # searchsorted (a while loop of TOTALORDER compares and gathers) and the histogram built on
+    # it: queries on the edges, between them, outside the range, -0.0 and NaN
+    edges = np.linspace(-2, 2, 17).astype(np.float32)
+    q = np.concatenate([edges[::3], normal(r, (40,)) * 2, [-0.0, 0.0, np.nan, -np.inf, 7.0]])
+    q = q.astype(np.float32)
+    case("searchsorted_f32", lambda e, v: (jnp.searchsorted(e, v, side="left"),
+                                           jnp.searchsorted(e, v, side="right")),
+         [edges, q], EXACT, "sort", note="TOTALORDER compares: -0.0 before 0.0, NaN last")
+    case("histogram_bincount", lambda v, k: (jnp.histogram(v, bins=16, range=(-2.0, 2.0))[0],
+                                             jnp.bincount(k, length=9)),
+         [q[np.isfinite(q)], rand(r, (50,), "s32", 0, 8)], EXACT, "sort",
+         note="searchsorted bins (edges exact in f32) and scatter-add counts")
 
 
 # ---- control flow -----------------------------------------------------------------------------

@@ -2394,6 +2394,59 @@ static void test_int_divide_remainder(void) {
     g_src = NULL;
 }
 
+/* TOTALORDER compares (jnp.searchsorted, jnp.sort's comparators, histogram bins) in native code:
+ * the operands' bits as keys, no DAZ, -NaN < -Inf < ... < -0 < +0 < ... < +Inf < +NaN, on
+ * parameters, on a negation (x against -x: the zeros and NaNs of both signs), on a broadcast
+ * constant and on a sum computed in the loop, every direction, every float type, with special and
+ * subnormal inputs, bit for bit with the reference. The sum is compared in JAX's canonical form
+ * (NaNs made one NaN, -0 made +0: what jnp writes before every TOTALORDER compare): the bits of a
+ * NaN computed in native code may differ from the reference's (the vector add may take its
+ * operands in the other order), which only a raw TOTALORDER compare would show. */
+static void test_total_order_compare(void) {
+    static const char *const types[] = {"f32", "f64", "f16", "bf16"};
+    for (int j = 0; j < 4; j++) {
+        for (int tiny = 0; tiny < 2; tiny++) {
+            if (tiny && j >= 2) continue;
+            const char *t = types[j];
+            char text[8192];
+            int n = 0;
+            n += snprintf(
+                text + n, sizeof text - n,
+                "HloModule total_order\nENTRY e {\n"
+                "  x = %s[3001]{0} parameter(0)\n  y = %s[3001]{0} parameter(1)\n"
+                "  ng = %s[3001]{0} negate(x)\n  a = %s[3001]{0} add(x, y)\n"
+                "  c0 = %s[] constant(-0)\n  z = %s[3001]{0} broadcast(c0), dimensions={}\n"
+                "  cn = %s[] constant(nan)\n  nb = %s[3001]{0} broadcast(cn), dimensions={}\n"
+                "  c1 = %s[] constant(0)\n  zb = %s[3001]{0} broadcast(c1), dimensions={}\n"
+                "  un = pred[3001]{0} compare(a, a), direction=NE\n"
+                "  iz = pred[3001]{0} compare(a, zb), direction=EQ\n"
+                "  sz = %s[3001]{0} select(iz, zb, a)\n"
+                "  s = %s[3001]{0} select(un, nb, sz)\n",
+                t, t, t, t, t, t, t, t, t, t, t, t);
+            static const char *const pairs[][2] = {{"x", "y"}, {"x", "ng"}, {"s", "x"}, {"y", "z"}};
+            char outs[1024] = "", tys[1024] = "";
+            int on = 0, tn = 0, k = 0;
+            for (int q = 0; q < 4; q++)
+                for (int d = 0; d < 6; d++, k++) {
+                    n += snprintf(text + n, sizeof text - n,
+                                  "  r%d = pred[3001]{0} compare(%s, %s), direction=%s, "
+                                  "type=TOTALORDER\n",
+                                  k, pairs[q][0], pairs[q][1], k_dirs[d]);
+                    on += snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+                    tn += snprintf(tys + tn, sizeof tys - tn, "%spred[3001]{0}", k ? ", " : "");
+                }
+            /* a searchsorted step: the compare selects between the operands */
+            n += snprintf(text + n, sizeof text - n,
+                          "  sel = %s[3001]{0} select(r2, x, ng)\n"
+                          "  ROOT t = (%s, %s[3001]{0}) tuple(%s, sel)\n}\n",
+                          t, tys, t, outs);
+            g_tiny = tiny != 0;
+            check_module(text, 340 + (uint64_t)(j * 2 + tiny), true);
+            g_tiny = false;
+        }
+    }
+}
+
 static void test_narrow_shift_right_logical(void) {
     static const char *const types[] = {"s8", "s16", "u8", "s32", "s64"};
     char text[1024];
@@ -3037,6 +3090,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_tier_up_now),
         OT_TEST(test_narrow_shift_right_logical),
         OT_TEST(test_int_divide_remainder),
+        OT_TEST(test_total_order_compare),
         OT_TEST(test_units),
         OT_TEST(test_libm_not_folded),
         OT_TEST(test_many_operands_vectorize),
