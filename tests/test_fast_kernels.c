@@ -1237,6 +1237,24 @@ static const struct {
      "  ROOT g = f32[2,5000] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,5000}\n}\n",
      1},
+    /* searchsorted's step (jnp.histogram): single elements of a small table at u32 indices */
+    {"HloModule g9\nENTRY e {\n  x = f32[101] parameter(0)\n  i = u32[5000,1] parameter(1)\n"
+     "  ROOT g = f32[5000,1] gather(x, i), offset_dims={1}, collapsed_slice_dims={}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1}\n}\n",
+     1},
+    /* u8, s16 and u64 indices (a u64 above INT64_MAX clamps to the top), rows of 5 s32 */
+    {"HloModule g10\nENTRY e {\n  x = s32[300,5] parameter(0)\n  i = u8[70] parameter(1)\n"
+     "  ROOT g = s32[70,5] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,5}\n}\n",
+     1},
+    {"HloModule g11\nENTRY e {\n  x = f64[40,3] parameter(0)\n  i = s16[90,1] parameter(1)\n"
+     "  ROOT g = f64[90,3] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,3}\n}\n",
+     1},
+    {"HloModule g12\nENTRY e {\n  x = u16[33,2] parameter(0)\n  i = u64[200] parameter(1)\n"
+     "  ROOT g = u16[200,2] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,2}\n}\n",
+     1},
     /* offset dims before the batch dim: the reference runs it */
     {"HloModule g4\nENTRY e {\n  x = f32[40,12] parameter(0)\n  i = s32[6] parameter(1)\n"
      "  ROOT g = f32[12,6] gather(x, i), offset_dims={0}, collapsed_slice_dims={0}, "
@@ -1255,10 +1273,12 @@ static void fill_indices(ot_tensor *t, int64_t hi) {
         case 3: v = t->shape.dtype == OT_S32 ? INT32_MAX : INT64_MAX; break;
         default: v = rnd(0, hi); break;
         }
-        if (t->shape.dtype == OT_S32)
-            ((int32_t *)t->data)[e] = (int32_t)v;
-        else
-            ((int64_t *)t->data)[e] = v;
+        switch (ot_dtype_size(t->shape.dtype)) { /* narrower types: the value wrapped */
+        case 1: ((uint8_t *)t->data)[e] = (uint8_t)v; break;
+        case 2: ((uint16_t *)t->data)[e] = (uint16_t)v; break;
+        case 4: ((uint32_t *)t->data)[e] = (uint32_t)v; break;
+        default: ((uint64_t *)t->data)[e] = (uint64_t)v; break;
+        }
     }
 }
 

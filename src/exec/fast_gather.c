@@ -3,8 +3,10 @@
  * over the batch dims, o over the offset dims) is operand element base(b) + off(o), where off(o)
  * walks the offset dims' operand strides (computed once, into scratch) and base(b) sums each start
  * index clamped to [0, dim - slice size] (the reference's clamp) times its operand stride, and for
- * each operand batching dim the matching batch position times its stride. s32/s64 indices, elements
- * of 1, 2, 4 or 8 bytes; anything else is left to the reference. The copies are the same bytes.
+ * each operand batching dim the matching batch position times its stride. Indices of any integer
+ * type (read as the reference's index_value: a u64 above INT64_MAX is huge, not negative),
+ * elements of 1, 2, 4 or 8 bytes; anything else is left to the reference. The copies are the same
+ * bytes.
  * The start positions are computed first; the batch elements' copies (one block each when the
  * slice is contiguous in the operand) are then split over the pool, each writing its own rows. */
 #include "exec/fast_internal.h"
@@ -51,7 +53,7 @@ static void gather_rows(void *arg, int64_t begin, int64_t end, int ith) {
     const int64_t *oo = p->oo;
     const char *x = p->x;
     char *y = p->y;
-    if (p->contig) {
+    if (p->contig && (size_t)NO * p->es >= 64) { /* shorter slices: the typed loop below */
         gather_contig(p, begin, end);
         return;
     }
@@ -71,6 +73,58 @@ static void gather_rows(void *arg, int64_t begin, int64_t end, int ith) {
     }
 }
 
+/* The slices' starts in the operand, one per batch element (a pass over the indices, split over
+ * the pool: each element's start depends on its own indices only). */
+typedef struct base_job {
+    const ot_gather_dims *g;
+    ot_dtype kt;
+    const void *k;
+    int nbd;
+    int64_t ivs;                                  /* the index vector dim's stride */
+    int64_t bdim[OT_MAX_RANK], kstr[OT_MAX_RANK]; /* per batch dim: size, indices stride */
+    int64_t hi[OT_MAX_RANK], sstr[OT_MAX_RANK];   /* per start index: clamp top, stride */
+    int bq[OT_MAX_RANK];                          /* per batching dim: its batch dim */
+    int64_t bstr[OT_MAX_RANK];                    /* per batching dim: operand stride */
+    int64_t *bases;
+} base_job;
+
+/* Start index `at` of the indices, as the reference's index_value reads it. */
+static inline int64_t index_at(ot_dtype kt, const void *k, int64_t at) {
+    switch (kt) {
+    case OT_S32: return ((const int32_t *)k)[at];
+    case OT_U32: return ((const uint32_t *)k)[at];
+    case OT_S64: return ((const int64_t *)k)[at];
+    default: {
+        int64_t v = ex_ld_i(kt, k, at);
+        return kt == OT_U64 && v < 0 ? INT64_MAX : v; /* huge, not negative */
+    }
+    }
+}
+
+static void gather_bases(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const base_job *p = arg;
+    const ot_gather_dims *g = p->g;
+    int nbd = p->nbd;
+    int64_t bidx[OT_MAX_RANK] = {0};
+    for (int64_t q = nbd - 1, r = begin; q >= 0; q--) { /* begin's batch position */
+        bidx[q] = r % p->bdim[q];
+        r /= p->bdim[q];
+    }
+    for (int64_t b = begin; b < end; b++) {
+        int64_t kb = 0, base = 0;
+        for (int q = 0; q < nbd; q++) kb += bidx[q] * p->kstr[q];
+        for (int k = 0; k < g->nstart_index_map; k++) {
+            int64_t v = index_at(p->kt, p->k, kb + k * p->ivs);
+            v = v < 0 ? 0 : v > p->hi[k] ? p->hi[k] : v;
+            base += v * p->sstr[k];
+        }
+        for (int k = 0; k < g->nbatching; k++) base += bidx[p->bq[k]] * p->bstr[k];
+        p->bases[b] = base;
+        for (int q = nbd - 1; q >= 0 && ++bidx[q] == p->bdim[q]; q--) bidx[q] = 0;
+    }
+}
+
 ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                          void *out, const ex_leaf *os, bool *done) {
     const ot_gather_dims *g = i->attrs->gather;
@@ -78,7 +132,7 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
     const ot_shape *xs = ins[0].shape, *ks = ins[1].shape, *ys = os->shape;
     ot_dtype kt = ks->dtype;
     size_t es = ot_dtype_size(ys->dtype);
-    if ((kt != OT_S32 && kt != OT_S64) || xs->dtype != ys->dtype ||
+    if (!ot_dtype_is_integer(kt) || xs->dtype != ys->dtype ||
         (es != 1 && es != 2 && es != 4 && es != 8))
         return OT_OK;
     int yr = ys->rank, no = g->noffset, nbd = yr - no;
@@ -134,22 +188,23 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
         contig &= off == o;
         for (int k = no - 1; k >= 0 && ++idx[k] == ys->dims[nbd + k]; k--) idx[k] = 0;
     }
-    int64_t ivs = ivd < ks->rank ? kstr[ivd] : 0, bidx[OT_MAX_RANK] = {0};
-    for (int64_t b = 0; b < NB; b++) {
-        int64_t kb = 0, base = 0;
-        for (int q = 0; q < nbd; q++) kb += bidx[q] * kstr[kd[q]];
-        for (int k = 0; k < g->nstart_index_map; k++) {
-            int64_t od = g->start_index_map[k], at = kb + k * ivs;
-            int64_t v = kt == OT_S32 ? ((const int32_t *)in[1])[at] : ((const int64_t *)in[1])[at];
-            int64_t hi = xs->dims[od] - g->slice_sizes[od];
-            v = v < 0 ? 0 : v > hi ? hi : v;
-            base += v * xstr[od];
-        }
-        for (int k = 0; k < g->nbatching; k++)
-            base += bidx[bq[k]] * xstr[g->operand_batching_dims[k]];
-        bases[b] = base;
-        for (int q = nbd - 1; q >= 0 && ++bidx[q] == ys->dims[q]; q--) bidx[q] = 0;
+    base_job bj = {.g = g, .kt = kt, .k = in[1], .nbd = nbd, .bases = bases};
+    bj.ivs = ivd < ks->rank ? kstr[ivd] : 0;
+    for (int q = 0; q < nbd; q++) {
+        bj.bdim[q] = ys->dims[q];
+        bj.kstr[q] = kstr[kd[q]];
     }
+    for (int k = 0; k < g->nstart_index_map; k++) {
+        int64_t od = g->start_index_map[k];
+        bj.hi[k] = xs->dims[od] - g->slice_sizes[od];
+        bj.sstr[k] = xstr[od];
+    }
+    for (int k = 0; k < g->nbatching; k++) {
+        bj.bq[k] = bq[k];
+        bj.bstr[k] = xstr[g->operand_batching_dims[k]];
+    }
+    int64_t kbytes = NB * (int64_t)ot_dtype_size(kt) * (g->nstart_index_map + 2);
+    ex_par_for(c, NB, kbytes, gather_bases, &bj);
     gather_job p = {oo, bases, NO, NB, es, contig, in[0], out};
     ex_par_for(c, NB, NB * NO * (int64_t)es * 2, gather_rows, &p);
     return OT_OK;
