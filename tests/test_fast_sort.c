@@ -81,12 +81,12 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
     const ot_computation *c = ot_module_entry(m);
     const ot_instr *root = c->root;
     int nout = root->shape.kind == OT_IR_TUPLE ? root->shape.ntuple : 1;
-    const ot_shape *osh[2];
-    for (int q = 0; q < nout && q < 2; q++)
+    const ot_shape *osh[4];
+    for (int q = 0; q < nout && q < 4; q++)
         osh[q] = nout == 1 ? &root->shape.array : &root->shape.tuple[q].array;
-    ot_tensor args[4], ref[2], got[2];
+    ot_tensor args[4], ref[4], got[4];
     int nin = c->nparams;
-    bool ok = nout <= 2 && nin <= 4;
+    bool ok = nout <= 4 && nin <= 4;
     for (int k = 0; k < nin && ok; k++)
         ok = ot_tensor_alloc(&args[k], &c->params[k]->shape.array) == OT_OK;
     for (int q = 0; q < nout && ok; q++) {
@@ -97,8 +97,8 @@ static bool check_hlo(const char *hlo, bool ieee, bool want_fast) {
         ot_module_free(m);
         return false; /* a test process: the leak on this path does not matter */
     }
-    void *in[4], *out[2];
-    ex_leaf ins[4], ol[2];
+    void *in[4], *out[4];
+    ex_leaf ins[4], ol[4];
     for (int k = 0; k < nin; k++) {
         fill_values(&args[k]);
         in[k] = args[k].data;
@@ -188,14 +188,14 @@ static void test_sort_random(void) {
         int r = (int)rnd(1, 3), sd = (int)rnd(0, r - 1);
         int64_t dims[3];
         for (int d = 0; d < r; d++) dims[d] = rnd(1, 6);
-        dims[sd] = rnd(0, 3) ? rnd(2, 70) : rnd(300, 700); /* past a few merge passes */
+        dims[sd] = rnd(0, 3) ? rnd(2, 70) : rnd(300, 1500); /* merge passes, and the radix sort */
         char shape[64];
         int sn = snprintf(shape, sizeof shape, "%s[", ty);
         for (int d = 0; d < r; d++)
             sn += snprintf(shape + sn, sizeof shape - (size_t)sn, "%s%lld", d ? "," : "",
                            (long long)dims[d]);
         snprintf(shape + sn, sizeof shape - (size_t)sn, "]");
-        char cmp[2048], text[4096];
+        char cmp[4096], text[8192];
         if (form <= 1) {
             subst(cmp, sizeof cmp, k_canon, ty, dir);
         } else {
@@ -206,10 +206,40 @@ static void test_sort_random(void) {
                                                  : "");
             subst(cmp, sizeof cmp, raw, ty, dir);
         }
-        snprintf(text, sizeof text,
-                 "HloModule sort_%d\n%sENTRY e {\n  x = %s parameter(0)\n"
-                 "  ROOT s = %s sort(x), dimensions={%d}, is_stable=%s, to_apply=cmp\n}\n",
-                 it, cmp, shape, shape, sd, rnd(0, 1) ? "true" : "false");
+        /* jnp.argsort, lax.sort_key_val, lax.sort(..., num_keys=1): up to three more operands
+         * of other types, permuted as the keys (the comparator's parameters for them unused) */
+        static const char *const more_types[] = {"s32", "f32", "u8", "f64", "bf16"};
+        int nmore = rnd(0, 1) ? (int)rnd(1, 3) : 0;
+        char params[512] = "", sorted[512] = "", tys[512] = "";
+        int pn = 0, qn = 0, tn = 0;
+        qn += snprintf(sorted + qn, sizeof sorted - (size_t)qn, "x");
+        tn += snprintf(tys + tn, sizeof tys - (size_t)tn, "%s", shape);
+        for (int q = 0; q < nmore; q++) {
+            const char *mt = more_types[rnd(0, 4)];
+            char msh[64];
+            snprintf(msh, sizeof msh, "%s%s", mt, strchr(shape, '['));
+            pn += snprintf(params + pn, sizeof params - (size_t)pn, "  v%d = %s parameter(%d)\n", q,
+                           msh, q + 1);
+            qn += snprintf(sorted + qn, sizeof sorted - (size_t)qn, ", v%d", q);
+            tn += snprintf(tys + tn, sizeof tys - (size_t)tn, ", %s", msh);
+            char cp[128];
+            snprintf(cp, sizeof cp,
+                     "cmp {\n  m%d = %s[] parameter(%d)\n  n%d = %s[] parameter(%d)\n", q, mt,
+                     2 * q + 2, q, mt, 2 * q + 3);
+            char rest[sizeof cmp + sizeof cp];
+            snprintf(rest, sizeof rest, "%s%s", cp, cmp + strlen("cmp {\n"));
+            if (strlen(rest) < sizeof cmp) memcpy(cmp, rest, strlen(rest) + 1);
+        }
+        if (nmore)
+            snprintf(text, sizeof text,
+                     "HloModule sort_%d\n%sENTRY e {\n  x = %s parameter(0)\n%s"
+                     "  ROOT s = (%s) sort(%s), dimensions={%d}, is_stable=%s, to_apply=cmp\n}\n",
+                     it, cmp, shape, params, tys, sorted, sd, rnd(0, 1) ? "true" : "false");
+        else
+            snprintf(text, sizeof text,
+                     "HloModule sort_%d\n%sENTRY e {\n  x = %s parameter(0)\n"
+                     "  ROOT s = %s sort(x), dimensions={%d}, is_stable=%s, to_apply=cmp\n}\n",
+                     it, cmp, shape, shape, sd, rnd(0, 1) ? "true" : "false");
         cases++;
         if (!check_hlo(text, rnd(0, 3) == 0, true)) failed++;
     }
@@ -224,7 +254,7 @@ static void test_topk_random(void) {
     int failed = 0;
     for (int it = 0; it < 80; it++) {
         const char *ty = types[rnd(0, 7)];
-        int64_t rows = rnd(1, 40), m = rnd(0, 2) ? rnd(1, 60) : rnd(100, 400);
+        int64_t rows = rnd(1, 40), m = rnd(0, 2) ? rnd(1, 60) : rnd(100, 1200);
         int64_t k = rnd(0, 1) ? rnd(1, m < 8 ? m : 8) : rnd(1, m);
         char text[1024];
         snprintf(text, sizeof text,
@@ -238,8 +268,25 @@ static void test_topk_random(void) {
 }
 
 /* Comparators the fast sort leaves to the reference: a float compare (NaNs unordered), the
- * parameters swapped, a lexicographic sort of two operands. */
+ * parameters swapped, a lexicographic sort of two operands, a key from the second operand. */
 static void test_sort_fallbacks(void) {
+    EXPECT_TRUE(check_hlo("HloModule f2\ncmp {\n  a = s32[] parameter(0)\n"
+                          "  b = s32[] parameter(1)\n  c = s32[] parameter(2)\n"
+                          "  d = s32[] parameter(3)\n  lt = pred[] compare(a, b), direction=LT\n"
+                          "  eq = pred[] compare(a, b), direction=EQ\n"
+                          "  lt2 = pred[] compare(c, d), direction=LT\n"
+                          "  both = pred[] and(eq, lt2)\n  ROOT r = pred[] or(lt, both)\n}\n"
+                          "ENTRY e {\n  x = s32[50] parameter(0)\n  y = s32[50] parameter(1)\n"
+                          "  ROOT s = (s32[50], s32[50]) sort(x, y), dimensions={0}, "
+                          "is_stable=true, to_apply=cmp\n}\n",
+                          false, false));
+    EXPECT_TRUE(check_hlo("HloModule f3\ncmp {\n  a = f32[] parameter(0)\n"
+                          "  b = f32[] parameter(1)\n  c = s32[] parameter(2)\n"
+                          "  d = s32[] parameter(3)\n  ROOT r = pred[] compare(c, d), "
+                          "direction=LT\n}\nENTRY e {\n  x = f32[50] parameter(0)\n"
+                          "  y = s32[50] parameter(1)\n  ROOT s = (f32[50], s32[50]) sort(x, y), "
+                          "dimensions={0}, is_stable=true, to_apply=cmp\n}\n",
+                          false, false));
     EXPECT_TRUE(check_hlo("HloModule f0\ncmp {\n  a = f32[] parameter(0)\n"
                           "  b = f32[] parameter(1)\n  ROOT r = pred[] compare(a, b), "
                           "direction=LT\n}\nENTRY e {\n  x = f32[40,9] parameter(0)\n"

@@ -1,25 +1,30 @@
-/* The fast sort (kernels.h): a one-operand sort (jnp.sort, lax.sort of one array) whose
- * comparator orders the elements by a key, as JAX writes them:
+/* The fast sort (kernels.h): a sort (jnp.sort, jnp.argsort, lax.sort_key_val, lax.sort of
+ * several arrays with num_keys=1) whose comparator orders the elements by a key of the first
+ * operand, as JAX writes them:
  *  - compare(a, b), direction LT or GT, of the two parameters (integers: SIGNED or UNSIGNED;
  *    floats: TOTALORDER), or
  *  - the same compare of JAX's canonical floats, select(ne(p, p), NAN, select(eq(p, Z), Z, p))
  *    for each parameter p (NaNs become one NaN and both zeros one zero), with TOTALORDER.
- * Any other comparator (FLOAT compares, several operands, lexicographic keys) stays with the
- * reference.
+ * The comparator's other parameters (the other operands' elements) are unused: the other
+ * operands are permuted as the first. Any other comparator (FLOAT compares, lexicographic keys
+ * over several operands) stays with the reference.
  *
  * Bit-identical to the reference (reduce.c), a stable merge sort that calls the comparator: the
  * comparator is a strict weak order on the keys, so every stable sort gives the same permutation,
- * and this one sorts (key, position) pairs with a stable merge sort whose compares are integer
- * compares of the keys. The canonical form's compares (ne, eq) are the reference's own
- * ex_compare on the row, so NaN and DAZ rules are its own; the keys of TOTALORDER are the
- * reference's total_order_key (sign-extended bits, negatives with the magnitude bits flipped).
- * The sorted values are the operand's own bits (a -0 and a +0 of equal keys keep their order).
+ * and this one sorts (key, position) pairs by the integer keys with a stable sort (a merge sort
+ * of short rows, an LSD radix sort of long ones). The canonical form's compares (ne, eq) are the
+ * reference's own ex_compare on the row, so NaN and DAZ rules are its own; the keys of TOTALORDER
+ * are the reference's total_order_key (sign-extended bits, negatives with the magnitude bits
+ * flipped). The sorted values are the operands' own bits (a -0 and a +0 of equal keys keep their
+ * order).
  *
  * (ex_compare runs with the thread's denormal mode set to the run's.)
  *
  * Threads: the rows (every index but the sorted dim) are split over the pool, each sorted by
  * one task, so the result does not depend on the thread count. */
 #include "exec/fast_internal.h"
+
+#define OT_MAX_SORT_OPERANDS 16 /* more operands: the reference */
 
 typedef struct sort_key {
     int64_t key, pos;
@@ -36,6 +41,10 @@ typedef struct sort_plan {
     const ot_instr *ne, *eq;      /* canon: its compares (their directions and types) */
     const void *x;
     void *y;
+    int nmore; /* the other operands, permuted as the first */
+    const void *const *xm;
+    void *const *ym;
+    const size_t *esm; /* their element sizes */
     ot_status st;
 } sort_plan;
 
@@ -90,11 +99,13 @@ static bool key_form(const ot_instr *x, const ot_instr *p, ot_dtype t, bool *can
     return true;
 }
 
-/* The plan of sort i, or false when its comparator is not one of the forms above. */
+/* The plan of sort i, or false when its comparator is not one of the forms above (its root
+ * reads parameters 0 and 1 only: operand 0's pair). */
 static bool plan_sort(const ot_instr *i, const ot_shape *s, sort_plan *p) {
     const ot_computation *f = i->ncalled == 1 ? i->called[0] : NULL;
     ot_dtype t = s->dtype;
-    if (!f || f->nparams != 2 || !f->root || i->noperands != 1 || s->rank < 1) return false;
+    if (!f || i->noperands < 1 || f->nparams != 2 * i->noperands || !f->root || s->rank < 1)
+        return false;
     if (t != OT_F32 && t != OT_F64 && t != OT_S8 && t != OT_S16 && t != OT_S32 && t != OT_S64 &&
         t != OT_U8 && t != OT_U16 && t != OT_U32 && t != OT_U64)
         return false;
@@ -154,6 +165,67 @@ static void merge_keys(sort_key *a, sort_key *tmp, int64_t m) {
     }
 }
 
+/* Stable LSD radix sort of a[0..m) by key, tmp as large: the same order as merge_keys (both
+ * stable, and the keys totally ordered), in one pass per byte of the keys' range (4 for 32-bit
+ * keys) where the merge sort makes log2(m) passes; a pass whose digit is the same for every
+ * element is skipped. */
+static void radix_keys(sort_key *a, sort_key *tmp, int64_t m) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int64_t k = 0; k < m; k++) {
+        uint64_t u = (uint64_t)a[k].key ^ (1ull << 63); /* the keys' order, unsigned */
+        lo = u < lo ? u : lo;
+        hi = u > hi ? u : hi;
+    }
+    uint64_t range = hi - lo;
+    sort_key *src = a, *dst = tmp;
+    for (int sh = 0; sh < 64 && (range >> sh) != 0; sh += 8) {
+        int64_t cnt[256] = {0};
+        for (int64_t k = 0; k < m; k++)
+            cnt[((((uint64_t)src[k].key ^ (1ull << 63)) - lo) >> sh) & 255]++;
+        bool one = false;
+        for (int d = 0; d < 256; d++) one |= cnt[d] == m;
+        if (one) continue;
+        for (int64_t d = 0, at = 0; d < 256; d++) {
+            int64_t c = cnt[d];
+            cnt[d] = at;
+            at += c;
+        }
+        for (int64_t k = 0; k < m; k++)
+            dst[cnt[((((uint64_t)src[k].key ^ (1ull << 63)) - lo) >> sh) & 255]++] = src[k];
+        sort_key *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, (size_t)m * sizeof *a);
+}
+
+#define SORT_RADIX_MIN 512 /* shorter rows: the merge sort */
+
+static void sort_keys(sort_key *a, sort_key *tmp, int64_t m) {
+    if (m >= SORT_RADIX_MIN)
+        radix_keys(a, tmp, m);
+    else
+        merge_keys(a, tmp, m);
+}
+
+/* dst[k * dstep] = src[k * sstep] (byte strides), or src[pos[k].pos * sstep] when pos: elements
+ * of es bytes moved with a fixed-size copy (a call per element otherwise). */
+static void move_elems(char *dst, size_t dstep, const char *src, size_t sstep, const sort_key *pos,
+                       int64_t m, size_t es) {
+#define MOVE_ELEMS(N)                                                                              \
+    for (int64_t k = 0; k < m; k++)                                                                \
+        memcpy(dst + (size_t)k * dstep, src + (size_t)(pos ? pos[k].pos : k) * sstep, N);          \
+    return;
+    switch (es) {
+    case 1: MOVE_ELEMS(1)
+    case 2: MOVE_ELEMS(2)
+    case 4: MOVE_ELEMS(4)
+    case 8: MOVE_ELEMS(8)
+    default: MOVE_ELEMS(es)
+    }
+#undef MOVE_ELEMS
+}
+
 static void sort_rows(void *arg, int64_t begin, int64_t end, int ith) {
     (void)ith;
     sort_plan *p = arg;
@@ -177,8 +249,7 @@ static void sort_rows(void *arg, int64_t begin, int64_t end, int ith) {
     for (int64_t rw = begin; rw < end; rw++) {
         int64_t o = rw / p->inner, j = rw % p->inner;
         const char *x = (const char *)p->x + (size_t)((o * m) * p->inner + j) * es;
-        for (int64_t k = 0; k < m; k++)
-            memcpy(row + (size_t)k * es, x + (size_t)(k * p->inner) * es, es);
+        move_elems(row, es, x, (size_t)p->inner * es, NULL, m, es);
         if (p->canon) {
             ot_status st = ex_compare(OT_CMP_NE, p->ne->attrs->cmp_type, p->t, row, row, isnan_, m);
             if (st == OT_OK)
@@ -202,30 +273,56 @@ static void sort_rows(void *arg, int64_t begin, int64_t end, int ith) {
             if (ot_dtype_is_float(p->t) && key < 0) key ^= (int64_t)(~0ull >> 1); /* total order */
             a[k] = (sort_key){p->desc ? ~key : key, k};
         }
-        merge_keys(a, tmp, m);
+        sort_keys(a, tmp, m);
         char *y = (char *)p->y + (size_t)((o * m) * p->inner + j) * es;
-        for (int64_t k = 0; k < m; k++)
-            memcpy(y + (size_t)(k * p->inner) * es, row + (size_t)a[k].pos * es, es);
+        move_elems(y, (size_t)p->inner * es, row, es, a, m, es);
+        for (int q = 0; q < p->nmore; q++) {
+            size_t eq = p->esm[q];
+            size_t at = (size_t)((o * m) * p->inner + j) * eq, step = (size_t)p->inner * eq;
+            const char *xq = (const char *)p->xm[q] + at;
+            char *yq = (char *)p->ym[q] + at;
+            move_elems(yq, step, xq, step, a, m, eq);
+        }
     }
     ex_ftz = ftz;
     ot_free(buf);
 }
 
-ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
-                       void *out, const ex_leaf *os, bool *done) {
+ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                       const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
+                       bool *done) {
+    *done = false;
+    if (nin < 1 || nin != nout || nin != i->noperands || nin > OT_MAX_SORT_OPERANDS) return OT_OK;
     const ot_shape *s = ins[0].shape;
-    if (!ot_shape_equal(s, os->shape) || ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes))
-        return OT_OK;
+    for (int q = 0; q < nin; q++) {
+        /* every operand of the first's dims, each output its operand's shape, no output over an
+         * input or over another output */
+        const ot_shape *sq = ins[q].shape;
+        if (sq->rank != s->rank || memcmp(sq->dims, s->dims, sizeof s->dims[0] * s->rank) != 0 ||
+            !ot_shape_equal(sq, outs[q].shape))
+            return OT_OK;
+        for (int r = 0; r < nin; r++)
+            if (ex_overlaps(out[q], outs[q].nbytes, in[r], ins[r].nbytes) ||
+                (r != q && ex_overlaps(out[q], outs[q].nbytes, out[r], outs[r].nbytes)))
+                return OT_OK;
+    }
     sort_plan p;
     memset(&p, 0, sizeof p);
     if (!plan_sort(i, s, &p)) return OT_OK;
+    size_t esm[OT_MAX_SORT_OPERANDS];
+    for (int q = 1; q < nin; q++) esm[q - 1] = ot_dtype_size(ins[q].shape->dtype);
     *done = true;
     p.x = in[0];
-    p.y = out;
+    p.y = out[0];
+    p.nmore = nin - 1;
+    p.xm = (const void *const *)(in + 1);
+    p.ym = out + 1;
+    p.esm = esm;
     p.ftz = c->ftz;
     p.st = OT_OK;
-    int64_t rows = p.outer * p.inner;
-    if (rows > 0 && p.m > 0) ex_par_for(c, rows, ins[0].nbytes + os->nbytes, sort_rows, &p);
+    int64_t rows = p.outer * p.inner, bytes = 0;
+    for (int q = 0; q < nin; q++) bytes += ins[q].nbytes + outs[q].nbytes;
+    if (rows > 0 && p.m > 0) ex_par_for(c, rows, bytes, sort_rows, &p);
     if (p.st != OT_OK) return p.st;
     c->fast_run++;
     return OT_OK;
@@ -237,7 +334,7 @@ ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
  * TOTALORDER for floats and in the type's own order for integers, ties by the lower index. The
  * reference picks, k times, the first untaken element no later element beats; the same picks are
  * the k first of the row ordered by (key descending (ascending), index), which this kernel takes
- * from integer keys: by k passes over the keys for small k, else from a stable merge sort. Rows
+ * from integer keys: by k passes over the keys for small k, else from a stable sort. Rows
  * are split over the pool (one task per row). */
 typedef struct topk_plan {
     ot_dtype t;
@@ -286,7 +383,7 @@ static void topk_rows(void *arg, int64_t begin, int64_t end, int ith) {
                 io[j] = (int32_t)best;
             }
         } else {
-            merge_keys(a, a + m, m);
+            sort_keys(a, a + m, m);
             for (int64_t j = 0; j < k; j++) {
                 memcpy(vo + (size_t)j * es, row + (size_t)a[j].pos * es, es);
                 io[j] = (int32_t)a[j].pos;

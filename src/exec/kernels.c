@@ -150,9 +150,6 @@ static ot_status fast_kernel(ex_kernel_ctx *c, const ot_instr *i, int nin, void 
     case OT_OP_SELECT_AND_SCATTER:
         if (nin != 3) return OT_OK;
         return ex_fast_select_and_scatter(c, i, in, ins, out, os, done);
-    case OT_OP_SORT:
-        if (nin != 1) return OT_OK;
-        return ex_fast_sort(c, i, in, ins, out, os, done);
     default:
         if (ot_opcode_is_elementwise_unary(i->opcode) ||
             ot_opcode_is_elementwise_binary(i->opcode) || i->opcode == OT_OP_CONVERT)
@@ -251,6 +248,11 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
     if (!c->reference_only && i->opcode == OT_OP_CUSTOM_CALL && i->attrs->custom_call_target &&
         !strcmp(i->attrs->custom_call_target, EX_STATE8_TARGET)) {
         ot_status st = ex_fast_state8(c, i, nin, in, ins, nout, out, outs, fast);
+        if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
+        if (*fast) return OT_OK;
+    }
+    if (!c->reference_only && i->opcode == OT_OP_SORT) {
+        ot_status st = ex_fast_sort(c, i, nin, in, ins, nout, out, outs, fast);
         if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
         if (*fast) return OT_OK;
     }
