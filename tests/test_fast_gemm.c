@@ -701,6 +701,80 @@ static void test_f32_dot(void) {
     check_exact("f32", cs, sizeof cs / sizeof cs[0], 4, f32_put);
 }
 
+/* ---- 8-bit integers ---------------------------------------------------------------------------
+ * An s8 / u8 dot into s32 or s64 (a quantized product: jnp.dot(..., preferred_element_type=
+ * jnp.int32)): the fast dot (the own f32 GEMM on the widened operands, exact while K times the
+ * largest product stays within 2^24) equals the reference kernel (64-bit integer sums) on 1, 2,
+ * 3 and 8 threads, with the extreme values (-128, 127, 255) making the sums as large as the bound
+ * allows at K = the bound (1024 for s8 x s8, 514 mixed, 258 for u8 x u8); one K past the bound
+ * stays with the reference. */
+static void i8_put(void *p, ot_dtype t, int values) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t r = g_rng >> 33;
+    int v = (int)(r % 256) - (t == OT_S8 ? 128 : 0);
+    if (values == 1) /* the extremes, mostly */
+        v = t == OT_S8 ? (r % 4 == 0 ? 127 : -128) : (r % 4 == 0 ? (int)(r % 256) : 255);
+    if (t == OT_S8)
+        *(int8_t *)p = (int8_t)v;
+    else
+        *(uint8_t *)p = (uint8_t)v;
+}
+
+static void test_int8_dot(void) {
+    if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: integer dots run in the reference");
+    const ot_dtype S = OT_S8, U = OT_U8, I = OT_S32, L = OT_S64;
+    const struct {
+        hcase h;
+        bool fast;
+    } cs[] = {
+        {{S, S, I, 1, 100, 70, 600, 0, 0}, true}, /* k blocks, M and N tails */
+        {{S, S, I, 1, 100, 70, 600, 1, 0}, true}, /* both transposed */
+        {{S, S, I, 1, 37, 13, 1024, 0, 1}, true}, /* K at the bound, sums up to 2^24 */
+        {{S, S, I, 1, 37, 13, 1025, 0, 1}, false},
+        {{U, U, I, 1, 50, 40, 258, 1, 1}, true},
+        {{U, U, I, 1, 50, 40, 259, 1, 1}, false},
+        {{S, U, L, 1, 61, 45, 514, 0, 1}, true}, /* mixed, s64 result */
+        {{U, S, I, 3, 45, 33, 70, 2, 0}, true},  /* lhs copied into [b, m, k] first */
+        {{S, S, I, 40, 30, 20, 50, 0, 0}, true}, /* each thread packs its elements' B */
+        {{S, S, I, 4, 29, 35, 4 * 31, 3, 1}, true},
+        {{S, S, I, 1, 12, 9, 1, 0, 0}, true},
+        {{S, S, L, 1, 300, 200, 257, 1, 1}, true},
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        const hcase *h = &cs[q].h;
+        ot_shape ls, rs;
+        ot_module *m = half_module(h, &ls, &rs);
+        ASSERT_TRUE(m);
+        ot_executable *exe = NULL;
+        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
+        size_t na = (size_t)ot_shape_numel_unchecked(&ls),
+               nb = (size_t)ot_shape_numel_unchecked(&rs), oes = ot_dtype_size(h->ot),
+               nout = (size_t)(h->b * h->m * h->n) * oes;
+        char *a = malloc(na), *b = malloc(nb);
+        void *want = malloc(nout), *got = malloc(nout);
+        ASSERT_TRUE(a && b && want && got);
+        for (size_t e = 0; e < na; e++) i8_put(a + e, h->lt, h->values);
+        for (size_t e = 0; e < nb; e++) i8_put(b + e, h->rt, h->values);
+        int fast = 0;
+        ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
+        for (int p = 0; p < 4; p++) {
+            ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
+            bool same = !memcmp(got, want, nout);
+            if (!same || (fast == 1) != cs[q].fast)
+                fprintf(stderr, "int8 case %zu on %d threads: %d fast kernels, %s\n", q,
+                        g_nthreads[p], fast, same ? "equal" : "differ");
+            EXPECT_TRUE(same);
+            EXPECT_TRUE((fast == 1) == cs[q].fast);
+        }
+        free(a);
+        free(b);
+        free(want);
+        free(got);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+}
+
 static void test_setup(void) {
     for (int k = 0; k < 4; k++)
         EXPECT_TRUE(ot_threadpool_create(g_nthreads[k], &g_pools[k]) == OT_OK);
@@ -716,4 +790,4 @@ static void test_teardown(void) {
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_output_fusion),
              OT_TEST(test_half_dot), OT_TEST(test_f64_dot), OT_TEST(test_f32_dot),
-             OT_TEST(test_teardown))
+             OT_TEST(test_int8_dot), OT_TEST(test_teardown))

@@ -491,7 +491,7 @@ typedef struct sg_src {
 } sg_src;
 
 static inline int64_t sg_es(sg_src s) {
-    return s.t == OT_F64 ? 8 : s.t == OT_F32 ? 4 : 2;
+    return s.t == OT_F64 ? 8 : s.t == OT_F32 ? 4 : s.t == OT_S8 || s.t == OT_U8 ? 1 : 2;
 }
 
 /* The address of element off (a prefetch's: computed as an integer, it may lie past the
@@ -503,6 +503,10 @@ static inline const char *sg_at(sg_src s, int64_t off) {
 /* Lanes m of the 16 elements at element off, as f32 (the others zero; never read) */
 SG_AVX512 static inline __m512 sg_load(sg_src s, int64_t off, __mmask16 m) {
     __m512i u;
+    if (s.t == OT_S8 || s.t == OT_U8) { /* 8-bit integers: exact in f32 (int8_dot_bound) */
+        __m128i q = _mm_maskz_loadu_epi8(m, (const int8_t *)s.p + off);
+        return _mm512_cvtepi32_ps(s.t == OT_S8 ? _mm512_cvtepi8_epi32(q) : _mm512_cvtepu8_epi32(q));
+    }
     if (s.t == OT_F32) {
         __m512 v = _mm512_maskz_loadu_ps(m, (const float *)s.p + off);
         if (!s.daz) return v;
@@ -1287,6 +1291,23 @@ static bool sg_pair_dot(ot_dtype a, ot_dtype b, bool ftz) {
     return ftz && a == OT_BF16 && b == OT_BF16;
 }
 
+/* ---- 8-bit integer operands (quantized products: int8 x int8 -> int32) ----------------------
+ * s8 / u8 operands into s32 or s64 run the own f32 GEMM too, widened by its packing (sg_load).
+ * Every product is an integer of magnitude at most 2^14 (s8 x s8; 2^15 mixed, 2^16 u8 x u8), so
+ * while K times that stays at most 2^24 every partial sum of the fma chain is an integer f32
+ * holds exactly: the finished sum is the exact sum, which the reference's 64-bit integer
+ * accumulation also gives (no wrap below 2^63), converted to the result (half_finish). Longer
+ * contractions stay with the reference. */
+static int64_t int8_dot_bound(ot_dtype a, ot_dtype b) {
+    int64_t ma = a == OT_S8 ? 128 : 255, mb = b == OT_S8 ? 128 : 255; /* largest magnitudes */
+    return ((int64_t)1 << 24) / (ma * mb);
+}
+
+static bool int8_dot_dtype(ot_dtype a, ot_dtype b, ot_dtype o, int64_t K) {
+    return (a == OT_S8 || a == OT_U8) && (b == OT_S8 || b == OT_U8) &&
+           (o == OT_S32 || o == OT_S64) && K <= int8_dot_bound(a, b);
+}
+
 /* The finishing pass over the GEMM's f32 sums (an output-fusion hook: elements [b, e) of the
  * result, row-major, right after the GEMM finished them): flushed under FTZ, a NaN made the
  * canonical quiet NaN, rounded to the result dtype (nearest even: ot_f32_to_bf16 and
@@ -1304,7 +1325,14 @@ static void half_finish(const void *ctx, int64_t b, int64_t e) {
     const half_fin *h = ctx;
     const uint32_t *a = (const uint32_t *)h->acc;
     uint32_t keep = h->ftz ? 0x80000000u : 0xffffffffu; /* what a zero exponent field keeps */
-    if (h->t == OT_F64) { /* an f64 product (the sums are the result): the same, on 64 bits */
+    if (h->t == OT_S32 || h->t == OT_S64) { /* integer sums, exact in f32 (int8_dot_bound) */
+        const float *f = h->acc;
+        if (h->t == OT_S32)
+            for (int64_t i = b; i < e; i++) ((int32_t *)h->out)[i] = (int32_t)f[i];
+        else
+            for (int64_t i = b; i < e; i++) ((int64_t *)h->out)[i] = (int64_t)f[i];
+    } else if (h->t ==
+               OT_F64) { /* an f64 product (the sums are the result): the same, on 64 bits */
         uint64_t *p = h->out, keep64 = h->ftz ? 0x8000000000000000ull : ~0ull;
         for (int64_t i = b; i < e; i++) {
             uint64_t u = p[i] & ((p[i] & 0x7ff0000000000000ull) ? ~0ull : keep64);
@@ -1406,14 +1434,15 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
     const ot_dot_dims *dn = i->attrs->dot;
     const ot_shape *ls = &i->operands[0]->shape.array, *rs = &i->operands[1]->shape.array;
     ot_dtype odt = i->shape.array.dtype;
+    dot_layout L;
+    dot_layout_of(dn, ls, rs, &L);
 #if SG_OWN
-    bool half = half_dot_dtype(ls->dtype, rs->dtype, odt);
+    bool half =
+        half_dot_dtype(ls->dtype, rs->dtype, odt) || int8_dot_dtype(ls->dtype, rs->dtype, odt, L.K);
 #else
     bool half = false;
 #endif
     if (!(half || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return false; /* the reference's */
-    dot_layout L;
-    dot_layout_of(dn, ls, rs, &L);
     if (L.M > INT_MAX || L.N > INT_MAX || L.K > INT_MAX || L.NB * L.M * L.N == 0) return false;
     /* the runtime's inline rule (ex_par_for_dynamic): the multiply-adds x 4 as "bytes" */
     if (L.NB * L.M * L.N * L.K * 4 < EX_INLINE_BYTES) return false;
@@ -1443,14 +1472,17 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     const ot_dot_dims *dn = i->attrs->dot;
     const ot_shape *ls = ins[0].shape, *rs = ins[1].shape;
     ot_dtype odt = os->shape->dtype;
+    if (!dn) return OT_OK;
+    dot_layout L;
+    dot_layout_of(dn, ls, rs, &L);
 #if SG_OWN
-    bool half = half_dot_dtype(ls->dtype, rs->dtype, odt); /* the own GEMM, widening as it packs */
+    /* the own GEMM, widening 16-bit floats or 8-bit integers as it packs */
+    bool half =
+        half_dot_dtype(ls->dtype, rs->dtype, odt) || int8_dot_dtype(ls->dtype, rs->dtype, odt, L.K);
 #else
     bool half = false;
 #endif
-    if (!dn || !(half || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return OT_OK;
-    dot_layout L;
-    dot_layout_of(dn, ls, rs, &L);
+    if (!(half || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return OT_OK;
     const int64_t *lbat = L.lbat, *rbat = L.rbat, *lfree = L.lfree, *rfree = L.rfree;
     int nb = dn->nbatch, nlf = L.nlf, nrf = L.nrf, nc = dn->ncontract;
     int64_t NB = L.NB, M = L.M, N = L.N, K = L.K;
