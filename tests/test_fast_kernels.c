@@ -1632,6 +1632,68 @@ static void test_scatter(void) {
  * the 64-byte units the threads split, f32/f64/s32, s32/s64 indices (one index per position:
  * the window starts' one-compare path; two: the general one), enough positions that the pool
  * splits the work. Bits equal to the reference's on 1, 2, 3 and 8 threads. */
+/* .at[].max / .at[].min and segment_max/min: scatters whose computation is maximum or minimum,
+ * of its parameters in either order, over floats (NaNs with payloads of either sign, signed
+ * zeros, infinities, subnormals read as zero under FTZ) and integers of each width and
+ * signedness, one element per position (a bincount-like scalar scatter) and rows, duplicate
+ * indices and out-of-range ones: bits equal to the reference on every pool. */
+static void test_scatter_minmax(void) {
+    g_rng = 0x3a9d;
+    static const char *dts[] = {"f32", "f64", "s32", "u8", "s64", "u32", "s16"};
+    for (int it = 0; it < 56; it++) {
+        const char *T = dts[it % 7], *K = rnd(0, 1) ? "s32" : "s64";
+        const char *op = (it / 7) % 2 ? "minimum" : "maximum";
+        bool swapped = (it / 14) % 2, rows = (it / 28) % 2;
+        int64_t R = rnd(1, 400), D = rnd(1, 40), N = rnd(2000, 30000) / (rows ? D : 1);
+        char comp[256], hlo[1200];
+        snprintf(comp, sizeof comp,
+                 "upd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                 "  ROOT s = %s[] %s(%s)\n}\n",
+                 T, T, T, op, swapped ? "b, a" : "a, b");
+        if (rows)
+            snprintf(hlo, sizeof hlo,
+                     "HloModule sm\n%sENTRY e {\n  x = %s[%lld,%lld] parameter(0)\n"
+                     "  i = %s[%lld,1] parameter(1)\n  u = %s[%lld,%lld] parameter(2)\n"
+                     "  ROOT s = %s[%lld,%lld] scatter(x, i, u), update_window_dims={1}, "
+                     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, "
+                     "index_vector_dim=1, to_apply=upd\n}\n",
+                     comp, T, (long long)R, (long long)D, K, (long long)N, T, (long long)N,
+                     (long long)D, T, (long long)R, (long long)D);
+        else
+            snprintf(hlo, sizeof hlo,
+                     "HloModule sm\n%sENTRY e {\n  x = %s[%lld] parameter(0)\n"
+                     "  i = %s[%lld,1] parameter(1)\n  u = %s[%lld] parameter(2)\n"
+                     "  ROOT s = %s[%lld] scatter(x, i, u), update_window_dims={}, "
+                     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, "
+                     "index_vector_dim=1, to_apply=upd\n}\n",
+                     comp, T, (long long)R, K, (long long)N, T, (long long)N, T, (long long)R);
+        ot_module *m = NULL;
+        ASSERT_OK(ot_hlo_parse(hlo, strlen(hlo), NULL, &m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        const ot_computation *c = ot_module_entry(m);
+        ot_tensor args[3], ref, fast;
+        for (int a = 0; a < 3; a++)
+            ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+        fill_special(&args[0]);
+        fill_special(&args[2]);
+        fill_indices(&args[1], R);
+        EXPECT_OK(run_exe(e, args, 3, &ref, NULL, true, NULL));
+        if (!run_all_pools(e, args, 3, &fast, 1)) {
+            fprintf(stderr, "min/max scatter %d:\n%s", it, hlo);
+            EXPECT_TRUE(false);
+        } else {
+            if (!bits_equal(&fast, &ref)) fprintf(stderr, "min/max scatter %d:\n%s", it, hlo);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        }
+        ot_tensor_release(&ref);
+        for (int a = 0; a < 3; a++) ot_tensor_release(&args[a]);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 static void test_scatter_random(void) {
     g_rng = 0x5c47;
     static const char *dts[] = {"f32", "f64", "s32"};
@@ -1962,8 +2024,8 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_til
              OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_row_groups),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
              OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_random),
-             OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
-             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
-             OT_TEST(test_reduce_axis_sets), OT_TEST(test_reduce_minmax_long_blocks),
-             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
-             OT_TEST(test_teardown))
+             OT_TEST(test_scatter_minmax), OT_TEST(test_scatter_in_place_temp),
+             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
+             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_reduce_axis_sets),
+             OT_TEST(test_reduce_minmax_long_blocks), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

@@ -1,8 +1,9 @@
 /* The fast scatter (kernels.h): the reference's scatter (src/exec/shape_ops.c) for one operand
- * whose update computation is exactly add of its two parameters (f32, f64 and the integer types:
- * `.at[].add`, embedding gradients) or returns its second parameter (a plain overwrite:
- * `.at[].set`), the updates' window dims their trailing dims and no batching dims. s32/s64
- * indices, index_vector_dim anywhere.
+ * whose update computation is exactly add, maximum or minimum of its two parameters (f32, f64 and
+ * the integer types: `.at[].add`, embedding gradients, `.at[].max`, `.at[].min`,
+ * segment_max/min) or returns its second parameter (a plain overwrite: `.at[].set`), the
+ * updates' window dims their trailing dims and no batching dims. s32/s64 indices,
+ * index_vector_dim anywhere.
  *
  * The reference applies the update elements in row-major order of the updates; with trailing
  * window dims that is scatter position b after b, each position's window in order. Two elements
@@ -10,7 +11,9 @@
  * order of b. The kernel computes each position's window start once (-1 when the window does not
  * fit: the reference skips it; positions in chunks over the pool), then for b in order adds (or
  * copies) the window's contiguous runs row by row; each element gets the reference's scalar add
- * (add_f/add_d with its FTZ and NaN rules, operands in the computation's order) in the same order.
+ * (add_f/add_d with its FTZ and NaN rules, operands in the computation's order; max_f/min_f and
+ * their f64 twins, the reference's maximum/minimum with DAZ inputs, quieted NaNs and -0 < +0; the
+ * integers' own order) in the same order.
  * Under FTZ a float row without a NaN is added with plain (vector) adds in the CPU's FTZ/DAZ mode
  * (ex_hw_ftz_on), which flushes exactly as add_f/add_d do. The threads split the columns of the
  * runs (a fixed partition of each run's elements), each walking every b in order, so every element
@@ -18,9 +21,18 @@
  * first unless the output is the operand's memory (in place). */
 #include "exec/fast_internal.h"
 
-typedef enum { SC_ADD, SC_ADD_SWAPPED, SC_SET } sc_kind;
+typedef enum {
+    SC_ADD,
+    SC_ADD_SWAPPED,
+    SC_SET,
+    SC_MAX,
+    SC_MAX_SWAPPED,
+    SC_MIN,
+    SC_MIN_SWAPPED
+} sc_kind;
 
-/* The computation's kind for element type t, or -1: add(p0, p1), add(p1, p0), or p1. */
+/* The computation's kind for element type t, or -1: add, maximum or minimum of (p0, p1) or
+ * (p1, p0), or p1. */
 static int update_kind(const ot_computation *f, ot_dtype t) {
     if (!f || f->nparams != 2 || !f->root) return -1;
     for (int k = 0; k < 2; k++) {
@@ -29,10 +41,14 @@ static int update_kind(const ot_computation *f, ot_dtype t) {
     }
     const ot_instr *r = f->root;
     if (r == f->params[1]) return SC_SET;
-    if (r->opcode != OT_OP_ADD || r->noperands != 2) return -1;
+    int k = r->opcode == OT_OP_ADD       ? SC_ADD
+            : r->opcode == OT_OP_MAXIMUM ? SC_MAX
+            : r->opcode == OT_OP_MINIMUM ? SC_MIN
+                                         : -1;
+    if (k < 0 || r->noperands != 2) return -1;
     if (r->shape.kind != OT_IR_ARRAY || r->shape.array.dtype != t) return -1;
-    if (r->operands[0] == f->params[0] && r->operands[1] == f->params[1]) return SC_ADD;
-    if (r->operands[0] == f->params[1] && r->operands[1] == f->params[0]) return SC_ADD_SWAPPED;
+    if (r->operands[0] == f->params[0] && r->operands[1] == f->params[1]) return k;
+    if (r->operands[0] == f->params[1] && r->operands[1] == f->params[0]) return k + 1;
     return -1;
 }
 
@@ -55,18 +71,41 @@ typedef struct sc_job {
 static inline __attribute__((always_inline)) void run_row(const sc_job *p, void *dst,
                                                           const void *src, int64_t n) {
     bool z = p->ftz;
-    switch (p->kind) {
-    case SC_SET: memcpy(dst, src, (size_t)n * p->es); return;
-    case SC_ADD:
-    case SC_ADD_SWAPPED: break;
-    }
-    bool sw = p->kind == SC_ADD_SWAPPED;
 #define ROW_LOOP(T, EXPR)                                                                          \
     do {                                                                                           \
         T *o = dst;                                                                                \
         const T *w = src;                                                                          \
         for (int64_t j = 0; j < n; j++) o[j] = EXPR;                                               \
     } while (0)
+    /* maximum / minimum: the reference's (DAZ inputs, a NaN quieted, -0 < +0), the operands in
+     * the computation's order (which NaN wins); integers by their own order */
+#define PICK_ROW(FN, CMP)                                                                          \
+    do {                                                                                           \
+        bool s_ = p->kind == SC_MAX_SWAPPED || p->kind == SC_MIN_SWAPPED;                          \
+        switch (p->t) {                                                                            \
+        case OT_F32: ROW_LOOP(float, s_ ? FN##_f(w[j], o[j], z) : FN##_f(o[j], w[j], z)); return;  \
+        case OT_F64: ROW_LOOP(double, s_ ? FN##_d(w[j], o[j], z) : FN##_d(o[j], w[j], z)); return; \
+        case OT_S8: ROW_LOOP(int8_t, w[j] CMP o[j] ? w[j] : o[j]); return;                         \
+        case OT_S16: ROW_LOOP(int16_t, w[j] CMP o[j] ? w[j] : o[j]); return;                       \
+        case OT_S32: ROW_LOOP(int32_t, w[j] CMP o[j] ? w[j] : o[j]); return;                       \
+        case OT_S64: ROW_LOOP(int64_t, w[j] CMP o[j] ? w[j] : o[j]); return;                       \
+        case OT_U8: ROW_LOOP(uint8_t, w[j] CMP o[j] ? w[j] : o[j]); return;                        \
+        case OT_U16: ROW_LOOP(uint16_t, w[j] CMP o[j] ? w[j] : o[j]); return;                      \
+        case OT_U32: ROW_LOOP(uint32_t, w[j] CMP o[j] ? w[j] : o[j]); return;                      \
+        default: ROW_LOOP(uint64_t, w[j] CMP o[j] ? w[j] : o[j]); return;                          \
+        }                                                                                          \
+    } while (0)
+    switch (p->kind) {
+    case SC_SET: memcpy(dst, src, (size_t)n * p->es); return;
+    case SC_MAX:
+    case SC_MAX_SWAPPED: PICK_ROW(max, >);
+    case SC_MIN:
+    case SC_MIN_SWAPPED: PICK_ROW(min, <);
+    case SC_ADD:
+    case SC_ADD_SWAPPED: break;
+    }
+#undef PICK_ROW
+    bool sw = p->kind == SC_ADD_SWAPPED;
     /* Which NaN a sum of two NaNs returns is the reference's compiled add's choice (x86 keeps
      * one operand's payload); a row of updates holding a NaN therefore takes the reference's own
      * ex_binary for each element where both operands are NaN. */
@@ -140,6 +179,15 @@ SC_CLONES static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
     if (c0 >= c1) return;
     size_t es = p->es;
     unsigned csr = p->hw ? ex_hw_ftz_on() : 0;
+    if (p->len == 1 && p->nr == 1) { /* one element per position (segment ops, bincount) */
+        const int64_t *base = p->base;
+        for (int64_t b = 0; b < p->nb; b++) {
+            if ((b & 15) == 0) __builtin_prefetch(base + b + 64);
+            if (base[b] >= 0) run_row(p, p->y + (size_t)base[b] * es, p->u + (size_t)b * es, 1);
+        }
+        if (p->hw) ex_hw_ftz_off(csr);
+        return;
+    }
     for (int64_t b = 0; b < p->nb; b++) {
         if (p->base[b] < 0) continue;
         for (int64_t r = 0; r < p->nr; r++) {
@@ -323,7 +371,8 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
         sb.str1 = sb.xstr[d1];
     }
     ex_par_for(c, (NB + SC_BASE_CHUNK - 1) / SC_BASE_CHUNK, NB * 16, run_base, &sb);
-    bool hw = EX_HW_FTZ && c->ftz && kind != SC_SET && (t == OT_F32 || t == OT_F64);
+    bool hw = EX_HW_FTZ && c->ftz && (kind == SC_ADD || kind == SC_ADD_SWAPPED) &&
+              (t == OT_F32 || t == OT_F64);
     sc_job p = {(sc_kind)kind,
                 t,
                 es,
