@@ -334,7 +334,7 @@ ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const
  * TOTALORDER for floats and in the type's own order for integers, ties by the lower index. The
  * reference picks, k times, the first untaken element no later element beats; the same picks are
  * the k first of the row ordered by (key descending (ascending), index), which this kernel takes
- * from integer keys: by k passes over the keys for small k, else from a stable sort. Rows
+ * from integer keys: by one pass keeping the k first for small k, else from a stable sort. Rows
  * are split over the pool (one task per row). */
 typedef struct topk_plan {
     ot_dtype t;
@@ -346,7 +346,7 @@ typedef struct topk_plan {
     ot_status st;
 } topk_plan;
 
-#define TOPK_PASSES 32 /* up to this k, k passes over the keys; above, a sort */
+#define TOPK_PASSES 32 /* up to this k, one pass keeping the k first; above, a sort */
 
 static void topk_rows(void *arg, int64_t begin, int64_t end, int ith) {
     (void)ith;
@@ -355,32 +355,47 @@ static void topk_rows(void *arg, int64_t begin, int64_t end, int ith) {
     int64_t m = p->m, k = p->k;
     bool fl = ot_dtype_is_float(p->t), uns = ot_dtype_is_unsigned_int(p->t);
     sort_key *a = ot_malloc((size_t)(2 * m) * sizeof *a);
-    uint8_t *taken = ot_calloc((size_t)m, 1);
-    if (!a || !taken) {
-        ot_free(a);
-        ot_free(taken);
+    if (!a) {
         p->st = ot_error(OT_ERR_OUT_OF_MEMORY, "topk: out of memory");
         return;
     }
     for (int64_t r = begin; r < end; r++) {
         const char *row = (const char *)p->x + (size_t)(r * m) * es;
-        for (int64_t q = 0; q < m; q++) {
-            int64_t key =
-                uns ? (int64_t)(ex_ld_bits(es, row, q) ^ (1ull << 63)) : ld_signed(es, row, q);
-            if (fl && key < 0) key ^= (int64_t)(~0ull >> 1); /* total order */
-            a[q] = (sort_key){p->largest ? ~key : key, q};   /* the wanted ones first */
+        int64_t flip = p->largest ? -1 : 0; /* ~key: the wanted ones first */
+        if (p->t == OT_F32) { /* the common case without the generic loads: the same order */
+            const int32_t *v = (const int32_t *)(const void *)row;
+            for (int64_t q = 0; q < m; q++) {
+                int64_t key = v[q] < 0 ? v[q] ^ 0x7fffffff : v[q];
+                a[q] = (sort_key){key ^ flip, q};
+            }
+        } else {
+            for (int64_t q = 0; q < m; q++) {
+                int64_t key =
+                    uns ? (int64_t)(ex_ld_bits(es, row, q) ^ (1ull << 63)) : ld_signed(es, row, q);
+                if (fl && key < 0) key ^= (int64_t)(~0ull >> 1); /* total order */
+                a[q] = (sort_key){key ^ flip, q};
+            }
         }
         char *vo = (char *)p->vals + (size_t)(r * k) * es;
         int32_t *io = p->idx + r * k;
         if (k <= TOPK_PASSES) {
-            memset(taken, 0, (size_t)m);
+            /* one pass in index order keeping the k first (ascending key, then index) in order:
+             * an element enters only with a key strictly below the k-th's (an equal key comes
+             * later, so its index is larger) */
+            sort_key *best = a + m;
+            int64_t nb = 0;
+            for (int64_t q = 0; q < m; q++) {
+                if (nb == k && a[q].key >= best[k - 1].key) continue;
+                int64_t at = nb < k ? nb++ : k - 1;
+                while (at > 0 && best[at - 1].key > a[q].key) {
+                    best[at] = best[at - 1];
+                    at--;
+                }
+                best[at] = a[q];
+            }
             for (int64_t j = 0; j < k; j++) {
-                int64_t best = -1;
-                for (int64_t q = 0; q < m; q++)
-                    if (!taken[q] && (best < 0 || a[q].key < a[best].key)) best = q;
-                taken[best] = 1;
-                memcpy(vo + (size_t)j * es, row + (size_t)best * es, es);
-                io[j] = (int32_t)best;
+                memcpy(vo + (size_t)j * es, row + (size_t)best[j].pos * es, es);
+                io[j] = (int32_t)best[j].pos;
             }
         } else {
             sort_keys(a, a + m, m);
@@ -391,7 +406,6 @@ static void topk_rows(void *arg, int64_t begin, int64_t end, int ith) {
         }
     }
     ot_free(a);
-    ot_free(taken);
 }
 
 ot_status ex_fast_topk(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
