@@ -635,6 +635,38 @@ static void test_host_kernel_model(void) {
     EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 30000 * (2e-9 + 5e-9) + 1e-6, 1e-12);
     d.cache_bytes_per_s = 1e6; /* bytes bound: 360000 B at 1 MB/s */
     EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 0.36 + 1e-6, 1e-9);
+    d.cache_bytes_per_s = 1e15;
+    /* measured alone (ot_sim_host_probe_measure): that work instead of the class sum, scaled
+     * with the batch like it; a fusion measured below the run's fixed cost (0) keeps the sum */
+    uint64_t key = ot_sim_fusion_key(f, 0);
+    EXPECT_TRUE(key != 0);
+    d.nfusions = 1, d.fusions[0].key = key, d.fusions[0].s = 40e-6;
+    EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 40e-6 + 1e-6, 1e-12);
+    EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 0.5, 1, NULL), 20e-6 + 1e-6, 1e-12);
+    d.fusions[0].s = 0;
+    EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 30000 * (2e-9 + 5e-9) + 1e-6, 1e-12);
+    d.fusions[0].key = key ^ 1, d.fusions[0].s = 40e-6; /* another fusion's */
+    EXPECT_NEAR(ot_sim_kernel_s(&d, f, 0, 1.0, 1, NULL), 30000 * (2e-9 + 5e-9) + 1e-6, 1e-12);
+    d.nfusions = 0;
+    /* the key: the same for the same module compiled again, another for another fusion, 0 for
+     * what is not a native fusion */
+    ot_executable *f2 = compile_hlo_native(fused);
+    ASSERT_TRUE(f2 != NULL);
+    EXPECT_TRUE(ot_sim_fusion_key(f2, 0) == key);
+    ot_executable_free(f2);
+    static const char fused_sub[] = "HloModule f\nENTRY main {\n"
+                                    "  a = f32[30000] parameter(0)\n  b = f32[30000] parameter(1)\n"
+                                    "  m = f32[30000] subtract(a, b)\n  x = f32[30000] exponential(m)\n"
+                                    "  ROOT s = f32[30000] add(x, a)\n}\n";
+    f2 = compile_hlo_native(fused_sub);
+    ASSERT_TRUE(f2 != NULL && ot_executable_kernel_count(f2) == 1);
+    EXPECT_TRUE(ot_sim_fusion_key(f2, 0) != 0 && ot_sim_fusion_key(f2, 0) != key);
+    ot_executable_free(f2);
+    EXPECT_TRUE(ot_sim_fusion_key(f, 1) == 0); /* out of range */
+    ot_executable_free(f);
+    f = compile_hlo(fused); /* no native code: interpreted */
+    ASSERT_TRUE(f != NULL);
+    if (!ot_executable_kernel_native(f, 0)) EXPECT_TRUE(ot_sim_fusion_key(f, 0) == 0);
     ot_executable_free(f);
 }
 
@@ -710,7 +742,42 @@ static void test_host_probe(void) {
     EXPECT_INT_EQ(d.pool_points, OT_SIM_POOL_POINTS);
     EXPECT_NEAR(d.peak_flops_f32, p.dot1_flops, 0);
     EXPECT_TRUE(ot_sim_compute_s(&d, e, 1.0, 1, NULL) > 0);
+    EXPECT_INT_EQ(p.nfusions, 0); /* no fusion in a lone dot */
     ot_executable_free(e);
+
+    /* native fusions: each measured alone once (two executables of the same module share the
+     * keys), one of six parameters and three outputs as an optimizer update's */
+    static const char fusions[] =
+        "HloModule t\nsum {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(x, y)\n}\nENTRY main {\n"
+        "  a = f32[64,32] parameter(0)\n  b = f32[64,32] parameter(1)\n"
+        "  c = f32[64,32] parameter(2)\n  d = f32[64,32] parameter(3)\n"
+        "  e = f32[64,32] parameter(4)\n  f = f32[64,32] parameter(5)\n"
+        "  m = f32[64,32] multiply(a, b)\n  n = f32[64,32] add(m, c)\n"
+        "  o = f32[64,32] subtract(d, e)\n  q = f32[64,32] multiply(o, f)\n"
+        "  r = f32[64,32] add(n, q)\n  z = f32[] constant(0)\n"
+        "  t = f32[32] reduce(r, z), dimensions={0}, to_apply=sum\n"
+        "  ROOT out = (f32[64,32], f32[64,32], f32[32]) tuple(n, q, t)\n}\n";
+    ot_executable *g1 = compile_hlo_native(fusions), *g2 = compile_hlo_native(fusions);
+    ASSERT_TRUE(g1 != NULL && g2 != NULL);
+    int native = 0;
+    for (int k = 0; k < ot_executable_kernel_count(g1); k++)
+        native += ot_sim_fusion_key(g1, k) != 0;
+    EXPECT_TRUE(native >= 1);
+    const ot_executable *gx[2] = {g1, g2};
+    ASSERT_OK(ot_sim_host_probe_measure(gx, 2, &p));
+    EXPECT_INT_EQ(p.nfusions, native);
+    for (int k = 0, i = 0; k < ot_executable_kernel_count(g1); k++) {
+        if (!ot_sim_fusion_key(g1, k)) continue;
+        EXPECT_TRUE(p.fusions[i].key == ot_sim_fusion_key(g1, k));
+        EXPECT_TRUE(p.fusions[i].s >= 0 && isfinite(p.fusions[i].s));
+        i++;
+    }
+    memset(&d, 0, sizeof d);
+    ot_sim_device_host_probe(&p, &d);
+    EXPECT_INT_EQ(d.nfusions, native);
+    ot_executable_free(g1);
+    ot_executable_free(g2);
 }
 
 OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_dot_splits),

@@ -58,6 +58,7 @@ enum {
 };
 #define OT_SIM_POOL_POINTS 6  /* hand-off measured after this many gaps */
 #define OT_SIM_MAX_DOTS    32 /* dot shapes with a measured rate */
+#define OT_SIM_MAX_FUSIONS 64 /* native fusions with a measured cost */
 
 /* One thread's measured rate for one dot shape (operand shapes, dimension numbers and dtype:
  * ot_sim_dot_key). */
@@ -68,6 +69,18 @@ typedef struct ot_sim_dot_rate {
 
 /* The dot shape key of kernel k of e (0 when it is not a dot). */
 OT_API uint64_t ot_sim_dot_key(const ot_executable *e, int k);
+
+/* One thread's measured work for one native loop fusion (its fused computation compiled alone:
+ * ot_sim_fusion_key), at the batch of the executable it was probed in. */
+typedef struct ot_sim_fusion_cost {
+    uint64_t key;
+    double s;
+} ot_sim_fusion_cost;
+
+/* The key of kernel k of e when it is a loop fusion with native code (its fused computation's
+ * instructions, names, shapes and attributes: two executables compiled from the same module give
+ * the same keys); 0 otherwise. */
+OT_API uint64_t ot_sim_fusion_key(const ot_executable *e, int k);
 
 /* A chip. Rates are per chip; a kernel takes max(flops / peak, bytes / hbm) + launch. */
 typedef struct ot_sim_device {
@@ -129,6 +142,9 @@ typedef struct ot_sim_device {
     double op_s[OT_SIM_OP_CLASSES];
     int ndots;
     ot_sim_dot_rate dots[OT_SIM_MAX_DOTS];
+    /* native fusions measured alone (ot_sim_fusion_key): their work replaces the class sum */
+    int nfusions;
+    ot_sim_fusion_cost fusions[OT_SIM_MAX_FUSIONS];
     double avail;  /* 0: 1 */
     double exec_s; /* once per executable run, besides launch_s per kernel */
 } ot_sim_device;
@@ -215,6 +231,10 @@ typedef struct ot_sim_host_probe {
     double op_s[OT_SIM_OP_CLASSES];
     int ndots;
     ot_sim_dot_rate dots[OT_SIM_MAX_DOTS];
+    /* every native loop fusion of the executables, its fused computation compiled alone (native
+     * code on) and run on one thread: CPU-time median less an executable run's fixed cost */
+    int nfusions;
+    ot_sim_fusion_cost fusions[OT_SIM_MAX_FUSIONS];
     double interp_s; /* an interpreted fusion, per element and instruction (ot_sim_host_rates) */
     double cache_bytes_per_s; /* f32 add over 8192 elements in the caches, read + written */
     double avail;

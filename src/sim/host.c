@@ -186,20 +186,23 @@ static uint64_t thread_cpu_ns(void) {
 }
 
 /* One executable's inputs, outputs and arena, zeroed, for one thread. */
+enum { EXE_IO = 16 }; /* parameters and outputs (a fusion probe's: an Adam update's) */
 typedef struct {
-    void *arena, *in[4], *out[4];
+    void *arena, *in[EXE_IO], *out[EXE_IO];
 } exe_mem;
 
 static void exe_mem_free(exe_mem *m) {
     ot_free(m->arena);
-    for (int k = 0; k < 4; k++) ot_free(m->in[k]), ot_free(m->out[k]);
+    for (int k = 0; k < EXE_IO; k++) ot_free(m->in[k]), ot_free(m->out[k]);
     memset(m, 0, sizeof *m);
 }
 
 static ot_status exe_mem_alloc(const ot_executable *e, exe_mem *m) {
     memset(m, 0, sizeof *m);
     int np = ot_executable_param_count(e), no = ot_executable_output_count(e);
-    if (np > 4 || no > 4) return ot_error(OT_ERR_INTERNAL, "sim calibration: arity");
+    if (np > EXE_IO || no > EXE_IO)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "sim calibration: %d parameters, %d outputs (at most %d)",
+                        np, no, EXE_IO);
     int64_t asz = ot_executable_arena_size(e);
     bool ok = (m->arena = ot_calloc(1, (size_t)(asz > 64 ? asz : 64))) != NULL;
     for (int k = 0; ok && k < np; k++)
@@ -506,7 +509,7 @@ static ot_status probe_time(const ot_executable *e, exe_mem *m, ot_threadpool *p
 
 /* f32 inputs set to 1.5 (a log or a division of zeros would take special-value paths) */
 static void fill_inputs(const ot_executable *e, exe_mem *m) {
-    for (int k = 0; k < ot_executable_param_count(e) && k < 4; k++) {
+    for (int k = 0; k < ot_executable_param_count(e) && k < EXE_IO; k++) {
         const ot_slot *sl = ot_executable_slot(e, ot_executable_param_slot(e, k));
         if (sl->shape.dtype != OT_F32) continue;
         float *p = m->in[k];
@@ -607,6 +610,30 @@ static int dot_hlo(const ot_executable *e, int k, char *buf, size_t cap) {
     }
     if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "\n}\n");
     return n < cap ? 0 : -1;
+}
+
+/* Fusion kernel k of e alone: its fused computation made the entry of a copy of e's module (every
+ * computation it does not call dropped), compiled with native code whatever its size, as a step
+ * runs it after its tier-up. */
+static ot_status fusion_exe(const ot_executable *e, int k, ot_executable **out) {
+    *out = NULL;
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    ot_module *m = NULL;
+    OT_CHECK(ot_module_clone(ot_executable_module(e), &m));
+    ot_computation *f = ot_module_find_computation(m, kn->instr->called[0]->name);
+    ot_status s = f ? OT_OK
+                    : ot_error(OT_ERR_INTERNAL, "sim probe: fused computation '%s' not in the copy",
+                               kn->instr->called[0]->name);
+    if (s == OT_OK) {
+        ot_module_set_entry(m, f);
+        ot_module_clear_entry_contract(m); /* the step's aliases and layout are not this entry's */
+        s = ot_module_remove_unreachable(m, NULL);
+    }
+    ot_compile_options co = ot_compile_options_default();
+    co.native = OT_NATIVE_ON;
+    if (s == OT_OK) s = ot_compile(m, &co, out);
+    ot_module_free(m);
+    return s;
 }
 
 typedef struct {
@@ -785,6 +812,40 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
                 out->dots[out->ndots].flops_per_s = f / WORK(t);
                 out->ndots++;
             }
+        }
+    }
+    /* every native loop fusion of the executables, alone on one thread: the class costs above
+     * price a fusion as the sum of its instructions, but broadcasts, reductions over other axes
+     * and mixed shapes run its loop slower than its parts (the MLP step's loss fusion: a third
+     * of its time alone) */
+    for (int x = 0; x < nexes && s == OT_OK; x++) {
+        const ot_executable *e = exes[x];
+        for (int k = 0; e && k < ot_executable_kernel_count(e) && s == OT_OK; k++) {
+            uint64_t key = ot_sim_fusion_key(e, k);
+            bool seen = key == 0;
+            for (int i = 0; i < out->nfusions && !seen; i++) seen = out->fusions[i].key == key;
+            if (seen || out->nfusions >= OT_SIM_MAX_FUSIONS) continue;
+            ot_executable *fe = NULL;
+            exe_mem fm;
+            memset(&fm, 0, sizeof fm);
+            double t1 = 0, t = 0;
+            s = fusion_exe(e, k, &fe);
+            if (s == OT_OK) s = exe_mem_alloc(fe, &fm);
+            if (s == OT_OK) fill_inputs(fe, &fm);
+            if (s == OT_OK) s = probe_time(fe, &fm, one, 1, true, &t1);
+            /* about 1 ms of runs, 5 at least */
+            int reps = t1 > 0 ? (int)(1e-3 / t1) : 101;
+            reps = reps < 5 ? 5 : reps > 101 ? 101 : reps;
+            if (s == OT_OK) s = probe_time(fe, &fm, one, reps, true, &t);
+            if (s == OT_OK) {
+                out->fusions[out->nfusions].key = key;
+                /* less the run's fixed cost; a fusion below the noise of it keeps its
+                 * class sum (0) */
+                out->fusions[out->nfusions].s = t > tl ? t - tl : 0;
+                out->nfusions++;
+            }
+            exe_mem_free(&fm);
+            ot_executable_free(fe);
         }
     }
 #undef WORK

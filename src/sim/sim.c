@@ -118,6 +118,8 @@ void ot_sim_device_host_probe(const ot_sim_host_probe *p, ot_sim_device *d) {
     for (int c = 0; c < OT_SIM_OP_CLASSES; c++) d->op_s[c] = p->op_s[c];
     d->ndots = p->ndots < OT_SIM_MAX_DOTS ? p->ndots : OT_SIM_MAX_DOTS;
     memcpy(d->dots, p->dots, sizeof(ot_sim_dot_rate) * (size_t)d->ndots);
+    d->nfusions = p->nfusions < OT_SIM_MAX_FUSIONS ? p->nfusions : OT_SIM_MAX_FUSIONS;
+    memcpy(d->fusions, p->fusions, sizeof(ot_sim_fusion_cost) * (size_t)d->nfusions);
     d->avail = p->avail > 0 && p->avail <= 1 ? p->avail : 1;
     if (p->cores > 0) d->cores = p->cores;
     /* one thread's rates (other processes' load in avail, not in them) */
@@ -177,6 +179,24 @@ uint64_t ot_sim_dot_key(const ot_executable *e, int k) {
     for (int i = 0; i < dd->nbatch; i++) MIX(dd->lhs_batch[i]), MIX(dd->rhs_batch[i]);
     for (int i = 0; i < dd->ncontract; i++) MIX(dd->lhs_contract[i]), MIX(dd->rhs_contract[i]);
 #undef MIX
+    return h ? h : 1;
+}
+
+uint64_t ot_sim_fusion_key(const ot_executable *e, int k) {
+    const ot_kernel *kn = ot_executable_kernel(e, k);
+    if (!kn || kn->kind != OT_KERNEL_FUSION || !kn->instr || kn->instr->ncalled < 1 ||
+        !ot_executable_kernel_native(e, k))
+        return 0;
+    ot_hlo_print_options po = ot_hlo_print_options_default();
+    po.metadata = false;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the fused instructions' text */
+    for (const ot_instr *i = kn->instr->called[0]->first; i; i = i->next) {
+        char *t = ot_hlo_print_instr(i, &po);
+        if (!t) return 0;
+        for (const char *c = t; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+        h = (h ^ '\n') * 1099511628211ull;
+        ot_free(t);
+    }
     return h ? h : 1;
 }
 
@@ -258,7 +278,12 @@ static double host_own_s(const ot_sim_device *d, const ot_executable *e, int k, 
             rate = pooled || !(d->cache_flops_f32 > 0) ? d->peak_flops_f32 : d->cache_flops_f32;
         t = rate > 0 ? kf / rate : 0;
     } else if (kn->kind == OT_KERNEL_FUSION && native) {
-        t = fused_ops_s(d, kn) * scale;
+        /* measured alone if probed, else the sum of its instructions' class costs */
+        double m = 0;
+        uint64_t key = d->nfusions > 0 ? ot_sim_fusion_key(e, k) : 0;
+        for (int i = 0; key && i < d->nfusions && i < OT_SIM_MAX_FUSIONS; i++)
+            if (d->fusions[i].key == key) m = d->fusions[i].s;
+        t = (m > 0 ? m : fused_ops_s(d, kn)) * scale;
     } else if (kn->kind == OT_KERNEL_FUSION && d->interp_s > 0) {
         t = interp_work(e, kn) * scale * d->interp_s;
     } else {
