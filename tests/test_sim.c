@@ -654,10 +654,11 @@ static void test_host_kernel_model(void) {
     ASSERT_TRUE(f2 != NULL);
     EXPECT_TRUE(ot_sim_fusion_key(f2, 0) == key);
     ot_executable_free(f2);
-    static const char fused_sub[] = "HloModule f\nENTRY main {\n"
-                                    "  a = f32[30000] parameter(0)\n  b = f32[30000] parameter(1)\n"
-                                    "  m = f32[30000] subtract(a, b)\n  x = f32[30000] exponential(m)\n"
-                                    "  ROOT s = f32[30000] add(x, a)\n}\n";
+    static const char fused_sub[] =
+        "HloModule f\nENTRY main {\n"
+        "  a = f32[30000] parameter(0)\n  b = f32[30000] parameter(1)\n"
+        "  m = f32[30000] subtract(a, b)\n  x = f32[30000] exponential(m)\n"
+        "  ROOT s = f32[30000] add(x, a)\n}\n";
     f2 = compile_hlo_native(fused_sub);
     ASSERT_TRUE(f2 != NULL && ot_executable_kernel_count(f2) == 1);
     EXPECT_TRUE(ot_sim_fusion_key(f2, 0) != 0 && ot_sim_fusion_key(f2, 0) != key);

@@ -122,18 +122,19 @@ typedef struct ot_sim_device {
     /* The host's kernel model (pool_points > 0; ot_sim_device_host_probe), replacing the tiers
      * above: every kernel's work is one thread's time from measured costs — a dot at the rate
      * measured for its shape (dots[], else cache_flops_f32 / peak_flops_f32 by the tier), a
-     * native fusion at the larger of its instructions' op_s[class] per element and its bytes at
-     * the in-cache bandwidth, an interpreted fusion at interp_s, the rest roofline — plus
-     * launch_s per kernel and exec_s per executable run. A kernel the runtime hands to its pool
-     * (ot_host_dot_splits for a dot, ot_executable_kernel_native_splits for a native fusion;
-     * pool_threads threads, caller included, pool_speedup times one thread's speed together)
-     * takes max(H, H/2 + (work - H/2) / pool_speedup), where H is the measured hand-off after the
-     * device thread ran `gap` seconds of other kernels since the pool last ran (pool_gap_s
-     * ascending, pool_handoff_s; linear between, clamped): the pool's threads spin briefly, then
-     * sleep, and a sleeping pool costs a wake-up each way. One executable run on its own starts
-     * with the pool asleep; ot_sim_run's step starts after the previous step's last pooled
-     * kernel, its exposed communication, optimizer and host pipeline. avail, the share of a core
-     * that other processes leave each of `cores` busy threads, gives the cores bound of ot_sim_run.
+     * native fusion at its work measured alone (fusions[]; else its instructions' op_s[class]
+     * per element), or its bytes at the in-cache bandwidth if more, an interpreted fusion at
+     * interp_s, the rest roofline — plus launch_s per kernel and exec_s per executable run. A
+     * kernel the runtime hands to its pool (ot_host_dot_splits for a dot,
+     * ot_executable_kernel_native_splits for a native fusion; pool_threads threads, caller
+     * included, pool_speedup times one thread's speed together) takes max(H, H/2 + (work - H/2) /
+     * pool_speedup), where H is the measured hand-off after the device thread ran `gap` seconds of
+     * other kernels since the pool last ran (pool_gap_s ascending, pool_handoff_s; linear between,
+     * clamped): the pool's threads spin briefly, then sleep, and a sleeping pool costs a wake-up
+     * each way. One executable run on its own starts with the pool asleep; ot_sim_run's step starts
+     * after the previous step's last pooled kernel, its exposed communication, optimizer and host
+     * pipeline. avail, the share of a core that other processes leave each of `cores` busy threads,
+     * gives the cores bound of ot_sim_run.
      */
     int pool_points, pool_threads;
     double pool_gap_s[OT_SIM_POOL_POINTS], pool_handoff_s[OT_SIM_POOL_POINTS];
@@ -213,12 +214,13 @@ OT_API ot_status ot_sim_host_measure(int devices, double window_s, ot_sim_host_r
 
 /* The host's kernel model, measured by probes independent of the program it will price: on one
  * thread (CPU time, medians) the rate of every dot shape that the given executables contain (a
- * dot of the same operand shapes and dimension numbers compiled alone), a 256^3 dot, and the
- * per-element cost of each fused-instruction class (a native loop fusion of that class over
- * 8192 f32 in the caches, less the launch); through the runtime's default pool the 256^3 dot's
- * speed-up and the hand-off of a 128x32x128 dot after 0, 3, 10, 30, 100 and 300 us of other work on
- * the calling thread (wall-time medians); and, with every core busy on its own thread, the share
- * of a core this process gets (other processes' load). About 0.3 s. */
+ * dot of the same operand shapes and dimension numbers compiled alone) and the work of every
+ * native loop fusion they contain (its fused computation compiled alone, native code on), a
+ * 256^3 dot, and the per-element cost of each fused-instruction class (a native loop fusion of that
+ * class over 8192 f32 in the caches, less the launch); through the runtime's default pool the 256^3
+ * dot's speed-up and the hand-off of a 128x32x128 dot after 0, 3, 10, 30, 100 and 300 us of other
+ * work on the calling thread (wall-time medians); and, with every core busy on its own thread, the
+ * share of a core this process gets (other processes' load). About 0.3 s. */
 typedef struct ot_sim_host_probe {
     double exec_s;     /* a one-kernel executable's run, less one kernel's launch */
     double launch_s;   /* one more kernel in an executable (a chain of 8 small dots against 1) */

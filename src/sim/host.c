@@ -201,8 +201,8 @@ static ot_status exe_mem_alloc(const ot_executable *e, exe_mem *m) {
     memset(m, 0, sizeof *m);
     int np = ot_executable_param_count(e), no = ot_executable_output_count(e);
     if (np > EXE_IO || no > EXE_IO)
-        return ot_error(OT_ERR_UNIMPLEMENTED, "sim calibration: %d parameters, %d outputs (at most %d)",
-                        np, no, EXE_IO);
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "sim calibration: %d parameters, %d outputs (at most %d)", np, no, EXE_IO);
     int64_t asz = ot_executable_arena_size(e);
     bool ok = (m->arena = ot_calloc(1, (size_t)(asz > 64 ? asz : 64))) != NULL;
     for (int k = 0; ok && k < np; k++)
