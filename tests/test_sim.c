@@ -573,6 +573,18 @@ static void test_host_kernel_model(void) {
     EXPECT_TRUE(d.dots[0].key != 0 && d.dots[0].key == ot_sim_dot_key(e, 0)); /* same shapes */
     second = 1e-6 + (own / 2 - 1e-6) / 2;
     EXPECT_NEAR(ot_sim_kernel_s(&d, e, 1, 1.0, 1, NULL), second + 1e-6, 1e-12);
+    /* the shape measured through the pool: its wall time after the gap (linear between the
+     * measured gaps) instead of the hand-off formula, its CPU time on the cores */
+    d.dots[0].pool_s[0] = 50e-6, d.dots[0].pool_s[1] = 150e-6;
+    d.dots[0].pool_cpu_s[0] = 80e-6, d.dots[0].pool_cpu_s[1] = 120e-6;
+    EXPECT_NEAR(ot_sim_kernel_s(&d, e, 0, 1.0, 1, NULL), 150e-6 + 1e-6, 1e-12); /* asleep */
+    EXPECT_NEAR(ot_sim_compute_s(&d, e, 1.0, 1, NULL), 150e-6 + 50e-6 + 2e-6, 1e-12);
+    EXPECT_NEAR(ot_sim_host_cpu_s(&d, e, 1.0), 120e-6 + 80e-6 + 2e-6, 1e-12);
+    /* at another batch than measured (the HLO-file path's scale): the formula */
+    EXPECT_NEAR(ot_sim_kernel_s(&d, e, 1, 1.0, 1, NULL), 50e-6 + 1e-6, 1e-12);
+    EXPECT_TRUE(fabs(ot_sim_kernel_s(&d, e, 1, 0.5, 1, NULL) - (50e-6 + 1e-6)) > 1e-9);
+    memset(d.dots[0].pool_s, 0, sizeof d.dots[0].pool_s);
+    memset(d.dots[0].pool_cpu_s, 0, sizeof d.dots[0].pool_cpu_s);
     d.ndots = 0;
 
     /* the bounds: 4 devices on 2 cores that other processes leave half of (2 more runnable
@@ -729,6 +741,29 @@ static void test_host_probe(void) {
     ASSERT_OK(ot_sim_host_probe_measure(ex, 2, &p));
     EXPECT_INT_EQ(p.ndots, 1);
     EXPECT_TRUE(p.dots[0].key == ot_sim_dot_key(e, 0) && p.dots[0].flops_per_s > 0);
+    /* a shape the runtime splits over its pool (128x64x128 on two threads or more) is also
+     * timed through it after every gap; one it runs inline is not */
+    ot_executable *pd = compile_hlo("HloModule d\nENTRY main {\n  a = f32[128,64] parameter(0)\n"
+                                    "  b = f32[64,128] parameter(1)\n  ROOT d = f32[128,128] "
+                                    "dot(a, b), lhs_contracting_dims={1}, "
+                                    "rhs_contracting_dims={0}\n}\n");
+    ASSERT_TRUE(pd != NULL);
+    const ot_executable *ex2[2] = {e, pd};
+    ot_sim_host_probe p2;
+    ASSERT_OK(ot_sim_host_probe_measure(ex2, 2, &p2));
+    EXPECT_INT_EQ(p2.ndots, 2);
+    for (int i = 0; i < 2; i++) {
+        const ot_executable *x = ex2[i];
+        bool split = ot_host_dot_splits(x, 0, p2.pool_threads);
+        EXPECT_TRUE(i == 0 ? !split : split == (p2.pool_threads > 1));
+        EXPECT_TRUE(p2.dots[i].key == ot_sim_dot_key(x, 0));
+        for (int g = 0; g < OT_SIM_POOL_POINTS; g++) {
+            EXPECT_TRUE(split ? p2.dots[i].pool_s[g] > 0 && isfinite(p2.dots[i].pool_s[g])
+                              : p2.dots[i].pool_s[g] == 0);
+            EXPECT_TRUE(p2.dots[i].pool_cpu_s[g] >= 0 && isfinite(p2.dots[i].pool_cpu_s[g]));
+        }
+    }
+    ot_executable_free(pd);
     double v[] = {p.launch_s, p.dot1_flops,        p.pool_speedup,
                   p.interp_s, p.cache_bytes_per_s, p.avail};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) EXPECT_TRUE(v[i] > 0 && isfinite(v[i]));

@@ -61,10 +61,13 @@ enum {
 #define OT_SIM_MAX_FUSIONS 64 /* native fusions with a measured cost */
 
 /* One thread's measured rate for one dot shape (operand shapes, dimension numbers and dtype:
- * ot_sim_dot_key). */
+ * ot_sim_dot_key); for a shape the runtime splits over its pool, the dot run through the pool
+ * after each of the hand-off's gaps (pool_gap_s of the probe): its wall time (median) and the
+ * process's CPU time in it (mean: both threads' work, spinning, wake-ups), 0 when not measured. */
 typedef struct ot_sim_dot_rate {
     uint64_t key;
     double flops_per_s;
+    double pool_s[OT_SIM_POOL_POINTS], pool_cpu_s[OT_SIM_POOL_POINTS];
 } ot_sim_dot_rate;
 
 /* The dot shape key of kernel k of e (0 when it is not a dot). */

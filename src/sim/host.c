@@ -714,6 +714,39 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
     if (s == OT_OK) s = probe_time(d256, &m256, NULL, 9, false, &tp);
     double sp = s == OT_OK && tp > 0 ? WORK(t256) / WORK(tp) : 1;
     out->pool_speedup = sp < 1 ? 1 : sp > out->pool_threads ? out->pool_threads : sp;
+    /* every dot shape of the executables, alone on one thread; the shapes the runtime splits
+     * over its pool are also timed through it in the hand-off's rounds below */
+    ot_executable *pdot[OT_SIM_MAX_DOTS];
+    exe_mem pmem[OT_SIM_MAX_DOTS];
+    memset(pdot, 0, sizeof pdot), memset(pmem, 0, sizeof pmem);
+    for (int x = 0; x < nexes && s == OT_OK; x++) {
+        const ot_executable *e = exes[x];
+        for (int k = 0; e && k < ot_executable_kernel_count(e) && s == OT_OK; k++) {
+            uint64_t key = ot_sim_dot_key(e, k);
+            bool seen = key == 0;
+            for (int i = 0; i < out->ndots && !seen; i++) seen = out->dots[i].key == key;
+            if (seen || out->ndots >= OT_SIM_MAX_DOTS) continue;
+            if (dot_hlo(e, k, hlo, sizeof hlo) != 0) continue;
+            const ot_kernel *kn = ot_executable_kernel(e, k);
+            double f = (double)kn->flops, t = 0;
+            /* about 2 ms of work at 50 GFLOP/s, 5 runs at least */
+            int reps = (int)(1e8 / (f > 1 ? f : 1));
+            reps = reps < 5 ? 5 : reps > 201 ? 201 : reps;
+            ot_executable *de = NULL;
+            s = probe_hlo(hlo, false, one, reps, &t, &de);
+            if (s != OT_OK) break;
+            int i = out->ndots++;
+            out->dots[i].key = key;
+            out->dots[i].flops_per_s = f / WORK(t);
+            if (!ot_host_dot_splits(e, k, out->pool_threads)) {
+                ot_executable_free(de);
+                continue;
+            }
+            pdot[i] = de;
+            s = exe_mem_alloc(de, &pmem[i]);
+            if (s == OT_OK) fill_inputs(de, &pmem[i]);
+        }
+    }
     /* the hand-off: a 128x32x128 dot (a pooled kernel of little work) after `gap` of other work on
      * this thread (32^3 dots, which stay on it), wall time. The gaps take turns, round after
      * round, so that every gap's median sees the same moments: the pool's hand-off has modes that
@@ -722,24 +755,41 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
     static const double gaps_us[OT_SIM_POOL_POINTS] = {0, 3, 10, 30, 100, 300};
     ot_run_options ro1 = ot_run_options_default(), rod = ot_run_options_default();
     ro1.pool = one;
-    enum { HREPS = 41 };
+    enum { HREPS = 41, SREPS = 21 /* rounds that also time the pooled dot shapes */ };
     double t64 = 0; /* its work on one thread */
     if (s == OT_OK) s = probe_time(d64, &m64, one, 21, true, &t64);
     double ht[OT_SIM_POOL_POINTS][HREPS], hcpu[OT_SIM_POOL_POINTS];
     memset(hcpu, 0, sizeof hcpu);
+    /* the pooled dot shapes: [shape][gap][round] wall, [shape][gap] CPU */
+    double *swall = ot_calloc((size_t)OT_SIM_MAX_DOTS * OT_SIM_POOL_POINTS * SREPS, sizeof(double));
+    double *scpu = ot_calloc((size_t)OT_SIM_MAX_DOTS * OT_SIM_POOL_POINTS, sizeof(double));
+    if (s == OT_OK && (!swall || !scpu)) s = ot_error(OT_ERR_OUT_OF_MEMORY, "sim probe");
     if (s == OT_OK) s = ot_execute_on_host(d64, m64.arena, m64.in, m64.out, &rod, 0, NULL);
     for (int r = 0; r < HREPS && s == OT_OK; r++) {
         for (int g = 0; g < OT_SIM_POOL_POINTS && s == OT_OK; g++) {
-            uint64_t p0 = process_cpu_ns(), g0 = ot_now_ns(), c0 = thread_cpu_ns();
-            while (s == OT_OK && (double)(ot_now_ns() - g0) < gaps_us[g] * 1e3)
-                s = ot_execute_on_host(d32, m32.arena, m32.in, m32.out, &ro1, 0, NULL);
-            double gap_cpu = (double)(thread_cpu_ns() - c0) / 1e9;
-            uint64_t t0 = ot_now_ns();
-            if (s == OT_OK) s = ot_execute_on_host(d64, m64.arena, m64.in, m64.out, &rod, 0, NULL);
-            ht[g][r] = (double)(ot_now_ns() - t0) / 1e9;
-            /* the CPU it burns besides its work: the threads' spinning (the previous run's,
-             * cut short by this gap), wake-ups and sleeps */
-            hcpu[g] += (double)(process_cpu_ns() - p0) / 1e9 - gap_cpu - t64;
+            for (int i = -1; i < (r < SREPS ? out->ndots : 0) && s == OT_OK; i++) {
+                if (i >= 0 && !pdot[i]) continue;
+                const ot_executable *pe = i < 0 ? d64 : pdot[i];
+                exe_mem *pm = i < 0 ? &m64 : &pmem[i];
+                uint64_t p0 = process_cpu_ns(), g0 = ot_now_ns(), c0 = thread_cpu_ns();
+                while (s == OT_OK && (double)(ot_now_ns() - g0) < gaps_us[g] * 1e3)
+                    s = ot_execute_on_host(d32, m32.arena, m32.in, m32.out, &ro1, 0, NULL);
+                double gap_cpu = (double)(thread_cpu_ns() - c0) / 1e9;
+                uint64_t t0 = ot_now_ns();
+                if (s == OT_OK)
+                    s = ot_execute_on_host(pe, pm->arena, pm->in, pm->out, &rod, 0, NULL);
+                double wall = (double)(ot_now_ns() - t0) / 1e9;
+                double cpu = (double)(process_cpu_ns() - p0) / 1e9 - gap_cpu;
+                if (i >= 0) {
+                    swall[((size_t)i * OT_SIM_POOL_POINTS + g) * SREPS + r] = wall;
+                    scpu[(size_t)i * OT_SIM_POOL_POINTS + g] += cpu / SREPS;
+                    continue;
+                }
+                ht[g][r] = wall;
+                /* the CPU it burns besides its work: the threads' spinning (the previous run's,
+                 * cut short by this gap), wake-ups and sleeps */
+                hcpu[g] += cpu - t64;
+            }
         }
     }
     for (int g = 0; g < OT_SIM_POOL_POINTS && s == OT_OK; g++) {
@@ -747,7 +797,16 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
         out->pool_gap_s[g] = gaps_us[g] * 1e-6;
         out->pool_handoff_cpu_s[g] = cpu > 0 ? cpu : 0;
         out->pool_handoff_s[g] = ot_bench_median(ht[g], HREPS);
+        for (int i = 0; i < out->ndots; i++) {
+            if (!pdot[i]) continue;
+            out->dots[i].pool_s[g] =
+                ot_bench_median(&swall[((size_t)i * OT_SIM_POOL_POINTS + g) * SREPS], SREPS);
+            double c = scpu[(size_t)i * OT_SIM_POOL_POINTS + g];
+            out->dots[i].pool_cpu_s[g] = c > 0 ? c : 0;
+        }
     }
+    ot_free(swall), ot_free(scpu);
+    for (int i = 0; i < OT_SIM_MAX_DOTS; i++) exe_mem_free(&pmem[i]), ot_executable_free(pdot[i]);
     exe_mem_free(&m256), exe_mem_free(&m64), exe_mem_free(&m32);
     ot_executable_free(d256), ot_executable_free(d64), ot_executable_free(d32);
     /* the in-cache bandwidth: one add over the probes' elements, 12 bytes each */
@@ -791,28 +850,6 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
         out->interp_s = WORK(t) / (INTERP_ELEMS * 3.0);
         exe_mem_free(&mi);
         ot_executable_free(ie);
-    }
-    /* every dot shape of the executables, alone on one thread */
-    for (int x = 0; x < nexes && s == OT_OK; x++) {
-        const ot_executable *e = exes[x];
-        for (int k = 0; e && k < ot_executable_kernel_count(e) && s == OT_OK; k++) {
-            uint64_t key = ot_sim_dot_key(e, k);
-            bool seen = key == 0;
-            for (int i = 0; i < out->ndots && !seen; i++) seen = out->dots[i].key == key;
-            if (seen || out->ndots >= OT_SIM_MAX_DOTS) continue;
-            if (dot_hlo(e, k, hlo, sizeof hlo) != 0) continue;
-            const ot_kernel *kn = ot_executable_kernel(e, k);
-            double f = (double)kn->flops, t = 0;
-            /* about 2 ms of work at 50 GFLOP/s, 5 runs at least */
-            int reps = (int)(1e8 / (f > 1 ? f : 1));
-            reps = reps < 5 ? 5 : reps > 201 ? 201 : reps;
-            s = probe_hlo(hlo, false, one, reps, &t, NULL);
-            if (s == OT_OK) {
-                out->dots[out->ndots].key = key;
-                out->dots[out->ndots].flops_per_s = f / WORK(t);
-                out->ndots++;
-            }
-        }
     }
     /* every native loop fusion of the executables, alone on one thread: the class costs above
      * price a fusion as the sum of its instructions, but broadcasts, reductions over other axes

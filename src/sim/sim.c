@@ -322,6 +322,21 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
     bool pooled = d->pool_threads > 1 && host_pooled(d, e, k, kb, d->pool_threads);
     double own = host_own_s(d, e, k, scale, pooled, flops);
     double launch = d->launch_s, t = own;
+    const ot_sim_dot_rate *dr = NULL; /* this dot shape measured through the pool */
+    for (int i = 0;
+         pooled && scale == 1 && kn->opcode == OT_OP_DOT && i < d->ndots && i < OT_SIM_MAX_DOTS;
+         i++)
+        if (d->dots[i].key == ot_sim_dot_key(e, k) && d->dots[i].pool_s[0] > 0) dr = &d->dots[i];
+    if (dr) {
+        /* its hand-off, both threads' share of the work and the waits between them, as measured
+         * after the gap (whatever the pool's threads do in them: spin, sleep, share a core) */
+        t = host_handoff_s(d, dr->pool_s, w->gap);
+        w->cpu += host_handoff_s(d, dr->pool_cpu_s, w->gap) + launch;
+        w->pool += t + launch;
+        w->gap = 0;
+        w->path += t + launch;
+        return t + launch;
+    }
     if (pooled) {
         /* the caller works alone until the pool's threads wake (half the measured hand-off:
          * their wake-up, then the caller's when it went to sleep waiting), then they share */
