@@ -1389,6 +1389,71 @@ static void test_reduce_blocks(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Lane-ordered sums of an expression that reads a value per row (a broadcast along the leading
+ * dims, read at i / div: x / (|p| + 1)[row] summed into a loss or into row sums of a 3-D input),
+ * the operand f32, f64 or bf16 converted: the lanes read the block buffers of block_broadcast
+ * wherever div >= 16 (rows 1 to 10000, widths 3 to 4097: a single row (a scalar), a block size, a
+ * tail shorter than a lane group, a width below a lane group, which keeps the division); bit for
+ * bit the reference on 1, 2, 3 and 8 threads (one output: the block form; several: the one-loop
+ * form), finite values and, once, NaNs, infinities and subnormals. */
+static void test_reduce_row_broadcast(void) {
+    static const struct {
+        const char *x, *p, *bd, *dims, *out;
+        bool buf; /* the form reads a block buffer */
+    } forms[] = {
+        {"1001,300", "1001", "{0}", "{0,1}", "", true},
+        {"3,17", "3", "{0}", "{0,1}", "", true},
+        {"10000,16", "10000", "{0}", "{0,1}", "", true},
+        {"7,4096", "7", "{0}", "{0,1}", "", true},
+        {"1,4097", "1", "{0}", "{0,1}", "", false}, /* one row: a scalar broadcast */
+        {"5000,3", "5000", "{0}", "{0,1}", "", false},
+        {"6,5,37", "6,5", "{0,1}", "{1,2}", "6", true},
+        {"4,9,33", "4", "{0}", "{0,1,2}", "", true},
+        {"2,3,4100", "2,3", "{0,1}", "{2}", "2,3", false},
+    };
+    enum { NF = sizeof forms / sizeof forms[0] };
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[32768];
+    tb b = {text, 0, sizeof text};
+    for (int v = 0; v < 3; v++) {
+        const char *dt = v == 1 ? "f64" : "f32";
+        g_finite = v < 2;
+        for (int f = 0; f < NF; f++) {
+            b.n = 0;
+            const char *pt = f % 3 == 2 ? "bf16" : dt; /* the per-row operand's type */
+            tp(&b,
+               "HloModule rowb\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+               "  ROOT c = %s[] add(a, b)\n}\nENTRY main {\n  z = %s[] parameter(0)\n"
+               "  x = %s[%s] parameter(1)\n  p = %s[%s] parameter(2)\n"
+               "  pc = %s[%s] convert(p)\n  q = %s[%s] abs(pc)\n  one = %s[] constant(1)\n"
+               "  ob = %s[%s] broadcast(one), dimensions={}\n  n = %s[%s] add(q, ob)\n"
+               "  nb = %s[%s] broadcast(n), dimensions=%s\n  d = %s[%s] divide(x, nb)\n"
+               "  ROOT s = %s[%s] reduce(d, z), dimensions=%s, to_apply=rd\n}\n",
+               dt, dt, dt, dt, dt, forms[f].x, pt, forms[f].p, dt, forms[f].p, dt, forms[f].p, dt,
+               dt, forms[f].p, dt, forms[f].p, dt, forms[f].x, forms[f].bd, dt, forms[f].x, dt,
+               forms[f].out, forms[f].dims);
+            g_keep_src = true;
+            for (int t = 0; t < 4; t++) {
+                g_run_pool = pools[t];
+                check_module(text, 1700 + (uint64_t)(v * NF + f), true);
+                EXPECT_TRUE(g_src != NULL);
+                bool buf = g_src && strstr(g_src, "ot_b0[i - ot_blk]") != NULL;
+                if (buf != forms[f].buf)
+                    fprintf(stderr, "form %d (%s): block buffer %d\n", f, forms[f].x, (int)buf);
+                EXPECT_TRUE(buf == forms[f].buf);
+            }
+            g_keep_src = false;
+            g_run_pool = NULL;
+        }
+    }
+    g_finite = false;
+    free(g_src);
+    g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Reduces of a fused producer whose input's last dim is kept, over dims that are not a prefix
  * (`{0,2}` of a rank-4 input, a middle dim, several runs of reduced dims, unit dims, a kept run
  * of several contiguous dims, runs of 3 to 600 outputs): the walk over each run of the innermost
@@ -1844,7 +1909,8 @@ static void test_hw_ftz(void) {
  * known flushed and quiet (arithmetic, select of such values, maximum/minimum results) skip both:
  * f32, f64, f16 and bf16, rows of 1, 7, 19 and 1001 elements, ordinary inputs with NaNs (quiet
  * and signalling), infinities and subnormals, and tiny ones; equal operands of both signs of zero
- * (x against -x and x * 0); bit for bit, NaN payloads included. */
+ * (x against -x and x * 0, and against the constants +0 and -0: a ReLU, a clip to [-0, +0]);
+ * bit for bit, NaN payloads included. */
 static void test_hw_minmax(void) {
     static const char *const dts[] = {"f32", "f64", "f16", "bf16"};
     static const char *const dims[] = {"[3,1]", "[5,7]", "[37,19]", "[9,1001]"};
@@ -1875,8 +1941,14 @@ static void test_hw_minmax(void) {
                     "  eq = pred@ compare(ms, zb), direction=NE\n"
                     "  fin = pred@ and(eq, gt)\n  o = pred@ or(fin, ge)\n"
                     "  r = $@ select(o, ms, zb)\n"
-                    "  ROOT t = ($@, $@, $@, $@, $@, $@, $@, $@, $@, pred@) "
-                    "tuple(cl, a2, mz, nz, m0, i0, r, my, mm, o)\n}\n";
+                    "  nzc = $[] constant(-0)\n  nzb = $@ broadcast(nzc), dimensions={}\n"
+                    "  r1 = $@ maximum(x0, zb)\n  r2 = $@ minimum(zb, n0)\n"
+                    "  r3 = $@ maximum(nzb, n0)\n  r4 = $@ minimum(x0, nzb)\n"
+                    "  r5 = $@ maximum(x, zb)\n  r6 = $@ clamp(z, ms, hi)\n"
+                    "  r7 = $@ clamp(nzc, x0, z)\n"
+                    "  ROOT t = ($@, $@, $@, $@, $@, $@, $@, $@, $@, pred@, $@, $@, $@, $@, $@, "
+                    "$@, $@) tuple(cl, a2, mz, nz, m0, i0, r, my, mm, o, r1, r2, r3, r4, r5, r6, "
+                    "r7)\n}\n";
                 size_t n = 0;
                 for (const char *q = tmpl; *q && n + 16 < sizeof text; q++) {
                     if (*q == '$')
@@ -1900,6 +1972,11 @@ static void test_hw_minmax(void) {
                 if (d > 0) {
                     EXPECT_TRUE(g_src && strstr(g_src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
                     if (j != 1) EXPECT_TRUE(g_src && strstr(g_src, "* ot_one)") != NULL);
+                    /* constant bounds: one compare and a pick (minmax_const) */
+                    if (j != 2)
+                        EXPECT_TRUE(g_src &&
+                                    strstr(g_src, j == 1 ? "ot_pickd((uint64_t)("
+                                                         : "ot_pickf((uint32_t)(") != NULL);
                 }
 #endif
                 free(g_src);
@@ -3070,6 +3147,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_reduce_outputs),
         OT_TEST(test_reduce_runs),
         OT_TEST(test_reduce_blocks),
+        OT_TEST(test_reduce_row_broadcast),
         OT_TEST(test_reduce_walk),
         OT_TEST(test_cache),
         OT_TEST(test_fallbacks),

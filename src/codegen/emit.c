@@ -92,9 +92,11 @@ static const char preamble[] =
     "static inline int32_t ot_tokh(uint16_t h) {\n"
     "    int32_t s = (int16_t)h;\n"
     "    return s ^ (int32_t)((uint32_t)(s >> 31) >> 17);\n}\n"
+    /* a NaN's quiet bit set: x != x holds exactly for NaNs (DAZ or not), one vector compare
+     * where a test of the bits as integers takes an and, a compare and a blend */
     "static inline float ot_qf(float x) {\n"
     "    uint32_t u = ot_fbits(x);\n"
-    "    u |= ((u & 0x7fffffffu) > 0x7f800000u) ? 0x400000u : 0u;\n"
+    "    u |= (x != x) ? 0x400000u : 0u;\n"
     "    return ot_bitsf(u);\n}\n"
     /* maximum / minimum: a NaN operand (a first), else the larger / smaller, +0 above -0 (for
      * equal operands the sign of a picks). The same bits as
@@ -437,7 +439,15 @@ struct dctx {
 typedef struct em {
     const cg_kernel_desc *kn;
     ot_strbuf pro, rowb, body, stores; /* before the loops, per row, per element, stores */
-    int64_t C;                         /* inner (column) loop length; 0: one flat loop */
+    /* lane-ordered sums with the reduced dims a suffix (emit_reduce_lanes): the block buffers
+     * of block_broadcast, filled at the start of each block of the lane loops and of the tail
+     * (blk: their declarations and fill loops; fill: the level-3 statements of the fill being
+     * emitted; nbb: how many) */
+    bool lanes;
+    ot_strbuf blk;
+    ot_strbuf *fill;
+    int nbb;
+    int64_t C; /* inner (column) loop length; 0: one flat loop */
     memo *m;
     int nm, mcap;
     int nvar;
@@ -496,15 +506,18 @@ static int fail(em *E, const char *fmt, ...) {
 }
 
 /* Where a value of index context ctx is computed: 0 before the loops (no index), 1 once per row
- * (names row or a rowx<N> variable only), 2 per element (names i, col or an ix<N> variable). */
+ * (names row or a rowx<N> variable only), 2 per element (names i, col or an ix<N> variable), 3
+ * once per run of equal indices in a block buffer's fill (names ot_bq<N> or an ot_bqx<N>
+ * variable: block_broadcast). */
 static int ctx_level(const char *ctx) {
+    if (strstr(ctx, "ot_bq")) return 3;
     if (strchr(ctx, 'i') || strstr(ctx, "col")) return 2;
     if (strstr(ctx, "row")) return 1;
     return 0;
 }
 
 static ot_strbuf *level_buf(em *E, int level) {
-    return level == 0 ? &E->pro : level == 1 ? &E->rowb : &E->body;
+    return level == 0 ? &E->pro : level == 1 ? &E->rowb : level == 3 ? E->fill : &E->body;
 }
 
 static int memo_find(em *E, const ot_instr *x, const char *ctx) {
@@ -663,8 +676,8 @@ static void index_var(em *E, const char *expr, char *out, size_t cap) {
     }
     int v = E->nvar++;
     int lv = ctx_level(expr);
-    /* the variable's name carries its level: x<N>, rowx<N>, ix<N> */
-    static const char *const pre[] = {"", "row", "i"};
+    /* the variable's name carries its level: x<N>, rowx<N>, ix<N>, ot_bqx<N> */
+    static const char *const pre[] = {"", "row", "i", "ot_bq"};
     ot_strbuf_printf(level_buf(E, lv), "    const int64_t %sx%d = %s;\n", pre[lv], v, expr);
     snprintf(out, cap, "%sx%d", pre[lv], v);
 }
@@ -924,6 +937,57 @@ static const char *minmax_fn(bool max, ot_dtype t) {
     return max ? "ot_maxqf" : "ot_minqf";
 }
 
+/* Whether o is a constant scalar (seen through broadcasts and reshapes of one element) whose
+ * float-domain value is zero or normal, and so is its own flush and never a NaN; *neg0 / *pos0
+ * say whether it is -0 / +0. f32, f64 and bf16 (whose f32 widening is exact). */
+static bool plain_const(const ot_instr *o, ot_dtype t, bool *neg0, bool *pos0) {
+    while ((o->opcode == OT_OP_BROADCAST || o->opcode == OT_OP_RESHAPE) && o->noperands == 1 &&
+           numel(o->operands[0]) == 1)
+        o = o->operands[0];
+    const ot_literal *l = o->opcode == OT_OP_CONSTANT && o->attrs ? o->attrs->literal : NULL;
+    if (!l || l->elided || !l->data || numel(o) != 1 || o->shape.array.dtype != t ||
+        (size_t)l->nbytes != ot_dtype_size(t) || !(t == OT_F32 || t == OT_F64 || t == OT_BF16))
+        return false;
+    uint64_t u = 0;
+    memcpy(&u, l->data, ot_dtype_size(t)); /* little-endian */
+    if (t == OT_BF16) u <<= 16;
+    uint64_t sign = t == OT_F64 ? 1ull << 63 : 1ull << 31;
+    uint64_t expm = t == OT_F64 ? 0x7ffull << 52 : 0xffull << 23;
+    uint64_t mag = u & (sign - 1);
+    *neg0 = u == sign;
+    *pos0 = u == 0;
+    return mag == 0 || ((mag & expm) != 0 && (mag & expm) != expm);
+}
+
+/* maximum / minimum of the operand expressions sa and sb (minmax_operand's: flushed and, but
+ * f64, quiet) when one of them, c, is a plain_const: ot_maxqf's NaN test of c, its equal-operands
+ * blend and one of its compares fold away, leaving one compare and a pick. The same bits: a NaN
+ * x fails both compares and is picked; an x equal to a nonzero c has c's bits (both flushed); of
+ * equal zeros maximum keeps +0 (so c wins ties when c is +0), minimum -0 (c wins when -0). A
+ * clip or a ReLU is then one compare and one blend per vector instead of about eight
+ * instructions. ia, ib: the operands' instructions; false: neither is such a constant. */
+static bool minmax_const(bool max, ot_dtype t, const ot_instr *ia, const char *sa,
+                         const ot_instr *ib, const char *sb, char *out, size_t cap) {
+    bool neg0, pos0;
+    const char *c, *v;
+    if (ia && plain_const(ia, t, &neg0, &pos0)) {
+        c = sa;
+        v = sb;
+    } else if (plain_const(ib, t, &neg0, &pos0)) {
+        c = sb;
+        v = sa;
+    } else {
+        return false;
+    }
+    bool tie = max ? pos0 : neg0;
+    const char *rel = max ? (tie ? ">=" : ">") : (tie ? "<=" : "<");
+    int w = snprintf(out, cap,
+                     is_f64(t) ? "ot_pickd((uint64_t)(%s %s %s), %s, %s)"
+                               : "ot_pickf((uint32_t)(%s %s %s), %s, %s)",
+                     c, rel, v, c, v);
+    return w > 0 && (size_t)w < cap;
+}
+
 /* The result of maximum, minimum or clamp (expression r in the float domain): one of its
  * flushed operands, so flushed itself, and quiet but for an f64 signalling NaN */
 static int minmax_define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, const char *r) {
@@ -1048,8 +1112,10 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
     if (ot_dtype_is_float(t) && (op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM)) {
         minmax_operand(E, a, t, ctx, sa, sizeof sa);
         minmax_operand(E, b, t, ctx, sb, sizeof sb);
-        char r[1100];
-        snprintf(r, sizeof r, "%s(%s, %s)", minmax_fn(op == OT_OP_MAXIMUM, t), sa, sb);
+        char r[2200];
+        if (!minmax_const(op == OT_OP_MAXIMUM, t, x->operands[0], sa, x->operands[1], sb, r,
+                          sizeof r))
+            snprintf(r, sizeof r, "%s(%s, %s)", minmax_fn(op == OT_OP_MAXIMUM, t), sa, sb);
         return minmax_define(E, x, ctx, t, r);
     }
     if (ot_dtype_is_float(t)) {
@@ -1273,9 +1339,12 @@ static int emit_select_clamp(em *E, const ot_instr *x, const char *ctx) {
         minmax_operand(E, a, t, ctx, slo, sizeof slo); /* DAZ, as maximum and minimum */
         minmax_operand(E, b, t, ctx, sx, sizeof sx);
         minmax_operand(E, c, t, ctx, shi, sizeof shi);
-        char r[1024];
-        snprintf(r, sizeof r, "%s(%s(%s, %s), %s)", minmax_fn(false, t), minmax_fn(true, t), sx,
-                 slo, shi);
+        char lo[1200], r[2600];
+        if (!minmax_const(true, t, x->operands[1], sx, x->operands[0], slo, lo, sizeof lo))
+            snprintf(lo, sizeof lo, "%s(%s, %s)", minmax_fn(true, t), sx, slo);
+        /* the inner result is an operand like any: flushed and (but f64) quiet */
+        if (!minmax_const(false, t, NULL, lo, x->operands[2], shi, r, sizeof r))
+            snprintf(r, sizeof r, "%s(%s, %s)", minmax_fn(false, t), lo, shi);
         return minmax_define(E, x, ctx, t, r);
     }
     if (!is_int(t)) return fail(E, "%s: clamp on %s", x->name, ot_dtype_name(t));
@@ -1468,6 +1537,53 @@ static int emit_iota(em *E, const ot_instr *x, const char *ctx) {
     }
 }
 
+/* In the lane loops of a lane-ordered sum whose reduced dims are a suffix (E->lanes), a broadcast
+ * along leading dims read at index i / div, div >= EX_RED_LANES: a per-row value inside a
+ * full-array sum (a loss summing x / norm[row] * ct). Read at i / div per element it costs a
+ * 64-bit division and a load whose address gcc cannot analyse, and the lane loops stay scalar
+ * (7 ms for an 8191x300 f32 sum on one thread; 0.34 ms with that value loop-invariant). Instead
+ * each block of the lane loops, and the tail, first fills a buffer ot_b<N> with the operand's
+ * value for each of its elements, run by run of equal quotients (the operand computed once per
+ * run, at index ot_bq<N>: level 3), and the lanes read ot_b<N>[i - ot_blk], contiguous. The same
+ * values, so the same bits. -2: not applicable (four buffers already, a type without C type). */
+static int block_broadcast(em *E, const ot_instr *x, const ot_instr *o, int64_t div) {
+    ot_dtype t = o->shape.array.dtype;
+    if (E->nbb >= 4 || !ctype(t) || E->fill) return -2;
+    int n = E->nbb++;
+    ot_strbuf fill = {0};
+    char q[32];
+    snprintf(q, sizeof q, "ot_bq%d", n);
+    E->fill = &fill;
+    int m = emit(E, o, q);
+    E->fill = NULL;
+    if (m < 0 || fill.oom) {
+        ot_strbuf_free(&fill);
+        return m < 0 ? -1 : fail(E, "out of memory");
+    }
+    ot_strbuf_printf(&E->blk,
+                     "    %s ot_b%d[%d];\n"
+                     "    for (int64_t ot_fk = 0; ot_fk < ot_bn;) {\n"
+                     "    const int64_t ot_bq%d = (ot_blk + ot_fk) / %lld;\n"
+                     "    int64_t ot_fn = (ot_bq%d + 1) * %lld - (ot_blk + ot_fk);\n"
+                     "    if (ot_fn > ot_bn - ot_fk) ot_fn = ot_bn - ot_fk;\n%s"
+                     "    for (int64_t ot_fj = 0; ot_fj < ot_fn; ot_fj++) ot_b%d[ot_fk + ot_fj] = "
+                     "v%d;\n"
+                     "    ot_fk += ot_fn;\n    }\n",
+                     ctype(t), n, EX_RED_BLOCK, n, (long long)div, n, (long long)div,
+                     fill.p ? fill.p : "", n, E->m[m].var);
+    ot_strbuf_free(&fill);
+    bool fl = E->m[m].flushed, qu = E->m[m].quiet;
+    return memo_know(E, define(E, x, "i", t, fl, "ot_b%d[i - ot_blk]", n), fl, qu);
+}
+
+/* The block buffers' fills (block_broadcast) for the elements [from, to) of output row: printed
+ * before each block's lane loops and before the tail loop. */
+static void blk_fill(ot_strbuf *src, const em *E, long long RN, const char *from, const char *to) {
+    if (!E->blk.p || !E->blk.p[0]) return;
+    ot_strbuf_printf(src, "    const int64_t ot_blk = row * %lld + (%s), ot_bn = (%s) - (%s);\n%s",
+                     RN, from, to, from, E->blk.p);
+}
+
 static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
     const ot_instr *o = x->operands[0];
     const ot_shape *R = &x->shape.array, *O = &o->shape.array;
@@ -1553,6 +1669,11 @@ static int emit_broadcast(em *E, const ot_instr *x, const char *ctx) {
     } else if (run) {
         /* the operand's linear index is a contiguous digit range of the result's */
         int64_t div = rs[last];
+        if (E->lanes && strcmp(ctx, "i") == 0 && div >= EX_RED_LANES &&
+            (first == 0 || no * div == nr)) {
+            int r = block_broadcast(E, x, o, div);
+            if (r != -2) return r;
+        }
         if (div == 1)
             snprintf(expr, sizeof expr, "((%s) %% %lld)", ctx, (long long)no);
         else if (first == 0 || no * div == nr)
@@ -2019,6 +2140,7 @@ static void em_free(em *E) {
     ot_strbuf_free(&E->rowb);
     ot_strbuf_free(&E->body);
     ot_strbuf_free(&E->stores);
+    ot_strbuf_free(&E->blk);
 }
 
 /* The reducer's combine of acc and x as C, or NULL. hw: an f32/f64 add under the hardware
@@ -2207,7 +2329,12 @@ static ot_status emit_reduce_blocks(ot_strbuf *src, const cg_kernel_desc *kn, co
                      "    const int64_t row = o;\n    (void)row;\n%s"
                      "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
                      "    re = rb + (re - rb) / %d * %d;\n"
-                     "    %s lane[%d];\n"
+                     "    %s lane[%d];\n",
+                     T, T, pro, E->hw ? hw_on : "", (long long)nb, (long long)nb, EX_RED_BLOCK,
+                     rowb, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN, EX_RED_LANES,
+                     EX_RED_LANES, T, EX_RED_LANES);
+    blk_fill(src, E, RN, "rb", "re");
+    ot_strbuf_printf(src,
                      "    for (int l = 0; l < %d; l++) {\n"
                      "    const int64_t col = rb + l;\n    const int64_t i = row * %lld + col;\n"
                      "%s    lane[l] = %s;\n    }\n"
@@ -2218,11 +2345,8 @@ static ot_status emit_reduce_blocks(ot_strbuf *src, const cg_kernel_desc *kn, co
                      "    for (int s = %d; s >= 1; s /= 2)\n"
                      "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
                      "    ot_part[ot_q] = lane[0];\n    }\n",
-                     T, T, pro, E->hw ? hw_on : "", (long long)nb, (long long)nb, EX_RED_BLOCK,
-                     rowb, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN, EX_RED_LANES,
-                     EX_RED_LANES, T, EX_RED_LANES, EX_RED_LANES, (long long)RN, body, vx,
-                     EX_RED_LANES, EX_RED_LANES, EX_RED_LANES, (long long)RN, body, c_lx,
-                     EX_RED_LANES / 2, c_tree);
+                     EX_RED_LANES, (long long)RN, body, vx, EX_RED_LANES, EX_RED_LANES,
+                     EX_RED_LANES, (long long)RN, body, c_lx, EX_RED_LANES / 2, c_tree);
     OT_CHECK(emit_tail(src, E->hw));
     snprintf(name, sizeof name, "%s_fold", fname);
     emit_head_part(src, kn, name, " (reduce, lane order, block fold)", leaves, nleaves, E->notrap);
@@ -2231,11 +2355,16 @@ static ot_status emit_reduce_blocks(ot_strbuf *src, const cg_kernel_desc *kn, co
                      "    for (int64_t o = b; o < e; o++) {\n"
                      "    const int64_t row = o;\n    (void)row;\n%s"
                      "    %s acc = %s;\n"
-                     "    for (int64_t ot_k = 0; ot_k < %lld; ot_k++) acc = %s;\n"
+                     "    for (int64_t ot_k = 0; ot_k < %lld; ot_k++) acc = %s;\n",
+                     T, T, pro, E->hw ? hw_on : "", rowb, T, vi, (long long)nb, c_pacc);
+    char from[32], to[32];
+    snprintf(from, sizeof from, "%lld", (long long)rt);
+    snprintf(to, sizeof to, "%lld", (long long)RN);
+    blk_fill(src, E, RN, from, to);
+    ot_strbuf_printf(src,
                      "    for (int64_t rr = %lld; rr < %lld; rr++) {\n"
                      "    const int64_t col = rr;\n    const int64_t i = row * %lld + col;\n"
                      "%s    acc = %s;\n    }\n    o%d[o] = acc;\n    }\n",
-                     T, T, pro, E->hw ? hw_on : "", rowb, T, vi, (long long)nb, c_pacc,
                      (long long)rt, (long long)RN, (long long)RN, body, c_ax, ro);
     return emit_tail(src, E->hw);
 }
@@ -2268,6 +2397,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         E.hw = attempt == 0 && hw_op_ok(OT_OP_ADD) && (t == OT_F32 || t == OT_F64);
         if (suffix && RN >= EX_RED_LANES) E.C = RN;
         if (E.C > 0) E.irn = RN; /* the loops' i = row * RN + col (IDX, emit_reduce_blocks) */
+        E.lanes = E.C > 0;       /* block buffers (block_broadcast) */
         mi = emit(&E, init, "0");
         mx = mi >= 0 && !E.bad ? emit(&E, x, "i") : -1;
         /* the other outputs, stored where the loops visit their element */
@@ -2405,11 +2535,12 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                              "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
                              "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
                              "    re = rb + (re - rb) / %d * %d;\n"
-                             "    %s lane[%d];\n"
-                             "    for (int l = 0; l < %d; l++) {\n",
+                             "    %s lane[%d];\n",
                              E.rowb.p ? E.rowb.p : "", T, vi, EX_RED_LANES, (long long)RN,
                              EX_RED_BLOCK, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN,
-                             EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES, EX_RED_LANES);
+                             EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES);
+            blk_fill(src, &E, (long long)RN, "rb", "re");
+            ot_strbuf_printf(src, "    for (int l = 0; l < %d; l++) {\n", EX_RED_LANES);
             IDX("rb + l");
             ot_strbuf_printf(src,
                              "%s    lane[l] = %s;\n    }\n"
@@ -2421,9 +2552,12 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                              "%s    lane[l] = %s;\n    }\n"
                              "    for (int s = %d; s >= 1; s /= 2)\n"
                              "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
-                             "    acc = %s;\n    rt = re;\n    }\n"
-                             "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
-                             body, c_lx, EX_RED_LANES / 2, c_tree, c_acc, (long long)RN);
+                             "    acc = %s;\n    rt = re;\n    }\n",
+                             body, c_lx, EX_RED_LANES / 2, c_tree, c_acc);
+            char rn[32];
+            snprintf(rn, sizeof rn, "%lld", (long long)RN);
+            blk_fill(src, &E, (long long)RN, "rt", rn);
+            ot_strbuf_printf(src, "    for (int64_t rr = rt; rr < %lld; rr++) {\n", (long long)RN);
             IDX("rr");
 #undef IDX
             ot_strbuf_printf(src, "%s    acc = %s;\n    }\n    o%d[o] = acc;\n    }\n", body, c_ax,
