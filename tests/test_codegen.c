@@ -2127,6 +2127,151 @@ static void test_row_fusion(void) {
     }
 }
 
+/* value_and_grad of sum(x / max(||x||, 1e-12) * ct) (an L2 normalization along the rows) as JAX
+ * lowers it: the norm's sum of x * x, a loop of per-row values with three results (the norm, its
+ * clamp, a reshape), a row sum of ct * x / clamp^2 that reads one of them, a sum over a unit dim,
+ * the gradient's elementwise loop and the loss sum. Where rows are 16 elements to 64 KiB (and
+ * more than one) the row kernel takes the norm's sum, the per-row loop, the second sum and the
+ * gradient (rowfuse.c: a per-row loop of several results; a sum of elementwise ops of x), leaving
+ * two fusion kernels (six before); every output bit for bit the reference's on 1, 2, 3 and 8
+ * threads, f32 and f64, rows of 1 to 10000, widths 1 to 20000, ordinary and tiny inputs. */
+static const char l2grad_tmpl[] =
+    "HloModule l2grad\n"
+    "region_0.1 {\n"
+    "  reduce_sum.3 = $T[] parameter(0)\n"
+    "  reduce_sum.4 = $T[] parameter(1)\n"
+    "  ROOT reduce_sum.5 = $T[] add(reduce_sum.3, reduce_sum.4)\n"
+    "}\n"
+    "norm.2 {\n"
+    "  Arg_0.1 = $T[@R,@N] parameter(0)\n"
+    "  mul.1 = $T[@R,@N] multiply(Arg_0.1, Arg_0.1)\n"
+    "  constant.8 = $T[] constant(0)\n"
+    "  reduce_sum.7 = $T[@R] reduce(mul.1, constant.8), dimensions={1}, to_apply=region_0.1\n"
+    "  broadcast_in_dim.3 = $T[@R,1] reshape(reduce_sum.7)\n"
+    "  sqrt.1 = $T[@R,1] sqrt(broadcast_in_dim.3)\n"
+    "  constant.7 = $T[] constant(0.5)\n"
+    "  div.2 = $T[@R,1] broadcast(constant.7), dimensions={}\n"
+    "  div.3 = $T[@R,1] divide(div.2, sqrt.1)\n"
+    "  ROOT tuple.1 = ($T[@R,1], $T[@R,1]) tuple(sqrt.1, div.3)\n"
+    "}\n"
+    "region_1.3 {\n"
+    "  reduce_sum.11 = $T[] parameter(0)\n"
+    "  reduce_sum.12 = $T[] parameter(1)\n"
+    "  ROOT reduce_sum.13 = $T[] add(reduce_sum.11, reduce_sum.12)\n"
+    "}\n"
+    "region_2.4 {\n"
+    "  reduce_sum.18 = $T[] parameter(0)\n"
+    "  reduce_sum.19 = $T[] parameter(1)\n"
+    "  ROOT reduce_sum.20 = $T[] add(reduce_sum.18, reduce_sum.19)\n"
+    "}\n"
+    "region_3.5 {\n"
+    "  reduce_sum.25 = $T[] parameter(0)\n"
+    "  reduce_sum.26 = $T[] parameter(1)\n"
+    "  ROOT reduce_sum.27 = $T[] add(reduce_sum.25, reduce_sum.26)\n"
+    "}\n"
+    "norm_0.6 {\n"
+    "  Arg_0.3 = $T[@R,@N] parameter(0)\n"
+    "  Arg_2.1 = $T[@R,1] parameter(2)\n"
+    "  Arg_1.1 = $T[@R,1] parameter(1)\n"
+    "  mul.13 = $T[@R,1] multiply(Arg_2.1, Arg_1.1)\n"
+    "  constant.10 = $T[] constant(0)\n"
+    "  reduce_sum.29 = $T[@R] reduce(mul.13, constant.10), dimensions={1}, to_apply=region_3.5\n"
+    "  broadcast_in_dim.5 = $T[@R,@N] broadcast(reduce_sum.29), dimensions={0}\n"
+    "  mul.14 = $T[@R,@N] multiply(Arg_0.3, broadcast_in_dim.5)\n"
+    "  mul.15 = $T[@R,@N] multiply(broadcast_in_dim.5, Arg_0.3)\n"
+    "  ROOT add_any.1 = $T[@R,@N] add(mul.14, mul.15)\n"
+    "}\n"
+    "ENTRY main.7 {\n"
+    "  x.1 = $T[@R,@N] parameter(0)\n"
+    "  jvp_jit_norm__.3 = ($T[@R,1], $T[@R,1]) call(x.1), to_apply=norm.2\n"
+    "  jvp_jit_norm__.4 = $T[@R,1] get-tuple-element(jvp_jit_norm__.3), index=0\n"
+    "  constant.14 = $T[] constant(1e-12)\n"
+    "  broadcast.3 = $T[@R,1] broadcast(constant.14), dimensions={}\n"
+    "  max.1 = $T[@R,1] maximum(jvp_jit_norm__.4, broadcast.3)\n"
+    "  div.15 = $T[@R,1] broadcast(max.1), dimensions={0,1}\n"
+    "  div.16 = $T[@R] reshape(div.15)\n"
+    "  div.17 = $T[@R,@N] broadcast(div.16), dimensions={0}\n"
+    "  div.18 = $T[@R,@N] divide(x.1, div.17)\n"
+    "  ct.1 = $T[@R,@N] parameter(1)\n"
+    "  mul.17 = $T[@R,@N] multiply(div.18, ct.1)\n"
+    "  constant.15 = $T[] constant(0)\n"
+    "  reduce_sum.30 = $T[] reduce(mul.17, constant.15), dimensions={0,1}, to_apply=region_1.3\n"
+    "  div.20 = $T[@R,1] broadcast(max.1), dimensions={0,1}\n"
+    "  div.21 = $T[@R] reshape(div.20)\n"
+    "  div.22 = $T[@R,@N] broadcast(div.21), dimensions={0}\n"
+    "  div.23 = $T[@R,@N] divide(ct.1, div.22)\n"
+    "  jvp_jit_norm__.5 = $T[@R,1] get-tuple-element(jvp_jit_norm__.3), index=1\n"
+    "  constant.13 = $T[] constant(1)\n"
+    "  broadcast.2 = $T[@R,1] broadcast(constant.13), dimensions={}\n"
+    "  mul.16 = $T[@R,1] multiply(max.1, max.1)\n"
+    "  div.19 = $T[@R,1] divide(broadcast.2, mul.16)\n"
+    "  mul.18 = $T[@R,1] broadcast(div.19), dimensions={0,1}\n"
+    "  mul.19 = $T[@R] reshape(mul.18)\n"
+    "  mul.20 = $T[@R,@N] broadcast(mul.19), dimensions={0}\n"
+    "  mul.21 = $T[@R,@N] multiply(ct.1, mul.20)\n"
+    "  mul.22 = $T[@R,@N] multiply(mul.21, x.1)\n"
+    "  reduce_sum.31 = $T[@R] reduce(mul.22, constant.15), dimensions={1}, to_apply=region_2.4\n"
+    "  reshape.1 = $T[@R,1] reshape(reduce_sum.31)\n"
+    "  neg.1 = $T[@R,1] negate(reshape.1)\n"
+    "  eq.2 = pred[@R,1] compare(jvp_jit_norm__.4, max.1), direction=EQ\n"
+    "  constant.12 = $T[] constant(0)\n"
+    "  broadcast_in_dim.7 = $T[@R,1] broadcast(constant.12), dimensions={}\n"
+    "  select_n.2 = $T[@R,1] select(eq.2, broadcast.2, broadcast_in_dim.7)\n"
+    "  eq.3 = pred[@R,1] compare(broadcast.3, max.1), direction=EQ\n"
+    "  constant.11 = $T[] constant(2)\n"
+    "  broadcast_in_dim.6 = $T[@R,1] broadcast(constant.11), dimensions={}\n"
+    "  select_n.3 = $T[@R,1] select(eq.3, broadcast_in_dim.6, broadcast.2)\n"
+    "  div.14 = $T[@R,1] divide(select_n.2, select_n.3)\n"
+    "  mul.23 = $T[@R,1] multiply(neg.1, div.14)\n"
+    "  transpose_jvp_jit_norm___.1 = $T[@R,@N] call(x.1, jvp_jit_norm__.5, mul.23), "
+    "to_apply=norm_0.6\n"
+    "  add_any.3 = $T[@R,@N] add(div.23, transpose_jvp_jit_norm___.1)\n"
+    "  ROOT tuple.3 = ($T[], $T[@R,@N]) tuple(reduce_sum.30, add_any.3)\n"
+    "}\n";
+
+static void test_l2_norm_grad_rows(void) {
+    static const struct {
+        const char *t;
+        int R, N;
+    } cases[] = {{"f32", 40, 300}, {"f64", 40, 300}, {"f32", 10000, 16}, {"f32", 5, 4096},
+                 {"f32", 1, 7},    {"f32", 64, 1},   {"f32", 37, 15},    {"f32", 3, 20000}};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[16384];
+    for (int j = 0; j < (int)(sizeof cases / sizeof cases[0]); j++) {
+        size_t n = 0;
+        for (const char *q = l2grad_tmpl; *q && n + 16 < sizeof text; q++) {
+            if (*q == '$' && q[1] == 'T')
+                n += (size_t)snprintf(text + n, sizeof text - n, "%s", cases[j].t), q++;
+            else if (*q == '@' && (q[1] == 'R' || q[1] == 'N'))
+                n += (size_t)snprintf(text + n, sizeof text - n, "%d",
+                                      q[1] == 'R' ? cases[j].R : cases[j].N),
+                    q++;
+            else
+                text[n++] = *q;
+        }
+        text[n] = '\0';
+        for (int tiny = 0; tiny < 2; tiny++)
+            for (int t = 0; t < 4; t++) {
+                g_tiny = tiny == 1;
+                g_run_pool = pools[t];
+                check_module(text, 1800 + (uint64_t)(j * 2 + tiny), true);
+            }
+        g_tiny = false;
+        g_run_pool = NULL;
+        size_t es = strcmp(cases[j].t, "f64") == 0 ? 8 : 4;
+        bool rows = cases[j].R > 1 && cases[j].N >= 16 && (size_t)cases[j].N * es <= 65536;
+        int nf = 0;
+        int sums = row_sums(text, &nf);
+        if (rows) {
+            EXPECT_INT_EQ(nf, 2);
+            EXPECT_INT_EQ(sums, 2); /* the norm's and the gradient's, in one kernel */
+        }
+    }
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Layer norm and RMS norm as JAX lowers them (jnp.mean as a sum divided by a broadcast of the row
  * length, reshapes through [R, 1], the scale and shift): every output bit for bit the reference
  * evaluator's on 1, 2, 3 and 8 threads, f32 rows of 1, 7, 64, 1000, 1024 and 4097 elements, 1
@@ -3160,6 +3305,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_vmath_sleef),
         OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),
+        OT_TEST(test_l2_norm_grad_rows),
         OT_TEST(test_norm_rows),
         OT_TEST(test_softmax_rows),
         OT_TEST(test_summary),

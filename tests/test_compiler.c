@@ -656,7 +656,10 @@ static void test_simplify_gather(void) {
 }
 
 /* reduce over size-1 dimensions with an identity init is a reshape (pred and/true, s32 add/0,
- * u8 or/0); not with another init, a float reducer, or a reduced dimension longer than 1 */
+ * u8 or/0); with a float add or multiply it is that op on init and the element (the reference's
+ * own fold of one element, in the reducer's operand order); neither with another integer init, a
+ * float maximum, or a reduced dimension longer than 1. Each result equals the reference's on the
+ * original module bit for bit. */
 static void reduce_simplified(const char *dt, const char *op, const char *init, const char *xdims,
                               const char *rdims, const char *odims, int *left) {
     char text[1024];
@@ -709,11 +712,17 @@ static void test_simplify_reduce_size1(void) {
     EXPECT_INT_EQ(reduce_left_after_simplify("s32", "add", "0", "4,1", "1", "4"), 0);
     EXPECT_INT_EQ(reduce_left_after_simplify("u8", "or", "0", "3,1", "1", "3"), 0);
     EXPECT_INT_EQ(reduce_left_after_simplify("s32", "and", "-1", "4,1", "1", "4"), 0);
-    /* not the identity, a float reducer, a reduced dimension of 2 */
+    /* float add / multiply: the op on init */
+    EXPECT_INT_EQ(reduce_left_after_simplify("f32", "add", "0", "4,1", "1", "4"), 0);
+    EXPECT_INT_EQ(reduce_left_after_simplify("f32", "add", "-0.5", "1,7,1", "0,2", "7"), 0);
+    EXPECT_INT_EQ(reduce_left_after_simplify("f64", "multiply", "3", "5,1", "1", "5"), 0);
+    EXPECT_INT_EQ(reduce_left_after_simplify("bf16", "add", "0.25", "6,1", "1", "6"), 0);
+    /* not the identity, a float maximum, a reduced dimension of 2 */
     EXPECT_INT_EQ(reduce_left_after_simplify("pred", "and", "false", "6,1,1", "2", "6,1"), 1);
     EXPECT_INT_EQ(reduce_left_after_simplify("s32", "add", "1", "4,1", "1", "4"), 1);
     EXPECT_INT_EQ(reduce_left_after_simplify("s32", "and", "0", "4,1", "1", "4"), 1);
-    EXPECT_INT_EQ(reduce_left_after_simplify("f32", "add", "0", "4,1", "1", "4"), 1);
+    EXPECT_INT_EQ(reduce_left_after_simplify("f32", "maximum", "0", "4,1", "1", "4"), 1);
+    EXPECT_INT_EQ(reduce_left_after_simplify("f32", "add", "0", "4,2", "1", "4"), 1);
     EXPECT_INT_EQ(reduce_left_after_simplify("pred", "and", "true", "6,2", "1", "6"), 1);
     EXPECT_INT_EQ(reduce_left_after_simplify("s32", "multiply", "1", "4,1", "1", "4"), 1);
 }

@@ -5,7 +5,10 @@
  * reduce is only ever a cluster root).
  *
  * y is either the reduce fusion P itself or a loop fusion L over the rows (one element per row)
- * of P's result and of scalars or other per-row values (the mean's division by the row length).
+ * of P's result and of scalars or other per-row values (the mean's division by the row length),
+ * or one result of such an L that has several (JAX's L2-normalization gradient computes the
+ * norm, its clamp and a reshape in one loop, read by several kernels): all of L's results then
+ * stay outputs of the merged fusion.
  * The merged fusion computes, for each row, P's sum, L's ops, then C's sum with y at hand. Then
  * loop fusions that read the merged fusion's per-row results join it (fuse_elements): loops of
  * one element per row (the variance's division when it is an output), and a loop over every
@@ -20,10 +23,11 @@
  *
  * Legality: the reduces are f32/f64 adds in the lane order of exactly the trailing dims of
  * inputs of the same element count, into the same rows, of 16 elements to 64 KiB; P's reduced
- * input is a parameter of P and one of C's inputs (the same instruction), and P has no other
- * user; inside C (and inside a joining loop), a per-row value is used only through elementwise
- * ops and reshapes of one element per row and broadcasts onto the leading dims; L and the
- * per-row loops hold only such ops; an elementwise loop reads x itself; no other input of the
+ * input is a parameter x of P, or elementwise ops of one read at each element's own index (an
+ * L2 or RMS norm's x * x; row_producer), x is one of C's inputs (the same instruction), and P
+ * has no other user; inside C (and inside a joining loop), a per-row value is used only through
+ * elementwise ops and reshapes of one element per row and broadcasts onto the leading dims; L and
+ * the per-row loops hold only such ops; an elementwise loop reads x itself; no other input of the
  * consumer depends on the producer (a bounded search; too large a search refuses); the merged
  * fusion fits max_io. */
 #include "compiler_internal.h"
@@ -124,11 +128,25 @@ static bool per_row_uses(ot_instr *p, int64_t rows, int64_t len) {
     return ok;
 }
 
-/* A loop fusion computing one value per row: every instruction has `rows` elements or one. */
-static bool per_row_loop(const ot_instr *l, int64_t rows) {
+/* A loop fusion computing one value per row: every instruction has `rows` elements or one.
+ * tuple: its root may also be a tuple of such values (several per-row results, each read by
+ * other kernels through a get-tuple-element). */
+static bool per_row_loop(const ot_instr *l, int64_t rows, bool tuple) {
     const ot_computation *c = fused(l);
-    if (!c || !c->root || c->root->shape.kind != OT_IR_ARRAY || numel_of(l) != rows) return false;
+    if (!c || !c->root) return false;
+    const ot_instr *r = c->root;
+    if (tuple && r->opcode == OT_OP_TUPLE) {
+        if (r->noperands < 1) return false;
+        for (int k = 0; k < r->noperands; k++)
+            if (r->operands[k]->shape.kind != OT_IR_ARRAY || numel_of(r->operands[k]) != rows)
+                return false;
+        for (int u = 0; u < l->nusers; u++)
+            if (l->users[u]->opcode != OT_OP_GET_TUPLE_ELEMENT) return false;
+    } else if (r->shape.kind != OT_IR_ARRAY || numel_of(l) != rows) {
+        return false;
+    }
     for (const ot_instr *x = c->first; x; x = x->next) {
+        if (x == r && r->opcode == OT_OP_TUPLE) continue;
         if (x->opcode == OT_OP_PARAMETER || x->opcode == OT_OP_CONSTANT) {
             int64_t n = numel_of(x);
             if (n != rows && n != 1) return false;
@@ -263,13 +281,35 @@ static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, 
         }
     }
     ot_instr *rp = NULL, *rl = NULL, *rc = NULL;
+    /* L of several results (y one of its get-tuple-elements): all of them stay outputs, in
+     * L's order, then C's */
+    bool lt = L && fused(L)->root->opcode == OT_OP_TUPLE;
     if (s == OT_OK) s = clone_body(fc, P, map_p, NULL, NULL, &rp);
     if (s == OT_OK && L) s = clone_body(fc, L, map_l, P, rp, &rl);
-    if (s == OT_OK) s = clone_body(fc, C, map_c, y, L ? rl : rp, &rc);
+    ot_instr *ry = lt && rl ? rl->operands[y->attrs->index] : L ? rl : rp;
+    if (s == OT_OK) s = clone_body(fc, C, map_c, y, ry, &rc);
     if (s != OT_OK) goto done;
     bool y_out = y->nusers > 1; /* read by other kernels too */
     ot_instr *root = rc;
-    if (y_out) {
+    int nl = lt ? rl->noperands : 0;
+    if (lt) {
+        ot_instr **all = ot_malloc((size_t)(nl + 1) * sizeof *all);
+        if (!all) {
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: out of memory");
+            goto done;
+        }
+        for (int k = 0; k < nl; k++) all[k] = rl->operands[k];
+        all[nl] = rc;
+        root = ot_build_tuple(fc, all, nl + 1);
+        ot_free(all);
+        if (!root) {
+            s = ot_module_status(m);
+            if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: tuple");
+            goto done;
+        }
+        s = ot_instr_remove(rl); /* L's own tuple, now unused */
+        if (s != OT_OK) goto done;
+    } else if (y_out) {
         ot_instr *pair[2] = {L ? rl : rp, rc};
         root = ot_build_tuple(fc, pair, 2);
         if (!root) {
@@ -287,7 +327,33 @@ static ot_status merge(ot_module *m, ot_computation *entry, ot_instr *C, int q, 
         if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: builder failed");
         goto done;
     }
-    if (y_out) {
+    if (lt) {
+        /* C's result, then each get-tuple-element of L (collected first: replacing and
+         * removing them changes L's users) */
+        ot_instr *gc = ot_build_get_tuple_element(entry, mf, nl);
+        ot_instr **gs = ot_malloc((size_t)(L->nusers ? L->nusers : 1) * sizeof *gs);
+        int ng = L->nusers;
+        if (!gc || !gs) {
+            ot_free(gs);
+            s = ot_module_status(m);
+            if (s == OT_OK) s = ot_error(OT_ERR_OUT_OF_MEMORY, "row fusion: get-tuple-element");
+            goto done;
+        }
+        for (int u = 0; u < ng; u++) gs[u] = L->users[u];
+        s = ot_instr_replace_all_uses(C, gc);
+        if (s == OT_OK) s = ot_instr_remove(C);
+        for (int u = 0; u < ng && s == OT_OK; u++) {
+            ot_instr *g = ot_build_get_tuple_element(entry, mf, gs[u]->attrs->index);
+            if (!g) {
+                s = ot_module_status(m);
+                if (s == OT_OK) s = ot_error(OT_ERR_INTERNAL, "row fusion: get-tuple-element");
+                break;
+            }
+            s = ot_instr_replace_all_uses(gs[u], g);
+            if (s == OT_OK) s = ot_instr_remove(gs[u]);
+        }
+        ot_free(gs);
+    } else if (y_out) {
         ot_instr *g0 = ot_build_get_tuple_element(entry, mf, 0);
         ot_instr *g1 = g0 ? ot_build_get_tuple_element(entry, mf, 1) : NULL;
         if (!g1) {
@@ -529,7 +595,7 @@ done:
 /* Whether loop fusion N, a user of R's results, may join R (see merge_elements). */
 static bool joins(const ot_instr *R, const ot_instr *N, int64_t rows, int64_t len,
                   const ot_instr *x, int max_io) {
-    bool per_row = per_row_loop(N, rows);
+    bool per_row = per_row_loop(N, rows, false);
     if (!per_row) {
         if (!element_loop(N, rows * len)) return false;
         bool reads_x = false;
@@ -611,13 +677,17 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const b
         if (!cc->root || !row_reduce(cc->root, &rows, &len)) continue;
         for (int q = 0; q < C->noperands && q < cc->nparams; q++) {
             ot_instr *y = C->operands[q], *L = NULL, *P = NULL;
-            if (numel_of(y) != rows || !fused(y) || !cc->params[q]) continue;
+            /* y: a fusion, or one result of a per-row loop fusion of several (an L2 norm's
+             * gradient reads the norm, its reciprocal and its square from one loop) */
+            ot_instr *yf =
+                y->opcode == OT_OP_GET_TUPLE_ELEMENT && y->noperands == 1 ? y->operands[0] : y;
+            if (numel_of(y) != rows || !fused(yf) || !cc->params[q]) continue;
             int64_t r1, n1;
-            const ot_computation *yc = fused(y);
-            if (yc->root && row_reduce(yc->root, &r1, &n1)) {
+            const ot_computation *yc = fused(yf);
+            if (yf == y && yc->root && row_reduce(yc->root, &r1, &n1)) {
                 P = y;
-            } else if (per_row_loop(y, rows)) {
-                L = y;
+            } else if (per_row_loop(yf, rows, yf != y)) {
+                L = yf;
                 for (int k = 0; k < L->noperands; k++) {
                     ot_instr *o = L->operands[k];
                     const ot_computation *oc = fused(o);
@@ -632,10 +702,11 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const b
             }
             if (!P || r1 != rows || n1 != len || P->nusers != 1) continue;
             if (P->users[0] != (L ? L : C)) continue;
-            /* P reduces one of C's inputs, the same instruction */
-            const ot_instr *px = fused(P)->root->operands[0];
-            if (px->opcode != OT_OP_PARAMETER) continue;
-            ot_instr *x = P->operands[px->attrs->index];
+            /* P reduces one of C's inputs, the same instruction, or elementwise ops of it
+             * (an L2 norm's sum of x * x; row_producer) */
+            ot_instr *x = NULL;
+            int64_t r2, n2;
+            if (!row_producer(P, &r2, &n2, &x) || r2 != rows || n2 != len) continue;
             bool shared = false;
             for (int k = 0; k < C->noperands && !shared; k++)
                 shared = k != q && C->operands[k] == x;
@@ -645,14 +716,19 @@ ot_status cc_row_fuse(ot_module *m, int max_io, ot_instr *const *inputs, const b
             bool cyc = false;
             for (int k = 0; k < C->noperands && !cyc; k++) {
                 if (k == q) continue;
-                if (C->operands[k] == y) {
-                    cyc = true; /* y twice: keep it simple */
+                const ot_instr *o = C->operands[k];
+                if (o == y ||
+                    (yf != y && o->opcode == OT_OP_GET_TUPLE_ELEMENT && o->operands[0] == yf)) {
+                    cyc = true; /* y twice, or two of L's results: keep it simple */
                     break;
                 }
             }
-            if (!cyc) cyc = reaches(y, C, C);
+            if (!cyc && yf == y) cyc = reaches(y, C, C);
+            for (int u = 0; u < yf->nusers && !cyc && yf != y; u++)
+                cyc = reaches(yf->users[u], C, C);
             if (cyc) continue;
-            int io = C->noperands - 1 + P->noperands + (L ? L->noperands - 1 : 0) + 2;
+            int nl = yf != y ? fused(yf)->root->noperands : 0;
+            int io = C->noperands - 1 + P->noperands + (L ? L->noperands - 1 : 0) + 2 + nl;
             if (io > max_io) continue;
             ot_instr *mf = NULL;
             s = merge(m, entry, C, q, L, P, &mf);

@@ -241,6 +241,37 @@ static bool reduce_is_reshape(const ot_instr *i) {
     }
 }
 
+/* reduce(x, init) over dimensions of size 1 only, float, with a reducer that is one add or
+ * multiply of its two parameters: each output element folds its one input element into init,
+ * reducer(init, x) — not lane-ordered, since no non-unit dim is reduced — so the reduce is that op
+ * on broadcast(init) and reshape(x), in the reducer's operand order: the same bits, and an
+ * elementwise op that fuses into loops and row fusions (JAX's gradient of an L2 normalization
+ * sums a [rows, 1] array). *op gets the op, *init_first whether init is its first operand. */
+static bool reduce_is_map(const ot_instr *i, ot_opcode *op, bool *init_first) {
+    if (i->noperands != 2 || i->ncalled != 1 || i->shape.kind != OT_IR_ARRAY) return false;
+    const ot_instr *x = i->operands[0], *init = i->operands[1];
+    if (x->shape.kind != OT_IR_ARRAY || init->shape.kind != OT_IR_ARRAY ||
+        init->shape.array.rank != 0)
+        return false;
+    for (int k = 0; k < i->attrs->ndims; k++) {
+        int64_t d = i->attrs->dims[k];
+        if (d < 0 || d >= x->shape.array.rank || x->shape.array.dims[d] != 1) return false;
+    }
+    const ot_computation *rc = i->called[0];
+    const ot_instr *rr = rc->root;
+    if (!rr || rc->nparams != 2 || rc->ninstrs != 3 || rr->noperands != 2 ||
+        rr->operands[0]->opcode != OT_OP_PARAMETER || rr->operands[1]->opcode != OT_OP_PARAMETER ||
+        rr->operands[0] == rr->operands[1])
+        return false;
+    ot_dtype t = x->shape.array.dtype;
+    if (!ot_dtype_is_float(t) || t != i->shape.array.dtype || t != init->shape.array.dtype)
+        return false;
+    if (rr->opcode != OT_OP_ADD && rr->opcode != OT_OP_MULTIPLY) return false;
+    *op = rr->opcode;
+    *init_first = rr->operands[0]->attrs->index == 0;
+    return true;
+}
+
 /* transpose(d = dot(a, b)) → dot(b, a) with the operands' dimension numbers swapped, when the
  * transpose keeps d's batch dims in place and puts b's free dims (in their order) before a's (in
  * theirs): dot(b, a)'s result is [batch, b free, a free], exactly the transposed layout. Each
@@ -571,7 +602,18 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
         break;
     }
     case OT_OP_REDUCE:
-        if (reduce_is_reshape(i)) OT_CHECK(built(c, ot_build_reshape(c, a, i->shape.array), out));
+        ot_opcode rop;
+        bool init_first;
+        if (reduce_is_reshape(i)) {
+            OT_CHECK(built(c, ot_build_reshape(c, a, i->shape.array), out));
+        } else if (reduce_is_map(i, &rop, &init_first)) {
+            ot_instr *xr = ot_build_reshape(c, a, i->shape.array);
+            ot_instr *ib =
+                xr ? ot_build_broadcast(c, i->operands[1], i->shape.array, NULL, 0) : NULL;
+            ot_instr *r =
+                ib ? ot_build_binary(c, rop, init_first ? ib : xr, init_first ? xr : ib) : NULL;
+            OT_CHECK(built(c, r, out));
+        }
         break;
     case OT_OP_DOT: OT_CHECK(dot_fold_transpose(c, i, out)); break;
     case OT_OP_REDUCE_WINDOW: OT_CHECK(fold_pad_window(c, i, out)); break;
