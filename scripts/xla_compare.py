@@ -4,7 +4,7 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--group suite|extra|utils|all] [--quick] [--only TEXT] [--list] [--json]
+                           [--group suite|extra|utils|models|all] [--quick] [--only TEXT] [--list] [--json]
                            [--tol-scale S]
 
 Getting jax (not used by CI; nothing in CTest needs it):
@@ -58,6 +58,16 @@ loss value_and_grad; argsort and sort of 1M f32 and a stable key/value sort; an 
 int32 dot with dequantization; scatter max, min and set with duplicate ids; cumulative
 logsumexp by lax.associative_scan; jnp.histogram and bincount of 4M values; masked mean and
 variance (where=); sliding windows by dynamic_slice in a fori_loop.
+
+The fourth group (`--group models`, names starting with "m ") holds model building blocks: LSTM
+and GRU cells under lax.scan (forward and value_and_grad); a transformer decoding step that writes
+k and v into a donated [8, 1024, 16, 64] KV cache with dynamic_update_slice and attends over it;
+top-2 mixture-of-experts routing over 8 experts (top_k, one-hot dispatch/combine einsums with a
+capacity); group and instance norm value_and_grad (NHWC); max-pool 3x3/2 SAME forward; nearest and
+bilinear jax.image.resize x2; DP-SGD per-example gradients (jax.vmap(jax.grad)) of an MLP; a
+mixed-precision step (bf16 compute, f32 master weights, loss scaling, finite check); softmax and
+log_softmax over a middle axis with their gradient; a depthwise 3x3 conv (feature_group_count =
+C) + ReLU6 and a 1-D convolution value_and_grad; sinusoidal position embeddings with atan2/hypot.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -1196,10 +1206,281 @@ def utils_case_list(quick):
             ("u sliding windows dynamic_slice fori_loop 1M/4096", lambda: make_u_windows(q))]
 
 
+# ---- the fourth group: model building blocks (`--group models`) -----------------------------------
+# Layers and steps of the models people build with JAX, none of which the first two groups run:
+# recurrent cells under lax.scan, a decoding step with a KV cache, mixture-of-experts routing,
+# group/instance norm, pooling and resizing, per-example gradients, a mixed-precision step,
+# softmax over a middle axis, depthwise and 1-D convolutions, sinusoidal embeddings.
+
+def lstm_cell(wx, wh, bias):
+    def cell(carry, x):
+        h, c = carry
+        i, f, g, o = jnp.split(x @ wx + h @ wh + bias, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+    return cell
+
+
+def gru_cell(wx, wh, bias):
+    def cell(h, x):
+        gx, gh = x @ wx + bias, h @ wh
+        xr, xz, xn = jnp.split(gx, 3, axis=-1)
+        hr, hz, hn = jnp.split(gh, 3, axis=-1)
+        r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        h = (1 - z) * n + z * h
+        return h, h
+    return cell
+
+
+def make_m_rnn(kind, grad, quick):
+    t, b, nin, nh = (64, 64, 256, 512) if not quick else (5, 3, 4, 6)
+    gates = 4 if kind == "lstm" else 3
+    rng = _rng(61 if kind == "lstm" else 62)
+    xs = _f32(rng.standard_normal((t, b, nin)))
+    wx = _f32(rng.standard_normal((nin, gates * nh)) / math.sqrt(nin))
+    wh = _f32(rng.standard_normal((nh, gates * nh)) / math.sqrt(nh))
+    bias = _f32(0.1 * rng.standard_normal(gates * nh))
+
+    def run(wx, wh, bias, xs):
+        h0 = jnp.zeros((b, nh), jnp.float32)
+        if kind == "lstm":
+            (h, _), hs = lax.scan(lstm_cell(wx, wh, bias), (h0, h0), xs)
+        else:
+            h, hs = lax.scan(gru_cell(wx, wh, bias), h0, xs)
+        return h, hs
+    if not grad:
+        return run, [wx, wh, bias, xs], {}
+
+    def step(wx, wh, bias, xs):
+        return jax.value_and_grad(lambda p: jnp.mean(jnp.square(run(*p, xs)[1])))((wx, wh, bias))
+    return step, [wx, wh, bias, xs], {"tol": 1e-3}
+
+
+def make_m_decode(quick):
+    b, c, h, d = (8, 1024, 16, 64) if not quick else (2, 16, 2, 8)
+    dm = h * d
+    rng = _rng(63)
+    x = _f32(rng.standard_normal((b, dm)))
+    ws = [_f32(rng.standard_normal((dm, dm)) / math.sqrt(dm)) for _ in range(4)]
+    ck = _f32(rng.standard_normal((b, c, h, d)))
+    cv = _f32(rng.standard_normal((b, c, h, d)))
+    pos = np.int32(c * 3 // 4)
+
+    def step(ck, cv, x, wq, wk, wv, wo, pos):  # one decoding step: append k, v; attend to 0..pos
+        q, k, v = ((x @ w).reshape(b, h, d) for w in (wq, wk, wv))
+        ck = lax.dynamic_update_slice(ck, k[:, None], (0, pos, 0, 0))
+        cv = lax.dynamic_update_slice(cv, v[:, None], (0, pos, 0, 0))
+        s = jnp.einsum("bhd,bshd->bhs", q, ck) / np.float32(math.sqrt(d))
+        s = jnp.where(jnp.arange(c)[None, None, :] <= pos, s, -jnp.inf)
+        o = jnp.einsum("bhs,bshd->bhd", jax.nn.softmax(s, axis=-1), cv)
+        return o.reshape(b, dm) @ wo, ck, cv
+
+    def chain(out, args):
+        return [out[1], out[2]] + args[2:]
+    return step, [ck, cv, x] + ws + [pos], {"donate": (0, 1), "chain": chain}
+
+
+def make_m_moe(quick):
+    t, dm, ff, e = (1024, 512, 1024, 8) if not quick else (16, 8, 12, 4)
+    cap = 2 * t // e * 5 // 4  # capacity factor 1.25 for top-2 routing
+    rng = _rng(64)
+    x = _f32(rng.standard_normal((t, dm)))
+    wg = _f32(rng.standard_normal((dm, e)) / math.sqrt(dm))
+    w1 = _f32(rng.standard_normal((e, dm, ff)) / math.sqrt(dm))
+    w2 = _f32(rng.standard_normal((e, ff, dm)) / math.sqrt(ff))
+
+    def f(x, wg, w1, w2):  # GShard-style top-2 dispatch with a fixed capacity per expert
+        probs = jax.nn.softmax(x @ wg, axis=-1)
+        gate, idx = lax.top_k(probs, 2)  # (t, 2)
+        mask = jax.nn.one_hot(idx, e, dtype=jnp.float32)  # (t, 2, e)
+        flat = mask.transpose(1, 0, 2).reshape(2 * t, e)  # first choices before second ones
+        slot = (jnp.cumsum(flat, axis=0) - 1) * flat
+        slot = slot.reshape(2, t, e).transpose(1, 0, 2)
+        keep = mask * (slot < cap)
+        slot1 = jax.nn.one_hot(jnp.sum(slot * keep, axis=-1).astype(jnp.int32), cap)  # (t,2,c)
+        dispatch = jnp.einsum("tke,tkc->tec", keep, slot1)
+        combine = jnp.einsum("tk,tke,tkc->tec", gate, keep, slot1)
+        xin = jnp.einsum("tec,td->ecd", dispatch, x)
+        hid = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", xin, w1))
+        out = jnp.einsum("ecf,efd->ecd", hid, w2)
+        return jnp.einsum("tec,ecd->td", combine, out)
+    return f, [x, wg, w1, w2], {"tol": 1e-3}
+
+
+def make_m_norm(kind, quick):
+    n, hw, c, g = (16, 32, 128, 32) if kind == "group" else (16, 64, 64, 64)
+    if quick:
+        n, hw, c, g = 2, 5, 8, (4 if kind == "group" else 8)
+    rng = _rng(65)
+    x = _f32(rng.standard_normal((n, hw, hw, c)) * 2 + 0.5)
+    gamma = _f32(1 + 0.1 * rng.standard_normal(c))
+    beta = _f32(0.1 * rng.standard_normal(c))
+    ct = _f32(rng.standard_normal((n, hw, hw, c)))
+
+    def norm(x, gamma, beta):  # group norm over (H, W, C/G); instance norm is G = C
+        xg = x.reshape(n, hw, hw, g, c // g)
+        mu = jnp.mean(xg, axis=(1, 2, 4), keepdims=True)
+        var = jnp.var(xg, axis=(1, 2, 4), keepdims=True)
+        return ((xg - mu) * lax.rsqrt(var + 1e-5)).reshape(x.shape) * gamma + beta
+
+    def step(x, gamma, beta, ct):
+        return jax.value_and_grad(lambda *p: jnp.sum(norm(*p) * ct), argnums=(0, 1, 2))(
+            x, gamma, beta)
+    return step, [x, gamma, beta, ct], {"tol": 1e-3}
+
+
+def make_m_maxpool(quick):
+    n, hw, c = (16, 112, 64) if not quick else (2, 9, 3)
+    x = _f32(_rng(66).standard_normal((n, hw, hw, c)))
+
+    def f(x):  # the ResNet stem's pool: 3x3 stride 2, SAME padding
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+    return f, [x], {"tol": 0.0}
+
+
+def make_m_resize(quick):
+    n, hw, c = (8, 64, 64) if not quick else (2, 5, 3)
+    x = _f32(_rng(67).standard_normal((n, hw, hw, c)))
+
+    def f(x):
+        shape = (n, 2 * hw, 2 * hw, c)
+        return jax.image.resize(x, shape, "nearest"), jax.image.resize(x, shape, "bilinear")
+    return f, [x], {}
+
+
+def make_m_per_example(quick):
+    ex, sizes = (128, [256, 256, 10]) if not quick else (4, [6, 5, 3])
+    rng = _rng(68)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((ex, sizes[0])))
+    y = rng.integers(0, sizes[-1], ex).astype(np.int32)
+
+    def loss(p, x, y):  # one example
+        logits = mlp_apply(p, x[None], jax.nn.relu)
+        return xent_int(logits, y[None])
+
+    def f(x, y, *p):  # DP-SGD's per-example gradients, clipped to norm 1
+        g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(list(p), x, y)
+        norms = jnp.sqrt(sum(jnp.sum(jnp.square(t.reshape(ex, -1)), axis=1) for t in g))
+        scale = 1.0 / jnp.maximum(norms, 1.0)
+        return [jnp.mean(t * scale.reshape((ex,) + (1,) * (t.ndim - 1)), axis=0) for t in g]
+    return f, [x, y] + ps, {"tol": 1e-3}
+
+
+def make_m_mixed(quick):
+    batch, sizes = (256, [512, 1024, 1024, 10]) if not quick else (8, [6, 12, 12, 3])
+    rng = _rng(69)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    scale = np.float32(1024.0)
+
+    def step(x, y, scale, *p):  # bf16 compute, f32 master weights, static loss scaling
+        def loss(p):
+            pb = [t.astype(jnp.bfloat16) for t in p]
+            logits = mlp_apply(pb, x.astype(jnp.bfloat16), jax.nn.gelu).astype(jnp.float32)
+            return xent_int(logits, y) * scale
+        lv, g = jax.value_and_grad(loss)(list(p))
+        g = [t / scale for t in g]
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(t)) for t in g]))
+        new = [jnp.where(finite, w - 0.01 * t, w) for w, t in zip(p, g)]
+        return [lv / scale, finite] + new
+    return step, [x, y, scale] + ps, {"tol": 1e-2}
+
+
+def make_m_softmax_axis(quick):
+    b, v, s = (64, 1000, 50) if not quick else (2, 7, 5)
+    rng = _rng(70)
+    x = _f32(rng.standard_normal((b, v, s)) * 3)
+    c1 = _f32(rng.standard_normal((b, v, s)))
+    c2 = _f32(rng.standard_normal((b, v, s)))
+
+    def step(x, c1, c2):  # class axis in the middle, as in (batch, classes, positions) logits
+        def loss(x):
+            return (jnp.sum(jax.nn.softmax(x, axis=1) * c1) +
+                    jnp.sum(jax.nn.log_softmax(x, axis=1) * c2))
+        return jax.value_and_grad(loss)(x)
+    return step, [x, c1, c2], {"tol": 1e-3}
+
+
+def make_m_depthwise(quick):
+    n, hw, c = (16, 56, 128) if not quick else (2, 6, 4)
+    rng = _rng(71)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    w = _f32(rng.standard_normal((3, 3, 1, c)) / 3)
+    b = _f32(0.1 * rng.standard_normal(c))
+
+    def f(x, w, b):  # MobileNet's depthwise 3x3 + bias + ReLU6
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=c,
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jnp.clip(y + b, 0.0, 6.0)
+    return f, [x, w, b], {}
+
+
+def make_m_conv1d(quick):
+    b, s, c, k = (16, 1000, 128, 5) if not quick else (2, 9, 4, 3)
+    rng = _rng(72)
+    x = _f32(rng.standard_normal((b, s, c)))
+    w = _f32(rng.standard_normal((k, c, c)) / math.sqrt(k * c))
+    ct = _f32(rng.standard_normal((b, s, c)))
+
+    def step(x, w, ct):  # a 1-D convolution over a sequence (NWC/WIO), SAME, with GELU
+        def loss(x, w):
+            y = lax.conv_general_dilated(x, w, (1,), "SAME",
+                                         dimension_numbers=("NWC", "WIO", "NWC"))
+            return jnp.sum(jax.nn.gelu(y) * ct)
+        return jax.value_and_grad(loss, argnums=(0, 1))(x, w)
+    return step, [x, w, ct], {"tol": 1e-3}
+
+
+def make_m_sinusoid(quick):
+    n, d = (8192, 512) if not quick else (9, 8)
+    rng = _rng(73)
+    pos = _f32(np.arange(n) + rng.uniform(0, 1, n))
+    x = _f32(rng.standard_normal((n, d)))
+
+    def f(pos, x):  # transformer position embedding, then angle/phase math on it
+        freq = jnp.exp(-math.log(10000.0) * jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+        ang = pos[:, None] * freq[None, :]
+        emb = jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
+        y = x + emb
+        phase = jnp.arctan2(y[:, d // 2:], y[:, :d // 2])
+        return y, phase, jnp.hypot(y[:, :d // 2], y[:, d // 2:]) * jnp.cos(phase)
+    return f, [pos, x], {}
+
+
+def models_case_list(quick):
+    """The fourth group, each name starting with "m ". Sizes are those of a full run."""
+    q = quick
+    return [("m lstm scan forward T64 b64 256->512", lambda: make_m_rnn("lstm", False, q)),
+            ("m lstm scan value_and_grad T64 b64 256->512", lambda: make_m_rnn("lstm", True, q)),
+            ("m gru scan forward T64 b64 256->512", lambda: make_m_rnn("gru", False, q)),
+            ("m gru scan value_and_grad T64 b64 256->512", lambda: make_m_rnn("gru", True, q)),
+            ("m decode step kv-cache b8 c1024 h16 d64 (donated)", lambda: make_m_decode(q)),
+            ("m moe top-2 of 8 experts t1024 d512 ff1024", lambda: make_m_moe(q)),
+            ("m group_norm g32 value_and_grad NHWC 16x32x32x128",
+             lambda: make_m_norm("group", q)),
+            ("m instance_norm value_and_grad NHWC 16x64x64x64",
+             lambda: make_m_norm("instance", q)),
+            ("m maxpool3x3s2 SAME forward NHWC 16x112x112x64", lambda: make_m_maxpool(q)),
+            ("m resize x2 nearest+bilinear NHWC 8x64x64x64", lambda: make_m_resize(q)),
+            ("m per-example grads vmap(grad) mlp 256-256-10 x128",
+             lambda: make_m_per_example(q)),
+            ("m mixed precision bf16 step 512-1024-1024-10 b256", lambda: make_m_mixed(q)),
+            ("m softmax+log_softmax axis1 value_and_grad 64x1000x50",
+             lambda: make_m_softmax_axis(q)),
+            ("m depthwise conv3x3 NHWC 16x56x56x128 + relu6", lambda: make_m_depthwise(q)),
+            ("m conv1d k5 NWC 16x1000x128 value_and_grad", lambda: make_m_conv1d(q)),
+            ("m sinusoid embedding + atan2/hypot 8192x512", lambda: make_m_sinusoid(q))]
+
+
 def group_cases(group, quick):
     return ((case_list(quick) if group in ("suite", "all") else []) +
             (extra_case_list(quick) if group in ("extra", "all") else []) +
-            (utils_case_list(quick) if group in ("utils", "all") else []))
+            (utils_case_list(quick) if group in ("utils", "all") else []) +
+            (models_case_list(quick) if group in ("models", "all") else []))
 
 
 # ---- timing and checking ------------------------------------------------------------------------
@@ -1388,9 +1669,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=30, help="timed calls per side, all rounds")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    ap.add_argument("--group", choices=("suite", "extra", "utils", "all"), default="suite",
+    ap.add_argument("--group", choices=("suite", "extra", "utils", "models", "all"),
+                    default="suite",
                     help="suite: the programs above (default); extra: the second group "
-                    "(names starting with 'x '); utils: the third ('u '); all: every group")
+                    "(names starting with 'x '); utils: the third ('u '); models: the fourth "
+                    "('m '); all: every group")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
