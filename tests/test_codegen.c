@@ -1119,8 +1119,9 @@ static void test_reductions(void) {
 }
 
 /* Multi-output fusions of an elementwise value and its reduce (a bias gradient summed over the
- * batch, a row maximum next to the logits): reduces of the leading dims (columns kernel, 2-D and
- * 3-D, each column combined from init in row order; also as the fusion's only output) and serial
+ * batch, a row maximum next to the logits): reduces of the leading dims or of a block of middle
+ * dims (columns kernel, 2-D to 5-D, each column combined from init in row order; also as the
+ * fusion's only output) and serial
  * row reduces (maximum, minimum, multiply, and f16/bf16/integer sums, which the lane order does not
  * cover) on odd sizes, every dtype's reducers in both operand orders, compared bit for bit with the
  * reference on 1, 2, 3 and 8 threads (the columns are split over the pool: results must not depend
@@ -1132,13 +1133,20 @@ static void test_reduce_outputs(void) {
      * dims, the reduce's shape, the per-column and per-row value shapes */
     static const struct {
         const char *x, *cb, *rb, *dims, *out, *cs, *rs;
-        bool cols;
+        bool cols, middle; /* middle: f32, bf16 and s32 only (the test's time) */
     } forms[] = {
-        {"37,70", "{1}", "{0}", "{0}", "70", "70", "37", true},
-        {"5,9,67", "{2}", "{0,1}", "{0,1}", "67", "67", "5,9", true},
-        {"1,37,3,70", "{2,3}", "{0,1}", "{0,1}", "3,70", "3,70", "1,37", true},
-        {"70,37", "{0}", "{1}", "{1}", "70", "70", "37", false},
+        {"37,70", "{1}", "{0}", "{0}", "70", "70", "37", true, false},
+        {"5,9,67", "{2}", "{0,1}", "{0,1}", "67", "67", "5,9", true, false},
+        {"1,37,3,70", "{2,3}", "{0,1}", "{0,1}", "3,70", "3,70", "1,37", true, false},
+        /* a block of middle dims (softmax over a middle axis): one column loop per outer index,
+         * the last dim's digits from the row (one trailing dim) or divisions (several) */
+        {"5,37,70", "{0,2}", "{1}", "{1}", "5,70", "5,70", "37", true, true},
+        {"3,4,9,67", "{0,3}", "{1,2}", "{1,2}", "3,67", "3,67", "4,9", true, true},
+        {"2,3,37,5,13", "{0,1,3,4}", "{2}", "{2}", "2,3,5,13", "2,3,5,13", "37", true, true},
+        {"4,1,33,1,70", "{0,1,3,4}", "{2}", "{2}", "4,1,1,70", "4,1,1,70", "33", true, true},
+        {"70,37", "{0}", "{1}", "{1}", "70", "70", "37", false, false},
     };
+    enum { NF = sizeof forms / sizeof forms[0] };
     static const int threads[] = {1, 2, 3, 8};
     ot_threadpool *pools[4] = {NULL};
     for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
@@ -1148,7 +1156,8 @@ static void test_reduce_outputs(void) {
     for (int j = 0; j < 5; j++) {
         const char *dt = dts[j];
         bool fl = dt[0] != 's';
-        for (int f = 0; f < 4; f++) {
+        for (int f = 0; f < NF; f++) {
+            if (forms[f].middle && (j == 1 || j == 2)) continue;
             for (int r = 0; r < 8; r++) {
                 /* r >= 4: the reduce alone (its producers fused into it), which takes the
                  * columns kernel too, in the same order as the serial chain per output */

@@ -3323,19 +3323,22 @@ static ot_status emit_rows(const cg_kernel_desc *kn, const char *fname, ot_strbu
 }
 
 /* ---- column fusions ---------------------------------------------------------------------
- * A multi-output fusion whose reduces all reduce the leading dims of operands of RN * O elements
- * into O elements (a bias gradient: the sum over the batch), next to outputs of one element per
- * operand element: one loop over the RN reduced rows, inside it a loop over the piece's output
- * columns [b, e) that computes the elementwise values at i = row * O + col, stores the elementwise
- * outputs and combines each reduce's value into its output element, set to init before the first
- * row. Every output element is combined from init in row-major order of its reduced indices: the
- * reference's order for a reduce that the lane order does not cover (a reduce whose last
- * non-unit dim is kept). The columns are independent (the inner loop vectorizes) and pieces of
- * columns run in parallel. */
+ * A multi-output fusion whose reduces all reduce one block of consecutive dims of operands of
+ * A * RN * N elements into A * N elements (a bias gradient: the sum over the leading batch dims,
+ * A = 1; a softmax over a middle axis: [A, RN, N] -> [A, N]), next to outputs of one element per
+ * operand element: for each of the A outer indices a, one loop over the RN reduced rows, inside
+ * it a loop over the piece's output columns of that a that computes the elementwise values at
+ * i = (a * RN + r) * N + col, stores the elementwise outputs and combines each reduce's value into
+ * its output element a * N + col, set to init before the first row. Every output element is
+ * combined from init in row-major order of its reduced indices: the reference's order for a
+ * reduce that the lane order does not cover (a reduce whose last non-unit dim is kept). The
+ * columns are independent (the inner loop vectorizes) and pieces of columns (of the A * N output
+ * elements) run in parallel. */
 
-/* Whether r reduces leading dims (ignoring unit dims) of its operand in the reference's serial
- * order; its kept and reduced element counts. */
-static bool col_form(const ot_instr *r, int64_t *O, int64_t *RN) {
+/* Whether r reduces one block of consecutive dims (ignoring unit dims) of its operand, with its
+ * last non-unit dim kept, in the reference's serial order: the kept elements before the block
+ * (A), the reduced ones (RN) and the kept ones after it (N). */
+static bool col_form3(const ot_instr *r, int64_t *A, int64_t *RN, int64_t *N) {
     if (r->opcode != OT_OP_REDUCE || r->noperands != 2 || r->ncalled != 1 ||
         r->shape.kind != OT_IR_ARRAY || ex_reduce_lanes(r))
         return false;
@@ -3350,21 +3353,34 @@ static bool col_form(const ot_instr *r, int64_t *O, int64_t *RN) {
         if (d < 0 || d >= S->rank) return false;
         red[d] = true;
     }
-    int64_t o = 1, n = 1;
-    bool kept = false; /* a kept dim of size > 1 seen */
+    int64_t a = 1, n = 1, o = 1;
+    int phase = 0; /* 0: kept dims before the block, 1: in the block, 2: kept dims after it */
     for (int d = 0; d < S->rank; d++) {
         if (S->dims[d] == 1) continue;
-        if (red[d] && kept) return false; /* a reduced dim after a kept one */
-        if (red[d])
+        if (red[d]) {
+            if (phase == 2) return false; /* a second block of reduced dims */
+            phase = 1;
             n *= S->dims[d];
-        else {
+        } else if (phase == 0) {
+            a *= S->dims[d];
+        } else {
+            phase = 2;
             o *= S->dims[d];
-            kept = true;
         }
     }
-    *O = o;
+    *A = a;
     *RN = n;
-    return o > 1 && n > 1;
+    *N = o;
+    return phase == 2 && o > 1 && n > 1;
+}
+
+/* Whether r is a column fusion's reduce (col_form3): its output element count and reduced
+ * element count. */
+static bool col_form(const ot_instr *r, int64_t *O, int64_t *RN) {
+    int64_t a, n;
+    if (!col_form3(r, &a, RN, &n)) return false;
+    *O = a * n;
+    return true;
 }
 
 /* Rows ahead that a columns kernel prefetches (the column sum of exp(x - m) over 4000x1000 in
@@ -3386,21 +3402,26 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
     }
     if (nleaves != kn->noutputs || c->nparams != kn->ninputs)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: inputs/outputs do not match", kn->name);
-    int64_t O = -1, RN = -1;
+    int64_t A = -1, RN = -1, N = -1;
+    const ot_instr *r0 = NULL; /* the first reduce: its operand's shape is the iteration's */
     for (const ot_instr *x = c->first; x; x = x->next) {
         if (x->opcode != OT_OP_REDUCE) continue;
-        int64_t o, n;
-        if (!col_form(x, &o, &n))
+        int64_t a, n, o;
+        if (!col_form3(x, &a, &n, &o))
             return ot_error(OT_ERR_UNIMPLEMENTED,
-                            "codegen: %s: %s: not a reduce of the fusion's rows or leading dims",
+                            "codegen: %s: %s: not a reduce of the fusion's rows or of one block "
+                            "of dims before its last",
                             kn->name, x->name);
-        if (O >= 0 && (o != O || n != RN))
+        if (A >= 0 && (a != A || n != RN || o != N))
             return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: %s: reduces of different shapes",
                             kn->name, x->name);
-        O = o;
+        A = a;
         RN = n;
+        N = o;
+        if (!r0) r0 = x;
     }
-    if (O < 0) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: no reduce", kn->name);
+    if (A < 0) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: no reduce", kn->name);
+    const int64_t O = A * N;
     for (int r = 0; r < nleaves; r++) {
         const ot_instr *l = leaves[r];
         if (l->shape.kind != OT_IR_ARRAY ||
@@ -3418,8 +3439,16 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
         memset(&E, 0, sizeof E);
         ot_strbuf_free(&init);
         E.kn = kn;
-        E.C = O;
+        E.C = N;
         E.hw = attempt == 0;
+        /* A > 1: the loops' row is a * RN + r, of the [A * RN, N] view of the iteration space:
+         * where N is the last dim, a broadcast or iota takes its index from the row's digits
+         * (divided out once per row) and the column */
+        const ot_shape *xs = &r0->operands[0]->shape.array;
+        if (A > 1 && xs->rank >= 2 && xs->dims[xs->rank - 1] == N) {
+            E.lshape = xs;
+            E.K = 1;
+        }
         for (int q = 0; q < kn->ninputs; q++) {
             int r = kn->alias[q];
             if (r >= 0 && leaves[r]->opcode == OT_OP_REDUCE)
@@ -3456,7 +3485,7 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
             bool acc_needs = ftz_op && !(E.m[mi].flushed && f3264);
             bool x_needs = ftz_op && !(E.m[mx].flushed && f3264);
             char acc[32], vx[32], cmb[2048];
-            snprintf(acc, sizeof acc, "o%d[col]", r);
+            snprintf(acc, sizeof acc, "o%d[ot_ob + col]", r);
             var(&E, mx, vx, sizeof vx);
             bool ok = rr->operands[0]->attrs->index == 0
                           ? combine_expr(rr->opcode, t, acc, vx, acc_needs, x_needs, E.hw, cmb,
@@ -3470,7 +3499,7 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
             }
             ot_strbuf_printf(&init, "    for (int64_t col = b; col < e; col++) o%d[col] = v%d;\n",
                              r, E.m[mi].var);
-            ot_strbuf_printf(&E.stores, "    o%d[col] = %s;\n", r, cmb);
+            ot_strbuf_printf(&E.stores, "    o%d[ot_ob + col] = %s;\n", r, cmb);
         }
         if (!E.hw || !E.hw_bad || attempt == 1) break;
         em_free(&E);
@@ -3492,26 +3521,47 @@ static ot_status emit_cols(const cg_kernel_desc *kn, const char *fname, ot_strbu
         /* each row of a narrow piece (up to 32 cache lines) is a short run in another page,
          * where the hardware prefetchers do not follow: the inputs of the iteration's size are
          * prefetched COLS_AHEAD rows ahead (wider pieces run faster without) */
-        ot_strbuf pf = {0};
+        ot_strbuf pf = {0}, dg = {0};
         for (int q = 0; q < kn->ninputs; q++) {
             const ot_ir_shape *ps = &c->params[q]->shape;
             if (kn->alias[q] >= 0 || numel(c->params[q]) != RN * O) continue;
             int64_t step = 64 / (int64_t)ot_dtype_size(ps->array.dtype);
             ot_strbuf_printf(&pf,
-                             "    if (e - b <= %lld && row + %d < %lld)\n"
-                             "    for (int64_t col = b; col < e; col += %lld)\n"
+                             "    if (ot_ce - ot_cb <= %lld && ot_r + %d < %lld)\n"
+                             "    for (int64_t col = ot_cb; col < ot_ce; col += %lld)\n"
                              "    __builtin_prefetch(&i%d[(row + %d) * %lld + col]);\n",
                              (long long)(step > 0 ? step : 1) * 32, COLS_AHEAD, (long long)RN,
-                             (long long)(step > 0 ? step : 1), q, COLS_AHEAD, (long long)O);
+                             (long long)(step > 0 ? step : 1), q, COLS_AHEAD, (long long)N);
         }
-        if (pf.oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+        /* the row's digits over the outer dims of lshape (A > 1), once per row */
+        if (E.lshape && E.used_digits) {
+            int64_t span = 1;
+            for (int d = E.lshape->rank - 2; d >= 0; d--) {
+                ot_strbuf_printf(&dg, "    const int64_t rowd%d = (row / %lld) %% %lld;\n", d,
+                                 (long long)span, (long long)E.lshape->dims[d]);
+                span *= E.lshape->dims[d];
+            }
+        }
+        if (pf.oom || dg.oom)
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: %s: out of memory", kn->name);
+        /* the piece [b, e) of the A * N output elements, one outer index a at a time: its
+         * columns [ot_cb, ot_ce) of that a, whose outputs start at ot_ob = a * N */
         ot_strbuf_printf(src,
-                         "    for (int64_t row = 0; row < %lld; row++) {\n%s%s"
-                         "    for (int64_t col = b; col < e; col++) {\n"
-                         "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n",
-                         (long long)RN, E.rowb.p ? E.rowb.p : "", pf.p ? pf.p : "", (long long)O,
-                         E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "");
+                         "    for (int64_t ot_pb = b; ot_pb < e;) {\n"
+                         "    const int64_t ot_a = ot_pb / %lld, ot_ob = ot_a * %lld;\n"
+                         "    const int64_t ot_cb = ot_pb - ot_ob;\n"
+                         "    const int64_t ot_ce = (e - ot_ob < %lld ? e - ot_ob : %lld);\n"
+                         "    ot_pb = ot_ob + ot_ce;\n"
+                         "    for (int64_t ot_r = 0; ot_r < %lld; ot_r++) {\n"
+                         "    const int64_t row = ot_a * %lld + ot_r;\n%s%s%s"
+                         "    for (int64_t col = ot_cb; col < ot_ce; col++) {\n"
+                         "    const int64_t i = row * %lld + col;\n%s%s    }\n    }\n    }\n",
+                         (long long)N, (long long)N, (long long)N, (long long)N, (long long)RN,
+                         (long long)RN, dg.p ? dg.p : "", E.rowb.p ? E.rowb.p : "",
+                         pf.p ? pf.p : "", (long long)N, E.body.p ? E.body.p : "",
+                         E.stores.p ? E.stores.p : "");
         ot_strbuf_free(&pf);
+        ot_strbuf_free(&dg);
         if (st == OT_OK) st = emit_tail(src, E.hw);
         *numel_out = O;
         *work_out = RN;
