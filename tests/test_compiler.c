@@ -1472,6 +1472,36 @@ static void test_fuse_no_duplicate_expensive(void) {
     ot_module_free(m);
 }
 
+/* An expensive op smaller than its consumer's loop joins it where the loop computes it once per
+ * row (a layer norm's rsqrt of the row variance broadcast along the row), not where a broadcast
+ * along the last dim would compute it again at every element (softmax's log of the sum over a
+ * middle axis, [4, 1, 8] read by a [4, 64, 8] loop: its own fusion), nor where that is repeated
+ * only a few times (at most EXPENSIVE_REUSE_MAX per element: fused). */
+static void test_fuse_expensive_reused_elements(void) {
+    for (int form = 0; form < 3; form++) {
+        ot_computation *c;
+        ot_module *m = new_mod(&c);
+        int64_t rows = form == 2 ? 4 : 64;
+        ot_shape big, sm;
+        ot_shape_make(&big, OT_F32, 3, (int64_t[]){4, rows, 8});
+        if (form == 1)
+            ot_shape_make(&sm, OT_F32, 2, (int64_t[]){4, rows}); /* per row */
+        else
+            ot_shape_make(&sm, OT_F32, 2, (int64_t[]){4, 8}); /* per column of each batch */
+        ot_instr *x = ot_build_parameter(c, 0, big, "x");
+        ot_instr *v = ot_build_parameter(c, 1, sm, "v");
+        ot_instr *l = ot_build_unary(c, form == 1 ? OT_OP_RSQRT : OT_OP_LOG, v);
+        ot_instr *lb =
+            ot_build_broadcast(c, l, big, form == 1 ? (int64_t[]){0, 1} : (int64_t[]){0, 2}, 2);
+        ot_computation_set_root(c, ot_build_binary(c, OT_OP_SUBTRACT, x, lb));
+        ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+        EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), (form == 0 ? 2 : 1));
+        EXPECT_INT_EQ(count_op(c->root->called[0], form == 1 ? OT_OP_RSQRT : OT_OP_LOG),
+                      (form == 0 ? 0 : 1));
+        ot_module_free(m);
+    }
+}
+
 static void test_fuse_no_cycle(void) {
     /* x = exp(a) is used by a dot (outside) and by add(x, dot): fusing x into the add's cluster
      * as an extra output would make a cycle through the dot. */
@@ -2951,11 +2981,11 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
              OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
              OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
-             OT_TEST(test_fuse_no_cycle), OT_TEST(test_fuse_long_paths),
-             OT_TEST(test_fuse_multi_output_siblings), OT_TEST(test_fuse_io_limit),
-             OT_TEST(test_adam_one_kernel_in_place), OT_TEST(test_schedule_and_buffers),
-             OT_TEST(test_in_place_reuse), OT_TEST(test_outputs_and_donation),
-             OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
+             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
+             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
+             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
+             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
              OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
              OT_TEST(test_serialize_roundtrip_schedule_order),
              OT_TEST(test_serialize_roundtrip_corpus), OT_TEST(test_serialize_every_attribute),

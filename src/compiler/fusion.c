@@ -22,6 +22,26 @@
 #include <stdio.h>
 
 enum { CL_LOOP = 0, CL_INPUT = 1 };
+enum { SMALL = 1, SMALL_PER_ELEM = 2 };
+
+/* An expensive instruction (exp, log, divide, ...) smaller than a cluster joins it only where it
+ * is evaluated once per row, or at most this many times per element of its own: read through a
+ * broadcast along the last dim, the generated loop computes it again at each element of the
+ * iteration (a log of softmax's [64, 1, 50] sum broadcast over [64, 1000, 50] ran 1000 logs per
+ * value, 80 ms instead of 3); as its own small kernel it runs once per element (XLA's fusion
+ * does not fuse an expensive producer into a consumer that reuses its elements either). */
+enum { EXPENSIVE_REUSE_MAX = 4 };
+
+/* Whether broadcast b's operand index varies along b's last non-unit dim (the inner loop). */
+static bool bcast_varies_last(const ot_instr *b) {
+    const ot_shape *R = &b->shape.array, *O = &b->operands[0]->shape.array;
+    int last = R->rank - 1;
+    while (last >= 0 && R->dims[last] == 1) last--;
+    if (last < 0) return false;
+    for (int j = 0; j < b->attrs->ndims && j < O->rank; j++)
+        if (O->dims[j] > 1 && b->attrs->dims[j] == last) return true;
+    return false;
+}
 
 /* How deep copies of cheap instructions may feed each other (a broadcast of a converted
  * constant is two deep; a bf16 state widened to f32 and read by a lerp, m + c * (g - m), whose
@@ -53,7 +73,10 @@ typedef struct fz {
     ot_instr **po;
     int64_t n;
     int32_t *cl; /* primary cluster per position, -1 none */
-    bool *small;
+    /* per member: 0, or smaller than its cluster's iteration space (SMALL: read through
+     * broadcasts), with SMALL_PER_ELEM when a broadcast reading it varies along the last dim (its
+     * value is computed again at each element, not once per row: can_join) */
+    uint8_t *small;
     int64_t *next_out;
     int64_t *dup_head; /* per position: first dupent, -1 none */
     dupent *dups;
@@ -354,15 +377,15 @@ static bool in_cluster(fz *f, int64_t p, int32_t c) {
  * stores the array once; 300 chained 64x64 stencil steps ran 10x slower with each step's
  * arithmetic repeated at up to 16 indices than as copies). Moves are evaluated at no more than
  * MAX_REMAP_CTX indices. */
-static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small, bool *id,
+static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, uint8_t *small, bool *id,
                      int32_t *nc) {
     cluster *C = &f->cls[c];
     int64_t n = cc_numel(i);
     if (C->nio + io_delta(f, i, c, false) + (as_output ? 1 : 0) > f->max_io) return false;
     if (C->nmembers >= OT_FUSION_MAX_INSTRUCTIONS) return false;
     if (i->opcode == OT_OP_REDUCE) return false; /* only ever a root */
-    *small = false;
-    bool ident = as_output, remapped = false, others = false;
+    *small = 0;
+    bool ident = as_output, remapped = false, others = false, per_elem = false;
     int64_t nctx = 0;
     for (int u = 0; u < i->nusers; u++) {
         ot_instr *x = i->users[u];
@@ -374,6 +397,10 @@ static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small,
         } else {
             others = others || !(x->opcode == OT_OP_BROADCAST || f->small[p] ||
                                  (x->opcode == OT_OP_REDUCE && x->operands[0] != i));
+            if (f->small[p])
+                per_elem = per_elem || (f->small[p] & SMALL_PER_ELEM);
+            else if (x->opcode == OT_OP_BROADCAST)
+                per_elem = per_elem || bcast_varies_last(x);
             ident = ident || f->ident[p];
             nctx += f->nctx[p];
         }
@@ -418,7 +445,10 @@ static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, bool *small,
             if (in_cluster(f, p, c) && !f->small[p]) return false;
         }
     }
-    *small = true;
+    if (per_elem && (ir_op_traits(i->opcode) & IR_OP_EXPENSIVE) && n > 0 &&
+        C->iter / n > EXPENSIVE_REUSE_MAX)
+        return false;
+    *small = (uint8_t)(SMALL | (per_elem ? SMALL_PER_ELEM : 0));
     return true;
 }
 
@@ -432,7 +462,7 @@ static ot_status add_dup(fz *f, int64_t k, int32_t c) {
 }
 
 /* i (at position k) joins cluster c, as an extra output when it has users outside c. */
-static void join(fz *f, int64_t k, int32_t c, bool outside, bool small, bool id, int32_t nc) {
+static void join(fz *f, int64_t k, int32_t c, bool outside, uint8_t small, bool id, int32_t nc) {
     cluster *C = &f->cls[c];
     f->cl[k] = c;
     f->small[k] = small;
@@ -534,7 +564,8 @@ static ot_status phase1(fz *f) {
         }
         bool outside, many;
         int nu = user_clusters(f, i, ucl, &outside, &many);
-        bool small = false, id = true;
+        uint8_t small = 0;
+        bool id = true;
         int32_t nc = 0;
         /* users in several loop clusters over its own iteration space that do not reach each
          * other: the clusters become one (multi-output, XLA's sibling fusion) and it joins
@@ -587,7 +618,8 @@ static ot_status phase1(fz *f) {
         bool did = false;
         int32_t dnc = 0;
         for (int j = 0; j < nu && dup; j++) {
-            bool sm = false, jid = false;
+            uint8_t sm = 0;
+            bool jid = false;
             int32_t jnc = 0;
             dup = can_join(f, i, ucl[j], false, &sm, &jid, &jnc) && (!sm || scalar_bcast);
             did = did || jid;
@@ -796,7 +828,7 @@ static ot_status scc_split(fz *f, int64_t *broken) {
         int64_t p = work[w];
         ot_instr *x = f->po[p];
         if (f->cl[p] != -2) continue; /* a kept original */
-        f->small[p] = false;
+        f->small[p] = 0;
         f->cl[p] = -1;
         if (x->opcode == OT_OP_REDUCE)
             s = new_cluster(f, p, CL_INPUT, cc_numel(x->operands[0]));
