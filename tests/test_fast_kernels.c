@@ -1189,8 +1189,8 @@ static void test_reduce_axis_sets(void) {
 
 /* ---- gather ------------------------------------------------------------------------------- */
 
-/* Gathers whose offset dims trail the output run in the fast kernel; the rest stay with the
- * reference (want 0). Indices include negative, past-the-end and INT32/INT64 extremes (clamped). */
+/* Gathers run in the fast kernel, whether their offset dims trail the output or not. Indices
+ * include negative, past-the-end and INT32/INT64 extremes (clamped). */
 static const struct {
     const char *hlo;
     int want_fast;
@@ -1255,11 +1255,32 @@ static const struct {
      "  ROOT g = u16[200,2] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,2}\n}\n",
      1},
-    /* offset dims before the batch dim: the reference runs it */
+    /* offset dims before the batch dim, none after it: one element per outer element */
     {"HloModule g4\nENTRY e {\n  x = f32[40,12] parameter(0)\n  i = s32[6] parameter(1)\n"
      "  ROOT g = f32[12,6] gather(x, i), offset_dims={0}, collapsed_slice_dims={0}, "
      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,12}\n}\n",
-     0},
+     1},
+    /* jax.image.resize's nearest gathers (NHWC): rows, then columns, of each image; offset
+     * dims before and after the batch dim, contiguous inner blocks */
+    {"HloModule g13\nENTRY e {\n  x = f32[8,64,6,5] parameter(0)\n  i = s32[12,1] parameter(1)\n"
+     "  ROOT g = f32[8,12,6,5] gather(x, i), offset_dims={0,2,3}, collapsed_slice_dims={1}, "
+     "start_index_map={1}, index_vector_dim=1, slice_sizes={8,1,6,5}\n}\n",
+     1},
+    {"HloModule g14\nENTRY e {\n  x = bf16[3,12,6,5] parameter(0)\n  i = s64[12,1] parameter(1)\n"
+     "  ROOT g = bf16[3,12,12,5] gather(x, i), offset_dims={0,1,3}, collapsed_slice_dims={2}, "
+     "start_index_map={2}, index_vector_dim=1, slice_sizes={3,12,1,5}\n}\n",
+     1},
+    /* a window (clamped start) whose inner block is not one run, two batch dims between offset
+     * dims, u8 elements */
+    {"HloModule g15\nENTRY e {\n  x = u8[4,10,7] parameter(0)\n  i = s32[5,3,2] parameter(1)\n"
+     "  ROOT g = u8[4,5,3,2,3] gather(x, i), offset_dims={0,3,4}, collapsed_slice_dims={}, "
+     "start_index_map={1,2}, index_vector_dim=2, slice_sizes={4,2,3}\n}\n",
+     1},
+    /* f64, the batch dim last after two offset dims (one element per outer element) */
+    {"HloModule g16\nENTRY e {\n  x = f64[9,4,6] parameter(0)\n  i = s32[7] parameter(1)\n"
+     "  ROOT g = f64[4,6,7] gather(x, i), offset_dims={0,1}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,4,6}\n}\n",
+     1},
 };
 
 static void fill_indices(ot_tensor *t, int64_t hi) {

@@ -8,7 +8,11 @@
  * elements of 1, 2, 4 or 8 bytes; anything else is left to the reference. The copies are the same
  * bytes.
  * The start positions are computed first; the batch elements' copies (one block each when the
- * slice is contiguous in the operand) are then split over the pool, each writing its own rows. */
+ * slice is contiguous in the operand) are then split over the pool, each writing its own rows.
+ * Offset dims among or before the batch dims (jax.image.resize's nearest gathers, [8, 128, 64, 64]
+ * from offset dims {0, 2, 3}): the output is walked as outer elements (its dims before the
+ * trailing run of offset dims, batch and offset dims mixed) each copying one inner block (that
+ * run) from base(b) plus the outer offset dims' operand offsets, counted from digit to digit. */
 #include "exec/fast_internal.h"
 
 typedef struct gather_job {
@@ -19,6 +23,11 @@ typedef struct gather_job {
     bool contig; /* oo[o] == o: each slice is copied as one block */
     const char *x;
     char *y;
+    /* offset dims among the batch dims: no is the inner block's element count, nb the outer
+     * elements'; per outer dim (ndo of them, row-major): its size, its step in the batch
+     * elements' linear index (0 for an offset dim) and in the operand (0 for a batch dim) */
+    int ndo;
+    const int64_t *odims, *bstep, *xstep;
 } gather_job;
 
 /* The contiguous slices' copy: slice b, while the slice GATHER_AHEAD_BYTES further along the
@@ -41,6 +50,53 @@ static void gather_contig(const gather_job *p, int64_t begin, int64_t end) {
             if (next)
                 for (size_t l = 0; l < len; l += 64) __builtin_prefetch(next + off + l);
             memcpy(dst + off, src + off, len);
+        }
+    }
+}
+
+/* Copies n elements of es bytes from x + offsets oo (or one block when contig) to y. */
+static void gather_block(const gather_job *p, const char *x, char *y) {
+    if (p->contig) {
+        memcpy(y, x, (size_t)p->no * p->es);
+        return;
+    }
+    const int64_t *oo = p->oo;
+    switch (p->es) {
+#define GATHER_BLOCK(UT)                                                                           \
+    for (int64_t o = 0; o < p->no; o++)                                                            \
+        ((UT *)(void *)y)[o] = ((const UT *)(const void *)x)[oo[o]];                               \
+    break;
+    case 1: GATHER_BLOCK(uint8_t)
+    case 2: GATHER_BLOCK(uint16_t)
+    case 4: GATHER_BLOCK(uint32_t)
+    default: GATHER_BLOCK(uint64_t)
+#undef GATHER_BLOCK
+    }
+}
+
+/* Outer elements [begin, end) of a gather whose offset dims are not all trailing: the digits of
+ * begin divided out once, then counted; each element's batch index and operand offset follow
+ * its digits' steps. */
+static void gather_outer(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const gather_job *p = arg;
+    int64_t dig[OT_MAX_RANK], b = 0, xo = 0, rest = begin;
+    for (int d = p->ndo - 1; d >= 0; d--) {
+        dig[d] = rest % p->odims[d];
+        rest /= p->odims[d];
+        b += dig[d] * p->bstep[d];
+        xo += dig[d] * p->xstep[d];
+    }
+    size_t nbytes = (size_t)p->no * p->es;
+    for (int64_t u = begin; u < end; u++) {
+        gather_block(p, p->x + (size_t)(p->bases[b] + xo) * p->es, p->y + (size_t)u * nbytes);
+        for (int d = p->ndo - 1; d >= 0; d--) {
+            b += p->bstep[d];
+            xo += p->xstep[d];
+            if (++dig[d] < p->odims[d]) break;
+            b -= p->odims[d] * p->bstep[d];
+            xo -= p->odims[d] * p->xstep[d];
+            dig[d] = 0;
         }
     }
 }
@@ -137,8 +193,18 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
         return OT_OK;
     int yr = ys->rank, no = g->noffset, nbd = yr - no;
     if (nbd < 0 || g->nslice_sizes != xs->rank) return OT_OK;
-    for (int k = 0; k < no; k++)
-        if (g->offset_dims[k] != nbd + k) return OT_OK;
+    /* the output's dims: offset dims (isoff, in increasing order) and batch dims; ti: the first
+     * of the trailing run of offset dims */
+    bool isoff[OT_MAX_RANK] = {false};
+    for (int k = 0; k < no; k++) {
+        if (g->offset_dims[k] < 0 || g->offset_dims[k] >= yr ||
+            (k > 0 && g->offset_dims[k] <= g->offset_dims[k - 1]))
+            return OT_OK;
+        isoff[g->offset_dims[k]] = true;
+    }
+    int ti = yr;
+    while (ti > 0 && isoff[ti - 1]) ti--;
+    int ninner = yr - ti; /* the last ninner offset dims */
     if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
         ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
         return OT_OK;
@@ -160,8 +226,8 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
     for (int d = 0; d < ks->rank; d++)
         if (d != ivd) kd[nk++] = d;
     if (nk != nbd) return OT_OK;
-    for (int q = 0; q < nbd; q++)
-        if (ks->dims[kd[q]] != ys->dims[q]) return OT_OK;
+    for (int d = 0, q = 0; d < yr; d++)
+        if (!isoff[d] && ks->dims[kd[q++]] != ys->dims[d]) return OT_OK;
     int bq[OT_MAX_RANK];
     for (int k = 0; k < g->nbatching; k++) {
         bq[k] = -1;
@@ -170,28 +236,39 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
         if (bq[k] < 0) return OT_OK;
     }
     if (g->nstart_index_map > (ivd < ks->rank ? ks->dims[ivd] : 1)) return OT_OK;
-    int64_t NO = 1, NB = 1;
-    for (int k = 0; k < no; k++) NO *= ys->dims[nbd + k];
-    for (int q = 0; q < nbd; q++) NB *= ys->dims[q];
+    int64_t NO = 1, NB = 1, NI = 1;
+    int64_t ydims_b[OT_MAX_RANK]; /* the batch dims' sizes, in order */
+    for (int d = 0, q = 0; d < yr; d++) {
+        if (isoff[d])
+            NO *= ys->dims[d];
+        else
+            ydims_b[q++] = ys->dims[d];
+    }
+    for (int q = 0; q < nbd; q++) NB *= ydims_b[q];
+    for (int d = ti; d < yr; d++) NI *= ys->dims[d];
     *done = true;
     c->fast_run++;
     if (NO == 0 || NB == 0) return OT_OK;
+    /* the inner block: the trailing run of offset dims (all of them: the slice) */
+    int k0 = no - ninner;
+    int64_t NIB = ninner == no ? NO : NI;
+    int ndo = ninner == no ? 0 : ti;
     int64_t *oo = NULL;
-    OT_CHECK(ex_scratch(c, (size_t)(NO + NB) * sizeof *oo, (void **)&oo));
-    int64_t *bases = oo + NO;
+    OT_CHECK(ex_scratch(c, (size_t)(NIB + NB + 3 * ndo) * sizeof *oo, (void **)&oo));
+    int64_t *bases = oo + NIB, *odims = bases + NB, *bstep = odims + ndo, *xstep = bstep + ndo;
     int64_t idx[OT_MAX_RANK] = {0};
-    bool contig = true; /* the slice is one contiguous run of the operand */
-    for (int64_t o = 0; o < NO; o++) {
+    bool contig = true; /* the block is one contiguous run of the operand */
+    for (int64_t o = 0; o < NIB; o++) {
         int64_t off = 0;
-        for (int k = 0; k < no; k++) off += idx[k] * xstr[offd[k]];
+        for (int k = k0; k < no; k++) off += idx[k] * xstr[offd[k]];
         oo[o] = off;
         contig &= off == o;
-        for (int k = no - 1; k >= 0 && ++idx[k] == ys->dims[nbd + k]; k--) idx[k] = 0;
+        for (int k = no - 1; k >= k0 && ++idx[k] == ys->dims[g->offset_dims[k]]; k--) idx[k] = 0;
     }
     base_job bj = {.g = g, .kt = kt, .k = in[1], .nbd = nbd, .bases = bases};
     bj.ivs = ivd < ks->rank ? kstr[ivd] : 0;
     for (int q = 0; q < nbd; q++) {
-        bj.bdim[q] = ys->dims[q];
+        bj.bdim[q] = ydims_b[q];
         bj.kstr[q] = kstr[kd[q]];
     }
     for (int k = 0; k < g->nstart_index_map; k++) {
@@ -205,7 +282,30 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
     }
     int64_t kbytes = NB * (int64_t)ot_dtype_size(kt) * (g->nstart_index_map + 2);
     ex_par_for(c, NB, kbytes, gather_bases, &bj);
-    gather_job p = {oo, bases, NO, NB, es, contig, in[0], out};
-    ex_par_for(c, NB, NB * NO * (int64_t)es * 2, gather_rows, &p);
+    gather_job p = {oo, bases, NIB, NB, es, contig, in[0], out, ndo, odims, bstep, xstep};
+    if (ndo == 0) {
+        ex_par_for(c, NB, NB * NO * (int64_t)es * 2, gather_rows, &p);
+        return OT_OK;
+    }
+    /* the outer dims' steps: a batch dim's in the batch elements' row-major index, an offset
+     * dim's in the operand */
+    int64_t bs = 1;
+    for (int d = yr - 1, q = nbd - 1; d >= 0; d--) {
+        if (isoff[d]) continue;
+        if (d < ti) bstep[d] = bs;
+        bs *= ydims_b[q--];
+    }
+    for (int d = 0, k = 0; d < ti; d++) {
+        odims[d] = ys->dims[d];
+        if (isoff[d]) {
+            bstep[d] = 0;
+            xstep[d] = xstr[offd[k++]];
+        } else {
+            xstep[d] = 0;
+        }
+    }
+    int64_t nout = 1;
+    for (int d = 0; d < ti; d++) nout *= ys->dims[d];
+    ex_par_for(c, nout, nout * NI * (int64_t)es * 2, gather_outer, &p);
     return OT_OK;
 }
