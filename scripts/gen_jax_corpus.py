@@ -910,6 +910,23 @@ def add_models():
           normal(r, (2, 4, 4, 1))], close_tol(1e-5, 1e-5), "model", f64_ref=True, hlo_copy=True,
          note="outputs: loss, dWconv, dWdense")
 
+    # softmax and log-softmax over a middle axis ((batch, classes, positions) logits) with their
+    # gradient: the exp beside its sum over the middle axis is one multi-output fusion
+    def softmax_mid(v, c1, c2):
+        return (jnp.sum(jax.nn.softmax(v, axis=1) * c1) +
+                jnp.sum(jax.nn.log_softmax(v, axis=1) * c2))
+
+    r2 = rng_for("models_building_blocks")  # (r's draws stay those of the cases above)
+    case("softmax_middle_axis_value_and_grad", jax.value_and_grad(softmax_mid),
+         [normal(r2, (2, 7, 5), scale=3), normal(r2, (2, 7, 5)), normal(r2, (2, 7, 5))],
+         close_tol(1e-5, 1e-5), "model", f64_ref=True, note="outputs: loss, d/dv")
+    # jax.image.resize x2 (NHWC): nearest is two gathers whose offset dims surround the batch dim,
+    # bilinear two dots with interpolation matrices
+    case("resize_nearest_bilinear",
+         lambda v: (jax.image.resize(v, (2, 8, 6, 3), "nearest"),
+                    jax.image.resize(v, (2, 8, 6, 3), "bilinear")),
+         [normal(r2, (2, 4, 3, 3))], close_tol(1e-6, 1e-6), "model", f64_ref=True)
+
     try:
         import optax
     except ImportError:
