@@ -1440,15 +1440,18 @@ def make_m_sinusoid(quick):
     rng = _rng(73)
     pos = _f32(np.arange(n) + rng.uniform(0, 1, n))
     x = _f32(rng.standard_normal((n, d)))
+    # the inverse frequencies as a buffer (as models keep them): computed in the program, an
+    # exp one ulp apart (XLA's and optitpu's are both within an ulp, not always the same one)
+    # moves angles near 8192 by up to 5e-4, which is the program's conditioning, not an error
+    freq = _f32(np.exp(-math.log(10000.0) * np.arange(0, d, 2) / d))
 
-    def f(pos, x):  # transformer position embedding, then angle/phase math on it
-        freq = jnp.exp(-math.log(10000.0) * jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+    def f(pos, x, freq):  # transformer position embedding, then angle/phase math on it
         ang = pos[:, None] * freq[None, :]
         emb = jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
         y = x + emb
         phase = jnp.arctan2(y[:, d // 2:], y[:, :d // 2])
         return y, phase, jnp.hypot(y[:, :d // 2], y[:, d // 2:]) * jnp.cos(phase)
-    return f, [pos, x], {}
+    return f, [pos, x, freq], {}
 
 
 def models_case_list(quick):
