@@ -1469,6 +1469,48 @@ static void test_reduce_row_broadcast(void) {
  * kept dims, every output folded from init in the reference's order. f32 with every reducer,
  * f64, bf16 and s32; both reducer operand orders; bit for bit the reference on 1, 2, 3 and 8
  * threads. */
+/* Index digits the two-level loop does not give, divided out of the index (ix_digit, 32-bit
+ * arithmetic): a full sum of a value read through a broadcast over dims {0, 2} (softmax over a
+ * middle axis), a broadcast and an iota seen through a reshape, a broadcast inside another's
+ * operand; f32, f64 and s32, bit for bit the reference on 1, 2, 3 and 8 threads. */
+static void test_index_digits(void) {
+    static const char *const dts[] = {"f32", "f64", "s32"};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[8192];
+    tb b = {text, 0, sizeof text};
+    for (int j = 0; j < 3; j++) {
+        const char *dt = dts[j];
+        b.n = 0;
+        tp(&b,
+           "HloModule digits\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+           "  ROOT c = %s[] add(a, b)\n}\n"
+           "ENTRY main {\n  x = %s[5,37,70] parameter(0)\n  u = %s[5,70] parameter(1)\n"
+           "  y = %s[6,7,9] parameter(2)\n  v = %s[6,9] parameter(3)\n  z = %s[] parameter(4)\n"
+           "  ub = %s[5,37,70] broadcast(u), dimensions={0,2}\n"
+           "  w = %s[5,37,70] multiply(x, ub)\n"
+           "  s = %s[] reduce(w, z), dimensions={0,1,2}, to_apply=rd\n"
+           "  vb = %s[6,7,9] broadcast(v), dimensions={0,2}\n"
+           "  io = %s[6,7,9] iota(), iota_dimension=1\n"
+           "  p = %s[6,7,9] add(vb, io)\n  q = %s[6,7,9] multiply(p, y)\n"
+           "  r = %s[42,9] reshape(q)\n"
+           "  vr = %s[54] reshape(v)\n  vrb = %s[7,54] broadcast(vr), dimensions={1}\n"
+           "  vrr = %s[7,6,9] reshape(vrb)\n"
+           "  yt = %s[7,6,9] transpose(y), dimensions={1,0,2}\n"
+           "  m = %s[7,6,9] subtract(yt, vrr)\n"
+           "  ROOT t = (%s[], %s[42,9], %s[7,6,9]) tuple(s, r, m)\n}\n",
+           dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt, dt,
+           dt, dt);
+        for (int t = 0; t < 4; t++) {
+            g_run_pool = pools[t];
+            check_module(text, 1700 + (uint64_t)j, true);
+        }
+        g_run_pool = NULL;
+    }
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 static void test_reduce_walk(void) {
     static const struct {
         const char *x, *dims, *out;
@@ -3302,6 +3344,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_reduce_runs),
         OT_TEST(test_reduce_blocks),
         OT_TEST(test_reduce_row_broadcast),
+        OT_TEST(test_index_digits),
         OT_TEST(test_reduce_walk),
         OT_TEST(test_cache),
         OT_TEST(test_fallbacks),
