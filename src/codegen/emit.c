@@ -3616,13 +3616,14 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
     if (!root) return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s has no root", kn->name);
     int nred = count_reduces(c);
     if (root->opcode == OT_OP_REDUCE && nred == 1) {
-        int64_t o, n;
+        int64_t a, rn, n;
         /* a reduce of leading dims (a gamma or bias gradient summed over the batch) with fused
          * producers: the column loop (rows outer, columns inner, vectorized, each row read
          * once), in the serial chain's order; as one strided chain per output element it reads
          * a cache line per element and recomputes each row's broadcast index by division. A
-         * lone reduce of a parameter stays emit_reduce's (the fast reduce kernel's). */
-        if (col_form(root, &o, &n) && root->operands[0]->opcode != OT_OP_PARAMETER)
+         * lone reduce of a parameter stays emit_reduce's (the fast reduce kernel's), and so
+         * does a reduce alone of middle dims (its walk). */
+        if (col_form3(root, &a, &rn, &n) && a == 1 && root->operands[0]->opcode != OT_OP_PARAMETER)
             return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
         return emit_reduce(kn, fname, src, root, NULL, 0, numel_out, work_out, min_iters, nblk_out);
     }
