@@ -2,7 +2,9 @@
  * run: the convolutions of a small conv net's training step (scripts/xla_compare.py's "convnet
  * value_and_grad": 16x32x32x3 images, 3x3 convolutions to 32 then 64 features, a 2x2 max pool
  * between) — forward, input gradient and filter gradient, as JAX lowers them for NHWC/HWIO and
- * NCHW/OIHW — and the suite's 3x3 16x32x32x64 -> 64 convolution in both layouts.
+ * NCHW/OIHW — the suite's 3x3 16x32x32x64 -> 64 convolution in both layouts, and ResNet-style
+ * layers at batch 1 (inference) and odd batches (3, 7): 3x3, 1x1, the 7x7/2 first layer, a
+ * filter gradient.
  * ours: the lone convolution compiled (-O2) and run by ot_execute_on_host (the fast convolution,
  * src/exec/fast_conv.c) on the default pool (OPTITPU_THREADS, else the CPU count). Baseline:
  * cblas_sgemm of the GEMM the convolution is — M = output positions (batch x spatial), N =
@@ -59,6 +61,31 @@ static const ccase k_cases[] = {
      "size=16x16 pad=1_1x1_1", "fb01_io01->fb01", 288, 64, 4096},
     {"NCHW 3x3 16x64x32x32->64", "f32[16,64,32,32]", "f32[64,64,3,3]", "f32[16,64,32,32]", W3,
      "bf01_oi01->bf01", 16384, 64, 576},
+    /* inference (batch 1) and odd batches: ResNet-style layers */
+    {"NHWC b1 3x3 56x56x64->64", "f32[1,56,56,64]", "f32[3,3,64,64]", "f32[1,56,56,64]", W3,
+     "b01f_01io->b01f", 3136, 64, 576},
+    {"NHWC b1 1x1 56x56x64->256", "f32[1,56,56,64]", "f32[1,1,64,256]", "f32[1,56,56,256]",
+     "size=1x1", "b01f_01io->b01f", 3136, 256, 64},
+    {"NHWC b1 7x7/2 224x224x3->64", "f32[1,224,224,3]", "f32[7,7,3,64]", "f32[1,112,112,64]",
+     "size=7x7 stride=2x2 pad=3_3x3_3", "b01f_01io->b01f", 12544, 64, 147},
+    {"NHWC b1 3x3 14x14x256->256", "f32[1,14,14,256]", "f32[3,3,256,256]", "f32[1,14,14,256]", W3,
+     "b01f_01io->b01f", 196, 256, 2304},
+    {"NHWC b1 3x3 7x7x512->512", "f32[1,7,7,512]", "f32[3,3,512,512]", "f32[1,7,7,512]", W3,
+     "b01f_01io->b01f", 49, 512, 4608},
+    {"NHWC b1 3x3 filter gradient 56x56x64->64", "f32[1,56,56,64]", "f32[1,56,56,64]",
+     "f32[3,3,64,64]", "size=56x56 pad=1_1x1_1", "f01b_i01o->01bf", 576, 64, 3136},
+    {"NHWC b3 3x3 32x32x64->64", "f32[3,32,32,64]", "f32[3,3,64,64]", "f32[3,32,32,64]", W3,
+     "b01f_01io->b01f", 3072, 64, 576},
+    {"NHWC b7 3x3 28x28x128->128", "f32[7,28,28,128]", "f32[3,3,128,128]", "f32[7,28,28,128]", W3,
+     "b01f_01io->b01f", 5488, 128, 1152},
+    {"NCHW b1 3x3 64x56x56->64", "f32[1,64,56,56]", "f32[64,64,3,3]", "f32[1,64,56,56]", W3,
+     "bf01_oi01->bf01", 3136, 64, 576},
+    {"NCHW b1 1x1 64x56x56->256", "f32[1,64,56,56]", "f32[256,64,1,1]", "f32[1,256,56,56]",
+     "size=1x1", "bf01_oi01->bf01", 3136, 256, 64},
+    {"NCHW b1 7x7/2 3x224x224->64", "f32[1,3,224,224]", "f32[64,3,7,7]", "f32[1,64,112,112]",
+     "size=7x7 stride=2x2 pad=3_3x3_3", "bf01_oi01->bf01", 12544, 64, 147},
+    {"NCHW b3 3x3 64x32x32->64", "f32[3,64,32,32]", "f32[64,64,3,3]", "f32[3,64,32,32]", W3,
+     "bf01_oi01->bf01", 3072, 64, 576},
 };
 
 static void fill(float *v, size_t n, uint64_t s) {

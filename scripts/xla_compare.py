@@ -36,7 +36,9 @@ Programs (`--list` prints them with their sizes; `--quick` shrinks every size fo
 The second group (`--group extra`, names starting with "x "; `--group all` runs both) holds
 programs unlike the first group's, at sizes that are not multiples of 16: value_and_grad of SiLU
 and tanh-GELU MLPs (333-1000-1000-77 b250, 1000-333-77 b129); a 3x3 stride-2 NCHW convolution
-forward and value_and_grad; max-pool 3x3/2 and avg-pool 2x2 gradients; train-mode batch norm
+forward and value_and_grad; a ResNet basic block's forward (two 3x3 convolutions, bias, ReLU, the
+residual) at batch 1 (inference) NHWC and NCHW and batch 3 NHWC; max-pool 3x3/2 and avg-pool 2x2
+gradients; train-mode batch norm
 value_and_grad; grouped-query attention (8 query, 2 key/value heads) with rotary embeddings,
 forward and value_and_grad; cumsum/cumprod/cummax; argmax, top_k and sort; one_hot @ W;
 segment_sum with unsorted duplicate ids; a where/clip/sign chain; int32 hashing with floor
@@ -616,6 +618,22 @@ def make_x_conv_s2(grad, quick):
     return step, [x, w, b, ct], {"tol": 1e-3}
 
 
+def make_x_resblock(layout, n, quick):
+    """A ResNet basic block's forward (inference: batch 1, or an odd batch): 3x3 conv + bias + ReLU,
+    3x3 conv + bias, the residual added, ReLU."""
+    hw, c = (56, 64) if not quick else (7, 5)
+    rng = _rng(35)
+    x = conv_input(rng, n, hw, c, layout)
+    w1, w2 = conv_weight(rng, c, c, layout), conv_weight(rng, c, c, layout)
+    b1, b2 = _f32(0.1 * rng.standard_normal(c)), _f32(0.1 * rng.standard_normal(c))
+    bshape = (1, 1, 1, c) if layout == "NHWC" else (1, c, 1, 1)
+
+    def f(x, w1, b1, w2, b2):
+        h = jax.nn.relu(conv(x, w1, layout) + b1.reshape(bshape))
+        return jax.nn.relu(conv(h, w2, layout) + b2.reshape(bshape) + x)
+    return f, [x, w1, b1, w2, b2], {}
+
+
 def make_x_pool_grad(kind, quick):
     n, hw, c = (32, 55, 64) if not quick else (2, 7, 3)
     rng = _rng(33)
@@ -917,6 +935,9 @@ def extra_case_list(quick):
          ("x conv3x3 stride2 NCHW 16x32x56x56->64 forward", lambda: make_x_conv_s2(False, q)),
          ("x conv3x3 stride2 NCHW 16x32x56x56->64 value_and_grad",
           lambda: make_x_conv_s2(True, q)),
+         ("x resnet block forward b1 NHWC 56x56x64", lambda: make_x_resblock("NHWC", 1, q)),
+         ("x resnet block forward b1 NCHW 64x56x56", lambda: make_x_resblock("NCHW", 1, q)),
+         ("x resnet block forward b3 NHWC 56x56x64", lambda: make_x_resblock("NHWC", 3, q)),
          ("x maxpool3x3s2 grad NHWC 32x55x55x64", lambda: make_x_pool_grad("max", q)),
          ("x avgpool2x2 grad NHWC 32x55x55x64", lambda: make_x_pool_grad("avg", q)),
          ("x batchnorm train value_and_grad NHWC 32x28x28x96", lambda: make_x_batchnorm(q)),

@@ -253,8 +253,9 @@ static ot_status run_args(const ot_executable *e, void **params, void *out, ot_t
 }
 
 /* A convolution followed by bias + ReLU runs that loop inside the convolution, on each chunk of
- * images as it is written (oneDNN, NHWC and NCHW outputs, forward and input gradient): its bits
- * equal the convolution run alone followed by the loop run alone, on 1, 2, 3 and 8 threads. */
+ * images (or tile of an image's rows) as it is written (oneDNN, NHWC and NCHW outputs, forward and
+ * input gradient): its bits equal the convolution run alone followed by the loop run alone, on 1,
+ * 2, 3 and 8 threads. */
 static void test_output_fusion(void) {
 #ifndef OT_HAVE_DNNL
     OT_SKIP("built without oneDNN: the convolution runs no output fusion");
@@ -275,6 +276,13 @@ static void test_output_fusion(void) {
          "bf01_oi01->bf01", 1},
         {"f32[8,32,8,8]", "f32[32,16,3,3]", "f32[8,16,16,16]", "f32[16]",
          "size=3x3 pad=2_1x2_1 lhs_dilate=2x2 rhs_reversal=1x1", "bf01_io01->bf01", 1},
+        /* one image, in tiles of rows: NHWC, NCHW (a range per feature), a first layer */
+        {"f32[1,24,24,32]", "f32[3,3,32,48]", "f32[1,24,24,48]", "f32[48]", "size=3x3 pad=1_1x1_1",
+         "b01f_01io->b01f", 3},
+        {"f32[1,32,24,24]", "f32[48,32,3,3]", "f32[1,48,24,24]", "f32[48]", "size=3x3 pad=1_1x1_1",
+         "bf01_oi01->bf01", 1},
+        {"f32[3,3,96,96]", "f32[32,3,3,3]", "f32[3,32,96,96]", "f32[32]", "size=3x3 pad=1_1x1_1",
+         "bf01_oi01->bf01", 1},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         ot_module *m[3];
@@ -324,6 +332,54 @@ static void test_output_fusion(void) {
     }
 }
 
+/* Batches with few chunks of images (1, 2, 3, 5, 7, 11): one image per chunk, each image's
+ * output cut into tiles of rows where the images are fewer than the chunks wanted (oneDNN), the
+ * first and last tiles padded, the middle ones not — forward, reversed-window input gradient
+ * and filter gradient, NHWC and NCHW (blocked and first-layer), 3x3, 1x1, strided, dilated,
+ * depthwise, 1-D and 3-D; outputs of 7 rows (one row per tile) and of 3 (fewer rows than tiles
+ * wanted). */
+static void test_small_batches(void) {
+    const char *w3 = "size=3x3 pad=1_1x1_1";
+    conv_case("f32[1,28,28,32]", "f32[3,3,32,32]", "f32[1,28,28,32]", w3, "b01f_01io->b01f");
+    conv_case("f32[3,20,20,32]", "f32[3,3,32,48]", "f32[3,20,20,48]", w3, "b01f_01io->b01f");
+    conv_case("f32[7,14,14,32]", "f32[3,3,32,32]", "f32[7,14,14,32]", w3, "b01f_01io->b01f");
+    conv_case("f32[11,8,8,32]", "f32[3,3,32,32]", "f32[11,8,8,32]", w3, "b01f_01io->b01f");
+    conv_case("f32[2,28,28,32]", "f32[3,3,32,32]", "f32[2,28,28,32]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,28,28,64]", "f32[1,1,64,96]", "f32[1,28,28,96]", "size=1x1",
+              "b01f_01io->b01f");
+    conv_case("f32[5,14,14,64]", "f32[1,1,64,64]", "f32[5,14,14,64]", "size=1x1",
+              "b01f_01io->b01f");
+    conv_case("f32[1,7,7,128]", "f32[3,3,128,128]", "f32[1,7,7,128]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,3,3,256]", "f32[3,3,256,256]", "f32[1,3,3,256]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,57,57,32]", "f32[3,3,32,64]", "f32[1,28,28,64]",
+              "size=3x3 stride=2x2 pad=0_0x0_0", "b01f_01io->b01f");
+    conv_case("f32[1,30,30,32]", "f32[7,7,32,32]", "f32[1,30,30,32]",
+              "size=7x7 pad=6_6x6_6 rhs_dilate=2x2", "b01f_01io->b01f");
+    conv_case("f32[1,32,32,3]", "f32[3,3,3,32]", "f32[1,32,32,32]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,28,28,32]", "f32[3,3,32,32]", "f32[1,28,28,32]",
+              "size=3x3 pad=1_1x1_1 rhs_reversal=1x1", "b01f_01oi->b01f");
+    conv_case_attrs("f32[1,28,28,64]", "f32[3,3,1,64]", "f32[1,28,28,64]", w3, "b01f_01io->b01f",
+                    ", feature_group_count=64");
+    conv_case_attrs("f32[3,28,28,32]", "f32[3,3,8,64]", "f32[3,28,28,64]", w3, "b01f_01io->b01f",
+                    ", feature_group_count=4");
+    conv_case("f32[1,28,28,32]", "f32[1,28,28,64]", "f32[3,3,32,64]", "size=28x28 pad=1_1x1_1",
+              "f01b_i01o->01bf");
+    conv_case("f32[3,20,20,32]", "f32[3,20,20,64]", "f32[3,3,32,64]", "size=20x20 pad=1_1x1_1",
+              "f01b_i01o->01bf");
+    conv_case("f32[1,29,29,16]", "f32[1,14,14,32]", "f32[3,3,16,32]",
+              "size=14x14 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");
+    conv_case("f32[1,32,28,28]", "f32[48,32,3,3]", "f32[1,48,28,28]", w3, "bf01_oi01->bf01");
+    conv_case("f32[7,32,14,14]", "f32[32,32,3,3]", "f32[7,32,14,14]", w3, "bf01_oi01->bf01");
+    conv_case("f32[1,3,32,32]", "f32[32,3,3,3]", "f32[1,32,32,32]", w3, "bf01_oi01->bf01");
+    conv_case("f32[3,64,14,14]", "f32[64,64,1,1]", "f32[3,64,14,14]", "size=1x1",
+              "bf01_oi01->bf01");
+    conv_case("f32[1,32,28,28]", "f32[1,64,28,28]", "f32[64,32,3,3]", "size=28x28 pad=1_1x1_1",
+              "fb01_io01->fb01");
+    conv_case("f32[1,200,32]", "f32[5,32,32]", "f32[1,200,32]", "size=5 pad=2_2", "b0f_0io->b0f");
+    conv_case("f32[1,12,12,12,16]", "f32[3,3,3,16,16]", "f32[1,12,12,12,16]",
+              "size=3x3x3 pad=1_1x1_1x1_1", "b012f_012io->b012f");
+}
+
 static void test_setup(void) {
     for (int k = 0; k < NPOOLS; k++)
         ASSERT_OK(ot_threadpool_create(k_pool_threads[k], &g_pools[k]));
@@ -339,5 +395,5 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc),
-             OT_TEST(test_windows), OT_TEST(test_nchw_blocked), OT_TEST(test_output_fusion),
-             OT_TEST(test_teardown))
+             OT_TEST(test_windows), OT_TEST(test_nchw_blocked), OT_TEST(test_small_batches),
+             OT_TEST(test_output_fusion), OT_TEST(test_teardown))

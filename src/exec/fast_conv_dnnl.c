@@ -24,13 +24,14 @@
  * pass over the whole arrays (a transpose) precedes or follows the parallel chunks. Other
  * layouts are transposed into nxc scratch (ex_transpose) and the result back.
  * Determinism: every oneDNN call runs on one thread (its OpenMP team set to one
- * thread around the call) over a chunk of the images fixed by the shape; the chunks are handed
- * out to the pool's threads one at a time (whichever is free: a late worker costs no idle wait). A
- * forward output element is one call's sum; a filter gradient is the chunks' partial sums added in
- * chunk order. So the bits depend on the shape and the CPU's ISA, never on the thread count. Every
- * sum is the reference's terms in another order, as the OpenBLAS path's (fast_conv.c). Where oneDNN
- * offers only its reference or GEMM implementation for a shape, or refuses it, ex_fast_conv runs
- * its own im2col + GEMM path. */
+ * thread around the call) over a chunk fixed by the shape — a chunk of the images, or where they
+ * are too few to feed the pool a tile of one image's output rows (dn_tile_rows); the chunks are
+ * handed out to the pool's threads one at a time (whichever is free: a late worker costs no idle
+ * wait). A forward output element is one call's sum; a filter gradient is the chunks' partial sums
+ * added in chunk order. So the bits depend on the shape and the CPU's ISA, never on the thread
+ * count. Every sum is the reference's terms in another order, as the OpenBLAS path's (fast_conv.c).
+ * Where oneDNN offers only its reference or GEMM implementation for a shape, or refuses it,
+ * ex_fast_conv runs its own im2col + GEMM path. */
 #include "exec/fast_internal.h"
 
 #ifdef OT_HAVE_DNNL
@@ -49,6 +50,12 @@ int omp_get_max_threads(void);
 void omp_set_num_threads(int n);
 
 #define DN_CHUNKS 8 /* image chunks per convolution, at most (a divisor of the image count) */
+#define DN_TILES  8 /* tiles of output rows per image, at most */
+/* multiply-adds per tile of rows, at least: a oneDNN call costs a few microseconds besides */
+#define DN_TILE_MACS ((int64_t)1 << 21)
+/* output positions per tile of rows, at least: every tile reads all the weights, used once per
+ * position (a 7x7x512 -> 512 3x3 layer in 7 tiles of 7 positions ran at 0.7-0.9 of one call) */
+#define DN_TILE_POS 32
 
 static dnnl_engine_t g_engine;
 static bool g_enabled;
@@ -82,6 +89,7 @@ typedef struct dn_key {
 
 typedef struct dn_entry {
     dn_key key;
+    uint64_t hash; /* dn_hash(key): compared first */
     bool used;
     _Atomic int users;
     dnnl_primitive_desc_t pd;
@@ -94,7 +102,7 @@ typedef struct dn_entry {
     size_t wbytes, padbytes, ablk, bblk; /* ablk, bblk: one chunk of A, B blocked (DN_BLK) */
 } dn_entry;
 
-#define DN_CACHE 64
+#define DN_CACHE 256 /* a program's convolutions, each up to 4 (tiles of rows: dn_tile_rows) */
 static dn_entry g_cache[DN_CACHE];
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned g_cache_next;
@@ -204,14 +212,23 @@ static bool dn_entry_make(dn_entry *e) {
     return ok;
 }
 
+/* FNV-1a over the key's bytes. */
+static uint64_t dn_hash(const dn_key *key) {
+    const unsigned char *b = (const unsigned char *)key;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t k = 0; k < sizeof *key; k++) h = (h ^ b[k]) * 1099511628211ull;
+    return h;
+}
+
 /* The entry for key (held: dn_release it), or NULL when oneDNN does not cover the convolution.
  * *own: an entry outside the cache (every slot held), freed by dn_release. */
 static dn_entry *dn_acquire(const dn_key *key, bool *own) {
     *own = false;
+    uint64_t h = dn_hash(key);
     pthread_mutex_lock(&g_cache_mu);
     for (int k = 0; k < DN_CACHE; k++) {
         dn_entry *e = &g_cache[k];
-        if (e->used && !memcmp(&e->key, key, sizeof *key)) {
+        if (e->used && e->hash == h && !memcmp(&e->key, key, sizeof *key)) {
             if (e->prim) e->users++;
             pthread_mutex_unlock(&g_cache_mu);
             return e->prim ? e : NULL;
@@ -235,6 +252,7 @@ static dn_entry *dn_acquire(const dn_key *key, bool *own) {
         g_cache_next = (unsigned)(slot - g_cache + 1) % DN_CACHE;
         dn_entry_free(slot);
         memcpy(&slot->key, &made.key, sizeof made.key);
+        slot->hash = h;
         slot->pd = made.pd, slot->prim = made.prim;
         slot->wreorder = made.wreorder, slot->breorder = made.breorder;
         slot->areorder = made.areorder;
@@ -317,8 +335,24 @@ static dnnl_status_t dn_copy(dnnl_primitive_t reorder, const dnnl_memory_desc_t 
 }
 
 typedef struct dn_plan {
-    const dn_entry *e;
-    int64_t nch;            /* chunks of the images */
+    const dn_entry *e;          /* te[0]: the weights' layout (every tile's) */
+    int64_t nch;                /* chunks: chunks of the images x ntile */
+    int64_t ntile;              /* tiles of output rows per chunk of images (1: whole images) */
+    dn_entry *te[DN_TILES];     /* each tile's oneDNN objects */
+    bool town[DN_TILES];        /* te[j] outside the cache (dn_release) */
+    int64_t arow[DN_TILES];     /* each tile's first row of A (its first spatial dim) */
+    int64_t brow[DN_TILES + 1]; /* each tile's first row of B; brow[ntile]: B's rows */
+    size_t a_rowb, b_rowb;      /* bytes between rows of A, of B (as passed) */
+    /* tiles of A as it lies (DN_ASIS) with its features outside its rows (NCHW): each tile's
+     * rows of every feature copied into dense per-thread scratch (acopyb each) */
+    bool acopy;
+    int64_t ah[DN_TILES], anf; /* each tile's rows of A; A's features */
+    size_t a_featb, acopyb;
+    char *acp;
+    size_t padb, ablkb, bblkb; /* per-thread scratchpad, blocked A, blocked B: the largest */
+    /* tiles' output fusion: the output's element strides between images, rows and (where they
+     * are outside the rows, else 0) features; the features */
+    int64_t epi_img, epi_row, epi_feat, epi_nf;
     size_t a_step, b_step;  /* bytes between chunks of A and B (as passed: in place or nxc) */
     const char *a, *w;      /* A; the weights in oneDNN's layout (forward) */
     char *b;                /* B */
@@ -332,17 +366,39 @@ typedef struct dn_plan {
     _Atomic int failed;
 } dn_plan;
 
-/* One chunk of images per item. */
+/* The output fusion's loop over chunk t's output: a range of the output, or a tile's rows, one
+ * range per feature where the features lie outside the rows (NCHW). */
+static void dn_epilogue(const dn_plan *p, int64_t t) {
+    if (p->ntile == 1) {
+        p->epi->fn(p->epi->ctx, t * p->epi_step, (t + 1) * p->epi_step);
+        return;
+    }
+    int64_t g = t / p->ntile, j = t % p->ntile;
+    for (int64_t f = 0; f < (p->epi_feat ? p->epi_nf : 1); f++) {
+        int64_t b = g * p->epi_img + f * p->epi_feat;
+        p->epi->fn(p->epi->ctx, b + p->brow[j] * p->epi_row, b + p->brow[j + 1] * p->epi_row);
+    }
+}
+
+/* One chunk per item: a chunk of images, or a tile of one image's output rows. */
 static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
     dn_plan *p = arg;
-    const dn_entry *e = p->e;
-    bool blk = e->key.bmode == DN_BLK, ablk = e->key.amode == DN_BLK;
     for (int64_t t = begin; t < end; t++) {
-        void *pad = p->pad + (size_t)ith * e->padbytes;
-        char *a = (char *)p->a + (size_t)t * p->a_step; /* written by the input gradient only */
-        char *b = p->b + (size_t)t * p->b_step;
-        char *bk = blk ? p->blk + (size_t)ith * e->bblk : b;
-        char *ak = ablk ? p->ablk + (size_t)ith * e->ablk : a;
+        int64_t g = t / p->ntile, j = t % p->ntile;
+        const dn_entry *e = p->te[j];
+        bool blk = e->key.bmode == DN_BLK, ablk = e->key.amode == DN_BLK;
+        void *pad = p->pad + (size_t)ith * p->padb;
+        /* a: written by the input gradient only */
+        char *a = (char *)p->a + (size_t)g * p->a_step + (size_t)p->arow[j] * p->a_rowb;
+        char *b = p->b + (size_t)g * p->b_step + (size_t)p->brow[j] * p->b_rowb;
+        char *bk = blk ? p->blk + (size_t)ith * p->bblkb : b;
+        char *ak = ablk ? p->ablk + (size_t)ith * p->ablkb : a;
+        if (p->acopy) {
+            ak = p->acp + (size_t)ith * p->acopyb;
+            size_t rb = (size_t)p->ah[j] * p->a_rowb;
+            for (int64_t f = 0; f < p->anf; f++)
+                memcpy(ak + (size_t)f * rb, a + (size_t)f * p->a_featb, rb);
+        }
         dnnl_status_t st = dnnl_success;
         /* the images read, into the blocked layout while in cache */
         if (ablk && !e->key.bwdd) st = dn_copy(e->areorder, &e->aio, a, &e->amd, ak);
@@ -359,16 +415,14 @@ static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
             void *h[4] = {ak, (void *)p->w, bk, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
             if (st == dnnl_success && ablk) st = dn_copy(e->areorder, &e->amd, ak, &e->aio, a);
-            if (st == dnnl_success && p->epi)
-                p->epi->fn(p->epi->ctx, t * p->epi_step, (t + 1) * p->epi_step);
+            if (st == dnnl_success && p->epi) dn_epilogue(p, t);
         } else if (!e->key.bwdw) {
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
             void *h[4] = {ak, (void *)p->w, bk, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
             if (st == dnnl_success && blk) st = dn_copy(e->breorder, &e->bmd, bk, &e->bio, b);
-            if (st == dnnl_success && p->epi)
-                p->epi->fn(p->epi->ctx, t * p->epi_step, (t + 1) * p->epi_step);
+            if (st == dnnl_success && p->epi) dn_epilogue(p, t);
         } else {
             if (blk) st = dn_copy(e->breorder, &e->bio, b, &e->bmd, bk);
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
@@ -396,6 +450,80 @@ static int64_t dn_nchunks(int64_t n) {
     for (int64_t k = DN_CHUNKS; k > 1; k--)
         if (n % k == 0) return k;
     return 1;
+}
+
+/* Fewer than DN_CHUNKS chunks of images (DN_CHUNKS does not divide the image count: a batch of 1,
+ * 2, 3, 5, 7, 12, ... images), so that the pool has work and its threads equal shares: one image
+ * per chunk, and where the images are fewer than DN_CHUNKS, each image's B (the output, or the
+ * filter gradient's output gradient) cut into tiles of rows of its first spatial dim. Tile j is a
+ * convolution of its own: B's rows [brow[j], brow[j + 1]) from A's rows [arow[j], arow[j] + ah[j]),
+ * padded by pl[j] and ph[j] (what of the window's reach lies outside A). ih, oh: A's and B's rows;
+ * kh: the kernel's extent along that dim; rowpos: B's positions per row; macs: the convolution's
+ * multiply-adds. Sets p->nch
+ * (chunks of images), p->ntile, p->arow, p->brow and key->mb; the shape alone decides. */
+static void dn_tile_rows(dn_key *key, dn_plan *p, int64_t nimg, int64_t ih, int64_t oh, int64_t kh,
+                         int64_t rowpos, int64_t macs, int64_t *ah, int64_t *pl, int64_t *ph) {
+    int64_t nt = 1;
+    if (!key->bwdd && p->nch < DN_CHUNKS) {
+        p->nch = nimg;
+        key->mb = 1;
+        nt = (DN_CHUNKS + nimg - 1) / nimg;
+        if (nt > macs / nimg / DN_TILE_MACS) nt = macs / nimg / DN_TILE_MACS;
+        if (nt > oh * rowpos / DN_TILE_POS) nt = oh * rowpos / DN_TILE_POS;
+        if (nt > oh) nt = oh;
+        if (nt < 1) nt = 1;
+    }
+    int64_t rows = (oh + nt - 1) / nt, s = key->stride[0], d = key->dil[0] + 1;
+    nt = (oh + rows - 1) / rows;
+    for (int64_t j = 0; j < nt && nt > 1; j++) {
+        int64_t r0 = j * rows, r1 = r0 + rows < oh ? r0 + rows : oh;
+        int64_t lo = r0 * s - key->pl[0], hi = (r1 - 1) * s - key->pl[0] + (kh - 1) * d + 1;
+        int64_t ilo = lo > 0 ? lo : 0, ihi = hi < ih ? hi : ih;
+        if (ihi - ilo < 1) nt = 1; /* a tile all padding: whole images */
+        p->arow[j] = ilo, p->brow[j] = r0;
+        ah[j] = ihi - ilo, pl[j] = ilo - lo, ph[j] = hi - ihi;
+    }
+    if (nt == 1) {
+        p->arow[0] = p->brow[0] = 0;
+        ah[0] = ih, pl[0] = key->pl[0], ph[0] = key->ph[0];
+    }
+    p->brow[nt] = oh;
+    p->ntile = nt;
+}
+
+static void dn_release_tiles(dn_plan *p) {
+    for (int64_t j = 0; j < p->ntile; j++)
+        if (p->te[j]) dn_release(p->te[j], p->town[j]);
+    memset(p->te, 0, sizeof p->te);
+}
+
+/* Every tile's entry (p->te) for key with tile j's rows (dn_tile_rows; key itself where there is
+ * one tile); false, holding none, where oneDNN does not cover one of them or their weights'
+ * layouts differ. A tile of one image in the nxc layout is dense: its image stride says so. */
+static bool dn_acquire_tiles(const dn_key *key, dn_plan *p, const int64_t *ah, const int64_t *pl,
+                             const int64_t *ph) {
+    for (int64_t j = 0; j < p->ntile; j++) {
+        dn_key k;
+        memcpy(&k, key, sizeof k); /* padding bytes too: keys compare bytewise */
+        if (p->ntile > 1) {
+            k.adims[2] = ah[j];
+            k.bdims[2] = p->brow[j + 1] - p->brow[j];
+            k.pl[0] = pl[j];
+            k.ph[0] = ph[j];
+            if (k.amode == DN_NXC) k.astr[0] = k.adims[2] * k.astr[2];
+            if (k.bmode == DN_NXC) k.bstr[0] = k.bdims[2] * k.bstr[2];
+            if (p->acopy) { /* the tile's dense copy */
+                k.astr[1] = k.adims[2] * k.astr[2];
+                k.astr[0] = k.adims[1] * k.astr[1];
+            }
+        }
+        p->te[j] = dn_acquire(&k, &p->town[j]);
+        if (!p->te[j] || !dnnl_memory_desc_equal(&p->te[j]->wmd, &p->te[0]->wmd)) {
+            dn_release_tiles(p);
+            return false;
+        }
+    }
+    return true;
 }
 
 /* One image operand: oneDNN dims (N, C, spatial...) = dims map[] of an array of shape s (element
@@ -549,6 +677,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     memset(&p, 0, sizeof p);
     p.nch = dn_nchunks(A.dims[0]);
     key.mb = A.dims[0] / p.nch;
+    int64_t nch0 = p.nch, mb0 = key.mb;
     /* the weights as they lie (a strided view of the rhs / the output), or packed reversed into
      * dense (o, i, spatial...) */
     int64_t hstr[OT_MAX_RANK];
@@ -574,23 +703,49 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     int m0 = !key.bwdd && A.tr && A.dims[1] < 16                  ? 0
              : A.tr && B.tr && A.dims[1] >= 16 && B.dims[1] >= 16 ? 1
                                                                   : 2;
-    bool own = false;
+    /* the multiply-adds: B's elements x A's features per group x the kernel's positions */
+    int64_t macs = A.dims[1] / groups;
+    for (int k = 0; k < ns + 2; k++) macs *= B.dims[k] * (k >= 2 ? wd[k] : 1);
+    int64_t tah[DN_TILES], tpl[DN_TILES], tph[DN_TILES];
+    int64_t rowpos = 1;
+    for (int k = 3; k < ns + 2; k++) rowpos *= B.dims[k];
+    dn_tile_rows(&key, &p, A.dims[0], A.dims[2], B.dims[2], wd[2], rowpos, macs, tah, tpl, tph);
+    /* per layout, the tiles, else (a tile refused) whole images */
+    int64_t ntile0 = p.ntile, ncht = p.nch, mbt = key.mb, brow1 = p.brow[1];
     dn_entry *e = NULL;
     for (int m = m0; m < 3 && !e; m++) {
         if (m == 1 && m0 != 1) continue;
-        key.amode = modes[m][0];
-        key.bmode = modes[m][1];
-        memcpy(key.adims, A.dims, sizeof key.adims);
-        memcpy(key.bdims, B.dims, sizeof key.bdims);
-        key.adims[0] = key.bdims[0] = key.mb;
-        memcpy(key.astr, key.amode == DN_NXC ? A.nxc : A.as, sizeof key.astr);
-        memcpy(key.bstr, key.bmode == DN_BLK ? B.as : B.nxc, sizeof key.bstr);
-        e = dn_acquire(&key, &own);
+        for (int tiled = ntile0 > 1 || ncht != nch0; tiled >= 0 && !e; tiled--) {
+            p.ntile = tiled ? ntile0 : 1;
+            p.nch = tiled ? ncht : nch0;
+            key.mb = tiled ? mbt : mb0;
+            p.brow[1] = tiled ? brow1 : B.dims[2];
+            key.amode = modes[m][0];
+            key.bmode = modes[m][1];
+            memcpy(key.adims, A.dims, sizeof key.adims);
+            memcpy(key.bdims, B.dims, sizeof key.bdims);
+            key.adims[0] = key.bdims[0] = key.mb;
+            memcpy(key.astr, key.amode == DN_NXC ? A.nxc : A.as, sizeof key.astr);
+            memcpy(key.bstr, key.bmode == DN_BLK ? B.as : B.nxc, sizeof key.bstr);
+            p.acopy = p.ntile > 1 && key.amode == DN_ASIS && A.as[0] == A.dims[1] * A.as[1] &&
+                      A.as[1] == A.dims[2] * A.as[2];
+            if (dn_acquire_tiles(&key, &p, tah, tpl, tph)) e = p.te[0];
+        }
     }
     if (!e) return OT_OK; /* the own path */
     *done = true;
     p.e = e;
     p.ftz = c->ftz;
+    for (int64_t j = 0; j < p.ntile; j++) {
+        const dn_entry *t = p.te[j];
+        size_t cb = p.acopy ? ex_align64((size_t)(A.dims[1] * tah[j] * A.as[2]) * 4) : 0;
+        p.ah[j] = tah[j];
+        if (cb > p.acopyb) p.acopyb = cb;
+        if (t->padbytes > p.padb) p.padb = t->padbytes;
+        if (t->ablk > p.ablkb) p.ablkb = t->ablk;
+        if (t->bblk > p.bblkb) p.bblkb = t->bblk;
+    }
+    p.nch *= p.ntile;
     bool atr = key.amode == DN_NXC && A.tr, btr = key.bmode == DN_NXC && B.tr;
     size_t abytes = atr ? ex_align64(A.bytes) : 0, bbytes = btr ? ex_align64(B.bytes) : 0;
     size_t packb = key.rev ? ex_align64((size_t)ot_shape_numel_unchecked(rs) * 4) : 0;
@@ -600,17 +755,22 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     size_t nth = (size_t)ex_par_threads(c, work);    /* per-thread scratch */
     void *sp = NULL;
     ot_status st = ex_scratch(
-        c, abytes + bbytes + packb + wbytes + (e->padbytes + e->ablk + e->bblk) * nth, &sp);
+        c, abytes + bbytes + packb + wbytes + (p.padb + p.ablkb + p.bblkb + p.acopyb) * nth, &sp);
     if (st != OT_OK) {
-        dn_release(e, own);
+        dn_release_tiles(&p);
         return st;
     }
     char *at = sp, *bt = at + abytes, *pk = bt + bbytes, *wb = pk + packb;
     p.pad = wb + wbytes;
-    p.blk = p.pad + e->padbytes * nth;
-    p.ablk = p.blk + e->bblk * nth;
+    p.blk = p.pad + p.padb * nth;
+    p.ablk = p.blk + p.bblkb * nth;
+    p.acp = p.ablk + p.ablkb * nth;
+    p.anf = A.dims[1];
+    p.a_featb = (size_t)A.as[1] * 4;
     p.a_step = (size_t)(key.mb * key.astr[0]) * 4;
     p.b_step = (size_t)(key.mb * key.bstr[0]) * 4;
+    p.a_rowb = (size_t)key.astr[2] * 4;
+    p.b_rowb = (size_t)key.bstr[2] * 4;
     p.a = in[0];
     if (atr && !key.bwdd) {
         dn_to_nxc(c, &A, ls, in[0], at);
@@ -662,9 +822,18 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         /* output fusion: the caller's loop over each chunk's output as soon as it is final (in
          * place, the images outermost: a chunk is a range of the output; on x86 no flush
          * follows) */
-        if (DN_CSR && c->epilogue && cd->output_batch == 0 && !(key.bwdd ? atr : btr)) {
+        /* a tile's rows: a range of the output where they are outermost in an image, one per
+         * feature where the features are and the rows next (NCHW) */
+        bool rows_out = B.as[2] * B.dims[2] == B.as[0];
+        bool feat_out = B.as[1] * B.dims[1] == B.as[0] && B.as[2] * B.dims[2] == B.as[1];
+        if (DN_CSR && c->epilogue && cd->output_batch == 0 && !(key.bwdd ? atr : btr) &&
+            (p.ntile == 1 || rows_out || feat_out)) {
             p.epi = c->epilogue;
             p.epi_step = nout / p.nch;
+            p.epi_img = B.as[0];
+            p.epi_row = B.as[2];
+            p.epi_feat = rows_out ? 0 : B.as[1];
+            p.epi_nf = B.dims[1];
         }
         if (ds == dnnl_success) {
             ex_par_for_dynamic(c, p.nch, work, dn_chunks, &p);
@@ -691,7 +860,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         /* the chunks' sum: its subnormals flushed as the reference's adds would */
         if (ds == dnnl_success && c->ftz && p.nch > 1) ex_flush_out(OT_F32, out, nout);
     }
-    dn_release(e, own);
+    dn_release_tiles(&p);
     if (ds != dnnl_success)
         return ot_error(OT_ERR_INTERNAL, "convolution: oneDNN failed (status %d)", (int)ds);
 #if !DN_CSR
