@@ -337,7 +337,7 @@ static void test_output_fusion(void) {
  * first and last tiles padded, the middle ones not — forward, reversed-window input gradient
  * and filter gradient, NHWC and NCHW (blocked and first-layer), 3x3, 1x1, strided, dilated,
  * depthwise, 1-D and 3-D; outputs of 7 rows (one row per tile) and of 3 (fewer rows than tiles
- * wanted). */
+ * wanted); layers whose tiles would be too small (few positions: whole images). */
 static void test_small_batches(void) {
     const char *w3 = "size=3x3 pad=1_1x1_1";
     conv_case("f32[1,28,28,32]", "f32[3,3,32,32]", "f32[1,28,28,32]", w3, "b01f_01io->b01f");
@@ -351,11 +351,13 @@ static void test_small_batches(void) {
               "b01f_01io->b01f");
     conv_case("f32[1,7,7,128]", "f32[3,3,128,128]", "f32[1,7,7,128]", w3, "b01f_01io->b01f");
     conv_case("f32[1,3,3,256]", "f32[3,3,256,256]", "f32[1,3,3,256]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,7,64,64]", "f32[3,3,64,64]", "f32[1,7,64,64]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,3,128,64]", "f32[3,3,64,64]", "f32[1,3,128,64]", w3, "b01f_01io->b01f");
     conv_case("f32[1,57,57,32]", "f32[3,3,32,64]", "f32[1,28,28,64]",
               "size=3x3 stride=2x2 pad=0_0x0_0", "b01f_01io->b01f");
     conv_case("f32[1,30,30,32]", "f32[7,7,32,32]", "f32[1,30,30,32]",
               "size=7x7 pad=6_6x6_6 rhs_dilate=2x2", "b01f_01io->b01f");
-    conv_case("f32[1,32,32,3]", "f32[3,3,3,32]", "f32[1,32,32,32]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,96,96,3]", "f32[3,3,3,32]", "f32[1,96,96,32]", w3, "b01f_01io->b01f");
     conv_case("f32[1,28,28,32]", "f32[3,3,32,32]", "f32[1,28,28,32]",
               "size=3x3 pad=1_1x1_1 rhs_reversal=1x1", "b01f_01oi->b01f");
     conv_case_attrs("f32[1,28,28,64]", "f32[3,3,1,64]", "f32[1,28,28,64]", w3, "b01f_01io->b01f",
@@ -370,7 +372,7 @@ static void test_small_batches(void) {
               "size=14x14 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");
     conv_case("f32[1,32,28,28]", "f32[48,32,3,3]", "f32[1,48,28,28]", w3, "bf01_oi01->bf01");
     conv_case("f32[7,32,14,14]", "f32[32,32,3,3]", "f32[7,32,14,14]", w3, "bf01_oi01->bf01");
-    conv_case("f32[1,3,32,32]", "f32[32,3,3,3]", "f32[1,32,32,32]", w3, "bf01_oi01->bf01");
+    conv_case("f32[1,3,96,96]", "f32[32,3,3,3]", "f32[1,32,96,96]", w3, "bf01_oi01->bf01");
     conv_case("f32[3,64,14,14]", "f32[64,64,1,1]", "f32[3,64,14,14]", "size=1x1",
               "bf01_oi01->bf01");
     conv_case("f32[1,32,28,28]", "f32[1,64,28,28]", "f32[64,32,3,3]", "size=28x28 pad=1_1x1_1",
