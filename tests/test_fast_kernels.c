@@ -1647,12 +1647,6 @@ static void test_scatter(void) {
     }
 }
 
-/* Random scatters of rows into a table: segment sums, embedding gradients, .at[].set and
- * .at[].add of whole rows ([R, D] rows picked by one index; [R, A, D] blocks; [R, B, D] rows
- * picked by two indices) and of partial rows (windows [1, Dw] of [R, D]), widths 1–100 across
- * the 64-byte units the threads split, f32/f64/s32, s32/s64 indices (one index per position:
- * the window starts' one-compare path; two: the general one), enough positions that the pool
- * splits the work. Bits equal to the reference's on 1, 2, 3 and 8 threads. */
 /* .at[].max / .at[].min and segment_max/min: scatters whose computation is maximum or minimum,
  * of its parameters in either order, over floats (NaNs with payloads of either sign, signed
  * zeros, infinities, subnormals read as zero under FTZ) and integers of each width and
@@ -1714,14 +1708,31 @@ static void test_scatter_minmax(void) {
         ot_module_free(m);
     }
 }
+/* Random scatters of rows into a table: segment sums, embedding gradients, .at[].set and
+ * .at[].add of whole rows ([R, D] rows picked by one index; [R, A, D] blocks; [R, B, D] rows
+ * picked by two indices) and of partial rows (windows [1, Dw] of [R, D]), widths 1–100, f32/f64/
+ * s32, s32/s64 indices (one index per position: read directly; two: the window starts computed
+ * first), enough positions for the pool. The last 24 with the indices sorted (sorted segment
+ * ids), half of them with narrow rows, 1–8 wide (added element by element). Bits equal to the
+ * reference's on 1, 2, 3 and 8 threads. */
+static int cmp_index32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+static int cmp_index64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
 
 static void test_scatter_random(void) {
     g_rng = 0x5c47;
     static const char *dts[] = {"f32", "f64", "s32"};
-    for (int it = 0; it < 48; it++) {
+    for (int it = 0; it < 72; it++) {
         int dt = it % 3, v = (it / 3) % 4, kind = (int)rnd(0, 2), tiny = (it / 12) % 2;
+        bool sorted = it >= 48;
         const char *T = dts[dt], *K = rnd(0, 1) ? "s32" : "s64";
-        int64_t R = rnd(1, 300), D = rnd(1, 100), A = rnd(2, 3), B = rnd(2, 5);
+        int64_t R = rnd(1, 300), D = sorted && it % 2 ? rnd(1, 8) : rnd(1, 100), A = rnd(2, 3),
+                B = rnd(2, 5);
         int64_t Dw = rnd(1, D), es = dt == 1 ? 8 : 4;
         int64_t row = v == 1 ? A * D : v == 3 ? Dw : D;
         int64_t N = 1 + (300000 + rnd(0, 200000)) / (row * es * 3); /* past EX_INLINE_BYTES */
@@ -1785,6 +1796,11 @@ static void test_scatter_random(void) {
         (tiny ? fill_tiny : fill_special)(&args[0]);
         (tiny ? fill_tiny : fill_special)(&args[2]);
         fill_indices(&args[1], v == 2 ? (R < B ? R : B) : R);
+        if (sorted) {
+            bool i32 = args[1].shape.dtype == OT_S32;
+            qsort(args[1].data, ot_shape_numel_unchecked(&args[1].shape), i32 ? 4 : 8,
+                  i32 ? cmp_index32 : cmp_index64);
+        }
         EXPECT_OK(run_exe(e, args, 3, &ref, NULL, true, NULL));
         if (!run_all_pools(e, args, 3, &fast, 1)) {
             fprintf(stderr, "random scatter %d:\n%s", it, hlo);

@@ -8,17 +8,17 @@
  * The reference applies the update elements in row-major order of the updates; with trailing
  * window dims that is scatter position b after b, each position's window in order. Two elements
  * of one window never meet in the operand, so the updates of any one operand element come in
- * order of b. The kernel computes each position's window start once (-1 when the window does not
- * fit: the reference skips it; positions in chunks over the pool), then for b in order adds (or
- * copies) the window's contiguous runs row by row; each element gets the reference's scalar add
- * (add_f/add_d with its FTZ and NaN rules, operands in the computation's order; max_f/min_f and
- * their f64 twins, the reference's maximum/minimum with DAZ inputs, quieted NaNs and -0 < +0; the
- * integers' own order) in the same order.
- * Under FTZ a float row without a NaN is added with plain (vector) adds in the CPU's FTZ/DAZ mode
- * (ex_hw_ftz_on), which flushes exactly as add_f/add_d do. The threads split the columns of the
- * runs (a fixed partition of each run's elements), each walking every b in order, so every element
- * sees the same sequence of adds whatever the thread count. The operand is copied into the output
- * first unless the output is the operand's memory (in place). */
+ * order of b. Each position's window start (its key) is the index itself where a position has one
+ * index (read straight from the indices), else computed once into a table (-1 when the window
+ * does not fit: the reference skips it; positions in chunks over the pool). Then for b in order
+ * the window's contiguous runs are added (or copied) row by row; each element gets the
+ * reference's scalar add (add_f/add_d with its FTZ and NaN rules, operands in the computation's
+ * order; max_f/min_f and their f64 twins, the reference's maximum/minimum with DAZ inputs,
+ * quieted NaNs and -0 < +0; the integers' own order) in the same order. Under FTZ a float row
+ * without a NaN is added with plain (vector) adds in the CPU's FTZ/DAZ mode (ex_hw_ftz_on), which
+ * flushes exactly as add_f/add_d do. One thread applies every window (why: ex_fast_scatter), so the
+ * bits do not depend on the thread count; the operand is copied into the output first (over the
+ * pool) unless the output is the operand's memory (in place). */
 #include "exec/fast_internal.h"
 
 typedef enum {
@@ -57,19 +57,28 @@ typedef struct sc_job {
     ot_dtype t;
     size_t es;
     bool ftz;
-    bool hw;             /* float adds under FTZ in the CPU's FTZ/DAZ mode (ex_hw_ftz_on) */
-    const int64_t *base; /* per scatter position: the window's operand offset, -1 skipped */
+    bool hw; /* float adds under FTZ in the CPU's FTZ/DAZ mode (ex_hw_ftz_on) */
+    /* each position's key, the window's identity: one index per position (one): the index v
+     * itself, valid in [0, lim], the window at operand offset v * str; else base[b], the
+     * window's operand offset (-1 skipped) */
+    bool one, s32;
+    const void *idx;
+    int64_t str;
+    const int64_t *base;
     const int64_t *roff; /* per run of a window: its operand offset from the window's start */
     int64_t nb, nr, len; /* positions, runs per window, elements per run */
-    int64_t chunk;       /* the columns one unit of the partition covers */
+    int64_t kmax;        /* the valid keys: [0, kmax) */
     char *y;
-    const char *u, *uend; /* the updates, and their end */
+    const char *u;
 } sc_job;
+/* Rows of at most this many elements are added element by element in one pass. */
+#define SC_NARROW 8
 
 /* dst[j] = op(dst[j], src[j]) for j < n, in the reference's arithmetic (inlined into each clone
- * of its callers). */
-static inline __attribute__((always_inline)) void run_row(const sc_job *p, void *dst,
-                                                          const void *src, int64_t n) {
+ * of its callers, with kind, t and es constants there). */
+static inline __attribute__((always_inline)) void run_row(const sc_job *p, sc_kind kind, ot_dtype t,
+                                                          size_t es, void *dst, const void *src,
+                                                          int64_t n) {
     bool z = p->ftz;
 #define ROW_LOOP(T, EXPR)                                                                          \
     do {                                                                                           \
@@ -81,8 +90,8 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, void 
      * the computation's order (which NaN wins); integers by their own order */
 #define PICK_ROW(FN, CMP)                                                                          \
     do {                                                                                           \
-        bool s_ = p->kind == SC_MAX_SWAPPED || p->kind == SC_MIN_SWAPPED;                          \
-        switch (p->t) {                                                                            \
+        bool s_ = kind == SC_MAX_SWAPPED || kind == SC_MIN_SWAPPED;                                \
+        switch (t) {                                                                               \
         case OT_F32: ROW_LOOP(float, s_ ? FN##_f(w[j], o[j], z) : FN##_f(o[j], w[j], z)); return;  \
         case OT_F64: ROW_LOOP(double, s_ ? FN##_d(w[j], o[j], z) : FN##_d(o[j], w[j], z)); return; \
         case OT_S8: ROW_LOOP(int8_t, w[j] CMP o[j] ? w[j] : o[j]); return;                         \
@@ -95,8 +104,8 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, void 
         default: ROW_LOOP(uint64_t, w[j] CMP o[j] ? w[j] : o[j]); return;                          \
         }                                                                                          \
     } while (0)
-    switch (p->kind) {
-    case SC_SET: memcpy(dst, src, (size_t)n * p->es); return;
+    switch (kind) {
+    case SC_SET: memcpy(dst, src, (size_t)n * es); return;
     case SC_MAX:
     case SC_MAX_SWAPPED: PICK_ROW(max, >);
     case SC_MIN:
@@ -105,13 +114,27 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, void 
     case SC_ADD_SWAPPED: break;
     }
 #undef PICK_ROW
-    bool sw = p->kind == SC_ADD_SWAPPED;
+    bool sw = kind == SC_ADD_SWAPPED;
     /* Which NaN a sum of two NaNs returns is the reference's compiled add's choice (x86 keeps
      * one operand's payload); a row of updates holding a NaN therefore takes the reference's own
      * ex_binary for each element where both operands are NaN. */
 #define FLOAT_ROW(T, ADD)                                                                          \
     do {                                                                                           \
         const T *u_ = src;                                                                         \
+        if (n <= SC_NARROW) { /* a few elements: one pass, no vector loop's set-up */              \
+            T *y_ = dst;                                                                           \
+            bool plain = p->hw || !z;                                                              \
+            for (int64_t j = 0; j < n; j++) {                                                      \
+                T a = sw ? u_[j] : y_[j], b = sw ? y_[j] : u_[j];                                  \
+                if (a != a && b != b) {                                                            \
+                    T a2 = a, b2 = b; /* only these two have their address taken */                \
+                    ex_binary(OT_OP_ADD, t, &a2, &b2, &y_[j], 1);                                  \
+                } else {                                                                           \
+                    y_[j] = plain ? a + b : ADD(a, b, z);                                          \
+                }                                                                                  \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
         int nan = 0; /* an int, not a bool: the loop then vectorizes (a bool or-chain did not) */  \
         for (int64_t j = 0; j < n; j++) nan |= u_[j] != u_[j];                                     \
         if (!nan) {                                                                                \
@@ -129,20 +152,20 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, void 
         for (int64_t j = 0; j < n; j++) {                                                          \
             T a = sw ? u_[j] : y_[j], b = sw ? y_[j] : u_[j];                                      \
             if (a != a && b != b)                                                                  \
-                ex_binary(OT_OP_ADD, p->t, &a, &b, &y_[j], 1);                                     \
+                ex_binary(OT_OP_ADD, t, &a, &b, &y_[j], 1);                                        \
             else                                                                                   \
                 y_[j] = ADD(a, b, z);                                                              \
         }                                                                                          \
         return;                                                                                    \
     } while (0)
-    switch (p->t) {
+    switch (t) {
     case OT_F32: FLOAT_ROW(float, add_f);
     case OT_F64: FLOAT_ROW(double, add_d);
     default: break;
     }
     /* integers wrap (the reference adds as unsigned 64-bit and truncates); the order of the
      * operands does not matter */
-    switch (p->es) {
+    switch (es) {
     case 1: ROW_LOOP(uint8_t, (uint8_t)(o[j] + w[j])); return;
     case 2: ROW_LOOP(uint16_t, (uint16_t)(o[j] + w[j])); return;
     case 4: ROW_LOOP(uint32_t, o[j] + w[j]); return;
@@ -161,47 +184,109 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, void 
 #define SC_CLONES
 #endif
 
-/* The updates are read once, in order, in runs of a few lines: the lines SC_AHEAD bytes further
- * on are requested before each run (a short run's stream otherwise waits on memory latency). */
-#define SC_AHEAD 2048
-static inline void prefetch_ahead(const char *src, size_t nbytes, const char *end) {
-    size_t left = (size_t)(end - src);
-    for (size_t o = SC_AHEAD; o < SC_AHEAD + nbytes && o < left; o += 64)
-        __builtin_prefetch(src + o);
-}
+/* The positions are taken in blocks of SC_BLOCK: first the block's positions whose key is valid
+ * are listed with their runs' offsets in the updates and the output (branch-free: a skipped
+ * position costs no mispredicted branch), then the listed windows are applied in order. The
+ * updates are read in order: before each run, the lines SC_STREAM_AHEAD bytes further on are
+ * requested (a run of a few lines otherwise waits on memory latency). */
+#define SC_BLOCK        512
+#define SC_STREAM_AHEAD 2048
 
-/* Columns [begin * chunk, end * chunk) of every run, for every scatter position in order. */
-SC_CLONES static void run_cols(void *arg, int64_t begin, int64_t end, int ith) {
-    (void)ith;
-    const sc_job *p = arg;
-    int64_t c0 = begin * p->chunk, c1 = end * p->chunk;
-    if (c1 > p->len) c1 = p->len;
-    if (c0 >= c1) return;
-    size_t es = p->es;
-    unsigned csr = p->hw ? ex_hw_ftz_on() : 0;
-    if (p->len == 1 && p->nr == 1) { /* one element per position (segment ops, bincount) */
-        const int64_t *base = p->base;
-        for (int64_t b = 0; b < p->nb; b++) {
-            if ((b & 15) == 0) __builtin_prefetch(base + b + 64);
-            if (base[b] >= 0) run_row(p, p->y + (size_t)base[b] * es, p->u + (size_t)b * es, 1);
-        }
-        if (p->hw) ex_hw_ftz_off(csr);
+static inline __attribute__((always_inline)) void apply_block(const sc_job *p, sc_kind kind,
+                                                              ot_dtype t, size_t es,
+                                                              const int64_t *lu, const int64_t *lo,
+                                                              int64_t n) {
+    const char *uend = p->u + (size_t)(p->nb * p->nr * p->len) * es;
+    size_t bytes = (size_t)p->len * es;
+    if (p->nr == 1 && p->len <= SC_NARROW && (kind == SC_ADD || kind == SC_ADD_SWAPPED) &&
+        (t == OT_F32 || t == OT_F64)) {
+        /* narrow rows (segment sums of a few columns): the adds inline, no prefetch (narrow
+         * runs are consecutive lines: the hardware prefetcher has them) */
+        for (int64_t k = 0; k < n; k++)
+            run_row(p, kind, t, es, p->y + (size_t)lo[k] * es, p->u + (size_t)lu[k] * es, p->len);
         return;
     }
-    for (int64_t b = 0; b < p->nb; b++) {
-        if (p->base[b] < 0) continue;
-        for (int64_t r = 0; r < p->nr; r++) {
-            char *dst = p->y + (size_t)(p->base[b] + p->roff[r] + c0) * es;
-            const char *src = p->u + (size_t)((b * p->nr + r) * p->len + c0) * es;
-            prefetch_ahead(src, (size_t)(c1 - c0) * es, p->uend);
-            run_row(p, dst, src, c1 - c0);
+    for (int64_t k = 0; k < n; k++) {
+        const char *src = p->u + (size_t)lu[k] * es;
+        for (int64_t r = 0; r < p->nr; r++, src += bytes) {
+            const char *ahead = src + SC_STREAM_AHEAD;
+            for (size_t o = 0; o < bytes && ahead + o < uend; o += 64)
+                __builtin_prefetch(ahead + o);
+            run_row(p, kind, t, es, p->y + (size_t)(lo[k] + p->roff[r]) * es, src, p->len);
         }
+    }
+}
+
+/* apply_block built for each kind and element type (the row loops' switches resolved). */
+static inline __attribute__((always_inline)) void
+apply_kind(const sc_job *p, sc_kind kind, const int64_t *lb, const int64_t *lo, int64_t n) {
+    if (p->t == OT_F32 && kind != SC_SET) {
+        apply_block(p, kind, OT_F32, 4, lb, lo, n);
+        return;
+    }
+    if (p->t == OT_F64 && kind != SC_SET) {
+        apply_block(p, kind, OT_F64, 8, lb, lo, n);
+        return;
+    }
+    switch (p->es) { /* integer adds, and every overwrite: only the width matters */
+    case 1: apply_block(p, kind, OT_U8, 1, lb, lo, n); return;
+    case 2: apply_block(p, kind, OT_U16, 2, lb, lo, n); return;
+    case 4: apply_block(p, kind, OT_U32, 4, lb, lo, n); return;
+    default: apply_block(p, kind, OT_U64, 8, lb, lo, n); return;
+    }
+}
+
+static inline __attribute__((always_inline)) void apply_any(const sc_job *p, const int64_t *lb,
+                                                            const int64_t *lo, int64_t n) {
+    switch (p->kind) {
+    case SC_ADD: apply_kind(p, SC_ADD, lb, lo, n); return;
+    case SC_ADD_SWAPPED: apply_kind(p, SC_ADD_SWAPPED, lb, lo, n); return;
+    case SC_SET: apply_kind(p, SC_SET, lb, lo, n); return;
+    default: /* maximum, minimum: the integers' signedness matters, the type stays a variable */
+        apply_block(p, p->kind, p->t, p->es, lb, lo, n);
+        return;
+    }
+}
+
+/* Every position in order: those whose key is valid applied. */
+SC_CLONES static void apply_all(const sc_job *p) {
+    unsigned csr = p->hw ? ex_hw_ftz_on() : 0;
+    int64_t lu[SC_BLOCK], lo[SC_BLOCK], w = p->nr * p->len;
+    uint64_t kmax = (uint64_t)p->kmax; /* (uint64_t)key < kmax: 0 <= key < kmax */
+    for (int64_t b0 = 0; b0 < p->nb; b0 += SC_BLOCK) {
+        int64_t b1 = b0 + SC_BLOCK < p->nb ? b0 + SC_BLOCK : p->nb, n = 0;
+        if (p->one && p->s32) {
+            const int32_t *ix = p->idx;
+            for (int64_t b = b0; b < b1; b++) {
+                int64_t v = ix[b];
+                lu[n] = b * w;
+                lo[n] = v * p->str;
+                n += (uint64_t)v < kmax;
+            }
+        } else if (p->one) {
+            const int64_t *ix = p->idx;
+            for (int64_t b = b0; b < b1; b++) {
+                int64_t v = ix[b];
+                lu[n] = b * w;
+                lo[n] = (int64_t)((uint64_t)v * (uint64_t)p->str); /* wraps when skipped */
+                n += (uint64_t)v < kmax;
+            }
+        } else {
+            for (int64_t b = b0; b < b1; b++) {
+                int64_t v = p->base[b];
+                lu[n] = b * w;
+                lo[n] = v;
+                n += (uint64_t)v < kmax;
+            }
+        }
+        apply_any(p, lu, lo, n);
     }
     if (p->hw) ex_hw_ftz_off(csr);
 }
 
 /* The window start of every scatter position (base[b], -1 when the window does not fit: the
- * reference skips it), positions in chunks of SC_BASE_CHUNK over the pool (each independent). */
+ * reference skips it) where a position has several indices, positions in chunks of SC_BASE_CHUNK
+ * over the pool (each independent). */
 #define SC_BASE_CHUNK 4096
 typedef struct sc_base {
     const ot_scatter_dims *sd;
@@ -213,12 +298,6 @@ typedef struct sc_base {
     int64_t ivs; /* the index vector's stride */
     int64_t nb;  /* positions */
     int64_t *base;
-    /* one index per position, position b's at element b (the index vector has one element):
-     * start = idx[b] along operand dim d1 (stride str1), valid in [0, lim1]; fits1 false when
-     * the window does not fit along another dim (every window skipped) */
-    bool one;
-    bool fits1;
-    int64_t lim1, str1;
 } sc_base;
 
 static void run_base(void *arg, int64_t begin, int64_t end, int ith) {
@@ -228,16 +307,6 @@ static void run_base(void *arg, int64_t begin, int64_t end, int ith) {
     int64_t b0 = begin * SC_BASE_CHUNK, xr = p->xs->rank;
     int64_t b1 = end * SC_BASE_CHUNK < p->nb ? end * SC_BASE_CHUNK : p->nb;
     bool s32 = p->ks->dtype == OT_S32;
-    if (p->one) { /* segment ids, embedding rows: no odometer, one compare per position */
-        int64_t lim = p->fits1 ? p->lim1 : -1, str = p->str1;
-        const int32_t *i32 = p->idx;
-        const int64_t *i64 = p->idx;
-        for (int64_t b = b0; b < b1; b++) {
-            int64_t v = s32 ? i32[b] : i64[b];
-            p->base[b] = v >= 0 && v <= lim ? v * str : -1;
-        }
-        return;
-    }
     int64_t bidx[OT_MAX_RANK] = {0}, r = b0;
     for (int q = p->nbd - 1; q >= 0; q--) {
         bidx[q] = r % p->us->dims[q];
@@ -338,9 +407,6 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
     for (int q = 0; q < nbd; q++) NB *= us->dims[q];
     for (int d = 0; d < xr; d++) W *= wsize[d];
     int64_t NR = len ? W / len : 0;
-    /* partition units of 64 bytes of a run, so threads do not share cache lines of a row */
-    int64_t chunk = 64 / (int64_t)es, units = (len + chunk - 1) / chunk;
-    int64_t work = NB * W * (int64_t)es * 3;
     *done = true;
     c->fast_run++;
     if (out != in[0] && os->nbytes) {
@@ -349,9 +415,17 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
     }
     if (NB == 0 || W == 0) return OT_OK;
 
+    /* One thread applies every window. The updates are one stream, read once in order, and one
+     * thread reads it at about this machine's memory bandwidth; a split whose threads each take
+     * every other few rows of it (a thread's output rows or its columns of every row) makes
+     * each thread's prefetchers pull most of the stream, and on a loaded machine the second
+     * thread often waits for a CPU: both measured slower (docs/benchmarks.md, "The scatter on
+     * one thread"). */
+    bool one = sd->nscatter_to_operand == 1 && (ivd >= ks->rank || ks->dims[ivd] == 1);
     int64_t *base = NULL;
-    OT_CHECK(ex_scratch(c, (size_t)(NB + NR) * sizeof *base, (void **)&base));
-    int64_t *roff = base + NB;
+    size_t nbase = one ? 0 : (size_t)NB;
+    OT_CHECK(ex_scratch(c, (nbase + (size_t)NR) * sizeof *base, (void **)&base));
+    int64_t *roff = base + nbase;
     /* run r's offset: the window dims outside the merged run, row-major */
     int64_t idx[OT_MAX_RANK] = {0};
     for (int64_t r = 0; r < NR; r++) {
@@ -360,33 +434,41 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
         roff[r] = off;
         for (int d = od - 1; d >= 0 && ++idx[d] == wsize[d]; d--) idx[d] = 0;
     }
-    sc_base sb = {
-        sd, xs,   us,    ks,   in[1], kd, nbd, wsize, xstr, kstr, ivd < ks->rank ? kstr[ivd] : 0,
-        NB, base, false, true, 0,     0};
-    if (sd->nscatter_to_operand == 1 && (ivd >= ks->rank || ks->dims[ivd] == 1)) {
+    bool s32 = kt == OT_S32;
+    int64_t lim = -1, str = 0; /* one: the valid indices [0, lim], the operand stride */
+    if (one) {
         int d1 = (int)sd->scatter_dims_to_operand_dims[0];
-        sb.one = true;
-        for (int d = 0; d < xr; d++) sb.fits1 = sb.fits1 && xs->dims[d] >= wsize[d];
-        sb.lim1 = xs->dims[d1] - wsize[d1];
-        sb.str1 = sb.xstr[d1];
+        bool fits = true;
+        for (int d = 0; d < xr; d++) fits = fits && xs->dims[d] >= wsize[d];
+        lim = fits ? xs->dims[d1] - wsize[d1] : -1;
+        str = xstr[d1];
+    } else {
+        sc_base sb = {
+            sd, xs,  us, ks, in[1], kd, nbd, wsize, xstr, kstr, ivd < ks->rank ? kstr[ivd] : 0,
+            NB, base};
+        ex_par_for(c, (NB + SC_BASE_CHUNK - 1) / SC_BASE_CHUNK, NB * 16, run_base, &sb);
     }
-    ex_par_for(c, (NB + SC_BASE_CHUNK - 1) / SC_BASE_CHUNK, NB * 16, run_base, &sb);
+    /* keys: one: the index, valid in [0, lim]; else the window's offset (-1: skipped) */
+    int64_t kmax = one ? lim + 1 : ot_shape_numel_unchecked(xs) + 1;
     bool hw = EX_HW_FTZ && c->ftz && (kind == SC_ADD || kind == SC_ADD_SWAPPED) &&
               (t == OT_F32 || t == OT_F64);
-    sc_job p = {(sc_kind)kind,
-                t,
-                es,
-                c->ftz,
-                hw,
-                base,
-                roff,
-                NB,
-                NR,
-                len,
-                chunk,
-                out,
-                in[2],
-                (const char *)in[2] + (size_t)(NB * W) * es};
-    ex_par_for(c, units, work, run_cols, &p);
+    sc_job p = {.kind = (sc_kind)kind,
+                .t = t,
+                .es = es,
+                .ftz = c->ftz,
+                .hw = hw,
+                .one = one,
+                .s32 = s32,
+                .idx = in[1],
+                .str = str,
+                .base = base,
+                .roff = roff,
+                .nb = NB,
+                .nr = NR,
+                .len = len,
+                .kmax = kmax,
+                .y = out,
+                .u = in[2]};
+    apply_all(&p);
     return OT_OK;
 }
