@@ -59,18 +59,19 @@ typedef struct sc_job {
     bool ftz;
     bool hw; /* float adds under FTZ in the CPU's FTZ/DAZ mode (ex_hw_ftz_on) */
     /* each position's key, the window's identity: one index per position (one): the index v
-     * itself, valid in [0, lim], the window at operand offset v * str; else base[b], the
-     * window's operand offset (-1 skipped) */
+     * itself, the window at operand offset v * str; else base[b], the window's operand offset
+     * (-1 skipped); a key is valid below kmax */
     bool one, s32;
     const void *idx;
     int64_t str;
     const int64_t *base;
     const int64_t *roff; /* per run of a window: its operand offset from the window's start */
     int64_t nb, nr, len; /* positions, runs per window, elements per run */
-    int64_t kmax;        /* the valid keys: [0, kmax) */
+    int64_t kmax;
     char *y;
     const char *u;
 } sc_job;
+
 /* Rows of at most this many elements are added element by element in one pass. */
 #define SC_NARROW 8
 
@@ -196,8 +197,7 @@ static inline __attribute__((always_inline)) void apply_block(const sc_job *p, s
                                                               ot_dtype t, size_t es,
                                                               const int64_t *lu, const int64_t *lo,
                                                               int64_t n) {
-    const char *uend = p->u + (size_t)(p->nb * p->nr * p->len) * es;
-    size_t bytes = (size_t)p->len * es;
+    size_t ubytes = (size_t)(p->nb * p->nr * p->len) * es, bytes = (size_t)p->len * es;
     if (p->nr == 1 && p->len <= SC_NARROW && (kind == SC_ADD || kind == SC_ADD_SWAPPED) &&
         (t == OT_F32 || t == OT_F64)) {
         /* narrow rows (segment sums of a few columns): the adds inline, no prefetch (narrow
@@ -206,13 +206,16 @@ static inline __attribute__((always_inline)) void apply_block(const sc_job *p, s
             run_row(p, kind, t, es, p->y + (size_t)lo[k] * es, p->u + (size_t)lu[k] * es, p->len);
         return;
     }
+    /* runs under a line (one-element windows: segment_max, bincount) come in consecutive lines:
+     * the hardware prefetcher has them */
+    size_t pf = bytes >= 64 ? bytes : 0;
     for (int64_t k = 0; k < n; k++) {
-        const char *src = p->u + (size_t)lu[k] * es;
-        for (int64_t r = 0; r < p->nr; r++, src += bytes) {
-            const char *ahead = src + SC_STREAM_AHEAD;
-            for (size_t o = 0; o < bytes && ahead + o < uend; o += 64)
-                __builtin_prefetch(ahead + o);
-            run_row(p, kind, t, es, p->y + (size_t)(lo[k] + p->roff[r]) * es, src, p->len);
+        size_t at = (size_t)lu[k] * es; /* offsets, not pointers: the look-ahead may pass the end */
+        for (int64_t r = 0; r < p->nr; r++, at += bytes) {
+            for (size_t o = at + SC_STREAM_AHEAD; o < at + SC_STREAM_AHEAD + pf && o < ubytes;
+                 o += 64)
+                __builtin_prefetch(p->u + o);
+            run_row(p, kind, t, es, p->y + (size_t)(lo[k] + p->roff[r]) * es, p->u + at, p->len);
         }
     }
 }
