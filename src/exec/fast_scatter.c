@@ -256,6 +256,20 @@ SC_CLONES static void apply_all(const sc_job *p) {
     unsigned csr = p->hw ? ex_hw_ftz_on() : 0;
     int64_t lu[SC_BLOCK], lo[SC_BLOCK], w = p->nr * p->len;
     uint64_t kmax = (uint64_t)p->kmax; /* (uint64_t)key < kmax: 0 <= key < kmax */
+    if (p->len == 1 && p->nr == 1 && p->kind != SC_ADD && p->kind != SC_ADD_SWAPPED) {
+        /* one element per position, maximum/minimum/overwrite (segment_max, bincount-like):
+         * a plain loop over the positions, no lists */
+        for (int64_t b = 0; b < p->nb; b++) {
+            int64_t v = !p->one  ? p->base[b]
+                        : p->s32 ? ((const int32_t *)p->idx)[b]
+                                 : ((const int64_t *)p->idx)[b];
+            if ((uint64_t)v < kmax)
+                run_row(p, p->kind, p->t, p->es, p->y + (size_t)(p->one ? v * p->str : v) * p->es,
+                        p->u + (size_t)b * p->es, 1);
+        }
+        if (p->hw) ex_hw_ftz_off(csr);
+        return;
+    }
     for (int64_t b0 = 0; b0 < p->nb; b0 += SC_BLOCK) {
         int64_t b1 = b0 + SC_BLOCK < p->nb ? b0 + SC_BLOCK : p->nb, n = 0;
         if (p->one && p->s32) {
