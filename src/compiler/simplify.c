@@ -601,7 +601,7 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
         if (p && pt == OT_PRED) *out = *(const uint8_t *)p ? on_t : on_f;
         break;
     }
-    case OT_OP_REDUCE:
+    case OT_OP_REDUCE: {
         ot_opcode rop;
         bool init_first;
         if (reduce_is_reshape(i)) {
@@ -615,6 +615,7 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
             OT_CHECK(built(c, r, out));
         }
         break;
+    }
     case OT_OP_DOT: OT_CHECK(dot_fold_transpose(c, i, out)); break;
     case OT_OP_REDUCE_WINDOW: OT_CHECK(fold_pad_window(c, i, out)); break;
     case OT_OP_GATHER:
