@@ -339,9 +339,6 @@ SG_AVX512 static inline __m512 sg_fix(__m512 v, int fix) {
         _mm512_storeu_ps(c + (i)*ldc, sg_fix(c##i##a, fix));                                       \
         _mm512_mask_storeu_ps(c + (i)*ldc + 16, m, sg_fix(c##i##b, fix));                          \
     }
-SG_UKR2(sg_ukr_4x32, SG_R4, SG_FMA2, SG_AVX512)
-SG_UKR2(sg_ukr_8x32, SG_R8, SG_FMA2, SG_AVX512)
-SG_UKR2(sg_ukr_12x32, SG_R12, SG_FMA2, SG_AVX512)
 
 /* R x 16: one zmm of columns per row, masked (N <= 16, and the last <= 16 columns of a wider C) */
 #define SG_UKR1(NAME, ROWS, FMA, TARGET)                                                           \
@@ -362,11 +359,24 @@ SG_UKR2(sg_ukr_12x32, SG_R12, SG_FMA2, SG_AVX512)
 #define SG_FMA1(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[i]), b0, c##i);
 #define SG_STORE1(i)                                                                               \
     if ((i) < nq) _mm512_mask_storeu_ps(c + (i)*ldc, m, sg_fix(c##i, fix));
-SG_UKR1(sg_ukr_4x16, SG_R4, SG_FMA1, SG_AVX512)
-SG_UKR1(sg_ukr_8x16, SG_R8, SG_FMA1, SG_AVX512)
-SG_UKR1(sg_ukr_12x16, SG_R12, SG_FMA1, SG_AVX512)
-SG_UKR1(sg_ukr_16x16, SG_R16, SG_FMA1, SG_AVX512)
-SG_UKR1(sg_ukr_24x16, SG_R24, SG_FMA1, SG_AVX512)
+/* The eight register blocks of one kind: P##_ukr_{4,8,12}x32 and P##_ukr_{4,8,12,16,24}x16, and
+ * their row of sg_ukrs (by width, then rows: 4, 8, 12, 16, 24; R x 32 stops at 12 rows) */
+#define SG_UKRS(P, FMA2, FMA1, TARGET)                                                             \
+    SG_UKR2(P##_ukr_4x32, SG_R4, FMA2, TARGET)                                                     \
+    SG_UKR2(P##_ukr_8x32, SG_R8, FMA2, TARGET)                                                     \
+    SG_UKR2(P##_ukr_12x32, SG_R12, FMA2, TARGET)                                                   \
+    SG_UKR1(P##_ukr_4x16, SG_R4, FMA1, TARGET)                                                     \
+    SG_UKR1(P##_ukr_8x16, SG_R8, FMA1, TARGET)                                                     \
+    SG_UKR1(P##_ukr_12x16, SG_R12, FMA1, TARGET)                                                   \
+    SG_UKR1(P##_ukr_16x16, SG_R16, FMA1, TARGET)                                                   \
+    SG_UKR1(P##_ukr_24x16, SG_R24, FMA1, TARGET)
+#define SG_UKR_ROW(P)                                                                              \
+    {                                                                                              \
+        {P##_ukr_4x32, P##_ukr_8x32, P##_ukr_12x32, P##_ukr_12x32, P##_ukr_12x32}, {               \
+            P##_ukr_4x16, P##_ukr_8x16, P##_ukr_12x16, P##_ukr_16x16, P##_ukr_24x16                \
+        }                                                                                          \
+    }
+SG_UKRS(sg, SG_FMA2, SG_FMA1, SG_AVX512)
 
 /* The same blocks over bf16 pairs (SG_PAIR, under FTZ): each packed "float" of A and B holds the
  * bf16 elements k = 2p (low half) and 2p + 1 (high half) of one row or column, and vdpbf16ps adds
@@ -380,14 +390,7 @@ SG_UKR1(sg_ukr_24x16, SG_R24, SG_FMA1, SG_AVX512)
         c##i##b = _mm512_dpbf16_ps(c##i##b, x, (__m512bh)b1);                                      \
     }
 #define SGP_FMA1(i) c##i = _mm512_dpbf16_ps(c##i, (__m512bh)_mm512_set1_ps(a[i]), (__m512bh)b0);
-SG_UKR2(sgp_ukr_4x32, SG_R4, SGP_FMA2, SG_AVX512BF)
-SG_UKR2(sgp_ukr_8x32, SG_R8, SGP_FMA2, SG_AVX512BF)
-SG_UKR2(sgp_ukr_12x32, SG_R12, SGP_FMA2, SG_AVX512BF)
-SG_UKR1(sgp_ukr_4x16, SG_R4, SGP_FMA1, SG_AVX512BF)
-SG_UKR1(sgp_ukr_8x16, SG_R8, SGP_FMA1, SG_AVX512BF)
-SG_UKR1(sgp_ukr_12x16, SG_R12, SGP_FMA1, SG_AVX512BF)
-SG_UKR1(sgp_ukr_16x16, SG_R16, SGP_FMA1, SG_AVX512BF)
-SG_UKR1(sgp_ukr_24x16, SG_R24, SGP_FMA1, SG_AVX512BF)
+SG_UKRS(sgp, SGP_FMA2, SGP_FMA1, SG_AVX512BF)
 
 /* Without AVX512_BF16 (or with OPTITPU_DPBF16=0): the same steps as two fmas per pair, the high
  * half's product first, run while the FPU's FTZ | DAZ modes are set (sg_block): an fma under FTZ
@@ -409,56 +412,21 @@ SG_UKR1(sgp_ukr_24x16, SG_R24, SGP_FMA1, SG_AVX512BF)
         c##i =                                                                                     \
             _mm512_fmadd_ps(SGE_LO(x), SGE_LO(b0), _mm512_fmadd_ps(SGE_HI(x), SGE_HI(b0), c##i));  \
     }
-SG_UKR2(sge_ukr_4x32, SG_R4, SGE_FMA2, SG_AVX512)
-SG_UKR2(sge_ukr_8x32, SG_R8, SGE_FMA2, SG_AVX512)
-SG_UKR2(sge_ukr_12x32, SG_R12, SGE_FMA2, SG_AVX512)
-SG_UKR1(sge_ukr_4x16, SG_R4, SGE_FMA1, SG_AVX512)
-SG_UKR1(sge_ukr_8x16, SG_R8, SGE_FMA1, SG_AVX512)
-SG_UKR1(sge_ukr_12x16, SG_R12, SGE_FMA1, SG_AVX512)
-SG_UKR1(sge_ukr_16x16, SG_R16, SGE_FMA1, SG_AVX512)
-SG_UKR1(sge_ukr_24x16, SG_R24, SGE_FMA1, SG_AVX512)
+SG_UKRS(sge, SGE_FMA2, SGE_FMA1, SG_AVX512)
 
 typedef void (*sg_ukr_fn)(int64_t, const float *restrict, int64_t, const float *restrict, int64_t,
                           float *, int64_t, bool, int64_t, __mmask16, int);
-/* the pair kernels by width (0: R x 32, 1: R x 16) and rows (4, 8, 12, 16, 24) */
-static const sg_ukr_fn sgp_ukrs[2][2][5] = {
-    {{sge_ukr_4x32, sge_ukr_8x32, sge_ukr_12x32, sge_ukr_12x32, sge_ukr_12x32},
-     {sge_ukr_4x16, sge_ukr_8x16, sge_ukr_12x16, sge_ukr_16x16, sge_ukr_24x16}},
-    {{sgp_ukr_4x32, sgp_ukr_8x32, sgp_ukr_12x32, sgp_ukr_12x32, sgp_ukr_12x32},
-     {sgp_ukr_4x16, sgp_ukr_8x16, sgp_ukr_12x16, sgp_ukr_16x16, sgp_ukr_24x16}}};
+/* by kind (f32, bf16 pairs by two fmas, bf16 pairs by vdpbf16ps), width (R x 32, R x 16), rows */
+static const sg_ukr_fn sg_ukrs[3][2][5] = {SG_UKR_ROW(sg), SG_UKR_ROW(sge), SG_UKR_ROW(sgp)};
 
 /* The register block for nq rows (<= mr) x nj columns (<= the panel's nr = bs) at c: the
  * narrowest kernel that covers them (rows in steps of 4, or 8 past 16; columns in steps of 16);
  * pair: the bf16-pair kernels (dp: vdpbf16ps, else two fmas a pair) */
 static void sg_ukr(int64_t kc, const float *a, int64_t ld, const float *bp, int64_t bs, float *c,
                    int64_t ldc, bool load, int64_t nq, int64_t nj, int fix, bool pair, bool dp) {
-    if (pair) {
-        int rows = nq <= 4 ? 0 : nq <= 8 ? 1 : nq <= 12 ? 2 : nq <= 16 ? 3 : 4;
-        sgp_ukrs[dp][nj <= 16][rows](kc, a, ld, bp, bs, c, ldc, load, nq,
-                                     sg_lanes(nj > 16 ? nj - 16 : nj), fix);
-        return;
-    }
-    if (nj > 16) {
-        __mmask16 m = sg_lanes(nj - 16);
-        if (nq <= 4)
-            sg_ukr_4x32(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
-        else if (nq <= 8)
-            sg_ukr_8x32(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
-        else
-            sg_ukr_12x32(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
-        return;
-    }
-    __mmask16 m = sg_lanes(nj);
-    if (nq <= 4)
-        sg_ukr_4x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
-    else if (nq <= 8)
-        sg_ukr_8x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
-    else if (nq <= 12)
-        sg_ukr_12x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
-    else if (nq <= 16)
-        sg_ukr_16x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
-    else
-        sg_ukr_24x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
+    int rows = nq <= 4 ? 0 : nq <= 8 ? 1 : nq <= 12 ? 2 : nq <= 16 ? 3 : 4;
+    sg_ukrs[pair ? 1 + dp : 0][nj <= 16][rows](kc, a, ld, bp, bs, c, ldc, load, nq,
+                                               sg_lanes(nj > 16 ? nj - 16 : nj), fix);
 }
 
 static bool sg_cpu(void) { /* reads what libgcc found at load: no cost worth caching */
