@@ -911,6 +911,18 @@ def make_x_logsumexp(quick):
     return f, [x], {}
 
 
+def make_x_cond(quick):
+    n = 1024 if not quick else 16
+    rng = _rng(57)
+    x = _f32(rng.standard_normal((n, n)))
+    w = _f32(rng.standard_normal((n, n)) / math.sqrt(n))
+
+    def f(x, w):  # lax.cond on a value of the data: the branch runs compiled
+        return jax.lax.cond(jnp.sum(x) > 0, lambda x: jax.nn.gelu(x @ w) * 2.0,
+                            lambda x: jnp.tanh(x @ w.T) + 1.0, x)
+    return f, [x, w], {"tol": 1e-4}
+
+
 def make_x_l2norm(quick):
     r, c = (8191, 300) if not quick else (9, 7)
     rng = _rng(51)
@@ -962,7 +974,8 @@ def extra_case_list(quick):
          ("x dropout rng_bit_generator + matmul 1024x999x512",
           lambda: make_x_dropout("rbg", q)),
          ("x logsumexp axis0 and all 4000x1000", lambda: make_x_logsumexp(q)),
-         ("x l2_normalize value_and_grad 8191x300", lambda: make_x_l2norm(q))]
+         ("x l2_normalize value_and_grad 8191x300", lambda: make_x_l2norm(q)),
+         ("x lax.cond matmul+gelu or matmul+tanh 1024x1024", lambda: make_x_cond(q))]
     return c
 
 
