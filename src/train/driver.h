@@ -177,6 +177,12 @@ struct trainer {
      * segment) and each owner's update writes its block of in place: the all-gather copies
      * nothing; freed with the exchange */
     float *xshared;
+    /* the non-overlapped in-process sharded step's parameters (--overlap off, or auto below its
+     * floor): one vector laid out as xshared, read through views and written in place by each
+     * owner's update as there, the all-gather a barrier; made by the segment's first member
+     * (t->mu), freed by its last (vshared_users) */
+    float *vshared;
+    int vshared_users;
     /* the members' gradient outputs posted in place (ot_shard_exchange_post_view) when they
      * left, which another member may still read: freed with the exchange (cap: n * MAX_PARAMS) */
     ot_buffer **xchg_bufs;

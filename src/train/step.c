@@ -174,9 +174,12 @@ typedef struct replica_run {
      * read by the all-gather (nothing copied between the host vectors and the update) */
     ot_coll_options rs_coll;
     float *send, *pflat, *gblock, *pblock;
-    /* overlapped: the device's parameter buffers of the segment, views of t->xshared (own:
-     * the device's own buffers, put back with the values at the segment's end) */
+    /* in one process, sharded: the device's parameter buffers of the segment, views of
+     * `shared` (t->xshared overlapped, t->vshared not; own: the device's own buffers, put back
+     * with the values at the segment's end) */
     bool views;
+    float *shared;
+    bool vsh; /* a user of t->vshared (vshared_begin) */
     ot_buffer *own[MAX_PARAMS];
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
     size_t pos[MAX_PARAMS]; /* parameter k's offset in flat */
@@ -693,6 +696,18 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
         for (int k = 0; k < t->nparams; k++) rr->pending[k] = true;
         return params_read_before_forward(rr, step) ? fetch_all(rr) : OT_OK;
     }
+    if (rr->views) {
+        /* in one process, not overlapped: every block is written in the shared vector that the
+         * parameter buffers view once every owner has updated (a barrier, no copy); nobody
+         * writes its block of the next step before every device has ended that step's run (its
+         * reduce-scatter needs every device's gradients) */
+        pc = train_phase_start();
+        s = ot_comm_barrier(rr->m.comm, &t->coll);
+        train_phase_end(t, r, PH_COMM, pc, "all-gather", false);
+        if (s == OT_OK && rr->m.g == 0)
+            t->rep->allreduce_bytes += t->shard_len * (int64_t)sizeof(float) * rr->m.n;
+        return s;
+    }
     pc = train_phase_start(); /* this device's block from the device, then the others' */
     memcpy(rr->pflat + (size_t)ot_comm_rank(rr->m.comm) * (size_t)t->shard_len, rr->pblock,
            (size_t)t->shard_len * sizeof(float));
@@ -903,23 +918,25 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
     return OT_OK;
 }
 
-/* The overlapped sharded step's shared parameters: this device's block written from its
+/* The in-process sharded step's shared parameters (shared: t->xshared overlapped, t->vshared
+ * not; rr->pblock is this device's block of it): this device's block written from its
  * parameters and made the update's parameter block, then (once every block is written) the
  * device's parameter buffers replaced by views of the vector. A member reads an owner's block of
- * step t only after the owner published it (fetch_param), and the owner writes step t + 1's only
- * after every member has ended its run of step t + 1 (its reduce-scatter waits for their last
- * bucket), so the views need no copy. */
-static ot_status shared_params_begin(replica_run *rr) {
+ * step t only after the owner published it (fetch_param; not overlapped: after the barrier that
+ * ends the update), and the owner writes step t + 1's only after every member has ended its run
+ * of step t + 1 (its reduce-scatter waits for their gradients), so the views need no copy. */
+static ot_status shared_params_begin(replica_run *rr, float *shared) {
     trainer *t = rr->t;
     replica *r = rr->m.r;
     size_t len = (size_t)t->shard_len;
+    rr->shared = shared;
     memcpy(rr->pblock, rr->pflat + (size_t)rr->m.rank * len, len * sizeof(float));
     ot_status s = ot_tpu_optimizer_shard_param_view(t->topt, r->dev, rr->pblock);
     if (s == OT_OK) s = ot_comm_barrier(rr->m.comm, &t->coll);
     for (int k = 0; s == OT_OK && k < t->nparams; k++) {
         ot_buffer *v = NULL;
         s = ot_buffer_view_host(r->dev, ot_model_param_shape(t->model, k),
-                                t->xshared + SHARD_HEAD + rr->pos[k], &v);
+                                shared + SHARD_HEAD + rr->pos[k], &v);
         if (s == OT_OK) {
             rr->own[k] = r->params[k];
             r->params[k] = v;
@@ -939,7 +956,7 @@ static void shared_params_end(replica_run *rr) {
     for (int k = 0; k < t->nparams; k++) {
         if (!rr->own[k]) continue;
         if (ok)
-            ot_buffer_write_bytes(rr->own[k], 0, t->xshared + SHARD_HEAD + rr->pos[k],
+            ot_buffer_write_bytes(rr->own[k], 0, rr->shared + SHARD_HEAD + rr->pos[k],
                                   (int64_t)(t->sizes[k] * sizeof(float)));
         ot_buffer_free(r->params[k]);
         r->params[k] = rr->own[k];
@@ -947,6 +964,41 @@ static void shared_params_end(replica_run *rr) {
     }
     ot_tpu_optimizer_shard_param_view(t->topt, r->dev, NULL);
     rr->views = false;
+    rr->shared = NULL;
+}
+
+/* The non-overlapped in-process sharded step's shared vector (t->vshared): made by the segment's
+ * first member, this device's block of it made rr->pblock, then shared_params_begin. */
+static ot_status vshared_begin(replica_run *rr) {
+    trainer *t = rr->t;
+    size_t len = (size_t)t->shard_len;
+    ot_status s = OT_OK;
+    pthread_mutex_lock(&t->mu);
+    if (!t->vshared) t->vshared = ot_calloc((size_t)rr->m.n * len, sizeof(float));
+    if (t->vshared) {
+        t->vshared_users++;
+        rr->vsh = true;
+        rr->pblock = t->vshared + (size_t)rr->m.rank * len;
+    } else {
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "train: shared parameter vector");
+    }
+    float *shared = t->vshared;
+    pthread_mutex_unlock(&t->mu);
+    return s == OT_OK ? shared_params_begin(rr, shared) : s;
+}
+
+/* The segment's end for a member of vshared_begin: its buffers back, the vector freed by the
+ * last member. */
+static void vshared_end(replica_run *rr) {
+    trainer *t = rr->t;
+    if (rr->views) shared_params_end(rr);
+    pthread_mutex_lock(&t->mu);
+    if (--t->vshared_users == 0) {
+        ot_free(t->vshared);
+        t->vshared = NULL;
+    }
+    pthread_mutex_unlock(&t->mu);
+    rr->vsh = false;
 }
 
 /* --shard-optimizer's member set-up: the reduce-scatter takes the algorithm the unsharded
@@ -991,7 +1043,9 @@ static ot_status shard_begin(replica_run *rr) {
     if (s == OT_OK)
         memcpy(rr->pblock, rr->pflat + (size_t)ot_comm_rank(m->comm) * len, len * sizeof(float));
     if (s == OT_OK && t->psize == 1 && train_overlap(t)) s = overlap_begin(rr, rr->rs_coll.algo);
-    if (s == OT_OK && rr->ovl) s = shared_params_begin(rr);
+    if (s == OT_OK && rr->ovl) s = shared_params_begin(rr, t->xshared);
+    /* not overlapped, in one process: the same shared vector, the all-gather a barrier */
+    if (s == OT_OK && !rr->ovl && t->psize == 1) s = vshared_begin(rr);
     if (s == OT_OK && m->rank == 0)
         train_log(t,
                   "sharded optimizer update: gradients reduce-scattered (%s) in blocks of %lld "
@@ -1110,7 +1164,10 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
 static void run_end(replica_run *rr) {
     trainer *t = rr->t;
     if (t->pod_vt->member_end) t->pod_vt->member_end(t, &rr->m);
-    if (rr->views) shared_params_end(rr);
+    if (rr->vsh)
+        vshared_end(rr);
+    else if (rr->views)
+        shared_params_end(rr);
     if (rr->ovl) { /* the segment's last member frees the exchange and the bound vectors */
         pthread_mutex_lock(&t->mu);
         t->xchg_mem[t->xchg_nmem++] = t->shard_len ? rr->send : rr->flat;
