@@ -4,7 +4,8 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--group suite|extra|utils|models|all] [--quick] [--only TEXT] [--list] [--json]
+                           [--group suite|extra|utils|models|vision_nlp|all] [--quick]
+                           [--only TEXT] [--list] [--json]
                            [--tol-scale S]
 
 Getting jax (not used by CI; nothing in CTest needs it):
@@ -70,6 +71,17 @@ bilinear jax.image.resize x2; DP-SGD per-example gradients (jax.vmap(jax.grad)) 
 mixed-precision step (bf16 compute, f32 master weights, loss scaling, finite check); softmax and
 log_softmax over a middle axis with their gradient; a depthwise 3x3 conv (feature_group_count =
 C) + ReLU6 and a 1-D convolution value_and_grad; sinusoidal position embeddings with atan2/hypot.
+
+The fifth group (`--group vision_nlp`, names starting with "v ") holds vision and language
+layers: a ViT patch embedding (16x16 stride-16 convolution) + position + layer norm; a stride-2
+3x3 convolution + inference batch norm + ReLU; grouped (4 groups), dilated (2) and transposed
+(4x4 stride 2 upsampling) convolutions and a 3x3x3 NDHWC convolution; reflect padding + a VALID
+convolution; global average pooling + a dense head's cross-entropy value_and_grad; multi-head
+attention value_and_grad with a padding mask; RoPE on interleaved pairs of q and k; BERT token +
+position embeddings + layer norm value_and_grad (scatter-adds with duplicate ids); a running mean
+by cumsum over the sequence axis and a cumprod over axis 0; one_hot of (batch, seq) ids @ W
+value_and_grad; top-k sampling with temperature and a Gumbel draw (jax.random.categorical); an
+SGD step with threefry dropout; a bf16 autocast feed-forward block value_and_grad.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -1513,11 +1525,294 @@ def models_case_list(quick):
             ("m sinusoid embedding + atan2/hypot 8192x512", lambda: make_m_sinusoid(q))]
 
 
+# ---- the fifth group: vision and language layers (`--group vision_nlp`) --------------------------
+# Layers of vision and language models that the other groups do not run: patch embeddings (a
+# convolution whose stride is its window), strided, grouped, dilated, transposed and 3-D
+# convolutions, inference batch norm, reflect padding, a classification head's gradient, padded
+# multi-head attention, RoPE on interleaved pairs, token + position embeddings with their
+# gradients, running means by cumsum, one-hot matmuls on (batch, seq) ids, top-k sampling with
+# Gumbel noise, dropout in a training step and a bf16 autocast feed-forward block.
+
+def make_v_vit_patch(quick):
+    n, hw, p, d = (8, 224, 16, 384) if not quick else (2, 8, 4, 8)
+    rng = _rng(81)
+    x = _f32(rng.standard_normal((n, hw, hw, 3)))
+    w = _f32(rng.standard_normal((p, p, 3, d)) / math.sqrt(p * p * 3))
+    b = _f32(0.1 * rng.standard_normal(d))
+    pos = _f32(0.02 * rng.standard_normal(((hw // p) ** 2, d)))
+    g, beta = _f32(1 + 0.1 * rng.standard_normal(d)), _f32(0.1 * rng.standard_normal(d))
+
+    def f(x, w, b, pos, g, beta):  # ViT stem: patchify conv, flatten, + position, layer norm
+        y = lax.conv_general_dilated(x, w, (p, p), "VALID",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = y.reshape(n, -1, d) + b + pos
+        return layer_norm(y, g, beta)
+    return f, [x, w, b, pos, g, beta], {"tol": 1e-4}
+
+
+def make_v_conv_bn(quick):
+    n, hw, ci, co = (16, 56, 64, 128) if not quick else (2, 7, 3, 5)
+    rng = _rng(82)
+    x = _f32(rng.standard_normal((n, hw, hw, ci)))
+    w = _f32(rng.standard_normal((3, 3, ci, co)) / math.sqrt(9 * ci))
+    mean, var = _f32(0.1 * rng.standard_normal(co)), _f32(1 + 0.2 * rng.uniform(size=co))
+    g, beta = _f32(1 + 0.1 * rng.standard_normal(co)), _f32(0.1 * rng.standard_normal(co))
+
+    def f(x, w, mean, var, g, beta):  # ResNet downsampling conv, BN with running statistics
+        y = lax.conv_general_dilated(x, w, (2, 2), ((1, 1), (1, 1)),
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.nn.relu((y - mean) * lax.rsqrt(var + 1e-5) * g + beta)
+    return f, [x, w, mean, var, g, beta], {}
+
+
+def make_v_conv_variant(kind, quick):
+    """Grouped (feature_group_count 4, as in ResNeXt), dilated (rhs_dilation 2, as in DeepLab)
+    3x3 convolutions, NHWC, SAME, + bias + ReLU."""
+    n, hw, c = (8, 28, 128) if kind == "grouped" else (8, 32, 64)
+    if quick:
+        n, hw, c = 2, 9, 8
+    groups = 4 if kind == "grouped" else 1
+    rng = _rng(83)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    w = _f32(rng.standard_normal((3, 3, c // groups, c)) / math.sqrt(9 * c // groups))
+    b = _f32(0.1 * rng.standard_normal(c))
+    dil = (2, 2) if kind == "dilated" else (1, 1)
+
+    def f(x, w, b):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=dil,
+                                     feature_group_count=groups,
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.nn.relu(y + b)
+    return f, [x, w, b], {}
+
+
+def make_v_conv_transpose(quick):
+    n, hw, ci, co = (8, 32, 64, 32) if not quick else (2, 5, 4, 3)
+    rng = _rng(84)
+    x = _f32(rng.standard_normal((n, hw, hw, ci)))
+    w = _f32(rng.standard_normal((4, 4, ci, co)) / math.sqrt(4 * ci))
+    b = _f32(0.1 * rng.standard_normal(co))
+
+    def f(x, w, b):  # a U-Net/GAN decoder's x2 upsampling: 4x4 kernel, stride 2
+        y = lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.nn.relu(y + b)
+    return f, [x, w, b], {}
+
+
+def make_v_conv3d(quick):
+    n, s, ci, co = (4, 16, 16, 32) if not quick else (1, 5, 2, 3)
+    rng = _rng(85)
+    x = _f32(rng.standard_normal((n, s, s, s, ci)))
+    w = _f32(rng.standard_normal((3, 3, 3, ci, co)) / math.sqrt(27 * ci))
+    b = _f32(0.1 * rng.standard_normal(co))
+
+    def f(x, w, b):  # a video/volume model's 3x3x3 convolution, NDHWC
+        y = lax.conv_general_dilated(x, w, (1, 1, 1), "SAME",
+                                     dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+        return jax.nn.relu(y + b)
+    return f, [x, w, b], {}
+
+
+def make_v_gap_head(quick):
+    n, hw, c, k = (64, 7, 512, 1000) if not quick else (3, 3, 8, 5)
+    rng = _rng(86)
+    feat = _f32(jax.nn.relu(rng.standard_normal((n, hw, hw, c))))
+    w = _f32(rng.standard_normal((c, k)) / math.sqrt(c))
+    b = _f32(np.zeros(k))
+    y = rng.integers(0, k, n).astype(np.int32)
+
+    def step(feat, y, w, b):  # global average pool + dense + cross-entropy, w.r.t. all three
+        def loss(feat, w, b):
+            return xent_int(jnp.mean(feat, axis=(1, 2)) @ w + b, y)
+        return jax.value_and_grad(loss, argnums=(0, 1, 2))(feat, w, b)
+    return step, [feat, y, w, b], {"tol": 1e-3}
+
+
+def make_v_mha_pad(quick):
+    b, s, dm, h = (8, 128, 256, 8) if not quick else (2, 7, 8, 2)
+    hd = dm // h
+    rng = _rng(87)
+    x = _f32(rng.standard_normal((b, s, dm)))
+    ws = [_f32(rng.standard_normal((dm, dm)) / math.sqrt(dm)) for _ in range(4)]
+    lengths = rng.integers(s // 2, s + 1, b).astype(np.int32)
+
+    def mha(x, lengths, wq, wk, wv, wo):  # BERT-style: keys past each sequence's length masked
+        q, k, v = ((x @ w).reshape(b, s, h, hd) for w in (wq, wk, wv))
+        sc = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.float32(math.sqrt(hd))
+        valid = jnp.arange(s)[None, :] < lengths[:, None]  # (b, k)
+        sc = jnp.where(valid[:, None, None, :], sc, -1e9)
+        o = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(sc, axis=-1), v).reshape(b, s, dm)
+        return o @ wo
+
+    def step(x, lengths, *ws):
+        qmask = (jnp.arange(s)[None, :] < lengths[:, None])[..., None]
+        return jax.value_and_grad(
+            lambda ws: jnp.sum(jnp.where(qmask, jnp.square(mha(x, lengths, *ws)), 0.0)) /
+            jnp.sum(lengths))(list(ws))
+    return step, [x, lengths] + ws, {"tol": 1e-3}
+
+
+def make_v_rope(quick):
+    b, s, h, d = (4, 512, 16, 64) if not quick else (1, 5, 2, 4)
+    rng = _rng(88)
+    q = _f32(rng.standard_normal((b, s, h, d)))
+    k = _f32(rng.standard_normal((b, s, h, d)))
+    pos = (np.arange(s)[None, :] + rng.integers(0, 100, (b, 1))).astype(np.int32)
+
+    def rope_pairs(x, pos):  # LLaMA-style: rotate (x[2i], x[2i+1]) by pos * theta_i
+        inv = 1.0 / (10000.0 ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+        ang = pos[:, :, None, None].astype(jnp.float32) * inv  # (b, s, 1, d/2)
+        cos, sin = jnp.cos(ang), jnp.sin(ang)
+        xe, xo = x[..., 0::2], x[..., 1::2]
+        return jnp.stack([xe * cos - xo * sin, xe * sin + xo * cos], axis=-1).reshape(x.shape)
+
+    def f(q, k, pos):
+        return rope_pairs(q, pos), rope_pairs(k, pos)
+    return f, [q, k, pos], {"tol": 1e-4}
+
+
+def make_v_tok_pos_embed(quick):
+    b, s, vocab, d = (16, 256, 30522, 256) if not quick else (2, 5, 11, 4)
+    rng = _rng(89)
+    ids = rng.integers(0, vocab, (b, s)).astype(np.int32)
+    ids[:, : s // 8] = 101  # every sequence starts with the same tokens: duplicate ids
+    tok = _f32(0.02 * rng.standard_normal((vocab, d)))
+    pos = _f32(0.02 * rng.standard_normal((512 if not quick else 8, d)))
+    g, beta = _f32(np.ones(d)), _f32(np.zeros(d))
+    ct = _f32(rng.standard_normal((b, s, d)))
+
+    def step(ids, tok, pos, g, beta, ct):  # BERT embeddings: token + position, layer norm
+        def loss(tok, pos, g, beta):
+            e = tok[ids] + pos[jnp.arange(s)][None]
+            return jnp.sum(layer_norm(e, g, beta) * ct)
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(tok, pos, g, beta)
+    return step, [ids, tok, pos, g, beta, ct], {"tol": 1e-3}
+
+
+def make_v_cumulative(quick):
+    b, s, d = (16, 512, 256) if not quick else (2, 7, 3)
+    rng = _rng(90)
+    x = _f32(rng.standard_normal((b, s, d)))
+    p = _f32(1 + 0.01 * rng.standard_normal((s, d)))
+
+    def f(x, p):  # a causal running mean over the sequence axis; a discount product over axis 0
+        run_mean = jnp.cumsum(x, axis=1) / jnp.arange(1, s + 1, dtype=jnp.float32)[:, None]
+        return run_mean, jnp.cumprod(p, axis=0), jnp.cumsum(x[0], axis=0)
+    return f, [x, p], {"tol": 1e-4}
+
+
+def make_v_onehot_seq(quick):
+    b, s, vocab, d = (8, 256, 2048, 128) if not quick else (2, 3, 7, 4)
+    rng = _rng(91)
+    ids = rng.integers(0, vocab, (b, s)).astype(np.int32)
+    w = _f32(rng.standard_normal((vocab, d)) / math.sqrt(vocab))
+    ct = _f32(rng.standard_normal((b, s, d)))
+
+    def step(ids, w, ct):  # the TPU-style embedding: one_hot(ids) @ table, and its gradient
+        return jax.value_and_grad(
+            lambda w: jnp.sum((jax.nn.one_hot(ids, vocab, dtype=jnp.float32) @ w) * ct))(w)
+    return step, [ids, w, ct], {"tol": 1e-3}
+
+
+def make_v_topk_sample(quick):
+    b, vocab, k = (64, 32000, 50) if not quick else (3, 37, 5)
+    rng = _rng(92)
+    logits = _f32(rng.standard_normal((b, vocab)) * 3)
+    key = np.array([0, 42], np.uint32)
+    temp = np.float32(0.7)
+
+    def f(logits, key, temp):  # top-k sampling: scale, keep the k best, Gumbel-max draw
+        vals, idx = lax.top_k(logits / temp, k)
+        choice = jax.random.categorical(jax.random.wrap_key_data(key), vals, axis=-1)
+        tok = jnp.take_along_axis(idx, choice[:, None], axis=1)[:, 0]
+        return tok.astype(jnp.int32), jax.nn.log_softmax(vals, axis=-1)
+    return f, [logits, key, temp], {"tol": 1e-4}
+
+
+def make_v_reflect_conv(quick):
+    n, hw, c = (8, 64, 32) if not quick else (2, 6, 3)
+    rng = _rng(93)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    w = _f32(rng.standard_normal((3, 3, c, c)) / math.sqrt(9 * c))
+
+    def f(x, w):  # style-transfer/super-resolution nets: reflect padding instead of zeros
+        xp = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect")
+        y = lax.conv_general_dilated(xp, w, (1, 1), "VALID",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.nn.relu(y)
+    return f, [x, w], {}
+
+
+def make_v_dropout_step(quick):
+    batch, sizes = (256, [512, 1024, 10]) if not quick else (5, [6, 7, 3])
+    rng = _rng(94)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    key = np.array([0, 7], np.uint32)
+
+    def step(x, y, key, w1, b1, w2, b2):  # SGD step with dropout 0.1 on the hidden layer
+        def loss(p):
+            w1, b1, w2, b2 = p
+            h = jax.nn.relu(x @ w1 + b1)
+            keep = jax.random.bernoulli(jax.random.wrap_key_data(key), 0.9, h.shape)
+            h = jnp.where(keep, h / 0.9, 0.0)
+            return xent_int(h @ w2 + b2, y)
+        lv, g = jax.value_and_grad(loss)((w1, b1, w2, b2))
+        return [lv] + [p - 0.1 * t for p, t in zip((w1, b1, w2, b2), g)]
+    return step, [x, y, key] + ps, {"tol": 1e-3}
+
+
+def make_v_bf16_ffn(quick):
+    b, s, d, ff = (8, 128, 512, 2048) if not quick else (2, 3, 8, 16)
+    rng = _rng(95)
+    x = _f32(rng.standard_normal((b, s, d)))
+    g, beta = _f32(np.ones(d)), _f32(np.zeros(d))
+    w1 = _f32(rng.standard_normal((d, ff)) / math.sqrt(d))
+    w2 = _f32(rng.standard_normal((ff, d)) / math.sqrt(ff))
+
+    def step(x, g, beta, w1, w2):  # autocast: layer norm in f32, matmuls and GELU in bf16
+        def loss(p):
+            g, beta, w1, w2 = p
+            h = layer_norm(x, g, beta).astype(jnp.bfloat16)
+            h = jax.nn.gelu(h @ w1.astype(jnp.bfloat16)) @ w2.astype(jnp.bfloat16)
+            return jnp.mean(jnp.square((x + h.astype(jnp.float32))))
+        return jax.value_and_grad(loss)((g, beta, w1, w2))
+    return step, [x, g, beta, w1, w2], {"tol": 2e-2}
+
+
+def vision_nlp_case_list(quick):
+    """The fifth group, each name starting with "v ". Sizes are those of a full run."""
+    q = quick
+    return [("v vit patch16 embed + pos + layer norm 8x224x224x3 -> 384",
+             lambda: make_v_vit_patch(q)),
+            ("v conv3x3 s2 + bn(inference) + relu NHWC 16x56x56x64->128",
+             lambda: make_v_conv_bn(q)),
+            ("v grouped conv3x3 g4 NHWC 8x28x28x128", lambda: make_v_conv_variant("grouped", q)),
+            ("v dilated conv3x3 d2 NHWC 8x32x32x64", lambda: make_v_conv_variant("dilated", q)),
+            ("v conv_transpose 4x4 s2 NHWC 8x32x32x64->32", lambda: make_v_conv_transpose(q)),
+            ("v conv3d 3x3x3 NDHWC 4x16x16x16x16->32", lambda: make_v_conv3d(q)),
+            ("v gap + dense head xent value_and_grad 64x7x7x512->1000",
+             lambda: make_v_gap_head(q)),
+            ("v mha padding mask value_and_grad b8 s128 d256 h8", lambda: make_v_mha_pad(q)),
+            ("v rope interleaved pairs q,k 4x512x16x64", lambda: make_v_rope(q)),
+            ("v token+position embed + ln value_and_grad 16x256 V30522 d256",
+             lambda: make_v_tok_pos_embed(q)),
+            ("v cumsum running mean axis1 + cumprod axis0 16x512x256",
+             lambda: make_v_cumulative(q)),
+            ("v one_hot(b,s) @ W value_and_grad 8x256 V2048 d128", lambda: make_v_onehot_seq(q)),
+            ("v top-k 50 sampling gumbel temperature 64x32000", lambda: make_v_topk_sample(q)),
+            ("v reflect pad + conv3x3 NHWC 8x64x64x32", lambda: make_v_reflect_conv(q)),
+            ("v dropout threefry mlp sgd step 512-1024-10 b256", lambda: make_v_dropout_step(q)),
+            ("v bf16 autocast ffn value_and_grad 8x128x512-2048", lambda: make_v_bf16_ffn(q))]
+
+
 def group_cases(group, quick):
     return ((case_list(quick) if group in ("suite", "all") else []) +
             (extra_case_list(quick) if group in ("extra", "all") else []) +
             (utils_case_list(quick) if group in ("utils", "all") else []) +
-            (models_case_list(quick) if group in ("models", "all") else []))
+            (models_case_list(quick) if group in ("models", "all") else []) +
+            (vision_nlp_case_list(quick) if group in ("vision_nlp", "all") else []))
 
 
 # ---- timing and checking ------------------------------------------------------------------------
@@ -1706,11 +2001,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=30, help="timed calls per side, all rounds")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    ap.add_argument("--group", choices=("suite", "extra", "utils", "models", "all"),
+    ap.add_argument("--group",
+                    choices=("suite", "extra", "utils", "models", "vision_nlp", "all"),
                     default="suite",
                     help="suite: the programs above (default); extra: the second group "
                     "(names starting with 'x '); utils: the third ('u '); models: the fourth "
-                    "('m '); all: every group")
+                    "('m '); vision_nlp: the fifth ('v '); all: every group")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
