@@ -334,8 +334,10 @@ ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const
  * TOTALORDER for floats and in the type's own order for integers, ties by the lower index. The
  * reference picks, k times, the first untaken element no later element beats; the same picks are
  * the k first of the row ordered by (key descending (ascending), index), which this kernel takes
- * from integer keys: by one pass keeping the k first for small k, else from a stable sort. Rows
- * are split over the pool (one task per row). */
+ * from integer keys: by one pass keeping the k first in order for small k, by one pass keeping
+ * them in a heap (then sorted) while k is a small part of the row, else from a stable sort of the
+ * row. (key, index) pairs are distinct, so the three give the same k in the same order. Rows are
+ * split over the pool (one task per row). */
 typedef struct topk_plan {
     ot_dtype t;
     int64_t m, k;
@@ -346,63 +348,122 @@ typedef struct topk_plan {
     ot_status st;
 } topk_plan;
 
-#define TOPK_PASSES 32 /* up to this k, one pass keeping the k first; above, a sort */
+#define TOPK_PASSES    32 /* up to this k, one pass keeping the k first in order */
+#define TOPK_HEAP_PART 8  /* above, while k <= m / this, a heap of the k first; above, a sort */
+
+/* (key, pos) order: a before b. */
+static inline bool key_before(sort_key a, sort_key b) {
+    return a.key < b.key || (a.key == b.key && a.pos < b.pos);
+}
+
+/* Moves h[at] down the max-heap h[0..n) (the last in (key, pos) order at the top). */
+static void heap_down(sort_key *h, int64_t n, int64_t at) {
+    sort_key x = h[at];
+    for (;;) {
+        int64_t c = 2 * at + 1;
+        if (c >= n) break;
+        if (c + 1 < n && key_before(h[c], h[c + 1])) c++;
+        if (!key_before(x, h[c])) break;
+        h[at] = h[c];
+        at = c;
+    }
+    h[at] = x;
+}
+
+/* The key of row element q: ~key for largest, so that the wanted ones come first in ascending
+ * (key, pos) order. */
+static inline int64_t topk_key(const topk_plan *p, const char *row, int64_t q) {
+    if (p->t == OT_F32) { /* the common case without the generic loads: the same order */
+        int32_t v;
+        memcpy(&v, row + (size_t)q * 4, 4);
+        int64_t key = v ^ ((v >> 31) & 0x7fffffff);
+        return p->largest ? ~key : key;
+    }
+    size_t es = ot_dtype_size(p->t);
+    int64_t key = ot_dtype_is_unsigned_int(p->t) ? (int64_t)(ex_ld_bits(es, row, q) ^ (1ull << 63))
+                                                 : ld_signed(es, row, q);
+    if (ot_dtype_is_float(p->t) && key < 0) key ^= (int64_t)(~0ull >> 1); /* total order */
+    return p->largest ? ~key : key;
+}
+
+/* Moves one element (key, pos) into the k first so far, best[0..*nb), by insertion (kept in
+ * order) or into the max-heap; returns the key an element must be strictly below to enter once
+ * *nb is k (an equal key comes later in the pass, so its index is larger). */
+static inline int64_t topk_enter(sort_key *best, int64_t *nb, int64_t k, bool heap, sort_key x) {
+    if (heap) {
+        if (*nb < k) {
+            best[(*nb)++] = x;
+            if (*nb < k) return 0;
+            for (int64_t q = k / 2; q-- > 0;) heap_down(best, k, q);
+        } else {
+            best[0] = x;
+            heap_down(best, k, 0);
+        }
+        return best[0].key;
+    }
+    int64_t at = *nb < k ? (*nb)++ : k - 1;
+    while (at > 0 && best[at - 1].key > x.key) {
+        best[at] = best[at - 1];
+        at--;
+    }
+    best[at] = x;
+    return best[*nb - 1].key;
+}
+
+/* The k first of the row in (key, pos) order, in order, into best[0..k), by one pass over the
+ * row in index order: an element is compared with the k-th so far and turned away unless it
+ * enters. Small k: the k first kept in order (insertion). Larger k: kept in a max-heap (O(m log
+ * k) however the row is ordered; on most rows nearly every element is turned away by the one
+ * compare), sorted in place at the end by taking the top k times. */
+static void topk_select(const topk_plan *p, const char *row, sort_key *best) {
+    int64_t m = p->m, k = p->k, nb = 0, thr = 0;
+    bool heap = k > TOPK_PASSES;
+    if (p->t == OT_F32 && p->largest) { /* the usual call: the key's form fixed for the loop */
+        for (int64_t q = 0; q < m; q++) {
+            int32_t v;
+            memcpy(&v, row + (size_t)q * 4, 4);
+            int64_t key = ~(int64_t)(v ^ ((v >> 31) & 0x7fffffff)); /* no branch on the sign */
+            if (nb < k || key < thr) thr = topk_enter(best, &nb, k, heap, (sort_key){key, q});
+        }
+    } else {
+        for (int64_t q = 0; q < m; q++) {
+            int64_t key = topk_key(p, row, q);
+            if (nb < k || key < thr) thr = topk_enter(best, &nb, k, heap, (sort_key){key, q});
+        }
+    }
+    if (!heap) return;
+    for (int64_t n = k; n > 1; n--) {
+        sort_key t = best[0];
+        best[0] = best[n - 1];
+        best[n - 1] = t;
+        heap_down(best, n - 1, 0);
+    }
+}
 
 static void topk_rows(void *arg, int64_t begin, int64_t end, int ith) {
     (void)ith;
     topk_plan *p = arg;
     size_t es = ot_dtype_size(p->t);
     int64_t m = p->m, k = p->k;
-    bool fl = ot_dtype_is_float(p->t), uns = ot_dtype_is_unsigned_int(p->t);
-    sort_key *a = ot_malloc((size_t)(2 * m) * sizeof *a);
+    bool select = k <= TOPK_PASSES || k <= m / TOPK_HEAP_PART;
+    sort_key *a = ot_malloc((size_t)(select ? k : 2 * m) * sizeof *a);
     if (!a) {
         p->st = ot_error(OT_ERR_OUT_OF_MEMORY, "topk: out of memory");
         return;
     }
     for (int64_t r = begin; r < end; r++) {
         const char *row = (const char *)p->x + (size_t)(r * m) * es;
-        int64_t flip = p->largest ? -1 : 0; /* ~key: the wanted ones first */
-        if (p->t == OT_F32) { /* the common case without the generic loads: the same order */
-            const int32_t *v = (const int32_t *)(const void *)row;
-            for (int64_t q = 0; q < m; q++) {
-                int64_t key = v[q] < 0 ? v[q] ^ 0x7fffffff : v[q];
-                a[q] = (sort_key){key ^ flip, q};
-            }
+        if (select) {
+            topk_select(p, row, a);
         } else {
-            for (int64_t q = 0; q < m; q++) {
-                int64_t key =
-                    uns ? (int64_t)(ex_ld_bits(es, row, q) ^ (1ull << 63)) : ld_signed(es, row, q);
-                if (fl && key < 0) key ^= (int64_t)(~0ull >> 1); /* total order */
-                a[q] = (sort_key){key ^ flip, q};
-            }
+            for (int64_t q = 0; q < m; q++) a[q] = (sort_key){topk_key(p, row, q), q};
+            sort_keys(a, a + m, m);
         }
         char *vo = (char *)p->vals + (size_t)(r * k) * es;
         int32_t *io = p->idx + r * k;
-        if (k <= TOPK_PASSES) {
-            /* one pass in index order keeping the k first (ascending key, then index) in order:
-             * an element enters only with a key strictly below the k-th's (an equal key comes
-             * later, so its index is larger) */
-            sort_key *best = a + m;
-            int64_t nb = 0;
-            for (int64_t q = 0; q < m; q++) {
-                if (nb == k && a[q].key >= best[k - 1].key) continue;
-                int64_t at = nb < k ? nb++ : k - 1;
-                while (at > 0 && best[at - 1].key > a[q].key) {
-                    best[at] = best[at - 1];
-                    at--;
-                }
-                best[at] = a[q];
-            }
-            for (int64_t j = 0; j < k; j++) {
-                memcpy(vo + (size_t)j * es, row + (size_t)best[j].pos * es, es);
-                io[j] = (int32_t)best[j].pos;
-            }
-        } else {
-            sort_keys(a, a + m, m);
-            for (int64_t j = 0; j < k; j++) {
-                memcpy(vo + (size_t)j * es, row + (size_t)a[j].pos * es, es);
-                io[j] = (int32_t)a[j].pos;
-            }
+        for (int64_t j = 0; j < k; j++) {
+            memcpy(vo + (size_t)j * es, row + (size_t)a[j].pos * es, es);
+            io[j] = (int32_t)a[j].pos;
         }
     }
     ot_free(a);
