@@ -2406,8 +2406,9 @@ static void test_norm_rows(void) {
 }
 
 /* Masked softmax as JAX lowers attention's (scale, select against a [S,S] mask broadcast over batch
- * and heads, row max, exp of the difference, its sum, the division) and a log-softmax (masked with
- * the lowest float, or with -inf: rows of -inf where the mask is all false), on f32 and f64, rows
+ * and heads, or a padding mask [B,S] broadcast over heads and queries (dimensions {0,3}), row
+ * max, exp of the difference, its sum, the division) and a log-softmax (masked with the lowest
+ * float, or with -inf: rows of -inf where the mask is all false), on f32 and f64, rows
  * of 1 to 130 elements (odd lengths, shorter than a lane group, one element), inputs with NaNs,
  * infinities, signed zeros and subnormals (rows with and without NaN), on 1, 2, 3 and 8 threads:
  * every output bit for bit the reference evaluator's, every fusion native (but with rows of one
@@ -2424,80 +2425,94 @@ static void test_softmax_rows(void) {
     char text[8192];
     tb b = {text, 0, sizeof text};
     int seed = 0;
-    for (int j = 0; j < 2; j++)
-        for (int k = 0; k < (int)(sizeof lens / sizeof lens[0]); k++)
-            for (int form = 0; form < 3; form++) {
-                const char *T = dts[j];
-                int S = lens[k];
-                b.n = 0;
-                tp(&b,
-                   "HloModule sm\nmx {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
-                   "  ROOT c = %s[] maximum(a, b)\n}\nadd {\n  a = %s[] parameter(0)\n"
-                   "  b = %s[] parameter(1)\n  ROOT c = %s[] add(a, b)\n}\n",
-                   T, T, T, T, T, T);
-                tp(&b,
-                   "ENTRY main {\n  x = %s[2,3,%d,%d] parameter(0)\n  m = pred[%d,%d] "
-                   "parameter(1)\n"
-                   "  c = %s[] constant(0.125)\n  cb = %s[2,3,%d,%d] broadcast(c), dimensions={}\n"
-                   "  xs = %s[2,3,%d,%d] multiply(x, cb)\n"
-                   "  mb = pred[2,3,%d,%d] broadcast(m), dimensions={2,3}\n"
-                   "  lo = %s[] constant(%s)\n"
-                   "  lb = %s[2,3,%d,%d] broadcast(lo), dimensions={}\n"
-                   "  sel = %s[2,3,%d,%d] select(mb, xs, lb)\n  ni = %s[] constant(-inf)\n"
-                   "  rm = %s[2,3,%d] reduce(sel, ni), dimensions={3}, to_apply=mx\n"
-                   "  rmb = %s[2,3,%d,%d] broadcast(rm), dimensions={0,1,2}\n"
-                   "  d = %s[2,3,%d,%d] subtract(sel, rmb)\n  ex = %s[2,3,%d,%d] exponential(d)\n"
-                   "  z = %s[] constant(0)\n"
-                   "  s = %s[2,3,%d] reduce(ex, z), dimensions={3}, to_apply=add\n"
-                   "  sb = %s[2,3,%d,%d] broadcast(s), dimensions={0,1,2}\n",
-                   T, S, S, S, S, T, T, S, S, T, S, S, S, S, T,
-                   form == 2 ? "-inf" : "-3.40282347e+38", T, S, S, T, S, S, T, T, S, T, S, S, T, S,
-                   S, T, S, S, T, T, S, T, S, S);
-                if (form == 0)
-                    tp(&b, "  ROOT y = %s[2,3,%d,%d] divide(ex, sb)\n}\n", T, S, S);
-                else /* log-softmax: d - log(sum); form 2: masked with -inf (rows of -inf) */
+    for (int pad = 0; pad < 2; pad++)
+        for (int j = 0; j < 2; j++)
+            for (int k = 0; k < (int)(sizeof lens / sizeof lens[0]); k++)
+                for (int form = 0; form < 3; form++) {
+                    const char *T = dts[j];
+                    int S = lens[k];
+                    if (pad && (S == 1 || S == 15 || S == 16 || S == 128)) continue; /* time */
+                    char md[64], mdims[16];
+                    if (pad) {
+                        snprintf(md, sizeof md, "2,%d", S);
+                        snprintf(mdims, sizeof mdims, "{0,3}");
+                    } else {
+                        snprintf(md, sizeof md, "%d,%d", S, S);
+                        snprintf(mdims, sizeof mdims, "{2,3}");
+                    }
+                    b.n = 0;
                     tp(&b,
-                       "  ls = %s[2,3,%d,%d] log(sb)\n  ROOT y = %s[2,3,%d,%d] subtract(d, "
-                       "ls)\n}\n",
-                       T, S, S, T, S, S);
-                /* on 1, 2, 3 and 8 threads; rows of one element: a reduce over a unit dim lands
-                 * inside a loop fusion, which stays interpreted */
-                for (int t = 0; t < 4; t++) {
-                    g_run_pool = pools[t];
-                    g_keep_src = t == 3;
-                    check_module(text, 1500 + (uint64_t)seed++, S > 1);
+                       "HloModule sm\nmx {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                       "  ROOT c = %s[] maximum(a, b)\n}\nadd {\n  a = %s[] parameter(0)\n"
+                       "  b = %s[] parameter(1)\n  ROOT c = %s[] add(a, b)\n}\n",
+                       T, T, T, T, T, T);
+                    tp(&b,
+                       "ENTRY main {\n  x = %s[2,3,%d,%d] parameter(0)\n  m = pred[%s] "
+                       "parameter(1)\n"
+                       "  c = %s[] constant(0.125)\n  cb = %s[2,3,%d,%d] broadcast(c), "
+                       "dimensions={}\n"
+                       "  xs = %s[2,3,%d,%d] multiply(x, cb)\n"
+                       "  mb = pred[2,3,%d,%d] broadcast(m), dimensions=%s\n"
+                       "  lo = %s[] constant(%s)\n"
+                       "  lb = %s[2,3,%d,%d] broadcast(lo), dimensions={}\n"
+                       "  sel = %s[2,3,%d,%d] select(mb, xs, lb)\n  ni = %s[] constant(-inf)\n"
+                       "  rm = %s[2,3,%d] reduce(sel, ni), dimensions={3}, to_apply=mx\n"
+                       "  rmb = %s[2,3,%d,%d] broadcast(rm), dimensions={0,1,2}\n"
+                       "  d = %s[2,3,%d,%d] subtract(sel, rmb)\n  ex = %s[2,3,%d,%d] "
+                       "exponential(d)\n"
+                       "  z = %s[] constant(0)\n"
+                       "  s = %s[2,3,%d] reduce(ex, z), dimensions={3}, to_apply=add\n"
+                       "  sb = %s[2,3,%d,%d] broadcast(s), dimensions={0,1,2}\n",
+                       T, S, S, md, T, T, S, S, T, S, S, S, S, mdims, T,
+                       form == 2 ? "-inf" : "-3.40282347e+38", T, S, S, T, S, S, T, T, S, T, S, S,
+                       T, S, S, T, S, S, T, T, S, T, S, S);
+                    if (form == 0)
+                        tp(&b, "  ROOT y = %s[2,3,%d,%d] divide(ex, sb)\n}\n", T, S, S);
+                    else /* log-softmax: d - log(sum); form 2: masked with -inf (rows of -inf) */
+                        tp(&b,
+                           "  ls = %s[2,3,%d,%d] log(sb)\n  ROOT y = %s[2,3,%d,%d] subtract(d, "
+                           "ls)\n}\n",
+                           T, S, S, T, S, S);
+                    /* on 1, 2, 3 and 8 threads; rows of one element: a reduce over a unit dim lands
+                     * inside a loop fusion, which stays interpreted */
+                    for (int t = 0; t < 4; t++) {
+                        g_run_pool = pools[t];
+                        g_keep_src = t == 3;
+                        check_module(text, 1500 + (uint64_t)seed++, S > 1);
+                    }
+                    g_keep_src = false;
+                    g_run_pool = NULL;
+                    if (S < 16 || !g_src) continue;
+                    /* softmax: the maximum, the exp-sum (which stores the exp) and the division;
+                     * log-softmax: the maximum, then the exp-sum with the output loop */
+                    int nf = 0;
+                    EXPECT_INT_EQ(row_sums(text, &nf), 1);
+                    EXPECT_INT_EQ(nf, form == 0 ? 3 : 2);
+                    /* the row maximum with keys; no division or remainder in any per-element index
+                     */
+                    EXPECT_TRUE(strstr(g_src, "(maximum, keys) */") != NULL);
+                    for (const char *q = g_src; (q = strstr(q, "const int64_t ix")) != NULL; q++) {
+                        const char *eol = strchr(q, '\n');
+                        bool divmod = false;
+                        for (const char *c = q; c < eol; c++) divmod |= *c == '%' || *c == '/';
+                        if (divmod) fprintf(stderr, "%.*s\n", (int)(eol - q), q);
+                        EXPECT_TRUE(!divmod);
+                    }
+                    /* softmax's exp-sum row kernel computes the exp once: stored inside the sum's
+                     * loops, no loop over the row after it (the log-softmax's exp feeds the sum
+                     * only)
+                     */
+                    if (form != 0) continue;
+                    const char *rk = strstr(g_src, "(rows) */");
+                    EXPECT_TRUE(rk != NULL);
+                    if (rk) {
+                        const char *end = strstr(rk, "\n}\n");
+                        const char *el = strstr(rk, "for (int64_t col = 0; col <");
+                        EXPECT_TRUE(end && (!el || el > end));
+                        const char *st = strstr(rk, "o0[i] = ");
+                        EXPECT_TRUE(st && end && st < end);
+                    }
                 }
-                g_keep_src = false;
-                g_run_pool = NULL;
-                if (S < 16 || !g_src) continue;
-                /* softmax: the maximum, the exp-sum (which stores the exp) and the division;
-                 * log-softmax: the maximum, then the exp-sum with the output loop */
-                int nf = 0;
-                EXPECT_INT_EQ(row_sums(text, &nf), 1);
-                EXPECT_INT_EQ(nf, form == 0 ? 3 : 2);
-                /* the row maximum with keys; no division or remainder in any per-element index */
-                EXPECT_TRUE(strstr(g_src, "(maximum, keys) */") != NULL);
-                for (const char *q = g_src; (q = strstr(q, "const int64_t ix")) != NULL; q++) {
-                    const char *eol = strchr(q, '\n');
-                    bool divmod = false;
-                    for (const char *c = q; c < eol; c++) divmod |= *c == '%' || *c == '/';
-                    if (divmod) fprintf(stderr, "%.*s\n", (int)(eol - q), q);
-                    EXPECT_TRUE(!divmod);
-                }
-                /* softmax's exp-sum row kernel computes the exp once: stored inside the sum's
-                 * loops, no loop over the row after it (the log-softmax's exp feeds the sum only)
-                 */
-                if (form != 0) continue;
-                const char *rk = strstr(g_src, "(rows) */");
-                EXPECT_TRUE(rk != NULL);
-                if (rk) {
-                    const char *end = strstr(rk, "\n}\n");
-                    const char *el = strstr(rk, "for (int64_t col = 0; col <");
-                    EXPECT_TRUE(end && (!el || el > end));
-                    const char *st = strstr(rk, "o0[i] = ");
-                    EXPECT_TRUE(st && end && st < end);
-                }
-            }
     free(g_src);
     g_src = NULL;
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
