@@ -378,8 +378,7 @@ DEFINE_RW(double, uint64_t, min_f64, min_d, fold_min_f64, 0)
  * on CPU. The reference folds each output's window from the init value in window order, skipping
  * the padding, which is acc_k = f(acc_{k-1}, x_k) from acc_{-1} = init: the same operations in
  * the same order, so the scan below gives the reference's bits in n steps instead of n^2 / 2.
- * The operand is viewed as [outer, n, inner]; a task is one outer index and one block of at most
- * SCAN_BLOCK inner indices (the partition depends on the shape only). */
+ * The operand is viewed as [outer, n, inner] (tasks: scan_tasks). */
 #define SCAN_BLOCK 1024
 
 typedef struct scan_plan {
@@ -389,6 +388,105 @@ typedef struct scan_plan {
     const void *x, *init;
     void *y;
 } scan_plan;
+
+/* max_f / min_f (max_d / min_d) for operands that are not NaN (scan_op takes the NaNs apart):
+ * the operands' total-order keys compared, integer selects only, so that the scan's loops
+ * vectorize. The same result: equal keys are equal bits, and -0 orders below +0 as the
+ * reference's tie rule picks (+0 for maximum, -0 for minimum). */
+/* fz_f / fz_d without a branch (a subnormal to its signed zero, by masking its bits): the scan's
+ * loops over several lines do not vectorize, and the branch cost more than the operation. */
+static inline float scan_fz_f32(float v, bool z) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u &= z && (u & 0x7fffffffu) < 0x00800000u ? 0x80000000u : 0xffffffffu;
+    memcpy(&v, &u, 4);
+    return v;
+}
+static inline double scan_fz_f64(double v, bool z) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    u &= z && (u & 0x7fffffffffffffffull) < 0x0010000000000000ull ? 0x8000000000000000ull : ~0ull;
+    memcpy(&v, &u, 8);
+    return v;
+}
+static inline float scan_add_f32(float a, float b, bool z) {
+    return scan_fz_f32(scan_fz_f32(a, z) + scan_fz_f32(b, z), z);
+}
+static inline double scan_add_f64(double a, double b, bool z) {
+    return scan_fz_f64(scan_fz_f64(a, z) + scan_fz_f64(b, z), z);
+}
+static inline float scan_mul_f32(float a, float b, bool z) {
+    if (!z) return a * b;
+    return ex_tiny_f((double)scan_fz_f32(a, z) * (double)scan_fz_f32(b, z)); /* as mul_f */
+}
+static inline double scan_mul_f64(double a, double b, bool z) {
+    return scan_fz_f64(scan_fz_f64(a, z) * scan_fz_f64(b, z), z);
+}
+
+#define DEFINE_SCAN_MINMAX(T, SUF, FZ, I, U, SH)                                                   \
+    static inline I scan_key_##SUF(T v) {                                                          \
+        I k;                                                                                       \
+        memcpy(&k, &v, sizeof k);                                                                  \
+        return k ^ (I)((U)(k >> SH) >> 1);                                                         \
+    }                                                                                              \
+    static inline T scan_max_##SUF(T a, T b, bool z) {                                             \
+        a = FZ(a, z), b = FZ(b, z);                                                                \
+        return scan_key_##SUF(a) >= scan_key_##SUF(b) ? a : b;                                     \
+    }                                                                                              \
+    static inline T scan_min_##SUF(T a, T b, bool z) {                                             \
+        a = FZ(a, z), b = FZ(b, z);                                                                \
+        return scan_key_##SUF(a) <= scan_key_##SUF(b) ? a : b;                                     \
+    }
+DEFINE_SCAN_MINMAX(float, f32, scan_fz_f32, int32_t, uint32_t, 31)
+DEFINE_SCAN_MINMAX(double, f64, scan_fz_f64, int64_t, uint64_t, 63)
+
+/* One reducer's scan steps, the operand order and the flush mode fixed for each loop: a row of
+ * n inner indices, y_j = f(prev_j, x_j) (prev NULL: init), which vectorizes; or, where the
+ * scanned dim is the last (inner 1), SCAN_LINES lines of n elements side by side (line l at x +
+ * off[l]), y_k = f(y_{k-1}, x_k) from init, so that the lines' chains overlap instead of one
+ * chain's latency per element. True when a NaN went by: the caller does those elements again
+ * with scan_op, whose NaN is the reference's. */
+#define SCAN_LINES 8
+#define SCAN_ROW(T, F, SWAP, Z)                                                                    \
+    for (int64_t j = 0; j < n; j++) {                                                              \
+        T a_ = prev ? prev[j] : init, b_ = x[j];                                                   \
+        y[j] = (SWAP) ? F(b_, a_, Z) : F(a_, b_, Z);                                               \
+        nan |= (a_ != a_) | (b_ != b_);                                                            \
+    }
+#define SCAN_LINE_STEPS(T, F, SWAP, Z)                                                             \
+    for (int64_t k = 0; k < n; k++)                                                                \
+        for (int l = 0; l < SCAN_LINES; l++) {                                                     \
+            T a_ = acc[l], b_ = x[off[l] + k];                                                     \
+            T r_ = (SWAP) ? F(b_, a_, Z) : F(a_, b_, Z);                                           \
+            y[off[l] + k] = r_;                                                                    \
+            acc[l] = r_;                                                                           \
+            nan |= (a_ != a_) | (b_ != b_);                                                        \
+        }
+#define DEFINE_SCAN_STEPS(T, NAME, F)                                                              \
+    static bool NAME##_row(bool swap, bool z, const T *prev, T init, const T *x, T *y,             \
+                           int64_t n) {                                                            \
+        int nan = 0;                                                                               \
+        switch ((swap ? 2 : 0) | (z ? 1 : 0)) {                                                    \
+        case 0: SCAN_ROW(T, F, 0, 0) break;                                                        \
+        case 1: SCAN_ROW(T, F, 0, 1) break;                                                        \
+        case 2: SCAN_ROW(T, F, 1, 0) break;                                                        \
+        default: SCAN_ROW(T, F, 1, 1) break;                                                       \
+        }                                                                                          \
+        return nan != 0;                                                                           \
+    }                                                                                              \
+    static bool NAME##_lines(bool swap, bool z, const int64_t *off, T init, const T *x, T *y,      \
+                             int64_t n) {                                                          \
+        int nan = 0;                                                                               \
+        T acc[SCAN_LINES];                                                                         \
+        for (int l = 0; l < SCAN_LINES; l++) acc[l] = init;                                        \
+        switch ((swap ? 2 : 0) | (z ? 1 : 0)) {                                                    \
+        case 0: SCAN_LINE_STEPS(T, F, 0, 0) break;                                                 \
+        case 1: SCAN_LINE_STEPS(T, F, 0, 1) break;                                                 \
+        case 2: SCAN_LINE_STEPS(T, F, 1, 0) break;                                                 \
+        default: SCAN_LINE_STEPS(T, F, 1, 1) break;                                                \
+        }                                                                                          \
+        return nan != 0;                                                                           \
+    }
 
 /* f(a, b) of the reference for the reducers a scan takes: the inline twins of fast_internal.h,
  * and the reference's own ex_binary where an operand is a NaN (which payload comes out is then
@@ -407,28 +505,72 @@ typedef struct scan_plan {
         default: return MIN(a, b, z);                                                              \
         }                                                                                          \
     }                                                                                              \
+    DEFINE_SCAN_STEPS(T, scan_add_##SUF, ADD)                                                      \
+    DEFINE_SCAN_STEPS(T, scan_mul_##SUF, MUL)                                                      \
+    DEFINE_SCAN_STEPS(T, scan_maxs_##SUF, MAX)                                                     \
+    DEFINE_SCAN_STEPS(T, scan_mins_##SUF, MIN)                                                     \
     static void scan_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                       \
         (void)ith;                                                                                 \
         const scan_plan *p = arg;                                                                  \
         const T *x = p->x;                                                                         \
         T *y = p->y, init;                                                                         \
         memcpy(&init, p->init, sizeof init);                                                       \
-        for (int64_t t = begin; t < end; t++) {                                                    \
+        ot_opcode op = p->op;                                                                      \
+        for (int64_t t = begin; t < end && p->inner == 1; t++) { /* SCAN_LINES lines a task */     \
+            int64_t l0 = t * SCAN_LINES,                                                           \
+                    nl = p->outer - l0 < SCAN_LINES ? p->outer - l0 : SCAN_LINES;                  \
+            int64_t off[SCAN_LINES]; /* past the last line: the last again (the same values) */    \
+            for (int l = 0; l < SCAN_LINES; l++) off[l] = (l0 + (l < nl ? l : nl - 1)) * p->n;     \
+            bool nan = op == OT_OP_ADD                                                             \
+                           ? scan_add_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n)        \
+                       : op == OT_OP_MULTIPLY                                                      \
+                           ? scan_mul_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n)        \
+                       : op == OT_OP_MAXIMUM                                                       \
+                           ? scan_maxs_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n)       \
+                           : scan_mins_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n);      \
+            for (int64_t l = 0; nan && l < nl; l++) {                                              \
+                T acc = init;                                                                      \
+                for (int64_t k = 0; k < p->n; k++) {                                               \
+                    int64_t at = off[l] + k;                                                       \
+                    acc = p->swap ? scan_op_##SUF(op, x[at], acc, p->ftz)                          \
+                                  : scan_op_##SUF(op, acc, x[at], p->ftz);                         \
+                    y[at] = acc;                                                                   \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t t = begin; t < end && p->inner > 1; t++) {                                    \
             int64_t o = t / p->nblk, j0 = t % p->nblk * SCAN_BLOCK;                                \
             int64_t j1 = j0 + SCAN_BLOCK < p->inner ? j0 + SCAN_BLOCK : p->inner;                  \
             for (int64_t k = 0; k < p->n; k++) {                                                   \
                 int64_t at = (o * p->n + k) * p->inner;                                            \
-                for (int64_t j = j0; j < j1; j++) {                                                \
-                    T prev = k ? y[at - p->inner + j] : init;                                      \
-                    y[at + j] = p->swap ? scan_op_##SUF(p->op, x[at + j], prev, p->ftz)            \
-                                        : scan_op_##SUF(p->op, prev, x[at + j], p->ftz);           \
+                const T *prev = k ? y + at - p->inner + j0 : NULL;                                 \
+                const T *xr = x + at + j0;                                                         \
+                T *yr = y + at + j0;                                                               \
+                int64_t w = j1 - j0;                                                               \
+                bool nan = op == OT_OP_ADD                                                         \
+                               ? scan_add_##SUF##_row(p->swap, p->ftz, prev, init, xr, yr, w)      \
+                           : op == OT_OP_MULTIPLY                                                  \
+                               ? scan_mul_##SUF##_row(p->swap, p->ftz, prev, init, xr, yr, w)      \
+                           : op == OT_OP_MAXIMUM                                                   \
+                               ? scan_maxs_##SUF##_row(p->swap, p->ftz, prev, init, xr, yr, w)     \
+                               : scan_mins_##SUF##_row(p->swap, p->ftz, prev, init, xr, yr, w);    \
+                for (int64_t j = j0; nan && j < j1; j++) {                                         \
+                    T pv = k ? y[at - p->inner + j] : init;                                        \
+                    y[at + j] = p->swap ? scan_op_##SUF(op, x[at + j], pv, p->ftz)                 \
+                                        : scan_op_##SUF(op, pv, x[at + j], p->ftz);                \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
 
-DEFINE_SCAN(float, f32, OT_F32, add_f, mul_f, max_f, min_f)
-DEFINE_SCAN(double, f64, OT_F64, add_d, mul_d, max_d, min_d)
+/* The scan's tasks: one outer index and one block of SCAN_BLOCK inner indices, or (inner 1)
+ * SCAN_LINES lines; the partition depends on the shape only. */
+static int64_t scan_tasks(const scan_plan *p) {
+    return p->inner == 1 ? (p->outer + SCAN_LINES - 1) / SCAN_LINES : p->outer * p->nblk;
+}
+
+DEFINE_SCAN(float, f32, OT_F32, scan_add_f32, scan_mul_f32, scan_max_f32, scan_min_f32)
+DEFINE_SCAN(double, f64, OT_F64, scan_add_f64, scan_mul_f64, scan_max_f64, scan_min_f64)
 
 /* The scan's dim of window w over input shape is (p->outer/n/inner set), else false. */
 static bool scan_form(const ot_window *w, const ot_shape *is, scan_plan *p) {
@@ -663,7 +805,7 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
         sp.init = in[1];
         sp.y = out;
         if (sp.outer * sp.inner > 0)
-            ex_par_for(c, sp.outer * sp.nblk, ins[0].nbytes + os->nbytes,
+            ex_par_for(c, scan_tasks(&sp), ins[0].nbytes + os->nbytes,
                        t == OT_F32 ? scan_f32 : scan_f64, &sp);
         c->fast_run++;
         return OT_OK;
