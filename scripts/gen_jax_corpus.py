@@ -676,6 +676,14 @@ def add_reductions():
          [rand(r, (3, 8), "s32", -9, 9)], EXACT, "reduce")
     case("cumsum_f32", lambda a: jnp.cumsum(a, axis=0), [normal(r, (8, 2))], close_tol(1e-6, 1e-6),
          "reduce", f64_ref=True)
+    # prefix scans along the last axis and along the first, with a NaN and a subnormal in the
+    # lines (the fast scan does such a line again in the reference's per-element order)
+    xs = normal(r, (11, 37))
+    xs[3, 5] = np.nan
+    xs[6, 0] = 1e-40
+    case("cumsum_cummax_last_axis_f32",
+         lambda a: (jnp.cumsum(a, axis=1), lax.cummax(a, axis=1), lax.cummin(a, axis=0)),
+         [xs], close_tol(1e-6, 1e-6), "reduce", f64_ref=False)
     case("select_and_scatter_maxpool_grad",
          jax.grad(lambda a: jnp.sum(lax.reduce_window(a, -jnp.inf, lax.max, (2, 2), (2, 2),
                                                       "VALID") ** 2)),
@@ -795,6 +803,10 @@ def add_sort():
     case("argsort_stable_f32", lambda a: jnp.argsort(a, axis=-1, stable=True),
          [np.round(normal(r, (2, 12)) * 2) / 2], EXACT, "sort")
     case("sort_bf16", lambda a: jnp.sort(a), [normal(r, (9,), "bf16")], EXACT, "sort")
+    # top-k with k above 32 and under an eighth of the row (the fast kernel's heap), ties
+    case("top_k_40_of_400_f32", lambda a: lax.top_k(a, 40),
+         [np.round(normal(r, (3, 400)) * 4) / 4], EXACT, "sort",
+         note="k=40 of 400, many ties: equal values in index order")
     # searchsorted (a while loop of TOTALORDER compares and gathers) and the histogram built on
     # it: queries on the edges, between them, outside the range, -0.0 and NaN
     edges = np.linspace(-2, 2, 17).astype(np.float32)
