@@ -1647,24 +1647,30 @@ static void test_scatter(void) {
     }
 }
 
-/* .at[].max / .at[].min and segment_max/min: scatters whose computation is maximum or minimum,
- * of its parameters in either order, over floats (NaNs with payloads of either sign, signed
- * zeros, infinities, subnormals read as zero under FTZ) and integers of each width and
- * signedness, one element per position (a bincount-like scalar scatter) and rows, duplicate
- * indices and out-of-range ones: bits equal to the reference on every pool. */
+/* .at[].max / .at[].min / .at[].set and segment_max/min: scatters whose computation is maximum
+ * or minimum, of its parameters in either order, or its second parameter, over floats (NaNs with
+ * payloads of either sign, signed zeros, infinities, subnormals read as zero under FTZ) and
+ * integers of each width and signedness, one element per position (a bincount-like scalar
+ * scatter) and rows, duplicate indices and out-of-range ones, enough positions for the split over
+ * the pool: bits equal to the reference on every pool. */
 static void test_scatter_minmax(void) {
     g_rng = 0x3a9d;
     static const char *dts[] = {"f32", "f64", "s32", "u8", "s64", "u32", "s16"};
-    for (int it = 0; it < 56; it++) {
+    for (int it = 0; it < 84; it++) {
         const char *T = dts[it % 7], *K = rnd(0, 1) ? "s32" : "s64";
-        const char *op = (it / 7) % 2 ? "minimum" : "maximum";
-        bool swapped = (it / 14) % 2, rows = (it / 28) % 2;
-        int64_t R = rnd(1, 400), D = rnd(1, 40), N = rnd(2000, 30000) / (rows ? D : 1);
+        int opk = (it / 7) % 3;
+        const char *op = opk == 1 ? "minimum" : "maximum";
+        bool swapped = (it / 21) % 2, rows = (it / 42) % 2;
+        int64_t R = rnd(1, 400), D = rnd(1, 40), N = rnd(2000, 60000) / (rows ? D : 1);
         char comp[256], hlo[1200];
-        snprintf(comp, sizeof comp,
-                 "upd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
-                 "  ROOT s = %s[] %s(%s)\n}\n",
-                 T, T, T, op, swapped ? "b, a" : "a, b");
+        if (opk == 2)
+            snprintf(comp, sizeof comp,
+                     "upd {\n  a = %s[] parameter(0)\n  ROOT b = %s[] parameter(1)\n}\n", T, T);
+        else
+            snprintf(comp, sizeof comp,
+                     "upd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                     "  ROOT s = %s[] %s(%s)\n}\n",
+                     T, T, T, op, swapped ? "b, a" : "a, b");
         if (rows)
             snprintf(hlo, sizeof hlo,
                      "HloModule sm\n%sENTRY e {\n  x = %s[%lld,%lld] parameter(0)\n"

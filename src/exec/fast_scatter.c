@@ -16,9 +16,13 @@
  * order; max_f/min_f and their f64 twins, the reference's maximum/minimum with DAZ inputs,
  * quieted NaNs and -0 < +0; the integers' own order) in the same order. Under FTZ a float row
  * without a NaN is added with plain (vector) adds in the CPU's FTZ/DAZ mode (ex_hw_ftz_on), which
- * flushes exactly as add_f/add_d do. One thread applies every window (why: ex_fast_scatter), so the
- * bits do not depend on the thread count; the operand is copied into the output first (over the
- * pool) unless the output is the operand's memory (in place). */
+ * flushes exactly as add_f/add_d do. Maximum and minimum of two floats that are neither NaN nor
+ * (under FTZ) subnormal take a branch-free choice by the bits' total order (pick_f), the same
+ * result. Sums and wide windows are applied by one thread (why: ex_fast_scatter); narrow windows
+ * of maximum, minimum and overwrite that never overlap are split by key ranges over the pool,
+ * each thread applying its range's windows in order. Either way each element gets its updates in
+ * the reference's order, so the bits do not depend on the thread count; the operand is copied
+ * into the output first (over the pool) unless the output is the operand's memory (in place). */
 #include "exec/fast_internal.h"
 
 typedef enum {
@@ -72,6 +76,47 @@ typedef struct sc_job {
     const char *u;
 } sc_job;
 
+/* The reference's maximum / minimum (max_f, min_f and their f64 twins) where it is a plain
+ * choice: neither operand a NaN nor, under FTZ, a subnormal (those take max_f's own rules). Then
+ * the IEEE total order of the bits decides (-0 < +0; equal values have equal bits, so the order
+ * of the operands does not matter), compared as integers and chosen by a mask: no branch on the
+ * data (a branch there mispredicts on random updates; measured 3x slower). */
+static inline bool plain_f(float v, bool z) {
+    uint32_t m;
+    memcpy(&m, &v, 4);
+    m &= 0x7fffffffu; /* |v|: NaNs above +inf, subnormals below the least normal */
+    return m <= 0x7f800000u && (!z || m >= 0x00800000u || m == 0);
+}
+static inline bool plain_d(double v, bool z) {
+    uint64_t m;
+    memcpy(&m, &v, 8);
+    m &= 0x7fffffffffffffffull;
+    return m <= 0x7ff0000000000000ull && (!z || m >= 0x0010000000000000ull || m == 0);
+}
+enum { max_is_max = 1, min_is_max = 0 };
+static inline float pick_f(float a, float b, int want_max) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    int32_t ka = ia ^ (int32_t)((uint32_t)(ia >> 31) >> 1);
+    int32_t kb = ib ^ (int32_t)((uint32_t)(ib >> 31) >> 1);
+    int32_t m = -(int32_t)(want_max ? ka >= kb : ka <= kb);
+    int32_t r = (ia & m) | (ib & ~m);
+    memcpy(&a, &r, 4);
+    return a;
+}
+static inline double pick_d(double a, double b, int want_max) {
+    int64_t ia, ib;
+    memcpy(&ia, &a, 8);
+    memcpy(&ib, &b, 8);
+    int64_t ka = ia ^ (int64_t)((uint64_t)(ia >> 63) >> 1);
+    int64_t kb = ib ^ (int64_t)((uint64_t)(ib >> 63) >> 1);
+    int64_t m = -(int64_t)(want_max ? ka >= kb : ka <= kb);
+    int64_t r = (ia & m) | (ib & ~m);
+    memcpy(&a, &r, 8);
+    return a;
+}
+
 /* Rows of at most this many elements are added element by element in one pass. */
 #define SC_NARROW 8
 
@@ -93,8 +138,16 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, sc_ki
     do {                                                                                           \
         bool s_ = kind == SC_MAX_SWAPPED || kind == SC_MIN_SWAPPED;                                \
         switch (t) {                                                                               \
-        case OT_F32: ROW_LOOP(float, s_ ? FN##_f(w[j], o[j], z) : FN##_f(o[j], w[j], z)); return;  \
-        case OT_F64: ROW_LOOP(double, s_ ? FN##_d(w[j], o[j], z) : FN##_d(o[j], w[j], z)); return; \
+        case OT_F32:                                                                               \
+            ROW_LOOP(float, plain_f(o[j], z) & plain_f(w[j], z) ? pick_f(o[j], w[j], FN##_is_max)  \
+                            : s_                                ? FN##_f(w[j], o[j], z)            \
+                                                                : FN##_f(o[j], w[j], z));                                         \
+            return;                                                                                \
+        case OT_F64:                                                                               \
+            ROW_LOOP(double, plain_d(o[j], z) & plain_d(w[j], z) ? pick_d(o[j], w[j], FN##_is_max) \
+                             : s_                                ? FN##_d(w[j], o[j], z)           \
+                                                                 : FN##_d(o[j], w[j], z));                                        \
+            return;                                                                                \
         case OT_S8: ROW_LOOP(int8_t, w[j] CMP o[j] ? w[j] : o[j]); return;                         \
         case OT_S16: ROW_LOOP(int16_t, w[j] CMP o[j] ? w[j] : o[j]); return;                       \
         case OT_S32: ROW_LOOP(int32_t, w[j] CMP o[j] ? w[j] : o[j]); return;                       \
@@ -198,6 +251,13 @@ static inline __attribute__((always_inline)) void apply_block(const sc_job *p, s
                                                               const int64_t *lu, const int64_t *lo,
                                                               int64_t n) {
     size_t ubytes = (size_t)(p->nb * p->nr * p->len) * es, bytes = (size_t)p->len * es;
+    if (p->nr == 1 && p->len == 1) {
+        /* one element per position (.at[].max/min/set of scalars, bincount-like): the element's
+         * update inlined, no row loop */
+        for (int64_t k = 0; k < n; k++)
+            run_row(p, kind, t, es, p->y + (size_t)lo[k] * es, p->u + (size_t)lu[k] * es, 1);
+        return;
+    }
     if (p->nr == 1 && p->len <= SC_NARROW && (kind == SC_ADD || kind == SC_ADD_SWAPPED) &&
         (t == OT_F32 || t == OT_F64)) {
         /* narrow rows (segment sums of a few columns): the adds inline, no prefetch (narrow
@@ -239,37 +299,44 @@ apply_kind(const sc_job *p, sc_kind kind, const int64_t *lb, const int64_t *lo, 
     }
 }
 
-static inline __attribute__((always_inline)) void apply_any(const sc_job *p, const int64_t *lb,
-                                                            const int64_t *lo, int64_t n) {
+/* apply_block of maximum / minimum built for each element type (the integers' signedness
+ * matters). */
+static inline __attribute__((always_inline)) void
+apply_pick(const sc_job *p, sc_kind kind, const int64_t *lb, const int64_t *lo, int64_t n) {
+    switch (p->t) {
+    case OT_F32: apply_block(p, kind, OT_F32, 4, lb, lo, n); return;
+    case OT_F64: apply_block(p, kind, OT_F64, 8, lb, lo, n); return;
+    case OT_S8: apply_block(p, kind, OT_S8, 1, lb, lo, n); return;
+    case OT_S16: apply_block(p, kind, OT_S16, 2, lb, lo, n); return;
+    case OT_S32: apply_block(p, kind, OT_S32, 4, lb, lo, n); return;
+    case OT_S64: apply_block(p, kind, OT_S64, 8, lb, lo, n); return;
+    case OT_U8: apply_block(p, kind, OT_U8, 1, lb, lo, n); return;
+    case OT_U16: apply_block(p, kind, OT_U16, 2, lb, lo, n); return;
+    case OT_U32: apply_block(p, kind, OT_U32, 4, lb, lo, n); return;
+    default: apply_block(p, kind, OT_U64, 8, lb, lo, n); return;
+    }
+}
+
+/* Not inlined into apply_range: its many instantiations there made GCC keep the list's length
+ * in memory (a store and a load per position, measured 2x slower). */
+SC_CLONES __attribute__((noinline)) static void apply_any(const sc_job *p, const int64_t *lb,
+                                                          const int64_t *lo, int64_t n) {
     switch (p->kind) {
     case SC_ADD: apply_kind(p, SC_ADD, lb, lo, n); return;
     case SC_ADD_SWAPPED: apply_kind(p, SC_ADD_SWAPPED, lb, lo, n); return;
     case SC_SET: apply_kind(p, SC_SET, lb, lo, n); return;
-    default: /* maximum, minimum: the integers' signedness matters, the type stays a variable */
-        apply_block(p, p->kind, p->t, p->es, lb, lo, n);
-        return;
+    case SC_MAX: apply_pick(p, SC_MAX, lb, lo, n); return;
+    case SC_MAX_SWAPPED: apply_pick(p, SC_MAX_SWAPPED, lb, lo, n); return;
+    case SC_MIN: apply_pick(p, SC_MIN, lb, lo, n); return;
+    case SC_MIN_SWAPPED: apply_pick(p, SC_MIN_SWAPPED, lb, lo, n); return;
     }
 }
 
-/* Every position in order: those whose key is valid applied. */
-SC_CLONES static void apply_all(const sc_job *p) {
+/* Every position in order: those whose key lies in [klo, klo + span) applied (the valid keys are
+ * [0, kmax)). */
+SC_CLONES static void apply_range(const sc_job *p, uint64_t klo, uint64_t span) {
     unsigned csr = p->hw ? ex_hw_ftz_on() : 0;
     int64_t lu[SC_BLOCK], lo[SC_BLOCK], w = p->nr * p->len;
-    uint64_t kmax = (uint64_t)p->kmax; /* (uint64_t)key < kmax: 0 <= key < kmax */
-    if (p->len == 1 && p->nr == 1 && p->kind != SC_ADD && p->kind != SC_ADD_SWAPPED) {
-        /* one element per position, maximum/minimum/overwrite (segment_max, bincount-like):
-         * a plain loop over the positions, no lists */
-        for (int64_t b = 0; b < p->nb; b++) {
-            int64_t v = !p->one  ? p->base[b]
-                        : p->s32 ? ((const int32_t *)p->idx)[b]
-                                 : ((const int64_t *)p->idx)[b];
-            if ((uint64_t)v < kmax)
-                run_row(p, p->kind, p->t, p->es, p->y + (size_t)(p->one ? v * p->str : v) * p->es,
-                        p->u + (size_t)b * p->es, 1);
-        }
-        if (p->hw) ex_hw_ftz_off(csr);
-        return;
-    }
     for (int64_t b0 = 0; b0 < p->nb; b0 += SC_BLOCK) {
         int64_t b1 = b0 + SC_BLOCK < p->nb ? b0 + SC_BLOCK : p->nb, n = 0;
         if (p->one && p->s32) {
@@ -278,7 +345,7 @@ SC_CLONES static void apply_all(const sc_job *p) {
                 int64_t v = ix[b];
                 lu[n] = b * w;
                 lo[n] = v * p->str;
-                n += (uint64_t)v < kmax;
+                n += (uint64_t)v - klo < span;
             }
         } else if (p->one) {
             const int64_t *ix = p->idx;
@@ -286,19 +353,31 @@ SC_CLONES static void apply_all(const sc_job *p) {
                 int64_t v = ix[b];
                 lu[n] = b * w;
                 lo[n] = (int64_t)((uint64_t)v * (uint64_t)p->str); /* wraps when skipped */
-                n += (uint64_t)v < kmax;
+                n += (uint64_t)v - klo < span;
             }
         } else {
             for (int64_t b = b0; b < b1; b++) {
                 int64_t v = p->base[b];
                 lu[n] = b * w;
                 lo[n] = v;
-                n += (uint64_t)v < kmax;
+                n += (uint64_t)v - klo < span;
             }
         }
         apply_any(p, lu, lo, n);
     }
     if (p->hw) ex_hw_ftz_off(csr);
+}
+
+/* Part `part` of SC_PARTS of the keys, for the parts in [begin, end): the split of narrow
+ * windows over the pool (ex_fast_scatter says when). */
+#define SC_PARTS       8
+#define SC_SPLIT_BYTES 64
+static void apply_part(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const sc_job *p = arg;
+    uint64_t kmax = (uint64_t)p->kmax, lo = kmax * (uint64_t)begin / SC_PARTS,
+             hi = kmax * (uint64_t)end / SC_PARTS;
+    apply_range(p, lo, hi - lo);
 }
 
 /* The window start of every scatter position (base[b], -1 when the window does not fit: the
@@ -432,12 +511,12 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
     }
     if (NB == 0 || W == 0) return OT_OK;
 
-    /* One thread applies every window. The updates are one stream, read once in order, and one
-     * thread reads it at about this machine's memory bandwidth; a split whose threads each take
-     * every other few rows of it (a thread's output rows or its columns of every row) makes
-     * each thread's prefetchers pull most of the stream, and on a loaded machine the second
-     * thread often waits for a CPU: both measured slower (docs/benchmarks.md, "The scatter on
-     * one thread"). */
+    /* Sums and wide windows: one thread applies every window. The updates are one stream, read
+     * once in order, and one thread reads it at about this machine's memory bandwidth; a split
+     * whose threads each take every other few rows of it (a thread's output rows or its columns
+     * of every row) makes each thread's prefetchers pull most of the stream, and on a loaded
+     * machine the second thread often waits for a CPU: both measured slower (docs/benchmarks.md,
+     * "The scatter on one thread"; narrow sums split as below measured slower too). */
     bool one = sd->nscatter_to_operand == 1 && (ivd >= ks->rank || ks->dims[ivd] == 1);
     int64_t *base = NULL;
     size_t nbase = one ? 0 : (size_t)NB;
@@ -486,6 +565,17 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
                 .kmax = kmax,
                 .y = out,
                 .u = in[2]};
-    apply_all(&p);
+    /* Narrow windows that never overlap (one index per position into an inserted dim): each
+     * thread takes a part of the keys, reads every index and applies its part's windows in
+     * order, so each element still gets its updates in the reference's order. A narrow window's
+     * update is a read-modify-write at a random place (latency and compute, not bandwidth): the
+     * split divides that work while each thread reads the whole index stream. */
+    bool split = one && wsize[sd->scatter_dims_to_operand_dims[0]] == 1 &&
+                 W * (int64_t)es <= SC_SPLIT_BYTES && kind != SC_ADD && kind != SC_ADD_SWAPPED;
+    if (split)
+        ex_par_for(c, SC_PARTS, NB * (int64_t)(W * (int64_t)es + (s32 ? 4 : 8)) * 2, apply_part,
+                   &p);
+    else
+        apply_range(&p, 0, (uint64_t)kmax);
     return OT_OK;
 }
