@@ -698,6 +698,14 @@ static void test_f32_dot(void) {
         {F, F, F, 1, 600, 16, 200, 1, 0},  /* N = 16 read in place, no subnormal */
         {F, F, F, 64, 12, 64, 64, 0, 1},   /* many small products */
         {F, F, F, 6, 14, 9, 33, 1, 3},
+        /* one row (x @ B) or one column of a transposed A (A^T x): the vector x matrix kernel */
+        {F, F, F, 1, 1, 300, 70, 0, 1},    /* a tail of 44 results */
+        {F, F, F, 1, 1, 1000, 600, 0, 4},  /* subnormal operands */
+        {F, F, F, 3, 1, 129, 300, 0, 3},   /* batched; gradual underflow */
+        {F, F, F, 1, 300, 1, 333, 1, 1},   /* A^T x */
+        {F, F, F, 4, 200, 1, 50, 1, 2},    /* batched A^T x, under- and overflow */
+        {F, F, F, 1, 1, 77, 4 * 10, 3, 1}, /* rhs copied into [k, n] first */
+        {F, F, F, 1, 1, 4100, 1100, 0, 1}, /* 18 MB of matrix: split over the pool */
     };
     check_exact("f32", cs, sizeof cs / sizeof cs[0], 4, f32_put);
 }

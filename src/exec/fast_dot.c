@@ -137,6 +137,31 @@ typedef struct gemm_run {
     const gemm_view *va, *vb; /* where each batch element's A and B lie */
 } gemm_run;
 
+/* A tile of one row or one column through OpenBLAS's gemv: a matrix x vector (one sgemm call of
+ * 1024 x 1 x 1024 took 4x the time of sgemv here: its gemm path packs the matrix). The tile's
+ * result is zeroed first: with beta 0 some OpenBLAS versions scale y (0 x NaN) instead of
+ * overwriting it. */
+static void blas_gemv(const ex_gemm *g, const char *a, int lda, const char *bb, int ldb, char *c,
+                      int ldc, int64_t mm, int64_t nn) {
+    bool col = nn == 1; /* y = op(A) x, x B's column; else y = op(B)^T x, x A's row */
+    int K = (int)g->K, n = (int)(col ? mm : nn), incy = col ? ldc : 1;
+    int incx = col ? (g->tb ? 1 : ldb) : (g->ta ? lda : 1);
+    const char *mat = col ? a : bb, *x = col ? bb : a;
+    int ld = col ? lda : ldb;
+    /* the matrix as stored: [n, K] (NoTrans) or [K, n] (Trans) */
+    bool stored_nk = col ? !g->ta : g->tb;
+    CBLAS_TRANSPOSE tr = stored_nk ? CblasNoTrans : CblasTrans;
+    int rows = stored_nk ? n : K, cols = stored_nk ? K : n;
+    size_t es = ot_dtype_size(g->t);
+    for (int i = 0; i < n; i++) memset(c + (size_t)i * (size_t)incy * es, 0, es);
+    if (g->t == OT_F32)
+        cblas_sgemv(CblasRowMajor, tr, rows, cols, 1.0f, (const float *)mat, ld, (const float *)x,
+                    incx, 0.0f, (float *)c, incy);
+    else
+        cblas_dgemv(CblasRowMajor, tr, rows, cols, 1.0, (const double *)mat, ld, (const double *)x,
+                    incx, 0.0, (double *)c, incy);
+}
+
 static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
     (void)ith;
     const gemm_run *run = arg;
@@ -166,7 +191,9 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
         unsigned int csr = _mm_getcsr();
         if (g->ftz) _mm_setcsr(csr | 0x8040u);
 #endif
-        if (g->t == OT_F32)
+        if (mm == 1 || nn == 1) {
+            blas_gemv(g, a, lda, bb, ldb, c, ldc, mm, nn);
+        } else if (g->t == OT_F32)
             cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                         g->tb ? CblasTrans : CblasNoTrans, (int)mm, (int)nn, (int)g->K, 1.0f,
                         (const float *)a, lda, (const float *)bb, ldb, 0.0f, (float *)c, ldc);
@@ -196,6 +223,18 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
  * kernels' packing panels); M alone carries the split. */
 #define GEMM_TARGET   8
 #define GEMM_MIN_TILE ((int64_t)1 << 19)
+/* A product with one row or one column (a matrix x vector, typically once per step of a loop)
+ * does one multiply-add per element of its matrix: memory-bound, about 60 us for a 4 MiB matrix
+ * on one thread here. Handing half of it to the pool cost more than it saved (1024 x 1024 x 1
+ * per step of a fori_loop: min 1.7 ms per 31 products on one thread, 4.5 ms split on two, this
+ * machine loaded): such a product is split only when its matrix has at least this many bytes. */
+#define GEMV_SPLIT_BYTES ((int64_t)16 << 20)
+
+/* A product of one row or one column (all batch elements) below GEMV_SPLIT_BYTES of matrix. */
+static bool gemv_inline(const ex_gemm *g) {
+    int64_t e = (int64_t)ot_dtype_size(g->t);
+    return (g->M == 1 || g->N == 1) && g->nb * g->M * g->N * g->K * e < GEMV_SPLIT_BYTES;
+}
 
 static int64_t cdiv(int64_t a, int64_t b) {
     return (a + b - 1) / b;
@@ -213,6 +252,7 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
     int64_t mnk = g->M * g->N * (g->K ? g->K : 1);
     int64_t t = g->nb >= GEMM_TARGET ? 1 : cdiv(GEMM_TARGET, g->nb);
     if (mnk / GEMM_MIN_TILE < t) t = mnk / GEMM_MIN_TILE;
+    if (gemv_inline(g)) t = 1;
     if (t > 1) {
         int64_t best_cost = -1, best_n = 0;
         /* pm rows of tiles x enough columns for t; sides rounded up may give fewer tiles: the
@@ -1331,6 +1371,105 @@ static void half_finish(const void *ctx, int64_t b, int64_t e) {
     }
     if (h->next) h->next->fn(h->next->ctx, b, e);
 }
+
+/* ---- vector x matrix (f32: M = 1, or N = 1 with a transposed A) -------------------------------
+ * A product with one row (x @ B, B [K, N]) or one column of a transposed A (A^T x, A stored
+ * [K, M]) reads its matrix once, each of the matrix's K rows holding the results' elements side
+ * by side: SV_V vectors of 16 results take one row of k at a time, one fma each, nothing packed.
+ * Each element of the result is the reference's chain (fma over k in order from 0; under FTZ the
+ * operands read as flushed, sg_load, and the finished sum fixed by sg_fix), bit for bit, as the
+ * own GEMM's, where OpenBLAS's gemv sums in an order of its own. The other skinny form (A x with
+ * A [M, K]: each result's k side by side) stays with OpenBLAS: keeping the reference's order
+ * there takes a 16 x 16 register transpose per 16 k of 16 results, measured at 0.3-0.5 of
+ * OpenBLAS's speed (1024 x 1024, one thread, CPU time). The vector is first copied contiguous
+ * (flushed under FTZ). Tasks: batch elements x blocks of 16 SV_V results; a matrix under
+ * GEMV_SPLIT_BYTES runs on the calling thread (why: gemm_grid). */
+#define SV_V 8 /* vectors of results per task */
+
+typedef struct sv_run {
+    const float *m; /* the matrix of batch element 0 */
+    const gemm_view *vm;
+    int64_t ld;       /* the matrix's leading dimension */
+    const float *x;   /* the vectors, K floats per batch element */
+    float *y;         /* the results, R per batch element */
+    int64_t K, R, nt; /* contraction, results and tasks per batch element */
+    bool daz;
+    int fix;
+    const ex_epilogue *epi;
+} sv_run;
+
+/* results [0, n) (n <= 16 SV_V) of one batch element: row k of the matrix at k ld */
+SG_AVX512 static void sv_lanes(const sv_run *r, const float *m, const float *x, float *y,
+                               int64_t n) {
+    sg_src s = {m, OT_F32, r->daz};
+    __m512 acc[SV_V];
+    __mmask16 mk[SV_V];
+    int nv = (int)cdiv(n, 16);
+    for (int v = 0; v < SV_V; v++) {
+        acc[v] = _mm512_setzero_ps();
+        mk[v] = sg_lanes(n - 16 * v < 0 ? 0 : n - 16 * v);
+    }
+    for (int64_t k = 0, off = 0; k < r->K; k++, off += r->ld) {
+        __m512 xb = _mm512_set1_ps(x[k]);
+        for (int v = 0; v < SV_V; v++)
+            if (v < nv) acc[v] = _mm512_fmadd_ps(sg_load(s, off + 16 * v, mk[v]), xb, acc[v]);
+    }
+    for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(y + 16 * v, mk[v], sg_fix(acc[v], r->fix));
+}
+
+static void sv_tasks(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const sv_run *r = arg;
+    for (int64_t w = begin; w < end; w++) {
+        int64_t b = w / r->nt, i0 = (w % r->nt) * 16 * SV_V;
+        int64_t i1 = i0 + 16 * SV_V < r->R ? i0 + 16 * SV_V : r->R;
+        sv_lanes(r, r->m + view_offset(r->vm, b) + i0, r->x + b * r->K, r->y + b * r->R + i0,
+                 i1 - i0);
+        if (r->epi) r->epi->fn(r->epi->ctx, b * r->R + i0, b * r->R + i1);
+    }
+}
+
+/* Whether sv_gemv runs g (its operands as they will be read: lcopy / rcopy, copied into
+ * row-major order first): f32 operands and result, one row (B not transposed) or one column (A
+ * transposed), not both (a dot of two vectors: one chain, OpenBLAS's sdot is faster), an AVX-512
+ * CPU. */
+static bool sv_use(const ex_gemm *g, bool lcopy, bool rcopy) {
+    bool lanes =
+        (g->M == 1 && g->N > 1 && (!g->tb || rcopy)) || (g->N == 1 && g->M > 1 && g->ta && !lcopy);
+    return lanes && g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32 && g->K >= 1 && sg_cpu();
+}
+
+/* scratch: g->nb * g->K floats (the vectors) */
+static void sv_gemv(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
+                    float *xs) {
+    /* N = 1: the matrix is A (stored [K, M]), the vector B's column; else the matrix is B
+     * ([K, N]), the vector A's row */
+    bool col = g->N == 1;
+    const gemm_view *vm = col ? va : vb, *vx = col ? vb : va;
+    const float *xsrc = col ? g->b : g->a;
+    int64_t xstride = col ? (g->tb ? 1 : vb->ld) : (g->ta ? va->ld : 1);
+    uint32_t keep = c->ftz ? 0x80000000u : 0xffffffffu; /* what a zero exponent field keeps */
+    for (int64_t b = 0; b < g->nb; b++) {
+        const uint32_t *src = (const uint32_t *)xsrc + view_offset(vx, b);
+        uint32_t *d = (uint32_t *)xs + b * g->K;
+        for (int64_t k = 0; k < g->K; k++) {
+            uint32_t u = src[k * xstride];
+            d[k] = u & ((u & 0x7f800000u) ? 0xffffffffu : keep);
+        }
+    }
+    sv_run r = {.m = col ? g->a : g->b,
+                .vm = vm,
+                .ld = vm->ld,
+                .x = xs,
+                .y = g->c,
+                .K = g->K,
+                .R = col ? g->M : g->N,
+                .daz = c->ftz,
+                .fix = c->ftz ? SG_FIX_FTZ : SG_FIX_NAN,
+                .epi = c->epilogue};
+    r.nt = cdiv(r.R, 16 * SV_V);
+    ex_par_for(c, g->nb * r.nt, gemv_inline(g) ? 0 : g->nb * r.R * g->K * 4, sv_tasks, &r);
+}
 #else
 #define SG_OWN 0
 #endif
@@ -1354,7 +1493,7 @@ static void run_gemm(ex_kernel_ctx *c, ex_gemm *g, const gemm_view *va, const ge
     int64_t work = g->nb * g->M * g->N * (g->K ? g->K : 1);
     /* handed out one by one: a thread that the OS preempts (a shared machine) or that runs a
      * smaller edge tile takes fewer tiles; the bits do not depend on who computes which */
-    ex_par_for_dynamic(c, g->nb * g->tm * g->tn, work * 4, gemm_tiles, &run);
+    ex_par_for_dynamic(c, g->nb * g->tm * g->tn, gemv_inline(g) ? 0 : work * 4, gemm_tiles, &run);
 }
 
 void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
@@ -1430,6 +1569,7 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
     if (sg_pair_dot(ls->dtype, rs->dtype, ex_ftz)) g.K = cdiv(g.K, 2);
     if (half || sd_use(&g) || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
 #endif
+    if (gemv_inline(&g)) return false;
     gemm_run run;
     gemm_grid(&g, &run);
     return g.nb * g.tm * g.tn > 1;
@@ -1486,7 +1626,8 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     bool rcopy = !view_of(rs, rbat, nb, dn->rhs_contract, nc, rfree, nrf, K, N, &g.tb, &vb);
 #if SG_OWN
     /* f32 and f64: the own GEMM's fma chains are the reference's sums, bit for bit */
-    bool exact = half || sd_use(&g) || sg_use(&g);
+    bool gemv = !half && sv_use(&g, lcopy, rcopy);
+    bool exact = half || gemv || sd_use(&g) || sg_use(&g);
 #else
     bool exact = false;
 #endif
@@ -1509,7 +1650,10 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     bool own = exact;
     ex_gemm gk = g; /* the GEMM's view: with pairs, K counts them */
     if (pair) gk.K = cdiv(K, 2);
-    if (own) {
+    if (gemv) {
+        gbytes = ex_align64((size_t)(NB * K) * 4);
+        need += gbytes;
+    } else if (own) {
         threads = ex_par_threads(c, NB * M * N * K * 4);
         gbytes = sg_scratch_bytes(&gk, threads);
         need += gbytes;
@@ -1550,6 +1694,12 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         if (gbytes) gscratch = p;
     }
 #if SG_OWN
+    if (gemv) { /* one row or column: the sums finished as stored (sg_fix) */
+        sv_gemv(c, &g, &va, &vb, (float *)gscratch);
+        c->epilogue_done = c->epilogue != NULL;
+        c->fast_run++;
+        return OT_OK;
+    }
     if (own && !half && odt == OT_F32) { /* the sums finished as stored (sg_fix) */
         sg_gemm(c, &g, &va, &vb, gscratch, threads, 0);
         c->epilogue_done = c->epilogue != NULL;
