@@ -716,7 +716,7 @@ static void test_f32_dot(void) {
  * largest product stays within 2^24) equals the reference kernel (64-bit integer sums) on 1, 2,
  * 3 and 8 threads, with the extreme values (-128, 127, 255) making the sums as large as the bound
  * allows at K = the bound (1024 for s8 x s8, 514 mixed, 258 for u8 x u8); one K past the bound
- * stays with the reference. */
+ * stays with the reference. s8 x s8 runs the VNNI kernel on a CPU with AVX512_VNNI. */
 static void i8_put(void *p, ot_dtype t, int values) {
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
     uint64_t r = g_rng >> 33;
@@ -748,6 +748,11 @@ static void test_int8_dot(void) {
         {{S, S, I, 4, 29, 35, 4 * 31, 3, 1}, true},
         {{S, S, I, 1, 12, 9, 1, 0, 0}, true},
         {{S, S, L, 1, 300, 200, 257, 1, 1}, true},
+        /* s8 x s8 by VNNI where the CPU has it: rows past a block of 12, K not a multiple of
+         * 4, s64; a product split over the pool; lhs copied */
+        {{S, S, L, 1, 13, 33, 3, 0, 1}, true},
+        {{S, S, I, 1, 200, 300, 512, 0, 1}, true},
+        {{S, S, I, 2, 25, 64, 130, 2, 0}, true},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         const hcase *h = &cs[q].h;

@@ -1300,7 +1300,8 @@ static bool sg_pair_dot(ot_dtype a, ot_dtype b, bool ftz) {
 }
 
 /* ---- 8-bit integer operands (quantized products: int8 x int8 -> int32) ----------------------
- * s8 / u8 operands into s32 or s64 run the own f32 GEMM too, widened by its packing (sg_load).
+ * s8 x s8 on a CPU with AVX512_VNNI runs its own kernel (qd_gemm, below); other s8 / u8 operands
+ * into s32 or s64 run the own f32 GEMM, widened by its packing (sg_load).
  * Every product is an integer of magnitude at most 2^14 (s8 x s8; 2^15 mixed, 2^16 u8 x u8), so
  * while K times that stays at most 2^24 every partial sum of the fma chain is an integer f32
  * holds exactly: the finished sum is the exact sum, which the reference's 64-bit integer
@@ -1470,6 +1471,205 @@ static void sv_gemv(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     r.nt = cdiv(r.R, 16 * SV_V);
     ex_par_for(c, g->nb * r.nt, gemv_inline(g) ? 0 : g->nb * r.R * g->K * 4, sv_tasks, &r);
 }
+
+/* ---- s8 x s8 by VNNI (vpdpbusd) --------------------------------------------------------------
+ * An s8 x s8 dot into s32 or s64 within int8_dot_bound, on a CPU with AVX512_VNNI: vpdpbusd
+ * multiplies unsigned bytes by signed bytes, four pairs of k per 32-bit lane, and adds them to
+ * the lane in int32. A is offset to unsigned (a + 128, packed four k per 32 bits, rows
+ * contiguous) and B packed four k per 32-bit lane of each column (k past K zero); then
+ * sum (a + 128) b - 128 sum b = sum a b. Every partial sum is an integer below
+ * 255 x 128 x K <= 2^25 in magnitude: exact in int32, so the result is the exact sum, the
+ * reference's (64-bit integer sums) bit for bit, whatever the order or the split. It replaces the
+ * f32 GEMM on widened operands there (16 products per fma against 64 per vpdpbusd). Tasks:
+ * strips of QD_NR columns (the strip's packed B, K x QD_NR bytes, stays in L1 while every block
+ * of QD_MR rows streams past it). */
+#define QD_MR   8
+#define QD_NR   32
+#define QD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+static bool qd_cpu(void) {
+    return sg_cpu() && __builtin_cpu_supports("avx512vnni");
+}
+
+static bool qd_use(ot_dtype a, ot_dtype b, ot_dtype o, int64_t K) {
+    return a == OT_S8 && b == OT_S8 && (o == OT_S32 || o == OT_S64) && K <= int8_dot_bound(a, b) &&
+           qd_cpu();
+}
+
+typedef struct qd_run {
+    const ex_gemm *g;
+    const gemm_view *va, *vb;
+    int64_t kq, np; /* k quads; N rounded up to QD_NR */
+    uint32_t *ap;   /* per batch element: M x kq (a + 128, four k per word) */
+    uint32_t *bp;   /* per batch element: kq x np (four k of one column per word) */
+    int32_t *cs;    /* per batch element: 128 x the column's sum of B */
+    ot_dtype ot;
+    void *out;
+    const ex_epilogue *epi;
+} qd_run;
+
+/* element (r, k) of operand x (rows x cols as the dot reads it, t: stored transposed) */
+static inline int8_t qd_at(const int8_t *x, bool t, int64_t ld, int64_t r, int64_t k) {
+    return t ? x[k * ld + r] : x[r * ld + k];
+}
+
+/* Packing tasks: per batch element, QD_PACK_ROWS rows of A, then QD_PACK_COLS columns of B. */
+#define QD_PACK_ROWS 64
+#define QD_PACK_COLS 256
+
+static void qd_pack_a(const qd_run *q, int64_t b, int64_t m0, int64_t m1) {
+    const ex_gemm *g = q->g;
+    const int8_t *a = (const int8_t *)g->a + view_offset(q->va, b);
+    int64_t ld = q->va->ld;
+    for (int64_t m = m0; m < m1; m++) {
+        uint8_t *d = (uint8_t *)(q->ap + (b * g->M + m) * q->kq);
+        if (!g->ta)
+            for (int64_t k = 0; k < g->K; k++) d[k] = (uint8_t)a[m * ld + k] ^ 0x80u; /* + 128 */
+        else
+            for (int64_t k = 0; k < g->K; k++) d[k] = (uint8_t)a[k * ld + m] ^ 0x80u;
+        for (int64_t k = g->K; k < q->kq * 4; k++) d[k] = 0x80u;
+    }
+}
+
+static void qd_pack_b(const qd_run *q, int64_t b, int64_t n0, int64_t n1) {
+    const ex_gemm *g = q->g;
+    const int8_t *bm = (const int8_t *)g->b + view_offset(q->vb, b);
+    int64_t ld = q->vb->ld, nv = g->N < n1 ? g->N : n1; /* columns [nv, n1): zero */
+    uint32_t *bp = q->bp + b * q->kq * q->np;
+    int32_t *cs = q->cs + b * q->np;
+    for (int64_t n = n0; n < n1; n++) cs[n] = 0;
+    for (int64_t kq = 0; kq < q->kq; kq++) {
+        uint32_t *d = bp + kq * q->np;
+        if (!g->tb && kq * 4 + 4 <= g->K) { /* four rows of B, read along n */
+            const int8_t *r0 = bm + (kq * 4) * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+            for (int64_t n = n0; n < nv; n++) {
+                d[n] = (uint32_t)(uint8_t)r0[n] | (uint32_t)(uint8_t)r1[n] << 8 |
+                       (uint32_t)(uint8_t)r2[n] << 16 | (uint32_t)(uint8_t)r3[n] << 24;
+                cs[n] += r0[n] + r1[n] + r2[n] + r3[n];
+            }
+        } else {
+            for (int64_t n = n0; n < nv; n++) {
+                uint32_t word = 0;
+                for (int j = 0; j < 4; j++) {
+                    int64_t k = kq * 4 + j;
+                    int8_t v = k < g->K ? (g->tb ? bm[n * ld + k] : bm[k * ld + n]) : 0;
+                    cs[n] += v;
+                    word |= (uint32_t)(uint8_t)v << (8 * j);
+                }
+                d[n] = word;
+            }
+        }
+        for (int64_t n = nv; n < n1; n++) d[n] = 0;
+    }
+    for (int64_t n = n0; n < n1; n++) cs[n] *= 128;
+}
+
+static void qd_pack(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const qd_run *q = arg;
+    const ex_gemm *g = q->g;
+    int64_t ta = cdiv(g->M, QD_PACK_ROWS), tb = cdiv(q->np, QD_PACK_COLS);
+    for (int64_t w = begin; w < end; w++) {
+        int64_t b = w / (ta + tb), t = w % (ta + tb);
+        if (t < ta) {
+            int64_t m0 = t * QD_PACK_ROWS;
+            qd_pack_a(q, b, m0, m0 + QD_PACK_ROWS < g->M ? m0 + QD_PACK_ROWS : g->M);
+        } else {
+            int64_t n0 = (t - ta) * QD_PACK_COLS;
+            qd_pack_b(q, b, n0, n0 + QD_PACK_COLS < q->np ? n0 + QD_PACK_COLS : q->np);
+        }
+    }
+}
+
+/* rows [m0, m0 + NR) x columns [n0, n0 + QD_NR) of batch element b: NR rows x two vectors of
+ * int32 sums in registers */
+QD_VNNI static inline __attribute__((always_inline)) void
+qd_block(const qd_run *q, int64_t b, int64_t m0, const int NR, int64_t n0) {
+    const ex_gemm *g = q->g;
+    const uint32_t *ap = q->ap + (b * g->M + m0) * q->kq, *bp = q->bp + b * q->kq * q->np + n0;
+    __m512i acc[QD_MR][2];
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (int64_t kq = 0; kq < q->kq; kq++) {
+        __m512i b0 = _mm512_loadu_si512(bp + kq * q->np);
+        __m512i b1 = _mm512_loadu_si512(bp + kq * q->np + 16);
+        for (int r = 0; r < NR; r++) {
+            __m512i a = _mm512_set1_epi32((int)ap[r * q->kq + kq]);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, b0);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, b1);
+        }
+    }
+    const int32_t *cs = q->cs + b * q->np + n0;
+    __m512i c0 = _mm512_loadu_si512(cs), c1 = _mm512_loadu_si512(cs + 16);
+    int64_t nn = g->N - n0 < QD_NR ? g->N - n0 : QD_NR;
+    __mmask16 k0 = sg_lanes(nn), k1 = sg_lanes(nn - 16 < 0 ? 0 : nn - 16);
+    for (int r = 0; r < NR; r++) {
+        __m512i v0 = _mm512_sub_epi32(acc[r][0], c0), v1 = _mm512_sub_epi32(acc[r][1], c1);
+        int64_t at = (b * g->M + m0 + r) * g->N + n0;
+        if (q->ot == OT_S32) {
+            _mm512_mask_storeu_epi32((int32_t *)q->out + at, k0, v0);
+            _mm512_mask_storeu_epi32((int32_t *)q->out + at + 16, k1, v1);
+        } else {
+            int64_t *o = (int64_t *)q->out + at;
+            _mm512_mask_storeu_epi64(o, (__mmask8)k0,
+                                     _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v0)));
+            _mm512_mask_storeu_epi64(o + 8, (__mmask8)(k0 >> 8),
+                                     _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v0, 1)));
+            _mm512_mask_storeu_epi64(o + 16, (__mmask8)k1,
+                                     _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v1)));
+            _mm512_mask_storeu_epi64(o + 24, (__mmask8)(k1 >> 8),
+                                     _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v1, 1)));
+        }
+    }
+}
+
+/* a strip: every full block of QD_MR rows, then the rows left one at a time */
+QD_VNNI static void qd_strip(const qd_run *q, int64_t b, int64_t n0) {
+    int64_t M = q->g->M, m0 = 0;
+    for (; m0 + QD_MR <= M; m0 += QD_MR) qd_block(q, b, m0, QD_MR, n0);
+    for (; m0 < M; m0++) qd_block(q, b, m0, 1, n0);
+}
+
+static void qd_tasks(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const qd_run *q = arg;
+    int64_t ns = q->np / QD_NR;
+    for (int64_t w = begin; w < end; w++) {
+        int64_t b = w / ns, n0 = (w % ns) * QD_NR;
+        qd_strip(q, b, n0);
+    }
+}
+
+static void qd_epilogue(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const qd_run *q = arg;
+    int64_t n = q->g->nb * q->g->M * q->g->N;
+    q->epi->fn(q->epi->ctx, begin * 4096, end * 4096 < n ? end * 4096 : n);
+}
+
+static int64_t qd_scratch_bytes(const ex_gemm *g) {
+    int64_t kq = cdiv(g->K, 4), np = cdiv(g->N, QD_NR) * QD_NR;
+    return (int64_t)ex_align64((size_t)(g->nb * g->M * kq * 4)) +
+           (int64_t)ex_align64((size_t)(g->nb * kq * np * 4)) +
+           (int64_t)ex_align64((size_t)(g->nb * np * 4));
+}
+
+static void qd_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
+                    char *scratch, ot_dtype ot, void *out) {
+    qd_run q = {.g = g, .va = va, .vb = vb, .ot = ot, .out = out, .epi = c->epilogue};
+    q.kq = cdiv(g->K, 4);
+    q.np = cdiv(g->N, QD_NR) * QD_NR;
+    q.ap = (uint32_t *)scratch;
+    q.bp = (uint32_t *)(scratch + ex_align64((size_t)(g->nb * g->M * q.kq * 4)));
+    q.cs = (int32_t *)((char *)q.bp + ex_align64((size_t)(g->nb * q.kq * q.np * 4)));
+    int64_t packed = g->nb * (g->M + q.np) * q.kq * 4;
+    ex_par_for(c, g->nb * (cdiv(g->M, QD_PACK_ROWS) + cdiv(q.np, QD_PACK_COLS)), packed, qd_pack,
+               &q);
+    ex_par_for(c, g->nb * (q.np / QD_NR), g->nb * g->M * g->N * g->K, qd_tasks, &q);
+    if (q.epi) {
+        int64_t n = g->nb * g->M * g->N;
+        ex_par_for(c, cdiv(n, 4096), n * 8, qd_epilogue, &q);
+    }
+}
 #else
 #define SG_OWN 0
 #endif
@@ -1612,6 +1812,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS); it takes
      * any shape (fewer rows or columns than a register block go through its edge blocks) */
     if (half && (NB * M * N == 0 || K == 0 || !sg_cpu())) return OT_OK;
+    bool qdot = half && qd_use(ls->dtype, rs->dtype, odt, K);
     /* bf16 x bf16 under FTZ: the pairs' chain (ACC_F32_PAIR) */
     bool pair = half && sg_pair_dot(ls->dtype, rs->dtype, c->ftz);
 #endif
@@ -1636,7 +1837,13 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
            rbytes = ex_align64((size_t)rnum * res), gbytes = 0, hbytes = 0;
     if (lcopy) need += lbytes;
     if (rcopy) need += rbytes;
-    if (half && odt != OT_F32) { /* the f32 sums, rounded to the result by half_finish */
+#if SG_OWN
+    if (qdot) {
+        gbytes = (size_t)qd_scratch_bytes(&g);
+        need += gbytes;
+    } else
+#endif
+        if (half && odt != OT_F32) { /* the f32 sums, rounded to the result by half_finish */
         hbytes = ex_align64((size_t)(NB * M * N) * 4);
         need += hbytes;
     }
@@ -1653,7 +1860,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     if (gemv) {
         gbytes = ex_align64((size_t)(NB * K) * 4);
         need += gbytes;
-    } else if (own) {
+    } else if (own && !qdot) {
         threads = ex_par_threads(c, NB * M * N * K * 4);
         gbytes = sg_scratch_bytes(&gk, threads);
         need += gbytes;
@@ -1694,6 +1901,12 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         if (gbytes) gscratch = p;
     }
 #if SG_OWN
+    if (qdot) { /* exact integer sums, stored as the result */
+        qd_gemm(c, &g, &va, &vb, gscratch, odt, out);
+        c->epilogue_done = c->epilogue != NULL;
+        c->fast_run++;
+        return OT_OK;
+    }
     if (gemv) { /* one row or column: the sums finished as stored (sg_fix) */
         sv_gemv(c, &g, &va, &vb, (float *)gscratch);
         c->epilogue_done = c->epilogue != NULL;
