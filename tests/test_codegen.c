@@ -2518,6 +2518,77 @@ static void test_softmax_rows(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Lane-ordered sums whose elements read 1- or 2-byte values (a pred mask selecting against 0,
+ * a bf16 operand widened): gcc would vectorize their 16-element lane loops 4 floats at a time,
+ * so each element is computed 64 at a time into ot_w[] and the lanes fold it (lane_groups).
+ * Reduce fusions of one row per output (widths 16 to 200: under, at and between multiples of
+ * 64, a tail after the lane groups), the block form (3 rows of 8300: block trees of 4096) and a
+ * row fusion (a masked exp-sum beside its stored exp); f32 and f64, inputs with NaNs,
+ * infinities and subnormals once; bit for bit the reference on 1, 2, 3 and 8 threads, the wide
+ * loops emitted exactly where a row holds 64 elements. */
+static void test_lanes_narrow(void) {
+    static const int widths[] = {16, 63, 64, 80, 100, 128, 200, 8300};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[8192];
+    tb b = {text, 0, sizeof text};
+    int seed = 0;
+    for (int v = 0; v < 3; v++) {
+        const char *dt = v == 1 ? "f64" : "f32";
+        g_finite = v < 2;
+        for (int w = 0; w < (int)(sizeof widths / sizeof widths[0]); w++) {
+            int N = widths[w], R = N > 4096 ? 3 : 5;
+            b.n = 0;
+            /* three sums of separate inputs (so that no two share a kernel): a masked sum, a
+             * product with a bf16 operand beside the mask, a masked exp-sum beside its stored
+             * exp, divided (softmax's row kernel) */
+            tp(&b,
+               "HloModule narrow\nrd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+               "  ROOT c = %s[] add(a, b)\n}\nENTRY main {\n  z = %s[] constant(0)\n"
+               "  zb = %s[%d,%d] broadcast(z), dimensions={}\n",
+               dt, dt, dt, dt, dt, R, N);
+            for (int f = 0; f < 3; f++)
+                tp(&b,
+                   "  x%d = %s[%d,%d] parameter(%d)\n  m%d = pred[%d,%d] parameter(%d)\n"
+                   "  sel%d = %s[%d,%d] select(m%d, x%d, zb)\n",
+                   f, dt, R, N, 2 * f, f, R, N, 2 * f + 1, f, dt, R, N, f, f);
+            tp(&b,
+               "  s0 = %s[%d] reduce(sel0, z), dimensions={1}, to_apply=rd\n"
+               "  h = bf16[%d,%d] parameter(6)\n  hc = %s[%d,%d] convert(h)\n"
+               "  p = %s[%d,%d] multiply(sel1, hc)\n"
+               "  s1 = %s[%d] reduce(p, z), dimensions={1}, to_apply=rd\n"
+               "  ex = %s[%d,%d] exponential(sel2)\n"
+               "  s2 = %s[%d] reduce(ex, z), dimensions={1}, to_apply=rd\n"
+               "  sb = %s[%d,%d] broadcast(s2), dimensions={0}\n"
+               "  y = %s[%d,%d] divide(ex, sb)\n"
+               "  ROOT t = (%s[%d], %s[%d], %s[%d,%d]) tuple(s0, s1, y)\n}\n",
+               dt, R, R, N, dt, R, N, dt, R, N, dt, R, dt, R, N, dt, R, dt, R, N, dt, R, N, dt, R,
+               dt, R, dt, R, N);
+            g_keep_src = true;
+            for (int t = 0; t < 4; t++) {
+                g_run_pool = pools[t];
+                check_module(text, 1900 + (uint64_t)seed++, true);
+                int nwide = 0;
+                for (const char *q = g_src; q && (q = strstr(q, "lane[l] = ot_w[l];")); q++)
+                    nwide++;
+                /* each of the three sums (the block trees of the first two too) */
+                int want = N < 64 ? 0 : N > 4096 ? 5 : 3;
+                if (nwide != want) fprintf(stderr, "width %d: %d wide loops\n", N, nwide);
+                EXPECT_INT_EQ(nwide, want);
+                if (N > 4096)
+                    EXPECT_TRUE(g_src && strstr(g_src, "(reduce, lane order, block trees)"));
+            }
+            g_keep_src = false;
+            g_run_pool = NULL;
+        }
+    }
+    g_finite = false;
+    free(g_src);
+    g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 static void test_cache(void) {
     ot_executable *e1 = compile_adam();
     ASSERT_TRUE(e1 != NULL);
@@ -3378,6 +3449,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_l2_norm_grad_rows),
         OT_TEST(test_norm_rows),
         OT_TEST(test_softmax_rows),
+        OT_TEST(test_lanes_narrow),
         OT_TEST(test_summary),
         OT_TEST(test_small_beside_large),
         OT_TEST(test_tier_up),

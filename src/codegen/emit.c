@@ -484,6 +484,7 @@ typedef struct em {
     int ntab;
     int64_t tabsig[8][OT_MAX_RANK]; /* each table's strides over the K dims */
     int nrep;                       /* row buffers ot_rep<N> (rep_broadcast) */
+    int nnarrow; /* per-element values of 1- or 2-byte types defined so far (lane_groups) */
     /* index contexts made by slice, pad, concatenate and reverse (remap_ctx): the operand's
      * digits as expressions, so that a remap of a remap reads them without dividing */
     struct dctx *dc;
@@ -664,6 +665,7 @@ static int define(em *E, const ot_instr *x, const char *ctx, ot_dtype t, bool fl
     int v = E->nvar++;
     int level = ctx_level(ctx);
     if (E->hw && level > 0 && !hw_instr_ok(x)) E->hw_bad = true;
+    if (level >= 2 && ot_dtype_size(t) < 4) E->nnarrow++;
     ot_strbuf_printf(level_buf(E, level), "    const %s v%d = %s;\n", ctype(t), v, expr);
     return memo_add(E, x, ctx, v, flushed);
 }
@@ -2282,6 +2284,54 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
     }
 }
 
+/* The lane loops of one block [rb, re) of a lane-ordered sum (re - rb a multiple of
+ * EX_RED_LANES, at least one group): the first group sets lane[l], each later group adds into
+ * lane[l] in column order. Each element is computed by body B (after the index statements
+ * ipre RE ipost), its value vx; c_lx is lane[l] combined with vx, c_lw the same with
+ * ot_w[ot_g + l] in place of vx. wide: B defines values of 1- or 2-byte types (a pred mask, bf16
+ * operands), with which gcc vectorizes a loop of EX_RED_LANES iterations with 16-byte vectors
+ * (its vector length is chosen for the smallest type, whose 64-byte vector would hold more
+ * elements than the loop has), 4 floats at a time: the elements are then computed
+ * EX_RED_WIDE at a time into ot_w[] (a loop the narrow type vectorizes at full width) and the
+ * groups folded from it, each lane still adding its elements in column order, so the bits are
+ * those of the narrow loops. */
+#define EX_RED_WIDE (4 * EX_RED_LANES)
+static void lane_groups(ot_strbuf *R, const char *T, const char *ipre, const char *ipost,
+                        const char *B, const char *vx, const char *c_lx, const char *c_lw,
+                        bool wide) {
+    const int L = EX_RED_LANES, W = EX_RED_WIDE;
+    if (!wide) {
+        ot_strbuf_printf(
+            R,
+            "    for (int l = 0; l < %d; l++) {\n%srb + l%s%s    lane[l] = %s;\n    }\n"
+            "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
+            "    for (int l = 0; l < %d; l++) {\n%srg + l%s%s    lane[l] = %s;\n    }\n",
+            L, ipre, ipost, B, vx, L, L, L, ipre, ipost, B, c_lx);
+        return;
+    }
+    ot_strbuf_printf(R,
+                     "    int64_t rg;\n"
+                     "    if (re - rb >= %d) {\n"
+                     "    %s ot_w[%d];\n"
+                     "    for (int l = 0; l < %d; l++) {\n%srb + l%s%s    ot_w[l] = %s;\n    }\n"
+                     "    for (int l = 0; l < %d; l++) lane[l] = ot_w[l];\n"
+                     "    for (int ot_g = %d; ot_g < %d; ot_g += %d)\n"
+                     "    for (int l = 0; l < %d; l++) lane[l] = %s;\n"
+                     "    for (rg = rb + %d; rg + %d <= re; rg += %d) {\n"
+                     "    for (int l = 0; l < %d; l++) {\n%srg + l%s%s    ot_w[l] = %s;\n    }\n"
+                     "    for (int ot_g = 0; ot_g < %d; ot_g += %d)\n"
+                     "    for (int l = 0; l < %d; l++) lane[l] = %s;\n"
+                     "    }\n"
+                     "    } else {\n"
+                     "    for (int l = 0; l < %d; l++) {\n%srb + l%s%s    lane[l] = %s;\n    }\n"
+                     "    rg = rb + %d;\n"
+                     "    }\n"
+                     "    for (; rg < re; rg += %d)\n"
+                     "    for (int l = 0; l < %d; l++) {\n%srg + l%s%s    lane[l] = %s;\n    }\n",
+                     W, T, W, W, ipre, ipost, B, vx, L, L, W, L, L, c_lw, W, W, W, W, ipre, ipost,
+                     B, vx, W, L, L, c_lw, L, ipre, ipost, B, vx, L, L, L, ipre, ipost, B, c_lx);
+}
+
 /* The end of a kernel emit_head opened: the caller's MXCSR back where the body ran under the
  * hardware FTZ/DAZ modes (hw), then the closing brace; OUT_OF_MEMORY when src ran out. */
 static ot_status emit_tail(ot_strbuf *src, bool hw) {
@@ -2359,16 +2409,18 @@ static ot_status emit_reduce_blocks(ot_strbuf *src, const cg_kernel_desc *kn, co
                                     bool acc_left, ot_dtype t, const char *vi, const char *vx,
                                     const char *body, bool acc_needs, bool x_needs, int64_t RN) {
     const char *T = ctype(t);
+    bool wide = E->nnarrow > 0 && RN >= EX_RED_WIDE;
     int64_t nb = red_nblk(RN), rl = (nb - 1) * EX_RED_BLOCK;
     int64_t re = rl + EX_RED_BLOCK < RN ? rl + EX_RED_BLOCK : RN;
     int64_t rt = rl + (re - rl) / EX_RED_LANES * EX_RED_LANES; /* where the tail starts */
-    char c_lx[2048], c_tree[2048], c_pacc[2048], c_ax[2048], pk[64];
+    char c_lx[2048], c_lw[2048], c_tree[2048], c_pacc[2048], c_ax[2048], pk[64];
     snprintf(pk, sizeof pk, "ot_part[o * %lld + ot_k]", (long long)nb);
     bool ok = true;
 #define CMB(L, R, NL, NR, OUT)                                                                     \
     (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, E->hw, OUT, sizeof OUT)                   \
               : combine_expr(OT_OP_ADD, t, R, L, NR, NL, E->hw, OUT, sizeof OUT))
     ok = ok && CMB("lane[l]", vx, x_needs, x_needs, c_lx);
+    ok = ok && CMB("lane[l]", "ot_w[ot_g + l]", x_needs, x_needs, c_lw);
     ok = ok && CMB("lane[l]", "lane[l + s]", x_needs, x_needs, c_tree);
     ok = ok && CMB("acc", pk, acc_needs, x_needs, c_pacc);
     ok = ok && CMB("acc", vx, acc_needs, x_needs, c_ax);
@@ -2395,19 +2447,14 @@ static ot_status emit_reduce_blocks(ot_strbuf *src, const cg_kernel_desc *kn, co
                      rowb, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN, EX_RED_LANES,
                      EX_RED_LANES, T, EX_RED_LANES);
     blk_fill(src, E, RN, "rb", "re");
+    char ipost[96];
+    snprintf(ipost, sizeof ipost, ";\n    const int64_t i = row * %lld + col;\n", (long long)RN);
+    lane_groups(src, T, "    const int64_t col = ", ipost, body, vx, c_lx, c_lw, wide);
     ot_strbuf_printf(src,
-                     "    for (int l = 0; l < %d; l++) {\n"
-                     "    const int64_t col = rb + l;\n    const int64_t i = row * %lld + col;\n"
-                     "%s    lane[l] = %s;\n    }\n"
-                     "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
-                     "    for (int l = 0; l < %d; l++) {\n"
-                     "    const int64_t col = rg + l;\n    const int64_t i = row * %lld + col;\n"
-                     "%s    lane[l] = %s;\n    }\n"
                      "    for (int s = %d; s >= 1; s /= 2)\n"
                      "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
                      "    ot_part[ot_q] = lane[0];\n    }\n",
-                     EX_RED_LANES, (long long)RN, body, vx, EX_RED_LANES, EX_RED_LANES,
-                     EX_RED_LANES, (long long)RN, body, c_lx, EX_RED_LANES / 2, c_tree);
+                     EX_RED_LANES / 2, c_tree);
     OT_CHECK(emit_tail(src, E->hw));
     snprintf(name, sizeof name, "%s_fold", fname);
     emit_head_part(src, kn, name, " (reduce, lane order, block fold)", leaves, nleaves, E->notrap);
@@ -2478,13 +2525,14 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         var(&E, mi, vi, sizeof vi);
         var(&E, mx, vx, sizeof vx);
         bool acc_needs = !E.m[mi].flushed, x_needs = !E.m[mx].flushed;
-        char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048], c_lb[2048], c_ab[2048],
+        char c_lx[2048], c_lw[2048], c_tree[2048], c_acc[2048], c_ax[2048], c_lb[2048], c_ab[2048],
             c_ttree[2048], c_tacc[2048];
         bool ok = true;
 #define CMB(L, R, NL, NR, OUT)                                                                     \
     (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, E.hw, OUT, sizeof OUT)                    \
               : combine_expr(OT_OP_ADD, t, R, L, NR, NL, E.hw, OUT, sizeof OUT))
         ok = ok && CMB("lane[l]", vx, x_needs, x_needs, c_lx);
+        ok = ok && CMB("lane[l]", "ot_w[ot_g + l]", x_needs, x_needs, c_lw);
         ok = ok && CMB("lane[l]", "lane[l + s]", x_needs, x_needs, c_tree);
         ok = ok && CMB("acc", "lane[0]", acc_needs, x_needs, c_acc);
         ok = ok && CMB("acc", vx, acc_needs, x_needs, c_ax);
@@ -2601,20 +2649,20 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
                              EX_RED_BLOCK, EX_RED_BLOCK, (long long)RN, EX_RED_BLOCK, (long long)RN,
                              EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES);
             blk_fill(src, &E, (long long)RN, "rb", "re");
-            ot_strbuf_printf(src, "    for (int l = 0; l < %d; l++) {\n", EX_RED_LANES);
-            IDX("rb + l");
+            char ipost[2112];
+            if (E.C > 0)
+                snprintf(ipost, sizeof ipost, ";\n    const int64_t i = row * %lld + col;\n",
+                         (long long)RN);
+            else
+                snprintf(ipost, sizeof ipost, ";\n    const int64_t i = %s + %s;\n", base, off);
+            lane_groups(src, T,
+                        E.C > 0 ? "    const int64_t col = " : "    const int64_t r = ", ipost,
+                        body, vx, c_lx, c_lw, E.nnarrow > 0 && RN >= EX_RED_WIDE);
             ot_strbuf_printf(src,
-                             "%s    lane[l] = %s;\n    }\n"
-                             "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
-                             "    for (int l = 0; l < %d; l++) {\n",
-                             body, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
-            IDX("rg + l");
-            ot_strbuf_printf(src,
-                             "%s    lane[l] = %s;\n    }\n"
                              "    for (int s = %d; s >= 1; s /= 2)\n"
                              "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
                              "    acc = %s;\n    rt = re;\n    }\n",
-                             body, c_lx, EX_RED_LANES / 2, c_tree, c_acc);
+                             EX_RED_LANES / 2, c_tree, c_acc);
             char rn[32];
             snprintf(rn, sizeof rn, "%lld", (long long)RN);
             blk_fill(src, &E, (long long)RN, "rt", rn);
@@ -3110,6 +3158,7 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     E->scope = ++E->nscope;
     ot_strbuf saved = E->body;
     memset(&E->body, 0, sizeof E->body);
+    int narrow0 = E->nnarrow;
     int mx = emit(E, r->operands[0], "i");
     /* the outputs that depend on no reduce, stored in the first reduce's loops (each element
      * once), sharing the values computed for the sum */
@@ -3119,6 +3168,7 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
         ot_strbuf_printf(&E->body, "    o%d[i] = v%d;\n", E->early_out[k], E->m[me].var);
     }
     E->early_done = E->nearly > 0;
+    bool wide = E->nnarrow > narrow0 && E->C >= EX_RED_WIDE;
     ot_strbuf body = E->body;
     E->body = saved;
     E->scope = outer;
@@ -3148,8 +3198,9 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     ot_strbuf_printf(R, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n",  \
                      RE, RN)
     if (lanes) {
-        char c_lx[2048], c_tree[2048], c_acc[2048], c_ax[2048];
+        char c_lx[2048], c_lw[2048], c_tree[2048], c_acc[2048], c_ax[2048];
         ok = ok && CMB(OT_OP_ADD, "lane[l]", vx, x_needs, x_needs, E->hw, c_lx);
+        ok = ok && CMB(OT_OP_ADD, "lane[l]", "ot_w[ot_g + l]", x_needs, x_needs, E->hw, c_lw);
         ok = ok && CMB(OT_OP_ADD, "lane[l]", "lane[l + s]", x_needs, x_needs, E->hw, c_tree);
         ok = ok && CMB(OT_OP_ADD, "acc", "lane[0]", acc_needs, x_needs, E->hw, c_acc);
         ok = ok && CMB(OT_OP_ADD, "acc", vx, acc_needs, x_needs, E->hw, c_ax);
@@ -3160,25 +3211,18 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
                              "    for (int64_t rb = 0; rb + %d <= %lld; rb += %d) {\n"
                              "    int64_t re = rb + %d < %lld ? rb + %d : %lld;\n"
                              "    re = rb + (re - rb) / %d * %d;\n"
-                             "    %s lane[%d];\n"
-                             "    for (int l = 0; l < %d; l++) {\n",
+                             "    %s lane[%d];\n",
                              T, v, r->name, T, vi, EX_RED_LANES, RN, EX_RED_BLOCK, EX_RED_BLOCK, RN,
-                             EX_RED_BLOCK, RN, EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES,
-                             EX_RED_LANES);
-            IDX("rb + l");
+                             EX_RED_BLOCK, RN, EX_RED_LANES, EX_RED_LANES, T, EX_RED_LANES);
+            char ipost[96];
+            snprintf(ipost, sizeof ipost, ";\n    const int64_t i = row * %lld + col;\n", RN);
+            lane_groups(R, T, "    const int64_t col = ", ipost, B, vx, c_lx, c_lw, wide);
             ot_strbuf_printf(R,
-                             "%s    lane[l] = %s;\n    }\n"
-                             "    for (int64_t rg = rb + %d; rg < re; rg += %d)\n"
-                             "    for (int l = 0; l < %d; l++) {\n",
-                             B, vx, EX_RED_LANES, EX_RED_LANES, EX_RED_LANES);
-            IDX("rg + l");
-            ot_strbuf_printf(R,
-                             "%s    lane[l] = %s;\n    }\n"
                              "    for (int s = %d; s >= 1; s /= 2)\n"
                              "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
                              "    acc = %s;\n    rt = re;\n    }\n"
                              "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
-                             B, c_lx, EX_RED_LANES / 2, c_tree, c_acc, RN);
+                             EX_RED_LANES / 2, c_tree, c_acc, RN);
             IDX("rr");
             ot_strbuf_printf(R, "%s    acc = %s;\n    }\n    v%d = acc;\n    }\n", B, c_ax, v);
         }
