@@ -1514,6 +1514,66 @@ static void test_index_digits(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Slices seen through a reshape that drops or adds unit dims (the q, k and v of a fused qkv
+ * projection, [B,S,3,H,D] -> [B,S,H,D]; a column taken as [A,1,C]; a strided slice squeezed),
+ * in loop fusions with an elementwise op after them: the reshape's dims read the loop's row
+ * digits and column (no division or remainder of i per element), every result the reference's
+ * bits at 1, 2, 3 and 8 threads, on last dims of 64, 5 (a column loop over several dims) and 17,
+ * f32 and s32. */
+static void test_squeezed_slices(void) {
+    static const int dlast[] = {64, 5, 17};
+    static const char *const dts[] = {"f32", "s32"};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[8192];
+    tb b = {text, 0, sizeof text};
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < 3; k++) {
+            const char *T = dts[j];
+            int D = dlast[k];
+            b.n = 0;
+            tp(&b,
+               "HloModule squeeze\nENTRY main {\n  x = %s[4,33,3,4,%d] parameter(0)\n"
+               "  y = %s[4,33,4,%d] parameter(1)\n  a = %s[300,%d] parameter(2)\n",
+               T, D, T, D, T, D);
+            for (int q = 0; q < 3; q++)
+                tp(&b,
+                   "  s%d = %s[4,33,1,4,%d] slice(x), slice={[0:4], [0:33], [%d:%d], [0:4], "
+                   "[0:%d]}\n  r%d = %s[4,33,4,%d] reshape(s%d)\n"
+                   "  m%d = %s[4,33,4,%d] multiply(r%d, y)\n",
+                   q, T, D, q, q + 1, D, q, T, D, q, q, T, D, q);
+            tp(&b,
+               "  c = %s[300,1] slice(a), slice={[0:300], [1:2]}\n"
+               "  cr = %s[1,300,1] reshape(c)\n  cb = %s[1,300,1] negate(cr)\n"
+               "  h = %s[150,%d] slice(a), slice={[0:300:2], [0:%d]}\n"
+               "  hr = %s[150,1,%d] reshape(h)\n  ha = %s[150,1,%d] abs(hr)\n"
+               "  ROOT t = (%s[4,33,4,%d], %s[4,33,4,%d], %s[4,33,4,%d], %s[1,300,1], "
+               "%s[150,1,%d]) tuple(m0, m1, m2, cb, ha)\n}\n",
+               T, T, T, T, D, D, T, D, T, D, T, D, T, D, T, D, T, T, D);
+            g_keep_src = true;
+            for (int t = 0; t < 4; t++) {
+                g_run_pool = pools[t];
+                check_module(text, 2300 + (uint64_t)(j * 3 + k), true);
+            }
+            g_keep_src = false;
+            g_run_pool = NULL;
+            EXPECT_TRUE(g_src != NULL);
+            for (const char *q = g_src; q && (q = strstr(q, "const int64_t ix")) != NULL; q++) {
+                const char *eol = strchr(q, '\n');
+                bool divmod = false; /* of i (a digit of the column, col % 5, is fine) */
+                for (const char *c = q; c < eol; c++) divmod |= *c == '%' || *c == '/';
+                const char *fi = strstr(q, "(i)");
+                divmod = divmod && fi && fi < eol;
+                if (divmod) fprintf(stderr, "last dim %d: %.*s\n", D, (int)(eol - q), q);
+                EXPECT_TRUE(!divmod);
+            }
+        }
+    free(g_src);
+    g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 static void test_reduce_walk(void) {
     static const struct {
         const char *x, *dims, *out;
@@ -3450,6 +3510,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_norm_rows),
         OT_TEST(test_softmax_rows),
         OT_TEST(test_lanes_narrow),
+        OT_TEST(test_squeezed_slices),
         OT_TEST(test_summary),
         OT_TEST(test_small_beside_large),
         OT_TEST(test_tier_up),

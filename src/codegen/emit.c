@@ -1824,6 +1824,21 @@ static bool row_col_digits(const ot_shape *R, const int64_t *st, int64_t rn, ixd
 /* The digits of index context ctx over shape R: a context made by remap_at has them recorded;
  * the two-level loop's own index takes the row's digit counters and the column; any other is
  * divided out of the linear index. */
+/* Whether R is L but for unit dims (a reshape that adds or drops them, as the squeeze after a
+ * slice); map[k]: the dim of L that dim k of R is, -1 for a unit dim of R. */
+static bool unit_dims_map(const ot_shape *L, const ot_shape *R, int *map) {
+    int d = 0;
+    for (int k = 0; k < R->rank; k++) {
+        map[k] = -1;
+        if (R->dims[k] == 1) continue;
+        while (d < L->rank && L->dims[d] == 1) d++;
+        if (d == L->rank || L->dims[d] != R->dims[k]) return false;
+        map[k] = d++;
+    }
+    while (d < L->rank && L->dims[d] == 1) d++;
+    return d == L->rank;
+}
+
 static void ctx_digits(em *E, const ot_shape *R, const char *ctx, ixdig *out) {
     for (int k = E->ndc - 1; k >= 0; k--) {
         const struct dctx *q = &E->dc[k];
@@ -1838,6 +1853,19 @@ static void ctx_digits(em *E, const ot_shape *R, const char *ctx, ixdig *out) {
     strides(R, st);
     if (E->irn > 0 && strcmp(ctx, "i") == 0 && row_col_digits(R, st, E->irn, out)) return;
     bool dg = digits_ok(E, R, ctx);
+    int map[OT_MAX_RANK];
+    if (!dg && E->lshape && digits_ok(E, E->lshape, ctx) && unit_dims_map(E->lshape, R, map)) {
+        /* the loop's digits, dim by dim, instead of dividing i by R's strides */
+        ixdig ld[OT_MAX_RANK];
+        ctx_digits(E, E->lshape, ctx, ld);
+        for (int d = 0; d < R->rank; d++) {
+            if (map[d] < 0)
+                dig_set(&out[d], 0, 0, "0");
+            else
+                out[d] = ld[map[d]];
+        }
+        return;
+    }
     int K = E->K > 1 ? E->K : 1;
     for (int d = 0; d < R->rank; d++) {
         int64_t n = R->dims[d], hi = n > 0 ? n - 1 : 0;
