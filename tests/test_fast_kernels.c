@@ -1243,16 +1243,16 @@ static const struct {
      "start_index_map={0}, index_vector_dim=1, slice_sizes={1}\n}\n",
      1},
     /* one batch dim and one start index (a table lookup: each start read, clamped and its
-     * slice copied in one pass), large enough to split over the threads: single f32 elements at
-     * u32 indices, rows of 16 f32 at s32 indices, single f64 elements at s64 indices, rows of 2
-     * u16 (a slice that is all of the operand's trailing dims, not collapsed) */
+     * slice copied in one pass; slices under 64 bytes), large enough to split over the threads:
+     * single f32 elements at u32 indices, rows of 15 f32 at s32 indices, single f64 elements at s64
+     * indices, rows of 2 u16 (a slice that is all of the operand's trailing dims, not collapsed) */
     {"HloModule g17\nENTRY e {\n  x = f32[129] parameter(0)\n  i = u32[100000,1] parameter(1)\n"
      "  ROOT g = f32[100000,1] gather(x, i), offset_dims={1}, collapsed_slice_dims={}, "
      "start_index_map={0}, index_vector_dim=1, slice_sizes={1}\n}\n",
      1},
-    {"HloModule g18\nENTRY e {\n  x = f32[3000,16] parameter(0)\n  i = s32[40000] parameter(1)\n"
-     "  ROOT g = f32[40000,16] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
-     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,16}\n}\n",
+    {"HloModule g18\nENTRY e {\n  x = f32[3000,15] parameter(0)\n  i = s32[40000] parameter(1)\n"
+     "  ROOT g = f32[40000,15] gather(x, i), offset_dims={1}, collapsed_slice_dims={0}, "
+     "start_index_map={0}, index_vector_dim=1, slice_sizes={1,15}\n}\n",
      1},
     {"HloModule g19\nENTRY e {\n  x = f64[77] parameter(0)\n  i = s64[60000] parameter(1)\n"
      "  ROOT g = f64[60000] gather(x, i), offset_dims={}, collapsed_slice_dims={0}, "

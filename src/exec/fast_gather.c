@@ -181,10 +181,11 @@ static void gather_bases(void *arg, int64_t begin, int64_t end, int ith) {
     }
 }
 
-/* One batch dim, one start index, no batching dims, the slice the output's trailing dims (a
- * table lookup: jnp.take, x[idx], searchsorted's probes, embedding rows): each batch element's
- * start read, clamped and its slice copied in one pass, no table of starts (building it took
- * two thirds of a 4M-element lookup's time, and its 8 bytes per element of scratch). */
+/* One batch dim, one start index, no batching dims, the slice the output's trailing dims and
+ * under 64 bytes (a table lookup: jnp.take, x[idx], searchsorted's probes, narrow rows): each
+ * batch element's start read, clamped and its slice copied in one pass, no table of starts
+ * (building it took two thirds of a 4M-element lookup's time, and its 8 bytes per element of
+ * scratch). Longer slices keep the table: gather_contig prefetches a later slice's start. */
 typedef struct direct_job {
     ot_dtype kt;
     const void *k;
@@ -316,7 +317,7 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
             contig &= ys->dims[g->offset_dims[k]] == 1 || xstr[offd[k]] == off;
             off *= ys->dims[g->offset_dims[k]];
         }
-        if (contig) {
+        if (contig && NO * (int64_t)es < 64) { /* longer slices: gather_contig's prefetch */
             direct_job dj = {kt,       in[1], kstr[kd[0]], xs->dims[od] - g->slice_sizes[od],
                              xstr[od], NO,    es,          in[0],
                              out};

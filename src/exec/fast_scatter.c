@@ -117,6 +117,20 @@ static inline double pick_d(double a, double b, int want_max) {
     return a;
 }
 
+/* The reference's maximum (want_max) or minimum of the output element o and the update w, the
+ * computation's operands swapped (sw) or not: pick_f where it is a plain choice, else max_f /
+ * min_f (NaNs, and subnormals under FTZ). */
+static inline float minmax_f(float o, float w, bool z, bool sw, int want_max) {
+    if (plain_f(o, z) & plain_f(w, z)) return pick_f(o, w, want_max);
+    if (want_max) return sw ? max_f(w, o, z) : max_f(o, w, z);
+    return sw ? min_f(w, o, z) : min_f(o, w, z);
+}
+static inline double minmax_d(double o, double w, bool z, bool sw, int want_max) {
+    if (plain_d(o, z) & plain_d(w, z)) return pick_d(o, w, want_max);
+    if (want_max) return sw ? max_d(w, o, z) : max_d(o, w, z);
+    return sw ? min_d(w, o, z) : min_d(o, w, z);
+}
+
 /* Rows of at most this many elements are added element by element in one pass. */
 #define SC_NARROW 8
 
@@ -138,16 +152,8 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, sc_ki
     do {                                                                                           \
         bool s_ = kind == SC_MAX_SWAPPED || kind == SC_MIN_SWAPPED;                                \
         switch (t) {                                                                               \
-        case OT_F32:                                                                               \
-            ROW_LOOP(float, plain_f(o[j], z) & plain_f(w[j], z) ? pick_f(o[j], w[j], FN##_is_max)  \
-                            : s_                                ? FN##_f(w[j], o[j], z)            \
-                                                                : FN##_f(o[j], w[j], z));                                         \
-            return;                                                                                \
-        case OT_F64:                                                                               \
-            ROW_LOOP(double, plain_d(o[j], z) & plain_d(w[j], z) ? pick_d(o[j], w[j], FN##_is_max) \
-                             : s_                                ? FN##_d(w[j], o[j], z)           \
-                                                                 : FN##_d(o[j], w[j], z));                                        \
-            return;                                                                                \
+        case OT_F32: ROW_LOOP(float, minmax_f(o[j], w[j], z, s_, FN##_is_max)); return;            \
+        case OT_F64: ROW_LOOP(double, minmax_d(o[j], w[j], z, s_, FN##_is_max)); return;           \
         case OT_S8: ROW_LOOP(int8_t, w[j] CMP o[j] ? w[j] : o[j]); return;                         \
         case OT_S16: ROW_LOOP(int16_t, w[j] CMP o[j] ? w[j] : o[j]); return;                       \
         case OT_S32: ROW_LOOP(int32_t, w[j] CMP o[j] ? w[j] : o[j]); return;                       \
