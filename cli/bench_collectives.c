@@ -252,7 +252,8 @@ const cli_command cli_bench_collectives = {
     "                                 [--algo A] [--sizes LIST] [--reps N] [--warmup N]\n"
     "                                 [--explain] [--json]\n"
     "       mpirun -np P optitpu bench collectives --mpi [--sizes LIST] [--algo A] [--reps N]\n"
-    "                                 [--warmup N] [--chunk BYTES] [--explain] [--json]\n"
+    "                                 [--warmup N] [--chunk BYTES] [--compute-us W]\n"
+    "                                 [--no-calibrate] [--explain] [--json]\n"
     "\n"
     "An nccl-tests-style table for one collective over N devices of the local transport (one\n"
     "thread each, shared memory): size S in bytes as nccl-tests counts it, time (median),\n"
@@ -268,6 +269,12 @@ const cli_command cli_bench_collectives = {
     "  --sizes LIST  comma list, e.g. 64K,1M,64M (default 64K,1M,16M,64M)\n"
     "  --reps N      timed repetitions (default 5); --warmup N untimed first (default 1)\n"
     "  --explain     print the cost model's estimate for every algorithm first\n"
-    "  --json        one JSON object per line (time vs floor, and busbw)",
+    "  --json        one JSON object per line (time vs floor, and busbw)\n"
+    "\n"
+    "With --mpi, every process is one member: our all-reduce beside MPI_Allreduce, each rep\n"
+    "started from a barrier. --compute-us W times instead a data-parallel step's rhythm: W us\n"
+    "of CPU work on every process, then the all-reduce, 50 times back to back (per step, the\n"
+    "slowest rank's), beside the same work alone. --no-calibrate: auto chooses from the\n"
+    "default model, as optitpu train --mpi does (it does not calibrate).",
     run,
 };

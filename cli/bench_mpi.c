@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MPI_MAX_SIZES 16
 #define MPI_MAX_REPS  200
@@ -45,11 +46,48 @@ static ot_status slowest(ot_mpi *m, double t, double *out) {
     return OT_OK;
 }
 
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Work on this thread until it has had cpu_ns of CPU time (a data-parallel step's compute: CPU
+ * work, which takes longer in wall time when the processes share the cores). */
+static void busy_cpu(uint64_t cpu_ns) {
+    uint64_t t0 = thread_cpu_ns();
+    volatile double x = 1;
+    while (thread_cpu_ns() - t0 < cpu_ns)
+        for (int i = 0; i < 64; i++) x = x * 1.0000001 + 1e-9;
+}
+
+/* --compute-us W: the all-reduce as a data-parallel step meets it. Every process does W us of
+ * CPU work, then the all-reduce, back to back with no barrier between steps, `steps` times; a
+ * round's figure is the slowest rank's wall time per step. The processes arrive at the
+ * all-reduce as the scheduler ran them (more processes than cores: taking turns), unlike the
+ * timed all-reduce above, which starts from a barrier. */
+static ot_status step_rounds(ot_mpi *m, float *send, float *recv, size_t count, double compute_us,
+                             const ot_mpi_coll_options *mo, int rounds, int steps, double *out) {
+    for (int r = -1; r < rounds; r++) {
+        OT_CHECK(ot_mpi_barrier(m, 0));
+        uint64_t t0 = ot_now_ns();
+        for (int k = 0; k < steps; k++) {
+            busy_cpu((uint64_t)(compute_us * 1e3));
+            OT_CHECK(ot_mpi_allreduce(m, send, recv, count, OT_F32, OT_REDOP_SUM, mo));
+        }
+        double per = (double)(ot_now_ns() - t0) / 1e3 / steps, slow = 0;
+        OT_CHECK(slowest(m, per, &slow));
+        if (r >= 0) out[r] = slow;
+    }
+    return OT_OK;
+}
+
 int cli_bench_collectives_mpi(int argc, char **argv) {
     const char *cmd = "bench collectives --mpi";
     size_t sizes[MPI_MAX_SIZES];
     int nsizes = 0, reps = 7, warmup = 2;
-    bool json = false, explain = false;
+    bool json = false, explain = false, calibrate = true;
+    double compute_us = -1;
     ot_mpi_coll_options mo = ot_mpi_coll_options_default();
     parse_sizes_list("1M,64M", sizes, &nsizes);
     for (int i = 1; i < argc; i++) {
@@ -71,11 +109,15 @@ int cli_bench_collectives_mpi(int argc, char **argv) {
             mo.algo = (ot_mpi_algo)k, i++;
         } else if (!strcmp(a, "--chunk") && v && cli_parse_size(v, &n) && n > 0) {
             mo.chunk_bytes = (size_t)n, i++;
+        } else if (!strcmp(a, "--no-calibrate")) {
+            calibrate = false;
+        } else if (!strcmp(a, "--compute-us") && v && cli_parse_i64(v, 0, 1000000, &n)) {
+            compute_us = (double)n, i++;
         } else {
             return cli_usage_error("bench",
                                    "collectives --mpi: bad or incomplete argument '%s' "
-                                   "(--sizes --reps --warmup --algo --chunk --explain "
-                                   "--json)",
+                                   "(--sizes --reps --warmup --algo --chunk "
+                                   "--compute-us --no-calibrate --explain --json)",
                                    a);
         }
     }
@@ -88,7 +130,9 @@ int cli_bench_collectives_mpi(int argc, char **argv) {
     int rank = ot_mpi_rank(m), np = ot_mpi_size(m), rc = CLI_OK;
     double *tours = calloc((size_t)reps, sizeof *tours),
            *tbase = calloc((size_t)reps, sizeof *tbase);
-    if (!tours || !tbase || ot_mpi_calibrate(m) != OT_OK) {
+    /* --no-calibrate: `auto` chooses from the default model, as a process that does not
+     * calibrate (optitpu train --mpi) does */
+    if (!tours || !tbase || (calibrate && ot_mpi_calibrate(m) != OT_OK)) {
         rc = cli_fail(cmd);
         goto out;
     }
@@ -98,9 +142,12 @@ int cli_bench_collectives_mpi(int argc, char **argv) {
         printf("# allreduce f32 sum over %d MPI processes; median of %d after %d warm-up; "
                "interleaved with MPI_Allreduce (Open MPI defaults) on the same buffers\n",
                np, reps, warmup);
-        printf("# measured: point-to-point %.1f us + %.2f GB/s; MPI_Iallreduce %.1f us + %.2f "
-               "GB/s\n",
-               p2p.alpha_us, p2p.gbytes_per_s, nat.alpha_us, nat.gbytes_per_s);
+        if (!calibrate)
+            printf("# not calibrated: auto chooses from the default model\n");
+        else
+            printf("# measured: point-to-point %.1f us + %.2f GB/s; MPI_Iallreduce %.1f us + %.2f "
+                   "GB/s\n",
+                   p2p.alpha_us, p2p.gbytes_per_s, nat.alpha_us, nat.gbytes_per_s);
         ot_cost_params shm;
         if (ot_mpi_model_shm(m, &shm))
             printf("# measured: shared-memory all-reduce %.1f us + %.2f GB/s (one node)\n",
@@ -131,6 +178,40 @@ int cli_bench_collectives_mpi(int argc, char **argv) {
                         ot_mpi_cost_us(m, (ot_mpi_algo)a, count, OT_F32),
                         a == (int)algo ? "  <- chosen" : "");
         ot_status st = OT_OK;
+        if (compute_us >= 0) {
+            /* the step-like loop, and the same loop's CPU work alone (no all-reduce) */
+            enum { STEPS = 50 };
+            st = step_rounds(m, send, recv, count, compute_us, &mo, reps, STEPS, tours);
+            for (int r = -1; r < reps && st == OT_OK; r++) {
+                st = ot_mpi_barrier(m, 0);
+                uint64_t t0 = ot_now_ns();
+                for (int k = 0; k < STEPS; k++) busy_cpu((uint64_t)(compute_us * 1e3));
+                double per = (double)(ot_now_ns() - t0) / 1e3 / STEPS, slow = 0;
+                if (st == OT_OK) st = slowest(m, per, &slow);
+                if (r >= 0) tbase[r] = slow;
+            }
+            ot_aligned_free(send);
+            ot_aligned_free(recv);
+            if (st != OT_OK) {
+                rc = cli_fail(cmd);
+                break;
+            }
+            if (rank != 0) continue;
+            double to = median(tours, reps), tb = median(tbase, reps);
+            char cs[128];
+            snprintf(cs, sizeof cs, "step %.0fus + allreduce f32 %zuKiB np%d %s", compute_us,
+                     sizes[z] >> 10, np, ot_mpi_algo_name(algo));
+            ot_bench_row row = {.bench = "collectives_mpi",
+                                .case_name = cs,
+                                .metric = "us",
+                                .value = to,
+                                .baseline = "the CPU work alone, no all-reduce",
+                                .baseline_value = tb,
+                                .ratio = to > 0 ? tb / to : 0};
+            ot_bench_print(&row, json);
+            fflush(stdout);
+            continue;
+        }
         for (int r = -warmup; r < reps && st == OT_OK; r++) {
             /* ours */
             st = ot_mpi_barrier(m, 0);

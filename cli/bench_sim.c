@@ -253,7 +253,8 @@ static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *
     static char out[1 << 16];
     int64_t gbytes = ot_model_param_elements(model) * 4 + 8; /* gradients + loss, correct */
     char args[256];
-    snprintf(args, sizeof args, "bench collectives --mpi --sizes 4,4K,64K,1M,%lld --reps 15 --json",
+    snprintf(args, sizeof args,
+             "bench collectives --mpi --no-calibrate --sizes 4,4K,64K,1M,%lld --reps 15 --json",
              (long long)gbytes);
     ot_status s = launch_capture(np, args, log_path, out, sizeof out);
     /* the transport's calibration: all-reduces of 4 B, 4 KiB, 64 KiB and 1 MiB; the gradients'

@@ -90,8 +90,13 @@ static ot_status mpi_member_begin(trainer *t, train_member *m) {
                   m->n, (long long)t->total_elems, (long long)t->local_sgd,
                   (double)m->timeout_ns / 1e9);
     else if (m->rank == 0 && t->prank == 0)
-        train_log(t, "gradient all-reduce: %zu bytes over %d devices, deadline %.1f s",
-                  ((size_t)t->total_elems + 2) * sizeof(float), m->n, (double)m->timeout_ns / 1e9);
+        train_log(t,
+                  "gradient all-reduce: %zu bytes over %d devices (across processes: %s), "
+                  "deadline %.1f s",
+                  ((size_t)t->total_elems + 2) * sizeof(float), m->n,
+                  ot_mpi_algo_name(ot_mpi_choose(t->o->mpi, (size_t)t->total_elems + 2, OT_F32,
+                                                 OT_REDOP_SUM, NULL)),
+                  (double)m->timeout_ns / 1e9);
     return OT_OK;
 }
 
