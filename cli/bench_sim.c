@@ -241,8 +241,9 @@ static double json_num_after(const char *text, const char *from, const char *key
 
 /* MPI: optitpu train --mpi with np processes of one device each (under optitpu launch) against
  * the host model with np device threads' rates measured right before and after it, and the
- * processes' transport priced from bench collectives --mpi in the same minute: an all-reduce's
- * time at 4 bytes (alpha) and 1 MiB (bandwidth), checked at the gradients' size. */
+ * processes' transport priced from bench collectives --mpi --no-calibrate (the algorithm train
+ * --mpi picks) in the same minute: an all-reduce's time at 4 bytes (alpha) and 1 MiB
+ * (bandwidth), checked at the gradients' size. */
 static ot_status mpi_case(int np, const ot_model *model, const ot_model_config *mc,
                           const ot_tpu_optimizer *topt, const ot_sim_host_calibration *cal,
                           int64_t steps, int64_t reps, int64_t batch, double window, bool json) {
@@ -861,9 +862,9 @@ const cli_command cli_bench_simulate = {
     "--batch B, --hidden W: the job's global batch (default 128) and hidden width (default 128).\n"
     "--mpi LIST (default 2,4 when built with MPI): also optitpu train --mpi with that many\n"
     "processes of one device each under optitpu launch (R runs, each paired with probes as\n"
-    "above), predicted with their transport priced from bench collectives --mpi run just\n"
-    "before (all-reduces of 4 B, 4 KiB, 64 KiB and 1 MiB: the line through the two sizes\n"
-    "around the gradients').\n"
+    "above), predicted with their transport priced from bench collectives --mpi --no-calibrate\n"
+    "run just before (the algorithm train --mpi runs; all-reduces of 4 B, 4 KiB, 64 KiB and\n"
+    "1 MiB: the line through the two sizes around the gradients').\n"
     "--kernels: instead, for each device count's per-replica batch, the step executable alone on\n"
     "one device thread: each kernel's price beside its profiled mean time, and the executable's\n"
     "price beside its mean wall time without the profiler, and its modelled CPU work beside the\n"
