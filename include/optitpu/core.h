@@ -242,8 +242,12 @@ OT_API size_t ot_arena_cache_bytes(void); /* bytes of chunks kept now */
  *
  * A persistent pool of worker threads. ot_threadpool_run runs fn(ctx, ith, nth) on nth threads
  * (the caller is thread 0) and returns when all are done. Inside a run, ot_threadpool_barrier
- * waits for all nth threads. Waiting spins briefly and then blocks, so an oversubscribed machine
- * is not burned by spinning. Runs from different threads are serialized.
+ * waits for all nth threads. ot_parallel_for splits [0, n) into pieces (the schedule's) that the
+ * threads claim as they come: the caller never waits for a worker that has not woken, it runs the
+ * pieces left itself, so any thread may run any piece (ith says which thread runs it: at most
+ * one call per ith at a time, for per-thread scratch). Waiting spins briefly and then blocks, so
+ * an oversubscribed machine is not burned by spinning. Runs from different threads are
+ * serialized.
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct ot_threadpool ot_threadpool;
@@ -253,7 +257,7 @@ typedef void (*ot_task_fn)(void *ctx, int ith, int nth);
 typedef void (*ot_range_fn)(void *ctx, int64_t begin, int64_t end, int ith);
 
 typedef enum ot_schedule {
-    OT_SCHEDULE_STATIC = 0, /* nth contiguous pieces, a fixed partition */
+    OT_SCHEDULE_STATIC = 0, /* nth contiguous pieces, a fixed partition (claimed by any thread) */
     OT_SCHEDULE_DYNAMIC,    /* chunks of `chunk` handed out by an atomic counter */
 } ot_schedule;
 

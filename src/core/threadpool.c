@@ -1,6 +1,15 @@
 /* A persistent thread pool. Workers sleep on a condition variable between runs; waits spin for a
  * short, bounded time first (cheap hand-off when cores are free) and then block, so that an
- * oversubscribed machine is not burned by spinning. */
+ * oversubscribed machine is not burned by spinning.
+ *
+ * Two kinds of run. ot_threadpool_run needs every thread (its task may hold a barrier), so it
+ * waits for the last worker to wake. ot_parallel_for's run is *open*: its pieces are claimed from
+ * an atomic counter by whichever threads are there, the caller included, so the caller never
+ * waits for a worker that has not woken (asleep, or its CPU taken by another process): it runs the
+ * pieces left itself and then waits only for the workers that joined while it was open. A worker
+ * joins with one compare-and-swap on `open`, which holds the run's generation, a closed bit and
+ * the count of workers inside: a late worker sees another generation or the closed bit and never
+ * touches the finished run's context. */
 #include "optitpu/core.h"
 
 #include <pthread.h>
@@ -30,6 +39,8 @@ struct ot_threadpool {
     atomic_int pending;
     ot_task_fn fn;
     void *ctx;
+    bool is_open;            /* the current run is an open one (read with fn under mu) */
+    atomic_ullong open;      /* open runs: generation << 32 | OPEN_CLOSED | workers inside */
     bool stop;
     /* barrier */
     pthread_mutex_t bmu;
@@ -43,6 +54,28 @@ typedef struct worker_arg {
     int ith;
 } worker_arg;
 
+#define OPEN_CLOSED (1ull << 31)
+#define OPEN_COUNT (OPEN_CLOSED - 1)
+
+/* Joins open run `g`: false when it has closed or another run has started. */
+static bool open_join(ot_threadpool *p, unsigned g) {
+    unsigned long long w = atomic_load(&p->open);
+    for (;;) {
+        if ((unsigned)(w >> 32) != g || (w & OPEN_CLOSED)) return false;
+        if (atomic_compare_exchange_weak(&p->open, &w, w + 1)) return true;
+    }
+}
+
+/* Leaves the open run joined; the last worker out of a closed run wakes the caller. */
+static void open_leave(ot_threadpool *p) {
+    unsigned long long w = atomic_fetch_sub(&p->open, 1);
+    if ((w & OPEN_CLOSED) && (w & OPEN_COUNT) == 1) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->cv_done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     ot_threadpool *p = wa.p;
@@ -55,8 +88,16 @@ static void *worker_main(void *arg) {
         seen = atomic_load(&p->gen);
         ot_task_fn fn = p->fn;
         void *ctx = p->ctx;
+        bool is_open = p->is_open;
         pthread_mutex_unlock(&p->mu);
         if (stop) break;
+        if (is_open) {
+            if (open_join(p, seen)) {
+                fn(ctx, wa.ith, p->n);
+                open_leave(p);
+            }
+            continue;
+        }
         fn(ctx, wa.ith, p->n);
         if (atomic_fetch_sub(&p->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu);
@@ -142,6 +183,7 @@ void ot_threadpool_run(ot_threadpool *p, ot_task_fn fn, void *ctx) {
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
+    p->is_open = false;
     atomic_store(&p->pending, p->n - 1);
     atomic_fetch_add(&p->gen, 1);
     pthread_cond_broadcast(&p->cv_work);
@@ -153,6 +195,32 @@ void ot_threadpool_run(ot_threadpool *p, ot_task_fn fn, void *ctx) {
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->run_mu);
+}
+
+/* An open run (above): fn must finish all the run's work when the caller alone calls it. */
+static void run_open(ot_threadpool *p, ot_task_fn fn, void *ctx) {
+    pthread_mutex_lock(&p->run_mu);
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->is_open = true;
+    unsigned g = atomic_load(&p->gen) + 1;
+    atomic_store(&p->open, (unsigned long long)g << 32);
+    atomic_store(&p->gen, g);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+
+    fn(ctx, 0, p->n);
+
+    /* closed: no worker joins from here on; wait for those inside */
+    unsigned long long w = atomic_fetch_or(&p->open, OPEN_CLOSED);
+    if (w & OPEN_COUNT) {
+        for (int i = 0; i < SPIN_ITERS && (atomic_load(&p->open) & OPEN_COUNT); i++) cpu_relax();
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->open) & OPEN_COUNT) pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
     pthread_mutex_unlock(&p->run_mu);
 }
 
@@ -183,14 +251,20 @@ typedef struct pfor_ctx {
     atomic_llong next;
 } pfor_ctx;
 
+/* Claims pieces until none is left (an open run: any thread may run any piece, the caller all of
+ * them when no worker comes). */
 static void pfor_task(void *arg, int ith, int nth) {
     pfor_ctx *c = arg;
     if (c->sched == OT_SCHEDULE_STATIC) {
-        /* fixed partition: thread ith always gets the same range for the same (n, nth) */
+        /* a fixed partition: piece q is always the same range for the same (n, nth) */
         int64_t base = c->n / nth, rem = c->n % nth;
-        int64_t b = ith * base + (ith < rem ? ith : rem);
-        int64_t e = b + base + (ith < rem ? 1 : 0);
-        if (b < e) c->fn(c->ctx, b, e, ith);
+        for (;;) {
+            int64_t q = atomic_fetch_add(&c->next, 1);
+            if (q >= nth) break;
+            int64_t b = q * base + (q < rem ? q : rem);
+            int64_t e = b + base + (q < rem ? 1 : 0);
+            if (b < e) c->fn(c->ctx, b, e, ith);
+        }
         return;
     }
     for (;;) {
@@ -211,7 +285,7 @@ void ot_parallel_for(ot_threadpool *p, int64_t n, int64_t chunk, ot_schedule sch
     }
     pfor_ctx c = {.n = n, .chunk = chunk, .sched = sched, .fn = fn, .ctx = ctx};
     atomic_init(&c.next, 0);
-    ot_threadpool_run(p, pfor_task, &c);
+    run_open(p, pfor_task, &c);
 }
 
 static ot_threadpool *g_default;
