@@ -300,6 +300,56 @@ static void barrier_task(void *arg, int ith, int nth) {
     ot_threadpool_barrier(c->p, ith);
 }
 
+/* Open runs (ot_parallel_for): every piece runs exactly once and has finished when the call
+ * returns, whichever threads ran it — workers that join late, a worker slow inside its piece,
+ * runs of a few pieces back to back (a worker that wakes for one run must not run the next one's
+ * pieces with the old context), interleaved with full runs that use the barrier. */
+typedef struct once_ctx {
+    atomic_int hits[64];
+    int64_t n;
+    int ith_busy[64]; /* at most one call per ith at a time */
+    atomic_int bad;
+} once_ctx;
+
+static void once_range(void *arg, int64_t b, int64_t e, int ith) {
+    once_ctx *c = arg;
+    if (c->ith_busy[ith]++) atomic_store(&c->bad, 1);
+    /* every piece takes a while (so that workers join), a worker's far longer than all the
+     * caller's pieces together: a run that returned before its workers had finished would miss
+     * their hits */
+    for (volatile int spin = 0; spin < 300; spin++) {
+    }
+    if (ith) usleep(200);
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+    c->ith_busy[ith]--;
+}
+
+static void test_threadpool_open_runs(void) {
+    int sizes[] = {2, 3, 8};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        ot_threadpool *p;
+        ASSERT_OK(ot_threadpool_create(sizes[k], &p));
+        int wrong = 0;
+        for (int rep = 0; rep < 1000; rep++) {
+            once_ctx c;
+            memset(&c, 0, sizeof c);
+            c.n = 1 + rep % 64;
+            ot_parallel_for(p, c.n, 1 + rep % 3, rep & 1 ? OT_SCHEDULE_STATIC : OT_SCHEDULE_DYNAMIC,
+                            once_range, &c);
+            for (int64_t i = 0; i < 64; i++) wrong += atomic_load(&c.hits[i]) != (i < c.n ? 1 : 0);
+            wrong += atomic_load(&c.bad);
+            memset(&c, 0x55, sizeof c); /* a late write into the finished run shows up next */
+            if (rep % 250 == 249) {
+                barrier_ctx bc = {.p = p};
+                ot_threadpool_run(p, barrier_task, &bc);
+                for (int i = 0; i < sizes[k]; i++) wrong += !bc.seen_all[i];
+            }
+        }
+        EXPECT_INT_EQ(wrong, 0);
+        ot_threadpool_free(p);
+    }
+}
+
 static void test_threadpool(void) {
     enum { N = 100003 };
     int64_t *x = malloc(N * sizeof *x);
@@ -609,6 +659,6 @@ OT_TEST_MAIN(OT_TEST(test_status_names), OT_TEST(test_dtype_table), OT_TEST(test
              OT_TEST(test_bf16_all_patterns), OT_TEST(test_shapes),
              OT_TEST(test_tensor_and_alloc_failure), OT_TEST(test_arena),
              OT_TEST(test_arena_chunk_cache), OT_TEST(test_threadpool),
-             OT_TEST(test_alloc_failure_every_constructor), OT_TEST(test_stream_alloc),
-             OT_TEST(test_allocator_hook), OT_TEST(test_sha256_nist), OT_TEST(test_strbuf),
-             OT_TEST(test_fd_full_io))
+             OT_TEST(test_threadpool_open_runs), OT_TEST(test_alloc_failure_every_constructor),
+             OT_TEST(test_stream_alloc), OT_TEST(test_allocator_hook), OT_TEST(test_sha256_nist),
+             OT_TEST(test_strbuf), OT_TEST(test_fd_full_io))

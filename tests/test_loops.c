@@ -4,8 +4,9 @@
  * threads, with native code on and off: a scan with a dot and a dynamic-update-slice, threefry's
  * u32 rounds, a state whose elements swap and pass through, a single-array state with a reduce in
  * the condition, a nested tuple state, nested loops (also deeper than CC_LOOP_MAX_DEPTH, where
- * the innermost run in the evaluator) and a conditional inside a body. The profile shows the
- * kernels of the body, not one "control" kernel. */
+ * the innermost run in the evaluator), a conditional inside a body, and recurrent scans of
+ * several sizes whose dots keep their packed weights across iterations (test_rnn_scans). The
+ * profile shows the kernels of the body, not one "control" kernel. */
 #include "compiler/loop.h"
 #include "optitpu/exec.h"
 #include "optitpu/runtime.h"
@@ -82,6 +83,133 @@ static void unrolled_scan(char *buf, size_t cap) {
              "  ys = f32[7,48,80] concatenate(y.0, y.1, y.2, y.3, y.4, y.5, y.6), dimensions={0}\n"
              "  ROOT o = (f32[48,80], f32[7,48,80]) tuple(h7, ys)\n"
              "}\n");
+}
+
+/* A recurrent scan of any size, as jax.lax.scan lowers an LSTM-like cell: per step t,
+ * g = x_t Wx + h Wh (weights the body passes through unchanged: the loop's invariant leaves, whose
+ * packed copies the dots keep across iterations), c' = logistic(g_f) c + tanh(g_i),
+ * h' = tanh(c' V^T) (V read transposed where it lies) and V' = V / 2 (a weight that changes every
+ * iteration, updated in place: a packed copy kept from an earlier iteration would give other
+ * bits), ys[t] = h'. `nested` carries (h, c) as a tuple inside the state. `unrolled`: the same
+ * steps at the top level (static slices, a concatenate), whose kernels the loop must match bit
+ * for bit. */
+static void rnn_module(char *buf, size_t cap, int T, int B, int I, int H, bool nested,
+                       bool unrolled) {
+    char st[512], hc[64];
+    snprintf(hc, sizeof hc, "(f32[%d,%d], f32[%d,%d])", B, H, B, H);
+    if (nested)
+        snprintf(st, sizeof st,
+                 "(s32[], %s, f32[%d,%d], f32[%d,%d], f32[%d,%d,%d], f32[%d,%d,%d], f32[%d,%d])",
+                 hc, I, 2 * H, H, 2 * H, T, B, I, T, B, H, H, H);
+    else
+        snprintf(st, sizeof st,
+                 "(s32[], f32[%d,%d], f32[%d,%d], f32[%d,%d], f32[%d,%d], f32[%d,%d,%d], "
+                 "f32[%d,%d,%d], f32[%d,%d])",
+                 B, H, B, H, I, 2 * H, H, 2 * H, T, B, I, T, B, H, H, H);
+    size_t n = (size_t)snprintf(buf, cap, "HloModule rnn\n");
+#define P(...) (n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__))
+    /* one step from h%s, c%s, v%s (suffix a) to h%s, c%s, v%s (suffix b) on x%s */
+#define STEP(a, b, x)                                                                              \
+    do {                                                                                           \
+        P("  gx%s = f32[%d,%d] dot(x%s, wx), lhs_contracting_dims={1}, "                           \
+          "rhs_contracting_dims={0}\n",                                                            \
+          b, B, 2 * H, x);                                                                         \
+        P("  gh%s = f32[%d,%d] dot(h%s, wh), lhs_contracting_dims={1}, "                           \
+          "rhs_contracting_dims={0}\n",                                                            \
+          b, B, 2 * H, a);                                                                         \
+        P("  g%s = f32[%d,%d] add(gx%s, gh%s)\n", b, B, 2 * H, b, b);                              \
+        P("  gi%s = f32[%d,%d] slice(g%s), slice={[0:%d], [0:%d]}\n", b, B, H, b, B, H);           \
+        P("  gf%s = f32[%d,%d] slice(g%s), slice={[0:%d], [%d:%d]}\n", b, B, H, b, B, H, 2 * H);   \
+        P("  f%s = f32[%d,%d] logistic(gf%s)\n", b, B, H, b);                                      \
+        P("  fc%s = f32[%d,%d] multiply(f%s, c%s)\n", b, B, H, b, a);                              \
+        P("  ti%s = f32[%d,%d] tanh(gi%s)\n", b, B, H, b);                                         \
+        P("  c%s = f32[%d,%d] add(fc%s, ti%s)\n", b, B, H, b, b);                                  \
+        P("  hv%s = f32[%d,%d] dot(c%s, v%s), lhs_contracting_dims={1}, "                          \
+          "rhs_contracting_dims={1}\n",                                                            \
+          b, B, H, b, a);                                                                          \
+        P("  h%s = f32[%d,%d] tanh(hv%s)\n", b, B, H, b);                                          \
+        P("  half%s = f32[] constant(0.5)\n", b);                                                  \
+        P("  hb%s = f32[%d,%d] broadcast(half%s), dimensions={}\n", b, H, H, b);                   \
+        P("  v%s = f32[%d,%d] multiply(v%s, hb%s)\n", b, H, H, a, b);                              \
+    } while (0)
+    if (!unrolled) {
+        P("cond {\n  s = %s parameter(0)\n  i = s32[] get-tuple-element(s), index=0\n"
+          "  n = s32[] constant(%d)\n  ROOT lt = pred[] compare(i, n), direction=LT\n}\n",
+          st, T);
+        P("body {\n  s = %s parameter(0)\n  i = s32[] get-tuple-element(s), index=0\n", st);
+        int o = 1;
+        if (nested) {
+            P("  hc = %s get-tuple-element(s), index=1\n", hc);
+            P("  h0 = f32[%d,%d] get-tuple-element(hc), index=0\n", B, H);
+            P("  c0 = f32[%d,%d] get-tuple-element(hc), index=1\n", B, H);
+            o = 2;
+        } else {
+            P("  h0 = f32[%d,%d] get-tuple-element(s), index=1\n", B, H);
+            P("  c0 = f32[%d,%d] get-tuple-element(s), index=2\n", B, H);
+            o = 3;
+        }
+        P("  wx = f32[%d,%d] get-tuple-element(s), index=%d\n", I, 2 * H, o);
+        P("  wh = f32[%d,%d] get-tuple-element(s), index=%d\n", H, 2 * H, o + 1);
+        P("  xs = f32[%d,%d,%d] get-tuple-element(s), index=%d\n", T, B, I, o + 2);
+        P("  ys = f32[%d,%d,%d] get-tuple-element(s), index=%d\n", T, B, H, o + 3);
+        P("  v0 = f32[%d,%d] get-tuple-element(s), index=%d\n", H, H, o + 4);
+        P("  z = s32[] constant(0)\n");
+        P("  x3 = f32[1,%d,%d] dynamic-slice(xs, i, z, z), dynamic_slice_sizes={1,%d,%d}\n", B, I,
+          B, I);
+        P("  x0 = f32[%d,%d] reshape(x3)\n", B, I);
+        STEP("0", "1", "0");
+        P("  y3 = f32[1,%d,%d] reshape(h1)\n", B, H);
+        P("  ys2 = f32[%d,%d,%d] dynamic-update-slice(ys, y3, i, z, z)\n", T, B, H);
+        P("  one = s32[] constant(1)\n  i2 = s32[] add(i, one)\n");
+        if (nested)
+            P("  hc2 = %s tuple(h1, c1)\n  ROOT t = %s tuple(i2, hc2, wx, wh, xs, ys2, v1)\n}\n",
+              hc, st);
+        else
+            P("  ROOT t = %s tuple(i2, h1, c1, wx, wh, xs, ys2, v1)\n}\n", st);
+    }
+    P("ENTRY main {\n  h0 = f32[%d,%d] parameter(0)\n  c0 = f32[%d,%d] parameter(1)\n", B, H, B, H);
+    P("  wx = f32[%d,%d] parameter(2)\n  wh = f32[%d,%d] parameter(3)\n", I, 2 * H, H, 2 * H);
+    P("  xs = f32[%d,%d,%d] parameter(4)\n  v0 = f32[%d,%d] parameter(5)\n", T, B, I, H, H);
+    char res[256];
+    snprintf(res, sizeof res, "(f32[%d,%d], f32[%d,%d], f32[%d,%d,%d], f32[%d,%d])", B, H, B, H, T,
+             B, H, H, H);
+    if (unrolled) {
+        char a[16], b[16];
+        for (int t = 0; t < T; t++) {
+            snprintf(a, sizeof a, "%d", t);
+            snprintf(b, sizeof b, "%d", t + 1);
+            P("  xs%d = f32[1,%d,%d] slice(xs), slice={[%d:%d], [0:%d], [0:%d]}\n", t, B, I, t,
+              t + 1, B, I);
+            P("  x%d = f32[%d,%d] reshape(xs%d)\n", t, B, I, t);
+            STEP(a, b, a);
+            P("  y%d = f32[1,%d,%d] reshape(h%d)\n", t, B, H, t + 1);
+        }
+        P("  ys = f32[%d,%d,%d] concatenate(", T, B, H);
+        for (int t = 0; t < T; t++) P("%sy%d", t ? ", " : "", t);
+        P("), dimensions={0}\n  ROOT o = %s tuple(h%d, c%d, ys, v%d)\n}\n", res, T, T, T);
+    } else {
+        P("  zero = f32[] constant(0)\n  ys = f32[%d,%d,%d] broadcast(zero), dimensions={}\n", T, B,
+          H);
+        P("  z = s32[] constant(0)\n");
+        if (nested)
+            P("  hc = %s tuple(h0, c0)\n  t = %s tuple(z, hc, wx, wh, xs, ys, v0)\n", hc, st);
+        else
+            P("  t = %s tuple(z, h0, c0, wx, wh, xs, ys, v0)\n", st);
+        P("  r = %s while(t), condition=cond, body=body\n", st);
+        if (nested) {
+            P("  hcf = %s get-tuple-element(r), index=1\n", hc);
+            P("  hf = f32[%d,%d] get-tuple-element(hcf), index=0\n", B, H);
+            P("  cf = f32[%d,%d] get-tuple-element(hcf), index=1\n", B, H);
+        } else {
+            P("  hf = f32[%d,%d] get-tuple-element(r), index=1\n", B, H);
+            P("  cf = f32[%d,%d] get-tuple-element(r), index=2\n", B, H);
+        }
+        P("  yf = f32[%d,%d,%d] get-tuple-element(r), index=%d\n", T, B, H, nested ? 5 : 6);
+        P("  vf = f32[%d,%d] get-tuple-element(r), index=%d\n", H, H, nested ? 6 : 7);
+        P("  ROOT o = %s tuple(hf, cf, yf, vf)\n}\n", res);
+    }
+#undef STEP
+#undef P
 }
 
 /* threefry2x32's rounds as jax.random lowers them: a loop over u32 arrays (the condition and
@@ -556,6 +684,49 @@ static void test_conditionals(void) {
     }
 }
 
+/* Recurrent scans of several sizes (dots on one thread and split over the pool; T = 1 too), the
+ * state flat and with a nested (h, c) tuple: the loop's bits are those of the same steps unrolled
+ * at the top level at 1, 2, 3 and 8 threads, so the packed weights kept across iterations are
+ * exactly what packing them again would give, and the weight that changes every iteration is
+ * packed afresh. The invariant leaves are the weights and the inputs (flat state only: a nested
+ * state is not updated in place, so nothing is kept). */
+static void test_rnn_scans(void) {
+    static const struct {
+        int T, B, I, H;
+        bool nested;
+    } cs[] = {{5, 24, 20, 40, false},
+              {9, 13, 33, 70, true},
+              {3, 64, 64, 96, false},
+              {1, 16, 8, 24, true},
+              {4, 40, 96, 136, false}};
+    static char loop[1 << 15], flat[1 << 18];
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        rnn_module(loop, sizeof loop, cs[c].T, cs[c].B, cs[c].I, cs[c].H, cs[c].nested, false);
+        rnn_module(flat, sizeof flat, cs[c].T, cs[c].B, cs[c].I, cs[c].H, cs[c].nested, true);
+        ASSERT_TRUE(strlen(loop) + 1 < sizeof loop && strlen(flat) + 1 < sizeof flat);
+        ot_executable *e = compile_text(loop, OT_NATIVE_ON);
+        ASSERT_TRUE(e != NULL);
+        int seen = 0;
+        for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+            const cc_loop *l = cc_executable_loop(e, k);
+            if (!l) continue;
+            seen++;
+            /* (i, h, c, wx, wh, xs, ys, v): wx, wh and xs */
+            uint64_t want = cs[c].nested ? 0 : 0x38;
+            if (l->invariant != want)
+                fprintf(stderr, "rnn %zu: invariant leaves %#llx, want %#llx\n", c,
+                        (unsigned long long)l->invariant, (unsigned long long)want);
+            EXPECT_TRUE(l->invariant == want);
+        }
+        EXPECT_INT_EQ(seen, 1);
+        ot_executable_free(e);
+        char nm[64];
+        snprintf(nm, sizeof nm, "rnn T%d B%d I%d H%d%s", cs[c].T, cs[c].B, cs[c].I, cs[c].H,
+                 cs[c].nested ? " nested" : "");
+        check_against(nm, loop, flat, 1e-3);
+    }
+}
+
 /* Nested loops, up to and past the compiled depth: the innermost beyond it run in the
  * evaluator, with the same results. */
 static void test_nested_loops(void) {
@@ -591,7 +762,8 @@ static void test_profile_shows_body(void) {
     ot_executable_free(e);
 }
 
-OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_threefry), OT_TEST(test_shared_body),
-             OT_TEST(test_swap_and_pass_through), OT_TEST(test_array_state),
-             OT_TEST(test_nested_tuple_and_conditional), OT_TEST(test_nested_loops),
-             OT_TEST(test_profile_shows_body), OT_TEST(test_conditionals))
+OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_rnn_scans), OT_TEST(test_threefry),
+             OT_TEST(test_shared_body), OT_TEST(test_swap_and_pass_through),
+             OT_TEST(test_array_state), OT_TEST(test_nested_tuple_and_conditional),
+             OT_TEST(test_nested_loops), OT_TEST(test_profile_shows_body),
+             OT_TEST(test_conditionals))

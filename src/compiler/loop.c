@@ -200,6 +200,32 @@ static void compile_cond(ot_executable *e, int64_t k, const ot_compile_options *
     e->conds[k] = (cc_cond){br, leaf0, nb};
 }
 
+/* The leaves (the first 64) that body b passes through unchanged: output q donated from
+ * parameter q, written by no kernel but the copy of that parameter into itself (which the
+ * runtime skips), and no kernel's output placed over the parameter. */
+static uint64_t invariant_leaves(const ot_executable *b) {
+    uint64_t m = 0;
+    int n = b->nout < b->nparams ? b->nout : b->nparams;
+    for (int q = 0; q < n && q < 64; q++) {
+        int32_t os = b->out_slot[q], ps = b->param_slot[q];
+        bool ok = os == ps || b->s[os].alias_param == q;
+        for (int64_t k = 0; ok && k < b->nk; k++) {
+            const ot_kernel *kn = &b->k[k];
+            if (kn->in_place_input >= 0 && kn->in_place_input < kn->ninputs &&
+                kn->inputs[kn->in_place_input] == ps)
+                ok = false;
+            for (int j = 0; ok && j < kn->noutputs; j++) {
+                if (kn->outputs[j] == ps) ok = false;
+                if (kn->outputs[j] == os && os != ps)
+                    ok = kn->kind == OT_KERNEL_COPY && !kn->instr && kn->ninputs == 1 &&
+                         kn->inputs[0] == ps;
+            }
+        }
+        if (ok) m |= (uint64_t)1 << q;
+    }
+    return m;
+}
+
 void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) {
     if (depth >= CC_LOOP_MAX_DEPTH) return;
     /* conditionals: each branch computation compiled once per executable */
@@ -229,7 +255,7 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
             e->loops[k].shared = true;
             continue;
         }
-        cc_loop l = {NULL, NULL, w->called[0], kn->ninputs, false};
+        cc_loop l = {NULL, NULL, w->called[0], kn->ninputs, false, 0};
         ot_status s = compile_part(w->called[0], o, depth + 1, false, &l.cond);
         if (s == OT_OK) s = compile_part(w->called[1], o, depth + 1, true, &l.body);
         /* the kernel's leaves are the executables' parameters and the body's outputs */
@@ -250,6 +276,7 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
             ot_executable_free(l.body);
             continue;
         }
+        l.invariant = invariant_leaves(l.body);
         e->loops[k] = l;
         if (!seen && ir_ptr_map_put(&by_body, w->called[1], &e->loops[k]) != OT_OK)
             ot_clear_error(); /* (not shared then: compiled again for the next one) */

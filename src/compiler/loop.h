@@ -23,6 +23,9 @@ typedef struct cc_loop {
     const ot_computation *cond_src; /* the condition compiled (in the executable's module) */
     int ninputs;                    /* the state's leaves */
     bool shared;                    /* another kernel's pair, freed with that kernel's */
+    /* bit q (q < 64): the body passes leaf q through unchanged (its output q is donated from
+     * parameter q and nothing else writes it), so no iteration writes that buffer */
+    uint64_t invariant;
 } cc_loop;
 
 /* A conditional compiled: branch b's executable takes the array leaves of the conditional's

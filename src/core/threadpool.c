@@ -39,8 +39,8 @@ struct ot_threadpool {
     atomic_int pending;
     ot_task_fn fn;
     void *ctx;
-    bool is_open;            /* the current run is an open one (read with fn under mu) */
-    atomic_ullong open;      /* open runs: generation << 32 | OPEN_CLOSED | workers inside */
+    bool is_open;       /* the current run is an open one (read with fn under mu) */
+    atomic_ullong open; /* open runs: generation << 32 | OPEN_CLOSED | workers inside */
     bool stop;
     /* barrier */
     pthread_mutex_t bmu;
@@ -55,7 +55,7 @@ typedef struct worker_arg {
 } worker_arg;
 
 #define OPEN_CLOSED (1ull << 31)
-#define OPEN_COUNT (OPEN_CLOSED - 1)
+#define OPEN_COUNT  (OPEN_CLOSED - 1)
 
 /* Joins open run `g`: false when it has closed or another run has started. */
 static bool open_join(ot_threadpool *p, unsigned g) {

@@ -1192,9 +1192,15 @@ static size_t sg_counter_bytes(const ex_gemm *g) {
     return sg_rowdone_bytes(g) + ex_align64(slices * sizeof(atomic_int));
 }
 
-static size_t sg_scratch_bytes(const ex_gemm *g, int threads) {
-    size_t shared = sg_own_b(g, threads) ? 0 : ex_align64((size_t)(sg_group(g) * sg_bpack(g)));
-    return shared + sg_counter_bytes(g) + (size_t)threads * sg_thread_bytes(g, threads);
+/* the shared packed B: the group's elements (0 with own_b) */
+static size_t sg_shared_bytes(const ex_gemm *g, int threads) {
+    return sg_own_b(g, threads) ? 0 : ex_align64((size_t)(sg_group(g) * sg_bpack(g)));
+}
+
+/* kept: the shared packed B lives elsewhere (a loop's copy, sg_gemm's bkeep) */
+static size_t sg_scratch_bytes(const ex_gemm *g, int threads, bool kept) {
+    return (kept ? 0 : sg_shared_bytes(g, threads)) + sg_counter_bytes(g) +
+           (size_t)threads * sg_thread_bytes(g, threads);
 }
 
 /* Column blocks of a shared B for a group of nbg batch elements: about 8 tasks per thread
@@ -1213,10 +1219,14 @@ static int64_t sg_first_tasks(const ex_gemm *g, int threads) {
     return nbg * cdiv(g->M, SG_MC) * cdiv(np, cdiv(np, cb));
 }
 
-/* scratch: sg_scratch_bytes(g, threads), threads >= the pool's threads that will run it */
+/* scratch: sg_scratch_bytes(g, threads, bkeep != NULL), threads >= the pool's threads that will
+ * run it */
 /* kel > 0: bf16 pairs (SG_PAIR): g->K is the pairs, kel the elements */
+/* bkeep (NULL: none): where the shared packed B of the whole product (one group) is kept between
+ * calls with the same B (a loop's invariant operand, ex_loop_buffer): packed there when it is not
+ * ready, else read as it is (every slice already done) */
 static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
-                    char *scratch, int threads, int64_t kel) {
+                    char *scratch, int threads, int64_t kel, ex_loop_entry *bkeep) {
     sg_run r = {.g = g,
                 .pair = kel > 0,
                 .dp = kel > 0 && sg_dpbf16(),
@@ -1235,9 +1245,9 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     r.mr = r.nr * r.es == 128 ? 12 : 24; /* two vectors of columns: 12 rows, else 24 */
     r.np = cdiv(g->N, r.nr);
     r.apb = sg_thread_bytes(g, threads);
-    int64_t gb = r.own_b ? g->nb : sg_group(g), per = r.np * r.nr * g->K;
-    size_t shared = r.own_b ? 0 : ex_align64((size_t)(gb * per * r.es));
-    r.bp = scratch;
+    int64_t gb = r.own_b ? g->nb : sg_group(g);
+    size_t shared = bkeep ? 0 : sg_shared_bytes(g, threads);
+    r.bp = bkeep ? bkeep->buf : scratch;
     r.rowdone = (atomic_int_least64_t *)(scratch + shared);
     r.bstate = (atomic_int *)(scratch + shared + sg_rowdone_bytes(g));
     r.nkb = sg_nkb(g);
@@ -1265,11 +1275,13 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         r.direct = ta32 && r.pcb <= SG_DIRECT;
         if (r.epi && r.cb > 1)
             for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
-        for (int64_t q = 0; q < r.nbg * r.cb * r.nkb; q++) atomic_init(&r.bstate[q], SG_B_TODO);
+        int b0 = bkeep && bkeep->ready ? SG_B_DONE : SG_B_TODO;
+        for (int64_t q = 0; q < r.nbg * r.cb * r.nkb; q++) atomic_init(&r.bstate[q], b0);
         /* one pass over the pool: B is packed by the tasks, slice by slice as they need it (the
          * first tasks take different column blocks, so the threads pack different slices) */
         ex_par_for_dynamic(c, r.nbg * r.rb * r.cb, work * 4, sg_tasks, &r);
     }
+    if (bkeep) bkeep->ready = true; /* every task has packed or found each slice it needs */
 }
 
 /* ---- 16-bit float operands (bf16, f16) -------------------------------------------------------
@@ -1857,12 +1869,17 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     bool own = exact;
     ex_gemm gk = g; /* the GEMM's view: with pairs, K counts them */
     if (pair) gk.K = cdiv(K, 2);
+    ex_loop_entry *bkeep = NULL;
     if (gemv) {
         gbytes = ex_align64((size_t)(NB * K) * 4);
         need += gbytes;
     } else if (own && !qdot) {
         threads = ex_par_threads(c, NB * M * N * K * 4);
-        gbytes = sg_scratch_bytes(&gk, threads);
+        /* B that no iteration of the loop running this dot writes, read where it lies: its
+         * packed copy is kept for the loop's next iterations (one group, a shared B) */
+        if (!rcopy && !sg_own_b(&gk, threads) && sg_group(&gk) >= gk.nb)
+            bkeep = ex_loop_buffer(c, i, in[1], sg_shared_bytes(&gk, threads));
+        gbytes = sg_scratch_bytes(&gk, threads, bkeep != NULL);
         need += gbytes;
     }
 #endif
@@ -1914,7 +1931,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         return OT_OK;
     }
     if (own && !half && odt == OT_F32) { /* the sums finished as stored (sg_fix) */
-        sg_gemm(c, &g, &va, &vb, gscratch, threads, 0);
+        sg_gemm(c, &g, &va, &vb, gscratch, threads, 0, bkeep);
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;
         return OT_OK;
@@ -1928,7 +1945,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         gk.c = g.c;
         gk.ta = g.ta;
         gk.tb = g.tb;
-        sg_gemm(c, &gk, &va, &vb, gscratch, threads, pair ? K : 0);
+        sg_gemm(c, &gk, &va, &vb, gscratch, threads, pair ? K : 0, bkeep);
         c->epilogue = fin.next;
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;

@@ -16,6 +16,52 @@ void ex_kernel_ctx_init(ex_kernel_ctx *c, ot_threadpool *pool, const ot_eval_opt
     c->reference_only = reference_only;
 }
 
+void ex_loop_cache_init(ex_loop_cache *lc, void *const *inv, int ninv) {
+    memset(lc, 0, sizeof *lc);
+    lc->inv = inv;
+    lc->ninv = ninv;
+}
+
+void ex_loop_cache_free(ex_loop_cache *lc) {
+    for (int j = 0; j < lc->n; j++) ot_aligned_free(lc->e[j].buf);
+    ot_free(lc->e);
+    memset(lc, 0, sizeof *lc);
+}
+
+bool ex_loop_invariant(const ex_kernel_ctx *c, const void *p) {
+    if (!c->loop || !p) return false;
+    for (int j = 0; j < c->loop->ninv; j++)
+        if (c->loop->inv[j] == p) return true;
+    return false;
+}
+
+ex_loop_entry *ex_loop_buffer(ex_kernel_ctx *c, const void *key, const void *src, size_t bytes) {
+    ex_loop_cache *lc = c->loop;
+    if (!ex_loop_invariant(c, src)) return NULL;
+    for (int j = 0; j < lc->n; j++)
+        if (lc->e[j].key == key && lc->e[j].src == src)
+            return lc->e[j].bytes == bytes ? &lc->e[j] : NULL;
+    if (bytes > EX_LOOP_CACHE_MAX - lc->total) return NULL;
+    if (lc->n == lc->cap) {
+        int nc = lc->cap ? 2 * lc->cap : 8;
+        ex_loop_entry *g = ot_realloc(lc->e, (size_t)nc * sizeof *g);
+        if (!g) {
+            ot_clear_error();
+            return NULL;
+        }
+        lc->e = g;
+        lc->cap = nc;
+    }
+    char *buf = ot_aligned_alloc(64, bytes ? bytes : 64);
+    if (!buf) {
+        ot_clear_error();
+        return NULL;
+    }
+    lc->total += bytes;
+    lc->e[lc->n] = (ex_loop_entry){key, src, buf, bytes, false};
+    return &lc->e[lc->n++];
+}
+
 /* A scratch buffer is one allocation: a 64-byte header holding its capacity, then the scratch
  * (c->scratch points past the header), so a cache slot is one pointer. */
 #define SCRATCH_HEAD 64

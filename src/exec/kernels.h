@@ -72,7 +72,41 @@ typedef struct ex_kernel_ctx {
      * itself. */
     const ex_epilogue *epilogue;
     bool epilogue_done;
+    struct ex_loop_cache *loop; /* set by a compiled while loop for its body's run, else NULL */
 } ex_kernel_ctx;
+
+/* What a compiled while loop's body keeps across its iterations (src/runtime/execute.c,
+ * run_loop): the loop state's buffers that no iteration writes (leaves the body passes through
+ * unchanged: weights, a scan's inputs), and per dot a packed copy of such a buffer, made in the
+ * first iteration and read by the others (fast_dot.c) instead of packing the same operand again
+ * each iteration. The copy holds exactly what packing would write, so results do not change.
+ * Owned by one execution of the loop: built before its first iteration, freed after its last
+ * (ex_loop_cache_free); at most EX_LOOP_CACHE_MAX bytes of copies. Used by one thread at a time
+ * (the one that runs the body's kernels). */
+#define EX_LOOP_CACHE_MAX ((size_t)64 << 20)
+typedef struct ex_loop_entry {
+    const void *key, *src; /* the kernel's instruction, the buffer it packed */
+    char *buf;
+    size_t bytes;
+    bool ready; /* buf holds the packed copy */
+} ex_loop_entry;
+typedef struct ex_loop_cache {
+    void *const *inv; /* the buffers no iteration writes (borrowed) */
+    int ninv;
+    ex_loop_entry *e;
+    int n, cap;
+    size_t total;
+} ex_loop_cache;
+
+/* An empty cache over the ninv invariant buffers inv (borrowed: they outlive the cache). */
+void ex_loop_cache_init(ex_loop_cache *lc, void *const *inv, int ninv);
+void ex_loop_cache_free(ex_loop_cache *lc);
+/* Whether p is one of c's loop's invariant buffers (false without a loop). */
+bool ex_loop_invariant(const ex_kernel_ctx *c, const void *p);
+/* The buffer of `bytes` kept for kernel `key`'s packed copy of invariant buffer src: its entry
+ * (ready false until the kernel has filled it and set it), or NULL when there is no loop, src is
+ * not invariant, or the cache's limit or memory is exhausted (the kernel then packs as usual). */
+ex_loop_entry *ex_loop_buffer(ex_kernel_ctx *c, const void *key, const void *src, size_t bytes);
 
 /* pool NULL: the process-wide default pool. eval NULL: ot_eval_options_default(). The FTZ mode
  * follows eval->keep_denormals. reference_only: never a fast kernel. */

@@ -109,12 +109,20 @@ struct ot_launch {
     int device_index;
 };
 
+static ot_status execute_kernels(const ot_executable *exe, void *arena, void *const *params,
+                                 void *const *outs, const ot_run_options *o, int device_index,
+                                 rt_launch_fn launch, void *launch_ctx, ot_run_result *res,
+                                 ex_loop_cache *lc);
+
 /* A compiled while loop (compiler/loop.h) on leaves in/out: the state starts as a copy of the
  * inputs in the output buffers; each iteration runs the condition on the state and the body from
  * the state into a second set of buffers, which then becomes the state (the two sets alternate:
  * nothing is allocated per iteration); a final state left in the second set is copied out. The
  * parts run through rt_execute_kernels with the run's options: the kernels, native code and fast
- * paths of top-level code, the same results bit for bit as the evaluator's loop. */
+ * paths of top-level code, the same results bit for bit as the evaluator's loop. The leaves the
+ * body passes through unchanged (cc_loop.invariant) keep one buffer, which no iteration writes:
+ * the body's kernels may keep what they derive from them across iterations (ex_loop_cache: a
+ * dot's packed weights). */
 static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_kernel *kn,
                           const cc_loop *l, void *const *in, void *const *out) {
     int n = kn->noutputs;
@@ -128,7 +136,7 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
         total += (ot_executable_slot(exe, kn->outputs[q])->nbytes + 63) / 64 * 64;
     int64_t ca = ot_executable_arena_size(l->cond), ba = ot_executable_arena_size(l->body);
     char *mem = ot_aligned_alloc(64, (size_t)(total + ca + ba + 64));
-    void **cur = ot_malloc((size_t)(2 * n + 1) * sizeof *cur);
+    void **cur = ot_malloc((size_t)(3 * n + 1) * sizeof *cur);
     if (!mem || !cur) {
         ot_aligned_free(mem);
         ot_free(cur);
@@ -136,6 +144,8 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
                         kn->name);
     }
     void **nxt = cur + n;
+    void **inv = nxt + n; /* the invariant leaves' buffers (n more pointers) */
+    int ninv = 0;
     char *p = mem;
     for (int q = 0; q < n; q++) {
         int64_t nb = ot_executable_slot(exe, kn->outputs[q])->nbytes;
@@ -145,7 +155,10 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
         nxt[q] = bo->alias_param == q ? out[q] : p;
         if (bo->alias_param != q) p += (nb + 63) / 64 * 64;
         if (nb && out[q] != in[q]) memmove(out[q], in[q], (size_t)nb);
+        if (q < 64 && (l->invariant >> q & 1) && nxt[q] == out[q]) inv[ninv++] = out[q];
     }
+    ex_loop_cache lc;
+    ex_loop_cache_init(&lc, inv, ninv);
     char *carena = p, *barena = p + ca;
     uint8_t *go = (uint8_t *)(barena + ba);
     void *gov[1] = {go};
@@ -162,8 +175,8 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
                           (long long)ro->max_while_iterations);
             break;
         }
-        st = rt_execute_kernels(l->body, barena, cur, nxt, &so, run->device_index, rt_host_launch,
-                                NULL, NULL);
+        st = execute_kernels(l->body, barena, cur, nxt, &so, run->device_index, rt_host_launch,
+                             NULL, NULL, ninv ? &lc : NULL);
         if (st != OT_OK) break;
         for (int q = 0; q < n; q++) {
             void *t = cur[q];
@@ -181,6 +194,7 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
         int64_t nb = ot_executable_slot(exe, kn->outputs[q])->nbytes;
         if (cur[q] != out[q] && nb) memcpy(out[q], cur[q], (size_t)nb);
     }
+    ex_loop_cache_free(&lc);
     ot_aligned_free(mem);
     ot_free(cur);
     return st;
@@ -370,6 +384,16 @@ static const ot_kernel *output_fusion(const ot_executable *exe, const ot_launch 
 ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const *params,
                              void *const *outs, const ot_run_options *o, int device_index,
                              rt_launch_fn launch, void *launch_ctx, ot_run_result *res) {
+    return execute_kernels(exe, arena, params, outs, o, device_index, launch, launch_ctx, res,
+                           NULL);
+}
+
+/* rt_execute_kernels; lc: a compiled loop's body run (run_loop), its kernels given the loop's
+ * cache (NULL: none) */
+static ot_status execute_kernels(const ot_executable *exe, void *arena, void *const *params,
+                                 void *const *outs, const ot_run_options *o, int device_index,
+                                 rt_launch_fn launch, void *launch_ctx, ot_run_result *res,
+                                 ex_loop_cache *lc) {
     ot_run_options ro = o ? *o : ot_run_options_default();
     ot_run_result r;
     memset(&r, 0, sizeof r);
@@ -412,6 +436,7 @@ ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const 
     ot_launch run;
     ex_kernel_ctx_init(&run.kc, ro.pool, &eo, ro.reference_kernels);
     ex_kernel_ctx_set_cache(&run.kc, cc_executable_scratch(exe));
+    run.kc.loop = lc;
     run.native = !ro.reference_kernels && !eo.keep_denormals;
     if (run.native) cc_executable_tier_up(exe); /* a module of small fusions, run again */
     run.cg = cc_executable_native(exe);
