@@ -283,6 +283,11 @@ static void test_output_fusion(void) {
          "bf01_oi01->bf01", 1},
         {"f32[3,3,96,96]", "f32[32,3,3,3]", "f32[3,32,96,96]", "f32[32]", "size=3x3 pad=1_1x1_1",
          "bf01_oi01->bf01", 1},
+        /* one image of few positions, its output features in parts: NHWC, NCHW */
+        {"f32[1,7,7,256]", "f32[3,3,256,128]", "f32[1,7,7,128]", "f32[128]",
+         "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 3},
+        {"f32[1,256,7,7]", "f32[128,256,3,3]", "f32[1,128,7,7]", "f32[128]",
+         "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01", 1},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         ot_module *m[3];
@@ -382,6 +387,33 @@ static void test_small_batches(void) {
               "size=3x3x3 pad=1_1x1_1x1_1", "b012f_012io->b012f");
 }
 
+/* Few chunks of images times tiles of rows (few images of few output positions: a late layer at
+ * batch 1, 3 or 7) with the output features cut into parts, each its own oneDNN convolution
+ * computed into scratch and reordered into place: 3x3, 1x1 and 7x7 kernels, a reversed window
+ * (the input gradient's forward reading), NHWC (a dense part written into the wider output) and
+ * NCHW (blocked parts), parts of 16 to 128 features; and a layer too small to cut. */
+static void test_feature_parts(void) {
+    const char *w3 = "size=3x3 pad=1_1x1_1";
+    conv_case("f32[1,7,7,256]", "f32[3,3,256,256]", "f32[1,7,7,256]", w3, "b01f_01io->b01f");
+    conv_case("f32[3,4,4,256]", "f32[3,3,256,256]", "f32[3,4,4,256]", w3, "b01f_01io->b01f");
+    conv_case("f32[7,7,7,256]", "f32[3,3,256,256]", "f32[7,7,7,256]", w3, "b01f_01io->b01f");
+    conv_case("f32[1,7,7,512]", "f32[1,1,512,512]", "f32[1,7,7,512]", "size=1x1",
+              "b01f_01io->b01f");
+    conv_case("f32[1,7,7,64]", "f32[7,7,64,128]", "f32[1,7,7,128]", "size=7x7 pad=3_3x3_3",
+              "b01f_01io->b01f");
+    conv_case("f32[1,7,7,256]", "f32[3,3,256,256]", "f32[1,7,7,256]",
+              "size=3x3 pad=1_1x1_1 rhs_reversal=1x1", "b01f_01oi->b01f");
+    conv_case("f32[1,14,14,128]", "f32[3,3,128,128]", "f32[1,7,7,128]",
+              "size=3x3 stride=2x2 pad=1_1x1_1", "b01f_01io->b01f");
+    conv_case("f32[1,256,7,7]", "f32[256,256,3,3]", "f32[1,256,7,7]", w3, "bf01_oi01->bf01");
+    conv_case("f32[3,256,4,4]", "f32[256,256,3,3]", "f32[3,256,4,4]", w3, "bf01_oi01->bf01");
+    conv_case("f32[1,512,7,7]", "f32[512,512,1,1]", "f32[1,512,7,7]", "size=1x1",
+              "bf01_oi01->bf01");
+    conv_case("f32[1,64,7,7]", "f32[128,64,7,7]", "f32[1,128,7,7]", "size=7x7 pad=3_3x3_3",
+              "bf01_oi01->bf01");
+    conv_case("f32[1,4,4,32]", "f32[3,3,32,32]", "f32[1,4,4,32]", w3, "b01f_01io->b01f");
+}
+
 static void test_setup(void) {
     for (int k = 0; k < NPOOLS; k++)
         ASSERT_OK(ot_threadpool_create(k_pool_threads[k], &g_pools[k]));
@@ -398,4 +430,4 @@ static void test_teardown(void) {
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc),
              OT_TEST(test_windows), OT_TEST(test_nchw_blocked), OT_TEST(test_small_batches),
-             OT_TEST(test_output_fusion), OT_TEST(test_teardown))
+             OT_TEST(test_feature_parts), OT_TEST(test_output_fusion), OT_TEST(test_teardown))

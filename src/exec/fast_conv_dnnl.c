@@ -37,6 +37,7 @@
 #ifdef OT_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -78,6 +79,8 @@ enum { DN_NXC, DN_ASIS, DN_BLK };
  * diff_weights. Dims are oneDNN's (N, C, spatial...), N the images of one chunk (mb). */
 typedef struct dn_key {
     bool bwdw, bwdd, rev; /* the filter-gradient and input-gradient forms; W packed reversed */
+    bool bpart; /* B a part of the output's features (dn_feat_split): computed into dense scratch
+                 * (nxc, or blocked under DN_BLK) and reordered into place */
     int ns, amode, bmode; /* amode DN_NXC, DN_ASIS or DN_BLK; bmode DN_NXC or DN_BLK */
     int64_t mb;
     dnnl_dims_t adims, astr; /* A's chunk: dims, element strides (nxc dense, or as A lies) */
@@ -135,6 +138,11 @@ static bool dn_impl_ok(const_dnnl_primitive_desc_t pd) {
     return !strstr(impl, "ref") && !strstr(impl, "gemm");
 }
 
+/* Whether B is computed into per-thread scratch and reordered into place (e->breorder). */
+static bool dn_bstaged(const dn_key *k) {
+    return k->bmode == DN_BLK || k->bpart;
+}
+
 /* Creates e's objects for e->key on the calling thread with a team of one (as they run); false
  * when oneDNN refuses the convolution or has only its reference or GEMM implementation. */
 static bool dn_entry_make(dn_entry *e) {
@@ -142,6 +150,9 @@ static bool dn_entry_make(dn_entry *e) {
     int nd = k->ns + 2, wnd = nd + (k->groups > 1);
     static const dnnl_format_tag_t blk[4] = {dnnl_format_tag_undef, dnnl_nCw16c, dnnl_nChw16c,
                                              dnnl_nCdhw16c};
+    static const dnnl_format_tag_t nxc[4] = {dnnl_format_tag_undef, dnnl_nwc, dnnl_nhwc,
+                                             dnnl_ndhwc};
+    bool bst = dn_bstaged(k);
     dnnl_memory_desc_t aprim, bprim, wany;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t fpd = NULL;
@@ -153,8 +164,9 @@ static bool dn_entry_make(dn_entry *e) {
                                                             blk[k->ns]) == dnnl_success) &&
         dnnl_memory_desc_init_by_strides(&e->bio, nd, k->bdims, dnnl_f32, k->bstr) ==
             dnnl_success &&
-        (k->bmode != DN_BLK || dnnl_memory_desc_init_by_tag(&bprim, nd, k->bdims, dnnl_f32,
-                                                            blk[k->ns]) == dnnl_success) &&
+        (!bst || dnnl_memory_desc_init_by_tag(&bprim, nd, k->bdims, dnnl_f32,
+                                              k->bmode == DN_BLK ? blk[k->ns] : nxc[k->ns]) ==
+                     dnnl_success) &&
         dnnl_memory_desc_init_by_strides(&e->wplain, wnd, k->wdims, dnnl_f32, k->wstr) ==
             dnnl_success &&
         dnnl_memory_desc_init_by_tag(&wany, wnd, k->wdims, dnnl_f32, dnnl_format_tag_any) ==
@@ -162,7 +174,7 @@ static bool dn_entry_make(dn_entry *e) {
         dnnl_primitive_attr_create(&attr) == dnnl_success &&
         dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && k->amode != DN_BLK) aprim = e->aio;
-    if (ok && k->bmode != DN_BLK) bprim = e->bio;
+    if (ok && !bst) bprim = e->bio;
     ok = ok &&
          dnnl_dilated_convolution_forward_desc_init(
              &fd, dnnl_forward_training, dnnl_convolution_direct, &aprim, &wany, NULL, &bprim,
@@ -197,11 +209,11 @@ static bool dn_entry_make(dn_entry *e) {
         e->padbytes = ex_align64(dnnl_memory_desc_get_size(&e->padmd));
         if (e->padbytes == 0) e->padbytes = 64;
         e->ablk = k->amode == DN_BLK ? ex_align64(dnnl_memory_desc_get_size(&e->amd)) : 0;
-        e->bblk = k->bmode == DN_BLK ? ex_align64(dnnl_memory_desc_get_size(&e->bmd)) : 0;
+        e->bblk = bst ? ex_align64(dnnl_memory_desc_get_size(&e->bmd)) : 0;
         if (k->rev || !dnnl_memory_desc_equal(&e->wmd, &e->wplain))
             ok = k->bwdw ? dn_reorder_create(&e->wmd, &e->wplain, &e->wreorder)
                          : dn_reorder_create(&e->wplain, &e->wmd, &e->wreorder);
-        if (ok && k->bmode == DN_BLK)
+        if (ok && bst)
             ok = k->bwdw || k->bwdd ? dn_reorder_create(&e->bio, &e->bmd, &e->breorder)
                                     : dn_reorder_create(&e->bmd, &e->bio, &e->breorder);
         if (ok && k->amode == DN_BLK)
@@ -337,6 +349,12 @@ static dnnl_status_t dn_copy(dnnl_primitive_t reorder, const dnnl_memory_desc_t 
 typedef struct dn_plan {
     const dn_entry *e;          /* te[0]: the weights' layout (every tile's) */
     int64_t nch;                /* chunks: chunks of the images x ntile */
+    int64_t nfeat;              /* parts of the output features per chunk (dn_feat_split) */
+    size_t b_featb, w_featb;    /* bytes between parts of B (as passed) and of the weights */
+    _Atomic int fdone[DN_CHUNKS]; /* nfeat > 1: each chunk's parts done (its output fusion) */
+    const char *wsrc;             /* nfeat > 1: the weights as they lie (or packed reversed), */
+    char *wdst;                   /* into oneDNN's layout here, a part every w_featb bytes */
+    size_t wsrc_featb;            /* bytes between parts of wsrc */
     int64_t ntile;              /* tiles of output rows per chunk of images (1: whole images) */
     dn_entry *te[DN_TILES];     /* each tile's oneDNN objects */
     bool town[DN_TILES];        /* te[j] outside the cache (dn_release) */
@@ -380,24 +398,28 @@ static void dn_epilogue(const dn_plan *p, int64_t t) {
     }
 }
 
-/* One chunk per item: a chunk of images, or a tile of one image's output rows. */
+/* One chunk per item: a chunk of images, or a tile of one image's output rows; times the parts
+ * of its output features. */
 static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
     dn_plan *p = arg;
-    for (int64_t t = begin; t < end; t++) {
+    for (int64_t tf = begin; tf < end; tf++) {
+        int64_t t = tf / p->nfeat, f = tf % p->nfeat;
         int64_t g = t / p->ntile, j = t % p->ntile;
         const dn_entry *e = p->te[j];
-        bool blk = e->key.bmode == DN_BLK, ablk = e->key.amode == DN_BLK;
+        bool blk = dn_bstaged(&e->key), ablk = e->key.amode == DN_BLK;
         void *pad = p->pad + (size_t)ith * p->padb;
         /* a: written by the input gradient only */
         char *a = (char *)p->a + (size_t)g * p->a_step + (size_t)p->arow[j] * p->a_rowb;
-        char *b = p->b + (size_t)g * p->b_step + (size_t)p->brow[j] * p->b_rowb;
+        char *b = p->b + (size_t)g * p->b_step + (size_t)p->brow[j] * p->b_rowb +
+                  (size_t)f * p->b_featb;
+        const char *w = p->w + (size_t)f * p->w_featb;
         char *bk = blk ? p->blk + (size_t)ith * p->bblkb : b;
         char *ak = ablk ? p->ablk + (size_t)ith * p->ablkb : a;
         if (p->acopy) {
             ak = p->acp + (size_t)ith * p->acopyb;
             size_t rb = (size_t)p->ah[j] * p->a_rowb;
-            for (int64_t f = 0; f < p->anf; f++)
-                memcpy(ak + (size_t)f * rb, a + (size_t)f * p->a_featb, rb);
+            for (int64_t q = 0; q < p->anf; q++)
+                memcpy(ak + (size_t)q * rb, a + (size_t)q * p->a_featb, rb);
         }
         dnnl_status_t st = dnnl_success;
         /* the images read, into the blocked layout while in cache */
@@ -412,17 +434,20 @@ static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
             int args[4] = {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST,
                            DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
-            void *h[4] = {ak, (void *)p->w, bk, pad};
+            void *h[4] = {ak, (void *)w, bk, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
             if (st == dnnl_success && ablk) st = dn_copy(e->areorder, &e->amd, ak, &e->aio, a);
             if (st == dnnl_success && p->epi) dn_epilogue(p, t);
         } else if (!e->key.bwdw) {
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
-            void *h[4] = {ak, (void *)p->w, bk, pad};
+            void *h[4] = {ak, (void *)w, bk, pad};
             st = dn_run(e->prim, 4, args, md, h, p->ftz);
             if (st == dnnl_success && blk) st = dn_copy(e->breorder, &e->bmd, bk, &e->bio, b);
-            if (st == dnnl_success && p->epi) dn_epilogue(p, t);
+            /* the output fusion once the chunk's every part is written (by the last of them) */
+            if (st == dnnl_success && p->epi &&
+                (p->nfeat == 1 || atomic_fetch_add(&p->fdone[t], 1) == p->nfeat - 1))
+                dn_epilogue(p, t);
         } else {
             if (blk) st = dn_copy(e->breorder, &e->bio, b, &e->bmd, bk);
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
@@ -489,6 +514,31 @@ static void dn_tile_rows(dn_key *key, dn_plan *p, int64_t nimg, int64_t ih, int6
     }
     p->brow[nt] = oh;
     p->ntile = nt;
+}
+
+/* Where the chunks of images times tiles of rows (tasks) are fewer than DN_CHUNKS — few images
+ * with few output positions, a late layer at batch 1 (7x7 positions: one tile, since every tile
+ * reads all the weights) — the output features (nf of them) cut into parts, up to DN_CHUNKS in
+ * all, each a whole multiple of 16 features and at least DN_TILE_MACS multiply-adds: a
+ * convolution of its own over the same input with its part of the weights (each task reads 1 /
+ * parts of the weights, which dominate such a layer's memory traffic). The forward form without
+ * feature groups. The parts (1: none); the shape alone decides. */
+static int64_t dn_feat_split(const dn_key *key, int64_t tasks, int64_t nf, int64_t macs) {
+    if (key->bwdw || key->bwdd || key->groups > 1 || tasks >= DN_CHUNKS) return 1;
+    int64_t parts = (DN_CHUNKS + tasks - 1) / tasks;
+    if (parts > macs / tasks / DN_TILE_MACS) parts = macs / tasks / DN_TILE_MACS;
+    while (parts > 1 && nf % (parts * 16)) parts--;
+    return parts > 1 ? parts : 1;
+}
+
+/* The weights of parts [begin, end) of the output features into oneDNN's layout. */
+static void dn_wparts(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    dn_plan *p = arg;
+    for (int64_t f = begin; f < end; f++)
+        if (dn_copy(p->e->wreorder, &p->e->wplain, p->wsrc + (size_t)f * p->wsrc_featb,
+                    &p->e->wmd, p->wdst + (size_t)f * p->w_featb) != dnnl_success)
+            p->failed = 1;
 }
 
 static void dn_release_tiles(dn_plan *p) {
@@ -711,12 +761,15 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     for (int k = 3; k < ns + 2; k++) rowpos *= B.dims[k];
     dn_tile_rows(&key, &p, A.dims[0], A.dims[2], B.dims[2], wd[2], rowpos, macs, tah, tpl, tph);
     /* per layout, the tiles, else (a tile refused) whole images */
+    int64_t nf0 = dn_feat_split(&key, p.nch * p.ntile, B.dims[1], macs);
     int64_t ntile0 = p.ntile, ncht = p.nch, mbt = key.mb, brow1 = p.brow[1];
     dn_entry *e = NULL;
     for (int m = m0; m < 3 && !e; m++) {
         if (m == 1 && m0 != 1) continue;
-        for (int tiled = ntile0 > 1 || ncht != nch0; tiled >= 0 && !e; tiled--) {
+        for (int tiled = ntile0 > 1 || ncht != nch0 || nf0 > 1; tiled >= 0 && !e; tiled--) {
             p.ntile = tiled ? ntile0 : 1;
+            p.nfeat = tiled ? nf0 : 1;
+            key.bpart = p.nfeat > 1;
             p.nch = tiled ? ncht : nch0;
             key.mb = tiled ? mbt : mb0;
             p.brow[1] = tiled ? brow1 : B.dims[2];
@@ -725,6 +778,8 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
             memcpy(key.adims, A.dims, sizeof key.adims);
             memcpy(key.bdims, B.dims, sizeof key.bdims);
             key.adims[0] = key.bdims[0] = key.mb;
+            key.bdims[1] = B.dims[1] / p.nfeat;
+            if (groups == 1) key.wdims[0] = wd[0] / p.nfeat;
             memcpy(key.astr, key.amode == DN_NXC ? A.nxc : A.as, sizeof key.astr);
             memcpy(key.bstr, key.bmode == DN_BLK ? B.as : B.nxc, sizeof key.bstr);
             p.acopy = p.ntile > 1 && key.amode == DN_ASIS && A.as[0] == A.dims[1] * A.as[1] &&
@@ -749,7 +804,9 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     bool atr = key.amode == DN_NXC && A.tr, btr = key.bmode == DN_NXC && B.tr;
     size_t abytes = atr ? ex_align64(A.bytes) : 0, bbytes = btr ? ex_align64(B.bytes) : 0;
     size_t packb = key.rev ? ex_align64((size_t)ot_shape_numel_unchecked(rs) * 4) : 0;
-    size_t wbytes = key.bwdw ? e->wbytes * (size_t)p.nch : e->wreorder ? e->wbytes : 0;
+    size_t wbytes = key.bwdw       ? e->wbytes * (size_t)p.nch
+                    : e->wreorder ? e->wbytes * (size_t)p.nfeat
+                                  : 0;
     size_t nch = (size_t)p.nch;
     int64_t work = (int64_t)(A.bytes + B.bytes) * 4; /* the inline decision */
     size_t nth = (size_t)ex_par_threads(c, work);    /* per-thread scratch */
@@ -771,6 +828,9 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     p.b_step = (size_t)(key.mb * key.bstr[0]) * 4;
     p.a_rowb = (size_t)key.astr[2] * 4;
     p.b_rowb = (size_t)key.bstr[2] * 4;
+    p.b_featb = (size_t)(key.bdims[1] * key.bstr[1]) * 4;
+    p.wsrc_featb = (size_t)(key.wdims[0] * key.wstr[0]) * 4;
+    p.w_featb = e->wreorder ? e->wbytes : p.wsrc_featb;
     p.a = in[0];
     if (atr && !key.bwdd) {
         dn_to_nxc(c, &A, ls, in[0], at);
@@ -805,7 +865,14 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
             wsrc = pk;
         }
         p.w = wsrc;
-        if (e->wreorder) {
+        if (e->wreorder && p.nfeat > 1) { /* the parts' weights by the pool */
+            p.wsrc = wsrc;
+            p.wdst = wb;
+            ex_par_for_dynamic(c, p.nfeat, (int64_t)(e->wbytes * 2 * (size_t)p.nfeat), dn_wparts,
+                               &p);
+            if (p.failed) ds = dnnl_runtime_error;
+            p.w = wb;
+        } else if (e->wreorder) {
             ds = dn_copy(e->wreorder, &e->wplain, wsrc, &e->wmd, wb);
             p.w = wb;
         }
@@ -836,7 +903,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
             p.epi_nf = B.dims[1];
         }
         if (ds == dnnl_success) {
-            ex_par_for_dynamic(c, p.nch, work, dn_chunks, &p);
+            ex_par_for_dynamic(c, p.nch * p.nfeat, work, dn_chunks, &p);
             if (p.failed) ds = dnnl_runtime_error;
         }
         c->epilogue_done = p.epi != NULL && ds == dnnl_success;
