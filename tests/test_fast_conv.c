@@ -283,11 +283,16 @@ static void test_output_fusion(void) {
          "bf01_oi01->bf01", 1},
         {"f32[3,3,96,96]", "f32[32,3,3,3]", "f32[3,32,96,96]", "f32[32]", "size=3x3 pad=1_1x1_1",
          "bf01_oi01->bf01", 1},
+        /* 1x1: the fast dot's GEMM, one over all images (NHWC), one per image (NCHW) */
+        {"f32[4,14,14,64]", "f32[1,1,64,96]", "f32[4,14,14,96]", "f32[96]", "size=1x1",
+         "b01f_01io->b01f", 3},
+        {"f32[3,64,14,14]", "f32[96,64,1,1]", "f32[3,96,14,14]", "f32[96]", "size=1x1",
+         "bf01_oi01->bf01", 1},
         /* one image of few positions, its output features in parts: NHWC, NCHW */
-        {"f32[1,7,7,256]", "f32[3,3,256,128]", "f32[1,7,7,128]", "f32[128]",
-         "size=3x3 pad=1_1x1_1", "b01f_01io->b01f", 3},
-        {"f32[1,256,7,7]", "f32[128,256,3,3]", "f32[1,128,7,7]", "f32[128]",
-         "size=3x3 pad=1_1x1_1", "bf01_oi01->bf01", 1},
+        {"f32[1,7,7,256]", "f32[3,3,256,128]", "f32[1,7,7,128]", "f32[128]", "size=3x3 pad=1_1x1_1",
+         "b01f_01io->b01f", 3},
+        {"f32[1,256,7,7]", "f32[128,256,3,3]", "f32[1,128,7,7]", "f32[128]", "size=3x3 pad=1_1x1_1",
+         "bf01_oi01->bf01", 1},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         ot_module *m[3];

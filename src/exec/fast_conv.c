@@ -1,5 +1,6 @@
-/* The fast convolution (kernels.h): oneDNN's where it covers the convolution (fast_conv_dnnl.c),
- * else im2col + GEMM (OpenBLAS), summing in the reference's order of
+/* The fast convolution (kernels.h): a 1x1 convolution in NCHW as the fast dot's GEMM per image
+ * (conv_as_dot), else oneDNN's where it covers the convolution (fast_conv_dnnl.c), else im2col +
+ * GEMM (OpenBLAS), summing in the reference's order of
  * terms per output (linalg.c) but through BLAS, so within a reordered sum's error bound of it; the
  * bits do not depend on the thread count. */
 #include "exec/fast_internal.h"
@@ -267,12 +268,122 @@ static int64_t cdiv(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
 
+/* The output fusion of image n's part of the output: the caller's loop shifted by its offset. */
+typedef struct dot_epi {
+    const ex_epilogue *epi;
+    int64_t off;
+} dot_epi;
+
+static void dot_epi_fn(const void *ctx, int64_t b, int64_t e) {
+    const dot_epi *d = ctx;
+    d->epi->fn(d->epi->ctx, d->off + b, d->off + e);
+}
+
+/* The roles of an image operand's dims other than its features, in memory order: the batch
+ * (-1) and the spatial dims (0, 1, ...). */
+static int conv_roles(int rank, int64_t batch, int64_t feat, const int64_t *spatial, int ns,
+                      int *roles) {
+    int n = 0;
+    for (int d = 0; d < rank; d++) {
+        if (d == feat) continue;
+        int r = -2;
+        if (d == batch) r = -1;
+        for (int s = 0; s < ns; s++)
+            if (spatial[s] == d) r = s;
+        roles[n++] = r;
+    }
+    return n;
+}
+
+/* A 1x1 convolution (every kernel spatial dim 1, unit stride, no padding, no input dilation, one
+ * feature group) in NCHW (the batch outermost, the features next, the spatial dims in the same
+ * order in input and output) is a matrix product per image, out[n][o, p] = sum_c w[o, c]
+ * x[n][c, p], run by the fast dot (its own GEMM: the operands read as they lie, the output
+ * fusion on its row blocks, shifted to the image). oneDNN takes NCHW through its blocked layout,
+ * each chunk reordered in and out, which for a 1x1 layer costs about what the convolution does
+ * (docs/benchmarks.md); with the features innermost (NHWC) its 1x1 kernels read the arrays in
+ * place and measured no slower than the dot, so they keep them. */
+static ot_status conv_as_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                             const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
+    const ot_conv_dims *cd = i->attrs->conv;
+    const ot_window *w = i->attrs->window;
+    const ot_shape *ls = ins[0].shape, *rs = ins[1].shape, *osh = os->shape;
+    int ns = cd->nspatial, r = ls->rank;
+    if (i->attrs->feature_group_count > 1 || i->attrs->batch_group_count > 1 || ns < 1 ||
+        (w && w->rank != ns) || osh->rank != r)
+        return OT_OK;
+    for (int s = 0; s < ns; s++) {
+        const ot_window_dim *wd = w ? &w->dims[s] : NULL;
+        if (rs->dims[cd->kernel_spatial[s]] != 1 ||
+            (wd && ((wd->stride && wd->stride != 1) || wd->pad_lo || wd->pad_hi ||
+                    (wd->base_dilation && wd->base_dilation != 1))) ||
+            ls->dims[cd->input_spatial[s]] != osh->dims[cd->output_spatial[s]])
+            return OT_OK;
+    }
+    int lr[OT_MAX_RANK], orl[OT_MAX_RANK];
+    conv_roles(r, cd->input_batch, cd->input_feature, cd->input_spatial, ns, lr);
+    conv_roles(r, cd->output_batch, cd->output_feature, cd->output_spatial, ns, orl);
+    if (memcmp(lr, orl, (size_t)(r - 1) * sizeof lr[0])) return OT_OK;
+    ot_dot_dims dd;
+    memset(&dd, 0, sizeof dd);
+    dd.ncontract = 1;
+    ot_attrs da;
+    memset(&da, 0, sizeof da);
+    da.dot = &dd;
+    ot_instr di = *i;
+    di.attrs = &da;
+    if (cd->input_batch != 0 || cd->input_feature != 1 || cd->output_batch != 0 ||
+        cd->output_feature != 1)
+        return OT_OK;
+    /* per image, dot(w, x[n]) = [o, 1..., spatial...] */
+    ot_shape xs = *ls, ys = *osh;
+    xs.rank = ys.rank = r - 1;
+    memmove(xs.dims, ls->dims + 1, (size_t)(r - 1) * sizeof xs.dims[0]);
+    memmove(ys.dims, osh->dims + 1, (size_t)(r - 1) * sizeof ys.dims[0]);
+    int64_t nimg = ls->dims[0], es = (int64_t)ot_dtype_size(osh->dtype);
+    int64_t xn = ot_shape_numel_unchecked(&xs), yn = ot_shape_numel_unchecked(&ys);
+    if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
+        ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
+        return OT_OK;
+    dd.lhs_contract[0] = cd->kernel_input_feature;
+    dd.rhs_contract[0] = 0;
+    ex_leaf dl[2] = {{rs, ins[1].nbytes}, {&xs, xn * es}}, dy = {&ys, yn * es};
+    const ex_epilogue *epi = c->epilogue;
+    dot_epi de = {epi, 0};
+    ex_epilogue hook = {dot_epi_fn, &de};
+    int fast = c->fast_run;
+    bool fused = epi != NULL;
+    for (int64_t n = 0; n < nimg; n++) {
+        void *din[2] = {in[1], (char *)in[0] + n * xn * es};
+        de.off = n * yn;
+        c->epilogue = epi ? &hook : NULL;
+        c->epilogue_done = false;
+        bool d = false;
+        ot_status st = ex_fast_dot(c, &di, din, dl, (char *)out + n * yn * es, &dy, &d);
+        c->epilogue = epi;
+        if (st != OT_OK) return st;
+        if (!d) { /* the dot declines (the first image: the shapes are the same for all) */
+            c->epilogue_done = false;
+            return OT_OK;
+        }
+        /* the dot's own GEMM (which runs the loop) or not is decided by the shape: the same
+         * for every image */
+        fused = fused && c->epilogue_done;
+    }
+    *done = true;
+    c->fast_run = fast + 1;
+    c->epilogue_done = fused;
+    return OT_OK;
+}
+
 ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                        void *out, const ex_leaf *os, bool *done) {
     const ot_conv_dims *cd = i->attrs->conv;
     const ot_window *w = i->attrs->window;
     const ot_shape *ls = ins[0].shape, *rs = ins[1].shape, *osh = os->shape;
     if (!cd || !ex_gemm_dtype(ls->dtype, rs->dtype, osh->dtype)) return OT_OK;
+    OT_CHECK(conv_as_dot(c, i, in, ins, out, os, done));
+    if (*done) return OT_OK;
 #ifdef OT_HAVE_DNNL
     OT_CHECK(ex_fast_conv_dnnl(c, i, in, ins, out, os, done));
     if (*done) return OT_OK;

@@ -347,20 +347,20 @@ static dnnl_status_t dn_copy(dnnl_primitive_t reorder, const dnnl_memory_desc_t 
 }
 
 typedef struct dn_plan {
-    const dn_entry *e;          /* te[0]: the weights' layout (every tile's) */
-    int64_t nch;                /* chunks: chunks of the images x ntile */
-    int64_t nfeat;              /* parts of the output features per chunk (dn_feat_split) */
-    size_t b_featb, w_featb;    /* bytes between parts of B (as passed) and of the weights */
+    const dn_entry *e;            /* te[0]: the weights' layout (every tile's) */
+    int64_t nch;                  /* chunks: chunks of the images x ntile */
+    int64_t nfeat;                /* parts of the output features per chunk (dn_feat_split) */
+    size_t b_featb, w_featb;      /* bytes between parts of B (as passed) and of the weights */
     _Atomic int fdone[DN_CHUNKS]; /* nfeat > 1: each chunk's parts done (its output fusion) */
     const char *wsrc;             /* nfeat > 1: the weights as they lie (or packed reversed), */
     char *wdst;                   /* into oneDNN's layout here, a part every w_featb bytes */
     size_t wsrc_featb;            /* bytes between parts of wsrc */
-    int64_t ntile;              /* tiles of output rows per chunk of images (1: whole images) */
-    dn_entry *te[DN_TILES];     /* each tile's oneDNN objects */
-    bool town[DN_TILES];        /* te[j] outside the cache (dn_release) */
-    int64_t arow[DN_TILES];     /* each tile's first row of A (its first spatial dim) */
-    int64_t brow[DN_TILES + 1]; /* each tile's first row of B; brow[ntile]: B's rows */
-    size_t a_rowb, b_rowb;      /* bytes between rows of A, of B (as passed) */
+    int64_t ntile;                /* tiles of output rows per chunk of images (1: whole images) */
+    dn_entry *te[DN_TILES];       /* each tile's oneDNN objects */
+    bool town[DN_TILES];          /* te[j] outside the cache (dn_release) */
+    int64_t arow[DN_TILES];       /* each tile's first row of A (its first spatial dim) */
+    int64_t brow[DN_TILES + 1];   /* each tile's first row of B; brow[ntile]: B's rows */
+    size_t a_rowb, b_rowb;        /* bytes between rows of A, of B (as passed) */
     /* tiles of A as it lies (DN_ASIS) with its features outside its rows (NCHW): each tile's
      * rows of every feature copied into dense per-thread scratch (acopyb each) */
     bool acopy;
@@ -410,8 +410,8 @@ static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
         void *pad = p->pad + (size_t)ith * p->padb;
         /* a: written by the input gradient only */
         char *a = (char *)p->a + (size_t)g * p->a_step + (size_t)p->arow[j] * p->a_rowb;
-        char *b = p->b + (size_t)g * p->b_step + (size_t)p->brow[j] * p->b_rowb +
-                  (size_t)f * p->b_featb;
+        char *b =
+            p->b + (size_t)g * p->b_step + (size_t)p->brow[j] * p->b_rowb + (size_t)f * p->b_featb;
         const char *w = p->w + (size_t)f * p->w_featb;
         char *bk = blk ? p->blk + (size_t)ith * p->bblkb : b;
         char *ak = ablk ? p->ablk + (size_t)ith * p->ablkb : a;
@@ -536,8 +536,8 @@ static void dn_wparts(void *arg, int64_t begin, int64_t end, int ith) {
     (void)ith;
     dn_plan *p = arg;
     for (int64_t f = begin; f < end; f++)
-        if (dn_copy(p->e->wreorder, &p->e->wplain, p->wsrc + (size_t)f * p->wsrc_featb,
-                    &p->e->wmd, p->wdst + (size_t)f * p->w_featb) != dnnl_success)
+        if (dn_copy(p->e->wreorder, &p->e->wplain, p->wsrc + (size_t)f * p->wsrc_featb, &p->e->wmd,
+                    p->wdst + (size_t)f * p->w_featb) != dnnl_success)
             p->failed = 1;
 }
 
@@ -804,7 +804,7 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
     bool atr = key.amode == DN_NXC && A.tr, btr = key.bmode == DN_NXC && B.tr;
     size_t abytes = atr ? ex_align64(A.bytes) : 0, bbytes = btr ? ex_align64(B.bytes) : 0;
     size_t packb = key.rev ? ex_align64((size_t)ot_shape_numel_unchecked(rs) * 4) : 0;
-    size_t wbytes = key.bwdw       ? e->wbytes * (size_t)p.nch
+    size_t wbytes = key.bwdw      ? e->wbytes * (size_t)p.nch
                     : e->wreorder ? e->wbytes * (size_t)p.nfeat
                                   : 0;
     size_t nch = (size_t)p.nch;
