@@ -355,12 +355,13 @@ typedef struct dn_plan {
     const char *wsrc;             /* nfeat > 1: the weights as they lie (or packed reversed), */
     char *wdst;                   /* into oneDNN's layout here, a part every w_featb bytes */
     size_t wsrc_featb;            /* bytes between parts of wsrc */
-    int64_t ntile;                /* tiles of output rows per chunk of images (1: whole images) */
-    dn_entry *te[DN_TILES];       /* each tile's oneDNN objects */
-    bool town[DN_TILES];          /* te[j] outside the cache (dn_release) */
-    int64_t arow[DN_TILES];       /* each tile's first row of A (its first spatial dim) */
-    int64_t brow[DN_TILES + 1];   /* each tile's first row of B; brow[ntile]: B's rows */
-    size_t a_rowb, b_rowb;        /* bytes between rows of A, of B (as passed) */
+    bool wself;    /* one chunk: each part's task reorders its own weights first (no pass before) */
+    int64_t ntile; /* tiles of output rows per chunk of images (1: whole images) */
+    dn_entry *te[DN_TILES];     /* each tile's oneDNN objects */
+    bool town[DN_TILES];        /* te[j] outside the cache (dn_release) */
+    int64_t arow[DN_TILES];     /* each tile's first row of A (its first spatial dim) */
+    int64_t brow[DN_TILES + 1]; /* each tile's first row of B; brow[ntile]: B's rows */
+    size_t a_rowb, b_rowb;      /* bytes between rows of A, of B (as passed) */
     /* tiles of A as it lies (DN_ASIS) with its features outside its rows (NCHW): each tile's
      * rows of every feature copied into dense per-thread scratch (acopyb each) */
     bool acopy;
@@ -439,10 +440,13 @@ static void dn_chunks(void *arg, int64_t begin, int64_t end, int ith) {
             if (st == dnnl_success && ablk) st = dn_copy(e->areorder, &e->amd, ak, &e->aio, a);
             if (st == dnnl_success && p->epi) dn_epilogue(p, t);
         } else if (!e->key.bwdw) {
+            if (p->wself)
+                st = dn_copy(e->wreorder, &e->wplain, p->wsrc + (size_t)f * p->wsrc_featb, &e->wmd,
+                             (char *)w);
             int args[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
             const dnnl_memory_desc_t *md[4] = {&e->amd, &e->wmd, &e->bmd, &e->padmd};
             void *h[4] = {ak, (void *)w, bk, pad};
-            st = dn_run(e->prim, 4, args, md, h, p->ftz);
+            if (st == dnnl_success) st = dn_run(e->prim, 4, args, md, h, p->ftz);
             if (st == dnnl_success && blk) st = dn_copy(e->breorder, &e->bmd, bk, &e->bio, b);
             /* the output fusion once the chunk's every part is written (by the last of them) */
             if (st == dnnl_success && p->epi &&
@@ -868,8 +872,12 @@ ot_status ex_fast_conv_dnnl(ex_kernel_ctx *c, const ot_instr *i, void *const *in
         if (e->wreorder && p.nfeat > 1) { /* the parts' weights by the pool */
             p.wsrc = wsrc;
             p.wdst = wb;
-            ex_par_for_dynamic(c, p.nfeat, (int64_t)(e->wbytes * 2 * (size_t)p.nfeat), dn_wparts,
-                               &p);
+            /* one chunk: each part's weights reordered by its own task, right before its
+             * convolution reads them (in cache; one pass over the pool instead of two) */
+            p.wself = p.nch == 1;
+            if (!p.wself)
+                ex_par_for_dynamic(c, p.nfeat, (int64_t)(e->wbytes * 2 * (size_t)p.nfeat),
+                                   dn_wparts, &p);
             if (p.failed) ds = dnnl_runtime_error;
             p.w = wb;
         } else if (e->wreorder) {
