@@ -1520,11 +1520,6 @@ typedef struct qd_run {
     const ex_epilogue *epi;
 } qd_run;
 
-/* element (r, k) of operand x (rows x cols as the dot reads it, t: stored transposed) */
-static inline int8_t qd_at(const int8_t *x, bool t, int64_t ld, int64_t r, int64_t k) {
-    return t ? x[k * ld + r] : x[r * ld + k];
-}
-
 /* Packing tasks: per batch element, QD_PACK_ROWS rows of A, then QD_PACK_COLS columns of B. */
 #define QD_PACK_ROWS 64
 #define QD_PACK_COLS 256

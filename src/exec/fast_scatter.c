@@ -121,12 +121,13 @@ static inline double pick_d(double a, double b, int want_max) {
  * computation's operands swapped (sw) or not: pick_f where it is a plain choice, else max_f /
  * min_f (NaNs, and subnormals under FTZ). */
 static inline float minmax_f(float o, float w, bool z, bool sw, int want_max) {
-    if (plain_f(o, z) & plain_f(w, z)) return pick_f(o, w, want_max);
+    if ((int)plain_f(o, z) & (int)plain_f(w, z))
+        return pick_f(o, w, want_max); /* both tests, no branch */
     if (want_max) return sw ? max_f(w, o, z) : max_f(o, w, z);
     return sw ? min_f(w, o, z) : min_f(o, w, z);
 }
 static inline double minmax_d(double o, double w, bool z, bool sw, int want_max) {
-    if (plain_d(o, z) & plain_d(w, z)) return pick_d(o, w, want_max);
+    if ((int)plain_d(o, z) & (int)plain_d(w, z)) return pick_d(o, w, want_max);
     if (want_max) return sw ? max_d(w, o, z) : max_d(o, w, z);
     return sw ? min_d(w, o, z) : min_d(o, w, z);
 }
