@@ -4,7 +4,7 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--group suite|extra|utils|models|vision_nlp|all] [--quick]
+                           [--group suite|extra|utils|models|vision_nlp|train|all] [--quick]
                            [--only TEXT] [--list] [--json]
                            [--tol-scale S]
 
@@ -82,6 +82,18 @@ position embeddings + layer norm value_and_grad (scatter-adds with duplicate ids
 by cumsum over the sequence axis and a cumprod over axis 0; one_hot of (batch, seq) ids @ W
 value_and_grad; top-k sampling with temperature and a Gumbel draw (jax.random.categorical); an
 SGD step with threefry dropout; a bf16 autocast feed-forward block value_and_grad.
+
+The sixth group (`--group train`, names starting with "t ") holds complete training steps as users
+write them: jax.jit of loss -> grad -> optax update -> new params, the parameters and optimizer
+state donated and fed to the next call, starting two steps into training (nonzero moments): a
+GELU MLP with optax.adamw and a weight-decay mask; a 2-conv + max-pool + dense NHWC CNN with SGD
+momentum; a pre-LN encoder layer (4 heads) with clip_by_global_norm + Adam; a sigmoid-BCE
+autoencoder; L2 logistic regression on 100000x256; linear regression with optax.lamb; a GAN's
+discriminator and generator steps; label-smoothed cross-entropy with Nesterov SGD; symmetric
+InfoNCE over a cosine similarity matrix; skip-gram with negative sampling (gathers, scatter-add
+gradients into two 30000x128 tables); an embedding bag (segment_sum) + MLP with Adagrad; a LoRA
+step (frozen W, trainable A B, AdamW); gradient accumulation over 4 microbatches in lax.scan; bf16
+working params with f32 master weights; RMSProp with an EMA of the parameters.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -1807,12 +1819,393 @@ def vision_nlp_case_list(quick):
             ("v bf16 autocast ffn value_and_grad 8x128x512-2048", lambda: make_v_bf16_ffn(q))]
 
 
+# ---- the sixth group: complete training steps (`--group train`) ---------------------------------
+# Whole steps as users write them: jax.jit of loss -> grad -> optax update -> new params, with the
+# parameters and the optimizer state donated and fed back (a training loop). Models, losses and
+# optimizers that the other groups do not combine: masked weight decay, momentum SGD on a CNN,
+# clipping + Adam on an encoder layer, BCE autoencoders, L2 logistic regression, LAMB, a GAN's two
+# networks, label smoothing, InfoNCE, skip-gram negative sampling, embedding bags, LoRA, gradient
+# accumulation under lax.scan, bf16 working copies of f32 master weights, and parameter EMA.
+
+def _warm_steps(step, args, nlead, nstate, warm):
+    """args after `warm` jitted steps: the state (the first nstate args, fed by outputs nlead..)
+    a few steps into training, so that optimizer moments are nonzero as in a real loop."""
+    f = jax.jit(step)
+    for _ in range(warm):
+        out = jax.tree_util.tree_leaves(f(*args))
+        args = [np.asarray(v) for v in out[nlead:nlead + nstate]] + list(args[nstate:])
+    return args
+
+
+def _train_opts(nlead, nstate, tol=1e-3):
+    def chain(out, args):
+        return out[nlead:nlead + nstate] + args[nstate:]
+    return {"donate": tuple(range(nstate)), "chain": chain, "tol": tol}
+
+
+def _train_case(loss, params, data, opt, vg=None, warm=2, tol=1e-3):
+    """A training step: (loss, grads) = vg(params, *data) (default jax.value_and_grad(loss)),
+    opt.update, optax.apply_updates; returns (loss, new params, new optimizer state leaves)."""
+    import optax
+    vg = vg or jax.value_and_grad(loss)
+    leaves, treedef = jax.tree_util.tree_flatten(opt.init(params))
+    npar, nst = len(params), len(leaves)
+
+    def step(*args):
+        p = list(args[:npar])
+        st = jax.tree_util.tree_unflatten(treedef, list(args[npar:npar + nst]))
+        lv, g = vg(p, *args[npar + nst:])
+        upd, st = opt.update(g, st, p)
+        return lv, optax.apply_updates(p, upd), jax.tree_util.tree_leaves(st)
+    args = list(params) + [np.asarray(v) for v in leaves] + list(data)
+    return step, _warm_steps(step, args, 1, npar + nst, warm), _train_opts(1, npar + nst, tol)
+
+
+def _dense(rng, a, b):
+    return [_f32(rng.standard_normal((a, b)) / math.sqrt(a)), _f32(0.01 * rng.standard_normal(b))]
+
+
+def make_t_mlp_adamw(quick):
+    import optax
+    batch, sizes = (512, [784, 1024, 512, 10]) if not quick else (8, [6, 12, 9, 3])
+    rng = _rng(81)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    # weight decay on the matrices only (the usual mask: no decay for biases and norms)
+    opt = optax.adamw(1e-3, weight_decay=1e-2, mask=lambda p: [t.ndim > 1 for t in p])
+    # GELU, not ReLU: a ReLU input within rounding of 0 flips its unit's whole gradient column,
+    # which Adam scales to a full step either way (an ill-conditioned comparison, not an error)
+    return _train_case(lambda p, x, y: xent_int(mlp_apply(p, x, jax.nn.gelu), y), ps, [x, y], opt)
+
+
+def make_t_cnn_sgd(quick):
+    import optax
+    n, hw, c1, c2, dh = (64, 28, 32, 64, 128) if not quick else (2, 8, 3, 4, 5)
+    rng = _rng(82)
+    x = _f32(rng.standard_normal((n, hw, hw, 1)))
+    y = rng.integers(0, 10, n).astype(np.int32)
+    flat = (hw // 4) * (hw // 4) * c2
+    p = ([_f32(rng.standard_normal((3, 3, 1, c1)) / 3), _f32(np.zeros(c1)),
+          _f32(rng.standard_normal((3, 3, c1, c2)) / math.sqrt(9 * c1)), _f32(np.zeros(c2))] +
+         _dense(rng, flat, dh) + _dense(rng, dh, 10))
+
+    def loss(p, x, y):  # the classic MNIST convnet: (conv-relu-maxpool) x 2, dense-relu-dense
+        w1, b1, w2, b2, w3, b3, w4, b4 = p
+        h = x
+        for w, b in ((w1, b1), (w2, b2)):
+            h = jax.nn.relu(conv(h, w, "NHWC") + b)
+            h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        h = jax.nn.relu(h.reshape(n, -1) @ w3 + b3)
+        return xent_int(h @ w4 + b4, y)
+    return _train_case(loss, p, [x, y], optax.sgd(0.05, momentum=0.9))
+
+
+def make_t_encoder(quick):
+    import optax
+    b, s, d, heads, ff, ncls = (8, 128, 256, 4, 1024, 10) if not quick else (2, 6, 8, 2, 12, 3)
+    hd = d // heads
+    rng = _rng(83)
+    x = _f32(rng.standard_normal((b, s, d)))
+    y = rng.integers(0, ncls, b).astype(np.int32)
+    # no q/k/v bias: a key bias has a zero gradient in exact arithmetic (softmax ignores a
+    # constant per query), so Adam would turn its rounding noise into full-size steps
+    p = ([_f32(np.ones(d)), _f32(np.zeros(d)), _dense(rng, d, 3 * d)[0]] + _dense(rng, d, d) +
+         [_f32(np.ones(d)), _f32(np.zeros(d))] + _dense(rng, d, ff) + _dense(rng, ff, d) +
+         _dense(rng, d, ncls))
+
+    def loss(p, x, y):  # pre-LN encoder layer (no mask), mean pooling, a classifier head
+        g1, be1, wqkv, wo, bo, g2, be2, w1, b1, w2, b2, wh, bh = p
+        h = layer_norm(x, g1, be1)
+        qkv = (h @ wqkv).reshape(b, s, 3, heads, hd)
+        q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+        a = attention(q, k, v, False).transpose(0, 2, 1, 3).reshape(b, s, d)
+        x = x + a @ wo + bo
+        h = layer_norm(x, g2, be2)
+        x = x + jax.nn.gelu(h @ w1 + b1) @ w2 + b2
+        return xent_int(jnp.mean(x, axis=1) @ wh + bh, y)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    return _train_case(loss, p, [x, y], opt)
+
+
+def make_t_autoencoder(quick):
+    import optax
+    batch, sizes = (256, [784, 512, 64, 512, 784]) if not quick else (4, [6, 5, 3, 5, 6])
+    rng = _rng(84)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.uniform(0, 1, (batch, sizes[0])))
+
+    def loss(p, x):  # reconstruction logits against pixel intensities in [0, 1]
+        return jnp.mean(optax.sigmoid_binary_cross_entropy(mlp_apply(p, x, jax.nn.relu), x))
+    return _train_case(loss, ps, [x], optax.adam(1e-3))
+
+
+def make_t_logreg(quick):
+    import optax
+    n, d = (100000, 256) if not quick else (50, 7)
+    rng = _rng(85)
+    x = _f32(rng.standard_normal((n, d)))
+    y = _f32(rng.integers(0, 2, n))
+    p = [_f32(0.01 * rng.standard_normal(d)), np.float32(0.0)]
+
+    def loss(p, x, y):  # L2-regularized logistic regression, full batch
+        w, b = p
+        return (jnp.mean(optax.sigmoid_binary_cross_entropy(x @ w + b, y)) +
+                1e-4 * jnp.sum(jnp.square(w)))
+    return _train_case(loss, p, [x, y], optax.sgd(0.1))
+
+
+def make_t_linreg_lamb(quick):
+    import optax
+    n, d, m = (32768, 256, 32) if not quick else (40, 6, 3)
+    rng = _rng(86)
+    x = _f32(rng.standard_normal((n, d)))
+    wt = _f32(rng.standard_normal((d, m)) / math.sqrt(d))
+    yt = _f32(x @ wt + 0.1 * rng.standard_normal((n, m)))
+    p = [_f32(np.zeros((d, m))), _f32(np.zeros(m))]
+
+    def loss(p, x, y):
+        return jnp.mean(jnp.square(x @ p[0] + p[1] - y))
+    return _train_case(loss, p, [x, yt], optax.lamb(1e-2, weight_decay=1e-4))
+
+
+def make_t_gan(quick):
+    import optax
+    batch, z, hid, img = (256, 64, 512, 784) if not quick else (4, 3, 5, 6)
+    rng = _rng(87)
+    gp = _dense(rng, z, hid) + _dense(rng, hid, img)
+    dp = _dense(rng, img, hid) + _dense(rng, hid, 1)
+    real = _f32(rng.uniform(-1, 1, (batch, img)))
+    noise = _f32(rng.standard_normal((batch, z)))
+    opt = optax.adam(2e-4, b1=0.5)
+    gl, gdef = jax.tree_util.tree_flatten(opt.init(gp))
+    dl, ddef = jax.tree_util.tree_flatten(opt.init(dp))
+    ng, nd, ngs, nds = len(gp), len(dp), len(gl), len(dl)
+
+    def gen(g, zz):
+        return jnp.tanh(jax.nn.relu(zz @ g[0] + g[1]) @ g[2] + g[3])
+
+    def disc(dd, xx):
+        return (jax.nn.leaky_relu(xx @ dd[0] + dd[1], 0.2) @ dd[2] + dd[3])[:, 0]
+
+    bce = optax.sigmoid_binary_cross_entropy
+
+    def step(*a):  # the discriminator on real vs fake, then the non-saturating generator loss
+        g, dd = list(a[:ng]), list(a[ng:ng + nd])
+        gs = jax.tree_util.tree_unflatten(gdef, list(a[ng + nd:ng + nd + ngs]))
+        ds = jax.tree_util.tree_unflatten(ddef, list(a[ng + nd + ngs:ng + nd + ngs + nds]))
+        xr, zz = a[ng + nd + ngs + nds:]
+        fake = lax.stop_gradient(gen(g, zz))
+
+        def dloss(dd):
+            return (jnp.mean(bce(disc(dd, xr), jnp.ones(batch))) +
+                    jnp.mean(bce(disc(dd, fake), jnp.zeros(batch))))
+        lv_d, gd = jax.value_and_grad(dloss)(dd)
+        upd, ds = opt.update(gd, ds, dd)
+        dd = optax.apply_updates(dd, upd)
+        lv_g, gg = jax.value_and_grad(lambda g: jnp.mean(bce(disc(dd, gen(g, zz)),
+                                                             jnp.ones(batch))))(g)
+        upd, gs = opt.update(gg, gs, g)
+        g = optax.apply_updates(g, upd)
+        return (lv_d, lv_g, g, dd, jax.tree_util.tree_leaves(gs), jax.tree_util.tree_leaves(ds))
+    nstate = ng + nd + ngs + nds
+    args = gp + dp + [np.asarray(v) for v in gl + dl] + [real, noise]
+    return step, _warm_steps(step, args, 2, nstate, 2), _train_opts(2, nstate)
+
+
+def make_t_label_smooth(quick):
+    import optax
+    batch, sizes = (512, [512, 1024, 1000]) if not quick else (8, [6, 12, 11])
+    rng = _rng(88)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+
+    def loss(p, x, y):
+        t = optax.smooth_labels(jax.nn.one_hot(y, sizes[-1]), 0.1)
+        return jnp.mean(optax.softmax_cross_entropy(mlp_apply(p, x, jax.nn.relu), t))
+    return _train_case(loss, ps, [x, y], optax.sgd(0.05, momentum=0.9, nesterov=True))
+
+
+def make_t_infonce(quick):
+    import optax
+    batch, sizes = (512, [512, 1024, 128]) if not quick else (6, [5, 7, 4])
+    rng = _rng(89)
+    ps = mlp_params(rng, sizes)
+    x1 = _f32(rng.standard_normal((batch, sizes[0])))
+    x2 = _f32(x1 + 0.3 * rng.standard_normal((batch, sizes[0])))
+
+    def loss(p, x1, x2):  # SimCLR/CLIP-style symmetric InfoNCE over cosine similarities
+        z1, z2 = (mlp_apply(p, v, jax.nn.relu) for v in (x1, x2))
+        z1 = z1 / jnp.linalg.norm(z1, axis=1, keepdims=True)
+        z2 = z2 / jnp.linalg.norm(z2, axis=1, keepdims=True)
+        sim = z1 @ z2.T / 0.1
+        diag = jnp.diagonal(sim)
+        return jnp.mean(jax.nn.logsumexp(sim, axis=1) + jax.nn.logsumexp(sim, axis=0) -
+                        2 * diag) / 2
+    return _train_case(loss, ps, [x1, x2], optax.adam(1e-3))
+
+
+def make_t_word2vec(quick):
+    import optax
+    vocab, d, batch, neg = (30000, 128, 4096, 5) if not quick else (20, 4, 9, 3)
+    rng = _rng(90)
+    p = [_f32(rng.uniform(-0.5, 0.5, (vocab, d)) / d), _f32(rng.uniform(-0.5, 0.5, (vocab, d)))]
+    # Zipf-like ids: frequent words repeat within a batch (duplicate rows in the scatter-add)
+    zipf = lambda shape: (np.minimum(rng.zipf(1.3, shape), vocab) - 1).astype(np.int32)
+    center, ctx, negs = zipf(batch), zipf(batch), zipf((batch, neg))
+
+    def loss(p, c, o, ng):  # skip-gram with negative sampling
+        ein, eout = p
+        v = ein[c]
+        pos = jnp.sum(v * eout[o], axis=-1)
+        sneg = jnp.einsum("bd,bkd->bk", v, eout[ng])
+        return -jnp.mean(jax.nn.log_sigmoid(pos) + jnp.sum(jax.nn.log_sigmoid(-sneg), axis=-1))
+    return _train_case(loss, p, [center, ctx, negs], optax.sgd(0.5))
+
+
+def make_t_embedding_bag(quick):
+    import optax
+    vocab, d, nids, bags, hid = (50000, 64, 16384, 1024, 256) if not quick else (30, 4, 20, 5, 6)
+    rng = _rng(91)
+    table = _f32(rng.standard_normal((vocab, d)) * 0.1)
+    ps = [table] + _dense(rng, d, hid) + _dense(rng, hid, 2)
+    ids = rng.integers(0, vocab, nids).astype(np.int32)
+    seg = np.sort(rng.integers(0, bags, nids)).astype(np.int32)
+    y = rng.integers(0, 2, bags).astype(np.int32)
+
+    def loss(p, ids, seg, y):  # EmbeddingBag(mode="mean") + MLP classifier
+        t, w1, b1, w2, b2 = p
+        s = jax.ops.segment_sum(t[ids], seg, num_segments=bags, indices_are_sorted=True)
+        cnt = jax.ops.segment_sum(jnp.ones(nids), seg, num_segments=bags, indices_are_sorted=True)
+        h = s / jnp.maximum(cnt, 1.0)[:, None]
+        return xent_int(jax.nn.relu(h @ w1 + b1) @ w2 + b2, y)
+    return _train_case(loss, ps, [ids, seg, y], optax.adagrad(0.05))
+
+
+def make_t_lora(quick):
+    import optax
+    batch, d, r = (512, 1024, 8) if not quick else (4, 6, 2)
+    rng = _rng(92)
+    w1, w2 = (_f32(rng.standard_normal((d, d)) / math.sqrt(d)) for _ in range(2))
+    x = _f32(rng.standard_normal((batch, d)))
+    yt = _f32(rng.standard_normal((batch, d)))
+    p = [_f32(rng.standard_normal((d, r)) / math.sqrt(d)), _f32(np.zeros((r, d))),
+         _f32(rng.standard_normal((d, r)) / math.sqrt(d)), _f32(np.zeros((r, d)))]
+    scale = 16.0 / r
+
+    def loss(p, w1, w2, x, y):  # frozen W (not donated, no gradient) + trainable A @ B
+        a1, b1, a2, b2 = p
+        h = jax.nn.gelu(x @ w1 + (x @ a1) @ b1 * scale)
+        return jnp.mean(jnp.square(h @ w2 + (h @ a2) @ b2 * scale - y))
+    return _train_case(loss, p, [w1, w2, x, yt], optax.adamw(1e-3, weight_decay=1e-2))
+
+
+def make_t_grad_accum(quick):
+    import optax
+    micro, mb, sizes = (4, 256, [512, 1024, 10]) if not quick else (4, 3, [6, 8, 3])
+    rng = _rng(93)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((micro, mb, sizes[0])))
+    y = rng.integers(0, sizes[-1], (micro, mb)).astype(np.int32)
+
+    def loss(p, x, y):
+        return xent_int(mlp_apply(p, x, jax.nn.silu), y)
+
+    def vg(p, xs, ys):  # gradients summed over the microbatches by lax.scan, then averaged
+        def body(acc, xy):
+            lv, g = jax.value_and_grad(loss)(p, *xy)
+            return (acc[0] + lv, [a + b for a, b in zip(acc[1], g)]), None
+        zero = (jnp.float32(0), [jnp.zeros_like(t) for t in p])
+        (lv, g), _ = lax.scan(body, zero, (xs, ys))
+        return lv / micro, [t / micro for t in g]
+    return _train_case(loss, ps, [x, y], optax.adam(1e-3), vg=vg)
+
+
+def make_t_bf16_master(quick):
+    import optax
+    batch, sizes = (256, [784, 1024, 1024, 10]) if not quick else (4, [6, 8, 8, 3])
+    rng = _rng(94)
+    master = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    y = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    opt = optax.adam(1e-3)
+    leaves, treedef = jax.tree_util.tree_flatten(opt.init(master))
+    npar, nst = len(master), len(leaves)
+
+    def step(*a):  # bf16 working params (donated) and f32 master params + Adam state (donated)
+        pb, pm = list(a[:npar]), list(a[npar:2 * npar])
+        st = jax.tree_util.tree_unflatten(treedef, list(a[2 * npar:2 * npar + nst]))
+        xx, yy = a[2 * npar + nst:]
+
+        def loss(pb):
+            logits = mlp_apply(pb, xx.astype(jnp.bfloat16), jax.nn.gelu)  # smooth (see mlp)
+            return xent_int(logits.astype(jnp.float32), yy)
+        lv, g = jax.value_and_grad(loss)(pb)
+        upd, st = opt.update([t.astype(jnp.float32) for t in g], st, pm)
+        pm = optax.apply_updates(pm, upd)
+        return lv, [t.astype(jnp.bfloat16) for t in pm], pm, jax.tree_util.tree_leaves(st)
+    nstate = 2 * npar + nst
+    args = ([t.astype(jnp.bfloat16) for t in master] + master + [np.asarray(v) for v in leaves] +
+            [x, y])
+    return step, _warm_steps(step, args, 1, nstate, 2), _train_opts(1, nstate, 1e-2)
+
+
+def make_t_ema(quick):
+    import optax
+    batch, sizes = (256, [256, 1024, 1024, 256]) if not quick else (4, [5, 8, 8, 5])
+    rng = _rng(95)
+    ps = mlp_params(rng, sizes)
+    x = _f32(rng.standard_normal((batch, sizes[0])))
+    yt = _f32(rng.standard_normal((batch, sizes[-1])))
+    opt = optax.rmsprop(1e-3)
+    leaves, treedef = jax.tree_util.tree_flatten(opt.init(ps))
+    npar, nst = len(ps), len(leaves)
+
+    def step(*a):  # RMSProp on an MLP regression, then an exponential moving average of params
+        p, ema = list(a[:npar]), list(a[npar:2 * npar])
+        st = jax.tree_util.tree_unflatten(treedef, list(a[2 * npar:2 * npar + nst]))
+        xx, yy = a[2 * npar + nst:]
+        lv, g = jax.value_and_grad(
+            lambda p: jnp.mean(jnp.square(mlp_apply(p, xx, jax.nn.silu) - yy)))(p)
+        upd, st = opt.update(g, st, p)
+        p = optax.apply_updates(p, upd)
+        ema = [0.999 * e + 0.001 * t for e, t in zip(ema, p)]
+        return lv, p, ema, jax.tree_util.tree_leaves(st)
+    nstate = 2 * npar + nst
+    args = ps + [t.copy() for t in ps] + [np.asarray(v) for v in leaves] + [x, yt]
+    return step, _warm_steps(step, args, 1, nstate, 2), _train_opts(1, nstate)
+
+
+def train_case_list(quick):
+    """The sixth group, each name starting with "t ". Sizes are those of a full run."""
+    q = quick
+    return [("t mlp gelu 784-1024-512-10 b512 adamw wd-mask", lambda: make_t_mlp_adamw(q)),
+            ("t cnn 2conv+pool+dense NHWC 64x28x28 sgd momentum", lambda: make_t_cnn_sgd(q)),
+            ("t encoder pre-LN h4 b8 s128 d256 clip+adam", lambda: make_t_encoder(q)),
+            ("t autoencoder 784-512-64 sigmoid bce b256 adam", lambda: make_t_autoencoder(q)),
+            ("t logistic regression L2 100000x256 sgd", lambda: make_t_logreg(q)),
+            ("t linear regression 32768x256->32 lamb", lambda: make_t_linreg_lamb(q)),
+            ("t gan mlp G 64-512-784 D 784-512-1 b256 adam x2", lambda: make_t_gan(q)),
+            ("t label smoothing xent 512-1024-1000 b512 nesterov", lambda: make_t_label_smooth(q)),
+            ("t infonce cosine 512x512 mlp 512-1024-128 adam", lambda: make_t_infonce(q)),
+            ("t word2vec sgns V30000 d128 b4096 neg5 sgd", lambda: make_t_word2vec(q)),
+            ("t embedding bag segment_sum V50000 d64 + mlp adagrad",
+             lambda: make_t_embedding_bag(q)),
+            ("t lora r8 2x1024x1024 frozen b512 adamw", lambda: make_t_lora(q)),
+            ("t grad accumulation scan 4x256 mlp 512-1024-10 adam",
+             lambda: make_t_grad_accum(q)),
+            ("t bf16 params + f32 master gelu 784-1024-1024-10 adam", lambda: make_t_bf16_master(q)),
+            ("t ema params rmsprop mlp 256-1024-1024-256 b256", lambda: make_t_ema(q))]
+
+
 def group_cases(group, quick):
     return ((case_list(quick) if group in ("suite", "all") else []) +
             (extra_case_list(quick) if group in ("extra", "all") else []) +
             (utils_case_list(quick) if group in ("utils", "all") else []) +
             (models_case_list(quick) if group in ("models", "all") else []) +
-            (vision_nlp_case_list(quick) if group in ("vision_nlp", "all") else []))
+            (vision_nlp_case_list(quick) if group in ("vision_nlp", "all") else []) +
+            (train_case_list(quick) if group in ("train", "all") else []))
 
 
 # ---- timing and checking ------------------------------------------------------------------------
@@ -2002,11 +2395,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--group",
-                    choices=("suite", "extra", "utils", "models", "vision_nlp", "all"),
+                    choices=("suite", "extra", "utils", "models", "vision_nlp", "train", "all"),
                     default="suite",
                     help="suite: the programs above (default); extra: the second group "
                     "(names starting with 'x '); utils: the third ('u '); models: the fourth "
-                    "('m '); vision_nlp: the fifth ('v '); all: every group")
+                    "('m '); vision_nlp: the fifth ('v '); train: the sixth ('t '); all: every "
+                    "group")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
