@@ -9,10 +9,16 @@
  * pieces left itself and then waits only for the workers that joined while it was open. A worker
  * joins with one compare-and-swap on `open`, which holds the run's generation, a closed bit and
  * the count of workers inside: a late worker sees another generation or the closed bit and never
- * touches the finished run's context. */
+ * touches the finished run's context.
+ *
+ * A worker that finds itself on the core its caller started the latest run on does not spin: the
+ * scheduler puts a woken worker on its waker's core when the other cores are busy (other
+ * processes, other device threads, MPI ranks), where it runs the pieces first and then spun its
+ * whole window (about 50 us) while the caller waited for the core to close its run. */
 #include "optitpu/core.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +47,7 @@ struct ot_threadpool {
     void *ctx;
     bool is_open;       /* the current run is an open one (read with fn under mu) */
     atomic_ullong open; /* open runs: generation << 32 | OPEN_CLOSED | workers inside */
+    atomic_int caller_cpu; /* the CPU the latest run's caller started it on (-1: unknown) */
     bool stop;
     /* barrier */
     pthread_mutex_t bmu;
@@ -76,12 +83,27 @@ static void open_leave(ot_threadpool *p) {
     }
 }
 
+/* The CPU this thread runs on, or -1 where that cannot be asked. */
+static int cpu_now(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
 static void *worker_main(void *arg) {
     worker_arg wa = *(worker_arg *)arg;
     ot_threadpool *p = wa.p;
     unsigned seen = 0;
     for (;;) {
-        for (int i = 0; i < SPIN_ITERS && atomic_load(&p->gen) == seen; i++) cpu_relax();
+        /* A worker on the core its caller last ran on sleeps at once: spinning there keeps the
+         * caller, which it would wait for, off the core (woken onto the caller's core when the
+         * others are busy, it runs first and then spun the whole window while the caller
+         * waited to finish its run). */
+        int cpu = cpu_now();
+        int spin = cpu >= 0 && cpu == atomic_load(&p->caller_cpu) ? 0 : SPIN_ITERS;
+        for (int i = 0; i < spin && atomic_load(&p->gen) == seen; i++) cpu_relax();
         pthread_mutex_lock(&p->mu);
         while (!p->stop && atomic_load(&p->gen) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
         bool stop = p->stop;
@@ -121,6 +143,7 @@ ot_status ot_threadpool_create(int nthreads, ot_threadpool **out) {
     ot_threadpool *p = ot_calloc(1, sizeof *p);
     if (!p) return ot_error(OT_ERR_OUT_OF_MEMORY, "threadpool: cannot allocate pool");
     p->n = nthreads;
+    atomic_init(&p->caller_cpu, -1);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);
@@ -180,6 +203,7 @@ void ot_threadpool_run(ot_threadpool *p, ot_task_fn fn, void *ctx) {
         return;
     }
     pthread_mutex_lock(&p->run_mu);
+    atomic_store(&p->caller_cpu, cpu_now());
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
@@ -201,6 +225,7 @@ void ot_threadpool_run(ot_threadpool *p, ot_task_fn fn, void *ctx) {
 /* An open run (above): fn must finish all the run's work when the caller alone calls it. */
 static void run_open(ot_threadpool *p, ot_task_fn fn, void *ctx) {
     pthread_mutex_lock(&p->run_mu);
+    atomic_store(&p->caller_cpu, cpu_now());
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
