@@ -621,6 +621,16 @@ static void test_host_kernel_model(void) {
     EXPECT_NEAR(r.pool_s, (first5 > h5 ? first5 : h5) + (1e-6 + (own - 1e-6) / 2) + 2e-6, 1e-12);
     EXPECT_TRUE(!strcmp(r.bound, "cores"));
     EXPECT_NEAR(r.compute_s, r.cores_s, 0);
+    /* the pool taking 4 devices' kernels in turn never rests: each pooled kernel at its
+     * back-to-back time, though one device's path meets the pool asleep after the host pipeline
+     * (4 transfers of 50 us between steps: the first dot's hand-off is the 402 us after 100 us) */
+    c.processes = 0, c.param_bytes = 0;
+    c.host_transfers = 4, c.device.transfer_s = 50e-6;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.host_s, 200e-6, 1e-15);
+    EXPECT_NEAR(r.path_s, 402e-6 + (1e-6 + (own - 1e-6) / 2) + 2e-6, 1e-12);
+    EXPECT_NEAR(r.pool_s, 4 * (2 * (1e-6 + (own - 1e-6) / 2) + 2e-6), 1e-12);
+    c.host_transfers = 0, c.device.transfer_s = 0;
     /* no other load and devices within the cores: the path */
     c.processes = 0, c.chips = 2, c.global_batch = 128, c.param_bytes = 0;
     c.device.avail = 1;

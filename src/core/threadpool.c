@@ -45,8 +45,8 @@ struct ot_threadpool {
     atomic_int pending;
     ot_task_fn fn;
     void *ctx;
-    bool is_open;       /* the current run is an open one (read with fn under mu) */
-    atomic_ullong open; /* open runs: generation << 32 | OPEN_CLOSED | workers inside */
+    bool is_open;          /* the current run is an open one (read with fn under mu) */
+    atomic_ullong open;    /* open runs: generation << 32 | OPEN_CLOSED | workers inside */
     atomic_int caller_cpu; /* the CPU the latest run's caller started it on (-1: unknown) */
     bool stop;
     /* barrier */

@@ -312,6 +312,9 @@ static double host_handoff_s(const ot_sim_device *d, const double *h, double gap
 typedef struct {
     double path, cpu, pool; /* one device's path, its CPU work, its kernels' time on the pool */
     double gap;             /* since the pool last ran */
+    /* its kernels' time on a pool that never rests: each meets the pool right after another
+     * device's kernel (gap 0), as when a process's devices take turns on it without a pause */
+    double pool_busy;
 } host_walk;
 
 /* Kernel k on the path of w (kernels walked in order): its time, launch included. */
@@ -333,6 +336,7 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
         t = host_handoff_s(d, dr->pool_s, w->gap);
         w->cpu += host_handoff_s(d, dr->pool_cpu_s, w->gap) + launch;
         w->pool += t + launch;
+        w->pool_busy += host_handoff_s(d, dr->pool_s, 0) + launch;
         w->gap = 0;
         w->path += t + launch;
         return t + launch;
@@ -340,11 +344,17 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
     if (pooled) {
         /* the caller works alone until the pool's threads wake (half the measured hand-off:
          * their wake-up, then the caller's when it went to sleep waiting), then they share */
-        double h = host_handoff_s(d, d->pool_handoff_s, w->gap);
         double sp = d->pool_speedup > 1 ? d->pool_speedup : 1;
         w->cpu += host_handoff_s(d, d->pool_handoff_cpu_s, w->gap);
-        t = own > h / 2 ? h / 2 + (own - h / 2) / sp : h / 2;
-        if (t < h) t = h;
+        for (int busy = 0; busy < 2; busy++) {
+            double h = host_handoff_s(d, d->pool_handoff_s, busy ? 0 : w->gap);
+            double tk = own > h / 2 ? h / 2 + (own - h / 2) / sp : h / 2;
+            if (tk < h) tk = h;
+            if (busy)
+                w->pool_busy += tk + launch;
+            else
+                t = tk;
+        }
         w->pool += t + launch;
         w->gap = 0;
     } else {
@@ -359,7 +369,7 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
  * asleep). */
 static host_walk host_walk_gap(const ot_sim_device *d, const ot_executable *e, double scale,
                                int upto, double *kernel_s, double *flops, double gap) {
-    host_walk w = {d->exec_s, d->exec_s, 0, gap};
+    host_walk w = {d->exec_s, d->exec_s, 0, gap, 0};
     double f = 0;
     int n = ot_executable_kernel_count(e);
     for (int k = 0; k < n && (upto < 0 || k <= upto); k++) {
@@ -663,7 +673,10 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                    a = d->avail > 0 && d->avail <= 1 ? d->avail : 1;
             double others = C / a - C;
             out->cores_s = n + others > C ? w.cpu * (n + others) / C : w.cpu;
-            out->pool_s = (double)(n / P0) * w.pool;
+            /* one device a process: its own pool, at its own gaps (within its path); several:
+             * while the pool is what bounds the step it never rests, so each pooled kernel meets
+             * it right after another device's (its back-to-back time, gap 0) */
+            out->pool_s = n / P0 > 1 ? (double)(n / P0) * w.pool_busy : w.pool;
             out->compute_s = out->path_s;
             snprintf(out->bound, sizeof out->bound, "path");
             if (out->cores_s > out->compute_s) {
