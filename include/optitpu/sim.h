@@ -310,7 +310,8 @@ typedef struct ot_sim_result {
     /* With the host's kernel model (device.pool_points > 0): compute_s is the largest of one
      * device's path (its kernels in order, hand-offs and waits included), the cores (every
      * device's CPU work over cores x avail: devices beyond the cores take turns) and the pool
-     * (the devices of one process share its runtime pool, one kernel at a time), named in
+     * (the devices of one process share its runtime pool, one kernel at a time, each at its
+     * back-to-back time when several share it: the pool does not rest then), named in
      * `bound` ("path", "cores", "pool"); 0 and "" otherwise. */
     double path_s, cores_s, pool_s;
     char bound[8];
