@@ -939,6 +939,19 @@ def add_models():
                     jax.image.resize(v, (2, 8, 6, 3), "bilinear")),
          [normal(r2, (2, 4, 3, 3))], close_tol(1e-6, 1e-6), "model", f64_ref=True)
 
+    # a bf16 dense layer's gradients over 600 rows: the bias gradient is a reduce over bf16 with
+    # a bf16 add (JAX's transpose of the broadcast), of 600 positive terms; summed one by one in
+    # bf16 it stops growing near 256 times a term, XLA's sum stays within a few bf16 ulps
+    r3 = rng_for("bf16_dense_grad")
+
+    def dense_bf16(w, b, x):
+        return jnp.sum(jnp.tanh(x @ w + b).astype(jnp.float32))
+
+    case("bf16_dense_grad_600_rows", jax.grad(dense_bf16, argnums=(0, 1)),
+         [normal(r3, (8, 4), "bf16", scale=0.3), normal(r3, (4,), "bf16", scale=0.1),
+          normal(r3, (600, 8), "bf16")], close_tol(2 ** -6, 0.0), "model",
+         note="outputs: dW, db in bf16 (reduces over 600 rows with a bf16 add)")
+
     try:
         import optax
     except ImportError:

@@ -1503,6 +1503,67 @@ static void test_reduce_lane_order(void) {
     EXPECT_TRUE(order_matters); /* the data tells the two orders apart */
 }
 
+/* reduce(x, init) over dims of a bf16 or f16 x (bits in x16) with an add in that type */
+static ot_status run_sum16(ot_dtype t, const uint16_t *x16, int rank, const int64_t *dims,
+                           const int64_t *rd, int nrd, float init, ot_value *out) {
+    ot_module *m = ot_module_new("sum16");
+    ot_computation *f = scalar_fn(m, "add", OT_OP_ADD, t);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_shape s = shp(t, rank, dims);
+    ot_instr *p = ot_build_parameter(c, 0, s, "x");
+    ot_instr *iv = ot_build_constant_scalar(c, t, init);
+    ot_computation_set_root(c, ot_build_reduce(c, &p, &iv, 1, rd, nrd, f));
+    ot_module_set_entry(m, c);
+    ot_value args[1] = {val(s, x16)};
+    return run(m, args, 1, out);
+}
+
+/* bf16 and f16 sums accumulate in f32 and round once (exec/numerics.h, ex_reduce_widens): rows in
+ * the lane order, columns one by one, of positive values, where a sum in the narrow type one
+ * element after another stops growing (4096 bf16 ones would sum to 256, 3000 f16 ones to 2048). */
+static void test_reduce_widened_sums(void) {
+    static const int64_t ns[] = {1, 17, 300, 3000, 4096, 9000};
+    for (int dt = 0; dt < 2; dt++) {
+        ot_dtype t = dt ? OT_F16 : OT_BF16;
+        uint16_t (*narrow)(float) = dt ? ot_f32_to_f16 : ot_f32_to_bf16;
+        float (*wide)(uint16_t) = dt ? ot_f16_to_f32 : ot_bf16_to_f32;
+        uint64_t g = 0x77 + (uint64_t)dt;
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            int64_t n = ns[k];
+            uint16_t *x16 = malloc((size_t)(2 * n) * sizeof *x16);
+            float *x = malloc((size_t)(2 * n) * sizeof *x);
+            ASSERT_TRUE(x16 && x);
+            for (int64_t j = 0; j < 2 * n; j++) { /* in [0.25, 1.25) */
+                g = g * 6364136223846793005ull + 1442695040888963407ull;
+                x16[j] = narrow(0.25f + (float)((g >> 40) & 0xffffff) / 16777216.0f);
+                x[j] = wide(x16[j]);
+            }
+            ot_value r; /* rows: the lane order */
+            ASSERT_OK(run_sum16(t, x16, 2, (int64_t[]){2, n}, (int64_t[]){1}, 1, 0.5f, &r));
+            const uint16_t *got = r.array.data;
+            for (int row = 0; row < 2; row++)
+                EXPECT_INT_EQ(got[row], narrow(lane_sum(x + row * n, n, 0.5f)));
+            ot_value_release(&r);
+            /* columns: one by one from init */
+            ASSERT_OK(run_sum16(t, x16, 2, (int64_t[]){n, 2}, (int64_t[]){0}, 1, 0.0f, &r));
+            got = r.array.data;
+            for (int col = 0; col < 2; col++) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < n; j++) acc += x[j * 2 + col];
+                EXPECT_INT_EQ(got[col], narrow(acc));
+            }
+            ot_value_release(&r);
+            /* ones: the exact count */
+            for (int64_t j = 0; j < n; j++) x16[j] = narrow(1.0f);
+            ASSERT_OK(run_sum16(t, x16, 1, (int64_t[]){n}, (int64_t[]){0}, 1, 0.0f, &r));
+            EXPECT_INT_EQ(((const uint16_t *)r.array.data)[0], narrow((float)n));
+            ot_value_release(&r);
+            free(x16);
+            free(x);
+        }
+    }
+}
+
 static ot_module *loop_module(void) {
     ot_module *m = ot_module_new("loop");
     ot_computation *add = scalar_fn(m, "add", OT_OP_ADD, OT_F32);
@@ -1654,8 +1715,9 @@ OT_TEST_MAIN(OT_TEST(test_max_min_nan_signed_zero), OT_TEST(test_float_arith),
              OT_TEST(test_reduce_precision), OT_TEST(test_select_clamp),
              OT_TEST(test_bitcast_convert_iota), OT_TEST(test_bad_args),
              OT_TEST(test_elided_constant_and_custom_call), OT_TEST(test_while_reduce_dot),
-             OT_TEST(test_reduce_lane_order), OT_TEST(test_expf_poly), OT_TEST(test_tanhf_poly),
-             OT_TEST(test_erff_poly), OT_TEST(test_logf_poly), OT_TEST(test_expm1f_poly),
-             OT_TEST(test_sincosf_sleef), OT_TEST(test_vmath_edges), OT_TEST(test_vmath_own_ulp),
+             OT_TEST(test_reduce_lane_order), OT_TEST(test_reduce_widened_sums),
+             OT_TEST(test_expf_poly), OT_TEST(test_tanhf_poly), OT_TEST(test_erff_poly),
+             OT_TEST(test_logf_poly), OT_TEST(test_expm1f_poly), OT_TEST(test_sincosf_sleef),
+             OT_TEST(test_vmath_edges), OT_TEST(test_vmath_own_ulp),
              OT_TEST(test_alloc_failure_cleanup), OT_TEST(test_evaluate_instr),
              OT_TEST(test_tuple_root_and_gte))

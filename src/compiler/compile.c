@@ -2,6 +2,7 @@
  * allocator over free blocks in treaps by address and size, coalescing, 64-byte alignment, in-place
  * reuse, donation), the executable (kernels, slots, bindings, FLOPs and bytes), and last its
  * native code (native.c). */
+#include "exec/numerics.h"
 #include "exec/state8.h"
 #include "executable_internal.h"
 
@@ -979,6 +980,43 @@ static ot_status add_pass(ot_pass_manager *pm, const ot_compile_options *o, cons
     return ot_pass_manager_add(pm, name, pass_fn(name, strlen(name)), ctx);
 }
 
+/* Rewrites every bf16 or f16 sum (ex_reduce_widens, exec/numerics.h) into
+ * convert(reduce(convert(x), convert(init))) in f32 with one f32 add reducer: the semantics the
+ * reference evaluator gives such a reduce, in a form every kernel and generated code runs. Part
+ * of every compile whatever the passes, since it defines results, not speed. */
+static ot_status widen_sums(ot_module *m, bool *changed) {
+    *changed = false;
+    ot_computation *add = NULL;
+    int nc = ot_module_computation_count(m);
+    for (int k = 0; k < nc; k++) {
+        ot_computation *c = ot_module_computation(m, k);
+        for (ot_instr *r = c->first, *next; r; r = next) {
+            next = r->next;
+            if (r->opcode != OT_OP_REDUCE || !ex_reduce_widens(r)) continue;
+            if (!add) {
+                add = ot_module_add_computation(m, "widened_sum_f32");
+                ot_instr *a = add ? ot_build_parameter(add, 0, ot_shape_scalar(OT_F32), "a") : NULL;
+                ot_instr *b = a ? ot_build_parameter(add, 1, ot_shape_scalar(OT_F32), "b") : NULL;
+                ot_instr *sum = b ? ot_build_binary(add, OT_OP_ADD, a, b) : NULL;
+                if (!sum)
+                    return ot_module_status(m) != OT_OK ? ot_module_status(m) : OT_ERR_INTERNAL;
+                ot_computation_set_root(add, sum);
+            }
+            ot_instr *x = ot_build_convert(c, r->operands[0], OT_F32);
+            ot_instr *init = x ? ot_build_convert(c, r->operands[1], OT_F32) : NULL;
+            ot_instr *sum =
+                init ? ot_build_reduce(c, &x, &init, 1, r->attrs->dims, r->attrs->ndims, add)
+                     : NULL;
+            ot_instr *back = sum ? ot_build_convert(c, sum, r->shape.array.dtype) : NULL;
+            if (!back) return ot_module_status(m) != OT_OK ? ot_module_status(m) : OT_ERR_INTERNAL;
+            OT_CHECK(ot_instr_replace_all_uses(r, back));
+            OT_CHECK(ot_instr_remove(r));
+            *changed = true;
+        }
+    }
+    return OT_OK;
+}
+
 static ot_status build_pipeline(ot_pass_manager *pm, const ot_compile_options *o, pass_ctx *ctx) {
     OT_CHECK(check_list(o->passes, "passes"));
     OT_CHECK(check_list(o->disable_passes, "disable_passes"));
@@ -1164,8 +1202,11 @@ ot_status cc_compile_at(const ot_module *src, const ot_compile_options *opts, in
         s = ir_module_orders_build(src, &src_orders);
         if (s == OT_OK) s = ir_module_clone_ordered(src, &src_orders, &e->mod);
     }
-    /* the clone's lists are its post orders: the first pass need not walk the graph for them */
-    if (s == OT_OK) s = cc_orders_keep_lists(e->mod);
+    bool widened = false;
+    if (s == OT_OK) s = widen_sums(e->mod, &widened);
+    /* the clone's lists are its post orders (unless widen_sums appended to them): the first pass
+     * need not walk the graph for them */
+    if (s == OT_OK && !widened) s = cc_orders_keep_lists(e->mod);
     if (s != OT_OK) goto fail;
     e->pm = ot_pass_manager_new();
     if (!e->pm) {

@@ -66,6 +66,16 @@ ot_status ex_convert(ot_dtype from, ot_dtype to, const void *x, void *y, int64_t
 #define EX_RED_LANES 16
 #define EX_RED_BLOCK 4096
 bool ex_reduce_lanes(const ot_instr *reduce);
+/* A sum of bf16 or f16 values (a one-input reduce whose reducer adds its two parameters in that
+ * type, with a scalar init of it) accumulates in f32 and rounds once to its type: its operand and
+ * init convert to f32, the f32 reduce of the same dims sums them (in the order above) and the
+ * result converts back. The compiler rewrites such a reduce into exactly that
+ * convert(reduce(convert)) (widen_sums, src/compiler/compile.c) and the reference evaluator
+ * computes it so. Why: a one-by-one sum in bf16 stops growing once the sum is 256 times its addends
+ * (4096 bf16 ones sum to 256); XLA's CPU backend, allowed excess precision by default, is far
+ * closer to the exact sum, and JAX emits such reduces for every gradient of a bf16 broadcast (bias
+ * gradients). */
+bool ex_reduce_widens(const ot_instr *reduce);
 /* True when `reduce` is a one-input reduce (operand and init of its result's dtype, a scalar
  * init) of exactly the trailing dims of its operand, each once: *rows gets the product of the
  * kept dims, *len that of the reduced ones (a row fusion's rows and row length). */

@@ -50,26 +50,31 @@ bool ex_reduce_rows(const ot_instr *r, int64_t *rows, int64_t *len) {
     return true;
 }
 
-bool ex_reduce_lanes(const ot_instr *i) {
+/* Whether i is a one-input reduce whose reducer adds its two scalar parameters (either order) in
+ * dtype t, the dtype of its operand. */
+static bool reduce_is_sum(const ot_instr *i, ot_dtype t) {
     if (!i || i->opcode != OT_OP_REDUCE || i->noperands != 2 || i->ncalled < 1 ||
-        i->operands[0]->shape.kind != OT_IR_ARRAY)
+        i->operands[0]->shape.kind != OT_IR_ARRAY || i->operands[0]->shape.array.dtype != t)
         return false;
-    const ot_shape *s = &i->operands[0]->shape.array;
-    if (s->dtype != OT_F32 && s->dtype != OT_F64) return false;
     const ot_computation *f = i->called[0];
     if (!f || f->nparams != 2 || !f->root) return false;
     const ot_instr *r = f->root;
     if (r->opcode != OT_OP_ADD || r->noperands != 2 || r->shape.kind != OT_IR_ARRAY ||
-        r->shape.array.dtype != s->dtype)
+        r->shape.array.dtype != t)
         return false;
     if (!((r->operands[0] == f->params[0] && r->operands[1] == f->params[1]) ||
           (r->operands[0] == f->params[1] && r->operands[1] == f->params[0])))
         return false;
     for (int k = 0; k < 2; k++) {
         const ot_ir_shape *ps = &f->params[k]->shape;
-        if (ps->kind != OT_IR_ARRAY || ps->array.rank != 0 || ps->array.dtype != s->dtype)
-            return false;
+        if (ps->kind != OT_IR_ARRAY || ps->array.rank != 0 || ps->array.dtype != t) return false;
     }
+    return true;
+}
+
+/* Whether reduce i reduces its operand's last non-unit dimension (the lane order's dims). */
+static bool reduces_last_dim(const ot_instr *i) {
+    const ot_shape *s = &i->operands[0]->shape.array;
     bool reduced[OT_MAX_RANK] = {false};
     for (int k = 0; k < i->attrs->ndims; k++)
         if (i->attrs->dims[k] >= 0 && i->attrs->dims[k] < OT_MAX_RANK)
@@ -77,6 +82,22 @@ bool ex_reduce_lanes(const ot_instr *i) {
     for (int d = s->rank - 1; d >= 0; d--)
         if (s->dims[d] != 1) return reduced[d];
     return false; /* one element per output: nothing to order */
+}
+
+bool ex_reduce_lanes(const ot_instr *i) {
+    if (!i || i->noperands < 1 || i->operands[0]->shape.kind != OT_IR_ARRAY) return false;
+    ot_dtype t = i->operands[0]->shape.array.dtype;
+    return (t == OT_F32 || t == OT_F64) && reduce_is_sum(i, t) && reduces_last_dim(i);
+}
+
+bool ex_reduce_widens(const ot_instr *i) {
+    if (!i || i->noperands != 2 || i->operands[0]->shape.kind != OT_IR_ARRAY ||
+        i->shape.kind != OT_IR_ARRAY || i->operands[1]->shape.kind != OT_IR_ARRAY)
+        return false;
+    ot_dtype t = i->operands[0]->shape.array.dtype;
+    return (t == OT_BF16 || t == OT_F16) && i->shape.array.dtype == t &&
+           i->operands[1]->shape.array.dtype == t && i->operands[1]->shape.array.rank == 0 &&
+           reduce_is_sum(i, t);
 }
 
 /* One output of a lane-ordered reduce (ex_reduce_lanes): x's reduced elements are at byte
@@ -171,23 +192,10 @@ static ot_status reduce_lanes(ex_scalar_fn *fn, const ot_instr *i, const ot_valu
     return st;
 }
 
-ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
-                           ot_value *out) {
-    int n = i->noperands / 2;
-    if (n > EX_MAX_VARIADIC)
-        return ot_error(OT_ERR_UNIMPLEMENTED, "%s: reduce of more than %d inputs", EX_NAME(i),
-                        EX_MAX_VARIADIC);
-    ot_value *acc[EX_MAX_VARIADIC];
-    OT_CHECK(alloc_multi(i, n, out, acc));
-    ex_scalar_fn *fn = NULL;
-    ot_status st = ex_scalar_fn_new(x, i->called[0], &fn);
-    if (st != OT_OK) goto fail;
-    if (ex_reduce_lanes(i)) {
-        st = reduce_lanes(fn, i, ops[0], ops[1], acc[0]);
-        if (st != OT_OK) goto fail;
-        ex_scalar_fn_free(fn);
-        return OT_OK;
-    }
+/* The reduce's n inputs ops[0..n) from inits ops[n..2n) into acc[0..n), each output element
+ * folded in row-major order of its reduced indices. */
+static ot_status reduce_serial(ex_scalar_fn *fn, const ot_instr *i, int n,
+                               const ot_value *const *ops, ot_value *const *acc) {
     for (int k = 0; k < n; k++) fill_init(acc[k], ops[n + k]);
     const ot_shape *is = ex_arr(ops[0]);
     bool reduced[OT_MAX_RANK] = {false};
@@ -211,19 +219,93 @@ ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *
             args[n + k] = (const char *)ops[k]->array.data + e * (int64_t)es;
             outs[k] = &res[k];
         }
-        st = ex_scalar_fn_call(fn, args, outs);
-        if (st != OT_OK) goto fail;
+        ot_status st = ex_scalar_fn_call(fn, args, outs);
+        if (st != OT_OK) return st;
         for (int k = 0; k < n; k++) {
             size_t es = ot_dtype_size(ex_arr(acc[k])->dtype);
             memcpy((char *)acc[k]->array.data + oi * (int64_t)es, &res[k], es);
         }
         ex_next_index(idx, is->dims, is->rank);
     }
-    ex_scalar_fn_free(fn);
     return OT_OK;
-fail:
+}
+
+/* A module holding one computation, f32 addition, as *add (the reducer of a widened sum); NULL
+ * when out of memory. */
+static ot_module *add_f32_new(const ot_computation **add) {
+    ot_module *m = ot_module_new("reduce_widened");
+    ot_computation *c = m ? ot_module_add_computation(m, "add_f32") : NULL;
+    ot_instr *a = c ? ot_build_parameter(c, 0, ot_shape_scalar(OT_F32), "a") : NULL;
+    ot_instr *b = a ? ot_build_parameter(c, 1, ot_shape_scalar(OT_F32), "b") : NULL;
+    ot_instr *r = b ? ot_build_binary(c, OT_OP_ADD, a, b) : NULL;
+    if (!r) {
+        ot_module_free(m);
+        return NULL;
+    }
+    ot_computation_set_root(c, r);
+    *add = c;
+    return m;
+}
+
+/* A bf16 or f16 sum (ex_reduce_widens): the operand and init converted to f32, summed as the f32
+ * reduce of the same dims would be (the lane order where that applies), rounded once to the
+ * result's type — exactly the convert(reduce(convert)) the compiler rewrites such a reduce into
+ * (widen_sums, src/compiler/compile.c), so compiled code and this reference agree bit for bit. */
+static ot_status reduce_widened(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                                ot_value *out) {
+    const ot_computation *add = NULL;
+    ot_module *addm = add_f32_new(&add);
+    if (!addm) return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+    const ot_shape *is = ex_arr(ops[0]);
+    ot_dtype t = is->dtype;
+    ot_shape ws = *is, os = i->shape.array, ss = ot_shape_scalar(OT_F32);
+    ws.dtype = OT_F32;
+    os.dtype = OT_F32;
+    ot_value w[3] = {ot_value_empty(), ot_value_empty(), ot_value_empty()}; /* in, init, sum */
+    ex_scalar_fn *fn = NULL;
+    ot_status st = ot_value_alloc_array(&w[0], &ws);
+    if (st == OT_OK) st = ot_value_alloc_array(&w[1], &ss);
+    if (st == OT_OK) st = ot_value_alloc_array(&w[2], &os);
+    if (st == OT_OK)
+        st = ex_convert(t, OT_F32, ops[0]->array.data, w[0].array.data,
+                        ot_shape_numel_unchecked(is));
+    if (st == OT_OK) st = ex_convert(t, OT_F32, ops[1]->array.data, w[1].array.data, 1);
+    if (st == OT_OK) st = ex_scalar_fn_new(x, add, &fn);
+    if (st == OT_OK) {
+        const ot_value *wops[2] = {&w[0], &w[1]};
+        ot_value *wacc[1] = {&w[2]};
+        st = reduces_last_dim(i) ? reduce_lanes(fn, i, &w[0], &w[1], &w[2])
+                                 : reduce_serial(fn, i, 1, wops, wacc);
+    }
     ex_scalar_fn_free(fn);
-    ot_value_release(out);
+    if (st == OT_OK) st = ot_value_alloc_shape(out, &i->shape);
+    if (st == OT_OK)
+        st = ex_convert(OT_F32, t, w[2].array.data, out->array.data, ot_shape_numel_unchecked(&os));
+    for (int k = 0; k < 3; k++) ot_value_release(&w[k]);
+    ot_module_free(addm);
+    if (st != OT_OK) ot_value_release(out);
+    return st;
+}
+
+ot_status ex_kernel_reduce(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                           ot_value *out) {
+    int n = i->noperands / 2;
+    if (n > EX_MAX_VARIADIC)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "%s: reduce of more than %d inputs", EX_NAME(i),
+                        EX_MAX_VARIADIC);
+    if (ex_reduce_widens(i)) return reduce_widened(x, i, ops, out);
+    ot_value *acc[EX_MAX_VARIADIC];
+    OT_CHECK(alloc_multi(i, n, out, acc));
+    ex_scalar_fn *fn = NULL;
+    ot_status st = ex_scalar_fn_new(x, i->called[0], &fn);
+    if (st != OT_OK) {
+        ot_value_release(out);
+        return st;
+    }
+    st = ex_reduce_lanes(i) ? reduce_lanes(fn, i, ops[0], ops[1], acc[0])
+                            : reduce_serial(fn, i, n, ops, acc);
+    ex_scalar_fn_free(fn);
+    if (st != OT_OK) ot_value_release(out);
     return st;
 }
 
