@@ -13,6 +13,8 @@
 #include "optitpu/runtime.h"
 #include "ot_test.h"
 
+#include "exec/fast_internal.h"
+
 #include <cblas.h>
 #undef I
 #include <float.h>
@@ -739,6 +741,66 @@ static void test_transpose_random(void) {
         ot_executable_free(e);
         ot_module_free(m);
     }
+}
+
+/* Transposes that keep their rows (the last dim stays last) and are large against the last-level
+ * cache copy the rows in the input's order, with streaming stores when the rows are whole 64-byte
+ * lines (fast_transpose.c). The cache is set small here so that every case takes that path:
+ * rank 3 to 5, rows of whole lines and of odd sizes, dims of 1, every element size. */
+static void test_transpose_rows_streamed(void) {
+    g_rng = 0x57e;
+    ex_transpose_set_llc(64 << 10); /* moved bytes >= 48 KiB: the streamed path */
+    static const ot_dtype types[] = {OT_U8, OT_S16, OT_F32, OT_F64};
+    static const int64_t row_bytes[] = {64, 128, 256, 192, 60, 24, 8, 320};
+    for (int cs = 0; cs < 48; cs++) {
+        ot_dtype t = types[cs % 4];
+        int64_t es = (int64_t)ot_dtype_size(t);
+        int r = 3 + cs % 3;
+        int64_t dims[OT_MAX_RANK], perm[OT_MAX_RANK];
+        int64_t last = row_bytes[cs / 4 % 8] / es;
+        if (last < 1) last = 1;
+        int64_t numel = last;
+        for (int d = 0; d < r - 1; d++) {
+            dims[d] = cs % 5 == 0 && d == 0 ? 1 : rnd(2, r <= 3 ? 40 : 12);
+            numel *= dims[d];
+            perm[d] = d;
+        }
+        dims[r - 1] = last;
+        while (numel * es < (64 << 10)) { /* at least 64 KiB each way */
+            dims[r - 2] *= 2;
+            numel *= 2;
+        }
+        do shuffle(perm, r - 1);
+        while (r > 2 && perm[0] == 0 && perm[1] == 1 && perm[r - 2] == r - 2);
+        perm[r - 1] = r - 1;
+        ot_shape s;
+        ASSERT_OK(ot_shape_make(&s, t, r, dims));
+        ot_module *m = ot_module_new("trs");
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_computation_set_root(c,
+                                ot_build_transpose(c, ot_build_parameter(c, 0, s, "x"), perm, r));
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        ot_tensor x, ref, fast;
+        ASSERT_OK(ot_tensor_alloc(&x, &s));
+        fill_random(&x, -1, 1);
+        EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
+        if (run_all_pools(e, &x, 1, &fast, 1)) {
+            if (!bits_equal(&fast, &ref))
+                fprintf(stderr, "streamed transpose case %d differs\n", cs);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        } else {
+            EXPECT_TRUE(false);
+        }
+        ot_tensor_release(&ref);
+        ot_tensor_release(&x);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+    ex_transpose_set_llc(0);
 }
 
 /* ---- reduce ------------------------------------------------------------------------------- */
@@ -2083,12 +2145,13 @@ static void test_teardown(void) {
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_tiled),
              OT_TEST(test_dot_strided), OT_TEST(test_dot_subnormal_ftz),
              OT_TEST(test_dot_blas_threads), OT_TEST(test_conv_random), OT_TEST(test_conv_large),
-             OT_TEST(test_transpose_random), OT_TEST(test_reduce_random),
-             OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_row_groups),
-             OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
-             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_random),
-             OT_TEST(test_scatter_minmax), OT_TEST(test_scatter_in_place_temp),
-             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
-             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_reduce_axis_sets),
-             OT_TEST(test_reduce_minmax_long_blocks), OT_TEST(test_elementwise),
-             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))
+             OT_TEST(test_transpose_random), OT_TEST(test_transpose_rows_streamed),
+             OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
+             OT_TEST(test_reduce_row_groups), OT_TEST(test_reduce_minmax_nan_rows),
+             OT_TEST(test_reduce_minmax_special_rows), OT_TEST(test_gather), OT_TEST(test_scatter),
+             OT_TEST(test_scatter_random), OT_TEST(test_scatter_minmax),
+             OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
+             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
+             OT_TEST(test_reduce_axis_sets), OT_TEST(test_reduce_minmax_long_blocks),
+             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
+             OT_TEST(test_teardown))

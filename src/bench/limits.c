@@ -3,6 +3,8 @@
  * See include/optitpu/bench.h for what exactly each figure counts. */
 #include "optitpu/bench.h"
 
+#include "core/core_util.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -29,76 +31,9 @@ ot_bench_limits_options ot_bench_limits_options_default(void) {
 
 /* ---- sizes --------------------------------------------------------------------------------- */
 
-static size_t read_size_file(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char buf[64] = {0};
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *end;
-    unsigned long long v = strtoull(buf, &end, 10);
-    if (end == buf) return 0;
-    if (*end == 'K')
-        v *= 1024;
-    else if (*end == 'M')
-        v *= 1024 * 1024;
-    return (size_t)v;
-}
-
-static void read_line(const char *path, char *buf, size_t n) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    if (!fgets(buf, (int)n, f)) buf[0] = '\0';
-    fclose(f);
-    buf[strcspn(buf, "\n")] = '\0';
-}
-
-/* The last-level cache this machine's CPUs use: the sum over the distinct highest-level cache
- * instances in sysfs (one per shared_cpu_list), as STREAM's sizing rule asks. Without sysfs, the
- * C library's L3 size (on a VM that can be the whole host socket's, which only errs large). */
+/* The last-level cache (src/core's ot_llc_bytes: distinct sysfs instances summed). */
 size_t ot_bench_llc_bytes(void) {
-    enum { MAX_INST = 64 };
-    char seen[MAX_INST][64];
-    int nseen = 0, level_max = 0;
-    size_t total = 0;
-    long ncpu = sysconf(_SC_NPROCESSORS_CONF);
-    for (long cpu = 0; cpu < ncpu && cpu < 4096; cpu++) {
-        for (int idx = 0; idx < 8; idx++) {
-            char path[160], type[32], shared[64];
-            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index%d/level", cpu,
-                     idx);
-            size_t level = read_size_file(path);
-            if (level == 0) break;
-            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index%d/type", cpu,
-                     idx);
-            read_line(path, type, sizeof type);
-            if (strcmp(type, "Instruction") == 0 || (int)level < level_max) continue;
-            if ((int)level > level_max) { /* a higher level: start over */
-                level_max = (int)level;
-                nseen = 0;
-                total = 0;
-            }
-            snprintf(path, sizeof path,
-                     "/sys/devices/system/cpu/cpu%ld/cache/index%d/shared_cpu_list", cpu, idx);
-            read_line(path, shared, sizeof shared);
-            bool dup = false;
-            for (int k = 0; k < nseen && !dup; k++) dup = strcmp(seen[k], shared) == 0;
-            if (dup || nseen == MAX_INST) continue;
-            snprintf(seen[nseen++], sizeof seen[0], "%s", shared);
-            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%ld/cache/index%d/size", cpu,
-                     idx);
-            total += read_size_file(path);
-        }
-    }
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    if (total == 0) {
-        long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-        if (l3 > 0) total = (size_t)l3;
-    }
-#endif
-    return total;
+    return ot_llc_bytes();
 }
 
 static size_t default_stream_bytes(void) {

@@ -1,6 +1,7 @@
 /* Internal utilities of src/core shared by the other folders of the library (not installed):
- * a growable string with printf-style appends, and whole-buffer reads and writes on a file
- * descriptor. Every function is safe to call from any thread on distinct objects. */
+ * a growable string with printf-style appends, whole-buffer reads and writes on a file
+ * descriptor, the streaming copy of large buffers and the last-level cache's size. Every function
+ * is safe to call from any thread on distinct objects. */
 #ifndef OT_CORE_UTIL_H
 #define OT_CORE_UTIL_H
 
@@ -35,5 +36,16 @@ int ot_read_full(int fd, void *dst, size_t n, size_t *got);
  * fault-injection hook asked before every write() call: true fails that call with the errno it
  * set. */
 int ot_write_full(int fd, const void *src, size_t n, bool (*fail_now)(void));
+
+/* memcpy with non-temporal stores where SSE2 has them: a large result bypasses the caches (no
+ * read for ownership of its lines), so writing it out runs at memcpy speed. The caller fences
+ * (_mm_sfence) before another thread or process reads dst. */
+void ot_stream_copy(void *dst, const void *src, size_t bytes);
+
+/* The last-level cache this machine's CPUs use, in bytes: the sum over the distinct highest-level
+ * cache instances in sysfs (one per shared_cpu_list). Without sysfs, the C library's L3 size (on
+ * a VM that can be the whole host socket's, which only errs large); 0 when neither is known.
+ * Reads a few sysfs files per call: callers keep the result. */
+size_t ot_llc_bytes(void);
 
 #endif /* OT_CORE_UTIL_H */

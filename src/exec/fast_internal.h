@@ -43,6 +43,10 @@ static inline bool ex_overlaps(const void *a, int64_t na, const void *b, int64_t
  * split over the pool for large arrays. src and dst must not overlap. */
 void ex_transpose(ex_kernel_ctx *c, size_t es, int r, const int64_t *dims, const int64_t *perm,
                   const void *src, void *dst);
+/* Tests: the last-level cache size ex_transpose assumes (0: the machine's, read again), which
+ * decides when a transpose keeping its rows streams them in the input's order; set between runs
+ * only. */
+void ex_transpose_set_llc(int64_t bytes);
 
 /* C[b] (M x N) = op(A[b]) (M x K) * op(B[b]) (K x N) for b < nb, row-major, f32 or f64, through
  * OpenBLAS on one thread per tile of a grid fixed by the shape (fast_dot.c). */

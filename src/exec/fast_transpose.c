@@ -2,6 +2,12 @@
  * rows copied or 32 x 32 tiles over the input's and the output's innermost dims, split over the
  * pool. Also the transposes the dot and reduce kernels make into scratch. */
 #include "exec/fast_internal.h"
+#include "core/core_util.h"
+
+#include <stdatomic.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #define TR_TILE 32
 
@@ -13,6 +19,7 @@ typedef struct tr_plan {
     int64_t os[OT_MAX_RANK]; /* output strides */
     int b;                   /* the output dim that is innermost in the input */
     int64_t nouter, ntb;     /* work items: outer positions x tiles of dim b */
+    bool stream;             /* rows written by non-temporal stores (tr_large) */
     const char *src;
     char *dst;
 } tr_plan;
@@ -54,7 +61,10 @@ static void tr_rows(void *arg, int64_t begin, int64_t end, int ith) {
     /* the next outer position by counting (last outer dim fastest) instead of a division per dim
      * per row, which cost as much as copying a short row */
     for (int64_t w = begin; w < end; w++) {
-        memcpy(p->dst + oo * (int64_t)p->es, p->src + io * (int64_t)p->es, row);
+        if (p->stream)
+            ot_stream_copy(p->dst + oo * (int64_t)p->es, p->src + io * (int64_t)p->es, row);
+        else
+            memcpy(p->dst + oo * (int64_t)p->es, p->src + io * (int64_t)p->es, row);
         for (int d = p->r - 2; d >= 0; d--) {
             io += p->is[d];
             oo += p->os[d];
@@ -64,6 +74,33 @@ static void tr_rows(void *arg, int64_t begin, int64_t end, int ith) {
             x[d] = 0;
         }
     }
+#if defined(__SSE2__)
+    if (p->stream) _mm_sfence(); /* the streamed rows are visible before the pool's join */
+#endif
+}
+
+/* Whether a row transpose of `bytes` (input and output each) is out of the last-level cache: the
+ * input and output together at least 3/4 of it. Out of cache, rows copied in the output's order
+ * read the input in a stride across pages and write each output line after reading it for
+ * ownership; in the input's order with non-temporal stores the same 16 MiB head split
+ * ([8, 512, 16, 64] -> [8, 16, 512, 64], 256-byte rows) ran 2.7x faster on one thread (0.65
+ * against 1.75 ms; docs/benchmarks.md), and 1.5x faster with the result read right after. Inside
+ * the cache (8 MiB each way and less), the output's order with plain stores was as fast or faster
+ * when the result is read next, as a following kernel does. */
+static atomic_llong tr_llc; /* the cache's bytes, 0 until first read (sysfs, a few files) */
+
+static bool tr_large(int64_t bytes) {
+    long long l = atomic_load_explicit(&tr_llc, memory_order_relaxed);
+    if (l == 0) {
+        size_t b = ot_llc_bytes();
+        l = b > 0 ? (long long)b : (long long)32 << 20;
+        atomic_store_explicit(&tr_llc, l, memory_order_relaxed);
+    }
+    return 2 * bytes >= l / 4 * 3;
+}
+
+void ex_transpose_set_llc(int64_t bytes) {
+    atomic_store_explicit(&tr_llc, (long long)bytes, memory_order_relaxed);
 }
 
 #define TR_TILE_LOOP(T)                                                                            \
@@ -139,6 +176,21 @@ void ex_transpose(ex_kernel_ctx *c, size_t es, int r, const int64_t *dims, const
             run *= p.od[d];
         }
         int64_t rows = numel / p.od[p.r - 1];
+        if (p.r > 1 && tr_large(numel * (int64_t)es)) {
+            /* the rows in the input's order (outer dims by falling input stride), each written
+             * whole lines at a time past the caches when rows are whole aligned lines */
+            for (int d = 1; d < p.r - 1; d++)
+                for (int e = d; e > 0 && p.is[e - 1] < p.is[e]; e--) {
+                    int64_t *v[3] = {p.od, p.is, p.os};
+                    for (int k = 0; k < 3; k++) {
+                        int64_t t = v[k][e];
+                        v[k][e] = v[k][e - 1];
+                        v[k][e - 1] = t;
+                    }
+                }
+            size_t row = (size_t)p.od[p.r - 1] * es;
+            p.stream = row % 64 == 0 && ((uintptr_t)dst & 63) == 0;
+        }
         ex_par_for(c, rows, numel * (int64_t)es, tr_rows, &p);
         return;
     }

@@ -10,6 +10,7 @@
 #include "optitpu/mpi.h"
 
 #include "mpi_internal.h"
+#include "core/core_util.h"
 #include "pod/reduce_kernels.h"
 
 #include <mpi.h>
@@ -917,7 +918,7 @@ static ot_status shm_barrier(ot_mpi *m, uint64_t dl) {
 
 static void shm_copy(void *dst, const void *src, size_t bytes, bool nt) {
     if (nt)
-        ot_pod_stream_copy(dst, src, bytes);
+        ot_stream_copy(dst, src, bytes);
     else
         memcpy(dst, src, bytes);
 }

@@ -9,6 +9,8 @@
  * exactly as the naive reference does. */
 #include "pod_internal.h"
 
+#include "core/core_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #if defined(__SSE2__)
@@ -537,7 +539,7 @@ static void stream_fence(void) {
 /* A copy that streams when the whole transfer (total bytes) is large. */
 static void big_copy(void *dst, const void *src, size_t bytes, size_t total) {
     if (total >= STREAM_MIN_BYTES)
-        ot_pod_stream_copy(dst, src, bytes);
+        ot_stream_copy(dst, src, bytes);
     else
         memcpy(dst, src, bytes);
 }
@@ -552,9 +554,9 @@ static void store_tile(void *dst, size_t i, size_t k, ot_dtype dt, const void *a
         }
         uint16_t tmp[TILE];
         ot_pod_narrow(tmp, acc, k, dt);
-        ot_pod_stream_copy(d, tmp, k * esz);
+        ot_stream_copy(d, tmp, k * esz);
     } else if (nt) {
-        ot_pod_stream_copy(d, acc, k * esz);
+        ot_stream_copy(d, acc, k * esz);
     } else {
         memcpy(d, acc, k * esz);
     }

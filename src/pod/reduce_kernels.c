@@ -1,11 +1,8 @@
 /* The element kernels of every reduction (declared in reduce_kernels.h): combine, f16/bf16
- * widening and narrowing, the MEAN division, the streaming copy of large results. One copy serves
- * the in-process communicator and the MPI one, so both combine each element the same way. */
+ * widening and narrowing, the MEAN division. One copy serves the in-process communicator and the
+ * MPI one, so both combine each element the same way. */
 #include "reduce_kernels.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 #include <string.h>
 
 #define COMBINE_LOOP(T, EXPR)                                                                      \
@@ -147,27 +144,4 @@ void ot_pod_divide(void *buf, size_t count, ot_dtype dt, int n) {
         break;
     default: OT_ASSERT(!"ot_pod_divide: not an accumulation dtype");
     }
-}
-
-void ot_pod_stream_copy(void *dst, const void *src, size_t bytes) {
-#if defined(__SSE2__)
-    char *d = dst;
-    const char *s = src;
-    while (bytes && ((uintptr_t)d & 15)) *d++ = *s++, bytes--;
-    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s);
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-        _mm_stream_si128((__m128i *)d, a);
-        _mm_stream_si128((__m128i *)(d + 16), b);
-        _mm_stream_si128((__m128i *)(d + 32), c);
-        _mm_stream_si128((__m128i *)(d + 48), e);
-    }
-    for (; bytes >= 16; bytes -= 16, d += 16, s += 16)
-        _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
-    memcpy(d, s, bytes);
-#else
-    memcpy(dst, src, bytes);
-#endif
 }

@@ -40,9 +40,4 @@ void ot_pod_narrow(void *dst, const float *src, size_t n, ot_dtype dt);
  * toward zero). */
 void ot_pod_divide(void *buf, size_t count, ot_dtype dt, int n);
 
-/* memcpy with non-temporal stores where SSE2 has them: a large result bypasses the caches (no
- * read for ownership of its lines), so writing it out runs at memcpy speed. The caller fences
- * (_mm_sfence) before another thread or process reads dst. */
-void ot_pod_stream_copy(void *dst, const void *src, size_t bytes);
-
 #endif
