@@ -743,6 +743,53 @@ static void test_transpose_random(void) {
     }
 }
 
+/* Transposes whose input-innermost dim is small and moves ([.., 300, 4] -> [.., 4, .., 300], the
+ * head dims of grouped-query attention): the tiles run over every dim contiguous in the input
+ * with it (fast_transpose.c), 4-byte elements by 16 x 16 register blocks. Sizes off the 16-lane
+ * blocks, inner dims of 1 to 6, every element size. */
+static void test_transpose_small_inner(void) {
+    g_rng = 0x1e4;
+    static const ot_dtype types[] = {OT_F32, OT_S32, OT_U8, OT_S16, OT_F64};
+    static const int64_t perms[][5] = {{0, 1, 4, 3, 2}, {0, 4, 1, 3, 2}, {2, 1, 0},
+                                       {0, 2, 1, 3},    {3, 1, 2, 0},    {1, 2, 0}};
+    static const int ranks[] = {5, 5, 3, 4, 4, 3};
+    for (int cs = 0; cs < 60; cs++) {
+        ot_dtype t = types[cs % 5];
+        int pk = cs / 5 % 6, r = ranks[pk];
+        int64_t dims[OT_MAX_RANK], perm[OT_MAX_RANK];
+        for (int d = 0; d < r; d++) {
+            dims[d] = d == r - 1 ? rnd(1, 6) : rnd(1, r <= 3 ? 70 : 23);
+            perm[d] = perms[pk][d];
+        }
+        ot_shape s;
+        ASSERT_OK(ot_shape_make(&s, t, r, dims));
+        ot_module *m = ot_module_new("tri");
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_computation_set_root(c,
+                                ot_build_transpose(c, ot_build_parameter(c, 0, s, "x"), perm, r));
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        ot_tensor x, ref, fast;
+        ASSERT_OK(ot_tensor_alloc(&x, &s));
+        fill_random(&x, -1, 1);
+        EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
+        if (run_all_pools(e, &x, 1, &fast, 1)) {
+            if (!bits_equal(&fast, &ref))
+                fprintf(stderr, "small-inner transpose case %d differs\n", cs);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        } else {
+            EXPECT_TRUE(false);
+        }
+        ot_tensor_release(&ref);
+        ot_tensor_release(&x);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 /* Transposes that keep their rows (the last dim stays last) and are large against the last-level
  * cache copy the rows in the input's order, with streaming stores when the rows are whole 64-byte
  * lines (fast_transpose.c). The cache is set small here so that every case takes that path:
@@ -2146,12 +2193,12 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_til
              OT_TEST(test_dot_strided), OT_TEST(test_dot_subnormal_ftz),
              OT_TEST(test_dot_blas_threads), OT_TEST(test_conv_random), OT_TEST(test_conv_large),
              OT_TEST(test_transpose_random), OT_TEST(test_transpose_rows_streamed),
-             OT_TEST(test_reduce_random), OT_TEST(test_reduce_long_rows),
-             OT_TEST(test_reduce_row_groups), OT_TEST(test_reduce_minmax_nan_rows),
-             OT_TEST(test_reduce_minmax_special_rows), OT_TEST(test_gather), OT_TEST(test_scatter),
-             OT_TEST(test_scatter_random), OT_TEST(test_scatter_minmax),
-             OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
-             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
-             OT_TEST(test_reduce_axis_sets), OT_TEST(test_reduce_minmax_long_blocks),
-             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
-             OT_TEST(test_teardown))
+             OT_TEST(test_transpose_small_inner), OT_TEST(test_reduce_random),
+             OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_row_groups),
+             OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
+             OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_random),
+             OT_TEST(test_scatter_minmax), OT_TEST(test_scatter_in_place_temp),
+             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
+             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_reduce_axis_sets),
+             OT_TEST(test_reduce_minmax_long_blocks), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

@@ -300,7 +300,7 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define SG_OWN    1
-#define SG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define SG_AVX512 EX_AVX512
 #define SG_KC     256                 /* k per block */
 #define SG_KC1    320                 /* K up to this is one block */
 #define SG_MC     96                  /* a multiple of both register blocks' rows */
@@ -469,7 +469,7 @@ static void sg_ukr(int64_t kc, const float *a, int64_t ld, const float *bp, int6
                                                sg_lanes(nj > 16 ? nj - 16 : nj), fix);
 }
 
-static bool sg_cpu(void) { /* reads what libgcc found at load: no cost worth caching */
+bool ex_avx512(void) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("fma");
@@ -482,7 +482,7 @@ static bool sg_dpbf16(void) {
     int k = atomic_load_explicit(&known, memory_order_relaxed);
     if (!k) {
         const char *e = getenv("OPTITPU_DPBF16");
-        k = sg_cpu() && __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "0")) ? 2 : 1;
+        k = ex_avx512() && __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "0")) ? 2 : 1;
         atomic_store_explicit(&known, k, memory_order_relaxed);
     }
     return k == 2;
@@ -723,34 +723,6 @@ typedef struct sg_run {
 
 enum { SG_B_TODO, SG_B_BUSY, SG_B_DONE };
 
-/* The 16 x 16 block r[i] (lane k) transposed in place: r[k] lane i. Four rounds of 16
- * shuffles: pairs of rows interleaved (unpack ps, then pd), then 128-bit lanes exchanged. */
-SG_AVX512 static inline void sg_tr16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) { /* u[4i + c], lane block j: element 4j + c of rows 4i..4i+3 */
-        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-        __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
-        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
-        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
-    }
-}
-
 /* Rows i < w of a row-major source (src, rows lds apart) over k [0, kc) into d as [k][w]
  * (d[k * w + i] = src[i * lds + k]), rows in [n, w) zero: the transposing pack of a row-major A
  * (w = mr) and of a transposed B (w = nr), 16 x 16 blocks through registers. */
@@ -776,7 +748,7 @@ SG_AVX512 static void sg_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t
                 _mm_prefetch(sg_at(src, off + (pr + i) * lds + pk), _MM_HINT_T0);
             for (int i = 0; i < 16; i++)
                 r[i] = i < nv ? sg_load(src, off + (i0 + i) * lds + k0, ld) : _mm512_setzero_ps();
-            sg_tr16(r);
+            ex_tr16_ps(r);
             for (int k = 0; k < nk; k++) _mm512_mask_storeu_ps(d + (k0 + k) * w + i0, st, r[k]);
         }
     }
@@ -844,7 +816,7 @@ SG_AVX512 static void sgp_pack_rows(const uint16_t *src, int64_t off, int64_t ld
                 }
                 r[i] = _mm512_castsi512_ps(v);
             }
-            sg_tr16(r);
+            ex_tr16_ps(r);
             for (int k = 0; k < nk; k++) _mm512_mask_storeu_ps(d + (q0 + k) * w + i0, st, r[k]);
         }
     }
@@ -1122,7 +1094,7 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
  * too, whose sums differ from the reference's (the file's head). */
 static bool sg_use(const ex_gemm *g) {
     return g->t == OT_F32 && g->M >= 12 && g->N >= 8 && g->K >= 1 && (g->N > 16 || g->ta) &&
-           sg_cpu();
+           ex_avx512();
 }
 
 /* Where the f64 kernels run: products of at least one register block of rows and more than one
@@ -1132,7 +1104,7 @@ static bool sg_use(const ex_gemm *g) {
  * idle lanes than on multiply-adds (one thread, CPU time, against the tile grid: 300 x 1 x 270 at
  * 0.27x, 1 x 300 x 270 at 0.34x, 1000 x 8 x 333 at 0.6x). K = 0 (zeros) goes to gemm_tiles. */
 static bool sd_use(const ex_gemm *g) {
-    return g->t == OT_F64 && g->M >= 12 && g->N > 8 && g->K >= 1 && sg_cpu();
+    return g->t == OT_F64 && g->M >= 12 && g->N > 8 && g->K >= 1 && ex_avx512();
 }
 
 /* panel width: f32 one vector of columns (16) when N fits in it, else two; f64 (N > 8) two */
@@ -1449,7 +1421,8 @@ static void sv_tasks(void *arg, int64_t begin, int64_t end, int ith) {
 static bool sv_use(const ex_gemm *g, bool lcopy, bool rcopy) {
     bool lanes =
         (g->M == 1 && g->N > 1 && (!g->tb || rcopy)) || (g->N == 1 && g->M > 1 && g->ta && !lcopy);
-    return lanes && g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32 && g->K >= 1 && sg_cpu();
+    return lanes && g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32 && g->K >= 1 &&
+           ex_avx512();
 }
 
 /* scratch: g->nb * g->K floats (the vectors) */
@@ -1500,7 +1473,7 @@ static void sv_gemv(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
 #define QD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 static bool qd_cpu(void) {
-    return sg_cpu() && __builtin_cpu_supports("avx512vnni");
+    return ex_avx512() && __builtin_cpu_supports("avx512vnni");
 }
 
 static bool qd_use(ot_dtype a, ot_dtype b, ot_dtype o, int64_t K) {
@@ -1772,7 +1745,7 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
                  &g.ta, &va))
         g.ta = false; /* copied into (batch, free, contracting) order first */
 #if SG_OWN
-    if (half && !sg_cpu()) return false; /* the reference's */
+    if (half && !ex_avx512()) return false; /* the reference's */
     if (sg_pair_dot(ls->dtype, rs->dtype, ex_ftz)) g.K = cdiv(g.K, 2);
     if (half || sd_use(&g) || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
 #endif
@@ -1818,7 +1791,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
 #if SG_OWN
     /* 16-bit operands: only the own GEMM gives the reference's bits (not OpenBLAS); it takes
      * any shape (fewer rows or columns than a register block go through its edge blocks) */
-    if (half && (NB * M * N == 0 || K == 0 || !sg_cpu())) return OT_OK;
+    if (half && (NB * M * N == 0 || K == 0 || !ex_avx512())) return OT_OK;
     bool qdot = half && qd_use(ls->dtype, rs->dtype, odt, K);
     /* bf16 x bf16 under FTZ: the pairs' chain (ACC_F32_PAIR) */
     bool pair = half && sg_pair_dot(ls->dtype, rs->dtype, c->ftz);

@@ -38,9 +38,46 @@ static inline bool ex_overlaps(const void *a, int64_t na, const void *b, int64_t
     return pa < pb + nb && pb < pa + na;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* The AVX-512 kernels' target (the own GEMM, the transpose's 16 x 16 blocks), and whether this CPU
+ * runs it (ex_avx512: what libgcc found at load, no cost worth caching). */
+#define EX_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+bool ex_avx512(void);
+
+/* The 16 x 16 block r[i] (lane k) transposed in place: r[k] lane i (bits moved, never rounded).
+ * Four rounds of 16 shuffles: pairs of rows interleaved (unpack ps, then pd), then 128-bit lanes
+ * exchanged. */
+EX_AVX512 static inline void ex_tr16_ps(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4i + c], lane block j: element 4j + c of rows 4i..4i+3 */
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+#endif
+
 /* Transposes an array of rank r with dims `dims` and element size es: result dim k is input dim
- * perm[k]. Blocked for cache (tiles over the two dims that are innermost in input and output),
- * split over the pool for large arrays. src and dst must not overlap. */
+ * perm[k]. Blocked for cache (tiles over the input's innermost contiguous dims and the output's
+ * last), split over the pool for large arrays. src and dst must not overlap. */
 void ex_transpose(ex_kernel_ctx *c, size_t es, int r, const int64_t *dims, const int64_t *perm,
                   const void *src, void *dst);
 /* Tests: the last-level cache size ex_transpose assumes (0: the machine's, read again), which

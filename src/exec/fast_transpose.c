@@ -1,6 +1,7 @@
 /* The fast transpose (kernels.h): unit dims dropped, dims adjacent in both orders merged, then
- * rows copied or 32 x 32 tiles over the input's and the output's innermost dims, split over the
- * pool. Also the transposes the dot and reduce kernels make into scratch. */
+ * rows copied or tiles of 32 rows (the input's innermost run of contiguous dims) x the output's
+ * last dim, split over the pool. Also the transposes the dot and reduce kernels make into
+ * scratch. */
 #include "exec/fast_internal.h"
 #include "core/core_util.h"
 
@@ -17,9 +18,15 @@ typedef struct tr_plan {
     int64_t od[OT_MAX_RANK]; /* output dims (unit dims dropped, runs merged) */
     int64_t is[OT_MAX_RANK]; /* input stride of each output dim, in elements */
     int64_t os[OT_MAX_RANK]; /* output strides */
-    int b;                   /* the output dim that is innermost in the input */
-    int64_t nouter, ntb;     /* work items: outer positions x tiles of dim b */
-    bool stream;             /* rows written by non-temporal stores (tr_large) */
+    /* tiles: the run of output dims innermost in the input (stride 1, then each the product of
+     * the ones before it), innermost first: its dims' sizes and output strides */
+    bool inrun[OT_MAX_RANK];
+    int nrun;
+    int64_t rn[OT_MAX_RANK], ros[OT_MAX_RANK];
+    int64_t nb;          /* the run's elements: the tiles' rows */
+    int64_t nouter, ntb; /* work items: outer positions x tiles of the run */
+    bool v16;            /* f32-sized elements by 16 x 16 register blocks (AVX-512) */
+    bool stream;         /* rows written by non-temporal stores (tr_large) */
     const char *src;
     char *dst;
 } tr_plan;
@@ -34,11 +41,11 @@ static inline void copy_elem(char *d, const char *s, size_t es) {
     }
 }
 
-/* Input and output offsets of outer position q (all dims but the last and, when tiling, b). */
-static void tr_outer(const tr_plan *p, int64_t q, int skip, int64_t *io, int64_t *oo) {
+/* Input and output offsets of outer position q (all dims but the last and the tiles' run). */
+static void tr_outer(const tr_plan *p, int64_t q, int64_t *io, int64_t *oo) {
     int64_t i = 0, o = 0;
     for (int d = p->r - 2; d >= 0; d--) {
-        if (d == skip) continue;
+        if (p->inrun[d]) continue;
         int64_t x = q % p->od[d];
         q /= p->od[d];
         i += x * p->is[d];
@@ -103,25 +110,77 @@ void ex_transpose_set_llc(int64_t bytes) {
     atomic_store_explicit(&tr_llc, (long long)bytes, memory_order_relaxed);
 }
 
+/* A tile: rows i0 + [0, ni) of the run (input elements io + i0 + i, contiguous) x the output's
+ * last dim (input stride isa), row i written at output element oo + ob[i] */
 #define TR_TILE_LOOP(T)                                                                            \
     for (int64_t j0 = 0; j0 < na; j0 += TR_TILE) {                                                 \
         int64_t j1 = j0 + TR_TILE < na ? j0 + TR_TILE : na;                                        \
-        for (int64_t i = i0; i < i1; i++) {                                                        \
-            T *d = (T *)(p->dst) + oo + i * osb;                                                   \
-            const T *s = (const T *)(p->src) + io + i;                                             \
+        for (int64_t i = 0; i < ni; i++) {                                                         \
+            T *d = (T *)(p->dst) + oo + ob[i];                                                     \
+            const T *s = (const T *)(p->src) + io + i0 + i;                                        \
             for (int64_t j = j0; j < j1; j++) d[j] = s[j * isa];                                   \
         }                                                                                          \
     }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+static inline __mmask16 tr_lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* The same tile of 4-byte elements by 16 x 16 blocks through registers: 16 loads of 16
+ * contiguous run elements, 16 stores of 16 output elements, instead of one load and store per
+ * element (bits moved, never converted). */
+EX_AVX512 static void tr_tile_v16(const float *s, float *d, const int64_t *ob, int64_t ni,
+                                  int64_t na, int64_t isa) {
+    for (int64_t j0 = 0; j0 < na; j0 += 16) {
+        int64_t nj = na - j0 < 16 ? na - j0 : 16;
+        __mmask16 mj = tr_lanes(nj);
+        for (int64_t i0 = 0; i0 < ni; i0 += 16) {
+            int64_t nl = ni - i0 < 16 ? ni - i0 : 16;
+            __mmask16 mi = tr_lanes(nl);
+            __m512 r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = j < nj ? _mm512_maskz_loadu_ps(mi, s + i0 + (j0 + j) * isa)
+                              : _mm512_setzero_ps();
+            ex_tr16_ps(r);
+            for (int i = 0; i < nl; i++) _mm512_mask_storeu_ps(d + ob[i0 + i] + j0, mj, r[i]);
+        }
+    }
+}
+#endif
+
 static void tr_tiles(void *arg, int64_t begin, int64_t end, int ith) {
     const tr_plan *p = arg;
     int a = p->r - 1;
-    int64_t na = p->od[a], nb = p->od[p->b], isa = p->is[a], osb = p->os[p->b];
+    int64_t na = p->od[a], nb = p->nb, isa = p->is[a];
+    int64_t ob[TR_TILE];
     for (int64_t w = begin; w < end; w++) {
         int64_t q = w / p->ntb, tb = w % p->ntb;
         int64_t io, oo;
-        tr_outer(p, q, p->b, &io, &oo);
-        int64_t i0 = tb * TR_TILE, i1 = i0 + TR_TILE < nb ? i0 + TR_TILE : nb;
+        tr_outer(p, q, &io, &oo);
+        int64_t i0 = tb * TR_TILE, ni = i0 + TR_TILE < nb ? TR_TILE : nb - i0;
+        /* the output offsets of the tile's rows: the run index's digits, counted up */
+        int64_t dig[OT_MAX_RANK], x = i0, o = 0;
+        for (int k = 0; k < p->nrun; k++) {
+            dig[k] = x % p->rn[k];
+            x /= p->rn[k];
+            o += dig[k] * p->ros[k];
+        }
+        for (int64_t i = 0; i < ni; i++) {
+            ob[i] = o;
+            for (int k = 0; k < p->nrun; k++) {
+                o += p->ros[k];
+                if (++dig[k] < p->rn[k]) break;
+                o -= p->ros[k] * p->rn[k];
+                dig[k] = 0;
+            }
+        }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+        if (p->v16) {
+            tr_tile_v16((const float *)p->src + io + i0, (float *)p->dst + oo, ob, ni, na, isa);
+            continue;
+        }
+#endif
         switch (p->es) {
         case 1: TR_TILE_LOOP(uint8_t); break;
         case 2: TR_TILE_LOOP(uint16_t); break;
@@ -130,10 +189,10 @@ static void tr_tiles(void *arg, int64_t begin, int64_t end, int ith) {
         default:
             for (int64_t j0 = 0; j0 < na; j0 += TR_TILE) {
                 int64_t j1 = j0 + TR_TILE < na ? j0 + TR_TILE : na;
-                for (int64_t i = i0; i < i1; i++)
+                for (int64_t i = 0; i < ni; i++)
                     for (int64_t j = j0; j < j1; j++)
-                        copy_elem(p->dst + (oo + i * osb + j) * (int64_t)p->es,
-                                  p->src + (io + i + j * isa) * (int64_t)p->es, p->es);
+                        copy_elem(p->dst + (oo + ob[i] + j) * (int64_t)p->es,
+                                  p->src + (io + i0 + i + j * isa) * (int64_t)p->es, p->es);
             }
             break;
         }
@@ -199,13 +258,28 @@ void ex_transpose(ex_kernel_ctx *c, size_t es, int r, const int64_t *dims, const
         p.os[d] = run;
         run *= p.od[d];
     }
-    p.b = -1;
-    for (int d = 0; d < p.r; d++)
-        if (p.is[d] == 1) p.b = d;
-    /* the input's innermost non-unit dim has stride 1 and is not the output's last (else the
-     * branch above), so b exists and differs from r - 1 */
-    p.ntb = (p.od[p.b] + TR_TILE - 1) / TR_TILE;
-    p.nouter = numel / (p.od[p.r - 1] * p.od[p.b]);
+    /* The tiles' rows: the input's innermost non-unit dim (stride 1, not the output's last, else
+     * the branch above), and with it each dim whose input stride is the product of the run's so
+     * far, up to the output's last: contiguous in the input, so the tiles read whole runs of it.
+     * A small innermost dim ([.., 300, 4] -> [.., 4, .., 300]) alone would make tiles of 4 rows,
+     * one element per load. */
+    p.nb = 1;
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (int d = 0; d < p.r - 1; d++)
+            if (!p.inrun[d] && p.is[d] == p.nb) {
+                p.inrun[d] = true;
+                p.rn[p.nrun] = p.od[d];
+                p.ros[p.nrun++] = p.os[d];
+                p.nb *= p.od[d];
+                grew = true;
+            }
+    }
+    p.ntb = (p.nb + TR_TILE - 1) / TR_TILE;
+    p.nouter = numel / (p.od[p.r - 1] * p.nb);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    p.v16 = es == 4 && ex_avx512();
+#endif
     ex_par_for(c, p.nouter * p.ntb, numel * (int64_t)es, tr_tiles, &p);
 }
 
