@@ -999,6 +999,65 @@ def add_random():
          [np.array([0, 7], np.uint32)], ulp_tol(8, 1e-6), "random")
 
 
+def add_linalg():
+    """jnp.linalg and jax.scipy.linalg: JAX lowers them to jaxlib's LAPACK custom calls
+    (lapack_<s|d><routine>_ffi, src/exec/lapack.c). Outputs whose sign LAPACK chooses
+    (eigenvectors, singular vectors) are given sign-free: each column scaled by the sign of its
+    largest element, or the product that reconstructs the input."""
+    import jax.scipy.linalg as jsl
+    r = rng_for("linalg")
+    tol = {"f32": close_tol(1e-4, 1e-5), "f64": close_tol(1e-10, 1e-12)}
+
+    def spd(n, batch=(), dt="f32"):
+        a = r.standard_normal(batch + (n, n))
+        return (a @ np.swapaxes(a, -1, -2) / n + np.eye(n)).astype(DTYPES[dt])
+
+    def fix_sign(v):  # columns of v, each times the sign of its largest-magnitude element
+        k = jnp.argmax(jnp.abs(v), axis=-2, keepdims=True)
+        return v * jnp.sign(jnp.take_along_axis(v, k, axis=-2))
+
+    for dt in ("f32", "f64"):
+        t = tol[dt]
+        case(f"linalg_cholesky_{dt}", jnp.linalg.cholesky, [spd(6, dt=dt)], t, "linalg",
+             hlo_copy=dt == "f32", note="lapack_potrf (uplo L), masked by its info")
+        case(f"linalg_cholesky_batched_{dt}", jnp.linalg.cholesky, [spd(4, (3, 2), dt=dt)], t,
+             "linalg")
+        case(f"linalg_solve_{dt}", jnp.linalg.solve, [spd(5, dt=dt), normal(r, (5, 3), dt)], t,
+             "linalg", note="lapack_getrf, then two lapack_trsm")
+        case(f"linalg_inv_batched_{dt}", jnp.linalg.inv, [normal(r, (4, 5, 5), dt)], t, "linalg")
+        case(f"linalg_slogdet_det_{dt}", lambda a: (*jnp.linalg.slogdet(a), jnp.linalg.det(a)),
+             [normal(r, (2, 6, 6), dt)], t, "linalg", note="outputs: sign, log|det|, det")
+        case(f"linalg_qr_{dt}", jnp.linalg.qr, [normal(r, (7, 4), dt)], t, "linalg",
+             note="lapack_geqrf then lapack_orgqr; outputs: q, r")
+        case(f"linalg_qr_complete_batched_{dt}", lambda a: jnp.linalg.qr(a, mode="complete"),
+             [normal(r, (2, 5, 3), dt)], t, "linalg")
+        case(f"linalg_eigh_{dt}", lambda a: (lambda w, v: (w, fix_sign(v)))(*jnp.linalg.eigh(a)),
+             [spd(6, (2,), dt=dt)], t, "linalg", note="lapack_syevd; outputs: w, v (signs fixed)")
+        case(f"linalg_svd_{dt}",
+             lambda a: (lambda u, s, vt: (s, (u * s[..., None, :]) @ vt))(
+                 *jnp.linalg.svd(a, full_matrices=False)),
+             [normal(r, (6, 4), dt)], t, "linalg", note="lapack_gesdd; outputs: s, u diag(s) vt")
+        case(f"linalg_lstsq_{dt}", lambda a, b: jnp.linalg.lstsq(a, b)[0],
+             [normal(r, (8, 3), dt), normal(r, (8, 2), dt)], t, "linalg")
+        case(f"linalg_triangular_solves_{dt}",
+             lambda a, b, c: (jsl.solve_triangular(a, b, lower=True),
+                              jsl.solve_triangular(a, b, lower=False, trans=1, unit_diagonal=True),
+                              lax.linalg.triangular_solve(a, c, left_side=False, lower=True,
+                                                          transpose_a=True)),
+             [spd(4, dt=dt), normal(r, (4, 3), dt), normal(r, (2, 4), dt)], t, "linalg",
+             note="lapack_trsm: left lower, left upper transposed unit, right lower transposed")
+        case(f"linalg_cho_solve_{dt}",
+             lambda a, b: jsl.cho_solve(jsl.cho_factor(a, lower=True), b),
+             [spd(5, dt=dt), normal(r, (5, 2), dt)], t, "linalg")
+        case(f"linalg_lu_factor_{dt}", jsl.lu_factor, [normal(r, (5, 5), dt)], t, "linalg",
+             note="outputs: lu, pivots (0-based, s32)")
+    case("linalg_cholesky_not_spd_f32", jnp.linalg.cholesky,
+         [np.array([[1, 2], [2, 1]], np.float32)], EXACT, "linalg",
+         note="potrf's info > 0: JAX's result is NaN, as XLA's")
+    case("linalg_det_singular_f64", jnp.linalg.det, [np.ones((3, 3), np.float64)], EXACT,
+         "linalg", note="getrf's info > 0 (an exactly zero pivot)")
+
+
 # ------------------------------------------------------------------------------------------------
 # Generation
 # ------------------------------------------------------------------------------------------------
@@ -1441,6 +1500,7 @@ def main():
     add_control_flow()
     add_models()
     add_random()
+    add_linalg()
     jdir = os.path.join(args.out, "jax")
     hdir = os.path.join(args.out, "hlo", "jax")
     if args.only is None:

@@ -4,7 +4,8 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--group suite|extra|utils|models|vision_nlp|train|all] [--quick]
+                           [--group suite|extra|utils|models|vision_nlp|train|linalg|all]
+                           [--quick]
                            [--only TEXT] [--list] [--json]
                            [--tol-scale S]
 
@@ -94,6 +95,14 @@ InfoNCE over a cosine similarity matrix; skip-gram with negative sampling (gathe
 gradients into two 30000x128 tables); an embedding bag (segment_sum) + MLP with Adagrad; a LoRA
 step (frozen W, trainable A B, AdamW); gradient accumulation over 4 microbatches in lax.scan; bf16
 working params with f32 master weights; RMSProp with an EMA of the parameters.
+
+The seventh group (`--group linalg`, names starting with "l ") holds linear algebra, which JAX
+lowers to LAPACK custom calls on CPU: a Gaussian-process marginal log likelihood (RBF kernel,
+Cholesky, cho_solve, log det); least squares (SVD); batched solve, inverse and Cholesky of
+64x64 matrices; eigh of a 256x256 covariance with its matrix square root; PCA by the thin SVD
+with a rank-16 reconstruction; QR orthogonalization with a projection; batched slogdet in f64;
+ZCA whitening (eigh); a triangular solve. Outputs avoid LAPACK's sign choices (products that
+reconstruct something), so the comparison is a residual.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -2199,13 +2208,145 @@ def train_case_list(quick):
             ("t ema params rmsprop mlp 256-1024-1024-256 b256", lambda: make_t_ema(q))]
 
 
+# ---- the seventh group: linear algebra (`--group linalg`) ------------------------------------------
+# jnp.linalg and jax.scipy.linalg lower on CPU to jaxlib's LAPACK custom calls (potrf, getrf,
+# geqrf/orgqr, syevd, gesdd, trsm); optitpu runs them with OpenBLAS's LAPACK (src/exec/lapack.c).
+# Outputs are chosen free of LAPACK's sign choices (eigenvectors and singular vectors enter
+# through products that reconstruct something), so the comparison with JAX is a residual.
+
+def _spd(rng, n, batch=(), jitter=1.0):
+    a = rng.standard_normal(batch + (n, n))
+    return (a @ np.swapaxes(a, -1, -2) / n + jitter * np.eye(n)).astype(np.float32)
+
+
+def make_l_gp(quick):
+    n, d = (1024, 8) if not quick else (64, 3)
+    rng = _rng(61)
+    x = _f32(rng.uniform(-2, 2, (n, d)))
+    y = _f32(np.sin(x.sum(1)) + 0.1 * rng.standard_normal(n))
+    ls, noise = _f32(1.3), _f32(0.1)
+    import jax.scipy.linalg as jsl
+
+    def f(x, y, ls, noise):  # GP regression: RBF kernel, exact marginal log likelihood
+        d2 = jnp.sum(jnp.square(x[:, None, :] - x[None, :, :]), axis=-1)
+        k = jnp.exp(-0.5 * d2 / (ls * ls)) + noise * jnp.eye(x.shape[0], dtype=x.dtype)
+        c = jsl.cho_factor(k, lower=True)
+        alpha = jsl.cho_solve(c, y)
+        logdet = 2 * jnp.sum(jnp.log(jnp.diagonal(c[0])))
+        return -0.5 * (y @ alpha) - 0.5 * logdet - 0.5 * x.shape[0] * jnp.log(2 * jnp.pi), alpha
+    return f, [x, y, ls, noise], {"tol": 1e-3}
+
+
+def make_l_lstsq(quick):
+    m, n, k = (2048, 64, 4) if not quick else (64, 8, 2)
+    rng = _rng(62)
+    a = _f32(rng.standard_normal((m, n)))
+    b = _f32(a @ rng.standard_normal((n, k)) + 0.01 * rng.standard_normal((m, k)))
+    return (lambda a, b: jnp.linalg.lstsq(a, b)[0]), [a, b], {"tol": 1e-4}
+
+
+def make_l_batch(kind, quick):
+    bt, n, k = (64, 64, 8) if not quick else (4, 8, 2)
+    rng = _rng(63)
+    a = _f32(rng.standard_normal((bt, n, n)) + 4 * np.eye(n))
+    if kind == "solve":
+        b = _f32(rng.standard_normal((bt, n, k)))
+        return jnp.linalg.solve, [a, b], {"tol": 1e-4}
+    if kind == "inv":
+        return jnp.linalg.inv, [a], {"tol": 1e-4}
+    return jnp.linalg.cholesky, [_spd(rng, n, (bt,))], {"tol": 1e-5}
+
+
+def make_l_eigh(quick):
+    n, d = (2048, 256) if not quick else (64, 16)
+    rng = _rng(64)
+    x = _f32(rng.standard_normal((n, d)) * np.linspace(0.2, 2, d))
+    cov = _f32(x.T @ x / n)
+
+    def f(c):  # eigenvalues and the matrix square root V diag(sqrt(w)) V^T (sign-free)
+        w, v = jnp.linalg.eigh(c)
+        return w, (v * jnp.sqrt(jnp.maximum(w, 0))) @ v.T
+    return f, [cov], {"tol": 1e-4}
+
+
+def make_l_pca(quick):
+    n, d, r = (1024, 64, 16) if not quick else (64, 8, 3)
+    rng = _rng(65)
+    x = _f32(rng.standard_normal((n, r)) @ (3 * rng.standard_normal((r, d))) +
+             0.1 * rng.standard_normal((n, d)))
+
+    def f(x):  # PCA by the thin SVD of the centred data: spectrum and the rank-r reconstruction
+        xc = x - jnp.mean(x, axis=0)
+        u, s, vt = jnp.linalg.svd(xc, full_matrices=False)
+        return s, (u[:, :r] * s[:r]) @ vt[:r]
+    return f, [x], {"tol": 1e-4}
+
+
+def make_l_qr(quick):
+    m, n = (512, 128) if not quick else (32, 8)
+    rng = _rng(66)
+    a = _f32(rng.standard_normal((m, n)))
+    b = _f32(rng.standard_normal((m, 16)))
+
+    def f(a, b):  # Gram-Schmidt by Householder QR: Q, R and the projection of b onto range(A)
+        q, r = jnp.linalg.qr(a)
+        return q, r, q @ (q.T @ b)
+    return f, [a, b], {"tol": 1e-4}
+
+
+def make_l_slogdet(quick):
+    bt, n = (16, 128) if not quick else (2, 8)
+    rng = _rng(67)
+    a = rng.standard_normal((bt, n, n)) + np.sqrt(n) * np.eye(n)
+    return (lambda a: jnp.linalg.slogdet(a)), [a], {"tol": 1e-10, "x64": True}
+
+
+def make_l_whiten(quick):
+    n, d = (4096, 64) if not quick else (64, 8)
+    rng = _rng(68)
+    mix = rng.standard_normal((d, d)) / np.sqrt(d) + np.eye(d)
+    x = _f32(rng.standard_normal((n, d)) @ mix)
+
+    def f(x):  # ZCA whitening: X_c V diag(1 / sqrt(w + eps)) V^T
+        xc = x - jnp.mean(x, axis=0)
+        w, v = jnp.linalg.eigh(xc.T @ xc / x.shape[0])
+        return xc @ ((v / jnp.sqrt(w + 1e-5)) @ v.T)
+    return f, [x], {"tol": 1e-3}
+
+
+def make_l_trsolve(quick):
+    n, k = (1024, 64) if not quick else (32, 4)
+    rng = _rng(69)
+    lo = _f32(np.tril(rng.standard_normal((n, n)) / np.sqrt(n)) + 2 * np.eye(n))
+    b = _f32(rng.standard_normal((n, k)))
+    import jax.scipy.linalg as jsl
+    return (lambda a, b: jsl.solve_triangular(a, b, lower=True)), [lo, b], {"tol": 1e-4}
+
+
+def linalg_case_list(quick):
+    """The seventh group, each name starting with "l ". Sizes are those of a full run."""
+    q = quick
+    return [("l gp log likelihood rbf cholesky + cho_solve n1024", lambda: make_l_gp(q)),
+            ("l lstsq (svd) 2048x64 rhs 4", lambda: make_l_lstsq(q)),
+            ("l solve batch 64x64x64 rhs 8", lambda: make_l_batch("solve", q)),
+            ("l inv batch 64x64x64", lambda: make_l_batch("inv", q)),
+            ("l cholesky batch 64x64x64", lambda: make_l_batch("cholesky", q)),
+            ("l eigh covariance 256x256 + sqrtm", lambda: make_l_eigh(q)),
+            ("l pca svd 1024x64 rank-16 reconstruction", lambda: make_l_pca(q)),
+            ("l qr orthogonalization 512x128 + projection", lambda: make_l_qr(q)),
+            ("l slogdet batch 16x128x128 f64", lambda: make_l_slogdet(q)),
+            ("l zca whitening 4096x64 (eigh)", lambda: make_l_whiten(q)),
+            ("l solve_triangular 1024x1024 rhs 64", lambda: make_l_trsolve(q))]
+
+
 def group_cases(group, quick):
     return ((case_list(quick) if group in ("suite", "all") else []) +
             (extra_case_list(quick) if group in ("extra", "all") else []) +
             (utils_case_list(quick) if group in ("utils", "all") else []) +
             (models_case_list(quick) if group in ("models", "all") else []) +
             (vision_nlp_case_list(quick) if group in ("vision_nlp", "all") else []) +
-            (train_case_list(quick) if group in ("train", "all") else []))
+            (train_case_list(quick) if group in ("train", "all") else []) +
+            (linalg_case_list(quick) if group in ("linalg", "all") else []))
 
 
 # ---- timing and checking ------------------------------------------------------------------------
@@ -2395,12 +2536,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternations of the two sides")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--group",
-                    choices=("suite", "extra", "utils", "models", "vision_nlp", "train", "all"),
+                    choices=("suite", "extra", "utils", "models", "vision_nlp", "train", "linalg",
+                             "all"),
                     default="suite",
                     help="suite: the programs above (default); extra: the second group "
                     "(names starting with 'x '); utils: the third ('u '); models: the fourth "
-                    "('m '); vision_nlp: the fifth ('v '); train: the sixth ('t '); all: every "
-                    "group")
+                    "('m '); vision_nlp: the fifth ('v '); train: the sixth ('t '); linalg: the "
+                    "seventh ('l '); all: every group")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")

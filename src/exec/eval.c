@@ -3,6 +3,7 @@
  * (reducers, comparators) run as allocation-free straight-line programs. */
 #include "exec/exec_internal.h"
 #include "exec/state8.h"
+#include "ir/lapack_call.h"
 
 #include <stdio.h>
 
@@ -421,6 +422,7 @@ ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops
         const char *target = i->attrs->custom_call_target ? i->attrs->custom_call_target : "";
         if (!strcmp(target, EX_STATE8_TARGET))
             return ex_kernel_state8(i, ops, !x->opts.keep_denormals, out);
+        if (ir_lapack_target_known(target)) return ex_kernel_lapack(i, ops, out);
         const char *hw = custom_call_hardware(target);
         if (hw)
             return ot_error(OT_ERR_UNSUPPORTED_HARDWARE,

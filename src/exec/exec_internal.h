@@ -89,6 +89,9 @@ ot_status ex_kernel_map(ex_ctx *x, const ot_instr *i, const ot_value *const *ops
 ot_status ex_kernel_dot(const ot_instr *i, const ot_value *const *ops, ot_value *out);
 ot_status ex_kernel_convolution(const ot_instr *i, const ot_value *const *ops, ot_value *out);
 ot_status ex_kernel_rng(const ot_instr *i, const ot_value *const *ops, ot_value *out);
+/* jaxlib's LAPACK custom calls, "lapack_*" targets (src/exec/lapack.c, ir/lapack_call.h);
+ * UNIMPLEMENTED for a lapack_* target it does not run (complex dtypes, geev, ...). */
+ot_status ex_kernel_lapack(const ot_instr *i, const ot_value *const *ops, ot_value *out);
 ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                                ot_value *out);
 

@@ -1,6 +1,7 @@
 /* Shape inference for every op, by XLA's rules (xla/service/shape_inference.cc). Every error names
  * the op, the operand and the dimension. */
 #include "ir_internal.h"
+#include "lapack_call.h"
 
 #include <stdarg.h>
 
@@ -1445,10 +1446,20 @@ ot_status ir_infer(ot_module *m, ot_opcode op, ot_instr *const *ops, int n, cons
             s = OT_OK;
             break;
         case OT_OP_RNG_BIT_GENERATOR: s = infer_rng_bit_generator(x, out); break;
-        case OT_OP_CUSTOM_CALL:
+        case OT_OP_CUSTOM_CALL: {
             if (!cx.a->custom_call_target) return INVALID("custom_call_target missing");
+            ir_lapack_call lc;
+            bool is_lapack;
+            OT_CHECK(
+                ir_lapack_parse(cx.a->custom_call_target, cx.a->backend_config, &lc, &is_lapack));
+            if (is_lapack) {
+                const ot_ir_shape *sh[2];
+                for (int k = 0; k < n && k < 2; k++) sh[k] = &cx.ops[k]->shape;
+                OT_CHECK(ir_lapack_check(&lc, sh, n, hint));
+            }
             s = hint_copy(x, out);
             break;
+        }
         default: return INVALID("no shape rule");
         }
     }
