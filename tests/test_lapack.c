@@ -80,8 +80,10 @@ static char tc(ot_dtype dt) {
     return dt == OT_F64 ? 'd' : 's';
 }
 
-/* Parses, evaluates with the reference evaluator and, compiled, on a host device with the
- * native (fast) kernels; both must agree bit for bit. *out: the evaluator's result. */
+/* Evaluates with the reference evaluator, then runs compiled on a host device with the
+ * reference kernels and with the fast ones on pools of 1, 2, 3 and 8 threads (the fast kernel
+ * splits a batch over them); every run must agree with the evaluator bit for bit. *out: the
+ * evaluator's result. */
 static void run_both(const char *what, ot_module *m, ot_value *args, int nargs, ot_value *out) {
     *out = ot_value_empty();
     ASSERT_OK(ot_evaluate(m, args, nargs, NULL, out));
@@ -91,20 +93,32 @@ static void run_both(const char *what, ot_module *m, ot_value *args, int nargs, 
     ASSERT_OK(ot_host_device_create(0, 0, &dev));
     ASSERT_OK(ot_compile(m, &o, &exe));
     int no = ot_executable_output_count(exe);
-    ot_buffer *in[4] = {0}, *res[8] = {0};
+    ot_buffer *in[4] = {0};
     ASSERT_TRUE(nargs <= 4 && no <= 8);
     for (int k = 0; k < nargs; k++) ASSERT_OK(ot_buffer_from_host(dev, &args[k].array, &in[k]));
-    ot_run_options ro = ot_run_options_default();
-    ASSERT_OK(ot_device_execute(dev, exe, in, nargs, res, no, &ro, NULL));
-    for (int k = 0; k < no; k++) {
-        ot_tensor t;
-        ASSERT_OK(ot_buffer_to_host(res[k], &t));
-        const ot_value *ref = out->kind == OT_IR_TUPLE ? &out->tuple[k] : out;
-        bool same = t.nbytes == ref->array.nbytes && !memcmp(t.data, ref->array.data, t.nbytes);
-        if (!same) fprintf(stderr, "  %s: output %d differs between runtime and evaluator\n", what, k);
-        EXPECT_TRUE(same);
-        ot_tensor_release(&t);
-        ot_buffer_free(res[k]);
+    const int threads[] = {0, 1, 2, 3, 8}; /* 0: the reference kernels */
+    for (int t = 0; t < 5; t++) {
+        ot_threadpool *pool = NULL;
+        if (threads[t]) ASSERT_OK(ot_threadpool_create(threads[t], &pool));
+        ot_run_options ro = ot_run_options_default();
+        ro.reference_kernels = !threads[t];
+        ro.pool = pool;
+        ot_buffer *res[8] = {0};
+        ASSERT_OK(ot_device_execute(dev, exe, in, nargs, res, no, &ro, NULL));
+        for (int k = 0; k < no; k++) {
+            ot_tensor tt;
+            ASSERT_OK(ot_buffer_to_host(res[k], &tt));
+            const ot_value *ref = out->kind == OT_IR_TUPLE ? &out->tuple[k] : out;
+            bool same =
+                tt.nbytes == ref->array.nbytes && !memcmp(tt.data, ref->array.data, tt.nbytes);
+            if (!same)
+                fprintf(stderr, "  %s: output %d differs from the evaluator's (%d threads%s)\n",
+                        what, k, threads[t], threads[t] ? "" : ", reference kernels");
+            EXPECT_TRUE(same);
+            ot_tensor_release(&tt);
+            ot_buffer_free(res[k]);
+        }
+        ot_threadpool_free(pool);
     }
     for (int k = 0; k < nargs; k++) ot_buffer_free(in[k]);
     ot_executable_free(exe);
@@ -124,14 +138,15 @@ static void check_potrf(ot_dtype dt, char uplo) {
     /* the middle matrix is not positive definite: its third pivot is negative */
     a[(1 * N + 2) * N + 2] = -4;
     ot_module *m = NULL;
-    ASSERT_OK(parse(&m,
-                    "HloModule m\nENTRY e {\n  a = %s[%d,%d,%d]{1,2,0} parameter(0)\n"
-                    "  ROOT r = (%s[%d,%d,%d]{1,2,0}, s32[%d]{0}) custom-call(a), "
-                    "custom_call_target=\"lapack_%cpotrf_ffi\", operand_layout_constraints={%s[%d,"
-                    "%d,%d]{1,2,0}}, output_to_operand_aliasing={{0}: (0, {})}, "
-                    "api_version=API_VERSION_TYPED_FFI, frontend_attributes={num_batch_dims=\"1\"}, "
-                    "backend_config={uplo = %d : ui8}\n}\n",
-                    tn(dt), B, N, N, tn(dt), B, N, N, B, tc(dt), tn(dt), B, N, N, (int)uplo));
+    ASSERT_OK(
+        parse(&m,
+              "HloModule m\nENTRY e {\n  a = %s[%d,%d,%d]{1,2,0} parameter(0)\n"
+              "  ROOT r = (%s[%d,%d,%d]{1,2,0}, s32[%d]{0}) custom-call(a), "
+              "custom_call_target=\"lapack_%cpotrf_ffi\", operand_layout_constraints={%s[%d,"
+              "%d,%d]{1,2,0}}, output_to_operand_aliasing={{0}: (0, {})}, "
+              "api_version=API_VERSION_TYPED_FFI, frontend_attributes={num_batch_dims=\"1\"}, "
+              "backend_config={uplo = %d : ui8}\n}\n",
+              tn(dt), B, N, N, tn(dt), B, N, N, B, tc(dt), tn(dt), B, N, N, (int)uplo));
     ot_value args[1] = {arr(dt, a, 3, (int64_t[]){B, N, N})}, r;
     run_both("potrf", m, args, 1, &r);
     ASSERT_TRUE(r.kind == OT_IR_TUPLE && r.ntuple == 2);
@@ -251,7 +266,7 @@ static void check_getrf(ot_dtype dt, int M, int N) {
     int K = M < N ? M : N;
     double a[B * 6 * 6];
     for (int k = 0; k < B * M * N; k++) a[k] = uni();
-    for (int j = 0; j < N; j++) a[M * N + j] = 0; /* the second matrix: a zero first row... */
+    for (int j = 0; j < N; j++) a[M * N + j] = 0;     /* the second matrix: a zero first row... */
     for (int i = 0; i < M; i++) a[M * N + i * N] = 0; /* ...and column: U[0][0] is exactly 0 */
     ot_module *m = NULL;
     ASSERT_OK(parse(&m,
@@ -321,8 +336,8 @@ static void check_qr(ot_dtype dt, int M, int N) {
                     "backend_config={}\n"
                     "  ROOT r = (%s[%d,%d,%d], %s[%d,%d,%d]) tuple(h, q)\n}\n",
                     tn(dt), B, M, N, tn(dt), B, M, N, tn(dt), B, K, tc(dt), tn(dt), B, M, N, tn(dt),
-                    B, K, tn(dt), B, M, K, B, M, K, tn(dt), B, M, K, tc(dt), tn(dt), B, M, N, tn(dt),
-                    B, M, K));
+                    B, K, tn(dt), B, M, K, B, M, K, tn(dt), B, M, K, tc(dt), tn(dt), B, M, N,
+                    tn(dt), B, M, K));
     ot_value args[1] = {arr(dt, a, 3, (int64_t[]){B, M, N})}, r;
     run_both("qr", m, args, 1, &r);
     const ot_value *h = &r.tuple[0], *q = &r.tuple[1];
@@ -519,10 +534,11 @@ static void test_bad_modules(void) {
     const char *refused[] = {"lapack_cpotrf_ffi", "lapack_sgeev_ffi", "lapack_zgesdd_ffi"};
     for (int k = 0; k < 3; k++) {
         m = NULL;
-        ASSERT_OK(parse(&m,
-                        "HloModule m\nENTRY e {\n  a = f32[4,4] parameter(0)\n"
-                        "  ROOT r = (f32[4,4], s32[]) custom-call(a), custom_call_target=\"%s\"\n}\n",
-                        refused[k]));
+        ASSERT_OK(
+            parse(&m,
+                  "HloModule m\nENTRY e {\n  a = f32[4,4] parameter(0)\n"
+                  "  ROOT r = (f32[4,4], s32[]) custom-call(a), custom_call_target=\"%s\"\n}\n",
+                  refused[k]));
         double z[16] = {0};
         ot_value arg = arr(OT_F32, z, 2, (int64_t[]){4, 4}), r = ot_value_empty();
         EXPECT_STATUS(ot_evaluate(m, &arg, 1, NULL, &r), OT_ERR_UNIMPLEMENTED);
@@ -535,9 +551,10 @@ static void test_bad_modules(void) {
 /* Empty matrices and an empty batch: nothing to factor, every info 0. */
 static void test_empty(void) {
     ot_module *m = NULL;
-    ASSERT_OK(parse(&m, "HloModule m\nENTRY e {\n  a = f32[3,0,0] parameter(0)\n"
-                        "  ROOT r = (f32[3,0,0], s32[3]) custom-call(a), "
-                        "custom_call_target=\"lapack_spotrf_ffi\", backend_config={uplo = 76 : ui8}\n}\n"));
+    ASSERT_OK(parse(
+        &m, "HloModule m\nENTRY e {\n  a = f32[3,0,0] parameter(0)\n"
+            "  ROOT r = (f32[3,0,0], s32[3]) custom-call(a), "
+            "custom_call_target=\"lapack_spotrf_ffi\", backend_config={uplo = 76 : ui8}\n}\n"));
     ot_value arg = arr(OT_F32, NULL, 3, (int64_t[]){3, 0, 0}), r;
     run_both("potrf empty", m, &arg, 1, &r);
     for (int q = 0; q < 3; q++) EXPECT_INT_EQ(ati(&r.tuple[1], q), 0);
@@ -555,6 +572,55 @@ static void test_empty(void) {
     ot_module_free(m);
 }
 
+/* Batches large enough for the fast kernel to split them over the pool (32 matrices of 24 x 24):
+ * each routine's result must not depend on the thread count (run_both). */
+static void test_batch_split(void) {
+    enum { B = 32, N = 24 };
+    static double a[B * N * N], b[B * N * 3];
+    spd(a, B, N);
+    for (int k = 0; k < B * N * 3; k++) b[k] = uni();
+    a[(5 * N + 7) * N + 7] = -1; /* matrix 5: not positive definite */
+    const struct {
+        const char *result, *target, *config;
+    } rs[] = {
+        {"(f64[32,24,24], s32[32])", "lapack_dpotrf_ffi", "{uplo = 76 : ui8}"},
+        {"(f64[32,24,24], s32[32,24], s32[32])", "lapack_dgetrf_ffi", "{}"},
+        {"(f64[32,24,24], f64[32,24])", "lapack_dgeqrf_ffi", "{}"},
+        {"(f64[32,24,24], f64[32,24], s32[32])", "lapack_dsyevd_ffi",
+         "{mode = 86 : ui8, uplo = 85 : ui8}"},
+        {"(f64[32,24,24], f64[32,24], f64[32,24,24], f64[32,24,24], s32[32])", "lapack_dgesdd_ffi",
+         "{mode = 83 : ui8}"},
+    };
+    for (int k = 0; k < 5; k++) {
+        ot_module *m = NULL;
+        ASSERT_OK(parse(&m,
+                        "HloModule m\nENTRY e {\n  a = f64[32,24,24] parameter(0)\n"
+                        "  ROOT r = %s custom-call(a), custom_call_target=\"%s\", "
+                        "backend_config=%s\n}\n",
+                        rs[k].result, rs[k].target, rs[k].config));
+        ot_value arg = arr(OT_F64, a, 3, (int64_t[]){B, N, N}), r;
+        run_both(rs[k].target, m, &arg, 1, &r);
+        if (k == 0)
+            for (int q = 0; q < B; q++) EXPECT_INT_EQ(ati(&r.tuple[1], q), q == 5 ? 8 : 0);
+        ot_value_release(&r);
+        ot_value_release(&arg);
+        ot_module_free(m);
+    }
+    ot_module *m = NULL;
+    ASSERT_OK(parse(&m,
+                    "HloModule m\nENTRY e {\n  a = f32[32,24,24] parameter(0)\n"
+                    "  b = f32[32,24,3] parameter(1)\n  ROOT x = f32[32,24,3] custom-call(a, b), "
+                    "custom_call_target=\"lapack_strsm_ffi\", backend_config={diag = 78 : ui8, "
+                    "side = 76 : ui8, trans_x = 84 : ui8, uplo = 76 : ui8}\n}\n"));
+    ot_value args[2] = {arr(OT_F32, a, 3, (int64_t[]){B, N, N}),
+                        arr(OT_F32, b, 3, (int64_t[]){B, N, 3})},
+             x;
+    run_both("trsm batch", m, args, 2, &x);
+    ot_value_release(&x);
+    release_all(args, 2);
+    ot_module_free(m);
+}
+
 OT_TEST_MAIN(OT_TEST(test_potrf), OT_TEST(test_trsm), OT_TEST(test_getrf),
              OT_TEST(test_geqrf_orgqr), OT_TEST(test_syevd), OT_TEST(test_gesdd_gesvd),
-             OT_TEST(test_bad_modules), OT_TEST(test_empty))
+             OT_TEST(test_bad_modules), OT_TEST(test_empty), OT_TEST(test_batch_split))

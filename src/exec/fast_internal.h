@@ -261,6 +261,11 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
                                 const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 ot_status ex_fast_select_and_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
                                      const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+/* jaxlib's LAPACK custom calls (lapack.c): the matrices of a batch split over the pool, each
+ * computed as the reference kernel computes it. */
+ot_status ex_fast_lapack(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                         const ex_leaf *ins, int nout, void *const *out, const ex_leaf *outs,
+                         bool *fast);
 /* A sort whose comparator orders keys of its first operand (the others permuted as it), and
  * topk (fast_sort.c). */
 ot_status ex_fast_sort(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,

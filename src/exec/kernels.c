@@ -3,6 +3,7 @@
  * context the fast kernels share (pool, scratch). */
 #include "exec/fast_internal.h"
 #include "exec/state8.h"
+#include "ir/lapack_call.h"
 
 #include <stdatomic.h>
 
@@ -294,6 +295,12 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
     if (!c->reference_only && i->opcode == OT_OP_CUSTOM_CALL && i->attrs->custom_call_target &&
         !strcmp(i->attrs->custom_call_target, EX_STATE8_TARGET)) {
         ot_status st = ex_fast_state8(c, i, nin, in, ins, nout, out, outs, fast);
+        if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
+        if (*fast) return OT_OK;
+    }
+    if (!c->reference_only && i->opcode == OT_OP_CUSTOM_CALL &&
+        ir_lapack_target_known(i->attrs->custom_call_target)) {
+        ot_status st = ex_fast_lapack(c, i, nin, in, ins, nout, out, outs, fast);
         if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
         if (*fast) return OT_OK;
     }

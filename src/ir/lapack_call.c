@@ -78,18 +78,16 @@ static ot_status parse_flags(const char *target, const char *s, flags *f) {
         if (*p == ',') continue;
         if (*p == '}') break;
         return ot_error(OT_ERR_INVALID_ARGUMENT,
-                        "custom-call %s: backend_config \"%.80s\": expected ',' or '}'", target,
-                        s);
+                        "custom-call %s: backend_config \"%.80s\": expected ',' or '}'", target, s);
     }
     return OT_OK;
 }
 
 /* The flag's character when it is one of allowed; else an error naming the choices. */
-static ot_status pick(const char *target, const char *what, int v, const char *allowed,
-                      char *out) {
+static ot_status pick(const char *target, const char *what, int v, const char *allowed, char *out) {
     if (v < 0)
-        return ot_error(OT_ERR_INVALID_ARGUMENT, "custom-call %s: backend_config lacks %s",
-                        target, what);
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "custom-call %s: backend_config lacks %s", target,
+                        what);
     if (!v || !strchr(allowed, v))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "custom-call %s: %s = %d is not one of the character codes of \"%s\"",
@@ -160,8 +158,8 @@ static const char *fmt(const ot_ir_shape *s) {
 }
 
 /* s must be dtype dt with dims = batch of c->a then the ntail dims of tail. */
-static ot_status want(const chk *c, const char *what, const ot_ir_shape *s, ot_dtype dt,
-                      int ntail, const int64_t *tail) {
+static ot_status want(const chk *c, const char *what, const ot_ir_shape *s, ot_dtype dt, int ntail,
+                      const int64_t *tail) {
     bool ok = s->kind == OT_IR_ARRAY && s->array.dtype == dt && s->array.rank == c->nb + ntail;
     for (int d = 0; ok && d < c->nb; d++) ok = s->array.dims[d] == c->a->dims[d];
     for (int d = 0; ok && d < ntail; d++) ok = s->array.dims[c->nb + d] == tail[d];
@@ -172,14 +170,15 @@ static ot_status want(const chk *c, const char *what, const ot_ir_shape *s, ot_d
         o += snprintf(exp + o, sizeof exp - (size_t)o, "%s%lld", d ? "," : "",
                       (long long)(d < c->nb ? c->a->dims[d] : tail[d - c->nb]));
     snprintf(exp + o, sizeof exp - (size_t)o, "]");
-    return ot_error(OT_ERR_SHAPE_MISMATCH, "custom-call %s: %s is %s, expected %s", c->target,
-                    what, fmt(s), exp);
+    return ot_error(OT_ERR_SHAPE_MISMATCH, "custom-call %s: %s is %s, expected %s", c->target, what,
+                    fmt(s), exp);
 }
 
 static ot_status want_tuple(const chk *c, const ot_ir_shape *r, int n) {
     if (r->kind == OT_IR_TUPLE && r->ntuple == n) return OT_OK;
-    return ot_error(OT_ERR_SHAPE_MISMATCH, "custom-call %s: the result is %s, expected a tuple of %d",
-                    c->target, fmt(r), n);
+    return ot_error(OT_ERR_SHAPE_MISMATCH,
+                    "custom-call %s: the result is %s, expected a tuple of %d", c->target, fmt(r),
+                    n);
 }
 
 ot_status ir_lapack_check(const ir_lapack_call *lc, const ot_ir_shape *const *ops, int n,
@@ -193,7 +192,8 @@ ot_status ir_lapack_check(const ir_lapack_call *lc, const ot_ir_shape *const *op
     if (n != nin)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "custom-call %s: takes %d operand%s, got %d",
                         target, nin, nin > 1 ? "s" : "", n);
-    if (!r) return ot_error(OT_ERR_INVALID_ARGUMENT, "custom-call %s: needs a result shape", target);
+    if (!r)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "custom-call %s: needs a result shape", target);
     const ot_ir_shape *a0 = ops[0];
     if (a0->kind != OT_IR_ARRAY || a0->array.rank < 2 || a0->array.dtype != lc->dtype)
         return ot_error(OT_ERR_SHAPE_MISMATCH,
@@ -221,8 +221,9 @@ ot_status ir_lapack_check(const ir_lapack_call *lc, const ot_ir_shape *const *op
     case IR_LAPACK_ORGQR: {
         const ot_ir_shape *tau = ops[1];
         if (tau->kind != OT_IR_ARRAY || tau->array.rank != c.nb + 1)
-            return ot_error(OT_ERR_SHAPE_MISMATCH, "custom-call %s: operand 1 (tau) is %s, "
-                                                   "expected %s[batch..., k]",
+            return ot_error(OT_ERR_SHAPE_MISMATCH,
+                            "custom-call %s: operand 1 (tau) is %s, "
+                            "expected %s[batch..., k]",
                             target, fmt(tau), ot_dtype_name(t));
         int64_t tk = tau->array.dims[c.nb];
         OT_CHECK(want(&c, "operand 1 (tau)", tau, t, 1, &tk));
