@@ -621,6 +621,43 @@ static void test_batch_split(void) {
     ot_module_free(m);
 }
 
+/* The flush-to-zero mode (default, as XLA's CPU runtime, which sets MXCSR's FTZ and DAZ around
+ * its LAPACK calls too): subnormal inputs read as zero, subnormal results flush. XLA gives
+ * [0, 0, 0.5] for this solve; with keep_denormals the exact quotients come back. */
+static void test_flush_to_zero(void) {
+    for (int keep = 0; keep < 2; keep++) {
+        ot_module *m = NULL;
+        ASSERT_OK(parse(&m, "HloModule m\nENTRY e {\n  a = f32[3,3] parameter(0)\n"
+                            "  b = f32[3,1] parameter(1)\n  ROOT x = f32[3,1] custom-call(a, b), "
+                            "custom_call_target=\"lapack_strsm_ffi\", backend_config={diag = 78 : "
+                            "ui8, side = 76 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8}\n}\n"));
+        double a[9] = {2, 0, 0, 0, 2, 0, 0, 0, 2}, b[3] = {1e-38, 3e-39, 1};
+        ot_value args[2] = {arr(OT_F32, a, 2, (int64_t[]){3, 3}),
+                            arr(OT_F32, b, 2, (int64_t[]){3, 1})},
+                 x = ot_value_empty();
+        ot_eval_options o = ot_eval_options_default();
+        o.keep_denormals = keep;
+        ASSERT_OK(ot_evaluate(m, args, 2, &o, &x));
+        const float *g = x.array.data;
+        if (keep) {
+            EXPECT_TRUE(g[0] == 1e-38f / 2 && g[1] == 3e-39f / 2);
+        } else {
+            EXPECT_TRUE(g[0] == 0 && g[1] == 0);
+        }
+        EXPECT_TRUE(g[2] == 0.5f);
+        ot_value_release(&x);
+        if (!keep) { /* the runtime's kernels in the same mode */
+            ot_value r;
+            run_both("trsm ftz", m, args, 2, &r);
+            EXPECT_TRUE(((const float *)r.array.data)[0] == 0);
+            ot_value_release(&r);
+        }
+        release_all(args, 2);
+        ot_module_free(m);
+    }
+}
+
 OT_TEST_MAIN(OT_TEST(test_potrf), OT_TEST(test_trsm), OT_TEST(test_getrf),
              OT_TEST(test_geqrf_orgqr), OT_TEST(test_syevd), OT_TEST(test_gesdd_gesvd),
-             OT_TEST(test_bad_modules), OT_TEST(test_empty), OT_TEST(test_batch_split))
+             OT_TEST(test_bad_modules), OT_TEST(test_empty), OT_TEST(test_batch_split),
+             OT_TEST(test_flush_to_zero))

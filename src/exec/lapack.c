@@ -10,8 +10,10 @@
  * Layout: optitpu's arrays are row-major, LAPACK's column-major. potrf and trsm run on the
  * row-major data as it is (a row-major matrix is its transpose in column-major, so potrf runs
  * with uplo swapped, and trsm through CBLAS's row-major interface); the others copy each matrix
- * into a column-major scratch and their results back. OpenBLAS runs on one thread per call, so
- * results do not depend on the thread count (as for the dots, src/exec/fast_dot.c).
+ * into a column-major scratch and their results back. In the flush-to-zero mode (the default, as
+ * XLA's CPU backend) the routines run with MXCSR's FTZ and DAZ set, as XLA runs them. OpenBLAS runs
+ * on one thread per call, so results do not depend on the thread count (as for the dots,
+ * src/exec/fast_dot.c).
  *
  * Two entries share one per-matrix routine (lk_one): the reference kernel runs the batch in order
  * on the calling thread; the fast kernel hands the matrices of a batch to the pool's threads
@@ -25,6 +27,7 @@
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <xmmintrin.h>
 
 /* LAPACK's Fortran interface as OpenBLAS exports it (character arguments carry their hidden
  * lengths last, gfortran's convention). */
@@ -82,6 +85,7 @@ typedef struct lk {
     size_t o_work, o_u, o_vt, o_iw, ws_bytes; /* offsets in one thread's workspace (w at 0) */
     char *ws;                                 /* nthreads x ws_bytes */
     _Atomic int bad;                          /* a routine refused argument -bad (0: none) */
+    bool ftz; /* FTZ/DAZ set around the routines (the flush-to-zero mode), as XLA runs them */
 } lk;
 
 /* A workspace query's answer (a float holding an integer) as a count, at least 1. */
@@ -351,15 +355,21 @@ static void lk_range(void *ctx, int64_t b0, int64_t b1, int ith) {
     bool has_info = p->lc.op == IR_LAPACK_POTRF || p->lc.op == IR_LAPACK_GETRF ||
                     p->lc.op == IR_LAPACK_SYEVD || p->lc.op == IR_LAPACK_GESDD ||
                     p->lc.op == IR_LAPACK_GESVD;
+    /* XLA's CPU runtime sets MXCSR's FTZ and DAZ for the whole execution, its LAPACK calls
+     * included: subnormal inputs read as zero, subnormal results are flushed (a triangular solve
+     * of 1e-38 by 2 gives 0 there). The same here in the flush-to-zero mode. */
+    unsigned csr = _mm_getcsr();
+    if (p->ftz) _mm_setcsr(csr | 0x8040u);
     for (int64_t b = b0; b < b1; b++) {
         blasint info = lk_one(p, b, p->ws + (size_t)ith * p->ws_bytes);
         if (info < 0) {
             int zero = 0;
             atomic_compare_exchange_strong(&p->bad, &zero, (int)-info);
-            return;
+            break;
         }
         if (has_info) ((int32_t *)p->out[p->nout - 1])[b] = info;
     }
+    if (p->ftz) _mm_setcsr(csr);
 }
 
 /* Parses and checks i's target against its operands' and result's shapes. */
@@ -408,6 +418,7 @@ ot_status ex_kernel_lapack(const ot_instr *i, const ot_value *const *ops, ot_val
         ot_value_release(out);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "custom-call %s: out of memory", EX_NAME(i));
     }
+    p.ftz = ex_ftz;
     /* one thread per call: the bits then do not depend on OpenBLAS's thread count */
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     lk_range(&p, 0, p.batch, 0);
@@ -443,6 +454,7 @@ ot_status ex_fast_lapack(ex_kernel_ctx *c, const ot_instr *i, int nin, void *con
     void *sp = NULL;
     OT_CHECK(ex_scratch(c, (size_t)nth * p.ws_bytes + 64, &sp)); /* never NULL */
     p.ws = sp;
+    p.ftz = c->ftz;
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     if (nth > 1)
         ex_par_for_dynamic(c, p.batch, wb, lk_range, &p);
