@@ -1843,6 +1843,99 @@ static void test_scatter_minmax(void) {
         ot_module_free(m);
     }
 }
+/* One-element maximum / minimum scatters of floats whose values are plain (no NaN, no subnormal:
+ * fast_scatter.c's keyed loop): many ties, signed zeros and infinities, s32/s64 indices with
+ * out-of-range ones, in place or not, f32 and f64, the computation's operands in either order;
+ * then one update that is not plain (a NaN with a payload, or a subnormal, which FTZ reads as a
+ * zero) somewhere in the stream, where the keyed loop hands the rest to the generic one, or one
+ * such element in the operand, where it does not start. Bits equal to the reference's on 1, 2,
+ * 3 and 8 threads. */
+static void fill_plain(ot_tensor *t) {
+    int64_t n = ot_shape_numel_unchecked(&t->shape);
+    bool f32 = t->shape.dtype == OT_F32;
+    for (int64_t e = 0; e < n; e++) {
+        double v;
+        switch (next_u64() % 16) {
+        case 0: v = 0.0; break;
+        case 1: v = -0.0; break;
+        case 2: v = INFINITY; break;
+        case 3: v = -INFINITY; break;
+        default: v = (double)rnd(-40, 40) * 0.25; break;
+        }
+        if (f32)
+            ((float *)t->data)[e] = (float)v;
+        else
+            ((double *)t->data)[e] = v;
+    }
+}
+
+static void put_special(ot_tensor *t, int64_t at, int kind) {
+    bool f32 = t->shape.dtype == OT_F32;
+    if (kind == 0) { /* a NaN of either sign with a payload */
+        uint64_t pay = next_u64() & 0xffff, neg = next_u64() & 1;
+        if (f32) {
+            uint32_t u = 0x7f800000u | (uint32_t)(pay + 1) | (neg ? 0x80000000u : 0);
+            memcpy((float *)t->data + at, &u, 4);
+        } else {
+            uint64_t u = 0x7ff0000000000000ull | (pay + 1) | (neg ? 1ull << 63 : 0);
+            memcpy((double *)t->data + at, &u, 8);
+        }
+    } else if (f32) {
+        ((float *)t->data)[at] = -FLT_MIN * 0.5f;
+    } else {
+        ((double *)t->data)[at] = -DBL_MIN * 0.5;
+    }
+}
+
+static void test_scatter_minmax_keyed(void) {
+    g_rng = 0x6b1e;
+    for (int it = 0; it < 48; it++) {
+        const char *T = it % 2 ? "f64" : "f32", *K = rnd(0, 1) ? "s32" : "s64";
+        const char *op = (it / 2) % 2 ? "minimum" : "maximum";
+        bool swapped = (it / 4) % 2, donate = rnd(0, 1);
+        int special = (it / 8) % 3; /* 0: all plain; 1: one update not plain; 2: one operand el. */
+        int64_t R = rnd(1, 3000), N = rnd(1, 40000);
+        char hlo[1200];
+        snprintf(hlo, sizeof hlo,
+                 "HloModule smk\nupd {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+                 "  ROOT s = %s[] %s(%s)\n}\nENTRY e {\n  x = %s[%lld] parameter(0)\n"
+                 "  i = %s[%lld,1] parameter(1)\n  u = %s[%lld] parameter(2)\n"
+                 "  ROOT s = %s[%lld] scatter(x, i, u), update_window_dims={}, "
+                 "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, "
+                 "index_vector_dim=1, to_apply=upd\n}\n",
+                 T, T, T, op, swapped ? "b, a" : "a, b", T, (long long)R, K, (long long)N, T,
+                 (long long)N, T, (long long)R);
+        ot_module *m = NULL;
+        ASSERT_OK(ot_hlo_parse(hlo, strlen(hlo), NULL, &m));
+        ot_executable *e = compile0(m);
+        ASSERT_TRUE(e);
+        const ot_computation *c = ot_module_entry(m);
+        ot_tensor args[3], ref, fast;
+        for (int a = 0; a < 3; a++)
+            ASSERT_OK(ot_tensor_alloc(&args[a], &c->params[a]->shape.array));
+        fill_plain(&args[0]);
+        fill_plain(&args[2]);
+        fill_indices(&args[1], R - 1);
+        if (special == 1) put_special(&args[2], rnd(0, N - 1), (int)rnd(0, 1));
+        if (special == 2) put_special(&args[0], rnd(0, R - 1), (int)rnd(0, 1));
+        g_in_place = donate;
+        EXPECT_OK(run_exe(e, args, 3, &ref, NULL, true, NULL));
+        if (!run_all_pools(e, args, 3, &fast, 1)) {
+            fprintf(stderr, "keyed min/max scatter %d:\n%s", it, hlo);
+            EXPECT_TRUE(false);
+        } else {
+            if (!bits_equal(&fast, &ref)) fprintf(stderr, "keyed min/max scatter %d:\n%s", it, hlo);
+            EXPECT_TRUE(bits_equal(&fast, &ref));
+            ot_tensor_release(&fast);
+        }
+        g_in_place = false;
+        ot_tensor_release(&ref);
+        for (int a = 0; a < 3; a++) ot_tensor_release(&args[a]);
+        ot_executable_free(e);
+        ot_module_free(m);
+    }
+}
+
 /* Random scatters of rows into a table: segment sums, embedding gradients, .at[].set and
  * .at[].add of whole rows ([R, D] rows picked by one index; [R, A, D] blocks; [R, B, D] rows
  * picked by two indices) and of partial rows (windows [1, Dw] of [R, D]), widths 1–100, f32/f64/
@@ -2197,8 +2290,9 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_til
              OT_TEST(test_reduce_long_rows), OT_TEST(test_reduce_row_groups),
              OT_TEST(test_reduce_minmax_nan_rows), OT_TEST(test_reduce_minmax_special_rows),
              OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_random),
-             OT_TEST(test_scatter_minmax), OT_TEST(test_scatter_in_place_temp),
-             OT_TEST(test_reduce_fusion), OT_TEST(test_reduce_columns),
-             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_reduce_axis_sets),
-             OT_TEST(test_reduce_minmax_long_blocks), OT_TEST(test_elementwise),
-             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))
+             OT_TEST(test_scatter_minmax), OT_TEST(test_scatter_minmax_keyed),
+             OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
+             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
+             OT_TEST(test_reduce_axis_sets), OT_TEST(test_reduce_minmax_long_blocks),
+             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
+             OT_TEST(test_teardown))
