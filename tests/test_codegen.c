@@ -3524,9 +3524,11 @@ static void test_many_operands_vectorize(void) {
 /* Interior padding along the last dim (lax.associative_scan's down-sweep: the scanned odd
  * elements and the even ones interleaved by two pads and an add; the gradient of a strided
  * slice): the column loop runs by whole periods of the pads' strides with each residue's body
- * a copy (emit.c, col_period), columns past the last period after. Shapes: strides 2, 3 and
- * 2 with 3 in one fusion (period 6), rows that are whole periods and rows that are not, f32 and
- * f64, enough elements to split over threads; the reference's bits at 1, 2, 3 and 8 threads,
+ * a copy (emit.c, col_period), columns past the last period after; in one flat loop over a
+ * single row likewise, with the elements before the first whole period of each piece first.
+ * Shapes: strides 2, 3, 4 and 2 with 3 in one fusion (period 6), rows that are whole periods
+ * and rows that are not, f32 and f64, enough elements to split over threads; the reference's
+ * bits at 1, 2, 3 and 8 threads,
  * and (with gcc) the interleaving loop vectorized. */
 static void ipad_module(char *out, size_t cap, const char *T, int R, int N, int in, int crop,
                         int N2, int in2) {
@@ -3563,7 +3565,12 @@ static void test_interior_pad_period(void) {
         {"f32", 6, 21, 2, 0, 0, 0},   /* stride 3 */
         {"f32", 9, 40, 2, 2, 0, 0},   /* stride 3, rows of 118 */
         {"f32", 7, 30, 1, 0, 20, 2},  /* strides 2 and 3: period 6, rows of 60 */
-        {"f64", 4, 100, 1, 0, 0, 0},  {"f64", 3, 33, 3, 3, 0, 0}, /* stride 4, rows of 129 */
+        {"f64", 4, 100, 1, 0, 0, 0},
+        {"f64", 3, 33, 3, 3, 0, 0}, /* stride 4, rows of 129 */
+        /* one row: the flat loop, its pieces' bounds no multiples of the period */
+        {"f32", 1, 20000, 2, 1, 0, 0}, /* stride 3, 59999 elements: two pieces */
+        {"f32", 1, 5000, 1, 1, 0, 0},
+        {"f64", 1, 3000, 1, 0, 1500, 3}, /* strides 2 and 4 */
     };
     static const int threads[] = {1, 2, 3, 8};
     ot_threadpool *pools[4] = {NULL};

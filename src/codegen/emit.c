@@ -1511,6 +1511,12 @@ static int rep_broadcast(em *E, const ot_instr *o, const int64_t *cst, const cha
  * else in int64_t. */
 static void ix_digit(char *out, size_t n, const char *ctx, int64_t div, int64_t mod,
                      int64_t bound) {
+    if (div == 1 && mod <= 0) { /* the index itself (under 2^63): no cast, so that the C
+                                   compiler folds it where it is a period's multiple plus a
+                                   constant (col_period) */
+        snprintf(out, n, "(%s)", ctx);
+        return;
+    }
     bool u32 = bound <= ((int64_t)1 << 32);
     /* (type names without an 'i': ctx_level reads one as the element index) */
     const char *cast = u32 ? "(ot_u32)" : "";
@@ -3966,9 +3972,30 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             *numel_out = N / E.C;
             *work_out = E.C;
         } else {
-            ot_strbuf_printf(src, "%s%s%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n",
-                             E.pro.p ? E.pro.p : "", hw_on, E.remapped ? "#pragma GCC ivdep\n" : "",
-                             E.body.p ? E.body.p : "", E.stores.p ? E.stores.p : "", hw_off);
+            const char *body = E.body.p ? E.body.p : "", *stores = E.stores.p ? E.stores.p : "";
+            const char *ivdep = E.remapped ? "#pragma GCC ivdep\n" : "";
+            /* one loop over the elements; or, under an interior pad of the one dim that is
+             * not a unit (col_period), the elements before the first whole period of [b, e),
+             * the whole periods with each residue's body a copy, and those after the last */
+            long long S = E.lshape->rank >= 1 ? (long long)col_period(c, N) : 1;
+            ot_strbuf_printf(src, "%s%s", E.pro.p ? E.pro.p : "", hw_on);
+            if (S > 1)
+                ot_strbuf_printf(
+                    src,
+                    "    int64_t ot_i0 = b;\n"
+                    "    for (int64_t i = b; i < e && i %% %lld != 0; i++, ot_i0++) {\n"
+                    "%s%s    }\n%s"
+                    "    for (int64_t cq = ot_i0 / %lld; cq < e / %lld; cq++) {\n"
+                    "#pragma GCC unroll %lld\n"
+                    "    for (int64_t cr = 0; cr < %lld; cr++) {\n"
+                    "    const int64_t i = cq * %lld + cr;\n%s%s    }\n    }\n"
+                    "    for (int64_t i = e / %lld * %lld > ot_i0 ? e / %lld * %lld : "
+                    "ot_i0; i < e; i++) {\n%s%s    }\n%s}\n",
+                    S, body, stores, ivdep, S, S, S, S, S, body, stores, S, S, S, S, body, stores,
+                    hw_off);
+            else
+                ot_strbuf_printf(src, "%s    for (int64_t i = b; i < e; i++) {\n%s%s    }\n%s}\n",
+                                 ivdep, body, stores, hw_off);
             *numel_out = N;
         }
         if (src->oom) st = ot_error(OT_ERR_OUT_OF_MEMORY, "codegen: out of memory");
