@@ -429,10 +429,50 @@ KEYED_RANGE(keyed_range_d, uint64_t, uint64_t, int64_t, 63, 0x7ffffffffffffffful
             0x7ff0000000000000ull, 0x0010000000000000ull)
 #undef KEYED_RANGE
 
+/* One-element overwrites (`.at[].set` of scalars): each position in order writes its update at
+ * its index, or one of 64 locals in turn when the index is outside [klo, klo + span) (no branch
+ * on the data, no list of the block's positions). */
+#define SET_RANGE(NAME, U)                                                                         \
+    static void NAME(const sc_job *p, uint64_t klo, uint64_t span) {                               \
+        U *y = (U *)(void *)p->y, sink[64];                                                        \
+        const U *u = (const U *)(const void *)p->u;                                                \
+        const uint64_t str = (uint64_t)p->str;                                                     \
+        if (p->s32) {                                                                              \
+            const int32_t *ix = p->idx;                                                            \
+            for (int64_t b = 0; b < p->nb; b++) {                                                  \
+                int64_t v = ix[b];                                                                 \
+                uintptr_t in_ = 0 - (uintptr_t)((uint64_t)v - klo < span);                         \
+                *(U *)(((uintptr_t)(y + (uint64_t)v * str) & in_) |                                \
+                       ((uintptr_t)&sink[b & 63] & ~in_)) = u[b];                                  \
+            }                                                                                      \
+        } else {                                                                                   \
+            const int64_t *ix = p->idx;                                                            \
+            for (int64_t b = 0; b < p->nb; b++) {                                                  \
+                int64_t v = ix[b];                                                                 \
+                uintptr_t in_ = 0 - (uintptr_t)((uint64_t)v - klo < span);                         \
+                *(U *)(((uintptr_t)(y + (uint64_t)v * str) & in_) |                                \
+                       ((uintptr_t)&sink[b & 63] & ~in_)) = u[b];                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+SET_RANGE(set_range_1, uint8_t)
+SET_RANGE(set_range_2, uint16_t)
+SET_RANGE(set_range_4, uint32_t)
+SET_RANGE(set_range_8, uint64_t)
+#undef SET_RANGE
+
 /* The positions from `from` on whose key lies in [klo, klo + span), applied (apply_range), with
  * one-element windows of maximum / minimum in f32 / f64 taken by the keys where they are plain
- * (keyed_range_f / _d). */
+ * (keyed_range_f / _d) and one-element overwrites by set_range_*. */
 SC_CLONES static void apply_keys(const sc_job *p, uint64_t klo, uint64_t span) {
+    if (p->kind == SC_SET && p->one && p->nr == 1 && p->len == 1) {
+        switch (p->es) {
+        case 1: set_range_1(p, klo, span); return;
+        case 2: set_range_2(p, klo, span); return;
+        case 4: set_range_4(p, klo, span); return;
+        default: set_range_8(p, klo, span); return;
+        }
+    }
     int64_t from = 0;
     bool pick = p->kind == SC_MAX || p->kind == SC_MAX_SWAPPED || p->kind == SC_MIN ||
                 p->kind == SC_MIN_SWAPPED;
@@ -643,10 +683,11 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
                 .kmax = kmax,
                 .y = out,
                 .u = in[2]};
-    /* One-element windows of maximum / minimum in f32 / f64 run on one thread: their keyed loop
-     * (apply_keys) costs the same per position whether or not the position is in a thread's
-     * range (no branch), so a split adds a pass over the stream per thread and saves nothing
-     * (measured at 2 threads on 1M updates into 65536: 5.0 -> 2.8 ms, min of 40).
+    /* One-element windows of maximum / minimum in f32 / f64 and one-element overwrites run on
+     * one thread: their loops (apply_keys) cost the same per position whether or not the
+     * position is in a thread's range (no branch), so a split adds a pass over the stream per
+     * thread and saves nothing (measured at 2 threads on 1M updates into 65536: scatter-max
+     * 5.0 -> 2.8 ms, min of 40).
      * Narrow windows that never overlap (one index per position into an inserted dim): each
      * thread takes a part of the keys, reads every index and applies its part's windows in
      * order, so each element still gets its updates in the reference's order. A narrow window's
@@ -654,7 +695,7 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
      * split divides that work while each thread reads the whole index stream. */
     bool split = one && wsize[sd->scatter_dims_to_operand_dims[0]] == 1 &&
                  W * (int64_t)es <= SC_SPLIT_BYTES && kind != SC_ADD && kind != SC_ADD_SWAPPED &&
-                 !(W == 1 && (t == OT_F32 || t == OT_F64) && kind != SC_SET);
+                 !(W == 1 && (kind == SC_SET || t == OT_F32 || t == OT_F64));
     if (split)
         ex_par_for(c, SC_PARTS, NB * (int64_t)(W * (int64_t)es + (s32 ? 4 : 8)) * 2, apply_part,
                    &p);
