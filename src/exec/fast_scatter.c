@@ -405,7 +405,8 @@ SC_CLONES static void apply_range(const sc_job *p, uint64_t klo, uint64_t span, 
             y[v * (uint64_t)p->str] = b ^ ((U)((S)b >> SHIFT) >> 1);                               \
         }                                                                                          \
         S sink[64] = {0};                                                                          \
-        const uint64_t str = (uint64_t)p->str;                                                     \
+        /* addresses as integers: an index out of range must not form an out-of-bounds pointer */  \
+        const uintptr_t yb = (uintptr_t)y, ustr = (uintptr_t)p->str * sizeof(U);                   \
         int64_t b = 0;                                                                             \
         for (; b < p->nb; b++) {                                                                   \
             int64_t v = p->s32 ? ((const int32_t *)p->idx)[b] : ((const int64_t *)p->idx)[b];      \
@@ -413,8 +414,7 @@ SC_CLONES static void apply_range(const sc_job *p, uint64_t klo, uint64_t span, 
             if (!(m <= INF && (!z || m >= MINN || m == 0))) break;                                 \
             S kw = (S)(w ^ ((U)((S)w >> SHIFT) >> 1));                                             \
             uintptr_t in_ = 0 - (uintptr_t)((uint64_t)v - klo < span); /* a mask, not a branch */  \
-            S *d = (S *)(((uintptr_t)(y + (uint64_t)v * str) & in_) |                              \
-                         ((uintptr_t)&sink[b & 63] & ~in_));                                       \
+            S *d = (S *)(((yb + (uintptr_t)v * ustr) & in_) | ((uintptr_t)&sink[b & 63] & ~in_));  \
             S ko = *d;                                                                             \
             *d = want_max ? (kw > ko ? kw : ko) : (kw < ko ? kw : ko);                             \
         }                                                                                          \
@@ -436,22 +436,23 @@ KEYED_RANGE(keyed_range_d, uint64_t, uint64_t, int64_t, 63, 0x7ffffffffffffffful
     static void NAME(const sc_job *p, uint64_t klo, uint64_t span) {                               \
         U *y = (U *)(void *)p->y, sink[64];                                                        \
         const U *u = (const U *)(const void *)p->u;                                                \
-        const uint64_t str = (uint64_t)p->str;                                                     \
+        /* addresses as integers: an index out of range must not form an out-of-bounds pointer */  \
+        const uintptr_t yb = (uintptr_t)y, ustr = (uintptr_t)p->str * sizeof(U);                   \
         if (p->s32) {                                                                              \
             const int32_t *ix = p->idx;                                                            \
             for (int64_t b = 0; b < p->nb; b++) {                                                  \
                 int64_t v = ix[b];                                                                 \
                 uintptr_t in_ = 0 - (uintptr_t)((uint64_t)v - klo < span);                         \
-                *(U *)(((uintptr_t)(y + (uint64_t)v * str) & in_) |                                \
-                       ((uintptr_t)&sink[b & 63] & ~in_)) = u[b];                                  \
+                *(U *)(((yb + (uintptr_t)v * ustr) & in_) | ((uintptr_t)&sink[b & 63] & ~in_)) =   \
+                    u[b];                                                                          \
             }                                                                                      \
         } else {                                                                                   \
             const int64_t *ix = p->idx;                                                            \
             for (int64_t b = 0; b < p->nb; b++) {                                                  \
                 int64_t v = ix[b];                                                                 \
                 uintptr_t in_ = 0 - (uintptr_t)((uint64_t)v - klo < span);                         \
-                *(U *)(((uintptr_t)(y + (uint64_t)v * str) & in_) |                                \
-                       ((uintptr_t)&sink[b & 63] & ~in_)) = u[b];                                  \
+                *(U *)(((yb + (uintptr_t)v * ustr) & in_) | ((uintptr_t)&sink[b & 63] & ~in_)) =   \
+                    u[b];                                                                          \
             }                                                                                      \
         }                                                                                          \
     }
