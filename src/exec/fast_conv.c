@@ -1,8 +1,8 @@
-/* The fast convolution (kernels.h): a 1x1 convolution in NCHW as the fast dot's GEMM per image
- * (conv_as_dot), else oneDNN's where it covers the convolution (fast_conv_dnnl.c), else im2col +
- * GEMM (OpenBLAS), summing in the reference's order of
- * terms per output (linalg.c) but through BLAS, so within a reordered sum's error bound of it; the
- * bits do not depend on the thread count. */
+/* The fast convolution (kernels.h): a convolution whose window tiles its input (1x1 in NCHW,
+ * patch embeddings) as the fast dot's GEMM (conv_as_dot), else oneDNN's where it covers the
+ * convolution (fast_conv_dnnl.c), else im2col + GEMM (OpenBLAS), summing in the reference's order
+ * of terms per output (linalg.c) but through BLAS, so within a reordered sum's error bound of it;
+ * the bits do not depend on the thread count. */
 #include "exec/fast_internal.h"
 
 #include <cblas.h>
@@ -295,14 +295,35 @@ static int conv_roles(int rank, int64_t batch, int64_t feat, const int64_t *spat
     return n;
 }
 
-/* A 1x1 convolution (every kernel spatial dim 1, unit stride, no padding, no input dilation, one
- * feature group) in NCHW (the batch outermost, the features next, the spatial dims in the same
- * order in input and output) is a matrix product per image, out[n][o, p] = sum_c w[o, c]
- * x[n][c, p], run by the fast dot (its own GEMM: the operands read as they lie, the output
- * fusion on its row blocks, shifted to the image). oneDNN takes NCHW through its blocked layout,
- * each chunk reordered in and out, which for a 1x1 layer costs about what the convolution does
- * (docs/benchmarks.md); with the features innermost (NHWC) its 1x1 kernels read the arrays in
- * place and measured no slower than the dot, so they keep them. */
+/* A convolution whose window tiles its input (every spatial dim's stride equal to its window
+ * size, no padding, no dilation, no reversal; the input's spatial extent exactly the output's
+ * times the window's; one feature group) is a matrix product: its windows do not overlap, so the
+ * input viewed with each spatial dim split in two, (output position, position in the window), is
+ * the matrix of patches — out[(n, p), o] = sum over (window position, c) of patch[(n, p), (q, c)]
+ * w[(q, c), o] — with no im2col's duplication. The class covers 1x1 convolutions (windows of one
+ * element), ViT's patch embedding (16x16 stride 16), ConvNeXt's and Swin's patchify stems (4x4
+ * stride 4) and space-to-depth; those with windows of more than one element where the input
+ * has fewer than CONV_PATCH_MAX_C features and the kernel at least CONV_PATCH_MIN rows and
+ * output features (the stems on colour images). It runs as the fast dot (its own GEMM: the output
+ * fusion on its row blocks), the split input as one operand, the kernel the other, the contraction
+ * in the kernel's memory order (the kernel read where it lies):
+ *  - outputs with the features innermost (NHWC) and the other dims in the input's order, where a
+ *    window has more than one element: one dot over all images, the patch matrix the dot's copy
+ *    of its split-input operand into (batch, positions, window) order (its blocked transpose),
+ *    C[(n, p), o] written in place. A 1x1 convolution in NHWC stays with oneDNN, whose 1x1
+ *    kernels read it in place and measured no slower than the dot.
+ *  - NCHW (the batch outermost, the features next, the spatial dims in the same order in input
+ *    and output): per image, out[n][o, p] = sum w[o, (c, q)] x[n][(c, q), p], the output fusion
+ *    shifted to the image's place. oneDNN takes NCHW through its blocked layout, each chunk
+ *    reordered in and out, which for a 1x1 layer costs about what the convolution does
+ *    (docs/benchmarks.md).
+ * The dot's sums are its own GEMM's (fma chains in the kernel's order), within the convolution's
+ * bound of the reference, and do not depend on the thread count. The dot keys a loop's kept
+ * packed B by the instruction it is handed (here a copy on this stack frame) and the kernel
+ * buffer: two convolutions of one loop reading the same kernel buffer in the same layout pack it
+ * the same way. */
+#define CONV_PATCH_MIN   128 /* a window's kernel rows and output features, at least */
+#define CONV_PATCH_MAX_C 16  /* a window's input features, fewer than */
 static ot_status conv_as_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
                              const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
     const ot_conv_dims *cd = i->attrs->conv;
@@ -310,48 +331,124 @@ static ot_status conv_as_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *i
     const ot_shape *ls = ins[0].shape, *rs = ins[1].shape, *osh = os->shape;
     int ns = cd->nspatial, r = ls->rank;
     if (i->attrs->feature_group_count > 1 || i->attrs->batch_group_count > 1 || ns < 1 ||
-        (w && w->rank != ns) || osh->rank != r)
+        (w && w->rank != ns) || osh->rank != r || rs->rank != r || r + ns > OT_MAX_RANK)
         return OT_OK;
+    bool window = false; /* a window of more than one element */
     for (int s = 0; s < ns; s++) {
         const ot_window_dim *wd = w ? &w->dims[s] : NULL;
-        if (rs->dims[cd->kernel_spatial[s]] != 1 ||
-            (wd && ((wd->stride && wd->stride != 1) || wd->pad_lo || wd->pad_hi ||
-                    (wd->base_dilation && wd->base_dilation != 1))) ||
-            ls->dims[cd->input_spatial[s]] != osh->dims[cd->output_spatial[s]])
+        int64_t k = rs->dims[cd->kernel_spatial[s]], st = wd && wd->stride ? wd->stride : 1;
+        if (st != k ||
+            (wd &&
+             (wd->pad_lo || wd->pad_hi || (wd->base_dilation && wd->base_dilation != 1) ||
+              (k > 1 && ((wd->window_dilation && wd->window_dilation != 1) || wd->reversal)))) ||
+            ls->dims[cd->input_spatial[s]] != osh->dims[cd->output_spatial[s]] * k)
             return OT_OK;
+        window |= k > 1;
     }
-    int lr[OT_MAX_RANK], orl[OT_MAX_RANK];
+    int lr[OT_MAX_RANK] = {0}, orl[OT_MAX_RANK] = {0};
     conv_roles(r, cd->input_batch, cd->input_feature, cd->input_spatial, ns, lr);
     conv_roles(r, cd->output_batch, cd->output_feature, cd->output_spatial, ns, orl);
     if (memcmp(lr, orl, (size_t)(r - 1) * sizeof lr[0])) return OT_OK;
+    /* a window of more than one element: only over few input features (oneDNN's direct kernels
+     * vectorize over blocks of 16 of them: with 3 colours and a 16x16 window they run 256 kernel
+     * positions of 3 features each, where the patch matrix has rows of 768) and a product of at
+     * least CONV_PATCH_MIN kernel rows (window x features) and output features: where the dot
+     * measured faster than oneDNN's direct convolution; with 16 or more features it measured
+     * even, with fewer rows or output features slower (docs/benchmarks.md) */
+    int64_t kk = 1, no = rs->dims[cd->kernel_output_feature];
+    for (int j = 0; j < r; j++)
+        if (j != cd->kernel_output_feature) kk *= rs->dims[j];
+    if (window && (rs->dims[cd->kernel_input_feature] >= CONV_PATCH_MAX_C || kk < CONV_PATCH_MIN ||
+                   no < CONV_PATCH_MIN))
+        return OT_OK;
+    bool nchw = cd->input_batch == 0 && cd->input_feature == 1 && cd->output_batch == 0 &&
+                cd->output_feature == 1;
+    bool nhwc = window && cd->output_feature == r - 1;
+    if (!nchw && !nhwc) return OT_OK;
+    if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
+        ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
+        return OT_OK;
+    /* the input split: each spatial dim s into (output position, window position) at xd[d] */
+    ot_shape xs = *ls;
+    int64_t at[OT_MAX_RANK]; /* input dim d's own dim in xs, or its window part's */
+    int xr = 0;
+    for (int d = 0; d < r; d++) {
+        int s = -1;
+        for (int t = 0; t < ns; t++)
+            if (cd->input_spatial[t] == d) s = t;
+        if (s < 0) {
+            at[d] = xr;
+            xs.dims[xr++] = ls->dims[d];
+            continue;
+        }
+        int64_t k = rs->dims[cd->kernel_spatial[s]];
+        xs.dims[xr++] = ls->dims[d] / k;
+        at[d] = xr;
+        xs.dims[xr++] = k;
+    }
+    xs.rank = xr;
+    /* the contraction in the kernel's memory order: kernel dim j against the split input's */
     ot_dot_dims dd;
     memset(&dd, 0, sizeof dd);
-    dd.ncontract = 1;
+    int64_t xcon[OT_MAX_RANK], kcon[OT_MAX_RANK];
+    int nc = 0;
+    for (int j = 0; j < r; j++) {
+        if (j == cd->kernel_output_feature) continue;
+        int64_t d = cd->input_feature;
+        for (int s = 0; s < ns; s++)
+            if (cd->kernel_spatial[s] == j) d = cd->input_spatial[s];
+        kcon[nc] = j;
+        xcon[nc++] = at[d];
+    }
+    dd.ncontract = nc;
     ot_attrs da;
     memset(&da, 0, sizeof da);
     da.dot = &dd;
     ot_instr di = *i;
     di.attrs = &da;
-    if (cd->input_batch != 0 || cd->input_feature != 1 || cd->output_batch != 0 ||
-        cd->output_feature != 1)
+    int64_t es = (int64_t)ot_dtype_size(osh->dtype);
+    int fast = c->fast_run;
+    if (!nchw) { /* one dot: [batch and positions in the input's order, o] */
+        memcpy(dd.lhs_contract, xcon, sizeof xcon);
+        memcpy(dd.rhs_contract, kcon, sizeof kcon);
+        ot_shape ys = *osh;
+        ys.rank = 0;
+        for (int d = 0; d < xr; d++) {
+            bool con = false;
+            for (int k = 0; k < nc; k++) con |= xcon[k] == d;
+            if (!con) ys.dims[ys.rank++] = xs.dims[d];
+        }
+        ys.dims[ys.rank++] = rs->dims[cd->kernel_output_feature];
+        ex_leaf dl[2] = {{&xs, ins[0].nbytes}, {rs, ins[1].nbytes}}, dy = {&ys, os->nbytes};
+        c->epilogue_done = false;
+        bool d = false;
+        OT_CHECK(ex_fast_dot(c, &di, in, dl, out, &dy, &d));
+        if (!d) return OT_OK;
+        *done = true;
+        c->fast_run = fast + 1;
         return OT_OK;
-    /* per image, dot(w, x[n]) = [o, 1..., spatial...] */
-    ot_shape xs = *ls, ys = *osh;
-    xs.rank = ys.rank = r - 1;
-    memmove(xs.dims, ls->dims + 1, (size_t)(r - 1) * sizeof xs.dims[0]);
-    memmove(ys.dims, osh->dims + 1, (size_t)(r - 1) * sizeof ys.dims[0]);
-    int64_t nimg = ls->dims[0], es = (int64_t)ot_dtype_size(osh->dtype);
+    }
+    /* per image, dot(w, x[n]) = [o, positions...]: the split input less its batch dim (0) */
+    memmove(xs.dims, xs.dims + 1, (size_t)(xr - 1) * sizeof xs.dims[0]);
+    xs.rank = xr - 1;
+    for (int k = 0; k < nc; k++) {
+        dd.lhs_contract[k] = kcon[k];
+        dd.rhs_contract[k] = xcon[k] - 1;
+    }
+    ot_shape ys = *osh; /* [o, the positions in the input's order (the output's)] */
+    ys.rank = 1;
+    ys.dims[0] = osh->dims[1];
+    for (int d = 1; d < xr; d++) {
+        bool con = false;
+        for (int k = 0; k < nc; k++) con |= xcon[k] == d;
+        if (!con) ys.dims[ys.rank++] = xs.dims[d - 1];
+    }
+    int64_t nimg = ls->dims[0];
     int64_t xn = ot_shape_numel_unchecked(&xs), yn = ot_shape_numel_unchecked(&ys);
-    if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes) ||
-        ex_overlaps(out, os->nbytes, in[1], ins[1].nbytes))
-        return OT_OK;
-    dd.lhs_contract[0] = cd->kernel_input_feature;
-    dd.rhs_contract[0] = 0;
     ex_leaf dl[2] = {{rs, ins[1].nbytes}, {&xs, xn * es}}, dy = {&ys, yn * es};
     const ex_epilogue *epi = c->epilogue;
     dot_epi de = {epi, 0};
     ex_epilogue hook = {dot_epi_fn, &de};
-    int fast = c->fast_run;
     bool fused = epi != NULL;
     for (int64_t n = 0; n < nimg; n++) {
         void *din[2] = {in[1], (char *)in[0] + n * xn * es};
