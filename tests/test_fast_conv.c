@@ -291,7 +291,7 @@ static void test_output_fusion(void) {
         /* windows that tile the input: the fast dot's GEMM, NHWC (one), NCHW (per image) */
         {"f32[2,64,64,3]", "f32[16,16,3,128]", "f32[2,4,4,128]", "f32[128]",
          "size=16x16 stride=16x16", "b01f_01io->b01f", 3},
-        {"f32[3,8,32,32]", "f32[128,8,4,4]", "f32[3,128,8,8]", "f32[128]", "size=4x4 stride=4x4",
+        {"f32[3,8,64,64]", "f32[128,8,8,8]", "f32[3,128,8,8]", "f32[128]", "size=8x8 stride=8x8",
          "bf01_oi01->bf01", 1},
         /* one image of few positions, its output features in parts: NHWC, NCHW */
         {"f32[1,7,7,256]", "f32[3,3,256,128]", "f32[1,7,7,128]", "f32[128]", "size=3x3 pad=1_1x1_1",
@@ -425,40 +425,42 @@ static void test_feature_parts(void) {
 }
 
 /* Windows that tile the input (stride = window, no padding): the patch matrix through the fast
- * dot — ViT's 16x16 stride-16 embedding, 4x4 stride-4 stems (NHWC in one dot, NCHW per image),
+ * dot — ViT's 16x16 stride-16 embedding, 8x8 stride-8 (NHWC in one dot, NCHW per image),
  * rectangular windows, a kernel whose features are outermost (OIHW beside an NHWC input), an
  * NCHW input with an NHWC output, a 1x1 NCHW layer, 1-D and 3-D, each with fewer than 16 input
- * features and at least 128 kernel rows and output features; and the other paths: 16 input
- * features or more, a smaller product, windows that leave input rows unread. */
+ * features, at least 512 kernel rows and 128 output features; and the other paths: 16 input
+ * features or more, smaller products, windows that leave input rows unread. */
 static void test_patches(void) {
     conv_case("f32[2,64,64,3]", "f32[16,16,3,128]", "f32[2,4,4,128]", "size=16x16 stride=16x16",
               "b01f_01io->b01f");
-    conv_case("f32[3,32,32,8]", "f32[4,4,8,128]", "f32[3,8,8,128]", "size=4x4 stride=4x4",
+    conv_case("f32[3,64,64,8]", "f32[8,8,8,128]", "f32[3,8,8,128]", "size=8x8 stride=8x8",
               "b01f_01io->b01f");
-    conv_case("f32[2,32,32,4]", "f32[8,4,4,136]", "f32[2,4,8,136]", "size=8x4 stride=8x4",
+    conv_case("f32[2,32,64,4]", "f32[8,16,4,136]", "f32[2,4,4,136]", "size=8x16 stride=8x16",
               "b01f_01io->b01f");
-    conv_case("f32[2,12,32,12]", "f32[3,4,12,128]", "f32[2,4,8,128]", "size=3x4 stride=3x4",
+    conv_case("f32[2,18,32,12]", "f32[6,8,12,128]", "f32[2,3,4,128]", "size=6x8 stride=6x8",
               "b01f_01io->b01f");
-    conv_case("f32[2,32,32,8]", "f32[128,8,4,4]", "f32[2,8,8,128]", "size=4x4 stride=4x4",
+    conv_case("f32[2,64,64,8]", "f32[128,8,8,8]", "f32[2,8,8,128]", "size=8x8 stride=8x8",
               "b01f_oi01->b01f");
-    conv_case("f32[2,8,32,32]", "f32[4,4,8,128]", "f32[2,8,8,128]", "size=4x4 stride=4x4",
+    conv_case("f32[2,8,64,64]", "f32[8,8,8,128]", "f32[2,8,8,128]", "size=8x8 stride=8x8",
               "bf01_01io->b01f");
-    conv_case("f32[2,8,32,32]", "f32[128,8,4,4]", "f32[2,128,8,8]", "size=4x4 stride=4x4",
+    conv_case("f32[2,8,64,64]", "f32[128,8,8,8]", "f32[2,128,8,8]", "size=8x8 stride=8x8",
               "bf01_oi01->bf01");
     conv_case("f32[3,3,48,48]", "f32[128,3,16,16]", "f32[3,128,3,3]", "size=16x16 stride=16x16",
               "bf01_oi01->bf01");
     conv_case("f32[2,16,12,20]", "f32[24,16,1,1]", "f32[2,24,12,20]", "size=1x1",
               "bf01_oi01->bf01");
-    conv_case("f32[4,128,8]", "f32[16,8,128]", "f32[4,8,128]", "size=16 stride=16", "b0f_0io->b0f");
-    conv_case("f32[2,8,8,8,4]", "f32[4,4,4,4,128]", "f32[2,2,2,2,128]", "size=4x4x4 stride=4x4x4",
-              "b012f_012io->b012f");
+    conv_case("f32[4,256,8]", "f32[64,8,128]", "f32[4,4,128]", "size=64 stride=64", "b0f_0io->b0f");
+    conv_case("f32[2,16,16,16,2]", "f32[8,8,4,2,128]", "f32[2,2,2,4,128]",
+              "size=8x8x4 stride=8x8x4", "b012f_012io->b012f");
     conv_case("f32[2,16,16,32]", "f32[2,2,32,136]", "f32[2,8,8,136]", "size=2x2 stride=2x2",
+              "b01f_01io->b01f");
+    conv_case("f32[3,32,32,8]", "f32[4,4,8,128]", "f32[3,8,8,128]", "size=4x4 stride=4x4",
               "b01f_01io->b01f");
     conv_case("f32[2,16,16,4]", "f32[2,2,4,8]", "f32[2,8,8,8]", "size=2x2 stride=2x2",
               "b01f_01io->b01f");
-    conv_case("f32[2,33,34,3]", "f32[8,8,3,128]", "f32[2,4,4,128]", "size=8x8 stride=8x8",
+    conv_case("f32[2,33,34,3]", "f32[16,16,3,128]", "f32[2,2,2,128]", "size=16x16 stride=16x16",
               "b01f_01io->b01f");
-    conv_case("f32[2,3,34,33]", "f32[128,3,8,8]", "f32[2,128,4,4]", "size=8x8 stride=8x8",
+    conv_case("f32[2,3,34,33]", "f32[128,3,16,16]", "f32[2,128,2,2]", "size=16x16 stride=16x16",
               "bf01_oi01->bf01");
 }
 

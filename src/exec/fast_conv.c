@@ -302,11 +302,12 @@ static int conv_roles(int rank, int64_t batch, int64_t feat, const int64_t *spat
  * the matrix of patches — out[(n, p), o] = sum over (window position, c) of patch[(n, p), (q, c)]
  * w[(q, c), o] — with no im2col's duplication. The class covers 1x1 convolutions (windows of one
  * element), ViT's patch embedding (16x16 stride 16), ConvNeXt's and Swin's patchify stems (4x4
- * stride 4) and space-to-depth; those with windows of more than one element where the input
- * has fewer than CONV_PATCH_MAX_C features and the kernel at least CONV_PATCH_MIN rows and
- * output features (the stems on colour images). It runs as the fast dot (its own GEMM: the output
- * fusion on its row blocks), the split input as one operand, the kernel the other, the contraction
- * in the kernel's memory order (the kernel read where it lies):
+ * stride 4) and space-to-depth; it takes those with windows of more than one element where the
+ * input has fewer than CONV_PATCH_MAX_C features, the kernel at least CONV_PATCH_MIN_K rows and
+ * CONV_PATCH_MIN_N output features (large windows over colour images: ViT's embedding). It runs as
+ * the fast dot (its own GEMM: the output fusion on its row blocks), the split input as one operand,
+ * the kernel the other, the contraction in the kernel's memory order (the kernel read where it
+ * lies):
  *  - outputs with the features innermost (NHWC) and the other dims in the input's order, where a
  *    window has more than one element: one dot over all images, the patch matrix the dot's copy
  *    of its split-input operand into (batch, positions, window) order (its blocked transpose),
@@ -322,7 +323,8 @@ static int conv_roles(int rank, int64_t batch, int64_t feat, const int64_t *spat
  * packed B by the instruction it is handed (here a copy on this stack frame) and the kernel
  * buffer: two convolutions of one loop reading the same kernel buffer in the same layout pack it
  * the same way. */
-#define CONV_PATCH_MIN   128 /* a window's kernel rows and output features, at least */
+#define CONV_PATCH_MIN_K 512 /* a window's kernel rows (window x input features), at least */
+#define CONV_PATCH_MIN_N 128 /* a window's output features, at least */
 #define CONV_PATCH_MAX_C 16  /* a window's input features, fewer than */
 static ot_status conv_as_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
                              const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
@@ -351,15 +353,15 @@ static ot_status conv_as_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *i
     if (memcmp(lr, orl, (size_t)(r - 1) * sizeof lr[0])) return OT_OK;
     /* a window of more than one element: only over few input features (oneDNN's direct kernels
      * vectorize over blocks of 16 of them: with 3 colours and a 16x16 window they run 256 kernel
-     * positions of 3 features each, where the patch matrix has rows of 768) and a product of at
-     * least CONV_PATCH_MIN kernel rows (window x features) and output features: where the dot
-     * measured faster than oneDNN's direct convolution; with 16 or more features it measured
-     * even, with fewer rows or output features slower (docs/benchmarks.md) */
+     * positions of 3 features each, where the patch matrix has rows of 768) and a product of
+     * long rows and many output features: where the dot measured faster than oneDNN's direct
+     * convolution; with 16 or more features, or rows of 384, it measured even, with rows of 192
+     * or fewer, or fewer output features, slower (docs/benchmarks.md) */
     int64_t kk = 1, no = rs->dims[cd->kernel_output_feature];
     for (int j = 0; j < r; j++)
         if (j != cd->kernel_output_feature) kk *= rs->dims[j];
-    if (window && (rs->dims[cd->kernel_input_feature] >= CONV_PATCH_MAX_C || kk < CONV_PATCH_MIN ||
-                   no < CONV_PATCH_MIN))
+    if (window && (rs->dims[cd->kernel_input_feature] >= CONV_PATCH_MAX_C ||
+                   kk < CONV_PATCH_MIN_K || no < CONV_PATCH_MIN_N))
         return OT_OK;
     bool nchw = cd->input_batch == 0 && cd->input_feature == 1 && cd->output_batch == 0 &&
                 cd->output_feature == 1;
