@@ -4,7 +4,7 @@
  * between) — forward, input gradient and filter gradient, as JAX lowers them for NHWC/HWIO and
  * NCHW/OIHW — the suite's 3x3 16x32x32x64 -> 64 convolution in both layouts, and ResNet-style
  * layers at batch 1 (inference) and odd batches (3, 7): 3x3, 1x1, the 7x7/2 first layer, a
- * filter gradient.
+ * filter gradient; ViT's patch embedding (a 16x16 stride-16 window) in both layouts.
  * ours: the lone convolution compiled (-O2) and run by ot_execute_on_host (the fast convolution,
  * src/exec/fast_conv.c) on the default pool (OPTITPU_THREADS, else the CPU count). Baseline:
  * cblas_sgemm of the GEMM the convolution is — M = output positions (batch x spatial), N =
@@ -86,6 +86,11 @@ static const ccase k_cases[] = {
      "size=7x7 stride=2x2 pad=3_3x3_3", "bf01_oi01->bf01", 12544, 64, 147},
     {"NCHW b3 3x3 64x32x32->64", "f32[3,64,32,32]", "f32[64,64,3,3]", "f32[3,64,32,32]", W3,
      "bf01_oi01->bf01", 3072, 64, 576},
+    /* a window that tiles the input: ViT's patch embedding (16x16 stride 16) */
+    {"NHWC ViT 16x16/16 8x224x224x3->384", "f32[8,224,224,3]", "f32[16,16,3,384]",
+     "f32[8,14,14,384]", "size=16x16 stride=16x16", "b01f_01io->b01f", 1568, 384, 768},
+    {"NCHW ViT 16x16/16 8x3x224x224->384", "f32[8,3,224,224]", "f32[384,3,16,16]",
+     "f32[8,384,14,14]", "size=16x16 stride=16x16", "bf01_oi01->bf01", 1568, 384, 768},
 };
 
 static void fill(float *v, size_t n, uint64_t s) {
