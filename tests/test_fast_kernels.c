@@ -1528,6 +1528,63 @@ static void test_reduce_columns(void) {
     }
 }
 
+/* Column maxima/minima (the walk, its outputs folded on integer keys in blocks of 1024, a block
+ * holding a NaN folded again in order): without a NaN, with infinities, signed zeros and
+ * subnormals (the keys' order and the flush); with NaNs of several payloads and signs in some
+ * columns, two per column, in one block or both blocks of a wide row; from a NaN init; on narrow
+ * runs (the prefetched rows), wide ones and whole rows: bitwise the reference on every pool. */
+static void test_reduce_minmax_columns(void) {
+    g_rng = 0xc0a;
+    static const ot_opcode ops[] = {OT_OP_MAXIMUM, OT_OP_MINIMUM};
+    static const struct {
+        int r;
+        int64_t dims[4], rd[2];
+        int nd;
+    } cs[] = {{2, {300, 1000}, {0}, 1},        {2, {40, 2500}, {0}, 1}, {3, {7, 30, 64}, {1}, 1},
+              {4, {20, 3, 50, 17}, {0, 2}, 2}, {2, {1000, 20}, {0}, 1}, {3, {9, 200, 300}, {0}, 1}};
+    for (int k = 0; k < 4; k++) {
+        ot_dtype t = k % 2 ? OT_F64 : OT_F32;
+        for (int c = 0; c < (int)(sizeof cs / sizeof cs[0]); c++)
+            for (int v = 0; v < 3; v++) {
+                ot_shape s;
+                ASSERT_OK(ot_shape_make(&s, t, cs[c].r, cs[c].dims));
+                ot_module *m = reduce_module(t, &s, cs[c].rd, cs[c].nd, ops[k / 2],
+                                             v == 2 ? NAN : -INFINITY, false);
+                ASSERT_TRUE(m);
+                ot_executable *e = compile0(m);
+                ASSERT_TRUE(e);
+                ot_tensor x;
+                ASSERT_OK(ot_tensor_alloc(&x, &s));
+                fill_random(&x, -1, 1);
+                int64_t n = ot_shape_numel_unchecked(&s);
+                for (int q = 0; q < 40; q++) /* infinities, signed zeros, subnormals */
+                    set_special(&x, (int64_t)(next_u64() % (uint64_t)n), (int)(next_u64() % 6));
+                int64_t last = cs[c].dims[cs[c].r - 1];
+                for (int q = 0; v >= 1 && q < 6; q++) { /* two NaNs in each of some columns */
+                    int64_t col = (int64_t)(next_u64() % (uint64_t)last);
+                    for (int h = 0; h < 2; h++) {
+                        int64_t at = (int64_t)(next_u64() % (uint64_t)(n / last)) * last + col;
+                        if (t == OT_F32) {
+                            uint32_t b = (h ? 0xffc00002u : 0x7f800001u) + (uint32_t)q;
+                            memcpy((float *)x.data + at, &b, 4);
+                        } else {
+                            uint64_t b =
+                                (h ? 0xfff8000000000002ull : 0x7ff0000000000001ull) + (uint64_t)q;
+                            memcpy((double *)x.data + at, &b, 8);
+                        }
+                    }
+                }
+                char what[96];
+                snprintf(what, sizeof what, "minmax columns %s %s case %d variant %d",
+                         ot_dtype_name(t), ot_opcode_name(ops[k / 2]), c, v);
+                expect_rows_bitwise(e, &x, what);
+                ot_tensor_release(&x);
+                ot_executable_free(e);
+                ot_module_free(m);
+            }
+    }
+}
+
 /* Sums whose partial sums pass through the subnormal band (3m - 2.5m = 0.5m with m the smallest
  * normal, flushed to zero under FTZ, and so on), with subnormal inputs among them: lane-ordered
  * rows (many outputs), one long lane-ordered row (blocks), and columns ([O, R, I] over R, each
@@ -2292,7 +2349,7 @@ OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_til
              OT_TEST(test_gather), OT_TEST(test_scatter), OT_TEST(test_scatter_random),
              OT_TEST(test_scatter_minmax), OT_TEST(test_scatter_minmax_keyed),
              OT_TEST(test_scatter_in_place_temp), OT_TEST(test_reduce_fusion),
-             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_subnormal_sums),
-             OT_TEST(test_reduce_axis_sets), OT_TEST(test_reduce_minmax_long_blocks),
-             OT_TEST(test_elementwise), OT_TEST(test_scratch_allocation_failure),
-             OT_TEST(test_teardown))
+             OT_TEST(test_reduce_columns), OT_TEST(test_reduce_minmax_columns),
+             OT_TEST(test_reduce_subnormal_sums), OT_TEST(test_reduce_axis_sets),
+             OT_TEST(test_reduce_minmax_long_blocks), OT_TEST(test_elementwise),
+             OT_TEST(test_scratch_allocation_failure), OT_TEST(test_teardown))

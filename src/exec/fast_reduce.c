@@ -497,14 +497,14 @@ DEFINE_MM_SCALAR(double, max_f64, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7f
                  0x8000000000000000ull, 0, 1)
 DEFINE_MM_SCALAR(double, min_f64, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7fffffffffffffffull,
                  0x8000000000000000ull, 0, 0)
-#define walk_op_add_f32 addb_f
-#define walk_op_add_f64 addb_d
-#define walk_op_mul_f32 mul_f
-#define walk_op_mul_f64 mul_d
-#define walk_op_max_f32 mmv_max_f32
-#define walk_op_min_f32 mmv_min_f32
-#define walk_op_max_f64 mmv_max_f64
-#define walk_op_min_f64 mmv_min_f64
+#define walk_op_add_f32    addb_f
+#define walk_op_add_f64    addb_d
+#define walk_op_mul_f32    mul_f
+#define walk_op_mul_f64    mul_d
+#define walk_op_max_f32_mm mmv_max_f32
+#define walk_op_min_f32_mm mmv_min_f32
+#define walk_op_max_f64_mm mmv_max_f64
+#define walk_op_min_f64_mm mmv_min_f64
 
 /* The input's dims with unit dims dropped and neighbours of the same kind (reduced or kept)
  * merged, as groups g[0..ng) + the last two: rows of Rl reduced by I kept contiguous elements.
@@ -523,7 +523,7 @@ typedef struct walk_plan {
     void *y;
 } walk_plan;
 
-#define DEFINE_WALK(T, SUF)                                                                        \
+#define DEFINE_WFOLD(T, SUF)                                                                       \
     static inline __attribute__((always_inline)) void wfold_##SUF##_k(                             \
         T *restrict y, const T *restrict x, int64_t R, int64_t stride, int64_t n, bool z) {        \
         for (int64_t r = 0; r < R; r++) {                                                          \
@@ -538,7 +538,78 @@ typedef struct walk_plan {
             wfold_##SUF##_k(y, x, R, stride, n, true);                                             \
         else                                                                                       \
             wfold_##SUF##_k(y, x, R, stride, n, false);                                            \
+    }
+
+/* Maximum/minimum folded on keys (the bits, flushed under z, mapped to a signed integer ordered
+ * as the floats, -0 < +0): without a NaN, mmv's result is the operand of the larger (smaller)
+ * key, equal keys being equal bits, so one integer max per element over a key copy of the outputs
+ * gives its bits, where mmv computes both keys and the NaN selects for every element (column
+ * maxima of [4000, 1000] f32: 1.1 ms -> see docs/benchmarks.md). The outputs are taken in blocks
+ * of WKEYS; a block whose outputs or inputs hold a NaN is left as it was and folded again by mmv,
+ * whose first NaN in order is the reference's. */
+#define WKEYS  1024
+#define WAHEAD 8
+#define DEFINE_WFOLD_KEYS(T, SUF, UT, ST, EXP, ABS, SGN, MAXP)                                     \
+    DEFINE_WFOLD(T, SUF##_mm)                                                                      \
+    static inline __attribute__((always_inline)) ST wkey_##SUF(T v, bool z, UT *nan) {             \
+        UT u;                                                                                      \
+        memcpy(&u, &v, sizeof u);                                                                  \
+        if (z) u = (u & (EXP)) == 0 ? u & (SGN) : u;                                               \
+        *nan |= (UT)((u & (ABS)) > (EXP));                                                         \
+        ST s = (ST)u;                                                                              \
+        return s ^ ((s >> (sizeof(ST) * 8 - 1)) & (ST)(ABS));                                      \
     }                                                                                              \
+    static inline __attribute__((always_inline)) bool wkeys_##SUF##_k(                             \
+        T *restrict y, const T *restrict x, int64_t R, int64_t stride, int64_t n, bool z) {        \
+        ST k[WKEYS];                                                                               \
+        UT nan = 0;                                                                                \
+        for (int64_t i = 0; i < n; i++) k[i] = wkey_##SUF(y[i], z, &nan);                          \
+        /* narrow runs (up to 32 cache lines) in other pages, which the hardware prefetchers do    \
+         * not follow: each row WAHEAD ahead is prefetched (wider or contiguous runs: not) */      \
+        int64_t ahead = stride > n && n * (int64_t)sizeof(T) <= 2048 ? R - WAHEAD : 0;             \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            const T *restrict a = x + r * stride;                                                  \
+            if (r < ahead)                                                                         \
+                for (int64_t i = 0; i < n; i += 64 / (int64_t)sizeof(T))                           \
+                    __builtin_prefetch(a + WAHEAD * stride + i);                                   \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                ST v = wkey_##SUF(a[i], z, &nan);                                                  \
+                k[i] = (MAXP) ? (v > k[i] ? v : k[i]) : (v < k[i] ? v : k[i]);                     \
+            }                                                                                      \
+        }                                                                                          \
+        if (nan) return false;                                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            ST s = k[i];                                                                           \
+            UT u = (UT)(s ^ ((s >> (sizeof(ST) * 8 - 1)) & (ST)(ABS)));                            \
+            memcpy(&y[i], &u, sizeof u);                                                           \
+        }                                                                                          \
+        return true;                                                                               \
+    }                                                                                              \
+    RED_CLONES static bool wkeys_##SUF(T *restrict y, const T *restrict x, int64_t R,              \
+                                       int64_t stride, int64_t n, bool z) {                        \
+        return z ? wkeys_##SUF##_k(y, x, R, stride, n, true)                                       \
+                 : wkeys_##SUF##_k(y, x, R, stride, n, false);                                     \
+    }                                                                                              \
+    static void wfold_##SUF(T *restrict y, const T *restrict x, int64_t R, int64_t stride,         \
+                            int64_t n, bool z) {                                                   \
+        for (int64_t i0 = 0; i0 < n; i0 += WKEYS) {                                                \
+            int64_t m = n - i0 < WKEYS ? n - i0 : WKEYS;                                           \
+            if (!wkeys_##SUF(y + i0, x + i0, R, stride, m, z))                                     \
+                wfold_##SUF##_mm(y + i0, x + i0, R, stride, m, z);                                 \
+        }                                                                                          \
+    }
+DEFINE_WFOLD(float, add_f32)
+DEFINE_WFOLD(float, mul_f32)
+DEFINE_WFOLD(double, add_f64)
+DEFINE_WFOLD(double, mul_f64)
+DEFINE_WFOLD_KEYS(float, max_f32, uint32_t, int32_t, 0x7f800000u, 0x7fffffffu, 0x80000000u, 1)
+DEFINE_WFOLD_KEYS(float, min_f32, uint32_t, int32_t, 0x7f800000u, 0x7fffffffu, 0x80000000u, 0)
+DEFINE_WFOLD_KEYS(double, max_f64, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7fffffffffffffffull,
+                  0x8000000000000000ull, 1)
+DEFINE_WFOLD_KEYS(double, min_f64, uint64_t, int64_t, 0x7ff0000000000000ull, 0x7fffffffffffffffull,
+                  0x8000000000000000ull, 0)
+
+#define DEFINE_WALK(T, SUF)                                                                        \
     static void walk_run_##SUF(const walk_plan *p, int64_t ic, int64_t pa, int64_t pb) {           \
         const T *x = p->x;                                                                         \
         T *y = p->y, init = *(const T *)p->init;                                                   \
