@@ -1639,6 +1639,101 @@ static void test_reduce_walk(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* The fusions holding a reduce in text's compiled entry. */
+static int reduce_fusions(const char *text) {
+    ot_module *m = parse(text);
+    if (!m) return -1;
+    ot_executable *e = NULL;
+    int n = 0;
+    if (ot_compile(m, NULL, &e) == OT_OK) {
+        for (const ot_instr *i = ot_module_entry(ot_executable_module(e))->first; i; i = i->next) {
+            if (i->opcode != OT_OP_FUSION) continue;
+            bool red = false;
+            for (const ot_instr *x = i->called[0]->first; x; x = x->next)
+                red = red || x->opcode == OT_OP_REDUCE;
+            n += red;
+        }
+    } else {
+        n = -1;
+    }
+    ot_executable_free(e);
+    ot_module_free(m);
+    return n;
+}
+
+/* Sibling reduces (XLA's sibling multi-output fusion): two reduces of one operand shape over the
+ * same dims that read a common input become one fusion that reads it once, where the generated
+ * code runs several reduces in one pass: columns ([B, N] over B; a layer norm's gamma and beta
+ * gradients), a middle block ([A, R, N] over R), many short rows (sums in lanes, or maximum and
+ * minimum). Not merged: sums over all dims (one row: a row loop would run it on one thread),
+ * few rows, rows of a sum beside a maximum, or a reduce reading the other's result (a cycle).
+ * Native, bit for bit the reference on 1, 2, 3 and 8 threads, f32 and f64. */
+static void test_sibling_reduces(void) {
+    static const struct {
+        const char *x, *dims, *out;
+        int pair;   /* 0: sum x, sum x*y; 1: max x, min x; 2: sum x, max x; 3: sum x, sum of x
+                       times the broadcast first sum (dependent) */
+        int merged; /* fusions holding a reduce after compiling */
+    } cs[] = {
+        {"300,70", "{0}", "70", 0, 1},     {"300,70", "{0}", "70", 1, 1},
+        {"300,70", "{0}", "70", 2, 1},     {"6,100,33", "{1}", "6,33", 0, 1},
+        {"6,100,33", "{1}", "6,33", 1, 1}, {"5,1,40,1,17", "{2}", "5,1,1,17", 0, 1},
+        {"80,50", "{1}", "80", 0, 1},      {"80,50", "{1}", "80", 1, 1},
+        {"70,4,20", "{1,2}", "70", 0, 1},  {"80,50", "{1}", "80", 2, 2},
+        {"8,500", "{1}", "8", 0, 2},       {"40,50", "{0,1}", "", 0, 2},
+        {"300,70", "{0}", "70", 3, 2},     {"4,30,20", "{0,2}", "30", 0, 2},
+    };
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static char text[8192];
+    for (int v = 0; v < 2; v++) {
+        const char *dt = v ? "f64" : "f32";
+        for (int c = 0; c < (int)(sizeof cs / sizeof cs[0]); c++) {
+            tb b = {text, 0, sizeof text};
+            const char *op1 = cs[c].pair == 1 ? "maximum" : "add";
+            const char *op2 = cs[c].pair == 1 ? "minimum" : cs[c].pair == 2 ? "maximum" : "add";
+            tp(&b,
+               "HloModule sib\nr1 {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+               "  ROOT c = %s[] %s(a, b)\n}\nr2 {\n  a = %s[] parameter(0)\n"
+               "  b = %s[] parameter(1)\n  ROOT c = %s[] %s(a, b)\n}\n",
+               dt, dt, dt, op1, dt, dt, dt, op2);
+            tp(&b,
+               "ENTRY main {\n  x = %s[%s] parameter(0)\n  y = %s[%s] parameter(1)\n"
+               "  z = %s[] constant(%s)\n  s1 = %s[%s] reduce(x, z), dimensions=%s, to_apply=r1\n",
+               dt, cs[c].x, dt, cs[c].x, dt, cs[c].pair == 1 ? "-inf" : "0", dt, cs[c].out,
+               cs[c].dims);
+            if (cs[c].pair == 0)
+                tp(&b, "  w = %s[%s] multiply(x, y)\n", dt, cs[c].x);
+            else if (cs[c].pair == 3)
+                tp(&b,
+                   "  bs = %s[%s] broadcast(s1), dimensions={1}\n  w = %s[%s] multiply(x, bs)\n",
+                   dt, cs[c].x, dt, cs[c].x);
+            else
+                tp(&b, "  w = %s[%s] add(x, y)\n", dt, cs[c].x);
+            tp(&b,
+               "  z2 = %s[] constant(%s)\n  s2 = %s[%s] reduce(w, z2), dimensions=%s, "
+               "to_apply=r2\n  ROOT t = (%s[%s], %s[%s]) tuple(s1, s2)\n}\n",
+               dt,
+               cs[c].pair == 1   ? "inf"
+               : cs[c].pair == 2 ? "-inf"
+                                 : "0",
+               dt, cs[c].out, cs[c].dims, dt, cs[c].out, dt, cs[c].out);
+            int got = reduce_fusions(text);
+            if (got != cs[c].merged) fprintf(stderr, "case %d %s:\n%s\n", c, dt, text);
+            EXPECT_INT_EQ(got, cs[c].merged);
+            for (int t = 0; t < 4; t++) { /* (unmerged: the lone reduce of x is the fast one) */
+                int before = g_stats.interp_kernels;
+                g_run_pool = pools[t];
+                check_module(text, 2300 + (uint64_t)(c * 2 + v), cs[c].merged == 1);
+                if (cs[c].merged == 1) EXPECT_INT_EQ(g_stats.interp_kernels, before);
+            }
+            g_run_pool = NULL;
+        }
+    }
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Sums over a middle axis of an expression that reads operands broadcast over it (softmax's
  * gradient over axis 1: x * u[a, n] - v[a, n] summed over r of [A, R, N], unit dims between):
  * the walk's index is row * N + col (row = a * R + r), so the broadcasts read the row's digits
@@ -3656,6 +3751,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_reduce_row_broadcast),
         OT_TEST(test_index_digits),
         OT_TEST(test_reduce_walk),
+        OT_TEST(test_sibling_reduces),
         OT_TEST(test_cache),
         OT_TEST(test_fallbacks),
         OT_TEST(test_fault_injection),

@@ -9,7 +9,9 @@
  * instruction used by several clusters is duplicated into each; an expensive one (exp, log,
  * divide, power, sqrt, tanh, ...) never is: it starts its own cluster.
  * Phase 2 (siblings) merges loop clusters of one iteration space that read a common full-size
- * input (not a constant, iota or broadcast scalar), when neither reaches the other.
+ * input (not a constant, iota or broadcast scalar), when neither reaches the other, and so
+ * reduce-rooted clusters whose reduces are of one form the generated code runs together
+ * (reduce_siblings).
  * Legality: a member has the cluster's element count (same iteration space, reshapes included),
  * or is smaller and feeds only broadcasts (or the reduce's init) inside the cluster, or (loop
  * clusters) feeds slices, pads, concatenates and reverses, which read it at mapped indices (a
@@ -496,12 +498,54 @@ static bool profitable_shared(const ot_instr *z) {
     return true;
 }
 
-/* Merges loop cluster b into a (siblings: neither reaches the other, operand and size budgets
- * kept); false, nothing changed, when it would break one of those. */
+/* Whether reduces a and b (input clusters' roots) can run as one multi-output fusion that
+ * reads their operands once: one operand shape, one set of reduced dims, in a form the generated
+ * code runs with several reduces in one pass: one block of dims before the last non-unit dim,
+ * which is kept (codegen's column fusions: [B, N] -> [N], [A, R, N] -> [A, N]; a layer norm's
+ * gamma and beta gradients both sum dy over the batch), or the trailing dims of at least
+ * SIB_MIN_ROWS rows of at most SIB_MAX_ROW_BYTES (row fusions: the first reduce reads a row
+ * from memory, the others from the core's caches). Not for other forms, whose multi-output
+ * fusions are interpreted, nor for few long rows (an all-dims sum), which one row loop would
+ * run on one thread where a lone reduce splits its row over the pool. */
+enum { SIB_MIN_ROWS = 64, SIB_MAX_ROW_BYTES = 65536 };
+static bool reduce_siblings(const ot_instr *a, const ot_instr *b) {
+    if (a->opcode != OT_OP_REDUCE || b->opcode != OT_OP_REDUCE || a->noperands != 2 ||
+        b->noperands != 2 || a->shape.kind != OT_IR_ARRAY || b->shape.kind != OT_IR_ARRAY)
+        return false;
+    const ot_shape *sa = &a->operands[0]->shape.array, *sb = &b->operands[0]->shape.array;
+    if (a->operands[0]->shape.kind != OT_IR_ARRAY || b->operands[0]->shape.kind != OT_IR_ARRAY ||
+        sa->rank != sb->rank || a->attrs->ndims != b->attrs->ndims)
+        return false;
+    bool red[OT_MAX_RANK] = {false};
+    for (int d = 0; d < sa->rank; d++)
+        if (sa->dims[d] != sb->dims[d]) return false;
+    for (int k = 0; k < a->attrs->ndims; k++) red[a->attrs->dims[k]] = true;
+    for (int k = 0; k < b->attrs->ndims; k++)
+        if (!red[b->attrs->dims[k]]) return false;
+    int64_t rows, len;
+    if (ex_reduce_rows(a, &rows, &len) && ex_reduce_rows(b, &rows, &len))
+        return rows >= SIB_MIN_ROWS && (rows_reduce(a) > 0) == (rows_reduce(b) > 0) &&
+               len * (int64_t)ot_dtype_size(sa->dtype) <= SIB_MAX_ROW_BYTES && len >= 1;
+    /* columns: the reduced non-unit dims one run, the last non-unit dim kept */
+    int runs = 0, last = -1;
+    bool prev = false;
+    for (int d = 0; d < sa->rank; d++) {
+        if (sa->dims[d] == 1) continue;
+        if (red[d] && !prev) runs++;
+        prev = red[d];
+        last = d;
+    }
+    return runs == 1 && last >= 0 && !red[last];
+}
+
+/* Merges cluster b into a (siblings: neither reaches the other, operand and size budgets kept):
+ * loop clusters of one iteration space, or input clusters whose reduces are reduce_siblings;
+ * false, nothing changed, when it would break one of those. */
 static bool merge_siblings(fz *f, int32_t a, int32_t b) {
     ot_instr *outs[64];
     cluster *A = &f->cls[a], *B = &f->cls[b];
-    if (a == b || A->kind != CL_LOOP || B->kind != CL_LOOP || A->iter != B->iter) return false;
+    if (a == b || A->kind != B->kind || A->iter != B->iter) return false;
+    if (A->kind == CL_INPUT && !reduce_siblings(f->po[A->maxpos], f->po[B->maxpos])) return false;
     if (A->nio + B->nio - 1 > f->max_io) return false;
     if (A->nmembers + B->nmembers > OT_FUSION_MAX_INSTRUCTIONS) return false;
     int64_t na = cluster_outputs(f, a, outs, 64);
@@ -652,20 +696,21 @@ static ot_status phase2(fz *f) {
     for (int64_t k = 0; k < f->n; k++) {
         ot_instr *z = f->po[k];
         if (!profitable_shared(z)) continue;
-        int32_t first = -1;
+        int32_t first[2] = {-1, -1}; /* per kind: loop clusters, input clusters */
         int scanned = 0;
         for (int u = 0; u < z->nusers && scanned < 32; u++, scanned++) {
             int64_t p = pos_of(z->users[u]);
             if (f->cl[p] < 0) continue;
             int32_t c = cfind(f, f->cl[p]);
-            if (f->cls[c].kind != CL_LOOP || f->cls[c].iter != cc_numel(z) || cc_numel(z) <= 1)
-                continue;
-            if (first < 0) {
-                first = c;
+            int kind = f->cls[c].kind;
+            if (f->cls[c].iter != cc_numel(z) || cc_numel(z) <= 1) continue;
+            if (first[kind] < 0) {
+                first[kind] = c;
                 continue;
             }
-            if (c == first) continue;
-            merge_siblings(f, first, c);
+            first[kind] = cfind(f, first[kind]);
+            if (c == first[kind]) continue;
+            merge_siblings(f, first[kind], c);
         }
     }
     return OT_OK;
