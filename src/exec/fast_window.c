@@ -202,14 +202,6 @@ static inline double addn_d(double a, double b, bool z) {
         ST k = (ST)(u & (ABS));                                                                    \
         return (u & (SIGN)) ? -k : k;                                                              \
     }                                                                                              \
-    AI T maxk_##SUF(T a, T b, bool z) {                                                            \
-        UT ua = bits_##SUF(a, z), ub = bits_##SUF(b, z);                                           \
-        return from_##SUF(okey_##SUF(ua) >= okey_##SUF(ub) ? ua : ub);                             \
-    }                                                                                              \
-    AI T mink_##SUF(T a, T b, bool z) {                                                            \
-        UT ua = bits_##SUF(a, z), ub = bits_##SUF(b, z);                                           \
-        return from_##SUF(okey_##SUF(ua) <= okey_##SUF(ub) ? ua : ub);                             \
-    }                                                                                              \
     AI T addk_##SUF(T a, T b, bool z) {                                                            \
         return from_##SUF(                                                                         \
             bits_##SUF(from_##SUF(bits_##SUF(a, z)) + from_##SUF(bits_##SUF(b, z)), z));           \
@@ -245,11 +237,38 @@ DEFINE_BITS(double, uint64_t, int64_t, f64, 0x7fffffffffffffffull, 0x00100000000
     }
 
 DEFINE_FOLD(float, uint32_t, f32, add, addk_f32)
-DEFINE_FOLD(float, uint32_t, f32, max, maxk_f32)
-DEFINE_FOLD(float, uint32_t, f32, min, mink_f32)
 DEFINE_FOLD(double, uint64_t, f64, add, addk_f64)
-DEFINE_FOLD(double, uint64_t, f64, max, maxk_f64)
-DEFINE_FOLD(double, uint64_t, f64, min, mink_f64)
+
+/* Maximum/minimum folded into keys: acc holds the outputs' okeys (reduce-window's KEYS: the
+ * chunk's outputs converted once before the folds and back once after), so each element costs
+ * one key and one integer max/min instead of both operands' flushes and keys; the operand of the
+ * larger (smaller) key is the reference's result, equal keys being equal bits. */
+#define DEFINE_KFOLD(T, UT, ST, SUF, NAME, MAXP)                                                   \
+    AI UT kfold_##NAME##_##SUF##_k(ST *restrict acc, const T *restrict xb, int64_t n, int64_t S,   \
+                                   bool z) {                                                       \
+        UT nan = 0;                                                                                \
+        for (int64_t j = 0; j < n; j++) {                                                          \
+            T v = xb[j * S];                                                                       \
+            nan |= isnan_##SUF(v);                                                                 \
+            ST k = okey_##SUF(bits_##SUF(v, z));                                                   \
+            acc[j] = (MAXP) ? (k > acc[j] ? k : acc[j]) : (k < acc[j] ? k : acc[j]);               \
+        }                                                                                          \
+        return nan;                                                                                \
+    }                                                                                              \
+    WIN_CLONES static UT fold_##NAME##_##SUF(void *restrict accv, const T *restrict xb, int64_t n, \
+                                             int64_t S, bool z) {                                  \
+        ST *acc = accv;                                                                            \
+        if (S == 1)                                                                                \
+            return z ? kfold_##NAME##_##SUF##_k(acc, xb, n, 1, true)                               \
+                     : kfold_##NAME##_##SUF##_k(acc, xb, n, 1, false);                             \
+        return z ? kfold_##NAME##_##SUF##_k(acc, xb, n, S, true)                                   \
+                 : kfold_##NAME##_##SUF##_k(acc, xb, n, S, false);                                 \
+    }
+
+DEFINE_KFOLD(float, uint32_t, int32_t, f32, max, 1)
+DEFINE_KFOLD(float, uint32_t, int32_t, f32, min, 0)
+DEFINE_KFOLD(double, uint64_t, int64_t, f64, max, 1)
+DEFINE_KFOLD(double, uint64_t, int64_t, f64, min, 0)
 
 /* The select over candidates xb[j * S] (operand offsets at0 + j * S) for j < n: bk/bi hold the
  * current selection's key (sign-adjusted so that the select keeps the larger) and offset;
@@ -298,11 +317,12 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
 /* HWZ: the vector folds of an add under FTZ run plain adds under the hardware modes
  * (ex_hw_ftz_on, set by rw_* for the whole task; the exact loop's software flushing gives the
  * same bits under them). */
-#define DEFINE_RW(T, UT, SUF, OPF, FOLD, HWZ)                                                      \
+#define DEFINE_RW(T, UT, ST, KS, SUF, OPF, FOLD, HWZ, KEYS)                                        \
     static inline __attribute__((always_inline)) void rw_##SUF##_k(                                \
         const win_plan *p, int64_t begin, int64_t end, bool z, bool sw) {                          \
         const T *x = p->x;                                                                         \
         T *y = p->y, init, acc[RW_CHUNK];                                                          \
+        ST kacc[(KEYS) ? RW_CHUNK : 1];                                                            \
         memcpy(&init, p->init, sizeof init);                                                       \
         int64_t L = p->L, wl = p->wsize[p->r - 1];                                                 \
         const int64_t *cl = p->cnt[p->r - 1], *ol = p->off[p->r - 1];                              \
@@ -315,23 +335,36 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
             for (int64_t j0 = 0; j0 < L; j0 += p->chunk) {                                         \
                 int64_t n = L - j0 < p->chunk ? L - j0 : p->chunk;                                 \
                 for (int64_t j = 0; j < n; j++) acc[j] = init;                                     \
-                bool exact = !p->aff || p->init_nan;                                               \
+                /* (KEYS: a subnormal init under z is kept unflushed by an output whose window     \
+                 * visits nothing, which its key cannot tell: the exact fold) */                   \
+                bool exact = !p->aff || p->init_nan ||                                             \
+                             ((KEYS) && z && bits_##KS(init, true) != bits_##KS(init, false));     \
                 if (!exact) {                                                                      \
                     UT nan = 0;                                                                    \
                     int64_t B = p->blk;                                                            \
+                    if (KEYS) {                                                                    \
+                        ST ki = okey_##KS(bits_##KS(init, z));                                     \
+                        for (int64_t j = 0; j < n; j++) kacc[j] = ki;                              \
+                    }                                                                              \
                     for (bool more = iter_first(&it); more; more = iter_next(&it))                 \
                         for (int64_t k = 0, lo, hi; k < wl; k++)                                   \
                             if (!B && aff_range(p, k, j0, n, &lo, &hi))                            \
-                                nan |= FOLD(acc + (lo - j0), x + it.base + p->koff[k] + lo * p->S, \
-                                            hi - lo, p->S, z && !HWZ);                             \
+                                nan |= FOLD((KEYS) ? (void *)(kacc + (lo - j0))                    \
+                                                   : (void *)(acc + (lo - j0)),                    \
+                                            x + it.base + p->koff[k] + lo * p->S, hi - lo, p->S,   \
+                                            z && !HWZ);                                            \
                             else if (B && aff_range(p, k, j0 / B, n / B, &lo, &hi))                \
                                 for (int64_t w = lo; w < hi; w++)                                  \
-                                    nan |= FOLD(acc + (w * B - j0),                                \
+                                    nan |= FOLD((KEYS) ? (void *)(kacc + (w * B - j0))             \
+                                                       : (void *)(acc + (w * B - j0)),             \
                                                 x + it.base + (w * p->S + p->koff[k]) * B, B, 1,   \
                                                 z && !HWZ);                                        \
                     if (nan) {                                                                     \
                         exact = true;                                                              \
                         for (int64_t j = 0; j < n; j++) acc[j] = init;                             \
+                    } else if (KEYS) { /* okey is its own inverse */                               \
+                        for (int64_t j = 0; j < n; j++)                                            \
+                            acc[j] = from_##KS((UT)okey_##KS((UT)kacc[j]));                        \
                     }                                                                              \
                 }                                                                                  \
                 for (bool more = exact && iter_first(&it); more; more = iter_next(&it)) {          \
@@ -363,12 +396,12 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
         }                                                                                          \
     }
 
-DEFINE_RW(float, uint32_t, add_f32, addn_f, fold_add_f32, EX_HW_FTZ)
-DEFINE_RW(float, uint32_t, max_f32, max_f, fold_max_f32, 0)
-DEFINE_RW(float, uint32_t, min_f32, min_f, fold_min_f32, 0)
-DEFINE_RW(double, uint64_t, add_f64, addn_d, fold_add_f64, EX_HW_FTZ)
-DEFINE_RW(double, uint64_t, max_f64, max_d, fold_max_f64, 0)
-DEFINE_RW(double, uint64_t, min_f64, min_d, fold_min_f64, 0)
+DEFINE_RW(float, uint32_t, int32_t, f32, add_f32, addn_f, fold_add_f32, EX_HW_FTZ, 0)
+DEFINE_RW(float, uint32_t, int32_t, f32, max_f32, max_f, fold_max_f32, 0, 1)
+DEFINE_RW(float, uint32_t, int32_t, f32, min_f32, min_f, fold_min_f32, 0, 1)
+DEFINE_RW(double, uint64_t, int64_t, f64, add_f64, addn_d, fold_add_f64, EX_HW_FTZ, 0)
+DEFINE_RW(double, uint64_t, int64_t, f64, max_f64, max_d, fold_max_f64, 0, 1)
+DEFINE_RW(double, uint64_t, int64_t, f64, min_f64, min_d, fold_min_f64, 0, 1)
 
 /* ---- prefix scans ------------------------------------------------------------------------- */
 
