@@ -1663,11 +1663,12 @@ static int reduce_fusions(const char *text) {
 
 /* Sibling reduces (XLA's sibling multi-output fusion): two reduces of one operand shape over the
  * same dims that read a common input become one fusion that reads it once, where the generated
- * code runs several reduces in one pass: columns ([B, N] over B; a layer norm's gamma and beta
- * gradients), a middle block ([A, R, N] over R), many short rows (sums in lanes, or maximum and
- * minimum). Not merged: sums over all dims (one row: a row loop would run it on one thread),
- * few rows, rows of a sum beside a maximum, or a reduce reading the other's result (a cycle).
- * Native, bit for bit the reference on 1, 2, 3 and 8 threads, f32 and f64. */
+ * code runs several reduces in one pass: columns ([B, N] over B, N >= 1024, unit dims anywhere;
+ * a layer norm's gamma and beta gradients), many short rows (sums in lanes, or maximum and
+ * minimum). Not merged: few columns or a middle block ([A, R, N] over R: slower merged), sums over
+ * all dims (one row: a row loop would run it on one thread), few rows, rows of a sum beside a
+ * maximum, or a reduce reading the other's result (a cycle). Native, bit for bit the reference on
+ * 1, 2, 3 and 8 threads, f32 and f64. */
 static void test_sibling_reduces(void) {
     static const struct {
         const char *x, *dims, *out;
@@ -1675,13 +1676,21 @@ static void test_sibling_reduces(void) {
                        times the broadcast first sum (dependent) */
         int merged; /* fusions holding a reduce after compiling */
     } cs[] = {
-        {"300,70", "{0}", "70", 0, 1},     {"300,70", "{0}", "70", 1, 1},
-        {"300,70", "{0}", "70", 2, 1},     {"6,100,33", "{1}", "6,33", 0, 1},
-        {"6,100,33", "{1}", "6,33", 1, 1}, {"5,1,40,1,17", "{2}", "5,1,1,17", 0, 1},
-        {"80,50", "{1}", "80", 0, 1},      {"80,50", "{1}", "80", 1, 1},
-        {"70,4,20", "{1,2}", "70", 0, 1},  {"80,50", "{1}", "80", 2, 2},
-        {"8,500", "{1}", "8", 0, 2},       {"40,50", "{0,1}", "", 0, 2},
-        {"300,70", "{0}", "70", 3, 2},     {"4,30,20", "{0,2}", "30", 0, 2},
+        {"30,1100", "{0}", "1100", 0, 1},
+        {"30,1100", "{0}", "1100", 1, 1},
+        {"30,1100", "{0}", "1100", 2, 1},
+        {"5,3,1030", "{0,1}", "1030", 0, 1},
+        {"1,9,1,1030", "{1}", "1,1,1030", 1, 1},
+        {"6,100,33", "{1}", "6,33", 0, 2},
+        {"300,70", "{0}", "70", 0, 2},
+        {"80,50", "{1}", "80", 0, 1},
+        {"80,50", "{1}", "80", 1, 1},
+        {"70,4,20", "{1,2}", "70", 0, 1},
+        {"80,50", "{1}", "80", 2, 2},
+        {"8,500", "{1}", "8", 0, 2},
+        {"40,50", "{0,1}", "", 0, 2},
+        {"30,1100", "{0}", "1100", 3, 2},
+        {"4,30,20", "{0,2}", "30", 0, 2},
     };
     static const int threads[] = {1, 2, 3, 8};
     ot_threadpool *pools[4] = {NULL};
