@@ -544,9 +544,9 @@ typedef struct walk_plan {
  * as the floats, -0 < +0): without a NaN, mmv's result is the operand of the larger (smaller)
  * key, equal keys being equal bits, so one integer max per element over a key copy of the outputs
  * gives its bits, where mmv computes both keys and the NaN selects for every element (column
- * maxima of [4000, 1000] f32: 1.1 ms -> see docs/benchmarks.md). The outputs are taken in blocks
- * of WKEYS; a block whose outputs or inputs hold a NaN is left as it was and folded again by mmv,
- * whose first NaN in order is the reference's. */
+ * maxima of [4000, 1000] f32, one thread: 1.77 -> 1.04 ms, docs/benchmarks.md). The outputs are
+ * taken in blocks of WKEYS; a block whose outputs or inputs hold a NaN is left as it was and
+ * folded again by mmv, whose first NaN in order is the reference's. */
 #define WKEYS  1024
 #define WAHEAD 8
 #define DEFINE_WFOLD_KEYS(T, SUF, UT, ST, EXP, ABS, SGN, MAXP)                                     \
