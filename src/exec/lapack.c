@@ -201,7 +201,7 @@ static ot_status lk_plan(lk *p, const ot_instr *i, const ir_lapack_call *lc, con
     return OT_OK;
 }
 
-/* row-major rows x cols at src -> column-major (ld = rows) at dst, and back */
+/* row-major rows x cols at src -> column-major (ld = rows) at dst */
 static void to_colmajor(const lk *p, const void *src, void *dst, int64_t rows, int64_t cols) {
     if (p->f64) {
         const double *s = src;
@@ -216,18 +216,9 @@ static void to_colmajor(const lk *p, const void *src, void *dst, int64_t rows, i
     }
 }
 
+/* column-major rows x cols (ld = rows) -> row-major: the same transpose, read as cols x rows */
 static void from_colmajor(const lk *p, const void *src, void *dst, int64_t rows, int64_t cols) {
-    if (p->f64) {
-        const double *s = src;
-        double *d = dst;
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < cols; j++) d[i * cols + j] = s[j * rows + i];
-    } else {
-        const float *s = src;
-        float *d = dst;
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < cols; j++) d[i * cols + j] = s[j * rows + i];
-    }
+    to_colmajor(p, src, dst, cols, rows);
 }
 
 /* Matrix b of the batch, with workspace ws (ws_bytes). Returns LAPACK's info (< 0: an argument
