@@ -4,8 +4,9 @@
 # in-process sharded run on 3 devices with the tree; their checkpoints hold one optim shard per
 # process, byte for byte the in-process run's; a process killed by --fail-device is restarted by
 # launch from the sharded checkpoint (process 0 restores and hands every process its block) and
-# the job ends as the uninterrupted one; int8 state too. More than one device per process is
-# refused.
+# the job ends as the uninterrupted one; int8 state too. Overlapped (--overlap on): the same
+# metrics byte for byte, the communication inside the forward/backward in the merged trace. More
+# than one device per process is refused.
 set -euo pipefail
 bin=$1 build=$3
 source "$(dirname "$0")/mpi_env.sh"
@@ -55,6 +56,56 @@ done
   || { cat g.log; exit 1; }
 grep -q '"start_step":20' g.json
 same "int8: restarted from the sharded checkpoint" e.json g.json
+
+# overlapped across processes (--overlap on): each parameter's gradients sent to their owners
+# and reduced between the backward's kernels, the all-gather received before each parameter's
+# first reader in the next forward. 4 processes (from 4 members the tree's order differs from
+# rank order): every step's metrics byte for byte the non-overlapped job's and the in-process
+# run's, for adam and lamb (whose trust ratios add the norms' all-gather beside the exchange)
+ov=(--steps 20 --eval-every 10 --ckpt-dir none --json --shard-optimizer)
+for opt in adam lamb; do
+  for o in on off; do
+    "$bin" launch --np 4 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 "${ov[@]}" \
+      --optimizer $opt --overlap $o --out "ov_${opt}_$o" >"ov_${opt}_$o.json" 2>ov.log \
+      || { cat ov.log; exit 1; }
+  done
+  "$bin" train --devices 4 --allreduce tree "${ov[@]}" --optimizer $opt --overlap off --quiet \
+    --out "ov_${opt}_in" >"ov_${opt}_in.json"
+  grep -q '"overlap":true' "ov_${opt}_on.json" || { echo "$opt: not overlapped"; exit 1; }
+  grep -q '"overlap":false' "ov_${opt}_off.json" || { echo "$opt: overlapped with off"; exit 1; }
+  cmp "ov_${opt}_on/metrics.csv" "ov_${opt}_off/metrics.csv"
+  cmp "ov_${opt}_on/metrics.csv" "ov_${opt}_in/metrics.csv"
+  same "$opt overlapped vs not" "ov_${opt}_on.json" "ov_${opt}_off.json"
+done
+# a process killed at step 25 of an overlapped job: restarted from step 20, the same end
+"$bin" launch --np 3 --oversubscribe --ckpt-dir h --max-restarts 2 -- "${job[@]}" --overlap on \
+  --ckpt-dir h --out oh --fail-device 1@25 >h.json 2>h.log || { cat h.log; exit 1; }
+grep -q '"overlap":true' h.json
+grep -q '"start_step":20' h.json
+same "overlapped, restarted from the sharded checkpoint" a.json h.json
+# the merged trace: on every process the all-gather of steps 1-3 runs inside the next step's
+# forward/backward (before a parameter's first reader), and the reduce-scatter inside them too
+"$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 --steps 4 \
+  --hidden 64,64 --shard-optimizer --overlap on --ckpt-dir none --quiet --out ot \
+  --trace trace.json >/dev/null 2>t.log || { cat t.log; exit 1; }
+if command -v python3 >/dev/null; then
+  python3 - trace.json <<'PY'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('ph') == 'X']
+def inside(name, pid):
+    fb = [(e['ts'], e['ts'] + e['dur']) for e in ev
+          if e.get('pid') == pid and e['name'] == 'forward+backward']
+    return sum(1 for e in ev if e.get('pid') == pid and e['name'] == name and
+               any(a <= e['ts'] and e['ts'] + e['dur'] <= b for a, b in fb))
+for pid in range(2):
+    if inside('all-gather', pid) < 3:
+        sys.exit(f'process {pid}: the all-gather of steps 1-3 not inside the next forward')
+if sum(inside('reduce-scatter', pid) for pid in range(2)) < 4:
+    sys.exit('fewer than 4 reduce-scatter events inside forward/backward in 4 steps')
+PY
+else
+  echo "python3 missing: the trace's nesting not checked"
+fi
 
 # two devices per process: refused on every process, with the reason
 if "$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 2 \

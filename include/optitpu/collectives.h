@@ -255,7 +255,8 @@ OT_API ot_status ot_local_world_run(ot_local_world *w, ot_local_fn fn, void *ud,
 
 /* ---------------------------------------------------------------------------------------------
  * The split-phase sharded exchange: a reduce-scatter and an all-gather of one flat f32 vector
- * between the n threads of one process, bucket by bucket, so that each can overlap computation
+ * between the n threads of one process (or, through ot_shard_exchange_wrap, the processes of an
+ * MPI job), bucket by bucket, so that each can overlap computation
  * (ZeRO stage 1 with PyTorch DDP's bucketed overlap). Member r owns block r, the elements
  * [r * block_len, (r + 1) * block_len) of a vector of n * block_len; buckets are disjoint ranges
  * of the vector (elements no bucket covers are never reduced).
@@ -328,6 +329,32 @@ OT_API ot_status ot_shard_exchange_wait_published(ot_shard_exchange *x, uint64_t
  * the vector), valid once published. */
 OT_API const float *ot_shard_exchange_block(const ot_shard_exchange *x, int q);
 OT_API ot_status ot_shard_exchange_fetched(ot_shard_exchange *x, int rank, uint64_t seq);
+
+/* The same exchange over another transport, whose members are not all threads of this process
+ * (ot_mpi_shard_exchange_create in mpi.h: one member per process of an MPI job): every call
+ * above goes to ops with impl, under the contract above (post's data NULL: the bound grads;
+ * completions may progress the transport). ot_shard_exchange_free calls ops->free(impl); ops
+ * outlives the handle. */
+typedef struct ot_shard_exchange_ops {
+    void (*free)(void *impl);
+    ot_status (*bind)(void *impl, int rank, const float *grads, const float *block);
+    void (*abort)(void *impl, ot_status why, const char *msg);
+    ot_status (*grads_writable)(void *impl, int rank, uint64_t seq, uint64_t deadline_ns);
+    ot_status (*post)(void *impl, int rank, uint64_t seq, int bucket, const float *data);
+    ot_status (*reduce)(void *impl, int rank, uint64_t seq, float *reduced, bool wait,
+                        uint64_t deadline_ns, int *done);
+    uint64_t (*completions)(void *impl);
+    bool (*reduced)(void *impl, int rank, uint64_t seq);
+    ot_status (*params_writable)(void *impl, int rank, uint64_t seq, uint64_t deadline_ns);
+    ot_status (*publish)(void *impl, int rank, uint64_t seq);
+    ot_status (*wait_published)(void *impl, uint64_t seq, size_t off, size_t len,
+                                uint64_t deadline_ns);
+    const float *(*block)(void *impl, int q);
+    ot_status (*fetched)(void *impl, int rank, uint64_t seq);
+} ot_shard_exchange_ops;
+/* A handle over ops and impl (every slot required); on error impl is not freed. */
+OT_API ot_status ot_shard_exchange_wrap(const ot_shard_exchange_ops *ops, void *impl,
+                                        ot_shard_exchange **out);
 
 /* ---------------------------------------------------------------------------------------------
  * Gradient aggregation

@@ -165,6 +165,26 @@ OT_API ot_status ot_mpi_allreduce_plain(ot_mpi *m, const void *sendbuf, void *re
 OT_API ot_status ot_mpi_hier_allreduce(ot_mpi *m, int local, const void *sendbuf, void *recvbuf,
                                        size_t count, ot_dtype dt, ot_redop op, int64_t timeout_ns);
 
+/* The split-phase sharded exchange (collectives.h) across the processes, member r being process
+ * r (one device per process), with ot_shard_exchange_create's block, buckets and order; the
+ * handle takes the same calls and is freed by ot_shard_exchange_free. Collective: every process
+ * creates it at once (it duplicates the job's communicator, so its messages meet no other
+ * component's). The values travel as non-blocking point-to-point messages into this process's
+ * memory: post sends each owner its part of the bucket (the step's receives are posted by
+ * grads_writable), publish sends the bound block to every process and receives theirs into the
+ * vector the bound block is part of (block at rank * block_len of size * block_len floats, which
+ * then holds every block: ot_shard_exchange_block). Every call tests what is outstanding, which
+ * progresses MPI: calling ot_shard_exchange_completions (or reduce without waiting) between
+ * pieces of work overlaps the transfers with the work. Each element is combined in the order's
+ * fixed per-element order, bit for bit the in-process exchange and ot_comm_reduce_scatter with
+ * that algorithm. grads_writable and params_writable wait for this process's sends of the last
+ * step (the others hold copies); waits poll MPI_Test against the deadline, yielding between
+ * polls. Threads: one thread at a time, and no other thread calls MPI meanwhile
+ * (MPI_THREAD_SERIALIZED). */
+OT_API ot_status ot_mpi_shard_exchange_create(ot_mpi *m, size_t block_len, int nbuckets,
+                                              const size_t *bucket_off, const size_t *bucket_len,
+                                              ot_coll_algo order, ot_shard_exchange **out);
+
 /* ---- bootstrap: barriers, heartbeats, membership -------------------------------------------- */
 
 /* A barrier over every process (MPI_Ibarrier) that returns OT_ERR_TIMEOUT when timeout_ns passes

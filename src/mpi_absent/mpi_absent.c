@@ -138,4 +138,11 @@ ot_coord *ot_mpi_coord(ot_mpi *m) {
     (void)m;
     return NULL;
 }
+ot_status ot_mpi_shard_exchange_create(ot_mpi *m, size_t block_len, int nbuckets,
+                                       const size_t *bucket_off, const size_t *bucket_len,
+                                       ot_coll_algo order, ot_shard_exchange **out) {
+    (void)m, (void)block_len, (void)nbuckets, (void)bucket_off, (void)bucket_len, (void)order;
+    if (out) *out = NULL;
+    return ABSENT();
+}
 #endif

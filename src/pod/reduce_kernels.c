@@ -112,6 +112,20 @@ void ot_pod_tree_combine(void *dst, const void *const *in, int n, size_t k, ot_d
 #undef TREE_AT
 }
 
+void ot_pod_ordered_sum_f32(float *dst, const float *const *in, int n, size_t k, ot_coll_algo order,
+                            float *work) {
+    if (order == OT_ALGO_TREE) {
+        ot_pod_tree_combine(dst, (const void *const *)in, n, k, OT_F32, OT_REDOP_SUM, work);
+        return;
+    }
+    if (n == 1) {
+        memcpy(dst, in[0], k * sizeof(float));
+        return;
+    }
+    ot_pod_combine_to(dst, in[0], in[1], k, OT_F32, OT_REDOP_SUM);
+    for (int r = 2; r < n; r++) ot_pod_combine(dst, in[r], k, OT_F32, OT_REDOP_SUM);
+}
+
 void ot_pod_widen(float *dst, const void *src, size_t n, ot_dtype dt) {
     const uint16_t *s = src;
     if (dt == OT_F16)

@@ -32,6 +32,14 @@ void ot_pod_combine_to(void *dst, const void *src_a, const void *src_b, size_t n
 void ot_pod_tree_combine(void *dst, const void *const *in, int n, size_t k, ot_dtype dt,
                          ot_redop op, void *work);
 
+/* dst = the n f32 inputs' k elements summed in a per-element order that does not depend on how
+ * a vector is cut into pieces: OT_ALGO_TREE the tree's (ot_pod_tree_combine), any other rank
+ * order (the first two out of place, as the direct all-reduce's tiles). The one combine of the
+ * split-phase sharded exchange, in one process (shard_exchange.c) and across processes
+ * (src/mpi), so both give each element the same bits. work: as ot_pod_tree_combine's. */
+void ot_pod_ordered_sum_f32(float *dst, const float *const *in, int n, size_t k, ot_coll_algo order,
+                            float *work);
+
 /* n f16 (dt OT_F16) or bf16 (any other dt) values to f32, and back (ot_f16_to_f32 and friends). */
 void ot_pod_widen(float *dst, const void *src, size_t n, ot_dtype dt);
 void ot_pod_narrow(void *dst, const float *src, size_t n, ot_dtype dt);

@@ -29,11 +29,13 @@ typedef struct member {
     unsigned char *mine_done; /* [nbuckets]: reduced this member's part of bucket b in step cur */
     int left;                 /* buckets of step cur not yet reduced */
     float *work;              /* n tiles for the tree order */
-    const void **in;          /* [n]: the members' tiles the tree order combines */
+    const float **in;         /* [n]: the members' tiles the order combines */
     const float **src;        /* [n]: the members' values of the bucket being reduced */
 } member;
 
 struct ot_shard_exchange {
+    const ot_shard_exchange_ops *ops; /* another transport (ot_shard_exchange_wrap): all below */
+    void *impl;                       /* unused */
     int n, nb;
     size_t block;
     ot_coll_algo order;
@@ -137,6 +139,11 @@ ot_status ot_shard_exchange_create(int n, size_t block_len, int nbuckets, const 
 }
 
 void ot_shard_exchange_free(ot_shard_exchange *x) {
+    if (x && x->ops) {
+        x->ops->free(x->impl);
+        ot_free(x);
+        return;
+    }
     if (!x) return;
     if (x->m) {
         for (int r = 0; r < x->n; r++) {
@@ -166,6 +173,7 @@ static ot_status check_rank(const ot_shard_exchange *x, int rank, const char *wh
 
 ot_status ot_shard_exchange_bind(ot_shard_exchange *x, int rank, const float *grads,
                                  const float *block) {
+    if (x && x->ops) return x->ops->bind(x->impl, rank, grads, block);
     OT_CHECK(check_rank(x, rank, "ot_shard_exchange_bind"));
     if (!grads || !block)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_bind: NULL vector");
@@ -184,6 +192,10 @@ static void abort_locked(ot_shard_exchange *x, ot_status why, const char *msg) {
 }
 
 void ot_shard_exchange_abort(ot_shard_exchange *x, ot_status why, const char *msg) {
+    if (x && x->ops) {
+        x->ops->abort(x->impl, why == OT_OK ? OT_ERR_PEER_FAILED : why, msg);
+        return;
+    }
     if (!x) return;
     pthread_mutex_lock(&x->mu);
     abort_locked(x, why == OT_OK ? OT_ERR_PEER_FAILED : why, msg);
@@ -228,6 +240,7 @@ static ot_status wait_locked(ot_shard_exchange *x, int rank, uint64_t dl, const 
 
 ot_status ot_shard_exchange_grads_writable(ot_shard_exchange *x, int rank, uint64_t seq,
                                            uint64_t deadline_ns) {
+    if (x && x->ops) return x->ops->grads_writable(x->impl, rank, seq, deadline_ns);
     OT_CHECK(check_rank(x, rank, "ot_shard_exchange_grads_writable"));
     pthread_mutex_lock(&x->mu);
     ot_status s = OT_OK;
@@ -240,6 +253,7 @@ ot_status ot_shard_exchange_grads_writable(ot_shard_exchange *x, int rank, uint6
 
 static ot_status post(ot_shard_exchange *x, int rank, uint64_t seq, int bucket, const float *data,
                       const char *fn) {
+    if (x && x->ops) return x->ops->post(x->impl, rank, seq, bucket, data);
     OT_CHECK(check_rank(x, rank, fn));
     if (bucket < 0 || bucket >= x->nb)
         return ot_error(OT_ERR_INVALID_ARGUMENT, "%s: bucket %d of %d", fn, bucket, x->nb);
@@ -277,29 +291,17 @@ static void reduce_bucket(ot_shard_exchange *x, int rank, int b, float *reduced,
     size_t hi = x->boff[b] + x->blen[b] < bhi ? x->boff[b] + x->blen[b] : bhi;
     int n = x->n;
     float *acc = x->m[rank].work;
-    const void **in = x->m[rank].in;
+    const float **in = x->m[rank].in;
     for (size_t i = lo; i < hi; i += TILE) {
         size_t k = hi - i < TILE ? hi - i : TILE;
-        float *d = reduced + (i - blo);
-        if (x->order == OT_ALGO_DIRECT) {
-            /* rank order, as the direct algorithm's tiles (the first two summed out of place) */
-            if (n == 1) {
-                memcpy(d, src[0] + (i - lo), k * sizeof(float));
-                continue;
-            }
-            ot_pod_combine_to(d, src[0] + (i - lo), src[1] + (i - lo), k, OT_F32, OT_REDOP_SUM);
-            for (int r = 2; r < n; r++)
-                ot_pod_combine(d, src[r] + (i - lo), k, OT_F32, OT_REDOP_SUM);
-            continue;
-        }
-        /* the tree's, reading the members' tiles in place (comm.c, tree_rs_shm) */
         for (int r = 0; r < n; r++) in[r] = src[r] + (i - lo);
-        ot_pod_tree_combine(d, in, n, k, OT_F32, OT_REDOP_SUM, acc);
+        ot_pod_ordered_sum_f32(reduced + (i - blo), in, n, k, x->order, acc);
     }
 }
 
 ot_status ot_shard_exchange_reduce(ot_shard_exchange *x, int rank, uint64_t seq, float *reduced,
                                    bool wait, uint64_t deadline_ns, int *done) {
+    if (x && x->ops) return x->ops->reduce(x->impl, rank, seq, reduced, wait, deadline_ns, done);
     OT_CHECK(check_rank(x, rank, "ot_shard_exchange_reduce"));
     if (!reduced) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_reduce: NULL block");
     member *me = &x->m[rank];
@@ -356,6 +358,7 @@ ot_status ot_shard_exchange_reduce(ot_shard_exchange *x, int rank, uint64_t seq,
 }
 
 bool ot_shard_exchange_reduced(const ot_shard_exchange *x, int rank, uint64_t seq) {
+    if (x && x->ops) return x->ops->reduced(x->impl, rank, seq);
     if (!x || rank < 0 || rank >= x->n) return false;
     pthread_mutex_lock((pthread_mutex_t *)&x->mu);
     bool r = x->m[rank].reduced >= seq;
@@ -365,6 +368,7 @@ bool ot_shard_exchange_reduced(const ot_shard_exchange *x, int rank, uint64_t se
 
 ot_status ot_shard_exchange_params_writable(ot_shard_exchange *x, int rank, uint64_t seq,
                                             uint64_t deadline_ns) {
+    if (x && x->ops) return x->ops->params_writable(x->impl, rank, seq, deadline_ns);
     OT_CHECK(check_rank(x, rank, "ot_shard_exchange_params_writable"));
     pthread_mutex_lock(&x->mu);
     ot_status s = OT_OK;
@@ -376,6 +380,7 @@ ot_status ot_shard_exchange_params_writable(ot_shard_exchange *x, int rank, uint
 }
 
 ot_status ot_shard_exchange_publish(ot_shard_exchange *x, int rank, uint64_t seq) {
+    if (x && x->ops) return x->ops->publish(x->impl, rank, seq);
     OT_CHECK(check_rank(x, rank, "ot_shard_exchange_publish"));
     pthread_mutex_lock(&x->mu);
     x->m[rank].published = seq;
@@ -386,6 +391,7 @@ ot_status ot_shard_exchange_publish(ot_shard_exchange *x, int rank, uint64_t seq
 
 ot_status ot_shard_exchange_wait_published(ot_shard_exchange *x, uint64_t seq, size_t off,
                                            size_t len, uint64_t deadline_ns) {
+    if (x && x->ops) return x->ops->wait_published(x->impl, seq, off, len, deadline_ns);
     if (!x) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_wait_published: NULL");
     size_t total = (size_t)x->n * x->block;
     if (off > total || len > total - off)
@@ -406,10 +412,12 @@ ot_status ot_shard_exchange_wait_published(ot_shard_exchange *x, uint64_t seq, s
 }
 
 const float *ot_shard_exchange_block(const ot_shard_exchange *x, int q) {
+    if (x && x->ops) return x->ops->block(x->impl, q);
     return x && q >= 0 && q < x->n ? x->m[q].params : NULL;
 }
 
 ot_status ot_shard_exchange_fetched(ot_shard_exchange *x, int rank, uint64_t seq) {
+    if (x && x->ops) return x->ops->fetched(x->impl, rank, seq);
     OT_CHECK(check_rank(x, rank, "ot_shard_exchange_fetched"));
     pthread_mutex_lock(&x->mu);
     x->m[rank].fetched = seq;
@@ -419,6 +427,23 @@ ot_status ot_shard_exchange_fetched(ot_shard_exchange *x, int rank, uint64_t seq
 }
 
 uint64_t ot_shard_exchange_completions(const ot_shard_exchange *x) {
+    if (x && x->ops) return x->ops->completions(x->impl);
     return x ? atomic_load_explicit(&((ot_shard_exchange *)x)->completions, memory_order_acquire)
              : 0;
+}
+
+ot_status ot_shard_exchange_wrap(const ot_shard_exchange_ops *ops, void *impl,
+                                 ot_shard_exchange **out) {
+    if (!out) return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_wrap: NULL output");
+    *out = NULL;
+    if (!ops || !impl || !ops->free || !ops->bind || !ops->abort || !ops->grads_writable ||
+        !ops->post || !ops->reduce || !ops->completions || !ops->reduced || !ops->params_writable ||
+        !ops->publish || !ops->wait_published || !ops->block || !ops->fetched)
+        return ot_error(OT_ERR_INVALID_ARGUMENT, "ot_shard_exchange_wrap: missing operation");
+    ot_shard_exchange *x = ot_calloc(1, sizeof *x);
+    if (!x) return ot_error(OT_ERR_OUT_OF_MEMORY, "ot_shard_exchange_wrap");
+    x->ops = ops;
+    x->impl = impl;
+    *out = x;
+    return OT_OK;
 }

@@ -87,6 +87,13 @@ typedef struct train_pod_vtable {
     /* Required. Sums n floats in place over every replica of the pod (fixed order: bit-identical
      * on every replica). */
     ot_status (*allreduce)(trainer *t, train_member *m, float *flat, size_t n);
+    /* Optional (NULL: the step never overlaps its communication). The overlapped step's
+     * split-phase exchange over the pod's m->n members (collectives.h: block, buckets, order),
+     * made by the segment's first member with t->mu held; members call it with their pod rank
+     * m->g. */
+    ot_status (*shard_exchange)(trainer *t, train_member *m, size_t block, int nbuckets,
+                                const size_t *off, const size_t *len, ot_coll_algo order,
+                                ot_shard_exchange **out);
     /* Required. The injected fault (o->fail_device) at the start of 0-based step `step`, called
      * on every replica when step + 1 == o->fail_step: an error ends this replica's segment. */
     ot_status (*inject_fault)(trainer *t, train_member *m, int64_t step);

@@ -275,6 +275,14 @@ static void local_member_end(trainer *t, train_member *m) {
     if (t->trace && m->comm) ot_comm_set_trace(m->comm, NULL, 0);
 }
 
+/* The exchange between the device threads of this process. */
+static ot_status local_shard_exchange(trainer *t, train_member *m, size_t block, int nbuckets,
+                                      const size_t *off, const size_t *len, ot_coll_algo order,
+                                      ot_shard_exchange **out) {
+    (void)t;
+    return ot_shard_exchange_create(m->n, block, nbuckets, off, len, order, out);
+}
+
 static ot_status local_allreduce(trainer *t, train_member *m, float *flat, size_t n) {
     return ot_comm_allreduce(m->comm, flat, flat, n, OT_F32, OT_REDOP_SUM, &t->coll);
 }
@@ -506,6 +514,7 @@ const train_pod_vtable train_pod_local = {
     .member_begin = local_member_begin,
     .member_end = local_member_end,
     .allreduce = local_allreduce,
+    .shard_exchange = local_shard_exchange,
     .inject_fault = local_inject_fault,
     .fail_member = local_fail_member,
     .recover = local_recover,

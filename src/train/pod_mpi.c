@@ -105,6 +105,20 @@ static ot_status mpi_allreduce(trainer *t, train_member *m, float *flat, size_t 
                                  m->timeout_ns);
 }
 
+/* One device per process: the exchange across the processes (non-blocking point-to-point,
+ * progressed between the kernels). With more local devices the step keeps the hierarchical
+ * all-reduce. */
+static ot_status mpi_shard_exchange(trainer *t, train_member *m, size_t block, int nbuckets,
+                                    const size_t *off, const size_t *len, ot_coll_algo order,
+                                    ot_shard_exchange **out) {
+    if (t->nlive != 1 || m->n != t->psize)
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "train: the overlapped exchange across processes takes one device per "
+                        "process (%d here)",
+                        t->nlive);
+    return ot_mpi_shard_exchange_create(t->o->mpi, block, nbuckets, off, len, order, out);
+}
+
 /* A device's failure is its process dying: Open MPI ends the job and optitpu launch restarts it
  * from the newest verified checkpoint. */
 static ot_status mpi_inject_fault(trainer *t, train_member *m, int64_t step) {
@@ -397,6 +411,7 @@ const train_pod_vtable train_pod_mpi = {
     .run_segment = mpi_run_segment,
     .member_begin = mpi_member_begin,
     .allreduce = mpi_allreduce,
+    .shard_exchange = mpi_shard_exchange,
     .inject_fault = mpi_inject_fault,
     .agree = mpi_agree,
     .share_restore = mpi_share_restore,

@@ -306,13 +306,13 @@ static ot_status post_param(replica_run *rr, int k) {
     const float *view = rr->add ? NULL : ot_buffer_host_data(rr->outs[2 + k]);
     ot_status s = OT_OK;
     if (view) {
-        s = ot_shard_exchange_post_view(t->xchg, rr->m.rank, rr->seq, k, view);
+        s = ot_shard_exchange_post_view(t->xchg, rr->m.g, rr->seq, k, view);
         if (s == OT_OK) rr->held[k] = rr->outs[2 + k]; /* not freed with the run's outputs */
     } else {
         phase_clock pc = train_phase_start();
         s = gather_param(rr, k, rr->add);
         phase_piece(t, rr->m.r, PH_OTHER, pc, "gather", false);
-        if (s == OT_OK) s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, k);
+        if (s == OT_OK) s = ot_shard_exchange_post(t->xchg, rr->m.g, rr->seq, k);
     }
     rr->posted[k] = s == OT_OK;
     return s;
@@ -333,7 +333,7 @@ static ot_status reduce_ready(replica_run *rr, bool wait) {
     if (rr->buckets_left == 0) return OT_OK;
     phase_clock pc = train_phase_start();
     int done = 0;
-    ot_status s = ot_shard_exchange_reduce(t->xchg, rr->m.rank, rr->seq, rr->gblock, wait,
+    ot_status s = ot_shard_exchange_reduce(t->xchg, rr->m.g, rr->seq, rr->gblock, wait,
                                            wait ? xchg_deadline(rr) : 0, &done);
     rr->buckets_left -= done;
     phase_piece(t, rr->m.r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce",
@@ -374,7 +374,7 @@ static ot_status fetch_sums(replica_run *rr) {
     for (int k = 0; s == OT_OK && k < 2; k++)
         rr->metric[k] =
             ot_shard_exchange_block(t->xchg, (int)((total + k) / blk))[(total + k) % blk];
-    if (s == OT_OK) s = ot_shard_exchange_fetched(t->xchg, rr->m.rank, rr->seq);
+    if (s == OT_OK) s = ot_shard_exchange_fetched(t->xchg, rr->m.g, rr->seq);
     phase_piece(t, r, PH_COMM, pc, "all-reduce", true);
     return s;
 }
@@ -398,7 +398,7 @@ static ot_status fetch_param(replica_run *rr, int k) {
     if (s == OT_OK) {
         rr->pending[k] = false;
         if (--rr->npending == 0) {
-            s = ot_shard_exchange_fetched(t->xchg, rr->m.rank, rr->fetch_seq);
+            s = ot_shard_exchange_fetched(t->xchg, rr->m.g, rr->fetch_seq);
             rr->fetch_seq = 0;
         }
     }
@@ -509,7 +509,7 @@ static ot_status phase_allreduce(replica_run *rr) {
         if (rr->ovl) {
             /* overlapped: the gradients' buckets are posted (and partly reduced); the head is
              * the last bucket, then the rest of this device's block as it arrives */
-            s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, t->nparams);
+            s = ot_shard_exchange_post(t->xchg, rr->m.g, rr->seq, t->nparams);
             phase_piece(t, r, PH_COMM, pc, "reduce-scatter", false);
             if (s == OT_OK) s = reduce_ready(rr, true);
             pc = train_phase_start();
@@ -525,10 +525,10 @@ static ot_status phase_allreduce(replica_run *rr) {
         /* overlapped: the gradients' buckets are posted (and partly reduced); the loss and
          * correct count are the last bucket, then this device reduces the rest of its block,
          * publishes it and copies every block of the sums into its gradient buffers */
-        s = ot_shard_exchange_post(t->xchg, rr->m.rank, rr->seq, t->nparams);
+        s = ot_shard_exchange_post(t->xchg, rr->m.g, rr->seq, t->nparams);
         phase_piece(t, r, PH_COMM, pc, "all-reduce", false);
         if (s == OT_OK) s = reduce_ready(rr, true);
-        if (s == OT_OK) s = ot_shard_exchange_publish(t->xchg, rr->m.rank, rr->seq);
+        if (s == OT_OK) s = ot_shard_exchange_publish(t->xchg, rr->m.g, rr->seq);
         if (s == OT_OK) s = fetch_sums(rr);
         pc = train_phase_start();
         bytes = (t->total_elems + 2) * (int64_t)sizeof(float);
@@ -669,7 +669,7 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     ot_status s = OT_OK;
     if (rr->ovl) { /* nobody still reads this device's block of the last step */
         pc = train_phase_start();
-        s = ot_shard_exchange_params_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
+        s = ot_shard_exchange_params_writable(t->xchg, rr->m.g, rr->seq, xchg_deadline(rr));
         train_phase_end(t, r, PH_COMM, pc, "all-gather", false);
         if (s != OT_OK) return s;
     }
@@ -687,7 +687,7 @@ static ot_status phase_update_shard(replica_run *rr, int64_t step, double lr) {
     if (rr->ovl) {
         /* overlapped: the block is published; the device's parameters are fetched before their
          * first reader in the next forward, or now when something reads them before it */
-        s = ot_shard_exchange_publish(t->xchg, rr->m.rank, rr->seq);
+        s = ot_shard_exchange_publish(t->xchg, rr->m.g, rr->seq);
         if (s != OT_OK) return s;
         if (rr->m.g == 0)
             t->rep->allreduce_bytes += t->shard_len * (int64_t)sizeof(float) * rr->m.n;
@@ -839,9 +839,10 @@ static void replica_failed(replica_run *rr, ot_status s) {
  * The loop
  * ------------------------------------------------------------------------------------------- */
 
-/* Whether the in-process step overlaps its communication (o->overlap; AUTO: from
- * OT_TRAIN_OVERLAP_MIN_BYTES of gradients). */
+/* Whether the step overlaps its communication (o->overlap; AUTO: from
+ * OT_TRAIN_OVERLAP_MIN_BYTES of gradients) when the pod has an exchange. */
 static bool train_overlap(const trainer *t) {
+    if (!t->pod_vt->shard_exchange) return false;
     if (t->o->overlap == OT_OVERLAP_AUTO)
         return t->total_elems * (int64_t)sizeof(float) >= OT_TRAIN_OVERLAP_MIN_BYTES;
     return t->o->overlap == OT_OVERLAP_ON;
@@ -872,7 +873,8 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
         t->xchg_bufs = ot_calloc((size_t)rr->m.n * MAX_PARAMS, sizeof *t->xchg_bufs);
         t->xshared = t->shard_len ? ot_calloc((size_t)rr->m.n * block, sizeof(float)) : NULL;
         s = t->xchg_mem && t->xchg_bufs && (t->xshared || !t->shard_len)
-                ? ot_shard_exchange_create(rr->m.n, block, t->nparams + 1, off, len, algo, &t->xchg)
+                ? t->pod_vt->shard_exchange(t, &rr->m, block, t->nparams + 1, off, len, algo,
+                                            &t->xchg)
                 : ot_error(OT_ERR_OUT_OF_MEMORY, "train: exchange vectors");
         if (s != OT_OK) {
             ot_free(t->xchg_mem);
@@ -892,10 +894,10 @@ static ot_status overlap_begin(replica_run *rr, ot_coll_algo algo) {
             ot_shard_exchange_abort(t->xchg, OT_ERR_PEER_FAILED, t->err_msg);
     }
     /* sharded: this device's block of the shared parameters is what it publishes */
-    if (s == OT_OK && t->shard_len) rr->pblock = t->xshared + (size_t)rr->m.rank * block;
+    if (s == OT_OK && t->shard_len) rr->pblock = t->xshared + (size_t)rr->m.g * block;
     pthread_mutex_unlock(&t->mu);
     if (s != OT_OK) return s;
-    s = ot_shard_exchange_bind(t->xchg, rr->m.rank, t->shard_len ? rr->send : rr->flat,
+    s = ot_shard_exchange_bind(t->xchg, rr->m.g, t->shard_len ? rr->send : rr->flat,
                                t->shard_len ? rr->pblock : rr->gblock);
     if (s != OT_OK) return s;
     for (int k = 0; k < t->nparams; k++) rr->first_read[k] = -1;
@@ -930,7 +932,12 @@ static ot_status shared_params_begin(replica_run *rr, float *shared) {
     replica *r = rr->m.r;
     size_t len = (size_t)t->shard_len;
     rr->shared = shared;
-    memcpy(rr->pblock, rr->pflat + (size_t)rr->m.rank * len, len * sizeof(float));
+    /* across processes each holds its own copy of the vector: every block from the parameters,
+     * which every process holds the same (later blocks arrive by the exchange's publish) */
+    if (t->psize > 1)
+        memcpy(shared, rr->pflat, (size_t)rr->m.n * len * sizeof(float));
+    else
+        memcpy(rr->pblock, rr->pflat + (size_t)rr->m.rank * len, len * sizeof(float));
     ot_status s = ot_tpu_optimizer_shard_param_view(t->topt, r->dev, rr->pblock);
     if (s == OT_OK) s = ot_comm_barrier(rr->m.comm, &t->coll);
     for (int k = 0; s == OT_OK && k < t->nparams; k++) {
@@ -1042,7 +1049,8 @@ static ot_status shard_begin(replica_run *rr) {
     /* the update's parameter block starts as the device's parameters (a restore, a new segment) */
     if (s == OT_OK)
         memcpy(rr->pblock, rr->pflat + (size_t)ot_comm_rank(m->comm) * len, len * sizeof(float));
-    if (s == OT_OK && t->psize == 1 && train_overlap(t)) s = overlap_begin(rr, rr->rs_coll.algo);
+    /* across processes one device each (validate_shard): the exchange's member is the process */
+    if (s == OT_OK && train_overlap(t)) s = overlap_begin(rr, rr->rs_coll.algo);
     if (s == OT_OK && rr->ovl) s = shared_params_begin(rr, t->xshared);
     /* not overlapped, in one process: the same shared vector, the all-gather a barrier */
     if (s == OT_OK && !rr->ovl && t->psize == 1) s = vshared_begin(rr);
@@ -1116,7 +1124,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     if (rr->ar_block) {
         rr->red = ot_calloc(rr->ar_block * (size_t)m->n, sizeof *rr->red);
         if (!rr->red) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d sums", rank);
-        rr->gblock = rr->red + (size_t)m->rank * rr->ar_block;
+        rr->gblock = rr->red + (size_t)m->g * rr->ar_block;
     }
     if (!rr->idx || !rr->xb || !rr->yb || (!t->shard_len && !rr->flat))
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
@@ -1220,11 +1228,11 @@ static ot_status run_step(replica_run *rr, int64_t step) {
     if (rr->ovl) { /* nobody still reads this device's gradients of the last step */
         rr->seq = (uint64_t)(step - t->seg_start + 1);
         phase_clock pc = train_phase_start();
-        s = ot_shard_exchange_grads_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
+        s = ot_shard_exchange_grads_writable(t->xchg, rr->m.g, rr->seq, xchg_deadline(rr));
         /* unsharded: this device's block of the sums is rewritten from the first reduction on */
         if (s == OT_OK) free_held(rr); /* every member has reduced the last step */
         if (s == OT_OK && !t->shard_len)
-            s = ot_shard_exchange_params_writable(t->xchg, rr->m.rank, rr->seq, xchg_deadline(rr));
+            s = ot_shard_exchange_params_writable(t->xchg, rr->m.g, rr->seq, xchg_deadline(rr));
         phase_piece(t, rr->m.r, PH_COMM, pc, t->shard_len ? "reduce-scatter" : "all-reduce", false);
         rr->buckets_left = t->nparams + 1;
         for (int k = 0; k < t->nparams; k++) rr->posted[k] = false;
