@@ -11,7 +11,8 @@ out=$(timeout 120 mpirun --oversubscribe -np 2 "$1" bench collectives --mpi --si
 [[ $(grep -c '"bench": *"collectives_mpi".*"baseline": *"MPI_Allreduce' <<<"$out") -eq 2 ]] ||
   { echo "bench collectives --mpi: expected 2 rows: $out"; exit 1; }
 # a step's rhythm (--compute-us): one row, the step beside the same CPU work alone; uncalibrated
-# (--no-calibrate), auto picks the algorithm optitpu train --mpi runs (train does not calibrate)
+# (--no-calibrate), auto picks the algorithm optitpu train --mpi --allreduce auto runs (train does
+# not calibrate; with one device per process its default, tree, runs the tree instead)
 out=$(timeout 120 mpirun --oversubscribe -np 2 "$1" bench collectives --mpi --no-calibrate \
   --sizes 38448 --compute-us 50 --reps 2 --json)
 row=$(grep '"case": *"step 50us + allreduce f32 37KiB np2 ' <<<"$out") ||
@@ -27,7 +28,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # the 64-128-10 MLP's gradients and loss, correct count: 9,612 f32 = 38,448 bytes
 (cd "$tmp" && timeout 120 "$1" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi \
-  --devices 1 --steps 2 --hidden 128 --ckpt-dir none >/dev/null 2>train.log) ||
+  --devices 1 --allreduce auto --steps 2 --hidden 128 --ckpt-dir none >/dev/null 2>train.log) ||
   { cat "$tmp/train.log"; exit 1; }
 grep -q "gradient all-reduce: 38448 bytes over 2 devices (across processes: $algo)" \
   "$tmp/train.log" || { echo "train --mpi's algorithm is not $algo:"; cat "$tmp/train.log"; exit 1; }

@@ -2,7 +2,9 @@
 # optitpu train across processes: under optitpu launch, 2 processes x 2 devices train together
 # (gradients summed by the hierarchical MPI all-reduce, every process's parameters checked equal);
 # a process killed by --fail-device is restarted by launch from the newest verified checkpoint and
-# the job ends with parameters bit-identical to the uninterrupted run.
+# the job ends with parameters bit-identical to the uninterrupted run. With one device per process
+# and --allreduce tree (the default) the all-reduce overlaps the backward (--overlap on), the same
+# bits.
 set -euo pipefail
 bin=$1 build=$3
 source "$(dirname "$0")/mpi_env.sh"
@@ -66,6 +68,35 @@ grep -q "batch size 3 is smaller than the 4 devices" c.log
   --out oi >i.json
 [[ -n $(sha h.json) && $(sha h.json) == $(sha i.json) ]] \
   || { echo "--local-sgd across processes differs: $(sha h.json) vs $(sha i.json)"; exit 1; }
+# the all-reduce overlapped with the backward across processes (one device each, --allreduce
+# tree, the default: the tree over the processes, whose per-element order the overlapped
+# exchange keeps): 4
+# processes (from 4 members the tree's order differs from rank order), with 2 accumulated
+# micro-batches too: every step's metrics byte for byte the non-overlapped job's and the
+# in-process tree run's
+ov=(--steps 20 --eval-every 10 --json --ckpt-dir none --allreduce tree)
+for acc in 1 2; do
+  for o in on off; do
+    "$bin" launch --np 4 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 "${ov[@]}" \
+      --grad-accum $acc --overlap $o --out "ov$acc$o" >"ov$acc$o.json" 2>"ov$acc$o.log" \
+      || { cat "ov$acc$o.log"; exit 1; }
+  done
+  "$bin" train --devices 4 "${ov[@]}" --grad-accum $acc --quiet --out "ov${acc}in" \
+    >"ov${acc}in.json"
+  grep -q '"overlap":true' "ov${acc}on.json" || { echo "accum $acc: not overlapped"; exit 1; }
+  grep -q "gradient all-reduce overlapped with the backward: .*(tree order)" "ov${acc}on.log"
+  grep -q '"overlap":false' "ov${acc}off.json" || { echo "accum $acc: overlapped with off"; exit 1; }
+  cmp "ov${acc}on/metrics.csv" "ov${acc}off/metrics.csv"
+  cmp "ov${acc}on/metrics.csv" "ov${acc}in/metrics.csv"
+  [[ -n $(sha "ov${acc}on.json") && $(sha "ov${acc}on.json") == $(sha "ov${acc}off.json") ]] \
+    || { echo "accum $acc: overlapped across processes differs"; exit 1; }
+done
+# with --allreduce auto the processes' all-reduce picks its own algorithm, whose order depends on
+# the split: --overlap on does not overlap there
+"$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 --steps 3 \
+  --allreduce auto --json --ckpt-dir none --overlap on --out oj >j.json 2>j.log \
+  || { cat j.log; exit 1; }
+grep -q '"overlap":false' j.json
 # --grad-compress has no MPI form: refused, not ignored
 if "$bin" launch --np 2 --oversubscribe --max-restarts 0 -- train --mpi --devices 1 \
   --grad-compress int8 --steps 5 --ckpt-dir none --out og >/dev/null 2>g.log; then

@@ -38,12 +38,12 @@ typedef struct mpi_xchg {
     size_t block;
     ot_coll_algo order;
     size_t *boff, *blen;
-    const float *grads;   /* bound: n * block */
-    float *all;           /* bound block - me * block: every member's block as this process has it */
-    float *stage;         /* n * block: member q's values of my block's elements at q * block */
-    const float **own;    /* [nb]: my posted values of bucket b (its first element) */
-    uint64_t *posted;     /* [nb]: the step my values of bucket b were posted for */
-    unsigned char *done;  /* [nb]: bucket b reduced in step cur */
+    const float *grads;  /* bound: n * block */
+    float *all;          /* bound block - me * block: every member's block as this process has it */
+    float *stage;        /* n * block: member q's values of my block's elements at q * block */
+    const float **own;   /* [nb]: my posted values of bucket b (its first element) */
+    uint64_t *posted;    /* [nb]: the step my values of bucket b were posted for */
+    unsigned char *done; /* [nb]: bucket b reduced in step cur */
     unsigned char *ready; /* [nb]: bucket b's receives completed in step cur (completions) */
     MPI_Request *grecv;   /* [nb * n]: member q's part of bucket b for my block */
     MPI_Request *gsend;   /* [nb * n]: my part of bucket b for member q's block */
@@ -330,8 +330,8 @@ static ot_status mx_publish(void *impl, int rank, uint64_t seq) {
     const float *mine = x->all + (size_t)x->me * x->block;
     for (int q = 0; q < x->n; q++) {
         if (q == x->me) continue;
-        int rc = MPI_Irecv(x->all + (size_t)q * x->block, (int)x->block, MPI_FLOAT, q, tag,
-                           x->comm, &x->precv[q]);
+        int rc = MPI_Irecv(x->all + (size_t)q * x->block, (int)x->block, MPI_FLOAT, q, tag, x->comm,
+                           &x->precv[q]);
         if (rc == MPI_SUCCESS)
             rc = MPI_Isend(mine, (int)x->block, MPI_FLOAT, q, tag, x->comm, &x->psend[q]);
         if (rc != MPI_SUCCESS) return mx_fail(rc, "MPI_Isend/Irecv (shard exchange publish)");
@@ -340,8 +340,7 @@ static ot_status mx_publish(void *impl, int rank, uint64_t seq) {
     return OT_OK;
 }
 
-static ot_status mx_wait_published(void *impl, uint64_t seq, size_t off, size_t len,
-                                   uint64_t dl) {
+static ot_status mx_wait_published(void *impl, uint64_t seq, size_t off, size_t len, uint64_t dl) {
     mpi_xchg *x = impl;
     size_t total = (size_t)x->n * x->block;
     if (off > total || len > total - off)
@@ -415,8 +414,8 @@ ot_status ot_mpi_shard_exchange_create(ot_mpi *m, size_t block_len, int nbuckets
     for (int b = 0; b < nbuckets; b++)
         if (bucket_off[b] > total || bucket_len[b] > total - bucket_off[b])
             return ot_error(OT_ERR_OUT_OF_RANGE,
-                            "mpi shard exchange: bucket %d [%zu, +%zu) outside the %zu elements",
-                            b, bucket_off[b], bucket_len[b], total);
+                            "mpi shard exchange: bucket %d [%zu, +%zu) outside the %zu elements", b,
+                            bucket_off[b], bucket_len[b], total);
     /* disjoint (two receives must never write the same staging elements): sorted by offset,
      * each ends before the next begins */
     size_t *ord = ot_malloc(((size_t)nbuckets + 1) * sizeof *ord);
@@ -428,8 +427,8 @@ ot_status ot_mpi_shard_exchange_create(ot_mpi *m, size_t block_len, int nbuckets
         if (bucket_off[ord[i - 1]] + bucket_len[ord[i - 1]] > bucket_off[ord[i]]) {
             int a = (int)ord[i - 1], b = (int)ord[i];
             ot_free(ord);
-            return ot_error(OT_ERR_INVALID_ARGUMENT, "mpi shard exchange: buckets %d and %d overlap",
-                            a, b);
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "mpi shard exchange: buckets %d and %d overlap", a, b);
         }
     ot_free(ord);
     mpi_xchg *x = ot_calloc(1, sizeof *x);

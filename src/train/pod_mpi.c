@@ -82,6 +82,15 @@ static ot_status mpi_run_segment(trainer *t, ot_status *st) {
     return s;
 }
 
+/* One device per process with --allreduce tree (the default): the tree over the processes'
+ * communicator, whose per-element order is the in-process tree's and the overlapped exchange's,
+ * so the job ends bit for bit as `--devices N` in one process, overlapped or not. Otherwise
+ * (auto, another algorithm, several devices per process) the hierarchical all-reduce with MPI's
+ * cost model's choice. */
+static bool mpi_tree(const trainer *t) {
+    return t->nlive == 1 && t->coll.algo == OT_ALGO_TREE;
+}
+
 static ot_status mpi_member_begin(trainer *t, train_member *m) {
     if (m->rank == 0 && t->prank == 0 && t->local_sgd)
         train_log(t,
@@ -94,13 +103,20 @@ static ot_status mpi_member_begin(trainer *t, train_member *m) {
                   "gradient all-reduce: %zu bytes over %d devices (across processes: %s), "
                   "deadline %.1f s",
                   ((size_t)t->total_elems + 2) * sizeof(float), m->n,
-                  ot_mpi_algo_name(ot_mpi_choose(t->o->mpi, (size_t)t->total_elems + 2, OT_F32,
-                                                 OT_REDOP_SUM, NULL)),
+                  mpi_tree(t)
+                      ? "tree, --allreduce"
+                      : ot_mpi_algo_name(ot_mpi_choose(t->o->mpi, (size_t)t->total_elems + 2,
+                                                       OT_F32, OT_REDOP_SUM, NULL)),
                   (double)m->timeout_ns / 1e9);
     return OT_OK;
 }
 
 static ot_status mpi_allreduce(trainer *t, train_member *m, float *flat, size_t n) {
+    if (mpi_tree(t)) {
+        ot_coll_options co = t->coll;
+        co.timeout_ns = m->timeout_ns;
+        return ot_comm_allreduce(ot_mpi_comm(t->o->mpi), flat, flat, n, OT_F32, OT_REDOP_SUM, &co);
+    }
     return ot_mpi_hier_allreduce(t->o->mpi, m->rank, flat, flat, n, OT_F32, OT_REDOP_SUM,
                                  m->timeout_ns);
 }

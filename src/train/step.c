@@ -1104,11 +1104,13 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
         rr->pos[k] = t->shard_len ? (size_t)(t->fpos[k] - SHARD_HEAD) : pos;
         pos += t->sizes[k];
     }
-    /* the overlapped unsharded step: in one process, exact sums in an order that does not
-     * depend on the split (the tree's or rank order) */
+    /* the overlapped unsharded step: exact sums in an order that does not depend on the split
+     * (the tree's or rank order); across processes (one device each) with --allreduce tree,
+     * which the pod's non-overlapped all-reduce then runs too (under auto it picks its own) */
     ot_coll_algo ar_algo = OT_ALGO_AUTO;
-    if (!t->shard_len && t->psize == 1 && train_overlap(t) && m->comm &&
-        t->compress == OT_COMPRESS_NONE && !t->local_sgd) {
+    bool ar_ovl = t->psize == 1 ? m->comm != NULL : t->nlive == 1 && t->coll.algo == OT_ALGO_TREE;
+    if (!t->shard_len && ar_ovl && train_overlap(t) && t->compress == OT_COMPRESS_NONE &&
+        !t->local_sgd) {
         ar_algo = t->coll.algo != OT_ALGO_AUTO
                       ? t->coll.algo
                       : ot_coll_choose(m->comm, OT_COLL_ALLREDUCE,
