@@ -2,7 +2,8 @@
 """Step time of `optitpu train --shard-optimizer` against the unsharded data-parallel run.
 
     scripts/bench_train_shard.py OPTITPU [--rounds R] [--steps S] [--devices 4,8] [--hidden H,H]
-                                         [--optimizer O] [--allreduce tree|direct] [--json]
+                                         [--optimizer O] [--allreduce tree|direct] [--mpi N]
+                                         [--overlap auto|on|off] [--no-overlap-too] [--json]
 
 For each device count, each round runs the same job unsharded then sharded (sharded first on odd
 rounds, so drift in the machine's load hits both), with --ckpt-dir none --json, and reads the
@@ -16,6 +17,9 @@ Medians and a ratio of one run, never one time: the machines are shared.
 --no-overlap-too adds two runs per round with --overlap off, sharded (one reduce-scatter after the
 backward, one all-gather after the update) and unsharded (one all-reduce after the backward),
 interleaved with the other two; their figures are printed beside them.
+--mpi N runs every job across N processes of one device each instead (`optitpu launch --np N
+--oversubscribe -- train --mpi --devices 1 ...`, OMPI_MCA_mpi_yield_when_idle=1 unless set: the
+machine may be oversubscribed); the CPU figures and outside_compute_share are process 0's.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -30,8 +34,13 @@ ap.add_argument('--allreduce', default='tree', help='tree (the default) or direc
 ap.add_argument('--overlap', default='', help='--overlap of the two main runs (default: auto)')
 ap.add_argument('--no-overlap-too', action='store_true',
                 help='also both runs with --overlap off, interleaved')
+ap.add_argument('--mpi', type=int, default=0,
+                help='N processes of one device each (optitpu launch) instead of --devices')
 ap.add_argument('--json', action='store_true')
 a = ap.parse_args()
+if a.mpi:
+    a.devices = str(a.mpi)
+    os.environ.setdefault('OMPI_MCA_mpi_yield_when_idle', '1')
 
 out = tempfile.mkdtemp()
 
@@ -49,20 +58,28 @@ for d in [int(x) for x in a.devices.split(',')]:
     kinds = [False, True] + (['no', 'refno'] if a.no_overlap_too else [])
     for r in range(a.rounds):
         for shard in (kinds if r % 2 == 0 else kinds[::-1]):
-            cmd = [a.optitpu, 'train', '--devices', str(d), '--steps', str(a.steps), '--ckpt-dir',
-                   'none', '--json', '--quiet', '--out', out, '--optimizer', a.optimizer,
-                   '--allreduce', a.allreduce]
+            pod = (['launch', '--np', str(d), '--oversubscribe', '--max-restarts', '0', '--',
+                    'train', '--mpi', '--devices', '1'] if a.mpi else ['train', '--devices', str(d)])
+            cmd = [a.optitpu] + pod + ['--steps', str(a.steps), '--ckpt-dir', 'none', '--json',
+                                       '--quiet', '--out', out, '--optimizer', a.optimizer,
+                                       '--allreduce', a.allreduce]
             if a.hidden: cmd += ['--hidden', a.hidden]
             if shard and shard != 'refno': cmd.append('--shard-optimizer')
             if shard in ('no', 'refno'): cmd += ['--overlap', 'off']
             elif a.overlap: cmd += ['--overlap', a.overlap]
-            j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            res = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            # under launch process 0's report is the JSON line
+            j = json.loads([ln for ln in res.splitlines() if ln.startswith('{')][-1])
             runs[shard].append(j)
     shas = {j['params_sha256'] for j in runs[False] + runs[True] + runs['no'] + runs['refno']}
     if len(shas) != 1:
         sys.exit(f'{d} devices: the sharded and unsharded runs end with different parameters')
     med = {s: statistics.median(1e3 * j['wall_s'] / j['steps_run'] for j in runs[s])
            for s in kinds}
+    # every run's figures, for the ranges beside the medians
+    each = {s: {'ms_per_step': [1e3 * j['wall_s'] / j['steps_run'] for j in runs[s]],
+                'outside_compute_share': [j['outside_compute_share'] for j in runs[s]]}
+            for s in kinds}
     rows.append({'devices': d, 'params': runs[False][0]['param_elements'],
                  'unsharded_step_ms': med[False], 'sharded_step_ms': med[True],
                  'ratio': med[True] / med[False],
@@ -73,7 +90,8 @@ for d in [int(x) for x in a.devices.split(',')]:
                      j['outside_compute_share'] for j in runs[True]),
                  'unsharded_state_bytes': runs[False][0]['optim_state_bytes_per_device'],
                  'sharded_state_bytes': runs[True][0]['optim_state_bytes_per_device'],
-                 'bit_identical': True, 'rounds': a.rounds, 'steps': a.steps})
+                 'bit_identical': True, 'rounds': a.rounds, 'steps': a.steps,
+                 'each': each})
     if a.no_overlap_too:
         for k, pre in (('no', 'no_overlap_'), ('refno', 'unsharded_no_overlap_')):
             rows[-1].update({pre + 'step_ms': med[k], pre + 'cpu_ms': cpu_med(runs[k]),
@@ -83,7 +101,9 @@ if a.json:
     # one row per figure in the project's bench format (ratio > 1: the sharded run does better)
     out_rows = []
     for r in rows:
-        case = (f"{a.optimizer} mlp {r['params']} params, {r['devices']} devices, "
+        r['first_row'] = len(out_rows)
+        pod = f"{r['devices']} MPI processes" if a.mpi else f"{r['devices']} devices"
+        case = (f"{a.optimizer} mlp {r['params']} params, {pod}, "
                 f"--allreduce {a.allreduce}, median of {a.rounds} x {a.steps} steps")
         out_rows.append({'bench': 'train_shard', 'case': case, 'metric': 'ms_per_step',
                          'value': r['sharded_step_ms'],
@@ -118,6 +138,15 @@ if a.json:
                     out_rows.append({'bench': 'train_shard', 'case': case, 'metric': metric,
                                      'value': v, 'baseline': label, 'baseline_value': b,
                                      'ratio': b / v})
+        # each median's range over the rounds (min, max): which runs a row compares
+        runs_of = {'unsharded data-parallel run of the same job': (True, False),
+                   'the sharded run with --overlap off': (True, 'no'),
+                   'the unsharded run with --overlap off': (False, 'refno')}
+        for o in out_rows[r['first_row']:]:
+            if o['metric'] in ('ms_per_step', 'outside_compute_share'):
+                for key, k in zip(('value_range', 'baseline_range'), runs_of[o['baseline']]):
+                    v = r['each'][k][o['metric']]
+                    o[key] = [min(v), max(v)]
     for o in out_rows:
         print(json.dumps(o))
 else:

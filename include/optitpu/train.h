@@ -221,7 +221,8 @@ typedef struct ot_train_options {
      * shard_len) and resume onto any device count, sharded or not; an unsharded checkpoint resumes
      * sharded (docs/train.md). */
     bool shard_optimizer;
-    /* In one process the step can overlap its communication with computation: each
+    /* The step can overlap its communication with computation (in one process, and across
+     * processes with one device each: unsharded there with the tree): each
      * parameter's gradients are reduced, between the backward's kernels, as soon as every
      * device has them; with shard_optimizer the all-gather of step t's parameters happens during
      * step t + 1's forward, each parameter just before its first reader (docs/train.md). The
@@ -229,7 +230,7 @@ typedef struct ot_train_options {
      * OT_OVERLAP_AUTO (default): when the gradients are at least OT_TRAIN_OVERLAP_MIN_BYTES
      * (below that the step is its synchronizations, which overlap multiplies); ON: always;
      * OFF: one reduce-scatter or all-reduce after the backward and one all-gather after the
-     * update, as across processes. The bits are the same either way. */
+     * update. The bits are the same either way. */
     ot_train_overlap overlap;
     int64_t steps; /* default 400; epochs > 0 overrides */
     int64_t epochs;
