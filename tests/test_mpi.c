@@ -2,7 +2,8 @@
  * alone as a one-process job). Every collective x op x dtype x algorithm over MPI against the
  * naive reference; all-reduce results bit-identical on every rank and equal to the in-process
  * transport running the same algorithm; MPI's own all-reduce and the measured choice; the
- * hierarchical all-reduce over K local devices per process; MPI errors as ot_status with MPI's
+ * hierarchical all-reduce over K local devices per process; the split-phase sharded exchange
+ * against the reduce-scatter; MPI errors as ot_status with MPI's
  * message; barriers with deadlines; heartbeats and membership epochs led by rank 0. */
 #include "ot_test.h"
 
@@ -539,6 +540,101 @@ static void test_init_bad_options(void) {
 #endif
 #endif
 
+/* The split-phase sharded exchange across the processes: random disjoint buckets (crossing
+ * blocks, gaps between them), posted in another order on every process and step, every other one
+ * through a view (its bound grads zeroed, so a read of them shows); each reduced block equals
+ * ot_comm_reduce_scatter with the tree (order TREE) or the rank-order sum (DIRECT) bit for bit;
+ * every published block arrives; three steps reuse the buffers. */
+static void test_shard_exchange(void) {
+    ot_comm *c = ot_mpi_comm(M);
+    const size_t block = 37, total = block * (size_t)P;
+    size_t off[12], len[12];
+    int nb = 0;
+    for (size_t at = 0; nb < 12 && at < total; nb++) { /* the same buckets on every rank */
+        at += hash3(50, (uint32_t)nb, 0) % 5;
+        size_t l = 1 + hash3(51, (uint32_t)nb, 0) % (block + block / 2);
+        if (at >= total) break;
+        off[nb] = at;
+        len[nb] = l < total - at ? l : total - at;
+        at += len[nb];
+    }
+    size_t alloc = total * sizeof(float) + 4;
+    float *grads = malloc(alloc), *full = malloc(alloc), *view = malloc(alloc);
+    float *all = malloc(alloc), *want = malloc(alloc), *red = malloc(alloc), *v = malloc(alloc);
+    int bad = 0;
+    for (int o = 0; o < 2; o++) {
+        ot_coll_algo order = o ? OT_ALGO_DIRECT : OT_ALGO_TREE;
+        ot_shard_exchange *x = NULL;
+        ASSERT_OK(ot_mpi_shard_exchange_create(M, block, nb, off, len, order, &x));
+        EXPECT_OK(ot_shard_exchange_bind(x, R, grads, all + (size_t)R * block));
+        uint64_t dl = ot_now_ns() + 30000000000ull;
+        for (uint64_t seq = 1; seq <= 3; seq++) {
+            EXPECT_OK(ot_shard_exchange_grads_writable(x, R, seq, dl));
+            fill_round(full, R * 16 + (int)seq, total);
+            memcpy(grads, full, total * sizeof(float));
+            memcpy(view, full, total * sizeof(float));
+            int first = (int)(hash3(52, (uint32_t)R, (uint32_t)seq) % (uint32_t)nb);
+            for (int i = 0; i < nb; i++) {
+                int b = (first + i) % nb;
+                if (b % 2) { /* posted in place elsewhere: the bound grads must not be read */
+                    memset(grads + off[b], 0, len[b] * sizeof(float));
+                    EXPECT_OK(ot_shard_exchange_post_view(x, R, seq, b, view + off[b]));
+                } else {
+                    EXPECT_OK(ot_shard_exchange_post(x, R, seq, b));
+                }
+                if (i % 3 == 1)
+                    EXPECT_OK(ot_shard_exchange_reduce(x, R, seq, red, false, dl, NULL));
+            }
+            EXPECT_OK(ot_shard_exchange_reduce(x, R, seq, red, true, dl, NULL));
+            EXPECT_TRUE(ot_shard_exchange_reduced(x, R, seq));
+            /* the reference: the tree's reduce-scatter, or rank order from every rank's values */
+            if (order == OT_ALGO_TREE) {
+                ot_coll_options co = ot_coll_options_default();
+                co.algo = OT_ALGO_TREE;
+                EXPECT_OK(ot_comm_reduce_scatter(c, full, want, block, OT_F32, OT_REDOP_SUM, &co));
+            } else {
+                for (int q = 0; q < P; q++) {
+                    fill_round(v, q * 16 + (int)seq, total);
+                    for (size_t i = 0; i < block; i++) {
+                        float e = v[(size_t)R * block + i];
+                        want[i] = q == 0 ? e : want[i] + e;
+                    }
+                }
+            }
+            for (int b = 0; b < nb; b++) /* the elements of my block some bucket covers */
+                for (size_t i = off[b]; i < off[b] + len[b]; i++)
+                    if (i / block == (size_t)R && memcmp(&red[i % block], &want[i % block], 4))
+                        bad++;
+            /* the all-gather: my block, then every block once published */
+            EXPECT_OK(ot_shard_exchange_params_writable(x, R, seq, dl));
+            for (size_t i = 0; i < block; i++)
+                all[(size_t)R * block + i] =
+                    (float)(hash3(53, (uint32_t)R, (uint32_t)i) % 1000) + (float)seq;
+            EXPECT_OK(ot_shard_exchange_publish(x, R, seq));
+            EXPECT_OK(ot_shard_exchange_wait_published(x, seq, 0, total, dl));
+            for (int q = 0; q < P; q++) {
+                const float *blk = ot_shard_exchange_block(x, q);
+                for (size_t i = 0; blk && i < block; i++)
+                    if (blk[i] != (float)(hash3(53, (uint32_t)q, (uint32_t)i) % 1000) + (float)seq)
+                        bad++;
+                if (!blk) bad++;
+            }
+            EXPECT_OK(ot_shard_exchange_fetched(x, R, seq));
+        }
+        EXPECT_STATUS(ot_shard_exchange_post(x, R + 1, 4, 0), OT_ERR_INVALID_ARGUMENT);
+        ot_shard_exchange_free(x);
+    }
+    EXPECT_INT_EQ(bad, 0);
+    /* the same check on every rank: a layout no process may create */
+    size_t o2[2] = {0, 3}, l2[2] = {5, 5};
+    ot_shard_exchange *y = NULL;
+    EXPECT_STATUS(ot_mpi_shard_exchange_create(M, block, 2, o2, l2, OT_ALGO_TREE, &y),
+                  OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_mpi_shard_exchange_create(M, block, 1, o2, l2, OT_ALGO_RING, &y),
+                  OT_ERR_INVALID_ARGUMENT);
+    free(grads), free(full), free(view), free(all), free(want), free(red), free(v);
+}
+
 int main(int argc, char **argv) {
 #ifdef OT_TEST_ASAN
     /* Open MPI's plugins are unloaded before LeakSanitizer runs, so their allocations cannot be
@@ -575,6 +671,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_shm_allreduce),
         OT_TEST(test_shm_deadline),
         OT_TEST(test_hier_allreduce),
+        OT_TEST(test_shard_exchange),
         OT_TEST(test_barrier_deadline),
         OT_TEST(test_heartbeats_and_membership),
     };
