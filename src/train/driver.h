@@ -171,7 +171,7 @@ struct trainer {
     int64_t fpos[MAX_PARAMS], fend, flat_metrics;
     int shard_pod; /* the devices the update is sharded over: every process's (o->devices in one
                     * process; across processes, one device each) */
-    /* the in-process sharded step's overlapped exchange (o->overlap): made by the
+    /* the overlapped step's exchange (o->overlap; the pod's shard_exchange): made by the
      * segment's first member (t->mu), freed by its last (xchg_users) */
     ot_shard_exchange *xchg;
     int xchg_users;
@@ -182,7 +182,8 @@ struct trainer {
     /* the overlapped sharded step's parameters: one vector laid out as the members' pflat, which
      * every device of the process reads through views (its parameter buffers during the
      * segment) and each owner's update writes its block of in place: the all-gather copies
-     * nothing; freed with the exchange */
+     * nothing (across processes each process's copy, the others' blocks received into it);
+     * freed with the exchange */
     float *xshared;
     /* the non-overlapped in-process sharded step's parameters (--overlap off, or auto below its
      * floor): one vector laid out as xshared, read through views and written in place by each

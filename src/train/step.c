@@ -174,16 +174,16 @@ typedef struct replica_run {
      * read by the all-gather (nothing copied between the host vectors and the update) */
     ot_coll_options rs_coll;
     float *send, *pflat, *gblock, *pblock;
-    /* in one process, sharded: the device's parameter buffers of the segment, views of
-     * `shared` (t->xshared overlapped, t->vshared not; own: the device's own buffers, put back
-     * with the values at the segment's end) */
+    /* sharded, in one process or overlapped across processes: the device's parameter buffers
+     * of the segment, views of `shared` (t->xshared overlapped, t->vshared not; own: the device's
+     * own buffers, put back with the values at the segment's end) */
     bool views;
     float *shared;
     bool vsh; /* a user of t->vshared (vshared_begin) */
     ot_buffer *own[MAX_PARAMS];
     ot_buffer *args[MAX_PARAMS + 2], *outs[MAX_PARAMS + 2];
     size_t pos[MAX_PARAMS]; /* parameter k's offset in flat */
-    /* the overlapped sharded step (t->xchg, in one process): seq is the segment's step, 1-based
+    /* the overlapped step (t->xchg, the pod's exchange): seq is the segment's step, 1-based
      * (the exchange's); the gradient executable's kernel that first reads parameter k
      * (first_read[k]) and that last writes output q (last_write[q]), -1: none; the parameters
      * of exchange step fetch_seq still to be copied into the device's buffers (pending, before
