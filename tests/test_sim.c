@@ -621,6 +621,29 @@ static void test_host_kernel_model(void) {
     EXPECT_NEAR(r.pool_s, (first5 > h5 ? first5 : h5) + (1e-6 + (own - 1e-6) / 2) + 2e-6, 1e-12);
     EXPECT_TRUE(!strcmp(r.bound, "cores"));
     EXPECT_NEAR(r.compute_s, r.cores_s, 0);
+    /* processes wait for each other runnable (polling): with 4 on 2 cores that other processes
+     * leave whole, each gets half a core for its whole step, the optimizer and the host pipeline
+     * (4 transfers of 50 us) included; one process (its waiting devices sleep) and 2 processes
+     * on the 2 cores run them at one thread's speed */
+    c.device.avail = 1;
+    c.host_transfers = 4, c.device.transfer_s = 50e-6;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    double opt1 = r.optimizer_s / 2;
+    EXPECT_TRUE(opt1 > 0);
+    EXPECT_NEAR(r.host_s, 2 * 200e-6, 1e-15);
+    EXPECT_NEAR(r.step_s, r.compute_s + r.exposed_comm_s + 2 * (opt1 + 200e-6), 1e-15);
+    EXPECT_NEAR(r.cpu_s, 4 * (2 * own + 2e-6 + opt1) + 200e-6, 1e-12); /* CPU is not stretched */
+    c.processes = 0;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.optimizer_s, opt1, 1e-15);
+    EXPECT_NEAR(r.host_s, 200e-6, 1e-15);
+    c.processes = 2, c.chips = 2, c.global_batch = 128;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.optimizer_s, opt1, 1e-15);
+    EXPECT_NEAR(r.host_s, 200e-6, 1e-15);
+    c.processes = 4, c.chips = 4, c.global_batch = 256;
+    c.host_transfers = 0, c.device.transfer_s = 0;
+    c.device.avail = 0.5;
     /* the pool taking 4 devices' kernels in turn never rests: each pooled kernel at its
      * back-to-back time, though one device's path meets the pool asleep after the host pipeline
      * (4 transfers of 50 us between steps: the first dot's hand-off is the 402 us after 100 us) */

@@ -291,6 +291,9 @@ typedef struct ot_sim_config {
      * every bucket then crosses the processes over their transport (MPI) in
      * process_alpha_s + bytes / process_bytes_per_s, after the backward pass (as optitpu train
      * --mpi does), measured for that many processes (bench simulate: bench collectives --mpi).
+     * With the host's kernel model, a process's device thread stays runnable while it waits
+     * (the transport polls), so when they and other processes' threads outnumber the cores the
+     * optimizer and host pipeline are priced at the same share of a core as the cores bound.
      * Not with shard_optimizer. */
     int processes;
     double process_alpha_s, process_bytes_per_s;

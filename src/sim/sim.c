@@ -648,6 +648,21 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     if (c->host_transfers > 0) out->host_s += (double)c->host_transfers * d->transfer_s / cs;
     if (c->host_copy_bytes > 0 && d->copy_bytes_per_s > 0)
         out->host_s += c->host_copy_bytes / (d->copy_bytes_per_s * cs);
+    double host_cpu = out->host_s, optimizer_cpu = out->optimizer_s;
+    /* Processes' device threads stay runnable while they wait for each other (the MPI transport
+     * polls, yielding between polls, and a yielding thread keeps its fair share of a core), so
+     * when they and other processes' runnable threads outnumber the cores, a device thread gets
+     * cores / threads of a core for all of its step: the optimizer and the host pipeline, not
+     * only the forward and backward kernels (the cores bound below). In one process a waiting
+     * device sleeps, and the update and host pipeline run on cores the others left. */
+    if (d->pool_points > 0 && P > 1) {
+        double C = d->cores > 0 ? d->cores : 1, a = d->avail > 0 && d->avail <= 1 ? d->avail : 1;
+        double threads = n + (C / a - C);
+        if (threads > C) {
+            out->optimizer_s *= threads / C;
+            out->host_s *= threads / C;
+        }
+    }
     /* Steps run back to back: the pool last ran in the previous step, the end of the step's
      * walk after its last pooled kernel plus the exposed communication, the optimizer and the
      * host pipeline before the next step; priced once with the pool asleep, then again with
@@ -749,8 +764,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     if (d->pool_points > 0) {
         host_walk w = host_walk_gap(d, c->step, scale, -1, NULL, NULL, start_gap);
         double upd = c->update ? ot_sim_host_cpu_s(d, c->update, c->shard_optimizer ? 1.0 / n : 1.0)
-                               : out->optimizer_s;
-        out->cpu_s = n * (w.cpu + upd) + out->host_s;
+                               : optimizer_cpu;
+        out->cpu_s = n * (w.cpu + upd) + host_cpu;
     }
     out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s + out->host_s;
     out->samples_per_s = out->step_s > 0 ? (double)c->global_batch / out->step_s : 0;
