@@ -644,6 +644,42 @@ static void test_host_kernel_model(void) {
     c.processes = 4, c.chips = 4, c.global_batch = 256;
     c.host_transfers = 0, c.device.transfer_s = 0;
     c.device.avail = 0.5;
+    /* one process bound by the cores: the devices that finished wait asleep, so the all-reduce
+     * after the last one is priced at the per-message cost of threads with the cores to
+     * themselves (20 us), not the one measured with all 4 threads at once (100 us) */
+    c.processes = 0, c.param_bytes = 4000;
+    c.device.shm_cost.alpha_us = 100, c.device.shm_cost.gbytes_per_s = 1;
+    c.device.shm_free_alpha_us = 20;
+    ot_sim_result rf, r20, r100;
+    ASSERT_OK(ot_sim_run(&c, &rf));
+    EXPECT_TRUE(!strcmp(rf.bound, "cores"));
+    c.device.shm_free_alpha_us = 0, c.device.shm_cost.alpha_us = 20;
+    ASSERT_OK(ot_sim_run(&c, &r20));
+    c.device.shm_cost.alpha_us = 100;
+    ASSERT_OK(ot_sim_run(&c, &r100));
+    EXPECT_TRUE(rf.exposed_comm_s > 0);
+    EXPECT_NEAR(rf.exposed_comm_s, r20.exposed_comm_s, 1e-15);
+    EXPECT_TRUE(r100.exposed_comm_s > rf.exposed_comm_s * 2);
+    /* not bound by the cores (the pool's turns, the cores to themselves): the measured one */
+    c.device.avail = 1, c.device.shm_free_alpha_us = 20;
+    ASSERT_OK(ot_sim_run(&c, &rf));
+    c.device.shm_free_alpha_us = 0;
+    ASSERT_OK(ot_sim_run(&c, &r100));
+    EXPECT_TRUE(strcmp(rf.bound, "cores") != 0);
+    EXPECT_NEAR(rf.exposed_comm_s, r100.exposed_comm_s, 1e-15);
+    /* the host model takes it from the calibration with min(devices, cores) threads */
+    ot_sim_host_calibration cal;
+    memset(&cal, 0, sizeof cal);
+    cal.cores = 2, cal.alpha_s[2] = 5e-6, cal.alpha_s[4] = 9e-6;
+    ot_sim_device hd;
+    ot_sim_device_host_from(&cal, 4, &hd);
+    EXPECT_NEAR(hd.shm_cost.alpha_us, 9, 1e-9);
+    EXPECT_NEAR(hd.shm_free_alpha_us, 5, 1e-9);
+    ot_sim_device_host_from(&cal, 1, &hd);
+    EXPECT_NEAR(hd.shm_free_alpha_us, 0, 0);
+    c.device.avail = 0.5, c.param_bytes = 0;
+    c.device.shm_cost.alpha_us = 0, c.device.shm_cost.gbytes_per_s = 0;
+    c.processes = 4;
     /* the pool taking 4 devices' kernels in turn never rests: each pooled kernel at its
      * back-to-back time, though one device's path meets the pool asleep after the host pipeline
      * (4 transfers of 50 us between steps: the first dot's hand-off is the 402 us after 100 us) */

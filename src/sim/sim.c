@@ -82,6 +82,9 @@ void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devices, ot
         bw = cal->memcpy_all_bytes_per_s / n;
     out->shm_cost.alpha_us = n >= 2 ? cal->alpha_s[n < 8 ? n : 8] * 1e6 : 0;
     out->shm_cost.gbytes_per_s = bw / 1e9;
+    int f = n < out->cores ? n : out->cores;
+    f = f < 8 ? f : 8;
+    out->shm_free_alpha_us = f >= 2 ? cal->alpha_s[f] * 1e6 : 0;
 }
 
 void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_calibration *cal,
@@ -723,7 +726,13 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         if (members > 1 && nb > 0) {
             ot_comm *m;
             bool shm = d->shared_host && !c->topology;
-            OT_CHECK(model_comm(&c->device, c->topology, members, &m));
+            /* in one process, a step bound by the cores ends with the last device: the others
+             * wait asleep, and the all-reduce runs on free cores at their per-message cost */
+            ot_sim_device dc = c->device;
+            if (shm && P == 1 && d->pool_points > 0 && !strcmp(out->bound, "cores") &&
+                d->shm_free_alpha_us > 0)
+                dc.shm_cost.alpha_us = d->shm_free_alpha_us;
+            OT_CHECK(model_comm(&dc, c->topology, members, &m));
             ot_status s = OT_OK;
             double bwd_start = out->compute_s * (1 - c->backward_fraction);
             double done = 0, biggest = -1;
@@ -734,9 +743,10 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
                 ot_coll_algo used = OT_ALGO_RING;
                 if (c->shard_optimizer) {
                     size_t per = (size_t)ceil(sz / n); /* each member's block */
-                    s = coll_s(d, m, shm, OT_COLL_REDUCE_SCATTER, c->algo, per, rings, &t, &used);
+                    s = coll_s(&dc, m, shm, OT_COLL_REDUCE_SCATTER, c->algo, per, rings, &t, &used);
                 } else {
-                    s = coll_s(d, m, shm, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, rings, &t, &used);
+                    s = coll_s(&dc, m, shm, OT_COLL_ALLREDUCE, c->algo, (size_t)sz, rings, &t,
+                               &used);
                 }
                 if (s != OT_OK) break;
                 if (sz > biggest) {
@@ -751,7 +761,7 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
             }
             /* the updated parameter shards come back in one all-gather after the update */
             if (s == OT_OK && c->shard_optimizer)
-                s = coll_s(d, m, shm, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / members),
+                s = coll_s(&dc, m, shm, OT_COLL_ALLGATHER, OT_ALGO_AUTO, (size_t)ceil(G / members),
                            rings, &gather, NULL);
             ot_comm_free(m);
             if (s != OT_OK) return s;
