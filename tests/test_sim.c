@@ -644,9 +644,9 @@ static void test_host_kernel_model(void) {
     c.processes = 4, c.chips = 4, c.global_batch = 256;
     c.host_transfers = 0, c.device.transfer_s = 0;
     c.device.avail = 0.5;
-    /* one process bound by the cores: the devices that finished wait asleep, so the all-reduce
-     * after the last one is priced at the per-message cost of threads with the cores to
-     * themselves (20 us), not the one measured with all 4 threads at once (100 us) */
+    /* one process: the devices that finished wait asleep, so the all-reduce after the last one
+     * is priced at the per-message cost of threads with the cores to themselves (20 us), not
+     * the one measured with all 4 threads at once (100 us), bound by the cores or the pool */
     c.processes = 0, c.param_bytes = 4000;
     c.device.shm_cost.alpha_us = 100, c.device.shm_cost.gbytes_per_s = 1;
     c.device.shm_free_alpha_us = 20;
@@ -660,13 +660,13 @@ static void test_host_kernel_model(void) {
     EXPECT_TRUE(rf.exposed_comm_s > 0);
     EXPECT_NEAR(rf.exposed_comm_s, r20.exposed_comm_s, 1e-15);
     EXPECT_TRUE(r100.exposed_comm_s > rf.exposed_comm_s * 2);
-    /* not bound by the cores (the pool's turns, the cores to themselves): the measured one */
     c.device.avail = 1, c.device.shm_free_alpha_us = 20;
     ASSERT_OK(ot_sim_run(&c, &rf));
-    c.device.shm_free_alpha_us = 0;
-    ASSERT_OK(ot_sim_run(&c, &r100));
-    EXPECT_TRUE(strcmp(rf.bound, "cores") != 0);
-    EXPECT_NEAR(rf.exposed_comm_s, r100.exposed_comm_s, 1e-15);
+    EXPECT_TRUE(!strcmp(rf.bound, "pool"));
+    c.device.shm_free_alpha_us = 0, c.device.shm_cost.alpha_us = 20;
+    ASSERT_OK(ot_sim_run(&c, &r20));
+    EXPECT_NEAR(rf.exposed_comm_s, r20.exposed_comm_s, 1e-15);
+    c.device.shm_cost.alpha_us = 100;
     /* the host model takes it from the calibration with min(devices, cores) threads */
     ot_sim_host_calibration cal;
     memset(&cal, 0, sizeof cal);

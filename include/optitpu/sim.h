@@ -107,10 +107,10 @@ typedef struct ot_sim_device {
     double core_share[9]; /* [n] for n = 1..8 devices; beyond 8: core_share[8] * 8 / n */
     ot_cost_params shm_cost;
     /* The shared-memory per-message cost when the members' threads have the cores to themselves
-     * (measured with min(members, cores) threads; 0: shm_cost's). ot_sim_run prices the
-     * in-process all-reduce with it when the step is the cores bound: the devices that finished
-     * wait asleep, so the collective after the last one runs on free cores, where shm_cost,
-     * measured with every member's thread at once, holds members beyond the cores taking turns. */
+     * (measured with min(members, cores) threads; 0: shm_cost's). With the host's kernel model
+     * ot_sim_run prices the in-process all-reduce with it: the devices that finished wait
+     * asleep, so the collective after the last one runs on free cores, where shm_cost, measured
+     * with every member's thread at once, holds members beyond the cores taking turns. */
     double shm_free_alpha_us;
     /* A host's caches (0 for a TPU: one tier): a kernel touching less than cache_bytes (read +
      * written) runs on its device's thread with data in the caches, at these rates instead; a

@@ -726,11 +726,11 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         if (members > 1 && nb > 0) {
             ot_comm *m;
             bool shm = d->shared_host && !c->topology;
-            /* in one process, a step bound by the cores ends with the last device: the others
-             * wait asleep, and the all-reduce runs on free cores at their per-message cost */
+            /* in one process the devices that finished wait asleep for the last one, so the
+             * all-reduce after it runs on free cores, at their per-message cost (the same as
+             * shm_cost's with no more devices than cores) */
             ot_sim_device dc = c->device;
-            if (shm && P == 1 && d->pool_points > 0 && !strcmp(out->bound, "cores") &&
-                d->shm_free_alpha_us > 0)
+            if (shm && P == 1 && d->pool_points > 0 && d->shm_free_alpha_us > 0)
                 dc.shm_cost.alpha_us = d->shm_free_alpha_us;
             OT_CHECK(model_comm(&dc, c->topology, members, &m));
             ot_status s = OT_OK;
