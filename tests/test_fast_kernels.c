@@ -314,7 +314,8 @@ static void test_dot_random(void) {
 }
 
 /* Shapes large enough for the GEMM's tile grid to cut them (over M, over N when M is small, both,
- * and batch elements x tiles), with odd sizes, M, N or K of 1, N = 10, transposed operands and
+ * and batch elements x tiles; batches of tiny products handed out in runs of elements), with odd
+ * sizes, M, N or K of 1, N = 10, transposed operands and
  * layouts that need a copy: bits equal on 1, 2, 3 and 8 threads and within the bound of the
  * reference. */
 static void test_dot_tiled(void) {
@@ -325,12 +326,26 @@ static void test_dot_tiled(void) {
         int layout; /* 0: [b,m,k] x [b,k,n]; 1: lhs [b,k,m]; 2: rhs [b,n,k]; 3: both;
                      * 4: lhs [m,b,k] and rhs [k,n,b] (copies) */
     } cs[] = {
-        {OT_F32, 1, 517, 263, 301, 0}, {OT_F32, 1, 517, 263, 301, 3}, {OT_F32, 1, 1100, 10, 300, 0},
-        {OT_F32, 1, 1100, 10, 300, 1}, {OT_F32, 1, 700, 1500, 10, 2}, {OT_F32, 1, 7, 1500, 200, 0},
-        {OT_F32, 1, 7, 1500, 200, 2},  {OT_F32, 1, 1500, 700, 1, 0},  {OT_F32, 1, 4000, 1, 300, 1},
-        {OT_F32, 1, 1, 3000, 400, 2},  {OT_F32, 3, 190, 170, 60, 0},  {OT_F32, 3, 190, 170, 60, 4},
-        {OT_F32, 2, 129, 515, 33, 3},  {OT_F64, 1, 333, 257, 129, 0}, {OT_F64, 1, 333, 257, 129, 3},
+        {OT_F32, 1, 517, 263, 301, 0},
+        {OT_F32, 1, 517, 263, 301, 3},
+        {OT_F32, 1, 1100, 10, 300, 0},
+        {OT_F32, 1, 1100, 10, 300, 1},
+        {OT_F32, 1, 700, 1500, 10, 2},
+        {OT_F32, 1, 7, 1500, 200, 0},
+        {OT_F32, 1, 7, 1500, 200, 2},
+        {OT_F32, 1, 1500, 700, 1, 0},
+        {OT_F32, 1, 4000, 1, 300, 1},
+        {OT_F32, 1, 1, 3000, 400, 2},
+        {OT_F32, 3, 190, 170, 60, 0},
+        {OT_F32, 3, 190, 170, 60, 4},
+        {OT_F32, 2, 129, 515, 33, 3},
+        {OT_F64, 1, 333, 257, 129, 0},
+        {OT_F64, 1, 333, 257, 129, 3},
         {OT_F64, 5, 100, 90, 80, 1},
+        /* batches of tiny products (OpenBLAS, the items handed out in runs, the last one short) */
+        {OT_F32, 70, 4, 64, 64, 0},
+        {OT_F32, 70, 4, 64, 64, 2},
+        {OT_F64, 41, 6, 40, 50, 1},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         int64_t B = cs[q].b, M = cs[q].m, N = cs[q].n, K = cs[q].k;

@@ -135,6 +135,7 @@ typedef struct gemm_run {
     const ex_gemm *g;
     int64_t rm, rn; /* rows and columns of a tile (the last ones in M and N may be smaller) */
     const gemm_view *va, *vb; /* where each batch element's A and B lie */
+    int64_t per;              /* work items (batch elements x tiles) per task of the pool */
 } gemm_run;
 
 /* A tile of one row or one column through OpenBLAS's gemv: a matrix x vector (one sgemm call of
@@ -169,7 +170,8 @@ static void gemm_tiles(void *arg, int64_t begin, int64_t end, int ith) {
     size_t es = ot_dtype_size(g->t);
     int lda = (int)run->va->ld, ldb = (int)run->vb->ld, ldc = (int)g->N;
     if (ldc < 1) ldc = 1;
-    for (int64_t w = begin; w < end; w++) {
+    int64_t items = g->nb * g->tm * g->tn, w1 = end * run->per < items ? end * run->per : items;
+    for (int64_t w = begin * run->per; w < w1; w++) {
         int64_t b = w / (g->tm * g->tn), t = w % (g->tm * g->tn);
         int64_t m0 = (t / g->tn) * run->rm, n0 = (t % g->tn) * run->rn;
         int64_t mm = g->M - m0 < run->rm ? g->M - m0 : run->rm;
@@ -247,6 +249,7 @@ static int64_t side(int64_t n, int64_t parts) { /* n cut in `parts`: rounded up 
 
 static void gemm_grid(ex_gemm *g, gemm_run *run) {
     run->g = g;
+    run->per = 1;
     run->rm = g->M > 0 ? g->M : 1;
     run->rn = g->N > 0 ? g->N : 1;
     int64_t mnk = g->M * g->N * (g->K ? g->K : 1);
@@ -1671,9 +1674,18 @@ static void run_gemm(ex_kernel_ctx *c, ex_gemm *g, const gemm_view *va, const ge
     run.vb = vb;
     /* "bytes" for the inline decision: the multiply-adds, scaled so ~64K of them stay inline */
     int64_t work = g->nb * g->M * g->N * (g->K ? g->K : 1);
-    /* handed out one by one: a thread that the OS preempts (a shared machine) or that runs a
-     * smaller edge tile takes fewer tiles; the bits do not depend on who computes which */
-    ex_par_for_dynamic(c, g->nb * g->tm * g->tn, gemv_inline(g) ? 0 : work * 4, gemm_tiles, &run);
+    int64_t items = g->nb * g->tm * g->tn;
+    /* handed out dynamically: a thread that the OS preempts (a shared machine) or that runs a
+     * smaller edge tile takes fewer tiles; the bits do not depend on who computes which. Items
+     * far below GEMM_MIN_TILE (a batch of tiny products: 64 x 4 x 64 x 64, 0.3 us each) go in
+     * runs of consecutive items, about 4 runs per pool thread: one by one, the first
+     * thread had claimed most of them before a second one woke (0.77 of the calls split in
+     * halves). */
+    run.per = 1;
+    int threads = ex_par_threads(c, gemv_inline(g) ? 0 : work * 4);
+    if (threads > 1 && items > 4 * (int64_t)threads && work / items < GEMM_MIN_TILE / 4)
+        run.per = cdiv(items, 4 * (int64_t)threads);
+    ex_par_for_dynamic(c, cdiv(items, run.per), gemv_inline(g) ? 0 : work * 4, gemm_tiles, &run);
 }
 
 void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g) {
