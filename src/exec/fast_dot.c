@@ -717,8 +717,9 @@ typedef struct sg_run {
     int fix;                /* sg_fix on the last k block: an f32 product's finished sums */
     const ex_epilogue *epi; /* the output fusion, applied to each finished row block (or NULL) */
     atomic_int_least64_t *rowdone; /* with epi and cb > 1: tasks finished per row block */
-    int64_t rb, cb, pcb;           /* row blocks of SG_MC, column blocks of pcb panels */
-    int64_t nkb, kc;               /* k blocks, and k per block (the last may be shorter) */
+    int64_t mc, rb;  /* rows per row block (at most SG_MC, a multiple of mr), row blocks */
+    int64_t cb, pcb; /* column blocks (panels split evenly: sg_p0), the most panels in one */
+    int64_t nkb, kc; /* k blocks, and k per block (the last may be shorter) */
     atomic_int
         *bstate; /* shared B: per (element, column block, k block) of the group, whether
                     its slice of packed B is SG_B_TODO, SG_B_BUSY (being packed), SG_B_DONE */
@@ -952,6 +953,13 @@ static void sg_pack_a(const sg_run *r, int64_t aoff, char *ap, int64_t i0, int64
     }
 }
 
+/* The first panel of column block q: the np panels split into cb blocks whose sizes differ by at
+ * most one (rounding each block up to cdiv(np, cb) panels left the RNN step's 9 panels in 3
+ * tasks of 3, 3 and 2 + 1 column: two threads at 0.75 of an even share). */
+static inline int64_t sg_p0(const sg_run *r, int64_t q) {
+    return q * r->np / r->cb;
+}
+
 /* Shared B: the slice (column block q, k [k0, k0 + kc)) of batch element b's packed B (at bp),
  * packed by the first task that needs it; a task that finds another thread packing it waits
  * (spinning briefly, then yielding the CPU). Each slice is packed once, so its bits do not depend
@@ -961,8 +969,7 @@ static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t
     int s = atomic_load_explicit(st, memory_order_acquire);
     if (s == SG_B_DONE) return;
     if (s == SG_B_TODO && atomic_compare_exchange_strong(st, &s, SG_B_BUSY)) {
-        int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
-        sg_pack_b(r, b, p0, p1, k0, kc, bp);
+        sg_pack_b(r, b, sg_p0(r, q), sg_p0(r, q + 1), k0, kc, bp);
         atomic_store_explicit(st, SG_B_DONE, memory_order_release);
         return;
     }
@@ -1066,16 +1073,16 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
         if (r->own_b) {
             char *bp = tb + 64 + ex_align64((size_t)(SG_MC * SG_KC1 * r->es));
             sg_pack_b(r, r->b0 + w, 0, r->np, 0, g->K, bp);
-            for (int64_t m0 = 0; m0 < g->M; m0 += SG_MC) {
-                int64_t m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
+            for (int64_t m0 = 0; m0 < g->M; m0 += r->mc) {
+                int64_t m1 = m0 + r->mc < g->M ? m0 + r->mc : g->M;
                 sg_block(r, r->b0 + w, bp, m0, m1, 0, r->np, -1, ap, false);
                 if (r->epi) sg_epilogue(r, r->b0 + w, m0, m1);
             }
             continue;
         }
         int64_t b = w / (r->rb * r->cb), rr = w / r->cb % r->rb, q = w % r->cb;
-        int64_t m0 = rr * SG_MC, m1 = m0 + SG_MC < g->M ? m0 + SG_MC : g->M;
-        int64_t p0 = q * r->pcb, p1 = p0 + r->pcb < r->np ? p0 + r->pcb : r->np;
+        int64_t m0 = rr * r->mc, m1 = m0 + r->mc < g->M ? m0 + r->mc : g->M;
+        int64_t p0 = sg_p0(r, q), p1 = sg_p0(r, q + 1);
         if (p0 >= p1) continue;
         int64_t key = b * r->rb + rr;
         sg_block(r, r->b0 + b, r->bp + b * r->np * g->K * r->nr * r->es, m0, m1, p0, p1, q, ap,
@@ -1150,6 +1157,15 @@ static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
            (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
 }
 
+/* Rows per row block: M in cdiv(M, SG_MC) blocks of about equal size, each rounded up to whole
+ * register blocks (mr rows; 24 for f32 with N <= 16, else 12): 129 rows are 72 + 57, not
+ * 96 + 33, whose two tasks left one thread idle a third of the time. */
+static int64_t sg_mc(const ex_gemm *g) {
+    int64_t mr = g->t == OT_F32 && sg_nr(g) == 16 ? 24 : 12, rb = cdiv(g->M, SG_MC);
+    int64_t mc = cdiv(cdiv(g->M, rb), mr) * mr;
+    return mc > SG_MC ? SG_MC : mc;
+}
+
 /* column blocks of a shared B: at most one per 2 panels */
 static int64_t sg_max_cb(const ex_gemm *g) {
     int64_t np = cdiv(g->N, sg_nr(g));
@@ -1181,7 +1197,7 @@ static size_t sg_scratch_bytes(const ex_gemm *g, int threads, bool kept) {
 /* Column blocks of a shared B for a group of nbg batch elements: about 8 tasks per thread
  * (handed out dynamically: even shares on a shared machine), each at least 2 panels wide. */
 static int64_t sg_cb(const ex_gemm *g, int64_t nbg, int threads) {
-    int64_t cb = 1, want = 8 * (int64_t)threads, maxcb = sg_max_cb(g), rb = cdiv(g->M, SG_MC);
+    int64_t cb = 1, want = 8 * (int64_t)threads, maxcb = sg_max_cb(g), rb = cdiv(g->M, sg_mc(g));
     if (nbg * rb < want) cb = cdiv(want, nbg * rb);
     return cb > maxcb ? maxcb : cb;
 }
@@ -1190,8 +1206,7 @@ static int64_t sg_cb(const ex_gemm *g, int64_t nbg, int threads) {
 static int64_t sg_first_tasks(const ex_gemm *g, int threads) {
     if (sg_own_b(g, threads)) return g->nb;
     int64_t gb = sg_group(g), nbg = g->nb < gb ? g->nb : gb;
-    int64_t np = cdiv(g->N, sg_nr(g)), cb = sg_cb(g, nbg, threads);
-    return nbg * cdiv(g->M, SG_MC) * cdiv(np, cdiv(np, cb));
+    return nbg * cdiv(g->M, sg_mc(g)) * sg_cb(g, nbg, threads);
 }
 
 /* scratch: sg_scratch_bytes(g, threads, bkeep != NULL), threads >= the pool's threads that will
@@ -1228,7 +1243,8 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     r.nkb = sg_nkb(g);
     r.kc = sg_kc(g);
     r.tb = scratch + shared + sg_counter_bytes(g);
-    r.rb = cdiv(g->M, SG_MC);
+    r.mc = sg_mc(g);
+    r.rb = cdiv(g->M, r.mc);
     /* a transposed f32 A may be read where it lies (under FTZ only where it holds no subnormal:
      * sg_block) */
     bool ta32 = g->ta && g->ad == OT_F32;
@@ -1245,8 +1261,8 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
          * each at least 2 panels wide: the more columns a task spans, the fewer times its rows
          * of A are packed */
         int64_t cb = sg_cb(g, r.nbg, threads);
+        r.cb = cb;
         r.pcb = cdiv(r.np, cb);
-        r.cb = cdiv(r.np, r.pcb);
         r.direct = ta32 && r.pcb <= SG_DIRECT;
         if (r.epi && r.cb > 1)
             for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
