@@ -279,6 +279,26 @@ static void dot_epi_fn(const void *ctx, int64_t b, int64_t e) {
     d->epi->fn(d->epi->ctx, d->off + b, d->off + e);
 }
 
+/* NCHW through one dot: the output's elements [b, e) copied from the transposed result in
+ * scratch into place, then the output fusion (if any) on them while they are in cache. */
+typedef struct nchw_back {
+    const char *src;
+    char *dst;
+    int64_t es, n;
+    const ex_epilogue *epi;
+} nchw_back;
+
+#define NCHW_BACK_PIECE 16384 /* elements per piece of the copy back */
+
+static void nchw_back_fn(void *arg, int64_t begin, int64_t end, int ith) {
+    (void)ith;
+    const nchw_back *k = arg;
+    int64_t b = begin * NCHW_BACK_PIECE,
+            e = end * NCHW_BACK_PIECE < k->n ? end * NCHW_BACK_PIECE : k->n;
+    memcpy(k->dst + b * k->es, k->src + b * k->es, (size_t)((e - b) * k->es));
+    if (k->epi) k->epi->fn(k->epi->ctx, b, e);
+}
+
 /* The roles of an image operand's dims other than its features, in memory order: the batch
  * (-1) and the spatial dims (0, 1, ...). */
 static int conv_roles(int rank, int64_t batch, int64_t feat, const int64_t *spatial, int ns,
@@ -314,9 +334,13 @@ static int conv_roles(int rank, int64_t batch, int64_t feat, const int64_t *spat
  *    C[(n, p), o] written in place. A 1x1 convolution in NHWC stays with oneDNN, whose 1x1
  *    kernels read it in place and measured no slower than the dot.
  *  - NCHW (the batch outermost, the features next, the spatial dims in the same order in input
- *    and output): per image, out[n][o, p] = sum w[o, (c, q)] x[n][(c, q), p], the output fusion
- *    shifted to the image's place. oneDNN takes NCHW through its blocked layout, each chunk
- *    reordered in and out, which for a 1x1 layer costs about what the convolution does
+ *    and output) with a window of more than one element: the same one dot over all images into
+ *    the output's bytes as [(n, p), o], each image's [p, o] then transposed into scratch and
+ *    copied back, the output fusion on each piece copied (the per-image products below have
+ *    few columns, 196 for ViT, and two passes over the pool each).
+ *  - NCHW 1x1: per image, out[n][o, p] = sum w[o, c] x[n][c, p] (the image read as it lies),
+ *    the output fusion shifted to the image's place. oneDNN takes NCHW through its blocked layout,
+ * each chunk reordered in and out, which for a 1x1 layer costs about what the convolution does
  *    (docs/benchmarks.md).
  * The dot's sums are its own GEMM's (fma chains in the kernel's order), within the convolution's
  * bound of the reference, and do not depend on the thread count. The dot keys a loop's kept
@@ -410,7 +434,10 @@ static ot_status conv_as_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *i
     di.attrs = &da;
     int64_t es = (int64_t)ot_dtype_size(osh->dtype);
     int fast = c->fast_run;
-    if (!nchw) { /* one dot: [batch and positions in the input's order, o] */
+    /* NCHW with a window: the same one dot into the output's bytes as [(n, p), o], then each
+     * image's [p, o] transposed into place (below) */
+    bool nchw_window = nchw && window;
+    if (!nchw || nchw_window) { /* one dot: [batch and positions in the input's order, o] */
         memcpy(dd.lhs_contract, xcon, sizeof xcon);
         memcpy(dd.rhs_contract, kcon, sizeof kcon);
         ot_shape ys = *osh;
@@ -422,10 +449,26 @@ static ot_status conv_as_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *i
         }
         ys.dims[ys.rank++] = rs->dims[cd->kernel_output_feature];
         ex_leaf dl[2] = {{&xs, ins[0].nbytes}, {rs, ins[1].nbytes}}, dy = {&ys, os->nbytes};
+        const ex_epilogue *epi = c->epilogue;
+        if (nchw_window) c->epilogue = NULL; /* the dot's layout is not the output's */
         c->epilogue_done = false;
         bool d = false;
-        OT_CHECK(ex_fast_dot(c, &di, in, dl, out, &dy, &d));
+        ot_status st = ex_fast_dot(c, &di, in, dl, out, &dy, &d);
+        c->epilogue = epi;
+        OT_CHECK(st);
         if (!d) return OT_OK;
+        if (nchw_window) { /* [n, p, o] -> [n, o, p] through scratch (the dot's is free now) */
+            int64_t all = ot_shape_numel_unchecked(osh);
+            int64_t pn = all / (osh->dims[0] * osh->dims[1]);
+            int64_t td[3] = {osh->dims[0], pn, osh->dims[1]}, tp[3] = {0, 2, 1};
+            void *sc = NULL;
+            OT_CHECK(ex_scratch(c, (size_t)os->nbytes, &sc));
+            ex_transpose(c, (size_t)es, 3, td, tp, out, sc);
+            nchw_back k = {sc, out, es, all, epi};
+            ex_par_for(c, (all + NCHW_BACK_PIECE - 1) / NCHW_BACK_PIECE, all * es * 2, nchw_back_fn,
+                       &k);
+            c->epilogue_done = epi != NULL;
+        }
         *done = true;
         c->fast_run = fast + 1;
         return OT_OK;
