@@ -539,7 +539,7 @@ SG_AVX512 static inline __m512 sg_load(sg_src s, int64_t off, __mmask16 m) {
  * kernels: every element of C is the reference's sum (src/exec/linalg.c ACC_F64_FMA): one chain
  * of fmas in k order from 0, the partial sums underflowing gradually (the GEMM runs without
  * FTZ/DAZ), the operands flushed as they are packed under FTZ (sd_load), the finished sums
- * flushed and a NaN made the canonical quiet NaN (half_finish). */
+ * flushed and a NaN made the canonical quiet NaN in registers as they are stored (sd_fix). */
 static inline __mmask8 sd_lanes(int64_t n) {
     return n >= 8 ? (__mmask8)0xff : (__mmask8)((1u << n) - 1u);
 }
@@ -555,11 +555,29 @@ SG_AVX512 static inline __m512d sd_load(sg_src s, int64_t off, __mmask8 m) {
     return _mm512_castsi512_pd(u);
 }
 
+/* sg_fix's f64 twin: a NaN made 0x7ff8000000000000, under SG_FIX_FTZ a subnormal flushed to a
+ * zero of its sign, in registers as stored (a pass over C afterwards, half_finish, had taken a
+ * sixth of a K = 77 product's time) */
+SG_AVX512 static __attribute__((noinline)) __m512d sd_fix_lanes(__m512d v, __mmask8 f) {
+    __m512i u = _mm512_castpd_si512(v);
+    __mmask8 nan = _mm512_cmp_pd_mask(v, v, _CMP_UNORD_Q) & f;
+    u = _mm512_mask_and_epi64(u, f & ~nan, u, _mm512_set1_epi64((long long)0x8000000000000000ull));
+    u = _mm512_mask_mov_epi64(u, nan, _mm512_set1_epi64(0x7ff8000000000000ll));
+    return _mm512_castsi512_pd(u);
+}
+SG_AVX512 static inline __m512d sd_fix(__m512d v, int fix) {
+    if (fix == SG_FIX_NONE) return v;
+    /* classes: 0x01 quiet NaN, 0x80 signalling NaN, 0x20 subnormal */
+    __mmask8 f =
+        fix == SG_FIX_FTZ ? _mm512_fpclass_pd_mask(v, 0xa1) : _mm512_fpclass_pd_mask(v, 0x81);
+    return f ? sd_fix_lanes(v, f) : v;
+}
+
 /* R x 16: two zmm of columns per row, the second masked */
 #define SD_UKR2(NAME, ROWS)                                                                        \
     SG_AVX512 static void NAME(int64_t kc, const double *restrict a, int64_t ld,                   \
                                const double *restrict bp, int64_t bs, double *c, int64_t ldc,      \
-                               bool load, int64_t nq, __mmask8 m) {                                \
+                               bool load, int64_t nq, __mmask8 m, int fix) {                       \
         ROWS(SD_DECL2)                                                                             \
         for (int64_t k = 0; k < kc; k++) {                                                         \
             __m512d b0 = _mm512_load_pd(bp), b1 = _mm512_load_pd(bp + 8);                          \
@@ -583,8 +601,8 @@ SG_AVX512 static inline __m512d sd_load(sg_src s, int64_t off, __mmask8 m) {
     }
 #define SD_STORE2(i)                                                                               \
     if ((i) < nq) {                                                                                \
-        _mm512_storeu_pd(c + (i)*ldc, c##i##a);                                                    \
-        _mm512_mask_storeu_pd(c + (i)*ldc + 8, m, c##i##b);                                        \
+        _mm512_storeu_pd(c + (i)*ldc, sd_fix(c##i##a, fix));                                       \
+        _mm512_mask_storeu_pd(c + (i)*ldc + 8, m, sd_fix(c##i##b, fix));                           \
     }
 SD_UKR2(sd_ukr_4x16, SG_R4)
 SD_UKR2(sd_ukr_8x16, SG_R8)
@@ -594,7 +612,7 @@ SD_UKR2(sd_ukr_12x16, SG_R12)
 #define SD_UKR1(NAME, ROWS)                                                                        \
     SG_AVX512 static void NAME(int64_t kc, const double *restrict a, int64_t ld,                   \
                                const double *restrict bp, int64_t bs, double *c, int64_t ldc,      \
-                               bool load, int64_t nq, __mmask8 m) {                                \
+                               bool load, int64_t nq, __mmask8 m, int fix) {                       \
         ROWS(SD_DECL1)                                                                             \
         for (int64_t k = 0; k < kc; k++) {                                                         \
             __m512d b0 = _mm512_load_pd(bp);                                                       \
@@ -608,31 +626,31 @@ SD_UKR2(sd_ukr_12x16, SG_R12)
     __m512d c##i = load && (i) < nq ? _mm512_maskz_loadu_pd(m, c + (i)*ldc) : _mm512_setzero_pd();
 #define SD_MA1(i) c##i = _mm512_fmadd_pd(_mm512_set1_pd(a[i]), b0, c##i);
 #define SD_STORE1(i)                                                                               \
-    if ((i) < nq) _mm512_mask_storeu_pd(c + (i)*ldc, m, c##i);
+    if ((i) < nq) _mm512_mask_storeu_pd(c + (i)*ldc, m, sd_fix(c##i, fix));
 SD_UKR1(sd_ukr_4x8, SG_R4)
 SD_UKR1(sd_ukr_8x8, SG_R8)
 SD_UKR1(sd_ukr_12x8, SG_R12)
 
 /* sg_ukr's f64 twin: nq rows (<= mr = 12) x nj columns (<= the panel's nr = bs = 16) */
 static void sd_ukr(int64_t kc, const double *a, int64_t ld, const double *bp, int64_t bs, double *c,
-                   int64_t ldc, bool load, int64_t nq, int64_t nj) {
+                   int64_t ldc, bool load, int64_t nq, int64_t nj, int fix) {
     if (nj > 8) {
         __mmask8 m = sd_lanes(nj - 8);
         if (nq <= 4)
-            sd_ukr_4x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+            sd_ukr_4x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
         else if (nq <= 8)
-            sd_ukr_8x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+            sd_ukr_8x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
         else
-            sd_ukr_12x16(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+            sd_ukr_12x16(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
         return;
     }
     __mmask8 m = sd_lanes(nj);
     if (nq <= 4)
-        sd_ukr_4x8(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sd_ukr_4x8(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
     else if (nq <= 8)
-        sd_ukr_8x8(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sd_ukr_8x8(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
     else
-        sd_ukr_12x8(kc, a, ld, bp, bs, c, ldc, load, nq, m);
+        sd_ukr_12x8(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
 }
 
 /* The 8 x 8 block r[i] (lane k) transposed in place: r[k] lane i. Pairs of rows interleaved,
@@ -1040,7 +1058,7 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
                 char *cq0 = cb + ((m0 + q) * N + j0) * es;
                 if (es == 8)
                     sd_ukr(kc, (const double *)x, ld, (const double *)bk, nr, (double *)cq0, N,
-                           k0 > 0, nq, nj);
+                           k0 > 0, nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE);
                 else
                     sg_ukr(kc, (const float *)x, ld, (const float *)bk, nr, (float *)cq0, N, k0 > 0,
                            nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE, r->pair, r->dp);
@@ -1229,8 +1247,8 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
                 .nr = sg_nr(g),
                 .own_b = sg_own_b(g, threads),
                 .epi = c->epilogue};
-    /* f32 operands: the sums finished in registers (16-bit operands and f64: half_finish) */
-    if (g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32)
+    /* f32 and f64 operands: the sums finished in registers (16-bit operands: half_finish) */
+    if ((g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32) || g->t == OT_F64)
         r.fix = c->ftz ? SG_FIX_FTZ : SG_FIX_NAN;
     r.mr = r.nr * r.es == 128 ? 12 : 24; /* two vectors of columns: 12 rows, else 24 */
     r.np = cdiv(g->N, r.nr);
@@ -1343,13 +1361,6 @@ static void half_finish(const void *ctx, int64_t b, int64_t e) {
             for (int64_t i = b; i < e; i++) ((int32_t *)h->out)[i] = (int32_t)f[i];
         else
             for (int64_t i = b; i < e; i++) ((int64_t *)h->out)[i] = (int64_t)f[i];
-    } else if (h->t ==
-               OT_F64) { /* an f64 product (the sums are the result): the same, on 64 bits */
-        uint64_t *p = h->out, keep64 = h->ftz ? 0x8000000000000000ull : ~0ull;
-        for (int64_t i = b; i < e; i++) {
-            uint64_t u = p[i] & ((p[i] & 0x7ff0000000000000ull) ? ~0ull : keep64);
-            p[i] = (u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull ? 0x7ff8000000000000ull : u;
-        }
     } else if (h->t == OT_F32) {
         uint32_t *p = h->out;
         for (int64_t i = b; i < e; i++) {
@@ -1926,7 +1937,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         c->fast_run++;
         return OT_OK;
     }
-    if (own && !half && odt == OT_F32) { /* the sums finished as stored (sg_fix) */
+    if (own && !half) { /* f32, f64: the sums finished as stored (sg_fix, sd_fix) */
         sg_gemm(c, &g, &va, &vb, gscratch, threads, 0, bkeep);
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;
