@@ -973,7 +973,7 @@ static void sg_pack_a(const sg_run *r, int64_t aoff, char *ap, int64_t i0, int64
 
 /* The first panel of column block q: the np panels split into cb blocks whose sizes differ by at
  * most one (rounding each block up to cdiv(np, cb) panels left the RNN step's 9 panels in 3
- * tasks of 3, 3 and 2 + 1 column: two threads at 0.75 of an even share). */
+ * tasks of 3, 3 and 2 + 1 column: two threads at 0.8 of an even share). */
 static inline int64_t sg_p0(const sg_run *r, int64_t q) {
     return q * r->np / r->cb;
 }
