@@ -1951,20 +1951,24 @@ static void test_hw_ftz_erf(void) {
     }
 }
 
-/* The SLEEF functions (src/exec/vmath.h): f32, bf16 and f64 sin, cos, tan, cbrt, pow and atan2,
- * and f64 log1p and erf, with f64 exp, expm1, log, tanh and logistic (ot_expd, ot_expm1d, ot_logd
- * and ot_tanhd in src/exec/expf_poly.h), each of parameters directly (and sin, cos
- * and tan of products times 3e7 for f32/bf16, 1e15 for f64: large arguments), on ordinary values
- * with NaNs (quiet and signalling, both signs), ±inf, ±0 and subnormals, and on values around the
- * smallest normal number: every output equals the reference's bit for bit, NaN payloads included
- * (no two NaN operands meet outside a SLEEF function, whose rules pick the first: nothing is left
- * to the vectorizer's operand order), and the generated source calls each function. */
+/* The SLEEF functions (src/exec/vmath.h): f32, bf16 and f64 sin, cos, tan, pow and atan2, f32 and
+ * bf16 cbrt, and f64 erf, with f64 exp, expm1, log, log1p, tanh, cbrt and logistic (ot_expd,
+ * ot_expm1d, ot_logd, ot_log1pd, ot_tanhd and ot_cbrtd in src/exec/expf_poly.h), each of
+ * parameters directly (and sin, cos and tan of products times 3e7 for f32/bf16, 1e15 for f64:
+ * large arguments), on ordinary values with NaNs (quiet and signalling, both signs), ±inf, ±0 and
+ * subnormals, and on values around the smallest normal number: every output equals the
+ * reference's bit for bit at 1, 2, 3 and 8 threads, NaN payloads included (no two NaN operands
+ * meet outside a SLEEF function, whose rules pick the first: nothing is left to the vectorizer's
+ * operand order), and the generated source calls each function. */
 static void test_vmath_sleef(void) {
     static const char *const dts[] = {"f32", "bf16", "f64"};
     static const char *const un[] = {
         "sine", "cosine",       "tan",  "cbrt", "exponential", "exponential-minus-one",
         "log",  "log-plus-one", "tanh", "erf",  "logistic"};
     char text[8192];
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
     for (int j = 0; j < 3; j++) {
         const char *t = dts[j];
         int nun = j == 2 ? 11 : 4; /* f32/bf16 exp ... logistic are expf_poly.h's */
@@ -1987,11 +1991,14 @@ static void test_vmath_sleef(void) {
         snprintf(text + n, sizeof text - (size_t)n, ")\n}\n");
         for (int tiny = 0; tiny < 2; tiny++) {
             for (int seed = 0; seed < 3; seed++) {
-                int64_t nan_before = g_nan_bits_differ;
-                g_tiny = tiny == 1;
-                check_module(text, 1200 + (uint64_t)(6 * j + 3 * tiny + seed), true);
-                g_tiny = false;
-                EXPECT_INT_EQ(g_nan_bits_differ, nan_before);
+                for (int th = 0; th < 4; th++) {
+                    int64_t nan_before = g_nan_bits_differ;
+                    g_tiny = tiny == 1;
+                    g_run_pool = pools[th];
+                    check_module(text, 1200 + (uint64_t)(6 * j + 3 * tiny + seed), true);
+                    g_tiny = false;
+                    EXPECT_INT_EQ(g_nan_bits_differ, nan_before);
+                }
             }
         }
         ot_module *m = parse(text);
@@ -2006,7 +2013,7 @@ static void test_vmath_sleef(void) {
         static const char *const f64s[] = {"ot_vm_sin(",
                                            "ot_vm_cos(",
                                            "ot_vm_tan(",
-                                           "ot_vm_cbrt(",
+                                           "ot_cbrtd(",
                                            "ot_vm_pow1(",
                                            "ot_vm_atan2(",
                                            "ot_expd(",
@@ -2026,6 +2033,8 @@ static void test_vmath_sleef(void) {
         free(src);
         ot_executable_free(e);
     }
+    g_run_pool = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
 /* Loop fusions of basic arithmetic run under the CPU's FTZ/DAZ mode instead of flushing in

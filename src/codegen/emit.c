@@ -800,7 +800,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_LOG1P: return d ? "ot_log1pd(%s)" : "ot_log1pf(%s)";
     case OT_OP_SQRT: return d ? "sqrt(%s)" : "sqrtf(%s)";
     case OT_OP_RSQRT: return d ? "(1.0 / sqrt(%s))" : "(1.0f / sqrtf(%s))";
-    case OT_OP_CBRT: return d ? "ot_vm_cbrt(%s)" : "ot_vm_cbrtf(%s)";
+    case OT_OP_CBRT: return d ? "ot_cbrtd(%s)" : "ot_vm_cbrtf(%s)";
     case OT_OP_TANH: return d ? "ot_tanhd(%s)" : "ot_tanhf(%s)";
     case OT_OP_LOGISTIC:
         return d ? "(1.0 / (1.0 + ot_expd(-%s)))" : "(1.0f / (1.0f + ot_expf(-%s)))";

@@ -217,7 +217,7 @@ static double unary_f64(ot_opcode op, double x) {
     case OT_OP_LOG1P: return ot_log1pd(x);
     case OT_OP_SQRT: return sqrt(x);
     case OT_OP_RSQRT: return 1.0 / sqrt(x);
-    case OT_OP_CBRT: return ot_vm_cbrt(x);
+    case OT_OP_CBRT: return ot_cbrtd(x);
     case OT_OP_TANH: return ot_tanhd(x);
     case OT_OP_LOGISTIC: return logistic_d(x);
     case OT_OP_SIN: return ot_vm_sin(x);

@@ -1,6 +1,6 @@
-/* e^x, tanh, erf, log, log1p, expm1 and pow for f32 and e^x, e^x - 1 and log for f64, shared by the
- * reference evaluator (src/exec/elementwise.c) and generated code (src/codegen/emit.c pastes this
- * text into its preamble), so both give the same bits.
+/* e^x, tanh, erf, log, log1p, expm1 and pow for f32 and e^x, e^x - 1, log, log1p, tanh and cbrt for
+ * f64, shared by the reference evaluator (src/exec/elementwise.c) and generated code
+ * (src/codegen/emit.c pastes this text into its preamble), so both give the same bits.
  *
  * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
  * libm call and the FMA instruction give the same bits): x is clamped to [-200, 89] (below, the
@@ -555,6 +555,60 @@
         return rb.f;                                                                               \
     }
 
+/* cbrt for f64 (ot_cbrtd), branch-free, evaluated in double with fma. A subnormal |x| is scaled by
+ * 2^54 first (a multiplication: f64 math never runs under the FTZ/DAZ modes) and 54 taken off its
+ * exponent e; |x| = m·2^e with m in [1, 2), e = 3q + r (r in {0, 1, 2}; q = round((e - 1)/3) by
+ * adding 1.5·2^52), t = m·2^r in [1, 8) exactly. y0 = P(m - 1.5)·2^(r/3), P of degree 9 (a
+ * Chebyshev interpolant of cbrt on [1, 2], within 2^-30 relative), then one Newton step with the
+ * residual formed exactly: y0² = h + l (l = fma(y0, y0, -h)), d = y0³ - t = fma(h, y0, -t) + l·y0
+ * and y = y0 - d/(3h). Newton squares the relative error (to about 2^-60), and the correction is
+ * about 2^-30 of y, so the one rounding of the last subtraction dominates: within 0.505 ulp
+ * (bench_vmath ulp --fn cbrt --dtype f64). q goes into the exponent field of y (in [1, 2]), and
+ * x's sign onto the result. ±0, ±inf and NaN give x (a NaN quieted); no result is subnormal
+ * (cbrt(2^-1074) = 2^-358) or overflows. One division. */
+#define OT_CBRTD_DEF                                                                               \
+    static inline double ot_cbrtd(double x) {                                                      \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, ab, sb, eb, qb, mb, rb;                                                        \
+        uint64_t sign = xb.u & 0x8000000000000000ull, ax = xb.u ^ sign;                            \
+        ab.u = ax;                                                                                 \
+        sb.f = ab.f * 0x1p54;                                                                      \
+        uint64_t sub = 0u - (uint64_t)(ax < 0x0010000000000000ull);                                \
+        uint64_t as = (sb.u & sub) | (ax & ~sub);                                                  \
+        eb.u = 0x4338000000000000ull + (as >> 52) - 1023u - (sub & 54u); /* 1.5·2^52 + e */       \
+        double e = eb.f - 0x1.8p52;                                                                \
+        qb.f = fma(e - 1.0, 0x1.5555555555555p-2, 0x1.8p52);                                       \
+        double q = qb.f - 0x1.8p52, r = fma(q, -3.0, e);                                           \
+        mb.u = (as & 0x000fffffffffffffull) | 0x3ff0000000000000ull;                               \
+        double m = mb.f;                                                                           \
+        /* 2^r and 2^(r/3) as polynomials in r (no selection: GCC 12 if-converts a double          \
+         * select for AVX-512 but not for AVX2); 2^r is exact, 2^(r/3) within 2^-52 */             \
+        double t = m * fma(r * (r - 1.0), 0.5, 1.0 + r);                                           \
+        double c = fma(r, fma(r - 1.0, 0x1.14b8b22289260p-5, 0x1.0a28be635ca2cp-2), 1.0);          \
+        double u = m - 1.5, p = 0x1.066f318cccccdp-11;                                             \
+        p = fma(p, u, -0x1.cb07ae999999ap-11);                                                     \
+        p = fma(p, u, 0x1.47c64f6133336p-10);                                                      \
+        p = fma(p, u, -0x1.3020e35526669p-9);                                                      \
+        p = fma(p, u, 0x1.2a45be51e4f33p-8);                                                       \
+        p = fma(p, u, -0x1.3107249bf9999p-7);                                                      \
+        p = fma(p, u, 0x1.57069fc93b703p-6);                                                       \
+        p = fma(p, u, -0x1.cf15e126ffcc0p-5);                                                      \
+        p = fma(p, u, 0x1.047c701da370ep-2);                                                       \
+        p = fma(p, u, 0x1.250bfe18a641cp+0);                                                       \
+        double y0 = p * c;                                                                         \
+        double h = y0 * y0, l = fma(y0, y0, -h);                                                   \
+        double d = fma(h, y0, -t) + l * y0;                                                        \
+        rb.f = y0 - d / (3.0 * h);                                                                 \
+        rb.u += (qb.u - 0x4338000000000000ull) << 52;                                              \
+        rb.u |= sign;                                                                              \
+        uint64_t keep = 0u - (uint64_t)((ax == 0) | (ax >= 0x7ff0000000000000ull));                \
+        uint64_t nan = 0u - (uint64_t)(ax > 0x7ff0000000000000ull);                                \
+        rb.u = (rb.u & ~keep) | (xb.u & keep) | ((1ull << 51) & nan);                              \
+        return rb.f;                                                                               \
+    }
+
 /* x^y for f32 (ot_powf), branch-free, evaluated in double with fma; the caller applies the NaN
  * and 1 rules (ot_vm_powf1 in src/exec/vmath.h: a NaN operand's NaN quieted, pow(1, y) =
  * pow(x, 0) = 1). log2|x|: |x| converted to double (exact, and normal for a subnormal x) is
@@ -642,6 +696,7 @@
     X(OT_LOG1PD_DEF)                                                                               \
     X(OT_EXPM1D_DEF)                                                                               \
     X(OT_TANHD_DEF)                                                                                \
+    X(OT_CBRTD_DEF)                                                                                \
     X(OT_POWF_DEF)
 /* X for OT_VMATH_OWN_DEFS in C source: the definition itself */
 #define OT_VMATH_DEF_TEXT(def) def

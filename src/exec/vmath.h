@@ -1,8 +1,8 @@
 /* Vector math from SLEEF (Debian libsleef-dev, the library PyTorch's vectorized CPU math uses) for
  * the f32 and f64 functions the library does not compute with its own polynomials
- * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log, log1p and tanh, with f64
- * logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 erf, sin, cos, tan, cbrt,
- * pow and atan2. docs/vmath.md has the accuracy and speed of each.
+ * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log, log1p, tanh and cbrt,
+ * with f64 logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 erf, sin, cos, tan, pow
+ * and atan2. docs/vmath.md has the accuracy and speed of each.
  *
  * Bit-identical twins: SLEEF's deterministic variants give the same bits in every vector width
  * of one class: "finz" (with FMA: the scalar purecfma, AVX2 128/256-bit, AVX-512) and "cinz"
@@ -37,7 +37,6 @@
     X(sin, sind, 1, double)                                                                        \
     X(cos, cosd, 1, double)                                                                        \
     X(tan, tand, 1, double)                                                                        \
-    X(cbrt, cbrtd, 1, double)                                                                      \
     X(pow, powd, 2, double)                                                                        \
     X(atan2, atan2d, 2, double)
 
