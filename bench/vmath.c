@@ -1,7 +1,7 @@
 /* The library's f32 and f64 math functions, shared by the reference evaluator and generated code:
  * its own polynomials (ot_tanhf, ot_erff, ... and f64 ot_expd, ot_expm1d, ot_logd, ot_tanhd,
- * ot_cbrtd in src/exec/expf_poly.h) and SLEEF's functions (src/exec/vmath.h): accuracy, and
- * throughput against glibc's scalar function.
+ * ot_cbrtd, ot_erfd in src/exec/expf_poly.h) and SLEEF's functions (src/exec/vmath.h): accuracy,
+ * and throughput against glibc's scalar function.
  *
  *   bench_vmath ulp [--fn F] [--threads N] [--stride K] [--json]   f32 unary F: every one of
  *                                                      the 2^32 inputs (or every K-th bit pattern)
@@ -18,8 +18,8 @@
  *                                            cases (AVX-512 builds)
  *
  * F (f32) is tanh (the default), erf, log, log1p, expm1 (the library's polynomials), sin, cos, tan,
- * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log, log1p, tanh, cbrt or logistic (the
- * library's), erf, sin, cos, tan, pow or atan2 (SLEEF). ulp: the error in ulps printed (|got - ref|
+ * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log, log1p, tanh, cbrt, erf or logistic
+ * (the library's), sin, cos, tan, pow or atan2 (SLEEF). ulp: the error in ulps printed (|got - ref|
  * / ulp(ref), ulp of the binade of ref) is exact to about 1e-8 ulp (f32 against double) or 1e-3 ulp
  * (f64 against x87 long double); "correctly rounded" counts inputs whose result equals ref rounded;
  * also how often and how far it differs from glibc's function. NaN inputs must come back as a quiet
@@ -513,7 +513,7 @@ BV_S1(expm1, double, ot_expm1d, expm1, expm1l)
 BV_S1(log, double, ot_logd, log, logl)
 BV_S1(log1p, double, ot_log1pd, log1p, log1pl)
 BV_S1(tanh, double, ot_tanhd, tanh, tanhl)
-BV_S1(erf, double, ot_vm_erf, erf, erfl)
+BV_S1(erf, double, ot_erfd, erf, erfl)
 BV_S1(sin, double, ot_vm_sin, sin, sinl)
 BV_S1(cos, double, ot_vm_cos, cos, cosl)
 BV_S1(tan, double, ot_vm_tan, tan, tanl)

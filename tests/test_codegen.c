@@ -1952,8 +1952,8 @@ static void test_hw_ftz_erf(void) {
 }
 
 /* The SLEEF functions (src/exec/vmath.h): f32, bf16 and f64 sin, cos, tan, pow and atan2, f32 and
- * bf16 cbrt, and f64 erf, with f64 exp, expm1, log, log1p, tanh, cbrt and logistic (ot_expd,
- * ot_expm1d, ot_logd, ot_log1pd, ot_tanhd and ot_cbrtd in src/exec/expf_poly.h), each of
+ * bf16 cbrt, with f64 exp, expm1, log, log1p, tanh, cbrt, erf and logistic (ot_expd, ot_expm1d,
+ * ot_logd, ot_log1pd, ot_tanhd, ot_cbrtd and ot_erfd in src/exec/expf_poly.h), each of
  * parameters directly (and sin, cos and tan of products times 3e7 for f32/bf16, 1e15 for f64:
  * large arguments), on ordinary values with NaNs (quiet and signalling, both signs), ±inf, ±0 and
  * subnormals, and on values around the smallest normal number: every output equals the
@@ -2021,7 +2021,7 @@ static void test_vmath_sleef(void) {
                                            "ot_logd(",
                                            "ot_log1pd(",
                                            "ot_tanhd(",
-                                           "ot_vm_erf(",
+                                           "ot_erfd(",
                                            "(1.0 / (1.0 + ot_expd(-"};
         const char *const *names = j == 2 ? f64s : f32s;
         for (int k = 0; k < (j == 2 ? 13 : 6); k++) {

@@ -807,7 +807,7 @@ static const char *unary_fn(ot_opcode op, bool d) {
     case OT_OP_SIN: return d ? "ot_vm_sin(%s)" : "ot_vm_sinf(%s)";
     case OT_OP_COS: return d ? "ot_vm_cos(%s)" : "ot_vm_cosf(%s)";
     case OT_OP_TAN: return d ? "ot_vm_tan(%s)" : "ot_vm_tanf(%s)";
-    case OT_OP_ERF: return d ? "ot_vm_erf(%s)" : "ot_erff(%s)";
+    case OT_OP_ERF: return d ? "ot_erfd(%s)" : "ot_erff(%s)";
     default: return NULL;
     }
 }

@@ -223,7 +223,7 @@ static double unary_f64(ot_opcode op, double x) {
     case OT_OP_SIN: return ot_vm_sin(x);
     case OT_OP_COS: return ot_vm_cos(x);
     case OT_OP_TAN: return ot_vm_tan(x);
-    case OT_OP_ERF: return ot_vm_erf(x);
+    case OT_OP_ERF: return ot_erfd(x);
     default: return x;
     }
 }

@@ -1,5 +1,5 @@
-/* e^x, tanh, erf, log, log1p, expm1 and pow for f32 and e^x, e^x - 1, log, log1p, tanh and cbrt for
- * f64, shared by the reference evaluator (src/exec/elementwise.c) and generated code
+/* e^x, tanh, erf, log, log1p, expm1 and pow for f32 and e^x, e^x - 1, log, log1p, tanh, cbrt and
+ * erf for f64, shared by the reference evaluator (src/exec/elementwise.c) and generated code
  * (src/codegen/emit.c pastes this text into its preamble), so both give the same bits.
  *
  * Evaluated in float with fused multiply-adds (fmaf: one rounding each, by definition, so a
@@ -609,6 +609,111 @@
         return rb.f;                                                                               \
     }
 
+/* erf for f64 (ot_erfd, needs OT_EXPD_DEF before it), branch-free: every piece is computed and
+ * one selected by masks on the bits. With a = |x| capped at 6 by an integer minimum on the bits
+ * (erf rounds to 1 from 5.93; a NaN's result is decided from x), z = a²:
+ *   a < 0.84375:        a + a·P(z), P of degree 11 (erf(a)/a - 1);
+ *   0.84375 <= a < 1.25: erf(1) + M(a - 1), M of degree 14 (erf(1 + s) - erf(1), erf(1) the
+ *                        double nearest it), so the large part is a constant;
+ *   1.25 <= a:          1 - e^-a²·Q(a), e^-a² = ot_expd(-z)·(1 - l) with a² = z + l exactly,
+ *                        Q ≈ erfc(a)·e^(a²) of degree 18 on [1.25, 3] and 14 on [3, 6] (both
+ *                        evaluated), the last step one fma.
+ * The coefficients are Chebyshev interpolants (computed in long double against glibc's erfl and
+ * erfcl). Then x's sign; ±0 give ±0, a subnormal x its erf (a + a·P rounded once), ±inf ±1, a
+ * NaN comes back quieted. Always inlined: GCC's size limits otherwise keep it a call, and the
+ * loop around it would not vectorize. Accuracy (bench_vmath ulp --fn erf --dtype f64):
+ * docs/vmath.md. */
+#define OT_ERFD_DEF                                                                                \
+    static inline __attribute__((always_inline)) double ot_erfd(double x) {                        \
+        union {                                                                                    \
+            double f;                                                                              \
+            uint64_t u;                                                                            \
+        } xb = {x}, ab, rb, sb, mb, lb, qa, qb;                                                    \
+        uint64_t sign = xb.u & 0x8000000000000000ull, ax = xb.u ^ sign;                            \
+        ab.u = ax < 0x4018000000000000ull ? ax : 0x4018000000000000ull; /* at most 6 (NaN too) */  \
+        double a = ab.f, z = a * a;                                                                \
+        double ps = -0x1.e819249e508dap-31;                                                        \
+        ps = fma(ps, z, 0x1.e811a66fb2e08p-27);                                                    \
+        ps = fma(ps, z, -0x1.5e19eac9ce527p-23);                                                   \
+        ps = fma(ps, z, 0x1.b9c9b66e8aa9p-20);                                                     \
+        ps = fma(ps, z, -0x1.f4d0bc2c7d397p-17);                                                   \
+        ps = fma(ps, z, 0x1.f9a3175e4d258p-14);                                                    \
+        ps = fma(ps, z, -0x1.c02db39d08b23p-11);                                                   \
+        ps = fma(ps, z, 0x1.565bcd0cd7dep-8);                                                      \
+        ps = fma(ps, z, -0x1.b82ce312811f5p-6);                                                    \
+        ps = fma(ps, z, 0x1.ce2f21a042ab1p-4);                                                     \
+        ps = fma(ps, z, -0x1.812746b0379e6p-2);                                                    \
+        ps = fma(ps, z, 0x1.06eba8214db69p-3);                                                     \
+        sb.f = fma(a, ps, a);                                                                      \
+        double s = a - 1.0;                                                                        \
+        double pm = 0x1.4beed008a880fp-16;                                                         \
+        pm = fma(pm, s, 0x1.3cb24705701a9p-16);                                                    \
+        pm = fma(pm, s, -0x1.a2d4650ca066ep-13);                                                   \
+        pm = fma(pm, s, 0x1.6684c4cb8fc9p-14);                                                     \
+        pm = fma(pm, s, 0x1.41760343a0d4dp-10);                                                    \
+        pm = fma(pm, s, -0x1.ee30b5e589758p-10);                                                   \
+        pm = fma(pm, s, -0x1.39114608beb15p-8);                                                    \
+        pm = fma(pm, s, 0x1.f096fd5af34c7p-7);                                                     \
+        pm = fma(pm, s, 0x1.2e45a564b973p-8);                                                      \
+        pm = fma(pm, s, -0x1.1b614b0f4d061p-4);                                                    \
+        pm = fma(pm, s, 0x1.1b614b0f527eap-4);                                                     \
+        pm = fma(pm, s, 0x1.1b614b0f527fbp-3);                                                     \
+        pm = fma(pm, s, -0x1.a911f096fbc26p-2);                                                    \
+        pm = fma(pm, s, 0x1.a911f096fbc26p-2);                                                     \
+        pm = fma(pm, s, -0x1.c9b7addaf50ddp-56);                                                   \
+        mb.f = 0x1.af767a741088bp-1 + pm;                                                          \
+        double ua = a - 2.125, ub = a - 4.5;                                                       \
+        double pa = 0x1.fdfefd7d27c6ep-35;                                                         \
+        pa = fma(pa, ua, -0x1.13ea1cce39bf4p-32);                                                  \
+        pa = fma(pa, ua, 0x1.d645a7c88ff45p-31);                                                   \
+        pa = fma(pa, ua, -0x1.e5e162a116feep-29);                                                  \
+        pa = fma(pa, ua, 0x1.f729ee1a96948p-27);                                                   \
+        pa = fma(pa, ua, -0x1.f3e20d90285e3p-25);                                                  \
+        pa = fma(pa, ua, 0x1.e535ff6b985f7p-23);                                                   \
+        pa = fma(pa, ua, -0x1.cca092e0977adp-21);                                                  \
+        pa = fma(pa, ua, 0x1.aaad287e5d02fp-19);                                                   \
+        pa = fma(pa, ua, -0x1.8104a89acd919p-17);                                                  \
+        pa = fma(pa, ua, 0x1.51e08639d8845p-15);                                                   \
+        pa = fma(pa, ua, -0x1.1fc890f17604cp-13);                                                  \
+        pa = fma(pa, ua, 0x1.dab55d6fcc466p-12);                                                   \
+        pa = fma(pa, ua, -0x1.7a1819266965ap-10);                                                  \
+        pa = fma(pa, ua, 0x1.21decee0eddcbp-8);                                                    \
+        pa = fma(pa, ua, -0x1.aa2443aac6597p-7);                                                   \
+        pa = fma(pa, ua, 0x1.2adaf7aaf55dep-5);                                                    \
+        pa = fma(pa, ua, -0x1.8d6f73d5aa127p-4);                                                   \
+        pa = fma(pa, ua, 0x1.f0fd28fdc20abp-3);                                                    \
+        double pb = 0x1.b95e55355752ep-37;                                                         \
+        pb = fma(pb, ub, -0x1.40e60791438b1p-34);                                                  \
+        pb = fma(pb, ub, 0x1.58aaeb87b8336p-32);                                                   \
+        pb = fma(pb, ub, -0x1.e5014f63204f3p-30);                                                  \
+        pb = fma(pb, ub, 0x1.5cfb111b97cd4p-27);                                                   \
+        pb = fma(pb, ub, -0x1.dee8f08698c28p-25);                                                  \
+        pb = fma(pb, ub, 0x1.43509a4026eccp-22);                                                   \
+        pb = fma(pb, ub, -0x1.aef266fbb0efep-20);                                                  \
+        pb = fma(pb, ub, 0x1.1ad6b3d9849d1p-17);                                                   \
+        pb = fma(pb, ub, -0x1.6d54ca00f5c0ap-15);                                                  \
+        pb = fma(pb, ub, 0x1.d00785bb2248bp-13);                                                   \
+        pb = fma(pb, ub, -0x1.218ed9073074p-10);                                                   \
+        pb = fma(pb, ub, 0x1.62c12cb612493p-8);                                                    \
+        pb = fma(pb, ub, -0x1.aa3eb6a96f0f7p-6);                                                   \
+        pb = fma(pb, ub, 0x1.f5b2a049cf4c6p-4);                                                    \
+        qa.f = pa;                                                                                 \
+        qb.f = pb;                                                                                 \
+        uint64_t m3 = 0u - (uint64_t)(ab.u < 0x4008000000000000ull); /* a < 3: piece A */          \
+        qa.u = (qa.u & m3) | (qb.u & ~m3);                                                         \
+        double l = fma(a, a, -z); /* a² = z + l exactly; e^-a² = e^-z·(1 - l) */                \
+        double e = ot_expd(-z);                                                                    \
+        e = fma(-l, e, e);                                                                         \
+        lb.f = fma(-e, qa.f, 1.0);                                                                 \
+        uint64_t m1 = 0u - (uint64_t)(ab.u < 0x3feb000000000000ull);         /* 0.84375 */         \
+        uint64_t m2 = ~m1 & (0u - (uint64_t)(ab.u < 0x3ff4000000000000ull)); /* 1.25 */            \
+        rb.u = (sb.u & m1) | (mb.u & m2) | (lb.u & ~m1 & ~m2);                                     \
+        rb.u |= sign;                                                                              \
+        uint64_t nan = 0u - (uint64_t)(ax > 0x7ff0000000000000ull);                                \
+        rb.u = (rb.u & ~nan) | ((xb.u | (1ull << 51)) & nan);                                      \
+        return rb.f;                                                                               \
+    }
+
 /* x^y for f32 (ot_powf), branch-free, evaluated in double with fma; the caller applies the NaN
  * and 1 rules (ot_vm_powf1 in src/exec/vmath.h: a NaN operand's NaN quieted, pow(1, y) =
  * pow(x, 0) = 1). log2|x|: |x| converted to double (exact, and normal for a subnormal x) is
@@ -697,6 +802,7 @@
     X(OT_EXPM1D_DEF)                                                                               \
     X(OT_TANHD_DEF)                                                                                \
     X(OT_CBRTD_DEF)                                                                                \
+    X(OT_ERFD_DEF)                                                                                 \
     X(OT_POWF_DEF)
 /* X for OT_VMATH_OWN_DEFS in C source: the definition itself */
 #define OT_VMATH_DEF_TEXT(def) def

@@ -1,7 +1,7 @@
 /* Vector math from SLEEF (Debian libsleef-dev, the library PyTorch's vectorized CPU math uses) for
  * the f32 and f64 functions the library does not compute with its own polynomials
- * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log, log1p, tanh and cbrt,
- * with f64 logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 erf, sin, cos, tan, pow
+ * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log, log1p, tanh, cbrt and
+ * erf, with f64 logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 sin, cos, tan, pow
  * and atan2. docs/vmath.md has the accuracy and speed of each.
  *
  * Bit-identical twins: SLEEF's deterministic variants give the same bits in every vector width
@@ -33,7 +33,6 @@
     X(tanf, tanf, 1, float)                                                                        \
     X(cbrtf, cbrtf, 1, float)                                                                      \
     X(atan2f, atan2f, 2, float)                                                                    \
-    X(erf, erfd, 1, double)                                                                        \
     X(sin, sind, 1, double)                                                                        \
     X(cos, cosd, 1, double)                                                                        \
     X(tan, tand, 1, double)                                                                        \
