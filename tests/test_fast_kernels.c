@@ -1425,6 +1425,38 @@ static const struct {
      "  ROOT g = f64[4,6,7] gather(x, i), offset_dims={0,1}, collapsed_slice_dims={0}, "
      "start_index_map={0}, index_vector_dim=1, slice_sizes={1,4,6}\n}\n",
      1},
+    /* jnp.linalg.solve / inv's pivot gather (x[b, i, perm[b, k]]): operand batching dims, a
+     * one-element block, the last outer dim a batch dim (runs of AVX-512 gathers), large enough
+     * to split over the threads with runs cut at the splits; f32 and f64 */
+    {"HloModule g21\nENTRY e {\n  x = f32[24,40,37,1] parameter(0)\n  i = s32[24,37,1] "
+     "parameter(1)\n"
+     "  ROOT g = f32[24,40,37,1] gather(x, i), offset_dims={1,3}, collapsed_slice_dims={2}, "
+     "start_index_map={2}, operand_batching_dims={0}, start_indices_batching_dims={0}, "
+     "index_vector_dim=2, slice_sizes={1,40,1,1}\n}\n",
+     1},
+    {"HloModule g22\nENTRY e {\n  x = f64[20,33,41,1] parameter(0)\n  i = s64[20,41,1] "
+     "parameter(1)\n"
+     "  ROOT g = f64[20,33,41,1] gather(x, i), offset_dims={1,3}, collapsed_slice_dims={2}, "
+     "start_index_map={2}, operand_batching_dims={0}, start_indices_batching_dims={0}, "
+     "index_vector_dim=2, slice_sizes={1,33,1,1}\n}\n",
+     1},
+    /* jnp.diagonal of a batch (slogdet's): two start indices, the batch dim last; u16 and u8
+     * elements take the scalar loop */
+    {"HloModule g23\nENTRY e {\n  x = f64[16,30,30] parameter(0)\n  i = s32[30,2] parameter(1)\n"
+     "  ROOT g = f64[16,30] gather(x, i), offset_dims={0}, collapsed_slice_dims={1,2}, "
+     "start_index_map={1,2}, index_vector_dim=1, slice_sizes={16,1,1}\n}\n",
+     1},
+    {"HloModule g24\nENTRY e {\n  x = u16[5,30,30] parameter(0)\n  i = s32[29,2] parameter(1)\n"
+     "  ROOT g = u16[5,29] gather(x, i), offset_dims={0}, collapsed_slice_dims={1,2}, "
+     "start_index_map={1,2}, index_vector_dim=1, slice_sizes={5,1,1}\n}\n",
+     1},
+    /* one-element slices in rows (gather_rows): take_along_axis on a larger batch, f32 */
+    {"HloModule g25\nENTRY e {\n  x = f32[3000,57] parameter(0)\n  i = s32[3000,13,1] "
+     "parameter(1)\n"
+     "  ROOT g = f32[3000,13] gather(x, i), offset_dims={}, collapsed_slice_dims={1}, "
+     "start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, "
+     "index_vector_dim=2, slice_sizes={1,1}\n}\n",
+     1},
 };
 
 static void fill_indices(ot_tensor *t, int64_t hi) {

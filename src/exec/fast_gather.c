@@ -12,7 +12,9 @@
  * Offset dims among or before the batch dims (jax.image.resize's nearest gathers, [8, 128, 64, 64]
  * from offset dims {0, 2, 3}): the output is walked as outer elements (its dims before the
  * trailing run of offset dims, batch and offset dims mixed) each copying one inner block (that
- * run) from base(b) plus the outer offset dims' operand offsets, counted from digit to digit. */
+ * run) from base(b) plus the outer offset dims' operand offsets, counted from digit to digit.
+ * One-element slices (pivot permutations, diagonals, take_along_axis) are copied by gather_one:
+ * a run of starts at a time, AVX-512 gathers for 4- and 8-byte elements. */
 #include "exec/fast_internal.h"
 
 typedef struct gather_job {
@@ -21,6 +23,7 @@ typedef struct gather_job {
     int64_t no, nb;
     size_t es;
     bool contig; /* oo[o] == o: each slice is copied as one block */
+    bool v512;   /* one-element slices of 4 or 8 bytes: AVX-512 gathers (gather_one) */
     const char *x;
     char *y;
     /* offset dims among the batch dims: no is the inner block's element count, nb the outer
@@ -74,23 +77,93 @@ static void gather_block(const gather_job *p, const char *x, char *y) {
     }
 }
 
+/* One-element slices: y[j] = x[ix[j]] for j < n (ix: the slices' starts, x already moved by the
+ * outer offset). AVX-512 gathers take eight starts a step; the scalar loop is the same copy for the
+ * other widths and CPUs. Where each element was a memcpy call and a digit count, the inverse's
+ * pivot gather (64 x 64 x 64 f32) took as long as its LU factorization. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+EX_AVX512 static void gather_one4_avx512(const uint32_t *x, const int64_t *ix, uint32_t *y,
+                                         int64_t n) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256i a = _mm512_i64gather_epi32(_mm512_loadu_si512(ix + j), x, 4);
+        __m256i b = _mm512_i64gather_epi32(_mm512_loadu_si512(ix + j + 8), x, 4);
+        _mm256_storeu_si256((__m256i *)(void *)(y + j), a);
+        _mm256_storeu_si256((__m256i *)(void *)(y + j + 8), b);
+    }
+    for (; j < n; j++) y[j] = x[ix[j]];
+}
+EX_AVX512 static void gather_one8_avx512(const uint64_t *x, const int64_t *ix, uint64_t *y,
+                                         int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512i a = _mm512_i64gather_epi64(_mm512_loadu_si512(ix + j), x, 8);
+        _mm512_storeu_si512(y + j, a);
+    }
+    for (; j < n; j++) y[j] = x[ix[j]];
+}
+#define GATHER_AVX512 1
+#else
+#define GATHER_AVX512 0
+#endif
+
+static void gather_one(const gather_job *p, const char *x, const int64_t *ix, char *y, int64_t n) {
+    switch (p->es) {
+#define GATHER_ONE(UT)                                                                             \
+    for (int64_t j = 0; j < n; j++) ((UT *)(void *)y)[j] = ((const UT *)(const void *)x)[ix[j]];   \
+    return;
+    case 1: GATHER_ONE(uint8_t)
+    case 2: GATHER_ONE(uint16_t)
+    case 4:
+#if GATHER_AVX512
+        if (p->v512) {
+            gather_one4_avx512((const void *)x, ix, (void *)y, n);
+            return;
+        }
+#endif
+        GATHER_ONE(uint32_t)
+    default:
+#if GATHER_AVX512
+        if (p->v512) {
+            gather_one8_avx512((const void *)x, ix, (void *)y, n);
+            return;
+        }
+#endif
+        GATHER_ONE(uint64_t)
+#undef GATHER_ONE
+    }
+}
+
 /* Outer elements [begin, end) of a gather whose offset dims are not all trailing: the digits of
- * begin divided out once, then counted; each element's batch index and operand offset follow
- * its digits' steps. */
+ * begin divided out once, then counted. The last outer dim is the last batch dim (the trailing
+ * offset dims are the inner block), so along it the batch index steps by one and the operand
+ * offset stays: the outer elements come in runs along it, each run one call that copies the
+ * blocks of bases[b], bases[b + 1], ... (one-element blocks: gather_one). */
 static void gather_outer(void *arg, int64_t begin, int64_t end, int ith) {
     (void)ith;
     const gather_job *p = arg;
-    int64_t dig[OT_MAX_RANK], b = 0, xo = 0, rest = begin;
-    for (int d = p->ndo - 1; d >= 0; d--) {
+    int dl = p->ndo - 1;
+    int64_t dig[OT_MAX_RANK], b = 0, xo = 0, rest = begin, L = p->odims[dl];
+    for (int d = dl; d >= 0; d--) {
         dig[d] = rest % p->odims[d];
         rest /= p->odims[d];
         b += dig[d] * p->bstep[d];
         xo += dig[d] * p->xstep[d];
     }
     size_t nbytes = (size_t)p->no * p->es;
-    for (int64_t u = begin; u < end; u++) {
-        gather_block(p, p->x + (size_t)(p->bases[b] + xo) * p->es, p->y + (size_t)u * nbytes);
-        for (int d = p->ndo - 1; d >= 0; d--) {
+    for (int64_t u = begin; u < end;) {
+        int64_t j0 = dig[dl], n = L - j0 < end - u ? L - j0 : end - u;
+        const char *x = p->x + (size_t)xo * p->es;
+        char *y = p->y + (size_t)u * nbytes;
+        if (p->no == 1)
+            gather_one(p, x, p->bases + b, y, n);
+        else
+            for (int64_t j = 0; j < n; j++)
+                gather_block(p, x + (size_t)p->bases[b + j] * p->es, y + (size_t)j * nbytes);
+        u += n;
+        b -= j0; /* back to the run's start, then the digits before the last counted */
+        dig[dl] = 0;
+        for (int d = dl - 1; d >= 0; d--) {
             b += p->bstep[d];
             xo += p->xstep[d];
             if (++dig[d] < p->odims[d]) break;
@@ -111,6 +184,11 @@ static void gather_rows(void *arg, int64_t begin, int64_t end, int ith) {
     char *y = p->y;
     if (p->contig && (size_t)NO * p->es >= 64) { /* shorter slices: the typed loop below */
         gather_contig(p, begin, end);
+        return;
+    }
+    if (NO == 1) {
+        gather_one(p, x + (size_t)oo[0] * p->es, p->bases + begin, y + (size_t)begin * p->es,
+                   end - begin);
         return;
     }
     for (int64_t b = begin; b < end; b++) {
@@ -359,7 +437,8 @@ ot_status ex_fast_gather(ex_kernel_ctx *c, const ot_instr *i, void *const *in, c
     }
     int64_t kbytes = NB * (int64_t)ot_dtype_size(kt) * (g->nstart_index_map + 2);
     ex_par_for(c, NB, kbytes, gather_bases, &bj);
-    gather_job p = {oo, bases, NIB, NB, es, contig, in[0], out, ndo, odims, bstep, xstep};
+    gather_job p = {oo,    bases, NIB, NB,    es,    contig, (es == 4 || es == 8) && ex_avx512(),
+                    in[0], out,   ndo, odims, bstep, xstep};
     if (ndo == 0) {
         ex_par_for(c, NB, NB * NO * (int64_t)es * 2, gather_rows, &p);
         return OT_OK;
