@@ -1439,6 +1439,50 @@ static void test_fuse_wide_constant_copied(void) {
     ot_module_free(m);
 }
 
+/* A broadcast zero that a scatter-add starts from and that a fusion downstream of the scatter
+ * also reads (Adagrad's gradient of an embedding table: the accumulator compared with 0): the
+ * fusion cannot take it as an extra output (the scatter would close a cycle), so the fusion gets
+ * its own copy and the broadcast stays in the entry for the scatter alone, which then owns it
+ * (and updates it in place) instead of sharing a stored array of zeros with the fusion. */
+static void test_fuse_scalar_broadcast_beside_scatter(void) {
+    static const char text[] =
+        "HloModule t\n"
+        "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+        "ENTRY e {\n"
+        "  w = f32[50,16] parameter(0)\n  i = s32[30,1] parameter(1)\n"
+        "  u = f32[30,16] parameter(2)\n  z = f32[] constant(0)\n"
+        "  zb = f32[50,16] broadcast(z), dimensions={}\n"
+        "  g = f32[50,16] scatter(zb, i, u), update_window_dims={1}, inserted_window_dims={0}, "
+        "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n"
+        "  m = f32[50,16] multiply(g, g)\n"
+        "  gt = pred[50,16] compare(m, zb), direction=GT\n"
+        "  s = f32[50,16] select(gt, m, zb)\n"
+        "  ROOT r = f32[50,16] add(w, s)\n}\n";
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+    const ot_computation *c = ot_module_entry(m);
+    int fusions = 0, stored_bcasts = 0;
+    const ot_instr *scatter = NULL;
+    for (const ot_instr *i = c->first; i; i = i->next) {
+        if (i->opcode == OT_OP_SCATTER) scatter = i;
+        if (i->opcode != OT_OP_FUSION) continue;
+        fusions++;
+        for (int q = 0; q < i->noperands; q++) {
+            const ot_instr *o = i->operands[q];
+            bool bc = o->opcode == OT_OP_BROADCAST ||
+                      (o->opcode == OT_OP_FUSION && o->called[0]->root->opcode == OT_OP_BROADCAST);
+            stored_bcasts += bc;
+        }
+    }
+    ASSERT_TRUE(scatter != NULL);
+    EXPECT_INT_EQ(fusions, 1);
+    EXPECT_INT_EQ(stored_bcasts, 0);                /* the fusion computes its zeros */
+    EXPECT_INT_EQ(scatter->operands[0]->nusers, 1); /* the scatter's operand is its own */
+    EXPECT_TRUE(scatter->operands[0]->opcode == OT_OP_BROADCAST);
+    ot_module_free(m);
+}
+
 static void test_fuse_no_duplicate_expensive(void) {
     /* e = exp(a) feeds two reductions (two clusters): exp is computed once, never duplicated
      * (it joins one reduction's fusion as an extra output the other reads); the cheap
@@ -2981,6 +3025,7 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
              OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
              OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_fuse_scalar_broadcast_beside_scatter),
              OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
              OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
              OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),

@@ -571,7 +571,8 @@ static bool merge_siblings(fz *f, int32_t a, int32_t b) {
 }
 
 /* The distinct clusters (up to 16, in ucl) holding i's users, primary or copies; *outside: a
- * user sits in none (or i is the root); *many: more than 16. */
+ * user sits in none or is a duplicated original kept in the entry (or i is the root); *many:
+ * more than 16. */
 static int user_clusters(fz *f, const ot_instr *i, int32_t ucl[16], bool *outside, bool *many) {
     int nu = 0;
     *outside = f->c->root == i;
@@ -595,7 +596,7 @@ static int user_clusters(fz *f, const ot_instr *i, int32_t ucl[16], bool *outsid
             }
             ucl[nu++] = cands[q];
         }
-        if (!any) *outside = true;
+        if (!any || (f->keep[p] && f->cl[p] < 0)) *outside = true; /* a kept original reads it */
     }
     return nu;
 }
@@ -687,6 +688,34 @@ static ot_status phase1(fz *f) {
                 if (ucl[j] > c) c = ucl[j];
             if (can_join(f, i, c, true, &small, &id, &nc) && !reaches(f, &i, 1, c, c)) {
                 join(f, k, c, true, small, id, nc);
+                continue;
+            }
+        }
+        /* a broadcast of a scalar read by clusters and by instructions outside any, which no
+         * cluster can take as an extra output (a scatter-add's zero operand that the
+         * optimizer's update, downstream of the scatter, also compares with): a copy in each
+         * cluster, the original kept in the entry for the others. The clusters then read no
+         * stored array of one repeated value, and the outside user is its only reader (a
+         * scatter then updates it in place instead of copying it first). */
+        if (scalar_bcast && outside && !many && nu >= 1 && f->c->root != i &&
+            depth <= MAX_DUP_DEPTH) {
+            bool ok = true;
+            did = false;
+            dnc = 0;
+            for (int j = 0; j < nu && ok; j++) {
+                uint8_t sm = 0;
+                bool jid = false;
+                int32_t jnc = 0;
+                ok = can_join(f, i, ucl[j], false, &sm, &jid, &jnc);
+                did = did || jid;
+                if (jnc > dnc) dnc = jnc;
+            }
+            if (ok) {
+                for (int j = 0; j < nu; j++) OT_CHECK(add_dup(f, k, ucl[j]));
+                f->dupdepth[k] = (uint8_t)depth;
+                f->keep[k] = true;
+                f->ident[k] = did;
+                f->nctx[k] = dnc;
                 continue;
             }
         }
