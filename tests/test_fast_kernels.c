@@ -1759,6 +1759,29 @@ static const struct {
      "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, "
      "to_apply=set\n}\n",
      1, false},
+    /* batching dims (the window-start table): take_along_axis's gradient, one f32 per position;
+     * jnp.linalg.solve's pivot permutation, an s32 overwrite; f64 rows of 5 whose operand
+     * batching dim is not the first, matched to the indices' first dim */
+    {"HloModule s11\n" SC_ADD_F32 "ENTRY e {\n  x = f32[40,30] parameter(0)\n"
+     "  i = s32[40,25,1] parameter(1)\n  u = f32[40,25] parameter(2)\n"
+     "  ROOT s = f32[40,30] scatter(x, i, u), update_window_dims={}, "
+     "inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, input_batching_dims={0}, "
+     "scatter_indices_batching_dims={0}, index_vector_dim=2, to_apply=add\n}\n",
+     1, false},
+    {"HloModule s12\nset {\n  a = s32[] parameter(0)\n  ROOT b = s32[] parameter(1)\n}\n"
+     "ENTRY e {\n  x = s32[48,64] parameter(0)\n  i = s32[48,1] parameter(1)\n"
+     "  u = s32[48] parameter(2)\n"
+     "  ROOT s = s32[48,64] scatter(x, i, u), update_window_dims={}, "
+     "inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, input_batching_dims={0}, "
+     "scatter_indices_batching_dims={0}, index_vector_dim=1, to_apply=set\n}\n",
+     1, false},
+    {"HloModule s13\nadd {\n  a = f64[] parameter(0)\n  b = f64[] parameter(1)\n"
+     "  ROOT s = f64[] add(a, b)\n}\nENTRY e {\n  x = f64[30,8,5] parameter(0)\n"
+     "  i = s64[8,30,1] parameter(1)\n  u = f64[8,30,5] parameter(2)\n"
+     "  ROOT s = f64[30,8,5] scatter(x, i, u), update_window_dims={2}, "
+     "inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, input_batching_dims={1}, "
+     "scatter_indices_batching_dims={0}, index_vector_dim=2, to_apply=add\n}\n",
+     1, false},
     /* the window dims lead the updates: the reference runs it */
     {"HloModule s6\n" SC_ADD_F32 "ENTRY e {\n  x = f32[30,12] parameter(0)\n"
      "  i = s32[8,1] parameter(1)\n  u = f32[12,8] parameter(2)\n"

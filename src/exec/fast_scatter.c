@@ -2,7 +2,8 @@
  * whose update computation is exactly add, maximum or minimum of its two parameters (f32, f64 and
  * the integer types: `.at[].add`, embedding gradients, `.at[].max`, `.at[].min`,
  * segment_max/min) or returns its second parameter (a plain overwrite: `.at[].set`), the
- * updates' window dims their trailing dims and no batching dims. s32/s64 indices,
+ * updates' window dims their trailing dims; batching dims (take_along_axis's gradient, the pivots'
+ * permutation of jnp.linalg.solve) through the table of window starts. s32/s64 indices,
  * index_vector_dim anywhere.
  *
  * The reference applies the update elements in row-major order of the updates; with trailing
@@ -508,6 +509,7 @@ typedef struct sc_base {
     const ot_shape *xs, *us, *ks;
     const void *idx;
     const int *kd; /* the indices' dims but index_vector_dim, in order */
+    const int *bq; /* per batching dim: its position among the updates' scatter dims */
     int nbd;       /* the updates' scatter dims */
     const int64_t *wsize, *xstr, *kstr;
     int64_t ivs; /* the index vector's stride */
@@ -535,6 +537,7 @@ static void run_base(void *arg, int64_t begin, int64_t end, int ith) {
             start[sd->scatter_dims_to_operand_dims[k]] =
                 s32 ? ((const int32_t *)p->idx)[at] : ((const int64_t *)p->idx)[at];
         }
+        for (int k = 0; k < sd->nbatching; k++) start[sd->input_batching_dims[k]] = bidx[p->bq[k]];
         /* a window that does not fit in the operand is skipped, as the reference does */
         int64_t at = 0;
         for (int d = 0; d < xr && at >= 0; d++) {
@@ -564,7 +567,7 @@ static void copy_part(void *arg, int64_t begin, int64_t end, int ith) {
 ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                           void *out, const ex_leaf *os, bool *done) {
     const ot_scatter_dims *sd = i->attrs->scatter;
-    if (!sd || i->noperands != 3 || sd->nbatching != 0) return OT_OK;
+    if (!sd || i->noperands != 3) return OT_OK;
     const ot_shape *xs = ins[0].shape, *ks = ins[1].shape, *us = ins[2].shape, *ys = os->shape;
     ot_dtype t = ys->dtype, kt = ks->dtype;
     size_t es = ot_dtype_size(t);
@@ -584,12 +587,14 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
     if (nbd < 0) return OT_OK;
     for (int k = 0; k < nw; k++)
         if (sd->update_window_dims[k] != nbd + k) return OT_OK;
-    /* window size per operand dim: the update window dims' sizes in order, 1 for inserted dims */
+    /* window size per operand dim: the update window dims' sizes in order, 1 for inserted and
+     * batching dims */
     int64_t wsize[OT_MAX_RANK];
     int w = 0;
     for (int d = 0; d < xr; d++) {
         bool ins_d = false;
         for (int k = 0; k < sd->ninserted; k++) ins_d |= sd->inserted_window_dims[k] == d;
+        for (int k = 0; k < sd->nbatching; k++) ins_d |= sd->input_batching_dims[k] == d;
         wsize[d] = ins_d ? 1 : w < nw ? us->dims[nbd + w] : -1;
         if (!ins_d) w++;
     }
@@ -602,6 +607,15 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
     if (nk != nbd) return OT_OK;
     for (int q = 0; q < nbd; q++)
         if (ks->dims[kd[q]] != us->dims[q]) return OT_OK;
+    /* each batching dim: the scatter dim of its indices dim (the position's own index there) */
+    int bq[OT_MAX_RANK];
+    for (int k = 0; k < sd->nbatching; k++) {
+        bq[k] = -1;
+        for (int q = 0; q < nbd; q++)
+            if (kd[q] == sd->scatter_indices_batching_dims[k]) bq[k] = q;
+        if (bq[k] < 0 || sd->input_batching_dims[k] < 0 || sd->input_batching_dims[k] >= xr)
+            return OT_OK;
+    }
     if (sd->nscatter_to_operand != (ivd < ks->rank ? ks->dims[ivd] : 1)) return OT_OK;
     for (int k = 0; k < sd->nscatter_to_operand; k++)
         if (sd->scatter_dims_to_operand_dims[k] < 0 || sd->scatter_dims_to_operand_dims[k] >= xr)
@@ -636,7 +650,8 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
      * of every row) makes each thread's prefetchers pull most of the stream, and on a loaded
      * machine the second thread often waits for a CPU: both measured slower (docs/benchmarks.md,
      * "The scatter on one thread"; narrow sums split as below measured slower too). */
-    bool one = sd->nscatter_to_operand == 1 && (ivd >= ks->rank || ks->dims[ivd] == 1);
+    bool one = sd->nscatter_to_operand == 1 && (ivd >= ks->rank || ks->dims[ivd] == 1) &&
+               sd->nbatching == 0;
     int64_t *base = NULL;
     size_t nbase = one ? 0 : (size_t)NB;
     OT_CHECK(ex_scratch(c, (nbase + (size_t)NR) * sizeof *base, (void **)&base));
@@ -658,9 +673,9 @@ ot_status ex_fast_scatter(ex_kernel_ctx *c, const ot_instr *i, void *const *in, 
         lim = fits ? xs->dims[d1] - wsize[d1] : -1;
         str = xstr[d1];
     } else {
-        sc_base sb = {
-            sd, xs,  us, ks, in[1], kd, nbd, wsize, xstr, kstr, ivd < ks->rank ? kstr[ivd] : 0,
-            NB, base};
+        sc_base sb = {sd, xs,  us,    ks,   in[1], kd,
+                      bq, nbd, wsize, xstr, kstr,  ivd < ks->rank ? kstr[ivd] : 0,
+                      NB, base};
         ex_par_for(c, (NB + SC_BASE_CHUNK - 1) / SC_BASE_CHUNK, NB * 16, run_base, &sb);
     }
     /* keys: one: the index, valid in [0, lim]; else the window's offset (-1: skipped) */
