@@ -1575,11 +1575,12 @@ static void test_reduce_columns(void) {
     }
 }
 
-/* Column maxima/minima (the walk, its outputs folded on integer keys in blocks of 1024, a block
- * holding a NaN folded again in order): without a NaN, with infinities, signed zeros and
- * subnormals (the keys' order and the flush); with NaNs of several payloads and signs in some
- * columns, two per column, in one block or both blocks of a wide row; from a NaN init; on narrow
- * runs (the prefetched rows), wide ones and whole rows: bitwise the reference on every pool. */
+/* Column maxima/minima (the walk, its outputs folded on integer keys a row chunk of up to 4096 at
+ * a time, a chunk holding a NaN folded again in order): without a NaN, with infinities, signed
+ * zeros and subnormals (the keys' order and the flush); with NaNs of several payloads and signs in
+ * some columns, two per column, in one chunk or both chunks of a row wider than one (5000); from
+ * a NaN init; on narrow runs (the prefetched rows), wide ones (1320 and 2500, wider than the
+ * 1024-element blocks the keys once took) and whole rows: bitwise the reference on every pool. */
 static void test_reduce_minmax_columns(void) {
     g_rng = 0xc0a;
     static const ot_opcode ops[] = {OT_OP_MAXIMUM, OT_OP_MINIMUM};
@@ -1587,8 +1588,9 @@ static void test_reduce_minmax_columns(void) {
         int r;
         int64_t dims[4], rd[2];
         int nd;
-    } cs[] = {{2, {300, 1000}, {0}, 1},        {2, {40, 2500}, {0}, 1}, {3, {7, 30, 64}, {1}, 1},
-              {4, {20, 3, 50, 17}, {0, 2}, 2}, {2, {1000, 20}, {0}, 1}, {3, {9, 200, 300}, {0}, 1}};
+    } cs[] = {{2, {300, 1000}, {0}, 1},        {2, {40, 2500}, {0}, 1},  {3, {7, 30, 64}, {1}, 1},
+              {4, {20, 3, 50, 17}, {0, 2}, 2}, {2, {1000, 20}, {0}, 1},  {3, {9, 200, 300}, {0}, 1},
+              {4, {5, 12, 33, 40}, {1}, 1},    {3, {3, 7, 5000}, {1}, 1}};
     for (int k = 0; k < 4; k++) {
         ot_dtype t = k % 2 ? OT_F64 : OT_F32;
         for (int c = 0; c < (int)(sizeof cs / sizeof cs[0]); c++)
