@@ -2331,6 +2331,16 @@ static bool combine_expr(ot_opcode op, ot_dtype t, const char *l, const char *r,
     }
 }
 
+/* Where a lane-ordered sum of RN elements leaves its lanes: every block but the last is whole
+ * groups (EX_RED_BLOCK is a multiple of EX_RED_LANES), so the elements folded one by one are the
+ * last RN % EX_RED_LANES. The tail's elements are computed by a loop of that constant count into
+ * a buffer (which the vectorizer takes whole: an exp or tanh of 13 tail elements of a row of 77
+ * ran as 13 scalar calls, as long as the row's 64 vector elements) and then folded in order into
+ * the accumulator: the same values added in the same order. */
+static long long tail_start(long long RN) {
+    return RN / EX_RED_LANES * EX_RED_LANES;
+}
+
 /* The lane loops of one block [rb, re) of a lane-ordered sum (re - rb a multiple of
  * EX_RED_LANES, at least one group): the first group sets lane[l], each later group adds into
  * lane[l] in column order. Each element is computed by body B (after the index statements
@@ -2572,8 +2582,10 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         var(&E, mi, vi, sizeof vi);
         var(&E, mx, vx, sizeof vx);
         bool acc_needs = !E.m[mi].flushed, x_needs = !E.m[mx].flushed;
-        char c_lx[2048], c_lw[2048], c_tree[2048], c_acc[2048], c_ax[2048], c_lb[2048], c_ab[2048],
-            c_ttree[2048], c_tacc[2048];
+        char c_lx[2048], c_lw[2048], c_tree[2048], c_acc[2048], c_at[2048], c_lb[2048], c_ab[2048],
+            c_ttree[2048], c_tacc[2048], tl[48];
+        long long RT = tail_start((long long)RN);
+        snprintf(tl, sizeof tl, "ot_tl[rr - %lld]", RT);
         bool ok = true;
 #define CMB(L, R, NL, NR, OUT)                                                                     \
     (acc_left ? combine_expr(OT_OP_ADD, t, L, R, NL, NR, E.hw, OUT, sizeof OUT)                    \
@@ -2582,7 +2594,7 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
         ok = ok && CMB("lane[l]", "ot_w[ot_g + l]", x_needs, x_needs, c_lw);
         ok = ok && CMB("lane[l]", "lane[l + s]", x_needs, x_needs, c_tree);
         ok = ok && CMB("acc", "lane[0]", acc_needs, x_needs, c_acc);
-        ok = ok && CMB("acc", vx, acc_needs, x_needs, c_ax);
+        ok = ok && CMB("acc", tl, acc_needs, x_needs, c_at);
         ok = ok && CMB("lane[t][l]", "buf[t][g + l]", x_needs, x_needs, c_lb);
         ok = ok && CMB("lane[t][l]", "lane[t][l + s]", x_needs, x_needs, c_ttree);
         ok = ok && CMB("acc[t]", "lane[t][0]", acc_needs, x_needs, c_tacc);
@@ -2713,11 +2725,21 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
             char rn[32];
             snprintf(rn, sizeof rn, "%lld", (long long)RN);
             blk_fill(src, &E, (long long)RN, "rt", rn);
-            ot_strbuf_printf(src, "    for (int64_t rr = rt; rr < %lld; rr++) {\n", (long long)RN);
-            IDX("rr");
+            if (RT < (long long)RN) {
+                ot_strbuf_printf(src,
+                                 "    (void)rt;\n    %s ot_tl[%d];\n"
+                                 "    for (int64_t rr = %lld; rr < %lld; rr++) {\n",
+                                 T, EX_RED_LANES, RT, (long long)RN);
+                IDX("rr");
+                ot_strbuf_printf(src,
+                                 "%s    ot_tl[rr - %lld] = %s;\n    }\n"
+                                 "    for (int64_t rr = %lld; rr < %lld; rr++) acc = %s;\n",
+                                 body, RT, vx, RT, (long long)RN, c_at);
+            } else {
+                ot_strbuf_printf(src, "    (void)rt;\n");
+            }
 #undef IDX
-            ot_strbuf_printf(src, "%s    acc = %s;\n    }\n    o%d[o] = acc;\n    }\n", body, c_ax,
-                             ro);
+            ot_strbuf_printf(src, "    o%d[o] = acc;\n    }\n", ro);
             st = emit_tail(src, E.hw);
             *numel_out = O;
             *work_out = RN > 0 ? RN : 1;
@@ -3271,12 +3293,14 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
     ot_strbuf_printf(R, "    const int64_t col = %s;\n    const int64_t i = row * %lld + col;\n",  \
                      RE, RN)
     if (lanes) {
-        char c_lx[2048], c_lw[2048], c_tree[2048], c_acc[2048], c_ax[2048];
+        char c_lx[2048], c_lw[2048], c_tree[2048], c_acc[2048], c_at[2048], tl[48];
+        long long RT = tail_start(RN);
+        snprintf(tl, sizeof tl, "ot_tl[rr - %lld]", RT);
         ok = ok && CMB(OT_OP_ADD, "lane[l]", vx, x_needs, x_needs, E->hw, c_lx);
         ok = ok && CMB(OT_OP_ADD, "lane[l]", "ot_w[ot_g + l]", x_needs, x_needs, E->hw, c_lw);
         ok = ok && CMB(OT_OP_ADD, "lane[l]", "lane[l + s]", x_needs, x_needs, E->hw, c_tree);
         ok = ok && CMB(OT_OP_ADD, "acc", "lane[0]", acc_needs, x_needs, E->hw, c_acc);
-        ok = ok && CMB(OT_OP_ADD, "acc", vx, acc_needs, x_needs, E->hw, c_ax);
+        ok = ok && CMB(OT_OP_ADD, "acc", tl, acc_needs, x_needs, E->hw, c_at);
         if (ok) {
             ot_strbuf_printf(R,
                              "    %s v%d;\n    { /* %s (lane order) */\n"
@@ -3294,10 +3318,19 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
                              "    for (int s = %d; s >= 1; s /= 2)\n"
                              "    for (int l = 0; l < s; l++) lane[l] = %s;\n"
                              "    acc = %s;\n    rt = re;\n    }\n"
-                             "    for (int64_t rr = rt; rr < %lld; rr++) {\n",
-                             EX_RED_LANES / 2, c_tree, c_acc, RN);
-            IDX("rr");
-            ot_strbuf_printf(R, "%s    acc = %s;\n    }\n    v%d = acc;\n    }\n", B, c_ax, v);
+                             "    (void)rt;\n",
+                             EX_RED_LANES / 2, c_tree, c_acc);
+            if (RT < RN) {
+                ot_strbuf_printf(
+                    R, "    %s ot_tl[%d];\n    for (int64_t rr = %lld; rr < %lld; rr++) {\n", T,
+                    EX_RED_LANES, RT, RN);
+                IDX("rr");
+                ot_strbuf_printf(R,
+                                 "%s    ot_tl[rr - %lld] = %s;\n    }\n"
+                                 "    for (int64_t rr = %lld; rr < %lld; rr++) acc = %s;\n",
+                                 B, RT, vx, RT, RN, c_at);
+            }
+            ot_strbuf_printf(R, "    v%d = acc;\n    }\n", v);
         }
     } else {
         /* as emit_reduce's serial chain: operands flushed as the reducer's op does, the
