@@ -386,7 +386,7 @@ static void pooling_case_once(const char *hlo, int nargs, int want_fast) {
     ot_run_result rr;
     void *outs[1] = {ref.data};
     ASSERT_OK(ot_execute_on_host(e, arena, params, outs, &o, 0, &rr));
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 4; p++) { /* 1, 2, 3 and 8 threads */
         ot_tensor got;
         ASSERT_OK(ot_tensor_alloc(&got, &sl->shape));
         o.reference_kernels = false;
@@ -499,6 +499,25 @@ static void test_pooling_layouts(void) {
                  "  i = f64[] parameter(1)\n  ROOT r = f64[3,7,13,6] reduce-window(x, i), "
                  "window={size=1x1x3x1 stride=1x1x3x1 pad=0_0x0_0x2_-1x0_0 rhs_dilate=1x1x2x1 "
                  "rhs_reversal=0x0x1x0}, to_apply=add\n}\n",
+                 2, 1);
+    /* NHWC windows over a base-dilated W (the gradients of strided pools: the cotangent dilated
+     * by the stride; window position k reaches every q-th w): a 2x2 stride-2 average pool's
+     * gradient (each output one element), a 3x3 stride-2 SAME pool's (one or two elements), and
+     * an f64 maximum of dilation 3 with stride 2, rhs dilation and reversal (q 3, input step 2),
+     * C = 24 and rows longer than one chunk */
+    pooling_case("HloModule p14\n" ADD_F32 "ENTRY e {\n  x = f32[8,14,14,32] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[8,28,28,32] reduce-window(x, i), "
+                 "window={size=1x2x2x1 pad=0_0x1_1x1_1x0_0 lhs_dilate=1x2x2x1}, to_apply=add\n}\n",
+                 2, 1);
+    pooling_case("HloModule p15\n" ADD_F32 "ENTRY e {\n  x = f32[4,9,50,24] parameter(0)\n"
+                 "  i = f32[] parameter(1)\n  ROOT r = f32[4,19,101,24] reduce-window(x, i), "
+                 "window={size=1x3x3x1 pad=0_0x2_2x2_2x0_0 lhs_dilate=1x2x2x1}, to_apply=add\n}\n",
+                 2, 1);
+    pooling_case("HloModule p16\nmax {\n  a = f64[] parameter(0)\n  b = f64[] parameter(1)\n"
+                 "  ROOT m = f64[] maximum(a, b)\n}\nENTRY e {\n  x = f64[3,5,20,8] parameter(0)\n"
+                 "  i = f64[] parameter(1)\n  ROOT r = f64[3,5,28,8] reduce-window(x, i), "
+                 "window={size=1x1x4x1 stride=1x1x2x1 pad=0_0x0_0x2_1x0_0 lhs_dilate=1x1x3x1 "
+                 "rhs_dilate=1x1x2x1 rhs_reversal=0x0x1x0}, to_apply=max\n}\n",
                  2, 1);
 }
 

@@ -36,6 +36,7 @@
 #define WIN_CHUNK     256                /* outputs of a row folded together (select) */
 #define RW_CHUNK      1024               /* outputs of a row folded together (reduce-window) */
 #define WIN_MAX_TABLE ((int64_t)1 << 22) /* entries of the per-dim tables (else the reference) */
+#define WIN_MAX_BDIL  4096 /* base dilation of a blocked W handled as progressions (else exact) */
 
 typedef enum { WIN_ADD, WIN_MAX, WIN_MIN } win_op;
 
@@ -59,9 +60,14 @@ typedef struct win_plan {
     const int64_t *ja, *jb, *koff;
     int64_t S;
     /* reduce-window: blk > 0 when the last dim is an input's last two dims (W, C) whose C the
-     * window leaves alone: output j = w * blk + c; ja/jb/koff/S then count in w (positions of
-     * W), a window position reads blk contiguous elements at (w * S + koff[k]) * blk */
+     * window leaves alone: output j = w * blk + c. Window position k of W is valid for the
+     * positions w = ja[k] + t * q, w < jb[k], and reads blk contiguous elements at
+     * (kin[k] + t * Sin) * blk: q is 1 and Sin the stride without base dilation; with base
+     * dilation d the valid w step by q = d / gcd(S, d), each reading the input Sin = S / gcd
+     * further on (an average pool's gradient: stride 1, d 2, every other w per position). */
     int64_t blk;
+    const int64_t *kin;
+    int64_t q, Sin;
     int64_t chunk;   /* reduce-window: outputs of a row folded together (a multiple of blk) */
     int64_t L;       /* the last output dim */
     int64_t rpt;     /* rows per task */
@@ -239,6 +245,34 @@ DEFINE_BITS(double, uint64_t, int64_t, f64, 0x7fffffffffffffffull, 0x00100000000
 DEFINE_FOLD(float, uint32_t, f32, add, addk_f32)
 DEFINE_FOLD(double, uint64_t, f64, add, addk_f64)
 
+/* Blocked folds (reduce-window's blk): acc[w * as + c] = OP(acc[w * as + c], xb[w * xs + c]) for
+ * w < nw, c < B: one call per window position instead of one per position w (C-element calls of
+ * a pooling over NHWC cost more than their adds). Each output still gets its elements in the
+ * same order. Returns nonzero when an element was a NaN. */
+#define DEFINE_BFOLD(T, UT, AT, SUF, NAME, STEP)                                                   \
+    AI UT bfold_##NAME##_##SUF##_k(AT *restrict acc, const T *restrict xb, int64_t nw, int64_t B,  \
+                                   int64_t as, int64_t xs, bool z) {                               \
+        UT nan = 0;                                                                                \
+        for (int64_t w = 0; w < nw; w++)                                                           \
+            for (int64_t c = 0; c < B; c++) {                                                      \
+                T v = xb[w * xs + c];                                                              \
+                nan |= isnan_##SUF(v);                                                             \
+                STEP(acc[w * as + c], v, z);                                                       \
+            }                                                                                      \
+        return nan;                                                                                \
+    }                                                                                              \
+    WIN_CLONES static UT bfold_##NAME##_##SUF(void *restrict accv, const T *restrict xb,           \
+                                              int64_t nw, int64_t B, int64_t as, int64_t xs,       \
+                                              bool z) {                                            \
+        AT *acc = accv;                                                                            \
+        return z ? bfold_##NAME##_##SUF##_k(acc, xb, nw, B, as, xs, true)                          \
+                 : bfold_##NAME##_##SUF##_k(acc, xb, nw, B, as, xs, false);                        \
+    }
+#define BSTEP_ADD_F32(a, v, z) ((a) = addk_f32((a), (v), (z)))
+#define BSTEP_ADD_F64(a, v, z) ((a) = addk_f64((a), (v), (z)))
+DEFINE_BFOLD(float, uint32_t, float, f32, add, BSTEP_ADD_F32)
+DEFINE_BFOLD(double, uint64_t, double, f64, add, BSTEP_ADD_F64)
+
 /* Maximum/minimum folded into keys: acc holds the outputs' okeys (reduce-window's KEYS: the
  * chunk's outputs converted once before the folds and back once after), so each element costs
  * one key and one integer max/min instead of both operands' flushes and keys; the operand of the
@@ -269,6 +303,19 @@ DEFINE_KFOLD(float, uint32_t, int32_t, f32, max, 1)
 DEFINE_KFOLD(float, uint32_t, int32_t, f32, min, 0)
 DEFINE_KFOLD(double, uint64_t, int64_t, f64, max, 1)
 DEFINE_KFOLD(double, uint64_t, int64_t, f64, min, 0)
+#define BSTEP_KEY(A, V, Z, ST, SUF, MAXP)                                                          \
+    do {                                                                                           \
+        ST k_ = okey_##SUF(bits_##SUF((V), (Z)));                                                  \
+        (A) = (MAXP) ? (k_ > (A) ? k_ : (A)) : (k_ < (A) ? k_ : (A));                              \
+    } while (0)
+#define BSTEP_MAX_F32(a, v, z) BSTEP_KEY(a, v, z, int32_t, f32, 1)
+#define BSTEP_MIN_F32(a, v, z) BSTEP_KEY(a, v, z, int32_t, f32, 0)
+#define BSTEP_MAX_F64(a, v, z) BSTEP_KEY(a, v, z, int64_t, f64, 1)
+#define BSTEP_MIN_F64(a, v, z) BSTEP_KEY(a, v, z, int64_t, f64, 0)
+DEFINE_BFOLD(float, uint32_t, int32_t, f32, max, BSTEP_MAX_F32)
+DEFINE_BFOLD(float, uint32_t, int32_t, f32, min, BSTEP_MIN_F32)
+DEFINE_BFOLD(double, uint64_t, int64_t, f64, max, BSTEP_MAX_F64)
+DEFINE_BFOLD(double, uint64_t, int64_t, f64, min, BSTEP_MIN_F64)
 
 /* The select over candidates xb[j * S] (operand offsets at0 + j * S) for j < n: bk/bi hold the
  * current selection's key (sign-adjusted so that the select keeps the larger) and offset;
@@ -312,12 +359,24 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
     return *lo < *hi;
 }
 
+/* Blocked (blk): the positions [lo, lo + q * nt) of chunk [w0, w0 + nw) that window position
+ * k reaches (every q-th from lo), the first being its t0-th. */
+AI bool blk_range(const win_plan *p, int64_t k, int64_t w0, int64_t nw, int64_t *lo, int64_t *t0,
+                  int64_t *nt) {
+    int64_t hi = p->jb[k] < w0 + nw ? p->jb[k] : w0 + nw;
+    *t0 = p->ja[k] >= w0 ? 0 : (w0 - p->ja[k] + p->q - 1) / p->q;
+    *lo = p->ja[k] + *t0 * p->q;
+    if (*lo >= hi) return false;
+    *nt = (hi - 1 - *lo) / p->q + 1;
+    return true;
+}
+
 /* ---- reduce-window ------------------------------------------------------------------------ */
 
 /* HWZ: the vector folds of an add under FTZ run plain adds under the hardware modes
  * (ex_hw_ftz_on, set by rw_* for the whole task; the exact loop's software flushing gives the
  * same bits under them). */
-#define DEFINE_RW(T, UT, ST, KS, SUF, OPF, FOLD, HWZ, KEYS)                                        \
+#define DEFINE_RW(T, UT, ST, KS, SUF, OPF, FOLD, BFOLD, HWZ, KEYS)                                 \
     static inline __attribute__((always_inline)) void rw_##SUF##_k(                                \
         const win_plan *p, int64_t begin, int64_t end, bool z, bool sw) {                          \
         const T *x = p->x;                                                                         \
@@ -347,18 +406,17 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
                         for (int64_t j = 0; j < n; j++) kacc[j] = ki;                              \
                     }                                                                              \
                     for (bool more = iter_first(&it); more; more = iter_next(&it))                 \
-                        for (int64_t k = 0, lo, hi; k < wl; k++)                                   \
+                        for (int64_t k = 0, lo, hi, t0, nt; k < wl; k++)                           \
                             if (!B && aff_range(p, k, j0, n, &lo, &hi))                            \
                                 nan |= FOLD((KEYS) ? (void *)(kacc + (lo - j0))                    \
                                                    : (void *)(acc + (lo - j0)),                    \
                                             x + it.base + p->koff[k] + lo * p->S, hi - lo, p->S,   \
                                             z && !HWZ);                                            \
-                            else if (B && aff_range(p, k, j0 / B, n / B, &lo, &hi))                \
-                                for (int64_t w = lo; w < hi; w++)                                  \
-                                    nan |= FOLD((KEYS) ? (void *)(kacc + (w * B - j0))             \
-                                                       : (void *)(acc + (w * B - j0)),             \
-                                                x + it.base + (w * p->S + p->koff[k]) * B, B, 1,   \
-                                                z && !HWZ);                                        \
+                            else if (B && blk_range(p, k, j0 / B, n / B, &lo, &t0, &nt))           \
+                                nan |= BFOLD((KEYS) ? (void *)(kacc + (lo * B - j0))               \
+                                                    : (void *)(acc + (lo * B - j0)),               \
+                                             x + it.base + (p->kin[k] + t0 * p->Sin) * B, nt, B,   \
+                                             p->q * B, p->Sin * B, z && !HWZ);                     \
                     if (nan) {                                                                     \
                         exact = true;                                                              \
                         for (int64_t j = 0; j < n; j++) acc[j] = init;                             \
@@ -396,12 +454,13 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
         }                                                                                          \
     }
 
-DEFINE_RW(float, uint32_t, int32_t, f32, add_f32, addn_f, fold_add_f32, EX_HW_FTZ, 0)
-DEFINE_RW(float, uint32_t, int32_t, f32, max_f32, max_f, fold_max_f32, 0, 1)
-DEFINE_RW(float, uint32_t, int32_t, f32, min_f32, min_f, fold_min_f32, 0, 1)
-DEFINE_RW(double, uint64_t, int64_t, f64, add_f64, addn_d, fold_add_f64, EX_HW_FTZ, 0)
-DEFINE_RW(double, uint64_t, int64_t, f64, max_f64, max_d, fold_max_f64, 0, 1)
-DEFINE_RW(double, uint64_t, int64_t, f64, min_f64, min_d, fold_min_f64, 0, 1)
+DEFINE_RW(float, uint32_t, int32_t, f32, add_f32, addn_f, fold_add_f32, bfold_add_f32, EX_HW_FTZ, 0)
+DEFINE_RW(float, uint32_t, int32_t, f32, max_f32, max_f, fold_max_f32, bfold_max_f32, 0, 1)
+DEFINE_RW(float, uint32_t, int32_t, f32, min_f32, min_f, fold_min_f32, bfold_min_f32, 0, 1)
+DEFINE_RW(double, uint64_t, int64_t, f64, add_f64, addn_d, fold_add_f64, bfold_add_f64, EX_HW_FTZ,
+          0)
+DEFINE_RW(double, uint64_t, int64_t, f64, max_f64, max_d, fold_max_f64, bfold_max_f64, 0, 1)
+DEFINE_RW(double, uint64_t, int64_t, f64, min_f64, min_d, fold_min_f64, bfold_min_f64, 0, 1)
 
 /* ---- prefix scans ------------------------------------------------------------------------- */
 
@@ -795,8 +854,39 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
     /* without base dilation in the last dim, window position k reaches a range of outputs j at
      * input offsets j * stride + koff (the last dim's stride is 1) */
     const ot_window_dim *wl = &w->dims[r - 1];
-    p->aff = (wl->base_dilation ? wl->base_dilation : 1) == 1;
-    if (p->aff) {
+    int64_t bd = wl->base_dilation ? wl->base_dilation : 1;
+    p->aff = bd == 1;
+    if (blk && bd <= WIN_MAX_BDIL && wl->size * bd <= WIN_MAX_TABLE) { /* w0's search: q <= bd */
+        int64_t ws = wl->size, I = is->dims[r - 1], S = wl->stride, W = p->L / blk;
+        int64_t wdil = wl->window_dilation ? wl->window_dilation : 1, g = S, h = bd;
+        while (h) { /* g = gcd(S, bd) */
+            int64_t m = g % h;
+            g = h;
+            h = m;
+        }
+        int64_t q = bd / g, *ja = tab, *jb = tab + ws, *kin = tab + 2 * ws;
+        for (int64_t k = 0; k < ws; k++) {
+            int64_t kk = wl->reversal ? ws - 1 - k : k;
+            int64_t c0 = kk * wdil - wl->pad_lo; /* position w reads dilated index w * S + c0 */
+            int64_t w0 = c0 >= 0 ? 0 : (-c0 + S - 1) / S;
+            for (int64_t t = 0; t < q && (w0 * S + c0) % bd; t++) w0++;
+            int64_t n = 0;
+            if ((w0 * S + c0) % bd == 0 && w0 < W) {
+                kin[k] = (w0 * S + c0) / bd;
+                n = kin[k] >= I ? 0 : (I - 1 - kin[k]) / (S / g) + 1;
+                if (n > (W - w0 + q - 1) / q) n = (W - w0 + q - 1) / q;
+            }
+            ja[k] = n ? w0 : 0;
+            jb[k] = n ? w0 + (n - 1) * q + 1 : 0;
+            if (!n) kin[k] = 0;
+        }
+        p->ja = ja;
+        p->jb = jb;
+        p->kin = kin;
+        p->q = q;
+        p->Sin = S / g;
+        p->aff = true;
+    } else if (p->aff) {
         int64_t ws = wl->size, I = is->dims[r - 1], S = wl->stride;
         int64_t wdil = wl->window_dilation ? wl->window_dilation : 1;
         int64_t *ja = tab, *jb = tab + ws, *koff = tab + 2 * ws;
@@ -884,10 +974,11 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
             mw.dims[r - 2].pad_hi *= C;
             mw.dims[r - 2].window_dilation = wdil * C;
             p.odims[r - 2] *= C;
-        } else if (chan && lw->stride > 1 && (lw->base_dilation ? lw->base_dilation : 1) == 1 &&
+        } else if (chan && (lw->stride > 1 || (lw->base_dilation ? lw->base_dilation : 1) > 1) &&
                    C > 1 && C <= RW_CHUNK / 4) {
-            /* a stride along W (pools of stride 2): rows of W * C outputs all the same, each
-             * window position reading C contiguous elements per output position w */
+            /* a stride along W (pools of stride 2) or a base dilation (their gradients: the
+             * cotangent dilated by the stride): rows of W * C outputs all the same, each window
+             * position reading C contiguous elements per output position w it reaches */
             blk = C;
             p.odims[r - 2] *= C;
         }
