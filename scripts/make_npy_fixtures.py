@@ -46,9 +46,11 @@ write_version("f4_2x3_v3.npy", (np.arange(6, dtype="<f4") * 0.5).reshape(2, 3), 
 # big-endian: read and byte-swapped
 save("f4_be.npy", np.array([1.5, -2.0, 3.25], dtype=">f4"))
 save("i4_be.npy", np.array([1, -2, 305419896], dtype=">i4"))
+save("c16_be.npy", np.array([1.5 - 2j, -0.25 + 4j], dtype=">c16"))
+# complex: read and written
+save("c8_2.npy", np.array([1 + 2j, 3], dtype="<c8"))
 # refused with a clear error
 save("f4_fortran.npy", np.asfortranarray((np.arange(6, dtype="<f4")).reshape(2, 3)))
-save("c8_2.npy", np.array([1 + 2j, 3], dtype="<c8"))
 save("u1_rank9.npy", np.zeros((1,) * 9, dtype="u1"))
 save("structured.npy", np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))
 try:

@@ -112,17 +112,25 @@ typedef enum ot_dtype {
     OT_BF16,
     OT_F32,
     OT_F64,
+    /* complex: appended so the numbers above keep their meaning in checkpoints and serialized
+     * executables */
+    OT_C64,  /* two f32: real, imaginary */
+    OT_C128, /* two f64: real, imaginary */
     OT_DTYPE_COUNT,
     OT_DTYPE_INVALID = -1,
 } ot_dtype;
 
-OT_API const char *ot_dtype_name(ot_dtype t); /* HLO name: "pred", "s8", ..., "f64" */
+OT_API const char *ot_dtype_name(ot_dtype t); /* HLO name: "pred", "s8", ..., "f64", "c64" */
 OT_API size_t ot_dtype_size(ot_dtype t);      /* bytes per element; 0 for an invalid dtype */
 OT_API ot_dtype ot_dtype_from_name(const char *name, size_t len); /* OT_DTYPE_INVALID if unknown */
 OT_API bool ot_dtype_is_float(ot_dtype t);
 OT_API bool ot_dtype_is_signed_int(ot_dtype t);
 OT_API bool ot_dtype_is_unsigned_int(ot_dtype t);
 OT_API bool ot_dtype_is_integer(ot_dtype t);
+/* c64, c128. A complex dtype is neither float nor integer: code that handles reals must ask. */
+OT_API bool ot_dtype_is_complex(ot_dtype t);
+/* The dtype of one component: c64 -> f32, c128 -> f64; OT_DTYPE_INVALID for any other. */
+OT_API ot_dtype ot_dtype_complex_part(ot_dtype t);
 
 /* IEEE half and bfloat16 <-> f32, round-to-nearest-even; NaN stays NaN (quiet), infinities and
  * signed zeros are preserved, f32 values beyond the f16 range become infinities. */

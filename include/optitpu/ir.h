@@ -150,7 +150,12 @@ extern "C" {
     X(PARTITION_ID, "partition-id")                                                                \
     /* random numbers and escapes */                                                               \
     X(RNG_BIT_GENERATOR, "rng-bit-generator")                                                      \
-    X(CUSTOM_CALL, "custom-call")
+    X(CUSTOM_CALL, "custom-call")                                                                  \
+    /* complex numbers and the Fourier transform (appended: opcode numbers are serialized) */      \
+    X(COMPLEX, "complex")                                                                          \
+    X(REAL, "real")                                                                                \
+    X(IMAG, "imag")                                                                                \
+    X(FFT, "fft")
 
 typedef enum ot_opcode {
 #define OT_OPCODE_ENUM_(e, s) OT_OP_##e,
@@ -171,7 +176,8 @@ OT_API bool ot_opcode_is_known_hlo(const char *name, size_t len);
 OT_API bool ot_opcode_is_elementwise_unary(ot_opcode op);  /* abs .. copy */
 OT_API bool ot_opcode_is_elementwise_binary(ot_opcode op); /* add .. compare */
 /* Elementwise in XLA's sense: unary, binary, select, clamp, convert, bitcast-convert,
- * reduce-precision, map. */
+ * reduce-precision, map. complex, real and imag are elementwise too but not counted here: they
+ * run as reference kernels only (no fusion, no native code). */
 OT_API bool ot_opcode_is_elementwise(ot_opcode op);
 OT_API bool ot_opcode_is_commutative(ot_opcode op); /* add multiply maximum minimum and or xor */
 /* Collectives, rng-bit-generator and custom-call (a custom-call is side-effecting only when its
@@ -360,14 +366,25 @@ typedef struct ot_raw_attr {
  * Every op's attributes in one struct. A builder reads only the fields its op uses (listed
  * here); the rest are ignored and stored zeroed. Pointers are deep-copied into the module arena.
  */
+/* fft's fft_type: FFT and IFFT map complex to complex; RFFT real to complex (the last dim n
+ * becomes n/2+1); IRFFT complex to real (the last dim becomes fft_length's last). IFFT and IRFFT
+ * scale by 1/N, as XLA does. */
+typedef enum ot_fft_type {
+    OT_FFT_FFT = 0,
+    OT_FFT_IFFT,
+    OT_FFT_RFFT,
+    OT_FFT_IRFFT,
+    OT_FFT_TYPE_COUNT,
+} ot_fft_type;
+
 typedef struct ot_attrs {
     /* (Fields are ordered by size so the struct, which every instruction holds, has no holes.) */
     /* parameter: parameter number; get-tuple-element: index; iota: iota_dimension;
      * concatenate, sort, all-gather, reduce-scatter: the dimension; all-to-all: split dimension
-     * (-1 = tuple form, no split); topk: k. */
+     * (-1 = tuple form, no split); topk: k; fft: fft_type (ot_fft_type). */
     int64_t index;
     /* broadcast: operand dim i maps to result dim dims[i]; transpose: permutation; reverse and
-     * reduce: dimensions; dynamic-slice: slice sizes. */
+     * reduce: dimensions; dynamic-slice: slice sizes; fft: fft_length (1 to 3 innermost dims). */
     const int64_t *dims;
     int ndims;
     ot_cmp_dir cmp_dir;               /* compare */
@@ -555,7 +572,8 @@ OT_API ot_instr *ot_build_parameter_ir(ot_computation *c, int64_t number, const 
                                        const char *name);
 /* data: ot_shape_nbytes(&shape) bytes, row-major (copied). */
 OT_API ot_instr *ot_build_constant(ot_computation *c, ot_shape shape, const void *data);
-/* A scalar constant of dtype t holding v (converted as a C cast / f16, bf16 rounding). */
+/* A scalar constant of dtype t holding v (converted as a C cast / f16, bf16 rounding; complex:
+ * v + 0i). */
 OT_API ot_instr *ot_build_constant_scalar(ot_computation *c, ot_dtype t, double v);
 OT_API ot_instr *ot_build_iota(ot_computation *c, ot_shape shape, int64_t iota_dimension);
 OT_API ot_instr *ot_build_unary(ot_computation *c, ot_opcode op, ot_instr *x);

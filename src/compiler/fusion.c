@@ -172,6 +172,8 @@ enum { MAX_REMAP_CTX = 16, MAX_CONCAT_OPERANDS = 8 };
 
 static bool fusible(const ot_instr *i) {
     if (i->shape.kind != OT_IR_ARRAY || ot_instr_has_side_effect(i)) return false;
+    /* complex values run as reference kernels: native code generates real and integer types */
+    if (ir_instr_complex(i)) return false;
     switch (i->opcode) {
     case OT_OP_SLICE:
     case OT_OP_PAD:

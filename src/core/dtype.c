@@ -7,10 +7,10 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[] = {
-    [OT_PRED] = {"pred", 1}, [OT_S8] = {"s8", 1},   [OT_S16] = {"s16", 2},   [OT_S32] = {"s32", 4},
-    [OT_S64] = {"s64", 8},   [OT_U8] = {"u8", 1},   [OT_U16] = {"u16", 2},   [OT_U32] = {"u32", 4},
-    [OT_U64] = {"u64", 8},   [OT_F16] = {"f16", 2}, [OT_BF16] = {"bf16", 2}, [OT_F32] = {"f32", 4},
-    [OT_F64] = {"f64", 8},
+    [OT_PRED] = {"pred", 1}, [OT_S8] = {"s8", 1},   [OT_S16] = {"s16", 2},    [OT_S32] = {"s32", 4},
+    [OT_S64] = {"s64", 8},   [OT_U8] = {"u8", 1},   [OT_U16] = {"u16", 2},    [OT_U32] = {"u32", 4},
+    [OT_U64] = {"u64", 8},   [OT_F16] = {"f16", 2}, [OT_BF16] = {"bf16", 2},  [OT_F32] = {"f32", 4},
+    [OT_F64] = {"f64", 8},   [OT_C64] = {"c64", 8}, [OT_C128] = {"c128", 16},
 };
 _Static_assert(sizeof(dtype_info) / sizeof(dtype_info[0]) == OT_DTYPE_COUNT,
                "dtype table out of sync with ot_dtype");
@@ -52,6 +52,14 @@ bool ot_dtype_is_unsigned_int(ot_dtype t) {
 
 bool ot_dtype_is_integer(ot_dtype t) {
     return ot_dtype_is_signed_int(t) || ot_dtype_is_unsigned_int(t);
+}
+
+bool ot_dtype_is_complex(ot_dtype t) {
+    return t == OT_C64 || t == OT_C128;
+}
+
+ot_dtype ot_dtype_complex_part(ot_dtype t) {
+    return t == OT_C64 ? OT_F32 : t == OT_C128 ? OT_F64 : OT_DTYPE_INVALID;
 }
 
 static uint32_t f32_bits(float f) {

@@ -8,9 +8,10 @@
  * Decisions:
  *   - Exactly the keys descr, fortran_order, shape (as NumPy itself requires), each once.
  *   - descr: '|b1' pred, '|i1' '|u1' (also '<' / '>' for one-byte types), '<i2' '<i4' '<i8'
- *     '<u2' '<u4' '<u8' '<f2' '<f4' '<f8'. Big-endian ('>') files are read and byte-swapped;
- *     writing is always little-endian. Complex, datetime, object, string, structured and void
- *     types are refused with OT_ERR_UNIMPLEMENTED naming the type.
+ *     '<u2' '<u4' '<u8' '<f2' '<f4' '<f8', '<c8' (c64) '<c16' (c128). Big-endian ('>') files are
+ * read and byte-swapped (a complex element per component); writing is always little-endian.
+ *     Datetime, object, string, structured and void types are refused with OT_ERR_UNIMPLEMENTED
+ * naming the type.
  *   - bfloat16: NumPy has no bfloat16. ml_dtypes saves one as the raw void type '<V2', which
  *     carries no element type, so reading '|V2' is refused rather than guessed, and writing a
  *     bf16 tensor is refused; convert to f32 (ot_bf16_to_f32) or store the bits as u16.
@@ -160,9 +161,9 @@ static ot_status parse_descr(const char *s, size_t n, ot_dtype *dt, bool *swap) 
                         "npy: descr '%.*s' must start with a byte order ('<', '>', '|')", (int)n,
                         s);
     char kind = s[1];
-    if (kind && strchr("cmMOSUa", kind))
+    if (kind && strchr("mMOSUa", kind))
         return ot_error(OT_ERR_UNIMPLEMENTED,
-                        "npy: descr '%.*s' (complex, datetime, object or string) has no optitpu "
+                        "npy: descr '%.*s' (datetime, object or string) has no optitpu "
                         "dtype",
                         (int)n, s);
     const char *num = s + 2;
@@ -194,6 +195,7 @@ static ot_status parse_descr(const char *s, size_t n, ot_dtype *dt, bool *swap) 
     case 'f':
         t = size == 2 ? OT_F16 : size == 4 ? OT_F32 : size == 8 ? OT_F64 : OT_DTYPE_INVALID;
         break;
+    case 'c': t = size == 8 ? OT_C64 : size == 16 ? OT_C128 : OT_DTYPE_INVALID; break;
     case 'V':
         if (size == 2)
             return ot_error(OT_ERR_UNIMPLEMENTED,
@@ -301,7 +303,9 @@ static ot_status parse_prefix(const uint8_t *buf, size_t avail, size_t *prefix, 
     return OT_OK;
 }
 
-static void byteswap(void *data, size_t nbytes, size_t es) {
+/* Swaps each es-byte unit; a complex element is two units (its components). */
+static void byteswap(void *data, size_t nbytes, ot_dtype dt) {
+    size_t es = ot_dtype_size(dt) / (ot_dtype_is_complex(dt) ? 2 : 1);
     uint8_t *p = data;
     for (size_t i = 0; i + es <= nbytes; i += es)
         for (size_t a = 0, b = es - 1; a < b; a++, b--) {
@@ -328,7 +332,7 @@ ot_status ot_npy_parse(const void *buf, size_t len, ot_tensor *out) {
     memset(out, 0, sizeof *out);
     if (!buf && len) return ot_error(OT_ERR_INVALID_ARGUMENT, "npy: NULL buffer");
     const uint8_t *b = buf;
-    size_t pl, hl;
+    size_t pl = 0, hl = 0;
     OT_CHECK(parse_prefix(b, len, &pl, &hl));
     if (hl > len - pl)
         return ot_error(OT_ERR_CORRUPT_DATA, "npy: header length %zu runs past the end (%zu bytes)",
@@ -339,7 +343,7 @@ ot_status ot_npy_parse(const void *buf, size_t len, ot_tensor *out) {
     ot_tensor t;
     OT_CHECK(ot_tensor_alloc(&t, &h.shape));
     if (t.nbytes) memcpy(t.data, b + pl + hl, t.nbytes);
-    if (h.swap) byteswap(t.data, t.nbytes, ot_dtype_size(h.shape.dtype));
+    if (h.swap) byteswap(t.data, t.nbytes, h.shape.dtype);
     *out = t;
     return OT_OK;
 }
@@ -369,7 +373,7 @@ ot_status ot_npy_read_file(const char *path, ot_tensor *out) {
     uint8_t pre[12];
     size_t want = size < 12 ? (size_t)size : 12;
     OT_CHECK_GOTO(read_exact(fd, pre, want, path), rc, done);
-    size_t pl, hl;
+    size_t pl = 0, hl = 0;
     OT_CHECK_GOTO(parse_prefix(pre, want, &pl, &hl), rc, done);
     if (hl > size - pl) {
         rc =
@@ -391,7 +395,7 @@ ot_status ot_npy_read_file(const char *path, ot_tensor *out) {
     OT_CHECK_GOTO(check_data_len(&h, size - pl - hl), rc, done);
     OT_CHECK_GOTO(ot_tensor_alloc(&t, &h.shape), rc, done);
     OT_CHECK_GOTO(read_exact(fd, t.data, t.nbytes, path), rc, done);
-    if (h.swap) byteswap(t.data, t.nbytes, ot_dtype_size(h.shape.dtype));
+    if (h.swap) byteswap(t.data, t.nbytes, h.shape.dtype);
     *out = t;
     t.data = NULL;
     t.owned = false;
@@ -423,6 +427,8 @@ static const char *descr_of(ot_dtype t) {
     case OT_F16: return "<f2";
     case OT_F32: return "<f4";
     case OT_F64: return "<f8";
+    case OT_C64: return "<c8";
+    case OT_C128: return "<c16";
     default: return NULL;
     }
 }

@@ -3,6 +3,7 @@
  * (reducers, comparators) run as allocation-free straight-line programs. */
 #include "exec/exec_internal.h"
 #include "exec/state8.h"
+#include "ir/op_traits.h"
 #include "ir/lapack_call.h"
 
 #include <stdio.h>
@@ -373,6 +374,8 @@ static ot_status eval_tuple(const ot_instr *i, const ot_value *const *ops, ot_va
 ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     *out = ot_value_empty();
     ot_opcode op = i->opcode;
+    if (ir_instr_complex(i) && !ex_complex_passes_through(op))
+        return ex_kernel_complex(x, i, ops, out);
     if (ot_opcode_is_elementwise(op) && op != OT_OP_MAP) return eval_elementwise(i, ops, out);
     switch (op) {
     case OT_OP_PARAMETER:

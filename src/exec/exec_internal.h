@@ -94,6 +94,17 @@ ot_status ex_kernel_rng(const ot_instr *i, const ot_value *const *ops, ot_value 
 ot_status ex_kernel_lapack(const ot_instr *i, const ot_value *const *ops, ot_value *out);
 ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                                ot_value *out);
+/* Complex numbers (complex.c): every instruction ir_instr_complex selects, except the data
+ * movers, tuples and control flow (ex_complex_passes_through); UNIMPLEMENTED, naming the op and
+ * dtype, for what it does not run. */
+ot_status ex_kernel_complex(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                            ot_value *out);
+/* Opcodes whose usual kernels move complex values unchanged (movers, tuples, calls, loops). */
+bool ex_complex_passes_through(ot_opcode op);
+/* The fft instruction i from in to out (fft.c): the lines of each stage on c's pool, or all on
+ * the calling thread when c is NULL; the same bits either way. UNIMPLEMENTED for c128/f64. */
+struct ex_kernel_ctx;
+ot_status ex_fft(struct ex_kernel_ctx *c, const ot_instr *i, const void *in, void *out);
 
 /* Helpers. */
 static inline const ot_shape *ex_arr(const ot_value *v) {

@@ -29,6 +29,10 @@ void ex_par_for_dynamic(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn 
  * inline): what per-thread scratch (indexed by the range function's thread number) is sized by. */
 int ex_par_threads(ex_kernel_ctx *c, int64_t bytes);
 
+/* fft (fft.c): c64 and f32 operands, lines split over the pool. */
+ot_status ex_fast_fft(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
+                      void *out, const ex_leaf *os, bool *done);
+
 static inline size_t ex_align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }

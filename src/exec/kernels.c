@@ -3,6 +3,7 @@
  * context the fast kernels share (pool, scratch). */
 #include "exec/fast_internal.h"
 #include "exec/state8.h"
+#include "ir/op_traits.h"
 #include "ir/lapack_call.h"
 
 #include <stdatomic.h>
@@ -291,6 +292,16 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
             return ot_error(OT_ERR_INTERNAL, "copy kernel %s: sizes differ", name);
         if (outs[0].nbytes && out[0] != in[0]) memmove(out[0], in[0], (size_t)outs[0].nbytes);
         return OT_OK;
+    }
+    /* complex values: fft has its pooled twin; everything else on complex, movers included,
+     * runs the reference kernels (the fast kernels are written for real and integer dtypes) */
+    if (ir_instr_complex(i)) {
+        if (!c->reference_only && i->opcode == OT_OP_FFT && nin == 1 && nout == 1) {
+            ot_status st = ex_fast_fft(c, i, in, ins, out[0], &outs[0], fast);
+            if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
+            if (*fast) return OT_OK;
+        }
+        return reference_kernel(c, i, name, nin, in, ins, nout, out, outs);
     }
     if (!c->reference_only && i->opcode == OT_OP_CUSTOM_CALL && i->attrs->custom_call_target &&
         !strcmp(i->attrs->custom_call_target, EX_STATE8_TARGET)) {

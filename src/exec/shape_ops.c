@@ -8,6 +8,7 @@ static inline void copy_el(char *dst, int64_t di, const char *src, int64_t si, s
     case 1: dst[di] = src[si]; break;
     case 2: ((uint16_t *)(void *)dst)[di] = ((const uint16_t *)(const void *)src)[si]; break;
     case 4: ((uint32_t *)(void *)dst)[di] = ((const uint32_t *)(const void *)src)[si]; break;
+    case 16: memcpy(dst + di * 16, src + si * 16, 16); break; /* c128 */
     default: ((uint64_t *)(void *)dst)[di] = ((const uint64_t *)(const void *)src)[si]; break;
     }
 }

@@ -70,6 +70,13 @@ static const char *const api_versions[] = {
     "API_VERSION_UNSPECIFIED", "API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
     "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"};
 static const char *const precision_names[] = {"default", "high", "highest"};
+static const char *const fft_type_names[] = {"FFT", "IFFT", "RFFT", "IRFFT"};
+static_assert(sizeof fft_type_names / sizeof fft_type_names[0] == OT_FFT_TYPE_COUNT,
+              "fft type names out of sync with ot_fft_type");
+
+const char *ir_fft_type_name(int t) {
+    return t >= 0 && t < OT_FFT_TYPE_COUNT ? fft_type_names[t] : "<invalid fft_type>";
+}
 
 /* ---- HLO attributes, in printing order ---- */
 
@@ -177,6 +184,12 @@ const ir_attr_row ir_attr_rows[] = {
      .print = IR_AP_ABOVE_ONE, OPS(OT_OP_CONVOLUTION)},
     {"batch_group_count", IR_AK_INT, AT(BATCH_GROUP_COUNT, batch_group_count), ANY,
      .print = IR_AP_ABOVE_ONE, OPS(OT_OP_CONVOLUTION)},
+    /* fft: its type in index, fft_length in dims (no new fields: the executable format stays) */
+    {"fft_type", IR_AK_ENUM, AT(INDEX, index), .flags = IR_AF_REQUIRED, OPS(OT_OP_FFT),
+     ENUM(fft_type_names, 0, "an fft type (FFT IFFT RFFT IRFFT)",
+          "expected an fft type (FFT IFFT RFFT IRFFT), got '%.*s'")},
+    {"fft_length", IR_AK_DIMS, AT_N(DIMS, dims, ndims), .flags = IR_AF_REQUIRED,
+     .what = "fft_length", OPS(OT_OP_FFT)},
     {"kind", IR_AK_ENUM, AT(FUSION_KIND, fusion_kind), OPS(OT_OP_FUSION),
      ENUM(fusion_kinds, 0, "a fusion kind",
           "expected a fusion kind (kLoop kInput kOutput kCustom), got '%.*s'")},

@@ -172,6 +172,8 @@ typedef struct ir_attr_row {
 extern const ir_attr_row ir_attr_rows[];
 /* Comparison directions and types by value (ot_cmp_dir_name, ot_cmp_type_name read them). */
 extern const char *const ir_cmp_dir_names[OT_CMP_DIR_COUNT];
+/* "FFT", "IFFT", "RFFT", "IRFFT" (ot_fft_type); "<invalid fft_type>" outside it. */
+const char *ir_fft_type_name(int t);
 extern const char *const ir_cmp_type_names[OT_CMP_TYPE_COUNT];
 extern const int ir_attr_nrows;
 

@@ -53,6 +53,8 @@ ot_instr *ot_build_constant_scalar(ot_computation *c, ot_dtype t, double v) {
         uint64_t u64;
         float f32;
         double f64;
+        float c64[2];
+        double c128[2];
     } u;
     memset(&u, 0, sizeof u);
     switch (t) {
@@ -69,6 +71,8 @@ ot_instr *ot_build_constant_scalar(ot_computation *c, ot_dtype t, double v) {
     case OT_BF16: u.u16 = ot_f32_to_bf16((float)v); break;
     case OT_F32: u.f32 = (float)v; break;
     case OT_F64: u.f64 = v; break;
+    case OT_C64: u.c64[0] = (float)v; break; /* imaginary part zero */
+    case OT_C128: u.c128[0] = v; break;
     default:
         if (MODULE_OK(c))
             ir_fail(c->module, OT_ERR_INVALID_ARGUMENT, "constant: invalid dtype %d", (int)t);

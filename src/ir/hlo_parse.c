@@ -417,25 +417,12 @@ static ot_status skip_value(P *x, const char **st, size_t *n) {
  * ------------------------------------------------------------------------------------------- */
 
 static const char *const unsupported_types[] = {
-    "c64",
-    "c128",
-    "s4",
-    "u4",
-    "s2",
-    "u2",
-    "s1",
-    "u1",
-    "f8e5m2",
-    "f8e4m3fn",
-    "f8e4m3b11fnuz",
-    "f8e5m2fnuz",
-    "f8e4m3fnuz",
-    "f8e4m3",
-    "f8e3m4",
-    "f4e2m1fn",
-    "f8e8m0fnu",
-    "f6e2m3fn",
-    "f6e3m2fn",
+    "s4",         "u4",         "s2",
+    "u2",         "s1",         "u1",
+    "f8e5m2",     "f8e4m3fn",   "f8e4m3b11fnuz",
+    "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3",
+    "f8e3m4",     "f4e2m1fn",   "f8e8m0fnu",
+    "f6e2m3fn",   "f6e3m2fn",
 };
 
 static ot_status parse_shape(P *x, ot_arena *arena, ot_ir_shape *out, int depth) {
@@ -752,6 +739,30 @@ static ot_status parse_literal(P *x, const ot_ir_shape *shape, ot_literal **out)
             if (depth) return expected(x, "'}'");
             x->p++;
             break;
+        } else if (ch == '(' && ot_dtype_is_complex(s->dtype)) {
+            /* a complex element: (real, imaginary), each a number of the component type */
+            const char *at = x->p++;
+            if (k >= numel)
+                return perr(x, at, OT_ERR_SHAPE_MISMATCH,
+                            "constant has more values than the %lld its shape holds",
+                            (long long)numel);
+            size_t ps = es / 2;
+            for (int part = 0; part < 2; part++) {
+                OT_CHECK(skip_ws(x));
+                const char *tok = x->p;
+                while (x->p < x->end && !strchr(",{}() \t\r\n", *x->p)) x->p++;
+                size_t n = (size_t)(x->p - tok);
+                if (x->p < x->end && *x->p == '(' && n >= 3 && !memcmp(tok + n - 3, "nan", 3)) {
+                    while (x->p < x->end && *x->p != ')') x->p++;
+                    if (x->p < x->end) x->p++;
+                }
+                if (n == 0) return expected(x, part ? "an imaginary part" : "a real part");
+                OT_CHECK(store_value(x, tok, n, ot_dtype_complex_part(s->dtype),
+                                     data + (size_t)k * es + (size_t)part * ps));
+                OT_CHECK(skip_ws(x));
+                OT_CHECK(expect_char(x, part ? ')' : ','));
+            }
+            k++;
         } else if (ch == '(') {
             return perr(x, x->p, OT_ERR_UNIMPLEMENTED, "tuple constants are not supported");
         } else {

@@ -269,6 +269,16 @@ static void put_elem(sb *b, ot_dtype t, const uint8_t *p) {
         put_float(b, v, true);
         break;
     }
+    case OT_C64:
+    case OT_C128: { /* (real, imaginary), as XLA prints complex literals */
+        ot_dtype part = ot_dtype_complex_part(t);
+        sb_puts(b, "(");
+        put_elem(b, part, p);
+        sb_puts(b, ", ");
+        put_elem(b, part, (const uint8_t *)p + ot_dtype_size(part));
+        sb_puts(b, ")");
+        break;
+    }
     default: sb_puts(b, "?"); break;
     }
 }

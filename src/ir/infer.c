@@ -1,5 +1,6 @@
 /* Shape inference for every op, by XLA's rules (xla/service/shape_inference.cc). Every error names
  * the op, the operand and the dimension. */
+#include "attr_schema.h"
 #include "ir_internal.h"
 #include "lapack_call.h"
 
@@ -245,6 +246,24 @@ static ot_status window_out(const ictx *x, const ot_window *w, const ot_shape *i
 
 /* ---- per-op rules ---- */
 
+/* The float-only unary ops XLA also defines on complex operands (the rounding ops, cbrt,
+ * logistic, erf and is-finite it does not). */
+static bool complex_unary(ot_opcode op) {
+    switch (op) {
+    case OT_OP_EXP:
+    case OT_OP_EXPM1:
+    case OT_OP_LOG:
+    case OT_OP_LOG1P:
+    case OT_OP_SQRT:
+    case OT_OP_RSQRT:
+    case OT_OP_TANH:
+    case OT_OP_SIN:
+    case OT_OP_COS:
+    case OT_OP_TAN: return true;
+    default: return false;
+    }
+}
+
 static ot_status infer_unary(const ictx *x, ot_ir_shape *out) {
     OT_CHECK(need_count(x, 1));
     if (x->op == OT_OP_COPY) {
@@ -261,6 +280,10 @@ static ot_status infer_unary(const ictx *x, ot_ir_shape *out) {
     case OT_OP_SIGN:
         if (!is_numeric(t))
             return BAD("operand 0 (%s) must be numeric, not %s", x->ops[0]->name, ot_dtype_name(t));
+        if (x->op == OT_OP_ABS && ot_dtype_is_complex(t)) { /* the modulus: real */
+            *out = out_array(ot_dtype_complex_part(t), s->rank, s->dims);
+            return OT_OK;
+        }
         break;
     case OT_OP_NOT:
         if (!(t == OT_PRED || ot_dtype_is_integer(t)))
@@ -280,6 +303,7 @@ static ot_status infer_unary(const ictx *x, ot_ir_shape *out) {
         *out = out_array(OT_PRED, s->rank, s->dims);
         return OT_OK;
     default:
+        if (ot_dtype_is_complex(t) && complex_unary(x->op)) break;
         if (!ot_dtype_is_float(t))
             return BAD("operand 0 (%s) must be floating point, not %s", x->ops[0]->name,
                        ot_dtype_name(t));
@@ -315,14 +339,25 @@ static ot_status infer_binary(const ictx *x, ot_ir_shape *out) {
             return BAD("operands must be floating point, not %s", ot_dtype_name(t));
         break;
     case OT_OP_MAXIMUM:
-    case OT_OP_MINIMUM: break; /* pred allowed, as XLA */
+    case OT_OP_MINIMUM: /* pred allowed, as XLA; complex numbers have no order */
+        if (ot_dtype_is_complex(t))
+            return BAD("operands must be ordered, not %s", ot_dtype_name(t));
+        break;
+    case OT_OP_REMAINDER:
+        if (ot_dtype_is_complex(t))
+            return BAD("operands must be real or integer, not %s", ot_dtype_name(t));
+        break;
     case OT_OP_COMPARE: {
         if ((int)x->a->cmp_dir < 0 || x->a->cmp_dir >= OT_CMP_DIR_COUNT)
             return INVALID("invalid comparison direction %d", (int)x->a->cmp_dir);
         if ((int)x->a->cmp_type < 0 || x->a->cmp_type >= OT_CMP_TYPE_COUNT)
             return INVALID("invalid comparison type %d", (int)x->a->cmp_type);
         ot_cmp_type ct = ot_cmp_type_resolve(x->a->cmp_type, t);
-        bool ok = ot_dtype_is_float(t) ? (ct == OT_CMP_TYPE_FLOAT || ct == OT_CMP_TYPE_TOTALORDER)
+        if (ot_dtype_is_complex(t) && x->a->cmp_dir != OT_CMP_EQ && x->a->cmp_dir != OT_CMP_NE)
+            return BAD("%s operands compare only for EQ and NE, not %s", ot_dtype_name(t),
+                       ir_cmp_dir_names[x->a->cmp_dir]);
+        bool ok = ot_dtype_is_float(t) || ot_dtype_is_complex(t)
+                      ? (ct == OT_CMP_TYPE_FLOAT || ct == OT_CMP_TYPE_TOTALORDER)
                   : ot_dtype_is_signed_int(t) ? ct == OT_CMP_TYPE_SIGNED
                                               : ct == OT_CMP_TYPE_UNSIGNED;
         if (!ok)
@@ -360,6 +395,8 @@ static ot_status infer_clamp(const ictx *x, ot_ir_shape *out) {
     if (arr(x, 0)->rank != 0) OT_CHECK(dims_mismatch(x, 0, 1));
     if (arr(x, 2)->rank != 0) OT_CHECK(dims_mismatch(x, 2, 1));
     if (arr(x, 1)->dtype == OT_PRED) return BAD("operands must be numeric, not pred");
+    if (ot_dtype_is_complex(arr(x, 1)->dtype))
+        return BAD("operands must be ordered, not %s", ot_dtype_name(arr(x, 1)->dtype));
     *out = ot_ir_shape_array(*arr(x, 1));
     return OT_OK;
 }
@@ -386,9 +423,17 @@ static ot_status infer_convert(const ictx *x, ot_ir_shape *out) {
     const ot_shape *s = arr(x, 0);
     ot_dtype to = x->hint->array.dtype;
     if (x->op == OT_OP_CONVERT) {
+        if (ot_dtype_is_complex(s->dtype) && !ot_dtype_is_complex(to)) /* as XLA */
+            return fail(x, OT_ERR_UNIMPLEMENTED,
+                        "conversion from complex to real type %s => %s is not implemented "
+                        "(take real or imag first)",
+                        ot_dtype_name(s->dtype), ot_dtype_name(to));
         *out = out_array(to, s->rank, s->dims);
         return OT_OK;
     }
+    if (ot_dtype_is_complex(s->dtype) != ot_dtype_is_complex(to))
+        return BAD("bitcast-convert between complex and real types (%s to %s)",
+                   ot_dtype_name(s->dtype), ot_dtype_name(to));
     /* bitcast-convert: equal widths keep dims; narrower appends a dim; wider drops the last */
     size_t a = ot_dtype_size(s->dtype), b = ot_dtype_size(to);
     if (s->dtype == OT_PRED || to == OT_PRED)
@@ -408,6 +453,79 @@ static ot_status infer_convert(const ictx *x, ot_ir_shape *out) {
                        ot_dtype_name(s->dtype), ot_dtype_name(to), b / a, A(s));
         *out = out_array(to, s->rank - 1, s->dims);
     }
+    return OT_OK;
+}
+
+/* complex(re, im): two reals of one dtype and shape -> the complex dtype of that precision. */
+static ot_status infer_complex(const ictx *x, ot_ir_shape *out) {
+    OT_CHECK(need_count(x, 2));
+    OT_CHECK(need_array(x, 0));
+    OT_CHECK(need_array(x, 1));
+    OT_CHECK(dims_mismatch(x, 0, 1));
+    OT_CHECK(need_same_dtype(x, 0, 1));
+    const ot_shape *s = arr(x, 0);
+    if (s->dtype != OT_F32 && s->dtype != OT_F64)
+        return BAD("operands must be f32 or f64, not %s", ot_dtype_name(s->dtype));
+    *out = out_array(s->dtype == OT_F32 ? OT_C64 : OT_C128, s->rank, s->dims);
+    return OT_OK;
+}
+
+/* real(x), imag(x): a component of a complex operand; on a real float operand real is x and imag
+ * is zero, as XLA defines them. */
+static ot_status infer_real_imag(const ictx *x, ot_ir_shape *out) {
+    OT_CHECK(need_count(x, 1));
+    OT_CHECK(need_array(x, 0));
+    const ot_shape *s = arr(x, 0);
+    if (!ot_dtype_is_complex(s->dtype) && !ot_dtype_is_float(s->dtype))
+        return BAD("operand 0 (%s) must be complex or floating point, not %s", x->ops[0]->name,
+                   ot_dtype_name(s->dtype));
+    ot_dtype t = ot_dtype_is_complex(s->dtype) ? ot_dtype_complex_part(s->dtype) : s->dtype;
+    *out = out_array(t, s->rank, s->dims);
+    return OT_OK;
+}
+
+/* fft: transforms over the innermost fft_length.size() (1 to 3) dimensions, as XLA's
+ * InferFftShape. */
+static ot_status infer_fft(const ictx *x, ot_ir_shape *out) {
+    OT_CHECK(need_count(x, 1));
+    OT_CHECK(need_array(x, 0));
+    const ot_shape *s = arr(x, 0);
+    int64_t type = x->a->index;
+    int k = x->a->ndims;
+    const int64_t *len = x->a->dims;
+    if (type < 0 || type >= OT_FFT_TYPE_COUNT)
+        return INVALID("invalid fft_type %lld", (long long)type);
+    if (k < 1 || k > 3) return INVALID("fft_length must have 1 to 3 entries, got %d", k);
+    if (s->rank < k)
+        return BAD("operand 0 (%s) %s has rank %d, below fft_length's %d entries", x->ops[0]->name,
+                   A(s), s->rank, k);
+    for (int d = 0; d < k; d++)
+        if (len[d] < 1 || len[d] > (INT64_C(1) << 31))
+            return INVALID("fft_length[%d] = %lld is out of range [1, 2^31]", d, (long long)len[d]);
+    bool complex_in = type != OT_FFT_RFFT;
+    if (complex_in ? !ot_dtype_is_complex(s->dtype) : (s->dtype != OT_F32 && s->dtype != OT_F64))
+        return BAD("%s needs a %s operand, not %s", ir_fft_type_name((int)type),
+                   complex_in ? "complex" : "f32 or f64", ot_dtype_name(s->dtype));
+    int64_t d[OT_MAX_RANK];
+    memcpy(d, s->dims, sizeof s->dims);
+    int first = s->rank - k;
+    for (int q = 0; q < k; q++) {
+        int64_t want = len[q];
+        if (type == OT_FFT_IRFFT && q == k - 1) want = len[q] / 2 + 1;
+        if (s->dims[first + q] != want)
+            return BAD("%s: operand 0 (%s) %s dimension %d is %lld, fft_length needs %lld",
+                       ir_fft_type_name((int)type), x->ops[0]->name, A(s), first + q,
+                       (long long)s->dims[first + q], (long long)want);
+    }
+    ot_dtype t = s->dtype;
+    if (type == OT_FFT_RFFT) {
+        t = s->dtype == OT_F32 ? OT_C64 : OT_C128;
+        d[s->rank - 1] = len[k - 1] / 2 + 1;
+    } else if (type == OT_FFT_IRFFT) {
+        t = ot_dtype_complex_part(s->dtype);
+        d[s->rank - 1] = len[k - 1];
+    }
+    *out = out_array(t, s->rank, d);
     return OT_OK;
 }
 
@@ -1375,6 +1493,10 @@ ot_status ir_infer(ot_module *m, ot_opcode op, ot_instr *const *ops, int n, cons
             *out = ot_ir_shape_array(*arr(x, 0));
             s = OT_OK;
             break;
+        case OT_OP_COMPLEX: s = infer_complex(x, out); break;
+        case OT_OP_REAL:
+        case OT_OP_IMAG: s = infer_real_imag(x, out); break;
+        case OT_OP_FFT: s = infer_fft(x, out); break;
         case OT_OP_BROADCAST: s = infer_broadcast(x, out); break;
         case OT_OP_RESHAPE:
         case OT_OP_BITCAST: s = infer_reshape(x, out); break;

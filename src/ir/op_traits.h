@@ -29,4 +29,24 @@ static inline unsigned ir_op_traits(ot_opcode op) {
     return (int)op >= 0 && op < OT_OP_COUNT ? ir_op_trait_table[op] : 0;
 }
 
+/* Whether i computes on or produces complex values (c64, c128) — a result or operand array leaf
+ * of a complex dtype — or is complex, real, imag or fft. Such instructions run as reference
+ * kernels only (exec/complex.c, exec/fft.c): fusion and native code leave them out. */
+static inline bool ir_instr_complex(const ot_instr *i) {
+    if (i->opcode == OT_OP_COMPLEX || i->opcode == OT_OP_REAL || i->opcode == OT_OP_IMAG ||
+        i->opcode == OT_OP_FFT)
+        return true;
+    const ot_ir_shape *s = &i->shape;
+    if (s->kind == OT_IR_ARRAY && ot_dtype_is_complex(s->array.dtype)) return true;
+    if (s->kind == OT_IR_TUPLE)
+        for (int k = 0; k < s->ntuple; k++)
+            if (s->tuple[k].kind == OT_IR_ARRAY && ot_dtype_is_complex(s->tuple[k].array.dtype))
+                return true;
+    for (int k = 0; k < i->noperands; k++) {
+        const ot_ir_shape *o = &i->operands[k]->shape;
+        if (o->kind == OT_IR_ARRAY && ot_dtype_is_complex(o->array.dtype)) return true;
+    }
+    return false;
+}
+
 #endif /* OT_IR_OP_TRAITS_H */

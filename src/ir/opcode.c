@@ -69,18 +69,14 @@ static const char *const known_hlo[] = {
     "collective-broadcast",
     "collective-permute-done",
     "collective-permute-start",
-    "complex",
     "copy-done",
     "copy-start",
     "domain",
     "dynamic-reshape",
-    "fft",
     "get-dimension-size",
-    "imag",
     "infeed",
     "outfeed",
     "ragged-all-to-all",
-    "real",
     "recv",
     "recv-done",
     "rng",
@@ -191,7 +187,7 @@ const char *ot_cmp_type_name(ot_cmp_type t) {
 
 ot_cmp_type ot_cmp_type_resolve(ot_cmp_type t, ot_dtype operand) {
     if (t != OT_CMP_TYPE_DEFAULT) return t;
-    if (ot_dtype_is_float(operand)) return OT_CMP_TYPE_FLOAT;
+    if (ot_dtype_is_float(operand) || ot_dtype_is_complex(operand)) return OT_CMP_TYPE_FLOAT;
     if (ot_dtype_is_signed_int(operand)) return OT_CMP_TYPE_SIGNED;
     return OT_CMP_TYPE_UNSIGNED; /* unsigned and pred, as XLA */
 }

@@ -1,0 +1,413 @@
+/* Complex numbers (c64, c128) in the reference evaluator: every instruction that computes on or
+ * produces complex values, and complex, real, imag and fft whatever their dtypes
+ * (ir_instr_complex selects them). Data movers, tuples and control flow are dtype-agnostic and
+ * run their usual kernels.
+ *
+ * Arithmetic is done in the component type (float for c64, double for c128), as XLA's CPU
+ * backend emits it: add and subtract per component; multiply (ac - bd, ad + bc); divide by
+ * Smith's algorithm (scaled by the larger divisor component, so |d|^2 cannot overflow); abs is
+ * hypot; exp is e^re (cos im, sin im) through the library's own real exp, sin and cos kernels.
+ * Under the default FTZ mode, subnormal components of inputs and results are zero (XLA runs with
+ * FTZ/DAZ; docs/exec.md). Anything else on complex values is UNIMPLEMENTED, naming the op and
+ * the dtype. */
+#include "exec/exec_internal.h"
+#include "ir/op_traits.h"
+
+#include <cblas.h>
+#include <float.h>
+#undef I /* <complex.h>, pulled in by cblas.h */
+
+static ot_status refuse(const ot_instr *i, ot_dtype t) {
+    return ot_error(OT_ERR_UNIMPLEMENTED, "%s: %s on %s is not implemented", EX_NAME(i),
+                    ot_opcode_name(i->opcode), ot_dtype_name(t));
+}
+
+/* The complex dtype an instruction works on (its result's, else its first complex operand's). */
+static ot_dtype complex_dtype(const ot_instr *i) {
+    if (i->shape.kind == OT_IR_ARRAY && ot_dtype_is_complex(i->shape.array.dtype))
+        return i->shape.array.dtype;
+    for (int k = 0; k < i->noperands; k++)
+        if (i->operands[k]->shape.kind == OT_IR_ARRAY &&
+            ot_dtype_is_complex(i->operands[k]->shape.array.dtype))
+            return i->operands[k]->shape.array.dtype;
+    return i->shape.kind == OT_IR_ARRAY ? i->shape.array.dtype : OT_DTYPE_INVALID;
+}
+
+static inline float ftz_f(float v) {
+    return ex_ftz && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+static inline double ftz_d(double v) {
+    return ex_ftz && fabs(v) < DBL_MIN ? copysign(0.0, v) : v;
+}
+
+/* Elementwise arithmetic on n complex elements; T the component type, F its flush. */
+#define COMPLEX_BINARY(NAME, T, F, HYPOT)                                                          \
+    static ot_status NAME(ot_opcode op, const T *a, const T *b, T *y, int64_t n) {                \
+        for (int64_t e = 0; e < n; e++) {                                                          \
+            T ar = F(a[2 * e]), ai = F(a[2 * e + 1]), br = F(b[2 * e]), bi = F(b[2 * e + 1]);      \
+            T r, im;                                                                               \
+            switch (op) {                                                                          \
+            case OT_OP_ADD: r = ar + br, im = ai + bi; break;                                      \
+            case OT_OP_SUBTRACT: r = ar - br, im = ai - bi; break;                                 \
+            case OT_OP_MULTIPLY: {                                                                 \
+                T p = ar * br, q = ai * bi, s = ar * bi, t = ai * br;                              \
+                r = p - q, im = s + t;                                                             \
+                break;                                                                             \
+            }                                                                                      \
+            case OT_OP_DIVIDE: {                                                                   \
+                if (fabs((double)br) >= fabs((double)bi)) {                                        \
+                    T rat = bi / br, den = br + bi * rat;                                          \
+                    r = (ar + ai * rat) / den, im = (ai - ar * rat) / den;                         \
+                } else {                                                                           \
+                    T rat = br / bi, den = br * rat + bi;                                          \
+                    r = (ar * rat + ai) / den, im = (ai * rat - ar) / den;                         \
+                }                                                                                  \
+                if (br == 0 && bi == 0) { /* x / 0: infinities (or NaN for 0 / 0), as C99 G */   \
+                    r = ar / HYPOT(br, bi), im = ai / HYPOT(br, bi);                               \
+                }                                                                                  \
+                break;                                                                             \
+            }                                                                                      \
+            default: return OT_ERR_UNIMPLEMENTED;                                                  \
+            }                                                                                      \
+            y[2 * e] = F(r);                                                                       \
+            y[2 * e + 1] = F(im);                                                                  \
+        }                                                                                          \
+        return OT_OK;                                                                              \
+    }
+COMPLEX_BINARY(binary_c64, float, ftz_f, hypotf)
+COMPLEX_BINARY(binary_c128, double, ftz_d, hypot)
+#undef COMPLEX_BINARY
+
+/* exp(a + bi) = e^a (cos b + i sin b), each real function the evaluator's own (vmath). */
+static ot_status complex_exp(ot_dtype t, const void *x, void *y, int64_t n) {
+    ot_dtype p = ot_dtype_complex_part(t);
+    size_t ps = ot_dtype_size(p);
+    char *buf = ot_malloc((size_t)(n ? n : 1) * ps * 5);
+    if (!buf) return ot_error(OT_ERR_OUT_OF_MEMORY, "exponential: out of memory");
+    char *re = buf, *im = buf + n * ps, *ex = im + n * ps, *co = ex + n * ps, *si = co + n * ps;
+    for (int64_t e = 0; e < n; e++) {
+        memcpy(re + e * ps, (const char *)x + 2 * e * ps, ps);
+        memcpy(im + e * ps, (const char *)x + (2 * e + 1) * ps, ps);
+    }
+    ot_status st = ex_unary(OT_OP_EXP, p, p, re, ex, n);
+    if (st == OT_OK) st = ex_unary(OT_OP_COS, p, p, im, co, n);
+    if (st == OT_OK) st = ex_unary(OT_OP_SIN, p, p, im, si, n);
+    if (st == OT_OK) {
+        for (int64_t e = 0; e < n; e++) {
+            if (p == OT_F32) {
+                float *o = (float *)y + 2 * e, m = ((float *)(void *)ex)[e];
+                o[0] = ftz_f(m * ((float *)(void *)co)[e]);
+                o[1] = ftz_f(m * ((float *)(void *)si)[e]);
+            } else {
+                double *o = (double *)y + 2 * e, m = ((double *)(void *)ex)[e];
+                o[0] = ftz_d(m * ((double *)(void *)co)[e]);
+                o[1] = ftz_d(m * ((double *)(void *)si)[e]);
+            }
+        }
+    }
+    ot_free(buf);
+    return st;
+}
+
+/* One elementwise op (same shapes, n elements). */
+static ot_status elementwise(const ot_instr *i, const ot_value *const *ops, ot_value *out,
+                             int64_t n) {
+    ot_opcode op = i->opcode;
+    ot_dtype rt = i->shape.array.dtype;
+    ot_dtype t0 = ex_arr(ops[0])->dtype;
+    const void *a = ops[0]->array.data;
+    void *y = out->array.data;
+    switch (op) {
+    case OT_OP_COMPLEX: {
+        ot_dtype p = t0;
+        size_t ps = ot_dtype_size(p);
+        const char *b = ops[1]->array.data;
+        for (int64_t e = 0; e < n; e++) {
+            memcpy((char *)y + 2 * e * ps, (const char *)a + e * ps, ps);
+            memcpy((char *)y + (2 * e + 1) * ps, b + e * ps, ps);
+        }
+        return OT_OK;
+    }
+    case OT_OP_REAL:
+    case OT_OP_IMAG: {
+        size_t ps = ot_dtype_size(rt);
+        if (!ot_dtype_is_complex(t0)) { /* of a real: itself, and zero */
+            if (op == OT_OP_REAL)
+                memcpy(y, a, (size_t)n * ps);
+            else
+                memset(y, 0, (size_t)n * ps);
+            return OT_OK;
+        }
+        int part = op == OT_OP_IMAG;
+        for (int64_t e = 0; e < n; e++)
+            memcpy((char *)y + e * ps, (const char *)a + (2 * e + part) * ps, ps);
+        return OT_OK;
+    }
+    case OT_OP_COPY: memcpy(y, a, out->array.nbytes); return OT_OK;
+    case OT_OP_NEGATE: {
+        ot_dtype p = ot_dtype_complex_part(rt);
+        for (int64_t e = 0; e < 2 * n; e++) { /* a sign flip per component: bits, no flush */
+            if (p == OT_F32)
+                ((float *)y)[e] = -((const float *)a)[e];
+            else
+                ((double *)y)[e] = -((const double *)a)[e];
+        }
+        return OT_OK;
+    }
+    case OT_OP_ABS:
+        for (int64_t e = 0; e < n; e++) {
+            if (rt == OT_F32) {
+                const float *c = (const float *)a + 2 * e;
+                ((float *)y)[e] = ftz_f(hypotf(ftz_f(c[0]), ftz_f(c[1])));
+            } else {
+                const double *c = (const double *)a + 2 * e;
+                ((double *)y)[e] = ftz_d(hypot(ftz_d(c[0]), ftz_d(c[1])));
+            }
+        }
+        return OT_OK;
+    case OT_OP_EXP: return complex_exp(rt, a, y, n);
+    case OT_OP_ADD:
+    case OT_OP_SUBTRACT:
+    case OT_OP_MULTIPLY:
+    case OT_OP_DIVIDE: {
+        const void *b = ops[1]->array.data;
+        ot_status st =
+            rt == OT_C64 ? binary_c64(op, a, b, y, n) : binary_c128(op, a, b, y, n);
+        return st == OT_OK ? OT_OK : refuse(i, rt);
+    }
+    case OT_OP_COMPARE: {
+        ot_cmp_dir d = i->attrs->cmp_dir;
+        if (d != OT_CMP_EQ && d != OT_CMP_NE) return refuse(i, t0);
+        const void *b = ops[1]->array.data;
+        uint8_t *py = y;
+        for (int64_t e = 0; e < n; e++) {
+            bool eq;
+            if (t0 == OT_C64) {
+                const float *p = (const float *)a + 2 * e, *q = (const float *)b + 2 * e;
+                eq = ftz_f(p[0]) == ftz_f(q[0]) && ftz_f(p[1]) == ftz_f(q[1]);
+            } else {
+                const double *p = (const double *)a + 2 * e, *q = (const double *)b + 2 * e;
+                eq = ftz_d(p[0]) == ftz_d(q[0]) && ftz_d(p[1]) == ftz_d(q[1]);
+            }
+            py[e] = d == OT_CMP_EQ ? eq : !eq;
+        }
+        return OT_OK;
+    }
+    case OT_OP_SELECT: {
+        int64_t ps = ex_arr(ops[0])->rank == 0 && i->shape.array.rank > 0 ? 0 : 1;
+        ex_select(ops[0]->array.data, ps, ops[1]->array.data, ops[2]->array.data, y,
+                  ot_dtype_size(rt), n);
+        return OT_OK;
+    }
+    case OT_OP_CONVERT: {
+        ot_dtype p = ot_dtype_complex_part(rt);
+        if (!ot_dtype_is_complex(rt)) return refuse(i, t0); /* the verifier refuses it first */
+        if (ot_dtype_is_complex(t0)) /* c64 <-> c128: each component */
+            return ex_convert(ot_dtype_complex_part(t0), p, a, y, 2 * n);
+        /* real -> complex: the value converted to the component type, imaginary zero */
+        size_t ps = ot_dtype_size(p);
+        memset(y, 0, out->array.nbytes);
+        for (int64_t e = 0; e < n; e++) {
+            char tmp[8];
+            size_t es = ot_dtype_size(t0);
+            OT_CHECK(ex_convert(t0, p, (const char *)a + e * es, tmp, 1));
+            memcpy((char *)y + 2 * e * ps, tmp, ps);
+        }
+        return OT_OK;
+    }
+    default: return refuse(i, complex_dtype(i));
+    }
+}
+
+/* reduce whose reducer is add: the sum of each output's elements in row-major order from the
+ * init value. */
+static bool reducer_is_add(const ot_computation *c) {
+    const ot_instr *r = c ? c->root : NULL;
+    return r && r->opcode == OT_OP_ADD && r->noperands == 2 &&
+           r->operands[0]->opcode == OT_OP_PARAMETER && r->operands[1]->opcode == OT_OP_PARAMETER &&
+           r->operands[0] != r->operands[1] && c->nparams == 2;
+}
+
+static ot_status reduce_add(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
+    ot_dtype t = i->shape.kind == OT_IR_ARRAY ? i->shape.array.dtype : OT_DTYPE_INVALID;
+    if (i->noperands != 2 || !ot_dtype_is_complex(t) || !reducer_is_add(i->called[0]))
+        return ot_error(OT_ERR_UNIMPLEMENTED,
+                        "%s: reduce on %s is implemented only as one sum (a reducer that adds "
+                        "its two parameters)",
+                        EX_NAME(i), ot_dtype_name(complex_dtype(i)));
+    OT_CHECK(ot_value_alloc_array(out, &i->shape.array));
+    const ot_shape *is = ex_arr(ops[0]), *os = &i->shape.array;
+    bool reduced[OT_MAX_RANK] = {false};
+    for (int k = 0; k < i->attrs->ndims; k++) reduced[i->attrs->dims[k]] = true;
+    int64_t on = ot_shape_numel_unchecked(os), in = ot_shape_numel_unchecked(is);
+    double *acc = ot_malloc((size_t)(on ? on : 1) * 2 * sizeof *acc);
+    if (!acc) {
+        ot_value_release(out);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+    }
+    bool f32 = t == OT_C64;
+    const void *init = ops[1]->array.data;
+    double ir = f32 ? ((const float *)init)[0] : ((const double *)init)[0];
+    double ii = f32 ? ((const float *)init)[1] : ((const double *)init)[1];
+    for (int64_t e = 0; e < on; e++) acc[2 * e] = ir, acc[2 * e + 1] = ii;
+    /* each sum accumulates in the component type, element by element in input order */
+    int64_t idx[OT_MAX_RANK] = {0}, ostr[OT_MAX_RANK];
+    ot_shape_strides(os, ostr);
+    const void *x = ops[0]->array.data;
+    for (int64_t e = 0; e < in; e++) {
+        int64_t o = 0;
+        for (int d = 0, od = 0; d < is->rank; d++)
+            if (!reduced[d]) o += idx[d] * ostr[od++];
+        if (f32) {
+            const float *p = (const float *)x + 2 * e;
+            acc[2 * o] = ftz_f((float)acc[2 * o] + ftz_f(p[0]));
+            acc[2 * o + 1] = ftz_f((float)acc[2 * o + 1] + ftz_f(p[1]));
+        } else {
+            const double *p = (const double *)x + 2 * e;
+            acc[2 * o] = ftz_d(acc[2 * o] + ftz_d(p[0]));
+            acc[2 * o + 1] = ftz_d(acc[2 * o + 1] + ftz_d(p[1]));
+        }
+        ex_next_index(idx, is->dims, is->rank);
+    }
+    for (int64_t e = 0; e < 2 * on; e++) {
+        if (f32)
+            ((float *)out->array.data)[e] = (float)acc[e];
+        else
+            ((double *)out->array.data)[e] = acc[e];
+    }
+    ot_free(acc);
+    return OT_OK;
+}
+
+/* dot_general on complex operands: each operand gathered into [batch, free, contract] order
+ * (rhs: [batch, contract, free]), then one cblas_cgemm / cblas_zgemm per batch. */
+static ot_status gather_dims(const ot_shape *s, const int64_t *perm, int np, size_t es, const char *src,
+                             char *dst) {
+    int64_t str[OT_MAX_RANK], idx[OT_MAX_RANK] = {0}, pd[OT_MAX_RANK];
+    ot_shape_strides(s, str);
+    for (int k = 0; k < np; k++) pd[k] = s->dims[perm[k]];
+    int64_t n = ot_shape_numel_unchecked(s);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = 0;
+        for (int k = 0; k < np; k++) off += idx[k] * str[perm[k]];
+        memcpy(dst + e * es, src + off * es, es);
+        ex_next_index(idx, pd, np);
+    }
+    return OT_OK;
+}
+
+static int order_dims(const ot_shape *s, const int64_t *batch, int nb, const int64_t *con, int nc,
+                      bool contract_last, int64_t *perm, int64_t *nfree_out) {
+    bool used[OT_MAX_RANK] = {false};
+    int k = 0;
+    for (int q = 0; q < nb; q++) perm[k++] = batch[q], used[batch[q]] = true;
+    for (int q = 0; q < nc; q++) used[con[q]] = true;
+    int64_t nfree = 1;
+    int free_at = k;
+    if (!contract_last) {
+        for (int q = 0; q < nc; q++) perm[k++] = con[q];
+        free_at = k;
+    }
+    for (int d = 0; d < s->rank; d++)
+        if (!used[d]) perm[k++] = d, nfree *= s->dims[d];
+    if (contract_last)
+        for (int q = 0; q < nc; q++) perm[k++] = con[q];
+    (void)free_at;
+    *nfree_out = nfree;
+    return k;
+}
+
+static ot_status dot(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
+    const ot_dot_dims *dd = i->attrs->dot;
+    ot_dtype t = i->shape.array.dtype;
+    if (!dd || ex_arr(ops[0])->dtype != t || ex_arr(ops[1])->dtype != t) return refuse(i, t);
+    const ot_shape *ls = ex_arr(ops[0]), *rs = ex_arr(ops[1]);
+    int64_t lp[OT_MAX_RANK], rp[OT_MAX_RANK], m, n, kk = 1, nb = 1;
+    order_dims(ls, dd->lhs_batch, dd->nbatch, dd->lhs_contract, dd->ncontract, true, lp, &m);
+    order_dims(rs, dd->rhs_batch, dd->nbatch, dd->rhs_contract, dd->ncontract, false, rp, &n);
+    for (int q = 0; q < dd->ncontract; q++) kk *= ls->dims[dd->lhs_contract[q]];
+    for (int q = 0; q < dd->nbatch; q++) nb *= ls->dims[dd->lhs_batch[q]];
+    size_t es = ot_dtype_size(t);
+    OT_CHECK(ot_value_alloc_array(out, &i->shape.array));
+    int64_t ln = ot_shape_numel_unchecked(ls), rn = ot_shape_numel_unchecked(rs);
+    char *a = ot_malloc((size_t)(ln + rn + 1) * es);
+    if (!a) {
+        ot_value_release(out);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+    }
+    char *b = a + ln * es;
+    gather_dims(ls, lp, ls->rank, es, ops[0]->array.data, a);
+    gather_dims(rs, rp, rs->rank, es, ops[1]->array.data, b);
+    /* the result is [batch, lhs free, rhs free]: XLA's dot_general order */
+    char *y = out->array.data;
+    if (m * n == 0) {
+        ot_free(a);
+        return OT_OK;
+    }
+    if (kk == 0) memset(y, 0, out->array.nbytes);
+    for (int64_t q = 0; q < nb && kk > 0; q++) {
+        const char *aq = a + q * m * kk * es, *bq = b + q * kk * n * es;
+        char *yq = y + q * m * n * es;
+        if (t == OT_C64) {
+            const float one[2] = {1, 0}, zero[2] = {0, 0};
+            cblas_cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)kk, one,
+                        aq, (int)kk, bq, (int)n, zero, yq, (int)n);
+        } else {
+            const double one[2] = {1, 0}, zero[2] = {0, 0};
+            cblas_zgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)kk, one,
+                        aq, (int)kk, bq, (int)n, zero, yq, (int)n);
+        }
+    }
+    ot_free(a);
+    return OT_OK;
+}
+
+bool ex_complex_passes_through(ot_opcode op) {
+    switch (op) {
+    case OT_OP_PARAMETER:
+    case OT_OP_CONSTANT:
+    case OT_OP_BROADCAST:
+    case OT_OP_RESHAPE:
+    case OT_OP_BITCAST:
+    case OT_OP_TRANSPOSE:
+    case OT_OP_SLICE:
+    case OT_OP_DYNAMIC_SLICE:
+    case OT_OP_DYNAMIC_UPDATE_SLICE:
+    case OT_OP_CONCATENATE:
+    case OT_OP_PAD:
+    case OT_OP_REVERSE:
+    case OT_OP_TUPLE:
+    case OT_OP_GET_TUPLE_ELEMENT:
+    case OT_OP_CALL:
+    case OT_OP_WHILE:
+    case OT_OP_CONDITIONAL:
+    case OT_OP_OPT_BARRIER:
+    case OT_OP_FUSION: return true;
+    default: return false;
+    }
+}
+
+ot_status ex_kernel_complex(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                            ot_value *out) {
+    (void)x;
+    *out = ot_value_empty();
+    ot_opcode op = i->opcode;
+    if (op == OT_OP_REDUCE) return reduce_add(i, ops, out);
+    if (i->shape.kind != OT_IR_ARRAY) return refuse(i, complex_dtype(i));
+    ot_dtype rt = i->shape.array.dtype;
+    if (op == OT_OP_DOT) return dot(i, ops, out);
+    if (op == OT_OP_FFT) {
+        OT_CHECK(ot_value_alloc_array(out, &i->shape.array));
+        ot_status st = ex_fft(NULL, i, ops[0]->array.data, out->array.data);
+        if (st != OT_OK) ot_value_release(out);
+        return st;
+    }
+    bool elementwise_op = ot_opcode_is_elementwise(op) || op == OT_OP_COMPLEX ||
+                          op == OT_OP_REAL || op == OT_OP_IMAG;
+    if (!elementwise_op || op == OT_OP_MAP) return refuse(i, complex_dtype(i));
+    (void)rt;
+    OT_CHECK(ot_value_alloc_array(out, &i->shape.array));
+    ot_status st = elementwise(i, ops, out, ot_shape_numel_unchecked(&i->shape.array));
+    if (st != OT_OK) ot_value_release(out);
+    return st;
+}

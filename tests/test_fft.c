@@ -1,0 +1,449 @@
+/* Complex numbers and the fft instruction: every fft type against a naive DFT in double (1-D over
+ * many lengths, prime and odd included; 2-D and 3-D), the pooled fft bit-identical to the
+ * reference on 1, 2, 3 and 8 threads, the complex elementwise ops, reduce and dot against double
+ * arithmetic, compiled programs equal to the evaluator, and what is refused. */
+#include "optitpu/compiler.h"
+#include "optitpu/exec.h"
+#include "optitpu/ir.h"
+#include "optitpu/runtime.h"
+#include "ot_test.h"
+
+#include <complex.h>
+#undef I
+
+static uint64_t g_rng = 0x5eed;
+
+static double rnd(void) { /* uniform [-1, 1) */
+    return (double)(ot_test_splitmix64(&g_rng) >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static ot_module *parse(const char *text) {
+    ot_module *m = NULL;
+    ot_hlo_parse_options po = ot_hlo_parse_options_default();
+    if (ot_hlo_parse(text, strlen(text), &po, &m) != OT_OK) {
+        fprintf(stderr, "parse: %s\n%s", ot_last_error(), text);
+        return NULL;
+    }
+    return m;
+}
+
+/* A random array of shape text s ("c64[3,8]"), and its values in double (complex). */
+static ot_value rand_value(const ot_shape *s, double complex *d) {
+    ot_value v;
+    ot_value_alloc_array(&v, s);
+    int64_t n = ot_shape_numel_unchecked(s);
+    for (int64_t e = 0; e < n; e++) {
+        float re = (float)rnd(), im = ot_dtype_is_complex(s->dtype) ? (float)rnd() : 0.0f;
+        if (s->dtype == OT_C64) {
+            ((float *)v.array.data)[2 * e] = re;
+            ((float *)v.array.data)[2 * e + 1] = im;
+        } else if (s->dtype == OT_F32) {
+            ((float *)v.array.data)[e] = re;
+        } else { /* c128 */
+            ((double *)v.array.data)[2 * e] = re;
+            ((double *)v.array.data)[2 * e + 1] = im;
+        }
+        d[e] = re + im * _Complex_I;
+    }
+    return v;
+}
+
+static double complex elem(const ot_value *v, int64_t e) {
+    switch (v->array.shape.dtype) {
+    case OT_C64:
+        return ((float *)v->array.data)[2 * e] + ((float *)v->array.data)[2 * e + 1] * _Complex_I;
+    case OT_C128:
+        return ((double *)v->array.data)[2 * e] +
+               ((double *)v->array.data)[2 * e + 1] * _Complex_I;
+    case OT_F32: return ((float *)v->array.data)[e];
+    default: return ((double *)v->array.data)[e];
+    }
+}
+
+/* Naive DFT along axis a of a row-major complex array (dims, rank), in place; sign -1 forward. */
+static void dft_axis(double complex *x, const int64_t *dims, int rank, int a, int sign) {
+    int64_t n = dims[a], s = 1, total = 1;
+    for (int d = a + 1; d < rank; d++) s *= dims[d];
+    for (int d = 0; d < rank; d++) total *= dims[d];
+    double complex *line = malloc((size_t)n * sizeof *line);
+    for (int64_t l = 0; l < total / n; l++) {
+        int64_t base = (l / s) * n * s + l % s;
+        for (int64_t k = 0; k < n; k++) {
+            double complex acc = 0;
+            for (int64_t t = 0; t < n; t++)
+                acc += x[base + t * s] * cexp(sign * 2.0 * M_PI * _Complex_I *
+                                              (double)((k * t) % n) / (double)n);
+            line[k] = acc;
+        }
+        for (int64_t k = 0; k < n; k++) x[base + k * s] = line[k];
+    }
+    free(line);
+}
+
+/* The expected result of fft(type, fft_length) on x (complex values of the operand, dims). */
+static double complex *naive_fft(int type, const double complex *x, const int64_t *xd, int rank,
+                                 const int64_t *len, int k, int64_t *od) {
+    int64_t n = 1, last = len[k - 1];
+    memcpy(od, xd, (size_t)rank * sizeof *od);
+    /* work on the full (Hermitian-extended for IRFFT) complex array */
+    int64_t wd[8];
+    memcpy(wd, xd, (size_t)rank * sizeof *wd);
+    if (type == OT_FFT_IRFFT) wd[rank - 1] = last;
+    for (int d = 0; d < rank; d++) n *= wd[d];
+    double complex *w = calloc((size_t)n, sizeof *w);
+    int64_t rows = n / wd[rank - 1];
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t q = 0; q < xd[rank - 1]; q++) w[r * wd[rank - 1] + q] = x[r * xd[rank - 1] + q];
+    int sign = type == OT_FFT_IFFT || type == OT_FFT_IRFFT ? 1 : -1;
+    if (type == OT_FFT_IRFFT) {
+        /* the outer axes first; then the last axis from its n/2+1 terms, as a Hermitian line */
+        for (int a = rank - 2; a >= rank - k; a--) dft_axis(w, wd, rank, a, sign);
+        int64_t m = last / 2 + 1;
+        for (int64_t r = 0; r < rows; r++) {
+            double complex *p = w + r * last;
+            p[0] = creal(p[0]);
+            if (last % 2 == 0) p[last / 2] = creal(p[last / 2]);
+            for (int64_t q = 1; q < m && last - q >= m; q++) p[last - q] = conj(p[q]);
+            for (int64_t q = 1; q < m && last - q < m && last - q != q; q++) (void)0;
+        }
+        dft_axis(w, wd, rank, rank - 1, sign);
+    } else {
+        for (int a = rank - 1; a >= rank - k; a--) dft_axis(w, wd, rank, a, sign);
+    }
+    int64_t count = 1;
+    for (int q = 0; q < k; q++) count *= len[q];
+    if (sign > 0)
+        for (int64_t e = 0; e < n; e++) w[e] /= (double)count;
+    if (type == OT_FFT_RFFT) { /* keep the first n/2+1 of the last axis */
+        int64_t m = last / 2 + 1;
+        od[rank - 1] = m;
+        double complex *o = malloc((size_t)(rows * m) * sizeof *o);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t q = 0; q < m; q++) o[r * m + q] = w[r * last + q];
+        free(w);
+        return o;
+    }
+    od[rank - 1] = wd[rank - 1];
+    return w;
+}
+
+static const char *type_name(int t) {
+    static const char *n[] = {"FFT", "IFFT", "RFFT", "IRFFT"};
+    return n[t];
+}
+
+static void dims_text(char *b, size_t cap, const int64_t *d, int rank) {
+    size_t o = 0;
+    for (int q = 0; q < rank; q++) o += (size_t)snprintf(b + o, cap - o, "%s%lld", q ? "," : "", (long long)d[q]);
+}
+
+/* Runs fft(type) on a random operand of dims xd against the naive DFT; returns the max error
+ * relative to the bound. */
+static void check_fft(int type, const int64_t *xd, int rank, const int64_t *len, int k) {
+    char in_dims[96], out_dims[96], lens[64], text[512];
+    int64_t od[8];
+    memcpy(od, xd, (size_t)rank * sizeof *od);
+    if (type == OT_FFT_RFFT) od[rank - 1] = len[k - 1] / 2 + 1;
+    if (type == OT_FFT_IRFFT) od[rank - 1] = len[k - 1];
+    dims_text(in_dims, sizeof in_dims, xd, rank);
+    dims_text(out_dims, sizeof out_dims, od, rank);
+    dims_text(lens, sizeof lens, len, k);
+    snprintf(text, sizeof text,
+             "HloModule m\nENTRY e {\n  x = %s[%s] parameter(0)\n  ROOT y = %s[%s] fft(x), "
+             "fft_type=%s, fft_length={%s}\n}\n",
+             type == OT_FFT_RFFT ? "f32" : "c64", in_dims, type == OT_FFT_IRFFT ? "f32" : "c64",
+             out_dims, type_name(type), lens);
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    ot_shape xs;
+    ot_shape_make(&xs, type == OT_FFT_RFFT ? OT_F32 : OT_C64, rank, xd);
+    int64_t n = ot_shape_numel_unchecked(&xs);
+    double complex *xv = malloc((size_t)n * sizeof *xv);
+    ot_value a = rand_value(&xs, xv);
+    ot_value r;
+    EXPECT_OK(ot_evaluate(m, &a, 1, NULL, &r));
+    int64_t ed[8];
+    double complex *want = naive_fft(type, xv, xd, rank, len, k, ed);
+    int64_t count = 1;
+    for (int q = 0; q < k; q++) count *= len[q];
+    /* |error| <= c * u * log2(N) * (sum |x|) for the forward transform; inverse over N */
+    double bound = 2e-7 * (2.0 + log2((double)count)) * (double)count * 4.0;
+    if (type == OT_FFT_IFFT || type == OT_FFT_IRFFT) bound /= (double)count;
+    double worst = 0;
+    int64_t on = ot_shape_numel_unchecked(&r.array.shape);
+    for (int64_t e = 0; e < on; e++) {
+        double err = cabs(elem(&r, e) - want[e]);
+        if (err > worst) worst = err;
+    }
+    if (!(worst <= bound))
+        fprintf(stderr, "  %s [%s] fft_length={%s}: error %g above %g\n", type_name(type), in_dims,
+                lens, worst, bound);
+    EXPECT_TRUE(worst <= bound);
+    free(want);
+    free(xv);
+    ot_value_release(&r);
+    ot_value_release(&a);
+    ot_module_free(m);
+}
+
+static void test_fft_1d_against_naive_dft(void) {
+    static const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 12, 16, 17, 31, 64, 100, 128, 243};
+    for (int type = 0; type < 4; type++)
+        for (size_t q = 0; q < sizeof lens / sizeof lens[0]; q++) {
+            int64_t L = lens[q];
+            int64_t xd[2] = {3, type == OT_FFT_IRFFT ? L / 2 + 1 : L};
+            check_fft(type, xd, 2, &L, 1);
+        }
+}
+
+static void test_fft_2d_3d_against_naive_dft(void) {
+    for (int type = 0; type < 4; type++) {
+        int64_t l2[2] = {4, 6}, l3[3] = {3, 5, 7}, l2o[2] = {6, 9};
+        int64_t last = type == OT_FFT_IRFFT;
+        int64_t x2[3] = {2, 4, last ? 4 : 6};
+        check_fft(type, x2, 3, l2, 2);
+        int64_t x3[4] = {2, 3, 5, last ? 4 : 7};
+        check_fft(type, x3, 4, l3, 3);
+        int64_t x2o[2] = {6, last ? 5 : 9}; /* no batch, odd last length */
+        check_fft(type, x2o, 2, l2o, 2);
+    }
+}
+
+/* Runs exe on nargs arguments into its nout output leaves (allocated here) with the given pool
+ * (reference: the reference kernels). */
+static ot_status run_exe(const ot_executable *exe, void *const *params, ot_tensor *outs,
+                         ot_threadpool *pool, bool reference) {
+    int nout = ot_executable_output_count(exe);
+    void *op[32];
+    for (int k = 0; k < nout; k++) {
+        const ot_slot *sl = ot_executable_slot(exe, ot_executable_output_slot(exe, k));
+        OT_CHECK(ot_tensor_alloc(&outs[k], &sl->shape));
+        op[k] = outs[k].data;
+    }
+    int64_t an = ot_executable_arena_size(exe);
+    void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
+    ot_run_options o = ot_run_options_default();
+    o.reference_kernels = reference;
+    o.pool = pool;
+    ot_run_result r;
+    ot_status st = ot_execute_on_host(exe, arena, params, op, &o, 0, &r);
+    ot_aligned_free(arena);
+    if (st != OT_OK)
+        for (int k = 0; k < nout; k++) ot_tensor_release(&outs[k]);
+    return st;
+}
+
+/* Large enough to split over the pool: results bit-identical on 1, 2, 3 and 8 threads and to the
+ * reference kernel. */
+static void test_fft_threads_deterministic(void) {
+    static const char *mods[] = {
+        "HloModule m\nENTRY e {\n  x = c64[96,1024] parameter(0)\n  ROOT y = c64[96,1024] "
+        "fft(x), fft_type=FFT, fft_length={1024}\n}\n",
+        "HloModule m\nENTRY e {\n  x = f32[64,2000] parameter(0)\n  ROOT y = c64[64,1001] "
+        "fft(x), fft_type=RFFT, fft_length={2000}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c64[8,64,65] parameter(0)\n  ROOT y = f32[8,64,128] "
+        "fft(x), fft_type=IRFFT, fft_length={64,128}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c64[16,48,45] parameter(0)\n  ROOT y = c64[16,48,45] "
+        "fft(x), fft_type=IFFT, fft_length={16,48,45}\n}\n",
+    };
+    static const int nth[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {0};
+    for (int p = 0; p < 4; p++) ASSERT_OK(ot_threadpool_create(nth[p], &pools[p]));
+    for (size_t q = 0; q < sizeof mods / sizeof mods[0]; q++) {
+        ot_module *m = parse(mods[q]);
+        ASSERT_TRUE(m != NULL);
+        ot_executable *exe = NULL;
+        ot_compile_options co = ot_compile_options_default();
+        ASSERT_OK(ot_compile(m, &co, &exe));
+        const ot_instr *x = ot_computation_find_instr(ot_module_entry(m), "x");
+        ot_tensor arg, ref;
+        ASSERT_OK(ot_tensor_alloc(&arg, &x->shape.array));
+        double complex *dummy = malloc((size_t)ot_shape_numel_unchecked(&arg.shape) * sizeof *dummy);
+        ot_value v = rand_value(&arg.shape, dummy);
+        memcpy(arg.data, v.array.data, arg.nbytes);
+        ot_value_release(&v);
+        free(dummy);
+        void *params[1] = {arg.data};
+        ASSERT_OK(run_exe(exe, params, &ref, NULL, true));
+        for (int p = 0; p < 4; p++) {
+            ot_tensor t;
+            ASSERT_OK(run_exe(exe, params, &t, pools[p], false));
+            bool same = t.nbytes == ref.nbytes && !memcmp(t.data, ref.data, t.nbytes);
+            if (!same) fprintf(stderr, "  module %zu: %d threads differ from the reference\n", q, nth[p]);
+            EXPECT_TRUE(same);
+            ot_tensor_release(&t);
+        }
+        ot_tensor_release(&ref);
+        ot_tensor_release(&arg);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+    for (int p = 0; p < 4; p++) ot_threadpool_free(pools[p]);
+}
+
+/* Elementwise complex ops, real/imag/complex, converts, compare, select, reduce and dot, against
+ * double arithmetic; the compiled program (reference kernels and the runtime's loop) equals the
+ * evaluator bit for bit. */
+static void test_complex_ops(void) {
+    const char *text =
+        "HloModule m\n"
+        "add_c { a = c64[] parameter(0)\n b = c64[] parameter(1)\n ROOT s = c64[] add(a, b) }\n"
+        "ENTRY e {\n"
+        "  a = c64[4,3] parameter(0)\n"
+        "  b = c64[4,3] parameter(1)\n"
+        "  add = c64[4,3] add(a, b)\n"
+        "  sub = c64[4,3] subtract(a, b)\n"
+        "  mul = c64[4,3] multiply(a, b)\n"
+        "  div = c64[4,3] divide(a, b)\n"
+        "  neg = c64[4,3] negate(a)\n"
+        "  abs = f32[4,3] abs(a)\n"
+        "  exp = c64[4,3] exponential(a)\n"
+        "  re = f32[4,3] real(a)\n"
+        "  im = f32[4,3] imag(a)\n"
+        "  cx = c64[4,3] complex(im, re)\n"
+        "  eq = pred[4,3] compare(a, a), direction=EQ\n"
+        "  ne = pred[4,3] compare(a, b), direction=NE\n"
+        "  sel = c64[4,3] select(ne, a, b)\n"
+        "  wide = c128[4,3] convert(a)\n"
+        "  fromr = c64[4,3] convert(re)\n"
+        "  z = c64[] constant((0, 0))\n"
+        "  sum = c64[3] reduce(a, z), dimensions={0}, to_apply=add_c\n"
+        "  bt = c64[3,4] transpose(b), dimensions={1,0}\n"
+        "  dot = c64[4,4] dot(a, bt), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  k = c64[2] constant({(1.5, -2), (0, 0.25)})\n"
+        "  ROOT t = (c64[4,3], c64[4,3], c64[4,3], c64[4,3], c64[4,3], f32[4,3], c64[4,3], "
+        "f32[4,3], f32[4,3], c64[4,3], pred[4,3], pred[4,3], c64[4,3], c128[4,3], c64[4,3], "
+        "c64[3], c64[4,4], c64[2]) tuple(add, sub, mul, div, neg, abs, exp, re, im, cx, eq, ne, "
+        "sel, wide, fromr, sum, dot, k)\n"
+        "}\n";
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    ot_shape s;
+    ot_shape_make(&s, OT_C64, 2, (int64_t[]){4, 3});
+    double complex av[12], bv[12];
+    ot_value args[2] = {rand_value(&s, av), rand_value(&s, bv)};
+    ot_value r;
+    ASSERT_OK(ot_evaluate(m, args, 2, NULL, &r));
+    ASSERT_TRUE(r.kind == OT_IR_TUPLE && r.ntuple == 18);
+    double tol = 1e-6;
+    for (int e = 0; e < 12; e++) {
+        double complex a = av[e], b = bv[e];
+        EXPECT_TRUE(cabs(elem(&r.tuple[0], e) - (a + b)) < tol);
+        EXPECT_TRUE(cabs(elem(&r.tuple[1], e) - (a - b)) < tol);
+        EXPECT_TRUE(cabs(elem(&r.tuple[2], e) - a * b) < tol);
+        EXPECT_TRUE(cabs(elem(&r.tuple[3], e) - a / b) < 1e-5 * (1 + cabs(a / b)));
+        EXPECT_TRUE(cabs(elem(&r.tuple[4], e) + a) == 0);
+        EXPECT_TRUE(fabs(creal(elem(&r.tuple[5], e)) - cabs(a)) < tol);
+        EXPECT_TRUE(cabs(elem(&r.tuple[6], e) - cexp(a)) < 1e-5);
+        EXPECT_TRUE(creal(elem(&r.tuple[7], e)) == creal(a));
+        EXPECT_TRUE(creal(elem(&r.tuple[8], e)) == cimag(a));
+        EXPECT_TRUE(elem(&r.tuple[9], e) == cimag(a) + creal(a) * _Complex_I);
+        EXPECT_INT_EQ(((uint8_t *)r.tuple[10].array.data)[e], 1);
+        EXPECT_INT_EQ(((uint8_t *)r.tuple[11].array.data)[e], a != b);
+        EXPECT_TRUE(elem(&r.tuple[12], e) == (a != b ? a : b));
+        EXPECT_TRUE(elem(&r.tuple[13], e) == a); /* c64 values are exact in c128 */
+        EXPECT_TRUE(elem(&r.tuple[14], e) == creal(a));
+    }
+    for (int j = 0; j < 3; j++) {
+        double complex want = 0;
+        for (int i = 0; i < 4; i++) want += av[i * 3 + j];
+        EXPECT_TRUE(cabs(elem(&r.tuple[15], j) - want) < 1e-5);
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            double complex want = 0;
+            for (int q = 0; q < 3; q++) want += av[i * 3 + q] * bv[j * 3 + q];
+            EXPECT_TRUE(cabs(elem(&r.tuple[16], i * 4 + j) - want) < 1e-5);
+        }
+    EXPECT_TRUE(elem(&r.tuple[17], 0) == 1.5 - 2.0 * _Complex_I);
+    EXPECT_TRUE(elem(&r.tuple[17], 1) == 0.25 * _Complex_I);
+    /* the compiled program gives the evaluator's bits (nothing complex fused or generated) */
+    ot_executable *exe = NULL;
+    ot_compile_options co = ot_compile_options_default();
+    ASSERT_OK(ot_compile(m, &co, &exe));
+    ASSERT_TRUE(ot_executable_output_count(exe) == 18);
+    ot_tensor cr[18];
+    void *params[2] = {args[0].array.data, args[1].array.data};
+    ASSERT_OK(run_exe(exe, params, cr, NULL, false));
+    for (int q = 0; q < 18; q++) {
+        const ot_value *x = &r.tuple[q];
+        bool same = x->array.nbytes == cr[q].nbytes &&
+                    !memcmp(x->array.data, cr[q].data, cr[q].nbytes);
+        if (!same) fprintf(stderr, "  compiled result %d differs from the evaluator\n", q);
+        EXPECT_TRUE(same);
+        ot_tensor_release(&cr[q]);
+    }
+    ot_executable_free(exe);
+    ot_value_release(&r);
+    for (int k = 0; k < 2; k++) ot_value_release(&args[k]);
+    ot_module_free(m);
+}
+
+/* What is not implemented on complex values is refused naming the op and the dtype; what XLA
+ * rejects is refused when the module is read, at the instruction. */
+static void test_complex_refused(void) {
+    static const struct {
+        const char *text;
+        ot_status code;
+        const char *msg;
+    } cases[] = {
+        {"HloModule m\nENTRY e {\n  x = c64[2] parameter(0)\n  ROOT y = c64[2] sine(x)\n}\n",
+         OT_ERR_UNIMPLEMENTED, "sine on c64 is not implemented"},
+        {"HloModule m\nENTRY e {\n  x = c128[8] parameter(0)\n  ROOT y = c128[8] fft(x), "
+         "fft_type=FFT, fft_length={8}\n}\n",
+         OT_ERR_UNIMPLEMENTED, "c128 operands are not implemented"},
+        {"HloModule m\nENTRY e {\n  x = c64[2] parameter(0)\n  ROOT y = c64[2] power(x, x)\n}\n",
+         OT_ERR_UNIMPLEMENTED, "power on c64 is not implemented"},
+        {"HloModule m\nmul { a = c64[] parameter(0)\n b = c64[] parameter(1)\n ROOT s = c64[] "
+         "multiply(a, b) }\nENTRY e {\n  x = c64[2] parameter(0)\n  z = c64[] constant((1, 0))\n"
+         "  ROOT y = c64[] reduce(x, z), dimensions={0}, to_apply=mul\n}\n",
+         OT_ERR_UNIMPLEMENTED, "reduce on c64 is implemented only as one sum"},
+    };
+    for (size_t q = 0; q < sizeof cases / sizeof cases[0]; q++) {
+        ot_module *m = parse(cases[q].text);
+        ASSERT_TRUE(m != NULL);
+        const ot_instr *x = ot_computation_find_instr(ot_module_entry(m), "x");
+        ot_value a;
+        ASSERT_OK(ot_value_alloc_array(&a, &x->shape.array));
+        memset(a.array.data, 0, a.array.nbytes);
+        ot_value r;
+        EXPECT_STATUS(ot_evaluate(m, &a, 1, NULL, &r), cases[q].code);
+        EXPECT_STR_CONTAINS(ot_last_error(), cases[q].msg);
+        /* the compiled program refuses it the same way when it runs */
+        ot_executable *exe = NULL;
+        ot_compile_options co = ot_compile_options_default();
+        if (ot_compile(m, &co, &exe) == OT_OK) {
+            ot_tensor o[1];
+            void *params[1] = {a.array.data};
+            EXPECT_STATUS(run_exe(exe, params, o, NULL, false), cases[q].code);
+            EXPECT_STR_CONTAINS(ot_last_error(), cases[q].msg);
+            ot_executable_free(exe);
+        }
+        ot_value_release(&a);
+        ot_module_free(m);
+    }
+    /* ordered ops are shape errors on complex operands */
+    ot_module *m = NULL;
+    const char *t = "HloModule m\nENTRY e {\n  x = c64[2] parameter(0)\n  ROOT y = c64[2] "
+                    "maximum(x, x)\n}\n";
+    ot_hlo_parse_options po = ot_hlo_parse_options_default();
+    EXPECT_STATUS(ot_hlo_parse(t, strlen(t), &po, &m), OT_ERR_SHAPE_MISMATCH);
+    EXPECT_STR_CONTAINS(ot_last_error(), "<input>:4:19: y: maximum: operands must be ordered");
+}
+
+/* Complex literals print back as they were read. */
+static void test_complex_round_trip(void) {
+    const char *text = "HloModule m\nENTRY e {\n  ROOT k = c64[2] constant({(1, -2.5), (inf, "
+                       "nan)})\n}\n";
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    char *out = ot_hlo_print(m, NULL);
+    ASSERT_TRUE(out != NULL);
+    EXPECT_STR_CONTAINS(out, "constant({(1, -2.5), (inf, nan)})");
+    ot_free(out);
+    ot_module_free(m);
+}
+
+OT_TEST_MAIN(OT_TEST(test_fft_1d_against_naive_dft), OT_TEST(test_fft_2d_3d_against_naive_dft),
+             OT_TEST(test_fft_threads_deterministic), OT_TEST(test_complex_ops),
+             OT_TEST(test_complex_refused), OT_TEST(test_complex_round_trip))
