@@ -46,6 +46,7 @@ DTYPES = {
     "pred": np.bool_, "s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
     "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
     "f16": np.float16, "bf16": BF16, "f32": np.float32, "f64": np.float64,
+    "c64": np.complex64, "c128": np.complex128,
 }
 FLOATS = ["f16", "bf16", "f32", "f64"]
 SINTS = ["s8", "s16", "s32", "s64"]
@@ -99,6 +100,10 @@ def check(got, exp, tol):
     got, exp = np.asarray(got), np.asarray(exp)
     if got.shape != exp.shape or got.dtype != exp.dtype:
         return f"shape/dtype {got.shape}/{got.dtype} vs {exp.shape}/{exp.dtype}"
+    if got.dtype.kind == "c":  # each component compared as a real number
+        part = np.float32 if got.dtype == np.complex64 else np.float64
+        got = np.ascontiguousarray(got).view(part)
+        exp = np.ascontiguousarray(exp).view(part)
     if got.dtype.kind not in "f" and got.dtype != np.dtype(BF16):
         return None if np.array_equal(got, exp) else "integer mismatch"
     g64, e64 = got.astype(np.float64), exp.astype(np.float64)
@@ -999,6 +1004,49 @@ def add_random():
          [np.array([0, 7], np.uint32)], ulp_tol(8, 1e-6), "random")
 
 
+def add_fft():
+    """jnp.fft and complex arithmetic around it: HLO fft (FFT, IFFT, RFFT, IRFFT over 1 to 3
+    dims), complex, real, imag and elementwise ops on c64, a complex dot (an FNO layer's
+    per-mode channel mixing). optitpu's FFT (KISS FFT) and XLA's (ducc) differ by rounding:
+    tolerances scale with the spectrum's magnitude."""
+    r = rng_for("fft")
+
+    def cplx(shape):
+        return (r.uniform(-1, 1, shape) + 1j * r.uniform(-1, 1, shape)).astype(np.complex64)
+
+    def real(shape):
+        return r.uniform(-1, 1, shape).astype(np.float32)
+
+    tol = close_tol(1e-5, 2e-5)
+    case("fft_c64", jnp.fft.fft, [cplx((4, 16))], close_tol(1e-5, 1e-4), "fft")
+    case("ifft_c64", jnp.fft.ifft, [cplx((3, 12))], tol, "fft")
+    case("rfft_f32", jnp.fft.rfft, [real((8, 64))], close_tol(1e-5, 2e-4), "fft")
+    case("rfft_odd_f32", jnp.fft.rfft, [real((5, 15))], close_tol(1e-5, 1e-4), "fft")
+    case("irfft_f32", lambda x: jnp.fft.irfft(x, n=64), [cplx((8, 33))], tol, "fft")
+    case("irfft_odd_f32", lambda x: jnp.fft.irfft(x, n=9), [cplx((4, 5))], tol, "fft")
+    case("fft2_c64", jnp.fft.fft2, [cplx((2, 8, 12))], close_tol(1e-5, 4e-4), "fft")
+    case("rfftn_3d_f32", jnp.fft.rfftn, [real((4, 6, 10))], close_tol(1e-5, 4e-4), "fft")
+    case("fft_power_spectrum_f32", lambda x: jnp.abs(jnp.fft.rfft(x)) ** 2, [real((16, 128))],
+         close_tol(1e-4, 2e-2), "fft")
+
+    def complex_arith(a, b):
+        c = a * b - jnp.conj(a) / (b + jnp.complex64(2 + 1j))
+        return c, jnp.abs(c), jnp.real(c) + jnp.imag(-c), jnp.exp(a * 0.5j), c == a
+
+    case("fft_complex_arith_c64", complex_arith, [cplx((6, 5)), cplx((6, 5))],
+         close_tol(1e-5, 1e-5), "fft")
+
+    def spectral_conv(x, w):
+        # an FNO layer: rfft over space, mix channels per kept mode, irfft back
+        xf = jnp.fft.rfft(x, axis=-1)[:, :, :8]
+        yf = jnp.einsum("bik,iok->bok", xf, w)
+        yf = jnp.pad(yf, ((0, 0), (0, 0), (0, 33 - 8)))
+        return jnp.fft.irfft(yf, n=64, axis=-1)
+
+    case("fft_spectral_conv_fno", spectral_conv, [real((2, 3, 64)), cplx((3, 4, 8))],
+         close_tol(1e-4, 1e-5), "fft")
+
+
 def add_linalg():
     """jnp.linalg and jax.scipy.linalg: JAX lowers them to jaxlib's LAPACK custom calls
     (lapack_<s|d><routine>_ffi, src/exec/lapack.c). Outputs whose sign LAPACK chooses
@@ -1500,6 +1548,7 @@ def main():
     add_control_flow()
     add_models()
     add_random()
+    add_fft()
     add_linalg()
     jdir = os.path.join(args.out, "jax")
     hdir = os.path.join(args.out, "hlo", "jax")
@@ -1511,7 +1560,7 @@ def main():
     os.makedirs(hdir, exist_ok=True)
     index = []
     for c in CASES:
-        if args.only and args.only not in c.name:
+        if args.only is not None and args.only not in c.name:
             continue
         entry, hlo, opt = gen_case(c, jdir)
         index.append(entry)
@@ -1523,6 +1572,17 @@ def main():
         print(f"{c.name}: {len(entry['inputs'])} in, {len(entry['outputs'])} out"
               f"{' +vjp' if 'vjp' in entry else ''}", flush=True)
     if args.only is not None:
+        # only some cases regenerated: merge their entries into the existing index
+        path = os.path.join(jdir, "cases.json")
+        with open(path) as f:
+            meta = json.load(f)
+        new = {e["name"]: e for e in index}
+        names = [e["name"] for e in meta["cases"]]
+        meta["cases"] = [new.pop(e["name"], e) for e in meta["cases"]]
+        meta["cases"] += [e for e in index if e["name"] in new]
+        with open(path, "w") as f:
+            f.write(compact_json(meta))
+        print(f"{len(index)} cases merged into {len(names)}", flush=True)
         return
     for name, text in sorted(hlo_only_modules().items()):
         with open(os.path.join(hdir, f"{name}.hlo"), "w") as f:

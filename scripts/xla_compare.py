@@ -4,7 +4,7 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--group suite|extra|utils|models|vision_nlp|train|linalg|all]
+                           [--group suite|extra|utils|models|vision_nlp|train|linalg|fft|all]
                            [--quick]
                            [--only TEXT] [--list] [--json]
                            [--tol-scale S]
@@ -103,6 +103,11 @@ Cholesky, cho_solve, log det); least squares (SVD); batched solve, inverse and C
 with a rank-16 reconstruction; QR orthogonalization with a projection; batched slogdet in f64;
 ZCA whitening (eigh); a triangular solve. Outputs avoid LAPACK's sign choices (products that
 reconstruct something), so the comparison is a residual.
+
+The eighth group (`--group fft`, names starting with "f ") holds Fourier transforms (HLO fft) and
+the complex arithmetic around them: an rfft power spectrum; a low-pass filter (rfft, scale,
+irfft); fft2 of a c64 batch, a complex scale and ifft2; an FNO spectral convolution (rfft, 64
+kept modes mixed across 32 channels by a complex einsum, irfft).
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -2339,6 +2344,60 @@ def linalg_case_list(quick):
             ("l solve_triangular 1024x1024 rhs 64", lambda: make_l_trsolve(q))]
 
 
+# ---- the eighth group: Fourier transforms (`--group fft`) ----------------------------------------
+# jnp.fft lowers to HLO fft (FFT, IFFT, RFFT, IRFFT); around it, complex arithmetic on c64.
+# optitpu transforms each line with KISS FFT (src/exec/fft.c), XLA with ducc.
+
+def _c64(rng, shape):
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+
+
+def make_f_power(quick):
+    b, n = (256, 4096) if not quick else (4, 64)
+    x = _f32(_rng(71).standard_normal((b, n)))
+    return (lambda x: jnp.abs(jnp.fft.rfft(x)) ** 2), [x], {"tol": 1e-4}
+
+
+def make_f_lowpass(quick):
+    b, n = (512, 2048) if not quick else (4, 64)
+    rng = _rng(72)
+    x = _f32(rng.standard_normal((b, n)))
+    h = _f32(1.0 / (1.0 + (np.arange(n // 2 + 1) / 64.0) ** 4))
+
+    def f(x, h):  # a zero-phase low-pass filter: rfft, scale each frequency, irfft
+        return jnp.fft.irfft(jnp.fft.rfft(x) * h, n=x.shape[-1])
+    return f, [x, h], {"tol": 1e-4}
+
+
+def make_f_fft2(quick):
+    b, n = (16, 256) if not quick else (2, 16)
+    z = _c64(_rng(73), (b, n, n))
+    return (lambda z: jnp.fft.ifft2(jnp.fft.fft2(z) * 0.5j)), [z], {"tol": 1e-4}
+
+
+def make_f_fno(quick):
+    b, c, n, k = (16, 32, 1024, 64) if not quick else (2, 4, 64, 8)
+    rng = _rng(74)
+    x = _f32(rng.standard_normal((b, c, n)))
+    w = (_c64(rng, (c, c, k)) / c).astype(np.complex64)
+
+    def f(x, w):  # an FNO spectral convolution: keep k modes, mix channels per mode
+        xf = jnp.fft.rfft(x, axis=-1)[:, :, :k]
+        yf = jnp.einsum("bik,iok->bok", xf, w)
+        yf = jnp.pad(yf, ((0, 0), (0, 0), (0, n // 2 + 1 - k)))
+        return jnp.fft.irfft(yf, n=n, axis=-1)
+    return f, [x, w], {"tol": 1e-4}
+
+
+def fft_case_list(quick):
+    """The eighth group, each name starting with "f ". Sizes are those of a full run."""
+    q = quick
+    return [("f rfft power spectrum 256x4096", lambda: make_f_power(q)),
+            ("f rfft-filter-irfft 512x2048", lambda: make_f_lowpass(q)),
+            ("f fft2 * 0.5j ifft2 c64 16x256x256", lambda: make_f_fft2(q)),
+            ("f fno spectral conv b16 c32 n1024 modes 64", lambda: make_f_fno(q))]
+
+
 def group_cases(group, quick):
     return ((case_list(quick) if group in ("suite", "all") else []) +
             (extra_case_list(quick) if group in ("extra", "all") else []) +
@@ -2346,7 +2405,8 @@ def group_cases(group, quick):
             (models_case_list(quick) if group in ("models", "all") else []) +
             (vision_nlp_case_list(quick) if group in ("vision_nlp", "all") else []) +
             (train_case_list(quick) if group in ("train", "all") else []) +
-            (linalg_case_list(quick) if group in ("linalg", "all") else []))
+            (linalg_case_list(quick) if group in ("linalg", "all") else []) +
+            (fft_case_list(quick) if group in ("fft", "all") else []))
 
 
 # ---- timing and checking ------------------------------------------------------------------------
@@ -2434,7 +2494,8 @@ def compare(outs, refs, tol):
             if bad:
                 return None, None, f"output {k}: {bad} of {r.size} integer elements differ"
             continue
-        o64, r64 = o.astype(np.float64), r.astype(np.float64)
+        wide = np.complex128 if r.dtype.kind == "c" else np.float64
+        o64, r64 = o.astype(wide), r.astype(wide)
         fo, fr = np.isfinite(o64), np.isfinite(r64)
         nf_o, nf_r = o64[~fr], r64[~fr]
         same_nonfinite = np.all((nf_o == nf_r) | (np.isnan(nf_o) & np.isnan(nf_r)))
@@ -2537,12 +2598,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--group",
                     choices=("suite", "extra", "utils", "models", "vision_nlp", "train", "linalg",
-                             "all"),
+                             "fft", "all"),
                     default="suite",
                     help="suite: the programs above (default); extra: the second group "
                     "(names starting with 'x '); utils: the third ('u '); models: the fourth "
                     "('m '); vision_nlp: the fifth ('v '); train: the sixth ('t '); linalg: the "
-                    "seventh ('l '); all: every group")
+                    "seventh ('l '); fft: the eighth ('f '); all: every group")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")

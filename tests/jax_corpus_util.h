@@ -90,6 +90,10 @@ static bool compare(const ot_value *got, const ot_value *exp, const tol *tl, cha
     }
     ot_dtype t = got->array.shape.dtype;
     int64_t numel = ot_shape_numel_unchecked(&got->array.shape);
+    if (ot_dtype_is_complex(t)) { /* each component compared as a real number */
+        t = ot_dtype_complex_part(t);
+        numel *= 2;
+    }
     size_t es = ot_dtype_size(t);
     const char *g = got->array.data, *e = exp->array.data;
     if (!ot_dtype_is_float(t)) {

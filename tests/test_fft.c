@@ -53,8 +53,7 @@ static double complex elem(const ot_value *v, int64_t e) {
     case OT_C64:
         return ((float *)v->array.data)[2 * e] + ((float *)v->array.data)[2 * e + 1] * _Complex_I;
     case OT_C128:
-        return ((double *)v->array.data)[2 * e] +
-               ((double *)v->array.data)[2 * e + 1] * _Complex_I;
+        return ((double *)v->array.data)[2 * e] + ((double *)v->array.data)[2 * e + 1] * _Complex_I;
     case OT_F32: return ((float *)v->array.data)[e];
     default: return ((double *)v->array.data)[e];
     }
@@ -71,8 +70,8 @@ static void dft_axis(double complex *x, const int64_t *dims, int rank, int a, in
         for (int64_t k = 0; k < n; k++) {
             double complex acc = 0;
             for (int64_t t = 0; t < n; t++)
-                acc += x[base + t * s] * cexp(sign * 2.0 * M_PI * _Complex_I *
-                                              (double)((k * t) % n) / (double)n);
+                acc += x[base + t * s] *
+                       cexp(sign * 2.0 * M_PI * _Complex_I * (double)((k * t) % n) / (double)n);
             line[k] = acc;
         }
         for (int64_t k = 0; k < n; k++) x[base + k * s] = line[k];
@@ -93,7 +92,8 @@ static double complex *naive_fft(int type, const double complex *x, const int64_
     double complex *w = calloc((size_t)n, sizeof *w);
     int64_t rows = n / wd[rank - 1];
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t q = 0; q < xd[rank - 1]; q++) w[r * wd[rank - 1] + q] = x[r * xd[rank - 1] + q];
+        for (int64_t q = 0; q < xd[rank - 1]; q++)
+            w[r * wd[rank - 1] + q] = x[r * xd[rank - 1] + q];
     int sign = type == OT_FFT_IFFT || type == OT_FFT_IRFFT ? 1 : -1;
     if (type == OT_FFT_IRFFT) {
         /* the outer axes first; then the last axis from its n/2+1 terms, as a Hermitian line */
@@ -134,7 +134,8 @@ static const char *type_name(int t) {
 
 static void dims_text(char *b, size_t cap, const int64_t *d, int rank) {
     size_t o = 0;
-    for (int q = 0; q < rank; q++) o += (size_t)snprintf(b + o, cap - o, "%s%lld", q ? "," : "", (long long)d[q]);
+    for (int q = 0; q < rank; q++)
+        o += (size_t)snprintf(b + o, cap - o, "%s%lld", q ? "," : "", (long long)d[q]);
 }
 
 /* Runs fft(type) on a random operand of dims xd against the naive DFT; returns the max error
@@ -258,7 +259,8 @@ static void test_fft_threads_deterministic(void) {
         const ot_instr *x = ot_computation_find_instr(ot_module_entry(m), "x");
         ot_tensor arg, ref;
         ASSERT_OK(ot_tensor_alloc(&arg, &x->shape.array));
-        double complex *dummy = malloc((size_t)ot_shape_numel_unchecked(&arg.shape) * sizeof *dummy);
+        double complex *dummy =
+            malloc((size_t)ot_shape_numel_unchecked(&arg.shape) * sizeof *dummy);
         ot_value v = rand_value(&arg.shape, dummy);
         memcpy(arg.data, v.array.data, arg.nbytes);
         ot_value_release(&v);
@@ -269,7 +271,8 @@ static void test_fft_threads_deterministic(void) {
             ot_tensor t;
             ASSERT_OK(run_exe(exe, params, &t, pools[p], false));
             bool same = t.nbytes == ref.nbytes && !memcmp(t.data, ref.data, t.nbytes);
-            if (!same) fprintf(stderr, "  module %zu: %d threads differ from the reference\n", q, nth[p]);
+            if (!same)
+                fprintf(stderr, "  module %zu: %d threads differ from the reference\n", q, nth[p]);
             EXPECT_TRUE(same);
             ot_tensor_release(&t);
         }
@@ -367,8 +370,8 @@ static void test_complex_ops(void) {
     ASSERT_OK(run_exe(exe, params, cr, NULL, false));
     for (int q = 0; q < 18; q++) {
         const ot_value *x = &r.tuple[q];
-        bool same = x->array.nbytes == cr[q].nbytes &&
-                    !memcmp(x->array.data, cr[q].data, cr[q].nbytes);
+        bool same =
+            x->array.nbytes == cr[q].nbytes && !memcmp(x->array.data, cr[q].data, cr[q].nbytes);
         if (!same) fprintf(stderr, "  compiled result %d differs from the evaluator\n", q);
         EXPECT_TRUE(same);
         ot_tensor_release(&cr[q]);

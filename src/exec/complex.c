@@ -42,7 +42,7 @@ static inline double ftz_d(double v) {
 
 /* Elementwise arithmetic on n complex elements; T the component type, F its flush. */
 #define COMPLEX_BINARY(NAME, T, F, HYPOT)                                                          \
-    static ot_status NAME(ot_opcode op, const T *a, const T *b, T *y, int64_t n) {                \
+    static ot_status NAME(ot_opcode op, const T *a, const T *b, T *y, int64_t n) {                 \
         for (int64_t e = 0; e < n; e++) {                                                          \
             T ar = F(a[2 * e]), ai = F(a[2 * e + 1]), br = F(b[2 * e]), bi = F(b[2 * e + 1]);      \
             T r, im;                                                                               \
@@ -62,7 +62,7 @@ static inline double ftz_d(double v) {
                     T rat = br / bi, den = br * rat + bi;                                          \
                     r = (ar * rat + ai) / den, im = (ai * rat - ar) / den;                         \
                 }                                                                                  \
-                if (br == 0 && bi == 0) { /* x / 0: infinities (or NaN for 0 / 0), as C99 G */   \
+                if (br == 0 && bi == 0) { /* x / 0: infinities (or NaN for 0 / 0), as C99 G */     \
                     r = ar / HYPOT(br, bi), im = ai / HYPOT(br, bi);                               \
                 }                                                                                  \
                 break;                                                                             \
@@ -171,8 +171,7 @@ static ot_status elementwise(const ot_instr *i, const ot_value *const *ops, ot_v
     case OT_OP_MULTIPLY:
     case OT_OP_DIVIDE: {
         const void *b = ops[1]->array.data;
-        ot_status st =
-            rt == OT_C64 ? binary_c64(op, a, b, y, n) : binary_c128(op, a, b, y, n);
+        ot_status st = rt == OT_C64 ? binary_c64(op, a, b, y, n) : binary_c128(op, a, b, y, n);
         return st == OT_OK ? OT_OK : refuse(i, rt);
     }
     case OT_OP_COMPARE: {
@@ -202,7 +201,7 @@ static ot_status elementwise(const ot_instr *i, const ot_value *const *ops, ot_v
     case OT_OP_CONVERT: {
         ot_dtype p = ot_dtype_complex_part(rt);
         if (!ot_dtype_is_complex(rt)) return refuse(i, t0); /* the verifier refuses it first */
-        if (ot_dtype_is_complex(t0)) /* c64 <-> c128: each component */
+        if (ot_dtype_is_complex(t0))                        /* c64 <-> c128: each component */
             return ex_convert(ot_dtype_complex_part(t0), p, a, y, 2 * n);
         /* real -> complex: the value converted to the component type, imaginary zero */
         size_t ps = ot_dtype_size(p);
@@ -281,8 +280,8 @@ static ot_status reduce_add(const ot_instr *i, const ot_value *const *ops, ot_va
 
 /* dot_general on complex operands: each operand gathered into [batch, free, contract] order
  * (rhs: [batch, contract, free]), then one cblas_cgemm / cblas_zgemm per batch. */
-static ot_status gather_dims(const ot_shape *s, const int64_t *perm, int np, size_t es, const char *src,
-                             char *dst) {
+static ot_status gather_dims(const ot_shape *s, const int64_t *perm, int np, size_t es,
+                             const char *src, char *dst) {
     int64_t str[OT_MAX_RANK], idx[OT_MAX_RANK] = {0}, pd[OT_MAX_RANK];
     ot_shape_strides(s, str);
     for (int k = 0; k < np; k++) pd[k] = s->dims[perm[k]];
@@ -350,12 +349,12 @@ static ot_status dot(const ot_instr *i, const ot_value *const *ops, ot_value *ou
         char *yq = y + q * m * n * es;
         if (t == OT_C64) {
             const float one[2] = {1, 0}, zero[2] = {0, 0};
-            cblas_cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)kk, one,
-                        aq, (int)kk, bq, (int)n, zero, yq, (int)n);
+            cblas_cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)kk, one, aq,
+                        (int)kk, bq, (int)n, zero, yq, (int)n);
         } else {
             const double one[2] = {1, 0}, zero[2] = {0, 0};
-            cblas_zgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)kk, one,
-                        aq, (int)kk, bq, (int)n, zero, yq, (int)n);
+            cblas_zgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)kk, one, aq,
+                        (int)kk, bq, (int)n, zero, yq, (int)n);
         }
     }
     ot_free(a);
@@ -402,8 +401,8 @@ ot_status ex_kernel_complex(ex_ctx *x, const ot_instr *i, const ot_value *const 
         if (st != OT_OK) ot_value_release(out);
         return st;
     }
-    bool elementwise_op = ot_opcode_is_elementwise(op) || op == OT_OP_COMPLEX ||
-                          op == OT_OP_REAL || op == OT_OP_IMAG;
+    bool elementwise_op =
+        ot_opcode_is_elementwise(op) || op == OT_OP_COMPLEX || op == OT_OP_REAL || op == OT_OP_IMAG;
     if (!elementwise_op || op == OT_OP_MAP) return refuse(i, complex_dtype(i));
     (void)rt;
     OT_CHECK(ot_value_alloc_array(out, &i->shape.array));

@@ -27,11 +27,11 @@ typedef struct fft_job {
     int axis;                  /* complex stage: the axis transformed */
     int64_t n;                 /* the line length of this stage (for real stages: fft_length) */
     bool inverse;
-    kiss_fft_cfg cfg;    /* complex stage (shared, read-only), or the odd-length real stage's */
-    kiss_fft_cpx *work;  /* the complex work array */
-    const float *rin;    /* RFFT: the real input */
-    float *rout;         /* IRFFT: the real output */
-    _Atomic int failed;  /* a piece could not allocate its scratch */
+    kiss_fft_cfg cfg;   /* complex stage (shared, read-only), or the odd-length real stage's */
+    kiss_fft_cpx *work; /* the complex work array */
+    const float *rin;   /* RFFT: the real input */
+    float *rout;        /* IRFFT: the real output */
+    _Atomic int failed; /* a piece could not allocate its scratch */
 } fft_job;
 
 /* Elements of a line along job->axis: line l starts at base, stride s. */
@@ -133,8 +133,8 @@ static ot_status complex_stage(ex_kernel_ctx *c, fft_job *j, int axis, int64_t t
     j->axis = axis;
     j->n = j->dims[axis];
     j->cfg = kiss_fft_alloc((int)j->n, j->inverse, NULL, NULL);
-    if (!j->cfg) return ot_error(OT_ERR_OUT_OF_MEMORY, "fft: out of memory (plan of %lld)",
-                                 (long long)j->n);
+    if (!j->cfg)
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "fft: out of memory (plan of %lld)", (long long)j->n);
     run_lines(c, total / j->n, total * 8, complex_lines, j);
     kiss_fft_free(j->cfg);
     j->cfg = NULL;
