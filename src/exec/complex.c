@@ -381,7 +381,8 @@ bool ex_complex_passes_through(ot_opcode op) {
     case OT_OP_WHILE:
     case OT_OP_CONDITIONAL:
     case OT_OP_OPT_BARRIER:
-    case OT_OP_FUSION: return true;
+    case OT_OP_FUSION:
+    case OT_OP_CUSTOM_CALL: return true; /* each target checks its dtypes (lapack refuses c, z) */
     default: return false;
     }
 }

@@ -99,7 +99,8 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
  * dtype, for what it does not run. */
 ot_status ex_kernel_complex(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                             ot_value *out);
-/* Opcodes whose usual kernels move complex values unchanged (movers, tuples, calls, loops). */
+/* Opcodes whose usual kernels move complex values unchanged (movers, tuples, calls, loops), and
+ * custom-call, whose targets check their own dtypes. */
 bool ex_complex_passes_through(ot_opcode op);
 /* The fft instruction i from in to out (fft.c): the lines of each stage on c's pool, or all on
  * the calling thread when c is NULL; the same bits either way. UNIMPLEMENTED for c128/f64. */
