@@ -2,6 +2,7 @@
  * many lengths, prime and odd included; 2-D and 3-D), the pooled fft bit-identical to the
  * reference on 1, 2, 3 and 8 threads, the complex elementwise ops, reduce and dot against double
  * arithmetic, compiled programs equal to the evaluator, and what is refused. */
+#include "optitpu/autodiff.h"
 #include "optitpu/compiler.h"
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
@@ -447,6 +448,24 @@ static void test_complex_round_trip(void) {
     ot_module_free(m);
 }
 
-OT_TEST_MAIN(OT_TEST(test_fft_1d_against_naive_dft), OT_TEST(test_fft_2d_3d_against_naive_dft),
-             OT_TEST(test_fft_threads_deterministic), OT_TEST(test_complex_ops),
-             OT_TEST(test_complex_refused), OT_TEST(test_complex_round_trip))
+/* Reverse mode through complex values is refused, not a gradient silently cut off at the fft. */
+static void test_grad_through_complex_refused(void) {
+    const char *text = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n "
+                       "ROOT s = f32[] add(a, b) }\nENTRY e {\n  x = f32[8] parameter(0)\n"
+                       "  f = c64[5] fft(x), fft_type=RFFT, fft_length={8}\n"
+                       "  a = f32[5] abs(f)\n  z = f32[] constant(0)\n"
+                       "  ROOT l = f32[] reduce(a, z), dimensions={0}, to_apply=add\n}\n";
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    int64_t wrt[1] = {0};
+    ot_module *g = NULL;
+    EXPECT_STATUS(ot_grad(m, wrt, 1, NULL, &g), OT_ERR_UNIMPLEMENTED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "f (fft) carries a gradient through complex values");
+    EXPECT_TRUE(g == NULL);
+    ot_module_free(m);
+}
+
+OT_TEST_MAIN(OT_TEST(test_grad_through_complex_refused), OT_TEST(test_fft_1d_against_naive_dft),
+             OT_TEST(test_fft_2d_3d_against_naive_dft), OT_TEST(test_fft_threads_deterministic),
+             OT_TEST(test_complex_ops), OT_TEST(test_complex_refused),
+             OT_TEST(test_complex_round_trip))

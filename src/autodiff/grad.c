@@ -7,6 +7,7 @@
 #include "autodiff_internal.h"
 
 #include "ir/ir_passes.h"
+#include "ir/op_traits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,6 +384,13 @@ static ot_status ad_reverse(ad_ctx *parent, ot_computation *c, ot_instr *const *
             any = o && o->fwd;
         }
         if (!any) continue;
+        if (ir_instr_complex(i)) { /* refused rather than a gradient silently cut off here */
+            s = ot_error(OT_ERR_UNIMPLEMENTED,
+                         "autodiff: %s (%s) carries a gradient through complex values, which is "
+                         "not implemented",
+                         i->name ? i->name : "?", ot_opcode_name(i->opcode));
+            break;
+        }
         if (i->shape.kind == OT_IR_ARRAY)
             sl->fwd = ot_dtype_is_float(i->shape.array.dtype);
         else
@@ -403,7 +411,7 @@ static ot_status ad_reverse(ad_ctx *parent, ot_computation *c, ot_instr *const *
             sl->need = us && us->need;
         }
     }
-    for (int k = 0; k < nseed; k++) {
+    for (int k = 0; k < nseed && s == OT_OK; k++) {
         ot_instr *o = seed_at[k];
         if (o->shape.kind != OT_IR_ARRAY || !ot_dtype_is_float(o->shape.array.dtype)) continue;
         ad_acc(&ad, o, seed_val[k]);
