@@ -461,12 +461,12 @@ static void test_async_save(void) {
         test_state_init(&s, step, SCALE);
         ASSERT_OK(ot_ckpt_save_async(m, &s.args));
         /* the caller's buffers are free to change at once: the snapshot was taken */
-        for (int i = 0; i < OT_DTYPE_COUNT + 4; i++)
+        for (int i = 0; i < CKPT_DTYPES + 4; i++)
             memset(s.bufs[i], 0xAB,
                    (size_t)ot_shape_nbytes_unchecked(
-                       i < OT_DTYPE_COUNT
+                       i < CKPT_DTYPES
                            ? &s.params[i].shape
-                           : &s.optim[(i - OT_DTYPE_COUNT) / 2][(i - OT_DTYPE_COUNT) % 2].shape));
+                           : &s.optim[(i - CKPT_DTYPES) / 2][(i - CKPT_DTYPES) % 2].shape));
         test_state_free(&s);
     }
     ot_ckpt_save_stats st;
@@ -737,7 +737,7 @@ typedef struct fake_dev {
 static ot_status dev_read(void *ctx, ot_ft_state *st) {
     fake_dev *d = ctx;
     if (!d->answers) return ot_error(OT_ERR_PEER_FAILED, "device 3 does not answer");
-    *st = (ot_ft_state){d->st.args.step, d->st.params, OT_DTYPE_COUNT, d->st.optim[0], 2};
+    *st = (ot_ft_state){d->st.args.step, d->st.params, CKPT_DTYPES, d->st.optim[0], 2};
     return OT_OK;
 }
 
@@ -794,7 +794,7 @@ static void test_migration(void) {
     EXPECT_INT_EQ(rep.step, 12);
     EXPECT_TRUE(rep.verified_readback);
     EXPECT_INT_EQ(dst.step, 12);
-    EXPECT_INT_EQ(dst.np, OT_DTYPE_COUNT);
+    EXPECT_INT_EQ(dst.np, CKPT_DTYPES);
     EXPECT_TRUE(memcmp(dst.tp[0].data, src.st.params[0].data, 3) == 0 || dst.tp[0].data != NULL);
     ot_ft_migrate_report_clear(&rep);
     /* the device is gone: newest verified checkpoint */
@@ -804,7 +804,7 @@ static void test_migration(void) {
     EXPECT_INT_EQ(rep.step, 10);
     EXPECT_INT_EQ(rep.live_status, OT_ERR_PEER_FAILED);
     EXPECT_STR_CONTAINS(rep.live_error, "device 3");
-    EXPECT_INT_EQ(dst.np, OT_DTYPE_COUNT);
+    EXPECT_INT_EQ(dst.np, CKPT_DTYPES);
     EXPECT_INT_EQ(dst.no, 4); /* both optimizer shards */
     ot_ft_migrate_report_clear(&rep);
     /* the live copy does not verify on the target: fall back to the checkpoint... which also
@@ -846,7 +846,7 @@ static void test_export(void) {
     EXPECT_OK(ot_ckpt_export(ck, "model", out));
     ot_safetensors *st;
     ASSERT_OK(ot_safetensors_open(out, &st));
-    EXPECT_INT_EQ(ot_safetensors_count(st), OT_DTYPE_COUNT);
+    EXPECT_INT_EQ(ot_safetensors_count(st), CKPT_DTYPES);
     ot_tensor a, b;
     EXPECT_OK(ot_safetensors_tensor(st, "p_f32", &a));
     EXPECT_OK(ot_ckpt_get(ck, "model", "p_f32", &b));
@@ -855,7 +855,7 @@ static void test_export(void) {
     /* all roles: names prefixed with the role and, for sharded roles, the shard */
     EXPECT_OK(ot_ckpt_export(ck, NULL, out));
     ASSERT_OK(ot_safetensors_open(out, &st));
-    EXPECT_INT_EQ(ot_safetensors_count(st), OT_DTYPE_COUNT + 4);
+    EXPECT_INT_EQ(ot_safetensors_count(st), CKPT_DTYPES + 4);
     EXPECT_TRUE(ot_safetensors_find(st, "model/p_bf16") != NULL);
     EXPECT_TRUE(ot_safetensors_find(st, "optim.1/v") != NULL);
     ot_safetensors_free(st);

@@ -110,9 +110,10 @@ static bool check_tensor(checker *c, const char *dir, const json_t *e, const cha
     }
     /* The header's descr must be what the index says (e.g. '<u2' for bf16). */
     static const char *descr_of[OT_DTYPE_COUNT] = {
-        [OT_PRED] = "|b1", [OT_S8] = "|i1",  [OT_S16] = "<i2", [OT_S32] = "<i4", [OT_S64] = "<i8",
-        [OT_U8] = "|u1",   [OT_U16] = "<u2", [OT_U32] = "<u4", [OT_U64] = "<u8", [OT_F16] = "<f2",
-        [OT_BF16] = "<u2", [OT_F32] = "<f4", [OT_F64] = "<f8"};
+        [OT_PRED] = "|b1", [OT_S8] = "|i1",  [OT_S16] = "<i2",  [OT_S32] = "<i4",
+        [OT_S64] = "<i8",  [OT_U8] = "|u1",  [OT_U16] = "<u2",  [OT_U32] = "<u4",
+        [OT_U64] = "<u8",  [OT_F16] = "<f2", [OT_BF16] = "<u2", [OT_F32] = "<f4",
+        [OT_F64] = "<f8",  [OT_C64] = "<c8", [OT_C128] = "<c16"};
     if (ok && strcmp(descr, descr_of[dt]) != 0) {
         problem(c, "%s: npy_descr '%s' does not match dtype %s (expected '%s')", what, descr, dts,
                 descr_of[dt]);
