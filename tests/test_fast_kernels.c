@@ -717,6 +717,33 @@ static void test_conv_large(void) {
 
 /* ---- transpose ------------------------------------------------------------------------------ */
 
+/* One transpose of s by perm, compiled: every pool's result bit-equal to the one-thread run's. */
+static void check_transpose(const ot_shape *s, const int64_t *perm, int r, const char *name,
+                            const char *what, int cs) {
+    ot_module *m = ot_module_new(name);
+    ot_computation *c = ot_module_add_computation(m, "main");
+    ot_computation_set_root(c, ot_build_transpose(c, ot_build_parameter(c, 0, *s, "x"), perm, r));
+    ot_module_set_entry(m, c);
+    ASSERT_OK(ot_module_finalize(m));
+    ot_executable *e = compile0(m);
+    ASSERT_TRUE(e);
+    ot_tensor x, ref, fast;
+    ASSERT_OK(ot_tensor_alloc(&x, s));
+    fill_random(&x, -1, 1);
+    EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
+    if (run_all_pools(e, &x, 1, &fast, 1)) {
+        if (!bits_equal(&fast, &ref)) fprintf(stderr, "%stranspose case %d differs\n", what, cs);
+        EXPECT_TRUE(bits_equal(&fast, &ref));
+        ot_tensor_release(&fast);
+    } else {
+        EXPECT_TRUE(false);
+    }
+    ot_tensor_release(&ref);
+    ot_tensor_release(&x);
+    ot_executable_free(e);
+    ot_module_free(m);
+}
+
 static void test_transpose_random(void) {
     g_rng = 0x7a;
     static const ot_dtype types[] = {OT_U8, OT_S16, OT_F32, OT_F64};
@@ -732,29 +759,7 @@ static void test_transpose_random(void) {
         shuffle(perm, r);
         ot_shape s;
         ASSERT_OK(ot_shape_make(&s, t, r, dims));
-        ot_module *m = ot_module_new("tr");
-        ot_computation *c = ot_module_add_computation(m, "main");
-        ot_computation_set_root(c,
-                                ot_build_transpose(c, ot_build_parameter(c, 0, s, "x"), perm, r));
-        ot_module_set_entry(m, c);
-        ASSERT_OK(ot_module_finalize(m));
-        ot_executable *e = compile0(m);
-        ASSERT_TRUE(e);
-        ot_tensor x, ref, fast;
-        ASSERT_OK(ot_tensor_alloc(&x, &s));
-        fill_random(&x, -1, 1);
-        EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
-        if (run_all_pools(e, &x, 1, &fast, 1)) {
-            if (!bits_equal(&fast, &ref)) fprintf(stderr, "transpose case %d differs\n", cs);
-            EXPECT_TRUE(bits_equal(&fast, &ref));
-            ot_tensor_release(&fast);
-        } else {
-            EXPECT_TRUE(false);
-        }
-        ot_tensor_release(&ref);
-        ot_tensor_release(&x);
-        ot_executable_free(e);
-        ot_module_free(m);
+        check_transpose(&s, perm, r, "tr", "", cs);
     }
 }
 
@@ -778,30 +783,7 @@ static void test_transpose_small_inner(void) {
         }
         ot_shape s;
         ASSERT_OK(ot_shape_make(&s, t, r, dims));
-        ot_module *m = ot_module_new("tri");
-        ot_computation *c = ot_module_add_computation(m, "main");
-        ot_computation_set_root(c,
-                                ot_build_transpose(c, ot_build_parameter(c, 0, s, "x"), perm, r));
-        ot_module_set_entry(m, c);
-        ASSERT_OK(ot_module_finalize(m));
-        ot_executable *e = compile0(m);
-        ASSERT_TRUE(e);
-        ot_tensor x, ref, fast;
-        ASSERT_OK(ot_tensor_alloc(&x, &s));
-        fill_random(&x, -1, 1);
-        EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
-        if (run_all_pools(e, &x, 1, &fast, 1)) {
-            if (!bits_equal(&fast, &ref))
-                fprintf(stderr, "small-inner transpose case %d differs\n", cs);
-            EXPECT_TRUE(bits_equal(&fast, &ref));
-            ot_tensor_release(&fast);
-        } else {
-            EXPECT_TRUE(false);
-        }
-        ot_tensor_release(&ref);
-        ot_tensor_release(&x);
-        ot_executable_free(e);
-        ot_module_free(m);
+        check_transpose(&s, perm, r, "tri", "small-inner ", cs);
     }
 }
 
@@ -837,30 +819,7 @@ static void test_transpose_rows_streamed(void) {
         perm[r - 1] = r - 1;
         ot_shape s;
         ASSERT_OK(ot_shape_make(&s, t, r, dims));
-        ot_module *m = ot_module_new("trs");
-        ot_computation *c = ot_module_add_computation(m, "main");
-        ot_computation_set_root(c,
-                                ot_build_transpose(c, ot_build_parameter(c, 0, s, "x"), perm, r));
-        ot_module_set_entry(m, c);
-        ASSERT_OK(ot_module_finalize(m));
-        ot_executable *e = compile0(m);
-        ASSERT_TRUE(e);
-        ot_tensor x, ref, fast;
-        ASSERT_OK(ot_tensor_alloc(&x, &s));
-        fill_random(&x, -1, 1);
-        EXPECT_OK(run_exe(e, &x, 1, &ref, NULL, true, NULL));
-        if (run_all_pools(e, &x, 1, &fast, 1)) {
-            if (!bits_equal(&fast, &ref))
-                fprintf(stderr, "streamed transpose case %d differs\n", cs);
-            EXPECT_TRUE(bits_equal(&fast, &ref));
-            ot_tensor_release(&fast);
-        } else {
-            EXPECT_TRUE(false);
-        }
-        ot_tensor_release(&ref);
-        ot_tensor_release(&x);
-        ot_executable_free(e);
-        ot_module_free(m);
+        check_transpose(&s, perm, r, "trs", "streamed ", cs);
     }
     ex_transpose_set_llc(0);
 }

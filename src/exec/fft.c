@@ -60,19 +60,30 @@ static void complex_lines(void *arg, int64_t b, int64_t e, int ith) {
     free(tmp);
 }
 
+/* A real transform's per-range scratch: the real-input plan (even n; NULL for odd n, which goes
+ * through the complex plan) and 2n complex values. On failure marks the job failed, frees what it
+ * got and returns false. */
+static bool real_line_scratch(fft_job *j, int inverse, kiss_fftr_cfg *rc, kiss_fft_cpx **tmp) {
+    int64_t n = j->n;
+    *rc = n % 2 == 0 ? kiss_fftr_alloc((int)n, inverse, NULL, NULL) : NULL;
+    *tmp = malloc((size_t)n * 2 * sizeof **tmp);
+    if ((n % 2 == 0 && !*rc) || !*tmp) {
+        atomic_store(&j->failed, 1);
+        free(*rc);
+        free(*tmp);
+        return false;
+    }
+    return true;
+}
+
 /* RFFT along the last axis: real lines of n -> complex lines of n/2+1. */
 static void real_forward_lines(void *arg, int64_t b, int64_t e, int ith) {
     (void)ith;
     fft_job *j = arg;
     int64_t n = j->n, m = n / 2 + 1;
-    kiss_fftr_cfg rc = n % 2 == 0 ? kiss_fftr_alloc((int)n, 0, NULL, NULL) : NULL;
-    kiss_fft_cpx *tmp = malloc((size_t)n * 2 * sizeof *tmp);
-    if ((n % 2 == 0 && !rc) || !tmp) {
-        atomic_store(&j->failed, 1);
-        free(rc);
-        free(tmp);
-        return;
-    }
+    kiss_fftr_cfg rc;
+    kiss_fft_cpx *tmp;
+    if (!real_line_scratch(j, 0, &rc, &tmp)) return;
     for (int64_t l = b; l < e; l++) {
         const float *x = j->rin + l * n;
         kiss_fft_cpx *w = j->work + l * m;
@@ -94,14 +105,9 @@ static void real_inverse_lines(void *arg, int64_t b, int64_t e, int ith) {
     (void)ith;
     fft_job *j = arg;
     int64_t n = j->n, m = n / 2 + 1;
-    kiss_fftr_cfg rc = n % 2 == 0 ? kiss_fftr_alloc((int)n, 1, NULL, NULL) : NULL;
-    kiss_fft_cpx *tmp = malloc((size_t)n * 2 * sizeof *tmp);
-    if ((n % 2 == 0 && !rc) || !tmp) {
-        atomic_store(&j->failed, 1);
-        free(rc);
-        free(tmp);
-        return;
-    }
+    kiss_fftr_cfg rc;
+    kiss_fft_cpx *tmp;
+    if (!real_line_scratch(j, 1, &rc, &tmp)) return;
     for (int64_t l = b; l < e; l++) {
         const kiss_fft_cpx *w = j->work + l * m;
         float *y = j->rout + l * n;
