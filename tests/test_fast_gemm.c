@@ -12,6 +12,7 @@
 #include "optitpu/exec.h"
 #include "optitpu/ir.h"
 #include "optitpu/runtime.h"
+#include "exec/fast_internal.h"
 #include "ot_test.h"
 
 #include <math.h>
@@ -602,6 +603,29 @@ static void f64_put(void *p, int values) {
     memcpy(p, &v, 8);
 }
 
+/* Which kernels run bf16 x bf16 pairs under FTZ (both give the reference's bits, test_half_dot):
+ * OPTITPU_DPBF16=0 the two-fma pairs, =1 vdpbf16ps where the CPU has AVX512_BF16, unset the kind
+ * that ran a timed register block faster on this CPU. */
+static void test_half_dot_kind(void) {
+    if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: 16-bit dots run in the reference");
+    uint64_t td = 0, tf = 0;
+    bool dp = ex_dot_bf16_dp(&td, &tf);
+    const char *e = getenv("OPTITPU_DPBF16");
+    bool cpu = __builtin_cpu_supports("avx512bf16");
+    if (e && !strcmp(e, "0")) {
+        EXPECT_TRUE(!dp);
+    } else if (e && !strcmp(e, "1")) {
+        EXPECT_TRUE(dp == cpu);
+    } else if (!cpu) {
+        EXPECT_TRUE(!dp);
+    } else {
+        fprintf(stderr, "bf16 pairs, one register block: vdpbf16ps %llu ns, two fmas %llu ns\n",
+                (unsigned long long)td, (unsigned long long)tf);
+        EXPECT_TRUE(td > 0 && tf > 0);
+        EXPECT_TRUE(dp == (td < tf));
+    }
+}
+
 static void test_f64_dot(void) {
     if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: f64 dots run through OpenBLAS");
     const ot_dtype D = OT_F64;
@@ -803,5 +827,5 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_output_fusion),
-             OT_TEST(test_half_dot), OT_TEST(test_f64_dot), OT_TEST(test_f32_dot),
-             OT_TEST(test_int8_dot), OT_TEST(test_teardown))
+             OT_TEST(test_half_dot), OT_TEST(test_half_dot_kind), OT_TEST(test_f64_dot),
+             OT_TEST(test_f32_dot), OT_TEST(test_int8_dot), OT_TEST(test_teardown))

@@ -478,17 +478,70 @@ bool ex_avx512(void) {
            __builtin_cpu_supports("fma");
 }
 
-/* vdpbf16ps for bf16 x bf16 products under FTZ, unless OPTITPU_DPBF16=0 (measurement, and the
- * tests of the fallback kernels on CPUs that have it) */
+/* One register block (12 x 32, kc pairs) of kind dp (vdpbf16ps) or the two-fma pairs (run under
+ * the FPU's FTZ | DAZ, as sg_block runs them) on small L1-resident operands, trials times
+ * alternately: each kind's fastest call in *t_dp and *t_fma (ns). */
+SG_AVX512 static void sg_pair_time(int trials, uint64_t *t_dp, uint64_t *t_fma) {
+    enum { KC = 128, REPS = 16 };
+    float *buf = ot_aligned_alloc(64, sizeof(float) * (KC * 12 + KC * 32 + 12 * 32));
+    if (!buf) return;
+    float *a = buf, *b = buf + KC * 12, *c = b + KC * 32;
+    for (int i = 0; i < KC * 12 + KC * 32; i++) { /* pairs of bf16 1.0 and 0.5: normal sums */
+        uint32_t v = i % 3 ? 0x3f803f00u : 0x3f003f80u;
+        memcpy(&buf[i], &v, 4);
+    }
+    *t_dp = *t_fma = UINT64_MAX;
+    for (int t = 0; t < trials; t++)
+        for (int dp = 1; dp >= 0; dp--) {
+            unsigned csr = dp ? 0 : ex_hw_ftz_on();
+            uint64_t t0 = ot_now_ns();
+            for (int r = 0; r < REPS; r++)
+                sg_ukrs[1 + dp][0][2](KC, a, 12, b, 32, c, 32, r > 0, 12, 0xffff, SG_FIX_NONE);
+            uint64_t dt = ot_now_ns() - t0;
+            if (!dp) ex_hw_ftz_off(csr);
+            uint64_t *best = dp ? t_dp : t_fma;
+            if (dt < *best) *best = dt;
+        }
+    ot_aligned_free(buf);
+}
+
+/* bf16 x bf16 products under FTZ: vdpbf16ps (two products per lane per instruction) or two fmas
+ * per pair, whichever runs a register block faster on this CPU, measured once per process (both
+ * give the same bits). AVX512_BF16 does not make the instruction the faster: here (a 2-vCPU Xeon
+ * with AMX) vdpbf16ps issues once per two cycles against two fmas per cycle, a register block of
+ * it took 27.0 us against 21.3 us for the fma pairs (their unpacking included), and a
+ * 1000 x 3072 x 768 dot on two threads with the CPUs held ran at 166 against 210 GFLOP/s.
+ * OPTITPU_DPBF16=0 or 1 sets the kind instead (measurement, and the tests of either kind on a CPU
+ * that has both). */
+static atomic_int g_dp_known; /* 0 not yet decided, 1 fma pairs, 2 vdpbf16ps */
+static atomic_ullong g_dp_ns, g_fma_ns;
+
 static bool sg_dpbf16(void) {
-    static atomic_int known; /* 0 not yet read, 1 no, 2 yes */
-    int k = atomic_load_explicit(&known, memory_order_relaxed);
+    int k = atomic_load_explicit(&g_dp_known, memory_order_acquire);
     if (!k) {
         const char *e = getenv("OPTITPU_DPBF16");
-        k = ex_avx512() && __builtin_cpu_supports("avx512bf16") && !(e && !strcmp(e, "0")) ? 2 : 1;
-        atomic_store_explicit(&known, k, memory_order_relaxed);
+        bool cpu = ex_avx512() && __builtin_cpu_supports("avx512bf16");
+        if (!cpu || (e && !strcmp(e, "0"))) {
+            k = 1;
+        } else if (e && !strcmp(e, "1")) {
+            k = 2;
+        } else {
+            uint64_t td = 0, tf = 0;
+            sg_pair_time(7, &td, &tf);
+            atomic_store_explicit(&g_dp_ns, td, memory_order_relaxed);
+            atomic_store_explicit(&g_fma_ns, tf, memory_order_relaxed);
+            k = td < tf ? 2 : 1;
+        }
+        atomic_store_explicit(&g_dp_known, k, memory_order_release);
     }
     return k == 2;
+}
+
+bool ex_dot_bf16_dp(uint64_t *t_dp, uint64_t *t_fma) {
+    bool dp = sg_dpbf16();
+    if (t_dp) *t_dp = atomic_load_explicit(&g_dp_ns, memory_order_relaxed);
+    if (t_fma) *t_fma = atomic_load_explicit(&g_fma_ns, memory_order_relaxed);
+    return dp;
 }
 
 /* An operand as the packing reads it: f32, or bf16 / f16 widened to f32 as it is read (exact;
@@ -1682,6 +1735,11 @@ static void qd_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
 }
 #else
 #define SG_OWN 0
+bool ex_dot_bf16_dp(uint64_t *t_dp, uint64_t *t_fma) {
+    if (t_dp) *t_dp = 0;
+    if (t_fma) *t_fma = 0;
+    return false;
+}
 #endif
 
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
