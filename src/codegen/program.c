@@ -719,7 +719,9 @@ static bool overlaps(const void *a, int64_t an, const void *b, int64_t bn) {
 }
 
 /* The buffers are laid out as the kernel was compiled for: an in-place input is its output's
- * memory, every other input overlaps no output. */
+ * memory, every other input overlaps no output, and no two outputs overlap. The generated
+ * functions take their pointers as restrict parameters (emit_head_sig), which is only true
+ * under this layout. */
 static bool laid_out(const cg_entry *en, void *const *in, void *const *out) {
     for (int q = 0; q < en->nin; q++) {
         int r = en->alias[q];
@@ -730,6 +732,9 @@ static bool laid_out(const cg_entry *en, void *const *in, void *const *out) {
         for (int o = 0; o < en->nout; o++)
             if (overlaps(in[q], en->in_bytes[q], out[o], en->out_bytes[o])) return false;
     }
+    for (int o = 0; o < en->nout; o++)
+        for (int p = o + 1; p < en->nout; p++)
+            if (overlaps(out[o], en->out_bytes[o], out[p], en->out_bytes[p])) return false;
     return true;
 }
 
