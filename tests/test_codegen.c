@@ -672,6 +672,87 @@ static void test_remap_fusions(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Dynamic slices inside loop fusions and row sums: a dynamic-slice of a parameter (rank 1-3,
+ * f32, f64 or s32) by scalar starts of several integer types — parameters whose random values
+ * often lie outside the operand (negative, or past the last window: HLO clamps the window into
+ * the operand), or a start computed from two of them — read by an elementwise op with a second
+ * parameter, or summed over its last dim beside it. The slice is read at clamped offsets inside
+ * the consumer's native loop: no copy kernel is left, and the results are the reference's bits
+ * at 1, 2, 3 and 8 threads. */
+static void test_dynamic_slice_fusions(void) {
+    static char text[8192];
+    tb b = {text, 0, sizeof text};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static const char *const dts[] = {"f32", "f64", "s32"};
+    static const char *const its[] = {"s32", "s64", "u8", "s16", "u32"};
+    for (uint64_t seed = 1; seed <= 36; seed++) {
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull + 5;
+        const char *T = dts[seed % 3];
+        bool sum = seed % 4 == 0 && T[0] == 'f'; /* a row sum of the product */
+        rshape x = {(int)rnd_in(&s, 1, 3), {0}}, y;
+        y.rank = x.rank;
+        for (int k = 0; k < x.rank; k++) {
+            x.d[k] = (int)rnd_in(&s, 1, k == x.rank - 1 ? 300 : 40);
+            y.d[k] = (int)rnd_in(&s, 1, x.d[k]);
+        }
+        if (sum) y.d[y.rank - 1] = x.d[x.rank - 1] > 16 ? (int)rnd_in(&s, 16, x.d[x.rank - 1]) : 0;
+        if (sum && y.d[y.rank - 1] == 0) sum = false, y.d[y.rank - 1] = 1;
+        char xs[96], ys[96];
+        rs_print(xs, sizeof xs, T, &x);
+        rs_print(ys, sizeof ys, T, &y);
+        b.n = 0;
+        tp(&b,
+           "HloModule ds%llu\nadd {\n  a = %s[] parameter(0)\n  c = %s[] parameter(1)\n"
+           "  ROOT s = %s[] add(a, c)\n}\nENTRY main {\n",
+           (unsigned long long)seed, T, T, T);
+        tp(&b, "  x = %s parameter(0)\n  w = %s parameter(1)\n", xs, ys);
+        char starts[256];
+        size_t sn = 0;
+        starts[0] = 0;
+        for (int k = 0; k < x.rank; k++) {
+            const char *I = its[rnd_in(&s, 0, 4)];
+            tp(&b, "  p%d = %s[] parameter(%d)\n", k, I, 2 + k);
+            if (rnd_in(&s, 0, 2) == 0) { /* a computed start */
+                tp(&b, "  k%d = %s[] constant(%d)\n  q%d = %s[] add(p%d, k%d)\n", k, I,
+                   (int)rnd_in(&s, 0, 9), k, I, k, k);
+                sn += (size_t)snprintf(starts + sn, sizeof starts - sn, ", q%d", k);
+            } else {
+                sn += (size_t)snprintf(starts + sn, sizeof starts - sn, ", p%d", k);
+            }
+        }
+        char sizes[96];
+        size_t zn = 0;
+        for (int k = 0; k < y.rank; k++)
+            zn += (size_t)snprintf(sizes + zn, sizeof sizes - zn, "%s%d", k ? "," : "", y.d[k]);
+        tp(&b, "  d = %s dynamic-slice(x%s), dynamic_slice_sizes={%s}\n", ys, starts, sizes);
+        tp(&b, "  m = %s multiply(d, w)\n", ys);
+        if (sum) {
+            rshape r = y;
+            r.rank--;
+            char rsh[96];
+            rs_print(rsh, sizeof rsh, T, &r);
+            tp(&b, "  z = %s[] constant(0)\n", T);
+            tp(&b, "  r = %s reduce(m, z), dimensions={%d}, to_apply=add\n", rsh, y.rank - 1);
+            tp(&b, "  ROOT t = (%s, %s) tuple(r, m)\n}\n", rsh, ys);
+        } else {
+            tp(&b, "  ROOT m2 = %s add(m, d)\n}\n", ys);
+        }
+        for (int t = 0; t < 4; t++) {
+            int lib = g_lib_kernels;
+            g_run_pool = pools[t];
+            check_module(text, 3100 + seed, true);
+            if (g_lib_kernels != lib)
+                fprintf(stderr, "seed %llu: %d library kernels left\n%s\n",
+                        (unsigned long long)seed, g_lib_kernels - lib, text);
+            EXPECT_INT_EQ(g_lib_kernels, lib);
+        }
+    }
+    g_run_pool = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Slices and reverses inside row sums: random chains (strided slices, reverses, unary ops, a
  * value squared) from two parameters of rank 2-4 to a shape whose last dim, of 16 or more, is
  * summed (f32/f64 adds in lanes; a few long rows: in blocks), sometimes beside the summed values
@@ -3854,6 +3935,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_converts),
         OT_TEST(test_random_fusions),
         OT_TEST(test_remap_fusions),
+        OT_TEST(test_dynamic_slice_fusions),
         OT_TEST(test_remap_stencil),
         OT_TEST(test_interior_pad_period),
         OT_TEST(test_remap_row_sums),

@@ -59,6 +59,59 @@ static const char *k_scan =
     "  ROOT o = (f32[48,80], f32[7,48,80]) tuple(hf, yf)\n"
     "}\n";
 
+/* Framed windows as a fori_loop lowers them (xla_compare's "sliding windows"): per step i, a
+ * dynamic-slice of the signal at i * 8 - 4 (negative at first, past the end at last: clamped),
+ * times a window, summed into e[i] and written into frames[i] by dynamic-update-slices; both
+ * outputs start as broadcast zeros, which the loop's state takes in place (loop_state_in_place:
+ * the zeros are written into the loop's own output, not copied into it). */
+static const char *k_windows =
+    "HloModule windows\n"
+    "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+    "cond {\n"
+    "  s = (s32[], f32[25], f32[25,16], f32[200], f32[16]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  n = s32[] constant(25)\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n"
+    "}\n"
+    "body {\n"
+    "  s = (s32[], f32[25], f32[25,16], f32[200], f32[16]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(s), index=0\n"
+    "  e = f32[25] get-tuple-element(s), index=1\n"
+    "  fr = f32[25,16] get-tuple-element(s), index=2\n"
+    "  sig = f32[200] get-tuple-element(s), index=3\n"
+    "  win = f32[16] get-tuple-element(s), index=4\n"
+    "  hop = s32[] constant(8)\n"
+    "  four = s32[] constant(4)\n"
+    "  ih = s32[] multiply(i, hop)\n"
+    "  st = s32[] subtract(ih, four)\n"
+    "  d = f32[16] dynamic-slice(sig, st), dynamic_slice_sizes={16}\n"
+    "  f = f32[16] multiply(d, win)\n"
+    "  f2 = f32[16] multiply(f, f)\n"
+    "  z = f32[] constant(0)\n"
+    "  en = f32[] reduce(f2, z), dimensions={0}, to_apply=add\n"
+    "  en1 = f32[1] reshape(en)\n"
+    "  e2 = f32[25] dynamic-update-slice(e, en1, i)\n"
+    "  f1 = f32[1,16] reshape(f)\n"
+    "  zi = s32[] constant(0)\n"
+    "  fr2 = f32[25,16] dynamic-update-slice(fr, f1, i, zi)\n"
+    "  one = s32[] constant(1)\n"
+    "  i2 = s32[] add(i, one)\n"
+    "  ROOT t = (s32[], f32[25], f32[25,16], f32[200], f32[16]) tuple(i2, e2, fr2, sig, win)\n"
+    "}\n"
+    "ENTRY main {\n"
+    "  sig = f32[200] parameter(0)\n"
+    "  win = f32[16] parameter(1)\n"
+    "  zero = f32[] constant(0)\n"
+    "  e0 = f32[25] broadcast(zero), dimensions={}\n"
+    "  fr0 = f32[25,16] broadcast(zero), dimensions={}\n"
+    "  z = s32[] constant(0)\n"
+    "  t = (s32[], f32[25], f32[25,16], f32[200], f32[16]) tuple(z, e0, fr0, sig, win)\n"
+    "  r = (s32[], f32[25], f32[25,16], f32[200], f32[16]) while(t), condition=cond, body=body\n"
+    "  e = f32[25] get-tuple-element(r), index=1\n"
+    "  fr = f32[25,16] get-tuple-element(r), index=2\n"
+    "  ROOT o = (f32[25], f32[25,16]) tuple(e, fr)\n"
+    "}\n";
+
 /* k_scan's loop unrolled at the top level: the same kernels (dot, tanh, slices) as the body runs,
  * which the compiled loop must match bit for bit (the fast dot's summation order differs from
  * the evaluator's, docs/runtime.md, so the evaluator is matched within a tolerance only). */
@@ -684,6 +737,26 @@ static void test_conditionals(void) {
     }
 }
 
+/* The windows loop gives the evaluator's bits, and its zero-filled state is written where the
+ * loop keeps it: the while kernel reads leaves 1 and 2 from the slots it writes them to. */
+static void test_windows_state_in_place(void) {
+    check_program("windows", k_windows);
+    ot_executable *e = compile_text(k_windows, OT_NATIVE_ON);
+    ASSERT_TRUE(e != NULL);
+    int seen = 0;
+    for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        if (kn->opcode != OT_OP_WHILE) continue;
+        seen++;
+        ASSERT_TRUE(kn->ninputs == 5 && kn->noutputs == 5);
+        EXPECT_INT_EQ(kn->inputs[1], kn->outputs[1]);
+        EXPECT_INT_EQ(kn->inputs[2], kn->outputs[2]);
+        EXPECT_TRUE(kn->inputs[3] != kn->outputs[3]); /* a parameter: copied into the state */
+    }
+    EXPECT_INT_EQ(seen, 1);
+    ot_executable_free(e);
+}
+
 /* Recurrent scans of several sizes (dots on one thread and split over the pool; T = 1 too), the
  * state flat and with a nested (h, c) tuple: the loop's bits are those of the same steps unrolled
  * at the top level at 1, 2, 3 and 8 threads, so the packed weights kept across iterations are
@@ -766,4 +839,4 @@ OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_rnn_scans), OT_TEST(test_threefry)
              OT_TEST(test_shared_body), OT_TEST(test_swap_and_pass_through),
              OT_TEST(test_array_state), OT_TEST(test_nested_tuple_and_conditional),
              OT_TEST(test_nested_loops), OT_TEST(test_profile_shows_body),
-             OT_TEST(test_conditionals))
+             OT_TEST(test_conditionals), OT_TEST(test_windows_state_in_place))

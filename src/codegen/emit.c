@@ -600,6 +600,7 @@ static bool hw_op_ok(ot_opcode op) {
     case OT_OP_MINIMUM:
     case OT_OP_CLAMP: /* a maximum and a minimum */
     case OT_OP_SLICE: /* moves and selects of operand elements */
+    case OT_OP_DYNAMIC_SLICE:
     case OT_OP_PAD:
     case OT_OP_CONCATENATE:
     case OT_OP_REVERSE:
@@ -2011,8 +2012,11 @@ static int emit_remap(em *E, const ot_instr *x, const char *ctx) {
     const ot_attrs *a = x->attrs;
     ot_dtype t = R->dtype;
     ixdig D[OT_MAX_RANK], od[OT_MAX_RANK];
+    bool dyn = x->opcode == OT_OP_DYNAMIC_SLICE; /* operands 1..: integer start indices */
     for (int q = 0; q < x->noperands; q++)
-        if (x->operands[q]->shape.kind != OT_IR_ARRAY || x->operands[q]->shape.array.dtype != t ||
+        if (x->operands[q]->shape.kind != OT_IR_ARRAY ||
+            (dyn && q > 0 ? ot_dtype_is_float(x->operands[q]->shape.array.dtype)
+                          : x->operands[q]->shape.array.dtype != t) ||
             (q == 0 || x->opcode == OT_OP_CONCATENATE ? x->operands[q]->shape.array.rank != R->rank
                                                       : numel(x->operands[q]) != 1))
             return fail(E, "%s: operand shapes", x->name);
@@ -2031,6 +2035,37 @@ static int emit_remap(em *E, const ot_instr *x, const char *ctx) {
             else
                 dig_set(&od[d], s0 + D[d].lo * sd, s0 + D[d].hi * sd, "(%s * %lld + %lld)", D[d].e,
                         (long long)sd, (long long)s0);
+        }
+        return memo_alias(E, x, ctx, remap_at(E, x->operands[0], od));
+    case OT_OP_DYNAMIC_SLICE:
+        /* each start clamped into [0, operand dim - result dim] (HLO), once before the loops
+         * (in a row fusion of one row, where scalars are that row's values, once in the row:
+         * the offset's expression names row so that index_var places it there) */
+        for (int d = 0; d < R->rank; d++) {
+            int64_t mx = O->dims[d] - R->dims[d];
+            if (x->noperands != R->rank + 1 || mx < 0)
+                return fail(E, "%s: dynamic-slice operands", x->name);
+            if (mx == 0) { /* the start clamps to 0 whatever it is */
+                od[d] = D[d];
+                continue;
+            }
+            const char *sc = scalar_ctx(E);
+            int sv = emit(E, x->operands[d + 1], sc);
+            if (sv < 0) return -1;
+            char s0[32], e[256], off[32];
+            var(E, sv, s0, sizeof s0);
+            /* no 'i' in the text: index_var places it by the letters it names (ctx_level) */
+            snprintf(e, sizeof e,
+                     "(%s(long long)%s < 0 ? 0LL : (long long)%s > %lldLL ? %lldLL : "
+                     "(long long)%s)",
+                     strcmp(sc, "row") == 0 ? "row * 0 + " : "", s0, s0, (long long)mx,
+                     (long long)mx, s0);
+            index_var(E, e, off, sizeof off);
+            dig_name(E, &D[d]);
+            if (strcmp(D[d].e, "0") == 0)
+                dig_set(&od[d], D[d].lo, D[d].hi + mx, "%s", off);
+            else
+                dig_set(&od[d], D[d].lo, D[d].hi + mx, "(%s + %s)", D[d].e, off);
         }
         return memo_alias(E, x, ctx, remap_at(E, x->operands[0], od));
     case OT_OP_REVERSE: {
@@ -2227,6 +2262,7 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
     case OT_OP_SLICE:
     case OT_OP_PAD:
     case OT_OP_CONCATENATE:
+    case OT_OP_DYNAMIC_SLICE:
     case OT_OP_REVERSE: return emit_remap(E, x, ctx);
     case OT_OP_SELECT:
     case OT_OP_CLAMP: return emit_select_clamp(E, x, ctx);
@@ -3833,7 +3869,7 @@ static bool index_math(const ot_computation *c) {
             numel(x->operands[0]) < numel(x))
             return true;
         if (x->opcode == OT_OP_SLICE || x->opcode == OT_OP_PAD || x->opcode == OT_OP_CONCATENATE ||
-            x->opcode == OT_OP_REVERSE)
+            x->opcode == OT_OP_REVERSE || x->opcode == OT_OP_DYNAMIC_SLICE)
             return true; /* their operands' indices are sums of the row's digits and col */
     }
     return false;

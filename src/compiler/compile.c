@@ -777,6 +777,55 @@ static ot_status apply_aliases(ot_executable *e, kbuild **kbp, int64_t *kbcap) {
     return OT_OK;
 }
 
+/* A while loop's initial state written where the loop keeps it (XLA's while buffers alias their
+ * init): where leaf q of a while kernel's state is a temp that one earlier kernel writes and the
+ * loop alone reads (once), that kernel writes the loop's output leaf q instead, and the loop
+ * starts from it without copying (the runtime's loop copies its inputs into its outputs only
+ * where they differ). The output leaf must be a temp or a result not donated from a parameter
+ * (a donated result's buffer is the parameter's, which earlier kernels may still read); no
+ * kernel before the loop reads or writes either, as it is the loop's own result. A scan's
+ * zero-filled output of 16 MB was filled and then copied. */
+static ot_status loop_state_in_place(ot_executable *e, kbuild *kb) {
+    int64_t ns = e->ns ? e->ns : 1;
+    int32_t *reads = ot_calloc((size_t)ns, sizeof *reads);
+    int64_t *writer = ot_malloc((size_t)ns * sizeof *writer);
+    if (!reads || !writer) {
+        ot_free(reads);
+        ot_free(writer);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+    }
+    for (int64_t v = 0; v < e->ns; v++) writer[v] = -1;
+    for (int64_t k = 0; k < e->nk; k++) {
+        for (int64_t q = 0; q < kb[k].nin; q++) reads[e->io[kb[k].in0 + q]]++;
+        for (int64_t q = 0; q < kb[k].nout; q++) {
+            int32_t v = e->io[kb[k].out0 + q];
+            writer[v] = writer[v] == -1 ? k : -2; /* -2: more than one writer */
+        }
+    }
+    for (int64_t k = 0; k < e->nk; k++) {
+        if (e->k[k].opcode != OT_OP_WHILE || kb[k].nin != kb[k].nout) continue;
+        for (int64_t q = 0; q < kb[k].nin; q++) {
+            int32_t t = e->io[kb[k].in0 + q], o = e->io[kb[k].out0 + q];
+            const ot_slot *ts = &e->s[t], *os = &e->s[o];
+            if (ts->kind != OT_SLOT_TEMP || reads[t] != 1 || writer[t] < 0 || writer[t] >= k ||
+                writer[o] != k || ts->nbytes != os->nbytes || os->alias_param >= 0 ||
+                (os->kind != OT_SLOT_TEMP && os->kind != OT_SLOT_OUTPUT))
+                continue;
+            const kbuild *p = &kb[writer[t]];
+            for (int64_t j = 0; j < p->nout; j++)
+                if (e->io[p->out0 + j] == t) e->io[p->out0 + j] = o;
+            e->io[kb[k].in0 + q] = o;
+            reads[t] = 0;
+            reads[o]++;
+            writer[t] = -1;
+            writer[o] = -2;
+        }
+    }
+    ot_free(reads);
+    ot_free(writer);
+    return OT_OK;
+}
+
 static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
     int64_t *last = ot_malloc((size_t)(e->ns ? e->ns : 1) * sizeof *last);
     bool *moved = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *moved);
@@ -1306,6 +1355,7 @@ ot_status cc_build_executable(ot_module *m, ot_instr **order, int64_t n,
     int64_t kbcap = 0;
     ot_status s = build_program(e, order, n, &kb, &kbcap);
     if (s == OT_OK) s = apply_aliases(e, &kb, &kbcap);
+    if (s == OT_OK && o->opt_level >= 1) s = loop_state_in_place(e, kb);
     if (s == OT_OK) s = assign_buffers(e, kb, o->opt_level >= 1);
     if (s == OT_OK) s = finalize_kernels(e, kb);
     ot_free(kb);

@@ -137,7 +137,30 @@ static bool reducer_simple(const ot_instr *r) {
  * loop fusion the operand is evaluated at the mapped index, never stored. */
 static bool remap_op(const ot_instr *i) {
     return i->opcode == OT_OP_SLICE || i->opcode == OT_OP_PAD || i->opcode == OT_OP_REVERSE ||
-           i->opcode == OT_OP_CONCATENATE;
+           i->opcode == OT_OP_CONCATENATE || i->opcode == OT_OP_DYNAMIC_SLICE;
+}
+
+/* A dynamic-slice whose start indices are integer scalars the generated code reads exactly
+ * (signed, or unsigned below 64 bits): a remap by offsets computed once per run, clamped as
+ * HLO clamps them (the window kept inside the operand). */
+static bool dynamic_slice_fusible(const ot_instr *i) {
+    if (i->noperands < 2 || i->operands[0]->shape.kind != OT_IR_ARRAY) return false;
+    if (i->noperands != i->operands[0]->shape.array.rank + 1) return false;
+    for (int q = 1; q < i->noperands; q++) {
+        const ot_ir_shape *s = &i->operands[q]->shape;
+        if (s->kind != OT_IR_ARRAY || cc_numel(i->operands[q]) != 1) return false;
+        switch (s->array.dtype) {
+        case OT_S8:
+        case OT_S16:
+        case OT_S32:
+        case OT_S64:
+        case OT_U8:
+        case OT_U16:
+        case OT_U32: break;
+        default: return false;
+        }
+    }
+    return true;
 }
 
 /* A reduce-rooted cluster may hold slices and reverses when its reduce is a float sum of the
@@ -179,6 +202,7 @@ static bool fusible(const ot_instr *i) {
     case OT_OP_PAD:
     case OT_OP_REVERSE: return true;
     case OT_OP_CONCATENATE: return i->noperands <= MAX_CONCAT_OPERANDS;
+    case OT_OP_DYNAMIC_SLICE: return dynamic_slice_fusible(i);
     case OT_OP_BROADCAST:
     case OT_OP_RESHAPE:
     case OT_OP_BITCAST:

@@ -274,7 +274,10 @@ static ot_status reference_kernel(ex_kernel_ctx *c, const ot_instr *i, const cha
             ot_value_release(&res);
             return ot_error(OT_ERR_INTERNAL, "kernel %s: output %d size differs", name, q);
         }
-        if (outs[q].nbytes) memcpy(out[q], lf->array.data, (size_t)outs[q].nbytes);
+        /* a leaf passed through from an input that shares its output's buffer (a while loop's
+         * state the compiler placed in place) is already there */
+        if (outs[q].nbytes && out[q] != lf->array.data)
+            memcpy(out[q], lf->array.data, (size_t)outs[q].nbytes);
     }
     ot_value_release(&res);
     return OT_OK;
