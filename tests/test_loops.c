@@ -738,7 +738,8 @@ static void test_conditionals(void) {
 }
 
 /* The windows loop gives the evaluator's bits, and its zero-filled state is written where the
- * loop keeps it: the while kernel reads leaves 1 and 2 from the slots it writes them to. */
+ * loop keeps it: the while kernel reads leaves 1 and 2 from the slots it writes them to; the
+ * leaves it passes through and nothing reads afterwards are not copied (cc_loop.unread). */
 static void test_windows_state_in_place(void) {
     check_program("windows", k_windows);
     ot_executable *e = compile_text(k_windows, OT_NATIVE_ON);
@@ -751,9 +752,31 @@ static void test_windows_state_in_place(void) {
         ASSERT_TRUE(kn->ninputs == 5 && kn->noutputs == 5);
         EXPECT_INT_EQ(kn->inputs[1], kn->outputs[1]);
         EXPECT_INT_EQ(kn->inputs[2], kn->outputs[2]);
-        EXPECT_TRUE(kn->inputs[3] != kn->outputs[3]); /* a parameter: copied into the state */
+        EXPECT_TRUE(kn->inputs[3] != kn->outputs[3]); /* a parameter */
+        /* the signal and the window pass through and nothing reads them after the loop: read
+         * where they lie, never copied */
+        const cc_loop *l = cc_executable_loop(e, k);
+        ASSERT_TRUE(l != NULL);
+        EXPECT_INT_EQ((int)(l->invariant & l->unread), 0x18);
     }
     EXPECT_INT_EQ(seen, 1);
+    ot_executable_free(e);
+    /* the signal also a result after the loop: copied out, the same bits */
+    static char buf[1 << 13];
+    const char *root = "  ROOT o = (f32[25], f32[25,16]) tuple(e, fr)\n";
+    const char *at = strstr(k_windows, root);
+    ASSERT_TRUE(at != NULL);
+    snprintf(buf, sizeof buf,
+             "%.*s  sg = f32[200] get-tuple-element(r), index=3\n"
+             "  ROOT o = (f32[25], f32[25,16], f32[200]) tuple(e, fr, sg)\n}\n",
+             (int)(at - k_windows), k_windows);
+    check_program("windows, signal out", buf);
+    e = compile_text(buf, OT_NATIVE_ON);
+    ASSERT_TRUE(e != NULL);
+    for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+        const cc_loop *l = cc_executable_loop(e, k);
+        if (l) EXPECT_INT_EQ((int)(l->invariant & l->unread), 0x10);
+    }
     ot_executable_free(e);
 }
 

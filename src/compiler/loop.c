@@ -226,6 +226,18 @@ static uint64_t invariant_leaves(const ot_executable *b) {
     return m;
 }
 
+/* The output leaves (the first 64) of kernel k that are temps no kernel of e reads (read: per
+ * slot, whether some kernel reads it; NULL: not known, none reported). */
+static uint64_t unread_leaves(const ot_executable *e, int64_t k, const bool *read) {
+    const ot_kernel *kn = &e->k[k];
+    uint64_t m = 0;
+    for (int q = 0; read && q < kn->noutputs && q < 64; q++) {
+        int32_t os = kn->outputs[q];
+        if (e->s[os].kind == OT_SLOT_TEMP && !read[os]) m |= (uint64_t)1 << q;
+    }
+    return m;
+}
+
 void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) {
     if (depth >= CC_LOOP_MAX_DEPTH) return;
     /* conditionals: each branch computation compiled once per executable */
@@ -238,6 +250,7 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
     /* loops with the same condition and body share one compiled pair: each computation is
      * compiled once per executable, however many while instructions run it */
     ir_ptr_map by_body = {0};
+    bool *read = NULL; /* per slot: read by some kernel (made at the first while kernel) */
     for (int64_t k = 0; k < e->nk; k++) {
         const ot_kernel *kn = &e->k[k];
         if (kn->opcode != OT_OP_WHILE || !kn->instr) continue;
@@ -248,14 +261,18 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
                 break;
             }
         }
+        if (!read && (read = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *read)) != NULL)
+            for (int64_t j = 0; j < e->nk; j++)
+                for (int i = 0; i < e->k[j].ninputs; i++) read[e->k[j].inputs[i]] = true;
         const ot_instr *w = kn->instr;
         cc_loop *seen = ir_ptr_map_get(&by_body, w->called[1]);
         if (seen && seen->cond_src == w->called[0] && seen->ninputs == kn->ninputs) {
             e->loops[k] = *seen;
             e->loops[k].shared = true;
+            e->loops[k].unread = unread_leaves(e, k, read);
             continue;
         }
-        cc_loop l = {NULL, NULL, w->called[0], kn->ninputs, false, 0};
+        cc_loop l = {NULL, NULL, w->called[0], kn->ninputs, false, 0, 0};
         ot_status s = compile_part(w->called[0], o, depth + 1, false, &l.cond);
         if (s == OT_OK) s = compile_part(w->called[1], o, depth + 1, true, &l.body);
         /* the kernel's leaves are the executables' parameters and the body's outputs */
@@ -277,11 +294,13 @@ void cc_compile_loops(ot_executable *e, const ot_compile_options *o, int depth) 
             continue;
         }
         l.invariant = invariant_leaves(l.body);
+        l.unread = unread_leaves(e, k, read);
         e->loops[k] = l;
         if (!seen && ir_ptr_map_put(&by_body, w->called[1], &e->loops[k]) != OT_OK)
             ot_clear_error(); /* (not shared then: compiled again for the next one) */
     }
     ir_ptr_map_free(&by_body);
+    ot_free(read);
 }
 
 void cc_free_loops(ot_executable *e) {

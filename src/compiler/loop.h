@@ -26,6 +26,10 @@ typedef struct cc_loop {
     /* bit q (q < 64): the body passes leaf q through unchanged (its output q is donated from
      * parameter q and nothing else writes it), so no iteration writes that buffer */
     uint64_t invariant;
+    /* bit q (q < 64): no kernel of the executable reads the loop's output leaf q and it is not
+     * a result (a temp nobody reads): with `invariant`, the loop reads that leaf where its input
+     * lies and never copies it (a signal passed through a fori_loop) */
+    uint64_t unread;
 } cc_loop;
 
 /* A conditional compiled: branch b's executable takes the array leaves of the conditional's

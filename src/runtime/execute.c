@@ -122,7 +122,8 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
  * paths of top-level code, the same results bit for bit as the evaluator's loop. The leaves the
  * body passes through unchanged (cc_loop.invariant) keep one buffer, which no iteration writes:
  * the body's kernels may keep what they derive from them across iterations (ex_loop_cache: a
- * dot's packed weights). */
+ * dot's packed weights); those that nothing reads after the loop (cc_loop.unread) are read
+ * where the input lies, never copied. */
 static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_kernel *kn,
                           const cc_loop *l, void *const *in, void *const *out) {
     int n = kn->noutputs;
@@ -150,6 +151,12 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
     for (int q = 0; q < n; q++) {
         int64_t nb = ot_executable_slot(exe, kn->outputs[q])->nbytes;
         const ot_slot *bo = ot_executable_slot(l->body, ot_executable_output_slot(l->body, q));
+        if (q < 64 && (l->invariant & l->unread) >> q & 1) {
+            /* passed through and read by no one after the loop: read where it lies */
+            cur[q] = nxt[q] = in[q];
+            inv[ninv++] = in[q];
+            continue;
+        }
         cur[q] = out[q];
         /* a leaf the body updates in place (donated, compiler/loop.c) has one buffer */
         nxt[q] = bo->alias_param == q ? out[q] : p;
@@ -192,6 +199,7 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
         st = ot_error_wrap(st, "kernel %s (while): iteration %lld", kn->name, (long long)iter);
     for (int q = 0; st == OT_OK && q < n; q++) {
         int64_t nb = ot_executable_slot(exe, kn->outputs[q])->nbytes;
+        if (q < 64 && (l->invariant & l->unread) >> q & 1) continue;
         if (cur[q] != out[q] && nb) memcpy(out[q], cur[q], (size_t)nb);
     }
     ex_loop_cache_free(&lc);
