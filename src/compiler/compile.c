@@ -47,7 +47,12 @@ void ot_executable_free(ot_executable *e) {
     cg_program_free(e->native);
     cc_free_loops(e);
     ex_scratch_cache_clear(&e->scratch);
+    ot_free(e->update_writer);
     ot_free(e);
+}
+
+int cc_executable_update_writer(const ot_executable *e, int k) {
+    return e && e->update_writer && k >= 0 && k < e->nk ? e->update_writer[k] : 0;
 }
 
 ex_scratch_cache *cc_executable_scratch(const ot_executable *e) {
@@ -918,6 +923,67 @@ out:
     return s;
 }
 
+/* cc_executable_update_writer's pairs (native.h): e->update_writer[p] = the distance from fusion
+ * p to the dynamic-update-slice whose update it writes. The kernels between them (at most
+ * UPDATE_GAP) neither read the slice's operand nor write its starts, so the update may land
+ * when p runs. */
+enum { UPDATE_GAP = 16 };
+static ot_status mark_update_writers(ot_executable *e, const kbuild *kb) {
+    int32_t *reads = NULL;
+    int64_t *writer = NULL;
+    ot_status st = OT_OK;
+    for (int64_t k = 1; k < e->nk && st == OT_OK; k++) {
+        const ot_kernel *kn = &e->k[k];
+        const ot_instr *i = kn->instr;
+        if (kn->opcode != OT_OP_DYNAMIC_UPDATE_SLICE || !i || kb[k].nin != i->noperands ||
+            kb[k].nout != 1 || i->operands[0]->shape.kind != OT_IR_ARRAY ||
+            i->operands[1]->shape.kind != OT_IR_ARRAY)
+            continue;
+        /* the update a contiguous run: unit dims, then one dim, then the operand's dims */
+        const ot_shape *O = &i->operands[0]->shape.array, *U = &i->operands[1]->shape.array;
+        int d = 0;
+        while (d < U->rank && U->dims[d] == 1) d++;
+        bool run = U->rank == O->rank;
+        for (int j = d + 1; run && j < U->rank; j++) run = U->dims[j] == O->dims[j];
+        if (!run) continue;
+        if (!reads) {
+            reads = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *reads);
+            writer = ot_malloc((size_t)(e->ns ? e->ns : 1) * sizeof *writer);
+            if (!reads || !writer) {
+                st = ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+                break;
+            }
+            for (int64_t v = 0; v < e->ns; v++) writer[v] = -1;
+            for (int64_t j = 0; j < e->nk; j++) {
+                for (int64_t q = 0; q < kb[j].nin; q++) reads[e->io[kb[j].in0 + q]]++;
+                for (int64_t q = 0; q < kb[j].nout; q++) writer[e->io[kb[j].out0 + q]] = j;
+            }
+        }
+        int32_t t = e->io[kb[k].in0 + 1], op = e->io[kb[k].in0];
+        int64_t p = writer[t];
+        if (p < 0 || p >= k || k - p > UPDATE_GAP || e->s[t].kind != OT_SLOT_TEMP ||
+            reads[t] != 1 || e->k[p].kind != OT_KERNEL_FUSION || kb[p].nout != 1 ||
+            e->k[p].in_place_input >= 0 || (e->update_writer && e->update_writer[p]))
+            continue;
+        bool clear = true;
+        for (int64_t j = p + 1; j < k && clear; j++) {
+            for (int64_t q = 0; q < kb[j].nin && clear; q++) clear = e->io[kb[j].in0 + q] != op;
+            for (int64_t q = 0; q < kb[j].nout && clear; q++)
+                for (int64_t x = 2; x < kb[k].nin && clear; x++)
+                    clear = e->io[kb[j].out0 + q] != e->io[kb[k].in0 + x];
+        }
+        if (!clear) continue;
+        if (!e->update_writer && !(e->update_writer = ot_calloc((size_t)e->nk, 1))) {
+            st = ot_error(OT_ERR_OUT_OF_MEMORY, "compile: out of memory");
+            break;
+        }
+        e->update_writer[p] = (uint8_t)(k - p);
+    }
+    ot_free(reads);
+    ot_free(writer);
+    return st;
+}
+
 static ot_status finalize_kernels(ot_executable *e, const kbuild *kb) {
     for (int64_t k = 0; k < e->nk; k++) {
         ot_kernel *kn = &e->k[k];
@@ -1358,6 +1424,7 @@ ot_status cc_build_executable(ot_module *m, ot_instr **order, int64_t n,
     if (s == OT_OK && o->opt_level >= 1) s = loop_state_in_place(e, kb);
     if (s == OT_OK) s = assign_buffers(e, kb, o->opt_level >= 1);
     if (s == OT_OK) s = finalize_kernels(e, kb);
+    if (s == OT_OK && o->opt_level >= 1) s = mark_update_writers(e, kb);
     ot_free(kb);
     if (s != OT_OK) {
         ot_executable_free(e);

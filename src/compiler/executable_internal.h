@@ -44,6 +44,9 @@ struct ot_executable {
     cc_cond *conds;
     ot_executable **branch_exes;
     int64_t nbranch_exes;
+    /* per kernel: the distance to the dynamic-update-slice whose update it writes
+     * (cc_executable_update_writer), or 0; NULL: none does */
+    uint8_t *update_writer;
 };
 
 /* Builds kernels, slots, aliasing and buffer assignment for module m (taken over: owned by the

@@ -389,6 +389,46 @@ static const ot_kernel *output_fusion(const ot_executable *exe, const ot_launch 
     return reads ? f : NULL;
 }
 
+/* Where kernel u, a dynamic-update-slice updating its operand in place, puts its update when
+ * an earlier native fusion alone writes that update (cc_executable_update_writer): the address
+ * of the first element of the update's run in the output (starts clamped as HLO clamps them),
+ * or NULL (not in place, or the run overlaps one of the fusion's inputs: kin/kinb, n). */
+static char *update_target(const ot_executable *exe, int u, char *arena, void *const *params,
+                           void *const *outs, void *const *kin, const int64_t *kinb, int n) {
+    const ot_kernel *d = ot_executable_kernel(exe, u);
+    const ot_instr *i = d->instr;
+    const ot_slot *os = ot_executable_slot(exe, d->outputs[0]);
+    char *o = slot_mem(os, arena, params, outs);
+    if (!o || o != slot_mem(ot_executable_slot(exe, d->inputs[0]), arena, params, outs))
+        return NULL;
+    const ot_shape *O = &os->shape, *U = &i->operands[1]->shape.array;
+    int64_t off = 0, stride = 1;
+    for (int j = O->rank - 1; j >= 0; j--) {
+        const ot_slot *ss = ot_executable_slot(exe, d->inputs[2 + j]);
+        const void *p = slot_mem(ss, arena, params, outs);
+        int64_t v;
+        switch (ss->shape.dtype) {
+        case OT_S8: v = *(const int8_t *)p; break;
+        case OT_S16: v = *(const int16_t *)p; break;
+        case OT_S32: v = *(const int32_t *)p; break;
+        case OT_S64: v = *(const int64_t *)p; break;
+        case OT_U8: v = *(const uint8_t *)p; break;
+        case OT_U16: v = *(const uint16_t *)p; break;
+        case OT_U32: v = *(const uint32_t *)p; break;
+        default: return NULL; /* u64: the kernel itself */
+        }
+        int64_t mx = O->dims[j] - U->dims[j];
+        v = v < 0 ? 0 : v > mx ? mx : v;
+        off += v * stride;
+        stride *= O->dims[j];
+    }
+    int64_t nb = ot_executable_slot(exe, d->inputs[1])->nbytes;
+    char *t = o + off * (int64_t)ot_dtype_size(O->dtype);
+    for (int q = 0; q < n; q++)
+        if (mem_overlaps(kin[q], kinb[q], t, nb)) return NULL;
+    return t;
+}
+
 ot_status rt_execute_kernels(const ot_executable *exe, void *arena, void *const *params,
                              void *const *outs, const ot_run_options *o, int device_index,
                              rt_launch_fn launch, void *launch_ctx, ot_run_result *res) {
@@ -457,8 +497,26 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
     ex_epilogue fepi = {run_epilogue, &fr};
     ot_status st = OT_OK;
     int nk = ot_executable_kernel_count(exe);
+    enum { MAX_SKIP = 8 };
+    int skip[MAX_SKIP], nskip = 0; /* dynamic-update-slices whose update is already in place */
     for (int k = 0; k < nk; k++) {
         const ot_kernel *kn = ot_executable_kernel(exe, k);
+        bool done = false;
+        for (int j = 0; j < nskip && !done; j++)
+            if (skip[j] == k) {
+                skip[j] = skip[--nskip];
+                done = true;
+            }
+        if (done) { /* its update landed in place: nothing left for it to do */
+            if (ot_executable_slot(exe, kn->outputs[0])->alias_param >= 0) r.donated_written = true;
+            r.kernels_run++;
+            if (ro.profile) {
+                uint64_t t = ot_now_ns();
+                ot_profile_record(ro.profile, kn->name, ot_kernel_kind_name(kn->kind), device_index,
+                                  t, t, kn->flops, kn->bytes_read + kn->bytes_written);
+            }
+            continue;
+        }
         if (ro.cancel && atomic_load(ro.cancel)) {
             st = ot_error(OT_ERR_CANCELLED, "execute: cancelled before kernel %d of %d (%s)", k, nk,
                           kn->name);
@@ -510,6 +568,21 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
             fk = output_fusion(exe, &run, k, kn, kin, kout, arena, params, outs, fin, fout, &fr);
         if (fk && ro.kernel_hook && (st = ro.kernel_hook(ro.kernel_hook_ud, k + 1, false)) != OT_OK)
             break;
+        /* a fusion writing the update of an in-place dynamic-update-slice after it: written
+         * where it lands, the slice skipped when the loop reaches it */
+        int ud = launch == rt_host_launch && run.native && run.cg && !ro.kernel_hook &&
+                         nskip < MAX_SKIP && cg_native(run.cg, k)
+                     ? cc_executable_update_writer(exe, k)
+                     : 0;
+        if (ud > 0) {
+            int64_t kinb[MAX_IO];
+            for (int q = 0; q < kn->ninputs; q++) kinb[q] = run.ins[q].nbytes;
+            char *t = update_target(exe, k + ud, arena, params, outs, kin, kinb, kn->ninputs);
+            if (t) {
+                kout[0] = t;
+                skip[nskip++] = k + ud;
+            }
+        }
         run.kc.epilogue = fk ? &fepi : NULL;
         run.kc.epilogue_done = false;
         /* the host's launch called directly: no indirect call per kernel on the common path */
