@@ -719,8 +719,34 @@ static void test_threefry(void) {
 static void test_shared_body(void) {
     check_program("twice", k_twice);
 }
+/* k_swap with an odd trip count and its swapped leaves computed at the top level: their temps
+ * become the loop's own state (loop_state_in_place), so the evaluator's loop (reference kernels)
+ * reads its inputs from the buffers it writes its results to. */
 static void test_swap_and_pass_through(void) {
     check_program("swap", k_swap);
+    static char buf[1 << 12];
+    const char *t0 = strstr(k_swap, "  z = s32[] constant(0)\n");
+    const char *n6 = strstr(k_swap, "constant(6)");
+    ASSERT_TRUE(t0 != NULL && n6 != NULL && n6 < t0);
+    const char *rest = strstr(t0, "  r = ");
+    ASSERT_TRUE(rest != NULL);
+    snprintf(buf, sizeof buf,
+             "%.*sconstant(5)%.*s"
+             "  z = s32[] constant(0)\n  h = f32[] constant(0.5)\n"
+             "  hb = f32[100] broadcast(h), dimensions={}\n"
+             "  a2 = f32[100] multiply(a, hb)\n  b2 = f32[100] add(b, hb)\n"
+             "  t = (s32[], f32[100], f32[100], f32[100], f32[100]) tuple(z, a2, b2, c, d)\n%s",
+             (int)(n6 - k_swap), k_swap, (int)(t0 - (n6 + 11)), n6 + 11, rest);
+    check_program("swap from temps", buf);
+    ot_executable *e = compile_text(buf, OT_NATIVE_OFF);
+    ASSERT_TRUE(e != NULL);
+    for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        if (kn->opcode != OT_OP_WHILE) continue;
+        EXPECT_INT_EQ(kn->inputs[1], kn->outputs[1]);
+        EXPECT_INT_EQ(kn->inputs[2], kn->outputs[2]);
+    }
+    ot_executable_free(e);
 }
 static void test_array_state(void) {
     check_program("array", k_array);
