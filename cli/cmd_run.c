@@ -11,8 +11,9 @@
 static const char usage[] =
     "usage: optitpu run FILE [--input NAME=x.npy]... [--fill random:SEED|zeros]\n"
     "                   [--output-dir D] [--devices N] [--device-memory SIZE | --hbm PRESET]\n"
-    "                   [-O LEVEL] [--trace t.json] [--repeat K] [--summary] [--limits] [--json]\n"
-    "                   [--module K] [--compile-cache]\n"
+    "                   [-O LEVEL] [--trace t.json] [--repeat K] [--warmup K] [--profile "
+    "all|warmup]\n"
+    "                   [--summary] [--limits] [--json] [--module K] [--compile-cache]\n"
     "\n"
     "Compiles FILE (HLO text), runs it, writes the results as D/out_0.npy, out_1.npy, ... in\n"
     "the order of the result tuple, and prints the compile and run times. FILE may also be an\n"
@@ -36,6 +37,10 @@ static const char usage[] =
     "  --trace F        Chrome trace JSON (compile passes, kernels, memory; opens in Perfetto)\n"
     "  --repeat K       run K times (times per run; inputs uploaded once, a donated one again\n"
     "                   before each run)\n"
+    "  --warmup K       run K times more before those, untimed (default 0)\n"
+    "  --profile WHICH  the runs the profile (trace, summary) records: all (default) or warmup,\n"
+    "                   which times the --repeat runs without the profiler's clock reads and\n"
+    "                   records, as a program that sets no profile runs (needs --warmup >= 1)\n"
     "  --summary        print the profile summary (top kernels, totals)\n"
     "  --limits         measure STREAM triad first and print each kernel's share of it\n"
     "  --json           one JSON object instead of text\n"
@@ -211,10 +216,11 @@ typedef struct run_args {
     const char *file, *fill, *outdir, *trace, *hbm;
     input_arg inputs[MAX_INPUTS];
     int ninputs;
-    int64_t devices, repeat, level, devmem, modix;
+    int64_t devices, repeat, warmup, level, devmem, modix;
     bool json, summary, limits, level_given, cache;
-    uint64_t seed;      /* --fill random:SEED */
-    bool zeros, random; /* --fill zeros, --fill random:SEED */
+    bool profile_warmup_only; /* --profile warmup */
+    uint64_t seed;            /* --fill random:SEED */
+    bool zeros, random;       /* --fill zeros, --fill random:SEED */
 } run_args;
 
 /* --fill MODE into a's zeros, random and seed; CLI_OK or the usage error's code. */
@@ -279,6 +285,14 @@ static int parse_args(int argc, char **argv, run_args *ra) {
         } else if (!strcmp(a, "--repeat") && more) {
             if (!cli_parse_i64(argv[++i], 1, 1000000, &ra->repeat))
                 return cli_usage_error("run", "--repeat needs a count >= 1");
+        } else if (!strcmp(a, "--warmup") && more) {
+            if (!cli_parse_i64(argv[++i], 0, 1000000, &ra->warmup))
+                return cli_usage_error("run", "--warmup needs a count >= 0");
+        } else if (!strcmp(a, "--profile") && more) {
+            const char *v = argv[++i];
+            if (strcmp(v, "all") && strcmp(v, "warmup"))
+                return cli_usage_error("run", "--profile takes all or warmup, not '%s'", v);
+            ra->profile_warmup_only = !strcmp(v, "warmup");
         } else if (!strcmp(a, "--module") && more) {
             if (!cli_parse_i64(argv[++i], 0, 1 << 20, &ra->modix))
                 return cli_usage_error("run", "--module needs an index >= 0");
@@ -299,6 +313,9 @@ static int parse_args(int argc, char **argv, run_args *ra) {
     if (!ra->file) return cli_usage_error("run", "no HLO or executable file given");
     if (ra->hbm && ra->devmem)
         return cli_usage_error("run", "--hbm and --device-memory exclude each other");
+    if (ra->profile_warmup_only && ra->warmup < 1)
+        return cli_usage_error("run",
+                               "--profile warmup needs --warmup >= 1 (nothing else is profiled)");
     return parse_fill(ra);
 }
 
@@ -526,18 +543,26 @@ static ot_status execute_all(run_ctx *x) {
     x->dev = 0;
     if (st->replicas == 1)
         OT_CHECK(ot_backend_select_device(x->b, OT_DEVSEL_MOST_FREE, -1, &x->dev));
-    for (int64_t r = 0; r < a->repeat; r++) {
+    /* r < 0: the untimed warm-up runs */
+    for (int64_t r = -a->warmup; r < a->repeat; r++) {
+        if (r == 0 && a->profile_warmup_only) {
+            st->prof = NULL;
+            for (int k = 0; k < ot_backend_device_count(x->b); k++)
+                ot_device_set_profile(ot_backend_device(x->b, k), NULL);
+        }
         ot_status s;
+        uint64_t ns;
         if (st->replicas > 1) {
             s = ot_local_run(st->replicas, replica_fn, st, NULL);
             uint64_t mx = 0;
             for (int k = 0; k < st->replicas; k++) mx = st->ns[k] > mx ? st->ns[k] : mx;
-            x->times[r] = mx;
+            ns = mx;
         } else {
             s = run_on(st, x->dev, NULL, r == a->repeat - 1);
-            x->times[r] = st->ns[x->dev];
+            ns = st->ns[x->dev];
         }
         OT_CHECK(s);
+        if (r >= 0) x->times[r] = ns;
     }
     return OT_OK;
 }

@@ -111,6 +111,29 @@ for e in ev:
     if e["ph"] == "X":
         assert e["dur"] >= 0
 PY
+# --warmup 2 --profile warmup: 3 timed runs, and the trace holds only the 2 warm-up runs' kernels;
+# the donated input is uploaded again before every run, so the results are the same
+"$bin" run "$d/module.hlo" "${args[@]}" --output-dir "$tmp/w" --json --repeat 3 --warmup 2 \
+  --profile warmup --trace "$tmp/tw.json" >"$tmp/w.json"
+python3 - "$tmp/w.json" "$tmp/tw.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["repeat"] == 3 and len(r["run_ms"]) == 3, r
+ev = json.load(open(sys.argv[2]))["traceEvents"]
+assert sum(1 for e in ev if e["ph"] == "X" and e["tid"] == 0) == 2 * r["kernels"]
+PY
+for k in 0 1 2 3 4 5 6; do cmp "$tmp/j/out_$k.npy" "$tmp/w/out_$k.npy"; done
+expect_usage() { # message fragment, args...
+  local msg=$1
+  shift
+  if "$bin" run "$d/module.hlo" "${args[@]}" --output-dir "$tmp/x" "$@" >/dev/null 2>"$tmp/err"; then
+    echo "run $*: expected a usage error"; exit 1
+  fi
+  grep -q -- "$msg" "$tmp/err" || { echo "run $*: wrong message:"; cat "$tmp/err"; exit 1; }
+}
+expect_usage "--profile warmup needs --warmup" --profile warmup
+expect_usage "--profile takes all or warmup" --warmup 1 --profile some
+expect_usage "--warmup needs a count" --warmup -1
 
 # --devices 4: a module with replica_count=4 and collectives
 cat >"$tmp/ar.hlo" <<'H'
