@@ -452,6 +452,44 @@ static const char *k_gather_windows =
     "start_index_map={0,1}, index_vector_dim=1, slice_sizes={2,3}\n"
     "}\n";
 
+/* slogdet's diagonal as JAX lowers it: the LU masked with NaN per matrix (a per-matrix flag
+ * broadcast along the batch, a window dimension the gather takes whole), then its diagonal
+ * gathered: the select runs on the diagonal only */
+static const char *k_gather_diag =
+    "HloModule gather_diag\n"
+    "ENTRY main {\n"
+    "  x = f32[3,5,5] parameter(0)\n"
+    "  v = f32[3] parameter(1)\n"
+    "  i = s32[5,2] parameter(2)\n"
+    "  z = f32[] constant(0)\n"
+    "  bz = f32[3] broadcast(z), dimensions={}\n"
+    "  ok = pred[3] compare(v, bz), direction=GE\n"
+    "  bok = pred[3,5,5] broadcast(ok), dimensions={0}\n"
+    "  nan = f32[] constant(nan)\n"
+    "  bnan = f32[3,5,5] broadcast(nan), dimensions={}\n"
+    "  m = f32[3,5,5] select(bok, x, bnan)\n"
+    "  ROOT g = f32[3,5] gather(m, i), offset_dims={0}, collapsed_slice_dims={1,2}, "
+    "start_index_map={1,2}, index_vector_dim=1, slice_sizes={3,1,1}\n"
+    "}\n";
+
+/* the same flag broadcast along a window dimension the gather takes in part: not rewritten */
+static const char *k_gather_diag_part =
+    "HloModule gather_diag_part\n"
+    "ENTRY main {\n"
+    "  x = f32[3,5,5] parameter(0)\n"
+    "  v = f32[3] parameter(1)\n"
+    "  i = s32[5,2] parameter(2)\n"
+    "  z = f32[] constant(0)\n"
+    "  bz = f32[3] broadcast(z), dimensions={}\n"
+    "  ok = pred[3] compare(v, bz), direction=GE\n"
+    "  bok = pred[3,5,5] broadcast(ok), dimensions={0}\n"
+    "  nan = f32[] constant(nan)\n"
+    "  bnan = f32[3,5,5] broadcast(nan), dimensions={}\n"
+    "  m = f32[3,5,5] select(bok, x, bnan)\n"
+    "  ROOT g = f32[2,5] gather(m, i), offset_dims={0}, collapsed_slice_dims={1,2}, "
+    "start_index_map={1,2}, index_vector_dim=1, slice_sizes={2,1,1}\n"
+    "}\n";
+
 /* exp(x) has another user and the gather reads more than an eighth of it: not rewritten */
 static const char *k_gather_shared =
     "HloModule gather_shared\n"
@@ -653,6 +691,91 @@ static void test_simplify_gather(void) {
     /* not applied where it would add work */
     check_gather_rewrite(k_gather_shared, starts, 10, 1);
     check_gather_rewrite(k_gather_grows, starts, 10, 1);
+    /* a broadcast along a window dimension taken whole is gathered as a broadcast */
+    const int32_t diag[] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, -2, 7};
+    check_gather_rewrite(k_gather_diag, diag, 12, 0);
+    check_gather_rewrite(k_gather_diag_part, diag, 12, 1);
+}
+
+/* ---- transposes through reshapes that move no element, transposes of broadcasts ----
+ * Each module is simplified (+ DCE) and compared bit for bit with the reference on the
+ * original; then the transposes left and the largest one's element count are checked. */
+static void check_transposes(const char *body, const char *xdims, int want_transposes,
+                             int64_t want_largest) {
+    char text[2048];
+    snprintf(text, sizeof text, "HloModule tr\nENTRY main {\n  x = f32[%s] parameter(0)\n%s}\n",
+             xdims, body);
+    ot_module *m = NULL, *m2 = NULL;
+    if (ot_hlo_parse(text, strlen(text), NULL, &m) != OT_OK ||
+        ot_hlo_parse(text, strlen(text), NULL, &m2) != OT_OK) {
+        OT_T_FAIL_("parse: %s", text);
+        ot_module_free(m);
+        return;
+    }
+    ot_computation *entry = ot_module_entry(m);
+    ot_value arg, ref = ot_value_empty(), got = ot_value_empty();
+    ASSERT_OK(ot_value_alloc_array(&arg, &entry->params[0]->shape.array));
+    float *d = arg.array.data;
+    for (int64_t k = 0; k < ot_shape_numel_unchecked(&arg.array.shape); k++) d[k] = (float)k;
+    ASSERT_OK(ot_evaluate(m, &arg, 1, NULL, &ref));
+    ASSERT_OK(ot_module_finalize(m2));
+    ASSERT_OK(ot_pass_simplify(m2, NULL));
+    ASSERT_OK(ot_pass_dce(m2, NULL));
+    ASSERT_OK(ot_module_verify(m2));
+    ot_module *m3 = NULL; /* a clone is in post order (a rewrite appends its new ops) */
+    ASSERT_OK(ot_module_clone(m2, &m3));
+    ASSERT_OK(ot_evaluate(m3, &arg, 1, NULL, &got));
+    ot_module_free(m3);
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    int n = 0;
+    int64_t largest = 0;
+    for (const ot_instr *i = ot_module_entry(m2)->first; i; i = i->next) {
+        if (i->opcode != OT_OP_TRANSPOSE) continue;
+        n++;
+        int64_t ne = ot_shape_numel_unchecked(&i->shape.array);
+        if (ne > largest) largest = ne;
+    }
+    EXPECT_INT_EQ(n, want_transposes);
+    EXPECT_INT_EQ(largest, want_largest);
+    ot_value_release(&arg);
+    ot_value_release(&ref);
+    ot_value_release(&got);
+    ot_module_free(m);
+    ot_module_free(m2);
+}
+
+static void test_simplify_transpose_reshape(void) {
+    /* jnp.linalg.inv's chain after its triangular solves: both transposes cancel */
+    check_transposes("  r = f32[3,4,1,5] reshape(x)\n"
+                     "  t = f32[3,5,4,1] transpose(r), dimensions={0,3,1,2}\n"
+                     "  s = f32[3,5,4] reshape(t)\n"
+                     "  ROOT u = f32[3,4,5] transpose(s), dimensions={0,2,1}\n",
+                     "3,4,5", 0, 0);
+    /* two transposes around a size-1 insertion compose into one */
+    check_transposes("  t = f32[4,3,5] transpose(x), dimensions={1,0,2}\n"
+                     "  r = f32[4,1,3,5] reshape(t)\n"
+                     "  ROOT u = f32[5,1,3,4] transpose(r), dimensions={3,1,2,0}\n",
+                     "3,4,5", 1, 60);
+    /* a transpose that only moves size-1 dims is a reshape */
+    check_transposes("  ROOT u = f32[4,3,1,1] transpose(x), dimensions={1,2,0,3}\n", "1,4,3,1", 0,
+                     0);
+    /* one transpose behind a size-1 insertion that moves real dims: left as it is */
+    check_transposes("  r = f32[3,1,4] reshape(x)\n"
+                     "  ROOT u = f32[4,1,3] transpose(r), dimensions={2,1,0}\n",
+                     "3,4", 1, 12);
+    /* a reshape that regroups dims is not seen through */
+    check_transposes("  t = f32[4,3] transpose(x), dimensions={1,0}\n"
+                     "  r = f32[2,2,3] reshape(t)\n"
+                     "  ROOT u = f32[3,2,2] transpose(r), dimensions={2,0,1}\n",
+                     "3,4", 2, 12);
+    /* transpose(broadcast(x)): the broadcast's source is transposed instead (20 elements, not
+     * 60), or not at all where its dims stay in order */
+    check_transposes("  b = f32[3,4,5] broadcast(x), dimensions={1,2}\n"
+                     "  ROOT u = f32[3,5,4] transpose(b), dimensions={0,2,1}\n",
+                     "4,5", 1, 20);
+    check_transposes("  b = f32[3,4,5] broadcast(x), dimensions={1}\n"
+                     "  ROOT u = f32[4,5,3] transpose(b), dimensions={1,2,0}\n",
+                     "4", 0, 0);
 }
 
 /* reduce over size-1 dimensions with an identity init is a reshape (pred and/true, s32 add/0,
@@ -989,7 +1112,10 @@ static void test_simplify_dot_fold_transpose(void) {
         kept += left;
         ot_value ref = ot_value_empty(), got = ot_value_empty();
         ASSERT_OK(ot_evaluate(mods[0], args, 2, NULL, &ref));
-        ASSERT_OK(ot_evaluate(mods[1], args, 2, NULL, &got));
+        ot_module *m3 = NULL; /* a clone is in post order (a rewrite appends its new ops) */
+        ASSERT_OK(ot_module_clone(mods[1], &m3));
+        ASSERT_OK(ot_evaluate(m3, args, 2, NULL, &got));
+        ot_module_free(m3);
         bool same = ot_value_equal(&ref, &got);
         if (!same) fprintf(stderr, "dot fold transpose case %d: results differ\n", cs);
         EXPECT_TRUE(same);
@@ -3019,12 +3145,13 @@ static void test_removed_storage_reused_between_passes(void) {
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
              OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
              OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
-             OT_TEST(test_simplify_pad_window), OT_TEST(test_simplify_reduce_size1),
-             OT_TEST(test_simplify_dot_transpose), OT_TEST(test_simplify_dot_fold_transpose),
-             OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
-             OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
-             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
-             OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_simplify_transpose_reshape), OT_TEST(test_simplify_pad_window),
+             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_simplify_dot_transpose),
+             OT_TEST(test_simplify_dot_fold_transpose), OT_TEST(test_inline_calls),
+             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
+             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
+             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
+             OT_TEST(test_fuse_no_duplicate_expensive),
              OT_TEST(test_fuse_scalar_broadcast_beside_scatter),
              OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
              OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),

@@ -13,6 +13,9 @@
  *   reduce over size-1 dimensions with an identity init (integer/pred add, or, xor, and) →
  *   reshape
  *   transpose(dot(a, b)) that moves b's free dims before a's → dot(b, a) (conditions below)
+ *   transpose(reshape(transpose(x))) where the reshape only inserts or deletes size-1 dims →
+ *   reshape(transpose(x)) or reshape(x); a transpose that only moves size-1 dims → reshape;
+ *   transpose(broadcast(x)) → broadcast(x) or broadcast(transpose(x))
  *   reduce-window(pad(y, 0), 0) with an add reducer → reduce-window(y, 0) with the pad as
  *   window padding and base dilation (conditions below)
  *   dot(transpose(x), y) → dot(x, y) with x's dimension numbers (conditions below)
@@ -126,19 +129,42 @@ static int64_t gather_out_dim_of_index_dim(const ot_gather_dims *dn, int out_ran
     return -1;
 }
 
+/* The gather's output dimension that operand dimension d, a window (offset) dimension, becomes:
+ * the offset dims take the operand dims neither collapsed nor batching, in order; -1 when d is
+ * one of those. */
+static int64_t gather_offset_out_dim(const ot_gather_dims *dn, int operand_rank, int64_t d) {
+    int64_t ord = 0;
+    for (int64_t e = 0; e <= d && e < operand_rank; e++) {
+        bool other = false;
+        for (int k = 0; k < dn->ncollapsed; k++) other |= dn->collapsed_slice_dims[k] == e;
+        for (int k = 0; k < dn->nbatching; k++) other |= dn->operand_batching_dims[k] == e;
+        if (e == d) return other || ord >= dn->noffset ? -1 : dn->offset_dims[ord];
+        ord += !other;
+    }
+    return -1;
+}
+
 /* The dimensions of a broadcast of bc's source to g's result shape that equal gather(bc, idx)
  * (g's dimension numbers): each broadcast dimension of bc must be an operand batching dimension
- * of g, in increasing order of their result dimensions; false when there is no such broadcast. */
+ * of g, or a window dimension the slice takes whole (its start clamps to 0 whatever the index:
+ * slogdet's diagonal gather reads a per-matrix mask broadcast along the batch this way), in
+ * increasing order of their result dimensions; false when there is no such broadcast. */
 static bool gpush_broadcast_dims(const ot_instr *g, const ot_instr *bc, int64_t *dims) {
     const ot_gather_dims *dn = g->attrs->gather;
     const ot_instr *src = bc->operands[0];
     if (src->shape.kind != OT_IR_ARRAY) return false;
     int n = bc->attrs->ndims, out_rank = g->shape.array.rank;
+    const ot_shape *os = &bc->shape.array; /* the gather's operand */
     for (int j = 0; j < n; j++) {
         int64_t d = bc->attrs->dims[j], od = -1;
+        bool batching = false;
         for (int k = 0; k < dn->nbatching; k++)
-            if (dn->operand_batching_dims[k] == d)
+            if (dn->operand_batching_dims[k] == d) {
+                batching = true;
                 od = gather_out_dim_of_index_dim(dn, out_rank, dn->start_indices_batching_dims[k]);
+            }
+        if (!batching && d < dn->nslice_sizes && dn->slice_sizes[d] == os->dims[d])
+            od = gather_offset_out_dim(dn, os->rank, d);
         if (od < 0 || (j > 0 && od <= dims[j - 1])) return false;
         if (g->shape.array.dims[od] != src->shape.array.dims[j]) return false;
         dims[j] = od;
@@ -460,6 +486,105 @@ static ot_status fold_pad_window(ot_computation *c, ot_instr *i, ot_instr **out)
         out);
 }
 
+/* ---- transposes seen through reshapes that move no element ----
+ * A reshape that only inserts or deletes size-1 dims keeps the order of the others, so it moves
+ * no element: a transpose t on one side of it and a transpose u on the other compose into one
+ * transpose of u's operand z, and that one moves no element either when z's non-1 dims keep
+ * their order (a reshape then). JAX's batched LU solve (jnp.linalg.solve, inv) wraps its
+ * triangular solves in [b, n, k] → [b, n, 1, k] → transpose → squeeze → transpose chains whose
+ * transposes cancel this way (two 1 MB copies of `inv` on 64 matrices of 64 x 64). Applied when
+ * the result has fewer transposes than t(r(u(z))) or t(r(z)): every element is copied from the
+ * same source element, so the bits are the same. */
+
+/* Whether reshape x → r only inserts or deletes size-1 dims (the other dims agree in order). */
+static bool reshape_moves_nothing(const ot_shape *x, const ot_shape *r) {
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < x->rank && x->dims[i] == 1) i++;
+        while (j < r->rank && r->dims[j] == 1) j++;
+        if (i == x->rank || j == r->rank) return i == x->rank && j == r->rank;
+        if (x->dims[i++] != r->dims[j++]) return false;
+    }
+}
+
+static ot_status transpose_through_reshape(ot_computation *c, const ot_instr *t, ot_instr **out) {
+    *out = NULL;
+    ot_instr *y = t->operands[0], *z = y;
+    const ot_instr *r = NULL, *u = NULL;
+    if (t->shape.kind != OT_IR_ARRAY || y->shape.kind != OT_IR_ARRAY) return OT_OK;
+    if (y->opcode == OT_OP_RESHAPE && y->operands[0]->shape.kind == OT_IR_ARRAY &&
+        reshape_moves_nothing(&y->operands[0]->shape.array, &y->shape.array)) {
+        r = y;
+        z = y->operands[0];
+        if (z->opcode == OT_OP_TRANSPOSE && z->operands[0]->shape.kind == OT_IR_ARRAY) {
+            u = z;
+            z = z->operands[0];
+        }
+    }
+    /* w: what r reshapes (u's result, or z); the k-th non-1 dim of y is the k-th of w */
+    const ot_shape *ts = &t->shape.array, *ys = &y->shape.array, *zs = &z->shape.array;
+    const ot_shape *ws = r ? &r->operands[0]->shape.array : ys;
+    int64_t w_of[OT_MAX_RANK], ord[OT_MAX_RANK], order[OT_MAX_RANK], q[OT_MAX_RANK];
+    int nw = 0, ny = 0, nl = 0;
+    for (int d = 0; d < ws->rank; d++)
+        if (ws->dims[d] != 1) w_of[nw++] = d;
+    for (int d = 0; d < ys->rank; d++) ord[d] = ys->dims[d] != 1 ? ny++ : -1;
+    if (nw != ny || t->attrs->ndims != ts->rank) return OT_OK;
+    /* z's non-1 dims in the order t's result reads them */
+    for (int k = 0; k < ts->rank; k++) {
+        if (ts->dims[k] == 1) continue;
+        int64_t yd = t->attrs->dims[k];
+        if (yd < 0 || yd >= ys->rank || ord[yd] < 0) return OT_OK;
+        int64_t wd = r ? w_of[ord[yd]] : yd;
+        order[nl++] = u ? u->attrs->dims[wd] : wd;
+    }
+    /* q: z's size-1 dims stay, its non-1 positions take that order */
+    int m = 0;
+    bool moves = false;
+    for (int d = 0; d < zs->rank; d++) {
+        if (zs->dims[d] == 1) {
+            q[d] = d;
+            continue;
+        }
+        if (m == nl) return OT_OK;
+        q[d] = order[m++];
+        moves |= q[d] != d;
+    }
+    if (m != nl || (moves && !u)) return OT_OK; /* not fewer transposes */
+    ot_instr *x = z;
+    if (moves) OT_CHECK(built(c, ot_build_transpose(c, z, q, zs->rank), &x));
+    return built(c, ot_build_reshape(c, x, *ts), out);
+}
+
+/* transpose(broadcast(x)) → broadcast(x) with x's dims mapped through the permutation, x first
+ * transposed where they would not stay increasing: x is at most the broadcast's size, so the copy
+ * is never larger (the identity matrix `inv` broadcasts over its batch was built and then
+ * transposed at 1 MB). */
+static ot_status transpose_of_broadcast(ot_computation *c, const ot_instr *t, ot_instr **out) {
+    *out = NULL;
+    const ot_instr *b = t->operands[0];
+    ot_instr *x = b->operands[0];
+    if (t->shape.kind != OT_IR_ARRAY || x->shape.kind != OT_IR_ARRAY) return OT_OK;
+    int n = t->attrs->ndims, nx = b->attrs->ndims;
+    if (n != t->shape.array.rank || nx != x->shape.array.rank) return OT_OK;
+    int64_t inv[OT_MAX_RANK], nd[OT_MAX_RANK], s[OT_MAX_RANK], sd[OT_MAX_RANK];
+    for (int k = 0; k < n; k++) inv[t->attrs->dims[k]] = k; /* b's dim → t's dim */
+    for (int j = 0; j < nx; j++) nd[j] = inv[b->attrs->dims[j]];
+    /* s: x's dims sorted by where they land (insertion sort, rank ≤ OT_MAX_RANK) */
+    for (int j = 0; j < nx; j++) {
+        int k = j;
+        while (k > 0 && nd[s[k - 1]] > nd[j]) {
+            s[k] = s[k - 1];
+            k--;
+        }
+        s[k] = j;
+    }
+    for (int j = 0; j < nx; j++) sd[j] = nd[s[j]];
+    if (!is_identity_perm(s, nx)) OT_CHECK(built(c, ot_build_transpose(c, x, s, nx), &x));
+    ot_shape to = t->shape.array;
+    return built(c, ot_build_broadcast(c, x, to, nx ? sd : NULL, nx), out);
+}
+
 static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     *out = NULL;
     ot_computation *c = i->parent;
@@ -560,6 +685,10 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
             }
         } else if (a->opcode == OT_OP_DOT) {
             OT_CHECK(dot_transpose(c, i, a, out));
+        } else if (a->opcode == OT_OP_BROADCAST) {
+            OT_CHECK(transpose_of_broadcast(c, i, out));
+        } else {
+            OT_CHECK(transpose_through_reshape(c, i, out));
         }
         break;
     }
