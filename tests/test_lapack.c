@@ -628,6 +628,59 @@ static void test_batch_split(void) {
     ot_module_free(m);
 }
 
+/* A LAPACK call's first result takes its operand's buffer when that operand is a temp dying
+ * there (trsm's b, potrf's and getrf's a; ir_lapack_in_place_operand): each matrix is read
+ * before that matrix is written, so the results stay the evaluator's at any thread count. */
+static void test_in_place(void) {
+    enum { B = 32, N = 24 };
+    static double a[B * N * N], b[B * N * 3];
+    spd(a, B, N);
+    for (int k = 0; k < B * N * 3; k++) b[k] = uni();
+    ot_module *m = NULL;
+    ASSERT_OK(parse(
+        &m, "HloModule m\nENTRY e {\n  a = f32[32,24,24] parameter(0)\n"
+            "  b = f32[32,24,3] parameter(1)\n  a2 = f32[32,24,24] add(a, a)\n"
+            "  c = (f32[32,24,24], s32[32]) custom-call(a2), custom_call_target="
+            "\"lapack_spotrf_ffi\", backend_config={uplo = 76 : ui8}\n"
+            "  l = f32[32,24,24] get-tuple-element(c), index=0\n"
+            "  nb = f32[32,24,3] negate(b)\n"
+            "  x = f32[32,24,3] custom-call(l, nb), custom_call_target=\"lapack_strsm_ffi\", "
+            "backend_config={diag = 78 : ui8, side = 76 : ui8, trans_x = 78 : ui8, uplo = 76 : "
+            "ui8}\n"
+            "  y = f32[32,24,3] custom-call(l, x), custom_call_target=\"lapack_strsm_ffi\", "
+            "backend_config={diag = 78 : ui8, side = 76 : ui8, trans_x = 84 : ui8, uplo = 76 : "
+            "ui8}\n"
+            "  ny = f32[32,24,3] negate(y)\n  a3 = f32[32,24,24] negate(a)\n"
+            "  lu = (f32[32,24,24], s32[32,24], s32[32]) custom-call(a3), custom_call_target="
+            "\"lapack_sgetrf_ffi\", backend_config={}\n"
+            "  u = f32[32,24,24] get-tuple-element(lu), index=0\n"
+            "  nu = f32[32,24,24] negate(u)\n"
+            "  ROOT r = (f32[32,24,3], f32[32,24,24]) tuple(ny, nu)\n}\n"));
+    ot_compile_options o = ot_compile_options_default();
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, &o, &e));
+    int calls = 0;
+    for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+        const ot_kernel *kn = ot_executable_kernel(e, k);
+        if (kn->opcode != OT_OP_CUSTOM_CALL) continue;
+        calls++;
+        bool trsm = strstr(kn->instr->attrs->custom_call_target, "trsm") != NULL;
+        int q = trsm ? 1 : 0;
+        EXPECT_INT_EQ(kn->in_place_input, q);
+        EXPECT_INT_EQ(ot_executable_slot(e, kn->outputs[0])->offset,
+                      ot_executable_slot(e, kn->inputs[q])->offset);
+    }
+    EXPECT_INT_EQ(calls, 4);
+    ot_executable_free(e);
+    ot_value args[2] = {arr(OT_F32, a, 3, (int64_t[]){B, N, N}),
+                        arr(OT_F32, b, 3, (int64_t[]){B, N, 3})},
+             r;
+    run_both("in place", m, args, 2, &r);
+    ot_value_release(&r);
+    release_all(args, 2);
+    ot_module_free(m);
+}
+
 /* The flush-to-zero mode (default, as XLA's CPU runtime, which sets MXCSR's FTZ and DAZ around
  * its LAPACK calls too): subnormal inputs read as zero, subnormal results flush. XLA gives
  * [0, 0, 0.5] for this solve; with keep_denormals the exact quotients come back. */
@@ -667,4 +720,4 @@ static void test_flush_to_zero(void) {
 OT_TEST_MAIN(OT_TEST(test_potrf), OT_TEST(test_trsm), OT_TEST(test_getrf),
              OT_TEST(test_geqrf_orgqr), OT_TEST(test_syevd), OT_TEST(test_gesdd_gesvd),
              OT_TEST(test_bad_modules), OT_TEST(test_empty), OT_TEST(test_batch_split),
-             OT_TEST(test_flush_to_zero))
+             OT_TEST(test_in_place), OT_TEST(test_flush_to_zero))

@@ -5,6 +5,7 @@
 #include "exec/numerics.h"
 #include "exec/state8.h"
 #include "executable_internal.h"
+#include "ir/lapack_call.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -831,6 +832,18 @@ static ot_status loop_state_in_place(ot_executable *e, kbuild *kb) {
     return OT_OK;
 }
 
+/* The operand whose buffer a LAPACK custom call's first result may take, or -1. */
+static int lapack_in_place(const ot_instr *i) {
+    if (!i || i->opcode != OT_OP_CUSTOM_CALL || !i->attrs->custom_call_target) return -1;
+    ir_lapack_call lc;
+    bool is_lapack = false;
+    if (ir_lapack_parse(i->attrs->custom_call_target, i->attrs->backend_config, &lc, &is_lapack) !=
+            OT_OK ||
+        !is_lapack)
+        return -1;
+    return ir_lapack_in_place_operand(&lc);
+}
+
 static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
     int64_t *last = ot_malloc((size_t)(e->ns ? e->ns : 1) * sizeof *last);
     bool *moved = ot_calloc((size_t)(e->ns ? e->ns : 1), sizeof *moved);
@@ -892,6 +905,21 @@ static ot_status assign_buffers(ot_executable *e, kbuild *kb, bool in_place) {
                     os->offset = vs->offset;
                     moved[v] = true;
                     kn->in_place_input = 0;
+                }
+            }
+            /* a LAPACK custom call writes its first result over the operand that
+             * ir_lapack_in_place_operand names, when that operand is a temp dying here and
+             * read nowhere else in the kernel (jnp.linalg.inv: each triangular solve's 1 MB
+             * right-hand side was copied into the result before the solve) */
+            int lo = in_place && q == 0 && os->offset < 0 ? lapack_in_place(kn->instr) : -1;
+            if (lo >= 0 && lo < kb[k].nin && kb[k].nin == kn->instr->noperands) {
+                int32_t v = e->io[kb[k].in0 + lo];
+                ot_slot *vs = &e->s[v];
+                if (vs->kind == OT_SLOT_TEMP && last[v] == k && !moved[v] && times[v] == 1 &&
+                    vs->offset >= 0 && vs->nbytes == os->nbytes) {
+                    os->offset = vs->offset;
+                    moved[v] = true;
+                    kn->in_place_input = lo;
                 }
             }
             if (os->offset < 0) {

@@ -274,3 +274,7 @@ ot_status ir_lapack_check(const ir_lapack_call *lc, const ot_ir_shape *const *op
     }
     return ot_error(OT_ERR_INTERNAL, "custom-call %s: unknown routine", target);
 }
+
+int ir_lapack_in_place_operand(const ir_lapack_call *c) {
+    return c->op == IR_LAPACK_TRSM ? 1 : 0;
+}

@@ -61,4 +61,9 @@ ot_status ir_lapack_parse(const char *target, const char *backend_config, ir_lap
 ot_status ir_lapack_check(const ir_lapack_call *c, const ot_ir_shape *const *operands, int n,
                           const ot_ir_shape *result);
 
+/* The operand whose memory the first result may take (trsm's b, every other routine's a: the
+ * same shape): the kernel reads each matrix of it before it writes that matrix of the result
+ * (src/exec/lapack.c), as XLA's output_to_operand_aliasing declares. */
+int ir_lapack_in_place_operand(const ir_lapack_call *c);
+
 #endif /* OT_IR_LAPACK_CALL_H */
