@@ -12,6 +12,8 @@
 #include "optitpu/mpi.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 static ot_mpi *M;
@@ -393,6 +395,44 @@ static void test_shm_deadline(void) {
     ot_mpi_free(m);
 }
 
+/* A rank waiting in the transport for peers that come 50 ms late sleeps on its doorbell when
+ * the processes fit the cores (many voluntary context switches: a futex sleep each backstop
+ * period or ring, and a fraction of the wait's CPU time), and polls, yielding, when they do not
+ * (ot_comm_process_waits_sleep). The all-reduce's result is checked either way. */
+static void test_transport_wait(void) {
+    if (P == 1 || !ot_mpi_shared_memory(M)) return;
+    bool sleeps = ot_comm_process_waits_sleep(P, (int)sysconf(_SC_NPROCESSORS_ONLN));
+    ot_comm *c = ot_mpi_comm(M);
+    float x[1000];
+    ASSERT_OK(ot_comm_barrier(c, NULL)); /* everyone here before rank 0's clock starts */
+    for (int i = 0; i < 1000; i++) x[i] = (float)(R + i);
+    struct rusage u0, u1;
+    struct timespec c0, c1;
+    getrusage(RUSAGE_THREAD, &u0);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    uint64_t t0 = ot_now_ns();
+    if (R != 0) usleep(50 * 1000);
+    ASSERT_OK(ot_comm_allreduce(c, x, x, 1000, OT_F32, OT_REDOP_SUM, NULL));
+    double wall = (double)(ot_now_ns() - t0) / 1e9;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    getrusage(RUSAGE_THREAD, &u1);
+    bool right = true;
+    for (int i = 0; i < 1000; i++) right = right && x[i] == (float)(P * (P - 1) / 2 + P * i);
+    EXPECT_TRUE(right);
+    if (R != 0) return;
+    long vol = u1.ru_nvcsw - u0.ru_nvcsw;
+    double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
+    printf("  rank 0 waited %.1f ms: %.1f ms CPU, %ld voluntary context switches (%s)\n",
+           wall * 1e3, cpu * 1e3, vol, sleeps ? "sleeping" : "polling");
+    EXPECT_TRUE(wall >= 0.03);
+    if (sleeps) {
+        EXPECT_TRUE(vol >= 10);
+        EXPECT_TRUE(cpu < wall / 2);
+    } else {
+        EXPECT_TRUE(vol < 10);
+    }
+}
+
 /* hierarchical: K local device threads per process */
 typedef struct hctx {
     int local;
@@ -670,6 +710,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_mpi_allreduce_algorithms),
         OT_TEST(test_shm_allreduce),
         OT_TEST(test_shm_deadline),
+        OT_TEST(test_transport_wait),
         OT_TEST(test_hier_allreduce),
         OT_TEST(test_shard_exchange),
         OT_TEST(test_barrier_deadline),

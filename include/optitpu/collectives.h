@@ -159,6 +159,16 @@ OT_API ot_status ot_comm_set_topology(ot_comm *c, const ot_topology *t);
 /* True once a collective failed on this member (the communicator is then unusable). */
 OT_API bool ot_comm_aborted(const ot_comm *c);
 
+/* How the processes of one node wait for each other's messages in the MPI transport (src/mpi):
+ * true when they sleep (a doorbell in shared memory that the peer rings, after up to 100 us of
+ * polling), false when they poll, yielding between polls. They sleep when `processes` fit the
+ * node's `cores`: a poller that yields keeps competing for its core, and when another thread
+ * holds it sees its message only when the scheduler takes the core back (about 11 ms on this
+ * kernel, bench_yield_wait), while a sleeper is woken onto a core at once. With more processes
+ * than cores the woken sleeper waits for a core held by a computing rank, and polling was
+ * faster (docs/simulate.md, "Processes"). The simulator prices the same rule. */
+OT_API bool ot_comm_process_waits_sleep(int processes, int cores);
+
 /* Sub-communicators from HLO replica_groups: groups holds ngroups * group_size ranks of this
  * communicator, every rank exactly once. Collective over this communicator; each member gets a
  * communicator over its group, ranked by position in the group. */

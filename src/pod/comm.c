@@ -171,6 +171,9 @@ ot_cost_params ot_comm_cost_params(const ot_comm *c) {
 bool ot_comm_aborted(const ot_comm *c) {
     return c->aborted;
 }
+bool ot_comm_process_waits_sleep(int processes, int cores) {
+    return processes >= 1 && cores >= 1 && processes <= cores;
+}
 void ot_comm_set_trace(ot_comm *c, ot_pod_trace *t, int device) {
     c->trace = t;
     c->trace_device = device;
