@@ -641,7 +641,19 @@ static void test_host_kernel_model(void) {
     ASSERT_OK(ot_sim_run(&c, &r));
     EXPECT_NEAR(r.optimizer_s, opt1, 1e-15);
     EXPECT_NEAR(r.host_s, 200e-6, 1e-15);
+    /* 2 processes on 2 cores sleep while they wait (ot_comm_process_waits_sleep), so other
+     * processes' load (half of each core left) does not stretch their update and host pipeline,
+     * as in one process; 4 processes on 2 cores poll, and at that load get 2 / 6 of a core */
+    EXPECT_TRUE(ot_comm_process_waits_sleep(2, 2) && !ot_comm_process_waits_sleep(4, 2));
+    c.device.avail = 0.5;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.optimizer_s, opt1, 1e-15);
+    EXPECT_NEAR(r.host_s, 200e-6, 1e-15);
     c.processes = 4, c.chips = 4, c.global_batch = 256;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.optimizer_s, 3 * opt1, 1e-15);
+    EXPECT_NEAR(r.host_s, 3 * 200e-6, 1e-15);
+    c.device.avail = 1;
     c.host_transfers = 0, c.device.transfer_s = 0;
     c.device.avail = 0.5;
     /* one process: the devices that finished wait asleep, so the all-reduce after the last one

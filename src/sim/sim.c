@@ -652,13 +652,14 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
     if (c->host_copy_bytes > 0 && d->copy_bytes_per_s > 0)
         out->host_s += c->host_copy_bytes / (d->copy_bytes_per_s * cs);
     double host_cpu = out->host_s, optimizer_cpu = out->optimizer_s;
-    /* Processes' device threads stay runnable while they wait for each other (the MPI transport
-     * polls, yielding between polls, and a yielding thread keeps its fair share of a core), so
-     * when they and other processes' runnable threads outnumber the cores, a device thread gets
-     * cores / threads of a core for all of its step: the optimizer and the host pipeline, not
-     * only the forward and backward kernels (the cores bound below). In one process a waiting
-     * device sleeps, and the update and host pipeline run on cores the others left. */
-    if (d->pool_points > 0 && P > 1) {
+    /* Processes that outnumber the cores stay runnable while they wait for each other (the MPI
+     * transport polls, yielding between polls, and a yielding thread keeps its fair share of a
+     * core: ot_comm_process_waits_sleep), so when they and other processes' runnable threads
+     * outnumber the cores, a device thread gets cores / threads of a core for all of its step:
+     * the optimizer and the host pipeline, not only the forward and backward kernels (the cores
+     * bound below). Processes that fit the cores sleep while they wait, as the devices of one
+     * process do, and the update and host pipeline run on cores the others left. */
+    if (d->pool_points > 0 && P > 1 && !ot_comm_process_waits_sleep(P, d->cores)) {
         double C = d->cores > 0 ? d->cores : 1, a = d->avail > 0 && d->avail <= 1 ? d->avail : 1;
         double threads = n + (C / a - C);
         if (threads > C) {
