@@ -17,8 +17,8 @@
  *                                            fix-ups, on N sampled inputs (16M) with the edge
  *                                            cases (AVX-512 builds)
  *
- * F (f32) is tanh (the default), erf, log, log1p, expm1 (the library's polynomials), sin, cos, tan,
- * cbrt, pow or atan2 (SLEEF); F (f64) is exp, expm1, log, log1p, tanh, cbrt, erf or logistic
+ * F (f32) is tanh (the default), erf, log, log1p, expm1, pow (the library's polynomials), sin, cos,
+ * tan, cbrt or atan2 (SLEEF); F (f64) is exp, expm1, log, log1p, tanh, cbrt, erf or logistic
  * (the library's), sin, cos, tan, pow or atan2 (SLEEF). ulp: the error in ulps printed (|got - ref|
  * / ulp(ref), ulp of the binade of ref) is exact to about 1e-8 ulp (f32 against double) or 1e-3 ulp
  * (f64 against x87 long double); "correctly rounded" counts inputs whose result equals ref rounded;

@@ -1233,8 +1233,10 @@ static void test_vmath_edges(void) {
  * near the function's small arguments: |x| in [2^-60, 2^-20] and, for log, within 2^-20 of 1),
  * every result within one ulp of the long double function (docs/vmath.md has the measured maxima,
  * 0.50-0.83 ulp), cbrt within 0.51 ulp (its Newton step's residual is formed exactly), erf within
- * 0.85 ulp; f32 pow on the same number of pairs against pow in double. Fails without log1p's
- * correction for the rounding of 1 + x (1.4 ulp near |x| = 2^-53). */
+ * 0.85 ulp; f32 pow on the same number of pairs against pow in double, a quarter of them with x
+ * in [sqrt(1/2), sqrt(2)) and |y·log2 x| up to 126, where the low part of ot_powf's log2 matters
+ * (without the remainder of s in z's low part: 2.9 ulp). Fails without log1p's correction for the
+ * rounding of 1 + x (1.4 ulp near |x| = 2^-53). */
 static void test_vmath_own_ulp(void) {
     enum { N = 1 << 16 };
     static const struct {
@@ -1255,9 +1257,16 @@ static void test_vmath_own_ulp(void) {
             g = g * 6364136223846793005ull + 1442695040888963407ull;
             double u = (double)(g >> 11) * 0x1p-53, v;
             int e = (int)((g >> 3) % 41) - 60; /* 2^-60 .. 2^-20 */
+            if (pw && j % 4 == 3) { /* |x| near 1, |y log2 x| up to 126: log2's low part */
+                xf[j] = (float)(0x1.6a09e6p-1 * (1.0 + u));
+                double w = (double)((g >> 40) % 126 + 1) * ((g >> 39) & 1 ? -1 : 1);
+                double l = log2((double)xf[j]);
+                yf[j] = l == 0 ? 1.0f : (float)(w / l);
+                continue;
+            }
             if (pw) {
-                xf[j] = (float)(j % 3 == 1 ? ldexp(1.0 + u, (int)(g % 200) - 100) : 10.0 * u);
-                yf[j] = (float)(j % 3 == 2 ? (double)((int)(g >> 40) % 61 - 30) : 8.0 * u - 4.0);
+                xf[j] = (float)(j % 4 == 1 ? ldexp(1.0 + u, (int)(g % 200) - 100) : 10.0 * u);
+                yf[j] = (float)(j % 4 == 2 ? (double)((int)(g >> 40) % 61 - 30) : 8.0 * u - 4.0);
                 continue;
             }
             if (j % 3 == 0)
@@ -1318,6 +1327,87 @@ static void test_vmath_own_ulp(void) {
     free(y);
     free(xf);
     free(yf);
+}
+
+/* f32 pow's special values (ot_powf, src/exec/expf_poly.h, also in generated code), in the
+ * reference with denormals kept, on all pairs of pow's edge operands: ±0, ±inf, NaNs (quiet with
+ * payloads, signalling, both signs), ±1, subnormals, FLT_MIN/MAX, values next to 1, and y's parity
+ * cases (odd integers 2^23 + 1 and 2^24 - 1, the even 2^24 and beyond, 2^23 - 0.5, ±2^31). pow(x,
+ * ±0) and pow(1, y) are 1 for every operand, NaN included; otherwise a NaN operand gives that NaN
+ * quieted, x's of two; a NaN from numbers (a finite negative x, a non-integer y) is 0xffc00000;
+ * ±0, ±inf and signs are glibc's powf's (C99 Annex F) bit for bit, and every other result is
+ * within one ulp of pow in double. Fails with y's parity taken from a float rounding (2^23 + 1
+ * read as even) or without the ±0/±inf cases. */
+static void test_powf_special(void) {
+    static const uint32_t xs[] = {0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00123,
+                                  0xffc00456, 0x7f800001, 0x3f800000, 0xbf800000, 0x3f000000,
+                                  0xbf000000, 0x40000000, 0xc0000000, 0xc0400000, 0x00000001,
+                                  0x80000001, 0x00800000, 0x80800000, 0x7f7fffff, 0xff7fffff,
+                                  0x3f800001, 0x3f7fffff, 0xbf800001, 0x41000000, 0xc1000000,
+                                  0x40600000, 0xc0600000, 0x1e3ce508, 0x60ad78ec, 0x007fffff};
+    static const uint32_t ys[] = {
+        0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00789, 0xffa00001, 0x3f800000,
+        0xbf800000, 0x40000000, 0xc0000000, 0x40400000, 0xc0400000, 0x3f000000, 0xbf000000,
+        0x3fc00000, 0xbfc00000, 0x4b000001, 0xcb000001, 0x4b7fffff, 0xcb7fffff, 0x4b800000,
+        0x4b800001, 0x4affffff, 0xcafffffe, 0x4f000000, 0xcf000000, 0x00000001, 0x80000001,
+        0x7f7fffff, 0xff7fffff, 0x42fffae1, 0xc3158000, 0x43000000, 0xc3160000, 0x3eaaaaab,
+        0x501502f9, 0xd01502f9};
+    enum { NX = sizeof xs / sizeof xs[0], NY = sizeof ys / sizeof ys[0], N = NX * NY };
+    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+    ASSERT_TRUE(a && b);
+    for (int j = 0; j < N; j++) {
+        memcpy(&a[j], &xs[j / NY], 4);
+        memcpy(&b[j], &ys[j % NY], 4);
+    }
+    ot_shape s = vec(OT_F32, N);
+    ot_module *m = ot_module_new("powf_special");
+    ot_computation *cp = ot_module_add_computation(m, "main");
+    ot_computation_set_root(cp, ot_build_binary(cp, OT_OP_POWER, ot_build_parameter(cp, 0, s, "a"),
+                                                ot_build_parameter(cp, 1, s, "b")));
+    ot_module_set_entry(m, cp);
+    ot_value args[2] = {val(s, a), val(s, b)};
+    ot_eval_options o = {0};
+    o.keep_denormals = true;
+    ot_value r = ot_value_empty();
+    ASSERT_OK(ot_module_finalize(m));
+    ASSERT_OK(ot_evaluate(m, args, 2, &o, &r));
+    const float *got = r.array.data;
+    int bad = 0;
+    for (int j = 0; j < N; j++) {
+        float x = a[j], y = b[j], lib = powf(x, y);
+        uint32_t xb = xs[j / NY], yb = ys[j % NY], gb, want = 0;
+        memcpy(&gb, &got[j], 4);
+        bool exact = true; /* want holds the bits, else the result is checked against pow */
+        if (y == 0 || xb == 0x3f800000u)
+            want = 0x3f800000u;
+        else if (isnan(x))
+            want = xb | 0x400000u;
+        else if (isnan(y))
+            want = yb | 0x400000u;
+        else if (isnan(lib))
+            want = 0xffc00000u;
+        else if (isinf(lib) || lib == 0)
+            memcpy(&want, &lib, 4);
+        else
+            exact = false;
+        bool ok = exact ? gb == want : false;
+        if (!exact) {
+            double ref = pow((double)x, (double)y);
+            int e;
+            frexp(ref, &e);
+            double ulp = ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+            ok = signbit(got[j]) == signbit(lib) && fabs((double)got[j] - ref) <= ulp;
+        }
+        if (!ok && bad++ < 10)
+            OT_T_FAIL_("f32 pow(%a [%08x], %a [%08x]) = %a [%08x], want %08x (glibc %a)", (double)x,
+                       xb, (double)y, yb, (double)got[j], gb, want, (double)lib);
+    }
+    ot_value_release(&r);
+    ot_value_release(&args[0]);
+    ot_value_release(&args[1]);
+    ot_module_free(m);
+    free(a);
+    free(b);
 }
 
 /* f32 expm1 is the library's own branch-free function (ot_expm1f in src/exec/expf_poly.h, also in
@@ -1718,6 +1808,6 @@ OT_TEST_MAIN(OT_TEST(test_max_min_nan_signed_zero), OT_TEST(test_float_arith),
              OT_TEST(test_reduce_lane_order), OT_TEST(test_reduce_widened_sums),
              OT_TEST(test_expf_poly), OT_TEST(test_tanhf_poly), OT_TEST(test_erff_poly),
              OT_TEST(test_logf_poly), OT_TEST(test_expm1f_poly), OT_TEST(test_sincosf_sleef),
-             OT_TEST(test_vmath_edges), OT_TEST(test_vmath_own_ulp),
+             OT_TEST(test_vmath_edges), OT_TEST(test_vmath_own_ulp), OT_TEST(test_powf_special),
              OT_TEST(test_alloc_failure_cleanup), OT_TEST(test_evaluate_instr),
              OT_TEST(test_tuple_root_and_gte))

@@ -714,76 +714,123 @@
         return rb.f;                                                                               \
     }
 
-/* x^y for f32 (ot_powf), branch-free, evaluated in double with fma; the caller applies the NaN
- * and 1 rules (ot_vm_powf1 in src/exec/vmath.h: a NaN operand's NaN quieted, pow(1, y) =
- * pow(x, 0) = 1). log2|x|: |x| converted to double (exact, and normal for a subnormal x) is
- * m·2^k, m in [sqrt(1/2), sqrt(2)) by the offset trick of ot_logd, s = f/(2 + f) with f = m - 1,
- * ln m = 2s + s·z·P(z), z = s², P of degree 4 (a Chebyshev fit, within 2^-43 of ln m relative),
- * log2|x| = k + ln m·log2(e). w = y·log2|x|, clamped to [-300, 300] by integer minimums on the
- * bits (a NaN too: the caller replaces that result); 2^w = 2^n·2^r, n = round(w), r = w - n exact,
- * 2^r by a degree-7 polynomial (within 2^-34 relative), 2^n added to the exponent field, and one
- * rounding to float, which gives the overflow to inf, subnormal results and 0. The error before
- * that rounding is below 2^-30 relative for every finite result, so the result is within about
- * 0.501 ulp (bench_vmath ulp --fn pow). Special values as C99's powf: x = ±0 gives +0 for y > 0
- * and +inf for y < 0, x = ±inf the reverse; a negative x (-0 and -inf included) gives the sign of
- * (-1)^y for an integer y (every |y| >= 2^24 is an even integer, and so are ±inf for this rule)
- * and the default NaN 0xffc00000 for a finite negative x and a non-integer y; (-1)^±inf = 1.
- * y's integrality and parity come from adding 1.5·2^52 to |y| in double (|y| capped at 2^24).
- * Every selection is a mask on the bits, so the loop vectorizes for AVX2 as for AVX-512. */
+/* x^y for f32 (ot_powf), branch-free, evaluated in float with fmaf (16 lanes per AVX-512 vector;
+ * the double evaluation it replaced ran two 8-lane halves), with every special value of pow, so
+ * the caller applies no fix-up (ot_vm_powf1 in src/exec/vmath.h calls it as it is).
+ *
+ * log2|x| as a float pair th + tl (relative error about 2^-37): |x| = m·2^k with m in
+ * [sqrt(1/2), sqrt(2)) (a subnormal x scaled by 2^23 first, exactly), u = m - 1 (exact),
+ * s = u/(2 + u) as sh + sl (sh the correctly rounded quotient; the remainder u - sh·(2 + u) formed
+ * exactly with fmaf, the rounding error of 2 + u included, and divided by 2 + u as a product with
+ * (1 - sh)/2), log2 m = s·M(z), z = s² = zh + zl, M = 2/ln 2 + z·(C + z·R(z)) with 2/ln 2 and C in
+ * two parts and R of degree 2 (a least-squares fit, M within 2^-37 relative), the leading products
+ * split exactly with fmaf, then k added (Fast2Sum). Its terms need a float pair because the first
+ * one after 2s, s³·2/(3 ln 2), is up to 2^-6.6 of the sum: one float rounding there would already
+ * cost 2^-31 relative, about 4 ulp of the result when |y·log2|x|| is near 128.
+ * w = y·log2|x| as wh + wl (the product split exactly with fmaf); y capped at ±2^40 first by
+ * integer minimums on the bits (nothing changes for a finite nonzero result, and (-1)^±inf =
+ * 1 comes out of 0·y). wh is clamped to [-160, 160] and wl to [-1, 1] the same way (a NaN too),
+ * n = round(wh), r = (wh - n) + wl (|r| <= 0.5 for every result that is not 0 or inf; its one
+ * rounding costs at most 0.17 ulp), 2^r = 1 + r·Q(r), Q of degree 5 (a least-squares fit, 2^r
+ * within 2^-28 relative), and 2^n applied as two exact powers of two, (2^r·2^(n - n/2))·2^(n/2):
+ * the second product rounds once, which gives the overflow to inf, subnormal results and 0.
+ * Accuracy (docs/vmath.md): at most 0.95 ulp on the inputs measured (16.8M sampled pairs, every
+ * x for several y).
+ *
+ * Special values as C99's powf and XLA's: pow(x, ±0) = pow(1, y) = 1 for every x and y, NaN
+ * included; otherwise a NaN operand gives that NaN quieted (x's of two); x = ±0 gives +0 for
+ * y > 0 and +inf for y < 0, x = ±inf the reverse (k = ∓inf makes w infinite, clamped); a negative
+ * x (-0 and -inf included) gives the sign of (-1)^y for an integer y (every |y| >= 2^24 is an even
+ * integer, and so are ±inf for this rule) and the default NaN 0xffc00000 for a finite negative x
+ * and a non-integer y; (-1)^±inf = 1. y's integrality and parity come from |y| capped at 2^24,
+ * truncated to an integer and converted back. No step reads or produces a subnormal float except
+ * a subnormal x (scaled first) and the last product, and the function never runs under the
+ * hardware FTZ/DAZ modes (docs/exec.md, Denormals): the caller flushes. Every selection is a
+ * mask or a select on integer conditions and no a·b + c is written outside fmaf, so the loop
+ * vectorizes for AVX2 as for AVX-512 with the same bits; always inlined, as ot_erfd: GCC's size
+ * limits would otherwise keep it a call and the loop around it scalar. */
 #define OT_POWF_DEF                                                                                \
-    static inline float ot_powf(float x, float y) {                                                \
+    static inline __attribute__((always_inline)) float ot_powf(float x, float y) {                 \
         union {                                                                                    \
             float f;                                                                               \
             uint32_t u;                                                                            \
-        } xb = {x}, yb = {y}, cb, rb;                                                              \
-        union {                                                                                    \
-            double f;                                                                              \
-            uint64_t u;                                                                            \
-        } mb, kb, sb, lb;                                                                          \
+        } xb = {x}, yb = {y}, mb, sb, kb, cb, rb;                                                  \
         uint32_t ax = xb.u & 0x7fffffffu, ay = yb.u & 0x7fffffffu;                                 \
-        cb.u = ax;                                                                                 \
-        mb.f = (double)cb.f;                                                                       \
-        uint64_t ix = mb.u, tmp = ix - 0x3fe6a09e667f3bcdull;                                      \
-        kb.u = 0x4338000000000000ull + (uint64_t)((int64_t)tmp >> 52);                             \
-        double k = kb.f - 0x1.8p52;                                                                \
-        mb.u = ix - (tmp & 0xfff0000000000000ull);                                                 \
-        double f = mb.f - 1.0;                                                                     \
-        double s = f / (2.0 + f), z = s * s;                                                       \
-        double p = 0x1.8c8c1378bf76ep-3;                                                           \
-        p = fma(p, z, 0x1.c67ad9ecb9497p-3);                                                       \
-        p = fma(p, z, 0x1.249323e501d94p-2);                                                       \
-        p = fma(p, z, 0x1.999998cafbbe2p-2);                                                       \
-        p = fma(p, z, 0x1.5555555564e97p-1);                                                       \
-        double lnm = fma(s * z, p, s + s);                                                         \
-        lb.f = (double)y * fma(lnm, 0x1.71547652b82fep0, k);                                       \
-        uint64_t uw = lb.u < 0xc072c00000000000ull ? lb.u : 0xc072c00000000000ull; /* -300 */      \
-        int64_t sw = (int64_t)uw;                                                  /* 300 */       \
-        lb.u = (uint64_t)(sw < 0x4072c00000000000ll ? sw : 0x4072c00000000000ll);                  \
-        double t = lb.f + 0x1.8p52, r = lb.f - (t - 0x1.8p52);                                     \
-        double e = 0x1.00c0e4fcb8e68p-16;                                                          \
-        e = fma(e, r, 0x1.446c7a1c56440p-13);                                                      \
-        e = fma(e, r, 0x1.5d87759812cd2p-10);                                                      \
-        e = fma(e, r, 0x1.3b29d8bad3f6ap-7);                                                       \
-        e = fma(e, r, 0x1.c6b08da70ce2cp-5);                                                       \
-        e = fma(e, r, 0x1.ebfbe0aa0421cp-3);                                                       \
-        e = fma(e, r, 0x1.62e42fef9cc69p-1);                                                       \
-        e = fma(e, r, 0x1.ffffffffa7132p-1);                                                       \
+        mb.u = ax;                                                                                 \
+        sb.f = mb.f * 0x1p23f;                                                                     \
+        uint32_t sub = 0u - (uint32_t)(ax < 0x00800000u);                                          \
+        uint32_t ix = (sb.u & sub) | (ax & ~sub), tmp = ix - 0x3f3504f3u;                          \
+        int32_t ki = ((int32_t)tmp >> 23) - (int32_t)(sub & 23u);                                  \
+        mb.u = ix - (tmp & 0xff800000u);                                                           \
+        kb.f = (float)ki;                                                                          \
+        uint32_t xz = 0u - (uint32_t)(ax == 0), xi = 0u - (uint32_t)(ax == 0x7f800000u);           \
+        kb.u = (kb.u & ~xz & ~xi) | (0xff800000u & xz) | (0x7f800000u & xi);                       \
+        float k = kb.f, u = mb.f - 1.0f;                                                           \
+        float d = 2.0f + u, dl = u - (d - 2.0f);                                                   \
+        float sh = u / d;                                                                          \
+        float rho = fmaf(-sh, d, u);                                                               \
+        rho = fmaf(-sh, dl, rho);                                                                  \
+        float sl2 = fmaf(-sh, rho, rho); /* 2·sl */                                               \
+        float zh = sh * sh;                                                                        \
+        float zl = fmaf(sh, sh, -zh);                                                              \
+        zl = fmaf(sh, sl2, zl);                                                                    \
+        float r2 = fmaf(0x1.5c1778p-2f, zh, 0x1.a59af2p-2f);                                       \
+        r2 = fmaf(r2, zh, 0x1.27775cp-1f);                                                         \
+        float p = 0x1.ec709ep-1f * zh, pl = fmaf(0x1.ec709ep-1f, zh, -p);                          \
+        float mh = 0x1.715476p+1f + p;                                                             \
+        float ml = ((0x1.715476p+1f - mh) + p) + 0x1.4ae0cp-25f;                                   \
+        ml = ml + pl;                                                                              \
+        ml = fmaf(-0x1.53fa92p-26f, zh, ml);                                                       \
+        ml = fmaf(0x1.ec709ep-1f, zl, ml);                                                         \
+        ml = fmaf(zh * zh, r2, ml);                                                                \
+        float lh = sh * mh;                                                                        \
+        float ll = fmaf(sh, mh, -lh);                                                              \
+        ll = fmaf(sh, ml, ll);                                                                     \
+        ll = fmaf(0.5f * sl2, mh, ll);                                                             \
+        float ln = lh + ll;                                                                        \
+        ll = (lh - ln) + ll;                                                                       \
+        float th = k + ln;                                                                         \
+        float tl = ((k - th) + ln) + ll;                                                           \
+        cb.u = yb.u < 0xd3800000u ? yb.u : 0xd3800000u; /* -2^40 */                                \
+        int32_t sy = (int32_t)cb.u;                                                                \
+        cb.u = (uint32_t)(sy < 0x53800000 ? sy : 0x53800000); /* 2^40 */                           \
+        float yc = cb.f;                                                                           \
+        float wh = yc * th;                                                                        \
+        float wl = fmaf(yc, th, -wh);                                                              \
+        wl = fmaf(yc, tl, wl);                                                                     \
+        cb.f = wh;                                                                                 \
+        cb.u = cb.u < 0xc3200000u ? cb.u : 0xc3200000u; /* -160 */                                 \
+        int32_t sw = (int32_t)cb.u;                                                                \
+        cb.u = (uint32_t)(sw < 0x43200000 ? sw : 0x43200000); /* 160 */                            \
+        float wc = cb.f;                                                                           \
+        cb.f = wl;                                                                                 \
+        cb.u = cb.u < 0xbf800000u ? cb.u : 0xbf800000u; /* -1 */                                   \
+        int32_t sl = (int32_t)cb.u;                                                                \
+        cb.u = (uint32_t)(sl < 0x3f800000 ? sl : 0x3f800000); /* 1 */                              \
+        float t = wc + 0x1.8p23f, n = t - 0x1.8p23f;                                               \
+        float r = (wc - n) + cb.f;                                                                 \
+        float q = 0x1.408260p-13f;                                                                 \
+        q = fmaf(q, r, 0x1.5f0a6cp-10f);                                                           \
+        q = fmaf(q, r, 0x1.3b2f44p-7f);                                                            \
+        q = fmaf(q, r, 0x1.c6af78p-5f);                                                            \
+        q = fmaf(q, r, 0x1.ebfbdap-3f);                                                            \
+        q = fmaf(q, r, 0x1.62e430p-1f);                                                            \
+        mb.f = fmaf(r, q, 1.0f);                                                                   \
         sb.f = t;                                                                                  \
-        mb.f = e;                                                                                  \
-        mb.u += (sb.u - 0x4338000000000000ull) << 52;                                              \
-        rb.f = (float)mb.f;                                                                        \
-        cb.u = ay < 0x4b800000u ? ay : 0x4b800000u; /* |y|, at most 2^24 */                        \
-        double yc = (double)cb.f;                                                                  \
-        sb.f = yc + 0x1.8p52; /* round(|y|) in the low bits */                                     \
-        uint32_t yint = (uint32_t)(sb.f - 0x1.8p52 == yc);                                         \
-        uint32_t odd = 0u - ((uint32_t)sb.u & 1u & yint);                                          \
-        uint32_t zi = 0u - (uint32_t)((ax == 0) | (ax == 0x7f800000u));                            \
-        uint32_t big = 0u - (uint32_t)((ax == 0x7f800000u) == (y > 0));                            \
-        rb.u = (rb.u & ~zi) | (0x7f800000u & big & zi);                                            \
-        rb.u |= xb.u & 0x80000000u & odd;                                                          \
-        uint32_t one = 0u - (uint32_t)((ax == 0x3f800000u) & (ay == 0x7f800000u));                 \
-        uint32_t inv = 0u - (uint32_t)((x < 0) & (ax < 0x7f800000u) & (yint == 0));                \
-        rb.u = (rb.u & ~one & ~inv) | (0x3f800000u & one) | (0xffc00000u & inv);                   \
+        int32_t ni = (int32_t)(sb.u - 0x4b400000u), n1 = ni >> 1, n2 = ni - n1;                    \
+        mb.u += (uint32_t)n1 << 23;                                                                \
+        sb.u = (uint32_t)(n2 + 127) << 23;                                                         \
+        rb.f = mb.f * sb.f;                                                                        \
+        uint32_t yc24 = ay < 0x4b800000u ? ay : 0x4b800000u; /* |y|, at most 2^24 */               \
+        cb.u = yc24;                                                                               \
+        int32_t yi = (int32_t)cb.f;                                                                \
+        cb.f = (float)yi;                                                                          \
+        uint32_t yint = 0u - (uint32_t)(cb.u == yc24);                                             \
+        rb.u |= xb.u & ((uint32_t)yi << 31) & yint; /* x's sign for an odd y */                    \
+        rb.u = ((xb.u - 0x80000001u < 0x7f7fffffu) & ~yint) ? 0xffc00000u : rb.u;                  \
+        rb.u = ay > 0x7f800000u ? yb.u | 0x400000u : rb.u;                                         \
+        rb.u = ax > 0x7f800000u ? xb.u | 0x400000u : rb.u;                                         \
+        rb.u = ((xb.u == 0x3f800000u) | (ay == 0)) ? 0x3f800000u : rb.u;                           \
         return rb.f;                                                                               \
     }
 

@@ -85,20 +85,14 @@
 #define OT_VM_FIX_(T)     OT_VM_FIX_##T##_
 #define OT_VM_FIX_float_  ot_vm_fixf_
 #define OT_VM_FIX_double_ ot_vm_fixd_
-/* ot_vm_sinf ... ot_vm_atan2, then pow with its 1 rule (selected after the call, so the call
- * stays unconditional; f32 pow is the library's ot_powf, src/exec/expf_poly.h, under the same NaN
- * rules as the SLEEF functions). */
+/* ot_vm_sinf ... ot_vm_atan2, then f64 pow with its 1 rule (selected after the call, so the call
+ * stays unconditional). f32 pow, ot_vm_powf1, is the library's ot_powf (src/exec/expf_poly.h),
+ * which applies the same NaN and 1 rules itself. */
 #define OT_VMATH_DEF                                                                               \
     OT_VMATH_FIX_(static inline)                                                                   \
     OT_VMATH_LIST(OT_VMATH_FN_)                                                                    \
-    static inline float ot_vm_powf1(float a, float b) {                                            \
-        union {                                                                                    \
-            float f;                                                                               \
-            uint32_t u;                                                                            \
-        } rb = {ot_vm_fixf_(a, b, ot_powf(a, b))}, ab = {a}, bb = {b};                             \
-        uint32_t one = 0u - (uint32_t)((ab.u == 0x3f800000u) | ((bb.u & 0x7fffffffu) == 0u));      \
-        rb.u = (0x3f800000u & one) | (rb.u & ~one);                                                \
-        return rb.f;                                                                               \
+    static inline __attribute__((always_inline)) float ot_vm_powf1(float a, float b) {             \
+        return ot_powf(a, b);                                                                      \
     }                                                                                              \
     static inline double ot_vm_pow1(double a, double b) {                                          \
         union {                                                                                    \
