@@ -725,13 +725,14 @@
  * (1 - sh)/2), log2 m = s·M(z), z = s² = zh + zl, M = 2/ln 2 + z·(C + z·R(z)) with 2/ln 2 and C in
  * two parts and R of degree 2 (a least-squares fit, M within 2^-37 relative), the leading products
  * split exactly with fmaf, then k added (Fast2Sum). Its terms need a float pair because the first
- * one after 2s, s³·2/(3 ln 2), is up to 2^-6.6 of the sum: one float rounding there would already
- * cost 2^-31 relative, about 4 ulp of the result when |y·log2|x|| is near 128.
+ * one after 2s, s³·2/(3 ln 2), is up to 2^-6.6 of the sum: each float rounding there costs up to
+ * 2^-30.6 relative, almost 1 ulp of the result when |y·log2|x|| is near 128 (without z's low
+ * part: 2.9 ulp, measured).
  * w = y·log2|x| as wh + wl (the product split exactly with fmaf); y capped at ±2^40 first by
  * integer minimums on the bits (nothing changes for a finite nonzero result, and (-1)^±inf =
  * 1 comes out of 0·y). wh is clamped to [-160, 160] and wl to [-1, 1] the same way (a NaN too),
- * n = round(wh), r = (wh - n) + wl (|r| <= 0.5 for every result that is not 0 or inf; its one
- * rounding costs at most 0.17 ulp), 2^r = 1 + r·Q(r), Q of degree 5 (a least-squares fit, 2^r
+ * n = round(wh), r = (wh - n) + wl (|r| <= 0.5 + 2^-16 for every result that is not 0 or inf; its
+ * one rounding costs at most 0.17 ulp), 2^r = 1 + r·Q(r), Q of degree 5 (a least-squares fit, 2^r
  * within 2^-28 relative), and 2^n applied as two exact powers of two, (2^r·2^(n - n/2))·2^(n/2):
  * the second product rounds once, which gives the overflow to inf, subnormal results and 0.
  * Accuracy (docs/vmath.md): at most 0.95 ulp on the inputs measured (16.8M sampled pairs, every
@@ -739,16 +740,16 @@
  *
  * Special values as C99's powf and XLA's: pow(x, ±0) = pow(1, y) = 1 for every x and y, NaN
  * included; otherwise a NaN operand gives that NaN quieted (x's of two); x = ±0 gives +0 for
- * y > 0 and +inf for y < 0, x = ±inf the reverse (k = ∓inf makes w infinite, clamped); a negative
- * x (-0 and -inf included) gives the sign of (-1)^y for an integer y (every |y| >= 2^24 is an even
- * integer, and so are ±inf for this rule) and the default NaN 0xffc00000 for a finite negative x
- * and a non-integer y; (-1)^±inf = 1. y's integrality and parity come from |y| capped at 2^24,
- * truncated to an integer and converted back. No step reads or produces a subnormal float except
- * a subnormal x (scaled first) and the last product, and the function never runs under the
- * hardware FTZ/DAZ modes (docs/exec.md, Denormals): the caller flushes. Every selection is a
- * mask or a select on integer conditions and no a·b + c is written outside fmaf, so the loop
- * vectorizes for AVX2 as for AVX-512 with the same bits; always inlined, as ot_erfd: GCC's size
- * limits would otherwise keep it a call and the loop around it scalar. */
+ * y > 0 and +inf for y < 0, x = ±inf the reverse (k = -inf for ±0 and +inf for ±inf make w
+ * infinite, then clamped); a negative x (-0 and -inf included) gives the sign of (-1)^y for an
+ * integer y (every |y| >= 2^24 is an even integer, and so are ±inf for this rule) and the default
+ * NaN 0xffc00000 for a finite negative x and a non-integer y; (-1)^±inf = 1. y's integrality and
+ * parity come from |y| capped at 2^24, truncated to an integer and converted back. No step reads or
+ * produces a subnormal float except a subnormal x (scaled first) and the last product, and the
+ * function never runs under the hardware FTZ/DAZ modes (docs/exec.md, Denormals): the caller
+ * flushes. Every selection is a mask or a select on integer conditions and no a·b + c is written
+ * outside fmaf, so the loop vectorizes for AVX2 as for AVX-512 with the same bits; always inlined,
+ * as ot_erfd: GCC's size limits would otherwise keep it a call and the loop around it scalar. */
 #define OT_POWF_DEF                                                                                \
     static inline __attribute__((always_inline)) float ot_powf(float x, float y) {                 \
         union {                                                                                    \
