@@ -1235,7 +1235,7 @@ static void test_vmath_edges(void) {
  * 0.50-0.83 ulp), cbrt within 0.51 ulp (its Newton step's residual is formed exactly), erf within
  * 0.85 ulp; f32 pow on the same number of pairs against pow in double, a quarter of them with x
  * in [sqrt(1/2), sqrt(2)) and |y·log2 x| up to 126, where the low part of ot_powf's log2 matters
- * (without the remainder of s in z's low part: 2.9 ulp). Fails without log1p's correction for the
+ * (without the remainder of s in z's low part: 2.4 ulp). Fails without log1p's correction for the
  * rounding of 1 + x (1.4 ulp near |x| = 2^-53). */
 static void test_vmath_own_ulp(void) {
     enum { N = 1 << 16 };

@@ -726,8 +726,8 @@
  * two parts and R of degree 2 (a least-squares fit, M within 2^-37 relative), the leading products
  * split exactly with fmaf, then k added (Fast2Sum). Its terms need a float pair because the first
  * one after 2s, s³·2/(3 ln 2), is up to 2^-6.6 of the sum: each float rounding there costs up to
- * 2^-30.6 relative, almost 1 ulp of the result when |y·log2|x|| is near 128 (without z's low
- * part: 2.9 ulp, measured).
+ * 2^-30.6 relative, almost 1 ulp of the result when |y·log2|x|| is near 128 (without s's
+ * remainder in z's low part: 2.9 ulp, measured).
  * w = y·log2|x| as wh + wl (the product split exactly with fmaf); y capped at ±2^40 first by
  * integer minimums on the bits (nothing changes for a finite nonzero result, and (-1)^±inf =
  * 1 comes out of 0·y). wh is clamped to [-160, 160] and wl to [-1, 1] the same way (a NaN too),
