@@ -17,7 +17,9 @@
 
 #include <cblas.h>
 #undef I
+#include <dirent.h>
 #include <float.h>
+#include <string.h>
 
 static uint64_t g_rng = 0x5eed;
 
@@ -536,6 +538,37 @@ static void test_dot_subnormal_ftz(void) {
         ot_executable_free(e);
         ot_module_free(m);
     }
+}
+
+/* No OpenBLAS worker spins beside the library's pool: the pthreads build's idle workers, started
+ * when it was loaded, were stopped when the library was (fast_dot.c), so before any pool exists
+ * the process is its main thread alone (with them: one more per extra CPU). A threaded OpenBLAS
+ * call of the application's own still works: OpenBLAS starts its workers again for it. Runs
+ * first, before setup() creates the pools. */
+static void test_blas_idle_workers(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) {
+        printf("    (no /proc/self/task: thread count not checked)\n");
+    } else {
+        int tasks = 0;
+        for (struct dirent *e; (e = readdir(d));) tasks += e->d_name[0] != '.';
+        closedir(d);
+        EXPECT_INT_EQ(tasks, 1);
+    }
+    enum { N = 192 };
+    static float a[N * N], b[N * N], c1[N * N], c2[N * N];
+    for (int k = 0; k < N * N; k++) {
+        a[k] = (float)(k % 7) - 3.0f;
+        b[k] = (float)(k % 5) * 0.5f;
+    }
+    int saved = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c1, N);
+    openblas_set_num_threads(2);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c2, N);
+    openblas_set_num_threads(saved);
+    /* small integers: every sum exact, so any split gives the same bits */
+    EXPECT_TRUE(memcmp(c1, c2, sizeof c1) == 0);
 }
 
 /* OpenBLAS's own thread count does not change a GEMM's bits (it splits M and N, never K). */
@@ -2370,8 +2403,8 @@ static void test_teardown(void) {
     EXPECT_TRUE(true);
 }
 
-OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_dot_random), OT_TEST(test_dot_tiled),
-             OT_TEST(test_dot_strided), OT_TEST(test_dot_subnormal_ftz),
+OT_TEST_MAIN(OT_TEST(test_blas_idle_workers), OT_TEST(test_setup), OT_TEST(test_dot_random),
+             OT_TEST(test_dot_tiled), OT_TEST(test_dot_strided), OT_TEST(test_dot_subnormal_ftz),
              OT_TEST(test_dot_blas_threads), OT_TEST(test_conv_random), OT_TEST(test_conv_large),
              OT_TEST(test_transpose_random), OT_TEST(test_transpose_rows_streamed),
              OT_TEST(test_transpose_small_inner), OT_TEST(test_reduce_random),

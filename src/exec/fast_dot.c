@@ -1742,6 +1742,22 @@ bool ex_dot_bf16_dp(uint64_t *t_dp, uint64_t *t_fma) {
 }
 #endif
 
+/* OpenBLAS's pthreads build starts nproc - 1 worker threads when it is loaded, and an idle
+ * worker spins in sched_yield for its timeout (2^28 cycles, about 0.1 s) before it sleeps. The
+ * library gives OpenBLAS one thread per call (below), so in its process those workers only take
+ * cores from the library's own pool: a program's first runs after start-up (an `optitpu run` of a
+ * few runs, a training job's first steps) ran on half the cores of a 2-core machine (attention
+ * b4 h8 s256 at 2 threads: 5.0 against 2.8 ms a run). They are stopped when the library is
+ * loaded, with the routine OpenBLAS's own fork handler uses (weak: serial builds have neither the
+ * workers nor the routine); OpenBLAS starts them again by itself at the first call that asks it
+ * for more than one thread (blas_thread_init from exec_blas), so an application that runs
+ * threaded BLAS calls of its own keeps them. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+__attribute__((constructor)) static void blas_stop_idle_workers(void) {
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
+
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_one_thread(void) {
