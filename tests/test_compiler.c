@@ -261,6 +261,95 @@ static void test_cse(void) {
     ot_module_free(m);
 }
 
+/* Called computations compare by structure: JAX gives each reduce its own reducer copy, so the
+ * row max that softmax and log_softmax both take of one array calls two computations. */
+static const char *k_cse_regions =
+    "HloModule cse_regions\n"
+    "add_a {\n  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n"
+    "  ROOT s = f32[] add(p0, p1)\n}\n"
+    "add_b {\n  q0 = f32[] parameter(0)\n  q1 = f32[] parameter(1)\n"
+    "  ROOT t = f32[] add(q0, q1)\n}\n"
+    "max_c {\n  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n"
+    "  ROOT m = f32[] maximum(p0, p1)\n}\n"
+    "add_swapped {\n  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n"
+    "  ROOT s = f32[] add(p1, p0)\n}\n"
+    "add_scaled {\n  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n"
+    "  k = f32[] constant(2)\n  m = f32[] multiply(p1, k)\n  ROOT s = f32[] add(p0, m)\n}\n"
+    "add_scaled3 {\n  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n"
+    "  k = f32[] constant(3)\n  m = f32[] multiply(p1, k)\n  ROOT s = f32[] add(p0, m)\n}\n"
+    "outer_1 {\n  x = f32[8] parameter(0)\n  z = f32[] constant(0)\n"
+    "  ROOT r = f32[] reduce(x, z), dimensions={0}, to_apply=add_a\n}\n"
+    "outer_2 {\n  y = f32[8] parameter(0)\n  z = f32[] constant(0)\n"
+    "  ROOT r = f32[] reduce(y, z), dimensions={0}, to_apply=add_b\n}\n"
+    "effect_1 {\n  x = f32[8] parameter(0)\n"
+    "  e = f32[8] custom-call(x), custom_call_target=\"fx\", custom_call_has_side_effect=true\n"
+    "  ROOT n = f32[8] negate(x)\n}\n"
+    "effect_2 {\n  x = f32[8] parameter(0)\n"
+    "  e = f32[8] custom-call(x), custom_call_target=\"fx\", custom_call_has_side_effect=true\n"
+    "  ROOT n = f32[8] negate(x)\n}\n"
+    "ENTRY main {\n"
+    "  x = f32[8,16] parameter(0)\n"
+    "  z = f32[] constant(0)\n"
+    "  r1 = f32[8] reduce(x, z), dimensions={1}, to_apply=add_a\n"
+    "  r2 = f32[8] reduce(x, z), dimensions={1}, to_apply=add_b\n"
+    "  r3 = f32[8] reduce(x, z), dimensions={1}, to_apply=max_c\n"
+    "  r4 = f32[8] reduce(x, z), dimensions={1}, to_apply=add_swapped\n"
+    "  r5 = f32[8] reduce(x, z), dimensions={1}, to_apply=add_scaled\n"
+    "  r6 = f32[8] reduce(x, z), dimensions={1}, to_apply=add_scaled3\n"
+    "  c1 = f32[] call(r1), to_apply=outer_1\n"
+    "  c2 = f32[] call(r2), to_apply=outer_2\n"
+    "  e1 = f32[8] call(r1), to_apply=effect_1\n"
+    "  e2 = f32[8] call(r1), to_apply=effect_2\n"
+    "  ROOT t = (f32[8], f32[8], f32[8], f32[8], f32[8], f32[8], f32[], f32[], f32[8], f32[8]) "
+    "tuple(r1, r2, r3, r4, r5, r6, c1, c2, e1, e2)\n"
+    "}\n";
+
+static void test_cse_called_by_structure(void) {
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(k_cse_regions, strlen(k_cse_regions), NULL, &m));
+    ASSERT_OK(ot_module_finalize(m));
+    int before = ot_module_computation_count(m);
+    bool ch = false;
+    ASSERT_OK(ot_pass_cse(m, &ch));
+    EXPECT_TRUE(ch);
+    ASSERT_OK(ot_pass_dce(m, NULL));
+    ASSERT_OK(ot_module_verify(m));
+    const ot_instr *t = ot_module_entry(m)->root;
+    EXPECT_TRUE(t->operands[0] == t->operands[1]); /* add_a and add_b: one reduce */
+    EXPECT_TRUE(t->operands[0] != t->operands[2]); /* maximum */
+    EXPECT_TRUE(t->operands[0] != t->operands[3]); /* operands swapped: kept apart */
+    EXPECT_TRUE(t->operands[4] != t->operands[5]); /* constants 2 and 3 */
+    EXPECT_TRUE(t->operands[6] == t->operands[7]); /* callees equal through their own callees */
+    EXPECT_TRUE(t->operands[8] != t->operands[9]); /* side effects: never one computation */
+    EXPECT_INT_EQ(count_op(ot_module_entry(m), OT_OP_REDUCE), 5);
+    /* add_b and outer_2 are no longer called */
+    EXPECT_INT_EQ(ot_module_computation_count(m), before - 2);
+    ASSERT_OK(ot_pass_cse(m, &ch));
+    EXPECT_TRUE(!ch);
+    ot_module_free(m);
+
+    /* the same module run: every output the reference evaluator's, bit for bit */
+    ot_module *ref = NULL, *opt = NULL;
+    ASSERT_OK(ot_hlo_parse(k_cse_regions, strlen(k_cse_regions), NULL, &ref));
+    ASSERT_OK(ot_hlo_parse(k_cse_regions, strlen(k_cse_regions), NULL, &opt));
+    ot_shape xs = mat2(OT_F32, 8, 16);
+    ot_value arg, want = ot_value_empty(), got = ot_value_empty();
+    ASSERT_OK(ot_value_alloc_array(&arg, &xs));
+    for (int j = 0; j < 128; j++)
+        ((float *)arg.array.data)[j] = (float)((j * 37) % 29) / 8.0f - 1.5f;
+    ASSERT_OK(ot_evaluate(ref, &arg, 1, NULL, &want));
+    ASSERT_OK(ot_module_finalize(opt));
+    ASSERT_OK(ot_pass_cse(opt, NULL));
+    ASSERT_OK(ot_pass_dce(opt, NULL));
+    ASSERT_OK(ot_evaluate(opt, &arg, 1, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&want, &got));
+    ot_value_release(&arg);
+    ot_value_release(&want);
+    ot_value_release(&got);
+    ot_module_free(ref);
+    ot_module_free(opt);
+}
+
 /* ---- algebraic simplification ---- */
 
 /* Builds root = f(x) in a fresh module, runs simplify + dce, returns the root's opcode after. */
@@ -3144,14 +3233,14 @@ static void test_removed_storage_reused_between_passes(void) {
 
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
              OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
-             OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
-             OT_TEST(test_simplify_transpose_reshape), OT_TEST(test_simplify_pad_window),
-             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_simplify_dot_transpose),
-             OT_TEST(test_simplify_dot_fold_transpose), OT_TEST(test_inline_calls),
-             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
-             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
-             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
-             OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_cse_called_by_structure), OT_TEST(test_simplify),
+             OT_TEST(test_simplify_gather), OT_TEST(test_simplify_transpose_reshape),
+             OT_TEST(test_simplify_pad_window), OT_TEST(test_simplify_reduce_size1),
+             OT_TEST(test_simplify_dot_transpose), OT_TEST(test_simplify_dot_fold_transpose),
+             OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
+             OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
+             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
+             OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
              OT_TEST(test_fuse_scalar_broadcast_beside_scatter),
              OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
              OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),

@@ -640,6 +640,14 @@ ot_status ot_pass_dce(ot_module *m, bool *changed) {
 /* ---------------------------------------------------------------------------------------------
  * Common-subexpression elimination: one hash table per computation over (opcode, attributes,
  * called computations, operands; commutative operands sorted by id; constant values).
+ *
+ * Called computations are compared by structure, as XLA's CSE compares them: JAX gives every
+ * reduce its own copy of its reducer (region_0, region_1, ... each `add` or `maximum` of two
+ * parameters), so the row max that softmax and log_softmax both take of one array were two
+ * reduces of one operand calling two computations, and neither they nor the exp(x - max) above
+ * them merged. Each computation, once its own instructions are merged (callees first), gets a
+ * representative: the first earlier computation of the same structure, else itself; equal
+ * representatives make called computations equal.
  * ------------------------------------------------------------------------------------------- */
 
 static uint64_t mix(uint64_t h, uint64_t v) {
@@ -647,11 +655,27 @@ static uint64_t mix(uint64_t h, uint64_t v) {
     return h;
 }
 
+/* The representatives: computation -> the index in ord.comps of its representative. */
+typedef struct cse_reps {
+    const cc_orders *ord;
+    cc_ptrmap rep;
+    struct cse_slot {
+        uint64_t h;
+        int at; /* index in ord.comps + 1; 0: empty */
+    } * tab;    /* representatives by structural hash */
+    uint64_t cap;
+} cse_reps;
+
+static const ot_computation *cse_rep(const cse_reps *r, const ot_computation *c) {
+    int64_t k = cc_ptrmap_get(&r->rep, c);
+    return k >= 0 ? r->ord->comps[k] : c;
+}
+
 static bool cse_commutes(const ot_instr *i) {
     return ot_opcode_is_commutative(i->opcode) && i->noperands == 2;
 }
 
-static uint64_t cse_hash(const ot_instr *i) {
+static uint64_t cse_hash(const cse_reps *r, const ot_instr *i) {
     uint64_t h = mix(0x1234, (uint64_t)i->opcode);
     h = mix(h, (uint64_t)i->shape.kind);
     if (i->shape.kind == OT_IR_ARRAY) {
@@ -666,15 +690,21 @@ static uint64_t cse_hash(const ot_instr *i) {
     } else {
         for (int k = 0; k < i->noperands; k++) h = mix(h, (uint64_t)i->operands[k]->id);
     }
-    for (int k = 0; k < i->ncalled; k++) h = mix(h, (uint64_t)i->called[k]->id);
+    for (int k = 0; k < i->ncalled; k++) h = mix(h, (uint64_t)cse_rep(r, i->called[k])->id);
     return h;
 }
 
-static bool cse_equal(const ot_instr *a, const ot_instr *b) {
+/* Everything but the operands and the called computations. */
+static bool cse_same_op(const ot_instr *a, const ot_instr *b) {
     if (a->opcode != b->opcode || a->noperands != b->noperands || a->ncalled != b->ncalled)
         return false;
     if (!ot_ir_shape_equal(&a->shape, &b->shape)) return false;
     if (a->shape.kind == OT_IR_ARRAY && a->shape.array.dtype != b->shape.array.dtype) return false;
+    return ot_instr_attrs_equal(a, b);
+}
+
+static bool cse_equal(const cse_reps *r, const ot_instr *a, const ot_instr *b) {
+    if (!cse_same_op(a, b)) return false;
     if (cse_commutes(a)) {
         bool same = a->operands[0] == b->operands[0] && a->operands[1] == b->operands[1];
         bool swap = a->operands[0] == b->operands[1] && a->operands[1] == b->operands[0];
@@ -684,8 +714,8 @@ static bool cse_equal(const ot_instr *a, const ot_instr *b) {
             if (a->operands[k] != b->operands[k]) return false;
     }
     for (int k = 0; k < a->ncalled; k++)
-        if (a->called[k] != b->called[k]) return false;
-    return ot_instr_attrs_equal(a, b);
+        if (cse_rep(r, a->called[k]) != cse_rep(r, b->called[k])) return false;
+    return true;
 }
 
 static bool cse_candidate(const ot_instr *i) {
@@ -694,10 +724,79 @@ static bool cse_candidate(const ot_instr *i) {
     return true;
 }
 
+/* Computation k's structural hash over its post order (each instruction's mark set to its
+ * position in it); false when it must keep its own identity (an instruction with a side effect
+ * or a constant of unknown value). */
+static bool comp_hash(const cse_reps *r, int k, uint64_t *out) {
+    const ot_computation *c = r->ord->comps[k];
+    ot_instr *const *po = r->ord->po[k];
+    int64_t n = r->ord->npo[k];
+    if (!c->root || n != c->ninstrs) return false;
+    uint64_t h = mix(0x5eed, (uint64_t)n);
+    h = mix(h, (uint64_t)c->nparams);
+    for (int64_t j = 0; j < n; j++) {
+        ot_instr *x = po[j];
+        if (x->opcode != OT_OP_PARAMETER && !cse_candidate(x)) return false;
+        x->mark = j;
+        h = mix(h, ot_instr_attrs_hash(x));
+        if (x->shape.kind == OT_IR_ARRAY) {
+            h = mix(h, (uint64_t)x->shape.array.dtype);
+            for (int d = 0; d < x->shape.array.rank; d++)
+                h = mix(h, (uint64_t)x->shape.array.dims[d]);
+        }
+        for (int q = 0; q < x->noperands; q++) h = mix(h, (uint64_t)x->operands[q]->mark);
+        for (int q = 0; q < x->ncalled; q++) h = mix(h, (uint64_t)cse_rep(r, x->called[q])->id);
+    }
+    *out = mix(h, (uint64_t)c->root->mark);
+    return true;
+}
+
+/* Computations a and b (indices in ord, marks set by comp_hash) compute the same thing: the same
+ * instructions in the same post order, operands at the same positions, equal callees. */
+static bool comp_equal(const cse_reps *r, int a, int b) {
+    const cc_orders *o = r->ord;
+    const ot_computation *ca = o->comps[a], *cb = o->comps[b];
+    if (o->npo[a] != o->npo[b] || ca->nparams != cb->nparams || ca->root->mark != cb->root->mark)
+        return false;
+    for (int64_t j = 0; j < o->npo[a]; j++) {
+        const ot_instr *x = o->po[a][j], *y = o->po[b][j];
+        if (!cse_same_op(x, y)) return false;
+        for (int q = 0; q < x->noperands; q++)
+            if (x->operands[q]->mark != y->operands[q]->mark) return false;
+        for (int q = 0; q < x->ncalled; q++)
+            if (cse_rep(r, x->called[q]) != cse_rep(r, y->called[q])) return false;
+    }
+    return true;
+}
+
+/* Computation k's representative, after its instructions were merged. */
+static ot_status comp_represent(cse_reps *r, int k) {
+    if (!r->tab) {
+        r->cap = 16;
+        while (r->cap < (uint64_t)r->ord->n * 2) r->cap *= 2;
+        r->tab = ot_calloc(r->cap, sizeof *r->tab);
+        if (!r->tab) return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
+    }
+    uint64_t h;
+    int rep = k;
+    if (comp_hash(r, k, &h)) {
+        uint64_t p = h & (r->cap - 1);
+        while (r->tab[p].at && !(r->tab[p].h == h && comp_equal(r, r->tab[p].at - 1, k)))
+            p = (p + 1) & (r->cap - 1);
+        if (r->tab[p].at)
+            rep = r->tab[p].at - 1;
+        else
+            r->tab[p] = (struct cse_slot){h, k + 1};
+    }
+    return cc_ptrmap_put(&r->rep, r->ord->comps[k], rep);
+}
+
 /* Merges within one computation. *inorder: whether po is the list's order (the list then stays
  * in topological order, and po with the removed instructions taken out, *n, is its post
- * order). */
-static ot_status cse_computation(ot_instr **po, int64_t *np, bool *changed, bool *inorder) {
+ * order). *dropped: a removed instruction called another computation than its equal (which may
+ * now be unreachable). */
+static ot_status cse_computation(const cse_reps *r, ot_instr **po, int64_t *np, bool *changed,
+                                 bool *inorder, bool *dropped) {
     int64_t n = *np;
     if (n >= (int64_t)UINT32_MAX)
         return ot_error(OT_ERR_OUT_OF_RANGE, "cse: too many instructions");
@@ -720,12 +819,12 @@ static ot_status cse_computation(ot_instr **po, int64_t *np, bool *changed, bool
         *inorder = *inorder && i->prev == (kept ? po[kept - 1] : NULL);
         po[kept++] = i; /* (a kept instruction's place never changes again) */
         if (!cse_candidate(i)) continue;
-        uint64_t h = cse_hash(i);
+        uint64_t h = cse_hash(r, i);
         uint32_t tag = (uint32_t)(h >> 32);
         uint64_t p = h & (cap - 1);
         ot_instr *hit = NULL;
         while (tab[p].at) {
-            if (tab[p].tag == tag && cse_equal(po[tab[p].at - 1], i)) {
+            if (tab[p].tag == tag && cse_equal(r, po[tab[p].at - 1], i)) {
                 hit = po[tab[p].at - 1];
                 break;
             }
@@ -735,6 +834,7 @@ static ot_status cse_computation(ot_instr **po, int64_t *np, bool *changed, bool
             tab[p] = (struct slot){tag, (uint32_t)kept};
             continue;
         }
+        for (int q = 0; q < i->ncalled; q++) *dropped = *dropped || i->called[q] != hit->called[q];
         s = ot_instr_replace_all_uses(i, hit);
         if (s == OT_OK) s = ot_instr_remove(i);
         if (s == OT_OK) *changed = true;
@@ -750,15 +850,22 @@ ot_status ot_pass_cse(ot_module *m, bool *changed) {
     if (changed) *changed = false;
     cc_orders ord;
     OT_CHECK(cc_orders_take(m, &ord));
+    cse_reps reps = {.ord = &ord};
     ot_status s = OT_OK;
-    bool inorder = true;
-    for (int k = 0; k < ord.n && s == OT_OK; k++)
-        s = cse_computation(ord.po[k], &ord.npo[k], &ch, &inorder);
+    bool inorder = true, dropped = false;
+    /* callees first: a computation's callees have their representatives when it is merged */
+    for (int k = 0; k < ord.n && s == OT_OK; k++) {
+        s = cse_computation(&reps, ord.po[k], &ord.npo[k], &ch, &inorder, &dropped);
+        if (s == OT_OK) s = comp_represent(&reps, k);
+    }
+    cc_ptrmap_free(&reps.rep);
+    ot_free(reps.tab);
     /* Merging keeps a list in topological order (a user is redirected to an earlier equal
      * instruction); a list in topological order is its own post order, so the orders without the
-     * removed instructions are exactly what cc_orders_build would find again. The computations'
-     * order is unchanged: a removed instruction called what its equal, earlier one calls. */
-    if (s == OT_OK && ch && inorder) ord.edits = ir_module_edits(m);
+     * removed instructions are exactly what cc_orders_build would find again, unless a removed
+     * instruction called a computation its equal does not (that one may no longer be
+     * reachable). */
+    if (s == OT_OK && ch && inorder && !dropped) ord.edits = ir_module_edits(m);
     cc_orders_give(m, &ord);
     if (changed) *changed = ch;
     return s;
