@@ -2822,6 +2822,67 @@ static void test_norm_rows(void) {
  * integer-key reduction, the mask is read at a per-row base plus the column (no division per
  * element), the exp beside the sum is stored by the sum's loops (no second loop over the row
  * computing it again), and the log-softmax's output loop runs in its exp-sum's kernel. */
+/* softmax and log_softmax of one array, each reduce with its own copy of its reducer (as JAX
+ * lowers them): CSE merges the two row maxima and the exp(x - max) above them (called
+ * computations compare by structure), so the module compiles to as many kernels as with one
+ * shared max and one shared add, and every output is the reference's on 1, 2, 3 and 8 threads,
+ * over rows (the last dim), a middle dim and the leading dim, f32 and f64 (the lone row maximum
+ * of the parameter goes to the fast reduce kernel, not native code). */
+static const char sm_lsm_tmpl[] =
+    "HloModule sml\nmx0 {\n  a = $T[] parameter(0)\n  b = $T[] parameter(1)\n"
+    "  ROOT c = $T[] maximum(a, b)\n}\nadd0 {\n  a = $T[] parameter(0)\n  b = $T[] parameter(1)\n"
+    "  ROOT c = $T[] add(a, b)\n}\nmx1 {\n  p = $T[] parameter(0)\n  q = $T[] parameter(1)\n"
+    "  ROOT r = $T[] maximum(p, q)\n}\nadd1 {\n  p = $T[] parameter(0)\n  q = $T[] parameter(1)\n"
+    "  ROOT r = $T[] add(p, q)\n}\nENTRY main {\n  x = $T[$S] parameter(0)\n"
+    "  ni = $T[] constant(-inf)\n  z = $T[] constant(0)\n"
+    "  m0 = $T[$R] reduce(x, ni), dimensions={$D}, to_apply=mx0\n"
+    "  b0 = $T[$S] broadcast(m0), dimensions={$B}\n  d0 = $T[$S] subtract(x, b0)\n"
+    "  e0 = $T[$S] exponential(d0)\n"
+    "  s0 = $T[$R] reduce(e0, z), dimensions={$D}, to_apply=add0\n"
+    "  sb0 = $T[$S] broadcast(s0), dimensions={$B}\n  sm = $T[$S] divide(e0, sb0)\n"
+    "  m1 = $T[$R] reduce(x, ni), dimensions={$D}, to_apply=$N\n"
+    "  b1 = $T[$S] broadcast(m1), dimensions={$B}\n  d1 = $T[$S] subtract(x, b1)\n"
+    "  e1 = $T[$S] exponential(d1)\n"
+    "  s1 = $T[$R] reduce(e1, z), dimensions={$D}, to_apply=$M\n"
+    "  l1 = $T[$R] log(s1)\n  lb = $T[$S] broadcast(l1), dimensions={$B}\n"
+    "  ls = $T[$S] subtract(d1, lb)\n  ROOT t = ($T[$S], $T[$S]) tuple(sm, ls)\n}\n";
+
+static void test_softmax_log_softmax_regions(void) {
+    static const char *const cases[][4] = {
+        /* S, R, D, B */
+        {"64,130", "64", "1", "0"},
+        {"7,33,50", "7,50", "1", "0,2"},
+        {"40,17", "17", "0", "1"},
+    };
+    static const char *const dts[] = {"f32", "f64"};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    char text[4096];
+    int seed = 0;
+    for (int j = 0; j < 2; j++)
+        for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+            const char *val[8] = {dts[j],      cases[c][0], cases[c][1], cases[c][3],
+                                  cases[c][2], "mx0",       "add0",      ""};
+            expand(text, sizeof text, sm_lsm_tmpl, val);
+            int shared = 0;
+            (void)row_sums(text, &shared);
+            val[5] = "mx1";
+            val[6] = "add1";
+            expand(text, sizeof text, sm_lsm_tmpl, val);
+            int copies = 0;
+            (void)row_sums(text, &copies);
+            EXPECT_TRUE(shared > 0);
+            EXPECT_INT_EQ(copies, shared);
+            for (int t = 0; t < 4; t++) {
+                g_run_pool = pools[t];
+                check_module(text, 1700 + (uint64_t)seed++, false);
+            }
+            g_run_pool = NULL;
+        }
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 static void test_softmax_rows(void) {
     static const char *const dts[] = {"f32", "f64"};
     static const int lens[] = {1, 3, 15, 16, 17, 33, 128, 130};
@@ -3964,6 +4025,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_l2_norm_grad_rows),
         OT_TEST(test_norm_rows),
         OT_TEST(test_softmax_rows),
+        OT_TEST(test_softmax_log_softmax_regions),
         OT_TEST(test_lanes_narrow),
         OT_TEST(test_squeezed_slices),
         OT_TEST(test_walk_middle_broadcast),
