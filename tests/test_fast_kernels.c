@@ -542,19 +542,49 @@ static void test_dot_subnormal_ftz(void) {
 
 /* No OpenBLAS worker spins beside the library's pool: the pthreads build's idle workers, started
  * when it was loaded, were stopped when the library was (fast_dot.c), so before any pool exists
- * the process is its main thread alone (with them: one more per extra CPU). A threaded OpenBLAS
- * call of the application's own still works: OpenBLAS starts its workers again for it. Runs
- * first, before setup() creates the pools. */
-static void test_blas_idle_workers(void) {
+ * the process is its main thread alone (with them: one more per extra CPU), and a dot that the
+ * library runs through OpenBLAS (5 rows) does not start them again. A threaded OpenBLAS call of the
+ * application's own still works: OpenBLAS starts its workers again for it. Runs first, before
+ * setup() creates the pools. */
+static int process_tasks(void) {
     DIR *d = opendir("/proc/self/task");
-    if (!d) {
-        printf("    (no /proc/self/task: thread count not checked)\n");
-    } else {
-        int tasks = 0;
-        for (struct dirent *e; (e = readdir(d));) tasks += e->d_name[0] != '.';
-        closedir(d);
-        EXPECT_INT_EQ(tasks, 1);
-    }
+    if (!d) return -1;
+    int tasks = 0;
+    for (struct dirent *e; (e = readdir(d));) tasks += e->d_name[0] != '.';
+    closedir(d);
+    return tasks;
+}
+
+static void test_blas_idle_workers(void) {
+    int tasks = process_tasks();
+    if (tasks < 0) printf("    (no /proc/self/task: thread count not checked)\n");
+    if (tasks >= 0) EXPECT_INT_EQ(tasks, 1);
+    ot_shape ls, rs;
+    ASSERT_OK(ot_shape_make(&ls, OT_F32, 2, (int64_t[]){5, 64}));
+    ASSERT_OK(ot_shape_make(&rs, OT_F32, 2, (int64_t[]){64, 40}));
+    ot_dot_dims dn = {.nbatch = 0, .ncontract = 1, .lhs_contract = {1}, .rhs_contract = {0}};
+    ot_module *m = dot_module(OT_F32, &ls, &rs, &dn, false);
+    ASSERT_TRUE(m);
+    ot_executable *e = compile0(m);
+    ASSERT_TRUE(e);
+    ot_tensor args[2], t;
+    ASSERT_OK(ot_tensor_alloc(&args[0], &ls));
+    ASSERT_OK(ot_tensor_alloc(&args[1], &rs));
+    fill_random(&args[0], -1, 1);
+    fill_random(&args[1], -1, 1);
+    ot_threadpool *one = NULL;
+    ASSERT_OK(ot_threadpool_create(1, &one));
+    int fr = 0;
+    ASSERT_OK(run_exe(e, args, 2, &t, one, false, &fr));
+    EXPECT_INT_EQ(fr, 1);
+    if (tasks >= 0) EXPECT_INT_EQ(process_tasks(), 1);
+    ot_threadpool_free(one);
+    ot_tensor_release(&t);
+    ot_tensor_release(&args[0]);
+    ot_tensor_release(&args[1]);
+    ot_executable_free(e);
+    ot_module_free(m);
+
     enum { N = 192 };
     static float a[N * N], b[N * N], c1[N * N], c2[N * N];
     for (int k = 0; k < N * N; k++) {

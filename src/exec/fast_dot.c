@@ -1747,21 +1747,23 @@ bool ex_dot_bf16_dp(uint64_t *t_dp, uint64_t *t_fma) {
  * library gives OpenBLAS one thread per call (below), so in its process those workers only take
  * cores from the library's own pool: a program's first runs after start-up (an `optitpu run` of a
  * few runs, a training job's first steps) ran on half the cores of a 2-core machine (attention
- * b4 h8 s256 at 2 threads: 5.0 against 2.8 ms a run). They are stopped when the library is
- * loaded, with the routine OpenBLAS's own fork handler uses (weak: serial builds have neither the
- * workers nor the routine); OpenBLAS starts them again by itself at the first call that asks it
- * for more than one thread (blas_thread_init from exec_blas), so an application that runs
- * threaded BLAS calls of its own keeps them. */
+ * b4 h8 s256 at 2 threads: 5.0 against 2.8 ms a run). So when the library is loaded OpenBLAS is
+ * set to one thread, as the library's first BLAS call would set it, and its workers are stopped
+ * with the routine OpenBLAS's own fork handler uses (weak: serial builds have neither the workers
+ * nor the routine). In that order: this OpenBLAS (0.3.21) starts its workers again in any
+ * openblas_set_num_threads call that finds them stopped, so the library never calls it again
+ * while the count is 1 (an application that sets more threads gets its workers back). */
 extern int blas_thread_shutdown_(void) __attribute__((weak));
 
 __attribute__((constructor)) static void blas_stop_idle_workers(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     if (blas_thread_shutdown_) blas_thread_shutdown_();
 }
 
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_one_thread(void) {
-    openblas_set_num_threads(1);
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
 static void run_gemm(ex_kernel_ctx *c, ex_gemm *g, const gemm_view *va, const gemm_view *vb) {
