@@ -7,8 +7,7 @@
 #                              test, python3 for the CLI tests, python3-venv and python3-dev for
 #                              the Python package's test, chrony for test_clock_chrony; oneDNN
 #                              for the fast convolution's kernels, optional to the build; SLEEF
-#                              for the vector math of generated code and the reference; KISS FFT
-#                              for the fft instruction)
+#                              for the vector math of generated code and the reference)
 #   scripts/deps.sh --ci       also the tools CI uses (clang for fuzzers, clang-format)
 # chrony is the one exception to "install what is missing": on a machine that already has another
 # NTP daemon (systemd-timesyncd, ntp, ntpsec, openntpd), installing chrony would replace that
@@ -16,7 +15,7 @@
 # reports itself skipped there. The tests run chronyd themselves (foreground, -x: never touching
 # the clock); they need only its binary.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev libsleef-dev libkissfft-dev libssl-dev libjansson-dev
+pkgs=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev libsleef-dev libssl-dev libjansson-dev
       libopenmpi-dev openmpi-bin iproute2 python3 python3-venv python3-dev util-linux)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 if [[ "${1:-}" == "--ci" ]]; then

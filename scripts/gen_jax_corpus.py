@@ -1007,8 +1007,9 @@ def add_random():
 def add_fft():
     """jnp.fft and complex arithmetic around it: HLO fft (FFT, IFFT, RFFT, IRFFT over 1 to 3
     dims), complex, real, imag and elementwise ops on c64, a complex dot (an FNO layer's
-    per-mode channel mixing). optitpu's FFT (KISS FFT) and XLA's (ducc) differ by rounding:
-    tolerances scale with the spectrum's magnitude."""
+    per-mode channel mixing); c128/f64 transforms (fft64_*), a Bluestein length among them.
+    optitpu's FFT (src/exec/fft.c) and XLA's (ducc) differ by rounding: tolerances scale with
+    the spectrum's magnitude."""
     r = rng_for("fft")
 
     def cplx(shape):
@@ -1045,6 +1046,20 @@ def add_fft():
 
     case("fft_spectral_conv_fno", spectral_conv, [real((2, 3, 64)), cplx((3, 4, 8))],
          close_tol(1e-4, 1e-5), "fft")
+
+    def cplx128(shape):
+        return r.uniform(-1, 1, shape) + 1j * r.uniform(-1, 1, shape)
+
+    t64 = close_tol(1e-12, 1e-12)
+    case("fft64_fft_c128", jnp.fft.fft, [cplx128((4, 30))], close_tol(1e-12, 1e-11), "fft")
+    case("fft64_ifft2_c128", jnp.fft.ifft2, [cplx128((2, 12, 7))], t64, "fft")
+    case("fft64_rfft_f64", jnp.fft.rfft, [r.uniform(-1, 1, (6, 100))], close_tol(1e-12, 1e-11),
+         "fft")
+    case("fft64_irfft_odd_f64", lambda x: jnp.fft.irfft(x, n=27), [cplx128((3, 14))], t64, "fft")
+    case("fft64_irfftn_f64", lambda x: jnp.fft.irfftn(x, s=(6, 10)), [cplx128((2, 6, 6))], t64,
+         "fft")
+    case("fft64_bluestein_c128", jnp.fft.fft, [cplx128((3, 263))], close_tol(1e-12, 1e-11),
+         "fft")
 
 
 def add_linalg():

@@ -107,7 +107,8 @@ reconstruct something), so the comparison is a residual.
 The eighth group (`--group fft`, names starting with "f ") holds Fourier transforms (HLO fft) and
 the complex arithmetic around them: an rfft power spectrum; a low-pass filter (rfft, scale,
 irfft); fft2 of a c64 batch, a complex scale and ifft2; an FNO spectral convolution (rfft, 64
-kept modes mixed across 32 channels by a complex einsum, irfft).
+kept modes mixed across 32 channels by a complex einsum, irfft); a circular convolution of c128
+rows (fft, multiply by a transformed kernel, ifft).
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -2350,7 +2351,7 @@ def linalg_case_list(quick):
 
 # ---- the eighth group: Fourier transforms (`--group fft`) ----------------------------------------
 # jnp.fft lowers to HLO fft (FFT, IFFT, RFFT, IRFFT); around it, complex arithmetic on c64.
-# optitpu transforms each line with KISS FFT (src/exec/fft.c), XLA with ducc.
+# optitpu transforms lines with its own FFT (src/exec/fft.c), XLA with ducc.
 
 def _c64(rng, shape):
     return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
@@ -2393,13 +2394,25 @@ def make_f_fno(quick):
     return f, [x, w], {"tol": 1e-4}
 
 
+def make_f_conv128(quick):
+    b, n = (64, 4096) if not quick else (2, 64)
+    rng = _rng(75)
+    z = rng.standard_normal((b, n)) + 1j * rng.standard_normal((b, n))
+    k = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+
+    def f(z, k):  # each row circularly convolved with k, in c128
+        return jnp.fft.ifft(jnp.fft.fft(z) * jnp.fft.fft(k))
+    return f, [z, k], {"tol": 1e-10, "x64": True}
+
+
 def fft_case_list(quick):
     """The eighth group, each name starting with "f ". Sizes are those of a full run."""
     q = quick
     return [("f rfft power spectrum 256x4096", lambda: make_f_power(q)),
             ("f rfft-filter-irfft 512x2048", lambda: make_f_lowpass(q)),
             ("f fft2 * 0.5j ifft2 c64 16x256x256", lambda: make_f_fft2(q)),
-            ("f fno spectral conv b16 c32 n1024 modes 64", lambda: make_f_fno(q))]
+            ("f fno spectral conv b16 c32 n1024 modes 64", lambda: make_f_fno(q)),
+            ("f circular conv c128 64x4096", lambda: make_f_conv128(q))]
 
 
 def group_cases(group, quick):

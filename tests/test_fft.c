@@ -9,6 +9,8 @@
 #include "optitpu/runtime.h"
 #include "ot_test.h"
 
+#include "exec/fast_internal.h"
+
 #include <complex.h>
 #undef I
 
@@ -40,6 +42,8 @@ static ot_value rand_value(const ot_shape *s, double complex *d) {
             ((float *)v.array.data)[2 * e + 1] = im;
         } else if (s->dtype == OT_F32) {
             ((float *)v.array.data)[e] = re;
+        } else if (s->dtype == OT_F64) {
+            ((double *)v.array.data)[e] = re;
         } else { /* c128 */
             ((double *)v.array.data)[2 * e] = re;
             ((double *)v.array.data)[2 * e + 1] = im;
@@ -211,6 +215,269 @@ static void test_fft_2d_3d_against_naive_dft(void) {
     }
 }
 
+/* ---- accuracy over many lengths in both precisions, against a long double reference ---- */
+
+typedef long double complex ldc;
+#define PI_L 3.141592653589793238462643383279502884L
+
+static ldc root_l(int64_t k, int64_t n, int sign) {
+    long double a = (long double)sign * 2.0L * PI_L * (long double)k / (long double)n;
+    return cosl(a) + sinl(a) * _Complex_I;
+}
+
+/* y = the DFT of x (n values) in long double; sign -1 forward, unscaled. Powers of two by an
+ * iterative radix-2 transform, other lengths directly from a table of roots. */
+static void ref_dft(const ldc *x, ldc *y, int64_t n, int sign) {
+    if (n >= 512 && (n & (n - 1)) == 0) {
+        int lg = 0;
+        while (((int64_t)1 << lg) < n) lg++;
+        for (int64_t q = 0; q < n; q++) {
+            int64_t r = 0;
+            for (int b = 0; b < lg; b++) r |= ((q >> b) & 1) << (lg - 1 - b);
+            y[r] = x[q];
+        }
+        for (int64_t len = 2; len <= n; len *= 2)
+            for (int64_t k = 0; k < len / 2; k++) {
+                ldc w = root_l(k, len, sign);
+                for (int64_t q = 0; q < n; q += len) {
+                    ldc u = y[q + k], v = y[q + k + len / 2] * w;
+                    y[q + k] = u + v;
+                    y[q + k + len / 2] = u - v;
+                }
+            }
+        return;
+    }
+    ldc *rt = malloc((size_t)n * sizeof *rt);
+    for (int64_t k = 0; k < n; k++) rt[k] = root_l(k, n, sign);
+    for (int64_t k = 0; k < n; k++) {
+        ldc acc = 0;
+        for (int64_t t = 0, r = 0; t < n; t++, r = r + k >= n ? r + k - n : r + k)
+            acc += x[t] * rt[r];
+        y[k] = acc;
+    }
+    free(rt);
+}
+
+/* fft(type) of `lines` random lines of fft_length n in f32/c64 or f64/c128 (dbl) through the
+ * evaluator, against ref_dft: the relative L2 error (over all the values) and the max error
+ * relative to the largest reference value. */
+static void fft_errors(bool dbl, int type, int64_t n, int64_t lines, double *l2, double *mx) {
+    const char *ct = dbl ? "c128" : "c64", *rt = dbl ? "f64" : "f32";
+    int64_t m = n / 2 + 1;
+    int64_t inl = type == OT_FFT_IRFFT ? m : n, outl = type == OT_FFT_RFFT ? m : n;
+    char text[512];
+    snprintf(text, sizeof text,
+             "HloModule m\nENTRY e {\n  x = %s[%lld,%lld] parameter(0)\n  ROOT y = %s[%lld,%lld] "
+             "fft(x), fft_type=%s, fft_length={%lld}\n}\n",
+             type == OT_FFT_RFFT ? rt : ct, (long long)lines, (long long)inl,
+             type == OT_FFT_IRFFT ? rt : ct, (long long)lines, (long long)outl, type_name(type),
+             (long long)n);
+    ot_module *m0 = parse(text);
+    ASSERT_TRUE(m0 != NULL);
+    const ot_instr *xi = ot_computation_find_instr(ot_module_entry(m0), "x");
+    ot_value a;
+    ASSERT_OK(ot_value_alloc_array(&a, &xi->shape.array));
+    bool cin = type != OT_FFT_RFFT;
+    ldc *x = malloc((size_t)(lines * inl) * sizeof *x), *xf = malloc((size_t)n * sizeof *xf),
+        *yf = malloc((size_t)n * sizeof *yf);
+    for (int64_t e = 0; e < lines * inl; e++) {
+        double re = rnd(), im = cin ? rnd() : 0.0;
+        if (dbl) {
+            ((double *)a.array.data)[cin ? 2 * e : e] = re;
+            if (cin) ((double *)a.array.data)[2 * e + 1] = im;
+        } else {
+            re = (float)re;
+            im = (float)im;
+            ((float *)a.array.data)[cin ? 2 * e : e] = (float)re;
+            if (cin) ((float *)a.array.data)[2 * e + 1] = (float)im;
+        }
+        x[e] = re + im * _Complex_I;
+    }
+    ot_value r;
+    EXPECT_OK(ot_evaluate(m0, &a, 1, NULL, &r));
+    int sign = type == OT_FFT_IFFT || type == OT_FFT_IRFFT ? 1 : -1;
+    long double se = 0, sr = 0, me = 0, mr = 0;
+    for (int64_t l = 0; l < lines; l++) {
+        const ldc *xl = x + l * inl;
+        if (type == OT_FFT_IRFFT) { /* the Hermitian line; DC and Nyquist terms real */
+            xf[0] = creall(xl[0]);
+            for (int64_t q = 1; q < m; q++) {
+                xf[q] = xl[q];
+                xf[n - q] = conjl(xl[q]);
+            }
+            if (n % 2 == 0) xf[n / 2] = creall(xl[n / 2]);
+        } else {
+            memcpy(xf, xl, (size_t)n * sizeof *xf);
+        }
+        ref_dft(xf, yf, n, sign);
+        for (int64_t q = 0; q < outl; q++) {
+            ldc want = sign > 0 ? yf[q] / (long double)n : yf[q];
+            if (type == OT_FFT_IRFFT) want = creall(want);
+            double complex got = elem(&r, l * outl + q);
+            long double d = cabsl((creal(got) + cimag(got) * _Complex_I) - want), w = cabsl(want);
+            se += d * d;
+            sr += w * w;
+            me = d > me ? d : me;
+            mr = w > mr ? w : mr;
+        }
+    }
+    *l2 = (double)sqrtl(se / sr);
+    *mx = (double)(me / mr);
+    free(x);
+    free(xf);
+    free(yf);
+    ot_value_release(&r);
+    ot_value_release(&a);
+    ot_module_free(m0);
+}
+
+/* Every length 1..300 (radix 2, 3, 4, 5, the generic odd radices and Bluestein for primes above
+ * 127), powers of two to 2^16 and larger mixed, prime and Bluestein lengths, each type, both
+ * precisions: the relative L2 error stays within a few units of rounding times log2(n), the
+ * largest error within a small multiple of that. */
+static void test_fft_accuracy_many_lengths(void) {
+    int64_t lens[400];
+    int nl = 0;
+    for (int64_t n = 1; n <= 300; n++) lens[nl++] = n;
+    for (int64_t n = 512; n <= 65536; n *= 2) lens[nl++] = n;
+    static const int64_t more[] = {1009, 2 * 3 * 5 * 7 * 11, 4099, 3 * 1031, 6000, 127 * 16};
+    for (size_t q = 0; q < sizeof more / sizeof more[0]; q++) lens[nl++] = more[q];
+    for (int d = 0; d < 2; d++) {
+        double eps = d ? 1.1102230246251565e-16 : 5.9604644775390625e-08;
+        double worst_l2 = 0, worst_mx = 0, raw_l2 = 0, raw_mx = 0;
+        int64_t at_l2 = 0, at_mx = 0;
+        for (int q = 0; q < nl; q++)
+            for (int type = 0; type < 4; type++) {
+                int64_t n = lens[q];
+                double l2 = INFINITY, mx = INFINITY, lg = n > 1 ? log2((double)n) : 1.0;
+                fft_errors(d, type, n, n <= 300 ? 3 : 1, &l2, &mx);
+                bool ok = l2 <= 1.0 * eps * lg && mx <= 2.0 * eps * lg;
+                if (!ok)
+                    fprintf(stderr, "  %s %s n=%lld: L2 error %.3g, max %.3g (eps log2 n %.3g)\n",
+                            d ? "f64" : "f32", type_name(type), (long long)n, l2, mx, eps * lg);
+                EXPECT_TRUE(ok);
+                if (l2 / (eps * lg) > worst_l2) worst_l2 = l2 / (eps * lg), at_l2 = n;
+                if (mx / (eps * lg) > worst_mx) worst_mx = mx / (eps * lg), at_mx = n;
+                raw_l2 = l2 > raw_l2 ? l2 : raw_l2;
+                raw_mx = mx > raw_mx ? mx : raw_mx;
+            }
+        fprintf(stderr,
+                "  %s: worst L2 error %.3f eps log2 n (n=%lld), worst max error %.3f eps "
+                "log2 n (n=%lld); largest L2 error %.3g, max error %.3g\n",
+                d ? "f64" : "f32", worst_l2, (long long)at_l2, worst_mx, (long long)at_mx, raw_l2,
+                raw_mx);
+    }
+}
+
+/* A line's bits do not depend on the lines transformed beside it (its lane, its group, the
+ * padding of a short group): each line of a batch equals the same line transformed alone, for
+ * every type, both precisions, along the last axis and along an inner one (fft2: the second
+ * axis's lines are 37 apart, so groups span two batch entries). */
+static void test_fft_line_bits_independent_of_batch(void) {
+    static const struct {
+        const char *in, *out, *type, *len;
+        int64_t d1, d2; /* one entry's dims (d1 = 0: 1-D lines of d2) */
+    } cases[] = {
+        {"c64", "c64", "FFT", "100", 0, 100},   {"c128", "c128", "IFFT", "90", 0, 90},
+        {"f32", "c64", "RFFT", "96", 0, 96},    {"f64", "c128", "RFFT", "77", 0, 77},
+        {"c64", "f32", "IRFFT", "64", 0, 33},   {"c128", "f64", "IRFFT", "63", 0, 32},
+        {"c64", "c64", "FFT", "24,37", 24, 37}, {"c128", "c128", "IFFT", "20,37", 20, 37},
+        {"c64", "c64", "FFT", "263", 0, 263},
+    };
+    const int64_t B = 21;
+    for (size_t q = 0; q < sizeof cases / sizeof cases[0]; q++) {
+        bool irfft = !strcmp(cases[q].type, "IRFFT"), rfft = !strcmp(cases[q].type, "RFFT");
+        int64_t d2o = rfft ? cases[q].d2 / 2 + 1 : irfft ? atoll(cases[q].len) : cases[q].d2;
+        char dims_in[64], dims_out[64], text[2][512];
+        for (int one = 0; one < 2; one++) {
+            int64_t b = one ? 1 : B;
+            if (cases[q].d1) {
+                snprintf(dims_in, sizeof dims_in, "%lld,%lld,%lld", (long long)b,
+                         (long long)cases[q].d1, (long long)cases[q].d2);
+                snprintf(dims_out, sizeof dims_out, "%lld,%lld,%lld", (long long)b,
+                         (long long)cases[q].d1, (long long)d2o);
+            } else {
+                snprintf(dims_in, sizeof dims_in, "%lld,%lld", (long long)b,
+                         (long long)cases[q].d2);
+                snprintf(dims_out, sizeof dims_out, "%lld,%lld", (long long)b, (long long)d2o);
+            }
+            snprintf(text[one], sizeof text[one],
+                     "HloModule m\nENTRY e {\n  x = %s[%s] parameter(0)\n  ROOT y = %s[%s] fft(x), "
+                     "fft_type=%s, fft_length={%s}\n}\n",
+                     cases[q].in, dims_in, cases[q].out, dims_out, cases[q].type, cases[q].len);
+        }
+        ot_module *mb = parse(text[0]), *m1 = parse(text[1]);
+        ASSERT_TRUE(mb != NULL && m1 != NULL);
+        const ot_instr *xb = ot_computation_find_instr(ot_module_entry(mb), "x");
+        int64_t nb = ot_shape_numel_unchecked(&xb->shape.array);
+        double complex *dummy = malloc((size_t)nb * sizeof *dummy);
+        ot_value a = rand_value(&xb->shape.array, dummy), r;
+        free(dummy);
+        ASSERT_OK(ot_evaluate(mb, &a, 1, NULL, &r));
+        size_t in_entry = a.array.nbytes / (size_t)B, out_entry = r.array.nbytes / (size_t)B;
+        for (int64_t b = 0; b < B; b++) {
+            const ot_instr *x1 = ot_computation_find_instr(ot_module_entry(m1), "x");
+            ot_value a1, r1;
+            ASSERT_OK(ot_value_alloc_array(&a1, &x1->shape.array));
+            memcpy(a1.array.data, (char *)a.array.data + (size_t)b * in_entry, in_entry);
+            ASSERT_OK(ot_evaluate(m1, &a1, 1, NULL, &r1));
+            bool same =
+                r1.array.nbytes == out_entry &&
+                !memcmp(r1.array.data, (char *)r.array.data + (size_t)b * out_entry, out_entry);
+            if (!same)
+                fprintf(stderr, "  %s %s[%s] fft_length={%s}: entry %lld alone differs\n",
+                        cases[q].type, cases[q].in, dims_in, cases[q].len, (long long)b);
+            EXPECT_TRUE(same);
+            ot_value_release(&a1);
+            ot_value_release(&r1);
+        }
+        ot_value_release(&r);
+        ot_value_release(&a);
+        ot_module_free(mb);
+        ot_module_free(m1);
+    }
+}
+
+/* The baseline instances (plain x86-64: each 64-byte vector operation as SSE2 ones) give the
+ * AVX-512 instances' bits: the same lane-wise IEEE operations, no contraction. (Both are the
+ * baseline on a CPU without AVX-512.) */
+static void test_fft_baseline_equals_avx512(void) {
+    static const char *mods[] = {
+        "HloModule m\nENTRY e {\n  x = c64[19,360] parameter(0)\n  ROOT y = c64[19,360] fft(x), "
+        "fft_type=FFT, fft_length={360}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c128[9,263] parameter(0)\n  ROOT y = c128[9,263] "
+        "fft(x), fft_type=IFFT, fft_length={263}\n}\n",
+        "HloModule m\nENTRY e {\n  x = f32[17,154] parameter(0)\n  ROOT y = c64[17,78] fft(x), "
+        "fft_type=RFFT, fft_length={154}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c128[5,24,50] parameter(0)\n  ROOT y = f64[5,24,98] "
+        "fft(x), fft_type=IRFFT, fft_length={24,98}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c64[3,28,37] parameter(0)\n  ROOT y = c64[3,28,37] "
+        "fft(x), fft_type=FFT, fft_length={28,37}\n}\n",
+    };
+    for (size_t q = 0; q < sizeof mods / sizeof mods[0]; q++) {
+        ot_module *m = parse(mods[q]);
+        ASSERT_TRUE(m != NULL);
+        const ot_instr *x = ot_computation_find_instr(ot_module_entry(m), "x");
+        int64_t n = ot_shape_numel_unchecked(&x->shape.array);
+        double complex *dummy = malloc((size_t)n * sizeof *dummy);
+        ot_value a = rand_value(&x->shape.array, dummy), r0, r1;
+        free(dummy);
+        ASSERT_OK(ot_evaluate(m, &a, 1, NULL, &r0));
+        ex_fft_force_baseline(true);
+        ot_status st = ot_evaluate(m, &a, 1, NULL, &r1);
+        ex_fft_force_baseline(false);
+        ASSERT_OK(st);
+        bool same = r0.array.nbytes == r1.array.nbytes &&
+                    !memcmp(r0.array.data, r1.array.data, r0.array.nbytes);
+        if (!same) fprintf(stderr, "  module %zu: the baseline instance differs\n", q);
+        EXPECT_TRUE(same);
+        ot_value_release(&r0);
+        ot_value_release(&r1);
+        ot_value_release(&a);
+        ot_module_free(m);
+    }
+}
+
 /* Runs exe on nargs arguments into its nout output leaves (allocated here) with the given pool
  * (reference: the reference kernels). */
 static ot_status run_exe(const ot_executable *exe, void *const *params, ot_tensor *outs,
@@ -247,6 +514,14 @@ static void test_fft_threads_deterministic(void) {
         "fft(x), fft_type=IRFFT, fft_length={64,128}\n}\n",
         "HloModule m\nENTRY e {\n  x = c64[16,48,45] parameter(0)\n  ROOT y = c64[16,48,45] "
         "fft(x), fft_type=IFFT, fft_length={16,48,45}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c128[40,3000] parameter(0)\n  ROOT y = c128[40,3000] "
+        "fft(x), fft_type=FFT, fft_length={3000}\n}\n",
+        "HloModule m\nENTRY e {\n  x = f64[37,1000] parameter(0)\n  ROOT y = c128[37,501] "
+        "fft(x), fft_type=RFFT, fft_length={1000}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c128[6,100,52] parameter(0)\n  ROOT y = f64[6,100,102] "
+        "fft(x), fft_type=IRFFT, fft_length={100,102}\n}\n",
+        "HloModule m\nENTRY e {\n  x = c64[30,263] parameter(0)\n  ROOT y = c64[30,263] "
+        "fft(x), fft_type=FFT, fft_length={263}\n}\n",
     };
     static const int nth[] = {1, 2, 3, 8};
     ot_threadpool *pools[4] = {0};
@@ -393,9 +668,6 @@ static void test_complex_refused(void) {
     } cases[] = {
         {"HloModule m\nENTRY e {\n  x = c64[2] parameter(0)\n  ROOT y = c64[2] sine(x)\n}\n",
          OT_ERR_UNIMPLEMENTED, "sine on c64 is not implemented"},
-        {"HloModule m\nENTRY e {\n  x = c128[8] parameter(0)\n  ROOT y = c128[8] fft(x), "
-         "fft_type=FFT, fft_length={8}\n}\n",
-         OT_ERR_UNIMPLEMENTED, "c128 operands are not implemented"},
         {"HloModule m\nENTRY e {\n  x = c64[2] parameter(0)\n  ROOT y = c64[2] power(x, x)\n}\n",
          OT_ERR_UNIMPLEMENTED, "power on c64 is not implemented"},
         {"HloModule m\nmul { a = c64[] parameter(0)\n b = c64[] parameter(1)\n ROOT s = c64[] "
@@ -466,6 +738,8 @@ static void test_grad_through_complex_refused(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_grad_through_complex_refused), OT_TEST(test_fft_1d_against_naive_dft),
-             OT_TEST(test_fft_2d_3d_against_naive_dft), OT_TEST(test_fft_threads_deterministic),
+             OT_TEST(test_fft_2d_3d_against_naive_dft), OT_TEST(test_fft_accuracy_many_lengths),
+             OT_TEST(test_fft_line_bits_independent_of_batch),
+             OT_TEST(test_fft_baseline_equals_avx512), OT_TEST(test_fft_threads_deterministic),
              OT_TEST(test_complex_ops), OT_TEST(test_complex_refused),
              OT_TEST(test_complex_round_trip))

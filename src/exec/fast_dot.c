@@ -706,26 +706,6 @@ static void sd_ukr(int64_t kc, const double *a, int64_t ld, const double *bp, in
         sd_ukr_12x8(kc, a, ld, bp, bs, c, ldc, load, nq, m, fix);
 }
 
-/* The 8 x 8 block r[i] (lane k) transposed in place: r[k] lane i. Pairs of rows interleaved,
- * then 128-bit lanes exchanged twice. */
-SG_AVX512 static inline void sd_tr8(__m512d r[8]) {
-    __m512d t[8], u[8];
-    for (int i = 0; i < 4; i++) { /* t[2i] lane pair j: (r[2i][2j], r[2i+1][2j]); t[2i+1]: odd */
-        t[2 * i] = _mm512_unpacklo_pd(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_pd(r[2 * i], r[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; h++) /* rows 4h..4h+3: u[4h + c], c < 4, columns c, c + 4 */
-        for (int o = 0; o < 2; o++) {
-            u[4 * h + o] = _mm512_shuffle_f64x2(t[4 * h + o], t[4 * h + 2 + o], 0x88);
-            u[4 * h + 2 + o] = _mm512_shuffle_f64x2(t[4 * h + o], t[4 * h + 2 + o], 0xdd);
-        }
-    /* u[c] (c < 4) holds columns: c = 0: 0, 4; 1: 1, 5; 2: 2, 6; 3: 3, 7 as pairs of rows 0..3 */
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm512_shuffle_f64x2(u[c], u[4 + c], 0x88);
-        r[4 + c] = _mm512_shuffle_f64x2(u[c], u[4 + c], 0xdd);
-    }
-}
-
 /* sg_pack_rows for f64: d[k * w + i] = src[i * lds + k], rows in [n, w) zero, 8 x 8 blocks */
 SG_AVX512 static void sd_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t n, int64_t w,
                                    int64_t kc, double *d) {
@@ -744,7 +724,7 @@ SG_AVX512 static void sd_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t
             for (int i = 0; i < 8; i++)
                 r[i] = i < nv ? sd_load(src, off + (i0 + i) * lds + k0, sd_lanes(nk))
                               : _mm512_setzero_pd();
-            sd_tr8(r);
+            ex_tr8_pd(r);
             for (int k = 0; k < nk; k++) _mm512_mask_storeu_pd(d + (k0 + k) * w + i0, st, r[k]);
         }
     }

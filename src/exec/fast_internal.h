@@ -29,9 +29,12 @@ void ex_par_for_dynamic(ex_kernel_ctx *c, int64_t n, int64_t bytes, ot_range_fn 
  * inline): what per-thread scratch (indexed by the range function's thread number) is sized by. */
 int ex_par_threads(ex_kernel_ctx *c, int64_t bytes);
 
-/* fft (fft.c): c64 and f32 operands, lines split over the pool. */
+/* fft (fft.c): every fft dtype, groups of lines split over the pool. */
 ot_status ex_fast_fft(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done);
+/* Tests: the fft's baseline instances (plain x86-64 code) in place of its AVX-512 ones on a CPU
+ * with AVX-512; set between runs only. */
+void ex_fft_force_baseline(bool on);
 
 static inline size_t ex_align64(size_t n) {
     return (n + 63) & ~(size_t)63;
@@ -81,6 +84,26 @@ EX_AVX512 static inline void ex_tr16_ps(__m512 r[16]) {
         r[8 + c] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
         r[4 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
         r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+
+/* The 8 x 8 block r[i] (lane k) transposed in place: r[k] lane i. Pairs of rows interleaved,
+ * then 128-bit lanes exchanged twice. */
+EX_AVX512 static inline void ex_tr8_pd(__m512d r[8]) {
+    __m512d t[8], u[8];
+    for (int i = 0; i < 4; i++) { /* t[2i] lane pair j: (r[2i][2j], r[2i+1][2j]); t[2i+1]: odd */
+        t[2 * i] = _mm512_unpacklo_pd(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_pd(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) /* rows 4h..4h+3: u[4h + c], c < 4, columns c, c + 4 */
+        for (int o = 0; o < 2; o++) {
+            u[4 * h + o] = _mm512_shuffle_f64x2(t[4 * h + o], t[4 * h + 2 + o], 0x88);
+            u[4 * h + 2 + o] = _mm512_shuffle_f64x2(t[4 * h + o], t[4 * h + 2 + o], 0xdd);
+        }
+    /* u[c] (c < 4) holds columns: c = 0: 0, 4; 1: 1, 5; 2: 2, 6; 3: 3, 7 as pairs of rows 0..3 */
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f64x2(u[c], u[4 + c], 0x88);
+        r[4 + c] = _mm512_shuffle_f64x2(u[c], u[4 + c], 0xdd);
     }
 }
 #endif

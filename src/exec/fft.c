@@ -1,217 +1,452 @@
-/* The fft instruction (FFT, IFFT, RFFT, IRFFT over the 1 to 3 innermost dimensions) through KISS
- * FFT (BSD-3-Clause; Debian's libkissfft-dev, single precision).
+/* The fft instruction (FFT, IFFT, RFFT, IRFFT over the 1 to 3 innermost dimensions) on c64/f32
+ * and c128/f64, by its own mixed-radix FFT that transforms many lines at once, one line per
+ * vector lane (the method of pocketfft/ducc for multi-line transforms; docs/exec.md).
  *
- * One routine serves the reference kernel (no pool: every line on the calling thread) and its
- * fast twin (the lines of each stage split over the run's pool): a line is always transformed by
- * the same code on its own, so the bits never depend on the thread count. A multi-dimensional
- * transform is 1-D transforms along each axis: the last axis first (RFFT: real to complex there,
- * then complex along the others; IRFFT: complex along the others first, complex to real last).
- * IFFT and IRFFT scale by 1/N (N = the product of fft_length) at the end, as XLA does.
+ * A length n is planned as passes of radix 4, 2, 3, 5 and any odd prime up to FFT_MAX_RADIX
+ * (pocketfft's decimation-in-frequency Stockham passes, ping-ponging between two buffers, the
+ * twiddles computed in double from the first octant), or, where a large prime factor would make
+ * that slow, by Bluestein's chirp-z algorithm through a transform of a 2^a 3^b 5^c length >= 2n-1;
+ * so every length is O(n log n). Real transforms of even n go through a complex transform of n/2
+ * and the standard split (fft_lanes.h: rfft_post, irfft_pre); odd n through the complex one.
  *
- * KISS FFT's configurations for complex transforms are read-only once made and shared by the
- * threads (out-of-place calls never touch their scratch); a real-transform configuration holds
- * scratch, so each piece of lines makes its own. c128 and f64 operands are refused: the Debian
- * build of KISS FFT is single precision only. */
+ * Lines are taken FL at a time (16 f32 / 8 f64 lanes of 64-byte vectors) into a lane-major
+ * scratch, transformed there and stored back; a group short of FL lines pads with zero lanes.
+ * One routine serves the reference kernel (no pool: every group on the calling thread) and its
+ * fast twin (groups split over the run's pool): each line gets the same lane-wise arithmetic
+ * wherever it lands, so the bits never depend on the thread count. A multi-dimensional transform
+ * is 1-D transforms along each axis: the last axis first (RFFT: real to complex there, then
+ * complex along the others; IRFFT: complex along the others first, complex to real last). IFFT
+ * and IRFFT scale by 1/N (N = the product of fft_length) at the end, as XLA does. Plans are made
+ * per call and read-only while the groups run. */
 #include "exec/fast_internal.h"
 
-#include <kissfft/kiss_fft.h>
-#include <kissfft/kiss_fftr.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-_Static_assert(sizeof(kiss_fft_cpx) == 8, "kiss_fft_cpx must be a c64 element (two floats)");
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF /* no fused multiply-adds: the instances' bits stay equal */
+#endif
+
+enum { FFT_MAX_RADIX = 127, FFT_MAX_FACTORS = 64 };
+
+/* One pass: radix p over l1 blocks of ido; tw: exp(+2 pi i j l1 i / n) for j in 1..p-1, i in
+ * 1..ido-1 at [2 ((j-1)(ido-1) + i-1)]; rt (p > 5): exp(+2 pi i r / p), r < p. */
+typedef struct fft_factor {
+    int p;
+    int64_t l1, ido;
+    double *tw, *rt;
+} fft_factor;
+
+typedef struct fft_plan {
+    int64_t n;
+    int nf;
+    fft_factor f[FFT_MAX_FACTORS];
+    int64_t m;            /* Bluestein: the inner length (0: the passes above) */
+    struct fft_plan *sub; /* Bluestein: the plan of m */
+    double *bk, *bkf;     /* Bluestein: exp(i pi k^2 / n), k < n; the kernel's transform / m */
+    double *mem;
+} fft_plan;
+
+/* The values of work space a transform of p needs beside its n values. */
+static int64_t fft_plan_work(const fft_plan *p) {
+    return p->m ? 2 * p->m : p->n;
+}
+
+enum { FFT_STAGE_COMPLEX, FFT_STAGE_RFFT, FFT_STAGE_IRFFT };
 
 typedef struct fft_job {
-    int rank;
-    int64_t dims[OT_MAX_RANK]; /* the complex work array's dims (RFFT/IRFFT: last = n/2+1) */
-    int axis;                  /* complex stage: the axis transformed */
-    int64_t n;                 /* the line length of this stage (for real stages: fft_length) */
-    bool inverse;
-    kiss_fft_cfg cfg;   /* complex stage (shared, read-only), or the odd-length real stage's */
-    kiss_fft_cpx *work; /* the complex work array */
-    const float *rin;   /* RFFT: the real input */
-    float *rout;        /* IRFFT: the real output */
-    _Atomic int failed; /* a piece could not allocate its scratch */
+    int kind, fwd;
+    const fft_plan *plan; /* complex: of n; real stages: of n/2 (even n) or n */
+    int64_t n;            /* the line length (real stages: fft_length) */
+    int64_t s;            /* complex: the stride of the axis, in elements */
+    int64_t lines;
+    void *work;       /* the complex work array */
+    const void *rin;  /* RFFT: the real input */
+    void *rout;       /* IRFFT: the real output */
+    const double *rw; /* real stages of even n: exp(-2 pi i k / n), k <= n/4 */
+    void (*groups)(struct fft_job *, int64_t, int64_t);
+    _Atomic int failed; /* a range could not allocate its scratch */
 } fft_job;
 
-/* Elements of a line along job->axis: line l starts at base, stride s. */
-static void line_of(const fft_job *j, int64_t l, int64_t *base, int64_t *stride) {
-    int64_t s = 1;
-    for (int d = j->axis + 1; d < j->rank; d++) s *= j->dims[d];
-    int64_t outer = l / s, inner = l % s;
-    *base = outer * j->dims[j->axis] * s + inner;
-    *stride = s;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi" /* 64-byte vectors in the baseline instances */
+#endif
+typedef float fft_v16f __attribute__((vector_size(64)));
+typedef double fft_v8d __attribute__((vector_size(64)));
+
+#define FT float
+#define FV fft_v16f
+#define FL 16
+#define FT_TARGET
+#define FT_MOVES 0
+#define FN(x)    x##_f32
+#include "exec/fft_lanes.h"
+#undef FN
+#undef FT
+#undef FV
+#undef FL
+
+#define FT    double
+#define FV    fft_v8d
+#define FL    8
+#define FN(x) x##_f64
+#include "exec/fft_lanes.h"
+#undef FN
+#undef FT
+#undef FV
+#undef FL
+#undef FT_TARGET
+#undef FT_MOVES
+
+#ifdef EX_AVX512
+/* The AVX-512 instances' block moves between FL lines and the lane-major scratch d (FL vectors):
+ * tr_in: d[k] lane l = rows[l][off + k] (an FL x FL transpose), tr_out its inverse; deint: d[0]
+ * = the real parts of the FL complex values at p, d[1] the imaginary ones, inter its inverse. */
+EX_AVX512 static inline void tr_in_f32x(float *restrict d, const float *const *rows, int64_t off) {
+    __m512 r[16];
+    for (int l = 0; l < 16; l++) r[l] = _mm512_loadu_ps(rows[l] + off);
+    ex_tr16_ps(r);
+    for (int k = 0; k < 16; k++) _mm512_store_ps(d + 16 * k, r[k]);
+}
+EX_AVX512 static inline void tr_out_f32x(const float *restrict d, float *const *rows, int64_t off) {
+    __m512 r[16];
+    for (int k = 0; k < 16; k++) r[k] = _mm512_load_ps(d + 16 * k);
+    ex_tr16_ps(r);
+    for (int l = 0; l < 16; l++) _mm512_storeu_ps(rows[l] + off, r[l]);
+}
+EX_AVX512 static inline void tr_in_f64x(double *restrict d, const double *const *rows,
+                                        int64_t off) {
+    __m512d r[8];
+    for (int l = 0; l < 8; l++) r[l] = _mm512_loadu_pd(rows[l] + off);
+    ex_tr8_pd(r);
+    for (int k = 0; k < 8; k++) _mm512_store_pd(d + 8 * k, r[k]);
+}
+EX_AVX512 static inline void tr_out_f64x(const double *restrict d, double *const *rows,
+                                         int64_t off) {
+    __m512d r[8];
+    for (int k = 0; k < 8; k++) r[k] = _mm512_load_pd(d + 8 * k);
+    ex_tr8_pd(r);
+    for (int l = 0; l < 8; l++) _mm512_storeu_pd(rows[l] + off, r[l]);
+}
+EX_AVX512 static inline void deint_f32x(float *restrict d, const float *p) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+    _mm512_store_ps(d, _mm512_permutex2var_ps(a, ev, b));
+    _mm512_store_ps(d + 16, _mm512_permutex2var_ps(a, od, b));
+}
+EX_AVX512 static inline void inter_f32x(const float *restrict d, float *p) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    __m512 re = _mm512_load_ps(d), im = _mm512_load_ps(d + 16);
+    _mm512_storeu_ps(p, _mm512_permutex2var_ps(re, lo, im));
+    _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(re, hi, im));
+}
+EX_AVX512 static inline void deint_f64x(double *restrict d, const double *p) {
+    const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m512i od = _mm512_add_epi64(ev, _mm512_set1_epi64(1));
+    __m512d a = _mm512_loadu_pd(p), b = _mm512_loadu_pd(p + 8);
+    _mm512_store_pd(d, _mm512_permutex2var_pd(a, ev, b));
+    _mm512_store_pd(d + 8, _mm512_permutex2var_pd(a, od, b));
+}
+EX_AVX512 static inline void inter_f64x(const double *restrict d, double *p) {
+    const __m512i lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+    const __m512i hi = _mm512_add_epi64(lo, _mm512_set1_epi64(4));
+    __m512d re = _mm512_load_pd(d), im = _mm512_load_pd(d + 8);
+    _mm512_storeu_pd(p, _mm512_permutex2var_pd(re, lo, im));
+    _mm512_storeu_pd(p + 8, _mm512_permutex2var_pd(re, hi, im));
 }
 
-static void complex_lines(void *arg, int64_t b, int64_t e, int ith) {
-    (void)ith;
-    fft_job *j = arg;
-    kiss_fft_cpx *tmp = malloc((size_t)j->n * sizeof *tmp);
-    if (!tmp) {
-        atomic_store(&j->failed, 1);
-        return;
+#define FT_MOVES  1
+#define FT_TARGET EX_AVX512
+#define FT        float
+#define FV        fft_v16f
+#define FL        16
+#define FN(x)     x##_f32x
+#include "exec/fft_lanes.h"
+#undef FN
+#undef FT
+#undef FV
+#undef FL
+
+#define FT    double
+#define FV    fft_v8d
+#define FL    8
+#define FN(x) x##_f64x
+#include "exec/fft_lanes.h"
+#undef FN
+#undef FT
+#undef FV
+#undef FL
+#undef FT_TARGET
+#undef FT_MOVES
+#endif
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+/* exp(2 pi i r / n) for 0 <= r < n, from the first octant (so that symmetric values are exactly
+ * symmetric and the error is that of one cos/sin of an angle <= pi/4). */
+static void unit_root(int64_t r, int64_t n, double *c, double *s) {
+    int64_t b = 4 * r; /* the angle in units of pi / (2n) */
+    bool negs = false, negc = false, swap = false;
+    if (b > 2 * n) b = 4 * n - b, negs = true; /* (pi, 2 pi): sin negative */
+    if (b > n) b = 2 * n - b, negc = true;     /* (pi/2, pi]: cos negative */
+    if (2 * b > n) b = n - b, swap = true;     /* (pi/4, pi/2]: cos and sin exchanged */
+    double t = M_PI_2 * (double)b / (double)n, cc = cos(t), ss = sin(t);
+    if (swap) {
+        double u = cc;
+        cc = ss;
+        ss = u;
     }
-    for (int64_t l = b; l < e; l++) {
-        int64_t base, s;
-        line_of(j, l, &base, &s);
-        kiss_fft_stride(j->cfg, j->work + base, tmp, (int)s);
-        for (int64_t q = 0; q < j->n; q++) j->work[base + q * s] = tmp[q];
-    }
-    free(tmp);
+    *c = negc ? -cc : cc;
+    *s = negs ? -ss : ss;
 }
 
-/* A real transform's per-range scratch: the real-input plan (even n; NULL for odd n, which goes
- * through the complex plan) and 2n complex values. On failure marks the job failed, frees what it
- * got and returns false. */
-static bool real_line_scratch(fft_job *j, int inverse, kiss_fftr_cfg *rc, kiss_fft_cpx **tmp) {
-    int64_t n = j->n;
-    *rc = n % 2 == 0 ? kiss_fftr_alloc((int)n, inverse, NULL, NULL) : NULL;
-    *tmp = malloc((size_t)n * 2 * sizeof **tmp);
-    if ((n % 2 == 0 && !*rc) || !*tmp) {
-        atomic_store(&j->failed, 1);
-        free(*rc);
-        free(*tmp);
-        return false;
-    }
-    return true;
+static int factorize(int64_t n, int64_t *f) {
+    int nf = 0;
+    while (n % 4 == 0) f[nf++] = 4, n /= 4;
+    if (n % 2 == 0) f[nf++] = 2, n /= 2;
+    for (int64_t p = 3; p * p <= n; p += 2)
+        while (n % p == 0) f[nf++] = p, n /= p;
+    if (n > 1) f[nf++] = n;
+    return nf;
 }
 
-/* RFFT along the last axis: real lines of n -> complex lines of n/2+1. */
-static void real_forward_lines(void *arg, int64_t b, int64_t e, int ith) {
-    (void)ith;
-    fft_job *j = arg;
-    int64_t n = j->n, m = n / 2 + 1;
-    kiss_fftr_cfg rc;
-    kiss_fft_cpx *tmp;
-    if (!real_line_scratch(j, 0, &rc, &tmp)) return;
-    for (int64_t l = b; l < e; l++) {
-        const float *x = j->rin + l * n;
-        kiss_fft_cpx *w = j->work + l * m;
-        if (rc) {
-            kiss_fftr(rc, x, w);
-        } else { /* odd length: a complex transform of the real line */
-            for (int64_t q = 0; q < n; q++) tmp[q] = (kiss_fft_cpx){x[q], 0.0f};
-            kiss_fft(j->cfg, tmp, tmp + n);
-            memcpy(w, tmp + n, (size_t)m * sizeof *w);
+/* pocketfft's cost model of the passes (larger radices a little dearer per value) */
+static double cost_guess(int64_t n) {
+    int64_t f[FFT_MAX_FACTORS];
+    int nf = factorize(n, f);
+    double r = 0;
+    for (int q = 0; q < nf; q++) r += f[q] == 4 ? 4 : f[q] <= 5 ? (double)f[q] : 1.1 * (double)f[q];
+    return r * (double)n;
+}
+
+/* The smallest 2^a 3^b 5^c >= n. */
+static int64_t good_size(int64_t n) {
+    int64_t best = 1;
+    while (best < n) best *= 2;
+    for (int64_t f5 = 1; f5 < best; f5 *= 5)
+        for (int64_t f35 = f5; f35 < best; f35 *= 3) {
+            int64_t x = f35;
+            while (x < n) x *= 2;
+            if (x < best) best = x;
         }
-    }
-    free(rc);
-    free(tmp);
+    return best;
 }
 
-/* IRFFT along the last axis: complex lines of n/2+1 -> real lines of n (unscaled). The imaginary
- * parts of the DC and (even n) Nyquist terms are ignored, as a Hermitian spectrum has none. */
-static void real_inverse_lines(void *arg, int64_t b, int64_t e, int ith) {
+static void plan_free(fft_plan *p) {
+    if (!p) return;
+    plan_free(p->sub);
+    free(p->mem);
+    free(p);
+}
+
+/* The plan of n >= 1, or NULL (out of memory). */
+static fft_plan *plan_new(int64_t n) {
+    fft_plan *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n = n;
+    int64_t f[FFT_MAX_FACTORS];
+    int nf = factorize(n, f);
+    int64_t lpf = nf ? f[nf - 1] : 1;
+    for (int q = 0; q < nf; q++) lpf = f[q] > lpf ? f[q] : lpf;
+    if (lpf > FFT_MAX_RADIX ||
+        (n >= 50 && lpf * lpf > n && 3.0 * cost_guess(good_size(2 * n - 1)) < cost_guess(n))) {
+        int64_t m = good_size(2 * n - 1);
+        p->m = m;
+        p->sub = plan_new(m);
+        p->mem = malloc((size_t)(2 * n + 2 * m) * sizeof *p->mem);
+        cv_f64 *a = ot_aligned_alloc(64, (size_t)(2 * m) * sizeof *a);
+        if (!p->sub || !p->mem || !a) {
+            ot_aligned_free(a);
+            plan_free(p);
+            return NULL;
+        }
+        p->bk = p->mem;
+        p->bkf = p->mem + 2 * n;
+        /* bk[k] = exp(i pi k^2 / n) = exp(2 pi i (k^2 mod 2n) / 2n) */
+        for (int64_t k = 0, r = 0; k < n; k++) {
+            unit_root(r, 2 * n, &p->bk[2 * k], &p->bk[2 * k + 1]);
+            r = (r + 2 * k + 1) % (2 * n);
+        }
+        /* the kernel b (b[j] = b[m-j] = bk[j]) transformed in double in lane 0, scaled by 1/m */
+        memset(a, 0, (size_t)(2 * m) * sizeof *a);
+        for (int64_t k = 0; k < n; k++) {
+            a[k].re[0] = p->bk[2 * k];
+            a[k].im[0] = p->bk[2 * k + 1];
+            if (k) a[m - k] = a[k];
+        }
+        cv_f64 *r = run_f64(p->sub, a, a + m, 1);
+        for (int64_t k = 0; k < m; k++) {
+            p->bkf[2 * k] = r[k].re[0] / (double)m;
+            p->bkf[2 * k + 1] = r[k].im[0] / (double)m;
+        }
+        ot_aligned_free(a);
+        return p;
+    }
+    int64_t total = 0, l1 = 1;
+    for (int q = 0; q < nf; q++) {
+        int64_t ido = n / (l1 * f[q]);
+        total += 2 * (f[q] - 1) * (ido - 1) + (f[q] > 5 ? 2 * f[q] : 0);
+        l1 *= f[q];
+    }
+    p->mem = malloc((size_t)(total ? total : 1) * sizeof *p->mem);
+    if (!p->mem) {
+        plan_free(p);
+        return NULL;
+    }
+    double *t = p->mem;
+    l1 = 1;
+    p->nf = nf;
+    for (int q = 0; q < nf; q++) {
+        fft_factor *fc = &p->f[q];
+        fc->p = (int)f[q];
+        fc->l1 = l1;
+        fc->ido = n / (l1 * f[q]);
+        fc->tw = t;
+        for (int64_t j = 1; j < f[q]; j++)
+            for (int64_t i = 1; i < fc->ido; i++, t += 2) unit_root(j * l1 * i, n, t, t + 1);
+        if (f[q] > 5) {
+            fc->rt = t;
+            for (int64_t r = 0; r < f[q]; r++, t += 2) unit_root(r, f[q], t, t + 1);
+        }
+        l1 *= f[q];
+    }
+    return p;
+}
+
+/* exp(-2 pi i k / n) for k <= n/4 (the real transforms' split), or NULL. */
+static double *real_twiddles(int64_t n) {
+    int64_t h = n / 2;
+    double *w = malloc((size_t)(h / 2 + 1) * 2 * sizeof *w);
+    if (!w) return NULL;
+    for (int64_t k = 0; k <= h / 2; k++) unit_root(k ? n - k : 0, n, &w[2 * k], &w[2 * k + 1]);
+    return w;
+}
+
+static void stage_range(void *arg, int64_t b, int64_t e, int ith) {
     (void)ith;
     fft_job *j = arg;
-    int64_t n = j->n, m = n / 2 + 1;
-    kiss_fftr_cfg rc;
-    kiss_fft_cpx *tmp;
-    if (!real_line_scratch(j, 1, &rc, &tmp)) return;
-    for (int64_t l = b; l < e; l++) {
-        const kiss_fft_cpx *w = j->work + l * m;
-        float *y = j->rout + l * n;
-        if (rc) {
-            kiss_fftri(rc, w, y);
-        } else { /* odd length: the Hermitian extension, inverse complex transform, real part */
-            tmp[0] = (kiss_fft_cpx){w[0].r, 0.0f};
-            for (int64_t q = 1; q < m; q++) {
-                tmp[q] = w[q];
-                tmp[n - q] = (kiss_fft_cpx){w[q].r, -w[q].i};
-            }
-            kiss_fft(j->cfg, tmp, tmp + n);
-            for (int64_t q = 0; q < n; q++) y[q] = tmp[n + q].r;
-        }
-    }
-    free(rc);
-    free(tmp);
+    j->groups(j, b, e);
 }
 
-/* Runs fn over [0, lines) on c's pool, or on this thread when c is NULL. */
-static void run_lines(ex_kernel_ctx *c, int64_t lines, int64_t bytes, ot_range_fn fn, fft_job *j) {
+/* Runs the job's groups on c's pool, or on this thread when c is NULL. */
+static void run_groups(ex_kernel_ctx *c, fft_job *j, int vl, int64_t bytes) {
+    int64_t groups = (j->lines + vl - 1) / vl;
     if (c)
-        ex_par_for(c, lines, bytes, fn, j);
-    else if (lines)
-        fn(j, 0, lines, 0);
+        ex_par_for(c, groups, bytes, stage_range, j);
+    else if (groups)
+        j->groups(j, 0, groups);
 }
 
-static ot_status complex_stage(ex_kernel_ctx *c, fft_job *j, int axis, int64_t total) {
-    j->axis = axis;
-    j->n = j->dims[axis];
-    j->cfg = kiss_fft_alloc((int)j->n, j->inverse, NULL, NULL);
-    if (!j->cfg)
-        return ot_error(OT_ERR_OUT_OF_MEMORY, "fft: out of memory (plan of %lld)", (long long)j->n);
-    run_lines(c, total / j->n, total * 8, complex_lines, j);
-    kiss_fft_free(j->cfg);
-    j->cfg = NULL;
+static ot_status oom(const ot_instr *i) {
+    return ot_error(OT_ERR_OUT_OF_MEMORY, "fft %s: out of memory", EX_NAME(i));
+}
+
+/* The complex transform along axis a of the work array (dims, rank; total values). */
+static ot_status complex_stage(ex_kernel_ctx *c, const ot_instr *i, fft_job *j, const int64_t *dims,
+                               int rank, int a, int64_t total, int vl, int64_t es) {
+    j->kind = FFT_STAGE_COMPLEX;
+    j->n = dims[a];
+    j->s = 1;
+    for (int d = a + 1; d < rank; d++) j->s *= dims[d];
+    j->lines = total / j->n;
+    fft_plan *p = plan_new(j->n);
+    if (!p) return oom(i);
+    j->plan = p;
+    run_groups(c, j, vl, total * 2 * es);
+    plan_free(p);
     return OT_OK;
 }
 
-static void scale(float *p, int64_t n, int64_t count) {
-    float f = (float)(1.0 / (double)count);
-    for (int64_t q = 0; q < n; q++) p[q] *= f;
+/* The real stage (RFFT or IRFFT along the last axis, n = fft_length) over `lines` lines. */
+static ot_status real_stage(ex_kernel_ctx *c, const ot_instr *i, fft_job *j, int kind, int64_t n,
+                            int64_t lines, int vl, int64_t bytes) {
+    j->kind = kind;
+    j->n = n;
+    j->s = 1;
+    j->lines = lines;
+    fft_plan *p = plan_new(n % 2 ? n : n / 2);
+    double *rw = n % 2 ? NULL : real_twiddles(n);
+    ot_status st = OT_OK;
+    if (!p || (n % 2 == 0 && !rw)) {
+        st = oom(i);
+    } else {
+        j->plan = p;
+        j->rw = rw;
+        run_groups(c, j, vl, bytes);
+    }
+    plan_free(p);
+    free(rw);
+    return st;
+}
+
+static bool g_force_baseline;
+
+void ex_fft_force_baseline(bool on) {
+    g_force_baseline = on;
+}
+
+static void pick_groups(fft_job *j, bool dbl) {
+    j->groups = dbl ? groups_f64 : groups_f32;
+#ifdef EX_AVX512
+    if (ex_avx512() && !g_force_baseline) j->groups = dbl ? groups_f64x : groups_f32x;
+#endif
+}
+
+static void scale(void *p, bool dbl, int64_t n, int64_t count) {
+    double f = 1.0 / (double)count;
+    if (dbl)
+        for (int64_t q = 0; q < n; q++) ((double *)p)[q] *= f;
+    else
+        for (int64_t q = 0; q < n; q++) ((float *)p)[q] *= (float)f;
 }
 
 ot_status ex_fft(ex_kernel_ctx *c, const ot_instr *i, const void *in, void *out) {
     const ot_shape *is = &i->operands[0]->shape.array, *os = &i->shape.array;
     int type = (int)i->attrs->index, k = i->attrs->ndims;
     const int64_t *len = i->attrs->dims;
-    if (is->dtype == OT_C128 || is->dtype == OT_F64)
-        return ot_error(OT_ERR_UNIMPLEMENTED,
-                        "fft %s: %s operands are not implemented (the FFT library, KISS FFT, is "
-                        "built single precision: c64 and f32 run)",
-                        EX_NAME(i), ot_dtype_name(is->dtype));
-    int64_t count = 1;
-    for (int q = 0; q < k; q++) {
-        if (len[q] > INT32_MAX)
-            return ot_error(OT_ERR_UNIMPLEMENTED, "fft %s: fft_length %lld above 2^31-1",
-                            EX_NAME(i), (long long)len[q]);
-        count *= len[q];
-    }
+    bool dbl = is->dtype == OT_C128 || is->dtype == OT_F64;
+    int64_t es = dbl ? 8 : 4, count = 1; /* es: bytes of a real part */
+    int vl = dbl ? 8 : 16;
+    for (int q = 0; q < k; q++) count *= len[q];
     int64_t on = ot_shape_numel_unchecked(os), inn = ot_shape_numel_unchecked(is);
     if (on == 0 || inn == 0) return OT_OK;
     fft_job j;
     memset(&j, 0, sizeof j);
+    pick_groups(&j, dbl);
     const ot_shape *ws = type == OT_FFT_IRFFT ? is : os; /* the complex side */
-    j.rank = ws->rank;
-    memcpy(j.dims, ws->dims, sizeof j.dims);
-    j.inverse = type == OT_FFT_IFFT || type == OT_FFT_IRFFT;
+    int rank = ws->rank, last = rank - 1;
+    j.fwd = type == OT_FFT_FFT || type == OT_FFT_RFFT;
     int64_t wn = ot_shape_numel_unchecked(ws);
-    int last = j.rank - 1;
     ot_status st = OT_OK;
     if (type == OT_FFT_FFT || type == OT_FFT_IFFT) {
         j.work = out;
-        if (out != in) memcpy(out, in, (size_t)wn * 8);
-        for (int a = last; a > last - k && st == OT_OK; a--) st = complex_stage(c, &j, a, wn);
-        if (st == OT_OK && j.inverse) scale(out, 2 * wn, count);
+        if (out != in) memcpy(out, in, (size_t)(wn * 2 * es));
+        for (int a = last; a > last - k && st == OT_OK; a--)
+            st = complex_stage(c, i, &j, ws->dims, rank, a, wn, vl, es);
+        if (st == OT_OK && !j.fwd) scale(out, dbl, 2 * wn, count);
     } else if (type == OT_FFT_RFFT) {
         j.work = out;
         j.rin = in;
-        j.n = len[k - 1];
-        if (j.n % 2) {
-            j.cfg = kiss_fft_alloc((int)j.n, 0, NULL, NULL);
-            if (!j.cfg) return ot_error(OT_ERR_OUT_OF_MEMORY, "fft %s: out of memory", EX_NAME(i));
-        }
-        run_lines(c, inn / j.n, inn * 4 + wn * 8, real_forward_lines, &j);
-        kiss_fft_free(j.cfg);
-        j.cfg = NULL;
-        for (int a = last - 1; a > last - k && st == OT_OK; a--) st = complex_stage(c, &j, a, wn);
+        int64_t n = len[k - 1];
+        st = real_stage(c, i, &j, FFT_STAGE_RFFT, n, inn / n, vl, inn * es + wn * 2 * es);
+        for (int a = last - 1; a > last - k && st == OT_OK; a--)
+            st = complex_stage(c, i, &j, ws->dims, rank, a, wn, vl, es);
     } else {
         /* IRFFT: the complex stages need a copy of the input (it is not ours to overwrite) */
-        j.work = malloc((size_t)wn * sizeof *j.work);
-        if (!j.work) return ot_error(OT_ERR_OUT_OF_MEMORY, "fft %s: out of memory", EX_NAME(i));
-        memcpy(j.work, in, (size_t)wn * 8);
-        for (int a = last - 1; a > last - k && st == OT_OK; a--) st = complex_stage(c, &j, a, wn);
+        j.work = malloc((size_t)(wn * 2 * es));
+        if (!j.work) return oom(i);
+        memcpy(j.work, in, (size_t)(wn * 2 * es));
+        for (int a = last - 1; a > last - k && st == OT_OK; a--)
+            st = complex_stage(c, i, &j, ws->dims, rank, a, wn, vl, es);
         if (st == OT_OK) {
             j.rout = out;
-            j.n = len[k - 1];
-            if (j.n % 2) j.cfg = kiss_fft_alloc((int)j.n, 1, NULL, NULL);
-            if (j.n % 2 && !j.cfg)
-                st = ot_error(OT_ERR_OUT_OF_MEMORY, "fft %s: out of memory", EX_NAME(i));
-            else
-                run_lines(c, on / j.n, on * 4 + wn * 8, real_inverse_lines, &j);
-            kiss_fft_free(j.cfg);
-            if (st == OT_OK) scale(out, on, count);
+            int64_t n = len[k - 1];
+            st = real_stage(c, i, &j, FFT_STAGE_IRFFT, n, on / n, vl, on * es + wn * 2 * es);
+            if (st == OT_OK) scale(out, dbl, on, count);
         }
         free(j.work);
     }
@@ -223,10 +458,6 @@ ot_status ex_fft(ex_kernel_ctx *c, const ot_instr *i, const void *in, void *out)
 ot_status ex_fast_fft(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done) {
     *done = false;
-    (void)ins;
-    (void)os;
-    const ot_shape *is = &i->operands[0]->shape.array;
-    if (is->dtype != OT_C64 && is->dtype != OT_F32) return OT_OK; /* the reference refuses */
     if (ex_overlaps(in[0], ins[0].nbytes, out, os->nbytes) && in[0] != out) return OT_OK;
     *done = true;
     return ex_fft(c, i, in[0], out);
