@@ -658,6 +658,81 @@ static void test_complex_ops(void) {
     ot_module_free(m);
 }
 
+/* The fast kernels of complex elementwise ops (split over the pool) and of complex movers (copies
+ * by element size: c128 is 16 bytes) give the evaluator's bits on 1, 2, 3 and 8 threads. */
+static void test_complex_fast_kernels_equal_evaluator(void) {
+    static const char *fmt =
+        "HloModule m\nENTRY e {\n"
+        "  a = %1$s[96,700] parameter(0)\n"
+        "  b = %1$s[96,700] parameter(1)\n"
+        "  k = %1$s[700] parameter(2)\n"
+        "  kb = %1$s[96,700] broadcast(k), dimensions={1}\n"
+        "  mul = %1$s[96,700] multiply(a, kb)\n"
+        "  add = %1$s[96,700] add(mul, b)\n"
+        "  sub = %1$s[96,700] subtract(a, b)\n"
+        "  div = %1$s[96,700] divide(a, b)\n"
+        "  neg = %1$s[96,700] negate(add)\n"
+        "  abs = %2$s[96,700] abs(sub)\n"
+        "  re = %2$s[96,700] real(div)\n"
+        "  im = %2$s[96,700] imag(div)\n"
+        "  cx = %1$s[96,700] complex(im, re)\n"
+        "  z = %1$s[] constant((0.5, -1))\n"
+        "  pad = %1$s[100,710] pad(neg, z), padding=2_2x3_7\n"
+        "  sl = %1$s[48,350] slice(pad), slice={[1:97:2], [0:700:2]}\n"
+        "  tr = %1$s[700,96] transpose(cx), dimensions={1,0}\n"
+        "  rev = %1$s[96,700] reverse(mul), dimensions={1}\n"
+        "  cat = %1$s[192,700] concatenate(rev, sub), dimensions={0}\n"
+        "  ROOT t = (%1$s[96,700], %2$s[96,700], %1$s[48,350], %1$s[700,96], %1$s[192,700]) "
+        "tuple(add, abs, sl, tr, cat)\n"
+        "}\n";
+    static const int nth[] = {1, 2, 3, 8};
+    for (int d = 0; d < 2; d++) {
+        char text[2048];
+        snprintf(text, sizeof text, fmt, d ? "c128" : "c64", d ? "f64" : "f32");
+        ot_module *m = parse(text);
+        ASSERT_TRUE(m != NULL);
+        ot_value args[3];
+        void *params[3];
+        const char *names[3] = {"a", "b", "k"};
+        for (int q = 0; q < 3; q++) {
+            const ot_instr *x = ot_computation_find_instr(ot_module_entry(m), names[q]);
+            int64_t n = ot_shape_numel_unchecked(&x->shape.array);
+            double complex *dummy = malloc((size_t)n * sizeof *dummy);
+            args[q] = rand_value(&x->shape.array, dummy);
+            free(dummy);
+            params[q] = args[q].array.data;
+        }
+        ot_value r;
+        ASSERT_OK(ot_evaluate(m, args, 3, NULL, &r));
+        ot_executable *exe = NULL;
+        ot_compile_options co = ot_compile_options_default();
+        ASSERT_OK(ot_compile(m, &co, &exe));
+        int nout = ot_executable_output_count(exe);
+        ASSERT_TRUE(nout == 5 && r.kind == OT_IR_TUPLE && r.ntuple == 5);
+        for (int p = 0; p < 4; p++) {
+            ot_threadpool *pool = NULL;
+            ASSERT_OK(ot_threadpool_create(nth[p], &pool));
+            ot_tensor o[5];
+            ASSERT_OK(run_exe(exe, params, o, pool, false));
+            for (int q = 0; q < 5; q++) {
+                const ot_value *x = &r.tuple[q];
+                bool same = x->array.nbytes == o[q].nbytes &&
+                            !memcmp(x->array.data, o[q].data, o[q].nbytes);
+                if (!same)
+                    fprintf(stderr, "  %s, %d threads: output %d differs from the evaluator\n",
+                            d ? "c128" : "c64", nth[p], q);
+                EXPECT_TRUE(same);
+                ot_tensor_release(&o[q]);
+            }
+            ot_threadpool_free(pool);
+        }
+        ot_executable_free(exe);
+        ot_value_release(&r);
+        for (int q = 0; q < 3; q++) ot_value_release(&args[q]);
+        ot_module_free(m);
+    }
+}
+
 /* What is not implemented on complex values is refused naming the op and the dtype; what XLA
  * rejects is refused when the module is read, at the instruction. */
 static void test_complex_refused(void) {
@@ -741,5 +816,5 @@ OT_TEST_MAIN(OT_TEST(test_grad_through_complex_refused), OT_TEST(test_fft_1d_aga
              OT_TEST(test_fft_2d_3d_against_naive_dft), OT_TEST(test_fft_accuracy_many_lengths),
              OT_TEST(test_fft_line_bits_independent_of_batch),
              OT_TEST(test_fft_baseline_equals_avx512), OT_TEST(test_fft_threads_deterministic),
-             OT_TEST(test_complex_ops), OT_TEST(test_complex_refused),
-             OT_TEST(test_complex_round_trip))
+             OT_TEST(test_complex_ops), OT_TEST(test_complex_fast_kernels_equal_evaluator),
+             OT_TEST(test_complex_refused), OT_TEST(test_complex_round_trip))

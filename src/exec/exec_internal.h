@@ -99,6 +99,10 @@ ot_status ex_kernel_collective(ex_ctx *x, const ot_instr *i, const ot_value *con
  * dtype, for what it does not run. */
 ot_status ex_kernel_complex(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                             ot_value *out);
+/* The elementwise part of ex_kernel_complex on raw arrays: n elements of each operand in[k] into
+ * y (select's predicate may be a scalar); element e of the result depends on element e of the
+ * operands only, so ranges of elements may run apart. UNIMPLEMENTED for what it does not run. */
+ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void *y, int64_t n);
 /* Opcodes whose usual kernels move complex values unchanged (movers, tuples, calls, loops), and
  * custom-call, whose targets check their own dtypes. */
 bool ex_complex_passes_through(ot_opcode op);

@@ -32,6 +32,10 @@ int ex_par_threads(ex_kernel_ctx *c, int64_t bytes);
 /* fft (fft.c): every fft dtype, groups of lines split over the pool. */
 ot_status ex_fast_fft(ex_kernel_ctx *c, const ot_instr *i, void *const *in, const ex_leaf *ins,
                       void *out, const ex_leaf *os, bool *done);
+/* Elementwise ops on complex values (fast_complex.c): the reference's arithmetic, ranges of
+ * elements split over the pool. */
+ot_status ex_fast_complex(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
+                          const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 /* Tests: the fft's baseline instances (plain x86-64 code) in place of its AVX-512 ones on a CPU
  * with AVX-512; set between runs only. */
 void ex_fft_force_baseline(bool on);

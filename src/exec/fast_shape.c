@@ -62,6 +62,10 @@ static void box_normalize(sh_box *b) {
 }
 
 /* n elements from s (stride ss) to d (stride ds). */
+typedef struct {
+    uint64_t lo, hi;
+} sh_u128;
+
 static void copy_run(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, size_t es) {
     if (ss == 1 && ds == 1) {
         memcpy(d, s, (size_t)n * es);
@@ -83,7 +87,8 @@ static void copy_run(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, 
     case 1: SH_RUN(uint8_t)
     case 2: SH_RUN(uint16_t)
     case 4: SH_RUN(uint32_t)
-    default: SH_RUN(uint64_t)
+    case 8: SH_RUN(uint64_t)
+    default: SH_RUN(sh_u128) /* c128 */
 #undef SH_RUN
     }
 }

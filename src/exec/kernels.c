@@ -161,6 +161,21 @@ int ex_par_threads(ex_kernel_ctx *c, int64_t bytes) {
 /* ---- fast kernels ------------------------------------------------------------------------ */
 
 /* The fast twin of i when one covers it (*done true), else *done false. */
+/* The movers whose fast kernels copy elements by their size, complex ones included. */
+static bool complex_mover(ot_opcode op) {
+    switch (op) {
+    case OT_OP_TRANSPOSE:
+    case OT_OP_SLICE:
+    case OT_OP_DYNAMIC_SLICE:
+    case OT_OP_DYNAMIC_UPDATE_SLICE:
+    case OT_OP_CONCATENATE:
+    case OT_OP_PAD:
+    case OT_OP_BROADCAST:
+    case OT_OP_REVERSE: return true;
+    default: return false;
+    }
+}
+
 static ot_status fast_kernel(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
                              const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
     *done = false;
@@ -296,11 +311,17 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
         if (outs[0].nbytes && out[0] != in[0]) memmove(out[0], in[0], (size_t)outs[0].nbytes);
         return OT_OK;
     }
-    /* complex values: fft has its pooled twin; everything else on complex, movers included,
-     * runs the reference kernels (the fast kernels are written for real and integer dtypes) */
+    /* complex values: fft and the elementwise ops have their pooled twins, the movers the
+     * fast kernels that copy elements by size; the rest runs the reference kernels */
     if (ir_instr_complex(i)) {
-        if (!c->reference_only && i->opcode == OT_OP_FFT && nin == 1 && nout == 1) {
-            ot_status st = ex_fast_fft(c, i, in, ins, out[0], &outs[0], fast);
+        if (!c->reference_only && nout == 1) {
+            ot_status st = OT_OK;
+            if (i->opcode == OT_OP_FFT && nin == 1)
+                st = ex_fast_fft(c, i, in, ins, out[0], &outs[0], fast);
+            else if (complex_mover(i->opcode))
+                st = fast_kernel(c, i, nin, in, ins, out[0], &outs[0], fast);
+            else
+                st = ex_fast_complex(c, i, nin, in, ins, out[0], &outs[0], fast);
             if (st != OT_OK) return ot_error_wrap(st, "kernel %s", name);
             if (*fast) return OT_OK;
         }
