@@ -16,8 +16,8 @@
  * wherever it lands, so the bits never depend on the thread count. A multi-dimensional transform
  * is 1-D transforms along each axis: the last axis first (RFFT: real to complex there, then
  * complex along the others; IRFFT: complex along the others first, complex to real last). IFFT
- * and IRFFT scale by 1/N (N = the product of fft_length) at the end, as XLA does. Plans are made
- * per call and read-only while the groups run. */
+ * and IRFFT scale by 1/N (N = the product of fft_length) in their last stage, as XLA does. Plans
+ * are made per call and read-only while the groups run. */
 #include "exec/fast_internal.h"
 
 #include <stdatomic.h>
@@ -64,6 +64,7 @@ typedef struct fft_job {
     const void *rin;  /* RFFT: the real input */
     void *rout;       /* IRFFT: the real output */
     const double *rw; /* real stages of even n: exp(-2 pi i k / n), k <= n/4 */
+    double scale;     /* nonzero: the results are multiplied by it (as the component type) */
     void (*groups)(struct fft_job *, int64_t, int64_t);
     _Atomic int failed; /* a range could not allocate its scratch */
 } fft_job;
@@ -396,14 +397,6 @@ static void pick_groups(fft_job *j, bool dbl) {
 #endif
 }
 
-static void scale(void *p, bool dbl, int64_t n, int64_t count) {
-    double f = 1.0 / (double)count;
-    if (dbl)
-        for (int64_t q = 0; q < n; q++) ((double *)p)[q] *= f;
-    else
-        for (int64_t q = 0; q < n; q++) ((float *)p)[q] *= (float)f;
-}
-
 ot_status ex_fft(ex_kernel_ctx *c, const ot_instr *i, const void *in, void *out) {
     const ot_shape *is = &i->operands[0]->shape.array, *os = &i->shape.array;
     int type = (int)i->attrs->index, k = i->attrs->ndims;
@@ -425,9 +418,10 @@ ot_status ex_fft(ex_kernel_ctx *c, const ot_instr *i, const void *in, void *out)
     if (type == OT_FFT_FFT || type == OT_FFT_IFFT) {
         j.work = out;
         if (out != in) memcpy(out, in, (size_t)(wn * 2 * es));
-        for (int a = last; a > last - k && st == OT_OK; a--)
+        for (int a = last; a > last - k && st == OT_OK; a--) {
+            if (a == last - k + 1 && !j.fwd) j.scale = 1.0 / (double)count; /* the last stage */
             st = complex_stage(c, i, &j, ws->dims, rank, a, wn, vl, es);
-        if (st == OT_OK && !j.fwd) scale(out, dbl, 2 * wn, count);
+        }
     } else if (type == OT_FFT_RFFT) {
         j.work = out;
         j.rin = in;
@@ -436,19 +430,24 @@ ot_status ex_fft(ex_kernel_ctx *c, const ot_instr *i, const void *in, void *out)
         for (int a = last - 1; a > last - k && st == OT_OK; a--)
             st = complex_stage(c, i, &j, ws->dims, rank, a, wn, vl, es);
     } else {
-        /* IRFFT: the complex stages need a copy of the input (it is not ours to overwrite) */
-        j.work = malloc((size_t)(wn * 2 * es));
-        if (!j.work) return oom(i);
-        memcpy(j.work, in, (size_t)(wn * 2 * es));
+        /* IRFFT: the complex stages need a copy of the input (it is not ours to overwrite); a
+         * 1-D transform only reads it */
+        void *copy = NULL;
+        if (k > 1) {
+            copy = malloc((size_t)(wn * 2 * es));
+            if (!copy) return oom(i);
+            memcpy(copy, in, (size_t)(wn * 2 * es));
+        }
+        j.work = k > 1 ? copy : (void *)(uintptr_t)in;
         for (int a = last - 1; a > last - k && st == OT_OK; a--)
             st = complex_stage(c, i, &j, ws->dims, rank, a, wn, vl, es);
         if (st == OT_OK) {
             j.rout = out;
             int64_t n = len[k - 1];
+            j.scale = 1.0 / (double)count;
             st = real_stage(c, i, &j, FFT_STAGE_IRFFT, n, on / n, vl, on * es + wn * 2 * es);
-            if (st == OT_OK) scale(out, dbl, on, count);
         }
-        free(j.work);
+        free(copy);
     }
     if (st == OT_OK && atomic_load(&j.failed))
         st = ot_error(OT_ERR_OUT_OF_MEMORY, "fft %s: out of memory (line scratch)", EX_NAME(i));

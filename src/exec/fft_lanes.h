@@ -319,6 +319,13 @@ FT_TARGET static void FN(store)(const CV *restrict a, FT *restrict dst, const in
     }
 }
 
+/* a[q] times f for q < n (f = 0: unchanged) */
+FT_TARGET static void FN(scale)(CV *a, int64_t n, double f) {
+    if (f == 0) return;
+    FT s = (FT)f;
+    for (int64_t q = 0; q < n; q++) a[q] = (CV){a[q].re * s, a[q].im * s};
+}
+
 /* Groups [g0, g1) of FL lines of the job's stage (fft.c: fft_job). */
 FT_TARGET static void FN(groups)(fft_job *j, int64_t g0, int64_t g1) {
     const fft_plan *p = j->plan;
@@ -339,6 +346,7 @@ FT_TARGET static void FN(groups)(fft_job *j, int64_t g0, int64_t g1) {
             for (int l = 0; l < cnt; l++) base[l] = (l0 + l) / j->s * n * j->s + (l0 + l) % j->s;
             FN(load)(a, work, base, j->s, n, cnt, 1);
             CV *r = FN(run)(p, a, w, j->fwd);
+            FN(scale)(r, n, j->scale);
             FN(store)(r, work, base, j->s, n, cnt, 1);
         } else if (j->kind == FFT_STAGE_RFFT) {
             const FT *x = j->rin;
@@ -359,6 +367,7 @@ FT_TARGET static void FN(groups)(fft_job *j, int64_t g0, int64_t g1) {
             else
                 for (int64_t q = 1; q < m; q++) a[n - q] = (CV){a[q].re, -a[q].im};
             CV *r = FN(run)(p, a, w, 0);
+            FN(scale)(r, len, j->scale);
             FT *y = j->rout;
             for (int l = 0; l < cnt; l++) base[l] = (l0 + l) * (n % 2 ? n : h);
             FN(store)(r, y, base, 1, len, cnt, n % 2 == 0);
