@@ -740,7 +740,10 @@ static void test_f32_dot(void) {
  * largest product stays within 2^24) equals the reference kernel (64-bit integer sums) on 1, 2,
  * 3 and 8 threads, with the extreme values (-128, 127, 255) making the sums as large as the bound
  * allows at K = the bound (1024 for s8 x s8, 514 mixed, 258 for u8 x u8); one K past the bound
- * stays with the reference. s8 x s8 runs the VNNI kernel on a CPU with AVX512_VNNI. */
+ * stays with the reference. s8 x s8 runs the VNNI kernel on a CPU with AVX512_VNNI. Where the
+ * process runs AMX (ex_amx_int8; test_fast_gemm_no_amx runs these with OPTITPU_AMX=0) every form
+ * runs on tiles instead, up to K times the largest product below 2^31 (K = 131071 s8 x s8,
+ * 33025 u8 x u8). */
 static void i8_put(void *p, ot_dtype t, int values) {
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
     uint64_t r = g_rng >> 33;
@@ -777,6 +780,18 @@ static void test_int8_dot(void) {
         {{S, S, L, 1, 13, 33, 3, 0, 1}, true},
         {{S, S, I, 1, 200, 300, 512, 0, 1}, true},
         {{S, S, I, 2, 25, 64, 130, 2, 0}, true},
+        /* AMX where the process has it (else the K past the f32 bound stay with the reference):
+         * every instruction form, M, N and K off the tiles (16, 16, 64), tiny, transposed,
+         * batched, K long enough for groups of columns, sums up to 2^31 - 2^14 */
+        {{S, S, I, 1, 1, 1, 1, 0, 0}, true},
+        {{S, U, I, 1, 17, 31, 65, 1, 1}, true},
+        {{U, S, L, 1, 33, 47, 127, 0, 1}, true},
+        {{U, U, I, 1, 48, 16, 64, 1, 0}, true},
+        {{S, S, I, 5, 19, 21, 3000, 0, 1}, false},
+        {{S, S, L, 1, 40, 300, 4100, 1, 0}, false},
+        {{S, S, I, 1, 3, 2, 131071, 0, 1}, false},
+        {{U, U, I, 2, 9, 35, 33025, 2, 1}, false},
+        {{S, U, I, 3, 34, 50, 3 * 700, 3, 0}, false},
     };
     for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
         const hcase *h = &cs[q].h;
@@ -794,15 +809,16 @@ static void test_int8_dot(void) {
         for (size_t e = 0; e < na; e++) i8_put(a + e, h->lt, h->values);
         for (size_t e = 0; e < nb; e++) i8_put(b + e, h->rt, h->values);
         int fast = 0;
+        bool want_fast = cs[q].fast || ex_amx_int8();
         ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
         for (int p = 0; p < 4; p++) {
             ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
             bool same = !memcmp(got, want, nout);
-            if (!same || (fast == 1) != cs[q].fast)
+            if (!same || (fast == 1) != want_fast)
                 fprintf(stderr, "int8 case %zu on %d threads: %d fast kernels, %s\n", q,
                         g_nthreads[p], fast, same ? "equal" : "differ");
             EXPECT_TRUE(same);
-            EXPECT_TRUE((fast == 1) == cs[q].fast);
+            EXPECT_TRUE((fast == 1) == want_fast);
         }
         free(a);
         free(b);

@@ -1354,8 +1354,10 @@ static bool sg_pair_dot(ot_dtype a, ot_dtype b, bool ftz) {
 }
 
 /* ---- 8-bit integer operands (quantized products: int8 x int8 -> int32) ----------------------
- * s8 x s8 on a CPU with AVX512_VNNI runs its own kernel (qd_gemm, below); other s8 / u8 operands
- * into s32 or s64 run the own f32 GEMM, widened by its packing (sg_load).
+ * Where the process runs AMX (ex_amx_int8) every such dot within int32's bound runs on tiles
+ * instead (fast_dot_amx.c). s8 x s8 on a CPU with AVX512_VNNI runs its own kernel (qd_gemm,
+ * below); other s8 / u8 operands into s32 or s64 run the own f32 GEMM, widened by its packing
+ * (sg_load).
  * Every product is an integer of magnitude at most 2^14 (s8 x s8; 2^15 mixed, 2^16 u8 x u8), so
  * while K times that stays at most 2^24 every partial sum of the fma chain is an integer f32
  * holds exactly: the finished sum is the exact sum, which the reference's 64-bit integer
@@ -1818,6 +1820,10 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
     ot_dtype odt = i->shape.array.dtype;
     dot_layout L;
     dot_layout_of(dn, ls, rs, &L);
+    if (ex_amx_int8_dot(ls->dtype, rs->dtype, odt, L.K)) { /* ex_amx_dot_run's inline rule */
+        ex_amx_dot ad = {.nb = L.NB, .M = L.M, .N = L.N, .K = L.K};
+        return L.NB * L.M * L.N * L.K / 16 >= EX_INLINE_BYTES && ex_amx_dot_tasks(&ad) > 1;
+    }
 #if SG_OWN
     bool half =
         half_dot_dtype(ls->dtype, rs->dtype, odt) || int8_dot_dtype(ls->dtype, rs->dtype, odt, L.K);
@@ -1865,7 +1871,10 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
 #else
     bool half = false;
 #endif
-    if (!(half || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return OT_OK;
+    /* 8-bit integers on AMX tiles (fast_dot_amx.c): exact int32 sums, any K int32 holds */
+    bool adot = ex_amx_int8_dot(ls->dtype, rs->dtype, odt, L.K);
+    if (adot) half = false;
+    if (!(half || adot || ex_gemm_dtype(ls->dtype, rs->dtype, odt))) return OT_OK;
     const int64_t *lbat = L.lbat, *rbat = L.rbat, *lfree = L.lfree, *rfree = L.rfree;
     int nb = dn->nbatch, nlf = L.nlf, nrf = L.nrf, nc = dn->ncontract;
     int64_t NB = L.NB, M = L.M, N = L.N, K = L.K;
@@ -1912,6 +1921,12 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
            rbytes = ex_align64((size_t)rnum * res), gbytes = 0, hbytes = 0;
     if (lcopy) need += lbytes;
     if (rcopy) need += rbytes;
+    ex_amx_dot ad = {.ad = ls->dtype, .bd = rs->dtype, .od = odt, .nb = NB, .M = M, .N = N, .K = K};
+    size_t obytes = ex_align64((size_t)NB * 2 * sizeof(int64_t)); /* ad's batch offsets */
+    if (adot) {
+        gbytes = ex_amx_dot_scratch(&ad) + obytes;
+        need += gbytes;
+    }
 #if SG_OWN
     if (qdot) {
         gbytes = (size_t)qd_scratch_bytes(&g);
@@ -1979,6 +1994,26 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
             p += rbytes;
         }
         if (gbytes) gscratch = p;
+    }
+    if (adot) { /* exact integer sums, stored as the result */
+        int64_t *off = (int64_t *)(void *)gscratch;
+        for (int64_t b = 0; b < NB; b++) {
+            off[b] = view_offset(&va, b);
+            off[NB + b] = view_offset(&vb, b);
+        }
+        ad.a = g.a;
+        ad.b = g.b;
+        ad.out = out;
+        ad.ta = g.ta;
+        ad.tb = g.tb;
+        ad.lda = va.ld;
+        ad.ldb = vb.ld;
+        ad.aoff = off;
+        ad.boff = off + NB;
+        ex_amx_dot_run(c, &ad, gscratch + obytes);
+        c->epilogue_done = c->epilogue != NULL;
+        c->fast_run++;
+        return OT_OK;
     }
 #if SG_OWN
     if (qdot) { /* exact integer sums, stored as the result */

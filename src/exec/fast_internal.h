@@ -55,6 +55,33 @@ static inline bool ex_overlaps(const void *a, int64_t na, const void *b, int64_t
  * decided: OPTITPU_DPBF16 set, a CPU without AVX512_BF16, or not x86-64). Thread-safe. */
 bool ex_dot_bf16_dp(uint64_t *t_dp, uint64_t *t_fma);
 
+/* 8-bit integer dots on AMX tiles (fast_dot_amx.c), which the fast dot (fast_dot.c) hands an
+ * s8 / u8 x s8 / u8 dot into s32 or s64 whose partial sums int32 holds exactly (K times the
+ * largest product below 2^31): exact sums, the reference's bits at any split. The operands are
+ * row-major matrices, transposed or not, batch element b's at element offsets aoff[b], boff[b];
+ * the result [nb, M, N] row-major. */
+typedef struct ex_amx_dot {
+    ot_dtype ad, bd, od;
+    int64_t nb, M, N, K;
+    const void *a, *b;
+    void *out;
+    bool ta, tb;      /* A stored [K, M], B stored [N, K] */
+    int64_t lda, ldb; /* leading dimensions (elements) */
+    const int64_t *aoff, *boff;
+} ex_amx_dot;
+/* Whether this process runs such dots on AMX: the CPU has AMX-TILE and AMX-INT8, the OS grants
+ * the tile state (Linux: arch_prctl, requested here once per process) and OPTITPU_AMX is not 0.
+ * Decided once; thread-safe. */
+bool ex_amx_int8(void);
+/* A dot of these dtypes and contraction length that ex_amx_dot_run computes (ex_amx_int8 too). */
+bool ex_amx_int8_dot(ot_dtype a, ot_dtype b, ot_dtype o, int64_t K);
+/* The scratch ex_amx_dot_run needs (the packed operands), and its compute tasks. */
+size_t ex_amx_dot_scratch(const ex_amx_dot *d);
+int64_t ex_amx_dot_tasks(const ex_amx_dot *d);
+/* Computes the dot over c's pool, with scratch of ex_amx_dot_scratch bytes (64-byte aligned);
+ * runs c->epilogue (if any) on each block of results as it is finished. */
+void ex_amx_dot_run(ex_kernel_ctx *c, const ex_amx_dot *d, void *scratch);
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 /* The AVX-512 kernels' target (the own GEMM, the transpose's 16 x 16 blocks), and whether this CPU
