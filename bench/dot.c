@@ -36,7 +36,9 @@
  * thread counts. The results are checked against OpenBLAS's (normwise 1e-5; f64 1e-13).
  * Cases named "bf16" have bf16 operands and an f32 result (preferred_element_type f32), the
  * baselines computing the same product on the operands' f32 values (cblas_sgemm, exact widening;
- * the widening outside the timing); cases named "f64" are f64 throughout against cblas_dgemm.
+ * the widening outside the timing); cases named "int8" have s8 operands and an s32 result
+ * (preferred_element_type int32), against cblas_sgemm on the operands' values (exact: every sum
+ * of these cases stays below 2^24); cases named "f64" are f64 throughout against cblas_dgemm.
  * --cpu-time times each side by the process's CPU time instead of the wall clock: with one thread
  * per side (OPTITPU_THREADS=1) that is each side's own computing time, which other processes on a
  * loaded machine do not inflate the way they inflate the wall clock (the labels say so).
@@ -68,10 +70,11 @@ typedef struct dcase {
     bool rhs_t;      /* rhs stored [batch..., n, k] */
     bool bshd;       /* 2 batch dims, the second between the matrix dims: lhs [b0, m, b1, k],
                       * rhs [b0, n, b1, k] (attention's [batch, seq, heads, dim]; rhs_t) */
-    int prec;        /* 0: f32; PREC_BF16: bf16 operands, f32 result; PREC_F64: f64 */
+    int prec;        /* 0: f32; PREC_BF16: bf16 operands, f32 result; PREC_F64: f64;
+                        PREC_S8: s8 operands, s32 result */
 } dcase;
 
-enum { PREC_BF16 = 1, PREC_F64 = 2 };
+enum { PREC_BF16 = 1, PREC_F64 = 2, PREC_S8 = 3 };
 
 static const dcase g_cases[] = {
     {"mlp fwd 512x1024x784", 0, 1, 1, 512, 1024, 784, false, false, false, 0},
@@ -118,6 +121,10 @@ static const dcase g_cases[] = {
     {"bf16 attention QK^T 4x8 x 256x256x64 rhs^T", 2, 4, 8, 256, 256, 64, false, true, false,
      PREC_BF16},
     {"bf16 small 129x77x333", 0, 1, 1, 129, 77, 333, false, false, false, PREC_BF16},
+    /* 8-bit integers: xla_compare's quantized matmul, a quantized MLP layer */
+    {"int8 square 1024^3", 0, 1, 1, 1024, 1024, 1024, false, false, false, PREC_S8},
+    {"int8 mlp fwd 512x1024x784", 0, 1, 1, 512, 1024, 784, false, false, false, PREC_S8},
+    {"int8 mlp dx 512x1024x1024 rhs^T", 0, 1, 1, 512, 1024, 1024, false, true, false, PREC_S8},
     /* f64: xla_compare's layer norm + dense (1000 x 333 -> 77) and its gradients' shapes */
     {"f64 dense 1000x77x333", 0, 1, 1, 1000, 77, 333, false, false, false, PREC_F64},
     {"f64 dense dx 1000x333x77 rhs^T", 0, 1, 1, 1000, 333, 77, false, true, false, PREC_F64},
@@ -127,7 +134,7 @@ static const dcase g_cases[] = {
 };
 
 static size_t op_size(const dcase *d) { /* bytes per operand element as the dot takes it */
-    return d->prec == PREC_F64 ? 8 : d->prec == PREC_BF16 ? 2 : 4;
+    return d->prec == PREC_F64 ? 8 : d->prec == PREC_BF16 ? 2 : d->prec == PREC_S8 ? 1 : 4;
 }
 
 static size_t out_size(const dcase *d) {
@@ -168,7 +175,10 @@ static ot_module *build(const dcase *d) {
     dn.rhs_contract[0] = d->rhs_t ? nb + 1 : nb;
 shapes:;
     ot_shape ls, rs;
-    ot_dtype dt = d->prec == PREC_F64 ? OT_F64 : d->prec == PREC_BF16 ? OT_BF16 : OT_F32;
+    ot_dtype dt = d->prec == PREC_F64    ? OT_F64
+                  : d->prec == PREC_BF16 ? OT_BF16
+                  : d->prec == PREC_S8   ? OT_S8
+                                         : OT_F32;
     ot_shape_make(&ls, dt, nb + 2, ld);
     ot_shape_make(&rs, dt, nb + 2, rd);
     ot_instr *l = ot_build_parameter(c, 0, ls, "l"), *r = ot_build_parameter(c, 1, rs, "r");
@@ -177,7 +187,7 @@ shapes:;
     at.dot = &dn;
     ot_ir_shape hint = {.kind = OT_IR_ARRAY}; /* the result dtype (preferred_element_type) */
     hint.array.rank = -1;
-    hint.array.dtype = d->prec == PREC_F64 ? OT_F64 : OT_F32;
+    hint.array.dtype = d->prec == PREC_F64 ? OT_F64 : d->prec == PREC_S8 ? OT_S32 : OT_F32;
     ot_instr *ops[2] = {l, r};
     ot_computation_set_root(c, ot_build(c, OT_OP_DOT, ops, 2, &at, NULL, 0, &hint, NULL));
     ot_module_set_entry(m, c);
@@ -277,9 +287,10 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
     size_t es = op_size(d), os = out_size(d);
     void *a = ot_aligned_alloc(64, na * es), *b = ot_aligned_alloc(64, nb * es);
     void *c1 = ot_aligned_alloc(64, nc * os), *c2 = ot_aligned_alloc(64, nc * os);
-    /* the baselines' f32 operands: a and b themselves, or bf16's values widened */
-    float *af = d->prec == PREC_BF16 ? ot_aligned_alloc(64, na * 4) : a;
-    float *bf = d->prec == PREC_BF16 ? ot_aligned_alloc(64, nb * 4) : b;
+    /* the baselines' f32 operands: a and b themselves, or bf16's or s8's values widened */
+    bool widened = d->prec == PREC_BF16 || d->prec == PREC_S8;
+    float *af = widened ? ot_aligned_alloc(64, na * 4) : a;
+    float *bf = widened ? ot_aligned_alloc(64, nb * 4) : b;
     int64_t an = ot_executable_arena_size(exe);
     void *arena = an ? ot_aligned_alloc(64, (size_t)an) : NULL;
     uint64_t s = 12345;
@@ -293,6 +304,9 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
         } else if (d->prec == PREC_BF16) {
             ((uint16_t *)o)[i] = ot_f32_to_bf16((float)v);
             (e < na ? af : bf)[i] = ot_bf16_to_f32(((uint16_t *)o)[i]);
+        } else if (d->prec == PREC_S8) { /* [-128, 128) */
+            ((int8_t *)o)[i] = (int8_t)floor(v * 256);
+            (e < na ? af : bf)[i] = ((int8_t *)o)[i];
         } else {
             ((float *)o)[i] = (float)v;
         }
@@ -371,7 +385,9 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
      * come from cancellation, where the sum order alone changes their relative error) */
     double maxd = 0, maxv = 0;
     for (size_t e = 0; e < nc && !rc; e++) {
-        double x = os == 8 ? ((double *)c1)[e] : ((float *)c1)[e];
+        double x = os == 8              ? ((double *)c1)[e]
+                   : d->prec == PREC_S8 ? ((int32_t *)c1)[e]
+                                        : ((float *)c1)[e];
         double y = os == 8 ? ((double *)c2)[e] : ((float *)c2)[e];
         double df = fabs(x - y), v = fabs(y);
         if (!(df <= maxd)) maxd = df; /* NaN too */
@@ -384,9 +400,9 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
     }
     if (!rc) {
         char name[128], bname[160];
-        const char *gm = d->prec == PREC_F64    ? "cblas_dgemm"
-                         : d->prec == PREC_BF16 ? "cblas_sgemm on the f32 values"
-                                                : "cblas_sgemm";
+        const char *gm = d->prec == PREC_F64 ? "cblas_dgemm"
+                         : widened           ? "cblas_sgemm on the f32 values"
+                                             : "cblas_sgemm";
         snprintf(name, sizeof name, "%s, compiled dot, %d thread%s%s", d->name, threads, ths,
                  g_cpu_time ? ", CPU time" : "");
         if (B > 1)
@@ -442,7 +458,7 @@ static int run_case(const dcase *d, int reps, double rep_ms, bool json, ot_threa
 #endif
     ot_aligned_free(a);
     ot_aligned_free(b);
-    if (d->prec == PREC_BF16) {
+    if (widened) {
         ot_aligned_free(af);
         ot_aligned_free(bf);
     }
