@@ -208,17 +208,25 @@ static void amx_put(const amx_run *r, int64_t b, int64_t m0, int64_t n0, const i
     }
 }
 
-/* Stores C tile T (compile-time tile number) of rows m0, columns n0: in place when it lies
- * inside an s32 result, else through buf. */
+/* Stores C tile T (a compile-time tile number) of rows m0, columns n0: in place when it lies
+ * inside an s32 result, else into buf[T] (put[T] set), which AMX_PUTS copies into the result once
+ * every tile is stored: tile registers do not survive a function call (the ABI's rule). */
 #define AMX_STORE(T, m0, n0)                                                                       \
     do {                                                                                           \
         if (d->od == OT_S32 && (m0) + 16 <= d->M && (n0) + 16 <= d->N) {                           \
             _tile_stored(T, (int32_t *)d->out + (b * d->M + (m0)) * d->N + (n0), d->N * 4);        \
         } else {                                                                                   \
-            _tile_stored(T, buf, 64);                                                              \
-            amx_put(r, b, m0, n0, buf);                                                            \
+            _tile_stored(T, buf[T], 64);                                                           \
+            put[T] = true;                                                                         \
         }                                                                                          \
     } while (0)
+/* C tiles 0-3 are rows m0, m0, m1, m1 x columns n0, n0 + 16, n0, n0 + 16 */
+#define AMX_PUTS(m0, m1, n0)                                                                       \
+    for (int t = 0; t < 4; t++)                                                                    \
+        if (put[t]) {                                                                              \
+            amx_put(r, b, t < 2 ? (m0) : (m1), (n0) + (t & 1) * 16, buf[t]);                       \
+            put[t] = false;                                                                        \
+        }
 
 /* Rows [m0, m0 + 16 * two_m) x column panels [j0, j1) of batch element b over the whole K, by
  * instruction DP; tiles loaded with the 64-byte stride of the packing. */
@@ -226,7 +234,8 @@ static void amx_put(const amx_run *r, int64_t b, int64_t m0, int64_t n0, const i
     AMX_TARGET static void NAME(const amx_run *r, int64_t b, int64_t i0, bool two_m, int64_t j0,   \
                                 int64_t j1) {                                                      \
         const ex_amx_dot *d = r->d;                                                                \
-        int32_t buf[256];                                                                          \
+        int32_t buf[4][256];                                                                       \
+        bool put[4] = {false, false, false, false};                                                \
         const uint8_t *a0 = r->ap + (b * r->mt + i0) * r->kb * 1024, *a1 = a0 + r->kb * 1024;      \
         int64_t m0 = i0 * 16, m1 = m0 + 16;                                                        \
         int64_t j = j0;                                                                            \
@@ -254,6 +263,7 @@ static void amx_put(const amx_run *r, int64_t b, int64_t m0, int64_t n0, const i
                 AMX_STORE(2, m1, j * 16);                                                          \
                 AMX_STORE(3, m1, j * 16 + 16);                                                     \
             }                                                                                      \
+            AMX_PUTS(m0, m1, j * 16)                                                               \
         }                                                                                          \
         if (j < j1) { /* the last, odd column panel */                                             \
             const uint8_t *b0 = r->bp + (b * r->nt + j) * r->kb * 1024;                            \
@@ -270,6 +280,7 @@ static void amx_put(const amx_run *r, int64_t b, int64_t m0, int64_t n0, const i
             }                                                                                      \
             AMX_STORE(0, m0, j * 16);                                                              \
             if (two_m) AMX_STORE(2, m1, j * 16);                                                   \
+            AMX_PUTS(m0, m1, j * 16)                                                               \
         }                                                                                          \
     }
 
