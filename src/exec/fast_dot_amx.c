@@ -46,7 +46,8 @@ static bool amx_dot_dtype(ot_dtype a, ot_dtype b, ot_dtype o, int64_t K) {
 
 /* Whether the CPU has AMX-TILE and AMX-INT8, the OS enabled the tile state (XCR0 bits 17, 18)
  * and granted it to this process (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, once per process; the
- * grant covers every thread), and OPTITPU_AMX is not "0". */
+ * grant covers every thread; Linux refuses it while a thread's signal stack is too small for the
+ * tile state), and OPTITPU_AMX is not "0". */
 static bool g_amx;
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 
