@@ -5,6 +5,7 @@
 
 #include "optitpu/exec.h"
 #include "optitpu/train.h"
+#include "train/train_internal.h"
 #include "ot_test.h"
 
 static char rows_[4][512];
@@ -139,6 +140,21 @@ static void test_synthetic_and_batches(void) {
     EXPECT_TRUE(memcmp(idx, first, sizeof idx) == 0);
     EXPECT_INT_EQ(ot_dataset_batch_indices(N, N + 1, 5, 0, idx), OT_ERR_INVALID_ARGUMENT);
     EXPECT_INT_EQ(ot_dataset_batch_indices(N, B, 5, -1, idx), OT_ERR_INVALID_ARGUMENT);
+
+    /* train's per-step indices keep the epoch's permutation: the same indices as drawn afresh
+     * for every step of three epochs, and the permutation is reused within an epoch (one put in
+     * its place is what the next step of that epoch reads) */
+    int64_t perm[N], ep = -1, want[B];
+    for (int s = 0; s < 3 * (N / B); s++) {
+        ASSERT_OK(ot_train_batch_indices(N, B, 5, s, perm, &ep, idx));
+        ASSERT_OK(ot_dataset_batch_indices(N, B, 5, s, want));
+        EXPECT_TRUE(memcmp(idx, want, sizeof idx) == 0);
+        EXPECT_INT_EQ(ep, s / (N / B));
+    }
+    for (int i = 0; i < N; i++) perm[i] = N - 1 - i;
+    ASSERT_OK(ot_train_batch_indices(N, B, 5, 2 * (N / B) + 1, perm, &ep, idx));
+    EXPECT_INT_EQ(idx[0], N - 1 - B);
+    EXPECT_INT_EQ(ot_train_batch_indices(N, B, 5, 0, NULL, &ep, idx), OT_ERR_INVALID_ARGUMENT);
 }
 
 static void test_model_shapes(void) {

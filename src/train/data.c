@@ -211,26 +211,40 @@ ot_status ot_dataset_synthetic(int64_t n, int64_t features, int64_t classes, dou
     return OT_OK;
 }
 
+ot_status ot_train_batch_indices(int64_t n, int64_t batch, uint64_t seed, int64_t step,
+                                 int64_t *perm, int64_t *perm_epoch, int64_t *idx) {
+    if (n <= 0 || batch <= 0 || batch > n || step < 0 || !idx || !perm || !perm_epoch)
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "batch indices: %lld samples, batch %lld, step %lld", (long long)n,
+                        (long long)batch, (long long)step);
+    int64_t per_epoch = n / batch;
+    int64_t epoch = step / per_epoch, k = step % per_epoch;
+    if (*perm_epoch != epoch) {
+        for (int64_t i = 0; i < n; i++) perm[i] = i;
+        uint64_t st = seed * UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)epoch ^ UINT64_C(0xD1617A);
+        for (int64_t i = n - 1; i > 0; i--) {
+            int64_t j = (int64_t)rng_below(&st, (uint64_t)i + 1);
+            int64_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+        *perm_epoch = epoch;
+    }
+    memcpy(idx, perm + k * batch, (size_t)batch * sizeof *idx);
+    return OT_OK;
+}
+
 ot_status ot_dataset_batch_indices(int64_t n, int64_t batch, uint64_t seed, int64_t step,
                                    int64_t *idx) {
     if (n <= 0 || batch <= 0 || batch > n || step < 0 || !idx)
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "batch indices: %lld samples, batch %lld, step %lld", (long long)n,
                         (long long)batch, (long long)step);
-    int64_t per_epoch = n / batch;
-    int64_t epoch = step / per_epoch, k = step % per_epoch;
     int64_t *perm = ot_malloc((size_t)n * sizeof *perm);
     if (!perm)
         return ot_error(OT_ERR_OUT_OF_MEMORY, "batch indices: permutation of %lld", (long long)n);
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
-    uint64_t st = seed * UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)epoch ^ UINT64_C(0xD1617A);
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)rng_below(&st, (uint64_t)i + 1);
-        int64_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    memcpy(idx, perm + k * batch, (size_t)batch * sizeof *idx);
+    int64_t epoch = -1;
+    ot_status s = ot_train_batch_indices(n, batch, seed, step, perm, &epoch, idx);
     ot_free(perm);
-    return OT_OK;
+    return s;
 }

@@ -157,8 +157,10 @@ typedef struct replica_run {
     ot_executable *exe; /* the gradient of a batch of nb */
     int64_t off, nb;    /* its slice [off, off + nb) of every global batch */
     ot_shape xs, ys;
-    int64_t *idx; /* the global batch's sample indices */
-    float *xb;    /* its shard: nb * features */
+    int64_t *idx;  /* the global batch's sample indices */
+    int64_t *perm; /* the training set's order in epoch perm_epoch (ot_train_batch_indices) */
+    int64_t perm_epoch;
+    float *xb; /* its shard: nb * features */
     int32_t *yb;
     float *flat;             /* gradients, loss and correct count: what the all-reduce sums */
     ot_grad_aggregator *agg; /* the gradients' compressing all-reduce (NULL: uncompressed) */
@@ -226,7 +228,9 @@ static ot_status phase_load_batch(replica_run *rr, int64_t step, int64_t micro) 
     rr->args[np] = rr->args[np + 1] = NULL;
     phase_clock pc = train_phase_start();
     ot_status s = OT_OK;
-    if (micro == 0) s = ot_dataset_batch_indices(t->train.n, t->step_batch, o->seed, step, rr->idx);
+    if (micro == 0)
+        s = ot_train_batch_indices(t->train.n, t->step_batch, o->seed, step, rr->perm,
+                                   &rr->perm_epoch, rr->idx);
     if (s != OT_OK) return s;
     const int64_t *idx = rr->idx + micro * o->batch_size + rr->off;
     for (int64_t i = 0; i < rr->nb; i++) {
@@ -1097,6 +1101,8 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
     if (rank == 0) t->rep->allreduce_timeout_s = (double)m->timeout_ns / 1e9;
     int64_t F = t->train.features;
     rr->idx = ot_malloc((size_t)t->step_batch * sizeof *rr->idx);
+    rr->perm = ot_malloc((size_t)t->train.n * sizeof *rr->perm);
+    rr->perm_epoch = -1;
     rr->xb = ot_malloc((size_t)(rr->nb * F) * sizeof *rr->xb + 4);
     rr->yb = ot_malloc((size_t)rr->nb * sizeof *rr->yb + 4);
     size_t pos = 0; /* sharded: the update's layout (with int8 state, gaps between them) */
@@ -1128,7 +1134,7 @@ static ot_status run_begin(replica_run *rr, trainer *t, int rank, ot_comm *comm)
         if (!rr->red) return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d sums", rank);
         rr->gblock = rr->red + (size_t)m->g * rr->ar_block;
     }
-    if (!rr->idx || !rr->xb || !rr->yb || (!t->shard_len && !rr->flat))
+    if (!rr->idx || !rr->perm || !rr->xb || !rr->yb || (!t->shard_len && !rr->flat))
         return ot_error(OT_ERR_OUT_OF_MEMORY, "train: replica %d buffers", rank);
     if (t->shard_len) {
         s = shard_begin(rr);
@@ -1208,6 +1214,7 @@ static void run_end(replica_run *rr) {
     ot_free(rr->red);
     for (int k = 0; k < t->nparams; k++) ot_buffer_free(rr->grads[k]);
     ot_free(rr->idx);
+    ot_free(rr->perm);
     ot_free(rr->xb);
     ot_free(rr->yb);
     ot_grad_aggregator_free(rr->agg);

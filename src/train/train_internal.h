@@ -4,10 +4,20 @@
 
 #include <stdint.h>
 
+#include "optitpu/core.h"
+
 /* splitmix64 stream: next 64 bits, a uniform double in [0, 1), a standard normal. */
 uint64_t ot_train_rng_next(uint64_t *state);
 double ot_train_rng_uniform(uint64_t *state);
 double ot_train_rng_normal(uint64_t *state);
+
+/* ot_dataset_batch_indices with the epoch's permutation kept between calls: perm (n entries) holds
+ * the permutation of epoch *perm_epoch (-1: none yet) and is redrawn only when `step` is in another
+ * epoch, so a step costs a copy of its batch instead of a shuffle of the whole set (8 us a step for
+ * the 1,437 digits here). The indices are those of ot_dataset_batch_indices. Not thread-safe on
+ * one perm. */
+ot_status ot_train_batch_indices(int64_t n, int64_t batch, uint64_t seed, int64_t step,
+                                 int64_t *perm, int64_t *perm_epoch, int64_t *idx);
 
 /* What one step's gradient all-reduce may have to wait for. A member entering it waits for the
  * slowest member to finish its step; the replicas of a process share its CPU, so that can be every
