@@ -492,6 +492,13 @@ static void test_host_tiers(void) {
     ot_executable_free(big);
     ot_executable_free(mid);
 
+    /* the calibration measures the all-reduce after the last device for 2..8 devices */
+    ot_sim_host_calibration cal;
+    ASSERT_OK(ot_sim_device_host_calibrate(NULL, &d, &cal));
+    for (int n = 2; n <= 8; n++) EXPECT_TRUE(cal.tail_alpha_s[n] > 0 && cal.tail_alpha_s[n] < 0.1);
+    ot_sim_device_host_from(&cal, 4, &d);
+    EXPECT_NEAR(d.shm_tail_alpha_us, cal.tail_alpha_s[4] * 1e6, 1e-9);
+
     ot_sim_host_rates hr;
     EXPECT_STATUS(ot_sim_host_measure(0, 0.01, &hr), OT_ERR_INVALID_ARGUMENT);
     EXPECT_STATUS(ot_sim_host_measure(65, 0.01, &hr), OT_ERR_INVALID_ARGUMENT);
@@ -661,34 +668,36 @@ static void test_host_kernel_model(void) {
      * the one measured with all 4 threads at once (100 us), bound by the cores or the pool */
     c.processes = 0, c.param_bytes = 4000;
     c.device.shm_cost.alpha_us = 100, c.device.shm_cost.gbytes_per_s = 1;
-    c.device.shm_free_alpha_us = 20;
+    c.device.shm_tail_alpha_us = 20;
     ot_sim_result rf, r20, r100;
     ASSERT_OK(ot_sim_run(&c, &rf));
     EXPECT_TRUE(!strcmp(rf.bound, "cores"));
-    c.device.shm_free_alpha_us = 0, c.device.shm_cost.alpha_us = 20;
+    c.device.shm_tail_alpha_us = 0, c.device.shm_cost.alpha_us = 20;
     ASSERT_OK(ot_sim_run(&c, &r20));
     c.device.shm_cost.alpha_us = 100;
     ASSERT_OK(ot_sim_run(&c, &r100));
     EXPECT_TRUE(rf.exposed_comm_s > 0);
     EXPECT_NEAR(rf.exposed_comm_s, r20.exposed_comm_s, 1e-15);
     EXPECT_TRUE(r100.exposed_comm_s > rf.exposed_comm_s * 2);
-    c.device.avail = 1, c.device.shm_free_alpha_us = 20;
+    c.device.avail = 1, c.device.shm_tail_alpha_us = 20;
     ASSERT_OK(ot_sim_run(&c, &rf));
     EXPECT_TRUE(!strcmp(rf.bound, "pool"));
-    c.device.shm_free_alpha_us = 0, c.device.shm_cost.alpha_us = 20;
+    c.device.shm_tail_alpha_us = 0, c.device.shm_cost.alpha_us = 20;
     ASSERT_OK(ot_sim_run(&c, &r20));
     EXPECT_NEAR(rf.exposed_comm_s, r20.exposed_comm_s, 1e-15);
     c.device.shm_cost.alpha_us = 100;
-    /* the host model takes it from the calibration with min(devices, cores) threads */
+    /* the host model takes it from the calibration's all-reduce after the last of as many
+     * devices (not the ring ping-pong's, with every member asleep between its messages) */
     ot_sim_host_calibration cal;
     memset(&cal, 0, sizeof cal);
     cal.cores = 2, cal.alpha_s[2] = 5e-6, cal.alpha_s[4] = 9e-6;
+    cal.tail_alpha_s[2] = 2e-6, cal.tail_alpha_s[4] = 3e-6;
     ot_sim_device hd;
     ot_sim_device_host_from(&cal, 4, &hd);
     EXPECT_NEAR(hd.shm_cost.alpha_us, 9, 1e-9);
-    EXPECT_NEAR(hd.shm_free_alpha_us, 5, 1e-9);
+    EXPECT_NEAR(hd.shm_tail_alpha_us, 3, 1e-9);
     ot_sim_device_host_from(&cal, 1, &hd);
-    EXPECT_NEAR(hd.shm_free_alpha_us, 0, 0);
+    EXPECT_NEAR(hd.shm_tail_alpha_us, 0, 0);
     c.device.avail = 0.5, c.param_bytes = 0;
     c.device.shm_cost.alpha_us = 0, c.device.shm_cost.gbytes_per_s = 0;
     c.processes = 4;
@@ -711,6 +720,31 @@ static void test_host_kernel_model(void) {
     /* the CPU a hand-off burns besides the work (spinning, wake-ups) counts on the cores */
     c.device.pool_handoff_cpu_s[0] = c.device.pool_handoff_cpu_s[1] = 5e-6;
     EXPECT_NEAR(ot_sim_host_cpu_s(&c.device, e, 1.0), 2 * own + 2e-6 + 10e-6, 1e-12);
+    /* but the cores bound counts each hand-off's CPU back to back (gap 0): a pool woken after a
+     * pause spins its window after the run on a core nothing else wanted (the probe's CPU after a
+     * long gap: 60 us here), and where the cores bound the step the pool never rests. 4 devices
+     * on the 2 cores, the step's first dot 200 us (the host pipeline) after the last one: */
+    c.device.pool_handoff_cpu_s[1] = 60e-6;
+    c.chips = 4, c.global_batch = 256;
+    c.host_transfers = 4, c.device.transfer_s = 50e-6;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.cores_s, (2 * own + 2e-6 + 10e-6) * 4 / 2, 1e-12);
+    EXPECT_NEAR(r.cpu_s, 4 * (2 * own + 2e-6 + 65e-6) + 200e-6, 1e-12); /* the process's CPU */
+    EXPECT_NEAR(ot_sim_host_cpu_s(&c.device, e, 1.0), 2 * own + 2e-6 + 65e-6, 1e-12);
+    /* a dot shape measured through the pool likewise: its CPU at gap 0 on the cores */
+    c.device.ndots = 1;
+    c.device.dots[0].key = ot_sim_dot_key(e, 0);
+    c.device.dots[0].flops_per_s = 1e10;
+    c.device.dots[0].pool_s[0] = 50e-6, c.device.dots[0].pool_s[1] = 150e-6;
+    c.device.dots[0].pool_cpu_s[0] = 80e-6, c.device.dots[0].pool_cpu_s[1] = 120e-6;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.cores_s, (2 * 80e-6 + 2e-6) * 4 / 2, 1e-12);
+    EXPECT_NEAR(r.cpu_s, 4 * (120e-6 + 80e-6 + 2e-6) + 200e-6, 1e-12);
+    c.device.ndots = 0;
+    memset(c.device.dots, 0, sizeof c.device.dots[0]);
+    c.device.pool_handoff_cpu_s[1] = 5e-6;
+    c.chips = 2, c.global_batch = 128;
+    c.host_transfers = 0, c.device.transfer_s = 0;
     /* one run on its own: the pool asleep when it starts */
     EXPECT_NEAR(ot_sim_compute_s(&c.device, e, 1.0, 1, NULL),
                 402e-6 + (1e-6 + (own - 1e-6) / 2) + 2e-6, 1e-12);

@@ -106,12 +106,13 @@ typedef struct ot_sim_device {
     int cores;
     double core_share[9]; /* [n] for n = 1..8 devices; beyond 8: core_share[8] * 8 / n */
     ot_cost_params shm_cost;
-    /* The shared-memory per-message cost when the members' threads have the cores to themselves
-     * (measured with min(members, cores) threads; 0: shm_cost's). With the host's kernel model
-     * ot_sim_run prices the in-process all-reduce with it: the devices that finished wait
-     * asleep, so the collective after the last one runs on free cores, where shm_cost, measured
-     * with every member's thread at once, holds members beyond the cores taking turns. */
-    double shm_free_alpha_us;
+    /* The shared-memory per-message cost of the all-reduce after the last member arrives, as a
+     * training step meets it (ot_sim_host_calibration.tail_alpha_s; 0: shm_cost's). With the
+     * host's kernel model ot_sim_run prices the in-process all-reduce with it: the devices that
+     * finished wait asleep, so the collective after the last one runs on free cores, where
+     * shm_cost, measured with every member's thread at once, holds members beyond the cores
+     * taking turns. */
+    double shm_tail_alpha_us;
     /* A host's caches (0 for a TPU: one tier): a kernel touching less than cache_bytes (read +
      * written) runs on its device's thread with data in the caches, at these rates instead; a
      * shared-memory collective whose members' blocks together fit in half of shm_cache_bytes
@@ -171,7 +172,11 @@ typedef struct ot_sim_host_calibration {
     double memcpy_all_bytes_per_s; /* memcpy, every core */
     double launch_s;               /* one-kernel executable, per execute */
     double write_bytes_per_s, read_bytes_per_s; /* file write+fsync, read (bench limits) */
-    double alpha_s[9];    /* fitted all-reduce message cost with n in-process devices (2..8) */
+    double alpha_s[9]; /* fitted all-reduce message cost with n in-process devices (2..8) */
+    /* the all-reduce after the last of n devices (2..8), per message: each thread ends its work
+     * with a pooled dot, arrivals a little apart, a 4-byte tree all-reduce timed from the last
+     * arrival (median of 41) over its 2 ceil(log2 n) messages */
+    double tail_alpha_s[9];
     double core_share[9]; /* of a core, per thread of n busy ones: min(1, cores / n) */
     int cores;
 } ot_sim_host_calibration;

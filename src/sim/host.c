@@ -84,6 +84,82 @@ static ot_status alpha_fn(void *ud, int rank, ot_comm *c) {
     return OT_OK;
 }
 
+/* The all-reduce after the last device, as a step meets it: n threads each end their work with
+ * a dot on the runtime's pool (the step's last kernel: the pool's worker then spins its window,
+ * so the members wait and wake on cores that are not idle), arriving a little apart (the last
+ * 1/8 of the work later than the first), then a 4-byte tree all-reduce, train's default; the
+ * time from the last arrival to the last member done, per message of the tree (2 ceil(log2 n):
+ * up and back down). The ring ping-pong above, every member asleep between its messages, wakes
+ * each on an idle core; on this VM (haltpoll, no guest polling) that is a halted vCPU's wake-up,
+ * 5 us or 40-50 us a message from one hour to the next with the machine otherwise quiet, against
+ * 4-9 us here either way. */
+#define TAIL_REPS    41
+#define TAIL_WORK_NS 50000.0
+typedef struct {
+    const ot_executable *dot;
+    uint64_t arrive[TAIL_REPS][8], done[TAIL_REPS][8];
+} tail_job;
+
+static ot_status tail_fn(void *ud, int rank, ot_comm *c) {
+    tail_job *j = ud;
+    int n = ot_comm_size(c);
+    enum { NIO = 2 };
+    void *in[NIO] = {0}, *outs[NIO] = {0};
+    int64_t asz = ot_executable_arena_size(j->dot);
+    void *arena = ot_calloc(1, (size_t)(asz > 64 ? asz : 64));
+    ot_status s = arena ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
+    for (int k = 0; s == OT_OK && k < ot_executable_param_count(j->dot) && k < NIO; k++)
+        if (!(in[k] = ot_calloc(
+                  1,
+                  (size_t)ot_executable_slot(j->dot, ot_executable_param_slot(j->dot, k))->nbytes)))
+            s = ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
+    if (s == OT_OK &&
+        !(outs[0] = ot_calloc(
+              1, (size_t)ot_executable_slot(j->dot, ot_executable_output_slot(j->dot, 0))->nbytes)))
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
+    ot_run_options ro = ot_run_options_default(); /* the default pool, as a host device's */
+    ot_coll_options o = ot_coll_options_default();
+    o.algo = OT_ALGO_TREE;
+    float v = 1;
+    if (s == OT_OK) s = ot_comm_allreduce(c, &v, &v, 1, OT_F32, OT_REDOP_SUM, &o);
+    for (int r = 0; s == OT_OK && r < TAIL_REPS; r++) {
+        s = ot_comm_barrier(c, NULL);
+        uint64_t until = ot_now_ns() + (uint64_t)(TAIL_WORK_NS * (1.0 + (double)rank / (8.0 * n)));
+        do {
+            if (s == OT_OK) s = ot_execute_on_host(j->dot, arena, in, outs, &ro, 0, NULL);
+        } while (s == OT_OK && ot_now_ns() < until);
+        j->arrive[r][rank] = ot_now_ns();
+        if (s == OT_OK) s = ot_comm_allreduce(c, &v, &v, 1, OT_F32, OT_REDOP_SUM, &o);
+        j->done[r][rank] = ot_now_ns();
+    }
+    ot_free(arena);
+    for (int k = 0; k < NIO; k++) ot_free(in[k]), ot_free(outs[k]);
+    return s;
+}
+
+static ot_status tail_alpha(const ot_executable *dot, int n, double *alpha_s) {
+    tail_job *j = ot_calloc(1, sizeof *j);
+    if (!j) return ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
+    j->dot = dot;
+    ot_status s = ot_local_run(n, tail_fn, j, NULL);
+    if (s == OT_OK) {
+        double t[TAIL_REPS];
+        for (int r = 0; r < TAIL_REPS; r++) {
+            uint64_t a = 0, d = 0;
+            for (int k = 0; k < n; k++) {
+                a = j->arrive[r][k] > a ? j->arrive[r][k] : a;
+                d = j->done[r][k] > d ? j->done[r][k] : d;
+            }
+            t[r] = (double)(d - a) / 1e9;
+        }
+        int lg = 0;
+        while ((1 << lg) < n) lg++;
+        *alpha_s = ot_bench_median(t, TAIL_REPS) / (2.0 * lg);
+    }
+    ot_free(j);
+    return s;
+}
+
 ot_status ot_sim_device_host_calibrate(const char *tmp_dir, ot_sim_device *out,
                                        ot_sim_host_calibration *cal) {
     ot_sim_host_calibration c;
@@ -102,11 +178,20 @@ ot_status ot_sim_device_host_calibrate(const char *tmp_dir, ot_sim_device *out,
                                      "  x = f32[4] parameter(0)\n"
                                      "  ROOT y = f32[4] add(x, x)\n"
                                      "}\n";
-    ot_executable *dot = NULL, *one = NULL;
+    /* two tiles: the smallest dot the runtime splits over its pool */
+    static const char pooled_hlo[] =
+        "HloModule sim_cal_pooled\n"
+        "ENTRY main {\n"
+        "  a = f32[128,32] parameter(0)\n"
+        "  b = f32[32,128] parameter(1)\n"
+        "  ROOT d = f32[128,128] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "}\n";
+    ot_executable *dot = NULL, *one = NULL, *pooled = NULL;
     ot_threadpool *pool = NULL;
     ot_status s = ot_threadpool_create(1, &pool);
     if (s == OT_OK) s = compile_text(dot_hlo, &dot);
     if (s == OT_OK) s = compile_text(launch_hlo, &one);
+    if (s == OT_OK) s = compile_text(pooled_hlo, &pooled);
     double td = 0, tl = 0;
     if (s == OT_OK) s = time_exe(dot, 15, pool, &td);
     if (s == OT_OK) s = time_exe(one, 2001, pool, &tl);
@@ -147,7 +232,9 @@ ot_status ot_sim_device_host_calibrate(const char *tmp_dir, ot_sim_device *out,
         alpha_job j = {.reps = 41};
         s = ot_local_run(n, alpha_fn, &j, NULL);
         c.alpha_s[n] = j.sec / (2.0 * (n - 1));
+        if (s == OT_OK) s = tail_alpha(pooled, n, &c.tail_alpha_s[n]);
     }
+    ot_executable_free(pooled);
     if (s != OT_OK) return ot_error_wrap(s, "sim: calibrating the host device model");
     if (cal) *cal = c;
     if (out) ot_sim_device_host_from(&c, 1, out);

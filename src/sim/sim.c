@@ -82,9 +82,7 @@ void ot_sim_device_host_from(const ot_sim_host_calibration *cal, int devices, ot
         bw = cal->memcpy_all_bytes_per_s / n;
     out->shm_cost.alpha_us = n >= 2 ? cal->alpha_s[n < 8 ? n : 8] * 1e6 : 0;
     out->shm_cost.gbytes_per_s = bw / 1e9;
-    int f = n < out->cores ? n : out->cores;
-    f = f < 8 ? f : 8;
-    out->shm_free_alpha_us = f >= 2 ? cal->alpha_s[f] * 1e6 : 0;
+    out->shm_tail_alpha_us = n >= 2 ? cal->tail_alpha_s[n < 8 ? n : 8] * 1e6 : 0;
 }
 
 void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_calibration *cal,
@@ -318,6 +316,11 @@ typedef struct {
     /* its kernels' time on a pool that never rests: each meets the pool right after another
      * device's kernel (gap 0), as when a process's devices take turns on it without a pause */
     double pool_busy;
+    /* its CPU when the cores never rest (every hand-off at gap 0): what it takes from the other
+     * runnable threads. A pool woken after a pause spins its window when the run is over (the
+     * probe's CPU after a long gap holds it); that spinning runs on a core nothing else wanted,
+     * and where the cores bound the step, pooled kernels meet the pool back to back. */
+    double cpu_busy;
 } host_walk;
 
 /* Kernel k on the path of w (kernels walked in order): its time, launch included. */
@@ -338,6 +341,7 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
          * after the gap (whatever the pool's threads do in them: spin, sleep, share a core) */
         t = host_handoff_s(d, dr->pool_s, w->gap);
         w->cpu += host_handoff_s(d, dr->pool_cpu_s, w->gap) + launch;
+        w->cpu_busy += host_handoff_s(d, dr->pool_cpu_s, 0) + launch;
         w->pool += t + launch;
         w->pool_busy += host_handoff_s(d, dr->pool_s, 0) + launch;
         w->gap = 0;
@@ -349,6 +353,7 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
          * their wake-up, then the caller's when it went to sleep waiting), then they share */
         double sp = d->pool_speedup > 1 ? d->pool_speedup : 1;
         w->cpu += host_handoff_s(d, d->pool_handoff_cpu_s, w->gap);
+        w->cpu_busy += host_handoff_s(d, d->pool_handoff_cpu_s, 0);
         for (int busy = 0; busy < 2; busy++) {
             double h = host_handoff_s(d, d->pool_handoff_s, busy ? 0 : w->gap);
             double tk = own > h / 2 ? h / 2 + (own - h / 2) / sp : h / 2;
@@ -364,6 +369,7 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
         w->gap += t + launch;
     }
     w->cpu += own + launch;
+    w->cpu_busy += own + launch;
     w->path += t + launch;
     return t + launch;
 }
@@ -372,7 +378,7 @@ static double host_kernel_s(const ot_sim_device *d, const ot_executable *e, int 
  * asleep). */
 static host_walk host_walk_gap(const ot_sim_device *d, const ot_executable *e, double scale,
                                int upto, double *kernel_s, double *flops, double gap) {
-    host_walk w = {d->exec_s, d->exec_s, 0, gap, 0};
+    host_walk w = {d->exec_s, d->exec_s, 0, gap, 0, d->exec_s};
     double f = 0;
     int n = ot_executable_kernel_count(e);
     for (int k = 0; k < n && (upto < 0 || k <= upto); k++) {
@@ -691,7 +697,7 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
             double C = d->cores > 0 ? d->cores : 1,
                    a = d->avail > 0 && d->avail <= 1 ? d->avail : 1;
             double others = C / a - C;
-            out->cores_s = n + others > C ? w.cpu * (n + others) / C : w.cpu;
+            out->cores_s = n + others > C ? w.cpu_busy * (n + others) / C : w.cpu_busy;
             /* one device a process: its own pool, at its own gaps (within its path); several:
              * while the pool is what bounds the step it never rests, so each pooled kernel meets
              * it right after another device's (its back-to-back time, gap 0) */
@@ -728,11 +734,11 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
             ot_comm *m;
             bool shm = d->shared_host && !c->topology;
             /* in one process the devices that finished wait asleep for the last one, so the
-             * all-reduce after it runs on free cores, at their per-message cost (the same as
-             * shm_cost's with no more devices than cores) */
+             * all-reduce after it runs on free cores, at the per-message cost measured that way
+             * (after a pooled dot, arrivals apart) */
             ot_sim_device dc = c->device;
-            if (shm && P == 1 && d->pool_points > 0 && d->shm_free_alpha_us > 0)
-                dc.shm_cost.alpha_us = d->shm_free_alpha_us;
+            if (shm && P == 1 && d->pool_points > 0 && d->shm_tail_alpha_us > 0)
+                dc.shm_cost.alpha_us = d->shm_tail_alpha_us;
             OT_CHECK(model_comm(&dc, c->topology, members, &m));
             ot_status s = OT_OK;
             double bwd_start = out->compute_s * (1 - c->backward_fraction);
