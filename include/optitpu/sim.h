@@ -108,10 +108,10 @@ typedef struct ot_sim_device {
     ot_cost_params shm_cost;
     /* The shared-memory per-message cost of the all-reduce after the last member arrives, as a
      * training step meets it (ot_sim_host_calibration.tail_alpha_s; 0: shm_cost's). With the
-     * host's kernel model ot_sim_run prices the in-process all-reduce with it: the devices that
-     * finished wait asleep, so the collective after the last one runs on free cores, where
-     * shm_cost, measured with every member's thread at once, holds members beyond the cores
-     * taking turns. */
+     * host's kernel model ot_sim_run prices the in-process all-reduce with it: measured with
+     * steps back to back, it holds the members woken last by the tree queueing for cores that
+     * the first ones back took for their next step, where shm_cost is a ring ping-pong with
+     * every member asleep between its messages. */
     double shm_tail_alpha_us;
     /* A host's caches (0 for a TPU: one tier): a kernel touching less than cache_bytes (read +
      * written) runs on its device's thread with data in the caches, at these rates instead; a
@@ -173,10 +173,14 @@ typedef struct ot_sim_host_calibration {
     double launch_s;               /* one-kernel executable, per execute */
     double write_bytes_per_s, read_bytes_per_s; /* file write+fsync, read (bench limits) */
     double alpha_s[9]; /* fitted all-reduce message cost with n in-process devices (2..8) */
-    /* the all-reduce after the last of n devices (2..8), per message: each thread ends its work
-     * with a pooled dot, arrivals a little apart, a 4-byte tree all-reduce timed from the last
-     * arrival (median of 41) over its 2 ceil(log2 n) messages */
+    /* the all-reduce after the last of n devices (2..8), per message: n threads run rounds back
+     * to back as steps run, each a fixed number of pooled dots then a 4-byte tree all-reduce,
+     * timed from the round's last arrival to the last member done (median of 41) over the tree's
+     * 2 ceil(log2 n) messages: members woken last queue for cores the first ones back took */
     double tail_alpha_s[9];
+    /* in that probe, the longest a member spent between its all-reduce and its next round's work
+     * (median over the rounds): a clock read when rounds run back to back */
+    double tail_rejoin_s[9];
     double core_share[9]; /* of a core, per thread of n busy ones: min(1, cores / n) */
     int cores;
 } ot_sim_host_calibration;

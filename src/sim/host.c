@@ -84,20 +84,24 @@ static ot_status alpha_fn(void *ud, int rank, ot_comm *c) {
     return OT_OK;
 }
 
-/* The all-reduce after the last device, as a step meets it: n threads each end their work with
- * a dot on the runtime's pool (the step's last kernel: the pool's worker then spins its window,
- * so the members wait and wake on cores that are not idle), arriving a little apart (the last
- * 1/8 of the work later than the first), then a 4-byte tree all-reduce, train's default; the
- * time from the last arrival to the last member done, per message of the tree (2 ceil(log2 n):
- * up and back down). The ring ping-pong above, every member asleep between its messages, wakes
- * each on an idle core; on this VM (haltpoll, no guest polling) that is a halted vCPU's wake-up,
- * 5 us or 40-50 us a message from one hour to the next with the machine otherwise quiet, against
- * 4-9 us here either way. */
+/* The all-reduce after the last device, as a step meets it: n threads run rounds back to back,
+ * as train's devices run steps, each round a fixed number of dots on the runtime's pool (the
+ * step's kernels; the pool's worker spins its window after each, so the members wait and wake on
+ * cores that are not idle), then a 4-byte tree all-reduce, train's default; the time from the
+ * round's last arrival to the last member done, per message of the tree (2 ceil(log2 n): up and
+ * back down). A member goes straight on to its next round's work, so with more members than
+ * cores those woken last by the tree queue for cores the first ones back have taken: with a
+ * barrier between rounds (the cores free for the tree) the probe priced the all-reduce after 4
+ * and 8 devices at 1/4-1/3 of what train's trace shows on 2 cores. The ring ping-pong above,
+ * every member asleep between its messages, wakes each on an idle core; on this VM (haltpoll, no
+ * guest polling) that is a halted vCPU's wake-up, 5 us or 40-50 us a message from one hour to
+ * the next with the machine otherwise quiet. */
 #define TAIL_REPS    41
 #define TAIL_WORK_NS 50000.0
 typedef struct {
     const ot_executable *dot;
     uint64_t arrive[TAIL_REPS][8], done[TAIL_REPS][8];
+    uint64_t rejoin[TAIL_REPS][8]; /* a member's next round begun, after done */
 } tail_job;
 
 static ot_status tail_fn(void *ud, int rank, ot_comm *c) {
@@ -122,12 +126,21 @@ static ot_status tail_fn(void *ud, int rank, ot_comm *c) {
     o.algo = OT_ALGO_TREE;
     float v = 1;
     if (s == OT_OK) s = ot_comm_allreduce(c, &v, &v, 1, OT_F32, OT_REDOP_SUM, &o);
-    for (int r = 0; s == OT_OK && r < TAIL_REPS; r++) {
-        s = ot_comm_barrier(c, NULL);
-        uint64_t until = ot_now_ns() + (uint64_t)(TAIL_WORK_NS * (1.0 + (double)rank / (8.0 * n)));
-        do {
-            if (s == OT_OK) s = ot_execute_on_host(j->dot, arena, in, outs, &ro, 0, NULL);
-        } while (s == OT_OK && ot_now_ns() < until);
+    /* a first round sizes the work: the dots each thread runs in TAIL_WORK_NS, the last a little
+     * later (1/8 of it), from a barrier */
+    int ndots = 0;
+    if (s == OT_OK) s = ot_comm_barrier(c, NULL);
+    uint64_t until = ot_now_ns() + (uint64_t)(TAIL_WORK_NS * (1.0 + (double)rank / (8.0 * n)));
+    do {
+        if (s == OT_OK) s = ot_execute_on_host(j->dot, arena, in, outs, &ro, 0, NULL);
+        ndots++;
+    } while (s == OT_OK && ot_now_ns() < until);
+    if (s == OT_OK) s = ot_comm_allreduce(c, &v, &v, 1, OT_F32, OT_REDOP_SUM, &o);
+    for (int r = 0; s == OT_OK && r <= TAIL_REPS; r++) {
+        if (r > 0) j->rejoin[r - 1][rank] = ot_now_ns();
+        if (r == TAIL_REPS) break;
+        for (int k = 0; s == OT_OK && k < ndots; k++)
+            s = ot_execute_on_host(j->dot, arena, in, outs, &ro, 0, NULL);
         j->arrive[r][rank] = ot_now_ns();
         if (s == OT_OK) s = ot_comm_allreduce(c, &v, &v, 1, OT_F32, OT_REDOP_SUM, &o);
         j->done[r][rank] = ot_now_ns();
@@ -137,21 +150,24 @@ static ot_status tail_fn(void *ud, int rank, ot_comm *c) {
     return s;
 }
 
-static ot_status tail_alpha(const ot_executable *dot, int n, double *alpha_s) {
+static ot_status tail_alpha(const ot_executable *dot, int n, double *alpha_s, double *rejoin_s) {
     tail_job *j = ot_calloc(1, sizeof *j);
     if (!j) return ot_error(OT_ERR_OUT_OF_MEMORY, "sim calibration");
     j->dot = dot;
     ot_status s = ot_local_run(n, tail_fn, j, NULL);
     if (s == OT_OK) {
-        double t[TAIL_REPS];
+        double t[TAIL_REPS], w[TAIL_REPS];
         for (int r = 0; r < TAIL_REPS; r++) {
-            uint64_t a = 0, d = 0;
+            uint64_t a = 0, d = 0, g = 0;
             for (int k = 0; k < n; k++) {
                 a = j->arrive[r][k] > a ? j->arrive[r][k] : a;
                 d = j->done[r][k] > d ? j->done[r][k] : d;
+                g = j->rejoin[r][k] - j->done[r][k] > g ? j->rejoin[r][k] - j->done[r][k] : g;
             }
             t[r] = (double)(d - a) / 1e9;
+            w[r] = (double)g / 1e9;
         }
+        *rejoin_s = ot_bench_median(w, TAIL_REPS);
         int lg = 0;
         while ((1 << lg) < n) lg++;
         *alpha_s = ot_bench_median(t, TAIL_REPS) / (2.0 * lg);
@@ -232,7 +248,7 @@ ot_status ot_sim_device_host_calibrate(const char *tmp_dir, ot_sim_device *out,
         alpha_job j = {.reps = 41};
         s = ot_local_run(n, alpha_fn, &j, NULL);
         c.alpha_s[n] = j.sec / (2.0 * (n - 1));
-        if (s == OT_OK) s = tail_alpha(pooled, n, &c.tail_alpha_s[n]);
+        if (s == OT_OK) s = tail_alpha(pooled, n, &c.tail_alpha_s[n], &c.tail_rejoin_s[n]);
     }
     ot_executable_free(pooled);
     if (s != OT_OK) return ot_error_wrap(s, "sim: calibrating the host device model");

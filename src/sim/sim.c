@@ -733,9 +733,9 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         if (members > 1 && nb > 0) {
             ot_comm *m;
             bool shm = d->shared_host && !c->topology;
-            /* in one process the devices that finished wait asleep for the last one, so the
-             * all-reduce after it runs on free cores, at the per-message cost measured that way
-             * (after a pooled dot, arrivals apart) */
+            /* in one process the all-reduce after the last device is priced at the per-message
+             * cost measured as steps meet it (rounds of pooled dots back to back: members woken
+             * last by the tree wait for cores the first ones back took for their next step) */
             ot_sim_device dc = c->device;
             if (shm && P == 1 && d->pool_points > 0 && d->shm_tail_alpha_us > 0)
                 dc.shm_cost.alpha_us = d->shm_tail_alpha_us;
