@@ -108,7 +108,11 @@ The eighth group (`--group fft`, names starting with "f ") holds Fourier transfo
 the complex arithmetic around them: an rfft power spectrum; a low-pass filter (rfft, scale,
 irfft); fft2 of a c64 batch, a complex scale and ifft2; an FNO spectral convolution (rfft, 64
 kept modes mixed across 32 channels by a complex einsum, irfft); a circular convolution of c128
-rows (fft, multiply by a transformed kernel, ifft).
+rows (fft, multiply by a transformed kernel, ifft); FFTs of lengths that are not powers of two
+(1000; the prime 10007, Bluestein's algorithm); the magnitude spectrum of 44100-sample audio
+frames; image and volume convolution by rfft2/rfftn and irfft2/irfftn; an fft along axis 0; an
+STFT (frames gathered, Hann-windowed, rfft, abs); a c64 matmul; complex sum and mean; jnp.where
+on c64; jnp.abs and jnp.angle of c64.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -2405,6 +2409,85 @@ def make_f_conv128(quick):
     return f, [z, k], {"tol": 1e-10, "x64": True}
 
 
+def make_f_fft_len(b, n, quick, seed):
+    b, n = (b, n) if not quick else (2, n if n < 2000 else 263)
+    z = _c64(_rng(seed), (b, n))
+    return (lambda z: jnp.fft.fft(z)), [z], {"tol": 1e-4}
+
+
+def make_f_audio(quick):
+    b, n = (16, 44100) if not quick else (2, 441)
+    x = _f32(_rng(77).standard_normal((b, n)))
+    return (lambda x: jnp.abs(jnp.fft.rfft(x))), [x], {"tol": 1e-4}
+
+
+def make_f_rfft2_conv(quick):
+    b, n = (8, 512) if not quick else (2, 32)
+    rng = _rng(78)
+    x = _f32(rng.standard_normal((b, n, n)))
+    k = _f32(rng.standard_normal((n, n)) / n)
+
+    def f(x, k):  # each image circularly convolved with k through rfft2 / irfft2
+        return jnp.fft.irfft2(jnp.fft.rfft2(x) * jnp.fft.rfft2(k), s=x.shape[-2:])
+    return f, [x, k], {"tol": 1e-4}
+
+
+def make_f_rfft3_conv(quick):
+    b, n = (4, 64) if not quick else (2, 8)
+    rng = _rng(79)
+    x = _f32(rng.standard_normal((b, n, n, n)))
+    k = _f32(rng.standard_normal((n, n, n)) / n)
+
+    def f(x, k):  # each volume circularly convolved with k through rfftn / irfftn
+        ax = (-3, -2, -1)
+        return jnp.fft.irfftn(jnp.fft.rfftn(x, axes=ax) * jnp.fft.rfftn(k, axes=ax),
+                              s=x.shape[-3:], axes=ax)
+    return f, [x, k], {"tol": 1e-4}
+
+
+def make_f_axis0(quick):
+    n, c = (4096, 64) if not quick else (64, 4)
+    z = _c64(_rng(80), (n, c))
+    return (lambda z: jnp.fft.fft(z, axis=0)), [z], {"tol": 1e-4}
+
+
+def make_f_stft(quick):
+    b, n, w, hop = (8, 65536, 512, 128) if not quick else (2, 1024, 64, 16)
+    x = _f32(_rng(81).standard_normal((b, n)))
+    nfr = (n - w) // hop + 1
+    idx = np.arange(nfr)[:, None] * hop + np.arange(w)[None, :]
+    win = _f32(0.5 - 0.5 * np.cos(2 * np.pi * np.arange(w) / w))
+
+    def f(x, win):  # framed by a gather, Hann-windowed, rfft, magnitude
+        return jnp.abs(jnp.fft.rfft(x[:, idx] * win, axis=-1))
+    return f, [x, win], {"tol": 1e-4}
+
+
+def make_f_cmatmul(quick):
+    n = 512 if not quick else 16
+    rng = _rng(82)
+    a, b = _c64(rng, (n, n)), _c64(rng, (n, n))
+    return (lambda a, b: a @ b), [a, b], {"tol": 1e-4}
+
+
+def make_f_csum(quick):
+    b, n = (1024, 4096) if not quick else (4, 64)
+    z = _c64(_rng(83), (b, n))
+    return (lambda z: (jnp.sum(z, axis=-1), jnp.mean(z, axis=0))), [z], {"tol": 1e-4}
+
+
+def make_f_cwhere(quick):
+    b, n = (1024, 4096) if not quick else (4, 64)
+    z = _c64(_rng(84), (b, n))
+    return (lambda z: jnp.where(z.real > 0, z, z * 1j)), [z], {"tol": 1e-4}
+
+
+def make_f_polar(quick):
+    b, n = (1024, 4096) if not quick else (4, 64)
+    z = _c64(_rng(85), (b, n))
+    return (lambda z: (jnp.abs(z), jnp.angle(z))), [z], {"tol": 1e-4}
+
+
 def fft_case_list(quick):
     """The eighth group, each name starting with "f ". Sizes are those of a full run."""
     q = quick
@@ -2412,7 +2495,18 @@ def fft_case_list(quick):
             ("f rfft-filter-irfft 512x2048", lambda: make_f_lowpass(q)),
             ("f fft2 * 0.5j ifft2 c64 16x256x256", lambda: make_f_fft2(q)),
             ("f fno spectral conv b16 c32 n1024 modes 64", lambda: make_f_fno(q)),
-            ("f circular conv c128 64x4096", lambda: make_f_conv128(q))]
+            ("f circular conv c128 64x4096", lambda: make_f_conv128(q)),
+            ("f fft c64 256x1000", lambda: make_f_fft_len(256, 1000, q, 76)),
+            ("f fft c64 prime 16x10007 (bluestein)", lambda: make_f_fft_len(16, 10007, q, 86)),
+            ("f rfft abs audio 16x44100", lambda: make_f_audio(q)),
+            ("f rfft2-conv-irfft2 8x512x512", lambda: make_f_rfft2_conv(q)),
+            ("f rfftn-conv-irfftn 3-D 4x64x64x64", lambda: make_f_rfft3_conv(q)),
+            ("f fft axis 0 c64 4096x64", lambda: make_f_axis0(q)),
+            ("f stft frames 512 hop 128 8x65536 abs", lambda: make_f_stft(q)),
+            ("f complex matmul c64 512x512", lambda: make_f_cmatmul(q)),
+            ("f complex sum and mean c64 1024x4096", lambda: make_f_csum(q)),
+            ("f complex where c64 1024x4096", lambda: make_f_cwhere(q)),
+            ("f complex abs and angle c64 1024x4096", lambda: make_f_polar(q))]
 
 
 def group_cases(group, quick):
