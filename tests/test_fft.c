@@ -658,11 +658,15 @@ static void test_complex_ops(void) {
     ot_module_free(m);
 }
 
-/* The fast kernels of complex elementwise ops (split over the pool) and of complex movers (copies
- * by element size: c128 is 16 bytes) give the evaluator's bits on 1, 2, 3 and 8 threads. */
+/* The fast kernels of complex elementwise ops and select (split over the pool), of complex sums
+ * (rows, few long rows split by blocks, columns; interleaved dims on the reference) and of complex
+ * movers (copies by element size: c128 is 16 bytes) give the evaluator's bits on 1, 2, 3 and 8
+ * threads. */
 static void test_complex_fast_kernels_equal_evaluator(void) {
     static const char *fmt =
-        "HloModule m\nENTRY e {\n"
+        "HloModule m\n"
+        "add_c { p = %1$s[] parameter(0)\n q = %1$s[] parameter(1)\n ROOT s = %1$s[] add(p, q) }\n"
+        "ENTRY e {\n"
         "  a = %1$s[96,700] parameter(0)\n"
         "  b = %1$s[96,700] parameter(1)\n"
         "  k = %1$s[700] parameter(2)\n"
@@ -682,12 +686,26 @@ static void test_complex_fast_kernels_equal_evaluator(void) {
         "  tr = %1$s[700,96] transpose(cx), dimensions={1,0}\n"
         "  rev = %1$s[96,700] reverse(mul), dimensions={1}\n"
         "  cat = %1$s[192,700] concatenate(rev, sub), dimensions={0}\n"
-        "  ROOT t = (%1$s[96,700], %2$s[96,700], %1$s[48,350], %1$s[700,96], %1$s[192,700]) "
-        "tuple(add, abs, sl, tr, cat)\n"
+        "  zr = %2$s[] constant(0)\n"
+        "  zb = %2$s[96,700] broadcast(zr), dimensions={}\n"
+        "  pos = pred[96,700] compare(re, zb), direction=GT\n"
+        "  sel = %1$s[96,700] select(pos, a, mul)\n"
+        "  rows = %1$s[96] reduce(a, z), dimensions={1}, to_apply=add_c\n"
+        "  cols = %1$s[700] reduce(a, z), dimensions={0}, to_apply=add_c\n"
+        "  all = %1$s[] reduce(a, z), dimensions={0,1}, to_apply=add_c\n"
+        "  flat = %1$s[67200] reshape(b)\n"
+        "  fs = %1$s[66999] slice(flat), slice={[0:66999]}\n"
+        "  few = %1$s[3,22333] reshape(fs)\n"
+        "  fewr = %1$s[3] reduce(few, z), dimensions={1}, to_apply=add_c\n"
+        "  cube = %1$s[96,70,10] reshape(b)\n"
+        "  mixed = %1$s[70] reduce(cube, z), dimensions={0,2}, to_apply=add_c\n"
+        "  ROOT t = (%1$s[96,700], %2$s[96,700], %1$s[48,350], %1$s[700,96], %1$s[192,700], "
+        "%1$s[96,700], %1$s[96], %1$s[700], %1$s[], %1$s[3], %1$s[70]) "
+        "tuple(add, abs, sl, tr, cat, sel, rows, cols, all, fewr, mixed)\n"
         "}\n";
     static const int nth[] = {1, 2, 3, 8};
     for (int d = 0; d < 2; d++) {
-        char text[2048];
+        char text[4096];
         snprintf(text, sizeof text, fmt, d ? "c128" : "c64", d ? "f64" : "f32");
         ot_module *m = parse(text);
         ASSERT_TRUE(m != NULL);
@@ -708,13 +726,23 @@ static void test_complex_fast_kernels_equal_evaluator(void) {
         ot_compile_options co = ot_compile_options_default();
         ASSERT_OK(ot_compile(m, &co, &exe));
         int nout = ot_executable_output_count(exe);
-        ASSERT_TRUE(nout == 5 && r.kind == OT_IR_TUPLE && r.ntuple == 5);
+        enum { NOUT = 11 };
+        ASSERT_TRUE(nout == NOUT && r.kind == OT_IR_TUPLE && r.ntuple == NOUT);
+        /* the sums against double arithmetic: the rows, and the whole array */
+        for (int64_t row = 0; row < 96; row++) {
+            double complex want = 0.5 - 1.0 * _Complex_I;
+            for (int64_t k = 0; k < 700; k++) want += elem(&args[0], row * 700 + k);
+            EXPECT_TRUE(cabs(elem(&r.tuple[6], row) - want) < 1e-4);
+        }
+        double complex all = 0.5 - 1.0 * _Complex_I;
+        for (int64_t k = 0; k < 96 * 700; k++) all += elem(&args[0], k);
+        EXPECT_TRUE(cabs(elem(&r.tuple[8], 0) - all) < 1e-2);
         for (int p = 0; p < 4; p++) {
             ot_threadpool *pool = NULL;
             ASSERT_OK(ot_threadpool_create(nth[p], &pool));
-            ot_tensor o[5];
+            ot_tensor o[NOUT];
             ASSERT_OK(run_exe(exe, params, o, pool, false));
-            for (int q = 0; q < 5; q++) {
+            for (int q = 0; q < NOUT; q++) {
                 const ot_value *x = &r.tuple[q];
                 bool same = x->array.nbytes == o[q].nbytes &&
                             !memcmp(x->array.data, o[q].data, o[q].nbytes);
@@ -731,6 +759,85 @@ static void test_complex_fast_kernels_equal_evaluator(void) {
         for (int q = 0; q < 3; q++) ot_value_release(&args[q]);
         ot_module_free(m);
     }
+}
+
+/* abs of c64 (the fast kernel's 8 lanes and its scalar tail, the reference): the same bits on 1,
+ * 2, 3 and 8 threads; within 0.5 ulp (plus 2^-28) of the exact modulus over magnitudes whose
+ * squares overflow or underflow in float; an infinite component gives inf beside a NaN; subnormal
+ * components and results are flushed (the default FTZ mode). */
+static void test_complex_abs_c64(void) {
+    const char *text = "HloModule m\nENTRY e {\n  a = c64[1003] parameter(0)\n"
+                       "  ROOT y = f32[1003] abs(a)\n}\n";
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    ot_shape s;
+    ot_shape_make(&s, OT_C64, 1, (int64_t[]){1003});
+    ot_tensor arg;
+    ASSERT_OK(ot_tensor_alloc(&arg, &s));
+    float *x = arg.data;
+    for (int e = 0; e < 1003; e++) { /* magnitudes 2^-70 .. 2^70, either component larger */
+        x[2 * e] = (float)ldexp(rnd(), (int)(rnd() * 70));
+        x[2 * e + 1] = (float)ldexp(rnd(), (int)(rnd() * 70));
+    }
+    static const float sp[][2] = {{INFINITY, NAN}, {NAN, -INFINITY}, {NAN, 1},
+                                  {3e38f, 3e38f},  {1e-30f, 1e-30f}, {0x1p-140f, 0},
+                                  {0, -0x1p-130f}, {0, 0},           {FLT_MAX, 1},
+                                  {-3, 4},         {1e-20f, -1e-19f}};
+    int nsp = (int)(sizeof sp / sizeof sp[0]);
+    for (int k = 0; k < nsp; k++) { /* in the vector body and in the tail */
+        x[2 * (8 * k + 3)] = x[2 * (1002 - k)] = sp[k][0];
+        x[2 * (8 * k + 3) + 1] = x[2 * (1002 - k) + 1] = sp[k][1];
+    }
+    ot_executable *exe = NULL;
+    ot_compile_options co = ot_compile_options_default();
+    ASSERT_OK(ot_compile(m, &co, &exe));
+    void *params[1] = {arg.data};
+    ot_tensor ref;
+    ASSERT_OK(run_exe(exe, params, &ref, NULL, true));
+    const float *y = ref.data;
+    int bad = 0;
+    for (int e = 0; e < 1003; e++) {
+        float re = x[2 * e], im = x[2 * e + 1];
+        if (isnan(re) || isnan(im) || isinf(re) || isinf(im)) continue;
+        re = fabsf(re) < FLT_MIN ? 0 : re;
+        im = fabsf(im) < FLT_MIN ? 0 : im;
+        long double h = hypotl(re, im);
+        float hf = (float)h;
+        if (hf < FLT_MIN) {
+            bad += y[e] != 0;
+        } else if (isinf(hf)) {
+            bad += !isinf(y[e]);
+        } else {
+            long double ulp = nextafterf(hf, INFINITY) - hf;
+            bad += fabsl((long double)y[e] - h) > (0.5L + 0x1p-28L) * ulp;
+        }
+    }
+    EXPECT_INT_EQ(bad, 0);
+    for (int w = 0; w < 2; w++) { /* the special values: body, tail */
+        int at = w ? 1002 : 3;
+        EXPECT_TRUE(isinf(y[at]) && isinf(y[w ? at - 1 : at + 8]));
+        EXPECT_TRUE(isnan(y[w ? at - 2 : at + 16]));
+        EXPECT_TRUE(isinf(y[w ? at - 3 : at + 24]));                      /* overflows float */
+        EXPECT_TRUE(y[w ? at - 4 : at + 32] == (float)(1e-30 * M_SQRT2)); /* squares underflow */
+        EXPECT_TRUE(y[w ? at - 5 : at + 40] == 0 && y[w ? at - 6 : at + 48] == 0); /* flushed */
+        EXPECT_TRUE(y[w ? at - 9 : at + 72] == 5);
+    }
+    static const int nth[] = {1, 2, 3, 8};
+    for (int p = 0; p < 4; p++) {
+        ot_threadpool *pool = NULL;
+        ASSERT_OK(ot_threadpool_create(nth[p], &pool));
+        ot_tensor o;
+        ASSERT_OK(run_exe(exe, params, &o, pool, false));
+        bool same = !memcmp(o.data, ref.data, ref.nbytes);
+        if (!same) fprintf(stderr, "  abs, %d threads: differs from the reference\n", nth[p]);
+        EXPECT_TRUE(same);
+        ot_tensor_release(&o);
+        ot_threadpool_free(pool);
+    }
+    ot_tensor_release(&ref);
+    ot_tensor_release(&arg);
+    ot_executable_free(exe);
+    ot_module_free(m);
 }
 
 /* What is not implemented on complex values is refused naming the op and the dtype; what XLA
@@ -817,4 +924,5 @@ OT_TEST_MAIN(OT_TEST(test_grad_through_complex_refused), OT_TEST(test_fft_1d_aga
              OT_TEST(test_fft_line_bits_independent_of_batch),
              OT_TEST(test_fft_baseline_equals_avx512), OT_TEST(test_fft_threads_deterministic),
              OT_TEST(test_complex_ops), OT_TEST(test_complex_fast_kernels_equal_evaluator),
-             OT_TEST(test_complex_refused), OT_TEST(test_complex_round_trip))
+             OT_TEST(test_complex_abs_c64), OT_TEST(test_complex_refused),
+             OT_TEST(test_complex_round_trip))

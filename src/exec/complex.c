@@ -6,10 +6,10 @@
  * Arithmetic is done in the component type (float for c64, double for c128), as XLA's CPU
  * backend emits it: add and subtract per component; multiply (ac - bd, ad + bc); divide by
  * Smith's algorithm (scaled by the larger divisor component, so |d|^2 cannot overflow); abs is
- * hypot; exp is e^re (cos im, sin im) through the library's own real exp, sin and cos kernels.
- * Under the default FTZ mode, subnormal components of inputs and results are zero (XLA runs with
- * FTZ/DAZ; docs/exec.md). Anything else on complex values is UNIMPLEMENTED, naming the op and
- * the dtype. */
+ * ex_cabs_f32 (c64) or hypot (c128); exp is e^re (cos im, sin im) through the library's own real
+ * exp, sin and cos kernels. Under the default FTZ mode, subnormal components of inputs and results
+ * are zero (XLA runs with FTZ/DAZ; docs/exec.md). Anything else on complex values is UNIMPLEMENTED,
+ * naming the op and the dtype. */
 #include "exec/exec_internal.h"
 #include "ir/op_traits.h"
 
@@ -148,13 +148,17 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
     ot_dtype t0 = i->operands[0]->shape.array.dtype;
     const void *a = in[0];
     switch (op) {
+    /* the movers below copy components as integers of their size (bits, never rounded) */
     case OT_OP_COMPLEX: {
-        ot_dtype p = t0;
-        size_t ps = ot_dtype_size(p);
-        const char *b = in[1];
-        for (int64_t e = 0; e < n; e++) {
-            memcpy((char *)y + 2 * e * ps, (const char *)a + e * ps, ps);
-            memcpy((char *)y + (2 * e + 1) * ps, b + e * ps, ps);
+        const void *b = in[1];
+        if (t0 == OT_F32) {
+            const uint32_t *re = a, *im = b;
+            uint32_t *o = y;
+            for (int64_t e = 0; e < n; e++) o[2 * e] = re[e], o[2 * e + 1] = im[e];
+        } else {
+            const uint64_t *re = a, *im = b;
+            uint64_t *o = y;
+            for (int64_t e = 0; e < n; e++) o[2 * e] = re[e], o[2 * e + 1] = im[e];
         }
         return OT_OK;
     }
@@ -169,8 +173,12 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
             return OT_OK;
         }
         int part = op == OT_OP_IMAG;
-        for (int64_t e = 0; e < n; e++)
-            memcpy((char *)y + e * ps, (const char *)a + (2 * e + part) * ps, ps);
+        if (ps == 4)
+            for (int64_t e = 0; e < n; e++)
+                ((uint32_t *)y)[e] = ((const uint32_t *)a)[2 * e + part];
+        else
+            for (int64_t e = 0; e < n; e++)
+                ((uint64_t *)y)[e] = ((const uint64_t *)a)[2 * e + part];
         return OT_OK;
     }
     case OT_OP_COPY: memcpy(y, a, (size_t)n * ot_dtype_size(rt)); return OT_OK;
@@ -188,7 +196,7 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
         for (int64_t e = 0; e < n; e++) {
             if (rt == OT_F32) {
                 const float *c = (const float *)a + 2 * e;
-                ((float *)y)[e] = ftz_f(hypotf(ftz_f(c[0]), ftz_f(c[1])));
+                ((float *)y)[e] = ftz_f(ex_cabs_f32(ftz_f(c[0]), ftz_f(c[1])));
             } else {
                 const double *c = (const double *)a + 2 * e;
                 ((double *)y)[e] = ftz_d(hypot(ftz_d(c[0]), ftz_d(c[1])));
@@ -224,7 +232,18 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
     }
     case OT_OP_SELECT: {
         int64_t ps = i->operands[0]->shape.array.rank == 0 && i->shape.array.rank > 0 ? 0 : 1;
-        ex_select(in[0], ps, in[1], in[2], y, ot_dtype_size(rt), n);
+        const uint8_t *p = in[0];
+        const uint64_t *t = in[1], *f = in[2];
+        uint64_t *o = y;
+        /* elements moved as 8-byte integers (bits, never rounded): one per c64, two per c128 */
+        if (rt == OT_C64)
+            for (int64_t e = 0; e < n; e++) o[e] = p[e * ps] ? t[e] : f[e];
+        else
+            for (int64_t e = 0; e < n; e++) {
+                const uint64_t *s = p[e * ps] ? t : f;
+                o[2 * e] = s[2 * e];
+                o[2 * e + 1] = s[2 * e + 1];
+            }
         return OT_OK;
     }
     case OT_OP_CONVERT: {
@@ -247,8 +266,93 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
     }
 }
 
-/* reduce whose reducer is add: the sum of each output's elements in row-major order from the
- * init value. */
+/* Complex sums (reduce whose reducer adds its two parameters). Each component is summed in the
+ * canonical order of numerics.h: along the last non-unit dim in EX_RED_LANES lanes per block of
+ * EX_RED_BLOCK, else one by one in input order; every add flushes its inputs and result under
+ * FTZ, as the real sums' reducer does. The primitives below serve the reference (here) and the
+ * fast kernel (fast_complex.c) alike, so both give the same bits. The lane loops are integer-free
+ * IEEE adds (nothing to contract), so every vector width gives the same bits: GCC builds them for
+ * AVX-512, AVX2 and the baseline. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define CX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CX_CLONES
+#endif
+
+enum { CX_W = 2 * EX_RED_LANES }; /* components in a group of lanes */
+
+int64_t ex_csum_blocks(int64_t n) {
+    int64_t whole = n / EX_RED_LANES * EX_RED_LANES;
+    return (whole + EX_RED_BLOCK - 1) / EX_RED_BLOCK;
+}
+
+int64_t ex_csum_tail(int64_t n) {
+    return n / EX_RED_LANES * EX_RED_LANES;
+}
+
+/* The lanes of one block (2 len components, len a positive multiple of EX_RED_LANES) and their
+ * pairwise tree into out[0..2); F the flush. */
+#define CSUM_BLOCK(NAME, T, F)                                                                     \
+    CX_CLONES static void NAME(const T *x, int64_t len, T *out) {                                  \
+        T lane[CX_W];                                                                              \
+        for (int l = 0; l < CX_W; l++) lane[l] = F(x[l]);                                          \
+        for (int64_t r = CX_W; r < 2 * len; r += CX_W)                                             \
+            for (int l = 0; l < CX_W; l++) lane[l] = F(lane[l] + F(x[r + l]));                     \
+        for (int s = CX_W / 2; s >= 2; s /= 2) /* complex lane c with lane c + s/2 */              \
+            for (int l = 0; l < s; l++) lane[l] = F(lane[l] + lane[l + s]);                        \
+        out[0] = lane[0];                                                                          \
+        out[1] = lane[1];                                                                          \
+    }
+#define NOFLUSH(v) (v)
+CSUM_BLOCK(block_f32, float, NOFLUSH)
+CSUM_BLOCK(block_f32_ftz, float, flush_f)
+CSUM_BLOCK(block_f64, double, NOFLUSH)
+CSUM_BLOCK(block_f64_ftz, double, flush_d)
+#undef CSUM_BLOCK
+
+/* acc[k] = acc[k] + x[k] per component over 2 n components (the flushed inputs and result). */
+#define CSUM_ACC(NAME, T, F)                                                                       \
+    CX_CLONES static void NAME(const T *x, int64_t n, T *acc) {                                    \
+        for (int64_t k = 0; k < 2 * n; k++) acc[k] = F(F(acc[k]) + F(x[k]));                       \
+    }
+CSUM_ACC(acc_f32, float, NOFLUSH)
+CSUM_ACC(acc_f32_ftz, float, flush_f)
+CSUM_ACC(acc_f64, double, NOFLUSH)
+CSUM_ACC(acc_f64_ftz, double, flush_d)
+#undef CSUM_ACC
+#undef NOFLUSH
+
+void ex_csum_block(ot_dtype t, const void *x, int64_t n, int64_t b, bool ftz, void *tree) {
+    int64_t b0 = b * EX_RED_BLOCK, b1 = b0 + EX_RED_BLOCK, whole = ex_csum_tail(n);
+    int64_t len = (b1 < whole ? b1 : whole) - b0;
+    if (t == OT_C64) {
+        const float *p = (const float *)x + 2 * b0;
+        (ftz ? block_f32_ftz : block_f32)(p, len, tree);
+    } else {
+        const double *p = (const double *)x + 2 * b0;
+        (ftz ? block_f64_ftz : block_f64)(p, len, tree);
+    }
+}
+
+void ex_csum_acc(ot_dtype t, const void *x, int64_t n, bool ftz, void *acc) {
+    if (t == OT_C64)
+        (ftz ? acc_f32_ftz : acc_f32)(x, n, acc);
+    else
+        (ftz ? acc_f64_ftz : acc_f64)(x, n, acc);
+}
+
+void ex_csum_row(ot_dtype t, const void *x, int64_t n, bool ftz, void *acc) {
+    size_t es = ot_dtype_size(t);
+    char tree[16];
+    for (int64_t b = 0, nb = ex_csum_blocks(n); b < nb; b++) {
+        ex_csum_block(t, x, n, b, ftz, tree);
+        ex_csum_acc(t, tree, 1, ftz, acc);
+    }
+    for (int64_t r = ex_csum_tail(n); r < n; r++)
+        ex_csum_acc(t, (const char *)x + r * (int64_t)es, 1, ftz, acc);
+}
+
 static bool reducer_is_add(const ot_computation *c) {
     const ot_instr *r = c ? c->root : NULL;
     return r && r->opcode == OT_OP_ADD && r->noperands == 2 &&
@@ -256,54 +360,79 @@ static bool reducer_is_add(const ot_computation *c) {
            r->operands[0] != r->operands[1] && c->nparams == 2;
 }
 
-static ot_status reduce_add(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
+bool ex_complex_sum(const ot_instr *i) {
     ot_dtype t = i->shape.kind == OT_IR_ARRAY ? i->shape.array.dtype : OT_DTYPE_INVALID;
-    if (i->noperands != 2 || !ot_dtype_is_complex(t) || !reducer_is_add(i->called[0]))
+    return i->opcode == OT_OP_REDUCE && i->noperands == 2 && i->ncalled >= 1 &&
+           ot_dtype_is_complex(t) && i->operands[0]->shape.kind == OT_IR_ARRAY &&
+           i->operands[0]->shape.array.dtype == t && reducer_is_add(i->called[0]);
+}
+
+static ot_status reduce_add(const ot_instr *i, const ot_value *const *ops, ot_value *out) {
+    if (!ex_complex_sum(i))
         return ot_error(OT_ERR_UNIMPLEMENTED,
                         "%s: reduce on %s is implemented only as one sum (a reducer that adds "
                         "its two parameters)",
                         EX_NAME(i), ot_dtype_name(complex_dtype(i)));
     OT_CHECK(ot_value_alloc_array(out, &i->shape.array));
+    ot_dtype t = i->shape.array.dtype;
+    size_t es = ot_dtype_size(t);
     const ot_shape *is = ex_arr(ops[0]), *os = &i->shape.array;
     bool reduced[OT_MAX_RANK] = {false};
     for (int k = 0; k < i->attrs->ndims; k++) reduced[i->attrs->dims[k]] = true;
     int64_t on = ot_shape_numel_unchecked(os), in = ot_shape_numel_unchecked(is);
-    double *acc = ot_malloc((size_t)(on ? on : 1) * 2 * sizeof *acc);
-    if (!acc) {
-        ot_value_release(out);
-        return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+    const char *x = ops[0]->array.data;
+    char *y = out->array.data;
+    for (int64_t e = 0; e < on; e++) memcpy(y + e * (int64_t)es, ops[1]->array.data, es);
+    if (in == 0 || on == 0) return OT_OK;
+    int64_t rn = in / on; /* reduced elements per output */
+    if (ex_reduce_last_dim(i)) {
+        /* lanes: each output's reduced elements gathered in row-major order, then one row */
+        int64_t istr[OT_MAX_RANK], rdims[OT_MAX_RANK], odims[OT_MAX_RANK], rstr[OT_MAX_RANK],
+            ostr[OT_MAX_RANK], ridx[OT_MAX_RANK] = {0}, oidx[OT_MAX_RANK] = {0};
+        ot_shape_strides(is, istr);
+        int nr = 0, no = 0;
+        for (int d = 0; d < is->rank; d++) {
+            if (reduced[d])
+                rdims[nr] = is->dims[d], rstr[nr++] = istr[d];
+            else
+                odims[no] = is->dims[d], ostr[no++] = istr[d];
+        }
+        int64_t *roff = ot_malloc((size_t)rn * (sizeof *roff + es));
+        if (!roff) {
+            ot_value_release(out);
+            return ot_error(OT_ERR_OUT_OF_MEMORY, "%s: out of memory", EX_NAME(i));
+        }
+        char *row = (char *)(roff + rn);
+        for (int64_t k = 0; k < rn; k++) {
+            int64_t off = 0;
+            for (int d = 0; d < nr; d++) off += ridx[d] * rstr[d];
+            roff[k] = off;
+            ex_next_index(ridx, rdims, nr);
+        }
+        for (int64_t o = 0; o < on; o++) {
+            int64_t base = 0;
+            for (int d = 0; d < no; d++) base += oidx[d] * ostr[d];
+            for (int64_t k = 0; k < rn; k++)
+                memcpy(row + k * (int64_t)es, x + (base + roff[k]) * (int64_t)es, es);
+            ex_csum_row(t, row, rn, ex_ftz, y + o * (int64_t)es);
+            ex_next_index(oidx, odims, no);
+        }
+        ot_free(roff);
+        return OT_OK;
     }
-    bool f32 = t == OT_C64;
-    const void *init = ops[1]->array.data;
-    double ir = f32 ? ((const float *)init)[0] : ((const double *)init)[0];
-    double ii = f32 ? ((const float *)init)[1] : ((const double *)init)[1];
-    for (int64_t e = 0; e < on; e++) acc[2 * e] = ir, acc[2 * e + 1] = ii;
-    /* each sum accumulates in the component type, element by element in input order */
+    /* one by one in input order: the last non-unit dim is kept, so each run of the input's last
+     * dim (or a unit one, reduced) adds into a run of as many consecutive outputs */
+    int64_t last = is->rank ? is->dims[is->rank - 1] : 1;
     int64_t idx[OT_MAX_RANK] = {0}, ostr[OT_MAX_RANK];
     ot_shape_strides(os, ostr);
-    const void *x = ops[0]->array.data;
-    for (int64_t e = 0; e < in; e++) {
+    for (int64_t e = 0; e < in; e += last) {
         int64_t o = 0;
         for (int d = 0, od = 0; d < is->rank; d++)
             if (!reduced[d]) o += idx[d] * ostr[od++];
-        if (f32) {
-            const float *p = (const float *)x + 2 * e;
-            acc[2 * o] = ftz_f((float)acc[2 * o] + ftz_f(p[0]));
-            acc[2 * o + 1] = ftz_f((float)acc[2 * o + 1] + ftz_f(p[1]));
-        } else {
-            const double *p = (const double *)x + 2 * e;
-            acc[2 * o] = ftz_d(acc[2 * o] + ftz_d(p[0]));
-            acc[2 * o + 1] = ftz_d(acc[2 * o + 1] + ftz_d(p[1]));
-        }
+        ex_csum_acc(t, x + e * (int64_t)es, last, ex_ftz, y + o * (int64_t)es);
+        if (is->rank) idx[is->rank - 1] = last - 1;
         ex_next_index(idx, is->dims, is->rank);
     }
-    for (int64_t e = 0; e < 2 * on; e++) {
-        if (f32)
-            ((float *)out->array.data)[e] = (float)acc[e];
-        else
-            ((double *)out->array.data)[e] = acc[e];
-    }
-    ot_free(acc);
     return OT_OK;
 }
 

@@ -103,6 +103,28 @@ ot_status ex_kernel_complex(ex_ctx *x, const ot_instr *i, const ot_value *const 
  * y (select's predicate may be a scalar); element e of the result depends on element e of the
  * operands only, so ranges of elements may run apart. UNIMPLEMENTED for what it does not run. */
 ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void *y, int64_t n);
+/* Complex sums (complex.c), the primitives of the reference's and the fast kernel's reduce in the
+ * canonical order (numerics.h) on each component; t is c64 or c128, values are interleaved
+ * components, ftz the run's flush mode. ex_complex_sum: whether reduce i is a complex sum (a
+ * reducer that adds its two parameters). A row of n values sums in ex_csum_blocks(n) blocks,
+ * whose lane trees ex_csum_block computes (b: the block, tree: one complex value out), folded
+ * into the accumulator in block order, then the values from ex_csum_tail(n) on one by one;
+ * ex_csum_row does it all. ex_csum_acc: acc[k] += x[k] for k < n (the one-by-one order). */
+bool ex_complex_sum(const ot_instr *i);
+int64_t ex_csum_blocks(int64_t n);
+int64_t ex_csum_tail(int64_t n);
+void ex_csum_block(ot_dtype t, const void *x, int64_t n, int64_t b, bool ftz, void *tree);
+void ex_csum_acc(ot_dtype t, const void *x, int64_t n, bool ftz, void *acc);
+void ex_csum_row(ot_dtype t, const void *x, int64_t n, bool ftz, void *acc);
+/* |re + i im| of a c64 value, as the reference and the fast kernel compute it: the square root
+ * of re^2 + im^2 summed in double, rounded to float (both squares are exact in double and cannot
+ * overflow or underflow there, so the only errors are the sum's and the square root's roundings
+ * in double and the final one to float: at most 0.5 ulp plus 2^-28 ulp; glibc's hypotf computes
+ * the same). An infinite component gives +inf even beside a NaN, as hypot does. */
+static inline float ex_cabs_f32(float re, float im) {
+    double x = re, y = im, r = sqrt(x * x + y * y);
+    return isinf(re) || isinf(im) ? INFINITY : (float)r;
+}
 /* Opcodes whose usual kernels move complex values unchanged (movers, tuples, calls, loops), and
  * custom-call, whose targets check their own dtypes. */
 bool ex_complex_passes_through(ot_opcode op);

@@ -36,6 +36,10 @@ ot_status ex_fast_fft(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
  * elements split over the pool. */
 ot_status ex_fast_complex(ex_kernel_ctx *c, const ot_instr *i, int nin, void *const *in,
                           const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+/* Complex sums (fast_complex.c): reduces whose reduced and kept non-unit dims do not interleave,
+ * split over the pool with the reference's order (complex.c: ex_csum_*). */
+ot_status ex_fast_complex_reduce(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
+                                 const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
 /* Tests: the fft's baseline instances (plain x86-64 code) in place of its AVX-512 ones on a CPU
  * with AVX-512; set between runs only. */
 void ex_fft_force_baseline(bool on);

@@ -311,13 +311,15 @@ ot_status ex_kernel_run(ex_kernel_ctx *c, const ot_instr *i, const char *name, i
         if (outs[0].nbytes && out[0] != in[0]) memmove(out[0], in[0], (size_t)outs[0].nbytes);
         return OT_OK;
     }
-    /* complex values: fft and the elementwise ops have their pooled twins, the movers the
+    /* complex values: fft, sums and the elementwise ops have their pooled twins, the movers the
      * fast kernels that copy elements by size; the rest runs the reference kernels */
     if (ir_instr_complex(i)) {
         if (!c->reference_only && nout == 1) {
             ot_status st = OT_OK;
             if (i->opcode == OT_OP_FFT && nin == 1)
                 st = ex_fast_fft(c, i, in, ins, out[0], &outs[0], fast);
+            else if (i->opcode == OT_OP_REDUCE && nin == 2)
+                st = ex_fast_complex_reduce(c, i, in, ins, out[0], &outs[0], fast);
             else if (complex_mover(i->opcode))
                 st = fast_kernel(c, i, nin, in, ins, out[0], &outs[0], fast);
             else

@@ -62,10 +62,14 @@ ot_status ex_convert(ot_dtype from, ot_dtype to, const void *x, void *y, int64_t
  * group fold into the accumulator one by one. The accumulator starts at the init value. Every
  * other reduce folds x[0..n) one by one from init. The reference evaluator, the fast
  * reduce kernels (fast_reduce.c) and generated code all use this order, so they agree bit for bit.
+ * A complex sum (c64, c128) takes the same order on each component, with the same condition
+ * (complex.c: ex_csum_*).
  */
 #define EX_RED_LANES 16
 #define EX_RED_BLOCK 4096
 bool ex_reduce_lanes(const ot_instr *reduce);
+/* Whether the reduce reduces its operand's last non-unit dimension (the lane order's dims). */
+bool ex_reduce_last_dim(const ot_instr *reduce);
 /* A sum of bf16 or f16 values (a one-input reduce whose reducer adds its two parameters in that
  * type, with a scalar init of it) accumulates in f32 and rounds once to its type: its operand and
  * init convert to f32, the f32 reduce of the same dims sums them (in the order above) and the

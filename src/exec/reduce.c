@@ -72,8 +72,7 @@ static bool reduce_is_sum(const ot_instr *i, ot_dtype t) {
     return true;
 }
 
-/* Whether reduce i reduces its operand's last non-unit dimension (the lane order's dims). */
-static bool reduces_last_dim(const ot_instr *i) {
+bool ex_reduce_last_dim(const ot_instr *i) {
     const ot_shape *s = &i->operands[0]->shape.array;
     bool reduced[OT_MAX_RANK] = {false};
     for (int k = 0; k < i->attrs->ndims; k++)
@@ -87,7 +86,7 @@ static bool reduces_last_dim(const ot_instr *i) {
 bool ex_reduce_lanes(const ot_instr *i) {
     if (!i || i->noperands < 1 || i->operands[0]->shape.kind != OT_IR_ARRAY) return false;
     ot_dtype t = i->operands[0]->shape.array.dtype;
-    return (t == OT_F32 || t == OT_F64) && reduce_is_sum(i, t) && reduces_last_dim(i);
+    return (t == OT_F32 || t == OT_F64) && reduce_is_sum(i, t) && ex_reduce_last_dim(i);
 }
 
 bool ex_reduce_widens(const ot_instr *i) {
@@ -274,8 +273,8 @@ static ot_status reduce_widened(ex_ctx *x, const ot_instr *i, const ot_value *co
     if (st == OT_OK) {
         const ot_value *wops[2] = {&w[0], &w[1]};
         ot_value *wacc[1] = {&w[2]};
-        st = reduces_last_dim(i) ? reduce_lanes(fn, i, &w[0], &w[1], &w[2])
-                                 : reduce_serial(fn, i, 1, wops, wacc);
+        st = ex_reduce_last_dim(i) ? reduce_lanes(fn, i, &w[0], &w[1], &w[2])
+                                   : reduce_serial(fn, i, 1, wops, wacc);
     }
     ex_scalar_fn_free(fn);
     if (st == OT_OK) st = ot_value_alloc_shape(out, &i->shape);
