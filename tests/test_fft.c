@@ -12,6 +12,7 @@
 #include "exec/fast_internal.h"
 
 #include <complex.h>
+#include <pthread.h>
 #undef I
 
 static uint64_t g_rng = 0x5eed;
@@ -840,6 +841,99 @@ static void test_complex_abs_c64(void) {
     ot_module_free(m);
 }
 
+/* The fft of a c64[3, n] (FFT) or f32[3, n] (RFFT) input of random values seeded by n, evaluated.
+ */
+static ot_value fft_of(int64_t n, bool real) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "HloModule m\nENTRY e {\n  x = %s[3,%lld] parameter(0)\n  ROOT y = c64[3,%lld] "
+             "fft(x), fft_type=%s, fft_length={%lld}\n}\n",
+             real ? "f32" : "c64", (long long)n, (long long)(real ? n / 2 + 1 : n),
+             real ? "RFFT" : "FFT", (long long)n);
+    ot_module *m = parse(text);
+    ot_value r = ot_value_empty();
+    if (!m) return r;
+    const ot_instr *x = ot_computation_find_instr(ot_module_entry(m), "x");
+    ot_value a;
+    ot_value_alloc_array(&a, &x->shape.array);
+    uint64_t rng = (uint64_t)n * 2 + real; /* its own state: called on several threads */
+    for (int64_t e = 0; e < (real ? 3 : 6) * n; e++)
+        ((float *)a.array.data)[e] = (float)(ot_test_splitmix64(&rng) >> 40) / 16777216.0f - 0.5f;
+    if (ot_evaluate(m, &a, 1, NULL, &r) != OT_OK) r = ot_value_empty();
+    ot_value_release(&a);
+    ot_module_free(m);
+    return r;
+}
+
+static bool same_value(const ot_value *a, const ot_value *b) {
+    return a->kind == OT_IR_ARRAY && b->kind == OT_IR_ARRAY && a->array.nbytes == b->array.nbytes &&
+           !memcmp(a->array.data, b->array.data, a->array.nbytes);
+}
+
+enum { CACHE_LENGTHS = 40 };
+static int64_t cache_len(int k) { /* powers of two, mixed radices, primes (Bluestein from 1009) */
+    static const int64_t base[] = {1024, 1000, 263, 1009, 4096, 10007, 720, 97};
+    return base[k % 8] + (k / 8) * 2;
+}
+
+typedef struct cache_worker {
+    const ot_value *want; /* CACHE_LENGTHS x {complex, real} */
+    int seed, bad;
+} cache_worker;
+
+static void *cache_worker_run(void *arg) {
+    cache_worker *w = arg;
+    for (int q = 0; q < 2 * CACHE_LENGTHS; q++) {
+        int k = (q * 7 + w->seed * 13) % (2 * CACHE_LENGTHS);
+        ot_value r = fft_of(cache_len(k / 2), k % 2);
+        w->bad += !same_value(&r, &w->want[k]);
+        ot_value_release(&r);
+    }
+    return NULL;
+}
+
+/* The plan cache: a length transformed again makes no new tables and gives the same bits; more
+ * lengths than the cache holds evict the least recently used (made again, same bits); calls on
+ * four threads at once over those lengths (hits, misses, evictions of tables other calls may
+ * hold) give the bits of a lone call. */
+static void test_fft_plan_cache(void) {
+    ex_fft_cache_clear();
+    ot_value want[2 * CACHE_LENGTHS];
+    int64_t made0 = ex_fft_tables_made();
+    ot_value a = fft_of(1000, false);
+    int64_t made1 = ex_fft_tables_made();
+    EXPECT_TRUE(made1 > made0);
+    ot_value b = fft_of(1000, false);
+    EXPECT_INT_EQ(ex_fft_tables_made(), made1); /* a hit */
+    EXPECT_TRUE(same_value(&a, &b));
+    ot_value_release(&b);
+    ot_value rr = fft_of(1000, true); /* a real stage of the same length: tables of its own */
+    EXPECT_TRUE(ex_fft_tables_made() > made1);
+    for (int k = 0; k < 2 * CACHE_LENGTHS; k++) {
+        want[k] = fft_of(cache_len(k / 2), k % 2);
+        ASSERT_TRUE(want[k].kind == OT_IR_ARRAY);
+    }
+    int64_t made2 = ex_fft_tables_made();
+    b = fft_of(1000, false); /* evicted by the 80 tables since */
+    EXPECT_TRUE(ex_fft_tables_made() > made2);
+    EXPECT_TRUE(same_value(&a, &b));
+    ot_value_release(&b);
+    ot_value_release(&a);
+    ot_value_release(&rr);
+    cache_worker w[4];
+    pthread_t th[4];
+    for (int k = 0; k < 4; k++) {
+        w[k] = (cache_worker){.want = want, .seed = k};
+        ASSERT_TRUE(pthread_create(&th[k], NULL, cache_worker_run, &w[k]) == 0);
+    }
+    for (int k = 0; k < 4; k++) {
+        pthread_join(th[k], NULL);
+        EXPECT_INT_EQ(w[k].bad, 0);
+    }
+    ex_fft_cache_clear();
+    for (int k = 0; k < 2 * CACHE_LENGTHS; k++) ot_value_release(&want[k]);
+}
+
 /* What is not implemented on complex values is refused naming the op and the dtype; what XLA
  * rejects is refused when the module is read, at the instruction. */
 static void test_complex_refused(void) {
@@ -924,5 +1018,5 @@ OT_TEST_MAIN(OT_TEST(test_grad_through_complex_refused), OT_TEST(test_fft_1d_aga
              OT_TEST(test_fft_line_bits_independent_of_batch),
              OT_TEST(test_fft_baseline_equals_avx512), OT_TEST(test_fft_threads_deterministic),
              OT_TEST(test_complex_ops), OT_TEST(test_complex_fast_kernels_equal_evaluator),
-             OT_TEST(test_complex_abs_c64), OT_TEST(test_complex_refused),
-             OT_TEST(test_complex_round_trip))
+             OT_TEST(test_complex_abs_c64), OT_TEST(test_fft_plan_cache),
+             OT_TEST(test_complex_refused), OT_TEST(test_complex_round_trip))

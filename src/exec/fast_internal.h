@@ -40,6 +40,10 @@ ot_status ex_fast_complex(ex_kernel_ctx *c, const ot_instr *i, int nin, void *co
  * split over the pool with the reference's order (complex.c: ex_csum_*). */
 ot_status ex_fast_complex_reduce(ex_kernel_ctx *c, const ot_instr *i, void *const *in,
                                  const ex_leaf *ins, void *out, const ex_leaf *os, bool *done);
+/* The fft's plan cache (fft.c): drops every entry no call holds (thread-safe); and how many plan
+ * tables were made since the process started (tests: a cached length makes none). */
+void ex_fft_cache_clear(void);
+int64_t ex_fft_tables_made(void);
 /* Tests: the fft's baseline instances (plain x86-64 code) in place of its AVX-512 ones on a CPU
  * with AVX-512; set between runs only. */
 void ex_fft_force_baseline(bool on);

@@ -17,9 +17,10 @@
  * is 1-D transforms along each axis: the last axis first (RFFT: real to complex there, then
  * complex along the others; IRFFT: complex along the others first, complex to real last). IFFT
  * and IRFFT scale by 1/N (N = the product of fft_length) in their last stage, as XLA does. Plans
- * are made per call and read-only while the groups run. */
+ * are read-only while the groups run and kept between calls in a bounded cache (tables_get). */
 #include "exec/fast_internal.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -45,6 +46,7 @@ typedef struct fft_plan {
     struct fft_plan *sub; /* Bluestein: the plan of m */
     double *bk, *bkf;     /* Bluestein: exp(i pi k^2 / n), k < n; the kernel's transform / m */
     double *mem;
+    int64_t bytes; /* held by the plan and its sub-plan (the cache's measure) */
 } fft_plan;
 
 /* The values of work space a transform of p needs beside its n values. */
@@ -267,6 +269,7 @@ static fft_plan *plan_new(int64_t n) {
         }
         p->bk = p->mem;
         p->bkf = p->mem + 2 * n;
+        p->bytes = (int64_t)sizeof *p + (2 * n + 2 * m) * 8 + p->sub->bytes;
         /* bk[k] = exp(i pi k^2 / n) = exp(2 pi i (k^2 mod 2n) / 2n) */
         for (int64_t k = 0, r = 0; k < n; k++) {
             unit_root(r, 2 * n, &p->bk[2 * k], &p->bk[2 * k + 1]);
@@ -299,6 +302,7 @@ static fft_plan *plan_new(int64_t n) {
         return NULL;
     }
     double *t = p->mem;
+    p->bytes = (int64_t)sizeof *p + total * 8;
     l1 = 1;
     p->nf = nf;
     for (int q = 0; q < nf; q++) {
@@ -325,6 +329,137 @@ static double *real_twiddles(int64_t n) {
     if (!w) return NULL;
     for (int64_t k = 0; k <= h / 2; k++) unit_root(k ? n - k : 0, n, &w[2 * k], &w[2 * k + 1]);
     return w;
+}
+
+/* The plans of recent lengths, kept between calls: a plan (twiddles, Bluestein chirps and their
+ * kernel's transform) costs O(n) cos/sin in double, and a Bluestein kernel a transform of its own,
+ * which for a few lines is as dear as the transform itself. Keyed by the length and the stage
+ * (complex, or real: the plan of n/2 or n and the split's twiddles); the tables are double for
+ * every precision, so f32 and f64 transforms share them. Bounded by FFT_CACHE_ENTRIES entries and
+ * FFT_CACHE_BYTES bytes (a plan above that is made and freed per call); the least recently used
+ * entry that no call holds is dropped first. Entries are immutable once made and reference-
+ * counted, so calls on any threads share them; one mutex guards the table (held for lookups
+ * only, never while a plan is made). */
+enum { FFT_CACHE_ENTRIES = 32 };
+#define FFT_CACHE_BYTES ((int64_t)64 << 20)
+
+typedef struct fft_tables {
+    int64_t n;
+    bool real;
+    fft_plan *plan;
+    double *rw; /* real stages of even n */
+    int64_t bytes;
+    int refs;      /* calls holding it (cached: while in the table, not counted) */
+    bool cached;   /* in the table */
+    uint64_t used; /* the table's clock at its last lookup */
+} fft_tables;
+
+static pthread_mutex_t g_fft_mu = PTHREAD_MUTEX_INITIALIZER;
+static fft_tables *g_fft_cache[FFT_CACHE_ENTRIES];
+static int64_t g_fft_cache_bytes;
+static uint64_t g_fft_clock;
+static _Atomic int64_t g_fft_made; /* tables made (tests: hits make none) */
+
+static void tables_free(fft_tables *t) {
+    if (!t) return;
+    plan_free(t->plan);
+    free(t->rw);
+    free(t);
+}
+
+static fft_tables *tables_make(int64_t n, bool real) {
+    fft_tables *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->n = n;
+    t->real = real;
+    t->plan = plan_new(real && n % 2 == 0 ? n / 2 : n);
+    t->rw = real && n % 2 == 0 ? real_twiddles(n) : NULL;
+    if (!t->plan || (real && n % 2 == 0 && !t->rw)) {
+        tables_free(t);
+        return NULL;
+    }
+    t->bytes = (int64_t)sizeof *t + t->plan->bytes + (real && n % 2 == 0 ? (n / 4 + 1) * 16 : 0);
+    atomic_fetch_add(&g_fft_made, 1);
+    return t;
+}
+
+/* The tables of (n, real), from the cache or made; NULL: out of memory. Release with
+ * tables_release. */
+static fft_tables *tables_get(int64_t n, bool real) {
+    pthread_mutex_lock(&g_fft_mu);
+    for (int k = 0; k < FFT_CACHE_ENTRIES; k++) {
+        fft_tables *t = g_fft_cache[k];
+        if (t && t->n == n && t->real == real) {
+            t->refs++;
+            t->used = ++g_fft_clock;
+            pthread_mutex_unlock(&g_fft_mu);
+            return t;
+        }
+    }
+    pthread_mutex_unlock(&g_fft_mu);
+    fft_tables *t = tables_make(n, real);
+    if (!t) return NULL;
+    t->refs = 1;
+    if (t->bytes > FFT_CACHE_BYTES) return t; /* too large to keep */
+    pthread_mutex_lock(&g_fft_mu);
+    for (int k = 0; k < FFT_CACHE_ENTRIES; k++) { /* made meanwhile by another call: share it */
+        fft_tables *o = g_fft_cache[k];
+        if (o && o->n == n && o->real == real) {
+            o->refs++;
+            o->used = ++g_fft_clock;
+            pthread_mutex_unlock(&g_fft_mu);
+            tables_free(t);
+            return o;
+        }
+    }
+    /* room: drop unheld entries, least recently used first, until it fits */
+    for (;;) {
+        int empty = -1, lru = -1;
+        for (int k = 0; k < FFT_CACHE_ENTRIES; k++) {
+            fft_tables *o = g_fft_cache[k];
+            if (!o)
+                empty = k;
+            else if (o->refs == 0 && (lru < 0 || o->used < g_fft_cache[lru]->used))
+                lru = k;
+        }
+        if (empty >= 0 && g_fft_cache_bytes + t->bytes <= FFT_CACHE_BYTES) {
+            t->cached = true;
+            t->used = ++g_fft_clock;
+            g_fft_cache[empty] = t;
+            g_fft_cache_bytes += t->bytes;
+            break;
+        }
+        if (lru < 0) break; /* everything held: this one is not kept */
+        g_fft_cache_bytes -= g_fft_cache[lru]->bytes;
+        tables_free(g_fft_cache[lru]);
+        g_fft_cache[lru] = NULL;
+    }
+    pthread_mutex_unlock(&g_fft_mu);
+    return t;
+}
+
+static void tables_release(fft_tables *t) {
+    pthread_mutex_lock(&g_fft_mu);
+    bool drop = --t->refs == 0 && !t->cached;
+    pthread_mutex_unlock(&g_fft_mu);
+    if (drop) tables_free(t);
+}
+
+void ex_fft_cache_clear(void) {
+    pthread_mutex_lock(&g_fft_mu);
+    for (int k = 0; k < FFT_CACHE_ENTRIES; k++) {
+        fft_tables *t = g_fft_cache[k];
+        if (!t) continue;
+        g_fft_cache[k] = NULL;
+        g_fft_cache_bytes -= t->bytes;
+        t->cached = false;
+        if (t->refs == 0) tables_free(t);
+    }
+    pthread_mutex_unlock(&g_fft_mu);
+}
+
+int64_t ex_fft_tables_made(void) {
+    return atomic_load(&g_fft_made);
 }
 
 static void stage_range(void *arg, int64_t b, int64_t e, int ith) {
@@ -354,11 +489,11 @@ static ot_status complex_stage(ex_kernel_ctx *c, const ot_instr *i, fft_job *j, 
     j->s = 1;
     for (int d = a + 1; d < rank; d++) j->s *= dims[d];
     j->lines = total / j->n;
-    fft_plan *p = plan_new(j->n);
-    if (!p) return oom(i);
-    j->plan = p;
+    fft_tables *t = tables_get(j->n, false);
+    if (!t) return oom(i);
+    j->plan = t->plan;
     run_groups(c, j, vl, total * 2 * es);
-    plan_free(p);
+    tables_release(t);
     return OT_OK;
 }
 
@@ -369,19 +504,13 @@ static ot_status real_stage(ex_kernel_ctx *c, const ot_instr *i, fft_job *j, int
     j->n = n;
     j->s = 1;
     j->lines = lines;
-    fft_plan *p = plan_new(n % 2 ? n : n / 2);
-    double *rw = n % 2 ? NULL : real_twiddles(n);
-    ot_status st = OT_OK;
-    if (!p || (n % 2 == 0 && !rw)) {
-        st = oom(i);
-    } else {
-        j->plan = p;
-        j->rw = rw;
-        run_groups(c, j, vl, bytes);
-    }
-    plan_free(p);
-    free(rw);
-    return st;
+    fft_tables *t = tables_get(n, true);
+    if (!t) return oom(i);
+    j->plan = t->plan;
+    j->rw = t->rw;
+    run_groups(c, j, vl, bytes);
+    tables_release(t);
+    return OT_OK;
 }
 
 static bool g_force_baseline;
