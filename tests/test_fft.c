@@ -611,6 +611,14 @@ static void test_complex_ops(void) {
         EXPECT_TRUE(cabs(elem(&r.tuple[0], e) - (a + b)) < tol);
         EXPECT_TRUE(cabs(elem(&r.tuple[1], e) - (a - b)) < tol);
         EXPECT_TRUE(cabs(elem(&r.tuple[2], e) - a * b) < tol);
+        { /* multiply's bits: four rounded products, a rounded difference and sum (no fma) */
+            float ar = (float)creal(a), ai = (float)cimag(a), br = (float)creal(b),
+                  bi = (float)cimag(b);
+            volatile float p = ar * br, q = ai * bi, u = ar * bi, v = ai * br;
+            float wr = p - q, wi = u + v;
+            const float *got = (const float *)r.tuple[2].array.data + 2 * e;
+            EXPECT_TRUE(got[0] == wr && got[1] == wi);
+        }
         EXPECT_TRUE(cabs(elem(&r.tuple[3], e) - a / b) < 1e-5 * (1 + cabs(a / b)));
         EXPECT_TRUE(cabs(elem(&r.tuple[4], e) + a) == 0);
         EXPECT_TRUE(fabs(creal(elem(&r.tuple[5], e)) - cabs(a)) < tol);

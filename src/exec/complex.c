@@ -17,6 +17,17 @@
 #include <float.h>
 #undef I /* <complex.h>, pulled in by cblas.h */
 
+/* The select and sum loops are moves or lane-wise IEEE adds, so every vector width gives the same
+ * bits: GCC builds them for AVX-512, AVX2 and the baseline, and the loader picks the widest the
+ * CPU has. Not the multiply: GCC 12's vectorizer turns the interleaved complex product into
+ * fmaddsub even under -ffp-contract=off, which changes its bits (test_complex_ops checks them). */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
+    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define CX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CX_CLONES
+#endif
+
 static ot_status refuse(const ot_instr *i, ot_dtype t) {
     return ot_error(OT_ERR_UNIMPLEMENTED, "%s: %s on %s is not implemented", EX_NAME(i),
                     ot_opcode_name(i->opcode), ot_dtype_name(t));
@@ -110,6 +121,18 @@ COMPLEX_BINARY(binary_c64, float, ftz_f, flush_f, hypotf)
 COMPLEX_BINARY(binary_c128, double, ftz_d, flush_d, hypot)
 #undef COMPLEX_BINARY
 #undef COMPLEX_LOOP
+
+/* select of n elements of w 8-byte words each (c64: 1, c128: 2), moved as integers: bits. */
+CX_CLONES static void select_u64(const uint8_t *p, const uint64_t *t, const uint64_t *f,
+                                 uint64_t *o, int64_t n, int w) {
+    if (w == 1)
+        for (int64_t e = 0; e < n; e++) o[e] = p[e] ? t[e] : f[e];
+    else
+        for (int64_t e = 0; e < n; e++) {
+            o[2 * e] = p[e] ? t[2 * e] : f[2 * e];
+            o[2 * e + 1] = p[e] ? t[2 * e + 1] : f[2 * e + 1];
+        }
+}
 
 /* exp(a + bi) = e^a (cos b + i sin b), each real function the evaluator's own (vmath). */
 static ot_status complex_exp(ot_dtype t, const void *x, void *y, int64_t n) {
@@ -231,19 +254,12 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
         return OT_OK;
     }
     case OT_OP_SELECT: {
-        int64_t ps = i->operands[0]->shape.array.rank == 0 && i->shape.array.rank > 0 ? 0 : 1;
-        const uint8_t *p = in[0];
-        const uint64_t *t = in[1], *f = in[2];
-        uint64_t *o = y;
-        /* elements moved as 8-byte integers (bits, never rounded): one per c64, two per c128 */
-        if (rt == OT_C64)
-            for (int64_t e = 0; e < n; e++) o[e] = p[e * ps] ? t[e] : f[e];
-        else
-            for (int64_t e = 0; e < n; e++) {
-                const uint64_t *s = p[e * ps] ? t : f;
-                o[2 * e] = s[2 * e];
-                o[2 * e + 1] = s[2 * e + 1];
-            }
+        bool scalar = i->operands[0]->shape.array.rank == 0 && i->shape.array.rank > 0;
+        if (scalar) {
+            memcpy(y, *(const uint8_t *)in[0] ? in[1] : in[2], (size_t)n * ot_dtype_size(rt));
+            return OT_OK;
+        }
+        select_u64(in[0], in[1], in[2], y, n, rt == OT_C64 ? 1 : 2);
         return OT_OK;
     }
     case OT_OP_CONVERT: {
@@ -272,13 +288,7 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
  * FTZ, as the real sums' reducer does. The primitives below serve the reference (here) and the
  * fast kernel (fast_complex.c) alike, so both give the same bits. The lane loops are integer-free
  * IEEE adds (nothing to contract), so every vector width gives the same bits: GCC builds them for
- * AVX-512, AVX2 and the baseline. */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && __GNUC__ >= 11 &&            \
-    !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define CX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CX_CLONES
-#endif
+ * AVX-512, AVX2 and the baseline (CX_CLONES). */
 
 enum { CX_W = 2 * EX_RED_LANES }; /* components in a group of lanes */
 
