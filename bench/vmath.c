@@ -65,6 +65,15 @@ OT_VMATH_OWN_DEFS(OT_VMATH_DEF_TEXT)
     T ot_vmraw_##name(T, T) __asm__("Sleef_finz_" #stem "1_u10purecfma") __attribute__((const))    \
     BV_SIMD;
 OT_VMATH_LIST(BV_DECL_)
+/* f64 pow as generated code calls it: on AVX-512, ot_powd as a SIMD function whose clones are
+ * OT_POWD_V8_DEF (defined at the end of this file); elsewhere ot_powd inlined */
+#if BV_VEC && defined(__AVX512F__) && defined(__AVX512DQ__)
+#define BV_PD_VEC 1
+double ot_powd_call_(double, double) __asm__("ot_powd_s_") __attribute__((const)) BV_SIMD;
+#else
+#define BV_PD_VEC 0
+OT_POWD_CALL_INLINE
+#endif
 OT_VMATH_DEF
 
 #if BV_VEC
@@ -947,3 +956,8 @@ int main(int argc, char **argv) {
         return fn_cur ? run_speed(n, reps, json) : run_speed_sampled(n, reps, json);
     return 2;
 }
+
+#if BV_PD_VEC
+#define OT_VM_W __attribute__((visibility("hidden")))
+OT_POWD_V8_DEF
+#endif

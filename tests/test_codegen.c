@@ -46,6 +46,40 @@ static bool g_finite;
  * FLT_MIN at subnormal precision but which x86's FTZ flushes (tininess after rounding). */
 static bool g_band;
 static int g_band_param;
+/* When set, f64 parameters 0 and 1 are pow's x and y in blocks of 8 elements (one AVX-512 vector)
+ * of six kinds: x in (0, 10] and y in [-4, 4]; x next to 1 and |y| up to 2^16 (y·ln x around
+ * ±700: overflow, underflow, subnormal results); any positive normal x and |y| up to 1000; the
+ * first kind with one lane a special value; a negative x and an integer or half-integer y; any
+ * bits. */
+static bool g_powd;
+static int g_powd_param;
+
+static void fill_powd(double *data, int64_t i, uint64_t r) {
+    static const uint64_t sp[] = {0,
+                                  0x8000000000000000ull,
+                                  0x7ff0000000000000ull,
+                                  0xfff0000000000000ull,
+                                  0x7ff8000000000123ull,
+                                  0xfff4000000000001ull,
+                                  0x000fffffffffffffull,
+                                  0x8000000000000001ull,
+                                  0x3ff0000000000000ull,
+                                  0xbff0000000000000ull};
+    double u = (double)(r >> 11) * 0x1p-53, v;
+    bool y = g_powd_param == 1;
+    switch ((i / 8) % 6) {
+    case 0: v = y ? 8 * u - 4 : 10 * (1 - u); break;
+    case 1: v = y ? ldexp(2 * u - 1, 16) : 1 + ldexp(u - 0.5, -(int)((r >> 3) % 8)); break;
+    case 2: v = y ? 2000 * u - 1000 : ldexp(0.5 + u, (int)((r >> 5) % 2040) - 1020); break;
+    case 3:
+        v = y ? 8 * u - 4 : 10 * (1 - u);
+        if (i % 8 == (i / 8) * (y ? 3 : 5) % 8) memcpy(&v, &sp[(r >> 4) % 10], 8);
+        break;
+    case 4: v = y ? (double)((int)((r >> 7) % 21) - 10) / ((r >> 3) % 2 ? 1 : 2) : -10 * u; break;
+    default: memcpy(&v, &r, 8); break;
+    }
+    data[i] = v;
+}
 
 static void fill_tiny(ot_dtype t, void *data, int64_t i, uint64_t r) {
     bool neg = (r >> 63) & 1;
@@ -74,6 +108,11 @@ static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
                                         : ldexpf(1.0f, i % 2 == 0 ? -100 : 100);
             ((float *)data)[i] = v;
             if (i == n - 1) g_band_param++;
+            continue;
+        }
+        if (g_powd && t == OT_F64) {
+            fill_powd(data, i, r);
+            if (i == n - 1) g_powd_param++;
             continue;
         }
         if (g_tiny && (t == OT_F32 || t == OT_F64)) {
@@ -2214,6 +2253,31 @@ static void test_vmath_sleef(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* f64 pow in generated code (on AVX-512: ot_powd's 8-lane clone, OT_POWD_V8_DEF in
+ * src/exec/expf_poly.h; its 4- and 2-lane clones in the loop's remainder, 4099 = 512·8 + 3) equals
+ * the reference's ot_powd bit for bit at 1, 2, 3 and 8 threads, on vectors that take the clone's
+ * short path, its clamped one (|y·ln x| near 700 and beyond) and the full one (a special lane,
+ * negative x, subnormals, any bits). Fails with one coefficient of the clone changed by an ulp. */
+static void test_powd_native(void) {
+    static const char text[] = "HloModule powd\nENTRY main {\n  x = f64[4099] parameter(0)\n"
+                               "  y = f64[4099] parameter(1)\n"
+                               "  ROOT p = f64[4099] power(x, y)\n}\n";
+    static const int threads[] = {1, 2, 3, 8};
+    for (int t = 0; t < 4; t++) {
+        ot_threadpool *pool = NULL;
+        ASSERT_OK(ot_threadpool_create(threads[t], &pool));
+        g_run_pool = pool;
+        for (int seed = 0; seed < 4; seed++) {
+            g_powd = true;
+            g_powd_param = 0;
+            check_module(text, 2400 + (uint64_t)(4 * t + seed), true);
+            g_powd = false;
+        }
+        g_run_pool = NULL;
+        ot_threadpool_free(pool);
+    }
+}
+
 /* Loop fusions of basic arithmetic run under the CPU's FTZ/DAZ mode instead of flushing in
  * software; on inputs around the smallest normal number, whose sums, products, quotients and
  * roots fall on both sides of it, every result must still equal the reference evaluator's bit for
@@ -4020,6 +4084,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_hw_ftz_tanh_logistic),
         OT_TEST(test_hw_ftz_erf),
         OT_TEST(test_vmath_sleef),
+        OT_TEST(test_powd_native),
         OT_TEST(test_gather_of_elementwise),
         OT_TEST(test_row_fusion),
         OT_TEST(test_l2_norm_grad_rows),

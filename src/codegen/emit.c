@@ -275,7 +275,15 @@ static const char preamble_vmath_head[] =
     "typedef float ot_vf4 __attribute__((vector_size(16)));\n"
     "typedef double ot_vd8 __attribute__((vector_size(64)));\n"
     "typedef double ot_vd4 __attribute__((vector_size(32)));\n"
-    "typedef double ot_vd2 __attribute__((vector_size(16)));\n";
+    "typedef double ot_vd2 __attribute__((vector_size(16)));\n"
+    /* f64 pow (ot_vm_pow1 calls ot_powd_call_, src/exec/vmath.h): on AVX-512, ot_powd declared a
+     * SIMD function under the symbol ot_powd_s_, whose clones cg_emit_vmath_wrappers appends
+     * (OT_POWD_V8_DEF, src/exec/expf_poly.h); elsewhere ot_powd inlined */
+    "#if OT_VM_VEC && OT_VM_FINZ && defined(__AVX512F__) && defined(__AVX512DQ__)\n"
+    "#define OT_PD_VEC 1\n"
+    "double ot_powd_call_(double, double) __asm__(\"ot_powd_s_\") __attribute__((const)) "
+    "OT_VM_SIMD;\n"
+    "#else\n#define OT_PD_VEC 0\n" OT_STR(OT_POWD_CALL_INLINE) "\n#endif\n";
 
 /* One vector wrapper: clone isa (b/c/d/e) of scalar symbol sc, calling SLEEF's variant vf. */
 static void vm_wrapper(ot_strbuf *src, char isa, int lanes, bool f64, int arity, const char *sc,
@@ -331,6 +339,9 @@ static void vm_wrappers(ot_strbuf *src, const char *stem, int arity, const char 
     ot_strbuf_printf(src, "#endif\n");
 }
 
+/* f64 pow's clones on AVX-512 (OT_PD_VEC, src/exec/expf_poly.h) */
+static const char preamble_powd_clones[] = "#if OT_PD_VEC\n" OT_STR(OT_POWD_V8_DEF) "\n#endif\n";
+
 /* the fix-ups around the raw calls, the reference's text (src/exec/vmath.h) */
 static const char preamble_vmath_fix[] = OT_STR(OT_VMATH_DEF) "\n";
 
@@ -342,7 +353,7 @@ void cg_emit_preamble(ot_strbuf *src) {
     ot_strbuf_printf(src, "%s", preamble_vmath_fix);
 }
 
-/* Whether the kernel text [p, end) calls ot_vm_<name> (or f64 pow's ot_vm_pow1). */
+/* Whether the kernel text [p, end) calls ot_vm_<name> (or ot_vm_<name>1). */
 static bool vm_called(const char *p, const char *name) {
     char a[40], b[40];
     snprintf(a, sizeof a, "ot_vm_%s(", name);
@@ -363,6 +374,7 @@ void cg_emit_vmath_wrappers(ot_strbuf *src, size_t from) {
     if (used[i++]) vm_wrappers(src, #stem, arity, #T);
     OT_VMATH_LIST(CG_VM_WRAP_)
 #undef CG_VM_WRAP_
+    if (vm_called(src->p + from, "pow")) ot_strbuf_printf(src, "%s", preamble_powd_clones);
 }
 /* ---- types ------------------------------------------------------------------------------- */
 

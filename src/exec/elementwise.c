@@ -155,6 +155,7 @@ static inline double daz_wide(ot_dtype t, double v) {
 
 OT_VMATH_OWN_DEFS(OT_VMATH_DEF_TEXT)
 OT_VMATH_REF_DECLS
+OT_POWD_CALL_INLINE
 OT_VMATH_DEF
 
 static float logistic_f(float x) {

@@ -1,7 +1,7 @@
 /* Vector math from SLEEF (Debian libsleef-dev, the library PyTorch's vectorized CPU math uses) for
  * the f32 and f64 functions the library does not compute with its own polynomials
- * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log, log1p, tanh, cbrt and
- * erf, with f64 logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 sin, cos, tan, pow
+ * (src/exec/expf_poly.h: the f32 exp family and pow, f64 exp, expm1, log, log1p, tanh, cbrt, erf
+ * and pow, with f64 logistic through exp): f32 sin, cos, tan, cbrt and atan2; f64 sin, cos, tan
  * and atan2. docs/vmath.md has the accuracy and speed of each.
  *
  * Bit-identical twins: SLEEF's deterministic variants give the same bits in every vector width
@@ -36,7 +36,6 @@
     X(sin, sind, 1, double)                                                                        \
     X(cos, cosd, 1, double)                                                                        \
     X(tan, tand, 1, double)                                                                        \
-    X(pow, powd, 2, double)                                                                        \
     X(atan2, atan2d, 2, double)
 
 /* The functions both sides call, ot_vm_<name>, around the raw SLEEF call ot_vmraw_<name> each
@@ -85,9 +84,15 @@
 #define OT_VM_FIX_(T)     OT_VM_FIX_##T##_
 #define OT_VM_FIX_float_  ot_vm_fixf_
 #define OT_VM_FIX_double_ ot_vm_fixd_
-/* ot_vm_sinf ... ot_vm_atan2, then f64 pow with its 1 rule (selected after the call, so the call
- * stays unconditional). f32 pow, ot_vm_powf1, is the library's ot_powf (src/exec/expf_poly.h),
- * which applies the same NaN and 1 rules itself. */
+/* ot_vm_sinf ... ot_vm_atan2, then pow: the library's ot_powf and ot_powd (src/exec/expf_poly.h),
+ * which apply the same NaN and 1 rules themselves. f64 pow calls ot_powd_call_: in the reference
+ * (and generated code without AVX-512) ot_powd inlined, OT_POWD_CALL_INLINE; in generated code for
+ * AVX-512, ot_powd declared a SIMD function, whose 8-lane clone is ot_powd's vector twin
+ * (OT_POWD_V8_DEF; src/codegen/emit.c). */
+#define OT_POWD_CALL_INLINE                                                                        \
+    static inline __attribute__((always_inline)) double ot_powd_call_(double a, double b) {        \
+        return ot_powd(a, b);                                                                      \
+    }
 #define OT_VMATH_DEF                                                                               \
     OT_VMATH_FIX_(static inline)                                                                   \
     OT_VMATH_LIST(OT_VMATH_FN_)                                                                    \
@@ -95,14 +100,7 @@
         return ot_powf(a, b);                                                                      \
     }                                                                                              \
     static inline double ot_vm_pow1(double a, double b) {                                          \
-        union {                                                                                    \
-            double f;                                                                              \
-            uint64_t u;                                                                            \
-        } rb = {ot_vm_pow(a, b)}, ab = {a}, bb = {b};                                              \
-        uint64_t one = 0u - (uint64_t)((ab.u == 0x3ff0000000000000ull) |                           \
-                                       ((bb.u & 0x7fffffffffffffffull) == 0u));                    \
-        rb.u = (0x3ff0000000000000ull & one) | (rb.u & ~one);                                      \
-        return rb.f;                                                                               \
+        return ot_powd_call_(a, b);                                                                \
     }
 
 /* The reference's raw calls (src/exec/vmath.c): SLEEF's scalar finz purecfma variant on a CPU
