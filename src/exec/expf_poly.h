@@ -848,13 +848,16 @@
  * in two parts (the high parts multiples of 2^-42, so k·ln2hi + logc is exact), log1p(r) =
  * r - r²/2 + r³·Q(r), |r| < 0.0298, Q of degree 8 (weighted least squares iterated to minimax,
  * 2^-66 relative), the sums carried as double pairs (Fast2Sum), r³·Q too (it reaches 2^-15).
+ * Both polynomials are evaluated by Estrin's scheme: the vector clone's speed is bound by the
+ * length of its dependency chain more than by its operation count.
  * e^(eh + el) with eh + el = y·(lh + ll) (the product split exactly with fma): k =
  * round(eh·16/ln 2), s = eh - k·ln 2/16 + el (|s| < 0.0217), e^s = 1 + s + s²·P(s), P of degree 5
  * (2^-65 relative), times 2^(j/16) (a table value and its relative rounding error, j = k mod
  * 16), times 2^(k/16 - j/16) as two exact powers of two, the second product rounded once
  * (overflow to inf, subnormal results within one subnormal ulp, 0), |y| capped at 2^70, eh at
  * ±1000 and el at ±1 (nothing changes for a result that is neither 0 nor inf). Accuracy
- * (docs/vmath.md): at most 0.76 ulp on the pairs measured.
+ * (docs/vmath.md): 0.55 ulp where the result is normal on bench_vmath's sample, 0.87 on
+ * pairs chosen near x = 1 with |y·ln x| near 700.
  *
  * Special values as C99's pow and XLA's, and as ot_powf: pow(x, ±0) = pow(1, y) = 1 for every x
  * and y, NaN included; a NaN operand gives that NaN quieted (x's of two); ±0 gives +0 for y > 0
@@ -913,15 +916,13 @@
         double lo3 = fma(ar, r, -ar2);                                                                \
         double lo4 = (t2 - hi) + ar2;                                                                 \
         double lo5 = fma(pl, fma(r, 1.0 - r, -1.0) * r, pl); /* pl/(1 + r) */                         \
-        double q = -0x1.75ebc036abdbfp-3;                                                             \
-        q = fma(q, r, 0x1.9a8f66b6624e4p-3);                                                          \
-        q = fma(q, r, -0x1.c71bbf3fa4e8dp-3);                                                         \
-        q = fma(q, r, 0x1.ffffbf9e7aec2p-3);                                                          \
-        q = fma(q, r, -0x1.2492493717557p-2);                                                         \
-        q = fma(q, r, 0x1.55555558ed56fp-2);                                                          \
-        q = fma(q, r, -0x1.9999999997c9ep-2);                                                         \
-        q = fma(q, r, 0x1.ffffffffffdbep-2);                                                          \
-        q = fma(q, r, -0x1.5555555555556p-1);                                                         \
+        double rr = r * r, r4 = rr * rr; /* Q by Estrin's scheme: a shorter dependency chain */       \
+        double q0 = fma(0x1.ffffffffffdbep-2, r, -0x1.5555555555556p-1);                              \
+        double q1 = fma(0x1.55555558ed56fp-2, r, -0x1.9999999997c9ep-2);                              \
+        double q2 = fma(0x1.ffffbf9e7aec2p-3, r, -0x1.2492493717557p-2);                              \
+        double q3 = fma(0x1.9a8f66b6624e4p-3, r, -0x1.c71bbf3fa4e8dp-3);                              \
+        q2 = fma(-0x1.75ebc036abdbfp-3, r4, fma(q3, rr, q2));                                         \
+        double q = fma(q2, r4, fma(q1, rr, q0));                                                      \
         double p3 = ar3 * q, h3 = hi + p3, lo6 = (hi - h3) + p3;                                      \
         double lo = (((lo1 + lo2) + (lo3 + lo4)) + lo5) + lo6;                                        \
         double lh = h3 + lo;                                                                          \
@@ -941,14 +942,13 @@
         double s = fma(kf, -0x1.62e42fefa0000p-5, eh);                                                \
         s = fma(kf, -0x1.cf79abc9e3b3ap-44, s);                                                       \
         s = s + el;                                                                                   \
-        double e = 0x1.a015c86c51bb3p-13;                                                             \
-        e = fma(e, s, 0x1.6c184889b058bp-10);                                                         \
-        e = fma(e, s, 0x1.11111114bbd1ap-7);                                                          \
-        e = fma(e, s, 0x1.555555547d1c5p-5);                                                          \
-        e = fma(e, s, 0x1.555555555552dp-3);                                                          \
-        e = fma(e, s, 0x1.0000000000004p-1);                                                          \
+        double ss = s * s; /* P by Estrin's scheme */                                                 \
+        double e0 = fma(0x1.555555555552dp-3, s, 0x1.0000000000004p-1);                               \
+        double e1 = fma(0x1.11111114bbd1ap-7, s, 0x1.555555547d1c5p-5);                               \
+        double e2 = fma(0x1.a015c86c51bb3p-13, s, 0x1.6c184889b058bp-10);                             \
+        double e = fma(fma(e2, ss, e1), ss, e0);                                                      \
         *kb_out = kb.u;                                                                               \
-        return fma(s * s, e, s + ot_powd_tab_[4][kb.u & 15u]);                                        \
+        return fma(ss, e, s + ot_powd_tab_[4][kb.u & 15u]);                                           \
     }                                                                                                 \
     static inline __attribute__((always_inline)) double ot_powd(double x, double y) {                 \
         union {                                                                                       \
@@ -1056,15 +1056,17 @@
         ot_pv_d lo3 = ot_pv_fma_(ar, r, -ar2);                                                     \
         ot_pv_d lo4 = (t2 - hi) + ar2;                                                             \
         ot_pv_d lo5 = ot_pv_fma_(pl, ot_pv_fma_(r, 1.0 - r, ot_pv_k_(-1.0)) * r, pl);              \
-        ot_pv_d q = ot_pv_k_(-0x1.75ebc036abdbfp-3);                                               \
-        q = ot_pv_fma_(q, r, ot_pv_k_(0x1.9a8f66b6624e4p-3));                                      \
-        q = ot_pv_fma_(q, r, ot_pv_k_(-0x1.c71bbf3fa4e8dp-3));                                     \
-        q = ot_pv_fma_(q, r, ot_pv_k_(0x1.ffffbf9e7aec2p-3));                                      \
-        q = ot_pv_fma_(q, r, ot_pv_k_(-0x1.2492493717557p-2));                                     \
-        q = ot_pv_fma_(q, r, ot_pv_k_(0x1.55555558ed56fp-2));                                      \
-        q = ot_pv_fma_(q, r, ot_pv_k_(-0x1.9999999997c9ep-2));                                     \
-        q = ot_pv_fma_(q, r, ot_pv_k_(0x1.ffffffffffdbep-2));                                      \
-        q = ot_pv_fma_(q, r, ot_pv_k_(-0x1.5555555555556p-1));                                     \
+        ot_pv_d rr = r * r, r4 = rr * rr;                                                          \
+        ot_pv_d q0 =                                                                               \
+            ot_pv_fma_(ot_pv_k_(0x1.ffffffffffdbep-2), r, ot_pv_k_(-0x1.5555555555556p-1));        \
+        ot_pv_d q1 =                                                                               \
+            ot_pv_fma_(ot_pv_k_(0x1.55555558ed56fp-2), r, ot_pv_k_(-0x1.9999999997c9ep-2));        \
+        ot_pv_d q2 =                                                                               \
+            ot_pv_fma_(ot_pv_k_(0x1.ffffbf9e7aec2p-3), r, ot_pv_k_(-0x1.2492493717557p-2));        \
+        ot_pv_d q3 =                                                                               \
+            ot_pv_fma_(ot_pv_k_(0x1.9a8f66b6624e4p-3), r, ot_pv_k_(-0x1.c71bbf3fa4e8dp-3));        \
+        q2 = ot_pv_fma_(ot_pv_k_(-0x1.75ebc036abdbfp-3), r4, ot_pv_fma_(q3, rr, q2));              \
+        ot_pv_d q = ot_pv_fma_(q2, r4, ot_pv_fma_(q1, rr, q0));                                    \
         ot_pv_d p3 = ar3 * q, h3 = hi + p3, lo6 = (hi - h3) + p3;                                  \
         ot_pv_d lo = (((lo1 + lo2) + (lo3 + lo4)) + lo5) + lo6;                                    \
         ot_pv_d lh = h3 + lo;                                                                      \
@@ -1078,14 +1080,16 @@
         ot_pv_d s = ot_pv_fma_(kf, ot_pv_k_(-0x1.62e42fefa0000p-5), eh);                           \
         s = ot_pv_fma_(kf, ot_pv_k_(-0x1.cf79abc9e3b3ap-44), s);                                   \
         s = s + el;                                                                                \
-        ot_pv_d e = ot_pv_k_(0x1.a015c86c51bb3p-13);                                               \
-        e = ot_pv_fma_(e, s, ot_pv_k_(0x1.6c184889b058bp-10));                                     \
-        e = ot_pv_fma_(e, s, ot_pv_k_(0x1.11111114bbd1ap-7));                                      \
-        e = ot_pv_fma_(e, s, ot_pv_k_(0x1.555555547d1c5p-5));                                      \
-        e = ot_pv_fma_(e, s, ot_pv_k_(0x1.555555555552dp-3));                                      \
-        e = ot_pv_fma_(e, s, ot_pv_k_(0x1.0000000000004p-1));                                      \
+        ot_pv_d ss = s * s;                                                                        \
+        ot_pv_d e0 =                                                                               \
+            ot_pv_fma_(ot_pv_k_(0x1.555555555552dp-3), s, ot_pv_k_(0x1.0000000000004p-1));         \
+        ot_pv_d e1 =                                                                               \
+            ot_pv_fma_(ot_pv_k_(0x1.11111114bbd1ap-7), s, ot_pv_k_(0x1.555555547d1c5p-5));         \
+        ot_pv_d e2 =                                                                               \
+            ot_pv_fma_(ot_pv_k_(0x1.a015c86c51bb3p-13), s, ot_pv_k_(0x1.6c184889b058bp-10));       \
+        ot_pv_d e = ot_pv_fma_(ot_pv_fma_(e2, ss, e1), ss, e0);                                    \
         *kb_out = (ot_pv_u)kb;                                                                     \
-        return ot_pv_fma_(s * s, e, s + ot_pv_tab_(4, (ot_pv_u)kb));                               \
+        return ot_pv_fma_(ss, e, s + ot_pv_tab_(4, (ot_pv_u)kb));                                  \
     }                                                                                              \
     OT_VM_W ot_pv_d _ZGVeN8vv_ot_powd_s_(ot_pv_d x, ot_pv_d y) {                                   \
         ot_pv_d ll, lh, eh, el, t, sc;                                                             \
