@@ -1418,7 +1418,7 @@ static void test_powf_special(void) {
  * quieted, x's of two; a NaN from numbers is 0xfff8000000000000; ±0, ±inf and signs are glibc's
  * pow's (C99 Annex F) bit for bit, every other result within one ulp of powl. Then 2^18 sampled
  * pairs (x in (0, 10] with y in [-4, 4], x next to 1 with |y| up to 2^16, any x with y·ln x up to
- * ±750, negative x with integer y) within 0.8 ulp of powl (the subnormal ulp below DBL_MIN). Fails
+ * ±750, negative x with integer y) within 0.9 ulp of powl (the subnormal ulp below DBL_MIN). Fails
  * without the pl/(1 + r) term of log (12 ulps near x = 1.02, y·ln x = 700) or with |y|'s parity
  * read below 2^53. */
 static void test_pow_special(void) {
@@ -1503,7 +1503,7 @@ static void test_pow_special(void) {
             frexpl(ref, &e);
             long double ulp = ldexpl(1.0L, e - 53 < -1074 ? -1074 : e - 53);
             double err = (double)(fabsl((long double)got[j] - ref) / ulp);
-            ok = signbit(got[j]) == signbit(lib) && err <= (j < NE ? 1.0 : 0.8);
+            ok = signbit(got[j]) == signbit(lib) && err <= (j < NE ? 1.0 : 0.9);
             if (j >= NE && err > maxu) maxu = err;
         }
         if (!ok && bad++ < 10)

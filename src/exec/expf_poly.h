@@ -923,8 +923,11 @@
         double q3 = fma(0x1.9a8f66b6624e4p-3, r, -0x1.c71bbf3fa4e8dp-3);                              \
         q2 = fma(-0x1.75ebc036abdbfp-3, r4, fma(q3, rr, q2));                                         \
         double q = fma(q2, r4, fma(q1, rr, q0));                                                      \
-        double p3 = ar3 * q, h3 = hi + p3, lo6 = (hi - h3) + p3;                                      \
-        double lo = (((lo1 + lo2) + (lo3 + lo4)) + lo5) + lo6;                                        \
+        /* r³·Q as p3 + its exact rounding error: the error matters (2^-70 of up to 2^-5.6), and    \
+         * p3's use in an fma keeps a compiler that contracts a·b + c from fusing p3's additions     \
+         */                                                                                           \
+        double p3 = ar3 * q, p3l = fma(ar3, q, -p3), h3 = hi + p3, lo6 = (hi - h3) + p3;              \
+        double lo = (((lo1 + lo2) + (lo3 + lo4)) + (lo5 + p3l)) + lo6;                                \
         double lh = h3 + lo;                                                                          \
         *ll_out = (h3 - lh) + lo;                                                                     \
         return lh;                                                                                    \
@@ -1067,8 +1070,8 @@
             ot_pv_fma_(ot_pv_k_(0x1.9a8f66b6624e4p-3), r, ot_pv_k_(-0x1.c71bbf3fa4e8dp-3));        \
         q2 = ot_pv_fma_(ot_pv_k_(-0x1.75ebc036abdbfp-3), r4, ot_pv_fma_(q3, rr, q2));              \
         ot_pv_d q = ot_pv_fma_(q2, r4, ot_pv_fma_(q1, rr, q0));                                    \
-        ot_pv_d p3 = ar3 * q, h3 = hi + p3, lo6 = (hi - h3) + p3;                                  \
-        ot_pv_d lo = (((lo1 + lo2) + (lo3 + lo4)) + lo5) + lo6;                                    \
+        ot_pv_d p3 = ar3 * q, p3l = ot_pv_fma_(ar3, q, -p3), h3 = hi + p3, lo6 = (hi - h3) + p3;   \
+        ot_pv_d lo = (((lo1 + lo2) + (lo3 + lo4)) + (lo5 + p3l)) + lo6;                            \
         ot_pv_d lh = h3 + lo;                                                                      \
         *ll_out = (h3 - lh) + lo;                                                                  \
         return lh;                                                                                 \
