@@ -270,6 +270,105 @@ static void test_topk_random(void) {
     EXPECT_INT_EQ(failed, 0);
 }
 
+/* XLA's CPU pipeline writes custom-call "TopK" (its optimized modules hold it, with the sort's
+ * NaN-safe greater-than comparator attached): the parser reads it as topk, largest=true. Checked
+ * against XLA's runtime semantics (runtime_topk.cc: the k largest in total order,
+ * -NaN < -Inf < -0 < +0 < +Inf < +NaN, ties to the lower index) on a row written out by hand,
+ * rank 1 and rank 2; the fast kernel against the reference on random rows at 1/2/3/8 threads; a
+ * comparator that is not greater-than is refused at parse time. */
+static const char k_topk_gt[] =
+    "gt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  c = s32[] parameter(2)\n"
+    "  d = s32[] parameter(3)\n  z = s32[] constant(0)\n  mx = s32[] constant(2147483647)\n"
+    "  ba = s32[] bitcast-convert(a)\n  bb = s32[] bitcast-convert(b)\n"
+    "  xa = s32[] xor(mx, ba)\n  la = pred[] compare(ba, z), direction=LT\n"
+    "  xb = s32[] xor(mx, bb)\n  lb = pred[] compare(bb, z), direction=LT\n"
+    "  sa = s32[] select(la, xa, ba)\n  sb = s32[] select(lb, xb, bb)\n"
+    "  ROOT r = pred[] compare(sa, sb), direction=GT\n}\n";
+
+static bool topk_call_case(const char *in_shape, const char *out_v, const char *out_i, int64_t k,
+                           const float *row, int64_t n, const float *want_v,
+                           const int32_t *want_i) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "HloModule tk\n%sENTRY e {\n  x = f32%s parameter(0)\n"
+             "  ROOT t = (f32%s, s32%s) custom-call(x), custom_call_target=\"TopK\", "
+             "called_computations={gt}\n}\n",
+             k_topk_gt, in_shape, out_v, out_i);
+    ot_module *m = NULL;
+    if (ot_hlo_parse(text, strlen(text), NULL, &m) != OT_OK) {
+        fprintf(stderr, "parse: %s\n", ot_last_error());
+        return false;
+    }
+    const ot_instr *root = ot_module_entry(m)->root;
+    bool ok = root->opcode == OT_OP_TOPK && root->attrs->index == k && root->attrs->largest;
+    ot_tensor in;
+    ok = ok && ot_tensor_alloc(&in, &ot_module_entry(m)->params[0]->shape.array) == OT_OK;
+    if (ok) memcpy(in.data, row, (size_t)n * sizeof *row);
+    ot_value res = ot_value_empty();
+    ok = ok && ot_evaluate_tensors(m, &in, 1, NULL, &res) == OT_OK;
+    if (ok) {
+        const ot_value *v = ot_value_leaf(&res, 0), *ix = ot_value_leaf(&res, 1);
+        int64_t nk = ot_shape_numel_unchecked(&v->array.shape);
+        ok = memcmp(v->array.data, want_v, (size_t)nk * sizeof *want_v) == 0 &&
+             memcmp(ix->array.data, want_i, (size_t)nk * sizeof *want_i) == 0;
+        if (!ok)
+            for (int64_t q = 0; q < nk; q++)
+                fprintf(stderr, "  %lld: %g @%d (want %g @%d)\n", (long long)q,
+                        (double)((const float *)v->array.data)[q],
+                        ((const int32_t *)ix->array.data)[q], (double)want_v[q], want_i[q]);
+    }
+    ot_value_release(&res);
+    ot_tensor_release(&in);
+    ot_module_free(m);
+    return ok;
+}
+
+static void test_topk_custom_call(void) {
+    float nan = NAN, nnan = -NAN; /* a negative NaN: below -Inf in total order */
+    const float row[10] = {1.0f, nan, -0.0f, 0.0f, 3.0f, 3.0f, -INFINITY, nnan, 1.0f, -2.0f};
+    const float v5[5] = {nan, 3.0f, 3.0f, 1.0f, 1.0f};
+    const int32_t i5[5] = {1, 4, 5, 0, 8};
+    EXPECT_TRUE(topk_call_case("[10]", "[5]", "[5]", 5, row, 10, v5, i5));
+    /* two rows: the second is the first reversed; the tail holds +0 before -0, then -Inf, -NaN */
+    float rows[20];
+    for (int q = 0; q < 10; q++) rows[q] = row[q], rows[10 + q] = row[9 - q];
+    const float v9[18] = {nan, 3.0f, 3.0f, 1.0f, 1.0f, 0.0f, -0.0f, -2.0f, -INFINITY,
+                          nan, 3.0f, 3.0f, 1.0f, 1.0f, 0.0f, -0.0f, -2.0f, -INFINITY};
+    const int32_t i9[18] = {1, 4, 5, 0, 8, 3, 2, 9, 6, 8, 4, 5, 1, 9, 6, 7, 0, 3};
+    EXPECT_TRUE(topk_call_case("[2,10]", "[2,9]", "[2,9]", 9, rows, 20, v9, i9));
+    /* the fast kernel (what the compiled program runs) against the reference */
+    char text[2048];
+    snprintf(text, sizeof text,
+             "HloModule tkr\n%sENTRY e {\n  x = f32[37,400] parameter(0)\n"
+             "  ROOT t = (f32[37,40], s32[37,40]) custom-call(x), custom_call_target=\"TopK\", "
+             "called_computations={gt}\n}\n",
+             k_topk_gt);
+    EXPECT_TRUE(check_hlo(text, false, true));
+    /* a less-than comparator (the k smallest) is not what XLA's TopK computes: refused */
+    char lt[sizeof k_topk_gt + 16];
+    snprintf(lt, sizeof lt, "%s", k_topk_gt);
+    char *dir = strstr(lt, "direction=GT");
+    if (dir) memcpy(dir + 10, "LT", 2);
+    snprintf(text, sizeof text,
+             "HloModule tkl\n%sENTRY e {\n  x = f32[3,50] parameter(0)\n"
+             "  ROOT t = (f32[3,4], s32[3,4]) custom-call(x), custom_call_target=\"TopK\", "
+             "called_computations={gt}\n}\n",
+             lt);
+    ot_module *m = NULL;
+    EXPECT_STATUS(ot_hlo_parse(text, strlen(text), NULL, &m), OT_ERR_UNIMPLEMENTED);
+    EXPECT_STR_CONTAINS(ot_last_error(), "greater-than");
+    ot_module_free(m);
+    /* a result that is not (values, s32 indices) */
+    snprintf(text, sizeof text,
+             "HloModule tkb\n%sENTRY e {\n  x = f32[3,50] parameter(0)\n"
+             "  ROOT t = f32[3,4] custom-call(x), custom_call_target=\"TopK\", "
+             "called_computations={gt}\n}\n",
+             k_topk_gt);
+    m = NULL;
+    EXPECT_STATUS(ot_hlo_parse(text, strlen(text), NULL, &m), OT_ERR_INVALID_ARGUMENT);
+    ot_module_free(m);
+}
+
 /* Comparators the fast sort leaves to the reference: a float compare (NaNs unordered), the
  * parameters swapped, a lexicographic sort of two operands, a key from the second operand. */
 static void test_sort_fallbacks(void) {
@@ -367,4 +466,5 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_sort_random), OT_TEST(test_topk_random),
-             OT_TEST(test_sort_fallbacks), OT_TEST(test_argreduce), OT_TEST(test_teardown))
+             OT_TEST(test_topk_custom_call), OT_TEST(test_sort_fallbacks), OT_TEST(test_argreduce),
+             OT_TEST(test_teardown))

@@ -133,8 +133,8 @@ OT_API ot_eval_options ot_eval_options_default(void);
  * dtype, FAILED_PRECONDITION for an elided constant ({...}) that is executed,
  * UNSUPPORTED_HARDWARE for a custom-call whose target is code for a TPU or a GPU (Pallas/Mosaic
  * "tpu_custom_call", cuBLAS/cuDNN/Triton/XLA GPU kernels, jaxlib's CUDA and ROCm calls: they need
- * that hardware), UNIMPLEMENTED for any other custom-call (naming its target). opts NULL:
- * defaults. */
+ * that hardware), UNIMPLEMENTED for any other custom-call (naming its target; XLA CPU's "TopK"
+ * is no custom-call here: the HLO parser reads it as topk). opts NULL: defaults. */
 OT_API ot_status ot_evaluate(const ot_module *m, const ot_value *args, int nargs,
                              const ot_eval_options *opts, ot_value *result);
 /* The same with array arguments given as tensors (copied). */

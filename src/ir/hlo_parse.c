@@ -1642,6 +1642,49 @@ static bool given(const attr_state *st, ot_opcode op, const char *name) {
     return ir_attr_lookup(op, name, strlen(name), &pos) && (st->given >> pos & 1);
 }
 
+/* XLA's CPU pipeline rewrites a sort + slice that computes a top-k into custom-call "TopK"
+ * (xla/service/topk_rewriter.cc), so its optimized modules hold it: one operand [batch,] n, the
+ * result (values [batch,] k, s32 indices [batch,] k), the sort's comparator attached. Its runtime
+ * (xla/service/cpu/runtime_topk.cc) takes the k largest of each row in total order
+ * (-NaN < -Inf < -0 < +0 < +Inf < +NaN), ties to the lower index, whatever the comparator; the
+ * rewriter attaches only greater-than comparators. That is the topk op with largest=true, which
+ * the pending record becomes here (one op, one kernel, its fast path included). Anything else
+ * named "TopK" is refused rather than guessed at. */
+static ot_status topk_custom_call(P *x, pend *d) {
+    const char *at = d->op_at;
+    const ot_ir_shape *s = &d->shape;
+    if (d->nops != 1)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                    "custom-call \"TopK\" takes one operand, not %d", d->nops);
+    if (s->kind != OT_IR_TUPLE || s->ntuple != 2 || s->tuple[0].kind != OT_IR_ARRAY ||
+        s->tuple[1].kind != OT_IR_ARRAY || s->tuple[0].array.rank < 1 ||
+        s->tuple[1].array.dtype != OT_S32)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                    "custom-call \"TopK\" must return (values[..., k], s32[..., k])");
+    if (d->ncalled > 1)
+        return perr(x, at, OT_ERR_INVALID_ARGUMENT,
+                    "custom-call \"TopK\" takes one comparator, not %d", d->ncalled);
+    if (d->ncalled == 1) {
+        const ot_instr *r = d->called[0] ? d->called[0]->root : NULL;
+        if (!r || r->opcode != OT_OP_COMPARE || r->attrs->cmp_dir != OT_CMP_GT)
+            return perr(x, at, OT_ERR_UNIMPLEMENTED,
+                        "custom-call \"TopK\": only a greater-than comparator (the k largest) is "
+                        "supported; %s's root is not a GT compare",
+                        d->called[0] ? d->called[0]->name : "the comparator");
+    }
+    const ot_shape *v = &s->tuple[0].array;
+    ot_attrs a;
+    memset(&a, 0, sizeof a);
+    a.index = v->dims[v->rank - 1];
+    a.largest = true;
+    a.backend_config = d->attrs.backend_config;
+    d->attrs = a;
+    d->op = OT_OP_TOPK;
+    d->called = NULL;
+    d->ncalled = 0;
+    return OT_OK;
+}
+
 /* Moves the collected called computations and dimension numbers into the pending record,
  * checking what each op needs. */
 static ot_status finish_attrs(P *x, pend *d, attr_state *st) {
@@ -1694,6 +1737,8 @@ static ot_status finish_attrs(P *x, pend *d, attr_state *st) {
             d->called = st->list;
             d->ncalled = st->nlist;
         }
+        if (d->attrs.custom_call_target && !strcmp(d->attrs.custom_call_target, "TopK"))
+            return topk_custom_call(x, d);
         break;
     default: break;
     }
