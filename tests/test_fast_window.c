@@ -307,6 +307,81 @@ static void test_reduce_window_scans(void) {
     g_no_nan = false;
 }
 
+/* Integer prefix scans (jnp.cumsum of ids or masks, cummax of positions; lax.cumsum(...,
+ * reverse=True) pads above instead): every integer dtype, add, multiply, maximum, minimum, either
+ * operand order, forward and reverse, values that overflow and wrap (extremes mixed in), along one
+ * dim of a random shape, lengths across the inner blocks. Exact in any order: the kernel must
+ * give the reference's bits at 1/2/3/8 threads. */
+static void test_reduce_window_int_scans(void) {
+    static const ot_opcode ops[4] = {OT_OP_ADD, OT_OP_MULTIPLY, OT_OP_MAXIMUM, OT_OP_MINIMUM};
+    static const ot_dtype types[8] = {OT_S8, OT_S16, OT_S32, OT_S64, OT_U8, OT_U16, OT_U32, OT_U64};
+    int cases = 0, failed = 0, rev_cases = 0;
+    for (int it = 0; it < 160; it++) {
+        ot_dtype t = types[rnd(0, 7)];
+        ot_opcode op = ops[rnd(0, 3)];
+        bool swap = rnd(0, 3) == 0, rev = rnd(0, 1);
+        int r = (int)rnd(1, 4), sd = (int)rnd(0, r - 1);
+        int64_t dims[OT_MAX_RANK];
+        random_dims(r, dims);
+        if (dims[sd] < 2) dims[sd] = rnd(2, 40);
+        if (sd < r - 1 && rnd(0, 9) == 0) dims[r - 1] = rnd(1025, 1100); /* two inner blocks */
+        if (rnd(0, 9) == 0) dims[sd] = rnd(200, 300);
+        for (int d = 0, big = 0; d < r; d++)
+            if (d != sd && dims[d] > 9 && big++) dims[d] = rnd(1, 9);
+        if (dims[sd] > 40)
+            for (int d = 0; d < r; d++)
+                if (d != sd) dims[d] = rnd(1, 3);
+        ot_window w;
+        memset(&w, 0, sizeof w);
+        w.rank = r;
+        for (int d = 0; d < r; d++) {
+            w.dims[d] = (ot_window_dim){1, 1, 0, 0, 1, 1, false};
+            if (d == sd) {
+                w.dims[d].size = dims[d];
+                if (rev)
+                    w.dims[d].pad_hi = dims[d] - 1;
+                else
+                    w.dims[d].pad_lo = dims[d] - 1;
+            }
+        }
+        ot_module *m = ot_module_new("iscan");
+        ot_computation *f = binary_comp(m, "reducer", op, t, swap, OT_CMP_EQ);
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_shape xs;
+        ASSERT_OK(ot_shape_make(&xs, t, r, dims));
+        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
+        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
+        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
+        ot_computation_set_root(c, rw);
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_tensor args[2];
+        ot_shape is = ot_shape_scalar(t);
+        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+        size_t es = ot_dtype_size(t);
+        int64_t n = ot_shape_numel_unchecked(&xs);
+        for (int64_t e = 0; e < n; e++) { /* small values, ties, and extremes that wrap */
+            int k = (int)rnd(0, 19);
+            uint64_t v = k == 0 ? ~0ull >> 1 : k == 1 ? 1ull << (es * 8 - 1) : (uint64_t)rnd(-3, 3);
+            memcpy((char *)args[0].data + e * (int64_t)es, &v, es);
+        }
+        uint64_t iv = op == OT_OP_MULTIPLY ? 1 : (uint64_t)rnd(-2, 2);
+        memcpy(args[1].data, &iv, es);
+        char what[96];
+        snprintf(what, sizeof what, "iscan %d: %s %s%s%s rank %d dim %d", it, ot_dtype_name(t),
+                 ot_opcode_name(op), swap ? " swapped" : "", rev ? " reverse" : "", r, sd);
+        cases++;
+        rev_cases += rev;
+        if (!check_kernel(rw, &rw->shape.array, args, 2, false, what)) failed++;
+        for (int k = 0; k < 2; k++) ot_tensor_release(&args[k]);
+        ot_module_free(m);
+    }
+    EXPECT_INT_EQ(failed, 0);
+    EXPECT_INT_EQ(cases, 160);
+    EXPECT_TRUE(rev_cases > 40);
+}
+
 static void test_select_and_scatter_random(void) {
     static const ot_cmp_dir dirs[4] = {OT_CMP_GE, OT_CMP_GT, OT_CMP_LE, OT_CMP_LT};
     int failed = 0, overlapping = 0;
@@ -563,5 +638,6 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_reduce_window_random),
-             OT_TEST(test_reduce_window_scans), OT_TEST(test_select_and_scatter_random),
-             OT_TEST(test_pooling_layouts), OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))
+             OT_TEST(test_reduce_window_scans), OT_TEST(test_reduce_window_int_scans),
+             OT_TEST(test_select_and_scatter_random), OT_TEST(test_pooling_layouts),
+             OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))

@@ -477,6 +477,7 @@ typedef struct scan_plan {
     int64_t outer, n, inner, nblk;
     ot_opcode op;
     bool ftz, swap;
+    bool rev; /* the padding above (output k folds x_k .. x_{n-1}): integers only */
     const void *x, *init;
     void *y;
 } scan_plan;
@@ -664,7 +665,91 @@ static int64_t scan_tasks(const scan_plan *p) {
 DEFINE_SCAN(float, f32, OT_F32, scan_add_f32, scan_mul_f32, scan_max_f32, scan_min_f32)
 DEFINE_SCAN(double, f64, OT_F64, scan_add_f64, scan_mul_f64, scan_max_f64, scan_min_f64)
 
-/* The scan's dim of window w over input shape is (p->outer/n/inner set), else false. */
+/* Integer scans (jnp.cumsum of int32 ids or of a mask, cummax of positions): the reference's
+ * integer add and multiply wrap (two's complement), and maximum and minimum pick an operand, so
+ * every grouping and order of a window's fold gives the same bits. That makes the scan exact in
+ * either direction: a reverse scan (output k folds x_k .. x_{n-1} from init) is the forward one
+ * run from the far end, acc_k = f(acc_{k+1}, x_k). W: the unsigned type the wrap is computed in
+ * (uint32_t for the narrow types: their products promote to int, which must not overflow). */
+#define ISCAN_F_ADD(T, W, a, b) ((T)((W)(a) + (W)(b)))
+#define ISCAN_F_MUL(T, W, a, b) ((T)((W)(a) * (W)(b)))
+#define ISCAN_F_MAX(T, W, a, b) ((a) > (b) ? (a) : (b))
+#define ISCAN_F_MIN(T, W, a, b) ((a) < (b) ? (a) : (b))
+/* Lines of n along the last dim (inner 1), SCAN_LINES of them side by side; or rows of inner
+ * elements, each y row = f(the previous y row (init first), x row), which vectorizes. */
+#define ISCAN_STEPS(T, W, F)                                                                       \
+    if (p->inner == 1) {                                                                           \
+        for (int64_t t = begin; t < end; t++) {                                                    \
+            int64_t l0 = t * SCAN_LINES,                                                           \
+                    nl = p->outer - l0 < SCAN_LINES ? p->outer - l0 : SCAN_LINES;                  \
+            T acc[SCAN_LINES];                                                                     \
+            for (int l = 0; l < SCAN_LINES; l++) acc[l] = init;                                    \
+            for (int64_t s = 0; s < n; s++) {                                                      \
+                int64_t k = p->rev ? n - 1 - s : s;                                                \
+                for (int l = 0; l < nl; l++) {                                                     \
+                    int64_t at = (l0 + l) * n + k;                                                 \
+                    acc[l] = F(T, W, acc[l], x[at]);                                               \
+                    y[at] = acc[l];                                                                \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } else {                                                                                       \
+        for (int64_t t = begin; t < end; t++) {                                                    \
+            int64_t o = t / p->nblk, j0 = t % p->nblk * SCAN_BLOCK;                                \
+            int64_t j1 = j0 + SCAN_BLOCK < p->inner ? j0 + SCAN_BLOCK : p->inner;                  \
+            for (int64_t s = 0; s < n; s++) {                                                      \
+                int64_t k = p->rev ? n - 1 - s : s;                                                \
+                int64_t at = (o * n + k) * p->inner;                                               \
+                const T *xr = x + at, *pr = y + at + (p->rev ? p->inner : -p->inner);              \
+                T *yr = y + at;                                                                    \
+                if (s == 0)                                                                        \
+                    for (int64_t j = j0; j < j1; j++) yr[j] = F(T, W, init, xr[j]);                \
+                else                                                                               \
+                    for (int64_t j = j0; j < j1; j++) yr[j] = F(T, W, pr[j], xr[j]);               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+#define DEFINE_ISCAN(T, W, SUF)                                                                    \
+    static void iscan_##SUF(void *arg, int64_t begin, int64_t end, int ith) {                      \
+        (void)ith;                                                                                 \
+        const scan_plan *p = arg;                                                                  \
+        const T *x = p->x;                                                                         \
+        T *y = p->y, init;                                                                         \
+        memcpy(&init, p->init, sizeof init);                                                       \
+        int64_t n = p->n;                                                                          \
+        switch (p->op) {                                                                           \
+        case OT_OP_ADD: ISCAN_STEPS(T, W, ISCAN_F_ADD) break;                                      \
+        case OT_OP_MULTIPLY: ISCAN_STEPS(T, W, ISCAN_F_MUL) break;                                 \
+        case OT_OP_MAXIMUM: ISCAN_STEPS(T, W, ISCAN_F_MAX) break;                                  \
+        default: ISCAN_STEPS(T, W, ISCAN_F_MIN) break;                                             \
+        }                                                                                          \
+    }
+DEFINE_ISCAN(int8_t, uint32_t, s8)
+DEFINE_ISCAN(int16_t, uint32_t, s16)
+DEFINE_ISCAN(int32_t, uint32_t, s32)
+DEFINE_ISCAN(int64_t, uint64_t, s64)
+DEFINE_ISCAN(uint8_t, uint32_t, u8)
+DEFINE_ISCAN(uint16_t, uint32_t, u16)
+DEFINE_ISCAN(uint32_t, uint32_t, u32)
+DEFINE_ISCAN(uint64_t, uint64_t, u64)
+
+/* The integer scan kernel of dtype t, or NULL. */
+static ot_range_fn iscan_fn(ot_dtype t) {
+    switch (t) {
+    case OT_S8: return iscan_s8;
+    case OT_S16: return iscan_s16;
+    case OT_S32: return iscan_s32;
+    case OT_S64: return iscan_s64;
+    case OT_U8: return iscan_u8;
+    case OT_U16: return iscan_u16;
+    case OT_U32: return iscan_u32;
+    case OT_U64: return iscan_u64;
+    default: return NULL;
+    }
+}
+
+/* The scan's dim of window w over input shape is (p->outer/n/inner/rev set), else false. rev: the
+ * n - 1 of padding is above (lax.cumsum(..., reverse=True)). */
 static bool scan_form(const ot_window *w, const ot_shape *is, scan_plan *p) {
     int r = is->rank, sd = -1;
     if (!w || w->rank != r || r < 1) return false;
@@ -672,10 +757,16 @@ static bool scan_form(const ot_window *w, const ot_shape *is, scan_plan *p) {
         const ot_window_dim *wd = &w->dims[d];
         int64_t n = is->dims[d];
         if (wd->stride != 1 || (wd->window_dilation && wd->window_dilation != 1) ||
-            (wd->base_dilation && wd->base_dilation != 1) || wd->reversal || wd->pad_hi != 0)
+            (wd->base_dilation && wd->base_dilation != 1) || wd->reversal)
             return false;
-        if (wd->size == 1 && wd->pad_lo == 0) continue;
-        if (sd >= 0 || n < 2 || wd->size != n || wd->pad_lo != n - 1) return false;
+        if (wd->size == 1 && wd->pad_lo == 0 && wd->pad_hi == 0) continue;
+        if (sd >= 0 || n < 2 || wd->size != n) return false;
+        if (wd->pad_lo == n - 1 && wd->pad_hi == 0)
+            p->rev = false;
+        else if (wd->pad_lo == 0 && wd->pad_hi == n - 1)
+            p->rev = true;
+        else
+            return false;
         sd = d;
     }
     if (sd < 0) return false;
@@ -910,7 +1001,8 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
                                 const ex_leaf *ins, void *out, const ex_leaf *os, bool *done) {
     const ot_shape *is = ins[0].shape, *osh = os->shape;
     ot_dtype t = osh->dtype;
-    if ((t != OT_F32 && t != OT_F64) || is->dtype != t || ins[1].shape->dtype != t ||
+    ot_range_fn ifn = iscan_fn(t);
+    if ((t != OT_F32 && t != OT_F64 && !ifn) || is->dtype != t || ins[1].shape->dtype != t ||
         ot_shape_numel_unchecked(ins[1].shape) != 1 || i->ncalled != 1 || osh->rank != is->rank)
         return OT_OK;
     if (ex_overlaps(out, os->nbytes, in[0], ins[0].nbytes)) return OT_OK;
@@ -918,8 +1010,25 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
     memset(&p, 0, sizeof p);
     ot_opcode op = binary_of_params(i->called[0], t, &p.swap);
     scan_plan sp;
-    if ((op == OT_OP_ADD || op == OT_OP_MULTIPLY || op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM) &&
-        i->called[0]->root->shape.array.dtype == t && scan_form(i->attrs->window, is, &sp)) {
+    memset(&sp, 0, sizeof sp);
+    bool scan_op =
+        op == OT_OP_ADD || op == OT_OP_MULTIPLY || op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM;
+    if (ifn) { /* integers: scans only (the windowed kernels below are float) */
+        if (!scan_op || i->called[0]->root->shape.array.dtype != t ||
+            !scan_form(i->attrs->window, is, &sp))
+            return OT_OK;
+        *done = true;
+        sp.op = op;
+        sp.x = in[0];
+        sp.init = in[1];
+        sp.y = out;
+        if (sp.outer * sp.inner > 0)
+            ex_par_for(c, scan_tasks(&sp), ins[0].nbytes + os->nbytes, ifn, &sp);
+        c->fast_run++;
+        return OT_OK;
+    }
+    if (scan_op && i->called[0]->root->shape.array.dtype == t &&
+        scan_form(i->attrs->window, is, &sp) && !sp.rev) {
         *done = true;
         sp.op = op;
         sp.ftz = c->ftz;
