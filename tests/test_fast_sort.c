@@ -433,15 +433,17 @@ static void argreduce_hlo(char *buf, size_t n, const char *vt, const char *it, c
 static void test_argreduce(void) {
     g_rng = 0xa29;
     static const char *shapes[][3] = {
-        {"37,29", "37", "1"},   {"37,29", "29", "0"},  {"1,300", "1", "1"},  {"5,7,9", "7", "0,2"},
-        {"5,7,9", "5,9", "1"},  {"3,0,4", "3,4", "1"}, {"2,1000", "2", "1"}, {"3000,40", "40", "0"},
-        {"4,1,33", "4,1", "2"}, {"6,4096", "6", "1"}};
+        {"37,29", "37", "1"},       {"37,29", "29", "0"},       {"1,300", "1", "1"},
+        {"5,7,9", "7", "0,2"},      {"5,7,9", "5,9", "1"},      {"3,0,4", "3,4", "1"},
+        {"2,1000", "2", "1"},       {"3000,40", "40", "0"},     {"4,1,33", "4,1", "2"},
+        {"6,4096", "6", "1"},       {"32,48,48", "32,48", "1"}, {"9,70,130", "9,130", "1"},
+        {"6,5,3,67", "5,67", "0,2"}};
     char hlo[2048];
-    for (int cs = 0; cs < 64; cs++) {
+    for (int cs = 0; cs < 78; cs++) {
         const char *vt = cs % 2 ? "f64" : "f32", *it = (cs / 2) % 2 ? "s64" : "s32";
         const char *dir = (cs / 4) % 2 ? "LT" : "GT";
         bool input_first = cs % 8 >= 6, swap = cs % 3 == 0;
-        const char *const *sh = shapes[cs % 10];
+        const char *const *sh = shapes[cs % 13];
         argreduce_hlo(hlo, sizeof hlo, vt, it, dir, input_first, swap, "LT", sh[0], sh[1], sh[2]);
         EXPECT_TRUE(check_hlo(hlo, cs % 5 == 0, true));
     }

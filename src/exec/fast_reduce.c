@@ -966,10 +966,60 @@ typedef struct arg_plan {
     void *yv, *yi;
 } arg_plan;
 
+/* One fold step of the reducer: the accumulator pair (av, ai) against an input pair (bv, bi).
+ * Compares read subnormals as zeros under FTZ (as the reference's compare); the selects move
+ * bits. */
+#define ARG_STEP(VS, av, ai, bv, bi)                                                               \
+    do {                                                                                           \
+        __typeof__(av) a_ = p->side ? (bv) : (av), b_ = p->side ? (av) : (bv);                     \
+        __typeof__(ai) ia_ = p->side ? (bi) : (ai), ib_ = p->side ? (ai) : (bi);                   \
+        __typeof__(av) fa_ = fz_##VS(a_, z), fb_ = fz_##VS(b_, z);                                 \
+        bool pick_ = (p->gt ? fa_ > fb_ : fa_ < fb_) || a_ != a_;                                  \
+        bool picki_ = pick_ || (fa_ == fb_ && ia_ < ib_);                                          \
+        (av) = pick_ ? a_ : b_;                                                                    \
+        (ai) = picki_ ? ia_ : ib_;                                                                 \
+    } while (0)
+
+/* ARG_CHUNK neighbouring outputs folded side by side (arg_rows). */
+#define ARG_CHUNK 64
+
 /* One output at a time, its elements in row-major order from the init pair: the reference's
- * order. Compares read subnormals as zeros under FTZ (as the reference's compare); the selects
- * move bits. */
+ * order. arg_rows_*: where the kept dims end in the input's last dim (an argmax over a leading or
+ * middle axis: argmax(axis=0), a Viterbi step's back-pointers), a task is one row of those
+ * outputs, ARG_CHUNK of them folded side by side over contiguous reads, each still over its own
+ * elements in the same order: the same bits, without one strided read per step. */
 #define DEFINE_ARG(V, VS, I, IS)                                                                   \
+    static void arg_rows_##VS##_##IS(void *arg, int64_t begin, int64_t end, int ith) {             \
+        (void)ith;                                                                                 \
+        const arg_plan *p = arg;                                                                   \
+        const V *xv = p->xv;                                                                       \
+        const I *xi = p->xi;                                                                       \
+        bool z = p->z;                                                                             \
+        int64_t L = p->kd[p->nk - 1];                                                              \
+        V av[ARG_CHUNK];                                                                           \
+        I ai[ARG_CHUNK];                                                                           \
+        for (int64_t r = begin; r < end; r++) {                                                    \
+            int64_t base = 0, q = r * L;                                                           \
+            for (int d = p->nk - 1; d >= 0; d--) {                                                 \
+                base += q % p->kd[d] * p->ks[d];                                                   \
+                q /= p->kd[d];                                                                     \
+            }                                                                                      \
+            for (int64_t j0 = 0; j0 < L; j0 += ARG_CHUNK) {                                        \
+                int64_t m = L - j0 < ARG_CHUNK ? L - j0 : ARG_CHUNK;                               \
+                for (int64_t j = 0; j < m; j++) {                                                  \
+                    av[j] = *(const V *)p->iv;                                                     \
+                    ai[j] = *(const I *)p->ii;                                                     \
+                }                                                                                  \
+                for (int64_t k = 0; k < p->n; k++) {                                               \
+                    const V *xr = xv + base + p->roff[k] + j0;                                     \
+                    const I *ir = xi + base + p->roff[k] + j0;                                     \
+                    for (int64_t j = 0; j < m; j++) ARG_STEP(VS, av[j], ai[j], xr[j], ir[j]);      \
+                }                                                                                  \
+                memcpy((V *)p->yv + r * L + j0, av, (size_t)m * sizeof(V));                        \
+                memcpy((I *)p->yi + r * L + j0, ai, (size_t)m * sizeof(I));                        \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
     static void arg_##VS##_##IS(void *arg, int64_t begin, int64_t end, int ith) {                  \
         (void)ith;                                                                                 \
         const arg_plan *p = arg;                                                                   \
@@ -986,15 +1036,7 @@ typedef struct arg_plan {
             I ai = *(const I *)p->ii;                                                              \
             for (int64_t k = 0; k < p->n; k++) {                                                   \
                 int64_t e = base + p->roff[k];                                                     \
-                V bv = xv[e];                                                                      \
-                I bi = xi[e];                                                                      \
-                V a = p->side ? bv : av, b = p->side ? av : bv;                                    \
-                I ia = p->side ? bi : ai, ib = p->side ? ai : bi;                                  \
-                V fa = fz_##VS(a, z), fb = fz_##VS(b, z);                                          \
-                bool pick = (p->gt ? fa > fb : fa < fb) || a != a;                                 \
-                bool picki = pick || (fa == fb && ia < ib);                                        \
-                av = pick ? a : b;                                                                 \
-                ai = picki ? ia : ib;                                                              \
+                ARG_STEP(VS, av, ai, xv[e], xi[e]);                                                \
             }                                                                                      \
             ((V *)p->yv)[o] = av;                                                                  \
             ((I *)p->yi)[o] = ai;                                                                  \
@@ -1071,6 +1113,12 @@ ot_status ex_fast_argreduce(ex_kernel_ctx *c, const ot_instr *i, int nin, void *
     p.ii = in[3];
     p.yv = out[0];
     p.yi = out[1];
+    if (p.nk > 0 && p.ks[p.nk - 1] == 1 && p.kd[p.nk - 1] >= 4 && p.n > 1) {
+        ot_range_fn fr = vt == OT_F32 ? (it == OT_S32 ? arg_rows_f32_s32 : arg_rows_f32_s64)
+                                      : (it == OT_S32 ? arg_rows_f64_s32 : arg_rows_f64_s64);
+        ex_par_for(c, p.no / p.kd[p.nk - 1], ins[0].nbytes + ins[1].nbytes, fr, &p);
+        return OT_OK;
+    }
     ot_range_fn fn = vt == OT_F32 ? (it == OT_S32 ? arg_f32_s32 : arg_f32_s64)
                                   : (it == OT_S32 ? arg_f64_s32 : arg_f64_s64);
     ex_par_for(c, p.no, ins[0].nbytes + ins[1].nbytes, fn, &p);
