@@ -4,7 +4,7 @@ run` on the same HLO module and the same inputs, in one run; prints each program
 ratio and optitpu's error against JAX's outputs.
 
     scripts/xla_compare.py [--optitpu build/optitpu] [--threads N] [--repeat 30] [--rounds 3]
-                           [--group suite|extra|utils|models|vision_nlp|train|linalg|fft|all]
+                           [--group suite|extra|utils|models|vision_nlp|train|linalg|fft|wild|all]
                            [--quick]
                            [--only TEXT] [--list] [--json]
                            [--tol-scale S]
@@ -113,6 +113,31 @@ rows (fft, multiply by a transformed kernel, ifft); FFTs of lengths that are not
 frames; image and volume convolution by rfft2/rfftn and irfft2/irfftn; an fft along axis 0; an
 STFT (frames gathered, Hann-windowed, rfft, abs); a c64 matmul; complex sum and mean; jnp.where
 on c64; jnp.abs and jnp.angle of c64.
+
+The ninth group (`--group wild`, names starting with "w ") holds programs written the way outside
+users write them, at their sizes, from idioms the other groups do not combine: a bidirectional GRU
+with a length mask (forward and reverse lax.scan) value_and_grad; a two-layer LSTM; optax.ctc_loss
+value_and_grad; Viterbi decoding (max-plus scan with argmax back-pointers, a reverse scan for the
+backtrace); a depthwise-separable block (5x5 stride 2, pointwise, train-mode batch norm)
+value_and_grad; a dilation-3 NCHW convolution value_and_grad; lax.conv_transpose stride 3; DeepLab's
+atrous pyramid; average pooling that excludes padding + max pooling NCHW value_and_grad; antialiased
+bilinear, lanczos3 and bicubic resizes, a bilinear resize value_and_grad; reverse, integer and
+boolean cumulative sums, cummin/cummax; jnp.lexsort and a descending stable argsort along axis 0;
+lax.top_k with k = 100 of a 32003 vocabulary; argmax, a confusion matrix and recall; a 3-operand
+einsum, a trace and a bilinear form; per-example gradients of a CNN (vmap(grad)); ALiBi attention
+value_and_grad; sliding-window causal attention with rotary embeddings; switch (top-1) routing by
+argsort, gather and scatter-add; KL, Jensen-Shannon and a masked logsumexp value_and_grad;
+wav2vec 2.0's convolutional front end on 1 s of 16 kHz audio; an embedding bag with per-sample
+weights and segment_max value_and_grad; an optax chain (clip, Adam, masked weight decay, warmup +
+cosine schedule) over a donated pytree; special functions (gammaln, digamma, erfinv, erfc, ndtr,
+i0e, i1e, gammainc); the activation zoo value_and_grad; int32 index arithmetic (unravel/ravel,
+floor and truncating division of negatives, shifts, popcount, clz, wrapping multiply); boolean
+masks; an f64 softmax regression value_and_grad and f64 elementwise math; an f16 layer norm +
+matmul + GELU; jax.random samplers (normal, truncated normal, gumbel, bernoulli, permutation);
+searchsorted/digitize bucketing; median/quantile; a pixel-shuffle super-resolution head; uint8
+image preprocessing; a batch-hard triplet loss value_and_grad; NeRF volume rendering; a greedy
+decode in lax.while_loop that stops at an end token. Integer outputs come from data whose order
+does not depend on rounding.
 
 Each program is lowered with jax.jit(f, donate_argnums=...).lower(*args).as_text(dialect="hlo")
 and written to a temporary directory with its inputs as .npy; optitpu runs it with `optitpu run
@@ -2509,6 +2534,809 @@ def fft_case_list(quick):
             ("f complex abs and angle c64 1024x4096", lambda: make_f_polar(q))]
 
 
+# ---- the ninth group: programs from outside (`--group wild`) -------------------------------------
+# Programs written the way users outside write them, at their sizes (odd, not multiples of 16),
+# built from ops and idioms the other groups do not combine: bidirectional and stacked recurrent
+# nets with length masks, CTC and Viterbi (max-plus) scans, separable/dilated/transposed/atrous
+# convolutions, pooling that excludes padding, antialiased and non-integer resizes with gradients,
+# reverse and integer scans, lexicographic sorts, large-k top_k, confusion matrices, 3-operand
+# einsums, per-example gradients of a conv net, ALiBi and sliding-window attention, switch routing
+# by gather and scatter-add, divergences, an audio front end, weighted/max embedding bags, a
+# scheduled optax chain, special functions, the activation zoo, integer index arithmetic, boolean
+# masks, f64 and f16 programs, jax.random samplers, bucketing by searchsorted, quantiles, pixel
+# shuffle, uint8 image preprocessing, triplet mining, volume rendering and a greedy decode loop.
+# Integer outputs (argmax, indices) come from data whose order does not depend on rounding.
+
+def make_w_bigru(quick):
+    t, b, nin, nh = (50, 32, 128, 192) if not quick else (6, 3, 4, 5)
+    rng = _rng(201)
+    xs = _f32(rng.standard_normal((t, b, nin)))
+    lens = rng.integers(t // 3, t + 1, b).astype(np.int32)
+    ws = []
+    for _ in range(2):
+        ws += [_f32(rng.standard_normal((nin, 3 * nh)) / math.sqrt(nin)),
+               _f32(rng.standard_normal((nh, 3 * nh)) / math.sqrt(nh)),
+               _f32(0.1 * rng.standard_normal(3 * nh))]
+
+    def run(p, xs, lens):  # a bidirectional GRU; steps past each sequence's length keep h
+        mask = (jnp.arange(t)[:, None] < lens[None, :])[..., None]
+
+        def scan_dir(wx, wh, bias, reverse):
+            cell = gru_cell(wx, wh, bias)
+
+            def body(h, xm):
+                x, m = xm
+                hn, _ = cell(h, x)
+                h = jnp.where(m, hn, h)
+                return h, h
+            return lax.scan(body, jnp.zeros((b, nh), jnp.float32), (xs, mask), reverse=reverse)
+        hf, ysf = scan_dir(*p[:3], False)
+        hb, ysb = scan_dir(*p[3:], True)
+        return jnp.concatenate([ysf, ysb], axis=-1) * mask, hf + hb
+
+    def step(xs, lens, *p):
+        def loss(p):
+            ys, h = run(p, xs, lens)
+            return jnp.mean(jnp.square(ys)) + jnp.mean(h)
+        return jax.value_and_grad(loss)(list(p))
+    return step, [xs, lens] + ws, {"tol": 1e-3}
+
+
+def make_w_lstm2(quick):
+    t, b, nin, nh = (40, 24, 96, 160) if not quick else (5, 2, 3, 4)
+    rng = _rng(202)
+    xs = _f32(rng.standard_normal((t, b, nin)))
+    ps = []
+    for i in range(2):
+        k = nin if i == 0 else nh
+        ps += [_f32(rng.standard_normal((k, 4 * nh)) / math.sqrt(k)),
+               _f32(rng.standard_normal((nh, 4 * nh)) / math.sqrt(nh)),
+               _f32(0.1 * rng.standard_normal(4 * nh))]
+    wout = _f32(rng.standard_normal((nh, 7)) / math.sqrt(nh))
+
+    def f(xs, wout, *p):  # a two-layer LSTM; the top layer's outputs through a dense head
+        h0 = jnp.zeros((b, nh), jnp.float32)
+        _, h1 = lax.scan(lstm_cell(*p[:3]), (h0, h0), xs)
+        (hl, cl), h2 = lax.scan(lstm_cell(*p[3:]), (h0, h0), h1)
+        return h2 @ wout, hl, cl
+    return f, [xs, wout] + ps, {}
+
+
+def make_w_ctc(quick):
+    import optax
+    b, t, v, lab = (16, 100, 40, 30) if not quick else (2, 8, 5, 3)
+    rng = _rng(203)
+    logits = _f32(rng.standard_normal((b, t, v)))
+    lpad = _f32((np.arange(t)[None, :] >= rng.integers(3 * t // 4, t + 1, b)[:, None]))
+    labels = rng.integers(1, v, (b, lab)).astype(np.int32)
+    ypad = _f32((np.arange(lab)[None, :] >= rng.integers(lab // 2, lab + 1, b)[:, None]))
+
+    def step(logits, lpad, labels, ypad):  # optax.ctc_loss: a logsumexp recursion in lax.scan
+        return jax.value_and_grad(
+            lambda lg: jnp.mean(optax.ctc_loss(lg, lpad, labels, ypad)))(logits)
+    return step, [logits, lpad, labels, ypad], {"tol": 1e-3}
+
+
+def make_w_viterbi(quick):
+    t, b, s = (128, 32, 48) if not quick else (6, 2, 4)
+    rng = _rng(204)
+    # emissions on a grid of 1/8 with distinct sums: every max is taken by one state only
+    em = _f32(rng.integers(-64, 64, (t, b, s)) / 8.0)
+    tr = _f32(rng.permutation(s * s).reshape(s, s) / 1024.0)
+
+    def f(em, tr):  # max-plus forward pass with back-pointers, then the backtrace scan
+        def fwd(score, e):
+            cand = score[:, :, None] + tr[None]  # (b, from, to)
+            return jnp.max(cand, axis=1) + e, jnp.argmax(cand, axis=1).astype(jnp.int32)
+        score, bp = lax.scan(fwd, em[0], em[1:])
+        last = jnp.argmax(score, axis=-1).astype(jnp.int32)
+
+        def back(state, ptr):
+            prev = jnp.take_along_axis(ptr, state[:, None], axis=1)[:, 0]
+            return prev, state
+        first, path = lax.scan(back, last, bp, reverse=True)
+        return jnp.max(score, axis=-1), jnp.concatenate([first[None], path], axis=0)
+    return f, [em, tr], {}
+
+
+def bn_train(x, g, b, axes):
+    mu = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), axis=axes, keepdims=True)
+    return (x - mu) * lax.rsqrt(var + 1e-5) * g + b
+
+
+def make_w_sepconv(quick):
+    n, hw, c, co = (8, 63, 48, 96) if not quick else (2, 7, 3, 5)
+    rng = _rng(205)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    wd = _f32(rng.standard_normal((5, 5, 1, c)) / 5)
+    wp = _f32(rng.standard_normal((1, 1, c, co)) / math.sqrt(c))
+    g, bb = _f32(1 + 0.1 * rng.standard_normal(co)), _f32(0.1 * rng.standard_normal(co))
+
+    def block(x, wd, wp, g, bb):  # EfficientNet/Xception: depthwise 5x5 stride 2, pointwise, BN
+        y = lax.conv_general_dilated(x, wd, (2, 2), "SAME", feature_group_count=c,
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = jax.nn.swish(y)
+        y = lax.conv_general_dilated(y, wp, (1, 1), "VALID",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return bn_train(y, g, bb, (0, 1, 2))
+    ho = (hw + 1) // 2
+    ct = _f32(rng.standard_normal((n, ho, ho, co)))
+
+    def step(x, wd, wp, g, bb, ct):
+        return jax.value_and_grad(lambda *p: jnp.sum(block(*p) * ct), argnums=(0, 1, 2, 3, 4))(
+            x, wd, wp, g, bb)
+    return step, [x, wd, wp, g, bb, ct], {"tol": 1e-3}
+
+
+def make_w_dilated_grad(quick):
+    n, c, hw, co, d = (4, 32, 45, 40, 3) if not quick else (1, 2, 9, 3, 2)
+    rng = _rng(206)
+    x = _f32(rng.standard_normal((n, c, hw, hw)))
+    w = _f32(rng.standard_normal((co, c, 3, 3)) / math.sqrt(9 * c))
+    ct = _f32(rng.standard_normal((n, co, hw, hw)))
+
+    def step(x, w, ct):  # a dilated 3x3 NCHW convolution, gradients w.r.t. input and kernel
+        def loss(x, w):
+            y = lax.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(d, d),
+                                         dimension_numbers=("NCHW", "OIHW", "NCHW"))
+            return jnp.sum(y * ct)
+        return jax.value_and_grad(loss, argnums=(0, 1))(x, w)
+    return step, [x, w, ct], {"tol": 1e-3}
+
+
+def make_w_conv_transpose(quick):
+    n, hw, c, co = (4, 21, 32, 24) if not quick else (1, 4, 2, 3)
+    rng = _rng(207)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    w = _f32(rng.standard_normal((5, 5, c, co)) / math.sqrt(25 * c))
+
+    def f(x, w):  # lax.conv_transpose, stride 3, kernel 5, VALID (lhs dilation, odd output)
+        return jax.nn.relu(lax.conv_transpose(x, w, (3, 3), "VALID",
+                                              dimension_numbers=("NHWC", "HWIO", "NHWC")))
+    return f, [x, w], {}
+
+
+def make_w_aspp(quick):
+    n, hw, c, co = (2, 33, 64, 48) if not quick else (1, 9, 3, 2)
+    rates = (1, 6, 12) if not quick else (1, 2, 3)
+    rng = _rng(208)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    ws = [_f32(rng.standard_normal((3, 3, c, co)) / math.sqrt(9 * c)) for _ in rates]
+    wp = _f32(rng.standard_normal((1, 1, co * (len(rates) + 1), co)) / math.sqrt(co * 4))
+    wg = _f32(rng.standard_normal((c, co)) / math.sqrt(c))
+
+    def f(x, wp, wg, *ws):  # DeepLab's atrous pyramid: dilated branches + image pooling, concat
+        br = [lax.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(r, r),
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"))
+              for w, r in zip(ws, rates)]
+        pool = jnp.mean(x, axis=(1, 2)) @ wg
+        br.append(jnp.broadcast_to(pool[:, None, None, :], br[0].shape))
+        y = jax.nn.relu(jnp.concatenate(br, axis=-1))
+        return lax.conv_general_dilated(y, wp, (1, 1), "VALID",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return f, [x, wp, wg] + ws, {}
+
+
+def make_w_pool_nchw(quick):
+    n, c, hw = (8, 64, 37) if not quick else (2, 3, 7)
+    rng = _rng(209)
+    x = _f32(rng.permutation(n * c * hw * hw).reshape(n, c, hw, hw) / (n * c * hw * hw))
+    ct = _f32(rng.standard_normal((n, c, hw // 2, hw // 2)))
+
+    def step(x, ct):  # avg pool 3x3/1 SAME excluding padding (PyTorch count_include_pad=False),
+        # then max pool 3x3/2 VALID NCHW (distinct inputs: no ties), value_and_grad
+        def loss(x):
+            ones = jnp.ones((1, 1, hw, hw), jnp.float32)
+            s = lax.reduce_window(x, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 1, 1), "SAME")
+            cnt = lax.reduce_window(ones, 0.0, lax.add, (1, 1, 3, 3), (1, 1, 1, 1), "SAME")
+            y = x + s / cnt
+            m = lax.reduce_window(y, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2), "VALID")
+            return jnp.sum(m * ct)
+        return jax.value_and_grad(loss)(x)
+    return step, [x, ct], {"tol": 1e-3}
+
+
+def make_w_resize(quick):
+    n, hw, c = (4, 96, 16) if not quick else (1, 8, 2)
+    rng = _rng(210)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+
+    def f(x):  # antialiased bilinear downscale to 0.5 (a triangle filter of width 2), lanczos3
+        # upscale to 1.5, bicubic to a non-integer size
+        down = jax.image.resize(x, (n, hw // 2, hw // 2, c), "bilinear", antialias=True)
+        up = jax.image.resize(x, (n, hw * 3 // 2, hw * 3 // 2, c), "lanczos3")
+        odd = jax.image.resize(x, (n, hw * 2 // 3 + 1, hw * 5 // 4 - 1, c), "bicubic")
+        return down, up, odd
+    return f, [x], {}
+
+
+def make_w_resize_grad(quick):
+    n, h, w, c, ho, wo = (8, 45, 60, 32, 64, 80) if not quick else (1, 5, 6, 2, 7, 9)
+    rng = _rng(211)
+    x = _f32(rng.standard_normal((n, h, w, c)))
+    ct = _f32(rng.standard_normal((n, ho, wo, c)))
+
+    def step(x, ct):  # a decoder's bilinear upsampling to a non-integer size, value_and_grad
+        return jax.value_and_grad(
+            lambda x: jnp.sum(jax.image.resize(x, (n, ho, wo, c), "bilinear") * ct))(x)
+    return step, [x, ct], {"tol": 1e-3}
+
+
+def make_w_scans(quick):
+    r, c = (512, 3000) if not quick else (3, 7)
+    rng = _rng(212)
+    x = _f32(rng.standard_normal((r, c)))
+    k = rng.integers(-1000, 1000, (r, c)).astype(np.int32)
+
+    def f(x, k):  # reverse cumsum (returns-to-go), cummin, int32 cumsum/cummax, bool counts
+        rtg = jnp.flip(jnp.cumsum(jnp.flip(x, 1), axis=1), 1)
+        return (rtg, lax.cummin(x, axis=0), jnp.cumsum(k, axis=1), lax.cummax(k, axis=0),
+                jnp.cumsum(x > 0.5, axis=1, dtype=jnp.int32), lax.cumsum(x, axis=1, reverse=True))
+    return f, [x, k], {}
+
+
+def make_w_lexsort(quick):
+    n, c = (4096, 37) if not quick else (9, 4)
+    rng = _rng(213)
+    key1 = rng.integers(0, 16, n).astype(np.int32)
+    key2 = _f32(rng.standard_normal(n))
+    x = _f32(rng.standard_normal((n, c)))
+
+    def f(key1, key2, x):  # a lexicographic order, descending stable argsort along axis 0,
+        # sort of int keys descending
+        order = jnp.lexsort((key2, key1))
+        desc = jnp.argsort(-x, axis=0, stable=True).astype(jnp.int32)
+        return (order.astype(jnp.int32), x[order], desc, jnp.sort(key1)[::-1],
+                jnp.sort(x, axis=0))
+    return f, [key1, key2, x], {}
+
+
+def make_w_topk_large(quick):
+    b, v, k = (64, 32003, 100) if not quick else (2, 50, 7)
+    rng = _rng(214)
+    # distinct values per row, with runs of equal values across rows
+    x = _f32(np.stack([rng.permutation(v) for _ in range(b)]) / v - 0.5)
+
+    def f(x):  # a vocabulary's top-100 (beam search / nucleus sampling) and a renormalization
+        vals, idx = lax.top_k(x, k)
+        p = jax.nn.softmax(vals * 10.0, axis=-1)
+        return vals, idx, p, lax.top_k(-x, 3)[1]
+    return f, [x], {}
+
+
+def make_w_confusion(quick):
+    n, k = (100000, 10) if not quick else (50, 4)
+    rng = _rng(215)
+    logits = _f32(rng.permutation(n * k).reshape(n, k) / (n * k))
+    y = rng.integers(0, k, n).astype(np.int32)
+
+    def f(logits, y):  # argmax, accuracy, a confusion matrix by one_hot products, per-class recall
+        pred = jnp.argmax(logits, axis=-1)
+        oh_p = jax.nn.one_hot(pred, k, dtype=jnp.int32)
+        oh_y = jax.nn.one_hot(y, k, dtype=jnp.int32)
+        cm = jnp.einsum("ni,nj->ij", oh_y, oh_p)
+        acc = jnp.mean((pred == y).astype(jnp.float32))
+        recall = jnp.diag(cm) / jnp.maximum(jnp.sum(cm, axis=1), 1)
+        return pred.astype(jnp.int32), cm, acc, recall
+    return f, [logits, y], {}
+
+
+def make_w_einsum3(quick):
+    b, i, j, k, l = (16, 64, 96, 80, 48) if not quick else (2, 3, 4, 5, 6)
+    rng = _rng(216)
+    x = _f32(rng.standard_normal((b, i, j)))
+    y = _f32(rng.standard_normal((b, j, k)) / math.sqrt(j))
+    z = _f32(rng.standard_normal((b, k, l)) / math.sqrt(k))
+    m = _f32(rng.standard_normal((b, i, i)))
+
+    def f(x, y, z, m):  # a 3-operand chain, a trace and a diagonal, a bilinear form
+        chain = jnp.einsum("bij,bjk,bkl->bil", x, y, z)
+        tr = jnp.einsum("bii->b", m)
+        dg = jnp.einsum("bii->bi", m)
+        bil = jnp.einsum("bi,bij,bj->b", dg, x[:, :, :i], dg)
+        return chain, tr, bil
+    return f, [x, y, z, m], {}
+
+
+def make_w_per_example_cnn(quick):
+    ex, hw, c1, c2, k = (32, 28, 16, 32, 10) if not quick else (2, 6, 2, 3, 3)
+    rng = _rng(217)
+    x = _f32(rng.standard_normal((ex, hw, hw, 1)))
+    y = rng.integers(0, k, ex).astype(np.int32)
+    ps = [_f32(rng.standard_normal((3, 3, 1, c1)) / 3),
+          _f32(rng.standard_normal((3, 3, c1, c2)) / math.sqrt(9 * c1)),
+          _f32(rng.standard_normal((c2, k)) / math.sqrt(c2))]
+
+    def loss(p, x, y):  # one example of a small CNN (Opacus-style per-sample gradients)
+        h = x[None]
+        for w in p[:2]:
+            h = jax.nn.relu(lax.conv_general_dilated(h, w, (2, 2), "SAME",
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        logits = jnp.mean(h, axis=(1, 2)) @ p[2]
+        return xent_int(logits, y[None])
+
+    def f(x, y, *p):
+        g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(list(p), x, y)
+        return [jnp.sum(jnp.square(t), axis=tuple(range(1, t.ndim))) for t in g] + \
+               [jnp.mean(t, axis=0) for t in g]
+    return f, [x, y] + ps, {"tol": 1e-3}
+
+
+def make_w_alibi(quick):
+    b, h, s, d = (4, 12, 200, 64) if not quick else (1, 2, 6, 4)
+    rng = _rng(218)
+    q, k, v = (_f32(rng.standard_normal((b, h, s, d))) for _ in range(3))
+    ct = _f32(rng.standard_normal((b, h, s, d)))
+    slopes = _f32(2.0 ** (-8.0 * np.arange(1, h + 1) / h))
+
+    def attn(q, k, v):  # ALiBi: a linear distance bias per head instead of position embeddings
+        sc = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.float32(math.sqrt(d))
+        dist = (jnp.arange(s)[None, :] - jnp.arange(s)[:, None]).astype(jnp.float32)
+        sc = sc + slopes[:, None, None] * dist[None]
+        sc = jnp.where(dist[None] <= 0, sc, -1e9)
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(sc, axis=-1), v)
+
+    def step(q, k, v, ct):
+        return jax.value_and_grad(lambda *a: jnp.sum(attn(*a) * ct), argnums=(0, 1, 2))(q, k, v)
+    return step, [q, k, v, ct], {"tol": 1e-3}
+
+
+def make_w_sliding(quick):
+    b, h, s, d, win = (2, 8, 512, 64, 64) if not quick else (1, 2, 9, 4, 3)
+    rng = _rng(219)
+    x = _f32(rng.standard_normal((b, s, h * d)))
+    wqkv = _f32(rng.standard_normal((h * d, 3 * h * d)) / math.sqrt(h * d))
+
+    def f(x, wqkv):  # Longformer/Mistral-style sliding-window causal attention, rotary (half split)
+        q, k, v = jnp.split((x @ wqkv).reshape(b, s, 3, h, d), 3, axis=2)
+        q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
+        inv = 1.0 / (10000.0 ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+        ang = jnp.arange(s, dtype=jnp.float32)[:, None] * inv[None]
+        cos, sin = jnp.cos(ang)[None, :, None], jnp.sin(ang)[None, :, None]
+
+        def rot(t):
+            t1, t2 = t[..., :d // 2], t[..., d // 2:]
+            return jnp.concatenate([t1 * cos - t2 * sin, t1 * sin + t2 * cos], axis=-1)
+        q, k = rot(q), rot(k)
+        sc = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.float32(math.sqrt(d))
+        i, j = jnp.arange(s)[:, None], jnp.arange(s)[None, :]
+        sc = jnp.where((j <= i) & (j > i - win), sc, -jnp.inf)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(sc, axis=-1), v).reshape(b, s, h * d)
+    return f, [x, wqkv], {}
+
+
+def make_w_switch_moe(quick):
+    t, dm, ff, e = (2048, 256, 512, 16) if not quick else (12, 4, 6, 3)
+    rng = _rng(220)
+    x = _f32(rng.standard_normal((t, dm)))
+    wg = _f32(rng.standard_normal((dm, e)) / math.sqrt(dm))
+    w1 = _f32(rng.standard_normal((e, dm, ff)) / math.sqrt(dm))
+    w2 = _f32(rng.standard_normal((e, ff, dm)) / math.sqrt(ff))
+    route = rng.permutation(t * e).reshape(t, e).astype(np.float32) / (t * e)
+
+    def f(x, wg, w1, w2, route):  # switch (top-1) routing by gather and scatter-add: no one-hot
+        # dispatch; the route scores are data, so the chosen expert is exact
+        logits = x @ wg + route * 8.0
+        gate, idx = lax.top_k(jax.nn.softmax(logits, axis=-1), 1)
+        idx, gate = idx[:, 0], gate[:, 0]
+        order = jnp.argsort(idx, stable=True)
+        xs = x[order]
+        h = jax.nn.gelu(jnp.einsum("td,tdf->tf", xs, w1[idx[order]]))
+        ys = jnp.einsum("tf,tfd->td", h, w2[idx[order]]) * gate[order][:, None]
+        out = jnp.zeros_like(x).at[order].add(ys)
+        load = jax.ops.segment_sum(jnp.ones(t), idx, num_segments=e)
+        aux = e * jnp.sum(load / t * jnp.mean(jax.nn.softmax(logits, axis=-1), axis=0))
+        return out, idx.astype(jnp.int32), aux
+    return f, [x, wg, w1, w2, route], {"tol": 1e-3}
+
+
+def make_w_divergence(quick):
+    n, v = (1024, 5000) if not quick else (3, 11)
+    rng = _rng(221)
+    p = _f32(rng.standard_normal((n, v)) * 2)
+    q = _f32(rng.standard_normal((n, v)) * 2)
+    mask = rng.uniform(size=(n, v)) < 0.9
+
+    def step(p, q, mask):  # distillation: KL(teacher || student), Jensen-Shannon, a masked
+        # logsumexp, value_and_grad w.r.t. the student
+        def loss(q):
+            lp, lq = jax.nn.log_softmax(p), jax.nn.log_softmax(q)
+            kl = jnp.sum(jnp.exp(lp) * (lp - lq), axis=-1)
+            m = 0.5 * (jnp.exp(lp) + jnp.exp(lq))
+            js = 0.5 * jnp.sum(jnp.exp(lp) * (lp - jnp.log(m)) + jnp.exp(lq) * (lq - jnp.log(m)),
+                               axis=-1)
+            mlse = jax.nn.logsumexp(q, axis=-1, where=mask)
+            return jnp.mean(kl) + jnp.mean(js) + 1e-3 * jnp.mean(mlse)
+        return jax.value_and_grad(loss)(q)
+    return step, [p, q, mask], {"tol": 1e-3}
+
+
+def make_w_audio(quick):
+    b, n, c = (4, 16000, 256) if not quick else (1, 64, 4)
+    rng = _rng(222)
+    wav = _f32(rng.standard_normal((b, n, 1)) * 0.1)
+    w0 = _f32(rng.standard_normal((10, 1, c)) / math.sqrt(10))
+    w1 = _f32(rng.standard_normal((3, c, c)) / math.sqrt(3 * c))
+    g, beta = _f32(1 + 0.1 * rng.standard_normal(c)), _f32(0.1 * rng.standard_normal(c))
+
+    def f(wav, w0, w1, g, beta):  # wav2vec 2.0's feature encoder start: conv k10 s5, group norm
+        # with a group per channel (over time), GELU, conv k3 s2, GELU
+        dn = ("NWC", "WIO", "NWC")
+        y = lax.conv_general_dilated(wav, w0, (5,), "VALID", dimension_numbers=dn)
+        mu = jnp.mean(y, axis=1, keepdims=True)
+        var = jnp.var(y, axis=1, keepdims=True)
+        y = jax.nn.gelu((y - mu) * lax.rsqrt(var + 1e-5) * g + beta, approximate=False)
+        y = lax.conv_general_dilated(y, w1, (2,), "VALID", dimension_numbers=dn)
+        return jax.nn.gelu(y, approximate=False)
+    return f, [wav, w0, w1, g, beta], {}
+
+
+def make_w_embedding_bag(quick):
+    vocab, d, bags, per = (50000, 64, 2048, 20) if not quick else (30, 4, 5, 3)
+    rng = _rng(223)
+    table = _f32(rng.standard_normal((vocab, d)) * 0.1)
+    ids = rng.integers(0, vocab, bags * per).astype(np.int32)
+    seg = np.sort(rng.integers(0, bags, bags * per)).astype(np.int32)
+    wts = _f32(rng.uniform(0, 1, bags * per))
+    ct = _f32(rng.standard_normal((bags, d)))
+
+    def step(table, ids, seg, wts, ct):  # EmbeddingBag(mode="sum", per_sample_weights) and
+        # mode="max" (segment_max), value_and_grad w.r.t. the table
+        def loss(table):
+            e = table[ids]
+            s = jax.ops.segment_sum(e * wts[:, None], seg, num_segments=bags,
+                                    indices_are_sorted=True)
+            m = jax.ops.segment_max(e, seg, num_segments=bags, indices_are_sorted=True)
+            m = jnp.where(jnp.isfinite(m), m, 0.0)
+            return jnp.sum(s * ct) + jnp.sum(m * ct)
+        return jax.value_and_grad(loss)(table)
+    return step, [table, ids, seg, wts, ct], {"tol": 1e-3}
+
+
+def make_w_optax_sched(quick):
+    import optax
+    shapes = _pytree_shapes(quick)
+    rng = _rng(224)
+    params = [_f32(rng.standard_normal(s) * 0.1) for s in shapes]
+    grads = [_f32(rng.standard_normal(s) * 0.05) for s in shapes]
+    sched = optax.warmup_cosine_decay_schedule(0.0, 1e-3, 100, 10000, 1e-5)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(),
+                      optax.add_decayed_weights(1e-2, mask=lambda p: [t.ndim > 1 for t in p]),
+                      optax.scale_by_schedule(sched), optax.scale(-1.0))
+    state0 = opt.init(params)
+    leaves0, treedef = jax.tree_util.tree_flatten(state0)
+    leaves0 = [(np.int32(57) if np.asarray(v).dtype == np.int32 else
+                _f32(np.abs(rng.standard_normal(np.shape(v))) * 1e-3)) for v in leaves0]
+    np_, ns = len(params), len(leaves0)
+
+    def step(*args):  # clip, Adam, masked decoupled weight decay, warmup + cosine schedule
+        p, st, g = list(args[:np_]), args[np_:np_ + ns], list(args[np_ + ns:])
+        upd, new = opt.update(g, jax.tree_util.tree_unflatten(treedef, list(st)), p)
+        return optax.apply_updates(p, upd), jax.tree_util.tree_leaves(new)
+
+    def chain(out, args):
+        return out[:np_ + ns] + args[np_ + ns:]
+    return step, params + leaves0 + grads, {"donate": tuple(range(np_ + ns)), "chain": chain}
+
+
+def make_w_special(quick):
+    n = 1 << 20 if not quick else 64
+    rng = _rng(225)
+    x = _f32(rng.uniform(0.05, 20.0, n))
+    u = _f32(rng.uniform(-0.999, 0.999, n))
+    z = _f32(rng.standard_normal(n) * 3)
+
+    def f(x, u, z):  # special functions: log-gamma, digamma, erfinv, erfc, ndtr, log1p/expm1,
+        # Bessel i0e/i1e, the regularized incomplete gamma
+        sp = jax.scipy.special
+        return (sp.gammaln(x), sp.digamma(x), sp.erfinv(u), sp.erfc(z), sp.ndtr(z),
+                jnp.log1p(u) + jnp.expm1(u), sp.i0e(z), sp.i1e(z), sp.gammainc(2.5, x))
+    return f, [x, u, z], {"tol": 1e-4}
+
+
+def make_w_activations(quick):
+    n = 2_000_003 if not quick else 97
+    rng = _rng(226)
+    x = _f32(rng.standard_normal(n) * 4)
+    ct = _f32(rng.standard_normal(n))
+
+    def step(x, ct):  # the activation zoo and its gradients
+        def loss(x):
+            nn = jax.nn
+            ys = [nn.elu(x), nn.selu(x), nn.celu(x, 0.5), nn.softplus(x), nn.log_sigmoid(x),
+                  x * jnp.tanh(nn.softplus(x)), nn.hard_swish(x), nn.hard_tanh(x),
+                  nn.sparse_plus(x), nn.squareplus(x), nn.glu(jnp.stack([x, ct], -1))[..., 0]]
+            return sum(jnp.sum(y * ct) for y in ys)
+        return jax.value_and_grad(loss)(x)
+    return step, [x, ct], {"tol": 1e-3}
+
+
+def make_w_index_arith(quick):
+    n = 1_000_003 if not quick else 101
+    rng = _rng(227)
+    a = rng.integers(-2**30, 2**30, n).astype(np.int32)
+    b = rng.integers(-97, 98, n).astype(np.int32)
+    b[b == 0] = 7
+    flat = rng.integers(0, 17 * 31 * 63, n).astype(np.int32)
+
+    def f(a, b, flat):  # unravel/ravel indices, truncating and flooring division and remainder
+        # of negatives, shifts, popcount, leading zeros, clamps, wraparound multiply
+        i, j, k = jnp.unravel_index(flat, (17, 31, 63))
+        back = jnp.ravel_multi_index((k, j, i), (63, 31, 17), mode="clip")
+        q1, r1 = a // b, a % b
+        q2, r2 = lax.div(a, b), lax.rem(a, b)
+        bits = lax.population_count(a) + lax.clz(jnp.abs(a) + 1)
+        sh = jnp.right_shift(a, 3) ^ lax.shift_right_logical(a, 5) ^ jnp.left_shift(b, 7)
+        wrap = a * np.int32(1664525) + np.int32(1013904223)
+        return (back.astype(jnp.int32), q1, r1, q2, r2, bits, sh, wrap,
+                jnp.clip(a, -1000, 1000) // 3)
+    return f, [a, b, flat], {}
+
+
+def make_w_bool_masks(quick):
+    r, c = (2048, 2047) if not quick else (5, 7)
+    rng = _rng(228)
+    x = _f32(rng.standard_normal((r, c)))
+    m = rng.uniform(size=(r, c)) < 0.3
+
+    def f(x, m):  # masks as data: logic ops, any/all, counts, where with broadcast bools,
+        # masked mean and max
+        p = x > 0
+        q = jnp.logical_xor(p, m) | (jnp.abs(x) > 2.5)
+        rows_any, cols_all = jnp.any(q, axis=1), jnp.all(~q | m, axis=0)
+        cnt = jnp.count_nonzero(q, axis=0).astype(jnp.int32)
+        sel = jnp.where(rows_any[:, None] & ~cols_all[None, :], x, -x)
+        mmean = jnp.sum(jnp.where(m, x, 0.0), axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1)
+        mmax = jnp.max(jnp.where(m, x, -jnp.inf), axis=1)
+        return q, rows_any, cols_all, cnt, sel, mmean, mmax
+    return f, [x, m], {}
+
+
+def make_w_f64_xent(quick):
+    n, d, k = (512, 300, 1000) if not quick else (4, 5, 6)
+    rng = _rng(229)
+    x = rng.standard_normal((n, d))
+    w = rng.standard_normal((d, k)) / math.sqrt(d)
+    y = rng.integers(0, k, n).astype(np.int32)
+
+    def step(x, w, y):  # double-precision logistic regression head: value_and_grad
+        def loss(w):
+            lg = x @ w
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(lg), y[:, None], 1)) + \
+                1e-4 * jnp.sum(w * w)
+        return jax.value_and_grad(loss)(w)
+    return step, [x, w, y], {"x64": True, "tol": 1e-10}
+
+
+def make_w_f64_elem(quick):
+    n = 1 << 19 if not quick else 64
+    rng = _rng(230)
+    x = rng.uniform(0.01, 30.0, n)
+    z = rng.standard_normal(n) * 2
+
+    def f(x, z):  # f64 elementwise: erf, lgamma, log1p, expm1, atan2, cbrt, pow, sinh/cosh
+        sp = jax.scipy.special
+        return (sp.erf(z), sp.gammaln(x), jnp.log1p(x), jnp.expm1(z), jnp.arctan2(z, x),
+                jnp.cbrt(z), jnp.power(x, 1.7), jnp.sinh(z) / jnp.cosh(z), jnp.tan(z * 0.7))
+    return f, [x, z], {"x64": True, "tol": 1e-12}
+
+
+def make_w_f16(quick):
+    n, d = (4096, 768) if not quick else (5, 8)
+    rng = _rng(231)
+    x = rng.standard_normal((n, d)).astype(np.float16)
+    g = (1 + 0.1 * rng.standard_normal(d)).astype(np.float16)
+    w = (rng.standard_normal((d, 256)) / math.sqrt(d)).astype(np.float16)
+
+    def f(x, g, w):  # half precision: a layer norm in f32, an f16 matmul, a GELU in f16
+        x32 = x.astype(jnp.float32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        h = ((x32 - mu) * lax.rsqrt(jnp.var(x32, -1, keepdims=True) + 1e-5)).astype(jnp.float16)
+        return jax.nn.gelu((h * g) @ w)
+    return f, [x, g, w], {"tol": 1e-2}
+
+
+def make_w_random(quick):
+    n = 1 << 20 if not quick else 64
+    key = np.asarray(jax.random.key_data(jax.random.PRNGKey(1234)))
+
+    def f(key):  # jax.random samplers: normal (erf_inv), truncated normal, gumbel, bernoulli,
+        # a permutation (sort by random keys), categorical
+        k = jax.random.wrap_key_data(key)
+        k1, k2, k3, k4, k5 = jax.random.split(k, 5)
+        return (jax.random.normal(k1, (n,)), jax.random.truncated_normal(k2, -2.0, 2.0, (n,)),
+                jax.random.gumbel(k3, (n,)), jax.random.bernoulli(k4, 0.3, (n,)),
+                jax.random.permutation(k5, 4099).astype(jnp.int32))
+    return f, [key], {}
+
+
+def make_w_bucketize(quick):
+    n, e = (1 << 20, 1000) if not quick else (50, 7)
+    rng = _rng(232)
+    x = _f32(rng.standard_normal(n) * 2)
+    edges = _f32(np.sort(rng.standard_normal(e) * 2))
+
+    def f(x, edges):  # bucketize by searchsorted (left and right), digitize, a bucket histogram
+        il = jnp.searchsorted(edges, x, side="left").astype(jnp.int32)
+        ir = jnp.searchsorted(edges, x, side="right").astype(jnp.int32)
+        hist = jnp.zeros(e + 1, jnp.int32).at[ir].add(1)
+        return il, ir, jnp.digitize(x, edges).astype(jnp.int32), hist
+    return f, [x, edges], {}
+
+
+def make_w_quantile(quick):
+    r, c = (512, 1001) if not quick else (3, 11)
+    x = _f32(_rng(233).standard_normal((r, c)))
+
+    def f(x):  # median, quantiles (linear interpolation) and a trimmed mean along rows
+        qs = jnp.quantile(x, jnp.array([0.05, 0.25, 0.75, 0.95], jnp.float32), axis=-1)
+        s = jnp.sort(x, axis=-1)
+        trimmed = jnp.mean(s[:, c // 10: c - c // 10], axis=-1)
+        return jnp.median(x, axis=-1), qs, trimmed
+    return f, [x], {}
+
+
+def make_w_pixel_shuffle(quick):
+    n, hw, c, r = (8, 48, 64, 2) if not quick else (1, 4, 2, 2)
+    rng = _rng(234)
+    x = _f32(rng.standard_normal((n, hw, hw, c)))
+    w = _f32(rng.standard_normal((3, 3, c, 3 * r * r)) / math.sqrt(9 * c))
+
+    def f(x, w):  # ESPCN super-resolution: conv to 3 r^2 channels, depth_to_space, tanh
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = y.reshape(n, hw, hw, r, r, 3).transpose(0, 1, 3, 2, 4, 5).reshape(n, hw * r,
+                                                                            hw * r, 3)
+        return jnp.tanh(y)
+    return f, [x, w], {}
+
+
+def make_w_uint8(quick):
+    n, hw, crop = (32, 256, 224) if not quick else (2, 9, 6)
+    rng = _rng(235)
+    img = rng.integers(0, 256, (n, hw, hw, 3)).astype(np.uint8)
+    flip = rng.uniform(size=n) < 0.5
+    mean = _f32([0.485, 0.456, 0.406])
+    std = _f32([0.229, 0.224, 0.225])
+
+    def f(img, flip, mean, std):  # input pipeline: center crop, random flip, to f32, normalize,
+        # to NCHW; and a uint8 re-quantization with saturation. The scale 1.25 keeps x * s - 20
+        # exact: XLA's CPU backend contracts it into a fused multiply-add (one rounding, not
+        # HLO's two), which moves values that land near a .5 to the other integer otherwise
+        o = (hw - crop) // 2
+        x = img[:, o:o + crop, o:o + crop, :]
+        x = jnp.where(flip[:, None, None, None], x[:, :, ::-1, :], x)
+        xf = (x.astype(jnp.float32) / 255.0 - mean) / std
+        q = jnp.clip(jnp.round(x.astype(jnp.float32) * 1.25 - 20), 0, 255).astype(jnp.uint8)
+        return xf.transpose(0, 3, 1, 2), q
+    return f, [img, flip, mean, std], {}
+
+
+def make_w_triplet(quick):
+    n, d, k = (1024, 128, 64) if not quick else (8, 3, 4)
+    rng = _rng(236)
+    emb = _f32(rng.standard_normal((n, d)))
+    lab = (np.arange(n) % k).astype(np.int32)
+
+    def step(emb, lab):  # batch-hard triplet loss: pairwise distances, hardest positive and
+        # negative by masked max/min, value_and_grad
+        def loss(e):
+            e = e / jnp.linalg.norm(e, axis=-1, keepdims=True)
+            sq = jnp.sum(e * e, -1)
+            dist = jnp.sqrt(jnp.maximum(sq[:, None] + sq[None] - 2 * e @ e.T, 1e-12))
+            same = lab[:, None] == lab[None]
+            eye = jnp.eye(n, dtype=bool)
+            hp = jnp.max(jnp.where(same & ~eye, dist, 0.0), axis=1)
+            hn = jnp.min(jnp.where(same, jnp.inf, dist), axis=1)
+            return jnp.mean(jax.nn.relu(hp - hn + 0.2))
+        return jax.value_and_grad(loss)(emb)
+    return step, [emb, lab], {"tol": 1e-3}
+
+
+def make_w_nerf(quick):
+    rays, smp, nf = (4096, 128, 10) if not quick else (3, 5, 2)
+    rng = _rng(237)
+    pts = _f32(rng.uniform(-1, 1, (rays, smp, 3)))
+    tv = _f32(np.sort(rng.uniform(2, 6, (rays, smp)), axis=-1))
+    w1 = _f32(rng.standard_normal((3 + 6 * nf, 64)) / 6)
+    w2 = _f32(rng.standard_normal((64, 4)) / 8)
+
+    def f(pts, tv, w1, w2):  # NeRF: positional encoding, a small MLP, alpha compositing with an
+        # exclusive cumprod of transmittance
+        freqs = 2.0 ** jnp.arange(nf, dtype=jnp.float32)
+        ang = pts[..., None] * freqs
+        enc = jnp.concatenate([pts, jnp.sin(ang).reshape(rays, smp, -1),
+                               jnp.cos(ang).reshape(rays, smp, -1)], -1)
+        out = jax.nn.relu(enc @ w1) @ w2
+        sigma, rgb = jax.nn.relu(out[..., 0]), jax.nn.sigmoid(out[..., 1:])
+        delta = jnp.concatenate([jnp.diff(tv, axis=-1), jnp.full((rays, 1), 1e10)], -1)
+        alpha = 1 - jnp.exp(-sigma * delta)
+        trans = jnp.cumprod(jnp.concatenate([jnp.ones((rays, 1)), 1 - alpha + 1e-10], -1),
+                            axis=-1)[:, :-1]
+        wgt = alpha * trans
+        return jnp.sum(wgt[..., None] * rgb, axis=1), jnp.sum(wgt * tv, axis=-1)
+    return f, [pts, tv, w1, w2], {}
+
+
+def make_w_greedy(quick):
+    b, v, d, steps = (16, 5003, 256, 32) if not quick else (2, 11, 4, 5)
+    rng = _rng(238)
+    emb = _f32(rng.standard_normal((v, d)) * 0.5)
+    wo = _f32(rng.standard_normal((d, v)) / math.sqrt(d))
+    bias = _f32(rng.permutation(v) * 0.1)  # one clear winner per row: integer results exact
+    start = rng.integers(0, v, b).astype(np.int32)
+    eos = np.int32(int(np.argsort(bias)[-3]))
+
+    def f(emb, wo, bias, start):  # a greedy decoder: while_loop until every row emitted eos
+        # or the step limit, tokens written by dynamic_update_slice
+        def cond(s):
+            i, _, done, _ = s
+            return (i < steps) & ~jnp.all(done)
+
+        def body(s):
+            i, tok, done, out = s
+            h = jnp.tanh(emb[tok])
+            nxt = jnp.argmax(h @ wo + bias + 0.5 * (jnp.arange(v) == (tok[:, None] * 7) % v),
+                             axis=-1).astype(jnp.int32)
+            nxt = jnp.where(done, eos, nxt)
+            out = lax.dynamic_update_slice(out, nxt[:, None], (0, i))
+            return i + 1, nxt, done | (nxt == eos), out
+        i, _, done, out = lax.while_loop(
+            cond, body, (jnp.int32(0), start, jnp.zeros(b, bool), jnp.zeros((b, steps), jnp.int32)))
+        return i, done, out
+    return f, [emb, wo, bias, start], {}
+
+
+def wild_case_list(quick):
+    """The ninth group, each name starting with "w ". Sizes are those of a full run."""
+    q = quick
+    return [("w bigru masked lengths value_and_grad T50 b32 128->192", lambda: make_w_bigru(q)),
+            ("w lstm 2-layer forward T40 b24 96->160", lambda: make_w_lstm2(q)),
+            ("w optax.ctc_loss value_and_grad b16 T100 V40 L30", lambda: make_w_ctc(q)),
+            ("w viterbi max-plus scan + backtrace T128 b32 S48", lambda: make_w_viterbi(q)),
+            ("w sepconv dw5x5s2+pw+bn value_and_grad 8x63x63x48", lambda: make_w_sepconv(q)),
+            ("w dilated3 conv NCHW value_and_grad 4x32x45x45", lambda: make_w_dilated_grad(q)),
+            ("w conv_transpose s3 k5 NHWC 4x21x21x32->24", lambda: make_w_conv_transpose(q)),
+            ("w aspp rates 1/6/12 + image pool NHWC 2x33x33x64", lambda: make_w_aspp(q)),
+            ("w avgpool excl-pad + maxpool NCHW value_and_grad 8x64x37",
+             lambda: make_w_pool_nchw(q)),
+            ("w resize antialias/lanczos3/bicubic NHWC 4x96x96x16", lambda: make_w_resize(q)),
+            ("w resize bilinear 45x60->64x80 value_and_grad", lambda: make_w_resize_grad(q)),
+            ("w reverse/int/bool scans 512x3000", lambda: make_w_scans(q)),
+            ("w lexsort + argsort axis0 desc 4096x37", lambda: make_w_lexsort(q)),
+            ("w top_k k100 of 32003 b64", lambda: make_w_topk_large(q)),
+            ("w argmax confusion matrix 100000x10", lambda: make_w_confusion(q)),
+            ("w einsum 3-operand + trace/diag b16", lambda: make_w_einsum3(q)),
+            ("w per-example grads vmap(grad) cnn 32x28x28", lambda: make_w_per_example_cnn(q)),
+            ("w alibi causal attention value_and_grad b4 h12 s200", lambda: make_w_alibi(q)),
+            ("w sliding-window rotary attention b2 h8 s512 w64", lambda: make_w_sliding(q)),
+            ("w switch moe top-1 gather/scatter-add t2048 e16", lambda: make_w_switch_moe(q)),
+            ("w kl/js/masked logsumexp value_and_grad 1024x5000", lambda: make_w_divergence(q)),
+            ("w wav2vec conv k10s5 + groupnorm + conv k3s2 4x16000", lambda: make_w_audio(q)),
+            ("w embedding bag weighted sum + max value_and_grad", lambda: make_w_embedding_bag(q)),
+            ("w optax clip+adam+decay mask+cosine schedule (donated)",
+             lambda: make_w_optax_sched(q)),
+            ("w special functions gammaln/digamma/erfinv/i0e/gammainc 1M",
+             lambda: make_w_special(q)),
+            ("w activation zoo value_and_grad 2M", lambda: make_w_activations(q)),
+            ("w int32 index arithmetic 1M", lambda: make_w_index_arith(q)),
+            ("w boolean masks 2048x2047", lambda: make_w_bool_masks(q)),
+            ("w f64 softmax regression value_and_grad 512x300x1000",
+             lambda: make_w_f64_xent(q)),
+            ("w f64 elementwise erf/lgamma/atan2/cbrt/pow 512K", lambda: make_w_f64_elem(q)),
+            ("w f16 layernorm + matmul + gelu 4096x768x256", lambda: make_w_f16(q)),
+            ("w jax.random normal/trunc/gumbel/bernoulli/permutation 1M",
+             lambda: make_w_random(q)),
+            ("w searchsorted/digitize bucketize 1M into 1000", lambda: make_w_bucketize(q)),
+            ("w median/quantile/trimmed mean 512x1001", lambda: make_w_quantile(q)),
+            ("w pixel shuffle conv + depth_to_space 8x48x48x64", lambda: make_w_pixel_shuffle(q)),
+            ("w uint8 crop/flip/normalize 32x256x256x3", lambda: make_w_uint8(q)),
+            ("w batch-hard triplet loss value_and_grad 1024x128", lambda: make_w_triplet(q)),
+            ("w nerf encoding + mlp + volume render 4096x128", lambda: make_w_nerf(q)),
+            ("w greedy decode while_loop eos b16 V5003", lambda: make_w_greedy(q))]
+
+
 def group_cases(group, quick):
     return ((case_list(quick) if group in ("suite", "all") else []) +
             (extra_case_list(quick) if group in ("extra", "all") else []) +
@@ -2517,7 +3345,8 @@ def group_cases(group, quick):
             (vision_nlp_case_list(quick) if group in ("vision_nlp", "all") else []) +
             (train_case_list(quick) if group in ("train", "all") else []) +
             (linalg_case_list(quick) if group in ("linalg", "all") else []) +
-            (fft_case_list(quick) if group in ("fft", "all") else []))
+            (fft_case_list(quick) if group in ("fft", "all") else []) +
+            (wild_case_list(quick) if group in ("wild", "all") else []))
 
 
 # ---- timing and checking ------------------------------------------------------------------------
@@ -2710,12 +3539,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     ap.add_argument("--group",
                     choices=("suite", "extra", "utils", "models", "vision_nlp", "train", "linalg",
-                             "fft", "all"),
+                             "fft", "wild", "all"),
                     default="suite",
                     help="suite: the programs above (default); extra: the second group "
                     "(names starting with 'x '); utils: the third ('u '); models: the fourth "
                     "('m '); vision_nlp: the fifth ('v '); train: the sixth ('t '); linalg: the "
-                    "seventh ('l '); fft: the eighth ('f '); all: every group")
+                    "seventh ('l '); fft: the eighth ('f '); wild: the ninth ('w '); all: every group")
     ap.add_argument("--only", metavar="TEXT", help="run only the cases whose name contains TEXT")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
