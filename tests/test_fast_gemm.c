@@ -165,6 +165,80 @@ static void test_fma_chain(void) {
     }
 }
 
+/* ---- matrix x vector with the rows along k ------------------------------------------------ */
+
+/* ex_gemv_rows's sum of row a (K elements) with x: 16 lane chains (lane l: k = l, l + 16, ...
+ * by fma in order from 0), then halves added 8 + 8, 4 + 4, 2 + 2, 1 + 1. */
+static float lane_sum(const float *a, int64_t as, const float *x, int64_t xs, int64_t K) {
+    float v[16] = {0};
+    for (int64_t k = 0; k < K; k++) v[k % 16] = fmaf(a[k * as], x[k * xs], v[k % 16]);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) v[l] = v[l] + v[l + w];
+    return v[0];
+}
+
+/* A matrix x vector whose matrix has its rows along the contraction (A [M, K] x B's column, and
+ * B stored [N, K] x A's row) runs ex_gemv_rows (fast_gemv.c): its bits equal that order's,
+ * computed here, on 1, 2, 3 and 8 threads (row blocks split differently), for K with and
+ * without a tail of 16, M with and without a tail of 8 and of a task's 32 rows, fewer rows than
+ * a register block, and matrices below and above the size that wakes the pool; and each result
+ * lies within 2 K u sum |a||x| of the reference's chain. */
+static void test_gemv_rows(void) {
+    if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: the product runs through OpenBLAS");
+    static const gcase cs[] = {
+        {1, 1000, 1, 1024, false, false}, /* A x: 31 tasks and a tail of 8 rows */
+        {1, 1024, 1, 1024, false, true},
+        {1, 333, 1, 77, false, false}, /* K tail 13, M tail 5 */
+        {1, 7, 1, 5000, false, false}, /* under a register block */
+        {1, 70, 1, 9, false, true},    /* K under 16 */
+        {1, 2049, 1, 257, false, false},
+        {1, 1, 300, 250, false, true}, /* x B^T: B stored [N, K] */
+        {1, 1, 513, 1030, true, true}, /* A stored [K, 1]: its row is contiguous too */
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        const gcase *g = &cs[q];
+        ot_shape ls, rs;
+        ot_module *m = gemm_module(g, &ls, &rs);
+        ASSERT_TRUE(m);
+        ot_executable *exe = NULL;
+        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
+        size_t na = (size_t)(g->m * g->k), nb = (size_t)(g->k * g->n), nc = (size_t)(g->m * g->n);
+        float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *want = malloc(nc * 4);
+        ASSERT_TRUE(a && b && c && want);
+        for (size_t e = 0; e < na; e++) a[e] = rnd_f();
+        for (size_t e = 0; e < nb; e++) b[e] = rnd_f();
+        bool col = g->n == 1; /* rows of A (stored [M, K]) by B; else rows of B ([N, K]) by A */
+        const float *mat = col ? a : b, *x = col ? b : a;
+        bool close = true;
+        for (int64_t i = 0; i < (col ? g->m : g->n); i++) {
+            want[i] = lane_sum(mat + i * g->k, 1, x, 1, g->k);
+            double chain = 0, mag = 0;
+            float f = 0.0f;
+            for (int64_t k = 0; k < g->k; k++) {
+                f = fmaf(mat[i * g->k + k], x[k], f);
+                mag += fabs((double)mat[i * g->k + k] * x[k]);
+            }
+            chain = f;
+            close = close && fabs((double)want[i] - chain) <= 2.0 * (double)g->k * 0x1p-24 * mag;
+        }
+        EXPECT_TRUE(close);
+        for (int p = 0; p < 4; p++) {
+            bool ok = run_case(exe, a, b, c, nc, want, g_pools[p]);
+            if (!ok)
+                fprintf(stderr, "gemv case %zu (%lld x %lld x %lld%s%s) on %d threads\n", q,
+                        (long long)g->m, (long long)g->n, (long long)g->k, g->ta ? ", lhs^T" : "",
+                        g->tb ? ", rhs^T" : "", g_nthreads[p]);
+            EXPECT_TRUE(ok);
+        }
+        free(a);
+        free(b);
+        free(c);
+        free(want);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+}
+
 /* ---- output fusion ------------------------------------------------------------------------ */
 
 static uint16_t half_bits(ot_dtype t, int values);
@@ -267,6 +341,7 @@ static void test_output_fusion(void) {
         {1, 64, 48, 33, 2, 0},
         {20, 30, 40, 50, 0, 0},
         {3, 100, 200, 60, 1, 0},
+        {1, 1000, 1, 300, 1, 0}, /* a matrix x vector (ex_gemv_rows): blocks of 32 rows */
         /* bf16 / f16 operands: the result's finishing pass, then the loop */
         {1, 200, 300, 70, 0, OT_BF16},
         {1, 130, 1100, 40, 1, OT_BF16},
@@ -842,6 +917,7 @@ static void test_teardown(void) {
     EXPECT_TRUE(true);
 }
 
-OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_output_fusion),
-             OT_TEST(test_half_dot), OT_TEST(test_half_dot_kind), OT_TEST(test_f64_dot),
-             OT_TEST(test_f32_dot), OT_TEST(test_int8_dot), OT_TEST(test_teardown))
+OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_gemv_rows),
+             OT_TEST(test_output_fusion), OT_TEST(test_half_dot), OT_TEST(test_half_dot_kind),
+             OT_TEST(test_f64_dot), OT_TEST(test_f32_dot), OT_TEST(test_int8_dot),
+             OT_TEST(test_teardown))

@@ -8,7 +8,9 @@
  * f64 with fewer than 12 rows or at most 8 columns; any on a CPU without AVX-512 — differ from
  * the reference by the order and rounding of each sum (OpenBLAS's kernels are its own, and its
  * threads run under FTZ | DAZ), within 2 K u sum |a||b|: the own kernel ran those shapes at 0.1
- * to 0.5 of the OpenBLAS tile grid (packing and idle lanes; bench_dot's "narrow" cases). */
+ * to 0.5 of the OpenBLAS tile grid (packing and idle lanes; bench_dot's "narrow" cases). An f32
+ * matrix x vector whose matrix rows run along k (A x) goes to ex_gemv_rows (fast_gemv.c): an order
+ * of its own, fixed by K, within the same bound. */
 #include "exec/fast_internal.h"
 
 #include <cblas.h>
@@ -1429,9 +1431,10 @@ static void half_finish(const void *ctx, int64_t b, int64_t e) {
  * Each element of the result is the reference's chain (fma over k in order from 0; under FTZ the
  * operands read as flushed, sg_load, and the finished sum fixed by sg_fix), bit for bit, as the
  * own GEMM's, where OpenBLAS's gemv sums in an order of its own. The other skinny form (A x with
- * A [M, K]: each result's k side by side) stays with OpenBLAS: keeping the reference's order
- * there takes a 16 x 16 register transpose per 16 k of 16 results, measured at 0.3-0.5 of
- * OpenBLAS's speed (1024 x 1024, one thread, CPU time). The vector is first copied contiguous
+ * A [M, K]: each result's k side by side) runs ex_gemv_rows (fast_gemv.c) in an order of its own
+ * (f32, one batch element; else OpenBLAS): keeping the reference's order there takes a 16 x 16
+ * register transpose per 16 k of 16 results, measured at 0.3-0.5 of OpenBLAS's speed (1024 x
+ * 1024, one thread, CPU time). The vector is first copied contiguous
  * (flushed under FTZ). Tasks: batch elements x blocks of 16 SV_V results; a matrix under
  * GEMV_SPLIT_BYTES runs on the calling thread (why: gemm_grid). */
 #define SV_V 8 /* vectors of results per task */
@@ -1810,6 +1813,15 @@ static void dot_layout_of(const ot_dot_dims *dn, const ot_shape *ls, const ot_sh
     for (int k = 0; k < nc; k++) L->K *= ls->dims[dn->lhs_contract[k]];
 }
 
+/* Whether ex_gemv_rows (fast_gemv.c) runs g: one f32 matrix x vector of the other skinny form,
+ * the matrix's rows along the contraction (A [M, K] x B's column, or B stored [N, K] x A's row),
+ * one batch element. g->ta / g->tb as the operands will be read (after any copy). */
+static bool gv_use(const ex_gemm *g) {
+    bool form = (g->N == 1 && g->M > 1 && !g->ta) || (g->M == 1 && g->N > 1 && g->tb);
+    return form && g->nb == 1 && g->K >= 1 && g->t == OT_F32 && g->ad == OT_F32 &&
+           g->bd == OT_F32 && ex_avx512();
+}
+
 bool ex_fast_dot_splits(const ot_instr *i, int threads) {
     if (!i || i->opcode != OT_OP_DOT || i->noperands != 2 || !i->attrs || !i->attrs->dot ||
         threads < 2 || i->shape.kind != OT_IR_ARRAY || i->operands[0]->shape.kind != OT_IR_ARRAY ||
@@ -1850,6 +1862,11 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
     if (sg_pair_dot(ls->dtype, rs->dtype, ex_ftz)) g.K = cdiv(g.K, 2);
     if (half || sd_use(&g) || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
 #endif
+    gemm_view vb;
+    if (!view_of(rs, L.rbat, dn->nbatch, dn->rhs_contract, dn->ncontract, L.rfree, L.nrf, L.K, L.N,
+                 &g.tb, &vb))
+        g.tb = false;
+    if (gv_use(&g)) return g.M * g.N > EX_GEMV_TASK; /* more than one block of rows */
     if (gemv_inline(&g)) return false;
     gemm_run run;
     gemm_grid(&g, &run);
@@ -1942,6 +1959,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
      * stored (f32: sg_fix) or by half_finish */
     g.ftz = c->ftz && !exact;
     char *gscratch = NULL;
+    float *xscratch = NULL;
 #if SG_OWN
     int threads = 1;
     bool own = exact;
@@ -1961,6 +1979,13 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         need += gbytes;
     }
 #endif
+    /* ex_gemv_rows: the vector gathered contiguous when it is strided (K floats at the end) */
+    size_t xbytes = 0;
+    if (!half && ex_gemm_dtype(ls->dtype, rs->dtype, odt) && odt == OT_F32 && NB == 1 &&
+        ((N == 1 && M > 1) || (M == 1 && N > 1))) {
+        xbytes = ex_align64((size_t)K * 4);
+        need += xbytes;
+    }
     if (need) {
         void *sc = NULL;
         OT_CHECK(ex_scratch(c, need, &sc));
@@ -1994,6 +2019,8 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
             p += rbytes;
         }
         if (gbytes) gscratch = p;
+        p += gbytes;
+        xscratch = xbytes ? (float *)(void *)p : NULL;
     }
     if (adot) { /* exact integer sums, stored as the result */
         int64_t *off = (int64_t *)(void *)gscratch;
@@ -2051,6 +2078,20 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
     }
 #endif
     (void)gscratch;
+    if (xscratch && gv_use(&g)) {
+        /* the matrix's rows along K: A [M, K] x B's column, or B stored [N, K] x A's row */
+        bool col = N == 1;
+        const float *mat = col ? g.a : g.b, *x = col ? g.b : g.a;
+        int64_t ld = col ? va.ld : vb.ld, xs = col ? (g.tb ? 1 : vb.ld) : (g.ta ? va.ld : 1);
+        if (xs != 1) {
+            for (int64_t k = 0; k < K; k++) xscratch[k] = x[k * xs];
+            x = xscratch;
+        }
+        if (ex_gemv_rows(c, mat, ld, x, g.c, col ? M : N, K)) {
+            c->fast_run++;
+            return OT_OK;
+        }
+    }
     run_gemm(c, &g, &va, &vb);
     c->fast_run++;
     return OT_OK;

@@ -171,6 +171,16 @@ typedef struct ex_gemm {
                         f16, widened to f32 as they are packed */
 } ex_gemm;
 void ex_run_gemm(ex_kernel_ctx *c, ex_gemm *g);
+/* y = A x (fast_gemv.c): f32 A [M, K] stored row by row (row stride lda >= K), x [K] and y [M]
+ * contiguous, y not overlapping A or x. Each y[i] is the sum of A[i, k] x[k] in an order fixed
+ * by K alone (16 lane sums by fma in k order, then a fixed tree), so the bits do not depend on
+ * the thread count; within 2 K u sum |a||x| of the reference's chain, as OpenBLAS's sgemv which
+ * it replaces. Rows in fixed blocks of EX_GEMV_TASK over c's pool; c->epilogue (when set) applied
+ * to each block and epilogue_done set. Under c->ftz the CPU's FTZ | DAZ modes. False (nothing
+ * written) on a CPU without AVX-512. */
+bool ex_gemv_rows(ex_kernel_ctx *c, const float *a, int64_t lda, const float *x, float *y,
+                  int64_t M, int64_t K);
+#define EX_GEMV_TASK 32 /* ex_gemv_rows: rows per task of the pool */
 /* Operands and result of one dtype, f32 or f64: what the GEMM kernels take. */
 static inline bool ex_gemm_dtype(ot_dtype a, ot_dtype b, ot_dtype o) {
     return a == b && b == o && (o == OT_F32 || o == OT_F64);
