@@ -786,6 +786,69 @@ static void test_simplify_gather(void) {
     check_gather_rewrite(k_gather_diag_part, diag, 12, 1);
 }
 
+/* ---- gather / scatter indices given a unit index vector dim by a reshape ----
+ * JAX's `x[ids]` and `.at[ids]` reshape ids [n] to [n, 1] with index_vector_dim 1; simplify
+ * reads ids itself (index_vector_dim = its rank: HLO's implied unit dim), with no copy kernel.
+ * Each module is simplified (+ DCE) and evaluated against the original on ids with negative and
+ * past-the-end values; want: the reshapes left. */
+static void check_indices_reshape(const char *text, int want_reshapes) {
+    ot_module *m = NULL, *m2 = NULL;
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m2));
+    ot_computation *entry = ot_module_entry(m);
+    int np = entry->nparams;
+    ot_value args[3], ref = ot_value_empty(), got = ot_value_empty();
+    for (int k = 0; k < np; k++) {
+        ASSERT_OK(ot_value_alloc_array(&args[k], &entry->params[k]->shape.array));
+        int64_t n = ot_shape_numel_unchecked(&args[k].array.shape);
+        for (int64_t e = 0; e < n; e++) {
+            if (args[k].array.shape.dtype == OT_S32)
+                ((int32_t *)args[k].array.data)[e] = (int32_t)((e * 7919) % 23) - 3;
+            else
+                ((float *)args[k].array.data)[e] = (float)((e * 31) % 17) - 8.0f;
+        }
+    }
+    ASSERT_OK(ot_evaluate(m, args, np, NULL, &ref));
+    ASSERT_OK(ot_module_finalize(m2));
+    ASSERT_OK(ot_pass_simplify(m2, NULL));
+    ASSERT_OK(ot_pass_dce(m2, NULL));
+    ASSERT_OK(ot_module_verify(m2));
+    ASSERT_OK(ot_evaluate(m2, args, np, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    EXPECT_INT_EQ(count_op(ot_module_entry(m2), OT_OP_RESHAPE), want_reshapes);
+    for (int k = 0; k < np; k++) ot_value_release(&args[k]);
+    ot_value_release(&ref);
+    ot_value_release(&got);
+    ot_module_free(m);
+    ot_module_free(m2);
+}
+
+static void test_simplify_indices_reshape(void) {
+    /* segment_sum: scatter-add of rows at ids [n] -> [n, 1] */
+    check_indices_reshape(
+        "HloModule s\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n  u = f32[40,5] parameter(0)\n"
+        "  i = s32[40] parameter(1)\n  z = f32[] constant(0)\n"
+        "  x = f32[20,5] broadcast(z), dimensions={}\n  k = s32[40,1] reshape(i)\n"
+        "  ROOT s = f32[20,5] scatter(x, k, u), update_window_dims={1}, inserted_window_dims={0}, "
+        "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n}\n",
+        0);
+    /* x[ids] of rows, ids [4, 10] -> [4, 10, 1] */
+    check_indices_reshape(
+        "HloModule g\nENTRY e {\n  x = f32[20,6] parameter(0)\n  i = s32[4,10] parameter(1)\n"
+        "  k = s32[4,10,1] reshape(i)\n  ROOT g = f32[4,10,6] gather(x, k), offset_dims={2}, "
+        "collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, "
+        "slice_sizes={1,6}\n}\n",
+        0);
+    /* the unit dim is not the index vector dim: kept */
+    check_indices_reshape(
+        "HloModule g2\nENTRY e {\n  x = f32[20,6] parameter(0)\n  i = s32[10] parameter(1)\n"
+        "  k = s32[10,1] reshape(i)\n  ROOT g = f32[10,1,6] gather(x, k), offset_dims={2}, "
+        "collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, "
+        "slice_sizes={1,6}\n}\n",
+        1);
+}
+
 /* ---- transposes through reshapes that move no element, transposes of broadcasts ----
  * Each module is simplified (+ DCE) and compared bit for bit with the reference on the
  * original; then the transposes left and the largest one's element count are checked. */
@@ -3234,13 +3297,14 @@ static void test_removed_storage_reused_between_passes(void) {
 OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
              OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
              OT_TEST(test_cse_called_by_structure), OT_TEST(test_simplify),
-             OT_TEST(test_simplify_gather), OT_TEST(test_simplify_transpose_reshape),
-             OT_TEST(test_simplify_pad_window), OT_TEST(test_simplify_reduce_size1),
-             OT_TEST(test_simplify_dot_transpose), OT_TEST(test_simplify_dot_fold_transpose),
-             OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
-             OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
-             OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
-             OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_simplify_gather), OT_TEST(test_simplify_indices_reshape),
+             OT_TEST(test_simplify_transpose_reshape), OT_TEST(test_simplify_pad_window),
+             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_simplify_dot_transpose),
+             OT_TEST(test_simplify_dot_fold_transpose), OT_TEST(test_inline_calls),
+             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
+             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
+             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
+             OT_TEST(test_fuse_no_duplicate_expensive),
              OT_TEST(test_fuse_scalar_broadcast_beside_scatter),
              OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
              OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),

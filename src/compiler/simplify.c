@@ -19,6 +19,7 @@
  *   reduce-window(pad(y, 0), 0) with an add reducer → reduce-window(y, 0) with the pad as
  *   window padding and base dilation (conditions below)
  *   dot(transpose(x), y) → dot(x, y) with x's dimension numbers (conditions below)
+ *   gather/scatter indices reshape(v) that append a unit index vector dim → v (the dim implied)
  * Not applied (they change float results): x*0 → 0, x-x → 0, x+0.0 → x. */
 #include "compiler_internal.h"
 
@@ -585,6 +586,33 @@ static ot_status transpose_of_broadcast(ot_computation *c, const ot_instr *t, ot
     return built(c, ot_build_broadcast(c, x, to, nx ? sd : NULL, nx), out);
 }
 
+/* A gather's or a one-operand scatter's indices that are reshape(v) appending a unit dim as the
+ * index vector dim (JAX's `ids[:, None]` before every `x[ids]` and `.at[ids]`): v itself with
+ * the same index_vector_dim, now equal to v's rank, where HLO implies that unit dim. The reshape
+ * was a copy kernel of its own (800 KB of s32 ids before a segment_sum's scatter). */
+static ot_status indices_unreshaped(ot_instr *i, ot_instr **out) {
+    int q = 1; /* the indices operand of gather(x, idx) and scatter(x, idx, u) */
+    if (i->noperands != (i->opcode == OT_OP_GATHER ? 2 : 3) || i->shape.kind != OT_IR_ARRAY)
+        return OT_OK;
+    int64_t ivd = i->opcode == OT_OP_GATHER
+                      ? (i->attrs->gather ? i->attrs->gather->index_vector_dim : -1)
+                      : (i->attrs->scatter ? i->attrs->scatter->index_vector_dim : -1);
+    const ot_instr *r = i->operands[q];
+    if (r->opcode != OT_OP_RESHAPE || r->shape.kind != OT_IR_ARRAY || r->noperands != 1)
+        return OT_OK;
+    ot_instr *v = r->operands[0];
+    if (v->shape.kind != OT_IR_ARRAY) return OT_OK;
+    const ot_shape *rs = &r->shape.array, *vs = &v->shape.array;
+    if (rs->rank != vs->rank + 1 || ivd != vs->rank || rs->dims[ivd] != 1) return OT_OK;
+    for (int d = 0; d < vs->rank; d++)
+        if (rs->dims[d] != vs->dims[d]) return OT_OK;
+    ot_instr *ops[3] = {i->operands[0], v, i->noperands > 2 ? i->operands[2] : NULL};
+    return built(i->parent,
+                 ot_build(i->parent, i->opcode, ops, i->noperands, i->attrs, i->called, i->ncalled,
+                          NULL, NULL),
+                 out);
+}
+
 static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     *out = NULL;
     ot_computation *c = i->parent;
@@ -750,7 +778,9 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     case OT_OP_GATHER:
         if (a->shape.kind == OT_IR_ARRAY && i->shape.kind == OT_IR_ARRAY && i->attrs->gather)
             OT_CHECK(gpush(c, i, a, 0, out));
+        if (!*out) OT_CHECK(indices_unreshaped(i, out));
         break;
+    case OT_OP_SCATTER: OT_CHECK(indices_unreshaped(i, out)); break;
     default: break;
     }
     if (*out && !ot_ir_shape_equal(&(*out)->shape, &i->shape)) *out = NULL;
