@@ -246,6 +246,20 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, sc_ki
 #define SC_CLONES
 #endif
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SC_AVX512 1
+/* f32 sums of runs of at least 16 elements where the adds are plain (the CPU's FTZ | DAZ mode
+ * under FTZ, or no FTZ): each run added 16 lanes at a time, the last lanes through a mask, in
+ * one pass with no loop set-up per run (the generic row loop's NaN scan and runtime-length
+ * vector loop: segment_sum 200000 x 48 -> 1000 rows 1.74-1.82 -> 1.48-1.51 ms). An update vector
+ * holding a NaN hands the rest of its run to run_row (which NaN a sum of two NaNs returns is the
+ * reference's choice); without one the order of the operands changes no bit. */
+EX_AVX512 __attribute__((noinline)) static void add_rows_f32(const sc_job *p, const int64_t *lu,
+                                                             const int64_t *lo, int64_t n);
+#else
+#define SC_AVX512 0
+#endif
+
 /* The positions are taken in blocks of SC_BLOCK: first the block's positions whose key is valid
  * are listed with their runs' offsets in the updates and the output (branch-free: a skipped
  * position costs no mispredicted branch), then the listed windows are applied in order. The
@@ -274,6 +288,13 @@ static inline __attribute__((always_inline)) void apply_block(const sc_job *p, s
             run_row(p, kind, t, es, p->y + (size_t)lo[k] * es, p->u + (size_t)lu[k] * es, p->len);
         return;
     }
+#if SC_AVX512
+    if (t == OT_F32 && (kind == SC_ADD || kind == SC_ADD_SWAPPED) && (p->hw || !p->ftz) &&
+        p->len >= 16 && ex_avx512()) {
+        add_rows_f32(p, lu, lo, n);
+        return;
+    }
+#endif
     /* runs under a line (one-element windows: segment_max, bincount) come in consecutive lines:
      * the hardware prefetcher has them */
     size_t pf = bytes >= 64 ? bytes : 0;
@@ -287,6 +308,40 @@ static inline __attribute__((always_inline)) void apply_block(const sc_job *p, s
         }
     }
 }
+
+#if SC_AVX512
+EX_AVX512 __attribute__((noinline)) static void add_rows_f32(const sc_job *p, const int64_t *lu,
+                                                             const int64_t *lo, int64_t n) {
+    int64_t len = p->len, lv = len & ~(int64_t)15;
+    __mmask16 tail = (__mmask16)((1u << (len & 15)) - 1);
+    size_t ubytes = (size_t)(p->nb * p->nr * len) * 4, bytes = (size_t)len * 4;
+    for (int64_t k = 0; k < n; k++) {
+        size_t at = (size_t)lu[k] * 4; /* offsets, not pointers: the look-ahead may pass the end */
+        for (int64_t r = 0; r < p->nr; r++, at += bytes) {
+            for (size_t o = at + SC_STREAM_AHEAD; o < at + SC_STREAM_AHEAD + bytes && o < ubytes;
+                 o += 64)
+                __builtin_prefetch(p->u + o);
+            float *y = (float *)(void *)(p->y + (size_t)(lo[k] + p->roff[r]) * 4);
+            const float *w = (const float *)(const void *)(p->u + at);
+            int64_t j = 0;
+            for (; j < lv; j += 16) {
+                __m512 wv = _mm512_loadu_ps(w + j);
+                if (_mm512_cmp_ps_mask(wv, wv, _CMP_UNORD_Q)) break;
+                _mm512_storeu_ps(y + j, _mm512_add_ps(_mm512_loadu_ps(y + j), wv));
+            }
+            if (j == lv && tail) {
+                __m512 wv = _mm512_maskz_loadu_ps(tail, w + j);
+                if (!_mm512_cmp_ps_mask(wv, wv, _CMP_UNORD_Q)) {
+                    __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(tail, y + j), wv);
+                    _mm512_mask_storeu_ps(y + j, tail, s);
+                    j = len;
+                }
+            }
+            if (j < len) run_row(p, p->kind, OT_F32, 4, y + j, w + j, len - j);
+        }
+    }
+}
+#endif
 
 /* apply_block built for each kind and element type (the row loops' switches resolved). */
 static inline __attribute__((always_inline)) void
