@@ -431,6 +431,56 @@ SC_CLONES static void apply_range(const sc_job *p, uint64_t klo, uint64_t span, 
     if (p->hw) ex_hw_ftz_off(csr);
 }
 
+/* keyed_range's positions from b on, 16 at a time by AVX-512 gathers and scatters of the keys
+ * (f32, s32 indices, a unit stride, keys below 2^31): the integer maximum / minimum of keys is
+ * associative and commutative, so folding a vector of updates at once gives the sequential
+ * loop's bits wherever no two in-range lanes share an index. Returns the first position it left:
+ * a vector with such a conflict (vpconflictd), an update that is not plain, or the last < 16
+ * positions (the scalar loop takes 16 and hands back). 1M updates into 65536, the kernel's
+ * minimum with the CPUs held: 1.92-1.97 ms by the scalar loop, 1.16 ms. */
+static int64_t keyed_vec_none(const sc_job *p, uint64_t klo, uint64_t span, int want_max,
+                              int64_t b) {
+    (void)p, (void)klo, (void)span, (void)want_max;
+    return b;
+}
+#if SC_AVX512
+__attribute__((target("avx512f,avx512cd,avx512bw,avx512vl,avx512dq,fma"))) static int64_t
+keyed_vec_avx512(const sc_job *p, uint64_t klo, uint64_t span, int want_max, int64_t b) {
+    const int32_t *ix = p->idx;
+    const int32_t *u = (const int32_t *)(const void *)p->u;
+    int32_t *y = (int32_t *)(void *)p->y;
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
+                  minn = _mm512_set1_epi32(0x00800000), vlo = _mm512_set1_epi32((int32_t)klo),
+                  vspan = _mm512_set1_epi32((int32_t)span);
+    bool z = p->ftz;
+    for (; b + 16 <= p->nb; b += 16) {
+        __m512i w = _mm512_loadu_si512(u + b), m = _mm512_and_si512(w, absm);
+        __mmask16 plain = _mm512_cmple_epu32_mask(m, inf);
+        if (z)
+            plain &= _mm512_cmpge_epu32_mask(m, minn) |
+                     _mm512_cmpeq_epi32_mask(m, _mm512_setzero_si512());
+        if (plain != 0xffff) break;
+        __m512i v = _mm512_loadu_si512(ix + b);
+        __mmask16 in = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(v, vlo), vspan);
+        __m512i c = _mm512_maskz_conflict_epi32(in, v);
+        if (_mm512_mask_test_epi32_mask(in, c, _mm512_set1_epi32((int32_t)in)) != 0) break;
+        __m512i kw = _mm512_xor_si512(w, _mm512_srli_epi32(_mm512_srai_epi32(w, 31), 1));
+        __m512i ko = _mm512_mask_i32gather_epi32(kw, in, v, y, 4);
+        __m512i kn = want_max ? _mm512_max_epi32(kw, ko) : _mm512_min_epi32(kw, ko);
+        _mm512_mask_i32scatter_epi32(y, in, v, kn, 4);
+    }
+    return b;
+}
+#endif
+static int64_t keyed_vec_f(const sc_job *p, uint64_t klo, uint64_t span, int want_max, int64_t b) {
+#if SC_AVX512
+    if (p->s32 && p->str == 1 && klo + span <= (uint64_t)INT32_MAX && ex_avx512() &&
+        __builtin_cpu_supports("avx512cd"))
+        return keyed_vec_avx512(p, klo, span, want_max, b);
+#endif
+    return keyed_vec_none(p, klo, span, want_max, b);
+}
+
 /* One-element windows of maximum or minimum in f32 / f64 (segment_max/min, `.at[].max/.min` of
  * scalars) whose operand part and updates are plain (plain_f: neither NaN nor, under FTZ,
  * subnormal): there max_f/min_f pick by the total order of the bits, which is the order of the
@@ -444,7 +494,7 @@ SC_CLONES static void apply_range(const sc_job *p, uint64_t klo, uint64_t span, 
  * instructions per update. Returns the position where an update that is not plain stopped it
  * (the elements already turned back; the generic path applies that position and the rest), nb
  * when done, or -1 when an output element of the range is not plain (nothing done). */
-#define KEYED_RANGE(NAME, T, U, S, SHIFT, ABS, INF, MINN)                                          \
+#define KEYED_RANGE(NAME, T, U, S, SHIFT, ABS, INF, MINN, VEC)                                     \
     static int64_t NAME(const sc_job *p, uint64_t klo, uint64_t span, int want_max) {              \
         U *y = (U *)(void *)p->y;                                                                  \
         const U *u = (const U *)(const void *)p->u;                                                \
@@ -463,16 +513,24 @@ SC_CLONES static void apply_range(const sc_job *p, uint64_t klo, uint64_t span, 
         S sink[64] = {0};                                                                          \
         /* addresses as integers: an index out of range must not form an out-of-bounds pointer */  \
         const uintptr_t yb = (uintptr_t)y, ustr = (uintptr_t)p->str * sizeof(U);                   \
-        int64_t b = 0;                                                                             \
-        for (; b < p->nb; b++) {                                                                   \
-            int64_t v = p->s32 ? ((const int32_t *)p->idx)[b] : ((const int64_t *)p->idx)[b];      \
-            U w = u[b], m = w & ABS;                                                               \
-            if (!(m <= INF && (!z || m >= MINN || m == 0))) break;                                 \
-            S kw = (S)(w ^ ((U)((S)w >> SHIFT) >> 1));                                             \
-            uintptr_t in_ = 0 - (uintptr_t)((uint64_t)v - klo < span); /* a mask, not a branch */  \
-            S *d = (S *)(((yb + (uintptr_t)v * ustr) & in_) | ((uintptr_t)&sink[b & 63] & ~in_));  \
-            S ko = *d;                                                                             \
-            *d = want_max ? (kw > ko ? kw : ko) : (kw < ko ? kw : ko);                             \
+        int64_t b = 0, stop = p->nb;                                                               \
+        for (;;) {                                                                                 \
+            b = VEC(p, klo, span, want_max, b);                                                    \
+            stop = b + 16 < p->nb ? b + 16 : p->nb; /* what the vectors left, 16 at a time */      \
+            if (b >= stop) break;                                                                  \
+            for (; b < stop; b++) {                                                                \
+                int64_t v = p->s32 ? ((const int32_t *)p->idx)[b] : ((const int64_t *)p->idx)[b];  \
+                U w = u[b], m = w & ABS;                                                           \
+                if (!(m <= INF && (!z || m >= MINN || m == 0))) break;                             \
+                S kw = (S)(w ^ ((U)((S)w >> SHIFT) >> 1));                                         \
+                uintptr_t in_ =                                                                    \
+                    0 - (uintptr_t)((uint64_t)v - klo < span); /* a mask, not a branch */          \
+                S *d =                                                                             \
+                    (S *)(((yb + (uintptr_t)v * ustr) & in_) | ((uintptr_t)&sink[b & 63] & ~in_)); \
+                S ko = *d;                                                                         \
+                *d = want_max ? (kw > ko ? kw : ko) : (kw < ko ? kw : ko);                         \
+            }                                                                                      \
+            if (b < stop) break; /* an update that is not plain */                                 \
         }                                                                                          \
         for (uint64_t v = klo; v < hi; v++) {                                                      \
             U k = y[v * (uint64_t)p->str];                                                         \
@@ -480,9 +538,10 @@ SC_CLONES static void apply_range(const sc_job *p, uint64_t klo, uint64_t span, 
         }                                                                                          \
         return b;                                                                                  \
     }
-KEYED_RANGE(keyed_range_f, uint32_t, uint32_t, int32_t, 31, 0x7fffffffu, 0x7f800000u, 0x00800000u)
+KEYED_RANGE(keyed_range_f, uint32_t, uint32_t, int32_t, 31, 0x7fffffffu, 0x7f800000u, 0x00800000u,
+            keyed_vec_f)
 KEYED_RANGE(keyed_range_d, uint64_t, uint64_t, int64_t, 63, 0x7fffffffffffffffull,
-            0x7ff0000000000000ull, 0x0010000000000000ull)
+            0x7ff0000000000000ull, 0x0010000000000000ull, keyed_vec_none)
 #undef KEYED_RANGE
 
 /* One-element overwrites (`.at[].set` of scalars): each position in order writes its update at
