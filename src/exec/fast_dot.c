@@ -296,9 +296,11 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
  * and a NaN made canonical in registers as it is stored (sg_fix).
  * Register blocks: 12 rows x 32 columns (24 zmm accumulators), or 24 x 16 for N <= 16 (the
  * N = 10 products). K is cut into blocks of SG_KC k, except that K <= SG_KC1 is one block (257 is
- * not 256 + 1). A is packed per thread, SG_MC rows x a k block at a
- * time (in L2), except a transposed A under tasks of few columns, read where it lies; with one k
- * block, a thread's next task on the same rows keeps the rows it packed. Each register block
+ * not 256 + 1). A is packed a row block (sg_mcmax rows) x a k block at a time (in L2): a
+ * row-major A of a product cut into several column blocks once, shared by the tasks as B is
+ * (sg_claim_a), otherwise per thread, except a transposed A under tasks of few columns, read
+ * where it lies; with one k block, a thread's next task on the same rows keeps the rows it
+ * packed. Each register block
  * streams one packed B panel (a k block x nr) against its rows of A. Packing is vectorized: rows
  * copied 16 floats at a time, a transposing pack (row-major A, transposed B) through 16 x 16
  * register transposes. */
@@ -309,7 +311,9 @@ static void gemm_grid(ex_gemm *g, gemm_run *run) {
 #define SG_KC     256                 /* k per block */
 #define SG_KC1    320                 /* K up to this is one block */
 #define SG_MC     96                  /* a multiple of both register blocks' rows */
+#define SG_MC2    192                 /* SG_MC for one row-major A (sg_mcmax) */
 #define SG_BPACK  ((int64_t)16 << 20) /* packed B held at once (bytes); batches in groups */
+#define SG_APACK  ((int64_t)16 << 20) /* shared packed A at most (bytes) */
 #define SG_DIRECT 4                   /* tasks of at most this many panels read A in place */
 
 /* Masks of the first n (0..16) lanes. */
@@ -759,7 +763,7 @@ typedef struct sg_run {
     int64_t b0, nbg; /* this group's batch elements [b0, b0 + nbg) */
     char *bp;        /* the group's packed B: [element][panel][k][nr], zero past N */
     char *tb;        /* per thread, apb bytes apart: 64 bytes holding the key of the rows of A
-                        packed (sg_tasks), SG_MC x SG_KC1 elements of packed A, then with own_b
+                        packed (sg_tasks), SG_MC2 x SG_KC1 elements of packed A, then with own_b
                         the element's packed B */
     size_t apb;
     bool own_b; /* each task one batch element, its B packed by its thread */
@@ -770,12 +774,15 @@ typedef struct sg_run {
     int fix;                /* sg_fix on the last k block: an f32 product's finished sums */
     const ex_epilogue *epi; /* the output fusion, applied to each finished row block (or NULL) */
     atomic_int_least64_t *rowdone; /* with epi and cb > 1: tasks finished per row block */
-    int64_t mc, rb;  /* rows per row block (at most SG_MC, a multiple of mr), row blocks */
+    int64_t mc, rb;  /* rows per row block (at most sg_mcmax, a multiple of mr), row blocks */
     int64_t cb, pcb; /* column blocks (panels split evenly: sg_p0), the most panels in one */
     int64_t nkb, kc; /* k blocks, and k per block (the last may be shorter) */
     atomic_int
-        *bstate; /* shared B: per (element, column block, k block) of the group, whether
-                    its slice of packed B is SG_B_TODO, SG_B_BUSY (being packed), SG_B_DONE */
+        *bstate;        /* shared B: per (element, column block, k block) of the group, whether
+                           its slice of packed B is SG_B_TODO, SG_B_BUSY (being packed), SG_B_DONE */
+    char *ash;          /* shared A (or NULL): the group's packed A, [element][row block][k][mc] as
+                           sg_pack_a writes a row block's k block (mc x kc at k0 * mc) */
+    atomic_int *astate; /* shared A: per (element, row block, k block), as bstate */
 } sg_run;
 
 enum { SG_B_TODO, SG_B_BUSY, SG_B_DONE };
@@ -1034,6 +1041,35 @@ static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t
     }
 }
 
+/* Shared A: the packed slice (row block rr, k [k0, k0 + kc)) of batch element b, packed by the
+ * first task that needs it, as sg_need_b packs B. A task claims it before it needs its B slice and
+ * waits for it after: two tasks on the same rows (different column blocks) start together, and
+ * the one that finds A being packed packs its own B meanwhile. */
+static char *sg_ash(const sg_run *r, int64_t b, int64_t rr, int64_t k0) {
+    return r->ash + (((b - r->b0) * r->rb + rr) * r->mc * r->g->K + k0 * r->mc) * r->es;
+}
+
+static atomic_int *sg_astate(const sg_run *r, int64_t b, int64_t rr, int64_t k0) {
+    return &r->astate[((b - r->b0) * r->rb + rr) * r->nkb + k0 / r->kc];
+}
+
+/* Claims the slice: true when this task is to pack it (its state now SG_B_BUSY) */
+static bool sg_claim_a(const sg_run *r, int64_t b, int64_t rr, int64_t k0) {
+    atomic_int *st = sg_astate(r, b, rr, k0);
+    int s = atomic_load_explicit(st, memory_order_acquire);
+    return s == SG_B_TODO && atomic_compare_exchange_strong(st, &s, SG_B_BUSY);
+}
+
+static void sg_wait_a(const sg_run *r, int64_t b, int64_t rr, int64_t k0) {
+    atomic_int *st = sg_astate(r, b, rr, k0);
+    for (int spin = 0; atomic_load_explicit(st, memory_order_acquire) != SG_B_DONE; spin++) {
+        if (spin < 4096)
+            _mm_pause();
+        else
+            sched_yield();
+    }
+}
+
 /* Whether rows [m0, m0 + mi) x k [k0, k0 + kc) of batch element b's transposed f32 A ([K, M],
  * rows va->ld apart) hold no subnormal: then reading them in place (r->direct) gives what packing
  * them with daz would. A task reads each k block just before it multiplies it (into cache): one
@@ -1050,7 +1086,7 @@ SG_AVX512 static bool sg_rows_normal(const sg_run *r, int64_t b, int64_t m0, int
     return !any;
 }
 
-/* One task: rows [m0, m1) (at most SG_MC) of C x B panels [p0, p1) of batch element b, whose
+/* One task: rows [m0, m1) (at most sg_mcmax) of C x B panels [p0, p1) of batch element b, whose
  * packed B is at bp (cq >= 0: a shared B, the panels column block cq, each slice packed on first
  * need; else packed beforehand). A is packed a k block at a time (not at all when apk: one k
  * block, its rows already packed at ap by this thread's last task), or with r->direct (a transposed
@@ -1069,8 +1105,19 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
         /* under FTZ a transposed A is read in place only where it holds no subnormal (the GEMM
          * runs without DAZ; the packing flushes them): either way the same values */
         bool direct = r->direct && (!r->sa.daz || sg_rows_normal(r, b, m0, full, k0, kc));
-        if (cq >= 0) sg_need_b(r, b, cq, k0, kc, bp);
-        if (apk) {
+        if (r->ash) { /* shared A (never with direct) */
+            int64_t rr = m0 / r->mc;
+            ap = sg_ash(r, b, rr, k0);
+            bool mine = sg_claim_a(r, b, rr, k0);
+            if (mine) {
+                sg_pack_a(r, aoff, ap, m0, mi, k0, kc);
+                atomic_store_explicit(sg_astate(r, b, rr, k0), SG_B_DONE, memory_order_release);
+            }
+            if (cq >= 0) sg_need_b(r, b, cq, k0, kc, bp);
+            if (!mine) sg_wait_a(r, b, rr, k0);
+        } else if (cq >= 0)
+            sg_need_b(r, b, cq, k0, kc, bp);
+        if (r->ash || apk) {
             /* the rows this thread's last task packed: one k block, the same rows */
         } else if (!direct)
             sg_pack_a(r, aoff, ap, m0, mi, k0, kc);
@@ -1124,7 +1171,7 @@ static void sg_tasks(void *arg, int64_t begin, int64_t end, int ith) {
      * the reference's; operands are flushed as packed, sums as stored or by half_finish) */
     for (int64_t w = begin; w < end; w++) {
         if (r->own_b) {
-            char *bp = tb + 64 + ex_align64((size_t)(SG_MC * SG_KC1 * r->es));
+            char *bp = tb + 64 + ex_align64((size_t)(SG_MC2 * SG_KC1 * r->es));
             sg_pack_b(r, r->b0 + w, 0, r->np, 0, g->K, bp);
             for (int64_t m0 = 0; m0 < g->M; m0 += r->mc) {
                 int64_t m1 = m0 + r->mc < g->M ? m0 + r->mc : g->M;
@@ -1206,17 +1253,29 @@ static int64_t sg_nkb(const ex_gemm *g) {
 /* per-thread scratch: the key of the rows packed, packed A, and with own_b the element's
  * packed B */
 static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
-    return 64 + ex_align64((size_t)SG_MC * SG_KC1 * ot_dtype_size(g->t)) +
+    return 64 + ex_align64((size_t)SG_MC2 * SG_KC1 * ot_dtype_size(g->t)) +
            (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
 }
 
-/* Rows per row block: M in cdiv(M, SG_MC) blocks of about equal size, each rounded up to whole
+/* Rows per row block at most: SG_MC2 for one f32 product (no batch) with a row-major A, else
+ * SG_MC.
+ * There A's rows are packed by a transposing pack, once and shared (sg_share_a), and each packed
+ * B panel streamed from L2 / L3 is used by twice as many register blocks: 512 x 1024 x 1024 on
+ * two threads 3.97 -> 3.72 ms (min of 30 runs, median of 5 alternating runs, CPUs held). A
+ * transposed A (copied as packed, per task) ran slower with 192 rows: 1024 x 1024 x 512,
+ * 3.54 -> 3.87 ms. */
+static int64_t sg_mcmax(const ex_gemm *g) {
+    bool f32 = g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32;
+    return f32 && !g->ta && g->nb == 1 ? SG_MC2 : SG_MC;
+}
+
+/* Rows per row block: M in cdiv(M, sg_mcmax) blocks of about equal size, each rounded up to whole
  * register blocks (mr rows; 24 for f32 with N <= 16, else 12): 129 rows are 72 + 57, not
  * 96 + 33, whose two tasks left one thread idle a third of the time. */
 static int64_t sg_mc(const ex_gemm *g) {
-    int64_t mr = g->t == OT_F32 && sg_nr(g) == 16 ? 24 : 12, rb = cdiv(g->M, SG_MC);
+    int64_t mr = g->t == OT_F32 && sg_nr(g) == 16 ? 24 : 12, rb = cdiv(g->M, sg_mcmax(g));
     int64_t mc = cdiv(cdiv(g->M, rb), mr) * mr;
-    return mc > SG_MC ? SG_MC : mc;
+    return mc > sg_mcmax(g) ? sg_mcmax(g) : mc;
 }
 
 /* column blocks of a shared B: at most one per 2 panels */
@@ -1227,13 +1286,38 @@ static int64_t sg_max_cb(const ex_gemm *g) {
 
 /* the output fusion's counters of finished tasks, one per row block of a group */
 static size_t sg_rowdone_bytes(const ex_gemm *g) {
-    return ex_align64((size_t)(sg_group(g) * cdiv(g->M, SG_MC)) * sizeof(atomic_int_least64_t));
+    return ex_align64((size_t)(sg_group(g) * cdiv(g->M, sg_mcmax(g))) *
+                      sizeof(atomic_int_least64_t));
 }
 
-/* the counters: the output fusion's, then the shared B's slice states */
+static size_t sg_bstate_bytes(const ex_gemm *g) {
+    return ex_align64((size_t)(sg_group(g) * sg_max_cb(g) * sg_nkb(g)) * sizeof(atomic_int));
+}
+
+/* the counters: the output fusion's, the shared B's slice states, the shared A's */
 static size_t sg_counter_bytes(const ex_gemm *g) {
-    size_t slices = (size_t)(sg_group(g) * sg_max_cb(g) * sg_nkb(g));
-    return sg_rowdone_bytes(g) + ex_align64(slices * sizeof(atomic_int));
+    size_t aslices = (size_t)(sg_group(g) * cdiv(g->M, sg_mcmax(g)) * sg_nkb(g));
+    return sg_rowdone_bytes(g) + sg_bstate_bytes(g) + ex_align64(aslices * sizeof(atomic_int));
+}
+
+/* packed A of one batch element (whole row blocks), bytes */
+static int64_t sg_apack(const ex_gemm *g) {
+    int64_t mc = sg_mc(g);
+    return cdiv(g->M, mc) * mc * g->K * (int64_t)ot_dtype_size(g->t);
+}
+
+/* Whether A may be packed once and shared by the tasks (sg_claim_a) instead of per task: one f32
+ * product's row-major A (sg_mcmax; its transposing pack costs about as much as a tenth of the
+ * multiply-adds) beside a shared B, the group's packed A at most SG_APACK. sg_gemm shares it when
+ * the rows are cut into column blocks, each of which would pack them again: 512 x 1024 x 1024 on
+ * two threads had its A packed 6 times. A transposed A is copied as packed, cheaply: shared, 1024 x
+ * 1024 x 512 ran at 3.83 against 3.54 ms packed per task. */
+static bool sg_share_a(const ex_gemm *g, int threads) {
+    return sg_mcmax(g) == SG_MC2 && !sg_own_b(g, threads) && sg_group(g) * sg_apack(g) <= SG_APACK;
+}
+
+static size_t sg_ashared_bytes(const ex_gemm *g, int threads) {
+    return sg_share_a(g, threads) ? ex_align64((size_t)(sg_group(g) * sg_apack(g))) : 0;
 }
 
 /* the shared packed B: the group's elements (0 with own_b) */
@@ -1244,7 +1328,7 @@ static size_t sg_shared_bytes(const ex_gemm *g, int threads) {
 /* kept: the shared packed B lives elsewhere (a loop's copy, sg_gemm's bkeep) */
 static size_t sg_scratch_bytes(const ex_gemm *g, int threads, bool kept) {
     return (kept ? 0 : sg_shared_bytes(g, threads)) + sg_counter_bytes(g) +
-           (size_t)threads * sg_thread_bytes(g, threads);
+           sg_ashared_bytes(g, threads) + (size_t)threads * sg_thread_bytes(g, threads);
 }
 
 /* Column blocks of a shared B for a group of nbg batch elements: about 8 tasks per thread
@@ -1293,9 +1377,12 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
     r.bp = bkeep ? bkeep->buf : scratch;
     r.rowdone = (atomic_int_least64_t *)(scratch + shared);
     r.bstate = (atomic_int *)(scratch + shared + sg_rowdone_bytes(g));
+    r.astate = (atomic_int *)(scratch + shared + sg_rowdone_bytes(g) + sg_bstate_bytes(g));
+    char *ash = scratch + shared + sg_counter_bytes(g);
+    bool share_a = sg_share_a(g, threads);
     r.nkb = sg_nkb(g);
     r.kc = sg_kc(g);
-    r.tb = scratch + shared + sg_counter_bytes(g);
+    r.tb = ash + sg_ashared_bytes(g, threads);
     r.mc = sg_mc(g);
     r.rb = cdiv(g->M, r.mc);
     /* a transposed f32 A may be read where it lies (under FTZ only where it holds no subnormal:
@@ -1317,6 +1404,9 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         r.cb = cb;
         r.pcb = cdiv(r.np, cb);
         r.direct = ta32 && r.pcb <= SG_DIRECT;
+        r.ash = share_a && cb > 1 && !r.direct ? ash : NULL;
+        if (r.ash)
+            for (int64_t q = 0; q < r.nbg * r.rb * r.nkb; q++) atomic_init(&r.astate[q], SG_B_TODO);
         if (r.epi && r.cb > 1)
             for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
         int b0 = bkeep && bkeep->ready ? SG_B_DONE : SG_B_TODO;
