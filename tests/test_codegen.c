@@ -1238,6 +1238,55 @@ static void test_reductions(void) {
     }
 }
 
+/* A column reduce split over the pool (a ReLU layer's gradient beside its bias gradient, 300 x
+ * 1000 f32: more columns than one piece): one piece of whole columns per thread, a multiple of 16
+ * columns, at least the fixed partition's (cg_piece), and the results bit for bit the
+ * reference's on 1, 2, 3 and 8 threads. */
+static void test_reduce_cols_pieces(void) {
+    static const char *text =
+        "HloModule cp\nrd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT c = f32[] add(a, b)\n}\n"
+        "ENTRY main {\n  h = f32[300,1000] parameter(0)\n  u = f32[1000] parameter(1)\n"
+        "  g = f32[300,1000] parameter(2)\n  z = f32[] constant(0)\n"
+        "  ub = f32[300,1000] broadcast(u), dimensions={1}\n  y = f32[300,1000] add(h, ub)\n"
+        "  zb = f32[300,1000] broadcast(z), dimensions={}\n"
+        "  m = pred[300,1000] compare(y, zb), direction=GT\n"
+        "  w = f32[300,1000] select(m, g, zb)\n"
+        "  s = f32[1000] reduce(w, z), dimensions={0}, to_apply=rd\n"
+        "  ROOT t = (f32[300,1000], f32[1000]) tuple(w, s)\n}\n";
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    const cg_program *p = cc_executable_native(e);
+    int cols = -1;
+    for (int k = 0; k < ot_executable_kernel_count(e); k++)
+        if (ot_executable_kernel(e, k)->kind == OT_KERNEL_FUSION && cg_native(p, k)) cols = k;
+    EXPECT_TRUE(cols >= 0 && cg_splits(p, cols));
+    static const int threads[] = {1, 2, 3, 8};
+    for (int t = 0; t < 4 && cols >= 0; t++) {
+        int64_t piece = cg_piece(p, cols, threads[t]), want = (1000 + threads[t] - 1) / threads[t];
+        want = (want + 15) / 16 * 16;
+        if (piece != want)
+            fprintf(stderr, "%d threads: pieces of %lld columns, want %lld\n", threads[t],
+                    (long long)piece, (long long)want);
+        EXPECT_TRUE(piece == want);
+    }
+    ot_executable_free(e);
+    ot_module_free(m);
+    g_keep_src = true;
+    for (int t = 0; t < 4; t++) {
+        ot_threadpool *pool = NULL;
+        ASSERT_OK(ot_threadpool_create(threads[t], &pool));
+        g_run_pool = pool;
+        check_module(text, 4100 + (uint64_t)t, true);
+        EXPECT_TRUE(g_src && strstr(g_src, "(columns) */"));
+        g_run_pool = NULL;
+        ot_threadpool_free(pool);
+    }
+    g_keep_src = false;
+}
+
 /* Multi-output fusions of an elementwise value and its reduce (a bias gradient summed over the
  * batch, a row maximum next to the logits): reduces of the leading dims or of a block of middle
  * dims (columns kernel, 2-D to 5-D, each column combined from init in row order; also as the
@@ -4068,6 +4117,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_rounds_chain),
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),
+        OT_TEST(test_reduce_cols_pieces),
         OT_TEST(test_reduce_runs),
         OT_TEST(test_reduce_blocks),
         OT_TEST(test_loss_beside_outputs),

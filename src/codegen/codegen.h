@@ -75,6 +75,11 @@ bool cg_native(const cg_program *p, int k);
  * from inside a pool task it never does). */
 bool cg_splits(const cg_program *p, int k);
 
+/* Iterations per piece of kernel k's loop that cg_run hands a pool of `threads` threads: the
+ * fixed partition (elements or rows per piece; at least a cache line of columns for a column
+ * reduce), a column reduce's in one piece per thread. 0 when k has no native code. */
+int64_t cg_piece(const cg_program *p, int k, int threads);
+
 /* Runs kernel k natively when it has native code and its buffers are laid out as compiled for,
  * split over pool (NULL: the default pool): returns true with the kernel done. False: the caller
  * interprets it. */

@@ -21,7 +21,8 @@
  * [b, e) of numel * nblk, each into part[q]) and "<fname>_fold" (outputs [b, e) from the trees;
  * part holds numel * nblk elements of the output's type); see emit_reduce_blocks. */
 ot_status cg_emit_fusion(const cg_kernel_desc *kd, const char *fname, ot_strbuf *src,
-                         int64_t *numel, int64_t *work, int64_t *min_iters, int64_t *nblk);
+                         int64_t *numel, int64_t *work, int64_t *min_iters, int64_t *nblk,
+                         bool *cols);
 
 /* The helper functions every generated file starts with. */
 void cg_emit_preamble(ot_strbuf *src);
@@ -47,6 +48,7 @@ typedef struct cg_entry {
     int64_t per;     /* elements of each output per iteration (1, or a row of the last dim) in the
                         elementwise loop; 0 for the reduction forms */
     int64_t nblk;    /* > 0: the block form (cg_emit_fusion), blocks per output */
+    bool cols;       /* the column form (cg_emit_fusion): each piece reads every reduced row */
     cg_part_fn tree, fold; /* its two functions */
 } cg_entry;
 

@@ -3917,11 +3917,12 @@ static int64_t col_period(const ot_computation *c, int64_t C) {
 
 ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf *src,
                          int64_t *numel_out, int64_t *work_out, int64_t *min_iters,
-                         int64_t *nblk_out) {
+                         int64_t *nblk_out, bool *cols) {
     *numel_out = 0;
     *work_out = 1;
     *min_iters = 1;
     *nblk_out = 0;
+    *cols = false;
     if (!kn->fused)
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s is not a loop fusion", kn->name);
     const ot_computation *c = kn->fused;
@@ -3936,8 +3937,11 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
          * a cache line per element and recomputes each row's broadcast index by division. A
          * lone reduce of a parameter stays emit_reduce's (the fast reduce kernel's), and so
          * does a reduce alone of middle dims (its walk). */
-        if (col_form3(root, &a, &rn, &n) && a == 1 && root->operands[0]->opcode != OT_OP_PARAMETER)
+        if (col_form3(root, &a, &rn, &n) && a == 1 &&
+            root->operands[0]->opcode != OT_OP_PARAMETER) {
+            *cols = true;
             return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
+        }
         return emit_reduce(kn, fname, src, root, NULL, 0, numel_out, work_out, min_iters, nblk_out);
     }
     if (nred > 0) {
@@ -3950,7 +3954,10 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
                                    root->noperands, numel_out, work_out, min_iters, nblk_out);
             return emit_rows(kn, fname, src, numel_out, work_out);
         }
-        if (col_form(r0, &o, &n)) return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
+        if (col_form(r0, &o, &n)) {
+            *cols = true;
+            return emit_cols(kn, fname, src, numel_out, work_out, min_iters);
+        }
         /* one reduce of other dims (NCHW's sum over batch and space per channel) as a leaf
          * beside elementwise outputs */
         bool leaf = false;
