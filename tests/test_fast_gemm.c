@@ -100,8 +100,8 @@ static void test_fma_chain(void) {
         {1, 600, 1100, 40, false, false},
         {1, 300, 520, 700, true, false}, /* many tasks over rows and panel blocks */
         /* row-major A packed once and shared by the column blocks: row blocks of up to 192 rows
-         * (180 + 180 + 140), k blocks 256 + 256 + 88 */
-        {1, 500, 300, 600, false, false},
+         * (168 + 168 + 164), k blocks 256 + 256 + 88 */
+        {1, 500, 520, 600, false, false},
         {40, 30, 20, 50, false, true}, /* each thread packs its elements' B */
         {5, 64, 48, 300, true, true},  /* own B on 1 and 2 threads, shared on 3 and 8 */
         {3, 200, 260, 20, false, false},

@@ -1257,8 +1257,10 @@ static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
            (sg_own_b(g, threads) ? ex_align64((size_t)sg_bpack(g)) : 0);
 }
 
-/* Rows per row block at most: SG_MC2 for one f32 product (no batch) with a row-major A, else
- * SG_MC.
+/* Rows per row block at most: SG_MC2 for one f32 product (no batch) with a row-major A of more
+ * than SG_MC2 rows, at least 512 columns and several k blocks, else SG_MC. Fewer rows left too
+ * few tasks (129 x 333 x 1000 at 0.78 against 0.83 of OpenBLAS), and 1024 x 256 x 1024 (8
+ * panels) ran at 0.90 against 0.97 (bench_dot, two threads, CPUs held).
  * There A's rows are packed by a transposing pack, once and shared (sg_share_a), and each packed
  * B panel streamed from L2 / L3 is used by twice as many register blocks: 512 x 1024 x 1024 on
  * two threads 3.97 -> 3.72 ms (min of 30 runs, median of 5 alternating runs, CPUs held). A
@@ -1266,7 +1268,8 @@ static size_t sg_thread_bytes(const ex_gemm *g, int threads) {
  * 3.54 -> 3.87 ms. */
 static int64_t sg_mcmax(const ex_gemm *g) {
     bool f32 = g->t == OT_F32 && g->ad == OT_F32 && g->bd == OT_F32;
-    return f32 && !g->ta && g->nb == 1 ? SG_MC2 : SG_MC;
+    bool big = g->M > SG_MC2 && g->N >= 512 && g->K > SG_KC1;
+    return f32 && !g->ta && g->nb == 1 && big ? SG_MC2 : SG_MC;
 }
 
 /* Rows per row block: M in cdiv(M, sg_mcmax) blocks of about equal size, each rounded up to whole
