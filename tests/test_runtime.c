@@ -1334,6 +1334,53 @@ static void test_device_count_env(void) {
     EXPECT_INT_EQ(ot_device_count_from_env(), 1);
 }
 
+/* A copy of a tuple (HLO copies it leaf by leaf) runs at every level, as the evaluator gives it:
+ * its kernel once failed with "expected an array result". */
+static void test_copy_of_tuple(void) {
+    static const char *text = "HloModule tc\n"
+                              "ENTRY main {\n"
+                              "  p0 = f32[3] parameter(0)\n"
+                              "  n = f32[3] negate(p0)\n"
+                              "  i = (f32[3], f32[3]) tuple(n, p0)\n"
+                              "  t = (f32[3], (f32[3], f32[3])) tuple(p0, i)\n"
+                              "  c = (f32[3], (f32[3], f32[3])) copy(t)\n"
+                              "  g = (f32[3], f32[3]) get-tuple-element(c), index=1\n"
+                              "  a = f32[3] get-tuple-element(g), index=0\n"
+                              "  ROOT r = (f32[3], (f32[3], f32[3]), f32[3]) tuple(a, g, n)\n"
+                              "}\n";
+    static const float x[3] = {1.5f, -2.0f, 0.25f};
+    ot_module *m = parse(text);
+    ASSERT_TRUE(m != NULL);
+    ot_value arg, ref = ot_value_empty();
+    ot_shape s3;
+    ot_shape_make(&s3, OT_F32, 1, (int64_t[]){3});
+    EXPECT_OK(ot_value_alloc_array(&arg, &s3));
+    memcpy(arg.array.data, x, sizeof x);
+    EXPECT_OK(ot_evaluate(m, &arg, 1, NULL, &ref));
+    EXPECT_INT_EQ(ot_value_leaf_count(&ref), 4);
+    ot_device *d = NULL;
+    ASSERT_OK(ot_host_device_create(0, 0, &d));
+    for (int level = 0; level <= 2 && ot_value_leaf_count(&ref) == 4; level++) {
+        ot_executable *e = compile_text(text, level);
+        EXPECT_TRUE(e != NULL);
+        ot_buffer *in = f32_buffer(d, 3, x), *out[4] = {0};
+        ot_run_options ro = ot_run_options_default();
+        EXPECT_OK(e ? ot_device_execute(d, e, &in, 1, out, 4, &ro, NULL) : OT_ERR_INTERNAL);
+        for (int j = 0; j < 4; j++) {
+            float got[3] = {0};
+            if (out[j]) read_f32(out[j], got, 3);
+            EXPECT_TRUE(out[j] && !memcmp(got, ot_value_leaf(&ref, j)->array.data, sizeof got));
+            ot_buffer_free(out[j]);
+        }
+        ot_buffer_free(in);
+        ot_executable_free(e);
+    }
+    ot_device_free(d);
+    ot_value_release(&ref);
+    ot_value_release(&arg);
+    ot_module_free(m);
+}
+
 int main(int argc, char **argv) {
     static const ot_test_case tests[] = {
         OT_TEST(test_pool_classes_and_stats),
@@ -1353,6 +1400,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_profile_pod_trace),
         OT_TEST(test_profile_synced_offset),
         OT_TEST(test_random_graphs),
+        OT_TEST(test_copy_of_tuple),
         OT_TEST(test_device_count_env),
         OT_TEST(test_custom_device),
         OT_TEST(test_launch_device),

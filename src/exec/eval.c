@@ -374,6 +374,8 @@ static ot_status eval_tuple(const ot_instr *i, const ot_value *const *ops, ot_va
 ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     *out = ot_value_empty();
     ot_opcode op = i->opcode;
+    /* a tuple's copy copies every leaf (HLO allows it; the leaves may be complex) */
+    if (op == OT_OP_COPY && i->shape.kind != OT_IR_ARRAY) return ot_value_copy(out, ops[0]);
     if (ir_instr_complex(i) && !ex_complex_passes_through(op))
         return ex_kernel_complex(x, i, ops, out);
     if (ot_opcode_is_elementwise(op) && op != OT_OP_MAP) return eval_elementwise(i, ops, out);
