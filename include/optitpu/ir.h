@@ -476,8 +476,9 @@ struct ot_computation {
     void *names_;    /* name index */
     uint64_t edits_; /* changes to its instructions, their operands or its root */
     /* a fused computation's operation count and elementwise-read parameters, found by the
-     * compiler and valid while an_edits_ == edits_ + 1 */
-    uint64_t an_edits_, an_linear_;
+     * compiler and valid while an_edits_ == edits_ + 1 or, for one holding fusions (whose
+     * changes its own count misses), while an_medits_ == the module's edit count + 1 */
+    uint64_t an_edits_, an_medits_, an_linear_;
     int64_t an_flops_;
 };
 

@@ -191,13 +191,7 @@ static int64_t instr_flops(const ot_instr *i) {
         for (int j = 0; j < d->nspatial; j++) per *= ks->dims[d->kernel_spatial[j]];
         return 2 * cc_numel(i) * per;
     }
-    case OT_OP_FUSION: {
-        int64_t n;
-        uint64_t linear;
-        cc_fusion_analysis(i->called[0], &n, &linear);
-        return n;
-    }
-    default: return 0;
+    default: return 0; /* (a fusion's: cc_fusion_analysis) */
     }
 }
 
@@ -265,28 +259,63 @@ static bool param_linear(ot_computation *fc, int j) {
     return (params_linear(fc, j) & 1) != 0;
 }
 
+static bool analysis_valid(const ot_computation *c) {
+    return c->an_edits_ == c->edits_ + 1 || c->an_medits_ == ir_module_edits(c->module) + 1;
+}
+
+/* Fusions nest (an HLO module may hold a fusion inside a fused computation, any number deep): fc
+ * and every computation nested in it are analysed callees first with an explicit stack, each
+ * nested one once (its result kept in it), so the work is linear in the nest whatever its depth.
+ * Out of memory for the stack, a nested fusion's operations are not counted. */
 void cc_fusion_analysis(ot_computation *fc, int64_t *flops, uint64_t *linear) {
-    if (fc->an_edits_ == fc->edits_ + 1) {
-        *flops = fc->an_flops_;
-        *linear = fc->an_linear_;
-        return;
+    struct frame {
+        ot_computation *c;
+        const ot_instr *x;
+        int64_t n;
+        bool nested;
+    } small[8], *st = small;
+    int64_t sp = 0, cap = 8, limit = ot_module_computation_count(fc->module) + 1;
+    if (!analysis_valid(fc)) st[sp++] = (struct frame){fc, fc->first, 0, false};
+    while (sp > 0) {
+        struct frame *f = &st[sp - 1];
+        while (f->x) {
+            const ot_instr *x = f->x;
+            if (x->opcode != OT_OP_FUSION || x->ncalled != 1) {
+                f->n += instr_flops(x);
+            } else if (analysis_valid(x->called[0])) {
+                f->n += x->called[0]->an_flops_;
+                f->nested = true;
+            } else if (sp < limit) { /* analysed first; x is read again after it */
+                if (sp == cap) {
+                    void *ns = st == small ? ot_malloc((size_t)cap * 2 * sizeof *st)
+                                           : ot_realloc(st, (size_t)cap * 2 * sizeof *st);
+                    if (ns) {
+                        if (st == small) memcpy(ns, small, sizeof small);
+                        st = ns;
+                        cap *= 2;
+                        f = &st[sp - 1];
+                    }
+                }
+                if (sp < cap) {
+                    ot_computation *g = x->called[0];
+                    st[sp++] = (struct frame){g, g->first, 0, false};
+                    break;
+                }
+                f->nested = true;
+            }
+            f->x = x->next;
+        }
+        if (f != &st[sp - 1]) continue; /* a callee was pushed */
+        ot_computation *c = f->c;
+        c->an_flops_ = f->n;
+        c->an_linear_ = params_linear(c, 0);
+        c->an_edits_ = f->nested ? 0 : c->edits_ + 1;
+        c->an_medits_ = f->nested ? ir_module_edits(c->module) + 1 : 0;
+        sp--;
     }
-    int64_t n = 0;
-    uint64_t lin = 0;
-    bool nested = false;
-    for (const ot_instr *x = fc->first; x; x = x->next) {
-        n += instr_flops(x);
-        /* a change in a nested fusion would not show in fc's edits_ (a reducer's is not read) */
-        nested = nested || x->opcode == OT_OP_FUSION;
-    }
-    lin = params_linear(fc, 0);
-    *flops = n;
-    *linear = lin;
-    if (!nested) {
-        fc->an_flops_ = n;
-        fc->an_linear_ = lin;
-        fc->an_edits_ = fc->edits_ + 1;
-    }
+    if (st != small) ot_free(st);
+    *flops = fc->an_flops_;
+    *linear = fc->an_linear_;
 }
 
 void cc_fusion_note(ot_computation *fc) {

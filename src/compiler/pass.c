@@ -791,10 +791,28 @@ static ot_status comp_represent(cse_reps *r, int k) {
     return cc_ptrmap_put(&r->rep, r->ord->comps[k], rep);
 }
 
+/* Where each merged instruction of one computation went: fwd[k] for the instruction at position
+ * k of the post order (its mark while the computation is merged), NULL when kept. */
+typedef struct cse_fwd {
+    ot_instr *const *orig; /* the post order as it came */
+    ot_instr **fwd;
+    int64_t n;
+} cse_fwd;
+
+static ot_instr *cse_forward(void *ctx, const ot_instr *o) {
+    const cse_fwd *f = ctx;
+    int64_t k = o->mark;
+    return k >= 0 && k < f->n && f->orig[k] == o ? f->fwd[k] : NULL;
+}
+
 /* Merges within one computation. *inorder: whether po is the list's order (the list then stays
  * in topological order, and po with the removed instructions taken out, *n, is its post
  * order). *dropped: a removed instruction called another computation than its equal (which may
- * now be unreachable). */
+ * now be unreachable).
+ * A merged instruction's users are not redirected when it is found equal (that scans each
+ * user's operands once per merge: quadratic for one tuple of many merged values); each
+ * instruction instead reads its operands through the merges once, when it is reached in post
+ * order, before it is hashed, and the merged instructions are removed at the end. */
 static ot_status cse_computation(const cse_reps *r, ot_instr **po, int64_t *np, bool *changed,
                                  bool *inorder, bool *dropped) {
     int64_t n = *np;
@@ -809,15 +827,40 @@ static ot_status cse_computation(const cse_reps *r, ot_instr **po, int64_t *np, 
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2) cap *= 2;
     struct slot *tab = ot_calloc(cap, sizeof *tab);
-    if (!tab) return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
+    ot_instr **orig = ot_malloc((size_t)(n ? n : 1) * sizeof *orig);
+    ot_instr **fwd = ot_calloc((size_t)(n ? n : 1), sizeof *fwd);
+    ot_instr **merged = ot_malloc((size_t)(n ? n : 1) * sizeof *merged);
+    ot_instr **eprev = ot_malloc((size_t)(n ? n : 1) * sizeof *eprev);
+    if (!tab || !orig || !fwd || !merged || !eprev) {
+        ot_free(eprev);
+        ot_free(tab);
+        ot_free(orig);
+        ot_free(fwd);
+        ot_free(merged);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "cse: out of memory");
+    }
+    for (int64_t k = 0; k < n; k++) {
+        orig[k] = po[k];
+        po[k]->mark = k;
+    }
+    cse_fwd f = {orig, fwd, n};
     ot_status s = OT_OK;
-    int64_t kept = 0;
+    int64_t kept = 0, nmerged = 0;
     for (int64_t k = 0; k < n && s == OT_OK; k++) {
         ot_instr *i = po[k];
-        /* the list is po when each one's predecessor (removed ones are unlinked) is the last
-         * one kept */
-        *inorder = *inorder && i->prev == (kept ? po[kept - 1] : NULL);
+        /* the list is po when each one's predecessor, past the merged ones (still linked: one
+         * step through eprev), is the last one kept */
+        if (*inorder) {
+            ot_instr *pv = i->prev;
+            if (pv && cse_forward(&f, pv)) pv = eprev[pv->mark];
+            *inorder = pv == (kept ? po[kept - 1] : NULL);
+            eprev[k] = pv; /* where a merged i leaves the list's order: the next one's check */
+        }
         po[kept++] = i; /* (a kept instruction's place never changes again) */
+        bool fwd_any = false;
+        for (int q = 0; q < i->noperands && !fwd_any; q++)
+            fwd_any = cse_forward(&f, i->operands[q]) != NULL;
+        if (fwd_any && (s = ir_instr_map_operands(i, cse_forward, &f)) != OT_OK) break;
         if (!cse_candidate(i)) continue;
         uint64_t h = cse_hash(r, i);
         uint32_t tag = (uint32_t)(h >> 32);
@@ -835,13 +878,24 @@ static ot_status cse_computation(const cse_reps *r, ot_instr **po, int64_t *np, 
             continue;
         }
         for (int q = 0; q < i->ncalled; q++) *dropped = *dropped || i->called[q] != hit->called[q];
-        s = ot_instr_replace_all_uses(i, hit);
-        if (s == OT_OK) s = ot_instr_remove(i);
-        if (s == OT_OK) *changed = true;
+        fwd[k] = hit;
+        merged[nmerged++] = i;
+        *changed = true;
         kept--;
+    }
+    /* the merged instructions' users are forwarded, but for instructions outside the post order
+     * (unreachable from the root) and the root itself */
+    for (int64_t j = 0; j < nmerged && s == OT_OK; j++) {
+        ot_instr *i = merged[j];
+        s = ot_instr_replace_all_uses(i, fwd[i->mark]);
+        if (s == OT_OK) s = ot_instr_remove(i);
     }
     if (s == OT_OK) *np = kept;
     ot_free(tab);
+    ot_free(orig);
+    ot_free(fwd);
+    ot_free(merged);
+    ot_free(eprev);
     return s;
 }
 

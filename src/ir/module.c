@@ -1104,11 +1104,9 @@ static ot_status removed_grow(ot_module *m) {
 static void unlink_instr(ot_instr *i) {
     ot_computation *c = i->parent;
     edited(c);
-    for (int k = 0; k < i->noperands; k++) {
-        bool seen = false;
-        for (int j = 0; j < k && !seen; j++) seen = i->operands[j] == i->operands[k];
-        if (!seen) ir_users_remove(i->operands[k], i);
-    }
+    /* an operand in several slots lists i once: the first removal takes it, the others find
+     * nothing (no scan of the earlier slots: quadratic for a concatenate of many operands) */
+    for (int k = 0; k < i->noperands; k++) ir_users_remove(i->operands[k], i);
     list_unlink(c, i);
     ir_comp_name_del(c, i->name);
     users_free(i);
