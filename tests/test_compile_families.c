@@ -349,8 +349,17 @@ static void test_families_exact(void) {
  * system-compiler run each). */
 static void test_random_many_seeds(void) {
     int nseeds = SANITIZED ? 30 : 100;
+    uint64_t seed0 = 1000;
+    /* a longer search: OT_RANDOM_SEEDS=count[,first] */
+    const char *env = getenv("OT_RANDOM_SEEDS");
+    if (env && *env) {
+        char *end = NULL;
+        long c = strtol(env, &end, 10);
+        if (c >= 2) nseeds = (int)c;
+        if (end && *end == ',') seed0 = strtoull(end + 1, NULL, 10);
+    }
     for (int k = 0; k < nseeds; k++) {
-        uint64_t seed = 1000 + (uint64_t)k;
+        uint64_t seed = seed0 + (uint64_t)k;
         int64_t n = 50 + (int64_t)k * 350 / (nseeds - 1);
         ot_module *m = NULL;
         EXPECT_OK(ot_graph_family_build("random", n, seed, &m));
