@@ -7,7 +7,9 @@
  *    scanned its earlier operands for each operand);
  *  - nest_call: calls nested n/4 deep (inlining callees first copied d·(d+1)/2 instructions);
  *  - nest_fusion: fusions nested n/4 deep (the fusion analysis recursed once per level and
- *    analysed each level again for every fusion above it).
+ *    analysed each level again for every fusion above it);
+ *  - many_calls: n/5 computations each called once in a chain (CSE's hash left the inlined
+ *    chain's hashes one tag and neighbouring slots: probes walked one long run).
  * Each module is parsed and compiled (-O2, native code off) on a thread with a 256 KiB stack, at
  * n and 4n; the thread's CPU time at 4n must stay within 8 times that at n (a quadratic pass
  * takes 16 times) plus a margin for timer noise, the best of three runs each. */
@@ -115,6 +117,18 @@ static void gen_nest_fusion(sbuf *b, int n) {
     gen_nest(b, n, true);
 }
 
+static void gen_many_calls(sbuf *b, int n) {
+    int k = n / 5;
+    sb_printf(b, "HloModule many_calls\n");
+    for (int i = 0; i < k; i++)
+        sb_printf(b, "c%d {\n  p = f32[4] parameter(0)\n  ROOT r = f32[4] sine(p)\n}\n", i);
+    sb_printf(b, "ENTRY main {\n  p0 = f32[4] parameter(0)\n");
+    for (int i = 0; i < k; i++)
+        sb_printf(b, "  y%d = f32[4] call(%s%d), to_apply=c%d\n  z%d = f32[4] add(y%d, p0)\n", i,
+                  i ? "z" : "p", i ? i - 1 : 0, i, i, i);
+    sb_printf(b, "  ROOT r = f32[4] copy(z%d)\n}\n", k - 1);
+}
+
 /* ---- timing on a small stack ---------------------------------------------------------- */
 
 typedef struct job {
@@ -202,10 +216,9 @@ static void check_shape(const shape *s) {
 }
 
 static const shape k_shapes[] = {
-    {"fanout_tuple", gen_fanout_tuple, 12000},
-    {"dead_wide", gen_dead_wide, 10000},
-    {"nest_call", gen_nest_call, 4000},
-    {"nest_fusion", gen_nest_fusion, 4000},
+    {"fanout_tuple", gen_fanout_tuple, 12000}, {"dead_wide", gen_dead_wide, 10000},
+    {"nest_call", gen_nest_call, 4000},        {"nest_fusion", gen_nest_fusion, 4000},
+    {"many_calls", gen_many_calls, 20000},
 };
 
 static void test_fanout_tuple(void) {
@@ -220,13 +233,14 @@ static void test_nest_call(void) {
 static void test_nest_fusion(void) {
     check_shape(&k_shapes[3]);
 }
+static void test_many_calls(void) {
+    check_shape(&k_shapes[4]);
+}
 
 int main(int argc, char **argv) {
     static const ot_test_case tests[] = {
-        OT_TEST(test_fanout_tuple),
-        OT_TEST(test_dead_wide),
-        OT_TEST(test_nest_call),
-        OT_TEST(test_nest_fusion),
+        OT_TEST(test_fanout_tuple), OT_TEST(test_dead_wide),  OT_TEST(test_nest_call),
+        OT_TEST(test_nest_fusion),  OT_TEST(test_many_calls),
     };
     return ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
