@@ -307,6 +307,58 @@ static void test_reduce_window_scans(void) {
     g_no_nan = false;
 }
 
+/* Windows as long as a row along the last dim, whose per-output tables would pass the kernel's
+ * 4M-entry budget (2,100 outputs of up to 2,100 taps): a reverse cumsum (lax.cumsum(reverse=True)
+ * pads above) and a centred moving sum/max run fast, walking the window by its affine ranges, and
+ * give the reference's bits, NaNs (the exact fold) included. */
+static void test_reduce_window_long(void) {
+    static const ot_opcode ops[2] = {OT_OP_ADD, OT_OP_MAXIMUM};
+    int cases = 0, failed = 0;
+    for (int it = 0; it < 8; it++) {
+        ot_dtype t = it & 1 ? OT_F64 : OT_F32;
+        ot_opcode op = ops[(it >> 1) & 1];
+        bool centred = it >= 4;
+        g_no_nan = it % 3 == 0;
+        int64_t n = 2100 + it, dims[2] = {2, n};
+        ot_window w;
+        memset(&w, 0, sizeof w);
+        w.rank = 2;
+        w.dims[0] = (ot_window_dim){1, 1, 0, 0, 1, 1, false};
+        w.dims[1] = (ot_window_dim){n, 1, 0, 0, 1, 1, false};
+        if (centred)
+            w.dims[1].pad_lo = n / 2, w.dims[1].pad_hi = n - 1 - n / 2;
+        else
+            w.dims[1].pad_hi = n - 1;
+        ot_module *m = ot_module_new("long");
+        ot_computation *f = binary_comp(m, "reducer", op, t, false, OT_CMP_EQ);
+        ot_computation *c = ot_module_add_computation(m, "main");
+        ot_shape xs;
+        ASSERT_OK(ot_shape_make(&xs, t, 2, dims));
+        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
+        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
+        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
+        ot_computation_set_root(c, rw);
+        ot_module_set_entry(m, c);
+        ASSERT_OK(ot_module_finalize(m));
+        ot_tensor args[2];
+        ot_shape is = ot_shape_scalar(t);
+        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
+        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+        fill_window_values(&args[0]);
+        random_init(&args[1], op);
+        char what[96];
+        snprintf(what, sizeof what, "long window %d: %s %s %s", it, ot_dtype_name(t),
+                 ot_opcode_name(op), centred ? "centred" : "reverse scan");
+        cases++;
+        if (!check_kernel(rw, &rw->shape.array, args, 2, it % 4 == 1, what)) failed++;
+        for (int k = 0; k < 2; k++) ot_tensor_release(&args[k]);
+        ot_module_free(m);
+    }
+    EXPECT_INT_EQ(failed, 0);
+    EXPECT_INT_EQ(cases, 8);
+    g_no_nan = false;
+}
+
 /* Integer prefix scans (jnp.cumsum of ids or masks, cummax of positions; lax.cumsum(...,
  * reverse=True) pads above instead): every integer dtype, add, multiply, maximum, minimum, either
  * operand order, forward and reverse, values that overflow and wrap (extremes mixed in), along one
@@ -638,6 +690,6 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_reduce_window_random),
-             OT_TEST(test_reduce_window_scans), OT_TEST(test_reduce_window_int_scans),
-             OT_TEST(test_select_and_scatter_random), OT_TEST(test_pooling_layouts),
-             OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))
+             OT_TEST(test_reduce_window_scans), OT_TEST(test_reduce_window_long),
+             OT_TEST(test_reduce_window_int_scans), OT_TEST(test_select_and_scatter_random),
+             OT_TEST(test_pooling_layouts), OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))

@@ -359,6 +359,24 @@ AI bool aff_range(const win_plan *p, int64_t k, int64_t j0, int64_t n, int64_t *
     return *lo < *hi;
 }
 
+/* The exact folds' walk over the last dim's window for output j: last_count(p, j) bounds the
+ * positions and last_offset(p, j, &t) is the offset of the t-th one it visits (t advanced past
+ * holes; -1 when no more). From the tables where they were built; where the last dim is affine
+ * and unblocked they are not (an output's window may be as long as the row: a reverse cumsum of
+ * 3,000 would need 9M entries), and position k is visited by the outputs [ja[k], jb[k]) at
+ * j * S + koff[k] — the tables' order, which skips the same positions. */
+AI int64_t last_count(const win_plan *p, int64_t j) {
+    const int64_t *cl = p->cnt[p->r - 1];
+    return cl ? cl[j] : p->wsize[p->r - 1];
+}
+AI int64_t last_offset(const win_plan *p, int64_t j, int64_t *t) {
+    int64_t ws = p->wsize[p->r - 1];
+    if (p->off[p->r - 1]) return p->off[p->r - 1][j * ws + *t];
+    for (; *t < ws; ++*t)
+        if (p->ja[*t] <= j && j < p->jb[*t]) return p->koff[*t] + j * p->S;
+    return -1;
+}
+
 /* Blocked (blk): the positions [lo, lo + q * nt) of chunk [w0, w0 + nw) that window position
  * k reaches (every q-th from lo), the first being its t0-th. */
 AI bool blk_range(const win_plan *p, int64_t k, int64_t w0, int64_t nw, int64_t *lo, int64_t *t0,
@@ -384,7 +402,6 @@ AI bool blk_range(const win_plan *p, int64_t k, int64_t w0, int64_t nw, int64_t 
         ST kacc[(KEYS) ? RW_CHUNK : 1];                                                            \
         memcpy(&init, p->init, sizeof init);                                                       \
         int64_t L = p->L, wl = p->wsize[p->r - 1];                                                 \
-        const int64_t *cl = p->cnt[p->r - 1], *ol = p->off[p->r - 1];                              \
         win_iter it;                                                                               \
         int64_t od[OT_MAX_RANK];                                                                   \
         iter_digits(p, begin, od);                                                                 \
@@ -427,10 +444,11 @@ AI bool blk_range(const win_plan *p, int64_t k, int64_t w0, int64_t nw, int64_t 
                 }                                                                                  \
                 for (bool more = exact && iter_first(&it); more; more = iter_next(&it)) {          \
                     for (int64_t j = 0; j < n; j++) {                                              \
-                        const int64_t *o = ol + (j0 + j) * wl;                                     \
                         T a = acc[j];                                                              \
-                        for (int64_t t = 0, ct = cl[j0 + j]; t < ct; t++) {                        \
-                            T v = x[it.base + o[t]];                                               \
+                        for (int64_t t = 0, ct = last_count(p, j0 + j); t < ct; t++) {             \
+                            int64_t at = last_offset(p, j0 + j, &t);                               \
+                            if (at < 0) break;                                                     \
+                            T v = x[it.base + at];                                                 \
                             a = sw ? OPF(v, a, z) : OPF(a, v, z);                                  \
                         }                                                                          \
                         acc[j] = a;                                                                \
@@ -796,7 +814,6 @@ static bool scan_form(const ot_window *w, const ot_shape *is, scan_plan *p) {
         int64_t best[WIN_CHUNK];                                                                   \
         ST bk[WIN_CHUNK], bi[WIN_CHUNK];                                                           \
         int64_t L = p->L, wl = p->wsize[p->r - 1];                                                 \
-        const int64_t *cl = p->cnt[p->r - 1], *ol = p->off[p->r - 1];                              \
         win_iter it;                                                                               \
         for (int64_t row = tb * p->rpt; row < te * p->rpt; row++) {                                \
             iter_row(p, row, &it);                                                                 \
@@ -825,9 +842,10 @@ static bool scan_form(const ot_window *w, const ot_shape *is, scan_plan *p) {
                     for (int64_t j = 0; j < n; j++) best[j] = -1;                                  \
                     for (bool more = iter_first(&it); more; more = iter_next(&it)) {               \
                         for (int64_t j = 0; j < n; j++) {                                          \
-                            const int64_t *o = ol + (j0 + j) * wl;                                 \
-                            for (int64_t t = 0, ct = cl[j0 + j]; t < ct; t++) {                    \
-                                int64_t at = it.base + o[t];                                       \
+                            for (int64_t t = 0, ct = last_count(p, j0 + j); t < ct; t++) {         \
+                                int64_t lt = last_offset(p, j0 + j, &t);                           \
+                                if (lt < 0) break;                                                 \
+                                int64_t at = it.base + lt;                                         \
                                 T v = x[at];                                                       \
                                 if (best[j] < 0 || !keep_##SUF(p, bv[j], v, z)) {                  \
                                     best[j] = at;                                                  \
@@ -902,11 +920,14 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
     *st = OT_OK;
     int r = is->rank - (blk ? 1 : 0); /* blk: the input's last dim joins the one before */
     if (!w || w->rank != is->rank || r < 1) return false;
+    /* an affine, unblocked last dim needs no tables (last_offset) */
+    bool last_free = !blk && (w->dims[r - 1].base_dilation ? w->dims[r - 1].base_dilation : 1) == 1;
     int64_t total = 0;
     for (int d = 0; d < r; d++) {
         int64_t ws = w->dims[d].size;
         if (ws < 0 || ws > WIN_MAX_TABLE || w->dims[d].stride < 1) return false;
-        total += p->odims[d] * (ws + 1) + (d == r - 1 ? 3 * ws : 0);
+        bool free_d = d == r - 1 && last_free;
+        total += (free_d ? 0 : p->odims[d] * (ws + 1)) + (d == r - 1 ? 3 * ws : 0);
         if (total > WIN_MAX_TABLE) return false;
     }
     void *sp = NULL;
@@ -919,6 +940,11 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
         int64_t ws = wd->size, od = p->odims[d];
         int64_t wdil = wd->window_dilation ? wd->window_dilation : 1;
         int64_t bdil = wd->base_dilation ? wd->base_dilation : 1;
+        p->wsize[d] = ws;
+        if (d == r - 1 && last_free) {
+            p->cnt[d] = p->off[d] = NULL;
+            continue;
+        }
         int64_t *cnt = tab, *off = tab + od;
         tab += od * (ws + 1);
         int64_t B = blk && d == r - 1 ? blk : 1; /* output o = o' * B + (an element of C) */
@@ -936,7 +962,6 @@ static bool plan_tables(ex_kernel_ctx *c, win_plan *p, const ot_window *w, const
         }
         p->cnt[d] = cnt;
         p->off[d] = off;
-        p->wsize[d] = ws;
     }
     p->r = r;
     p->L = p->odims[r - 1];
