@@ -4,7 +4,7 @@
 # baseline), for 1 and 2 threads; bench_dot's batched cases have both baselines (the threaded
 # cblas_sgemm calls in a row, and the calls split over the same pool; built with oneDNN, its
 # dnnl_sgemm rows on the same threads against OpenBLAS); the bf16 cases' baseline is
-# cblas_sgemm on the operands' f32 values, the f64 cases' cblas_dgemm. One rep:
+# cblas_sgemm on the operands' f32 values (the int8 cases' too), the f64 cases' cblas_dgemm. One rep:
 # this checks the rows, not the figures (docs/benchmarks.md has those). Skipped (77) when the
 # benchmarks are not built (-DOT_BUILD_BENCH=OFF).
 # Usage: test_bench_baselines.sh OPTITPU_BINARY SOURCE_DIR BUILD_DIR
@@ -48,7 +48,8 @@ for r in dot:
 assert len(batched) >= 4, batched
 def gemm(case):  # the baseline's GEMM, by the case's precision
     return ("cblas_dgemm" if case.startswith("f64 ") else
-            "cblas_sgemm on the f32 values" if case.startswith("bf16 ") else "cblas_sgemm")
+            "cblas_sgemm on the f32 values" if case.startswith(("bf16 ", "int8 ")) else
+            "cblas_sgemm")
 for case, bl in batched.items():
     assert len(bl) == 2 and f"{gemm(case)} in a row" in bl[0] and "split" in bl[1], (case, bl)
 single = [r for r in dot if r["case"] not in batched]
