@@ -195,6 +195,28 @@ static void random_init(ot_tensor *t, ot_opcode op) {
     }
 }
 
+/* A module whose entry is reduce-window(x, init) of dtype t over dims (rank r) with window w and
+ * the binary reducer op (operands swapped when swap), and its two arguments allocated (not
+ * filled). *rw stays NULL on failure. */
+static void reduce_window_case(const char *name, ot_opcode op, ot_dtype t, bool swap, int r,
+                               const int64_t *dims, const ot_window *w, ot_module **m,
+                               ot_instr **rw, ot_tensor args[2]) {
+    *m = ot_module_new(name);
+    ot_computation *f = binary_comp(*m, "reducer", op, t, swap, OT_CMP_EQ);
+    ot_computation *c = ot_module_add_computation(*m, "main");
+    ot_shape xs, is = ot_shape_scalar(t);
+    ASSERT_OK(ot_shape_make(&xs, t, r, dims));
+    ot_instr *x = ot_build_parameter(c, 0, xs, "x");
+    ot_instr *init = ot_build_parameter(c, 1, is, "init");
+    ot_instr *y = ot_build_reduce_window(c, &x, &init, 1, w, f);
+    ot_computation_set_root(c, y);
+    ot_module_set_entry(*m, c);
+    ASSERT_OK(ot_module_finalize(*m));
+    ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
+    ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+    *rw = y;
+}
+
 static void test_reduce_window_random(void) {
     static const ot_opcode ops[3] = {OT_OP_ADD, OT_OP_MAXIMUM, OT_OP_MINIMUM};
     int cases = 0, failed = 0;
@@ -208,23 +230,13 @@ static void test_reduce_window_random(void) {
         random_dims(r, dims);
         ot_window w;
         random_window(r, dims, &w, odims);
-        ot_module *m = ot_module_new("rw");
-        ot_computation *f = binary_comp(m, "reducer", op, t, swap, OT_CMP_EQ);
-        ot_computation *c = ot_module_add_computation(m, "main");
-        ot_shape xs;
-        ASSERT_OK(ot_shape_make(&xs, t, r, dims));
-        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
-        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
-        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
-        ot_computation_set_root(c, rw);
-        ot_module_set_entry(m, c);
-        ASSERT_OK(ot_module_finalize(m));
+        ot_module *m = NULL;
+        ot_instr *rw = NULL;
+        ot_tensor args[2];
+        reduce_window_case("rw", op, t, swap, r, dims, &w, &m, &rw, args);
+        ASSERT_TRUE(rw);
         ASSERT_TRUE(rw->shape.kind == OT_IR_ARRAY && rw->shape.array.rank == r);
         for (int d = 0; d < r; d++) EXPECT_INT_EQ(rw->shape.array.dims[d], odims[d]);
-        ot_tensor args[2];
-        ot_shape is = ot_shape_scalar(t);
-        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
-        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
         fill_window_values(&args[0]);
         random_init(&args[1], op);
         char what[96];
@@ -271,21 +283,11 @@ static void test_reduce_window_scans(void) {
             w.dims[d] = (ot_window_dim){1, 1, 0, 0, 1, 1, false};
             if (d == sd) w.dims[d].size = dims[d], w.dims[d].pad_lo = dims[d] - 1;
         }
-        ot_module *m = ot_module_new("scan");
-        ot_computation *f = binary_comp(m, "reducer", op, t, swap, OT_CMP_EQ);
-        ot_computation *c = ot_module_add_computation(m, "main");
-        ot_shape xs;
-        ASSERT_OK(ot_shape_make(&xs, t, r, dims));
-        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
-        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
-        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
-        ot_computation_set_root(c, rw);
-        ot_module_set_entry(m, c);
-        ASSERT_OK(ot_module_finalize(m));
+        ot_module *m = NULL;
+        ot_instr *rw = NULL;
         ot_tensor args[2];
-        ot_shape is = ot_shape_scalar(t);
-        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
-        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+        reduce_window_case("scan", op, t, swap, r, dims, &w, &m, &rw, args);
+        ASSERT_TRUE(rw);
         fill_window_values(&args[0]);
         random_init(&args[1], op);
         if (op == OT_OP_MULTIPLY && rnd(0, 1)) { /* the identity, as jnp.cumprod */
@@ -329,21 +331,11 @@ static void test_reduce_window_long(void) {
             w.dims[1].pad_lo = n / 2, w.dims[1].pad_hi = n - 1 - n / 2;
         else
             w.dims[1].pad_hi = n - 1;
-        ot_module *m = ot_module_new("long");
-        ot_computation *f = binary_comp(m, "reducer", op, t, false, OT_CMP_EQ);
-        ot_computation *c = ot_module_add_computation(m, "main");
-        ot_shape xs;
-        ASSERT_OK(ot_shape_make(&xs, t, 2, dims));
-        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
-        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
-        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
-        ot_computation_set_root(c, rw);
-        ot_module_set_entry(m, c);
-        ASSERT_OK(ot_module_finalize(m));
+        ot_module *m = NULL;
+        ot_instr *rw = NULL;
         ot_tensor args[2];
-        ot_shape is = ot_shape_scalar(t);
-        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
-        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+        reduce_window_case("long", op, t, false, 2, dims, &w, &m, &rw, args);
+        ASSERT_TRUE(rw);
         fill_window_values(&args[0]);
         random_init(&args[1], op);
         char what[96];
@@ -396,23 +388,13 @@ static void test_reduce_window_int_scans(void) {
                     w.dims[d].pad_lo = dims[d] - 1;
             }
         }
-        ot_module *m = ot_module_new("iscan");
-        ot_computation *f = binary_comp(m, "reducer", op, t, swap, OT_CMP_EQ);
-        ot_computation *c = ot_module_add_computation(m, "main");
-        ot_shape xs;
-        ASSERT_OK(ot_shape_make(&xs, t, r, dims));
-        ot_instr *x = ot_build_parameter(c, 0, xs, "x");
-        ot_instr *init = ot_build_parameter(c, 1, ot_shape_scalar(t), "init");
-        ot_instr *rw = ot_build_reduce_window(c, &x, &init, 1, &w, f);
-        ot_computation_set_root(c, rw);
-        ot_module_set_entry(m, c);
-        ASSERT_OK(ot_module_finalize(m));
+        ot_module *m = NULL;
+        ot_instr *rw = NULL;
         ot_tensor args[2];
-        ot_shape is = ot_shape_scalar(t);
-        ASSERT_OK(ot_tensor_alloc(&args[0], &xs));
-        ASSERT_OK(ot_tensor_alloc(&args[1], &is));
+        reduce_window_case("iscan", op, t, swap, r, dims, &w, &m, &rw, args);
+        ASSERT_TRUE(rw);
         size_t es = ot_dtype_size(t);
-        int64_t n = ot_shape_numel_unchecked(&xs);
+        int64_t n = ot_shape_numel_unchecked(&args[0].shape);
         for (int64_t e = 0; e < n; e++) { /* small values, ties, and extremes that wrap */
             int k = (int)rnd(0, 19);
             uint64_t v = k == 0 ? ~0ull >> 1 : k == 1 ? 1ull << (es * 8 - 1) : (uint64_t)rnd(-3, 3);
