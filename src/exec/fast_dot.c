@@ -779,13 +779,13 @@ typedef struct sg_run {
     int64_t nkb, kc; /* k blocks, and k per block (the last may be shorter) */
     atomic_int
         *bstate;        /* shared B: per (element, column block, k block) of the group, whether
-                           its slice of packed B is SG_B_TODO, SG_B_BUSY (being packed), SG_B_DONE */
+                           its slice of packed B is SG_B_UNPACKED, SG_B_BUSY (being packed), SG_B_DONE */
     char *ash;          /* shared A (or NULL): the group's packed A, [element][row block][k][mc] as
                            sg_pack_a writes a row block's k block (mc x kc at k0 * mc) */
     atomic_int *astate; /* shared A: per (element, row block, k block), as bstate */
 } sg_run;
 
-enum { SG_B_TODO, SG_B_BUSY, SG_B_DONE };
+enum { SG_B_UNPACKED, SG_B_BUSY, SG_B_DONE };
 
 /* Rows i < w of a row-major source (src, rows lds apart) over k [0, kc) into d as [k][w]
  * (d[k * w + i] = src[i * lds + k]), rows in [n, w) zero: the transposing pack of a row-major A
@@ -1028,7 +1028,7 @@ static void sg_need_b(const sg_run *r, int64_t b, int64_t q, int64_t k0, int64_t
     atomic_int *st = &r->bstate[((b - r->b0) * r->cb + q) * r->nkb + k0 / r->kc];
     int s = atomic_load_explicit(st, memory_order_acquire);
     if (s == SG_B_DONE) return;
-    if (s == SG_B_TODO && atomic_compare_exchange_strong(st, &s, SG_B_BUSY)) {
+    if (s == SG_B_UNPACKED && atomic_compare_exchange_strong(st, &s, SG_B_BUSY)) {
         sg_pack_b(r, b, sg_p0(r, q), sg_p0(r, q + 1), k0, kc, bp);
         atomic_store_explicit(st, SG_B_DONE, memory_order_release);
         return;
@@ -1057,7 +1057,7 @@ static atomic_int *sg_astate(const sg_run *r, int64_t b, int64_t rr, int64_t k0)
 static bool sg_claim_a(const sg_run *r, int64_t b, int64_t rr, int64_t k0) {
     atomic_int *st = sg_astate(r, b, rr, k0);
     int s = atomic_load_explicit(st, memory_order_acquire);
-    return s == SG_B_TODO && atomic_compare_exchange_strong(st, &s, SG_B_BUSY);
+    return s == SG_B_UNPACKED && atomic_compare_exchange_strong(st, &s, SG_B_BUSY);
 }
 
 static void sg_wait_a(const sg_run *r, int64_t b, int64_t rr, int64_t k0) {
@@ -1409,10 +1409,11 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
         r.direct = ta32 && r.pcb <= SG_DIRECT;
         r.ash = share_a && cb > 1 && !r.direct ? ash : NULL;
         if (r.ash)
-            for (int64_t q = 0; q < r.nbg * r.rb * r.nkb; q++) atomic_init(&r.astate[q], SG_B_TODO);
+            for (int64_t q = 0; q < r.nbg * r.rb * r.nkb; q++)
+                atomic_init(&r.astate[q], SG_B_UNPACKED);
         if (r.epi && r.cb > 1)
             for (int64_t q = 0; q < r.nbg * r.rb; q++) atomic_init(&r.rowdone[q], 0);
-        int b0 = bkeep && bkeep->ready ? SG_B_DONE : SG_B_TODO;
+        int b0 = bkeep && bkeep->ready ? SG_B_DONE : SG_B_UNPACKED;
         for (int64_t q = 0; q < r.nbg * r.cb * r.nkb; q++) atomic_init(&r.bstate[q], b0);
         /* one pass over the pool: B is packed by the tasks, slice by slice as they need it (the
          * first tasks take different column blocks, so the threads pack different slices) */
