@@ -75,6 +75,9 @@ static void test_learns_digits(void) {
     }
     EXPECT_INT_EQ(seen, 4);
     EXPECT_TRUE(in > 0 && in <= r.wall_s);
+    /* the steady steps: from the end of step 15 to the end of step 149 */
+    EXPECT_INT_EQ(r.steady_steps, 149 - 15);
+    EXPECT_TRUE(r.steady_wall_s > 0 && r.steady_wall_s < r.wall_s);
     ot_train_report_clear(&r);
 }
 

@@ -325,6 +325,12 @@ typedef struct ot_train_report {
     double final_loss;
     double test_accuracy, test_loss; /* of the last evaluation; -1 and NaN when none ran */
     double wall_s, samples_per_s;
+    /* The steady steps: wall time from the end of the run's step max(1, steps / 10) to the end of
+     * the last but one (the first steps' compilation and tier-up and the last step's evaluation
+     * left out), and how many steps that is (a recovery inside the window is in it); 0 when the
+     * run took fewer than 3 steps. The leader's clock (process 0's across processes). */
+    double steady_wall_s;
+    int64_t steady_steps;
     double compute_s, comm_s, ckpt_s, other_s; /* leader's step time by phase */
     double outside_compute_share;              /* (wall - compute) / wall of the step loop */
     /* The step loop's timeline by part, as the trace names them ("input", "forward+backward",

@@ -230,6 +230,10 @@ struct trainer {
     int64_t run_end, seg_start; /* the current segment's steps [seg_start, run_end) */
     double last_test_acc, last_test_loss;
     uint64_t loop_start_ns;
+    /* the steady steps' window (ot_train_report.steady_wall_s): its first and last step done, and
+     * the leader's clock at their ends */
+    int64_t steady_from, steady_to;
+    uint64_t steady_t0_ns, steady_t1_ns;
     pthread_mutex_t mu;
     ot_pod_trace *trace;
     ot_ckpt_manager *ckpt; /* process 0 only */

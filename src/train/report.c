@@ -253,6 +253,8 @@ ot_status ot_train_report_json(const ot_train_report *r, char **out) {
     bad |= set_num(o, "test_loss", r->test_loss);
     bad |= set_num(o, "wall_s", r->wall_s);
     bad |= set_num(o, "samples_per_s", r->samples_per_s);
+    bad |= set_num(o, "steady_wall_s", r->steady_wall_s);
+    bad |= json_object_set_new(o, "steady_steps", json_integer(r->steady_steps));
     bad |= set_num(o, "compute_cpu_s", r->compute_s);
     bad |= set_num(o, "comm_cpu_s", r->comm_s);
     bad |= set_num(o, "ckpt_cpu_s", r->ckpt_s);

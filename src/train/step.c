@@ -795,8 +795,10 @@ static ot_status phase_metrics(replica_run *rr, int64_t step, double lr) {
         t, (ot_train_point){done_steps, loss, tacc, evaluated ? t->last_test_acc : -1.0, lr});
     if (s != OT_OK) return s;
     t->step = done_steps;
+    uint64_t now = ot_now_ns();
+    if (done_steps == t->steady_from) t->steady_t0_ns = now;
+    if (done_steps == t->steady_to && t->steady_t0_ns) t->steady_t1_ns = now;
     if (o->on_progress) {
-        uint64_t now = ot_now_ns();
         /* the run's average so far: per-step rates jump with the host's scheduling */
         double elapsed = (double)(now - t->loop_start_ns) / 1e9;
         int64_t run_done = done_steps - t->rep->start_step;

@@ -603,6 +603,10 @@ static ot_status run_loop(trainer *t) {
         end = t->step + o->stop_after;
         t->rep->stopped = true;
     }
+    /* the steady steps (ot_train_report.steady_wall_s) */
+    int64_t n = end - t->step;
+    t->steady_from = t->step + (n / 10 > 1 ? n / 10 : 1);
+    t->steady_to = end - 1;
     ot_status s = OT_OK;
     while (s == OT_OK && t->step < end) {
         ot_status st[MAX_DEVICES];
@@ -666,6 +670,10 @@ static ot_status finish_report(trainer *t, uint64_t loop_end) {
     out->wall_s = (double)(loop_end - t->loop_start_ns) / 1e9;
     out->samples_per_s =
         out->wall_s > 0 ? (double)(out->steps_run * t->step_batch) / out->wall_s : 0;
+    if (t->steady_to > t->steady_from && t->steady_t1_ns > t->steady_t0_ns) {
+        out->steady_wall_s = (double)(t->steady_t1_ns - t->steady_t0_ns) / 1e9;
+        out->steady_steps = t->steady_to - t->steady_from;
+    }
     out->devices_end = t->nlive * t->psize;
     out->param_elements = t->total_elems;
     out->allreduce_bytes_per_step = t->member_steps ? out->allreduce_bytes / t->member_steps : 0;
