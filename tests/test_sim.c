@@ -468,6 +468,15 @@ static void test_host_tiers(void) {
     c.shard_optimizer = false, c.processes = 0, c.chips = 1;
     c.host_transfers = -1;
     EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    /* the host pipeline measured as a whole replaces the transfers and copies */
+    ot_sim_config_train_pipeline(&c, 4);
+    c.host_work_s = 17e-6;
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.host_s, 17e-6, 1e-15);
+    EXPECT_NEAR(r.step_s, r.compute_s + r.exposed_comm_s + r.optimizer_s + 17e-6, 1e-15);
+    c.host_work_s = -1e-6;
+    EXPECT_STATUS(ot_sim_run(&c, &r), OT_ERR_INVALID_ARGUMENT);
+    c.host_work_s = 0;
     ot_executable_free(f);
 
     /* a native fusion is on the pool when the runtime splits its loop, whatever it touches */
@@ -642,7 +651,8 @@ static void test_host_kernel_model(void) {
     EXPECT_TRUE(opt1 > 0);
     EXPECT_NEAR(r.host_s, 2 * 200e-6, 1e-15);
     EXPECT_NEAR(r.step_s, r.compute_s + r.exposed_comm_s + 2 * (opt1 + 200e-6), 1e-15);
-    EXPECT_NEAR(r.cpu_s, 4 * (2 * own + 2e-6 + opt1) + 200e-6, 1e-12); /* CPU is not stretched */
+    /* CPU is not stretched; every device stages its own step */
+    EXPECT_NEAR(r.cpu_s, 4 * (2 * own + 2e-6 + opt1 + 200e-6), 1e-12);
     c.processes = 0;
     ASSERT_OK(ot_sim_run(&c, &r));
     EXPECT_NEAR(r.optimizer_s, opt1, 1e-15);
@@ -663,6 +673,10 @@ static void test_host_kernel_model(void) {
     ASSERT_OK(ot_sim_run(&c, &r));
     EXPECT_NEAR(r.optimizer_s, 3 * opt1, 1e-15);
     EXPECT_NEAR(r.host_s, 3 * 200e-6, 1e-15);
+    c.host_work_s = 150e-6; /* measured: stretched the same way */
+    ASSERT_OK(ot_sim_run(&c, &r));
+    EXPECT_NEAR(r.host_s, 3 * 150e-6, 1e-15);
+    c.host_work_s = 0;
     c.device.avail = 1;
     c.host_transfers = 0, c.device.transfer_s = 0;
     c.device.avail = 0.5;
@@ -732,7 +746,8 @@ static void test_host_kernel_model(void) {
     c.host_transfers = 4, c.device.transfer_s = 50e-6;
     ASSERT_OK(ot_sim_run(&c, &r));
     EXPECT_NEAR(r.cores_s, (2 * own + 2e-6 + 10e-6) * 4 / 2, 1e-12);
-    EXPECT_NEAR(r.cpu_s, 4 * (2 * own + 2e-6 + 65e-6) + 200e-6, 1e-12); /* the process's CPU */
+    /* the process's CPU: every device's step and host pipeline */
+    EXPECT_NEAR(r.cpu_s, 4 * (2 * own + 2e-6 + 65e-6 + 200e-6), 1e-12);
     EXPECT_NEAR(ot_sim_host_cpu_s(&c.device, e, 1.0), 2 * own + 2e-6 + 65e-6, 1e-12);
     /* a dot shape measured through the pool likewise: its CPU at gap 0 on the cores */
     c.device.ndots = 1;
@@ -742,7 +757,7 @@ static void test_host_kernel_model(void) {
     c.device.dots[0].pool_cpu_s[0] = 80e-6, c.device.dots[0].pool_cpu_s[1] = 120e-6;
     ASSERT_OK(ot_sim_run(&c, &r));
     EXPECT_NEAR(r.cores_s, (2 * 80e-6 + 2e-6) * 4 / 2, 1e-12);
-    EXPECT_NEAR(r.cpu_s, 4 * (120e-6 + 80e-6 + 2e-6) + 200e-6, 1e-12);
+    EXPECT_NEAR(r.cpu_s, 4 * (120e-6 + 80e-6 + 2e-6 + 200e-6), 1e-12);
     c.device.ndots = 0;
     memset(c.device.dots, 0, sizeof c.device.dots[0]);
     c.device.pool_handoff_cpu_s[1] = 5e-6;
@@ -934,9 +949,46 @@ static void test_host_probe(void) {
     ot_executable_free(g2);
 }
 
-OT_TEST_MAIN(OT_TEST(test_host_tiers), OT_TEST(test_host_dot_splits),
-             OT_TEST(test_host_kernel_model), OT_TEST(test_host_probe), OT_TEST(test_host_measure),
-             OT_TEST(test_link_rings), OT_TEST(test_published_pod_allreduce),
-             OT_TEST(test_ring_formula_and_busbw), OT_TEST(test_sim_uses_pod_model),
-             OT_TEST(test_presets), OT_TEST(test_roofline), OT_TEST(test_errors_and_memory),
-             OT_TEST(test_goodput), OT_TEST(test_full_pod))
+/* ot_sim_train_loop_measure: train's own work per step grows with what it does (clock reads,
+ * rows gathered and put on the device); bad sizes are refused */
+static void test_train_loop_probe(void) {
+    ot_shape ps[2];
+    ASSERT_OK(ot_shape_make(&ps[0], OT_F32, 2, (int64_t[]){64, 128}));
+    ASSERT_OK(ot_shape_make(&ps[1], OT_F32, 1, (int64_t[]){128}));
+    ot_sim_train_loop l = {16, 64, 1000, 2, ps, 6, NULL, 0};
+    double base = 0, more = 0, big = 0;
+    ASSERT_OK(ot_sim_train_loop_measure(&l, 0.01, &base));
+    EXPECT_TRUE(base > 0 && base < 0.01);
+    /* 2,000 parts: 8,000 clock reads (each at least tens of ns) more than the 6 */
+    l.parts = 2000;
+    ASSERT_OK(ot_sim_train_loop_measure(&l, 0.01, &more));
+    EXPECT_TRUE(more > base + 8000 * 10e-9);
+    /* 1,024 rows of 1,024 f32 (4 MiB gathered, then copied onto the device) */
+    l.parts = 6, l.rows = 1024, l.features = 1024, l.dataset_rows = 2048;
+    ASSERT_OK(ot_sim_train_loop_measure(&l, 0.01, &big));
+    EXPECT_TRUE(big > base + 8.0 * 1048576 / 100e9);
+    /* the executables between the steps run (a step executable of its own) */
+    ot_executable *e = compile_hlo(dot_hlo);
+    const ot_executable *ex[1] = {e};
+    l.rows = 16, l.features = 64, l.dataset_rows = 1000, l.between = ex, l.nbetween = 1;
+    ASSERT_OK(ot_sim_train_loop_measure(&l, 0.01, &base));
+    EXPECT_TRUE(base > 0);
+    l.nbetween = 9;
+    EXPECT_STATUS(ot_sim_train_loop_measure(&l, 0.01, &base), OT_ERR_INVALID_ARGUMENT);
+    l.nbetween = 1, l.dataset_rows = 8; /* fewer rows than the batch */
+    EXPECT_STATUS(ot_sim_train_loop_measure(&l, 0.01, &base), OT_ERR_INVALID_ARGUMENT);
+    l.dataset_rows = 1000, l.nparams = 0;
+    EXPECT_STATUS(ot_sim_train_loop_measure(&l, 0.01, &base), OT_ERR_INVALID_ARGUMENT);
+    l.nparams = 2;
+    ASSERT_OK(ot_shape_make(&ps[1], OT_S32, 1, (int64_t[]){128}));
+    EXPECT_STATUS(ot_sim_train_loop_measure(&l, 0.01, &base), OT_ERR_INVALID_ARGUMENT);
+    EXPECT_STATUS(ot_sim_train_loop_measure(NULL, 0.01, &base), OT_ERR_INVALID_ARGUMENT);
+    ot_executable_free(e);
+}
+
+OT_TEST_MAIN(OT_TEST(test_train_loop_probe), OT_TEST(test_host_tiers),
+             OT_TEST(test_host_dot_splits), OT_TEST(test_host_kernel_model),
+             OT_TEST(test_host_probe), OT_TEST(test_host_measure), OT_TEST(test_link_rings),
+             OT_TEST(test_published_pod_allreduce), OT_TEST(test_ring_formula_and_busbw),
+             OT_TEST(test_sim_uses_pod_model), OT_TEST(test_presets), OT_TEST(test_roofline),
+             OT_TEST(test_errors_and_memory), OT_TEST(test_goodput), OT_TEST(test_full_pod))

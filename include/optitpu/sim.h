@@ -270,6 +270,38 @@ OT_API void ot_sim_device_host_probe(const ot_sim_host_probe *p, ot_sim_device *
 OT_API void ot_sim_device_host_rates(const ot_sim_host_rates *r, const ot_sim_host_calibration *cal,
                                      ot_sim_device *out);
 
+/* optitpu train's own work in one step on one device's thread, besides its executables and
+ * collectives (docs/train.md, the step's parts): the batch's rows gathered from the dataset (its
+ * permutation redrawn once an epoch) and put on the device with their labels; each gradient
+ * output read into one vector and the loss and correct count read, those outputs freed; the
+ * summed gradients put back one buffer per parameter and the optimizer's step and learning rate
+ * put on the device, all freed after the update; and the timeline's bookkeeping, a wall and a
+ * thread-CPU clock at the start and the end of each part. */
+#define OT_SIM_MAX_LOOP_PARAMS 64
+typedef struct ot_sim_train_loop {
+    int64_t rows;           /* one device's batch */
+    int64_t features;       /* f32 per row */
+    int64_t dataset_rows;   /* rows the batch is drawn from (>= rows) */
+    int nparams;            /* 1..OT_SIM_MAX_LOOP_PARAMS */
+    const ot_shape *params; /* borrowed: each parameter's shape (f32) */
+    int parts;              /* timeline parts a step records (train: 6 without overlap) */
+    /* run untimed before each step's work (borrowed, 0..8; zero-filled memory): the step's
+     * executables, so that the work meets the caches and allocator as a step leaves them */
+    const ot_executable *const *between;
+    int nbetween;
+} ot_sim_train_loop;
+
+/* Runs that work step after step on this thread with a host device of its own for window_s of
+ * wall time (at least 21 steps after 3 warm-up ones; before each, untimed, the `between`
+ * executables run): this thread's CPU seconds per step, the median. The buffers the runs allocate
+ * for their outputs are part of the work (the step's loss, correct count and gradients; every
+ * other `between` executable's, the buffers they replace freed): the kernel model's run cost is
+ * a one-output executable's. Like the kernel
+ * probes, the work's cost on one thread (other processes' load is not in it); the output is
+ * ot_sim_config.host_work_s. INVALID_ARGUMENT for sizes out of range or a parameter not f32. */
+OT_API ot_status ot_sim_train_loop_measure(const ot_sim_train_loop *l, double window_s,
+                                           double *seconds);
+
 typedef struct ot_sim_config {
     ot_sim_device device;
     /* The chips and their links; NULL with device.shared_host: `chips` in-process devices. */
@@ -301,6 +333,11 @@ typedef struct ot_sim_config {
      * read off the device and bytes copied in host memory (read + written); 0 on a TPU. */
     int64_t host_transfers;
     double host_copy_bytes;
+    /* The host pipeline measured (ot_sim_train_loop_measure): one device thread's CPU seconds per
+     * step; when > 0 it replaces host_transfers and host_copy_bytes. In one process it runs at one
+     * thread's speed (the other device threads sleep while they wait, as for the update); with
+     * processes that poll, at the cores bound's share (below). */
+    double host_work_s;
     /* Host devices spread over `processes` processes of this machine (0 or 1: one process;
      * chips a multiple of it): each process's chips all-reduce in shared memory as above, and
      * every bucket then crosses the processes over their transport (MPI) in

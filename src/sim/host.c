@@ -289,7 +289,7 @@ static uint64_t thread_cpu_ns(void) {
 }
 
 /* One executable's inputs, outputs and arena, zeroed, for one thread. */
-enum { EXE_IO = 16 }; /* parameters and outputs (a fusion probe's: an Adam update's) */
+enum { EXE_IO = 24 }; /* parameters and outputs (an Adam update of 4 parameters: 18 and 12) */
 typedef struct {
     void *arena, *in[EXE_IO], *out[EXE_IO];
 } exe_mem;
@@ -1001,5 +1001,210 @@ ot_status ot_sim_host_probe_measure(const ot_executable *const *exes, int nexes,
         out->avail = a > 0 && a <= 1 ? a : 1;
     }
     if (s != OT_OK) return ot_error_wrap(s, "sim: probing the host's kernels");
+    return OT_OK;
+}
+
+/* ---- optitpu train's own work per step (ot_sim_train_loop_measure) -------------------------- */
+
+typedef struct {
+    const ot_sim_train_loop *l;
+    ot_device *dev;
+    float *data, *xb, *flat; /* the dataset's rows, the batch's, the gradient vector */
+    int32_t *labels, *yb;
+    int64_t *perm, *idx, epoch;
+    uint64_t rng;
+    ot_buffer **outs; /* the step's outputs: loss, correct count, one gradient per parameter */
+    int64_t *sizes;   /* elements per parameter */
+    uint64_t clocks;  /* folds the timeline's clock reads so none is elided */
+    exe_mem *between; /* the executables run untimed between two steps' work */
+} loop_state;
+
+/* The timeline's bookkeeping of one part: a wall and a thread-CPU clock at its start and at its
+ * end, and its entry found by name among the step's parts (as train's phase clock does). */
+static void loop_part(loop_state *st, const char *const *names, int nnames, int part) {
+    st->clocks += ot_now_ns() + thread_cpu_ns();
+    st->clocks += ot_now_ns() + thread_cpu_ns();
+    int k = 0;
+    while (k < nnames && strcmp(names[k], names[part % nnames]) != 0) k++;
+    st->clocks += (uint64_t)k;
+}
+
+/* One step's work of optitpu train's loop besides its executables' kernels and collectives: the
+ * buffers the runs allocate for their outputs (the step's: loss, correct count and one gradient
+ * per parameter; every other `between` executable's, with the buffers they replace freed) are
+ * part of it. *cpu: this thread's CPU seconds in it. */
+static ot_status loop_step(loop_state *st, int64_t step, double *cpu) {
+    const ot_sim_train_loop *l = st->l;
+    int np = l->nparams;
+    /* the step's executables first, untimed: the work meets the caches as they leave them */
+    ot_run_options ro = ot_run_options_default();
+    ot_status s = OT_OK;
+    for (int k = 0; k < l->nbetween && s == OT_OK; k++)
+        s = ot_execute_on_host(l->between[k], st->between[k].arena, st->between[k].in,
+                               st->between[k].out, &ro, 0, NULL);
+    if (s != OT_OK) return s;
+    uint64_t c0 = thread_cpu_ns();
+    for (int k = 0; k < np + 2 && s == OT_OK; k++) {
+        ot_shape sh;
+        if (k < 2)
+            ot_shape_make(&sh, OT_F32, 0, NULL);
+        else
+            sh = l->params[k - 2];
+        s = ot_buffer_alloc(st->dev, &sh, &st->outs[k]);
+    }
+    for (int k = 1; k < l->nbetween && s == OT_OK; k++) {
+        const ot_executable *e = l->between[k];
+        for (int q = 0; q < ot_executable_output_count(e) && s == OT_OK; q++) {
+            ot_buffer *b = NULL;
+            s = ot_buffer_alloc(st->dev,
+                                &ot_executable_slot(e, ot_executable_output_slot(e, q))->shape, &b);
+            ot_buffer_free(b);
+        }
+    }
+    if (s != OT_OK) return s;
+    static const char *const names[] = {"input",      "forward+backward", "gather",
+                                        "all-reduce", "scatter",          "optimizer"};
+    int nnames = (int)(sizeof names / sizeof names[0]);
+    /* input: the epoch's permutation (redrawn when the epoch changes), the batch's rows */
+    int64_t per_epoch = l->dataset_rows / l->rows, epoch = step / per_epoch;
+    if (epoch != st->epoch) {
+        for (int64_t i = 0; i < l->dataset_rows; i++) st->perm[i] = i;
+        for (int64_t i = l->dataset_rows - 1; i > 0; i--) {
+            st->rng = st->rng * 6364136223846793005ull + 1442695040888963407ull;
+            int64_t j = (int64_t)((st->rng >> 33) % (uint64_t)(i + 1)), t = st->perm[i];
+            st->perm[i] = st->perm[j];
+            st->perm[j] = t;
+        }
+        st->epoch = epoch;
+    }
+    memcpy(st->idx, st->perm + (step % per_epoch) * l->rows, (size_t)l->rows * sizeof *st->idx);
+    for (int64_t i = 0; i < l->rows; i++) {
+        memcpy(st->xb + i * l->features, st->data + st->idx[i] * l->features,
+               (size_t)l->features * sizeof(float));
+        st->yb[i] = st->labels[st->idx[i]];
+    }
+    ot_shape xs, ys;
+    ot_tensor tx, ty;
+    ot_buffer *x = NULL, *y = NULL;
+    ot_shape_make(&xs, OT_F32, 2, (int64_t[]){l->rows, l->features});
+    ot_shape_make(&ys, OT_S32, 1, (int64_t[]){l->rows});
+    ot_tensor_borrow(&tx, &xs, st->xb);
+    ot_tensor_borrow(&ty, &ys, st->yb);
+    s = ot_buffer_from_host(st->dev, &tx, &x);
+    if (s == OT_OK) s = ot_buffer_from_host(st->dev, &ty, &y);
+    ot_buffer_free(x);
+    ot_buffer_free(y);
+    /* gather: each gradient into the vector, the loss and correct count; the outputs freed */
+    int64_t pos = 0;
+    for (int k = 0; k < np && s == OT_OK; k++) {
+        s = ot_buffer_read_bytes(st->outs[2 + k], 0, st->flat + pos,
+                                 st->sizes[k] * (int64_t)sizeof(float));
+        pos += st->sizes[k];
+    }
+    for (int k = 0; k < 2 && s == OT_OK; k++)
+        s = ot_buffer_read_bytes(st->outs[k], 0, st->flat + pos + k, sizeof(float));
+    for (int k = 0; k < np + 2; k++) {
+        ot_buffer_free(st->outs[k]);
+        st->outs[k] = NULL;
+    }
+    /* scatter: the summed gradients back onto the device, one buffer per parameter; then the
+     * optimizer's step and learning rate; every buffer freed after the update */
+    ot_buffer *g[OT_SIM_MAX_LOOP_PARAMS + 2] = {0};
+    pos = 0;
+    for (int k = 0; k < np && s == OT_OK; k++) {
+        ot_tensor h;
+        ot_tensor_borrow(&h, &l->params[k], st->flat + pos);
+        s = ot_buffer_from_host(st->dev, &h, &g[k]);
+        pos += st->sizes[k];
+    }
+    float scalars[2] = {(float)step, 1e-3f};
+    ot_shape ss;
+    ot_shape_make(&ss, OT_F32, 0, NULL);
+    for (int k = 0; k < 2 && s == OT_OK; k++) {
+        ot_tensor h;
+        ot_tensor_borrow(&h, &ss, &scalars[k]);
+        s = ot_buffer_from_host(st->dev, &h, &g[np + k]);
+    }
+    for (int k = 0; k < np + 2; k++) ot_buffer_free(g[k]);
+    for (int p = 0; p < l->parts; p++) loop_part(st, names, nnames, p);
+    *cpu = (double)(thread_cpu_ns() - c0) / 1e9;
+    return s;
+}
+
+ot_status ot_sim_train_loop_measure(const ot_sim_train_loop *l, double window_s, double *seconds) {
+    if (!l || !seconds || l->rows < 1 || l->features < 1 || l->dataset_rows < l->rows ||
+        l->nparams < 1 || l->nparams > OT_SIM_MAX_LOOP_PARAMS || !l->params || l->parts < 0 ||
+        l->nbetween < 0 || l->nbetween > 8 || (l->nbetween > 0 && !l->between) ||
+        !(window_s > 0 && window_s < 60))
+        return ot_error(OT_ERR_INVALID_ARGUMENT,
+                        "sim: train loop probe of %lld rows x %lld features from %lld, %d "
+                        "parameters (1..%d), %d parts, %g s",
+                        l ? (long long)l->rows : 0, l ? (long long)l->features : 0,
+                        l ? (long long)l->dataset_rows : 0, l ? l->nparams : 0,
+                        OT_SIM_MAX_LOOP_PARAMS, l ? l->parts : 0, window_s);
+    loop_state st;
+    memset(&st, 0, sizeof st);
+    st.l = l;
+    st.epoch = -1;
+    st.rng = 0x9E3779B97F4A7C15ull;
+    int64_t total = 0;
+    st.sizes = ot_calloc((size_t)l->nparams, sizeof *st.sizes);
+    ot_status s = st.sizes ? OT_OK : ot_error(OT_ERR_OUT_OF_MEMORY, "sim: train loop probe");
+    for (int k = 0; k < l->nparams && s == OT_OK; k++) {
+        if (l->params[k].dtype != OT_F32)
+            s = ot_error(OT_ERR_INVALID_ARGUMENT, "sim: train loop probe: parameter %d is not f32",
+                         k);
+        st.sizes[k] = ot_shape_numel_unchecked(&l->params[k]);
+        total += st.sizes[k];
+    }
+    size_t rows_bytes = (size_t)(l->dataset_rows * l->features) * sizeof(float);
+    if (s == OT_OK && (!(st.data = ot_calloc(1, rows_bytes + 4)) ||
+                       !(st.labels = ot_calloc((size_t)l->dataset_rows, sizeof *st.labels)) ||
+                       !(st.xb = ot_calloc((size_t)(l->rows * l->features) + 1, sizeof *st.xb)) ||
+                       !(st.yb = ot_calloc((size_t)l->rows, sizeof *st.yb)) ||
+                       !(st.flat = ot_calloc((size_t)total + 2, sizeof *st.flat)) ||
+                       !(st.perm = ot_calloc((size_t)l->dataset_rows, sizeof *st.perm)) ||
+                       !(st.idx = ot_calloc((size_t)l->rows, sizeof *st.idx)) ||
+                       !(st.outs = ot_calloc((size_t)l->nparams + 2, sizeof *st.outs))))
+        s = ot_error(OT_ERR_OUT_OF_MEMORY, "sim: train loop probe");
+    exe_mem between[8];
+    memset(between, 0, sizeof between);
+    st.between = between;
+    for (int k = 0; k < l->nbetween && s == OT_OK; k++) {
+        if (!l->between[k])
+            s = ot_error(OT_ERR_INVALID_ARGUMENT, "sim: train loop probe: executable %d is NULL",
+                         k);
+        if (s == OT_OK) s = exe_mem_alloc(l->between[k], &between[k]);
+        if (s == OT_OK) fill_inputs(l->between[k], &between[k]);
+    }
+    if (s == OT_OK) s = ot_host_device_create(0, 0, &st.dev);
+    /* steps one after another for the window (at least 21): the median of their CPU times */
+    enum { MAX_STEPS = 4096 };
+    double *t = s == OT_OK ? ot_malloc(sizeof(double) * MAX_STEPS) : NULL;
+    if (s == OT_OK && !t) s = ot_error(OT_ERR_OUT_OF_MEMORY, "sim: train loop probe");
+    double warm = 0;
+    for (int64_t k = 0; k < 3 && s == OT_OK; k++) s = loop_step(&st, k, &warm);
+    int n = 0;
+    uint64_t w0 = ot_now_ns();
+    while (s == OT_OK && n < MAX_STEPS && (n < 21 || (double)(ot_now_ns() - w0) < window_s * 1e9)) {
+        s = loop_step(&st, 3 + n, &t[n]);
+        n++;
+    }
+    if (s == OT_OK) *seconds = ot_bench_median(t, (size_t)n);
+    __asm__ volatile("" ::"r"(st.clocks));
+    ot_free(t);
+    for (int k = 0; st.outs && k < l->nparams + 2; k++) ot_buffer_free(st.outs[k]);
+    ot_device_free(st.dev);
+    for (int k = 0; k < 8; k++) exe_mem_free(&between[k]);
+    ot_free(st.outs);
+    ot_free(st.idx);
+    ot_free(st.perm);
+    ot_free(st.flat);
+    ot_free(st.yb);
+    ot_free(st.xb);
+    ot_free(st.labels);
+    ot_free(st.data);
+    ot_free(st.sizes);
+    if (s != OT_OK) return ot_error_wrap(s, "sim: train loop probe");
     return OT_OK;
 }

@@ -617,8 +617,8 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         return ot_error(OT_ERR_INVALID_ARGUMENT, "sim: state_bytes %d (4: f32, 2: bf16)",
                         c->state_bytes);
     if (c->param_bytes < 0 || c->optimizer_states < 0 || c->bucket_bytes < 0 || c->rings < 0 ||
-        c->host_transfers < 0 || !(c->host_copy_bytes >= 0) || c->ckpt_every < 0 ||
-        c->mtbf_hours < 0 || c->restart_s < 0 ||
+        c->host_transfers < 0 || !(c->host_copy_bytes >= 0) || !(c->host_work_s >= 0) ||
+        c->ckpt_every < 0 || c->mtbf_hours < 0 || c->restart_s < 0 ||
         !(c->backward_fraction >= 0 && c->backward_fraction <= 1))
         return ot_error(OT_ERR_INVALID_ARGUMENT,
                         "sim: negative size, interval or MTBF, or a backward fraction outside "
@@ -653,10 +653,15 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         double tb = bytes / (d->hbm_bytes_per_s * cs);
         out->optimizer_s = (tf > tb ? tf : tb) + d->launch_s / cs;
     }
-    /* the host pipeline: buffers on and off the device, copies in host memory */
-    if (c->host_transfers > 0) out->host_s += (double)c->host_transfers * d->transfer_s / cs;
-    if (c->host_copy_bytes > 0 && d->copy_bytes_per_s > 0)
-        out->host_s += c->host_copy_bytes / (d->copy_bytes_per_s * cs);
+    /* the host pipeline: measured as a whole (one device thread's work), or priced as buffers
+     * on and off the device and copies in host memory */
+    if (c->host_work_s > 0) {
+        out->host_s = c->host_work_s;
+    } else {
+        if (c->host_transfers > 0) out->host_s += (double)c->host_transfers * d->transfer_s / cs;
+        if (c->host_copy_bytes > 0 && d->copy_bytes_per_s > 0)
+            out->host_s += c->host_copy_bytes / (d->copy_bytes_per_s * cs);
+    }
     double host_cpu = out->host_s, optimizer_cpu = out->optimizer_s;
     /* Processes that outnumber the cores stay runnable while they wait for each other (the MPI
      * transport polls, yielding between polls, and a yielding thread keeps its fair share of a
@@ -782,7 +787,7 @@ ot_status ot_sim_run(const ot_sim_config *c, ot_sim_result *out) {
         host_walk w = host_walk_gap(d, c->step, scale, -1, NULL, NULL, start_gap);
         double upd = c->update ? ot_sim_host_cpu_s(d, c->update, c->shard_optimizer ? 1.0 / n : 1.0)
                                : optimizer_cpu;
-        out->cpu_s = n * (w.cpu + upd) + host_cpu;
+        out->cpu_s = n * (w.cpu + upd + host_cpu); /* every device stages its own step */
     }
     out->step_s = out->compute_s + out->exposed_comm_s + out->optimizer_s + out->host_s;
     out->samples_per_s = out->step_s > 0 ? (double)c->global_batch / out->step_s : 0;
