@@ -470,8 +470,8 @@ static int write_svg(const char *path, const row *rows, int n) {
 /* optitpu train's own work per step on one host device of `per` samples of the MLP
  * (ot_sim_train_loop_measure, the step executable run between): its rows drawn from the digits
  * training set, or from the batch itself when that is larger. */
-static ot_status train_loop(const ot_model *m, int64_t per, const ot_executable *step,
-                            double *out) {
+static ot_status train_loop(const ot_model *m, int64_t per, int64_t features,
+                            const ot_executable *step, double *out) {
     ot_dataset tr, te;
     memset(&tr, 0, sizeof tr);
     memset(&te, 0, sizeof te);
@@ -483,7 +483,7 @@ static ot_status train_loop(const ot_model *m, int64_t per, const ot_executable 
     int np = ot_model_param_count(m);
     for (int k = 0; k < np; k++) shapes[k] = *ot_model_param_shape(m, k);
     const ot_executable *between[1] = {step};
-    ot_sim_train_loop l = {per, shapes[0].dims[0], rows, np, shapes, 6, between, 1};
+    ot_sim_train_loop l = {per, features, rows, np, shapes, 6, between, 1};
     return ot_sim_train_loop_measure(&l, 0.05, out);
 }
 
@@ -606,7 +606,8 @@ static int run(int argc, char **argv) {
             if (s == OT_OK) ot_sim_device_host_probe(&pb, &c.device);
             /* train's own work per step (staging, its timeline's clocks), probed now with the
              * step run between: it replaces the transfer count's price */
-            if (s == OT_OK && w.mlp) s = train_loop(w.mlp, a.batch / n, c.step, &c.host_work_s);
+            if (s == OT_OK && w.mlp)
+                s = train_loop(w.mlp, a.batch / n, a.inputs, c.step, &c.host_work_s);
         }
         if (s == OT_OK) s = ot_sim_run(&c, &r->r);
         ot_topology_free(t);
