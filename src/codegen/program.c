@@ -34,6 +34,10 @@ extern char **environ;
         "-fno-builtin-tan", "-fno-builtin-tanf", "-fno-builtin-tanh", "-fno-builtin-tanhf",        \
         "-fno-builtin-atan2", "-fno-builtin-atan2f", "-fno-builtin-pow", "-fno-builtin-powf",      \
         "-fno-builtin-erf", "-fno-builtin-erff", "-fno-builtin-cbrt", "-fno-builtin-cbrtf"
+/* -fno-trapping-math: gcc vectorizes floor, ceil, round and nearbyint (vrndscale) only without
+ * trapping math; with it a loop holding one of them stays scalar (jax's lgamma and digamma take
+ * floor for their reflection: the loop of an f64 lgamma fusion ran 7.0 Melem/s, 38.6 vectorized).
+ * The option changes no value (no exception flags are read), only what gcc may speculate. */
 /* gcc does not take the restrict of a kernel's local operand pointers (loaded from in[k] and
  * out[k]) as a promise: it vectorizes a loop behind run-time overlap checks between every store
  * and every other access, and gives up (scalar loop) past 10 checks, which any fusion of a few
@@ -43,8 +47,8 @@ extern char **environ;
  * ignores the parameter (-w silences its warning). */
 #define CG_FLAGS                                                                                   \
     "-O3", "-march=native", "-mprefer-vector-width=512", "-std=c11", "-fPIC", "-shared",           \
-        "-ffp-contract=off", "-fno-math-errno", "-fno-strict-aliasing", "-w", "--param",           \
-        "vect-max-version-for-alias-checks=256", CG_NO_FOLD
+        "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fno-strict-aliasing",      \
+        "-w", "--param", "vect-max-version-for-alias-checks=256", CG_NO_FOLD
 /* the flags again, as the cache key reads them */
 static const char *const g_flags[] = {CG_FLAGS};
 #define CG_CHUNK 32768 /* elements per piece of the fixed partition (a multiple of 64) */
