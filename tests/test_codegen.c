@@ -4103,6 +4103,42 @@ static void test_rounding_vectorize(void) {
     if (!gcc) printf("  (vectorization not checked: cc is not gcc)\n");
 }
 
+/* f64 transcendentals in generated code, whose results are flushed in software only where they
+ * can be subnormal (exp: from x = -708.4 down; not tanh, erf, log, log1p, expm1 or cbrt of a
+ * flushed operand): on values next to the smallest normal number and subnormals (g_tiny), and
+ * exp on x in [-722, 722] (about 1 % of its results subnormal), bit for bit the reference's at
+ * 1, 2, 3 and 8 threads. */
+static void test_f64_result_flush(void) {
+    static const char tiny[] =
+        "HloModule f64tiny\nENTRY e {\n  x = f64[4,9001]{1,0} parameter(0)\n"
+        "  a = f64[4,9001]{1,0} tanh(x)\n  b = f64[4,9001]{1,0} erf(x)\n"
+        "  ax = f64[4,9001]{1,0} abs(x)\n  c = f64[4,9001]{1,0} log(ax)\n"
+        "  d = f64[4,9001]{1,0} log-plus-one(x)\n  f = f64[4,9001]{1,0} exponential-minus-one(x)\n"
+        "  g = f64[4,9001]{1,0} cbrt(x)\n  h = f64[4,9001]{1,0} exponential(x)\n"
+        "  ROOT t = (f64[4,9001]{1,0}, f64[4,9001]{1,0}, f64[4,9001]{1,0}, f64[4,9001]{1,0}, "
+        "f64[4,9001]{1,0}, f64[4,9001]{1,0}, f64[4,9001]{1,0}) tuple(a, b, c, d, f, g, h)\n}\n";
+    static const char wide[] =
+        "HloModule f64exp\nENTRY e {\n  x = f64[4,9001]{1,0} parameter(0)\n"
+        "  k = f64[] constant(72)\n  kb = f64[4,9001]{1,0} broadcast(k), dimensions={}\n"
+        "  y = f64[4,9001]{1,0} multiply(x, kb)\n  h = f64[4,9001]{1,0} exponential(y)\n"
+        "  a = f64[4,9001]{1,0} tanh(y)\n  c = f64[4,9001]{1,0} log-plus-one(h)\n"
+        "  d = f64[4,9001]{1,0} exponential-minus-one(y)\n"
+        "  ROOT t = (f64[4,9001]{1,0}, f64[4,9001]{1,0}, f64[4,9001]{1,0}, f64[4,9001]{1,0}) "
+        "tuple(h, a, c, d)\n}\n";
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    for (int t = 0; t < 4; t++) {
+        g_run_pool = pools[t];
+        g_tiny = true;
+        check_module(tiny, 3200, true);
+        g_tiny = false;
+        check_module(wide, 3201, true);
+    }
+    g_run_pool = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Interior padding along the last dim (lax.associative_scan's down-sweep: the scanned odd
  * elements and the even ones interleaved by two pads and an add; the gradient of a strided
  * slice): the column loop runs by whole periods of the pads' strides with each residue's body
@@ -4272,6 +4308,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_libm_not_folded),
         OT_TEST(test_many_operands_vectorize),
         OT_TEST(test_rounding_vectorize),
+        OT_TEST(test_f64_result_flush),
     };
     int rc = ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     cleanup_cache();
