@@ -3206,6 +3206,45 @@ static ot_module *random_dag(uint64_t seed, int n) {
     return m;
 }
 
+/* A scalar constant read by a scalar loss (sum * 1e-3) and, through a broadcast, by a gradient's
+ * row sum that is a sibling of the loss's row sum (the shape of a log-softmax value_and_grad):
+ * the constant stays in the entry, copied into each fusion, instead of becoming the loss
+ * cluster's output, which closed a cycle (row sums -> loss -> constant -> row sums) once the two
+ * row sums merged, and the cycle check then split the clusters into single kernels (a stored
+ * array of 1e-3 among them). Two fusions, no split, the same bits as the reference. */
+static void test_fuse_shared_scalar_constant(void) {
+    static const char text[] =
+        "HloModule t\n"
+        "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+        "ENTRY e {\n"
+        "  x = f32[64,300] parameter(0)\n  k = f32[] constant(0.001)\n  z = f32[] constant(0)\n"
+        "  e = f32[64,300] exponential(x)\n"
+        "  r1 = f32[64] reduce(e, z), dimensions={1}, to_apply=add\n"
+        "  s = f32[] reduce(r1, z), dimensions={0}, to_apply=add\n"
+        "  loss = f32[] multiply(s, k)\n"
+        "  kb = f32[64,300] broadcast(k), dimensions={}\n"
+        "  g = f32[64,300] multiply(x, kb)\n"
+        "  r2 = f32[64] reduce(g, z), dimensions={1}, to_apply=add\n"
+        "  ROOT t = (f32[], f32[64]) tuple(loss, r2)\n}\n";
+    ot_module *m = NULL;
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    int64_t before = cc_fuse_test.splits;
+    ASSERT_OK(ot_pass_fuse(m, 0, NULL));
+    ASSERT_OK(ot_pass_dce(m, NULL));
+    ASSERT_OK(ot_module_verify(m));
+    EXPECT_INT_EQ(cc_fuse_test.splits, before);
+    const ot_computation *c = ot_module_entry(m);
+    EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), 2);
+    EXPECT_INT_EQ(count_op(c, OT_OP_CONSTANT), 0);
+    for (const ot_instr *i = c->first; i; i = i->next)
+        if (i->opcode == OT_OP_FUSION) EXPECT_TRUE(i->noperands > 0); /* no stored constant */
+    ot_module_free(m);
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    int64_t biggest = 0;
+    EXPECT_INT_EQ(exact_at_O2(m, 7, &biggest, NULL), 2);
+    ot_module_free(m);
+}
+
 static void test_fuse_random_dags(void) {
     for (uint64_t seed = 1; seed <= 40; seed++) {
         ot_module *m = random_dag(seed, 100 + (int)(seed * 37 % 400));
@@ -3294,29 +3333,27 @@ static void test_removed_storage_reused_between_passes(void) {
     ot_module_free(m);
 }
 
-OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
-             OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
-             OT_TEST(test_cse_called_by_structure), OT_TEST(test_simplify),
-             OT_TEST(test_simplify_gather), OT_TEST(test_simplify_indices_reshape),
-             OT_TEST(test_simplify_transpose_reshape), OT_TEST(test_simplify_pad_window),
-             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_simplify_dot_transpose),
-             OT_TEST(test_simplify_dot_fold_transpose), OT_TEST(test_inline_calls),
-             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
-             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
-             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
-             OT_TEST(test_fuse_no_duplicate_expensive),
-             OT_TEST(test_fuse_scalar_broadcast_beside_scatter),
-             OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
-             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
-             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
-             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
-             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
-             OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
-             OT_TEST(test_serialize_roundtrip_schedule_order),
-             OT_TEST(test_serialize_roundtrip_corpus), OT_TEST(test_serialize_every_attribute),
-             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
-             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
-             OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
-             OT_TEST(test_fuse_tapped_chain), OT_TEST(test_fuse_size_capped),
-             OT_TEST(test_fuse_random_dags), OT_TEST(test_fuse_cycle_check_alone),
-             OT_TEST(test_inline_size_limit))
+OT_TEST_MAIN(
+    OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
+    OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
+    OT_TEST(test_cse_called_by_structure), OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
+    OT_TEST(test_simplify_indices_reshape), OT_TEST(test_simplify_transpose_reshape),
+    OT_TEST(test_simplify_pad_window), OT_TEST(test_simplify_reduce_size1),
+    OT_TEST(test_simplify_dot_transpose), OT_TEST(test_simplify_dot_fold_transpose),
+    OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
+    OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
+    OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
+    OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
+    OT_TEST(test_fuse_scalar_broadcast_beside_scatter), OT_TEST(test_fuse_shared_scalar_constant),
+    OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
+    OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
+    OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
+    OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
+    OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+    OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
+    OT_TEST(test_serialize_roundtrip_schedule_order), OT_TEST(test_serialize_roundtrip_corpus),
+    OT_TEST(test_serialize_every_attribute), OT_TEST(test_serialize_bad_files),
+    OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
+    OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
+    OT_TEST(test_fuse_tapped_chain), OT_TEST(test_fuse_size_capped), OT_TEST(test_fuse_random_dags),
+    OT_TEST(test_fuse_cycle_check_alone), OT_TEST(test_inline_size_limit))

@@ -664,6 +664,14 @@ static ot_status phase1(fz *f) {
             /* (clusters merged before a refusal stay merged: siblings, legal either way) */
             nu = user_clusters(f, i, ucl, &outside, &many);
         }
+        /* a scalar constant read outside one cluster is no cluster's output: it stays in the
+         * entry and materialize copies it into each fusion that reads it. As an output it would
+         * be an edge from its cluster to every reader, and a cycle through it (a loss's scalar
+         * 1/n also scaling the gradient's rows) split whole clusters into single kernels */
+        if (i->opcode == OT_OP_CONSTANT && (outside || many || nu != 1)) {
+            OT_CHECK(new_cluster(f, k, CL_LOOP, cc_numel(i)));
+            continue;
+        }
         if (!many && nu == 1 && can_join(f, i, ucl[0], outside, &small, &id, &nc) &&
             (!outside || !reaches(f, &i, 1, ucl[0], ucl[0]))) {
             join(f, k, ucl[0], outside, small, id, nc);
