@@ -191,6 +191,24 @@ static void test_windows(void) {
               "size=8x8 pad=0_0x0_0 rhs_dilate=2x2", "f01b_i01o->01bf");
 }
 
+/* Per-example filter gradients (JAX's vmap(grad) of a conv net): one feature group per example,
+ * the examples as the lhs's features, the output gradient as the kernel (window dilation = the
+ * forward stride); oneDNN takes no grouped backward-weights form, so these run the im2col path,
+ * every group's tiles in one parallel loop, kernel offsets from per-dim tables: a 2-D net's two
+ * layers (3x3 stride 2, padded 0_1), 1-D with base dilation (a transposed conv's filter
+ * gradient), and groups of two channels. */
+static void test_group_filter_grads(void) {
+    const char *fg = "f01b_i01o->01bf";
+    conv_case_attrs("f32[32,14,14,16]", "f32[1,7,7,1024]", "f32[3,3,16,1024]",
+                    "size=7x7 pad=0_1x0_1 rhs_dilate=2x2", fg, ", feature_group_count=32");
+    conv_case_attrs("f32[32,28,28,1]", "f32[1,14,14,512]", "f32[3,3,1,512]",
+                    "size=14x14 pad=0_1x0_1 rhs_dilate=2x2", fg, ", feature_group_count=32");
+    conv_case_attrs("f32[8,20,6]", "f32[1,37,40]", "f32[3,6,40]", "size=37 lhs_dilate=2",
+                    "f0b_i0o->0bf", ", feature_group_count=8");
+    conv_case_attrs("f32[12,9,9,5]", "f32[2,9,9,18]", "f32[3,3,5,18]", "size=9x9 pad=1_1x1_1", fg,
+                    ", feature_group_count=6");
+}
+
 /* Features outermost (NCHW and its 1-D and 3-D forms) with at least 16 features on both image
  * operands: oneDNN's blocked layout, each chunk of images reordered into it and back — forward,
  * filter gradient and lhs-dilated input gradient; feature counts not a multiple of the block
@@ -479,6 +497,6 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_convnet_nchw), OT_TEST(test_convnet_nhwc),
-             OT_TEST(test_windows), OT_TEST(test_nchw_blocked), OT_TEST(test_small_batches),
-             OT_TEST(test_feature_parts), OT_TEST(test_patches), OT_TEST(test_output_fusion),
-             OT_TEST(test_teardown))
+             OT_TEST(test_windows), OT_TEST(test_group_filter_grads), OT_TEST(test_nchw_blocked),
+             OT_TEST(test_small_batches), OT_TEST(test_feature_parts), OT_TEST(test_patches),
+             OT_TEST(test_output_fusion), OT_TEST(test_teardown))

@@ -30,6 +30,7 @@
 #define CONV_TILE_BYTES ((size_t)2 << 20) /* im2col bytes per tile, at most (fewer rows) */
 #define CONV_MIN_TASKS  8                 /* tiles wanted, where the positions allow */
 #define CONV_TR_MIN_P   64                /* positions per batch element for the transposed form */
+#define CONV_TAB_MAX    65536             /* conv_src's tables: entries, at most */
 
 typedef struct conv_plan {
     size_t es;
@@ -48,15 +49,30 @@ typedef struct conv_plan {
     int64_t ptiles;     /* transposed form: tiles per batch element */
     int64_t nto, to;    /* blocks of output features and their size */
     size_t colb, cbufb; /* per-thread im2col and result buffer bytes */
-    const char *x, *wm; /* the input, the packed kernel W of the current group */
+    const char *x, *wm; /* the input, the packed kernels W of the groups (wstride bytes each) */
     char *buf, *y;      /* per-thread buffers (colb + cbufb each), the output */
-    int64_t g;          /* the current group */
+    size_t wstride;
+    int64_t ntg; /* tasks per group: group g's are [g * ntg, (g + 1) * ntg) */
+    /* per spatial dim s, where set: tab + tabo[s] holds, at oi * kdims[s] + k, the offset
+     * (input position * lstr_s[s]) that output position oi and kernel position k read along s,
+     * or -1 (padding, a base-dilation hole): conv_src without a division per kernel position */
+    const int64_t *tab;
+    int64_t tabo[OT_MAX_RANK];
 } conv_plan;
 
 /* The input offset (from the batch element's and feature's base) that kernel position k and
- * output position oi read, or -1 in the padding or a base-dilation hole. */
+ * output position oi read, or -1 in the padding or a base-dilation hole (from the tables where
+ * the plan has them). */
 static inline int64_t conv_src(const conv_plan *p, const int64_t *oi, const int64_t *k) {
     int64_t off = 0;
+    if (p->tab) {
+        for (int s = 0; s < p->ns; s++) {
+            int64_t v = p->tab[p->tabo[s] + oi[s] * p->kdims[s] + k[s]];
+            if (v < 0) return -1;
+            off += v;
+        }
+        return off;
+    }
     for (int s = 0; s < p->ns; s++) {
         int64_t pos = oi[s] * p->stride[s] - p->pad_lo[s] + k[s] * p->wdil[s];
         if (pos < 0 || pos % p->bdil[s]) return -1;
@@ -65,6 +81,24 @@ static inline int64_t conv_src(const conv_plan *p, const int64_t *oi, const int6
         off += pos * p->lstr_s[s];
     }
     return off;
+}
+
+/* offs[q] = conv_src(p, oi, k(q)) for every kernel position q (row-major), from the tables: the
+ * offsets of the dims so far expanded by each next dim's, in place from the back (entry j's
+ * kdims[s] successors land at j * kdims[s] and up, never on an entry not yet read). */
+static void conv_row_offsets(const conv_plan *p, const int64_t *oi, int64_t *offs) {
+    int64_t n = 1;
+    offs[0] = 0;
+    for (int s = 0; s < p->ns; s++) {
+        int64_t kd = p->kdims[s];
+        const int64_t *t = p->tab + p->tabo[s] + oi[s] * kd;
+        for (int64_t j = n - 1; j >= 0; j--) {
+            int64_t b = offs[j];
+            for (int64_t k = kd - 1; k >= 0; k--)
+                offs[j * kd + k] = b < 0 || t[k] < 0 ? -1 : b + t[k];
+        }
+        n *= kd;
+    }
 }
 
 static inline void conv_unflat(const conv_plan *p, int64_t pp, int64_t *oi) {
@@ -87,7 +121,8 @@ static inline bool conv_next(int64_t *idx, const int64_t *dims, int n) {
  * per row (offs: kn scratch offsets), then each feature's plane read at them. Where the features
  * are innermost and a row's whole run of the last kernel dim is inside the input and contiguous
  * in it (no dilation; the input holds just the group's features), the run is one memcpy. */
-static void im2col_rows(const conv_plan *p, int64_t r0, int64_t r1, char *col, int64_t *offs) {
+static void im2col_rows(const conv_plan *p, int64_t g, int64_t r0, int64_t r1, char *col,
+                        int64_t *offs) {
     size_t es = p->es;
     int last = p->ns - 1;
     int64_t kl = p->ns > 0 ? p->kdims[last] : 1;
@@ -97,10 +132,13 @@ static void im2col_rows(const conv_plan *p, int64_t r0, int64_t r1, char *col, i
         int64_t n = row / p->P, oi[OT_MAX_RANK], k[OT_MAX_RANK] = {0};
         conv_unflat(p, row % p->P, oi);
         char *dst = col + (size_t)((row - r0) * p->Kd) * es;
-        const char *base = p->x + (size_t)(n * p->lstr_b + p->g * p->Cg * p->lstr_f) * es;
+        const char *base = p->x + (size_t)(n * p->lstr_b + g * p->Cg * p->lstr_f) * es;
         if (p->cmaj) {
-            for (int64_t q = 0; q < p->kn; q++, conv_next(k, p->kdims, p->ns))
-                offs[q] = conv_src(p, oi, k);
+            if (p->tab)
+                conv_row_offsets(p, oi, offs);
+            else
+                for (int64_t q = 0; q < p->kn; q++, conv_next(k, p->kdims, p->ns))
+                    offs[q] = conv_src(p, oi, k);
             for (int64_t c = 0; c < p->Cg; c++) {
                 if (es == 4) {
                     const uint32_t *sp = (const uint32_t *)base + c * p->lstr_f;
@@ -146,12 +184,12 @@ static void im2col_rows(const conv_plan *p, int64_t r0, int64_t r1, char *col, i
  * kernel position the positions' input offsets are found once and merged into runs (contiguous
  * in the input, or in the padding), copied for every feature with memcpy/memset. offs: scratch
  * of 4 (p1 - p0) offsets. */
-static void im2col_tr(const conv_plan *p, int64_t n, int64_t p0, int64_t p1, char *col,
+static void im2col_tr(const conv_plan *p, int64_t g, int64_t n, int64_t p0, int64_t p1, char *col,
                       int64_t *offs) {
     size_t es = p->es;
     int64_t tp = p1 - p0, k[OT_MAX_RANK] = {0};
     int64_t *rj = offs + tp, *rl = rj + tp, *ro = rl + tp; /* runs: start, length, offset */
-    const char *base = p->x + (size_t)(n * p->lstr_b + p->g * p->Cg * p->lstr_f) * es;
+    const char *base = p->x + (size_t)(n * p->lstr_b + g * p->Cg * p->lstr_f) * es;
     for (int64_t q = 0; q < p->kn; q++, conv_next(k, p->kdims, p->ns)) {
         int64_t oi[OT_MAX_RANK], nr = 0;
         conv_unflat(p, p0, oi);
@@ -202,19 +240,20 @@ static inline void copy_el(char *dst, const char *src, size_t es) {
         *(uint64_t *)dst = *(const uint64_t *)src;
 }
 
-/* One task: a tile of output positions and a block of output features. */
+/* One task: a feature group's tile of output positions and block of output features. */
 static void conv_tasks(void *arg, int64_t begin, int64_t end, int ith) {
     const conv_plan *p = arg;
     size_t es = p->es;
     char *col = p->buf + (size_t)ith * (p->colb + p->cbufb), *cb = col + p->colb;
-    for (int64_t t = begin; t < end; t++) {
+    for (int64_t tg = begin; tg < end; tg++) {
+        int64_t g = tg / p->ntg, t = tg % p->ntg;
         int64_t rt = t / p->nto, o0 = (t % p->nto) * p->to;
         int64_t on = p->Og - o0 < p->to ? p->Og - o0 : p->to;
-        int64_t fo = p->g * p->Og + o0; /* the block's first output feature */
-        const char *w = p->wm + (size_t)o0 * es;
+        int64_t fo = g * p->Og + o0; /* the block's first output feature */
+        const char *w = p->wm + (size_t)g * p->wstride + (size_t)o0 * es;
         if (!p->tr) {
             int64_t NP = p->N * p->P, r0 = rt * p->tm, r1 = r0 + p->tm < NP ? r0 + p->tm : NP;
-            im2col_rows(p, r0, r1, col, (int64_t *)cb);
+            im2col_rows(p, g, r0, r1, col, (int64_t *)cb);
             if (p->direct) { /* C rows are the output's positions, its features contiguous */
                 conv_gemm(p, false, r1 - r0, on, col, p->Kd, w, p->Og,
                           p->y + (size_t)(r0 * p->rs + fo) * es, p->rs);
@@ -235,7 +274,7 @@ static void conv_tasks(void *arg, int64_t begin, int64_t end, int ith) {
         } else {
             int64_t n = rt / p->ptiles, p0 = (rt % p->ptiles) * p->tm;
             int64_t p1 = p0 + p->tm < p->P ? p0 + p->tm : p->P, tp = p1 - p0;
-            im2col_tr(p, n, p0, p1, col, (int64_t *)cb);
+            im2col_tr(p, g, n, p0, p1, col, (int64_t *)cb);
             char *yb = p->y + (size_t)(n * p->ostr_b + fo * p->ostr_f + p0) * es;
             if (p->direct) { /* C^T rows are one output feature's positions */
                 conv_gemm(p, true, on, tp, w, p->Og, col, tp, yb, p->ostr_f);
@@ -591,10 +630,12 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     p.tr = p.ns >= 1 && p.lstr_f != 1 && p.lstr_s[p.ns - 1] == 1 && p.P >= CONV_TR_MIN_P;
     int64_t per_tile = (int64_t)(CONV_TILE_BYTES / ((size_t)p.Kd * es));
     if (per_tile < 1) per_tile = 1;
+    /* the groups' tasks run in one parallel loop: the tiles per group that feed the pool */
+    int64_t want_g = cdiv(CONV_MIN_TASKS, p.G);
     int64_t ntiles;
     if (!p.tr) {
         int64_t NP = p.N * p.P;
-        p.tm = cdiv(NP, CONV_MIN_TASKS);
+        p.tm = cdiv(NP, want_g);
         if (p.tm > CONV_TILE_ROWS) p.tm = CONV_TILE_ROWS;
         if (p.tm > per_tile) p.tm = per_tile;
         ntiles = cdiv(NP, p.tm);
@@ -603,7 +644,7 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
                    (p.N == 1 || p.ostr_b == (p.ns > 0 ? p.odims[0] * p.ostr_s[0] : p.rs));
     } else {
         p.tm = p.P < CONV_TILE_ROWS ? p.P : CONV_TILE_ROWS;
-        int64_t want = cdiv(CONV_MIN_TASKS, p.N); /* tiles per batch element to feed the pool */
+        int64_t want = cdiv(want_g, p.N); /* tiles per batch element to feed the pool */
         int64_t even = cdiv(p.P, want);
         if (even < 16) even = p.P < 16 ? p.P : 16;
         if (p.tm > even) p.tm = even;
@@ -613,16 +654,18 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
         p.direct = p.ostr_s[p.ns - 1] == 1 && pos_rowmajor && p.ostr_f <= INT_MAX &&
                    p.ostr_f >= p.tm; /* the GEMM's ldc covers a tile's positions */
     }
-    /* one tile: blocks of output features too, so that the pool has work (each block does the
-     * tile's im2col again, as costly as a GEMM of a few dozen features: only then) */
+    /* one tile (and few groups): blocks of output features too, so that the pool has work (each
+     * block does the tile's im2col again, as costly as a GEMM of a few dozen features: only
+     * then) */
     p.nto = 1;
-    if (ntiles == 1 && p.Og >= 16) {
-        p.nto = CONV_MIN_TASKS;
+    if (ntiles == 1 && p.Og >= 16 && want_g > 1) {
+        p.nto = want_g;
         if (p.nto > p.Og / 8) p.nto = p.Og / 8;
     }
     p.to = cdiv(p.Og, p.nto);
     p.nto = cdiv(p.Og, p.to);
-    int64_t ntasks = ntiles * p.nto;
+    p.ntg = ntiles * p.nto;
+    int64_t ntasks = p.ntg * p.G;
     p.colb = ex_align64((size_t)(p.tm * p.Kd) * es);
     p.cmaj = !p.tr && p.lstr_f != 1;
     p.cbufb = p.tr     ? ex_align64((size_t)(4 * p.tm) * sizeof(int64_t))
@@ -631,10 +674,27 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     if (!p.direct) p.cbufb += ex_align64((size_t)(p.tm * p.to) * es);
     int64_t work = p.N * p.P * p.Og * p.Kd * p.G; /* multiply-adds: the inline decision */
     int nth = conv_threads(c, ntasks, work * 4);
-    size_t wbytes = ex_align64((size_t)(p.Kd * p.Og) * es);
+    p.wstride = ex_align64((size_t)(p.Kd * p.Og) * es);
+    size_t wbytes = p.wstride * (size_t)p.G;
+    int64_t ntab = 0;
+    for (int s = 0; s < p.ns; s++) ntab += p.odims[s] * p.kdims[s];
+    size_t tabb = ntab <= CONV_TAB_MAX ? ex_align64((size_t)ntab * sizeof(int64_t)) : 0;
     void *sp = NULL;
-    OT_CHECK(ex_scratch(c, wbytes + (size_t)nth * (p.colb + p.cbufb), &sp));
-    char *wm = sp;
+    OT_CHECK(ex_scratch(c, tabb + wbytes + (size_t)nth * (p.colb + p.cbufb), &sp));
+    if (tabb) {
+        int64_t *tab = sp, at = 0;
+        for (int s = 0; s < p.ns; s++) {
+            p.tabo[s] = at;
+            for (int64_t o = 0; o < p.odims[s]; o++)
+                for (int64_t k = 0; k < p.kdims[s]; k++) {
+                    int64_t pos = o * p.stride[s] - p.pad_lo[s] + k * p.wdil[s];
+                    bool inside = pos >= 0 && pos % p.bdil[s] == 0 && pos / p.bdil[s] < p.idims[s];
+                    tab[at++] = inside ? pos / p.bdil[s] * p.lstr_s[s] : -1;
+                }
+        }
+        p.tab = tab;
+    }
+    char *wm = (char *)sp + tabb;
     p.wm = wm;
     p.buf = wm + wbytes;
     p.x = in[0];
@@ -644,42 +704,45 @@ ot_status ex_fast_conv(ex_kernel_ctx *c, const ot_instr *i, void *const *in, con
     const char *r = in[1];
     bool anyrev = false;
     for (int s = 0; s < p.ns; s++) anyrev |= w && w->dims[s].reversal;
-    for (p.g = 0; p.g < p.G; p.g++) {
-        if (p.G == 1 && !anyrev) { /* W is a permutation of the kernel: the blocked transpose */
-            int64_t perm[OT_MAX_RANK];
-            int np = 0;
-            if (p.cmaj) perm[np++] = cd->kernel_input_feature;
-            for (int s = 0; s < p.ns; s++) perm[np++] = cd->kernel_spatial[s];
-            if (!p.cmaj) perm[np++] = cd->kernel_input_feature;
-            perm[np++] = cd->kernel_output_feature;
-            ex_transpose(c, es, rs->rank, rs->dims, perm, r, wm);
-            ex_par_for_dynamic(c, ntasks, work * 4, conv_tasks, &p);
-            continue;
-        }
-        /* W[(q, c), o] = kernel[o, c, kk(q)] (kk reversed where the window says so); with cmaj
-         * W[(c, q), o] */
-        int64_t k[OT_MAX_RANK] = {0};
-        for (int64_t q = 0; q < p.kn; q++) {
-            int64_t koff = 0;
-            for (int s = 0; s < p.ns; s++) {
-                bool rev = w && w->dims[s].reversal;
-                koff += (rev ? p.kdims[s] - 1 - k[s] : k[s]) * rstr[cd->kernel_spatial[s]];
+    if (p.G == 1 && !anyrev) { /* W is a permutation of the kernel: the blocked transpose */
+        int64_t perm[OT_MAX_RANK];
+        int np = 0;
+        if (p.cmaj) perm[np++] = cd->kernel_input_feature;
+        for (int s = 0; s < p.ns; s++) perm[np++] = cd->kernel_spatial[s];
+        if (!p.cmaj) perm[np++] = cd->kernel_input_feature;
+        perm[np++] = cd->kernel_output_feature;
+        ex_transpose(c, es, rs->rank, rs->dims, perm, r, wm);
+    } else {
+        /* per group g: W_g[(q, c), o] = kernel[g * Og + o, c, kk(q)] (kk reversed where the
+         * window says so); with cmaj W_g[(c, q), o]. All groups packed first, then every group's
+         * tasks in one parallel loop: a per-example filter gradient (JAX's vmap(grad) of a
+         * conv, one group per example) is many groups of small GEMMs, which one parallel loop
+         * per group ran as a few tiny tasks each */
+        int64_t ri = rstr[cd->kernel_input_feature], ro = rstr[cd->kernel_output_feature];
+        for (int64_t g = 0; g < p.G; g++) {
+            char *wg = wm + (size_t)g * p.wstride;
+            int64_t k[OT_MAX_RANK] = {0};
+            for (int64_t q = 0; q < p.kn; q++) {
+                int64_t koff = 0;
+                for (int s = 0; s < p.ns; s++) {
+                    bool rev = w && w->dims[s].reversal;
+                    koff += (rev ? p.kdims[s] - 1 - k[s] : k[s]) * rstr[cd->kernel_spatial[s]];
+                }
+                for (int64_t ci = 0; ci < p.Cg; ci++) {
+                    int64_t src = koff + ci * ri + g * p.Og * ro;
+                    int64_t dst = (p.cmaj ? ci * p.kn + q : q * p.Cg + ci) * p.Og;
+                    if (es == 4)
+                        for (int64_t o = 0; o < p.Og; o++)
+                            ((uint32_t *)wg)[dst + o] = ((const uint32_t *)r)[src + o * ro];
+                    else
+                        for (int64_t o = 0; o < p.Og; o++)
+                            ((uint64_t *)wg)[dst + o] = ((const uint64_t *)r)[src + o * ro];
+                }
+                conv_next(k, p.kdims, p.ns);
             }
-            int64_t ri = rstr[cd->kernel_input_feature], ro = rstr[cd->kernel_output_feature];
-            for (int64_t ci = 0; ci < p.Cg; ci++) {
-                int64_t src = koff + ci * ri + p.g * p.Og * ro;
-                int64_t dst = (p.cmaj ? ci * p.kn + q : q * p.Cg + ci) * p.Og;
-                if (es == 4)
-                    for (int64_t o = 0; o < p.Og; o++)
-                        ((uint32_t *)wm)[dst + o] = ((const uint32_t *)r)[src + o * ro];
-                else
-                    for (int64_t o = 0; o < p.Og; o++)
-                        ((uint64_t *)wm)[dst + o] = ((const uint64_t *)r)[src + o * ro];
-            }
-            conv_next(k, p.kdims, p.ns);
         }
-        ex_par_for_dynamic(c, ntasks, work * 4, conv_tasks, &p);
     }
+    ex_par_for_dynamic(c, ntasks, work * 4, conv_tasks, &p);
     if (c->ftz) { /* the output is fully written: flush it whole */
         ex_flush_out(osh->dtype, out, ot_shape_numel_unchecked(osh));
     }
