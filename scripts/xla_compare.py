@@ -2931,11 +2931,12 @@ def make_w_switch_moe(quick):
     return f, [x, wg, w1, w2, route], {"tol": 1e-3}
 
 
-def make_w_divergence(quick):
-    n, v = (1024, 5000) if not quick else (3, 11)
+def make_w_divergence(quick, size=(1024, 5000), f64=False):
+    n, v = size if not quick else (3, 11)
     rng = _rng(221)
-    p = _f32(rng.standard_normal((n, v)) * 2)
-    q = _f32(rng.standard_normal((n, v)) * 2)
+    cast = (lambda a: a.astype(np.float64)) if f64 else _f32
+    p = cast(rng.standard_normal((n, v)) * 2)
+    q = cast(rng.standard_normal((n, v)) * 2)
     mask = rng.uniform(size=(n, v)) < 0.9
 
     def step(p, q, mask):  # distillation: KL(teacher || student), Jensen-Shannon, a masked
@@ -2949,7 +2950,46 @@ def make_w_divergence(quick):
             mlse = jax.nn.logsumexp(q, axis=-1, where=mask)
             return jnp.mean(kl) + jnp.mean(js) + 1e-3 * jnp.mean(mlse)
         return jax.value_and_grad(loss)(q)
-    return step, [p, q, mask], {"tol": 1e-3}
+    return step, [p, q, mask], ({"tol": 1e-10, "x64": True} if f64 else {"tol": 1e-3})
+
+
+def make_w_kl_mean(quick):
+    n, v = (512, 3001) if not quick else (3, 7)
+    rng = _rng(227)
+    p = _f32(rng.standard_normal((n, v)) * 2)
+    q = _f32(rng.standard_normal((n, v)) * 2)
+
+    def step(p, q):  # the plain distillation loss: mean over rows of KL(teacher || student)
+        def loss(q):
+            lp, lq = jax.nn.log_softmax(p), jax.nn.log_softmax(q)
+            return jnp.mean(jnp.sum(jnp.exp(lp) * (lp - lq), axis=-1))
+        return jax.value_and_grad(loss)(q)
+    return step, [p, q], {"tol": 1e-3}
+
+
+def make_w_per_example_conv1d(quick):
+    ex, t, c1, c2, k = (16, 400, 8, 24, 5) if not quick else (2, 12, 2, 3, 3)
+    rng = _rng(229)
+    x = _f32(rng.standard_normal((ex, t, 3)))
+    y = rng.integers(0, k, ex).astype(np.int32)
+    ps = [_f32(rng.standard_normal((5, 3, c1)) / math.sqrt(15)),
+          _f32(rng.standard_normal((5, c1, c2)) / math.sqrt(5 * c1)),
+          _f32(rng.standard_normal((c2, k)) / math.sqrt(c2))]
+
+    def loss(p, x, y):  # one example of a 1-D CNN on 3-channel signals (k5 s2, k5 s3)
+        h = x[None]
+        for w, st in zip(p[:2], (2, 3)):
+            h = jax.nn.gelu(lax.conv_general_dilated(h, w, (st,), "SAME",
+                                                     dimension_numbers=("NWC", "WIO", "NWC")))
+        logits = jnp.max(h, axis=1) @ p[2]
+        return xent_int(logits, y[None])
+
+    def f(x, y, *p):  # DP-SGD: per-example gradients, each clipped to norm 1, then averaged
+        g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(list(p), x, y)
+        norms = jnp.sqrt(sum(jnp.sum(jnp.square(t), axis=tuple(range(1, t.ndim))) for t in g))
+        scale = 1.0 / jnp.maximum(norms, 1.0)
+        return [jnp.mean(t * scale.reshape((-1,) + (1,) * (t.ndim - 1)), axis=0) for t in g]
+    return f, [x, y] + ps, {"tol": 1e-3}
 
 
 def make_w_audio(quick):
@@ -3309,10 +3349,15 @@ def wild_case_list(quick):
             ("w argmax confusion matrix 100000x10", lambda: make_w_confusion(q)),
             ("w einsum 3-operand + trace/diag b16", lambda: make_w_einsum3(q)),
             ("w per-example grads vmap(grad) cnn 32x28x28", lambda: make_w_per_example_cnn(q)),
+            ("w per-example clipped grads vmap(grad) conv1d 16x400x3",
+             lambda: make_w_per_example_conv1d(q)),
             ("w alibi causal attention value_and_grad b4 h12 s200", lambda: make_w_alibi(q)),
             ("w sliding-window rotary attention b2 h8 s512 w64", lambda: make_w_sliding(q)),
             ("w switch moe top-1 gather/scatter-add t2048 e16", lambda: make_w_switch_moe(q)),
             ("w kl/js/masked logsumexp value_and_grad 1024x5000", lambda: make_w_divergence(q)),
+            ("w f64 kl/js/masked logsumexp value_and_grad 256x1001",
+             lambda: make_w_divergence(q, (256, 1001), f64=True)),
+            ("w kl mean value_and_grad 512x3001", lambda: make_w_kl_mean(q)),
             ("w wav2vec conv k10s5 + groupnorm + conv k3s2 4x16000", lambda: make_w_audio(q)),
             ("w embedding bag weighted sum + max value_and_grad", lambda: make_w_embedding_bag(q)),
             ("w optax clip+adam+decay mask+cosine schedule (donated)",
