@@ -124,9 +124,11 @@ atrous pyramid; average pooling that excludes padding + max pooling NCHW value_a
 bilinear, lanczos3 and bicubic resizes, a bilinear resize value_and_grad; reverse, integer and
 boolean cumulative sums, cummin/cummax; jnp.lexsort and a descending stable argsort along axis 0;
 lax.top_k with k = 100 of a 32003 vocabulary; argmax, a confusion matrix and recall; a 3-operand
-einsum, a trace and a bilinear form; per-example gradients of a CNN (vmap(grad)); ALiBi attention
+einsum, a trace and a bilinear form; per-example gradients of a CNN (vmap(grad)), and clipped ones
+of a 1-D CNN; ALiBi attention
 value_and_grad; sliding-window causal attention with rotary embeddings; switch (top-1) routing by
-argsort, gather and scatter-add; KL, Jensen-Shannon and a masked logsumexp value_and_grad;
+argsort, gather and scatter-add; KL, Jensen-Shannon and a masked logsumexp value_and_grad (also
+in f64 at another size) and a plain KL mean value_and_grad;
 wav2vec 2.0's convolutional front end on 1 s of 16 kHz audio; an embedding bag with per-sample
 weights and segment_max value_and_grad; an optax chain (clip, Adam, masked weight decay, warmup +
 cosine schedule) over a donated pytree; special functions (gammaln, digamma, erfinv, erfc, ndtr,

@@ -24,6 +24,10 @@
  * batch element use the transposed form: colT[(q, c), p] for the positions p of one batch element,
  * whose rows are runs of an input row (contiguous reads), and C^T = W^T x colT, whose rows are runs
  * of one output feature's positions (the NCHW output's rows): written straight into such an output.
+ * Feature groups: every group's kernel is packed first and all groups' tiles run in one parallel
+ * loop (a per-example filter gradient is a group per example, each a small GEMM). The input
+ * offsets a row of kernel positions reads come from a table per spatial dim (output position x
+ * kernel position), not from a division per entry.
  * Each output element is one GEMM's full-K sum over a tile of a shape fixed by the convolution, so
  * its bits do not depend on the thread count. */
 #define CONV_TILE_ROWS  256               /* output positions per tile, at most */
