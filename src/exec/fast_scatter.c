@@ -256,6 +256,14 @@ static inline __attribute__((always_inline)) void run_row(const sc_job *p, sc_ki
  * reference's choice); without one the order of the operands changes no bit. */
 EX_AVX512 __attribute__((noinline)) static void add_rows_f32(const sc_job *p, const int64_t *lu,
                                                              const int64_t *lo, int64_t n);
+/* f32 maximum / minimum of runs of at least 16 elements (segment_max / segment_min of rows, an
+ * embedding bag's max): 16 lanes at a time where the output's and the update's lanes are all
+ * plain (plain_f), chosen by the keys' integer order as pick_f chooses (the same bits, whatever
+ * the operands' order); a vector with a lane that is not plain hands the rest of its run to
+ * run_row. segment_max of 40960 rows of 64 into 2048 (sorted), 2 threads, CPUs held: 5.6 ->
+ * 0.79 ms (the scalar loop did not vectorize: a branch per element on plain_f). */
+EX_AVX512 __attribute__((noinline)) static void
+pick_rows_f32(const sc_job *p, int want_max, const int64_t *lu, const int64_t *lo, int64_t n);
 #else
 #define SC_AVX512 0
 #endif
@@ -292,6 +300,11 @@ static inline __attribute__((always_inline)) void apply_block(const sc_job *p, s
     if (t == OT_F32 && (kind == SC_ADD || kind == SC_ADD_SWAPPED) && (p->hw || !p->ftz) &&
         p->len >= 16 && ex_avx512()) {
         add_rows_f32(p, lu, lo, n);
+        return;
+    }
+    if (t == OT_F32 && kind != SC_ADD && kind != SC_ADD_SWAPPED && kind != SC_SET && p->len >= 16 &&
+        ex_avx512()) {
+        pick_rows_f32(p, kind == SC_MAX || kind == SC_MAX_SWAPPED, lu, lo, n);
         return;
     }
 #endif
@@ -336,6 +349,46 @@ EX_AVX512 __attribute__((noinline)) static void add_rows_f32(const sc_job *p, co
                     _mm512_mask_storeu_ps(y + j, tail, s);
                     j = len;
                 }
+            }
+            if (j < len) run_row(p, p->kind, OT_F32, 4, y + j, w + j, len - j);
+        }
+    }
+}
+#endif
+
+#if SC_AVX512
+EX_AVX512 __attribute__((noinline)) static void
+pick_rows_f32(const sc_job *p, int want_max, const int64_t *lu, const int64_t *lo, int64_t n) {
+    int64_t len = p->len, lv = len & ~(int64_t)15;
+    __mmask16 tail = (__mmask16)((1u << (len & 15)) - 1);
+    size_t ubytes = (size_t)(p->nb * p->nr * len) * 4, bytes = (size_t)len * 4;
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
+                  minn = _mm512_set1_epi32(0x00800000), zero = _mm512_setzero_si512();
+    bool z = p->ftz;
+    for (int64_t k = 0; k < n; k++) {
+        size_t at = (size_t)lu[k] * 4; /* offsets, not pointers: the look-ahead may pass the end */
+        for (int64_t r = 0; r < p->nr; r++, at += bytes) {
+            for (size_t o = at + SC_STREAM_AHEAD; o < at + SC_STREAM_AHEAD + bytes && o < ubytes;
+                 o += 64)
+                __builtin_prefetch(p->u + o);
+            int32_t *y = (int32_t *)(void *)(p->y + (size_t)(lo[k] + p->roff[r]) * 4);
+            const int32_t *w = (const int32_t *)(const void *)(p->u + at);
+            int64_t j = 0;
+            for (; j < len; j += 16) {
+                __mmask16 lm = j < lv ? (__mmask16)0xffff : tail;
+                __m512i yv = _mm512_maskz_loadu_epi32(lm, y + j),
+                        wv = _mm512_maskz_loadu_epi32(lm, w + j);
+                __m512i ya = _mm512_and_si512(yv, absm), wa = _mm512_and_si512(wv, absm);
+                __mmask16 ok = _mm512_cmple_epu32_mask(ya, inf) & _mm512_cmple_epu32_mask(wa, inf);
+                if (z)
+                    ok &= (_mm512_cmpge_epu32_mask(ya, minn) | _mm512_cmpeq_epi32_mask(ya, zero)) &
+                          (_mm512_cmpge_epu32_mask(wa, minn) | _mm512_cmpeq_epi32_mask(wa, zero));
+                if ((ok & lm) != lm) break;
+                __m512i ky = _mm512_xor_si512(yv, _mm512_srli_epi32(_mm512_srai_epi32(yv, 31), 1));
+                __m512i kw = _mm512_xor_si512(wv, _mm512_srli_epi32(_mm512_srai_epi32(wv, 31), 1));
+                __mmask16 keep =
+                    want_max ? _mm512_cmpge_epi32_mask(ky, kw) : _mm512_cmple_epi32_mask(ky, kw);
+                _mm512_mask_storeu_epi32(y + j, lm, _mm512_mask_blend_epi32(keep, wv, yv));
             }
             if (j < len) run_row(p, p->kind, OT_F32, 4, y + j, w + j, len - j);
         }
