@@ -252,17 +252,17 @@ static void test_reduce_window_random(void) {
     g_no_nan = false;
 }
 
-/* Prefix scans (JAX's cumsum, cumprod, cummax and cummin): a window as long as its dim, padded
- * below by all but one, along one dim of a random shape; add, multiply, maximum and minimum,
- * either operand order. Lengths cross the kernel's inner blocks (1024) and come out long enough
- * for products to overflow and underflow. */
+/* Scans (JAX's cumsum, cumprod, cummax and cummin): a window as long as its dim, padded below
+ * (prefix) or above (suffix, lax.cumsum(reverse=True)) by all but one, along one dim of a random
+ * shape; add, multiply, maximum and minimum, either operand order. Lengths cross the kernel's
+ * inner blocks (1024) and come out long enough for products to overflow and underflow. */
 static void test_reduce_window_scans(void) {
     static const ot_opcode ops[4] = {OT_OP_ADD, OT_OP_MULTIPLY, OT_OP_MAXIMUM, OT_OP_MINIMUM};
-    int cases = 0, failed = 0;
-    for (int it = 0; it < 200; it++) {
+    int cases = 0, failed = 0, rev_cases = 0;
+    for (int it = 0; it < 240; it++) {
         ot_dtype t = rnd(0, 2) ? OT_F32 : OT_F64;
         ot_opcode op = ops[rnd(0, 3)];
-        bool swap = rnd(0, 3) == 0, ieee = rnd(0, 3) == 0;
+        bool swap = rnd(0, 3) == 0, ieee = rnd(0, 3) == 0, rev = rnd(0, 1);
         g_no_nan = rnd(0, 1);
         int r = (int)rnd(1, 4), sd = (int)rnd(0, r - 1);
         int64_t dims[OT_MAX_RANK];
@@ -281,7 +281,13 @@ static void test_reduce_window_scans(void) {
         w.rank = r;
         for (int d = 0; d < r; d++) {
             w.dims[d] = (ot_window_dim){1, 1, 0, 0, 1, 1, false};
-            if (d == sd) w.dims[d].size = dims[d], w.dims[d].pad_lo = dims[d] - 1;
+            if (d == sd) {
+                w.dims[d].size = dims[d];
+                if (rev)
+                    w.dims[d].pad_hi = dims[d] - 1;
+                else
+                    w.dims[d].pad_lo = dims[d] - 1;
+            }
         }
         ot_module *m = NULL;
         ot_instr *rw = NULL;
@@ -297,22 +303,89 @@ static void test_reduce_window_scans(void) {
                 *(double *)args[1].data = 1.0;
         }
         char what[96];
-        snprintf(what, sizeof what, "scan %d: %s %s%s rank %d dim %d", it, ot_dtype_name(t),
-                 ot_opcode_name(op), swap ? " swapped" : "", r, sd);
+        snprintf(what, sizeof what, "scan %d: %s %s%s%s rank %d dim %d", it, ot_dtype_name(t),
+                 ot_opcode_name(op), swap ? " swapped" : "", rev ? " suffix" : "", r, sd);
         cases++;
+        rev_cases += rev;
         if (!check_kernel(rw, &rw->shape.array, args, 2, ieee, what)) failed++;
         for (int k = 0; k < 2; k++) ot_tensor_release(&args[k]);
         ot_module_free(m);
     }
     EXPECT_INT_EQ(failed, 0);
-    EXPECT_INT_EQ(cases, 200);
+    EXPECT_INT_EQ(cases, 240);
+    EXPECT_TRUE(rev_cases > 80);
     g_no_nan = false;
 }
 
+/* The reference's order for a suffix scan (numerics.h, ex_window_scan_dim): output k folds
+ * x_{n-1} down to x_k, so lax.cumsum(x, reverse=True) — a reduce-window padded above — has the
+ * bits of flip(cumsum(flip(x))), which JAX users also write. Checked in the reference evaluator
+ * (-O0, reference kernels) on f32 sums and f64 products whose fold order shows in the bits, along
+ * the last dim and along dim 0, against the module that flips around a prefix scan. */
+static void scan_mirror_case(const char *ty, const char *op, const char *dims, const char *win,
+                             const char *pad_rev, const char *pad_fwd, int flip_dim) {
+    char suffix[1024], mirror[1024];
+    snprintf(suffix, sizeof suffix,
+             "HloModule s\nf {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+             "  ROOT r = %s[] %s(a, b)\n}\nENTRY e {\n  x = %s[%s] parameter(0)\n"
+             "  i = %s[] parameter(1)\n  ROOT y = %s[%s] reduce-window(x, i), "
+             "window={size=%s pad=%s}, to_apply=f\n}\n",
+             ty, ty, ty, op, ty, dims, ty, ty, dims, win, pad_rev);
+    snprintf(mirror, sizeof mirror,
+             "HloModule m\nf {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+             "  ROOT r = %s[] %s(a, b)\n}\nENTRY e {\n  x = %s[%s] parameter(0)\n"
+             "  i = %s[] parameter(1)\n  v = %s[%s] reverse(x), dimensions={%d}\n"
+             "  s = %s[%s] reduce-window(v, i), window={size=%s pad=%s}, to_apply=f\n"
+             "  ROOT y = %s[%s] reverse(s), dimensions={%d}\n}\n",
+             ty, ty, ty, op, ty, dims, ty, ty, dims, flip_dim, ty, dims, win, pad_fwd, ty, dims,
+             flip_dim);
+    ot_module *ms = NULL, *mm = NULL;
+    ASSERT_OK(ot_hlo_parse(suffix, strlen(suffix), NULL, &ms));
+    ASSERT_OK(ot_hlo_parse(mirror, strlen(mirror), NULL, &mm));
+    const ot_computation *c = ot_module_entry(ms);
+    ot_tensor x, i;
+    ASSERT_OK(ot_tensor_alloc(&x, &c->params[0]->shape.array));
+    ASSERT_OK(ot_tensor_alloc(&i, &c->params[1]->shape.array));
+    bool mul = !strcmp(op, "multiply"), f32 = x.shape.dtype == OT_F32;
+    /* values of many magnitudes, so that the fold order shows in the bits; factors near 1 */
+    for (int64_t e = 0, n = ot_shape_numel_unchecked(&x.shape); e < n; e++) {
+        double v = mul ? 1.0 + (double)rnd(-1000, 1000) / 65536.0
+                       : ldexp((double)rnd(-1000, 1000), (int)rnd(-20, 10));
+        if (f32)
+            ((float *)x.data)[e] = (float)v;
+        else
+            ((double *)x.data)[e] = v;
+    }
+    if (f32)
+        *(float *)i.data = mul ? 1.0f : 0.0f;
+    else
+        *(double *)i.data = mul ? 1.0 : 0.0;
+    ot_value args[2], rs, rm;
+    ASSERT_OK(ot_value_from_tensor(&args[0], &x));
+    ASSERT_OK(ot_value_from_tensor(&args[1], &i));
+    ASSERT_OK(ot_evaluate(ms, args, 2, NULL, &rs));
+    ASSERT_OK(ot_evaluate(mm, args, 2, NULL, &rm));
+    EXPECT_TRUE(!memcmp(rs.array.data, rm.array.data, x.nbytes));
+    ot_value_release(&rs);
+    ot_value_release(&rm);
+    ot_value_release(&args[0]);
+    ot_value_release(&args[1]);
+    ot_tensor_release(&x);
+    ot_tensor_release(&i);
+    ot_module_free(ms);
+    ot_module_free(mm);
+}
+
+static void test_suffix_scan_order(void) {
+    scan_mirror_case("f32", "add", "6,500", "1x500", "0_0x0_499", "0_0x499_0", 1);
+    scan_mirror_case("f32", "add", "300,7", "300x1", "0_299x0_0", "299_0x0_0", 0);
+    scan_mirror_case("f64", "multiply", "3,400", "1x400", "0_0x0_399", "0_0x399_0", 1);
+}
+
 /* Windows as long as a row along the last dim, whose per-output tables would pass the kernel's
- * 4M-entry budget (2,100 outputs of up to 2,100 taps): a reverse cumsum (lax.cumsum(reverse=True)
- * pads above) and a centred moving sum/max run fast, walking the window by its affine ranges, and
- * give the reference's bits, NaNs (the exact fold) included. */
+ * 4M-entry budget (2,100 outputs of up to 2,100 taps): a one-sided window (padded 1 below and the
+ * rest above: not a scan) and a centred moving sum/max run fast, walking the window by its affine
+ * ranges, and give the reference's bits, NaNs (the exact fold) included. */
 static void test_reduce_window_long(void) {
     static const ot_opcode ops[2] = {OT_OP_ADD, OT_OP_MAXIMUM};
     int cases = 0, failed = 0;
@@ -330,7 +403,7 @@ static void test_reduce_window_long(void) {
         if (centred)
             w.dims[1].pad_lo = n / 2, w.dims[1].pad_hi = n - 1 - n / 2;
         else
-            w.dims[1].pad_hi = n - 1;
+            w.dims[1].pad_lo = 1, w.dims[1].pad_hi = n - 2;
         ot_module *m = NULL;
         ot_instr *rw = NULL;
         ot_tensor args[2];
@@ -340,7 +413,7 @@ static void test_reduce_window_long(void) {
         random_init(&args[1], op);
         char what[96];
         snprintf(what, sizeof what, "long window %d: %s %s %s", it, ot_dtype_name(t),
-                 ot_opcode_name(op), centred ? "centred" : "reverse scan");
+                 ot_opcode_name(op), centred ? "centred" : "one-sided");
         cases++;
         if (!check_kernel(rw, &rw->shape.array, args, 2, it % 4 == 1, what)) failed++;
         for (int k = 0; k < 2; k++) ot_tensor_release(&args[k]);
@@ -672,6 +745,7 @@ static void test_teardown(void) {
 }
 
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_reduce_window_random),
-             OT_TEST(test_reduce_window_scans), OT_TEST(test_reduce_window_long),
-             OT_TEST(test_reduce_window_int_scans), OT_TEST(test_select_and_scatter_random),
-             OT_TEST(test_pooling_layouts), OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))
+             OT_TEST(test_reduce_window_scans), OT_TEST(test_suffix_scan_order),
+             OT_TEST(test_reduce_window_long), OT_TEST(test_reduce_window_int_scans),
+             OT_TEST(test_select_and_scatter_random), OT_TEST(test_pooling_layouts),
+             OT_TEST(test_window_fallbacks), OT_TEST(test_teardown))

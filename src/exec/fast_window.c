@@ -482,20 +482,20 @@ DEFINE_RW(double, uint64_t, int64_t, f64, min_f64, min_d, fold_min_f64, bfold_mi
 
 /* ---- prefix scans ------------------------------------------------------------------------- */
 
-/* A reduce-window whose window along one dim (of n) is n wide with stride 1, n - 1 of padding
- * below, none above, no dilation or reversal, and 1 wide with stride 1 and no padding elsewhere:
- * output k along that dim folds x_0 .. x_k. JAX lowers cumsum, cumprod, cummax and cummin to it
- * on CPU. The reference folds each output's window from the init value in window order, skipping
- * the padding, which is acc_k = f(acc_{k-1}, x_k) from acc_{-1} = init: the same operations in
- * the same order, so the scan below gives the reference's bits in n steps instead of n^2 / 2.
- * The operand is viewed as [outer, n, inner] (tasks: scan_tasks). */
+/* A reduce-window that is a scan along one dim (of n; ex_window_scan_dim, numerics.h): output k
+ * folds x_0 .. x_k (prefix) or, from the far end, x_{n-1} .. x_k (suffix). JAX lowers cumsum,
+ * cumprod, cummax and cummin to it on CPU. The reference folds each output's window from the init
+ * value in that order, skipping the padding, which is acc_k = f(acc_{k-1}, x_k) from acc_{-1} =
+ * init (suffix: acc_k = f(acc_{k+1}, x_k) from acc_n = init): the same operations in the same
+ * order, so the scan below gives the reference's bits in n steps instead of n^2 / 2. The operand
+ * is viewed as [outer, n, inner] (tasks: scan_tasks). */
 #define SCAN_BLOCK 1024
 
 typedef struct scan_plan {
     int64_t outer, n, inner, nblk;
     ot_opcode op;
     bool ftz, swap;
-    bool rev; /* the padding above (output k folds x_k .. x_{n-1}): integers only */
+    bool rev; /* a suffix scan: output k folds x_{n-1} .. x_k */
     const void *x, *init;
     void *y;
 } scan_plan;
@@ -551,12 +551,12 @@ static inline double scan_mul_f64(double a, double b, bool z) {
 DEFINE_SCAN_MINMAX(float, f32, scan_fz_f32, int32_t, uint32_t, 31)
 DEFINE_SCAN_MINMAX(double, f64, scan_fz_f64, int64_t, uint64_t, 63)
 
-/* One reducer's scan steps, the operand order and the flush mode fixed for each loop: a row of
- * n inner indices, y_j = f(prev_j, x_j) (prev NULL: init), which vectorizes; or, where the
- * scanned dim is the last (inner 1), SCAN_LINES lines of n elements side by side (line l at x +
- * off[l]), y_k = f(y_{k-1}, x_k) from init, so that the lines' chains overlap instead of one
- * chain's latency per element. True when a NaN went by: the caller does those elements again
- * with scan_op, whose NaN is the reference's. */
+/* One reducer's scan steps, the operand order, the flush mode and the direction fixed for each
+ * loop: a row of n inner indices, y_j = f(prev_j, x_j) (prev NULL: init), which vectorizes; or,
+ * where the scanned dim is the last (inner 1), SCAN_LINES lines of n elements side by side (line
+ * l at x + off[l]), y_k = f(y_{k-1}, x_k) from init (rev: y_k = f(y_{k+1}, x_k) from the end),
+ * so that the lines' chains overlap instead of one chain's latency per element. True when a NaN
+ * went by: the caller does those elements again with scan_op, whose NaN is the reference's. */
 #define SCAN_LINES 8
 #define SCAN_ROW(T, F, SWAP, Z)                                                                    \
     for (int64_t j = 0; j < n; j++) {                                                              \
@@ -564,15 +564,17 @@ DEFINE_SCAN_MINMAX(double, f64, scan_fz_f64, int64_t, uint64_t, 63)
         y[j] = (SWAP) ? F(b_, a_, Z) : F(a_, b_, Z);                                               \
         nan |= (a_ != a_) | (b_ != b_);                                                            \
     }
-#define SCAN_LINE_STEPS(T, F, SWAP, Z)                                                             \
-    for (int64_t k = 0; k < n; k++)                                                                \
+#define SCAN_LINE_STEPS(T, F, SWAP, Z, REV)                                                        \
+    for (int64_t s_ = 0; s_ < n; s_++) {                                                           \
+        int64_t k = (REV) ? n - 1 - s_ : s_;                                                       \
         for (int l = 0; l < SCAN_LINES; l++) {                                                     \
             T a_ = acc[l], b_ = x[off[l] + k];                                                     \
             T r_ = (SWAP) ? F(b_, a_, Z) : F(a_, b_, Z);                                           \
             y[off[l] + k] = r_;                                                                    \
             acc[l] = r_;                                                                           \
             nan |= (a_ != a_) | (b_ != b_);                                                        \
-        }
+        }                                                                                          \
+    }
 #define DEFINE_SCAN_STEPS(T, NAME, F)                                                              \
     static bool NAME##_row(bool swap, bool z, const T *prev, T init, const T *x, T *y,             \
                            int64_t n) {                                                            \
@@ -585,16 +587,20 @@ DEFINE_SCAN_MINMAX(double, f64, scan_fz_f64, int64_t, uint64_t, 63)
         }                                                                                          \
         return nan != 0;                                                                           \
     }                                                                                              \
-    static bool NAME##_lines(bool swap, bool z, const int64_t *off, T init, const T *x, T *y,      \
-                             int64_t n) {                                                          \
+    static bool NAME##_lines(bool swap, bool z, bool rev, const int64_t *off, T init, const T *x,  \
+                             T *y, int64_t n) {                                                    \
         int nan = 0;                                                                               \
         T acc[SCAN_LINES];                                                                         \
         for (int l = 0; l < SCAN_LINES; l++) acc[l] = init;                                        \
-        switch ((swap ? 2 : 0) | (z ? 1 : 0)) {                                                    \
-        case 0: SCAN_LINE_STEPS(T, F, 0, 0) break;                                                 \
-        case 1: SCAN_LINE_STEPS(T, F, 0, 1) break;                                                 \
-        case 2: SCAN_LINE_STEPS(T, F, 1, 0) break;                                                 \
-        default: SCAN_LINE_STEPS(T, F, 1, 1) break;                                                \
+        switch ((rev ? 4 : 0) | (swap ? 2 : 0) | (z ? 1 : 0)) {                                    \
+        case 0: SCAN_LINE_STEPS(T, F, 0, 0, 0) break;                                              \
+        case 1: SCAN_LINE_STEPS(T, F, 0, 1, 0) break;                                              \
+        case 2: SCAN_LINE_STEPS(T, F, 1, 0, 0) break;                                              \
+        case 3: SCAN_LINE_STEPS(T, F, 1, 1, 0) break;                                              \
+        case 4: SCAN_LINE_STEPS(T, F, 0, 0, 1) break;                                              \
+        case 5: SCAN_LINE_STEPS(T, F, 0, 1, 1) break;                                              \
+        case 6: SCAN_LINE_STEPS(T, F, 1, 0, 1) break;                                              \
+        default: SCAN_LINE_STEPS(T, F, 1, 1, 1) break;                                             \
         }                                                                                          \
         return nan != 0;                                                                           \
     }
@@ -632,17 +638,18 @@ DEFINE_SCAN_MINMAX(double, f64, scan_fz_f64, int64_t, uint64_t, 63)
                     nl = p->outer - l0 < SCAN_LINES ? p->outer - l0 : SCAN_LINES;                  \
             int64_t off[SCAN_LINES]; /* past the last line: the last again (the same values) */    \
             for (int l = 0; l < SCAN_LINES; l++) off[l] = (l0 + (l < nl ? l : nl - 1)) * p->n;     \
-            bool nan = op == OT_OP_ADD                                                             \
-                           ? scan_add_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n)        \
-                       : op == OT_OP_MULTIPLY                                                      \
-                           ? scan_mul_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n)        \
-                       : op == OT_OP_MAXIMUM                                                       \
-                           ? scan_maxs_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n)       \
-                           : scan_mins_##SUF##_lines(p->swap, p->ftz, off, init, x, y, p->n);      \
+            bool nan =                                                                             \
+                op == OT_OP_ADD                                                                    \
+                    ? scan_add_##SUF##_lines(p->swap, p->ftz, p->rev, off, init, x, y, p->n)       \
+                : op == OT_OP_MULTIPLY                                                             \
+                    ? scan_mul_##SUF##_lines(p->swap, p->ftz, p->rev, off, init, x, y, p->n)       \
+                : op == OT_OP_MAXIMUM                                                              \
+                    ? scan_maxs_##SUF##_lines(p->swap, p->ftz, p->rev, off, init, x, y, p->n)      \
+                    : scan_mins_##SUF##_lines(p->swap, p->ftz, p->rev, off, init, x, y, p->n);     \
             for (int64_t l = 0; nan && l < nl; l++) {                                              \
                 T acc = init;                                                                      \
-                for (int64_t k = 0; k < p->n; k++) {                                               \
-                    int64_t at = off[l] + k;                                                       \
+                for (int64_t s = 0; s < p->n; s++) {                                               \
+                    int64_t at = off[l] + (p->rev ? p->n - 1 - s : s);                             \
                     acc = p->swap ? scan_op_##SUF(op, x[at], acc, p->ftz)                          \
                                   : scan_op_##SUF(op, acc, x[at], p->ftz);                         \
                     y[at] = acc;                                                                   \
@@ -652,9 +659,10 @@ DEFINE_SCAN_MINMAX(double, f64, scan_fz_f64, int64_t, uint64_t, 63)
         for (int64_t t = begin; t < end && p->inner > 1; t++) {                                    \
             int64_t o = t / p->nblk, j0 = t % p->nblk * SCAN_BLOCK;                                \
             int64_t j1 = j0 + SCAN_BLOCK < p->inner ? j0 + SCAN_BLOCK : p->inner;                  \
-            for (int64_t k = 0; k < p->n; k++) {                                                   \
-                int64_t at = (o * p->n + k) * p->inner;                                            \
-                const T *prev = k ? y + at - p->inner + j0 : NULL;                                 \
+            int64_t back = p->rev ? p->inner : -p->inner; /* the previous row's offset */          \
+            for (int64_t s = 0; s < p->n; s++) {                                                   \
+                int64_t at = (o * p->n + (p->rev ? p->n - 1 - s : s)) * p->inner;                  \
+                const T *prev = s ? y + at + back + j0 : NULL;                                     \
                 const T *xr = x + at + j0;                                                         \
                 T *yr = y + at + j0;                                                               \
                 int64_t w = j1 - j0;                                                               \
@@ -666,7 +674,7 @@ DEFINE_SCAN_MINMAX(double, f64, scan_fz_f64, int64_t, uint64_t, 63)
                                ? scan_maxs_##SUF##_row(p->swap, p->ftz, prev, init, xr, yr, w)     \
                                : scan_mins_##SUF##_row(p->swap, p->ftz, prev, init, xr, yr, w);    \
                 for (int64_t j = j0; nan && j < j1; j++) {                                         \
-                    T pv = k ? y[at - p->inner + j] : init;                                        \
+                    T pv = s ? y[at + back + j] : init;                                            \
                     y[at + j] = p->swap ? scan_op_##SUF(op, x[at + j], pv, p->ftz)                 \
                                         : scan_op_##SUF(op, pv, x[at + j], p->ftz);                \
                 }                                                                                  \
@@ -683,12 +691,11 @@ static int64_t scan_tasks(const scan_plan *p) {
 DEFINE_SCAN(float, f32, OT_F32, scan_add_f32, scan_mul_f32, scan_max_f32, scan_min_f32)
 DEFINE_SCAN(double, f64, OT_F64, scan_add_f64, scan_mul_f64, scan_max_f64, scan_min_f64)
 
-/* Integer scans (jnp.cumsum of int32 ids or of a mask, cummax of positions): the reference's
- * integer add and multiply wrap (two's complement), and maximum and minimum pick an operand, so
- * every grouping and order of a window's fold gives the same bits. That makes the scan exact in
- * either direction: a reverse scan (output k folds x_k .. x_{n-1} from init) is the forward one
- * run from the far end, acc_k = f(acc_{k+1}, x_k). W: the unsigned type the wrap is computed in
- * (uint32_t for the narrow types: their products promote to int, which must not overflow). */
+/* Integer scans (jnp.cumsum of int32 ids or of a mask, cummax of positions), forward and
+ * suffix as the float ones: the reference's integer add and multiply wrap (two's complement), and
+ * maximum and minimum pick an operand, with no flush or NaN to tell apart. W: the unsigned type
+ * the wrap is computed in (uint32_t for the narrow types: their products promote to int, which
+ * must not overflow). */
 #define ISCAN_F_ADD(T, W, a, b) ((T)((W)(a) + (W)(b)))
 #define ISCAN_F_MUL(T, W, a, b) ((T)((W)(a) * (W)(b)))
 #define ISCAN_F_MAX(T, W, a, b) ((a) > (b) ? (a) : (b))
@@ -766,31 +773,14 @@ static ot_range_fn iscan_fn(ot_dtype t) {
     }
 }
 
-/* The scan's dim of window w over input shape is (p->outer/n/inner/rev set), else false. rev: the
- * n - 1 of padding is above (lax.cumsum(..., reverse=True)). */
+/* The scan's dim of window w over input shape is (p->outer/n/inner/rev set), else false. rev: a
+ * suffix scan (ex_window_scan_dim, numerics.h). */
 static bool scan_form(const ot_window *w, const ot_shape *is, scan_plan *p) {
-    int r = is->rank, sd = -1;
-    if (!w || w->rank != r || r < 1) return false;
-    for (int d = 0; d < r; d++) {
-        const ot_window_dim *wd = &w->dims[d];
-        int64_t n = is->dims[d];
-        if (wd->stride != 1 || (wd->window_dilation && wd->window_dilation != 1) ||
-            (wd->base_dilation && wd->base_dilation != 1) || wd->reversal)
-            return false;
-        if (wd->size == 1 && wd->pad_lo == 0 && wd->pad_hi == 0) continue;
-        if (sd >= 0 || n < 2 || wd->size != n) return false;
-        if (wd->pad_lo == n - 1 && wd->pad_hi == 0)
-            p->rev = false;
-        else if (wd->pad_lo == 0 && wd->pad_hi == n - 1)
-            p->rev = true;
-        else
-            return false;
-        sd = d;
-    }
+    int sd = ex_window_scan_dim(w, is, &p->rev);
     if (sd < 0) return false;
     p->outer = p->inner = 1;
     for (int d = 0; d < sd; d++) p->outer *= is->dims[d];
-    for (int d = sd + 1; d < r; d++) p->inner *= is->dims[d];
+    for (int d = sd + 1; d < is->rank; d++) p->inner *= is->dims[d];
     p->n = is->dims[sd];
     p->nblk = (p->inner + SCAN_BLOCK - 1) / SCAN_BLOCK;
     return true;
@@ -1053,7 +1043,7 @@ ot_status ex_fast_reduce_window(ex_kernel_ctx *c, const ot_instr *i, void *const
         return OT_OK;
     }
     if (scan_op && i->called[0]->root->shape.array.dtype == t &&
-        scan_form(i->attrs->window, is, &sp) && !sp.rev) {
+        scan_form(i->attrs->window, is, &sp)) {
         *done = true;
         sp.op = op;
         sp.ftz = c->ftz;

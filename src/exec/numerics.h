@@ -80,6 +80,17 @@ bool ex_reduce_last_dim(const ot_instr *reduce);
  * closer to the exact sum, and JAX emits such reduces for every gradient of a bf16 broadcast (bias
  * gradients). */
 bool ex_reduce_widens(const ot_instr *reduce);
+/* The scan windows of reduce-window, which JAX's cumsum, cumprod, cummax and cummin lower to on
+ * CPU: along one dim of n >= 2 elements the window is n wide with stride 1 and n - 1 of padding
+ * below (a prefix scan: output k folds x_0 .. x_k) or above (a suffix scan, as
+ * lax.cumsum(..., reverse=True) and the gradient of every cumsum: x_k .. x_{n-1}), without
+ * dilation or reversal; 1 wide with stride 1 and no padding along every other dim. Returns that
+ * dim (*suffix: the padding is above), else -1.
+ * A reduce-window folds each output's window from init in row-major order of the window index,
+ * except a suffix scan, which folds from the far end: x_{n-1}, x_{n-2}, .., x_k (docs/exec.md,
+ * "reduce-window"). Both scans then run in n steps, acc_k = f(acc_{k-1}, x_k) or f(acc_{k+1},
+ * x_k), and lax.cumsum(x, reverse=True) has the bits of flip(cumsum(flip(x))). */
+int ex_window_scan_dim(const ot_window *w, const ot_shape *is, bool *suffix);
 /* True when `reduce` is a one-input reduce (operand and init of its result's dtype, a scalar
  * init) of exactly the trailing dims of its operand, each once: *rows gets the product of the
  * kept dims, *len that of the reduced ones (a row fusion's rows and row length). */

@@ -1,8 +1,9 @@
 /* Reductions and windows: reduce, reduce-window, select-and-scatter, sort, topk and map. Every
  * reduction combines in one fixed order: row-major over the reduced (or window) indices, starting
  * from the init value, as XLA's HloEvaluator does — except float sums along a contiguous reduced
- * dimension, which use the canonical lane order (ex_reduce_lanes, exec_internal.h) that the fast
- * kernels and generated code vectorize. */
+ * dimension, which use the canonical lane order (ex_reduce_lanes, numerics.h) that the fast
+ * kernels and generated code vectorize, and suffix-scan windows, which fold from the far end
+ * (ex_window_scan_dim, numerics.h) so that the fast kernel runs them as a recurrence. */
 #include "exec/exec_internal.h"
 
 #define EX_MAX_VARIADIC 16
@@ -326,6 +327,28 @@ static bool window_source(const ot_window *w, const ot_shape *is, const int64_t 
     return true;
 }
 
+int ex_window_scan_dim(const ot_window *w, const ot_shape *is, bool *suffix) {
+    int r = is->rank, sd = -1;
+    if (!w || w->rank != r || r < 1) return -1;
+    for (int d = 0; d < r; d++) {
+        const ot_window_dim *wd = &w->dims[d];
+        int64_t n = is->dims[d];
+        if (wd->stride != 1 || (wd->window_dilation && wd->window_dilation != 1) ||
+            (wd->base_dilation && wd->base_dilation != 1) || wd->reversal)
+            return -1;
+        if (wd->size == 1 && wd->pad_lo == 0 && wd->pad_hi == 0) continue;
+        if (sd >= 0 || n < 2 || wd->size != n) return -1;
+        if (wd->pad_lo == n - 1 && wd->pad_hi == 0)
+            *suffix = false;
+        else if (wd->pad_lo == 0 && wd->pad_hi == n - 1)
+            *suffix = true;
+        else
+            return -1;
+        sd = d;
+    }
+    return sd;
+}
+
 ot_status ex_kernel_reduce_window(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
                                   ot_value *out) {
     int n = i->noperands / 2;
@@ -338,6 +361,15 @@ ot_status ex_kernel_reduce_window(ex_ctx *x, const ot_instr *i, const ot_value *
     if (st != OT_OK) goto fail;
     const ot_window *w = i->attrs->window;
     const ot_shape *is = ex_arr(ops[0]), *os = ex_arr(acc[0]);
+    /* a suffix scan folds from the far end (numerics.h): its window dim visited reversed */
+    ot_window suf;
+    bool suffix = false;
+    int sd = ex_window_scan_dim(w, is, &suffix);
+    if (sd >= 0 && suffix) {
+        suf = *w;
+        suf.dims[sd].reversal = true;
+        w = &suf;
+    }
     int r = is->rank;
     int64_t istr[OT_MAX_RANK], wdims[OT_MAX_RANK];
     ot_shape_strides(is, istr);
