@@ -753,6 +753,74 @@ static void test_simplify_pad_window(void) {
                      true, 1);
 }
 
+/* reverse(scan(reverse(x))) along the scan's dim → the opposite scan of x (simplify): applied
+ * to prefix and suffix scans (f32 sum, f64 product, s32 maximum) along the last dim and dim 0,
+ * bit-identical to the module as written (values of many magnitudes: the fold order shows);
+ * not applied where a reverse flips another dim or the scan has a second reader. want: the
+ * reverses left. */
+static void check_unflip_scan(const char *dt, const char *red, const char *dims, const char *win,
+                              const char *pad, int rdim_in, int rdim_out, bool twice,
+                              int want_reverses) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "HloModule us\nr {\n  a = %s[] parameter(0)\n  b = %s[] parameter(1)\n"
+             "  ROOT c = %s[] %s(a, b)\n}\nENTRY main {\n  x = %s[%s] parameter(0)\n"
+             "  z = %s[] constant(%s)\n  f = %s[%s] reverse(x), dimensions={%d}\n"
+             "  w = %s[%s] reduce-window(f, z), window={size=%s pad=%s}, to_apply=r\n"
+             "  g = %s[%s] reverse(w), dimensions={%d}\n"
+             "  ROOT t = (%s[%s], %s[%s]) tuple(g, %s)\n}\n",
+             dt, dt, dt, red, dt, dims, dt, !strcmp(red, "multiply") ? "1" : "0", dt, dims, rdim_in,
+             dt, dims, win, pad, dt, dims, rdim_out, dt, dims, dt, dims, twice ? "w" : "g");
+    ot_module *m = NULL, *m2 = NULL;
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m2));
+    ot_value arg;
+    ASSERT_OK(ot_value_alloc_array(&arg, &ot_module_entry(m)->params[0]->shape.array));
+    ot_tensor *t = &arg.array;
+    uint64_t seed = 11;
+    for (int64_t j = 0, ne = ot_shape_numel_unchecked(&t->shape); j < ne; j++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int v = (int)((seed >> 33) % 2001) - 1000, e = (int)((seed >> 20) % 24) - 16;
+        if (t->shape.dtype == OT_S32)
+            ((int32_t *)t->data)[j] = v;
+        else if (t->shape.dtype == OT_F64)
+            ((double *)t->data)[j] = 1.0 + v / 65536.0;
+        else
+            ((float *)t->data)[j] = ldexpf((float)v, e);
+    }
+    ot_value ref = ot_value_empty(), got = ot_value_empty();
+    ASSERT_OK(ot_evaluate(m, &arg, 1, NULL, &ref));
+    ASSERT_OK(ot_module_finalize(m2));
+    ASSERT_OK(ot_pass_simplify(m2, NULL));
+    ASSERT_OK(ot_pass_dce(m2, NULL));
+    ASSERT_OK(ot_module_verify(m2));
+    int revs = count_op(ot_module_entry(m2), OT_OP_REVERSE);
+    if (revs != want_reverses) fprintf(stderr, "%s\n", text);
+    EXPECT_INT_EQ(revs, want_reverses);
+    ot_module *m3 = NULL;
+    ASSERT_OK(ot_module_clone(m2, &m3));
+    ASSERT_OK(ot_evaluate(m3, &arg, 1, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    ot_module_free(m3);
+    ot_value_release(&ref);
+    ot_value_release(&got);
+    ot_value_release(&arg);
+    ot_module_free(m);
+    ot_module_free(m2);
+}
+
+static void test_simplify_unflip_scan(void) {
+    /* flip(cumsum(flip(x))): JAX's returns-to-go, a prefix scan between flips of its dim */
+    check_unflip_scan("f32", "add", "5,700", "1x700", "0_0x699_0", 1, 1, false, 0);
+    check_unflip_scan("f32", "add", "300,4", "300x1", "299_0x0_0", 0, 0, false, 0);
+    /* flipped suffix scans: the prefix scan */
+    check_unflip_scan("f64", "multiply", "3,400", "1x400", "0_0x0_399", 1, 1, false, 0);
+    check_unflip_scan("s32", "maximum", "64,9", "64x1", "0_63x0_0", 0, 0, false, 0);
+    /* not applied: a reverse of another dim, a scan read twice */
+    check_unflip_scan("f32", "add", "5,700", "1x700", "0_0x699_0", 0, 1, false, 2);
+    check_unflip_scan("f32", "add", "5,700", "1x700", "0_0x699_0", 1, 1, true, 2);
+}
+
 static void test_simplify_gather(void) {
     /* take_along_axis of a log-softmax as JAX lowers it (batched gather): the gather moves to
      * x, the subtractions run on one element per row, broadcasts of the row values become
@@ -3333,27 +3401,30 @@ static void test_removed_storage_reused_between_passes(void) {
     ot_module_free(m);
 }
 
-OT_TEST_MAIN(
-    OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
-    OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
-    OT_TEST(test_cse_called_by_structure), OT_TEST(test_simplify), OT_TEST(test_simplify_gather),
-    OT_TEST(test_simplify_indices_reshape), OT_TEST(test_simplify_transpose_reshape),
-    OT_TEST(test_simplify_pad_window), OT_TEST(test_simplify_reduce_size1),
-    OT_TEST(test_simplify_dot_transpose), OT_TEST(test_simplify_dot_fold_transpose),
-    OT_TEST(test_inline_calls), OT_TEST(test_fuse_elementwise_chain),
-    OT_TEST(test_fusion_analysis_follows_edits), OT_TEST(test_fuse_never_list),
-    OT_TEST(test_fuse_while_not_fused), OT_TEST(test_fuse_reductions),
-    OT_TEST(test_fuse_wide_constant_copied), OT_TEST(test_fuse_no_duplicate_expensive),
-    OT_TEST(test_fuse_scalar_broadcast_beside_scatter), OT_TEST(test_fuse_shared_scalar_constant),
-    OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
-    OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
-    OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
-    OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
-    OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
-    OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
-    OT_TEST(test_serialize_roundtrip_schedule_order), OT_TEST(test_serialize_roundtrip_corpus),
-    OT_TEST(test_serialize_every_attribute), OT_TEST(test_serialize_bad_files),
-    OT_TEST(test_compile_alloc_failures), OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
-    OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
-    OT_TEST(test_fuse_tapped_chain), OT_TEST(test_fuse_size_capped), OT_TEST(test_fuse_random_dags),
-    OT_TEST(test_fuse_cycle_check_alone), OT_TEST(test_inline_size_limit))
+OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_between_passes),
+             OT_TEST(test_dce), OT_TEST(test_orders_kept_between_passes), OT_TEST(test_cse),
+             OT_TEST(test_cse_called_by_structure), OT_TEST(test_simplify),
+             OT_TEST(test_simplify_gather), OT_TEST(test_simplify_indices_reshape),
+             OT_TEST(test_simplify_transpose_reshape), OT_TEST(test_simplify_pad_window),
+             OT_TEST(test_simplify_reduce_size1), OT_TEST(test_simplify_dot_transpose),
+             OT_TEST(test_simplify_dot_fold_transpose), OT_TEST(test_inline_calls),
+             OT_TEST(test_fuse_elementwise_chain), OT_TEST(test_fusion_analysis_follows_edits),
+             OT_TEST(test_fuse_never_list), OT_TEST(test_fuse_while_not_fused),
+             OT_TEST(test_fuse_reductions), OT_TEST(test_fuse_wide_constant_copied),
+             OT_TEST(test_fuse_no_duplicate_expensive),
+             OT_TEST(test_fuse_scalar_broadcast_beside_scatter),
+             OT_TEST(test_fuse_shared_scalar_constant),
+             OT_TEST(test_fuse_expensive_reused_elements), OT_TEST(test_fuse_no_cycle),
+             OT_TEST(test_fuse_long_paths), OT_TEST(test_fuse_multi_output_siblings),
+             OT_TEST(test_fuse_io_limit), OT_TEST(test_adam_one_kernel_in_place),
+             OT_TEST(test_schedule_and_buffers), OT_TEST(test_in_place_reuse),
+             OT_TEST(test_outputs_and_donation), OT_TEST(test_options), OT_TEST(test_fingerprint),
+             OT_TEST(test_clone_order_of_large_modules), OT_TEST(test_serialize_roundtrip),
+             OT_TEST(test_serialize_roundtrip_schedule_order),
+             OT_TEST(test_serialize_roundtrip_corpus), OT_TEST(test_serialize_every_attribute),
+             OT_TEST(test_serialize_bad_files), OT_TEST(test_compile_alloc_failures),
+             OT_TEST(test_fold), OT_TEST(test_hlo_text_and_dumps),
+             OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
+             OT_TEST(test_fuse_tapped_chain), OT_TEST(test_fuse_size_capped),
+             OT_TEST(test_fuse_random_dags), OT_TEST(test_fuse_cycle_check_alone),
+             OT_TEST(test_inline_size_limit), OT_TEST(test_simplify_unflip_scan))

@@ -19,9 +19,11 @@
  *   reduce-window(pad(y, 0), 0) with an add reducer → reduce-window(y, 0) with the pad as
  *   window padding and base dilation (conditions below)
  *   dot(transpose(x), y) → dot(x, y) with x's dimension numbers (conditions below)
+ *   reverse(scan(reverse(x))) along the scan's dim → the opposite scan of x (conditions below)
  *   gather/scatter indices reshape(v) that append a unit index vector dim → v (the dim implied)
  * Not applied (they change float results): x*0 → 0, x-x → 0, x+0.0 → x. */
 #include "compiler_internal.h"
+#include "exec/numerics.h"
 
 #include <math.h>
 
@@ -487,6 +489,41 @@ static ot_status fold_pad_window(ot_computation *c, ot_instr *i, ot_instr **out)
         out);
 }
 
+/* ---- a scan between two reverses ----
+ * reverse(reduce-window(reverse(x), init), d) where the reduce-window is a scan along d
+ * (ex_window_scan_dim, exec/numerics.h) and both reverses flip exactly d → the opposite scan of
+ * x (its padding moved to the other side). A prefix scan of the flipped x folds, for output
+ * n - 1 - k, x_{n-1} down to x_k: the suffix scan's order at k; a suffix scan of it folds x_0 up
+ * to x_k: the prefix scan's. So bit-identical for any reducer and dtype. JAX code writes a
+ * reverse cumsum as flip(cumsum(flip(x))) (returns-to-go): the two flips were copies of the whole
+ * array. Only for a one-input reduce-window read by nothing but the outer reverse. */
+static bool reverses_only(const ot_instr *r, int64_t d) {
+    return r->opcode == OT_OP_REVERSE && r->noperands == 1 && r->attrs->ndims == 1 &&
+           r->attrs->dims[0] == d;
+}
+
+static ot_status unflip_scan(ot_computation *c, const ot_instr *i, ot_instr **out) {
+    ot_instr *rw = i->operands[0];
+    if (rw->opcode != OT_OP_REDUCE_WINDOW || rw->noperands != 2 || rw->nusers != 1 ||
+        rw->shape.kind != OT_IR_ARRAY || !rw->attrs->window)
+        return OT_OK;
+    ot_instr *inner = rw->operands[0];
+    if (inner->shape.kind != OT_IR_ARRAY) return OT_OK;
+    bool suffix = false;
+    int sd = ex_window_scan_dim(rw->attrs->window, &inner->shape.array, &suffix);
+    if (sd < 0 || !reverses_only(i, sd) || !reverses_only(inner, sd)) return OT_OK;
+    ot_window nw = *rw->attrs->window;
+    int64_t lo = nw.dims[sd].pad_lo;
+    nw.dims[sd].pad_lo = nw.dims[sd].pad_hi;
+    nw.dims[sd].pad_hi = lo;
+    ot_attrs at = *rw->attrs;
+    at.window = &nw;
+    ot_instr *ops[2] = {inner->operands[0], rw->operands[1]};
+    return built(
+        c, ot_build(c, OT_OP_REDUCE_WINDOW, ops, 2, &at, rw->called, rw->ncalled, &i->shape, NULL),
+        out);
+}
+
 /* ---- transposes seen through reshapes that move no element ----
  * A reshape that only inserts or deletes size-1 dims keeps the order of the others, so it moves
  * no element: a transpose t on one side of it and a transpose u on the other compose into one
@@ -775,6 +812,9 @@ static ot_status simplify_one(ot_instr *i, ot_instr **out) {
     }
     case OT_OP_DOT: OT_CHECK(dot_fold_transpose(c, i, out)); break;
     case OT_OP_REDUCE_WINDOW: OT_CHECK(fold_pad_window(c, i, out)); break;
+    case OT_OP_REVERSE:
+        if (a->opcode == OT_OP_REDUCE_WINDOW) OT_CHECK(unflip_scan(c, i, out));
+        break;
     case OT_OP_GATHER:
         if (a->shape.kind == OT_IR_ARRAY && i->shape.kind == OT_IR_ARRAY && i->attrs->gather)
             OT_CHECK(gpush(c, i, a, 0, out));
