@@ -122,7 +122,8 @@ backtrace); a depthwise-separable block (5x5 stride 2, pointwise, train-mode bat
 value_and_grad; a dilation-3 NCHW convolution value_and_grad; lax.conv_transpose stride 3; DeepLab's
 atrous pyramid; average pooling that excludes padding + max pooling NCHW value_and_grad; antialiased
 bilinear, lanczos3 and bicubic resizes, a bilinear resize value_and_grad; reverse, integer and
-boolean cumulative sums, cummin/cummax; jnp.lexsort and a descending stable argsort along axis 0;
+boolean cumulative sums, cummin/cummax; cumsum along axis 0, a reverse f64 cumprod, int8
+cummax/cummin and the gradient of a cumsum; an Elman RNN in lax.fori_loop; jnp.lexsort and a descending stable argsort along axis 0;
 lax.top_k with k = 100 of a 32003 vocabulary; argmax, a confusion matrix and recall; a 3-operand
 einsum, a trace and a bilinear form; per-example gradients of a CNN (vmap(grad)), and clipped ones
 of a 1-D CNN; ALiBi attention
@@ -2778,6 +2779,42 @@ def make_w_scans(quick):
     return f, [x, k], {}
 
 
+def make_w_scans_axes(quick):
+    r, c = (1000, 777) if not quick else (5, 6)
+    rng = _rng(240)
+    x = rng.standard_normal((r, c)).astype(np.float32)
+    p = 1.0 + 1e-3 * rng.standard_normal((r, c))  # f64 factors near 1: the products stay finite
+    k = rng.integers(-128, 128, (r, c)).astype(np.int8)
+    w = rng.standard_normal((r, c)).astype(np.float32)
+
+    def f(x, p, k, w):  # cumsum along axis 0, a reverse f64 cumprod, int8 cummax, and the
+        # gradient of a weighted cumsum (a reverse scan of the cotangent)
+        loss, g = jax.value_and_grad(lambda x: jnp.sum(jnp.cumsum(x, axis=1) * w))(x)
+        return (jnp.cumsum(x, axis=0), lax.cumprod(p, axis=1, reverse=True),
+                lax.cummax(k, axis=1), lax.cummin(k, axis=0, reverse=True), loss, g)
+    return f, [x, p, k, w], {"x64": True, "tol": 1e-5}
+
+
+def make_w_rnn_while(quick):
+    t, b, nin, nh = (64, 16, 64, 128) if not quick else (5, 2, 3, 4)
+    rng = _rng(241)
+    xs = _f32(rng.standard_normal((t, b, nin)))
+    wx = _f32(rng.standard_normal((nin, nh)) / math.sqrt(nin))
+    wh = _f32(rng.standard_normal((nh, nh)) / math.sqrt(nh))
+    bias = _f32(0.1 * rng.standard_normal(nh))
+
+    def f(xs, wx, wh, bias):  # an Elman RNN written as lax.fori_loop: the state carries h and
+        # the outputs, written one step at a time by dynamic_update_slice
+        def body(i, s):
+            h, ys = s
+            h = jnp.tanh(xs[i] @ wx + h @ wh + bias)
+            return h, lax.dynamic_update_slice(ys, h[None], (i, 0, 0))
+        h, ys = lax.fori_loop(0, t, body, (jnp.zeros((b, nh), jnp.float32),
+                                           jnp.zeros((t, b, nh), jnp.float32)))
+        return h, jnp.mean(ys, axis=0)
+    return f, [xs, wx, wh, bias], {"tol": 1e-4}
+
+
 def make_w_lexsort(quick):
     n, c = (4096, 37) if not quick else (9, 4)
     rng = _rng(213)
@@ -3346,6 +3383,10 @@ def wild_case_list(quick):
             ("w resize antialias/lanczos3/bicubic NHWC 4x96x96x16", lambda: make_w_resize(q)),
             ("w resize bilinear 45x60->64x80 value_and_grad", lambda: make_w_resize_grad(q)),
             ("w reverse/int/bool scans 512x3000", lambda: make_w_scans(q)),
+            ("w cumsum axis0 + reverse cumprod f64 + int8 cummax/cummin + cumsum grad 1000x777",
+             lambda: make_w_scans_axes(q)),
+            ("w elman rnn fori_loop + dynamic_update_slice T64 b16 64->128",
+             lambda: make_w_rnn_while(q)),
             ("w lexsort + argsort axis0 desc 4096x37", lambda: make_w_lexsort(q)),
             ("w top_k k100 of 32003 b64", lambda: make_w_topk_large(q)),
             ("w argmax confusion matrix 100000x10", lambda: make_w_confusion(q)),
