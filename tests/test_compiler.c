@@ -1892,6 +1892,32 @@ static void test_fuse_expensive_reused_elements(void) {
     }
 }
 
+/* An expensive op read through a pad joins the pad's loop only where the pad repeats it at most
+ * EXPENSIVE_REUSE_MAX times per element (the generated loop computes the pad's operand at a
+ * clamped index for every output, padding included): optax.ctc_loss's gradient pads
+ * exp(...) * y of [1, 16, 30] to [100, 16, 30] (the exp its own fusion, the multiply in the pad's),
+ * while a pad of [4, 16, 30] to [6, 16, 30] keeps the exp. */
+static void test_fuse_expensive_padded(void) {
+    for (int form = 0; form < 2; form++) {
+        ot_computation *c;
+        ot_module *m = new_mod(&c);
+        int64_t n0 = form == 0 ? 1 : 4, lo = form == 0 ? 99 : 2;
+        ot_shape sm;
+        ot_shape_make(&sm, OT_F32, 3, (int64_t[]){n0, 16, 30});
+        ot_instr *x = ot_build_parameter(c, 0, sm, "x");
+        ot_instr *y = ot_build_parameter(c, 1, sm, "y");
+        ot_instr *e = ot_build_binary(c, OT_OP_MULTIPLY, ot_build_unary(c, OT_OP_EXP, x), y);
+        ot_pad_dim pd[3] = {{lo, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+        ot_instr *z = ot_build_constant_scalar(c, OT_F32, 0.0);
+        ot_computation_set_root(c, ot_build_pad(c, e, z, pd));
+        ASSERT_TRUE(compiled_fusion(m, 0) != NULL);
+        EXPECT_INT_EQ(count_op(c, OT_OP_FUSION), form == 0 ? 2 : 1);
+        EXPECT_INT_EQ(count_op(c->root->called[0], OT_OP_EXP), form == 0 ? 0 : 1);
+        EXPECT_INT_EQ(count_op(c->root->called[0], OT_OP_MULTIPLY), 1);
+        ot_module_free(m);
+    }
+}
+
 static void test_fuse_no_cycle(void) {
     /* x = exp(a) is used by a dot (outside) and by add(x, dot): fusing x into the add's cluster
      * as an extra output would make a cycle through the dot. */
@@ -3427,4 +3453,5 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_random_graphs_O0_O2), OT_TEST(test_fuse_residual_chain),
              OT_TEST(test_fuse_tapped_chain), OT_TEST(test_fuse_size_capped),
              OT_TEST(test_fuse_random_dags), OT_TEST(test_fuse_cycle_check_alone),
-             OT_TEST(test_inline_size_limit), OT_TEST(test_simplify_unflip_scan))
+             OT_TEST(test_inline_size_limit), OT_TEST(test_simplify_unflip_scan),
+             OT_TEST(test_fuse_expensive_padded))

@@ -30,8 +30,10 @@ enum { SMALL = 1, SMALL_PER_ELEM = 2 };
  * is evaluated once per row, or at most this many times per element of its own: read through a
  * broadcast along the last dim, the generated loop computes it again at each element of the
  * iteration (a log of softmax's [64, 1, 50] sum broadcast over [64, 1000, 50] ran 1000 logs per
- * value, 80 ms instead of 3); as its own small kernel it runs once per element (XLA's fusion
- * does not fuse an expensive producer into a consumer that reuses its elements either). */
+ * value, 80 ms instead of 3), and read through a pad, at each output of the pad (optax.ctc_loss's
+ * gradient pads an exp of [1, 16, 30] to [100, 16, 30] in its scan: 48,000 exps for 480 values);
+ * as its own small kernel it runs once per element (XLA's fusion does not fuse an expensive
+ * producer into a consumer that reuses its elements either). */
 enum { EXPENSIVE_REUSE_MAX = 4 };
 
 /* Whether broadcast b's operand index varies along b's last non-unit dim (the inner loop). */
@@ -422,6 +424,10 @@ static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, uint8_t *sma
         if (remap_op(x)) {
             remapped = true;
             nctx += f->nctx[p] + f->ident[p];
+            /* a pad reads its operand at a clamped index for every output, padding included
+             * (codegen's select): a smaller operand is computed again at each of them */
+            per_elem = per_elem || (f->small[p] & SMALL_PER_ELEM) ||
+                       (x->opcode == OT_OP_PAD && n < cc_numel(x));
         } else {
             others = others || !(x->opcode == OT_OP_BROADCAST || f->small[p] ||
                                  (x->opcode == OT_OP_REDUCE && x->operands[0] != i));
