@@ -139,6 +139,37 @@ static void fill_round(ot_dtype t, void *data, int64_t i, uint64_t r) {
         ((float *)data)[i] = (float)v;
 }
 
+/* g_int_edges: integer elements drawn from the edges of the type and of shift amounts. */
+static bool g_int_edges;
+
+static void fill_int_edge(ot_dtype t, void *data, int64_t i, uint64_t r) {
+    size_t es = ot_dtype_size(t);
+    int w = (int)es * 8;
+    uint64_t min = 1ull << (w - 1), v;
+    switch (r % 24) {
+    case 0: v = 0; break;
+    case 1: v = 1; break;
+    case 2: v = ~0ull; break; /* -1, the unsigned maximum */
+    case 3: v = 2; break;
+    case 4: v = min; break;               /* INT_MIN */
+    case 5: v = min - 1; break;           /* INT_MAX */
+    case 6: v = min + 1; break;           /* INT_MIN + 1 */
+    case 7: v = (uint64_t)(w - 1); break; /* the largest shift amount */
+    case 8: v = (uint64_t)w; break;       /* the width: all shifted out */
+    case 9: v = (uint64_t)(w + 1); break;
+    case 10: v = (uint64_t)(2 * w); break;
+    case 11: v = 0ull - (uint64_t)w; break; /* negative amounts */
+    case 12: v = (uint64_t)((r >> 8) % 64); break;
+    case 13: v = 0x5555555555555555ull; break;
+    case 14: v = 0ull - 2; break;
+    case 15: v = 3; break;
+    case 16: v = ((r >> 12) & 1 ? 1ull : 0ull - 1) << ((r >> 8) % (unsigned)w); break;
+    case 17: v = (uint64_t)((int64_t)(r >> 40) % 200 - 100); break;
+    default: v = r >> 3; break;
+    }
+    memcpy((char *)data + (size_t)i * es, &v, es);
+}
+
 /* Random element bits for dtype t: mostly ordinary values, some special ones. */
 static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
     for (int64_t i = 0; i < n; i++) {
@@ -199,6 +230,10 @@ static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
         }
         case OT_PRED: ((uint8_t *)data)[i] = (uint8_t)(r >> 33) & 1; break;
         default: {
+            if (g_int_edges) {
+                fill_int_edge(t, data, i, r);
+                break;
+            }
             size_t es = ot_dtype_size(t);
             uint64_t v = pick < 8 ? (uint64_t)((int64_t)(r >> 40) % 200 - 100) : r >> 3;
             memcpy((char *)data + (size_t)i * es, &v, es);
@@ -3482,6 +3517,119 @@ static void test_total_order_compare(void) {
     }
 }
 
+/* Every integer elementwise op, native and bit for bit the reference on every integer width, on
+ * edge values (0, 1, -1, MIN, MAX, MIN + 1, shift amounts 0, width - 1, width, width + 1,
+ * negative and huge, single bits) on both operands: the unary ops (popcnt, clz of 0 included),
+ * the binary ones (shifts, divide and remainder by 0 and MIN / -1, power with negative and large
+ * exponents, unsigned maximum, minimum and clamp), and shifts, divides and powers by broadcast
+ * constants (gcc folds those). One multi-output fusion per width, which must be native (no
+ * fusion-interp), on 1, 2, 3 and 8 threads. */
+static void test_int_ops_native(void) {
+    static const char *const types[] = {"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"};
+    static const char *const un[] = {"negate", "abs",    "sign",
+                                     "not",    "popcnt", "count-leading-zeros"};
+    static const char *const bin[] = {"add",
+                                      "subtract",
+                                      "multiply",
+                                      "divide",
+                                      "remainder",
+                                      "power",
+                                      "maximum",
+                                      "minimum",
+                                      "and",
+                                      "or",
+                                      "xor",
+                                      "shift-left",
+                                      "shift-right-logical",
+                                      "shift-right-arithmetic"};
+    static const char *const cbin[] = {
+        "shift-left", "shift-right-logical", "shift-right-arithmetic",
+        "divide",     "remainder",           "power"};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    char text[16384], outs[4096], tys[8192];
+    tb b = {text, 0, sizeof text};
+    for (int j = 0; j < (int)(sizeof types / sizeof types[0]); j++) {
+        const char *dt = types[j];
+        int w = (int)strtol(dt + 1, NULL, 10);
+        char ty[32];
+        snprintf(ty, sizeof ty, "%s[300,129]", dt); /* over one chunk: the parallel path */
+        b.n = 0;
+        tp(&b, "HloModule intops_%s\nENTRY main {\n", dt);
+        tp(&b, "  x = %s parameter(0)\n  y = %s parameter(1)\n  z = %s parameter(2)\n", ty, ty, ty);
+        size_t on = 0, tn = 0;
+        int k = 0;
+#define INT_OUT()                                                                                  \
+    do {                                                                                           \
+        on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);            \
+        tn += (size_t)snprintf(tys + tn, sizeof tys - tn, "%s%s", k ? ", " : "", ty);              \
+        k++;                                                                                       \
+    } while (0)
+        for (size_t q = 0; q < sizeof un / sizeof un[0]; q++) {
+            tp(&b, "  r%d = %s %s(x)\n", k, ty, un[q]);
+            INT_OUT();
+        }
+        for (size_t q = 0; q < sizeof bin / sizeof bin[0]; q++) {
+            tp(&b, "  r%d = %s %s(x, y)\n", k, ty, bin[q]);
+            INT_OUT();
+        }
+        tp(&b, "  r%d = %s clamp(y, x, z)\n", k, ty);
+        INT_OUT();
+        /* constant right operands: 0, 1, 3, width - 1, width, -1 (the unsigned maximum) */
+        const char *cs[] = {"0", "1", "3", NULL, NULL, dt[0] == 's' ? "-1" : NULL};
+        char cw1[16], cw[16], cmax[32];
+        snprintf(cw1, sizeof cw1, "%d", w - 1);
+        snprintf(cw, sizeof cw, "%d", w);
+        snprintf(cmax, sizeof cmax, "%llu", w == 64 ? ~0ull : (1ull << w) - 1);
+        cs[3] = cw1;
+        cs[4] = cw;
+        if (!cs[5]) cs[5] = cmax;
+        for (int c = 0; c < 6; c++) {
+            tp(&b, "  c%d = %s[] constant(%s)\n  cb%d = %s broadcast(c%d), dimensions={}\n", c, dt,
+               cs[c], c, ty, c);
+            for (size_t q = 0; q < sizeof cbin / sizeof cbin[0]; q++) {
+                tp(&b, "  r%d = %s %s(x, cb%d)\n", k, ty, cbin[q], c);
+                INT_OUT();
+            }
+        }
+#undef INT_OUT
+        tp(&b, "  ROOT t = (%s) tuple(%s)\n}\n", tys, outs);
+        g_int_edges = true;
+        for (int t = 0; t < 4; t++) {
+            g_run_pool = pools[t];
+            int before = g_stats.interp_kernels;
+            check_module(text, 900 + (uint64_t)j, true);
+            EXPECT_INT_EQ(g_stats.interp_kernels, before); /* no fusion-interp */
+        }
+#if defined(__x86_64__)
+        /* the forms for CPUs without AVX-512 (popcount and leading zeros from shifts and
+         * adds): the same module through a compiler told not to use AVX-512 */
+        char cc[512], prev[512];
+        const char *pe = getenv("OPTITPU_CC");
+        snprintf(prev, sizeof prev, "%s", pe && *pe ? pe : "");
+        snprintf(cc, sizeof cc, "%s/cc-no-avx512.sh", g_cache);
+        FILE *f = fopen(cc, "w");
+        ASSERT_TRUE(f != NULL);
+        fprintf(f, "#!/bin/sh\nexec %s \"$@\" -mno-avx512f\n", prev[0] ? prev : "cc");
+        ASSERT_TRUE(fclose(f) == 0);
+        ASSERT_TRUE(chmod(cc, 0700) == 0);
+        setenv("OPTITPU_CC", cc, 1);
+        g_run_pool = pools[1];
+        int before = g_stats.interp_kernels;
+        check_module(text, 900 + (uint64_t)j, true);
+        EXPECT_INT_EQ(g_stats.interp_kernels, before);
+        if (prev[0])
+            setenv("OPTITPU_CC", prev, 1);
+        else
+            unsetenv("OPTITPU_CC");
+#endif
+        g_int_edges = false;
+        g_run_pool = NULL;
+    }
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 static void test_narrow_shift_right_logical(void) {
     static const char *const types[] = {"s8", "s16", "u8", "s32", "s64"};
     char text[1024];
@@ -4352,6 +4500,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_tier_up_now),
         OT_TEST(test_narrow_shift_right_logical),
         OT_TEST(test_int_divide_remainder),
+        OT_TEST(test_int_ops_native),
         OT_TEST(test_total_order_compare),
         OT_TEST(test_units),
         OT_TEST(test_libm_not_folded),

@@ -168,6 +168,64 @@ static const char preamble[] =
     "    uint64_t u = ot_dbits(x), a = u & 0x7fffffffffffffffull;\n"
     "    return (a == 0 || a > 0x7ff0000000000000ull) ? x\n"
     "        : ot_bitsd((u & 0x8000000000000000ull) | 0x3ff0000000000000ull);\n}\n"
+    /* population count and leading zeros at 32 and 64 bits (the reference's unary_int; an
+     * 8/16-bit value zero-extended: its leading zeros are 24/16 fewer). With AVX-512 VPOPCNTDQ
+     * / CD the builtins vectorize (vpopcnt, vplzcnt, which gives the width at 0); otherwise
+     * shifts, masks and adds, which vectorize on AVX2. The final sums are shifts, not the
+     * usual multiply by 0x01010101: gcc recognizes that form as a popcount and turns it into
+     * the scalar popcnt instruction, which AVX2 cannot vectorize */
+    "#if defined(__AVX512VPOPCNTDQ__)\n"
+    "static inline uint32_t ot_popc32(uint32_t u) { return (uint32_t)__builtin_popcount(u); }\n"
+    "static inline uint64_t ot_popc64(uint64_t u) { return (uint64_t)__builtin_popcountll(u); }\n"
+    "#else\n"
+    "static inline uint32_t ot_popc32(uint32_t u) {\n"
+    "    u = u - ((u >> 1) & 0x55555555u);\n"
+    "    u = (u & 0x33333333u) + ((u >> 2) & 0x33333333u);\n"
+    "    u = (u + (u >> 4)) & 0x0f0f0f0fu;\n"
+    "    u += u >> 8;\n"
+    "    u += u >> 16;\n"
+    "    return u & 0x3fu;\n}\n"
+    "static inline uint64_t ot_popc64(uint64_t u) {\n"
+    "    u = u - ((u >> 1) & 0x5555555555555555ull);\n"
+    "    u = (u & 0x3333333333333333ull) + ((u >> 2) & 0x3333333333333333ull);\n"
+    "    u = (u + (u >> 4)) & 0x0f0f0f0f0f0f0f0full;\n"
+    "    u += u >> 8;\n"
+    "    u += u >> 16;\n"
+    "    u += u >> 32;\n"
+    "    return u & 0x7fu;\n}\n"
+    "#endif\n"
+    "#if defined(__AVX512CD__)\n"
+    "static inline uint32_t ot_clz32(uint32_t u) { return u ? (uint32_t)__builtin_clz(u) : 32u; }\n"
+    "static inline uint64_t ot_clz64(uint64_t u) {\n"
+    "    return u ? (uint64_t)__builtin_clzll(u) : 64u;\n}\n"
+    "#else\n" /* the bits below the highest set one all set: the zeros left are the leading */
+    "static inline uint32_t ot_clz32(uint32_t u) {\n"
+    "    u |= u >> 1;\n    u |= u >> 2;\n    u |= u >> 4;\n    u |= u >> 8;\n    u |= u >> 16;\n"
+    "    return ot_popc32(~u);\n}\n"
+    "static inline uint64_t ot_clz64(uint64_t u) {\n"
+    "    u |= u >> 1;\n    u |= u >> 2;\n    u |= u >> 4;\n    u |= u >> 8;\n    u |= u >> 16;\n"
+    "    u |= u >> 32;\n"
+    "    return ot_popc64(~u);\n}\n"
+    "#endif\n"
+    /* integer power as the reference's int_pow (XLA's EmitIntegerPow): square and multiply over
+     * the exponent's low 6 bits, wrapping; selects rather than a loop with a branch, so that
+     * it vectorizes. A negative exponent is handled by the caller */
+    "static inline uint32_t ot_ipow32(uint32_t a, uint32_t e) {\n"
+    "    uint32_t r = (e & 1u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 2u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 4u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 8u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 16u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 32u) ? a : 1u;\n"
+    "    return r;\n}\n"
+    "static inline uint64_t ot_ipow64(uint64_t a, uint64_t e) {\n"
+    "    uint64_t r = (e & 1u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 2u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 4u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 8u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 16u) ? a : 1u;\n"
+    "    a *= a;\n    r *= (e & 32u) ? a : 1u;\n"
+    "    return r;\n}\n"
     /* f16 / bf16: copies of src/core/dtype.c */
     "static inline uint16_t ot_f2b(float f) {\n"
     "    uint32_t u = ot_fbits(f);\n"
@@ -413,6 +471,16 @@ static const char *uwidth(ot_dtype t) {
     }
 }
 
+/* The signed type of t's width (an unsigned value read as two's complement). */
+static const char *swidth(ot_dtype t) {
+    switch (ot_dtype_size(t)) {
+    case 1: return "int8_t";
+    case 2: return "int16_t";
+    case 4: return "int32_t";
+    default: return "int64_t";
+    }
+}
+
 static bool is_f64(ot_dtype t) {
     return t == OT_F64;
 }
@@ -639,14 +707,16 @@ static bool hw_instr_ok(const ot_instr *x) {
     if (hw_op_ok(x->opcode)) return true;
 #if defined(__x86_64__) && defined(__SSE2__)
     /* bit moves and integer ops: a bf16 <-> f32 convert (ot_b2f shifts the bits, ot_f2b rounds
-     * them as integers, after ot_qf), a bitcast-convert, shifts and is-finite (an exponent
-     * test) read and write no float arithmetic the modes could flush (compressed optimizer
-     * state, tpu_optim.h) */
+     * them as integers, after ot_qf), a bitcast-convert, shifts, popcnt, clz and is-finite (an
+     * exponent test) read and write no float arithmetic the modes could flush (compressed
+     * optimizer state, tpu_optim.h) */
     if (x->opcode == OT_OP_BITCAST_CONVERT || x->opcode == OT_OP_SHIFT_LEFT ||
-        x->opcode == OT_OP_SHIFT_RIGHT_LOGICAL || x->opcode == OT_OP_IS_FINITE)
+        x->opcode == OT_OP_SHIFT_RIGHT_LOGICAL || x->opcode == OT_OP_SHIFT_RIGHT_ARITHMETIC ||
+        x->opcode == OT_OP_POPCNT || x->opcode == OT_OP_CLZ || x->opcode == OT_OP_IS_FINITE)
         return true;
-    if (x->opcode == OT_OP_REMAINDER && x->shape.kind == OT_IR_ARRAY &&
-        !ot_dtype_is_float(x->shape.array.dtype)) /* integer remainder */
+    if ((x->opcode == OT_OP_REMAINDER || x->opcode == OT_OP_POWER) &&
+        x->shape.kind == OT_IR_ARRAY &&
+        !ot_dtype_is_float(x->shape.array.dtype)) /* integer remainder and power */
         return true;
     if (x->opcode == OT_OP_CONVERT && x->noperands == 1 && x->shape.kind == OT_IR_ARRAY &&
         x->operands[0]->shape.kind == OT_IR_ARRAY) {
@@ -906,6 +976,15 @@ static int emit_unary(em *E, const ot_instr *x, const char *ctx) {
         if (sgn) return define(E, x, ctx, t, false, "(%s)(%s < 0 ? -1 : %s > 0)", T, va, va);
         return define(E, x, ctx, t, false, "(%s)(%s != 0)", T, va);
     case OT_OP_NOT: return define(E, x, ctx, t, false, "(%s)~(%s)%s", T, U, va);
+    /* of the bits at the type's width (zero-extended); clz of 0 is the width */
+    case OT_OP_POPCNT:
+        return define(E, x, ctx, t, false, "(%s)ot_popc%s((%s)(%s)%s)", T,
+                      ot_dtype_size(t) == 8 ? "64" : "32", U, uwidth(t), va);
+    case OT_OP_CLZ:
+        if (ot_dtype_size(t) == 8)
+            return define(E, x, ctx, t, false, "(%s)ot_clz64((uint64_t)%s)", T, va);
+        return define(E, x, ctx, t, false, "(%s)(ot_clz32((uint32_t)(%s)%s) - %du)", T, uwidth(t),
+                      va, 32 - (int)ot_dtype_size(t) * 8);
     default: return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
     }
 }
@@ -1185,6 +1264,8 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
         case OT_OP_MINIMUM:
             return define(E, x, ctx, t, false, "(uint8_t)((%s < %s ? %s : %s) != 0)", sa, sb, sa,
                           sb);
+        case OT_OP_POWER: /* int_pow: a || !b */
+            return define(E, x, ctx, t, false, "(uint8_t)((%s != 0) | (%s == 0))", pa, pb);
         default: return fail(E, "%s: %s on pred", x->name, ot_opcode_name(op));
         }
     }
@@ -1244,6 +1325,23 @@ static int emit_binary(em *E, const ot_instr *x, const char *ctx) {
          * straight from its signed type would bring its sign bits down) */
         return define(E, x, ctx, t, false, "((%s)%s < %du ? (%s)((%s)(%s)%s %s (%s)%s) : (%s)0)", U,
                       vb, bits, T, U, W, va, op == OT_OP_SHIFT_LEFT ? "<<" : ">>", U, vb, T);
+    }
+    case OT_OP_SHIFT_RIGHT_ARITHMETIC: {
+        /* the value read signed at its width; an amount of at least the width shifts by
+         * width - 1 (all sign bits, the reference's fill): a clamp, not a branch, so that the
+         * loop vectorizes (vpsravd) */
+        int bits = (int)ot_dtype_size(t) * 8;
+        return define(E, x, ctx, t, false, "(%s)((%s)%s >> ((%s)%s < %du ? (%s)%s : %du))", T,
+                      swidth(t), va, U, vb, bits, U, vb, bits - 1);
+    }
+    case OT_OP_POWER: {
+        /* int_pow: a negative exponent (its sign bit at the type's width) gives 1 for a base
+         * of 1, else 0 */
+        int bits = (int)ot_dtype_size(t) * 8;
+        const char *P = bits == 64 ? "ot_ipow64" : "ot_ipow32";
+        return define(E, x, ctx, t, false,
+                      "(%s)(((%s)%s >> %d) ? (%s)((%s)%s == 1) : %s((%s)%s, (%s)%s))", T, W, vb,
+                      bits - 1, U, W, va, P, U, va, U, vb);
     }
     default: return fail(E, "%s: %s on %s", x->name, ot_opcode_name(op), ot_dtype_name(t));
     }
