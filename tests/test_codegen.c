@@ -3630,6 +3630,85 @@ static void test_int_ops_native(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* bitcast-convert between every two dtypes of one element size (s8, u8; s16, u16, f16,
+ * bf16; s32, u32, f32; s64, u64, f64), also read by arithmetic (a subnormal or NaN made from
+ * integer bits meets an add's flushing), and reduce-precision of f32, f64, f16 and bf16 to
+ * formats narrower, as wide and wider in each field (e1m0 … e11m52), on special, subnormal and
+ * arbitrary bits: native, bit for bit the reference, on 1 and 3 threads. */
+static void test_bitcast_reduce_precision(void) {
+    static const char *const groups[][4] = {{"s8", "u8", NULL, NULL},
+                                            {"s16", "u16", "f16", "bf16"},
+                                            {"s32", "u32", "f32", NULL},
+                                            {"s64", "u64", "f64", NULL}};
+    static const int threads[] = {1, 3};
+    ot_threadpool *pools[2] = {NULL};
+    for (int t = 0; t < 2; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    char text[8192], outs[1024], tys[2048];
+    tb b = {text, 0, sizeof text};
+    uint64_t seed = 950;
+    for (int g = 0; g < 4; g++)
+        for (int f = 0; f < 4 && groups[g][f]; f++) {
+            const char *from = groups[g][f];
+            b.n = 0;
+            tp(&b, "HloModule bitcast_%s\nENTRY main {\n  x = %s[300,129] parameter(0)\n", from,
+               from);
+            size_t on = 0, tn = 0;
+            int k = 0;
+            for (int t = 0; t < 4 && groups[g][t]; t++, k++) {
+                const char *to = groups[g][t];
+                tp(&b, "  r%d = %s[300,129] bitcast-convert(x)\n", k, to);
+                on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+                tn +=
+                    (size_t)snprintf(tys + tn, sizeof tys - tn, "%s%s[300,129]", k ? ", " : "", to);
+                if (to[0] == 'f' || to[0] == 'b') { /* a float read by arithmetic */
+                    tp(&b, "  a%d = %s[300,129] add(r%d, r%d)\n", k, to, k, k);
+                    on += (size_t)snprintf(outs + on, sizeof outs - on, ", a%d", k);
+                    tn += (size_t)snprintf(tys + tn, sizeof tys - tn, ", %s[300,129]", to);
+                }
+            }
+            tp(&b, "  ROOT t = (%s) tuple(%s)\n}\n", tys, outs);
+            for (int t = 0; t < 2; t++) {
+                g_run_pool = pools[t];
+                check_module(text, seed, true);
+            }
+            seed++;
+        }
+    static const char *const fl[] = {"f32", "f64", "f16", "bf16"};
+    static const int em[][2] = {{1, 0}, {2, 1},  {4, 3},   {5, 2},  {5, 10},
+                                {8, 7}, {8, 23}, {11, 52}, {6, 30}, {3, 60}};
+    for (int j = 0; j < 4; j++)
+        for (int tiny = 0; tiny < 2; tiny++) {
+            if (tiny && j >= 2) continue;
+            b.n = 0;
+            tp(&b, "HloModule rp_%s\nENTRY main {\n  x = %s[300,129] parameter(0)\n", fl[j], fl[j]);
+            size_t on = 0, tn = 0;
+            int n = (int)(sizeof em / sizeof em[0]);
+            for (int k = 0; k < n; k++) {
+                tp(&b,
+                   "  r%d = %s[300,129] reduce-precision(x), exponent_bits=%d, mantissa_bits=%d\n",
+                   k, fl[j], em[k][0], em[k][1]);
+                on += (size_t)snprintf(outs + on, sizeof outs - on, "%sr%d", k ? ", " : "", k);
+                tn += (size_t)snprintf(tys + tn, sizeof tys - tn, "%s%s[300,129]", k ? ", " : "",
+                                       fl[j]);
+            }
+            /* of a computed value (a flushed product) as well */
+            tp(&b,
+               "  m = %s[300,129] multiply(x, x)\n"
+               "  rm = %s[300,129] reduce-precision(m), exponent_bits=5, mantissa_bits=10\n",
+               fl[j], fl[j]);
+            tp(&b, "  ROOT t = (%s, %s[300,129]) tuple(%s, rm)\n}\n", tys, fl[j], outs);
+            g_tiny = tiny != 0;
+            for (int t = 0; t < 2; t++) {
+                g_run_pool = pools[t];
+                check_module(text, seed, true);
+            }
+            g_tiny = false;
+            seed++;
+        }
+    g_run_pool = NULL;
+    for (int t = 0; t < 2; t++) ot_threadpool_free(pools[t]);
+}
+
 static void test_narrow_shift_right_logical(void) {
     static const char *const types[] = {"s8", "s16", "u8", "s32", "s64"};
     char text[1024];
@@ -4501,6 +4580,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_narrow_shift_right_logical),
         OT_TEST(test_int_divide_remainder),
         OT_TEST(test_int_ops_native),
+        OT_TEST(test_bitcast_reduce_precision),
         OT_TEST(test_total_order_compare),
         OT_TEST(test_units),
         OT_TEST(test_libm_not_folded),

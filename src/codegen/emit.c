@@ -226,6 +226,43 @@ static const char preamble[] =
     "    a *= a;\n    r *= (e & 16u) ? a : 1u;\n"
     "    a *= a;\n    r *= (e & 32u) ? a : 1u;\n"
     "    return r;\n}\n"
+    /* reduce-precision on the bits, as the reference's ex_reduce_precision (XLA's algorithm):
+     * round the mantissa to mb bits (to nearest, ties to even, by a bias), then an exponent
+     * above the range becomes infinity and one at or below it zero (sign kept); a NaN stays
+     * itself unless mb is 0. u holds a float of nb bits (16 or 32 here, 64 in ot_rprec64)
+     * with sm mantissa bits; eb and mb are the op's constants, so the tests fold, and the
+     * selects leave a loop that vectorizes */
+    "static inline uint32_t ot_rprec32(uint32_t u, int nb, int sm, int eb, int mb) {\n"
+    "    uint32_t all = nb == 32 ? ~0u : (1u << nb) - 1u, sign = 1u << (nb - 1);\n"
+    "    int se = nb - 1 - sm;\n"
+    "    uint32_t expm = ((1u << se) - 1u) << sm, v = u;\n"
+    "    uint32_t nan = (u & ~sign & all) > expm;\n"
+    "    if (mb < sm) {\n"
+    "        uint32_t last = 1u << (sm - mb);\n"
+    "        uint32_t bias = (last >> 1) - 1u + ((v & last) >> (sm - mb));\n"
+    "        v = ((v + bias) & ~(last - 1u)) & all;\n"
+    "    }\n"
+    "    if (eb < se) {\n"
+    "        uint32_t ebias = (1u << (se - 1)) - 1u, rbias = (1u << (eb - 1)) - 1u;\n"
+    "        uint32_t rmax = ebias + rbias, rmin = ebias - rbias, xe = v & expm;\n"
+    "        v = xe > (rmax << sm) ? (v & sign) | expm : xe <= (rmin << sm) ? v & sign : v;\n"
+    "    }\n"
+    "    return (mb > 0 && nan) ? u : v;\n}\n"
+    "static inline uint64_t ot_rprec64(uint64_t u, int eb, int mb) {\n"
+    "    const int sm = 52, se = 11;\n"
+    "    uint64_t sign = 1ull << 63, expm = 0x7ffull << 52, v = u;\n"
+    "    uint64_t nan = (u & ~sign) > expm;\n"
+    "    if (mb < sm) {\n"
+    "        uint64_t last = 1ull << (sm - mb);\n"
+    "        uint64_t bias = (last >> 1) - 1u + ((v & last) >> (sm - mb));\n"
+    "        v = (v + bias) & ~(last - 1u);\n"
+    "    }\n"
+    "    if (eb < se) {\n"
+    "        uint64_t ebias = 1023u, rbias = (1ull << (eb - 1)) - 1u;\n"
+    "        uint64_t rmax = ebias + rbias, rmin = ebias - rbias, xe = v & expm;\n"
+    "        v = xe > (rmax << sm) ? (v & sign) | expm : xe <= (rmin << sm) ? v & sign : v;\n"
+    "    }\n"
+    "    return (mb > 0 && nan) ? u : v;\n}\n"
     /* f16 / bf16: copies of src/core/dtype.c */
     "static inline uint16_t ot_f2b(float f) {\n"
     "    uint32_t u = ot_fbits(f);\n"
@@ -707,12 +744,13 @@ static bool hw_instr_ok(const ot_instr *x) {
     if (hw_op_ok(x->opcode)) return true;
 #if defined(__x86_64__) && defined(__SSE2__)
     /* bit moves and integer ops: a bf16 <-> f32 convert (ot_b2f shifts the bits, ot_f2b rounds
-     * them as integers, after ot_qf), a bitcast-convert, shifts, popcnt, clz and is-finite (an
-     * exponent test) read and write no float arithmetic the modes could flush (compressed
-     * optimizer state, tpu_optim.h) */
+     * them as integers, after ot_qf), a bitcast-convert, reduce-precision (integer arithmetic
+     * on the bits), shifts, popcnt, clz and is-finite (an exponent test) read and write no
+     * float arithmetic the modes could flush (compressed optimizer state, tpu_optim.h) */
     if (x->opcode == OT_OP_BITCAST_CONVERT || x->opcode == OT_OP_SHIFT_LEFT ||
         x->opcode == OT_OP_SHIFT_RIGHT_LOGICAL || x->opcode == OT_OP_SHIFT_RIGHT_ARITHMETIC ||
-        x->opcode == OT_OP_POPCNT || x->opcode == OT_OP_CLZ || x->opcode == OT_OP_IS_FINITE)
+        x->opcode == OT_OP_POPCNT || x->opcode == OT_OP_CLZ || x->opcode == OT_OP_IS_FINITE ||
+        x->opcode == OT_OP_REDUCE_PRECISION)
         return true;
     if ((x->opcode == OT_OP_REMAINDER || x->opcode == OT_OP_POWER) &&
         x->shape.kind == OT_IR_ARRAY &&
@@ -2354,24 +2392,51 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
         return memo_alias(E, x, ctx, k);
     }
     case OT_OP_CONVERT: return emit_convert(E, x, ctx);
-    case OT_OP_BITCAST_CONVERT: { /* f32 <-> u32, u16 <-> bf16/f16: the same bits (stochastic
-                                     rounding; bf16/f16 values travel as their bits) */
+    case OT_OP_BITCAST_CONVERT: { /* the same bits between types of one element size
+                                     (stochastic rounding, the random bits' floats; f16/bf16
+                                     values travel as their bits) */
         const ot_instr *o = x->operands[0];
         ot_dtype f = o->shape.kind == OT_IR_ARRAY ? o->shape.array.dtype : OT_DTYPE_INVALID;
         ot_dtype t = x->shape.array.dtype;
-        bool h16 = (f == OT_U16 && (t == OT_BF16 || t == OT_F16)) ||
-                   ((f == OT_BF16 || f == OT_F16) && t == OT_U16);
-        const char *fn = f == OT_F32 && t == OT_U32   ? "ot_fbits"
-                         : f == OT_U32 && t == OT_F32 ? "ot_bitsf"
-                         : h16                        ? "(uint16_t)"
-                                                      : NULL;
-        if (!fn || numel(o) != numel(x))
+        if (!ctype(f) || !ctype(t) || ot_dtype_size(f) != ot_dtype_size(t) || numel(o) != numel(x))
             return fail(E, "%s: bitcast-convert %s to %s", x->name, ot_dtype_name(f),
                         ot_dtype_name(t));
         int k = operand(E, x, 0, ctx);
         if (k < 0) return k;
+        if (f == t) return memo_alias(E, x, ctx, k);
+        char v[32], bits[64];
+        var(E, k, v, sizeof v);
+        /* the source's bits as an unsigned integer, then the target read from them */
+        if (f == OT_F32 || f == OT_F64)
+            snprintf(bits, sizeof bits, "%s(%s)", f == OT_F32 ? "ot_fbits" : "ot_dbits", v);
+        else
+            snprintf(bits, sizeof bits, "(%s)%s", uwidth(f), v);
+        if (t == OT_F32 || t == OT_F64)
+            return define(E, x, ctx, t, false, "%s(%s)", t == OT_F32 ? "ot_bitsf" : "ot_bitsd",
+                          bits);
+        return define(E, x, ctx, t, false, "(%s)%s", ctype(t), bits);
+    }
+    case OT_OP_REDUCE_PRECISION: {
+        ot_dtype t = x->shape.array.dtype;
+        int eb = x->attrs->exponent_bits, mb = x->attrs->mantissa_bits;
+        if (!ot_dtype_is_float(t) || !ctype(t) || eb < 1 || mb < 0)
+            return fail(E, "%s: reduce-precision of %s to e%dm%d", x->name, ot_dtype_name(t), eb,
+                        mb);
+        int k = operand(E, x, 0, ctx);
+        if (k < 0) return k;
         char v[32];
-        return define(E, x, ctx, t, false, "%s(%s)", fn, var(E, k, v, sizeof v));
+        var(E, k, v, sizeof v);
+        /* e and m at least the type's own: no bit changes (the reference's result too) */
+        int nb = (int)ot_dtype_size(t) * 8, sm = ex_mantissa_bits(t);
+        if (eb >= nb - 1 - sm && mb >= sm) return memo_alias(E, x, ctx, k);
+        if (t == OT_F64)
+            return define(E, x, ctx, t, false, "ot_bitsd(ot_rprec64(ot_dbits(%s), %d, %d))", v, eb,
+                          mb);
+        if (t == OT_F32)
+            return define(E, x, ctx, t, false, "ot_bitsf(ot_rprec32(ot_fbits(%s), 32, 23, %d, %d))",
+                          v, eb, mb);
+        return define(E, x, ctx, t, false, "(uint16_t)ot_rprec32(%s, 16, %d, %d, %d)", v, sm, eb,
+                      mb);
     }
     case OT_OP_REDUCE: return emit_row_reduce(E, x, ctx);
     case OT_OP_SLICE:

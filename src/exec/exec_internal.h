@@ -20,8 +20,6 @@ void ex_st_i(ot_dtype t, void *p, int64_t i, int64_t v);
 /* Raw bits of element i (zero-extended), and the reverse. */
 uint64_t ex_ld_bits(size_t elsize, const void *p, int64_t i);
 void ex_st_bits(size_t elsize, void *p, int64_t i, uint64_t v);
-/* Mantissa bits of a float dtype (f16 10, bf16 7, f32 23, f64 52). */
-int ex_mantissa_bits(ot_dtype t);
 
 /* Flush f32/f64 subnormals to zero in arithmetic (XLA CPU's FTZ/DAZ). Set per evaluation from
  * ot_eval_options.keep_denormals by the public entry points (thread-local; default on). */

@@ -16,6 +16,9 @@
 /* Integer or pred element as int64 (signed dtypes sign-extend, unsigned zero-extend: u64 keeps
  * its bits). */
 int64_t ex_ld_i(ot_dtype t, const void *p, int64_t i);
+/* Mantissa bits of a float dtype (f16 10, bf16 7, f32 23, f64 52; 0 for other dtypes):
+ * reduce-precision's rounding position. */
+int ex_mantissa_bits(ot_dtype t);
 /* Rounds a double to the nearest value of a binary format with ebits exponent and mbits mantissa
  * bits (subnormals kept, overflow to infinity, NaN stays NaN). */
 double ex_round_format(double x, int ebits, int mbits);
