@@ -2603,6 +2603,141 @@ static void test_hw_ftz(void) {
     }
 }
 
+/* The modules of test_image_pipeline: '@' stands for the pixel type. */
+static const char *const g_image_modules[] = {
+    /* NHWC: a center crop whose rows keep their last two dims (read at row + col), a flip of
+     * the width over the 3 channels (read through ot_stg), a per-image select, to f32,
+     * normalized per channel, and a requantization (round, clip, convert back) */
+    "HloModule img_nhwc\nENTRY main {\n"
+    "  img = @[2,40,44,3] parameter(0)\n  flip = pred[2] parameter(1)\n"
+    "  mean = f32[3] parameter(2)\n  std = f32[3] parameter(3)\n"
+    "  s = @[2,36,36,3] slice(img), slice={[0:2], [2:38], [4:40], [0:3]}\n"
+    "  r = @[2,36,36,3] reverse(s), dimensions={2}\n"
+    "  fb = pred[2,36,36,3] broadcast(flip), dimensions={0}\n"
+    "  x = @[2,36,36,3] select(fb, r, s)\n  xf = f32[2,36,36,3] convert(x)\n"
+    "  c = f32[] constant(255)\n  cb = f32[2,36,36,3] broadcast(c), dimensions={}\n"
+    "  d = f32[2,36,36,3] divide(xf, cb)\n"
+    "  mb = f32[2,36,36,3] broadcast(mean), dimensions={3}\n"
+    "  sb = f32[2,36,36,3] broadcast(std), dimensions={3}\n"
+    "  n = f32[2,36,36,3] subtract(d, mb)\n  y = f32[2,36,36,3] divide(n, sb)\n"
+    "  k = f32[] constant(1.25)\n  kb = f32[2,36,36,3] broadcast(k), dimensions={}\n"
+    "  m = f32[2,36,36,3] multiply(xf, kb)\n  t = f32[] constant(20)\n"
+    "  tb = f32[2,36,36,3] broadcast(t), dimensions={}\n  u = f32[2,36,36,3] subtract(m, tb)\n"
+    "  rr = f32[2,36,36,3] round-nearest-even(u)\n  lo = f32[] constant(0)\n"
+    "  lb = f32[2,36,36,3] broadcast(lo), dimensions={}\n"
+    "  hb = f32[2,36,36,3] broadcast(c), dimensions={}\n"
+    "  cl = f32[2,36,36,3] clamp(lb, rr, hb)\n  q = @[2,36,36,3] convert(cl)\n"
+    "  ROOT o = (f32[2,36,36,3], @[2,36,36,3]) tuple(y, q)\n}\n",
+    /* the same on a short image: the column loop spans the crop's three dims, the crop's rows
+     * are no multiple of col either, and both reads go through ot_stg */
+    "HloModule img_short\nENTRY main {\n"
+    "  img = @[4,20,24,3] parameter(0)\n  flip = pred[4] parameter(1)\n"
+    "  s = @[4,16,16,3] slice(img), slice={[0:4], [2:18], [4:20], [0:3]}\n"
+    "  r = @[4,16,16,3] reverse(s), dimensions={2}\n"
+    "  fb = pred[4,16,16,3] broadcast(flip), dimensions={0}\n"
+    "  x = @[4,16,16,3] select(fb, r, s)\n  xf = f32[4,16,16,3] convert(x)\n"
+    "  c = f32[] constant(0.0039215689)\n  cb = f32[4,16,16,3] broadcast(c), dimensions={}\n"
+    "  ROOT y = f32[4,16,16,3] multiply(xf, cb)\n}\n",
+    /* NCHW: a crop, a vertical and a horizontal flip (the last dim reversed: col * -1), to f32
+     * scaled, and a channel flip of a short row (reverse of an outer column dim) to s32 */
+    "HloModule img_nchw\nENTRY main {\n"
+    "  img = @[2,3,40,44] parameter(0)\n  sc = f32[3] parameter(1)\n"
+    "  s = @[2,3,36,36] slice(img), slice={[0:2], [0:3], [2:38], [4:40]}\n"
+    "  r = @[2,3,36,36] reverse(s), dimensions={2,3}\n  xf = f32[2,3,36,36] convert(r)\n"
+    "  sb = f32[2,3,36,36] broadcast(sc), dimensions={1}\n"
+    "  y = f32[2,3,36,36] multiply(xf, sb)\n"
+    "  z = @[6,10,4] parameter(2)\n  zr = @[6,10,4] reverse(z), dimensions={1}\n"
+    "  zi = s32[6,10,4] convert(zr)\n  io = s32[6,10,4] iota(), iota_dimension=1\n"
+    "  za = s32[6,10,4] add(zi, io)\n"
+    "  ROOT o = (f32[2,3,36,36], s32[6,10,4]) tuple(y, za)\n}\n"};
+
+/* Image input pipelines on 8- and 16-bit pixels (u8, s8, u16, and pred masks): crops, flips,
+ * converts, normalization and requantization, NHWC and NCHW. A flip of a row's outer dim over
+ * a short last dim is read through a row buffer (ot_stg, stage_param: gcc gathers no 8- or
+ * 16-bit elements), a crop that keeps a row's trailing dims is read at row + col, and the
+ * converts and roundings keep the loops under the hardware mode. Native code for every fusion,
+ * the reference's bits at 1, 2, 3 and 8 threads. */
+static void test_image_pipeline(void) {
+    static const char *const pix[] = {"u8", "s8", "u16", "pred"};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    char text[4096];
+    for (int j = 0; j < 3; j++) {
+        for (int k = 0; k < 4; k++) {
+            if (k == 3 && j != 1) continue; /* pred: no arithmetic to requantize */
+            size_t n = 0;
+            for (const char *q = g_image_modules[j]; *q && n + 8 < sizeof text; q++) {
+                if (*q == '@')
+                    n += (size_t)snprintf(text + n, sizeof text - n, "%s", pix[k]);
+                else
+                    text[n++] = *q;
+            }
+            text[n] = '\0';
+            for (int t = 0; t < 4; t++) {
+                g_run_pool = pools[t];
+                g_keep_src = true;
+                check_module(text, 3300 + (uint64_t)(10 * j + k), true);
+                g_keep_src = false;
+                const char *src = g_src;
+                EXPECT_TRUE(src != NULL && strstr(src, "ot_stg0[col]") != NULL);
+                if (j == 0) { /* the crop's rows: contiguous, at row + col */
+                    EXPECT_TRUE(src != NULL && strstr(src, "ot_stg1[") == NULL);
+                    EXPECT_TRUE(src != NULL && strstr(src, " + col);") != NULL);
+                }
+                if (j == 1) EXPECT_TRUE(src != NULL && strstr(src, "ot_stg1[col]") != NULL);
+#if defined(__x86_64__)
+                if (j == 0)
+                    EXPECT_TRUE(src != NULL && strstr(src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+#endif
+            }
+        }
+    }
+    g_run_pool = NULL;
+    free(g_src);
+    g_src = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
+/* Converts between integers and f32/f64 and roundings to integral values (floor, ceil, both
+ * round-nearest) keep a fusion of arithmetic under the hardware mode: on inputs around the
+ * smallest normal number (products of converted integers and subnormals, quotients by them in
+ * the band below FLT_MIN, subnormal operands converted to integers and pred) and on ordinary
+ * ones, the reference's bits. */
+static void test_hw_convert_round(void) {
+    static const char *const dts[] = {"f32", "f64"};
+    char text[4096];
+    for (int j = 0; j < 2; j++) {
+        const char *t = dts[j];
+        snprintf(text, sizeof text,
+                 "HloModule hw_cvt\nENTRY main {\n"
+                 "  x = %s[3000] parameter(0)\n  y = %s[3000] parameter(1)\n"
+                 "  k = s32[3000] parameter(2)\n  b = u8[3000] parameter(3)\n"
+                 "  kf = %s[3000] convert(k)\n  m = %s[3000] multiply(kf, x)\n"
+                 "  bf = %s[3000] convert(b)\n  d = %s[3000] divide(y, bf)\n"
+                 "  p = %s[3000] multiply(x, y)\n  rn = %s[3000] round-nearest-even(p)\n"
+                 "  fl = %s[3000] floor(x)\n  ce = %s[3000] ceil(p)\n"
+                 "  ra = %s[3000] round-nearest-afz(m)\n  xs = s32[3000] convert(p)\n"
+                 "  xu = u8[3000] convert(x)\n  xp = pred[3000] convert(p)\n"
+                 "  s = %s[3000] add(rn, d)\n"
+                 "  ROOT o = (%s[3000], %s[3000], %s[3000], %s[3000], %s[3000], %s[3000], "
+                 "s32[3000], u8[3000], pred[3000]) tuple(m, d, s, fl, ce, ra, xs, xu, xp)\n}\n",
+                 t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t, t);
+        for (int tiny = 0; tiny < 2; tiny++) {
+            g_tiny = tiny == 1;
+            g_keep_src = true;
+            check_module(text, 3400 + (uint64_t)(2 * j + tiny), true);
+            g_keep_src = false;
+            g_tiny = false;
+#if defined(__x86_64__)
+            EXPECT_TRUE(g_src != NULL && strstr(g_src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+#endif
+        }
+    }
+    free(g_src);
+    g_src = NULL;
+}
+
 /* Chains of maximum, minimum, clamp, compare, select, abs, negate and sign (a where/clip chain)
  * under the hardware mode, where maximum/minimum/clamp flush and quiet an operand computed in the
  * loop by multiplying it by an opaque 1 and compare without a software flush, and where values
@@ -4560,6 +4695,8 @@ int main(int argc, char **argv) {
         OT_TEST(test_native_option),
         OT_TEST(test_hw_ftz),
         OT_TEST(test_hw_minmax),
+        OT_TEST(test_hw_convert_round),
+        OT_TEST(test_image_pipeline),
         OT_TEST(test_hw_ftz_tanh_logistic),
         OT_TEST(test_hw_ftz_erf),
         OT_TEST(test_vmath_sleef),

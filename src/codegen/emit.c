@@ -538,10 +538,16 @@ typedef struct memo {
     int scope;    /* per-element values: the loop they were computed in (row fusions) */
 } memo;
 
-/* One digit of an index: a C expression and the values it can take (a superset). */
+/* One digit of an index: a C expression and the values it can take (a superset). In the
+ * two-level elementwise loop (em.affine) a digit that slices and reverses made from one of the
+ * loop's digits also says which (ld, a dim of em.lshape; -1: none known) and how: the digit is
+ * mul * (loop digit ld) + add, for every column (remap_at reads the index as a row part plus a
+ * column part from it). */
 typedef struct ixdig {
     char e[64];
     int64_t lo, hi;
+    int ld;
+    int64_t mul, add;
 } ixdig;
 
 /* An index context made by remap_at: its variable, the linear expression it names (contexts of
@@ -600,6 +606,8 @@ typedef struct em {
     int ntab;
     int64_t tabsig[8][OT_MAX_RANK]; /* each table's strides over the K dims */
     int nrep;                       /* row buffers ot_rep<N> (rep_broadcast) */
+    bool affine;                    /* digits carry their affine form (ixdig.ld) */
+    int nstg;                       /* row buffers ot_stg<N> (stage_param) */
     int nnarrow; /* per-element values of 1- or 2-byte types defined so far (lane_groups) */
     /* index contexts made by slice, pad, concatenate and reverse (remap_ctx): the operand's
      * digits as expressions, so that a remap of a remap reads them without dividing */
@@ -761,7 +769,20 @@ static bool hw_instr_ok(const ot_instr *x) {
         ot_dtype f = x->operands[0]->shape.array.dtype, t = x->shape.array.dtype;
         if ((f == OT_F32 && t == OT_BF16) || (f == OT_BF16 && t == OT_F32)) return true;
         if (!ot_dtype_is_float(f) && !ot_dtype_is_float(t)) return true; /* integer to integer */
+        /* an integer to f32/f64 reads no float and its result is 0 or at least 1 in magnitude,
+         * never subnormal; f32/f64 to an integer or pred reads the operand as the reference
+         * does (a subnormal, flushed by DAZ or not, truncates to 0 and tests as zero) (the u8
+         * image pipeline's converts keep its divides in float: 2-3x faster) */
+        bool fw = f == OT_F32 || f == OT_F64, tw = t == OT_F32 || t == OT_F64;
+        if ((!ot_dtype_is_float(f) && tw) || (fw && !ot_dtype_is_float(t))) return true;
     }
+    /* f32/f64 rounding to an integral value: the operand keeps its software flush (hw_arith
+     * does not cover them), and the result is an integer or a signed zero, never subnormal */
+    if ((x->opcode == OT_OP_FLOOR || x->opcode == OT_OP_CEIL ||
+         x->opcode == OT_OP_ROUND_NEAREST_EVEN || x->opcode == OT_OP_ROUND_NEAREST_AFZ) &&
+        x->shape.kind == OT_IR_ARRAY &&
+        (x->shape.array.dtype == OT_F32 || x->shape.array.dtype == OT_F64))
+        return true;
     return (x->opcode == OT_OP_EXP || x->opcode == OT_OP_TANH || x->opcode == OT_OP_ERF ||
             x->opcode == OT_OP_LOG || x->opcode == OT_OP_LOG1P || x->opcode == OT_OP_EXPM1 ||
             x->opcode == OT_OP_LOGISTIC) &&
@@ -1566,16 +1587,32 @@ static bool digits_ok(const em *E, const ot_shape *R, const char *ctx) {
  * of the column's digit times s[d] (d from the first of those dims). A multiple of col where
  * the strides are those of one contiguous range ("0", "col", "(col * S)"), else a table of
  * the C values, declared once per distinct strides. */
+/* The column index table with strides s over the column loop's dims, or -1. */
+static int tab_find(const em *E, const int64_t *s) {
+    int K = E->K > 1 ? E->K : 1;
+    for (int t = 0; t < E->ntab; t++)
+        if (memcmp(E->tabsig[t], s, (size_t)K * sizeof *s) == 0) return t;
+    return -1;
+}
+
+/* Whether strides s over the column loop's dims make a multiple of col (one contiguous or
+ * evenly strided run). */
+static bool col_lin(const em *E, const int64_t *s) {
+    const ot_shape *L = E->lshape;
+    int K = E->K > 1 ? E->K : 1, d0 = L->rank - K;
+    int64_t want = s[K - 1];
+    for (int d = K - 1; d >= 0; d--) {
+        if (s[d] != want) return false;
+        want *= L->dims[d0 + d];
+    }
+    return true;
+}
+
 static void col_index(em *E, const int64_t *s, char *out, size_t cap) {
     const ot_shape *L = E->lshape;
     int K = E->K > 1 ? E->K : 1, d0 = L->rank - K;
-    int64_t cs = s[K - 1], want = cs;
-    bool lin = true;
-    for (int d = K - 1; d >= 0; d--) {
-        if (s[d] != want) lin = false;
-        want *= L->dims[d0 + d];
-    }
-    if (lin) {
+    int64_t cs = s[K - 1];
+    if (col_lin(E, s)) {
         if (cs == 0)
             snprintf(out, cap, "0");
         else if (cs == 1)
@@ -1584,9 +1621,7 @@ static void col_index(em *E, const int64_t *s, char *out, size_t cap) {
             snprintf(out, cap, "(col * %lld)", (long long)cs);
         return;
     }
-    int id = -1;
-    for (int t = 0; t < E->ntab && id < 0; t++)
-        if (memcmp(E->tabsig[t], s, (size_t)K * sizeof *s) == 0) id = t;
+    int id = tab_find(E, s);
     if (id < 0) {
         if (E->ntab == (int)(sizeof E->tabsig / sizeof E->tabsig[0])) {
             fail(E, "more than %d column index tables", E->ntab);
@@ -1958,6 +1993,15 @@ static void dig_set(ixdig *d, int64_t lo, int64_t hi, const char *fmt, ...) {
     va_end(ap);
     d->lo = lo;
     d->hi = hi;
+    d->ld = -1;
+}
+
+/* d as the loop's own digit ld (em.affine loops). */
+static void dig_loop(const em *E, ixdig *d, int ld) {
+    if (!E->affine) return;
+    d->ld = ld;
+    d->mul = 1;
+    d->add = 0;
 }
 
 /* The digits of i = row * rn + col (col < rn) over shape R (strides st) when R's trailing dims
@@ -2050,13 +2094,16 @@ static void ctx_digits(em *E, const ot_shape *R, const char *ctx, ixdig *out) {
             dig_set(&out[d], 0, 0, "0");
         } else if (dg && d < R->rank - K) {
             dig_set(&out[d], 0, hi, "rowd%d", d);
+            dig_loop(E, &out[d], d);
             E->used_digits = true;
         } else if (dg && K == 1) {
             dig_set(&out[d], 0, hi, "col");
+            dig_loop(E, &out[d], d);
         } else if (dg) { /* a column dim of several: its digit of col (col < C) */
             char e[160];
             ix_digit(e, sizeof e, "col", st[d], d == R->rank - K ? 0 : n, E->C);
             dig_set(&out[d], 0, hi, "%s", e);
+            dig_loop(E, &out[d], d);
         } else {
             char e[384];
             ix_digit(e, sizeof e, ctx, st[d], d == 0 ? 0 : n, ot_shape_numel_unchecked(R));
@@ -2094,8 +2141,42 @@ static void dig_clamp(em *E, ixdig *t, int64_t n) {
         return;
     t->lo = t->lo < 0 ? 0 : t->lo;
     t->hi = t->hi > n - 1 ? n - 1 : t->hi;
+    t->ld = -1; /* clamped: no longer the affine form */
     if (t->lo > t->hi) t->lo = t->hi;
     index_var(E, e, t->e, sizeof t->e);
+}
+
+/* The linear index of the digits od[] over dims (rank dims, row-major) as a row part plus a
+ * column part (em.affine loops), when every digit that reads col is affine in a column digit of
+ * the loop (ixdig.ld): cf[j], the column part's coefficient of the loop's column dim j (of
+ * E->K); row, the rest as a C expression, the affine digits' constants folded in. False when a
+ * digit reads col otherwise, when none does, or when the row part names a per-element value. */
+static bool affine_split(const em *E, const int64_t *dims, int rank, const ixdig *od, int64_t *cf,
+                         char *row, size_t cap) {
+    if (!E->affine || E->C <= 0 || !E->lshape) return false;
+    int K = E->K > 1 ? E->K : 1, d0 = E->lshape->rank - K;
+    int64_t os[OT_MAX_RANK], run = 1, k = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+        os[d] = run;
+        run *= dims[d];
+    }
+    for (int j = 0; j < K; j++) cf[j] = 0;
+    bool any = false;
+    size_t n = (size_t)snprintf(row, cap, "(0");
+    for (int d = 0; d < rank && n < cap; d++) {
+        const ixdig *g = &od[d];
+        if (g->ld >= d0) {
+            cf[g->ld - d0] += g->mul * os[d];
+            k += g->add * os[d];
+            any = true;
+        } else if (strstr(g->e, "col")) {
+            return false;
+        } else if (strcmp(g->e, "0") != 0) {
+            n += (size_t)snprintf(row + n, cap - n, " + %s * %lld", g->e, (long long)os[d]);
+        }
+    }
+    if (n < cap) n += (size_t)snprintf(row + n, cap - n, " + %lld)", (long long)k);
+    return any && n < cap && ctx_level(row) < 2;
 }
 
 /* The value of o at the index whose digits over o's shape are od[] (each inside o). */
@@ -2116,6 +2197,16 @@ static int remap_at(em *E, const ot_instr *o, ixdig *od) {
     }
     if (n >= sizeof expr - 2) return fail(E, "%s: index expression too long", o->name);
     snprintf(expr + n, sizeof expr - n, ")");
+    /* a column part that is a multiple of col, however the digits spell it (a slice of a
+     * [W, 3] row: (col / 3 + 16) * 3 + col % 3), written as one: a contiguous load for gcc */
+    int64_t cf[OT_MAX_RANK];
+    char rp[448];
+    if (affine_split(E, O->dims, O->rank, od, cf, rp, sizeof rp) && col_lin(E, cf)) {
+        char rv[32], ce[64];
+        index_var(E, rp, rv, sizeof rv);
+        col_index(E, cf, ce, sizeof ce);
+        snprintf(expr, sizeof expr, "(%s + %s)", rv, ce);
+    }
     const char *e = strcmp(expr, "(0)") == 0 ? "0" : strcmp(expr, "(0 + col)") == 0 ? "col" : expr;
     /* one context per expression: its values are computed once */
     int lv = ctx_level(e);
@@ -2188,6 +2279,11 @@ static int emit_remap(em *E, const ot_instr *x, const char *ctx) {
             else
                 dig_set(&od[d], s0 + D[d].lo * sd, s0 + D[d].hi * sd, "(%s * %lld + %lld)", D[d].e,
                         (long long)sd, (long long)s0);
+            if (D[d].ld >= 0 && !(s0 == 0 && sd == 1)) {
+                od[d].ld = D[d].ld;
+                od[d].mul = D[d].mul * sd;
+                od[d].add = D[d].add * sd + s0;
+            }
         }
         return memo_alias(E, x, ctx, remap_at(E, x->operands[0], od));
     case OT_OP_DYNAMIC_SLICE:
@@ -2228,6 +2324,11 @@ static int emit_remap(em *E, const ot_instr *x, const char *ctx) {
             int64_t n1 = R->dims[d] - 1;
             if (n1 <= 0) continue;
             dig_set(&od[d], n1 - D[d].hi, n1 - D[d].lo, "(%lld - %s)", (long long)n1, D[d].e);
+            if (D[d].ld >= 0) {
+                od[d].ld = D[d].ld;
+                od[d].mul = -D[d].mul;
+                od[d].add = n1 - D[d].add;
+            }
         }
         return memo_alias(E, x, ctx, remap_at(E, x->operands[0], od));
     }
@@ -2342,6 +2443,43 @@ static int emit_remap(em *E, const ot_instr *x, const char *ctx) {
     }
 }
 
+/* An input of 1 or 2 bytes read in the two-level loop at a remapped index whose column part is
+ * no multiple of col (a reverse of a row's outer dim over a short last dim: a flipped image row
+ * [W, 3]): gcc gathers no 8- or 16-bit elements, and that one read kept the whole column loop
+ * scalar (32x224x224x3 u8 pixels cropped, flipped, converted and normalized: 10x slower). The
+ * row's C elements are first copied into ot_stg<N>[C] in column order, through the column
+ * part's table (col_index), and the loop loads ot_stg<N>[col], contiguous: the same elements,
+ * so the same bits (every index the fill reads, the loop would read). -2: not that case. */
+static int stage_param(em *E, const ot_instr *x, int q, const char *ctx) {
+    ot_dtype t = x->shape.array.dtype;
+    if (!E->affine || ot_dtype_size(t) > 2 || !ctype(t) || E->C > 16384 || E->kn->alias[q] >= 0)
+        return -2;
+    const struct dctx *dq = NULL;
+    for (int k = E->ndc - 1; k >= 0 && !dq; k--)
+        if (strcmp(E->dc[k].ctx, ctx) == 0 && E->dc[k].scope == E->scope) dq = &E->dc[k];
+    int64_t cf[OT_MAX_RANK];
+    char rp[448];
+    if (!dq || !affine_split(E, dq->dims, dq->rank, dq->d, cf, rp, sizeof rp) || col_lin(E, cf))
+        return -2;
+    if (tab_find(E, cf) < 0 && E->ntab == (int)(sizeof E->tabsig / sizeof E->tabsig[0])) return -2;
+    char key[96];
+    snprintf(key, sizeof key, "(ot_stg %d %s col)", q, ctx);
+    int m = memo_find(E, x, key);
+    if (m >= 0) return m;
+    char rv[32], ce[64];
+    index_var(E, rp, rv, sizeof rv);
+    col_index(E, cf, ce, sizeof ce); /* ot_tab<T>[col] */
+    int tab = -1;
+    if (sscanf(ce, "ot_tab%d[col]", &tab) != 1) return fail(E, "%s: staging table", x->name);
+    int id = E->nstg++;
+    ot_strbuf_printf(level_buf(E, ctx_level(rv) == 0 ? 0 : 1),
+                     "    %s ot_stg%d[%lld] __attribute__((aligned(64)));\n"
+                     "    for (int64_t ot_sc = 0; ot_sc < %lld; ot_sc++) "
+                     "ot_stg%d[ot_sc] = i%d[%s + ot_tab%d[ot_sc]];\n",
+                     ctype(t), id, (long long)E->C, (long long)E->C, id, q, rv, tab);
+    return define(E, x, key, t, false, "ot_stg%d[col]", id);
+}
+
 static int emit(em *E, const ot_instr *x, const char *ctx) {
     if (E->bad) return -1;
     int m = memo_find(E, x, ctx);
@@ -2367,6 +2505,8 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
                 return define(E, x, ctx, dt, false, "((const %s *)o%d)[i]", ctype(dt), r);
             return define(E, x, ctx, dt, false, "o%d[i]", r);
         }
+        int sv = stage_param(E, x, q, ctx);
+        if (sv != -2) return sv;
         return define(E, x, ctx, x->shape.array.dtype, false, "i%d[%s]", q, ctx);
     }
     case OT_OP_CONSTANT: {
@@ -4198,6 +4338,7 @@ ot_status cg_emit_fusion(const cg_kernel_desc *kn, const char *fname, ot_strbuf 
             }
         }
         E.lshape = ls;
+        E.affine = E.C > 0;
         for (int r = 0; r < nleaves && !E.bad; r++) {
             int m = emit(&E, leaves[r], "i");
             if (m < 0) break;
