@@ -818,10 +818,10 @@ static void test_f32_dot(void) {
  * largest product stays within 2^24) equals the reference kernel (64-bit integer sums) on 1, 2,
  * 3 and 8 threads, with the extreme values (-128, 127, 255) making the sums as large as the bound
  * allows at K = the bound (1024 for s8 x s8, 514 mixed, 258 for u8 x u8); one K past the bound
- * stays with the reference. s8 x s8 runs the VNNI kernel on a CPU with AVX512_VNNI. Where the
- * process runs AMX (ex_amx_int8; test_fast_gemm_no_amx runs these with OPTITPU_AMX=0) every form
- * runs on tiles instead, up to K times the largest product below 2^31 (K = 131071 s8 x s8,
- * 33025 u8 x u8). */
+ * runs the integer kernel (id_dot) instead. s8 x s8 runs the VNNI kernel on a CPU with AVX512_VNNI.
+ * Where the process runs AMX (ex_amx_int8; test_fast_gemm_no_amx runs these with OPTITPU_AMX=0)
+ * every form runs on tiles instead, up to K times the largest product below 2^31 (K = 131071 s8 x
+ * s8, 33025 u8 x u8). */
 static void i8_put(void *p, ot_dtype t, int values) {
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
     uint64_t r = g_rng >> 33;
@@ -839,7 +839,7 @@ static void test_int8_dot(void) {
     const ot_dtype S = OT_S8, U = OT_U8, I = OT_S32, L = OT_S64;
     const struct {
         hcase h;
-        bool fast;
+        bool fast; /* within the f32 GEMM's bound (else AMX or the integer kernel, id_dot) */
     } cs[] = {
         {{S, S, I, 1, 100, 70, 600, 0, 0}, true}, /* k blocks, M and N tails */
         {{S, S, I, 1, 100, 70, 600, 1, 0}, true}, /* both transposed */
@@ -887,7 +887,8 @@ static void test_int8_dot(void) {
         for (size_t e = 0; e < na; e++) i8_put(a + e, h->lt, h->values);
         for (size_t e = 0; e < nb; e++) i8_put(b + e, h->rt, h->values);
         int fast = 0;
-        bool want_fast = cs[q].fast || ex_amx_int8();
+        /* every form runs a fast kernel: K past the bounds the integer one (test_int_dot) */
+        bool want_fast = true;
         ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
         for (int p = 0; p < 4; p++) {
             ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
@@ -897,6 +898,77 @@ static void test_int8_dot(void) {
                         g_nthreads[p], fast, same ? "equal" : "differ");
             EXPECT_TRUE(same);
             EXPECT_TRUE((fast == 1) == want_fast);
+        }
+        free(a);
+        free(b);
+        free(want);
+        free(got);
+        ot_executable_free(exe);
+        ot_module_free(m);
+    }
+}
+
+/* ---- integers of every width -----------------------------------------------------------------
+ * Dots of s8 ... u64 operands into integer results (a confusion matrix of one-hot s32 rows,
+ * class counts, index arithmetic) run the integer kernel (id_dot: 32-bit wrapping sums for
+ * results of up to 32 bits, 64-bit otherwise): the reference kernel's bits (64-bit sums,
+ * truncated) on 1, 2, 3 and 8 threads, for operands read in place and copied (every layout),
+ * widened, with sums that wrap, K cut into chunks, at most 16 columns (the AVX-512 kernel) and
+ * more than one block of columns. */
+static void int_put(void *p, ot_dtype t, int values) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t r = g_rng >> 11;
+    int64_t v = (int64_t)(r % 11) - 5;
+    if (values == 1 && r % 7 == 0) v = (int64_t)(g_rng ^ (g_rng << 29)); /* any bits: wraps */
+    if (values == 2) v = r % 10 == 3;                                    /* one-hot-like */
+    memcpy(p, &v, ot_dtype_size(t)); /* little-endian: the low bytes */
+}
+
+static void test_int_dot(void) {
+    const ot_dtype S32 = OT_S32, U32 = OT_U32, S64 = OT_S64, U64 = OT_U64, S16 = OT_S16, U8 = OT_U8,
+                   S8 = OT_S8;
+    const hcase cs[] = {
+        {S32, S32, S32, 1, 10, 10, 20000, 1, 2},  /* a confusion matrix: A in place, K cut */
+        {S32, S32, S32, 1, 10, 10, 20000, 1, 1},  /* the same with wrapping sums */
+        {S32, S32, S32, 1, 37, 300, 50, 0, 1},    /* B in place, two blocks of columns */
+        {U32, U32, U32, 3, 21, 17, 90, 2, 1},     /* batched, A copied */
+        {S16, S16, S32, 2, 19, 13, 2 * 40, 3, 1}, /* widened from 16 bits, both copied */
+        {S32, S32, S64, 1, 9, 33, 70, 0, 1},      /* s32 sign-extended into 64-bit sums */
+        {U32, U32, U64, 1, 9, 12, 70, 1, 1},      /* u32 zero-extended */
+        {S64, S64, S64, 2, 20, 20, 3000, 1, 1},   /* 64-bit sums, K cut */
+        {U64, U64, U64, 1, 5, 7, 33, 0, 1},
+        {U8, S8, S16, 1, 40, 24, 2000, 1, 1}, /* a narrow result: the low bits */
+        {S32, S32, S8, 1, 17, 5, 300, 0, 1},
+        {S32, S32, S32, 1, 1, 1, 1, 0, 1},
+        {S32, S32, S32, 1, 3, 4, 0, 0, 1},     /* K = 0: zeros */
+        {S32, S32, S32, 64, 16, 16, 16, 1, 1}, /* many batch elements */
+    };
+    for (size_t q = 0; q < sizeof cs / sizeof cs[0]; q++) {
+        const hcase *h = &cs[q];
+        ot_shape ls, rs;
+        ot_module *m = half_module(h, &ls, &rs);
+        ASSERT_TRUE(m);
+        ot_executable *exe = NULL;
+        ASSERT_TRUE(ot_compile(m, NULL, &exe) == OT_OK);
+        size_t na = (size_t)ot_shape_numel_unchecked(&ls),
+               nb = (size_t)ot_shape_numel_unchecked(&rs), oes = ot_dtype_size(h->ot),
+               les = ot_dtype_size(h->lt), res = ot_dtype_size(h->rt),
+               nout = (size_t)(h->b * h->m * h->n) * oes;
+        char *a = malloc(na * les + 1), *b = malloc(nb * res + 1);
+        void *want = malloc(nout), *got = malloc(nout);
+        ASSERT_TRUE(a && b && want && got);
+        for (size_t e = 0; e < na; e++) int_put(a + e * les, h->lt, h->values);
+        for (size_t e = 0; e < nb; e++) int_put(b + e * res, h->rt, h->values);
+        int fast = 0;
+        ASSERT_TRUE(half_run(exe, a, b, want, nout, true, g_pools[0], &fast));
+        for (int p = 0; p < 4; p++) {
+            ASSERT_TRUE(half_run(exe, a, b, got, nout, false, g_pools[p], &fast));
+            bool same = !memcmp(got, want, nout);
+            if (!same || fast != 1)
+                fprintf(stderr, "int case %zu on %d threads: %d fast kernels, %s\n", q,
+                        g_nthreads[p], fast, same ? "equal" : "differ");
+            EXPECT_TRUE(same);
+            EXPECT_INT_EQ(fast, 1);
         }
         free(a);
         free(b);
@@ -923,4 +995,4 @@ static void test_teardown(void) {
 OT_TEST_MAIN(OT_TEST(test_setup), OT_TEST(test_fma_chain), OT_TEST(test_gemv_rows),
              OT_TEST(test_output_fusion), OT_TEST(test_half_dot), OT_TEST(test_half_dot_kind),
              OT_TEST(test_f64_dot), OT_TEST(test_f32_dot), OT_TEST(test_int8_dot),
-             OT_TEST(test_teardown))
+             OT_TEST(test_int_dot), OT_TEST(test_teardown))
