@@ -447,6 +447,20 @@ static void test_argreduce(void) {
         argreduce_hlo(hlo, sizeof hlo, vt, it, dir, input_first, swap, "LT", sh[0], sh[1], sh[2]);
         EXPECT_TRUE(check_hlo(hlo, cs % 5 == 0, true));
     }
+    /* f32 values, s32 indices over trailing dims: 16 rows side by side (arg_short_*), whatever
+     * the reducer's form; rows past the last 16 (333 = 20 x 16 + 13), short and long rows, two
+     * reduced dims */
+    static const char *rows[][3] = {{"20000,10", "20000", "1"}, {"333,7", "333", "1"},
+                                    {"50,4,3", "50", "1,2"},    {"40,2", "40", "1"},
+                                    {"16,300", "16", "1"},      {"6,20,9", "6,20", "2"}};
+    for (int cs = 0; cs < 48; cs++) {
+        const char *dir = cs % 2 ? "LT" : "GT";
+        bool input_first = (cs / 2) % 2, swap = (cs / 4) % 2;
+        const char *const *sh = rows[cs % 6];
+        argreduce_hlo(hlo, sizeof hlo, "f32", "s32", dir, input_first, swap, "LT", sh[0], sh[1],
+                      sh[2]);
+        EXPECT_TRUE(check_hlo(hlo, cs % 3 == 0, true));
+    }
     argreduce_hlo(hlo, sizeof hlo, "f32", "s32", "GT", false, false, "LE", "37,29", "37", "1");
     EXPECT_TRUE(check_hlo(hlo, false, false));
     argreduce_hlo(hlo, sizeof hlo, "f32", "s32", "GE", false, false, "LT", "37,29", "37", "1");
