@@ -3292,6 +3292,51 @@ def make_w_uint8(quick):
     return f, [img, flip, mean, std], {}
 
 
+def make_w_argmin_cooc(quick):
+    n, k, c = (200000, 5, 8) if not quick else (40, 3, 4)
+    rng = _rng(238)
+    d = _f32(rng.permutation(n * k).reshape(n, k) / (n * k))
+    lab = rng.integers(0, c, n).astype(np.int32)
+
+    def f(d, lab):  # nearest of 5 centroids by argmin over a short minor axis, and the
+        # cluster x label co-occurrence counts as an s32 one-hot product (5 x 8 over 200000)
+        a = jnp.argmin(d, axis=-1)
+        cooc = jnp.einsum("nk,nc->kc", jax.nn.one_hot(a, k, dtype=jnp.int32),
+                          jax.nn.one_hot(lab, c, dtype=jnp.int32))
+        return a.astype(jnp.int32), cooc
+    return f, [d, lab], {}
+
+
+def make_w_uint16_nchw(quick):
+    n, hw, crop = (16, 256, 224) if not quick else (2, 9, 6)
+    rng = _rng(239)
+    img = rng.integers(0, 65536, (n, 3, hw, hw)).astype(np.uint16)
+    scale = _f32([1 / 65535.0, 1 / 60000.0, 1 / 50000.0])
+
+    def f(img, scale):  # 16-bit NCHW: center crop, vertical and horizontal flip, per-channel
+        # scale to f32 (the flips reverse the last dim and a row dim)
+        o = (hw - crop) // 2
+        x = img[:, :, o:o + crop, o:o + crop][:, :, ::-1, ::-1]
+        return x.astype(jnp.float32) * scale[None, :, None, None]
+    return f, [img, scale], {}
+
+
+def make_w_int8_dequant(quick):
+    n, hw, crop, ch = (64, 96, 80, 4) if not quick else (2, 9, 6, 4)
+    rng = _rng(240)
+    img = rng.integers(-128, 128, (n, hw, hw, ch)).astype(np.int8)
+    flip = rng.uniform(size=n) < 0.5
+    scale = _f32(rng.uniform(0.01, 0.02, ch))
+
+    def f(img, flip, scale):  # s8 NHWC with 4 channels: crop, per-example horizontal flip,
+        # dequantize per channel
+        o = (hw - crop) // 2
+        x = img[:, o:o + crop, o:o + crop, :]
+        x = jnp.where(flip[:, None, None, None], x[:, :, ::-1, :], x)
+        return x.astype(jnp.float32) * scale
+    return f, [img, flip, scale], {}
+
+
 def make_w_triplet(quick):
     n, d, k = (1024, 128, 64) if not quick else (8, 3, 4)
     rng = _rng(236)
@@ -3420,6 +3465,9 @@ def wild_case_list(quick):
             ("w median/quantile/trimmed mean 512x1001", lambda: make_w_quantile(q)),
             ("w pixel shuffle conv + depth_to_space 8x48x48x64", lambda: make_w_pixel_shuffle(q)),
             ("w uint8 crop/flip/normalize 32x256x256x3", lambda: make_w_uint8(q)),
+            ("w argmin over 5 + s32 one-hot co-occurrence 200000", lambda: make_w_argmin_cooc(q)),
+            ("w uint16 NCHW crop + 2 flips + scale 16x3x256x256", lambda: make_w_uint16_nchw(q)),
+            ("w int8 NHWC crop/flip/dequantize 64x96x96x4", lambda: make_w_int8_dequant(q)),
             ("w batch-hard triplet loss value_and_grad 1024x128", lambda: make_w_triplet(q)),
             ("w nerf encoding + mlp + volume render 4096x128", lambda: make_w_nerf(q)),
             ("w greedy decode while_loop eos b16 V5003", lambda: make_w_greedy(q))]
