@@ -58,6 +58,31 @@ static int g_powd_param;
  * pattern (NaNs, infinities, subnormals, huge values), and the special values of fill. */
 static bool g_round;
 
+/* When set, an f16 parameter holds every bit pattern (element i: i mod 2^16) and an f32 one the
+ * values whose rounding to f16 is decided at a boundary (fill_f16_edges). */
+static bool g_f16_all;
+
+/* f32 bits for f16 rounding: below, across and above the f16 subnormal range (2^-25 .. 2^-14,
+ * ties in the dropped bits and their neighbours), normal values with ties, the overflow
+ * threshold 65520 and its neighbours, f32 subnormals, infinities and NaNs (quiet, signalling,
+ * payloads); both signs. */
+static uint32_t fill_f16_edges(int64_t i, uint64_t r) {
+    uint32_t sign = (uint32_t)(r >> 63) << 31, u;
+    switch (i % 6) {
+    case 0: u = (uint32_t)((102u + (r >> 40) % 13u) << 23) | (uint32_t)(r & 0x7fffffu); break;
+    case 1: /* a tie or one ulp of f32 beside it, subnormal or normal f16 */
+        u = (uint32_t)((102u + (r >> 40) % 41u) << 23) | (uint32_t)(r & 0x7fe000u);
+        u |= (r >> 36) % 3 == 0 ? 0u : 0x1000u;
+        u += (uint32_t)((r >> 33) % 3) - 1u;
+        break;
+    case 2: u = 0x477fe000u + (uint32_t)((r >> 20) % 0x4000u); break;  /* 65504 .. 65536 */
+    case 3: u = (uint32_t)(r & 0x7fffffu) >> ((r >> 40) % 24u); break; /* f32 subnormals */
+    case 4: u = 0x7f800000u | (uint32_t)((r >> 20) & 0x7fffffu) >> ((r >> 50) % 24u); break;
+    default: u = (uint32_t)(r >> 17); break; /* any bits */
+    }
+    return u | sign;
+}
+
 static void fill_powd(double *data, int64_t i, uint64_t r) {
     static const uint64_t sp[] = {0,
                                   0x8000000000000000ull,
@@ -184,6 +209,13 @@ static void fill(ot_dtype t, void *data, int64_t n, uint64_t *s) {
         if (g_powd && t == OT_F64) {
             fill_powd(data, i, r);
             if (i == n - 1) g_powd_param++;
+            continue;
+        }
+        if (g_f16_all && (t == OT_F16 || t == OT_F32)) {
+            if (t == OT_F16)
+                ((uint16_t *)data)[i] = (uint16_t)i;
+            else
+                ((uint32_t *)data)[i] = fill_f16_edges(i, r);
             continue;
         }
         if (g_tiny && (t == OT_F32 || t == OT_F64)) {
@@ -2458,6 +2490,77 @@ static void test_powd_native(void) {
  * software; on inputs around the smallest normal number, whose sums, products, quotients and
  * roots fall on both sides of it, every result must still equal the reference evaluator's bit for
  * bit. A fusion that calls the C library keeps software flushing. */
+/* f16 <-> f32 converts and f16 arithmetic in native loops (ot_h2f, ot_f2h: branch-free, so the
+ * loops vectorize; the converts run under the hardware FTZ/DAZ mode): every f16 bit pattern
+ * widened, and 2^17 f32 values at the f16 rounding boundaries narrowed, each bit for bit the
+ * reference's (NaN payloads included; no operand pair of two NaNs here); then an f16 layer norm
+ * whose statistics are f32 sums of the widened rows (a row fusion) and an f16 GELU, at 1, 2, 3
+ * and 8 threads. Both modules' loops run under the mode. */
+static void test_f16_converts(void) {
+    static const char conv[] =
+        "HloModule f16conv\nENTRY main {\n"
+        "  h = f16[131072] parameter(0)\n  f = f32[131072] parameter(1)\n"
+        "  w = f32[131072] convert(h)\n  n = f16[131072] convert(f)\n"
+        "  c = f16[] constant(1.5)\n  cb = f16[131072] broadcast(c), dimensions={}\n"
+        "  m = f16[131072] multiply(h, cb)\n  a = f16[131072] add(n, cb)\n"
+        "  q = f32[131072] convert(m)\n  d = f16[131072] divide(cb, h)\n"
+        "  ROOT t = (f32[131072], f16[131072], f16[131072], f16[131072], f32[131072], "
+        "f16[131072]) tuple(w, n, m, a, q, d)\n}\n";
+    int64_t nan_before = g_nan_bits_differ;
+    g_f16_all = true;
+    g_keep_src = true;
+    check_module(conv, 4100, true);
+    g_f16_all = false;
+    g_keep_src = false;
+    EXPECT_INT_EQ(g_nan_bits_differ, nan_before);
+#if defined(__x86_64__)
+    EXPECT_TRUE(g_src && strstr(g_src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+#endif
+    free(g_src);
+    g_src = NULL;
+
+    static const char ln[] =
+        "HloModule f16ln\n"
+        "add { a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, b)\n}\n"
+        "ENTRY main {\n"
+        "  x = f16[67,200] parameter(0)\n  g = f16[200] parameter(1)\n"
+        "  x32 = f32[67,200] convert(x)\n  z = f32[] constant(0)\n"
+        "  s = f32[67] reduce(x32, z), dimensions={1}, to_apply=add\n"
+        "  nn = f32[] constant(200)\n  nb = f32[67] broadcast(nn), dimensions={}\n"
+        "  mu = f32[67] divide(s, nb)\n  mub = f32[67,200] broadcast(mu), dimensions={0}\n"
+        "  c = f32[67,200] subtract(x32, mub)\n  c2 = f32[67,200] multiply(c, c)\n"
+        "  v = f32[67] reduce(c2, z), dimensions={1}, to_apply=add\n"
+        "  vm = f32[67] divide(v, nb)\n  ep = f32[] constant(1e-05)\n"
+        "  eb = f32[67] broadcast(ep), dimensions={}\n  ve = f32[67] add(vm, eb)\n"
+        "  r = f32[67] rsqrt(ve)\n  rb = f32[67,200] broadcast(r), dimensions={0}\n"
+        "  y = f32[67,200] multiply(c, rb)\n  yh = f16[67,200] convert(y)\n"
+        "  gb = f16[67,200] broadcast(g), dimensions={1}\n"
+        "  h = f16[67,200] multiply(yh, gb)\n  h2 = f16[67,200] multiply(h, h)\n"
+        "  h3 = f16[67,200] multiply(h2, h)\n  k = f16[] constant(0.044708)\n"
+        "  kb = f16[67,200] broadcast(k), dimensions={}\n"
+        "  h4 = f16[67,200] multiply(h3, kb)\n  h5 = f16[67,200] add(h, h4)\n"
+        "  th = f16[67,200] tanh(h5)\n  one = f16[] constant(1)\n"
+        "  ob = f16[67,200] broadcast(one), dimensions={}\n  t1 = f16[67,200] add(th, ob)\n"
+        "  ROOT o = f16[67,200] multiply(h, t1)\n}\n";
+    static const int threads[] = {1, 2, 3, 8};
+    for (int t = 0; t < 4; t++) {
+        ot_threadpool *pool = NULL;
+        ASSERT_OK(ot_threadpool_create(threads[t], &pool));
+        g_run_pool = pool;
+        g_keep_src = true;
+        check_module(ln, 4200, true);
+        g_keep_src = false;
+        g_run_pool = NULL;
+        ot_threadpool_free(pool);
+#if defined(__x86_64__)
+        EXPECT_TRUE(g_src && strstr(g_src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
+#endif
+        free(g_src);
+        g_src = NULL;
+    }
+}
+
 static void test_hw_ftz(void) {
     static const char *const dts[] = {"f32", "f64", "bf16"};
     char text[8192];
@@ -4694,6 +4797,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_fault_injection),
         OT_TEST(test_native_option),
         OT_TEST(test_hw_ftz),
+        OT_TEST(test_f16_converts),
         OT_TEST(test_hw_minmax),
         OT_TEST(test_hw_convert_round),
         OT_TEST(test_image_pipeline),

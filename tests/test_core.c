@@ -6,6 +6,9 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "core/core_util.h"
 #if defined(__SANITIZE_ADDRESS__)
@@ -63,8 +66,9 @@ static float bitsf(uint32_t u) {
 
 /* Every f16 bit pattern widens exactly and narrows back to itself; NaNs stay NaNs. Every
  * rounding boundary (midpoints between neighbours, and one f32 ulp either side) rounds as the
- * compiler's own _Float16 conversion does (round-to-nearest-even). */
-static void test_f16_all_patterns(void) {
+ * compiler's own _Float16 conversion does (round-to-nearest-even). The same with the CPU's FTZ
+ * and DAZ modes set (x86), under which native code and the fast kernels convert (core/half.h). */
+static int f16_patterns_bad(void) {
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = ot_f16_to_f32((uint16_t)h);
@@ -93,7 +97,23 @@ static void test_f16_all_patterns(void) {
         }
 #endif
     }
-    EXPECT_INT_EQ(bad, 0);
+    return bad;
+}
+
+static void test_f16_all_patterns(void) {
+    EXPECT_INT_EQ(f16_patterns_bad(), 0);
+#if defined(__x86_64__)
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+    int bad_ftz = f16_patterns_bad();
+    uint16_t sub = ot_f32_to_f16(bitsf(0x00400000u)), tiny = ot_f32_to_f16(bitsf(0x33800001u));
+    float wide = ot_f16_to_f32(0x0001);
+    _mm_setcsr(csr);
+    EXPECT_INT_EQ(bad_ftz, 0);
+    EXPECT_INT_EQ(sub, 0x0000);  /* an f32 subnormal rounds to +0 */
+    EXPECT_INT_EQ(tiny, 0x0001); /* just above half the smallest f16 subnormal */
+    EXPECT_TRUE(wide == 5.9604645e-08f);
+#endif
     EXPECT_INT_EQ(ot_f32_to_f16(65504.0f), 0x7bff);
     EXPECT_INT_EQ(ot_f32_to_f16(65520.0f), 0x7c00); /* tie rounds to even: infinity */
     EXPECT_INT_EQ(ot_f32_to_f16(65519.99f), 0x7bff);

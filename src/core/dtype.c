@@ -1,6 +1,8 @@
 /* Element types, and f16/bf16 <-> f32 conversion with round-to-nearest-even. */
 #include "optitpu/core.h"
 
+#include "core/half.h"
+
 #include <string.h>
 
 static const struct {
@@ -87,40 +89,9 @@ float ot_bf16_to_f32(uint16_t b) {
 }
 
 uint16_t ot_f32_to_f16(float f) {
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (a < 0x38800000u) {
-        /* result is subnormal or zero: value = a * 2^-24 units, round to nearest even */
-        if (a < 0x33000000u) return sign; /* < 2^-25: rounds to zero */
-        uint32_t e = a >> 23;
-        uint32_t m = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e; /* 14..24: bits dropped to reach 2^-24 units */
-        uint32_t q = m >> shift;
-        uint32_t rem = m & ((1u << shift) - 1u);
-        uint32_t half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (q & 1u))) q++;
-        return (uint16_t)(sign | q);
-    }
-    /* normal: rebias exponent 127 -> 15 and round the 13 dropped bits */
-    uint32_t r = a - 0x38000000u;
-    uint32_t lsb = (r >> 13) & 1u;
-    r += 0xfffu + lsb;
-    return (uint16_t)(sign | (r >> 13));
+    return ot_half_from_f32(f);
 }
 
 float ot_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu;
-    uint32_t m = h & 0x3ffu;
-    if (e == 0x1f) return bits_f32(sign | 0x7f800000u | (m << 13)); /* inf / NaN (payload kept) */
-    if (e == 0) {
-        if (m == 0) return bits_f32(sign);
-        /* subnormal: m * 2^-24 is exact in f32 */
-        float v = (float)m * 5.9604644775390625e-08f;
-        return sign ? -v : v;
-    }
-    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    return ot_half_to_f32(h);
 }
