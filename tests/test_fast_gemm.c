@@ -682,8 +682,8 @@ static void f64_put(void *p, int values) {
 }
 
 /* Which kernels run bf16 x bf16 pairs under FTZ (both give the reference's bits, test_half_dot):
- * OPTITPU_DPBF16=0 the two-fma pairs, =1 vdpbf16ps where the CPU has AVX512_BF16, unset the kind
- * that ran a timed register block faster on this CPU. */
+ * OPTITPU_DPBF16=0 the pairs widened (the f32 kernel), =1 vdpbf16ps where the CPU has AVX512_BF16,
+ * unset the kind that ran a timed register block faster on this CPU. */
 static void test_half_dot_kind(void) {
     if (!own_gemm_cpu()) OT_SKIP("the CPU has no AVX-512: 16-bit dots run in the reference");
     uint64_t td = 0, tf = 0;
@@ -697,7 +697,7 @@ static void test_half_dot_kind(void) {
     } else if (!cpu) {
         EXPECT_TRUE(!dp);
     } else {
-        fprintf(stderr, "bf16 pairs, one register block: vdpbf16ps %llu ns, two fmas %llu ns\n",
+        fprintf(stderr, "bf16 pairs, one register block: vdpbf16ps %llu ns, widened %llu ns\n",
                 (unsigned long long)td, (unsigned long long)tf);
         EXPECT_TRUE(td > 0 && tf > 0);
         EXPECT_TRUE(dp == (td < tf));

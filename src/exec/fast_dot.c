@@ -443,41 +443,19 @@ SG_UKRS(sg, SG_FMA2, SG_FMA1, SG_AVX512)
 #define SGP_FMA1(i) c##i = _mm512_dpbf16_ps(c##i, (__m512bh)_mm512_set1_ps(a[i]), (__m512bh)b0);
 SG_UKRS(sgp, SGP_FMA2, SGP_FMA1, SG_AVX512BF)
 
-/* Without AVX512_BF16 (or with OPTITPU_DPBF16=0): the same steps as two fmas per pair, the high
- * half's product first, run while the FPU's FTZ | DAZ modes are set (sg_block): an fma under FTZ
- * flushes exactly as vdpbf16ps does (the tininess of the result rounded with an unbounded
- * exponent), and DAZ reads a subnormal operand as zero, as vdpbf16ps reads it. */
-#define SGE_HI(v) _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), sge_hi))
-#define SGE_LO(v) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(v), 16))
-#define SGE_FMA2(i)                                                                                \
-    {                                                                                              \
-        const __m512i sge_hi = _mm512_set1_epi32((int)0xffff0000u);                                \
-        __m512 x = _mm512_set1_ps(a[i]), xh = SGE_HI(x), xl = SGE_LO(x);                           \
-        c##i##a = _mm512_fmadd_ps(xl, SGE_LO(b0), _mm512_fmadd_ps(xh, SGE_HI(b0), c##i##a));       \
-        c##i##b = _mm512_fmadd_ps(xl, SGE_LO(b1), _mm512_fmadd_ps(xh, SGE_HI(b1), c##i##b));       \
-    }
-#define SGE_FMA1(i)                                                                                \
-    {                                                                                              \
-        const __m512i sge_hi = _mm512_set1_epi32((int)0xffff0000u);                                \
-        __m512 x = _mm512_set1_ps(a[i]);                                                           \
-        c##i =                                                                                     \
-            _mm512_fmadd_ps(SGE_LO(x), SGE_LO(b0), _mm512_fmadd_ps(SGE_HI(x), SGE_HI(b0), c##i));  \
-    }
-SG_UKRS(sge, SGE_FMA2, SGE_FMA1, SG_AVX512)
-
 typedef void (*sg_ukr_fn)(int64_t, const float *restrict, int64_t, const float *restrict, int64_t,
                           float *, int64_t, bool, int64_t, __mmask16, int);
-/* by kind (f32, bf16 pairs by two fmas, bf16 pairs by vdpbf16ps), width (R x 32, R x 16), rows */
-static const sg_ukr_fn sg_ukrs[3][2][5] = {SG_UKR_ROW(sg), SG_UKR_ROW(sge), SG_UKR_ROW(sgp)};
+/* by kind (f32, bf16 pairs by vdpbf16ps), width (R x 32, R x 16), rows */
+static const sg_ukr_fn sg_ukrs[2][2][5] = {SG_UKR_ROW(sg), SG_UKR_ROW(sgp)};
 
 /* The register block for nq rows (<= mr) x nj columns (<= the panel's nr = bs) at c: the
  * narrowest kernel that covers them (rows in steps of 4, or 8 past 16; columns in steps of 16);
- * pair: the bf16-pair kernels (dp: vdpbf16ps, else two fmas a pair) */
+ * pair: the bf16-pair kernels (vdpbf16ps) */
 static void sg_ukr(int64_t kc, const float *a, int64_t ld, const float *bp, int64_t bs, float *c,
-                   int64_t ldc, bool load, int64_t nq, int64_t nj, int fix, bool pair, bool dp) {
+                   int64_t ldc, bool load, int64_t nq, int64_t nj, int fix, bool pair) {
     int rows = nq <= 4 ? 0 : nq <= 8 ? 1 : nq <= 12 ? 2 : nq <= 16 ? 3 : 4;
-    sg_ukrs[pair ? 1 + dp : 0][nj <= 16][rows](kc, a, ld, bp, bs, c, ldc, load, nq,
-                                               sg_lanes(nj > 16 ? nj - 16 : nj), fix);
+    sg_ukrs[pair][nj <= 16][rows](kc, a, ld, bp, bs, c, ldc, load, nq,
+                                  sg_lanes(nj > 16 ? nj - 16 : nj), fix);
 }
 
 bool ex_avx512(void) {
@@ -486,16 +464,17 @@ bool ex_avx512(void) {
            __builtin_cpu_supports("fma");
 }
 
-/* One register block (12 x 32, kc pairs) of kind dp (vdpbf16ps) or the two-fma pairs (run under
- * the FPU's FTZ | DAZ, as sg_block runs them) on small L1-resident operands, trials times
- * alternately: each kind's fastest call in *t_dp and *t_fma (ns). */
+/* One register block (12 x 32) over KC pairs of kind dp (vdpbf16ps), or over their 2 KC elements
+ * widened (SG_SWAP: the f32 kernel under the FPU's FTZ | DAZ, as sg_block runs it), on small
+ * L1-resident operands, trials times alternately: each kind's fastest call in *t_dp and *t_fma
+ * (ns). */
 SG_AVX512 static void sg_pair_time(int trials, uint64_t *t_dp, uint64_t *t_fma) {
     enum { KC = 128, REPS = 16 };
-    float *buf = ot_aligned_alloc(64, sizeof(float) * (KC * 12 + KC * 32 + 12 * 32));
+    float *buf = ot_aligned_alloc(64, sizeof(float) * (2 * KC * 12 + 2 * KC * 32 + 12 * 32));
     if (!buf) return;
-    float *a = buf, *b = buf + KC * 12, *c = b + KC * 32;
-    for (int i = 0; i < KC * 12 + KC * 32; i++) { /* pairs of bf16 1.0 and 0.5: normal sums */
-        uint32_t v = i % 3 ? 0x3f803f00u : 0x3f003f80u;
+    float *a = buf, *b = buf + 2 * KC * 12, *c = b + 2 * KC * 32;
+    for (int i = 0; i < 2 * KC * 12 + 2 * KC * 32; i++) { /* pairs of bf16 1.0 and 0.5, or */
+        uint32_t v = i % 3 ? 0x3f803f00u : 0x3f003f80u;   /* those values widened: normal sums */
         memcpy(&buf[i], &v, 4);
     }
     *t_dp = *t_fma = UINT64_MAX;
@@ -504,7 +483,8 @@ SG_AVX512 static void sg_pair_time(int trials, uint64_t *t_dp, uint64_t *t_fma) 
             unsigned csr = dp ? 0 : ex_hw_ftz_on();
             uint64_t t0 = ot_now_ns();
             for (int r = 0; r < REPS; r++)
-                sg_ukrs[1 + dp][0][2](KC, a, 12, b, 32, c, 32, r > 0, 12, 0xffff, SG_FIX_NONE);
+                sg_ukrs[dp][0][2](dp ? KC : 2 * KC, a, 12, b, 32, c, 32, r > 0, 12, 0xffff,
+                                  SG_FIX_NONE);
             uint64_t dt = ot_now_ns() - t0;
             if (!dp) ex_hw_ftz_off(csr);
             uint64_t *best = dp ? t_dp : t_fma;
@@ -513,15 +493,16 @@ SG_AVX512 static void sg_pair_time(int trials, uint64_t *t_dp, uint64_t *t_fma) 
     ot_aligned_free(buf);
 }
 
-/* bf16 x bf16 products under FTZ: vdpbf16ps (two products per lane per instruction) or two fmas
- * per pair, whichever runs a register block faster on this CPU, measured once per process (both
- * give the same bits). AVX512_BF16 does not make the instruction the faster: here (a 2-vCPU Xeon
- * with AMX) vdpbf16ps issues once per two cycles against two fmas per cycle, a register block of
- * it took 27.0 us against 21.3 us for the fma pairs (their unpacking included), and a
- * 1000 x 3072 x 768 dot on two threads with the CPUs held ran at 166 against 210 GFLOP/s.
- * OPTITPU_DPBF16=0 or 1 sets the kind instead (measurement, and the tests of either kind on a CPU
- * that has both). */
-static atomic_int g_dp_known; /* 0 not yet decided, 1 fma pairs, 2 vdpbf16ps */
+/* bf16 x bf16 products under FTZ: vdpbf16ps (two products per lane per instruction) or the f32
+ * kernel over the pairs widened (SG_SWAP), whichever runs a register block faster on this CPU,
+ * measured once per process (both give the same bits). AVX512_BF16 does not make the instruction
+ * the faster: here (a 2-vCPU Xeon with AMX) vdpbf16ps issues once per two cycles against two fmas
+ * per cycle, a register block of it took 29.4 us against 16.4 us for the widened pairs (21.3 us for
+ * the two-fma pair kernels that unpacked the pairs in the inner loop before them), and a
+ * 1000 x 3072 x 768 dot + GELU on two threads with the CPUs held ran in 21.3 ms with the unpacking
+ * pair kernels, 19.3 ms widened (docs/benchmarks.md). OPTITPU_DPBF16=0 or 1 sets the kind instead
+ * (measurement, and the tests of either kind on a CPU that has both). */
+static atomic_int g_dp_known; /* 0 not yet decided, 1 widened pairs, 2 vdpbf16ps */
 static atomic_ullong g_dp_ns, g_fma_ns;
 
 static bool sg_dpbf16(void) {
@@ -769,8 +750,8 @@ typedef struct sg_run {
                         the element's packed B */
     size_t apb;
     bool own_b; /* each task one batch element, its B packed by its thread */
-    bool pair;  /* bf16 pairs (SG_PAIR): K, k are pairs; kel the elements of K */
-    bool dp;    /* pairs by vdpbf16ps, else by fmas under the FPU's FTZ | DAZ */
+    bool pair;  /* bf16 pairs by vdpbf16ps (SG_PAIR): K, k are pairs; kel the elements of K */
+    bool swap;  /* bf16 pairs widened (SG_SWAP): K, k are elements, each pair packed high first */
     int64_t kel;
     bool direct;            /* A read where it lies (whole micro-panels) instead of packed */
     int fix;                /* sg_fix on the last k block: an f32 product's finished sums */
@@ -789,11 +770,22 @@ typedef struct sg_run {
 
 enum { SG_B_UNPACKED, SG_B_BUSY, SG_B_DONE };
 
+/* SG_SWAP: a bf16 x bf16 product under FTZ (the reference's pairs chain, ACC_F32_PAIR: k + 1's
+ * product added before k's, each step an fma flushed by FTZ, operands read through DAZ) as the
+ * f32 GEMM over the elements widened as packed, each pair (k, k + 1), k even, in the order
+ * k + 1, k (with K odd the last element alone), run under the FPU's FTZ | DAZ: the same fmas in
+ * the same order as the pair kernels, so the same bits, at the f32 kernel's rate (no unpacking of
+ * the pairs in the inner loop; twice the packed bytes). Element k of a block [0, kc) that starts
+ * at an even k (blocks are SG_KC = 256 long) reads element sg_swap_k(k). */
+static inline int64_t sg_swap_k(bool swap, int64_t k, int64_t kc) {
+    return swap && (k ^ 1) < kc ? k ^ 1 : k;
+}
+
 /* Rows i < w of a row-major source (src, rows lds apart) over k [0, kc) into d as [k][w]
  * (d[k * w + i] = src[i * lds + k]), rows in [n, w) zero: the transposing pack of a row-major A
  * (w = mr) and of a transposed B (w = nr), 16 x 16 blocks through registers. */
 SG_AVX512 static void sg_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t n, int64_t w,
-                                   int64_t kc, float *d) {
+                                   int64_t kc, bool swap, float *d) {
     for (int64_t i0 = 0; i0 < w; i0 += 16) {
         int64_t nl = w - i0 < 16 ? w - i0 : 16, nv = n - i0 < 0 ? 0 : n - i0 < nl ? n - i0 : nl;
         __mmask16 st = sg_lanes(nl);
@@ -814,6 +806,14 @@ SG_AVX512 static void sg_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t
                 _mm_prefetch(sg_at(src, off + (pr + i) * lds + pk), _MM_HINT_T0);
             for (int i = 0; i < 16; i++)
                 r[i] = i < nv ? sg_load(src, off + (i0 + i) * lds + k0, ld) : _mm512_setzero_ps();
+            if (swap) { /* lanes 2p and 2p + 1 exchanged; with nk odd the last lane stays */
+                __m512i ix = _mm512_xor_si512(
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                    _mm512_set1_epi32(1));
+                if (nk & 1)
+                    ix = _mm512_mask_set1_epi32(ix, (__mmask16)(1u << (nk - 1)), (int)nk - 1);
+                for (int i = 0; i < nv; i++) r[i] = _mm512_permutexvar_ps(ix, r[i]);
+            }
             ex_tr16_ps(r);
             for (int k = 0; k < nk; k++) _mm512_mask_storeu_ps(d + (k0 + k) * w + i0, st, r[k]);
         }
@@ -826,12 +826,12 @@ SG_AVX512 static void sg_pack_rows(sg_src src, int64_t off, int64_t lds, int64_t
  * panel), each row's lines prefetched 8 rows ahead: the rows lie lds apart, often 4 KiB or more,
  * where the hardware's prefetch does not follow. */
 SG_AVX512 static void sg_pack_cols(sg_src src, int64_t off, int64_t lds, int64_t n, int64_t w,
-                                   int64_t kc, float *d) {
+                                   int64_t kc, bool swap, float *d) {
     int64_t np = cdiv(n, w), step = 64 / sg_es(src); /* elements per cache line */
     for (int64_t k = 0; k < kc; k++) {
         for (int64_t j = 0; j < n; j += step)
             _mm_prefetch(sg_at(src, off + (k + 8) * lds + j), _MM_HINT_T0);
-        int64_t s = off + k * lds;
+        int64_t s = off + sg_swap_k(swap, k, kc) * lds;
         for (int64_t q = 0; q < np; q++)
             for (int64_t j = 0; j < w; j += 16) {
                 int64_t c = q * w + j;
@@ -965,12 +965,13 @@ SG_AVX512 static void sg_pack_b(const sg_run *r, int64_t b, int64_t p0, int64_t 
     if (g->tb) {
         for (int64_t p = p0; p < p1; p++) {
             int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
-            sg_pack_rows(r->sb, off + j0 * ldb + k0, ldb, nj, nr, kc, bp + p * K * nr + k0 * nr);
+            sg_pack_rows(r->sb, off + j0 * ldb + k0, ldb, nj, nr, kc, r->swap,
+                         bp + p * K * nr + k0 * nr);
         }
         return;
     }
     for (int64_t k = k0; k < k0 + kc; k++) {
-        int64_t s = off + k * ldb;
+        int64_t s = off + sg_swap_k(r->swap, k, K) * ldb;
         float *d = bp + p0 * K * nr + k * nr;
         for (int64_t j = p0 * nr; j < p1 * nr; j += 16) {
             _mm512_store_ps(d + j % nr, sg_load(r->sb, s + j, sg_lanes(N - j < 0 ? 0 : N - j)));
@@ -1003,7 +1004,7 @@ static void sg_pack_a(const sg_run *r, int64_t aoff, char *ap, int64_t i0, int64
         if (f64)
             sd_pack_cols(r->sa, aoff + k0 * lda + i0, lda, mi, mr, kc, (double *)ap);
         else
-            sg_pack_cols(r->sa, aoff + k0 * lda + i0, lda, mi, mr, kc, (float *)ap);
+            sg_pack_cols(r->sa, aoff + k0 * lda + i0, lda, mi, mr, kc, r->swap, (float *)ap);
         return;
     }
     for (int64_t q = 0; q < mi; q += mr) {
@@ -1011,7 +1012,8 @@ static void sg_pack_a(const sg_run *r, int64_t aoff, char *ap, int64_t i0, int64
         if (f64)
             sd_pack_rows(r->sa, aoff + (i0 + q) * lda + k0, lda, nq, mr, kc, (double *)ap + q * kc);
         else
-            sg_pack_rows(r->sa, aoff + (i0 + q) * lda + k0, lda, nq, mr, kc, (float *)ap + q * kc);
+            sg_pack_rows(r->sa, aoff + (i0 + q) * lda + k0, lda, nq, mr, kc, r->swap,
+                         (float *)ap + q * kc);
     }
 }
 
@@ -1125,9 +1127,10 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
             sg_pack_a(r, aoff, ap, m0, mi, k0, kc);
         else if (full < mi) /* the short micro-panel, at its place in a packed block */
             sg_pack_a(r, aoff, ap + full * kc * es, m0 + full, mi - full, k0, kc);
-        /* the pairs' fma kernels flush as vdpbf16ps with the FPU's FTZ | DAZ (packing is
-         * integer work; the output fusion runs after the mode is restored) */
-        unsigned csr = r->pair && !r->dp ? ex_hw_ftz_on() : 0;
+        /* SG_SWAP's f32 fmas flush as vdpbf16ps with the FPU's FTZ | DAZ (packing reads no
+         * float arithmetic; the output fusion runs after the mode is restored) */
+        bool hw = r->swap;
+        unsigned csr = hw ? ex_hw_ftz_on() : 0;
         for (int64_t p = p0; p < p1; p++) {
             int64_t j0 = p * nr, nj = N - j0 < nr ? N - j0 : nr;
             const char *bk = bp + (p * K * nr + k0 * nr) * es;
@@ -1145,10 +1148,10 @@ static void sg_block(const sg_run *r, int64_t b, char *bp, int64_t m0, int64_t m
                            k0 > 0, nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE);
                 else
                     sg_ukr(kc, (const float *)x, ld, (const float *)bk, nr, (float *)cq0, N, k0 > 0,
-                           nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE, r->pair, r->dp);
+                           nq, nj, k0 + kc == K ? r->fix : SG_FIX_NONE, r->pair);
             }
         }
-        if (r->pair && !r->dp) ex_hw_ftz_off(csr);
+        if (hw) ex_hw_ftz_off(csr);
     }
 }
 
@@ -1353,15 +1356,16 @@ static int64_t sg_first_tasks(const ex_gemm *g, int threads) {
 
 /* scratch: sg_scratch_bytes(g, threads, bkeep != NULL), threads >= the pool's threads that will
  * run it */
-/* kel > 0: bf16 pairs (SG_PAIR): g->K is the pairs, kel the elements */
+/* kel > 0: bf16 pairs by vdpbf16ps (SG_PAIR): g->K is the pairs, kel the elements; swap: bf16
+ * pairs widened (SG_SWAP), g->K the elements */
 /* bkeep (NULL: none): where the shared packed B of the whole product (one group) is kept between
  * calls with the same B (a loop's invariant operand, ex_loop_buffer): packed there when it is not
  * ready, else read as it is (every slice already done) */
 static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, const gemm_view *vb,
-                    char *scratch, int threads, int64_t kel, ex_loop_entry *bkeep) {
+                    char *scratch, int threads, int64_t kel, bool swap, ex_loop_entry *bkeep) {
     sg_run r = {.g = g,
                 .pair = kel > 0,
-                .dp = kel > 0 && sg_dpbf16(),
+                .swap = swap,
                 .kel = kel,
                 .va = va,
                 .vb = vb,
@@ -1436,8 +1440,9 @@ static void sg_gemm(ex_kernel_ctx *c, const ex_gemm *g, const gemm_view *va, con
  * (half_finish). That pass runs on each finished block of rows through the GEMM's output-fusion
  * hook, before the fused loop's own (if any). bf16 x bf16 under FTZ is the reference's pairs
  * chain instead (ACC_F32_PAIR): the GEMM packs pairs of k (SG_PAIR, sgp_*) and runs vdpbf16ps,
- * two products per lane and instruction, or without AVX512_BF16 two fmas a pair under the FPU's
- * FTZ | DAZ (sge_*); half_finish then only makes NaNs canonical and rounds. */
+ * two products per lane and instruction, or (SG_SWAP: the faster here, and without AVX512_BF16)
+ * packs the elements widened, each pair's k + 1 first, and runs the f32 kernel under the FPU's
+ * FTZ | DAZ; half_finish then only makes NaNs canonical and rounds. */
 static bool half_float(ot_dtype t) {
     return t == OT_BF16 || t == OT_F16;
 }
@@ -2217,7 +2222,7 @@ bool ex_fast_dot_splits(const ot_instr *i, int threads) {
         g.ta = false; /* copied into (batch, free, contracting) order first */
 #if SG_OWN
     if (half && !ex_avx512()) return false; /* the reference's */
-    if (sg_pair_dot(ls->dtype, rs->dtype, ex_ftz)) g.K = cdiv(g.K, 2);
+    if (sg_pair_dot(ls->dtype, rs->dtype, ex_ftz) && sg_dpbf16()) g.K = cdiv(g.K, 2);
     if (half || sd_use(&g) || sg_use(&g)) return sg_first_tasks(&g, threads) > 1;
 #endif
     gemm_view vb;
@@ -2328,8 +2333,9 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
 #if SG_OWN
     int threads = 1;
     bool own = exact;
-    ex_gemm gk = g; /* the GEMM's view: with pairs, K counts them */
-    if (pair) gk.K = cdiv(K, 2);
+    ex_gemm gk = g; /* the GEMM's view: with vdpbf16ps pairs, K counts them */
+    bool dp = pair && sg_dpbf16();
+    if (dp) gk.K = cdiv(K, 2);
     ex_loop_entry *bkeep = NULL;
     if (gemv) {
         gbytes = ex_align64((size_t)(NB * K) * 4);
@@ -2421,7 +2427,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         return OT_OK;
     }
     if (own && !half) { /* f32, f64: the sums finished as stored (sg_fix, sd_fix) */
-        sg_gemm(c, &g, &va, &vb, gscratch, threads, 0, bkeep);
+        sg_gemm(c, &g, &va, &vb, gscratch, threads, 0, false, bkeep);
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;
         return OT_OK;
@@ -2435,7 +2441,7 @@ ot_status ex_fast_dot(ex_kernel_ctx *c, const ot_instr *i, void *const *in, cons
         gk.c = g.c;
         gk.ta = g.ta;
         gk.tb = g.tb;
-        sg_gemm(c, &gk, &va, &vb, gscratch, threads, pair ? K : 0, bkeep);
+        sg_gemm(c, &gk, &va, &vb, gscratch, threads, dp ? K : 0, pair && !dp, bkeep);
         c->epilogue = fin.next;
         c->epilogue_done = c->epilogue != NULL;
         c->fast_run++;

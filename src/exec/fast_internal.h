@@ -57,10 +57,11 @@ static inline bool ex_overlaps(const void *a, int64_t na, const void *b, int64_t
     return pa < pb + nb && pb < pa + na;
 }
 
-/* bf16 x bf16 dots under FTZ (fast_dot.c): whether their pairs run by vdpbf16ps (else two fmas
- * each; the same bits), decided once per process; *t_dp and *t_fma (either may be NULL): the
- * fastest of a few timed register blocks of each kind that decided it, ns (0 where no measurement
- * decided: OPTITPU_DPBF16 set, a CPU without AVX512_BF16, or not x86-64). Thread-safe. */
+/* bf16 x bf16 dots under FTZ (fast_dot.c): whether their pairs run by vdpbf16ps (else widened,
+ * by the f32 kernel: the same bits), decided once per process; *t_dp and *t_fma (either may be
+ * NULL): the fastest of a few timed register blocks of each kind that decided it, ns (0 where no
+ * measurement decided: OPTITPU_DPBF16 set, a CPU without AVX512_BF16, or not x86-64).
+ * Thread-safe. */
 bool ex_dot_bf16_dp(uint64_t *t_dp, uint64_t *t_fma);
 
 /* 8-bit integer dots on AMX tiles (fast_dot_amx.c), which the fast dot (fast_dot.c) hands an
