@@ -136,7 +136,8 @@ cosine schedule) over a donated pytree; special functions (gammaln, digamma, erf
 i0e, i1e, gammainc); the activation zoo value_and_grad; int32 index arithmetic (unravel/ravel,
 floor and truncating division of negatives, shifts, popcount, clz, wrapping multiply); boolean
 masks; an f64 softmax regression value_and_grad and f64 elementwise math; an f16 layer norm +
-matmul + GELU; jax.random samplers (normal, truncated normal, gumbel, bernoulli, permutation);
+matmul + GELU; a bf16 MLP value_and_grad; f16 attention with an f16 softmax; f16 operands with
+f32 accumulation (preferred_element_type); jax.random samplers (normal, truncated normal, gumbel, bernoulli, permutation);
 searchsorted/digitize bucketing; median/quantile; a pixel-shuffle super-resolution head; uint8
 image preprocessing; a batch-hard triplet loss value_and_grad; NeRF volume rendering; a greedy
 decode in lax.while_loop that stops at an end token. Integer outputs come from data whose order
@@ -3216,6 +3217,53 @@ def make_w_f16(quick):
     return f, [x, g, w], {"tol": 1e-2}
 
 
+def make_w_bf16_mlp(quick):
+    b, d, h, c = (512, 1024, 1024, 10) if not quick else (8, 16, 24, 5)
+    import ml_dtypes
+    rng = _rng(232)
+    bf = ml_dtypes.bfloat16
+    x = rng.standard_normal((b, d)).astype(bf)
+    y = rng.integers(0, c, b).astype(np.int32)
+    w1 = (rng.standard_normal((d, h)) / math.sqrt(d)).astype(bf)
+    w2 = (rng.standard_normal((h, h)) / math.sqrt(h)).astype(bf)
+    w3 = (rng.standard_normal((h, c)) / math.sqrt(h)).astype(bf)
+
+    def loss(p, x, y):  # bf16 matmuls and GELUs, the loss in f32
+        w1, w2, w3 = p
+        a = jax.nn.gelu(x @ w1)
+        a = jax.nn.gelu(a @ w2)
+        logits = (a @ w3).astype(jnp.float32)
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+    def f(w1, w2, w3, x, y):  # bf16 MLP forward and backward: the gradients in bf16
+        return jax.value_and_grad(loss)((w1, w2, w3), x, y)
+    return f, [w1, w2, w3, x, y], {"tol": 3e-2}
+
+
+def make_w_f16_attention(quick):
+    b, hh, s, d = (4, 8, 256, 64) if not quick else (1, 2, 9, 8)
+    rng = _rng(233)
+    q, k, v = (rng.standard_normal((b, hh, s, d)).astype(np.float16) for _ in range(3))
+
+    def f(q, k, v):  # f16 attention: scores, softmax and the weighted sum all in f16
+        sc = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.float16(math.sqrt(d))
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(sc, axis=-1), v)
+    return f, [q, k, v], {"tol": 1e-2}
+
+
+def make_w_f16_f32acc(quick):
+    m, k, n = (2048, 1024, 1024) if not quick else (13, 16, 24)
+    rng = _rng(234)
+    x = rng.standard_normal((m, k)).astype(np.float16)
+    w = (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float16)
+    b = _f32(0.1 * rng.standard_normal(n))
+
+    def f(x, w, b):  # mixed precision: f16 operands, f32 products (preferred_element_type)
+        h = jnp.dot(x, w, preferred_element_type=jnp.float32) + b
+        return jax.nn.relu(h), jnp.sum(h * h, axis=-1)
+    return f, [x, w, b], {"tol": 1e-4}
+
+
 def make_w_random(quick):
     n = 1 << 20 if not quick else 64
     key = np.asarray(jax.random.key_data(jax.random.PRNGKey(1234)))
@@ -3459,6 +3507,10 @@ def wild_case_list(quick):
              lambda: make_w_f64_xent(q)),
             ("w f64 elementwise erf/lgamma/atan2/cbrt/pow 512K", lambda: make_w_f64_elem(q)),
             ("w f16 layernorm + matmul + gelu 4096x768x256", lambda: make_w_f16(q)),
+            ("w bf16 mlp value_and_grad 512-1024-1024-10", lambda: make_w_bf16_mlp(q)),
+            ("w f16 attention softmax b4 h8 s256 d64", lambda: make_w_f16_attention(q)),
+            ("w f16 matmul f32 accumulate + bias relu 2048x1024x1024",
+             lambda: make_w_f16_f32acc(q)),
             ("w jax.random normal/trunc/gumbel/bernoulli/permutation 1M",
              lambda: make_w_random(q)),
             ("w searchsorted/digitize bucketize 1M into 1000", lambda: make_w_bucketize(q)),
