@@ -1473,8 +1473,8 @@ static void test_reduce_outputs(void) {
                     check_module(text, 1300 + (uint64_t)seed, true);
                     EXPECT_INT_EQ(g_stats.interp_kernels, before);
                     /* the form under test was generated (not some other split of the module) */
-                    /* f32/f64 maximum and minimum rows: the integer-key reduction */
-                    bool keyed = !forms[f].cols && j < 2 && (r % 4 == 1 || r % 4 == 2);
+                    /* f32/f64/f16 maximum and minimum rows: the integer-key reduction */
+                    bool keyed = !forms[f].cols && j < 3 && (r % 4 == 1 || r % 4 == 2);
                     /* a middle block's reduce alone: the walk (test_reduce_walk) */
                     /* an f16/bf16 row sum: widened to f32, summed in the lane order */
                     bool widened = !forms[f].cols && (j == 2 || j == 3) && r % 4 == 0;
@@ -2556,6 +2556,42 @@ static void test_f16_converts(void) {
 #if defined(__x86_64__)
         EXPECT_TRUE(g_src && strstr(g_src, "_mm_setcsr(ot_csr | 0x8040u)") != NULL);
 #endif
+        free(g_src);
+        g_src = NULL;
+    }
+}
+
+/* f16 row maximum and minimum by integer keys (emit_keyed_minmax): softmax in half precision
+ * (the row max, then exp of the differences) and a row minimum, rows with and without NaNs
+ * (the rows with one take the serial chain), subnormals, infinities and both zeros; bit for bit
+ * the reference's at 1, 2, 3 and 8 threads, and the keyed loops in the generated source. */
+static void test_f16_keyed_minmax(void) {
+    static const char sm[] =
+        "HloModule f16max\n"
+        "mx { a = f16[] parameter(0)\n  b = f16[] parameter(1)\n"
+        "  ROOT m = f16[] maximum(a, b)\n}\n"
+        "mn { a = f16[] parameter(0)\n  b = f16[] parameter(1)\n"
+        "  ROOT m = f16[] minimum(a, b)\n}\n"
+        "ENTRY main {\n"
+        "  x = f16[300,40] parameter(0)\n"
+        "  ni = f16[] constant(-inf)\n  pi = f16[] constant(inf)\n"
+        "  m = f16[300] reduce(x, ni), dimensions={1}, to_apply=mx\n"
+        "  mb = f16[300,40] broadcast(m), dimensions={0}\n"
+        "  d = f16[300,40] subtract(x, mb)\n  ex = f16[300,40] exponential(d)\n"
+        "  n = f16[300] reduce(x, pi), dimensions={1}, to_apply=mn\n"
+        "  ROOT t = (f16[300,40], f16[300], f16[300]) tuple(ex, m, n)\n}\n";
+    static const int threads[] = {1, 2, 3, 8};
+    for (int t = 0; t < 4; t++) {
+        ot_threadpool *pool = NULL;
+        ASSERT_OK(ot_threadpool_create(threads[t], &pool));
+        g_run_pool = pool;
+        g_keep_src = true;
+        check_module(sm, 4300, true);
+        g_keep_src = false;
+        g_run_pool = NULL;
+        ot_threadpool_free(pool);
+        EXPECT_TRUE(g_src && strstr(g_src, "(maximum, keys)") != NULL);
+        EXPECT_TRUE(g_src && strstr(g_src, "(minimum, keys)") != NULL);
         free(g_src);
         g_src = NULL;
     }
@@ -4798,6 +4834,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_native_option),
         OT_TEST(test_hw_ftz),
         OT_TEST(test_f16_converts),
+        OT_TEST(test_f16_keyed_minmax),
         OT_TEST(test_hw_minmax),
         OT_TEST(test_hw_convert_round),
         OT_TEST(test_image_pipeline),

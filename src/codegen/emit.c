@@ -3135,11 +3135,39 @@ static ot_status emit_reduce_lanes(const cg_kernel_desc *kn, const char *fname, 
  * but for -0 and +0, ordered as the keys order them), so the keys' result is its result, init
  * (folded last) included. With a NaN (or a NaN init) the row runs the reference's serial chain
  * (c_ax, from init in column order), whose first NaN is the result. RN >= 1: the chain's
- * result is then one of its flushed operands. The result goes to dst. */
+ * result is then one of its flushed operands. The result goes to dst. f16 (softmax's row max in
+ * half precision): the keys are ot_tokh of the bits (no flush applies: an f16 subnormal is a
+ * normal f32), and the chain's result, widened, compared and rounded back, is an operand's bits. */
 static void emit_keyed_minmax(ot_strbuf *R, const char *name, ot_opcode op, ot_dtype t,
                               const char *vi, bool acc_needs, const char *vx, bool x_needs,
                               const char *B, long long RN, const char *c_ax, const char *dst) {
     bool d = is_f64(t), mx = op == OT_OP_MAXIMUM;
+    if (t == OT_F16) {
+        const char *lim = mx ? "INT32_MIN" : "INT32_MAX", *cmp = mx ? ">" : "<";
+        ot_strbuf_printf(R,
+                         "    { /* %s (%s, keys) */\n"
+                         "    int32_t km = %s;\n    uint32_t knan = 0;\n"
+                         "    for (int64_t rr = 0; rr < %lld; rr++) {\n"
+                         "    const int64_t col = rr;\n    const int64_t i = row * %lld + col;\n"
+                         "%s    const int32_t kk = ot_tokh(%s);\n"
+                         "    km = kk %s km ? kk : km;\n"
+                         "    knan |= (uint32_t)((%s & 0x7fffu) > 0x7c00u);\n"
+                         "    }\n",
+                         name, mx ? "maximum" : "minimum", lim, RN, RN, B, vx, cmp, vx);
+        ot_strbuf_printf(R,
+                         "    if (knan == 0 && (%s & 0x7fffu) <= 0x7c00u) {\n"
+                         "    const int32_t kk0 = ot_tokh(%s);\n"
+                         "    km = kk0 %s km ? kk0 : km;\n"
+                         "    %s = (uint16_t)(km ^ (int32_t)((uint32_t)(km >> 31) >> 17));\n"
+                         "    } else { /* a NaN: the reference's chain, whose first NaN is the "
+                         "result */\n"
+                         "    uint16_t acc = %s;\n"
+                         "    for (int64_t rr = 0; rr < %lld; rr++) {\n"
+                         "    const int64_t col = rr;\n    const int64_t i = row * %lld + col;\n"
+                         "%s    acc = %s;\n    }\n    %s = acc;\n    }\n    }\n",
+                         vi, vi, cmp, dst, vi, RN, RN, B, c_ax, dst);
+        return;
+    }
     const char *U = d ? "uint64_t" : "uint32_t", *S = d ? "int64_t" : "int32_t";
     const char *bits = d ? "ot_dbits" : "ot_fbits", *from = d ? "ot_bitsd" : "ot_bitsf";
     const char *fz = d ? "ot_ftzd" : "ot_ftzf";
@@ -3454,7 +3482,7 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
         return emit_reduce_lanes(kn, fname, src, red, leaves, nleaves,
                                  rr->operands[0]->attrs->index == 0, t, suffix, base, off, offo, D0,
                                  K, RN, O, numel_out, work_out, min_iters, nblk_out);
-    if (!leaves && suffix && RN >= 1 && (t == OT_F32 || t == OT_F64) &&
+    if (!leaves && suffix && RN >= 1 && (t == OT_F32 || t == OT_F64 || t == OT_F16) &&
         (rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM))
         return emit_reduce_keyed(kn, fname, src, red, rr->opcode,
                                  rr->operands[0]->attrs->index == 0, t, RN, O, numel_out, work_out);
@@ -3705,7 +3733,7 @@ static int emit_row_reduce(em *E, const ot_instr *r, const char *ctx) {
         flushed = ftz_op && f3264 && (RN > 0 || E->m[mi].flushed);
         char c_ax[2048];
         ok = CMB(rr->opcode, "acc", vx, acc_needs, x_needs, false, c_ax);
-        if (ok && f3264 && RN >= 1 &&
+        if (ok && (f3264 || t == OT_F16) && RN >= 1 &&
             (rr->opcode == OT_OP_MAXIMUM || rr->opcode == OT_OP_MINIMUM)) {
             char dst[32];
             snprintf(dst, sizeof dst, "v%d", v);
