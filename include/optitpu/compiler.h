@@ -112,7 +112,8 @@ OT_API ot_status ot_pass_inline(ot_module *m, bool *changed);
 OT_API ot_status ot_pass_simplify(ot_module *m, bool *changed);
 
 /* Common-subexpression elimination: instructions with equal opcode, attributes, called
- * computations and operands (commutative ops in either order; constants by value) are merged.
+ * computations and operands (integer and predicate commutative ops in either order, float ones
+ * in their own: a NaN result keeps its operand's sign; constants by value) are merged.
  * Side-effecting instructions (ot_instr_has_side_effect) are never merged.
  * pre: verifies. post: verifies; no two mergeable instructions remain in one computation. */
 OT_API ot_status ot_pass_cse(ot_module *m, bool *changed);
