@@ -9,15 +9,22 @@
  *  - nest_fusion: fusions nested n/4 deep (the fusion analysis recursed once per level and
  *    analysed each level again for every fusion above it);
  *  - many_calls: n/5 computations each called once in a chain (CSE's hash left the inlined
- *    chain's hashes one tag and neighbouring slots: probes walked one long run).
+ *    chain's hashes one tag and neighbouring slots: probes walked one long run);
+ *  - nest_while, nest_cond: while loops (conditionals) nested n/6 deep, every level taken: four
+ *    levels compiled, the rest evaluated by the runtime, one evaluator level per level (which
+ *    overflowed a 256 KiB stack at about 200 levels).
  * Each module is parsed and compiled (-O2, native code off) on a thread with a 256 KiB stack, at
  * n and 4n; the thread's CPU time at 4n must stay within 8 times that at n (a quadratic pass
- * takes 16 times) plus a margin for timer noise, the best of three runs each. */
+ * takes 16 times) plus a margin for timer noise, the best of three runs each. At n, all but the
+ * 1,000-level nests also run on that stack, equal to the evaluator bit for bit (the runtime's
+ * leaf tables, a fixed 289 KiB frame, overflowed it on every program). */
 #include "ot_test.h"
 #include "optitpu/optitpu.h"
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -117,6 +124,57 @@ static void gen_nest_fusion(sbuf *b, int n) {
     gen_nest(b, n, true);
 }
 
+/* Control flow nested n/6 deep: lvl_d is a while body over (s32[], f32[4]) running one
+ * iteration whose value goes through a loop on lvl_{d+1} (cond = true: through a conditional
+ * whose true branch, always taken, is lvl_{d+1}). Past the compiler's loop depth
+ * (CC_LOOP_MAX_DEPTH) the runtime evaluates the rest, one evaluator level per level. */
+static void gen_nest_flow(sbuf *b, int n, bool cond) {
+    int depth = n / 6;
+    sb_printf(b,
+              "HloModule nest_flow\nlvl%d {\n  t = (s32[], f32[4]) parameter(0)\n"
+              "  i = s32[] get-tuple-element(t), index=0\n  one = s32[] constant(1)\n"
+              "  i1 = s32[] add(i, one)\n  p = f32[4] get-tuple-element(t), index=1\n"
+              "  q = f32[4] tanh(p)\n  ROOT r = (s32[], f32[4]) tuple(i1, q)\n}\n",
+              depth);
+    sb_printf(b, "cond {\n  p = (s32[], f32[4]) parameter(0)\n"
+                 "  i = s32[] get-tuple-element(p), index=0\n  one = s32[] constant(1)\n"
+                 "  ROOT c = pred[] compare(i, one), direction=LT\n}\n");
+    sb_printf(b, "other {\n  t = (s32[], f32[4]) parameter(0)\n  ROOT r = (s32[], f32[4]) "
+                 "copy(t)\n}\n");
+    for (int d = depth - 1; d >= 0; d--) {
+        if (d == 0)
+            sb_printf(b, "ENTRY main {\n  p0 = f32[4] parameter(0)\n  z = s32[] constant(0)\n"
+                         "  t = (s32[], f32[4]) tuple(z, p0)\n");
+        else
+            sb_printf(b, "lvl%d {\n  t = (s32[], f32[4]) parameter(0)\n", d);
+        sb_printf(b, "  p = f32[4] get-tuple-element(t), index=1\n  a = f32[4] negate(p)\n"
+                     "  i = s32[] get-tuple-element(t), index=0\n  one = s32[] constant(1)\n"
+                     "  i1 = s32[] add(i, one)\n  z0 = s32[] constant(0)\n"
+                     "  wi = (s32[], f32[4]) tuple(z0, a)\n");
+        if (cond)
+            sb_printf(b,
+                      "  s = f32[1] slice(a), slice={[0:1]}\n  s0 = f32[] reshape(s)\n"
+                      "  c = pred[] compare(s0, s0), direction=EQ\n"
+                      "  w = (s32[], f32[4]) conditional(c, wi, wi), true_computation=lvl%d, "
+                      "false_computation=other\n",
+                      d + 1);
+        else
+            sb_printf(b, "  w = (s32[], f32[4]) while(wi), condition=cond, body=lvl%d\n", d + 1);
+        sb_printf(b, "  y = f32[4] get-tuple-element(w), index=1\n  q = f32[4] sine(y)\n");
+        if (d == 0)
+            sb_printf(b, "  ROOT r = f32[4] cosine(q)\n}\n");
+        else
+            sb_printf(b, "  ROOT r = (s32[], f32[4]) tuple(i1, q)\n}\n");
+    }
+}
+
+static void gen_nest_while(sbuf *b, int n) {
+    gen_nest_flow(b, n, false);
+}
+static void gen_nest_cond(sbuf *b, int n) {
+    gen_nest_flow(b, n, true);
+}
+
 static void gen_many_calls(sbuf *b, int n) {
     int k = n / 5;
     sb_printf(b, "HloModule many_calls\n");
@@ -134,11 +192,53 @@ static void gen_many_calls(sbuf *b, int n) {
 typedef struct job {
     const char *text;
     size_t len;
+    bool run; /* also run it (zeros in) and evaluate it, on the same stack */
     double cpu_s;
     ot_status st;
     char err[256];
     int64_t kernels;
+    int64_t outputs_compared;
 } job;
+
+/* e on zeros for m's parameters against the evaluator on them: bit for bit. */
+static ot_status run_and_evaluate(const ot_module *m, const ot_executable *e, job *j) {
+    const ot_computation *entry = ot_module_entry(m);
+    int np = entry->nparams, nout = ot_executable_output_count(e);
+    ot_device *d = NULL;
+    ot_value *args = calloc((size_t)np + 1, sizeof *args);
+    ot_buffer **in = calloc((size_t)np + 1, sizeof *in),
+              **out = calloc((size_t)nout + 1, sizeof *out);
+    ot_value ref = ot_value_empty();
+    ot_status s = args && in && out ? ot_host_device_create(0, 0, &d) : OT_ERR_OUT_OF_MEMORY;
+    for (int k = 0; s == OT_OK && k < np; k++) {
+        s = ot_value_alloc_array(&args[k], &entry->params[k]->shape.array);
+        if (s == OT_OK) s = ot_buffer_from_host(d, &args[k].array, &in[k]);
+    }
+    if (s == OT_OK) s = ot_device_execute(d, e, in, np, out, nout, NULL, NULL);
+    if (s == OT_OK) s = ot_evaluate(m, args, np, NULL, &ref);
+    if (s == OT_OK && ot_value_leaf_count(&ref) != nout) s = OT_ERR_INTERNAL;
+    for (int q = 0; s == OT_OK && q < nout; q++) {
+        ot_tensor t;
+        s = ot_buffer_to_host(out[q], &t);
+        if (s != OT_OK) break;
+        const ot_tensor *w = &ot_value_leaf(&ref, q)->array;
+        if (w->nbytes != t.nbytes || memcmp(w->data, t.data, (size_t)t.nbytes))
+            s = ot_error(OT_ERR_INTERNAL, "output %d differs from the evaluator's", q);
+        ot_tensor_release(&t);
+        j->outputs_compared++;
+    }
+    for (int q = 0; out && q < nout; q++) ot_buffer_free(out[q]);
+    for (int k = 0; args && in && k < np; k++) {
+        ot_buffer_free(in[k]);
+        ot_value_release(&args[k]);
+    }
+    ot_value_release(&ref);
+    free(args);
+    free(in);
+    free(out);
+    ot_device_free(d);
+    return s;
+}
 
 static double thread_cpu_s(void) {
     struct timespec ts;
@@ -159,6 +259,7 @@ static void *compile_job(void *arg) {
         j->st = ot_compile(m, &o, &e);
     }
     j->cpu_s = thread_cpu_s() - t0;
+    if (j->st == OT_OK && j->run) j->st = run_and_evaluate(m, e, j);
     if (j->st != OT_OK) snprintf(j->err, sizeof j->err, "%s", ot_last_error());
     j->kernels = e ? ot_executable_kernel_count(e) : -1;
     ot_executable_free(e);
@@ -166,9 +267,10 @@ static void *compile_job(void *arg) {
     return NULL;
 }
 
-/* Parses and compiles text on a thread with a 256 KiB stack; the thread's CPU seconds, or -1. */
-static double timed_compile(const char *name, const sbuf *b) {
-    job j = {.text = b->p, .len = b->n};
+/* Parses and compiles text on a thread with a 256 KiB stack (with `run`, then runs it and
+ * evaluates it there, untimed); the compile's thread CPU seconds, or -1. */
+static double timed_compile(const char *name, const sbuf *b, bool run) {
+    job j = {.text = b->p, .len = b->n, .run = run};
     pthread_attr_t at;
     pthread_t th;
     pthread_attr_init(&at);
@@ -181,6 +283,7 @@ static double timed_compile(const char *name, const sbuf *b) {
     if (j.st != OT_OK) fprintf(stderr, "  %s: %s\n", name, j.err);
     EXPECT_OK(j.st);
     EXPECT_TRUE(j.kernels > 0);
+    if (run) EXPECT_TRUE(j.outputs_compared > 0);
     return j.st == OT_OK ? j.cpu_s : -1;
 }
 
@@ -188,6 +291,7 @@ typedef struct shape {
     const char *name;
     void (*gen)(sbuf *b, int n);
     int n;
+    bool run; /* run at n: not nest_call, nest_fusion (1,000 levels, past the evaluator's 256) */
 } shape;
 
 static void check_shape(const shape *s) {
@@ -202,7 +306,8 @@ static void check_shape(const shape *s) {
                 free(b.p);
                 return;
             }
-            double c = timed_compile(s->name, &b);
+            /* run once, at n: at 4n nest_while nests past the evaluator's call limit */
+            double c = timed_compile(s->name, &b, s->run && rep == 0 && k == 0);
             free(b.p);
             if (c < 0) return;
             if (c < t[k]) t[k] = c;
@@ -216,9 +321,10 @@ static void check_shape(const shape *s) {
 }
 
 static const shape k_shapes[] = {
-    {"fanout_tuple", gen_fanout_tuple, 12000}, {"dead_wide", gen_dead_wide, 10000},
-    {"nest_call", gen_nest_call, 4000},        {"nest_fusion", gen_nest_fusion, 4000},
-    {"many_calls", gen_many_calls, 20000},
+    {"fanout_tuple", gen_fanout_tuple, 12000, true}, {"dead_wide", gen_dead_wide, 10000, true},
+    {"nest_call", gen_nest_call, 4000, false},       {"nest_fusion", gen_nest_fusion, 4000, false},
+    {"many_calls", gen_many_calls, 20000, true},     {"nest_while", gen_nest_while, 1500, true},
+    {"nest_cond", gen_nest_cond, 1500, true},
 };
 
 static void test_fanout_tuple(void) {
@@ -236,11 +342,18 @@ static void test_nest_fusion(void) {
 static void test_many_calls(void) {
     check_shape(&k_shapes[4]);
 }
+static void test_nest_while(void) {
+    check_shape(&k_shapes[5]);
+}
+static void test_nest_cond(void) {
+    check_shape(&k_shapes[6]);
+}
 
 int main(int argc, char **argv) {
     static const ot_test_case tests[] = {
         OT_TEST(test_fanout_tuple), OT_TEST(test_dead_wide),  OT_TEST(test_nest_call),
-        OT_TEST(test_nest_fusion),  OT_TEST(test_many_calls),
+        OT_TEST(test_nest_fusion),  OT_TEST(test_many_calls), OT_TEST(test_nest_while),
+        OT_TEST(test_nest_cond),
     };
     return ot_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -6,6 +6,7 @@
 #include "ir/op_traits.h"
 #include "ir/lapack_call.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 ot_eval_options ot_eval_options_default(void) {
@@ -371,6 +372,71 @@ static ot_status eval_tuple(const ot_instr *i, const ot_value *const *ops, ot_va
     return OT_OK;
 }
 
+/* ---- nesting deeper than one stack holds ------------------------------------------------- */
+
+/* Control flow is evaluated by recursion: a while loop, conditional or call one level deeper
+ * takes about 1.2 KiB of stack (ex_eval_computation's frame and the instruction's), and modules
+ * nest thousands of levels (scripts/gen_scale_hlo.py nest_while: 3,300 at 20k instructions
+ * overflowed a 256 KiB thread stack at about 200). Every EVAL_LEVELS_PER_STACK levels the
+ * instruction is evaluated on a thread of its own with an EVAL_STACK_BYTES stack while the
+ * caller waits, so no stack holds more than that many levels, whatever the nesting. Whole
+ * instructions move (a loop with all its iterations), never one reducer call per element. */
+enum { EVAL_LEVELS_PER_STACK = 48 };
+#define EVAL_STACK_BYTES ((size_t)1 << 20)
+
+typedef struct eval_hop {
+    ex_ctx *x;
+    const ot_instr *i;
+    const ot_value *const *ops;
+    ot_value *out;
+    bool ftz;
+    ot_status st;
+    char msg[1024]; /* the child's ot_last_error (its thread-local message dies with it) */
+} eval_hop;
+
+static ot_status eval_control(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                              ot_value *out);
+
+static void *eval_hop_main(void *arg) {
+    eval_hop *h = arg;
+    ex_ftz = h->ftz; /* thread-local: the caller's flush mode */
+    h->st = eval_control(h->x, h->i, h->ops, h->out);
+    if (h->st != OT_OK) snprintf(h->msg, sizeof h->msg, "%s", ot_last_error());
+    return NULL;
+}
+
+static ot_status eval_control_deep(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                                   ot_value *out) {
+    if (x->depth - x->stack_base < EVAL_LEVELS_PER_STACK) return eval_control(x, i, ops, out);
+    eval_hop h = {x, i, ops, out, ex_ftz, OT_OK, {0}};
+    pthread_attr_t at;
+    pthread_t th;
+    if (pthread_attr_init(&at) != 0)
+        return ot_error(OT_ERR_RESOURCE_EXHAUSTED, "%s: no thread for nesting depth %lld",
+                        EX_NAME(i), (long long)x->depth);
+    int rc = pthread_attr_setstacksize(&at, EVAL_STACK_BYTES);
+    int64_t base = x->stack_base;
+    x->stack_base = x->depth;
+    if (rc == 0) rc = pthread_create(&th, &at, eval_hop_main, &h);
+    pthread_attr_destroy(&at);
+    if (rc == 0) pthread_join(th, NULL);
+    x->stack_base = base;
+    if (rc != 0)
+        return ot_error(OT_ERR_RESOURCE_EXHAUSTED, "%s: no thread for nesting depth %lld",
+                        EX_NAME(i), (long long)x->depth);
+    if (h.st != OT_OK) return ot_error(h.st, "%s", h.msg);
+    return OT_OK;
+}
+
+static ot_status eval_control(ex_ctx *x, const ot_instr *i, const ot_value *const *ops,
+                              ot_value *out) {
+    switch (i->opcode) {
+    case OT_OP_WHILE: return eval_while(x, i, ops, out);
+    case OT_OP_CONDITIONAL: return eval_conditional(x, i, ops, out);
+    default: return call_computation(x, i->called[0], ops, i->noperands, out);
+    }
+}
+
 ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     *out = ot_value_empty();
     ot_opcode op = i->opcode;
@@ -411,9 +477,9 @@ ot_status ex_eval_instr(ex_ctx *x, const ot_instr *i, const ot_value *const *ops
             return ot_error(OT_ERR_INTERNAL, "%s: bad tuple index", EX_NAME(i));
         return ot_value_copy(out, &ops[0]->tuple[i->attrs->index]);
     case OT_OP_CALL:
-    case OT_OP_FUSION: return call_computation(x, i->called[0], ops, i->noperands, out);
-    case OT_OP_WHILE: return eval_while(x, i, ops, out);
-    case OT_OP_CONDITIONAL: return eval_conditional(x, i, ops, out);
+    case OT_OP_FUSION:
+    case OT_OP_WHILE:
+    case OT_OP_CONDITIONAL: return eval_control_deep(x, i, ops, out);
     case OT_OP_OPT_BARRIER: return ot_value_copy(out, ops[0]);
     case OT_OP_ALL_REDUCE:
     case OT_OP_ALL_GATHER:
@@ -708,6 +774,7 @@ ot_status ot_evaluate_computation(const ot_computation *c, const ot_value *args,
     ex_ctx x;
     x.opts = opts ? *opts : ot_eval_options_default();
     x.depth = 0;
+    x.stack_base = 0;
     const ot_value **pv = ot_calloc((size_t)(nargs ? nargs : 1), sizeof *pv);
     if (!pv) return ot_error(OT_ERR_OUT_OF_MEMORY, "evaluate: out of memory");
     for (int p = 0; p < nargs; p++) pv[p] = &args[p];
@@ -772,6 +839,7 @@ ot_status ot_evaluate_instr(const ot_instr *i, const ot_value *operands, int nop
     ex_ctx x;
     x.opts = opts ? *opts : ot_eval_options_default();
     x.depth = 0;
+    x.stack_base = 0;
     const ot_value **pv = ot_calloc((size_t)(noperands ? noperands : 1), sizeof *pv);
     if (!pv) return ot_error(OT_ERR_OUT_OF_MEMORY, "evaluate instruction: out of memory");
     for (int k = 0; k < noperands; k++) pv[k] = &operands[k];

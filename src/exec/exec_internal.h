@@ -45,7 +45,8 @@ ot_status ex_clamp(ot_dtype t, const void *lo, int64_t lostride, const void *x, 
 
 typedef struct ex_ctx {
     ot_eval_options opts;
-    int64_t depth;
+    int64_t depth;      /* computations being evaluated, nested */
+    int64_t stack_base; /* the depth at which the current thread's stack took over (eval.c) */
 } ex_ctx;
 
 /* Evaluates a computation: args[i] for parameter i (copied). */

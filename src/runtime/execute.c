@@ -85,7 +85,13 @@ static ot_status poll_run(void *ctx) {
 
 /* ---- the run's kernel state and the host launch ----------------------------------------- */
 
-#define MAX_IO 4096
+/* A run's leaf tables (each kernel's memory and leaf shapes) are sized to the executable's
+ * widest kernel: on the stack up to IO_ON_STACK leaves, else one heap block. A fixed table of
+ * 4,096 leaves made execute_kernels' frame 289 KiB, which overflowed a 256 KiB thread stack on
+ * every program, and a compiled loop nests one frame per level. */
+enum { IO_ON_STACK = 32 };
+/* per leaf: kin, kout, fin, fout, kinb and the two leaf tables */
+#define IO_LEAF_BYTES (4 * sizeof(void *) + sizeof(int64_t) + 2 * sizeof(ex_leaf))
 
 /* How ot_launch_host ran the last kernel (the profile's kind for a fusion). */
 typedef enum launch_path {
@@ -103,8 +109,9 @@ struct ot_launch {
     launch_path path;     /* set by ot_launch_host */
     int bound;            /* the kernel the loop is launching: its leaf tables are filled */
     const ot_kernel *bound_kn;
-    ex_leaf ins[MAX_IO]; /* leaf tables of the kernel being launched */
-    ex_leaf outs[MAX_IO];
+    ex_leaf *ins; /* leaf tables of the kernel being launched (io_cap entries each) */
+    ex_leaf *outs;
+    int io_cap;
     const ot_run_options *ro; /* the run's options (compiled loops run their parts with them) */
     int device_index;
 };
@@ -301,9 +308,11 @@ ot_status ot_launch_host(ot_launch *run, const ot_executable *exe, int k, void *
         }
     }
     if (!bound) {
-        if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO)
-            return ot_error(OT_ERR_UNIMPLEMENTED, "kernel %s: more than %d inputs or outputs",
-                            kn->name, MAX_IO);
+        if (kn->ninputs > run->io_cap || kn->noutputs > run->io_cap)
+            return ot_error(OT_ERR_INVALID_ARGUMENT,
+                            "launch: kernel %s of another executable (%d inputs, %d outputs; the "
+                            "run's tables hold %d)",
+                            kn->name, kn->ninputs, kn->noutputs, run->io_cap);
         for (int q = 0; q < kn->ninputs; q++) {
             const ot_slot *s = ot_executable_slot(exe, kn->inputs[q]);
             run->ins[q] = (ex_leaf){&s->shape, s->nbytes};
@@ -361,9 +370,7 @@ static const ot_kernel *output_fusion(const ot_executable *exe, const ot_launch 
     if (k + 1 >= ot_executable_kernel_count(exe) || kn->noutputs != 1 || kn->ninputs != 2)
         return NULL;
     const ot_kernel *f = ot_executable_kernel(exe, k + 1);
-    if (!f || f->kind != OT_KERNEL_FUSION || !cg_native(run->cg, k + 1) || f->ninputs > MAX_IO ||
-        f->noutputs > MAX_IO)
-        return NULL;
+    if (!f || f->kind != OT_KERNEL_FUSION || !cg_native(run->cg, k + 1)) return NULL;
     const ot_slot *ds = ot_executable_slot(exe, kn->outputs[0]);
     int64_t numel = ot_shape_numel_unchecked(&ds->shape);
     int reads = 0;
@@ -480,8 +487,25 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
         ec.exchange = comm_exchange;
         eo.comm = &ec;
     }
-    /* one frame per run: the run's kernel state and the kernel's memory tables */
+    /* one frame per run: the run's kernel state and the kernels' memory tables */
+    int nk = ot_executable_kernel_count(exe), io = 1;
+    for (int k = 0; k < nk; k++) {
+        const ot_kernel *kn = ot_executable_kernel(exe, k);
+        if (kn->ninputs > io) io = kn->ninputs;
+        if (kn->noutputs > io) io = kn->noutputs;
+    }
+    _Alignas(16) unsigned char io_stack[IO_ON_STACK * IO_LEAF_BYTES];
+    unsigned char *io_mem = io <= IO_ON_STACK ? io_stack : ot_malloc((size_t)io * IO_LEAF_BYTES);
+    if (!io_mem) {
+        ot_free(ca.scratch);
+        return ot_error(OT_ERR_OUT_OF_MEMORY, "execute: out of memory for %d leaf tables", io);
+    }
     ot_launch run;
+    run.ins = (ex_leaf *)io_mem;
+    run.outs = run.ins + io;
+    run.io_cap = io;
+    void **kin = (void **)(run.outs + io), **kout = kin + io, **fin = kout + io, **fout = fin + io;
+    int64_t *kinb = (int64_t *)(fout + io);
     ex_kernel_ctx_init(&run.kc, ro.pool, &eo, ro.reference_kernels);
     ex_kernel_ctx_set_cache(&run.kc, cc_executable_scratch(exe));
     run.kc.loop = lc;
@@ -492,11 +516,9 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
     run.bound_kn = NULL;
     run.ro = &ro;
     run.device_index = device_index;
-    void *kin[MAX_IO], *kout[MAX_IO], *fin[MAX_IO], *fout[MAX_IO];
     cg_range fr;
     ex_epilogue fepi = {run_epilogue, &fr};
     ot_status st = OT_OK;
-    int nk = ot_executable_kernel_count(exe);
     enum { MAX_SKIP = 8 };
     int skip[MAX_SKIP], nskip = 0; /* dynamic-update-slices whose update is already in place */
     for (int k = 0; k < nk; k++) {
@@ -533,11 +555,6 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
         if (ro.kernel_hook && (st = ro.kernel_hook(ro.kernel_hook_ud, k, false)) != OT_OK) break;
         for (int q = 0; q < kn->noutputs; q++)
             if (ot_executable_slot(exe, kn->outputs[q])->alias_param >= 0) r.donated_written = true;
-        if (kn->ninputs > MAX_IO || kn->noutputs > MAX_IO) {
-            st = ot_error(OT_ERR_UNIMPLEMENTED, "kernel %s: more than %d inputs or outputs",
-                          kn->name, MAX_IO);
-            break;
-        }
         /* bind: each leaf's memory, and its shape for the host kernels */
         for (int q = 0; q < kn->ninputs; q++) {
             const ot_slot *s = ot_executable_slot(exe, kn->inputs[q]);
@@ -575,7 +592,6 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
                      ? cc_executable_update_writer(exe, k)
                      : 0;
         if (ud > 0) {
-            int64_t kinb[MAX_IO];
             for (int q = 0; q < kn->ninputs; q++) kinb[q] = run.ins[q].nbytes;
             char *t = update_target(exe, k + ud, arena, params, outs, kin, kinb, kn->ninputs);
             if (t) {
@@ -614,6 +630,7 @@ static ot_status execute_kernels(const ot_executable *exe, void *arena, void *co
         }
     }
     ot_free(ca.scratch);
+    if (io_mem != io_stack) ot_free(io_mem);
     r.fast_kernels_run = (int)run.kc.fast_run;
     if (st != OT_OK) ex_kernel_ctx_set_cache(&run.kc, NULL); /* a failed run keeps nothing */
     ex_kernel_ctx_release(&run.kc);
