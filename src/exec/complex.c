@@ -267,14 +267,17 @@ ot_status ex_complex_elementwise(const ot_instr *i, const void *const *in, void 
         if (!ot_dtype_is_complex(rt)) return refuse(i, t0); /* the verifier refuses it first */
         if (ot_dtype_is_complex(t0))                        /* c64 <-> c128: each component */
             return ex_convert(ot_dtype_complex_part(t0), p, a, y, 2 * n);
-        /* real -> complex: the value converted to the component type, imaginary zero */
+        /* real -> complex: the value converted to the component type, imaginary zero. Element
+         * e is read before it is written: the fast kernel runs this in place over a dying input
+         * of the same width (s64, u64, f64 -> c64), where zeroing the whole output first had
+         * zeroed the input too (random_ops seed 28: 0 / -1 came out NaN). */
         size_t ps = ot_dtype_size(p);
-        memset(y, 0, (size_t)n * ot_dtype_size(rt));
         for (int64_t e = 0; e < n; e++) {
             char tmp[8];
             size_t es = ot_dtype_size(t0);
             OT_CHECK(ex_convert(t0, p, (const char *)a + e * es, tmp, 1));
             memcpy((char *)y + 2 * e * ps, tmp, ps);
+            memset((char *)y + (2 * e + 1) * ps, 0, ps);
         }
         return OT_OK;
     }
