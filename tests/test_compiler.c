@@ -1122,6 +1122,8 @@ static void test_simplify_reduce_size1(void) {
     EXPECT_INT_EQ(reduce_left_after_simplify("f32", "add", "0", "4,2", "1", "4"), 1);
     EXPECT_INT_EQ(reduce_left_after_simplify("pred", "and", "true", "6,2", "1", "6"), 1);
     EXPECT_INT_EQ(reduce_left_after_simplify("s32", "multiply", "1", "4,1", "1", "4"), 1);
+    /* complex: (0, 0) + x is not x when a part of x is -0 (random_ops seed 1010) */
+    EXPECT_INT_EQ(reduce_left_after_simplify("c64", "add", "(0, 0)", "4,1", "1", "4"), 1);
 }
 
 /* ---- transpose of a dot ---- */

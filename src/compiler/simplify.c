@@ -253,7 +253,7 @@ static bool reduce_is_reshape(const ot_instr *i) {
         rr->operands[0] == rr->operands[1])
         return false;
     ot_dtype t = x->shape.array.dtype, it;
-    if (ot_dtype_is_float(t) || t != i->shape.array.dtype) return false;
+    if (!(ot_dtype_is_integer(t) || t == OT_PRED) || t != i->shape.array.dtype) return false;
     const void *p = splat_value(i->operands[1], &it);
     size_t es = ot_dtype_size(t);
     if (!p || it != t || es == 0 || es > 8) return false;
