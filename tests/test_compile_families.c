@@ -5,8 +5,9 @@
  *    pass, run with the reference kernels, with the fast kernels and interpreted fusions, and
  *    with native fused kernels, equals the reference evaluator bit for bit (outside the
  *    reference kernels a NaN may come out with another payload or sign; see check_exact);
- *  - the random family over 100 seeds of 50-400 instructions, and the random DAG that once made
- *    fusion build a cycle (tests/data/compiler/fusion_cycle_400.hlo), the same way.
+ *  - the random and random_ops families over 100 seeds each of 50-400 instructions, and the
+ *    random DAG that once made fusion build a cycle (tests/data/compiler/fusion_cycle_400.hlo),
+ *    the same way.
  * Runs with a private code cache. */
 #include "compiler/native.h"
 #include "ot_test.h"
@@ -78,6 +79,11 @@ static bool is_nan_bits(ot_dtype t, const void *p, int64_t i) {
     switch (t) {
     case OT_F32: return (((const uint32_t *)p)[i] & 0x7fffffffu) > 0x7f800000u;
     case OT_F64: return (((const uint64_t *)p)[i] & ~(1ull << 63)) > 0x7ff0000000000000ull;
+    case OT_F16: return (((const uint16_t *)p)[i] & 0x7fffu) > 0x7c00u;
+    case OT_BF16: return (((const uint16_t *)p)[i] & 0x7fffu) > 0x7f80u;
+    case OT_C64: /* either part */
+        return (((const uint32_t *)p)[2 * i] & 0x7fffffffu) > 0x7f800000u ||
+               (((const uint32_t *)p)[2 * i + 1] & 0x7fffffffu) > 0x7f800000u;
     default: return false;
     }
 }
@@ -344,12 +350,10 @@ static void test_families_exact(void) {
     }
 }
 
-/* (c) The random family over 100 seeds of 50-400 instructions: every one compiles, verifies and
+/* (c) A random family over many seeds of 50-400 instructions: every one compiles, verifies and
  * is exact with the reference kernels and interpreted; every 25th also with native code (a
  * system-compiler run each). */
-static void test_random_many_seeds(void) {
-    int nseeds = SANITIZED ? 30 : 100;
-    uint64_t seed0 = 1000;
+static void random_seeds(const char *family, int nseeds, uint64_t seed0) {
     /* a longer search: OT_RANDOM_SEEDS=count[,first] */
     const char *env = getenv("OT_RANDOM_SEEDS");
     if (env && *env) {
@@ -362,12 +366,12 @@ static void test_random_many_seeds(void) {
         uint64_t seed = seed0 + (uint64_t)k;
         int64_t n = 50 + (int64_t)k * 350 / (nseeds - 1);
         ot_module *m = NULL;
-        EXPECT_OK(ot_graph_family_build("random", n, seed, &m));
+        EXPECT_OK(ot_graph_family_build(family, n, seed, &m));
         if (!m) continue;
-        char label[64];
-        snprintf(label, sizeof label, "random seed %llu (%lld instrs)", (unsigned long long)seed,
-                 (long long)ot_module_instr_count(m));
-        watch(SANITIZED ? 600 : 60, "checking family %s (seed %lld)", "random", (long long)seed);
+        char label[80];
+        snprintf(label, sizeof label, "%s seed %llu (%lld instrs)", family,
+                 (unsigned long long)seed, (long long)ot_module_instr_count(m));
+        watch(SANITIZED ? 600 : 60, "checking family %s (seed %lld)", family, (long long)seed);
         bool ok = check_exact(label, m, seed, k % 25 == 0);
         alarm(0);
         if (!ok) {
@@ -377,6 +381,17 @@ static void test_random_many_seeds(void) {
         }
         ot_module_free(m);
     }
+}
+
+/* The random family, 100 seeds from 1000. */
+static void test_random_many_seeds(void) {
+    random_seeds("random", SANITIZED ? 30 : 100, 1000);
+}
+
+/* random_ops (every dtype, rank 0-5 with size-0 and size-1 dims, shape ops, gather/scatter,
+ * sort, windows, while/conditional, rng, bitcasts), 100 seeds from 1. */
+static void test_random_ops_many_seeds(void) {
+    random_seeds("random_ops", SANITIZED ? 30 : 100, 1);
 }
 
 /* Larger random DAGs, where fusion's exact cycle check splits clusters (before its split kept
@@ -444,6 +459,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_families_compile_time_guard),
         OT_TEST(test_families_exact),
         OT_TEST(test_random_many_seeds),
+        OT_TEST(test_random_ops_many_seeds),
         OT_TEST(test_random_large_seeds),
         OT_TEST(test_fusion_cycle_fixture),
         OT_TEST(test_summary),

@@ -131,6 +131,12 @@ OT_API void ot_bench_limits_print(const ot_bench_limits *l, bool json);
  *   random        seeded random DAG: in-degree 1-4, unary (transcendental too), binary,
  *                 broadcasts of reductions, converts, selects, concatenates, two shapes,
  *                 multi-use; outputs are the values nobody reads
+ *   random_ops    seeded random DAG over every dtype (f16, bf16, f32, f64, s8, u8, s32, u32,
+ *                 s64, pred, c64), ranks 0-5 with size-0 and size-1 dims: elementwise ops,
+ *                 converts and bitcast-converts, reshape, transpose, broadcast, strided slice,
+ *                 pad (negative, interior), reverse, concatenate, reduce, reduce-window
+ *                 (dilated, padded), iota, dynamic-(update-)slice, gather, scatter, sort,
+ *                 while, conditional, rng-bit-generator; f32 parameters
  *   fori_unrolled JAX's lowering of lax.fori_loop(unroll=True) over 1,000 iterations
  *                 (tests/data/compiler/fori_loop_unrolled_1000.hlo, about 4k instructions,
  *                 1,000 calls); larger n chains round(n / 4k) copies, (x, y) -> (x, y)

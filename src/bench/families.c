@@ -593,6 +593,464 @@ static void build_random(gen *g) {
     for (int k = 0; k < NCLASS; k++) ot_free(cls[k].v);
 }
 
+/* ---- random_ops: every dtype, rank 0-5, size-0 and size-1 dims, most ops the IR has ------- */
+
+/* Values of any shape and dtype (f32 parameters, the rest derived); each step draws an op and
+ * operands, bringing a second operand to the first's shape and dtype (convert, reshape, or a
+ * full reduction broadcast back). At most RO_MAX_NUMEL elements per value. */
+enum { RO_MAX_NUMEL = 256 };
+
+typedef struct ro_gen {
+    gen *g;
+    rvals all;
+    ot_computation *red[OT_DTYPE_COUNT][3]; /* add (or for pred), max, min reducers per dtype */
+    ot_computation *lt[OT_DTYPE_COUNT];     /* sort comparators */
+    int ncomp;
+} ro_gen;
+
+static const ot_dtype k_ro_dt[] = {OT_F32, OT_F64, OT_BF16, OT_F16,  OT_S8, OT_U8,
+                                   OT_S32, OT_U32, OT_S64,  OT_PRED, OT_C64};
+
+static bool ro_float(ot_dtype t) {
+    return ot_dtype_is_float(t);
+}
+static bool ro_int(ot_dtype t) {
+    return ot_dtype_is_integer(t);
+}
+
+static ot_computation *ro_reducer(ro_gen *r, ot_dtype t, int which) {
+    if (t == OT_C64 && which) which = 0; /* complex: add only */
+    if (r->red[t][which]) return r->red[t][which];
+    static const char *const nm[] = {"add", "max", "min"};
+    char name[48];
+    snprintf(name, sizeof name, "r_%s_%s", ot_dtype_name(t), nm[which]);
+    ot_computation *c = ot_module_add_computation(r->g->m, name);
+    ot_instr *a = ot_build_parameter(c, 0, ot_shape_scalar(t), "a");
+    ot_instr *b = ot_build_parameter(c, 1, ot_shape_scalar(t), "b");
+    ot_opcode op = which == 1 ? OT_OP_MAXIMUM : which == 2 ? OT_OP_MINIMUM : OT_OP_ADD;
+    if (t == OT_PRED) op = which == 2 ? OT_OP_AND : OT_OP_OR;
+    ot_computation_set_root(c, ot_build_binary(c, op, a, b));
+    return r->red[t][which] = c;
+}
+
+static ot_instr *ro_init(ro_gen *r, ot_dtype t, int which) {
+    ot_computation *c = r->g->c;
+    if (t == OT_PRED) return ot_build_constant_scalar(c, t, which == 2 ? 1 : 0);
+    if (which == 0 || t == OT_C64) return ot_build_constant_scalar(c, t, 0);
+    if (ro_float(t)) return ot_build_constant_scalar(c, t, which == 1 ? -INFINITY : INFINITY);
+    /* integers: the type's lowest (max) or highest (min) value through a convert of an f64 */
+    double lo = 0, hi = 0;
+    switch (t) {
+    case OT_S8: lo = -128, hi = 127; break;
+    case OT_U8: lo = 0, hi = 255; break;
+    case OT_S32: lo = -2147483648.0, hi = 2147483647.0; break;
+    case OT_U32: lo = 0, hi = 4294967295.0; break;
+    default: lo = -9.2e18, hi = 9.2e18; break;
+    }
+    return ot_build_constant_scalar(c, t, which == 1 ? lo : hi);
+}
+
+static ot_computation *ro_less(ro_gen *r, ot_dtype t) {
+    if (r->lt[t]) return r->lt[t];
+    char name[48];
+    snprintf(name, sizeof name, "lt_%s", ot_dtype_name(t));
+    ot_computation *c = ot_module_add_computation(r->g->m, name);
+    ot_instr *a = ot_build_parameter(c, 0, ot_shape_scalar(t), "a");
+    ot_instr *b = ot_build_parameter(c, 1, ot_shape_scalar(t), "b");
+    ot_computation_set_root(
+        c, ot_build_compare(c, a, b, OT_CMP_LT,
+                            ro_float(t) ? OT_CMP_TYPE_TOTALORDER : OT_CMP_TYPE_DEFAULT));
+    return r->lt[t] = c;
+}
+
+/* A random shape of rank 0-5 with at most RO_MAX_NUMEL elements; size-0 dims sometimes. */
+static ot_shape ro_shape(gen *g, ot_dtype t) {
+    static const int64_t sizes[] = {1, 1, 2, 3, 4, 5, 7, 8, 16};
+    int rank = (int)pick(g, 6);
+    int64_t d[OT_MAX_RANK], n = 1;
+    for (int k = 0; k < rank; k++) {
+        d[k] = pick(g, 40) == 0 ? 0 : sizes[pick(g, NELEM(sizes))];
+        if (d[k] && n * d[k] > RO_MAX_NUMEL) d[k] = 1;
+        n *= d[k] ? d[k] : 1;
+    }
+    ot_shape s;
+    ot_shape_make(&s, t, rank, d);
+    return s;
+}
+
+static ot_instr *ro_pick(ro_gen *r) {
+    return rv_pick(r->g, &r->all);
+}
+
+/* The full reduction of x (add / or), a scalar of x's dtype. */
+static ot_instr *ro_total(ro_gen *r, ot_instr *x) {
+    if (!x) return NULL; /* a failed build: the module holds the error */
+    ot_dtype t = x->shape.array.dtype;
+    int64_t dims[OT_MAX_RANK];
+    for (int k = 0; k < x->shape.array.rank; k++) dims[k] = k;
+    if (x->shape.array.rank == 0) return x;
+    ot_instr *init = ro_init(r, t, 0);
+    return ot_build_reduce(r->g->c, &x, &init, 1, dims, x->shape.array.rank, ro_reducer(r, t, 0));
+}
+
+/* x as dtype t (x itself when it is one). */
+static ot_instr *ro_as(ro_gen *r, ot_instr *x, ot_dtype t) {
+    if (!x) return NULL;
+    if (x->shape.array.dtype == t) return x;
+    if (x->shape.array.dtype == OT_C64 && t != OT_C64) /* complex to real: its real part */
+        x = ot_build(r->g->c, OT_OP_REAL, &x, 1, NULL, NULL, 0, NULL, NULL);
+    if (!x) return NULL;
+    return x->shape.array.dtype == t ? x : ot_build_convert(r->g->c, x, t);
+}
+
+/* y brought to x's shape and dtype. */
+static ot_instr *ro_fit(ro_gen *r, ot_instr *y, const ot_instr *x) {
+    if (!x || !y) return NULL;
+    const ot_shape *s = &x->shape.array;
+    y = ro_as(r, y, s->dtype);
+    if (!y) return NULL;
+    if (ot_shape_equal(&y->shape.array, s)) return y;
+    if (ot_shape_numel_unchecked(&y->shape.array) == ot_shape_numel_unchecked(s))
+        return ot_build_reshape(r->g->c, y, *s);
+    return ot_build_broadcast(r->g->c, ro_total(r, y), *s, NULL, 0);
+}
+
+static ot_instr *ro_scalar_index(ro_gen *r) {
+    /* an s32 from the data (mostly small, sometimes negative or past the end) */
+    ot_instr *v = ro_as(r, ro_total(r, ro_pick(r)), OT_S32);
+    ot_instr *m = ot_build_constant_scalar(r->g->c, OT_S32, 1 + (double)pick(r->g, 9));
+    return ot_build_binary(r->g->c, OT_OP_REMAINDER, v, m);
+}
+
+static ot_instr *ro_step(ro_gen *r) {
+    gen *g = r->g;
+    ot_computation *c = g->c;
+    ot_instr *x = ro_pick(r);
+    const ot_shape *s = &x->shape.array;
+    ot_dtype t = s->dtype;
+    bool fl = ro_float(t), in = ro_int(t), pr = t == OT_PRED, cx = t == OT_C64;
+    int64_t what = pick(g, 100);
+    if (what < 14) { /* unary */
+        static const ot_opcode fu[] = {OT_OP_NEGATE,
+                                       OT_OP_ABS,
+                                       OT_OP_EXP,
+                                       OT_OP_LOG,
+                                       OT_OP_SIN,
+                                       OT_OP_COS,
+                                       OT_OP_TANH,
+                                       OT_OP_SQRT,
+                                       OT_OP_FLOOR,
+                                       OT_OP_CEIL,
+                                       OT_OP_SIGN,
+                                       OT_OP_LOGISTIC,
+                                       OT_OP_EXPM1,
+                                       OT_OP_LOG1P,
+                                       OT_OP_RSQRT,
+                                       OT_OP_CBRT,
+                                       OT_OP_ERF,
+                                       OT_OP_IS_FINITE,
+                                       OT_OP_ROUND_NEAREST_EVEN,
+                                       OT_OP_ROUND_NEAREST_AFZ};
+        static const ot_opcode iu[] = {OT_OP_NEGATE, OT_OP_ABS, OT_OP_NOT,
+                                       OT_OP_POPCNT, OT_OP_CLZ, OT_OP_SIGN};
+        static const ot_opcode cu[] = {OT_OP_NEGATE, OT_OP_EXP, OT_OP_ABS, OT_OP_REAL, OT_OP_IMAG};
+        if (fl) return ot_build_unary(c, fu[pick(g, NELEM(fu))], x);
+        if (in) return ot_build_unary(c, iu[pick(g, NELEM(iu))], x);
+        if (cx) return ot_build(c, cu[pick(g, NELEM(cu))], &x, 1, NULL, NULL, 0, NULL, NULL);
+        return ot_build_unary(c, OT_OP_NOT, x);
+    }
+    if (what < 36) { /* binary */
+        static const ot_opcode fb[] = {OT_OP_ADD,    OT_OP_SUBTRACT, OT_OP_MULTIPLY,
+                                       OT_OP_DIVIDE, OT_OP_MAXIMUM,  OT_OP_MINIMUM,
+                                       OT_OP_POWER,  OT_OP_ATAN2,    OT_OP_REMAINDER};
+        static const ot_opcode ib[] = {OT_OP_ADD,
+                                       OT_OP_SUBTRACT,
+                                       OT_OP_MULTIPLY,
+                                       OT_OP_DIVIDE,
+                                       OT_OP_REMAINDER,
+                                       OT_OP_MAXIMUM,
+                                       OT_OP_MINIMUM,
+                                       OT_OP_AND,
+                                       OT_OP_OR,
+                                       OT_OP_XOR,
+                                       OT_OP_SHIFT_LEFT,
+                                       OT_OP_SHIFT_RIGHT_ARITHMETIC,
+                                       OT_OP_SHIFT_RIGHT_LOGICAL,
+                                       OT_OP_POWER};
+        static const ot_opcode pb[] = {OT_OP_AND, OT_OP_OR, OT_OP_XOR};
+        static const ot_opcode cb[] = {OT_OP_ADD, OT_OP_SUBTRACT, OT_OP_MULTIPLY, OT_OP_DIVIDE};
+        ot_instr *y = ro_fit(r, ro_pick(r), x);
+        ot_opcode op = fl   ? fb[pick(g, NELEM(fb))]
+                       : in ? ib[pick(g, NELEM(ib))]
+                       : pr ? pb[pick(g, NELEM(pb))]
+                            : cb[pick(g, NELEM(cb))];
+        return pick(g, 2) ? ot_build_binary(c, op, x, y) : ot_build_binary(c, op, y, x);
+    }
+    if (what < 42) { /* select on a comparison, or clamp */
+        ot_instr *a = ro_fit(r, ro_pick(r), x), *b = ro_fit(r, ro_pick(r), x);
+        if (!cx && !pr && pick(g, 3) == 0) return ot_build_clamp(c, a, x, b);
+        int dirs = cx ? 2 : 6; /* complex: EQ, NE */
+        ot_instr *p =
+            ot_build_compare(c, a, b, (ot_cmp_dir)pick(g, dirs),
+                             fl && pick(g, 2) ? OT_CMP_TYPE_TOTALORDER : OT_CMP_TYPE_DEFAULT);
+        return ot_build_select(c, p, x, ro_fit(r, ro_pick(r), x));
+    }
+    if (what < 50) /* convert to any dtype */
+        return ro_as(r, x, k_ro_dt[pick(g, NELEM(k_ro_dt))]);
+    if (what < 53) { /* bitcast-convert between types of one width */
+        ot_dtype to = t;
+        switch (t) {
+        case OT_F32: to = pick(g, 2) ? OT_S32 : OT_U32; break;
+        case OT_S32:
+        case OT_U32: to = OT_F32; break;
+        case OT_F64: to = OT_S64; break;
+        case OT_S64: to = OT_F64; break;
+        case OT_S8: to = OT_U8; break;
+        case OT_U8: to = OT_S8; break;
+        case OT_BF16: to = OT_F16; break;
+        case OT_F16: to = OT_BF16; break;
+        default: break;
+        }
+        return to == t ? ot_build_copy(c, x) : ot_build_bitcast_convert(c, x, to);
+    }
+    if (what < 57) { /* reshape to another factorization (size-1 dims included) */
+        int64_t n = ot_shape_numel_unchecked(s);
+        for (int tries = 0; tries < 8; tries++) {
+            ot_shape to = ro_shape(g, t);
+            if (ot_shape_numel_unchecked(&to) == n) return ot_build_reshape(c, x, to);
+        }
+        int64_t d[3] = {1, n, 1};
+        ot_shape to;
+        ot_shape_make(&to, t, 3, d);
+        return ot_build_reshape(c, x, to);
+    }
+    if (what < 60) { /* transpose */
+        int64_t perm[OT_MAX_RANK];
+        for (int k = 0; k < s->rank; k++) perm[k] = k;
+        for (int k = s->rank - 1; k > 0; k--) {
+            int64_t j = pick(g, k + 1), tmp = perm[k];
+            perm[k] = perm[j];
+            perm[j] = tmp;
+        }
+        return ot_build_transpose(c, x, perm, s->rank);
+    }
+    if (what < 63) { /* broadcast into one more dim */
+        if (s->rank >= 5) return ot_build_reverse(c, x, (int64_t[]){0}, 1);
+        int64_t at = pick(g, s->rank + 1), size = 1 + pick(g, 3), d[OT_MAX_RANK], map[OT_MAX_RANK];
+        if (ot_shape_numel_unchecked(s) * size > RO_MAX_NUMEL) size = 1;
+        for (int k = 0, o = 0; k <= s->rank; k++) {
+            if (k == at) {
+                d[k] = size;
+                continue;
+            }
+            d[k] = s->dims[o];
+            map[o++] = k;
+        }
+        ot_shape to;
+        ot_shape_make(&to, t, s->rank + 1, d);
+        return ot_build_broadcast(c, x, to, map, s->rank);
+    }
+    if (what < 67) { /* slice, strided, maybe to size 0 */
+        int64_t st[OT_MAX_RANK], li[OT_MAX_RANK], sd[OT_MAX_RANK];
+        for (int k = 0; k < s->rank; k++) {
+            st[k] = pick(g, s->dims[k] + 1);
+            li[k] = st[k] + pick(g, s->dims[k] - st[k] + 1);
+            sd[k] = 1 + pick(g, 3);
+        }
+        return ot_build_slice(c, x, st, li, sd);
+    }
+    if (what < 70) { /* pad, edges negative too, interior */
+        ot_pad_dim pd[OT_MAX_RANK];
+        int64_t n = 1;
+        for (int k = 0; k < s->rank; k++) {
+            pd[k].interior = s->dims[k] > 1 ? pick(g, 3) : 0;
+            int64_t span = s->dims[k] + (s->dims[k] ? (s->dims[k] - 1) * pd[k].interior : 0);
+            pd[k].lo = pick(g, 5) - 2;
+            pd[k].hi = pick(g, 5) - 2;
+            if (span + pd[k].lo + pd[k].hi < 0) pd[k].lo = pd[k].hi = 0;
+            if (pd[k].lo < -span) pd[k].lo = -span;
+            if (span + pd[k].lo + pd[k].hi < 0) pd[k].hi = -(span + pd[k].lo);
+            n *= span + pd[k].lo + pd[k].hi;
+        }
+        if (n > 4 * RO_MAX_NUMEL) return ot_build_copy(c, x);
+        return ot_build_pad(c, x, ro_as(r, ro_total(r, ro_pick(r)), t), pd);
+    }
+    if (what < 72) { /* reverse */
+        int64_t dims[OT_MAX_RANK];
+        int n = 0;
+        for (int k = 0; k < s->rank; k++)
+            if (pick(g, 2)) dims[n++] = k;
+        return ot_build_reverse(c, x, dims, n);
+    }
+    if (what < 75 && s->rank > 0) { /* concatenate with a same-shaped value */
+        int64_t dim = pick(g, s->rank);
+        if (2 * ot_shape_numel_unchecked(s) > 4 * RO_MAX_NUMEL) return ot_build_copy(c, x);
+        return ot_build_concatenate(c, (ot_instr *[]){x, ro_fit(r, ro_pick(r), x)}, 2, dim);
+    }
+    if (what < 80) { /* reduce over some dims */
+        int64_t dims[OT_MAX_RANK];
+        int n = 0;
+        for (int k = 0; k < s->rank; k++)
+            if (pick(g, 2)) dims[n++] = k;
+        int which = (int)pick(g, 3);
+        ot_instr *init = ro_init(r, t, which);
+        return ot_build_reduce(c, &x, &init, 1, dims, n, ro_reducer(r, t, which));
+    }
+    if (what < 83 && s->rank > 0 && !cx) { /* reduce-window */
+        ot_window w;
+        memset(&w, 0, sizeof w);
+        w.rank = s->rank;
+        for (int k = 0; k < s->rank; k++) {
+            ot_window_dim *d = &w.dims[k];
+            d->size = 1 + pick(g, 3);
+            d->stride = 1 + pick(g, 2);
+            d->pad_lo = pick(g, 2);
+            d->pad_hi = pick(g, 3);
+            d->window_dilation = 1 + (pick(g, 4) == 0);
+            d->base_dilation = 1 + (pick(g, 4) == 0);
+            int64_t in_n = s->dims[k] ? (s->dims[k] - 1) * d->base_dilation + 1 : 0;
+            int64_t span = (d->size - 1) * d->window_dilation + 1;
+            if (in_n + d->pad_lo + d->pad_hi < span) d->pad_hi += span;
+        }
+        int which = (int)pick(g, 3);
+        ot_instr *init = ro_init(r, t, which);
+        return ot_build_reduce_window(c, &x, &init, 1, &w, ro_reducer(r, t, which));
+    }
+    if (what < 85 && s->rank > 0 && !cx && !pr) /* iota mixed in */
+        return ot_build_binary(c, OT_OP_ADD, x, ot_build_iota(c, *s, pick(g, s->rank)));
+    if (what < 88 && s->rank > 0) { /* dynamic slice or update (starts clamped) */
+        ot_instr *idx[OT_MAX_RANK];
+        int64_t sz[OT_MAX_RANK];
+        for (int k = 0; k < s->rank; k++) {
+            idx[k] = ro_scalar_index(r);
+            sz[k] = pick(g, s->dims[k] + 1);
+        }
+        ot_instr *ds = ot_build_dynamic_slice(c, x, idx, sz);
+        if (pick(g, 2)) return ds;
+        ot_instr *upd = ro_fit(r, ro_pick(r), ds);
+        for (int k = 0; k < s->rank; k++) idx[k] = ro_scalar_index(r);
+        return ot_build_dynamic_update_slice(c, x, upd, idx);
+    }
+    /* (complex gathers and scatters: the evaluator does not run them) */
+    if (what < 91 && s->rank > 0 && s->dims[0] > 0 && !cx) { /* gather or scatter of rows */
+        int64_t k = 1 + pick(g, 4), iv[8];
+        for (int q = 0; q < k; q++) iv[q] = pick(g, s->dims[0] + 3) - 1;
+        int32_t iv32[8];
+        for (int q = 0; q < k; q++) iv32[q] = (int32_t)iv[q];
+        ot_shape is;
+        ot_shape_make(&is, OT_S32, 2, (int64_t[]){k, 1});
+        ot_instr *ind = ot_build_constant(c, is, iv32);
+        if (pick(g, 2)) {
+            ot_gather_dims dn;
+            memset(&dn, 0, sizeof dn);
+            dn.noffset = s->rank - 1;
+            for (int q = 1; q < s->rank; q++) dn.offset_dims[q - 1] = q;
+            dn.ncollapsed = 1;
+            dn.collapsed_slice_dims[0] = 0;
+            dn.nstart_index_map = 1;
+            dn.start_index_map[0] = 0;
+            dn.index_vector_dim = 1;
+            dn.nslice_sizes = s->rank;
+            dn.slice_sizes[0] = 1;
+            for (int q = 1; q < s->rank; q++) dn.slice_sizes[q] = s->dims[q];
+            return ot_build_gather(c, x, ind, &dn);
+        }
+        int64_t ud[OT_MAX_RANK];
+        ud[0] = k;
+        for (int q = 1; q < s->rank; q++) ud[q] = s->dims[q];
+        ot_shape us;
+        ot_shape_make(&us, t, s->rank, ud);
+        ot_instr *likeu = ot_build_broadcast(c, ro_init(r, t, 0), us, NULL, 0);
+        ot_instr *upd = ro_fit(r, ro_pick(r), likeu);
+        ot_scatter_dims dn;
+        memset(&dn, 0, sizeof dn);
+        dn.nupdate_window = s->rank - 1;
+        for (int q = 1; q < s->rank; q++) dn.update_window_dims[q - 1] = q;
+        dn.ninserted = 1;
+        dn.inserted_window_dims[0] = 0;
+        dn.nscatter_to_operand = 1;
+        dn.scatter_dims_to_operand_dims[0] = 0;
+        dn.index_vector_dim = 1;
+        return ot_build_scatter(c, &x, 1, ind, &upd, &dn, ro_reducer(r, t, (int)pick(g, 3)));
+    }
+    if (what < 93 && s->rank > 0 && !cx && !pr) /* sort along one dim */
+        return ot_build_sort(c, &x, 1, pick(g, s->rank), pick(g, 2), ro_less(r, t));
+    if (what < 95 && !cx) { /* while: i < k, x = f(x) */
+        char nm[32];
+        ot_shape i32 = ot_shape_scalar(OT_S32);
+        ot_ir_shape st = {0};
+        ot_ir_shape leaves[2] = {{0}, {0}};
+        leaves[0].kind = leaves[1].kind = OT_IR_ARRAY;
+        leaves[0].array = i32;
+        leaves[1].array = *s;
+        st.kind = OT_IR_TUPLE;
+        st.ntuple = 2;
+        st.tuple = leaves;
+        snprintf(nm, sizeof nm, "wcond%d", r->ncomp);
+        ot_computation *cc = ot_module_add_computation(g->m, nm);
+        ot_instr *cp = ot_build_parameter_ir(cc, 0, &st, "s");
+        ot_computation_set_root(
+            cc, ot_build_compare(cc, ot_build_get_tuple_element(cc, cp, 0),
+                                 ot_build_constant_scalar(cc, OT_S32, (double)pick(g, 4)),
+                                 OT_CMP_LT, OT_CMP_TYPE_DEFAULT));
+        snprintf(nm, sizeof nm, "wbody%d", r->ncomp++);
+        ot_computation *bc = ot_module_add_computation(g->m, nm);
+        ot_instr *bp = ot_build_parameter_ir(bc, 0, &st, "s");
+        ot_instr *i0 = ot_build_get_tuple_element(bc, bp, 0);
+        ot_instr *v = ot_build_get_tuple_element(bc, bp, 1);
+        ot_instr *i1 = ot_build_binary(bc, OT_OP_ADD, i0, ot_build_constant_scalar(bc, OT_S32, 1));
+        ot_instr *nv =
+            pr ? ot_build_unary(bc, OT_OP_NOT, v)
+               : ot_build_binary(bc, pick(g, 2) ? OT_OP_ADD : OT_OP_MULTIPLY, v,
+                                 ot_build_broadcast(bc, ot_build_convert(bc, i1, t), *s, NULL, 0));
+        ot_computation_set_root(bc, ot_build_tuple(bc, (ot_instr *[]){i1, nv}, 2));
+        ot_instr *init =
+            ot_build_tuple(c, (ot_instr *[]){ot_build_constant_scalar(c, OT_S32, 0), x}, 2);
+        return ot_build_get_tuple_element(c, ot_build_while(c, cc, bc, init), 1);
+    }
+    if (what < 97 && !cx) { /* conditional on a comparison of two totals */
+        char nm[32];
+        ot_computation *br[2];
+        for (int b = 0; b < 2; b++) {
+            snprintf(nm, sizeof nm, "branch%d", r->ncomp++);
+            br[b] = ot_module_add_computation(g->m, nm);
+            ot_instr *p = ot_build_parameter(br[b], 0, *s, "x");
+            ot_computation_set_root(br[b],
+                                    b == 0 ? ot_build_unary(br[b], pr ? OT_OP_NOT : OT_OP_NEGATE, p)
+                                           : ot_build_copy(br[b], p));
+        }
+        ot_instr *a = ro_as(r, ro_total(r, ro_pick(r)), OT_F32);
+        ot_instr *b = ro_as(r, ro_total(r, ro_pick(r)), OT_F32);
+        ot_instr *p = ot_build_compare(c, a, b, OT_CMP_LT, OT_CMP_TYPE_DEFAULT);
+        return ot_build_conditional(c, p, br, (ot_instr *[]){x, x}, 2);
+    }
+    { /* random bits */
+        uint64_t sv[2] = {rnd(g), rnd(g)};
+        ot_shape ss;
+        ot_shape_make(&ss, OT_U64, 1, (int64_t[]){2});
+        ot_instr *state = ot_build_constant(c, ss, sv);
+        ot_shape bs = ro_shape(g, pick(g, 2) ? OT_U32 : OT_U64);
+        ot_instr *rb = ot_build_rng_bit_generator(c, state, bs, (ot_rng_algorithm)(1 + pick(g, 2)));
+        return ot_build_get_tuple_element(c, rb, 1);
+    }
+}
+
+static void build_random_ops(gen *g) {
+    ro_gen r;
+    memset(&r, 0, sizeof r);
+    r.g = g;
+    for (int k = 0; k < 3; k++) rv_push(g, &r.all, param(g, ro_shape(g, OT_F32)));
+    while (count(g) < g->n - 1 && !ot_module_status(g->m) && !g->oom) {
+        ot_instr *y = ro_step(&r);
+        if (y && y->shape.kind == OT_IR_ARRAY) rv_push(g, &r.all, y);
+    }
+    for (int64_t i = 0; i < r.all.n; i++)
+        if (r.all.v[i]->nusers == 0 && r.all.v[i]->opcode != OT_OP_PARAMETER) push(g, r.all.v[i]);
+    if (g->nlist == 0) push(g, ot_build_copy(g->c, r.all.v[0]));
+    set_root_list(g);
+    ot_free(r.all.v);
+}
+
 /* ---- fori_unrolled: JAX's lowering of an unrolled fori_loop, chained to reach N --------- */
 
 static ot_status build_fori(int64_t n, ot_module **out) {
@@ -656,6 +1114,10 @@ static const family k_families[] = {
     {"many_params", "N/2 parameters summed by an add tree", build_many_params},
     {"dot_sandwich", "elementwise stacks between dots and convolutions", build_dot_sandwich},
     {"random", "seeded random DAG: in-degree 1-4, mixed ops, two shapes, multi-use", build_random},
+    {"random_ops",
+     "seeded random DAG over every dtype, rank 0-5 (size-0 and size-1 dims) and most ops (shape "
+     "ops, gather/scatter, sort, windows, while/conditional, rng, bitcasts)",
+     build_random_ops},
     {"fori_unrolled", "JAX lax.fori_loop(unroll=True), 1,000 iterations (fixed size, chained)",
      NULL},
 };
