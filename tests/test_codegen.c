@@ -1298,6 +1298,28 @@ static void test_rounds_chain(void) {
 
 /* Reduce-rooted fusions: row, column, middle, several and all dims, with add / multiply /
  * maximum / minimum reducers (integers also and / or), over an elementwise producer. */
+/* Reduces of fused producers over operands with a size-0 dim (reduced or kept): the index
+ * arithmetic divided by the reduced dims' sizes at compile time (SIGFPE in the compiler, the
+ * random_ops family's seed 326); such a fusion stays interpreted and equals the evaluator. */
+static void test_reduce_of_no_elements(void) {
+    static const char *const shapes[][3] = {{"3,0,4", "{1}", "3,4"},
+                                            {"3,0,4", "{0,2}", "0"},
+                                            {"5,2,0", "{0,2}", "2"},
+                                            {"0,6", "{0}", "6"},
+                                            {"2,0,3,1", "{1,3}", "2,3"}};
+    for (int k = 0; k < 5; k++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "HloModule r0\nsum {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                 "  ROOT c = f32[] add(a, b)\n}\n"
+                 "ENTRY main {\n  x = f32[%s] parameter(0)\n  y = f32[%s] sine(x)\n"
+                 "  w = f32[%s] multiply(y, x)\n  z = f32[] constant(0.5)\n"
+                 "  ROOT o = f32[%s] reduce(w, z), dimensions=%s, to_apply=sum\n}\n",
+                 shapes[k][0], shapes[k][0], shapes[k][0], shapes[k][2], shapes[k][1]);
+        check_module(text, 7 + (uint64_t)k, false);
+    }
+}
+
 static void test_reductions(void) {
     static const char *const dts[] = {"f32", "f64", "f16", "bf16", "s32", "u8", "pred"};
     static const char *const dims[] = {"{2}", "{0}", "{1}", "{0,2}", "{0,1,2}", "{1,2}"};
@@ -4817,6 +4839,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_remap_row_sums),
         OT_TEST(test_broadcast_ranks),
         OT_TEST(test_rounds_chain),
+        OT_TEST(test_reduce_of_no_elements),
         OT_TEST(test_reductions),
         OT_TEST(test_reduce_outputs),
         OT_TEST(test_reduce_cols_pieces),

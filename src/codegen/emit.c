@@ -3417,6 +3417,10 @@ static ot_status emit_reduce(const cg_kernel_desc *kn, const char *fname, ot_str
         return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: a lone reduce (the fast reduce kernel)",
                         kn->name);
     const ot_shape *S = &x->shape.array;
+    /* an operand of no elements (a size-0 dim): the index arithmetic below divides by the
+     * reduced dims' sizes (the random_ops family's seed 326 stopped the compiler with SIGFPE) */
+    if (ot_shape_numel_unchecked(S) == 0)
+        return ot_error(OT_ERR_UNIMPLEMENTED, "codegen: %s: a reduce of no elements", kn->name);
     bool reduced[OT_MAX_RANK] = {false};
     for (int k = 0; k < red->attrs->ndims; k++) reduced[red->attrs->dims[k]] = true;
     int64_t ss[OT_MAX_RANK];
