@@ -418,6 +418,29 @@ static void test_random_large_seeds(void) {
     }
 }
 
+/* random_ops modules that found a bug, native code included: an in-place c64 convert (seed
+ * 28), a c64 reduce simplified away (1010), SIGFPE in the native code generator on a reduce of no
+ * elements (326) and SIGSEGV on a remapped operand it could not emit (1026). */
+static void test_random_ops_found(void) {
+    static const struct {
+        uint64_t seed;
+        int64_t n;
+    } cases[] = {{28, 145}, {1010, 233}, {326, 335}, {1026, 247}};
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        ot_module *m = NULL;
+        EXPECT_OK(ot_graph_family_build("random_ops", cases[k].n, cases[k].seed, &m));
+        if (!m) continue;
+        char label[64];
+        snprintf(label, sizeof label, "random_ops seed %llu (%lld instrs)",
+                 (unsigned long long)cases[k].seed, (long long)ot_module_instr_count(m));
+        watch(SANITIZED ? 600 : 180, "checking family %s (seed %lld)", "random_ops",
+              (long long)cases[k].seed);
+        check_exact(label, m, cases[k].seed, true);
+        alarm(0);
+        ot_module_free(m);
+    }
+}
+
 /* The random DAG that made fusion build a cycle. */
 static void test_fusion_cycle_fixture(void) {
     ot_module *m = NULL;
@@ -460,6 +483,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_families_exact),
         OT_TEST(test_random_many_seeds),
         OT_TEST(test_random_ops_many_seeds),
+        OT_TEST(test_random_ops_found),
         OT_TEST(test_random_large_seeds),
         OT_TEST(test_fusion_cycle_fixture),
         OT_TEST(test_summary),

@@ -665,6 +665,7 @@ static int memo_add(em *E, const ot_instr *x, const char *ctx, int var, bool flu
 
 /* x as another name for the value of memo k (a copy, reshape, broadcast, same-type convert) */
 static int memo_alias(em *E, const ot_instr *x, const char *ctx, int k) {
+    if (k < 0) return k; /* the operand failed (E->bad says why): random_ops seed 1026 */
     bool quiet = E->m[k].quiet, inv = E->m[k].inv;
     int m = memo_add(E, x, ctx, E->m[k].var, E->m[k].flushed);
     if (m >= 0) {
