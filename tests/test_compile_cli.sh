@@ -124,7 +124,7 @@ python3 - "$work/bs.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 fams = ["residual", "braid", "fanout", "fanin", "nested", "bcast_reduce", "islands", "wide_tuple",
-        "many_params", "dot_sandwich", "random", "fori_unrolled"]
+        "many_params", "dot_sandwich", "random", "random_ops", "fori_unrolled"]
 for f in fams:
     runs = [r for r in rows if r["case"].startswith(f + " ") and " instrs -O2 (" in r["case"]]
     assert len(runs) == 2 and all(r["value"] > 0 for r in runs), (f, runs)
