@@ -48,6 +48,7 @@ void ot_executable_free(ot_executable *e) {
     cg_program_free(e->native);
     cc_free_loops(e);
     ex_scratch_cache_clear(&e->scratch);
+    ex_scratch_cache_clear(&e->state);
     ot_free(e->update_writer);
     ot_free(e);
 }
@@ -59,6 +60,10 @@ int cc_executable_update_writer(const ot_executable *e, int k) {
 ex_scratch_cache *cc_executable_scratch(const ot_executable *e) {
     /* the cache is the executable's one mutable part: synchronized by itself (atomic slots) */
     return (ex_scratch_cache *)&e->scratch;
+}
+
+ex_scratch_cache *cc_executable_state_cache(const ot_executable *e) {
+    return (ex_scratch_cache *)&e->state; /* as the scratch: atomic slots */
 }
 
 const ot_module *ot_executable_module(const ot_executable *e) {

@@ -37,6 +37,8 @@ struct ot_executable {
     char native_cc[4096];
     /* the kernels' scratch kept between runs (compiler/scratch.h); zeroed = empty */
     ex_scratch_cache scratch;
+    /* the compiled loops' and conditionals' state buffers kept between runs (scratch.h) */
+    ex_scratch_cache state;
     /* per kernel: its while loop compiled (loop.h), or zeroed; NULL: no loop compiled */
     cc_loop *loops;
     /* per kernel: its conditional's branches compiled (loop.h), or zeroed; NULL: none compiled;

@@ -12,4 +12,10 @@
  * until e is freed, which no run may overlap. */
 ex_scratch_cache *cc_executable_scratch(const ot_executable *e);
 
+/* e's cache of its compiled while loops' state buffers and conditionals' branch arenas
+ * (runtime/execute.c run_loop, run_cond), kept between runs as the scratch is: a loop whose
+ * state is written out of place (a 64 MiB state transposed each step) had mapped and faulted in
+ * its second state set on every run. Same ownership, bounds and thread safety as the scratch. */
+ex_scratch_cache *cc_executable_state_cache(const ot_executable *e);
+
 #endif

@@ -79,6 +79,43 @@ void ex_scratch_cache_clear(ex_scratch_cache *sc) {
     }
 }
 
+/* b (a whole buffer, its header first) into a free slot of sc, else freed. */
+static void cache_keep(ex_scratch_cache *sc, char *b) {
+    size_t cap;
+    memcpy(&cap, b, sizeof cap);
+    for (int k = 0; k < EX_SCRATCH_SLOTS && b && cap <= EX_SCRATCH_KEEP; k++) {
+        void *empty = NULL;
+        if (atomic_compare_exchange_strong(&sc->slot[k], &empty, b)) b = NULL;
+    }
+    if (b) ot_aligned_free(b);
+}
+
+void *ex_scratch_cache_take(ex_scratch_cache *sc, size_t bytes) {
+    if (bytes == 0) bytes = 64;
+    /* each slot is emptied before its buffer is looked at: another thread may take and free a
+     * buffer still in a slot, so its header is read only once this thread holds it */
+    for (int k = 0; k < EX_SCRATCH_SLOTS; k++) {
+        char *b = atomic_exchange(&sc->slot[k], NULL);
+        if (!b) continue;
+        size_t cap;
+        memcpy(&cap, b, sizeof cap);
+        if (cap >= bytes) return b + SCRATCH_HEAD;
+        cache_keep(sc, b); /* too small: back (to this slot unless another run filled it) */
+    }
+    if (bytes > SIZE_MAX - SCRATCH_HEAD) return NULL;
+    char *b = ot_aligned_alloc(64, bytes + SCRATCH_HEAD);
+    if (!b) return NULL;
+    memcpy(b, &bytes, sizeof bytes);
+    return b + SCRATCH_HEAD;
+}
+
+void ex_scratch_cache_give(ex_scratch_cache *sc, void *p) {
+    if (p && sc)
+        cache_keep(sc, (char *)p - SCRATCH_HEAD);
+    else if (p)
+        ot_aligned_free((char *)p - SCRATCH_HEAD);
+}
+
 void ex_kernel_ctx_set_cache(ex_kernel_ctx *c, ex_scratch_cache *sc) {
     c->cache = sc;
     if (!sc || c->scratch) return;

@@ -41,6 +41,13 @@ typedef struct ex_scratch_cache {
 
 /* Frees every buffer the cache holds; no run may be using it. */
 void ex_scratch_cache_clear(ex_scratch_cache *sc);
+/* A buffer of at least bytes bytes (64-byte aligned, contents undefined): a kept one that holds
+ * it (the first found), else a new one; NULL when out of memory (no error set). Thread-safe. */
+void *ex_scratch_cache_take(ex_scratch_cache *sc, size_t bytes);
+/* Gives back p (from ex_scratch_cache_take; NULL: nothing): kept in a free slot of sc when it
+ * has at most EX_SCRATCH_KEEP bytes, else freed; sc NULL frees it (a failed run keeps nothing,
+ * as the kernel scratch). Thread-safe. */
+void ex_scratch_cache_give(ex_scratch_cache *sc, void *p);
 
 /* Per-run kernel context: the pool kernels split over, the FTZ/DAZ mode, the reference kernels'
  * options, and one scratch buffer that grows to the largest need of the run (so a run allocates

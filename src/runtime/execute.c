@@ -143,10 +143,11 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
     for (int q = 0; q < n; q++)
         total += (ot_executable_slot(exe, kn->outputs[q])->nbytes + 63) / 64 * 64;
     int64_t ca = ot_executable_arena_size(l->cond), ba = ot_executable_arena_size(l->body);
-    char *mem = ot_aligned_alloc(64, (size_t)(total + ca + ba + 64));
+    ex_scratch_cache *kept = cc_executable_state_cache(exe);
+    char *mem = ex_scratch_cache_take(kept, (size_t)(total + ca + ba + 64));
     void **cur = ot_malloc((size_t)(3 * n + 1) * sizeof *cur);
     if (!mem || !cur) {
-        ot_aligned_free(mem);
+        ex_scratch_cache_give(kept, mem);
         ot_free(cur);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "while %s: out of memory for the loop state",
                         kn->name);
@@ -210,7 +211,7 @@ static ot_status run_loop(ot_launch *run, const ot_executable *exe, const ot_ker
         if (cur[q] != out[q] && nb) memcpy(out[q], cur[q], (size_t)nb);
     }
     ex_loop_cache_free(&lc);
-    ot_aligned_free(mem);
+    ex_scratch_cache_give(st == OT_OK ? kept : NULL, mem);
     ot_free(cur);
     return st;
 }
@@ -248,10 +249,11 @@ static ot_status run_cond(ot_launch *run, const ot_executable *exe, const ot_ker
             }
     }
     int64_t arena = ot_executable_arena_size(x);
-    char *mem = ot_aligned_alloc(64, (size_t)(arena + copies + 64));
+    ex_scratch_cache *kept = cc_executable_state_cache(exe);
+    char *mem = ex_scratch_cache_take(kept, (size_t)(arena + copies + 64));
     void **pv = ot_malloc((size_t)(np ? np : 1) * sizeof *pv);
     if (!mem || !pv) {
-        ot_aligned_free(mem);
+        ex_scratch_cache_give(kept, mem);
         ot_free(pv);
         return ot_error(OT_ERR_OUT_OF_MEMORY, "conditional %s: out of memory for branch %d",
                         kn->name, b);
@@ -275,7 +277,7 @@ static ot_status run_cond(ot_launch *run, const ot_executable *exe, const ot_ker
     ot_status st =
         rt_execute_kernels(x, mem, pv, out, &so, run->device_index, rt_host_launch, NULL, NULL);
     if (st != OT_OK) st = ot_error_wrap(st, "kernel %s (conditional): branch %d", kn->name, b);
-    ot_aligned_free(mem);
+    ex_scratch_cache_give(st == OT_OK ? kept : NULL, mem);
     ot_free(pv);
     return st;
 }
