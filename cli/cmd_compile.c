@@ -196,7 +196,7 @@ const cli_command cli_cmd_compile = {
     "  --json               one JSON object (with --stats: a \"passes\" array and a\n"
     "                       \"native\" object)\n"
     "  --dump-dir D         write D/NN.PASS.hlo and D/NN.PASS.dot after every pass\n"
-    "  --dump-after PASS    only after PASS (inline, simplify, cse, fold, dce, fuse)\n"
+    "  --dump-after PASS    only after PASS (inline, licm, simplify, cse, fold, dce, fuse)\n"
     "  --passes LIST        run exactly these graph passes (comma list), in order\n"
     "  --disable-passes L   skip these passes\n"
     "  --no-fusion          no fusion\n"

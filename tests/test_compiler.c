@@ -863,6 +863,103 @@ static void check_unflip_scan(const char *dt, const char *red, const char *dims,
     ot_module_free(m2);
 }
 
+/* Loop-invariant code motion: a while body whose state (i, acc, v, idx) passes v through. Per
+ * iteration it adds exp(v) (real work on an invariant: hoisted), multiplies by broadcast(v)
+ * (cheap and fused: stays) and takes an argmax whose index operand is broadcast(iota) (cheap,
+ * but the variadic reduce would materialize it: hoisted). variant: v changes every iteration,
+ * so nothing moves. shared: a second loop calls the same body, whose signature stays. Results
+ * equal the module as written. */
+static void check_licm(bool variant, bool shared, int want_state, int want_exp_in_body,
+                       int want_iota_in_body) {
+    char text[4096];
+    snprintf(text, sizeof text,
+             "HloModule licm\n"
+             "am {\n  a = f32[] parameter(0)\n  ai = s32[] parameter(1)\n"
+             "  b = f32[] parameter(2)\n  bi = s32[] parameter(3)\n"
+             "  ge = pred[] compare(a, b), direction=GE\n  m = f32[] select(ge, a, b)\n"
+             "  k = s32[] select(ge, ai, bi)\n  ROOT t = (f32[], s32[]) tuple(m, k)\n}\n"
+             "cond {\n  p = (s32[], f32[4,6], f32[6], s32[4,6]) parameter(0)\n"
+             "  i = s32[] get-tuple-element(p), index=0\n  n = s32[] constant(5)\n"
+             "  ROOT lt = pred[] compare(i, n), direction=LT\n}\n"
+             "body {\n  p = (s32[], f32[4,6], f32[6], s32[4,6]) parameter(0)\n"
+             "  i = s32[] get-tuple-element(p), index=0\n"
+             "  acc = f32[4,6] get-tuple-element(p), index=1\n"
+             "  v = f32[6] get-tuple-element(p), index=2\n  one = s32[] constant(1)\n"
+             "  i1 = s32[] add(i, one)\n  e = f32[6] exponential(v)\n"
+             "  eb = f32[4,6] broadcast(e), dimensions={1}\n"
+             "  vb = f32[4,6] broadcast(v), dimensions={1}\n  mul = f32[4,6] multiply(acc, vb)\n"
+             "  acc1 = f32[4,6] add(mul, eb)\n"
+             "  c3 = f32[4,6,6] broadcast(acc), dimensions={0,2}\n"
+             "  io = s32[6] iota(), iota_dimension=0\n"
+             "  ib = s32[4,6,6] broadcast(io), dimensions={1}\n"
+             "  ninf = f32[] constant(-inf)\n  z = s32[] constant(0)\n"
+             "  r = (f32[4,6], s32[4,6]) reduce(c3, ib, ninf, z), dimensions={1}, to_apply=am\n"
+             "  idx = s32[4,6] get-tuple-element(r), index=1\n"
+             "  vn = f32[6] negate(v)\n"
+             "  ROOT t = (s32[], f32[4,6], f32[6], s32[4,6]) tuple(i1, acc1, %s, idx)\n}\n"
+             "ENTRY main {\n  a = f32[4,6] parameter(0)\n  v = f32[6] parameter(1)\n"
+             "  z = s32[] constant(0)\n  zi = s32[4,6] broadcast(z), dimensions={}\n"
+             "  s = (s32[], f32[4,6], f32[6], s32[4,6]) tuple(z, a, v, zi)\n"
+             "  w = (s32[], f32[4,6], f32[6], s32[4,6]) while(s), condition=cond, body=body\n"
+             "  %s\n  acc = f32[4,6] get-tuple-element(w), index=1\n"
+             "  idx = s32[4,6] get-tuple-element(w), index=3\n"
+             "  ROOT o = (f32[4,6], s32[4,6]) tuple(acc, idx)\n}\n",
+             variant ? "vn" : "v",
+             shared ? "w2 = (s32[], f32[4,6], f32[6], s32[4,6]) while(w), condition=cond, body=body"
+                    : "");
+    ot_module *m = NULL, *m2 = NULL;
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m));
+    ASSERT_OK(ot_hlo_parse(text, strlen(text), NULL, &m2));
+    ot_value args[2];
+    for (int k = 0; k < 2; k++) {
+        ASSERT_OK(ot_value_alloc_array(&args[k], &ot_module_entry(m)->params[k]->shape.array));
+        float *d = args[k].array.data;
+        for (int64_t j = 0, ne = ot_shape_numel_unchecked(&args[k].array.shape); j < ne; j++)
+            d[j] = (float)((j * 7 + k * 3) % 11) / 8.0f - 0.6f;
+    }
+    ot_value ref = ot_value_empty(), got = ot_value_empty();
+    ASSERT_OK(ot_evaluate(m, args, 2, NULL, &ref));
+    ASSERT_OK(ot_module_finalize(m2));
+    bool changed = false;
+    ASSERT_OK(ot_pass_licm(m2, &changed));
+    ASSERT_OK(ot_module_verify(m2));
+    EXPECT_TRUE(changed == (want_state != 4));
+    ASSERT_OK(ot_pass_simplify(m2, NULL));
+    ASSERT_OK(ot_pass_dce(m2, NULL));
+    ASSERT_OK(ot_module_verify(m2));
+    const ot_computation *body = NULL;
+    for (const ot_instr *i = ot_module_entry(m2)->first; i; i = i->next)
+        if (i->opcode == OT_OP_WHILE) body = i->called[1];
+    ASSERT_TRUE(body != NULL);
+    EXPECT_INT_EQ(body->params[0]->shape.ntuple, want_state);
+    EXPECT_INT_EQ(count_op(body, OT_OP_EXP), want_exp_in_body);
+    EXPECT_INT_EQ(count_op(body, OT_OP_IOTA), want_iota_in_body);
+    EXPECT_INT_EQ(count_op(body, OT_OP_MULTIPLY), 1);
+    ot_module *m3 = NULL; /* in definition order, as the evaluator reads it */
+    ASSERT_OK(ot_module_clone(m2, &m3));
+    ASSERT_OK(ot_evaluate(m3, args, 2, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    ot_value_release(&got);
+    ot_module_free(m3);
+    /* the whole pipeline, compiled loops included, gives the same values */
+    ot_executable *e = NULL;
+    ASSERT_OK(ot_compile(m, NULL, &e));
+    EXPECT_OK(ot_evaluate(ot_executable_module(e), args, 2, NULL, &got));
+    EXPECT_TRUE(ot_value_equal(&ref, &got));
+    ot_executable_free(e);
+    ot_value_release(&got);
+    ot_value_release(&ref);
+    for (int k = 0; k < 2; k++) ot_value_release(&args[k]);
+    ot_module_free(m);
+    ot_module_free(m2);
+}
+
+static void test_licm(void) {
+    check_licm(false, false, 6, 0, 0); /* broadcast(exp(v)) and broadcast(iota) move */
+    check_licm(true, false, 5, 1, 0);  /* v changes: only broadcast(iota) is invariant */
+    check_licm(false, true, 4, 1, 1);  /* the body is shared by two loops */
+}
+
 static void test_simplify_unflip_scan(void) {
     /* flip(cumsum(flip(x))): JAX's returns-to-go, a prefix scan between flips of its dim */
     check_unflip_scan("f32", "add", "5,700", "1x700", "0_0x699_0", 1, 1, false, 0);
@@ -2971,14 +3068,18 @@ static void test_hlo_text_and_dumps(void) {
     FILE *f0 = fopen(path, "r");
     EXPECT_TRUE(f0 != NULL);
     if (f0) fclose(f0);
-    snprintf(path, sizeof path, "%s/01.simplify.hlo", dir);
+    snprintf(path, sizeof path, "%s/01.licm.hlo", dir); /* the fixed-point group's first */
+    FILE *fl = fopen(path, "r");
+    EXPECT_TRUE(fl != NULL);
+    if (fl) fclose(fl);
+    snprintf(path, sizeof path, "%s/02.simplify.hlo", dir);
     FILE *f = fopen(path, "r");
     EXPECT_TRUE(f != NULL);
     if (f) fclose(f);
     int files = 0;
     for (int seq = 0; seq < 64; seq++) {
-        const char *names[] = {"inline", "simplify", "cse", "fold", "dce", "fuse"};
-        for (int q = 0; q < 6; q++) {
+        const char *names[] = {"inline", "licm", "simplify", "cse", "fold", "dce", "fuse"};
+        for (int q = 0; q < 7; q++) {
             for (int ext = 0; ext < 2; ext++) {
                 snprintf(path, sizeof path, "%s/%02d.%s.%s", dir, seq, names[q],
                          ext ? "dot" : "hlo");
@@ -3510,4 +3611,4 @@ OT_TEST_MAIN(OT_TEST(test_pass_manager), OT_TEST(test_removed_storage_reused_bet
              OT_TEST(test_fuse_tapped_chain), OT_TEST(test_fuse_size_capped),
              OT_TEST(test_fuse_random_dags), OT_TEST(test_fuse_cycle_check_alone),
              OT_TEST(test_inline_size_limit), OT_TEST(test_simplify_unflip_scan),
-             OT_TEST(test_fuse_expensive_padded))
+             OT_TEST(test_licm), OT_TEST(test_fuse_expensive_padded))

@@ -643,6 +643,51 @@ static uint8_t *run(const ot_executable *e, ot_threadpool *pool, bool reference,
     return res;
 }
 
+/* A max-plus step as JAX lowers a Viterbi scan: per iteration an argmax over dim 1 of
+ * broadcast(h) + broadcast(w) whose index operand is broadcast(iota), and h scaled by exp(v).
+ * licm moves broadcast(iota) and broadcast(exp(v)) in front of the loop as state leaves 5 and
+ * 6, which the compiled body passes through (never written). */
+static const char *k_invariant =
+    "HloModule invariant\n"
+    "am {\n  a = f32[] parameter(0)\n  ai = s32[] parameter(1)\n"
+    "  b = f32[] parameter(2)\n  bi = s32[] parameter(3)\n"
+    "  ge = pred[] compare(a, b), direction=GE\n  m = f32[] select(ge, a, b)\n"
+    "  k = s32[] select(ge, ai, bi)\n  ROOT t = (f32[], s32[]) tuple(m, k)\n}\n"
+    "cond {\n  p = (s32[], f32[32,48], f32[48,48], f32[48], s32[9,32,48]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(p), index=0\n  n = s32[] constant(9)\n"
+    "  ROOT lt = pred[] compare(i, n), direction=LT\n}\n"
+    "body {\n  p = (s32[], f32[32,48], f32[48,48], f32[48], s32[9,32,48]) parameter(0)\n"
+    "  i = s32[] get-tuple-element(p), index=0\n"
+    "  h = f32[32,48] get-tuple-element(p), index=1\n"
+    "  w = f32[48,48] get-tuple-element(p), index=2\n"
+    "  v = f32[48] get-tuple-element(p), index=3\n"
+    "  bp = s32[9,32,48] get-tuple-element(p), index=4\n"
+    "  hb = f32[32,48,48] broadcast(h), dimensions={0,1}\n"
+    "  wb = f32[32,48,48] broadcast(w), dimensions={1,2}\n"
+    "  c = f32[32,48,48] add(hb, wb)\n"
+    "  io = s32[48] iota(), iota_dimension=0\n"
+    "  ib = s32[32,48,48] broadcast(io), dimensions={1}\n"
+    "  ninf = f32[] constant(-inf)\n  z = s32[] constant(0)\n"
+    "  r = (f32[32,48], s32[32,48]) reduce(c, ib, ninf, z), dimensions={1}, to_apply=am\n"
+    "  mx = f32[32,48] get-tuple-element(r), index=0\n"
+    "  idx = s32[32,48] get-tuple-element(r), index=1\n"
+    "  e = f32[48] exponential(v)\n  eb = f32[32,48] broadcast(e), dimensions={1}\n"
+    "  h2 = f32[32,48] multiply(mx, eb)\n"
+    "  idx3 = s32[1,32,48] reshape(idx)\n"
+    "  bp2 = s32[9,32,48] dynamic-update-slice(bp, idx3, i, z, z)\n"
+    "  one = s32[] constant(1)\n  i2 = s32[] add(i, one)\n"
+    "  ROOT t = (s32[], f32[32,48], f32[48,48], f32[48], s32[9,32,48]) "
+    "tuple(i2, h2, w, v, bp2)\n}\n"
+    "ENTRY main {\n  h0 = f32[32,48] parameter(0)\n  w = f32[48,48] parameter(1)\n"
+    "  v = f32[48] parameter(2)\n  z = s32[] constant(0)\n"
+    "  bp = s32[9,32,48] broadcast(z), dimensions={}\n"
+    "  t = (s32[], f32[32,48], f32[48,48], f32[48], s32[9,32,48]) tuple(z, h0, w, v, bp)\n"
+    "  r = (s32[], f32[32,48], f32[48,48], f32[48], s32[9,32,48]) while(t), "
+    "condition=cond, body=body\n"
+    "  hf = f32[32,48] get-tuple-element(r), index=1\n"
+    "  bf = s32[9,32,48] get-tuple-element(r), index=4\n"
+    "  ROOT o = (f32[32,48], s32[9,32,48]) tuple(hf, bf)\n}\n";
+
 /* The compiled loops give the bits of `same` (NULL: the evaluator's) at every thread count,
  * native code on and off; with `same`, the evaluator's values within rel_tol (relative to the
  * largest magnitude). */
@@ -911,8 +956,27 @@ static void test_profile_shows_body(void) {
     ot_executable_free(e);
 }
 
+/* Loop-invariant values hoisted by licm: the same bits as the evaluator at every thread count,
+ * and the compiled loop carries them as pass-through leaves. */
+static void test_invariant_hoisted(void) {
+    check_program("invariant", k_invariant);
+    ot_executable *e = compile_text(k_invariant, OT_NATIVE_OFF);
+    ASSERT_TRUE(e != NULL);
+    int loops = 0;
+    for (int k = 0; k < ot_executable_kernel_count(e); k++) {
+        const cc_loop *l = cc_executable_loop(e, k);
+        if (!l) continue;
+        loops++;
+        EXPECT_INT_EQ(l->ninputs, 7); /* i, h, w, v, bp, then the two hoisted values */
+        EXPECT_TRUE((l->invariant >> 5 & 3) == 3);
+    }
+    EXPECT_INT_EQ(loops, 1);
+    ot_executable_free(e);
+}
+
 OT_TEST_MAIN(OT_TEST(test_scan), OT_TEST(test_rnn_scans), OT_TEST(test_threefry),
              OT_TEST(test_shared_body), OT_TEST(test_swap_and_pass_through),
              OT_TEST(test_array_state), OT_TEST(test_nested_tuple_and_conditional),
              OT_TEST(test_nested_loops), OT_TEST(test_profile_shows_body),
-             OT_TEST(test_conditionals), OT_TEST(test_windows_state_in_place))
+             OT_TEST(test_conditionals), OT_TEST(test_windows_state_in_place),
+             OT_TEST(test_invariant_hoisted))

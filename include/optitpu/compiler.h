@@ -2,10 +2,10 @@
  * optitpu compiler: turns an IR module into an executable — a flat list of kernels over one arena
  * whose offsets come from buffer assignment.
  *
- *     graph passes (pass manager)          simplify → cse → fold → dce (a fixed-point group), fuse
- *     schedule                             memory-minimizing list scheduler (deterministic)
- *     assign-buffers                       liveness + best-fit allocator (64-byte aligned)
- *     executable                           kernels, slots, bindings, aliasing, FLOPs and bytes
+ *     graph passes (pass manager)          licm → simplify → cse → fold → dce (a fixed-point
+ * group), fuse schedule                             memory-minimizing list scheduler
+ * (deterministic) assign-buffers                       liveness + best-fit allocator (64-byte
+ * aligned) executable                           kernels, slots, bindings, aliasing, FLOPs and bytes
  *     native code                          C per loop fusion, compiled by the system C compiler
  *                                          (disk-cached; options.native, docs/codegen.md)
  *
@@ -66,7 +66,8 @@ typedef enum ot_native_mode {
 typedef struct ot_compile_options {
     /* 0: required steps only (dce, schedule in post order, buffer assignment, no fusion);
      * 1: simplify, cse, dce, fusion; 2 (default): as 1 in a fixed-point group, constant
-     * folding, the memory-minimizing scheduler and in-place reuse. */
+     * folding, loop-invariant code motion (licm), the memory-minimizing scheduler and in-place
+     * reuse. */
     int opt_level;
     bool fusion;                /* default true (ignored at -O0) */
     const char *passes;         /* comma list replacing the level's graph passes, NULL: level */
@@ -123,6 +124,15 @@ OT_API ot_status ot_pass_cse(ot_module *m, bool *changed);
  * pre: verifies and the entry has a root (else INVALID_ARGUMENT "no outputs declared").
  * post: every live instruction reaches the root or a side effect. */
 OT_API ot_status ot_pass_dce(ot_module *m, bool *changed);
+
+/* Loop-invariant code motion (XLA's WhileLoopInvariantCodeMotion): in the body of a while loop
+ * (body and condition called by that loop only, state a flat tuple of arrays, body root a tuple),
+ * a value computed only from constants, iotas and state elements the body passes through
+ * unchanged moves in front of the loop and enters as an extra state element, when it does work
+ * beyond iota/broadcast/reshape/transpose/convert or an unfusing user (variadic reduce, dot, ...)
+ * would otherwise materialize it every iteration; at most 64 leaves of state and 64 MiB hoisted
+ * per loop. pre: verifies. post: verifies; values identical. Time: O(instructions) per loop. */
+OT_API ot_status ot_pass_licm(ot_module *m, bool *changed);
 
 /* Constant folding: an instruction whose operands are all constants (and that is not
  * side-effecting, not a parameter and not a bare broadcast/iota) is evaluated by the reference

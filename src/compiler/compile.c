@@ -1103,12 +1103,17 @@ static ot_status run_fuse(ot_module *m, void *ctx, bool *ch) {
     return ot_pass_fuse(m, pc->o->max_fusion_io, ch);
 }
 
+static ot_status run_licm(ot_module *m, void *ctx, bool *ch) {
+    edited(ctx);
+    return ot_pass_licm(m, ch);
+}
+
 static const struct {
     const char *name;
     ot_pass_fn fn;
 } pass_table[] = {
-    {"inline", run_inline}, {"simplify", run_simplify}, {"cse", run_cse},
-    {"fold", run_fold},     {"dce", run_dce},           {"fuse", run_fuse},
+    {"inline", run_inline}, {"simplify", run_simplify}, {"cse", run_cse},   {"fold", run_fold},
+    {"dce", run_dce},       {"fuse", run_fuse},         {"licm", run_licm},
 };
 
 static bool in_list(const char *list, const char *name) {
@@ -1139,8 +1144,8 @@ static ot_status check_list(const char *list, const char *what) {
         if (!pass_fn(p, len))
             return ot_error(
                 OT_ERR_INVALID_ARGUMENT,
-                "%s: unknown pass '%.*s' (known: inline, simplify, cse, fold, dce, fuse)", what,
-                (int)len, p);
+                "%s: unknown pass '%.*s' (known: inline, simplify, cse, fold, dce, licm, fuse)",
+                what, (int)len, p);
         if (!q) break;
         p = q + 1;
     }
@@ -1217,6 +1222,7 @@ static ot_status build_pipeline(ot_pass_manager *pm, const ot_compile_options *o
         OT_CHECK(add_pass(pm, o, "dce", ctx));
     } else {
         OT_CHECK(ot_pass_manager_begin_fixed_point(pm, "simplify-group", 8));
+        OT_CHECK(add_pass(pm, o, "licm", ctx));
         OT_CHECK(add_pass(pm, o, "simplify", ctx));
         OT_CHECK(add_pass(pm, o, "cse", ctx));
         if (cc_fold_available()) OT_CHECK(add_pass(pm, o, "fold", ctx));
