@@ -903,6 +903,74 @@ static void test_dynamic_slice_fusions(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* Row gathers (x[ids], ex_gather_rows) inside loop fusions: a table [V, D] or [V, D1, D2] of
+ * f32, f64 or s32, indices of rank 1 or 2 (index_vector_dim implied or a trailing unit dim) of
+ * several integer types whose random values are often negative or past V - 1 (HLO clamps each
+ * start into [0, V - 1]), sometimes computed (an add), read by an elementwise op with a second
+ * parameter and again by an add. The rows are read from the table inside the consumer's native
+ * loop: no gather kernel is left, and the results are the reference's bits at 1, 2, 3 and 8
+ * threads. */
+static void test_gather_fusions(void) {
+    static char text[8192];
+    tb b = {text, 0, sizeof text};
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    static const char *const dts[] = {"f32", "f64", "s32"};
+    static const char *const its[] = {"s32", "s64", "u8", "s16", "u32"};
+    for (uint64_t seed = 1; seed <= 30; seed++) {
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull + 11;
+        const char *T = dts[seed % 3], *I = its[rnd_in(&s, 0, 4)];
+        rshape x = {(int)rnd_in(&s, 2, 3), {0}}, k = {(int)rnd_in(&s, 1, 2), {0}}, y;
+        x.d[0] = (int)rnd_in(&s, 1, 120);
+        for (int d = 1; d < x.rank; d++) x.d[d] = (int)rnd_in(&s, 1, d == x.rank - 1 ? 200 : 6);
+        for (int d = 0; d < k.rank; d++) k.d[d] = (int)rnd_in(&s, 1, d == 0 ? 300 : 5);
+        y.rank = k.rank + x.rank - 1;
+        for (int d = 0; d < k.rank; d++) y.d[d] = k.d[d];
+        for (int d = 1; d < x.rank; d++) y.d[k.rank + d - 1] = x.d[d];
+        bool unit = rnd_in(&s, 0, 1) == 1; /* indices [..., 1], index_vector_dim explicit */
+        rshape kp = k;
+        if (unit) kp.d[kp.rank++] = 1;
+        char xs[96], ys[96], ks[96], offs[64], sizes[64];
+        rs_print(xs, sizeof xs, T, &x);
+        rs_print(ys, sizeof ys, T, &y);
+        rs_print(ks, sizeof ks, I, &kp);
+        size_t on = 0, zn = (size_t)snprintf(sizes, sizeof sizes, "1");
+        offs[0] = 0;
+        for (int d = 1; d < x.rank; d++) {
+            on += (size_t)snprintf(offs + on, sizeof offs - on, "%s%d", d > 1 ? "," : "",
+                                   k.rank + d - 1);
+            zn += (size_t)snprintf(sizes + zn, sizeof sizes - zn, ",%d", x.d[d]);
+        }
+        b.n = 0;
+        tp(&b, "HloModule g%llu\nENTRY main {\n", (unsigned long long)seed);
+        tp(&b, "  x = %s parameter(0)\n  w = %s parameter(1)\n  p = %s parameter(2)\n", xs, ys, ks);
+        const char *ids = "p";
+        if (seed % 4 == 0) { /* a computed index, fused beside the gather */
+            tp(&b, "  c = %s[] constant(%d)\n  cb = %s broadcast(c), dimensions={}\n", I,
+               (int)rnd_in(&s, 0, 9), ks);
+            tp(&b, "  q = %s add(p, cb)\n", ks);
+            ids = "q";
+        }
+        tp(&b,
+           "  g = %s gather(x, %s), offset_dims={%s}, collapsed_slice_dims={0}, "
+           "start_index_map={0}, index_vector_dim=%d, slice_sizes={%s}\n",
+           ys, ids, offs, k.rank, sizes);
+        tp(&b, "  m = %s multiply(g, w)\n  ROOT m2 = %s add(m, g)\n}\n", ys, ys);
+        for (int t = 0; t < 4; t++) {
+            int lib = g_lib_kernels;
+            g_run_pool = pools[t];
+            check_module(text, 3300 + seed, true);
+            if (g_lib_kernels != lib)
+                fprintf(stderr, "seed %llu: %d library kernels left\n%s\n",
+                        (unsigned long long)seed, g_lib_kernels - lib, text);
+            EXPECT_INT_EQ(g_lib_kernels, lib);
+        }
+    }
+    g_run_pool = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Slices and reverses inside row sums: random chains (strided slices, reverses, unary ops, a
  * value squared) from two parameters of rank 2-4 to a shape whose last dim, of 16 or more, is
  * summed (f32/f64 adds in lanes; a few long rows: in blocks), sometimes beside the summed values
@@ -4834,6 +4902,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_random_fusions),
         OT_TEST(test_remap_fusions),
         OT_TEST(test_dynamic_slice_fusions),
+        OT_TEST(test_gather_fusions),
         OT_TEST(test_remap_stencil),
         OT_TEST(test_interior_pad_period),
         OT_TEST(test_remap_row_sums),

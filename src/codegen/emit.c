@@ -718,6 +718,7 @@ static bool hw_op_ok(ot_opcode op) {
     case OT_OP_CLAMP: /* a maximum and a minimum */
     case OT_OP_SLICE: /* moves and selects of operand elements */
     case OT_OP_DYNAMIC_SLICE:
+    case OT_OP_GATHER:
     case OT_OP_PAD:
     case OT_OP_CONCATENATE:
     case OT_OP_REVERSE:
@@ -2247,6 +2248,44 @@ static bool pick(ot_dtype t, const char *cond, const char *a, const char *b, cha
     return w >= 0 && (size_t)w < cap;
 }
 
+/* A gather of whole rows (ex_gather_rows): the start index is read at the element's batch digits,
+ * clamped into [0, V - 1] as HLO clamps it, and the row's element read straight from the table at
+ * (start, offset digits). The index is read once per row where the batch digits are the row's
+ * (a [N, D] lookup: the table row's columns then load contiguously), else per element. */
+static int emit_gather(em *E, const ot_instr *x, const char *ctx) {
+    if (!ex_gather_rows(x)) return fail(E, "%s: gather form", x->name);
+    const ot_instr *tb = x->operands[0], *ix = x->operands[1];
+    const ot_shape *R = &x->shape.array, *T = &tb->shape.array, *K = &ix->shape.array;
+    int nb = R->rank - (T->rank - 1);
+    int64_t ivd = x->attrs->gather->index_vector_dim;
+    ixdig D[OT_MAX_RANK], kd[OT_MAX_RANK], od[OT_MAX_RANK];
+    ctx_digits(E, R, ctx, D);
+    E->remapped = true;
+    for (int d = 0, q = 0; d < K->rank; d++) {
+        if (d == ivd)
+            dig_set(&kd[d], 0, 0, "0");
+        else
+            kd[d] = D[q++];
+    }
+    int kv = remap_at(E, ix, kd);
+    if (kv < 0) return -1;
+    char s0[32], e[320];
+    var(E, kv, s0, sizeof s0);
+    /* the clamp's expression names the index value's context, so that index_var places it at
+     * that value's level (ctx_level reads the letters), after the value's definition */
+    const char *kc = E->m[kv].ctx;
+    bool lead = ctx_level(kc) > 0 && strlen(kc) < 32;
+    int64_t mx = T->dims[0] - 1;
+    snprintf(e, sizeof e,
+             "(%s%s(long long)%s < 0 ? 0LL : (long long)%s > %lldLL ? %lldLL : (long long)%s)",
+             lead ? kc : "", lead ? " * 0 + " : "", s0, s0, (long long)mx, (long long)mx, s0);
+    char off[32];
+    index_var(E, e, off, sizeof off);
+    dig_set(&od[0], 0, mx, "%s", off);
+    for (int d = 1; d < T->rank; d++) od[d] = D[nb + d - 1];
+    return memo_alias(E, x, ctx, remap_at(E, tb, od));
+}
+
 static int emit_remap(em *E, const ot_instr *x, const char *ctx) {
     const ot_shape *R = &x->shape.array;
     const ot_attrs *a = x->attrs;
@@ -2580,6 +2619,7 @@ static int emit(em *E, const ot_instr *x, const char *ctx) {
     case OT_OP_CONCATENATE:
     case OT_OP_DYNAMIC_SLICE:
     case OT_OP_REVERSE: return emit_remap(E, x, ctx);
+    case OT_OP_GATHER: return emit_gather(E, x, ctx);
     case OT_OP_SELECT:
     case OT_OP_CLAMP: return emit_select_clamp(E, x, ctx);
     default: break;
@@ -4217,7 +4257,8 @@ static bool index_math(const ot_computation *c) {
             numel(x->operands[0]) < numel(x))
             return true;
         if (x->opcode == OT_OP_SLICE || x->opcode == OT_OP_PAD || x->opcode == OT_OP_CONCATENATE ||
-            x->opcode == OT_OP_REVERSE || x->opcode == OT_OP_DYNAMIC_SLICE)
+            x->opcode == OT_OP_REVERSE || x->opcode == OT_OP_DYNAMIC_SLICE ||
+            x->opcode == OT_OP_GATHER)
             return true; /* their operands' indices are sums of the row's digits and col */
     }
     return false;

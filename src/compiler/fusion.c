@@ -139,7 +139,8 @@ static bool reducer_simple(const ot_instr *r) {
  * loop fusion the operand is evaluated at the mapped index, never stored. */
 static bool remap_op(const ot_instr *i) {
     return i->opcode == OT_OP_SLICE || i->opcode == OT_OP_PAD || i->opcode == OT_OP_REVERSE ||
-           i->opcode == OT_OP_CONCATENATE || i->opcode == OT_OP_DYNAMIC_SLICE;
+           i->opcode == OT_OP_CONCATENATE || i->opcode == OT_OP_DYNAMIC_SLICE ||
+           i->opcode == OT_OP_GATHER;
 }
 
 /* A dynamic-slice whose start indices are integer scalars the generated code reads exactly
@@ -205,6 +206,7 @@ static bool fusible(const ot_instr *i) {
     case OT_OP_REVERSE: return true;
     case OT_OP_CONCATENATE: return i->noperands <= MAX_CONCAT_OPERANDS;
     case OT_OP_DYNAMIC_SLICE: return dynamic_slice_fusible(i);
+    case OT_OP_GATHER: return ex_gather_rows(i); /* see phase1 */
     case OT_OP_BROADCAST:
     case OT_OP_RESHAPE:
     case OT_OP_BITCAST:
@@ -414,6 +416,9 @@ static bool can_join(fz *f, ot_instr *i, int32_t c, bool as_output, uint8_t *sma
     if (C->nio + io_delta(f, i, c, false) + (as_output ? 1 : 0) > f->max_io) return false;
     if (C->nmembers >= OT_FUSION_MAX_INSTRUCTIONS) return false;
     if (i->opcode == OT_OP_REDUCE) return false; /* only ever a root */
+    /* a gather's rows are read at a data-dependent index: in a loop cluster's two-level loop one
+     * row start per row; a reduce's lanes loop would read them per element */
+    if (i->opcode == OT_OP_GATHER && C->kind != CL_LOOP) return false;
     *small = 0;
     bool ident = as_output, remapped = false, others = false, per_elem = false;
     int64_t nctx = 0;
@@ -644,6 +649,11 @@ static ot_status phase1(fz *f) {
         }
         bool outside, many;
         int nu = user_clusters(f, i, ucl, &outside, &many);
+        /* a row gather is fused only into the one cluster that reads it all (XLA fuses a gather
+         * into its consumer): the rows are then read from the table, its result never stored.
+         * Read by several clusters or outside, it stays the fast gather kernel (no cluster), whose
+         * result is read from memory once per reader instead of gathering from the table again. */
+        if (i->opcode == OT_OP_GATHER && (many || outside || nu != 1)) continue;
         uint8_t small = 0;
         bool id = true;
         int32_t nc = 0;

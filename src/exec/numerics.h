@@ -98,5 +98,12 @@ int ex_window_scan_dim(const ot_window *w, const ot_shape *is, bool *suffix);
  * init) of exactly the trailing dims of its operand, each once: *rows gets the product of the
  * kept dims, *len that of the reduced ones (a row fusion's rows and row length). */
 bool ex_reduce_rows(const ot_instr *reduce, int64_t *rows, int64_t *len);
+/* True when gather g takes whole rows of its operand [V, ...] (an embedding lookup, x[ids]):
+ * one start index per element of the indices (dims without index_vector_dim, which is implied or
+ * of size 1), of an integer dtype below 64 bits or s64, mapped to operand dim 0, which is
+ * collapsed; slice sizes [1, the other dims whole]; the offset dims the result's trailing ones
+ * and no batching dims. The result is then indices dims + operand dims 1..; each start clamps
+ * into [0, V - 1] as HLO clamps it (the reference's clamp64). */
+bool ex_gather_rows(const ot_instr *g);
 
 #endif /* OT_EXEC_NUMERICS_H */

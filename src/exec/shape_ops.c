@@ -34,6 +34,41 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+bool ex_gather_rows(const ot_instr *g) {
+    const ot_gather_dims *a = g->attrs ? g->attrs->gather : NULL;
+    if (g->opcode != OT_OP_GATHER || !a || g->noperands != 2 || g->shape.kind != OT_IR_ARRAY ||
+        g->operands[0]->shape.kind != OT_IR_ARRAY || g->operands[1]->shape.kind != OT_IR_ARRAY)
+        return false;
+    const ot_shape *xs = &g->operands[0]->shape.array, *ks = &g->operands[1]->shape.array,
+                   *ys = &g->shape.array;
+    switch (ks->dtype) {
+    case OT_S8:
+    case OT_S16:
+    case OT_S32:
+    case OT_S64:
+    case OT_U8:
+    case OT_U16:
+    case OT_U32: break;
+    default: return false;
+    }
+    int64_t ivd = a->index_vector_dim;
+    if (ivd < ks->rank - 1 || ivd > ks->rank || (ivd < ks->rank && ks->dims[ivd] != 1))
+        return false;
+    int nb = (int)(ivd < ks->rank ? ks->rank - 1 : ks->rank); /* the result's batch dims */
+    if (xs->rank < 1 || xs->dtype != ys->dtype || ys->rank != nb + xs->rank - 1 ||
+        a->nstart_index_map != 1 || a->start_index_map[0] != 0 || a->ncollapsed != 1 ||
+        a->collapsed_slice_dims[0] != 0 || a->nbatching != 0 || a->noffset != xs->rank - 1 ||
+        a->nslice_sizes != xs->rank || a->slice_sizes[0] != 1 || xs->dims[0] < 1)
+        return false;
+    for (int d = 0; d < nb; d++)
+        if (ys->dims[d] != ks->dims[d]) return false;
+    for (int k = 0; k < a->noffset; k++)
+        if (a->offset_dims[k] != nb + k || a->slice_sizes[k + 1] != xs->dims[k + 1] ||
+            ys->dims[nb + k] != xs->dims[k + 1])
+            return false;
+    return true;
+}
+
 ot_status ex_kernel_shape(ex_ctx *x, const ot_instr *i, const ot_value *const *ops, ot_value *out) {
     (void)x;
     OT_CHECK(alloc_out(i, out));
