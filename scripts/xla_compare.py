@@ -131,7 +131,9 @@ value_and_grad; sliding-window causal attention with rotary embeddings; switch (
 argsort, gather and scatter-add; KL, Jensen-Shannon and a masked logsumexp value_and_grad (also
 in f64 at another size) and a plain KL mean value_and_grad;
 wav2vec 2.0's convolutional front end on 1 s of 16 kHz audio; an embedding bag with per-sample
-weights and segment_max value_and_grad; an optax chain (clip, Adam, masked weight decay, warmup +
+weights and segment_max value_and_grad; token + position embeddings with a layer norm; a clipped
+embedding lookup scaled, dropout-masked and tanh'd;
+an optax chain (clip, Adam, masked weight decay, warmup +
 cosine schedule) over a donated pytree; special functions (gammaln, digamma, erfinv, erfc, ndtr,
 i0e, i1e, gammainc); the activation zoo value_and_grad; int32 index arithmetic (unravel/ravel,
 floor and truncating division of negatives, shifts, popcount, clz, wrapping multiply); boolean
@@ -3074,6 +3076,37 @@ def make_w_embedding_bag(quick):
     return step, [table, ids, seg, wts, ct], {"tol": 1e-3}
 
 
+def make_w_embed_ln(quick):
+    vocab, d, b, s, npos = (32000, 256, 8, 512, 1024) if not quick else (50, 8, 2, 5, 9)
+    rng = _rng(229)
+    tok = _f32(rng.standard_normal((vocab, d)) * 0.02)
+    pos = _f32(rng.standard_normal((npos, d)) * 0.02)
+    ids = rng.integers(0, vocab, (b, s)).astype(np.int32)
+    pids = np.broadcast_to(np.arange(s, dtype=np.int32), (b, s)).copy()  # position ids input
+    gamma = _f32(1 + 0.1 * rng.standard_normal(d))
+    beta = _f32(0.1 * rng.standard_normal(d))
+
+    def step(tok, pos, ids, pids, gamma, beta):  # BERT/GPT input: token + position, layer norm
+        h = tok[ids] + pos[pids]
+        mu = jnp.mean(h, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(h - mu), axis=-1, keepdims=True)
+        return (h - mu) * jax.lax.rsqrt(var + 1e-5) * gamma + beta
+    return step, [tok, pos, ids, pids, gamma, beta], {"tol": 1e-4}
+
+
+def make_w_embed_scale_mask(quick):
+    vocab, d, n = (32000, 128, 16384) if not quick else (40, 8, 11)
+    rng = _rng(230)
+    table = _f32(rng.standard_normal((vocab, d)) * 0.05)
+    ids = rng.integers(-5, vocab + 5, n).astype(np.int32)  # a few out of range: clamped
+    keep = rng.uniform(0, 1, (n, d)) > 0.1
+
+    def step(table, ids, keep):  # embedding * sqrt(d) with a dropout mask, then a tanh
+        e = jnp.take(table, ids, axis=0, mode="clip") * np.float32(np.sqrt(d))
+        return jnp.tanh(jnp.where(keep, e / np.float32(0.9), 0.0))
+    return step, [table, ids, keep], {"tol": 1e-5}
+
+
 def make_w_optax_sched(quick):
     import optax
     shapes = _pytree_shapes(quick)
@@ -3496,6 +3529,10 @@ def wild_case_list(quick):
             ("w kl mean value_and_grad 512x3001", lambda: make_w_kl_mean(q)),
             ("w wav2vec conv k10s5 + groupnorm + conv k3s2 4x16000", lambda: make_w_audio(q)),
             ("w embedding bag weighted sum + max value_and_grad", lambda: make_w_embedding_bag(q)),
+            ("w embedding token + position sum + layernorm b8 s512 d256",
+             lambda: make_w_embed_ln(q)),
+            ("w embedding clip-gather * sqrt(d) + dropout mask + tanh 16384x128",
+             lambda: make_w_embed_scale_mask(q)),
             ("w optax clip+adam+decay mask+cosine schedule (donated)",
              lambda: make_w_optax_sched(q)),
             ("w special functions gammaln/digamma/erfinv/i0e/gammainc 1M",
