@@ -909,7 +909,7 @@ static void test_dynamic_slice_fusions(void) {
  * start into [0, V - 1]), sometimes computed (an add), read by an elementwise op with a second
  * parameter and again by an add. The rows are read from the table inside the consumer's native
  * loop: no gather kernel is left, and the results are the reference's bits at 1, 2, 3 and 8
- * threads. */
+ * threads. A gather read by two clusters stays one gather kernel. */
 static void test_gather_fusions(void) {
     static char text[8192];
     tb b = {text, 0, sizeof text};
@@ -966,6 +966,23 @@ static void test_gather_fusions(void) {
                         (unsigned long long)seed, g_lib_kernels - lib, text);
             EXPECT_INT_EQ(g_lib_kernels, lib);
         }
+    }
+    /* read by two clusters (a product and a sum of the rows): the gather kernel stays, its
+     * result read by both, not gathered in each */
+    static const char shared[] =
+        "HloModule gs\nadd {\n  a = f32[] parameter(0)\n  c = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(a, c)\n}\nENTRY main {\n  x = f32[40,64] parameter(0)\n"
+        "  p = s32[500] parameter(1)\n  w = f32[500,64] parameter(2)\n"
+        "  g = f32[500,64] gather(x, p), offset_dims={1}, collapsed_slice_dims={0}, "
+        "start_index_map={0}, index_vector_dim=1, slice_sizes={1,64}\n"
+        "  m = f32[500,64] multiply(g, w)\n  z = f32[] constant(0)\n"
+        "  r = f32[64] reduce(g, z), dimensions={0}, to_apply=add\n"
+        "  ROOT t = (f32[500,64], f32[64]) tuple(m, r)\n}\n";
+    for (int t = 0; t < 4; t++) {
+        int lib = g_lib_kernels;
+        g_run_pool = pools[t];
+        check_module(shared, 3400, false);
+        EXPECT_INT_EQ(g_lib_kernels, lib + 1);
     }
     g_run_pool = NULL;
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
