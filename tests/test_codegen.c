@@ -988,6 +988,64 @@ static void test_gather_fusions(void) {
     for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
 }
 
+/* A dynamic-update-slice updating its operand in place, whose update's fusion the schedule puts
+ * before the operand's writer: the update may not land early (cc_executable_update_writer), or
+ * the writer overwrites it (lost, "late") or, writing the operand in place over its input, reads
+ * the update where that input was (the input clobbered, "early": random_ops seed 1576, where the
+ * input's bitcast-convert beside the operand came out with the update's bits). The reference's
+ * bits at 1, 2, 3 and 8 threads. */
+static void test_update_before_operand(void) {
+    static const char *const k_tmpl[] = {
+        /* early: the update's fusion reads a sum of the operand's input, so it runs after that
+         * input, which the operand's fusion then overwrites in place */
+        "  sum = u32[] reduce(bits, z), dimensions={0,1,2,3}, to_apply=add\n"
+        "  c = u32[] convert(p0)\n"
+        "  cs = u32[] add(c, sum)\n",
+        /* late: the update's fusion reads only a parameter, so it runs first and the input (the
+         * operand's memory) is written after it */
+        "  cs = u32[] convert(p0)\n",
+    };
+    static char text[4096];
+    static const int threads[] = {1, 2, 3, 8};
+    ot_threadpool *pools[4] = {NULL};
+    for (int t = 0; t < 4; t++) ASSERT_OK(ot_threadpool_create(threads[t], &pools[t]));
+    for (int v = 0; v < 2; v++) {
+        snprintf(text, sizeof text,
+                 "HloModule update_before_operand\n"
+                 "add {\n  a = u32[] parameter(0)\n  b = u32[] parameter(1)\n"
+                 "  ROOT s = u32[] add(a, b)\n}\n"
+                 "ENTRY main {\n"
+                 "  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n"
+                 "  key = u64[2] constant({12791862516852935350, 16112621590971561798})\n"
+                 "  rng = (u64[2], u32[7,7,1,3]) rng-bit-generator(key), "
+                 "algorithm=rng_three_fry\n"
+                 "  bits = u32[7,7,1,3] get-tuple-element(rng), index=1\n"
+                 "  le = pred[7,7,1,3] compare(bits, bits), direction=LE\n"
+                 "  s = u32[] convert(p1)\n"
+                 "  sb = u32[7,7,1,3] broadcast(s), dimensions={}\n"
+                 "  sel = u32[7,7,1,3] select(le, bits, sb)\n"
+                 "  asf = f32[7,7,1,3] bitcast-convert(bits)\n"
+                 "  z = u32[] constant(0)\n"
+                 "%s"
+                 "  upd = u32[4,7,1,3] broadcast(cs), dimensions={}\n"
+                 "  si = s32[] convert(p0)\n  eight = s32[] constant(8)\n"
+                 "  j = s32[] remainder(si, eight)\n"
+                 "  i = s32[] constant(1)\n  zi = s32[] constant(0)\n"
+                 "  dus = u32[7,7,1,3] dynamic-update-slice(sel, upd, i, j, zi, zi)\n"
+                 "  three = u32[] constant(3)\n"
+                 "  tb = u32[7,7,1,3] broadcast(three), dimensions={}\n"
+                 "  r = u32[7,7,1,3] remainder(dus, tb)\n"
+                 "  ROOT out = (f32[7,7,1,3], u32[7,7,1,3]) tuple(asf, r)\n}\n",
+                 k_tmpl[v]);
+        for (int t = 0; t < 4; t++) {
+            g_run_pool = pools[t];
+            for (uint64_t seed = 1; seed <= 3; seed++) check_module(text, 1576 + seed, true);
+        }
+    }
+    g_run_pool = NULL;
+    for (int t = 0; t < 4; t++) ot_threadpool_free(pools[t]);
+}
+
 /* Slices and reverses inside row sums: random chains (strided slices, reverses, unary ops, a
  * value squared) from two parameters of rank 2-4 to a shape whose last dim, of 16 or more, is
  * summed (f32/f64 adds in lanes; a few long rows: in blocks), sometimes beside the summed values
@@ -4920,6 +4978,7 @@ int main(int argc, char **argv) {
         OT_TEST(test_remap_fusions),
         OT_TEST(test_dynamic_slice_fusions),
         OT_TEST(test_gather_fusions),
+        OT_TEST(test_update_before_operand),
         OT_TEST(test_remap_stencil),
         OT_TEST(test_interior_pad_period),
         OT_TEST(test_remap_row_sums),

@@ -986,9 +986,9 @@ out:
 }
 
 /* cc_executable_update_writer's pairs (native.h): e->update_writer[p] = the distance from fusion
- * p to the dynamic-update-slice whose update it writes. The kernels between them (at most
- * UPDATE_GAP) neither read the slice's operand nor write its starts, so the update may land
- * when p runs. */
+ * p to the dynamic-update-slice whose update it writes. The slice's operand is written before p,
+ * and the kernels between them (at most UPDATE_GAP) neither read that operand nor write its
+ * starts, so the update may land when p runs. */
 enum { UPDATE_GAP = 16 };
 static ot_status mark_update_writers(ot_executable *e, const kbuild *kb) {
     int32_t *reads = NULL;
@@ -1023,9 +1023,13 @@ static ot_status mark_update_writers(ot_executable *e, const kbuild *kb) {
         }
         int32_t t = e->io[kb[k].in0 + 1], op = e->io[kb[k].in0];
         int64_t p = writer[t];
+        /* the operand written before p: its writer would overwrite an early update, and until
+         * it runs the memory may hold its input (written in place over it), which the update
+         * would clobber */
         if (p < 0 || p >= k || k - p > UPDATE_GAP || e->s[t].kind != OT_SLOT_TEMP ||
-            reads[t] != 1 || e->k[p].kind != OT_KERNEL_FUSION || kb[p].nout != 1 ||
-            e->k[p].in_place_input >= 0 || (e->update_writer && e->update_writer[p]))
+            writer[op] >= p || reads[t] != 1 || e->k[p].kind != OT_KERNEL_FUSION ||
+            kb[p].nout != 1 || e->k[p].in_place_input >= 0 ||
+            (e->update_writer && e->update_writer[p]))
             continue;
         bool clear = true;
         for (int64_t j = p + 1; j < k && clear; j++) {

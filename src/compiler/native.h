@@ -32,8 +32,9 @@ void cc_native_stage(ot_executable *e, const ot_compile_options *o);
 /* d > 0 when kernel k, a fusion, has one output, a temp read by nothing but the
  * dynamic-update-slice kernel k + d as its update, that update is a contiguous run of the
  * operand (the update's dims are the operand's after its first dim of more than one element, 1
- * before it: a scan's `ys[i] = f(...)`), and no kernel between them reads the operand or writes
- * the starts; else 0. Where the slice runs in place (its operand's memory is its output's), the
+ * before it: a scan's `ys[i] = f(...)`), the operand is written before kernel k (its memory may
+ * hold another value until then), and no kernel between them reads the operand or writes the
+ * starts; else 0. Where the slice runs in place (its operand's memory is its output's), the
  * runtime may have kernel k write the update where it lands and skip kernel k + d: the same
  * values in the same places (XLA fuses such an update into its producer's loop). */
 int cc_executable_update_writer(const ot_executable *e, int k);
