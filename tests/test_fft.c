@@ -770,6 +770,92 @@ static void test_complex_fast_kernels_equal_evaluator(void) {
     }
 }
 
+/* Gather and scatter on c64 and c128 (`x[idx]`, `.at[idx].add/.set` on a complex array): the
+ * evaluator clamps a gather's out-of-range start and drops a scatter's out-of-range window, adds
+ * a repeated index's updates in order (the computation's complex add) or keeps the last
+ * overwrite; compiled, the same bits at 1, 2, 3 and 8 threads. */
+static void test_complex_gather_scatter(void) {
+    static const char *fmt =
+        "HloModule m\n"
+        "add_c { p = %1$s[] parameter(0)\n q = %1$s[] parameter(1)\n ROOT s = %1$s[] add(p, q) }\n"
+        "set_c { p = %1$s[] parameter(0)\n ROOT q = %1$s[] parameter(1) }\n"
+        "ENTRY e {\n"
+        "  x = %1$s[6,4] parameter(0)\n"
+        "  u = %1$s[5,4] parameter(1)\n"
+        "  idx = s32[5,1] constant({{1}, {5}, {1}, {9}, {-2}})\n"
+        "  g = %1$s[5,4] gather(x, idx), offset_dims={1}, collapsed_slice_dims={0}, "
+        "start_index_map={0}, index_vector_dim=1, slice_sizes={1,4}\n"
+        "  sa = %1$s[6,4] scatter(x, idx, u), update_window_dims={1}, inserted_window_dims={0}, "
+        "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add_c\n"
+        "  ss = %1$s[6,4] scatter(x, idx, u), update_window_dims={1}, inserted_window_dims={0}, "
+        "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=set_c\n"
+        "  ROOT t = (%1$s[5,4], %1$s[6,4], %1$s[6,4]) tuple(g, sa, ss)\n"
+        "}\n";
+    static const int nth[] = {1, 2, 3, 8};
+    static const int rows[] = {1, 5, 1, 5, 0}; /* the gather's rows, clamped to [0, 5] */
+    for (int d = 0; d < 2; d++) {
+        char text[2048];
+        snprintf(text, sizeof text, fmt, d ? "c128" : "c64");
+        ot_module *m = parse(text);
+        ASSERT_TRUE(m != NULL);
+        ot_value args[2];
+        void *params[2];
+        const char *names[2] = {"x", "u"};
+        for (int q = 0; q < 2; q++) {
+            const ot_instr *xi = ot_computation_find_instr(ot_module_entry(m), names[q]);
+            double complex dummy[24];
+            args[q] = rand_value(&xi->shape.array, dummy);
+            params[q] = args[q].array.data;
+        }
+        ot_value r;
+        ASSERT_OK(ot_evaluate(m, args, 2, NULL, &r));
+        ASSERT_TRUE(r.kind == OT_IR_TUPLE && r.ntuple == 3);
+        for (int k = 0; k < 5; k++)
+            for (int c = 0; c < 4; c++)
+                EXPECT_TRUE(elem(&r.tuple[0], k * 4 + c) == elem(&args[0], rows[k] * 4 + c));
+        for (int row = 0; row < 6; row++)
+            for (int c = 0; c < 4; c++) {
+                double complex x = elem(&args[0], row * 4 + c), want_add = x, want_set = x;
+                if (row == 1) {
+                    want_add = x + elem(&args[1], c) + elem(&args[1], 8 + c);
+                    want_set = elem(&args[1], 8 + c);
+                } else if (row == 5) {
+                    want_add = x + elem(&args[1], 4 + c);
+                    want_set = elem(&args[1], 4 + c);
+                }
+                EXPECT_TRUE(cabs(elem(&r.tuple[1], row * 4 + c) - want_add) < 1e-5);
+                EXPECT_TRUE(elem(&r.tuple[2], row * 4 + c) == want_set);
+            }
+        for (int nat = 0; nat < 2; nat++) {
+            ot_executable *exe = NULL;
+            ot_compile_options co = ot_compile_options_default();
+            co.native = nat ? OT_NATIVE_ON : OT_NATIVE_OFF;
+            ASSERT_OK(ot_compile(m, &co, &exe));
+            for (int p = 0; p < 4; p++) {
+                ot_threadpool *pool = NULL;
+                ASSERT_OK(ot_threadpool_create(nth[p], &pool));
+                ot_tensor o[3];
+                ASSERT_OK(run_exe(exe, params, o, pool, false));
+                for (int q = 0; q < 3; q++) {
+                    const ot_value *x = &r.tuple[q];
+                    bool same = x->array.nbytes == o[q].nbytes &&
+                                !memcmp(x->array.data, o[q].data, o[q].nbytes);
+                    if (!same)
+                        fprintf(stderr, "  %s, %d threads: output %d differs from the evaluator\n",
+                                d ? "c128" : "c64", nth[p], q);
+                    EXPECT_TRUE(same);
+                    ot_tensor_release(&o[q]);
+                }
+                ot_threadpool_free(pool);
+            }
+            ot_executable_free(exe);
+        }
+        ot_value_release(&r);
+        for (int q = 0; q < 2; q++) ot_value_release(&args[q]);
+        ot_module_free(m);
+    }
+}
+
 /* A real -> complex convert from a type of the output's width (s64, u64, f64 -> c64) runs in
  * place over its dying input: each element is read before it is written (zeroing the output
  * first had zeroed the input: random_ops seed 28). Against the evaluator on 1, 2, 3, 8 threads. */
@@ -1092,6 +1178,6 @@ OT_TEST_MAIN(OT_TEST(test_grad_through_complex_refused), OT_TEST(test_fft_1d_aga
              OT_TEST(test_fft_line_bits_independent_of_batch),
              OT_TEST(test_fft_baseline_equals_avx512), OT_TEST(test_fft_threads_deterministic),
              OT_TEST(test_complex_ops), OT_TEST(test_complex_fast_kernels_equal_evaluator),
-             OT_TEST(test_complex_convert_in_place), OT_TEST(test_complex_abs_c64),
-             OT_TEST(test_fft_plan_cache), OT_TEST(test_complex_refused),
-             OT_TEST(test_complex_round_trip))
+             OT_TEST(test_complex_gather_scatter), OT_TEST(test_complex_convert_in_place),
+             OT_TEST(test_complex_abs_c64), OT_TEST(test_fft_plan_cache),
+             OT_TEST(test_complex_refused), OT_TEST(test_complex_round_trip))

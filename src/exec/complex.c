@@ -1,7 +1,8 @@
 /* Complex numbers (c64, c128) in the reference evaluator: every instruction that computes on or
  * produces complex values, and complex, real, imag and fft whatever their dtypes
  * (ir_instr_complex selects them). Data movers, tuples and control flow are dtype-agnostic and
- * run their usual kernels.
+ * run their usual kernels (gather and scatter among them: a scatter's computation runs through the
+ * evaluator, ex_scalar_fn's general path).
  *
  * Arithmetic is done in the component type (float for c64, double for c128), as XLA's CPU
  * backend emits it: add and subtract per component; multiply (ac - bd, ad + bc); divide by
@@ -546,6 +547,8 @@ bool ex_complex_passes_through(ot_opcode op) {
     case OT_OP_CONCATENATE:
     case OT_OP_PAD:
     case OT_OP_REVERSE:
+    case OT_OP_GATHER:  /* copies elements by size */
+    case OT_OP_SCATTER: /* its computation runs through the evaluator (ex_scalar_fn) */
     case OT_OP_TUPLE:
     case OT_OP_GET_TUPLE_ELEMENT:
     case OT_OP_CALL:

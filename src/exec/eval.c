@@ -539,6 +539,8 @@ static bool scalar_ok(const ot_ir_shape *s) {
 static bool scalar_op_ok(const ot_instr *i) {
     ot_opcode op = i->opcode;
     if (!scalar_ok(&i->shape)) return false;
+    /* complex values (16 bytes for c128) take the general path, where complex.c computes them */
+    if (ir_instr_complex(i)) return false;
     if (op == OT_OP_PARAMETER) return true;
     if (op == OT_OP_CONSTANT) return i->attrs->literal && !i->attrs->literal->elided;
     if (op == OT_OP_MAP) return false;

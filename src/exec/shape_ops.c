@@ -344,7 +344,7 @@ ot_status ex_kernel_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const 
 
     int64_t un = ot_shape_numel_unchecked(us);
     int64_t idx[OT_MAX_RANK] = {0}, bidx[OT_MAX_RANK], start[OT_MAX_RANK];
-    uint64_t cur[16], upd[16], newv[16];
+    uint64_t cur[16][2], upd[16][2], newv[16][2]; /* an element of up to 16 bytes (c128) */
     const void *args[32];
     void *outs[16];
     if (n > 16) {
@@ -380,8 +380,8 @@ ot_status ex_kernel_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const 
             for (int k = 0; k < n; k++) {
                 const ot_value *ok_v = n == 1 ? &res : &res.tuple[k];
                 size_t es = ot_dtype_size(ex_arr(ok_v)->dtype);
-                cur[k] = ex_ld_bits(es, ok_v->array.data, di);
-                upd[k] = ex_ld_bits(es, ops[n + 1 + k]->array.data, e);
+                memcpy(cur[k], (const char *)ok_v->array.data + di * (int64_t)es, es);
+                memcpy(upd[k], (const char *)ops[n + 1 + k]->array.data + e * (int64_t)es, es);
                 args[k] = &cur[k];
                 args[n + k] = &upd[k];
                 outs[k] = &newv[k];
@@ -391,9 +391,7 @@ ot_status ex_kernel_scatter(ex_ctx *x, const ot_instr *i, const ot_value *const 
             for (int k = 0; k < n; k++) {
                 ot_value *ov = n == 1 ? &res : &res.tuple[k];
                 size_t es = ot_dtype_size(ex_arr(ov)->dtype);
-                uint64_t v = 0;
-                memcpy(&v, &newv[k], es);
-                ex_st_bits(es, ov->array.data, di, v);
+                memcpy((char *)ov->array.data + di * (int64_t)es, newv[k], es);
             }
         }
         ex_next_index(idx, us->dims, us->rank);
