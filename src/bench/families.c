@@ -931,8 +931,7 @@ static ot_instr *ro_step(ro_gen *r) {
         for (int k = 0; k < s->rank; k++) idx[k] = ro_scalar_index(r);
         return ot_build_dynamic_update_slice(c, x, upd, idx);
     }
-    /* (complex gathers and scatters: the evaluator does not run them) */
-    if (what < 91 && s->rank > 0 && s->dims[0] > 0 && !cx) { /* gather or scatter of rows */
+    if (what < 91 && s->rank > 0 && s->dims[0] > 0) { /* gather or scatter of rows */
         int64_t k = 1 + pick(g, 4), iv[8];
         for (int q = 0; q < k; q++) iv[q] = pick(g, s->dims[0] + 3) - 1;
         int32_t iv32[8];
